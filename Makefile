@@ -1,0 +1,34 @@
+# Thin wrapper over CMake. The two commands of the README:
+#   make run   installs what is missing, builds, and runs the default job
+#   make test  installs what is missing, builds and runs every test: a plain build, then
+#              AddressSanitizer+UBSan and ThreadSanitizer builds
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: all deps build run test bench clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+build: deps
+	@cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) >/dev/null
+	@cmake --build build -j$(JOBS)
+
+run: build
+	./build/moevm info
+	./build/moevm demo
+
+# One build directory per sanitizer set; each runs the whole suite.
+test: deps
+	@set -e; for cfg in "build:" "build-asan:address,undefined" "build-tsan:thread"; do \
+	  dir=$${cfg%%:*}; san=$${cfg#*:}; \
+	  echo "== $$dir $${san:+(sanitizers: $$san)}"; \
+	  cmake -S . -B $$dir -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOEVM_SANITIZE=$$san $(CMAKE_FLAGS) >/dev/null; \
+	  cmake --build $$dir -j$(JOBS); \
+	  ctest --test-dir $$dir --output-on-failure -j$(JOBS); \
+	done
+
+clean:
+	rm -rf build build-asan build-tsan build-gpu

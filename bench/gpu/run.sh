@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# One call, from the repository root on a machine with an NVIDIA GPU:
+#   bash bench/gpu/run.sh [vmm_costs options: --device N --reps N --only 1,2,3,4,5]
+# Builds the vmm_costs target in build-gpu/, prints the GPU list and runs the benchmark.
+# With $OUT set, the whole output is also written to $OUT/vmm_costs.txt.
+# Results go into docs/perf/vmm.md.
+set -euo pipefail
+
+cd "$(dirname "$0")/../.."
+
+log=/dev/null
+if [[ -n "${OUT:-}" ]]; then
+    mkdir -p "$OUT"
+    log="$OUT/vmm_costs.txt"
+    : >"$log"
+fi
+
+{
+    echo "== build"
+    cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release
+    cmake --build build-gpu -j16 --target vmm_costs
+    echo "== nvidia-smi -L"
+    nvidia-smi -L
+    echo "== vmm_costs $*"
+    bin=$(find build-gpu -type f -name vmm_costs -perm -u+x | head -n 1)
+    if [[ -z "$bin" ]]; then
+        echo "run.sh: the vmm_costs binary was not found under build-gpu/" >&2
+        exit 1
+    fi
+    "$bin" "$@"
+} 2>&1 | tee -a "$log"

@@ -1,0 +1,249 @@
+/*
+ * `moevm demo`: a short MoE-shaped workload on an expert space, until the engine exists to
+ * drive one for real. Tokens are routed to top-k experts per layer with a skewed popularity
+ * (as real routers are); each selected expert is made resident, pinned, read through its
+ * fixed address and checked against its weights, and unpinned. When the budget is full the
+ * least recently used unpinned expert is evicted — the simplest policy; the real ones live
+ * in policy/. It prints progress and the space's statistics.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/cli.h"
+#include "moevm/moevm.h"
+#include "vmm/options.h"
+
+struct demo_args {
+    uint32_t layers, experts, topk, tokens;
+    uint64_t expert_bytes;
+    const char *budget;
+    uint64_t seed;
+};
+
+static uint64_t next_random(uint64_t *s)
+{
+    /* splitmix64: deterministic across platforms, good enough for weights and routing */
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static int parse_args(int argc, char **argv, struct demo_args *a)
+{
+    *a = (struct demo_args){.layers = 4, .experts = 16, .topk = 2, .tokens = 256,
+                            .expert_bytes = 3u << 20, .budget = "25%", .seed = 1};
+    for (int i = 1; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        uint64_t n = 0;
+        bool num = v && mvm_parse_size(v, &n) == 0 && n > 0 && n <= UINT32_MAX;
+        if (strcmp(argv[i], "--help") == 0) {
+            printf("usage: moevm demo [--layers N] [--experts N] [--topk K] [--tokens N]\n"
+                   "                  [--expert-size BYTES] [--budget SIZE|PCT] [--seed N]\n"
+                   "defaults: 4 layers x 16 experts of 3M, top-2, 256 tokens, budget 25%%\n");
+            return 0;
+        }
+        if (!v) {
+            fprintf(stderr, "moevm demo: %s needs a value\n", argv[i]);
+            return 2;
+        }
+        if (strcmp(argv[i], "--budget") == 0) {
+            a->budget = v;
+        } else if (!num && strcmp(argv[i], "--seed") != 0) {
+            fprintf(stderr, "moevm demo: %s %s: not a positive number\n", argv[i], v);
+            return 2;
+        } else if (strcmp(argv[i], "--layers") == 0) a->layers = (uint32_t)n;
+        else if (strcmp(argv[i], "--experts") == 0) a->experts = (uint32_t)n;
+        else if (strcmp(argv[i], "--topk") == 0) a->topk = (uint32_t)n;
+        else if (strcmp(argv[i], "--tokens") == 0) a->tokens = (uint32_t)n;
+        else if (strcmp(argv[i], "--expert-size") == 0) a->expert_bytes = n;
+        else if (strcmp(argv[i], "--seed") == 0) a->seed = strtoull(v, NULL, 10);
+        else {
+            fprintf(stderr, "moevm demo: unknown option %s (see --help)\n", argv[i]);
+            return 2;
+        }
+        i++;
+    }
+    if (a->topk > a->experts) {
+        fprintf(stderr, "moevm demo: --topk %u exceeds --experts %u\n", a->topk, a->experts);
+        return 2;
+    }
+    return -1; /* go on */
+}
+
+struct demo {
+    struct demo_args a;
+    mvm_space *sp;
+    mvm_space_info info;
+    uint64_t *checksum; /* per expert, of its weights */
+    uint64_t *last_use; /* per expert, the step it was last used (LRU) */
+    double *popularity; /* per expert within a layer: Zipf-like weights */
+    uint64_t verified, step;
+};
+
+static uint64_t sum_words(const uint64_t *p, uint64_t bytes)
+{
+    uint64_t s = 0;
+    for (uint64_t i = 0; i < bytes / 8; i++)
+        s = s * 31 + p[i];
+    return s;
+}
+
+static void fill_weights(struct demo *d)
+{
+    uint64_t rng = d->a.seed;
+    for (uint32_t l = 0; l < d->a.layers; l++)
+        for (uint32_t e = 0; e < d->a.experts; e++) {
+            uint64_t *w = mvm_expert_home(d->sp, l, e);
+            for (uint64_t i = 0; i < d->a.expert_bytes / 8; i++)
+                w[i] = next_random(&rng);
+            d->checksum[l * d->a.experts + e] = sum_words(w, d->a.expert_bytes);
+        }
+}
+
+/* Evicts the least recently used unpinned resident expert; 0 if one was evicted. */
+static int evict_lru(struct demo *d)
+{
+    int64_t victim = -1;
+    for (uint32_t i = 0; i < d->a.layers * d->a.experts; i++) {
+        mvm_residency r;
+        mvm_expert_residency(d->sp, i / d->a.experts, i % d->a.experts, &r);
+        if ((r.resident || r.loading) && !r.pins &&
+            (victim < 0 || d->last_use[i] < d->last_use[victim]))
+            victim = i;
+    }
+    if (victim < 0)
+        return -1;
+    return mvm_evict(d->sp, (uint32_t)victim / d->a.experts, (uint32_t)victim % d->a.experts, 0) ==
+                   MVM_OK ? 0 : -1;
+}
+
+static int use_expert(struct demo *d, uint32_t l, uint32_t e)
+{
+    mvm_status st;
+    while ((st = mvm_make_resident(d->sp, l, e, MVM_ALL_PAGES)) == MVM_ERR_NOSPACE)
+        if (evict_lru(d) != 0)
+            return mvm_cli_error("budget too small for one token's experts");
+    if (st != MVM_OK || mvm_pin(d->sp, l, e) != MVM_OK)
+        return mvm_cli_error("make-resident");
+    uint32_t i = l * d->a.experts + e;
+    d->last_use[i] = ++d->step;
+    if (d->info.host_readable) {
+        if (sum_words(mvm_expert_addr(d->sp, l, e), d->a.expert_bytes) != d->checksum[i]) {
+            fprintf(stderr, "moevm demo: expert (%u, %u) read wrong bytes through its address\n",
+                    l, e);
+            return 1;
+        }
+        d->verified++;
+    }
+    return mvm_unpin(d->sp, l, e) == MVM_OK ? 0 : mvm_cli_error("unpin");
+}
+
+/* Draws k distinct experts by popularity (sampling without replacement). */
+static void route(struct demo *d, uint64_t *rng, uint32_t *out)
+{
+    for (uint32_t k = 0; k < d->a.topk; k++) {
+        double total = 0;
+        for (uint32_t e = 0; e < d->a.experts; e++)
+            total += d->popularity[e];
+        for (uint32_t j = 0; j < k; j++)
+            total -= d->popularity[out[j]];
+        double x = (double)(next_random(rng) >> 11) / 9007199254740992.0 * total;
+        uint32_t pick = 0;
+        for (uint32_t e = 0; e < d->a.experts; e++) {
+            bool taken = false;
+            for (uint32_t j = 0; j < k; j++)
+                taken = taken || out[j] == e;
+            if (taken)
+                continue;
+            pick = e;
+            if ((x -= d->popularity[e]) < 0)
+                break;
+        }
+        out[k] = pick;
+    }
+}
+
+static void print_stats(const struct demo *d, uint32_t token)
+{
+    mvm_stats s;
+    mvm_space_get_stats(d->sp, &s);
+    uint64_t req = s.hits + s.misses;
+    printf("token %4u/%u  hit rate %5.1f%%  moved %7.1f MiB  evicted %5" PRIu64
+           " pages  resident %u/%u pages  waited %.1f ms\n",
+           token, d->a.tokens, req ? 100.0 * (double)s.hits / (double)req : 0.0,
+           (double)s.bytes_moved / 1048576.0, s.pages_evicted, s.resident_pages,
+           d->info.device_pages, (double)s.wait_ns / 1e6);
+}
+
+static int run_demo(struct demo *d)
+{
+    fill_weights(d);
+    uint64_t rng = d->a.seed ^ 0xD1B54A32D192ED03ull;
+    uint32_t *chosen = malloc(d->a.topk * sizeof *chosen);
+    if (!chosen)
+        return 1;
+    int rc = 0;
+    for (uint32_t t = 0; t < d->a.tokens && rc == 0; t++) {
+        for (uint32_t l = 0; l < d->a.layers && rc == 0; l++) {
+            route(d, &rng, chosen);
+            for (uint32_t k = 0; k < d->a.topk && rc == 0; k++)
+                rc = use_expert(d, l, chosen[k]);
+        }
+        if (rc == 0 && ((t + 1) % 64 == 0 || t + 1 == d->a.tokens))
+            print_stats(d, t + 1);
+    }
+    free(chosen);
+    if (rc == 0)
+        printf("verified %" PRIu64 " expert reads through fixed addresses%s\n", d->verified,
+               d->info.host_readable ? "" : " (device addresses: not CPU-readable, skipped)");
+    return rc;
+}
+
+int mvm_cmd_demo(int argc, char **argv)
+{
+    struct demo d = {0};
+    int rc = parse_args(argc, argv, &d.a);
+    if (rc >= 0)
+        return rc;
+    mvm_space_desc desc;
+    if (mvm_space_desc_init(&desc) != MVM_OK)
+        return mvm_cli_error("options");
+    desc.n_layers = d.a.layers;
+    desc.n_experts = d.a.experts;
+    desc.expert_bytes = d.a.expert_bytes / 8 * 8;
+    d.a.expert_bytes = desc.expert_bytes;
+    if (mvm_parse_budget(d.a.budget, &desc.device_budget, &desc.device_budget_frac) != 0) {
+        fprintf(stderr, "moevm demo: --budget %s: expected a size (64M), a percentage (25%%) or "
+                "auto\n", d.a.budget);
+        return 2;
+    }
+    if (mvm_space_create(&desc, &d.sp) != MVM_OK)
+        return mvm_cli_error("creating the expert space");
+    mvm_space_get_info(d.sp, &d.info);
+    printf("demo: %u layers x %u experts of %.1f MiB, top-%u, %u tokens; budget %u pages of "
+           "%llu KiB on %s\n", d.a.layers, d.a.experts, (double)d.a.expert_bytes / 1048576.0,
+           d.a.topk, d.a.tokens, d.info.device_pages,
+           (unsigned long long)(d.info.page_size >> 10), d.info.backend);
+    uint32_t n = d.a.layers * d.a.experts;
+    d.checksum = calloc(n, sizeof *d.checksum);
+    d.last_use = calloc(n, sizeof *d.last_use);
+    d.popularity = calloc(d.a.experts, sizeof *d.popularity);
+    if (!d.checksum || !d.last_use || !d.popularity) {
+        fprintf(stderr, "moevm demo: out of memory\n");
+        rc = 1;
+    } else {
+        for (uint32_t e = 0; e < d.a.experts; e++)
+            d.popularity[e] = 1.0 / pow(e + 1.0, 1.1); /* Zipf, as expert loads roughly are */
+        rc = run_demo(&d);
+    }
+    free(d.checksum);
+    free(d.last_use);
+    free(d.popularity);
+    mvm_space_destroy(d.sp);
+    return rc;
+}

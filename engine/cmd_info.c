@@ -1,0 +1,48 @@
+/* `moevm info`: what moevm sees on this machine — topology, the backend it would use, the
+ * page size and budget, HOST_NUMA support on CUDA, and the options in effect. */
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/cli.h"
+#include "moevm/moevm.h"
+#include "vmm/options.h"
+#include "vmm/topo.h"
+
+int mvm_cmd_info(int argc, char **argv)
+{
+    if (argc > 1) {
+        fprintf(stderr, "usage: moevm info\n%s\n",
+                strcmp(argv[1], "--help") == 0 ? "" : "moevm info takes no arguments");
+        return strcmp(argv[1], "--help") == 0 ? 0 : 2;
+    }
+    printf("moevm %s\n", mvm_version());
+
+    /* A one-page probe space shows what a real space would get: backend, device, page
+     * size, where homes live and whether non-resident experts stay readable. */
+    mvm_space_desc d;
+    if (mvm_space_desc_init(&d) != MVM_OK)
+        return mvm_cli_error("options");
+    d.n_layers = d.n_experts = 1;
+    d.expert_bytes = 1;
+    d.device_budget = MVM_BUDGET_AUTO;
+    mvm_space *sp;
+    if (mvm_space_create(&d, &sp) != MVM_OK)
+        return mvm_cli_error("opening the backend");
+    mvm_space_info info;
+    mvm_space_get_info(sp, &info);
+    mvm_space_destroy(sp);
+
+    mvm_topo topo;
+    if (mvm_topo_probe(info.pci_bus_id, &topo) != MVM_OK)
+        return mvm_cli_error("probing the topology");
+    printf("topology:   %s\n", topo.summary);
+    printf("backend:    %s\n", info.backend);
+    printf("device:     %s\n", info.device);
+    printf("page size:  %llu KiB\n", (unsigned long long)(info.page_size >> 10));
+    printf("host homes: NUMA node %d; non-resident experts %s\n", info.numa_node,
+           info.home_mapped ? "stay mapped to their host home (readable, slower)"
+                            : "are unmapped (must be made resident before use)");
+    printf("options:\n");
+    mvm_options_print_effective(stdout);
+    return 0;
+}

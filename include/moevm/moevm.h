@@ -1,0 +1,199 @@
+/*
+ * moevm — a virtual expert address space for Mixture-of-Experts inference.
+ *
+ * Every expert (layer l, expert e) of a space has one fixed address for the life of the
+ * space. The physical pages behind it are either a device chunk (fast; "resident") or the
+ * expert's host home (the authoritative copy). Moving pages never changes the address, so a
+ * caller that reads an expert that is not resident is slower, never wrong — on backends where
+ * non-resident pages can be mapped to the host home (the host backend; CUDA with HOST_NUMA
+ * VMM support). Where they cannot, non-resident pages are unmapped and the caller must make
+ * an expert resident before any kernel reads it (mvm_space_info.home_mapped tells which).
+ *
+ * The space executes moves; it never decides what to move. Policies (policy/) decide.
+ *
+ * Thread safety: every function may be called from any thread. Errors are returned as
+ * mvm_status codes; the message of the calling thread's last failure is mvm_last_error().
+ * Full reference: docs/api.md.
+ */
+#ifndef MOEVM_MOEVM_H
+#define MOEVM_MOEVM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MVM_VERSION_MAJOR 0
+#define MVM_VERSION_MINOR 1
+#define MVM_VERSION_PATCH 0
+
+typedef enum mvm_status {
+    MVM_OK = 0,
+    MVM_ERR_INVALID,     /* a bad argument (zero size, NULL, unknown handle, double destroy) */
+    MVM_ERR_RANGE,       /* layer, expert or page out of range */
+    MVM_ERR_NOMEM,       /* host memory or address space exhausted */
+    MVM_ERR_NOSPACE,     /* the device budget is full: evict something first */
+    MVM_ERR_PINNED,      /* the pages are pinned; their backing cannot change now */
+    MVM_ERR_BUSY,        /* mvm_move_test: not finished yet */
+    MVM_ERR_CANCELLED,   /* a move was cancelled (its pages evicted, or the space destroyed) */
+    MVM_ERR_TIMEOUT,     /* mvm_move_wait ran out of time */
+    MVM_ERR_BACKEND,     /* the driver or the OS failed; the message names the call */
+    MVM_ERR_UNSUPPORTED, /* the backend is not available on this machine or build */
+    MVM_ERR_OPTION,      /* a malformed MOEVM_* value */
+} mvm_status;
+
+/* "MVM_ERR_NOSPACE" etc. Never NULL. */
+const char *mvm_status_name(mvm_status s);
+/* One line describing the calling thread's last failure ("" if none). Valid until the next
+ * failing call on this thread. */
+const char *mvm_last_error(void);
+/* "0.1.0" */
+const char *mvm_version(void);
+
+typedef enum mvm_backend_kind {
+    MVM_BACKEND_AUTO = 0, /* cuda when a CUDA device is usable, else host */
+    MVM_BACKEND_HOST,     /* Linux virtual memory: memfd chunks, mmap remaps, memcpy moves */
+    MVM_BACKEND_CUDA,     /* the CUDA driver's virtual memory management API */
+} mvm_backend_kind;
+
+/* The default budget: on cuda, 90% of the device memory free at creation; on host, all
+ * expert bytes. Either way capped at what the experts need. */
+#define MVM_BUDGET_AUTO UINT64_MAX
+
+typedef struct mvm_space_desc {
+    uint32_t n_layers;           /* MoE layers */
+    uint32_t n_experts;          /* experts per layer */
+    uint64_t expert_bytes;       /* bytes of one expert's weights */
+    uint64_t device_budget;      /* device bytes for expert pages, rounded down to whole
+                                    pages and capped at what the experts need; 0 = use
+                                    device_budget_frac; MVM_BUDGET_AUTO = see below */
+    double device_budget_frac;   /* budget as a fraction (0, 1] of all expert bytes, used
+                                    when device_budget is 0 */
+    mvm_backend_kind backend;
+    int device;                  /* CUDA device ordinal (cuda backend) */
+    uint64_t page_size;          /* 0 = the backend's default (2 MiB); else a multiple of
+                                    the backend's granularity */
+} mvm_space_desc;
+
+/* Fills *d with the defaults of the MOEVM_* options table, reading the environment
+ * (MOEVM_GPU_BUDGET, MOEVM_BACKEND, MOEVM_DEVICE, MOEVM_PAGE_SIZE). The model shape fields
+ * are zeroed: the caller sets them. Fails with MVM_ERR_OPTION on a malformed variable. */
+mvm_status mvm_space_desc_init(mvm_space_desc *d);
+
+typedef struct mvm_space mvm_space;
+typedef struct mvm_move mvm_move;
+
+mvm_status mvm_space_create(const mvm_space_desc *desc, mvm_space **out);
+/* Cancels queued moves (their handles report MVM_ERR_CANCELLED), waits for the copies in
+ * progress, unmaps everything. Destroying a space twice, or NULL, is MVM_ERR_INVALID. */
+mvm_status mvm_space_destroy(mvm_space *space);
+
+typedef struct mvm_space_info {
+    char backend[16];          /* "host" or "cuda" */
+    char device[128];          /* device name, or the host description */
+    char pci_bus_id[32];       /* the GPU's PCI bus id ("0000:18:00.0"), "" on host */
+    uint64_t page_size;
+    uint64_t expert_stride;    /* distance between consecutive experts' addresses */
+    uint32_t pages_per_expert;
+    uint32_t device_pages;     /* capacity: the device budget in pages */
+    uint64_t base;             /* start of the reserved range */
+    uint64_t reserved_bytes;
+    int numa_node;             /* where the host homes live (-1 unknown) */
+    int home_mapped;           /* 1: non-resident pages are backed by the host home and
+                                  readable; 0: they are unmapped */
+    int host_readable;         /* 1: expert addresses are readable by the CPU too */
+} mvm_space_info;
+
+mvm_status mvm_space_get_info(const mvm_space *space, mvm_space_info *info);
+
+/* The fixed address of expert (layer, expert): a device address on cuda, a host pointer on
+ * the host backend. Read-only: write weights through the home. NULL if out of range. */
+void *mvm_expert_addr(const mvm_space *space, uint32_t layer, uint32_t expert);
+/* The expert's host home, writable by the CPU; page_size-aligned, expert_bytes long.
+ * Write the weights here before the first move of the expert. NULL if out of range. */
+void *mvm_expert_home(const mvm_space *space, uint32_t layer, uint32_t expert);
+
+typedef enum mvm_page_state {
+    MVM_PAGE_HOME = 0,    /* backed by the host home (or unmapped where homes cannot map) */
+    MVM_PAGE_LOADING,     /* a copy into a device chunk is queued or in flight */
+    MVM_PAGE_RESIDENT,    /* backed by a device chunk */
+} mvm_page_state;
+
+typedef struct mvm_residency {
+    uint32_t n_pages;        /* pages of this expert */
+    uint32_t resident;       /* pages backed by device chunks */
+    uint32_t resident_prefix;/* length of the resident prefix (pages 0..k-1 all resident) */
+    uint32_t loading;        /* pages with a copy queued or in flight */
+    uint32_t pins;           /* pin count of the expert */
+} mvm_residency;
+
+mvm_status mvm_expert_residency(const mvm_space *space, uint32_t layer, uint32_t expert,
+                                mvm_residency *out);
+mvm_status mvm_page_get_state(const mvm_space *space, uint32_t layer, uint32_t expert,
+                              uint32_t page, mvm_page_state *out);
+
+/* n_pages for the functions below: the prefix of the expert's pages to act on. */
+#define MVM_ALL_PAGES UINT32_MAX
+
+/* Makes pages [0, n_pages) resident and returns when they are (on-demand priority).
+ * Fails with MVM_ERR_NOSPACE when the budget lacks free chunks, MVM_ERR_PINNED when pages
+ * must move while the expert is pinned (it would wait on the caller itself). */
+mvm_status mvm_make_resident(mvm_space *space, uint32_t layer, uint32_t expert,
+                             uint32_t n_pages);
+/* The same, asynchronously. Free chunks are claimed at once (so MVM_ERR_NOSPACE comes
+ * from this call, not later). *move (may be NULL for fire-and-forget) completes when the
+ * prefix is resident; release it with mvm_move_release. A move for an expert that is
+ * pinned completes once the expert is unpinned. */
+mvm_status mvm_make_resident_async(mvm_space *space, uint32_t layer, uint32_t expert,
+                                   uint32_t n_pages, mvm_move **move);
+/* Like mvm_make_resident_async at prefetch priority: on-demand moves queued later still run
+ * first, and an on-demand request for a page a prefetch is loading promotes that prefetch. */
+mvm_status mvm_prefetch(mvm_space *space, uint32_t layer, uint32_t expert, uint32_t n_pages,
+                        mvm_move **move);
+
+/* timeout_ns < 0: wait forever. Returns the move's result, or MVM_ERR_TIMEOUT. */
+mvm_status mvm_move_wait(mvm_move *move, int64_t timeout_ns);
+/* MVM_ERR_BUSY while in progress, else the move's result. */
+mvm_status mvm_move_test(mvm_move *move);
+/* Releasing a move does not cancel it. Releasing twice is MVM_ERR_INVALID. */
+mvm_status mvm_move_release(mvm_move *move);
+
+/* Evicts pages [keep_pages, n_pages): they go back to the host home and their chunks to the
+ * pool. keep_pages = 0 evicts the whole expert. Pages still loading are cancelled. Fails
+ * with MVM_ERR_PINNED, changing nothing, if the expert is pinned. */
+mvm_status mvm_evict(mvm_space *space, uint32_t layer, uint32_t expert, uint32_t keep_pages);
+
+/* Pins the expert: its pages keep their backing (no evict, no remap) until unpinned. A pin
+ * marks "a reader is using this"; pins nest. */
+mvm_status mvm_pin(mvm_space *space, uint32_t layer, uint32_t expert);
+mvm_status mvm_unpin(mvm_space *space, uint32_t layer, uint32_t expert);
+/* Unpins once the work queued so far on `stream` (a CUstream on cuda; ignored on host,
+ * where it unpins at once) has finished: the last reader's event. */
+mvm_status mvm_unpin_after(mvm_space *space, uint32_t layer, uint32_t expert, void *stream);
+
+typedef struct mvm_stats {
+    uint64_t hits;             /* on-demand requests whose pages were all resident */
+    uint64_t misses;           /* on-demand requests that needed at least one page moved */
+    uint64_t prefetches;       /* prefetch requests that queued at least one page */
+    uint64_t pages_loaded;     /* pages copied into device chunks */
+    uint64_t pages_evicted;
+    uint64_t bytes_moved;      /* host-to-device bytes copied */
+    uint64_t prefetch_pages;   /* pages loaded at prefetch priority */
+    uint64_t prefetch_used;    /* of those, pages later asked for on demand before eviction */
+    uint64_t wait_ns;          /* time callers spent blocked waiting for moves */
+    uint32_t moves_queued;     /* move jobs not yet started */
+    uint32_t moves_in_flight;  /* move jobs being copied or waiting for a remap */
+    uint32_t resident_pages;
+    uint32_t loading_pages;
+    uint32_t free_pages;       /* unclaimed device chunks */
+    uint32_t pinned_experts;
+} mvm_stats;
+
+mvm_status mvm_space_get_stats(const mvm_space *space, mvm_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MOEVM_MOEVM_H */

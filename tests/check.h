@@ -1,0 +1,49 @@
+/*
+ * A minimal test harness: CHECK(cond) records a failure with its location and goes on;
+ * TEST_END prints "N passed, N failed" (the closing line CI reads) and sets the exit code.
+ * A test program is a main() calling static test functions.
+ */
+#ifndef MVM_TESTS_CHECK_H
+#define MVM_TESTS_CHECK_H
+
+#include <stdio.h>
+
+static int check_passed, check_failed;
+
+#define CHECK(cond)                                                                             \
+    do {                                                                                        \
+        if (cond) {                                                                             \
+            check_passed++;                                                                     \
+        } else {                                                                                \
+            check_failed++;                                                                     \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);            \
+        }                                                                                       \
+    } while (0)
+
+/* CHECK that a call returns `want`, printing the library's message when it does not. */
+#define CHECK_ST(call, want)                                                                    \
+    do {                                                                                        \
+        mvm_status st_ = (call);                                                                \
+        if (st_ == (want)) {                                                                    \
+            check_passed++;                                                                     \
+        } else {                                                                                \
+            check_failed++;                                                                     \
+            fprintf(stderr, "%s:%d: %s returned %s, wanted %s (%s)\n", __FILE__, __LINE__,      \
+                    #call, mvm_status_name(st_), mvm_status_name(want), mvm_last_error());       \
+        }                                                                                       \
+    } while (0)
+
+#define RUN(test)                                                                               \
+    do {                                                                                        \
+        int before_ = check_failed;                                                             \
+        test();                                                                                 \
+        fprintf(stderr, "%s %s\n", check_failed == before_ ? "ok  " : "FAIL", #test);           \
+    } while (0)
+
+#define TEST_END()                                                                              \
+    do {                                                                                        \
+        printf("%d passed, %d failed\n", check_passed, check_failed);                           \
+        return check_failed ? 1 : 0;                                                            \
+    } while (0)
+
+#endif

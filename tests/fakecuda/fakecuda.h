@@ -1,0 +1,74 @@
+/*
+ * fakecuda: a test double of the CUDA driver library (libcuda.so.1) on host memory.
+ *
+ * Tests load the fake with dlopen (or through LD_LIBRARY_PATH under a library that dlopens
+ * "libcuda.so.1") and reach these inspection and control functions with dlsym, so nothing
+ * links against the fake. The function-pointer typedefs below are for exactly that.
+ *
+ * Environment (read once, on the first call into the library):
+ *   FAKECUDA_DEVICES       number of devices, 0..16 (default 1; 0 behaves like NO_DEVICE)
+ *   FAKECUDA_MEM           memory per device in bytes, K/M/G suffixes (default 1G)
+ *   FAKECUDA_GRANULARITY   VMM granularity in bytes, K/M/G (default 2M; power of two,
+ *                          multiple of the host page size)
+ *   FAKECUDA_HOST_NUMA     1: device attribute 141 reads 1 and HOST_NUMA allocations work
+ *                          (default); 0: attribute 141 reads 0, HOST_NUMA creation fails
+ *   FAKECUDA_NO_DEVICE     1: cuInit returns CUDA_ERROR_NO_DEVICE
+ *   FAKECUDA_COPY_DELAY_US every cuMemcpy* with a non-zero size sleeps this long first
+ *   FAKECUDA_FAIL          "name:N[:ERROR],...": the Nth call of cu<name> fails
+ *   FAKECUDA_FAIL_FROM     same syntax: the Nth call and every later one fail
+ * A malformed variable is reported on stderr and makes cuInit fail (CUDA_ERROR_INVALID_VALUE).
+ */
+#ifndef FAKECUDA_H
+#define FAKECUDA_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct CUstream_st; /* CUstream from cuda.h is `struct CUstream_st *` */
+
+/* Calls of a cu* function since load or the last fakecuda_reset_counters(), counting failed
+ * ones too. `name` is the base name ("cuMemAlloc"); a "_v2" suffix is accepted and ignored.
+ * Unknown names give 0. */
+unsigned long fakecuda_calls(const char *name);
+/* cuMemCreate allocations still alive: not yet released, or released but still mapped. */
+int fakecuda_live_handles(void);
+/* Bytes currently mapped with cuMemMap. */
+size_t fakecuda_mapped_bytes(void);
+/* cuMemAddressReserve ranges not yet freed. */
+int fakecuda_live_reservations(void);
+/* Zeroes the counters of fakecuda_calls (not the fault-injection counts). */
+void fakecuda_reset_counters(void);
+/* Replaces all fault-injection rules (including those from the environment) with `spec`,
+ * counting calls from now on. Syntax: comma-separated "name:N[:ERROR]"; "name:N+[:ERROR]"
+ * fails the Nth call and every later one. ERROR is a CUDA_ERROR_* name or a number; the
+ * default is CUDA_ERROR_OUT_OF_MEMORY for cuMemCreate, cuMemAlloc, cuMemAddressReserve and
+ * cuMemHostRegister, CUDA_ERROR_UNKNOWN for the rest. NULL or "" clears every rule.
+ * Returns 0, or -1 (rules unchanged, message on stderr) for a malformed spec. */
+int fakecuda_set_fail(const char *spec);
+/* hold != 0: the stream's work "does not finish": events recorded on it from now on stay
+ * not ready, cuEventSynchronize and cuStreamSynchronize on it block. hold == 0 completes
+ * that work. NULL (or CU_STREAM_LEGACY / CU_STREAM_PER_THREAD) means the default stream.
+ * A held stream that is destroyed lives on until released here. */
+void fakecuda_stream_hold(struct CUstream_st *stream, int hold);
+
+/* Every later copy sleeps `us` microseconds first (replaces FAKECUDA_COPY_DELAY_US), so
+ * tests can hold moves in flight. */
+void fakecuda_set_copy_delay_us(unsigned long long us);
+
+typedef unsigned long (*fakecuda_calls_fn)(const char *name);
+typedef int (*fakecuda_live_handles_fn)(void);
+typedef size_t (*fakecuda_mapped_bytes_fn)(void);
+typedef int (*fakecuda_live_reservations_fn)(void);
+typedef void (*fakecuda_reset_counters_fn)(void);
+typedef int (*fakecuda_set_fail_fn)(const char *spec);
+typedef void (*fakecuda_stream_hold_fn)(struct CUstream_st *stream, int hold);
+typedef void (*fakecuda_set_copy_delay_us_fn)(unsigned long long us);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,139 @@
+/*
+ * The MOEVM_* options table: parsers, malformed values, unknown names, and docs/options.md
+ * against the table (argv[1] is the path of docs/options.md).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "vmm/options.h"
+#include "vmm/registry.h"
+
+static void test_sizes(void)
+{
+    uint64_t v;
+    CHECK(mvm_parse_size("0", &v) == 0 && v == 0);
+    CHECK(mvm_parse_size("4096", &v) == 0 && v == 4096);
+    CHECK(mvm_parse_size("64K", &v) == 0 && v == 65536);
+    CHECK(mvm_parse_size("2MiB", &v) == 0 && v == 2u << 20);
+    CHECK(mvm_parse_size("8g", &v) == 0 && v == 8ull << 30);
+    CHECK(mvm_parse_size("1.5G", &v) == 0 && v == 3ull << 29);
+    CHECK(mvm_parse_size("2TB", &v) == 0 && v == 2ull << 40);
+    const char *bad[] = {"", "12Q", "-1", "G", "1.5", "0x10", " 8G", "8G ", "8GiBs", "1e30",
+                         "nan", "inf", "+4", "4KK"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        int rc = mvm_parse_size(bad[i], &v);
+        CHECK(rc != 0);
+        if (rc == 0)
+            fprintf(stderr, "  accepted '%s'\n", bad[i]);
+    }
+}
+
+static void test_budgets(void)
+{
+    uint64_t b;
+    double f;
+    CHECK(mvm_parse_budget("auto", &b, &f) == 0 && b == MVM_BUDGET_AUTO);
+    CHECK(mvm_parse_budget("25%", &b, &f) == 0 && b == 0 && f == 0.25);
+    CHECK(mvm_parse_budget("100%", &b, &f) == 0 && f == 1.0);
+    CHECK(mvm_parse_budget("12.5%", &b, &f) == 0 && f == 0.125);
+    CHECK(mvm_parse_budget("8G", &b, &f) == 0 && b == 8ull << 30 && f == 0);
+    const char *bad[] = {"0%", "101%", "%", "-5%", "x%", "12Q", "Auto!", " 5%"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        CHECK(mvm_parse_budget(bad[i], &b, &f) != 0);
+}
+
+static void test_env(void)
+{
+    mvm_option_value v;
+    char msg[256];
+    unsetenv("MOEVM_GPU_BUDGET");
+    CHECK(mvm_option_get(MVM_OPTION_GPU_BUDGET, &v, msg, sizeof msg) == MVM_OK);
+    CHECK((uint64_t)v.i == MVM_BUDGET_AUTO);
+    setenv("MOEVM_GPU_BUDGET", "12Q", 1);
+    CHECK(mvm_option_get(MVM_OPTION_GPU_BUDGET, &v, msg, sizeof msg) == MVM_ERR_OPTION);
+    CHECK(strstr(msg, "MOEVM_GPU_BUDGET=12Q") != NULL && strstr(msg, "percentage") != NULL);
+    CHECK(mvm_options_check() == MVM_ERR_OPTION);
+    setenv("MOEVM_GPU_BUDGET", "40%", 1);
+    CHECK(mvm_option_get(MVM_OPTION_GPU_BUDGET, &v, msg, sizeof msg) == MVM_OK && v.frac == 0.4);
+
+    setenv("MOEVM_BACKEND", "CUDA", 1); /* choices are case-insensitive */
+    CHECK(mvm_option_get(MVM_OPTION_BACKEND, &v, msg, sizeof msg) == MVM_OK && v.i == 2);
+    setenv("MOEVM_BACKEND", "gpu", 1);
+    CHECK(mvm_option_get(MVM_OPTION_BACKEND, &v, msg, sizeof msg) == MVM_ERR_OPTION);
+    CHECK(strstr(msg, "one of auto|host|cuda") != NULL);
+    unsetenv("MOEVM_BACKEND");
+    setenv("MOEVM_DEVICE", "-1", 1);
+    CHECK(mvm_option_get(MVM_OPTION_DEVICE, &v, msg, sizeof msg) == MVM_ERR_OPTION);
+    setenv("MOEVM_DEVICE", "99999999999", 1);
+    CHECK(mvm_option_get(MVM_OPTION_DEVICE, &v, msg, sizeof msg) == MVM_ERR_OPTION);
+    unsetenv("MOEVM_DEVICE");
+    setenv("MOEVM_CUDA_LIBRARY", "", 1);
+    CHECK(mvm_option_get(MVM_OPTION_CUDA_LIBRARY, &v, msg, sizeof msg) == MVM_ERR_OPTION);
+    unsetenv("MOEVM_CUDA_LIBRARY");
+    /* An unknown name is a warning, not an error: the program goes on. */
+    setenv("MOEVM_GPU_BUGDET", "8G", 1);
+    CHECK(mvm_options_check() == MVM_OK);
+    unsetenv("MOEVM_GPU_BUGDET");
+    unsetenv("MOEVM_GPU_BUDGET");
+}
+
+static void test_docs_match_table(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    char *doc = NULL;
+    size_t doc_len = 0;
+    FILE *m = open_memstream(&doc, &doc_len);
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+        fwrite(buf, 1, n, m);
+    fclose(f);
+    fclose(m);
+    char *table = NULL;
+    size_t table_len = 0;
+    m = open_memstream(&table, &table_len);
+    mvm_options_print_markdown(m);
+    fclose(m);
+    bool found = strstr(doc, table) != NULL;
+    CHECK(found);
+    if (!found)
+        fprintf(stderr, "docs/options.md does not contain the table `moevm options --markdown` "
+                "prints; regenerate it:\n%s", table);
+    free(doc);
+    free(table);
+}
+
+static void test_registry(void)
+{
+    /* Many handles, removed in a different order: probe chains must survive deletions. */
+    static char objs[5000];
+    for (int i = 0; i < 5000; i++)
+        CHECK(mvm_registry_add(&objs[i]));
+    for (int i = 0; i < 5000; i += 2)
+        CHECK(mvm_registry_remove(&objs[i]));
+    int ok = 1;
+    for (int i = 0; i < 5000; i++)
+        ok &= mvm_registry_contains(&objs[i]) == (i % 2 == 1);
+    CHECK(ok);
+    CHECK(!mvm_registry_remove(&objs[0])); /* twice */
+    for (int i = 1; i < 5000; i += 2)
+        CHECK(mvm_registry_remove(&objs[i]));
+    CHECK(!mvm_registry_contains(&objs[1]));
+}
+
+int main(int argc, char **argv)
+{
+    RUN(test_sizes);
+    RUN(test_budgets);
+    RUN(test_env);
+    RUN(test_registry);
+    if (argc > 1)
+        test_docs_match_table(argv[1]);
+    else
+        CHECK(!"usage: test_options docs/options.md");
+    TEST_END();
+}

@@ -1,0 +1,483 @@
+/*
+ * Unit tests of the expert space, run once per backend: `test_space host`, and
+ * `test_space cuda` against tests/fakecuda (whose device memory is host memory, so the
+ * test can read expert addresses directly and compare them with the weights).
+ *
+ * Weights are random per expert (never zeros), so a page mapped to the wrong chunk, a copy
+ * of the wrong length or a stale chunk shows up as a byte mismatch.
+ */
+#include <dlfcn.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "moevm/moevm.h"
+
+#define PAGE (64u << 10)
+
+static mvm_backend_kind backend;
+static bool on_fake; /* cuda backend over fakecuda: copies can be slowed, streams held */
+
+/* fakecuda's test controls, looked up at run time (absent on the host backend). */
+static void (*fake_set_fail)(const char *);
+static int (*fake_live_handles)(void);
+static void (*fake_stream_hold)(void *, int);
+static void (*fake_set_copy_delay_us)(unsigned long long);
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static mvm_space *make_space(uint32_t layers, uint32_t experts, uint64_t bytes,
+                             uint32_t budget_pages)
+{
+    mvm_space_desc d;
+    CHECK_ST(mvm_space_desc_init(&d), MVM_OK);
+    d.n_layers = layers;
+    d.n_experts = experts;
+    d.expert_bytes = bytes;
+    d.device_budget = (uint64_t)budget_pages * PAGE;
+    d.page_size = PAGE;
+    d.backend = backend;
+    mvm_space *sp = NULL;
+    CHECK_ST(mvm_space_create(&d, &sp), MVM_OK);
+    return sp;
+}
+
+static void fill(mvm_space *sp, uint32_t layers, uint32_t experts, uint64_t bytes)
+{
+    for (uint32_t l = 0; l < layers; l++)
+        for (uint32_t e = 0; e < experts; e++) {
+            uint64_t s = l * 1000 + e + 1;
+            uint8_t *h = mvm_expert_home(sp, l, e);
+            for (uint64_t i = 0; i < bytes; i++)
+                h[i] = (uint8_t)rng_next(&s);
+        }
+}
+
+/* Compares what the expert's address reads with its home, over the pages that are
+ * readable: all of them where homes are mapped, else the resident ones. */
+static bool reads_match(mvm_space *sp, uint32_t l, uint32_t e, uint64_t bytes)
+{
+    mvm_space_info info;
+    mvm_space_get_info(sp, &info);
+    const uint8_t *addr = mvm_expert_addr(sp, l, e), *home = mvm_expert_home(sp, l, e);
+    for (uint32_t p = 0; p * info.page_size < bytes; p++) {
+        mvm_page_state s;
+        mvm_page_get_state(sp, l, e, p, &s);
+        if (!info.home_mapped && s != MVM_PAGE_RESIDENT)
+            continue;
+        uint64_t off = p * info.page_size;
+        uint64_t len = bytes - off < info.page_size ? bytes - off : info.page_size;
+        if (memcmp(addr + off, home + off, len) != 0)
+            return false;
+    }
+    return true;
+}
+
+static mvm_stats stats_of(mvm_space *sp)
+{
+    mvm_stats s;
+    CHECK_ST(mvm_space_get_stats(sp, &s), MVM_OK);
+    return s;
+}
+
+static void test_bad_inputs(void)
+{
+    mvm_space_desc d;
+    mvm_space *sp = NULL;
+    CHECK_ST(mvm_space_create(NULL, &sp), MVM_ERR_INVALID);
+    CHECK_ST(mvm_space_desc_init(&d), MVM_OK);
+    d.backend = backend;
+    d.page_size = PAGE;
+    d.n_layers = 0, d.n_experts = 4, d.expert_bytes = 100;
+    CHECK_ST(mvm_space_create(&d, &sp), MVM_ERR_INVALID);
+    CHECK(strstr(mvm_last_error(), "layers") != NULL);
+    d.n_layers = 2, d.expert_bytes = 0;
+    CHECK_ST(mvm_space_create(&d, &sp), MVM_ERR_INVALID);
+    d.expert_bytes = 100, d.device_budget = PAGE - 1;
+    CHECK_ST(mvm_space_create(&d, &sp), MVM_ERR_INVALID);
+    CHECK(strstr(mvm_last_error(), "smaller than one page") != NULL);
+    d.device_budget = 0, d.device_budget_frac = 0;
+    CHECK_ST(mvm_space_create(&d, &sp), MVM_ERR_INVALID);
+    d.device_budget = PAGE, d.page_size = 4096 + 1;
+    CHECK_ST(mvm_space_create(&d, &sp), MVM_ERR_INVALID);
+    CHECK(strstr(mvm_last_error(), "granularity") != NULL);
+    d.page_size = PAGE, d.n_layers = 1u << 20, d.n_experts = 1u << 10, d.expert_bytes = 1u << 30;
+    CHECK_ST(mvm_space_create(&d, &sp), MVM_ERR_INVALID);
+    CHECK(sp == NULL);
+
+    sp = make_space(2, 3, 3 * PAGE, 4);
+    CHECK(mvm_expert_addr(sp, 2, 0) == NULL && mvm_expert_addr(sp, 0, 3) == NULL);
+    CHECK(mvm_expert_home(sp, 2, 0) == NULL);
+    CHECK_ST(mvm_make_resident(sp, 2, 0, MVM_ALL_PAGES), MVM_ERR_RANGE);
+    CHECK_ST(mvm_make_resident(sp, 0, 3, 1), MVM_ERR_RANGE);
+    CHECK_ST(mvm_make_resident(sp, 0, 0, 4), MVM_ERR_RANGE);
+    CHECK_ST(mvm_prefetch(sp, 0, 9, 1, NULL), MVM_ERR_RANGE);
+    CHECK_ST(mvm_evict(sp, 5, 0, 0), MVM_ERR_RANGE);
+    CHECK_ST(mvm_evict(sp, 0, 0, 4), MVM_ERR_RANGE);
+    CHECK_ST(mvm_pin(sp, 0, 7), MVM_ERR_RANGE);
+    CHECK_ST(mvm_unpin(sp, 0, 0), MVM_ERR_INVALID); /* not pinned */
+    mvm_page_state ps;
+    CHECK_ST(mvm_page_get_state(sp, 0, 0, 3, &ps), MVM_ERR_RANGE);
+    CHECK_ST(mvm_expert_residency(sp, 0, 0, NULL), MVM_ERR_INVALID);
+    mvm_move *m = NULL;
+    CHECK_ST(mvm_make_resident_async(sp, 0, 0, 1, &m), MVM_OK);
+    CHECK_ST(mvm_move_wait(m, -1), MVM_OK);
+    CHECK_ST(mvm_move_release(m), MVM_OK);
+    CHECK_ST(mvm_move_release(m), MVM_ERR_INVALID); /* released twice */
+    CHECK_ST(mvm_move_wait(NULL, 0), MVM_ERR_INVALID);
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+    CHECK_ST(mvm_space_destroy(sp), MVM_ERR_INVALID); /* destroyed twice */
+    CHECK_ST(mvm_space_destroy(NULL), MVM_ERR_INVALID);
+    CHECK_ST(mvm_make_resident(sp, 0, 0, 1), MVM_ERR_INVALID);
+
+    setenv("MOEVM_GPU_BUDGET", "12Q", 1);
+    CHECK_ST(mvm_space_desc_init(&d), MVM_ERR_OPTION);
+    CHECK(strstr(mvm_last_error(), "MOEVM_GPU_BUDGET=12Q") != NULL);
+    unsetenv("MOEVM_GPU_BUDGET");
+}
+
+static void test_layout(void)
+{
+    uint64_t bytes = 2 * PAGE + 123; /* three pages, the last partly used */
+    mvm_space *sp = make_space(3, 5, bytes, 6);
+    mvm_space_info info;
+    CHECK_ST(mvm_space_get_info(sp, &info), MVM_OK);
+    CHECK(info.page_size == PAGE);
+    CHECK(info.pages_per_expert == 3 && info.expert_stride == 3 * PAGE);
+    CHECK(info.device_pages == 6);
+    CHECK(info.reserved_bytes == 15 * info.expert_stride);
+    CHECK(strcmp(info.backend, backend == MVM_BACKEND_HOST ? "host" : "cuda") == 0);
+    for (uint32_t l = 0; l < 3; l++)
+        for (uint32_t e = 0; e < 5; e++) {
+            uint64_t want = info.base + (l * 5 + e) * info.expert_stride;
+            CHECK((uint64_t)(uintptr_t)mvm_expert_addr(sp, l, e) == want);
+            CHECK((uintptr_t)mvm_expert_home(sp, l, e) % PAGE == 0);
+        }
+    /* A budget larger than the experts is capped at what they need. */
+    mvm_space *big = make_space(1, 2, PAGE, 1000);
+    mvm_space_get_info(big, &info);
+    CHECK(info.device_pages == 2);
+    CHECK_ST(mvm_space_destroy(big), MVM_OK);
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+}
+
+static void test_reads_follow_backing(void)
+{
+    uint64_t bytes = 3 * PAGE - 40;
+    mvm_space *sp = make_space(2, 4, bytes, 9);
+    fill(sp, 2, 4, bytes);
+    for (uint32_t e = 0; e < 4; e++)
+        CHECK(reads_match(sp, 1, e, bytes));
+    CHECK_ST(mvm_make_resident(sp, 1, 2, MVM_ALL_PAGES), MVM_OK);
+    CHECK_ST(mvm_make_resident(sp, 0, 0, 1), MVM_OK);
+    CHECK_ST(mvm_make_resident(sp, 1, 3, 2), MVM_OK);
+    for (uint32_t l = 0; l < 2; l++)
+        for (uint32_t e = 0; e < 4; e++)
+            CHECK(reads_match(sp, l, e, bytes));
+    mvm_residency r;
+    CHECK_ST(mvm_expert_residency(sp, 1, 2, &r), MVM_OK);
+    CHECK(r.n_pages == 3 && r.resident == 3 && r.resident_prefix == 3 && r.loading == 0);
+    /* Evict and reload into different chunks: still the right bytes. */
+    CHECK_ST(mvm_evict(sp, 1, 2, 0), MVM_OK);
+    CHECK(reads_match(sp, 1, 2, bytes));
+    CHECK_ST(mvm_make_resident(sp, 0, 1, MVM_ALL_PAGES), MVM_OK);
+    CHECK_ST(mvm_make_resident(sp, 1, 2, MVM_ALL_PAGES), MVM_OK);
+    for (uint32_t l = 0; l < 2; l++)
+        for (uint32_t e = 0; e < 4; e++)
+            CHECK(reads_match(sp, l, e, bytes));
+    mvm_stats s = stats_of(sp);
+    CHECK(s.pages_loaded == 3 + 1 + 2 + 3 + 3);
+    /* Whole experts move their used bytes only (the last page is 40 bytes short). */
+    CHECK(s.bytes_moved == 3 * bytes + PAGE + 2 * PAGE);
+    CHECK(s.pages_evicted == 3);
+    CHECK(s.resident_pages == 9 && s.free_pages == 0);
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+}
+
+static void test_partial_residency(void)
+{
+    mvm_space *sp = make_space(1, 2, 5 * PAGE, 10);
+    fill(sp, 1, 2, 5 * PAGE);
+    mvm_residency r;
+    CHECK_ST(mvm_make_resident(sp, 0, 1, 2), MVM_OK);
+    CHECK_ST(mvm_expert_residency(sp, 0, 1, &r), MVM_OK);
+    CHECK(r.resident == 2 && r.resident_prefix == 2);
+    mvm_page_state s;
+    CHECK_ST(mvm_page_get_state(sp, 0, 1, 1, &s), MVM_OK);
+    CHECK(s == MVM_PAGE_RESIDENT);
+    CHECK_ST(mvm_page_get_state(sp, 0, 1, 2, &s), MVM_OK);
+    CHECK(s == MVM_PAGE_HOME);
+    CHECK_ST(mvm_make_resident(sp, 0, 1, 4), MVM_OK);
+    CHECK_ST(mvm_expert_residency(sp, 0, 1, &r), MVM_OK);
+    CHECK(r.resident == 4 && r.resident_prefix == 4);
+    CHECK(stats_of(sp).pages_loaded == 4); /* the first two were not loaded twice */
+    CHECK_ST(mvm_evict(sp, 0, 1, 1), MVM_OK); /* shrink the split to one page */
+    CHECK_ST(mvm_expert_residency(sp, 0, 1, &r), MVM_OK);
+    CHECK(r.resident == 1 && r.resident_prefix == 1);
+    CHECK(reads_match(sp, 0, 1, 5 * PAGE));
+    CHECK_ST(mvm_make_resident(sp, 0, 1, 0), MVM_OK); /* zero pages: nothing to do */
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+}
+
+static void test_capacity(void)
+{
+    mvm_space *sp = make_space(1, 4, 3 * PAGE, 7);
+    fill(sp, 1, 4, 3 * PAGE);
+    CHECK_ST(mvm_make_resident(sp, 0, 0, MVM_ALL_PAGES), MVM_OK);
+    CHECK_ST(mvm_make_resident(sp, 0, 1, MVM_ALL_PAGES), MVM_OK);
+    CHECK_ST(mvm_make_resident(sp, 0, 2, MVM_ALL_PAGES), MVM_ERR_NOSPACE);
+    CHECK(strstr(mvm_last_error(), "needs 3 more pages, 1 of 7 are free") != NULL);
+    mvm_residency r;
+    CHECK_ST(mvm_expert_residency(sp, 0, 2, &r), MVM_OK);
+    CHECK(r.resident == 0 && r.loading == 0); /* a refused request changes nothing */
+    CHECK_ST(mvm_prefetch(sp, 0, 2, MVM_ALL_PAGES, NULL), MVM_ERR_NOSPACE);
+    CHECK_ST(mvm_make_resident(sp, 0, 2, 1), MVM_OK); /* the one free page fits */
+    CHECK(stats_of(sp).free_pages == 0);
+    CHECK_ST(mvm_evict(sp, 0, 0, 0), MVM_OK);
+    CHECK_ST(mvm_make_resident(sp, 0, 3, MVM_ALL_PAGES), MVM_OK);
+    mvm_stats s = stats_of(sp);
+    CHECK(s.resident_pages == 7 && s.free_pages == 0);
+    for (uint32_t e = 0; e < 4; e++)
+        CHECK(reads_match(sp, 0, e, 3 * PAGE));
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+}
+
+static void test_pins(void)
+{
+    mvm_space *sp = make_space(1, 3, 2 * PAGE, 6);
+    fill(sp, 1, 3, 2 * PAGE);
+    CHECK_ST(mvm_make_resident(sp, 0, 0, MVM_ALL_PAGES), MVM_OK);
+    CHECK_ST(mvm_pin(sp, 0, 0), MVM_OK);
+    CHECK_ST(mvm_pin(sp, 0, 0), MVM_OK); /* pins nest */
+    CHECK_ST(mvm_evict(sp, 0, 0, 0), MVM_ERR_PINNED);
+    mvm_residency r;
+    CHECK_ST(mvm_expert_residency(sp, 0, 0, &r), MVM_OK);
+    CHECK(r.resident == 2 && r.pins == 2);
+    CHECK_ST(mvm_make_resident(sp, 0, 0, MVM_ALL_PAGES), MVM_OK); /* resident: fine pinned */
+    CHECK_ST(mvm_unpin(sp, 0, 0), MVM_OK);
+    CHECK_ST(mvm_evict(sp, 0, 0, 0), MVM_ERR_PINNED);
+    CHECK_ST(mvm_unpin(sp, 0, 0), MVM_OK);
+    CHECK_ST(mvm_evict(sp, 0, 0, 0), MVM_OK);
+
+    /* A pinned expert's pages cannot change backing: a synchronous request would wait on
+     * its own caller, an asynchronous one completes after the last unpin. */
+    CHECK_ST(mvm_pin(sp, 0, 1), MVM_OK);
+    CHECK_ST(mvm_make_resident(sp, 0, 1, MVM_ALL_PAGES), MVM_ERR_PINNED);
+    mvm_move *m = NULL;
+    CHECK_ST(mvm_make_resident_async(sp, 0, 1, MVM_ALL_PAGES, &m), MVM_OK);
+    CHECK_ST(mvm_move_wait(m, 50 * 1000 * 1000), MVM_ERR_TIMEOUT);
+    CHECK_ST(mvm_expert_residency(sp, 0, 1, &r), MVM_OK);
+    CHECK(r.resident == 0 && r.loading == 2); /* in flight is never reported resident */
+    CHECK(reads_match(sp, 0, 1, 2 * PAGE));
+    CHECK_ST(mvm_unpin(sp, 0, 1), MVM_OK);
+    CHECK_ST(mvm_move_wait(m, -1), MVM_OK);
+    CHECK_ST(mvm_move_release(m), MVM_OK);
+    CHECK_ST(mvm_expert_residency(sp, 0, 1, &r), MVM_OK);
+    CHECK(r.resident == 2);
+    CHECK(reads_match(sp, 0, 1, 2 * PAGE));
+    CHECK(stats_of(sp).pinned_experts == 0);
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+}
+
+static void test_moves_and_stats(void)
+{
+    mvm_space *sp = make_space(2, 4, 2 * PAGE, 16);
+    fill(sp, 2, 4, 2 * PAGE);
+    mvm_move *p[4];
+    for (uint32_t e = 0; e < 4; e++)
+        CHECK_ST(mvm_prefetch(sp, 1, e, MVM_ALL_PAGES, &p[e]), MVM_OK);
+    for (uint32_t e = 0; e < 4; e++) {
+        CHECK_ST(mvm_move_wait(p[e], -1), MVM_OK);
+        CHECK_ST(mvm_move_test(p[e]), MVM_OK);
+        CHECK_ST(mvm_move_release(p[e]), MVM_OK);
+    }
+    CHECK_ST(mvm_make_resident(sp, 1, 0, MVM_ALL_PAGES), MVM_OK); /* hit, uses 2 prefetched */
+    CHECK_ST(mvm_make_resident(sp, 1, 1, 1), MVM_OK);             /* hit, uses 1 */
+    CHECK_ST(mvm_make_resident(sp, 0, 0, MVM_ALL_PAGES), MVM_OK); /* miss */
+    CHECK_ST(mvm_make_resident_async(sp, 0, 1, 1, NULL), MVM_OK); /* miss, fire and forget */
+    mvm_stats s = stats_of(sp);
+    CHECK(s.prefetches == 4 && s.prefetch_pages == 8);
+    CHECK(s.hits == 2 && s.misses == 2);
+    CHECK(s.prefetch_used == 3);
+    CHECK(s.resident_pages + s.loading_pages == 8 + 2 + 1);
+    CHECK(s.free_pages == 16 - 11);
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+}
+
+/* ---- tests that need slow copies or held streams: cuda backend over fakecuda ---------- */
+
+static void test_priority_and_promotion(void)
+{
+    fake_set_copy_delay_us(20000); /* 20 ms per page */
+    mvm_space *sp = make_space(1, 8, PAGE, 8);
+    fill(sp, 1, 8, PAGE);
+    mvm_move *pf[6], *demand, *promoted;
+    for (uint32_t e = 0; e < 6; e++)
+        CHECK_ST(mvm_prefetch(sp, 0, e, MVM_ALL_PAGES, &pf[e]), MVM_OK);
+    CHECK_ST(mvm_make_resident_async(sp, 0, 7, MVM_ALL_PAGES, &demand), MVM_OK);
+    CHECK_ST(mvm_make_resident_async(sp, 0, 5, MVM_ALL_PAGES, &promoted), MVM_OK);
+    CHECK_ST(mvm_move_wait(demand, -1), MVM_OK);
+    CHECK_ST(mvm_move_wait(promoted, -1), MVM_OK);
+    /* At most the first prefetch (and one more taken meanwhile) ran before the on-demand
+     * jobs; the later prefetches are still queued. */
+    CHECK_ST(mvm_move_test(pf[4]), MVM_ERR_BUSY);
+    CHECK_ST(mvm_move_test(pf[5]), MVM_OK); /* promoted: it was the same job */
+    for (uint32_t e = 0; e < 6; e++) {
+        CHECK_ST(mvm_move_wait(pf[e], -1), MVM_OK);
+        mvm_move_release(pf[e]);
+    }
+    mvm_move_release(demand);
+    mvm_move_release(promoted);
+    for (uint32_t e = 0; e < 8; e++)
+        CHECK(reads_match(sp, 0, e, PAGE));
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+    fake_set_copy_delay_us(0);
+}
+
+static void test_cancel_and_destroy_in_flight(void)
+{
+    fake_set_copy_delay_us(20000);
+    mvm_space *sp = make_space(1, 8, 2 * PAGE, 16);
+    fill(sp, 1, 8, 2 * PAGE);
+    mvm_move *m[8];
+    for (uint32_t e = 0; e < 8; e++)
+        CHECK_ST(mvm_prefetch(sp, 0, e, MVM_ALL_PAGES, &m[e]), MVM_OK);
+    CHECK_ST(mvm_evict(sp, 0, 7, 0), MVM_OK); /* still queued: cancelled at once */
+    CHECK_ST(mvm_move_test(m[7]), MVM_ERR_CANCELLED);
+    CHECK(stats_of(sp).moves_queued <= 7);
+    mvm_residency r;
+    CHECK_ST(mvm_expert_residency(sp, 0, 7, &r), MVM_OK);
+    CHECK(r.resident == 0 && r.loading == 0);
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK); /* with moves queued and one in flight */
+    int cancelled = 0;
+    for (uint32_t e = 0; e < 7; e++) {
+        mvm_status st = mvm_move_wait(m[e], -1);
+        CHECK(st == MVM_OK || st == MVM_ERR_CANCELLED);
+        cancelled += st == MVM_ERR_CANCELLED;
+        CHECK_ST(mvm_move_release(m[e]), MVM_OK); /* handles outlive their space */
+    }
+    CHECK(cancelled >= 4);
+    mvm_move_release(m[7]);
+    CHECK(fake_live_handles() == 0);
+    fake_set_copy_delay_us(0);
+}
+
+static void test_unpin_after_stream(void)
+{
+    mvm_space *sp = make_space(1, 2, PAGE, 2);
+    fill(sp, 1, 2, PAGE);
+    CHECK_ST(mvm_pin(sp, 0, 0), MVM_OK);
+    void *stream = (void *)0; /* the default stream */
+    fake_stream_hold(stream, 1);
+    CHECK_ST(mvm_unpin_after(sp, 0, 0, stream), MVM_OK);
+    usleep(20000);
+    CHECK_ST(mvm_evict(sp, 0, 0, 0), MVM_ERR_PINNED); /* the reader is still running */
+    fake_stream_hold(stream, 0);
+    mvm_status st = MVM_ERR_PINNED;
+    for (int i = 0; i < 200 && st == MVM_ERR_PINNED; i++, usleep(1000))
+        st = mvm_evict(sp, 0, 0, 0);
+    CHECK_ST(st, MVM_OK);
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+}
+
+static void test_driver_failures(void)
+{
+    /* Pool creation fails halfway: a clean error and nothing leaked. */
+    fake_set_fail("cuMemCreate:3");
+    mvm_space_desc d;
+    mvm_space_desc_init(&d);
+    d.n_layers = 1, d.n_experts = 4, d.expert_bytes = PAGE, d.page_size = PAGE;
+    d.device_budget = 4 * PAGE, d.backend = backend;
+    mvm_space *sp = NULL;
+    mvm_status st = mvm_space_create(&d, &sp);
+    CHECK(st == MVM_ERR_NOMEM || st == MVM_ERR_BACKEND);
+    CHECK(strstr(mvm_last_error(), "cuMemCreate") != NULL);
+    CHECK(sp == NULL && fake_live_handles() == 0);
+    fake_set_fail("");
+
+    /* A remap fails in the worker: the move reports it, the page stays readable at home
+     * and its chunk returns to the pool. */
+    sp = make_space(1, 2, PAGE, 2);
+    fill(sp, 1, 2, PAGE);
+    fake_set_fail("cuMemMap:1");
+    CHECK_ST(mvm_make_resident(sp, 0, 0, MVM_ALL_PAGES), MVM_ERR_BACKEND);
+    fake_set_fail("");
+    mvm_residency r;
+    CHECK_ST(mvm_expert_residency(sp, 0, 0, &r), MVM_OK);
+    CHECK(r.resident == 0 && r.loading == 0);
+    CHECK(stats_of(sp).free_pages == 2);
+    CHECK(reads_match(sp, 0, 0, PAGE));
+    CHECK_ST(mvm_make_resident(sp, 0, 0, MVM_ALL_PAGES), MVM_OK); /* and it recovers */
+    CHECK(reads_match(sp, 0, 0, PAGE));
+
+    fake_set_fail("cuMemcpyHtoDAsync_v2:1");
+    CHECK_ST(mvm_make_resident(sp, 0, 1, MVM_ALL_PAGES), MVM_ERR_BACKEND);
+    fake_set_fail("");
+    CHECK(stats_of(sp).free_pages == 1);
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+    CHECK(fake_live_handles() == 0);
+
+    /* No device: the cuda backend says so, AUTO falls back to host. */
+    fake_set_fail("cuInit:1:CUDA_ERROR_NO_DEVICE,cuInit:2:CUDA_ERROR_NO_DEVICE");
+    d.backend = MVM_BACKEND_CUDA;
+    CHECK_ST(mvm_space_create(&d, &sp), MVM_ERR_BACKEND);
+    CHECK(strstr(mvm_last_error(), "cuInit") != NULL);
+    d.backend = MVM_BACKEND_AUTO;
+    CHECK_ST(mvm_space_create(&d, &sp), MVM_OK);
+    mvm_space_info info;
+    mvm_space_get_info(sp, &info);
+    CHECK(strcmp(info.backend, "host") == 0);
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+    fake_set_fail("");
+
+    /* A device index that does not exist. */
+    d.backend = MVM_BACKEND_CUDA;
+    d.device = 5;
+    CHECK_ST(mvm_space_create(&d, &sp), MVM_ERR_RANGE);
+    CHECK(strstr(mvm_last_error(), "device 5") != NULL);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2 || (strcmp(argv[1], "host") && strcmp(argv[1], "cuda"))) {
+        fprintf(stderr, "usage: test_space host|cuda\n");
+        return 2;
+    }
+    backend = strcmp(argv[1], "host") == 0 ? MVM_BACKEND_HOST : MVM_BACKEND_CUDA;
+    if (backend == MVM_BACKEND_CUDA) {
+        const char *lib = getenv("MOEVM_CUDA_LIBRARY");
+        void *fake = dlopen(lib ? lib : "libcuda.so.1", RTLD_NOW);
+        fake_set_fail = fake ? (void (*)(const char *))dlsym(fake, "fakecuda_set_fail") : NULL;
+        fake_live_handles = fake ? (int (*)(void))dlsym(fake, "fakecuda_live_handles") : NULL;
+        fake_stream_hold = fake ? (void (*)(void *, int))dlsym(fake, "fakecuda_stream_hold") : NULL;
+        fake_set_copy_delay_us =
+            fake ? (void (*)(unsigned long long))dlsym(fake, "fakecuda_set_copy_delay_us") : NULL;
+        on_fake = fake_set_fail && fake_live_handles && fake_stream_hold && fake_set_copy_delay_us;
+        if (!on_fake) {
+            fprintf(stderr, "test_space cuda: needs tests/fakecuda as MOEVM_CUDA_LIBRARY\n");
+            return 2;
+        }
+    }
+    RUN(test_bad_inputs);
+    RUN(test_layout);
+    RUN(test_reads_follow_backing);
+    RUN(test_partial_residency);
+    RUN(test_capacity);
+    RUN(test_pins);
+    RUN(test_moves_and_stats);
+    if (on_fake) {
+        RUN(test_priority_and_promotion);
+        RUN(test_cancel_and_destroy_in_flight);
+        RUN(test_unpin_after_stream);
+        RUN(test_driver_failures);
+    }
+    TEST_END();
+}

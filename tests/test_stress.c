@@ -1,0 +1,207 @@
+/*
+ * Stress test of the space's invariants under concurrency: several threads issue random
+ * make-resident (sync and async), prefetch, evict, pin/read/unpin and queries, while a
+ * monitor checks the gauges and, on the host backend, a reader thread reads unpinned
+ * experts at any moment. The invariants:
+ *   - bytes read through an expert's address equal its weights, whatever its backing;
+ *   - resident + loading pages never exceed the device budget; free pages never either;
+ *   - a pinned expert is never evicted (its resident pages stay resident while pinned);
+ *   - every move ends OK, CANCELLED (evicted meanwhile) or fails with NOSPACE/PINNED at once.
+ * `test_stress host|cuda [seconds]`; cuda runs over tests/fakecuda.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "check.h"
+#include "moevm/moevm.h"
+
+#define PAGE (64u << 10)
+#define LAYERS 3
+#define EXPERTS 8
+#define BYTES (3 * PAGE - 100)
+#define BUDGET_PAGES 20 /* fewer than the 72 pages of all experts: constant pressure */
+#define WORKERS 4
+
+static mvm_space *sp;
+static mvm_space_info info;
+static atomic_bool stop;
+static atomic_int failures, reads_checked, moves_done;
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static void fail(const char *what, uint32_t l, uint32_t e)
+{
+    atomic_fetch_add(&failures, 1);
+    fprintf(stderr, "stress: %s (expert %u,%u): %s\n", what, l, e, mvm_last_error());
+}
+
+/* Reads the expert's readable pages and compares them with its home. */
+static void verify(uint32_t l, uint32_t e, bool pinned)
+{
+    const uint8_t *addr = mvm_expert_addr(sp, l, e), *home = mvm_expert_home(sp, l, e);
+    for (uint32_t p = 0; p < info.pages_per_expert; p++) {
+        mvm_page_state s;
+        mvm_page_get_state(sp, l, e, p, &s);
+        /* Without mapped homes only resident pages are readable, and only while pinned
+         * (else the page could be evicted between the query and the read). */
+        if (!info.home_mapped && !(pinned && s == MVM_PAGE_RESIDENT))
+            continue;
+        uint64_t off = (uint64_t)p * PAGE, len = BYTES - off < PAGE ? BYTES - off : PAGE;
+        if (memcmp(addr + off, home + off, len) != 0)
+            fail("bytes read through the expert address differ from its weights", l, e);
+    }
+    atomic_fetch_add(&reads_checked, 1);
+}
+
+static void pinned_read(uint32_t l, uint32_t e)
+{
+    if (mvm_pin(sp, l, e) != MVM_OK)
+        return fail("pin", l, e);
+    mvm_residency before, after;
+    mvm_expert_residency(sp, l, e, &before);
+    verify(l, e, true);
+    mvm_expert_residency(sp, l, e, &after);
+    if (after.resident < before.resident)
+        fail("a pinned expert lost resident pages", l, e);
+    if (mvm_unpin(sp, l, e) != MVM_OK)
+        fail("unpin", l, e);
+}
+
+static void check_move(mvm_move *m, uint32_t l, uint32_t e)
+{
+    mvm_status st = mvm_move_wait(m, -1);
+    if (st != MVM_OK && st != MVM_ERR_CANCELLED)
+        fail("a move ended with an unexpected status", l, e);
+    mvm_move_release(m);
+    atomic_fetch_add(&moves_done, 1);
+}
+
+static void *worker(void *arg)
+{
+    uint64_t rng = (uint64_t)(uintptr_t)arg;
+    while (!atomic_load(&stop)) {
+        uint32_t l = rng_next(&rng) % LAYERS, e = rng_next(&rng) % EXPERTS;
+        uint32_t pages = 1 + rng_next(&rng) % info.pages_per_expert;
+        mvm_move *m = NULL;
+        mvm_status st = MVM_OK;
+        switch (rng_next(&rng) % 6) {
+        case 0: st = mvm_make_resident(sp, l, e, pages); break;
+        case 1:
+            if ((st = mvm_make_resident_async(sp, l, e, pages, &m)) == MVM_OK)
+                check_move(m, l, e);
+            break;
+        case 2:
+            if ((st = mvm_prefetch(sp, l, e, MVM_ALL_PAGES, &m)) == MVM_OK)
+                check_move(m, l, e);
+            break;
+        case 3: st = mvm_evict(sp, l, e, (uint32_t)(rng_next(&rng) % 2 ? 0 : 1)); break;
+        default: pinned_read(l, e); break;
+        }
+        if (st != MVM_OK && st != MVM_ERR_NOSPACE && st != MVM_ERR_PINNED &&
+            st != MVM_ERR_CANCELLED)
+            fail("a call failed", l, e);
+    }
+    return NULL;
+}
+
+/* Reads experts without pinning: only meaningful where non-resident pages stay mapped,
+ * which is the host backend's "every expert address always readable" promise. */
+static void *reader(void *arg)
+{
+    uint64_t rng = (uint64_t)(uintptr_t)arg;
+    while (!atomic_load(&stop))
+        verify(rng_next(&rng) % LAYERS, rng_next(&rng) % EXPERTS, false);
+    return NULL;
+}
+
+static void *monitor(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&stop)) {
+        mvm_stats s;
+        mvm_space_get_stats(sp, &s);
+        if (s.resident_pages + s.loading_pages > info.device_pages || s.free_pages > info.device_pages ||
+            s.resident_pages + s.free_pages > info.device_pages) {
+            atomic_fetch_add(&failures, 1);
+            fprintf(stderr, "stress: capacity exceeded: %u resident + %u loading, %u free of %u\n",
+                    s.resident_pages, s.loading_pages, s.free_pages, info.device_pages);
+        }
+        struct timespec ts = {0, 200000};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || (strcmp(argv[1], "host") && strcmp(argv[1], "cuda"))) {
+        fprintf(stderr, "usage: test_stress host|cuda [seconds]\n");
+        return 2;
+    }
+    double seconds = argc > 2 ? atof(argv[2]) : 3.0;
+    mvm_space_desc d;
+    CHECK_ST(mvm_space_desc_init(&d), MVM_OK);
+    d.backend = strcmp(argv[1], "host") == 0 ? MVM_BACKEND_HOST : MVM_BACKEND_CUDA;
+    d.n_layers = LAYERS, d.n_experts = EXPERTS, d.expert_bytes = BYTES;
+    d.page_size = PAGE, d.device_budget = BUDGET_PAGES * PAGE;
+    CHECK_ST(mvm_space_create(&d, &sp), MVM_OK);
+    if (!sp)
+        TEST_END();
+    mvm_space_get_info(sp, &info);
+    uint64_t seed = 42;
+    for (uint32_t l = 0; l < LAYERS; l++)
+        for (uint32_t e = 0; e < EXPERTS; e++) {
+            uint8_t *h = mvm_expert_home(sp, l, e);
+            for (uint32_t i = 0; i < BYTES; i++)
+                h[i] = (uint8_t)rng_next(&seed);
+        }
+
+    pthread_t t[WORKERS + 2];
+    int n = 0;
+    for (int i = 0; i < WORKERS; i++)
+        pthread_create(&t[n++], NULL, worker, (void *)(uintptr_t)(i + 1));
+    pthread_create(&t[n++], NULL, monitor, NULL);
+    if (info.home_mapped && info.host_readable)
+        pthread_create(&t[n++], NULL, reader, (void *)(uintptr_t)99);
+    struct timespec ts = {(time_t)seconds, (long)((seconds - (time_t)seconds) * 1e9)};
+    nanosleep(&ts, NULL);
+    atomic_store(&stop, true);
+    for (int i = 0; i < n; i++)
+        pthread_join(t[i], NULL);
+
+    /* Quiesced: every expert reads right, and the counts add up exactly. */
+    mvm_stats s;
+    CHECK_ST(mvm_space_get_stats(sp, &s), MVM_OK);
+    CHECK(s.loading_pages == 0 && s.moves_queued == 0 && s.moves_in_flight == 0);
+    CHECK(s.resident_pages + s.free_pages == info.device_pages);
+    CHECK(s.pinned_experts == 0);
+    uint32_t resident = 0;
+    for (uint32_t l = 0; l < LAYERS; l++)
+        for (uint32_t e = 0; e < EXPERTS; e++) {
+            mvm_residency r;
+            mvm_expert_residency(sp, l, e, &r);
+            resident += r.resident;
+            pinned_read(l, e);
+        }
+    CHECK(resident == s.resident_pages);
+    CHECK(atomic_load(&failures) == 0);
+    CHECK(atomic_load(&reads_checked) > 100);
+    CHECK(s.pages_loaded > 50 && s.pages_evicted > 20);
+    fprintf(stderr, "stress %s: %d reads checked, %d async moves, %llu pages loaded, %llu "
+            "evicted, %llu hits, %llu misses\n", argv[1], atomic_load(&reads_checked),
+            atomic_load(&moves_done), (unsigned long long)s.pages_loaded,
+            (unsigned long long)s.pages_evicted, (unsigned long long)s.hits,
+            (unsigned long long)s.misses);
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+    TEST_END();
+}

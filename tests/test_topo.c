@@ -1,0 +1,380 @@
+/*
+ * Tests for vmm/topo.c. Probing must never fail on an unknown or malformed bus id, the
+ * cores it returns must be the calling thread's node's cores (checked against libnuma, not
+ * hwloc), and placement must preserve every byte while leaving every page resident (and,
+ * on a machine with several nodes, on the chosen node).
+ */
+#include <errno.h>
+#include <hwloc.h>
+#include <numa.h>
+#include <numaif.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "vmm/topo.h"
+
+static int n_pass, n_fail;
+
+#define CHECK(cond, ...)                                                                    \
+    do {                                                                                    \
+        if (cond) {                                                                         \
+            n_pass++;                                                                       \
+        } else {                                                                            \
+            n_fail++;                                                                       \
+            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                          \
+            printf(__VA_ARGS__);                                                            \
+            printf(" (last error: %s)\n", mvm_last_error());                                \
+        }                                                                                   \
+    } while (0)
+
+#define MIB (1024u * 1024u)
+
+static size_t page_size(void) { return (size_t)sysconf(_SC_PAGESIZE); }
+
+/* ------------------------------------------------------------------------------------- */
+
+/* Every core in t->cores is a CPU of t->numa_node according to libnuma. */
+static void check_cores_on_node(const mvm_topo *t, const char *what)
+{
+    struct bitmask *cpus = numa_allocate_cpumask();
+    CHECK(numa_node_to_cpus(t->numa_node, cpus) == 0, "%s: numa_node_to_cpus(%d)", what,
+          t->numa_node);
+    int outside = 0;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &t->cores) && !numa_bitmask_isbitset(cpus, (unsigned)c))
+            outside++;
+    CHECK(outside == 0, "%s: %d cores are not on node %d", what, outside, t->numa_node);
+    numa_free_cpumask(cpus);
+}
+
+static void check_probe_no_gpu(const char *busid)
+{
+    mvm_topo t;
+    memset(&t, 0xa5, sizeof t); /* poison: every field must be written */
+    const char *what = busid ? busid : "(null)";
+    CHECK(mvm_topo_probe(busid, &t) == MVM_OK, "probe %s", what);
+    CHECK(t.gpu_found == 0, "probe %s: gpu_found %d", what, t.gpu_found);
+    CHECK(strcmp(t.gpu_bus_id, busid ? busid : "") == 0, "probe %s: gpu_bus_id \"%s\"", what,
+          t.gpu_bus_id);
+    CHECK(t.n_cores >= 1 && t.n_cores <= t.n_cores_total, "probe %s: %d of %d cores", what,
+          t.n_cores, t.n_cores_total);
+    CHECK(CPU_COUNT(&t.cores) == t.n_cores, "probe %s: cpu_set has %d, n_cores %d", what,
+          CPU_COUNT(&t.cores), t.n_cores);
+    CHECK(t.summary[0] != '\0' && memchr(t.summary, '\0', sizeof t.summary),
+          "probe %s: summary", what);
+    if (busid && busid[0])
+        CHECK(strstr(t.summary, "not found") && strstr(t.summary, busid),
+              "probe %s: summary \"%s\"", what, t.summary);
+    if (numa_available() < 0) {
+        CHECK(t.n_numa_nodes == 1 && t.numa_node <= 0, "probe %s: no NUMA, node %d of %d",
+              what, t.numa_node, t.n_numa_nodes);
+        return;
+    }
+    CHECK(t.numa_node >= 0 && t.numa_node <= numa_max_node(), "probe %s: node %d", what,
+          t.numa_node);
+    /* hwloc counts only the nodes this process may use (cgroup cpuset.mems). */
+    CHECK(t.n_numa_nodes >= 1 && t.n_numa_nodes <= numa_num_configured_nodes(),
+          "probe %s: %d nodes, libnuma %d", what, t.n_numa_nodes, numa_num_configured_nodes());
+    check_cores_on_node(&t, what);
+    printf("probe %s: %s\n", what, t.summary);
+}
+
+static void test_probe_invalid(void)
+{
+    mvm_topo t;
+    CHECK(mvm_topo_probe(NULL, NULL) == MVM_ERR_INVALID, "probe with out NULL");
+    char longid[64];
+    memset(longid, '0', sizeof longid - 1);
+    longid[sizeof longid - 1] = '\0';
+    CHECK(mvm_topo_probe(longid, &t) == MVM_ERR_INVALID, "probe with a 63-char bus id");
+    CHECK(strstr(mvm_last_error(), "bus id") != NULL, "message names the bus id");
+}
+
+/* Some PCI device hwloc keeps (a bridge, a NIC, a GPU) stands in for a GPU: probing its bus
+ * id must find it. */
+static void test_probe_found(void)
+{
+    hwloc_topology_t topo;
+    hwloc_topology_init(&topo);
+    hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+    hwloc_topology_load(topo);
+    hwloc_obj_t dev = hwloc_get_next_pcidev(topo, NULL);
+    if (!dev) {
+        printf("skip: hwloc sees no PCI device here, the found path is not tested\n");
+        hwloc_topology_destroy(topo);
+        return;
+    }
+    char busid[32];
+    snprintf(busid, sizeof busid, "%04x:%02x:%02x.%01x", dev->attr->pcidev.domain,
+             dev->attr->pcidev.bus, dev->attr->pcidev.dev, dev->attr->pcidev.func);
+    hwloc_topology_destroy(topo);
+
+    mvm_topo t;
+    CHECK(mvm_topo_probe(busid, &t) == MVM_OK, "probe %s", busid);
+    CHECK(t.gpu_found == 1, "probe %s: gpu_found %d", busid, t.gpu_found);
+    CHECK(t.n_cores >= 1 && t.n_cores <= t.n_cores_total, "probe %s: %d of %d cores", busid,
+          t.n_cores, t.n_cores_total);
+    CHECK(strstr(t.summary, busid) && strstr(t.summary, " on "), "probe %s: summary \"%s\"",
+          busid, t.summary);
+    printf("probe %s: %s\n", busid, t.summary);
+}
+
+/* ------------------------------------------------------------------------------------- */
+
+static uint64_t next_random(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static void fill_pattern(unsigned char *p, size_t len, uint64_t seed)
+{
+    for (size_t i = 0; i < len; i++)
+        p[i] = (unsigned char)next_random(&seed);
+}
+
+/* Index of the first byte that differs from the pattern, or len. */
+static size_t check_pattern(const unsigned char *p, size_t len, uint64_t seed)
+{
+    for (size_t i = 0; i < len; i++)
+        if (p[i] != (unsigned char)next_random(&seed))
+            return i;
+    return len;
+}
+
+static void *map_anon(size_t len)
+{
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+/* With several nodes, every page of [p, p+len) must be on the topo's node. */
+static void check_on_node(const mvm_topo *t, void *p, size_t len, const char *what)
+{
+    if (numa_available() < 0 || numa_num_configured_nodes() < 2) {
+        printf("skip: %s: one NUMA node, page placement not checked\n", what);
+        return;
+    }
+    size_t n = len / page_size();
+    void **pages = malloc(n * sizeof *pages);
+    int *status = malloc(n * sizeof *status);
+    for (size_t i = 0; i < n; i++)
+        pages[i] = (char *)p + i * page_size();
+    long rc = move_pages(0, n, pages, NULL, status, 0);
+    size_t off = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        off += status[i] != t->numa_node;
+    CHECK(rc == 0 && off == 0, "%s: move_pages rc %ld, %zu of %zu pages off node %d", what,
+          rc, off, n, t->numa_node);
+    free(pages);
+    free(status);
+}
+
+/* place() on [p+off, p+off+len) of a patterned buffer changes no byte, inside or outside. */
+static void check_place_preserves(const mvm_topo *t, unsigned char *p, size_t size,
+                                  size_t off, size_t len, int n_threads, const char *what)
+{
+    uint64_t seed = 0x9e3779b97f4a7c15u + (uint64_t)n_threads;
+    fill_pattern(p, size, seed);
+    CHECK(mvm_topo_place(t, p + off, len, n_threads) == MVM_OK, "%s: place", what);
+    size_t bad = check_pattern(p, size, seed);
+    CHECK(bad == size, "%s: byte %zu changed", what, bad);
+}
+
+static void test_place_anon(const mvm_topo *t)
+{
+    size_t size = 8 * MIB;
+    unsigned char *p = map_anon(size);
+    CHECK(p != NULL, "mmap 8 MiB");
+    if (!p)
+        return;
+    check_place_preserves(t, p, size, 0, size, 0, "anon, default threads");
+    check_place_preserves(t, p, size, 0, size, 1, "anon, 1 thread");
+    check_place_preserves(t, p, size, 0, size, 3, "anon, 3 threads");
+    /* Both ends off a page boundary: only bytes inside may be touched. */
+    check_place_preserves(t, p, size, 123, size - 123 - 4567, 3, "anon, unaligned");
+    check_place_preserves(t, p, size, 10, 100, 0, "anon, inside one page");
+    check_place_preserves(t, p, size, page_size() - 1, 2, 5, "anon, 2 bytes over a boundary");
+    check_place_preserves(t, p, size, 0, 3 * page_size(), 1000, "anon, more threads than pages");
+    check_on_node(t, p, size, "anon");
+    munmap(p, size);
+}
+
+static void test_place_memfd(const mvm_topo *t)
+{
+    size_t size = 8 * MIB;
+    int fd = memfd_create("test_topo", 0);
+    CHECK(fd >= 0 && ftruncate(fd, (off_t)size) == 0, "memfd_create/ftruncate: %s",
+          strerror(errno));
+    unsigned char *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    CHECK(p != MAP_FAILED, "mmap memfd: %s", strerror(errno));
+    if (p == MAP_FAILED) {
+        close(fd);
+        return;
+    }
+    check_place_preserves(t, p, size, 0, size, 0, "memfd");
+    /* The data is in the file, not just in this mapping. */
+    unsigned char *q = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+    CHECK(q != MAP_FAILED && check_pattern(q, size, 0x9e3779b97f4a7c15u) == size,
+          "memfd: a second mapping sees the pattern");
+    check_on_node(t, p, size, "memfd");
+    if (q != MAP_FAILED)
+        munmap(q, size);
+    munmap(p, size);
+    close(fd);
+}
+
+/* A fresh mapping is not resident; after place() every page is, and still reads zero. */
+static void test_place_fresh(const mvm_topo *t)
+{
+    size_t size = 4 * MIB + 3 * page_size(), n = size / page_size();
+    unsigned char *p = map_anon(size);
+    unsigned char *vec = malloc(n);
+    CHECK(p != NULL && vec != NULL, "mmap fresh");
+    if (!p || !vec)
+        return;
+    madvise(p, size, MADV_NOHUGEPAGE); /* keep residency per page, not per 2 MiB */
+    CHECK(mincore(p, size, vec) == 0, "mincore before: %s", strerror(errno));
+    size_t resident = 0;
+    for (size_t i = 0; i < n; i++)
+        resident += vec[i] & 1;
+    CHECK(resident == 0, "fresh mapping: %zu of %zu pages already resident", resident, n);
+
+    CHECK(mvm_topo_place(t, p, size, 0) == MVM_OK, "place fresh");
+    CHECK(mincore(p, size, vec) == 0, "mincore after: %s", strerror(errno));
+    resident = 0;
+    for (size_t i = 0; i < n; i++)
+        resident += vec[i] & 1;
+    CHECK(resident == n, "after place: %zu of %zu pages resident", resident, n);
+    size_t nonzero = 0;
+    for (size_t i = 0; i < size; i++)
+        nonzero += p[i] != 0;
+    CHECK(nonzero == 0, "after place: %zu bytes not zero", nonzero);
+    check_on_node(t, p, size, "fresh");
+    free(vec);
+    munmap(p, size);
+}
+
+typedef struct place_job {
+    const mvm_topo *t;
+    size_t size;
+    int ok;
+} place_job;
+
+static void *place_thread(void *arg)
+{
+    place_job *j = arg;
+    unsigned char *p = map_anon(j->size);
+    if (!p)
+        return NULL;
+    uint64_t seed = (uint64_t)(uintptr_t)p | 1;
+    fill_pattern(p, j->size, seed);
+    j->ok = mvm_topo_place(j->t, p, j->size, 2) == MVM_OK &&
+            check_pattern(p, j->size, seed) == j->size;
+    munmap(p, j->size);
+    return NULL;
+}
+
+/* place() is called from several threads at once (space creation on many threads). */
+static void test_place_concurrent(const mvm_topo *t)
+{
+    place_job jobs[3];
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++) {
+        jobs[i] = (place_job){.t = t, .size = 2 * MIB + (size_t)i * 777, .ok = 0};
+        pthread_create(&th[i], NULL, place_thread, &jobs[i]);
+    }
+    for (int i = 0; i < 3; i++) {
+        pthread_join(th[i], NULL);
+        CHECK(jobs[i].ok, "concurrent place %d", i);
+    }
+}
+
+/* With a working mbind, a range with a hole is refused instead of crashing on the hole. */
+static void test_place_hole(const mvm_topo *t)
+{
+    if (numa_available() < 0) {
+        printf("skip: no NUMA policy calls, a range with a hole is not checked\n");
+        return;
+    }
+    size_t pg = page_size();
+    unsigned char *p = map_anon(3 * pg);
+    CHECK(p != NULL, "mmap 3 pages");
+    if (!p)
+        return;
+    munmap(p + pg, pg);
+    pid_t pid = fork(); /* a crash in the child is a failure here, not the end of the test */
+    if (pid == 0)
+        _exit(mvm_topo_place(t, p, 3 * pg, 1) == MVM_ERR_INVALID ? 0 : 1);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "range with a hole: status %#x", st);
+    munmap(p, pg);
+    munmap(p + 2 * pg, pg);
+}
+
+static void test_place_invalid(const mvm_topo *t)
+{
+    char buf[16];
+    mvm_topo empty = *t;
+    CPU_ZERO(&empty.cores);
+    mvm_topo far = *t;
+    far.numa_node = 5000;
+    CHECK(mvm_topo_place(NULL, buf, sizeof buf, 0) == MVM_ERR_INVALID, "place topo NULL");
+    CHECK(mvm_topo_place(t, NULL, 10, 0) == MVM_ERR_INVALID, "place addr NULL, len 10");
+    CHECK(mvm_topo_place(t, NULL, 0, 0) == MVM_OK, "place addr NULL, len 0");
+    CHECK(mvm_topo_place(&empty, buf, sizeof buf, 0) == MVM_ERR_INVALID, "place no cores");
+    CHECK(mvm_topo_place(t, (void *)(UINTPTR_MAX - 4), 100, 0) == MVM_ERR_INVALID,
+          "place wrapping range");
+    if (numa_available() >= 0)
+        CHECK(mvm_topo_place(&far, buf, sizeof buf, 0) == MVM_ERR_INVALID, "place node 5000");
+    CHECK(mvm_topo_bind_thread(NULL) == MVM_ERR_INVALID, "bind topo NULL");
+    CHECK(mvm_topo_bind_thread(&empty) == MVM_ERR_INVALID, "bind no cores");
+}
+
+static void test_bind_thread(const mvm_topo *t)
+{
+    CHECK(mvm_topo_bind_thread(t) == MVM_OK, "bind_thread");
+    cpu_set_t now, extra;
+    CHECK(sched_getaffinity(0, sizeof now, &now) == 0, "sched_getaffinity: %s",
+          strerror(errno));
+    CPU_AND(&extra, &now, &t->cores);
+    CHECK(CPU_COUNT(&now) > 0 && CPU_EQUAL(&extra, &now), "affinity %d cores, %d outside topo",
+          CPU_COUNT(&now), CPU_COUNT(&now) - CPU_COUNT(&extra));
+    int cpu = sched_getcpu();
+    CHECK(cpu >= 0 && CPU_ISSET(cpu, &t->cores), "running on core %d", cpu);
+}
+
+int main(void)
+{
+    check_probe_no_gpu(NULL);
+    check_probe_no_gpu("");
+    check_probe_no_gpu("0000:ff:1f.7");
+    check_probe_no_gpu("zz");
+    test_probe_invalid();
+    test_probe_found();
+
+    mvm_topo t;
+    if (mvm_topo_probe(NULL, &t) != MVM_OK) {
+        printf("FAIL: probe: %s\n%d passed, %d failed\n", mvm_last_error(), n_pass, n_fail + 1);
+        return 1;
+    }
+    test_place_anon(&t);
+    test_place_memfd(&t);
+    test_place_fresh(&t);
+    test_place_concurrent(&t);
+    test_place_hole(&t);
+    test_place_invalid(&t);
+    test_bind_thread(&t);
+
+    printf("%d passed, %d failed\n", n_pass, n_fail);
+    return n_fail != 0;
+}

@@ -1,0 +1,88 @@
+/*
+ * The physical side of a space, behind one small vtable: reserving a virtual range, the host
+ * homes, the pool of device chunks, mapping either at a page of the range, and copying a
+ * home page into a chunk. The space (vmm/space.c) owns all bookkeeping and invariants; a
+ * backend only executes. Two implementations: backend_host.c (Linux virtual memory) and
+ * backend_cuda.c (the CUDA driver's VMM API, loaded with dlopen).
+ *
+ * Threading: reserve/home/pool/map/unmap may be called from any thread with the space lock
+ * held; copy_start/copy_wait only from the space's migration worker, which calls
+ * thread_init first.
+ */
+#ifndef MVM_VMM_BACKEND_H
+#define MVM_VMM_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "moevm/moevm.h"
+#include "vmm/topo.h"
+
+typedef struct mvm_backend mvm_backend;
+typedef struct mvm_home mvm_home;   /* all host homes of one space */
+typedef struct mvm_pool mvm_pool;   /* the device chunks of one space */
+typedef struct mvm_event mvm_event; /* a point in a caller's stream (unpin_after) */
+
+typedef struct mvm_backend_ops {
+    void (*destroy)(mvm_backend *b);
+    /* Makes the backend's context current on the calling thread (worker start). */
+    mvm_status (*thread_init)(mvm_backend *b);
+
+    mvm_status (*reserve)(mvm_backend *b, size_t bytes, size_t align, uint64_t *va);
+    void (*unreserve)(mvm_backend *b, uint64_t va, size_t bytes);
+
+    /* n_pages pages of page_size bytes of zeroed host memory, placed on topo's NUMA node
+     * and touched there. *host is where the CPU reads and writes them. */
+    mvm_status (*home_create)(mvm_backend *b, size_t n_pages, size_t page_size,
+                              const mvm_topo *topo, mvm_home **home, void **host);
+    void (*home_destroy)(mvm_backend *b, mvm_home *home);
+    /* Backs [va, va + n_pages*page_size) by home pages [first, first + n_pages). Only when
+     * b->home_mappable. `replace`: something is mapped there now (the host backend swaps
+     * mappings atomically, so readers never see a hole; cuda must unmap first). */
+    mvm_status (*map_home)(mvm_backend *b, uint64_t va, mvm_home *home, size_t first,
+                           size_t n_pages, bool replace);
+
+    mvm_status (*pool_create)(mvm_backend *b, size_t n_chunks, size_t page_size, mvm_pool **pool);
+    void (*pool_destroy)(mvm_backend *b, mvm_pool *pool);
+    /* Backs the page at va by chunk; `replace` as for map_home.
+     * A failed map_home or map_chunk leaves its range unmapped, or, if unmapping what was
+     * there is what failed, as it was. */
+    mvm_status (*map_chunk)(mvm_backend *b, uint64_t va, mvm_pool *pool, size_t chunk,
+                            bool replace);
+    /* Leaves [va, va + bytes) reserved but unbacked. */
+    mvm_status (*unmap)(mvm_backend *b, uint64_t va, size_t bytes);
+
+    /* Starts copying len bytes from src (host memory of a home) into chunk. */
+    mvm_status (*copy_start)(mvm_backend *b, mvm_pool *pool, size_t chunk, const void *src,
+                             size_t len);
+    /* Waits until every copy started so far has landed. */
+    mvm_status (*copy_wait)(mvm_backend *b);
+
+    /* Records the current end of `stream`'s work. */
+    mvm_status (*event_record)(mvm_backend *b, void *stream, mvm_event **ev);
+    /* 1: the work before the event finished; 0: not yet; negative: the event failed. */
+    int (*event_done)(mvm_backend *b, mvm_event *ev);
+    void (*event_destroy)(mvm_backend *b, mvm_event *ev);
+} mvm_backend_ops;
+
+struct mvm_backend {
+    const mvm_backend_ops *ops;
+    char name[16];           /* "host", "cuda" */
+    char device[128];        /* human-readable device description */
+    char pci_bus_id[32];     /* "0000:18:00.0", or "" without a GPU */
+    size_t granularity;      /* page sizes must be multiples of this */
+    size_t default_page_size;
+    bool home_mappable;      /* non-resident pages can be backed by their host home */
+    bool host_readable;      /* expert addresses are CPU-readable */
+    int numa_node;           /* NUMA node nearest the device (-1 unknown) */
+    uint64_t device_free;    /* free device memory at open (0 on host: no device) */
+};
+
+/* Opens the requested backend (AUTO: cuda if a device is usable, else host). */
+mvm_status mvm_backend_open(mvm_backend_kind kind, int device, mvm_backend **out);
+
+mvm_status mvm_backend_host_open(mvm_backend **out);
+mvm_status mvm_backend_cuda_open(int device, mvm_backend **out);
+
+#endif

@@ -1,0 +1,604 @@
+/*
+ * The cuda backend: the space on the CUDA driver's virtual memory management API.
+ *
+ *   reserve      cuMemAddressReserve
+ *   device pool  one cuMemCreate(DEVICE) handle per chunk, created once (creation is slow),
+ *                all mapped permanently into a private "pool view" range: copies land there,
+ *                so a chunk is complete before it ever appears at an expert address
+ *   host homes   where the device supports HOST_NUMA VMM (attribute 141): one
+ *                cuMemCreate(HOST_NUMA) handle per page on the GPU's node, mapped into a
+ *                home view with CPU and device access; non-resident pages of the space map
+ *                these same handles, so kernels can read any expert (over PCIe).
+ *                Otherwise: mmap + parallel first touch on the GPU's node + cuMemHostRegister,
+ *                and non-resident pages stay unmapped.
+ *   map          cuMemUnmap (if replacing) + cuMemMap + cuMemSetAccess; callers guarantee no
+ *                kernel reads the page meanwhile (pins, unpin_after events)
+ *   copy         cuMemcpyHtoDAsync on a dedicated non-blocking stream
+ *
+ * The driver is loaded with dlopen (MOEVM_CUDA_LIBRARY, default libcuda.so.1) so libmoevm
+ * loads and runs on machines with no GPU; in CI that library is tests/fakecuda. The library
+ * is never dlclose'd: unloading the driver under live threads is a known crash.
+ */
+#include <cuda.h>
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "vmm/backend.h"
+#include "vmm/error.h"
+#include "vmm/options.h"
+
+/* Every driver entry point we use: field, exported symbol (the exact versioned name), and
+ * parameters; all return CUresult. */
+#define CU_API(X)                                                                               \
+    X(Init, "cuInit", (unsigned))                                                   \
+    X(DriverGetVersion, "cuDriverGetVersion", (int *))                              \
+    X(DeviceGetCount, "cuDeviceGetCount", (int *))                                  \
+    X(DeviceGet, "cuDeviceGet", (CUdevice *, int))                                  \
+    X(DeviceGetName, "cuDeviceGetName", (char *, int, CUdevice))                    \
+    X(DeviceGetAttribute, "cuDeviceGetAttribute",                                               \
+      (int *, CUdevice_attribute, CUdevice))                                        \
+    X(DeviceGetPCIBusId, "cuDeviceGetPCIBusId", (char *, int, CUdevice))            \
+    X(PrimaryCtxRetain, "cuDevicePrimaryCtxRetain", (CUcontext *, CUdevice))        \
+    X(PrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", (CUdevice))                \
+    X(CtxSetCurrent, "cuCtxSetCurrent", (CUcontext))                                \
+    X(MemGetInfo, "cuMemGetInfo_v2", (size_t *, size_t *))                          \
+    X(MemGetAllocationGranularity, "cuMemGetAllocationGranularity",                             \
+      (size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags))    \
+    X(MemAddressReserve, "cuMemAddressReserve",                                                 \
+      (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long))             \
+    X(MemAddressFree, "cuMemAddressFree", (CUdeviceptr, size_t))                    \
+    X(MemCreate, "cuMemCreate",                                                                 \
+      (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,         \
+                   unsigned long long))                                                         \
+    X(MemRelease, "cuMemRelease", (CUmemGenericAllocationHandle))                   \
+    X(MemMap, "cuMemMap",                                                                       \
+      (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,                   \
+                   unsigned long long))                                                         \
+    X(MemUnmap, "cuMemUnmap", (CUdeviceptr, size_t))                                \
+    X(MemSetAccess, "cuMemSetAccess",                                                           \
+      (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t))                       \
+    X(MemHostRegister, "cuMemHostRegister_v2", (void *, size_t, unsigned))          \
+    X(MemHostUnregister, "cuMemHostUnregister", (void *))                           \
+    X(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2",                                                  \
+      (CUdeviceptr, const void *, size_t, CUstream))                                \
+    X(StreamCreate, "cuStreamCreate", (CUstream *, unsigned))                       \
+    X(StreamDestroy, "cuStreamDestroy_v2", (CUstream))                              \
+    X(StreamSynchronize, "cuStreamSynchronize", (CUstream))                         \
+    X(EventCreate, "cuEventCreate", (CUevent *, unsigned))                          \
+    X(EventRecord, "cuEventRecord", (CUevent, CUstream))                            \
+    X(EventQuery, "cuEventQuery", (CUevent))                                        \
+    X(EventDestroy, "cuEventDestroy_v2", (CUevent))                                 \
+    X(GetErrorName, "cuGetErrorName", (CUresult, const char **))
+
+struct cu_api {
+#define X(field, sym, params) CUresult(*field) params;
+    CU_API(X)
+#undef X
+};
+
+typedef struct cuda_backend {
+    mvm_backend base; /* first: the space sees only this */
+    struct cu_api cu;
+    CUdevice dev;
+    CUcontext ctx;
+    CUstream copy_stream;
+    int host_numa_id;  /* location id for HOST_NUMA homes */
+    size_t page_size;  /* set by the first home/pool; unmap walks pages of this size */
+} cuda_backend;
+
+struct mvm_home {
+    bool vmm;                          /* HOST_NUMA handles (else registered host memory) */
+    size_t n, page;
+    CUmemGenericAllocationHandle *h;   /* vmm: one per page */
+    CUdeviceptr view;                  /* vmm: the home view */
+    void *host;
+    bool registered;
+};
+
+struct mvm_pool {
+    size_t n, page;
+    CUmemGenericAllocationHandle *h;
+    CUdeviceptr view;
+};
+
+struct mvm_event {
+    CUevent ev;
+};
+
+static cuda_backend *cb(mvm_backend *b) { return (cuda_backend *)b; }
+
+static mvm_status cu_fail(cuda_backend *c, CUresult r, const char *what)
+{
+    const char *name = NULL;
+    if (!c->cu.GetErrorName || c->cu.GetErrorName(r, &name) != CUDA_SUCCESS || !name)
+        name = "unknown CUDA error";
+    mvm_status st = r == CUDA_ERROR_OUT_OF_MEMORY ? MVM_ERR_NOMEM : MVM_ERR_BACKEND;
+    return mvm_fail(st, "%s failed: %s (%d)", what, name, (int)r);
+}
+
+#define CU(c, call, what)                                                                       \
+    do {                                                                                        \
+        CUresult r_ = (call);                                                                   \
+        if (r_ != CUDA_SUCCESS)                                                                 \
+            return cu_fail((c), r_, (what));                                                    \
+    } while (0)
+
+static mvm_status use_ctx(cuda_backend *c)
+{
+    CU(c, c->cu.CtxSetCurrent(c->ctx), "cuCtxSetCurrent");
+    return MVM_OK;
+}
+
+static CUmemAllocationProp device_prop(cuda_backend *c)
+{
+    CUmemAllocationProp p = {0};
+    p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    p.location.id = c->dev;
+    return p;
+}
+
+static CUmemAllocationProp host_numa_prop(cuda_backend *c)
+{
+    CUmemAllocationProp p = {0};
+    p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+    p.location.id = c->host_numa_id;
+    return p;
+}
+
+static CUmemAccessDesc device_rw(cuda_backend *c)
+{
+    CUmemAccessDesc d = {0};
+    d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    d.location.id = c->dev;
+    d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    return d;
+}
+
+static void cuda_destroy(mvm_backend *b)
+{
+    cuda_backend *c = cb(b);
+    if (c->copy_stream) {
+        c->cu.CtxSetCurrent(c->ctx);
+        c->cu.StreamDestroy(c->copy_stream);
+    }
+    if (c->ctx)
+        c->cu.PrimaryCtxRelease(c->dev);
+    free(c);
+}
+
+static mvm_status cuda_thread_init(mvm_backend *b) { return use_ctx(cb(b)); }
+
+static mvm_status cuda_reserve(mvm_backend *b, size_t bytes, size_t align, uint64_t *va)
+{
+    cuda_backend *c = cb(b);
+    CUdeviceptr p;
+    CU(c, c->cu.MemAddressReserve(&p, bytes, align, 0, 0), "cuMemAddressReserve");
+    *va = p;
+    return MVM_OK;
+}
+
+static void cuda_unreserve(mvm_backend *b, uint64_t va, size_t bytes)
+{
+    cuda_backend *c = cb(b);
+    CUresult r = c->cu.MemAddressFree(va, bytes);
+    if (r != CUDA_SUCCESS)
+        mvm_log(MVM_LOG_WARN, "%s", (cu_fail(c, r, "cuMemAddressFree"), mvm_last_error()));
+}
+
+/* Maps `n` handles, one page each, at consecutive pages from va, then grants access to the
+ * whole run in one call (one call over a range is much cheaper than one per page). */
+static mvm_status map_handles(cuda_backend *c, CUdeviceptr va, size_t page,
+                              const CUmemGenericAllocationHandle *h, size_t n,
+                              const CUmemAccessDesc *access, size_t n_access)
+{
+    CUresult r = CUDA_SUCCESS;
+    size_t mapped = 0;
+    while (mapped < n && (r = c->cu.MemMap(va + mapped * page, page, 0, h[mapped], 0)) ==
+                             CUDA_SUCCESS)
+        mapped++;
+    if (r == CUDA_SUCCESS && (r = c->cu.MemSetAccess(va, n * page, access, n_access)) ==
+                                 CUDA_SUCCESS)
+        return MVM_OK;
+    for (size_t i = 0; i < mapped; i++) /* leave the range as we found it */
+        c->cu.MemUnmap(va + i * page, page);
+    return cu_fail(c, r, mapped < n ? "cuMemMap" : "cuMemSetAccess");
+}
+
+static void unmap_pages(cuda_backend *c, CUdeviceptr va, size_t bytes, size_t page)
+{
+    for (size_t off = 0; off < bytes; off += page)
+        c->cu.MemUnmap(va + off, page);
+}
+
+static void release_handles(cuda_backend *c, CUmemGenericAllocationHandle *h, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        c->cu.MemRelease(h[i]);
+}
+
+/* Creates n handles of one page; on failure releases the ones made. */
+static mvm_status create_handles(cuda_backend *c, const CUmemAllocationProp *prop, size_t page,
+                                 size_t n, CUmemGenericAllocationHandle **out)
+{
+    CUmemGenericAllocationHandle *h = calloc(n ? n : 1, sizeof *h);
+    if (!h)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for %zu allocation handles", n);
+    for (size_t i = 0; i < n; i++) {
+        CUresult r = c->cu.MemCreate(&h[i], page, prop, 0);
+        if (r != CUDA_SUCCESS) {
+            release_handles(c, h, i);
+            free(h);
+            return cu_fail(c, r, prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE
+                                     ? "cuMemCreate (device chunk)"
+                                     : "cuMemCreate (HOST_NUMA home page)");
+        }
+    }
+    *out = h;
+    return MVM_OK;
+}
+
+/* A range of n handles mapped into a fresh reservation: the pool view and the home view. */
+static mvm_status make_view(cuda_backend *c, const CUmemGenericAllocationHandle *h, size_t n,
+                            size_t page, const CUmemAccessDesc *access, size_t n_access,
+                            CUdeviceptr *view)
+{
+    CU(c, c->cu.MemAddressReserve(view, n * page, page, 0, 0), "cuMemAddressReserve (view)");
+    mvm_status st = map_handles(c, *view, page, h, n, access, n_access);
+    if (st != MVM_OK)
+        c->cu.MemAddressFree(*view, n * page);
+    return st;
+}
+
+static mvm_status home_create_vmm(cuda_backend *c, mvm_home *h)
+{
+    CUmemAllocationProp prop = host_numa_prop(c);
+    mvm_status st = create_handles(c, &prop, h->page, h->n, &h->h);
+    if (st != MVM_OK)
+        return st;
+    CUmemAccessDesc access[2] = {device_rw(c), device_rw(c)};
+    access[1].location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA; /* the CPU writes the weights */
+    access[1].location.id = c->host_numa_id;
+    if ((st = make_view(c, h->h, h->n, h->page, access, 2, &h->view)) != MVM_OK) {
+        release_handles(c, h->h, h->n);
+        free(h->h);
+        return st;
+    }
+    h->host = (void *)(uintptr_t)h->view;
+    memset(h->host, 0, h->n * h->page); /* cuMemCreate leaves contents unspecified */
+    return MVM_OK;
+}
+
+static mvm_status home_create_registered(cuda_backend *c, mvm_home *h, const mvm_topo *topo)
+{
+    size_t bytes = h->n * h->page;
+    h->host = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (h->host == MAP_FAILED)
+        return mvm_fail(MVM_ERR_NOMEM, "mmap of %zu bytes for host homes failed", bytes);
+    /* Placement must precede registration: registered pages can no longer migrate. */
+    if (topo)
+        mvm_topo_place(topo, h->host, bytes, 0);
+    CUresult r = c->cu.MemHostRegister(h->host, bytes, CU_MEMHOSTREGISTER_PORTABLE);
+    h->registered = r == CUDA_SUCCESS;
+    if (!h->registered) {
+        cu_fail(c, r, "cuMemHostRegister");
+        mvm_log(MVM_LOG_WARN, "%s; host homes stay pageable and copies will be slower",
+                mvm_last_error());
+    }
+    return MVM_OK;
+}
+
+static mvm_status cuda_home_create(mvm_backend *b, size_t n_pages, size_t page_size,
+                                   const mvm_topo *topo, mvm_home **out, void **host)
+{
+    cuda_backend *c = cb(b);
+    mvm_status st = use_ctx(c);
+    if (st != MVM_OK)
+        return st;
+    mvm_home *h = calloc(1, sizeof *h);
+    if (!h)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for the host home");
+    h->n = n_pages;
+    h->page = page_size;
+    h->vmm = b->home_mappable;
+    c->page_size = page_size;
+    if (c->host_numa_id < 0)
+        c->host_numa_id = topo && topo->numa_node >= 0 ? topo->numa_node : 0;
+    st = h->vmm ? home_create_vmm(c, h) : home_create_registered(c, h, topo);
+    if (st != MVM_OK) {
+        free(h);
+        return st;
+    }
+    *out = h;
+    *host = h->host;
+    return MVM_OK;
+}
+
+static void cuda_home_destroy(mvm_backend *b, mvm_home *h)
+{
+    cuda_backend *c = cb(b);
+    if (!h)
+        return;
+    if (h->vmm) {
+        unmap_pages(c, h->view, h->n * h->page, h->page);
+        c->cu.MemAddressFree(h->view, h->n * h->page);
+        release_handles(c, h->h, h->n);
+        free(h->h);
+    } else {
+        if (h->registered && use_ctx(c) == MVM_OK)
+            c->cu.MemHostUnregister(h->host);
+        munmap(h->host, h->n * h->page);
+    }
+    free(h);
+}
+
+static mvm_status cuda_map_home(mvm_backend *b, uint64_t va, mvm_home *h, size_t first,
+                                size_t n_pages, bool replace)
+{
+    cuda_backend *c = cb(b);
+    if (!h->vmm)
+        return mvm_fail(MVM_ERR_UNSUPPORTED, "host homes cannot be mapped on this device");
+    if (replace)
+        for (size_t i = 0; i < n_pages; i++)
+            CU(c, c->cu.MemUnmap(va + i * h->page, h->page), "cuMemUnmap");
+    CUmemAccessDesc access = device_rw(c);
+    return map_handles(c, va, h->page, h->h + first, n_pages, &access, 1);
+}
+
+static mvm_status cuda_pool_create(mvm_backend *b, size_t n_chunks, size_t page_size,
+                                   mvm_pool **out)
+{
+    cuda_backend *c = cb(b);
+    mvm_status st = use_ctx(c);
+    if (st != MVM_OK)
+        return st;
+    size_t free_b = 0, total_b = 0;
+    CU(c, c->cu.MemGetInfo(&free_b, &total_b), "cuMemGetInfo");
+    if (n_chunks * page_size > free_b)
+        return mvm_fail(MVM_ERR_NOSPACE, "device budget of %zu MiB exceeds the %zu MiB free on "
+                        "the device (of %zu MiB)", n_chunks * page_size >> 20, free_b >> 20,
+                        total_b >> 20);
+    mvm_pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for the device pool");
+    p->n = n_chunks;
+    p->page = page_size;
+    c->page_size = page_size;
+    CUmemAllocationProp prop = device_prop(c);
+    if ((st = create_handles(c, &prop, page_size, n_chunks, &p->h)) != MVM_OK) {
+        free(p);
+        return st;
+    }
+    CUmemAccessDesc access = device_rw(c);
+    if (n_chunks && (st = make_view(c, p->h, n_chunks, page_size, &access, 1, &p->view))) {
+        release_handles(c, p->h, n_chunks);
+        free(p->h);
+        free(p);
+        return st;
+    }
+    *out = p;
+    return MVM_OK;
+}
+
+static void cuda_pool_destroy(mvm_backend *b, mvm_pool *p)
+{
+    cuda_backend *c = cb(b);
+    if (!p)
+        return;
+    if (p->n) {
+        unmap_pages(c, p->view, p->n * p->page, p->page);
+        c->cu.MemAddressFree(p->view, p->n * p->page);
+    }
+    release_handles(c, p->h, p->n);
+    free(p->h);
+    free(p);
+}
+
+static mvm_status cuda_map_chunk(mvm_backend *b, uint64_t va, mvm_pool *p, size_t chunk,
+                                 bool replace)
+{
+    cuda_backend *c = cb(b);
+    if (replace)
+        CU(c, c->cu.MemUnmap(va, p->page), "cuMemUnmap");
+    CUmemAccessDesc access = device_rw(c);
+    return map_handles(c, va, p->page, &p->h[chunk], 1, &access, 1);
+}
+
+/* Every page in the range is mapped (the space asks only for mapped runs); each page is
+ * its own mapping, so unmap page by page. */
+static mvm_status cuda_unmap(mvm_backend *b, uint64_t va, size_t bytes)
+{
+    cuda_backend *c = cb(b);
+    size_t page = c->page_size ? c->page_size : bytes;
+    for (size_t off = 0; off < bytes; off += page)
+        CU(c, c->cu.MemUnmap(va + off, page), "cuMemUnmap");
+    return MVM_OK;
+}
+
+static mvm_status cuda_copy_start(mvm_backend *b, mvm_pool *p, size_t chunk, const void *src,
+                                  size_t len)
+{
+    cuda_backend *c = cb(b);
+    CU(c, c->cu.MemcpyHtoDAsync(p->view + chunk * p->page, src, len, c->copy_stream),
+       "cuMemcpyHtoDAsync");
+    return MVM_OK;
+}
+
+static mvm_status cuda_copy_wait(mvm_backend *b)
+{
+    cuda_backend *c = cb(b);
+    CU(c, c->cu.StreamSynchronize(c->copy_stream), "cuStreamSynchronize (copy stream)");
+    return MVM_OK;
+}
+
+static mvm_status cuda_event_record(mvm_backend *b, void *stream, mvm_event **out)
+{
+    cuda_backend *c = cb(b);
+    mvm_status st = use_ctx(c);
+    if (st != MVM_OK)
+        return st;
+    mvm_event *e = malloc(sizeof *e);
+    if (!e)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for an event");
+    CUresult r = c->cu.EventCreate(&e->ev, CU_EVENT_DISABLE_TIMING);
+    if (r == CUDA_SUCCESS && (r = c->cu.EventRecord(e->ev, (CUstream)stream)) != CUDA_SUCCESS)
+        c->cu.EventDestroy(e->ev);
+    if (r != CUDA_SUCCESS) {
+        free(e);
+        return cu_fail(c, r, "cuEventRecord (unpin_after)");
+    }
+    *out = e;
+    return MVM_OK;
+}
+
+static int cuda_event_done(mvm_backend *b, mvm_event *e)
+{
+    cuda_backend *c = cb(b);
+    CUresult r = c->cu.EventQuery(e->ev);
+    if (r == CUDA_SUCCESS)
+        return 1;
+    if (r == CUDA_ERROR_NOT_READY)
+        return 0;
+    cu_fail(c, r, "cuEventQuery");
+    return -1;
+}
+
+static void cuda_event_destroy(mvm_backend *b, mvm_event *e)
+{
+    if (!e)
+        return;
+    cb(b)->cu.EventDestroy(e->ev);
+    free(e);
+}
+
+static const mvm_backend_ops cuda_ops = {
+    .destroy = cuda_destroy,
+    .thread_init = cuda_thread_init,
+    .reserve = cuda_reserve,
+    .unreserve = cuda_unreserve,
+    .home_create = cuda_home_create,
+    .home_destroy = cuda_home_destroy,
+    .map_home = cuda_map_home,
+    .pool_create = cuda_pool_create,
+    .pool_destroy = cuda_pool_destroy,
+    .map_chunk = cuda_map_chunk,
+    .unmap = cuda_unmap,
+    .copy_start = cuda_copy_start,
+    .copy_wait = cuda_copy_wait,
+    .event_record = cuda_event_record,
+    .event_done = cuda_event_done,
+    .event_destroy = cuda_event_destroy,
+};
+
+static mvm_status load_driver(struct cu_api *cu)
+{
+    mvm_option_value lib;
+    mvm_status st = mvm_option_read(MVM_OPTION_CUDA_LIBRARY, &lib);
+    if (st != MVM_OK)
+        return st;
+    void *h = dlopen(lib.s, RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        return mvm_fail(MVM_ERR_UNSUPPORTED, "no CUDA driver: %s", dlerror());
+#define X(field, sym, params)                                                                   \
+    if (!(cu->field = (CUresult(*) params)dlsym(h, sym)))                                       \
+        return mvm_fail(MVM_ERR_UNSUPPORTED, "%s lacks %s (driver too old for CUDA VMM?)",      \
+                        lib.s, sym);
+    CU_API(X)
+#undef X
+    return MVM_OK;
+}
+
+static int attribute(cuda_backend *c, CUdevice_attribute a)
+{
+    int v = 0;
+    return c->cu.DeviceGetAttribute(&v, a, c->dev) == CUDA_SUCCESS ? v : 0;
+}
+
+static size_t lcm(size_t a, size_t b)
+{
+    size_t x = a, y = b;
+    while (y) {
+        size_t t = x % y;
+        x = y;
+        y = t;
+    }
+    return a / x * b;
+}
+
+/* Device, attributes, granularity, context and copy stream. */
+static mvm_status open_device(cuda_backend *c, int ordinal)
+{
+    mvm_backend *b = &c->base;
+    int count = 0, version = 0;
+    CU(c, c->cu.Init(0), "cuInit");
+    CU(c, c->cu.DeviceGetCount(&count), "cuDeviceGetCount");
+    if (ordinal < 0 || ordinal >= count)
+        return mvm_fail(MVM_ERR_RANGE, "CUDA device %d requested, %d present", ordinal, count);
+    CU(c, c->cu.DeviceGet(&c->dev, ordinal), "cuDeviceGet");
+    if (!attribute(c, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED))
+        return mvm_fail(MVM_ERR_UNSUPPORTED, "CUDA device %d does not support virtual memory "
+                        "management", ordinal);
+    b->home_mappable = attribute(c, CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED);
+    int numa = -1;
+    c->host_numa_id = c->cu.DeviceGetAttribute(&numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, c->dev) ==
+                                  CUDA_SUCCESS && numa >= 0 ? numa : -1;
+    b->numa_node = c->host_numa_id;
+
+    CUmemAllocationProp prop = device_prop(c);
+    size_t gran = 0;
+    CU(c, c->cu.MemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+       "cuMemGetAllocationGranularity");
+    if (b->home_mappable) {
+        size_t host_gran = 0;
+        prop = host_numa_prop(c);
+        prop.location.id = c->host_numa_id >= 0 ? c->host_numa_id : 0;
+        CU(c, c->cu.MemGetAllocationGranularity(&host_gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+           "cuMemGetAllocationGranularity (HOST_NUMA)");
+        gran = lcm(gran, host_gran);
+    }
+    b->granularity = gran;
+    b->default_page_size = gran >= (2u << 20) ? gran : (2u << 20) / gran * gran;
+
+    char name[96] = "";
+    c->cu.DeviceGetName(name, sizeof name, c->dev);
+    c->cu.DriverGetVersion(&version);
+    snprintf(b->device, sizeof b->device, "%s (driver %d.%d, HOST_NUMA VMM %s)", name,
+             version / 1000, version % 1000 / 10, b->home_mappable ? "yes" : "no");
+    c->cu.DeviceGetPCIBusId(b->pci_bus_id, sizeof b->pci_bus_id, c->dev);
+
+    CU(c, c->cu.PrimaryCtxRetain(&c->ctx, c->dev), "cuDevicePrimaryCtxRetain");
+    mvm_status st = use_ctx(c);
+    if (st != MVM_OK)
+        return st;
+    size_t free_b = 0, total_b = 0;
+    CU(c, c->cu.MemGetInfo(&free_b, &total_b), "cuMemGetInfo");
+    b->device_free = free_b;
+    CU(c, c->cu.StreamCreate(&c->copy_stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    return MVM_OK;
+}
+
+mvm_status mvm_backend_cuda_open(int device, mvm_backend **out)
+{
+    cuda_backend *c = calloc(1, sizeof *c);
+    if (!c)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory opening the cuda backend");
+    c->base.ops = &cuda_ops;
+    strcpy(c->base.name, "cuda");
+    c->host_numa_id = -1;
+    mvm_status st = load_driver(&c->cu);
+    if (st == MVM_OK)
+        st = open_device(c, device);
+    if (st != MVM_OK) {
+        if (c->cu.CtxSetCurrent) /* partly opened: release what we took */
+            cuda_destroy(&c->base);
+        else
+            free(c);
+        return st;
+    }
+    c->base.host_readable = false;
+    *out = &c->base;
+    return MVM_OK;
+}

@@ -1,0 +1,265 @@
+/*
+ * The host backend: the space's semantics on Linux virtual memory, so the whole system runs
+ * and is tested on machines with no GPU. It is a real implementation, not a mock:
+ *   reserve      mmap(PROT_NONE, MAP_NORESERVE)
+ *   host homes   one memfd, mapped read-write once for the CPU (the home address)
+ *   device pool  one memfd of n_chunks pages, mapped read-write once (the copy target)
+ *   map          mmap(MAP_FIXED | MAP_SHARED) of the memfd's page at the expert address,
+ *                read-only: weights change only through the home
+ *   copy         memcpy on the migration worker
+ * Replacing a mapping with MAP_FIXED is one atomic step under the kernel's mmap lock, so a
+ * thread reading an expert while it moves sees the old or the new page, never a hole.
+ * Each page whose backing differs from its neighbour's is its own VMA; vm.max_map_count
+ * (65530 by default) bounds resident pages to roughly 30000.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "vmm/backend.h"
+#include "vmm/error.h"
+
+struct mvm_home {
+    int fd;
+    void *host;
+    size_t bytes, page_size;
+};
+
+struct mvm_pool {
+    int fd;
+    void *view; /* every chunk, mapped once: where copies land */
+    size_t bytes, page_size;
+};
+
+static mvm_status os_fail(const char *call, size_t bytes)
+{
+    int e = errno;
+    if (e == ENOMEM)
+        return mvm_fail(MVM_ERR_NOMEM,
+                        "%s of %zu bytes failed: %s (out of memory or vm.max_map_count reached)",
+                        call, bytes, strerror(e));
+    return mvm_fail(MVM_ERR_BACKEND, "%s of %zu bytes failed: %s", call, bytes, strerror(e));
+}
+
+static void host_destroy(mvm_backend *b) { free(b); }
+
+static mvm_status host_thread_init(mvm_backend *b)
+{
+    (void)b;
+    return MVM_OK;
+}
+
+static mvm_status host_reserve(mvm_backend *b, size_t bytes, size_t align, uint64_t *va)
+{
+    (void)b;
+    /* Over-reserve and trim, so the range starts on an `align` boundary. */
+    size_t total = bytes + align;
+    char *p = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return os_fail("mmap (reserve)", total);
+    uintptr_t start = ((uintptr_t)p + align - 1) / align * align;
+    if (start > (uintptr_t)p)
+        munmap(p, start - (uintptr_t)p);
+    size_t tail = (uintptr_t)p + total - (start + bytes);
+    if (tail)
+        munmap((char *)start + bytes, tail);
+    *va = start;
+    return MVM_OK;
+}
+
+static void host_unreserve(mvm_backend *b, uint64_t va, size_t bytes)
+{
+    (void)b;
+    munmap((void *)(uintptr_t)va, bytes);
+}
+
+static mvm_status memfd_of(const char *name, size_t bytes, int *fd)
+{
+    *fd = memfd_create(name, MFD_CLOEXEC);
+    if (*fd < 0)
+        return os_fail("memfd_create", bytes);
+    if (ftruncate(*fd, (off_t)bytes) != 0) {
+        mvm_status st = os_fail("ftruncate (memfd)", bytes);
+        close(*fd);
+        return st;
+    }
+    return MVM_OK;
+}
+
+static mvm_status host_home_create(mvm_backend *b, size_t n_pages, size_t page_size,
+                                   const mvm_topo *topo, mvm_home **out, void **host)
+{
+    (void)b;
+    mvm_home *h = calloc(1, sizeof *h);
+    if (!h)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for the host home");
+    h->bytes = n_pages * page_size;
+    h->page_size = page_size;
+    mvm_status st = memfd_of("moevm-home", h->bytes, &h->fd);
+    if (st != MVM_OK) {
+        free(h);
+        return st;
+    }
+    h->host = mmap(NULL, h->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, h->fd, 0);
+    if (h->host == MAP_FAILED) {
+        st = os_fail("mmap (host home)", h->bytes);
+        close(h->fd);
+        free(h);
+        return st;
+    }
+    /* Homes are written once at load, then only read: place them near the GPU's node now.
+     * No pinning here — nothing DMAs from a host-backend home. */
+    if (topo)
+        mvm_topo_place(topo, h->host, h->bytes, 0);
+    *out = h;
+    *host = h->host;
+    return MVM_OK;
+}
+
+static void host_home_destroy(mvm_backend *b, mvm_home *h)
+{
+    (void)b;
+    if (!h)
+        return;
+    munmap(h->host, h->bytes);
+    close(h->fd);
+    free(h);
+}
+
+static mvm_status map_fd(uint64_t va, size_t bytes, int fd, size_t offset)
+{
+    void *p = mmap((void *)(uintptr_t)va, bytes, PROT_READ, MAP_FIXED | MAP_SHARED, fd,
+                   (off_t)offset);
+    return p == MAP_FAILED ? os_fail("mmap (MAP_FIXED remap)", bytes) : MVM_OK;
+}
+
+static mvm_status host_map_home(mvm_backend *b, uint64_t va, mvm_home *h, size_t first,
+                                size_t n_pages, bool replace)
+{
+    (void)b, (void)replace;
+    return map_fd(va, n_pages * h->page_size, h->fd, first * h->page_size);
+}
+
+static mvm_status host_pool_create(mvm_backend *b, size_t n_chunks, size_t page_size,
+                                   mvm_pool **out)
+{
+    (void)b;
+    mvm_pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for the device pool");
+    p->bytes = n_chunks * page_size;
+    p->page_size = page_size;
+    mvm_status st = memfd_of("moevm-pool", p->bytes, &p->fd);
+    if (st != MVM_OK) {
+        free(p);
+        return st;
+    }
+    p->view = mmap(NULL, p->bytes ? p->bytes : page_size, PROT_READ | PROT_WRITE, MAP_SHARED,
+                   p->fd, 0);
+    if (p->view == MAP_FAILED) {
+        st = os_fail("mmap (device pool)", p->bytes);
+        close(p->fd);
+        free(p);
+        return st;
+    }
+    *out = p;
+    return MVM_OK;
+}
+
+static void host_pool_destroy(mvm_backend *b, mvm_pool *p)
+{
+    (void)b;
+    if (!p)
+        return;
+    munmap(p->view, p->bytes ? p->bytes : p->page_size);
+    close(p->fd);
+    free(p);
+}
+
+static mvm_status host_map_chunk(mvm_backend *b, uint64_t va, mvm_pool *p, size_t chunk,
+                                 bool replace)
+{
+    (void)b, (void)replace;
+    return map_fd(va, p->page_size, p->fd, chunk * p->page_size);
+}
+
+static mvm_status host_unmap(mvm_backend *b, uint64_t va, size_t bytes)
+{
+    (void)b;
+    void *p = mmap((void *)(uintptr_t)va, bytes, PROT_NONE,
+                   MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? os_fail("mmap (unmap to PROT_NONE)", bytes) : MVM_OK;
+}
+
+static mvm_status host_copy_start(mvm_backend *b, mvm_pool *p, size_t chunk, const void *src,
+                                  size_t len)
+{
+    (void)b;
+    memcpy((char *)p->view + chunk * p->page_size, src, len);
+    return MVM_OK;
+}
+
+static mvm_status host_copy_wait(mvm_backend *b)
+{
+    (void)b;
+    return MVM_OK;
+}
+
+/* The host has no asynchronous readers: work "on a stream" is done when it is queued, so an
+ * event is complete when recorded (represented by NULL). */
+static mvm_status host_event_record(mvm_backend *b, void *stream, mvm_event **ev)
+{
+    (void)b, (void)stream;
+    *ev = NULL;
+    return MVM_OK;
+}
+
+static int host_event_done(mvm_backend *b, mvm_event *ev)
+{
+    (void)b, (void)ev;
+    return 1;
+}
+
+static void host_event_destroy(mvm_backend *b, mvm_event *ev) { (void)b, (void)ev; }
+
+static const mvm_backend_ops host_ops = {
+    .destroy = host_destroy,
+    .thread_init = host_thread_init,
+    .reserve = host_reserve,
+    .unreserve = host_unreserve,
+    .home_create = host_home_create,
+    .home_destroy = host_home_destroy,
+    .map_home = host_map_home,
+    .pool_create = host_pool_create,
+    .pool_destroy = host_pool_destroy,
+    .map_chunk = host_map_chunk,
+    .unmap = host_unmap,
+    .copy_start = host_copy_start,
+    .copy_wait = host_copy_wait,
+    .event_record = host_event_record,
+    .event_done = host_event_done,
+    .event_destroy = host_event_destroy,
+};
+
+mvm_status mvm_backend_host_open(mvm_backend **out)
+{
+    mvm_backend *b = calloc(1, sizeof *b);
+    if (!b)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory opening the host backend");
+    b->ops = &host_ops;
+    strcpy(b->name, "host");
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    snprintf(b->device, sizeof b->device, "host memory (Linux virtual memory, %ld cores)", cores);
+    b->granularity = (size_t)sysconf(_SC_PAGESIZE);
+    /* The same page size as the CUDA backend, so page counts (and the policies' view of
+     * partial residency) are identical on both. */
+    b->default_page_size = 2u << 20;
+    b->home_mappable = true;
+    b->host_readable = true;
+    b->numa_node = -1;
+    *out = b;
+    return MVM_OK;
+}

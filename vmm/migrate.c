@@ -1,0 +1,657 @@
+/*
+ * Moves: make-resident and prefetch requests, their jobs and queues, and the migration
+ * worker that executes them.
+ *
+ * A request claims free chunks at once (so "no space" is answered by the call, not later),
+ * marks the pages LOADING and queues one job. The worker takes on-demand jobs before
+ * prefetch jobs, copies each page from its home into its chunk outside the lock, waits for
+ * the copies, and remaps the pages in place under the lock. A request for pages that an
+ * earlier job is already loading waits on that job instead of loading twice; an on-demand
+ * request promotes a queued prefetch job to on-demand priority.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "vmm/error.h"
+#include "vmm/registry.h"
+#include "vmm/space_impl.h"
+
+/* Jobs per worker batch: enough to keep a copy engine busy while the previous remaps run,
+ * few enough that a newly queued on-demand job waits at most one batch. */
+#define MAX_BATCH 8
+/* How often the worker polls unpin events while any are pending. */
+#define UNPIN_POLL_NS 100000
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void mvm_shared_release(struct space_shared *s)
+{
+    if (atomic_fetch_sub(&s->refs, 1) == 1)
+        free(s);
+}
+
+/* ---- move handles ---------------------------------------------------------------------- */
+
+static mvm_move *move_new(mvm_space *sp)
+{
+    mvm_move *m = calloc(1, sizeof *m);
+    if (!m)
+        return NULL;
+    if (!mvm_registry_add(m)) {
+        free(m);
+        return NULL;
+    }
+    pthread_mutex_init(&m->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&m->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    m->refs = 1;
+    m->shared = sp->shared;
+    atomic_fetch_add(&sp->shared->refs, 1);
+    return m;
+}
+
+/* Drops one reference; m->mu held on entry, released (or destroyed) on return. */
+static void move_unref_locked(mvm_move *m)
+{
+    bool last = --m->refs == 0;
+    pthread_mutex_unlock(&m->mu);
+    if (last) {
+        mvm_shared_release(m->shared);
+        pthread_cond_destroy(&m->cv);
+        pthread_mutex_destroy(&m->mu);
+        free(m);
+    }
+}
+
+/* A job the move waited on finished with `st`. */
+static void move_settle(mvm_move *m, mvm_status st)
+{
+    pthread_mutex_lock(&m->mu);
+    if (st != MVM_OK && m->result == MVM_OK)
+        m->result = st;
+    if (--m->pending == 0)
+        pthread_cond_broadcast(&m->cv);
+    move_unref_locked(m);
+}
+
+static bool job_add_waiter(struct job *j, mvm_move *m)
+{
+    if (j->n_waiters == j->cap_waiters) {
+        uint32_t cap = j->cap_waiters ? j->cap_waiters * 2 : 2;
+        mvm_move **w = realloc(j->waiters, cap * sizeof *w);
+        if (!w)
+            return false;
+        j->waiters = w;
+        j->cap_waiters = cap;
+    }
+    j->waiters[j->n_waiters++] = m;
+    pthread_mutex_lock(&m->mu);
+    m->refs++;
+    m->pending++;
+    pthread_mutex_unlock(&m->mu);
+    return true;
+}
+
+mvm_status mvm_move_wait(mvm_move *m, int64_t timeout_ns)
+{
+    if (!m || !mvm_registry_contains(m))
+        return mvm_fail(MVM_ERR_INVALID, "%p is not a live move", (void *)m);
+    uint64_t start = now_ns();
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    if (timeout_ns >= 0) {
+        uint64_t ns = (uint64_t)deadline.tv_nsec + (uint64_t)timeout_ns;
+        deadline.tv_sec += (time_t)(ns / 1000000000ull);
+        deadline.tv_nsec = (long)(ns % 1000000000ull);
+    }
+    pthread_mutex_lock(&m->mu);
+    int rc = 0;
+    while (m->pending > 0 && rc != ETIMEDOUT)
+        rc = timeout_ns < 0 ? pthread_cond_wait(&m->cv, &m->mu)
+                            : pthread_cond_timedwait(&m->cv, &m->mu, &deadline);
+    mvm_status st = m->pending > 0 ? MVM_ERR_TIMEOUT : m->result;
+    pthread_mutex_unlock(&m->mu);
+    atomic_fetch_add(&m->shared->wait_ns, now_ns() - start);
+    if (st == MVM_ERR_TIMEOUT)
+        return mvm_fail(st, "move not finished within %lld ns", (long long)timeout_ns);
+    if (st != MVM_OK)
+        return mvm_fail(st, "the move failed: %s", mvm_status_name(st));
+    return MVM_OK;
+}
+
+mvm_status mvm_move_test(mvm_move *m)
+{
+    if (!m || !mvm_registry_contains(m))
+        return mvm_fail(MVM_ERR_INVALID, "%p is not a live move", (void *)m);
+    pthread_mutex_lock(&m->mu);
+    mvm_status st = m->pending > 0 ? MVM_ERR_BUSY : m->result;
+    pthread_mutex_unlock(&m->mu);
+    return st;
+}
+
+mvm_status mvm_move_release(mvm_move *m)
+{
+    if (!m || !mvm_registry_remove(m))
+        return mvm_fail(MVM_ERR_INVALID, "mvm_move_release: %p is not a live move (released "
+                        "twice?)", (void *)m);
+    pthread_mutex_lock(&m->mu);
+    move_unref_locked(m);
+    return MVM_OK;
+}
+
+/* ---- job lists --------------------------------------------------------------------------- */
+
+static void list_push(struct job_list *l, struct job *j)
+{
+    j->next = NULL;
+    j->prev = l->tail;
+    if (l->tail)
+        l->tail->next = j;
+    else
+        l->head = j;
+    l->tail = j;
+    l->n++;
+}
+
+static void list_remove(struct job_list *l, struct job *j)
+{
+    if (j->prev)
+        j->prev->next = j->next;
+    else
+        l->head = j->next;
+    if (j->next)
+        j->next->prev = j->prev;
+    else
+        l->tail = j->prev;
+    j->prev = j->next = NULL;
+    l->n--;
+}
+
+static void job_free(struct job *j)
+{
+    free(j->pages);
+    free(j->chunks);
+    free(j->waiters);
+    free(j);
+}
+
+/* Settles the job's moves and frees it; the job is on no list. */
+static void job_finish(struct job *j, mvm_status st)
+{
+    for (uint32_t i = 0; i < j->n_waiters; i++)
+        move_settle(j->waiters[i], st);
+    job_free(j);
+}
+
+/* ---- requests ---------------------------------------------------------------------------- */
+
+static struct job *job_new(uint32_t expert, uint32_t n, int prio)
+{
+    struct job *j = calloc(1, sizeof *j);
+    if (!j)
+        return NULL;
+    j->pages = malloc(n * sizeof *j->pages);
+    j->chunks = malloc(n * sizeof *j->chunks);
+    if (!j->pages || !j->chunks) {
+        job_free(j);
+        return NULL;
+    }
+    j->expert = expert;
+    j->prio = prio;
+    return j;
+}
+
+/* What a request finds in the prefix it asks for. */
+struct survey {
+    uint32_t home, loading, resident;
+    struct job *jobs[MAX_BATCH]; /* distinct jobs already loading pages of the prefix */
+    uint32_t n_jobs;
+    bool jobs_overflow;
+};
+
+static void survey_prefix(mvm_space *sp, uint32_t idx, uint32_t n, struct survey *s)
+{
+    memset(s, 0, sizeof *s);
+    for (uint32_t p = 0; p < n; p++) {
+        struct page *pg = page_at(sp, idx, p);
+        if (pg->state == MVM_PAGE_HOME) {
+            s->home++;
+            continue;
+        }
+        if (pg->state == MVM_PAGE_RESIDENT) {
+            s->resident++;
+            continue;
+        }
+        s->loading++;
+        bool seen = false;
+        for (uint32_t k = 0; k < s->n_jobs && !seen; k++)
+            seen = s->jobs[k] == pg->job;
+        if (!seen && s->n_jobs < MAX_BATCH)
+            s->jobs[s->n_jobs++] = pg->job;
+        else if (!seen)
+            s->jobs_overflow = true;
+    }
+}
+
+/* Counts on-demand use of prefetched pages (prefetch precision) and clears the marks. */
+static void note_demand(mvm_space *sp, uint32_t idx, uint32_t n)
+{
+    for (uint32_t p = 0; p < n; p++) {
+        struct page *pg = page_at(sp, idx, p);
+        if (pg->prefetched && pg->state != MVM_PAGE_HOME) {
+            sp->stats.prefetch_used++;
+            pg->prefetched = 0;
+        }
+    }
+}
+
+/* Queues a job loading every HOME page of the prefix, claiming a chunk for each. */
+static mvm_status queue_job(mvm_space *sp, uint32_t idx, uint32_t n, uint32_t count, int prio,
+                            mvm_move *m)
+{
+    struct job *j = job_new(idx, count, prio);
+    if (!j || (m && !job_add_waiter(j, m))) {
+        if (j)
+            job_free(j);
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory queueing a move");
+    }
+    for (uint32_t p = 0; p < n; p++) {
+        struct page *pg = page_at(sp, idx, p);
+        if (pg->state != MVM_PAGE_HOME)
+            continue;
+        j->pages[j->n] = p;
+        j->chunks[j->n] = (int32_t)sp->free_chunks[--sp->n_free];
+        j->n++;
+        pg->state = MVM_PAGE_LOADING;
+        pg->job = j;
+        pg->prefetched = prio == PRIO_PREFETCH;
+    }
+    sp->n_loading += j->n;
+    if (prio == PRIO_PREFETCH)
+        sp->stats.prefetch_pages += j->n;
+    list_push(prio == PRIO_DEMAND ? &sp->demand : &sp->prefetch, j);
+    pthread_cond_signal(&sp->work);
+    return MVM_OK;
+}
+
+static mvm_status request(mvm_space *sp, uint32_t l, uint32_t e, uint32_t n_pages, int prio,
+                          bool sync, mvm_move **out)
+{
+    if (out)
+        *out = NULL;
+    if (!sp || !mvm_registry_contains(sp))
+        return mvm_fail(MVM_ERR_INVALID, "%p is not a live space", (void *)sp);
+    if (l >= sp->n_layers || e >= sp->n_experts)
+        return mvm_fail(MVM_ERR_RANGE, "expert (%u, %u) out of range: the space has %u layers "
+                        "of %u experts", l, e, sp->n_layers, sp->n_experts);
+    if (n_pages != MVM_ALL_PAGES && n_pages > sp->ppe)
+        return mvm_fail(MVM_ERR_RANGE, "%u pages asked for: experts have %u", n_pages, sp->ppe);
+    uint32_t n = n_pages == MVM_ALL_PAGES ? sp->ppe : n_pages;
+    uint32_t idx = l * sp->n_experts + e;
+
+    pthread_mutex_lock(&sp->mu);
+    struct survey s;
+    survey_prefix(sp, idx, n, &s);
+    mvm_status st = MVM_OK;
+    if (sync && sp->pins[idx] && s.resident < n)
+        st = mvm_fail(MVM_ERR_PINNED, "expert (%u, %u) is pinned: its pages cannot move until "
+                      "it is unpinned (use mvm_make_resident_async)", l, e);
+    else if (s.home > sp->n_free)
+        st = mvm_fail(MVM_ERR_NOSPACE, "device budget full: expert (%u, %u) needs %u more "
+                      "pages, %u of %u are free (%u experts pinned); evict first", l, e, s.home,
+                      sp->n_free, sp->n_chunks, sp->n_pinned);
+    else if (s.jobs_overflow)
+        st = mvm_fail(MVM_ERR_BUSY, "expert (%u, %u) has more than %d moves in progress", l, e,
+                      MAX_BATCH);
+    if (st != MVM_OK) {
+        pthread_mutex_unlock(&sp->mu);
+        return st;
+    }
+    if (prio == PRIO_DEMAND) {
+        if (s.resident == n)
+            sp->stats.hits++;
+        else
+            sp->stats.misses++;
+        note_demand(sp, idx, n);
+    } else if (s.home) {
+        sp->stats.prefetches++;
+    }
+
+    mvm_move *m = NULL;
+    if ((out || sync) && !(m = move_new(sp))) {
+        pthread_mutex_unlock(&sp->mu);
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for a move handle");
+    }
+    if (s.home)
+        st = queue_job(sp, idx, n, s.home, prio, m);
+    for (uint32_t k = 0; st == MVM_OK && k < s.n_jobs; k++) {
+        struct job *j = s.jobs[k];
+        if (prio == PRIO_DEMAND && j->prio == PRIO_PREFETCH && !j->started) {
+            list_remove(&sp->prefetch, j);
+            j->prio = PRIO_DEMAND;
+            list_push(&sp->demand, j);
+        }
+        if (m && !job_add_waiter(j, m))
+            st = mvm_fail(MVM_ERR_NOMEM, "out of memory queueing a move");
+    }
+    pthread_mutex_unlock(&sp->mu);
+
+    if (sync) {
+        mvm_status rc = st == MVM_OK ? mvm_move_wait(m, -1) : st;
+        mvm_move_release(m);
+        return rc;
+    }
+    if (st != MVM_OK) {
+        if (m)
+            mvm_move_release(m);
+        return st;
+    }
+    if (out)
+        *out = m;
+    return MVM_OK;
+}
+
+mvm_status mvm_make_resident(mvm_space *sp, uint32_t l, uint32_t e, uint32_t n_pages)
+{
+    return request(sp, l, e, n_pages, PRIO_DEMAND, true, NULL);
+}
+
+mvm_status mvm_make_resident_async(mvm_space *sp, uint32_t l, uint32_t e, uint32_t n_pages,
+                                   mvm_move **move)
+{
+    return request(sp, l, e, n_pages, PRIO_DEMAND, false, move);
+}
+
+mvm_status mvm_prefetch(mvm_space *sp, uint32_t l, uint32_t e, uint32_t n_pages, mvm_move **move)
+{
+    return request(sp, l, e, n_pages, PRIO_PREFETCH, false, move);
+}
+
+/* ---- the worker -------------------------------------------------------------------------- */
+
+static bool owns(mvm_space *sp, struct job *j, uint32_t i)
+{
+    struct page *pg = page_at(sp, j->expert, j->pages[i]);
+    return pg->state == MVM_PAGE_LOADING && pg->job == j;
+}
+
+/* Returns job page i's chunk to the pool, once. */
+static void release_chunk(mvm_space *sp, struct job *j, uint32_t i)
+{
+    if (j->chunks[i] >= 0)
+        mvm_chunk_free(sp, j->chunks[i]);
+    j->chunks[i] = -1;
+}
+
+/* Page i of j goes back to its home state after a failed copy or remap. */
+static void abandon_page(mvm_space *sp, struct job *j, uint32_t i)
+{
+    struct page *pg = page_at(sp, j->expert, j->pages[i]);
+    pg->state = MVM_PAGE_HOME;
+    pg->job = NULL;
+    pg->prefetched = 0;
+    sp->n_loading--;
+}
+
+/* Maps every page the job still owns onto its chunk; frees the chunks of cancelled pages. */
+static mvm_status remap_job(mvm_space *sp, struct job *j)
+{
+    mvm_backend *be = sp->be;
+    mvm_status result = MVM_OK;
+    for (uint32_t i = 0; i < j->n; i++) {
+        if (!owns(sp, j, i)) {
+            release_chunk(sp, j, i);
+            if (result == MVM_OK)
+                result = MVM_ERR_CANCELLED;
+            continue;
+        }
+        uint32_t p = j->pages[i];
+        uint64_t va = page_va(sp, j->expert, p);
+        mvm_status st = be->ops->map_chunk(be, va, sp->pool, (size_t)j->chunks[i],
+                                           be->home_mappable);
+        if (st != MVM_OK) {
+            mvm_log(MVM_LOG_WARN, "remap of expert %u page %u failed: %s", j->expert, p,
+                    mvm_last_error());
+            /* Keep the address readable: the failed map left the page unmapped (or, if
+             * the unmap failed, still on its home); map the home back where it can. */
+            if (be->home_mappable &&
+                be->ops->map_home(be, va, sp->home, (size_t)j->expert * sp->ppe + p, 1, false))
+                mvm_log(MVM_LOG_DEBUG, "re-mapping the home: %s", mvm_last_error());
+            abandon_page(sp, j, i);
+            release_chunk(sp, j, i);
+            result = st;
+            continue;
+        }
+        struct page *pg = page_at(sp, j->expert, p);
+        pg->state = MVM_PAGE_RESIDENT;
+        pg->chunk = j->chunks[i];
+        pg->job = NULL;
+        sp->n_loading--;
+        sp->n_resident++;
+        sp->stats.pages_loaded++;
+        sp->stats.bytes_moved += page_bytes(sp, p);
+    }
+    return result;
+}
+
+void mvm_cancel_page(mvm_space *sp, uint32_t expert, uint32_t page)
+{
+    struct job *j = page_at(sp, expert, page)->job;
+    uint32_t i = 0, owned = 0;
+    while (j->pages[i] != page)
+        i++;
+    abandon_page(sp, j, i);
+    if (j->started)
+        return; /* its copy may be running: the chunk is freed when the job lands */
+    release_chunk(sp, j, i);
+    for (uint32_t k = 0; k < j->n; k++)
+        owned += owns(sp, j, k);
+    if (owned == 0) {
+        list_remove(j->prio == PRIO_DEMAND ? &sp->demand : &sp->prefetch, j);
+        job_finish(j, MVM_ERR_CANCELLED);
+    }
+}
+
+/* After the copies of a batch: remap now, or defer while the expert is pinned. */
+static void land_job(mvm_space *sp, struct job *j, mvm_status copy_st)
+{
+    if (copy_st != MVM_OK) {
+        for (uint32_t i = 0; i < j->n; i++) {
+            if (owns(sp, j, i))
+                abandon_page(sp, j, i);
+            release_chunk(sp, j, i);
+        }
+        sp->in_flight--;
+        job_finish(j, copy_st);
+        return;
+    }
+    if (sp->pins[j->expert]) {
+        list_push(&sp->deferred, j);
+        return;
+    }
+    mvm_status st = remap_job(sp, j);
+    sp->in_flight--;
+    job_finish(j, st);
+}
+
+static void run_deferred(mvm_space *sp)
+{
+    for (struct job *j = sp->deferred.head, *next; j; j = next) {
+        next = j->next;
+        if (sp->pins[j->expert])
+            continue;
+        list_remove(&sp->deferred, j);
+        mvm_status st = remap_job(sp, j);
+        sp->in_flight--;
+        job_finish(j, st);
+    }
+}
+
+static void poll_unpins(mvm_space *sp)
+{
+    for (struct unpin_event **up = &sp->unpins; *up;) {
+        struct unpin_event *u = *up;
+        int done = sp->be->ops->event_done(sp->be, u->ev);
+        if (done == 0) {
+            up = &u->next;
+            continue;
+        }
+        if (done < 0)
+            mvm_log(MVM_LOG_WARN, "unpin event of expert %u failed (%s); unpinning anyway",
+                    u->expert, mvm_last_error());
+        *up = u->next;
+        sp->be->ops->event_destroy(sp->be, u->ev);
+        mvm_unpin_locked(sp, u->expert);
+        free(u);
+    }
+}
+
+/* On-demand jobs first; a prefetch job only when no on-demand job waits. */
+static uint32_t take_batch(mvm_space *sp, struct job **batch)
+{
+    uint32_t n = 0;
+    while (n < MAX_BATCH && sp->demand.head) {
+        batch[n] = sp->demand.head;
+        list_remove(&sp->demand, batch[n++]);
+    }
+    if (n == 0 && sp->prefetch.head) {
+        batch[n] = sp->prefetch.head;
+        list_remove(&sp->prefetch, batch[n++]);
+    }
+    for (uint32_t i = 0; i < n; i++)
+        batch[i]->started = true;
+    sp->in_flight += n;
+    return n;
+}
+
+struct copy {
+    int32_t chunk;
+    const void *src;
+    size_t len;
+};
+
+/* Copies the pages each job still owns; runs without the lock. */
+static mvm_status copy_batch(mvm_space *sp, const struct copy *c, uint32_t n)
+{
+    mvm_backend *be = sp->be;
+    mvm_status st = MVM_OK;
+    for (uint32_t i = 0; i < n && st == MVM_OK; i++)
+        st = be->ops->copy_start(be, sp->pool, (size_t)c[i].chunk, c[i].src, c[i].len);
+    mvm_status wst = be->ops->copy_wait(be);
+    return st != MVM_OK ? st : wst;
+}
+
+static void *worker_main(void *arg)
+{
+    mvm_space *sp = arg;
+    mvm_status init_st = sp->be->ops->thread_init(sp->be);
+    if (init_st != MVM_OK)
+        mvm_log(MVM_LOG_WARN, "migration worker: %s", mvm_last_error());
+    struct copy *copies = NULL;
+    size_t cap = 0;
+    pthread_mutex_lock(&sp->mu);
+    while (!sp->stopping) {
+        poll_unpins(sp);
+        run_deferred(sp);
+        struct job *batch[MAX_BATCH];
+        uint32_t n = take_batch(sp, batch);
+        if (n == 0) {
+            if (sp->unpins) {
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                ts.tv_nsec += UNPIN_POLL_NS;
+                if (ts.tv_nsec >= 1000000000) {
+                    ts.tv_sec++;
+                    ts.tv_nsec -= 1000000000;
+                }
+                pthread_cond_timedwait(&sp->work, &sp->mu, &ts);
+            } else {
+                pthread_cond_wait(&sp->work, &sp->mu);
+            }
+            continue;
+        }
+        size_t want = 0;
+        for (uint32_t k = 0; k < n; k++)
+            want += batch[k]->n;
+        if (want > cap) {
+            struct copy *c = realloc(copies, want * sizeof *c);
+            if (!c) {
+                for (uint32_t k = 0; k < n; k++)
+                    land_job(sp, batch[k], mvm_fail(MVM_ERR_NOMEM, "out of memory in the "
+                                                    "migration worker"));
+                continue;
+            }
+            copies = c;
+            cap = want;
+        }
+        uint32_t nc = 0;
+        for (uint32_t k = 0; k < n; k++)
+            for (uint32_t i = 0; i < batch[k]->n; i++)
+                if (owns(sp, batch[k], i))
+                    copies[nc++] = (struct copy){
+                        .chunk = batch[k]->chunks[i],
+                        .src = sp->home_host + batch[k]->expert * sp->stride +
+                               (uint64_t)batch[k]->pages[i] * sp->page_size,
+                        .len = page_bytes(sp, batch[k]->pages[i])};
+        pthread_mutex_unlock(&sp->mu);
+        mvm_status st = init_st != MVM_OK ? init_st : copy_batch(sp, copies, nc);
+        pthread_mutex_lock(&sp->mu);
+        for (uint32_t k = 0; k < n; k++)
+            land_job(sp, batch[k], st);
+    }
+    pthread_mutex_unlock(&sp->mu);
+    free(copies);
+    return NULL;
+}
+
+mvm_status mvm_migrate_start(mvm_space *sp)
+{
+    int rc = pthread_create(&sp->worker, NULL, worker_main, sp);
+    if (rc != 0)
+        return mvm_fail(MVM_ERR_NOMEM, "cannot start the migration worker: %s", strerror(rc));
+    sp->worker_running = true;
+    return MVM_OK;
+}
+
+static void cancel_list(mvm_space *sp, struct job_list *l, bool in_flight)
+{
+    while (l->head) {
+        struct job *j = l->head;
+        list_remove(l, j);
+        for (uint32_t i = 0; i < j->n; i++) {
+            if (owns(sp, j, i))
+                abandon_page(sp, j, i);
+            release_chunk(sp, j, i);
+        }
+        if (in_flight)
+            sp->in_flight--;
+        job_finish(j, MVM_ERR_CANCELLED);
+    }
+}
+
+void mvm_migrate_stop(mvm_space *sp)
+{
+    if (!sp->worker_running)
+        return;
+    pthread_mutex_lock(&sp->mu);
+    sp->stopping = true;
+    pthread_cond_signal(&sp->work);
+    pthread_mutex_unlock(&sp->mu);
+    pthread_join(sp->worker, NULL); /* the batch in progress lands first */
+    sp->worker_running = false;
+    pthread_mutex_lock(&sp->mu);
+    cancel_list(sp, &sp->demand, false);
+    cancel_list(sp, &sp->prefetch, false);
+    cancel_list(sp, &sp->deferred, true);
+    pthread_mutex_unlock(&sp->mu);
+}

@@ -1,0 +1,455 @@
+/*
+ * The virtual expert address space: layout, creation, queries, eviction and pins.
+ * Moves (make-resident, prefetch) and the migration worker are in migrate.c.
+ *
+ * Layout: expert (l, e) lives at base + (l*E + e) * stride, stride = expert_bytes rounded
+ * up to the page size. Its host home sits at the same offset in the home allocation, so
+ * page p of any expert is home page (expert * ppe + p).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "vmm/error.h"
+#include "vmm/options.h"
+#include "vmm/registry.h"
+#include "vmm/space_impl.h"
+
+/* Beyond this a model cannot be one reservation on current GPUs (49-bit VA) anyway. */
+#define MAX_SPACE_BYTES (1ull << 46)
+
+mvm_status mvm_space_desc_init(mvm_space_desc *d)
+{
+    if (!d)
+        return mvm_fail(MVM_ERR_INVALID, "mvm_space_desc_init: desc is NULL");
+    memset(d, 0, sizeof *d);
+    mvm_option_value budget, backend, device, page;
+    mvm_status st;
+    if ((st = mvm_option_read(MVM_OPTION_GPU_BUDGET, &budget)) ||
+        (st = mvm_option_read(MVM_OPTION_BACKEND, &backend)) ||
+        (st = mvm_option_read(MVM_OPTION_DEVICE, &device)) ||
+        (st = mvm_option_read(MVM_OPTION_PAGE_SIZE, &page)))
+        return st;
+    d->device_budget = (uint64_t)budget.i;
+    d->device_budget_frac = budget.frac;
+    d->backend = (mvm_backend_kind)backend.i; /* the table's order is the enum's */
+    d->device = (int)device.i;
+    d->page_size = (uint64_t)page.i;
+    return MVM_OK;
+}
+
+static void fmt_bytes(char *buf, size_t len, uint64_t b)
+{
+    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)b;
+    int u = 0;
+    while (v >= 1024 && u < 4) {
+        v /= 1024;
+        u++;
+    }
+    snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", v, units[u]);
+}
+
+static mvm_status check_desc(const mvm_space_desc *d)
+{
+    if (!d)
+        return mvm_fail(MVM_ERR_INVALID, "mvm_space_create: desc is NULL");
+    if (d->n_layers == 0 || d->n_experts == 0)
+        return mvm_fail(MVM_ERR_INVALID, "space of %u layers x %u experts: both must be > 0",
+                        d->n_layers, d->n_experts);
+    if (d->expert_bytes == 0)
+        return mvm_fail(MVM_ERR_INVALID, "expert_bytes is 0");
+    if (d->device_budget == 0 && !(d->device_budget_frac > 0 && d->device_budget_frac <= 1))
+        return mvm_fail(MVM_ERR_INVALID,
+                        "device budget is 0 bytes and the fraction %g is not in (0, 1]",
+                        d->device_budget_frac);
+    if (d->backend != MVM_BACKEND_AUTO && d->backend != MVM_BACKEND_HOST &&
+        d->backend != MVM_BACKEND_CUDA)
+        return mvm_fail(MVM_ERR_INVALID, "unknown backend %d", (int)d->backend);
+    return MVM_OK;
+}
+
+/* Page size, stride and the page budget, checked against the backend's limits. */
+static mvm_status plan_layout(mvm_space *sp, const mvm_space_desc *d)
+{
+    mvm_backend *be = sp->be;
+    uint64_t page = d->page_size ? d->page_size : be->default_page_size;
+    if (page % be->granularity != 0)
+        return mvm_fail(MVM_ERR_INVALID,
+                        "page size %llu is not a multiple of the %s backend's granularity (%zu)",
+                        (unsigned long long)page, be->name, be->granularity);
+    sp->page_size = page;
+    sp->stride = (d->expert_bytes + page - 1) / page * page;
+    sp->ppe = (uint32_t)(sp->stride / page);
+    sp->n_total = d->n_layers * d->n_experts;
+    if ((uint64_t)d->n_layers * d->n_experts > UINT32_MAX / 2 || d->expert_bytes > MAX_SPACE_BYTES ||
+        sp->stride * sp->n_total > MAX_SPACE_BYTES) {
+        char b[32];
+        fmt_bytes(b, sizeof b, MAX_SPACE_BYTES);
+        return mvm_fail(MVM_ERR_INVALID, "%u layers x %u experts x %llu bytes exceeds the %s a "
+                        "space can address", d->n_layers, d->n_experts,
+                        (unsigned long long)d->expert_bytes, b);
+    }
+    sp->n_layers = d->n_layers;
+    sp->n_experts = d->n_experts;
+    sp->expert_bytes = d->expert_bytes;
+    sp->reserved = sp->stride * sp->n_total;
+
+    uint64_t total_pages = (uint64_t)sp->n_total * sp->ppe;
+    uint64_t budget = d->device_budget;
+    if (budget == MVM_BUDGET_AUTO)
+        budget = be->device_free ? be->device_free / 10 * 9 : total_pages * page;
+    else if (budget == 0)
+        budget = (uint64_t)(d->device_budget_frac * (double)(d->expert_bytes * sp->n_total));
+    if (budget < page) {
+        char b[32], p[32];
+        fmt_bytes(b, sizeof b, budget);
+        fmt_bytes(p, sizeof p, page);
+        return mvm_fail(MVM_ERR_INVALID, "device budget %s is smaller than one page (%s)", b, p);
+    }
+    uint64_t pages = budget / page;
+    sp->n_chunks = (uint32_t)(pages < total_pages ? pages : total_pages);
+    return MVM_OK;
+}
+
+static mvm_status alloc_tables(mvm_space *sp)
+{
+    size_t n_pages = (size_t)sp->n_total * sp->ppe;
+    sp->pages = malloc(n_pages * sizeof *sp->pages);
+    sp->pins = calloc(sp->n_total, sizeof *sp->pins);
+    sp->free_chunks = malloc((sp->n_chunks ? sp->n_chunks : 1) * sizeof *sp->free_chunks);
+    sp->shared = calloc(1, sizeof *sp->shared);
+    if (!sp->pages || !sp->pins || !sp->free_chunks || !sp->shared)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for the page tables of %zu pages", n_pages);
+    for (size_t i = 0; i < n_pages; i++)
+        sp->pages[i] = (struct page){.chunk = -1, .state = MVM_PAGE_HOME};
+    /* Free list as a stack; hand out low chunks first so small runs touch little memory. */
+    for (uint32_t i = 0; i < sp->n_chunks; i++)
+        sp->free_chunks[i] = sp->n_chunks - 1 - i;
+    sp->n_free = sp->n_chunks;
+    atomic_init(&sp->shared->refs, 1);
+    return MVM_OK;
+}
+
+/* Unmaps every mapped page of the range, in runs: all of it where homes are mapped, else
+ * the resident pages. */
+static void unmap_all(mvm_space *sp)
+{
+    mvm_backend *be = sp->be;
+    size_t n = (size_t)sp->n_total * sp->ppe, start = 0;
+    for (size_t i = 0; i <= n; i++) {
+        bool mapped = i < n && (sp->homes_mapped || sp->pages[i].state == MVM_PAGE_RESIDENT);
+        if (mapped)
+            continue;
+        if (i > start && be->ops->unmap(be, sp->base + start * sp->page_size,
+                                        (i - start) * sp->page_size) != MVM_OK)
+            mvm_log(MVM_LOG_WARN, "teardown: %s", mvm_last_error());
+        start = i + 1;
+    }
+}
+
+/* Releases whatever create got to; safe on a partly built space. */
+static void teardown(mvm_space *sp)
+{
+    mvm_backend *be = sp->be;
+    if (be) {
+        if (sp->base && sp->pages)
+            unmap_all(sp);
+        if (sp->pool)
+            be->ops->pool_destroy(be, sp->pool);
+        if (sp->home)
+            be->ops->home_destroy(be, sp->home);
+        if (sp->base)
+            be->ops->unreserve(be, sp->base, sp->reserved);
+        be->ops->destroy(be);
+    }
+    free(sp->pages);
+    free(sp->pins);
+    free(sp->free_chunks);
+    if (sp->shared)
+        mvm_shared_release(sp->shared);
+    pthread_cond_destroy(&sp->work);
+    pthread_mutex_destroy(&sp->mu);
+    free(sp);
+}
+
+mvm_status mvm_space_create(const mvm_space_desc *d, mvm_space **out)
+{
+    mvm_status st = check_desc(d);
+    if (st != MVM_OK)
+        return st;
+    if (!out)
+        return mvm_fail(MVM_ERR_INVALID, "mvm_space_create: out is NULL");
+    mvm_space *sp = calloc(1, sizeof *sp);
+    if (!sp)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for a space");
+    pthread_mutex_init(&sp->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&sp->work, &ca);
+    pthread_condattr_destroy(&ca);
+
+    mvm_backend *be = NULL;
+    if ((st = mvm_backend_open(d->backend, d->device, &be)) != MVM_OK) {
+        teardown(sp);
+        return st;
+    }
+    sp->be = be;
+    if ((st = plan_layout(sp, d)) || (st = alloc_tables(sp)) ||
+        (st = mvm_topo_probe(be->pci_bus_id, &sp->topo)) ||
+        (st = be->ops->reserve(be, sp->reserved, sp->page_size, &sp->base)) ||
+        (st = be->ops->home_create(be, (size_t)sp->n_total * sp->ppe, sp->page_size, &sp->topo,
+                                   &sp->home, (void **)&sp->home_host)) ||
+        (st = be->ops->pool_create(be, sp->n_chunks, sp->page_size, &sp->pool)) ||
+        (be->home_mappable &&
+         (st = be->ops->map_home(be, sp->base, sp->home, 0, (size_t)sp->n_total * sp->ppe,
+                                 false))) ||
+        ((sp->homes_mapped = be->home_mappable), (st = mvm_migrate_start(sp)))) {
+        teardown(sp);
+        return st;
+    }
+    if (!mvm_registry_add(sp)) {
+        mvm_migrate_stop(sp);
+        teardown(sp);
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory registering the space");
+    }
+    char budget[32];
+    fmt_bytes(budget, sizeof budget, (uint64_t)sp->n_chunks * sp->page_size);
+    mvm_log(MVM_LOG_INFO, "space: %u x %u experts of %llu bytes, %u pages each, budget %s "
+            "(%u pages), backend %s", sp->n_layers, sp->n_experts,
+            (unsigned long long)sp->expert_bytes, sp->ppe, budget, sp->n_chunks, be->name);
+    *out = sp;
+    return MVM_OK;
+}
+
+mvm_status mvm_space_destroy(mvm_space *sp)
+{
+    if (!sp || !mvm_registry_remove(sp))
+        return mvm_fail(MVM_ERR_INVALID,
+                        "mvm_space_destroy: %p is not a live space (destroyed twice?)", (void *)sp);
+    mvm_migrate_stop(sp);
+    for (struct unpin_event *u = sp->unpins, *next; u; u = next) {
+        next = u->next;
+        sp->be->ops->event_destroy(sp->be, u->ev);
+        free(u);
+    }
+    teardown(sp);
+    return MVM_OK;
+}
+
+/* Validates a handle and an expert; on success the lock is held. */
+static mvm_status lock_expert(const mvm_space *csp, uint32_t l, uint32_t e, uint32_t *idx)
+{
+    mvm_space *sp = (mvm_space *)csp;
+    if (!sp || !mvm_registry_contains(sp))
+        return mvm_fail(MVM_ERR_INVALID, "%p is not a live space", (void *)sp);
+    if (l >= sp->n_layers || e >= sp->n_experts)
+        return mvm_fail(MVM_ERR_RANGE, "expert (%u, %u) out of range: the space has %u layers "
+                        "of %u experts", l, e, sp->n_layers, sp->n_experts);
+    pthread_mutex_lock(&sp->mu);
+    *idx = l * sp->n_experts + e;
+    return MVM_OK;
+}
+
+mvm_status mvm_space_get_info(const mvm_space *sp, mvm_space_info *info)
+{
+    if (!sp || !info || !mvm_registry_contains(sp))
+        return mvm_fail(MVM_ERR_INVALID, "mvm_space_get_info: not a live space, or info NULL");
+    memset(info, 0, sizeof *info);
+    snprintf(info->backend, sizeof info->backend, "%s", sp->be->name);
+    snprintf(info->device, sizeof info->device, "%s", sp->be->device);
+    snprintf(info->pci_bus_id, sizeof info->pci_bus_id, "%s", sp->be->pci_bus_id);
+    info->page_size = sp->page_size;
+    info->expert_stride = sp->stride;
+    info->pages_per_expert = sp->ppe;
+    info->device_pages = sp->n_chunks;
+    info->base = sp->base;
+    info->reserved_bytes = sp->reserved;
+    info->numa_node = sp->be->numa_node >= 0 ? sp->be->numa_node : sp->topo.numa_node;
+    info->home_mapped = sp->be->home_mappable;
+    info->host_readable = sp->be->host_readable;
+    return MVM_OK;
+}
+
+void *mvm_expert_addr(const mvm_space *sp, uint32_t l, uint32_t e)
+{
+    if (!sp || l >= sp->n_layers || e >= sp->n_experts)
+        return NULL;
+    return (void *)(uintptr_t)page_va(sp, l * sp->n_experts + e, 0);
+}
+
+void *mvm_expert_home(const mvm_space *sp, uint32_t l, uint32_t e)
+{
+    if (!sp || l >= sp->n_layers || e >= sp->n_experts)
+        return NULL;
+    return sp->home_host + (uint64_t)(l * sp->n_experts + e) * sp->stride;
+}
+
+mvm_status mvm_expert_residency(const mvm_space *csp, uint32_t l, uint32_t e,
+                                mvm_residency *out)
+{
+    uint32_t idx;
+    if (!out)
+        return mvm_fail(MVM_ERR_INVALID, "mvm_expert_residency: out is NULL");
+    mvm_status st = lock_expert(csp, l, e, &idx);
+    if (st != MVM_OK)
+        return st;
+    mvm_space *sp = (mvm_space *)csp;
+    memset(out, 0, sizeof *out);
+    out->n_pages = sp->ppe;
+    out->pins = sp->pins[idx];
+    bool prefix = true;
+    for (uint32_t p = 0; p < sp->ppe; p++) {
+        uint8_t s = page_at(sp, idx, p)->state;
+        out->resident += s == MVM_PAGE_RESIDENT;
+        out->loading += s == MVM_PAGE_LOADING;
+        prefix = prefix && s == MVM_PAGE_RESIDENT;
+        out->resident_prefix += prefix;
+    }
+    pthread_mutex_unlock(&sp->mu);
+    return MVM_OK;
+}
+
+mvm_status mvm_page_get_state(const mvm_space *csp, uint32_t l, uint32_t e, uint32_t page,
+                              mvm_page_state *out)
+{
+    uint32_t idx;
+    if (!out)
+        return mvm_fail(MVM_ERR_INVALID, "mvm_page_get_state: out is NULL");
+    mvm_status st = lock_expert(csp, l, e, &idx);
+    if (st != MVM_OK)
+        return st;
+    mvm_space *sp = (mvm_space *)csp;
+    if (page >= sp->ppe)
+        st = mvm_fail(MVM_ERR_RANGE, "page %u out of range: experts have %u pages", page, sp->ppe);
+    else
+        *out = (mvm_page_state)page_at(sp, idx, page)->state;
+    pthread_mutex_unlock(&sp->mu);
+    return st;
+}
+
+void mvm_chunk_free(mvm_space *sp, int32_t chunk)
+{
+    sp->free_chunks[sp->n_free++] = (uint32_t)chunk;
+}
+
+/* Puts a resident page back on its home: remap to the home where the backend can, else
+ * leave it unmapped. */
+static mvm_status evict_page(mvm_space *sp, uint32_t idx, uint32_t p)
+{
+    mvm_backend *be = sp->be;
+    struct page *pg = page_at(sp, idx, p);
+    uint64_t va = page_va(sp, idx, p);
+    mvm_status st = be->home_mappable
+                        ? be->ops->map_home(be, va, sp->home, (size_t)idx * sp->ppe + p, 1, true)
+                        : be->ops->unmap(be, va, sp->page_size);
+    if (st != MVM_OK)
+        return st;
+    mvm_chunk_free(sp, pg->chunk);
+    pg->chunk = -1;
+    pg->state = MVM_PAGE_HOME;
+    pg->prefetched = 0;
+    sp->n_resident--;
+    sp->stats.pages_evicted++;
+    return MVM_OK;
+}
+
+mvm_status mvm_evict(mvm_space *sp, uint32_t l, uint32_t e, uint32_t keep_pages)
+{
+    uint32_t idx;
+    mvm_status st = lock_expert(sp, l, e, &idx);
+    if (st != MVM_OK)
+        return st;
+    if (keep_pages != MVM_ALL_PAGES && keep_pages > sp->ppe)
+        st = mvm_fail(MVM_ERR_RANGE, "keep_pages %u out of range: experts have %u pages",
+                      keep_pages, sp->ppe);
+    else if (sp->pins[idx])
+        st = mvm_fail(MVM_ERR_PINNED, "expert (%u, %u) is pinned %u time(s); unpin it before "
+                      "evicting", l, e, sp->pins[idx]);
+    for (uint32_t p = keep_pages; st == MVM_OK && p < sp->ppe; p++) {
+        struct page *pg = page_at(sp, idx, p);
+        if (pg->state == MVM_PAGE_RESIDENT) {
+            st = evict_page(sp, idx, p);
+        } else if (pg->state == MVM_PAGE_LOADING) {
+            mvm_cancel_page(sp, idx, p);
+        }
+    }
+    pthread_mutex_unlock(&sp->mu);
+    return st;
+}
+
+mvm_status mvm_pin(mvm_space *sp, uint32_t l, uint32_t e)
+{
+    uint32_t idx;
+    mvm_status st = lock_expert(sp, l, e, &idx);
+    if (st != MVM_OK)
+        return st;
+    if (sp->pins[idx]++ == 0)
+        sp->n_pinned++;
+    pthread_mutex_unlock(&sp->mu);
+    return MVM_OK;
+}
+
+void mvm_unpin_locked(mvm_space *sp, uint32_t idx)
+{
+    if (--sp->pins[idx] == 0) {
+        sp->n_pinned--;
+        pthread_cond_signal(&sp->work); /* deferred remaps may proceed */
+    }
+}
+
+/* now: unpin at once; else when the work queued on `stream` so far has finished (NULL is a
+ * real stream on CUDA: the legacy default stream). */
+static mvm_status unpin(mvm_space *sp, uint32_t l, uint32_t e, bool now, void *stream)
+{
+    uint32_t idx;
+    mvm_status st = lock_expert(sp, l, e, &idx);
+    if (st != MVM_OK)
+        return st;
+    struct unpin_event *u = NULL;
+    mvm_event *ev = NULL;
+    if (sp->pins[idx] == 0)
+        st = mvm_fail(MVM_ERR_INVALID, "expert (%u, %u) is not pinned", l, e);
+    else if (!now && (st = sp->be->ops->event_record(sp->be, stream, &ev)) == MVM_OK && ev &&
+             !(u = malloc(sizeof *u))) {
+        sp->be->ops->event_destroy(sp->be, ev);
+        st = mvm_fail(MVM_ERR_NOMEM, "out of memory for an unpin event");
+    }
+    if (st == MVM_OK && u) {
+        *u = (struct unpin_event){.next = sp->unpins, .expert = idx, .ev = ev};
+        sp->unpins = u;
+        pthread_cond_signal(&sp->work);
+    } else if (st == MVM_OK) {
+        mvm_unpin_locked(sp, idx);
+    }
+    pthread_mutex_unlock(&sp->mu);
+    return st;
+}
+
+mvm_status mvm_unpin(mvm_space *sp, uint32_t l, uint32_t e)
+{
+    return unpin(sp, l, e, true, NULL);
+}
+
+mvm_status mvm_unpin_after(mvm_space *sp, uint32_t l, uint32_t e, void *stream)
+{
+    return unpin(sp, l, e, false, stream);
+}
+
+mvm_status mvm_space_get_stats(const mvm_space *csp, mvm_stats *out)
+{
+    mvm_space *sp = (mvm_space *)csp;
+    if (!sp || !out || !mvm_registry_contains(sp))
+        return mvm_fail(MVM_ERR_INVALID, "mvm_space_get_stats: not a live space, or out NULL");
+    pthread_mutex_lock(&sp->mu);
+    *out = sp->stats;
+    out->wait_ns = atomic_load(&sp->shared->wait_ns);
+    out->moves_queued = sp->demand.n + sp->prefetch.n;
+    out->moves_in_flight = sp->in_flight;
+    out->resident_pages = sp->n_resident;
+    out->loading_pages = sp->n_loading;
+    out->free_pages = sp->n_free;
+    out->pinned_experts = sp->n_pinned;
+    pthread_mutex_unlock(&sp->mu);
+    return MVM_OK;
+}

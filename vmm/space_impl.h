@@ -1,0 +1,134 @@
+/*
+ * The space's internal state, shared by space.c (layout, queries, evict, pin) and
+ * migrate.c (moves, queues, the migration worker). One mutex guards everything below it;
+ * copies run outside it, on chunks owned by exactly one job.
+ *
+ * Page life cycle:  HOME --claim chunk, queue job--> LOADING --copy, remap--> RESIDENT
+ *                   LOADING --evict--> HOME (the job frees its chunk when it comes back)
+ *                   RESIDENT --evict--> HOME (remap to home or unmap, chunk freed)
+ * A job whose expert is pinned when its copy lands waits on the deferred list: the remap
+ * happens after the last unpin, so a reader never sees the backing change under it.
+ */
+#ifndef MVM_VMM_SPACE_IMPL_H
+#define MVM_VMM_SPACE_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "vmm/backend.h"
+#include "vmm/topo.h"
+
+enum { PRIO_DEMAND = 0, PRIO_PREFETCH = 1 };
+
+struct page {
+    int32_t chunk;      /* the device chunk when RESIDENT, else -1 */
+    uint8_t state;      /* mvm_page_state */
+    uint8_t prefetched; /* queued at prefetch priority and not yet asked for on demand */
+    struct job *job;    /* the job loading it when LOADING */
+};
+
+struct job {
+    struct job *prev, *next; /* in one of the space's lists */
+    uint32_t expert;         /* flat expert index */
+    uint32_t n;              /* pages in this job */
+    uint32_t *pages;         /* page numbers within the expert */
+    int32_t *chunks;         /* the chunk claimed for each (-1: cancelled and freed) */
+    int prio;
+    bool started;
+    mvm_move **waiters;
+    uint32_t n_waiters, cap_waiters;
+};
+
+struct job_list {
+    struct job *head, *tail;
+    uint32_t n;
+};
+
+struct unpin_event {
+    struct unpin_event *next;
+    uint32_t expert;
+    mvm_event *ev;
+};
+
+/* Lives as long as the space or any move made from it, whichever is longer, so a move
+ * waited on after its space is gone can still account its wait. */
+struct space_shared {
+    atomic_int refs;
+    atomic_uint_fast64_t wait_ns;
+};
+
+struct mvm_move {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs;        /* the user's (until released) + one per job it waits on */
+    int pending;     /* jobs not finished */
+    mvm_status result;
+    struct space_shared *shared;
+};
+
+struct mvm_space {
+    pthread_mutex_t mu;
+    pthread_cond_t work; /* wakes the worker */
+    mvm_backend *be;
+    mvm_topo topo;
+
+    uint32_t n_layers, n_experts, n_total; /* n_total = n_layers * n_experts */
+    uint64_t expert_bytes, page_size, stride;
+    uint32_t ppe; /* pages per expert */
+    uint64_t base, reserved;
+
+    mvm_home *home;
+    uint8_t *home_host;
+    bool homes_mapped; /* every non-resident page is mapped to its home */
+    mvm_pool *pool;
+    uint32_t n_chunks, n_free;
+    uint32_t *free_chunks;
+
+    struct page *pages;  /* n_total * ppe */
+    uint32_t *pins;      /* per expert */
+    struct job_list demand, prefetch, deferred;
+    struct unpin_event *unpins;
+
+    pthread_t worker;
+    bool worker_running, stopping;
+
+    mvm_stats stats; /* counters; gauges are filled in by mvm_space_get_stats */
+    uint32_t n_resident, n_loading, n_pinned, in_flight;
+    struct space_shared *shared;
+};
+
+static inline struct page *page_at(mvm_space *sp, uint32_t expert, uint32_t page)
+{
+    return &sp->pages[(size_t)expert * sp->ppe + page];
+}
+
+static inline uint64_t page_va(const mvm_space *sp, uint32_t expert, uint32_t page)
+{
+    return sp->base + expert * sp->stride + (uint64_t)page * sp->page_size;
+}
+
+/* Bytes of the expert's weights in `page` (the last page may be partly used). */
+static inline uint64_t page_bytes(const mvm_space *sp, uint32_t page)
+{
+    uint64_t off = (uint64_t)page * sp->page_size;
+    uint64_t left = sp->expert_bytes - off;
+    return left < sp->page_size ? left : sp->page_size;
+}
+
+/* migrate.c */
+mvm_status mvm_migrate_start(mvm_space *sp);
+/* Stops the worker and cancels every queued or deferred job (their moves report
+ * MVM_ERR_CANCELLED). Called by destroy without the lock held. */
+void mvm_migrate_stop(mvm_space *sp);
+void mvm_shared_release(struct space_shared *s);
+/* Evict of a LOADING page (lock held): the page goes back to HOME at once; a job not yet
+ * started frees its chunk now, and finishes (CANCELLED) if it has no page left. */
+void mvm_cancel_page(mvm_space *sp, uint32_t expert, uint32_t page);
+
+/* space.c, with the lock held */
+void mvm_chunk_free(mvm_space *sp, int32_t chunk);
+void mvm_unpin_locked(mvm_space *sp, uint32_t expert);
+
+#endif

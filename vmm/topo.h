@@ -1,0 +1,40 @@
+/*
+ * Host topology (hwloc + libnuma): which NUMA node and CPU cores are nearest a GPU, so host
+ * homes are allocated there and CPU expert threads run there. Without a GPU (pci_bus_id NULL
+ * or ""), the node of the calling thread. On a machine with one node everything is "node 0,
+ * all cores".
+ */
+#ifndef MVM_VMM_TOPO_H
+#define MVM_VMM_TOPO_H
+
+#include <sched.h>
+#include <stddef.h>
+
+#include "moevm/moevm.h"
+
+typedef struct mvm_topo {
+    int numa_node;        /* the chosen node, -1 if NUMA is unavailable */
+    int n_numa_nodes;     /* nodes on the machine (1 without NUMA) */
+    int n_cores;          /* cores in `cores` */
+    cpu_set_t cores;      /* the cores near the GPU (or the calling thread's node) */
+    int n_cores_total;    /* cores on the machine */
+    char gpu_bus_id[32];  /* the PCI bus id asked about, "" for none */
+    int gpu_found;        /* 1 if hwloc found that PCI device */
+    char summary[256];    /* one line for `moevm info` */
+} mvm_topo;
+
+/* Probes the machine. pci_bus_id: "0000:18:00.0" style (as cuDeviceGetPCIBusId returns),
+ * or NULL/"" without a GPU. An unknown bus id is not an error: the result falls back to
+ * the calling thread's node and gpu_found is 0. */
+mvm_status mvm_topo_probe(const char *pci_bus_id, mvm_topo *out);
+
+/* Binds [addr, addr+len) to topo->numa_node (no-op without NUMA) and touches every page
+ * from up to n_threads threads pinned to topo->cores, so the pages are allocated on that
+ * node now rather than on first use by some other thread. Contents are preserved.
+ * n_threads <= 0: one per core in topo->cores, at most 16. */
+mvm_status mvm_topo_place(const mvm_topo *topo, void *addr, size_t len, int n_threads);
+
+/* Pins the calling thread to topo->cores. */
+mvm_status mvm_topo_bind_thread(const mvm_topo *topo);
+
+#endif
