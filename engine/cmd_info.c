@@ -1,5 +1,6 @@
 /* `moevm info`: what moevm sees on this machine — topology, the backend it would use, the
  * page size and budget, HOST_NUMA support on CUDA, and the options in effect. */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -39,6 +40,18 @@ int mvm_cmd_info(int argc, char **argv)
     printf("backend:    %s\n", info.backend);
     printf("device:     %s\n", info.device);
     printf("page size:  %llu KiB\n", (unsigned long long)(info.page_size >> 10));
+    mvm_option_value budget;
+    if (mvm_option_read(MVM_OPTION_GPU_BUDGET, &budget) != MVM_OK)
+        return mvm_cli_error("options");
+    if ((uint64_t)budget.i == MVM_BUDGET_AUTO && info.device_free)
+        printf("budget:     auto = 90%% of the %llu MiB free on the device, capped at the "
+               "experts' size\n", (unsigned long long)(info.device_free >> 20));
+    else if ((uint64_t)budget.i == MVM_BUDGET_AUTO)
+        printf("budget:     auto = all expert bytes (host backend)\n");
+    else if (budget.frac > 0)
+        printf("budget:     %g%% of the experts' bytes\n", budget.frac * 100);
+    else
+        printf("budget:     %llu MiB\n", (unsigned long long)((uint64_t)budget.i >> 20));
     printf("host homes: NUMA node %d; non-resident experts %s\n", info.numa_node,
            info.home_mapped ? "stay mapped to their host home (readable, slower)"
                             : "are unmapped (must be made resident before use)");

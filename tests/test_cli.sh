@@ -26,6 +26,9 @@ export MOEVM_BACKEND=host
 expect 0 '^moevm [0-9]+\.[0-9]+' -- "$moevm" --version
 expect 0 'backend: +host' -- "$moevm" info
 expect 0 'page size: +2048 KiB' -- "$moevm" info
+expect 0 'budget: +auto = all expert bytes' -- "$moevm" info
+expect 0 'budget: +25% of the experts' -- env MOEVM_GPU_BUDGET=25% "$moevm" info
+expect 0 'budget: +8192 MiB' -- env MOEVM_GPU_BUDGET=8G "$moevm" info
 expect 0 'MOEVM_GPU_BUDGET' -- "$moevm" options
 expect 0 '^\| `MOEVM_BACKEND` \|' -- "$moevm" options --markdown
 expect 0 'verified [1-9][0-9]* expert reads' -- "$moevm" demo --tokens 16

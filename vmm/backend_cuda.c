@@ -88,19 +88,24 @@ typedef struct cuda_backend {
     size_t page_size;  /* set by the first home/pool; unmap walks pages of this size */
 } cuda_backend;
 
-struct mvm_home {
-    bool vmm;                          /* HOST_NUMA handles (else registered host memory) */
+/* n one-page handles, all mapped into a private range: the device pool (copies land in its
+ * view) and HOST_NUMA homes (the CPU writes the weights through its view). */
+struct handle_view {
+    CUmemGenericAllocationHandle *h;
     size_t n, page;
-    CUmemGenericAllocationHandle *h;   /* vmm: one per page */
-    CUdeviceptr view;                  /* vmm: the home view */
+    CUdeviceptr view;
+};
+
+struct mvm_home {
+    bool vmm;              /* HOST_NUMA handles (else registered host memory) */
+    struct handle_view hv; /* vmm */
+    size_t n, page;
     void *host;
     bool registered;
 };
 
 struct mvm_pool {
-    size_t n, page;
-    CUmemGenericAllocationHandle *h;
-    CUdeviceptr view;
+    struct handle_view hv;
 };
 
 struct mvm_event {
@@ -220,54 +225,58 @@ static void release_handles(cuda_backend *c, CUmemGenericAllocationHandle *h, si
         c->cu.MemRelease(h[i]);
 }
 
-/* Creates n handles of one page; on failure releases the ones made. */
-static mvm_status create_handles(cuda_backend *c, const CUmemAllocationProp *prop, size_t page,
-                                 size_t n, CUmemGenericAllocationHandle **out)
+/* Creates n one-page handles and maps them all into a fresh reservation; on failure
+ * releases what it made. */
+static mvm_status handle_view_create(cuda_backend *c, const CUmemAllocationProp *prop, size_t n,
+                                     size_t page, const CUmemAccessDesc *access,
+                                     size_t n_access, struct handle_view *hv)
 {
-    CUmemGenericAllocationHandle *h = calloc(n ? n : 1, sizeof *h);
-    if (!h)
+    *hv = (struct handle_view){.n = n, .page = page};
+    if (n == 0)
+        return MVM_OK;
+    if (!(hv->h = calloc(n, sizeof *hv->h)))
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for %zu allocation handles", n);
-    for (size_t i = 0; i < n; i++) {
-        CUresult r = c->cu.MemCreate(&h[i], page, prop, 0);
-        if (r != CUDA_SUCCESS) {
-            release_handles(c, h, i);
-            free(h);
-            return cu_fail(c, r, prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE
-                                     ? "cuMemCreate (device chunk)"
-                                     : "cuMemCreate (HOST_NUMA home page)");
-        }
+    size_t made = 0;
+    CUresult r = CUDA_SUCCESS;
+    while (made < n && (r = c->cu.MemCreate(&hv->h[made], page, prop, 0)) == CUDA_SUCCESS)
+        made++;
+    mvm_status st = MVM_OK;
+    if (made < n)
+        st = cu_fail(c, r, prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE
+                               ? "cuMemCreate (device chunk)"
+                               : "cuMemCreate (HOST_NUMA home page)");
+    else if ((r = c->cu.MemAddressReserve(&hv->view, n * page, page, 0, 0)) != CUDA_SUCCESS)
+        st = cu_fail(c, r, "cuMemAddressReserve (view)");
+    else if ((st = map_handles(c, hv->view, page, hv->h, n, access, n_access)) != MVM_OK)
+        c->cu.MemAddressFree(hv->view, n * page);
+    if (st != MVM_OK) {
+        release_handles(c, hv->h, made);
+        free(hv->h);
+        hv->h = NULL;
     }
-    *out = h;
-    return MVM_OK;
+    return st;
 }
 
-/* A range of n handles mapped into a fresh reservation: the pool view and the home view. */
-static mvm_status make_view(cuda_backend *c, const CUmemGenericAllocationHandle *h, size_t n,
-                            size_t page, const CUmemAccessDesc *access, size_t n_access,
-                            CUdeviceptr *view)
+static void handle_view_destroy(cuda_backend *c, struct handle_view *hv)
 {
-    CU(c, c->cu.MemAddressReserve(view, n * page, page, 0, 0), "cuMemAddressReserve (view)");
-    mvm_status st = map_handles(c, *view, page, h, n, access, n_access);
-    if (st != MVM_OK)
-        c->cu.MemAddressFree(*view, n * page);
-    return st;
+    if (hv->n) {
+        unmap_pages(c, hv->view, hv->n * hv->page, hv->page);
+        c->cu.MemAddressFree(hv->view, hv->n * hv->page);
+        release_handles(c, hv->h, hv->n);
+    }
+    free(hv->h);
 }
 
 static mvm_status home_create_vmm(cuda_backend *c, mvm_home *h)
 {
     CUmemAllocationProp prop = host_numa_prop(c);
-    mvm_status st = create_handles(c, &prop, h->page, h->n, &h->h);
-    if (st != MVM_OK)
-        return st;
     CUmemAccessDesc access[2] = {device_rw(c), device_rw(c)};
     access[1].location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA; /* the CPU writes the weights */
     access[1].location.id = c->host_numa_id;
-    if ((st = make_view(c, h->h, h->n, h->page, access, 2, &h->view)) != MVM_OK) {
-        release_handles(c, h->h, h->n);
-        free(h->h);
+    mvm_status st = handle_view_create(c, &prop, h->n, h->page, access, 2, &h->hv);
+    if (st != MVM_OK)
         return st;
-    }
-    h->host = (void *)(uintptr_t)h->view;
+    h->host = (void *)(uintptr_t)h->hv.view;
     memset(h->host, 0, h->n * h->page); /* cuMemCreate leaves contents unspecified */
     return MVM_OK;
 }
@@ -323,10 +332,7 @@ static void cuda_home_destroy(mvm_backend *b, mvm_home *h)
     if (!h)
         return;
     if (h->vmm) {
-        unmap_pages(c, h->view, h->n * h->page, h->page);
-        c->cu.MemAddressFree(h->view, h->n * h->page);
-        release_handles(c, h->h, h->n);
-        free(h->h);
+        handle_view_destroy(c, &h->hv);
     } else {
         if (h->registered && use_ctx(c) == MVM_OK)
             c->cu.MemHostUnregister(h->host);
@@ -345,7 +351,7 @@ static mvm_status cuda_map_home(mvm_backend *b, uint64_t va, mvm_home *h, size_t
         for (size_t i = 0; i < n_pages; i++)
             CU(c, c->cu.MemUnmap(va + i * h->page, h->page), "cuMemUnmap");
     CUmemAccessDesc access = device_rw(c);
-    return map_handles(c, va, h->page, h->h + first, n_pages, &access, 1);
+    return map_handles(c, va, h->page, h->hv.h + first, n_pages, &access, 1);
 }
 
 static mvm_status cuda_pool_create(mvm_backend *b, size_t n_chunks, size_t page_size,
@@ -364,18 +370,10 @@ static mvm_status cuda_pool_create(mvm_backend *b, size_t n_chunks, size_t page_
     mvm_pool *p = calloc(1, sizeof *p);
     if (!p)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the device pool");
-    p->n = n_chunks;
-    p->page = page_size;
     c->page_size = page_size;
     CUmemAllocationProp prop = device_prop(c);
-    if ((st = create_handles(c, &prop, page_size, n_chunks, &p->h)) != MVM_OK) {
-        free(p);
-        return st;
-    }
     CUmemAccessDesc access = device_rw(c);
-    if (n_chunks && (st = make_view(c, p->h, n_chunks, page_size, &access, 1, &p->view))) {
-        release_handles(c, p->h, n_chunks);
-        free(p->h);
+    if ((st = handle_view_create(c, &prop, n_chunks, page_size, &access, 1, &p->hv)) != MVM_OK) {
         free(p);
         return st;
     }
@@ -388,12 +386,7 @@ static void cuda_pool_destroy(mvm_backend *b, mvm_pool *p)
     cuda_backend *c = cb(b);
     if (!p)
         return;
-    if (p->n) {
-        unmap_pages(c, p->view, p->n * p->page, p->page);
-        c->cu.MemAddressFree(p->view, p->n * p->page);
-    }
-    release_handles(c, p->h, p->n);
-    free(p->h);
+    handle_view_destroy(c, &p->hv);
     free(p);
 }
 
@@ -402,9 +395,9 @@ static mvm_status cuda_map_chunk(mvm_backend *b, uint64_t va, mvm_pool *p, size_
 {
     cuda_backend *c = cb(b);
     if (replace)
-        CU(c, c->cu.MemUnmap(va, p->page), "cuMemUnmap");
+        CU(c, c->cu.MemUnmap(va, p->hv.page), "cuMemUnmap");
     CUmemAccessDesc access = device_rw(c);
-    return map_handles(c, va, p->page, &p->h[chunk], 1, &access, 1);
+    return map_handles(c, va, p->hv.page, &p->hv.h[chunk], 1, &access, 1);
 }
 
 /* Every page in the range is mapped (the space asks only for mapped runs); each page is
@@ -422,7 +415,7 @@ static mvm_status cuda_copy_start(mvm_backend *b, mvm_pool *p, size_t chunk, con
                                   size_t len)
 {
     cuda_backend *c = cb(b);
-    CU(c, c->cu.MemcpyHtoDAsync(p->view + chunk * p->page, src, len, c->copy_stream),
+    CU(c, c->cu.MemcpyHtoDAsync(p->hv.view + chunk * p->hv.page, src, len, c->copy_stream),
        "cuMemcpyHtoDAsync");
     return MVM_OK;
 }

@@ -22,16 +22,20 @@
 #include "vmm/backend.h"
 #include "vmm/error.h"
 
-struct mvm_home {
+/* A memfd and its read-write view: the host homes, and the device pool (whose view is where
+ * copies land). */
+struct region {
     int fd;
-    void *host;
+    void *view;
     size_t bytes, page_size;
 };
 
+struct mvm_home {
+    struct region r;
+};
+
 struct mvm_pool {
-    int fd;
-    void *view; /* every chunk, mapped once: where copies land */
-    size_t bytes, page_size;
+    struct region r;
 };
 
 static mvm_status os_fail(const char *call, size_t bytes)
@@ -76,17 +80,30 @@ static void host_unreserve(mvm_backend *b, uint64_t va, size_t bytes)
     munmap((void *)(uintptr_t)va, bytes);
 }
 
-static mvm_status memfd_of(const char *name, size_t bytes, int *fd)
+static mvm_status region_create(const char *name, size_t bytes, size_t page_size,
+                                struct region *r)
 {
-    *fd = memfd_create(name, MFD_CLOEXEC);
-    if (*fd < 0)
+    r->bytes = bytes;
+    r->page_size = page_size;
+    r->fd = memfd_create(name, MFD_CLOEXEC);
+    if (r->fd < 0)
         return os_fail("memfd_create", bytes);
-    if (ftruncate(*fd, (off_t)bytes) != 0) {
-        mvm_status st = os_fail("ftruncate (memfd)", bytes);
-        close(*fd);
+    /* An empty pool still gets a one-page view, so its address is valid. */
+    size_t view_bytes = bytes ? bytes : page_size;
+    if (ftruncate(r->fd, (off_t)bytes) != 0 ||
+        (r->view = mmap(NULL, view_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0)) ==
+            MAP_FAILED) {
+        mvm_status st = os_fail("ftruncate/mmap of a memfd", bytes);
+        close(r->fd);
         return st;
     }
     return MVM_OK;
+}
+
+static void region_destroy(struct region *r)
+{
+    munmap(r->view, r->bytes ? r->bytes : r->page_size);
+    close(r->fd);
 }
 
 static mvm_status host_home_create(mvm_backend *b, size_t n_pages, size_t page_size,
@@ -96,37 +113,50 @@ static mvm_status host_home_create(mvm_backend *b, size_t n_pages, size_t page_s
     mvm_home *h = calloc(1, sizeof *h);
     if (!h)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the host home");
-    h->bytes = n_pages * page_size;
-    h->page_size = page_size;
-    mvm_status st = memfd_of("moevm-home", h->bytes, &h->fd);
+    mvm_status st = region_create("moevm-home", n_pages * page_size, page_size, &h->r);
     if (st != MVM_OK) {
-        free(h);
-        return st;
-    }
-    h->host = mmap(NULL, h->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, h->fd, 0);
-    if (h->host == MAP_FAILED) {
-        st = os_fail("mmap (host home)", h->bytes);
-        close(h->fd);
         free(h);
         return st;
     }
     /* Homes are written once at load, then only read: place them near the GPU's node now.
      * No pinning here — nothing DMAs from a host-backend home. */
     if (topo)
-        mvm_topo_place(topo, h->host, h->bytes, 0);
+        mvm_topo_place(topo, h->r.view, h->r.bytes, 0);
     *out = h;
-    *host = h->host;
+    *host = h->r.view;
     return MVM_OK;
 }
 
 static void host_home_destroy(mvm_backend *b, mvm_home *h)
 {
     (void)b;
-    if (!h)
-        return;
-    munmap(h->host, h->bytes);
-    close(h->fd);
+    if (h)
+        region_destroy(&h->r);
     free(h);
+}
+
+static mvm_status host_pool_create(mvm_backend *b, size_t n_chunks, size_t page_size,
+                                   mvm_pool **out)
+{
+    (void)b;
+    mvm_pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for the device pool");
+    mvm_status st = region_create("moevm-pool", n_chunks * page_size, page_size, &p->r);
+    if (st != MVM_OK) {
+        free(p);
+        return st;
+    }
+    *out = p;
+    return MVM_OK;
+}
+
+static void host_pool_destroy(mvm_backend *b, mvm_pool *p)
+{
+    (void)b;
+    if (p)
+        region_destroy(&p->r);
+    free(p);
 }
 
 static mvm_status map_fd(uint64_t va, size_t bytes, int fd, size_t offset)
@@ -140,50 +170,14 @@ static mvm_status host_map_home(mvm_backend *b, uint64_t va, mvm_home *h, size_t
                                 size_t n_pages, bool replace)
 {
     (void)b, (void)replace;
-    return map_fd(va, n_pages * h->page_size, h->fd, first * h->page_size);
-}
-
-static mvm_status host_pool_create(mvm_backend *b, size_t n_chunks, size_t page_size,
-                                   mvm_pool **out)
-{
-    (void)b;
-    mvm_pool *p = calloc(1, sizeof *p);
-    if (!p)
-        return mvm_fail(MVM_ERR_NOMEM, "out of memory for the device pool");
-    p->bytes = n_chunks * page_size;
-    p->page_size = page_size;
-    mvm_status st = memfd_of("moevm-pool", p->bytes, &p->fd);
-    if (st != MVM_OK) {
-        free(p);
-        return st;
-    }
-    p->view = mmap(NULL, p->bytes ? p->bytes : page_size, PROT_READ | PROT_WRITE, MAP_SHARED,
-                   p->fd, 0);
-    if (p->view == MAP_FAILED) {
-        st = os_fail("mmap (device pool)", p->bytes);
-        close(p->fd);
-        free(p);
-        return st;
-    }
-    *out = p;
-    return MVM_OK;
-}
-
-static void host_pool_destroy(mvm_backend *b, mvm_pool *p)
-{
-    (void)b;
-    if (!p)
-        return;
-    munmap(p->view, p->bytes ? p->bytes : p->page_size);
-    close(p->fd);
-    free(p);
+    return map_fd(va, n_pages * h->r.page_size, h->r.fd, first * h->r.page_size);
 }
 
 static mvm_status host_map_chunk(mvm_backend *b, uint64_t va, mvm_pool *p, size_t chunk,
                                  bool replace)
 {
     (void)b, (void)replace;
-    return map_fd(va, p->page_size, p->fd, chunk * p->page_size);
+    return map_fd(va, p->r.page_size, p->r.fd, chunk * p->r.page_size);
 }
 
 static mvm_status host_unmap(mvm_backend *b, uint64_t va, size_t bytes)
@@ -198,7 +192,7 @@ static mvm_status host_copy_start(mvm_backend *b, mvm_pool *p, size_t chunk, con
                                   size_t len)
 {
     (void)b;
-    memcpy((char *)p->view + chunk * p->page_size, src, len);
+    memcpy((char *)p->r.view + chunk * p->r.page_size, src, len);
     return MVM_OK;
 }
 

@@ -49,11 +49,7 @@ static mvm_move *move_new(mvm_space *sp)
         return NULL;
     }
     pthread_mutex_init(&m->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&m->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    cond_init_monotonic(&m->cv);
     m->refs = 1;
     m->shared = sp->shared;
     atomic_fetch_add(&sp->shared->refs, 1);

@@ -183,11 +183,7 @@ mvm_status mvm_space_create(const mvm_space_desc *d, mvm_space **out)
     if (!sp)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for a space");
     pthread_mutex_init(&sp->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&sp->work, &ca);
-    pthread_condattr_destroy(&ca);
+    cond_init_monotonic(&sp->work);
 
     mvm_backend *be = NULL;
     if ((st = mvm_backend_open(d->backend, d->device, &be)) != MVM_OK) {
@@ -263,6 +259,7 @@ mvm_status mvm_space_get_info(const mvm_space *sp, mvm_space_info *info)
     info->expert_stride = sp->stride;
     info->pages_per_expert = sp->ppe;
     info->device_pages = sp->n_chunks;
+    info->device_free = sp->be->device_free;
     info->base = sp->base;
     info->reserved_bytes = sp->reserved;
     info->numa_node = sp->be->numa_node >= 0 ? sp->be->numa_node : sp->topo.numa_node;

@@ -16,6 +16,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "vmm/backend.h"
 #include "vmm/topo.h"
@@ -98,6 +99,17 @@ struct mvm_space {
     uint32_t n_resident, n_loading, n_pinned, in_flight;
     struct space_shared *shared;
 };
+
+/* Condition variables here time out on CLOCK_MONOTONIC: wall-clock jumps must not stretch
+ * or cut a wait. */
+static inline void cond_init_monotonic(pthread_cond_t *cv)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &ca);
+    pthread_condattr_destroy(&ca);
+}
 
 static inline struct page *page_at(mvm_space *sp, uint32_t expert, uint32_t page)
 {

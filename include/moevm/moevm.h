@@ -98,6 +98,7 @@ typedef struct mvm_space_info {
     uint64_t expert_stride;    /* distance between consecutive experts' addresses */
     uint32_t pages_per_expert;
     uint32_t device_pages;     /* capacity: the device budget in pages */
+    uint64_t device_free;      /* device memory free when the space was created (0 on host) */
     uint64_t base;             /* start of the reserved range */
     uint64_t reserved_bytes;
     int numa_node;             /* where the host homes live (-1 unknown) */
