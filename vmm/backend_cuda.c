@@ -136,22 +136,24 @@ static mvm_status use_ctx(cuda_backend *c)
     return MVM_OK;
 }
 
-static CUmemAllocationProp device_prop(cuda_backend *c)
+/* Pinned physical memory at a location: the device, or a host NUMA node. */
+static CUmemAllocationProp alloc_prop(CUmemLocationType type, int id)
 {
     CUmemAllocationProp p = {0};
     p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    p.location.id = c->dev;
+    p.location.type = type;
+    p.location.id = id;
     return p;
+}
+
+static CUmemAllocationProp device_prop(cuda_backend *c)
+{
+    return alloc_prop(CU_MEM_LOCATION_TYPE_DEVICE, c->dev);
 }
 
 static CUmemAllocationProp host_numa_prop(cuda_backend *c)
 {
-    CUmemAllocationProp p = {0};
-    p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    p.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
-    p.location.id = c->host_numa_id;
-    return p;
+    return alloc_prop(CU_MEM_LOCATION_TYPE_HOST_NUMA, c->host_numa_id);
 }
 
 static CUmemAccessDesc device_rw(cuda_backend *c)
