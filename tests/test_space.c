@@ -111,6 +111,9 @@ static void test_bad_inputs(void)
     CHECK(strstr(mvm_last_error(), "granularity") != NULL);
     d.page_size = PAGE, d.n_layers = 1u << 20, d.n_experts = 1u << 10, d.expert_bytes = 1u << 30;
     CHECK_ST(mvm_space_create(&d, &sp), MVM_ERR_INVALID);
+    d.n_layers = 1u << 15, d.n_experts = 1u << 15, d.expert_bytes = 1ull << 40; /* 2^70 */
+    CHECK_ST(mvm_space_create(&d, &sp), MVM_ERR_INVALID);
+    CHECK(strstr(mvm_last_error(), "exceeds") != NULL);
     CHECK(sp == NULL);
 
     sp = make_space(2, 3, 3 * PAGE, 4);

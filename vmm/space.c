@@ -82,7 +82,7 @@ static mvm_status plan_layout(mvm_space *sp, const mvm_space_desc *d)
     sp->ppe = (uint32_t)(sp->stride / page);
     sp->n_total = d->n_layers * d->n_experts;
     if ((uint64_t)d->n_layers * d->n_experts > UINT32_MAX / 2 || d->expert_bytes > MAX_SPACE_BYTES ||
-        sp->stride * sp->n_total > MAX_SPACE_BYTES) {
+        sp->n_total > MAX_SPACE_BYTES / sp->stride) {
         char b[32];
         fmt_bytes(b, sizeof b, MAX_SPACE_BYTES);
         return mvm_fail(MVM_ERR_INVALID, "%u layers x %u experts x %llu bytes exceeds the %s a "
