@@ -234,8 +234,6 @@ static mvm_status handle_view_create(cuda_backend *c, const CUmemAllocationProp 
                                      size_t n_access, struct handle_view *hv)
 {
     *hv = (struct handle_view){.n = n, .page = page};
-    if (n == 0)
-        return MVM_OK;
     if (!(hv->h = calloc(n, sizeof *hv->h)))
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for %zu allocation handles", n);
     size_t made = 0;
@@ -261,11 +259,9 @@ static mvm_status handle_view_create(cuda_backend *c, const CUmemAllocationProp 
 
 static void handle_view_destroy(cuda_backend *c, struct handle_view *hv)
 {
-    if (hv->n) {
-        unmap_pages(c, hv->view, hv->n * hv->page, hv->page);
-        c->cu.MemAddressFree(hv->view, hv->n * hv->page);
-        release_handles(c, hv->h, hv->n);
-    }
+    unmap_pages(c, hv->view, hv->n * hv->page, hv->page);
+    c->cu.MemAddressFree(hv->view, hv->n * hv->page);
+    release_handles(c, hv->h, hv->n);
     free(hv->h);
 }
 

@@ -88,10 +88,8 @@ static mvm_status region_create(const char *name, size_t bytes, size_t page_size
     r->fd = memfd_create(name, MFD_CLOEXEC);
     if (r->fd < 0)
         return os_fail("memfd_create", bytes);
-    /* An empty pool still gets a one-page view, so its address is valid. */
-    size_t view_bytes = bytes ? bytes : page_size;
     if (ftruncate(r->fd, (off_t)bytes) != 0 ||
-        (r->view = mmap(NULL, view_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0)) ==
+        (r->view = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0)) ==
             MAP_FAILED) {
         mvm_status st = os_fail("ftruncate/mmap of a memfd", bytes);
         close(r->fd);
@@ -102,7 +100,7 @@ static mvm_status region_create(const char *name, size_t bytes, size_t page_size
 
 static void region_destroy(struct region *r)
 {
-    munmap(r->view, r->bytes ? r->bytes : r->page_size);
+    munmap(r->view, r->bytes);
     close(r->fd);
 }
 

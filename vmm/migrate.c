@@ -285,20 +285,17 @@ static mvm_status request(mvm_space *sp, uint32_t l, uint32_t e, uint32_t n_page
 {
     if (out)
         *out = NULL;
-    if (!sp || !mvm_registry_contains(sp))
-        return mvm_fail(MVM_ERR_INVALID, "%p is not a live space", (void *)sp);
-    if (l >= sp->n_layers || e >= sp->n_experts)
-        return mvm_fail(MVM_ERR_RANGE, "expert (%u, %u) out of range: the space has %u layers "
-                        "of %u experts", l, e, sp->n_layers, sp->n_experts);
-    if (n_pages != MVM_ALL_PAGES && n_pages > sp->ppe)
+    uint32_t idx;
+    mvm_status st = mvm_lock_expert(sp, l, e, &idx);
+    if (st != MVM_OK)
+        return st;
+    if (n_pages != MVM_ALL_PAGES && n_pages > sp->ppe) {
+        pthread_mutex_unlock(&sp->mu);
         return mvm_fail(MVM_ERR_RANGE, "%u pages asked for: experts have %u", n_pages, sp->ppe);
+    }
     uint32_t n = n_pages == MVM_ALL_PAGES ? sp->ppe : n_pages;
-    uint32_t idx = l * sp->n_experts + e;
-
-    pthread_mutex_lock(&sp->mu);
     struct survey s;
     survey_prefix(sp, idx, n, &s);
-    mvm_status st = MVM_OK;
     if (sync && sp->pins[idx] && s.resident < n)
         st = mvm_fail(MVM_ERR_PINNED, "expert (%u, %u) is pinned: its pages cannot move until "
                       "it is unpinned (use mvm_make_resident_async)", l, e);

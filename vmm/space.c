@@ -116,7 +116,7 @@ static mvm_status alloc_tables(mvm_space *sp)
     size_t n_pages = (size_t)sp->n_total * sp->ppe;
     sp->pages = malloc(n_pages * sizeof *sp->pages);
     sp->pins = calloc(sp->n_total, sizeof *sp->pins);
-    sp->free_chunks = malloc((sp->n_chunks ? sp->n_chunks : 1) * sizeof *sp->free_chunks);
+    sp->free_chunks = malloc(sp->n_chunks * sizeof *sp->free_chunks); /* n_chunks >= 1 */
     sp->shared = calloc(1, sizeof *sp->shared);
     if (!sp->pages || !sp->pins || !sp->free_chunks || !sp->shared)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the page tables of %zu pages", n_pages);
@@ -233,8 +233,7 @@ mvm_status mvm_space_destroy(mvm_space *sp)
     return MVM_OK;
 }
 
-/* Validates a handle and an expert; on success the lock is held. */
-static mvm_status lock_expert(const mvm_space *csp, uint32_t l, uint32_t e, uint32_t *idx)
+mvm_status mvm_lock_expert(const mvm_space *csp, uint32_t l, uint32_t e, uint32_t *idx)
 {
     mvm_space *sp = (mvm_space *)csp;
     if (!sp || !mvm_registry_contains(sp))
@@ -288,7 +287,7 @@ mvm_status mvm_expert_residency(const mvm_space *csp, uint32_t l, uint32_t e,
     uint32_t idx;
     if (!out)
         return mvm_fail(MVM_ERR_INVALID, "mvm_expert_residency: out is NULL");
-    mvm_status st = lock_expert(csp, l, e, &idx);
+    mvm_status st = mvm_lock_expert(csp, l, e, &idx);
     if (st != MVM_OK)
         return st;
     mvm_space *sp = (mvm_space *)csp;
@@ -313,7 +312,7 @@ mvm_status mvm_page_get_state(const mvm_space *csp, uint32_t l, uint32_t e, uint
     uint32_t idx;
     if (!out)
         return mvm_fail(MVM_ERR_INVALID, "mvm_page_get_state: out is NULL");
-    mvm_status st = lock_expert(csp, l, e, &idx);
+    mvm_status st = mvm_lock_expert(csp, l, e, &idx);
     if (st != MVM_OK)
         return st;
     mvm_space *sp = (mvm_space *)csp;
@@ -354,7 +353,7 @@ static mvm_status evict_page(mvm_space *sp, uint32_t idx, uint32_t p)
 mvm_status mvm_evict(mvm_space *sp, uint32_t l, uint32_t e, uint32_t keep_pages)
 {
     uint32_t idx;
-    mvm_status st = lock_expert(sp, l, e, &idx);
+    mvm_status st = mvm_lock_expert(sp, l, e, &idx);
     if (st != MVM_OK)
         return st;
     if (keep_pages != MVM_ALL_PAGES && keep_pages > sp->ppe)
@@ -378,7 +377,7 @@ mvm_status mvm_evict(mvm_space *sp, uint32_t l, uint32_t e, uint32_t keep_pages)
 mvm_status mvm_pin(mvm_space *sp, uint32_t l, uint32_t e)
 {
     uint32_t idx;
-    mvm_status st = lock_expert(sp, l, e, &idx);
+    mvm_status st = mvm_lock_expert(sp, l, e, &idx);
     if (st != MVM_OK)
         return st;
     if (sp->pins[idx]++ == 0)
@@ -400,7 +399,7 @@ void mvm_unpin_locked(mvm_space *sp, uint32_t idx)
 static mvm_status unpin(mvm_space *sp, uint32_t l, uint32_t e, bool now, void *stream)
 {
     uint32_t idx;
-    mvm_status st = lock_expert(sp, l, e, &idx);
+    mvm_status st = mvm_lock_expert(sp, l, e, &idx);
     if (st != MVM_OK)
         return st;
     struct unpin_event *u = NULL;

@@ -139,6 +139,10 @@ void mvm_shared_release(struct space_shared *s);
  * started frees its chunk now, and finishes (CANCELLED) if it has no page left. */
 void mvm_cancel_page(mvm_space *sp, uint32_t expert, uint32_t page);
 
+/* space.c: validates a handle and an expert (flat index in *idx); on success the space's
+ * lock is held. */
+mvm_status mvm_lock_expert(const mvm_space *sp, uint32_t layer, uint32_t expert, uint32_t *idx);
+
 /* space.c, with the lock held */
 void mvm_chunk_free(mvm_space *sp, int32_t chunk);
 void mvm_unpin_locked(mvm_space *sp, uint32_t expert);
