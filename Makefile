@@ -16,9 +16,13 @@ build: deps
 	@cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) >/dev/null
 	@cmake --build build -j$(JOBS)
 
+# The default job: a tiny Qwen3-MoE-shaped model (random weights, trained vocabulary) made
+# once, then generated from, every expert read through the virtual expert address space.
+DEFAULT_MODEL = build/tiny-qwen3moe-f32.gguf
+
 run: build
-	./build/moevm info
-	./build/moevm demo
+	@test -f $(DEFAULT_MODEL) || ./build/moevm mkmodel --preset tiny --arch qwen3moe -o $(DEFAULT_MODEL)
+	./build/moevm run -m $(DEFAULT_MODEL) -p "Once upon a time" -n 48 --seed 1
 
 # One build directory per sanitizer set; each runs the whole suite.
 test: deps

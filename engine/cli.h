@@ -1,13 +1,29 @@
-/* The `moevm` command's subcommands. Each returns the process exit code: 0 on success,
- * 1 on a failure it reported, 2 on bad usage. */
+/* The `moevm` command's subcommands and their shared helpers. Each subcommand returns the
+ * process exit code: 0 on success, 1 on a failure it reported, 2 on bad usage. */
 #ifndef MVM_ENGINE_CLI_H
 #define MVM_ENGINE_CLI_H
+
+#include <stdint.h>
 
 int mvm_cmd_info(int argc, char **argv);
 int mvm_cmd_demo(int argc, char **argv);
 int mvm_cmd_options(int argc, char **argv);
+int mvm_cmd_mkmodel(int argc, char **argv);
+int mvm_cmd_run(int argc, char **argv);
 
 /* "moevm: <what>: <mvm_last_error()>" on stderr; returns 1. */
 int mvm_cli_error(const char *what);
+
+/* Parses `value` of option `flag` of command `cmd` as an integer in [lo, hi]; on failure
+ * prints "moevm <cmd>: <flag> <value>: ..." and returns 2, else 0. */
+int mvm_cli_u32(const char *cmd, const char *flag, const char *value, uint32_t lo, uint32_t hi,
+                uint32_t *out);
+int mvm_cli_float(const char *cmd, const char *flag, const char *value, double lo, double hi,
+                  float *out);
+
+/* A progress callback for long work (loading, writing models): ctx is the label. Shows a
+ * percentage on stderr — redrawn in place on a terminal, every 10% otherwise — and only
+ * for work over 64 MiB, so small runs stay quiet. */
+void mvm_cli_progress(void *label, uint64_t done, uint64_t total);
 
 #endif

@@ -2,9 +2,9 @@
  * `moevm demo`: a short MoE-shaped workload on an expert space, until the engine exists to
  * drive one for real. Tokens are routed to top-k experts per layer with a skewed popularity
  * (as real routers are); each selected expert is made resident, pinned, read through its
- * fixed address and checked against its weights, and unpinned. When the budget is full the
- * least recently used unpinned expert is evicted — the simplest policy; the real ones live
- * in policy/. It prints progress and the space's statistics.
+ * fixed address and checked against its weights, and unpinned, through the engine's
+ * residency manager (engine/residency.h: LRU eviction when the budget is full). It prints
+ * progress and the space's statistics.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "engine/cli.h"
+#include "engine/residency.h"
 #include "moevm/moevm.h"
 #include "vmm/options.h"
 
@@ -78,11 +79,11 @@ static int parse_args(int argc, char **argv, struct demo_args *a)
 struct demo {
     struct demo_args a;
     mvm_space *sp;
+    mvm_resid *resid;
     mvm_space_info info;
     uint64_t *checksum; /* per expert, of its weights */
-    uint64_t *last_use; /* per expert, the step it was last used (LRU) */
     double *popularity; /* per expert within a layer: Zipf-like weights */
-    uint64_t verified, step;
+    uint64_t verified;
 };
 
 static uint64_t sum_words(const uint64_t *p, uint64_t bytes)
@@ -105,33 +106,11 @@ static void fill_weights(struct demo *d)
         }
 }
 
-/* Evicts the least recently used unpinned resident expert; 0 if one was evicted. */
-static int evict_lru(struct demo *d)
-{
-    int64_t victim = -1;
-    for (uint32_t i = 0; i < d->a.layers * d->a.experts; i++) {
-        mvm_residency r;
-        mvm_expert_residency(d->sp, i / d->a.experts, i % d->a.experts, &r);
-        if ((r.resident || r.loading) && !r.pins &&
-            (victim < 0 || d->last_use[i] < d->last_use[victim]))
-            victim = i;
-    }
-    if (victim < 0)
-        return -1;
-    return mvm_evict(d->sp, (uint32_t)victim / d->a.experts, (uint32_t)victim % d->a.experts, 0) ==
-                   MVM_OK ? 0 : -1;
-}
-
 static int use_expert(struct demo *d, uint32_t l, uint32_t e)
 {
-    mvm_status st;
-    while ((st = mvm_make_resident(d->sp, l, e, MVM_ALL_PAGES)) == MVM_ERR_NOSPACE)
-        if (evict_lru(d) != 0)
-            return mvm_cli_error("budget too small for one token's experts");
-    if (st != MVM_OK || mvm_pin(d->sp, l, e) != MVM_OK)
+    if (mvm_resid_acquire(d->resid, l, e, 1) != MVM_OK)
         return mvm_cli_error("make-resident");
     uint32_t i = l * d->a.experts + e;
-    d->last_use[i] = ++d->step;
     if (d->info.host_readable) {
         if (sum_words(mvm_expert_addr(d->sp, l, e), d->a.expert_bytes) != d->checksum[i]) {
             fprintf(stderr, "moevm demo: expert (%u, %u) read wrong bytes through its address\n",
@@ -140,7 +119,7 @@ static int use_expert(struct demo *d, uint32_t l, uint32_t e)
         }
         d->verified++;
     }
-    return mvm_unpin(d->sp, l, e) == MVM_OK ? 0 : mvm_cli_error("unpin");
+    return mvm_resid_release(d->resid, l, e) == MVM_OK ? 0 : mvm_cli_error("unpin");
 }
 
 /* Draws k distinct experts by popularity (sampling without replacement). */
@@ -231,9 +210,8 @@ int mvm_cmd_demo(int argc, char **argv)
            (unsigned long long)(d.info.page_size >> 10), d.info.backend);
     uint32_t n = d.a.layers * d.a.experts;
     d.checksum = calloc(n, sizeof *d.checksum);
-    d.last_use = calloc(n, sizeof *d.last_use);
     d.popularity = calloc(d.a.experts, sizeof *d.popularity);
-    if (!d.checksum || !d.last_use || !d.popularity) {
+    if (!d.checksum || !d.popularity || mvm_resid_create(d.sp, &d.resid) != MVM_OK) {
         fprintf(stderr, "moevm demo: out of memory\n");
         rc = 1;
     } else {
@@ -241,8 +219,8 @@ int mvm_cmd_demo(int argc, char **argv)
             d.popularity[e] = 1.0 / pow(e + 1.0, 1.1); /* Zipf, as expert loads roughly are */
         rc = run_demo(&d);
     }
+    mvm_resid_destroy(d.resid);
     free(d.checksum);
-    free(d.last_use);
     free(d.popularity);
     mvm_space_destroy(d.sp);
     return rc;

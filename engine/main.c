@@ -12,15 +12,11 @@ static const struct {
     const char *help;
 } commands[] = {
     {"info", mvm_cmd_info, "topology, backend, page size, budget and options in effect"},
+    {"run", mvm_cmd_run, "generate text with a GGUF MoE model (experts through the space)"},
+    {"mkmodel", mvm_cmd_mkmodel, "write a GGUF MoE model with random weights from a preset"},
     {"demo", mvm_cmd_demo, "a short routed workload on an expert space, with statistics"},
     {"options", mvm_cmd_options, "the MOEVM_* options (--markdown: as docs/options.md)"},
 };
-
-int mvm_cli_error(const char *what)
-{
-    fprintf(stderr, "moevm: %s: %s\n", what, mvm_last_error());
-    return 1;
-}
 
 int mvm_cmd_options(int argc, char **argv)
 {

@@ -13,6 +13,9 @@ have_header hwloc.h         || need_pkgs+=(libhwloc-dev)
 have_header numa.h          || need_pkgs+=(libnuma-dev)
 have_header libunwind.h     || need_pkgs+=(libunwind-dev)
 command -v python3 >/dev/null || need_pkgs+=(python3)
+# tests/ref (the NumPy reference forward pass) needs NumPy in some python3 on the machine.
+have_numpy() { for py in python3 /usr/bin/python3; do "$py" -c 'import numpy' 2>/dev/null && return 0; done; return 1; }
+have_numpy                  || need_pkgs+=(python3-numpy)
 
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   echo "install-deps: installing ${need_pkgs[*]}" >&2

@@ -44,5 +44,41 @@ expect 1 'MOEVM_BACKEND=gpu: not valid \(expected one of auto\|host\|cuda\)' -- 
 expect 0 'MOEVM_GPU_BUGDET is not a moevm option \(did you mean MOEVM_GPU_BUDGET\?\)' -- env MOEVM_GPU_BUGDET=1G "$moevm" info
 expect 1 'no CUDA driver' -- env MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY=/nonexistent/libcuda.so.1 "$moevm" info
 
+# mkmodel and run: the main job, then every kind of bad input.
+m="$tmp/tiny.gguf"
+expect 0 'mkmodel: tiny qwen3moe' -- "$moevm" mkmodel --arch qwen3moe -o "$m"
+expect 0 'decode 8 tokens .* tok/s \| expert accesses [1-9]' -- "$moevm" run -m "$m" -p "Once upon a time" -n 8
+expect 0 'Once upon a time' -- "$moevm" run -m "$m" -p "Once upon a time" -n 4 --temp 0
+"$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 >"$tmp/a" 2>/dev/null
+"$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 -t 1 --batch 1 >"$tmp/b" 2>/dev/null
+if cmp -s "$tmp/a" "$tmp/b" && [ -s "$tmp/a" ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: greedy output differs with threads/batch" >&2; fi
+expect 0 'budget 3 pages of 64 KiB' -- env MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 30%
+expect 1 'device budget .* is smaller than one page' -- "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 10%
+expect 0 'tiny llama, 2 layers .*q8_0' -- "$moevm" mkmodel --arch llama --type q8_0 -o "$tmp/q8.gguf"
+expect 0 'mixtral-8x7b +llama' -- "$moevm" mkmodel --list
+expect 2 '-m MODEL.gguf is required' -- "$moevm" run -p hi
+expect 2 'unknown option --tempo' -- "$moevm" run -m "$m" --tempo 1
+expect 2 '--temp -1: expected a number' -- "$moevm" run -m "$m" --temp -1
+expect 2 '--tokens 1,x: expected comma-separated' -- "$moevm" run -m "$m" --tokens 1,x
+expect 1 'token id 99999 is outside the vocabulary' -- "$moevm" run -m "$m" --tokens 1,99999 -n 1
+expect 2 '--ctx 3 is less than the prompt' -- "$moevm" run -m "$m" --tokens 1,2,3 -n 4 --ctx 3
+expect 2 'give -p or --tokens, not both' -- "$moevm" run -m "$m" -p a --tokens 1
+expect 1 'nonexistent.gguf' -- "$moevm" run -m "$tmp/nonexistent.gguf" -p hi
+head -c 5000 "$m" >"$tmp/trunc.gguf"
+expect 1 'loading the model: .*trunc.gguf' -- "$moevm" run -m "$tmp/trunc.gguf" -p hi
+printf 'not a gguf file at all' >"$tmp/junk.gguf"
+expect 1 'junk.gguf' -- "$moevm" run -m "$tmp/junk.gguf" -p hi
+expect 1 'MOEVM_CPU_SIMD=avx3: not valid' -- env MOEVM_CPU_SIMD=avx3 "$moevm" run -m "$m" -p hi
+expect 0 'scalar kernels' -- env MOEVM_CPU_SIMD=scalar "$moevm" run -m "$m" -p hi -n 2
+expect 2 'no preset .huge.' -- "$moevm" mkmodel --preset huge
+expect 2 '--arch gpt5: not supported' -- "$moevm" mkmodel --arch gpt5
+expect 2 '--type q5_k: expected' -- "$moevm" mkmodel --type q5_k
+expect 1 'top-k 9 is not in 1..8' -- "$moevm" mkmodel --top-k 9 -o "$tmp/x.gguf"
+expect 1 'q4_0 needs rows in multiples of 32' -- "$moevm" mkmodel --type q4_0 --embd 48 -o "$tmp/x.gguf"
+expect 2 '--layers 0: expected an integer' -- "$moevm" mkmodel --layers 0
+if [ ! -e "$tmp/x.gguf" ] && [ ! -e "$tmp/x.gguf.tmp" ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: a refused mkmodel left a file" >&2; fi
+expect 0 '"experts":\[' -- sh -c "\"$moevm\" run -m \"$m\" --tokens 1,2,3 -n 2 --trace-out \"$tmp/t.jsonl\" >/dev/null 2>&1 && head -2 \"$tmp/t.jsonl\""
+expect 1 'cannot create' -- "$moevm" run -m "$m" -p hi --trace-out /nonexistent/dir/t.jsonl
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -25,6 +25,13 @@ static const mvm_option_desc options[MVM_OPTION_COUNT_] = {
                         "what libmoevm prints to stderr"},
     [MVM_OPTION_CUDA_LIBRARY] = {"MOEVM_CUDA_LIBRARY", MVM_OPT_STRING, "libcuda.so.1", NULL,
                                  "the CUDA driver library the cuda backend loads"},
+    [MVM_OPTION_THREADS] = {"MOEVM_THREADS", MVM_OPT_INT, "0", NULL,
+                            "CPU threads of the engine (`moevm run -t`); 0 = one per core near "
+                            "the GPU, or per core of the caller's NUMA node"},
+    [MVM_OPTION_CPU_SIMD] = {"MOEVM_CPU_SIMD", MVM_OPT_CHOICE, "auto",
+                             "auto|avx512|avx2|scalar",
+                             "SIMD level of the CPU kernels; auto = the best this CPU has (a "
+                             "level it lacks is an error)"},
 };
 
 const mvm_option_desc *mvm_option_describe(mvm_option_id id)

@@ -22,6 +22,8 @@ typedef enum mvm_option_id {
     MVM_OPTION_PAGE_SIZE,
     MVM_OPTION_LOG,
     MVM_OPTION_CUDA_LIBRARY,
+    MVM_OPTION_THREADS,
+    MVM_OPTION_CPU_SIMD,
     MVM_OPTION_COUNT_
 } mvm_option_id;
 

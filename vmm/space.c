@@ -254,6 +254,9 @@ mvm_status mvm_space_get_info(const mvm_space *sp, mvm_space_info *info)
     snprintf(info->backend, sizeof info->backend, "%s", sp->be->name);
     snprintf(info->device, sizeof info->device, "%s", sp->be->device);
     snprintf(info->pci_bus_id, sizeof info->pci_bus_id, "%s", sp->be->pci_bus_id);
+    info->n_layers = sp->n_layers;
+    info->n_experts = sp->n_experts;
+    info->expert_bytes = sp->expert_bytes;
     info->page_size = sp->page_size;
     info->expert_stride = sp->stride;
     info->pages_per_expert = sp->ppe;

@@ -94,6 +94,8 @@ typedef struct mvm_space_info {
     char backend[16];          /* "host" or "cuda" */
     char device[128];          /* device name, or the host description */
     char pci_bus_id[32];       /* the GPU's PCI bus id ("0000:18:00.0"), "" on host */
+    uint32_t n_layers, n_experts; /* as created */
+    uint64_t expert_bytes;
     uint64_t page_size;
     uint64_t expert_stride;    /* distance between consecutive experts' addresses */
     uint32_t pages_per_expert;

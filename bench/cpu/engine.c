@@ -1,0 +1,153 @@
+/*
+ * bench_cpu_engine: decode and prefill speed of the CPU engine on a GGUF model, beside the
+ * memory-bandwidth bound. Decoding one token reads every active weight once — attention,
+ * router, the top-k experts, the shared expert, the output matrix — so tokens/s can be at
+ * most DRAM read bandwidth / active bytes per token. The bandwidth is measured here, in the
+ * same run, with the same threads (a read-only sum over a buffer much larger than the
+ * caches), because these machines are noisy and only ratios within one run mean anything.
+ *
+ * usage: bench_cpu_engine MODEL.gguf [threads] [decode tokens] [prompt tokens]
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/forward.h"
+#include "engine/model.h"
+#include "engine/pool.h"
+#include "vmm/topo.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+struct bw_job {
+    const uint64_t *buf;
+    size_t n;
+    uint64_t sums[64];
+};
+
+static void bw_run(void *p, int t, int nth)
+{
+    struct bw_job *j = p;
+    size_t b, e;
+    mvm_pool_split(j->n / 8, t, nth, &b, &e);
+    uint64_t s[8] = {0};
+    for (size_t i = b * 8; i < e * 8; i += 8)
+        for (int k = 0; k < 8; k++)
+            s[k] += j->buf[i + k];
+    j->sums[t % 64] = s[0] ^ s[1] ^ s[2] ^ s[3] ^ s[4] ^ s[5] ^ s[6] ^ s[7];
+}
+
+/* Best of 5 passes over 2 GiB, in bytes/s. */
+static double read_bandwidth(mvm_pool *pool)
+{
+    size_t bytes = (size_t)2 << 30;
+    uint64_t *buf = malloc(bytes);
+    if (!buf)
+        return 0;
+    memset(buf, 1, bytes);
+    struct bw_job j = {buf, bytes / 8, {0}};
+    double best = 0;
+    for (int r = 0; r < 5; r++) {
+        double t0 = now_s();
+        mvm_pool_run(pool, bw_run, &j);
+        double bw = (double)bytes / (now_s() - t0);
+        best = bw > best ? bw : best;
+    }
+    free(buf);
+    return best;
+}
+
+static uint64_t mat_bytes(const mvm_weight *w)
+{
+    return w->data ? (uint64_t)w->rows * w->row_bytes : 0;
+}
+
+/* Weight bytes one decoded token reads. */
+static uint64_t active_bytes(const mvm_model *m)
+{
+    uint64_t b = mat_bytes(&m->output) + m->tok_embd.row_bytes;
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+        const mvm_layer *L = &m->layers[l];
+        b += mat_bytes(&L->wq) + mat_bytes(&L->wk) + mat_bytes(&L->wv) + mat_bytes(&L->wo) +
+             mat_bytes(&L->router) + mat_bytes(&L->shexp_w1) + mat_bytes(&L->shexp_w2) +
+             mat_bytes(&L->shexp_w3) + (uint64_t)m->hp.n_expert_used * m->expert_bytes;
+    }
+    return b;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s MODEL.gguf [threads] [decode tokens] [prompt tokens]\n", argv[0]);
+        return 2;
+    }
+    mvm_topo topo;
+    mvm_topo_probe(NULL, &topo);
+    int threads = argc > 2 ? atoi(argv[2]) : topo.n_cores;
+    uint32_t n_decode = argc > 3 ? (uint32_t)atoi(argv[3]) : 32;
+    uint32_t n_prompt = argc > 4 ? (uint32_t)atoi(argv[4]) : 128;
+    mvm_pool *pool;
+    mvm_model *m;
+    mvm_ctx *c;
+    mvm_space_desc d;
+    if (mvm_pool_create(threads, &topo, &pool) != MVM_OK || mvm_space_desc_init(&d) != MVM_OK ||
+        mvm_model_load(argv[1], &d, pool, NULL, NULL, &m) != MVM_OK ||
+        mvm_ctx_create(m, pool, n_prompt + n_decode + 1, 32, &c) != MVM_OK) {
+        fprintf(stderr, "bench_cpu_engine: %s\n", mvm_last_error());
+        return 1;
+    }
+    int32_t *tok = malloc((n_prompt + n_decode) * sizeof *tok);
+    float *logits = malloc(m->hp.n_vocab * sizeof *logits);
+    uint64_t rng = 12345;
+    for (uint32_t i = 0; i < n_prompt + n_decode; i++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        tok[i] = (int32_t)((rng >> 33) % m->hp.n_vocab);
+    }
+    double bw = read_bandwidth(pool);
+    /* Steady state: every expert resident before timing (a first use would otherwise copy
+     * it into the space's device pages — host memory here — behind the reader). */
+    for (uint32_t l = 0; l < m->hp.n_layer; l++)
+        for (uint32_t e = 0; e < m->hp.n_expert; e++)
+            if (mvm_make_resident(m->space, l, e, MVM_ALL_PAGES) != MVM_OK) {
+                fprintf(stderr, "bench_cpu_engine: %s\n", mvm_last_error());
+                return 1;
+            }
+    mvm_ctx_eval(c, tok, 4, logits, 0); /* warm-up */
+    mvm_ctx_reset(c);
+    double t0 = now_s();
+    mvm_status st = mvm_ctx_eval(c, tok, n_prompt, logits, 0);
+    double t_prefill = now_s() - t0;
+    t0 = now_s();
+    for (uint32_t i = 0; i < n_decode && st == MVM_OK; i++)
+        st = mvm_ctx_eval(c, tok + n_prompt + i, 1, logits, 0);
+    double t_decode = now_s() - t0;
+    if (st != MVM_OK) {
+        fprintf(stderr, "bench_cpu_engine: %s\n", mvm_last_error());
+        return 1;
+    }
+    uint64_t active = active_bytes(m);
+    double decode_tps = n_decode / t_decode, bound = bw / (double)active;
+    printf("model        %s (%s, %s experts), %u layers, top-%u of %u\n", m->name, m->arch->name,
+           mvm_ggml_type_name(mvm_wtype_to_ggml(m->expert_type)), m->hp.n_layer,
+           m->hp.n_expert_used, m->hp.n_expert);
+    printf("threads      %d (%s kernels)\n", threads, mvm_k_simd_name(mvm_k_simd_current()));
+    printf("read bw      %.2f GB/s\n", bw / 1e9);
+    printf("active/token %.1f MB\n", (double)active / 1e6);
+    printf("prefill      %.2f tok/s (%u tokens)\n", n_prompt / t_prefill, n_prompt);
+    printf("decode       %.2f tok/s (%u tokens), bound %.2f tok/s: %.0f%% of the bound, "
+           "%.2f GB/s effective\n", decode_tps, n_decode, bound, 100.0 * decode_tps / bound,
+           decode_tps * (double)active / 1e9);
+    mvm_ctx_free(c);
+    mvm_model_free(m);
+    mvm_pool_destroy(pool);
+    free(tok);
+    free(logits);
+    return 0;
+}

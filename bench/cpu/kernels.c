@@ -1,0 +1,179 @@
+/*
+ * Single-threaded bandwidth of the CPU kernels on weights far beyond the caches, against a
+ * plain read of memory: decode is bound by how fast the weights stream in, so the ratio
+ * kernel / read is the figure of merit (target >= 0.7 for Q8_0 and F16).
+ *
+ *   bench_cpu_kernels [reps]     (default 5; best of reps; prints a markdown table)
+ *
+ * Times are the thread's CPU time, so that other processes on a shared machine count only
+ * through the memory bandwidth they take, not through preemption.
+ *
+ * matvec: a 4096-wide weight of ~256 MiB (rows to fill). expert: experts of Qwen3-30B-A3B's
+ * shape (n_embd 2048, n_ff 768), as many as fill ~256 MiB, each run over all its groups.
+ * read: the sum of a 1 GiB float array. "in L2": matvec on the weight's first 1 MiB, 256 times, so
+ * that the arithmetic is measured rather than the memory (what prefill sees).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/cpu/kernels.h"
+
+#define WEIGHT_BYTES (256ull << 20)
+#define READ_BYTES (1ull << 30)
+#define L2_BYTES (1ull << 20)
+#define N_IN 4096
+#define N_EMBD 2048
+#define N_FF 768
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* 64-byte aligned, as the engine places weights: AVX-512 loads then never split lines. */
+static void *alloc64(size_t bytes)
+{
+    return aligned_alloc(64, (bytes + 63) / 64 * 64);
+}
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static float frand(void) /* uniform in [-1, 1) */
+{
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)(rng >> 40) / (float)(1 << 23) - 1.0f;
+}
+
+/* Fills bytes of weights of type t with random values (n_row elements at a time). */
+static void fill(enum mvm_wtype t, void *w, size_t bytes, size_t n_row)
+{
+    float *row = malloc(n_row * sizeof *row);
+    const size_t rb = mvm_k_row_bytes(t, n_row);
+    for (size_t off = 0; off + rb <= bytes; off += rb) {
+        for (size_t i = 0; i < n_row; i++)
+            row[i] = frand() * 0.05f;
+        mvm_k_quantize(t, row, (uint8_t *)w + off, n_row);
+    }
+    free(row);
+}
+
+static volatile float sink;
+
+typedef float v16f __attribute__((vector_size(64)));
+
+/* The sum of n floats (n % 64 == 0) in the widest vectors the CPU has (one clone per ISA,
+ * picked at load): a plain read loop, optionally with the software prefetch the kernels use.
+ * Plain C at -O2 would not vectorize a float sum, and a narrow loop reads measurably slower. */
+__attribute__((target_clones("avx512f", "avx2", "default"))) static float
+sum_floats(const float *a, size_t n, int prefetch)
+{
+    v16f s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0}, x;
+    for (size_t i = 0; i < n; i += 64) {
+        if (prefetch)
+            __builtin_prefetch(a + i + 1024);
+        memcpy(&x, a + i, sizeof x), s0 += x;
+        memcpy(&x, a + i + 16, sizeof x), s1 += x;
+        memcpy(&x, a + i + 32, sizeof x), s2 += x;
+        memcpy(&x, a + i + 48, sizeof x), s3 += x;
+    }
+    s0 += s1 + s2 + s3;
+    float s = 0;
+    for (int k = 0; k < 16; k++)
+        s += s0[k];
+    return s;
+}
+
+static double read_gbs(const float *a, int reps, int prefetch)
+{
+    double best = 0;
+    for (int r = 0; r < reps; r++) {
+        double t = now_s();
+        sink = sum_floats(a, READ_BYTES / sizeof *a, prefetch);
+        t = now_s() - t;
+        best = fmax(best, (double)READ_BYTES / t / 1e9);
+    }
+    return best;
+}
+
+/* GB/s of one matvec over the first `bytes` of w, `passes` times: all of w streams from DRAM;
+ * 1 MiB repeated stays in L2 and measures the arithmetic instead (what prefill sees). */
+static double matvec_gbs(enum mvm_wtype t, const void *w, size_t bytes, int passes,
+                         const void *act, float *y)
+{
+    const size_t rb = mvm_k_row_bytes(t, N_IN), rows = bytes / rb;
+    double s = now_s();
+    for (int p = 0; p < passes; p++)
+        mvm_k_matvec(t, w, rb, N_IN, act, y, 0, rows);
+    s = now_s() - s;
+    sink = y[rows / 2];
+    return (double)(rows * rb) * passes / s / 1e9;
+}
+
+/* GB/s of the FFN of each of the experts that fill w, over all their groups. */
+static double expert_gbs(enum mvm_wtype t, const void *w, const void *act, float *out)
+{
+    const size_t groups = N_FF / MVM_QBLOCK, eb = mvm_k_expert_group_bytes(t, N_EMBD) * groups;
+    const size_t experts = WEIGHT_BYTES / eb;
+    double s = now_s();
+    for (size_t e = 0; e < experts; e++)
+        mvm_k_expert_ffn(t, (const uint8_t *)w + e * eb, N_EMBD, act, 0.125f, out, 0, groups);
+    s = now_s() - s;
+    sink = out[7];
+    return (double)(experts * eb) / s / 1e9;
+}
+
+int main(int argc, char **argv)
+{
+    const int reps = argc > 1 ? atoi(argv[1]) : 5;
+    static const char *const tname[MVM_W_COUNT] = {"f32", "f16", "bf16", "q8_0", "q4_0"};
+    void *w = alloc64(WEIGHT_BYTES);
+    float *a = alloc64(READ_BYTES);
+    /* the largest activations (F32, N_IN) and the most rows (Q4_0) of any type */
+    void *act = alloc64(N_IN * sizeof(float)), *act_ex = alloc64(N_EMBD * sizeof(float));
+    float *y = malloc(WEIGHT_BYTES / mvm_k_row_bytes(MVM_W_Q4_0, N_IN) * sizeof *y);
+    float x[N_IN], out[N_EMBD] = {0};
+    if (!w || !a || !act || !act_ex || !y || reps < 1)
+        return 1;
+    for (size_t i = 0; i < READ_BYTES / sizeof *a; i++)
+        a[i] = 1.0f;
+    const double rd = read_gbs(a, reps, 0), rd_pf = read_gbs(a, reps, 1);
+    free(a);
+    printf("read (sum of 1 GiB of floats, 1 thread): %.2f GB/s; with software prefetch: %.2f GB/s\n"
+           "ratios below are to the plain read\n\n",
+           rd, rd_pf);
+    printf("| level | type | matvec GB/s | / read | expert GB/s | / read | matvec in L2 GB/s |\n");
+    printf("|---|---|---|---|---|---|---|\n");
+    for (size_t i = 0; i < N_IN; i++)
+        x[i] = frand();
+    for (int t = 0; t < MVM_W_COUNT; t++) {
+        const enum mvm_wtype wt = (enum mvm_wtype)t;
+        /* One fill serves both shapes: it is a run of whole blocks from the start, and
+         * matvec rows and expert groups are whole blocks too. */
+        fill(wt, w, WEIGHT_BYTES, N_IN);
+        mvm_k_prepare_act(wt, x, act, N_IN);
+        mvm_k_prepare_act(wt, x, act_ex, N_EMBD);
+        /* The levels take turns within each rep, so that all see the same machine state. */
+        double mv[MVM_SIMD_COUNT] = {0}, ex[MVM_SIMD_COUNT] = {0}, l2[MVM_SIMD_COUNT] = {0};
+        for (int r = 0; r < reps; r++) {
+            for (int lv = 0; lv < MVM_SIMD_COUNT; lv++) {
+                if (mvm_k_simd_use((enum mvm_simd)lv) != 0)
+                    continue;
+                mv[lv] = fmax(mv[lv], matvec_gbs(wt, w, WEIGHT_BYTES, 1, act, y));
+                ex[lv] = fmax(ex[lv], expert_gbs(wt, w, act_ex, out));
+                l2[lv] = fmax(l2[lv], matvec_gbs(wt, w, L2_BYTES, 256, act, y));
+            }
+        }
+        for (int lv = 0; lv <= (int)mvm_k_simd_detect(); lv++)
+            printf("| %s | %s | %.2f | %.2f | %.2f | %.2f | %.1f |\n",
+                   mvm_k_simd_name((enum mvm_simd)lv), tname[t], mv[lv], mv[lv] / rd, ex[lv],
+                   ex[lv] / rd, l2[lv]);
+        fflush(stdout);
+    }
+    free(w), free(act), free(act_ex), free(y);
+    return 0;
+}

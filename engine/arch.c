@@ -1,0 +1,41 @@
+/*
+ * The supported architectures, as llama.cpp names them in GGUF and as their public
+ * definitions (Hugging Face transformers: Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE) compute:
+ *
+ *   llama     Mixtral-style experts in a llama model. RoPE on adjacent pairs (llama.cpp's
+ *             converter permutes q/k so that this equals HF's rotate_half). Router softmax,
+ *             top-k, weights renormalised (Mixtral softmaxes the top-k logits: the same).
+ *   qwen2moe  Qwen1.5-MoE: q/k/v biases, NEOX RoPE, softmax + top-k NOT renormalised
+ *             (norm_topk_prob = false), plus a shared expert scaled by sigmoid(w · h).
+ *   qwen3moe  Qwen3-MoE: per-head RMSNorm of q and k before RoPE (QK-norm), NEOX RoPE,
+ *             top-k renormalised (norm_topk_prob = true), head_dim from key_length.
+ *   olmoe     OLMoE: RMSNorm over the whole q and k projections (not per head), NEOX RoPE,
+ *             top-k not renormalised.
+ *
+ * The experts' intermediate size is expert_feed_forward_length for the Qwen MoEs and
+ * feed_forward_length for llama and olmoe, as llama.cpp reads them.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/model.h"
+
+static const mvm_arch arches[] = {
+    {"llama", 0, 1, 0, MVM_QK_NORM_NONE, 0, "feed_forward_length"},
+    {"qwen2moe", 1, 0, 1, MVM_QK_NORM_NONE, 1, "expert_feed_forward_length"},
+    {"qwen3moe", 1, 1, 0, MVM_QK_NORM_HEAD, 0, "expert_feed_forward_length"},
+    {"olmoe", 1, 0, 0, MVM_QK_NORM_FULL, 0, "feed_forward_length"},
+};
+
+const mvm_arch *mvm_arch_find(const char *name)
+{
+    for (size_t i = 0; i < sizeof arches / sizeof *arches; i++)
+        if (strcmp(arches[i].name, name) == 0)
+            return &arches[i];
+    return NULL;
+}
+
+const char *mvm_arch_names(void)
+{
+    return "llama (Mixtral-style), qwen2moe, qwen3moe, olmoe";
+}

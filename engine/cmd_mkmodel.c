@@ -1,0 +1,157 @@
+/* `moevm mkmodel`: write a synthetic GGUF MoE model (engine/mkmodel.h) from a preset,
+ * optionally with some sizes changed (e.g. fewer layers for a benchmark that must fit). */
+#include <stdio.h>
+#include <string.h>
+#include <sys/statvfs.h>
+
+#include "engine/cli.h"
+#include "engine/mkmodel.h"
+#include "engine/model.h"
+#include "vmm/topo.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: moevm mkmodel [--preset NAME] [--arch ARCH] [--type TYPE] [--seed N]\n"
+            "                     [-o FILE] [--layers N] [--experts N] [--top-k N] [--embd N]\n"
+            "                     [--expert-ff N] [--vocab N] [--ctx N] [--list]\n"
+            "  --preset   tiny (default) or a real model shape; --list shows them all\n"
+            "  --arch     for tiny: llama (default), qwen2moe, qwen3moe, olmoe\n"
+            "  --type     f32, f16, bf16, q8_0, q4_0 (default: f32 for tiny, q8_0 otherwise)\n"
+            "  --seed     the weights' seed (default 1): same seed, same file\n"
+            "  -o         output file (default: <preset>-<arch>-<type>.gguf)\n"
+            "  the size flags override the preset's value\n");
+}
+
+static int parse_type(const char *v, enum mvm_wtype *t)
+{
+    static const char *const names[MVM_W_COUNT] = {"f32", "f16", "bf16", "q8_0", "q4_0"};
+    for (int i = 0; i < MVM_W_COUNT; i++)
+        if (strcmp(v, names[i]) == 0) {
+            *t = (enum mvm_wtype)i;
+            return 0;
+        }
+    fprintf(stderr, "moevm mkmodel: --type %s: expected f32, f16, bf16, q8_0 or q4_0\n", v);
+    return 2;
+}
+
+static const char *type_name(enum mvm_wtype t)
+{
+    return mvm_ggml_type_name(mvm_wtype_to_ggml(t));
+}
+
+int mvm_cmd_mkmodel(int argc, char **argv)
+{
+    const char *preset = "tiny", *arch = NULL, *out = NULL;
+    enum mvm_wtype type = MVM_W_F32;
+    int type_set = 0, list = 0;
+    uint32_t seed = 1;
+    struct { const char *flag; uint32_t val; int set; } ov[] = {
+        {"--layers"}, {"--experts"}, {"--top-k"}, {"--embd"}, {"--expert-ff"}, {"--vocab"},
+        {"--ctx"}};
+    const size_t n_ov = sizeof ov / sizeof *ov;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return 0;
+        }
+        if (strcmp(a, "--list") == 0) {
+            list = 1;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "moevm mkmodel: %s needs a value (see --help)\n", a);
+            return 2;
+        }
+        i++;
+        size_t k = 0;
+        while (k < n_ov && strcmp(a, ov[k].flag) != 0)
+            k++;
+        if (k < n_ov) {
+            if (mvm_cli_u32("mkmodel", a, v, 1, 1u << 24, &ov[k].val))
+                return 2;
+            ov[k].set = 1;
+        } else if (strcmp(a, "--preset") == 0) preset = v;
+        else if (strcmp(a, "--arch") == 0) arch = v;
+        else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) out = v;
+        else if (strcmp(a, "--seed") == 0) {
+            if (mvm_cli_u32("mkmodel", a, v, 0, UINT32_MAX, &seed))
+                return 2;
+        } else if (strcmp(a, "--type") == 0) {
+            if (parse_type(v, &type))
+                return 2;
+            type_set = 1;
+        } else {
+            fprintf(stderr, "moevm mkmodel: unknown option %s (see --help)\n", a);
+            return 2;
+        }
+    }
+    if (list) {
+        mvm_preset_list(type_set ? type : MVM_W_Q8_0);
+        return 0;
+    }
+    if (arch && !mvm_arch_find(arch)) {
+        fprintf(stderr, "moevm mkmodel: --arch %s: not supported (supported: %s)\n", arch,
+                mvm_arch_names());
+        return 2;
+    }
+    const mvm_preset *p = mvm_preset_find(preset, arch);
+    if (!p) {
+        fprintf(stderr, "moevm mkmodel: no preset '%s'%s%s (see --list)\n", preset,
+                arch ? " for architecture " : "", arch ? arch : "");
+        return 2;
+    }
+    mvm_model_spec s = p->spec;
+    s.type = type_set ? type : strcmp(preset, "tiny") == 0 ? MVM_W_F32 : MVM_W_Q8_0;
+    s.seed = seed;
+    uint32_t *dst[] = {&s.n_layer, &s.n_expert, &s.n_expert_used, &s.n_embd, NULL, &s.n_vocab,
+                       &s.n_ctx};
+    for (size_t k = 0; k < n_ov; k++) {
+        if (!ov[k].set)
+            continue;
+        if (dst[k])
+            *dst[k] = ov[k].val;
+        else if (s.n_ff_exp)
+            s.n_ff_exp = ov[k].val;
+        else
+            s.n_ff = ov[k].val;
+    }
+    if (mvm_spec_check(&s) != MVM_OK)
+        return mvm_cli_error("mkmodel");
+    char path[512];
+    if (!out) {
+        snprintf(path, sizeof path, "%s-%s-%s.gguf", preset, s.arch, type_name(s.type));
+        out = path;
+    }
+    uint64_t total, experts;
+    mvm_spec_bytes(&s, &total, &experts);
+    /* Refuse up front rather than fail after minutes of writing. */
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", out);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        slash[slash == dir ? 1 : 0] = '\0';
+    struct statvfs fs;
+    if (statvfs(slash ? dir : ".", &fs) == 0 &&
+        (uint64_t)fs.f_bavail * fs.f_frsize < total + (total >> 6) + (16u << 20)) {
+        fprintf(stderr, "moevm mkmodel: %s needs %.2f GiB but only %.2f GiB are free there\n",
+                out, (double)total / (1 << 30),
+                (double)((uint64_t)fs.f_bavail * fs.f_frsize) / (1 << 30));
+        return 1;
+    }
+    printf("mkmodel: %s %s, %u layers x %u experts (top-%u), %s, %.2f GiB (experts %.2f GiB) "
+           "-> %s\n", p->name, s.arch, s.n_layer, s.n_expert, s.n_expert_used, type_name(s.type),
+           (double)total / (1 << 30), (double)experts / (1 << 30), out);
+    fflush(stdout);
+    char label[600];
+    snprintf(label, sizeof label, "writing %s", out);
+    mvm_topo topo;
+    mvm_pool *pool;
+    if (mvm_topo_probe(NULL, &topo) != MVM_OK ||
+        mvm_pool_create(topo.n_cores > 0 ? topo.n_cores : 1, &topo, &pool) != MVM_OK)
+        return mvm_cli_error("mkmodel");
+    mvm_status st = mvm_mkmodel_write(&s, out, pool, mvm_cli_progress, label);
+    mvm_pool_destroy(pool);
+    return st == MVM_OK ? 0 : mvm_cli_error("mkmodel");
+}

@@ -1,0 +1,379 @@
+/*
+ * `moevm run`: load a GGUF MoE model (experts into a moevm space), prefill a prompt,
+ * generate, print the text as it comes and a closing statistics line on stderr.
+ * --trace-out records the routing for the simulator; --logits-out writes every evaluated
+ * position's logits (the numerical tests compare them with tests/ref).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/cli.h"
+#include "engine/forward.h"
+#include "engine/model.h"
+#include "engine/sampler.h"
+#include "engine/tokenizer.h"
+#include "engine/trace_out.h"
+#include "vmm/options.h"
+#include "vmm/topo.h"
+
+struct run_args {
+    const char *model, *prompt, *tokens, *trace_out, *logits_out, *budget;
+    uint32_t n_predict, threads, ctx, batch, seed, top_k;
+    float temp, top_p;
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: moevm run -m MODEL.gguf [-p PROMPT | --tokens ID,ID,...] [-n N] [-t THREADS]\n"
+            "                 [--temp T] [--top-k K] [--top-p P] [--seed N] [--ctx N] [--batch N]\n"
+            "                 [--gpu-budget SIZE|PCT] [--trace-out FILE.jsonl]\n"
+            "                 [--logits-out FILE]\n"
+            "  -n            tokens to generate (default 64); stops early at end-of-text\n"
+            "  -t            threads (default: the cores near the GPU, or all)\n"
+            "  --temp        0 = greedy (deterministic); default 0.8, top-k 40, top-p 0.95\n"
+            "  --ctx         KV cache positions (default: prompt + n)\n"
+            "  --batch       prompt tokens per forward pass (default 32)\n"
+            "  --gpu-budget  device budget for expert pages (default MOEVM_GPU_BUDGET)\n"
+            "  --trace-out   routing of every token and layer, JSON lines (docs/trace-format.md)\n"
+            "  --logits-out  every evaluated position's logits (binary, see docs/engine.md)\n");
+}
+
+static int parse_args(int argc, char **argv, struct run_args *a)
+{
+    *a = (struct run_args){.n_predict = 64, .batch = 32, .seed = 42, .top_k = 40, .temp = 0.8f,
+                           .top_p = 0.95f};
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) {
+            usage(stdout);
+            return 0;
+        }
+        if (!v) {
+            fprintf(stderr, "moevm run: %s needs a value (see --help)\n", f);
+            return 2;
+        }
+        i++;
+        int bad = 0;
+        if (!strcmp(f, "-m") || !strcmp(f, "--model")) a->model = v;
+        else if (!strcmp(f, "-p") || !strcmp(f, "--prompt")) a->prompt = v;
+        else if (!strcmp(f, "--tokens")) a->tokens = v;
+        else if (!strcmp(f, "--trace-out")) a->trace_out = v;
+        else if (!strcmp(f, "--logits-out")) a->logits_out = v;
+        else if (!strcmp(f, "--gpu-budget")) a->budget = v;
+        else if (!strcmp(f, "-n")) bad = mvm_cli_u32("run", f, v, 0, 1u << 20, &a->n_predict);
+        else if (!strcmp(f, "-t") || !strcmp(f, "--threads"))
+            bad = mvm_cli_u32("run", f, v, 1, 1024, &a->threads);
+        else if (!strcmp(f, "--ctx")) bad = mvm_cli_u32("run", f, v, 1, 1u << 22, &a->ctx);
+        else if (!strcmp(f, "--batch")) bad = mvm_cli_u32("run", f, v, 1, 4096, &a->batch);
+        else if (!strcmp(f, "--seed")) bad = mvm_cli_u32("run", f, v, 0, UINT32_MAX, &a->seed);
+        else if (!strcmp(f, "--top-k")) bad = mvm_cli_u32("run", f, v, 0, 1u << 24, &a->top_k);
+        else if (!strcmp(f, "--temp")) bad = mvm_cli_float("run", f, v, 0, 100, &a->temp);
+        else if (!strcmp(f, "--top-p")) bad = mvm_cli_float("run", f, v, 1e-6, 1, &a->top_p);
+        else {
+            fprintf(stderr, "moevm run: unknown option %s (see --help)\n", f);
+            return 2;
+        }
+        if (bad)
+            return 2;
+    }
+    if (!a->model) {
+        fprintf(stderr, "moevm run: -m MODEL.gguf is required (make one with `moevm mkmodel`)\n");
+        return 2;
+    }
+    if (a->prompt && a->tokens) {
+        fprintf(stderr, "moevm run: give -p or --tokens, not both\n");
+        return 2;
+    }
+    return -1;
+}
+
+/* "5,17,3" -> ids; 2 on a malformed list. */
+static int parse_tokens(const char *s, int32_t **ids, uint32_t *n)
+{
+    size_t cap = 1;
+    for (const char *p = s; *p; p++)
+        cap += *p == ',';
+    *ids = malloc(cap * sizeof **ids);
+    *n = 0;
+    for (const char *p = s; *ids;) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX || (*end && *end != ',')) {
+            fprintf(stderr, "moevm run: --tokens %s: expected comma-separated token ids\n", s);
+            return 2;
+        }
+        (*ids)[(*n)++] = (int32_t)v;
+        if (!*end)
+            return 0;
+        p = end + 1;
+    }
+    fprintf(stderr, "moevm run: out of memory\n");
+    return 1;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* --logits-out: "MVML", u32 version 1, u32 n_vocab, u32 n_rows; rows of
+ * {i32 token, i32 pos, f32 logits[n_vocab]}. n_rows is patched in at the end. */
+struct logits_file {
+    FILE *f;
+    uint32_t n_vocab, rows;
+};
+
+static int logits_open(struct logits_file *lf, const char *path, uint32_t n_vocab)
+{
+    lf->n_vocab = n_vocab;
+    lf->rows = 0;
+    if (!(lf->f = fopen(path, "wb"))) {
+        fprintf(stderr, "moevm run: --logits-out %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    uint32_t hdr[4] = {0, 1, n_vocab, 0};
+    memcpy(hdr, "MVML", 4);
+    fwrite(hdr, sizeof hdr, 1, lf->f);
+    return 0;
+}
+
+static void logits_add(struct logits_file *lf, const int32_t *tokens, uint32_t pos0, uint32_t n,
+                       const float *logits)
+{
+    for (uint32_t i = 0; i < n && lf->f; i++) {
+        int32_t rec[2] = {tokens[i], (int32_t)(pos0 + i)};
+        fwrite(rec, sizeof rec, 1, lf->f);
+        fwrite(logits + (size_t)i * lf->n_vocab, sizeof(float), lf->n_vocab, lf->f);
+        lf->rows++;
+    }
+}
+
+static int logits_close(struct logits_file *lf, const char *path)
+{
+    if (!lf->f)
+        return 0;
+    int bad = fseek(lf->f, 12, SEEK_SET) != 0 || fwrite(&lf->rows, 4, 1, lf->f) != 1;
+    bad |= ferror(lf->f) != 0;
+    bad |= fclose(lf->f) != 0;
+    if (bad)
+        fprintf(stderr, "moevm run: --logits-out %s: write failed\n", path);
+    return bad;
+}
+
+struct session {
+    struct run_args a;
+    mvm_topo topo;
+    mvm_pool *pool;
+    mvm_model *model;
+    mvm_tokenizer *tok;
+    mvm_ctx *ctx;
+    mvm_trace_out *trace;
+    mvm_sampler *sampler;
+    struct logits_file lf;
+    int32_t *prompt;
+    uint32_t n_prompt;
+    float *logits;
+};
+
+static void print_piece(const struct session *s, int32_t id)
+{
+    if (!s->tok) {
+        printf(" %d", id);
+        return;
+    }
+    char buf[256];
+    size_t n = mvm_tokenizer_piece(s->tok, id, buf, sizeof buf);
+    fwrite(buf, 1, n < sizeof buf ? n : sizeof buf, stdout);
+}
+
+static int load(struct session *s)
+{
+    const struct run_args *a = &s->a;
+    mvm_space_desc desc;
+    if (mvm_space_desc_init(&desc) != MVM_OK)
+        return mvm_cli_error("options");
+    if (a->budget && mvm_parse_budget(a->budget, &desc.device_budget, &desc.device_budget_frac)) {
+        fprintf(stderr, "moevm run: --gpu-budget %s: expected a size (8G), a percentage (25%%) "
+                "or auto\n", a->budget);
+        return 2;
+    }
+    if (mvm_topo_probe(NULL, &s->topo) != MVM_OK)
+        return mvm_cli_error("probing the topology");
+    mvm_option_value simd, env_threads;
+    if (mvm_option_read(MVM_OPTION_CPU_SIMD, &simd) != MVM_OK ||
+        mvm_option_read(MVM_OPTION_THREADS, &env_threads) != MVM_OK)
+        return mvm_cli_error("options");
+    /* the choice order of MOEVM_CPU_SIMD: auto|avx512|avx2|scalar */
+    static const enum mvm_simd levels[] = {MVM_SIMD_SCALAR, MVM_SIMD_AVX512, MVM_SIMD_AVX2,
+                                           MVM_SIMD_SCALAR};
+    if (simd.i > 0 && mvm_k_simd_use(levels[simd.i]) != 0) {
+        fprintf(stderr, "moevm run: MOEVM_CPU_SIMD=%s: this CPU does not support it (best: %s)\n",
+                mvm_k_simd_name(levels[simd.i]), mvm_k_simd_name(mvm_k_simd_detect()));
+        return 1;
+    }
+    int threads = a->threads ? (int)a->threads
+                  : env_threads.i > 0 ? (int)env_threads.i
+                  : s->topo.n_cores > 0 ? s->topo.n_cores : 1;
+    if (mvm_pool_create(threads, &s->topo, &s->pool) != MVM_OK)
+        return mvm_cli_error("threads");
+    char label[600];
+    snprintf(label, sizeof label, "loading %s", a->model);
+    double t0 = now_s();
+    if (mvm_model_load(a->model, &desc, s->pool, mvm_cli_progress, label, &s->model) != MVM_OK)
+        return mvm_cli_error("loading the model");
+    const mvm_hparams *hp = &s->model->hp;
+    mvm_space_info info;
+    mvm_space_get_info(s->model->space, &info);
+    double eb = (double)s->model->expert_bytes;
+    fprintf(stderr, "model: %s (%s), %u layers, %u experts top-%u of %.1f %s (%s), vocab %u; "
+            "loaded in %.2f s\nspace: %s backend, budget %u pages of %llu KiB; %d threads, %s kernels\n",
+            s->model->name, s->model->arch->name, hp->n_layer, hp->n_expert, hp->n_expert_used,
+            eb >= 1048576 ? eb / 1048576 : eb / 1024, eb >= 1048576 ? "MiB" : "KiB",
+            mvm_ggml_type_name(mvm_wtype_to_ggml(s->model->expert_type)), hp->n_vocab,
+            now_s() - t0, info.backend, info.device_pages,
+            (unsigned long long)(info.page_size >> 10), threads,
+            mvm_k_simd_name(mvm_k_simd_current()));
+    if (mvm_tokenizer_load(s->model->gguf, &s->tok) != MVM_OK) {
+        if (!a->tokens)
+            return mvm_cli_error("tokenizer");
+        s->tok = NULL; /* token ids in, token ids out */
+    } else if (mvm_tokenizer_n_vocab(s->tok) != hp->n_vocab) {
+        fprintf(stderr, "moevm run: %s: the tokenizer has %u tokens but token_embd has %u rows\n",
+                a->model, mvm_tokenizer_n_vocab(s->tok), hp->n_vocab);
+        return 1;
+    }
+    return 0;
+}
+
+static int make_prompt(struct session *s)
+{
+    const struct run_args *a = &s->a;
+    if (a->tokens)
+        return parse_tokens(a->tokens, &s->prompt, &s->n_prompt);
+    const char *text = a->prompt ? a->prompt : "";
+    size_t len = strlen(text), cap = len + 8;
+    if (!(s->prompt = malloc(cap * sizeof *s->prompt)))
+        return 1;
+    size_t n;
+    mvm_status st = mvm_tokenizer_encode(s->tok, text, len, 1, s->prompt, cap, &n);
+    if (st == MVM_ERR_RANGE) { /* a vocabulary that needs more tokens than bytes */
+        int32_t *bigger = realloc(s->prompt, n * sizeof *s->prompt);
+        if (!bigger)
+            return 1;
+        s->prompt = bigger;
+        st = mvm_tokenizer_encode(s->tok, text, len, 1, s->prompt, n, &n);
+    }
+    if (st != MVM_OK)
+        return mvm_cli_error("tokenizing the prompt");
+    s->n_prompt = (uint32_t)n;
+    if (n == 0) {
+        fprintf(stderr, "moevm run: the prompt is empty and the model adds no BOS token: give "
+                "-p TEXT\n");
+        return 2;
+    }
+    return 0;
+}
+
+static int generate(struct session *s)
+{
+    const struct run_args *a = &s->a;
+    const mvm_hparams *hp = &s->model->hp;
+    uint32_t n_ctx = a->ctx ? a->ctx : s->n_prompt + a->n_predict;
+    if (n_ctx < s->n_prompt + a->n_predict) {
+        fprintf(stderr, "moevm run: --ctx %u is less than the prompt (%u tokens) + -n %u\n",
+                n_ctx, s->n_prompt, a->n_predict);
+        return 2;
+    }
+    if (mvm_ctx_create(s->model, s->pool, n_ctx, a->batch, &s->ctx) != MVM_OK)
+        return mvm_cli_error("context");
+    if (a->trace_out) {
+        if (mvm_trace_open(a->trace_out, s->model, &s->trace) != MVM_OK)
+            return mvm_cli_error("--trace-out");
+        mvm_ctx_set_route_observer(s->ctx, mvm_trace_route, s->trace);
+    }
+    if (a->logits_out && logits_open(&s->lf, a->logits_out, hp->n_vocab))
+        return 1;
+    mvm_sampler_params sp = {.temperature = a->temp, .top_k = (int32_t)a->top_k, .top_p = a->top_p,
+                             .seed = a->seed};
+    if (mvm_sampler_create(&sp, hp->n_vocab, &s->sampler) != MVM_OK)
+        return mvm_cli_error("sampler");
+    size_t rows = a->logits_out ? s->n_prompt : 1;
+    if (!(s->logits = malloc(rows * hp->n_vocab * sizeof(float)))) {
+        fprintf(stderr, "moevm run: out of memory for the logits\n");
+        return 1;
+    }
+    for (uint32_t i = 0; i < s->n_prompt; i++)
+        print_piece(s, s->prompt[i]);
+    fflush(stdout);
+
+    double t0 = now_s();
+    if (mvm_ctx_eval(s->ctx, s->prompt, s->n_prompt, s->logits, a->logits_out != NULL) != MVM_OK)
+        return mvm_cli_error("prefill");
+    double t_prefill = now_s() - t0;
+    logits_add(&s->lf, s->prompt, 0, a->logits_out ? s->n_prompt : 0, s->logits);
+    const float *last = s->logits + (rows - 1) * hp->n_vocab;
+    memmove(s->logits, last, hp->n_vocab * sizeof(float));
+
+    uint32_t generated = 0;
+    t0 = now_s();
+    while (generated < a->n_predict) {
+        int32_t next = mvm_sampler_sample(s->sampler, s->logits, hp->n_vocab);
+        if (s->tok && mvm_tokenizer_is_eog(s->tok, next))
+            break;
+        print_piece(s, next);
+        fflush(stdout);
+        uint32_t pos = mvm_ctx_n_past(s->ctx);
+        if (mvm_ctx_eval(s->ctx, &next, 1, s->logits, 0) != MVM_OK)
+            return mvm_cli_error("decode");
+        logits_add(&s->lf, &next, pos, a->logits_out ? 1 : 0, s->logits);
+        generated++;
+    }
+    double t_decode = now_s() - t0;
+    printf("\n");
+
+    mvm_stats vs;
+    mvm_resid_stats rs;
+    mvm_space_get_stats(s->model->space, &vs);
+    mvm_resid_get_stats(mvm_ctx_residency(s->ctx), &rs);
+    uint64_t req = vs.hits + vs.misses;
+    fprintf(stderr, "prefill %u tokens %.1f tok/s | decode %u tokens %.2f tok/s | expert "
+            "accesses %" PRIu64 " (hit %.1f%%, %" PRIu64 " from host) | moved %.1f MiB\n",
+            s->n_prompt, t_prefill > 0 ? s->n_prompt / t_prefill : 0.0, generated,
+            t_decode > 0 ? generated / t_decode : 0.0, rs.accesses,
+            req ? 100.0 * (double)vs.hits / (double)req : 0.0, rs.bypassed,
+            (double)vs.bytes_moved / 1048576.0);
+    return 0;
+}
+
+int mvm_cmd_run(int argc, char **argv)
+{
+    struct session s = {0};
+    int rc = parse_args(argc, argv, &s.a);
+    if (rc >= 0)
+        return rc;
+    rc = load(&s);
+    if (!rc)
+        rc = make_prompt(&s);
+    if (!rc)
+        rc = generate(&s);
+    if (mvm_trace_close(s.trace) != MVM_OK && !rc)
+        rc = mvm_cli_error("--trace-out");
+    if (logits_close(&s.lf, s.a.logits_out) && !rc)
+        rc = 1;
+    mvm_sampler_free(s.sampler);
+    mvm_ctx_free(s.ctx);
+    mvm_tokenizer_free(s.tok);
+    mvm_model_free(s.model);
+    mvm_pool_destroy(s.pool);
+    free(s.prompt);
+    free(s.logits);
+    return rc;
+}

@@ -1,0 +1,42 @@
+/*
+ * The forward pass on the CPU backend: an inference context (KV cache, scratch buffers,
+ * the residency manager) over a loaded model and a thread pool. Tokens are evaluated in
+ * batches of up to n_batch (prefill) or one at a time (decode) through the same code; the
+ * experts of every MoE layer run through their fixed addresses in the expert space.
+ */
+#ifndef MVM_ENGINE_FORWARD_H
+#define MVM_ENGINE_FORWARD_H
+
+#include <stdint.h>
+
+#include "engine/model.h"
+#include "engine/pool.h"
+#include "engine/residency.h"
+
+/* Called for every (token, MoE layer) with the router's probabilities over all experts,
+ * the selected experts (best first) and their weights as applied. */
+typedef void (*mvm_route_fn)(void *ctx, uint32_t pos, uint32_t layer, const float *probs,
+                             uint32_t n_expert, const int *selected, const float *weights,
+                             uint32_t k);
+
+typedef struct mvm_ctx mvm_ctx;
+
+/* n_ctx: positions the KV cache holds (<= the model's context_length is not enforced:
+ * RoPE extrapolates, as llama.cpp lets it); n_batch: tokens per forward call. */
+mvm_status mvm_ctx_create(mvm_model *m, mvm_pool *pool, uint32_t n_ctx, uint32_t n_batch,
+                          mvm_ctx **out);
+void mvm_ctx_free(mvm_ctx *c);
+void mvm_ctx_set_route_observer(mvm_ctx *c, mvm_route_fn fn, void *fn_ctx);
+
+/* Evaluates n tokens at positions n_past.. (any n: batches of n_batch inside). logits:
+ * n_vocab floats for the last token, or for every token when all_logits (n * n_vocab);
+ * NULL for none. MVM_ERR_RANGE when the KV cache would overflow, MVM_ERR_INVALID for a
+ * token id outside the vocabulary. */
+mvm_status mvm_ctx_eval(mvm_ctx *c, const int32_t *tokens, uint32_t n, float *logits,
+                        int all_logits);
+uint32_t mvm_ctx_n_past(const mvm_ctx *c);
+/* Forgets the cached positions (a new request). */
+void mvm_ctx_reset(mvm_ctx *c);
+const mvm_resid *mvm_ctx_residency(const mvm_ctx *c);
+
+#endif

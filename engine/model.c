@@ -1,0 +1,415 @@
+/*
+ * Loading a GGUF MoE model: architecture and hyper-parameters from the metadata, every
+ * tensor checked for presence, shape and type before anything is computed, the experts
+ * converted to the channel-major layout (kernels.h) into the homes of a moevm space.
+ * Non-expert weights stay in the read-only file mapping.
+ */
+#include "engine/model.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/pool.h"
+#include "vmm/error.h"
+
+int mvm_wtype_from_ggml(enum mvm_ggml_type t)
+{
+    switch (t) {
+    case MVM_GGML_F32: return MVM_W_F32;
+    case MVM_GGML_F16: return MVM_W_F16;
+    case MVM_GGML_BF16: return MVM_W_BF16;
+    case MVM_GGML_Q8_0: return MVM_W_Q8_0;
+    case MVM_GGML_Q4_0: return MVM_W_Q4_0;
+    default: return -1;
+    }
+}
+
+enum mvm_ggml_type mvm_wtype_to_ggml(enum mvm_wtype t)
+{
+    static const enum mvm_ggml_type map[MVM_W_COUNT] = {
+        [MVM_W_F32] = MVM_GGML_F32, [MVM_W_F16] = MVM_GGML_F16, [MVM_W_BF16] = MVM_GGML_BF16,
+        [MVM_W_Q8_0] = MVM_GGML_Q8_0, [MVM_W_Q4_0] = MVM_GGML_Q4_0};
+    return map[t];
+}
+
+/* Loading context: the file name prefixes every message. */
+struct loader {
+    const char *path;
+    mvm_gguf *g;
+    const mvm_arch *arch;
+    mvm_status st;
+};
+
+static mvm_status fail(struct loader *ld, mvm_status s, const char *fmt, ...) MVM_PRINTF(3, 4);
+static mvm_status fail(struct loader *ld, mvm_status s, const char *fmt, ...)
+{
+    char msg[384];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return ld->st = mvm_fail(s, "%s: %s", ld->path, msg);
+}
+
+/* "{arch}.{suffix}" as a u32; absent keys leave *v alone unless required. */
+static mvm_status arch_u32(struct loader *ld, const char *suffix, uint32_t *v, int required)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", ld->arch->name, suffix);
+    if (mvm_gguf_find_key(ld->g, key) < 0)
+        return required ? fail(ld, MVM_ERR_INVALID, "missing key '%s'", key) : MVM_OK;
+    if (mvm_gguf_get_u32(ld->g, key, v) != MVM_OK)
+        return fail(ld, MVM_ERR_INVALID, "%s", mvm_last_error());
+    return MVM_OK;
+}
+
+static mvm_status arch_f32(struct loader *ld, const char *suffix, float *v, int required)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", ld->arch->name, suffix);
+    if (mvm_gguf_find_key(ld->g, key) < 0)
+        return required ? fail(ld, MVM_ERR_INVALID, "missing key '%s'", key) : MVM_OK;
+    if (mvm_gguf_get_f32(ld->g, key, v) != MVM_OK)
+        return fail(ld, MVM_ERR_INVALID, "%s", mvm_last_error());
+    return MVM_OK;
+}
+
+static const mvm_gguf_tensor *find(struct loader *ld, const char *name, int required)
+{
+    const mvm_gguf_tensor *t = mvm_gguf_find_tensor(ld->g, name);
+    if (!t && required)
+        fail(ld, MVM_ERR_INVALID, "missing tensor '%s'", name);
+    return t;
+}
+
+static mvm_status check_shape(struct loader *ld, const mvm_gguf_tensor *t, uint32_t n_dims,
+                              uint64_t ne0, uint64_t ne1, uint64_t ne2)
+{
+    uint64_t want[3] = {ne0, ne1, ne2};
+    int ok = t->n_dims == n_dims;
+    for (uint32_t i = 0; i < 3; i++)
+        ok = ok && t->ne[i] == (i < n_dims ? want[i] : 1);
+    if (ok)
+        return MVM_OK;
+    char have[96], exp[96];
+    int h = snprintf(have, sizeof have, "[%llu", (unsigned long long)t->ne[0]);
+    for (uint32_t i = 1; i < t->n_dims; i++)
+        h += snprintf(have + h, sizeof have - (size_t)h, ", %llu", (unsigned long long)t->ne[i]);
+    snprintf(have + h, sizeof have - (size_t)h, "]");
+    if (n_dims == 1)
+        snprintf(exp, sizeof exp, "[%llu]", (unsigned long long)ne0);
+    else if (n_dims == 2)
+        snprintf(exp, sizeof exp, "[%llu, %llu]", (unsigned long long)ne0, (unsigned long long)ne1);
+    else
+        snprintf(exp, sizeof exp, "[%llu, %llu, %llu]", (unsigned long long)ne0,
+                 (unsigned long long)ne1, (unsigned long long)ne2);
+    return fail(ld, MVM_ERR_INVALID, "tensor '%s' has shape %s, expected %s", t->name, have, exp);
+}
+
+static mvm_status check_type(struct loader *ld, const mvm_gguf_tensor *t, int *wtype)
+{
+    *wtype = mvm_wtype_from_ggml(t->type);
+    if (*wtype < 0)
+        return fail(ld, MVM_ERR_UNSUPPORTED,
+                    "tensor '%s' has type %s, which moevm cannot compute yet (supported: f32, "
+                    "f16, bf16, q8_0, q4_0)", t->name, mvm_ggml_type_name(t->type));
+    if (*wtype == MVM_W_Q8_0 || *wtype == MVM_W_Q4_0 ? t->ne[0] % MVM_QBLOCK : 0)
+        return fail(ld, MVM_ERR_INVALID, "tensor '%s': rows of %llu elements are not whole blocks",
+                    t->name, (unsigned long long)t->ne[0]);
+    return MVM_OK;
+}
+
+/* A vector of n floats; norms and biases must be F32 (as llama.cpp requires too). */
+static const float *vec(struct loader *ld, const char *name, uint32_t n, int required)
+{
+    const mvm_gguf_tensor *t = find(ld, name, required);
+    if (!t || check_shape(ld, t, 1, n, 1, 1) != MVM_OK)
+        return NULL;
+    if (t->type != MVM_GGML_F32) {
+        fail(ld, MVM_ERR_UNSUPPORTED, "tensor '%s' has type %s; 1-D tensors must be f32",
+             name, mvm_ggml_type_name(t->type));
+        return NULL;
+    }
+    return t->data;
+}
+
+/* A matrix of `rows` rows of `cols` elements (ggml ne = [cols, rows]). */
+static mvm_status mat(struct loader *ld, const char *name, uint32_t cols, uint32_t rows,
+                      mvm_weight *w)
+{
+    const mvm_gguf_tensor *t = find(ld, name, 1);
+    int wt;
+    if (!t || check_shape(ld, t, 2, cols, rows, 1) || check_type(ld, t, &wt))
+        return ld->st;
+    *w = (mvm_weight){.type = (enum mvm_wtype)wt, .data = t->data, .rows = rows, .cols = cols,
+                      .row_bytes = mvm_k_row_bytes((enum mvm_wtype)wt, cols)};
+    return MVM_OK;
+}
+
+static mvm_status read_hparams(struct loader *ld, mvm_hparams *hp)
+{
+    *hp = (mvm_hparams){.rope_base = 10000.0f};
+    uint32_t key_len = 0, val_len = 0;
+    if (arch_u32(ld, "embedding_length", &hp->n_embd, 1) ||
+        arch_u32(ld, "block_count", &hp->n_layer, 1) ||
+        arch_u32(ld, "context_length", &hp->n_ctx_train, 1) ||
+        arch_u32(ld, "attention.head_count", &hp->n_head, 1) ||
+        arch_u32(ld, "expert_count", &hp->n_expert, 0) ||
+        arch_u32(ld, "expert_used_count", &hp->n_expert_used, 0) ||
+        arch_u32(ld, "attention.key_length", &key_len, 0) ||
+        arch_u32(ld, "attention.value_length", &val_len, 0) ||
+        arch_f32(ld, "attention.layer_norm_rms_epsilon", &hp->rms_eps, 1) ||
+        arch_f32(ld, "rope.freq_base", &hp->rope_base, 0))
+        return ld->st;
+    hp->n_head_kv = hp->n_head;
+    if (arch_u32(ld, "attention.head_count_kv", &hp->n_head_kv, 0))
+        return ld->st;
+    if (hp->n_expert == 0)
+        return fail(ld, MVM_ERR_UNSUPPORTED, "'%s' model without experts (%s.expert_count is "
+                    "missing or 0): moevm runs mixture-of-experts models", ld->arch->name,
+                    ld->arch->name);
+    if (hp->n_expert_used == 0 || hp->n_expert_used > hp->n_expert)
+        return fail(ld, MVM_ERR_INVALID, "%s.expert_used_count %u is not in 1..%u",
+                    ld->arch->name, hp->n_expert_used, hp->n_expert);
+    if (hp->n_embd == 0 || hp->n_layer == 0 || hp->n_head == 0 || hp->n_head_kv == 0 ||
+        hp->n_head % hp->n_head_kv)
+        return fail(ld, MVM_ERR_INVALID, "bad shape: embedding_length %u, block_count %u, "
+                    "head_count %u, head_count_kv %u", hp->n_embd, hp->n_layer, hp->n_head,
+                    hp->n_head_kv);
+    hp->head_dim = key_len ? key_len : hp->n_embd / hp->n_head;
+    if (!key_len && hp->n_embd % hp->n_head)
+        return fail(ld, MVM_ERR_INVALID, "embedding_length %u is not a multiple of head_count "
+                    "%u and attention.key_length is not set", hp->n_embd, hp->n_head);
+    if (val_len && val_len != hp->head_dim)
+        return fail(ld, MVM_ERR_UNSUPPORTED, "attention.value_length %u differs from key_length "
+                    "%u", val_len, hp->head_dim);
+    hp->n_rot = hp->head_dim;
+    if (arch_u32(ld, "rope.dimension_count", &hp->n_rot, 0))
+        return ld->st;
+    if (hp->n_rot == 0 || hp->n_rot % 2 || hp->n_rot > hp->head_dim)
+        return fail(ld, MVM_ERR_INVALID, "rope.dimension_count %u is not an even number up to "
+                    "the head size %u", hp->n_rot, hp->head_dim);
+    if (!(hp->rms_eps > 0 && hp->rms_eps < 1) || !(hp->rope_base > 1))
+        return fail(ld, MVM_ERR_INVALID, "layer_norm_rms_epsilon %g or rope.freq_base %g out of "
+                    "range", hp->rms_eps, hp->rope_base);
+    return MVM_OK;
+}
+
+/* Expert shapes come from the tensors; the metadata, where present, must agree. */
+static mvm_status read_expert_shape(struct loader *ld, mvm_model *m)
+{
+    mvm_hparams *hp = &m->hp;
+    const mvm_gguf_tensor *t = find(ld, "blk.0.ffn_gate_exps.weight", 1);
+    if (!t)
+        return ld->st;
+    hp->n_ff_exp = (uint32_t)t->ne[1];
+    uint32_t key_ff = 0;
+    if (arch_u32(ld, ld->arch->expert_ff_key, &key_ff, 0))
+        return ld->st;
+    if (key_ff && key_ff != hp->n_ff_exp && ld->arch->expert_ff_key[0] == 'e')
+        return fail(ld, MVM_ERR_INVALID, "%s.%s is %u but the experts have %u channels",
+                    ld->arch->name, ld->arch->expert_ff_key, key_ff, hp->n_ff_exp);
+    if (hp->n_ff_exp == 0 || hp->n_ff_exp % MVM_QBLOCK)
+        return fail(ld, MVM_ERR_UNSUPPORTED, "experts with %u channels: moevm needs a multiple "
+                    "of %d (its channel-major layout groups channels by %d)", hp->n_ff_exp,
+                    MVM_QBLOCK, MVM_QBLOCK);
+    int wt;
+    if (check_type(ld, t, &wt))
+        return ld->st;
+    m->expert_type = (enum mvm_wtype)wt;
+    if (ld->arch->shared_expert) {
+        const mvm_gguf_tensor *s = find(ld, "blk.0.ffn_gate_shexp.weight", 1);
+        if (!s)
+            return ld->st;
+        hp->n_ff_shexp = (uint32_t)s->ne[1];
+    }
+    return MVM_OK;
+}
+
+static mvm_status bind_layer(struct loader *ld, mvm_model *m, uint32_t il)
+{
+    const mvm_hparams *hp = &m->hp;
+    mvm_layer *L = &m->layers[il];
+    uint32_t q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
+    char n[96];
+#define NAME(s) (snprintf(n, sizeof n, "blk.%u.%s", il, s), n)
+    if (!(L->attn_norm = vec(ld, NAME("attn_norm.weight"), hp->n_embd, 1)) ||
+        !(L->ffn_norm = vec(ld, NAME("ffn_norm.weight"), hp->n_embd, 1)) ||
+        mat(ld, NAME("attn_q.weight"), hp->n_embd, q_dim, &L->wq) ||
+        mat(ld, NAME("attn_k.weight"), hp->n_embd, kv_dim, &L->wk) ||
+        mat(ld, NAME("attn_v.weight"), hp->n_embd, kv_dim, &L->wv) ||
+        mat(ld, NAME("attn_output.weight"), q_dim, hp->n_embd, &L->wo) ||
+        mat(ld, NAME("ffn_gate_inp.weight"), hp->n_embd, hp->n_expert, &L->router))
+        return ld->st;
+    if (ld->arch->qkv_bias &&
+        (!(L->bq = vec(ld, NAME("attn_q.bias"), q_dim, 1)) ||
+         !(L->bk = vec(ld, NAME("attn_k.bias"), kv_dim, 1)) ||
+         !(L->bv = vec(ld, NAME("attn_v.bias"), kv_dim, 1))))
+        return ld->st;
+    uint32_t qn = ld->arch->qk_norm == MVM_QK_NORM_HEAD ? hp->head_dim : q_dim;
+    uint32_t kn = ld->arch->qk_norm == MVM_QK_NORM_HEAD ? hp->head_dim : kv_dim;
+    if (ld->arch->qk_norm != MVM_QK_NORM_NONE &&
+        (!(L->q_norm = vec(ld, NAME("attn_q_norm.weight"), qn, 1)) ||
+         !(L->k_norm = vec(ld, NAME("attn_k_norm.weight"), kn, 1))))
+        return ld->st;
+    if (ld->arch->shared_expert &&
+        (!(L->shexp_gate = vec(ld, NAME("ffn_gate_inp_shexp.weight"), hp->n_embd, 1)) ||
+         mat(ld, NAME("ffn_gate_shexp.weight"), hp->n_embd, hp->n_ff_shexp, &L->shexp_w1) ||
+         mat(ld, NAME("ffn_up_shexp.weight"), hp->n_embd, hp->n_ff_shexp, &L->shexp_w3) ||
+         mat(ld, NAME("ffn_down_shexp.weight"), hp->n_ff_shexp, hp->n_embd, &L->shexp_w2)))
+        return ld->st;
+    /* The three expert tensors: one type (the layout packs them together), exact shapes. */
+    static const char *const exps[3] = {"ffn_gate_exps.weight", "ffn_up_exps.weight",
+                                        "ffn_down_exps.weight"};
+    for (int i = 0; i < 3; i++) {
+        const mvm_gguf_tensor *t = find(ld, NAME(exps[i]), 1);
+        int wt;
+        if (!t || (i < 2 ? check_shape(ld, t, 3, hp->n_embd, hp->n_ff_exp, hp->n_expert)
+                         : check_shape(ld, t, 3, hp->n_ff_exp, hp->n_embd, hp->n_expert)) ||
+            check_type(ld, t, &wt))
+            return ld->st;
+        if ((enum mvm_wtype)wt != m->expert_type)
+            return fail(ld, MVM_ERR_UNSUPPORTED, "tensor '%s' is %s but blk.0.ffn_gate_exps is "
+                        "%s: experts of mixed types are not supported yet", t->name,
+                        mvm_ggml_type_name(t->type),
+                        mvm_ggml_type_name(mvm_wtype_to_ggml(m->expert_type)));
+    }
+#undef NAME
+    return MVM_OK;
+}
+
+static mvm_status bind_tensors(struct loader *ld, mvm_model *m)
+{
+    mvm_hparams *hp = &m->hp;
+    const mvm_gguf_tensor *emb = find(ld, "token_embd.weight", 1);
+    if (!emb)
+        return ld->st;
+    if (emb->n_dims != 2 || emb->ne[0] != hp->n_embd || emb->ne[1] == 0 || emb->ne[1] > INT32_MAX)
+        return check_shape(ld, emb, 2, hp->n_embd, emb->ne[1] ? emb->ne[1] : 1, 1) ? ld->st
+               : fail(ld, MVM_ERR_INVALID, "token_embd.weight has %llu rows",
+                      (unsigned long long)emb->ne[1]);
+    hp->n_vocab = (uint32_t)emb->ne[1];
+    if (mat(ld, "token_embd.weight", hp->n_embd, hp->n_vocab, &m->tok_embd) ||
+        !(m->output_norm = vec(ld, "output_norm.weight", hp->n_embd, 1)))
+        return ld->st;
+    /* Tied embeddings (no output.weight) as llama.cpp falls back to. */
+    if (find(ld, "output.weight", 0)) {
+        if (mat(ld, "output.weight", hp->n_embd, hp->n_vocab, &m->output))
+            return ld->st;
+    } else {
+        m->output = m->tok_embd;
+    }
+    if (read_expert_shape(ld, m))
+        return ld->st;
+    if (!(m->layers = calloc(hp->n_layer, sizeof *m->layers)))
+        return fail(ld, MVM_ERR_NOMEM, "out of memory for %u layers", hp->n_layer);
+    for (uint32_t il = 0; il < hp->n_layer; il++)
+        if (bind_layer(ld, m, il))
+            return ld->st;
+    return MVM_OK;
+}
+
+struct pack_job {
+    mvm_model *m;
+    uint32_t layer;
+    const uint8_t *gate, *up, *down; /* the layer's expert tensors */
+    size_t gate_stride, down_stride; /* bytes per expert */
+};
+
+static void pack_experts(void *ctx, int t, int nth)
+{
+    struct pack_job *j = ctx;
+    const mvm_hparams *hp = &j->m->hp;
+    size_t e0, e1;
+    mvm_pool_split(hp->n_expert, t, nth, &e0, &e1);
+    for (size_t e = e0; e < e1; e++)
+        mvm_k_expert_pack(j->m->expert_type, j->gate + e * j->gate_stride,
+                          j->up + e * j->gate_stride, j->down + e * j->down_stride, hp->n_embd,
+                          hp->n_ff_exp, mvm_expert_home(j->m->space, j->layer, (uint32_t)e));
+}
+
+static mvm_status load_experts(struct loader *ld, mvm_model *m, mvm_space_desc *desc,
+                               mvm_pool *pool, mvm_progress_fn progress, void *pctx)
+{
+    const mvm_hparams *hp = &m->hp;
+    size_t group = mvm_k_expert_group_bytes(m->expert_type, hp->n_embd);
+    m->expert_bytes = (uint64_t)group * (hp->n_ff_exp / MVM_QBLOCK);
+    desc->n_layers = hp->n_layer;
+    desc->n_experts = hp->n_expert;
+    desc->expert_bytes = m->expert_bytes;
+    mvm_status st = mvm_space_create(desc, &m->space);
+    if (st != MVM_OK) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", mvm_last_error());
+        return fail(ld, st, "expert space: %s", why);
+    }
+    uint64_t total = m->expert_bytes * hp->n_expert * hp->n_layer;
+    for (uint32_t il = 0; il < hp->n_layer; il++) {
+        char n[96];
+        struct pack_job j = {.m = m, .layer = il};
+        snprintf(n, sizeof n, "blk.%u.ffn_gate_exps.weight", il);
+        j.gate = find(ld, n, 1)->data;
+        snprintf(n, sizeof n, "blk.%u.ffn_up_exps.weight", il);
+        j.up = find(ld, n, 1)->data;
+        snprintf(n, sizeof n, "blk.%u.ffn_down_exps.weight", il);
+        j.down = find(ld, n, 1)->data;
+        j.gate_stride = mvm_k_row_bytes(m->expert_type, hp->n_embd) * hp->n_ff_exp;
+        j.down_stride = mvm_k_row_bytes(m->expert_type, hp->n_ff_exp) * hp->n_embd;
+        mvm_pool_run(pool, pack_experts, &j);
+        if (progress)
+            progress(pctx, m->expert_bytes * hp->n_expert * (il + 1), total);
+    }
+    return MVM_OK;
+}
+
+mvm_status mvm_model_load(const char *path, mvm_space_desc *desc, mvm_pool *pool,
+                          mvm_progress_fn progress, void *progress_ctx, mvm_model **out)
+{
+    *out = NULL;
+    mvm_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return mvm_fail(MVM_ERR_NOMEM, "%s: out of memory", path);
+    struct loader ld = {.path = path};
+    mvm_status st = mvm_gguf_open(path, &m->gguf);
+    if (st != MVM_OK) {
+        free(m);
+        return st;
+    }
+    ld.g = m->gguf;
+    mvm_gguf_str s;
+    char arch[64];
+    if (mvm_gguf_get_str(ld.g, "general.architecture", &s) != MVM_OK) {
+        st = fail(&ld, MVM_ERR_INVALID, "%s", mvm_last_error());
+    } else if (mvm_gguf_str_copy(s, arch, sizeof arch) != MVM_OK ||
+               !(ld.arch = m->arch = mvm_arch_find(arch))) {
+        st = fail(&ld, MVM_ERR_UNSUPPORTED, "architecture '%.*s' is not supported (supported: %s)",
+                  (int)(s.len < 60 ? s.len : 60), s.ptr, mvm_arch_names());
+    } else if (!(st = read_hparams(&ld, &m->hp)) && !(st = bind_tensors(&ld, m))) {
+        const char *base = strrchr(path, '/');
+        snprintf(m->name, sizeof m->name, "%s", base ? base + 1 : path);
+        char name[sizeof m->name];
+        if (mvm_gguf_get_str(ld.g, "general.name", &s) == MVM_OK &&
+            mvm_gguf_str_copy(s, name, sizeof name) == MVM_OK && name[0])
+            memcpy(m->name, name, sizeof name);
+        st = load_experts(&ld, m, desc, pool, progress, progress_ctx);
+    }
+    if (st != MVM_OK) {
+        mvm_model_free(m);
+        return st;
+    }
+    *out = m;
+    return MVM_OK;
+}
+
+void mvm_model_free(mvm_model *m)
+{
+    if (!m)
+        return;
+    if (m->space)
+        mvm_space_destroy(m->space);
+    free(m->layers);
+    mvm_gguf_close(m->gguf);
+    free(m);
+}

@@ -1,0 +1,95 @@
+/*
+ * A loaded MoE model: hyper-parameters from the GGUF metadata, the non-expert weights as
+ * pointers into the mapped file, and the experts in a moevm space (channel-major, in their
+ * host homes). See engine/arch.c for what each architecture means.
+ */
+#ifndef MVM_ENGINE_MODEL_H
+#define MVM_ENGINE_MODEL_H
+
+#include <stdint.h>
+
+#include "engine/gguf.h"
+#include "engine/pool.h"
+#include "kernels/cpu/kernels.h"
+#include "moevm/moevm.h"
+
+enum mvm_qk_norm {
+    MVM_QK_NORM_NONE,
+    MVM_QK_NORM_HEAD, /* RMSNorm over each head's head_dim values (qwen3moe) */
+    MVM_QK_NORM_FULL, /* RMSNorm over the whole projected q / k vector (olmoe) */
+};
+
+/* What distinguishes the supported architectures (llama.cpp's names and conventions). */
+typedef struct mvm_arch {
+    const char *name;           /* general.architecture */
+    int rope_neox;              /* rotate pairs (i, i + n_rot/2), else (2i, 2i+1) */
+    int norm_topk;              /* renormalise the selected experts' weights to sum 1 */
+    int qkv_bias;               /* attn_{q,k,v}.bias present */
+    enum mvm_qk_norm qk_norm;
+    int shared_expert;          /* qwen2moe: ffn_*_shexp with a sigmoid gate */
+    const char *expert_ff_key;  /* the key holding the experts' intermediate size */
+} mvm_arch;
+
+/* The architecture called `name`, or NULL. */
+const mvm_arch *mvm_arch_find(const char *name);
+/* "llama, qwen2moe, qwen3moe, olmoe" for messages and --help. */
+const char *mvm_arch_names(void);
+
+typedef struct mvm_hparams {
+    uint32_t n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, n_rot, n_ctx_train;
+    uint32_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
+    float rms_eps, rope_base;
+} mvm_hparams;
+
+/* A 2-D weight in ggml layout: `rows` rows of `cols` elements, row r at data + r*row_bytes. */
+typedef struct mvm_weight {
+    enum mvm_wtype type;
+    const void *data;
+    uint32_t rows, cols;
+    size_t row_bytes;
+} mvm_weight;
+
+typedef struct mvm_layer {
+    const float *attn_norm, *ffn_norm;
+    mvm_weight wq, wk, wv, wo;
+    const float *bq, *bk, *bv;           /* qkv_bias */
+    const float *q_norm, *k_norm;        /* qk_norm */
+    mvm_weight router;                   /* n_expert rows of n_embd */
+    const float *shexp_gate;             /* shared_expert: n_embd */
+    mvm_weight shexp_w1, shexp_w3, shexp_w2; /* gate, up (n_ff_shexp rows), down (n_embd rows) */
+} mvm_layer;
+
+typedef struct mvm_model {
+    const mvm_arch *arch;
+    mvm_hparams hp;
+    mvm_gguf *gguf;
+    mvm_weight tok_embd, output;
+    const float *output_norm;
+    mvm_layer *layers;
+    /* Experts: (layer, expert) at mvm_expert_addr(space, l, e), n_ff_exp/32 groups of
+     * mvm_k_expert_group_bytes(expert_type, n_embd). */
+    mvm_space *space;
+    enum mvm_wtype expert_type;
+    uint64_t expert_bytes;
+    char name[128];             /* general.name, or the file name */
+} mvm_model;
+
+/* Progress of a long load: called with bytes done and total, at most a few times a second. */
+typedef void (*mvm_progress_fn)(void *ctx, uint64_t done, uint64_t total);
+
+/*
+ * Opens `path`, checks the architecture, every required key and every tensor's shape and
+ * type, creates the expert space from `desc` (n_layers/n_experts/expert_bytes are filled
+ * in here) and converts the experts into their homes on the pool's threads. Errors name
+ * the file and the key or tensor at fault.
+ */
+mvm_status mvm_model_load(const char *path, mvm_space_desc *desc, mvm_pool *pool,
+                          mvm_progress_fn progress, void *progress_ctx, mvm_model **out);
+void mvm_model_free(mvm_model *m);
+
+/* Maps a GGUF tensor type to a kernel weight type; -1 when the engine cannot compute it. */
+int mvm_wtype_from_ggml(enum mvm_ggml_type t);
+/* The ggml type of a kernel weight type. */
+enum mvm_ggml_type mvm_wtype_to_ggml(enum mvm_wtype t);
+
+#endif

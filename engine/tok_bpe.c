@@ -1,0 +1,89 @@
+/*
+ * Byte-level BPE encoding, as llama.cpp's llm_tokenizer_bpe: the pre-tokenizer cuts the
+ * text into words; each byte of a word starts as its byte-level symbol's token, and the
+ * adjacent pair of the lowest merge rank is merged — ties to the leftmost pair — until no
+ * adjacent pair has a merge. Merges only ever make tokens (loading checks that every merge
+ * result is one), so the final symbols are tokens, except a byte whose symbol is not in
+ * the vocabulary, which llama.cpp drops and so does this.
+ */
+#include <stdlib.h>
+
+#include "engine/tokenizer_impl.h"
+#include "vmm/error.h"
+
+typedef struct sym {
+    int32_t id;         /* the token, -1 for a byte without one */
+    uint32_t n;         /* bytes; 0 once merged into its left */
+    int32_t prev, next; /* neighbours in the word, -1 at the ends */
+} sym;
+
+typedef struct bpe {
+    const mvm_tokenizer *t;
+    sym *w;
+    size_t cap;
+    tok_heap q;
+} bpe;
+
+/* Queues the merge of symbols l and r if their tokens have one. */
+static mvm_status try_pair(bpe *b, int32_t l, int32_t r)
+{
+    if (l < 0 || r < 0 || b->w[l].id < 0 || b->w[r].id < 0)
+        return MVM_OK;
+    const uint32_t *rank =
+        tok_u64map_get(&b->t->merge_rank, tok_pair_key((uint32_t)b->w[l].id, (uint32_t)b->w[r].id));
+    if (!rank)
+        return MVM_OK;
+    return tok_heap_push(&b->q, (tok_bigram){-(double)*rank, l, r, b->w[l].n + b->w[r].n});
+}
+
+static mvm_status encode_word(bpe *b, const uint8_t *s, size_t n, tok_out *o)
+{
+    if (n > b->cap) {
+        sym *w = realloc(b->w, n * sizeof *w);
+        if (!w)
+            return mvm_fail(MVM_ERR_NOMEM, "tokenizer: no memory for a word of %zu bytes", n);
+        b->w = w;
+        b->cap = n;
+    }
+    int32_t count = (int32_t)n;
+    for (int32_t i = 0; i < count; i++)
+        b->w[i] = (sym){b->t->byte_token[s[i]], 1, i - 1, i + 1 < count ? i + 1 : -1};
+    b->q.n = 0;
+    mvm_status st = MVM_OK;
+    for (int32_t i = 1; st == MVM_OK && i < count; i++)
+        st = try_pair(b, i - 1, i);
+    tok_bigram m;
+    while (st == MVM_OK && tok_heap_pop(&b->q, &m)) {
+        sym *l = &b->w[m.left], *r = &b->w[m.right];
+        /* Stale: a symbol was merged away or grew since (sizes only grow). */
+        if (l->n == 0 || r->n == 0 || l->n + r->n != m.size)
+            continue;
+        l->id = b->t->merge_result[(uint32_t)-m.prio];
+        l->n += r->n;
+        r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0)
+            b->w[r->next].prev = m.left;
+        st = try_pair(b, l->prev, m.left);
+        if (st == MVM_OK)
+            st = try_pair(b, m.left, l->next);
+    }
+    for (int32_t i = 0; st == MVM_OK && i >= 0; i = b->w[i].next)
+        if (b->w[i].id >= 0)
+            tok_emit(o, b->w[i].id);
+    return st;
+}
+
+mvm_status tok_bpe_encode(const mvm_tokenizer *t, const char *text, size_t len, tok_out *o)
+{
+    const uint8_t *s = (const uint8_t *)text;
+    bpe b = {t, NULL, 0, {0}};
+    mvm_status st = MVM_OK;
+    for (size_t pos = 0, end; st == MVM_OK && pos < len; pos = end) {
+        end = tok_pretok_next(t->pre, s, len, pos);
+        st = encode_word(&b, s + pos, end - pos, o);
+    }
+    tok_heap_free(&b.q);
+    free(b.w);
+    return st;
+}

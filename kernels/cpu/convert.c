@@ -1,0 +1,165 @@
+/*
+ * Element conversions, row sizes, activation preparation and (de)quantization, all with
+ * llama.cpp's reference rounding so that a model written by mkmodel or converted from a GGUF
+ * holds the bits llama.cpp would have written. Scalar on purpose: these run once per weight
+ * at load or once per activation vector, never in a hot loop.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/cpu/dispatch.h"
+
+float mvm_fp16_to_fp32(uint16_t h)
+{
+    return mvm_k_h2f(h);
+}
+
+/* ggml_compute_fp32_to_fp16 (the FP16 library's bit-twiddling version): scaling |f| by
+ * 2^112 then 2^-110 lets the float adder do the round-to-nearest-even of the mantissa
+ * (including into the half subnormals, and overflow to inf at 65520); nan becomes a quiet
+ * nan with the sign kept. Needs the default rounding mode, as ggml does. */
+uint16_t mvm_fp32_to_fp16(float f)
+{
+    float base = (fabsf(f) * 0x1.0p+112f) * 0x1.0p-110f;
+    const uint32_t w = mvm_k_f2u(f);
+    const uint32_t shl1_w = w + w;
+    const uint32_t sign = w & 0x80000000u;
+    uint32_t bias = shl1_w & 0xFF000000u;
+    if (bias < 0x71000000u)
+        bias = 0x71000000u;
+    base = mvm_k_u2f((bias >> 1) + 0x07800000u) + base;
+    const uint32_t bits = mvm_k_f2u(base);
+    const uint32_t exp_bits = (bits >> 13) & 0x00007C00u;
+    const uint32_t mantissa_bits = bits & 0x00000FFFu;
+    const uint32_t nonsign = exp_bits + mantissa_bits;
+    return (uint16_t)((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
+}
+
+float mvm_bf16_to_fp32(uint16_t h)
+{
+    return mvm_k_bf2f(h);
+}
+
+/* ggml_compute_fp32_to_bf16: round to nearest even on the upper 16 bits; nan is forced
+ * quiet (bit 6 of the result) so that the rounding cannot turn it into inf. */
+uint16_t mvm_fp32_to_bf16(float f)
+{
+    const uint32_t u = mvm_k_f2u(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 64);
+    return (uint16_t)((u + (0x7fffu + ((u >> 16) & 1))) >> 16);
+}
+
+size_t mvm_k_row_bytes(enum mvm_wtype t, size_t n)
+{
+    switch (t) {
+    case MVM_W_F32: return n * 4;
+    case MVM_W_F16:
+    case MVM_W_BF16: return n * 2;
+    case MVM_W_Q8_0: return n / MVM_QBLOCK * sizeof(mvm_block_q8_0);
+    case MVM_W_Q4_0: return n / MVM_QBLOCK * sizeof(mvm_block_q4_0);
+    default: return 0;
+    }
+}
+
+size_t mvm_k_act_bytes(enum mvm_wtype t, size_t n)
+{
+    return mvm_k_is_q(t) ? mvm_k_row_bytes(MVM_W_Q8_0, n) : n * 4;
+}
+
+void mvm_k_prepare_act(enum mvm_wtype t, const float *x, void *act, size_t n)
+{
+    mvm_k_quantize(mvm_k_is_q(t) ? MVM_W_Q8_0 : MVM_W_F32, x, act, n);
+}
+
+/* quantize_row_q8_0_ref: d = amax / 127, q = round-half-away(x * (1/d)). */
+void mvm_k_quantize_q8_0_block(const float *x, mvm_block_q8_0 *y)
+{
+    float amax = 0.0f;
+    for (int j = 0; j < MVM_QBLOCK; j++)
+        amax = amax > fabsf(x[j]) ? amax : fabsf(x[j]); /* ggml's MAX: a nan propagates */
+    const float d = amax / 127;
+    const float id = d ? 1.0f / d : 0.0f;
+    y->d = mvm_fp32_to_fp16(d);
+    for (int j = 0; j < MVM_QBLOCK; j++)
+        y->qs[j] = (int8_t)roundf(x[j] * id);
+}
+
+/* quantize_row_q4_0_ref: d = -(the value of largest magnitude, first one on ties) / 8, so
+ * that value maps to quant 0 exactly and the rest of [-8, 7] covers the other side;
+ * q = min(15, trunc(x / d + 8.5)). */
+static void quantize_q4_0_block(const float *x, mvm_block_q4_0 *y)
+{
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < MVM_QBLOCK; j++) {
+        if (amax < fabsf(x[j])) {
+            amax = fabsf(x[j]);
+            max = x[j];
+        }
+    }
+    const float d = max / -8;
+    const float id = d ? 1.0f / d : 0.0f;
+    y->d = mvm_fp32_to_fp16(d);
+    for (int j = 0; j < MVM_QBLOCK / 2; j++) {
+        /* Separate statements, as in ggml, so that no compiler fuses x * id + 8.5 into an
+         * fma (a different rounding). */
+        const float x0 = x[j] * id, x1 = x[j + MVM_QBLOCK / 2] * id;
+        const int8_t lo = (int8_t)(x0 + 8.5f), hi = (int8_t)(x1 + 8.5f);
+        y->qs[j] = (uint8_t)((lo < 15 ? lo : 15) | (hi < 15 ? hi : 15) << 4);
+    }
+}
+
+void mvm_k_quantize(enum mvm_wtype t, const float *src, void *dst, size_t n)
+{
+    switch (t) {
+    case MVM_W_F32: memcpy(dst, src, n * sizeof *src); break;
+    case MVM_W_F16:
+        for (size_t i = 0; i < n; i++)
+            ((uint16_t *)dst)[i] = mvm_fp32_to_fp16(src[i]);
+        break;
+    case MVM_W_BF16:
+        for (size_t i = 0; i < n; i++)
+            ((uint16_t *)dst)[i] = mvm_fp32_to_bf16(src[i]);
+        break;
+    case MVM_W_Q8_0:
+        for (size_t b = 0; b < n / MVM_QBLOCK; b++)
+            mvm_k_quantize_q8_0_block(src + b * MVM_QBLOCK, (mvm_block_q8_0 *)dst + b);
+        break;
+    case MVM_W_Q4_0:
+        for (size_t b = 0; b < n / MVM_QBLOCK; b++)
+            quantize_q4_0_block(src + b * MVM_QBLOCK, (mvm_block_q4_0 *)dst + b);
+        break;
+    default: break;
+    }
+}
+
+void mvm_k_dequantize(enum mvm_wtype t, const void *src, float *dst, size_t n)
+{
+    switch (t) {
+    case MVM_W_F32:
+    case MVM_W_F16:
+    case MVM_W_BF16:
+        for (size_t i = 0; i < n; i++)
+            dst[i] = mvm_k_elem(t, src, i);
+        break;
+    case MVM_W_Q8_0:
+        for (size_t b = 0; b < n / MVM_QBLOCK; b++) {
+            const mvm_block_q8_0 *blk = (const mvm_block_q8_0 *)src + b;
+            const float d = mvm_k_h2f(blk->d);
+            for (int j = 0; j < MVM_QBLOCK; j++)
+                dst[b * MVM_QBLOCK + j] = d * blk->qs[j];
+        }
+        break;
+    case MVM_W_Q4_0:
+        for (size_t b = 0; b < n / MVM_QBLOCK; b++) {
+            const mvm_block_q4_0 *blk = (const mvm_block_q4_0 *)src + b;
+            const float d = mvm_k_h2f(blk->d);
+            for (int j = 0; j < MVM_QBLOCK / 2; j++) {
+                dst[b * MVM_QBLOCK + j] = d * ((blk->qs[j] & 0x0F) - 8);
+                dst[b * MVM_QBLOCK + j + MVM_QBLOCK / 2] = d * ((blk->qs[j] >> 4) - 8);
+            }
+        }
+        break;
+    default: break;
+    }
+}

@@ -1,0 +1,121 @@
+/*
+ * CPU compute kernels: pure functions over caller-owned buffers (no allocation, no threads,
+ * no globals beyond the SIMD level chosen once at start-up). The engine's thread pool splits
+ * work into row / channel-group ranges and calls these on each range, so every kernel takes
+ * a [begin, end) range and writes only its part of the output.
+ *
+ * Weight types and their blocks are llama.cpp's (ggml-common.h):
+ *   F32, F16 (IEEE half), BF16 (upper 16 bits of an F32),
+ *   Q8_0: 32 elements as { f16 d; int8 qs[32]; }            34 bytes, x = d * q
+ *   Q4_0: 32 elements as { f16 d; uint8 qs[16]; }           18 bytes, x = d * (nibble - 8),
+ *         element j < 16 in the low nibble of qs[j], element j + 16 in its high nibble.
+ *
+ * Activations: for F32/F16/BF16 weights a dot product takes the activation vector as F32;
+ * for Q8_0/Q4_0 weights it takes it quantized to Q8_0 (as ggml does: vec_dot_type = q8_0),
+ * so the integer dot products stay in int8. mvm_k_act_bytes() says how many bytes an
+ * activation vector of n elements takes for a weight type, mvm_k_prepare_act() makes it.
+ *
+ * Alignment: every buffer (weights, activations, strides included) is aligned to its element:
+ * 4 bytes for F32, 2 for F16, BF16 and the Q blocks (whose scale is an f16). Nothing needs
+ * more, the SIMD code loads unaligned; but F32/F16/BF16 rows at 64-byte boundaries spare the
+ * AVX-512 level's loads from splitting cache lines (about a fifth faster when in cache).
+ */
+#ifndef MVM_KERNELS_CPU_KERNELS_H
+#define MVM_KERNELS_CPU_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum mvm_wtype { MVM_W_F32, MVM_W_F16, MVM_W_BF16, MVM_W_Q8_0, MVM_W_Q4_0, MVM_W_COUNT };
+
+#define MVM_QBLOCK 32 /* elements per Q8_0 / Q4_0 block, and channels per expert group */
+
+/* Bytes of n elements of type t; n must be a multiple of MVM_QBLOCK for Q8_0/Q4_0. */
+size_t mvm_k_row_bytes(enum mvm_wtype t, size_t n);
+/* Bytes of an activation vector of n elements as the dot products of type t take it. */
+size_t mvm_k_act_bytes(enum mvm_wtype t, size_t n);
+/* x (n floats) -> the activation format of type t (a copy for F32/F16/BF16, Q8_0 blocks
+ * for Q8_0/Q4_0). */
+void mvm_k_prepare_act(enum mvm_wtype t, const float *x, void *act, size_t n);
+
+/* ---- SIMD level ------------------------------------------------------------------------ */
+enum mvm_simd { MVM_SIMD_SCALAR, MVM_SIMD_AVX2, MVM_SIMD_AVX512, MVM_SIMD_COUNT };
+/* The best level this CPU supports (cpuid + OS support for the registers). */
+enum mvm_simd mvm_k_simd_detect(void);
+/* Selects the level every kernel uses from now on; -1 when the CPU lacks it (the level in
+ * use is unchanged). Call before starting threads. Default: mvm_k_simd_detect(). */
+int mvm_k_simd_use(enum mvm_simd level);
+enum mvm_simd mvm_k_simd_current(void);
+const char *mvm_k_simd_name(enum mvm_simd level); /* "scalar", "avx2", "avx512" */
+
+/* ---- conversions and (de)quantization (llama.cpp's reference rounding) ------------------ */
+float mvm_fp16_to_fp32(uint16_t h);
+uint16_t mvm_fp32_to_fp16(float f);      /* round to nearest even, inf/nan kept */
+float mvm_bf16_to_fp32(uint16_t h);
+uint16_t mvm_fp32_to_bf16(float f);      /* round to nearest even, nan kept quiet */
+/* n floats -> n elements of type t (n a multiple of 32 for Q types); what mkmodel writes. */
+void mvm_k_quantize(enum mvm_wtype t, const float *src, void *dst, size_t n);
+/* n elements of type t -> floats (embedding rows, tests). */
+void mvm_k_dequantize(enum mvm_wtype t, const void *src, float *dst, size_t n);
+
+/* ---- row-major matrices (ggml layout: row r of an [n_in x n_out] weight is n_in elements
+ * at w + r * row_bytes) ---------------------------------------------------------------- */
+/* y[r] = dot(row r, x) for r in [r0, r1); act as mvm_k_prepare_act made it for n_in. */
+void mvm_k_matvec(enum mvm_wtype t, const void *w, size_t row_bytes, size_t n_in,
+                  const void *act, float *y, size_t r0, size_t r1);
+/* The same for n_tok activation vectors (act + i*act_stride bytes) into y + i*y_stride
+ * floats: each weight row is read once for all tokens (prefill). */
+void mvm_k_matmul(enum mvm_wtype t, const void *w, size_t row_bytes, size_t n_in,
+                  const void *act, size_t act_stride, size_t n_tok, float *y, size_t y_stride,
+                  size_t r0, size_t r1);
+
+/* ---- the channel-major expert (DESIGN.md §2) --------------------------------------------
+ * An expert with hidden size n_embd and n_ff intermediate channels (n_ff % 32 == 0) is
+ * n_ff/32 groups of 32 channels, stored one after another, each
+ *     gate rows c..c+31   (32 rows of n_embd elements, type t)
+ *     up rows   c..c+31   (32 rows of n_embd elements, type t)
+ *     down      n_embd blocks of 32 elements: for output j, down[j][c..c+31] (type t)
+ * so a prefix of the expert's bytes holds whole groups, and the FFN output is the sum over
+ * groups of  down_g · (silu(gate_g · x) * (up_g · x)). */
+size_t mvm_k_expert_group_bytes(enum mvm_wtype t, size_t n_embd);
+/* out[j] += weight * sum over groups g in [g0, g1) of the group's output, j < n_embd.
+ * act: x prepared for n_embd. For Q types the 32 intermediate activations of a group are
+ * quantized to one Q8_0 block before the down product (as ggml quantizes the input of
+ * ffn_down; unlike ggml, which scales the expert's output, the routing weight is folded into
+ * these activations first — the same in exact arithmetic, one rounding fewer per output); for float types they stay F32. */
+void mvm_k_expert_ffn(enum mvm_wtype t, const void *expert, size_t n_embd, const void *act,
+                      float weight, float *out, size_t g0, size_t g1);
+/* The same for n_tok tokens routed to this expert: act + i*act_stride bytes, weights[i],
+ * out + i*out_stride floats; each group's weights are read once for all tokens. */
+void mvm_k_expert_ffn_batch(enum mvm_wtype t, const void *expert, size_t n_embd,
+                            const void *act, size_t act_stride, const float *weights,
+                            size_t n_tok, float *out, size_t out_stride, size_t g0, size_t g1);
+/* Row-major (llama.cpp) expert slices -> one channel-major expert: gate and up are
+ * [n_embd x n_ff] (n_ff rows of n_embd), down is [n_ff x n_embd] (n_embd rows of n_ff), all
+ * of type t, each given by its first row. Writes n_ff/32 groups to dst. Used at load. */
+void mvm_k_expert_pack(enum mvm_wtype t, const void *gate, const void *up, const void *down,
+                       size_t n_embd, size_t n_ff, void *dst);
+
+/* ---- element-wise and small ops (F32) --------------------------------------------------- */
+/* out = x / sqrt(mean(x^2) + eps) * w  (w may be NULL: no scale). out may equal x. */
+void mvm_k_rmsnorm(float *out, const float *x, const float *w, size_t n, float eps);
+/* Rotary embedding in place on n_heads heads of head_dim floats at position pos, rotating
+ * the first n_rot dims with theta_i = pos * base^(-2i/n_rot). neox = 0: pairs (2i, 2i+1)
+ * (llama.cpp ROPE_TYPE_NORM, llama/Mixtral); neox = 1: pairs (i, i + n_rot/2)
+ * (ROPE_TYPE_NEOX, qwen2moe/qwen3moe/olmoe). */
+void mvm_k_rope(float *x, size_t n_heads, size_t head_dim, size_t n_rot, size_t pos,
+                float base, int neox);
+/* Softmax in place over n floats (max-subtracted). */
+void mvm_k_softmax(float *x, size_t n);
+/* The k largest of x[0..n) (k <= n), indices in idx, largest first; ties go to the lower
+ * index (deterministic routing). */
+void mvm_k_topk(const float *x, size_t n, size_t k, int *idx);
+/* x[i] = silu(x[i]) * y[i]. */
+void mvm_k_swiglu(float *x, const float *y, size_t n);
+/* One attention head for one query: q (head_dim), keys/values of positions 0..n_pos-1 at
+ * k + p*kv_stride and v + p*kv_stride floats; scores = q·k * scale, softmax, out = Σ p v.
+ * scratch holds n_pos floats. */
+void mvm_k_attn_head(const float *q, const float *k, const float *v, size_t kv_stride,
+                     size_t n_pos, size_t head_dim, float scale, float *scratch, float *out);
+
+#endif

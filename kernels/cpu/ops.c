@@ -1,0 +1,117 @@
+/*
+ * The small F32 ops around the matrix products. Each is linear in its input size and runs
+ * once per token and layer (or per head), a fraction of a percent of a token's time, so plain
+ * C suffices, written as llama.cpp computes them so that results match it closely. The
+ * attention head, whose cost grows with the context, goes through the SIMD level's dot
+ * product and a loop that gcc -O2 vectorizes, as is rmsnorm's sum of squares; the rest call
+ * expf or are one short pass.
+ */
+#include <math.h>
+
+#include "kernels/cpu/dispatch.h"
+
+void mvm_k_rmsnorm(float *out, const float *x, const float *w, size_t n, float eps)
+{
+    /* The squares summed in double as ggml_compute_forward_rms_norm does, but on 8 partial
+     * sums: one chain of dependent double additions would cost 4 cycles an element. */
+    double acc[8] = {0}, sum = 0;
+    const size_t n8 = n - n % 8;
+    for (size_t i = 0; i < n8; i += 8)
+#pragma GCC unroll 8
+        for (size_t k = 0; k < 8; k++)
+            acc[k] += (double)(x[i + k] * x[i + k]);
+    for (size_t i = n8; i < n; i++)
+        sum += (double)(x[i] * x[i]);
+    for (size_t k = 0; k < 8; k++)
+        sum += acc[k];
+    const float mean = (float)(sum / (double)n);
+    const float scale = 1.0f / sqrtf(mean + eps);
+    for (size_t i = 0; i < n; i++)
+        out[i] = x[i] * scale * (w ? w[i] : 1.0f);
+}
+
+void mvm_k_rope(float *x, size_t n_heads, size_t head_dim, size_t n_rot, size_t pos, float base,
+                int neox)
+{
+    const size_t half = n_rot / 2;
+    for (size_t i = 0; i < half; i++) {
+        /* The angle is computed the same way for both pairings; at pos 0 it is 0 and the
+         * rotation is the identity. */
+        const float theta = (float)pos * powf(base, -(float)(2 * i) / (float)n_rot);
+        const float c = cosf(theta), s = sinf(theta);
+        const size_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+        for (size_t h = 0; h < n_heads; h++) {
+            float *p = x + h * head_dim;
+            const float a = p[i0], b = p[i1];
+            p[i0] = a * c - b * s;
+            p[i1] = a * s + b * c;
+        }
+    }
+}
+
+void mvm_k_softmax(float *x, size_t n)
+{
+    float max = -INFINITY;
+    for (size_t i = 0; i < n; i++)
+        max = x[i] > max ? x[i] : max;
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - max);
+        sum += x[i];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (size_t i = 0; i < n; i++)
+        x[i] *= inv;
+}
+
+/* The ranking key: nan ranks lowest, so that the order is total and k indices always come
+ * out even from a broken router. */
+static float key(const float *x, size_t i)
+{
+    return isnan(x[i]) ? -INFINITY : x[i];
+}
+
+/* One pass keeping idx[0..m) sorted, largest first; a value enters only when strictly
+ * larger, so among equals the earlier (lower) index stays ahead. */
+void mvm_k_topk(const float *x, size_t n, size_t k, int *idx)
+{
+    size_t m = 0;
+    for (size_t i = 0; i < n && k; i++) {
+        const float v = key(x, i);
+        if (m == k && !(v > key(x, (size_t)idx[k - 1])))
+            continue;
+        size_t p = m < k ? m++ : k - 1;
+        for (; p > 0 && v > key(x, (size_t)idx[p - 1]); p--)
+            idx[p] = idx[p - 1];
+        idx[p] = (int)i;
+    }
+}
+
+void mvm_k_swiglu(float *x, const float *y, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = x[i] / (1.0f + expf(-x[i])) * y[i];
+}
+
+void mvm_k_attn_head(const float *q, const float *k, const float *v, size_t kv_stride, size_t n_pos,
+                     size_t head_dim, float scale, float *scratch, float *restrict out)
+{
+    const mvm_k_dot_fn dot = mvm_k_kernels->dot[MVM_W_F32];
+    for (size_t p = 0; p < n_pos; p++)
+        scratch[p] = dot(k + p * kv_stride, q, head_dim) * scale;
+    mvm_k_softmax(scratch, n_pos);
+    for (size_t d = 0; d < head_dim; d++)
+        out[d] = 0;
+    for (size_t p = 0; p < n_pos; p++) {
+        const float *restrict vp = v + p * kv_stride;
+        const float s = scratch[p];
+        /* Chunks of 8 with a constant inner count: gcc -O2's cost model vectorizes only
+         * loops whose trip count the vector width divides. */
+        size_t d = 0;
+        for (; d + 8 <= head_dim; d += 8)
+            for (size_t e = 0; e < 8; e++)
+                out[d + e] += s * vp[d + e];
+        for (; d < head_dim; d++)
+            out[d] += s * vp[d];
+    }
+}

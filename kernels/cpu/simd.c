@@ -1,0 +1,90 @@
+/*
+ * SIMD level detection and selection. The level's table of hot kernels is chosen once (at
+ * load, by a constructor, or by mvm_k_simd_use before threads start) and read by every
+ * kernel call, so dispatch costs one indirect call per row or per expert group.
+ *
+ * Detection reads cpuid and XCR0 directly rather than __builtin_cpu_supports: clang 14's
+ * does not know "f16c", and the XCR0 test (the OS saves the YMM / ZMM state across context
+ * switches) is then explicit rather than left to each compiler's runtime.
+ */
+#include "kernels/cpu/dispatch.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+const struct mvm_k_level *mvm_k_kernels = &mvm_k_level_scalar;
+static enum mvm_simd current = MVM_SIMD_SCALAR;
+
+static const struct mvm_k_level *const levels[MVM_SIMD_COUNT] = {
+    [MVM_SIMD_SCALAR] = &mvm_k_level_scalar,
+#if defined(__x86_64__) || defined(__i386__)
+    [MVM_SIMD_AVX2] = &mvm_k_level_avx2,
+    [MVM_SIMD_AVX512] = &mvm_k_level_avx512,
+#endif
+};
+
+#if defined(__x86_64__) || defined(__i386__)
+/* XCR0 bits: 1 SSE, 2 AVX (YMM upper halves), 5-7 AVX-512 (opmasks, ZMM upper halves,
+ * ZMM16-31). */
+#define XCR0_AVX 0x06u
+#define XCR0_AVX512 0xE6u
+
+static unsigned xcr0(void)
+{
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return lo;
+}
+
+enum mvm_simd mvm_k_simd_detect(void)
+{
+    unsigned a, b, c1, d;
+    /* xgetbv is only defined once the OS has set CR4.OSXSAVE. */
+    if (!__get_cpuid(1, &a, &b, &c1, &d) || !(c1 & bit_OSXSAVE))
+        return MVM_SIMD_SCALAR;
+    const unsigned xcr = xcr0();
+    unsigned b7, c7;
+    if (!__get_cpuid_count(7, 0, &a, &b7, &c7, &d))
+        return MVM_SIMD_SCALAR;
+    const unsigned need1 = bit_AVX | bit_FMA | bit_F16C;
+    if ((c1 & need1) != need1 || !(b7 & bit_AVX2) || (xcr & XCR0_AVX) != XCR0_AVX)
+        return MVM_SIMD_SCALAR;
+    /* DQ too: the AVX-512 level is compiled for it, and every CPU with BW and VL has it. */
+    const unsigned need7 = bit_AVX512F | bit_AVX512BW | bit_AVX512VL | bit_AVX512DQ;
+    if ((b7 & need7) != need7 || (xcr & XCR0_AVX512) != XCR0_AVX512)
+        return MVM_SIMD_AVX2;
+    return MVM_SIMD_AVX512;
+}
+#else
+enum mvm_simd mvm_k_simd_detect(void)
+{
+    return MVM_SIMD_SCALAR;
+}
+#endif
+
+int mvm_k_simd_use(enum mvm_simd level)
+{
+    if ((unsigned)level >= MVM_SIMD_COUNT || level > mvm_k_simd_detect())
+        return -1;
+    mvm_k_kernels = levels[level];
+    current = level;
+    return 0;
+}
+
+enum mvm_simd mvm_k_simd_current(void)
+{
+    return current;
+}
+
+const char *mvm_k_simd_name(enum mvm_simd level)
+{
+    static const char *const names[MVM_SIMD_COUNT] = {"scalar", "avx2", "avx512"};
+    return (unsigned)level < MVM_SIMD_COUNT ? names[level] : "unknown";
+}
+
+/* The default, mvm_k_simd_detect(), in place before main() and before any thread. */
+__attribute__((constructor)) static void select_best(void)
+{
+    mvm_k_simd_use(mvm_k_simd_detect());
+}

@@ -1,0 +1,304 @@
+"""The engine's logits against the independent NumPy reference (moe_ref.py).
+
+    /usr/bin/python3 tests/ref/check_forward.py --moevm build/moevm --workdir DIR
+
+For each architecture (llama = Mixtral, qwen2moe, qwen3moe, olmoe) and weight type (f32,
+f16, bf16, q8_0, q4_0): `moevm mkmodel --preset tiny` writes a model, `moevm run` prefills
+three random prompts (1, 5 and 12 tokens) and greedily generates 4 tokens, writing every
+evaluated position's logits (--logits-out); the reference recomputes the logits of the same
+fed token sequence in float64 from the file's exactly dequantized weights, and each row's
+relative error ||engine - ref||_2 / ||ref||_2 must be within the type's tolerance.
+
+Quantized weights (q8_0, q4_0): the engine, as ggml does, quantizes each product's input
+activations to Q8_0 blocks. That costs up to ~3e-2 relative error against the exact
+reference, and, now and then, it moves a token's router past a top-k boundary: a different
+expert, and an error as large as a real bug's. So for these types two comparisons:
+  exact     against the exact reference, on the rows before the first position whose
+            routing (any layer) the activation rounding changes;
+  emulated  against the reference with ggml's Q8_0 activation rounding emulated
+            (moe_ref Config.act_q8_0), on every row: same routing as the engine.
+The rows the exact comparison leaves out are counted in the output.
+
+Greedy tokens: each generated token must be the argmax of the engine's previous row, and
+the reference's argmax wherever the reference's top-2 margin is clear: more than 10 times
+the tolerated RMS error of one logit (tol x ||row||_2 / sqrt(n_vocab)).
+
+Sensitivity: the same comparison against deliberately wrong references (RoPE pairing
+swapped, top-k renormalisation flipped, experts shifted by one) must fail by a wide margin,
+so a pass here means something.
+
+Exit status: 0 pass, 1 any failure (with the reason), 77 NumPy not importable (skipped).
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+
+try:
+    import numpy as np
+except ImportError:
+    print("check_forward: NumPy is not importable: skipped")
+    sys.exit(77)
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gguf_read  # noqa: E402
+import moe_ref  # noqa: E402
+
+ARCHS = ("llama", "qwen2moe", "qwen3moe", "olmoe")
+TYPES = {"f32": gguf_read.GGML_F32, "f16": gguf_read.GGML_F16, "bf16": gguf_read.GGML_BF16,
+         "q8_0": gguf_read.GGML_Q8_0, "q4_0": gguf_read.GGML_Q4_0}
+QUANTIZED = ("q8_0", "q4_0")
+
+# Max relative row error: (exact comparison, emulated comparison). Measured on the tiny
+# presets (2 layers, 64 wide, 8 experts, top-2): float types <= 6.3e-7 (F32 arithmetic:
+# the reference has the engine's exact weights), and the two comparisons are one.
+# Quantized types: exact <= 2.9e-2 on routing-stable rows (Q8_0 activation rounding);
+# emulated ~6e-8, except where F32 and F64 round an activation to different sides of a
+# Q8_0 step (seen up to 8e-3). The deliberate bugs below cost >= 0.18 (renormalisation
+# flipped; RoPE pairing swapped >= 0.88, experts shifted >= 0.99).
+TOL = {"f32": (1e-4, 1e-4), "f16": (1e-4, 1e-4), "bf16": (1e-4, 1e-4),
+       "q8_0": (7e-2, 3e-2), "q4_0": (7e-2, 3e-2)}
+SENSITIVITY_MARGIN = 4.0   # a deliberate bug must exceed the (emulated) tolerance this much
+# The reference's argmax is checked where its top-2 margin exceeds this many times the
+# tolerated RMS per-logit error, tol x ||row|| / sqrt(n_vocab).
+GREEDY_MARGIN = 10.0
+
+MODEL_SEED = 7
+PROMPT_SEED = 20240607
+PROMPT_LENGTHS = (1, 5, 12)
+N_GEN = 4
+TIMEOUT_S = 300
+
+
+class Failure(Exception):
+    pass
+
+
+def run(cmd):
+    try:
+        p = subprocess.run(cmd, capture_output=True, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise Failure(f"timed out after {TIMEOUT_S} s: {' '.join(cmd)}")
+    if p.returncode != 0:
+        # bytes: generated text from random weights need not be valid UTF-8
+        tail = (p.stdout + p.stderr).decode("utf-8", "replace").strip().splitlines()[-8:]
+        raise Failure(f"exit status {p.returncode}: {' '.join(cmd)}\n    " + "\n    ".join(tail))
+
+
+def read_logits(path, n_vocab):
+    """The --logits-out file: 16-byte header {b"MVML", u32 version 1, u32 n_vocab,
+    u32 n_rows}, then n_rows x {i32 token, i32 pos, f32 logits[n_vocab]}, little-endian."""
+    raw = np.fromfile(path, dtype=np.uint8)
+    if raw.size < 16 or bytes(raw[:4]) != b"MVML":
+        raise Failure(f"{path}: not a logits file (magic {bytes(raw[:4])!r})")
+    version, nv, n_rows = raw[4:16].view("<u4")
+    if version != 1 or nv != n_vocab:
+        raise Failure(f"{path}: version {version}, n_vocab {nv} (want 1, {n_vocab})")
+    rec = np.dtype([("token", "<i4"), ("pos", "<i4"), ("logits", "<f4", (n_vocab,))])
+    if raw.size != 16 + n_rows * rec.itemsize:
+        raise Failure(f"{path}: {raw.size} bytes, want {16 + n_rows * rec.itemsize} for "
+                      f"{n_rows} rows")
+    return raw[16:].view(rec)
+
+
+def row_errors(a, b):
+    return np.linalg.norm(a - b, axis=1) / np.linalg.norm(b, axis=1)
+
+
+def first_routing_change(ta, tb, n):
+    """First position whose set of selected experts differs in any layer (n if none)."""
+    pos = [np.flatnonzero(np.any(np.sort(a["selected"], 1) != np.sort(b["selected"], 1), 1))
+           for a, b in zip(ta, tb)]
+    return min([int(p[0]) for p in pos if p.size] + [n])
+
+
+def make_model(moevm, workdir, arch, wtype):
+    path = os.path.join(workdir, f"{arch}-{wtype}.gguf")
+    run([moevm, "mkmodel", "--preset", "tiny", "--arch", arch, "--type", wtype,
+         "--seed", str(MODEL_SEED), "-o", path])
+    model = moe_ref.load_model(path)
+    if model.cfg.arch != arch:
+        raise Failure(f"{path}: general.architecture is {model.cfg.arch!r}, not {arch!r}")
+    # mkmodel must have honoured --type where it matters most: the experts.
+    got = model.wtypes["blk.0.ffn_gate_exps.weight"]
+    if got != TYPES[wtype]:
+        raise Failure(f"{path}: expert weights are ggml type {got}, not {wtype}")
+    return model
+
+
+class Compare:
+    """The reference side of one (model, fed sequence) comparison."""
+
+    def __init__(self, model, wtype, tokens):
+        self.tol_exact, self.tol = TOL[wtype]
+        self.quantized = wtype in QUANTIZED
+        trace_exact, trace_emu = [], []
+        self.exact = moe_ref.forward(model, tokens, trace=trace_exact)
+        if self.quantized:
+            self.emu = moe_ref.forward(model.replace(act_q8_0=True), tokens, trace=trace_emu)
+            self.stable = first_routing_change(trace_exact, trace_emu, len(tokens))
+        else:
+            self.emu, self.stable = self.exact, len(tokens)
+
+    def errors(self, logits):
+        """Row errors: (exact, over the routing-stable rows; emulated, over all rows); the
+        same numbers twice for float types."""
+        return (row_errors(logits[:self.stable], self.exact[:self.stable]),
+                row_errors(logits, self.emu))
+
+
+def check_prompt(moevm, model, wtype, workdir, prompt, tag):
+    """Runs the engine on one prompt; returns (line, problems, worst errors, records)."""
+    out = os.path.join(workdir, f"{tag}.bin")
+    model_path = os.path.join(workdir, f"{model.cfg.arch}-{wtype}.gguf")
+    run([moevm, "run", "-m", model_path, "--tokens", ",".join(map(str, prompt)),
+         "-n", str(N_GEN), "--temp", "0", "--logits-out", out])
+    rec = read_logits(out, model.cfg.n_vocab)
+    L, problems = len(prompt), []
+
+    # Rows: the prompt, then each generated token fed back; positions 0, 1, 2, ... Fewer
+    # only where generation stopped at end-of-text (not fed back), which is then the argmax
+    # of the last row.
+    eos = model.meta.get("tokenizer.ggml.eos_token_id")
+    stopped = len(rec) and eos is not None and int(rec["logits"][-1].argmax()) == eos
+    if not (len(rec) == L + N_GEN or (L <= len(rec) < L + N_GEN and stopped)):
+        raise Failure(f"{len(rec)} rows, want {L + N_GEN} (prompt + generated)"
+                      + ("" if stopped else ", and the last row does not end the text"))
+    if not np.array_equal(rec["pos"], np.arange(len(rec))):
+        raise Failure(f"positions {rec['pos'].tolist()}, want 0..{len(rec) - 1}")
+    if not np.array_equal(rec["token"][:L], prompt):
+        raise Failure(f"fed tokens {rec['token'][:L].tolist()} != prompt {prompt}")
+    tokens = rec["token"].tolist()
+    logits = rec["logits"].astype(np.float64)
+    if not np.all(np.isfinite(logits)):
+        raise Failure("non-finite logits")
+
+    ref = Compare(model, wtype, tokens)
+    rows_exact, rows_emu = ref.errors(logits)
+    e_exact = float(rows_exact.max()) if rows_exact.size else 0.0
+    e_emu = float(rows_emu.max())
+    checks = [("exact", rows_exact, ref.tol_exact)] + \
+        ([("emulated", rows_emu, ref.tol)] if ref.quantized else [])
+    for name, rows, tol in checks:
+        if rows.size and not rows.max() <= tol:  # (NaN fails too)
+            problems.append(f"{name} error {rows.max():.2e} > {tol:.0e} at row "
+                            f"{int(np.argmax(rows))}")
+
+    # Greedy decoding: token i+1 fed is the argmax of row i, for the generated ones.
+    checked = 0
+    for i in range(L - 1, len(rec) - 1):
+        nxt = tokens[i + 1]
+        if logits[i, nxt] != logits[i].max():
+            problems.append(f"generated token {nxt} at row {i + 1} is not the argmax "
+                            f"({int(logits[i].argmax())}) of the engine's row {i}")
+        top2 = np.sort(ref.emu[i])[-2:]
+        rms_tol = ref.tol * np.linalg.norm(ref.emu[i]) / np.sqrt(model.cfg.n_vocab)
+        if top2[1] - top2[0] > GREEDY_MARGIN * rms_tol:
+            checked += 1
+            if nxt != int(ref.emu[i].argmax()):
+                problems.append(f"generated token {nxt} at row {i + 1}, the reference's "
+                                f"clear argmax is {int(ref.emu[i].argmax())}")
+    n_gen = len(rec) - L
+
+    line = f"{model.cfg.arch:9s} {wtype:5s} prompt {L:2d}: rows {len(rec):2d}  "
+    if ref.quantized:
+        line += (f"max rel err exact {e_exact:.2e} (tol {ref.tol_exact:.0e}; "
+                 f"{ref.stable}/{len(rec)} rows routing-stable), emulated {e_emu:.2e} "
+                 f"(tol {ref.tol:.0e}; median {np.median(rows_emu):.0e})")
+    else:
+        line += f"max rel err {e_emu:.2e} (tol {ref.tol:.0e})"
+    line += f"  greedy: {checked}/{n_gen} checked vs reference"
+    return line, problems, (e_exact, e_emu), (tokens, logits)
+
+
+def shifted_experts(model):
+    """The model with every layer's expert e taking expert e+1's weights."""
+    w = dict(model.w)
+    for il in range(model.cfg.n_layer):
+        for n in ("gate", "up", "down"):
+            k = f"blk.{il}.ffn_{n}_exps.weight"
+            w[k] = np.roll(model.w[k], -1, axis=0)
+    return moe_ref.Model(model.cfg, w, model.wtypes, model.meta)
+
+
+def sensitivity(model, wtype, tokens, logits):
+    """Max row error of the engine against deliberately wrong references: each must be
+    far outside the tolerance, or the comparison above could not have caught that bug."""
+    r = model.cfg.rules
+    bugs = {"rope pairing swapped": model.replace(rope_neox=not r.rope_neox),
+            "renormalisation flipped": model.replace(norm_topk=not r.norm_topk),
+            "experts shifted by one": shifted_experts(model)}
+    results = {}
+    for name, bad in bugs.items():
+        if wtype in QUANTIZED:
+            bad = bad.replace(act_q8_0=True)
+        results[name] = float(row_errors(logits, moe_ref.forward(bad, tokens)).max())
+    return results
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--moevm", required=True, help="the moevm executable")
+    ap.add_argument("--workdir", required=True, help="directory for models and logits")
+    args = ap.parse_args()
+    moevm = os.path.abspath(args.moevm)
+    os.makedirs(args.workdir, exist_ok=True)
+
+    failures, worst = [], {t: [0.0, 0.0] for t in TYPES}
+    n_cases = 0
+    for arch in ARCHS:
+        for wtype in TYPES:
+            try:
+                model = make_model(moevm, args.workdir, arch, wtype)
+            except (Failure, gguf_read.GGUFError, ValueError, KeyError) as e:
+                failures.append(f"{arch} {wtype}: mkmodel: {e}")
+                print(f"FAIL {arch} {wtype}: mkmodel: {e}")
+                continue
+            rng = np.random.default_rng(PROMPT_SEED)
+            longest = None
+            for L in PROMPT_LENGTHS:
+                n_cases += 1
+                prompt = rng.integers(3, model.cfg.n_vocab, size=L).tolist()
+                tag = f"{arch}-{wtype}-p{L}"
+                try:
+                    line, problems, errs, seq = check_prompt(moevm, model, wtype,
+                                                             args.workdir, prompt, tag)
+                except (Failure, ValueError) as e:  # ValueError: the reference refused the tokens
+                    failures.append(f"{tag}: {e}")
+                    print(f"FAIL {tag}: {e}")
+                    continue
+                worst[wtype] = [max(a, b) for a, b in zip(worst[wtype], errs)]
+                print(("FAIL " if problems else "ok   ") + line)
+                for p in problems:
+                    print(f"       {p}")
+                    failures.append(f"{tag}: {p}")
+                longest = seq
+            if longest is not None:
+                sens = sensitivity(model, wtype, *longest)
+                tol = TOL[wtype][1]
+                weak = {k: v for k, v in sens.items() if not v >= SENSITIVITY_MARGIN * tol}
+                print(("FAIL " if weak else "ok   ") + f"{arch:9s} {wtype:5s} sensitivity: " +
+                      ", ".join(f"{k} {v:.2e}" for k, v in sens.items()))
+                for k, v in weak.items():
+                    failures.append(f"{arch} {wtype}: a reference with the {k} differs from "
+                                    f"the engine by only {v:.2e} (< {SENSITIVITY_MARGIN:g} x "
+                                    f"tol {tol:.0e}): the comparison cannot catch that bug, "
+                                    f"or the engine has it")
+
+    print("worst max rel err by type: " + ", ".join(
+        f"{t} {w[1]:.2e}" if t not in QUANTIZED else f"{t} exact {w[0]:.2e} emulated {w[1]:.2e}"
+        for t, w in worst.items()))
+    if failures:
+        print(f"check_forward: FAILED: {len(failures)} problem(s) in {n_cases} prompt runs:")
+        for f in failures:
+            print(f"  {f}")
+        return 1
+    print(f"check_forward: PASS: {len(ARCHS)} architectures x {len(TYPES)} types x "
+          f"{len(PROMPT_LENGTHS)} prompts against the reference")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

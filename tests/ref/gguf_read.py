@@ -1,0 +1,228 @@
+"""A minimal GGUF v2/v3 reader in pure Python + NumPy, the test reference's own.
+
+Written from the public GGUF specification (ggml, docs/gguf.md), independently of the
+engine's C reader, so that a misreading in one is not silently shared by the other.
+
+File layout (all little-endian):
+    u32 magic "GGUF", u32 version (2 or 3; v1 used 32-bit counts and is not read),
+    u64 n_tensors, u64 n_kv,
+    n_kv   x { string key, u32 value_type, value }
+    n_tensors x { string name, u32 n_dims, u64 ne[n_dims], u32 ggml_type, u64 offset }
+    padding to `general.alignment` (default 32), then the data section; each tensor's
+    offset is relative to the data section's start and a multiple of the alignment.
+A string is { u64 length, UTF-8 bytes without a terminator }; an array is
+{ u32 element_type, u64 count, elements } and may nest.
+
+Tensors come back dequantized to float64 in NumPy order: ggml's ne[0] is the innermost
+(contiguous) dimension, so ne = [a, b] reads as shape (b, a) and ne = [a, b, c] as (c, b, a).
+"""
+
+import math
+import struct
+
+import numpy as np
+
+GGUF_MAGIC = b"GGUF"
+DEFAULT_ALIGNMENT = 32
+
+# GGUF metadata value types -> struct format of a scalar (STRING and ARRAY are special).
+T_UINT8, T_INT8, T_UINT16, T_INT16, T_UINT32, T_INT32, T_FLOAT32, T_BOOL = range(8)
+T_STRING, T_ARRAY, T_UINT64, T_INT64, T_FLOAT64 = range(8, 13)
+_SCALAR_DTYPE = {
+    T_UINT8: "<u1", T_INT8: "<i1", T_UINT16: "<u2", T_INT16: "<i2",
+    T_UINT32: "<u4", T_INT32: "<i4", T_FLOAT32: "<f4", T_BOOL: "<u1",
+    T_UINT64: "<u8", T_INT64: "<i8", T_FLOAT64: "<f8",
+}
+
+# ggml tensor types this reader dequantizes: type -> (name, elements per block, block bytes).
+GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q8_0, GGML_BF16 = 0, 1, 2, 8, 30
+GGML_TYPES = {
+    GGML_F32: ("F32", 1, 4),
+    GGML_F16: ("F16", 1, 2),
+    GGML_BF16: ("BF16", 1, 2),
+    GGML_Q8_0: ("Q8_0", 32, 34),  # { f16 d; int8 qs[32]; }
+    GGML_Q4_0: ("Q4_0", 32, 18),  # { f16 d; uint8 qs[16]; }
+}
+
+
+class GGUFError(Exception):
+    pass
+
+
+class _Cursor:
+    """Sequential little-endian reads from a byte buffer, with bounds checks."""
+
+    def __init__(self, buf):
+        self.buf = buf
+        self.pos = 0
+
+    def take(self, n):
+        if n < 0 or self.pos + n > len(self.buf):
+            raise GGUFError(f"truncated: need {n} bytes at offset {self.pos}, "
+                            f"file has {len(self.buf)}")
+        b = self.buf[self.pos:self.pos + n]
+        self.pos += n
+        return b
+
+    def scalar(self, vtype):
+        dt = np.dtype(_SCALAR_DTYPE[vtype])
+        v = np.frombuffer(self.take(dt.itemsize), dt)[0]
+        return bool(v) if vtype == T_BOOL else v.item()
+
+    def u32(self):
+        return struct.unpack("<I", self.take(4))[0]
+
+    def u64(self):
+        return struct.unpack("<Q", self.take(8))[0]
+
+    def string(self):
+        # surrogateescape: a vocabulary entry that is not valid UTF-8 still round-trips.
+        return bytes(self.take(self.u64())).decode("utf-8", "surrogateescape")
+
+    def value(self, vtype):
+        if vtype == T_STRING:
+            return self.string()
+        if vtype == T_ARRAY:
+            etype, count = self.u32(), self.u64()
+            if etype in _SCALAR_DTYPE:
+                # Numeric arrays (token scores, types) in one vectorised read.
+                dt = np.dtype(_SCALAR_DTYPE[etype])
+                if count > len(self.buf):  # before multiplying: a corrupt count
+                    raise GGUFError(f"array of {count} elements exceeds the file")
+                arr = np.frombuffer(self.take(count * dt.itemsize), dt)
+                return [bool(x) for x in arr] if etype == T_BOOL else arr.tolist()
+            if etype in (T_STRING, T_ARRAY):
+                return [self.value(etype) for _ in range(count)]
+            raise GGUFError(f"unknown array element type {etype}")
+        if vtype in _SCALAR_DTYPE:
+            return self.scalar(vtype)
+        raise GGUFError(f"unknown metadata value type {vtype}")
+
+
+class TensorInfo:
+    def __init__(self, name, ne, ggml_type, offset):
+        self.name = name
+        self.ne = tuple(ne)            # ggml order, ne[0] innermost
+        self.shape = tuple(reversed(ne))  # NumPy order
+        self.ggml_type = ggml_type
+        self.offset = offset           # relative to the data section
+        self.n_elements = math.prod(ne)  # Python ints: no overflow on corrupt dims
+
+    @property
+    def type_name(self):
+        return GGML_TYPES[self.ggml_type][0]
+
+    def nbytes(self):
+        _, blk, size = GGML_TYPES[self.ggml_type]
+        return self.n_elements // blk * size
+
+
+class GGUFFile:
+    """A parsed GGUF file: .version, .metadata (dict), .tensors (name -> TensorInfo),
+    .data_offset; .tensor(name) dequantizes one tensor to float64."""
+
+    def __init__(self, path):
+        self.path = path
+        self._map = np.memmap(path, dtype=np.uint8, mode="r")
+        cur = _Cursor(self._map)
+        magic = bytes(cur.take(4))
+        if magic != GGUF_MAGIC:
+            raise GGUFError(f"{path}: bad magic {magic!r}, expected {GGUF_MAGIC!r}")
+        self.version = cur.u32()
+        if self.version not in (2, 3):
+            raise GGUFError(f"{path}: GGUF version {self.version} not supported (2 or 3)")
+        n_tensors, n_kv = cur.u64(), cur.u64()
+
+        self.metadata = {}
+        for _ in range(n_kv):
+            key = cur.string()
+            if key in self.metadata:
+                raise GGUFError(f"{path}: duplicate key {key!r}")
+            self.metadata[key] = cur.value(cur.u32())
+
+        self.alignment = self.metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+        if not isinstance(self.alignment, int) or self.alignment <= 0 or \
+                self.alignment & (self.alignment - 1):
+            raise GGUFError(f"{path}: general.alignment {self.alignment!r} "
+                            f"is not a power of two")
+
+        self.tensors = {}
+        for _ in range(n_tensors):
+            name = cur.string()
+            n_dims = cur.u32()
+            if not 1 <= n_dims <= 4:  # GGML_MAX_DIMS
+                raise GGUFError(f"{path}: tensor {name!r} has {n_dims} dimensions")
+            ne = [cur.u64() for _ in range(n_dims)]
+            ggml_type, offset = cur.u32(), cur.u64()
+            if name in self.tensors:
+                raise GGUFError(f"{path}: duplicate tensor {name!r}")
+            self.tensors[name] = TensorInfo(name, ne, ggml_type, offset)
+
+        self.data_offset = _align(cur.pos, self.alignment)
+        for t in self.tensors.values():
+            self._check(t)
+
+    def _check(self, t):
+        if t.ggml_type not in GGML_TYPES:
+            raise GGUFError(f"{self.path}: tensor {t.name!r} has ggml type {t.ggml_type}, "
+                            f"not one of {sorted(GGML_TYPES)} that this reader dequantizes")
+        blk = GGML_TYPES[t.ggml_type][1]
+        if t.ne[0] % blk:
+            raise GGUFError(f"{self.path}: tensor {t.name!r}: ne[0] = {t.ne[0]} is not a "
+                            f"multiple of the {t.type_name} block ({blk})")
+        if t.offset % self.alignment:
+            raise GGUFError(f"{self.path}: tensor {t.name!r}: offset {t.offset} is not "
+                            f"aligned to {self.alignment}")
+        end = self.data_offset + t.offset + t.nbytes()
+        if end > len(self._map):
+            raise GGUFError(f"{self.path}: tensor {t.name!r} ends at byte {end}, "
+                            f"past the end of the file ({len(self._map)})")
+
+    def raw(self, name):
+        """The tensor's bytes as a uint8 array (a view of the mapped file)."""
+        t = self.tensors[name]
+        start = self.data_offset + t.offset
+        return self._map[start:start + t.nbytes()]
+
+    def tensor(self, name):
+        """The tensor dequantized to float64, in NumPy order."""
+        t = self.tensors[name]
+        return dequantize(t.ggml_type, self.raw(name), t.n_elements).reshape(t.shape)
+
+
+def _align(x, a):
+    return (x + a - 1) // a * a
+
+
+def dequantize(ggml_type, raw, n):
+    """n elements of ggml_type stored in the bytes `raw` -> float64 array of n.
+
+    Quantized blocks never straddle rows (ne[0] is a multiple of the block size), so a
+    whole tensor dequantizes as one flat run of blocks."""
+    raw = np.asarray(raw, dtype=np.uint8)
+    if ggml_type == GGML_F32:
+        return raw.view("<f4").astype(np.float64)
+    if ggml_type == GGML_F16:
+        return raw.view("<f2").astype(np.float64)
+    if ggml_type == GGML_BF16:
+        # BF16 is the upper half of an IEEE float32.
+        return (raw.view("<u2").astype(np.uint32) << 16).view("<f4").astype(np.float64)
+    if ggml_type == GGML_Q8_0:
+        blocks = raw.reshape(n // 32, 34)
+        d = blocks[:, :2].copy().view("<f2").astype(np.float64)        # (nb, 1)
+        q = blocks[:, 2:].view(np.int8).astype(np.float64)             # (nb, 32)
+        return (d * q).reshape(n)
+    if ggml_type == GGML_Q4_0:
+        blocks = raw.reshape(n // 32, 18)
+        d = blocks[:, :2].copy().view("<f2").astype(np.float64)        # (nb, 1)
+        qs = blocks[:, 2:]                                             # (nb, 16)
+        # Elements 0..15 are the low nibbles of qs[0..15], elements 16..31 the high ones.
+        q = np.concatenate([qs & 0x0F, qs >> 4], axis=1).astype(np.float64) - 8.0
+        return (d * q).reshape(n)
+    raise GGUFError(f"ggml type {ggml_type} is not supported by this reader")
+
+
+def load(path):
+    """(metadata dict, {tensor name: float64 NumPy array}) of a GGUF file."""
+    f = GGUFFile(path)
+    return f.metadata, {name: f.tensor(name) for name in f.tensors}

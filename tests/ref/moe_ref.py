@@ -1,0 +1,299 @@
+"""Reference forward pass of four MoE architectures, in float64, over a whole sequence.
+
+Written from the public model definitions (Hugging Face transformers: modeling_mixtral,
+modeling_qwen2_moe, modeling_qwen3_moe, modeling_olmoe) in llama.cpp's GGUF tensor names
+and conventions, independently of the engine, so that the engine's logits can be checked
+against it. Clarity over speed: the whole sequence is computed at once with a causal mask
+(no KV cache), which is a different schedule from the engine's token-by-token decoding and
+so also checks its cache.
+
+    model = load_model("tiny.gguf")
+    logits = forward(model, [5, 17, 42])            # (3, n_vocab): prediction after each
+    trace = []; forward(model, tokens, trace=trace)  # + per-layer router probabilities
+
+Per layer:  x += attn(rmsnorm(x) * attn_norm);  x += moe(rmsnorm(x) * ffn_norm)
+Output:     logits = output @ (rmsnorm(x) * output_norm)   (output tied to token_embd if absent)
+"""
+
+import dataclasses
+
+import numpy as np
+
+import gguf_read
+
+
+@dataclasses.dataclass(frozen=True)
+class ArchRules:
+    """What distinguishes the architectures (from their HF definitions / llama.cpp)."""
+    rope_neox: bool   # RoPE pairs (i, i + n_rot/2) (HF rotate_half) vs adjacent (2i, 2i+1)
+    norm_topk: bool   # renormalise the selected experts' probabilities to sum to 1
+    qkv_bias: bool    # attn_{q,k,v}.bias
+    qk_norm: str      # "" | "head": RMSNorm per head (Qwen3) | "full": over all of q / k (OLMoE)
+    shared_expert: bool  # sigmoid-gated shared expert added to the MoE output (Qwen2-MoE)
+
+
+ARCHS = {
+    # Mixtral, as llama.cpp stores it. HF uses rotate_half; llama.cpp's converter permutes
+    # the rows of attn_q/attn_k so that adjacent-pair rotation (ROPE_TYPE_NORM) on the
+    # permuted weights equals rotate_half on the original ones.
+    "llama": ArchRules(rope_neox=False, norm_topk=True, qkv_bias=False, qk_norm="",
+                       shared_expert=False),
+    # Qwen1.5/2-MoE: q/k/v biases, norm_topk_prob = false, shared expert.
+    "qwen2moe": ArchRules(rope_neox=True, norm_topk=False, qkv_bias=True, qk_norm="",
+                          shared_expert=True),
+    # Qwen3-MoE: per-head q/k RMSNorm before RoPE, norm_topk_prob = true (the released
+    # checkpoints' config; llama.cpp hard-codes it).
+    "qwen3moe": ArchRules(rope_neox=True, norm_topk=True, qkv_bias=False, qk_norm="head",
+                          shared_expert=False),
+    # OLMoE: q/k RMSNorm over the whole projected vector before RoPE, norm_topk_prob = false.
+    "olmoe": ArchRules(rope_neox=True, norm_topk=False, qkv_bias=False, qk_norm="full",
+                       shared_expert=False),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    arch: str
+    n_vocab: int
+    n_embd: int
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_rot: int
+    rope_base: float
+    eps: float
+    n_expert: int
+    n_expert_used: int
+    rules: ArchRules
+    # Emulate the engine's (ggml's) CPU path for Q8_0/Q4_0 weights: the input of each such
+    # product is quantized to Q8_0 first. Off for the reference; on to follow the engine's
+    # routing where activation rounding moves a token across a top-k boundary, and to
+    # calibrate tolerances.
+    act_q8_0: bool = False
+
+
+class Model:
+    """Config + float64 weights (dequantized exactly) + each tensor's ggml type + the
+    file's metadata."""
+
+    def __init__(self, cfg, w, wtypes, meta=None):
+        self.cfg, self.w, self.wtypes, self.meta = cfg, w, wtypes, meta or {}
+
+    def replace(self, **changes):
+        """The same weights under a changed Config: Config or ArchRules fields by name."""
+        rule_fields = {f.name for f in dataclasses.fields(ArchRules)}
+        rules = {k: changes.pop(k) for k in list(changes) if k in rule_fields}
+        cfg = dataclasses.replace(self.cfg, **changes)
+        if rules:
+            cfg = dataclasses.replace(cfg, rules=dataclasses.replace(cfg.rules, **rules))
+        return Model(cfg, self.w, self.wtypes, self.meta)
+
+    def linear(self, name, x, expert=None):
+        """x (T, n_in) @ W.T for the tensor `name` (expert slice `expert` of a 3-D one);
+        a 1-D weight (n_in,) gives (T,)."""
+        W = self.w[name] if expert is None else self.w[name][expert]
+        if self.cfg.act_q8_0 and self.wtypes[name] in (gguf_read.GGML_Q8_0,
+                                                       gguf_read.GGML_Q4_0):
+            x = q8_0_roundtrip(x)
+        y = x @ W.reshape(-1, W.shape[-1]).T
+        return y if W.ndim > 1 else y[:, 0]
+
+
+def _key(meta, name, default=None):
+    if name in meta:
+        return meta[name]
+    if default is None:
+        raise KeyError(f"GGUF key {name!r} is missing")
+    return default
+
+
+def expected_tensors(cfg, n_layer):
+    """The exact tensor set of an architecture (output.weight optional: tied)."""
+    r = cfg.rules
+    names = {"token_embd.weight", "output_norm.weight"}
+    per_layer = ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm",
+                 "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"]
+    if r.qk_norm:
+        per_layer += ["attn_q_norm", "attn_k_norm"]
+    if r.shared_expert:
+        per_layer += ["ffn_gate_inp_shexp", "ffn_gate_shexp", "ffn_up_shexp",
+                      "ffn_down_shexp"]
+    for il in range(n_layer):
+        names |= {f"blk.{il}.{n}.weight" for n in per_layer}
+        if r.qkv_bias:
+            names |= {f"blk.{il}.attn_{n}.bias" for n in "qkv"}
+    return names
+
+
+def load_model(path):
+    f = gguf_read.GGUFFile(path)
+    meta = f.metadata
+    arch = _key(meta, "general.architecture")
+    if arch not in ARCHS:
+        raise ValueError(f"{path}: architecture {arch!r} is not one of {sorted(ARCHS)}")
+    n_embd = _key(meta, f"{arch}.embedding_length")
+    n_head = _key(meta, f"{arch}.attention.head_count")
+    head_dim = _key(meta, f"{arch}.attention.key_length", n_embd // n_head)
+    cfg = Config(
+        arch=arch,
+        n_vocab=f.tensors["token_embd.weight"].shape[0],
+        n_embd=n_embd,
+        n_layer=_key(meta, f"{arch}.block_count"),
+        n_head=n_head,
+        n_head_kv=_key(meta, f"{arch}.attention.head_count_kv", n_head),
+        head_dim=head_dim,
+        n_rot=_key(meta, f"{arch}.rope.dimension_count", head_dim),
+        rope_base=float(_key(meta, f"{arch}.rope.freq_base", 10000.0)),
+        eps=float(_key(meta, f"{arch}.attention.layer_norm_rms_epsilon")),
+        n_expert=_key(meta, f"{arch}.expert_count"),
+        n_expert_used=_key(meta, f"{arch}.expert_used_count"),
+        rules=ARCHS[arch],
+    )
+    if cfg.n_head % cfg.n_head_kv or cfg.n_rot % 2 or cfg.n_rot > cfg.head_dim or \
+            not 0 < cfg.n_expert_used <= cfg.n_expert:
+        raise ValueError(f"{path}: inconsistent hyper-parameters {cfg}")
+
+    want, have = expected_tensors(cfg, cfg.n_layer), set(f.tensors) - {"output.weight"}
+    if want != have:
+        raise ValueError(f"{path}: tensors for {arch}: missing {sorted(want - have)}, "
+                         f"unexpected {sorted(have - want)}")
+
+    w = {name: f.tensor(name) for name in f.tensors}
+    wtypes = {name: t.ggml_type for name, t in f.tensors.items()}
+    if "output.weight" not in w:
+        w["output.weight"] = w["token_embd.weight"]
+        wtypes["output.weight"] = wtypes["token_embd.weight"]
+    return Model(cfg, w, wtypes, meta)
+
+
+# ---- the building blocks --------------------------------------------------------------
+
+def rmsnorm(x, weight, eps):
+    """Over the last axis: x / sqrt(mean(x^2) + eps) * weight."""
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
+
+
+def softmax(x, axis=-1):
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def rope(x, pos, n_rot, base, neox):
+    """Rotate the first n_rot dims of each head of x (T, n_heads, head_dim) at positions
+    pos (T,): pair i turns by pos * base^(-2i/n_rot). neox: pairs (i, i + n_rot/2);
+    otherwise adjacent pairs (2i, 2i + 1)."""
+    half = n_rot // 2
+    theta = pos[:, None] * base ** (-2.0 * np.arange(half) / n_rot)   # (T, half)
+    cos, sin = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]   # over heads
+    i0 = np.arange(half) if neox else np.arange(0, n_rot, 2)
+    i1 = i0 + half if neox else i0 + 1
+    x0, x1 = x[..., i0], x[..., i1]
+    out = x.copy()
+    out[..., i0] = x0 * cos - x1 * sin
+    out[..., i1] = x0 * sin + x1 * cos
+    return out
+
+
+def q8_0_roundtrip(x):
+    """x quantized to Q8_0 along its last axis and back, as ggml's quantize_row_q8_0
+    (reference rounding) does to activations: per block of 32, d = amax/127 in F32,
+    q = round(x/d) half away from zero, stored d rounded to F16."""
+    shape = x.shape
+    b = x.astype(np.float32).reshape(-1, 32)
+    d = np.max(np.abs(b), axis=1, keepdims=True) / np.float32(127)
+    inv = np.divide(np.float32(1), d, out=np.zeros_like(d), where=d != 0)
+    v = (b * inv).astype(np.float64)
+    q = np.where(v >= 0, np.floor(v + 0.5), np.ceil(v - 0.5))
+    return (d.astype(np.float16).astype(np.float64) * q).reshape(shape)
+
+
+# ---- the layers ----------------------------------------------------------------------
+
+def attention(model, il, h, pos):
+    cfg, w, p = model.cfg, model.w, f"blk.{il}."
+    T, hd = h.shape[0], cfg.head_dim
+    q = model.linear(p + "attn_q.weight", h)
+    k = model.linear(p + "attn_k.weight", h)
+    v = model.linear(p + "attn_v.weight", h)
+    if cfg.rules.qkv_bias:
+        q, k, v = q + w[p + "attn_q.bias"], k + w[p + "attn_k.bias"], v + w[p + "attn_v.bias"]
+    if cfg.rules.qk_norm == "full":
+        q = rmsnorm(q, w[p + "attn_q_norm.weight"], cfg.eps)
+        k = rmsnorm(k, w[p + "attn_k_norm.weight"], cfg.eps)
+    q = q.reshape(T, cfg.n_head, hd)
+    k = k.reshape(T, cfg.n_head_kv, hd)
+    v = v.reshape(T, cfg.n_head_kv, hd)
+    if cfg.rules.qk_norm == "head":
+        q = rmsnorm(q, w[p + "attn_q_norm.weight"], cfg.eps)
+        k = rmsnorm(k, w[p + "attn_k_norm.weight"], cfg.eps)
+    q = rope(q, pos, cfg.n_rot, cfg.rope_base, cfg.rules.rope_neox)
+    k = rope(k, pos, cfg.n_rot, cfg.rope_base, cfg.rules.rope_neox)
+
+    # GQA: query head i reads kv head i // (n_head / n_kv); repeat makes that layout.
+    group = cfg.n_head // cfg.n_head_kv
+    k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+    scores = np.einsum("thd,shd->hts", q, k) / np.sqrt(hd)
+    scores[:, np.triu(np.ones((T, T), dtype=bool), 1)] = -np.inf   # s > t is the future
+    out = np.einsum("hts,shd->thd", softmax(scores), v).reshape(T, cfg.n_head * hd)
+    return model.linear(p + "attn_output.weight", out)
+
+
+def swiglu_ffn(model, gate, up, down, h, expert=None, scale=None):
+    """down @ (silu(gate @ h) * (up @ h)) [* scale per row, applied to the intermediate]."""
+    a = silu(model.linear(gate, h, expert)) * model.linear(up, h, expert)
+    if scale is not None:
+        a = a * scale[:, None]
+    return model.linear(down, a, expert)
+
+
+def moe(model, il, h, trace):
+    cfg, p = model.cfg, f"blk.{il}."
+    probs = softmax(model.linear(p + "ffn_gate_inp.weight", h))        # (T, n_expert)
+    # Top-k, largest first; a stable sort of -probs puts ties at the lower index.
+    sel = np.argsort(-probs, axis=1, kind="stable")[:, :cfg.n_expert_used]
+    weights = np.take_along_axis(probs, sel, axis=1)
+    if cfg.rules.norm_topk:
+        weights = weights / weights.sum(axis=1, keepdims=True)
+
+    # The mixing weight scales the expert's intermediate activations, before the down
+    # product: the same by linearity, except where that input is quantized (act_q8_0),
+    # and there it is what moevm's expert kernel does (ggml scales the expert's output).
+    out = np.zeros_like(h)
+    for e in range(cfg.n_expert):
+        rows, slot = np.nonzero(sel == e)
+        if rows.size:
+            out[rows] += swiglu_ffn(model, p + "ffn_gate_exps.weight", p + "ffn_up_exps.weight",
+                                    p + "ffn_down_exps.weight", h[rows], expert=e,
+                                    scale=weights[rows, slot])
+    if cfg.rules.shared_expert:
+        gate = 1.0 / (1.0 + np.exp(-model.linear(p + "ffn_gate_inp_shexp.weight", h)))
+        out += gate[:, None] * swiglu_ffn(model, p + "ffn_gate_shexp.weight",
+                                          p + "ffn_up_shexp.weight",
+                                          p + "ffn_down_shexp.weight", h)
+    if trace is not None:
+        trace.append({"probs": probs, "selected": sel, "weights": weights})
+    return out
+
+
+def forward(model, tokens, trace=None):
+    """Logits (len(tokens), n_vocab) for every position of the token sequence; row t is
+    the prediction after tokens[0..t]. If trace is a list, one dict per layer is appended:
+    probs (T, n_expert) router softmax, selected (T, k) experts largest first, weights
+    (T, k) their mixing weights."""
+    cfg, w = model.cfg, model.w
+    tokens = np.asarray(tokens, dtype=np.int64)
+    if tokens.ndim != 1 or tokens.size == 0 or tokens.min() < 0 or \
+            tokens.max() >= cfg.n_vocab:
+        raise ValueError(f"tokens must be a non-empty list of ids in [0, {cfg.n_vocab})")
+    pos = np.arange(tokens.size, dtype=np.float64)
+    x = w["token_embd.weight"][tokens]
+    for il in range(cfg.n_layer):
+        p = f"blk.{il}."
+        x = x + attention(model, il, rmsnorm(x, w[p + "attn_norm.weight"], cfg.eps), pos)
+        x = x + moe(model, il, rmsnorm(x, w[p + "ffn_norm.weight"], cfg.eps), trace)
+    return model.linear("output.weight", rmsnorm(x, w["output_norm.weight"], cfg.eps))

@@ -1,0 +1,513 @@
+"""Self-test of the reference (gguf_read.py, moe_ref.py), with no engine involved.
+
+    /usr/bin/python3 tests/ref/selftest.py        exit 0 pass, 1 fail, 77 no NumPy
+
+Holds a small GGUF v2/v3 writer (with ggml's reference quantizers) to make files the
+reader must read back exactly, and random tiny models of the four architectures that the
+reference's vectorised forward pass must agree with a second, deliberately naive
+token-by-token implementation on (scalar RoPE through complex rotation, per-head loops, a
+KV cache, top-k by repeated maximum). Also checks the properties that pin the conventions
+down: RoPE is the identity at position 0, earlier logits do not depend on later tokens,
+llama.cpp's q/k row permutation turns NEOX RoPE into adjacent-pair RoPE, routing ties go to
+the lower index, and the top-k weights are renormalised exactly where the model says so.
+
+Finally prints, for information, what activation quantization (the Q8_0 path, emulated)
+and a few deliberate bugs do to the logits of such models, to set beside check_forward.py's
+tolerances (chosen from the engine's measured errors).
+"""
+
+import cmath
+import os
+import struct
+import sys
+import tempfile
+
+try:
+    import numpy as np
+except ImportError:
+    print("selftest: NumPy is not available: skipped")
+    sys.exit(77)
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+import gguf_read as gr
+import moe_ref
+
+# ---- a small GGUF writer ----------------------------------------------------------------
+
+_FMT = {gr.T_UINT8: "<B", gr.T_INT8: "<b", gr.T_UINT16: "<H", gr.T_INT16: "<h",
+        gr.T_UINT32: "<I", gr.T_INT32: "<i", gr.T_FLOAT32: "<f", gr.T_BOOL: "<?",
+        gr.T_UINT64: "<Q", gr.T_INT64: "<q", gr.T_FLOAT64: "<d"}
+
+
+def _enc_str(s):
+    b = s.encode("utf-8")
+    return struct.pack("<Q", len(b)) + b
+
+
+def _enc_value(vtype, value):
+    """value of GGUF type vtype; an array is (element_type, [values])."""
+    if vtype == gr.T_STRING:
+        return _enc_str(value)
+    if vtype == gr.T_ARRAY:
+        etype, items = value
+        return struct.pack("<IQ", etype, len(items)) + \
+            b"".join(_enc_value(etype, v) for v in items)
+    return struct.pack(_FMT[vtype], value)
+
+
+def write_gguf(path, kvs, tensors, version=3, alignment=32):
+    """kvs: [(key, vtype, value)]; tensors: [(name, ggml_type, ne, raw bytes)]."""
+    out = bytearray(b"GGUF" + struct.pack("<IQQ", version, len(tensors), len(kvs)))
+    for key, vtype, value in kvs:
+        out += _enc_str(key) + struct.pack("<I", vtype) + _enc_value(vtype, value)
+    offset, blobs = 0, []
+    for name, ggml_type, ne, raw in tensors:
+        out += _enc_str(name) + struct.pack("<I", len(ne)) + \
+            struct.pack(f"<{len(ne)}Q", *ne) + struct.pack("<IQ", ggml_type, offset)
+        blobs.append((offset, raw))
+        offset = (offset + len(raw) + alignment - 1) // alignment * alignment
+    data_start = (len(out) + alignment - 1) // alignment * alignment
+    out += bytes(data_start - len(out))
+    for off, raw in blobs:
+        out += bytes(data_start + off - len(out)) + raw
+    with open(path, "wb") as f:
+        f.write(out)
+
+
+# ---- ggml's reference quantizers (quantize_row_*_ref), vectorised ------------------------
+
+def to_bf16_bits(x):
+    u = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)  # nearest even
+
+
+def quantize(ggml_type, x):
+    """float array -> raw bytes of ggml_type (flat, blocks along the flat order)."""
+    x = np.asarray(x, dtype=np.float32).reshape(-1)
+    if ggml_type == gr.GGML_F32:
+        return x.tobytes()
+    if ggml_type == gr.GGML_F16:
+        return x.astype(np.float16).tobytes()
+    if ggml_type == gr.GGML_BF16:
+        return to_bf16_bits(x).tobytes()
+    b = x.reshape(-1, 32)
+    if ggml_type == gr.GGML_Q8_0:
+        d = np.max(np.abs(b), axis=1) / np.float32(127)
+        inv = np.divide(np.float32(1), d, out=np.zeros_like(d), where=d != 0)
+        v = (b * inv[:, None]).astype(np.float64)
+        q = np.where(v >= 0, np.floor(v + 0.5), np.ceil(v - 0.5)).astype(np.int8)  # roundf
+        blocks = np.concatenate([d.astype(np.float16)[:, None].view(np.uint8),
+                                 q.view(np.uint8)], axis=1)
+        return blocks.tobytes()
+    if ggml_type == gr.GGML_Q4_0:
+        # d = (the value of largest magnitude, sign kept) / -8; q = min(15, trunc(x/d + 8.5))
+        m = b[np.arange(len(b)), np.argmax(np.abs(b), axis=1)]
+        d = m / np.float32(-8)
+        inv = np.divide(np.float32(1), d, out=np.zeros_like(d), where=d != 0)
+        q = np.minimum(15, np.trunc(b * inv[:, None] + np.float32(8.5))).astype(np.uint8)
+        qs = q[:, :16] | (q[:, 16:] << 4)
+        blocks = np.concatenate([d.astype(np.float16)[:, None].view(np.uint8), qs], axis=1)
+        return blocks.tobytes()
+    raise ValueError(ggml_type)
+
+
+# ---- random tiny models ------------------------------------------------------------------
+
+TINY = dict(n_vocab=96, n_embd=64, n_layer=2, n_head=4, n_head_kv=2, head_dim=16,
+            n_expert=8, n_expert_used=2, n_ff=32, n_ff_shexp=64)
+TYPES = {"f32": gr.GGML_F32, "f16": gr.GGML_F16, "bf16": gr.GGML_BF16,
+         "q8_0": gr.GGML_Q8_0, "q4_0": gr.GGML_Q4_0}
+
+
+def random_weights(arch, seed, d=TINY):
+    """{name: float32 array in NumPy order}. Projections have std 1/sqrt(fan_in), so
+    activations stay O(1) and attention scores are O(1): neither uniform nor one-hot,
+    which keeps RoPE and the routing visible in the logits."""
+    rng = np.random.default_rng(seed)
+    r = moe_ref.ARCHS[arch]
+    E, D, F, hd = d["n_expert"], d["n_embd"], d["n_ff"], d["head_dim"]
+    nq, nkv = d["n_head"] * hd, d["n_head_kv"] * hd
+
+    def mat(*shape):
+        return (rng.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32)
+
+    def norm(n):
+        return (1.0 + 0.2 * rng.standard_normal(n)).astype(np.float32)
+
+    w = {"token_embd.weight": rng.standard_normal((d["n_vocab"], D)).astype(np.float32),
+         "output_norm.weight": norm(D), "output.weight": mat(d["n_vocab"], D)}
+    for il in range(d["n_layer"]):
+        p = f"blk.{il}."
+        w.update({p + "attn_norm.weight": norm(D), p + "attn_q.weight": mat(nq, D),
+                  p + "attn_k.weight": mat(nkv, D), p + "attn_v.weight": mat(nkv, D),
+                  p + "attn_output.weight": mat(D, nq), p + "ffn_norm.weight": norm(D),
+                  p + "ffn_gate_inp.weight": mat(E, D), p + "ffn_gate_exps.weight": mat(E, F, D),
+                  p + "ffn_up_exps.weight": mat(E, F, D), p + "ffn_down_exps.weight": mat(E, D, F)})
+        if r.qkv_bias:
+            for n, size in (("q", nq), ("k", nkv), ("v", nkv)):
+                w[p + f"attn_{n}.bias"] = (0.5 * rng.standard_normal(size)).astype(np.float32)
+        if r.qk_norm:
+            size_q, size_k = (hd, hd) if r.qk_norm == "head" else (nq, nkv)
+            w[p + "attn_q_norm.weight"], w[p + "attn_k_norm.weight"] = norm(size_q), norm(size_k)
+        if r.shared_expert:
+            Fs = d["n_ff_shexp"]
+            w.update({p + "ffn_gate_inp_shexp.weight": mat(D),
+                      p + "ffn_gate_shexp.weight": mat(Fs, D),
+                      p + "ffn_up_shexp.weight": mat(Fs, D),
+                      p + "ffn_down_shexp.weight": mat(D, Fs)})
+    return w
+
+
+def write_model(path, arch, w, wtype="f32", d=TINY, version=3, alignment=32):
+    """GGUF of llama.cpp's layout; matrices in wtype, 1-D tensors (norms, biases) F32."""
+    kvs = [("general.architecture", gr.T_STRING, arch),
+           ("general.alignment", gr.T_UINT32, alignment),
+           (f"{arch}.block_count", gr.T_UINT32, d["n_layer"]),
+           (f"{arch}.embedding_length", gr.T_UINT32, d["n_embd"]),
+           (f"{arch}.attention.head_count", gr.T_UINT32, d["n_head"]),
+           (f"{arch}.attention.head_count_kv", gr.T_UINT32, d["n_head_kv"]),
+           (f"{arch}.attention.key_length", gr.T_UINT32, d["head_dim"]),
+           (f"{arch}.attention.layer_norm_rms_epsilon", gr.T_FLOAT32, 1e-6),
+           (f"{arch}.rope.freq_base", gr.T_FLOAT32, 10000.0),
+           (f"{arch}.expert_count", gr.T_UINT32, d["n_expert"]),
+           (f"{arch}.expert_used_count", gr.T_UINT32, d["n_expert_used"])]
+    tensors = []
+    for name, a in w.items():
+        t = TYPES[wtype] if a.ndim >= 2 else gr.GGML_F32
+        tensors.append((name, t, list(reversed(a.shape)), quantize(t, a)))
+    write_gguf(path, kvs, tensors, version=version, alignment=alignment)
+
+
+# ---- a second, naive implementation -------------------------------------------------------
+
+def naive_forward(model, tokens):
+    """Token by token with a KV cache, one head and one expert at a time."""
+    cfg, w, r = model.cfg, model.w, model.cfg.rules
+    hd, group = cfg.head_dim, cfg.n_head // cfg.n_head_kv
+
+    def norm(v, g):
+        return v / np.sqrt(np.dot(v, v) / v.size + cfg.eps) * g
+
+    def rot(v, pos):
+        v = v.copy()
+        for i in range(cfg.n_rot // 2):
+            a, b = (i, i + cfg.n_rot // 2) if r.rope_neox else (2 * i, 2 * i + 1)
+            z = complex(v[a], v[b]) * cmath.exp(1j * pos * cfg.rope_base ** (-2 * i / cfg.n_rot))
+            v[a], v[b] = z.real, z.imag
+        return v
+
+    def ffn(g, u, dn, h):
+        a, b = g @ h, u @ h
+        return dn @ (a / (1 + np.exp(-a)) * b)
+
+    cache = [([], []) for _ in range(cfg.n_layer)]
+    rows = []
+    for pos, tok in enumerate(tokens):
+        x = w["token_embd.weight"][tok].copy()
+        for il in range(cfg.n_layer):
+            p = f"blk.{il}."
+            h = norm(x, w[p + "attn_norm.weight"])
+            q, k, v = (w[p + f"attn_{n}.weight"] @ h for n in "qkv")
+            if r.qkv_bias:
+                q, k, v = (t + w[p + f"attn_{n}.bias"] for t, n in ((q, "q"), (k, "k"), (v, "v")))
+            if r.qk_norm == "full":
+                q, k = norm(q, w[p + "attn_q_norm.weight"]), norm(k, w[p + "attn_k_norm.weight"])
+            qh = [q[i * hd:(i + 1) * hd] for i in range(cfg.n_head)]
+            kh = [k[i * hd:(i + 1) * hd] for i in range(cfg.n_head_kv)]
+            vh = [v[i * hd:(i + 1) * hd] for i in range(cfg.n_head_kv)]
+            if r.qk_norm == "head":
+                qh = [norm(t, w[p + "attn_q_norm.weight"]) for t in qh]
+                kh = [norm(t, w[p + "attn_k_norm.weight"]) for t in kh]
+            kc, vc = cache[il]
+            kc.append([rot(t, pos) for t in kh])
+            vc.append(vh)
+            heads = []
+            for i in range(cfg.n_head):
+                qi = rot(qh[i], pos)
+                s = np.array([qi @ kc[j][i // group] for j in range(pos + 1)]) / np.sqrt(hd)
+                e = np.exp(s - s.max())
+                heads.append(sum(e[j] / e.sum() * vc[j][i // group] for j in range(pos + 1)))
+            x = x + w[p + "attn_output.weight"] @ np.concatenate(heads)
+
+            h = norm(x, w[p + "ffn_norm.weight"])
+            lg = w[p + "ffn_gate_inp.weight"] @ h
+            pr = np.exp(lg - lg.max())
+            pr /= pr.sum()
+            chosen = []
+            for _ in range(cfg.n_expert_used):
+                best = max((e for e in range(cfg.n_expert) if e not in chosen),
+                           key=lambda e: (pr[e], -e))
+                chosen.append(best)
+            ws = np.array([pr[e] for e in chosen])
+            if r.norm_topk:
+                ws /= ws.sum()
+            y = sum(ws[j] * ffn(w[p + "ffn_gate_exps.weight"][e], w[p + "ffn_up_exps.weight"][e],
+                                w[p + "ffn_down_exps.weight"][e], h) for j, e in enumerate(chosen))
+            if r.shared_expert:
+                g = 1 / (1 + np.exp(-(w[p + "ffn_gate_inp_shexp.weight"] @ h)))
+                y = y + g * ffn(w[p + "ffn_gate_shexp.weight"], w[p + "ffn_up_shexp.weight"],
+                                w[p + "ffn_down_shexp.weight"], h)
+            x = x + y
+        rows.append(w["output.weight"] @ norm(x, w["output_norm.weight"]))
+    return np.array(rows)
+
+
+# ---- the checks -------------------------------------------------------------------------
+
+def rel(a, b):
+    return np.linalg.norm(a - b) / np.linalg.norm(b)
+
+
+def test_metadata_roundtrip(tmp):
+    kvs = [("u8", gr.T_UINT8, 200), ("i8", gr.T_INT8, -100), ("u16", gr.T_UINT16, 60000),
+           ("i16", gr.T_INT16, -30000), ("u32", gr.T_UINT32, 4000000000),
+           ("i32", gr.T_INT32, -2000000000), ("f32", gr.T_FLOAT32, 1.5),
+           ("bool", gr.T_BOOL, True), ("str", gr.T_STRING, "héllo"),
+           ("u64", gr.T_UINT64, 2 ** 63 + 5), ("i64", gr.T_INT64, -2 ** 62),
+           ("f64", gr.T_FLOAT64, 0.1),
+           ("arr_i32", gr.T_ARRAY, (gr.T_INT32, [1, -2, 3])),
+           ("arr_bool", gr.T_ARRAY, (gr.T_BOOL, [True, False])),
+           ("arr_str", gr.T_ARRAY, (gr.T_STRING, ["a", "", "xyz"])),
+           ("arr_arr", gr.T_ARRAY, (gr.T_ARRAY, [(gr.T_UINT8, [1, 2]), (gr.T_STRING, ["q"])])),
+           ("general.alignment", gr.T_UINT32, 64)]
+    t = np.arange(96, dtype=np.float32).reshape(4, 3, 8)  # ne = [8, 3, 4]
+    for version in (2, 3):
+        path = os.path.join(tmp, f"meta{version}.gguf")
+        write_gguf(path, kvs, [("small", gr.GGML_F32, [3], np.ones(3, np.float32).tobytes()),
+                               ("t3", gr.GGML_F32, [8, 3, 4], t.tobytes())],
+                   version=version, alignment=64)
+        f = gr.GGUFFile(path)
+        want = {k: v for k, _, v in kvs}
+        want.update(arr_i32=[1, -2, 3], arr_bool=[True, False], arr_str=["a", "", "xyz"],
+                    arr_arr=[[1, 2], ["q"]], f32=1.5)
+        assert f.version == version and f.metadata == want, f.metadata
+        assert f.data_offset % 64 == 0 and f.tensors["t3"].offset % 64 == 0
+        assert f.tensors["t3"].shape == (4, 3, 8)
+        assert np.array_equal(f.tensor("t3"), t) and np.array_equal(f.tensor("small"), np.ones(3))
+
+
+def test_dequantize_hand_blocks():
+    # Q8_0: d = 0.5, qs = -16..15  ->  x = 0.5 * q
+    q8 = np.float16(0.5).tobytes() + np.arange(-16, 16, dtype=np.int8).tobytes()
+    assert np.array_equal(gr.dequantize(gr.GGML_Q8_0, np.frombuffer(q8, np.uint8), 32),
+                          0.5 * np.arange(-16, 16))
+    # Q4_0: d = 2, qs[j] = j | (15 - j) << 4: element j = 2 (j - 8), element j + 16 = 2 (7 - j)
+    j = np.arange(16)
+    q4 = np.float16(2.0).tobytes() + (j | (15 - j) << 4).astype(np.uint8).tobytes()
+    assert np.array_equal(gr.dequantize(gr.GGML_Q4_0, np.frombuffer(q4, np.uint8), 32),
+                          np.concatenate([2.0 * (j - 8), 2.0 * (7 - j)]))
+    # BF16 1.0, -3.0, 2^-10; F16 1.0, -2.0, 65504
+    bf = np.array([0x3F80, 0xC040, 0x3A80], np.uint16).view(np.uint8)
+    assert np.array_equal(gr.dequantize(gr.GGML_BF16, bf, 3), [1.0, -3.0, 2.0 ** -10])
+    f16 = np.array([0x3C00, 0xC000, 0x7BFF], np.uint16).view(np.uint8)
+    assert np.array_equal(gr.dequantize(gr.GGML_F16, f16, 3), [1.0, -2.0, 65504.0])
+
+
+def test_quantizer_roundtrip():
+    x = np.random.default_rng(1).standard_normal(32 * 64).astype(np.float32)
+    x[:32] = 0.0  # an all-zero block: d = 0, no division by zero
+    for name, t in TYPES.items():
+        y = gr.dequantize(t, np.frombuffer(quantize(t, x), np.uint8), x.size)
+        b, yb = x.reshape(-1, 32).astype(np.float64), y.reshape(-1, 32)
+        amax = np.abs(b).max(axis=1, keepdims=True)
+        bound = {"f32": 0 * amax, "f16": amax * 2.0 ** -11, "bf16": amax * 2.0 ** -8,
+                 "q8_0": amax / 127 * 0.57, "q4_0": amax / 8 * 1.01}[name]
+        assert np.all(np.abs(yb - b) <= bound + 1e-12), name
+    # the reader dequantizes exactly what the block holds; quantization itself is lossy
+    assert np.array_equal(moe_ref.q8_0_roundtrip(x),
+                          gr.dequantize(gr.GGML_Q8_0, np.frombuffer(quantize(gr.GGML_Q8_0, x),
+                                                                    np.uint8), x.size))
+
+
+def test_reader_rejects(tmp):
+    good = os.path.join(tmp, "good.gguf")
+    write_gguf(good, [("k", gr.T_UINT32, 1)],
+               [("t", gr.GGML_F32, [4], np.zeros(4, np.float32).tobytes())])
+    raw = open(good, "rb").read()
+    bad_cases = {
+        "magic": b"GGUX" + raw[4:],
+        "version1": raw[:4] + struct.pack("<I", 1) + raw[8:],
+        "truncated_kv": raw[:30],
+        "truncated_data": raw[:-4],
+        "bad_type": raw.replace(struct.pack("<I", gr.GGML_F32) + struct.pack("<Q", 0),
+                                struct.pack("<I", 99) + struct.pack("<Q", 0)),
+    }
+    for what, data in bad_cases.items():
+        path = os.path.join(tmp, f"bad_{what}.gguf")
+        with open(path, "wb") as f:
+            f.write(data)
+        try:
+            gr.GGUFFile(path)
+        except gr.GGUFError:
+            continue
+        raise AssertionError(f"reader accepted a file with a bad {what}")
+
+
+def _model(tmp, arch, seed=7, wtype="f32", w=None):
+    path = os.path.join(tmp, f"{arch}-{wtype}-{seed}.gguf")
+    write_model(path, arch, random_weights(arch, seed) if w is None else w, wtype)
+    return moe_ref.load_model(path)
+
+
+def test_forward_matches_naive(tmp):
+    tokens = [3, 50, 7, 7, 91, 12, 40]
+    for arch in moe_ref.ARCHS:
+        m = _model(tmp, arch)
+        err = rel(moe_ref.forward(m, tokens), naive_forward(m, tokens))
+        assert err < 1e-12, (arch, err)
+
+
+def test_file_types(tmp):
+    """Each weight type reads back as the dequantized weights it was written as."""
+    w = random_weights("qwen2moe", 3)
+    for name, t in TYPES.items():
+        m = _model(tmp, "qwen2moe", 3, name, w)
+        a = m.w["blk.1.ffn_down_exps.weight"]
+        want = gr.dequantize(t, np.frombuffer(quantize(t, w["blk.1.ffn_down_exps.weight"]),
+                                              np.uint8), a.size).reshape(a.shape)
+        assert a.shape == (8, 64, 32) and np.array_equal(a, want), name
+        assert m.w["output_norm.weight"].dtype == np.float64
+
+
+def test_rope_properties():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((5, 3, 16))
+    for neox in (False, True):
+        assert np.array_equal(moe_ref.rope(x[:1], np.zeros(1), 16, 10000.0, neox), x[:1])
+        y = moe_ref.rope(x, np.arange(5.0), 16, 10000.0, neox)
+        assert np.allclose(np.linalg.norm(y, axis=-1), np.linalg.norm(x, axis=-1))
+        # q·k after rotation depends only on the distance of the positions
+        q, k = x[0, 0], x[1, 0]
+        d1 = moe_ref.rope(np.array([[q], [k]]), np.array([5.0, 2.0]), 16, 1e4, neox)
+        d2 = moe_ref.rope(np.array([[q], [k]]), np.array([9.0, 6.0]), 16, 1e4, neox)
+        assert np.isclose(d1[0, 0] @ d1[1, 0], d2[0, 0] @ d2[1, 0])
+        # partial rotation leaves the dims past n_rot alone
+        y = moe_ref.rope(x, np.arange(5.0), 8, 10000.0, neox)
+        assert np.array_equal(y[..., 8:], x[..., 8:])
+
+
+def test_llama_permutation(tmp):
+    """llama.cpp's convert_hf_to_gguf permutes the HF attn_q/attn_k rows so that its
+    adjacent-pair RoPE equals HF's rotate_half: a model with HF rows under NEOX RoPE and
+    the same model with permuted rows under adjacent-pair RoPE give the same logits."""
+    def permute(wt, n_head):
+        return wt.reshape(n_head, 2, wt.shape[0] // n_head // 2, *wt.shape[1:]) \
+                 .swapaxes(1, 2).reshape(wt.shape)
+
+    hf = random_weights("llama", 11)
+    gg = dict(hf)
+    for il in range(TINY["n_layer"]):
+        gg[f"blk.{il}.attn_q.weight"] = permute(hf[f"blk.{il}.attn_q.weight"], TINY["n_head"])
+        gg[f"blk.{il}.attn_k.weight"] = permute(hf[f"blk.{il}.attn_k.weight"], TINY["n_head_kv"])
+    tokens = [4, 9, 33, 60, 2, 71]
+    a = moe_ref.forward(_model(tmp, "llama", 11, w=hf).replace(rope_neox=True), tokens)
+    b = moe_ref.forward(_model(tmp, "llama", 12, w=gg), tokens)
+    assert rel(b, a) < 1e-12
+    # and the two modes differ on the same weights, so the test can tell them apart
+    c = moe_ref.forward(_model(tmp, "llama", 11, w=hf), tokens)
+    assert rel(c, a) > 1e-2
+
+
+def test_causal(tmp):
+    tokens = [5, 17, 42, 8, 64, 3, 30]
+    for arch in moe_ref.ARCHS:
+        m = _model(tmp, arch, 21)
+        full = moe_ref.forward(m, tokens)
+        for n in (1, 4):
+            assert rel(moe_ref.forward(m, tokens[:n]), full[:n]) < 1e-13, (arch, n)
+
+
+def test_routing(tmp):
+    tokens = [10, 20, 30]
+    for arch in moe_ref.ARCHS:
+        m = _model(tmp, arch, 5)
+        trace = []
+        moe_ref.forward(m, tokens, trace=trace)
+        assert len(trace) == TINY["n_layer"]
+        for t in trace:
+            top = np.sort(t["probs"], axis=1)[:, ::-1][:, :2]
+            got = np.take_along_axis(t["probs"], t["selected"], axis=1)
+            assert np.array_equal(got, top)
+            want = top / top.sum(axis=1, keepdims=True) if m.cfg.rules.norm_topk else top
+            assert np.allclose(t["weights"], want), arch
+        # a zero router gives equal probabilities: the ties go to experts 0, 1
+        w = dict(m.w)
+        for il in range(TINY["n_layer"]):
+            w[f"blk.{il}.ffn_gate_inp.weight"] = np.zeros_like(w[f"blk.{il}.ffn_gate_inp.weight"])
+        trace = []
+        moe_ref.forward(moe_ref.Model(m.cfg, w, m.wtypes), tokens, trace=trace)
+        assert all(np.array_equal(t["selected"], [[0, 1]] * 3) for t in trace)
+
+
+def test_load_rejects_wrong_tensors(tmp):
+    w = random_weights("qwen3moe", 1)
+    del w["blk.1.attn_k_norm.weight"]
+    w["blk.0.attn_q.bias"] = np.zeros(64, np.float32)
+    path = os.path.join(tmp, "wrong.gguf")
+    write_model(path, "qwen3moe", w)
+    try:
+        moe_ref.load_model(path)
+    except ValueError as e:
+        assert "blk.1.attn_k_norm.weight" in str(e) and "blk.0.attn_q.bias" in str(e)
+        return
+    raise AssertionError("load_model accepted a model with missing and extra tensors")
+
+
+def calibration(tmp):
+    """Informational: on random tiny models, the max row relative error against the exact
+    reference of (a) ggml's Q8_0 activation rounding (emulated) for Q8_0/Q4_0 weights, on
+    the rows before its first change of routing, and (b) deliberate bugs."""
+    rng = np.random.default_rng(1234)
+    prompts = [rng.integers(3, TINY["n_vocab"], size=n + 4).tolist() for n in (1, 5, 12)]
+    print("calibration (max over rows of ||a-b||/||b||):")
+    for arch in moe_ref.ARCHS:
+        w = random_weights(arch, 99)
+        for wtype in ("q8_0", "q4_0"):
+            m = _model(tmp, arch, 99, wtype, w)
+            err, changed = 0.0, 0
+            for seq in prompts:
+                ta, tb = [], []
+                ref = moe_ref.forward(m, seq, trace=ta)
+                emu = moe_ref.forward(m.replace(act_q8_0=True), seq, trace=tb)
+                diff = [np.any(np.sort(a["selected"], 1) != np.sort(b["selected"], 1), 1)
+                        for a, b in zip(ta, tb)]
+                stable = min([int(np.argmax(d)) for d in diff if d.any()] + [len(seq)])
+                changed += stable < len(seq)
+                if stable:
+                    err = max(err, max(rel(emu[i], ref[i]) for i in range(stable)))
+            print(f"  {arch:9s} {wtype:5s} activation Q8_0 {err:.2e} on routing-stable rows; "
+                  f"routing changed in {changed}/{len(prompts)} sequences")
+        m = _model(tmp, arch, 99, "f32", w)
+        seq = prompts[2]
+        ref = moe_ref.forward(m, seq)
+        rolled = dict(m.w)
+        for il in range(TINY["n_layer"]):
+            for n in ("gate", "up", "down"):
+                k = f"blk.{il}.ffn_{n}_exps.weight"
+                rolled[k] = np.roll(m.w[k], -1, axis=0)
+        bugs = {"rope pairing swapped": m.replace(rope_neox=not m.cfg.rules.rope_neox),
+                "renormalisation flipped": m.replace(norm_topk=not m.cfg.rules.norm_topk),
+                "experts shifted by one": moe_ref.Model(m.cfg, rolled, m.wtypes)}
+        print(f"  {arch:9s} bugs: " + ", ".join(
+            f"{k} {max(rel(moe_ref.forward(b, seq)[i], ref[i]) for i in range(len(seq))):.2e}"
+            for k, b in bugs.items()))
+
+
+def main():
+    tests = [(n, f) for n, f in sorted(globals().items()) if n.startswith("test_")]
+    failed = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, fn in tests:
+            try:
+                fn(tmp) if fn.__code__.co_argcount else fn()
+                print(f"ok    {name}")
+            except Exception as e:  # report every failing check, not only the first
+                failed += 1
+                print(f"FAIL  {name}: {type(e).__name__}: {e}")
+        calibration(tmp)
+    print(f"selftest: {len(tests) - failed}/{len(tests)} passed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,526 @@
+/*
+ * The engine around the kernels: model loading and its errors, the thread pool, the
+ * residency manager, and properties of the forward pass that must hold whatever the
+ * numbers are — reproducible for a thread count, the same logits whatever the experts'
+ * residency, batched prefill equal to token-by-token decoding, close across thread
+ * counts, routing traces consistent with the routing. Numerical correctness against an
+ * independent reference is tests/ref/check_forward.py.
+ */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "engine/forward.h"
+#include "engine/gguf_write.h"
+#include "engine/mkmodel.h"
+#include "engine/model.h"
+#include "engine/pool.h"
+#include "engine/residency.h"
+#include "engine/trace_out.h"
+
+static char dir[64];
+static mvm_pool *pool; /* 2 threads, shared by the tests that do not choose their own */
+static const char *arches[] = {"llama", "qwen2moe", "qwen3moe", "olmoe"};
+
+static const char *in_dir(const char *name)
+{
+    static char paths[8][160];
+    static int next;
+    char *p = paths[next++ % 8];
+    snprintf(p, 160, "%s/%s", dir, name);
+    return p;
+}
+
+static const char *tiny_path(const char *arch, enum mvm_wtype t)
+{
+    static char name[64];
+    snprintf(name, sizeof name, "tiny-%s-%d.gguf", arch, (int)t);
+    return in_dir(name);
+}
+
+static void make_tiny(const char *arch, enum mvm_wtype t)
+{
+    mvm_model_spec s = mvm_preset_find("tiny", arch)->spec;
+    s.type = t;
+    s.seed = 7;
+    CHECK_ST(mvm_mkmodel_write(&s, tiny_path(arch, t), pool, NULL, NULL), MVM_OK);
+}
+
+static mvm_status load(const char *path, const char *budget, mvm_pool *p, mvm_model **m)
+{
+    mvm_space_desc d;
+    mvm_space_desc_init(&d);
+    d.backend = MVM_BACKEND_HOST;
+    d.page_size = 4096;
+    if (budget) {
+        d.device_budget = 0;
+        d.device_budget_frac = atof(budget);
+    }
+    return mvm_model_load(path, &d, p, NULL, NULL, m);
+}
+
+/* ---- the pool ------------------------------------------------------------------------- */
+
+struct pool_probe {
+    atomic_int calls[8];
+    atomic_int bad;
+};
+
+static void probe_run(void *p, int t, int nth)
+{
+    struct pool_probe *pp = p;
+    if (t < 0 || t >= nth || nth > 8)
+        atomic_fetch_add(&pp->bad, 1);
+    else
+        atomic_fetch_add(&pp->calls[t], 1);
+}
+
+static void test_pool(void)
+{
+    for (int n = 1; n <= 4; n++) {
+        mvm_pool *p;
+        CHECK_ST(mvm_pool_create(n, NULL, &p), MVM_OK);
+        struct pool_probe pp = {0};
+        for (int r = 0; r < 3000; r++)
+            mvm_pool_run(p, probe_run, &pp);
+        /* A long pause lets the workers fall asleep; the next run must wake them. */
+        usleep(60000);
+        mvm_pool_run(p, probe_run, &pp);
+        CHECK(atomic_load(&pp.bad) == 0);
+        for (int t = 0; t < n; t++)
+            CHECK(atomic_load(&pp.calls[t]) == 3001);
+        mvm_pool_destroy(p);
+    }
+    mvm_pool *p;
+    CHECK_ST(mvm_pool_create(0, NULL, &p), MVM_ERR_INVALID);
+    size_t covered = 0, prev_end = 0;
+    for (int t = 0; t < 7; t++) {
+        size_t b, e;
+        mvm_pool_split(100, t, 7, &b, &e);
+        CHECK(b == prev_end && e >= b);
+        covered += e - b;
+        prev_end = e;
+    }
+    CHECK(covered == 100);
+}
+
+/* ---- loading ------------------------------------------------------------------------- */
+
+static void test_load_presets(void)
+{
+    for (size_t i = 0; i < 4; i++) {
+        mvm_model *m;
+        CHECK_ST(load(tiny_path(arches[i], MVM_W_F32), NULL, pool, &m), MVM_OK);
+        if (!m)
+            continue;
+        const mvm_model_spec *s = &mvm_preset_find("tiny", arches[i])->spec;
+        CHECK(strcmp(m->arch->name, arches[i]) == 0);
+        CHECK(m->hp.n_layer == s->n_layer && m->hp.n_expert == s->n_expert);
+        CHECK(m->hp.n_expert_used == s->n_expert_used && m->hp.head_dim == s->head_dim);
+        CHECK(m->hp.n_ff_exp == mvm_spec_expert_ff(s) && m->hp.n_vocab == s->n_vocab);
+        CHECK(m->expert_bytes == mvm_k_expert_group_bytes(MVM_W_F32, s->n_embd) *
+                                 (mvm_spec_expert_ff(s) / MVM_QBLOCK));
+        /* The homes hold the channel-major packing of the file's expert tensors. */
+        const mvm_gguf_tensor *g = mvm_gguf_find_tensor(m->gguf, "blk.1.ffn_gate_exps.weight");
+        const mvm_gguf_tensor *u = mvm_gguf_find_tensor(m->gguf, "blk.1.ffn_up_exps.weight");
+        const mvm_gguf_tensor *d = mvm_gguf_find_tensor(m->gguf, "blk.1.ffn_down_exps.weight");
+        uint32_t e = 3, D = s->n_embd, F = mvm_spec_expert_ff(s);
+        uint8_t *want = malloc(m->expert_bytes);
+        mvm_k_expert_pack(MVM_W_F32, (const float *)g->data + (size_t)e * F * D,
+                          (const float *)u->data + (size_t)e * F * D,
+                          (const float *)d->data + (size_t)e * F * D, D, F, want);
+        CHECK(memcmp(want, mvm_expert_addr(m->space, 1, e), m->expert_bytes) == 0);
+        free(want);
+        mvm_model_free(m);
+    }
+}
+
+/* Copies the model at src to dst with one change: a key dropped or set to a u32, a
+ * tensor dropped, re-typed or re-shaped (its data are then zeros of the new size). */
+struct mutation {
+    const char *key;          /* key to change */
+    int drop_key;
+    uint32_t key_u32;
+    const char *tensor;       /* tensor to change */
+    int drop_tensor;
+    enum mvm_ggml_type type;  /* new type when retype */
+    int retype;
+    uint64_t ne0;             /* new first dimension when nonzero */
+};
+
+static void copy_key(const mvm_gguf *g, uint64_t i, mvm_gguf_writer *w)
+{
+    char name[256];
+    mvm_gguf_str_copy(mvm_gguf_key_name(g, i), name, sizeof name);
+    enum mvm_gguf_type t = mvm_gguf_key_type(g, i);
+    if (t == MVM_GGUF_STR) {
+        mvm_gguf_str s;
+        mvm_gguf_get_str(g, name, &s);
+        char *v = strndup(s.ptr, s.len);
+        mvm_gguf_writer_set_str(w, name, v);
+        free(v);
+    } else if (t == MVM_GGUF_ARR) {
+        enum mvm_gguf_type et;
+        uint64_t n;
+        mvm_gguf_get_arr(g, name, &et, &n);
+        if (et == MVM_GGUF_STR) {
+            char **v = calloc(n, sizeof *v);
+            for (uint64_t k = 0; k < n; k++) {
+                mvm_gguf_str s;
+                mvm_gguf_arr_str(g, i, k, &s);
+                v[k] = strndup(s.ptr, s.len);
+            }
+            mvm_gguf_writer_set_arr_str(w, name, (const char *const *)v, n);
+            for (uint64_t k = 0; k < n; k++)
+                free(v[k]);
+            free(v);
+        } else {
+            const void *data;
+            mvm_gguf_arr_data(g, i, &et, &data, &n);
+            mvm_gguf_writer_set_arr(w, name, et, data, n);
+        }
+    } else {
+        /* Scalars: read the raw value through the one-element array view is not available,
+         * so go by type. */
+        union { uint32_t u32; int32_t i32; uint64_t u64; float f32; int b; } v;
+        if (t == MVM_GGUF_F32 && mvm_gguf_get_f32(g, name, &v.f32) == MVM_OK)
+            mvm_gguf_writer_set_f32(w, name, v.f32);
+        else if (t == MVM_GGUF_BOOL && mvm_gguf_get_bool(g, name, &v.b) == MVM_OK)
+            mvm_gguf_writer_set_bool(w, name, v.b);
+        else if (t == MVM_GGUF_I32 && mvm_gguf_get_i32(g, name, &v.i32) == MVM_OK)
+            mvm_gguf_writer_set_i32(w, name, v.i32);
+        else if (mvm_gguf_get_u64(g, name, &v.u64) == MVM_OK)
+            mvm_gguf_writer_set_u32(w, name, (uint32_t)v.u64);
+    }
+}
+
+static void write_mutant(const char *src, const char *dst, const struct mutation *mu)
+{
+    mvm_gguf *g;
+    CHECK_ST(mvm_gguf_open(src, &g), MVM_OK);
+    mvm_gguf_writer *w;
+    mvm_gguf_writer_new(&w);
+    for (uint64_t i = 0; i < mvm_gguf_n_keys(g); i++) {
+        char name[256];
+        mvm_gguf_str_copy(mvm_gguf_key_name(g, i), name, sizeof name);
+        if (mu->key && strcmp(name, mu->key) == 0) {
+            if (!mu->drop_key)
+                mvm_gguf_writer_set_u32(w, name, mu->key_u32);
+            continue;
+        }
+        copy_key(g, i, w);
+    }
+    if (mu->key && !mu->drop_key && mvm_gguf_find_key(g, mu->key) < 0)
+        mvm_gguf_writer_set_u32(w, mu->key, mu->key_u32);
+    void *zeros[4] = {0};
+    int nz = 0;
+    for (uint64_t i = 0; i < mvm_gguf_n_tensors(g); i++) {
+        const mvm_gguf_tensor *t = mvm_gguf_tensor_at(g, i);
+        if (mu->tensor && strcmp(t->name, mu->tensor) == 0) {
+            if (mu->drop_tensor)
+                continue;
+            uint64_t ne[4] = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]}, bytes;
+            enum mvm_ggml_type type = mu->retype ? mu->type : t->type;
+            if (mu->ne0)
+                ne[0] = mu->ne0;
+            uint64_t n = ne[0] * ne[1] * ne[2] * ne[3];
+            CHECK_ST(mvm_ggml_row_bytes(type, n, &bytes), MVM_OK);
+            zeros[nz] = calloc(1, bytes);
+            CHECK_ST(mvm_gguf_writer_add_tensor(w, t->name, type, t->n_dims, ne, zeros[nz++], bytes),
+                     MVM_OK);
+            continue;
+        }
+        CHECK_ST(mvm_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data,
+                                            t->nbytes), MVM_OK);
+    }
+    CHECK_ST(mvm_gguf_writer_write(w, dst), MVM_OK);
+    mvm_gguf_writer_free(w);
+    for (int i = 0; i < nz; i++)
+        free(zeros[i]);
+    mvm_gguf_close(g);
+}
+
+static void expect_load_error(const char *arch, const struct mutation *mu,
+                              mvm_status want, const char *needle)
+{
+    const char *dst = in_dir("mutant.gguf");
+    write_mutant(tiny_path(arch, MVM_W_F32), dst, mu);
+    mvm_model *m = NULL;
+    mvm_status st = load(dst, NULL, pool, &m);
+    CHECK(st == want && m == NULL);
+    CHECK(strstr(mvm_last_error(), needle) != NULL && strstr(mvm_last_error(), dst) != NULL);
+    if (st != want || !strstr(mvm_last_error(), needle))
+        fprintf(stderr, "  mutation (%s/%s): got %s: %s\n", mu->key ? mu->key : "",
+                mu->tensor ? mu->tensor : "", mvm_status_name(st), mvm_last_error());
+    mvm_model_free(m);
+}
+
+static void test_load_errors(void)
+{
+    /* A mutant that changes nothing must load: the copy itself is faithful. */
+    struct mutation none = {0};
+    write_mutant(tiny_path("qwen2moe", MVM_W_F32), in_dir("same.gguf"), &none);
+    mvm_model *m = NULL;
+    CHECK_ST(load(in_dir("same.gguf"), NULL, pool, &m), MVM_OK);
+    mvm_model_free(m);
+
+    expect_load_error("llama", &(struct mutation){.tensor = "blk.1.attn_k.weight",
+                      .drop_tensor = 1}, MVM_ERR_INVALID, "missing tensor 'blk.1.attn_k.weight'");
+    expect_load_error("llama", &(struct mutation){.tensor = "blk.0.attn_q.weight",
+                      .ne0 = 32}, MVM_ERR_INVALID, "'blk.0.attn_q.weight' has shape [32, 64]");
+    expect_load_error("olmoe", &(struct mutation){.tensor = "blk.0.ffn_norm.weight",
+                      .retype = 1, .type = MVM_GGML_F16}, MVM_ERR_UNSUPPORTED, "must be f32");
+    expect_load_error("qwen3moe", &(struct mutation){.tensor = "blk.1.ffn_up_exps.weight",
+                      .retype = 1, .type = MVM_GGML_F16}, MVM_ERR_UNSUPPORTED, "mixed types");
+    expect_load_error("qwen3moe", &(struct mutation){.tensor = "blk.0.attn_v.weight",
+                      .retype = 1, .type = MVM_GGML_Q4_K, .ne0 = 256}, MVM_ERR_INVALID,
+                      "blk.0.attn_v.weight");
+    expect_load_error("llama", &(struct mutation){.key = "llama.expert_count",
+                      .drop_key = 1}, MVM_ERR_UNSUPPORTED, "without experts");
+    expect_load_error("llama", &(struct mutation){.key = "llama.expert_used_count",
+                      .key_u32 = 9}, MVM_ERR_INVALID, "expert_used_count 9");
+    expect_load_error("olmoe", &(struct mutation){.key = "olmoe.embedding_length",
+                      .drop_key = 1}, MVM_ERR_INVALID, "missing key 'olmoe.embedding_length'");
+    expect_load_error("qwen2moe", &(struct mutation){.key = "qwen2moe.expert_feed_forward_length",
+                      .key_u32 = 96}, MVM_ERR_INVALID, "experts have 64 channels");
+    expect_load_error("qwen3moe", &(struct mutation){.key = "qwen3moe.rope.dimension_count",
+                      .key_u32 = 33}, MVM_ERR_INVALID, "rope.dimension_count 33");
+    expect_load_error("qwen2moe", &(struct mutation){.tensor = "blk.1.ffn_gate_inp_shexp.weight",
+                      .drop_tensor = 1}, MVM_ERR_INVALID, "ffn_gate_inp_shexp");
+
+    /* general.architecture is a string: set it through the writer directly. */
+    mvm_gguf_writer *w;
+    mvm_gguf_writer_new(&w);
+    mvm_gguf_writer_set_str(w, "general.architecture", "deepseek2");
+    CHECK_ST(mvm_gguf_writer_write(w, in_dir("arch.gguf")), MVM_OK);
+    mvm_gguf_writer_free(w);
+    CHECK_ST(load(in_dir("arch.gguf"), NULL, pool, &m), MVM_ERR_UNSUPPORTED);
+    CHECK(strstr(mvm_last_error(), "'deepseek2' is not supported"));
+    CHECK_ST(load(in_dir("no-such-file.gguf"), NULL, pool, &m), MVM_ERR_INVALID);
+}
+
+/* ---- the forward pass ---------------------------------------------------------------- */
+
+static const int32_t prompt[] = {5, 77, 300, 12, 9, 410, 3, 3, 128, 64, 200, 17, 42};
+#define N_PROMPT (sizeof prompt / sizeof *prompt)
+
+/* Logits of every prompt position, with the given batch size, threads and budget. */
+static float *run_prompt(const char *path, int threads, uint32_t batch, const char *budget)
+{
+    mvm_pool *own;
+    mvm_model *m = NULL;
+    mvm_ctx *c = NULL;
+    float *logits = NULL;
+    CHECK_ST(mvm_pool_create(threads, NULL, &own), MVM_OK);
+    CHECK_ST(load(path, budget, own, &m), MVM_OK);
+    if (m) {
+        CHECK_ST(mvm_ctx_create(m, own, 64, batch, &c), MVM_OK);
+        logits = malloc(N_PROMPT * m->hp.n_vocab * sizeof *logits);
+        for (size_t i = 0; i < N_PROMPT * m->hp.n_vocab; i++)
+            logits[i] = NAN; /* poisoned: every value must be written */
+        CHECK_ST(mvm_ctx_eval(c, prompt, N_PROMPT, logits, 1), MVM_OK);
+        if (budget) {
+            /* the small budget really made experts move, or run from their homes */
+            mvm_stats st;
+            mvm_resid_stats rs;
+            mvm_space_get_stats(m->space, &st);
+            mvm_resid_get_stats(mvm_ctx_residency(c), &rs);
+            CHECK(st.pages_evicted > 0 || rs.bypassed > 0);
+            if (!(st.pages_evicted > 0 || rs.bypassed > 0))
+                fprintf(stderr, "  %s: loaded %llu evicted %llu pages, %u device pages\n", path,
+                        (unsigned long long)st.pages_loaded, (unsigned long long)st.pages_evicted,
+                        st.free_pages);
+        }
+    }
+    mvm_ctx_free(c);
+    mvm_model_free(m);
+    mvm_pool_destroy(own);
+    return logits;
+}
+
+static double rel_err(const float *a, const float *b, size_t n)
+{
+    double d = 0, r = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i]) || !isfinite(b[i]))
+            return INFINITY;
+        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        r += (double)b[i] * b[i];
+    }
+    return sqrt(d / r);
+}
+
+static void test_forward_properties(void)
+{
+    for (size_t i = 0; i < 4; i++) {
+        for (int q = 0; q < 2; q++) {
+            const char *path = tiny_path(arches[i], q ? MVM_W_Q8_0 : MVM_W_F32);
+            size_t n = N_PROMPT * mvm_preset_find("tiny", arches[i])->spec.n_vocab;
+            float *base = run_prompt(path, 2, 32, NULL);
+            float *again = run_prompt(path, 2, 32, NULL);
+            float *small = run_prompt(path, 2, 32, "0.2");
+            float *serial = run_prompt(path, 2, 1, NULL);
+            float *three = run_prompt(path, 3, 5, NULL);
+            if (base && again && small && serial && three) {
+                CHECK(rel_err(base, base, n) == 0); /* and finite */
+                CHECK(memcmp(base, again, n * sizeof *base) == 0);
+                CHECK(memcmp(base, small, n * sizeof *base) == 0);
+                CHECK(rel_err(serial, base, n) < 1e-5);
+                CHECK(rel_err(three, base, n) < 1e-5);
+            }
+            free(base), free(again), free(small), free(serial), free(three);
+        }
+    }
+}
+
+static void test_ctx_errors(void)
+{
+    mvm_model *m;
+    CHECK_ST(load(tiny_path("llama", MVM_W_F32), NULL, pool, &m), MVM_OK);
+    if (!m)
+        return;
+    mvm_ctx *c;
+    CHECK_ST(mvm_ctx_create(m, pool, 4, 0, &c), MVM_ERR_INVALID);
+    CHECK_ST(mvm_ctx_create(m, pool, 4, 2, &c), MVM_OK);
+    int32_t bad = (int32_t)m->hp.n_vocab;
+    CHECK_ST(mvm_ctx_eval(c, &bad, 1, NULL, 0), MVM_ERR_INVALID);
+    CHECK(mvm_ctx_n_past(c) == 0);
+    CHECK_ST(mvm_ctx_eval(c, prompt, 3, NULL, 0), MVM_OK);
+    CHECK_ST(mvm_ctx_eval(c, prompt, 2, NULL, 0), MVM_ERR_RANGE);
+    CHECK(strstr(mvm_last_error(), "context full"));
+    mvm_ctx_reset(c);
+    CHECK_ST(mvm_ctx_eval(c, prompt, 4, NULL, 0), MVM_OK);
+    mvm_ctx_free(c);
+    mvm_model_free(m);
+}
+
+/* ---- traces -------------------------------------------------------------------------- */
+
+static void test_trace(void)
+{
+    mvm_model *m;
+    CHECK_ST(load(tiny_path("qwen3moe", MVM_W_F32), NULL, pool, &m), MVM_OK);
+    if (!m)
+        return;
+    mvm_ctx *c;
+    mvm_trace_out *t;
+    CHECK_ST(mvm_ctx_create(m, pool, 32, 4, &c), MVM_OK);
+    CHECK_ST(mvm_trace_open(in_dir("trace.jsonl"), m, &t), MVM_OK);
+    mvm_ctx_set_route_observer(c, mvm_trace_route, t);
+    CHECK_ST(mvm_ctx_eval(c, prompt, 6, NULL, 0), MVM_OK);
+    CHECK_ST(mvm_trace_close(t), MVM_OK);
+    FILE *f = fopen(in_dir("trace.jsonl"), "r");
+    char line[8192];
+    int lines = 0, good = 0;
+    uint32_t seen[6][2] = {{0}};
+    while (f && fgets(line, sizeof line, f)) {
+        if (lines++ == 0) {
+            CHECK(strstr(line, "\"format\":\"moevm-trace\"") && strstr(line, "\"top_k\":2"));
+            continue;
+        }
+        unsigned req, tok, layer;
+        double s[8], w[2];
+        int e[2];
+        int n = sscanf(line, "{\"req\":%u,\"tok\":%u,\"layer\":%u,\"scores\":[%lf,%lf,%lf,%lf,%lf,"
+                       "%lf,%lf,%lf],\"experts\":[%d,%d],\"weights\":[%lf,%lf]}", &req, &tok,
+                       &layer, &s[0], &s[1], &s[2], &s[3], &s[4], &s[5], &s[6], &s[7], &e[0],
+                       &e[1], &w[0], &w[1]);
+        if (n != 15 || tok >= 6 || layer >= 2 || e[0] < 0 || e[0] > 7 || e[1] < 0 || e[1] > 7)
+            continue;
+        seen[tok][layer]++;
+        double sum = 0, kth = s[e[1]];
+        int above = 0;
+        for (int k = 0; k < 8; k++) {
+            sum += s[k];
+            above += s[k] > kth * (1 + 1e-5) + 1e-7;
+        }
+        /* scores a distribution, the experts its top-2 in order, weights renormalised */
+        if (fabs(sum - 1) < 1e-4 && s[e[0]] >= s[e[1]] && above <= 1 && e[0] != e[1] &&
+            fabs(w[0] + w[1] - 1) < 1e-4 && fabs(w[0] / w[1] / (s[e[0]] / s[e[1]]) - 1) < 1e-4)
+            good++;
+    }
+    if (f)
+        fclose(f);
+    CHECK(lines == 1 + 6 * 2 && good == 6 * 2);
+    for (int k = 0; k < 6; k++)
+        CHECK(seen[k][0] == 1 && seen[k][1] == 1);
+    mvm_ctx_free(c);
+    mvm_model_free(m);
+}
+
+/* ---- residency ----------------------------------------------------------------------- */
+
+static void test_residency(void)
+{
+    mvm_space_desc d;
+    mvm_space_desc_init(&d);
+    d.backend = MVM_BACKEND_HOST;
+    d.page_size = 4096;
+    d.n_layers = 2;
+    d.n_experts = 4;
+    d.expert_bytes = 8192;
+    d.device_budget = 3 * 8192; /* three experts */
+    mvm_space *sp;
+    mvm_resid *r;
+    CHECK_ST(mvm_space_create(&d, &sp), MVM_OK);
+    CHECK_ST(mvm_resid_create(sp, &r), MVM_OK);
+    for (uint32_t e = 0; e < 3; e++) {
+        CHECK_ST(mvm_resid_acquire(r, 0, e, 1), MVM_OK);
+        CHECK_ST(mvm_resid_release(r, 0, e), MVM_OK);
+    }
+    /* expert 0 used again: LRU is now 1, so the next load evicts 1 */
+    CHECK_ST(mvm_resid_acquire(r, 0, 0, 1), MVM_OK);
+    CHECK_ST(mvm_resid_release(r, 0, 0), MVM_OK);
+    CHECK_ST(mvm_resid_acquire(r, 1, 0, 1), MVM_OK);
+    mvm_residency res;
+    mvm_expert_residency(sp, 0, 1, &res);
+    CHECK(res.resident == 0);
+    mvm_expert_residency(sp, 0, 0, &res);
+    CHECK(res.resident == 2);
+    /* Pinned: (1,0) held; pin the other two; a fourth finds nothing to evict. */
+    CHECK_ST(mvm_resid_acquire(r, 0, 0, 1), MVM_OK);
+    CHECK_ST(mvm_resid_acquire(r, 0, 2, 1), MVM_OK);
+    CHECK_ST(mvm_resid_acquire(r, 1, 3, 1), MVM_ERR_NOSPACE);
+    CHECK_ST(mvm_resid_acquire(r, 1, 3, 0), MVM_OK); /* runs from its home instead */
+    mvm_resid_stats rs;
+    mvm_resid_get_stats(r, &rs);
+    CHECK(rs.bypassed == 2 && rs.accesses == 9);
+    mvm_stats st;
+    mvm_space_get_stats(sp, &st);
+    CHECK(st.resident_pages + st.loading_pages <= 6);
+    mvm_resid_release(r, 1, 3);
+    mvm_resid_release(r, 0, 2);
+    mvm_resid_release(r, 0, 0);
+    mvm_resid_release(r, 1, 0);
+    mvm_resid_destroy(r);
+    mvm_space_destroy(sp);
+}
+
+int main(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/moevm-test-engine-XXXXXX");
+    if (!mkdtemp(dir))
+        return 1;
+    if (mvm_pool_create(2, NULL, &pool) != MVM_OK)
+        return 1;
+    for (size_t i = 0; i < 4; i++) {
+        make_tiny(arches[i], MVM_W_F32);
+        make_tiny(arches[i], MVM_W_Q8_0);
+    }
+    RUN(test_pool);
+    RUN(test_residency);
+    RUN(test_load_presets);
+    RUN(test_load_errors);
+    RUN(test_ctx_errors);
+    RUN(test_trace);
+    RUN(test_forward_properties);
+    mvm_pool_destroy(pool);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        return 1;
+    TEST_END();
+}

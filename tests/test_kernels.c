@@ -1,0 +1,867 @@
+/*
+ * The CPU kernels against references written here independently: fp16/bf16 decoded from
+ * their fields and rounded by searching for the nearest value, blocks parsed from their
+ * bytes, every product summed in double. Each kernel runs at every SIMD level the CPU has, on
+ * random non-zero data of sizes that hit the vector tails, over row ranges whose outside must
+ * stay untouched (NaN sentinels).
+ *
+ * Q types: the reference dequantizes the weights and the Q8_0-quantized activations and
+ * sums exactly, so the only differences are float rounding of the scales and the sums; in
+ * the expert it also quantizes the intermediate activations to Q8_0 as the contract says.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "kernels/cpu/dispatch.h" /* white box: which table each level selects */
+#include "kernels/cpu/kernels.h"
+
+static const char *const tname[MVM_W_COUNT] = {"f32", "f16", "bf16", "q8_0", "q4_0"};
+
+static int is_q(enum mvm_wtype t)
+{
+    return t == MVM_W_Q8_0 || t == MVM_W_Q4_0;
+}
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static uint32_t rand32(void)
+{
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (uint32_t)(rng >> 32);
+}
+
+/* Uniform in [-1, 1), never 0. */
+static float frand(void)
+{
+    float f = (float)(rand32() >> 8) / (float)(1 << 23) - 1.0f;
+    return f != 0 ? f : 0.5f;
+}
+
+static void fill(float *x, size_t n, float scale)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = frand() * scale;
+}
+
+static float f_of(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static uint32_t u_of(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* ---- references ------------------------------------------------------------------------- */
+
+static double ref_h2f(uint16_t h)
+{
+    const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    const double v = e == 0    ? ldexp(m, -24)
+                     : e == 31 ? (m ? NAN : INFINITY)
+                               : ldexp(1024 + m, e - 25);
+    return h >> 15 ? -v : v;
+}
+
+static double ref_bf2f(uint16_t h)
+{
+    const int e = (h >> 7) & 0xff, m = h & 0x7f;
+    const double v = e == 0     ? ldexp(m, -133)
+                     : e == 255 ? (m ? NAN : INFINITY)
+                                : ldexp(128 + m, e - 134);
+    return h >> 15 ? -v : v;
+}
+
+/* Round to nearest, ties to the even pattern, between two neighbours lo < hi. */
+static unsigned nearest(double a, unsigned lo, double vlo, double vhi)
+{
+    if (a - vlo != vhi - a)
+        return a - vlo < vhi - a ? lo : lo + 1;
+    return lo % 2 ? lo + 1 : lo;
+}
+
+/* The fp16 pattern nearest f, by binary search over the positive finite patterns (their
+ * order is their values' order); inf counts as 65536 for the rounding. */
+static uint16_t ref_f2h(float f)
+{
+    const uint16_t sign = signbit(f) ? 0x8000 : 0;
+    if (isnan(f))
+        return sign | 0x7e00;
+    const double a = fabs((double)f);
+    unsigned lo = 0, hi = 0x7bff;
+    while (lo < hi) {
+        const unsigned mid = (lo + hi + 1) / 2;
+        if (ref_h2f((uint16_t)mid) <= a)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    const double vhi = lo == 0x7bff ? 65536.0 : ref_h2f((uint16_t)(lo + 1));
+    return (uint16_t)(sign | nearest(a, lo, ref_h2f((uint16_t)lo), vhi));
+}
+
+static uint16_t ref_f2bf(float f)
+{
+    const uint16_t trunc = (uint16_t)(u_of(f) >> 16), sign = trunc & 0x8000;
+    const unsigned lo = trunc & 0x7fff;
+    if (isinf(f))
+        return trunc;
+    const double vhi = lo == 0x7f7f ? ldexp(1, 128) : ref_bf2f((uint16_t)(lo + 1));
+    return (uint16_t)(sign | nearest(fabs((double)f), lo, ref_bf2f((uint16_t)lo), vhi));
+}
+
+static uint16_t le16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | p[1] << 8);
+}
+
+/* n elements of type t from their bytes (blocks little-endian as ggml writes them). */
+static void ref_dequant(enum mvm_wtype t, const void *src, double *dst, size_t n)
+{
+    const uint8_t *s = src;
+    for (size_t i = 0; i < n; i++) {
+        switch (t) {
+        case MVM_W_F32: dst[i] = ((const float *)src)[i]; break;
+        case MVM_W_F16: dst[i] = ref_h2f(le16(s + 2 * i)); break;
+        case MVM_W_BF16: dst[i] = ref_bf2f(le16(s + 2 * i)); break;
+        case MVM_W_Q8_0: {
+            const uint8_t *b = s + i / 32 * 34;
+            dst[i] = ref_h2f(le16(b)) * (int8_t)b[2 + i % 32];
+            break;
+        }
+        default: {
+            const uint8_t *b = s + i / 32 * 18;
+            const int j = (int)(i % 32), byte = b[2 + j % 16];
+            dst[i] = ref_h2f(le16(b)) * ((j < 16 ? byte & 15 : byte >> 4) - 8);
+            break;
+        }
+        }
+    }
+}
+
+/* quantize_row_q8_0_ref / quantize_row_q4_0_ref on one block, into its bytes. */
+static void ref_quant_block(enum mvm_wtype t, const float *x, uint8_t *b)
+{
+    float amax = 0, max = 0;
+    for (int j = 0; j < 32; j++) {
+        if (fabsf(x[j]) > amax) {
+            amax = fabsf(x[j]);
+            max = x[j];
+        }
+    }
+    const float d = t == MVM_W_Q8_0 ? amax / 127 : max / -8, id = d != 0 ? 1.0f / d : 0;
+    const uint16_t dh = ref_f2h(d);
+    b[0] = (uint8_t)dh, b[1] = (uint8_t)(dh >> 8);
+    for (int j = 0; j < 32; j++) {
+        const float v = x[j] * id;
+        if (t == MVM_W_Q8_0) {
+            b[2 + j] = (uint8_t)(int8_t)roundf(v);
+        } else {
+            const float v8 = v + 8.5f;
+            const int q = (int)v8 > 15 ? 15 : (int)v8;
+            b[2 + j % 16] = (uint8_t)(j < 16 ? q : b[2 + j % 16] | q << 4);
+        }
+    }
+}
+
+/* x quantized to type t as the test sees it (floats converted by the reference rounding). */
+static void ref_quant(enum mvm_wtype t, const float *x, void *dst, size_t n)
+{
+    uint8_t *d = dst;
+    for (size_t i = 0; i < (is_q(t) ? n / 32 : n); i++) {
+        switch (t) {
+        case MVM_W_F32: memcpy(d + 4 * i, &x[i], 4); break;
+        case MVM_W_F16:
+        case MVM_W_BF16: {
+            const uint16_t h = t == MVM_W_F16 ? ref_f2h(x[i]) : ref_f2bf(x[i]);
+            d[2 * i] = (uint8_t)h, d[2 * i + 1] = (uint8_t)(h >> 8);
+            break;
+        }
+        default: ref_quant_block(t, x + 32 * i, d + i * (t == MVM_W_Q8_0 ? 34 : 18)); break;
+        }
+    }
+}
+
+/* The activation vector the kernels see, as doubles: x itself, or x through Q8_0. */
+static void ref_act(enum mvm_wtype t, const float *x, double *xd, size_t n)
+{
+    if (!is_q(t)) {
+        for (size_t i = 0; i < n; i++)
+            xd[i] = x[i];
+        return;
+    }
+    uint8_t *q = malloc(n / 32 * 34);
+    ref_quant(MVM_W_Q8_0, x, q, n);
+    ref_dequant(MVM_W_Q8_0, q, xd, n);
+    free(q);
+}
+
+/* |got - want| within tol of the scale of the terms that made want. */
+static int close_to(double got, double want, double terms, double tol)
+{
+    return fabs(got - want) <= tol * terms + 1e-30;
+}
+
+/* ---- conversions and quantization ------------------------------------------------------- */
+
+static void test_fp16(void)
+{
+    int bad_decode = 0, bad_round_trip = 0, bad_random = 0;
+    for (unsigned h = 0; h < 0x10000; h++) {
+        const float f = mvm_fp16_to_fp32((uint16_t)h);
+        const double want = ref_h2f((uint16_t)h);
+        if (isnan(want)) {
+            const uint16_t back = mvm_fp32_to_fp16(f);
+            bad_decode += !isnan(f);
+            bad_round_trip +=
+                (back & 0x7c00) != 0x7c00 || !(back & 0x3ff) || (back & 0x8000) != (h & 0x8000);
+        } else {
+            bad_decode += (double)f != want || !signbit(f) != !(h >> 15);
+            bad_round_trip += mvm_fp32_to_fp16(f) != h;
+        }
+    }
+    CHECK(bad_decode == 0);
+    CHECK(bad_round_trip == 0);
+    /* Random floats around the fp16 range, including subnormals, ties and overflow. */
+    for (int i = 0; i < 200000; i++) {
+        const float f = f_of((rand32() & 0x80000000u) | ((100u + rand32() % 46) << 23) |
+                             (i % 4 ? rand32() & 0x7fffff : (rand32() & 0x7fe000) | 0x1000));
+        bad_random += mvm_fp32_to_fp16(f) != ref_f2h(f);
+    }
+    CHECK(bad_random == 0);
+    CHECK(mvm_fp32_to_fp16(1.0f) == 0x3c00);
+    CHECK(mvm_fp32_to_fp16(-2.0f) == 0xc000);
+    CHECK(mvm_fp32_to_fp16(65504.0f) == 0x7bff);
+    CHECK(mvm_fp32_to_fp16(65519.0f) == 0x7bff);
+    CHECK(mvm_fp32_to_fp16(65520.0f) == 0x7c00); /* the tie goes to even: inf */
+    CHECK(mvm_fp32_to_fp16(INFINITY) == 0x7c00);
+    CHECK(mvm_fp32_to_fp16(-INFINITY) == 0xfc00);
+    CHECK(mvm_fp32_to_fp16(0x1p-24f) == 0x0001);        /* smallest subnormal */
+    CHECK(mvm_fp32_to_fp16(0x1p-25f) == 0x0000);        /* tie between 0 and it: even */
+    CHECK(mvm_fp32_to_fp16(0x3p-25f) == 0x0002);        /* tie between 1 and 2: even */
+    CHECK(mvm_fp32_to_fp16(0x1.ff8p-15f) == 0x03ff);    /* the largest subnormal */
+    CHECK(mvm_fp32_to_fp16(0x1.ffcp-15f) == 0x0400);    /* tie: up into the normals */
+    CHECK(mvm_fp32_to_fp16(1.0f + 0x1p-11f) == 0x3c00); /* tie: even */
+    CHECK(mvm_fp32_to_fp16(1.0f + 0x3p-11f) == 0x3c02);
+    CHECK(mvm_fp32_to_fp16(-0.0f) == 0x8000);
+    const uint16_t qnan = mvm_fp32_to_fp16(NAN);
+    CHECK((qnan & 0x7c00) == 0x7c00 && (qnan & 0x200));
+    CHECK(mvm_fp16_to_fp32(0x3c00) == 1.0f);
+    CHECK(mvm_fp16_to_fp32(0x7bff) == 65504.0f);
+    CHECK(mvm_fp16_to_fp32(0x0001) == 0x1p-24f);
+    CHECK(mvm_fp16_to_fp32(0x03ff) == 0x3ffp-24f);
+    CHECK(isinf(mvm_fp16_to_fp32(0xfc00)) && mvm_fp16_to_fp32(0xfc00) < 0);
+    CHECK(isnan(mvm_fp16_to_fp32(0x7e00)));
+}
+
+static void test_bf16(void)
+{
+    int bad_decode = 0, bad_round_trip = 0, bad_random = 0;
+    for (unsigned h = 0; h < 0x10000; h++) {
+        const float f = mvm_bf16_to_fp32((uint16_t)h);
+        const double want = ref_bf2f((uint16_t)h);
+        bad_decode += isnan(want) ? !isnan(f) : (double)f != want;
+        bad_round_trip += !isnan(want) && mvm_fp32_to_bf16(f) != h;
+    }
+    CHECK(bad_decode == 0);
+    CHECK(bad_round_trip == 0);
+    for (int i = 0; i < 200000; i++) {
+        uint32_t u = rand32();
+        if (i % 4 == 0)
+            u = (u & 0xffff0000u) | 0x8000; /* a tie */
+        const float f = f_of(u);
+        if (isnan(f))
+            continue;
+        bad_random += mvm_fp32_to_bf16(f) != ref_f2bf(f);
+    }
+    CHECK(bad_random == 0);
+    CHECK(mvm_fp32_to_bf16(1.0f) == 0x3f80);
+    CHECK(mvm_fp32_to_bf16(f_of(0x3f808000)) == 0x3f80); /* tie, even below */
+    CHECK(mvm_fp32_to_bf16(f_of(0x3f818000)) == 0x3f82); /* tie, even above */
+    CHECK(mvm_fp32_to_bf16(f_of(0x3f808001)) == 0x3f81);
+    CHECK(mvm_fp32_to_bf16(f_of(0x7f7fffff)) == 0x7f80); /* rounds to inf */
+    CHECK(mvm_fp32_to_bf16(-INFINITY) == 0xff80);
+    CHECK(mvm_fp32_to_bf16(f_of(0x00000001)) == 0x0000);
+    CHECK(mvm_fp32_to_bf16(f_of(0x00018000)) == 0x0002); /* subnormal tie */
+    /* nan stays nan, quiet, with its sign, even when the rounding would carry into inf */
+    const uint32_t nans[] = {0x7f800001, 0x7fc00000, 0xff800001, 0x7fffffff};
+    for (size_t i = 0; i < sizeof nans / sizeof *nans; i++) {
+        const uint16_t b = mvm_fp32_to_bf16(f_of(nans[i]));
+        CHECK((b & 0x7f80) == 0x7f80 && (b & 0x40) && (b >> 15) == nans[i] >> 31);
+    }
+}
+
+static void test_sizes(void)
+{
+    CHECK(mvm_k_row_bytes(MVM_W_F32, 7) == 28);
+    CHECK(mvm_k_row_bytes(MVM_W_F16, 7) == 14);
+    CHECK(mvm_k_row_bytes(MVM_W_BF16, 7) == 14);
+    CHECK(mvm_k_row_bytes(MVM_W_Q8_0, 64) == 68);
+    CHECK(mvm_k_row_bytes(MVM_W_Q4_0, 64) == 36);
+    CHECK(mvm_k_act_bytes(MVM_W_F16, 10) == 40);
+    CHECK(mvm_k_act_bytes(MVM_W_Q4_0, 64) == 68);
+    CHECK(mvm_k_act_bytes(MVM_W_Q8_0, 64) == 68);
+    CHECK(mvm_k_expert_group_bytes(MVM_W_Q8_0, 2048) == 64 * 2176 + 2048 * 34);
+    CHECK(mvm_k_expert_group_bytes(MVM_W_F32, 100) == 64 * 400 + 100 * 128);
+    CHECK(mvm_k_expert_group_bytes(MVM_W_Q4_0, 64) == 64 * 36 + 64 * 18);
+}
+
+static void test_quantize_known(void)
+{
+    float x[32];
+    for (int j = 0; j < 32; j++)
+        x[j] = (float)(j - 16);
+    /* Q8_0: amax 16, d = 16/127, q = round-half-away((j - 16) * 127/16) */
+    uint8_t b[34];
+    mvm_k_quantize(MVM_W_Q8_0, x, b, 32);
+    CHECK(le16(b) == ref_f2h(16.0f / 127));
+    CHECK((int8_t)b[2 + 0] == -127);
+    CHECK((int8_t)b[2 + 8] == -64); /* -63.5 rounds away from zero */
+    CHECK((int8_t)b[2 + 16] == 0);
+    CHECK((int8_t)b[2 + 24] == 64);
+    CHECK((int8_t)b[2 + 31] == 119);
+    /* ties round away from zero: with amax 127, d = 1 and q = roundf(x) */
+    float ties[32] = {127, 2.5f, -2.5f, 0.5f, -0.5f, 0.49f, 126.5f};
+    mvm_k_quantize(MVM_W_Q8_0, ties, b, 32);
+    CHECK(le16(b) == 0x3c00);
+    CHECK((int8_t)b[3] == 3 && (int8_t)b[4] == -3 && (int8_t)b[5] == 1 && (int8_t)b[6] == -1);
+    CHECK((int8_t)b[7] == 0 && (int8_t)b[8] == 127 && (int8_t)b[9] == 0);
+    /* Q4_0: the largest magnitude is -16 (j = 0), d = -16 / -8 = 2, q = min(15, (x/2 + 8.5)) */
+    mvm_k_quantize(MVM_W_Q4_0, x, b, 32);
+    CHECK(le16(b) == 0x4000);
+    CHECK(b[2 + 0] == 0x80);  /* j = 0 -> 0, j = 16 -> 8 */
+    CHECK(b[2 + 1] == 0x91);  /* j = 1 -> 1 (-7.5 + 8.5), j = 17 -> 9 (0.5 + 8.5) */
+    CHECK(b[2 + 15] == 0xF8); /* j = 15 -> 8, j = 31 -> 16 clamped to 15 */
+    /* the first of equal magnitudes sets the sign of d */
+    x[0] = 16, x[5] = -16;
+    mvm_k_quantize(MVM_W_Q4_0, x, b, 32);
+    CHECK(le16(b) == 0xc000); /* d = 16 / -8 = -2 */
+    /* an all-zero block: d = 0 (-0 for Q4_0: 0 / -8, as ggml writes it), quants at zero */
+    memset(x, 0, sizeof x);
+    mvm_k_quantize(MVM_W_Q8_0, x, b, 32);
+    CHECK(le16(b) == 0 && b[2] == 0 && b[33] == 0);
+    mvm_k_quantize(MVM_W_Q4_0, x, b, 32);
+    CHECK(le16(b) == 0x8000 && b[2] == 0x88 && b[17] == 0x88);
+}
+
+static void test_quantize_random(void)
+{
+    const size_t n = 32 * 64;
+    float *x = malloc(n * sizeof *x), *back = malloc(n * sizeof *back);
+    double *want = malloc(n * sizeof *want);
+    uint8_t *got = malloc(n * 4), *ref = malloc(n * 4);
+    for (int t = 0; t < MVM_W_COUNT; t++) {
+        fill(x, n, 3.0f);
+        x[5] = 0x1p-20f, x[77] = -70000.0f * (t != MVM_W_F16); /* a subnormal half, an inf */
+        memset(got, 0, n * 4), memset(ref, 0, n * 4);
+        mvm_k_quantize((enum mvm_wtype)t, x, got, n);
+        ref_quant((enum mvm_wtype)t, x, ref, n);
+        CHECK(memcmp(got, ref, mvm_k_row_bytes((enum mvm_wtype)t, n)) == 0);
+        mvm_k_dequantize((enum mvm_wtype)t, got, back, n);
+        ref_dequant((enum mvm_wtype)t, got, want, n);
+        int bad = 0;
+        for (size_t i = 0; i < n; i++)
+            bad += (double)back[i] != want[i];
+        CHECK(bad == 0);
+        /* prepare_act: F32 copy, or Q8_0 for both Q types */
+        const enum mvm_wtype at = is_q((enum mvm_wtype)t) ? MVM_W_Q8_0 : MVM_W_F32;
+        mvm_k_prepare_act((enum mvm_wtype)t, x, got, n);
+        ref_quant(at, x, ref, n);
+        CHECK(memcmp(got, ref, mvm_k_act_bytes((enum mvm_wtype)t, n)) == 0);
+    }
+    free(x), free(back), free(want), free(got), free(ref);
+}
+
+/* ---- matrix products -------------------------------------------------------------------- */
+
+/* A random [rows x n] weight of type t, its dequantized doubles, and a prepared activation
+ * with its doubles. */
+typedef struct {
+    enum mvm_wtype t;
+    size_t rows, n, row_bytes;
+    uint8_t *w, *act;
+    double *wd, *xd;
+} problem;
+
+static problem make_problem(enum mvm_wtype t, size_t rows, size_t n)
+{
+    problem p = {t, rows, n, mvm_k_row_bytes(t, n), NULL, NULL, NULL, NULL};
+    float *row = malloc(n * sizeof *row);
+    p.w = malloc(rows * p.row_bytes);
+    p.wd = malloc(rows * n * sizeof *p.wd);
+    for (size_t r = 0; r < rows; r++) {
+        fill(row, n, 1.0f);
+        mvm_k_quantize(t, row, p.w + r * p.row_bytes, n);
+        if (t == MVM_W_Q8_0) /* a file may hold -128, which ggml's rounding never writes */
+            p.w[r * p.row_bytes + 2 + r % 32] = 0x80;
+        ref_dequant(t, p.w + r * p.row_bytes, p.wd + r * n, n);
+    }
+    fill(row, n, 2.0f);
+    p.act = malloc(mvm_k_act_bytes(t, n));
+    p.xd = malloc(n * sizeof *p.xd);
+    mvm_k_prepare_act(t, row, p.act, n);
+    ref_act(t, row, p.xd, n);
+    free(row);
+    return p;
+}
+
+static void free_problem(problem *p)
+{
+    free(p->w), free(p->act), free(p->wd), free(p->xd);
+}
+
+/* y[r] for r in [r0, r1) against the double reference, NaN elsewhere. */
+static int check_rows(const problem *p, const float *y, size_t r0, size_t r1, double tol)
+{
+    int bad = 0;
+    for (size_t r = 0; r < p->rows; r++) {
+        if (r < r0 || r >= r1) {
+            bad += !isnan(y[r]);
+            continue;
+        }
+        double want = 0, terms = 0;
+        for (size_t i = 0; i < p->n; i++) {
+            want += p->wd[r * p->n + i] * p->xd[i];
+            terms += fabs(p->wd[r * p->n + i] * p->xd[i]);
+        }
+        bad += !close_to(y[r], want, terms, tol);
+    }
+    return bad;
+}
+
+static void test_matvec(void)
+{
+    static const size_t float_n[] = {1, 7, 8, 15, 17, 31, 33, 63, 65, 100, 1023, 4096, 4103};
+    static const size_t q_n[] = {32, 64, 96, 256, 288, 2080, 4096};
+    const size_t rows = 13;
+    float y[13];
+    for (int t = 0; t < MVM_W_COUNT; t++) {
+        const size_t *ns = is_q((enum mvm_wtype)t) ? q_n : float_n;
+        const size_t count =
+            is_q((enum mvm_wtype)t) ? sizeof q_n / sizeof *q_n : sizeof float_n / sizeof *float_n;
+        for (size_t k = 0; k < count; k++) {
+            problem p = make_problem((enum mvm_wtype)t, rows, ns[k]);
+            const size_t ranges[][2] = {{0, rows}, {2, 11}, {5, 5}, {12, 13}};
+            for (size_t r = 0; r < 4; r++) {
+                for (size_t i = 0; i < rows; i++)
+                    y[i] = NAN;
+                mvm_k_matvec(p.t, p.w, p.row_bytes, p.n, p.act, y, ranges[r][0], ranges[r][1]);
+                const int bad = check_rows(&p, y, ranges[r][0], ranges[r][1], 1e-5);
+                CHECK(bad == 0);
+                if (bad)
+                    fprintf(stderr, "  %s n %zu rows [%zu, %zu): %d bad\n", tname[t], ns[k],
+                            ranges[r][0], ranges[r][1], bad);
+            }
+            free_problem(&p);
+        }
+    }
+}
+
+/* matmul equals matvec token by token, bitwise, and leaves the stride gaps alone; 20 tokens
+ * of 4096 floats exceed the 256 KiB token tile, so the tiling is crossed too. */
+static void test_matmul(void)
+{
+    const size_t rows = 9, r0 = 1, r1 = 8;
+    for (int t = 0; t < MVM_W_COUNT; t++) {
+        const size_t n = t == MVM_W_F32 ? 4096 : 96, n_tok = t == MVM_W_F32 ? 20 : 6;
+        problem p = make_problem((enum mvm_wtype)t, rows, n);
+        const size_t ab = mvm_k_act_bytes(p.t, n), act_stride = ab + 8, y_stride = rows + 3;
+        uint8_t *acts = malloc(n_tok * act_stride);
+        float *x = malloc(n * sizeof *x), *y = malloc(n_tok * y_stride * sizeof *y), yv[9];
+        for (size_t i = 0; i < n_tok; i++) {
+            fill(x, n, 1.0f);
+            mvm_k_prepare_act(p.t, x, acts + i * act_stride, n);
+        }
+        for (size_t i = 0; i < n_tok * y_stride; i++)
+            y[i] = NAN;
+        mvm_k_matmul(p.t, p.w, p.row_bytes, n, acts, act_stride, n_tok, y, y_stride, r0, r1);
+        int bad = 0;
+        for (size_t i = 0; i < n_tok; i++) {
+            for (size_t r = 0; r < rows; r++)
+                yv[r] = NAN;
+            mvm_k_matvec(p.t, p.w, p.row_bytes, n, acts + i * act_stride, yv, r0, r1);
+            for (size_t r = 0; r < y_stride; r++) {
+                const float got = y[i * y_stride + r];
+                bad += r >= r0 && r < r1 ? memcmp(&got, &yv[r], sizeof got) != 0 : !isnan(got);
+            }
+        }
+        CHECK(bad == 0);
+        free(acts), free(x), free(y);
+        free_problem(&p);
+    }
+}
+
+/* ---- the expert ------------------------------------------------------------------------- */
+
+typedef struct {
+    enum mvm_wtype t;
+    size_t n_embd, n_ff;
+    uint8_t *packed;
+    double *gate, *up, *down; /* dequantized, row-major as llama.cpp stores them */
+} expert;
+
+static expert make_expert(enum mvm_wtype t, size_t n_embd, size_t n_ff)
+{
+    expert e = {t, n_embd, n_ff, NULL, NULL, NULL, NULL};
+    const size_t rb = mvm_k_row_bytes(t, n_embd), drb = mvm_k_row_bytes(t, n_ff);
+    uint8_t *g = malloc(n_ff * rb), *u = malloc(n_ff * rb), *d = malloc(n_embd * drb);
+    float *row = malloc((n_embd > n_ff ? n_embd : n_ff) * sizeof *row);
+    e.gate = malloc(n_ff * n_embd * sizeof(double));
+    e.up = malloc(n_ff * n_embd * sizeof(double));
+    e.down = malloc(n_embd * n_ff * sizeof(double));
+    for (size_t c = 0; c < n_ff; c++) {
+        fill(row, n_embd, 0.2f);
+        mvm_k_quantize(t, row, g + c * rb, n_embd);
+        ref_dequant(t, g + c * rb, e.gate + c * n_embd, n_embd);
+        fill(row, n_embd, 0.2f);
+        mvm_k_quantize(t, row, u + c * rb, n_embd);
+        ref_dequant(t, u + c * rb, e.up + c * n_embd, n_embd);
+    }
+    for (size_t j = 0; j < n_embd; j++) {
+        fill(row, n_ff, 0.2f);
+        mvm_k_quantize(t, row, d + j * drb, n_ff);
+        ref_dequant(t, d + j * drb, e.down + j * n_ff, n_ff);
+    }
+    e.packed = malloc(n_ff / 32 * mvm_k_expert_group_bytes(t, n_embd));
+    mvm_k_expert_pack(t, g, u, d, n_embd, n_ff, e.packed);
+    free(g), free(u), free(d), free(row);
+    return e;
+}
+
+static void free_expert(expert *e)
+{
+    free(e->packed), free(e->gate), free(e->up), free(e->down);
+}
+
+/* out0 + weight * FFN(x) over all groups, with the terms' magnitude for the tolerance and,
+ * for Q types, the slack for one Q8_0 step of one intermediate activation per group: the
+ * kernel's float activations differ from these in the last bits, which can move a value
+ * across a rounding boundary (about once in 10^5 values). */
+static void ref_ffn(const expert *e, const float *x, float weight, const float *out0, double *want,
+                    double *terms, double *slack)
+{
+    const size_t n_embd = e->n_embd, n_ff = e->n_ff;
+    double *xd = malloc(n_embd * sizeof *xd), *h = malloc(n_ff * sizeof *h);
+    ref_act(e->t, x, xd, n_embd);
+    for (size_t c = 0; c < n_ff; c++) {
+        double g = 0, u = 0;
+        for (size_t i = 0; i < n_embd; i++) {
+            g += e->gate[c * n_embd + i] * xd[i];
+            u += e->up[c * n_embd + i] * xd[i];
+        }
+        h[c] = g / (1 + exp(-g)) * u * weight;
+    }
+    double *step = calloc(n_ff / 32, sizeof *step); /* each group's Q8_0 scale */
+    if (is_q(e->t)) { /* the intermediate activations through Q8_0, 32 at a time */
+        float hf[32];
+        uint8_t q[34];
+        for (size_t c0 = 0; c0 < n_ff; c0 += 32) {
+            for (int j = 0; j < 32; j++)
+                hf[j] = (float)h[c0 + j];
+            ref_quant_block(MVM_W_Q8_0, hf, q);
+            ref_dequant(MVM_W_Q8_0, q, h + c0, 32);
+            step[c0 / 32] = ref_h2f(le16(q));
+        }
+    }
+    for (size_t j = 0; j < n_embd; j++) {
+        want[j] = out0[j], terms[j] = fabs(out0[j]), slack[j] = 0;
+        for (size_t c = 0; c < n_ff; c++) {
+            want[j] += e->down[j * n_ff + c] * h[c];
+            terms[j] += fabs(e->down[j * n_ff + c] * h[c]);
+            slack[j] = fmax(slack[j], fabs(e->down[j * n_ff + c]) * step[c / 32]);
+        }
+    }
+    free(xd), free(h), free(step);
+}
+
+static void test_expert(void)
+{
+    static const size_t float_embd[] = {100, 264}, q_embd[] = {64, 288}, ffs[] = {32, 96};
+    for (int t = 0; t < MVM_W_COUNT; t++) {
+        for (int s = 0; s < 4; s++) {
+            const size_t n_embd = (is_q((enum mvm_wtype)t) ? q_embd : float_embd)[s % 2];
+            const size_t n_ff = ffs[s / 2], groups = n_ff / 32;
+            expert e = make_expert((enum mvm_wtype)t, n_embd, n_ff);
+            float *x = malloc(n_embd * sizeof *x), *out0 = malloc(n_embd * sizeof *out0);
+            float *out = malloc(n_embd * sizeof *out), *split = malloc(n_embd * sizeof *split);
+            double *want = malloc(n_embd * sizeof *want), *terms = malloc(n_embd * sizeof *terms);
+            double *slack = malloc(n_embd * sizeof *slack);
+            uint8_t *act = malloc(mvm_k_act_bytes(e.t, n_embd));
+            fill(x, n_embd, 1.0f);
+            fill(out0, n_embd, 0.1f);
+            mvm_k_prepare_act(e.t, x, act, n_embd);
+            ref_ffn(&e, x, 0.75f, out0, want, terms, slack);
+            memcpy(out, out0, n_embd * sizeof *out);
+            mvm_k_expert_ffn(e.t, e.packed, n_embd, act, 0.75f, out, 0, groups);
+            int bad = 0;
+            for (size_t j = 0; j < n_embd; j++)
+                bad += fabs(out[j] - want[j]) > 1e-5 * terms[j] + slack[j];
+            CHECK(bad == 0);
+            if (bad)
+                fprintf(stderr, "  %s n_embd %zu n_ff %zu: %d bad\n", tname[t], n_embd, n_ff, bad);
+            /* groups [0, g) then [g, G) is the same sequence of additions as [0, G) */
+            for (size_t g = 0; g <= groups; g++) {
+                memcpy(split, out0, n_embd * sizeof *split);
+                mvm_k_expert_ffn(e.t, e.packed, n_embd, act, 0.75f, split, 0, g);
+                mvm_k_expert_ffn(e.t, e.packed, n_embd, act, 0.75f, split, g, groups);
+                CHECK(memcmp(split, out, n_embd * sizeof *out) == 0);
+            }
+            free(x), free(out0), free(out), free(split), free(want), free(terms), free(slack);
+            free(act);
+            free_expert(&e);
+        }
+    }
+}
+
+/* The batch equals one call per token, bitwise; 11 tokens cross the 8-token tile. */
+static void test_expert_batch(void)
+{
+    const size_t n_tok = 11, n_ff = 64, groups = 2;
+    for (int t = 0; t < MVM_W_COUNT; t++) {
+        const size_t n_embd = is_q((enum mvm_wtype)t) ? 96 : 40;
+        expert e = make_expert((enum mvm_wtype)t, n_embd, n_ff);
+        const size_t act_stride = mvm_k_act_bytes(e.t, n_embd) + 12, out_stride = n_embd + 5;
+        uint8_t *acts = malloc(n_tok * act_stride);
+        float *x = malloc(n_embd * sizeof *x), weights[11];
+        float *out = malloc(n_tok * out_stride * sizeof *out);
+        float *one = malloc(n_tok * out_stride * sizeof *one);
+        for (size_t i = 0; i < n_tok; i++) {
+            fill(x, n_embd, 1.0f);
+            mvm_k_prepare_act(e.t, x, acts + i * act_stride, n_embd);
+            weights[i] = 0.1f * (float)(i + 1);
+        }
+        fill(out, n_tok * out_stride, 0.1f);
+        memcpy(one, out, n_tok * out_stride * sizeof *out);
+        mvm_k_expert_ffn_batch(e.t, e.packed, n_embd, acts, act_stride, weights, n_tok, out,
+                               out_stride, 0, groups);
+        for (size_t i = 0; i < n_tok; i++)
+            mvm_k_expert_ffn(e.t, e.packed, n_embd, acts + i * act_stride, weights[i],
+                             one + i * out_stride, 0, groups);
+        CHECK(memcmp(out, one, n_tok * out_stride * sizeof *out) == 0);
+        free(acts), free(x), free(out), free(one);
+        free_expert(&e);
+    }
+}
+
+/* ---- small ops -------------------------------------------------------------------------- */
+
+static void test_rmsnorm(void)
+{
+    const size_t n = 37;
+    float x[37], w[37], out[37], in_place[37];
+    fill(x, n, 3.0f);
+    fill(w, n, 1.0f);
+    double ss = 0;
+    for (size_t i = 0; i < n; i++)
+        ss += (double)x[i] * x[i];
+    const double scale = 1 / sqrt(ss / n + 1e-5);
+    mvm_k_rmsnorm(out, x, w, n, 1e-5f);
+    int bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += !close_to(out[i], x[i] * scale * w[i], fabs(x[i] * scale * w[i]), 1e-6);
+    CHECK(bad == 0);
+    memcpy(in_place, x, sizeof x);
+    mvm_k_rmsnorm(in_place, in_place, w, n, 1e-5f);
+    CHECK(memcmp(in_place, out, sizeof out) == 0);
+    mvm_k_rmsnorm(out, x, NULL, n, 1e-5f);
+    bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += !close_to(out[i], x[i] * scale, fabs(x[i] * scale), 1e-6);
+    CHECK(bad == 0);
+}
+
+static void test_rope(void)
+{
+    const size_t n_heads = 3, head_dim = 16;
+    float x[48], orig[48];
+    for (int neox = 0; neox < 2; neox++) {
+        for (size_t n_rot = 8; n_rot <= 16; n_rot += 8) {
+            fill(orig, 48, 1.0f);
+            memcpy(x, orig, sizeof x);
+            mvm_k_rope(x, n_heads, head_dim, n_rot, 0, 10000.0f, neox);
+            CHECK(memcmp(x, orig, sizeof x) == 0); /* position 0: the identity */
+            const size_t pos = 37;
+            memcpy(x, orig, sizeof x);
+            mvm_k_rope(x, n_heads, head_dim, n_rot, pos, 10000.0f, neox);
+            int bad = 0;
+            for (size_t h = 0; h < n_heads; h++) {
+                const float *o = orig + h * head_dim, *r = x + h * head_dim;
+                for (size_t i = 0; i < n_rot / 2; i++) {
+                    const double th = (double)pos * pow(10000.0, -2.0 * (double)i / (double)n_rot);
+                    const size_t a = neox ? i : 2 * i, b = neox ? i + n_rot / 2 : 2 * i + 1;
+                    bad += fabs(r[a] - (o[a] * cos(th) - o[b] * sin(th))) > 2e-5;
+                    bad += fabs(r[b] - (o[a] * sin(th) + o[b] * cos(th))) > 2e-5;
+                }
+                for (size_t i = n_rot; i < head_dim; i++)
+                    bad += r[i] != o[i];
+            }
+            CHECK(bad == 0);
+        }
+    }
+}
+
+static void test_softmax(void)
+{
+    float x[50];
+    double e[50];
+    fill(x, 50, 20.0f);
+    x[3] = 1000.0f, x[4] = 1001.0f; /* no overflow: the max is subtracted */
+    double sum = 0;
+    for (int i = 0; i < 50; i++)
+        sum += e[i] = exp((double)x[i] - 1001.0);
+    mvm_k_softmax(x, 50);
+    double got = 0;
+    int bad = 0;
+    for (int i = 0; i < 50; i++) {
+        got += x[i];
+        bad += !close_to(x[i], e[i] / sum, e[i] / sum, 1e-5);
+    }
+    CHECK(bad == 0);
+    CHECK(fabs(got - 1) < 1e-6);
+    float one = -3.0f;
+    mvm_k_softmax(&one, 1);
+    CHECK(one == 1.0f);
+}
+
+static int cmp_rank(const void *a, const void *b, const float *x)
+{
+    const int i = *(const int *)a, j = *(const int *)b;
+    return x[i] != x[j] ? (x[i] > x[j] ? -1 : 1) : (i > j) - (i < j);
+}
+
+static void test_topk(void)
+{
+    const float x[] = {1, 3, 3, 2, 3, 0};
+    int idx[6];
+    mvm_k_topk(x, 6, 4, idx);
+    CHECK(idx[0] == 1 && idx[1] == 2 && idx[2] == 4 && idx[3] == 3);
+    mvm_k_topk(x, 6, 6, idx);
+    CHECK(idx[0] == 1 && idx[1] == 2 && idx[2] == 4 && idx[3] == 3 && idx[4] == 0 && idx[5] == 5);
+    mvm_k_topk(x, 6, 1, idx);
+    CHECK(idx[0] == 1);
+    /* random with many ties, against a sort by (value desc, index asc) */
+    float r[128];
+    int got[16], want[128];
+    for (int round = 0; round < 50; round++) {
+        for (int i = 0; i < 128; i++)
+            r[i] = (float)(rand32() % 20), want[i] = i;
+        for (int i = 1; i < 128; i++) /* insertion sort with the ranking */
+            for (int j = i; j > 0 && cmp_rank(&want[j - 1], &want[j], r) > 0; j--) {
+                const int tmp = want[j];
+                want[j] = want[j - 1], want[j - 1] = tmp;
+            }
+        const size_t k = 1 + rand32() % 16;
+        mvm_k_topk(r, 128, k, got);
+        CHECK(memcmp(got, want, k * sizeof *got) == 0);
+    }
+}
+
+static void test_swiglu(void)
+{
+    float x[21], y[21], orig[21];
+    fill(orig, 21, 6.0f);
+    fill(y, 21, 2.0f);
+    memcpy(x, orig, sizeof x);
+    mvm_k_swiglu(x, y, 21);
+    int bad = 0;
+    for (int i = 0; i < 21; i++) {
+        const double want = orig[i] / (1 + exp(-(double)orig[i])) * y[i];
+        bad += !close_to(x[i], want, fabs(want), 1e-6);
+    }
+    CHECK(bad == 0);
+}
+
+static void test_attn_head(void)
+{
+    static const size_t n_pos_s[] = {1, 5, 37}, dims[] = {64, 20};
+    for (size_t a = 0; a < 3; a++) {
+        for (size_t b = 0; b < 2; b++) {
+            const size_t n_pos = n_pos_s[a], hd = dims[b], stride = 3 * hd + 1;
+            float *k = malloc(n_pos * stride * sizeof *k), *v = malloc(n_pos * stride * sizeof *v);
+            float q[64], out[64], scratch[37];
+            double s[37], want[64] = {0}, terms[64] = {0};
+            fill(k, n_pos * stride, 1.0f);
+            fill(v, n_pos * stride, 1.0f);
+            fill(q, hd, 1.0f);
+            const float scale = 1.0f / sqrtf((float)hd);
+            double max = -INFINITY, sum = 0;
+            for (size_t p = 0; p < n_pos; p++) {
+                s[p] = 0;
+                for (size_t d = 0; d < hd; d++)
+                    s[p] += (double)q[d] * k[p * stride + d];
+                s[p] *= scale;
+                max = fmax(max, s[p]);
+            }
+            for (size_t p = 0; p < n_pos; p++)
+                sum += s[p] = exp(s[p] - max);
+            for (size_t p = 0; p < n_pos; p++)
+                for (size_t d = 0; d < hd; d++) {
+                    want[d] += s[p] / sum * v[p * stride + d];
+                    terms[d] += fabs(s[p] / sum * v[p * stride + d]);
+                }
+            mvm_k_attn_head(q, k, v, stride, n_pos, hd, scale, scratch, out);
+            int bad = 0;
+            for (size_t d = 0; d < hd; d++)
+                bad += !close_to(out[d], want[d], terms[d], 1e-5);
+            CHECK(bad == 0);
+            free(k), free(v);
+        }
+    }
+}
+
+static void test_simd_select(void)
+{
+    const enum mvm_simd best = mvm_k_simd_detect();
+    CHECK(mvm_k_simd_current() == best); /* the default, before any mvm_k_simd_use */
+    CHECK(mvm_k_simd_use(MVM_SIMD_COUNT) == -1);
+    CHECK(mvm_k_simd_use(best) == 0 && mvm_k_simd_current() == best);
+    if (best < MVM_SIMD_AVX512) {
+        CHECK(mvm_k_simd_use((enum mvm_simd)(best + 1)) == -1);
+        CHECK(mvm_k_simd_current() == best);
+    }
+    CHECK(mvm_k_simd_use(MVM_SIMD_SCALAR) == 0 && mvm_k_kernels == &mvm_k_level_scalar);
+#if defined(__x86_64__) || defined(__i386__)
+    if (best >= MVM_SIMD_AVX2)
+        CHECK(mvm_k_simd_use(MVM_SIMD_AVX2) == 0 && mvm_k_kernels == &mvm_k_level_avx2);
+    if (best >= MVM_SIMD_AVX512)
+        CHECK(mvm_k_simd_use(MVM_SIMD_AVX512) == 0 && mvm_k_kernels == &mvm_k_level_avx512);
+#endif
+    CHECK(strcmp(mvm_k_simd_name(MVM_SIMD_SCALAR), "scalar") == 0);
+    CHECK(strcmp(mvm_k_simd_name(MVM_SIMD_AVX2), "avx2") == 0);
+    CHECK(strcmp(mvm_k_simd_name(MVM_SIMD_AVX512), "avx512") == 0);
+}
+
+int main(void)
+{
+    RUN(test_simd_select);
+    fprintf(stderr, "     (this CPU: %s)\n", mvm_k_simd_name(mvm_k_simd_detect()));
+    RUN(test_fp16);
+    RUN(test_bf16);
+    RUN(test_sizes);
+    RUN(test_quantize_known);
+    RUN(test_quantize_random);
+    RUN(test_rmsnorm);
+    RUN(test_rope);
+    RUN(test_softmax);
+    RUN(test_topk);
+    RUN(test_swiglu);
+    for (int lv = 0; lv < MVM_SIMD_COUNT; lv++) {
+        if (mvm_k_simd_use((enum mvm_simd)lv) != 0)
+            continue;
+        fprintf(stderr, "---- %s\n", mvm_k_simd_name((enum mvm_simd)lv));
+        RUN(test_matvec);
+        RUN(test_matmul);
+        RUN(test_expert);
+        RUN(test_expert_batch);
+        RUN(test_attn_head);
+    }
+    TEST_END();
+}
