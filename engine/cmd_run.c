@@ -338,6 +338,7 @@ static int generate(struct session *s)
     }
     double t_decode = now_s() - t0;
     printf("\n");
+    fflush(stdout); /* the text before the statistics on a terminal showing both */
 
     mvm_stats vs;
     mvm_resid_stats rs;

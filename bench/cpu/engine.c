@@ -3,10 +3,11 @@
  * memory-bandwidth bound. Decoding one token reads every active weight once — attention,
  * router, the top-k experts, the shared expert, the output matrix — so tokens/s can be at
  * most DRAM read bandwidth / active bytes per token. The bandwidth is measured here, in the
- * same run, with the same threads (a read-only sum over a buffer much larger than the
- * caches), because these machines are noisy and only ratios within one run mean anything.
+ * same run, with the same threads (the widest-vector, software-prefetched read of membw.h
+ * over a buffer much larger than the caches), because these machines are noisy and only
+ * ratios within one run mean anything.
  *
- * usage: bench_cpu_engine MODEL.gguf [threads] [decode tokens] [prompt tokens]
+ * usage: bench_cpu_engine MODEL.gguf [threads (0: the topology's cores)] [decode tokens] [prompt tokens]
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/cpu/membw.h"
 #include "engine/forward.h"
 #include "engine/model.h"
 #include "engine/pool.h"
@@ -27,32 +29,28 @@ static double now_s(void)
 }
 
 struct bw_job {
-    const uint64_t *buf;
+    const float *buf;
     size_t n;
-    uint64_t sums[64];
+    float sums[64];
 };
 
 static void bw_run(void *p, int t, int nth)
 {
     struct bw_job *j = p;
     size_t b, e;
-    mvm_pool_split(j->n / 8, t, nth, &b, &e);
-    uint64_t s[8] = {0};
-    for (size_t i = b * 8; i < e * 8; i += 8)
-        for (int k = 0; k < 8; k++)
-            s[k] += j->buf[i + k];
-    j->sums[t % 64] = s[0] ^ s[1] ^ s[2] ^ s[3] ^ s[4] ^ s[5] ^ s[6] ^ s[7];
+    mvm_pool_split(j->n / 64, t, nth, &b, &e);
+    j->sums[t % 64] = mvm_bench_sum_floats(j->buf + b * 64, (e - b) * 64, 1);
 }
 
 /* Best of 5 passes over 2 GiB, in bytes/s. */
 static double read_bandwidth(mvm_pool *pool)
 {
     size_t bytes = (size_t)2 << 30;
-    uint64_t *buf = malloc(bytes);
+    float *buf = malloc(bytes);
     if (!buf)
         return 0;
     memset(buf, 1, bytes);
-    struct bw_job j = {buf, bytes / 8, {0}};
+    struct bw_job j = {buf, bytes / sizeof *buf, {0}};
     double best = 0;
     for (int r = 0; r < 5; r++) {
         double t0 = now_s();
@@ -90,7 +88,7 @@ int main(int argc, char **argv)
     }
     mvm_topo topo;
     mvm_topo_probe(NULL, &topo);
-    int threads = argc > 2 ? atoi(argv[2]) : topo.n_cores;
+    int threads = argc > 2 && atoi(argv[2]) > 0 ? atoi(argv[2]) : topo.n_cores;
     uint32_t n_decode = argc > 3 ? (uint32_t)atoi(argv[3]) : 32;
     uint32_t n_prompt = argc > 4 ? (uint32_t)atoi(argv[4]) : 128;
     mvm_pool *pool;

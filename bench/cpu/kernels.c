@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/cpu/membw.h"
 #include "kernels/cpu/kernels.h"
 
 #define WEIGHT_BYTES (256ull << 20)
@@ -64,36 +65,12 @@ static void fill(enum mvm_wtype t, void *w, size_t bytes, size_t n_row)
 
 static volatile float sink;
 
-typedef float v16f __attribute__((vector_size(64)));
-
-/* The sum of n floats (n % 64 == 0) in the widest vectors the CPU has (one clone per ISA,
- * picked at load): a plain read loop, optionally with the software prefetch the kernels use.
- * Plain C at -O2 would not vectorize a float sum, and a narrow loop reads measurably slower. */
-__attribute__((target_clones("avx512f", "avx2", "default"))) static float
-sum_floats(const float *a, size_t n, int prefetch)
-{
-    v16f s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0}, x;
-    for (size_t i = 0; i < n; i += 64) {
-        if (prefetch)
-            __builtin_prefetch(a + i + 1024);
-        memcpy(&x, a + i, sizeof x), s0 += x;
-        memcpy(&x, a + i + 16, sizeof x), s1 += x;
-        memcpy(&x, a + i + 32, sizeof x), s2 += x;
-        memcpy(&x, a + i + 48, sizeof x), s3 += x;
-    }
-    s0 += s1 + s2 + s3;
-    float s = 0;
-    for (int k = 0; k < 16; k++)
-        s += s0[k];
-    return s;
-}
-
 static double read_gbs(const float *a, int reps, int prefetch)
 {
     double best = 0;
     for (int r = 0; r < reps; r++) {
         double t = now_s();
-        sink = sum_floats(a, READ_BYTES / sizeof *a, prefetch);
+        sink = mvm_bench_sum_floats(a, READ_BYTES / sizeof *a, prefetch);
         t = now_s() - t;
         best = fmax(best, (double)READ_BYTES / t / 1e9);
     }
