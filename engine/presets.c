@@ -17,15 +17,16 @@
 
 #include "engine/mkmodel.h"
 
-#define TINY(a, hd, ff, ffe, sh) \
+#define TINY(a, kv, hd, ff, ffe, sh) \
     {"tiny", "for tests: 2 layers, 64 wide, 8 experts, top-2", \
-     {a, "moevm tiny " a, 512, 64, 2, 4, 2, hd, 256, ff, ffe, sh, 8, 2, 10000.0f, 1e-5f, 0, 0}}
+     {a, "moevm tiny " a, 512, 64, 2, 4, kv, hd, 256, ff, ffe, sh, 8, 2, 10000.0f, 1e-5f, 0, 0}}
 
 static const mvm_preset presets[] = {
-    TINY("llama", 16, 64, 0, 0),
-    TINY("qwen2moe", 16, 128, 64, 128),
-    TINY("qwen3moe", 32, 128, 64, 0), /* head_dim 32 != 64/4: exercises key_length */
-    TINY("olmoe", 16, 64, 0, 0),
+    TINY("llama", 2, 16, 64, 0, 0),
+    TINY("qwen2moe", 2, 16, 128, 64, 128),
+    TINY("qwen3moe", 2, 32, 128, 64, 0), /* head_dim 32 != 64/4: exercises key_length */
+    /* OLMoE has as many kv heads as heads, and llama.cpp sizes attn_k_norm by n_embd */
+    TINY("olmoe", 4, 16, 64, 0, 0),
     {"mixtral-8x7b", "Mixtral-8x7B shape (46.7B parameters)",
      {"llama", "Mixtral-8x7B-like (random weights)", 32000, 4096, 32, 32, 8, 128, 32768, 14336,
       0, 0, 8, 2, 1e6f, 1e-5f, 0, 0}},
