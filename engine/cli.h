@@ -10,6 +10,8 @@ int mvm_cmd_demo(int argc, char **argv);
 int mvm_cmd_options(int argc, char **argv);
 int mvm_cmd_mkmodel(int argc, char **argv);
 int mvm_cmd_run(int argc, char **argv);
+int mvm_cmd_sim(int argc, char **argv);   /* tools/cmd_sim.c */
+int mvm_cmd_trace(int argc, char **argv); /* tools/cmd_trace.c */
 
 /* "moevm: <what>: <mvm_last_error()>" on stderr; returns 1. */
 int mvm_cli_error(const char *what);

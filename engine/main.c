@@ -14,6 +14,8 @@ static const struct {
     {"info", mvm_cmd_info, "topology, backend, page size, budget and options in effect"},
     {"run", mvm_cmd_run, "generate text with a GGUF MoE model (experts through the space)"},
     {"mkmodel", mvm_cmd_mkmodel, "write a GGUF MoE model with random weights from a preset"},
+    {"sim", mvm_cmd_sim, "replay a routing trace through the policy modules (modelled time)"},
+    {"trace", mvm_cmd_trace, "generate synthetic routing traces, or summarise one"},
     {"demo", mvm_cmd_demo, "a short routed workload on an expert space, with statistics"},
     {"options", mvm_cmd_options, "the MOEVM_* options (--markdown: as docs/options.md)"},
 };

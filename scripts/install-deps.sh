@@ -12,6 +12,7 @@ command -v make >/dev/null  || need_pkgs+=(make)
 have_header hwloc.h         || need_pkgs+=(libhwloc-dev)
 have_header numa.h          || need_pkgs+=(libnuma-dev)
 have_header libunwind.h     || need_pkgs+=(libunwind-dev)
+have_header cjson/cJSON.h   || need_pkgs+=(libcjson-dev)   # cost files and traces (policy/, tools/)
 command -v python3 >/dev/null || need_pkgs+=(python3)
 # tests/ref (the NumPy reference forward pass) needs NumPy in some python3 on the machine.
 have_numpy() { for py in python3 /usr/bin/python3; do "$py" -c 'import numpy' 2>/dev/null && return 0; done; return 1; }

@@ -80,5 +80,21 @@ if [ ! -e "$tmp/x.gguf" ] && [ ! -e "$tmp/x.gguf.tmp" ]; then pass=$((pass + 1))
 expect 0 '"experts":\[' -- sh -c "\"$moevm\" run -m \"$m\" --tokens 1,2,3 -n 2 --trace-out \"$tmp/t.jsonl\" >/dev/null 2>&1 && head -2 \"$tmp/t.jsonl\""
 expect 1 'cannot create' -- "$moevm" run -m "$m" -p hi --trace-out /nonexistent/dir/t.jsonl
 
+# traces and the simulator
+expect 0 'olmoe-1b-7b \(16 layers, 64 experts, top-8\)' -- "$moevm" trace gen --shape olmoe-1b-7b --tokens 24 -o "$tmp/g.jsonl"
+expect 0 'top-1/8' -- "$moevm" trace stats "$tmp/g.jsonl"
+expect 0 'evict=lcp +[0-9.]+' -- "$moevm" sim --trace "$tmp/g.jsonl" --budget 20% --compare 'evict=lru; evict=lcp'
+expect 0 'default +[0-9.]+' -- "$moevm" sim --trace "$tmp/t.jsonl" --budget 50% --page-size 64K
+expect 0 'wrote .*sw.csv' -- "$moevm" sim --trace "$tmp/g.jsonl" --sweep budget=10%..50% --steps 3 --out "$tmp/sw"
+if grep -q '<svg' "$tmp/sw.svg" 2>/dev/null && [ "$(wc -l <"$tmp/sw.csv")" -eq 4 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: sweep files" >&2; fi
+expect 1 'no evict policy .belady.' -- "$moevm" sim --trace "$tmp/g.jsonl" --evict belady
+expect 1 'lru' -- "$moevm" sim --trace "$tmp/g.jsonl" --evict lru{window=3}
+expect 2 '--trace FILE is required' -- "$moevm" sim --budget 10%
+expect 2 "'route' .*expected role=policy|expected role=policy" -- "$moevm" sim --trace "$tmp/g.jsonl" --compare 'routing=none'
+expect 1 'cost' -- "$moevm" sim --trace "$tmp/g.jsonl" --cost tpu-v9
+head -c 300 "$tmp/g.jsonl" >"$tmp/cut.jsonl"
+expect 1 'cut.jsonl:[0-9]+' -- "$moevm" sim --trace "$tmp/cut.jsonl"
+expect 2 'skew' -- "$moevm" trace gen --shape olmoe-1b-7b --skew -1 -o "$tmp/x.jsonl"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -1,0 +1,171 @@
+/*
+ * config "hot": PreScope's hot-expert table (seed 001, §5 "Counter" and initialisation;
+ * research notes papers-001-prescope-002-dali.md §A.2.6). All (layer, expert) pairs are
+ * ranked by the tokens they processed, one global ranking across layers, and the device
+ * memory left after the buffers is filled with the top of the ranking, whole experts
+ * (θ = 1): (capacity_pages - buffer·pages_per_expert) / pages_per_expert of them. Layers
+ * get unequal shares; the table is static, with no replacement.
+ *
+ * The contract speaks in per-layer budgets, so the table is expressed as them:
+ * layer_pages[l] = pages_per_expert · (number of layer l's experts in the table). A global
+ * ranking restricted to one layer is that layer's own ranking, so the table is exactly, in
+ * every layer l, its layer_pages[l] / pages_per_expert experts with the most tokens. What
+ * the caller must do: hold layer l to layer_pages[l] pages and keep in it that layer's
+ * most-counted experts, e.g. evict "lfu" without ageing (a period longer than the run),
+ * which counts the same token-weighted activations; and load on-demand experts and
+ * prefetches into the pages the table leaves (capacity - Σ layer_pages, at least `buffer`
+ * experts), evicting those first, so that the table stays resident.
+ *
+ * Readings: the paper profiles offline (128 batches × 512 tokens) and then keeps the table
+ * fixed. Here the profile is the run's first `profile` tokens (Σ n_tok of layer 0's
+ * steps): counting stops at the first layer-0 step after them, so a token counts in every
+ * layer or in none, and from then on every configure gives the same table (it still
+ * follows capacity_pages). Ties go to the expert with the lower index within its
+ * layer, then to the lower layer, so with no counts at all the table is spread evenly over
+ * the layers rather than piled into the first ones.
+ *
+ * The buffer: PreScope sizes the table "after accounting for ... buffer pools" (its
+ * on-demand double buffer and prefetch groups, sizes not given: ambiguity A14); here
+ * `buffer` whole experts, by default top_k, the most one token's layer can need to load
+ * (MoEpic's U_b = K, seed 003 §4.1).
+ *
+ * Parameters: profile (tokens, >= 0; 0 = never stop counting), default 65536, the paper's
+ * 128 × 512-token profile; buffer (whole experts, >= 0), default top_k.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "policy/config_common.h"
+#include "policy/modules.h"
+#include "policy/rank.h"
+#include "vmm/error.h"
+
+typedef struct hot {
+    mvm_config_last last;
+    uint32_t L, E, ppe;
+    uint64_t buffer;          /* pages kept out of the table for loads */
+    double profile, profiled; /* tokens to count; tokens counted through layer 0 */
+    int frozen;               /* the profile is over (decided at layer 0, for whole tokens) */
+    uint64_t *count;          /* [L*E] tokens processed */
+    mvm_rank *order;          /* [L*E] each layer's experts, most tokens first */
+    uint32_t *taken;          /* [L] experts of each layer in the table */
+} hot;
+
+static void hot_destroy(void *self)
+{
+    hot *h = self;
+    if (!h)
+        return;
+    mvm_config_last_free(&h->last);
+    free(h->count);
+    free(h->order);
+    free(h->taken);
+    free(h);
+}
+
+static mvm_status hot_create(const mvm_pinit *init, void **self)
+{
+    static const char *const known[] = {"profile", "buffer", NULL};
+    const char *me = "config hot";
+    const mvm_pshape *sh = init->shape;
+    double profile, buffer;
+    *self = NULL;
+    mvm_status st = mvm_pparams_check(&init->params, known, me);
+    if (st == MVM_OK)
+        st = mvm_pparam_double(&init->params, "profile", 65536, &profile);
+    if (st == MVM_OK)
+        st = mvm_pparam_double(&init->params, "buffer", sh->top_k, &buffer);
+    if (st != MVM_OK)
+        return st;
+    if (!(profile >= 0 && isfinite(profile)))
+        return mvm_fail(MVM_ERR_INVALID, "%s: profile=%g is not a token count", me, profile);
+    if (!(buffer >= 0 && buffer == floor(buffer) && buffer < 1e9))
+        return mvm_fail(MVM_ERR_INVALID, "%s: buffer=%g is not a whole number of experts", me,
+                        buffer);
+    if (!sh->n_experts || !sh->pages_per_expert)
+        return mvm_fail(MVM_ERR_INVALID, "%s: a shape needs experts and pages", me);
+    hot *h = calloc(1, sizeof *h);
+    if (!h)
+        return mvm_fail(MVM_ERR_NOMEM, "%s: out of memory", me);
+    st = mvm_config_last_init(&h->last, sh->n_layers, me);
+    if (st != MVM_OK) {
+        free(h);
+        return st;
+    }
+    size_t n = (size_t)sh->n_layers * sh->n_experts;
+    h->L = sh->n_layers;
+    h->E = sh->n_experts;
+    h->ppe = sh->pages_per_expert;
+    h->profile = profile;
+    h->buffer = (uint64_t)buffer * sh->pages_per_expert;
+    h->count = calloc(n, sizeof *h->count);
+    h->order = calloc(n, sizeof *h->order);
+    h->taken = calloc(h->L, sizeof *h->taken);
+    if (!h->count || !h->order || !h->taken) {
+        hot_destroy(h);
+        return mvm_fail(MVM_ERR_NOMEM, "%s: out of memory", me);
+    }
+    *self = h;
+    return MVM_OK;
+}
+
+static void hot_observe(void *self, const mvm_pview *v, const mvm_pstep *step)
+{
+    hot *h = self;
+    (void)v;
+    if (step->layer == 0 && !h->frozen) {
+        h->frozen = h->profile && h->profiled >= h->profile;
+        h->profiled += step->n_tok;
+    }
+    if (h->frozen)
+        return; /* the profile is over: the table is static */
+    for (uint32_t e = 0; e < h->E; e++)
+        h->count[(size_t)step->layer * h->E + e] += step->counts[e];
+}
+
+static int hot_configure(void *self, const mvm_pview *v, uint64_t *layer_pages, float *theta)
+{
+    hot *h = self;
+    uint64_t table = v->capacity_pages > h->buffer ? (v->capacity_pages - h->buffer) / h->ppe : 0;
+    if (table > (uint64_t)h->L * h->E)
+        table = (uint64_t)h->L * h->E;
+
+    for (uint32_t l = 0; l < h->L; l++) {
+        mvm_rank *o = h->order + (size_t)l * h->E;
+        for (uint32_t e = 0; e < h->E; e++)
+            o[e] = (mvm_rank){.key = (double)h->count[(size_t)l * h->E + e], .id = e};
+        mvm_rank_sort(o, h->E);
+        h->taken[l] = 0;
+    }
+    /* Merge the layers' rankings: the next table entry is the best head among the layers
+     * (most tokens, then the lower position within its layer, then the lower layer). */
+    for (uint64_t t = 0; t < table; t++) {
+        uint32_t best = h->L;
+        for (uint32_t l = 0; l < h->L; l++) {
+            if (h->taken[l] == h->E)
+                continue;
+            if (best == h->L)
+                best = l;
+            double kb = h->order[(size_t)best * h->E + h->taken[best]].key;
+            double kl = h->order[(size_t)l * h->E + h->taken[l]].key;
+            if (kl > kb || (kl == kb && h->taken[l] < h->taken[best]))
+                best = l;
+        }
+        h->taken[best]++;
+    }
+    for (uint32_t l = 0; l < h->L; l++) {
+        layer_pages[l] = (uint64_t)h->taken[l] * h->ppe;
+        theta[l] = 1;
+    }
+    return mvm_config_last_update(&h->last, layer_pages, theta);
+}
+
+const mvm_config_ops mvm_config_hot = {
+    .name = "hot",
+    .about = "PreScope hot-expert table: one global ranking by tokens processed, filled to "
+             "the budget and expressed as per-layer budgets (seed 001)",
+    .create = hot_create,
+    .destroy = hot_destroy,
+    .observe = hot_observe,
+    .configure = hot_configure,
+};

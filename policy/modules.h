@@ -1,0 +1,37 @@
+/*
+ * Every policy module's ops table, sorted by role (in enum mvm_role order) and by name
+ * within a role. The registry (registry.c) lists the same modules; a module is reachable by
+ * name only once it is in both places.
+ */
+#ifndef MVM_POLICY_MODULES_H
+#define MVM_POLICY_MODULES_H
+
+#include "policy/policy.h"
+
+/* route */
+extern const mvm_route_ops mvm_route_importance;
+extern const mvm_route_ops mvm_route_none;
+
+/* evict */
+extern const mvm_evict_ops mvm_evict_lcp;
+extern const mvm_evict_ops mvm_evict_lfu;
+extern const mvm_evict_ops mvm_evict_lru;
+extern const mvm_evict_ops mvm_evict_score;
+extern const mvm_evict_ops mvm_evict_workload;
+
+/* assign */
+extern const mvm_assign_ops mvm_assign_gpu;
+extern const mvm_assign_ops mvm_assign_greedy;
+extern const mvm_assign_ops mvm_assign_presched;
+extern const mvm_assign_ops mvm_assign_twoptr;
+
+/* predict: none yet */
+
+/* config */
+extern const mvm_config_ops mvm_config_fixedpoint;
+extern const mvm_config_ops mvm_config_hot;
+extern const mvm_config_ops mvm_config_uniform;
+
+/* place: none yet */
+
+#endif

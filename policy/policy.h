@@ -1,0 +1,174 @@
+/*
+ * policy/: every decision mechanism of the five papers as a module behind one of six narrow
+ * interfaces (DESIGN.md §3). Policy code is pure C over the plain structs below: no CUDA,
+ * no I/O, no clocks (time comes in as mvm_pview.now), no globals, no allocation after
+ * create. The engine, the interposer and the simulator (tools/sim) call the same modules.
+ *
+ * Expert ids: x = layer * n_experts + expert, 0 <= x < n_layers * n_experts.
+ * A module is an ops table plus an opaque `self` made by create(); every ops table starts
+ * with the same header (name, about, create, destroy) so the registry (registry.c) can find
+ * and build any of them by role and name.
+ */
+#ifndef MVM_POLICY_POLICY_H
+#define MVM_POLICY_POLICY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "moevm/moevm.h"
+#include "policy/cost.h"
+
+/* ---- what the policies see ------------------------------------------------------------ */
+
+typedef struct mvm_pshape {
+    uint32_t n_layers, n_experts, top_k;
+    uint32_t n_embd, n_ff;          /* hidden size, expert intermediate size */
+    uint32_t pages_per_expert;      /* the unit of residency (a split is a page prefix) */
+    uint64_t expert_bytes;
+} mvm_pshape;
+
+/* Residency, read-only to policies; maintained by the caller (engine, interposer, sim). */
+typedef struct mvm_pview {
+    const mvm_pshape *shape;
+    const uint32_t *resident;       /* [L*E] device-resident page prefix of each expert */
+    const uint8_t *busy;            /* [L*E] 1: in use or loading now, not evictable */
+    uint64_t capacity_pages;        /* device budget in pages */
+    uint64_t used_pages;            /* resident + loading */
+    uint64_t tokens;                /* decode steps completed so far (the policies' clock) */
+    double now;                     /* seconds, the caller's clock (real or modelled) */
+} mvm_pview;
+
+/* One MoE layer for a batch of n_tok tokens. */
+typedef struct mvm_pstep {
+    uint32_t layer, n_tok;
+    const float *scores;            /* [n_tok][E] router probabilities; NULL if unknown */
+    int32_t *experts;               /* [n_tok][K] selected, best first (route may rewrite) */
+    float *weights;                 /* [n_tok][K] */
+    const float *hidden;            /* [n_tok][n_embd] the layer's MoE input; NULL if unknown */
+    const uint32_t *counts;         /* [E] tokens per expert after route (caller fills) */
+} mvm_pstep;
+
+/* Module parameters: "name=value,name=value" from the command line or MOEVM_<ROLE>_ARGS.
+ * Unknown names are an error the module reports (it knows its own names). */
+typedef struct mvm_pparams {
+    const char *text;               /* may be NULL or "" */
+} mvm_pparams;
+/* The value of `name` in p as a double; `def` when absent. MVM_ERR_INVALID (message names
+ * the parameter) when present but not a number. */
+mvm_status mvm_pparam_double(const mvm_pparams *p, const char *name, double def, double *out);
+/* MVM_ERR_INVALID naming the first parameter in p not among the NULL-terminated `known`.
+ * It checks the whole text (syntax: no blanks, no empty items; every value a finite number;
+ * no name twice), so a module that calls it first in create reports every mistake with its
+ * own name ("evict score: parameter 'w_size': value 'x' is not a finite number"). */
+mvm_status mvm_pparams_check(const mvm_pparams *p, const char *const *known, const char *module);
+
+/* Everything a module may need at create time. */
+typedef struct mvm_pinit {
+    const mvm_pshape *shape;
+    const mvm_cost *cost;           /* per-expert costs (cost.h); never NULL */
+    mvm_pparams params;
+    /* Model data for predictors (NULL when unavailable, e.g. a synthetic trace): */
+    const float *const *routers;    /* [L] -> [E][n_embd] router weights, F32 */
+} mvm_pinit;
+
+#define MVM_POLICY_HEADER                                                                   \
+    const char *name;                                                                       \
+    const char *about;              /* one line, with the paper and the reading chosen */  \
+    mvm_status (*create)(const mvm_pinit *init, void **self);                               \
+    void (*destroy)(void *self)
+
+/* ---- route: may a selected expert be swapped for a resident one? ------------------------ */
+typedef struct mvm_route_ops {
+    MVM_POLICY_HEADER;
+    /* Rewrites step->experts / weights in place; exactly top_k distinct experts per token
+     * remain. Returns the number of substitutions made. */
+    uint32_t (*route)(void *self, const mvm_pview *v, mvm_pstep *step);
+} mvm_route_ops;
+
+/* ---- evict: which resident experts make room? ----------------------------------------- */
+typedef struct mvm_evict_ops {
+    MVM_POLICY_HEADER;
+    /* Every layer step after routing (what was used, with scores and token counts). */
+    void (*observe)(void *self, const mvm_pview *v, const mvm_pstep *step);
+    /* The candidate to evict first among cand[0..n) (resident, not busy), for room that
+     * layer `for_layer` needs; returns its index in cand. n >= 1. */
+    uint32_t (*victim)(void *self, const mvm_pview *v, uint32_t for_layer, const uint32_t *cand,
+                       uint32_t n);
+    /* Optional (NULL): experts the policy wants resident now although nothing asked for
+     * them (DALI's windowed swaps); writes up to cap ids, returns the count. */
+    uint32_t (*want)(void *self, const mvm_pview *v, uint32_t layer, uint32_t *out, uint32_t cap);
+} mvm_evict_ops;
+
+/* ---- assign: where does each active expert of a layer run? ------------------------------ */
+enum mvm_where {
+    MVM_RUN_NONE = 0,        /* not active in this step */
+    MVM_RUN_GPU,             /* resident (or made resident by a load first) */
+    MVM_RUN_GPU_LOAD,        /* on-demand load, then GPU */
+    MVM_RUN_ZEROCOPY,        /* GPU reads the host home over PCIe (HOST_NUMA) */
+    MVM_RUN_CPU,             /* CPU threads, from the host home */
+};
+
+typedef struct mvm_assignment {
+    uint8_t *where;          /* [E], enum mvm_where, for step->layer */
+    uint32_t *prefetch;      /* ids to prefetch (any later layer), best first */
+    uint32_t n_prefetch, cap_prefetch;
+    double est_time;         /* the module's own estimate of the layer's time, s */
+} mvm_assignment;
+
+typedef struct mvm_assign_ops {
+    MVM_POLICY_HEADER;
+    /* next_scores: [E] predicted probabilities of layer+1's experts (NULL when no predictor
+     * runs); presched uses it to plan prefetches across layers. */
+    void (*assign)(void *self, const mvm_pview *v, const mvm_pstep *step,
+                   const float *next_scores, mvm_assignment *out);
+} mvm_assign_ops;
+
+/* ---- predict: which experts will a later layer use? ------------------------------------- */
+typedef struct mvm_predict_ops {
+    MVM_POLICY_HEADER;
+    /* From layer step->layer's routing (and hidden state where the module needs it),
+     * predicted probabilities for layer `target` (> step->layer) into out[E]. Returns 0
+     * when it cannot predict (e.g. no hidden state): the caller prefetches nothing. */
+    int (*predict)(void *self, const mvm_pstep *step, uint32_t target, float *out);
+    /* Optional: the actual routing of a layer, for predictors that learn online. */
+    void (*observe)(void *self, const mvm_pstep *step);
+} mvm_predict_ops;
+
+/* ---- config: budget per layer and split θ ----------------------------------------------- */
+typedef struct mvm_config_ops {
+    MVM_POLICY_HEADER;
+    void (*observe)(void *self, const mvm_pview *v, const mvm_pstep *step);
+    /* Called every `period` tokens (the module says how often through *period at create,
+     * see cost.h's mvm_config_period). Writes per-layer budgets in pages [L] summing to at
+     * most capacity_pages, and per-layer split θ in (0, 1] (the resident prefix of cached
+     * experts, as a fraction of pages). Returns 1 if it changed anything. */
+    int (*configure)(void *self, const mvm_pview *v, uint64_t *layer_pages, float *theta);
+} mvm_config_ops;
+
+/* ---- place: which server holds which experts? ------------------------------------------- */
+typedef struct mvm_cluster {
+    uint32_t n_servers;
+    const uint64_t *capacity_bytes;  /* [S] expert memory per server */
+    const double *rtt;               /* [S][S] seconds */
+    const double *bw;                /* [S][S] bytes/s */
+} mvm_cluster;
+
+typedef struct mvm_place_ops {
+    MVM_POLICY_HEADER;
+    /* freq: [S][L][E] token-weighted activation counts per home server since the last
+     * call; placement: [S][L*E] 1 where server s holds the expert (in/out: the current
+     * placement comes in). Returns bytes to migrate, or 0 when the change does not pay. */
+    uint64_t (*place)(void *self, const mvm_cluster *c, const double *freq, uint8_t *placement);
+} mvm_place_ops;
+
+/* ---- the registry ----------------------------------------------------------------------- */
+enum mvm_role { MVM_ROLE_ROUTE, MVM_ROLE_EVICT, MVM_ROLE_ASSIGN, MVM_ROLE_PREDICT,
+                MVM_ROLE_CONFIG, MVM_ROLE_PLACE, MVM_ROLE_COUNT };
+
+/* The ops table of module `name` for `role` (cast to the role's type), or NULL. */
+const void *mvm_policy_find(enum mvm_role role, const char *name);
+const char *mvm_role_name(enum mvm_role role);
+/* "lru, lfu, score, workload, lcp" for messages. */
+void mvm_policy_names(enum mvm_role role, char *buf, size_t cap);
+
+#endif

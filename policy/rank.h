@@ -1,0 +1,53 @@
+/*
+ * Ranking for policy code: an in-place heap sort of (key, id) pairs, best (largest key)
+ * first, ties by smaller id. The order is total, so the result is the same on every libc
+ * and every run; and it allocates nothing (libc's qsort may call malloc), as policy code
+ * must not after create. Modules that want "smallest first" sort by the negated key.
+ */
+#ifndef MVM_POLICY_RANK_H
+#define MVM_POLICY_RANK_H
+
+#include <stdint.h>
+
+typedef struct mvm_rank {
+    double key;
+    uint32_t id;
+} mvm_rank;
+
+/* 1 when a must come after b in the final order (a is "worse"). */
+static inline int mvm_rank_after(const mvm_rank *a, const mvm_rank *b)
+{
+    return a->key < b->key || (a->key == b->key && a->id > b->id);
+}
+
+static inline void mvm_rank_sift(mvm_rank *r, uint32_t at, uint32_t n)
+{
+    for (;;) {
+        uint32_t worst = at, l = 2 * at + 1, rt = l + 1;
+        if (l < n && mvm_rank_after(&r[l], &r[worst]))
+            worst = l;
+        if (rt < n && mvm_rank_after(&r[rt], &r[worst]))
+            worst = rt;
+        if (worst == at)
+            return;
+        mvm_rank t = r[at];
+        r[at] = r[worst];
+        r[worst] = t;
+        at = worst;
+    }
+}
+
+/* Sorts r[0..n) best first. A heap whose root is the worst element, popped to the end. */
+static inline void mvm_rank_sort(mvm_rank *r, uint32_t n)
+{
+    for (uint32_t i = n / 2; i-- > 0;)
+        mvm_rank_sift(r, i, n);
+    for (uint32_t end = n; end > 1; end--) {
+        mvm_rank t = r[0];
+        r[0] = r[end - 1];
+        r[end - 1] = t;
+        mvm_rank_sift(r, 0, end - 1);
+    }
+}
+
+#endif

@@ -1,0 +1,548 @@
+/*
+ * The evict modules (policy/evict_*.c). Hand-worked cases from the papers' formulas, each
+ * with its arithmetic in the comment: one access sequence on which LRU, LFU, SMoE's score
+ * (Eq. 3, with its shield) and MoEpic's LCP (Eq. 4) must each pick a different victim;
+ * LFU's ageing and LCP's halving every 64 idle tokens; DALI's window swap (Algorithm 2) on
+ * the Fig. 11 setting. Then every module runs long random sequences through a tiny cache
+ * simulator that checks the contract (capacity never exceeded, only candidates chosen,
+ * victim pure, wanted experts belong to the layer and are missing) and, for the modules
+ * with a closed-form key, that the victim minimises the key recomputed here from the
+ * whole history.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "policy/modules.h"
+
+#define MAXE 128
+#define MAXK 4
+#define MAXT 16
+
+static mvm_cost no_cost; /* the evict modules take no costs */
+
+static void *make(const mvm_evict_ops *ops, const mvm_pshape *sh, const char *params)
+{
+    mvm_pinit in = {.shape = sh, .cost = &no_cost, .params = {params}};
+    void *self = NULL;
+    CHECK_ST(ops->create(&in, &self), MVM_OK);
+    return self;
+}
+
+/* A layer step of n tokens with top_k experts each; scores may be NULL. The weights are
+ * the selected experts' scores, counts are filled as the caller must. */
+typedef struct step_buf {
+    float scores[MAXT * MAXE], weights[MAXT * MAXK];
+    int32_t experts[MAXT * MAXK];
+    uint32_t counts[MAXE];
+    mvm_pstep st;
+} step_buf;
+
+static const mvm_pstep *fill(step_buf *b, const mvm_pshape *sh, uint32_t layer, uint32_t n,
+                             const float *scores, const int32_t *experts)
+{
+    const uint32_t E = sh->n_experts, K = sh->top_k;
+    memset(b->counts, 0, sizeof b->counts);
+    if (scores)
+        memcpy(b->scores, scores, sizeof(float) * n * E);
+    memcpy(b->experts, experts, sizeof(int32_t) * n * K);
+    for (uint32_t t = 0; t < n; t++)
+        for (uint32_t j = 0; j < K; j++) {
+            int32_t e = experts[t * K + j];
+            b->counts[e]++;
+            b->weights[t * K + j] = scores ? scores[t * E + e] : 1.0f / K;
+        }
+    b->st = (mvm_pstep){.layer = layer, .n_tok = n, .scores = scores ? b->scores : NULL,
+                        .experts = b->experts, .weights = b->weights, .counts = b->counts};
+    return &b->st;
+}
+
+/* ---- one sequence, four different victims ----------------------------------------------
+ * Layer 0 has experts A B C D (ids 0..3), top-1 routing. Per-token router probabilities:
+ *   step 0 (token 0): 12 tokens, all pick B             (A .1, B .7, C .05, D .15)
+ *   step 1 (token 1): A A C     A-token (A .6, B .2, C .05, D .15), C-token (.3 .2 .4 .1)
+ *   step 2 (token 2): C C D     C-token (A .2, B .1, C .4, D .3),   D-token (.3 .1 .1 .5)
+ * then a step of layer 1 (token 2), which must not disturb layer 0's ranking.
+ *   LRU: last used A@1, B@0, C@2, D@2                         -> B
+ *   LFU: token counts A 2, B 12, C 3, D 1                     -> D
+ *   LCP (ω=1, ρ=.25, now 2): A 2·.25¹=.5, B 12·.25²=.75, C 3, D 1 -> A
+ *        (defaults ω=128: the recency factor is ~1, so LFU's  -> D)
+ *   score: batch means  step 0 (.1 .7 .05 .15), step 1 (.5 .2 .1667 .1333),
+ *          step 2 (.2333 .1 .3 .3667)
+ *        n=3: A .2778, B .3333, C .1722, D .2167              -> C
+ *        n=2: A .3667, B .15,   C .2333, D .25                -> B
+ *        n=3 with C and D busy (being computed, the shield) although candidates -> A
+ *        without router scores (weights stand in, others 0): A .1333, B .2333, C .1333,
+ *        D .0556                                              -> D
+ */
+static const mvm_pshape hand_shape = {.n_layers = 2, .n_experts = 4, .top_k = 1,
+                                      .pages_per_expert = 1};
+
+static void hand_steps(const mvm_evict_ops *ops, void *self, mvm_pview *v, int no_scores)
+{
+    static const float s0[4] = {.1f, .7f, .05f, .15f};
+    static const float a1[4] = {.6f, .2f, .05f, .15f}, c1[4] = {.3f, .2f, .4f, .1f};
+    static const float c2[4] = {.2f, .1f, .4f, .3f}, d2[4] = {.3f, .1f, .1f, .5f};
+    float sc[12 * 4];
+    int32_t ex[12];
+    step_buf b;
+    for (int t = 0; t < 12; t++) {
+        memcpy(sc + 4 * t, s0, sizeof s0);
+        ex[t] = 1;
+    }
+    v->tokens = 0;
+    ops->observe(self, v, fill(&b, &hand_shape, 0, 12, no_scores ? NULL : sc, ex));
+    memcpy(sc, a1, sizeof a1);
+    memcpy(sc + 4, a1, sizeof a1);
+    memcpy(sc + 8, c1, sizeof c1);
+    ex[0] = 0, ex[1] = 0, ex[2] = 2;
+    v->tokens = 1;
+    ops->observe(self, v, fill(&b, &hand_shape, 0, 3, no_scores ? NULL : sc, ex));
+    memcpy(sc, c2, sizeof c2);
+    memcpy(sc + 4, c2, sizeof c2);
+    memcpy(sc + 8, d2, sizeof d2);
+    ex[0] = 2, ex[1] = 2, ex[2] = 3;
+    v->tokens = 2;
+    ops->observe(self, v, fill(&b, &hand_shape, 0, 3, no_scores ? NULL : sc, ex));
+    ex[0] = 0;
+    ops->observe(self, v, fill(&b, &hand_shape, 1, 1, no_scores ? NULL : sc, ex));
+}
+
+static uint32_t hand_victim(const mvm_evict_ops *ops, const char *params, int no_scores,
+                            int shield)
+{
+    static const uint32_t resident[8] = {1, 1, 1, 1, 1, 0, 0, 0};
+    static const uint32_t cand[4] = {0, 1, 2, 3};
+    const uint8_t busy[8] = {0, 0, (uint8_t)shield, (uint8_t)shield};
+    mvm_pview v = {.shape = &hand_shape, .resident = resident, .busy = busy,
+                   .capacity_pages = 5, .used_pages = 5};
+    void *self = make(ops, &hand_shape, params);
+    if (!self)
+        return UINT32_MAX;
+    hand_steps(ops, self, &v, no_scores);
+    uint32_t i = ops->victim(self, &v, 0, cand, 4);
+    CHECK(ops->victim(self, &v, 0, cand, 4) == i); /* asking again changes nothing */
+    CHECK(ops->victim(self, &v, 0, cand + 2, 1) == 0);
+    ops->destroy(self);
+    return i < 4 ? cand[i] : UINT32_MAX;
+}
+
+static void test_four_victims(void)
+{
+    enum { A, B, C, D };
+    CHECK(hand_victim(&mvm_evict_lru, "", 0, 0) == B);
+    CHECK(hand_victim(&mvm_evict_lfu, "", 0, 0) == D);
+    CHECK(hand_victim(&mvm_evict_lcp, "omega=1,rho=0.25", 0, 0) == A);
+    CHECK(hand_victim(&mvm_evict_lcp, "", 0, 0) == D);
+    CHECK(hand_victim(&mvm_evict_score, "n=3", 0, 0) == C);
+    CHECK(hand_victim(&mvm_evict_score, "", 0, 0) == C); /* n=3 is the default */
+    CHECK(hand_victim(&mvm_evict_score, "n=2", 0, 0) == B);
+    CHECK(hand_victim(&mvm_evict_score, "n=3", 0, 1) == A); /* the shield */
+    CHECK(hand_victim(&mvm_evict_score, "n=3", 1, 0) == D); /* no router scores */
+}
+
+/* Ties go to the first candidate: layer 1's experts 1 and 2 were never used. */
+static void test_ties(void)
+{
+    static const mvm_evict_ops *const ops[] = {&mvm_evict_lru, &mvm_evict_lfu, &mvm_evict_lcp};
+    static const uint32_t resident[8] = {1, 1, 1, 1, 1, 1, 1, 0}, cand[2][2] = {{5, 6}, {6, 5}};
+    static const uint8_t busy[8] = {0};
+    for (size_t i = 0; i < sizeof ops / sizeof *ops; i++) {
+        mvm_pview v = {.shape = &hand_shape, .resident = resident, .busy = busy};
+        void *self = make(ops[i], &hand_shape, "");
+        if (!self)
+            continue;
+        hand_steps(ops[i], self, &v, 0);
+        CHECK(ops[i]->victim(self, &v, 1, cand[0], 2) == 0);
+        CHECK(ops[i]->victim(self, &v, 1, cand[1], 2) == 0);
+        ops[i]->destroy(self);
+    }
+}
+
+/* ---- LFU ages; LCP halves every 64 idle tokens -------------------------------------------
+ * LFU, two experts: a burst of 10 tokens on e0, then e1 with 1, 3, 3 tokens. With period 2
+ * the counts are halved after steps 2 and 4: (10,1)->(5,0), then (5,6)->(2,3): the burst
+ * has faded and e0 goes. Without ageing (period 1000) the counts are (10,7): e1 goes. */
+static uint32_t lfu_after_burst(const char *params)
+{
+    static const mvm_pshape sh = {.n_layers = 1, .n_experts = 2, .top_k = 1,
+                                  .pages_per_expert = 1};
+    static const uint32_t resident[2] = {1, 1}, cand[2] = {0, 1};
+    static const uint8_t busy[2] = {0};
+    mvm_pview v = {.shape = &sh, .resident = resident, .busy = busy};
+    static const uint32_t who[4] = {0, 1, 1, 1}, tokens[4] = {10, 1, 3, 3};
+    void *self = make(&mvm_evict_lfu, &sh, params);
+    if (!self)
+        return UINT32_MAX;
+    step_buf b;
+    for (int s = 0; s < 4; s++) {
+        int32_t ex[MAXT];
+        for (uint32_t t = 0; t < tokens[s]; t++)
+            ex[t] = (int32_t)who[s];
+        v.tokens = (uint64_t)s;
+        mvm_evict_lfu.observe(self, &v, fill(&b, &sh, 0, tokens[s], NULL, ex));
+    }
+    uint32_t i = mvm_evict_lfu.victim(self, &v, 0, cand, 2);
+    mvm_evict_lfu.destroy(self);
+    return i;
+}
+
+/* LCP with the defaults (ω=128, ρ=.25): e0 used by 3 tokens at token 0, e1 by 1 token at
+ * token d; asked at token d. P0 = 3·.25^(d/128), P1 = 1: e0 drops below e1 once
+ * d > 128·ln 3/ln 4 = 101.4. So d = 101 evicts e1 (P0 = 1.005), d = 102 evicts e0 (.994). */
+static uint32_t lcp_after_idle(uint64_t d)
+{
+    static const mvm_pshape sh = {.n_layers = 1, .n_experts = 2, .top_k = 1,
+                                  .pages_per_expert = 1};
+    static const uint32_t resident[2] = {1, 1}, cand[2] = {0, 1};
+    static const uint8_t busy[2] = {0};
+    mvm_pview v = {.shape = &sh, .resident = resident, .busy = busy};
+    void *self = make(&mvm_evict_lcp, &sh, "");
+    if (!self)
+        return UINT32_MAX;
+    step_buf b;
+    int32_t e0[3] = {0, 0, 0}, e1[1] = {1};
+    mvm_evict_lcp.observe(self, &v, fill(&b, &sh, 0, 3, NULL, e0));
+    v.tokens = d;
+    mvm_evict_lcp.observe(self, &v, fill(&b, &sh, 0, 1, NULL, e1));
+    uint32_t i = mvm_evict_lcp.victim(self, &v, 0, cand, 2);
+    mvm_evict_lcp.destroy(self);
+    return i;
+}
+
+static void test_forgetting(void)
+{
+    CHECK(lfu_after_burst("period=2") == 0);
+    CHECK(lfu_after_burst("period=1000") == 1);
+    CHECK(lcp_after_idle(101) == 1);
+    CHECK(lcp_after_idle(102) == 0);
+}
+
+/* ---- DALI's window swap -----------------------------------------------------------------
+ * Fig. 11's setting: 8 experts, 4 cached (0..3), w_size 4, u_size 2, batch 2, top-2.
+ *   step 1 {0,4}{0,5}  step 2 {4,1}{4,0}  step 3 {4,6}{5,1}  step 4 {4,5}{3,6}
+ * Workloads (Eq. 12): 0:3 1:2 2:0 3:1 | 4:5 5:3 6:2 7:0. The window closes after step 4
+ * (not after step 1: ambiguity D7): wanted are the 2 busiest non-resident, 4 then 5; the 2
+ * idlest resident, 2 and 3, go first. */
+static void test_workload_window(void)
+{
+    static const mvm_pshape sh = {.n_layers = 1, .n_experts = 8, .top_k = 2,
+                                  .pages_per_expert = 1};
+    static const int32_t steps[4][4] = {{0, 4, 0, 5}, {4, 1, 4, 0}, {4, 6, 5, 1},
+                                        {4, 5, 3, 6}};
+    uint32_t resident[8] = {1, 1, 1, 1, 0, 0, 0, 0}, out[8];
+    uint8_t busy[8] = {0};
+    mvm_pview v = {.shape = &sh, .resident = resident, .busy = busy, .capacity_pages = 4};
+    const mvm_evict_ops *w = &mvm_evict_workload;
+    void *self = make(w, &sh, "w_size=4,u_size=2");
+    if (!self)
+        return;
+    step_buf b;
+    for (int s = 0; s < 4; s++) {
+        CHECK(w->want(self, &v, 0, out, 8) == 0);
+        v.tokens = (uint64_t)s;
+        w->observe(self, &v, fill(&b, &sh, 0, 2, NULL, steps[s]));
+    }
+    CHECK(w->want(self, &v, 0, out, 8) == 2 && out[0] == 4 && out[1] == 5);
+    CHECK(w->want(self, &v, 0, out, 1) == 1 && out[0] == 4); /* cap respected */
+    uint32_t cand[4] = {0, 1, 2, 3};
+    CHECK(w->victim(self, &v, 0, cand, 4) == 2);
+    resident[2] = 0, resident[4] = 1; /* the caller swaps 2 for 4 */
+    CHECK(w->want(self, &v, 0, out, 8) == 1 && out[0] == 5);
+    uint32_t cand2[4] = {0, 1, 3, 4};
+    CHECK(w->victim(self, &v, 0, cand2, 4) == 2); /* expert 3 */
+    resident[3] = 0, resident[5] = 1;
+    CHECK(w->want(self, &v, 0, out, 8) == 0);
+    /* Outside the plan the least workload of the closed window goes: 0:3 1:2 4:5 5:3. */
+    uint32_t cand3[4] = {0, 1, 4, 5};
+    CHECK(w->victim(self, &v, 0, cand3, 4) == 1);
+    /* A second window, {0,7}{4,5} {0,7}{4,1} {0,7}{4,5} {0,4}{5,1}: 0:4 1:2 4:4 5:3 7:3,
+     * the rest 0. The scores restarted from zero (a tumbling window), so 2 follows 7 (ties
+     * at 0: the lower id); had they carried over, 6 (2 tokens in the first window) would. */
+    static const int32_t again[4][4] = {{0, 7, 4, 5}, {0, 7, 4, 1}, {0, 7, 4, 5},
+                                        {0, 4, 5, 1}};
+    for (int s = 0; s < 4; s++)
+        w->observe(self, &v, fill(&b, &sh, 0, 2, NULL, again[s]));
+    CHECK(w->want(self, &v, 0, out, 8) == 2 && out[0] == 7 && out[1] == 2);
+    CHECK(w->victim(self, &v, 0, cand3, 4) == 1); /* doomed: 1 (2 tokens), then 5 (3) */
+    uint32_t cand4[3] = {0, 4, 5};
+    CHECK(w->victim(self, &v, 0, cand4, 3) == 2);
+    w->destroy(self);
+}
+
+/* A window in which only residents work: the paper swaps anyway (incoming scores 0, D6);
+ * with guard=1 nothing moves. */
+static uint32_t idle_window_wants(const char *params)
+{
+    static const mvm_pshape sh = {.n_layers = 1, .n_experts = 8, .top_k = 2,
+                                  .pages_per_expert = 1};
+    static const uint32_t resident[8] = {1, 1, 1, 1, 0, 0, 0, 0};
+    static const uint8_t busy[8] = {0};
+    static const int32_t ex[2] = {0, 1};
+    mvm_pview v = {.shape = &sh, .resident = resident, .busy = busy};
+    uint32_t out[8], n;
+    void *self = make(&mvm_evict_workload, &sh, params);
+    if (!self)
+        return UINT32_MAX;
+    step_buf b;
+    mvm_evict_workload.observe(self, &v, fill(&b, &sh, 0, 1, NULL, ex));
+    n = mvm_evict_workload.want(self, &v, 0, out, 8);
+    CHECK(n == 0 || (out[0] == 4 && (n < 2 || out[1] == 5))); /* ties: lower ids */
+    mvm_evict_workload.destroy(self);
+    return n;
+}
+
+/* The default u_size: 1 for 8 experts (Mixtral), 8 for 64 and 128 (DeepSeek, Qwen3), E/8
+ * in between. One window of one step in which every non-resident expert has work. */
+static uint32_t default_swaps(uint32_t E)
+{
+    mvm_pshape sh = {.n_layers = 1, .n_experts = E, .top_k = 1, .pages_per_expert = 1};
+    uint32_t resident[MAXE] = {0}, out[MAXE];
+    uint8_t busy[MAXE] = {0};
+    int32_t ex[MAXE];
+    for (uint32_t e = 0; e < E / 2; e++)
+        resident[e] = 1;
+    for (uint32_t t = 0; t < E / 2 && t < MAXT; t++)
+        ex[t] = (int32_t)(E / 2 + t);
+    mvm_pview v = {.shape = &sh, .resident = resident, .busy = busy};
+    void *self = make(&mvm_evict_workload, &sh, "w_size=1");
+    if (!self)
+        return UINT32_MAX;
+    step_buf b;
+    mvm_evict_workload.observe(self, &v, fill(&b, &sh, 0, E / 2 < MAXT ? E / 2 : MAXT, NULL, ex));
+    uint32_t n = mvm_evict_workload.want(self, &v, 0, out, MAXE);
+    mvm_evict_workload.destroy(self);
+    return n;
+}
+
+static void test_workload_defaults(void)
+{
+    CHECK(idle_window_wants("w_size=1,u_size=2") == 2);
+    CHECK(idle_window_wants("w_size=1,u_size=2,guard=1") == 0);
+    CHECK(default_swaps(8) == 1);
+    CHECK(default_swaps(60) == 7);
+    CHECK(default_swaps(64) == 8);
+    CHECK(default_swaps(128) == 8);
+}
+
+/* ---- parameters ---------------------------------------------------------------------- */
+
+static void test_params(void)
+{
+    static const struct { const mvm_evict_ops *ops; const char *params; } bad[] = {
+        {&mvm_evict_lru, "n=3"},           {&mvm_evict_lfu, "period=0"},
+        {&mvm_evict_lfu, "period=1.5"},    {&mvm_evict_score, "n=0"},
+        {&mvm_evict_score, "window=3"},    {&mvm_evict_lcp, "omega=0"},
+        {&mvm_evict_lcp, "rho=0"},         {&mvm_evict_lcp, "rho=1.5"},
+        {&mvm_evict_workload, "w_size=0"}, {&mvm_evict_workload, "u_size=2.5"},
+        {&mvm_evict_workload, "guard=2"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        mvm_pinit in = {.shape = &hand_shape, .cost = &no_cost, .params = {bad[i].params}};
+        void *self = NULL;
+        CHECK_ST(bad[i].ops->create(&in, &self), MVM_ERR_INVALID);
+    }
+}
+
+/* ---- random sequences through a cache simulator -------------------------------------------
+ * 3 layers of 8 experts, top-2, 2 pages per expert, room for 7 experts. Each layer step
+ * draws 1-3 tokens from a skewed, drifting router; its experts are busy while it runs; the
+ * missing ones are loaded, evicting victims until they fit; then the module's wanted
+ * experts are loaded the same way. The history kept here gives the modules' keys. */
+enum { SL = 3, SE = 8, SK = 2, SP = 2, SCAP = 7 * SP, STEPS = 600 };
+
+typedef struct sim {
+    const mvm_evict_ops *ops;
+    void *self;
+    uint32_t resident[SL * SE];
+    uint8_t busy[SL * SE];
+    mvm_pview v;
+    uint64_t rng;
+    /* history for the reference keys */
+    uint64_t clock, last_use[SL * SE], mu[SL * SE], last_tok[SL * SE], freq[SL * SE];
+    uint32_t layer_steps[SL], n_hist[SL];
+    float hist[SL][STEPS][SE];
+    uint32_t lfu_period, score_n;
+    double omega, rho;
+    uint32_t evictions, wanted;
+} sim;
+
+static double rnd(sim *s)
+{
+    s->rng ^= s->rng << 13, s->rng ^= s->rng >> 7, s->rng ^= s->rng << 17;
+    return (double)(s->rng >> 11) / 9007199254740992.0;
+}
+
+static double ref_key(const sim *s, uint32_t x)
+{
+    const mvm_evict_ops *o = s->ops;
+    if (o == &mvm_evict_lru)
+        return (double)s->last_use[x];
+    if (o == &mvm_evict_lfu)
+        return (double)s->freq[x];
+    if (o == &mvm_evict_lcp) {
+        double nu = (double)(s->v.tokens - s->last_tok[x]);
+        return (double)s->mu[x] * pow(s->rho, nu / s->omega);
+    }
+    if (o == &mvm_evict_score) {
+        uint32_t l = x / SE, h = s->n_hist[l], n = h < s->score_n ? h : s->score_n;
+        double sum = 0;
+        for (uint32_t i = h - n; i < h; i++)
+            sum += s->hist[l][i][x % SE];
+        return n ? sum / n : 0;
+    }
+    return NAN; /* workload: checked by hand above */
+}
+
+/* Evict until `pages` more fit; 0 when nothing evictable is left. */
+static int make_room(sim *s, uint32_t layer, uint32_t pages)
+{
+    while (s->v.used_pages + pages > s->v.capacity_pages) {
+        uint32_t cand[SL * SE], n = 0;
+        for (uint32_t x = 0; x < SL * SE; x++)
+            if (s->resident[x] && !s->busy[x])
+                cand[n++] = x;
+        if (!n)
+            return 0;
+        uint32_t i = s->ops->victim(s->self, &s->v, layer, cand, n);
+        CHECK(i < n);
+        if (i >= n)
+            return 0;
+        CHECK(s->ops->victim(s->self, &s->v, layer, cand, n) == i);
+        double k = ref_key(s, cand[i]);
+        for (uint32_t j = 0; j < n && !isnan(k); j++)
+            if (ref_key(s, cand[j]) < k - 1e-6 * fabs(k)) { /* float means */
+                CHECK(!"the victim does not minimise the module's key");
+                break;
+            }
+        s->evictions++;
+        s->v.used_pages -= s->resident[cand[i]];
+        s->resident[cand[i]] = 0;
+    }
+    return 1;
+}
+
+static void load(sim *s, uint32_t layer, uint32_t x)
+{
+    uint32_t need = SP - s->resident[x];
+    if (need && make_room(s, layer, need)) {
+        s->resident[x] = SP;
+        s->v.used_pages += need;
+    }
+    CHECK(s->v.used_pages <= s->v.capacity_pages);
+}
+
+static void record(sim *s, const mvm_pstep *st)
+{
+    uint32_t l = st->layer;
+    s->clock++;
+    int age = s->lfu_period && ++s->layer_steps[l] % s->lfu_period == 0;
+    for (uint32_t e = 0; e < SE; e++) {
+        uint32_t x = l * SE + e;
+        float mean = 0;
+        for (uint32_t t = 0; t < st->n_tok; t++)
+            mean += st->scores[t * SE + e];
+        s->hist[l][s->n_hist[l]][e] = mean / (float)st->n_tok;
+        s->freq[x] = (s->freq[x] + st->counts[e]) >> age;
+        if (st->counts[e]) {
+            s->last_use[x] = s->clock;
+            s->mu[x] += st->counts[e];
+            s->last_tok[x] = s->v.tokens;
+        }
+    }
+    s->n_hist[l]++;
+}
+
+/* Top-k of a router whose logits drift: popular experts, a slowly moving token stream. */
+static void route_token(sim *s, uint32_t l, uint64_t tok, float *sc, int32_t *ex)
+{
+    double z[SE], sum = 0;
+    for (uint32_t e = 0; e < SE; e++) {
+        z[e] = exp(1.5 * sin(0.05 * (double)tok + e + 2.0 * l) - 0.3 * e + 2 * rnd(s));
+        sum += z[e];
+    }
+    for (uint32_t e = 0; e < SE; e++)
+        sc[e] = (float)(z[e] / sum);
+    for (uint32_t j = 0; j < SK; j++) {
+        int32_t best = -1;
+        for (uint32_t e = 0; e < SE; e++)
+            if ((j == 0 || (e != (uint32_t)ex[0])) && (best < 0 || sc[e] > sc[best]))
+                best = (int32_t)e;
+        ex[j] = best;
+    }
+}
+
+static void simulate(const mvm_evict_ops *ops, const char *params, uint32_t lfu_period,
+                     uint32_t score_n, double omega, double rho)
+{
+    static const mvm_pshape sh = {.n_layers = SL, .n_experts = SE, .top_k = SK,
+                                  .pages_per_expert = SP};
+    static sim s;
+    memset(&s, 0, sizeof s);
+    s.ops = ops;
+    s.rng = 0x9E3779B97F4A7C15ull;
+    s.lfu_period = lfu_period, s.score_n = score_n, s.omega = omega, s.rho = rho;
+    s.v = (mvm_pview){.shape = &sh, .resident = s.resident, .busy = s.busy,
+                      .capacity_pages = SCAP};
+    s.self = make(ops, &sh, params);
+    if (!s.self)
+        return;
+    step_buf b;
+    for (uint64_t tok = 0; tok < STEPS; tok++) {
+        s.v.tokens = tok;
+        for (uint32_t l = 0; l < SL; l++) {
+            uint32_t n = 1 + (uint32_t)(rnd(&s) * 3);
+            float sc[3 * SE];
+            int32_t ex[3 * SK];
+            for (uint32_t t = 0; t < n; t++)
+                route_token(&s, l, tok * 3 + t, sc + t * SE, ex + t * SK);
+            const mvm_pstep *st = fill(&b, &sh, l, n, sc, ex);
+            ops->observe(s.self, &s.v, st);
+            record(&s, st);
+            for (uint32_t e = 0; e < SE; e++)
+                s.busy[l * SE + e] = st->counts[e] > 0;
+            for (uint32_t e = 0; e < SE; e++)
+                if (st->counts[e])
+                    load(&s, l, l * SE + e);
+            for (uint32_t e = 0; e < SE; e++)
+                CHECK(!st->counts[e] || s.resident[l * SE + e] == SP);
+            uint32_t want[SE], nw = ops->want ? ops->want(s.self, &s.v, l, want, SE) : 0;
+            CHECK(nw <= SE);
+            s.wanted += nw;
+            for (uint32_t i = 0; i < nw && i < SE; i++) {
+                CHECK(want[i] / SE == l && s.resident[want[i]] < SP);
+                load(&s, l, want[i]);
+            }
+            memset(s.busy, 0, sizeof s.busy);
+        }
+    }
+    CHECK(s.evictions > STEPS); /* the cache was under pressure throughout */
+    CHECK(!ops->want || s.wanted > 0);   /* and the swaps happened */
+    ops->destroy(s.self);
+}
+
+static void test_random_sequences(void)
+{
+    simulate(&mvm_evict_lru, "", 0, 0, 0, 0);
+    simulate(&mvm_evict_lfu, "", 128, 0, 0, 0);
+    simulate(&mvm_evict_lfu, "period=3", 3, 0, 0, 0);
+    simulate(&mvm_evict_lcp, "", 0, 0, 128, 0.25);
+    simulate(&mvm_evict_lcp, "omega=4,rho=0.5", 0, 0, 4, 0.5);
+    simulate(&mvm_evict_score, "", 0, 3, 0, 0);
+    simulate(&mvm_evict_score, "n=7", 0, 7, 0, 0);
+    simulate(&mvm_evict_workload, "", 0, 0, 0, 0);
+    simulate(&mvm_evict_workload, "w_size=2,u_size=3,guard=1", 0, 0, 0, 0);
+}
+
+int main(void)
+{
+    RUN(test_four_victims);
+    RUN(test_ties);
+    RUN(test_forgetting);
+    RUN(test_workload_window);
+    RUN(test_workload_defaults);
+    RUN(test_params);
+    RUN(test_random_sequences);
+    TEST_END();
+}

@@ -1,0 +1,168 @@
+/*
+ * The simulator against closed-form cases: with room for every expert, each used expert is
+ * loaded exactly once and nothing is evicted; with no budget every access is a miss and no
+ * byte moves; the serial copy engine's busy time is bytes ÷ bandwidth (plus the per-copy
+ * setup); the time breakdown sums to the total; the capacity is never exceeded; a larger
+ * budget never hits less under LRU on the same trace (LRU is a stack algorithm).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "tools/sim.h"
+
+static uint64_t rng = 0x853c49e6748fea9bull;
+
+static uint32_t rnd(uint32_t n)
+{
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (uint32_t)((rng >> 11) % n);
+}
+
+/* A trace of n_tok tokens, L layers, E experts, top-K, with skewed random routing. */
+static mvm_trace *make_trace(uint32_t n_tok, uint32_t L, uint32_t E, uint32_t K,
+                             uint64_t expert_bytes)
+{
+    mvm_trace_header h = {.model = "test", .arch = "test", .n_layers = L, .n_experts = E,
+                          .top_k = K, .expert_bytes = expert_bytes, .n_embd = 2048,
+                          .n_ff_exp = 768, .weights_renormalised = 1};
+    mvm_trace *t;
+    if (mvm_trace_new(&h, n_tok, 0, &t) != MVM_OK)
+        return NULL;
+    for (uint32_t i = 0; i < n_tok; i++)
+        for (uint32_t l = 0; l < L; l++) {
+            float *s = mvm_trace_scores(t, i, l);
+            int32_t *x = mvm_trace_experts(t, i, l);
+            float *w = mvm_trace_weights(t, i, l);
+            for (uint32_t k = 0; k < K;) {
+                /* popular low ids: min of two draws */
+                uint32_t a = rnd(E), b = rnd(E), e = a < b ? a : b, dup = 0;
+                for (uint32_t j = 0; j < k; j++)
+                    dup |= x[j] == (int32_t)e;
+                if (!dup)
+                    x[k++] = (int32_t)e;
+            }
+            for (uint32_t e = 0; e < E; e++)
+                s[e] = 0.1f / (float)E;
+            for (uint32_t k = 0; k < K; k++) {
+                s[x[k]] = 0.9f / (float)(k + 1) / 2.0f;
+                w[k] = 1.0f / (float)K;
+            }
+        }
+    return t;
+}
+
+static uint64_t distinct_used(const mvm_trace *t)
+{
+    uint32_t n = t->hdr.n_layers * t->hdr.n_experts;
+    uint8_t *seen = calloc(n, 1);
+    uint64_t d = 0;
+    for (uint32_t i = 0; i < t->n_tokens; i++)
+        for (uint32_t l = 0; l < t->hdr.n_layers; l++)
+            for (uint32_t k = 0; k < t->hdr.top_k; k++) {
+                uint32_t x = l * t->hdr.n_experts + (uint32_t)mvm_trace_experts(t, i, l)[k];
+                d += !seen[x];
+                seen[x] = 1;
+            }
+    free(seen);
+    return d;
+}
+
+static void check_breakdown(const mvm_sim_result *r)
+{
+    CHECK(fabs(r->t_attn + r->t_gpu + r->t_stall + r->t_cpu_wait - r->time) <= 1e-9 * r->time + 1e-12);
+    CHECK(r->hits + r->misses == r->accesses);
+}
+
+static void test_closed_forms(void)
+{
+    const uint64_t eb = 9u << 20; /* 9 MiB: 5 pages of 2 MiB */
+    mvm_trace *t = make_trace(50, 4, 16, 2, eb);
+    if (!t)
+        return;
+    mvm_machine m = *mvm_machine_preset("h100");
+    m.load_setup = 0;
+    mvm_cost cost;
+    mvm_cost_init(&cost, &m, eb, 2048, 768);
+    mvm_sim_config c;
+    mvm_sim_config_init(&c);
+    uint64_t ppe = (eb + c.page_bytes - 1) / c.page_bytes, all = 4 * 16 * ppe;
+
+    /* room for everything: one load per distinct expert, all else hits */
+    c.budget_pages = all;
+    mvm_sim_result r;
+    CHECK_ST(mvm_sim_run(t, &cost, &c, &r), MVM_OK);
+    uint64_t d = distinct_used(t);
+    CHECK(r.loads == d && r.misses == d && r.hits == r.accesses - d);
+    CHECK(r.accesses == 50 * 4 * 2); /* top-2 distinct experts per token and layer */
+    CHECK(r.bytes_loaded == d * ppe * c.page_bytes);
+    /* the serial copy engine: busy time = bytes / bandwidth */
+    CHECK(fabs(r.copy_busy - (double)r.bytes_loaded / m.pcie_bw) < 1e-9);
+    CHECK(r.peak_pages <= all);
+    check_breakdown(&r);
+    double full_time = r.time;
+
+    /* no budget: every access misses, nothing moves, everything runs on the CPU */
+    c.budget_pages = 0;
+    CHECK_ST(mvm_sim_run(t, &cost, &c, &r), MVM_OK);
+    CHECK(r.hits == 0 && r.misses == r.accesses && r.bytes_loaded == 0 && r.loads == 0);
+    CHECK(r.cpu_runs == r.accesses);
+    check_breakdown(&r);
+    /* ... or zero-copy where the device reads host memory */
+    c.zerocopy = 1;
+    CHECK_ST(mvm_sim_run(t, &cost, &c, &r), MVM_OK);
+    CHECK(r.zerocopy_runs == r.accesses && r.cpu_runs == 0);
+    c.zerocopy = 0;
+
+    /* LRU is a stack algorithm: hits never fall as the budget grows; and room for
+     * everything is the fastest */
+    uint64_t prev_hits = 0;
+    for (uint64_t b = 2 * ppe; b <= all; b += 4 * ppe) {
+        c.budget_pages = b;
+        CHECK_ST(mvm_sim_run(t, &cost, &c, &r), MVM_OK);
+        CHECK(r.hits >= prev_hits);
+        CHECK(r.peak_pages <= b);
+        CHECK(r.time >= full_time * (1 - 1e-9));
+        check_breakdown(&r);
+        prev_hits = r.hits;
+    }
+    mvm_trace_free(t);
+}
+
+static void test_policies_run(void)
+{
+    mvm_trace *t = make_trace(40, 3, 32, 4, 3u << 20);
+    if (!t)
+        return;
+    mvm_cost cost;
+    mvm_cost_init(&cost, mvm_machine_preset("rtx3090"), 3u << 20, 2048, 768);
+    static const char *const evicts[] = {"lru", "lfu", "score", "workload", "lcp"};
+    static const char *const assigns[] = {"gpu", "twoptr", "greedy", "presched"};
+    for (size_t i = 0; i < sizeof evicts / sizeof *evicts; i++)
+        for (size_t j = 0; j < sizeof assigns / sizeof *assigns; j++) {
+            mvm_sim_config c;
+            mvm_sim_config_init(&c);
+            c.policy[MVM_ROLE_EVICT] = evicts[i];
+            c.policy[MVM_ROLE_ASSIGN] = assigns[j];
+            c.budget_pages = 3 * 32 * 2 / 4;
+            mvm_sim_result r;
+            CHECK_ST(mvm_sim_run(t, &cost, &c, &r), MVM_OK);
+            CHECK(r.peak_pages <= c.budget_pages && r.accesses == 40 * 3 * 4);
+            check_breakdown(&r);
+        }
+    mvm_sim_config c;
+    mvm_sim_config_init(&c);
+    c.policy[MVM_ROLE_EVICT] = "belady";
+    mvm_sim_result r;
+    CHECK_ST(mvm_sim_run(t, &cost, &c, &r), MVM_ERR_INVALID);
+    CHECK(strstr(mvm_last_error(), "no evict policy 'belady'") && strstr(mvm_last_error(), "lru"));
+    mvm_trace_free(t);
+}
+
+int main(void)
+{
+    RUN(test_closed_forms);
+    RUN(test_policies_run);
+    TEST_END();
+}

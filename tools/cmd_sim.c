@@ -1,0 +1,391 @@
+/*
+ * `moevm sim`: replay a routing trace through policy modules (tools/sim.h).
+ *
+ *   moevm sim --trace T.jsonl [--budget SIZE|PCT] [--cost PRESET|FILE.json]
+ *             [--route NAME] [--evict NAME] [--assign NAME] [--predict NAME] [--config NAME]
+ *             [--page-size SIZE] [--zerocopy] [--compare SETS] [--sweep budget=A..B]
+ *             [--steps N] [--out PREFIX]
+ *
+ * A policy is NAME or NAME{k=v,k=v}. A policy set for --compare is role=policy items
+ * separated by commas, sets separated by ';', e.g.
+ *   --compare 'evict=lru; evict=score{window=8},route=importance{alpha=0.4}'
+ * Roles not named in a set take the single-run flags (or the defaults).
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/cli.h"
+#include "tools/sim.h"
+#include "tools/svg_plot.h"
+#include "vmm/options.h"
+
+#define MAX_SETS 16
+
+struct policy_set {
+    char label[160];
+    char buf[512];                      /* names and params point in here */
+    const char *policy[MVM_ROLE_COUNT];
+    const char *params[MVM_ROLE_COUNT];
+};
+
+struct sim_args {
+    const char *trace, *cost, *budget, *compare, *sweep, *out, *page;
+    int zerocopy;
+    uint32_t steps;
+    struct policy_set base;             /* from --route/--evict/... */
+    struct policy_set sets[MAX_SETS];
+    int n_sets;
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: moevm sim --trace T.jsonl [--budget SIZE|PCT] [--cost PRESET|FILE.json]\n"
+            "                 [--route P] [--evict P] [--assign P] [--predict P] [--config P]\n"
+            "                 [--page-size SIZE] [--zerocopy] [--compare SETS]\n"
+            "                 [--sweep budget=A%%..B%%] [--steps N] [--out PREFIX]\n"
+            "  P            a module, optionally with parameters: score{window=8}\n"
+            "  --budget     device memory for experts: bytes (8G) or %% of all expert bytes (25%%)\n"
+            "  --cost       %s, or a JSON cost file (docs/cost-format.md); default h100\n"
+            "  --compare    policy sets 'evict=lru; evict=score,route=importance{alpha=0.4}'\n"
+            "  --sweep      run each set at --steps budgets from A to B; writes PREFIX.csv and\n"
+            "               PREFIX.svg (--out, default sim-sweep)\n",
+            mvm_machine_preset_names());
+}
+
+static int role_of(const char *name, size_t len)
+{
+    for (int r = 0; r < MVM_ROLE_COUNT; r++)
+        if (strlen(mvm_role_name((enum mvm_role)r)) == len &&
+            strncmp(mvm_role_name((enum mvm_role)r), name, len) == 0)
+            return r;
+    return -1;
+}
+
+/* "name" or "name{params}" at p (NUL-terminated within the set's buffer); splits in place. */
+static int split_policy(char *p, const char **name, const char **params)
+{
+    char *brace = strchr(p, '{');
+    *name = p;
+    *params = NULL;
+    if (!brace)
+        return 0;
+    char *close = strrchr(brace, '}');
+    if (!close || close[1])
+        return -1;
+    *brace = *close = '\0';
+    *params = brace + 1;
+    return 0;
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1]))
+        *--e = '\0';
+    return s;
+}
+
+/* One set: role=policy items separated by top-level commas. */
+static int parse_set(const char *text, const struct policy_set *base, struct policy_set *out)
+{
+    *out = *base;
+    snprintf(out->label, sizeof out->label, "%s", text);
+    snprintf(out->buf, sizeof out->buf, "%s", text);
+    char *p = out->buf;
+    while (*p) {
+        char *item = p;
+        int depth = 0;
+        while (*p && (*p != ',' || depth)) {
+            depth += *p == '{';
+            depth -= *p == '}';
+            p++;
+        }
+        if (*p)
+            *p++ = '\0';
+        item = trim(item);
+        char *eq = strchr(item, '=');
+        int role = eq ? role_of(item, (size_t)(eq - item)) : -1;
+        if (role < 0 || split_policy(trim(eq + 1), &out->policy[role], &out->params[role])) {
+            fprintf(stderr, "moevm sim: '%s': expected role=policy (roles: route, evict, assign, "
+                    "predict, config) with optional {k=v,...}\n", item);
+            return 2;
+        }
+    }
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, struct sim_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->steps = 10;
+    char *bp = a->base.buf;
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(f, "--zerocopy")) {
+            a->zerocopy = 1;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "moevm sim: %s needs a value (see --help)\n", f);
+            return 2;
+        }
+        i++;
+        int role = strncmp(f, "--", 2) == 0 ? role_of(f + 2, strlen(f + 2)) : -1;
+        if (role >= 0) {
+            size_t used = (size_t)(bp - a->base.buf), len = strlen(v);
+            if (used + len + 1 > sizeof a->base.buf) {
+                fprintf(stderr, "moevm sim: policies too long\n");
+                return 2;
+            }
+            memcpy(bp, v, len + 1);
+            if (split_policy(bp, &a->base.policy[role], &a->base.params[role])) {
+                fprintf(stderr, "moevm sim: %s %s: expected NAME or NAME{k=v,...}\n", f, v);
+                return 2;
+            }
+            bp += len + 1;
+        } else if (!strcmp(f, "--trace")) a->trace = v;
+        else if (!strcmp(f, "--cost")) a->cost = v;
+        else if (!strcmp(f, "--budget")) a->budget = v;
+        else if (!strcmp(f, "--compare")) a->compare = v;
+        else if (!strcmp(f, "--sweep")) a->sweep = v;
+        else if (!strcmp(f, "--out")) a->out = v;
+        else if (!strcmp(f, "--page-size")) a->page = v;
+        else if (!strcmp(f, "--steps")) {
+            if (mvm_cli_u32("sim", f, v, 2, 1000, &a->steps))
+                return 2;
+        } else {
+            fprintf(stderr, "moevm sim: unknown option %s (see --help)\n", f);
+            return 2;
+        }
+    }
+    if (!a->trace) {
+        fprintf(stderr, "moevm sim: --trace FILE is required (record one with `moevm run "
+                "--trace-out`, or `moevm trace gen`)\n");
+        return 2;
+    }
+    snprintf(a->base.label, sizeof a->base.label, "default");
+    if (!a->compare) {
+        a->sets[a->n_sets++] = a->base;
+        return -1;
+    }
+    char list[1024];
+    snprintf(list, sizeof list, "%s", a->compare);
+    for (char *save = NULL, *tok = strtok_r(list, ";", &save); tok;
+         tok = strtok_r(NULL, ";", &save)) {
+        if (a->n_sets == MAX_SETS) {
+            fprintf(stderr, "moevm sim: at most %d policy sets\n", MAX_SETS);
+            return 2;
+        }
+        if (parse_set(trim(tok), &a->base, &a->sets[a->n_sets++]))
+            return 2;
+    }
+    return -1;
+}
+
+/* The set's policies in the config (pointers into the set). */
+static void apply_set(const struct policy_set *s, mvm_sim_config *c)
+{
+    for (int r = 0; r < MVM_ROLE_COUNT; r++) {
+        c->policy[r] = s->policy[r];
+        c->params[r] = s->params[r];
+    }
+}
+
+static uint64_t total_pages(const mvm_trace *t, uint32_t page)
+{
+    return (uint64_t)t->hdr.n_layers * t->hdr.n_experts * ((t->hdr.expert_bytes + page - 1) / page);
+}
+
+/* --budget: bytes or a fraction of all expert bytes, in pages. */
+static int budget_pages(const char *text, const mvm_trace *t, uint32_t page, uint64_t *out)
+{
+    uint64_t bytes;
+    double frac;
+    if (!text) {
+        *out = total_pages(t, page) / 4;
+        return 0;
+    }
+    if (mvm_parse_budget(text, &bytes, &frac) != 0 || bytes == MVM_BUDGET_AUTO) {
+        fprintf(stderr, "moevm sim: --budget %s: expected a size (8G) or a percentage (25%%)\n",
+                text);
+        return 2;
+    }
+    *out = bytes ? bytes / page : (uint64_t)(frac * (double)total_pages(t, page));
+    return 0;
+}
+
+static void print_header(void)
+{
+    printf("%-44s %7s %8s %6s %6s %6s %9s %7s %7s %7s %7s\n", "policies", "hit %", "moved GB",
+           "pf-pr", "pf-rc", "cpu %", "ms/token", "attn", "gpu", "stall", "cpu-w");
+}
+
+static void print_row(const char *label, const mvm_sim_result *r)
+{
+    double tok = r->tokens ? (double)r->tokens : 1;
+    double acc = r->accesses ? (double)r->accesses : 1;
+    double prec = r->prefetches ? (double)r->prefetch_used / (double)r->prefetches : 0;
+    double rec = r->prefetch_hits + r->misses ? (double)r->prefetch_hits /
+                                                (double)(r->prefetch_hits + r->misses) : 0;
+    printf("%-44.44s %7.1f %8.2f %6.2f %6.2f %6.1f %9.3f %7.3f %7.3f %7.3f %7.3f\n", label,
+           100.0 * (double)r->hits / acc, (double)(r->bytes_loaded + r->bytes_prefetched) / 1e9,
+           prec, rec, 100.0 * (double)r->cpu_runs / acc, 1e3 * r->time / tok,
+           1e3 * r->t_attn / tok, 1e3 * r->t_gpu / tok, 1e3 * r->t_stall / tok,
+           1e3 * r->t_cpu_wait / tok);
+}
+
+static int load_cost(const char *spec, const mvm_trace *t, mvm_cost *cost)
+{
+    const char *name = spec ? spec : "h100";
+    const mvm_machine *m = mvm_machine_preset(name);
+    mvm_machine parsed;
+    if (!m) {
+        FILE *f = fopen(name, "rb");
+        if (!f) {
+            fprintf(stderr, "moevm sim: --cost %s: neither a preset (%s) nor a readable file: "
+                    "%s\n", name, mvm_machine_preset_names(), strerror(errno));
+            return 1;
+        }
+        char text[16384];
+        size_t n = fread(text, 1, sizeof text - 1, f);
+        int big = !feof(f);
+        fclose(f);
+        text[n] = '\0';
+        if (big) {
+            fprintf(stderr, "moevm sim: --cost %s: larger than a cost file can be (16 KiB)\n",
+                    name);
+            return 1;
+        }
+        if (mvm_machine_parse_json(text, name, &parsed) != MVM_OK)
+            return mvm_cli_error("--cost");
+        m = &parsed;
+    }
+    mvm_cost_init(cost, m, t->hdr.expert_bytes, t->hdr.n_embd, t->hdr.n_ff_exp);
+    return 0;
+}
+
+/* Sweep: CSV of every (set, budget) and an SVG of ms/token against budget per set. */
+static int sweep(const struct sim_args *a, const mvm_trace *t, const mvm_cost *cost,
+                 mvm_sim_config *cfg)
+{
+    double lo, hi;
+    if (sscanf(a->sweep, "budget=%lf%%..%lf%%", &lo, &hi) != 2 || !(lo > 0) || !(hi >= lo) ||
+        hi > 100) {
+        fprintf(stderr, "moevm sim: --sweep %s: expected budget=A%%..B%% with 0 < A <= B <= 100\n",
+                a->sweep);
+        return 2;
+    }
+    const char *prefix = a->out ? a->out : "sim-sweep";
+    char path[512];
+    snprintf(path, sizeof path, "%s.csv", prefix);
+    FILE *csv = fopen(path, "w");
+    if (!csv) {
+        fprintf(stderr, "moevm sim: %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    fprintf(csv, "policies,budget_pct,hit_pct,moved_gb,prefetch_precision,cpu_pct,ms_per_token\n");
+    double *ms = malloc((size_t)a->n_sets * a->steps * sizeof *ms);
+    double *x = malloc(a->steps * sizeof *x);
+    const char *labels[MAX_SETS];
+    if (!ms || !x) {
+        free(ms), free(x), fclose(csv);
+        fprintf(stderr, "moevm sim: out of memory\n");
+        return 1;
+    }
+    print_header();
+    for (int s = 0; s < a->n_sets; s++) {
+        apply_set(&a->sets[s], cfg);
+        labels[s] = a->sets[s].label;
+        for (uint32_t i = 0; i < a->steps; i++) {
+            double pct = x[i] = lo + (hi - lo) * i / (a->steps - 1);
+            cfg->budget_pages = (uint64_t)(pct / 100 * (double)total_pages(t, cfg->page_bytes));
+            mvm_sim_result r;
+            if (mvm_sim_run(t, cost, cfg, &r) != MVM_OK) {
+                free(ms), free(x), fclose(csv);
+                return mvm_cli_error("sim");
+            }
+            char label[200];
+            snprintf(label, sizeof label, "%s @ %.0f%%", a->sets[s].label, pct);
+            print_row(label, &r);
+            double tok = r.tokens ? (double)r.tokens : 1;
+            ms[(size_t)s * a->steps + i] = 1e3 * r.time / tok;
+            fprintf(csv, "\"%s\",%.2f,%.3f,%.4f,%.4f,%.3f,%.5f\n", a->sets[s].label, pct,
+                    100.0 * (double)r.hits / (double)(r.accesses ? r.accesses : 1),
+                    (double)(r.bytes_loaded + r.bytes_prefetched) / 1e9,
+                    r.prefetches ? (double)r.prefetch_used / (double)r.prefetches : 0,
+                    100.0 * (double)r.cpu_runs / (double)(r.accesses ? r.accesses : 1),
+                    ms[(size_t)s * a->steps + i]);
+        }
+    }
+    int bad = fclose(csv) != 0;
+    snprintf(path, sizeof path, "%s.svg", prefix);
+    char title[256];
+    snprintf(title, sizeof title, "%s: %u layers x %u experts, top-%u, %s", a->trace,
+             t->hdr.n_layers, t->hdr.n_experts, t->hdr.top_k, cost->m.name);
+    bad |= mvm_svg_lines(path, title, "device budget (% of expert bytes)", "ms per token", x,
+                         a->steps, ms, labels, (uint32_t)a->n_sets) != MVM_OK;
+    free(ms);
+    free(x);
+    if (bad) {
+        fprintf(stderr, "moevm sim: writing %s failed\n", path);
+        return 1;
+    }
+    printf("wrote %s.csv and %s.svg\n", prefix, prefix);
+    return 0;
+}
+
+int mvm_cmd_sim(int argc, char **argv)
+{
+    struct sim_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc >= 0)
+        return rc;
+    mvm_trace *t;
+    if (mvm_trace_load(a.trace, &t) != MVM_OK)
+        return mvm_cli_error("--trace");
+    mvm_sim_config cfg;
+    mvm_sim_config_init(&cfg);
+    cfg.zerocopy = a.zerocopy;
+    uint64_t page = 0;
+    mvm_cost cost;
+    if (a.page && (mvm_parse_size(a.page, &page) != 0 || page == 0 || page > (1u << 30))) {
+        fprintf(stderr, "moevm sim: --page-size %s: expected a size up to 1G\n", a.page);
+        rc = 2;
+    } else {
+        if (page)
+            cfg.page_bytes = (uint32_t)page;
+        rc = load_cost(a.cost, t, &cost);
+    }
+    if (!rc)
+        rc = budget_pages(a.budget, t, cfg.page_bytes, &cfg.budget_pages);
+    if (!rc && !a.sweep) {
+        printf("trace %s: %u tokens, %u layers x %u experts (top-%u) of %.1f MiB; budget %llu of "
+               "%llu pages; cost %s\n", a.trace, t->n_tokens, t->hdr.n_layers, t->hdr.n_experts,
+               t->hdr.top_k, (double)t->hdr.expert_bytes / 1048576.0,
+               (unsigned long long)cfg.budget_pages,
+               (unsigned long long)total_pages(t, cfg.page_bytes), cost.m.name);
+        print_header();
+        for (int s = 0; s < a.n_sets && !rc; s++) {
+            apply_set(&a.sets[s], &cfg);
+            mvm_sim_result r;
+            if (mvm_sim_run(t, &cost, &cfg, &r) != MVM_OK)
+                rc = mvm_cli_error("sim");
+            else
+                print_row(a.sets[s].label, &r);
+        }
+    } else if (!rc) {
+        rc = sweep(&a, t, &cost, &cfg);
+    }
+    mvm_trace_free(t);
+    return rc;
+}

@@ -1,0 +1,424 @@
+/* The trace-driven simulator (sim.h). */
+#include "tools/sim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vmm/error.h"
+
+static const char *const default_policy[MVM_ROLE_COUNT] = {
+    [MVM_ROLE_ROUTE] = "none", [MVM_ROLE_EVICT] = "lru", [MVM_ROLE_ASSIGN] = "gpu",
+    [MVM_ROLE_PREDICT] = NULL, [MVM_ROLE_CONFIG] = NULL, [MVM_ROLE_PLACE] = NULL};
+
+void mvm_sim_config_init(mvm_sim_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->page_bytes = 2u << 20;
+    c->prefetch_depth = 0; /* 0: top_k */
+}
+
+/* A module instance of one role. */
+struct module {
+    const void *ops;  /* the role's ops table */
+    void *self;
+};
+
+/* Pending prefetch on the copy engine: issued, not started. */
+struct pending {
+    uint32_t x;
+    double issued;
+};
+
+struct sim {
+    const mvm_trace *t;
+    const mvm_cost *cost;
+    const mvm_sim_config *cfg;
+    mvm_pshape shape;
+    mvm_pview view;
+    uint32_t L, E, K, n_total;
+    uint32_t *resident;      /* [L*E] pages resident (or reserved by a load in flight) */
+    uint8_t *busy;           /* [L*E] used by the current layer, or loading */
+    double *ready;           /* [L*E] when the pages in `resident` are all there */
+    uint8_t *by_prefetch;    /* [L*E] brought by a prefetch, not yet used */
+    uint32_t *cand;          /* [L*E] candidates for eviction */
+    struct pending *queue;   /* prefetches not started, FIFO */
+    uint32_t n_queue, cap_queue;
+    uint8_t *queued;         /* [L*E] in queue */
+    double copy_free, gpu_free, cpu_free;
+    struct module mod[MVM_ROLE_COUNT];
+    /* per-step scratch */
+    int32_t *experts;        /* [K] */
+    float *weights, *next_scores;
+    uint32_t *counts;        /* [E] */
+    uint8_t *where;          /* [E] */
+    uint32_t *prefetch;      /* [E] */
+    uint64_t *layer_pages;   /* [L] config budgets (UINT64_MAX: none) */
+    float *theta;            /* [L] */
+    mvm_sim_result r;
+};
+
+/* ---- residency ------------------------------------------------------------------------- */
+
+static uint32_t ppe(const struct sim *s) { return s->shape.pages_per_expert; }
+
+static uint64_t layer_used(const struct sim *s, uint32_t l)
+{
+    uint64_t n = 0;
+    for (uint32_t e = 0; e < s->E; e++)
+        n += s->resident[l * s->E + e];
+    return n;
+}
+
+static void drop(struct sim *s, uint32_t x, uint32_t keep)
+{
+    if (s->resident[x] <= keep)
+        return;
+    s->view.used_pages -= s->resident[x] - keep;
+    s->resident[x] = keep;
+    if (keep == 0)
+        s->by_prefetch[x] = 0;
+}
+
+/* Frees pages until `need` more fit — in layer `l`'s budget too when config set one and
+ * `cached` (what stays resident must fit the layer's budget; an on-demand load the GPU
+ * needs now only has to fit the device, as MoEpic's buffer slots do, and is trimmed to the
+ * layer's budget after use). Only experts no step is using and no copy is filling are
+ * candidates. 0 on success. */
+static int make_room(struct sim *s, uint32_t l, uint32_t need, double now, int cached)
+{
+    const mvm_evict_ops *ev = s->mod[MVM_ROLE_EVICT].ops;
+    for (;;) {
+        int global = s->view.used_pages + need > s->view.capacity_pages;
+        int local = cached && s->layer_pages[l] != UINT64_MAX &&
+                    layer_used(s, l) + need > s->layer_pages[l];
+        if (!global && !local)
+            return 0;
+        uint32_t n = 0;
+        for (uint32_t x = 0; x < s->n_total; x++)
+            if (s->resident[x] && !s->busy[x] && s->ready[x] <= now &&
+                (!local || x / s->E == l))
+                s->cand[n++] = x;
+        if (n == 0)
+            return -1;
+        s->view.now = now;
+        uint32_t pick = ev->victim(s->mod[MVM_ROLE_EVICT].self, &s->view, l, s->cand, n);
+        drop(s, s->cand[pick < n ? pick : 0], 0);
+    }
+}
+
+/* ---- the copy engine --------------------------------------------------------------------- */
+
+/* Starts queued prefetches that begin before `until` (FIFO, each when the engine is free). */
+static void run_prefetches(struct sim *s, double until)
+{
+    uint32_t done = 0;
+    while (done < s->n_queue) {
+        struct pending *p = &s->queue[done];
+        double start = fmax(s->copy_free, p->issued);
+        if (start >= until)
+            break;
+        uint32_t x = p->x;
+        s->queued[x] = 0;
+        done++;
+        if (make_room(s, x / s->E, ppe(s) - s->resident[x], start, 1) != 0)
+            continue; /* no room now: the prefetch is dropped */
+        uint64_t bytes = (uint64_t)(ppe(s) - s->resident[x]) * s->cfg->page_bytes;
+        double d = mvm_cost_load_bytes(s->cost, bytes);
+        s->view.used_pages += ppe(s) - s->resident[x];
+        s->resident[x] = ppe(s);
+        s->ready[x] = start + d;
+        s->copy_free = start + d;
+        s->r.copy_busy += d;
+        s->r.prefetches++;
+        s->r.bytes_prefetched += bytes;
+        s->by_prefetch[x] = 1;
+    }
+    memmove(s->queue, s->queue + done, (s->n_queue - done) * sizeof *s->queue);
+    s->n_queue -= done;
+}
+
+/* An on-demand load of the rest of x, asked at `now`; returns when it is resident, or -1
+ * when no room can be made. */
+static double load_now(struct sim *s, uint32_t x, double now)
+{
+    run_prefetches(s, now);
+    if (s->queued[x]) { /* promoted: taken out of the prefetch queue */
+        uint32_t i = 0;
+        while (s->queue[i].x != x)
+            i++;
+        memmove(s->queue + i, s->queue + i + 1, (s->n_queue - i - 1) * sizeof *s->queue);
+        s->n_queue--;
+        s->queued[x] = 0;
+    }
+    if (s->resident[x] == ppe(s))
+        return fmax(now, s->ready[x]); /* in flight or done */
+    uint32_t need = ppe(s) - s->resident[x];
+    if (make_room(s, x / s->E, need, now, 0) != 0)
+        return -1;
+    double start = fmax(s->copy_free, now), d = mvm_cost_load_bytes(s->cost, (uint64_t)need * s->cfg->page_bytes);
+    s->view.used_pages += need;
+    s->resident[x] = ppe(s);
+    s->ready[x] = start + d;
+    s->copy_free = start + d;
+    s->r.copy_busy += d;
+    s->r.loads++;
+    s->r.bytes_loaded += (uint64_t)need * s->cfg->page_bytes;
+    if (s->view.used_pages > s->r.peak_pages)
+        s->r.peak_pages = s->view.used_pages;
+    return start + d;
+}
+
+static void queue_prefetch(struct sim *s, uint32_t x, double now)
+{
+    if (s->resident[x] == ppe(s) || s->queued[x])
+        return;
+    if (s->n_queue == s->cap_queue)
+        return; /* bounded: older predictions are still ahead */
+    s->queue[s->n_queue++] = (struct pending){x, now};
+    s->queued[x] = 1;
+}
+
+/* ---- one layer of one token ---------------------------------------------------------- */
+
+static mvm_status sim_layer(struct sim *s, uint32_t tok, uint32_t l, double *clock)
+{
+    const mvm_trace *t = s->t;
+    size_t rec = (size_t)tok * s->L + l;
+    double start = fmax(*clock, s->gpu_free);
+    double t_attn_end = start + s->cost->m.attn_time;
+    s->gpu_free = t_attn_end;
+    s->r.t_attn += s->cost->m.attn_time;
+
+    memcpy(s->experts, t->experts + rec * s->K, s->K * sizeof *s->experts);
+    memcpy(s->weights, t->weights + rec * s->K, s->K * sizeof *s->weights);
+    s->view.now = t_attn_end;
+    mvm_pstep step = {.layer = l, .n_tok = 1, .scores = t->scores + rec * s->E,
+                      .experts = s->experts, .weights = s->weights,
+                      .hidden = t->hidden ? t->hidden + rec * t->hdr.n_embd : NULL,
+                      .counts = s->counts};
+    const mvm_route_ops *ro = s->mod[MVM_ROLE_ROUTE].ops;
+    s->r.substitutions += ro->route(s->mod[MVM_ROLE_ROUTE].self, &s->view, &step);
+    memset(s->counts, 0, s->E * sizeof *s->counts);
+    for (uint32_t k = 0; k < s->K; k++)
+        s->counts[s->experts[k]]++;
+
+    /* Hits are judged before anything this layer does: was it there when routed? */
+    for (uint32_t e = 0; e < s->E; e++) {
+        if (!s->counts[e])
+            continue;
+        uint32_t x = l * s->E + e;
+        s->r.accesses++;
+        int hit = s->resident[x] == ppe(s) && s->ready[x] <= t_attn_end;
+        s->r.hits += hit;
+        s->r.misses += !hit;
+        if (s->by_prefetch[x]) {
+            s->r.prefetch_used++;
+            s->r.prefetch_hits += hit;
+            s->by_prefetch[x] = 0;
+        }
+        s->busy[x] = 1;
+    }
+
+    const mvm_predict_ops *po = s->mod[MVM_ROLE_PREDICT].ops;
+    int predicted = po && l + 1 < s->L &&
+                    po->predict(s->mod[MVM_ROLE_PREDICT].self, &step, l + 1, s->next_scores);
+    mvm_assignment a = {.where = s->where, .prefetch = s->prefetch, .cap_prefetch = s->E};
+    memset(s->where, 0, s->E);
+    const mvm_assign_ops *ao = s->mod[MVM_ROLE_ASSIGN].ops;
+    ao->assign(s->mod[MVM_ROLE_ASSIGN].self, &s->view, &step, predicted ? s->next_scores : NULL, &a);
+
+    /* Experts: resident ones first on the GPU, then loads in the order their copies end. */
+    double gpu = t_attn_end, cpu = fmax(s->cpu_free, t_attn_end), stall = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (uint32_t e = 0; e < s->E; e++) {
+            uint32_t x = l * s->E + e, n = s->counts[e];
+            if (!n)
+                continue;
+            int where = s->where[e];
+            int resident = s->resident[x] == ppe(s);
+            if (where == MVM_RUN_GPU && !resident)
+                where = MVM_RUN_GPU_LOAD; /* the module assumed a residency it does not have */
+            if (pass == 0) {
+                if (where == MVM_RUN_CPU) {
+                    cpu += mvm_cost_cpu(s->cost, n);
+                    s->r.cpu_runs++;
+                } else if (where == MVM_RUN_ZEROCOPY) {
+                    gpu += mvm_cost_zerocopy(s->cost, n);
+                    s->r.zerocopy_runs++;
+                } else if (where == MVM_RUN_GPU) { /* resident, maybe still arriving */
+                    double ready = fmax(gpu, s->ready[x]);
+                    stall += ready - gpu;
+                    gpu = ready + mvm_cost_gpu(s->cost, n);
+                }
+                continue;
+            }
+            if (where != MVM_RUN_GPU_LOAD)
+                continue;
+            double ready = load_now(s, x, t_attn_end);
+            if (ready < 0) { /* no room: run it where no device memory is needed */
+                if (s->cfg->zerocopy) {
+                    gpu += mvm_cost_zerocopy(s->cost, n);
+                    s->r.zerocopy_runs++;
+                } else {
+                    cpu += mvm_cost_cpu(s->cost, n);
+                    s->r.cpu_runs++;
+                }
+                continue;
+            }
+            if (ready > gpu) {
+                stall += ready - gpu;
+                gpu = ready;
+            }
+            gpu += mvm_cost_gpu(s->cost, n);
+        }
+    double end = fmax(gpu, cpu);
+    s->r.t_gpu += gpu - t_attn_end - stall;
+    s->r.t_stall += stall;
+    s->r.t_cpu_wait += end - gpu;
+    s->gpu_free = end;
+    s->cpu_free = cpu;
+
+    /* Prefetches: the assign module's plan, else the prediction's top experts. */
+    uint32_t depth = s->cfg->prefetch_depth ? s->cfg->prefetch_depth : s->K;
+    for (uint32_t i = 0; i < a.n_prefetch; i++)
+        queue_prefetch(s, a.prefetch[i], t_attn_end);
+    if (predicted && a.n_prefetch == 0)
+        for (uint32_t d = 0; d < depth && d < s->E; d++) {
+            uint32_t best = 0;
+            for (uint32_t e = 1; e < s->E; e++)
+                if (s->next_scores[e] > s->next_scores[best])
+                    best = e;
+            queue_prefetch(s, (l + 1) * s->E + best, t_attn_end);
+            s->next_scores[best] = -INFINITY;
+        }
+
+    const mvm_evict_ops *ev = s->mod[MVM_ROLE_EVICT].ops;
+    s->view.now = end;
+    ev->observe(s->mod[MVM_ROLE_EVICT].self, &s->view, &step);
+    if (po && po->observe)
+        po->observe(s->mod[MVM_ROLE_PREDICT].self, &step);
+    const mvm_config_ops *co = s->mod[MVM_ROLE_CONFIG].ops;
+    if (co)
+        co->observe(s->mod[MVM_ROLE_CONFIG].self, &s->view, &step);
+    for (uint32_t e = 0; e < s->E; e++) {
+        uint32_t x = l * s->E + e;
+        s->busy[x] = 0;
+        /* The split: only θ of an expert's pages stay cached (MoEpic). */
+        if (s->counts[e] && s->theta[l] < 1.0f)
+            drop(s, x, (uint32_t)ceilf(s->theta[l] * (float)ppe(s)));
+    }
+    if (s->layer_pages[l] != UINT64_MAX)
+        make_room(s, l, 0, end, 1); /* what stays within the layer's budget */
+    /* DALI-style policies ask for experts proactively. */
+    if (ev->want) {
+        uint32_t n = ev->want(s->mod[MVM_ROLE_EVICT].self, &s->view, l, s->prefetch, s->E);
+        for (uint32_t i = 0; i < n; i++)
+            queue_prefetch(s, s->prefetch[i], end);
+    }
+    run_prefetches(s, end);
+    *clock = end;
+    return MVM_OK;
+}
+
+/* ---- set-up ----------------------------------------------------------------------------- */
+
+static mvm_status make_modules(struct sim *s, const mvm_pinit *base)
+{
+    for (int r = 0; r < MVM_ROLE_COUNT; r++) {
+        const char *name = s->cfg->policy[r] ? s->cfg->policy[r] : default_policy[r];
+        if (!name || (r == MVM_ROLE_PREDICT && strcmp(name, "none") == 0))
+            continue;
+        const void *ops = mvm_policy_find((enum mvm_role)r, name);
+        if (!ops) {
+            char names[256];
+            mvm_policy_names((enum mvm_role)r, names, sizeof names);
+            return mvm_fail(MVM_ERR_INVALID, "no %s policy '%s' (available: %s)",
+                            mvm_role_name((enum mvm_role)r), name, names[0] ? names : "none");
+        }
+        /* Every ops table starts with MVM_POLICY_HEADER: create is at the same place. */
+        const mvm_evict_ops *any = ops;
+        mvm_pinit init = *base;
+        init.params.text = s->cfg->params[r];
+        mvm_status st = any->create(&init, &s->mod[r].self);
+        if (st != MVM_OK)
+            return st;
+        s->mod[r].ops = ops;
+    }
+    return MVM_OK;
+}
+
+static void free_sim(struct sim *s)
+{
+    for (int r = 0; r < MVM_ROLE_COUNT; r++)
+        if (s->mod[r].ops)
+            ((const mvm_evict_ops *)s->mod[r].ops)->destroy(s->mod[r].self);
+    void *p[] = {s->resident, s->busy, s->ready, s->by_prefetch, s->cand, s->queue, s->queued,
+                 s->experts, s->weights, s->next_scores, s->counts, s->where, s->prefetch,
+                 s->layer_pages, s->theta};
+    for (size_t i = 0; i < sizeof p / sizeof *p; i++)
+        free(p[i]);
+}
+
+mvm_status mvm_sim_run(const mvm_trace *t, const mvm_cost *cost, const mvm_sim_config *c,
+                       mvm_sim_result *out)
+{
+    memset(out, 0, sizeof *out);
+    struct sim s = {.t = t, .cost = cost, .cfg = c};
+    s.L = t->hdr.n_layers;
+    s.E = t->hdr.n_experts;
+    s.K = t->hdr.top_k;
+    s.n_total = s.L * s.E;
+    if (c->page_bytes == 0)
+        return mvm_fail(MVM_ERR_INVALID, "page size 0");
+    s.shape = (mvm_pshape){.n_layers = s.L, .n_experts = s.E, .top_k = s.K,
+                           .n_embd = t->hdr.n_embd, .n_ff = t->hdr.n_ff_exp,
+                           .expert_bytes = t->hdr.expert_bytes,
+                           .pages_per_expert = (uint32_t)((t->hdr.expert_bytes + c->page_bytes - 1) /
+                                                          c->page_bytes)};
+    s.cap_queue = 4 * s.E;
+    s.resident = calloc(s.n_total, sizeof *s.resident);
+    s.busy = calloc(s.n_total, 1);
+    s.ready = calloc(s.n_total, sizeof *s.ready);
+    s.by_prefetch = calloc(s.n_total, 1);
+    s.cand = calloc(s.n_total, sizeof *s.cand);
+    s.queue = calloc(s.cap_queue, sizeof *s.queue);
+    s.queued = calloc(s.n_total, 1);
+    s.experts = calloc(s.K, sizeof *s.experts);
+    s.weights = calloc(s.K, sizeof *s.weights);
+    s.next_scores = calloc(s.E, sizeof *s.next_scores);
+    s.counts = calloc(s.E, sizeof *s.counts);
+    s.where = calloc(s.E, 1);
+    s.prefetch = calloc(4 * (size_t)s.E, sizeof *s.prefetch);
+    s.layer_pages = malloc(s.L * sizeof *s.layer_pages);
+    s.theta = malloc(s.L * sizeof *s.theta);
+    if (!s.resident || !s.busy || !s.ready || !s.by_prefetch || !s.cand || !s.queue ||
+        !s.queued || !s.experts || !s.weights || !s.next_scores || !s.counts || !s.where ||
+        !s.prefetch || !s.layer_pages || !s.theta) {
+        free_sim(&s);
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for the simulation");
+    }
+    for (uint32_t l = 0; l < s.L; l++) {
+        s.layer_pages[l] = UINT64_MAX;
+        s.theta[l] = 1.0f;
+    }
+    s.view = (mvm_pview){.shape = &s.shape, .resident = s.resident, .busy = s.busy,
+                         .capacity_pages = c->budget_pages};
+    mvm_pinit init = {.shape = &s.shape, .cost = cost};
+    mvm_status st = make_modules(&s, &init);
+    const mvm_config_ops *co = s.mod[MVM_ROLE_CONFIG].ops;
+    double clock = 0;
+    for (uint32_t tok = 0; tok < t->n_tokens && st == MVM_OK; tok++) {
+        for (uint32_t l = 0; l < s.L && st == MVM_OK; l++)
+            st = sim_layer(&s, tok, l, &clock);
+        s.view.tokens++;
+        s.r.tokens++;
+        if (co && co->configure(s.mod[MVM_ROLE_CONFIG].self, &s.view, s.layer_pages, s.theta))
+            for (uint32_t l = 0; l < s.L; l++)
+                make_room(&s, l, 0, clock, 1); /* shrinks a layer over its new budget */
+    }
+    s.r.time = clock;
+    *out = s.r;
+    free_sim(&s);
+    return st;
+}

@@ -1,0 +1,55 @@
+/*
+ * The trace-driven simulator behind `moevm sim`: replays a routing trace (tools/trace.h)
+ * through the policy modules (policy/) over a discrete-event model of one GPU stream, one
+ * serial copy engine (on-demand jobs ahead of prefetches that have not started) and a CPU
+ * pool, with per-expert times from the cost model (policy/cost.h). Decoding is modelled
+ * token by token, layer by layer; each layer is
+ *
+ *   attention (GPU) → route → assign → experts: resident ones on the GPU, loads on the copy
+ *   engine then the GPU, zero-copy on the GPU, CPU ones on the pool, concurrently → the
+ *   layer ends when GPU and CPU are both done → predictions for the next layer queue
+ *   prefetches → observations to evict/config.
+ *
+ * Residency is tracked in pages per expert as the space does: a load reserves its pages at
+ * issue (capacity is never exceeded), they become resident when the copy ends; room comes
+ * from the evict module's victims among resident experts no step is using.
+ */
+#ifndef MVM_TOOLS_SIM_H
+#define MVM_TOOLS_SIM_H
+
+#include <stdint.h>
+
+#include "policy/policy.h"
+#include "tools/trace.h"
+
+typedef struct mvm_sim_config {
+    const char *policy[MVM_ROLE_COUNT];  /* module name per role; NULL = the default */
+    const char *params[MVM_ROLE_COUNT];  /* "a=1,b=2" per role; NULL = none */
+    uint64_t budget_pages;               /* device budget in pages of the trace's shape */
+    uint32_t page_bytes;                 /* residency granularity (2 MiB) */
+    uint32_t prefetch_depth;             /* experts prefetched per layer from a prediction */
+    int zerocopy;                        /* 1: the device reads host homes (HOST_NUMA) */
+} mvm_sim_config;
+
+typedef struct mvm_sim_result {
+    uint64_t tokens, accesses, hits, misses, substitutions;
+    uint64_t cpu_runs, zerocopy_runs, loads, prefetches, prefetch_used, prefetch_hits;
+    uint64_t bytes_loaded, bytes_prefetched;
+    double time;                         /* modelled seconds for all tokens */
+    double t_attn, t_gpu, t_stall, t_cpu_wait; /* breakdown of `time` (sums to it) */
+    double copy_busy;                    /* seconds the copy engine was busy */
+    uint64_t peak_pages;                 /* most pages ever resident or loading */
+} mvm_sim_result;
+
+/* Defaults: lru eviction, gpu assignment, no route/predict/config, prefetch depth top_k,
+ * zero-copy off, 2 MiB pages. */
+void mvm_sim_config_init(mvm_sim_config *c);
+
+/* Runs the whole trace. MVM_ERR_INVALID naming the role for an unknown module or bad
+ * parameters. An expert that must load when no room can be made (everything resident is in
+ * use) runs zero-copy when the device reads host memory, else on the CPU: every budget
+ * runs, small ones slowly. */
+mvm_status mvm_sim_run(const mvm_trace *t, const mvm_cost *cost, const mvm_sim_config *c,
+                       mvm_sim_result *out);
+
+#endif
