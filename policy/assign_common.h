@@ -12,8 +12,9 @@
  * its moves, waits for the one under way instead of starting another.
  *
  * The memory constraint DALI's greedy leaves out (notes papers-001-prescope-002-dali.md
- * §B.2.2 note 3, ambiguity D2), applied by every assign module: loads planned for a step
- * may take at most
+ * §B.2.2 note 3, ambiguity D2), applied by every module that chooses places (twoptr,
+ * greedy, presched; gpu leaves a load without room to the caller): loads planned for a
+ * step may take at most
  *   room = (capacity_pages - used_pages) + evictable,
  *   evictable = resident pages of experts that are not busy and not active in this layer,
  * i.e. the free pages plus what the evict policy could free without touching an expert

@@ -138,10 +138,10 @@ typedef struct mvm_predict_ops {
 typedef struct mvm_config_ops {
     MVM_POLICY_HEADER;
     void (*observe)(void *self, const mvm_pview *v, const mvm_pstep *step);
-    /* Called every `period` tokens (the module says how often through *period at create,
-     * see cost.h's mvm_config_period). Writes per-layer budgets in pages [L] summing to at
-     * most capacity_pages, and per-layer split θ in (0, 1] (the resident prefix of cached
-     * experts, as a fraction of pages). Returns 1 if it changed anything. */
+    /* Called after every token; the module decides when to recompute (fixedpoint: every
+     * τ tokens). Writes per-layer budgets in pages [L] summing to at most capacity_pages,
+     * and per-layer split θ in (0, 1] (the resident prefix of cached experts, as a fraction
+     * of pages). Returns 1 if it changed anything. */
     int (*configure)(void *self, const mvm_pview *v, uint64_t *layer_pages, float *theta);
 } mvm_config_ops;
 
