@@ -53,27 +53,28 @@ static mvm_status fail(struct loader *ld, mvm_status s, const char *fmt, ...)
     return ld->st = mvm_fail(s, "%s: %s", ld->path, msg);
 }
 
-/* "{arch}.{suffix}" as a u32; absent keys leave *v alone unless required. */
-static mvm_status arch_u32(struct loader *ld, const char *suffix, uint32_t *v, int required)
+/* "{arch}.{suffix}" as a u32 (u32 != NULL) or an f32; absent keys leave the value alone
+ * unless required. */
+static mvm_status arch_key(struct loader *ld, const char *suffix, uint32_t *u32, float *f32,
+                           int required)
 {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", ld->arch->name, suffix);
     if (mvm_gguf_find_key(ld->g, key) < 0)
         return required ? fail(ld, MVM_ERR_INVALID, "missing key '%s'", key) : MVM_OK;
-    if (mvm_gguf_get_u32(ld->g, key, v) != MVM_OK)
+    if ((u32 ? mvm_gguf_get_u32(ld->g, key, u32) : mvm_gguf_get_f32(ld->g, key, f32)) != MVM_OK)
         return fail(ld, MVM_ERR_INVALID, "%s", mvm_last_error());
     return MVM_OK;
 }
 
+static mvm_status arch_u32(struct loader *ld, const char *suffix, uint32_t *v, int required)
+{
+    return arch_key(ld, suffix, v, NULL, required);
+}
+
 static mvm_status arch_f32(struct loader *ld, const char *suffix, float *v, int required)
 {
-    char key[128];
-    snprintf(key, sizeof key, "%s.%s", ld->arch->name, suffix);
-    if (mvm_gguf_find_key(ld->g, key) < 0)
-        return required ? fail(ld, MVM_ERR_INVALID, "missing key '%s'", key) : MVM_OK;
-    if (mvm_gguf_get_f32(ld->g, key, v) != MVM_OK)
-        return fail(ld, MVM_ERR_INVALID, "%s", mvm_last_error());
-    return MVM_OK;
+    return arch_key(ld, suffix, NULL, v, required);
 }
 
 static const mvm_gguf_tensor *find(struct loader *ld, const char *name, int required)

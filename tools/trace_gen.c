@@ -54,24 +54,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/mkmodel.h"
+#include "engine/model.h"
 #include "vmm/error.h"
 
 /* ---- shapes ---------------------------------------------------------------------------- */
 
-/* From the models' published configurations (research notes §6; engine/presets.c has the
- * same shapes as whole models). Expert bytes: gate, up and down at BF16, 3·2·n_embd·n_ff. */
-static const struct shape {
-    const char *name, *arch;
-    uint32_t n_layers, n_experts, top_k, n_embd, n_ff;
-    int renormalised;
-} shapes[] = {
-    {"mixtral-8x7b", "llama", 32, 8, 2, 4096, 14336, 1},
-    {"qwen3-30b-a3b", "qwen3moe", 48, 128, 8, 2048, 768, 1},
-    {"qwen1.5-moe-a2.7b", "qwen2moe", 24, 60, 4, 2048, 1408, 0},
-    {"olmoe-1b-7b", "olmoe", 16, 64, 8, 2048, 1024, 0},
-    {"deepseek-v2-lite", "deepseek2", 27, 64, 6, 2048, 1408, 0},
-};
-
+/* The real-shape presets of engine/presets.c (published configurations). Expert bytes:
+ * gate, up and down at BF16, 3·2·n_embd·n_ff. */
 const char *mvm_trace_gen_shape_names(void)
 {
     return "mixtral-8x7b, qwen3-30b-a3b, qwen1.5-moe-a2.7b, olmoe-1b-7b, deepseek-v2-lite";
@@ -87,13 +77,14 @@ static void set_shape(mvm_trace_gen *g, const char *name, const char *arch, cons
 
 mvm_status mvm_trace_gen_set_shape(mvm_trace_gen *g, const char *shape)
 {
-    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
-        const struct shape *s = &shapes[i];
-        if (strcmp(shape, s->name) == 0) {
-            const uint32_t v[5] = {s->n_layers, s->n_experts, s->top_k, s->n_embd, s->n_ff};
-            set_shape(g, s->name, s->arch, v, s->renormalised);
-            return MVM_OK;
-        }
+    /* The real shapes are mkmodel's presets: one table of model shapes for both. */
+    const mvm_preset *p = strcmp(shape, "tiny") != 0 ? mvm_preset_find(shape, NULL) : NULL;
+    if (p) {
+        const mvm_model_spec *s = &p->spec;
+        const uint32_t v[5] = {s->n_layer, s->n_expert, s->n_expert_used, s->n_embd,
+                               mvm_spec_expert_ff(s)};
+        set_shape(g, p->name, s->arch, v, mvm_arch_find(s->arch)->norm_topk);
+        return MVM_OK;
     }
     /* "L,E,K[,EMBD,FF]": decimal numbers in 1..2^24 (a bound that keeps every array size and
      * 6·EMBD·FF well inside 64 bits). */
