@@ -24,6 +24,7 @@ struct run_args {
     const char *model, *prompt, *tokens, *trace_out, *logits_out, *budget;
     uint32_t n_predict, threads, ctx, batch, seed, top_k;
     float temp, top_p;
+    int trace_hidden;
 };
 
 static void usage(FILE *f)
@@ -31,7 +32,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: moevm run -m MODEL.gguf [-p PROMPT | --tokens ID,ID,...] [-n N] [-t THREADS]\n"
             "                 [--temp T] [--top-k K] [--top-p P] [--seed N] [--ctx N] [--batch N]\n"
-            "                 [--gpu-budget SIZE|PCT] [--trace-out FILE.jsonl]\n"
+            "                 [--gpu-budget SIZE|PCT] [--trace-out FILE.jsonl [--trace-hidden]]\n"
             "                 [--logits-out FILE]\n"
             "  -n            tokens to generate (default 64); stops early at end-of-text\n"
             "  -t            threads (default: the cores near the GPU, or all)\n"
@@ -40,6 +41,8 @@ static void usage(FILE *f)
             "  --batch       prompt tokens per forward pass (default 32)\n"
             "  --gpu-budget  device budget for expert pages (default MOEVM_GPU_BUDGET)\n"
             "  --trace-out   routing of every token and layer, JSON lines (docs/trace-format.md)\n"
+            "  --trace-hidden  with --trace-out: also each layer's router input, for\n"
+            "                `moevm train-predictor` and the gate/residual predictors (large)\n"
             "  --logits-out  every evaluated position's logits (binary, see docs/engine.md)\n");
 }
 
@@ -52,6 +55,10 @@ static int parse_args(int argc, char **argv, struct run_args *a)
         if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) {
             usage(stdout);
             return 0;
+        }
+        if (strcmp(f, "--trace-hidden") == 0) {
+            a->trace_hidden = 1;
+            continue;
         }
         if (!v) {
             fprintf(stderr, "moevm run: %s needs a value (see --help)\n", f);
@@ -87,6 +94,10 @@ static int parse_args(int argc, char **argv, struct run_args *a)
     }
     if (a->prompt && a->tokens) {
         fprintf(stderr, "moevm run: give -p or --tokens, not both\n");
+        return 2;
+    }
+    if (a->trace_hidden && !a->trace_out) {
+        fprintf(stderr, "moevm run: --trace-hidden needs --trace-out FILE.jsonl\n");
         return 2;
     }
     return -1;
@@ -295,7 +306,7 @@ static int generate(struct session *s)
     if (mvm_ctx_create(s->model, s->pool, n_ctx, a->batch, &s->ctx) != MVM_OK)
         return mvm_cli_error("context");
     if (a->trace_out) {
-        if (mvm_trace_open(a->trace_out, s->model, &s->trace) != MVM_OK)
+        if (mvm_trace_open(a->trace_out, s->model, a->trace_hidden, &s->trace) != MVM_OK)
             return mvm_cli_error("--trace-out");
         mvm_ctx_set_route_observer(s->ctx, mvm_trace_route, s->trace);
     }

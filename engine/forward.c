@@ -286,7 +286,8 @@ static void route(mvm_ctx *c, uint32_t il, uint32_t n, uint32_t pos0)
             for (uint32_t k = 0; k < K; k++)
                 w[k] /= sum;
         if (c->obs)
-            c->obs(c->obs_ctx, pos0 + i, il, p, E, s, w, K);
+            c->obs(c->obs_ctx, pos0 + i, il, p, E, s, w, K, c->xn + (size_t)i * hp->n_embd,
+                   hp->n_embd);
     }
 }
 

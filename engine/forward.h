@@ -14,10 +14,11 @@
 #include "engine/residency.h"
 
 /* Called for every (token, MoE layer) with the router's probabilities over all experts,
- * the selected experts (best first) and their weights as applied. */
+ * the selected experts (best first), their weights as applied, and the router's input
+ * (the layer's MoE input after its norm, n_embd floats: what predictors learn from). */
 typedef void (*mvm_route_fn)(void *ctx, uint32_t pos, uint32_t layer, const float *probs,
                              uint32_t n_expert, const int *selected, const float *weights,
-                             uint32_t k);
+                             uint32_t k, const float *hidden, uint32_t n_embd);
 
 typedef struct mvm_ctx mvm_ctx;
 

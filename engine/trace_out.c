@@ -2,6 +2,7 @@
 #include "engine/trace_out.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@ struct mvm_trace_out {
     FILE *f;
     char *path;
     uint32_t req;
+    bool with_hidden;
 };
 
 /* JSON string body: the model name may hold anything. */
@@ -30,7 +32,8 @@ static void put_json_string(FILE *f, const char *s)
     fputc('"', f);
 }
 
-mvm_status mvm_trace_open(const char *path, const mvm_model *m, mvm_trace_out **out)
+mvm_status mvm_trace_open(const char *path, const mvm_model *m, int with_hidden,
+                          mvm_trace_out **out)
 {
     *out = NULL;
     mvm_trace_out *t = calloc(1, sizeof *t);
@@ -44,6 +47,7 @@ mvm_status mvm_trace_open(const char *path, const mvm_model *m, mvm_trace_out **
         free(t);
         return st;
     }
+    t->with_hidden = with_hidden != 0;
     const mvm_hparams *hp = &m->hp;
     fprintf(t->f, "{\"format\":\"moevm-trace\",\"version\":1,\"model\":");
     put_json_string(t->f, m->name);
@@ -62,7 +66,8 @@ void mvm_trace_set_request(mvm_trace_out *t, uint32_t req)
 }
 
 void mvm_trace_route(void *ctx, uint32_t pos, uint32_t layer, const float *probs,
-                     uint32_t n_expert, const int *selected, const float *weights, uint32_t k)
+                     uint32_t n_expert, const int *selected, const float *weights, uint32_t k,
+                     const float *hidden, uint32_t n_embd)
 {
     mvm_trace_out *t = ctx;
     /* 6 significant digits: enough to rank and average scores, a third of full precision's
@@ -76,6 +81,11 @@ void mvm_trace_route(void *ctx, uint32_t pos, uint32_t layer, const float *probs
     fprintf(t->f, "],\"weights\":[");
     for (uint32_t i = 0; i < k; i++)
         fprintf(t->f, i ? ",%.6g" : "%.6g", (double)weights[i]);
+    if (t->with_hidden) {
+        fprintf(t->f, "],\"hidden\":[");
+        for (uint32_t d = 0; d < n_embd; d++)
+            fprintf(t->f, d ? ",%.6g" : "%.6g", (double)hidden[d]);
+    }
     fprintf(t->f, "]}\n");
 }
 

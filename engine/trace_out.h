@@ -13,13 +13,16 @@
 
 typedef struct mvm_trace_out mvm_trace_out;
 
-/* Creates `path` and writes the header. */
-mvm_status mvm_trace_open(const char *path, const mvm_model *m, mvm_trace_out **out);
+/* Creates `path` and writes the header. with_hidden: every record also carries the layer's
+ * router input ("hidden"), for predictor training (large: n_embd numbers per record). */
+mvm_status mvm_trace_open(const char *path, const mvm_model *m, int with_hidden,
+                          mvm_trace_out **out);
 /* Records from now on belong to request `req`. */
 void mvm_trace_set_request(mvm_trace_out *t, uint32_t req);
 /* An mvm_route_fn (forward.h): ctx is the mvm_trace_out. */
 void mvm_trace_route(void *ctx, uint32_t pos, uint32_t layer, const float *probs,
-                     uint32_t n_expert, const int *selected, const float *weights, uint32_t k);
+                     uint32_t n_expert, const int *selected, const float *weights, uint32_t k,
+                     const float *hidden, uint32_t n_embd);
 /* Flushes and closes; MVM_ERR_BACKEND if any write failed (disk full...). NULL is a no-op. */
 mvm_status mvm_trace_close(mvm_trace_out *t);
 

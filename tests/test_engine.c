@@ -408,7 +408,7 @@ static void test_trace(void)
     mvm_ctx *c;
     mvm_trace_out *t;
     CHECK_ST(mvm_ctx_create(m, pool, 32, 4, &c), MVM_OK);
-    CHECK_ST(mvm_trace_open(in_dir("trace.jsonl"), m, &t), MVM_OK);
+    CHECK_ST(mvm_trace_open(in_dir("trace.jsonl"), m, 0, &t), MVM_OK);
     mvm_ctx_set_route_observer(c, mvm_trace_route, t);
     CHECK_ST(mvm_ctx_eval(c, prompt, 6, NULL, 0), MVM_OK);
     CHECK_ST(mvm_trace_close(t), MVM_OK);

@@ -209,6 +209,43 @@ static void test_reads_follow_backing(void)
     CHECK_ST(mvm_space_destroy(sp), MVM_OK);
 }
 
+/* write_back spaces: what the device wrote into a resident page survives its eviction (it is
+ * copied home first); pages written while at home stay there. Read-only spaces copy nothing
+ * back. */
+static void test_write_back(void)
+{
+    mvm_space_desc d;
+    CHECK_ST(mvm_space_desc_init(&d), MVM_OK);
+    d.n_layers = 1, d.n_experts = 3, d.expert_bytes = 2 * PAGE - 24, d.page_size = PAGE;
+    d.device_budget = 2 * PAGE, d.backend = backend, d.write_back = 1;
+    mvm_space *sp = NULL;
+    CHECK_ST(mvm_space_create(&d, &sp), MVM_OK);
+    fill(sp, 1, 3, d.expert_bytes);
+    CHECK_ST(mvm_make_resident(sp, 0, 1, MVM_ALL_PAGES), MVM_OK);
+    uint8_t *addr = mvm_expert_addr(sp, 0, 1);
+    const uint8_t *home = mvm_expert_home(sp, 0, 1);
+    for (uint64_t i = 0; i < d.expert_bytes; i += 4093)
+        addr[i] = (uint8_t)(i * 7 + 1); /* "the device writes" through the fixed address */
+    addr[d.expert_bytes - 1] ^= 0x5a;
+    uint8_t expect[2 * PAGE];
+    memcpy(expect, addr, d.expert_bytes);
+    CHECK(memcmp(home, expect, d.expert_bytes) != 0); /* not yet home */
+    CHECK_ST(mvm_evict(sp, 0, 1, 0), MVM_OK);
+    CHECK(memcmp(home, expect, d.expert_bytes) == 0);
+    CHECK(stats_of(sp).bytes_written_back == d.expert_bytes);
+    /* Back on the device: the written bytes come with it. */
+    CHECK_ST(mvm_make_resident(sp, 0, 1, MVM_ALL_PAGES), MVM_OK);
+    CHECK(memcmp(addr, expect, d.expert_bytes) == 0);
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+
+    sp = make_space(1, 2, PAGE, 1);
+    fill(sp, 1, 2, PAGE);
+    CHECK_ST(mvm_make_resident(sp, 0, 0, MVM_ALL_PAGES), MVM_OK);
+    CHECK_ST(mvm_evict(sp, 0, 0, 0), MVM_OK);
+    CHECK(stats_of(sp).bytes_written_back == 0 && reads_match(sp, 0, 0, PAGE));
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+}
+
 static void test_partial_residency(void)
 {
     mvm_space *sp = make_space(1, 2, 5 * PAGE, 10);
@@ -476,6 +513,7 @@ int main(int argc, char **argv)
     RUN(test_bad_inputs);
     RUN(test_layout);
     RUN(test_reads_follow_backing);
+    RUN(test_write_back);
     RUN(test_partial_residency);
     RUN(test_capacity);
     RUN(test_pins);

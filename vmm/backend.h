@@ -58,6 +58,10 @@ typedef struct mvm_backend_ops {
                              size_t len);
     /* Waits until every copy started so far has landed. */
     mvm_status (*copy_wait)(mvm_backend *b);
+    /* Copies len bytes of chunk into dst (host memory of a home) and returns when they have
+     * landed: the write-back of a page the device may have written (write_back spaces). */
+    mvm_status (*copy_back)(mvm_backend *b, mvm_pool *pool, size_t chunk, void *dst,
+                            size_t len);
 
     /* Records the current end of `stream`'s work. */
     mvm_status (*event_record)(mvm_backend *b, void *stream, mvm_event **ev);
@@ -75,6 +79,7 @@ struct mvm_backend {
     size_t default_page_size;
     bool home_mappable;      /* non-resident pages can be backed by their host home */
     bool host_readable;      /* expert addresses are CPU-readable */
+    bool writable;           /* set by the space: addresses are mapped read-write */
     int numa_node;           /* NUMA node nearest the device (-1 unknown) */
     uint64_t device_free;    /* free device memory at open (0 on host: no device) */
 };

@@ -63,6 +63,7 @@
     X(MemHostUnregister, "cuMemHostUnregister", (void *))                           \
     X(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2",                                                  \
       (CUdeviceptr, const void *, size_t, CUstream))                                \
+    X(MemcpyDtoH, "cuMemcpyDtoH_v2", (void *, CUdeviceptr, size_t))                 \
     X(StreamCreate, "cuStreamCreate", (CUstream *, unsigned))                       \
     X(StreamDestroy, "cuStreamDestroy_v2", (CUstream))                              \
     X(StreamSynchronize, "cuStreamSynchronize", (CUstream))                         \
@@ -425,6 +426,18 @@ static mvm_status cuda_copy_wait(mvm_backend *b)
     return MVM_OK;
 }
 
+/* Synchronous: the page is about to be remapped to its home, so the bytes must be there. */
+static mvm_status cuda_copy_back(mvm_backend *b, mvm_pool *p, size_t chunk, void *dst,
+                                 size_t len)
+{
+    cuda_backend *c = cb(b);
+    mvm_status st = use_ctx(c);
+    if (st != MVM_OK)
+        return st;
+    CU(c, c->cu.MemcpyDtoH(dst, p->hv.view + chunk * p->hv.page, len), "cuMemcpyDtoH (write-back)");
+    return MVM_OK;
+}
+
 static mvm_status cuda_event_record(mvm_backend *b, void *stream, mvm_event **out)
 {
     cuda_backend *c = cb(b);
@@ -479,6 +492,7 @@ static const mvm_backend_ops cuda_ops = {
     .unmap = cuda_unmap,
     .copy_start = cuda_copy_start,
     .copy_wait = cuda_copy_wait,
+    .copy_back = cuda_copy_back,
     .event_record = cuda_event_record,
     .event_done = cuda_event_done,
     .event_destroy = cuda_event_destroy,

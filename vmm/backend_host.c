@@ -157,10 +157,11 @@ static void host_pool_destroy(mvm_backend *b, mvm_pool *p)
     free(p);
 }
 
-static mvm_status map_fd(uint64_t va, size_t bytes, int fd, size_t offset)
+/* Read-only unless the space is write_back: expert weights are written through homes. */
+static mvm_status map_fd(const mvm_backend *b, uint64_t va, size_t bytes, int fd, size_t offset)
 {
-    void *p = mmap((void *)(uintptr_t)va, bytes, PROT_READ, MAP_FIXED | MAP_SHARED, fd,
-                   (off_t)offset);
+    int prot = b->writable ? PROT_READ | PROT_WRITE : PROT_READ;
+    void *p = mmap((void *)(uintptr_t)va, bytes, prot, MAP_FIXED | MAP_SHARED, fd, (off_t)offset);
     return p == MAP_FAILED ? os_fail("mmap (MAP_FIXED remap)", bytes) : MVM_OK;
 }
 
@@ -168,14 +169,14 @@ static mvm_status host_map_home(mvm_backend *b, uint64_t va, mvm_home *h, size_t
                                 size_t n_pages, bool replace)
 {
     (void)b, (void)replace;
-    return map_fd(va, n_pages * h->r.page_size, h->r.fd, first * h->r.page_size);
+    return map_fd(b, va, n_pages * h->r.page_size, h->r.fd, first * h->r.page_size);
 }
 
 static mvm_status host_map_chunk(mvm_backend *b, uint64_t va, mvm_pool *p, size_t chunk,
                                  bool replace)
 {
     (void)b, (void)replace;
-    return map_fd(va, p->r.page_size, p->r.fd, chunk * p->r.page_size);
+    return map_fd(b, va, p->r.page_size, p->r.fd, chunk * p->r.page_size);
 }
 
 static mvm_status host_unmap(mvm_backend *b, uint64_t va, size_t bytes)
@@ -197,6 +198,14 @@ static mvm_status host_copy_start(mvm_backend *b, mvm_pool *p, size_t chunk, con
 static mvm_status host_copy_wait(mvm_backend *b)
 {
     (void)b;
+    return MVM_OK;
+}
+
+static mvm_status host_copy_back(mvm_backend *b, mvm_pool *p, size_t chunk, void *dst,
+                                 size_t len)
+{
+    (void)b;
+    memcpy(dst, (char *)p->r.view + chunk * p->r.page_size, len);
     return MVM_OK;
 }
 
@@ -231,6 +240,7 @@ static const mvm_backend_ops host_ops = {
     .unmap = host_unmap,
     .copy_start = host_copy_start,
     .copy_wait = host_copy_wait,
+    .copy_back = host_copy_back,
     .event_record = host_event_record,
     .event_done = host_event_done,
     .event_destroy = host_event_destroy,

@@ -13,8 +13,9 @@
 static const mvm_option_desc options[MVM_OPTION_COUNT_] = {
     [MVM_OPTION_GPU_BUDGET] = {"MOEVM_GPU_BUDGET", MVM_OPT_BUDGET, "auto", NULL,
                                "device memory for expert pages: bytes (8G), a percentage of "
-                               "the experts' bytes (25%), or auto (90% of free device memory; "
-                               "all experts on the host backend)"},
+                               "the experts' bytes (25%; under the interposer, of the device's "
+                               "memory), or auto (90% of free device memory; all experts on "
+                               "the host backend)"},
     [MVM_OPTION_BACKEND] = {"MOEVM_BACKEND", MVM_OPT_CHOICE, "auto", "auto|host|cuda",
                             "physical backend: cuda when a CUDA device is usable, else host"},
     [MVM_OPTION_DEVICE] = {"MOEVM_DEVICE", MVM_OPT_INT, "0", NULL, "CUDA device ordinal"},
@@ -32,6 +33,21 @@ static const mvm_option_desc options[MVM_OPTION_COUNT_] = {
                              "auto|avx512|avx2|scalar",
                              "SIMD level of the CPU kernels; auto = the best this CPU has (a "
                              "level it lacks is an error)"},
+    [MVM_OPTION_PRELOAD_MIN] = {"MOEVM_PRELOAD_MIN", MVM_OPT_SIZE, "2M", NULL,
+                                "interposer: device allocations of at least this many bytes "
+                                "become ranges of the managed space; smaller ones stay native"},
+    [MVM_OPTION_OVERSUBSCRIBE] = {"MOEVM_OVERSUBSCRIBE", MVM_OPT_SIZE, "0", NULL,
+                                  "interposer: host-backed bytes the program may allocate "
+                                  "beyond MOEVM_GPU_BUDGET (pinned at the first managed "
+                                  "allocation); 0 = none"},
+    [MVM_OPTION_EVICT] = {"MOEVM_EVICT", MVM_OPT_STRING, "lru", NULL,
+                          "interposer: the evict policy module (lru, lfu, score, workload, "
+                          "lcp; docs/policies.md)"},
+    [MVM_OPTION_EVICT_ARGS] = {"MOEVM_EVICT_ARGS", MVM_OPT_STRING, "", NULL,
+                               "interposer: the evict module's parameters, \"name=value,...\""},
+    [MVM_OPTION_REPORT] = {"MOEVM_REPORT", MVM_OPT_STRING, "", NULL,
+                           "interposer: write a JSON report (allocations by call site, moves, "
+                           "hit rate, time waited) to this path at exit"},
 };
 
 const mvm_option_desc *mvm_option_describe(mvm_option_id id)
@@ -185,7 +201,7 @@ static int parse_value(const mvm_option_desc *d, const char *s, mvm_option_value
     case MVM_OPT_CHOICE: return parse_choice(s, d->choices, &v->i);
     case MVM_OPT_STRING:
         v->s = s;
-        return *s ? 0 : -1;
+        return *s || !*d->def ? 0 : -1; /* empty only where empty means "unset" */
     }
     return -1;
 }

@@ -191,6 +191,7 @@ mvm_status mvm_space_create(const mvm_space_desc *d, mvm_space **out)
         return st;
     }
     sp->be = be;
+    sp->write_back = be->writable = d->write_back != 0;
     if ((st = plan_layout(sp, d)) || (st = alloc_tables(sp)) ||
         (st = mvm_topo_probe(be->pci_bus_id, &sp->topo)) ||
         (st = be->ops->reserve(be, sp->reserved, sp->page_size, &sp->base)) ||
@@ -339,8 +340,17 @@ static mvm_status evict_page(mvm_space *sp, uint32_t idx, uint32_t p)
     mvm_backend *be = sp->be;
     struct page *pg = page_at(sp, idx, p);
     uint64_t va = page_va(sp, idx, p);
+    size_t home_page = (size_t)idx * sp->ppe + p;
+    if (sp->write_back) {
+        mvm_status st = be->ops->copy_back(be, sp->pool, (size_t)pg->chunk,
+                                           sp->home_host + home_page * sp->page_size,
+                                           page_bytes(sp, p));
+        if (st != MVM_OK)
+            return st; /* still resident, nothing lost */
+        sp->stats.bytes_written_back += page_bytes(sp, p);
+    }
     mvm_status st = be->home_mappable
-                        ? be->ops->map_home(be, va, sp->home, (size_t)idx * sp->ppe + p, 1, true)
+                        ? be->ops->map_home(be, va, sp->home, home_page, 1, true)
                         : be->ops->unmap(be, va, sp->page_size);
     if (st != MVM_OK)
         return st;

@@ -75,6 +75,10 @@ typedef struct mvm_space_desc {
     int device;                  /* CUDA device ordinal (cuda backend) */
     uint64_t page_size;          /* 0 = the backend's default (2 MiB); else a multiple of
                                     the backend's granularity */
+    int write_back;              /* 0: expert weights, read-only through their device
+                                    address; eviction just remaps to the home. 1: the device
+                                    may write pages (general data, the interposer): eviction
+                                    copies a resident page back to its home first */
 } mvm_space_desc;
 
 /* Fills *d with the defaults of the MOEVM_* options table, reading the environment
@@ -183,6 +187,7 @@ typedef struct mvm_stats {
     uint64_t pages_loaded;     /* pages copied into device chunks */
     uint64_t pages_evicted;
     uint64_t bytes_moved;      /* host-to-device bytes copied */
+    uint64_t bytes_written_back; /* device-to-host bytes copied by write_back evictions */
     uint64_t prefetch_pages;   /* pages loaded at prefetch priority */
     uint64_t prefetch_used;    /* of those, pages later asked for on demand before eviction */
     uint64_t wait_ns;          /* time callers spent blocked waiting for moves */
