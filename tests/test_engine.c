@@ -451,6 +451,55 @@ static void test_trace(void)
     mvm_model_free(m);
 }
 
+/* The hidden state the observer gets is the router's input: softmax(router . hidden),
+ * recomputed here in double from the F32 router rows, gives the probabilities it reported. */
+typedef struct hidden_check {
+    const mvm_model *m;
+    int calls, good;
+} hidden_check;
+
+static void check_hidden(void *ctx, uint32_t pos, uint32_t layer, const float *probs,
+                         uint32_t n_expert, const int *selected, const float *weights,
+                         uint32_t k, const float *hidden, uint32_t n_embd)
+{
+    (void)pos, (void)selected, (void)weights, (void)k;
+    hidden_check *hc = ctx;
+    const mvm_weight *r = &hc->m->layers[layer].router;
+    double logit[64], mx = -1e300, sum = 0;
+    hc->calls++;
+    if (r->type != MVM_W_F32 || n_expert > 64 || r->cols != n_embd)
+        return;
+    for (uint32_t e = 0; e < n_expert; e++) {
+        const float *row = (const float *)((const char *)r->data + e * r->row_bytes);
+        logit[e] = 0;
+        for (uint32_t d = 0; d < n_embd; d++)
+            logit[e] += (double)row[d] * hidden[d];
+        mx = logit[e] > mx ? logit[e] : mx;
+    }
+    for (uint32_t e = 0; e < n_expert; e++)
+        sum += logit[e] = exp(logit[e] - mx);
+    int ok = 1;
+    for (uint32_t e = 0; e < n_expert; e++)
+        ok &= fabs(logit[e] / sum - probs[e]) < 1e-5;
+    hc->good += ok;
+}
+
+static void test_trace_hidden(void)
+{
+    mvm_model *m;
+    CHECK_ST(load(tiny_path("olmoe", MVM_W_F32), NULL, pool, &m), MVM_OK);
+    if (!m)
+        return;
+    mvm_ctx *c;
+    CHECK_ST(mvm_ctx_create(m, pool, 32, 4, &c), MVM_OK);
+    hidden_check hc = {.m = m};
+    mvm_ctx_set_route_observer(c, check_hidden, &hc);
+    CHECK_ST(mvm_ctx_eval(c, prompt, 6, NULL, 0), MVM_OK);
+    CHECK(hc.calls == 6 * (int)m->hp.n_layer && hc.good == hc.calls);
+    mvm_ctx_free(c);
+    mvm_model_free(m);
+}
+
 /* ---- residency ----------------------------------------------------------------------- */
 
 static void test_residency(void)
@@ -516,6 +565,7 @@ int main(void)
     RUN(test_load_errors);
     RUN(test_ctx_errors);
     RUN(test_trace);
+    RUN(test_trace_hidden);
     RUN(test_forward_properties);
     mvm_pool_destroy(pool);
     char cmd[128];
