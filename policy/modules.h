@@ -32,6 +32,8 @@ extern const mvm_config_ops mvm_config_fixedpoint;
 extern const mvm_config_ops mvm_config_hot;
 extern const mvm_config_ops mvm_config_uniform;
 
-/* place: none yet */
+/* place */
+extern const mvm_place_ops mvm_place_prism;
+extern const mvm_place_ops mvm_place_uniform;
 
 #endif

@@ -30,10 +30,11 @@ static const entry assign[] = {MODULE(mvm_assign_gpu), MODULE(mvm_assign_twoptr)
                                MODULE(mvm_assign_greedy), MODULE(mvm_assign_presched)};
 static const entry config[] = {MODULE(mvm_config_uniform), MODULE(mvm_config_hot),
                                MODULE(mvm_config_fixedpoint)};
+static const entry place[] = {MODULE(mvm_place_uniform), MODULE(mvm_place_prism)};
 
 #define ROLE(role_name, list) {role_name, list, sizeof list / sizeof *list}
 
-/* predict and place have no module yet: an empty list until their first one lands. */
+/* predict has no module yet: an empty list until its first one lands. */
 static const struct {
     const char *name;
     const entry *modules;
@@ -44,7 +45,7 @@ static const struct {
     [MVM_ROLE_ASSIGN] = ROLE("assign", assign),
     [MVM_ROLE_PREDICT] = {"predict", NULL, 0},
     [MVM_ROLE_CONFIG] = ROLE("config", config),
-    [MVM_ROLE_PLACE] = {"place", NULL, 0},
+    [MVM_ROLE_PLACE] = ROLE("place", place),
 };
 
 const void *mvm_policy_find(enum mvm_role role, const char *name)

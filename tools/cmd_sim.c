@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "engine/cli.h"
+#include "tools/cmd_sim.h"
 #include "tools/sim.h"
 #include "tools/svg_plot.h"
 #include "vmm/options.h"
@@ -52,7 +53,8 @@ static void usage(FILE *f)
             "  --cost       %s, or a JSON cost file (docs/cost-format.md); default h100\n"
             "  --compare    policy sets 'evict=lru; evict=score,route=importance{alpha=0.4}'\n"
             "  --sweep      run each set at --steps budgets from A to B; writes PREFIX.csv and\n"
-            "               PREFIX.svg (--out, default sim-sweep)\n",
+            "               PREFIX.svg (--out, default sim-sweep)\n"
+            "  --servers N  the multi-server model of the place role instead (--servers --help)\n",
             mvm_machine_preset_names());
 }
 
@@ -244,7 +246,7 @@ static void print_row(const char *label, const mvm_sim_result *r)
            1e3 * r->t_cpu_wait / tok);
 }
 
-static int load_cost(const char *spec, const mvm_trace *t, mvm_cost *cost)
+int mvm_sim_cli_cost(const char *spec, const mvm_trace *t, mvm_cost *cost)
 {
     const char *name = spec ? spec : "h100";
     const mvm_machine *m = mvm_machine_preset(name);
@@ -346,6 +348,9 @@ static int sweep(const struct sim_args *a, const mvm_trace *t, const mvm_cost *c
 
 int mvm_cmd_sim(int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--servers") == 0)
+            return mvm_sim_cluster_cli(argc, argv);
     struct sim_args a;
     int rc = parse_args(argc, argv, &a);
     if (rc >= 0)
@@ -364,7 +369,7 @@ int mvm_cmd_sim(int argc, char **argv)
     } else {
         if (page)
             cfg.page_bytes = (uint32_t)page;
-        rc = load_cost(a.cost, t, &cost);
+        rc = mvm_sim_cli_cost(a.cost, t, &cost);
     }
     if (!rc)
         rc = budget_pages(a.budget, t, cfg.page_bytes, &cfg.budget_pages);

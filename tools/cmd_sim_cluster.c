@@ -1,0 +1,190 @@
+/*
+ * `moevm sim --servers N`: the place role's multi-server model (tools/sim_cluster.h).
+ *
+ *   moevm sim --trace T.jsonl --servers N [--server-mem SIZE|PCT[,SIZE|PCT...]]
+ *             [--place P[;P...]] [--period TOKENS] [--rtt MS] [--link-bw GB/s]
+ *             [--cost PRESET|FILE.json]
+ *
+ * Every server links to every other with the same round trip and bandwidth (the cost
+ * preset's network unless given). Requests live on server req mod N, so a trace whose
+ * requests differ by task gives each server its own workload (`moevm trace gen --tasks`).
+ */
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/cli.h"
+#include "tools/cmd_sim.h"
+#include "tools/sim_cluster.h"
+#include "vmm/options.h"
+
+#define MAX_SERVERS 256
+
+struct cluster_args {
+    const char *trace, *cost, *mem, *place;
+    uint32_t servers, period;
+    float rtt_ms, bw_gbs;
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: moevm sim --trace T.jsonl --servers N [--server-mem SIZE|PCT[,...]]\n"
+            "                 [--place P[;P...]] [--period TOKENS] [--rtt MS] [--link-bw GB/s]\n"
+            "                 [--cost PRESET|FILE.json]\n"
+            "  --servers     servers, 2..%d; request r lives on server r mod N\n"
+            "  --server-mem  expert memory per server: bytes or %% of all expert bytes, one value\n"
+            "                for all or one per server (default: 1.5x an even share)\n"
+            "  --place       place modules to compare, ';'-separated, each NAME or NAME{k=v}\n"
+            "                (default 'uniform;prism')\n"
+            "  --period      tokens between placement decisions (default 256; 0: never again)\n"
+            "  --rtt, --link-bw  every link's round trip and bandwidth (default: the cost's;\n"
+            "                Prism's 500 Mbit/s testbed link when the cost has no network)\n",
+            MAX_SERVERS);
+}
+
+static int parse(int argc, char **argv, struct cluster_args *a)
+{
+    *a = (struct cluster_args){.period = 256, .rtt_ms = -1, .bw_gbs = -1};
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!v) {
+            fprintf(stderr, "moevm sim: %s needs a value (see --servers --help)\n", f);
+            return 2;
+        }
+        i++;
+        int bad = 0;
+        if (!strcmp(f, "--trace")) a->trace = v;
+        else if (!strcmp(f, "--cost")) a->cost = v;
+        else if (!strcmp(f, "--server-mem")) a->mem = v;
+        else if (!strcmp(f, "--place")) a->place = v;
+        else if (!strcmp(f, "--servers"))
+            bad = mvm_cli_u32("sim", f, v, 2, MAX_SERVERS, &a->servers);
+        else if (!strcmp(f, "--period")) bad = mvm_cli_u32("sim", f, v, 0, 1u << 30, &a->period);
+        else if (!strcmp(f, "--rtt")) bad = mvm_cli_float("sim", f, v, 0, 1e6, &a->rtt_ms);
+        else if (!strcmp(f, "--link-bw")) bad = mvm_cli_float("sim", f, v, 1e-6, 1e6, &a->bw_gbs);
+        else {
+            fprintf(stderr, "moevm sim: %s does not apply with --servers (see --servers --help)\n",
+                    f);
+            return 2;
+        }
+        if (bad)
+            return 2;
+    }
+    if (!a->trace) {
+        fprintf(stderr, "moevm sim: --trace FILE is required\n");
+        return 2;
+    }
+    return -1;
+}
+
+/* --server-mem: one value, or one per server; sizes or percentages of all expert bytes. */
+static int capacities(const char *text, uint32_t n, uint64_t all, uint64_t *cap)
+{
+    if (!text) {
+        for (uint32_t s = 0; s < n; s++)
+            cap[s] = all / n + all / n / 2;
+        return 0;
+    }
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", text);
+    uint32_t k = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        uint64_t bytes;
+        double frac;
+        if (k == n || mvm_parse_budget(tok, &bytes, &frac) || bytes == MVM_BUDGET_AUTO) {
+            fprintf(stderr, "moevm sim: --server-mem %s: expected one size or percentage, or "
+                    "%u of them\n", text, n);
+            return 2;
+        }
+        cap[k++] = bytes ? bytes : (uint64_t)(frac * (double)all);
+    }
+    if (k == 1)
+        for (uint32_t s = 1; s < n; s++)
+            cap[s] = cap[0];
+    else if (k != n) {
+        fprintf(stderr, "moevm sim: --server-mem: %u values for %u servers\n", k, n);
+        return 2;
+    }
+    return 0;
+}
+
+static int run_one(const mvm_trace *t, const mvm_cost *cost, const mvm_cluster *c,
+                   char *policy, uint32_t period)
+{
+    char *params = strchr(policy, '{');
+    if (params) {
+        char *close = strrchr(params, '}');
+        if (!close || close[1]) {
+            fprintf(stderr, "moevm sim: --place %s: expected NAME or NAME{k=v,...}\n", policy);
+            return 2;
+        }
+        *params++ = '\0';
+        *close = '\0';
+    }
+    mvm_sim_cluster_result r;
+    if (mvm_sim_cluster_run(t, cost, c, policy, params, period, &r) != MVM_OK)
+        return mvm_cli_error("sim");
+    printf("%-28.28s %7.1f %9.3f %10u %11.2f", policy, 100.0 * r.local_share,
+           1e3 * r.mean_latency, r.migrations, (double)r.bytes_migrated / 1e9);
+    for (uint32_t s = 0; s < r.n_servers && s < 8; s++)
+        printf(" %8.3f", 1e3 * r.home_latency[s]);
+    printf("\n");
+    mvm_sim_cluster_result_free(&r);
+    return 0;
+}
+
+int mvm_sim_cluster_cli(int argc, char **argv)
+{
+    struct cluster_args a;
+    int rc = parse(argc, argv, &a);
+    if (rc >= 0)
+        return rc;
+    mvm_trace *t;
+    if (mvm_trace_load(a.trace, &t) != MVM_OK)
+        return mvm_cli_error("--trace");
+    mvm_cost cost;
+    uint32_t n = a.servers;
+    uint64_t all = (uint64_t)t->hdr.n_layers * t->hdr.n_experts * t->hdr.expert_bytes;
+    uint64_t *cap = malloc(n * sizeof *cap);
+    double *rtt = malloc((size_t)n * n * sizeof *rtt), *bw = malloc((size_t)n * n * sizeof *bw);
+    rc = !cap || !rtt || !bw ? mvm_cli_error("sim") : mvm_sim_cli_cost(a.cost, t, &cost);
+    if (!rc)
+        rc = capacities(a.mem, n, all, cap);
+    if (!rc) {
+        /* A cost without a network (a one-GPU machine) gets the a100 preset's link, which
+         * is Prism's testbed: 500 Mbit/s shaped links between slices of one machine. */
+        const mvm_machine *prism = mvm_machine_preset("a100");
+        bool net = cost.m.net_bw > 0;
+        double r = a.rtt_ms >= 0 ? a.rtt_ms * 1e-3 : net ? cost.m.net_rtt : prism->net_rtt;
+        double b = a.bw_gbs > 0 ? a.bw_gbs * 1e9 : net ? cost.m.net_bw : prism->net_bw;
+        for (uint32_t i = 0; i < n * n; i++) {
+            rtt[i] = i / n == i % n ? 0 : r;
+            bw[i] = b;
+        }
+        mvm_cluster c = {.n_servers = n, .capacity_bytes = cap, .rtt = rtt, .bw = bw};
+        printf("trace %s: %u tokens, %u layers x %u experts (top-%u); %u servers of %.2f GB "
+               "expert memory (all experts: %.2f GB); links %.3f ms, %.1f GB/s; placement "
+               "every %u tokens\n", a.trace, t->n_tokens, t->hdr.n_layers, t->hdr.n_experts,
+               t->hdr.top_k, n, (double)cap[0] / 1e9, (double)all / 1e9, r * 1e3, b / 1e9,
+               a.period);
+        printf("%-28s %7s %9s %10s %11s  ms/token by home server\n", "place", "local %",
+               "ms/token", "migrations", "migrated GB");
+        char list[1024];
+        snprintf(list, sizeof list, "%s", a.place ? a.place : "uniform;prism");
+        for (char *save = NULL, *tok = strtok_r(list, ";", &save); tok && !rc;
+             tok = strtok_r(NULL, ";", &save))
+            rc = run_one(t, &cost, &c, tok, a.period);
+    }
+    free(cap);
+    free(rtt);
+    free(bw);
+    mvm_trace_free(t);
+    return rc;
+}
