@@ -1,0 +1,324 @@
+/*
+ * Allocation, free, copy and memory-query hooks.
+ *
+ * - cuMemAlloc / cuMemAllocPitch of at least MOEVM_PRELOAD_MIN bytes become managed ranges
+ *   (heap.c); smaller ones, and everything when the interposer is off, stay native.
+ * - cuMemFree of a managed range drains the device first: cuMemFree synchronises, and
+ *   callers rely on it (anchors-interposers-and-vmm.md §0.7).
+ * - Stream-ordered allocations (cuMemAllocAsync) belong to the driver's pools and to CUDA
+ *   graphs' memory nodes; they stay native and are counted.
+ * - Legacy IPC cannot export VMM-mapped memory. The interposer cannot know at allocation
+ *   time that a buffer will be shared, so cuIpcGetMemHandle on a managed range fails with
+ *   CUDA_ERROR_NOT_SUPPORTED and a message saying how to keep that buffer native.
+ * - Host-to-device copies teach the objects (heap.c) and are held under the read lock, so a
+ *   miss served by another thread cannot remap their destination mid-copy.
+ * - Memory queries (driver and NVML) report the managed view: the device's memory plus
+ *   MOEVM_OVERSUBSCRIBE, free counting what the managed space has left.
+ */
+#include <string.h>
+
+#include "interpose/preload.h"
+#include "vmm/error.h"
+
+#define NVML_SUCCESS_ 0
+
+static bool on_managed_device(void)
+{
+    if (!mvm_pl.space)
+        return true; /* the space will be created on the current device */
+    CUdevice dev;
+    return mvm_real_fn.cuCtxGetDevice && mvm_real_fn.cuCtxGetDevice(&dev) == CUDA_SUCCESS &&
+           dev == mvm_pl.device;
+}
+
+static CUresult native_alloc(CUdeviceptr *p, size_t bytes)
+{
+    CUresult r = mvm_real_fn.cuMemAlloc_v2(p, bytes);
+    if (r == CUDA_SUCCESS) {
+        atomic_fetch_add(&mvm_pl.native_allocs, 1);
+        atomic_fetch_add(&mvm_pl.native_bytes, bytes);
+        if (!mvm_pl_guard && mvm_pl_on())
+            mvm_report_site_add(mvm_report_site(), bytes, false);
+    }
+    return r;
+}
+
+/* A managed allocation, or CUDA_ERROR_NOT_SUPPORTED when it should stay native. */
+static CUresult managed_alloc(CUdeviceptr *p, size_t bytes)
+{
+    if (!mvm_pl_on() || mvm_pl_guard || !p || bytes < mvm_pl.min_bytes)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    uint32_t site = mvm_report_site(); /* unwinding happens outside the lock */
+    pthread_rwlock_wrlock(&mvm_pl.lock);
+    CUresult r = on_managed_device() ? mvm_heap_alloc(bytes, site, p)
+                                     : CUDA_ERROR_NOT_SUPPORTED;
+    pthread_rwlock_unlock(&mvm_pl.lock);
+    if (r == CUDA_SUCCESS) {
+        mvm_report_site_add(site, bytes, true);
+        MVM_PL_LOG(MVM_LOG_DEBUG, "managed allocation of %zu bytes at 0x%llx", bytes,
+                   (unsigned long long)*p);
+    }
+    return r;
+}
+
+CUresult hk_cuMemAlloc_v2(CUdeviceptr *p, size_t bytes)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuMemAlloc_v2)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = managed_alloc(p, bytes);
+    return r == CUDA_ERROR_NOT_SUPPORTED ? native_alloc(p, bytes) : r;
+}
+
+CUresult hk_cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t width, size_t height,
+                               unsigned int elem)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuMemAllocPitch_v2)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    bool valid = pitch && width && height && (elem == 4 || elem == 8 || elem == 16);
+    size_t row = (width + 511) / 512 * 512; /* the driver's pitch alignment */
+    if (valid && height <= SIZE_MAX / row) {
+        CUresult r = managed_alloc(p, row * height);
+        if (r != CUDA_ERROR_NOT_SUPPORTED) {
+            if (r == CUDA_SUCCESS)
+                *pitch = row;
+            return r;
+        }
+    }
+    return mvm_real_fn.cuMemAllocPitch_v2(p, pitch, width, height, elem);
+}
+
+/* Read lock held: is va the start of a managed allocation? */
+static bool is_managed(CUdeviceptr va)
+{
+    return mvm_heap_contains(va) && mvm_heap_find(va) != NULL;
+}
+
+static bool managed_now(CUdeviceptr va)
+{
+    if (!mvm_pl_on())
+        return false;
+    pthread_rwlock_rdlock(&mvm_pl.lock);
+    bool m = is_managed(va);
+    pthread_rwlock_unlock(&mvm_pl.lock);
+    return m;
+}
+
+CUresult hk_cuMemFree_v2(CUdeviceptr va)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuMemFree_v2)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!managed_now(va))
+        return mvm_real_fn.cuMemFree_v2(va);
+    pthread_rwlock_wrlock(&mvm_pl.lock);
+    mvm_paging_drain();
+    CUresult r = mvm_heap_free(va);
+    pthread_rwlock_unlock(&mvm_pl.lock);
+    return r;
+}
+
+static void count_async(CUresult r, size_t bytes)
+{
+    if (r == CUDA_SUCCESS) {
+        atomic_fetch_add(&mvm_pl.async_allocs, 1);
+        atomic_fetch_add(&mvm_pl.async_bytes, bytes);
+    }
+}
+
+CUresult hk_cuMemAllocAsync(CUdeviceptr *p, size_t bytes, CUstream s)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuMemAllocAsync)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    CUresult r = mvm_real_fn.cuMemAllocAsync(p, bytes, s);
+    count_async(r, bytes);
+    return r;
+}
+
+CUresult hk_cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t bytes, CUstream s)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuMemAllocAsync_ptsz)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    CUresult r = mvm_real_fn.cuMemAllocAsync_ptsz(p, bytes, s);
+    count_async(r, bytes);
+    return r;
+}
+
+CUresult hk_cuMemFreeAsync(CUdeviceptr va, CUstream s)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuMemFreeAsync)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    return mvm_real_fn.cuMemFreeAsync(va, s);
+}
+
+CUresult hk_cuMemFreeAsync_ptsz(CUdeviceptr va, CUstream s)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuMemFreeAsync_ptsz)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    return mvm_real_fn.cuMemFreeAsync_ptsz(va, s);
+}
+
+CUresult hk_cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr va)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuIpcGetMemHandle)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    if (!managed_now(va))
+        return mvm_real_fn.cuIpcGetMemHandle(h, va);
+    atomic_fetch_add(&mvm_pl.ipc_refused, 1);
+    MVM_PL_LOG(MVM_LOG_WARN, "cuIpcGetMemHandle on managed memory at 0x%llx: moevm-managed "
+               "ranges cannot be shared by legacy IPC; raise MOEVM_PRELOAD_MIN above that "
+               "buffer's size to keep it native", (unsigned long long)va);
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+/* ---- host-to-device copies -------------------------------------------------------------- */
+
+/* Learns the destination as an object; returns with the read lock held when dst is
+ * managed (the caller copies, then unlocks). */
+static bool copy_prepare(CUdeviceptr dst, size_t n)
+{
+    if (!mvm_pl_on() || n == 0)
+        return false;
+    pthread_rwlock_rdlock(&mvm_pl.lock);
+    mvm_alloc *a = mvm_heap_contains(dst) ? mvm_heap_find(dst) : NULL;
+    if (!a) {
+        pthread_rwlock_unlock(&mvm_pl.lock);
+        return false;
+    }
+    mvm_obj *o = mvm_heap_object(a, dst);
+    if (o->va == dst && o->len == n)
+        return true;
+    pthread_rwlock_unlock(&mvm_pl.lock);
+    pthread_rwlock_wrlock(&mvm_pl.lock); /* objects change: exclusive, briefly */
+    a = mvm_heap_find(dst);
+    if (a)
+        mvm_heap_learn(a, dst, n);
+    pthread_rwlock_unlock(&mvm_pl.lock);
+    pthread_rwlock_rdlock(&mvm_pl.lock);
+    return true;
+}
+
+static CUresult copy_finish(bool locked, CUresult r)
+{
+    if (locked)
+        pthread_rwlock_unlock(&mvm_pl.lock);
+    return r;
+}
+
+CUresult hk_cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuMemcpyHtoD_v2)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    bool locked = copy_prepare(dst, n);
+    return copy_finish(locked, mvm_real_fn.cuMemcpyHtoD_v2(dst, src, n));
+}
+
+CUresult hk_cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void *src, size_t n)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuMemcpyHtoD_v2_ptds)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    bool locked = copy_prepare(dst, n);
+    return copy_finish(locked, mvm_real_fn.cuMemcpyHtoD_v2_ptds(dst, src, n));
+}
+
+CUresult hk_cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuMemcpyHtoDAsync_v2)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    bool locked = copy_prepare(dst, n);
+    return copy_finish(locked, mvm_real_fn.cuMemcpyHtoDAsync_v2(dst, src, n, s));
+}
+
+CUresult hk_cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void *src, size_t n, CUstream s)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuMemcpyHtoDAsync_v2_ptsz)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    bool locked = copy_prepare(dst, n);
+    return copy_finish(locked, mvm_real_fn.cuMemcpyHtoDAsync_v2_ptsz(dst, src, n, s));
+}
+
+/* ---- memory queries --------------------------------------------------------------------- */
+
+/* Bytes the managed space can still hand out (all of MOEVM_OVERSUBSCRIBE before the space
+ * exists: the budget is then still free device memory). */
+static uint64_t managed_free(void)
+{
+    pthread_rwlock_rdlock(&mvm_pl.lock);
+    uint64_t f = mvm_pl.space ? mvm_pl.capacity_bytes - (uint64_t)mvm_pl.alloc_pages *
+                                                            mvm_pl.page_size
+                              : mvm_pl.oversub_bytes;
+    pthread_rwlock_unlock(&mvm_pl.lock);
+    return f;
+}
+
+CUresult hk_cuMemGetInfo_v2(size_t *free_out, size_t *total_out)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuMemGetInfo_v2)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    size_t f = 0, t = 0;
+    CUresult r = mvm_real_fn.cuMemGetInfo_v2(&f, &t);
+    if (r == CUDA_SUCCESS && mvm_pl_on() && !mvm_pl_guard && on_managed_device()) {
+        f += managed_free();
+        t += mvm_pl.oversub_bytes;
+    }
+    if (r == CUDA_SUCCESS && free_out) /* NULL-safe: some callers pass one pointer only */
+        *free_out = f;
+    if (r == CUDA_SUCCESS && total_out)
+        *total_out = t;
+    return r;
+}
+
+CUresult hk_cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuDeviceTotalMem_v2)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = mvm_real_fn.cuDeviceTotalMem_v2(bytes, dev);
+    if (r == CUDA_SUCCESS && bytes && mvm_pl_on() && !mvm_pl_guard &&
+        (!mvm_pl.space || dev == mvm_pl.device))
+        *bytes += mvm_pl.oversub_bytes;
+    return r;
+}
+
+/* Is NVML's device the managed one? By PCI bus id when the space exists, else by index;
+ * when NVML cannot tell, yes (a one-GPU process). */
+static bool nvml_managed(nvmlDevice_t_ dev)
+{
+    nvmlDevice_t_ h;
+    if (mvm_pl.space && mvm_real_fn.nvmlDeviceGetHandleByPciBusId_v2) {
+        mvm_space_info info;
+        mvm_space_get_info(mvm_pl.space, &info);
+        if (mvm_real_fn.nvmlDeviceGetHandleByPciBusId_v2(info.pci_bus_id, &h) == NVML_SUCCESS_)
+            return h == dev;
+    }
+    if (mvm_real_fn.nvmlDeviceGetHandleByIndex_v2 &&
+        mvm_real_fn.nvmlDeviceGetHandleByIndex_v2((unsigned)mvm_pl.device, &h) == NVML_SUCCESS_)
+        return h == dev;
+    return true;
+}
+
+nvmlReturn_t_ hk_nvmlDeviceGetMemoryInfo(nvmlDevice_t_ dev, nvmlMemory_t_ *m)
+{
+    mvm_real_load();
+    if (!mvm_real_fn.nvmlDeviceGetMemoryInfo)
+        return 3; /* NVML_ERROR_NOT_SUPPORTED */
+    nvmlReturn_t_ r = mvm_real_fn.nvmlDeviceGetMemoryInfo(dev, m);
+    if (r == NVML_SUCCESS_ && m && mvm_pl_on() && nvml_managed(dev)) {
+        m->total += mvm_pl.oversub_bytes;
+        m->free += managed_free();
+        m->used = m->total > m->free ? m->total - m->free : 0;
+    }
+    return r;
+}
+
+nvmlReturn_t_ hk_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t_ dev, nvmlMemory_v2_t_ *m)
+{
+    mvm_real_load();
+    if (!mvm_real_fn.nvmlDeviceGetMemoryInfo_v2)
+        return 3;
+    nvmlReturn_t_ r = mvm_real_fn.nvmlDeviceGetMemoryInfo_v2(dev, m);
+    if (r == NVML_SUCCESS_ && m && mvm_pl_on() && nvml_managed(dev)) {
+        m->total += mvm_pl.oversub_bytes;
+        m->free += managed_free();
+        uint64_t taken = m->free + m->reserved;
+        m->used = m->total > taken ? m->total - taken : 0;
+    }
+    return r;
+}

@@ -1,0 +1,192 @@
+/*
+ * Demand paging at kernel launch. A launch whose objects are all resident costs a few
+ * cached lookups (mvm_paging_resident: one generation compare per object). Otherwise the
+ * launching thread, holding the write lock:
+ *
+ *   1. drains the device (cuCtxSynchronize), so no queued kernel or copy uses a page whose
+ *      backing is about to change (a remap is unmap + map on the device);
+ *   2. tells the evict policy what the launches since the last miss used (per page, the
+ *      number of launches: one observation per miss, not per launch, keeps launches cheap;
+ *      the policy's clock is therefore "misses", and within that window all uses tie);
+ *   3. evicts the policy's victims among resident pages this launch does not need, each
+ *      written back to its home first (the space is write_back);
+ *   4. queues every missing page at once and waits for all of them.
+ * An object larger than the whole budget is loaded as far as chunks allow; the rest is read
+ * from its host home through the mapping, which is correct, only slower.
+ */
+#include <stdlib.h>
+#include <time.h>
+
+#include "interpose/preload.h"
+#include "vmm/error.h"
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void obj_pages(const mvm_obj *o, uint32_t *first, uint32_t *end)
+{
+    *first = mvm_page_of(o->va);
+    *end = mvm_page_of(o->va + (o->len ? o->len : 1) - 1) + 1;
+}
+
+bool mvm_paging_resident(mvm_obj *const *objs, uint32_t n)
+{
+    uint64_t g = atomic_load_explicit(&mvm_pl.gen, memory_order_relaxed);
+    for (uint32_t i = 0; i < n; i++) {
+        if (atomic_load_explicit(&objs[i]->ok_gen, memory_order_relaxed) == g)
+            continue;
+        uint32_t p, end;
+        obj_pages(objs[i], &p, &end);
+        for (; p < end; p++)
+            if (!mvm_pl.resident[p])
+                return false;
+        atomic_store_explicit(&objs[i]->ok_gen, g, memory_order_relaxed);
+    }
+    return true;
+}
+
+void mvm_paging_drain(void)
+{
+    if (mvm_real_fn.cuCtxSynchronize)
+        mvm_real_fn.cuCtxSynchronize();
+    mvm_pl.drains++;
+}
+
+static mvm_pview view(void)
+{
+    mvm_stats s;
+    mvm_space_get_stats(mvm_pl.space, &s);
+    return (mvm_pview){.shape = &mvm_pl.shape, .resident = mvm_pl.resident,
+                       .busy = mvm_pl.busy, .capacity_pages = mvm_pl.device_pages,
+                       .used_pages = s.resident_pages + s.loading_pages,
+                       .tokens = mvm_pl.misses, .now = (double)now_ns() * 1e-9};
+}
+
+/* The uses of every object since the last miss, as one policy step over pages. */
+static void observe(void)
+{
+    uint32_t n_used = 0;
+    for (uint32_t i = 0; i < mvm_pl.n_allocs; i++) {
+        mvm_alloc *a = mvm_pl.allocs[i];
+        for (uint32_t k = 0; k <= a->n_ext; k++) {
+            mvm_obj *o = k < a->n_ext ? &a->ext[k] : &a->whole;
+            uint64_t u = atomic_exchange_explicit(&o->uses, 0, memory_order_relaxed);
+            if (!u)
+                continue;
+            uint32_t p, end;
+            obj_pages(o, &p, &end);
+            for (; p < end; p++) {
+                if (!mvm_pl.counts[p])
+                    mvm_pl.used[n_used++] = (int32_t)p;
+                mvm_pl.counts[p] += (uint32_t)(u < UINT32_MAX / 2 ? u : UINT32_MAX / 2);
+            }
+        }
+    }
+    if (n_used) {
+        mvm_pstep step = {.layer = 0, .n_tok = n_used, .experts = mvm_pl.used,
+                          .counts = mvm_pl.counts};
+        mvm_pview v = view();
+        mvm_pl.evict->observe(mvm_pl.evict_self, &v, &step);
+    }
+    for (uint32_t i = 0; i < n_used; i++)
+        mvm_pl.counts[mvm_pl.used[i]] = 0;
+}
+
+/* Evicts up to `room` pages, the policy's choice among resident pages not busy. */
+static void make_room(uint32_t room)
+{
+    uint32_t *cand = malloc((size_t)mvm_pl.device_pages * sizeof *cand), n = 0;
+    if (!cand)
+        return;
+    for (uint32_t p = 0; p < mvm_pl.n_pages && n < mvm_pl.device_pages; p++)
+        if (mvm_pl.resident[p] && !mvm_pl.busy[p])
+            cand[n++] = p;
+    mvm_pview v = view();
+    while (room && n) {
+        uint32_t i = mvm_pl.evict->victim(mvm_pl.evict_self, &v, 0, cand, n);
+        i = i < n ? i : 0;
+        uint32_t p = cand[i];
+        if (mvm_evict(mvm_pl.space, 0, p, 0) == MVM_OK) {
+            mvm_pl.resident[p] = 0;
+            mvm_pl.pages_out++;
+            atomic_fetch_add_explicit(&mvm_pl.gen, 1, memory_order_relaxed);
+            room--;
+        } else {
+            MVM_PL_LOG(MVM_LOG_WARN, "evicting page %u failed: %s", p, mvm_last_error());
+        }
+        cand[i] = cand[n - 1];
+        n--;
+    }
+    free(cand);
+}
+
+/* Queues every missing page of needed[0..n), then waits for all. */
+static void load(const uint32_t *needed, uint32_t n)
+{
+    mvm_move **moves = malloc((size_t)n * sizeof *moves);
+    uint32_t *pages = malloc((size_t)n * sizeof *pages), n_moves = 0;
+    for (uint32_t i = 0; moves && pages && i < n; i++) {
+        uint32_t p = needed[i];
+        if (mvm_pl.resident[p])
+            continue;
+        mvm_status st = mvm_make_resident_async(mvm_pl.space, 0, p, MVM_ALL_PAGES,
+                                                &moves[n_moves]);
+        if (st == MVM_ERR_NOSPACE)
+            break; /* larger than the budget: the rest stays at home */
+        if (st != MVM_OK) {
+            MVM_PL_LOG(MVM_LOG_WARN, "loading page %u failed: %s", p, mvm_last_error());
+            continue;
+        }
+        pages[n_moves++] = p;
+    }
+    for (uint32_t i = 0; i < n_moves; i++) {
+        if (mvm_move_wait(moves[i], -1) == MVM_OK) {
+            mvm_pl.resident[pages[i]] = 1;
+            mvm_pl.pages_in++;
+            mvm_pl.bytes_in += mvm_pl.page_size;
+        } else {
+            MVM_PL_LOG(MVM_LOG_WARN, "loading page %u failed: %s", pages[i], mvm_last_error());
+        }
+        mvm_move_release(moves[i]);
+    }
+    free(moves);
+    free(pages);
+}
+
+void mvm_paging_serve(mvm_obj *const *objs, uint32_t n)
+{
+    uint64_t t0 = now_ns();
+    uint32_t *needed = malloc((size_t)mvm_pl.n_pages * sizeof *needed), n_needed = 0, missing = 0;
+    if (!needed)
+        return;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t p, end;
+        obj_pages(objs[i], &p, &end);
+        for (; p < end; p++)
+            if (!mvm_pl.busy[p]) {
+                mvm_pl.busy[p] = 1;
+                needed[n_needed++] = p;
+                missing += !mvm_pl.resident[p];
+            }
+    }
+    if (missing) {
+        mvm_paging_drain();
+        observe();
+        mvm_stats s;
+        mvm_space_get_stats(mvm_pl.space, &s);
+        if (missing > s.free_pages)
+            make_room(missing - s.free_pages);
+        load(needed, n_needed);
+        mvm_pl.misses++;
+        mvm_pl.wait_ns += now_ns() - t0;
+        MVM_PL_LOG(MVM_LOG_DEBUG, "miss: %u of %u pages loaded in %.3f ms", missing, n_needed,
+                   (double)(now_ns() - t0) * 1e-6);
+    }
+    for (uint32_t i = 0; i < n_needed; i++)
+        mvm_pl.busy[needed[i]] = 0;
+    free(needed);
+}

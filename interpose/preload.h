@@ -1,0 +1,223 @@
+/*
+ * libmoevm_preload.so: moevm's memory management under an unmodified CUDA program
+ * (DESIGN.md §5). Internal header shared by the interposer's files:
+ *
+ *   real.c     the real driver and NVML entry points; the dlsym and cuGetProcAddress hooks
+ *              that hand the program our hooks, routed by the real function's address
+ *   state.c    options, lazy initialisation after the real cuInit, fork and exit handling
+ *   heap.c     managed allocations: ranges of one write-back moevm space, and the objects
+ *              (extents) learned from host-to-device copies
+ *   paging.c   demand paging: making a launch's objects resident, with the evict policy
+ *   launch.c   the kernel-launch hooks: parameter scanning over a per-function cache
+ *   memory.c   allocation, free, copy and memory-query hooks (driver and NVML)
+ *   report.c   call sites (libunwind), the MOEVM_REPORT JSON and the MOEVM_LOG summary
+ *
+ * Locking: `mvm_pl.lock` is a read-write lock. Launches and graph launches hold it for
+ * reading while they are queued; anything that changes residency or the allocation table
+ * holds it for writing, and drains the device (cuCtxSynchronize) before it moves a page, so
+ * no queued kernel ever sees a page change backing under it.
+ */
+#ifndef MVM_INTERPOSE_PRELOAD_H
+#define MVM_INTERPOSE_PRELOAD_H
+
+#include <cuda.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "moevm/moevm.h"
+#include "policy/policy.h"
+
+/* ---- the hooked and the used driver entry points ---------------------------------------- */
+
+typedef int nvmlReturn_t_;          /* NVML's types, ABI-compatible (nvml.h is not shipped) */
+typedef struct nvmlDevice_st *nvmlDevice_t_;
+typedef struct { unsigned long long total, free, used; } nvmlMemory_t_;
+typedef struct {
+    unsigned int version;
+    unsigned long long total, reserved, free, used;
+} nvmlMemory_v2_t_;
+
+/* X(field, exported symbol, return type, parameters): every symbol we export as a hook.
+ * The real function of the same exact name is resolved from libcuda (or NVML). */
+#define MVM_CU_HOOKS(X)                                                                       \
+    X(cuInit, "cuInit", CUresult, (unsigned int))                                              \
+    X(cuGetProcAddress_v1, "cuGetProcAddress", CUresult,                                          \
+      (const char *, void **, int, cuuint64_t))                                                \
+    X(cuGetProcAddress_v2, "cuGetProcAddress_v2", CUresult,                                    \
+      (const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *))              \
+    X(cuMemAlloc_v2, "cuMemAlloc_v2", CUresult, (CUdeviceptr *, size_t))                       \
+    X(cuMemAllocPitch_v2, "cuMemAllocPitch_v2", CUresult,                                      \
+      (CUdeviceptr *, size_t *, size_t, size_t, unsigned int))                                 \
+    X(cuMemFree_v2, "cuMemFree_v2", CUresult, (CUdeviceptr))                                   \
+    X(cuMemAllocAsync, "cuMemAllocAsync", CUresult, (CUdeviceptr *, size_t, CUstream))         \
+    X(cuMemAllocAsync_ptsz, "cuMemAllocAsync_ptsz", CUresult,                                  \
+      (CUdeviceptr *, size_t, CUstream))                                                       \
+    X(cuMemFreeAsync, "cuMemFreeAsync", CUresult, (CUdeviceptr, CUstream))                     \
+    X(cuMemFreeAsync_ptsz, "cuMemFreeAsync_ptsz", CUresult, (CUdeviceptr, CUstream))           \
+    X(cuMemGetInfo_v2, "cuMemGetInfo_v2", CUresult, (size_t *, size_t *))                      \
+    X(cuDeviceTotalMem_v2, "cuDeviceTotalMem_v2", CUresult, (size_t *, CUdevice))              \
+    X(cuIpcGetMemHandle, "cuIpcGetMemHandle", CUresult, (CUipcMemHandle *, CUdeviceptr))       \
+    X(cuMemcpyHtoD_v2, "cuMemcpyHtoD_v2", CUresult, (CUdeviceptr, const void *, size_t))       \
+    X(cuMemcpyHtoD_v2_ptds, "cuMemcpyHtoD_v2_ptds", CUresult,                                  \
+      (CUdeviceptr, const void *, size_t))                                                     \
+    X(cuMemcpyHtoDAsync_v2, "cuMemcpyHtoDAsync_v2", CUresult,                                  \
+      (CUdeviceptr, const void *, size_t, CUstream))                                           \
+    X(cuMemcpyHtoDAsync_v2_ptsz, "cuMemcpyHtoDAsync_v2_ptsz", CUresult,                        \
+      (CUdeviceptr, const void *, size_t, CUstream))                                           \
+    X(cuLaunchKernel, "cuLaunchKernel", CUresult,                                              \
+      (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,       \
+       CUstream, void **, void **))                                                            \
+    X(cuLaunchKernel_ptsz, "cuLaunchKernel_ptsz", CUresult,                                    \
+      (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,       \
+       CUstream, void **, void **))                                                            \
+    X(cuLaunchKernelEx, "cuLaunchKernelEx", CUresult,                                          \
+      (const CUlaunchConfig *, CUfunction, void **, void **))                                  \
+    X(cuLaunchKernelEx_ptsz, "cuLaunchKernelEx_ptsz", CUresult,                                \
+      (const CUlaunchConfig *, CUfunction, void **, void **))                                  \
+    X(cuGraphLaunch, "cuGraphLaunch", CUresult, (CUgraphExec, CUstream))                       \
+    X(cuGraphLaunch_ptsz, "cuGraphLaunch_ptsz", CUresult, (CUgraphExec, CUstream))
+
+#define MVM_NVML_HOOKS(X)                                                                     \
+    X(nvmlDeviceGetMemoryInfo, "nvmlDeviceGetMemoryInfo", nvmlReturn_t_,                       \
+      (nvmlDevice_t_, nvmlMemory_t_ *))                                                        \
+    X(nvmlDeviceGetMemoryInfo_v2, "nvmlDeviceGetMemoryInfo_v2", nvmlReturn_t_,                 \
+      (nvmlDevice_t_, nvmlMemory_v2_t_ *))
+
+/* Driver functions we call but do not hook (resolved from libcuda; NULL when missing). */
+#define MVM_CU_USED(X)                                                                        \
+    X(cuCtxSynchronize, "cuCtxSynchronize", CUresult, (void))                                  \
+    X(cuFuncGetParamInfo, "cuFuncGetParamInfo", CUresult,                                      \
+      (CUfunction, size_t, size_t *, size_t *))                                                \
+    X(cuCtxGetDevice, "cuCtxGetDevice", CUresult, (CUdevice *))
+#define MVM_NVML_USED(X)                                                                      \
+    X(nvmlDeviceGetHandleByPciBusId_v2, "nvmlDeviceGetHandleByPciBusId_v2", nvmlReturn_t_,     \
+      (const char *, nvmlDevice_t_ *))                                                         \
+    X(nvmlDeviceGetHandleByIndex_v2, "nvmlDeviceGetHandleByIndex_v2", nvmlReturn_t_,           \
+      (unsigned int, nvmlDevice_t_ *))
+
+#define MVM_REAL_FIELD(field, sym, ret, params) ret(*field) params;
+typedef struct mvm_real {
+    MVM_CU_HOOKS(MVM_REAL_FIELD)
+    MVM_NVML_HOOKS(MVM_REAL_FIELD)
+    MVM_CU_USED(MVM_REAL_FIELD)
+    MVM_NVML_USED(MVM_REAL_FIELD)
+} mvm_real;
+#undef MVM_REAL_FIELD
+
+/* The hooks, exported under the exact driver names (asm labels: cuda.h's renaming macros
+ * such as cuLaunchKernel -> cuLaunchKernel_ptsz never touch a string). */
+#define MVM_HOOK_DECL(field, sym, ret, params)                                                \
+    ret hk_##field params __asm__(sym) __attribute__((visibility("default")));
+MVM_CU_HOOKS(MVM_HOOK_DECL)
+MVM_NVML_HOOKS(MVM_HOOK_DECL)
+#undef MVM_HOOK_DECL
+
+/* real.c. The real entry points; fields stay NULL where the library lacks them. Loading is
+ * idempotent and cheap after the first success; 0 when libcuda is not loaded yet. */
+extern mvm_real mvm_real_fn;
+int mvm_real_load(void);
+/* The hook for the real function at `fn`, or NULL if `fn` is not one we hook. */
+void *mvm_hook_for(void *fn);
+
+/* The calling thread is inside the interposer (or moevm under it): dlsym passes through. */
+extern _Thread_local int mvm_pl_guard;
+
+/* ---- managed memory (heap.c) ------------------------------------------------------------- */
+
+/* A unit of residency: a learned extent, or a whole allocation. Residency is checked in
+ * O(1) on the launch path: ok_gen is the residency generation at which all its pages were
+ * last seen resident. */
+typedef struct mvm_obj {
+    uint64_t va, len;
+    _Atomic uint64_t ok_gen;
+    _Atomic uint64_t uses;     /* launches that referenced it since the last miss */
+} mvm_obj;
+
+typedef struct mvm_alloc {
+    uint64_t va, bytes;        /* as the program asked (bytes rounded up to pages) */
+    uint32_t first_page, n_pages;
+    uint32_t site;             /* report.c's call-site index */
+    mvm_obj whole;
+    mvm_obj *ext;              /* extents from host-to-device copies, sorted by va */
+    uint32_t n_ext, cap_ext;
+} mvm_alloc;
+
+typedef struct mvm_preload {
+    pthread_rwlock_t lock;
+    bool active;               /* options read and valid: manage allocations */
+    bool broken;               /* the space could not be created: everything native */
+    /* options */
+    uint64_t min_bytes, budget_bytes, oversub_bytes, page_size;
+    double budget_frac;        /* MOEVM_GPU_BUDGET as a percentage of device memory */
+    int device;
+    char evict_name[32], evict_args[128], report_path[1024];
+    /* the space and its bookkeeping (created at the first managed allocation) */
+    mvm_space *_Atomic space;  /* published last: base, capacity and device are set then */
+    uint64_t base, capacity_bytes;
+    uint32_t n_pages, device_pages, alloc_pages;
+    mvm_alloc **allocs;        /* sorted by va */
+    uint32_t n_allocs, cap_allocs;
+    uint32_t *resident;        /* [n_pages] 1: device-resident (the evict policy's view) */
+    uint8_t *busy;             /* [n_pages] needed by the launch being served */
+    uint32_t *counts;          /* [n_pages] uses since the last miss, for the policy */
+    int32_t *used;             /* [n_pages] pages used since the last miss */
+    const mvm_evict_ops *evict;
+    void *evict_self;
+    mvm_pshape shape;
+    mvm_cost cost;
+    _Atomic uint64_t gen;      /* bumped whenever a page leaves the device */
+    /* counters for the report */
+    _Atomic uint64_t launches, launches_managed, launch_hits, graph_launches;
+    uint64_t misses, pages_in, pages_out, bytes_in, wait_ns, drains;
+    uint64_t managed_allocs, managed_bytes, peak_managed_bytes;
+    _Atomic uint64_t native_allocs, native_bytes, async_allocs, async_bytes, ipc_refused;
+} mvm_preload;
+
+extern mvm_preload mvm_pl;
+
+/* state.c: true once the options are read and valid (initialising on the first call after
+ * a successful cuInit). */
+bool mvm_pl_on(void);
+void mvm_pl_init_after_cuinit(void);
+
+/* heap.c (write lock held unless noted) */
+CUresult mvm_heap_alloc(uint64_t bytes, uint32_t site, CUdeviceptr *out);
+/* CUDA_ERROR_INVALID_VALUE when va is not the start of a managed allocation. */
+CUresult mvm_heap_free(uint64_t va);
+/* The allocation containing va, or NULL (read lock enough). */
+mvm_alloc *mvm_heap_find(uint64_t va);
+/* The object va points into: its extent, else the whole allocation (read lock enough). */
+mvm_obj *mvm_heap_object(mvm_alloc *a, uint64_t va);
+/* Records [va, va+len) as an object of a (a host-to-device copy's destination). */
+void mvm_heap_learn(mvm_alloc *a, uint64_t va, uint64_t len);
+static inline bool mvm_heap_contains(uint64_t va)
+{
+    return mvm_pl.space && va - mvm_pl.base < mvm_pl.capacity_bytes;
+}
+static inline uint32_t mvm_page_of(uint64_t va)
+{
+    return (uint32_t)((va - mvm_pl.base) / mvm_pl.page_size);
+}
+
+/* paging.c */
+/* All pages of objs[0..n) verified resident at the current generation (read lock). */
+bool mvm_paging_resident(mvm_obj *const *objs, uint32_t n);
+/* Makes objs resident before a launch (write lock held): drains the device, evicts with the
+ * policy, loads. Objects larger than the whole budget stay partly at home (still correct:
+ * home pages are mapped). */
+void mvm_paging_serve(mvm_obj *const *objs, uint32_t n);
+/* Drains the device (write lock held), counting it. */
+void mvm_paging_drain(void);
+
+/* report.c */
+void mvm_report_prime(void);
+uint32_t mvm_report_site(void);  /* the caller's call site (outside the interposer) */
+void mvm_report_site_add(uint32_t site, uint64_t bytes, bool managed);
+void mvm_report_site_free(uint32_t site, uint64_t bytes);
+void mvm_report_at_exit(void);
+
+#define MVM_PL_LOG(level, ...) mvm_log(level, "preload: " __VA_ARGS__)
+
+#endif

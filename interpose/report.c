@@ -1,0 +1,276 @@
+/*
+ * Attribution and the report. Every allocation the interposer sees records its call site:
+ * libunwind's unw_backtrace (raw instruction pointers, per-thread cache, as heaptrack does;
+ * anchors-interposers-and-vmm.md §4.1), with the interposer's own frames dropped and the
+ * rest interned by hash in a bounded table. Names are resolved only at exit, with dladdr.
+ * Behind a caching allocator (PyTorch) the site is the allocator itself: the report then
+ * says which allocator, not which tensor.
+ *
+ * At exit: MOEVM_REPORT=path gets a JSON report (written to path.tmp, then renamed);
+ * MOEVM_LOG=info prints one summary line. Neither calls the driver, which may already be
+ * shutting down.
+ */
+#define UNW_LOCAL_ONLY
+#include <cjson/cJSON.h>
+#include <dlfcn.h>
+#include <libunwind.h>
+#include <link.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "interpose/preload.h"
+#include "vmm/error.h"
+
+#define MAX_SITES 1024
+#define SITE_FRAMES 4
+#define UNWIND_DEPTH 32
+
+typedef struct site {
+    uint64_t hash;
+    uint32_t n_frames;
+    void *frames[SITE_FRAMES];
+    uint64_t count, bytes, managed_count, managed_bytes, live_managed_bytes;
+} site;
+
+static site sites[MAX_SITES + 1]; /* the last one collects sites past the table's size */
+static uint32_t n_sites;
+static pthread_mutex_t sites_mu = PTHREAD_MUTEX_INITIALIZER;
+static uintptr_t self_lo, self_hi; /* the interposer's own code */
+
+static int find_self(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    if (info->dlpi_addr != (uintptr_t)data)
+        return 0;
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_LOAD) {
+            uintptr_t end = info->dlpi_addr + info->dlpi_phdr[i].p_vaddr +
+                            info->dlpi_phdr[i].p_memsz;
+            if (end > self_hi)
+                self_hi = end;
+        }
+    return 1;
+}
+
+/* Once, at init: our own address range, and a first unwind (the first one may allocate and
+ * walk the loader's lists; better here than inside a hook). */
+void mvm_report_prime(void)
+{
+    Dl_info info;
+    if (dladdr((void *)mvm_report_prime, &info) && info.dli_fbase) {
+        self_lo = (uintptr_t)info.dli_fbase;
+        dl_iterate_phdr(find_self, info.dli_fbase);
+    }
+    unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
+    void *ips[4];
+    unw_backtrace(ips, 4);
+}
+
+uint32_t mvm_report_site(void)
+{
+    void *ips[UNWIND_DEPTH];
+    int n = unw_backtrace(ips, UNWIND_DEPTH);
+    site s = {.hash = 1469598103934665603ull};
+    for (int i = 0; i < n && s.n_frames < SITE_FRAMES; i++) {
+        uintptr_t ip = (uintptr_t)ips[i];
+        if (ip >= self_lo && ip < self_hi)
+            continue;
+        s.frames[s.n_frames++] = ips[i];
+        s.hash = (s.hash ^ ip) * 1099511628211ull;
+    }
+    pthread_mutex_lock(&sites_mu);
+    uint32_t i = 0;
+    while (i < n_sites && sites[i].hash != s.hash)
+        i++;
+    if (i == n_sites && n_sites < MAX_SITES)
+        sites[n_sites++] = s;
+    pthread_mutex_unlock(&sites_mu);
+    return i; /* MAX_SITES: the overflow entry */
+}
+
+void mvm_report_site_add(uint32_t i, uint64_t bytes, bool managed)
+{
+    pthread_mutex_lock(&sites_mu);
+    site *s = &sites[i <= MAX_SITES ? i : MAX_SITES];
+    s->count++;
+    s->bytes += bytes;
+    if (managed) {
+        s->managed_count++;
+        s->managed_bytes += bytes;
+        s->live_managed_bytes += bytes;
+    }
+    pthread_mutex_unlock(&sites_mu);
+}
+
+void mvm_report_site_free(uint32_t i, uint64_t bytes)
+{
+    pthread_mutex_lock(&sites_mu);
+    site *s = &sites[i <= MAX_SITES ? i : MAX_SITES];
+    s->live_managed_bytes -= bytes <= s->live_managed_bytes ? bytes : s->live_managed_bytes;
+    pthread_mutex_unlock(&sites_mu);
+}
+
+/* "libfoo.so!function+0x1c", "libfoo.so+0x1234" or "0x7f..." */
+static void frame_name(void *ip, char *buf, size_t cap)
+{
+    Dl_info info;
+    uintptr_t at = (uintptr_t)ip - 1; /* the call, not the instruction after it */
+    if (!dladdr((void *)at, &info) || !info.dli_fname) {
+        snprintf(buf, cap, "0x%lx", (unsigned long)at);
+        return;
+    }
+    const char *lib = strrchr(info.dli_fname, '/');
+    lib = lib ? lib + 1 : info.dli_fname;
+    if (info.dli_sname)
+        snprintf(buf, cap, "%s!%s+0x%lx", lib, info.dli_sname,
+                 (unsigned long)(at - (uintptr_t)info.dli_saddr));
+    else
+        snprintf(buf, cap, "%s+0x%lx", lib, (unsigned long)(at - (uintptr_t)info.dli_fbase));
+}
+
+static int by_bytes(const void *a, const void *b)
+{
+    const site *x = a, *y = b;
+    return x->bytes < y->bytes ? 1 : x->bytes > y->bytes ? -1 : 0;
+}
+
+static void add_num(cJSON *o, const char *k, double v)
+{
+    cJSON_AddNumberToObject(o, k, v);
+}
+
+static cJSON *sites_json(void)
+{
+    cJSON *arr = cJSON_CreateArray();
+    site *copy = malloc(sizeof sites);
+    if (!arr || !copy) {
+        free(copy);
+        return arr;
+    }
+    pthread_mutex_lock(&sites_mu);
+    memcpy(copy, sites, sizeof sites);
+    uint32_t n = n_sites;
+    pthread_mutex_unlock(&sites_mu);
+    copy[n++] = copy[MAX_SITES];
+    qsort(copy, n, sizeof *copy, by_bytes);
+    for (uint32_t i = 0; i < n; i++) {
+        if (!copy[i].count)
+            continue;
+        cJSON *o = cJSON_CreateObject(), *fr = cJSON_CreateArray();
+        for (uint32_t f = 0; f < copy[i].n_frames; f++) {
+            char name[256];
+            frame_name(copy[i].frames[f], name, sizeof name);
+            cJSON_AddItemToArray(fr, cJSON_CreateString(name));
+        }
+        if (!copy[i].n_frames)
+            cJSON_AddItemToArray(fr, cJSON_CreateString("(other sites)"));
+        cJSON_AddItemToObject(o, "site", fr);
+        add_num(o, "count", (double)copy[i].count);
+        add_num(o, "bytes", (double)copy[i].bytes);
+        add_num(o, "managed_count", (double)copy[i].managed_count);
+        add_num(o, "managed_bytes", (double)copy[i].managed_bytes);
+        add_num(o, "live_managed_bytes", (double)copy[i].live_managed_bytes);
+        cJSON_AddItemToArray(arr, o);
+    }
+    free(copy);
+    return arr;
+}
+
+typedef struct totals {
+    mvm_stats st;
+    uint64_t launches, managed, hits;
+    double hit_rate;
+} totals;
+
+static totals gather(void)
+{
+    totals t = {0};
+    if (mvm_pl.space)
+        mvm_space_get_stats(mvm_pl.space, &t.st);
+    t.launches = atomic_load(&mvm_pl.launches);
+    t.managed = atomic_load(&mvm_pl.launches_managed);
+    t.hits = atomic_load(&mvm_pl.launch_hits);
+    t.hit_rate = t.managed ? (double)t.hits / (double)t.managed : 1.0;
+    return t;
+}
+
+static cJSON *report_json(const totals *t)
+{
+    cJSON *r = cJSON_CreateObject(), *o;
+    cJSON_AddStringToObject(r, "moevm_preload", mvm_version());
+    cJSON_AddItemToObject(r, "options", o = cJSON_CreateObject());
+    add_num(o, "min_bytes", (double)mvm_pl.min_bytes);
+    add_num(o, "oversubscribe_bytes", (double)mvm_pl.oversub_bytes);
+    cJSON_AddStringToObject(o, "evict", mvm_pl.evict_name);
+    cJSON_AddItemToObject(r, "space", o = cJSON_CreateObject());
+    add_num(o, "device", mvm_pl.space ? mvm_pl.device : -1);
+    add_num(o, "page_size", (double)mvm_pl.page_size);
+    add_num(o, "capacity_bytes", (double)mvm_pl.capacity_bytes);
+    add_num(o, "device_budget_bytes", (double)mvm_pl.device_pages * (double)mvm_pl.page_size);
+    add_num(o, "resident_bytes", (double)t->st.resident_pages * (double)mvm_pl.page_size);
+    cJSON_AddItemToObject(r, "allocations", sites_json());
+    cJSON_AddItemToObject(r, "managed", o = cJSON_CreateObject());
+    add_num(o, "count", (double)mvm_pl.managed_allocs);
+    add_num(o, "bytes", (double)mvm_pl.managed_bytes);
+    add_num(o, "peak_bytes", (double)mvm_pl.peak_managed_bytes);
+    add_num(o, "live_bytes", (double)mvm_pl.alloc_pages * (double)mvm_pl.page_size);
+    cJSON_AddItemToObject(r, "native", o = cJSON_CreateObject());
+    add_num(o, "count", (double)atomic_load(&mvm_pl.native_allocs));
+    add_num(o, "bytes", (double)atomic_load(&mvm_pl.native_bytes));
+    add_num(o, "async_count", (double)atomic_load(&mvm_pl.async_allocs));
+    add_num(o, "async_bytes", (double)atomic_load(&mvm_pl.async_bytes));
+    add_num(o, "ipc_refused", (double)atomic_load(&mvm_pl.ipc_refused));
+    cJSON_AddItemToObject(r, "launches", o = cJSON_CreateObject());
+    add_num(o, "total", (double)t->launches);
+    add_num(o, "managed", (double)t->managed);
+    add_num(o, "hits", (double)t->hits);
+    add_num(o, "hit_rate", t->hit_rate);
+    add_num(o, "graphs", (double)atomic_load(&mvm_pl.graph_launches));
+    cJSON_AddItemToObject(r, "moves", o = cJSON_CreateObject());
+    add_num(o, "misses", (double)mvm_pl.misses);
+    add_num(o, "pages_in", (double)mvm_pl.pages_in);
+    add_num(o, "bytes_in", (double)t->st.bytes_moved);
+    add_num(o, "pages_out", (double)mvm_pl.pages_out);
+    add_num(o, "bytes_written_back", (double)t->st.bytes_written_back);
+    add_num(o, "drains", (double)mvm_pl.drains);
+    add_num(r, "wait_ns", (double)mvm_pl.wait_ns);
+    return r;
+}
+
+static void write_report(const totals *t)
+{
+    cJSON *r = report_json(t);
+    char *text = r ? cJSON_Print(r) : NULL;
+    cJSON_Delete(r);
+    char tmp[sizeof mvm_pl.report_path + 8];
+    snprintf(tmp, sizeof tmp, "%s.tmp", mvm_pl.report_path);
+    FILE *f = text ? fopen(tmp, "w") : NULL;
+    bool ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
+    ok = f && fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, mvm_pl.report_path) != 0) {
+        fprintf(stderr, "moevm: preload: cannot write the report %s\n", mvm_pl.report_path);
+        remove(tmp);
+    }
+    free(text);
+}
+
+void mvm_report_at_exit(void)
+{
+    if (!mvm_pl_on())
+        return;
+    pthread_rwlock_rdlock(&mvm_pl.lock);
+    totals t = gather();
+    if (mvm_pl.report_path[0])
+        write_report(&t);
+    MVM_PL_LOG(MVM_LOG_INFO, "%llu managed allocations (%.1f MiB peak, %.1f MiB on the "
+               "device), %llu launches, %llu on managed memory, hit rate %.1f%%, %.1f MiB "
+               "moved in, %.1f MiB written back, %.1f ms waited",
+               (unsigned long long)mvm_pl.managed_allocs,
+               (double)mvm_pl.peak_managed_bytes / 1048576.0,
+               (double)mvm_pl.device_pages * (double)mvm_pl.page_size / 1048576.0,
+               (unsigned long long)t.launches, (unsigned long long)t.managed,
+               100.0 * t.hit_rate, (double)t.st.bytes_moved / 1048576.0,
+               (double)t.st.bytes_written_back / 1048576.0, (double)mvm_pl.wait_ns * 1e-6);
+    pthread_rwlock_unlock(&mvm_pl.lock);
+}

@@ -1,0 +1,123 @@
+/*
+ * The interposer's life cycle: nothing happens until the program's first successful cuInit
+ * (no constructor work: research notes anchors-interposers-and-vmm.md §5.1). Then the
+ * MOEVM_* options are read once. A malformed value, or an evict module that does not exist,
+ * is reported in one line and the program runs unmanaged: every hook passes through. The
+ * managed space itself is created at the first allocation large enough to manage (heap.c).
+ *
+ * Fork: a CUDA context does not survive fork, so the child runs unmanaged with fresh locks
+ * (its copies of the parent's tables are dropped, not freed: they describe driver state
+ * the child does not have).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "interpose/preload.h"
+#include "vmm/error.h"
+#include "vmm/options.h"
+
+mvm_preload mvm_pl = {.lock = PTHREAD_RWLOCK_INITIALIZER};
+
+static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;
+static bool init_done;
+static atomic_bool on;
+
+bool mvm_pl_on(void)
+{
+    return atomic_load_explicit(&on, memory_order_acquire);
+}
+
+static void fork_prepare(void)
+{
+    pthread_rwlock_wrlock(&mvm_pl.lock);
+}
+
+static void fork_parent(void)
+{
+    pthread_rwlock_unlock(&mvm_pl.lock);
+}
+
+static void fork_child(void)
+{
+    atomic_store(&on, false);
+    pthread_rwlock_init(&mvm_pl.lock, NULL);
+    mvm_pl.space = NULL;
+    mvm_pl.n_allocs = 0;
+}
+
+static bool copy_string(char *dst, size_t cap, const char *src, const char *what)
+{
+    if (strlen(src) >= cap) {
+        fprintf(stderr, "moevm: preload: %s is longer than %zu characters; the program runs "
+                "unmanaged\n", what, cap - 1);
+        return false;
+    }
+    strcpy(dst, src);
+    return true;
+}
+
+/* Every option the interposer uses, validated up front. */
+static bool read_options(void)
+{
+    char msg[512];
+    if (mvm_options_check() != MVM_OK) {
+        fprintf(stderr, "moevm: preload: %s; the program runs unmanaged\n", mvm_last_error());
+        return false;
+    }
+    mvm_option_value min, budget, over, page, ev, args, report;
+    if (mvm_option_get(MVM_OPTION_PRELOAD_MIN, &min, msg, sizeof msg) ||
+        mvm_option_get(MVM_OPTION_GPU_BUDGET, &budget, msg, sizeof msg) ||
+        mvm_option_get(MVM_OPTION_OVERSUBSCRIBE, &over, msg, sizeof msg) ||
+        mvm_option_get(MVM_OPTION_PAGE_SIZE, &page, msg, sizeof msg) ||
+        mvm_option_get(MVM_OPTION_EVICT, &ev, msg, sizeof msg) ||
+        mvm_option_get(MVM_OPTION_EVICT_ARGS, &args, msg, sizeof msg) ||
+        mvm_option_get(MVM_OPTION_REPORT, &report, msg, sizeof msg)) {
+        fprintf(stderr, "moevm: preload: %s; the program runs unmanaged\n", msg);
+        return false;
+    }
+    if (!mvm_policy_find(MVM_ROLE_EVICT, ev.s)) {
+        char names[256];
+        mvm_policy_names(MVM_ROLE_EVICT, names, sizeof names);
+        fprintf(stderr, "moevm: preload: MOEVM_EVICT=%s is not an evict module (have: %s); "
+                "the program runs unmanaged\n", ev.s, names);
+        return false;
+    }
+    if (!copy_string(mvm_pl.evict_name, sizeof mvm_pl.evict_name, ev.s, "MOEVM_EVICT") ||
+        !copy_string(mvm_pl.evict_args, sizeof mvm_pl.evict_args, args.s, "MOEVM_EVICT_ARGS") ||
+        !copy_string(mvm_pl.report_path, sizeof mvm_pl.report_path, report.s, "MOEVM_REPORT"))
+        return false;
+    mvm_pl.min_bytes = min.i > 0 ? (uint64_t)min.i : 1;
+    mvm_pl.budget_bytes = budget.i == (int64_t)MVM_BUDGET_AUTO ? 0 : (uint64_t)budget.i;
+    mvm_pl.budget_frac = budget.frac;
+    mvm_pl.oversub_bytes = (uint64_t)over.i;
+    mvm_pl.page_size = page.i ? (uint64_t)page.i : 2u << 20;
+    return true;
+}
+
+void mvm_pl_init_after_cuinit(void)
+{
+    pthread_mutex_lock(&init_mu);
+    if (!init_done) {
+        init_done = true;
+        mvm_pl_guard++;
+        if (read_options()) {
+            pthread_atfork(fork_prepare, fork_parent, fork_child);
+            mvm_report_prime();
+            atexit(mvm_report_at_exit);
+            atomic_store_explicit(&on, true, memory_order_release);
+        }
+        mvm_pl_guard--;
+    }
+    pthread_mutex_unlock(&init_mu);
+}
+
+CUresult hk_cuInit(unsigned int flags)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuInit)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = mvm_real_fn.cuInit(flags);
+    if (r == CUDA_SUCCESS)
+        mvm_pl_init_after_cuinit();
+    return r;
+}
