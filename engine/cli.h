@@ -12,6 +12,7 @@ int mvm_cmd_mkmodel(int argc, char **argv);
 int mvm_cmd_run(int argc, char **argv);
 int mvm_cmd_sim(int argc, char **argv);   /* tools/cmd_sim.c */
 int mvm_cmd_trace(int argc, char **argv); /* tools/cmd_trace.c */
+int mvm_cmd_train_predictor(int argc, char **argv); /* tools/cmd_train.c */
 
 /* "moevm: <what>: <mvm_last_error()>" on stderr; returns 1. */
 int mvm_cli_error(const char *what);

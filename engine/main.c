@@ -16,6 +16,8 @@ static const struct {
     {"mkmodel", mvm_cmd_mkmodel, "write a GGUF MoE model with random weights from a preset"},
     {"sim", mvm_cmd_sim, "replay a routing trace through the policy modules (modelled time)"},
     {"trace", mvm_cmd_trace, "generate synthetic routing traces, or summarise one"},
+    {"train-predictor", mvm_cmd_train_predictor,
+     "train the learned expert predictor on a trace with hidden states"},
     {"demo", mvm_cmd_demo, "a short routed workload on an expert space, with statistics"},
     {"options", mvm_cmd_options, "the MOEVM_* options (--markdown: as docs/options.md)"},
 };

@@ -90,8 +90,11 @@ static CUresult space_create(void)
     d.device = dev;
     d.write_back = 1;
     mvm_space *sp = NULL;
+    /* The cuda backend looks up the driver with dlsym: it must get the real functions. */
+    mvm_pl_guard++;
     if (st == MVM_OK)
         st = mvm_space_create(&d, &sp);
+    mvm_pl_guard--;
     if (st != MVM_OK)
         return give_up(mvm_last_error());
     mvm_space_info info;

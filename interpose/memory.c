@@ -296,7 +296,7 @@ static bool nvml_managed(nvmlDevice_t_ dev)
 
 nvmlReturn_t_ hk_nvmlDeviceGetMemoryInfo(nvmlDevice_t_ dev, nvmlMemory_t_ *m)
 {
-    mvm_real_load();
+    mvm_real_load_nvml();
     if (!mvm_real_fn.nvmlDeviceGetMemoryInfo)
         return 3; /* NVML_ERROR_NOT_SUPPORTED */
     nvmlReturn_t_ r = mvm_real_fn.nvmlDeviceGetMemoryInfo(dev, m);
@@ -310,7 +310,7 @@ nvmlReturn_t_ hk_nvmlDeviceGetMemoryInfo(nvmlDevice_t_ dev, nvmlMemory_t_ *m)
 
 nvmlReturn_t_ hk_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t_ dev, nvmlMemory_v2_t_ *m)
 {
-    mvm_real_load();
+    mvm_real_load_nvml();
     if (!mvm_real_fn.nvmlDeviceGetMemoryInfo_v2)
         return 3;
     nvmlReturn_t_ r = mvm_real_fn.nvmlDeviceGetMemoryInfo_v2(dev, m);

@@ -118,6 +118,7 @@ MVM_NVML_HOOKS(MVM_HOOK_DECL)
  * idempotent and cheap after the first success; 0 when libcuda is not loaded yet. */
 extern mvm_real mvm_real_fn;
 int mvm_real_load(void);
+int mvm_real_load_nvml(void);  /* the same for NVML, loaded by programs independently */
 /* The hook for the real function at `fn`, or NULL if `fn` is not one we hook. */
 void *mvm_hook_for(void *fn);
 

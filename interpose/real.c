@@ -31,6 +31,7 @@ static dlsym_fn real_dlsym;
 static pthread_once_t dlsym_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t load_mu = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int cuda_loaded, nvml_loaded;
+static void *_Atomic cuda_base, *_Atomic nvml_base; /* load addresses of the two libraries */
 
 /* The public dlsym would find ours: ask for glibc's by version, newest first. */
 static void find_real_dlsym(void)
@@ -81,6 +82,13 @@ static void *noload(const char *name)
     return dlopen(name, RTLD_NOW | RTLD_NOLOAD);
 }
 
+static void *base_of(void *lib, const char *sym)
+{
+    Dl_info info;
+    void *p = real_dlsym(lib, sym);
+    return p && dladdr(p, &info) ? info.dli_fbase : NULL;
+}
+
 int mvm_real_load(void)
 {
     if (atomic_load_explicit(&cuda_loaded, memory_order_acquire))
@@ -99,18 +107,30 @@ int mvm_real_load(void)
             h = noload("libcuda.so.1");
         if (h) {
             resolve(h, false);
+            atomic_store(&cuda_base, base_of(h, "cuInit"));
             atomic_store_explicit(&cuda_loaded, 1, memory_order_release);
-        }
-    }
-    if (!atomic_load(&nvml_loaded)) {
-        void *h = noload("libnvidia-ml.so.1");
-        if (h) {
-            resolve(h, true);
-            atomic_store_explicit(&nvml_loaded, 1, memory_order_release);
         }
     }
     pthread_mutex_unlock(&load_mu);
     return atomic_load(&cuda_loaded);
+}
+
+int mvm_real_load_nvml(void)
+{
+    if (atomic_load_explicit(&nvml_loaded, memory_order_acquire))
+        return 1;
+    pthread_once(&dlsym_once, find_real_dlsym);
+    if (!real_dlsym)
+        return 0;
+    pthread_mutex_lock(&load_mu);
+    void *h = atomic_load(&nvml_loaded) ? NULL : noload("libnvidia-ml.so.1");
+    if (h) {
+        resolve(h, true);
+        atomic_store(&nvml_base, base_of(h, "nvmlInit_v2"));
+        atomic_store_explicit(&nvml_loaded, 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&load_mu);
+    return atomic_load(&nvml_loaded);
 }
 
 void *mvm_hook_for(void *fn)
@@ -148,6 +168,15 @@ static bool maybe_ours(const char *name)
     return name && ((name[0] == 'c' && name[1] == 'u') || strncmp(name, "nvml", 4) == 0);
 }
 
+/* Lookups the driver libraries make of their own symbols pass through untouched. */
+static bool from_driver(const void *caller)
+{
+    Dl_info info;
+    if (!dladdr(caller, &info) || !info.dli_fbase)
+        return false;
+    return info.dli_fbase == atomic_load(&cuda_base) || info.dli_fbase == atomic_load(&nvml_base);
+}
+
 __attribute__((visibility("default"))) void *dlsym(void *handle, const char *name)
 {
     pthread_once(&dlsym_once, find_real_dlsym);
@@ -158,8 +187,11 @@ __attribute__((visibility("default"))) void *dlsym(void *handle, const char *nam
     if (!p || mvm_pl_guard || !maybe_ours(name))
         return p;
     mvm_pl_guard++;
-    mvm_real_load();
-    void *hook = mvm_hook_for(p);
+    if (name[0] == 'n')
+        mvm_real_load_nvml();
+    else
+        mvm_real_load();
+    void *hook = from_driver(__builtin_return_address(0)) ? NULL : mvm_hook_for(p);
     mvm_pl_guard--;
     return hook ? hook : p;
 }

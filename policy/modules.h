@@ -25,7 +25,10 @@ extern const mvm_assign_ops mvm_assign_greedy;
 extern const mvm_assign_ops mvm_assign_presched;
 extern const mvm_assign_ops mvm_assign_twoptr;
 
-/* predict: none yet */
+/* predict */
+extern const mvm_predict_ops mvm_predict_gate;
+extern const mvm_predict_ops mvm_predict_learned;
+extern const mvm_predict_ops mvm_predict_residual;
 
 /* config */
 extern const mvm_config_ops mvm_config_fixedpoint;

@@ -69,6 +69,10 @@ typedef struct mvm_pinit {
     mvm_pparams params;
     /* Model data for predictors (NULL when unavailable, e.g. a synthetic trace): */
     const float *const *routers;    /* [L] -> [E][n_embd] router weights, F32 */
+    /* The learned predictor's weights: the bytes of a `moevm train-predictor` file, read by
+     * the caller (policy code does no I/O); NULL when none was given. */
+    const void *predictor;
+    size_t predictor_size;
 } mvm_pinit;
 
 #define MVM_POLICY_HEADER                                                                   \

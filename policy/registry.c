@@ -30,11 +30,12 @@ static const entry assign[] = {MODULE(mvm_assign_gpu), MODULE(mvm_assign_twoptr)
                                MODULE(mvm_assign_greedy), MODULE(mvm_assign_presched)};
 static const entry config[] = {MODULE(mvm_config_uniform), MODULE(mvm_config_hot),
                                MODULE(mvm_config_fixedpoint)};
+static const entry predict[] = {MODULE(mvm_predict_gate), MODULE(mvm_predict_residual),
+                                MODULE(mvm_predict_learned)};
 static const entry place[] = {MODULE(mvm_place_uniform), MODULE(mvm_place_prism)};
 
 #define ROLE(role_name, list) {role_name, list, sizeof list / sizeof *list}
 
-/* predict has no module yet: an empty list until its first one lands. */
 static const struct {
     const char *name;
     const entry *modules;
@@ -43,7 +44,7 @@ static const struct {
     [MVM_ROLE_ROUTE] = ROLE("route", route),
     [MVM_ROLE_EVICT] = ROLE("evict", evict),
     [MVM_ROLE_ASSIGN] = ROLE("assign", assign),
-    [MVM_ROLE_PREDICT] = {"predict", NULL, 0},
+    [MVM_ROLE_PREDICT] = ROLE("predict", predict),
     [MVM_ROLE_CONFIG] = ROLE("config", config),
     [MVM_ROLE_PLACE] = ROLE("place", place),
 };

@@ -5,9 +5,11 @@
  * The fake is loaded with dlopen("libcuda.so.1") (LD_LIBRARY_PATH points to it) and reached
  * only through dlsym, as the CUDA backend does. Scenarios that need a different environment
  * (the fake reads it once) run in a re-executed copy of this program: `test_fakecuda NAME`.
+ * The fake NVML (libnvidia-ml.so.1, built next to it) is loaded and checked the same way.
  */
 #define _GNU_SOURCE
 #include <cuda.h>
+#include <cudaTypedefs.h>
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -52,15 +54,38 @@ static void check_rc(CUresult got, CUresult want, const char *what, int line)
     X(cuMemUnmap) X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemHostRegister_v2)                     \
     X(cuMemHostUnregister) X(cuStreamCreate) X(cuStreamDestroy_v2) X(cuStreamSynchronize)      \
     X(cuMemcpyHtoDAsync_v2) X(cuMemcpyHtoD_v2) X(cuMemcpyDtoH_v2) X(cuEventCreate)             \
-    X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize) X(cuEventDestroy_v2)
+    X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize) X(cuEventDestroy_v2)                \
+    X(cuCtxSynchronize) X(cuCtxSynchronize_v2) X(cuMemAllocPitch_v2) X(cuMemAllocAsync)        \
+    X(cuMemFreeAsync) X(cuMemcpyDtoHAsync_v2) X(cuMemcpyDtoD_v2) X(cuMemsetD8_v2)              \
+    X(cuIpcGetMemHandle) X(cuPointerGetAttribute) X(cuModuleLoadData) X(cuModuleUnload)        \
+    X(cuModuleGetFunction) X(cuFuncGetParamInfo) X(cuLaunchKernel) X(cuLaunchKernelEx)
 #define FK_FUNCS(X)                                                                            \
     X(fakecuda_calls) X(fakecuda_live_handles) X(fakecuda_mapped_bytes)                        \
     X(fakecuda_live_reservations) X(fakecuda_reset_counters) X(fakecuda_set_fail)              \
-    X(fakecuda_stream_hold)
+    X(fakecuda_stream_hold) X(fakecuda_kernel_bytes)
+/* Exports that cuda.h does not declare under these names (the per-thread variants exist only
+ * in CUDA_API_PER_THREAD_DEFAULT_STREAM builds; cuGetProcAddress means _v2), with the type
+ * of their twin. */
+#define CU_TWINS(X)                                                                            \
+    X(cuGetProcAddress, PFN_cuGetProcAddress_v11030)                                           \
+    X(cuLaunchKernel_ptsz, __typeof__(cuLaunchKernel) *)                                       \
+    X(cuLaunchKernelEx_ptsz, __typeof__(cuLaunchKernelEx) *)                                   \
+    X(cuMemcpyHtoDAsync_v2_ptsz, __typeof__(cuMemcpyHtoDAsync_v2) *)                           \
+    X(cuMemcpyHtoD_v2_ptds, __typeof__(cuMemcpyHtoD_v2) *)                                     \
+    X(cuMemcpyDtoH_v2_ptds, __typeof__(cuMemcpyDtoH_v2) *)                                     \
+    X(cuMemcpyDtoHAsync_v2_ptsz, __typeof__(cuMemcpyDtoHAsync_v2) *)                           \
+    X(cuMemcpyDtoD_v2_ptds, __typeof__(cuMemcpyDtoD_v2) *)                                     \
+    X(cuMemsetD8_v2_ptds, __typeof__(cuMemsetD8_v2) *)                                         \
+    X(cuMemAllocAsync_ptsz, __typeof__(cuMemAllocAsync) *)                                     \
+    X(cuMemFreeAsync_ptsz, __typeof__(cuMemFreeAsync) *)                                       \
+    X(cuStreamSynchronize_ptsz, __typeof__(cuStreamSynchronize) *)                             \
+    X(cuEventRecord_ptsz, __typeof__(cuEventRecord) *)
 
 #define DECLARE(name) static __typeof__(name) *p_##name;
+#define DECLARE_TWIN(name, type) static type p_##name;
 CU_FUNCS(DECLARE)
 FK_FUNCS(DECLARE)
+CU_TWINS(DECLARE_TWIN)
 
 static void load(void)
 {
@@ -73,8 +98,11 @@ static void load(void)
 #define LOAD(name)                                                                             \
     if (!(p_##name = (__typeof__(p_##name))dlsym(g_lib, #name)))                               \
         missing++, printf("missing symbol %s\n", #name);
+#define LOAD_TWIN(name, type) /* not LOAD(name): that would expand cuGetProcAddress */       \
+    if (!(p_##name = (type)dlsym(g_lib, #name))) missing++, printf("missing symbol %s\n", #name);
     CU_FUNCS(LOAD)
     FK_FUNCS(LOAD)
+    CU_TWINS(LOAD_TWIN)
     if (missing || !p_fakecuda_calls) {
         printf("0 passed, 1 failed\n");
         exit(1);
@@ -159,6 +187,10 @@ static void t_before_init(void)
     RC(p_cuDeviceGetCount(&n), CUDA_ERROR_NOT_INITIALIZED);
     RC(p_cuMemCreate(&h, 2 * MiB, &prop, 0), CUDA_ERROR_NOT_INITIALIZED);
     RC(p_cuCtxSetCurrent(NULL), CUDA_ERROR_NOT_INITIALIZED);
+    CUmodule m;
+    RC(p_cuModuleLoadData(&m, "image"), CUDA_ERROR_NOT_INITIALIZED);
+    RC(p_cuLaunchKernel_ptsz(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL),
+       CUDA_ERROR_NOT_INITIALIZED);
     OK(p_cuDriverGetVersion(&v)); /* allowed before cuInit, as in the real driver */
     CHECK(v == 13000);
     RC(p_cuInit(1), CUDA_ERROR_INVALID_VALUE);
@@ -212,6 +244,9 @@ static void t_context(void)
     RC(p_cuStreamCreate(&s, 0), CUDA_ERROR_INVALID_CONTEXT);
     RC(p_cuMemGetInfo_v2(&f, &t), CUDA_ERROR_INVALID_CONTEXT);
     RC(p_cuCtxSetCurrent((CUcontext)&f), CUDA_ERROR_INVALID_CONTEXT);
+    CUmodule m;
+    RC(p_cuModuleLoadData(&m, "image"), CUDA_ERROR_INVALID_CONTEXT);
+    RC(p_cuCtxSynchronize(), CUDA_ERROR_INVALID_CONTEXT);
     OK(p_cuDevicePrimaryCtxRetain(&g_ctx, 0));
     OK(p_cuCtxSetCurrent(g_ctx));
     OK(p_cuCtxGetCurrent(&cur));
@@ -464,6 +499,7 @@ static void t_fault_injection(void)
 struct waiter {
     CUevent ev;
     CUstream stream;
+    int whole_ctx; /* cuCtxSynchronize */
     CUresult rc;
     int done;
 };
@@ -472,17 +508,19 @@ static void *wait_thread(void *arg)
 {
     struct waiter *w = arg;
     p_cuCtxSetCurrent(g_ctx);
-    w->rc = w->ev ? p_cuEventSynchronize(w->ev) : p_cuStreamSynchronize(w->stream);
+    w->rc = w->whole_ctx ? p_cuCtxSynchronize()
+            : w->ev      ? p_cuEventSynchronize(w->ev)
+                         : p_cuStreamSynchronize(w->stream);
     __atomic_store_n(&w->done, 1, __ATOMIC_SEQ_CST);
     return NULL;
 }
 
-/* Starts a thread that waits for the event (or the stream), checks it is still waiting
- * while held, releases the stream and checks the wait ends. */
-static void check_blocks_until_release(CUevent ev, CUstream stream, CUstream held, int line)
+/* Starts a thread that waits for the event (or the stream, or the whole context), checks it
+ * is still waiting while held, releases the stream and checks the wait ends. */
+static void check_blocks_until_release(struct waiter w, CUstream held, int line)
 {
-    struct waiter w = {ev, stream, CUDA_ERROR_UNKNOWN, 0};
     pthread_t t;
+    w.rc = CUDA_ERROR_UNKNOWN;
     pthread_create(&t, NULL, wait_thread, &w);
     sleep_ms(50);
     check(!__atomic_load_n(&w.done, __ATOMIC_SEQ_CST), "waiter blocks while held", line);
@@ -508,10 +546,12 @@ static void t_streams_events(void)
     RC(p_cuEventQuery(e), CUDA_ERROR_NOT_READY);
     RC(p_cuEventQuery(e), CUDA_ERROR_NOT_READY);
     OK(p_cuEventQuery(before)); /* recorded before the hold */
-    check_blocks_until_release(e, NULL, s, __LINE__);
+    check_blocks_until_release((struct waiter){.ev = e}, s, __LINE__);
     OK(p_cuEventQuery(e));
     p_fakecuda_stream_hold(s, 1);
-    check_blocks_until_release(NULL, s, s, __LINE__);
+    check_blocks_until_release((struct waiter){.stream = s}, s, __LINE__);
+    p_fakecuda_stream_hold(s, 1);
+    check_blocks_until_release((struct waiter){.whole_ctx = 1}, s, __LINE__);
 
     /* The default stream, named NULL or CU_STREAM_LEGACY. */
     p_fakecuda_stream_hold(NULL, 1);
@@ -543,6 +583,576 @@ static void t_streams_events(void)
     OK(p_cuStreamDestroy_v2(s));
 }
 
+/* ---- memory functions beyond the basics ---- */
+
+static void t_memory_extras(void)
+{
+    CUdeviceptr d, e, va;
+    size_t pitch = 0;
+    CUstream s;
+    unsigned char buf[256], back[256];
+    for (int i = 0; i < 256; i++) buf[i] = (unsigned char)(i ^ 0xa5);
+
+    /* Pitch: rows padded to a multiple of 512 bytes; 4-, 8- or 16-byte elements only. */
+    struct { size_t width, height; unsigned elem; size_t pitch; } pitches[] = {
+        {100, 10, 4, 512}, {512, 3, 8, 512}, {513, 2, 16, 1024}, {1, 1, 4, 512},
+    };
+    for (size_t i = 0; i < sizeof pitches / sizeof pitches[0]; i++) {
+        OK(p_cuMemAllocPitch_v2(&d, &pitch, pitches[i].width, pitches[i].height,
+                                pitches[i].elem));
+        CHECK(pitch == pitches[i].pitch);
+        CHECK(free_mem() == TOTAL - pitch * pitches[i].height);
+        OK(p_cuMemFree_v2(d));
+    }
+    RC(p_cuMemAllocPitch_v2(&d, &pitch, 100, 10, 2), CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuMemAllocPitch_v2(&d, &pitch, 100, 10, 32), CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuMemAllocPitch_v2(&d, &pitch, 0, 10, 4), CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuMemAllocPitch_v2(&d, NULL, 100, 10, 4), CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuMemAllocPitch_v2(&d, &pitch, TOTAL, 2, 4), CUDA_ERROR_OUT_OF_MEMORY);
+
+    /* Stream-ordered allocation: immediate here, but the stream must exist. */
+    OK(p_cuStreamCreate(&s, 0));
+    OK(p_cuMemAllocAsync(&d, MiB, s));
+    OK(p_cuMemAllocAsync_ptsz(&e, MiB, NULL));
+    CHECK(free_mem() == TOTAL - 2 * MiB);
+    RC(p_cuMemAllocAsync(&va, MiB, (CUstream)buf), CUDA_ERROR_INVALID_HANDLE);
+    RC(p_cuMemAllocAsync(&va, 0, s), CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuMemFreeAsync(d, (CUstream)buf), CUDA_ERROR_INVALID_HANDLE);
+    /* Of two blocks, one is not directly followed by the other: past its end is nothing. */
+    CUdeviceptr top = e + MiB == d ? d : e;
+
+    /* memset, device-to-device and device-to-host copies. */
+    OK(p_cuMemsetD8_v2(d, 0x3c, MiB));
+    CHECK(host(d)[0] == 0x3c && host(d)[MiB - 1] == 0x3c);
+    OK(p_cuMemsetD8_v2_ptds(d + 10, 0x00, 5));
+    CHECK(host(d)[9] == 0x3c && host(d)[10] == 0 && host(d)[14] == 0 && host(d)[15] == 0x3c);
+    OK(p_cuMemsetD8_v2(top + MiB - 4, 0x3c, 4));
+    RC(p_cuMemsetD8_v2(top + MiB - 4, 1, 8), CUDA_ERROR_INVALID_VALUE); /* past the end */
+    CHECK(host(top)[MiB - 4] == 0x3c);
+    OK(p_cuMemcpyHtoD_v2(d + 1000, buf, 256));
+    OK(p_cuMemcpyDtoD_v2(e + 7, d + 1000, 256));
+    CHECK(memcmp(host(e + 7), buf, 256) == 0);
+    OK(p_cuMemcpyDtoD_v2_ptds(d + 1100, d + 1000, 256)); /* overlapping: as memmove */
+    CHECK(memcmp(host(d + 1100), buf, 256) == 0);
+    RC(p_cuMemcpyDtoD_v2(top + MiB - 100, d, 256), CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuMemcpyDtoD_v2((CUdeviceptr)(uintptr_t)back, d, 256), CUDA_ERROR_INVALID_VALUE);
+    memset(back, 0, sizeof back);
+    OK(p_cuMemcpyDtoHAsync_v2(back, e + 7, 256, s));
+    CHECK(memcmp(back, buf, 256) == 0);
+    memset(back, 0, sizeof back);
+    OK(p_cuMemcpyDtoHAsync_v2_ptsz(back, d + 1100, 256, NULL));
+    CHECK(memcmp(back, buf, 256) == 0);
+    RC(p_cuMemcpyDtoHAsync_v2(back, e + 7, 256, (CUstream)buf), CUDA_ERROR_INVALID_HANDLE);
+    RC(p_cuMemcpyDtoHAsync_v2(NULL, e + 7, 256, s), CUDA_ERROR_INVALID_VALUE);
+
+    /* IPC handles of cuMemAlloc memory hold its base and size. */
+    CUipcMemHandle ipc;
+    uint64_t word[2];
+    memset(&ipc, 0x77, sizeof ipc);
+    OK(p_cuIpcGetMemHandle(&ipc, d));
+    memcpy(word, ipc.reserved, sizeof word);
+    CHECK(word[0] == d && word[1] == MiB);
+    int zeros = 1;
+    for (size_t i = sizeof word; i < sizeof ipc.reserved; i++) zeros &= ipc.reserved[i] == 0;
+    CHECK(zeros);
+    RC(p_cuIpcGetMemHandle(&ipc, d + 64), CUDA_ERROR_INVALID_VALUE); /* not the base */
+    RC(p_cuIpcGetMemHandle(NULL, d), CUDA_ERROR_INVALID_VALUE);
+
+    /* Pointer ranges: the cuMemAlloc block, or the reservation of mapped VMM memory. */
+    CUdeviceptr start = 0;
+    size_t size = 0;
+    OK(p_cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, e + 12345));
+    OK(p_cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, e + 12345));
+    CHECK(start == e && size == MiB);
+    RC(p_cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, top + MiB),
+       CUDA_ERROR_INVALID_VALUE);
+    int ord;
+    RC(p_cuPointerGetAttribute(&ord, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, e),
+       CUDA_ERROR_NOT_SUPPORTED);
+
+    CUmemAllocationProp prop = prop_at(CU_MEM_LOCATION_TYPE_DEVICE, 0);
+    CUmemAccessDesc rw = access_desc(CU_MEM_LOCATION_TYPE_DEVICE, 0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+    CUmemGenericAllocationHandle h;
+    OK(p_cuMemAddressReserve(&va, 4 * G, 0, 0, 0));
+    OK(p_cuMemCreate(&h, G, &prop, 0));
+    OK(p_cuMemMap(va + G, G, 0, h, 0));
+    OK(p_cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, va + G + 5));
+    OK(p_cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, va + 2 * G - 1));
+    CHECK(start == va && size == 4 * G);
+    RC(p_cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, va), /* not mapped */
+       CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuIpcGetMemHandle(&ipc, va + G), CUDA_ERROR_INVALID_VALUE); /* VMM memory */
+    OK(p_cuMemSetAccess(va + G, G, &rw, 1));
+    OK(p_cuMemsetD8_v2(va + G, 0x42, G));
+    CHECK(host(va + G)[G - 1] == 0x42);
+    RC(p_cuMemsetD8_v2(va + G - 1, 0x42, 2), CUDA_ERROR_INVALID_VALUE);
+    OK(p_cuMemUnmap(va + G, G));
+    OK(p_cuMemAddressFree(va, 4 * G));
+    OK(p_cuMemRelease(h));
+
+    /* Context synchronization (its blocking on held streams: t_streams_events). */
+    OK(p_cuCtxSynchronize());
+    OK(p_cuCtxSynchronize_v2(NULL));
+    OK(p_cuCtxSynchronize_v2(g_ctx));
+    RC(p_cuCtxSynchronize_v2((CUcontext)buf), CUDA_ERROR_INVALID_CONTEXT);
+
+    OK(p_cuMemFreeAsync(d, s));
+    OK(p_cuMemFreeAsync_ptsz(e, NULL));
+    RC(p_cuMemFreeAsync(e, s), CUDA_ERROR_INVALID_VALUE);
+    OK(p_cuStreamDestroy_v2(s));
+    CHECK(free_mem() == TOTAL);
+}
+
+/* ---- fake kernels ---- */
+
+static CUmodule g_mod;
+static CUfunction k_fill, k_sum, k_copy, k_scale;
+
+/* Launches f(p0, p1, p2), p1 4 bytes wide if `narrow` (uint32_t, or float bits) else 8, in
+ * one of four ways: 0 kernelParams; 1 an extra buffer laid out by hand as nvcc does
+ * (offsets 0, 8, 16; padding after a narrow p1 holds garbage); 2 cuLaunchKernelEx;
+ * 3 cuLaunchKernel_ptsz with an extra buffer. */
+static CUresult launch(CUfunction f, int form, uint64_t p0, uint64_t p1, int narrow, uint64_t p2)
+{
+    uint32_t p1n = (uint32_t)p1;
+    void *params[3] = {&p0, narrow ? (void *)&p1n : (void *)&p1, &p2};
+    unsigned char buf[24];
+    size_t size = sizeof buf;
+    void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buf, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
+                     CU_LAUNCH_PARAM_END};
+    CUlaunchConfig cfg = {.gridDimX = 8, .gridDimY = 1, .gridDimZ = 1,
+                          .blockDimX = 256, .blockDimY = 1, .blockDimZ = 1};
+    memset(buf, 0xee, sizeof buf);
+    memcpy(buf, &p0, 8);
+    if (narrow) memcpy(buf + 8, &p1n, 4);
+    else memcpy(buf + 8, &p1, 8);
+    memcpy(buf + 16, &p2, 8);
+    switch (form) {
+    case 0: return p_cuLaunchKernel(f, 8, 1, 1, 256, 1, 1, 0, NULL, params, NULL);
+    case 1: return p_cuLaunchKernel(f, 8, 1, 1, 256, 1, 1, 0, NULL, NULL, extra);
+    case 2: return p_cuLaunchKernelEx(&cfg, f, params, NULL);
+    default: return p_cuLaunchKernel_ptsz(f, 8, 1, 1, 256, 1, 1, 0, NULL, NULL, extra);
+    }
+}
+
+static uint32_t f32_bits(float x)
+{
+    uint32_t b;
+    memcpy(&b, &x, sizeof b);
+    return b;
+}
+
+static uint32_t *u32(CUdeviceptr va) { return (uint32_t *)(uintptr_t)va; }
+
+static void t_modules(void)
+{
+    CUmodule m;
+    CUfunction f, *fs[] = {&k_fill, &k_sum, &k_copy, &k_scale};
+    const char *names[] = {"fk_fill_u32", "fk_sum_u32", "fk_copy", "fk_scale_f32"};
+    /* nvcc's layout: each parameter at an offset aligned to its size. */
+    const size_t sizes[4][3] = {{8, 4, 8}, {8, 8, 8}, {8, 8, 8}, {8, 4, 8}};
+    size_t off, size;
+    RC(p_cuModuleLoadData(&m, NULL), CUDA_ERROR_INVALID_VALUE);
+    OK(p_cuModuleLoadData(&g_mod, "any image will do"));
+    for (int i = 0; i < 4; i++) {
+        OK(p_cuModuleGetFunction(fs[i], g_mod, names[i]));
+        for (size_t j = 0; j < 3; j++) {
+            off = size = 99;
+            OK(p_cuFuncGetParamInfo(*fs[i], j, &off, &size));
+            CHECK(off == 8 * j && size == sizes[i][j]);
+        }
+        RC(p_cuFuncGetParamInfo(*fs[i], 3, &off, &size), CUDA_ERROR_INVALID_VALUE);
+    }
+    OK(p_cuFuncGetParamInfo(k_scale, 1, &off, NULL)); /* the size is optional */
+    CHECK(off == 8);
+    RC(p_cuFuncGetParamInfo(k_scale, 1, NULL, &size), CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuModuleGetFunction(&f, g_mod, "fk_nothing"), CUDA_ERROR_NOT_FOUND);
+    RC(p_cuModuleGetFunction(&f, (CUmodule)&f, "fk_copy"), CUDA_ERROR_INVALID_HANDLE);
+    RC(p_cuModuleGetFunction(NULL, g_mod, "fk_copy"), CUDA_ERROR_INVALID_VALUE);
+
+    /* A second module has its own functions, gone when it is unloaded. */
+    OK(p_cuModuleLoadData(&m, "another"));
+    OK(p_cuModuleGetFunction(&f, m, "fk_copy"));
+    CHECK(f != k_copy);
+    OK(p_cuModuleUnload(m));
+    RC(p_cuModuleUnload(m), CUDA_ERROR_INVALID_HANDLE);
+    RC(p_cuFuncGetParamInfo(f, 0, &off, NULL), CUDA_ERROR_INVALID_HANDLE);
+    RC(launch(f, 0, 0, 0, 0, 0), CUDA_ERROR_INVALID_HANDLE);
+    OK(p_cuFuncGetParamInfo(k_copy, 2, &off, &size)); /* the first module is unaffected */
+}
+
+/* Hand-worked results on cuMemAlloc memory, every way of launching, and every way a launch
+ * can be refused, none of which touches memory. */
+static void t_kernels_devmem(void)
+{
+    const size_t N = 64 * 1024;
+    CUdeviceptr a, b, out;
+    size_t sz;
+    OK(p_cuMemAlloc_v2(&a, N)); /* first: mmap puts later blocks below it, not after it */
+    OK(p_cuMemAlloc_v2(&b, N));
+    OK(p_cuMemAlloc_v2(&out, 8));
+    RC(p_cuPointerGetAttribute(&sz, CU_POINTER_ATTRIBUTE_RANGE_SIZE, a + N),
+       CUDA_ERROR_INVALID_VALUE); /* so past its end is no device memory */
+    OK(p_cuMemsetD8_v2(a, 0x11, N));
+    OK(p_cuMemsetD8_v2(out, 0xff, 8));
+
+    for (int form = 0; form < 4; form++) {
+        uint32_t v = 0xdeadbee0u + (uint32_t)form;
+        OK(launch(k_fill, form, a, v, 1, 1000));
+        CHECK(u32(a)[0] == v && u32(a)[999] == v && u32(a)[1000] == 0x11111111u);
+    }
+    uint32_t seq[1000];
+    for (uint32_t i = 0; i < 1000; i++) seq[i] = i;
+    OK(p_cuMemcpyHtoD_v2(a, seq, sizeof seq));
+    for (int form = 0; form < 4; form++) {
+        uint64_t sum = 0;
+        OK(p_cuMemsetD8_v2(out, 0xff, 8));
+        OK(launch(k_sum, form, out, a, 0, 1000));
+        OK(p_cuMemcpyDtoH_v2(&sum, out, 8));
+        CHECK(sum == 499500); /* 0 + 1 + ... + 999 = 999 * 1000 / 2 */
+        OK(launch(k_sum, form, out, a + 4 * 999, 0, 1));
+        OK(p_cuMemcpyDtoH_v2(&sum, out, 8));
+        CHECK(sum == 999);
+        OK(launch(k_sum, form, out, 0, 0, 0)); /* nothing to read: the empty sum */
+        OK(p_cuMemcpyDtoH_v2(&sum, out, 8));
+        CHECK(sum == 0);
+    }
+    OK(launch(k_fill, 0, a + 4000, 0xffffffffu, 1, 4)); /* sums beyond 32 bits */
+    OK(launch(k_sum, 1, out, a + 4000, 0, 4));
+    CHECK(*(uint64_t *)(uintptr_t)out == 4 * 0xffffffffull);
+    for (int form = 0; form < 4; form++) {
+        OK(p_cuMemsetD8_v2(b, 0, N));
+        OK(launch(k_copy, form, b + 3, a + 1, 0, 3999)); /* bytes: no alignment needed */
+        CHECK(memcmp(host(b + 3), host(a + 1), 3999) == 0 && host(b)[3 + 3999] == 0);
+    }
+    float x[4] = {1.5f, -2.0f, 0.25f, 3.0f};
+    OK(p_cuMemcpyHtoD_v2(b, x, sizeof x));
+    OK(launch(k_scale, 0, b, f32_bits(2.0f), 1, 4));
+    OK(launch(k_scale, 3, b, f32_bits(-0.5f), 1, 3)); /* the last one stays 6 */
+    OK(p_cuMemcpyDtoH_v2(x, b, sizeof x));
+    CHECK(x[0] == -1.5f && x[1] == 2.0f && x[2] == -0.25f && x[3] == 6.0f);
+
+    /* Refused launches leave memory as it was. */
+    unsigned char before[4096];
+    memcpy(before, host(a + N - sizeof before), sizeof before);
+    uint64_t p0 = a, p2 = 4;
+    uint32_t p1 = 7;
+    void *params[3] = {&p0, &p1, &p2}, *holey[3] = {&p0, NULL, &p2};
+    unsigned char buf[24] = {0};
+    size_t size = 24, small = 20;
+    void *no_ptr[] = {CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+    void *bad_size[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buf, CU_LAUNCH_PARAM_BUFFER_SIZE, &small,
+                        CU_LAUNCH_PARAM_END};
+    void *bad_key[] = {(void *)(uintptr_t)7, buf, CU_LAUNCH_PARAM_END};
+    void *good[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buf, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
+                    NULL}; /* NULL ends the list too */
+    CUstream s;
+    OK(p_cuStreamCreate(&s, 0));
+    RC(launch(k_fill, 0, a + N - 8, 1, 1, 4), CUDA_ERROR_ILLEGAL_ADDRESS); /* 8 bytes past */
+    RC(launch(k_fill, 1, a + N, 1, 1, 1), CUDA_ERROR_ILLEGAL_ADDRESS);
+    RC(launch(k_fill, 2, a + N - 4, 1, 1, 1ull << 62), CUDA_ERROR_ILLEGAL_ADDRESS); /* wraps */
+    RC(launch(k_sum, 0, a + N - 8, a + N - 4, 0, 2), CUDA_ERROR_ILLEGAL_ADDRESS); /* reads past */
+    RC(launch(k_copy, 3, a + N - 100, a, 0, 101), CUDA_ERROR_ILLEGAL_ADDRESS);
+    RC(launch(k_copy, 3, a + N - 100, (CUdeviceptr)(uintptr_t)before, 0, 10),
+       CUDA_ERROR_ILLEGAL_ADDRESS); /* host memory is not device memory */
+    RC(launch(k_fill, 0, a + N - 6, 1, 1, 1), CUDA_ERROR_MISALIGNED_ADDRESS);
+    RC(launch(k_sum, 0, a + N - 12, a, 0, 1), CUDA_ERROR_MISALIGNED_ADDRESS);
+    RC(p_cuLaunchKernel(k_fill, 1, 1, 1, 32, 1, 1, 0, NULL, params, good),
+       CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuLaunchKernel(k_fill, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL), CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuLaunchKernel(k_fill, 1, 1, 1, 32, 1, 1, 0, NULL, holey, NULL), CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuLaunchKernel(k_fill, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, no_ptr),
+       CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuLaunchKernel(k_fill, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, bad_size),
+       CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuLaunchKernel(k_fill, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, bad_key),
+       CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuLaunchKernel(k_fill, 0, 1, 1, 32, 1, 1, 0, NULL, params, NULL),
+       CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuLaunchKernel(k_fill, 1, 1, 1, 1025, 1, 1, 0, NULL, params, NULL),
+       CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuLaunchKernel(k_fill, 1, 1, 1, 32, 32, 2, 0, NULL, params, NULL),
+       CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuLaunchKernel(k_fill, 1, 1, 1, 1, 1, 65, 0, NULL, params, NULL),
+       CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuLaunchKernel(k_fill, 1, 65536, 1, 32, 1, 1, 0, NULL, params, NULL),
+       CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuLaunchKernel(k_fill, 1, 1, 1, 32, 1, 1, 64 << 10, NULL, params, NULL),
+       CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuLaunchKernel(k_fill, 1, 1, 1, 32, 1, 1, 0, (CUstream)buf, params, NULL),
+       CUDA_ERROR_INVALID_HANDLE);
+    RC(p_cuLaunchKernel((CUfunction)buf, 1, 1, 1, 32, 1, 1, 0, NULL, params, NULL),
+       CUDA_ERROR_INVALID_HANDLE);
+    CUlaunchConfig cfg = {.gridDimX = 1, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 32,
+                          .blockDimY = 1, .blockDimZ = 1, .hStream = s, .numAttrs = 1};
+    RC(p_cuLaunchKernelEx(&cfg, k_fill, params, NULL), CUDA_ERROR_INVALID_VALUE); /* no attrs */
+    RC(p_cuLaunchKernelEx_ptsz(NULL, k_fill, params, NULL), CUDA_ERROR_INVALID_VALUE);
+    CHECK(memcmp(before, host(a + N - sizeof before), sizeof before) == 0);
+    /* The same launches, well-formed, on a stream; both ways of passing work. */
+    p0 = a + N - 16;
+    memcpy(buf, &p0, 8), memcpy(buf + 8, &p1, 4), memcpy(buf + 16, &p2, 8);
+    OK(p_cuLaunchKernel(k_fill, 1, 1, 1, 32, 1, 1, 0, s, NULL, good));
+    CHECK(u32(a + N - 16)[0] == 7 && u32(a + N - 16)[3] == 7);
+    p1 = 8;
+    cfg.numAttrs = 0;
+    OK(p_cuLaunchKernelEx_ptsz(&cfg, k_fill, params, NULL));
+    CHECK(u32(a + N - 16)[0] == 8 && u32(a + N - 16)[3] == 8);
+
+    /* Counters: calls by base name, and bytes of successful launches only. */
+    p_fakecuda_reset_counters();
+    CHECK(p_fakecuda_kernel_bytes(0) == 0 && p_fakecuda_kernel_bytes(1) == 0);
+    OK(launch(k_fill, 0, a, 5, 1, 100));      /* writes 400 bytes */
+    OK(launch(k_sum, 3, out, a, 0, 100));     /* writes 8, reads 400 */
+    OK(launch(k_copy, 2, b, a, 0, 1000));     /* writes 1000, reads 1000 */
+    OK(launch(k_scale, 1, b, f32_bits(1.0f), 1, 10)); /* reads and writes the same 40 */
+    RC(launch(k_fill, 0, a + N, 5, 1, 100), CUDA_ERROR_ILLEGAL_ADDRESS);
+    CHECK(p_fakecuda_kernel_bytes(0) == 400 + 408 + 2000 + 40);
+    CHECK(p_fakecuda_kernel_bytes(1) == 0);
+    CHECK(p_fakecuda_calls("cuLaunchKernel") == 4 && p_fakecuda_calls("cuLaunchKernelEx") == 1);
+    CHECK(*(uint64_t *)(uintptr_t)out == 500);
+
+    /* Injected failures: nothing runs. */
+    CHECK(p_fakecuda_set_fail("cuLaunchKernel:1,cuLaunchKernelEx:1:CUDA_ERROR_LAUNCH_FAILED") == 0);
+    RC(launch(k_fill, 3, a, 6, 1, 100), CUDA_ERROR_UNKNOWN); /* _ptsz counts as the base */
+    RC(launch(k_fill, 2, a, 6, 1, 100), CUDA_ERROR_LAUNCH_FAILED);
+    CHECK(u32(a)[0] == 5 && p_fakecuda_kernel_bytes(0) == 2848);
+    OK(launch(k_fill, 0, a, 6, 1, 100));
+    CHECK(u32(a)[99] == 6);
+    CHECK(p_fakecuda_set_fail(NULL) == 0);
+
+    OK(p_cuStreamDestroy_v2(s));
+    OK(p_cuMemFree_v2(a));
+    OK(p_cuMemFree_v2(b));
+    OK(p_cuMemFree_v2(out));
+    RC(launch(k_fill, 0, a, 6, 1, 1), CUDA_ERROR_ILLEGAL_ADDRESS); /* freed */
+}
+
+/* On VMM mappings: [0,G) DEVICE, [G,2G) HOST_NUMA, [2G,3G) unmapped, [3G,4G) DEVICE with
+ * its access changed along the way. Bytes are counted by what backs them. */
+static void t_kernels_vmm(void)
+{
+    CUmemAllocationProp dp = prop_at(CU_MEM_LOCATION_TYPE_DEVICE, 0);
+    CUmemAllocationProp hp = prop_at(CU_MEM_LOCATION_TYPE_HOST_NUMA, 0);
+    CUmemAccessDesc rw = access_desc(CU_MEM_LOCATION_TYPE_DEVICE, 0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+    CUmemAccessDesc ro = access_desc(CU_MEM_LOCATION_TYPE_DEVICE, 0, CU_MEM_ACCESS_FLAGS_PROT_READ);
+    CUmemGenericAllocationHandle hd, hh, hr;
+    CUdeviceptr va, out;
+    uint64_t sum;
+    OK(p_cuMemAddressReserve(&va, 4 * G, 0, 0, 0));
+    OK(p_cuMemCreate(&hd, G, &dp, 0));
+    OK(p_cuMemCreate(&hh, G, &hp, 0));
+    OK(p_cuMemCreate(&hr, G, &dp, 0));
+    OK(p_cuMemMap(va, G, 0, hd, 0));
+    OK(p_cuMemMap(va + G, G, 0, hh, 0));
+    OK(p_cuMemMap(va + 3 * G, G, 0, hr, 0));
+    OK(p_cuMemAlloc_v2(&out, 8));
+
+    /* Mapped but no access yet: PROT_NONE, and an illegal address for kernels. */
+    RC(launch(k_fill, 0, va, 1, 1, 1), CUDA_ERROR_ILLEGAL_ADDRESS);
+    OK(p_cuMemSetAccess(va, 2 * G, &rw, 1));
+    OK(p_cuMemSetAccess(va + 3 * G, G, &rw, 1));
+    p_fakecuda_reset_counters();
+
+    /* 2048 words across the DEVICE/HOST_NUMA boundary: 4096 bytes on each side. */
+    OK(launch(k_fill, 1, va + G - 4096, 9, 1, 2048));
+    CHECK(u32(va + G - 4096)[0] == 9 && u32(va + G)[1023] == 9 && u32(va + G)[1024] == 0);
+    CHECK(p_fakecuda_kernel_bytes(0) == 4096 && p_fakecuda_kernel_bytes(1) == 4096);
+    OK(launch(k_sum, 0, out, va + G - 4096, 0, 2048)); /* + 8 + 4096 device, 4096 host */
+    OK(p_cuMemcpyDtoH_v2(&sum, out, 8));
+    CHECK(sum == 2048 * 9);
+    CHECK(p_fakecuda_kernel_bytes(0) == 8200 && p_fakecuda_kernel_bytes(1) == 8192);
+    float x[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+    memcpy(host(va + G + 8192), x, sizeof x);
+    OK(launch(k_scale, 2, va + G + 8192, f32_bits(-0.5f), 1, 4)); /* 16 host bytes */
+    memcpy(x, host(va + G + 8192), sizeof x);
+    CHECK(x[0] == -0.5f && x[1] == -1.0f && x[2] == -1.5f && x[3] == -2.0f);
+    OK(launch(k_copy, 3, va + 3 * G, va + G, 0, 8192)); /* 8192 device, 8192 host */
+    CHECK(u32(va + 3 * G)[1023] == 9 && u32(va + 3 * G)[1024] == 0);
+    CHECK(p_fakecuda_kernel_bytes(0) == 16392 && p_fakecuda_kernel_bytes(1) == 16400);
+
+    /* Unmapped, and read-only, memory; all refused before anything is touched. */
+    RC(launch(k_fill, 0, va + 2 * G, 1, 1, 1), CUDA_ERROR_ILLEGAL_ADDRESS);
+    RC(launch(k_fill, 0, va + 2 * G - 8, 1, 1, 4), CUDA_ERROR_ILLEGAL_ADDRESS);
+    RC(launch(k_copy, 1, va, va + 2 * G - 16, 0, 32), CUDA_ERROR_ILLEGAL_ADDRESS);
+    OK(p_cuMemSetAccess(va + 3 * G, G, &ro, 1));
+    RC(launch(k_fill, 0, va + 3 * G, 1, 1, 1), CUDA_ERROR_ILLEGAL_ADDRESS);
+    RC(launch(k_scale, 0, va + 3 * G, f32_bits(2.0f), 1, 1), CUDA_ERROR_ILLEGAL_ADDRESS);
+    RC(launch(k_sum, 0, va + 3 * G, va, 0, 1), CUDA_ERROR_ILLEGAL_ADDRESS); /* out read-only */
+    OK(launch(k_sum, 1, out, va + 3 * G, 0, 1024)); /* reading is allowed */
+    OK(p_cuMemcpyDtoH_v2(&sum, out, 8));
+    CHECK(sum == 1024 * 9);
+    CHECK(u32(va + 2 * G - 8)[0] == 0 && u32(va)[0] == 0);
+    CHECK(p_fakecuda_kernel_bytes(0) == 16392 + 8 + 4096 && p_fakecuda_kernel_bytes(1) == 16400);
+
+    OK(p_cuMemFree_v2(out));
+    OK(p_cuMemUnmap(va, G));
+    OK(p_cuMemUnmap(va + G, G));
+    OK(p_cuMemUnmap(va + 3 * G, G));
+    OK(p_cuMemAddressFree(va, 4 * G));
+    OK(p_cuMemRelease(hd));
+    OK(p_cuMemRelease(hh));
+    OK(p_cuMemRelease(hr));
+    RC(launch(k_fill, 0, va, 1, 1, 1), CUDA_ERROR_ILLEGAL_ADDRESS); /* the reservation is gone */
+}
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+
+static uint64_t rnd(uint64_t n) /* 0..n-1, xorshift64* */
+{
+    g_rng ^= g_rng >> 12, g_rng ^= g_rng << 25, g_rng ^= g_rng >> 27;
+    return (g_rng * 0x2545f4914f6cdd1dull >> 11) % n;
+}
+
+/* Random fills, sums and copies on two 64 KiB buffers (cuMemAlloc memory, and the last
+ * 64 KiB of a DEVICE mapping followed by unmapped reservation) against a host model; a
+ * fifth of the ranges run past a buffer's end and must be refused, changing nothing.
+ * The kernel byte counter must equal the bytes of the accepted ranges. */
+static void t_kernels_random(void)
+{
+    enum { N = 64 * 1024 };
+    static unsigned char model[2][N];
+    CUmemAllocationProp dp = prop_at(CU_MEM_LOCATION_TYPE_DEVICE, 0);
+    CUmemAccessDesc rw = access_desc(CU_MEM_LOCATION_TYPE_DEVICE, 0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+    CUmemGenericAllocationHandle h;
+    CUdeviceptr va, buf[2], out;
+    OK(p_cuMemAddressReserve(&va, 2 * G, 0, 0, 0));
+    OK(p_cuMemCreate(&h, G, &dp, 0));
+    OK(p_cuMemMap(va, G, 0, h, 0));
+    OK(p_cuMemSetAccess(va, G, &rw, 1));
+    OK(p_cuMemAlloc_v2(&buf[0], N));
+    OK(p_cuMemAlloc_v2(&out, 8));
+    buf[1] = va + G - N;
+    for (int b = 0; b < 2; b++) {
+        for (size_t i = 0; i < N; i++) model[b][i] = (unsigned char)rnd(256);
+        memcpy(host(buf[b]), model[b], N);
+    }
+    /* Overruns only where the page after a buffer is no device memory: always so for the
+     * reservation, and so for the cuMemAlloc block unless mmap placed one just after it. */
+    int guarded[2];
+    for (int b = 0; b < 2; b++) {
+        size_t sz;
+        guarded[b] = p_cuPointerGetAttribute(&sz, CU_POINTER_ATTRIBUTE_RANGE_SIZE, buf[b] + N) ==
+                     CUDA_ERROR_INVALID_VALUE;
+    }
+    CHECK(guarded[1]);
+    p_fakecuda_reset_counters();
+    unsigned long long bytes = 0;
+    int refused = 0, same = 1;
+    for (int it = 0; it < 400; it++) {
+        int op = (int)rnd(3), form = (int)rnd(4), db = (int)rnd(2), sb = (int)rnd(2);
+        int over = rnd(5) == 0;
+        size_t doff, soff, n, nbytes;
+        CUresult rc;
+        if (op == 0) { /* fill: 4-byte words */
+            over &= guarded[db];
+            doff = 4 * rnd(N / 4 + 1);
+            n = (N - doff) / 4;
+            n = over ? n + 1 + rnd(8) : rnd(n + 1);
+            uint32_t v = (uint32_t)rnd(1ull << 32);
+            rc = launch(k_fill, form, buf[db] + doff, v, 1, n);
+            nbytes = 4 * n;
+            if (!over)
+                for (size_t i = 0; i < n; i++) memcpy(&model[db][doff + 4 * i], &v, 4);
+        } else if (op == 1) { /* sum into `out` */
+            over &= guarded[sb];
+            soff = 4 * rnd(N / 4 + 1);
+            n = (N - soff) / 4;
+            n = over ? n + 1 + rnd(8) : rnd(n + 1);
+            rc = launch(k_sum, form, out, buf[sb] + soff, 0, n);
+            nbytes = 8 + 4 * n;
+            uint64_t want = 0, got;
+            for (size_t i = 0; !over && i < n; i++) {
+                uint32_t w;
+                memcpy(&w, &model[sb][soff + 4 * i], 4);
+                want += w;
+            }
+            memcpy(&got, host(out), 8);
+            if (!over && rc == CUDA_SUCCESS && got != want) same = 0;
+        } else { /* copy: any bytes, overlapping when in the same buffer */
+            over &= guarded[db] && guarded[sb];
+            doff = rnd(N + 1), soff = rnd(N + 1);
+            n = N - (doff > soff ? doff : soff);
+            n = over ? n + 1 + rnd(8) : rnd(n + 1);
+            rc = launch(k_copy, form, buf[db] + doff, buf[sb] + soff, 0, n);
+            nbytes = 2 * n;
+            if (!over) memmove(&model[db][doff], &model[sb][soff], n);
+        }
+        if (rc != (over ? CUDA_ERROR_ILLEGAL_ADDRESS : CUDA_SUCCESS)) {
+            printf("  iteration %d: op %d over %d returned %d\n", it, op, over, (int)rc);
+            same = 0;
+        }
+        refused += over;
+        if (!over) bytes += nbytes;
+        for (int b = 0; b < 2; b++) same &= memcmp(host(buf[b]), model[b], N) == 0;
+    }
+    CHECK(same);
+    CHECK(refused > 20); /* the refusals were exercised */
+    CHECK(p_fakecuda_kernel_bytes(0) == bytes && p_fakecuda_kernel_bytes(1) == 0);
+    OK(p_cuMemFree_v2(buf[0]));
+    OK(p_cuMemFree_v2(out));
+    OK(p_cuMemUnmap(va, G));
+    OK(p_cuMemAddressFree(va, 2 * G));
+    OK(p_cuMemRelease(h));
+}
+
+/* ---- the fake NVML ---- */
+
+/* nvml.h's ABI, written out independently of fakenvml.c. */
+typedef struct { unsigned long long total, free, used; } nvml_memory;
+typedef struct {
+    unsigned version;
+    unsigned long long total, reserved, free, used;
+} nvml_memory_v2;
+_Static_assert(sizeof(nvml_memory_v2) == 40, "nvmlMemory_v2_t");
+#define NVML_MEMORY_V2 0x02000028u /* NVML_STRUCT_VERSION(Memory, 2): 40 | 2 << 24 */
+
+/* Checks the fake NVML: `devices` devices of `mem` bytes; init fails when `bad_env`. */
+static void check_nvml(unsigned devices, unsigned long long mem, int bad_env)
+{
+    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    CHECK(lib != NULL);
+    if (!lib) return;
+    int (*init)(void) = (int (*)(void))dlsym(lib, "nvmlInit_v2");
+    int (*shutdown)(void) = (int (*)(void))dlsym(lib, "nvmlShutdown");
+    int (*count)(unsigned *) = (int (*)(unsigned *))dlsym(lib, "nvmlDeviceGetCount_v2");
+    int (*handle)(unsigned, void **) =
+        (int (*)(unsigned, void **))dlsym(lib, "nvmlDeviceGetHandleByIndex_v2");
+    int (*info)(void *, nvml_memory *) =
+        (int (*)(void *, nvml_memory *))dlsym(lib, "nvmlDeviceGetMemoryInfo");
+    int (*info2)(void *, nvml_memory_v2 *) =
+        (int (*)(void *, nvml_memory_v2 *))dlsym(lib, "nvmlDeviceGetMemoryInfo_v2");
+    const char *(*error)(int) = (const char *(*)(int))dlsym(lib, "nvmlErrorString");
+    CHECK(init && shutdown && count && handle && info && info2 && error);
+    if (!(init && shutdown && count && handle && info && info2 && error)) return;
+    unsigned n = 99;
+    void *dev = NULL;
+    CHECK(count(&n) == 1); /* NVML_ERROR_UNINITIALIZED */
+    if (bad_env) {
+        CHECK(init() == 999); /* NVML_ERROR_UNKNOWN */
+        return;
+    }
+    CHECK(init() == 0 && init() == 0); /* reference-counted */
+    CHECK(count(&n) == 0 && n == devices);
+    for (unsigned i = 0; i < devices; i++) {
+        nvml_memory m = {1, 2, 3};
+        nvml_memory_v2 m2 = {NVML_MEMORY_V2, 1, 2, 3, 4};
+        CHECK(handle(i, &dev) == 0 && dev != NULL);
+        CHECK(info(dev, &m) == 0);
+        CHECK(m.total == mem && m.free == mem && m.used == 0);
+        CHECK(info2(dev, &m2) == 0);
+        CHECK(m2.version == NVML_MEMORY_V2 && m2.total == mem && m2.free == mem &&
+              m2.used == 0 && m2.reserved == 0);
+        m2.version = 1;
+        CHECK(info2(dev, &m2) == 25); /* NVML_ERROR_ARGUMENT_VERSION_MISMATCH */
+        CHECK(info(dev, NULL) == 2);  /* NVML_ERROR_INVALID_ARGUMENT */
+    }
+    CHECK(handle(devices, &dev) == 2);
+    CHECK(info(&n, &(nvml_memory){0, 0, 0}) == 2); /* not a device handle */
+    CHECK(strcmp(error(0), "Success") == 0 && strcmp(error(2), "Invalid Argument") == 0);
+    CHECK(shutdown() == 0 && count(&n) == 0); /* still initialized once */
+    CHECK(shutdown() == 0 && count(&n) == 1 && shutdown() == 1);
+}
+
 static void t_proc_address(void)
 {
     void *fn = (void *)1;
@@ -561,6 +1171,74 @@ static void t_proc_address(void)
     RC(p_cuGetProcAddress_v2("cuInit", &fn, 99000, 0, &st), CUDA_ERROR_INVALID_VALUE);
     /* Only the versioned names are exported, so a dlsym of a legacy name cannot succeed. */
     CHECK(dlsym(g_lib, "cuMemcpyHtoDAsync") == NULL);
+
+    /* Base names map to the exports a caller of that version gets; with the per-thread flag,
+     * to the _ptsz/_ptds variant where the real library has one, else the legacy one. */
+    const cuuint64_t pt = CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+    const cuuint64_t legacy = CU_GET_PROC_ADDRESS_LEGACY_STREAM;
+    struct {
+        const char *name;
+        cuuint64_t flags;
+        int version;
+        void *want;
+    } cases[] = {
+        {"cuLaunchKernel", 0, 13000, (void *)p_cuLaunchKernel},
+        {"cuLaunchKernel", legacy, 13000, (void *)p_cuLaunchKernel},
+        {"cuLaunchKernel", pt, 13000, (void *)p_cuLaunchKernel_ptsz},
+        {"cuLaunchKernelEx", pt, 12000, (void *)p_cuLaunchKernelEx_ptsz},
+        {"cuLaunchKernelEx", 0, 11060, (void *)p_cuLaunchKernelEx},
+        {"cuMemcpyHtoDAsync", pt, 13000, (void *)p_cuMemcpyHtoDAsync_v2_ptsz},
+        {"cuMemcpyHtoD", pt, 13000, (void *)p_cuMemcpyHtoD_v2_ptds},
+        {"cuMemcpyDtoH", pt, 13000, (void *)p_cuMemcpyDtoH_v2_ptds},
+        {"cuMemcpyDtoHAsync", 0, 13000, (void *)p_cuMemcpyDtoHAsync_v2},
+        {"cuMemcpyDtoHAsync", pt, 13000, (void *)p_cuMemcpyDtoHAsync_v2_ptsz},
+        {"cuMemcpyDtoD", 0, 13000, (void *)p_cuMemcpyDtoD_v2},
+        {"cuMemcpyDtoD", pt, 13000, (void *)p_cuMemcpyDtoD_v2_ptds},
+        {"cuMemsetD8", 0, 13000, (void *)p_cuMemsetD8_v2},
+        {"cuMemsetD8", pt, 13000, (void *)p_cuMemsetD8_v2_ptds},
+        {"cuMemAllocAsync", pt, 13000, (void *)p_cuMemAllocAsync_ptsz},
+        {"cuMemFreeAsync", 0, 13000, (void *)p_cuMemFreeAsync},
+        {"cuMemFreeAsync", pt, 13000, (void *)p_cuMemFreeAsync_ptsz},
+        {"cuStreamSynchronize", pt, 13000, (void *)p_cuStreamSynchronize_ptsz},
+        {"cuEventRecord", pt, 13000, (void *)p_cuEventRecord_ptsz},
+        {"cuMemAlloc", pt, 13000, (void *)p_cuMemAlloc_v2}, /* no per-thread variant */
+        {"cuMemAllocPitch", 0, 13000, (void *)p_cuMemAllocPitch_v2},
+        {"cuCtxSynchronize", 0, 13000, (void *)p_cuCtxSynchronize_v2}, /* CUDA 13: _v2(ctx) */
+        {"cuCtxSynchronize", 0, 12080, (void *)p_cuCtxSynchronize},
+        {"cuGetProcAddress", 0, 12000, (void *)p_cuGetProcAddress_v2},
+        {"cuGetProcAddress", 0, 11080, (void *)p_cuGetProcAddress},
+        {"cuFuncGetParamInfo", 0, 12040, (void *)p_cuFuncGetParamInfo},
+        {"cuModuleLoadData", 0, 13000, (void *)p_cuModuleLoadData},
+        {"cuModuleUnload", 0, 13000, (void *)p_cuModuleUnload},
+        {"cuModuleGetFunction", 0, 13000, (void *)p_cuModuleGetFunction},
+        {"cuIpcGetMemHandle", 0, 13000, (void *)p_cuIpcGetMemHandle},
+        {"cuPointerGetAttribute", 0, 13000, (void *)p_cuPointerGetAttribute},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fn = NULL;
+        OK(p_cuGetProcAddress_v2(cases[i].name, &fn, cases[i].version, cases[i].flags, &st));
+        if (fn != cases[i].want) printf("  %s (flags %d, version %d)\n", cases[i].name,
+                                        (int)cases[i].flags, cases[i].version);
+        CHECK(fn == cases[i].want && st == CU_GET_PROC_ADDRESS_SUCCESS);
+        fn = NULL; /* the CUDA 11.3 entry point answers the same */
+        OK(p_cuGetProcAddress(cases[i].name, &fn, cases[i].version, cases[i].flags));
+        CHECK(fn == cases[i].want);
+    }
+    /* Too new for the caller: found, but not for that version. */
+    RC(p_cuGetProcAddress_v2("cuFuncGetParamInfo", &fn, 12030, 0, &st), CUDA_ERROR_NOT_FOUND);
+    CHECK(fn == NULL && st == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+    RC(p_cuGetProcAddress_v2("cuMemAllocAsync", &fn, 11010, pt, &st), CUDA_ERROR_NOT_FOUND);
+    CHECK(fn == NULL && st == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+    RC(p_cuGetProcAddress("cuNonsenseFunction", &fn, 13000, 0), CUDA_ERROR_NOT_FOUND);
+    RC(p_cuGetProcAddress("cuInit", &fn, 13000, 1u << 5), CUDA_ERROR_INVALID_VALUE);
+
+    /* The per-thread variants count as their base function. */
+    p_fakecuda_reset_counters();
+    OK(p_cuStreamSynchronize_ptsz(NULL));
+    OK(p_cuStreamSynchronize(NULL));
+    CHECK(p_fakecuda_calls("cuStreamSynchronize") == 2);
+    CHECK(p_fakecuda_calls("cuStreamSynchronize_ptsz") == 2);
+    CHECK(p_fakecuda_calls("cuGetProcAddress") == 0);
 }
 
 static void t_errors(void)
@@ -624,6 +1302,9 @@ static void t_threads_and_release(void)
     RC(p_cuStreamSynchronize(s), CUDA_ERROR_CONTEXT_IS_DESTROYED);
     OK(p_cuDevicePrimaryCtxRetain(&again, 0));
     RC(p_cuStreamSynchronize(s), CUDA_ERROR_INVALID_HANDLE);
+    CUfunction f;
+    RC(p_cuModuleGetFunction(&f, g_mod, "fk_copy"), CUDA_ERROR_INVALID_HANDLE); /* unloaded */
+    RC(launch(k_copy, 0, d, d, 0, 0), CUDA_ERROR_INVALID_HANDLE);
     CHECK(free_mem() == TOTAL);
     OK(p_cuCtxSetCurrent(NULL));
     RC(p_cuStreamCreate(&s, 0), CUDA_ERROR_INVALID_CONTEXT);
@@ -644,8 +1325,10 @@ static void child_main(const char *name)
     if (strcmp(name, "no_device") == 0) {
         RC(p_cuInit(0), CUDA_ERROR_NO_DEVICE);
         RC(p_cuDeviceGetCount(&v), CUDA_ERROR_NOT_INITIALIZED);
+        check_nvml(0, 0, 0);
     } else if (strcmp(name, "bad_env") == 0) {
         RC(p_cuInit(0), CUDA_ERROR_INVALID_VALUE);
+        check_nvml(0, 0, 1);
     } else if (strcmp(name, "host_numa_off") == 0) {
         OK(p_cuInit(0));
         OK(p_cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0));
@@ -699,6 +1382,7 @@ static void child_main(const char *name)
         OK(p_cuMemUnmap(va, g));
         OK(p_cuMemAddressFree(va, g));
         OK(p_cuMemRelease(h));
+        check_nvml(2, 64 * MiB, 0);
     } else {
         printf("unknown scenario %s\n", name);
         g_fail++;
@@ -746,12 +1430,18 @@ int main(int argc, char **argv)
     t_host_register();
     t_fault_injection();
     t_streams_events();
+    t_memory_extras();
+    t_modules();
+    t_kernels_devmem();
+    t_kernels_vmm();
+    t_kernels_random();
     t_proc_address();
     t_errors();
     t_threads_and_release();
     CHECK(p_fakecuda_live_handles() == 0);
     CHECK(p_fakecuda_live_reservations() == 0);
     CHECK(p_fakecuda_mapped_bytes() == 0);
+    check_nvml(1, 1ull << 30, 0);
 
     run_child("no_device", (const char *const[]){"FAKECUDA_NO_DEVICE", "1", NULL});
     run_child("bad_env", (const char *const[]){"FAKECUDA_MEM", "12Q", NULL});

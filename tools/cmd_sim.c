@@ -20,6 +20,8 @@
 #include "engine/cli.h"
 #include "tools/cmd_sim.h"
 #include "tools/sim.h"
+#include "tools/sim_inputs.h"
+#include "tools/trace_gen.h"
 #include "tools/svg_plot.h"
 #include "vmm/options.h"
 
@@ -34,6 +36,7 @@ struct policy_set {
 
 struct sim_args {
     const char *trace, *cost, *budget, *compare, *sweep, *out, *page;
+    const char *model, *predictor, *shape;
     int zerocopy;
     uint32_t steps;
     struct policy_set base;             /* from --route/--evict/... */
@@ -48,12 +51,16 @@ static void usage(FILE *f)
             "                 [--route P] [--evict P] [--assign P] [--predict P] [--config P]\n"
             "                 [--page-size SIZE] [--zerocopy] [--compare SETS]\n"
             "                 [--sweep budget=A%%..B%%] [--steps N] [--out PREFIX]\n"
+            "                 [--model M.gguf] [--predictor P.bin]\n"
+            "       moevm sim --model-shape NAME|L,E,K ...   (a synthetic trace, trace gen's defaults)\n"
             "  P            a module, optionally with parameters: score{window=8}\n"
             "  --budget     device memory for experts: bytes (8G) or %% of all expert bytes (25%%)\n"
             "  --cost       %s, or a JSON cost file (docs/cost-format.md); default h100\n"
             "  --compare    policy sets 'evict=lru; evict=score,route=importance{alpha=0.4}'\n"
             "  --sweep      run each set at --steps budgets from A to B; writes PREFIX.csv and\n"
             "               PREFIX.svg (--out, default sim-sweep)\n"
+            "  --model      the GGUF that recorded the trace: routers for predict gate/residual\n"
+            "  --predictor  a `moevm train-predictor` file for predict learned\n"
             "  --servers N  the multi-server model of the place role instead (--servers --help)\n",
             mvm_machine_preset_names());
 }
@@ -156,6 +163,9 @@ static int parse_args(int argc, char **argv, struct sim_args *a)
             }
             bp += len + 1;
         } else if (!strcmp(f, "--trace")) a->trace = v;
+        else if (!strcmp(f, "--model")) a->model = v;
+        else if (!strcmp(f, "--predictor")) a->predictor = v;
+        else if (!strcmp(f, "--model-shape")) a->shape = v;
         else if (!strcmp(f, "--cost")) a->cost = v;
         else if (!strcmp(f, "--budget")) a->budget = v;
         else if (!strcmp(f, "--compare")) a->compare = v;
@@ -170,9 +180,10 @@ static int parse_args(int argc, char **argv, struct sim_args *a)
             return 2;
         }
     }
-    if (!a->trace) {
-        fprintf(stderr, "moevm sim: --trace FILE is required (record one with `moevm run "
-                "--trace-out`, or `moevm trace gen`)\n");
+    if (!a->trace == !a->shape) {
+        fprintf(stderr, "moevm sim: give --trace FILE (record one with `moevm run --trace-out`, "
+                "or `moevm trace gen`) or --model-shape NAME (a synthetic trace with `moevm "
+                "trace gen`'s defaults), not both\n");
         return 2;
     }
     snprintf(a->base.label, sizeof a->base.label, "default");
@@ -346,6 +357,14 @@ static int sweep(const struct sim_args *a, const mvm_trace *t, const mvm_cost *c
     return 0;
 }
 
+static mvm_status synthetic(const char *shape, mvm_trace **t)
+{
+    mvm_trace_gen g;
+    mvm_trace_gen_init(&g);
+    mvm_status st = mvm_trace_gen_set_shape(&g, shape);
+    return st == MVM_OK ? mvm_trace_generate(&g, t) : st;
+}
+
 int mvm_cmd_sim(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++)
@@ -356,10 +375,22 @@ int mvm_cmd_sim(int argc, char **argv)
     if (rc >= 0)
         return rc;
     mvm_trace *t;
-    if (mvm_trace_load(a.trace, &t) != MVM_OK)
-        return mvm_cli_error("--trace");
+    if (a.trace ? mvm_trace_load(a.trace, &t) != MVM_OK : synthetic(a.shape, &t) != MVM_OK)
+        return mvm_cli_error(a.trace ? "--trace" : "--model-shape");
+    if (!a.trace)
+        a.trace = a.shape;
     mvm_sim_config cfg;
     mvm_sim_config_init(&cfg);
+    mvm_sim_inputs in = {0};
+    if ((a.model && mvm_sim_load_routers(a.model, t, &in) != MVM_OK) ||
+        (a.predictor && mvm_sim_load_predictor(a.predictor, &in) != MVM_OK)) {
+        mvm_sim_inputs_free(&in);
+        mvm_trace_free(t);
+        return mvm_cli_error(a.model ? "--model" : "--predictor");
+    }
+    cfg.routers = (const float *const *)in.routers;
+    cfg.predictor = in.predictor;
+    cfg.predictor_size = in.predictor_size;
     cfg.zerocopy = a.zerocopy;
     uint64_t page = 0;
     mvm_cost cost;
@@ -391,6 +422,7 @@ int mvm_cmd_sim(int argc, char **argv)
     } else if (!rc) {
         rc = sweep(&a, t, &cost, &cfg);
     }
+    mvm_sim_inputs_free(&in);
     mvm_trace_free(t);
     return rc;
 }

@@ -12,19 +12,26 @@
  * The model: "device memory" is host memory. A reservation is an anonymous PROT_NONE mmap; a
  * cuMemCreate allocation is a memfd; cuMemMap maps it MAP_FIXED|MAP_SHARED over the
  * reservation, and cuMemSetAccess turns access flags into mprotect, so a test can read and
- * write mapped "device" memory through its address. Copies are memcpy, done inside the call.
+ * write mapped "device" memory through its address. Copies, memsets and the few fake kernels
+ * (fake_kernels.c) run inside the call. "Stream-ordered" allocation is immediate.
  * One mutex guards all state; a condition variable wakes waiters on held streams.
  *
+ * Where the real library exports per-thread-default-stream variants (_ptsz, _ptds) of a
+ * function implemented here, the fake exports them too, as separate functions with their own
+ * addresses (the default stream is one stream here), and cuGetProcAddress returns them for
+ * CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, so an interposer can route by pointer.
+ *
  * Only the cu* functions and the fakecuda_* inspection functions (fakecuda.h) are exported;
- * everything else is static. No work happens in constructors: configuration is read from the
- * environment on the first call (see fakecuda.h for the variables).
+ * everything else is static, or hidden where fake_kernels.c shares it (fakecuda_internal.h).
+ * No work happens in constructors: configuration is read from the environment on the first
+ * call (see fakecuda.h for the variables).
  */
 #define _GNU_SOURCE
 #include <cuda.h>
+#include <cudaTypedefs.h>
 
 #include <dlfcn.h>
 #include <errno.h>
-#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -36,29 +43,15 @@
 #include <unistd.h>
 
 #include "fakecuda.h"
+#include "fakecuda_env.h"
+#include "fakecuda_internal.h"
 
 #define FK_MAX_DEV 16
 #define FK_DRIVER_VERSION 13000
 #define FK_MAX_RULES 32
 
-/* ---- function table: call counters and fault injection are keyed by base name ---- */
-
-#define FK_FUNCS(X)                                                                            \
-    X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName)      \
-    X(cuDeviceGetAttribute) X(cuDeviceGetPCIBusId) X(cuDeviceTotalMem)                         \
-    X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent)                \
-    X(cuCtxGetCurrent) X(cuMemGetInfo) X(cuGetErrorString) X(cuGetErrorName)                   \
-    X(cuGetProcAddress) X(cuMemGetAllocationGranularity) X(cuMemAddressReserve)                \
-    X(cuMemAddressFree) X(cuMemCreate) X(cuMemRelease) X(cuMemMap) X(cuMemSetAccess)           \
-    X(cuMemUnmap) X(cuMemAlloc) X(cuMemFree) X(cuMemHostRegister) X(cuMemHostUnregister)       \
-    X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuMemcpyHtoDAsync)           \
-    X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuEventCreate) X(cuEventRecord) X(cuEventQuery)          \
-    X(cuEventSynchronize) X(cuEventDestroy)
-
-/* `##` and `#` keep cuda.h's renaming macros (cuMemAlloc -> cuMemAlloc_v2) from expanding. */
-#define FK_ENUM(name) FN_##name,
+/* The base names of FK_FUNCS (fakecuda_internal.h); `#` keeps cuda.h's macros unexpanded. */
 #define FK_NAME(name) #name,
-enum fk_fn { FK_FUNCS(FK_ENUM) FN_COUNT };
 static const char *const fk_fn_names[FN_COUNT] = {FK_FUNCS(FK_NAME)};
 
 /* ---- error codes: names and texts as the real driver reports them ---- */
@@ -89,6 +82,7 @@ static const struct fk_error {
     FK_ERR(CUDA_ERROR_NOT_FOUND, "named symbol not found"),
     FK_ERR(CUDA_ERROR_NOT_READY, "device not ready"),
     FK_ERR(CUDA_ERROR_ILLEGAL_ADDRESS, "an illegal memory access was encountered"),
+    FK_ERR(CUDA_ERROR_MISALIGNED_ADDRESS, "misaligned address"),
     FK_ERR(CUDA_ERROR_LAUNCH_FAILED, "unspecified launch failure"),
     FK_ERR(CUDA_ERROR_CONTEXT_IS_DESTROYED, "context is destroyed"),
     FK_ERR(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED,
@@ -195,41 +189,18 @@ static _Thread_local struct CUctx_st *t_ctx; /* the calling thread's current con
 
 /* ---- configuration ---- */
 
-/* Decimal with an optional K/M/G (binary) suffix. */
-static int parse_size(const char *s, unsigned long long *out)
-{
-    if (!s || *s < '0' || *s > '9') return -1;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno) return -1;
-    unsigned shift = 0;
-    if (*end == 'k' || *end == 'K') shift = 10;
-    else if (*end == 'm' || *end == 'M') shift = 20;
-    else if (*end == 'g' || *end == 'G') shift = 30;
-    if (shift) end++;
-    if (*end || v > (ULLONG_MAX >> shift)) return -1;
-    *out = v << shift;
-    return 0;
-}
-
 static void env_num(const char *var, unsigned long long *val, unsigned long long max)
 {
-    const char *s = getenv(var);
-    unsigned long long v;
-    if (!s || !*s) return;
-    if (parse_size(s, &v) || v > max) {
-        fprintf(stderr, "fakecuda: %s=\"%s\": not a number in 0..%llu\n", var, s, max);
-        cfg.bad = 1;
-        return;
-    }
-    *val = v;
+    if (fk_env_num("fakecuda", var, val, max)) cfg.bad = 1;
 }
 
+/* The FK_FUNCS index of a base or exported name: cuMemcpyHtoD_v2_ptds -> cuMemcpyHtoD. */
 static int fn_index(const char *name)
 {
     size_t n = strlen(name);
-    if (n > 3 && strcmp(name + n - 3, "_v2") == 0) n -= 3; /* cuMemAlloc_v2 -> cuMemAlloc */
+    if (n > 5 && (strcmp(name + n - 5, "_ptsz") == 0 || strcmp(name + n - 5, "_ptds") == 0))
+        n -= 5;
+    if (n > 3 && strncmp(name + n - 3, "_v2", 3) == 0) n -= 3;
     for (int i = 0; i < FN_COUNT; i++)
         if (strlen(fk_fn_names[i]) == n && strncmp(fk_fn_names[i], name, n) == 0) return i;
     return -1;
@@ -254,8 +225,8 @@ static int parse_rules(const char *spec, int from, struct fk_rule *rules, int *n
         r.nth = strtoul(num, &end, 10);
         if (*end == '+') r.from = 1, end++;
         if (*end) goto bad;
-        if (fn == FN_cuMemCreate || fn == FN_cuMemAlloc || fn == FN_cuMemAddressReserve ||
-            fn == FN_cuMemHostRegister)
+        if (fn == FN_cuMemCreate || fn == FN_cuMemAlloc || fn == FN_cuMemAllocPitch ||
+            fn == FN_cuMemAllocAsync || fn == FN_cuMemAddressReserve || fn == FN_cuMemHostRegister)
             r.err = CUDA_ERROR_OUT_OF_MEMORY;
         else
             r.err = CUDA_ERROR_UNKNOWN;
@@ -316,9 +287,8 @@ static CUresult injected(enum fk_fn fn)
     return rc;
 }
 
-/* Takes the lock (always: fk_leave releases it), counts the call, then applies the driver's
- * "cuInit first" rule and fault injection. An injected failure has no side effects. */
-static CUresult fk_enter(enum fk_fn fn, int need_init)
+/* An injected failure has no side effects: it happens before the body runs. */
+CUresult fk_enter(enum fk_fn fn, int need_init)
 {
     pthread_once(&g_once, load_config);
     pthread_mutex_lock(&g_lock);
@@ -327,17 +297,27 @@ static CUresult fk_enter(enum fk_fn fn, int need_init)
     return injected(fn);
 }
 
-static CUresult fk_leave(CUresult rc)
+CUresult fk_leave(CUresult rc)
 {
     pthread_mutex_unlock(&g_lock);
     return rc;
 }
 
-static CUresult need_ctx(void)
+void fk_lock(void)
+{
+    pthread_once(&g_once, load_config);
+    pthread_mutex_lock(&g_lock);
+}
+
+void fk_unlock(void) { pthread_mutex_unlock(&g_lock); }
+
+CUresult fk_need_ctx(void)
 {
     if (!t_ctx) return CUDA_ERROR_INVALID_CONTEXT;
     return t_ctx->refs ? CUDA_SUCCESS : CUDA_ERROR_CONTEXT_IS_DESTROYED;
 }
+
+CUcontext fk_current_ctx(void) { return t_ctx; }
 
 static int ctx_dev(const struct CUctx_st *c) { return (int)(c - g_ctx); }
 static int dev_ok(CUdevice d) { return d >= 0 && (unsigned long long)d < cfg.devices; }
@@ -441,7 +421,7 @@ static CUresult primary_retain(CUcontext *pctx, CUdevice dev)
 static void stream_maybe_free(struct CUstream_st *s);
 
 /* The last release destroys the primary context, and with it, as in the real driver, its
- * streams, events and cuMemAlloc memory (VMM allocations belong to no context). */
+ * streams, events, modules and cuMemAlloc memory (VMM allocations belong to no context). */
 static CUresult primary_release(CUdevice dev)
 {
     if (!dev_ok(dev)) return CUDA_ERROR_INVALID_DEVICE;
@@ -463,6 +443,7 @@ static CUresult primary_release(CUdevice dev)
         g_used[dev] -= r->size;
         free(r);
     }
+    fk_kernels_drop_ctx(c);
     return CUDA_SUCCESS;
 }
 
@@ -494,23 +475,61 @@ static void *self_sym(const char *name)
     return fn && dladdr(fn, &info) && info.dli_fbase == g_self_base ? fn : NULL;
 }
 
+/* Exports that a caller asking for an older CUDA version must not get (the versions of
+ * cudaTypedefs.h's PFN_<name>_v<version>). A _v2 too new for the caller gives way to the
+ * older export of the same base name, as cuCtxSynchronize_v2 (13.0) does to cuCtxSynchronize. */
+static const struct fk_since {
+    const char *name;
+    int since;
+} fk_since[] = {
+    {"cuGetProcAddress", 11030}, {"cuGetProcAddress_v2", 12000}, {"cuCtxSynchronize_v2", 13000},
+    {"cuMemAllocAsync", 11020},  {"cuMemFreeAsync", 11020},      {"cuLaunchKernelEx", 11060},
+    {"cuFuncGetParamInfo", 12040},
+};
+
+/* The CUDA version that introduced an export (0: older than any caller), per-thread variants
+ * included. */
+static int export_since(const char *name)
+{
+    for (size_t i = 0; i < sizeof fk_since / sizeof fk_since[0]; i++) {
+        size_t n = strlen(fk_since[i].name);
+        const char *rest = name + n;
+        if (strncmp(name, fk_since[i].name, n) == 0 &&
+            (!*rest || strcmp(rest, "_ptsz") == 0 || strcmp(rest, "_ptds") == 0))
+            return fk_since[i].since;
+    }
+    return 0;
+}
+
+/* A base name maps to the newest ABI the caller's version allows ("cuMemAlloc" ->
+ * cuMemAlloc_v2), and with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM to its per-thread
+ * variant where one exists ("cuLaunchKernel" -> cuLaunchKernel_ptsz), as in the real driver. */
 static CUresult proc_address(const char *symbol, void **pfn, int version, cuuint64_t flags,
                              CUdriverProcAddressQueryResult *status)
 {
+    static const char *const suffix[] = {"_v2_ptsz", "_v2_ptds", "_ptsz", "_ptds", "_v2", ""};
+    const size_t nsuffix = sizeof suffix / sizeof suffix[0];
     char name[128];
     void *fn = NULL;
+    int too_new = 0;
     if (!symbol || !pfn || version > FK_DRIVER_VERSION ||
         (flags & ~(cuuint64_t)(CU_GET_PROC_ADDRESS_LEGACY_STREAM |
                                CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)))
         return CUDA_ERROR_INVALID_VALUE;
-    /* Newest ABI first: "cuMemAlloc" means cuMemAlloc_v2 to a caller with a recent cuda.h. */
-    if (strncmp(symbol, "cu", 2) == 0 && strlen(symbol) < sizeof name - 3) {
-        snprintf(name, sizeof name, "%s_v2", symbol);
-        fn = self_sym(name);
-        if (!fn) fn = self_sym(symbol);
+    int per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+    if (strncmp(symbol, "cu", 2) == 0 && strlen(symbol) < sizeof name - 8) {
+        for (size_t i = per_thread ? 0 : nsuffix - 2; !fn && i < nsuffix; i++) {
+            snprintf(name, sizeof name, "%s%s", symbol, suffix[i]);
+            void *f = self_sym(name);
+            if (f && export_since(name) > version) too_new = 1;
+            else fn = f;
+        }
     }
     *pfn = fn;
-    if (status) *status = fn ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    if (status)
+        *status = fn        ? CU_GET_PROC_ADDRESS_SUCCESS
+                  : too_new ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
+                            : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     return fn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
 }
 
@@ -748,7 +767,7 @@ static CUresult mem_unmap(uintptr_t va, size_t size)
 
 static CUresult mem_alloc(CUdeviceptr *dptr, size_t size)
 {
-    CUresult rc = need_ctx();
+    CUresult rc = fk_need_ctx();
     if (rc) return rc;
     int dev = ctx_dev(t_ctx);
     if (!dptr || !size) return CUDA_ERROR_INVALID_VALUE;
@@ -771,7 +790,7 @@ static CUresult mem_alloc(CUdeviceptr *dptr, size_t size)
 
 static CUresult mem_free(uintptr_t va)
 {
-    CUresult rc = need_ctx();
+    CUresult rc = fk_need_ctx();
     if (rc || !va) return rc;
     struct fk_range *r = range_find(g_devmem, va);
     if (!r) return CUDA_ERROR_INVALID_VALUE;
@@ -782,11 +801,80 @@ static CUresult mem_free(uintptr_t va)
     return CUDA_SUCCESS;
 }
 
+/* The real rules: 4-, 8- or 16-byte elements, rows padded to a multiple of 512 bytes. */
+static CUresult mem_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
+                                unsigned elem)
+{
+    CUresult rc = fk_need_ctx();
+    if (rc) return rc;
+    if (!dptr || !pitch || !width || !height || (elem != 4 && elem != 8 && elem != 16) ||
+        width > SIZE_MAX - 511)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t p = (width + 511) & ~(size_t)511;
+    if (height > SIZE_MAX / p) return CUDA_ERROR_OUT_OF_MEMORY;
+    rc = mem_alloc(dptr, p * height);
+    if (!rc) *pitch = p;
+    return rc;
+}
+
+/* Stream-ordered allocation and free happen at once: the fake's streams have no queue. */
+static CUresult mem_alloc_async(CUdeviceptr *dptr, size_t size, CUstream s)
+{
+    CUresult rc = fk_need_ctx();
+    if (!rc && !fk_stream_ok(s)) rc = CUDA_ERROR_INVALID_HANDLE;
+    return rc ? rc : mem_alloc(dptr, size);
+}
+
+static CUresult mem_free_async(uintptr_t va, CUstream s)
+{
+    CUresult rc = fk_need_ctx();
+    if (!rc && !fk_stream_ok(s)) rc = CUDA_ERROR_INVALID_HANDLE;
+    return rc ? rc : mem_free(va);
+}
+
+static struct fk_range *range_holding(struct fk_range *list, uintptr_t va)
+{
+    for (; list; list = list->next)
+        if (va >= list->va && va - list->va < list->size) return list;
+    return NULL;
+}
+
+/* cuMemAlloc memory only, from its base. The handle holds the base address (bytes 0-7) and
+ * the size (bytes 8-15) in host byte order, zeros after. */
+static CUresult ipc_get_mem_handle(CUipcMemHandle *handle, uintptr_t va)
+{
+    CUresult rc = fk_need_ctx();
+    if (rc) return rc;
+    struct fk_range *r = range_find(g_devmem, va);
+    if (!handle || !r) return CUDA_ERROR_INVALID_VALUE;
+    uint64_t base = r->va, size = r->size;
+    memset(handle, 0, sizeof *handle);
+    memcpy(handle->reserved, &base, sizeof base);
+    memcpy(handle->reserved + sizeof base, &size, sizeof size);
+    return CUDA_SUCCESS;
+}
+
+/* Only the range attributes: the cuMemAlloc block, or for mapped VMM memory the reservation
+ * it lies in ("the mappable address range", as cuda.h puts it). Other attributes are not
+ * modelled and say so with CUDA_ERROR_NOT_SUPPORTED. */
+static CUresult pointer_attribute(void *data, CUpointer_attribute attr, uintptr_t va)
+{
+    if (!data) return CUDA_ERROR_INVALID_VALUE;
+    if (attr != CU_POINTER_ATTRIBUTE_RANGE_START_ADDR && attr != CU_POINTER_ATTRIBUTE_RANGE_SIZE)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    struct fk_range *r = range_holding(g_devmem, va);
+    if (!r && mapped_within(va, 1)) r = range_holding(g_resvs, va);
+    if (!r) return CUDA_ERROR_INVALID_VALUE;
+    if (attr == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR) *(CUdeviceptr *)data = (CUdeviceptr)r->va;
+    else *(size_t *)data = r->size;
+    return CUDA_SUCCESS;
+}
+
 static CUresult host_register(void *p, size_t size, unsigned flags)
 {
     const unsigned known = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP |
                            CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY;
-    CUresult rc = need_ctx();
+    CUresult rc = fk_need_ctx();
     if (rc) return rc;
     uintptr_t va = (uintptr_t)p;
     if (!p || !size || (flags & ~known) || va + size < va) return CUDA_ERROR_INVALID_VALUE;
@@ -803,7 +891,7 @@ static CUresult host_register(void *p, size_t size, unsigned flags)
 
 static CUresult host_unregister(void *p)
 {
-    CUresult rc = need_ctx();
+    CUresult rc = fk_need_ctx();
     if (rc) return rc;
     struct fk_range *r = range_find(g_hostregs, (uintptr_t)p);
     if (!p || !r) return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
@@ -840,7 +928,7 @@ static int event_live(const struct CUevent_st *e)
 
 static CUresult stream_create(CUstream *ps, unsigned flags)
 {
-    CUresult rc = need_ctx();
+    CUresult rc = fk_need_ctx();
     if (rc) return rc;
     if (!ps || (flags & ~(unsigned)CU_STREAM_NON_BLOCKING)) return CUDA_ERROR_INVALID_VALUE;
     struct CUstream_st *s = calloc(1, sizeof *s);
@@ -854,7 +942,7 @@ static CUresult stream_create(CUstream *ps, unsigned flags)
 
 static CUresult stream_destroy(CUstream s)
 {
-    CUresult rc = need_ctx();
+    CUresult rc = fk_need_ctx();
     if (rc) return rc;
     struct CUstream_st *st = stream_find(s, 0);
     if (!s || !st || st == &g_default_stream) return CUDA_ERROR_INVALID_HANDLE;
@@ -866,7 +954,7 @@ static CUresult stream_destroy(CUstream s)
 
 static CUresult stream_sync(CUstream s)
 {
-    CUresult rc = need_ctx();
+    CUresult rc = fk_need_ctx();
     if (rc) return rc;
     struct CUstream_st *st = stream_find(s, 0);
     if (!st) return CUDA_ERROR_INVALID_HANDLE;
@@ -877,10 +965,39 @@ static CUresult stream_sync(CUstream s)
     return CUDA_SUCCESS;
 }
 
+int fk_stream_ok(CUstream s) { return stream_find(s, 0) != NULL; }
+
+/* Held work of the context: the default stream's, or that of one of its streams. */
+static int ctx_busy(const struct CUctx_st *c)
+{
+    if (g_default_stream.held) return 1;
+    for (struct CUstream_st *s = g_streams; s; s = s->next)
+        if (s->ctx == c && s->held) return 1;
+    return 0;
+}
+
+/* cuCtxSynchronize (ctx NULL: the current one) and cuCtxSynchronize_v2. */
+static CUresult ctx_sync(CUcontext ctx)
+{
+    CUresult rc = CUDA_SUCCESS;
+    int known = 0;
+    for (unsigned long long d = 0; d < cfg.devices; d++) known |= ctx == &g_ctx[d];
+    if (!ctx) {
+        rc = fk_need_ctx();
+        ctx = t_ctx;
+    } else if (!known) {
+        rc = CUDA_ERROR_INVALID_CONTEXT;
+    } else if (!ctx->refs) {
+        rc = CUDA_ERROR_CONTEXT_IS_DESTROYED;
+    }
+    while (!rc && ctx_busy(ctx)) pthread_cond_wait(&g_cond, &g_lock);
+    return rc;
+}
+
 static CUresult event_create(CUevent *pe, unsigned flags)
 {
     const unsigned known = CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS;
-    CUresult rc = need_ctx();
+    CUresult rc = fk_need_ctx();
     if (rc) return rc;
     if (!pe || (flags & ~known)) return CUDA_ERROR_INVALID_VALUE;
     struct CUevent_st *e = calloc(1, sizeof *e);
@@ -896,7 +1013,7 @@ static CUresult event_create(CUevent *pe, unsigned flags)
  * held; then it completes when the stream is released. */
 static CUresult event_record(CUevent e, CUstream s)
 {
-    CUresult rc = need_ctx();
+    CUresult rc = fk_need_ctx();
     if (rc) return rc;
     struct CUstream_st *st = stream_find(s, 0);
     if (!e || !event_live(e) || !st) return CUDA_ERROR_INVALID_HANDLE;
@@ -907,7 +1024,7 @@ static CUresult event_record(CUevent e, CUstream s)
 
 static CUresult event_query(CUevent e, int wait)
 {
-    CUresult rc = need_ctx();
+    CUresult rc = fk_need_ctx();
     if (rc) return rc;
     if (!e || !event_live(e)) return CUDA_ERROR_INVALID_HANDLE;
     while (wait && event_live(e) && e->pending) pthread_cond_wait(&g_cond, &g_lock);
@@ -916,7 +1033,7 @@ static CUresult event_query(CUevent e, int wait)
 
 static CUresult event_destroy(CUevent e)
 {
-    CUresult rc = need_ctx();
+    CUresult rc = fk_need_ctx();
     if (rc) return rc;
     if (!e || !event_live(e)) return CUDA_ERROR_INVALID_HANDLE;
     struct CUevent_st **pe = &g_events;
@@ -926,24 +1043,33 @@ static CUresult event_destroy(CUevent e)
     return CUDA_SUCCESS;
 }
 
-/* Is [va, va+n) made entirely of memory the current device may access with `need`
- * (CU_MEM_ACCESS_FLAGS_PROT_READ or _READWRITE)? cuMemAlloc memory is always read-write. */
-static int device_range_ok(uintptr_t va, size_t n, unsigned need)
+/* cuMemAlloc memory is always read-write, device memory. */
+int fk_device_range(uintptr_t va, size_t n, unsigned need, size_t *host_numa_bytes)
 {
     int dev = ctx_dev(t_ctx);
-    size_t covered = 0;
+    size_t covered = 0, host_numa = 0;
     if (va + n < va) return 0;
     for (struct fk_piece *p = g_pieces; p; p = p->next) {
         size_t o = overlap(p->va, p->size, va, n);
         if (o && (p->dev_access[dev] & need) != need) return 0;
         covered += o;
+        if (p->alloc->host_numa) host_numa += o;
     }
     for (struct fk_range *r = g_devmem; r; r = r->next) covered += overlap(r->va, r->size, va, n);
-    return covered == n;
+    if (covered != n) return 0;
+    if (host_numa_bytes) *host_numa_bytes = host_numa;
+    return 1;
 }
 
-static CUresult copy(enum fk_fn fn, int to_device, void *host, CUdeviceptr dev, size_t n,
-                     CUstream s)
+/* A side that is device memory must be accessible by the current device (read-write for the
+ * destination); a host side must not be NULL. */
+static int copy_side_ok(uintptr_t va, int is_dev, size_t n, unsigned need)
+{
+    return is_dev ? fk_device_range(va, n, need, NULL) : va != 0;
+}
+
+static CUresult copy(enum fk_fn fn, uintptr_t dst, int dst_dev, uintptr_t src, int src_dev,
+                     size_t n, CUstream s)
 {
     pthread_once(&g_once, load_config);
     unsigned long long delay = atomic_load(&g_copy_delay_us);
@@ -952,17 +1078,24 @@ static CUresult copy(enum fk_fn fn, int to_device, void *host, CUdeviceptr dev, 
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
     }
     CUresult rc = fk_enter(fn, 1);
-    if (!rc) rc = need_ctx();
+    if (!rc) rc = fk_need_ctx();
     if (!rc && !stream_find(s, 0)) rc = CUDA_ERROR_INVALID_HANDLE;
-    if (!rc && n && (!host || !device_range_ok((uintptr_t)dev, n,
-                                                to_device ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
-                                                          : CU_MEM_ACCESS_FLAGS_PROT_READ)))
+    if (!rc && n && (!copy_side_ok(dst, dst_dev, n, CU_MEM_ACCESS_FLAGS_PROT_READWRITE) ||
+                     !copy_side_ok(src, src_dev, n, CU_MEM_ACCESS_FLAGS_PROT_READ)))
         rc = CUDA_ERROR_INVALID_VALUE;
-    if (!rc && n) { /* under the lock: nobody unmaps the range meanwhile */
-        if (to_device) memcpy((void *)(uintptr_t)dev, host, n);
-        else memcpy(host, (const void *)(uintptr_t)dev, n);
-    }
+    if (!rc && n) /* under the lock: nobody unmaps the range meanwhile */
+        memmove((void *)dst, (const void *)src, n);
     return fk_leave(rc);
+}
+
+static CUresult memset_d8(uintptr_t va, unsigned char value, size_t n)
+{
+    CUresult rc = fk_need_ctx();
+    if (rc) return rc;
+    if (n && !fk_device_range(va, n, CU_MEM_ACCESS_FLAGS_PROT_READWRITE, NULL))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (n) memset((void *)va, value, n);
+    return CUDA_SUCCESS;
 }
 
 /* ---- small queries ---- */
@@ -1006,9 +1139,17 @@ static CUresult ctx_get_current(CUcontext *pctx)
     return CUDA_SUCCESS;
 }
 
+static CUresult ctx_get_device(CUdevice *dev)
+{
+    if (!dev) return CUDA_ERROR_INVALID_VALUE;
+    if (!t_ctx) return CUDA_ERROR_INVALID_CONTEXT;
+    *dev = ctx_dev(t_ctx);
+    return CUDA_SUCCESS;
+}
+
 static CUresult mem_get_info(size_t *free, size_t *total)
 {
-    CUresult rc = need_ctx();
+    CUresult rc = fk_need_ctx();
     if (rc || !free || !total) return rc ? rc : CUDA_ERROR_INVALID_VALUE;
     *total = (size_t)cfg.mem;
     *free = (size_t)cfg.mem - g_used[ctx_dev(t_ctx)];
@@ -1033,16 +1174,9 @@ static CUresult get_granularity(size_t *gran, const CUmemAllocationProp *prop, i
     return rc;
 }
 
-/* ---- the exported driver API ----
- * Each function counts the call, applies the "cuInit first" rule (need_init) and fault
- * injection, then runs its body under the lock. Names are the versioned ones that the real
- * libcuda exports and that cuda.h's macros resolve to. */
-
-#define FK_CALL(fn, need_init, body)                                                           \
-    {                                                                                          \
-        CUresult rc_ = fk_enter(FN_##fn, need_init);                                           \
-        return fk_leave(rc_ ? rc_ : (body));                                                   \
-    }
+/* ---- the exported driver API (FK_CALL: fakecuda_internal.h) ----
+ * Names are the versioned ones that the real libcuda exports and that cuda.h's macros
+ * resolve to. */
 
 CUresult CUDAAPI cuInit(unsigned int Flags) FK_CALL(cuInit, 0, do_init(Flags))
 CUresult CUDAAPI cuDriverGetVersion(int *driverVersion)
@@ -1065,6 +1199,7 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev)
     FK_CALL(cuDevicePrimaryCtxRelease, 1, primary_release(dev))
 CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx) FK_CALL(cuCtxSetCurrent, 1, ctx_set_current(ctx))
 CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx) FK_CALL(cuCtxGetCurrent, 1, ctx_get_current(pctx))
+CUresult CUDAAPI cuCtxGetDevice(CUdevice *dev) FK_CALL(cuCtxGetDevice, 1, ctx_get_device(dev))
 CUresult CUDAAPI cuMemGetInfo_v2(size_t *free, size_t *total)
     FK_CALL(cuMemGetInfo, 1, mem_get_info(free, total))
 CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr)
@@ -1116,35 +1251,135 @@ CUresult CUDAAPI cuEventSynchronize(CUevent hEvent)
     FK_CALL(cuEventSynchronize, 1, event_query(hEvent, 1))
 CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent) FK_CALL(cuEventDestroy, 1, event_destroy(hEvent))
 
+CUresult CUDAAPI cuCtxSynchronize(void) FK_CALL(cuCtxSynchronize, 1, ctx_sync(NULL))
+CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx) FK_CALL(cuCtxSynchronize, 1, ctx_sync(ctx))
+CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
+                                    size_t Height, unsigned int ElementSizeBytes)
+    FK_CALL(cuMemAllocPitch, 1,
+            mem_alloc_pitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes))
+CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+    FK_CALL(cuMemAllocAsync, 1, mem_alloc_async(dptr, bytesize, hStream))
+CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
+    FK_CALL(cuMemFreeAsync, 1, mem_free_async((uintptr_t)dptr, hStream))
+CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
+    FK_CALL(cuIpcGetMemHandle, 1, ipc_get_mem_handle(pHandle, (uintptr_t)dptr))
+CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
+    FK_CALL(cuPointerGetAttribute, 1, pointer_attribute(data, attribute, (uintptr_t)ptr))
+CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
+    FK_CALL(cuMemsetD8, 1, memset_d8((uintptr_t)dstDevice, uc, N))
+
+/* The CUDA 11.3 entry point, without symbolStatus; cuda.h renames it to _v2. */
+#undef cuGetProcAddress
+CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
+                                  cuuint64_t flags);
+_Static_assert(__builtin_types_compatible_p(__typeof__(&cuGetProcAddress),
+                                            PFN_cuGetProcAddress_v11030),
+               "cuGetProcAddress: the CUDA 11.3 ABI");
+CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
+                                  cuuint64_t flags)
+    FK_CALL(cuGetProcAddress, 0, proc_address(symbol, pfn, cudaVersion, flags, NULL))
+
 /* Copies sleep outside the lock first, so they have their own entry (copy() above). */
+static CUresult htod(enum fk_fn fn, CUdeviceptr dst, const void *src, size_t n, CUstream s)
+{
+    return copy(fn, (uintptr_t)dst, 1, (uintptr_t)src, 0, n, s);
+}
+
+static CUresult dtoh(enum fk_fn fn, void *dst, CUdeviceptr src, size_t n, CUstream s)
+{
+    return copy(fn, (uintptr_t)dst, 0, (uintptr_t)src, 1, n, s);
+}
+
 CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost,
                                       size_t ByteCount, CUstream hStream)
 {
-    return copy(FN_cuMemcpyHtoDAsync, 1, (void *)srcHost, dstDevice, ByteCount, hStream);
+    return htod(FN_cuMemcpyHtoDAsync, dstDevice, srcHost, ByteCount, hStream);
 }
 
 CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
-    return copy(FN_cuMemcpyHtoD, 1, (void *)srcHost, dstDevice, ByteCount, NULL);
+    return htod(FN_cuMemcpyHtoD, dstDevice, srcHost, ByteCount, NULL);
 }
 
 CUresult CUDAAPI cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
-    return copy(FN_cuMemcpyDtoH, 0, dstHost, srcDevice, ByteCount, NULL);
+    return dtoh(FN_cuMemcpyDtoH, dstHost, srcDevice, ByteCount, NULL);
+}
+
+CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
+                                      CUstream hStream)
+{
+    return dtoh(FN_cuMemcpyDtoHAsync, dstHost, srcDevice, ByteCount, hStream);
+}
+
+CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    return copy(FN_cuMemcpyDtoD, (uintptr_t)dstDevice, 1, (uintptr_t)srcDevice, 1, ByteCount,
+                NULL);
+}
+
+/* ---- per-thread-default-stream variants: the same bodies under their own addresses ----
+ * cuda.h declares them only for CUDA_API_PER_THREAD_DEFAULT_STREAM builds, so each is
+ * declared here with its legacy twin's type, which checks its signature. */
+
+__typeof__(cuStreamSynchronize) cuStreamSynchronize_ptsz;
+__typeof__(cuEventRecord) cuEventRecord_ptsz;
+__typeof__(cuMemAllocAsync) cuMemAllocAsync_ptsz;
+__typeof__(cuMemFreeAsync) cuMemFreeAsync_ptsz;
+__typeof__(cuMemsetD8_v2) cuMemsetD8_v2_ptds;
+__typeof__(cuMemcpyHtoDAsync_v2) cuMemcpyHtoDAsync_v2_ptsz;
+__typeof__(cuMemcpyHtoD_v2) cuMemcpyHtoD_v2_ptds;
+__typeof__(cuMemcpyDtoH_v2) cuMemcpyDtoH_v2_ptds;
+__typeof__(cuMemcpyDtoHAsync_v2) cuMemcpyDtoHAsync_v2_ptsz;
+__typeof__(cuMemcpyDtoD_v2) cuMemcpyDtoD_v2_ptds;
+
+CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream)
+    FK_CALL(cuStreamSynchronize, 1, stream_sync(hStream))
+CUresult CUDAAPI cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
+    FK_CALL(cuEventRecord, 1, event_record(hEvent, hStream))
+CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+    FK_CALL(cuMemAllocAsync, 1, mem_alloc_async(dptr, bytesize, hStream))
+CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
+    FK_CALL(cuMemFreeAsync, 1, mem_free_async((uintptr_t)dptr, hStream))
+CUresult CUDAAPI cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
+    FK_CALL(cuMemsetD8, 1, memset_d8((uintptr_t)dstDevice, uc, N))
+
+CUresult CUDAAPI cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost,
+                                           size_t ByteCount, CUstream hStream)
+{
+    return htod(FN_cuMemcpyHtoDAsync, dstDevice, srcHost, ByteCount, hStream);
+}
+
+CUresult CUDAAPI cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost,
+                                      size_t ByteCount)
+{
+    return htod(FN_cuMemcpyHtoD, dstDevice, srcHost, ByteCount, NULL);
+}
+
+CUresult CUDAAPI cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    return dtoh(FN_cuMemcpyDtoH, dstHost, srcDevice, ByteCount, NULL);
+}
+
+CUresult CUDAAPI cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice,
+                                           size_t ByteCount, CUstream hStream)
+{
+    return dtoh(FN_cuMemcpyDtoHAsync, dstHost, srcDevice, ByteCount, hStream);
+}
+
+CUresult CUDAAPI cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
+                                      size_t ByteCount)
+{
+    return copy(FN_cuMemcpyDtoD, (uintptr_t)dstDevice, 1, (uintptr_t)srcDevice, 1, ByteCount,
+                NULL);
 }
 
 /* ---- test inspection and control (fakecuda.h) ---- */
 
-static void lock(void)
-{
-    pthread_once(&g_once, load_config);
-    pthread_mutex_lock(&g_lock);
-}
-
 unsigned long fakecuda_calls(const char *name)
 {
     int fn = name ? fn_index(name) : -1;
-    lock();
+    fk_lock();
     unsigned long n = fn < 0 ? 0 : g_calls[fn];
     pthread_mutex_unlock(&g_lock);
     return n;
@@ -1153,7 +1388,7 @@ unsigned long fakecuda_calls(const char *name)
 int fakecuda_live_handles(void)
 {
     int n = 0;
-    lock();
+    fk_lock();
     for (struct fk_alloc *a = g_allocs; a; a = a->next) n++;
     pthread_mutex_unlock(&g_lock);
     return n;
@@ -1162,7 +1397,7 @@ int fakecuda_live_handles(void)
 size_t fakecuda_mapped_bytes(void)
 {
     size_t n = 0;
-    lock();
+    fk_lock();
     for (struct fk_piece *p = g_pieces; p; p = p->next) n += p->size;
     pthread_mutex_unlock(&g_lock);
     return n;
@@ -1171,7 +1406,7 @@ size_t fakecuda_mapped_bytes(void)
 int fakecuda_live_reservations(void)
 {
     int n = 0;
-    lock();
+    fk_lock();
     for (struct fk_range *r = g_resvs; r; r = r->next) n++;
     pthread_mutex_unlock(&g_lock);
     return n;
@@ -1179,8 +1414,9 @@ int fakecuda_live_reservations(void)
 
 void fakecuda_reset_counters(void)
 {
-    lock();
+    fk_lock();
     memset(g_calls, 0, sizeof g_calls);
+    fk_kernels_reset_counters();
     pthread_mutex_unlock(&g_lock);
 }
 
@@ -1195,7 +1431,7 @@ int fakecuda_set_fail(const char *spec)
     struct fk_rule rules[FK_MAX_RULES];
     int n = 0;
     if (parse_rules(spec, 0, rules, &n)) return -1;
-    lock();
+    fk_lock();
     memcpy(g_rules, rules, (size_t)n * sizeof rules[0]);
     g_nrules = n;
     pthread_mutex_unlock(&g_lock);
@@ -1204,7 +1440,7 @@ int fakecuda_set_fail(const char *spec)
 
 void fakecuda_stream_hold(struct CUstream_st *stream, int hold)
 {
-    lock();
+    fk_lock();
     struct CUstream_st *st = stream_find(stream, 1);
     if (!st) {
         fprintf(stderr, "fakecuda: fakecuda_stream_hold: unknown stream %p\n", (void *)stream);

@@ -30,8 +30,9 @@ extern "C" {
 struct CUstream_st; /* CUstream from cuda.h is `struct CUstream_st *` */
 
 /* Calls of a cu* function since load or the last fakecuda_reset_counters(), counting failed
- * ones too. `name` is the base name ("cuMemAlloc"); a "_v2" suffix is accepted and ignored.
- * Unknown names give 0. */
+ * ones too. `name` is the base name ("cuMemAlloc"): the versioned and per-thread exports
+ * count under it, and "_v2", "_ptsz", "_ptds" suffixes are accepted and ignored. Unknown
+ * names give 0. */
 unsigned long fakecuda_calls(const char *name);
 /* cuMemCreate allocations still alive: not yet released, or released but still mapped. */
 int fakecuda_live_handles(void);
@@ -39,13 +40,19 @@ int fakecuda_live_handles(void);
 size_t fakecuda_mapped_bytes(void);
 /* cuMemAddressReserve ranges not yet freed. */
 int fakecuda_live_reservations(void);
-/* Zeroes the counters of fakecuda_calls (not the fault-injection counts). */
+/* Bytes that successful kernel launches (fake_kernels.c) read or wrote in memory backed by
+ * HOST_NUMA allocations (host_numa != 0), or by device memory: DEVICE allocations and
+ * cuMemAlloc memory (host_numa == 0). A range a kernel both reads and writes counts once. */
+unsigned long long fakecuda_kernel_bytes(int host_numa);
+/* Zeroes the counters of fakecuda_calls and fakecuda_kernel_bytes (not the fault-injection
+ * counts). */
 void fakecuda_reset_counters(void);
 /* Replaces all fault-injection rules (including those from the environment) with `spec`,
  * counting calls from now on. Syntax: comma-separated "name:N[:ERROR]"; "name:N+[:ERROR]"
  * fails the Nth call and every later one. ERROR is a CUDA_ERROR_* name or a number; the
- * default is CUDA_ERROR_OUT_OF_MEMORY for cuMemCreate, cuMemAlloc, cuMemAddressReserve and
- * cuMemHostRegister, CUDA_ERROR_UNKNOWN for the rest. NULL or "" clears every rule.
+ * default is CUDA_ERROR_OUT_OF_MEMORY for cuMemCreate, cuMemAlloc, cuMemAllocPitch,
+ * cuMemAllocAsync, cuMemAddressReserve and cuMemHostRegister, CUDA_ERROR_UNKNOWN for the
+ * rest. NULL or "" clears every rule.
  * Returns 0, or -1 (rules unchanged, message on stderr) for a malformed spec. */
 int fakecuda_set_fail(const char *spec);
 /* hold != 0: the stream's work "does not finish": events recorded on it from now on stay
@@ -62,6 +69,7 @@ typedef unsigned long (*fakecuda_calls_fn)(const char *name);
 typedef int (*fakecuda_live_handles_fn)(void);
 typedef size_t (*fakecuda_mapped_bytes_fn)(void);
 typedef int (*fakecuda_live_reservations_fn)(void);
+typedef unsigned long long (*fakecuda_kernel_bytes_fn)(int host_numa);
 typedef void (*fakecuda_reset_counters_fn)(void);
 typedef int (*fakecuda_set_fail_fn)(const char *spec);
 typedef void (*fakecuda_stream_hold_fn)(struct CUstream_st *stream, int hold);

@@ -1,0 +1,88 @@
+/*
+ * predict "gate": the gate-based predictor, the baseline both PreScope (seed 001, Fig. 6
+ * "gate-based": apply the next layer's gate to the current gate input) and DALI (seed 002,
+ * §4.2, the scheme its residual refines) compare with; research notes
+ * papers-001-prescope-002-dali.md §A.2.1, §B.2.3. Adjacent layers'
+ * gate inputs are close (the residual stream changes little per layer), so layer `target`'s
+ * router applied to layer l's MoE input routes nearly as layer `target` will.
+ *
+ * predict(step, target, out): for each of the step's tokens, layer target's router
+ * (init->routers[target], [E][n_embd] F32) on the token's hidden state (step->hidden, the
+ * layer's MoE input), its top_k; out[e] = the share of the n_tok tokens that picked e
+ * (predict_common.h: per-token top-k then count, PreScope's A7 reading). Any later layer
+ * may be the target; the farther, the less alike the gate inputs.
+ *
+ * Returns 0, out untouched, when it cannot predict: no hidden state in the step (a
+ * synthetic trace), no tokens, target not in (step->layer, n_layers), or no router for
+ * that layer (routers[target] NULL). Without routers at all (init->routers NULL) create
+ * fails: the module has nothing to predict with. No parameters.
+ */
+#include <stdlib.h>
+
+#include "policy/modules.h"
+#include "policy/predict_common.h"
+#include "vmm/error.h"
+
+typedef struct gate {
+    mvm_pshape shape;
+    const float *const *routers; /* the caller's, alive as long as the module */
+    float *logits;               /* [E] scratch */
+} gate;
+
+static void gate_destroy(void *self)
+{
+    gate *g = self;
+    if (!g)
+        return;
+    free(g->logits);
+    free(g);
+}
+
+static mvm_status gate_create(const mvm_pinit *init, void **self)
+{
+    static const char *const known[] = {NULL};
+    const char *me = "predict gate";
+    *self = NULL;
+    mvm_status st = mvm_pparams_check(&init->params, known, me);
+    if (st == MVM_OK)
+        st = mvm_predict_check_shape(init->shape, me);
+    if (st != MVM_OK)
+        return st;
+    if (!init->routers)
+        return mvm_fail(MVM_ERR_INVALID,
+                        "predict gate: needs the model's router weights (give a GGUF model)");
+    gate *g = calloc(1, sizeof *g);
+    if (!g)
+        return mvm_fail(MVM_ERR_NOMEM, "%s: out of memory", me);
+    g->shape = *init->shape;
+    g->routers = init->routers;
+    g->logits = calloc(g->shape.n_experts, sizeof *g->logits);
+    if (!g->logits) {
+        gate_destroy(g);
+        return mvm_fail(MVM_ERR_NOMEM, "%s: out of memory", me);
+    }
+    *self = g;
+    return MVM_OK;
+}
+
+static int gate_predict(void *self, const mvm_pstep *step, uint32_t target, float *out)
+{
+    gate *g = self;
+    const mvm_pshape *sh = &g->shape;
+    if (!step->hidden || !step->n_tok || target <= step->layer || target >= sh->n_layers ||
+        !g->routers[target])
+        return 0;
+    mvm_predict_route(g->routers[target], sh->n_experts, sh->n_embd, sh->top_k, step->hidden,
+                      step->n_tok, NULL, g->logits, out);
+    return 1;
+}
+
+const mvm_predict_ops mvm_predict_gate = {
+    .name = "gate",
+    .about = "gate-based (PreScope Fig. 6 baseline, DALI §4.2 without residual): layer "
+             "target's router on layer l's hidden state, per-token top-k, token shares",
+    .create = gate_create,
+    .destroy = gate_destroy,
+    .predict = gate_predict,
+    .observe = NULL,
+};

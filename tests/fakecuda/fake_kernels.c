@@ -1,0 +1,388 @@
+/*
+ * fake_kernels.c: the modules, functions and kernel launches of fakecuda (libcuda.so.1).
+ *
+ * An interposer that makes memory resident at kernel launch has to be tested on launches
+ * that really read and write "device" memory, through the parameter layout a real kernel
+ * has. So any image loads (cuModuleLoadData does not look at it) and gives a module with
+ * four fixed kernels, run synchronously on the host inside the launch call:
+ *   fk_fill_u32 (CUdeviceptr dst, uint32_t value, uint64_t n)   dst[i] = value, i < n
+ *   fk_sum_u32  (CUdeviceptr out, CUdeviceptr in, uint64_t n)   *(uint64_t *)out = sum in[0..n)
+ *   fk_copy     (CUdeviceptr dst, CUdeviceptr src, uint64_t bytes)
+ *   fk_scale_f32(CUdeviceptr x, float a, uint64_t n)            x[i] *= a
+ * Each parameter sits at an offset aligned to its size, as nvcc lays them out (8-byte
+ * pointers, 4-byte uint32_t and float, 8-byte uint64_t), and cuFuncGetParamInfo says so.
+ * The grid and block shapes are checked against the device's limits but do not change what
+ * a kernel computes (as for grid-stride loops).
+ *
+ * Before a kernel runs, every range it reads must be readable and every range it writes
+ * read-write for the current device (cuMemAlloc memory always is), else the launch returns
+ * CUDA_ERROR_ILLEGAL_ADDRESS and touches nothing; an element pointer not aligned to its type
+ * gives CUDA_ERROR_MISALIGNED_ADDRESS. A real GPU reports both asynchronously and the
+ * context is lost after; the fake reports them from the launch and stays usable, so tests
+ * can go on. The bytes of the ranges of each successful launch (a range read and written
+ * counts once) are counted by what backs them, DEVICE or HOST_NUMA allocations, for
+ * fakecuda_kernel_bytes.
+ */
+#include <cuda.h>
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fakecuda.h"
+#include "fakecuda_internal.h"
+
+#define FK_MAX_PARAMS 3
+#define FK_MAX_ACCESS 2
+#define FK_MAX_SHARED (48u << 10) /* dynamic shared memory per block without opt-in */
+
+/* A range a kernel touches: `need` is CU_MEM_ACCESS_FLAGS_PROT_READ or _READWRITE. */
+struct fk_access {
+    uintptr_t va;
+    size_t n, align;
+    unsigned need;
+};
+
+struct fk_kernel {
+    const char *name;
+    unsigned nparams;
+    unsigned char size[FK_MAX_PARAMS]; /* bytes of each parameter */
+    /* The ranges it touches, from its parameters: how many, or -1 if a size overflows. */
+    int (*ranges)(const uint64_t *p, struct fk_access *acc);
+    void (*run)(const uint64_t *p);
+};
+
+/* ---- the kernels; p[] holds the parameters, each zero-extended to 64 bits ---- */
+
+static int bytes_of(uint64_t n, size_t elem, size_t *bytes)
+{
+    if (n > SIZE_MAX / elem) return -1;
+    *bytes = (size_t)n * elem;
+    return 0;
+}
+
+static struct fk_access rw(uint64_t va, size_t n, size_t align)
+{
+    return (struct fk_access){(uintptr_t)va, n, align, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+}
+
+static struct fk_access ro(uint64_t va, size_t n, size_t align)
+{
+    return (struct fk_access){(uintptr_t)va, n, align, CU_MEM_ACCESS_FLAGS_PROT_READ};
+}
+
+static int fill_ranges(const uint64_t *p, struct fk_access *acc)
+{
+    size_t n;
+    if (bytes_of(p[2], sizeof(uint32_t), &n)) return -1;
+    acc[0] = rw(p[0], n, sizeof(uint32_t));
+    return 1;
+}
+
+static void fill_run(const uint64_t *p)
+{
+    uint32_t *dst = (uint32_t *)(uintptr_t)p[0];
+    for (uint64_t i = 0; i < p[2]; i++) dst[i] = (uint32_t)p[1];
+}
+
+static int sum_ranges(const uint64_t *p, struct fk_access *acc)
+{
+    size_t n;
+    if (bytes_of(p[2], sizeof(uint32_t), &n)) return -1;
+    acc[0] = rw(p[0], sizeof(uint64_t), sizeof(uint64_t));
+    acc[1] = ro(p[1], n, sizeof(uint32_t));
+    return 2;
+}
+
+static void sum_run(const uint64_t *p)
+{
+    const uint32_t *in = (const uint32_t *)(uintptr_t)p[1];
+    uint64_t sum = 0;
+    for (uint64_t i = 0; i < p[2]; i++) sum += in[i];
+    *(uint64_t *)(uintptr_t)p[0] = sum;
+}
+
+static int copy_ranges(const uint64_t *p, struct fk_access *acc)
+{
+    size_t n;
+    if (bytes_of(p[2], 1, &n)) return -1;
+    acc[0] = rw(p[0], n, 1);
+    acc[1] = ro(p[1], n, 1);
+    return 2;
+}
+
+static void copy_run(const uint64_t *p)
+{
+    memmove((void *)(uintptr_t)p[0], (const void *)(uintptr_t)p[1], (size_t)p[2]);
+}
+
+static int scale_ranges(const uint64_t *p, struct fk_access *acc)
+{
+    size_t n;
+    if (bytes_of(p[2], sizeof(float), &n)) return -1;
+    acc[0] = rw(p[0], n, sizeof(float));
+    return 1;
+}
+
+static void scale_run(const uint64_t *p)
+{
+    float *x = (float *)(uintptr_t)p[0], a;
+    uint32_t bits = (uint32_t)p[1];
+    memcpy(&a, &bits, sizeof a);
+    for (uint64_t i = 0; i < p[2]; i++) x[i] *= a;
+}
+
+static const struct fk_kernel fk_kernels[] = {
+    {"fk_fill_u32", 3, {8, 4, 8}, fill_ranges, fill_run},
+    {"fk_sum_u32", 3, {8, 8, 8}, sum_ranges, sum_run},
+    {"fk_copy", 3, {8, 8, 8}, copy_ranges, copy_run},
+    {"fk_scale_f32", 3, {8, 4, 8}, scale_ranges, scale_run},
+};
+#define FK_NKERNELS (sizeof fk_kernels / sizeof fk_kernels[0])
+
+/* Offsets of the parameters, each aligned to its size; returns the size of the whole
+ * parameter buffer. */
+static size_t param_layout(const struct fk_kernel *k, size_t off[FK_MAX_PARAMS])
+{
+    size_t end = 0;
+    for (unsigned i = 0; i < k->nparams; i++) {
+        size_t a = k->size[i];
+        off[i] = (end + a - 1) / a * a;
+        end = off[i] + a;
+    }
+    return end;
+}
+
+/* ---- modules and functions ---- */
+
+struct CUfunc_st {
+    const struct fk_kernel *kernel;
+    struct CUmod_st *mod;
+};
+
+struct CUmod_st {
+    struct CUmod_st *next;
+    CUcontext ctx;
+    struct CUfunc_st funcs[FK_NKERNELS];
+};
+
+static struct CUmod_st *g_modules;
+static unsigned long long g_kernel_bytes[2]; /* [0] device-backed, [1] HOST_NUMA-backed */
+
+static struct CUmod_st *module_find(CUmodule m)
+{
+    struct CUmod_st *x = g_modules;
+    while (x && x != m) x = x->next;
+    return x;
+}
+
+/* A handle that cuModuleGetFunction gave out, from a module still loaded. */
+static struct CUfunc_st *func_find(CUfunction f)
+{
+    for (struct CUmod_st *m = g_modules; m; m = m->next) {
+        uintptr_t a = (uintptr_t)f, lo = (uintptr_t)m->funcs;
+        if (a >= lo && a < lo + sizeof m->funcs && (a - lo) % sizeof m->funcs[0] == 0)
+            return f;
+    }
+    return NULL;
+}
+
+static CUresult module_load(CUmodule *pm, const void *image)
+{
+    CUresult rc = fk_need_ctx();
+    if (rc) return rc;
+    if (!pm || !image) return CUDA_ERROR_INVALID_VALUE;
+    struct CUmod_st *m = calloc(1, sizeof *m);
+    if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
+    m->ctx = fk_current_ctx();
+    for (size_t i = 0; i < FK_NKERNELS; i++) m->funcs[i] = (struct CUfunc_st){&fk_kernels[i], m};
+    m->next = g_modules;
+    g_modules = m;
+    *pm = m;
+    return CUDA_SUCCESS;
+}
+
+static void module_unlink(struct CUmod_st *m)
+{
+    struct CUmod_st **pm = &g_modules;
+    while (*pm != m) pm = &(*pm)->next;
+    *pm = m->next;
+    free(m);
+}
+
+static CUresult module_unload(CUmodule m)
+{
+    CUresult rc = fk_need_ctx();
+    if (rc) return rc;
+    if (!m || !module_find(m)) return CUDA_ERROR_INVALID_HANDLE;
+    module_unlink(m);
+    return CUDA_SUCCESS;
+}
+
+static CUresult module_get_function(CUfunction *pf, CUmodule m, const char *name)
+{
+    CUresult rc = fk_need_ctx();
+    if (rc) return rc;
+    if (!pf || !name) return CUDA_ERROR_INVALID_VALUE;
+    if (!m || !module_find(m)) return CUDA_ERROR_INVALID_HANDLE;
+    for (size_t i = 0; i < FK_NKERNELS; i++)
+        if (strcmp(fk_kernels[i].name, name) == 0) return *pf = &m->funcs[i], CUDA_SUCCESS;
+    return CUDA_ERROR_NOT_FOUND;
+}
+
+static CUresult func_param_info(CUfunction f, size_t index, size_t *offset, size_t *size)
+{
+    struct CUfunc_st *fn = func_find(f);
+    size_t off[FK_MAX_PARAMS];
+    if (!f || !offset) return CUDA_ERROR_INVALID_VALUE;
+    if (!fn) return CUDA_ERROR_INVALID_HANDLE;
+    if (index >= fn->kernel->nparams) return CUDA_ERROR_INVALID_VALUE;
+    param_layout(fn->kernel, off);
+    *offset = off[index];
+    if (size) *size = fn->kernel->size[index];
+    return CUDA_SUCCESS;
+}
+
+/* ---- launches ---- */
+
+/* The limits of a compute capability 9.0 device. */
+static int shape_ok(const unsigned grid[3], const unsigned block[3], unsigned shared)
+{
+    unsigned long long threads = (unsigned long long)block[0] * block[1] * block[2];
+    return grid[0] && grid[1] && grid[2] && grid[0] <= 0x7fffffffu && grid[1] <= 65535 &&
+           grid[2] <= 65535 && block[0] && block[1] && block[2] && block[0] <= 1024 &&
+           block[1] <= 1024 && block[2] <= 64 && threads <= 1024 && shared <= FK_MAX_SHARED;
+}
+
+/* The buffer of `extra` ({CU_LAUNCH_PARAM_BUFFER_POINTER, buf, CU_LAUNCH_PARAM_BUFFER_SIZE,
+ * &size, CU_LAUNCH_PARAM_END}, in any order); its size must be the kernel's. */
+static CUresult extra_buffer(void **extra, size_t want, const unsigned char **buf)
+{
+    const size_t *size = NULL;
+    *buf = NULL;
+    for (size_t i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+        if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) *buf = extra[i + 1];
+        else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) size = extra[i + 1];
+        else return CUDA_ERROR_INVALID_VALUE;
+    }
+    return *buf && size && *size == want ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* The parameters, from kernelParams (one pointer per parameter) or from extra, never both. */
+static CUresult gather(const struct fk_kernel *k, void **params, void **extra, uint64_t *p)
+{
+    size_t off[FK_MAX_PARAMS], total = param_layout(k, off);
+    const unsigned char *buf = NULL;
+    if (params && extra) return CUDA_ERROR_INVALID_VALUE;
+    if (extra) {
+        CUresult rc = extra_buffer(extra, total, &buf);
+        if (rc) return rc;
+    } else if (!params && k->nparams) {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    for (unsigned i = 0; i < k->nparams; i++) {
+        const void *src = buf ? buf + off[i] : params[i];
+        uint32_t v32;
+        if (!src) return CUDA_ERROR_INVALID_VALUE;
+        if (k->size[i] == sizeof v32) memcpy(&v32, src, sizeof v32), p[i] = v32;
+        else memcpy(&p[i], src, sizeof p[i]);
+    }
+    return CUDA_SUCCESS;
+}
+
+/* Checks every range first, so a bad one leaves memory untouched; then counts and runs. */
+static CUresult run_checked(const struct fk_kernel *k, const uint64_t *p)
+{
+    struct fk_access acc[FK_MAX_ACCESS];
+    size_t host_numa[FK_MAX_ACCESS] = {0};
+    int n = k->ranges(p, acc);
+    if (n < 0) return CUDA_ERROR_ILLEGAL_ADDRESS;
+    for (int i = 0; i < n; i++) {
+        if (!acc[i].n) continue;
+        if (acc[i].va % acc[i].align) return CUDA_ERROR_MISALIGNED_ADDRESS;
+        if (!fk_device_range(acc[i].va, acc[i].n, acc[i].need, &host_numa[i]))
+            return CUDA_ERROR_ILLEGAL_ADDRESS;
+    }
+    for (int i = 0; i < n; i++) {
+        g_kernel_bytes[1] += host_numa[i];
+        g_kernel_bytes[0] += acc[i].n - host_numa[i];
+    }
+    k->run(p);
+    return CUDA_SUCCESS;
+}
+
+static CUresult launch(CUfunction f, const unsigned grid[3], const unsigned block[3],
+                       unsigned shared, CUstream s, void **params, void **extra)
+{
+    uint64_t p[FK_MAX_PARAMS];
+    CUresult rc = fk_need_ctx();
+    if (rc) return rc;
+    struct CUfunc_st *fn = func_find(f);
+    if (!fn || fn->mod->ctx != fk_current_ctx() || !fk_stream_ok(s))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!shape_ok(grid, block, shared)) return CUDA_ERROR_INVALID_VALUE;
+    rc = gather(fn->kernel, params, extra, p);
+    return rc ? rc : run_checked(fn->kernel, p);
+}
+
+static CUresult launch_ex(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
+{
+    if (!c || (c->numAttrs && !c->attrs)) return CUDA_ERROR_INVALID_VALUE;
+    const unsigned grid[3] = {c->gridDimX, c->gridDimY, c->gridDimZ};
+    const unsigned block[3] = {c->blockDimX, c->blockDimY, c->blockDimZ};
+    return launch(f, grid, block, c->sharedMemBytes, c->hStream, params, extra);
+}
+
+/* ---- shared with fakecuda.c, under the lock ---- */
+
+void fk_kernels_reset_counters(void) { memset(g_kernel_bytes, 0, sizeof g_kernel_bytes); }
+
+void fk_kernels_drop_ctx(CUcontext ctx)
+{
+    for (struct CUmod_st *m = g_modules, *next; m; m = next) {
+        next = m->next;
+        if (m->ctx == ctx) module_unlink(m);
+    }
+}
+
+/* ---- the exported driver API ---- */
+
+#define FK_LAUNCH_ARGS                                                                         \
+    CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,         \
+        unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,                \
+        unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra
+#define FK_LAUNCH_BODY                                                                         \
+    launch(f, (const unsigned[3]){gridDimX, gridDimY, gridDimZ},                               \
+           (const unsigned[3]){blockDimX, blockDimY, blockDimZ}, sharedMemBytes, hStream,      \
+           kernelParams, extra)
+
+CUresult CUDAAPI cuModuleLoadData(CUmodule *module, const void *image)
+    FK_CALL(cuModuleLoadData, 1, module_load(module, image))
+CUresult CUDAAPI cuModuleUnload(CUmodule hmod) FK_CALL(cuModuleUnload, 1, module_unload(hmod))
+CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
+    FK_CALL(cuModuleGetFunction, 1, module_get_function(hfunc, hmod, name))
+CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset,
+                                    size_t *paramSize)
+    FK_CALL(cuFuncGetParamInfo, 1, func_param_info(func, paramIndex, paramOffset, paramSize))
+CUresult CUDAAPI cuLaunchKernel(FK_LAUNCH_ARGS) FK_CALL(cuLaunchKernel, 1, FK_LAUNCH_BODY)
+CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f,
+                                  void **kernelParams, void **extra)
+    FK_CALL(cuLaunchKernelEx, 1, launch_ex(config, f, kernelParams, extra))
+
+/* The per-thread-default-stream variants (fakecuda.c explains why they are separate). */
+__typeof__(cuLaunchKernel) cuLaunchKernel_ptsz;
+__typeof__(cuLaunchKernelEx) cuLaunchKernelEx_ptsz;
+CUresult CUDAAPI cuLaunchKernel_ptsz(FK_LAUNCH_ARGS) FK_CALL(cuLaunchKernel, 1, FK_LAUNCH_BODY)
+CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f,
+                                       void **kernelParams, void **extra)
+    FK_CALL(cuLaunchKernelEx, 1, launch_ex(config, f, kernelParams, extra))
+
+/* ---- test inspection (fakecuda.h) ---- */
+
+unsigned long long fakecuda_kernel_bytes(int host_numa)
+{
+    fk_lock();
+    unsigned long long n = g_kernel_bytes[host_numa != 0];
+    fk_unlock();
+    return n;
+}

@@ -1,0 +1,74 @@
+/*
+ * fakecuda_internal.h: what fakecuda.c (driver state, memory, streams) shares with
+ * fake_kernels.c (modules, functions, launches), and nothing else includes.
+ *
+ * The split keeps each file readable; the two are one library. Everything declared here has
+ * hidden visibility, so the library still exports only the cu* API and the fakecuda_*
+ * functions of fakecuda.h.
+ */
+#ifndef FAKECUDA_INTERNAL_H
+#define FAKECUDA_INTERNAL_H
+
+#include <cuda.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- function table: call counters and fault injection are keyed by base name ---- */
+
+#define FK_FUNCS(X)                                                                            \
+    X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName)      \
+    X(cuDeviceGetAttribute) X(cuDeviceGetPCIBusId) X(cuDeviceTotalMem)                         \
+    X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent)                \
+    X(cuCtxGetCurrent) X(cuCtxGetDevice) X(cuCtxSynchronize) X(cuMemGetInfo) X(cuGetErrorString)                 \
+    X(cuGetErrorName) X(cuGetProcAddress) X(cuMemGetAllocationGranularity)                     \
+    X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemCreate) X(cuMemRelease) X(cuMemMap)      \
+    X(cuMemSetAccess) X(cuMemUnmap) X(cuMemAlloc) X(cuMemAllocPitch) X(cuMemAllocAsync)        \
+    X(cuMemFree) X(cuMemFreeAsync) X(cuMemHostRegister) X(cuMemHostUnregister)                 \
+    X(cuIpcGetMemHandle) X(cuPointerGetAttribute) X(cuStreamCreate) X(cuStreamDestroy)         \
+    X(cuStreamSynchronize) X(cuMemcpyHtoDAsync) X(cuMemcpyHtoD) X(cuMemcpyDtoH)                \
+    X(cuMemcpyDtoHAsync) X(cuMemcpyDtoD) X(cuMemsetD8) X(cuEventCreate) X(cuEventRecord)       \
+    X(cuEventQuery) X(cuEventSynchronize) X(cuEventDestroy) X(cuModuleLoadData)                \
+    X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncGetParamInfo) X(cuLaunchKernel)           \
+    X(cuLaunchKernelEx)
+
+/* `##` keeps cuda.h's renaming macros (cuMemAlloc -> cuMemAlloc_v2) from expanding. */
+#define FK_ENUM(name) FN_##name,
+enum fk_fn { FK_FUNCS(FK_ENUM) FN_COUNT };
+
+/* The body of an exported function: counts the call, applies the "cuInit first" rule
+ * (need_init) and fault injection, then evaluates `body` under the lock. */
+#define FK_CALL(fn, need_init, body)                                                           \
+    {                                                                                          \
+        CUresult rc_ = fk_enter(FN_##fn, need_init);                                           \
+        return fk_leave(rc_ ? rc_ : (body));                                                   \
+    }
+
+#pragma GCC visibility push(hidden)
+
+/* Takes the library lock (always: fk_leave releases it), counts the call, then applies the
+ * "cuInit first" rule and fault injection. */
+CUresult fk_enter(enum fk_fn fn, int need_init);
+CUresult fk_leave(CUresult rc);
+/* The lock alone, for the fakecuda_* inspection functions. */
+void fk_lock(void);
+void fk_unlock(void);
+
+/* Under the lock. A current, live context: CUDA_SUCCESS, else the driver's error. */
+CUresult fk_need_ctx(void);
+CUcontext fk_current_ctx(void);
+/* Is `s` a live stream (NULL, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD are the default)? */
+int fk_stream_ok(CUstream s);
+/* Is [va, va+n) all memory the current device may access with `need` (a
+ * CU_MEM_ACCESS_FLAGS_PROT_* value)? If so and host_numa_bytes is not NULL, stores how many
+ * of its bytes are backed by HOST_NUMA allocations (the rest are device memory). */
+int fk_device_range(uintptr_t va, size_t n, unsigned need, size_t *host_numa_bytes);
+
+/* fake_kernels.c, under the lock: zero the kernel byte counters (fakecuda_reset_counters),
+ * and unload the modules of a primary context that is being destroyed. */
+void fk_kernels_reset_counters(void);
+void fk_kernels_drop_ctx(CUcontext ctx);
+
+#pragma GCC visibility pop
+
+#endif

@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""The interposer under PyTorch, on a real GPU (issue 5's GPU check; run by
+bench/gpu/interpose.sh, which sets LD_PRELOAD per mode).
+
+A Mixtral-style MoE decoder with random weights (transformers' MixtralForCausalLM when
+transformers is installed, else the same architecture written here in plain PyTorch), larger
+than the GPU budget the interposer gets, decodes greedily from a fixed prompt. Modes:
+
+  model --out F.npz             run the model; save the generated ids and the last logits
+  offload --budget-mib N --out  the usual alternative: experts live in pinned CPU memory and
+                                are copied to the GPU right before use (what Accelerate's
+                                cpu_offload hooks do), with the rest on the GPU
+  launches --out F.json         a launch-heavy loop that fits on the GPU (tiny kernels), timed
+  compare A.npz B.npz           exit 0 when the two runs generated the same ids and logits
+
+Prints one JSON line per run: tokens/s and what it ran.
+"""
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+
+
+def build_model(args, device):
+    import torch
+    torch.manual_seed(args.seed)
+    try:
+        from transformers import MixtralConfig, MixtralForCausalLM
+        cfg = MixtralConfig(vocab_size=args.vocab, hidden_size=args.hidden,
+                            intermediate_size=args.ffn, num_hidden_layers=args.layers,
+                            num_attention_heads=16, num_key_value_heads=4,
+                            num_local_experts=args.experts, num_experts_per_tok=2,
+                            max_position_embeddings=4096, torch_dtype=torch.float16)
+        model = MixtralForCausalLM(cfg).to(torch.float16)
+        kind = "transformers.MixtralForCausalLM"
+    except ImportError:
+        model = TinyMixtral(args).to(torch.float16)
+        kind = "plain-pytorch Mixtral (transformers not installed)"
+    model.eval()
+    return model, kind
+
+
+def TinyMixtral(args):
+    """Mixtral's block structure (RMSNorm, attention, top-2 of E SwiGLU experts, renormalised
+    weights) in plain PyTorch, for machines without transformers."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    class Expert(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w1 = nn.Linear(args.hidden, args.ffn, bias=False)
+            self.w3 = nn.Linear(args.hidden, args.ffn, bias=False)
+            self.w2 = nn.Linear(args.ffn, args.hidden, bias=False)
+
+        def forward(self, x):
+            return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.n1 = nn.RMSNorm(args.hidden)
+            self.attn = nn.MultiheadAttention(args.hidden, 16, bias=False, batch_first=True)
+            self.n2 = nn.RMSNorm(args.hidden)
+            self.gate = nn.Linear(args.hidden, args.experts, bias=False)
+            self.experts = nn.ModuleList(Expert() for _ in range(args.experts))
+
+        def forward(self, x):
+            h = self.n1(x)
+            t = x.shape[1]
+            mask = torch.triu(torch.ones(t, t, dtype=torch.bool, device=x.device), 1)
+            x = x + self.attn(h, h, h, attn_mask=mask, need_weights=False)[0]
+            h = self.n2(x).reshape(-1, args.hidden)
+            p = F.softmax(self.gate(h).float(), dim=-1)
+            w, sel = torch.topk(p, 2, dim=-1)
+            w = (w / w.sum(-1, keepdim=True)).to(h.dtype)
+            out = torch.zeros_like(h)
+            for e in range(args.experts):
+                rows, slot = torch.where(sel == e)
+                if rows.numel():
+                    out[rows] += w[rows, slot, None] * self.experts[e](h[rows])
+            return x + out.reshape(x.shape)
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(args.vocab, args.hidden)
+            self.layers = nn.ModuleList(Block() for _ in range(args.layers))
+            self.norm = nn.RMSNorm(args.hidden)
+            self.head = nn.Linear(args.hidden, args.vocab, bias=False)
+
+        def forward(self, ids):
+            x = self.embed(ids)
+            for b in self.layers:
+                x = b(x)
+            return self.head(self.norm(x)).float()
+
+    return Model()
+
+
+def logits_of(model, ids):
+    out = model(ids)
+    return out.logits if hasattr(out, "logits") else out
+
+
+def generate(model, args, device):
+    """Greedy decoding without a KV cache (the same work in every mode), timed."""
+    import torch
+    g = torch.Generator().manual_seed(args.seed + 1)
+    ids = torch.randint(0, args.vocab, (1, args.prompt), generator=g).to(device)
+    with torch.no_grad():
+        logits_of(model, ids)  # warm-up: first-touch paging, cuBLAS handles
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(args.tokens):
+            logits = logits_of(model, ids)[:, -1, :]
+            ids = torch.cat([ids, logits.argmax(-1, keepdim=True)], dim=1)
+        torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+    return ids.cpu().numpy(), logits.float().cpu().numpy(), args.tokens / dt
+
+
+def expert_params(model):
+    import torch.nn as nn
+    for name, mod in model.named_modules():
+        if name.endswith("experts") and isinstance(mod, nn.ModuleList):
+            yield from mod
+
+
+def offload_experts(model, device):
+    """Experts in pinned host memory, copied in by a forward pre-hook and dropped after."""
+    import torch
+    for ex in expert_params(model):
+        host = {n: p.detach().to("cpu").pin_memory() for n, p in ex.named_parameters()}
+
+        def pre(mod, _inp, host=host):
+            for n, p in mod.named_parameters():
+                p.data = host[n].to(device, non_blocking=True)
+
+        def post(mod, _inp, _out, host=host):
+            for n, p in mod.named_parameters():
+                p.data = host[n]
+
+        for n, p in ex.named_parameters():
+            p.data = host[n]
+        ex.register_forward_pre_hook(pre)
+        ex.register_forward_hook(post)
+
+
+def model_bytes(model):
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def cmd_model(args, offload=False):
+    import torch
+    device = torch.device("cuda")
+    model, kind = build_model(args, "cpu")
+    total = model_bytes(model)
+    if offload:
+        model.to(device)  # non-expert weights on the GPU...
+        offload_experts(model, device)  # ...experts back on the host
+    else:
+        model.to(device)
+    ids, logits, tps = generate(model, args, device)
+    np.savez(args.out, ids=ids, logits=logits)
+    print(json.dumps({"mode": "offload" if offload else "model", "model": kind,
+                      "model_bytes": total, "tokens": args.tokens, "tokens_per_s": tps,
+                      "max_allocated": torch.cuda.max_memory_allocated()}))
+
+
+def cmd_launches(args):
+    import torch
+    x = torch.ones(256, device="cuda")
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(args.launches):
+            x.add_(1.0)
+        torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    out = {"mode": "launches", "launches": args.launches, "seconds": best,
+           "us_per_launch": best / args.launches * 1e6}
+    json.dump(out, open(args.out, "w"))
+    print(json.dumps(out))
+
+
+def cmd_compare(a, b):
+    x, y = np.load(a), np.load(b)
+    same_ids = np.array_equal(x["ids"], y["ids"])
+    diff = float(np.max(np.abs(x["logits"] - y["logits"])))
+    scale = float(np.max(np.abs(x["logits"]))) or 1.0
+    print(json.dumps({"same_ids": same_ids, "max_abs_logit_diff": diff,
+                      "relative": diff / scale}))
+    return 0 if same_ids and diff / scale < 1e-3 else 1
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", choices=["model", "offload", "launches", "compare"])
+    ap.add_argument("files", nargs="*")
+    ap.add_argument("--out")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--experts", type=int, default=8)
+    ap.add_argument("--hidden", type=int, default=1024)
+    ap.add_argument("--ffn", type=int, default=3584)
+    ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--prompt", type=int, default=16)
+    ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--launches", type=int, default=20000)
+    args = ap.parse_args()
+    if args.mode == "compare":
+        return cmd_compare(*args.files)
+    if args.mode == "launches":
+        return cmd_launches(args)
+    cmd_model(args, offload=args.mode == "offload")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

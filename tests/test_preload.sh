@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The interposer under LD_PRELOAD against tests/fakecuda (a 32 MiB "GPU"):
+#   test_preload.sh PRELOAD_SO TEST_BINARY FAKE_LIB_DIR
+# Every scenario of tests/test_preload.c runs with each way of reaching the driver; then
+# the bad-value, report and log checks.
+set -u
+so=$1 bin=$2 fakedir=$3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+
+# The managed setting: 8 MiB of device budget, 56 MiB more on the host.
+managed=(MOEVM_GPU_BUDGET=8M MOEVM_OVERSUBSCRIBE=56M)
+run() { # run NAME EXPECT_RC ENV... -- ARGS...: output in $tmp/out, $tmp/err
+    local name=$1 want=$2
+    shift 2
+    local envs=()
+    while [ "$1" != -- ]; do envs+=("$1"); shift; done
+    shift
+    env LD_LIBRARY_PATH="$fakedir" MOEVM_CUDA_LIBRARY="$fakedir/libcuda.so.1" \
+        FAKECUDA_MEM=32M "${envs[@]}" LD_PRELOAD="$so" "$bin" "$@" >"$tmp/out" 2>"$tmp/err"
+    local rc=$?
+    if [ "$rc" != "$want" ]; then
+        echo "FAIL $name: exit $rc, expected $want"
+        sed 's/^/    /' "$tmp/err" | head -20
+        fails=$((fails + 1))
+        return 1
+    fi
+    echo "ok   $name"
+}
+
+for how in link dlsym getproc; do
+    for sc in oversub routing query ipc fork; do
+        run "$sc.$how" 0 "${managed[@]}" -- "$sc.$how"
+    done
+done
+
+# Bad values: one line naming the variable, and the program runs un-managed.
+for bad in MOEVM_PRELOAD_MIN=lots MOEVM_GPU_BUDGET=-3 MOEVM_OVERSUBSCRIBE=1Q MOEVM_EVICT=fifo \
+           MOEVM_LOG=loud; do
+    var=${bad%%=*}
+    if run "bad $bad" 0 "${managed[@]}" "$bad" -- unmanaged.link; then
+        if ! grep -q "$var" "$tmp/err" || ! grep -q "unmanaged" "$tmp/err"; then
+            echo "FAIL bad $bad: stderr does not name $var and say the program runs unmanaged:"
+            sed 's/^/    /' "$tmp/err"
+            fails=$((fails + 1))
+        fi
+    fi
+done
+
+# The report and the summary line.
+if run "report" 0 "${managed[@]}" MOEVM_REPORT="$tmp/report.json" MOEVM_LOG=info \
+       -- oversub.link; then
+    grep -q "preload: .*managed allocations" "$tmp/err" ||
+        { echo "FAIL report: no summary line with MOEVM_LOG=info"; fails=$((fails + 1)); }
+    python3 - "$tmp/report.json" <<'EOF' || fails=$((fails + 1))
+import json, sys
+r = json.load(open(sys.argv[1]))
+def check(cond, what):
+    if not cond:
+        print("FAIL report:", what, json.dumps(r, indent=1)[:2000]); sys.exit(1)
+check(r["managed"]["count"] == 6 and r["managed"]["bytes"] == 6 * 8 << 20, "6 managed allocations")
+check(r["managed"]["live_bytes"] == 0, "all freed")
+check(r["native"]["count"] == 1, "one native allocation")
+check(r["space"]["device_budget_bytes"] == 8 << 20, "device budget 8 MiB")
+# 18 sums (6 of them repeats: hits), a fill, 6 more sums; the budget holds one buffer
+check(r["launches"]["managed"] == 25 and r["launches"]["hits"] == 6, "launches and hits")
+check(r["moves"]["misses"] == 19 and r["moves"]["bytes_in"] == 19 * 8 << 20, "moves in")
+check(r["moves"]["bytes_written_back"] == 18 * 8 << 20, "every eviction wrote its buffer back")
+site = r["allocations"][0]["site"]
+check(any("scenario_oversub" in f for f in site), "call site names the caller: %s" % site)
+check(r["allocations"][0]["managed_bytes"] == 6 * 8 << 20, "site bytes")
+print("ok   report contents")
+EOF
+fi
+
+# Without LD_PRELOAD the same program sees a 32 MiB device: oversubscription is ours.
+if env LD_LIBRARY_PATH="$fakedir" FAKECUDA_MEM=32M "$bin" unmanaged.link >/dev/null 2>&1; then
+    echo "ok   native baseline"
+else
+    echo "FAIL native baseline"; fails=$((fails + 1))
+fi
+
+[ "$fails" = 0 ] && echo "all preload checks passed" || echo "$fails preload check(s) failed"
+exit $((fails != 0))

@@ -1,0 +1,236 @@
+/* `moevm train-predictor`: trains the per-layer models of predict "learned" (PreScope's
+ * LLaPor; policy/predictor_mlp.h) on a trace recorded with hidden states, prints each
+ * layer's held-out top-k hit rate next to two baselines (the previous layer's experts, the
+ * most popular experts), and writes the predictor file through PATH.tmp and a rename, so a
+ * reader never sees half a file. The training itself is the pure function
+ * mvm_predictor_train; this file reads, reports and writes. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/cli.h"
+#include "policy/predictor_mlp.h"
+#include "tools/trace.h"
+
+static const char *const cmd = "train-predictor";
+
+static void usage(FILE *f)
+{
+    mvm_predictor_train_opts o;
+    mvm_predictor_train_defaults(&o);
+    fprintf(f,
+            "usage: moevm train-predictor --trace T.jsonl --out P.bin [--rank R] [--hidden H]\n"
+            "                             [--epochs N] [--batch B] [--lr X] [--lambda X]\n"
+            "                             [--gamma X] [--seed S] [--holdout F]\n"
+            "trains predict \"learned\" (PreScope's LLaPor): per MoE layer, a small model that\n"
+            "predicts the layer's experts from the previous layer's hidden state and routing.\n"
+            "The trace needs hidden states (`moevm run --trace-out FILE --trace-hidden`).\n"
+            "  --trace    the routing trace (docs/trace-format.md)\n"
+            "  --out      the predictor file to write (give it to the learned predictor)\n"
+            "  --rank     PCA width of the hidden state, middle layers; first and last layers\n"
+            "             half of it; at most n_embd (default %u)\n"
+            "  --hidden   width of each layer's MLP, 1..%u (default %u)\n"
+            "  --epochs   passes over the training tokens (default %u)\n"
+            "  --batch    tokens per AdamW step (default %u)\n"
+            "  --lr       peak learning rate of the first and last layers, the middle ones 3x,\n"
+            "             (0, 1] (default %g)\n"
+            "  --lambda   weight of the focal loss, first and last layers, 0..1000 (default %g)\n"
+            "  --gamma    focal loss exponent, 0..10 (default %g)\n"
+            "  --seed     same seed and trace, same file (default %llu)\n"
+            "  --holdout  share of tokens, the trace's last ones, held out to report the hit\n"
+            "             rates, 0..0.9 (default %g)\n",
+            o.rank, MVM_PREDICTOR_MAX_HIDDEN, o.hidden, o.epochs, o.batch, o.lr, o.lambda,
+            o.gamma, (unsigned long long)o.seed, o.holdout);
+}
+
+typedef struct args {
+    const char *trace, *out;
+    mvm_predictor_train_opts o;
+} args;
+
+/* 0, or the exit code of a bad option (its message printed). */
+static int parse(int argc, char **argv, args *a)
+{
+    mvm_predictor_train_defaults(&a->o);
+    for (int i = 1; i < argc; i += 2) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        uint32_t u = 0;
+        float x = 0;
+        int rc = 0;
+        if (!v) {
+            fprintf(stderr, "moevm %s: %s needs a value (--help lists the options)\n", cmd, f);
+            return 2;
+        }
+        if (strcmp(f, "--trace") == 0) {
+            a->trace = v;
+        } else if (strcmp(f, "--out") == 0) {
+            a->out = v;
+        } else if (strcmp(f, "--rank") == 0) {
+            rc = mvm_cli_u32(cmd, f, v, 1, UINT32_MAX, &a->o.rank);
+        } else if (strcmp(f, "--hidden") == 0) {
+            rc = mvm_cli_u32(cmd, f, v, 1, MVM_PREDICTOR_MAX_HIDDEN, &a->o.hidden);
+        } else if (strcmp(f, "--epochs") == 0) {
+            rc = mvm_cli_u32(cmd, f, v, 1, 100000, &a->o.epochs);
+        } else if (strcmp(f, "--batch") == 0) {
+            rc = mvm_cli_u32(cmd, f, v, 1, UINT32_MAX, &a->o.batch);
+        } else if (strcmp(f, "--seed") == 0) {
+            rc = mvm_cli_u32(cmd, f, v, 0, UINT32_MAX, &u);
+            a->o.seed = u;
+        } else if (strcmp(f, "--lr") == 0) {
+            rc = mvm_cli_float(cmd, f, v, 1e-9, 1, &x);
+            a->o.lr = x;
+        } else if (strcmp(f, "--lambda") == 0) {
+            rc = mvm_cli_float(cmd, f, v, 0, 1000, &x);
+            a->o.lambda = x;
+        } else if (strcmp(f, "--gamma") == 0) {
+            rc = mvm_cli_float(cmd, f, v, 0, 10, &x);
+            a->o.gamma = x;
+        } else if (strcmp(f, "--holdout") == 0) {
+            rc = mvm_cli_float(cmd, f, v, 0, 0.9, &x);
+            a->o.holdout = x;
+        } else {
+            fprintf(stderr, "moevm %s: unknown option '%s' (--help lists them)\n", cmd, f);
+            return 2;
+        }
+        if (rc)
+            return rc;
+    }
+    if (!a->trace || !a->out) {
+        fprintf(stderr, "moevm %s: %s is required (--help for usage)\n", cmd,
+                !a->trace ? "--trace T.jsonl" : "--out P.bin");
+        return 2;
+    }
+    return 0;
+}
+
+/* The progress line of each trained layer, on stderr. */
+typedef struct progress {
+    uint32_t n_layers;
+} progress;
+
+static const char *group(uint32_t kind, uint32_t t, uint32_t n_layers)
+{
+    if (kind == MVM_PREDICTOR_GATED)
+        return "middle";
+    return t < n_layers / 2 ? "input" : "output";
+}
+
+static void on_layer(void *ctx, uint32_t t, const mvm_predictor_eval *ev)
+{
+    const progress *p = ctx;
+    fprintf(stderr, "%s: layer %u/%u (%s, rank %u): loss %.4f", cmd, t, p->n_layers - 1,
+            group(ev->kind, t, p->n_layers), ev->rank, ev->loss);
+    if (ev->n_test)
+        fprintf(stderr, ", held-out hit %.1f%%", 100 * ev->hit);
+    fputc('\n', stderr);
+}
+
+static void print_table(const args *a, const mvm_trace *t, const mvm_predictor_eval *ev,
+                        size_t size)
+{
+    const uint32_t L = t->hdr.n_layers;
+    printf("%s: %u layer models, %zu bytes, from %s (%u tokens: %u to train, %u held out)\n",
+           a->out, L - 1, size, a->trace, t->n_tokens, ev[1].n_train, ev[1].n_test);
+    if (!ev[1].n_test)
+        return;
+    double sum[3] = {0};
+    printf("%6s  %-6s  %4s  %7s  %10s  %10s\n", "layer", "group", "rank", "model", "prev-layer",
+           "popularity");
+    for (uint32_t l = 1; l < L; l++) {
+        printf("%6u  %-6s  %4u  %6.1f%%  %9.1f%%  %9.1f%%\n", l, group(ev[l].kind, l, L),
+               ev[l].rank, 100 * ev[l].hit, 100 * ev[l].hit_prev, 100 * ev[l].hit_pop);
+        sum[0] += ev[l].hit;
+        sum[1] += ev[l].hit_prev;
+        sum[2] += ev[l].hit_pop;
+    }
+    printf("%6s  %-6s  %4s  %6.1f%%  %9.1f%%  %9.1f%%\n", "mean", "", "", 100 * sum[0] / (L - 1),
+           100 * sum[1] / (L - 1), 100 * sum[2] / (L - 1));
+    printf("\nheld-out top-%u hit rate: the share of the experts each token actually selected\n"
+           "that are among the predicted top-%u; prev-layer predicts layer l+1's experts to be\n"
+           "layer l's (same ids), popularity the training tokens' %u most frequent experts.\n",
+           t->hdr.top_k, t->hdr.top_k, t->hdr.top_k);
+}
+
+/* Writes size bytes to path through path.tmp and a rename. 0, or 1 with the error printed. */
+static int write_file(const char *path, const void *bytes, size_t size)
+{
+    size_t len = strlen(path);
+    char *tmp = malloc(len + 5);
+    if (!tmp) {
+        fprintf(stderr, "moevm %s: out of memory\n", cmd);
+        return 1;
+    }
+    memcpy(tmp, path, len);
+    memcpy(tmp + len, ".tmp", 5);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        fprintf(stderr, "moevm %s: %s: cannot create: %s\n", cmd, tmp, strerror(errno));
+        free(tmp);
+        return 1;
+    }
+    errno = 0;
+    int bad = fwrite(bytes, 1, size, f) != size;
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path) != 0) {
+        fprintf(stderr, "moevm %s: %s: writing failed: %s\n", cmd, path,
+                errno ? strerror(errno) : "short write");
+        remove(tmp);
+        free(tmp);
+        return 1;
+    }
+    free(tmp);
+    return 0;
+}
+
+int mvm_cmd_train_predictor(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout);
+            return 0;
+        }
+    args a = {0};
+    int rc = parse(argc, argv, &a);
+    if (rc)
+        return rc;
+    mvm_trace *t;
+    if (mvm_trace_load(a.trace, &t) != MVM_OK)
+        return mvm_cli_error(cmd);
+    if (!t->hidden) {
+        fprintf(stderr, "moevm %s: %s: has no hidden states; record with `moevm run --trace-out "
+                "FILE --trace-hidden`\n", cmd, a.trace);
+        mvm_trace_free(t);
+        return 1;
+    }
+    const mvm_trace_header *h = &t->hdr;
+    mvm_predictor_data d = {.n_layers = h->n_layers, .n_experts = h->n_experts,
+                            .top_k = h->top_k, .n_embd = h->n_embd, .n_tokens = t->n_tokens,
+                            .hidden = t->hidden, .experts = t->experts, .weights = t->weights};
+    progress p = {.n_layers = h->n_layers};
+    a.o.progress = on_layer;
+    a.o.ctx = &p;
+    mvm_predictor_eval *ev = calloc(h->n_layers, sizeof *ev);
+    void *blob = NULL;
+    size_t size = 0;
+    if (!ev) {
+        fprintf(stderr, "moevm %s: out of memory\n", cmd);
+        mvm_trace_free(t);
+        return 1;
+    }
+    fprintf(stderr, "%s: %s: %u tokens, %u layers, %u experts, top-%u, n_embd %u\n", cmd,
+            a.trace, t->n_tokens, h->n_layers, h->n_experts, h->top_k, h->n_embd);
+    if (mvm_predictor_train(&d, &a.o, ev, &blob, &size) != MVM_OK) {
+        fprintf(stderr, "moevm: %s\n", mvm_last_error()); /* "train-predictor: ..." */
+        rc = 1;
+    } else {
+        rc = write_file(a.out, blob, size);
+        if (!rc)
+            print_table(&a, t, ev, size);
+    }
+    free(blob);
+    free(ev);
+    mvm_trace_free(t);
+    return rc;
+}
