@@ -89,12 +89,33 @@ expect 0 'wrote .*sw.csv' -- "$moevm" sim --trace "$tmp/g.jsonl" --sweep budget=
 if grep -q '<svg' "$tmp/sw.svg" 2>/dev/null && [ "$(wc -l <"$tmp/sw.csv")" -eq 4 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: sweep files" >&2; fi
 expect 1 'no evict policy .belady.' -- "$moevm" sim --trace "$tmp/g.jsonl" --evict belady
 expect 1 'lru' -- "$moevm" sim --trace "$tmp/g.jsonl" --evict lru{window=3}
-expect 2 '--trace FILE is required' -- "$moevm" sim --budget 10%
+expect 2 'give --trace FILE' -- "$moevm" sim --budget 10%
+expect 2 'not both' -- "$moevm" sim --trace "$tmp/g.jsonl" --model-shape mixtral-8x7b
+expect 0 'default +[0-9.]+' -- "$moevm" sim --model-shape 4,16,2 --budget 30%
+expect 1 'model-shape' -- "$moevm" sim --model-shape gpt-5
 expect 2 "'route' .*expected role=policy|expected role=policy" -- "$moevm" sim --trace "$tmp/g.jsonl" --compare 'routing=none'
 expect 1 'cost' -- "$moevm" sim --trace "$tmp/g.jsonl" --cost tpu-v9
 head -c 300 "$tmp/g.jsonl" >"$tmp/cut.jsonl"
 expect 1 'cut.jsonl:[0-9]+' -- "$moevm" sim --trace "$tmp/cut.jsonl"
 expect 2 'skew' -- "$moevm" trace gen --shape olmoe-1b-7b --skew -1 -o "$tmp/x.jsonl"
+
+# predictors: hidden states, routers, a trained file
+expect 2 'needs --trace-out' -- "$moevm" run -m "$m" -p hi --trace-hidden
+expect 0 '"hidden":\[' -- sh -c "\"$moevm\" run -m \"$m\" -p 'a b c d e f g h' -n 40 --temp 1 --trace-out \"$tmp/h.jsonl\" --trace-hidden >/dev/null 2>&1 && sed -n 2p \"$tmp/h.jsonl\""
+expect 0 'predict=residual +[0-9.]+' -- "$moevm" sim --trace "$tmp/h.jsonl" --model "$m" --budget 40% --compare 'predict=gate; predict=residual'
+expect 1 "router weights" -- "$moevm" sim --trace "$tmp/h.jsonl" --predict gate
+expect 1 'has no hidden states' -- "$moevm" train-predictor --trace "$tmp/t.jsonl" --out "$tmp/p.bin"
+expect 0 'held-out' -- "$moevm" train-predictor --trace "$tmp/h.jsonl" --out "$tmp/p.bin"
+expect 0 'predict=learned +[0-9.]+' -- "$moevm" sim --trace "$tmp/h.jsonl" --predictor "$tmp/p.bin" --compare 'predict=learned'
+head -c 100 "$tmp/p.bin" >"$tmp/cut.bin"
+expect 1 'predictor' -- "$moevm" sim --trace "$tmp/h.jsonl" --predictor "$tmp/cut.bin" --predict learned
+expect 1 'no tensor blk.0.ffn_gate_inp.weight|is .* the trace needs' -- "$moevm" sim --trace "$tmp/g.jsonl" --model "$m" --predict gate
+
+# several servers
+expect 0 'prism +[0-9.]+' -- "$moevm" sim --trace "$tmp/g.jsonl" --servers 2
+expect 2 '--servers 1' -- "$moevm" sim --trace "$tmp/g.jsonl" --servers 1
+expect 1 'every expert must be on some server' -- "$moevm" sim --trace "$tmp/g.jsonl" --servers 2 --server-mem 10%
+expect 2 'does not apply with --servers' -- "$moevm" sim --trace "$tmp/g.jsonl" --servers 2 --evict lru
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The policy comparison of docs/perf/policies.md, in one call from the repository root:
+#   bash bench/policies/run.sh [OUTDIR]      (default docs/perf/policies)
+# For three model shapes (Mixtral 8/top-2, Qwen3-30B-A3B 128/top-8, DeepSeek-V2-Lite
+# 64/top-6; the latter's 2 shared experts are always resident and not routed, so they are
+# outside the budget) it synthesises a 512-token trace with `moevm trace gen`'s defaults
+# and sweeps each paper's policy set over budgets of 10-75% of the expert bytes.
+# Writes OUTDIR/<shape>.csv, .svg and .txt.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=${1:-docs/perf/policies}
+mkdir -p "$out"
+moevm=./build/moevm
+[ -x $moevm ] || { echo "build first: make build" >&2; exit 1; }
+
+sets='evict=lru;
+evict=lfu;
+route=importance,evict=score,assign=twoptr;
+evict=workload,assign=greedy;
+config=hot,assign=presched;
+config=fixedpoint,evict=lcp'
+sets=$(echo "$sets" | tr -d '\n')
+
+for shape in mixtral-8x7b qwen3-30b-a3b deepseek-v2-lite; do
+    trace=$out/$shape.jsonl
+    $moevm trace gen --shape $shape --tokens 512 --seed 3 -o "$trace" >/dev/null
+    $moevm sim --trace "$trace" --cost rtx3090 --compare "$sets" \
+        --sweep budget=10%..75% --steps 5 --out "$out/$shape" | tee "$out/$shape.txt"
+    rm -f "$trace"
+done
