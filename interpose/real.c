@@ -23,6 +23,10 @@
 #include "interpose/preload.h"
 #include "vmm/options.h"
 
+/* dlsym and what it runs first are called by sanitizer runtimes while they start, before
+ * their shadow memory exists: those functions must not be instrumented. */
+#define MVM_EARLY __attribute__((no_sanitize("address", "undefined", "thread")))
+
 _Thread_local int mvm_pl_guard;
 mvm_real mvm_real_fn;
 
@@ -34,7 +38,7 @@ static atomic_int cuda_loaded, nvml_loaded;
 static void *_Atomic cuda_base, *_Atomic nvml_base; /* load addresses of the two libraries */
 
 /* The public dlsym would find ours: ask for glibc's by version, newest first. */
-static void find_real_dlsym(void)
+MVM_EARLY static void find_real_dlsym(void)
 {
     real_dlsym = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
     if (!real_dlsym)
@@ -144,8 +148,10 @@ void *mvm_hook_for(void *fn)
 }
 
 /* dlsym(RTLD_NEXT, name) means "after the caller's object"; called from here it would mean
- * after ours. So walk the link map from the caller's object on, as glibc does. */
-static void *next_after(const void *caller, const char *name)
+ * after ours. So walk the link map from the caller's object on. (Each handle also searches
+ * its object's dependencies, which is harmless for the driver's names: only libcuda and
+ * NVML define them.) */
+__attribute__((noinline)) static void *next_after(const void *caller, const char *name)
 {
     Dl_info info;
     struct link_map *lm = NULL;
@@ -163,13 +169,13 @@ static void *next_after(const void *caller, const char *name)
     return NULL;
 }
 
-static bool maybe_ours(const char *name)
+MVM_EARLY static bool maybe_ours(const char *name)
 {
     return name && ((name[0] == 'c' && name[1] == 'u') || strncmp(name, "nvml", 4) == 0);
 }
 
 /* Lookups the driver libraries make of their own symbols pass through untouched. */
-static bool from_driver(const void *caller)
+__attribute__((noinline)) static bool from_driver(const void *caller)
 {
     Dl_info info;
     if (!dladdr(caller, &info) || !info.dli_fbase)
@@ -177,23 +183,34 @@ static bool from_driver(const void *caller)
     return info.dli_fbase == atomic_load(&cuda_base) || info.dli_fbase == atomic_load(&nvml_base);
 }
 
-__attribute__((visibility("default"))) void *dlsym(void *handle, const char *name)
+/* The part of dlsym for the driver's names, after start-up. */
+__attribute__((noinline)) static void *lookup_driver_name(void *handle, const char *name,
+                                                          const void *caller)
 {
-    pthread_once(&dlsym_once, find_real_dlsym);
-    if (!real_dlsym)
-        return NULL;
-    void *p = handle == RTLD_NEXT ? next_after(__builtin_return_address(0), name)
-                                  : real_dlsym(handle, name);
-    if (!p || mvm_pl_guard || !maybe_ours(name))
+    void *p = handle == RTLD_NEXT ? next_after(caller, name) : real_dlsym(handle, name);
+    if (!p || mvm_pl_guard)
         return p;
     mvm_pl_guard++;
     if (name[0] == 'n')
         mvm_real_load_nvml();
     else
         mvm_real_load();
-    void *hook = from_driver(__builtin_return_address(0)) ? NULL : mvm_hook_for(p);
+    void *hook = from_driver(caller) ? NULL : mvm_hook_for(p);
     mvm_pl_guard--;
     return hook ? hook : p;
+}
+
+MVM_EARLY __attribute__((visibility("default"))) void *dlsym(void *handle, const char *name)
+{
+    pthread_once(&dlsym_once, find_real_dlsym);
+    if (!real_dlsym)
+        return NULL;
+    /* Not ours: a tail call, so glibc sees our caller's return address and RTLD_NEXT means
+     * what the caller meant (sanitizer runtimes find their "real" functions this way while
+     * they start, before anything else may run). */
+    if (!maybe_ours(name))
+        return real_dlsym(handle, name);
+    return lookup_driver_name(handle, name, __builtin_return_address(0));
 }
 
 static void route_result(CUresult r, void **pfn)
