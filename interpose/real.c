@@ -31,21 +31,27 @@ _Thread_local int mvm_pl_guard;
 mvm_real mvm_real_fn;
 
 typedef void *(*dlsym_fn)(void *, const char *);
-static dlsym_fn real_dlsym;
-static pthread_once_t dlsym_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t load_mu = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int cuda_loaded, nvml_loaded;
 static void *_Atomic cuda_base, *_Atomic nvml_base; /* load addresses of the two libraries */
 
-/* The public dlsym would find ours: ask for glibc's by version, newest first. */
-MVM_EARLY static void find_real_dlsym(void)
+/* The public dlsym would find ours: ask for glibc's by version, newest first. Found lazily
+ * without pthread_once (sanitizer runtimes intercept it, and call dlsym before they can run
+ * an interceptor); two threads racing here store the same value. */
+MVM_EARLY static dlsym_fn real_dlsym_fn(void)
 {
-    real_dlsym = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-    if (!real_dlsym)
-        real_dlsym = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
-    if (!real_dlsym)
-        fprintf(stderr, "moevm: preload: glibc's dlsym not found (GLIBC_2.34 or 2.2.5)\n");
+    static _Atomic(dlsym_fn) found;
+    dlsym_fn f = atomic_load_explicit(&found, memory_order_acquire);
+    if (f)
+        return f;
+    f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+    if (!f)
+        f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+    if (f)
+        atomic_store_explicit(&found, f, memory_order_release);
+    return f;
 }
+#define real_dlsym (real_dlsym_fn())
 
 typedef struct route {
     const char *sym;
@@ -97,8 +103,7 @@ int mvm_real_load(void)
 {
     if (atomic_load_explicit(&cuda_loaded, memory_order_acquire))
         return 1;
-    pthread_once(&dlsym_once, find_real_dlsym);
-    if (!real_dlsym)
+    if (!real_dlsym_fn())
         return 0;
     pthread_mutex_lock(&load_mu);
     if (!atomic_load(&cuda_loaded)) {
@@ -123,8 +128,7 @@ int mvm_real_load_nvml(void)
 {
     if (atomic_load_explicit(&nvml_loaded, memory_order_acquire))
         return 1;
-    pthread_once(&dlsym_once, find_real_dlsym);
-    if (!real_dlsym)
+    if (!real_dlsym_fn())
         return 0;
     pthread_mutex_lock(&load_mu);
     void *h = atomic_load(&nvml_loaded) ? NULL : noload("libnvidia-ml.so.1");
@@ -202,14 +206,14 @@ __attribute__((noinline)) static void *lookup_driver_name(void *handle, const ch
 
 MVM_EARLY __attribute__((visibility("default"))) void *dlsym(void *handle, const char *name)
 {
-    pthread_once(&dlsym_once, find_real_dlsym);
-    if (!real_dlsym)
+    dlsym_fn real = real_dlsym_fn();
+    if (!real)
         return NULL;
     /* Not ours: a tail call, so glibc sees our caller's return address and RTLD_NEXT means
      * what the caller meant (sanitizer runtimes find their "real" functions this way while
      * they start, before anything else may run). */
     if (!maybe_ours(name))
-        return real_dlsym(handle, name);
+        return real(handle, name);
     return lookup_driver_name(handle, name, __builtin_return_address(0));
 }
 
