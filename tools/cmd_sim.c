@@ -74,8 +74,7 @@ static int role_of(const char *name, size_t len)
     return -1;
 }
 
-/* "name" or "name{params}" at p (NUL-terminated within the set's buffer); splits in place. */
-static int split_policy(char *p, const char **name, const char **params)
+int mvm_sim_cli_split_policy(char *p, const char **name, const char **params)
 {
     char *brace = strchr(p, '{');
     *name = p;
@@ -120,7 +119,8 @@ static int parse_set(const char *text, const struct policy_set *base, struct pol
         item = trim(item);
         char *eq = strchr(item, '=');
         int role = eq ? role_of(item, (size_t)(eq - item)) : -1;
-        if (role < 0 || split_policy(trim(eq + 1), &out->policy[role], &out->params[role])) {
+        if (role < 0 ||
+            mvm_sim_cli_split_policy(trim(eq + 1), &out->policy[role], &out->params[role])) {
             fprintf(stderr, "moevm sim: '%s': expected role=policy (roles: route, evict, assign, "
                     "predict, config) with optional {k=v,...}\n", item);
             return 2;
@@ -157,7 +157,7 @@ static int parse_args(int argc, char **argv, struct sim_args *a)
                 return 2;
             }
             memcpy(bp, v, len + 1);
-            if (split_policy(bp, &a->base.policy[role], &a->base.params[role])) {
+            if (mvm_sim_cli_split_policy(bp, &a->base.policy[role], &a->base.params[role])) {
                 fprintf(stderr, "moevm sim: %s %s: expected NAME or NAME{k=v,...}\n", f, v);
                 return 2;
             }

@@ -9,6 +9,10 @@
  * a one-line error. */
 int mvm_sim_cli_cost(const char *spec, const mvm_trace *t, mvm_cost *cost);
 
+/* "name" or "name{params}" in p, split in place (params NULL when absent). -1 when a brace
+ * is not closed at the end. */
+int mvm_sim_cli_split_policy(char *p, const char **name, const char **params);
+
 /* `moevm sim --servers N ...`: the multi-server model (tools/sim_cluster.h). */
 int mvm_sim_cluster_cli(int argc, char **argv);
 

@@ -118,20 +118,17 @@ static int capacities(const char *text, uint32_t n, uint64_t all, uint64_t *cap)
 static int run_one(const mvm_trace *t, const mvm_cost *cost, const mvm_cluster *c,
                    char *policy, uint32_t period)
 {
-    char *params = strchr(policy, '{');
-    if (params) {
-        char *close = strrchr(params, '}');
-        if (!close || close[1]) {
-            fprintf(stderr, "moevm sim: --place %s: expected NAME or NAME{k=v,...}\n", policy);
-            return 2;
-        }
-        *params++ = '\0';
-        *close = '\0';
+    char label[160];
+    snprintf(label, sizeof label, "%s", policy);
+    const char *name, *params;
+    if (mvm_sim_cli_split_policy(policy, &name, &params)) {
+        fprintf(stderr, "moevm sim: --place %s: expected NAME or NAME{k=v,...}\n", label);
+        return 2;
     }
     mvm_sim_cluster_result r;
-    if (mvm_sim_cluster_run(t, cost, c, policy, params, period, &r) != MVM_OK)
+    if (mvm_sim_cluster_run(t, cost, c, name, params, period, &r) != MVM_OK)
         return mvm_cli_error("sim");
-    printf("%-28.28s %7.1f %9.3f %10u %11.2f", policy, 100.0 * r.local_share,
+    printf("%-28.28s %7.1f %9.3f %10u %11.2f", label, 100.0 * r.local_share,
            1e3 * r.mean_latency, r.migrations, (double)r.bytes_migrated / 1e9);
     for (uint32_t s = 0; s < r.n_servers && s < 8; s++)
         printf(" %8.3f", 1e3 * r.home_latency[s]);
