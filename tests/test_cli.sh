@@ -87,6 +87,22 @@ expect 0 'evict=lcp +[0-9.]+' -- "$moevm" sim --trace "$tmp/g.jsonl" --budget 20
 expect 0 'default +[0-9.]+' -- "$moevm" sim --trace "$tmp/t.jsonl" --budget 50% --page-size 64K
 expect 0 'wrote .*sw.csv' -- "$moevm" sim --trace "$tmp/g.jsonl" --sweep budget=10%..50% --steps 3 --out "$tmp/sw"
 if grep -q '<svg' "$tmp/sw.svg" 2>/dev/null && [ "$(wc -l <"$tmp/sw.csv")" -eq 4 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: sweep files" >&2; fi
+# --alpha-for: the chosen alpha, replayed, meets a target halfway between alpha 0 and 1
+expect 0 'alpha 0.000 is the smallest that meets 1e\+06' -- "$moevm" sim --trace "$tmp/g.jsonl" --budget 20% --alpha-for 1e6
+lo=$(awk '$1 == "1.000" {print $2}' "$tmp/out") hi=$(awk '$1 == "0.000" {print $2}' "$tmp/out")
+target=$(awk -v a="$lo" -v b="$hi" 'BEGIN {printf "%.3f", (a + b) / 2}')
+expect 0 'use: --route' -- "$moevm" sim --trace "$tmp/g.jsonl" --budget 20% --alpha-for "$target"
+chosen=$(sed -n "s/^use: --route 'importance{\(alpha=[0-9.]*\)}'$/\1/p" "$tmp/out")
+ms=$("$moevm" sim --trace "$tmp/g.jsonl" --budget 20% --route "importance{$chosen}" | awk '$1 == "default" {print $8}')
+if awk -v m="$ms" -v t="$target" -v c="${chosen#alpha=}" 'BEGIN {exit !(c > 0 && c < 1 && m <= t * 1.02)}'; then
+    pass=$((pass + 1))
+else
+    fail=$((fail + 1)); echo "FAIL: --alpha-for $target chose '$chosen', which runs at '$ms' ms/token" >&2
+fi
+expect 1 'unreachable' -- "$moevm" sim --trace "$tmp/g.jsonl" --budget 20% --alpha-for 1e-3
+expect 2 'leave --route out' -- "$moevm" sim --trace "$tmp/g.jsonl" --alpha-for 5 --route none
+expect 2 'leave out --compare' -- "$moevm" sim --trace "$tmp/g.jsonl" --alpha-for 5 --compare 'evict=lru'
+expect 2 'alpha-degree 9' -- "$moevm" sim --trace "$tmp/g.jsonl" --alpha-for 5 --alpha-degree 9
 expect 1 'no evict policy .belady.' -- "$moevm" sim --trace "$tmp/g.jsonl" --evict belady
 expect 1 'lru' -- "$moevm" sim --trace "$tmp/g.jsonl" --evict lru{window=3}
 expect 2 'give --trace FILE' -- "$moevm" sim --budget 10%

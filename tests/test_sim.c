@@ -3,7 +3,8 @@
  * loaded exactly once and nothing is evicted; with no budget every access is a miss and no
  * byte moves; the serial copy engine's busy time is bytes ÷ bandwidth (plus the per-copy
  * setup); the time breakdown sums to the total; the capacity is never exceeded; a larger
- * budget never hits less under LRU on the same trace (LRU is a stack algorithm).
+ * budget never hits less under LRU on the same trace (LRU is a stack algorithm); a split
+ * expert (MoEpic) computes its resident prefix while the rest loads, to the closed form.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -160,9 +161,60 @@ static void test_policies_run(void)
     mvm_trace_free(t);
 }
 
+/* One layer, expert 0 every token, 4 pages an expert. config fixedpoint with a τ beyond
+ * the trace keeps its start: θ = 0.5, a layer budget of 4 pages (8 of capacity less one
+ * expert of load buffer). Token 0 loads all 4 pages (the configuration comes after a
+ * token); token 1 hits, then the expert is trimmed to its 2-page top; from token 2 on each
+ * token loads the 2-page bottom while the GPU computes the top half, then the bottom half. */
+static void test_split_overlap(void)
+{
+    const uint32_t n_tok = 12;
+    const uint64_t eb = 8u << 20;
+    mvm_trace_header h = {.model = "test", .arch = "test", .n_layers = 1, .n_experts = 2,
+                          .top_k = 1, .expert_bytes = eb, .n_embd = 2048, .n_ff_exp = 768,
+                          .weights_renormalised = 1};
+    mvm_trace *t;
+    CHECK_ST(mvm_trace_new(&h, n_tok, 0, &t), MVM_OK);
+    for (uint32_t i = 0; i < n_tok; i++) {
+        mvm_trace_scores(t, i, 0)[0] = 0.75f;
+        mvm_trace_scores(t, i, 0)[1] = 0.25f;
+        mvm_trace_experts(t, i, 0)[0] = 0;
+        mvm_trace_weights(t, i, 0)[0] = 1.0f;
+    }
+    /* two regimes: the top's compute hides the bottom's copy, or the copy dominates */
+    for (int slow_gpu = 0; slow_gpu < 2; slow_gpu++) {
+        mvm_machine m = *mvm_machine_preset("h100");
+        if (slow_gpu)
+            m.gpu_mem_bw = m.pcie_bw / 2; /* g ≈ 2 × a whole expert's load */
+        mvm_cost cost;
+        mvm_cost_init(&cost, &m, eb, 2048, 768);
+        mvm_sim_config c;
+        mvm_sim_config_init(&c);
+        c.policy[MVM_ROLE_CONFIG] = "fixedpoint";
+        c.params[MVM_ROLE_CONFIG] = "tau=1000000";
+        c.policy[MVM_ROLE_EVICT] = "lcp";
+        c.budget_pages = 8;
+        mvm_sim_result r;
+        CHECK_ST(mvm_sim_run(t, &cost, &c, &r), MVM_OK);
+        double g = mvm_cost_gpu(&cost, 1), half = mvm_cost_load_bytes(&cost, eb / 2);
+        double first = m.attn_time + mvm_cost_load_bytes(&cost, eb) + g;
+        double second = m.attn_time + g;
+        double steady = m.attn_time + fmax(0.5 * g, half) + 0.5 * g;
+        CHECK(fabs(r.time - (first + second + (n_tok - 2) * steady)) < 1e-9 * r.time);
+        CHECK(r.hits == 1 && r.partial_hits == n_tok - 2 && r.misses == n_tok - 1);
+        CHECK(r.bytes_loaded == eb + (uint64_t)(n_tok - 2) * (eb / 2));
+        check_breakdown(&r);
+        /* the GPU stalls exactly when the copy outlasts the top's compute */
+        CHECK(fabs(r.t_stall - (n_tok - 2) * fmax(0, half - 0.5 * g) -
+                   mvm_cost_load_bytes(&cost, eb)) < 1e-9 * r.time);
+    }
+    mvm_trace_free(t);
+}
+
 int main(void)
 {
     RUN(test_closed_forms);
     RUN(test_policies_run);
+    RUN(test_split_overlap);
     TEST_END();
 }

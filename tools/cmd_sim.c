@@ -4,7 +4,7 @@
  *   moevm sim --trace T.jsonl [--budget SIZE|PCT] [--cost PRESET|FILE.json]
  *             [--route NAME] [--evict NAME] [--assign NAME] [--predict NAME] [--config NAME]
  *             [--page-size SIZE] [--zerocopy] [--compare SETS] [--sweep budget=A..B]
- *             [--steps N] [--out PREFIX]
+ *             [--steps N] [--out PREFIX] [--alpha-for MS [--alpha-degree D]]
  *
  * A policy is NAME or NAME{k=v,k=v}. A policy set for --compare is role=policy items
  * separated by commas, sets separated by ';', e.g.
@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "engine/cli.h"
+#include "policy/route_alpha.h"
 #include "tools/cmd_sim.h"
 #include "tools/sim.h"
 #include "tools/sim_inputs.h"
@@ -38,7 +39,9 @@ struct sim_args {
     const char *trace, *cost, *budget, *compare, *sweep, *out, *page;
     const char *model, *predictor, *shape;
     int zerocopy;
-    uint32_t steps;
+    uint32_t steps, alpha_degree;
+    int steps_given;
+    float alpha_for;                    /* ms per token; 0 = not asked */
     struct policy_set base;             /* from --route/--evict/... */
     struct policy_set sets[MAX_SETS];
     int n_sets;
@@ -61,6 +64,9 @@ static void usage(FILE *f)
             "               PREFIX.svg (--out, default sim-sweep)\n"
             "  --model      the GGUF that recorded the trace: routers for predict gate/residual\n"
             "  --predictor  a `moevm train-predictor` file for predict learned\n"
+            "  --alpha-for MS  choose route importance's alpha for MS ms/token (SMoE §V-C):\n"
+            "               --steps alphas over [0, 1] (default 11) and a polynomial fit of\n"
+            "               --alpha-degree D (default 2)\n"
             "  --servers N  the multi-server model of the place role instead (--servers --help)\n",
             mvm_machine_preset_names());
 }
@@ -133,6 +139,7 @@ static int parse_args(int argc, char **argv, struct sim_args *a)
 {
     memset(a, 0, sizeof *a);
     a->steps = 10;
+    a->alpha_degree = 2;
     char *bp = a->base.buf;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -175,6 +182,13 @@ static int parse_args(int argc, char **argv, struct sim_args *a)
         else if (!strcmp(f, "--steps")) {
             if (mvm_cli_u32("sim", f, v, 2, 1000, &a->steps))
                 return 2;
+            a->steps_given = 1;
+        } else if (!strcmp(f, "--alpha-for")) {
+            if (mvm_cli_float("sim", f, v, 1e-6, 1e9, &a->alpha_for))
+                return 2;
+        } else if (!strcmp(f, "--alpha-degree")) {
+            if (mvm_cli_u32("sim", f, v, 1, MVM_ALPHA_FIT_MAX_DEGREE, &a->alpha_degree))
+                return 2;
         } else {
             fprintf(stderr, "moevm sim: unknown option %s (see --help)\n", f);
             return 2;
@@ -186,6 +200,23 @@ static int parse_args(int argc, char **argv, struct sim_args *a)
                 "trace gen`'s defaults), not both\n");
         return 2;
     }
+    if (a->alpha_for && (a->compare || a->sweep)) {
+        fprintf(stderr, "moevm sim: --alpha-for runs its own series; leave out --compare and "
+                "--sweep\n");
+        return 2;
+    }
+    const char *route = a->base.policy[MVM_ROLE_ROUTE];
+    if (a->alpha_for && route && (strcmp(route, "importance") || a->base.params[MVM_ROLE_ROUTE])) {
+        fprintf(stderr, "moevm sim: --alpha-for chooses the alpha of route importance; leave "
+                "--route out\n");
+        return 2;
+    }
+    if (!a->alpha_for && a->alpha_degree != 2) {
+        fprintf(stderr, "moevm sim: --alpha-degree goes with --alpha-for\n");
+        return 2;
+    }
+    if (!a->steps_given)
+        a->steps = a->alpha_for ? 11 : 10;
     snprintf(a->base.label, sizeof a->base.label, "default");
     if (!a->compare) {
         a->sets[a->n_sets++] = a->base;
@@ -239,8 +270,8 @@ static int budget_pages(const char *text, const mvm_trace *t, uint32_t page, uin
 
 static void print_header(void)
 {
-    printf("%-44s %7s %8s %6s %6s %6s %9s %7s %7s %7s %7s\n", "policies", "hit %", "moved GB",
-           "pf-pr", "pf-rc", "cpu %", "ms/token", "attn", "gpu", "stall", "cpu-w");
+    printf("%-52s %7s %6s %8s %6s %6s %6s %9s %7s %7s %7s %7s\n", "policies", "hit %", "part %",
+           "moved GB", "pf-pr", "pf-rc", "cpu %", "ms/token", "attn", "gpu", "stall", "cpu-w");
 }
 
 static void print_row(const char *label, const mvm_sim_result *r)
@@ -250,8 +281,8 @@ static void print_row(const char *label, const mvm_sim_result *r)
     double prec = r->prefetches ? (double)r->prefetch_used / (double)r->prefetches : 0;
     double rec = r->prefetch_hits + r->misses ? (double)r->prefetch_hits /
                                                 (double)(r->prefetch_hits + r->misses) : 0;
-    printf("%-44.44s %7.1f %8.2f %6.2f %6.2f %6.1f %9.3f %7.3f %7.3f %7.3f %7.3f\n", label,
-           100.0 * (double)r->hits / acc, (double)(r->bytes_loaded + r->bytes_prefetched) / 1e9,
+    printf("%-52.52s %7.1f %6.1f %8.2f %6.2f %6.2f %6.1f %9.3f %7.3f %7.3f %7.3f %7.3f\n", label,
+           100.0 * (double)r->hits / acc, 100.0 * (double)r->partial_hits / acc, (double)(r->bytes_loaded + r->bytes_prefetched) / 1e9,
            prec, rec, 100.0 * (double)r->cpu_runs / acc, 1e3 * r->time / tok,
            1e3 * r->t_attn / tok, 1e3 * r->t_gpu / tok, 1e3 * r->t_stall / tok,
            1e3 * r->t_cpu_wait / tok);
@@ -306,7 +337,7 @@ static int sweep(const struct sim_args *a, const mvm_trace *t, const mvm_cost *c
         fprintf(stderr, "moevm sim: %s: %s\n", path, strerror(errno));
         return 1;
     }
-    fprintf(csv, "policies,budget_pct,hit_pct,moved_gb,prefetch_precision,cpu_pct,ms_per_token\n");
+    fprintf(csv, "policies,budget_pct,hit_pct,partial_pct,moved_gb,prefetch_precision,cpu_pct,ms_per_token\n");
     double *ms = malloc((size_t)a->n_sets * a->steps * sizeof *ms);
     double *x = malloc(a->steps * sizeof *x);
     const char *labels[MAX_SETS];
@@ -332,11 +363,12 @@ static int sweep(const struct sim_args *a, const mvm_trace *t, const mvm_cost *c
             print_row(label, &r);
             double tok = r.tokens ? (double)r.tokens : 1;
             ms[(size_t)s * a->steps + i] = 1e3 * r.time / tok;
-            fprintf(csv, "\"%s\",%.2f,%.3f,%.4f,%.4f,%.3f,%.5f\n", a->sets[s].label, pct,
-                    100.0 * (double)r.hits / (double)(r.accesses ? r.accesses : 1),
+            double acc = (double)(r.accesses ? r.accesses : 1);
+            fprintf(csv, "\"%s\",%.2f,%.3f,%.3f,%.4f,%.4f,%.3f,%.5f\n", a->sets[s].label, pct,
+                    100.0 * (double)r.hits / acc, 100.0 * (double)r.partial_hits / acc,
                     (double)(r.bytes_loaded + r.bytes_prefetched) / 1e9,
                     r.prefetches ? (double)r.prefetch_used / (double)r.prefetches : 0,
-                    100.0 * (double)r.cpu_runs / (double)(r.accesses ? r.accesses : 1),
+                    100.0 * (double)r.cpu_runs / acc,
                     ms[(size_t)s * a->steps + i]);
         }
     }
@@ -404,7 +436,10 @@ int mvm_cmd_sim(int argc, char **argv)
     }
     if (!rc)
         rc = budget_pages(a.budget, t, cfg.page_bytes, &cfg.budget_pages);
-    if (!rc && !a.sweep) {
+    if (!rc && a.alpha_for) {
+        apply_set(&a.sets[0], &cfg);
+        rc = mvm_sim_alpha_cli(t, &cost, &cfg, a.alpha_for, a.alpha_degree, a.steps);
+    } else if (!rc && !a.sweep) {
         printf("trace %s: %u tokens, %u layers x %u experts (top-%u) of %.1f MiB; budget %llu of "
                "%llu pages; cost %s\n", a.trace, t->n_tokens, t->hdr.n_layers, t->hdr.n_experts,
                t->hdr.top_k, (double)t->hdr.expert_bytes / 1048576.0,

@@ -3,6 +3,7 @@
 #define MVM_TOOLS_CMD_SIM_H
 
 #include "policy/cost.h"
+#include "tools/sim.h"
 #include "tools/trace.h"
 
 /* --cost: a preset name or a JSON cost file, for the trace's shape. 0, or 1 after printing
@@ -12,6 +13,13 @@ int mvm_sim_cli_cost(const char *spec, const mvm_trace *t, mvm_cost *cost);
 /* "name" or "name{params}" in p, split in place (params NULL when absent). -1 when a brace
  * is not closed at the end. */
 int mvm_sim_cli_split_policy(char *p, const char **name, const char **params);
+
+/* `moevm sim --alpha-for MS` (tools/cmd_sim_alpha.c): replays the trace with route
+ * importance at `points` α evenly spaced over [0, 1] and cfg's other roles, prints the
+ * table and the smallest α whose degree-`degree` fit meets target_ms per token. 0, or 1
+ * after a one-line error (an unreachable target among them). Leaves cfg's route unset. */
+int mvm_sim_alpha_cli(const mvm_trace *t, const mvm_cost *cost, mvm_sim_config *cfg,
+                      double target_ms, uint32_t degree, uint32_t points);
 
 /* `moevm sim --servers N ...`: the multi-server model (tools/sim_cluster.h). */
 int mvm_sim_cluster_cli(int argc, char **argv);

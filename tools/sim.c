@@ -52,6 +52,8 @@ struct sim {
     float *weights, *next_scores;
     uint32_t *counts;        /* [E] */
     uint8_t *where;          /* [E] */
+    double *load_ready;      /* [E] when an expert's on-demand load ends */
+    double *top_share;       /* [E] the share of its pages resident before that load */
     uint32_t *prefetch;      /* [E] */
     uint64_t *layer_pages;   /* [L] config budgets (UINT64_MAX: none) */
     float *theta;            /* [L] */
@@ -212,6 +214,7 @@ static mvm_status sim_layer(struct sim *s, uint32_t tok, uint32_t l, double *clo
         int hit = s->resident[x] == ppe(s) && s->ready[x] <= t_attn_end;
         s->r.hits += hit;
         s->r.misses += !hit;
+        s->r.partial_hits += !hit && s->resident[x] > 0 && s->ready[x] <= t_attn_end;
         if (s->by_prefetch[x]) {
             s->r.prefetch_used++;
             s->r.prefetch_hits += hit;
@@ -228,49 +231,59 @@ static mvm_status sim_layer(struct sim *s, uint32_t tok, uint32_t l, double *clo
     const mvm_assign_ops *ao = s->mod[MVM_ROLE_ASSIGN].ops;
     ao->assign(s->mod[MVM_ROLE_ASSIGN].self, &s->view, &step, predicted ? s->next_scores : NULL, &a);
 
-    /* Experts: resident ones first on the GPU, then loads in the order their copies end. */
+    /* Experts, in three passes. 0: the resident ones on the GPU, CPU and zero-copy ones on
+     * their own resources. 1: loads are issued in expert order (the copy engine is serial)
+     * while the GPU computes the resident prefix of each partly resident expert: MoEpic's
+     * split (seed 003 §3.2), the top segment's rows run while the bottom's copy is on the
+     * bus, the prefix's share of the expert's compute being its share of the pages.
+     * 2: each loaded expert's rest, as soon as its copy ends and the GPU is free. */
     double gpu = t_attn_end, cpu = fmax(s->cpu_free, t_attn_end), stall = 0;
-    for (int pass = 0; pass < 2; pass++)
+    for (int pass = 0; pass < 3; pass++)
         for (uint32_t e = 0; e < s->E; e++) {
             uint32_t x = l * s->E + e, n = s->counts[e];
             if (!n)
                 continue;
-            int where = s->where[e];
-            int resident = s->resident[x] == ppe(s);
-            if (where == MVM_RUN_GPU && !resident)
-                where = MVM_RUN_GPU_LOAD; /* the module assumed a residency it does not have */
             if (pass == 0) {
-                if (where == MVM_RUN_CPU) {
+                int resident = s->resident[x] == ppe(s);
+                if (s->where[e] == MVM_RUN_NONE)
+                    s->where[e] = MVM_RUN_GPU; /* a module that left it out: the default */
+                if (s->where[e] == MVM_RUN_GPU && !resident)
+                    s->where[e] = MVM_RUN_GPU_LOAD; /* the module assumed a residency it lacks */
+                if (s->where[e] == MVM_RUN_CPU) {
                     cpu += mvm_cost_cpu(s->cost, n);
                     s->r.cpu_runs++;
-                } else if (where == MVM_RUN_ZEROCOPY) {
+                } else if (s->where[e] == MVM_RUN_ZEROCOPY) {
                     gpu += mvm_cost_zerocopy(s->cost, n);
                     s->r.zerocopy_runs++;
-                } else if (where == MVM_RUN_GPU) { /* resident, maybe still arriving */
+                } else if (s->where[e] == MVM_RUN_GPU) { /* resident, maybe still arriving */
                     double ready = fmax(gpu, s->ready[x]);
                     stall += ready - gpu;
                     gpu = ready + mvm_cost_gpu(s->cost, n);
                 }
-                continue;
-            }
-            if (where != MVM_RUN_GPU_LOAD)
-                continue;
-            double ready = load_now(s, x, t_attn_end);
-            if (ready < 0) { /* no room: run it where no device memory is needed */
-                if (s->cfg->zerocopy) {
-                    gpu += mvm_cost_zerocopy(s->cost, n);
-                    s->r.zerocopy_runs++;
-                } else {
-                    cpu += mvm_cost_cpu(s->cost, n);
-                    s->r.cpu_runs++;
+            } else if (s->where[e] == MVM_RUN_GPU_LOAD && pass == 1) {
+                double top = (double)s->resident[x] / (double)ppe(s);
+                double ready = load_now(s, x, t_attn_end);
+                if (ready < 0) { /* no room: run it where no device memory is needed */
+                    if (s->cfg->zerocopy) {
+                        gpu += mvm_cost_zerocopy(s->cost, n);
+                        s->r.zerocopy_runs++;
+                    } else {
+                        cpu += mvm_cost_cpu(s->cost, n);
+                        s->r.cpu_runs++;
+                    }
+                    s->where[e] = MVM_RUN_NONE;
+                    continue;
                 }
-                continue;
+                s->load_ready[e] = ready;
+                s->top_share[e] = top;
+                gpu += top * mvm_cost_gpu(s->cost, n);
+            } else if (s->where[e] == MVM_RUN_GPU_LOAD) {
+                if (s->load_ready[e] > gpu) {
+                    stall += s->load_ready[e] - gpu;
+                    gpu = s->load_ready[e];
+                }
+                gpu += (1 - s->top_share[e]) * mvm_cost_gpu(s->cost, n);
             }
-            if (ready > gpu) {
-                stall += ready - gpu;
-                gpu = ready;
-            }
-            gpu += mvm_cost_gpu(s->cost, n);
         }
     double end = fmax(gpu, cpu);
     s->r.t_gpu += gpu - t_attn_end - stall;
@@ -354,8 +367,8 @@ static void free_sim(struct sim *s)
         if (s->mod[r].ops)
             ((const mvm_evict_ops *)s->mod[r].ops)->destroy(s->mod[r].self);
     void *p[] = {s->resident, s->busy, s->ready, s->by_prefetch, s->cand, s->queue, s->queued,
-                 s->experts, s->weights, s->next_scores, s->counts, s->where, s->prefetch,
-                 s->layer_pages, s->theta};
+                 s->experts, s->weights, s->next_scores, s->counts, s->where, s->load_ready,
+                 s->top_share, s->prefetch, s->layer_pages, s->theta};
     for (size_t i = 0; i < sizeof p / sizeof *p; i++)
         free(p[i]);
 }
@@ -389,12 +402,14 @@ mvm_status mvm_sim_run(const mvm_trace *t, const mvm_cost *cost, const mvm_sim_c
     s.next_scores = calloc(s.E, sizeof *s.next_scores);
     s.counts = calloc(s.E, sizeof *s.counts);
     s.where = calloc(s.E, 1);
+    s.load_ready = calloc(s.E, sizeof *s.load_ready);
+    s.top_share = calloc(s.E, sizeof *s.top_share);
     s.prefetch = calloc(4 * (size_t)s.E, sizeof *s.prefetch);
     s.layer_pages = malloc(s.L * sizeof *s.layer_pages);
     s.theta = malloc(s.L * sizeof *s.theta);
     if (!s.resident || !s.busy || !s.ready || !s.by_prefetch || !s.cand || !s.queue ||
         !s.queued || !s.experts || !s.weights || !s.next_scores || !s.counts || !s.where ||
-        !s.prefetch || !s.layer_pages || !s.theta) {
+        !s.load_ready || !s.top_share || !s.prefetch || !s.layer_pages || !s.theta) {
         free_sim(&s);
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the simulation");
     }

@@ -6,7 +6,8 @@
  * token by token, layer by layer; each layer is
  *
  *   attention (GPU) → route → assign → experts: resident ones on the GPU, loads on the copy
- *   engine then the GPU, zero-copy on the GPU, CPU ones on the pool, concurrently → the
+ *   engine then the GPU (a resident page prefix computing while the rest loads, as
+ *   MoEpic's split does), zero-copy on the GPU, CPU ones on the pool, concurrently → the
  *   layer ends when GPU and CPU are both done → predictions for the next layer queue
  *   prefetches → observations to evict/config.
  *
@@ -38,6 +39,7 @@ typedef struct mvm_sim_config {
 
 typedef struct mvm_sim_result {
     uint64_t tokens, accesses, hits, misses, substitutions;
+    uint64_t partial_hits;               /* misses that found a page prefix resident (a split) */
     uint64_t cpu_runs, zerocopy_runs, loads, prefetches, prefetch_used, prefetch_hits;
     uint64_t bytes_loaded, bytes_prefetched;
     double time;                         /* modelled seconds for all tokens */

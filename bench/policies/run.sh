@@ -18,7 +18,7 @@ evict=lfu;
 route=importance,evict=score,assign=twoptr;
 evict=workload,assign=greedy;
 config=hot,assign=presched;
-config=fixedpoint,evict=lcp'
+config=fixedpoint{tau=64},evict=lcp'
 sets=$(echo "$sets" | tr -d '\n')
 
 for shape in mixtral-8x7b qwen3-30b-a3b deepseek-v2-lite; do

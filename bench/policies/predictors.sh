@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The predictor comparison of docs/perf/policies.md ("Predictors on recorded traces"), in
+# one call from the repository root:
+#   bash bench/policies/predictors.sh [OUTDIR]     (default docs/perf/policies)
+# Synthetic traces carry no hidden states, so the papers' predictors (DALI's residual,
+# PreScope's learned one, MoEpic's speculative gate) are compared on a random-weight
+# Qwen3-MoE-shaped model that records its own traces: 20 sampled generations train
+# `moevm train-predictor`, 5 others are replayed by `moevm sim` at a 40% budget (64 KiB
+# pages, so that the model's 384 KiB experts can be split).
+# Writes OUTDIR/predictors.txt; the model and traces stay in a temporary directory.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=${1:-docs/perf/policies}
+mkdir -p "$out"
+moevm=./build/moevm
+[ -x $moevm ] || { echo "build first: make build" >&2; exit 1; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+model=$work/model.gguf
+$moevm mkmodel --preset tiny --arch qwen3moe --layers 8 --experts 32 --top-k 4 --embd 256 \
+    --expert-ff 128 -o "$model" >/dev/null
+
+words=(cache expert memory router prefetch layer copy host token request task number)
+n_train=20 n_eval=5
+# A merged trace: the first file's header, then every file's records with its own request
+# id (each `moevm run` records req 0).
+merge() {
+    local dst=$1 i=0
+    shift
+    head -n 1 "$1" >"$dst"
+    for f in "$@"; do
+        tail -n +2 "$f" | sed "s/^{\"req\":0,/{\"req\":$i,/" >>"$dst"
+        i=$((i + 1))
+    done
+}
+
+n=$((n_train + n_eval))
+for ((i = 0; i < n; i++)); do
+    echo "recording generation $((i + 1)) of $n" >&2
+    prompt="the ${words[i % 12]} and the ${words[(i * 5 + 3) % 12]}"
+    $moevm run -m "$model" -p "$prompt" -n 400 --temp 0.8 --seed $((i + 1)) -t 2 \
+        --trace-out "$work/t$i.jsonl" --trace-hidden >/dev/null
+done
+merge "$work/train.jsonl" $(for ((i = 0; i < n_train; i++)); do echo "$work/t$i.jsonl"; done)
+merge "$work/eval.jsonl" $(for ((i = n_train; i < n; i++)); do echo "$work/t$i.jsonl"; done)
+
+{
+    echo "# moevm train-predictor on $n_train generations"
+    $moevm train-predictor --trace "$work/train.jsonl" --out "$work/p.bin"
+    echo
+    echo "# moevm sim on $n_eval other generations, budget 40%, rtx3090, 64 KiB pages"
+    $moevm sim --trace "$work/eval.jsonl" --model "$model" --predictor "$work/p.bin" \
+        --budget 40% --cost rtx3090 --page-size 64K --compare 'evict=lru;
+            evict=lru,predict=gate; evict=lru,predict=residual; evict=lru,predict=learned;
+            config=fixedpoint{tau=64},evict=lcp;
+            config=fixedpoint{tau=64},evict=lcp,predict=gate'
+} | tee "$out/predictors.txt"
