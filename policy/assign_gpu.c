@@ -25,11 +25,12 @@ static mvm_status gpu_create(const mvm_pinit *init, void **self)
 }
 
 static void gpu_assign(void *self, const mvm_pview *v, const mvm_pstep *step,
-                       const float *next_scores, mvm_assignment *out)
+                       const float *ahead, uint32_t n_ahead, mvm_assignment *out)
 {
     mvm_assign_base *b = self;
     uint32_t n = mvm_assign_scan(b, v, step, out);
-    (void)next_scores;
+    (void)ahead;
+    (void)n_ahead;
     for (uint32_t i = 0; i < n; i++) {
         const mvm_aexp *x = &b->ex[i];
         out->where[x->e] = x->pages ? MVM_RUN_GPU_LOAD : MVM_RUN_GPU;

@@ -38,13 +38,14 @@ static mvm_status greedy_create(const mvm_pinit *init, void **self)
 }
 
 static void greedy_assign(void *self, const mvm_pview *v, const mvm_pstep *step,
-                          const float *next_scores, mvm_assignment *out)
+                          const float *ahead, uint32_t n_ahead, mvm_assignment *out)
 {
     mvm_assign_base *b = self;
     uint32_t n = mvm_assign_scan(b, v, step, out);
     uint64_t room = mvm_assign_room(v, step);
     double T_gpu = 0, T_cpu = 0;
-    (void)next_scores;
+    (void)ahead;
+    (void)n_ahead;
 
     for (uint32_t i = 0; i < n; i++)
         b->rank[i] = (mvm_rank){.key = fabs(mvm_assign_dali_gpu(&b->ex[i]) - b->ex[i].t_cpu),

@@ -36,15 +36,20 @@
  * - P_hit: the running hit rate of this module's own earlier prefetches (a planned expert
  *   that its layer then used), 0 before any evidence, so no prefetch overhangs the window
  *   until the predictor has shown hits; parameter p_hit fixes it instead.
- * - Q4, lookahead: PreScope extends to layer+2 when the current layer has no on-demand
- *   loads. The assign contract passes predictions for layer+1 only, so the depth here is 1;
- *   with no on-demand loads the window is simply the whole of T_CPU plus the attention.
+ * - Q4, lookahead: when the current layer has no on-demand loads, PreScope "extends the
+ *   prediction window" to layer+2 with "the same trade-off logic" (its "two-layer
+ *   lookahead"; the depth limit is not given, so it is a parameter, default 2). Here:
+ *   once layer+1's predicted set is planned whole inside the window, and only when this
+ *   layer loads nothing, layer+2's predicted experts are planned the same way in what is
+ *   left of the window, which grows by layer+2's attention (the link is free until
+ *   layer+2 routes). A critical prefetch or a full room ends the plan at any depth.
  * - The memory constraint (assign_common.h): the heavy end may only be as long as the room
  *   allows (the threshold search starts where its pages fit), and prefetches stop at the
  *   first candidate whose pages no longer fit.
  *
  * Parameters: p_hit in [0, 1] (default: the running estimate above); attn = 0 or 1
- * (default 1): whether layer+1's attention, attn_time·n_tok, is part of the window (A10).
+ * (default 1): whether layer+1's attention, attn_time·n_tok, is part of the window (A10);
+ * depth = 1 or 2 (default 2): the layers ahead that may be prefetched (Q4).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -53,15 +58,14 @@
 #include "policy/modules.h"
 #include "vmm/error.h"
 
-#define NO_LAYER UINT32_MAX
-
 typedef struct presched {
     mvm_assign_base b;
     double p_hit;           /* NAN: use the running estimate */
     int attn;
-    mvm_rank *next;         /* [E] layer+1 by predicted probability */
-    uint32_t *planned;      /* [E] experts of the last plan's prefetches */
-    uint32_t n_planned, planned_layer;
+    uint32_t depth;
+    mvm_rank *next;         /* [E] a later layer's experts by predicted probability */
+    uint32_t *planned;      /* [depth*E] ids planned for layers not yet seen, no repeats */
+    uint32_t n_planned;
     uint64_t tried, hits;   /* the running P_hit */
 } presched;
 
@@ -78,21 +82,25 @@ static void presched_destroy(void *self)
 
 static mvm_status presched_create(const mvm_pinit *init, void **self)
 {
-    static const char *const known[] = {"p_hit", "attn", NULL};
+    static const char *const known[] = {"p_hit", "attn", "depth", NULL};
     const char *me = "assign presched";
-    double p_hit, attn;
+    double p_hit, attn, depth;
     *self = NULL;
     mvm_status st = mvm_pparams_check(&init->params, known, me);
     if (st == MVM_OK)
         st = mvm_pparam_double(&init->params, "p_hit", NAN, &p_hit);
     if (st == MVM_OK)
         st = mvm_pparam_double(&init->params, "attn", 1, &attn);
+    if (st == MVM_OK)
+        st = mvm_pparam_double(&init->params, "depth", 2, &depth);
     if (st != MVM_OK)
         return st;
     if (!isnan(p_hit) && !(p_hit >= 0 && p_hit <= 1))
         return mvm_fail(MVM_ERR_INVALID, "%s: p_hit=%g is not in [0, 1]", me, p_hit);
     if (attn != 0 && attn != 1)
         return mvm_fail(MVM_ERR_INVALID, "%s: attn=%g is not 0 or 1", me, attn);
+    if (depth != 1 && depth != 2)
+        return mvm_fail(MVM_ERR_INVALID, "%s: depth=%g is not 1 or 2", me, depth);
     presched *p = calloc(1, sizeof *p);
     if (!p)
         return mvm_fail(MVM_ERR_NOMEM, "%s: out of memory", me);
@@ -103,9 +111,9 @@ static mvm_status presched_create(const mvm_pinit *init, void **self)
     }
     p->p_hit = p_hit;
     p->attn = (int)attn;
-    p->planned_layer = NO_LAYER;
+    p->depth = (uint32_t)depth;
     p->next = calloc(init->shape->n_experts, sizeof *p->next);
-    p->planned = calloc(init->shape->n_experts, sizeof *p->planned);
+    p->planned = calloc((size_t)p->depth * init->shape->n_experts, sizeof *p->planned);
     if (!p->next || !p->planned) {
         presched_destroy(p);
         return mvm_fail(MVM_ERR_NOMEM, "%s: out of memory", me);
@@ -114,16 +122,30 @@ static mvm_status presched_create(const mvm_pinit *init, void **self)
     return MVM_OK;
 }
 
-/* Scores the last plan if this is the layer it was for: the running P_hit. */
-static void score_last_plan(presched *p, const mvm_pstep *step)
+/* Scores the planned prefetches of this layer (the running P_hit) and forgets them with
+ * those of earlier layers (a step the caller skipped); later layers' plans stay. */
+static void score_plans(presched *p, const mvm_pstep *step)
 {
-    if (p->planned_layer == step->layer)
-        for (uint32_t i = 0; i < p->n_planned; i++) {
+    const uint32_t E = p->b.shape.n_experts;
+    uint32_t keep = 0;
+    for (uint32_t i = 0; i < p->n_planned; i++) {
+        uint32_t x = p->planned[i], layer = x / E;
+        if (layer == step->layer) {
             p->tried++;
-            p->hits += step->counts[p->planned[i]] > 0;
+            p->hits += step->counts[x % E] > 0;
+        } else if (layer > step->layer) {
+            p->planned[keep++] = x;
         }
-    p->n_planned = 0;
-    p->planned_layer = NO_LAYER;
+    }
+    p->n_planned = keep;
+}
+
+static void remember_plan(presched *p, uint32_t x)
+{
+    for (uint32_t i = 0; i < p->n_planned; i++)
+        if (p->planned[i] == x)
+            return;
+    p->planned[p->n_planned++] = x;
 }
 
 /* The current layer: threshold split of the missing experts (Eqs. 4-5). Sets where[] and
@@ -179,72 +201,81 @@ static void split_current(presched *p, const mvm_pview *v, const mvm_pstep *step
     }
 }
 
-/* Layer+1: prefetches in the copy engine's idle window (Eqs. 6-7). */
-static void plan_prefetch(presched *p, const mvm_pview *v, const mvm_pstep *step,
-                          const float *next_scores, double window, uint64_t room,
-                          mvm_assignment *out)
+/* Prefetches of layer `target`'s predicted experts in the copy engine's idle window
+ * (Eqs. 6-7), after *t seconds of it are planned already; *t and *room advance. Returns 1
+ * when the window or the room ran out (a critical prefetch, issued or not, or no room),
+ * 0 when every predicted expert was planned or needs nothing. */
+static int plan_prefetch(presched *p, const mvm_pview *v, const mvm_pstep *step,
+                         uint32_t target, const float *scores, double window, double *t,
+                         uint64_t *room, mvm_assignment *out)
 {
     const mvm_pshape *sh = &p->b.shape;
-    const uint32_t E = sh->n_experts, ppe = sh->pages_per_expert, next = step->layer + 1;
-    const uint32_t *res = v->resident + (size_t)next * E;
-    const uint8_t *busy = v->busy + (size_t)next * E;
+    const uint32_t E = sh->n_experts, ppe = sh->pages_per_expert;
+    const uint32_t *res = v->resident + (size_t)target * E;
+    const uint8_t *busy = v->busy + (size_t)target * E;
     double p_hit = !isnan(p->p_hit) ? p->p_hit
                    : p->tried     ? (double)p->hits / (double)p->tried
                                   : 0;
     uint64_t predicted = (uint64_t)step->n_tok * sh->top_k;
     uint32_t n = 0;
-    double t = 0;
 
     for (uint32_t e = 0; e < E; e++)
-        if (next_scores[e] > 0)
-            p->next[n++] = (mvm_rank){.key = next_scores[e], .id = e};
+        if (scores[e] > 0)
+            p->next[n++] = (mvm_rank){.key = scores[e], .id = e};
     mvm_rank_sort(p->next, n);
     if (n > predicted)
         n = (uint32_t)predicted;
-    for (uint32_t r = 0; r < n && out->n_prefetch < out->cap_prefetch; r++) {
+    for (uint32_t r = 0; r < n; r++) {
         uint32_t e = p->next[r].id;
         uint32_t pages = res[e] >= ppe ? 0 : ppe - res[e];
         if (!pages || busy[e])
             continue; /* resident, or busy: a move in flight, or pinned */
-        if (pages > room)
-            break;
+        if (pages > *room || out->n_prefetch == out->cap_prefetch)
+            return 1;
         double io = mvm_assign_load_time(&p->b, pages);
-        int critical = t + io > window;
-        if (critical && p_hit * io - (1 - p_hit) * (t + io - window) <= 0)
-            break;
-        room -= pages;
-        t += io;
-        out->prefetch[out->n_prefetch++] = next * E + e;
-        p->planned[p->n_planned++] = e;
+        int critical = *t + io > window;
+        if (critical && p_hit * io - (1 - p_hit) * (*t + io - window) <= 0)
+            return 1;
+        *room -= pages;
+        *t += io;
+        out->prefetch[out->n_prefetch++] = target * E + e;
+        remember_plan(p, target * E + e);
         if (critical)
-            break;
+            return 1;
     }
-    if (p->n_planned)
-        p->planned_layer = next;
+    return 0;
 }
 
 static void presched_assign(void *self, const mvm_pview *v, const mvm_pstep *step,
-                            const float *next_scores, mvm_assignment *out)
+                            const float *ahead, uint32_t n_ahead, mvm_assignment *out)
 {
     presched *p = self;
+    const uint32_t E = p->b.shape.n_experts, L = p->b.shape.n_layers;
     uint64_t room = mvm_assign_room(v, step);
-    double t_gpu, t_cpu;
+    double t_gpu, t_cpu, attn = p->attn ? p->b.cost.m.attn_time * step->n_tok : 0;
 
-    score_last_plan(p, step);
+    score_plans(p, step);
     split_current(p, v, step, out, &room, &t_gpu, &t_cpu);
     out->est_time = fmax(t_gpu, t_cpu);
-    if (!next_scores || step->layer + 1 >= p->b.shape.n_layers)
-        return;
-    double window = fmax(0, t_cpu - t_gpu);
-    if (p->attn)
-        window += p->b.cost.m.attn_time * step->n_tok;
-    plan_prefetch(p, v, step, next_scores, window, room, out);
+    double window = fmax(0, t_cpu - t_gpu) + attn, t = 0;
+    /* Layer+1 always; layer+2 only when this layer loads nothing (Q4). */
+    for (uint32_t d = 0; d < n_ahead && d < p->depth && step->layer + 1 + d < L; d++) {
+        if (d > 0) {
+            if (t_gpu > 0)
+                break;
+            window += attn; /* the link stays free through layer+2's attention */
+        }
+        if (plan_prefetch(p, v, step, step->layer + 1 + d, ahead + (size_t)d * E, window, &t,
+                          &room, out))
+            break;
+    }
 }
 
 const mvm_assign_ops mvm_assign_presched = {
     .name = "presched",
     .about = "PreScope PreSched: ascending-token threshold split (light to CPU, heavy loaded), "
-             "layer+1 prefetches in the copy engine's idle window (seed 001, notes' reading)",
+             "prefetches of layer+1 (and layer+2 when nothing loads) in the copy engine's idle "
+             "window (seed 001, notes' reading)",
     .create = presched_create,
     .destroy = presched_destroy,
     .assign = presched_assign,

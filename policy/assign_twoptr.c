@@ -34,13 +34,14 @@ static mvm_status twoptr_create(const mvm_pinit *init, void **self)
 }
 
 static void twoptr_assign(void *self, const mvm_pview *v, const mvm_pstep *step,
-                          const float *next_scores, mvm_assignment *out)
+                          const float *ahead, uint32_t n_ahead, mvm_assignment *out)
 {
     mvm_assign_base *b = self;
     uint32_t n = mvm_assign_scan(b, v, step, out), m = 0;
     uint64_t room = mvm_assign_room(v, step);
     double t_load = 0, t_cpu = 0;
-    (void)next_scores;
+    (void)ahead;
+    (void)n_ahead;
 
     for (uint32_t i = 0; i < n; i++) {
         const mvm_aexp *x = &b->ex[i];

@@ -121,10 +121,11 @@ typedef struct mvm_assignment {
 
 typedef struct mvm_assign_ops {
     MVM_POLICY_HEADER;
-    /* next_scores: [E] predicted probabilities of layer+1's experts (NULL when no predictor
-     * runs); presched uses it to plan prefetches across layers. */
-    void (*assign)(void *self, const mvm_pview *v, const mvm_pstep *step,
-                   const float *next_scores, mvm_assignment *out);
+    /* ahead: [n_ahead][E] predicted probabilities of the experts of layers layer+1 ..
+     * layer+n_ahead (n_ahead 0 and ahead NULL when no predictor runs); presched uses them
+     * to plan prefetches across layers. */
+    void (*assign)(void *self, const mvm_pview *v, const mvm_pstep *step, const float *ahead,
+                   uint32_t n_ahead, mvm_assignment *out);
 } mvm_assign_ops;
 
 /* ---- predict: which experts will a later layer use? ------------------------------------- */

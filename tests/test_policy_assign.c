@@ -34,7 +34,7 @@ typedef struct fx {
     uint32_t counts[MAXE];
     mvm_pstep step;
     uint8_t where[MAXE];
-    uint32_t prefetch[MAXE];
+    uint32_t prefetch[2 * MAXE];
     mvm_assignment out;
 } fx;
 
@@ -60,7 +60,7 @@ static void fx_init(fx *f, uint32_t L, uint32_t E, uint32_t K, uint32_t ppe)
     f->v = (mvm_pview){.shape = &f->sh, .resident = f->resident, .busy = f->busy,
                        .capacity_pages = 1u << 20};
     f->step = (mvm_pstep){.experts = f->experts, .weights = f->weights, .counts = f->counts};
-    f->out = (mvm_assignment){.where = f->where, .prefetch = f->prefetch, .cap_prefetch = MAXE};
+    f->out = (mvm_assignment){.where = f->where, .prefetch = f->prefetch, .cap_prefetch = 2 * MAXE};
 }
 
 /* A step of `layer` with n_tok tokens: counts[e] tokens choose e with gate weight w[e]
@@ -86,13 +86,21 @@ static void fx_step(fx *f, uint32_t layer, uint32_t n_tok, const uint32_t *count
     }
 }
 
-static void fx_run(fx *f, const mvm_assign_ops *ops, const char *params, const float *next)
+/* One assign call by a fresh module, with predictions for n_ahead layers ([n_ahead][E]). */
+static void fx_run_ahead(fx *f, const mvm_assign_ops *ops, const char *params,
+                         const float *ahead, uint32_t n_ahead)
 {
     mvm_pinit init = {.shape = &f->sh, .cost = &f->cost, .params = {params}};
     void *self;
     CHECK_ST(ops->create(&init, &self), MVM_OK);
-    ops->assign(self, &f->v, &f->step, next, &f->out);
+    ops->assign(self, &f->v, &f->step, ahead, n_ahead, &f->out);
     ops->destroy(self);
+}
+
+/* ... with a prediction for layer+1 only (next NULL: none). */
+static void fx_run(fx *f, const mvm_assign_ops *ops, const char *params, const float *next)
+{
+    fx_run_ahead(f, ops, params, next, next != NULL);
 }
 
 static double close_to(double a, double b) { return fabs(a - b) <= 1e-9 * (1 + fabs(b)); }
@@ -469,6 +477,8 @@ static void test_presched_hand(void)
     CHECK_ST(mvm_assign_presched.create(&init, &self), MVM_ERR_INVALID);
     init.params.text = "lookahead=2";
     CHECK_ST(mvm_assign_presched.create(&init, &self), MVM_ERR_INVALID);
+    init.params.text = "depth=3";
+    CHECK_ST(mvm_assign_presched.create(&init, &self), MVM_ERR_INVALID);
 }
 
 /* P_hit by default is the running hit rate of the module's own prefetches: the critical
@@ -480,14 +490,69 @@ static void test_presched_running_hit_rate(void)
     mvm_pinit init = {.shape = &f.sh, .cost = &f.cost};
     void *self;
     CHECK_ST(mvm_assign_presched.create(&init, &self), MVM_OK);
-    mvm_assign_presched.assign(self, &f.v, &f.step, next_case, &f.out);
+    mvm_assign_presched.assign(self, &f.v, &f.step, next_case, 1, &f.out);
     CHECK(f.out.n_prefetch == 1);
     uint32_t used[8] = {2, 0, 0, 0, 0, 0, 0, 0}; /* layer 1 uses e0: a hit */
     fx_step(&f, 1, 4, used, NULL);
-    mvm_assign_presched.assign(self, &f.v, &f.step, NULL, &f.out);
+    mvm_assign_presched.assign(self, &f.v, &f.step, NULL, 0, &f.out);
     presched_case(&f);
-    mvm_assign_presched.assign(self, &f.v, &f.step, next_case, &f.out);
+    mvm_assign_presched.assign(self, &f.v, &f.step, next_case, 1, &f.out);
     CHECK(f.out.n_prefetch == 2);
+    mvm_assign_presched.destroy(self);
+}
+
+/* Q4, the two-layer lookahead. Layer 0 of 3 (8 tokens, top-4, T_io = 2 a page, attention
+ * 0.5 a token: 4 a layer) uses only resident experts, so it loads nothing and its window is
+ * layer 1's attention, 4: layer 1's predicted e0, e1 fill it exactly. Then layer 2's
+ * e2, e3 fit in the 4 more of layer 2's attention. Not with depth=1, nor with one layer of
+ * predictions, nor when layer 0 loads something (its heavy expert, 8 tokens, is loaded),
+ * nor when layer 1's plan ends on a critical prefetch (a third predicted expert). Planned
+ * layer-2 prefetches count towards P_hit when layer 2 runs, not before. */
+static void test_presched_lookahead(void)
+{
+    fx f;
+    fx_init(&f, 3, 8, 4, 1);
+    fx_cost(&f, 2, 0.25, 1.0 / 1024, 0.5, 0.25, 0.5);
+    uint32_t counts[8] = {0, 0, 0, 0, 8, 8, 0, 0};
+    f.resident[4] = f.resident[5] = 1;
+    fx_step(&f, 0, 8, counts, NULL);
+    float ahead[2][8] = {{0.5f, 0.5f, 0, 0, 0, 0, 0, 0}, {0, 0, 0.5f, 0.5f, 0, 0, 0, 0}};
+    fx_run_ahead(&f, &mvm_assign_presched, "p_hit=0", &ahead[0][0], 2);
+    CHECK(f.out.n_prefetch == 4 && f.prefetch[0] == 8 + 0 && f.prefetch[1] == 8 + 1);
+    CHECK(f.prefetch[2] == 16 + 2 && f.prefetch[3] == 16 + 3);
+    fx_run_ahead(&f, &mvm_assign_presched, "p_hit=0,depth=1", &ahead[0][0], 2);
+    CHECK(f.out.n_prefetch == 2);
+    fx_run_ahead(&f, &mvm_assign_presched, "p_hit=0", &ahead[0][0], 1);
+    CHECK(f.out.n_prefetch == 2);
+    ahead[0][6] = 0.25f; /* a third layer-1 expert: critical, not worth it at P_hit 0 */
+    fx_run_ahead(&f, &mvm_assign_presched, "p_hit=0", &ahead[0][0], 2);
+    CHECK(f.out.n_prefetch == 2);
+    ahead[0][6] = 0;
+    f.resident[5] = 0; /* e5 (8 tokens) is loaded now: no lookahead */
+    fx_run_ahead(&f, &mvm_assign_presched, "p_hit=0", &ahead[0][0], 2);
+    CHECK(f.where[5] == MVM_RUN_GPU_LOAD);
+    for (uint32_t i = 0; i < f.out.n_prefetch; i++)
+        CHECK(f.prefetch[i] / 8 == 1);
+    f.resident[5] = 1;
+
+    /* P_hit: layer 1's plan is scored at layer 1, layer 2's at layer 2 (kept meanwhile):
+     * 1 of 2, then 2 of 2, so 0.75, and the critical e6 (overhang 2, load 2) pays:
+     * G = 0.75·2 - 0.25·2 > 0. Dropping layer 2's plan at layer 1 would leave 0.5 (G = 0),
+     * scoring it there 0.25. */
+    mvm_pinit init = {.shape = &f.sh, .cost = &f.cost};
+    void *self;
+    CHECK_ST(mvm_assign_presched.create(&init, &self), MVM_OK);
+    mvm_assign_presched.assign(self, &f.v, &f.step, &ahead[0][0], 2, &f.out);
+    CHECK(f.out.n_prefetch == 4);
+    uint32_t used1[8] = {8, 0, 0, 0, 0, 0, 0, 0}, used2[8] = {0, 0, 8, 8, 0, 0, 0, 0};
+    fx_step(&f, 1, 8, used1, NULL);
+    mvm_assign_presched.assign(self, &f.v, &f.step, NULL, 0, &f.out);
+    fx_step(&f, 2, 8, used2, NULL);
+    mvm_assign_presched.assign(self, &f.v, &f.step, NULL, 0, &f.out);
+    fx_step(&f, 0, 8, counts, NULL);
+    ahead[0][6] = 0.25f;
+    mvm_assign_presched.assign(self, &f.v, &f.step, &ahead[0][0], 2, &f.out);
+    CHECK(f.out.n_prefetch == 3 && f.prefetch[2] == 8 + 6);
     mvm_assign_presched.destroy(self);
 }
 
@@ -657,6 +722,7 @@ int main(void)
     RUN(test_greedy_memory_counterexample);
     RUN(test_presched_hand);
     RUN(test_presched_running_hit_rate);
+    RUN(test_presched_lookahead);
     RUN(test_presched_window);
     RUN(test_invariants);
     RUN(test_params);

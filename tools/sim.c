@@ -18,6 +18,9 @@ void mvm_sim_config_init(mvm_sim_config *c)
     c->prefetch_depth = 0; /* 0: top_k */
 }
 
+/* Layers ahead that predictions are asked for: presched's deepest lookahead (Q4). */
+#define SIM_AHEAD 2
+
 /* A module instance of one role. */
 struct module {
     const void *ops;  /* the role's ops table */
@@ -223,13 +226,19 @@ static mvm_status sim_layer(struct sim *s, uint32_t tok, uint32_t l, double *clo
         s->busy[x] = 1;
     }
 
+    /* Predictions for the next SIM_AHEAD layers, as far as the predictor reaches. */
     const mvm_predict_ops *po = s->mod[MVM_ROLE_PREDICT].ops;
-    int predicted = po && l + 1 < s->L &&
-                    po->predict(s->mod[MVM_ROLE_PREDICT].self, &step, l + 1, s->next_scores);
-    mvm_assignment a = {.where = s->where, .prefetch = s->prefetch, .cap_prefetch = s->E};
+    uint32_t n_ahead = 0;
+    while (po && n_ahead < SIM_AHEAD && l + 1 + n_ahead < s->L &&
+           po->predict(s->mod[MVM_ROLE_PREDICT].self, &step, l + 1 + n_ahead,
+                       s->next_scores + (size_t)n_ahead * s->E))
+        n_ahead++;
+    mvm_assignment a = {.where = s->where, .prefetch = s->prefetch,
+                        .cap_prefetch = SIM_AHEAD * s->E};
     memset(s->where, 0, s->E);
     const mvm_assign_ops *ao = s->mod[MVM_ROLE_ASSIGN].ops;
-    ao->assign(s->mod[MVM_ROLE_ASSIGN].self, &s->view, &step, predicted ? s->next_scores : NULL, &a);
+    ao->assign(s->mod[MVM_ROLE_ASSIGN].self, &s->view, &step, n_ahead ? s->next_scores : NULL,
+               n_ahead, &a);
 
     /* Experts, in three passes. 0: the resident ones on the GPU, CPU and zero-copy ones on
      * their own resources. 1: loads are issued in expert order (the copy engine is serial)
@@ -296,7 +305,7 @@ static mvm_status sim_layer(struct sim *s, uint32_t tok, uint32_t l, double *clo
     uint32_t depth = s->cfg->prefetch_depth ? s->cfg->prefetch_depth : s->K;
     for (uint32_t i = 0; i < a.n_prefetch; i++)
         queue_prefetch(s, a.prefetch[i], t_attn_end);
-    if (predicted && a.n_prefetch == 0)
+    if (n_ahead && a.n_prefetch == 0)
         for (uint32_t d = 0; d < depth && d < s->E; d++) {
             uint32_t best = 0;
             for (uint32_t e = 1; e < s->E; e++)
@@ -399,12 +408,12 @@ mvm_status mvm_sim_run(const mvm_trace *t, const mvm_cost *cost, const mvm_sim_c
     s.queued = calloc(s.n_total, 1);
     s.experts = calloc(s.K, sizeof *s.experts);
     s.weights = calloc(s.K, sizeof *s.weights);
-    s.next_scores = calloc(s.E, sizeof *s.next_scores);
+    s.next_scores = calloc((size_t)SIM_AHEAD * s.E, sizeof *s.next_scores);
     s.counts = calloc(s.E, sizeof *s.counts);
     s.where = calloc(s.E, 1);
     s.load_ready = calloc(s.E, sizeof *s.load_ready);
     s.top_share = calloc(s.E, sizeof *s.top_share);
-    s.prefetch = calloc(4 * (size_t)s.E, sizeof *s.prefetch);
+    s.prefetch = calloc(SIM_AHEAD * (size_t)s.E, sizeof *s.prefetch);
     s.layer_pages = malloc(s.L * sizeof *s.layer_pages);
     s.theta = malloc(s.L * sizeof *s.theta);
     if (!s.resident || !s.busy || !s.ready || !s.by_prefetch || !s.cand || !s.queue ||

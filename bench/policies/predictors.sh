@@ -54,5 +54,7 @@ merge "$work/eval.jsonl" $(for ((i = n_train; i < n; i++)); do echo "$work/t$i.j
         --budget 40% --cost rtx3090 --page-size 64K --compare 'evict=lru;
             evict=lru,predict=gate; evict=lru,predict=residual; evict=lru,predict=learned;
             config=fixedpoint{tau=64},evict=lcp;
-            config=fixedpoint{tau=64},evict=lcp,predict=gate'
-} | tee "$out/predictors.txt"
+            config=fixedpoint{tau=64},evict=lcp,predict=gate;
+            config=hot,assign=presched,predict=learned;
+            config=hot,assign=presched,predict=residual'
+} | sed "s|$work/||g" | tee "$out/predictors.txt"
