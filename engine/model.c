@@ -335,8 +335,6 @@ static mvm_status load_experts(struct loader *ld, mvm_model *m, mvm_space_desc *
                                mvm_pool *pool, mvm_progress_fn progress, void *pctx)
 {
     const mvm_hparams *hp = &m->hp;
-    size_t group = mvm_k_expert_group_bytes(m->expert_type, hp->n_embd);
-    m->expert_bytes = (uint64_t)group * (hp->n_ff_exp / MVM_QBLOCK);
     desc->n_layers = hp->n_layer;
     desc->n_experts = hp->n_expert;
     desc->expert_bytes = m->expert_bytes;
@@ -365,36 +363,38 @@ static mvm_status load_experts(struct loader *ld, mvm_model *m, mvm_space_desc *
     return MVM_OK;
 }
 
-mvm_status mvm_model_load(const char *path, mvm_space_desc *desc, mvm_pool *pool,
-                          mvm_progress_fn progress, void *progress_ctx, mvm_model **out)
+/* Everything but the experts' conversion: the architecture, the hyper-parameters, every
+ * tensor checked and bound, the name, and expert_bytes. On failure *out is NULL. */
+static mvm_status open_model(const char *path, struct loader *ld, mvm_model **out)
 {
     *out = NULL;
     mvm_model *m = calloc(1, sizeof *m);
     if (!m)
         return mvm_fail(MVM_ERR_NOMEM, "%s: out of memory", path);
-    struct loader ld = {.path = path};
+    *ld = (struct loader){.path = path};
     mvm_status st = mvm_gguf_open(path, &m->gguf);
     if (st != MVM_OK) {
         free(m);
         return st;
     }
-    ld.g = m->gguf;
+    ld->g = m->gguf;
     mvm_gguf_str s;
     char arch[64];
-    if (mvm_gguf_get_str(ld.g, "general.architecture", &s) != MVM_OK) {
-        st = fail(&ld, MVM_ERR_INVALID, "%s", mvm_last_error());
+    if (mvm_gguf_get_str(ld->g, "general.architecture", &s) != MVM_OK) {
+        st = fail(ld, MVM_ERR_INVALID, "%s", mvm_last_error());
     } else if (mvm_gguf_str_copy(s, arch, sizeof arch) != MVM_OK ||
-               !(ld.arch = m->arch = mvm_arch_find(arch))) {
-        st = fail(&ld, MVM_ERR_UNSUPPORTED, "architecture '%.*s' is not supported (supported: %s)",
+               !(ld->arch = m->arch = mvm_arch_find(arch))) {
+        st = fail(ld, MVM_ERR_UNSUPPORTED, "architecture '%.*s' is not supported (supported: %s)",
                   (int)(s.len < 60 ? s.len : 60), s.ptr, mvm_arch_names());
-    } else if (!(st = read_hparams(&ld, &m->hp)) && !(st = bind_tensors(&ld, m))) {
+    } else if (!(st = read_hparams(ld, &m->hp)) && !(st = bind_tensors(ld, m))) {
         const char *base = strrchr(path, '/');
         snprintf(m->name, sizeof m->name, "%s", base ? base + 1 : path);
         char name[sizeof m->name];
-        if (mvm_gguf_get_str(ld.g, "general.name", &s) == MVM_OK &&
+        if (mvm_gguf_get_str(ld->g, "general.name", &s) == MVM_OK &&
             mvm_gguf_str_copy(s, name, sizeof name) == MVM_OK && name[0])
             memcpy(m->name, name, sizeof name);
-        st = load_experts(&ld, m, desc, pool, progress, progress_ctx);
+        m->expert_bytes = (uint64_t)mvm_k_expert_group_bytes(m->expert_type, m->hp.n_embd) *
+                          (m->hp.n_ff_exp / MVM_QBLOCK);
     }
     if (st != MVM_OK) {
         mvm_model_free(m);
@@ -402,6 +402,24 @@ mvm_status mvm_model_load(const char *path, mvm_space_desc *desc, mvm_pool *pool
     }
     *out = m;
     return MVM_OK;
+}
+
+mvm_status mvm_model_probe(const char *path, mvm_model **out)
+{
+    struct loader ld;
+    return open_model(path, &ld, out);
+}
+
+mvm_status mvm_model_load(const char *path, mvm_space_desc *desc, mvm_pool *pool,
+                          mvm_progress_fn progress, void *progress_ctx, mvm_model **out)
+{
+    struct loader ld;
+    mvm_model *m;
+    mvm_status st = open_model(path, &ld, &m);
+    if (st == MVM_OK && (st = load_experts(&ld, m, desc, pool, progress, progress_ctx)) != MVM_OK)
+        mvm_model_free(m);
+    *out = st == MVM_OK ? m : NULL;
+    return st;
 }
 
 void mvm_model_free(mvm_model *m)

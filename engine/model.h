@@ -85,6 +85,10 @@ typedef void (*mvm_progress_fn)(void *ctx, uint64_t done, uint64_t total);
  */
 mvm_status mvm_model_load(const char *path, mvm_space_desc *desc, mvm_pool *pool,
                           mvm_progress_fn progress, void *progress_ctx, mvm_model **out);
+/* The same checks without the expert space: every field but `space` is set (expert_bytes
+ * included), for tools that need a model's shape (`moevm sim --model`). Cheap: the file
+ * is mapped, nothing is converted. */
+mvm_status mvm_model_probe(const char *path, mvm_model **out);
 void mvm_model_free(mvm_model *m);
 
 /* Maps a GGUF tensor type to a kernel weight type; -1 when the engine cannot compute it. */

@@ -120,6 +120,12 @@ expect 2 'needs --trace-out' -- "$moevm" run -m "$m" -p hi --trace-hidden
 expect 0 '"hidden":\[' -- sh -c "\"$moevm\" run -m \"$m\" -p 'a b c d e f g h' -n 40 --temp 1 --trace-out \"$tmp/h.jsonl\" --trace-hidden >/dev/null 2>&1 && sed -n 2p \"$tmp/h.jsonl\""
 expect 0 'predict=residual +[0-9.]+' -- "$moevm" sim --trace "$tmp/h.jsonl" --model "$m" --budget 40% --compare 'predict=gate; predict=residual'
 expect 1 "router weights" -- "$moevm" sim --trace "$tmp/h.jsonl" --predict gate
+# --model alone: a synthetic trace of the model's shape, its expert bytes from the file
+"$moevm" mkmodel --arch qwen3moe --layers 3 --experts 6 --top-k 3 --embd 256 --expert-ff 512 \
+    -o "$tmp/shape.gguf" >/dev/null
+expect 0 '512 tokens, 3 layers x 6 experts \(top-3\) of 1\.5 MiB' -- "$moevm" sim --model "$tmp/shape.gguf" --budget 50%
+head -c 1000 "$m" >"$tmp/cut.gguf"
+expect 1 '^moevm: --model: .*cut.gguf: ' -- "$moevm" sim --model "$tmp/cut.gguf"
 expect 1 'has no hidden states' -- "$moevm" train-predictor --trace "$tmp/t.jsonl" --out "$tmp/p.bin"
 expect 0 'held-out' -- "$moevm" train-predictor --trace "$tmp/h.jsonl" --out "$tmp/p.bin"
 expect 0 'predict=learned +[0-9.]+' -- "$moevm" sim --trace "$tmp/h.jsonl" --predictor "$tmp/p.bin" --compare 'predict=learned'

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "engine/cli.h"
+#include "engine/model.h"
 #include "policy/route_alpha.h"
 #include "tools/cmd_sim.h"
 #include "tools/sim.h"
@@ -56,13 +57,15 @@ static void usage(FILE *f)
             "                 [--sweep budget=A%%..B%%] [--steps N] [--out PREFIX]\n"
             "                 [--model M.gguf] [--predictor P.bin]\n"
             "       moevm sim --model-shape NAME|L,E,K ...   (a synthetic trace, trace gen's defaults)\n"
+            "       moevm sim --model M.gguf ...             (the same, of that model's shape)\n"
             "  P            a module, optionally with parameters: score{window=8}\n"
             "  --budget     device memory for experts: bytes (8G) or %% of all expert bytes (25%%)\n"
             "  --cost       %s, or a JSON cost file (docs/cost-format.md); default h100\n"
             "  --compare    policy sets 'evict=lru; evict=score,route=importance{alpha=0.4}'\n"
             "  --sweep      run each set at --steps budgets from A to B; writes PREFIX.csv and\n"
             "               PREFIX.svg (--out, default sim-sweep)\n"
-            "  --model      the GGUF that recorded the trace: routers for predict gate/residual\n"
+            "  --model      the GGUF that recorded the trace: routers for predict gate/residual;\n"
+            "               alone, a synthetic trace of its shape\n"
             "  --predictor  a `moevm train-predictor` file for predict learned\n"
             "  --alpha-for MS  choose route importance's alpha for MS ms/token (SMoE §V-C):\n"
             "               --steps alphas over [0, 1] (default 11) and a polynomial fit of\n"
@@ -194,10 +197,10 @@ static int parse_args(int argc, char **argv, struct sim_args *a)
             return 2;
         }
     }
-    if (!a->trace == !a->shape) {
+    if ((a->trace && a->shape) || (!a->trace && !a->shape && !a->model)) {
         fprintf(stderr, "moevm sim: give --trace FILE (record one with `moevm run --trace-out`, "
-                "or `moevm trace gen`) or --model-shape NAME (a synthetic trace with `moevm "
-                "trace gen`'s defaults), not both\n");
+                "or `moevm trace gen`), or --model-shape NAME or --model M.gguf alone (a "
+                "synthetic trace of that shape with `moevm trace gen`'s defaults), not both\n");
         return 2;
     }
     if (a->alpha_for && (a->compare || a->sweep)) {
@@ -389,12 +392,29 @@ static int sweep(const struct sim_args *a, const mvm_trace *t, const mvm_cost *c
     return 0;
 }
 
-static mvm_status synthetic(const char *shape, mvm_trace **t)
+/* A synthetic trace with `moevm trace gen`'s defaults, of a named shape or, shape NULL, of
+ * the GGUF model's (its expert bytes in moevm's layout for its weight type). */
+static mvm_status synthetic(const char *shape, const char *model, mvm_trace **t)
 {
     mvm_trace_gen g;
     mvm_trace_gen_init(&g);
-    mvm_status st = mvm_trace_gen_set_shape(&g, shape);
-    return st == MVM_OK ? mvm_trace_generate(&g, t) : st;
+    if (shape) {
+        mvm_status st = mvm_trace_gen_set_shape(&g, shape);
+        return st == MVM_OK ? mvm_trace_generate(&g, t) : st;
+    }
+    mvm_model *m;
+    mvm_status st = mvm_model_probe(model, &m);
+    if (st != MVM_OK)
+        return st;
+    const mvm_hparams *hp = &m->hp;
+    snprintf(g.shape, sizeof g.shape, "%.*s", (int)sizeof g.shape - 1, m->name);
+    g.hdr = (mvm_trace_header){.arch = (char *)m->arch->name, .n_layers = hp->n_layer,
+                               .n_experts = hp->n_expert, .top_k = hp->n_expert_used,
+                               .expert_bytes = m->expert_bytes, .n_embd = hp->n_embd,
+                               .n_ff_exp = hp->n_ff_exp,
+                               .weights_renormalised = m->arch->norm_topk};
+    mvm_model_free(m);
+    return mvm_trace_generate(&g, t);
 }
 
 int mvm_cmd_sim(int argc, char **argv)
@@ -407,10 +427,11 @@ int mvm_cmd_sim(int argc, char **argv)
     if (rc >= 0)
         return rc;
     mvm_trace *t;
-    if (a.trace ? mvm_trace_load(a.trace, &t) != MVM_OK : synthetic(a.shape, &t) != MVM_OK)
-        return mvm_cli_error(a.trace ? "--trace" : "--model-shape");
+    if (a.trace ? mvm_trace_load(a.trace, &t) != MVM_OK
+                : synthetic(a.shape, a.shape ? NULL : a.model, &t) != MVM_OK)
+        return mvm_cli_error(a.trace ? "--trace" : a.shape ? "--model-shape" : "--model");
     if (!a.trace)
-        a.trace = a.shape;
+        a.trace = a.shape ? a.shape : a.model;
     mvm_sim_config cfg;
     mvm_sim_config_init(&cfg);
     mvm_sim_inputs in = {0};
