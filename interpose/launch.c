@@ -1,10 +1,13 @@
 /*
  * Kernel-launch hooks. Each launch's parameters are scanned for pointers into the managed
  * range; the objects they point into are made resident before the launch is queued (in
- * stream order: the launch is queued after the moves finished). Which parameters are
- * pointer-sized comes from cuFuncGetParamInfo, asked once per function and kept in a
- * lock-free table; a launch through the `extra` buffer form is scanned the same way, or
- * word by word when the driver cannot describe the parameters.
+ * stream order: the launch is queued after the moves finished). The parameter layout comes
+ * from cuFuncGetParamInfo, asked once per function and kept in a lock-free table: every
+ * parameter of 8 bytes or more is read as 8-byte words, so pointers inside aggregates count
+ * too (PyTorch passes its elementwise kernels' tensors as one Array<char *, N>, CUTLASS a
+ * Params struct). A word that is not a pointer but happens to fall in the managed range
+ * only makes an object resident needlessly. A launch through the `extra` buffer form is
+ * scanned the same way, or word by word when the driver cannot describe the parameters.
  *
  * Limits, by construction: a pointer the kernel reads from device memory (an array of
  * pointers) is not seen, and neither is an offset into a managed object passed as an
@@ -17,14 +20,20 @@
 #include "interpose/preload.h"
 
 #define MAX_PARAMS 256
-#define MAX_OBJS 64
 #define CACHE_SLOTS 4096
+
+/* A parameter that may hold pointers: 8 bytes or more (a pointer, or an aggregate that
+ * can contain some), scanned as `words` 8-byte words from `offset`. Smaller ones (int,
+ * float) cannot hold a device pointer. */
+typedef struct pword {
+    uint16_t index, offset, words;
+} pword;
 
 typedef struct pinfo {
     CUfunction f;
     bool known;                /* the driver described the parameters */
-    uint32_t n_ptr;
-    uint16_t index[MAX_PARAMS], offset[MAX_PARAMS]; /* the 8-byte parameters */
+    uint32_t n;
+    pword p[MAX_PARAMS];
 } pinfo;
 
 static _Atomic(pinfo *) cache[CACHE_SLOTS];
@@ -47,10 +56,10 @@ static pinfo *describe(CUfunction f)
             pi->known = r == CUDA_ERROR_INVALID_VALUE;
             break;
         }
-        if (size == sizeof(uint64_t) && off <= UINT16_MAX) {
-            pi->index[pi->n_ptr] = (uint16_t)i;
-            pi->offset[pi->n_ptr++] = (uint16_t)off;
-        }
+        /* Kernel parameters end within 32 KiB (CUDA 12.1's limit), so uint16_t holds them. */
+        if (size >= sizeof(uint64_t) && off + size <= UINT16_MAX)
+            pi->p[pi->n++] = (pword){(uint16_t)i, (uint16_t)off,
+                                     (uint16_t)(size / sizeof(uint64_t))};
     }
     return pi;
 }
@@ -78,26 +87,6 @@ static pinfo *param_info(CUfunction f)
     return NULL; /* full: described again every time (correct, slower) */
 }
 
-typedef struct found {
-    mvm_obj *obj[MAX_OBJS];
-    uint32_t n;
-} found;
-
-static void add(found *fd, uint64_t v)
-{
-    if (!mvm_heap_contains(v))
-        return;
-    mvm_alloc *a = mvm_heap_find(v);
-    if (!a)
-        return;
-    mvm_obj *o = mvm_heap_object(a, v);
-    for (uint32_t i = 0; i < fd->n; i++)
-        if (fd->obj[i] == o)
-            return;
-    if (fd->n < MAX_OBJS)
-        fd->obj[fd->n++] = o;
-}
-
 /* The argument buffer of the `extra` launch form, or NULL. */
 static const uint8_t *extra_buffer(void **extra, size_t *size)
 {
@@ -112,68 +101,100 @@ static const uint8_t *extra_buffer(void **extra, size_t *size)
     return *size ? buf : NULL;
 }
 
-/* Read lock held. */
-static void scan(CUfunction f, void **params, void **extra, found *fd)
+/* The words of bytes[0, n*8), unaligned-safe; only values in the managed range go on. */
+static void emit_words(const uint8_t *bytes, uint32_t n, mvm_emit_fn emit, void *ctx)
 {
-    fd->n = 0;
+    for (uint32_t w = 0; w < n; w++) {
+        uint64_t v;
+        memcpy(&v, bytes + (size_t)w * sizeof v, sizeof v);
+        if (mvm_heap_contains(v))
+            emit(ctx, v);
+    }
+}
+
+void mvm_scan_params(CUfunction f, void **params, void **extra, mvm_emit_fn emit, void *ctx)
+{
     pinfo *pi = param_info(f);
     size_t size;
     const uint8_t *buf = extra_buffer(extra, &size);
-    uint64_t v;
     if (pi && pi->known && params) {
-        for (uint32_t i = 0; i < pi->n_ptr; i++) {
-            memcpy(&v, params[pi->index[i]], sizeof v);
-            add(fd, v);
-        }
+        for (uint32_t i = 0; i < pi->n; i++)
+            if (params[pi->p[i].index])
+                emit_words(params[pi->p[i].index], pi->p[i].words, emit, ctx);
     } else if (buf && pi && pi->known) {
-        for (uint32_t i = 0; i < pi->n_ptr; i++)
-            if (pi->offset[i] + sizeof v <= size) {
-                memcpy(&v, buf + pi->offset[i], sizeof v);
-                add(fd, v);
-            }
-    } else if (buf) {
-        for (size_t off = 0; off + sizeof v <= size; off += sizeof v) {
-            memcpy(&v, buf + off, sizeof v);
-            add(fd, v);
+        for (uint32_t i = 0; i < pi->n; i++) {
+            size_t end = pi->p[i].offset + (size_t)pi->p[i].words * sizeof(uint64_t);
+            if (end <= size)
+                emit_words(buf + pi->p[i].offset, pi->p[i].words, emit, ctx);
         }
+    } else if (buf) {
+        emit_words(buf, (uint32_t)(size / sizeof(uint64_t)), emit, ctx);
     }
 }
 
-/* Before a launch: returns with the lock held (read, or write after serving a miss) when
- * the launch touches managed memory; false with no lock held otherwise. */
-static bool prepare(CUfunction f, void **params, void **extra)
+static void emit_object(void *set, uint64_t va)
 {
-    atomic_fetch_add_explicit(&mvm_pl.launches, 1, memory_order_relaxed);
-    if (!mvm_pl_on())
-        return false;
-    pthread_rwlock_rdlock(&mvm_pl.lock);
-    found fd;
-    if (mvm_pl.space)
-        scan(f, params, extra, &fd);
-    if (!mvm_pl.space || fd.n == 0) {
-        pthread_rwlock_unlock(&mvm_pl.lock);
-        return false;
-    }
-    atomic_fetch_add_explicit(&mvm_pl.launches_managed, 1, memory_order_relaxed);
-    if (mvm_paging_resident(fd.obj, fd.n)) {
-        atomic_fetch_add_explicit(&mvm_pl.launch_hits, 1, memory_order_relaxed);
-    } else {
-        /* Objects may change while no lock is held: scan again under the write lock. */
-        pthread_rwlock_unlock(&mvm_pl.lock);
-        pthread_rwlock_wrlock(&mvm_pl.lock);
-        scan(f, params, extra, &fd);
-        mvm_paging_serve(fd.obj, fd.n);
-    }
-    for (uint32_t i = 0; i < fd.n; i++)
-        atomic_fetch_add_explicit(&fd.obj[i]->uses, 1, memory_order_relaxed);
-    return true;
+    mvm_objset_add(set, va);
 }
 
-static CUresult finish(bool locked, CUresult r)
+CUresult mvm_launch_finish(bool locked, CUresult r)
 {
     if (locked)
         pthread_rwlock_unlock(&mvm_pl.lock);
     return r;
+}
+
+bool mvm_launch_prepare(mvm_collect_fn collect, const void *what)
+{
+    if (!mvm_pl_on())
+        return false;
+    pthread_rwlock_rdlock(&mvm_pl.lock);
+    mvm_objset set;
+    mvm_objset_init(&set);
+    if (mvm_pl.space)
+        collect(what, &set);
+    if (set.n == 0) {
+        pthread_rwlock_unlock(&mvm_pl.lock);
+        return false;
+    }
+    atomic_fetch_add_explicit(&mvm_pl.launches_managed, 1, memory_order_relaxed);
+    if (mvm_paging_resident(set.obj, set.n)) {
+        atomic_fetch_add_explicit(&mvm_pl.launch_hits, 1, memory_order_relaxed);
+    } else if (atomic_load_explicit(&mvm_pl.captures, memory_order_acquire)) {
+        /* A stream is being captured: draining the device now would break the capture
+         * (and the captured launch does not run now). The pages are read where they are;
+         * a graph launch makes its objects resident. */
+        atomic_fetch_add_explicit(&mvm_pl.deferred, 1, memory_order_relaxed);
+    } else {
+        /* Objects may change while no lock is held: collect again under the write lock. */
+        pthread_rwlock_unlock(&mvm_pl.lock);
+        pthread_rwlock_wrlock(&mvm_pl.lock);
+        set.n = 0;
+        collect(what, &set);
+        mvm_paging_serve(set.obj, set.n);
+    }
+    for (uint32_t i = 0; i < set.n; i++)
+        atomic_fetch_add_explicit(&set.obj[i]->uses, 1, memory_order_relaxed);
+    mvm_objset_free(&set);
+    return true;
+}
+
+typedef struct kernel_launch {
+    CUfunction f;
+    void **params, **extra;
+} kernel_launch;
+
+static void collect_kernel(const void *what, mvm_objset *set)
+{
+    const kernel_launch *k = what;
+    mvm_scan_params(k->f, k->params, k->extra, emit_object, set);
+}
+
+static bool prepare(CUfunction f, void **params, void **extra)
+{
+    kernel_launch k = {f, params, extra};
+    atomic_fetch_add_explicit(&mvm_pl.launches, 1, memory_order_relaxed);
+    return mvm_launch_prepare(collect_kernel, &k);
 }
 
 CUresult hk_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
@@ -183,8 +204,8 @@ CUresult hk_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, 
     if (!mvm_real_load() || !mvm_real_fn.cuLaunchKernel)
         return CUDA_ERROR_NOT_SUPPORTED;
     bool locked = prepare(f, params, extra);
-    return finish(locked, mvm_real_fn.cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, s,
-                                                     params, extra));
+    CUresult r = mvm_real_fn.cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, s, params, extra);
+    return mvm_launch_finish(locked, r);
 }
 
 CUresult hk_cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
@@ -194,8 +215,9 @@ CUresult hk_cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned
     if (!mvm_real_load() || !mvm_real_fn.cuLaunchKernel_ptsz)
         return CUDA_ERROR_NOT_SUPPORTED;
     bool locked = prepare(f, params, extra);
-    return finish(locked, mvm_real_fn.cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, shared, s,
-                                                          params, extra));
+    CUresult r = mvm_real_fn.cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, shared, s, params,
+                                                 extra);
+    return mvm_launch_finish(locked, r);
 }
 
 CUresult hk_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params,
@@ -204,7 +226,7 @@ CUresult hk_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **
     if (!mvm_real_load() || !mvm_real_fn.cuLaunchKernelEx)
         return CUDA_ERROR_NOT_SUPPORTED;
     bool locked = prepare(f, params, extra);
-    return finish(locked, mvm_real_fn.cuLaunchKernelEx(config, f, params, extra));
+    return mvm_launch_finish(locked, mvm_real_fn.cuLaunchKernelEx(config, f, params, extra));
 }
 
 CUresult hk_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **params,
@@ -213,32 +235,5 @@ CUresult hk_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, vo
     if (!mvm_real_load() || !mvm_real_fn.cuLaunchKernelEx_ptsz)
         return CUDA_ERROR_NOT_SUPPORTED;
     bool locked = prepare(f, params, extra);
-    return finish(locked, mvm_real_fn.cuLaunchKernelEx_ptsz(config, f, params, extra));
-}
-
-/* A graph's kernels are not scanned (their parameters live in the graph); the read lock
- * only keeps a miss being served from remapping pages under the graph's queueing. */
-static bool graph_prepare(void)
-{
-    atomic_fetch_add_explicit(&mvm_pl.graph_launches, 1, memory_order_relaxed);
-    if (!mvm_pl_on())
-        return false;
-    pthread_rwlock_rdlock(&mvm_pl.lock);
-    return true;
-}
-
-CUresult hk_cuGraphLaunch(CUgraphExec g, CUstream s)
-{
-    if (!mvm_real_load() || !mvm_real_fn.cuGraphLaunch)
-        return CUDA_ERROR_NOT_SUPPORTED;
-    bool locked = graph_prepare();
-    return finish(locked, mvm_real_fn.cuGraphLaunch(g, s));
-}
-
-CUresult hk_cuGraphLaunch_ptsz(CUgraphExec g, CUstream s)
-{
-    if (!mvm_real_load() || !mvm_real_fn.cuGraphLaunch_ptsz)
-        return CUDA_ERROR_NOT_SUPPORTED;
-    bool locked = graph_prepare();
-    return finish(locked, mvm_real_fn.cuGraphLaunch_ptsz(g, s));
+    return mvm_launch_finish(locked, mvm_real_fn.cuLaunchKernelEx_ptsz(config, f, params, extra));
 }

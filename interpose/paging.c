@@ -15,6 +15,7 @@
  * from its host home through the mapping, which is correct, only slower.
  */
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "interpose/preload.h"
@@ -31,6 +32,52 @@ static void obj_pages(const mvm_obj *o, uint32_t *first, uint32_t *end)
 {
     *first = mvm_page_of(o->va);
     *end = mvm_page_of(o->va + (o->len ? o->len : 1) - 1) + 1;
+}
+
+void mvm_objset_init(mvm_objset *s)
+{
+    s->obj = s->inline_obj;
+    s->n = 0;
+    s->cap = sizeof s->inline_obj / sizeof *s->inline_obj;
+}
+
+void mvm_objset_free(mvm_objset *s)
+{
+    if (s->obj != s->inline_obj)
+        free(s->obj);
+    mvm_objset_init(s);
+}
+
+static bool objset_grow(mvm_objset *s)
+{
+    uint32_t cap = s->cap * 2;
+    mvm_obj **o = malloc((size_t)cap * sizeof *o);
+    if (!o)
+        return false;
+    memcpy(o, s->obj, (size_t)s->n * sizeof *o);
+    if (s->obj != s->inline_obj)
+        free(s->obj);
+    s->obj = o;
+    s->cap = cap;
+    return true;
+}
+
+/* Pointers into one object come in runs (a tensor and its offsets, a graph's kernels on
+ * the same weights): checking the last few entries removes most repeats cheaply, and
+ * small sets are checked whole. mvm_paging_serve and the use counts tolerate the rare
+ * repeat that is left (a page is claimed once; a use is counted twice). */
+void mvm_objset_add(mvm_objset *s, uint64_t va)
+{
+    mvm_alloc *a = mvm_heap_find(va);
+    if (!a)
+        return;
+    mvm_obj *o = mvm_heap_object(a, va);
+    uint32_t from = s->n > 32 ? s->n - 32 : 0;
+    for (uint32_t i = from; i < s->n; i++)
+        if (s->obj[i] == o)
+            return;
+    if (s->n < s->cap || objset_grow(s))
+        s->obj[s->n++] = o;
 }
 
 bool mvm_paging_resident(mvm_obj *const *objs, uint32_t n)

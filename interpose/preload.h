@@ -9,6 +9,7 @@
  *              (extents) learned from host-to-device copies
  *   paging.c   demand paging: making a launch's objects resident, with the evict policy
  *   launch.c   the kernel-launch hooks: parameter scanning over a per-function cache
+ *   graph.c    CUDA graphs: stream capture, and the objects of each instantiated graph
  *   memory.c   allocation, free, copy and memory-query hooks (driver and NVML)
  *   report.c   call sites (libunwind), the MOEVM_REPORT JSON and the MOEVM_LOG summary
  *
@@ -76,6 +77,26 @@ typedef struct {
       (const CUlaunchConfig *, CUfunction, void **, void **))                                  \
     X(cuLaunchKernelEx_ptsz, "cuLaunchKernelEx_ptsz", CUresult,                                \
       (const CUlaunchConfig *, CUfunction, void **, void **))                                  \
+    X(cuStreamBeginCapture_v2, "cuStreamBeginCapture_v2", CUresult,                            \
+      (CUstream, CUstreamCaptureMode))                                                         \
+    X(cuStreamBeginCapture_v2_ptsz, "cuStreamBeginCapture_v2_ptsz", CUresult,                  \
+      (CUstream, CUstreamCaptureMode))                                                         \
+    X(cuStreamBeginCaptureToGraph, "cuStreamBeginCaptureToGraph", CUresult,                    \
+      (CUstream, CUgraph, const CUgraphNode *, const CUgraphEdgeData *, size_t,                \
+       CUstreamCaptureMode))                                                                   \
+    X(cuStreamEndCapture, "cuStreamEndCapture", CUresult, (CUstream, CUgraph *))               \
+    X(cuStreamEndCapture_ptsz, "cuStreamEndCapture_ptsz", CUresult, (CUstream, CUgraph *))     \
+    X(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags", CUresult,                    \
+      (CUgraphExec *, CUgraph, unsigned long long))                                            \
+    X(cuGraphInstantiateWithParams, "cuGraphInstantiateWithParams", CUresult,                  \
+      (CUgraphExec *, CUgraph, CUDA_GRAPH_INSTANTIATE_PARAMS *))                               \
+    X(cuGraphInstantiateWithParams_ptsz, "cuGraphInstantiateWithParams_ptsz", CUresult,        \
+      (CUgraphExec *, CUgraph, CUDA_GRAPH_INSTANTIATE_PARAMS *))                               \
+    X(cuGraphExecUpdate_v2, "cuGraphExecUpdate_v2", CUresult,                                  \
+      (CUgraphExec, CUgraph, CUgraphExecUpdateResultInfo *))                                   \
+    X(cuGraphExecKernelNodeSetParams_v2, "cuGraphExecKernelNodeSetParams_v2", CUresult,        \
+      (CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS *))                             \
+    X(cuGraphExecDestroy, "cuGraphExecDestroy", CUresult, (CUgraphExec))                       \
     X(cuGraphLaunch, "cuGraphLaunch", CUresult, (CUgraphExec, CUstream))                       \
     X(cuGraphLaunch_ptsz, "cuGraphLaunch_ptsz", CUresult, (CUgraphExec, CUstream))
 
@@ -90,7 +111,13 @@ typedef struct {
     X(cuCtxSynchronize, "cuCtxSynchronize", CUresult, (void))                                  \
     X(cuFuncGetParamInfo, "cuFuncGetParamInfo", CUresult,                                      \
       (CUfunction, size_t, size_t *, size_t *))                                                \
-    X(cuCtxGetDevice, "cuCtxGetDevice", CUresult, (CUdevice *))
+    X(cuCtxGetDevice, "cuCtxGetDevice", CUresult, (CUdevice *))                                \
+    X(cuGraphGetNodes, "cuGraphGetNodes", CUresult, (CUgraph, CUgraphNode *, size_t *))        \
+    X(cuGraphNodeGetType, "cuGraphNodeGetType", CUresult, (CUgraphNode, CUgraphNodeType *))    \
+    X(cuGraphKernelNodeGetParams_v2, "cuGraphKernelNodeGetParams_v2", CUresult,                \
+      (CUgraphNode, CUDA_KERNEL_NODE_PARAMS *))                                                \
+    X(cuGraphChildGraphNodeGetGraph, "cuGraphChildGraphNodeGetGraph", CUresult,                \
+      (CUgraphNode, CUgraph *))
 #define MVM_NVML_USED(X)                                                                      \
     X(nvmlDeviceGetHandleByPciBusId_v2, "nvmlDeviceGetHandleByPciBusId_v2", nvmlReturn_t_,     \
       (const char *, nvmlDevice_t_ *))                                                         \
@@ -169,8 +196,10 @@ typedef struct mvm_preload {
     mvm_pshape shape;
     mvm_cost cost;
     _Atomic uint64_t gen;      /* bumped whenever a page leaves the device */
+    _Atomic uint32_t captures; /* streams being captured into graphs (graph.c) */
     /* counters for the report */
-    _Atomic uint64_t launches, launches_managed, launch_hits, graph_launches;
+    _Atomic uint64_t launches, launches_managed, launch_hits, graph_launches, deferred;
+    _Atomic uint64_t graphs_scanned, graph_kernel_nodes;
     uint64_t misses, pages_in, pages_out, bytes_in, wait_ns, drains;
     uint64_t managed_allocs, managed_bytes, peak_managed_bytes;
     _Atomic uint64_t native_allocs, native_bytes, async_allocs, async_bytes, ipc_refused;
@@ -203,6 +232,18 @@ static inline uint32_t mvm_page_of(uint64_t va)
 }
 
 /* paging.c */
+/* The objects a launch uses, resolved from the pointer values its parameters hold, each
+ * once. Kernels name a handful (kept inline); a graph may name thousands. */
+typedef struct mvm_objset {
+    mvm_obj **obj;
+    uint32_t n, cap;
+    mvm_obj *inline_obj[32];
+} mvm_objset;
+void mvm_objset_init(mvm_objset *s);
+/* Adds the object va points into, if it is in a managed allocation (read lock). An object
+ * that cannot be added (out of memory) is skipped: its pages are read where they are. */
+void mvm_objset_add(mvm_objset *s, uint64_t va);
+void mvm_objset_free(mvm_objset *s);
 /* All pages of objs[0..n) verified resident at the current generation (read lock). */
 bool mvm_paging_resident(mvm_obj *const *objs, uint32_t n);
 /* Makes objs resident before a launch (write lock held): drains the device, evicts with the
@@ -211,6 +252,20 @@ bool mvm_paging_resident(mvm_obj *const *objs, uint32_t n);
 void mvm_paging_serve(mvm_obj *const *objs, uint32_t n);
 /* Drains the device (write lock held), counting it. */
 void mvm_paging_drain(void);
+
+/* launch.c */
+/* Calls emit(ctx, v) for every 8-byte word v of a launch's parameters that lies in the
+ * managed range: pointer parameters, and pointers inside aggregate ones (a PyTorch
+ * Array<char *, N>, a CUTLASS Params struct). Read lock held. */
+typedef void (*mvm_emit_fn)(void *ctx, uint64_t va);
+void mvm_scan_params(CUfunction f, void **params, void **extra, mvm_emit_fn emit, void *ctx);
+/* Before a launch: `collect` fills the set with the objects it will use (called under the
+ * read lock, and again under the write lock when a miss is served). Returns with the lock
+ * held when the launch touches managed memory (release it with mvm_launch_finish after the
+ * launch is queued), false with no lock held otherwise. */
+typedef void (*mvm_collect_fn)(const void *what, mvm_objset *set);
+bool mvm_launch_prepare(mvm_collect_fn collect, const void *what);
+CUresult mvm_launch_finish(bool locked, CUresult r);
 
 /* report.c */
 void mvm_report_prime(void);

@@ -227,6 +227,9 @@ static cJSON *report_json(const totals *t)
     add_num(o, "hits", (double)t->hits);
     add_num(o, "hit_rate", t->hit_rate);
     add_num(o, "graphs", (double)atomic_load(&mvm_pl.graph_launches));
+    add_num(o, "graphs_scanned", (double)atomic_load(&mvm_pl.graphs_scanned));
+    add_num(o, "graph_kernel_nodes", (double)atomic_load(&mvm_pl.graph_kernel_nodes));
+    add_num(o, "deferred", (double)atomic_load(&mvm_pl.deferred));
     cJSON_AddItemToObject(r, "moves", o = cJSON_CreateObject());
     add_num(o, "misses", (double)mvm_pl.misses);
     add_num(o, "pages_in", (double)mvm_pl.pages_in);

@@ -41,6 +41,7 @@ static void fork_parent(void)
 static void fork_child(void)
 {
     atomic_store(&on, false);
+    atomic_store(&mvm_pl.captures, 0);
     pthread_rwlock_init(&mvm_pl.lock, NULL);
     mvm_pl.space = NULL;
     mvm_pl.n_allocs = 0;

@@ -58,7 +58,12 @@ static void check_rc(CUresult got, CUresult want, const char *what, int line)
     X(cuCtxSynchronize) X(cuCtxSynchronize_v2) X(cuMemAllocPitch_v2) X(cuMemAllocAsync)        \
     X(cuMemFreeAsync) X(cuMemcpyDtoHAsync_v2) X(cuMemcpyDtoD_v2) X(cuMemsetD8_v2)              \
     X(cuIpcGetMemHandle) X(cuPointerGetAttribute) X(cuModuleLoadData) X(cuModuleUnload)        \
-    X(cuModuleGetFunction) X(cuFuncGetParamInfo) X(cuLaunchKernel) X(cuLaunchKernelEx)
+    X(cuModuleGetFunction) X(cuFuncGetParamInfo) X(cuLaunchKernel) X(cuLaunchKernelEx)        \
+    X(cuStreamBeginCapture_v2) X(cuStreamEndCapture) X(cuStreamIsCapturing) X(cuGraphCreate)   \
+    X(cuGraphAddKernelNode_v2) X(cuGraphAddChildGraphNode) X(cuGraphGetNodes)                  \
+    X(cuGraphNodeGetType) X(cuGraphKernelNodeGetParams_v2) X(cuGraphChildGraphNodeGetGraph)    \
+    X(cuGraphInstantiateWithFlags) X(cuGraphExecUpdate_v2) X(cuGraphExecKernelNodeSetParams_v2) \
+    X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy)
 #define FK_FUNCS(X)                                                                            \
     X(fakecuda_calls) X(fakecuda_live_handles) X(fakecuda_mapped_bytes)                        \
     X(fakecuda_live_reservations) X(fakecuda_reset_counters) X(fakecuda_set_fail)              \
@@ -781,6 +786,114 @@ static void t_modules(void)
     OK(p_cuFuncGetParamInfo(k_copy, 2, &off, &size)); /* the first module is unaffected */
 }
 
+/* A struct parameter (fk_copy_args), and graphs: capture, what breaks a capture, reading
+ * nodes back, child graphs, instantiating, launching, changing and updating. */
+static void t_graphs(void)
+{
+    const size_t N = 4096;
+    CUdeviceptr a, b;
+    CUfunction copy_args;
+    size_t off = 99, size = 99;
+    OK(p_cuMemAlloc_v2(&a, N));
+    OK(p_cuMemAlloc_v2(&b, N));
+    OK(p_cuModuleGetFunction(&copy_args, g_mod, "fk_copy_args"));
+    OK(p_cuFuncGetParamInfo(copy_args, 0, &off, &size));
+    CHECK(off == 0 && size == 24);
+    RC(p_cuFuncGetParamInfo(copy_args, 1, &off, &size), CUDA_ERROR_INVALID_VALUE);
+    struct { CUdeviceptr dst, src; uint64_t bytes; } ca = {b, a, 64};
+    void *ca_args[] = {&ca};
+    OK(p_cuMemsetD8_v2(a, 0x3c, N));
+    OK(p_cuMemsetD8_v2(b, 0, N));
+    OK(p_cuLaunchKernel(copy_args, 1, 1, 1, 1, 1, 1, 0, NULL, ca_args, NULL));
+    CHECK(host(b)[63] == 0x3c && host(b)[64] == 0);
+
+    /* A capture: the launch becomes a node; syncing the stream invalidates the capture. */
+    CUstream s;
+    CUgraph g = NULL, g2;
+    CUstreamCaptureStatus st;
+    OK(p_cuStreamCreate(&s, 0));
+    RC(p_cuStreamBeginCapture_v2(NULL, CU_STREAM_CAPTURE_MODE_GLOBAL),
+       CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    OK(p_cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    RC(p_cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_ERROR_ILLEGAL_STATE);
+    OK(p_cuStreamIsCapturing(s, &st));
+    CHECK(st == CU_STREAM_CAPTURE_STATUS_ACTIVE);
+    ca.bytes = 128;
+    OK(p_cuLaunchKernel(copy_args, 1, 1, 1, 1, 1, 1, 0, s, ca_args, NULL));
+    CHECK(host(b)[64] == 0); /* captured, not run */
+    RC(p_cuStreamSynchronize(s), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    OK(p_cuStreamIsCapturing(s, &st));
+    CHECK(st == CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+    RC(p_cuLaunchKernel(copy_args, 1, 1, 1, 1, 1, 1, 0, s, ca_args, NULL),
+       CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    RC(p_cuStreamEndCapture(s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    CHECK(g == NULL);
+    RC(p_cuStreamEndCapture(s, &g), CUDA_ERROR_ILLEGAL_STATE);
+    /* Syncing the context breaks a global capture, not a relaxed one. */
+    OK(p_cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    RC(p_cuCtxSynchronize(), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    RC(p_cuStreamEndCapture(s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    OK(p_cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+    OK(p_cuCtxSynchronize());
+    OK(p_cuLaunchKernel(copy_args, 1, 1, 1, 1, 1, 1, 0, s, ca_args, NULL));
+    OK(p_cuStreamEndCapture(s, &g));
+    OK(p_cuStreamIsCapturing(s, &st));
+    CHECK(st == CU_STREAM_CAPTURE_STATUS_NONE);
+
+    /* The node reads back as launched; a child graph is copied in. */
+    CUgraphNode nodes[4], child_node, added;
+    CUgraphNodeType type;
+    CUDA_KERNEL_NODE_PARAMS kp;
+    size_t n = 4;
+    OK(p_cuGraphGetNodes(g, nodes, &n));
+    CHECK(n == 1);
+    OK(p_cuGraphNodeGetType(nodes[0], &type));
+    CHECK(type == CU_GRAPH_NODE_TYPE_KERNEL);
+    OK(p_cuGraphKernelNodeGetParams_v2(nodes[0], &kp));
+    CHECK(kp.func == copy_args && kp.kernelParams && kp.extra == NULL &&
+          memcmp(kp.kernelParams[0], &ca, sizeof ca) == 0);
+    OK(p_cuGraphCreate(&g2, 0));
+    OK(p_cuGraphAddChildGraphNode(&child_node, g2, NULL, 0, g));
+    ca.dst = b + 1024;
+    kp.kernelParams = ca_args;
+    OK(p_cuGraphAddKernelNode_v2(&added, g2, NULL, 0, &kp));
+    CUgraph copy = NULL;
+    OK(p_cuGraphChildGraphNodeGetGraph(child_node, &copy));
+    CHECK(copy && copy != g);
+    n = 4;
+    OK(p_cuGraphGetNodes(copy, nodes, &n));
+    CHECK(n == 1);
+    OK(p_cuGraphNodeGetType(child_node, &type));
+    CHECK(type == CU_GRAPH_NODE_TYPE_GRAPH);
+
+    /* Launching runs the flattened nodes; a changed node runs with its new parameters. */
+    CUgraphExec e;
+    CUgraphExecUpdateResultInfo info;
+    OK(p_cuGraphInstantiateWithFlags(&e, g2, 0));
+    OK(p_cuMemsetD8_v2(b, 0, N));
+    OK(p_cuGraphLaunch(e, s));
+    CHECK(host(b)[127] == 0x3c && host(b)[128] == 0);            /* the child's copy */
+    CHECK(host(b)[1024 + 127] == 0x3c && host(b)[1024 + 128] == 0); /* the added node */
+    ca.bytes = 16;
+    OK(p_cuGraphExecKernelNodeSetParams_v2(e, added, &kp));
+    OK(p_cuMemsetD8_v2(b, 0, N));
+    OK(p_cuGraphLaunch(e, s));
+    CHECK(host(b)[1024 + 15] == 0x3c && host(b)[1024 + 16] == 0);
+    RC(p_cuGraphExecUpdate_v2(e, g, &info), CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE);
+    CHECK(info.result == CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED);
+    OK(p_cuGraphExecDestroy(e));
+    OK(p_cuGraphInstantiateWithFlags(&e, g, 0));
+    OK(p_cuGraphExecUpdate_v2(e, copy, &info)); /* the same kernel */
+    OK(p_cuGraphExecDestroy(e));
+    RC(p_cuGraphExecDestroy(e), CUDA_ERROR_INVALID_VALUE);
+    OK(p_cuGraphDestroy(g2));
+    OK(p_cuGraphDestroy(g));
+    RC(p_cuGraphDestroy(g), CUDA_ERROR_INVALID_VALUE);
+    OK(p_cuStreamDestroy_v2(s));
+    OK(p_cuMemFree_v2(a));
+    OK(p_cuMemFree_v2(b));
+}
+
 /* Hand-worked results on cuMemAlloc memory, every way of launching, and every way a launch
  * can be refused, none of which touches memory. */
 static void t_kernels_devmem(void)
@@ -1435,6 +1548,7 @@ int main(int argc, char **argv)
     t_kernels_devmem();
     t_kernels_vmm();
     t_kernels_random();
+    t_graphs();
     t_proc_address();
     t_errors();
     t_threads_and_release();

@@ -16,6 +16,12 @@
  *   query       cuMemGetInfo, cuDeviceTotalMem and NVML report the managed view
  *   ipc         cuIpcGetMemHandle works on native memory, is refused on managed memory
  *   fork        a child process runs hooks unmanaged, without deadlock
+ *   graph       kernels captured into a graph while their objects are not resident: the
+ *               capture stays valid; launching the graph (and one built by hand with a
+ *               child graph, and both after their parameters change) finds every object
+ *               in device memory
+ *   aggregate   a kernel whose pointers sit inside one struct parameter finds its objects
+ *               in device memory
  * Prints "ok <scenario>" and exits 0, or names the failed check and exits 1.
  */
 #include <cuda.h>
@@ -60,6 +66,21 @@ static struct {
     CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                              unsigned, unsigned, CUstream, void **, void **);
     CUresult (*IpcGetMemHandle)(CUipcMemHandle *, CUdeviceptr);
+    CUresult (*StreamCreate)(CUstream *, unsigned);
+    CUresult (*StreamBeginCapture)(CUstream, CUstreamCaptureMode);
+    CUresult (*StreamEndCapture)(CUstream, CUgraph *);
+    CUresult (*GraphCreate)(CUgraph *, unsigned);
+    CUresult (*GraphAddKernelNode)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                                   const CUDA_KERNEL_NODE_PARAMS *);
+    CUresult (*GraphAddChildGraphNode)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                                       CUgraph);
+    CUresult (*GraphInstantiate)(CUgraphExec *, CUgraph, unsigned long long);
+    CUresult (*GraphLaunch)(CUgraphExec, CUstream);
+    CUresult (*GraphExecUpdate)(CUgraphExec, CUgraph, CUgraphExecUpdateResultInfo *);
+    CUresult (*GraphExecKernelNodeSetParams)(CUgraphExec, CUgraphNode,
+                                             const CUDA_KERNEL_NODE_PARAMS *);
+    CUresult (*GraphExecDestroy)(CUgraphExec);
+    CUresult (*GraphDestroy)(CUgraph);
 } cu;
 
 static void *lookup(const char *how, void *lib, const char *name, const char *linked_name,
@@ -107,6 +128,18 @@ static void bind(const char *how)
     BIND(ModuleGetFunction, cuModuleGetFunction);
     BIND(LaunchKernel, cuLaunchKernel);
     BIND(IpcGetMemHandle, cuIpcGetMemHandle);
+    BIND(StreamCreate, cuStreamCreate);
+    BIND(StreamBeginCapture, cuStreamBeginCapture_v2);
+    BIND(StreamEndCapture, cuStreamEndCapture);
+    BIND(GraphCreate, cuGraphCreate);
+    BIND(GraphAddKernelNode, cuGraphAddKernelNode_v2);
+    BIND(GraphAddChildGraphNode, cuGraphAddChildGraphNode);
+    BIND(GraphInstantiate, cuGraphInstantiateWithFlags);
+    BIND(GraphLaunch, cuGraphLaunch);
+    BIND(GraphExecUpdate, cuGraphExecUpdate_v2);
+    BIND(GraphExecKernelNodeSetParams, cuGraphExecKernelNodeSetParams_v2);
+    BIND(GraphExecDestroy, cuGraphExecDestroy);
+    BIND(GraphDestroy, cuGraphDestroy);
     void **f = (void **)&cu;
     for (size_t i = 0; i < sizeof cu / sizeof(void *); i++)
         if (!f[i]) {
@@ -196,6 +229,185 @@ SCENARIO void scenario_oversub(void)
         CU_OK(cu.MemFree(buf[b]));
     CU_OK(cu.MemFree(out));
     free(host);
+}
+
+/* Managed buffers of 2 MiB (one page each; the budget holds four), filled with a pattern
+ * whose sum is known, and an 8 MiB one that takes the whole budget. */
+enum { N_SMALL = 4 };
+typedef struct graph_bufs {
+    CUfunction sum, copy_args;
+    CUdeviceptr small[N_SMALL], big, out;
+    uint64_t expect[N_SMALL];
+} graph_bufs;
+
+static void bufs_make(graph_bufs *b)
+{
+    const uint64_t n = 2 * MiB / 4;
+    CUmodule mod;
+    CU_OK(cu.ModuleLoadData(&mod, "fakecuda"));
+    CU_OK(cu.ModuleGetFunction(&b->sum, mod, "fk_sum_u32"));
+    CU_OK(cu.ModuleGetFunction(&b->copy_args, mod, "fk_copy_args"));
+    uint32_t *host = malloc(8 * MiB);
+    for (int k = 0; k < N_SMALL; k++) {
+        CU_OK(cu.MemAlloc(&b->small[k], 2 * MiB));
+        b->expect[k] = 0;
+        for (uint64_t i = 0; i < n; i++) {
+            host[i] = (uint32_t)(i * 40503u + (uint32_t)k * 7919u + 1);
+            b->expect[k] += host[i];
+        }
+        CU_OK(cu.MemcpyHtoD(b->small[k], host, 2 * MiB));
+    }
+    memset(host, 0, 8 * MiB);
+    CU_OK(cu.MemAlloc(&b->big, 8 * MiB));
+    CU_OK(cu.MemcpyHtoD(b->big, host, 8 * MiB));
+    CU_OK(cu.MemAlloc(&b->out, 4096)); /* small: native */
+    free(host);
+}
+
+/* The big buffer takes the whole budget: every small one goes back to the host. */
+static void bufs_push_out(graph_bufs *b)
+{
+    EXPECT(sum_kernel(b->sum, b->out + 2048, b->big, 8 * MiB / 4) == 0);
+    fakecuda_reset_counters();
+}
+
+/* Poisons out[0..4) (the sums' slots). */
+static void out_poison(graph_bufs *b)
+{
+    uint64_t poison[N_SMALL];
+    memset(poison, 0xA5, sizeof poison);
+    CU_OK(cu.MemcpyHtoD(b->out, poison, sizeof poison));
+}
+
+static uint64_t out_read(graph_bufs *b, int slot)
+{
+    uint64_t v = 0;
+    CU_OK(cu.MemcpyDtoH(&v, b->out + (CUdeviceptr)slot * 8, sizeof v));
+    return v;
+}
+
+static void bufs_free(graph_bufs *b)
+{
+    for (int k = 0; k < N_SMALL; k++)
+        CU_OK(cu.MemFree(b->small[k]));
+    CU_OK(cu.MemFree(b->big));
+    CU_OK(cu.MemFree(b->out));
+}
+
+/* Kernel-node parameters of a sum of small[k] into out slot `slot`; the values live in v. */
+typedef struct sum_node {
+    CUdeviceptr out, in;
+    uint64_t n;
+    void *args[3];
+    CUDA_KERNEL_NODE_PARAMS p;
+} sum_node;
+
+static CUDA_KERNEL_NODE_PARAMS *sum_params(sum_node *v, graph_bufs *b, int slot, int k)
+{
+    v->out = b->out + (CUdeviceptr)slot * 8;
+    v->in = b->small[k];
+    v->n = 2 * MiB / 4;
+    v->args[0] = &v->out, v->args[1] = &v->in, v->args[2] = &v->n;
+    v->p = (CUDA_KERNEL_NODE_PARAMS){.func = b->sum, .gridDimX = 1, .gridDimY = 1,
+                                     .gridDimZ = 1, .blockDimX = 1, .blockDimY = 1,
+                                     .blockDimZ = 1, .kernelParams = v->args};
+    return &v->p;
+}
+
+/* Captures sums of small[k0] and small[k1] into slots 0 and 1 on stream s. */
+static CUgraph capture_sums(graph_bufs *b, CUstream s, int k0, int k1)
+{
+    CUgraph g = NULL;
+    CU_OK(cu.StreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    for (int slot = 0; slot < 2; slot++) {
+        sum_node v;
+        sum_params(&v, b, slot, slot ? k1 : k0);
+        CU_OK(cu.LaunchKernel(b->sum, 1, 1, 1, 1, 1, 1, 0, s, v.args, NULL));
+    }
+    /* Had the interposer drained the device for the (missing) objects, the capture would
+     * be invalidated and this would fail. */
+    CU_OK(cu.StreamEndCapture(s, &g));
+    return g;
+}
+
+/* Launches e; every kernel must have read device memory only. */
+static void launch_resident(CUgraphExec e, CUstream s)
+{
+    CU_OK(cu.GraphLaunch(e, s));
+    EXPECT(fakecuda_kernel_bytes(1) == 0);
+    EXPECT(fakecuda_kernel_bytes(0) > 0);
+}
+
+SCENARIO void scenario_graph(void)
+{
+    graph_bufs b;
+    bufs_make(&b);
+    CUstream s;
+    CU_OK(cu.StreamCreate(&s, 0));
+
+    /* Captured while not resident: nothing runs, the capture survives. */
+    bufs_push_out(&b);
+    out_poison(&b);
+    CUgraph g1 = capture_sums(&b, s, 0, 1);
+    EXPECT(out_read(&b, 0) == 0xA5A5A5A5A5A5A5A5ull);
+    CUgraphExec e1 = NULL, e2 = NULL;
+    CU_OK(cu.GraphInstantiate(&e1, g1, 0));
+    bufs_push_out(&b);
+    launch_resident(e1, s);
+    EXPECT(out_read(&b, 0) == b.expect[0] && out_read(&b, 1) == b.expect[1]);
+
+    /* Built by hand: a kernel node and a child graph with another. */
+    CUgraph g2, child;
+    CUgraphNode n_c, n_d, n_child;
+    sum_node vc, vd;
+    CU_OK(cu.GraphCreate(&g2, 0));
+    CU_OK(cu.GraphCreate(&child, 0));
+    CU_OK(cu.GraphAddKernelNode(&n_d, child, NULL, 0, sum_params(&vd, &b, 3, 3)));
+    CU_OK(cu.GraphAddKernelNode(&n_c, g2, NULL, 0, sum_params(&vc, &b, 2, 2)));
+    CU_OK(cu.GraphAddChildGraphNode(&n_child, g2, NULL, 0, child));
+    CU_OK(cu.GraphInstantiate(&e2, g2, 0));
+    bufs_push_out(&b);
+    out_poison(&b);
+    launch_resident(e2, s);
+    EXPECT(out_read(&b, 2) == b.expect[2] && out_read(&b, 3) == b.expect[3]);
+
+    /* One node now sums small[0]: its new object must be made resident. */
+    CU_OK(cu.GraphExecKernelNodeSetParams(e2, n_c, sum_params(&vc, &b, 2, 0)));
+    bufs_push_out(&b);
+    out_poison(&b);
+    launch_resident(e2, s);
+    EXPECT(out_read(&b, 2) == b.expect[0] && out_read(&b, 3) == b.expect[3]);
+
+    /* e1 updated from a new capture over other buffers. */
+    CUgraph g3 = capture_sums(&b, s, 2, 3);
+    CUgraphExecUpdateResultInfo info;
+    CU_OK(cu.GraphExecUpdate(e1, g3, &info));
+    bufs_push_out(&b);
+    out_poison(&b);
+    launch_resident(e1, s);
+    EXPECT(out_read(&b, 0) == b.expect[2] && out_read(&b, 1) == b.expect[3]);
+
+    CU_OK(cu.GraphExecDestroy(e1));
+    CU_OK(cu.GraphExecDestroy(e2));
+    CU_OK(cu.GraphDestroy(g1));
+    CU_OK(cu.GraphDestroy(g2));
+    CU_OK(cu.GraphDestroy(g3));
+    CU_OK(cu.GraphDestroy(child));
+    bufs_free(&b);
+}
+
+SCENARIO void scenario_aggregate(void)
+{
+    graph_bufs b;
+    bufs_make(&b);
+    struct { CUdeviceptr dst, src; uint64_t bytes; } a = {b.small[1], b.small[0], 2 * MiB};
+    void *args[] = {&a};
+    bufs_push_out(&b);
+    CU_OK(cu.LaunchKernel(b.copy_args, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+    EXPECT(fakecuda_kernel_bytes(1) == 0);       /* both found in device memory */
+    EXPECT(fakecuda_kernel_bytes(0) == 4 * MiB);
+    EXPECT(sum_kernel(b.sum, b.out, b.small[1], 2 * MiB / 4) == b.expect[0]);
+    bufs_free(&b);
 }
 
 SCENARIO void scenario_routing(const char *how)
@@ -332,6 +544,10 @@ int main(int argc, char **argv)
         scenario_ipc();
     else if (strcmp(scenario, "fork") == 0)
         scenario_fork();
+    else if (strcmp(scenario, "graph") == 0)
+        scenario_graph();
+    else if (strcmp(scenario, "aggregate") == 0)
+        scenario_aggregate();
     else {
         fprintf(stderr, "test_preload: unknown scenario %s\n", scenario);
         return 2;

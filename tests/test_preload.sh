@@ -30,7 +30,7 @@ run() { # run NAME EXPECT_RC ENV... -- ARGS...: output in $tmp/out, $tmp/err
 }
 
 for how in link dlsym getproc; do
-    for sc in oversub routing query ipc fork; do
+    for sc in oversub routing query ipc fork graph aggregate; do
         run "$sc.$how" 0 "${managed[@]}" -- "$sc.$how"
     done
 done
@@ -71,6 +71,24 @@ site = r["allocations"][0]["site"]
 check(any("scenario_oversub" in f for f in site), "call site names the caller: %s" % site)
 check(r["allocations"][0]["managed_bytes"] == 6 * 8 << 20, "site bytes")
 print("ok   report contents")
+EOF
+fi
+
+# Graphs in the report: what was deferred during captures, what was scanned.
+if run "report graph" 0 "${managed[@]}" MOEVM_REPORT="$tmp/graph.json" -- graph.getproc; then
+    python3 - "$tmp/graph.json" <<'EOF' || fails=$((fails + 1))
+import json, sys
+l = json.load(open(sys.argv[1]))["launches"]
+def check(cond, what):
+    if not cond:
+        print("FAIL report graph:", what, json.dumps(l, indent=1)); sys.exit(1)
+check(l["graphs"] == 4, "four graph launches")
+# instantiated twice, updated once; 2 + 2 (one in a child graph) + 2 nodes, and 1 changed
+check(l["graphs_scanned"] == 3 and l["graph_kernel_nodes"] == 7, "graphs and nodes scanned")
+# captured while missing: both sums of the first capture, one of the second (small[3] was
+# left resident by the graph launch before it)
+check(l["deferred"] == 3, "misses deferred during captures")
+print("ok   report graph contents")
 EOF
 fi
 

@@ -9,8 +9,12 @@
  *   fk_sum_u32  (CUdeviceptr out, CUdeviceptr in, uint64_t n)   *(uint64_t *)out = sum in[0..n)
  *   fk_copy     (CUdeviceptr dst, CUdeviceptr src, uint64_t bytes)
  *   fk_scale_f32(CUdeviceptr x, float a, uint64_t n)            x[i] *= a
- * Each parameter sits at an offset aligned to its size, as nvcc lays them out (8-byte
- * pointers, 4-byte uint32_t and float, 8-byte uint64_t), and cuFuncGetParamInfo says so.
+ *   fk_copy_args(struct { CUdeviceptr dst, src; uint64_t bytes; } a)   one 24-byte parameter,
+ *               as PyTorch passes its tensors (Array<char *, N>) and CUTLASS its Params
+ * Each parameter sits at an offset aligned to its size (at most 8), as nvcc lays them out
+ * (8-byte pointers, 4-byte uint32_t and float, 8-byte uint64_t, 8-aligned structs), and
+ * cuFuncGetParamInfo says so. A launch into a stream being captured (fake_graphs.c) records
+ * a graph node instead of running.
  * The grid and block shapes are checked against the device's limits but do not change what
  * a kernel computes (as for grid-stride loops).
  *
@@ -32,7 +36,6 @@
 #include "fakecuda.h"
 #include "fakecuda_internal.h"
 
-#define FK_MAX_PARAMS 3
 #define FK_MAX_ACCESS 2
 #define FK_MAX_SHARED (48u << 10) /* dynamic shared memory per block without opt-in */
 
@@ -52,7 +55,9 @@ struct fk_kernel {
     void (*run)(const uint64_t *p);
 };
 
-/* ---- the kernels; p[] holds the parameters, each zero-extended to 64 bits ---- */
+/* ---- the kernels; p[] holds the parameters as 64-bit words: a 4-byte one zero-extended,
+ * an aggregate as its 8-byte words ---- */
+#define FK_MAX_WORDS 3
 
 static int bytes_of(uint64_t n, size_t elem, size_t *bytes)
 {
@@ -137,16 +142,17 @@ static const struct fk_kernel fk_kernels[] = {
     {"fk_sum_u32", 3, {8, 8, 8}, sum_ranges, sum_run},
     {"fk_copy", 3, {8, 8, 8}, copy_ranges, copy_run},
     {"fk_scale_f32", 3, {8, 4, 8}, scale_ranges, scale_run},
+    {"fk_copy_args", 1, {24}, copy_ranges, copy_run},
 };
 #define FK_NKERNELS (sizeof fk_kernels / sizeof fk_kernels[0])
 
-/* Offsets of the parameters, each aligned to its size; returns the size of the whole
- * parameter buffer. */
+/* Offsets of the parameters, each aligned to its size (at most 8); returns the size of the
+ * whole parameter buffer. */
 static size_t param_layout(const struct fk_kernel *k, size_t off[FK_MAX_PARAMS])
 {
     size_t end = 0;
     for (unsigned i = 0; i < k->nparams; i++) {
-        size_t a = k->size[i];
+        size_t a = k->size[i] < 8 ? k->size[i] : 8;
         off[i] = (end + a - 1) / a * a;
         end = off[i] + a;
     }
@@ -268,8 +274,10 @@ static CUresult extra_buffer(void **extra, size_t want, const unsigned char **bu
     return *buf && size && *size == want ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
-/* The parameters, from kernelParams (one pointer per parameter) or from extra, never both. */
-static CUresult gather(const struct fk_kernel *k, void **params, void **extra, uint64_t *p)
+/* Packs the parameters, from kernelParams (one pointer per parameter) or from extra, never
+ * both, into the kernel's layout in raw[]. */
+static CUresult pack(const struct fk_kernel *k, void **params, void **extra,
+                     unsigned char raw[FK_PARAM_BYTES])
 {
     size_t off[FK_MAX_PARAMS], total = param_layout(k, off);
     const unsigned char *buf = NULL;
@@ -277,17 +285,31 @@ static CUresult gather(const struct fk_kernel *k, void **params, void **extra, u
     if (extra) {
         CUresult rc = extra_buffer(extra, total, &buf);
         if (rc) return rc;
-    } else if (!params && k->nparams) {
-        return CUDA_ERROR_INVALID_VALUE;
+        memcpy(raw, buf, total);
+        return CUDA_SUCCESS;
     }
+    if (!params && k->nparams) return CUDA_ERROR_INVALID_VALUE;
     for (unsigned i = 0; i < k->nparams; i++) {
-        const void *src = buf ? buf + off[i] : params[i];
-        uint32_t v32;
-        if (!src) return CUDA_ERROR_INVALID_VALUE;
-        if (k->size[i] == sizeof v32) memcpy(&v32, src, sizeof v32), p[i] = v32;
-        else memcpy(&p[i], src, sizeof p[i]);
+        if (!params[i]) return CUDA_ERROR_INVALID_VALUE;
+        memcpy(raw + off[i], params[i], k->size[i]);
     }
     return CUDA_SUCCESS;
+}
+
+/* The words p[] of packed parameters. */
+static void words(const struct fk_kernel *k, const unsigned char *raw, uint64_t p[FK_MAX_WORDS])
+{
+    size_t off[FK_MAX_PARAMS], w = 0;
+    param_layout(k, off);
+    for (unsigned i = 0; i < k->nparams; i++) {
+        uint32_t v32;
+        if (k->size[i] == sizeof v32) {
+            memcpy(&v32, raw + off[i], sizeof v32);
+            p[w++] = v32;
+            continue;
+        }
+        for (size_t b = 0; b < k->size[i]; b += sizeof *p) memcpy(&p[w++], raw + off[i] + b, 8);
+    }
 }
 
 /* Checks every range first, so a bad one leaves memory untouched; then counts and runs. */
@@ -314,15 +336,16 @@ static CUresult run_checked(const struct fk_kernel *k, const uint64_t *p)
 static CUresult launch(CUfunction f, const unsigned grid[3], const unsigned block[3],
                        unsigned shared, CUstream s, void **params, void **extra)
 {
-    uint64_t p[FK_MAX_PARAMS];
+    unsigned char raw[FK_PARAM_BYTES];
     CUresult rc = fk_need_ctx();
     if (rc) return rc;
-    struct CUfunc_st *fn = func_find(f);
-    if (!fn || fn->mod->ctx != fk_current_ctx() || !fk_stream_ok(s))
-        return CUDA_ERROR_INVALID_HANDLE;
-    if (!shape_ok(grid, block, shared)) return CUDA_ERROR_INVALID_VALUE;
-    rc = gather(fn->kernel, params, extra, p);
-    return rc ? rc : run_checked(fn->kernel, p);
+    if (!fk_stream_ok(s)) return CUDA_ERROR_INVALID_HANDLE;
+    rc = fk_kernel_check(f, grid, block, shared, params, extra, raw);
+    if (rc) return rc;
+    struct CUgraph_st *g = NULL;
+    rc = fk_capture_graph(s, &g);
+    if (rc || g) return rc ? rc : fk_graph_add_kernel(g, f, grid, block, shared, raw);
+    return fk_kernel_run(f, raw);
 }
 
 static CUresult launch_ex(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
@@ -333,7 +356,34 @@ static CUresult launch_ex(const CUlaunchConfig *c, CUfunction f, void **params, 
     return launch(f, grid, block, c->sharedMemBytes, c->hStream, params, extra);
 }
 
-/* ---- shared with fakecuda.c, under the lock ---- */
+/* ---- shared with fakecuda.c and fake_graphs.c, under the lock ---- */
+
+CUresult fk_kernel_check(CUfunction f, const unsigned grid[3], const unsigned block[3],
+                         unsigned shared, void **params, void **extra,
+                         unsigned char raw[FK_PARAM_BYTES])
+{
+    struct CUfunc_st *fn = func_find(f);
+    if (!fn || fn->mod->ctx != fk_current_ctx()) return CUDA_ERROR_INVALID_HANDLE;
+    if (!shape_ok(grid, block, shared)) return CUDA_ERROR_INVALID_VALUE;
+    return pack(fn->kernel, params, extra, raw);
+}
+
+unsigned fk_kernel_layout(CUfunction f, size_t off[FK_MAX_PARAMS])
+{
+    struct CUfunc_st *fn = func_find(f);
+    if (!fn) return 0;
+    param_layout(fn->kernel, off);
+    return fn->kernel->nparams;
+}
+
+CUresult fk_kernel_run(CUfunction f, const unsigned char *raw)
+{
+    struct CUfunc_st *fn = func_find(f);
+    uint64_t p[FK_MAX_WORDS];
+    if (!fn) return CUDA_ERROR_INVALID_HANDLE; /* its module was unloaded */
+    words(fn->kernel, raw, p);
+    return run_checked(fn->kernel, p);
+}
 
 void fk_kernels_reset_counters(void) { memset(g_kernel_bytes, 0, sizeof g_kernel_bytes); }
 

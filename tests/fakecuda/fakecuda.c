@@ -485,6 +485,10 @@ static const struct fk_since {
     {"cuGetProcAddress", 11030}, {"cuGetProcAddress_v2", 12000}, {"cuCtxSynchronize_v2", 13000},
     {"cuMemAllocAsync", 11020},  {"cuMemFreeAsync", 11020},      {"cuLaunchKernelEx", 11060},
     {"cuFuncGetParamInfo", 12040},
+    {"cuStreamBeginCapture_v2", 10010}, {"cuGraphInstantiateWithFlags", 11040},
+    {"cuGraphInstantiateWithParams", 12000}, {"cuGraphExecUpdate_v2", 12000},
+    {"cuGraphAddKernelNode_v2", 12000}, {"cuGraphKernelNodeGetParams_v2", 12000},
+    {"cuGraphExecKernelNodeSetParams_v2", 12000},
 };
 
 /* The CUDA version that introduced an export (0: older than any caller), per-thread variants
@@ -958,6 +962,7 @@ static CUresult stream_sync(CUstream s)
     if (rc) return rc;
     struct CUstream_st *st = stream_find(s, 0);
     if (!st) return CUDA_ERROR_INVALID_HANDLE;
+    if (st != &g_default_stream && (rc = fk_capture_sync_conflict(s))) return rc;
     st->waiters++; /* keeps st allocated even if destroyed meanwhile */
     while (st->held) pthread_cond_wait(&g_cond, &g_lock);
     st->waiters--;
@@ -990,6 +995,7 @@ static CUresult ctx_sync(CUcontext ctx)
     } else if (!ctx->refs) {
         rc = CUDA_ERROR_CONTEXT_IS_DESTROYED;
     }
+    if (!rc) rc = fk_capture_sync_conflict(NULL);
     while (!rc && ctx_busy(ctx)) pthread_cond_wait(&g_cond, &g_lock);
     return rc;
 }

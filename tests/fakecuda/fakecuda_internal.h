@@ -30,7 +30,11 @@
     X(cuMemcpyDtoHAsync) X(cuMemcpyDtoD) X(cuMemsetD8) X(cuEventCreate) X(cuEventRecord)       \
     X(cuEventQuery) X(cuEventSynchronize) X(cuEventDestroy) X(cuModuleLoadData)                \
     X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncGetParamInfo) X(cuLaunchKernel)           \
-    X(cuLaunchKernelEx)
+    X(cuLaunchKernelEx) X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuStreamIsCapturing)   \
+    X(cuGraphCreate) X(cuGraphAddKernelNode) X(cuGraphAddChildGraphNode) X(cuGraphGetNodes)    \
+    X(cuGraphNodeGetType) X(cuGraphKernelNodeGetParams) X(cuGraphChildGraphNodeGetGraph)       \
+    X(cuGraphInstantiateWithFlags) X(cuGraphInstantiateWithParams) X(cuGraphExecUpdate)        \
+    X(cuGraphExecKernelNodeSetParams) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy)
 
 /* `##` keeps cuda.h's renaming macros (cuMemAlloc -> cuMemAlloc_v2) from expanding. */
 #define FK_ENUM(name) FN_##name,
@@ -68,6 +72,30 @@ int fk_device_range(uintptr_t va, size_t n, unsigned need, size_t *host_numa_byt
  * and unload the modules of a primary context that is being destroyed. */
 void fk_kernels_reset_counters(void);
 void fk_kernels_drop_ctx(CUcontext ctx);
+
+/* Kernels' parameters, packed in their layout (at most FK_MAX_PARAMS of them). */
+#define FK_MAX_PARAMS 3
+#define FK_PARAM_BYTES 32
+/* Checks a launch of f in the current context as cuLaunchKernel does (handle, shape,
+ * parameters) and packs its parameters into raw. */
+CUresult fk_kernel_check(CUfunction f, const unsigned grid[3], const unsigned block[3],
+                         unsigned shared, void **params, void **extra,
+                         unsigned char raw[FK_PARAM_BYTES]);
+/* f's parameter count and offsets (0 for an unknown function). */
+unsigned fk_kernel_layout(CUfunction f, size_t off[FK_MAX_PARAMS]);
+/* Runs f on packed parameters, checking the memory it touches. */
+CUresult fk_kernel_run(CUfunction f, const unsigned char *raw);
+
+/* fake_graphs.c, under the lock. *g: the graph stream s is capturing into, or NULL; an error
+ * when that capture was invalidated. */
+CUresult fk_capture_graph(CUstream s, struct CUgraph_st **g);
+/* Appends a kernel node to a capture's graph. */
+CUresult fk_graph_add_kernel(struct CUgraph_st *g, CUfunction f, const unsigned grid[3],
+                             const unsigned block[3], unsigned shared, const unsigned char *raw);
+/* A synchronisation a capture forbids: of stream s (being captured), or of the context
+ * (s == NULL) while a global-mode capture, or the caller's thread-local one, is under way.
+ * Invalidates those captures and returns CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; else 0. */
+CUresult fk_capture_sync_conflict(CUstream s);
 
 #pragma GCC visibility pop
 

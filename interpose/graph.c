@@ -1,0 +1,398 @@
+/*
+ * CUDA graphs: stream capture and graph launches (llama.cpp, vLLM and torch.cuda.graphs
+ * replay their decoding steps as graphs).
+ *
+ * Capture. A kernel launched into a capturing stream does not run; it becomes a node. A
+ * miss served then would drain the device, and a synchronisation during a capture
+ * invalidates it (in the default, global capture mode, from any thread). So while any
+ * stream is being captured, misses are not served (counted as deferred): the pages are
+ * read wherever they are, which is correct, and the graph's launch makes them resident.
+ *
+ * Graph launches. When a graph is instantiated, its kernel nodes (child graphs included)
+ * are read back from the driver and their parameters scanned like a launch's; the managed
+ * pointers found are kept per executable graph and per node. Updates keep them current:
+ * cuGraphExecUpdate rescans the new graph, cuGraphExecKernelNodeSetParams replaces its
+ * node's pointers. cuGraphLaunch then makes the objects of all those pointers resident
+ * before the graph is queued, as for one big kernel. If they do not all fit in the budget,
+ * what fits is loaded and the rest is read from its host home.
+ *
+ * Not covered: memcpy and memset nodes (their objects are made resident by the kernels that
+ * use them), node parameters changed by cuGraphExecNodeSetParams or device-side graph
+ * launches, and cuGraphExecUpdate through its CUDA 11 ABI.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "interpose/preload.h"
+
+#define MAX_DEPTH 8 /* child graphs nested deeper are not scanned */
+
+typedef struct node_ptrs {
+    CUgraphNode node;
+    uint64_t *va;              /* managed pointers in its parameters */
+    uint32_t n;
+} node_ptrs;
+
+typedef struct gexec {
+    CUgraphExec exec;
+    node_ptrs *nodes;
+    uint32_t n, cap;
+} gexec;
+
+/* The executable graphs, sorted by handle, and the streams being captured. Lock order:
+ * mvm_pl.lock, then graph_mu. */
+static pthread_mutex_t graph_mu = PTHREAD_MUTEX_INITIALIZER;
+static gexec **execs;
+static uint32_t n_execs, cap_execs;
+static uintptr_t *capturing;
+static uint32_t n_capturing, cap_capturing;
+
+static bool grow(void **p, uint32_t *cap, uint32_t need, size_t elem)
+{
+    if (need <= *cap)
+        return true;
+    uint32_t n = *cap ? *cap * 2 : 16;
+    while (n < need)
+        n *= 2;
+    void *q = realloc(*p, (size_t)n * elem);
+    if (!q)
+        return false;
+    *p = q;
+    *cap = n;
+    return true;
+}
+
+/* ---- stream capture ---------------------------------------------------------------------- */
+
+/* A capture's key: the stream, or for the per-thread default stream, the thread too. */
+static uintptr_t capture_key(CUstream s)
+{
+    uintptr_t k = (uintptr_t)s;
+    if (s == NULL || s == CU_STREAM_PER_THREAD)
+        k ^= (uintptr_t)pthread_self() << 2;
+    return k;
+}
+
+static void capture_begun(CUresult r, CUstream s)
+{
+    if (r != CUDA_SUCCESS || !mvm_pl_on())
+        return;
+    pthread_mutex_lock(&graph_mu);
+    if (grow((void **)&capturing, &cap_capturing, n_capturing + 1, sizeof *capturing)) {
+        capturing[n_capturing++] = capture_key(s);
+        atomic_fetch_add(&mvm_pl.captures, 1);
+    }
+    pthread_mutex_unlock(&graph_mu);
+}
+
+/* Whatever the result, the capture is over (an invalidated one ends with an error). */
+static void capture_ended(CUstream s)
+{
+    if (!mvm_pl_on())
+        return;
+    uintptr_t k = capture_key(s);
+    pthread_mutex_lock(&graph_mu);
+    for (uint32_t i = 0; i < n_capturing; i++)
+        if (capturing[i] == k) {
+            capturing[i] = capturing[--n_capturing];
+            atomic_fetch_sub(&mvm_pl.captures, 1);
+            break;
+        }
+    pthread_mutex_unlock(&graph_mu);
+}
+
+CUresult hk_cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuStreamBeginCapture_v2)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    CUresult r = mvm_real_fn.cuStreamBeginCapture_v2(s, mode);
+    capture_begun(r, s);
+    return r;
+}
+
+CUresult hk_cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode mode)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuStreamBeginCapture_v2_ptsz)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    CUresult r = mvm_real_fn.cuStreamBeginCapture_v2_ptsz(s, mode);
+    capture_begun(r, s);
+    return r;
+}
+
+CUresult hk_cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgraphNode *deps,
+                                        const CUgraphEdgeData *edges, size_t n_deps,
+                                        CUstreamCaptureMode mode)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuStreamBeginCaptureToGraph)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    CUresult r = mvm_real_fn.cuStreamBeginCaptureToGraph(s, g, deps, edges, n_deps, mode);
+    capture_begun(r, s);
+    return r;
+}
+
+CUresult hk_cuStreamEndCapture(CUstream s, CUgraph *g)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuStreamEndCapture)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    CUresult r = mvm_real_fn.cuStreamEndCapture(s, g);
+    capture_ended(s);
+    return r;
+}
+
+CUresult hk_cuStreamEndCapture_ptsz(CUstream s, CUgraph *g)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuStreamEndCapture_ptsz)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    CUresult r = mvm_real_fn.cuStreamEndCapture_ptsz(s, g);
+    capture_ended(s);
+    return r;
+}
+
+/* ---- the pointers of executable graphs ----------------------------------------------------- */
+
+static int64_t exec_index(CUgraphExec e, bool *found)
+{
+    uint32_t lo = 0, hi = n_execs;
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        if ((uintptr_t)execs[mid]->exec < (uintptr_t)e)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *found = lo < n_execs && execs[lo]->exec == e;
+    return lo;
+}
+
+static void exec_free(gexec *x)
+{
+    for (uint32_t i = 0; x && i < x->n; i++)
+        free(x->nodes[i].va);
+    if (x)
+        free(x->nodes);
+    free(x);
+}
+
+typedef struct ptrs {
+    uint64_t *va;
+    uint32_t n, cap;
+} ptrs;
+
+static void emit_ptr(void *ctx, uint64_t va)
+{
+    ptrs *p = ctx;
+    for (uint32_t i = 0; i < p->n; i++)
+        if (p->va[i] == va)
+            return;
+    if (grow((void **)&p->va, &p->cap, p->n + 1, sizeof *p->va))
+        p->va[p->n++] = va;
+}
+
+/* The node's managed pointers become `p` (taken over), replacing what it had. */
+static void node_set(gexec *x, CUgraphNode node, ptrs *p, bool maybe_known)
+{
+    for (uint32_t i = 0; maybe_known && i < x->n; i++)
+        if (x->nodes[i].node == node) {
+            free(x->nodes[i].va);
+            x->nodes[i].va = p->va;
+            x->nodes[i].n = p->n;
+            return;
+        }
+    if (!p->n || !grow((void **)&x->nodes, &x->cap, x->n + 1, sizeof *x->nodes)) {
+        free(p->va);
+        return;
+    }
+    x->nodes[x->n++] = (node_ptrs){node, p->va, p->n};
+}
+
+static void scan_kernel(gexec *x, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS *kp,
+                        bool maybe_known)
+{
+    ptrs p = {0};
+    /* A node made from a CUkernel (context-independent loading) names it in `kern`; the
+     * driver accepts a CUkernel wherever a CUfunction is expected. */
+    CUfunction f = kp->func ? kp->func : (CUfunction)kp->kern;
+    if (f)
+        mvm_scan_params(f, kp->kernelParams, kp->extra, emit_ptr, &p);
+    node_set(x, node, &p, maybe_known);
+    atomic_fetch_add_explicit(&mvm_pl.graph_kernel_nodes, 1, memory_order_relaxed);
+}
+
+static void scan_graph(gexec *x, CUgraph g, int depth)
+{
+    size_t n = 0;
+    if (depth > MAX_DEPTH || mvm_real_fn.cuGraphGetNodes(g, NULL, &n) != CUDA_SUCCESS || !n)
+        return;
+    CUgraphNode *nodes = malloc(n * sizeof *nodes);
+    if (!nodes || mvm_real_fn.cuGraphGetNodes(g, nodes, &n) != CUDA_SUCCESS) {
+        free(nodes);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        CUgraphNodeType type;
+        CUDA_KERNEL_NODE_PARAMS kp;
+        CUgraph child;
+        if (mvm_real_fn.cuGraphNodeGetType(nodes[i], &type) != CUDA_SUCCESS)
+            continue;
+        if (type == CU_GRAPH_NODE_TYPE_KERNEL &&
+            mvm_real_fn.cuGraphKernelNodeGetParams_v2(nodes[i], &kp) == CUDA_SUCCESS)
+            scan_kernel(x, nodes[i], &kp, false);
+        else if (type == CU_GRAPH_NODE_TYPE_GRAPH && mvm_real_fn.cuGraphChildGraphNodeGetGraph &&
+                 mvm_real_fn.cuGraphChildGraphNodeGetGraph(nodes[i], &child) == CUDA_SUCCESS)
+            scan_graph(x, child, depth + 1);
+    }
+    free(nodes);
+}
+
+static bool can_scan(void)
+{
+    return mvm_real_fn.cuGraphGetNodes && mvm_real_fn.cuGraphNodeGetType &&
+           mvm_real_fn.cuGraphKernelNodeGetParams_v2;
+}
+
+/* Records (or, after an update, re-records) what graph g, instantiated as e, points to. */
+static void remember(CUgraphExec e, CUgraph g)
+{
+    if (!mvm_pl_on() || !can_scan())
+        return;
+    gexec *x = calloc(1, sizeof *x);
+    if (!x)
+        return;
+    x->exec = e;
+    pthread_rwlock_rdlock(&mvm_pl.lock); /* the managed range, for the scan */
+    scan_graph(x, g, 0);
+    pthread_rwlock_unlock(&mvm_pl.lock);
+    atomic_fetch_add_explicit(&mvm_pl.graphs_scanned, 1, memory_order_relaxed);
+    pthread_mutex_lock(&graph_mu);
+    bool found;
+    int64_t at = exec_index(e, &found);
+    if (found) {
+        exec_free(execs[at]);
+        execs[at] = x;
+    } else if (grow((void **)&execs, &cap_execs, n_execs + 1, sizeof *execs)) {
+        memmove(execs + at + 1, execs + at, (n_execs - (size_t)at) * sizeof *execs);
+        execs[at] = x;
+        n_execs++;
+    } else {
+        exec_free(x);
+    }
+    pthread_mutex_unlock(&graph_mu);
+}
+
+static void forget(CUgraphExec e)
+{
+    pthread_mutex_lock(&graph_mu);
+    bool found;
+    int64_t at = exec_index(e, &found);
+    if (found) {
+        exec_free(execs[at]);
+        memmove(execs + at, execs + at + 1, (n_execs - (size_t)at - 1) * sizeof *execs);
+        n_execs--;
+    }
+    pthread_mutex_unlock(&graph_mu);
+}
+
+CUresult hk_cuGraphInstantiateWithFlags(CUgraphExec *e, CUgraph g, unsigned long long flags)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuGraphInstantiateWithFlags)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    CUresult r = mvm_real_fn.cuGraphInstantiateWithFlags(e, g, flags);
+    if (r == CUDA_SUCCESS)
+        remember(*e, g);
+    return r;
+}
+
+CUresult hk_cuGraphInstantiateWithParams(CUgraphExec *e, CUgraph g,
+                                         CUDA_GRAPH_INSTANTIATE_PARAMS *params)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuGraphInstantiateWithParams)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    CUresult r = mvm_real_fn.cuGraphInstantiateWithParams(e, g, params);
+    if (r == CUDA_SUCCESS)
+        remember(*e, g);
+    return r;
+}
+
+CUresult hk_cuGraphInstantiateWithParams_ptsz(CUgraphExec *e, CUgraph g,
+                                              CUDA_GRAPH_INSTANTIATE_PARAMS *params)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuGraphInstantiateWithParams_ptsz)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    CUresult r = mvm_real_fn.cuGraphInstantiateWithParams_ptsz(e, g, params);
+    if (r == CUDA_SUCCESS)
+        remember(*e, g);
+    return r;
+}
+
+CUresult hk_cuGraphExecUpdate_v2(CUgraphExec e, CUgraph g, CUgraphExecUpdateResultInfo *info)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuGraphExecUpdate_v2)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    CUresult r = mvm_real_fn.cuGraphExecUpdate_v2(e, g, info);
+    if (r == CUDA_SUCCESS)
+        remember(e, g);
+    return r;
+}
+
+CUresult hk_cuGraphExecKernelNodeSetParams_v2(CUgraphExec e, CUgraphNode node,
+                                              const CUDA_KERNEL_NODE_PARAMS *kp)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuGraphExecKernelNodeSetParams_v2)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    CUresult r = mvm_real_fn.cuGraphExecKernelNodeSetParams_v2(e, node, kp);
+    if (r != CUDA_SUCCESS || !kp || !mvm_pl_on())
+        return r;
+    pthread_rwlock_rdlock(&mvm_pl.lock);
+    pthread_mutex_lock(&graph_mu);
+    bool found;
+    int64_t at = exec_index(e, &found);
+    if (found)
+        scan_kernel(execs[at], node, kp, true);
+    pthread_mutex_unlock(&graph_mu);
+    pthread_rwlock_unlock(&mvm_pl.lock);
+    return r;
+}
+
+CUresult hk_cuGraphExecDestroy(CUgraphExec e)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuGraphExecDestroy)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    CUresult r = mvm_real_fn.cuGraphExecDestroy(e);
+    if (r == CUDA_SUCCESS && mvm_pl_on())
+        forget(e);
+    return r;
+}
+
+/* ---- graph launches ------------------------------------------------------------------------ */
+
+static void collect_graph(const void *what, mvm_objset *set)
+{
+    CUgraphExec e = *(const CUgraphExec *)what;
+    pthread_mutex_lock(&graph_mu);
+    bool found;
+    int64_t at = exec_index(e, &found);
+    for (uint32_t i = 0; found && i < execs[at]->n; i++) {
+        const node_ptrs *np = &execs[at]->nodes[i];
+        for (uint32_t k = 0; k < np->n; k++)
+            mvm_objset_add(set, np->va[k]);
+    }
+    pthread_mutex_unlock(&graph_mu);
+}
+
+CUresult hk_cuGraphLaunch(CUgraphExec e, CUstream s)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuGraphLaunch)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    atomic_fetch_add_explicit(&mvm_pl.graph_launches, 1, memory_order_relaxed);
+    bool locked = mvm_launch_prepare(collect_graph, &e);
+    return mvm_launch_finish(locked, mvm_real_fn.cuGraphLaunch(e, s));
+}
+
+CUresult hk_cuGraphLaunch_ptsz(CUgraphExec e, CUstream s)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuGraphLaunch_ptsz)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    atomic_fetch_add_explicit(&mvm_pl.graph_launches, 1, memory_order_relaxed);
+    bool locked = mvm_launch_prepare(collect_graph, &e);
+    return mvm_launch_finish(locked, mvm_real_fn.cuGraphLaunch_ptsz(e, s));
+}
