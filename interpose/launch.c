@@ -38,18 +38,38 @@ typedef struct pinfo {
 
 static _Atomic(pinfo *) cache[CACHE_SLOTS];
 
+/* Parameter i of f, which is a CUfunction or (kernel) a CUkernel: the driver launches
+ * either, and context-independent loading (cuLibrary*, used by the CUDA runtime) hands out
+ * CUkernels, which only cuKernelGetParamInfo is documented to describe. */
+static CUresult param_at(CUfunction f, bool kernel, size_t i, size_t *off, size_t *size)
+{
+    if (kernel)
+        return mvm_real_fn.cuKernelGetParamInfo
+                   ? mvm_real_fn.cuKernelGetParamInfo((CUkernel)f, i, off, size)
+                   : CUDA_ERROR_NOT_SUPPORTED;
+    return mvm_real_fn.cuFuncGetParamInfo ? mvm_real_fn.cuFuncGetParamInfo(f, i, off, size)
+                                          : CUDA_ERROR_NOT_SUPPORTED;
+}
+
 static pinfo *describe(CUfunction f)
 {
     pinfo *pi = calloc(1, sizeof *pi);
     if (!pi)
         return NULL;
     pi->f = f;
-    if (!mvm_real_fn.cuFuncGetParamInfo)
-        return pi;
     pi->known = true;
+    bool kernel = false;
     for (size_t i = 0; i < MAX_PARAMS; i++) {
         size_t off = 0, size = 0;
-        CUresult r = mvm_real_fn.cuFuncGetParamInfo(f, i, &off, &size);
+        CUresult r = param_at(f, kernel, i, &off, &size);
+        if (r != CUDA_SUCCESS && i == 0 && !kernel) {
+            /* Not a CUfunction, or one without parameters: ask again as a CUkernel, and
+             * keep the first answer if that fails too. */
+            CUresult rk = param_at(f, true, i, &off, &size);
+            if (rk == CUDA_SUCCESS)
+                kernel = true;
+            r = rk == CUDA_SUCCESS ? rk : r;
+        }
         if (r != CUDA_SUCCESS) {
             /* "Invalid value" past the last parameter (at 0 for a kernel without any);
              * anything else: the driver cannot describe this function. */

@@ -111,6 +111,8 @@ typedef struct {
     X(cuCtxSynchronize, "cuCtxSynchronize", CUresult, (void))                                  \
     X(cuFuncGetParamInfo, "cuFuncGetParamInfo", CUresult,                                      \
       (CUfunction, size_t, size_t *, size_t *))                                                \
+    X(cuKernelGetParamInfo, "cuKernelGetParamInfo", CUresult,                                  \
+      (CUkernel, size_t, size_t *, size_t *))                                                  \
     X(cuCtxGetDevice, "cuCtxGetDevice", CUresult, (CUdevice *))                                \
     X(cuGraphGetNodes, "cuGraphGetNodes", CUresult, (CUgraph, CUgraphNode *, size_t *))        \
     X(cuGraphNodeGetType, "cuGraphNodeGetType", CUresult, (CUgraphNode, CUgraphNodeType *))    \

@@ -63,7 +63,8 @@ static void check_rc(CUresult got, CUresult want, const char *what, int line)
     X(cuGraphAddKernelNode_v2) X(cuGraphAddChildGraphNode) X(cuGraphGetNodes)                  \
     X(cuGraphNodeGetType) X(cuGraphKernelNodeGetParams_v2) X(cuGraphChildGraphNodeGetGraph)    \
     X(cuGraphInstantiateWithFlags) X(cuGraphExecUpdate_v2) X(cuGraphExecKernelNodeSetParams_v2) \
-    X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy)
+    X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuLibraryLoadData)             \
+    X(cuLibraryUnload) X(cuLibraryGetKernel) X(cuKernelGetParamInfo)
 #define FK_FUNCS(X)                                                                            \
     X(fakecuda_calls) X(fakecuda_live_handles) X(fakecuda_mapped_bytes)                        \
     X(fakecuda_live_reservations) X(fakecuda_reset_counters) X(fakecuda_set_fail)              \
@@ -784,6 +785,36 @@ static void t_modules(void)
     RC(p_cuFuncGetParamInfo(f, 0, &off, NULL), CUDA_ERROR_INVALID_HANDLE);
     RC(launch(f, 0, 0, 0, 0, 0), CUDA_ERROR_INVALID_HANDLE);
     OK(p_cuFuncGetParamInfo(k_copy, 2, &off, &size)); /* the first module is unaffected */
+}
+
+/* Libraries: their CUkernels launch like functions; only cuKernelGetParamInfo describes
+ * them, and module and library handles do not mix. */
+static void t_libraries(void)
+{
+    CUlibrary lib;
+    CUkernel k;
+    CUfunction f;
+    CUdeviceptr a;
+    size_t off = 99, size = 99;
+    RC(p_cuLibraryLoadData(&lib, NULL, NULL, NULL, 0, NULL, NULL, 0), CUDA_ERROR_INVALID_VALUE);
+    OK(p_cuLibraryLoadData(&lib, "image", NULL, NULL, 0, NULL, NULL, 0));
+    OK(p_cuLibraryGetKernel(&k, lib, "fk_fill_u32"));
+    RC(p_cuLibraryGetKernel(&k, lib, "fk_nothing"), CUDA_ERROR_NOT_FOUND);
+    RC(p_cuModuleGetFunction(&f, (CUmodule)lib, "fk_fill_u32"), CUDA_ERROR_INVALID_HANDLE);
+    RC(p_cuLibraryGetKernel(&k, (CUlibrary)g_mod, "fk_fill_u32"), CUDA_ERROR_INVALID_HANDLE);
+    OK(p_cuLibraryGetKernel(&k, lib, "fk_fill_u32"));
+    RC(p_cuFuncGetParamInfo((CUfunction)k, 0, &off, &size), CUDA_ERROR_INVALID_HANDLE);
+    OK(p_cuKernelGetParamInfo(k, 1, &off, &size));
+    CHECK(off == 8 && size == 4);
+    RC(p_cuKernelGetParamInfo(k, 3, &off, &size), CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuKernelGetParamInfo((CUkernel)k_fill, 0, &off, &size), CUDA_ERROR_INVALID_HANDLE);
+    OK(p_cuMemAlloc_v2(&a, 64));
+    OK(launch((CUfunction)k, 0, a, 0x5eed, 1, 16));
+    CHECK(u32(a)[15] == 0x5eed);
+    RC(p_cuLibraryUnload((CUlibrary)g_mod), CUDA_ERROR_INVALID_HANDLE);
+    OK(p_cuLibraryUnload(lib));
+    RC(launch((CUfunction)k, 0, a, 1, 1, 16), CUDA_ERROR_INVALID_HANDLE);
+    OK(p_cuMemFree_v2(a));
 }
 
 /* A struct parameter (fk_copy_args), and graphs: capture, what breaks a capture, reading
@@ -1548,6 +1579,7 @@ int main(int argc, char **argv)
     t_kernels_devmem();
     t_kernels_vmm();
     t_kernels_random();
+    t_libraries();
     t_graphs();
     t_proc_address();
     t_errors();

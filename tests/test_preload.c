@@ -20,8 +20,9 @@
  *               capture stays valid; launching the graph (and one built by hand with a
  *               child graph, and both after their parameters change) finds every object
  *               in device memory
- *   aggregate   a kernel whose pointers sit inside one struct parameter finds its objects
- *               in device memory
+ *   kernels     a kernel whose pointers sit inside one struct parameter, and one launched
+ *               by its CUkernel handle (cuLibrary*, as the runtime loads code), find their
+ *               objects in device memory
  * Prints "ok <scenario>" and exits 0, or names the failed check and exits 1.
  */
 #include <cuda.h>
@@ -81,6 +82,9 @@ static struct {
                                              const CUDA_KERNEL_NODE_PARAMS *);
     CUresult (*GraphExecDestroy)(CUgraphExec);
     CUresult (*GraphDestroy)(CUgraph);
+    CUresult (*LibraryLoadData)(CUlibrary *, const void *, CUjit_option *, void **, unsigned,
+                                CUlibraryOption *, void **, unsigned);
+    CUresult (*LibraryGetKernel)(CUkernel *, CUlibrary, const char *);
 } cu;
 
 static void *lookup(const char *how, void *lib, const char *name, const char *linked_name,
@@ -140,6 +144,8 @@ static void bind(const char *how)
     BIND(GraphExecKernelNodeSetParams, cuGraphExecKernelNodeSetParams_v2);
     BIND(GraphExecDestroy, cuGraphExecDestroy);
     BIND(GraphDestroy, cuGraphDestroy);
+    BIND(LibraryLoadData, cuLibraryLoadData);
+    BIND(LibraryGetKernel, cuLibraryGetKernel);
     void **f = (void **)&cu;
     for (size_t i = 0; i < sizeof cu / sizeof(void *); i++)
         if (!f[i]) {
@@ -396,7 +402,7 @@ SCENARIO void scenario_graph(void)
     bufs_free(&b);
 }
 
-SCENARIO void scenario_aggregate(void)
+SCENARIO void scenario_kernels(void)
 {
     graph_bufs b;
     bufs_make(&b);
@@ -407,6 +413,14 @@ SCENARIO void scenario_aggregate(void)
     EXPECT(fakecuda_kernel_bytes(1) == 0);       /* both found in device memory */
     EXPECT(fakecuda_kernel_bytes(0) == 4 * MiB);
     EXPECT(sum_kernel(b.sum, b.out, b.small[1], 2 * MiB / 4) == b.expect[0]);
+
+    CUlibrary lib;
+    CUkernel sum;
+    CU_OK(cu.LibraryLoadData(&lib, "fakecuda", NULL, NULL, 0, NULL, NULL, 0));
+    CU_OK(cu.LibraryGetKernel(&sum, lib, "fk_sum_u32"));
+    bufs_push_out(&b);
+    EXPECT(sum_kernel((CUfunction)sum, b.out, b.small[2], 2 * MiB / 4) == b.expect[2]);
+    EXPECT(fakecuda_kernel_bytes(1) == 0);
     bufs_free(&b);
 }
 
@@ -546,8 +560,8 @@ int main(int argc, char **argv)
         scenario_fork();
     else if (strcmp(scenario, "graph") == 0)
         scenario_graph();
-    else if (strcmp(scenario, "aggregate") == 0)
-        scenario_aggregate();
+    else if (strcmp(scenario, "kernels") == 0)
+        scenario_kernels();
     else {
         fprintf(stderr, "test_preload: unknown scenario %s\n", scenario);
         return 2;

@@ -3,8 +3,9 @@
  *
  * An interposer that makes memory resident at kernel launch has to be tested on launches
  * that really read and write "device" memory, through the parameter layout a real kernel
- * has. So any image loads (cuModuleLoadData does not look at it) and gives a module with
- * four fixed kernels, run synchronously on the host inside the launch call:
+ * has. So any image loads (cuModuleLoadData and cuLibraryLoadData do not look at it) and
+ * gives a module, or a library, with five fixed kernels, run synchronously on the host
+ * inside the launch call:
  *   fk_fill_u32 (CUdeviceptr dst, uint32_t value, uint64_t n)   dst[i] = value, i < n
  *   fk_sum_u32  (CUdeviceptr out, CUdeviceptr in, uint64_t n)   *(uint64_t *)out = sum in[0..n)
  *   fk_copy     (CUdeviceptr dst, CUdeviceptr src, uint64_t bytes)
@@ -13,7 +14,8 @@
  *               as PyTorch passes its tensors (Array<char *, N>) and CUTLASS its Params
  * Each parameter sits at an offset aligned to its size (at most 8), as nvcc lays them out
  * (8-byte pointers, 4-byte uint32_t and float, 8-byte uint64_t, 8-aligned structs), and
- * cuFuncGetParamInfo says so. A launch into a stream being captured (fake_graphs.c) records
+ * cuFuncGetParamInfo says so (for a library's CUkernel handles, which cuLaunchKernel
+ * takes in place of a CUfunction, only cuKernelGetParamInfo does). A launch into a stream being captured (fake_graphs.c) records
  * a graph node instead of running.
  * The grid and block shapes are checked against the device's limits but do not change what
  * a kernel computes (as for grid-stride loops).
@@ -166,10 +168,15 @@ struct CUfunc_st {
     struct CUmod_st *mod;
 };
 
+/* A module, or a library (cuLibraryLoadData: its CUkernel handles are `kerns`, which
+ * cuLaunchKernel takes in place of a CUfunction, and which cuFuncGetParamInfo refuses, so
+ * that a caller must know to ask cuKernelGetParamInfo). */
 struct CUmod_st {
     struct CUmod_st *next;
     CUcontext ctx;
+    int library;
     struct CUfunc_st funcs[FK_NKERNELS];
+    struct CUfunc_st kerns[FK_NKERNELS];
 };
 
 static struct CUmod_st *g_modules;
@@ -182,18 +189,37 @@ static struct CUmod_st *module_find(CUmodule m)
     return x;
 }
 
+static int in_table(const void *h, const struct CUfunc_st *t)
+{
+    uintptr_t a = (uintptr_t)h, lo = (uintptr_t)t;
+    return a >= lo && a < lo + FK_NKERNELS * sizeof *t && (a - lo) % sizeof *t == 0;
+}
+
 /* A handle that cuModuleGetFunction gave out, from a module still loaded. */
 static struct CUfunc_st *func_find(CUfunction f)
 {
-    for (struct CUmod_st *m = g_modules; m; m = m->next) {
-        uintptr_t a = (uintptr_t)f, lo = (uintptr_t)m->funcs;
-        if (a >= lo && a < lo + sizeof m->funcs && (a - lo) % sizeof m->funcs[0] == 0)
-            return f;
-    }
+    for (struct CUmod_st *m = g_modules; m; m = m->next)
+        if (!m->library && in_table(f, m->funcs)) return f;
     return NULL;
 }
 
-static CUresult module_load(CUmodule *pm, const void *image)
+/* A handle that cuLibraryGetKernel gave out, from a library still loaded. */
+static struct CUfunc_st *kern_find(CUkernel k)
+{
+    for (struct CUmod_st *m = g_modules; m; m = m->next)
+        if (m->library && in_table(k, m->kerns)) return (struct CUfunc_st *)k;
+    return NULL;
+}
+
+/* What cuLaunchKernel accepts: a function of the current context, or a kernel. */
+static struct CUfunc_st *launchable(CUfunction f)
+{
+    struct CUfunc_st *fn = func_find(f);
+    if (fn) return fn->mod->ctx == fk_current_ctx() ? fn : NULL;
+    return kern_find((CUkernel)f);
+}
+
+static CUresult module_load(CUmodule *pm, const void *image, int library)
 {
     CUresult rc = fk_need_ctx();
     if (rc) return rc;
@@ -201,7 +227,11 @@ static CUresult module_load(CUmodule *pm, const void *image)
     struct CUmod_st *m = calloc(1, sizeof *m);
     if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
     m->ctx = fk_current_ctx();
-    for (size_t i = 0; i < FK_NKERNELS; i++) m->funcs[i] = (struct CUfunc_st){&fk_kernels[i], m};
+    m->library = library;
+    for (size_t i = 0; i < FK_NKERNELS; i++) {
+        m->funcs[i] = (struct CUfunc_st){&fk_kernels[i], m};
+        m->kerns[i] = (struct CUfunc_st){&fk_kernels[i], m};
+    }
     m->next = g_modules;
     g_modules = m;
     *pm = m;
@@ -216,31 +246,34 @@ static void module_unlink(struct CUmod_st *m)
     free(m);
 }
 
-static CUresult module_unload(CUmodule m)
+static CUresult module_unload(CUmodule m, int library)
 {
     CUresult rc = fk_need_ctx();
     if (rc) return rc;
-    if (!m || !module_find(m)) return CUDA_ERROR_INVALID_HANDLE;
+    if (!m || !module_find(m) || m->library != library) return CUDA_ERROR_INVALID_HANDLE;
     module_unlink(m);
     return CUDA_SUCCESS;
 }
 
-static CUresult module_get_function(CUfunction *pf, CUmodule m, const char *name)
+/* cuModuleGetFunction (a CUfunction) and cuLibraryGetKernel (a CUkernel). */
+static CUresult module_get(void **out, CUmodule m, const char *name, int library)
 {
     CUresult rc = fk_need_ctx();
     if (rc) return rc;
-    if (!pf || !name) return CUDA_ERROR_INVALID_VALUE;
-    if (!m || !module_find(m)) return CUDA_ERROR_INVALID_HANDLE;
+    if (!out || !name) return CUDA_ERROR_INVALID_VALUE;
+    if (!m || !module_find(m) || m->library != library) return CUDA_ERROR_INVALID_HANDLE;
     for (size_t i = 0; i < FK_NKERNELS; i++)
-        if (strcmp(fk_kernels[i].name, name) == 0) return *pf = &m->funcs[i], CUDA_SUCCESS;
+        if (strcmp(fk_kernels[i].name, name) == 0)
+            return *out = library ? &m->kerns[i] : &m->funcs[i], CUDA_SUCCESS;
     return CUDA_ERROR_NOT_FOUND;
 }
 
-static CUresult func_param_info(CUfunction f, size_t index, size_t *offset, size_t *size)
+/* cuFuncGetParamInfo (fn from func_find) and cuKernelGetParamInfo (from kern_find). */
+static CUresult param_info(struct CUfunc_st *fn, const void *handle, size_t index,
+                           size_t *offset, size_t *size)
 {
-    struct CUfunc_st *fn = func_find(f);
     size_t off[FK_MAX_PARAMS];
-    if (!f || !offset) return CUDA_ERROR_INVALID_VALUE;
+    if (!handle || !offset) return CUDA_ERROR_INVALID_VALUE;
     if (!fn) return CUDA_ERROR_INVALID_HANDLE;
     if (index >= fn->kernel->nparams) return CUDA_ERROR_INVALID_VALUE;
     param_layout(fn->kernel, off);
@@ -362,15 +395,15 @@ CUresult fk_kernel_check(CUfunction f, const unsigned grid[3], const unsigned bl
                          unsigned shared, void **params, void **extra,
                          unsigned char raw[FK_PARAM_BYTES])
 {
-    struct CUfunc_st *fn = func_find(f);
-    if (!fn || fn->mod->ctx != fk_current_ctx()) return CUDA_ERROR_INVALID_HANDLE;
+    struct CUfunc_st *fn = launchable(f);
+    if (!fn) return CUDA_ERROR_INVALID_HANDLE;
     if (!shape_ok(grid, block, shared)) return CUDA_ERROR_INVALID_VALUE;
     return pack(fn->kernel, params, extra, raw);
 }
 
 unsigned fk_kernel_layout(CUfunction f, size_t off[FK_MAX_PARAMS])
 {
-    struct CUfunc_st *fn = func_find(f);
+    struct CUfunc_st *fn = func_find(f) ? func_find(f) : kern_find((CUkernel)f);
     if (!fn) return 0;
     param_layout(fn->kernel, off);
     return fn->kernel->nparams;
@@ -378,7 +411,7 @@ unsigned fk_kernel_layout(CUfunction f, size_t off[FK_MAX_PARAMS])
 
 CUresult fk_kernel_run(CUfunction f, const unsigned char *raw)
 {
-    struct CUfunc_st *fn = func_find(f);
+    struct CUfunc_st *fn = func_find(f) ? func_find(f) : kern_find((CUkernel)f);
     uint64_t p[FK_MAX_WORDS];
     if (!fn) return CUDA_ERROR_INVALID_HANDLE; /* its module was unloaded */
     words(fn->kernel, raw, p);
@@ -407,13 +440,31 @@ void fk_kernels_drop_ctx(CUcontext ctx)
            kernelParams, extra)
 
 CUresult CUDAAPI cuModuleLoadData(CUmodule *module, const void *image)
-    FK_CALL(cuModuleLoadData, 1, module_load(module, image))
-CUresult CUDAAPI cuModuleUnload(CUmodule hmod) FK_CALL(cuModuleUnload, 1, module_unload(hmod))
+    FK_CALL(cuModuleLoadData, 1, module_load(module, image, 0))
+CUresult CUDAAPI cuModuleUnload(CUmodule hmod) FK_CALL(cuModuleUnload, 1, module_unload(hmod, 0))
 CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
-    FK_CALL(cuModuleGetFunction, 1, module_get_function(hfunc, hmod, name))
+    FK_CALL(cuModuleGetFunction, 1, module_get((void **)hfunc, hmod, name, 0))
 CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset,
                                     size_t *paramSize)
-    FK_CALL(cuFuncGetParamInfo, 1, func_param_info(func, paramIndex, paramOffset, paramSize))
+    FK_CALL(cuFuncGetParamInfo, 1,
+            param_info(func_find(func), func, paramIndex, paramOffset, paramSize))
+/* A library is a module whose handles are CUkernels (struct CUlib_st is never defined). */
+CUresult CUDAAPI cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions,
+                                   void **jitOptionsValues, unsigned int numJitOptions,
+                                   CUlibraryOption *libraryOptions, void **libraryOptionValues,
+                                   unsigned int numLibraryOptions)
+    FK_CALL(cuLibraryLoadData, 1,
+            ((void)jitOptions, (void)jitOptionsValues, (void)numJitOptions, (void)libraryOptions,
+             (void)libraryOptionValues, (void)numLibraryOptions,
+             module_load((CUmodule *)library, code, 1)))
+CUresult CUDAAPI cuLibraryUnload(CUlibrary library)
+    FK_CALL(cuLibraryUnload, 1, module_unload((CUmodule)library, 1))
+CUresult CUDAAPI cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
+    FK_CALL(cuLibraryGetKernel, 1, module_get((void **)pKernel, (CUmodule)library, name, 1))
+CUresult CUDAAPI cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t *paramOffset,
+                                      size_t *paramSize)
+    FK_CALL(cuKernelGetParamInfo, 1,
+            param_info(kern_find(kernel), kernel, paramIndex, paramOffset, paramSize))
 CUresult CUDAAPI cuLaunchKernel(FK_LAUNCH_ARGS) FK_CALL(cuLaunchKernel, 1, FK_LAUNCH_BODY)
 CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f,
                                   void **kernelParams, void **extra)

@@ -488,7 +488,8 @@ static const struct fk_since {
     {"cuStreamBeginCapture_v2", 10010}, {"cuGraphInstantiateWithFlags", 11040},
     {"cuGraphInstantiateWithParams", 12000}, {"cuGraphExecUpdate_v2", 12000},
     {"cuGraphAddKernelNode_v2", 12000}, {"cuGraphKernelNodeGetParams_v2", 12000},
-    {"cuGraphExecKernelNodeSetParams_v2", 12000},
+    {"cuGraphExecKernelNodeSetParams_v2", 12000}, {"cuLibraryLoadData", 12000},
+    {"cuLibraryGetKernel", 12000}, {"cuKernelGetParamInfo", 12040},
 };
 
 /* The CUDA version that introduced an export (0: older than any caller), per-thread variants

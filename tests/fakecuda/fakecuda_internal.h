@@ -34,7 +34,8 @@
     X(cuGraphCreate) X(cuGraphAddKernelNode) X(cuGraphAddChildGraphNode) X(cuGraphGetNodes)    \
     X(cuGraphNodeGetType) X(cuGraphKernelNodeGetParams) X(cuGraphChildGraphNodeGetGraph)       \
     X(cuGraphInstantiateWithFlags) X(cuGraphInstantiateWithParams) X(cuGraphExecUpdate)        \
-    X(cuGraphExecKernelNodeSetParams) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy)
+    X(cuGraphExecKernelNodeSetParams) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy) \
+    X(cuLibraryLoadData) X(cuLibraryUnload) X(cuLibraryGetKernel) X(cuKernelGetParamInfo)
 
 /* `##` keeps cuda.h's renaming macros (cuMemAlloc -> cuMemAlloc_v2) from expanding. */
 #define FK_ENUM(name) FN_##name,
