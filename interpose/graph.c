@@ -383,8 +383,11 @@ CUresult hk_cuGraphLaunch(CUgraphExec e, CUstream s)
 {
     if (!mvm_real_load() || !mvm_real_fn.cuGraphLaunch)
         return CUDA_ERROR_NOT_SUPPORTED;
-    atomic_fetch_add_explicit(&mvm_pl.graph_launches, 1, memory_order_relaxed);
-    bool locked = mvm_launch_prepare(collect_graph, &e);
+    bool locked = false;
+    if (mvm_pl_on()) {
+        mvm_count(&mvm_counts_mine()->graph_launches);
+        locked = mvm_launch_prepare(collect_graph, &e);
+    }
     return mvm_launch_finish(locked, mvm_real_fn.cuGraphLaunch(e, s));
 }
 
@@ -392,7 +395,10 @@ CUresult hk_cuGraphLaunch_ptsz(CUgraphExec e, CUstream s)
 {
     if (!mvm_real_load() || !mvm_real_fn.cuGraphLaunch_ptsz)
         return CUDA_ERROR_NOT_SUPPORTED;
-    atomic_fetch_add_explicit(&mvm_pl.graph_launches, 1, memory_order_relaxed);
-    bool locked = mvm_launch_prepare(collect_graph, &e);
+    bool locked = false;
+    if (mvm_pl_on()) {
+        mvm_count(&mvm_counts_mine()->graph_launches);
+        locked = mvm_launch_prepare(collect_graph, &e);
+    }
     return mvm_launch_finish(locked, mvm_real_fn.cuGraphLaunch_ptsz(e, s));
 }

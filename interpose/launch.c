@@ -177,14 +177,15 @@ bool mvm_launch_prepare(mvm_collect_fn collect, const void *what)
         pthread_rwlock_unlock(&mvm_pl.lock);
         return false;
     }
-    atomic_fetch_add_explicit(&mvm_pl.launches_managed, 1, memory_order_relaxed);
+    mvm_counts *c = mvm_counts_mine();
+    mvm_count(&c->managed);
     if (mvm_paging_resident(set.obj, set.n)) {
-        atomic_fetch_add_explicit(&mvm_pl.launch_hits, 1, memory_order_relaxed);
+        mvm_count(&c->hits);
     } else if (atomic_load_explicit(&mvm_pl.captures, memory_order_acquire)) {
         /* A stream is being captured: draining the device now would break the capture
          * (and the captured launch does not run now). The pages are read where they are;
          * a graph launch makes its objects resident. */
-        atomic_fetch_add_explicit(&mvm_pl.deferred, 1, memory_order_relaxed);
+        mvm_count(&c->deferred);
     } else {
         /* Objects may change while no lock is held: collect again under the write lock. */
         pthread_rwlock_unlock(&mvm_pl.lock);
@@ -212,8 +213,10 @@ static void collect_kernel(const void *what, mvm_objset *set)
 
 static bool prepare(CUfunction f, void **params, void **extra)
 {
+    if (!mvm_pl_on())
+        return false;
+    mvm_count(&mvm_counts_mine()->launches);
     kernel_launch k = {f, params, extra};
-    atomic_fetch_add_explicit(&mvm_pl.launches, 1, memory_order_relaxed);
     return mvm_launch_prepare(collect_kernel, &k);
 }
 

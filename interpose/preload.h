@@ -200,7 +200,6 @@ typedef struct mvm_preload {
     _Atomic uint64_t gen;      /* bumped whenever a page leaves the device */
     _Atomic uint32_t captures; /* streams being captured into graphs (graph.c) */
     /* counters for the report */
-    _Atomic uint64_t launches, launches_managed, launch_hits, graph_launches, deferred;
     _Atomic uint64_t graphs_scanned, graph_kernel_nodes;
     uint64_t misses, pages_in, pages_out, bytes_in, wait_ns, drains;
     uint64_t managed_allocs, managed_bytes, peak_managed_bytes;
@@ -208,6 +207,20 @@ typedef struct mvm_preload {
 } mvm_preload;
 
 extern mvm_preload mvm_pl;
+
+/* Launch counters, one block per thread: the launch path adds to its own block without a
+ * locked instruction (one writer; relaxed atomics keep the exit-time reader race-free). */
+typedef struct mvm_counts {
+    _Atomic uint64_t launches, managed, hits, graph_launches, deferred;
+    struct mvm_counts *next;
+} mvm_counts;
+/* The calling thread's block (report.c). */
+mvm_counts *mvm_counts_mine(void);
+static inline void mvm_count(_Atomic uint64_t *c)
+{
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+}
 
 /* state.c: true once the options are read and valid (initialising on the first call after
  * a successful cuInit). */

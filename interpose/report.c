@@ -177,20 +177,52 @@ static cJSON *sites_json(void)
     return arr;
 }
 
+/* The threads' counter blocks, never freed (a thread's block outlives it: its counts stay
+ * in the report). A thread that cannot get one shares `spare` and may lose counts. */
+static pthread_mutex_t counts_mu = PTHREAD_MUTEX_INITIALIZER;
+static mvm_counts *counts_all, spare;
+static _Thread_local mvm_counts *counts_mine __attribute__((tls_model("initial-exec")));
+
+mvm_counts *mvm_counts_mine(void)
+{
+    mvm_counts *c = counts_mine;
+    if (__builtin_expect(c != NULL, 1))
+        return c;
+    c = calloc(1, sizeof *c);
+    if (!c)
+        return &spare;
+    pthread_mutex_lock(&counts_mu);
+    c->next = counts_all;
+    counts_all = c;
+    pthread_mutex_unlock(&counts_mu);
+    return counts_mine = c;
+}
+
 typedef struct totals {
     mvm_stats st;
-    uint64_t launches, managed, hits;
+    uint64_t launches, managed, hits, graph_launches, deferred;
     double hit_rate;
 } totals;
+
+static void add_counts(totals *t, mvm_counts *c)
+{
+    t->launches += atomic_load_explicit(&c->launches, memory_order_relaxed);
+    t->managed += atomic_load_explicit(&c->managed, memory_order_relaxed);
+    t->hits += atomic_load_explicit(&c->hits, memory_order_relaxed);
+    t->graph_launches += atomic_load_explicit(&c->graph_launches, memory_order_relaxed);
+    t->deferred += atomic_load_explicit(&c->deferred, memory_order_relaxed);
+}
 
 static totals gather(void)
 {
     totals t = {0};
     if (mvm_pl.space)
         mvm_space_get_stats(mvm_pl.space, &t.st);
-    t.launches = atomic_load(&mvm_pl.launches);
-    t.managed = atomic_load(&mvm_pl.launches_managed);
-    t.hits = atomic_load(&mvm_pl.launch_hits);
+    pthread_mutex_lock(&counts_mu);
+    for (mvm_counts *c = counts_all; c; c = c->next)
+        add_counts(&t, c);
+    pthread_mutex_unlock(&counts_mu);
+    add_counts(&t, &spare);
     t.hit_rate = t.managed ? (double)t.hits / (double)t.managed : 1.0;
     return t;
 }
@@ -226,10 +258,10 @@ static cJSON *report_json(const totals *t)
     add_num(o, "managed", (double)t->managed);
     add_num(o, "hits", (double)t->hits);
     add_num(o, "hit_rate", t->hit_rate);
-    add_num(o, "graphs", (double)atomic_load(&mvm_pl.graph_launches));
+    add_num(o, "graphs", (double)t->graph_launches);
     add_num(o, "graphs_scanned", (double)atomic_load(&mvm_pl.graphs_scanned));
     add_num(o, "graph_kernel_nodes", (double)atomic_load(&mvm_pl.graph_kernel_nodes));
-    add_num(o, "deferred", (double)atomic_load(&mvm_pl.deferred));
+    add_num(o, "deferred", (double)t->deferred);
     cJSON_AddItemToObject(r, "moves", o = cJSON_CreateObject());
     add_num(o, "misses", (double)mvm_pl.misses);
     add_num(o, "pages_in", (double)mvm_pl.pages_in);
