@@ -73,16 +73,32 @@ static uintptr_t capture_key(CUstream s)
     return k;
 }
 
-static void capture_begun(CUresult r, CUstream s)
+/* A capture is counted before it starts, under the write lock: a miss being served (which
+ * drains the device) finishes first, and none is served from then on. */
+static bool capture_announce(void)
 {
-    if (r != CUDA_SUCCESS || !mvm_pl_on())
+    if (!mvm_pl_on())
+        return false;
+    pthread_rwlock_wrlock(&mvm_pl.lock);
+    atomic_fetch_add(&mvm_pl.captures, 1);
+    pthread_rwlock_unlock(&mvm_pl.lock);
+    return true;
+}
+
+static void capture_begun(bool announced, CUresult r, CUstream s)
+{
+    if (!announced)
         return;
+    bool kept = false;
     pthread_mutex_lock(&graph_mu);
-    if (grow((void **)&capturing, &cap_capturing, n_capturing + 1, sizeof *capturing)) {
+    if (r == CUDA_SUCCESS &&
+        grow((void **)&capturing, &cap_capturing, n_capturing + 1, sizeof *capturing)) {
         capturing[n_capturing++] = capture_key(s);
-        atomic_fetch_add(&mvm_pl.captures, 1);
+        kept = true;
     }
     pthread_mutex_unlock(&graph_mu);
+    if (!kept) /* failed, or untracked: its end could not be matched */
+        atomic_fetch_sub(&mvm_pl.captures, 1);
 }
 
 /* Whatever the result, the capture is over (an invalidated one ends with an error). */
@@ -105,8 +121,9 @@ CUresult hk_cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode)
 {
     if (!mvm_real_load() || !mvm_real_fn.cuStreamBeginCapture_v2)
         return CUDA_ERROR_NOT_SUPPORTED;
+    bool announced = capture_announce();
     CUresult r = mvm_real_fn.cuStreamBeginCapture_v2(s, mode);
-    capture_begun(r, s);
+    capture_begun(announced, r, s);
     return r;
 }
 
@@ -114,8 +131,9 @@ CUresult hk_cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode mode)
 {
     if (!mvm_real_load() || !mvm_real_fn.cuStreamBeginCapture_v2_ptsz)
         return CUDA_ERROR_NOT_SUPPORTED;
+    bool announced = capture_announce();
     CUresult r = mvm_real_fn.cuStreamBeginCapture_v2_ptsz(s, mode);
-    capture_begun(r, s);
+    capture_begun(announced, r, s);
     return r;
 }
 
@@ -125,8 +143,9 @@ CUresult hk_cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgraphNode
 {
     if (!mvm_real_load() || !mvm_real_fn.cuStreamBeginCaptureToGraph)
         return CUDA_ERROR_NOT_SUPPORTED;
+    bool announced = capture_announce();
     CUresult r = mvm_real_fn.cuStreamBeginCaptureToGraph(s, g, deps, edges, n_deps, mode);
-    capture_begun(r, s);
+    capture_begun(announced, r, s);
     return r;
 }
 

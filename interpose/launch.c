@@ -181,18 +181,23 @@ bool mvm_launch_prepare(mvm_collect_fn collect, const void *what)
     mvm_count(&c->managed);
     if (mvm_paging_resident(set.obj, set.n)) {
         mvm_count(&c->hits);
-    } else if (atomic_load_explicit(&mvm_pl.captures, memory_order_acquire)) {
-        /* A stream is being captured: draining the device now would break the capture
-         * (and the captured launch does not run now). The pages are read where they are;
-         * a graph launch makes its objects resident. */
-        mvm_count(&c->deferred);
     } else {
-        /* Objects may change while no lock is held: collect again under the write lock. */
-        pthread_rwlock_unlock(&mvm_pl.lock);
-        pthread_rwlock_wrlock(&mvm_pl.lock);
-        set.n = 0;
-        collect(what, &set);
-        mvm_paging_serve(set.obj, set.n);
+        if (!atomic_load_explicit(&mvm_pl.captures, memory_order_acquire)) {
+            pthread_rwlock_unlock(&mvm_pl.lock);
+            pthread_rwlock_wrlock(&mvm_pl.lock);
+        }
+        /* While a stream is being captured, draining the device would break the capture
+         * (and the captured launch does not run now): the pages are read where they are,
+         * and a graph launch makes its objects resident. Under the write lock no capture
+         * can begin (graph.c counts a capture under it, before starting it). */
+        if (atomic_load_explicit(&mvm_pl.captures, memory_order_acquire)) {
+            mvm_count(&c->deferred);
+        } else {
+            /* Objects may have changed while no lock was held: collect again. */
+            set.n = 0;
+            collect(what, &set);
+            mvm_paging_serve(set.obj, set.n);
+        }
     }
     for (uint32_t i = 0; i < set.n; i++)
         atomic_fetch_add_explicit(&set.obj[i]->uses, 1, memory_order_relaxed);

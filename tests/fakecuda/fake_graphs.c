@@ -527,7 +527,8 @@ CUresult CUDAAPI cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *num
     FK_CALL(cuGraphGetNodes, 1, get_nodes(hGraph, nodes, numNodes))
 CUresult CUDAAPI cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
     FK_CALL(cuGraphNodeGetType, 1, node_type(hNode, type))
-CUresult CUDAAPI cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS *nodeParams)
+CUresult CUDAAPI cuGraphKernelNodeGetParams_v2(CUgraphNode hNode,
+                                               CUDA_KERNEL_NODE_PARAMS *nodeParams)
     FK_CALL(cuGraphKernelNodeGetParams, 1, kernel_node_params(hNode, nodeParams))
 CUresult CUDAAPI cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *phGraph)
     FK_CALL(cuGraphChildGraphNodeGetGraph, 1, child_graph(hNode, phGraph))

@@ -15,8 +15,8 @@
  * Each parameter sits at an offset aligned to its size (at most 8), as nvcc lays them out
  * (8-byte pointers, 4-byte uint32_t and float, 8-byte uint64_t, 8-aligned structs), and
  * cuFuncGetParamInfo says so (for a library's CUkernel handles, which cuLaunchKernel
- * takes in place of a CUfunction, only cuKernelGetParamInfo does). A launch into a stream being captured (fake_graphs.c) records
- * a graph node instead of running.
+ * takes in place of a CUfunction, only cuKernelGetParamInfo does). A launch into a stream
+ * being captured (fake_graphs.c) records a graph node instead of running.
  * The grid and block shapes are checked against the device's limits but do not change what
  * a kernel computes (as for grid-stride loops).
  *
