@@ -47,21 +47,6 @@ static uint32_t n_execs, cap_execs;
 static uintptr_t *capturing;
 static uint32_t n_capturing, cap_capturing;
 
-static bool grow(void **p, uint32_t *cap, uint32_t need, size_t elem)
-{
-    if (need <= *cap)
-        return true;
-    uint32_t n = *cap ? *cap * 2 : 16;
-    while (n < need)
-        n *= 2;
-    void *q = realloc(*p, (size_t)n * elem);
-    if (!q)
-        return false;
-    *p = q;
-    *cap = n;
-    return true;
-}
-
 /* ---- stream capture ---------------------------------------------------------------------- */
 
 /* A capture's key: the stream, or for the per-thread default stream, the thread too. */
@@ -91,8 +76,11 @@ static void capture_begun(bool announced, CUresult r, CUstream s)
         return;
     bool kept = false;
     pthread_mutex_lock(&graph_mu);
-    if (r == CUDA_SUCCESS &&
-        grow((void **)&capturing, &cap_capturing, n_capturing + 1, sizeof *capturing)) {
+    uintptr_t *c = r == CUDA_SUCCESS ? mvm_pl_grow(capturing, &cap_capturing,
+                                                   n_capturing + 1, sizeof *c)
+                                     : NULL;
+    if (c) {
+        capturing = c;
         capturing[n_capturing++] = capture_key(s);
         kept = true;
     }
@@ -203,8 +191,11 @@ static void emit_ptr(void *ctx, uint64_t va)
     for (uint32_t i = 0; i < p->n; i++)
         if (p->va[i] == va)
             return;
-    if (grow((void **)&p->va, &p->cap, p->n + 1, sizeof *p->va))
+    uint64_t *v = mvm_pl_grow(p->va, &p->cap, p->n + 1, sizeof *v);
+    if (v) {
+        p->va = v;
         p->va[p->n++] = va;
+    }
 }
 
 /* The node's managed pointers become `p` (taken over), replacing what it had. */
@@ -217,10 +208,12 @@ static void node_set(gexec *x, CUgraphNode node, ptrs *p, bool maybe_known)
             x->nodes[i].n = p->n;
             return;
         }
-    if (!p->n || !grow((void **)&x->nodes, &x->cap, x->n + 1, sizeof *x->nodes)) {
+    node_ptrs *t = p->n ? mvm_pl_grow(x->nodes, &x->cap, x->n + 1, sizeof *t) : NULL;
+    if (!t) {
         free(p->va);
         return;
     }
+    x->nodes = t;
     x->nodes[x->n++] = (node_ptrs){node, p->va, p->n};
 }
 
@@ -285,10 +278,12 @@ static void remember(CUgraphExec e, CUgraph g)
     pthread_mutex_lock(&graph_mu);
     bool found;
     int64_t at = exec_index(e, &found);
+    gexec **t;
     if (found) {
         exec_free(execs[at]);
         execs[at] = x;
-    } else if (grow((void **)&execs, &cap_execs, n_execs + 1, sizeof *execs)) {
+    } else if ((t = mvm_pl_grow(execs, &cap_execs, n_execs + 1, sizeof *t))) {
+        execs = t;
         memmove(execs + at + 1, execs + at, (n_execs - (size_t)at) * sizeof *execs);
         execs[at] = x;
         n_execs++;

@@ -21,7 +21,7 @@
 #include "interpose/preload.h"
 #include "vmm/error.h"
 
-static void *grow(void *p, uint32_t *cap, uint32_t need, size_t elem)
+void *mvm_pl_grow(void *p, uint32_t *cap, uint32_t need, size_t elem)
 {
     if (need <= *cap)
         return p;
@@ -149,7 +149,7 @@ CUresult mvm_heap_alloc(uint64_t bytes, uint32_t site, CUdeviceptr *out)
     if (first < 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     mvm_alloc *a = calloc(1, sizeof *a);
-    mvm_alloc **t = grow(mvm_pl.allocs, &mvm_pl.cap_allocs, mvm_pl.n_allocs + 1, sizeof *t);
+    mvm_alloc **t = mvm_pl_grow(mvm_pl.allocs, &mvm_pl.cap_allocs, mvm_pl.n_allocs + 1, sizeof *t);
     if (!a || !t) {
         free(a);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -242,7 +242,7 @@ void mvm_heap_learn(mvm_alloc *a, uint64_t va, uint64_t len)
     mvm_obj *o = mvm_heap_object(a, va);
     if (o != &a->whole && o->va == va && o->len == len)
         return;
-    mvm_obj *t = grow(a->ext, &a->cap_ext, a->n_ext + 1, sizeof *t);
+    mvm_obj *t = mvm_pl_grow(a->ext, &a->cap_ext, a->n_ext + 1, sizeof *t);
     if (!t)
         return; /* the copy still happens; this object is just not learned */
     a->ext = t;

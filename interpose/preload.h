@@ -228,6 +228,9 @@ bool mvm_pl_on(void);
 void mvm_pl_init_after_cuinit(void);
 
 /* heap.c (write lock held unless noted) */
+/* p (an array of `elem`-byte items, *cap of them) grown to hold at least `need`, doubling:
+ * the array to use from now on, or NULL (p and *cap unchanged) when out of memory. */
+void *mvm_pl_grow(void *p, uint32_t *cap, uint32_t need, size_t elem);
 CUresult mvm_heap_alloc(uint64_t bytes, uint32_t site, CUdeviceptr *out);
 /* CUDA_ERROR_INVALID_VALUE when va is not the start of a managed allocation. */
 CUresult mvm_heap_free(uint64_t va);

@@ -211,6 +211,13 @@ static struct CUfunc_st *kern_find(CUkernel k)
     return NULL;
 }
 
+/* A function or a kernel, whatever context it belongs to. */
+static struct CUfunc_st *any_find(CUfunction f)
+{
+    struct CUfunc_st *fn = func_find(f);
+    return fn ? fn : kern_find((CUkernel)f);
+}
+
 /* What cuLaunchKernel accepts: a function of the current context, or a kernel. */
 static struct CUfunc_st *launchable(CUfunction f)
 {
@@ -403,7 +410,7 @@ CUresult fk_kernel_check(CUfunction f, const unsigned grid[3], const unsigned bl
 
 unsigned fk_kernel_layout(CUfunction f, size_t off[FK_MAX_PARAMS])
 {
-    struct CUfunc_st *fn = func_find(f) ? func_find(f) : kern_find((CUkernel)f);
+    struct CUfunc_st *fn = any_find(f);
     if (!fn) return 0;
     param_layout(fn->kernel, off);
     return fn->kernel->nparams;
@@ -411,7 +418,7 @@ unsigned fk_kernel_layout(CUfunction f, size_t off[FK_MAX_PARAMS])
 
 CUresult fk_kernel_run(CUfunction f, const unsigned char *raw)
 {
-    struct CUfunc_st *fn = func_find(f) ? func_find(f) : kern_find((CUkernel)f);
+    struct CUfunc_st *fn = any_find(f);
     uint64_t p[FK_MAX_WORDS];
     if (!fn) return CUDA_ERROR_INVALID_HANDLE; /* its module was unloaded */
     words(fn->kernel, raw, p);
