@@ -206,8 +206,19 @@ CUresult mvm_heap_free(uint64_t va)
     if (i < 0 || mvm_pl.allocs[i]->va != va)
         return CUDA_ERROR_INVALID_VALUE;
     mvm_alloc *a = mvm_pl.allocs[i];
-    /* Its pages keep whatever backs them; the policy sees them unused and evicts them
-     * first. Uses not yet observed are dropped with the objects. */
+    /* Its device-resident pages are dropped without a write-back (their contents are dead),
+     * so their chunks are free for the next miss. Uses not yet observed go with the
+     * objects. The caller drained the device: no kernel still reads these pages. */
+    for (uint32_t p = a->first_page; p < a->first_page + a->n_pages; p++) {
+        if (!mvm_pl.resident[p])
+            continue;
+        if (mvm_discard(mvm_pl.space, 0, p, 0) != MVM_OK) {
+            MVM_PL_LOG(MVM_LOG_WARN, "dropping freed page %u failed: %s", p, mvm_last_error());
+            continue; /* still resident: the policy evicts it later, with a write-back */
+        }
+        mvm_pl.resident[p] = 0; /* no live object covers p: the generation stays */
+        mvm_pl.pages_out++;
+    }
     mvm_report_site_free(a->site, a->bytes);
     mvm_pl.alloc_pages -= a->n_pages;
     memmove(mvm_pl.allocs + i, mvm_pl.allocs + i + 1,

@@ -267,6 +267,7 @@ static cJSON *report_json(const totals *t)
     add_num(o, "pages_in", (double)mvm_pl.pages_in);
     add_num(o, "bytes_in", (double)t->st.bytes_moved);
     add_num(o, "pages_out", (double)mvm_pl.pages_out);
+    add_num(o, "pages_discarded", (double)t->st.pages_discarded);
     add_num(o, "bytes_written_back", (double)t->st.bytes_written_back);
     add_num(o, "drains", (double)mvm_pl.drains);
     add_num(r, "wait_ns", (double)mvm_pl.wait_ns);

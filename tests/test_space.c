@@ -236,6 +236,34 @@ static void test_write_back(void)
     /* Back on the device: the written bytes come with it. */
     CHECK_ST(mvm_make_resident(sp, 0, 1, MVM_ALL_PAGES), MVM_OK);
     CHECK(memcmp(addr, expect, d.expert_bytes) == 0);
+    /* Discarded: the device's writes are dropped, the home keeps what it held, the chunks
+     * are free again. keep_pages works as for mvm_evict: page 0 is kept and still holds
+     * the device's bytes. */
+    for (uint64_t i = 0; i < d.expert_bytes; i += 4099)
+        addr[i] = (uint8_t)(i * 3 + 2);
+    uint8_t written[2 * PAGE];
+    memcpy(written, addr, d.expert_bytes);
+    mvm_stats before = stats_of(sp);
+    CHECK_ST(mvm_discard(sp, 0, 1, 1), MVM_OK);
+    mvm_stats after = stats_of(sp);
+    CHECK(after.bytes_written_back == before.bytes_written_back);
+    CHECK(after.pages_discarded == before.pages_discarded + 1);
+    CHECK(after.pages_evicted == before.pages_evicted + 1);
+    CHECK(after.free_pages == before.free_pages + 1);
+    CHECK(memcmp(home + PAGE, expect + PAGE, d.expert_bytes - PAGE) == 0);
+    CHECK(memcmp(addr, written, PAGE) == 0);
+    mvm_page_state ps;
+    CHECK_ST(mvm_page_get_state(sp, 0, 1, 1, &ps), MVM_OK);
+    CHECK(ps == MVM_PAGE_HOME);
+    CHECK_ST(mvm_discard(sp, 0, 1, 3), MVM_ERR_RANGE);
+    CHECK_ST(mvm_discard(sp, 0, 3, 0), MVM_ERR_RANGE);
+    CHECK_ST(mvm_pin(sp, 0, 1), MVM_OK);
+    CHECK_ST(mvm_discard(sp, 0, 1, 0), MVM_ERR_PINNED);
+    CHECK_ST(mvm_unpin(sp, 0, 1), MVM_OK);
+    CHECK_ST(mvm_discard(sp, 0, 1, 0), MVM_OK);
+    CHECK(memcmp(home, expect, d.expert_bytes) == 0);
+    CHECK(stats_of(sp).bytes_written_back == before.bytes_written_back);
+    CHECK(stats_of(sp).pages_discarded == before.pages_discarded + 2);
     CHECK_ST(mvm_space_destroy(sp), MVM_OK);
 
     sp = make_space(1, 2, PAGE, 1);

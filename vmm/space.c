@@ -334,14 +334,14 @@ void mvm_chunk_free(mvm_space *sp, int32_t chunk)
 }
 
 /* Puts a resident page back on its home: remap to the home where the backend can, else
- * leave it unmapped. */
-static mvm_status evict_page(mvm_space *sp, uint32_t idx, uint32_t p)
+ * leave it unmapped. keep: copy what the device wrote home first (write_back spaces). */
+static mvm_status evict_page(mvm_space *sp, uint32_t idx, uint32_t p, bool keep)
 {
     mvm_backend *be = sp->be;
     struct page *pg = page_at(sp, idx, p);
     uint64_t va = page_va(sp, idx, p);
     size_t home_page = (size_t)idx * sp->ppe + p;
-    if (sp->write_back) {
+    if (sp->write_back && keep) {
         mvm_status st = be->ops->copy_back(be, sp->pool, (size_t)pg->chunk,
                                            sp->home_host + home_page * sp->page_size,
                                            page_bytes(sp, p));
@@ -360,10 +360,12 @@ static mvm_status evict_page(mvm_space *sp, uint32_t idx, uint32_t p)
     pg->prefetched = 0;
     sp->n_resident--;
     sp->stats.pages_evicted++;
+    sp->stats.pages_discarded += !keep;
     return MVM_OK;
 }
 
-mvm_status mvm_evict(mvm_space *sp, uint32_t l, uint32_t e, uint32_t keep_pages)
+static mvm_status evict_pages(mvm_space *sp, uint32_t l, uint32_t e, uint32_t keep_pages,
+                              bool keep)
 {
     uint32_t idx;
     mvm_status st = mvm_lock_expert(sp, l, e, &idx);
@@ -378,13 +380,23 @@ mvm_status mvm_evict(mvm_space *sp, uint32_t l, uint32_t e, uint32_t keep_pages)
     for (uint32_t p = keep_pages; st == MVM_OK && p < sp->ppe; p++) {
         struct page *pg = page_at(sp, idx, p);
         if (pg->state == MVM_PAGE_RESIDENT) {
-            st = evict_page(sp, idx, p);
+            st = evict_page(sp, idx, p, keep);
         } else if (pg->state == MVM_PAGE_LOADING) {
             mvm_cancel_page(sp, idx, p);
         }
     }
     pthread_mutex_unlock(&sp->mu);
     return st;
+}
+
+mvm_status mvm_evict(mvm_space *sp, uint32_t l, uint32_t e, uint32_t keep_pages)
+{
+    return evict_pages(sp, l, e, keep_pages, true);
+}
+
+mvm_status mvm_discard(mvm_space *sp, uint32_t l, uint32_t e, uint32_t keep_pages)
+{
+    return evict_pages(sp, l, e, keep_pages, false);
 }
 
 mvm_status mvm_pin(mvm_space *sp, uint32_t l, uint32_t e)

@@ -171,6 +171,11 @@ mvm_status mvm_move_release(mvm_move *move);
  * pool. keep_pages = 0 evicts the whole expert. Pages still loading are cancelled. Fails
  * with MVM_ERR_PINNED, changing nothing, if the expert is pinned. */
 mvm_status mvm_evict(mvm_space *space, uint32_t layer, uint32_t expert, uint32_t keep_pages);
+/* Like mvm_evict, for pages whose contents are no longer needed (the memory was freed):
+ * nothing is copied home, even in a write_back space, so the home keeps what it held
+ * before. Counted in pages_evicted and pages_discarded. */
+mvm_status mvm_discard(mvm_space *space, uint32_t layer, uint32_t expert,
+                       uint32_t keep_pages);
 
 /* Pins the expert: its pages keep their backing (no evict, no remap) until unpinned. A pin
  * marks "a reader is using this"; pins nest. */
@@ -186,6 +191,7 @@ typedef struct mvm_stats {
     uint64_t prefetches;       /* prefetch requests that queued at least one page */
     uint64_t pages_loaded;     /* pages copied into device chunks */
     uint64_t pages_evicted;
+    uint64_t pages_discarded;  /* of those, dropped by mvm_discard without a write-back */
     uint64_t bytes_moved;      /* host-to-device bytes copied */
     uint64_t bytes_written_back; /* device-to-host bytes copied by write_back evictions */
     uint64_t prefetch_pages;   /* pages loaded at prefetch priority */
