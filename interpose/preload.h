@@ -201,7 +201,8 @@ typedef struct mvm_preload {
     _Atomic uint32_t captures; /* streams being captured into graphs (graph.c) */
     /* counters for the report */
     _Atomic uint64_t graphs_scanned, graph_kernel_nodes;
-    uint64_t misses, pages_in, pages_out, bytes_in, wait_ns, drains;
+    uint64_t misses, pages_in, pages_out, wait_ns, drains;
+    uint64_t overflows;        /* misses with nothing to move: the budget holds only them */
     uint64_t managed_allocs, managed_bytes, peak_managed_bytes;
     _Atomic uint64_t native_allocs, native_bytes, async_allocs, async_bytes, ipc_refused;
 } mvm_preload;

@@ -264,6 +264,7 @@ static cJSON *report_json(const totals *t)
     add_num(o, "deferred", (double)t->deferred);
     cJSON_AddItemToObject(r, "moves", o = cJSON_CreateObject());
     add_num(o, "misses", (double)mvm_pl.misses);
+    add_num(o, "overflows", (double)mvm_pl.overflows);
     add_num(o, "pages_in", (double)mvm_pl.pages_in);
     add_num(o, "bytes_in", (double)t->st.bytes_moved);
     add_num(o, "pages_out", (double)mvm_pl.pages_out);

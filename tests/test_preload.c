@@ -9,6 +9,8 @@
  *   oversub     allocates 6x the device budget, fills every buffer, sums each with a fake
  *               kernel and reads it back: all correct, every kernel saw device memory;
  *               a kernel's writes survive the eviction of what it wrote
+ *   overbudget  a buffer larger than the budget: read partly from the host, correct, and
+ *               once it fills the budget its launches no longer drain the device
  *   routing     hooked names resolve into the interposer, others into the driver, _ptsz
  *               variants to their own hooks; dlsym(RTLD_NEXT) works
  *   unmanaged   (run with a bad MOEVM_* value) allocations beyond the device fail natively,
@@ -239,6 +241,56 @@ SCENARIO void scenario_oversub(void)
         CU_OK(cu.MemFree(buf[b]));
     CU_OK(cu.MemFree(out));
     free(host);
+}
+
+/* A 12 MiB buffer, larger than the 8 MiB budget (four 2 MiB pages of its six fit), and a
+ * 2 MiB one. */
+SCENARIO void scenario_overbudget(void)
+{
+    const uint64_t big_n = 12 * MiB / 4, small_n = 2 * MiB / 4;
+    CUmodule mod;
+    CUfunction sum;
+    CU_OK(cu.ModuleLoadData(&mod, "fakecuda"));
+    CU_OK(cu.ModuleGetFunction(&sum, mod, "fk_sum_u32"));
+    CUdeviceptr big, small, out;
+    CU_OK(cu.MemAlloc(&out, 4096)); /* small: native */
+    CU_OK(cu.MemAlloc(&big, 12 * MiB));
+    CU_OK(cu.MemAlloc(&small, 2 * MiB));
+    uint32_t *host = malloc(12 * MiB);
+    uint64_t expect_big = 0, expect_small = 0;
+    for (uint64_t i = 0; i < big_n; i++)
+        expect_big += host[i] = (uint32_t)(i * 2246822519u + 3);
+    CU_OK(cu.MemcpyHtoD(big, host, 12 * MiB));
+    for (uint64_t i = 0; i < small_n; i++)
+        expect_small += host[i] = (uint32_t)(i * 3266489917u + 5);
+    CU_OK(cu.MemcpyHtoD(small, host, 2 * MiB));
+    free(host);
+
+    /* The first launch fills the budget; the rest of the buffer is read from the host. The
+     * device bytes count the 8-byte sum written to `out` too. */
+    fakecuda_reset_counters();
+    EXPECT(sum_kernel(sum, out, big, big_n) == expect_big);
+    EXPECT(fakecuda_calls("cuCtxSynchronize") == 1);
+    EXPECT(fakecuda_kernel_bytes(0) == 8 * MiB + 8 && fakecuda_kernel_bytes(1) == 4 * MiB);
+    /* Later ones can move nothing: they must not drain the device. */
+    fakecuda_reset_counters();
+    for (int i = 0; i < 3; i++)
+        EXPECT(sum_kernel(sum, out, big, big_n) == expect_big);
+    EXPECT(fakecuda_calls("cuCtxSynchronize") == 0);
+    EXPECT(fakecuda_kernel_bytes(0) == 3 * (8 * MiB + 8));
+    EXPECT(fakecuda_kernel_bytes(1) == 3 * 4 * MiB);
+    /* Another object: a page of the big buffer makes room for it (one drain)... */
+    fakecuda_reset_counters();
+    EXPECT(sum_kernel(sum, out, small, small_n) == expect_small);
+    EXPECT(fakecuda_calls("cuCtxSynchronize") == 1 && fakecuda_kernel_bytes(1) == 0);
+    /* ...and the big buffer takes the page back (one drain), filling the budget again. */
+    fakecuda_reset_counters();
+    EXPECT(sum_kernel(sum, out, big, big_n) == expect_big);
+    EXPECT(fakecuda_calls("cuCtxSynchronize") == 1);
+    EXPECT(fakecuda_kernel_bytes(0) == 8 * MiB + 8 && fakecuda_kernel_bytes(1) == 4 * MiB);
+    CU_OK(cu.MemFree(big));
+    CU_OK(cu.MemFree(small));
+    CU_OK(cu.MemFree(out));
 }
 
 /* Managed buffers of 2 MiB (one page each; the budget holds four), filled with a pattern
@@ -552,6 +604,8 @@ int main(int argc, char **argv)
     start();
     if (strcmp(scenario, "oversub") == 0)
         scenario_oversub();
+    else if (strcmp(scenario, "overbudget") == 0)
+        scenario_overbudget();
     else if (strcmp(scenario, "routing") == 0)
         scenario_routing(how);
     else if (strcmp(scenario, "unmanaged") == 0)

@@ -30,7 +30,7 @@ run() { # run NAME EXPECT_RC ENV... -- ARGS...: output in $tmp/out, $tmp/err
 }
 
 for how in link dlsym getproc; do
-    for sc in oversub routing query ipc fork graph kernels; do
+    for sc in oversub overbudget routing query ipc fork graph kernels; do
         run "$sc.$how" 0 "${managed[@]}" -- "$sc.$how"
     done
 done
@@ -92,6 +92,18 @@ check(l["graphs_scanned"] == 3 and l["graph_kernel_nodes"] == 7, "graphs and nod
 # left resident by the graph launch before it)
 check(l["deferred"] == 3, "misses deferred during captures")
 print("ok   report graph contents")
+EOF
+fi
+
+# A buffer larger than the budget: misses that could move nothing are counted apart.
+if run "report overbudget" 0 "${managed[@]}" MOEVM_REPORT="$tmp/over.json" -- overbudget.link
+then
+    python3 - "$tmp/over.json" <<'EOF' || fails=$((fails + 1))
+import json, sys
+m = json.load(open(sys.argv[1]))["moves"]
+if not (m["overflows"] == 3 and m["misses"] == 3 and m["pages_in"] == 6):
+    print("FAIL report overbudget: 3 overflows, 3 misses, 6 pages in:", json.dumps(m)); sys.exit(1)
+print("ok   report overbudget contents")
 EOF
 fi
 
