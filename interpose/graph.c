@@ -13,8 +13,9 @@
  * pointers found are kept per executable graph and per node. Updates keep them current:
  * cuGraphExecUpdate rescans the new graph, cuGraphExecKernelNodeSetParams replaces its
  * node's pointers. cuGraphLaunch then makes the objects of all those pointers resident
- * before the graph is queued, as for one big kernel. If they do not all fit in the budget,
- * what fits is loaded and the rest is read from its host home.
+ * before the graph is queued, as for one big kernel (the objects those pointers resolve to
+ * are kept per graph until allocations or objects change). If they do not all fit in the
+ * budget, what fits is loaded and the rest is read from its host home.
  *
  * Not covered: memcpy and memset nodes (their objects are made resident by the kernels that
  * use them), node parameters changed by cuGraphExecNodeSetParams or device-side graph
@@ -37,6 +38,13 @@ typedef struct gexec {
     CUgraphExec exec;
     node_ptrs *nodes;
     uint32_t n, cap;
+    /* The objects all the nodes' pointers resolve to, each once: resolved at the first
+     * launch and again only when the heap's layout changed (0: not resolved). A graph is
+     * replayed many times over the same tensors, so a launch copies this list instead of
+     * resolving every pointer of every node. */
+    mvm_obj **objs;
+    uint32_t n_objs;
+    uint64_t layout;
 } gexec;
 
 /* The executable graphs, sorted by handle, and the streams being captured. Lock order:
@@ -175,8 +183,10 @@ static void exec_free(gexec *x)
 {
     for (uint32_t i = 0; x && i < x->n; i++)
         free(x->nodes[i].va);
-    if (x)
+    if (x) {
         free(x->nodes);
+        free(x->objs);
+    }
     free(x);
 }
 
@@ -201,6 +211,7 @@ static void emit_ptr(void *ctx, uint64_t va)
 /* The node's managed pointers become `p` (taken over), replacing what it had. */
 static void node_set(gexec *x, CUgraphNode node, ptrs *p, bool maybe_known)
 {
+    x->layout = 0;
     for (uint32_t i = 0; maybe_known && i < x->n; i++)
         if (x->nodes[i].node == node) {
             free(x->nodes[i].va);
@@ -379,17 +390,44 @@ CUresult hk_cuGraphExecDestroy(CUgraphExec e)
 
 /* ---- graph launches ------------------------------------------------------------------------ */
 
+static int by_address(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t)*(mvm_obj *const *)a, y = (uintptr_t)*(mvm_obj *const *)b;
+    return (x > y) - (x < y);
+}
+
+/* Resolves x's pointers into set, and keeps the objects, each once, in x (read lock). */
+static void resolve(gexec *x, mvm_objset *set)
+{
+    uint32_t from = set->n;
+    for (uint32_t i = 0; i < x->n; i++)
+        for (uint32_t k = 0; k < x->nodes[i].n; k++)
+            mvm_objset_add(set, x->nodes[i].va[k]);
+    uint32_t n = set->n - from;
+    mvm_obj **objs = malloc(((size_t)n + 1) * sizeof *objs);
+    if (!objs)
+        return; /* resolved again at the next launch */
+    memcpy(objs, set->obj + from, (size_t)n * sizeof *objs);
+    qsort(objs, n, sizeof *objs, by_address);
+    uint32_t u = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (u == 0 || objs[i] != objs[u - 1])
+            objs[u++] = objs[i];
+    free(x->objs);
+    x->objs = objs;
+    x->n_objs = u;
+    x->layout = mvm_pl.layout;
+}
+
 static void collect_graph(const void *what, mvm_objset *set)
 {
     CUgraphExec e = *(const CUgraphExec *)what;
     pthread_mutex_lock(&graph_mu);
     bool found;
     int64_t at = exec_index(e, &found);
-    for (uint32_t i = 0; found && i < execs[at]->n; i++) {
-        const node_ptrs *np = &execs[at]->nodes[i];
-        for (uint32_t k = 0; k < np->n; k++)
-            mvm_objset_add(set, np->va[k]);
-    }
+    gexec *x = found ? execs[at] : NULL;
+    if (x && (x->layout != mvm_pl.layout || !mvm_objset_append(set, x->objs, x->n_objs)))
+        resolve(x, set);
     pthread_mutex_unlock(&graph_mu);
 }
 

@@ -119,6 +119,7 @@ static CUresult space_create(void)
     }
     mvm_pl.evict = ev;
     atomic_store(&mvm_pl.gen, 1);
+    mvm_pl.layout = 1;
     mvm_pl.space = sp;
     MVM_PL_LOG(MVM_LOG_INFO, "managed space on device %d: %u pages of %llu KiB, %u on the "
                "device, evict %s", dev, mvm_pl.n_pages, (unsigned long long)(page >> 10),
@@ -168,6 +169,7 @@ CUresult mvm_heap_alloc(uint64_t bytes, uint32_t site, CUdeviceptr *out)
     memmove(t + at + 1, t + at, (mvm_pl.n_allocs - at) * sizeof *t);
     t[at] = a;
     mvm_pl.n_allocs++;
+    mvm_pl.layout++;
     mvm_pl.alloc_pages += a->n_pages;
     mvm_pl.managed_allocs++;
     mvm_pl.managed_bytes += bytes;
@@ -224,6 +226,7 @@ CUresult mvm_heap_free(uint64_t va)
     memmove(mvm_pl.allocs + i, mvm_pl.allocs + i + 1,
             (mvm_pl.n_allocs - (uint32_t)i - 1) * sizeof *mvm_pl.allocs);
     mvm_pl.n_allocs--;
+    mvm_pl.layout++;
     free(a->ext);
     free(a);
     return CUDA_SUCCESS;
@@ -269,4 +272,5 @@ void mvm_heap_learn(mvm_alloc *a, uint64_t va, uint64_t len)
     memmove(t + at + 1, t + at, (keep - at) * sizeof *t);
     t[at] = (mvm_obj){.va = va, .len = len};
     a->n_ext = keep + 1;
+    mvm_pl.layout++;
 }

@@ -50,9 +50,14 @@ void mvm_objset_free(mvm_objset *s)
     mvm_objset_init(s);
 }
 
-static bool objset_grow(mvm_objset *s)
+/* Room for `need` objects. */
+static bool objset_reserve(mvm_objset *s, uint32_t need)
 {
+    if (need <= s->cap)
+        return true;
     uint32_t cap = s->cap * 2;
+    while (cap < need)
+        cap *= 2;
     mvm_obj **o = malloc((size_t)cap * sizeof *o);
     if (!o)
         return false;
@@ -78,8 +83,17 @@ void mvm_objset_add(mvm_objset *s, uint64_t va)
     for (uint32_t i = from; i < s->n; i++)
         if (s->obj[i] == o)
             return;
-    if (s->n < s->cap || objset_grow(s))
+    if (objset_reserve(s, s->n + 1))
         s->obj[s->n++] = o;
+}
+
+bool mvm_objset_append(mvm_objset *s, mvm_obj *const *objs, uint32_t n)
+{
+    if (!objset_reserve(s, s->n + n))
+        return false;
+    memcpy(s->obj + s->n, objs, (size_t)n * sizeof *objs);
+    s->n += n;
+    return true;
 }
 
 bool mvm_paging_resident(mvm_obj *const *objs, uint32_t n)

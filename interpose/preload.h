@@ -198,6 +198,9 @@ typedef struct mvm_preload {
     mvm_pshape shape;
     mvm_cost cost;
     _Atomic uint64_t gen;      /* bumped whenever a page leaves the device */
+    uint64_t layout;           /* bumped (write lock) whenever allocations or objects change:
+                                  an mvm_obj pointer found at one layout is valid while it
+                                  lasts (graph.c caches graphs' objects by it); from 1 */
     _Atomic uint32_t captures; /* streams being captured into graphs (graph.c) */
     /* counters for the report */
     _Atomic uint64_t graphs_scanned, graph_kernel_nodes;
@@ -262,6 +265,8 @@ void mvm_objset_init(mvm_objset *s);
 /* Adds the object va points into, if it is in a managed allocation (read lock). An object
  * that cannot be added (out of memory) is skipped: its pages are read where they are. */
 void mvm_objset_add(mvm_objset *s, uint64_t va);
+/* Appends objs[0..n) as they are; false (the set unchanged) when out of memory. */
+bool mvm_objset_append(mvm_objset *s, mvm_obj *const *objs, uint32_t n);
 void mvm_objset_free(mvm_objset *s);
 /* All pages of objs[0..n) verified resident at the current generation (read lock). */
 bool mvm_paging_resident(mvm_obj *const *objs, uint32_t n);

@@ -302,9 +302,20 @@ typedef struct graph_bufs {
     uint64_t expect[N_SMALL];
 } graph_bufs;
 
-static void bufs_make(graph_bufs *b)
+/* small[k] filled with its pattern. */
+static void small_fill(graph_bufs *b, int k, uint32_t *host)
 {
     const uint64_t n = 2 * MiB / 4;
+    b->expect[k] = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        host[i] = (uint32_t)(i * 40503u + (uint32_t)k * 7919u + 1);
+        b->expect[k] += host[i];
+    }
+    CU_OK(cu.MemcpyHtoD(b->small[k], host, 2 * MiB));
+}
+
+static void bufs_make(graph_bufs *b)
+{
     CUmodule mod;
     CU_OK(cu.ModuleLoadData(&mod, "fakecuda"));
     CU_OK(cu.ModuleGetFunction(&b->sum, mod, "fk_sum_u32"));
@@ -312,12 +323,7 @@ static void bufs_make(graph_bufs *b)
     uint32_t *host = malloc(8 * MiB);
     for (int k = 0; k < N_SMALL; k++) {
         CU_OK(cu.MemAlloc(&b->small[k], 2 * MiB));
-        b->expect[k] = 0;
-        for (uint64_t i = 0; i < n; i++) {
-            host[i] = (uint32_t)(i * 40503u + (uint32_t)k * 7919u + 1);
-            b->expect[k] += host[i];
-        }
-        CU_OK(cu.MemcpyHtoD(b->small[k], host, 2 * MiB));
+        small_fill(b, k, host);
     }
     memset(host, 0, 8 * MiB);
     CU_OK(cu.MemAlloc(&b->big, 8 * MiB));
@@ -448,6 +454,20 @@ SCENARIO void scenario_graph(void)
     out_poison(&b);
     launch_resident(e1, s);
     EXPECT(out_read(&b, 0) == b.expect[2] && out_read(&b, 1) == b.expect[3]);
+
+    /* small[0] freed and allocated again at the same address (first fit), then filled: the
+     * objects e2 found at its earlier launches are gone, and its launch must follow. */
+    CUdeviceptr old0 = b.small[0];
+    CU_OK(cu.MemFree(b.small[0]));
+    CU_OK(cu.MemAlloc(&b.small[0], 2 * MiB));
+    EXPECT(b.small[0] == old0);
+    uint32_t *host = malloc(2 * MiB);
+    small_fill(&b, 0, host);
+    free(host);
+    bufs_push_out(&b);
+    out_poison(&b);
+    launch_resident(e2, s);
+    EXPECT(out_read(&b, 2) == b.expect[0] && out_read(&b, 3) == b.expect[3]);
 
     CU_OK(cu.GraphExecDestroy(e1));
     CU_OK(cu.GraphExecDestroy(e2));
