@@ -11,7 +11,9 @@
  *   time that a buffer will be shared, so cuIpcGetMemHandle on a managed range fails with
  *   CUDA_ERROR_NOT_SUPPORTED and a message saying how to keep that buffer native.
  * - Host-to-device copies teach the objects (heap.c) and are held under the read lock, so a
- *   miss served by another thread cannot remap their destination mid-copy.
+ *   miss served by another thread cannot remap their destination mid-copy. The unified
+ *   copies (cuMemcpy[Async]) are too when a side is managed, and teach an object when the
+ *   source is host memory.
  * - Memory queries (driver and NVML) report the managed view: the device's memory plus
  *   MOEVM_OVERSUBSCRIBE, free counting what the managed space has left.
  */
@@ -233,6 +235,67 @@ CUresult hk_cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void *src, size_t n
         return CUDA_ERROR_NOT_SUPPORTED;
     bool locked = copy_prepare(dst, n);
     return copy_finish(locked, mvm_real_fn.cuMemcpyHtoDAsync_v2_ptsz(dst, src, n, s));
+}
+
+/* ---- unified copies ---------------------------------------------------------------------- */
+
+/* cuMemcpy and cuMemcpyAsync take any two addresses (the runtime may send cudaMemcpy* here
+ * rather than to the HtoD entry points). One with a managed side is held under the read lock
+ * like the HtoD copies; into managed memory from host memory, it teaches an object too. */
+
+/* Host memory: pinned, or pageable (which the driver does not know: an error). */
+static bool from_host(CUdeviceptr src)
+{
+    unsigned type = 0;
+    if (mvm_heap_contains(src) || !mvm_real_fn.cuPointerGetAttribute)
+        return false;
+    return mvm_real_fn.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, src) !=
+               CUDA_SUCCESS ||
+           type == CU_MEMORYTYPE_HOST;
+}
+
+static bool unified_prepare(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+    if (!mvm_pl_on() || n == 0)
+        return false;
+    if (mvm_heap_contains(dst) && from_host(src))
+        return copy_prepare(dst, n);
+    if (!mvm_heap_contains(dst) && !mvm_heap_contains(src))
+        return false;
+    pthread_rwlock_rdlock(&mvm_pl.lock);
+    return true;
+}
+
+CUresult hk_cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuMemcpy)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    bool locked = unified_prepare(dst, src, n);
+    return copy_finish(locked, mvm_real_fn.cuMemcpy(dst, src, n));
+}
+
+CUresult hk_cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuMemcpy_ptds)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    bool locked = unified_prepare(dst, src, n);
+    return copy_finish(locked, mvm_real_fn.cuMemcpy_ptds(dst, src, n));
+}
+
+CUresult hk_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuMemcpyAsync)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    bool locked = unified_prepare(dst, src, n);
+    return copy_finish(locked, mvm_real_fn.cuMemcpyAsync(dst, src, n, s));
+}
+
+CUresult hk_cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuMemcpyAsync_ptsz)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    bool locked = unified_prepare(dst, src, n);
+    return copy_finish(locked, mvm_real_fn.cuMemcpyAsync_ptsz(dst, src, n, s));
 }
 
 /* ---- memory queries --------------------------------------------------------------------- */

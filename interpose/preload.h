@@ -67,6 +67,11 @@ typedef struct {
       (CUdeviceptr, const void *, size_t, CUstream))                                           \
     X(cuMemcpyHtoDAsync_v2_ptsz, "cuMemcpyHtoDAsync_v2_ptsz", CUresult,                        \
       (CUdeviceptr, const void *, size_t, CUstream))                                           \
+    X(cuMemcpy, "cuMemcpy", CUresult, (CUdeviceptr, CUdeviceptr, size_t))                      \
+    X(cuMemcpy_ptds, "cuMemcpy_ptds", CUresult, (CUdeviceptr, CUdeviceptr, size_t))            \
+    X(cuMemcpyAsync, "cuMemcpyAsync", CUresult, (CUdeviceptr, CUdeviceptr, size_t, CUstream))  \
+    X(cuMemcpyAsync_ptsz, "cuMemcpyAsync_ptsz", CUresult,                                      \
+      (CUdeviceptr, CUdeviceptr, size_t, CUstream))                                            \
     X(cuLaunchKernel, "cuLaunchKernel", CUresult,                                              \
       (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,       \
        CUstream, void **, void **))                                                            \
@@ -114,6 +119,8 @@ typedef struct {
     X(cuKernelGetParamInfo, "cuKernelGetParamInfo", CUresult,                                  \
       (CUkernel, size_t, size_t *, size_t *))                                                  \
     X(cuCtxGetDevice, "cuCtxGetDevice", CUresult, (CUdevice *))                                \
+    X(cuPointerGetAttribute, "cuPointerGetAttribute", CUresult,                                \
+      (void *, CUpointer_attribute, CUdeviceptr))                                              \
     X(cuGraphGetNodes, "cuGraphGetNodes", CUresult, (CUgraph, CUgraphNode *, size_t *))        \
     X(cuGraphNodeGetType, "cuGraphNodeGetType", CUresult, (CUgraphNode, CUgraphNodeType *))    \
     X(cuGraphKernelNodeGetParams_v2, "cuGraphKernelNodeGetParams_v2", CUresult,                \

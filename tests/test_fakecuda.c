@@ -64,7 +64,8 @@ static void check_rc(CUresult got, CUresult want, const char *what, int line)
     X(cuGraphNodeGetType) X(cuGraphKernelNodeGetParams_v2) X(cuGraphChildGraphNodeGetGraph)    \
     X(cuGraphInstantiateWithFlags) X(cuGraphExecUpdate_v2) X(cuGraphExecKernelNodeSetParams_v2) \
     X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuLibraryLoadData)             \
-    X(cuLibraryUnload) X(cuLibraryGetKernel) X(cuKernelGetParamInfo)
+    X(cuLibraryUnload) X(cuLibraryGetKernel) X(cuKernelGetParamInfo) X(cuMemcpy)            \
+    X(cuMemcpyAsync)
 #define FK_FUNCS(X)                                                                            \
     X(fakecuda_calls) X(fakecuda_live_handles) X(fakecuda_mapped_bytes)                        \
     X(fakecuda_live_reservations) X(fakecuda_reset_counters) X(fakecuda_set_fail)              \
@@ -692,6 +693,31 @@ static void t_memory_extras(void)
     OK(p_cuMemsetD8_v2(va + G, 0x42, G));
     CHECK(host(va + G)[G - 1] == 0x42);
     RC(p_cuMemsetD8_v2(va + G - 1, 0x42, 2), CUDA_ERROR_INVALID_VALUE);
+
+    /* Memory types: device, registered host, and pageable host (unknown to the driver). */
+    static unsigned char pinned[4096], pageable[4096];
+    unsigned type = 0;
+    OK(p_cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, e + 7));
+    CHECK(type == CU_MEMORYTYPE_DEVICE);
+    OK(p_cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, va + G + 7));
+    CHECK(type == CU_MEMORYTYPE_DEVICE);
+    OK(p_cuMemHostRegister_v2(pinned, sizeof pinned, 0));
+    OK(p_cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)pinned));
+    CHECK(type == CU_MEMORYTYPE_HOST);
+    OK(p_cuMemHostUnregister(pinned));
+    RC(p_cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)pageable),
+       CUDA_ERROR_INVALID_VALUE);
+
+    /* Unified copies: each side's kind told by its address. */
+    for (size_t i = 0; i < sizeof pageable; i++) pageable[i] = (unsigned char)(i * 13 + 5);
+    OK(p_cuMemcpy(va + G + 64, (CUdeviceptr)pageable, sizeof pageable));          /* to device */
+    CHECK(memcmp(host(va + G + 64), pageable, sizeof pageable) == 0);
+    OK(p_cuMemcpy(e, va + G + 64, sizeof pageable));                            /* device-device */
+    OK(p_cuMemcpyAsync((CUdeviceptr)pinned, e, sizeof pinned, NULL));            /* to host */
+    OK(p_cuCtxSynchronize());
+    CHECK(memcmp(pinned, pageable, sizeof pinned) == 0);
+    RC(p_cuMemcpy(va, (CUdeviceptr)pageable, 64), CUDA_ERROR_INVALID_VALUE);    /* unmapped */
+    RC(p_cuMemcpyAsync(va + G, e, 64, (CUstream)&type), CUDA_ERROR_INVALID_HANDLE);
     OK(p_cuMemUnmap(va + G, G));
     OK(p_cuMemAddressFree(va, 4 * G));
     OK(p_cuMemRelease(h));

@@ -9,6 +9,8 @@
  *   oversub     allocates 6x the device budget, fills every buffer, sums each with a fake
  *               kernel and reads it back: all correct, every kernel saw device memory;
  *               a kernel's writes survive the eviction of what it wrote
+ *   unified     unified copies (cuMemcpy[Async]) from host memory teach objects, from
+ *               device memory they do not; data survives both ways
  *   overbudget  a buffer larger than the budget: read partly from the host, correct, and
  *               once it fills the budget its launches no longer drain the device
  *   routing     hooked names resolve into the interposer, others into the driver, _ptsz
@@ -62,6 +64,8 @@ static struct {
     CUresult (*MemFree)(CUdeviceptr);
     CUresult (*MemcpyHtoD)(CUdeviceptr, const void *, size_t);
     CUresult (*MemcpyDtoH)(void *, CUdeviceptr, size_t);
+    CUresult (*Memcpy)(CUdeviceptr, CUdeviceptr, size_t);
+    CUresult (*MemcpyAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
     CUresult (*MemGetInfo)(size_t *, size_t *);
     CUresult (*DeviceTotalMem)(size_t *, CUdevice);
     CUresult (*ModuleLoadData)(CUmodule *, const void *);
@@ -128,6 +132,8 @@ static void bind(const char *how)
     BIND(MemFree, cuMemFree_v2);
     BIND(MemcpyHtoD, cuMemcpyHtoD_v2);
     BIND(MemcpyDtoH, cuMemcpyDtoH_v2);
+    BIND(Memcpy, cuMemcpy);
+    BIND(MemcpyAsync, cuMemcpyAsync);
     BIND(MemGetInfo, cuMemGetInfo_v2);
     BIND(DeviceTotalMem, cuDeviceTotalMem_v2);
     BIND(ModuleLoadData, cuModuleLoadData);
@@ -290,6 +296,58 @@ SCENARIO void scenario_overbudget(void)
     EXPECT(fakecuda_kernel_bytes(0) == 8 * MiB + 8 && fakecuda_kernel_bytes(1) == 4 * MiB);
     CU_OK(cu.MemFree(big));
     CU_OK(cu.MemFree(small));
+    CU_OK(cu.MemFree(out));
+}
+
+/* An 8 MiB buffer (the whole budget) written in two halves by unified copies (cuMemcpy,
+ * cuMemcpyAsync) from host memory: each half is an object of its own. */
+SCENARIO void scenario_unified(void)
+{
+    const uint64_t half = 4 * MiB, half_n = half / 4;
+    CUmodule mod;
+    CUfunction sum;
+    CU_OK(cu.ModuleLoadData(&mod, "fakecuda"));
+    CU_OK(cu.ModuleGetFunction(&sum, mod, "fk_sum_u32"));
+    CUdeviceptr buf, other, out;
+    CU_OK(cu.MemAlloc(&out, 4096)); /* small: native */
+    CU_OK(cu.MemAlloc(&buf, 2 * half));
+    CU_OK(cu.MemAlloc(&other, 2 * half));
+    uint32_t *host = malloc(2 * half);
+    uint64_t expect[2] = {0, 0};
+    for (uint64_t i = 0; i < 2 * half_n; i++)
+        expect[i >= half_n] += host[i] = (uint32_t)(i * 2654435761u + 11);
+    CU_OK(cu.Memcpy(buf, (CUdeviceptr)host, half));
+    CU_OK(cu.MemcpyAsync(buf + half, (CUdeviceptr)(host + half_n), half, NULL));
+
+    /* Each half is made resident by its own miss (one object would have been one). */
+    fakecuda_reset_counters();
+    EXPECT(sum_kernel(sum, out, buf, half_n) == expect[0]);
+    EXPECT(fakecuda_calls("cuCtxSynchronize") == 1);
+    EXPECT(sum_kernel(sum, out, buf + half, half_n) == expect[1]);
+    EXPECT(fakecuda_calls("cuCtxSynchronize") == 2);
+    EXPECT(fakecuda_kernel_bytes(1) == 0);
+
+    /* A copy from device memory teaches nothing: 8 bytes through native memory and back
+     * leave the second half one object, so after it was pushed out, its next launch
+     * brings all of it back. */
+    CU_OK(cu.Memcpy(out + 64, buf + half, 8));
+    CU_OK(cu.Memcpy(buf + half, out + 64, 8));
+    memset(host, 0, 2 * half);
+    CU_OK(cu.MemcpyHtoD(other, host, 2 * half));
+    EXPECT(sum_kernel(sum, out, other, 2 * half_n) == 0);
+    fakecuda_reset_counters();
+    EXPECT(sum_kernel(sum, out, buf + half, half_n) == expect[1]);
+    EXPECT(fakecuda_kernel_bytes(1) == 0);
+
+    /* And back to the host through a unified copy. */
+    CU_OK(cu.Memcpy((CUdeviceptr)host, buf, 2 * half));
+    uint64_t got[2] = {0, 0};
+    for (uint64_t i = 0; i < 2 * half_n; i++)
+        got[i >= half_n] += host[i];
+    EXPECT(got[0] == expect[0] && got[1] == expect[1]);
+    free(host);
+    CU_OK(cu.MemFree(buf));
+    CU_OK(cu.MemFree(other));
     CU_OK(cu.MemFree(out));
 }
 
@@ -626,6 +684,8 @@ int main(int argc, char **argv)
         scenario_oversub();
     else if (strcmp(scenario, "overbudget") == 0)
         scenario_overbudget();
+    else if (strcmp(scenario, "unified") == 0)
+        scenario_unified();
     else if (strcmp(scenario, "routing") == 0)
         scenario_routing(how);
     else if (strcmp(scenario, "unmanaged") == 0)

@@ -30,7 +30,7 @@ run() { # run NAME EXPECT_RC ENV... -- ARGS...: output in $tmp/out, $tmp/err
 }
 
 for how in link dlsym getproc; do
-    for sc in oversub overbudget routing query ipc fork graph kernels; do
+    for sc in oversub overbudget unified routing query ipc fork graph kernels; do
         run "$sc.$how" 0 "${managed[@]}" -- "$sc.$how"
     done
 done

@@ -862,13 +862,20 @@ static CUresult ipc_get_mem_handle(CUipcMemHandle *handle, uintptr_t va)
 /* Only the range attributes: the cuMemAlloc block, or for mapped VMM memory the reservation
  * it lies in ("the mappable address range", as cuda.h puts it). Other attributes are not
  * modelled and say so with CUDA_ERROR_NOT_SUPPORTED. */
+/* MEMORY_TYPE: DEVICE for cuMemAlloc memory and mapped reservations, HOST for registered
+ * host memory; other (pageable) memory is unknown to the driver: INVALID_VALUE. */
 static CUresult pointer_attribute(void *data, CUpointer_attribute attr, uintptr_t va)
 {
     if (!data) return CUDA_ERROR_INVALID_VALUE;
-    if (attr != CU_POINTER_ATTRIBUTE_RANGE_START_ADDR && attr != CU_POINTER_ATTRIBUTE_RANGE_SIZE)
+    if (attr != CU_POINTER_ATTRIBUTE_RANGE_START_ADDR && attr != CU_POINTER_ATTRIBUTE_RANGE_SIZE &&
+        attr != CU_POINTER_ATTRIBUTE_MEMORY_TYPE)
         return CUDA_ERROR_NOT_SUPPORTED;
     struct fk_range *r = range_holding(g_devmem, va);
     if (!r && mapped_within(va, 1)) r = range_holding(g_resvs, va);
+    if (attr == CU_POINTER_ATTRIBUTE_MEMORY_TYPE && (r || range_holding(g_hostregs, va))) {
+        *(unsigned *)data = r ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+        return CUDA_SUCCESS;
+    }
     if (!r) return CUDA_ERROR_INVALID_VALUE;
     if (attr == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR) *(CUdeviceptr *)data = (CUdeviceptr)r->va;
     else *(size_t *)data = r->size;
@@ -1075,6 +1082,14 @@ static int copy_side_ok(uintptr_t va, int is_dev, size_t n, unsigned need)
     return is_dev ? fk_device_range(va, n, need, NULL) : va != 0;
 }
 
+/* Whether a unified-addressing copy's side is device memory: inside a cuMemAlloc range or
+ * a reservation (whose mapping and access are then checked as a device side's). */
+static int device_side(uintptr_t va)
+{
+    return range_holding(g_devmem, va) || range_holding(g_resvs, va);
+}
+
+/* dst_dev, src_dev: 1 device, 0 host, -1 told by the address (cuMemcpy, cuMemcpyAsync). */
 static CUresult copy(enum fk_fn fn, uintptr_t dst, int dst_dev, uintptr_t src, int src_dev,
                      size_t n, CUstream s)
 {
@@ -1087,6 +1102,8 @@ static CUresult copy(enum fk_fn fn, uintptr_t dst, int dst_dev, uintptr_t src, i
     CUresult rc = fk_enter(fn, 1);
     if (!rc) rc = fk_need_ctx();
     if (!rc && !stream_find(s, 0)) rc = CUDA_ERROR_INVALID_HANDLE;
+    if (dst_dev < 0) dst_dev = device_side(dst);
+    if (src_dev < 0) src_dev = device_side(src);
     if (!rc && n && (!copy_side_ok(dst, dst_dev, n, CU_MEM_ACCESS_FLAGS_PROT_READWRITE) ||
                      !copy_side_ok(src, src_dev, n, CU_MEM_ACCESS_FLAGS_PROT_READ)))
         rc = CUDA_ERROR_INVALID_VALUE;
@@ -1325,6 +1342,17 @@ CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, s
                 NULL);
 }
 
+CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
+{
+    return copy(FN_cuMemcpy, (uintptr_t)dst, -1, (uintptr_t)src, -1, ByteCount, NULL);
+}
+
+CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount,
+                               CUstream hStream)
+{
+    return copy(FN_cuMemcpyAsync, (uintptr_t)dst, -1, (uintptr_t)src, -1, ByteCount, hStream);
+}
+
 /* ---- per-thread-default-stream variants: the same bodies under their own addresses ----
  * cuda.h declares them only for CUDA_API_PER_THREAD_DEFAULT_STREAM builds, so each is
  * declared here with its legacy twin's type, which checks its signature. */
@@ -1339,6 +1367,8 @@ __typeof__(cuMemcpyHtoD_v2) cuMemcpyHtoD_v2_ptds;
 __typeof__(cuMemcpyDtoH_v2) cuMemcpyDtoH_v2_ptds;
 __typeof__(cuMemcpyDtoHAsync_v2) cuMemcpyDtoHAsync_v2_ptsz;
 __typeof__(cuMemcpyDtoD_v2) cuMemcpyDtoD_v2_ptds;
+__typeof__(cuMemcpy) cuMemcpy_ptds;
+__typeof__(cuMemcpyAsync) cuMemcpyAsync_ptsz;
 
 CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream)
     FK_CALL(cuStreamSynchronize, 1, stream_sync(hStream))
@@ -1379,6 +1409,17 @@ CUresult CUDAAPI cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevi
 {
     return copy(FN_cuMemcpyDtoD, (uintptr_t)dstDevice, 1, (uintptr_t)srcDevice, 1, ByteCount,
                 NULL);
+}
+
+CUresult CUDAAPI cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
+{
+    return copy(FN_cuMemcpy, (uintptr_t)dst, -1, (uintptr_t)src, -1, ByteCount, NULL);
+}
+
+CUresult CUDAAPI cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount,
+                                    CUstream hStream)
+{
+    return copy(FN_cuMemcpyAsync, (uintptr_t)dst, -1, (uintptr_t)src, -1, ByteCount, hStream);
 }
 
 /* ---- test inspection and control (fakecuda.h) ---- */

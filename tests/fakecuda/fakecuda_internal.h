@@ -27,7 +27,8 @@
     X(cuMemFree) X(cuMemFreeAsync) X(cuMemHostRegister) X(cuMemHostUnregister)                 \
     X(cuIpcGetMemHandle) X(cuPointerGetAttribute) X(cuStreamCreate) X(cuStreamDestroy)         \
     X(cuStreamSynchronize) X(cuMemcpyHtoDAsync) X(cuMemcpyHtoD) X(cuMemcpyDtoH)                \
-    X(cuMemcpyDtoHAsync) X(cuMemcpyDtoD) X(cuMemsetD8) X(cuEventCreate) X(cuEventRecord)       \
+    X(cuMemcpyDtoHAsync) X(cuMemcpyDtoD) X(cuMemcpy) X(cuMemcpyAsync) X(cuMemsetD8)            \
+    X(cuEventCreate) X(cuEventRecord)                                                          \
     X(cuEventQuery) X(cuEventSynchronize) X(cuEventDestroy) X(cuModuleLoadData)                \
     X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncGetParamInfo) X(cuLaunchKernel)           \
     X(cuLaunchKernelEx) X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuStreamIsCapturing)   \
