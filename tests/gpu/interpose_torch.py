@@ -7,9 +7,13 @@ transformers is installed, else the same architecture written here in plain PyTo
 than the GPU budget the interposer gets, decodes greedily from a fixed prompt. Modes:
 
   model --out F.npz             run the model; save the generated ids and the last logits
-  offload --budget-mib N --out  the usual alternative: experts live in pinned CPU memory and
-                                are copied to the GPU right before use (what Accelerate's
-                                cpu_offload hooks do), with the rest on the GPU
+  offload --budget-mib N --out  the usual alternative under the same GPU memory cap: with
+                                accelerate installed, its infer_auto_device_map(max_memory)
+                                + dispatch_model (modules that do not fit run from CPU
+                                memory, copied in by hooks at each forward); without it, the
+                                same by hand: everything but the experts on the GPU, then
+                                experts in order while the cap allows, the rest in pinned
+                                host memory copied in right before use
   launches --out F.json         a launch-heavy loop that fits on the GPU (tiny kernels), timed
   compare A.npz B.npz           exit 0 when the two runs generated the same ids and logits
 
@@ -124,34 +128,71 @@ def generate(model, args, device):
 
 
 def expert_params(model):
+    """The units of expert weights: each expert of a ModuleList, or a layer's whole fused
+    experts module (newer transformers keep all of a layer's experts in 3-D tensors)."""
     import torch.nn as nn
     for name, mod in model.named_modules():
-        if name.endswith("experts") and isinstance(mod, nn.ModuleList):
-            yield from mod
+        if name.endswith("experts"):
+            yield from (mod if isinstance(mod, nn.ModuleList) else [mod])
 
 
-def offload_experts(model, device):
-    """Experts in pinned host memory, copied in by a forward pre-hook and dropped after."""
-    import torch
-    for ex in expert_params(model):
-        host = {n: p.detach().to("cpu").pin_memory() for n, p in ex.named_parameters()}
+def dispatch_with_accelerate(model, budget_bytes):
+    """Accelerate's own placement under the cap; None when accelerate is not installed."""
+    try:
+        from accelerate import dispatch_model, infer_auto_device_map
+    except ImportError:
+        return None
+    no_split = [type(b).__name__ for b in getattr(model, "model", model).layers[:1]]
+    device_map = infer_auto_device_map(model, max_memory={0: budget_bytes, "cpu": 1 << 40},
+                                       no_split_module_classes=no_split)
+    dispatch_model(model, device_map=device_map)
+    return "accelerate dispatch_model, %d modules on the CPU" % sum(
+        1 for d in device_map.values() if d == "cpu")
 
-        def pre(mod, _inp, host=host):
-            for n, p in mod.named_parameters():
-                p.data = host[n].to(device, non_blocking=True)
 
-        def post(mod, _inp, _out, host=host):
-            for n, p in mod.named_parameters():
-                p.data = host[n]
+def offload_by_hand(model, device, budget_bytes):
+    """Everything but the experts on the GPU; experts too while the cap allows; the rest in
+    pinned host memory, copied in by a forward pre-hook and dropped after."""
+    experts = list(expert_params(model))
+    ids = {id(p) for ex in experts for p in ex.parameters()}
+    for p in model.parameters():
+        if id(p) not in ids:
+            p.data = p.data.to(device)
+    for b in model.buffers():
+        b.data = b.data.to(device)
+    room = budget_bytes - model_bytes(model, lambda p: id(p) not in ids)
+    offloaded = 0
+    for ex in experts:
+        size = sum(p.numel() * p.element_size() for p in ex.parameters())
+        if size <= room:
+            ex.to(device)
+            room -= size
+        else:
+            hook_offload(ex, device)
+            offloaded += 1
+    return "by hand, %d of %d experts on the CPU" % (offloaded, len(experts))
 
-        for n, p in ex.named_parameters():
+
+def hook_offload(ex, device):
+    """ex's weights in pinned host memory, copied in before each forward, dropped after."""
+    host = {n: p.detach().to("cpu").pin_memory() for n, p in ex.named_parameters()}
+
+    def pre(mod, _inp):
+        for n, p in mod.named_parameters():
+            p.data = host[n].to(device, non_blocking=True)
+
+    def post(mod, _inp, _out):
+        for n, p in mod.named_parameters():
             p.data = host[n]
-        ex.register_forward_pre_hook(pre)
-        ex.register_forward_hook(post)
+
+    for n, p in ex.named_parameters():
+        p.data = host[n]
+    ex.register_forward_pre_hook(pre)
+    ex.register_forward_hook(post)
 
 
-def model_bytes(model):
-    return sum(p.numel() * p.element_size() for p in model.parameters())
+def model_bytes(model, keep=lambda p: True):
+    return sum(p.numel() * p.element_size() for p in model.parameters() if keep(p))
 
 
 def cmd_model(args, offload=False):
@@ -159,15 +200,18 @@ def cmd_model(args, offload=False):
     device = torch.device("cuda")
     model, kind = build_model(args, "cpu")
     total = model_bytes(model)
+    placement = "all on the GPU"
     if offload:
-        model.to(device)  # non-expert weights on the GPU...
-        offload_experts(model, device)  # ...experts back on the host
+        budget = args.budget_mib << 20
+        placement = dispatch_with_accelerate(model, budget) or \
+            offload_by_hand(model, device, budget)
     else:
         model.to(device)
     ids, logits, tps = generate(model, args, device)
     np.savez(args.out, ids=ids, logits=logits)
     print(json.dumps({"mode": "offload" if offload else "model", "model": kind,
-                      "model_bytes": total, "tokens": args.tokens, "tokens_per_s": tps,
+                      "placement": placement, "model_bytes": total, "tokens": args.tokens,
+                      "tokens_per_s": tps,
                       "max_allocated": torch.cuda.max_memory_allocated()}))
 
 
@@ -212,6 +256,8 @@ def main():
     ap.add_argument("--prompt", type=int, default=16)
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--launches", type=int, default=20000)
+    ap.add_argument("--budget-mib", type=int, default=512,
+                    help="offload: the GPU memory cap, as MOEVM_GPU_BUDGET for moevm")
     args = ap.parse_args()
     if args.mode == "compare":
         return cmd_compare(*args.files)
