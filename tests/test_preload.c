@@ -181,6 +181,16 @@ static const char *lib_of(void *fn)
     return s ? s + 1 : info.dli_fname;
 }
 
+/* A kernel of fakecuda's module. */
+static CUfunction fake_kernel(const char *name)
+{
+    CUmodule mod;
+    CUfunction f = NULL;
+    CU_OK(cu.ModuleLoadData(&mod, "fakecuda"));
+    CU_OK(cu.ModuleGetFunction(&f, mod, name));
+    return f;
+}
+
 static uint64_t sum_kernel(CUfunction sum, CUdeviceptr out, CUdeviceptr in, uint64_t n)
 {
     void *params[] = {&out, &in, &n};
@@ -195,11 +205,7 @@ SCENARIO void scenario_oversub(void)
 {
     enum { N = 6 };
     const uint64_t bytes = 8 * MiB, n = bytes / 4;
-    CUmodule mod;
-    CUfunction sum, fill;
-    CU_OK(cu.ModuleLoadData(&mod, "fakecuda"));
-    CU_OK(cu.ModuleGetFunction(&sum, mod, "fk_sum_u32"));
-    CU_OK(cu.ModuleGetFunction(&fill, mod, "fk_fill_u32"));
+    CUfunction sum = fake_kernel("fk_sum_u32"), fill = fake_kernel("fk_fill_u32");
     CUdeviceptr buf[N], out;
     CU_OK(cu.MemAlloc(&out, 4096)); /* small: native */
     uint32_t *host = malloc(bytes);
@@ -254,10 +260,7 @@ SCENARIO void scenario_oversub(void)
 SCENARIO void scenario_overbudget(void)
 {
     const uint64_t big_n = 12 * MiB / 4, small_n = 2 * MiB / 4;
-    CUmodule mod;
-    CUfunction sum;
-    CU_OK(cu.ModuleLoadData(&mod, "fakecuda"));
-    CU_OK(cu.ModuleGetFunction(&sum, mod, "fk_sum_u32"));
+    CUfunction sum = fake_kernel("fk_sum_u32");
     CUdeviceptr big, small, out;
     CU_OK(cu.MemAlloc(&out, 4096)); /* small: native */
     CU_OK(cu.MemAlloc(&big, 12 * MiB));
@@ -304,10 +307,7 @@ SCENARIO void scenario_overbudget(void)
 SCENARIO void scenario_unified(void)
 {
     const uint64_t half = 4 * MiB, half_n = half / 4;
-    CUmodule mod;
-    CUfunction sum;
-    CU_OK(cu.ModuleLoadData(&mod, "fakecuda"));
-    CU_OK(cu.ModuleGetFunction(&sum, mod, "fk_sum_u32"));
+    CUfunction sum = fake_kernel("fk_sum_u32");
     CUdeviceptr buf, other, out;
     CU_OK(cu.MemAlloc(&out, 4096)); /* small: native */
     CU_OK(cu.MemAlloc(&buf, 2 * half));
@@ -374,10 +374,8 @@ static void small_fill(graph_bufs *b, int k, uint32_t *host)
 
 static void bufs_make(graph_bufs *b)
 {
-    CUmodule mod;
-    CU_OK(cu.ModuleLoadData(&mod, "fakecuda"));
-    CU_OK(cu.ModuleGetFunction(&b->sum, mod, "fk_sum_u32"));
-    CU_OK(cu.ModuleGetFunction(&b->copy_args, mod, "fk_copy_args"));
+    b->sum = fake_kernel("fk_sum_u32");
+    b->copy_args = fake_kernel("fk_copy_args");
     uint32_t *host = malloc(8 * MiB);
     for (int k = 0; k < N_SMALL; k++) {
         CU_OK(cu.MemAlloc(&b->small[k], 2 * MiB));
