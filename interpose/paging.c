@@ -235,15 +235,16 @@ void mvm_paging_serve(mvm_obj *const *objs, uint32_t n)
                 missing += !mvm_pl.resident[p];
             }
     }
-    mvm_stats s;
-    mvm_space_get_stats(mvm_pl.space, &s);
+    mvm_stats s = {0};
+    if (missing)
+        mvm_space_get_stats(mvm_pl.space, &s);
     /* With no free chunk and every resident page one this launch needs, its objects exceed
      * the budget and already hold all of it: nothing can move, so no drain either (a graph
      * or kernel larger than the budget would otherwise stall the device at every launch). */
-    bool movable = s.free_pages > 0 || s.resident_pages > n_needed - missing;
-    if (missing && !movable)
+    bool stuck = missing && s.free_pages == 0 && s.resident_pages <= n_needed - missing;
+    if (stuck)
         mvm_pl.overflows++;
-    if (missing && movable) {
+    if (missing && !stuck) {
         mvm_paging_drain();
         observe();
         if (missing > s.free_pages)
