@@ -65,7 +65,10 @@ static void check_rc(CUresult got, CUresult want, const char *what, int line)
     X(cuGraphInstantiateWithFlags) X(cuGraphExecUpdate_v2) X(cuGraphExecKernelNodeSetParams_v2) \
     X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuLibraryLoadData)             \
     X(cuLibraryUnload) X(cuLibraryGetKernel) X(cuKernelGetParamInfo) X(cuMemcpy)            \
-    X(cuMemcpyAsync)
+    X(cuMemcpyAsync) X(cuMemcpyDtoDAsync_v2) X(cuMemcpy2D_v2) X(cuMemcpy2DAsync_v2)           \
+    X(cuMemcpyBatchAsync_v2) X(cuMemsetD16_v2) X(cuMemsetD32_v2) X(cuMemsetD8Async)            \
+    X(cuMemsetD16Async) X(cuMemsetD32Async) X(cuMemsetD2D8_v2) X(cuMemsetD2D16_v2)             \
+    X(cuMemsetD2D32_v2) X(cuMemsetD2D8Async) X(cuMemsetD2D16Async) X(cuMemsetD2D32Async)
 #define FK_FUNCS(X)                                                                            \
     X(fakecuda_calls) X(fakecuda_live_handles) X(fakecuda_mapped_bytes)                        \
     X(fakecuda_live_reservations) X(fakecuda_reset_counters) X(fakecuda_set_fail)              \
@@ -83,6 +86,9 @@ static void check_rc(CUresult got, CUresult want, const char *what, int line)
     X(cuMemcpyDtoHAsync_v2_ptsz, __typeof__(cuMemcpyDtoHAsync_v2) *)                           \
     X(cuMemcpyDtoD_v2_ptds, __typeof__(cuMemcpyDtoD_v2) *)                                     \
     X(cuMemsetD8_v2_ptds, __typeof__(cuMemsetD8_v2) *)                                         \
+    X(cuMemsetD32Async_ptsz, __typeof__(cuMemsetD32Async) *)                                   \
+    X(cuMemcpy2D_v2_ptds, __typeof__(cuMemcpy2D_v2) *)                                         \
+    X(cuMemcpyBatchAsync_v2_ptsz, __typeof__(cuMemcpyBatchAsync_v2) *)                         \
     X(cuMemAllocAsync_ptsz, __typeof__(cuMemAllocAsync) *)                                     \
     X(cuMemFreeAsync_ptsz, __typeof__(cuMemFreeAsync) *)                                       \
     X(cuStreamSynchronize_ptsz, __typeof__(cuStreamSynchronize) *)                             \
@@ -138,6 +144,7 @@ static const char *perms(CUdeviceptr va)
 }
 
 static unsigned char *host(CUdeviceptr va) { return (unsigned char *)(uintptr_t)va; }
+static uint32_t *u32(CUdeviceptr va) { return (uint32_t *)(uintptr_t)va; }
 
 static double now_ms(void)
 {
@@ -735,6 +742,132 @@ static void t_memory_extras(void)
     CHECK(free_mem() == TOTAL);
 }
 
+/* The other copies and memsets: stream-ordered device-to-device, 2D, batched; memsets of
+ * 16- and 32-bit elements, 2D, stream-ordered. Each either does all its work or fails
+ * having written nothing. */
+static void t_copies_memsets(void)
+{
+    CUdeviceptr d, e;
+    CUstream s;
+    OK(p_cuMemAlloc_v2(&d, MiB));
+    OK(p_cuMemAlloc_v2(&e, MiB));
+    CUdeviceptr top = e + MiB == d ? d : e; /* nothing follows its end */
+    OK(p_cuStreamCreate(&s, 0));
+
+    /* Memsets: elements little-endian, aligned, within mapped memory. */
+    OK(p_cuMemsetD8_v2(d, 0xee, 4096));
+    OK(p_cuMemsetD16_v2(d + 2, 0xa1b2, 3));
+    CHECK(host(d)[1] == 0xee && host(d)[2] == 0xb2 && host(d)[3] == 0xa1 && host(d)[7] == 0xa1 &&
+          host(d)[8] == 0xee);
+    OK(p_cuMemsetD32_v2(d + 16, 0x01020304u, 2));
+    CHECK(u32(d + 16)[0] == 0x01020304u && u32(d + 16)[1] == 0x01020304u && host(d)[24] == 0xee);
+    RC(p_cuMemsetD32_v2(d + 2, 1, 1), CUDA_ERROR_INVALID_VALUE);   /* misaligned */
+    RC(p_cuMemsetD16_v2(d + 1, 1, 1), CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuMemsetD32_v2(top + MiB - 4, 7, 2), CUDA_ERROR_INVALID_VALUE); /* past the end */
+    CHECK(u32(top + MiB - 4)[0] != 7);
+    OK(p_cuMemsetD8Async(d + 30, 0x11, 2, s));
+    OK(p_cuMemsetD16Async(d + 32, 0x2222, 1, NULL));
+    OK(p_cuMemsetD32Async(d + 36, 0x33333333u, 1, s));
+    OK(p_cuMemsetD32Async_ptsz(d + 40, 0x44444444u, 1, NULL));
+    CHECK(host(d)[30] == 0x11 && host(d)[33] == 0x22 && host(d)[39] == 0x33 && host(d)[43] == 0x44);
+    RC(p_cuMemsetD32Async(d, 1, 1, (CUstream)&s), CUDA_ERROR_INVALID_HANDLE);
+    CHECK(host(d)[0] == 0xee);
+
+    /* 2D memsets: `h` rows of `w` elements, `pitch` bytes apart; the gaps keep their bytes. */
+    OK(p_cuMemsetD2D8_v2(d + 100, 16, 0x55, 4, 3));
+    CHECK(host(d)[100] == 0x55 && host(d)[103] == 0x55 && host(d)[104] == 0xee &&
+          host(d)[132] == 0x55 && host(d)[136] == 0xee);
+    OK(p_cuMemsetD2D16_v2(d + 200, 8, 0x6666, 2, 2));
+    CHECK(host(d)[203] == 0x66 && host(d)[204] == 0xee && host(d)[208] == 0x66);
+    OK(p_cuMemsetD2D32_v2(d + 300, 12, 0x77777777u, 2, 2));
+    CHECK(host(d)[307] == 0x77 && host(d)[308] == 0xee && host(d)[312] == 0x77);
+    OK(p_cuMemsetD2D8Async(d + 400, 4, 0x88, 2, 2, s));
+    OK(p_cuMemsetD2D16Async(d + 410, 4, 0x9999, 1, 2, s));
+    OK(p_cuMemsetD2D32Async(d + 420, 8, 0xaaaaaaaau, 1, 2, s));
+    CHECK(host(d)[405] == 0x88 && host(d)[415] == 0x99 && host(d)[431] == 0xaa);
+    RC(p_cuMemsetD2D8_v2(d, 2, 1, 4, 2), CUDA_ERROR_INVALID_VALUE); /* pitch < width */
+    RC(p_cuMemsetD2D8_v2(top + MiB - 64, 64, 9, 8, 2), CUDA_ERROR_INVALID_VALUE);
+    CHECK(host(top + MiB - 64)[0] != 9); /* the first row, valid, was not written either */
+
+    /* Device-to-device, stream-ordered. */
+    OK(p_cuMemsetD8_v2(e, 0x5a, 256));
+    OK(p_cuMemcpyDtoDAsync_v2(d + 4096, e, 256, s));
+    CHECK(host(d)[4096] == 0x5a && host(d)[4096 + 255] == 0x5a);
+    RC(p_cuMemcpyDtoDAsync_v2(d, e, 16, (CUstream)&s), CUDA_ERROR_INVALID_HANDLE);
+    RC(p_cuMemcpyDtoDAsync_v2(top + MiB - 8, e, 16, s), CUDA_ERROR_INVALID_VALUE);
+
+    /* 2D copies: a 3x5 block out of a 16-byte-pitch host image into device rows of 8. */
+    unsigned char img[64], out[64];
+    for (int i = 0; i < 64; i++) img[i] = (unsigned char)(i * 7 + 1);
+    CUDA_MEMCPY2D c;
+    memset(&c, 0, sizeof c);
+    c.srcMemoryType = CU_MEMORYTYPE_HOST;
+    c.srcHost = img;
+    c.srcXInBytes = 2;
+    c.srcY = 1;
+    c.srcPitch = 16;
+    c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    c.dstDevice = e + 1000;
+    c.dstPitch = 8;
+    c.WidthInBytes = 5;
+    c.Height = 3;
+    OK(p_cuMemsetD8_v2(e + 1000, 0x3b, 24));
+    OK(p_cuMemcpy2D_v2(&c));
+    for (int r = 0; r < 3; r++) /* each row's 5 bytes, the 3 after them untouched */
+        CHECK(memcmp(host(e + 1000 + 8 * r), img + 16 * (r + 1) + 2, 5) == 0 &&
+              host(e + 1000 + 8 * r)[5] == 0x3b && host(e + 1000 + 8 * r)[7] == 0x3b);
+    /* back, through unified addresses, into a tight host buffer */
+    memset(out, 0, sizeof out);
+    CUDA_MEMCPY2D b;
+    memset(&b, 0, sizeof b);
+    b.srcMemoryType = CU_MEMORYTYPE_UNIFIED;
+    b.srcDevice = e + 1000;
+    b.srcPitch = 8;
+    b.dstMemoryType = CU_MEMORYTYPE_UNIFIED;
+    b.dstDevice = (CUdeviceptr)(uintptr_t)out;
+    b.dstPitch = 5;
+    b.WidthInBytes = 5;
+    b.Height = 3;
+    OK(p_cuMemcpy2DAsync_v2(&b, s));
+    for (int r = 0; r < 3; r++) CHECK(memcmp(out + 5 * r, img + 16 * (r + 1) + 2, 5) == 0);
+    memset(out, 0, sizeof out);
+    OK(p_cuMemcpy2D_v2_ptds(&b));
+    CHECK(memcmp(out + 10, img + 50, 5) == 0);
+    c.dstPitch = 4; /* < width */
+    RC(p_cuMemcpy2D_v2(&c), CUDA_ERROR_INVALID_VALUE);
+    c.dstPitch = 8;
+    c.dstDevice = top + MiB - 12; /* the second row would run past the end */
+    memset(host(top + MiB - 12), 0, 12);
+    RC(p_cuMemcpy2D_v2(&c), CUDA_ERROR_INVALID_VALUE);
+    CHECK(host(top + MiB - 12)[0] == 0);
+    c.dstMemoryType = CU_MEMORYTYPE_ARRAY;
+    RC(p_cuMemcpy2D_v2(&c), CUDA_ERROR_NOT_SUPPORTED);
+    RC(p_cuMemcpy2D_v2(NULL), CUDA_ERROR_INVALID_VALUE);
+
+    /* Batches: each copy's sides told by their addresses. */
+    unsigned char src2[32];
+    memset(src2, 0xc3, sizeof src2);
+    memset(out, 0, sizeof out);
+    CUdeviceptr dsts[2] = {d + 8192, (CUdeviceptr)(uintptr_t)out};
+    CUdeviceptr srcs[2] = {(CUdeviceptr)(uintptr_t)src2, e};
+    size_t sizes[2] = {32, 16}, attr_idx[1] = {0};
+    CUmemcpyAttributes attrs[1];
+    memset(attrs, 0, sizeof attrs);
+    attrs[0].srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+    OK(p_cuMemcpyBatchAsync_v2(dsts, srcs, sizes, 2, attrs, attr_idx, 1, s));
+    CHECK(host(d + 8192)[31] == 0xc3 && out[0] == 0x5a && out[15] == 0x5a && out[16] == 0);
+    OK(p_cuMemcpyBatchAsync_v2_ptsz(dsts, srcs, sizes, 1, attrs, attr_idx, 1, NULL));
+    RC(p_cuMemcpyBatchAsync_v2(dsts, srcs, sizes, 0, attrs, attr_idx, 1, s),
+       CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuMemcpyBatchAsync_v2(dsts, srcs, sizes, 2, NULL, attr_idx, 1, s),
+       CUDA_ERROR_INVALID_VALUE);
+    CHECK(p_fakecuda_calls("cuMemcpyBatchAsync_v2") >= 5);
+
+    OK(p_cuStreamDestroy_v2(s));
+    OK(p_cuMemFree_v2(d));
+    OK(p_cuMemFree_v2(e));
+}
+
 /* ---- fake kernels ---- */
 
 static CUmodule g_mod;
@@ -774,7 +907,6 @@ static uint32_t f32_bits(float x)
     return b;
 }
 
-static uint32_t *u32(CUdeviceptr va) { return (uint32_t *)(uintptr_t)va; }
 
 static void t_modules(void)
 {
@@ -1601,6 +1733,7 @@ int main(int argc, char **argv)
     t_fault_injection();
     t_streams_events();
     t_memory_extras();
+    t_copies_memsets();
     t_modules();
     t_kernels_devmem();
     t_kernels_vmm();

@@ -12,8 +12,8 @@
  * The model: "device memory" is host memory. A reservation is an anonymous PROT_NONE mmap; a
  * cuMemCreate allocation is a memfd; cuMemMap maps it MAP_FIXED|MAP_SHARED over the
  * reservation, and cuMemSetAccess turns access flags into mprotect, so a test can read and
- * write mapped "device" memory through its address. Copies, memsets and the few fake kernels
- * (fake_kernels.c) run inside the call. "Stream-ordered" allocation is immediate.
+ * write mapped "device" memory through its address. Copies and memsets (fake_copies.c) and the
+ * few fake kernels (fake_kernels.c) run inside the call. "Stream-ordered" allocation is immediate.
  * One mutex guards all state; a condition variable wakes waiters on held streams.
  *
  * Where the real library exports per-thread-default-stream variants (_ptsz, _ptds) of a
@@ -1075,51 +1075,19 @@ int fk_device_range(uintptr_t va, size_t n, unsigned need, size_t *host_numa_byt
     return 1;
 }
 
-/* A side that is device memory must be accessible by the current device (read-write for the
- * destination); a host side must not be NULL. */
-static int copy_side_ok(uintptr_t va, int is_dev, size_t n, unsigned need)
-{
-    return is_dev ? fk_device_range(va, n, need, NULL) : va != 0;
-}
-
 /* Whether a unified-addressing copy's side is device memory: inside a cuMemAlloc range or
  * a reservation (whose mapping and access are then checked as a device side's). */
-static int device_side(uintptr_t va)
+int fk_unified_is_device(uintptr_t va)
 {
     return range_holding(g_devmem, va) || range_holding(g_resvs, va);
 }
 
-/* dst_dev, src_dev: 1 device, 0 host, -1 told by the address (cuMemcpy, cuMemcpyAsync). */
-static CUresult copy(enum fk_fn fn, uintptr_t dst, int dst_dev, uintptr_t src, int src_dev,
-                     size_t n, CUstream s)
+void fk_copy_delay(void)
 {
     pthread_once(&g_once, load_config);
     unsigned long long delay = atomic_load(&g_copy_delay_us);
-    if (n && delay) { /* outside the lock: other threads observe the copy */
-        struct timespec ts = {(time_t)(delay / 1000000), (long)(delay % 1000000) * 1000};
-        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
-    }
-    CUresult rc = fk_enter(fn, 1);
-    if (!rc) rc = fk_need_ctx();
-    if (!rc && !stream_find(s, 0)) rc = CUDA_ERROR_INVALID_HANDLE;
-    if (dst_dev < 0) dst_dev = device_side(dst);
-    if (src_dev < 0) src_dev = device_side(src);
-    if (!rc && n && (!copy_side_ok(dst, dst_dev, n, CU_MEM_ACCESS_FLAGS_PROT_READWRITE) ||
-                     !copy_side_ok(src, src_dev, n, CU_MEM_ACCESS_FLAGS_PROT_READ)))
-        rc = CUDA_ERROR_INVALID_VALUE;
-    if (!rc && n) /* under the lock: nobody unmaps the range meanwhile */
-        memmove((void *)dst, (const void *)src, n);
-    return fk_leave(rc);
-}
-
-static CUresult memset_d8(uintptr_t va, unsigned char value, size_t n)
-{
-    CUresult rc = fk_need_ctx();
-    if (rc) return rc;
-    if (n && !fk_device_range(va, n, CU_MEM_ACCESS_FLAGS_PROT_READWRITE, NULL))
-        return CUDA_ERROR_INVALID_VALUE;
-    if (n) memset((void *)va, value, n);
-    return CUDA_SUCCESS;
+    struct timespec ts = {(time_t)(delay / 1000000), (long)(delay % 1000000) * 1000};
+    while (delay && nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
 
 /* ---- small queries ---- */
@@ -1289,8 +1257,6 @@ CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
     FK_CALL(cuIpcGetMemHandle, 1, ipc_get_mem_handle(pHandle, (uintptr_t)dptr))
 CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
     FK_CALL(cuPointerGetAttribute, 1, pointer_attribute(data, attribute, (uintptr_t)ptr))
-CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
-    FK_CALL(cuMemsetD8, 1, memset_d8((uintptr_t)dstDevice, uc, N))
 
 /* The CUDA 11.3 entry point, without symbolStatus; cuda.h renames it to _v2. */
 #undef cuGetProcAddress
@@ -1303,56 +1269,6 @@ CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersio
                                   cuuint64_t flags)
     FK_CALL(cuGetProcAddress, 0, proc_address(symbol, pfn, cudaVersion, flags, NULL))
 
-/* Copies sleep outside the lock first, so they have their own entry (copy() above). */
-static CUresult htod(enum fk_fn fn, CUdeviceptr dst, const void *src, size_t n, CUstream s)
-{
-    return copy(fn, (uintptr_t)dst, 1, (uintptr_t)src, 0, n, s);
-}
-
-static CUresult dtoh(enum fk_fn fn, void *dst, CUdeviceptr src, size_t n, CUstream s)
-{
-    return copy(fn, (uintptr_t)dst, 0, (uintptr_t)src, 1, n, s);
-}
-
-CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost,
-                                      size_t ByteCount, CUstream hStream)
-{
-    return htod(FN_cuMemcpyHtoDAsync, dstDevice, srcHost, ByteCount, hStream);
-}
-
-CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
-{
-    return htod(FN_cuMemcpyHtoD, dstDevice, srcHost, ByteCount, NULL);
-}
-
-CUresult CUDAAPI cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
-{
-    return dtoh(FN_cuMemcpyDtoH, dstHost, srcDevice, ByteCount, NULL);
-}
-
-CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
-                                      CUstream hStream)
-{
-    return dtoh(FN_cuMemcpyDtoHAsync, dstHost, srcDevice, ByteCount, hStream);
-}
-
-CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
-{
-    return copy(FN_cuMemcpyDtoD, (uintptr_t)dstDevice, 1, (uintptr_t)srcDevice, 1, ByteCount,
-                NULL);
-}
-
-CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
-{
-    return copy(FN_cuMemcpy, (uintptr_t)dst, -1, (uintptr_t)src, -1, ByteCount, NULL);
-}
-
-CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount,
-                               CUstream hStream)
-{
-    return copy(FN_cuMemcpyAsync, (uintptr_t)dst, -1, (uintptr_t)src, -1, ByteCount, hStream);
-}
-
 /* ---- per-thread-default-stream variants: the same bodies under their own addresses ----
  * cuda.h declares them only for CUDA_API_PER_THREAD_DEFAULT_STREAM builds, so each is
  * declared here with its legacy twin's type, which checks its signature. */
@@ -1361,14 +1277,6 @@ __typeof__(cuStreamSynchronize) cuStreamSynchronize_ptsz;
 __typeof__(cuEventRecord) cuEventRecord_ptsz;
 __typeof__(cuMemAllocAsync) cuMemAllocAsync_ptsz;
 __typeof__(cuMemFreeAsync) cuMemFreeAsync_ptsz;
-__typeof__(cuMemsetD8_v2) cuMemsetD8_v2_ptds;
-__typeof__(cuMemcpyHtoDAsync_v2) cuMemcpyHtoDAsync_v2_ptsz;
-__typeof__(cuMemcpyHtoD_v2) cuMemcpyHtoD_v2_ptds;
-__typeof__(cuMemcpyDtoH_v2) cuMemcpyDtoH_v2_ptds;
-__typeof__(cuMemcpyDtoHAsync_v2) cuMemcpyDtoHAsync_v2_ptsz;
-__typeof__(cuMemcpyDtoD_v2) cuMemcpyDtoD_v2_ptds;
-__typeof__(cuMemcpy) cuMemcpy_ptds;
-__typeof__(cuMemcpyAsync) cuMemcpyAsync_ptsz;
 
 CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream)
     FK_CALL(cuStreamSynchronize, 1, stream_sync(hStream))
@@ -1378,49 +1286,6 @@ CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstre
     FK_CALL(cuMemAllocAsync, 1, mem_alloc_async(dptr, bytesize, hStream))
 CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
     FK_CALL(cuMemFreeAsync, 1, mem_free_async((uintptr_t)dptr, hStream))
-CUresult CUDAAPI cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
-    FK_CALL(cuMemsetD8, 1, memset_d8((uintptr_t)dstDevice, uc, N))
-
-CUresult CUDAAPI cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost,
-                                           size_t ByteCount, CUstream hStream)
-{
-    return htod(FN_cuMemcpyHtoDAsync, dstDevice, srcHost, ByteCount, hStream);
-}
-
-CUresult CUDAAPI cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost,
-                                      size_t ByteCount)
-{
-    return htod(FN_cuMemcpyHtoD, dstDevice, srcHost, ByteCount, NULL);
-}
-
-CUresult CUDAAPI cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
-{
-    return dtoh(FN_cuMemcpyDtoH, dstHost, srcDevice, ByteCount, NULL);
-}
-
-CUresult CUDAAPI cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice,
-                                           size_t ByteCount, CUstream hStream)
-{
-    return dtoh(FN_cuMemcpyDtoHAsync, dstHost, srcDevice, ByteCount, hStream);
-}
-
-CUresult CUDAAPI cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
-                                      size_t ByteCount)
-{
-    return copy(FN_cuMemcpyDtoD, (uintptr_t)dstDevice, 1, (uintptr_t)srcDevice, 1, ByteCount,
-                NULL);
-}
-
-CUresult CUDAAPI cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
-{
-    return copy(FN_cuMemcpy, (uintptr_t)dst, -1, (uintptr_t)src, -1, ByteCount, NULL);
-}
-
-CUresult CUDAAPI cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount,
-                                    CUstream hStream)
-{
-    return copy(FN_cuMemcpyAsync, (uintptr_t)dst, -1, (uintptr_t)src, -1, ByteCount, hStream);
-}
 
 /* ---- test inspection and control (fakecuda.h) ---- */
 

@@ -1,8 +1,9 @@
 /*
  * fakecuda_internal.h: what fakecuda.c (driver state, memory, streams) shares with
- * fake_kernels.c (modules, functions, launches), and nothing else includes.
+ * fake_kernels.c (modules, functions, launches), fake_graphs.c (capture, graphs) and
+ * fake_copies.c (copies, memsets), and nothing else includes.
  *
- * The split keeps each file readable; the two are one library. Everything declared here has
+ * The split keeps each file readable; together they are one library. Everything declared here has
  * hidden visibility, so the library still exports only the cu* API and the fakecuda_*
  * functions of fakecuda.h.
  */
@@ -27,7 +28,11 @@
     X(cuMemFree) X(cuMemFreeAsync) X(cuMemHostRegister) X(cuMemHostUnregister)                 \
     X(cuIpcGetMemHandle) X(cuPointerGetAttribute) X(cuStreamCreate) X(cuStreamDestroy)         \
     X(cuStreamSynchronize) X(cuMemcpyHtoDAsync) X(cuMemcpyHtoD) X(cuMemcpyDtoH)                \
-    X(cuMemcpyDtoHAsync) X(cuMemcpyDtoD) X(cuMemcpy) X(cuMemcpyAsync) X(cuMemsetD8)            \
+    X(cuMemcpyDtoHAsync) X(cuMemcpyDtoD) X(cuMemcpyDtoDAsync) X(cuMemcpy) X(cuMemcpyAsync)     \
+    X(cuMemcpy2D) X(cuMemcpy2DAsync) X(cuMemcpyBatchAsync)                                     \
+    X(cuMemsetD8) X(cuMemsetD16) X(cuMemsetD32) X(cuMemsetD8Async) X(cuMemsetD16Async)         \
+    X(cuMemsetD32Async) X(cuMemsetD2D8) X(cuMemsetD2D16) X(cuMemsetD2D32) X(cuMemsetD2D8Async) \
+    X(cuMemsetD2D16Async) X(cuMemsetD2D32Async)                                                \
     X(cuEventCreate) X(cuEventRecord)                                                          \
     X(cuEventQuery) X(cuEventSynchronize) X(cuEventDestroy) X(cuModuleLoadData)                \
     X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncGetParamInfo) X(cuLaunchKernel)           \
@@ -69,6 +74,12 @@ int fk_stream_ok(CUstream s);
  * CU_MEM_ACCESS_FLAGS_PROT_* value)? If so and host_numa_bytes is not NULL, stores how many
  * of its bytes are backed by HOST_NUMA allocations (the rest are device memory). */
 int fk_device_range(uintptr_t va, size_t n, unsigned need, size_t *host_numa_bytes);
+
+/* Whether a unified address is device memory (a cuMemAlloc range or a reservation). Under
+ * the lock. */
+int fk_unified_is_device(uintptr_t va);
+/* Sleeps for the configured copy delay (FAKECUDA_COPY_DELAY_US); called without the lock. */
+void fk_copy_delay(void);
 
 /* fake_kernels.c, under the lock: zero the kernel byte counters (fakecuda_reset_counters),
  * and unload the modules of a primary context that is being destroyed. */
