@@ -185,6 +185,7 @@ static bool copy_prepare(CUdeviceptr dst, size_t n)
         pthread_rwlock_unlock(&mvm_pl.lock);
         return false;
     }
+    mvm_count(&mvm_counts_mine()->copies);
     mvm_obj *o = mvm_heap_object(a, dst);
     if (o->va == dst && o->len == n)
         return true;
@@ -262,6 +263,7 @@ static bool unified_prepare(CUdeviceptr dst, CUdeviceptr src, size_t n)
         return copy_prepare(dst, n);
     if (!mvm_heap_contains(dst) && !mvm_heap_contains(src))
         return false;
+    mvm_count(&mvm_counts_mine()->copies);
     pthread_rwlock_rdlock(&mvm_pl.lock);
     return true;
 }

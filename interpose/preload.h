@@ -10,7 +10,8 @@
  *   paging.c   demand paging: making a launch's objects resident, with the evict policy
  *   launch.c   the kernel-launch hooks: parameter scanning over a per-function cache
  *   graph.c    CUDA graphs: stream capture, and the objects of each instantiated graph
- *   memory.c   allocation, free, copy and memory-query hooks (driver and NVML)
+ *   memory.c   allocation, free, host-to-device copy and memory-query hooks (driver, NVML)
+ *   devcopy.c  device-side copies and memsets: held off while a miss remaps pages
  *   report.c   call sites (libunwind), the MOEVM_REPORT JSON and the MOEVM_LOG summary
  *
  * Locking: `mvm_pl.lock` is a read-write lock. Launches and graph launches hold it for
@@ -105,6 +106,82 @@ typedef struct {
     X(cuGraphLaunch, "cuGraphLaunch", CUresult, (CUgraphExec, CUstream))                       \
     X(cuGraphLaunch_ptsz, "cuGraphLaunch_ptsz", CUresult, (CUgraphExec, CUstream))
 
+/* Device-side copies and memsets (devcopy.c): passed through, but held under the read lock
+ * when they touch managed memory, so that a miss served by another thread cannot remap
+ * their pages while they are being queued. X(field, symbol, parameters, arguments, touches:
+ * whether this call reaches managed memory); MVM_TWIN(X, ...) is a function and its
+ * per-thread-stream twin (the same parameters, the symbol with `twin` appended). */
+#define MVM_TWIN(X, f, twin, params, args, touches)                                          \
+    X(f, #f, params, args, touches) X(f##twin, #f #twin, params, args, touches)
+#define MVM_BATCH_PARAMS                                                                      \
+    CUdeviceptr *d, CUdeviceptr *s, size_t *n, size_t k, CUmemcpyAttributes *a, size_t *ai,  \
+        size_t na
+#define MVM_BATCH_TOUCHES mvm_touches_list(d, k) || mvm_touches_list(s, k)
+#define MVM_CU_GUARDED(X)                                                                     \
+    MVM_TWIN(X, cuMemcpyDtoH_v2, _ptds, (void *d, CUdeviceptr s, size_t n), (d, s, n),        \
+             MVM_IN(s))                                                                       \
+    MVM_TWIN(X, cuMemcpyDtoHAsync_v2, _ptsz, (void *d, CUdeviceptr s, size_t n, CUstream st), \
+             (d, s, n, st), MVM_IN(s))                                                        \
+    MVM_TWIN(X, cuMemcpyDtoD_v2, _ptds, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n),  \
+             MVM_IN(d) || MVM_IN(s))                                                          \
+    MVM_TWIN(X, cuMemcpyDtoDAsync_v2, _ptsz,                                                  \
+             (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st), (d, s, n, st),            \
+             MVM_IN(d) || MVM_IN(s))                                                          \
+    MVM_TWIN(X, cuMemcpyDtoA_v2, _ptds, (CUarray d, size_t o, CUdeviceptr s, size_t n),       \
+             (d, o, s, n), MVM_IN(s))                                                         \
+    MVM_TWIN(X, cuMemcpyAtoD_v2, _ptds, (CUdeviceptr d, CUarray s, size_t o, size_t n),       \
+             (d, s, o, n), MVM_IN(d))                                                         \
+    MVM_TWIN(X, cuMemcpyPeer, _ptds,                                                          \
+             (CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n),            \
+             (d, dc, s, sc, n), MVM_IN(d) || MVM_IN(s))                                       \
+    MVM_TWIN(X, cuMemcpyPeerAsync, _ptsz,                                                     \
+             (CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n, CUstream st),\
+             (d, dc, s, sc, n, st), MVM_IN(d) || MVM_IN(s))                                   \
+    MVM_TWIN(X, cuMemcpy2D_v2, _ptds, (const CUDA_MEMCPY2D *p), (p), mvm_touches_2d(p))       \
+    MVM_TWIN(X, cuMemcpy2DUnaligned_v2, _ptds, (const CUDA_MEMCPY2D *p), (p),                 \
+             mvm_touches_2d(p))                                                               \
+    MVM_TWIN(X, cuMemcpy2DAsync_v2, _ptsz, (const CUDA_MEMCPY2D *p, CUstream st), (p, st),    \
+             mvm_touches_2d(p))                                                               \
+    MVM_TWIN(X, cuMemcpy3D_v2, _ptds, (const CUDA_MEMCPY3D *p), (p), mvm_touches_3d(p))       \
+    MVM_TWIN(X, cuMemcpy3DAsync_v2, _ptsz, (const CUDA_MEMCPY3D *p, CUstream st), (p, st),    \
+             mvm_touches_3d(p))                                                               \
+    MVM_TWIN(X, cuMemcpy3DPeer, _ptds, (const CUDA_MEMCPY3D_PEER *p), (p),                    \
+             mvm_touches_3d_peer(p))                                                          \
+    MVM_TWIN(X, cuMemcpy3DPeerAsync, _ptsz, (const CUDA_MEMCPY3D_PEER *p, CUstream st),       \
+             (p, st), mvm_touches_3d_peer(p))                                                 \
+    /* the batches: CUDA 12.8's ABI (cuda.h renames the base names to the _v2 ones) */        \
+    X(cuMemcpyBatchAsync_v1, "cuMemcpyBatchAsync", (MVM_BATCH_PARAMS, size_t *f, CUstream st),\
+      (d, s, n, k, a, ai, na, f, st), MVM_BATCH_TOUCHES)                                      \
+    X(cuMemcpyBatchAsync_v1_ptsz, "cuMemcpyBatchAsync_ptsz",                                  \
+      (MVM_BATCH_PARAMS, size_t *f, CUstream st), (d, s, n, k, a, ai, na, f, st),             \
+      MVM_BATCH_TOUCHES)                                                                      \
+    MVM_TWIN(X, cuMemcpyBatchAsync_v2, _ptsz, (MVM_BATCH_PARAMS, CUstream st),                \
+             (d, s, n, k, a, ai, na, st), MVM_BATCH_TOUCHES)                                  \
+    X(cuMemcpy3DBatchAsync_v1, "cuMemcpy3DBatchAsync",                                        \
+      (size_t k, CUDA_MEMCPY3D_BATCH_OP *o, size_t *f, unsigned long long fl, CUstream st),   \
+      (k, o, f, fl, st), mvm_touches_ops(o, k))                                               \
+    X(cuMemcpy3DBatchAsync_v1_ptsz, "cuMemcpy3DBatchAsync_ptsz",                              \
+      (size_t k, CUDA_MEMCPY3D_BATCH_OP *o, size_t *f, unsigned long long fl, CUstream st),   \
+      (k, o, f, fl, st), mvm_touches_ops(o, k))                                               \
+    MVM_TWIN(X, cuMemcpy3DBatchAsync_v2, _ptsz,                                               \
+             (size_t k, CUDA_MEMCPY3D_BATCH_OP *o, unsigned long long fl, CUstream st),       \
+             (k, o, fl, st), mvm_touches_ops(o, k))                                           \
+    MVM_MEMSETS(X, 8, unsigned char)                                                          \
+    MVM_MEMSETS(X, 16, unsigned short)                                                        \
+    MVM_MEMSETS(X, 32, unsigned int)
+/* The four memsets of one element size, each with its twin. */
+#define MVM_MEMSETS(X, bits, type)                                                            \
+    MVM_TWIN(X, cuMemsetD##bits##_v2, _ptds, (CUdeviceptr d, type v, size_t n), (d, v, n),    \
+             MVM_IN(d))                                                                       \
+    MVM_TWIN(X, cuMemsetD##bits##Async, _ptsz, (CUdeviceptr d, type v, size_t n, CUstream st),\
+             (d, v, n, st), MVM_IN(d))                                                        \
+    MVM_TWIN(X, cuMemsetD2D##bits##_v2, _ptds,                                                \
+             (CUdeviceptr d, size_t pitch, type v, size_t w, size_t h), (d, pitch, v, w, h),  \
+             MVM_IN(d))                                                                       \
+    MVM_TWIN(X, cuMemsetD2D##bits##Async, _ptsz,                                              \
+             (CUdeviceptr d, size_t pitch, type v, size_t w, size_t h, CUstream st),          \
+             (d, pitch, v, w, h, st), MVM_IN(d))
+
 #define MVM_NVML_HOOKS(X)                                                                     \
     X(nvmlDeviceGetMemoryInfo, "nvmlDeviceGetMemoryInfo", nvmlReturn_t_,                       \
       (nvmlDevice_t_, nvmlMemory_t_ *))                                                        \
@@ -134,11 +211,13 @@ typedef struct {
       (unsigned int, nvmlDevice_t_ *))
 
 #define MVM_REAL_FIELD(field, sym, ret, params) ret(*field) params;
+#define MVM_GUARDED_FIELD(field, sym, params, args, touches) CUresult (*field) params;
 typedef struct mvm_real {
     MVM_CU_HOOKS(MVM_REAL_FIELD)
     MVM_NVML_HOOKS(MVM_REAL_FIELD)
     MVM_CU_USED(MVM_REAL_FIELD)
     MVM_NVML_USED(MVM_REAL_FIELD)
+    MVM_CU_GUARDED(MVM_GUARDED_FIELD)
 } mvm_real;
 #undef MVM_REAL_FIELD
 
@@ -146,8 +225,11 @@ typedef struct mvm_real {
  * such as cuLaunchKernel -> cuLaunchKernel_ptsz never touch a string). */
 #define MVM_HOOK_DECL(field, sym, ret, params)                                                \
     ret hk_##field params __asm__(sym) __attribute__((visibility("default")));
+#define MVM_GUARDED_DECL(field, sym, params, args, touches) MVM_HOOK_DECL(field, sym, CUresult, params)
 MVM_CU_HOOKS(MVM_HOOK_DECL)
 MVM_NVML_HOOKS(MVM_HOOK_DECL)
+MVM_CU_GUARDED(MVM_GUARDED_DECL)
+#undef MVM_GUARDED_DECL
 #undef MVM_HOOK_DECL
 
 /* real.c. The real entry points; fields stay NULL where the library lacks them. Loading is
@@ -223,6 +305,7 @@ extern mvm_preload mvm_pl;
  * locked instruction (one writer; relaxed atomics keep the exit-time reader race-free). */
 typedef struct mvm_counts {
     _Atomic uint64_t launches, managed, hits, graph_launches, deferred;
+    _Atomic uint64_t copies;   /* copies and memsets that touched managed memory */
     struct mvm_counts *next;
 } mvm_counts;
 /* The calling thread's block (report.c). */

@@ -64,7 +64,10 @@ typedef struct route {
 #define ROUTE_NVML(field, sym, ret, params) {sym, &mvm_real_fn.field, (void *)hk_##field, true},
 #define USED_CU(field, sym, ret, params) {sym, &mvm_real_fn.field, NULL, false},
 #define USED_NVML(field, sym, ret, params) {sym, &mvm_real_fn.field, NULL, true},
+#define ROUTE_GUARDED(field, sym, params, args, touches)                                     \
+    {sym, &mvm_real_fn.field, (void *)hk_##field, false},
 static const route routes[] = {MVM_CU_HOOKS(ROUTE_CU) MVM_NVML_HOOKS(ROUTE_NVML)
+                               MVM_CU_GUARDED(ROUTE_GUARDED)
                                MVM_CU_USED(USED_CU) MVM_NVML_USED(USED_NVML)};
 #define N_ROUTES (sizeof routes / sizeof *routes)
 

@@ -200,7 +200,7 @@ mvm_counts *mvm_counts_mine(void)
 
 typedef struct totals {
     mvm_stats st;
-    uint64_t launches, managed, hits, graph_launches, deferred;
+    uint64_t launches, managed, hits, graph_launches, deferred, copies;
     double hit_rate;
 } totals;
 
@@ -211,6 +211,7 @@ static void add_counts(totals *t, mvm_counts *c)
     t->hits += atomic_load_explicit(&c->hits, memory_order_relaxed);
     t->graph_launches += atomic_load_explicit(&c->graph_launches, memory_order_relaxed);
     t->deferred += atomic_load_explicit(&c->deferred, memory_order_relaxed);
+    t->copies += atomic_load_explicit(&c->copies, memory_order_relaxed);
 }
 
 static totals gather(void)
@@ -262,6 +263,7 @@ static cJSON *report_json(const totals *t)
     add_num(o, "graphs_scanned", (double)atomic_load(&mvm_pl.graphs_scanned));
     add_num(o, "graph_kernel_nodes", (double)atomic_load(&mvm_pl.graph_kernel_nodes));
     add_num(o, "deferred", (double)t->deferred);
+    add_num(r, "managed_copies", (double)t->copies);
     cJSON_AddItemToObject(r, "moves", o = cJSON_CreateObject());
     add_num(o, "misses", (double)mvm_pl.misses);
     add_num(o, "overflows", (double)mvm_pl.overflows);

@@ -13,6 +13,9 @@
  *               device memory they do not; data survives both ways
  *   overbudget  a buffer larger than the budget: read partly from the host, correct, and
  *               once it fills the budget its launches no longer drain the device
+ *   guarded     device-side copies and memsets (DtoH, DtoD, 2D, batched, memsets) issued by
+ *               other threads while a miss is being served wait until it is done, then
+ *               read and write the data correctly
  *   routing     hooked names resolve into the interposer, others into the driver, _ptsz
  *               variants to their own hooks; dlsym(RTLD_NEXT) works
  *   unmanaged   (run with a bad MOEVM_* value) allocations beyond the device fail natively,
@@ -31,11 +34,14 @@
  */
 #include <cuda.h>
 #include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fakecuda.h"
@@ -91,6 +97,13 @@ static struct {
     CUresult (*LibraryLoadData)(CUlibrary *, const void *, CUjit_option *, void **, unsigned,
                                 CUlibraryOption *, void **, unsigned);
     CUresult (*LibraryGetKernel)(CUkernel *, CUlibrary, const char *);
+    CUresult (*MemsetD32)(CUdeviceptr, unsigned, size_t);
+    CUresult (*MemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+    CUresult (*MemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+    CUresult (*Memcpy2D)(const CUDA_MEMCPY2D *);
+    CUresult (*MemcpyBatchAsync)(CUdeviceptr *, CUdeviceptr *, size_t *, size_t,
+                                 CUmemcpyAttributes *, size_t *, size_t, CUstream);
+    CUresult (*CtxGetCurrent)(CUcontext *);
 } cu;
 
 static void *lookup(const char *how, void *lib, const char *name, const char *linked_name,
@@ -154,6 +167,12 @@ static void bind(const char *how)
     BIND(GraphDestroy, cuGraphDestroy);
     BIND(LibraryLoadData, cuLibraryLoadData);
     BIND(LibraryGetKernel, cuLibraryGetKernel);
+    BIND(MemsetD32, cuMemsetD32_v2);
+    BIND(MemsetD8Async, cuMemsetD8Async);
+    BIND(MemcpyDtoDAsync, cuMemcpyDtoDAsync_v2);
+    BIND(Memcpy2D, cuMemcpy2D_v2);
+    BIND(MemcpyBatchAsync, cuMemcpyBatchAsync_v2);
+    BIND(CtxGetCurrent, cuCtxGetCurrent);
     void **f = (void **)&cu;
     for (size_t i = 0; i < sizeof cu / sizeof(void *); i++)
         if (!f[i]) {
@@ -348,6 +367,177 @@ SCENARIO void scenario_unified(void)
     free(host);
     CU_OK(cu.MemFree(buf));
     CU_OK(cu.MemFree(other));
+    CU_OK(cu.MemFree(out));
+}
+
+/* ---- copies and memsets from other threads while a miss is served ------------------- */
+
+typedef struct guarded_op {
+    pthread_t thread;
+    CUcontext ctx;
+    int which;
+    CUdeviceptr a, b, native;
+    void *host;
+    atomic_int done;
+    CUresult rc;
+} guarded_op;
+
+enum { GUARDED_OPS = 6 };
+static const uint32_t B_WORD = 0x0B0B0B0Bu;
+
+/* Each op touches its own part of A (read) or B (written), so all may run in any order. */
+static void *guarded_run(void *arg)
+{
+    guarded_op *op = arg;
+    CUresult r = cu.CtxSetCurrent(op->ctx);
+    if (r == CUDA_SUCCESS)
+        switch (op->which) {
+        case 0: r = cu.MemsetD32(op->b, B_WORD, MiB / 4); break;
+        case 1: r = cu.MemsetD8Async(op->b + MiB, 0x5c, MiB, NULL); break;
+        case 2: r = cu.MemcpyDtoDAsync(op->b + 2 * MiB, op->native, 4096, NULL); break;
+        case 3: { /* 4 rows of 64 bytes of a host image into B's fourth MiB, 128 apart */
+            CUDA_MEMCPY2D c;
+            memset(&c, 0, sizeof c);
+            c.srcMemoryType = CU_MEMORYTYPE_HOST;
+            c.srcHost = op->host;
+            c.srcPitch = 64;
+            c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+            c.dstDevice = op->b + 3 * MiB;
+            c.dstPitch = 128;
+            c.WidthInBytes = 64;
+            c.Height = 4;
+            r = cu.Memcpy2D(&c);
+            break;
+        }
+        case 4: { /* A's first 4 KiB to the host, as a batch of one */
+            CUdeviceptr dst = (CUdeviceptr)op->host, src = op->a;
+            size_t size = 4096, idx = 0;
+            CUmemcpyAttributes attr;
+            memset(&attr, 0, sizeof attr);
+            attr.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+            r = cu.MemcpyBatchAsync(&dst, &src, &size, 1, &attr, &idx, 1, NULL);
+            break;
+        }
+        default: r = cu.MemcpyDtoH(op->host, op->a + 4 * MiB, 4096); break;
+        }
+    op->rc = r;
+    atomic_store(&op->done, 1);
+    return NULL;
+}
+
+typedef struct launcher {
+    CUcontext ctx;
+    CUfunction sum;
+    CUdeviceptr out, in;
+    uint64_t n, got;
+} launcher;
+
+static void *launcher_run(void *arg)
+{
+    launcher *l = arg;
+    if (cu.CtxSetCurrent(l->ctx) == CUDA_SUCCESS) {
+        void *params[] = {&l->out, &l->in, &l->n};
+        if (cu.LaunchKernel(l->sum, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL) == CUDA_SUCCESS)
+            cu.MemcpyDtoH(&l->got, l->out, sizeof l->got);
+    }
+    return NULL;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* A (8 MiB: the whole budget) and B (4 MiB) are managed; B is resident. A launch on A, from
+ * another thread, must evict B and load A; a held stream keeps it in its drain, holding the
+ * interposer's write lock. Copies and memsets of A and B from six more threads must wait
+ * for it (a copy queued between the drain and the remap could read a page half-moved, or
+ * write a home about to be replaced), then complete correctly. */
+SCENARIO void scenario_guarded(void)
+{
+    const uint64_t a_n = 8 * MiB / 4, b_n = 4 * MiB / 4;
+    CUfunction sum = fake_kernel("fk_sum_u32");
+    CUdeviceptr a, b, native, out;
+    CUstream held;
+    CUcontext ctx;
+    CU_OK(cu.CtxGetCurrent(&ctx));
+    CU_OK(cu.StreamCreate(&held, 0));
+    CU_OK(cu.MemAlloc(&out, 4096)); /* small: native */
+    CU_OK(cu.MemAlloc(&native, 4096));
+    CU_OK(cu.MemAlloc(&a, 8 * MiB));
+    CU_OK(cu.MemAlloc(&b, 4 * MiB));
+    uint32_t *host = malloc(8 * MiB);
+    uint64_t expect_a = 0;
+    for (uint64_t i = 0; i < a_n; i++)
+        expect_a += host[i] = (uint32_t)(i * 2654435761u + 17);
+    CU_OK(cu.MemcpyHtoD(a, host, 8 * MiB));
+    uint32_t *pattern_a = malloc(8 * MiB);
+    memcpy(pattern_a, host, 8 * MiB);
+    for (uint64_t i = 0; i < b_n; i++)
+        host[i] = (uint32_t)(i * 40503u + 29);
+    CU_OK(cu.MemcpyHtoD(b, host, 4 * MiB));
+    unsigned char native_bytes[4096], image[256];
+    for (int i = 0; i < 4096; i++)
+        native_bytes[i] = (unsigned char)(i * 31 + 7);
+    for (int i = 0; i < 256; i++)
+        image[i] = (unsigned char)(i * 17 + 3);
+    CU_OK(cu.MemcpyHtoD(native, native_bytes, sizeof native_bytes));
+    uint64_t expect_b = 0;
+    for (uint64_t i = 0; i < b_n; i++)
+        expect_b += host[i];
+    EXPECT(sum_kernel(sum, out, b, b_n) == expect_b); /* B resident */
+
+    fakecuda_stream_hold(held, 1);
+    fakecuda_reset_counters();
+    launcher l = {ctx, sum, out, a, a_n, 0};
+    pthread_t lt;
+    EXPECT(pthread_create(&lt, NULL, launcher_run, &l) == 0);
+    for (int i = 0; i < 5000 && fakecuda_calls("cuCtxSynchronize") == 0; i++)
+        sleep_ms(1);
+    EXPECT(fakecuda_calls("cuCtxSynchronize") == 1); /* the miss is in its drain */
+
+    static guarded_op ops[GUARDED_OPS];
+    static unsigned char batch_out[4096], dtoh_out[4096];
+    void *hosts[GUARDED_OPS] = {NULL, NULL, NULL, image, batch_out, dtoh_out};
+    for (int i = 0; i < GUARDED_OPS; i++) {
+        ops[i] = (guarded_op){.ctx = ctx, .which = i, .a = a, .b = b, .native = native,
+                              .host = hosts[i], .rc = CUDA_ERROR_UNKNOWN};
+        EXPECT(pthread_create(&ops[i].thread, NULL, guarded_run, &ops[i]) == 0);
+    }
+    sleep_ms(200);
+    for (int i = 0; i < GUARDED_OPS; i++)
+        if (atomic_load(&ops[i].done)) {
+            fprintf(stderr, "test_preload: op %d ran while a miss was being served\n", i);
+            failures++;
+        }
+    fakecuda_stream_hold(held, 0);
+    pthread_join(lt, NULL);
+    for (int i = 0; i < GUARDED_OPS; i++) {
+        pthread_join(ops[i].thread, NULL);
+        EXPECT(ops[i].rc == CUDA_SUCCESS);
+    }
+    EXPECT(l.got == expect_a);
+    EXPECT(memcmp(batch_out, pattern_a, 4096) == 0);
+    EXPECT(memcmp(dtoh_out, pattern_a + a_n / 2, 4096) == 0);
+
+    /* B as the six writers left it, read back after it was written back home. */
+    uint32_t *back = (uint32_t *)host;
+    CU_OK(cu.MemcpyDtoH(back, b, 4 * MiB));
+    unsigned char *bytes = (unsigned char *)back;
+    EXPECT(back[0] == B_WORD && back[MiB / 4 - 1] == B_WORD);
+    EXPECT(bytes[MiB] == 0x5c && bytes[2 * MiB - 1] == 0x5c);
+    EXPECT(memcmp(bytes + 2 * MiB, native_bytes, 4096) == 0);
+    EXPECT(back[(2 * MiB + 4096) / 4] == (uint32_t)((2 * MiB + 4096) / 4 * 40503u + 29));
+    for (int r = 0; r < 4; r++)
+        EXPECT(memcmp(bytes + 3 * MiB + 128 * r, image + 64 * r, 64) == 0 &&
+               back[(3 * MiB + 128 * r + 64) / 4] ==
+                   (uint32_t)((3 * MiB + 128 * r + 64) / 4 * 40503u + 29));
+    free(pattern_a);
+    free(host);
+    CU_OK(cu.MemFree(a));
+    CU_OK(cu.MemFree(b));
+    CU_OK(cu.MemFree(native));
     CU_OK(cu.MemFree(out));
 }
 
@@ -684,6 +874,8 @@ int main(int argc, char **argv)
         scenario_overbudget();
     else if (strcmp(scenario, "unified") == 0)
         scenario_unified();
+    else if (strcmp(scenario, "guarded") == 0)
+        scenario_guarded();
     else if (strcmp(scenario, "routing") == 0)
         scenario_routing(how);
     else if (strcmp(scenario, "unmanaged") == 0)

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The interposer under LD_PRELOAD against tests/fakecuda (a 32 MiB "GPU"):
-#   test_preload.sh PRELOAD_SO TEST_BINARY FAKE_LIB_DIR
-# Every scenario of tests/test_preload.c runs with each way of reaching the driver; then
-# the bad-value, report and log checks.
+#   test_preload.sh PRELOAD_SO TEST_BINARY FAKE_LIB_DIR [DRIVER_LIBRARY]
+# First what the library exports: the hooks, under names the real driver library (or the
+# toolkit's stub of it, DRIVER_LIBRARY) defines, NVML's and dlsym, nothing else. Then every
+# scenario of tests/test_preload.c with each way of reaching the driver, and the bad-value,
+# report and log checks.
 set -u
-so=$1 bin=$2 fakedir=$3
+so=$1 bin=$2 fakedir=$3 driver=${4:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fails=0
@@ -29,8 +31,25 @@ run() { # run NAME EXPECT_RC ENV... -- ARGS...: output in $tmp/out, $tmp/err
     echo "ok   $name"
 }
 
+exports=$(nm -D --defined-only "$so" | awk '$2 == "T" || $2 == "W" {print $3}' | sort)
+others=$(grep -v -E '^(cu|nvml)[A-Za-z0-9_]+$|^dlsym$' <<<"$exports")
+if [ -n "$others" ]; then
+    echo "FAIL exports: not a hook: $others"; fails=$((fails + 1))
+else
+    echo "ok   exports: $(grep -c '^cu' <<<"$exports") cu* hooks, NVML's and dlsym only"
+fi
+if [ -n "$driver" ] && [ -f "$driver" ]; then
+    unknown=$(comm -23 <(grep '^cu' <<<"$exports") \
+                       <(nm -D --defined-only "$driver" | awk '{print $3}' | sort))
+    if [ -n "$unknown" ]; then
+        echo "FAIL exports: not in $driver: $unknown"; fails=$((fails + 1))
+    else
+        echo "ok   exports: every cu* hook is a name $driver defines"
+    fi
+fi
+
 for how in link dlsym getproc; do
-    for sc in oversub overbudget unified routing query ipc fork graph kernels; do
+    for sc in oversub overbudget unified guarded routing query ipc fork graph kernels; do
         run "$sc.$how" 0 "${managed[@]}" -- "$sc.$how"
     done
 done
