@@ -248,6 +248,30 @@ CUresult hk_cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned
     return mvm_launch_finish(locked, r);
 }
 
+CUresult hk_cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                      unsigned bx, unsigned by, unsigned bz, unsigned shared,
+                                      CUstream s, void **params)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuLaunchCooperativeKernel)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    bool locked = prepare(f, params, NULL);
+    CUresult r = mvm_real_fn.cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shared, s,
+                                                       params);
+    return mvm_launch_finish(locked, r);
+}
+
+CUresult hk_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                           unsigned bx, unsigned by, unsigned bz,
+                                           unsigned shared, CUstream s, void **params)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuLaunchCooperativeKernel_ptsz)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    bool locked = prepare(f, params, NULL);
+    CUresult r = mvm_real_fn.cuLaunchCooperativeKernel_ptsz(f, gx, gy, gz, bx, by, bz, shared,
+                                                            s, params);
+    return mvm_launch_finish(locked, r);
+}
+
 CUresult hk_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params,
                              void **extra)
 {

@@ -79,6 +79,12 @@ typedef struct {
     X(cuLaunchKernel_ptsz, "cuLaunchKernel_ptsz", CUresult,                                    \
       (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,       \
        CUstream, void **, void **))                                                            \
+    X(cuLaunchCooperativeKernel, "cuLaunchCooperativeKernel", CUresult,                        \
+      (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,       \
+       CUstream, void **))                                                                     \
+    X(cuLaunchCooperativeKernel_ptsz, "cuLaunchCooperativeKernel_ptsz", CUresult,              \
+      (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,       \
+       CUstream, void **))                                                                     \
     X(cuLaunchKernelEx, "cuLaunchKernelEx", CUresult,                                          \
       (const CUlaunchConfig *, CUfunction, void **, void **))                                  \
     X(cuLaunchKernelEx_ptsz, "cuLaunchKernelEx_ptsz", CUresult,                                \

@@ -68,7 +68,8 @@ static void check_rc(CUresult got, CUresult want, const char *what, int line)
     X(cuMemcpyAsync) X(cuMemcpyDtoDAsync_v2) X(cuMemcpy2D_v2) X(cuMemcpy2DAsync_v2)           \
     X(cuMemcpyBatchAsync_v2) X(cuMemsetD16_v2) X(cuMemsetD32_v2) X(cuMemsetD8Async)            \
     X(cuMemsetD16Async) X(cuMemsetD32Async) X(cuMemsetD2D8_v2) X(cuMemsetD2D16_v2)             \
-    X(cuMemsetD2D32_v2) X(cuMemsetD2D8Async) X(cuMemsetD2D16Async) X(cuMemsetD2D32Async)
+    X(cuMemsetD2D32_v2) X(cuMemsetD2D8Async) X(cuMemsetD2D16Async) X(cuMemsetD2D32Async)     \
+    X(cuLaunchCooperativeKernel)
 #define FK_FUNCS(X)                                                                            \
     X(fakecuda_calls) X(fakecuda_live_handles) X(fakecuda_mapped_bytes)                        \
     X(fakecuda_live_reservations) X(fakecuda_reset_counters) X(fakecuda_set_fail)              \
@@ -80,6 +81,7 @@ static void check_rc(CUresult got, CUresult want, const char *what, int line)
     X(cuGetProcAddress, PFN_cuGetProcAddress_v11030)                                           \
     X(cuLaunchKernel_ptsz, __typeof__(cuLaunchKernel) *)                                       \
     X(cuLaunchKernelEx_ptsz, __typeof__(cuLaunchKernelEx) *)                                   \
+    X(cuLaunchCooperativeKernel_ptsz, __typeof__(cuLaunchCooperativeKernel) *)                 \
     X(cuMemcpyHtoDAsync_v2_ptsz, __typeof__(cuMemcpyHtoDAsync_v2) *)                           \
     X(cuMemcpyHtoD_v2_ptds, __typeof__(cuMemcpyHtoD_v2) *)                                     \
     X(cuMemcpyDtoH_v2_ptds, __typeof__(cuMemcpyDtoH_v2) *)                                     \
@@ -874,9 +876,10 @@ static CUmodule g_mod;
 static CUfunction k_fill, k_sum, k_copy, k_scale;
 
 /* Launches f(p0, p1, p2), p1 4 bytes wide if `narrow` (uint32_t, or float bits) else 8, in
- * one of four ways: 0 kernelParams; 1 an extra buffer laid out by hand as nvcc does
+ * one of LAUNCH_FORMS ways: 0 kernelParams; 1 an extra buffer laid out by hand as nvcc does
  * (offsets 0, 8, 16; padding after a narrow p1 holds garbage); 2 cuLaunchKernelEx;
- * 3 cuLaunchKernel_ptsz with an extra buffer. */
+ * 3 cuLaunchKernel_ptsz with an extra buffer; 4 cuLaunchCooperativeKernel; 5 its _ptsz. */
+enum { LAUNCH_FORMS = 6 };
 static CUresult launch(CUfunction f, int form, uint64_t p0, uint64_t p1, int narrow, uint64_t p2)
 {
     uint32_t p1n = (uint32_t)p1;
@@ -896,7 +899,9 @@ static CUresult launch(CUfunction f, int form, uint64_t p0, uint64_t p1, int nar
     case 0: return p_cuLaunchKernel(f, 8, 1, 1, 256, 1, 1, 0, NULL, params, NULL);
     case 1: return p_cuLaunchKernel(f, 8, 1, 1, 256, 1, 1, 0, NULL, NULL, extra);
     case 2: return p_cuLaunchKernelEx(&cfg, f, params, NULL);
-    default: return p_cuLaunchKernel_ptsz(f, 8, 1, 1, 256, 1, 1, 0, NULL, NULL, extra);
+    case 3: return p_cuLaunchKernel_ptsz(f, 8, 1, 1, 256, 1, 1, 0, NULL, NULL, extra);
+    case 4: return p_cuLaunchCooperativeKernel(f, 8, 1, 1, 256, 1, 1, 0, NULL, params);
+    default: return p_cuLaunchCooperativeKernel_ptsz(f, 8, 1, 1, 256, 1, 1, 0, NULL, params);
     }
 }
 
@@ -1098,7 +1103,7 @@ static void t_kernels_devmem(void)
     OK(p_cuMemsetD8_v2(a, 0x11, N));
     OK(p_cuMemsetD8_v2(out, 0xff, 8));
 
-    for (int form = 0; form < 4; form++) {
+    for (int form = 0; form < LAUNCH_FORMS; form++) {
         uint32_t v = 0xdeadbee0u + (uint32_t)form;
         OK(launch(k_fill, form, a, v, 1, 1000));
         CHECK(u32(a)[0] == v && u32(a)[999] == v && u32(a)[1000] == 0x11111111u);
@@ -1106,7 +1111,7 @@ static void t_kernels_devmem(void)
     uint32_t seq[1000];
     for (uint32_t i = 0; i < 1000; i++) seq[i] = i;
     OK(p_cuMemcpyHtoD_v2(a, seq, sizeof seq));
-    for (int form = 0; form < 4; form++) {
+    for (int form = 0; form < LAUNCH_FORMS; form++) {
         uint64_t sum = 0;
         OK(p_cuMemsetD8_v2(out, 0xff, 8));
         OK(launch(k_sum, form, out, a, 0, 1000));
@@ -1122,7 +1127,7 @@ static void t_kernels_devmem(void)
     OK(launch(k_fill, 0, a + 4000, 0xffffffffu, 1, 4)); /* sums beyond 32 bits */
     OK(launch(k_sum, 1, out, a + 4000, 0, 4));
     CHECK(*(uint64_t *)(uintptr_t)out == 4 * 0xffffffffull);
-    for (int form = 0; form < 4; form++) {
+    for (int form = 0; form < LAUNCH_FORMS; form++) {
         OK(p_cuMemsetD8_v2(b, 0, N));
         OK(launch(k_copy, form, b + 3, a + 1, 0, 3999)); /* bytes: no alignment needed */
         CHECK(memcmp(host(b + 3), host(a + 1), 3999) == 0 && host(b)[3 + 3999] == 0);

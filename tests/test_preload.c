@@ -27,9 +27,9 @@
  *               capture stays valid; launching the graph (and one built by hand with a
  *               child graph, and both after their parameters change) finds every object
  *               in device memory
- *   kernels     a kernel whose pointers sit inside one struct parameter, and one launched
- *               by its CUkernel handle (cuLibrary*, as the runtime loads code), find their
- *               objects in device memory
+ *   kernels     a kernel whose pointers sit inside one struct parameter, a cooperative
+ *               launch, and one launched by its CUkernel handle (cuLibrary*, as the runtime
+ *               loads code), find their objects in device memory
  * Prints "ok <scenario>" and exits 0, or names the failed check and exits 1.
  */
 #include <cuda.h>
@@ -104,6 +104,8 @@ static struct {
     CUresult (*MemcpyBatchAsync)(CUdeviceptr *, CUdeviceptr *, size_t *, size_t,
                                  CUmemcpyAttributes *, size_t *, size_t, CUstream);
     CUresult (*CtxGetCurrent)(CUcontext *);
+    CUresult (*LaunchCooperativeKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned,
+                                        unsigned, unsigned, unsigned, CUstream, void **);
 } cu;
 
 static void *lookup(const char *how, void *lib, const char *name, const char *linked_name,
@@ -173,6 +175,7 @@ static void bind(const char *how)
     BIND(Memcpy2D, cuMemcpy2D_v2);
     BIND(MemcpyBatchAsync, cuMemcpyBatchAsync_v2);
     BIND(CtxGetCurrent, cuCtxGetCurrent);
+    BIND(LaunchCooperativeKernel, cuLaunchCooperativeKernel);
     void **f = (void **)&cu;
     for (size_t i = 0; i < sizeof cu / sizeof(void *); i++)
         if (!f[i]) {
@@ -735,6 +738,16 @@ SCENARIO void scenario_kernels(void)
     EXPECT(fakecuda_kernel_bytes(1) == 0);       /* both found in device memory */
     EXPECT(fakecuda_kernel_bytes(0) == 4 * MiB);
     EXPECT(sum_kernel(b.sum, b.out, b.small[1], 2 * MiB / 4) == b.expect[0]);
+
+    /* A cooperative launch is a launch too. */
+    bufs_push_out(&b);
+    uint64_t n3 = 2 * MiB / 4;
+    void *sp[] = {&b.out, &b.small[3], &n3};
+    CU_OK(cu.LaunchCooperativeKernel(b.sum, 1, 1, 1, 1, 1, 1, 0, NULL, sp));
+    EXPECT(fakecuda_kernel_bytes(1) == 0 && fakecuda_kernel_bytes(0) == 2 * MiB + 8);
+    uint64_t got = 0;
+    CU_OK(cu.MemcpyDtoH(&got, b.out, sizeof got));
+    EXPECT(got == b.expect[3]);
 
     CUlibrary lib;
     CUkernel sum;

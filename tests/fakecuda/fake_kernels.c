@@ -476,14 +476,28 @@ CUresult CUDAAPI cuLaunchKernel(FK_LAUNCH_ARGS) FK_CALL(cuLaunchKernel, 1, FK_LA
 CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f,
                                   void **kernelParams, void **extra)
     FK_CALL(cuLaunchKernelEx, 1, launch_ex(config, f, kernelParams, extra))
+/* Cooperative: all blocks resident at once, which a synchronous fake always is. */
+#define FK_COOP_ARGS                                                                           \
+    CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,         \
+        unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,                \
+        unsigned int sharedMemBytes, CUstream hStream, void **kernelParams
+#define FK_COOP_BODY                                                                           \
+    launch(f, (const unsigned[3]){gridDimX, gridDimY, gridDimZ},                               \
+           (const unsigned[3]){blockDimX, blockDimY, blockDimZ}, sharedMemBytes, hStream,      \
+           kernelParams, NULL)
+CUresult CUDAAPI cuLaunchCooperativeKernel(FK_COOP_ARGS)
+    FK_CALL(cuLaunchCooperativeKernel, 1, FK_COOP_BODY)
 
 /* The per-thread-default-stream variants (fakecuda.c explains why they are separate). */
 __typeof__(cuLaunchKernel) cuLaunchKernel_ptsz;
 __typeof__(cuLaunchKernelEx) cuLaunchKernelEx_ptsz;
+__typeof__(cuLaunchCooperativeKernel) cuLaunchCooperativeKernel_ptsz;
 CUresult CUDAAPI cuLaunchKernel_ptsz(FK_LAUNCH_ARGS) FK_CALL(cuLaunchKernel, 1, FK_LAUNCH_BODY)
 CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f,
                                        void **kernelParams, void **extra)
     FK_CALL(cuLaunchKernelEx, 1, launch_ex(config, f, kernelParams, extra))
+CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(FK_COOP_ARGS)
+    FK_CALL(cuLaunchCooperativeKernel, 1, FK_COOP_BODY)
 
 /* ---- test inspection (fakecuda.h) ---- */
 

@@ -35,7 +35,7 @@
     X(cuMemsetD2D16Async) X(cuMemsetD2D32Async)                                                \
     X(cuEventCreate) X(cuEventRecord)                                                          \
     X(cuEventQuery) X(cuEventSynchronize) X(cuEventDestroy) X(cuModuleLoadData)                \
-    X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncGetParamInfo) X(cuLaunchKernel)           \
+    X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncGetParamInfo) X(cuLaunchKernel) X(cuLaunchCooperativeKernel)           \
     X(cuLaunchKernelEx) X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuStreamIsCapturing)   \
     X(cuGraphCreate) X(cuGraphAddKernelNode) X(cuGraphAddChildGraphNode) X(cuGraphGetNodes)    \
     X(cuGraphNodeGetType) X(cuGraphKernelNodeGetParams) X(cuGraphChildGraphNodeGetGraph)       \
