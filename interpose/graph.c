@@ -17,9 +17,11 @@
  * are kept per graph until allocations or objects change). If they do not all fit in the
  * budget, what fits is loaded and the rest is read from its host home.
  *
- * Not covered: memcpy and memset nodes (their objects are made resident by the kernels that
- * use them), node parameters changed by cuGraphExecNodeSetParams or device-side graph
- * launches, and cuGraphExecUpdate through its CUDA 11 ABI.
+ * Memcpy and memset nodes are scanned too (their device sides), and so are the changes made
+ * by cuGraphExecMemcpyNodeSetParams, cuGraphExecMemsetNodeSetParams and the generic
+ * cuGraphExecNodeSetParams. Not covered: device-side graph launches, nodes the driver adds
+ * to a graph that is already instantiated (device-updatable nodes), and cuGraphExecUpdate
+ * through its CUDA 11 ABI.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -241,6 +243,34 @@ static void scan_kernel(gexec *x, CUgraphNode node, const CUDA_KERNEL_NODE_PARAM
     atomic_fetch_add_explicit(&mvm_pl.graph_kernel_nodes, 1, memory_order_relaxed);
 }
 
+/* A copy's side that is device memory in the managed range, at the copy's first byte. */
+static void emit_side(ptrs *p, CUmemorytype type, CUdeviceptr base, size_t x, size_t y,
+                      size_t pitch)
+{
+    uint64_t va = base + y * pitch + x;
+    if ((type == CU_MEMORYTYPE_DEVICE || type == CU_MEMORYTYPE_UNIFIED) && mvm_heap_contains(va))
+        emit_ptr(p, va);
+}
+
+/* A memcpy node's managed sides, or a memset node's managed destination. */
+static void scan_copy(gexec *x, CUgraphNode node, const CUDA_MEMCPY3D *c,
+                      const CUDA_MEMSET_NODE_PARAMS *m, bool maybe_known)
+{
+    ptrs p = {0};
+    if (c) {
+        emit_side(&p, c->srcMemoryType, c->srcDevice, c->srcXInBytes,
+                  c->srcY + c->srcZ * c->srcHeight, c->srcPitch);
+        emit_side(&p, c->dstMemoryType, c->dstDevice, c->dstXInBytes,
+                  c->dstY + c->dstZ * c->dstHeight, c->dstPitch);
+    }
+    if (m && mvm_heap_contains(m->dst))
+        emit_ptr(&p, m->dst);
+    node_set(x, node, &p, maybe_known);
+    atomic_fetch_add_explicit(&mvm_pl.graph_copy_nodes, 1, memory_order_relaxed);
+}
+
+static void scan_node(gexec *x, CUgraphNode node, int depth);
+
 static void scan_graph(gexec *x, CUgraph g, int depth)
 {
     size_t n = 0;
@@ -251,20 +281,33 @@ static void scan_graph(gexec *x, CUgraph g, int depth)
         free(nodes);
         return;
     }
-    for (size_t i = 0; i < n; i++) {
-        CUgraphNodeType type;
-        CUDA_KERNEL_NODE_PARAMS kp;
-        CUgraph child;
-        if (mvm_real_fn.cuGraphNodeGetType(nodes[i], &type) != CUDA_SUCCESS)
-            continue;
-        if (type == CU_GRAPH_NODE_TYPE_KERNEL &&
-            mvm_real_fn.cuGraphKernelNodeGetParams_v2(nodes[i], &kp) == CUDA_SUCCESS)
-            scan_kernel(x, nodes[i], &kp, false);
-        else if (type == CU_GRAPH_NODE_TYPE_GRAPH && mvm_real_fn.cuGraphChildGraphNodeGetGraph &&
-                 mvm_real_fn.cuGraphChildGraphNodeGetGraph(nodes[i], &child) == CUDA_SUCCESS)
-            scan_graph(x, child, depth + 1);
-    }
+    for (size_t i = 0; i < n; i++)
+        scan_node(x, nodes[i], depth);
     free(nodes);
+}
+
+/* Kernel, memcpy and memset nodes name memory; child graphs are scanned in turn. */
+static void scan_node(gexec *x, CUgraphNode node, int depth)
+{
+    CUgraphNodeType type;
+    CUDA_KERNEL_NODE_PARAMS kp;
+    CUDA_MEMCPY3D cp;
+    CUDA_MEMSET_NODE_PARAMS mp;
+    CUgraph child;
+    if (mvm_real_fn.cuGraphNodeGetType(node, &type) != CUDA_SUCCESS)
+        return;
+    if (type == CU_GRAPH_NODE_TYPE_KERNEL &&
+        mvm_real_fn.cuGraphKernelNodeGetParams_v2(node, &kp) == CUDA_SUCCESS)
+        scan_kernel(x, node, &kp, false);
+    else if (type == CU_GRAPH_NODE_TYPE_MEMCPY && mvm_real_fn.cuGraphMemcpyNodeGetParams &&
+             mvm_real_fn.cuGraphMemcpyNodeGetParams(node, &cp) == CUDA_SUCCESS)
+        scan_copy(x, node, &cp, NULL, false);
+    else if (type == CU_GRAPH_NODE_TYPE_MEMSET && mvm_real_fn.cuGraphMemsetNodeGetParams &&
+             mvm_real_fn.cuGraphMemsetNodeGetParams(node, &mp) == CUDA_SUCCESS)
+        scan_copy(x, node, NULL, &mp, false);
+    else if (type == CU_GRAPH_NODE_TYPE_GRAPH && mvm_real_fn.cuGraphChildGraphNodeGetGraph &&
+             mvm_real_fn.cuGraphChildGraphNodeGetGraph(node, &child) == CUDA_SUCCESS)
+        scan_graph(x, child, depth + 1);
 }
 
 static bool can_scan(void)
@@ -359,22 +402,83 @@ CUresult hk_cuGraphExecUpdate_v2(CUgraphExec e, CUgraph g, CUgraphExecUpdateResu
     return r;
 }
 
+/* One node of e has new parameters: its pointers replace what it had (exactly one of kp,
+ * c, m is given). */
+static void rescan_node(CUgraphExec e, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS *kp,
+                        const CUDA_MEMCPY3D *c, const CUDA_MEMSET_NODE_PARAMS *m)
+{
+    if (!mvm_pl_on() || (!kp && !c && !m))
+        return;
+    pthread_rwlock_rdlock(&mvm_pl.lock);
+    pthread_mutex_lock(&graph_mu);
+    bool found;
+    int64_t at = exec_index(e, &found);
+    if (found && kp)
+        scan_kernel(execs[at], node, kp, true);
+    else if (found)
+        scan_copy(execs[at], node, c, m, true);
+    pthread_mutex_unlock(&graph_mu);
+    pthread_rwlock_unlock(&mvm_pl.lock);
+}
+
 CUresult hk_cuGraphExecKernelNodeSetParams_v2(CUgraphExec e, CUgraphNode node,
                                               const CUDA_KERNEL_NODE_PARAMS *kp)
 {
     if (!mvm_real_load() || !mvm_real_fn.cuGraphExecKernelNodeSetParams_v2)
         return CUDA_ERROR_NOT_SUPPORTED;
     CUresult r = mvm_real_fn.cuGraphExecKernelNodeSetParams_v2(e, node, kp);
-    if (r != CUDA_SUCCESS || !kp || !mvm_pl_on())
+    if (r == CUDA_SUCCESS)
+        rescan_node(e, node, kp, NULL, NULL);
+    return r;
+}
+
+CUresult hk_cuGraphExecMemcpyNodeSetParams(CUgraphExec e, CUgraphNode node,
+                                           const CUDA_MEMCPY3D *c, CUcontext ctx)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuGraphExecMemcpyNodeSetParams)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    CUresult r = mvm_real_fn.cuGraphExecMemcpyNodeSetParams(e, node, c, ctx);
+    if (r == CUDA_SUCCESS)
+        rescan_node(e, node, NULL, c, NULL);
+    return r;
+}
+
+CUresult hk_cuGraphExecMemsetNodeSetParams(CUgraphExec e, CUgraphNode node,
+                                           const CUDA_MEMSET_NODE_PARAMS *m, CUcontext ctx)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuGraphExecMemsetNodeSetParams)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    CUresult r = mvm_real_fn.cuGraphExecMemsetNodeSetParams(e, node, m, ctx);
+    if (r == CUDA_SUCCESS)
+        rescan_node(e, node, NULL, NULL, m);
+    return r;
+}
+
+/* The generic setter (CUDA 12.2): its kernel, memcpy and memset forms, in the older
+ * setters' structures. Other node types name no memory. */
+CUresult hk_cuGraphExecNodeSetParams(CUgraphExec e, CUgraphNode node, CUgraphNodeParams *p)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuGraphExecNodeSetParams)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    CUresult r = mvm_real_fn.cuGraphExecNodeSetParams(e, node, p);
+    if (r != CUDA_SUCCESS || !p)
         return r;
-    pthread_rwlock_rdlock(&mvm_pl.lock);
-    pthread_mutex_lock(&graph_mu);
-    bool found;
-    int64_t at = exec_index(e, &found);
-    if (found)
-        scan_kernel(execs[at], node, kp, true);
-    pthread_mutex_unlock(&graph_mu);
-    pthread_rwlock_unlock(&mvm_pl.lock);
+    if (p->type == CU_GRAPH_NODE_TYPE_KERNEL) {
+        const CUDA_KERNEL_NODE_PARAMS_v3 *k = &p->kernel;
+        CUDA_KERNEL_NODE_PARAMS kp = {
+            .func = k->func, .gridDimX = k->gridDimX, .gridDimY = k->gridDimY,
+            .gridDimZ = k->gridDimZ, .blockDimX = k->blockDimX, .blockDimY = k->blockDimY,
+            .blockDimZ = k->blockDimZ, .sharedMemBytes = k->sharedMemBytes,
+            .kernelParams = k->kernelParams, .extra = k->extra, .kern = k->kern};
+        rescan_node(e, node, &kp, NULL, NULL);
+    } else if (p->type == CU_GRAPH_NODE_TYPE_MEMCPY) {
+        rescan_node(e, node, NULL, &p->memcpy.copyParams, NULL);
+    } else if (p->type == CU_GRAPH_NODE_TYPE_MEMSET) {
+        const CUDA_MEMSET_NODE_PARAMS_v2 *m = &p->memset;
+        CUDA_MEMSET_NODE_PARAMS m1 = {m->dst, m->pitch, m->value, m->elementSize, m->width,
+                                      m->height};
+        rescan_node(e, node, NULL, NULL, &m1);
+    }
     return r;
 }
 

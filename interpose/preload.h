@@ -108,6 +108,12 @@ typedef struct {
       (CUgraphExec, CUgraph, CUgraphExecUpdateResultInfo *))                                   \
     X(cuGraphExecKernelNodeSetParams_v2, "cuGraphExecKernelNodeSetParams_v2", CUresult,        \
       (CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS *))                             \
+    X(cuGraphExecMemcpyNodeSetParams, "cuGraphExecMemcpyNodeSetParams", CUresult,              \
+      (CUgraphExec, CUgraphNode, const CUDA_MEMCPY3D *, CUcontext))                            \
+    X(cuGraphExecMemsetNodeSetParams, "cuGraphExecMemsetNodeSetParams", CUresult,              \
+      (CUgraphExec, CUgraphNode, const CUDA_MEMSET_NODE_PARAMS *, CUcontext))                  \
+    X(cuGraphExecNodeSetParams, "cuGraphExecNodeSetParams", CUresult,                          \
+      (CUgraphExec, CUgraphNode, CUgraphNodeParams *))                                         \
     X(cuGraphExecDestroy, "cuGraphExecDestroy", CUresult, (CUgraphExec))                       \
     X(cuGraphLaunch, "cuGraphLaunch", CUresult, (CUgraphExec, CUstream))                       \
     X(cuGraphLaunch_ptsz, "cuGraphLaunch_ptsz", CUresult, (CUgraphExec, CUstream))
@@ -209,7 +215,11 @@ typedef struct {
     X(cuGraphKernelNodeGetParams_v2, "cuGraphKernelNodeGetParams_v2", CUresult,                \
       (CUgraphNode, CUDA_KERNEL_NODE_PARAMS *))                                                \
     X(cuGraphChildGraphNodeGetGraph, "cuGraphChildGraphNodeGetGraph", CUresult,                \
-      (CUgraphNode, CUgraph *))
+      (CUgraphNode, CUgraph *))                                                                \
+    X(cuGraphMemcpyNodeGetParams, "cuGraphMemcpyNodeGetParams", CUresult,                      \
+      (CUgraphNode, CUDA_MEMCPY3D *))                                                          \
+    X(cuGraphMemsetNodeGetParams, "cuGraphMemsetNodeGetParams", CUresult,                      \
+      (CUgraphNode, CUDA_MEMSET_NODE_PARAMS *))
 #define MVM_NVML_USED(X)                                                                      \
     X(nvmlDeviceGetHandleByPciBusId_v2, "nvmlDeviceGetHandleByPciBusId_v2", nvmlReturn_t_,     \
       (const char *, nvmlDevice_t_ *))                                                         \
@@ -298,7 +308,7 @@ typedef struct mvm_preload {
                                   lasts (graph.c caches graphs' objects by it); from 1 */
     _Atomic uint32_t captures; /* streams being captured into graphs (graph.c) */
     /* counters for the report */
-    _Atomic uint64_t graphs_scanned, graph_kernel_nodes;
+    _Atomic uint64_t graphs_scanned, graph_kernel_nodes, graph_copy_nodes;
     uint64_t misses, pages_in, pages_out, wait_ns, drains;
     uint64_t overflows;        /* misses with nothing to move: the budget holds only them */
     uint64_t managed_allocs, managed_bytes, peak_managed_bytes;

@@ -262,6 +262,7 @@ static cJSON *report_json(const totals *t)
     add_num(o, "graphs", (double)t->graph_launches);
     add_num(o, "graphs_scanned", (double)atomic_load(&mvm_pl.graphs_scanned));
     add_num(o, "graph_kernel_nodes", (double)atomic_load(&mvm_pl.graph_kernel_nodes));
+    add_num(o, "graph_copy_nodes", (double)atomic_load(&mvm_pl.graph_copy_nodes));
     add_num(o, "deferred", (double)t->deferred);
     add_num(r, "managed_copies", (double)t->copies);
     cJSON_AddItemToObject(r, "moves", o = cJSON_CreateObject());

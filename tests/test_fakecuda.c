@@ -69,7 +69,9 @@ static void check_rc(CUresult got, CUresult want, const char *what, int line)
     X(cuMemcpyBatchAsync_v2) X(cuMemsetD16_v2) X(cuMemsetD32_v2) X(cuMemsetD8Async)            \
     X(cuMemsetD16Async) X(cuMemsetD32Async) X(cuMemsetD2D8_v2) X(cuMemsetD2D16_v2)             \
     X(cuMemsetD2D32_v2) X(cuMemsetD2D8Async) X(cuMemsetD2D16Async) X(cuMemsetD2D32Async)     \
-    X(cuLaunchCooperativeKernel)
+    X(cuLaunchCooperativeKernel) X(cuGraphAddMemcpyNode) X(cuGraphAddMemsetNode)               \
+    X(cuGraphMemcpyNodeGetParams) X(cuGraphMemsetNodeGetParams) X(cuGraphExecNodeSetParams)    \
+    X(cuGraphExecMemcpyNodeSetParams) X(cuGraphExecMemsetNodeSetParams)
 #define FK_FUNCS(X)                                                                            \
     X(fakecuda_calls) X(fakecuda_live_handles) X(fakecuda_mapped_bytes)                        \
     X(fakecuda_live_reservations) X(fakecuda_reset_counters) X(fakecuda_set_fail)              \
@@ -868,6 +870,96 @@ static void t_copies_memsets(void)
     OK(p_cuStreamDestroy_v2(s));
     OK(p_cuMemFree_v2(d));
     OK(p_cuMemFree_v2(e));
+}
+
+/* Memcpy and memset nodes: read back as added, run in order at launch, changed through
+ * their own setters and the generic one; a graph of other node types cannot update them. */
+static void t_graph_copies(void)
+{
+    CUdeviceptr a, b;
+    CUstream s;
+    OK(p_cuMemAlloc_v2(&a, 4096));
+    OK(p_cuMemAlloc_v2(&b, 4096));
+    OK(p_cuStreamCreate(&s, 0));
+    CUgraph g, other;
+    CUgraphNode n_set, n_copy;
+    CUDA_MEMSET_NODE_PARAMS set = {.dst = a, .value = 0x7e, .elementSize = 1, .width = 256,
+                                   .height = 1};
+    CUDA_MEMCPY3D copy;
+    memset(&copy, 0, sizeof copy);
+    copy.srcMemoryType = copy.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    copy.srcDevice = a;
+    copy.dstDevice = b + 100;
+    copy.WidthInBytes = 64;
+    copy.Height = copy.Depth = 1;
+    OK(p_cuGraphCreate(&g, 0));
+    OK(p_cuGraphAddMemsetNode(&n_set, g, NULL, 0, &set, g_ctx));
+    OK(p_cuGraphAddMemcpyNode(&n_copy, g, &n_set, 1, &copy, g_ctx));
+    CUDA_MEMSET_NODE_PARAMS set_back;
+    CUDA_MEMCPY3D copy_back;
+    OK(p_cuGraphMemsetNodeGetParams(n_set, &set_back));
+    OK(p_cuGraphMemcpyNodeGetParams(n_copy, &copy_back));
+    CHECK(set_back.dst == a && set_back.width == 256 && copy_back.dstDevice == b + 100);
+    RC(p_cuGraphMemsetNodeGetParams(n_copy, &set_back), CUDA_ERROR_INVALID_VALUE);
+    CUgraphNodeType type;
+    OK(p_cuGraphNodeGetType(n_copy, &type));
+    CHECK(type == CU_GRAPH_NODE_TYPE_MEMCPY);
+    set.elementSize = 3;
+    RC(p_cuGraphAddMemsetNode(&n_set, g, NULL, 0, &set, g_ctx), CUDA_ERROR_INVALID_VALUE);
+    set.elementSize = 1;
+    copy.Depth = 2;
+    RC(p_cuGraphAddMemcpyNode(&n_copy, g, NULL, 0, &copy, g_ctx), CUDA_ERROR_NOT_SUPPORTED);
+    copy.Depth = 1;
+
+    CUgraphExec e;
+    OK(p_cuGraphInstantiateWithFlags(&e, g, 0));
+    OK(p_cuMemsetD8_v2(a, 0, 4096));
+    OK(p_cuMemsetD8_v2(b, 0, 4096));
+    OK(p_cuGraphLaunch(e, s));
+    CHECK(host(a)[255] == 0x7e && host(a)[256] == 0);
+    CHECK(host(b)[100] == 0x7e && host(b)[163] == 0x7e && host(b)[164] == 0 && host(b)[99] == 0);
+
+    /* The memset, through the generic setter: 32-bit elements into b; the copy from b. */
+    CUgraphNodeParams p;
+    memset(&p, 0, sizeof p);
+    p.type = CU_GRAPH_NODE_TYPE_MEMSET;
+    p.memset = (CUDA_MEMSET_NODE_PARAMS_v2){.dst = b, .value = 0x01020304u, .elementSize = 4,
+                                            .width = 4, .height = 1};
+    OK(p_cuGraphExecNodeSetParams(e, n_set, &p));
+    copy.srcDevice = b;
+    copy.dstDevice = a + 1000;
+    copy.WidthInBytes = 16;
+    OK(p_cuGraphExecMemcpyNodeSetParams(e, n_copy, &copy, g_ctx));
+    OK(p_cuGraphLaunch(e, s));
+    CHECK(u32(a + 1000)[0] == 0x01020304u && u32(a + 1000)[3] == 0x01020304u &&
+          host(a)[1016] == 0);
+    p.type = CU_GRAPH_NODE_TYPE_MEMCPY; /* the wrong kind for that node */
+    RC(p_cuGraphExecNodeSetParams(e, n_set, &p), CUDA_ERROR_INVALID_VALUE);
+    set.dst = b + 2;
+    set.elementSize = 2;
+    set.width = 1;
+    OK(p_cuGraphExecMemsetNodeSetParams(e, n_set, &set, g_ctx));
+    OK(p_cuGraphLaunch(e, s));
+    CHECK(host(b)[1] == 0x03 && host(b)[2] == 0x7e && host(b)[3] == 0 && host(b)[4] == 0x04);
+    /* Run time failures: a copy past the end of its memory fails the launch. */
+    copy.dstDevice = b + 4090;
+    OK(p_cuGraphExecMemcpyNodeSetParams(e, n_copy, &copy, g_ctx));
+    CUdeviceptr top = a > b ? a : b;
+    if (top == b) RC(p_cuGraphLaunch(e, s), CUDA_ERROR_INVALID_VALUE);
+
+    /* Update: only from a graph of the same node types. */
+    CUgraphNode n_other;
+    CUgraphExecUpdateResultInfo info;
+    OK(p_cuGraphCreate(&other, 0));
+    OK(p_cuGraphAddMemcpyNode(&n_other, other, NULL, 0, &copy, g_ctx));
+    OK(p_cuGraphAddMemsetNode(&n_other, other, NULL, 0, &set, g_ctx));
+    RC(p_cuGraphExecUpdate_v2(e, other, &info), CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE);
+    OK(p_cuGraphExecDestroy(e));
+    OK(p_cuGraphDestroy(other));
+    OK(p_cuGraphDestroy(g));
+    OK(p_cuStreamDestroy_v2(s));
+    OK(p_cuMemFree_v2(a));
+    OK(p_cuMemFree_v2(b));
 }
 
 /* ---- fake kernels ---- */
@@ -1745,6 +1837,7 @@ int main(int argc, char **argv)
     t_kernels_random();
     t_libraries();
     t_graphs();
+    t_graph_copies();
     t_proc_address();
     t_errors();
     t_threads_and_release();

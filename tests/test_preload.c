@@ -27,6 +27,8 @@
  *               capture stays valid; launching the graph (and one built by hand with a
  *               child graph, and both after their parameters change) finds every object
  *               in device memory
+ *   graphcopy   a graph's memcpy and memset nodes make their buffers resident at its launch,
+ *               also after cuGraphExecNodeSetParams and cuGraphExecMemcpyNodeSetParams
  *   kernels     a kernel whose pointers sit inside one struct parameter, a cooperative
  *               launch, and one launched by its CUkernel handle (cuLibrary*, as the runtime
  *               loads code), find their objects in device memory
@@ -106,6 +108,13 @@ static struct {
     CUresult (*CtxGetCurrent)(CUcontext *);
     CUresult (*LaunchCooperativeKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned,
                                         unsigned, unsigned, unsigned, CUstream, void **);
+    CUresult (*GraphAddMemsetNode)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                                   const CUDA_MEMSET_NODE_PARAMS *, CUcontext);
+    CUresult (*GraphAddMemcpyNode)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                                   const CUDA_MEMCPY3D *, CUcontext);
+    CUresult (*GraphExecNodeSetParams)(CUgraphExec, CUgraphNode, CUgraphNodeParams *);
+    CUresult (*GraphExecMemcpyNodeSetParams)(CUgraphExec, CUgraphNode, const CUDA_MEMCPY3D *,
+                                             CUcontext);
 } cu;
 
 static void *lookup(const char *how, void *lib, const char *name, const char *linked_name,
@@ -176,6 +185,10 @@ static void bind(const char *how)
     BIND(MemcpyBatchAsync, cuMemcpyBatchAsync_v2);
     BIND(CtxGetCurrent, cuCtxGetCurrent);
     BIND(LaunchCooperativeKernel, cuLaunchCooperativeKernel);
+    BIND(GraphAddMemsetNode, cuGraphAddMemsetNode);
+    BIND(GraphAddMemcpyNode, cuGraphAddMemcpyNode);
+    BIND(GraphExecNodeSetParams, cuGraphExecNodeSetParams);
+    BIND(GraphExecMemcpyNodeSetParams, cuGraphExecMemcpyNodeSetParams);
     void **f = (void **)&cu;
     for (size_t i = 0; i < sizeof cu / sizeof(void *); i++)
         if (!f[i]) {
@@ -727,6 +740,91 @@ SCENARIO void scenario_graph(void)
     bufs_free(&b);
 }
 
+/* After a graph launch: the sum of buffer `in` needs no move (the launch made its object
+ * resident) and equals `expect`. */
+static void expect_resident_sum(graph_bufs *b, CUdeviceptr in, uint64_t expect)
+{
+    fakecuda_reset_counters();
+    EXPECT(sum_kernel(b->sum, b->out + 1024, in, 2 * MiB / 4) == expect);
+    EXPECT(fakecuda_calls("cuCtxSynchronize") == 0 && fakecuda_kernel_bytes(1) == 0);
+}
+
+static CUDA_MEMCPY3D device_copy(CUdeviceptr dst, CUdeviceptr src, size_t bytes)
+{
+    CUDA_MEMCPY3D c;
+    memset(&c, 0, sizeof c);
+    c.srcMemoryType = c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    c.srcDevice = src;
+    c.dstDevice = dst;
+    c.WidthInBytes = bytes;
+    c.Height = c.Depth = 1;
+    return c;
+}
+
+/* A graph of a memset node, a memcpy node and a kernel node: launched while their buffers
+ * are on the host, it makes all of them resident (the sums after it move nothing), and so
+ * again after each node is pointed elsewhere by cuGraphExecNodeSetParams and
+ * cuGraphExecMemcpyNodeSetParams. */
+SCENARIO void scenario_graphcopy(void)
+{
+    const uint64_t n = 2 * MiB / 4, ones = n * 0x01010101ull;
+    graph_bufs b;
+    bufs_make(&b);
+    CUstream s;
+    CUcontext ctx;
+    CU_OK(cu.StreamCreate(&s, 0));
+    CU_OK(cu.CtxGetCurrent(&ctx));
+    CUgraph g;
+    CUgraphNode n_set, n_copy, n_sum;
+    CUgraphExec e = NULL;
+    CUDA_MEMSET_NODE_PARAMS set = {.dst = b.small[0], .value = 0x01010101u, .elementSize = 4,
+                                   .width = n, .height = 1};
+    CUDA_MEMCPY3D copy = device_copy(b.small[2], b.small[1], 2 * MiB);
+    sum_node v;
+    CU_OK(cu.GraphCreate(&g, 0));
+    CU_OK(cu.GraphAddMemsetNode(&n_set, g, NULL, 0, &set, ctx));
+    CU_OK(cu.GraphAddMemcpyNode(&n_copy, g, &n_set, 1, &copy, ctx));
+    CU_OK(cu.GraphAddKernelNode(&n_sum, g, &n_copy, 1, sum_params(&v, &b, 0, 3)));
+    CU_OK(cu.GraphInstantiate(&e, g, 0));
+    bufs_push_out(&b);
+    out_poison(&b);
+    CU_OK(cu.GraphLaunch(e, s));
+    EXPECT(out_read(&b, 0) == b.expect[3]);
+    expect_resident_sum(&b, b.small[0], ones);       /* the memset's destination */
+    expect_resident_sum(&b, b.small[2], b.expect[1]); /* the copy's destination... */
+    expect_resident_sum(&b, b.small[1], b.expect[1]); /* ...and source */
+
+    /* The memset now fills small[3] (generic setter), the kernel sums small[2]. */
+    CUgraphNodeParams p;
+    memset(&p, 0, sizeof p);
+    p.type = CU_GRAPH_NODE_TYPE_MEMSET;
+    p.memset = (CUDA_MEMSET_NODE_PARAMS_v2){.dst = b.small[3], .value = 0x01010101u,
+                                            .elementSize = 4, .width = n, .height = 1};
+    CU_OK(cu.GraphExecNodeSetParams(e, n_set, &p));
+    memset(&p, 0, sizeof p);
+    p.type = CU_GRAPH_NODE_TYPE_KERNEL;
+    const CUDA_KERNEL_NODE_PARAMS *k = sum_params(&v, &b, 1, 2);
+    p.kernel = (CUDA_KERNEL_NODE_PARAMS_v3){.func = k->func, .gridDimX = 1, .gridDimY = 1,
+                                            .gridDimZ = 1, .blockDimX = 1, .blockDimY = 1,
+                                            .blockDimZ = 1, .kernelParams = k->kernelParams};
+    CU_OK(cu.GraphExecNodeSetParams(e, n_sum, &p));
+    /* ...and the copy goes from small[0] to small[1]. */
+    copy = device_copy(b.small[1], b.small[0], 2 * MiB);
+    CU_OK(cu.GraphExecMemcpyNodeSetParams(e, n_copy, &copy, ctx));
+    bufs_push_out(&b);
+    out_poison(&b);
+    CU_OK(cu.GraphLaunch(e, s));
+    EXPECT(out_read(&b, 1) == b.expect[1]); /* small[2] held small[1]'s pattern */
+    expect_resident_sum(&b, b.small[3], ones);
+    expect_resident_sum(&b, b.small[1], ones);
+    expect_resident_sum(&b, b.small[0], ones);
+    expect_resident_sum(&b, b.small[2], b.expect[1]);
+
+    CU_OK(cu.GraphExecDestroy(e));
+    CU_OK(cu.GraphDestroy(g));
+    bufs_free(&b);
+}
+
 SCENARIO void scenario_kernels(void)
 {
     graph_bufs b;
@@ -903,6 +1001,8 @@ int main(int argc, char **argv)
         scenario_graph();
     else if (strcmp(scenario, "kernels") == 0)
         scenario_kernels();
+    else if (strcmp(scenario, "graphcopy") == 0)
+        scenario_graphcopy();
     else {
         fprintf(stderr, "test_preload: unknown scenario %s\n", scenario);
         return 2;

@@ -49,7 +49,7 @@ if [ -n "$driver" ] && [ -f "$driver" ]; then
 fi
 
 for how in link dlsym getproc; do
-    for sc in oversub overbudget unified guarded routing query ipc fork graph kernels; do
+    for sc in oversub overbudget unified guarded routing query ipc fork graph graphcopy kernels; do
         run "$sc.$how" 0 "${managed[@]}" -- "$sc.$how"
     done
 done
@@ -111,6 +111,20 @@ check(l["graphs_scanned"] == 3 and l["graph_kernel_nodes"] == 7, "graphs and nod
 # left resident by the graph launch before it)
 check(l["deferred"] == 3, "misses deferred during captures")
 print("ok   report graph contents")
+EOF
+fi
+
+# A graph's memcpy and memset nodes are scanned at instantiation and at each change.
+if run "report graphcopy" 0 "${managed[@]}" MOEVM_REPORT="$tmp/gcopy.json" -- graphcopy.link
+then
+    python3 - "$tmp/gcopy.json" <<'EOF' || fails=$((fails + 1))
+import json, sys
+l = json.load(open(sys.argv[1]))["launches"]
+# instantiated: one memset, one memcpy, one kernel node; then each of the three changed
+if not (l["graph_copy_nodes"] == 4 and l["graph_kernel_nodes"] == 2 and l["graphs"] == 2):
+    print("FAIL report graphcopy: 4 copy nodes, 2 kernel nodes, 2 graphs:", json.dumps(l))
+    sys.exit(1)
+print("ok   report graphcopy contents")
 EOF
 fi
 

@@ -39,7 +39,20 @@ static int side_ok(const side *s, size_t width, size_t height, unsigned need)
     return 1;
 }
 
-/* Copies `height` rows of `width` bytes. Checks everything before writing anything. */
+/* Copies `height` rows of `width` bytes, under the lock; checks everything before writing
+ * anything. */
+static CUresult rows_locked(side dst, side src, size_t width, size_t height)
+{
+    if (height > 1 && (dst.pitch < width || src.pitch < width)) return CUDA_ERROR_INVALID_VALUE;
+    if (width && height &&
+        (!side_ok(&dst, width, height, CU_MEM_ACCESS_FLAGS_PROT_READWRITE) ||
+         !side_ok(&src, width, height, CU_MEM_ACCESS_FLAGS_PROT_READ)))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t r = 0; width && r < height; r++) /* under the lock: nothing unmaps */
+        memmove((void *)(dst.at + r * dst.pitch), (const void *)(src.at + r * src.pitch), width);
+    return CUDA_SUCCESS;
+}
+
 static CUresult copy_rows(enum fk_fn fn, side dst, side src, size_t width, size_t height,
                           CUstream s)
 {
@@ -48,14 +61,7 @@ static CUresult copy_rows(enum fk_fn fn, side dst, side src, size_t width, size_
     CUresult rc = fk_enter(fn, 1);
     if (!rc) rc = fk_need_ctx();
     if (!rc && !fk_stream_ok(s)) rc = CUDA_ERROR_INVALID_HANDLE;
-    if (!rc && height > 1 && (dst.pitch < width || src.pitch < width))
-        rc = CUDA_ERROR_INVALID_VALUE;
-    if (!rc && width && height &&
-        (!side_ok(&dst, width, height, CU_MEM_ACCESS_FLAGS_PROT_READWRITE) ||
-         !side_ok(&src, width, height, CU_MEM_ACCESS_FLAGS_PROT_READ)))
-        rc = CUDA_ERROR_INVALID_VALUE;
-    for (size_t r = 0; !rc && width && r < height; r++) /* under the lock: nothing unmaps */
-        memmove((void *)(dst.at + r * dst.pitch), (const void *)(src.at + r * src.pitch), width);
+    if (!rc) rc = rows_locked(dst, src, width, height);
     return fk_leave(rc);
 }
 
@@ -127,6 +133,28 @@ static CUresult fill(uintptr_t va, size_t pitch, unsigned elem, unsigned value, 
         for (size_t i = 0; i < width; i++)
             memcpy((void *)(va + r * pitch + i * elem), &value, elem); /* little-endian */
     return CUDA_SUCCESS;
+}
+
+/* ---- graph nodes (fake_graphs.c), under the lock ---- */
+
+CUresult fk_copy_3d(const CUDA_MEMCPY3D *p)
+{
+    side dst, src;
+    if (!p) return CUDA_ERROR_INVALID_VALUE;
+    if (p->Depth != 1 || p->srcZ || p->dstZ || p->srcLOD || p->dstLOD)
+        return CUDA_ERROR_NOT_SUPPORTED; /* one layer only */
+    CUresult rc = side_2d(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY,
+                          p->dstPitch, &dst);
+    if (!rc) rc = side_2d(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes, p->srcY,
+                          p->srcPitch, &src);
+    return rc ? rc : rows_locked(dst, src, p->WidthInBytes, p->Height);
+}
+
+CUresult fk_memset_node(const CUDA_MEMSET_NODE_PARAMS *p)
+{
+    if (!p || (p->elementSize != 1 && p->elementSize != 2 && p->elementSize != 4))
+        return CUDA_ERROR_INVALID_VALUE;
+    return fill(p->dst, p->pitch, p->elementSize, p->value, p->width, p->height, NULL);
 }
 
 /* ---- the exports: each function and its twin share a body ---- */

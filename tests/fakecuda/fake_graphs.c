@@ -8,16 +8,19 @@
  *     global-mode capture (or the caller's thread-local one) is under way, fails with
  *     CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the capture; cuStreamEndCapture
  *     then fails with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, as on the driver.
- *   - Graphs hold kernel nodes and child-graph nodes (a child is copied in, as the driver
- *     does); cuGraphGetNodes, cuGraphNodeGetType, cuGraphKernelNodeGetParams_v2 and
- *     cuGraphChildGraphNodeGetGraph read them back.
+ *   - Graphs hold kernel, memcpy (one layer, no CUDA arrays), memset and child-graph nodes
+ *     (a child is copied in, as the driver does); cuGraphGetNodes, cuGraphNodeGetType,
+ *     cuGraphKernelNodeGetParams_v2, cuGraphMemcpyNodeGetParams, cuGraphMemsetNodeGetParams
+ *     and cuGraphChildGraphNodeGetGraph read them back.
  *   - An executable graph is the nodes flattened (children inlined) in insertion order,
  *     each remembering the node it came from; cuGraphLaunch runs them in that order,
- *     synchronously, stopping at the first failing kernel. cuGraphExecKernelNodeSetParams_v2
- *     changes one; cuGraphExecUpdate_v2 takes a graph of the same kernels in the same order.
+ *     synchronously, stopping at the first failing node. cuGraphExecKernelNodeSetParams_v2,
+ *     cuGraphExecMemcpyNodeSetParams, cuGraphExecMemsetNodeSetParams and the generic
+ *     cuGraphExecNodeSetParams change one; cuGraphExecUpdate_v2 takes a graph of the same
+ *     nodes (types, and kernels' functions) in the same order.
  * Edges are ignored: nodes run in insertion order, which respects any dependency a capture
- * produces. Only kernel launches are captured: a copy queued on a capturing stream runs at
- * once.
+ * produces. Only kernel launches are captured: a copy or memset queued on a capturing stream
+ * runs at once.
  */
 #include <cuda.h>
 
@@ -34,6 +37,8 @@ struct CUgraphNode_st {
     unsigned char raw[FK_PARAM_BYTES];
     void *args[FK_MAX_PARAMS];          /* kernelParams, pointing into raw */
     struct CUgraph_st *child;           /* child-graph nodes: the node's own copy */
+    CUDA_MEMCPY3D copy;                 /* memcpy nodes */
+    CUDA_MEMSET_NODE_PARAMS set;        /* memset nodes */
 };
 
 struct CUgraph_st {
@@ -190,6 +195,28 @@ static CUresult add_child_node(CUgraphNode *pn, CUgraph g, CUgraph child)
     return CUDA_SUCCESS;
 }
 
+/* Memcpy and memset nodes: their parameters are checked when they run, but what the fake
+ * cannot run at all is refused here. */
+static CUresult add_copy_node(CUgraphNode *pn, CUgraph g, CUgraphNodeType type,
+                              const CUDA_MEMCPY3D *copy, const CUDA_MEMSET_NODE_PARAMS *set)
+{
+    CUresult rc = fk_need_ctx();
+    if (rc) return rc;
+    if (!pn || !graph_find(g) || (type == CU_GRAPH_NODE_TYPE_MEMCPY ? !copy : !set))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (copy && copy->Depth != 1) return CUDA_ERROR_NOT_SUPPORTED;
+    if (set && set->elementSize != 1 && set->elementSize != 2 && set->elementSize != 4)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUgraphNode_st *n = calloc(1, sizeof *n);
+    if (!n) return CUDA_ERROR_OUT_OF_MEMORY;
+    n->type = type;
+    if (copy) n->copy = *copy;
+    if (set) n->set = *set;
+    if ((rc = graph_append(g, n))) return rc;
+    *pn = n;
+    return CUDA_SUCCESS;
+}
+
 /* A node of a live graph, children's included. */
 static int node_in(const struct CUgraph_st *g, CUgraphNode node)
 {
@@ -251,6 +278,18 @@ static CUresult kernel_node_params(CUgraphNode node, CUDA_KERNEL_NODE_PARAMS *p)
                                    .gridDimZ = n->grid[2], .blockDimX = n->block[0],
                                    .blockDimY = n->block[1], .blockDimZ = n->block[2],
                                    .sharedMemBytes = n->shared, .kernelParams = n->args};
+    return CUDA_SUCCESS;
+}
+
+static CUresult copy_node_params(CUgraphNode node, CUDA_MEMCPY3D *copy,
+                                 CUDA_MEMSET_NODE_PARAMS *set)
+{
+    struct CUgraphNode_st *n = node_find(node);
+    if (!n || (copy ? n->type != CU_GRAPH_NODE_TYPE_MEMCPY : n->type != CU_GRAPH_NODE_TYPE_MEMSET))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (copy) *copy = n->copy;
+    else if (set) *set = n->set;
+    else return CUDA_ERROR_INVALID_VALUE;
     return CUDA_SUCCESS;
 }
 
@@ -335,7 +374,8 @@ static CUresult exec_update(CUgraphExec e, CUgraph g, CUgraphExecUpdateResultInf
     if (!nodes) return CUDA_ERROR_OUT_OF_MEMORY;
     flatten(src, nodes, &at);
     int same = n == x->n;
-    for (size_t i = 0; same && i < n; i++) same = nodes[i].node.f == x->nodes[i].node.f;
+    for (size_t i = 0; same && i < n; i++)
+        same = nodes[i].node.type == x->nodes[i].node.type && nodes[i].node.f == x->nodes[i].node.f;
     if (!same) {
         free(nodes);
         info->result = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
@@ -346,21 +386,73 @@ static CUresult exec_update(CUgraphExec e, CUgraph g, CUgraphExecUpdateResultInf
     return CUDA_SUCCESS;
 }
 
+/* The executable graph's copy of `node`, of type `type`. */
+static struct CUgraphNode_st *exec_node(CUgraphExec e, CUgraphNode node, CUgraphNodeType type)
+{
+    struct CUgraphExec_st *x = exec_find(e);
+    for (size_t i = 0; x && i < x->n; i++)
+        if (x->nodes[i].from == node)
+            return x->nodes[i].node.type == type ? &x->nodes[i].node : NULL;
+    return NULL;
+}
+
 static CUresult exec_set_kernel(CUgraphExec e, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS *p)
 {
     unsigned char raw[FK_PARAM_BYTES];
-    struct CUgraphExec_st *x = exec_find(e);
-    if (!x) return CUDA_ERROR_INVALID_VALUE;
+    struct CUgraphNode_st *n = exec_node(e, node, CU_GRAPH_NODE_TYPE_KERNEL);
+    if (!n) return CUDA_ERROR_INVALID_VALUE;
     CUresult rc = kernel_params(p, raw);
     if (rc) return rc;
-    for (size_t i = 0; i < x->n; i++) {
-        struct CUgraphNode_st *n = &x->nodes[i].node;
-        if (x->nodes[i].from != node) continue;
-        if (n->f != p->func) return CUDA_ERROR_INVALID_VALUE; /* the function stays */
-        memcpy(n->raw, raw, sizeof raw);
-        return CUDA_SUCCESS;
+    if (n->f != p->func) return CUDA_ERROR_INVALID_VALUE; /* the function stays */
+    memcpy(n->raw, raw, sizeof raw);
+    return CUDA_SUCCESS;
+}
+
+static CUresult exec_set_copy(CUgraphExec e, CUgraphNode node, const CUDA_MEMCPY3D *copy,
+                              const CUDA_MEMSET_NODE_PARAMS *set)
+{
+    struct CUgraphNode_st *n =
+        exec_node(e, node, copy ? CU_GRAPH_NODE_TYPE_MEMCPY : CU_GRAPH_NODE_TYPE_MEMSET);
+    if (!n || (!copy && !set)) return CUDA_ERROR_INVALID_VALUE;
+    if (copy && copy->Depth != 1) return CUDA_ERROR_NOT_SUPPORTED;
+    if (copy) n->copy = *copy;
+    else n->set = *set;
+    return CUDA_SUCCESS;
+}
+
+/* cuGraphExecNodeSetParams: the kinds of node the fake has, through their own setters. */
+static CUresult exec_set_any(CUgraphExec e, CUgraphNode node, const CUgraphNodeParams *p)
+{
+    if (!p) return CUDA_ERROR_INVALID_VALUE;
+    switch (p->type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL: {
+        const CUDA_KERNEL_NODE_PARAMS_v3 *k = &p->kernel;
+        CUDA_KERNEL_NODE_PARAMS v2 = {
+            .func = k->func, .gridDimX = k->gridDimX, .gridDimY = k->gridDimY,
+            .gridDimZ = k->gridDimZ, .blockDimX = k->blockDimX, .blockDimY = k->blockDimY,
+            .blockDimZ = k->blockDimZ, .sharedMemBytes = k->sharedMemBytes,
+            .kernelParams = k->kernelParams, .extra = k->extra, .kern = k->kern};
+        return exec_set_kernel(e, node, &v2);
     }
-    return CUDA_ERROR_INVALID_VALUE;
+    case CU_GRAPH_NODE_TYPE_MEMCPY: return exec_set_copy(e, node, &p->memcpy.copyParams, NULL);
+    case CU_GRAPH_NODE_TYPE_MEMSET: {
+        const CUDA_MEMSET_NODE_PARAMS_v2 *m = &p->memset;
+        CUDA_MEMSET_NODE_PARAMS v1 = {m->dst, m->pitch, m->value, m->elementSize, m->width,
+                                      m->height};
+        return exec_set_copy(e, node, NULL, &v1);
+    }
+    default: return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+/* Runs one node of an executable graph (kernel, memcpy or memset). */
+static CUresult node_run(const struct CUgraphNode_st *n)
+{
+    switch (n->type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL: return fk_kernel_run(n->f, n->raw);
+    case CU_GRAPH_NODE_TYPE_MEMCPY: return fk_copy_3d(&n->copy);
+    default: return fk_memset_node(&n->set);
+    }
 }
 
 static CUresult exec_launch(CUgraphExec e, CUstream s)
@@ -373,7 +465,7 @@ static CUresult exec_launch(CUgraphExec e, CUstream s)
     if ((rc = fk_capture_graph(s, &capturing))) return rc;
     if (capturing) return CUDA_ERROR_NOT_SUPPORTED; /* graphs in graphs: not in the fake */
     for (size_t i = 0; !rc && i < x->n; i++)
-        rc = fk_kernel_run(x->nodes[i].node.f, x->nodes[i].node.raw);
+        rc = node_run(&x->nodes[i].node);
     return rc;
 }
 
@@ -530,6 +622,24 @@ CUresult CUDAAPI cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
 CUresult CUDAAPI cuGraphKernelNodeGetParams_v2(CUgraphNode hNode,
                                                CUDA_KERNEL_NODE_PARAMS *nodeParams)
     FK_CALL(cuGraphKernelNodeGetParams, 1, kernel_node_params(hNode, nodeParams))
+CUresult CUDAAPI cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                      const CUgraphNode *dependencies, size_t numDependencies,
+                                      const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
+    FK_CALL(cuGraphAddMemcpyNode, 1,
+            ((void)dependencies, (void)numDependencies, (void)ctx,
+             add_copy_node(phGraphNode, hGraph, CU_GRAPH_NODE_TYPE_MEMCPY, copyParams, NULL)))
+CUresult CUDAAPI cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                      const CUgraphNode *dependencies, size_t numDependencies,
+                                      const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
+    FK_CALL(cuGraphAddMemsetNode, 1,
+            ((void)dependencies, (void)numDependencies, (void)ctx,
+             add_copy_node(phGraphNode, hGraph, CU_GRAPH_NODE_TYPE_MEMSET, NULL, memsetParams)))
+CUresult CUDAAPI cuGraphMemcpyNodeGetParams(CUgraphNode hNode, CUDA_MEMCPY3D *nodeParams)
+    FK_CALL(cuGraphMemcpyNodeGetParams, 1,
+            nodeParams ? copy_node_params(hNode, nodeParams, NULL) : CUDA_ERROR_INVALID_VALUE)
+CUresult CUDAAPI cuGraphMemsetNodeGetParams(CUgraphNode hNode,
+                                            CUDA_MEMSET_NODE_PARAMS *nodeParams)
+    FK_CALL(cuGraphMemsetNodeGetParams, 1, copy_node_params(hNode, NULL, nodeParams))
 CUresult CUDAAPI cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *phGraph)
     FK_CALL(cuGraphChildGraphNodeGetGraph, 1, child_graph(hNode, phGraph))
 CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
@@ -550,6 +660,19 @@ CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
 CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode hNode,
                                                    const CUDA_KERNEL_NODE_PARAMS *nodeParams)
     FK_CALL(cuGraphExecKernelNodeSetParams, 1, exec_set_kernel(hGraphExec, hNode, nodeParams))
+CUresult CUDAAPI cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
+    FK_CALL(cuGraphExecMemcpyNodeSetParams, 1,
+            ((void)ctx, copyParams ? exec_set_copy(hGraphExec, hNode, copyParams, NULL)
+                                   : CUDA_ERROR_INVALID_VALUE))
+CUresult CUDAAPI cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                const CUDA_MEMSET_NODE_PARAMS *memsetParams,
+                                                CUcontext ctx)
+    FK_CALL(cuGraphExecMemsetNodeSetParams, 1,
+            ((void)ctx, exec_set_copy(hGraphExec, hNode, NULL, memsetParams)))
+CUresult CUDAAPI cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                          CUgraphNodeParams *nodeParams)
+    FK_CALL(cuGraphExecNodeSetParams, 1, exec_set_any(hGraphExec, hNode, nodeParams))
 CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
     FK_CALL(cuGraphLaunch, 1, exec_launch(hGraphExec, hStream))
 CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)

@@ -490,6 +490,7 @@ static const struct fk_since {
     {"cuGraphAddKernelNode_v2", 12000}, {"cuGraphKernelNodeGetParams_v2", 12000},
     {"cuGraphExecKernelNodeSetParams_v2", 12000}, {"cuLibraryLoadData", 12000},
     {"cuLibraryGetKernel", 12000}, {"cuKernelGetParamInfo", 12040},
+    {"cuGraphExecNodeSetParams", 12020}, {"cuMemcpyBatchAsync_v2", 13000},
 };
 
 /* The CUDA version that introduced an export (0: older than any caller), per-thread variants

@@ -40,7 +40,9 @@
     X(cuGraphCreate) X(cuGraphAddKernelNode) X(cuGraphAddChildGraphNode) X(cuGraphGetNodes)    \
     X(cuGraphNodeGetType) X(cuGraphKernelNodeGetParams) X(cuGraphChildGraphNodeGetGraph)       \
     X(cuGraphInstantiateWithFlags) X(cuGraphInstantiateWithParams) X(cuGraphExecUpdate)        \
-    X(cuGraphExecKernelNodeSetParams) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy) \
+    X(cuGraphExecKernelNodeSetParams) X(cuGraphAddMemcpyNode) X(cuGraphAddMemsetNode)          \
+    X(cuGraphMemcpyNodeGetParams) X(cuGraphMemsetNodeGetParams) X(cuGraphExecNodeSetParams)    \
+    X(cuGraphExecMemcpyNodeSetParams) X(cuGraphExecMemsetNodeSetParams) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy) \
     X(cuLibraryLoadData) X(cuLibraryUnload) X(cuLibraryGetKernel) X(cuKernelGetParamInfo)
 
 /* `##` keeps cuda.h's renaming macros (cuMemAlloc -> cuMemAlloc_v2) from expanding. */
@@ -98,6 +100,11 @@ CUresult fk_kernel_check(CUfunction f, const unsigned grid[3], const unsigned bl
 unsigned fk_kernel_layout(CUfunction f, size_t off[FK_MAX_PARAMS]);
 /* Runs f on packed parameters, checking the memory it touches. */
 CUresult fk_kernel_run(CUfunction f, const unsigned char *raw);
+
+/* fake_copies.c, under the lock: a graph's memcpy node (one layer: Depth 1, no CUDA arrays:
+ * CUDA_ERROR_NOT_SUPPORTED otherwise) and memset node, run. */
+CUresult fk_copy_3d(const CUDA_MEMCPY3D *p);
+CUresult fk_memset_node(const CUDA_MEMSET_NODE_PARAMS *p);
 
 /* fake_graphs.c, under the lock. *g: the graph stream s is capturing into, or NULL; an error
  * when that capture was invalidated. */
