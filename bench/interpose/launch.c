@@ -9,7 +9,10 @@
  *   struct   fk_copy_args({dst, src, 0}): one 24-byte parameter holding two pointers
  *   native   the same ptr3 launch on a small (unmanaged) buffer
  *   graph64  cuGraphLaunch of a 64-node graph of ptr3 kernels over 8 managed buffers
- * Prints one line per case: "case ns_per_launch" (usage: bench_preload_launch [REPS [CASE]]).
+ * and, for the copies the interposer holds off during misses (interpose/devcopy.c):
+ *   dtoh     an 8-byte cuMemcpyDtoH from a resident managed buffer (takes the read lock)
+ *   dtoh_nat the same from the small unmanaged buffer (a range compare only)
+ * Prints one line per case: "case ns_per_call" (usage: bench_preload_launch [REPS [CASE]]).
  * The fake's own launch (a mutex, a few list walks) costs far less than a real GPU launch
  * (2-5 us), so the difference, not the ratio, is the number that carries over; and the
  * fake's range checks walk lists that the managed space's mappings lengthen, which the
@@ -32,6 +35,7 @@ static struct {
     CUresult (*CtxSetCurrent)(CUcontext);
     CUresult (*MemAlloc)(CUdeviceptr *, size_t);
     CUresult (*MemcpyHtoD)(CUdeviceptr, const void *, size_t);
+    CUresult (*MemcpyDtoH)(void *, CUdeviceptr, size_t);
     CUresult (*ModuleLoadData)(CUmodule *, const void *);
     CUresult (*ModuleGetFunction)(CUfunction *, CUmodule, const char *);
     CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
@@ -60,9 +64,9 @@ static void bind(void)
     }
     static const char *const names[] = {
         "cuInit", "cuDeviceGet", "cuDevicePrimaryCtxRetain", "cuCtxSetCurrent",
-        "cuMemAlloc_v2", "cuMemcpyHtoD_v2", "cuModuleLoadData", "cuModuleGetFunction",
-        "cuLaunchKernel", "cuStreamCreate", "cuStreamBeginCapture_v2", "cuStreamEndCapture",
-        "cuGraphInstantiateWithFlags", "cuGraphLaunch"};
+        "cuMemAlloc_v2", "cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2", "cuModuleLoadData",
+        "cuModuleGetFunction", "cuLaunchKernel", "cuStreamCreate", "cuStreamBeginCapture_v2",
+        "cuStreamEndCapture", "cuGraphInstantiateWithFlags", "cuGraphLaunch"};
     void **slot = (void **)&cu;
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (!(slot[i] = dlsym(lib, names[i]))) {
@@ -111,6 +115,12 @@ static void case_struct(void *in)
 
 static void case_graph(void *e) { must(cu.GraphLaunch(*(CUgraphExec *)e, NULL), "cuGraphLaunch"); }
 
+static void case_dtoh(void *from)
+{
+    uint64_t v;
+    must(cu.MemcpyDtoH(&v, *(CUdeviceptr *)from, sizeof v), "cuMemcpyDtoH");
+}
+
 int main(int argc, char **argv)
 {
     long reps = argc > 1 ? atol(argv[1]) : 200000;
@@ -156,5 +166,9 @@ int main(int argc, char **argv)
         printf("native %.1f\n", per_call(case_ptr, &small, reps));
     if (!only || !strcmp(only, "graph64"))
         printf("graph64 %.1f\n", per_call(case_graph, &e, reps / 64));
+    if (!only || !strcmp(only, "dtoh"))
+        printf("dtoh %.1f\n", per_call(case_dtoh, &big[2], reps));
+    if (!only || !strcmp(only, "dtoh_nat"))
+        printf("dtoh_nat %.1f\n", per_call(case_dtoh, &small, reps));
     return 0;
 }

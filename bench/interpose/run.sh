@@ -39,7 +39,7 @@ PY
 # of each preloaded case, setup (the kernel's page faults) left out, times the launch time.
 command -v perf >/dev/null || { echo "(no perf: the interposer's own share not measured)"; exit 0; }
 echo "interposer code per launch (perf, $((reps * 10)) launches per case):"
-for c in ptr3 struct native graph64; do
+for c in ptr3 struct native graph64 dtoh dtoh_nat; do
   n=$((reps * 10))
   env LD_LIBRARY_PATH="$fake" MOEVM_CUDA_LIBRARY="$fake/libcuda.so.1" FAKECUDA_MEM=256M \
       MOEVM_GPU_BUDGET=64M LD_PRELOAD="$PWD/build/libmoevm_preload.so" \
