@@ -14,8 +14,8 @@
  *   devcopy.c  device-side copies and memsets: held off while a miss remaps pages
  *   report.c   call sites (libunwind), the MOEVM_REPORT JSON and the MOEVM_LOG summary
  *
- * Locking: `mvm_pl.lock` is a read-write lock. Launches and graph launches hold it for
- * reading while they are queued; anything that changes residency or the allocation table
+ * Locking: `mvm_pl.lock` is a read-write lock. Launches, graph launches, and copies and
+ * memsets that touch managed memory hold it for reading while they are queued; anything that changes residency or the allocation table
  * holds it for writing, and drains the device (cuCtxSynchronize) before it moves a page, so
  * no queued kernel ever sees a page change backing under it.
  */
