@@ -17,15 +17,9 @@
 
 #define MVM_IN(p) mvm_heap_contains((uint64_t)(p))
 
-/* A side of a 2D or 3D copy that is device memory, or a unified address, in the space. */
-static bool side_in(CUmemorytype type, CUdeviceptr p)
-{
-    return (type == CU_MEMORYTYPE_DEVICE || type == CU_MEMORYTYPE_UNIFIED) && MVM_IN(p);
-}
-
 #define SIDES_IN(p)                                                                           \
-    ((p) && (side_in((p)->srcMemoryType, (p)->srcDevice) ||                                   \
-             side_in((p)->dstMemoryType, (p)->dstDevice)))
+    ((p) && (mvm_copy_side_managed((p)->srcMemoryType, (p)->srcDevice) ||                     \
+             mvm_copy_side_managed((p)->dstMemoryType, (p)->dstDevice)))
 
 static bool mvm_touches_2d(const CUDA_MEMCPY2D *p) { return SIDES_IN(p); }
 static bool mvm_touches_3d(const CUDA_MEMCPY3D *p) { return SIDES_IN(p); }

@@ -248,7 +248,7 @@ static void emit_side(ptrs *p, CUmemorytype type, CUdeviceptr base, size_t x, si
                       size_t pitch)
 {
     uint64_t va = base + y * pitch + x;
-    if ((type == CU_MEMORYTYPE_DEVICE || type == CU_MEMORYTYPE_UNIFIED) && mvm_heap_contains(va))
+    if (mvm_copy_side_managed(type, va))
         emit_ptr(p, va);
 }
 

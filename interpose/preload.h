@@ -15,9 +15,10 @@
  *   report.c   call sites (libunwind), the MOEVM_REPORT JSON and the MOEVM_LOG summary
  *
  * Locking: `mvm_pl.lock` is a read-write lock. Launches, graph launches, and copies and
- * memsets that touch managed memory hold it for reading while they are queued; anything that changes residency or the allocation table
- * holds it for writing, and drains the device (cuCtxSynchronize) before it moves a page, so
- * no queued kernel ever sees a page change backing under it.
+ * memsets that touch managed memory hold it for reading while they are queued; anything
+ * that changes residency or the allocation table holds it for writing, and drains the
+ * device (cuCtxSynchronize) before it moves a page, so no queued kernel ever sees a page
+ * change backing under it.
  */
 #ifndef MVM_INTERPOSE_PRELOAD_H
 #define MVM_INTERPOSE_PRELOAD_H
@@ -353,6 +354,13 @@ void mvm_heap_learn(mvm_alloc *a, uint64_t va, uint64_t len);
 static inline bool mvm_heap_contains(uint64_t va)
 {
     return mvm_pl.space && va - mvm_pl.base < mvm_pl.capacity_bytes;
+}
+/* A side of a 2D/3D copy (or a graph's memcpy node) that is managed memory: device memory
+ * or a unified address in the space. */
+static inline bool mvm_copy_side_managed(CUmemorytype type, uint64_t va)
+{
+    return (type == CU_MEMORYTYPE_DEVICE || type == CU_MEMORYTYPE_UNIFIED) &&
+           mvm_heap_contains(va);
 }
 static inline uint32_t mvm_page_of(uint64_t va)
 {
