@@ -190,7 +190,7 @@ static mvm_status number(const cJSON *it, const char *what, int zero_ok, double 
 
 static mvm_status apply_field(const cJSON *it, const char *what, mvm_machine *m)
 {
-    double v;
+    double v = 0; /* number() sets it before MVM_OK; -O3 cannot see that */
     mvm_status st;
     if (strcmp(it->string, "base") == 0)
         return MVM_OK; /* applied first, by the caller */

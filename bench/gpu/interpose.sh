@@ -1,42 +1,109 @@
 #!/usr/bin/env bash
 # The interposer under PyTorch on a GPU, in one call from the repository root:
-#   bash bench/gpu/interpose.sh [BUDGET_MIB]
-# Builds libmoevm_preload.so (build-gpu/), then runs tests/gpu/interpose_torch.py:
+#   bash bench/gpu/interpose.sh [BUDGET_MIB [interpose_torch.py options...]]
+# The options (--layers, --experts, --hidden, --tokens, ...) go to every run; with
+# --device cpu and a small model the whole script is a dry run on a machine without a GPU.
+# On a device machine, carry .gpudeps (bench/gpu/deps.sh fetch) in case its image lacks the
+# build's libraries. Builds libmoevm_preload.so (build-gpu/), then runs
+# tests/gpu/interpose_torch.py:
 #   1. unlimited       the MoE model on the GPU, no interposer (the reference)
 #   2. moevm           the same under LD_PRELOAD with MOEVM_GPU_BUDGET below the model's size:
 #                      outputs must equal the reference
 #   3. offload         the usual alternative under the same GPU cap: Accelerate's
 #                      dispatch_model (or the same by hand when accelerate is missing)
-#   4. launches        a launch-heavy loop that fits, without and with the interposer
-# Results (JSON lines, the moevm report) go to $OUT when set; docs/perf/interpose.md holds
-# the numbers.
-set -euo pipefail
+#   4. launches        a launch-heavy loop that fits, without and with the interposer,
+#                      alternated three times (the best of each counts)
+# Every step runs even when one before it failed (a GPU lease is too short to lose the rest),
+# each under a time limit. What comes back is three files in $OUT (or /tmp/moevm-interpose):
+# results.jsonl (one JSON line per step, with its exit status), report.json (the moevm run's
+# MOEVM_REPORT) and log.txt (everything the steps printed). Exits non-zero when a step failed
+# or the outputs differ. docs/perf/interpose.md holds the numbers.
+set -uo pipefail
 cd "$(dirname "$0")/../.."
 budget=${1:-512}
+shift $(($# > 0))
+extra=("$@")
 out=${OUT:-/tmp/moevm-interpose}
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
 mkdir -p "$out"
+results=$out/results.jsonl log=$out/log.txt
+: >"$results"
+: >"$log"
+export PYTHONUNBUFFERED=1
 
-cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DMOEVM_TESTS=OFF >/dev/null
-cmake --build build-gpu -j16 --target moevm_preload >/dev/null
+source bench/gpu/deps.sh || exit 1
+{
+    cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DMOEVM_TESTS=OFF -DMOEVM_WERROR=OFF &&
+        cmake --build build-gpu -j16 --target moevm_preload
+} >>"$log" 2>&1 || { tail -n 30 "$log"; echo "interpose.sh: the build failed" >&2; exit 1; }
 so=$PWD/build-gpu/libmoevm_preload.so
+if ldd "$so" | grep -q 'not found'; then
+    ldd "$so"
+    echo "interpose.sh: $so has unresolved libraries" >&2
+    exit 1
+fi
 py=tests/gpu/interpose_torch.py
-nvidia-smi -L | tee "$out/gpu.txt"
+nvidia-smi -L | tee -a "$log"
+python3 -c 'import torch, sys; print("torch", torch.__version__, "python", sys.version.split()[0])' \
+    2>&1 | tee -a "$log"
 
-python3 $py model --out "$out/unlimited.npz" | tee "$out/unlimited.json"
-MOEVM_GPU_BUDGET=${budget}M MOEVM_OVERSUBSCRIBE=8G MOEVM_LOG=info \
-    MOEVM_REPORT="$out/report.json" LD_PRELOAD=$so \
-    python3 $py model --out "$out/moevm.npz" | tee "$out/moevm.json"
-python3 $py compare "$out/unlimited.npz" "$out/moevm.npz" | tee "$out/compare.json"
-python3 $py offload --budget-mib "$budget" --out "$out/offload.npz" | tee "$out/offload.json"
-python3 $py compare "$out/unlimited.npz" "$out/offload.npz" | tee "$out/compare_offload.json" ||
-    echo "(the offload baseline's outputs differ from the unlimited run's)"
-python3 $py launches --out "$out/launches_native.json"
-LD_PRELOAD=$so MOEVM_GPU_BUDGET=4G python3 $py launches --out "$out/launches_moevm.json"
-python3 - "$out" <<'PY'
+failed=0
+# step NAME LIMIT_S CMD...: runs CMD under the limit; its last stdout line (a JSON object)
+# goes to results.jsonl with "step" and "rc" added; everything it prints goes to log.txt.
+# Returns CMD's status (124 when it ran out of time).
+step() {
+    local name=$1 limit=$2
+    shift 2
+    echo "== $name: $*" >>"$log"
+    local line rc
+    timeout "$limit" "$@" >"$scratch/$name.out" 2>>"$log"
+    rc=$?
+    cat "$scratch/$name.out" >>"$log"
+    line=$(tail -n 1 "$scratch/$name.out")
+    [[ $line == \{* ]] || line='{}'
+    python3 - "$name" "$rc" "$line" >>"$results" <<'PY'
 import json, sys
-d = sys.argv[1]
-n, m = (json.load(open(f"{d}/launches_{k}.json")) for k in ("native", "moevm"))
-print(json.dumps({"launch_overhead": m["seconds"] / n["seconds"] - 1,
-                  "us_per_launch_native": n["us_per_launch"],
-                  "us_per_launch_moevm": m["us_per_launch"]}))
+name, rc, line = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+print(json.dumps({"step": name, "rc": rc, **json.loads(line)}))
 PY
+    tail -n 1 "$results"
+    return "$rc"
+}
+
+moevm_env=(env MOEVM_GPU_BUDGET="${budget}M" MOEVM_OVERSUBSCRIBE=8G MOEVM_LOG=info
+           MOEVM_REPORT="$out/report.json" LD_PRELOAD="$so")
+step unlimited 300 python3 $py model "${extra[@]}" --out "$scratch/unlimited.npz" || failed=1
+step moevm 420 "${moevm_env[@]}" python3 $py model "${extra[@]}" --out "$scratch/moevm.npz" ||
+    failed=1
+step compare 60 python3 $py compare "$scratch/unlimited.npz" "$scratch/moevm.npz" || failed=1
+step offload 420 python3 $py offload "${extra[@]}" --budget-mib "$budget" \
+    --out "$scratch/offload.npz" || failed=1
+# The baseline's outputs are recorded, not required: its fp16 path may differ in the last bits.
+step compare_offload 60 python3 $py compare "$scratch/unlimited.npz" "$scratch/offload.npz"
+for i in 1 2 3; do
+    step "launches_native_$i" 120 python3 $py launches "${extra[@]}" || failed=1
+    step "launches_moevm_$i" 120 env MOEVM_GPU_BUDGET=4G LD_PRELOAD="$so" \
+        python3 $py launches "${extra[@]}" || failed=1
+done
+python3 - "$results" "$out/report.json" <<'PY' | tee -a "$results"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+best = lambda k: min((r["seconds"] for r in rows if r["step"].startswith(k) and "seconds" in r),
+                     default=None)
+n, m = best("launches_native"), best("launches_moevm")
+tps = {r["step"]: r.get("tokens_per_s") for r in rows if "tokens_per_s" in r}
+summary = {"step": "summary", "tokens_per_s": tps,
+           "launch_overhead": m / n - 1 if n and m else None}
+try:
+    rep = json.load(open(sys.argv[2]))
+    summary["moevm_report"] = {"hit_rate": rep["launches"]["hit_rate"],
+                               "bytes_in": rep["moves"]["bytes_in"],
+                               "misses": rep["moves"]["misses"],
+                               "wait_s": rep["wait_ns"] * 1e-9,
+                               "managed_peak_bytes": rep["managed"]["peak_bytes"]}
+except (OSError, KeyError, ValueError) as e:
+    summary["moevm_report"] = "unreadable: %s" % e
+print(json.dumps(summary))
+PY
+exit "$failed"

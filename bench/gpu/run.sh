@@ -3,7 +3,8 @@
 #   bash bench/gpu/run.sh [vmm_costs options: --device N --reps N --only 1,2,3,4,5]
 # Builds the vmm_costs target in build-gpu/, prints the GPU list and runs the benchmark.
 # With $OUT set, the whole output is also written to $OUT/vmm_costs.txt.
-# Results go into docs/perf/vmm.md.
+# On a device machine, carry .gpudeps (bench/gpu/deps.sh fetch) in case its image lacks the
+# build's libraries. Results go into docs/perf/vmm.md.
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -15,9 +16,10 @@ if [[ -n "${OUT:-}" ]]; then
     : >"$log"
 fi
 
+source bench/gpu/deps.sh || exit 1
 {
     echo "== build"
-    cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release
+    cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DMOEVM_TESTS=OFF -DMOEVM_WERROR=OFF
     cmake --build build-gpu -j16 --target vmm_costs
     echo "== nvidia-smi -L"
     nvidia-smi -L

@@ -10,14 +10,19 @@ than the GPU budget the interposer gets, decodes greedily from a fixed prompt. M
   offload --budget-mib N --out  the usual alternative under the same GPU memory cap: with
                                 accelerate installed, its infer_auto_device_map(max_memory)
                                 + dispatch_model (modules that do not fit run from CPU
-                                memory, copied in by hooks at each forward); without it, the
-                                same by hand: everything but the experts on the GPU, then
-                                experts in order while the cap allows, the rest in pinned
-                                host memory copied in right before use
-  launches --out F.json         a launch-heavy loop that fits on the GPU (tiny kernels), timed
+                                memory, copied in by hooks at each forward); without it (or
+                                with --by-hand), the same by hand: everything but the experts
+                                on the GPU, then experts in order while the cap allows, the
+                                rest in pinned host memory copied in right before use
+  launches                      a launch-heavy loop that fits on the GPU (tiny kernels), timed
   compare A.npz B.npz           exit 0 when the two runs generated the same ids and logits
 
 Prints one JSON line per run: tokens/s and what it ran.
+
+--device cpu is a dry run for a machine without a GPU: the same models, hooks and placement
+decisions, with every tensor left on the CPU (Accelerate's device map is computed and
+reported but not dispatched). It checks the script against the installed transformers and
+accelerate before a GPU lease is spent on it.
 """
 import argparse
 import json
@@ -27,7 +32,8 @@ import time
 import numpy as np
 
 
-def build_model(args, device):
+def build_model(args):
+    """Built on the CPU from the seed, so every mode and every process gets the same weights."""
     import torch
     torch.manual_seed(args.seed)
     try:
@@ -36,11 +42,11 @@ def build_model(args, device):
                             intermediate_size=args.ffn, num_hidden_layers=args.layers,
                             num_attention_heads=16, num_key_value_heads=4,
                             num_local_experts=args.experts, num_experts_per_tok=2,
-                            max_position_embeddings=4096, torch_dtype=torch.float16)
-        model = MixtralForCausalLM(cfg).to(torch.float16)
+                            max_position_embeddings=4096, use_cache=False)
+        model = MixtralForCausalLM(cfg).to(args.dtype)
         kind = "transformers.MixtralForCausalLM"
     except ImportError:
-        model = TinyMixtral(args).to(torch.float16)
+        model = TinyMixtral(args).to(args.dtype)
         kind = "plain-pytorch Mixtral (transformers not installed)"
     model.eval()
     return model, kind
@@ -110,6 +116,12 @@ def logits_of(model, ids):
     return out.logits if hasattr(out, "logits") else out
 
 
+def sync(device):
+    import torch
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
 def generate(model, args, device):
     """Greedy decoding without a KV cache (the same work in every mode), timed."""
     import torch
@@ -117,12 +129,12 @@ def generate(model, args, device):
     ids = torch.randint(0, args.vocab, (1, args.prompt), generator=g).to(device)
     with torch.no_grad():
         logits_of(model, ids)  # warm-up: first-touch paging, cuBLAS handles
-        torch.cuda.synchronize()
+        sync(device)
         t0 = time.perf_counter()
         for _ in range(args.tokens):
             logits = logits_of(model, ids)[:, -1, :]
             ids = torch.cat([ids, logits.argmax(-1, keepdim=True)], dim=1)
-        torch.cuda.synchronize()
+        sync(device)
         dt = time.perf_counter() - t0
     return ids.cpu().numpy(), logits.float().cpu().numpy(), args.tokens / dt
 
@@ -136,7 +148,7 @@ def expert_params(model):
             yield from (mod if isinstance(mod, nn.ModuleList) else [mod])
 
 
-def dispatch_with_accelerate(model, budget_bytes):
+def dispatch_with_accelerate(model, device, budget_bytes):
     """Accelerate's own placement under the cap; None when accelerate is not installed."""
     try:
         from accelerate import dispatch_model, infer_auto_device_map
@@ -145,9 +157,15 @@ def dispatch_with_accelerate(model, budget_bytes):
     no_split = [type(b).__name__ for b in getattr(model, "model", model).layers[:1]]
     device_map = infer_auto_device_map(model, max_memory={0: budget_bytes, "cpu": 1 << 40},
                                        no_split_module_classes=no_split)
+    on_cpu = sum(1 for d in device_map.values() if d == "cpu")
+    if on_cpu == 0:
+        raise SystemExit("offload: the whole model fits in %d MiB; lower --budget-mib"
+                         % (budget_bytes >> 20))
+    if device.type != "cuda":
+        return "accelerate device map (dry run, not dispatched): %d of %d modules on the CPU" \
+            % (on_cpu, len(device_map))
     dispatch_model(model, device_map=device_map)
-    return "accelerate dispatch_model, %d modules on the CPU" % sum(
-        1 for d in device_map.values() if d == "cpu")
+    return "accelerate dispatch_model: %d of %d modules on the CPU" % (on_cpu, len(device_map))
 
 
 def offload_by_hand(model, device, budget_bytes):
@@ -170,12 +188,14 @@ def offload_by_hand(model, device, budget_bytes):
         else:
             hook_offload(ex, device)
             offloaded += 1
-    return "by hand, %d of %d experts on the CPU" % (offloaded, len(experts))
+    return "by hand, %d of %d expert modules on the CPU" % (offloaded, len(experts))
 
 
 def hook_offload(ex, device):
     """ex's weights in pinned host memory, copied in before each forward, dropped after."""
-    host = {n: p.detach().to("cpu").pin_memory() for n, p in ex.named_parameters()}
+    pin = device.type == "cuda"
+    host = {n: (p.detach().to("cpu").pin_memory() if pin else p.detach().to("cpu"))
+            for n, p in ex.named_parameters()}
 
     def pre(mod, _inp):
         for n, p in mod.named_parameters():
@@ -197,38 +217,45 @@ def model_bytes(model, keep=lambda p: True):
 
 def cmd_model(args, offload=False):
     import torch
-    device = torch.device("cuda")
-    model, kind = build_model(args, "cpu")
+    device = torch.device(args.device)
+    model, kind = build_model(args)
     total = model_bytes(model)
-    placement = "all on the GPU"
+    placement = "all on the %s" % device.type
     if offload:
         budget = args.budget_mib << 20
-        placement = dispatch_with_accelerate(model, budget) or \
-            offload_by_hand(model, device, budget)
+        if budget >= total:
+            raise SystemExit("offload: the model (%d MiB) fits in --budget-mib %d; nothing to "
+                             "offload" % (total >> 20, args.budget_mib))
+        placement = (not args.by_hand and dispatch_with_accelerate(model, device, budget)) \
+            or offload_by_hand(model, device, budget)
     else:
         model.to(device)
     ids, logits, tps = generate(model, args, device)
-    np.savez(args.out, ids=ids, logits=logits)
+    if args.out:
+        np.savez(args.out, ids=ids, logits=logits)
     print(json.dumps({"mode": "offload" if offload else "model", "model": kind,
                       "placement": placement, "model_bytes": total, "tokens": args.tokens,
                       "tokens_per_s": tps,
-                      "max_allocated": torch.cuda.max_memory_allocated()}))
+                      "max_allocated": torch.cuda.max_memory_allocated()
+                      if device.type == "cuda" else None}))
 
 
 def cmd_launches(args):
     import torch
-    x = torch.ones(256, device="cuda")
-    torch.cuda.synchronize()
+    device = torch.device(args.device)
+    x = torch.ones(256, device=device)
+    sync(device)
     best = float("inf")
     for _ in range(5):
         t0 = time.perf_counter()
         for _ in range(args.launches):
             x.add_(1.0)
-        torch.cuda.synchronize()
+        sync(device)
         best = min(best, time.perf_counter() - t0)
     out = {"mode": "launches", "launches": args.launches, "seconds": best,
            "us_per_launch": best / args.launches * 1e6}
-    json.dump(out, open(args.out, "w"))
+    if args.out:
+        json.dump(out, open(args.out, "w"))
     print(json.dumps(out))
 
 
@@ -258,9 +285,20 @@ def main():
     ap.add_argument("--launches", type=int, default=20000)
     ap.add_argument("--budget-mib", type=int, default=512,
                     help="offload: the GPU memory cap, as MOEVM_GPU_BUDGET for moevm")
+    ap.add_argument("--by-hand", action="store_true",
+                    help="offload: the hand-written expert offload even with accelerate")
+    ap.add_argument("--device", default="cuda",
+                    help="cuda (default), or cpu for a dry run without a GPU")
     args = ap.parse_args()
     if args.mode == "compare":
+        if len(args.files) != 2:
+            ap.error("compare takes two .npz files")
         return cmd_compare(*args.files)
+    if args.mode in ("model", "offload") and not args.out:
+        ap.error("%s needs --out F.npz" % args.mode)
+    import torch
+    # fp16 as on the GPU; a dry run computes in fp32, which CPU kernels all support.
+    args.dtype = torch.float16 if args.device == "cuda" else torch.float32
     if args.mode == "launches":
         return cmd_launches(args)
     cmd_model(args, offload=args.mode == "offload")

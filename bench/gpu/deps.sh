@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# The libraries moevm builds against (hwloc, libnuma, libunwind, cJSON, and pkg-config to find
+# them) for a GPU machine that has no package registry: the lent device machines reach nothing
+# outside, and their image is a CUDA/PyTorch one that need not hold these -dev packages.
+#
+#   bash bench/gpu/deps.sh fetch   here, where apt works: the .debs into .gpudeps/ (git-ignored;
+#                                  name .gpudeps in the device call's carry)
+#   source bench/gpu/deps.sh       there (bench/gpu/*.sh do it): nothing when the machine has
+#                                  them all; else the .debs are unpacked under $MOEVM_DEPS_DIR
+#                                  (/tmp/moevm-deps) and pkg-config, CMake and the dynamic
+#                                  loader are pointed at them
+#
+# Unpacked, not installed: the machine's own packages are left alone (its dpkg database and /
+# stay as they were), and only the shared libraries it lacks are put on LD_LIBRARY_PATH, so a
+# library the machine has is never shadowed by an older Debian build of it in the processes
+# under test (PyTorch's among them).
+
+MOEVM_DEPS_PKGS=(libhwloc-dev libhwloc15 libnuma-dev libnuma1 libunwind-dev libunwind8
+                 libcjson-dev libcjson1 libudev1 pkgconf pkgconf-bin libpkgconf3)
+
+moevm_deps_fetch() {
+    local dir=.gpudeps
+    rm -rf "$dir" && mkdir -p "$dir"
+    (cd "$dir" && apt-get download -q "${MOEVM_DEPS_PKGS[@]}") || {
+        echo "deps.sh: apt-get download failed (run apt-get update first?)" >&2
+        return 1
+    }
+    echo "deps.sh: $(ls "$dir" | wc -l) packages, $(du -sh "$dir" | cut -f1), in $dir/;" \
+         "name .gpudeps in the device call's carry"
+}
+
+# What the build needs, asked the way the build asks: pkg-config for hwloc, libunwind and
+# cJSON (CMakeLists.txt's pkg_check_modules), the compiler and linker for numa.h and -lnuma.
+moevm_deps_present() {
+    command -v pkg-config >/dev/null &&
+        pkg-config --exists hwloc libunwind libcjson &&
+        printf '#include <numa.h>\nint main(void) { return numa_available(); }\n' |
+            ${CC:-cc} -x c - -lnuma -o /dev/null 2>/dev/null
+}
+
+moevm_deps_use() {
+    if [[ -z "${MOEVM_DEPS_FORCE:-}" ]] && moevm_deps_present; then
+        return 0
+    fi
+    local debs=(.gpudeps/*.deb)
+    if [[ ! -f "${debs[0]}" ]]; then
+        echo "deps.sh: this machine lacks hwloc/libnuma/libunwind/cJSON/pkg-config and" \
+             ".gpudeps/ holds no .debs: run 'bash bench/gpu/deps.sh fetch' where apt works" \
+             "and carry .gpudeps" >&2
+        return 1
+    fi
+    local root=${MOEVM_DEPS_DIR:-/tmp/moevm-deps}
+    local lib=$root/usr/lib/x86_64-linux-gnu
+    rm -rf "$root" && mkdir -p "$root/bin" "$root/rt"
+    local deb
+    for deb in "${debs[@]}"; do
+        dpkg-deb -x "$deb" "$root" || { echo "deps.sh: cannot unpack $deb" >&2; return 1; }
+    done
+    # Debian's .pc files name /usr (as prefix=, or libdir=/includedir= outright).
+    sed -i "s|=/usr|=$root/usr|" "$lib"/pkgconfig/*.pc
+    ln -sf "$root/usr/bin/pkgconf" "$root/bin/pkg-config"
+    # The shared libraries the machine lacks, by soname, for the loader. (The cache is read
+    # once: `ldconfig -p | grep -q` would fail under pipefail when grep stops reading early.)
+    local so name known
+    known=$(ldconfig -p)
+    for so in "$lib"/*.so.*; do
+        name=$(basename "$so")
+        [[ $name =~ \.so\.[0-9]+$ ]] || continue
+        grep -qF " $name " <<<"$known" || ln -sf "$so" "$root/rt/$name"
+    done
+    export LD_LIBRARY_PATH=$root/rt${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export PATH=$root/bin:$PATH
+    export PKG_CONFIG_PATH=$lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+    export CMAKE_PREFIX_PATH=$root/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
+    # Debian's multiarch headers (hwloc's autogen/config.h) sit where gcc looks only under /.
+    export CPATH=$root/usr/include/x86_64-linux-gnu:$root/usr/include${CPATH:+:$CPATH}
+    export LIBRARY_PATH=$lib${LIBRARY_PATH:+:$LIBRARY_PATH}
+    moevm_deps_present || {
+        echo "deps.sh: unpacked $root, but the build's libraries are still not found" >&2
+        return 1
+    }
+    echo "deps.sh: using the carried libraries under $root ($(ls "$root/rt" | wc -l)" \
+         "shared libraries the machine lacks on LD_LIBRARY_PATH)" >&2
+}
+
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+    set -euo pipefail
+    cd "$(dirname "$0")/../.."
+    case "${1:-}" in
+        fetch) moevm_deps_fetch ;;
+        *) echo "usage: bash bench/gpu/deps.sh fetch  (or source it to use .gpudeps/)" >&2
+           exit 2 ;;
+    esac
+else
+    moevm_deps_use
+fi
