@@ -75,7 +75,7 @@ static void check_rc(CUresult got, CUresult want, const char *what, int line)
 #define FK_FUNCS(X)                                                                            \
     X(fakecuda_calls) X(fakecuda_live_handles) X(fakecuda_mapped_bytes)                        \
     X(fakecuda_live_reservations) X(fakecuda_reset_counters) X(fakecuda_set_fail)              \
-    X(fakecuda_stream_hold) X(fakecuda_kernel_bytes)
+    X(fakecuda_stream_hold) X(fakecuda_kernel_bytes) X(fakecuda_getproc_request)
 /* Exports that cuda.h does not declare under these names (the per-thread variants exist only
  * in CUDA_API_PER_THREAD_DEFAULT_STREAM builds; cuGetProcAddress means _v2), with the type
  * of their twin. */
@@ -1630,6 +1630,25 @@ static void t_proc_address(void)
     CHECK(fn == NULL && st == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
     RC(p_cuGetProcAddress("cuNonsenseFunction", &fn, 13000, 0), CUDA_ERROR_NOT_FOUND);
     RC(p_cuGetProcAddress("cuInit", &fn, 13000, 1u << 5), CUDA_ERROR_INVALID_VALUE);
+
+    /* The request log: each valid request in order, with the fake's answer (NULL when it
+     * found nothing); malformed ones are not logged. */
+    const char *sym = NULL;
+    int ver = 0;
+    unsigned long long fl = 0;
+    void *ans = (void *)1;
+    size_t n0 = p_fakecuda_getproc_request(0, &sym, &ver, &fl, &ans);
+    OK(p_cuGetProcAddress_v2("cuLaunchKernel", &fn, 12000, pt, &st));
+    RC(p_cuGetProcAddress_v2("cuInit", &fn, 99000, 0, &st), CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuGetProcAddress("cuNonsenseFunction", &fn, 11080, 0), CUDA_ERROR_NOT_FOUND);
+    CHECK(p_fakecuda_getproc_request(n0, &sym, &ver, &fl, &ans) == n0 + 2);
+    CHECK(strcmp(sym, "cuLaunchKernel") == 0 && ver == 12000 && fl == pt &&
+          ans == (void *)p_cuLaunchKernel_ptsz);
+    CHECK(p_fakecuda_getproc_request(n0 + 1, &sym, &ver, &fl, &ans) == n0 + 2);
+    CHECK(strcmp(sym, "cuNonsenseFunction") == 0 && ver == 11080 && fl == 0 && ans == NULL);
+    sym = "untouched";
+    CHECK(p_fakecuda_getproc_request(n0 + 2, &sym, &ver, &fl, &ans) == n0 + 2);
+    CHECK(strcmp(sym, "untouched") == 0);
 
     /* The per-thread variants count as their base function. */
     p_fakecuda_reset_counters();

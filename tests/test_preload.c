@@ -32,6 +32,9 @@
  *   kernels     a kernel whose pointers sit inside one struct parameter, a cooperative
  *               launch, and one launched by its CUkernel handle (cuLibrary*, as the runtime
  *               loads code), find their objects in device memory
+ *   runtime     every cuGetProcAddress request the toolkit's CUDA runtime makes (replayed
+ *               through the interposer) gets the hook of the export the driver chose, or
+ *               the driver's own pointer when that export is not hooked
  * Prints "ok <scenario>" and exits 0, or names the failed check and exits 1.
  */
 #include <cuda.h>
@@ -882,6 +885,64 @@ SCENARIO void scenario_routing(const char *how)
     }
 }
 
+/* What the CUDA runtime asks for: the toolkit's libcudart ($CUDART_LIBRARY) initialises
+ * against the fake, under the interposer, asking cuGetProcAddress for some 440 entry points
+ * at the versions and flags it was built for (its initialisation then stops at what the fake
+ * lacks; that does not matter here). Each request is asked again through the interposer: a
+ * hooked export must come back as the hook of exactly the export the driver chose
+ * (cuMemAlloc at 3020 is cuMemAlloc_v2; flags 2 pick the per-thread variants), any other as
+ * the driver's own pointer. */
+SCENARIO void scenario_runtime(void)
+{
+    const char *path = getenv("CUDART_LIBRARY");
+    void *rt = path && *path ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
+    int (*device_count)(int *) = NULL;
+    if (rt)
+        *(void **)&device_count = dlsym(rt, "cudaGetDeviceCount");
+    if (!device_count) {
+        fprintf(stderr, "test_preload: no CUDA runtime (CUDART_LIBRARY=%s): %s\n",
+                path ? path : "", dlerror());
+        failures++;
+        return;
+    }
+    const char *sym;
+    int version, n = 0;
+    unsigned long long flags;
+    void *fn, *lib = dlopen("libcuda.so.1", RTLD_NOW);
+    size_t first = fakecuda_getproc_request(0, &sym, &version, &flags, &fn);
+    (void)device_count(&n);
+    size_t last = fakecuda_getproc_request(0, &sym, &version, &flags, &fn);
+    CUresult (*gpa)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+    *(void **)&gpa = dlsym(lib, "cuGetProcAddress_v2");
+    EXPECT(last - first >= 300 && strcmp(lib_of((void *)gpa), "libmoevm_preload.so") == 0);
+    size_t hooked = 0, per_thread = 0;
+    for (size_t i = first; i < last; i++) {
+        fakecuda_getproc_request(i, &sym, &version, &flags, &fn);
+        void *p = NULL;
+        CUdriverProcAddressQueryResult q;
+        CUresult r = gpa(sym, &p, version, flags, &q);
+        Dl_info info;
+        void *want = fn;
+        if (fn && dladdr(fn, &info) && info.dli_sname) {
+            void *hook = dlsym(RTLD_DEFAULT, info.dli_sname);
+            if (strcmp(lib_of(hook), "libmoevm_preload.so") == 0) {
+                want = hook;
+                hooked++;
+                per_thread += flags != 0;
+            }
+        }
+        if (p != want || (r == CUDA_SUCCESS) != (fn != NULL)) {
+            fprintf(stderr, "test_preload: %s (version %d, flags %llu): got %s, want %s\n",
+                    sym, version, flags, lib_of(p), want ? lib_of(want) : "none");
+            failures++;
+        }
+    }
+    /* CUDA 13.0's runtime: 440 requests, 62 answered by hooks, 23 of them per-thread. */
+    EXPECT(hooked >= 40 && per_thread >= 10);
+    printf("runtime: %zu requests, %zu answered by hooks (%zu per-thread)\n", last - first,
+           hooked, per_thread);
+}
+
 SCENARIO void scenario_unmanaged(void)
 {
     CUdeviceptr big, small;
@@ -1003,6 +1064,8 @@ int main(int argc, char **argv)
         scenario_kernels();
     else if (strcmp(scenario, "graphcopy") == 0)
         scenario_graphcopy();
+    else if (strcmp(scenario, "runtime") == 0)
+        scenario_runtime();
     else {
         fprintf(stderr, "test_preload: unknown scenario %s\n", scenario);
         return 2;

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The interposer under LD_PRELOAD against tests/fakecuda (a 32 MiB "GPU"):
-#   test_preload.sh PRELOAD_SO TEST_BINARY FAKE_LIB_DIR [DRIVER_LIBRARY]
+#   test_preload.sh PRELOAD_SO TEST_BINARY FAKE_LIB_DIR [DRIVER_LIBRARY [CUDART_LIBRARY]]
 # First what the library exports: the hooks, under names the real driver library (or the
 # toolkit's stub of it, DRIVER_LIBRARY) defines, NVML's and dlsym, nothing else. Then every
-# scenario of tests/test_preload.c with each way of reaching the driver, and the bad-value,
+# scenario of tests/test_preload.c with each way of reaching the driver, the CUDA runtime's
+# own cuGetProcAddress requests (CUDART_LIBRARY, the toolkit's libcudart), and the bad-value,
 # report and log checks.
 set -u
-so=$1 bin=$2 fakedir=$3 driver=${4:-}
+so=$1 bin=$2 fakedir=$3 driver=${4:-} cudart=${5:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fails=0
@@ -53,6 +54,11 @@ for how in link dlsym getproc; do
         run "$sc.$how" 0 "${managed[@]}" -- "$sc.$how"
     done
 done
+
+if [ -n "$cudart" ]; then
+    run "runtime.getproc" 0 "${managed[@]}" CUDART_LIBRARY="$cudart" -- runtime.getproc &&
+        sed -n 's/^runtime:/     runtime:/p' "$tmp/out"
+fi
 
 # Bad values: one line naming the variable, and the program runs un-managed.
 for bad in MOEVM_PRELOAD_MIN=lots MOEVM_GPU_BUDGET=-3 MOEVM_OVERSUBSCRIBE=1Q MOEVM_EVICT=fifo \

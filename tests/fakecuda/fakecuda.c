@@ -507,6 +507,30 @@ static int export_since(const char *name)
     return 0;
 }
 
+/* Every cuGetProcAddress request and the fake's answer (fakecuda_getproc_request), so a test
+ * can replay what a caller such as the CUDA runtime asked for. Under the lock. */
+struct fk_getproc {
+    char *symbol;
+    int version;
+    cuuint64_t flags;
+    void *fn;
+};
+static struct fk_getproc *g_getproc;
+static size_t g_getproc_n, g_getproc_cap;
+
+static void log_request(const char *symbol, int version, cuuint64_t flags, void *fn)
+{
+    if (g_getproc_n == g_getproc_cap) {
+        size_t cap = g_getproc_cap ? 2 * g_getproc_cap : 512;
+        struct fk_getproc *more = realloc(g_getproc, cap * sizeof *more);
+        if (!more) return; /* the log is for tests; the call itself goes on */
+        g_getproc = more, g_getproc_cap = cap;
+    }
+    char *copy = strdup(symbol);
+    if (copy)
+        g_getproc[g_getproc_n++] = (struct fk_getproc){copy, version, flags, fn};
+}
+
 /* A base name maps to the newest ABI the caller's version allows ("cuMemAlloc" ->
  * cuMemAlloc_v2), and with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM to its per-thread
  * variant where one exists ("cuLaunchKernel" -> cuLaunchKernel_ptsz), as in the real driver. */
@@ -532,6 +556,7 @@ static CUresult proc_address(const char *symbol, void **pfn, int version, cuuint
         }
     }
     *pfn = fn;
+    log_request(symbol, version, flags, fn);
     if (status)
         *status = fn        ? CU_GET_PROC_ADDRESS_SUCCESS
                   : too_new ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
@@ -1304,6 +1329,21 @@ int fakecuda_live_handles(void)
     int n = 0;
     fk_lock();
     for (struct fk_alloc *a = g_allocs; a; a = a->next) n++;
+    pthread_mutex_unlock(&g_lock);
+    return n;
+}
+
+size_t fakecuda_getproc_request(size_t i, const char **symbol, int *version,
+                                 unsigned long long *flags, void **fn)
+{
+    fk_lock();
+    size_t n = g_getproc_n;
+    if (i < n) {
+        *symbol = g_getproc[i].symbol;
+        *version = g_getproc[i].version;
+        *flags = g_getproc[i].flags;
+        *fn = g_getproc[i].fn;
+    }
     pthread_mutex_unlock(&g_lock);
     return n;
 }

@@ -61,6 +61,14 @@ int fakecuda_set_fail(const char *spec);
  * A held stream that is destroyed lives on until released here. */
 void fakecuda_stream_hold(struct CUstream_st *stream, int hold);
 
+/* The i-th cuGetProcAddress request since load: its symbol, version and flags, and the
+ * fake's own answer (NULL when it found nothing), stored through the pointers when i is below
+ * the count. Returns the count. Malformed requests (NULL arguments, a version above the
+ * fake's, unknown flags) are refused before they are logged. The symbol stays valid until the
+ * library is unloaded. */
+size_t fakecuda_getproc_request(size_t i, const char **symbol, int *version,
+                                unsigned long long *flags, void **fn);
+
 /* Every later copy sleeps `us` microseconds first (replaces FAKECUDA_COPY_DELAY_US), so
  * tests can hold moves in flight. */
 void fakecuda_set_copy_delay_us(unsigned long long us);
@@ -74,6 +82,8 @@ typedef void (*fakecuda_reset_counters_fn)(void);
 typedef int (*fakecuda_set_fail_fn)(const char *spec);
 typedef void (*fakecuda_stream_hold_fn)(struct CUstream_st *stream, int hold);
 typedef void (*fakecuda_set_copy_delay_us_fn)(unsigned long long us);
+typedef size_t (*fakecuda_getproc_request_fn)(size_t i, const char **symbol, int *version,
+                                              unsigned long long *flags, void **fn);
 
 #ifdef __cplusplus
 }
