@@ -10,6 +10,8 @@
  * - Legacy IPC cannot export VMM-mapped memory. The interposer cannot know at allocation
  *   time that a buffer will be shared, so cuIpcGetMemHandle on a managed range fails with
  *   CUDA_ERROR_NOT_SUPPORTED and a message saying how to keep that buffer native.
+ * - Address queries (cuMemGetAddressRange, the range attributes of cuPointerGetAttribute[s])
+ *   of a pointer into a managed range answer with that allocation, as for a cuMemAlloc block.
  * - Host-to-device copies teach the objects (heap.c) and are held under the read lock, so a
  *   miss served by another thread cannot remap their destination mid-copy. The unified
  *   copies (cuMemcpy[Async]) are too when a side is managed, and teach an object when the
@@ -169,6 +171,83 @@ CUresult hk_cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr va)
                "ranges cannot be shared by legacy IPC; raise MOEVM_PRELOAD_MIN above that "
                "buffer's size to keep it native", (unsigned long long)va);
     return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+/* ---- address queries --------------------------------------------------------------------- */
+
+/* A managed allocation is one block to the program, as a cuMemAlloc block would be. The
+ * driver sees the space instead, and would answer with one of its mappings (a page) or the
+ * whole reservation: wrong for a program that registers or shares buffers by their range
+ * (NCCL, libfabric). */
+
+/* The managed allocation holding va: true and its range when there is one. */
+static bool managed_range(CUdeviceptr va, CUdeviceptr *base, size_t *size)
+{
+    if (!mvm_pl_on() || !mvm_heap_contains(va))
+        return false;
+    pthread_rwlock_rdlock(&mvm_pl.lock);
+    mvm_alloc *a = mvm_heap_find(va);
+    if (a) {
+        *base = a->va;
+        *size = a->bytes;
+    }
+    pthread_rwlock_unlock(&mvm_pl.lock);
+    return a != NULL;
+}
+
+CUresult hk_cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuMemGetAddressRange_v2)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUdeviceptr base;
+    size_t size;
+    if (!managed_range(dptr, &base, &size))
+        return mvm_pl_on() && mvm_heap_contains(dptr)
+                   ? CUDA_ERROR_NOT_FOUND /* in the space, in no allocation: freed */
+                   : mvm_real_fn.cuMemGetAddressRange_v2(pbase, psize, dptr);
+    if (pbase) /* both optional (cuda.h) */
+        *pbase = base;
+    if (psize)
+        *psize = size;
+    return CUDA_SUCCESS;
+}
+
+/* The range attributes of a pointer into a managed allocation: that allocation. */
+static bool range_attribute(void *data, CUpointer_attribute attr, CUdeviceptr base, size_t size)
+{
+    if (attr == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR)
+        *(CUdeviceptr *)data = base;
+    else if (attr == CU_POINTER_ATTRIBUTE_RANGE_SIZE)
+        *(size_t *)data = size;
+    else
+        return false;
+    return true;
+}
+
+CUresult hk_cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr ptr)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuPointerGetAttribute)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUdeviceptr base;
+    size_t size;
+    if (data && managed_range(ptr, &base, &size) && range_attribute(data, attr, base, size))
+        return CUDA_SUCCESS;
+    return mvm_real_fn.cuPointerGetAttribute(data, attr, ptr);
+}
+
+CUresult hk_cuPointerGetAttributes(unsigned int n, CUpointer_attribute *attrs, void **data,
+                                   CUdeviceptr ptr)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuPointerGetAttributes)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = mvm_real_fn.cuPointerGetAttributes(n, attrs, data, ptr);
+    CUdeviceptr base;
+    size_t size;
+    if (r == CUDA_SUCCESS && managed_range(ptr, &base, &size))
+        for (unsigned i = 0; i < n; i++)
+            if (data[i])
+                range_attribute(data[i], attrs[i], base, size);
+    return r;
 }
 
 /* ---- host-to-device copies -------------------------------------------------------------- */

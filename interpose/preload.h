@@ -62,6 +62,12 @@ typedef struct {
     X(cuMemGetInfo_v2, "cuMemGetInfo_v2", CUresult, (size_t *, size_t *))                      \
     X(cuDeviceTotalMem_v2, "cuDeviceTotalMem_v2", CUresult, (size_t *, CUdevice))              \
     X(cuIpcGetMemHandle, "cuIpcGetMemHandle", CUresult, (CUipcMemHandle *, CUdeviceptr))       \
+    X(cuMemGetAddressRange_v2, "cuMemGetAddressRange_v2", CUresult,                            \
+      (CUdeviceptr *, size_t *, CUdeviceptr))                                                  \
+    X(cuPointerGetAttribute, "cuPointerGetAttribute", CUresult,                                \
+      (void *, CUpointer_attribute, CUdeviceptr))                                              \
+    X(cuPointerGetAttributes, "cuPointerGetAttributes", CUresult,                              \
+      (unsigned int, CUpointer_attribute *, void **, CUdeviceptr))                             \
     X(cuMemcpyHtoD_v2, "cuMemcpyHtoD_v2", CUresult, (CUdeviceptr, const void *, size_t))       \
     X(cuMemcpyHtoD_v2_ptds, "cuMemcpyHtoD_v2_ptds", CUresult,                                  \
       (CUdeviceptr, const void *, size_t))                                                     \
@@ -209,8 +215,6 @@ typedef struct {
     X(cuKernelGetParamInfo, "cuKernelGetParamInfo", CUresult,                                  \
       (CUkernel, size_t, size_t *, size_t *))                                                  \
     X(cuCtxGetDevice, "cuCtxGetDevice", CUresult, (CUdevice *))                                \
-    X(cuPointerGetAttribute, "cuPointerGetAttribute", CUresult,                                \
-      (void *, CUpointer_attribute, CUdeviceptr))                                              \
     X(cuGraphGetNodes, "cuGraphGetNodes", CUresult, (CUgraph, CUgraphNode *, size_t *))        \
     X(cuGraphNodeGetType, "cuGraphNodeGetType", CUresult, (CUgraphNode, CUgraphNodeType *))    \
     X(cuGraphKernelNodeGetParams_v2, "cuGraphKernelNodeGetParams_v2", CUresult,                \

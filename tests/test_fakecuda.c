@@ -57,7 +57,8 @@ static void check_rc(CUresult got, CUresult want, const char *what, int line)
     X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize) X(cuEventDestroy_v2)                \
     X(cuCtxSynchronize) X(cuCtxSynchronize_v2) X(cuMemAllocPitch_v2) X(cuMemAllocAsync)        \
     X(cuMemFreeAsync) X(cuMemcpyDtoHAsync_v2) X(cuMemcpyDtoD_v2) X(cuMemsetD8_v2)              \
-    X(cuIpcGetMemHandle) X(cuPointerGetAttribute) X(cuModuleLoadData) X(cuModuleUnload)        \
+    X(cuIpcGetMemHandle) X(cuPointerGetAttribute) X(cuPointerGetAttributes)                    \
+    X(cuMemGetAddressRange_v2) X(cuModuleLoadData) X(cuModuleUnload)                           \
     X(cuModuleGetFunction) X(cuFuncGetParamInfo) X(cuLaunchKernel) X(cuLaunchKernelEx)        \
     X(cuStreamBeginCapture_v2) X(cuStreamEndCapture) X(cuStreamIsCapturing) X(cuGraphCreate)   \
     X(cuGraphAddKernelNode_v2) X(cuGraphAddChildGraphNode) X(cuGraphGetNodes)                  \
@@ -699,6 +700,34 @@ static void t_memory_extras(void)
     CHECK(start == va && size == 4 * G);
     RC(p_cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, va), /* not mapped */
        CUDA_ERROR_INVALID_VALUE);
+
+    /* cuMemGetAddressRange: the cuMemAlloc block, or the one cuMemMap call's segment (not the
+     * reservation); either output optional; nothing there: NOT_FOUND. */
+    start = 0, size = 0;
+    OK(p_cuMemGetAddressRange_v2(&start, &size, e + 12345));
+    CHECK(start == e && size == MiB);
+    OK(p_cuMemGetAddressRange_v2(&start, NULL, va + 2 * G - 1));
+    OK(p_cuMemGetAddressRange_v2(NULL, &size, va + G));
+    CHECK(start == va + G && size == G);
+    RC(p_cuMemGetAddressRange_v2(&start, &size, va), CUDA_ERROR_NOT_FOUND);
+    RC(p_cuMemGetAddressRange_v2(&start, &size, top + MiB), CUDA_ERROR_NOT_FOUND);
+
+    /* cuPointerGetAttributes: several at once; an unknown pointer reads as zeros, no error. */
+    {
+        CUpointer_attribute at[3] = {CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+                                     CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                     CU_POINTER_ATTRIBUTE_RANGE_START_ADDR};
+        unsigned ty = 99;
+        start = 1, size = 1;
+        void *out[3] = {&size, &ty, &start};
+        OK(p_cuPointerGetAttributes(3, at, out, e + 5));
+        CHECK(size == MiB && ty == CU_MEMORYTYPE_DEVICE && start == e);
+        OK(p_cuPointerGetAttributes(3, at, out, va + 8));
+        CHECK(size == 0 && ty == 0 && start == 0);
+        RC(p_cuPointerGetAttributes(0, at, out, e), CUDA_ERROR_INVALID_VALUE);
+        at[1] = CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL;
+        RC(p_cuPointerGetAttributes(3, at, out, e), CUDA_ERROR_NOT_SUPPORTED);
+    }
     RC(p_cuIpcGetMemHandle(&ipc, va + G), CUDA_ERROR_INVALID_VALUE); /* VMM memory */
     OK(p_cuMemSetAccess(va + G, G, &rw, 1));
     OK(p_cuMemsetD8_v2(va + G, 0x42, G));

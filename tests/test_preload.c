@@ -22,6 +22,9 @@
  *               small ones work: the program runs, un-managed
  *   query       cuMemGetInfo, cuDeviceTotalMem and NVML report the managed view
  *   ipc         cuIpcGetMemHandle works on native memory, is refused on managed memory
+ *   ranges      cuMemGetAddressRange and cuPointerGetAttribute[s]' range attributes give a
+ *               managed allocation's own range from any pointer into it, native memory
+ *               the driver's answer; a freed managed range is not found
  *   fork        a child process runs hooks unmanaged, without deadlock
  *   graph       kernels captured into a graph while their objects are not resident: the
  *               capture stays valid; launching the graph (and one built by hand with a
@@ -118,6 +121,9 @@ static struct {
     CUresult (*GraphExecNodeSetParams)(CUgraphExec, CUgraphNode, CUgraphNodeParams *);
     CUresult (*GraphExecMemcpyNodeSetParams)(CUgraphExec, CUgraphNode, const CUDA_MEMCPY3D *,
                                              CUcontext);
+    CUresult (*MemGetAddressRange)(CUdeviceptr *, size_t *, CUdeviceptr);
+    CUresult (*PointerGetAttribute)(void *, CUpointer_attribute, CUdeviceptr);
+    CUresult (*PointerGetAttributes)(unsigned, CUpointer_attribute *, void **, CUdeviceptr);
 } cu;
 
 static void *lookup(const char *how, void *lib, const char *name, const char *linked_name,
@@ -192,6 +198,9 @@ static void bind(const char *how)
     BIND(GraphAddMemcpyNode, cuGraphAddMemcpyNode);
     BIND(GraphExecNodeSetParams, cuGraphExecNodeSetParams);
     BIND(GraphExecMemcpyNodeSetParams, cuGraphExecMemcpyNodeSetParams);
+    BIND(MemGetAddressRange, cuMemGetAddressRange_v2);
+    BIND(PointerGetAttribute, cuPointerGetAttribute);
+    BIND(PointerGetAttributes, cuPointerGetAttributes);
     void **f = (void **)&cu;
     for (size_t i = 0; i < sizeof cu / sizeof(void *); i++)
         if (!f[i]) {
@@ -937,7 +946,7 @@ SCENARIO void scenario_runtime(void)
             failures++;
         }
     }
-    /* CUDA 13.0's runtime: 440 requests, 62 answered by hooks, 23 of them per-thread. */
+    /* CUDA 13.0's runtime: 440 requests, 65 answered by hooks, 23 of them per-thread. */
     EXPECT(hooked >= 40 && per_thread >= 10);
     printf("runtime: %zu requests, %zu answered by hooks (%zu per-thread)\n", last - first,
            hooked, per_thread);
@@ -984,6 +993,47 @@ SCENARIO void scenario_query(void)
         failures++;
     }
     CU_OK(cu.MemFree(a));
+}
+
+/* The range of a pointer into [base, base + size), by every address query. */
+static void expect_range(CUdeviceptr p, CUdeviceptr base, size_t size)
+{
+    CUdeviceptr b = 0, b2 = 0;
+    size_t n = 0, n2 = 0;
+    unsigned type = 0;
+    CU_OK(cu.MemGetAddressRange(&b, &n, p));
+    EXPECT(b == base && n == size);
+    CU_OK(cu.PointerGetAttribute(&b2, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, p));
+    CU_OK(cu.PointerGetAttribute(&n2, CU_POINTER_ATTRIBUTE_RANGE_SIZE, p));
+    EXPECT(b2 == base && n2 == size);
+    CUpointer_attribute attrs[3] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                    CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                    CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+    b2 = n2 = 0;
+    void *data[3] = {&type, &b2, &n2};
+    CU_OK(cu.PointerGetAttributes(3, attrs, data, p));
+    EXPECT(type == CU_MEMORYTYPE_DEVICE && b2 == base && n2 == size);
+}
+
+SCENARIO void scenario_ranges(void)
+{
+    CUdeviceptr native, a, b;
+    CU_OK(cu.MemAlloc(&native, 4096));
+    CU_OK(cu.MemAlloc(&a, 12 * MiB));          /* six pages, some of them host-backed */
+    CU_OK(cu.MemAlloc(&b, 3 * MiB + 100));
+    expect_range(a, a, 12 * MiB);
+    expect_range(a + 7 * MiB + 3, a, 12 * MiB); /* mid-allocation, past its first page */
+    expect_range(b + 3 * MiB, b, 3 * MiB + 100);
+    expect_range(native + 100, native, 4096);  /* the driver's own answer */
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    CU_OK(cu.MemGetAddressRange(&base, NULL, a + 1)); /* either output may be NULL */
+    CU_OK(cu.MemGetAddressRange(NULL, &size, a + 1));
+    EXPECT(base == a && size == 12 * MiB);
+    CU_OK(cu.MemFree(a));
+    EXPECT(cu.MemGetAddressRange(&base, &size, a + 1) == CUDA_ERROR_NOT_FOUND);
+    CU_OK(cu.MemFree(b));
+    CU_OK(cu.MemFree(native));
 }
 
 SCENARIO void scenario_ipc(void)
@@ -1056,6 +1106,8 @@ int main(int argc, char **argv)
         scenario_query();
     else if (strcmp(scenario, "ipc") == 0)
         scenario_ipc();
+    else if (strcmp(scenario, "ranges") == 0)
+        scenario_ranges();
     else if (strcmp(scenario, "fork") == 0)
         scenario_fork();
     else if (strcmp(scenario, "graph") == 0)

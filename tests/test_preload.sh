@@ -50,7 +50,8 @@ if [ -n "$driver" ] && [ -f "$driver" ]; then
 fi
 
 for how in link dlsym getproc; do
-    for sc in oversub overbudget unified guarded routing query ipc fork graph graphcopy kernels; do
+    for sc in oversub overbudget unified guarded routing query ipc ranges fork graph graphcopy \
+              kernels; do
         run "$sc.$how" 0 "${managed[@]}" -- "$sc.$how"
     done
 done

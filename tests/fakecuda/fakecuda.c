@@ -908,6 +908,44 @@ static CUresult pointer_attribute(void *data, CUpointer_attribute attr, uintptr_
     return CUDA_SUCCESS;
 }
 
+/* Unlike cuPointerGetAttribute, a pointer the driver does not know is no error here: its
+ * attributes read as zeros (cuda.h). Only the modelled attributes are accepted. */
+static CUresult pointer_attributes(unsigned n, CUpointer_attribute *attrs, void **data,
+                                   uintptr_t va)
+{
+    if (!n || !attrs || !data) return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < n; i++) {
+        CUresult rc = pointer_attribute(data[i], attrs[i], va);
+        if (rc == CUDA_ERROR_INVALID_VALUE && data[i]) {
+            if (attrs[i] == CU_POINTER_ATTRIBUTE_MEMORY_TYPE) *(unsigned *)data[i] = 0;
+            else if (attrs[i] == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR) *(CUdeviceptr *)data[i] = 0;
+            else *(size_t *)data[i] = 0;
+        } else if (rc) {
+            return rc;
+        }
+    }
+    return CUDA_SUCCESS;
+}
+
+/* The cuMemAlloc block holding va; for mapped VMM memory, what one cuMemMap call mapped (the
+ * real driver answers with "the individual segment containing the pointer", not the
+ * reservation). */
+static CUresult address_range(CUdeviceptr *base, size_t *size, uintptr_t va)
+{
+    CUresult rc = fk_need_ctx();
+    if (rc) return rc;
+    uintptr_t b = 0;
+    size_t n = 0;
+    struct fk_range *r = range_holding(g_devmem, va);
+    if (r) b = r->va, n = r->size;
+    for (struct fk_piece *p = g_pieces; !r && p; p = p->next)
+        if (va >= p->map_va && va - p->map_va < p->map_size) b = p->map_va, n = p->map_size;
+    if (!n) return CUDA_ERROR_NOT_FOUND;
+    if (base) *base = (CUdeviceptr)b;
+    if (size) *size = n;
+    return CUDA_SUCCESS;
+}
+
 static CUresult host_register(void *p, size_t size, unsigned flags)
 {
     const unsigned known = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP |
@@ -1283,6 +1321,11 @@ CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
     FK_CALL(cuIpcGetMemHandle, 1, ipc_get_mem_handle(pHandle, (uintptr_t)dptr))
 CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
     FK_CALL(cuPointerGetAttribute, 1, pointer_attribute(data, attribute, (uintptr_t)ptr))
+CUresult CUDAAPI cuPointerGetAttributes(unsigned int n, CUpointer_attribute *attributes,
+                                        void **data, CUdeviceptr ptr)
+    FK_CALL(cuPointerGetAttributes, 1, pointer_attributes(n, attributes, data, (uintptr_t)ptr))
+CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
+    FK_CALL(cuMemGetAddressRange, 1, address_range(pbase, psize, (uintptr_t)dptr))
 
 /* The CUDA 11.3 entry point, without symbolStatus; cuda.h renames it to _v2. */
 #undef cuGetProcAddress

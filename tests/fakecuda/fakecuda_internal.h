@@ -26,7 +26,8 @@
     X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemCreate) X(cuMemRelease) X(cuMemMap)      \
     X(cuMemSetAccess) X(cuMemUnmap) X(cuMemAlloc) X(cuMemAllocPitch) X(cuMemAllocAsync)        \
     X(cuMemFree) X(cuMemFreeAsync) X(cuMemHostRegister) X(cuMemHostUnregister)                 \
-    X(cuIpcGetMemHandle) X(cuPointerGetAttribute) X(cuStreamCreate) X(cuStreamDestroy)         \
+    X(cuIpcGetMemHandle) X(cuPointerGetAttribute) X(cuPointerGetAttributes)                   \
+    X(cuMemGetAddressRange) X(cuStreamCreate) X(cuStreamDestroy)                               \
     X(cuStreamSynchronize) X(cuMemcpyHtoDAsync) X(cuMemcpyHtoD) X(cuMemcpyDtoH)                \
     X(cuMemcpyDtoHAsync) X(cuMemcpyDtoD) X(cuMemcpyDtoDAsync) X(cuMemcpy) X(cuMemcpyAsync)     \
     X(cuMemcpy2D) X(cuMemcpy2DAsync) X(cuMemcpyBatchAsync)                                     \
