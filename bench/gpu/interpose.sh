@@ -71,7 +71,7 @@ PY
     return "$rc"
 }
 
-moevm_env=(env MOEVM_GPU_BUDGET="${budget}M" MOEVM_OVERSUBSCRIBE=8G MOEVM_LOG=info
+moevm_env=(env MOEVM_GPU_BUDGET="${budget}M" MOEVM_OVERSUBSCRIBE=4G MOEVM_LOG=info
            MOEVM_REPORT="$out/report.json" LD_PRELOAD="$so")
 step unlimited 300 python3 $py model "${extra[@]}" --out "$scratch/unlimited.npz" || failed=1
 step moevm 420 "${moevm_env[@]}" python3 $py model "${extra[@]}" --out "$scratch/moevm.npz" ||
@@ -86,7 +86,12 @@ for i in 1 2 3; do
     step "launches_moevm_$i" 120 env MOEVM_GPU_BUDGET=4G LD_PRELOAD="$so" \
         python3 $py launches "${extra[@]}" || failed=1
 done
-python3 - "$results" "$out/report.json" <<'PY' | tee -a "$results"
+# The moevm run counts only if the interposer managed the model (it runs a program unmanaged,
+# and says so, when it cannot: a bad value, no HOST_NUMA VMM): its report must show managed
+# memory beyond the budget and misses. A dry run (--device cpu) makes no CUDA call at all.
+dry=0
+[[ " ${extra[*]} " == *" --device cpu "* ]] && dry=1
+python3 - "$results" "$out/report.json" "$((budget << 20))" "$dry" <<'PY' | tee -a "$results"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 best = lambda k: min((r["seconds"] for r in rows if r["step"].startswith(k) and "seconds" in r),
@@ -102,8 +107,17 @@ try:
                                "misses": rep["moves"]["misses"],
                                "wait_s": rep["wait_ns"] * 1e-9,
                                "managed_peak_bytes": rep["managed"]["peak_bytes"]}
+    summary["managed"] = (rep["managed"]["peak_bytes"] > int(sys.argv[3]) and
+                          rep["moves"]["misses"] > 0)
 except (OSError, KeyError, ValueError) as e:
     summary["moevm_report"] = "unreadable: %s" % e
+    summary["managed"] = False
 print(json.dumps(summary))
+sys.exit(0 if summary["managed"] or sys.argv[4] == "1" else 1)
 PY
+rc=$?
+if ((rc != 0)); then
+    echo "interpose.sh: the moevm run was not managed beyond the budget (see log.txt)" >&2
+    failed=1
+fi
 exit "$failed"
