@@ -595,6 +595,22 @@ static void bench_host_numa_reads(void)
     CU(cuMemcpyHtoD(dev.va, src, bytes));
     free(src);
 
+    /* What the driver says about a pointer into each mapping: the interposer passes the
+     * memory type of a host-backed managed page through, and answers range queries itself
+     * (docs/interpose.md, Address queries). */
+    unsigned type_host = 0, type_dev = 0;
+    size_t range_host = 0;
+    CU(cuPointerGetAttribute(&type_host, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, host.va + 1));
+    CU(cuPointerGetAttribute(&type_dev, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dev.va + 1));
+    CU(cuMemGetAddressRange(NULL, &range_host, host.va + 1));
+    add_row("memory_type_host_numa", "enum", single(type_host),
+            "CU_POINTER_ATTRIBUTE_MEMORY_TYPE of a HOST_NUMA mapping (1 host, 2 device)");
+    add_row("memory_type_device", "enum", single(type_dev),
+            "the same of a device mapping");
+    add_row("address_range_host_numa", "MiB", single((double)range_host / MiB),
+            "cuMemGetAddressRange size of the HOST_NUMA mapping (one cuMemMap of %zu MiB)",
+            (size_t)(bytes / MiB));
+
     stats sh = kernel_read_bandwidth(host.va, bytes, expect, "the HOST_NUMA mapping");
     stats sd = kernel_read_bandwidth(dev.va, bytes, expect, "the device mapping");
     add_row("kernel_read_host_numa_256MiB", "GB/s", sh,
