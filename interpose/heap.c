@@ -70,7 +70,9 @@ static CUresult space_create(void)
     if (mvm_pl.broken)
         return CUDA_ERROR_NOT_SUPPORTED;
     CUdevice dev = 0;
-    if (!mvm_real_fn.cuCtxGetDevice || mvm_real_fn.cuCtxGetDevice(&dev) != CUDA_SUCCESS)
+    CUcontext ctx = NULL;
+    if (!mvm_real_fn.cuCtxGetDevice || mvm_real_fn.cuCtxGetDevice(&dev) != CUDA_SUCCESS ||
+        !mvm_real_fn.cuCtxGetCurrent || mvm_real_fn.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS)
         return give_up("no current context");
     uint64_t page = mvm_pl.page_size, budget = device_budget() / page * page;
     if (budget < page)
@@ -108,6 +110,7 @@ static CUresult space_create(void)
     mvm_pl.base = info.base;
     mvm_pl.capacity_bytes = pages * page;
     mvm_pl.device = dev;
+    mvm_pl.ctx = ctx;
     mvm_pl.shape = (mvm_pshape){.n_layers = 1, .n_experts = (uint32_t)pages, .top_k = 1,
                                 .pages_per_expert = 1, .expert_bytes = page};
     const mvm_evict_ops *ev = mvm_policy_find(MVM_ROLE_EVICT, mvm_pl.evict_name);
@@ -172,6 +175,8 @@ CUresult mvm_heap_alloc(uint64_t bytes, uint32_t site, CUdeviceptr *out)
     mvm_pl.layout++;
     mvm_pl.alloc_pages += a->n_pages;
     mvm_pl.managed_allocs++;
+    /* The driver numbers its own buffers from 1 up; the top bit keeps these apart. */
+    a->id = 1ull << 63 | mvm_pl.managed_allocs;
     mvm_pl.managed_bytes += bytes;
     uint64_t live = (uint64_t)mvm_pl.alloc_pages * page;
     if (live > mvm_pl.peak_managed_bytes)

@@ -10,8 +10,9 @@
  * - Legacy IPC cannot export VMM-mapped memory. The interposer cannot know at allocation
  *   time that a buffer will be shared, so cuIpcGetMemHandle on a managed range fails with
  *   CUDA_ERROR_NOT_SUPPORTED and a message saying how to keep that buffer native.
- * - Address queries (cuMemGetAddressRange, the range attributes of cuPointerGetAttribute[s])
- *   of a pointer into a managed range answer with that allocation, as for a cuMemAlloc block.
+ * - Address queries (cuMemGetAddressRange, cuPointerGetAttribute[s]) of a pointer into a
+ *   managed range describe that allocation as a cuMemAlloc block: its range, one buffer id,
+ *   device memory of the managed device and context, whichever page backs the pointer.
  * - Host-to-device copies teach the objects (heap.c) and are held under the read lock, so a
  *   miss served by another thread cannot remap their destination mid-copy. The unified
  *   copies (cuMemcpy[Async]) are too when a side is managed, and teach an object when the
@@ -19,6 +20,7 @@
  * - Memory queries (driver and NVML) report the managed view: the device's memory plus
  *   MOEVM_OVERSUBSCRIBE, free counting what the managed space has left.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "interpose/preload.h"
@@ -175,22 +177,31 @@ CUresult hk_cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr va)
 
 /* ---- address queries --------------------------------------------------------------------- */
 
-/* A managed allocation is one block to the program, as a cuMemAlloc block would be. The
- * driver sees the space instead, and would answer with one of its mappings (a page) or the
- * whole reservation: wrong for a program that registers or shares buffers by their range
- * (NCCL, libfabric). */
+/* A managed allocation is one device block to the program, as a cuMemAlloc block would be.
+ * The driver sees the space instead and describes what backs the page asked about: one
+ * mapping (a page) or the whole reservation as the range, a buffer id per mapping that
+ * changes when residency remaps the page, and, for a page at its host home, host memory
+ * (Open MPI's VMM fix, open-mpi/ompi#12751: HOST_NUMA-backed cuMemCreate memory reads as
+ * CU_MEMORYTYPE_HOST, and a library that believes it touches it from the CPU and faults).
+ * So these attributes are answered here, as for a cuMemAlloc block; the others (IS_MANAGED,
+ * MAPPED, IPC capability, handle types, access flags, ...) are the driver's, which already
+ * describe a VMM allocation. */
 
-/* The managed allocation holding va: true and its range when there is one. */
-static bool managed_range(CUdeviceptr va, CUdeviceptr *base, size_t *size)
+typedef struct managed_block {
+    CUdeviceptr base;
+    size_t size;
+    uint64_t id;
+} managed_block;
+
+/* The managed allocation holding va, if any. */
+static bool managed_block_of(CUdeviceptr va, managed_block *m)
 {
     if (!mvm_pl_on() || !mvm_heap_contains(va))
         return false;
     pthread_rwlock_rdlock(&mvm_pl.lock);
     mvm_alloc *a = mvm_heap_find(va);
-    if (a) {
-        *base = a->va;
-        *size = a->bytes;
-    }
+    if (a)
+        *m = (managed_block){a->va, a->bytes, a->id};
     pthread_rwlock_unlock(&mvm_pl.lock);
     return a != NULL;
 }
@@ -199,54 +210,96 @@ CUresult hk_cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdevicep
 {
     if (!mvm_real_load() || !mvm_real_fn.cuMemGetAddressRange_v2)
         return CUDA_ERROR_NOT_INITIALIZED;
-    CUdeviceptr base;
-    size_t size;
-    if (!managed_range(dptr, &base, &size))
+    managed_block m;
+    if (!managed_block_of(dptr, &m))
         return mvm_pl_on() && mvm_heap_contains(dptr)
                    ? CUDA_ERROR_NOT_FOUND /* in the space, in no allocation: freed */
                    : mvm_real_fn.cuMemGetAddressRange_v2(pbase, psize, dptr);
     if (pbase) /* both optional (cuda.h) */
-        *pbase = base;
+        *pbase = m.base;
     if (psize)
-        *psize = size;
+        *psize = m.size;
     return CUDA_SUCCESS;
 }
 
-/* The range attributes of a pointer into a managed allocation: that allocation. */
-static bool range_attribute(void *data, CUpointer_attribute attr, CUdeviceptr base, size_t size)
+/* Answers attribute attr of ptr, in block m, into data (cuPointerGetAttribute's types).
+ * Returns false for an attribute left to the driver; *r is the result otherwise. */
+static bool block_attribute(void *data, CUpointer_attribute attr, CUdeviceptr ptr,
+                            const managed_block *m, CUresult *r)
 {
-    if (attr == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR)
-        *(CUdeviceptr *)data = base;
-    else if (attr == CU_POINTER_ATTRIBUTE_RANGE_SIZE)
-        *(size_t *)data = size;
-    else
+    *r = CUDA_SUCCESS;
+    switch (attr) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+        *(CUcontext *)data = mvm_pl.ctx;
+        return true;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+        *(unsigned int *)data = CU_MEMORYTYPE_DEVICE;
+        return true;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+        *(CUdeviceptr *)data = ptr;
+        return true;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER: /* device memory: the host cannot reach it */
+        *r = CUDA_ERROR_INVALID_VALUE;
+        return true;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+        *(int *)data = mvm_pl.device;
+        return true;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
+        *(unsigned long long *)data = m->id;
+        return true;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
+        *(CUdeviceptr *)data = m->base;
+        return true;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
+        *(size_t *)data = m->size;
+        return true;
+    default:
         return false;
-    return true;
+    }
 }
 
 CUresult hk_cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr ptr)
 {
     if (!mvm_real_load() || !mvm_real_fn.cuPointerGetAttribute)
         return CUDA_ERROR_NOT_INITIALIZED;
-    CUdeviceptr base;
-    size_t size;
-    if (data && managed_range(ptr, &base, &size) && range_attribute(data, attr, base, size))
-        return CUDA_SUCCESS;
+    managed_block m;
+    CUresult r;
+    if (data && managed_block_of(ptr, &m) && block_attribute(data, attr, ptr, &m, &r))
+        return r;
     return mvm_real_fn.cuPointerGetAttribute(data, attr, ptr);
 }
 
+/* The driver is asked only for the attributes not answered here, so its view of the page
+ * cannot leak into (or fail) the answered ones. An attribute with no answer (HOST_POINTER)
+ * reads as NULL, as this form reports any attribute a pointer lacks. */
 CUresult hk_cuPointerGetAttributes(unsigned int n, CUpointer_attribute *attrs, void **data,
                                    CUdeviceptr ptr)
 {
     if (!mvm_real_load() || !mvm_real_fn.cuPointerGetAttributes)
         return CUDA_ERROR_NOT_INITIALIZED;
-    CUresult r = mvm_real_fn.cuPointerGetAttributes(n, attrs, data, ptr);
-    CUdeviceptr base;
-    size_t size;
-    if (r == CUDA_SUCCESS && managed_range(ptr, &base, &size))
-        for (unsigned i = 0; i < n; i++)
-            if (data[i])
-                range_attribute(data[i], attrs[i], base, size);
+    managed_block m;
+    if (!n || !attrs || !data || !managed_block_of(ptr, &m))
+        return mvm_real_fn.cuPointerGetAttributes(n, attrs, data, ptr);
+    CUpointer_attribute *rest = malloc(n * sizeof *rest);
+    void **rest_data = malloc(n * sizeof *rest_data);
+    CUresult r = rest && rest_data ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    unsigned k = 0;
+    for (unsigned i = 0; i < n && r == CUDA_SUCCESS; i++) {
+        CUresult ri;
+        if (!data[i] || !block_attribute(data[i], attrs[i], ptr, &m, &ri)) {
+            rest[k] = attrs[i];
+            rest_data[k++] = data[i];
+        } else if (ri != CUDA_SUCCESS) {
+            *(void **)data[i] = NULL;
+        }
+    }
+    if (r == CUDA_SUCCESS && k)
+        r = mvm_real_fn.cuPointerGetAttributes(k, rest, rest_data, ptr);
+    free(rest);
+    free(rest_data);
     return r;
 }
 

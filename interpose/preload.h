@@ -215,6 +215,7 @@ typedef struct {
     X(cuKernelGetParamInfo, "cuKernelGetParamInfo", CUresult,                                  \
       (CUkernel, size_t, size_t *, size_t *))                                                  \
     X(cuCtxGetDevice, "cuCtxGetDevice", CUresult, (CUdevice *))                                \
+    X(cuCtxGetCurrent, "cuCtxGetCurrent", CUresult, (CUcontext *))                             \
     X(cuGraphGetNodes, "cuGraphGetNodes", CUresult, (CUgraph, CUgraphNode *, size_t *))        \
     X(cuGraphNodeGetType, "cuGraphNodeGetType", CUresult, (CUgraphNode, CUgraphNodeType *))    \
     X(cuGraphKernelNodeGetParams_v2, "cuGraphKernelNodeGetParams_v2", CUresult,                \
@@ -279,6 +280,7 @@ typedef struct mvm_alloc {
     uint64_t va, bytes;        /* as the program asked (bytes rounded up to pages) */
     uint32_t first_page, n_pages;
     uint32_t site;             /* report.c's call-site index */
+    uint64_t id;               /* its buffer id, never reused (memory.c) */
     mvm_obj whole;
     mvm_obj *ext;              /* extents from host-to-device copies, sorted by va */
     uint32_t n_ext, cap_ext;
@@ -296,6 +298,7 @@ typedef struct mvm_preload {
     /* the space and its bookkeeping (created at the first managed allocation) */
     mvm_space *_Atomic space;  /* published last: base, capacity and device are set then */
     uint64_t base, capacity_bytes;
+    CUcontext ctx;             /* current at creation: the context of every managed block */
     uint32_t n_pages, device_pages, alloc_pages;
     mvm_alloc **allocs;        /* sorted by va */
     uint32_t n_allocs, cap_allocs;

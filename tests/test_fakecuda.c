@@ -403,6 +403,16 @@ static void t_host_numa(void)
     OK(p_cuMemSetAccess(va, G, acc, 2));
     host(va)[G - 1] = 3;
     CHECK(host(va)[G - 1] == 3);
+    /* Host memory on no device, as the real driver describes HOST_NUMA-backed VMM memory
+     * (open-mpi/ompi#12751); the id is still the allocation's. */
+    unsigned type = 0;
+    unsigned long long id = 0;
+    int ord = 7;
+    OK(p_cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, va + 5));
+    OK(p_cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, va + 5));
+    CHECK(type == CU_MEMORYTYPE_HOST && id == h);
+    RC(p_cuPointerGetAttribute(&ord, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, va),
+       CUDA_ERROR_INVALID_VALUE);
     OK(p_cuMemUnmap(va, G));
     OK(p_cuMemAddressFree(va, G));
     OK(p_cuMemRelease(h));
@@ -685,8 +695,18 @@ static void t_memory_extras(void)
     CHECK(start == e && size == MiB);
     RC(p_cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, top + MiB),
        CUDA_ERROR_INVALID_VALUE);
-    int ord;
-    RC(p_cuPointerGetAttribute(&ord, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, e),
+    /* A cuMemAlloc block: device memory of the current context and device, and a buffer id
+     * of its own. Attributes not modelled say so. */
+    int ord = -1;
+    CUcontext owner = NULL, cur = NULL;
+    unsigned long long id_d = 0, id_e = 0;
+    OK(p_cuPointerGetAttribute(&ord, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, e + 5));
+    OK(p_cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, e + 5));
+    OK(p_cuCtxGetCurrent(&cur));
+    OK(p_cuPointerGetAttribute(&id_d, CU_POINTER_ATTRIBUTE_BUFFER_ID, d));
+    OK(p_cuPointerGetAttribute(&id_e, CU_POINTER_ATTRIBUTE_BUFFER_ID, e + MiB - 1));
+    CHECK(ord == 0 && owner == cur && id_d && id_e && id_d != id_e);
+    RC(p_cuPointerGetAttribute(&ord, CU_POINTER_ATTRIBUTE_IS_MANAGED, e),
        CUDA_ERROR_NOT_SUPPORTED);
 
     CUmemAllocationProp prop = prop_at(CU_MEM_LOCATION_TYPE_DEVICE, 0);
@@ -699,6 +719,13 @@ static void t_memory_extras(void)
     OK(p_cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, va + 2 * G - 1));
     CHECK(start == va && size == 4 * G);
     RC(p_cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, va), /* not mapped */
+       CUDA_ERROR_INVALID_VALUE);
+    /* Mapped VMM memory: the physical allocation's id, the device it is on, no context. */
+    unsigned long long id_vmm = 0;
+    OK(p_cuPointerGetAttribute(&id_vmm, CU_POINTER_ATTRIBUTE_BUFFER_ID, va + G + 9));
+    OK(p_cuPointerGetAttribute(&ord, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, va + G));
+    CHECK(id_vmm == h && ord == 0);
+    RC(p_cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, va + G),
        CUDA_ERROR_INVALID_VALUE);
 
     /* cuMemGetAddressRange: the cuMemAlloc block, or the one cuMemMap call's segment (not the
@@ -725,7 +752,7 @@ static void t_memory_extras(void)
         OK(p_cuPointerGetAttributes(3, at, out, va + 8));
         CHECK(size == 0 && ty == 0 && start == 0);
         RC(p_cuPointerGetAttributes(0, at, out, e), CUDA_ERROR_INVALID_VALUE);
-        at[1] = CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL;
+        at[1] = CU_POINTER_ATTRIBUTE_IS_MANAGED;
         RC(p_cuPointerGetAttributes(3, at, out, e), CUDA_ERROR_NOT_SUPPORTED);
     }
     RC(p_cuIpcGetMemHandle(&ipc, va + G), CUDA_ERROR_INVALID_VALUE); /* VMM memory */

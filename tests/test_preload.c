@@ -22,9 +22,11 @@
  *               small ones work: the program runs, un-managed
  *   query       cuMemGetInfo, cuDeviceTotalMem and NVML report the managed view
  *   ipc         cuIpcGetMemHandle works on native memory, is refused on managed memory
- *   ranges      cuMemGetAddressRange and cuPointerGetAttribute[s]' range attributes give a
- *               managed allocation's own range from any pointer into it, native memory
- *               the driver's answer; a freed managed range is not found
+ *   ranges      cuMemGetAddressRange and cuPointerGetAttribute[s] describe a managed
+ *               allocation as one device block from any pointer into it (its range, one
+ *               buffer id, the context, device memory even where a page is host-backed),
+ *               before and after residency changes; native memory gets the driver's
+ *               answer; a freed managed range is not found
  *   fork        a child process runs hooks unmanaged, without deadlock
  *   graph       kernels captured into a graph while their objects are not resident: the
  *               capture stays valid; launching the graph (and one built by hand with a
@@ -995,8 +997,9 @@ SCENARIO void scenario_query(void)
     CU_OK(cu.MemFree(a));
 }
 
-/* The range of a pointer into [base, base + size), by every address query. */
-static void expect_range(CUdeviceptr p, CUdeviceptr base, size_t size)
+/* The range of a pointer into [base, base + size), by every address query, and that it is
+ * device memory of the current context and device 0. Returns its buffer id. */
+static unsigned long long expect_block(CUdeviceptr p, CUdeviceptr base, size_t size)
 {
     CUdeviceptr b = 0, b2 = 0;
     size_t n = 0, n2 = 0;
@@ -1006,25 +1009,58 @@ static void expect_range(CUdeviceptr p, CUdeviceptr base, size_t size)
     CU_OK(cu.PointerGetAttribute(&b2, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, p));
     CU_OK(cu.PointerGetAttribute(&n2, CU_POINTER_ATTRIBUTE_RANGE_SIZE, p));
     EXPECT(b2 == base && n2 == size);
-    CUpointer_attribute attrs[3] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+    CU_OK(cu.PointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p));
+    EXPECT(type == CU_MEMORYTYPE_DEVICE);
+    CUcontext ctx = NULL, cur = NULL;
+    int ordinal = -1;
+    unsigned long long id = 0, id2 = 0;
+    CUpointer_attribute attrs[6] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
                                     CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-                                    CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+                                    CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+                                    CU_POINTER_ATTRIBUTE_CONTEXT,
+                                    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                    CU_POINTER_ATTRIBUTE_BUFFER_ID};
     b2 = n2 = 0;
-    void *data[3] = {&type, &b2, &n2};
-    CU_OK(cu.PointerGetAttributes(3, attrs, data, p));
-    EXPECT(type == CU_MEMORYTYPE_DEVICE && b2 == base && n2 == size);
+    type = 0;
+    void *data[6] = {&type, &b2, &n2, &ctx, &ordinal, &id};
+    CU_OK(cu.PointerGetAttributes(6, attrs, data, p));
+    CU_OK(cu.CtxGetCurrent(&cur));
+    EXPECT(type == CU_MEMORYTYPE_DEVICE && b2 == base && n2 == size && ctx == cur &&
+           ordinal == 0 && id != 0);
+    CU_OK(cu.PointerGetAttribute(&id2, CU_POINTER_ATTRIBUTE_BUFFER_ID, p));
+    EXPECT(id2 == id);
+    return id;
 }
 
+/* Six 2 MiB pages against the 8 MiB budget: pages 4 and 5 stay host-backed whatever a
+ * launch makes resident, and the driver describes those as host memory. */
 SCENARIO void scenario_ranges(void)
 {
-    CUdeviceptr native, a, b;
+    CUdeviceptr native, a, b, out;
     CU_OK(cu.MemAlloc(&native, 4096));
-    CU_OK(cu.MemAlloc(&a, 12 * MiB));          /* six pages, some of them host-backed */
+    CU_OK(cu.MemAlloc(&out, 4096));
+    CU_OK(cu.MemAlloc(&a, 12 * MiB));
     CU_OK(cu.MemAlloc(&b, 3 * MiB + 100));
-    expect_range(a, a, 12 * MiB);
-    expect_range(a + 7 * MiB + 3, a, 12 * MiB); /* mid-allocation, past its first page */
-    expect_range(b + 3 * MiB, b, 3 * MiB + 100);
-    expect_range(native + 100, native, 4096);  /* the driver's own answer */
+    unsigned long long id = expect_block(a, a, 12 * MiB);
+    EXPECT(expect_block(a + 11 * MiB + 3, a, 12 * MiB) == id); /* a host-backed page */
+    unsigned long long id_b = expect_block(b + 3 * MiB, b, 3 * MiB + 100);
+    unsigned long long id_native = expect_block(native + 100, native, 4096); /* the driver's */
+    EXPECT(id_b != id && id_native != id && id_native != id_b);
+    /* Managed memory is device memory: it has a device pointer (itself) and no host one. */
+    CUdeviceptr dp = 0;
+    void *hp = &dp;
+    CU_OK(cu.PointerGetAttribute(&dp, CU_POINTER_ATTRIBUTE_DEVICE_POINTER, a + 77));
+    EXPECT(dp == a + 77);
+    EXPECT(cu.PointerGetAttribute(&hp, CU_POINTER_ATTRIBUTE_HOST_POINTER, a + 77) ==
+           CUDA_ERROR_INVALID_VALUE);
+    CUpointer_attribute ha = CU_POINTER_ATTRIBUTE_HOST_POINTER;
+    void *hdata[1] = {&hp};
+    CU_OK(cu.PointerGetAttributes(1, &ha, hdata, a + 77));
+    EXPECT(hp == NULL);
+    /* Residency changes what backs the pages, not what the program is told. */
+    uint64_t words = 12 * MiB / 4;
+    (void)sum_kernel(fake_kernel("fk_sum_u32"), out, a, words); /* makes pages 0-3 resident */
+    EXPECT(expect_block(a + MiB, a, 12 * MiB) == id);
     CUdeviceptr base = 0;
     size_t size = 0;
     CU_OK(cu.MemGetAddressRange(&base, NULL, a + 1)); /* either output may be NULL */
@@ -1032,7 +1068,13 @@ SCENARIO void scenario_ranges(void)
     EXPECT(base == a && size == 12 * MiB);
     CU_OK(cu.MemFree(a));
     EXPECT(cu.MemGetAddressRange(&base, &size, a + 1) == CUDA_ERROR_NOT_FOUND);
+    /* A new allocation at the same address is a new buffer. */
+    CUdeviceptr again;
+    CU_OK(cu.MemAlloc(&again, 12 * MiB));
+    EXPECT(again != a || expect_block(again, again, 12 * MiB) != id);
+    CU_OK(cu.MemFree(again));
     CU_OK(cu.MemFree(b));
+    CU_OK(cu.MemFree(out));
     CU_OK(cu.MemFree(native));
 }
 

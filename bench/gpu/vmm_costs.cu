@@ -595,9 +595,9 @@ static void bench_host_numa_reads(void)
     CU(cuMemcpyHtoD(dev.va, src, bytes));
     free(src);
 
-    /* What the driver says about a pointer into each mapping: the interposer passes the
-     * memory type of a host-backed managed page through, and answers range queries itself
-     * (docs/interpose.md, Address queries). */
+    /* What the driver says about a pointer into each mapping, which the interposer answers
+     * itself for managed memory (docs/interpose.md, Address queries): Open MPI reports
+     * "host" for HOST_NUMA-backed VMM memory (open-mpi/ompi#12751); this row confirms it. */
     unsigned type_host = 0, type_dev = 0;
     size_t range_host = 0;
     CU(cuPointerGetAttribute(&type_host, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, host.va + 1));

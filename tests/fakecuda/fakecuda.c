@@ -141,6 +141,7 @@ struct fk_range { /* a reservation, a cuMemAlloc block, or a registered host ran
     uintptr_t va;
     size_t size;
     struct CUctx_st *ctx; /* cuMemAlloc only: the owning context */
+    unsigned long long id; /* cuMemAlloc only: its buffer id */
 };
 
 /* A part of one cuMemMap mapping. cuMemSetAccess on a sub-range splits pieces so each piece
@@ -184,6 +185,7 @@ static struct CUevent_st *g_events;
 static struct fk_alloc *g_allocs;
 static struct fk_range *g_resvs, *g_devmem, *g_hostregs;
 static struct fk_piece *g_pieces;
+static unsigned long long g_next_buffer_id; /* cuMemAlloc blocks', from 1 as the driver's */
 static CUmemGenericAllocationHandle g_next_handle = 0xfc0000;
 static _Thread_local struct CUctx_st *t_ctx; /* the calling thread's current context */
 
@@ -812,6 +814,7 @@ static CUresult mem_alloc(CUdeviceptr *dptr, size_t size)
     r->va = (uintptr_t)p;
     r->size = size;
     r->ctx = t_ctx;
+    r->id = ++g_next_buffer_id;
     r->next = g_devmem;
     g_devmem = r;
     g_used[dev] += size;
@@ -885,27 +888,69 @@ static CUresult ipc_get_mem_handle(CUipcMemHandle *handle, uintptr_t va)
     return CUDA_SUCCESS;
 }
 
-/* Only the range attributes: the cuMemAlloc block, or for mapped VMM memory the reservation
- * it lies in ("the mappable address range", as cuda.h puts it). Other attributes are not
- * modelled and say so with CUDA_ERROR_NOT_SUPPORTED. */
-/* MEMORY_TYPE: DEVICE for cuMemAlloc memory and mapped reservations, HOST for registered
- * host memory; other (pageable) memory is unknown to the driver: INVALID_VALUE. */
+/* The attributes a VMM-aware caller reads, as the real driver gives them for the three kinds
+ * of memory it knows:
+ *   - a cuMemAlloc block: device memory of its context, its own range and buffer id;
+ *   - mapped VMM memory: the reservation it lies in as the range ("the mappable address
+ *     range", as cuda.h puts it), the physical allocation's id as the buffer id (so the id
+ *     changes when a page is remapped), no context; and, for a HOST_NUMA allocation, host
+ *     memory on no device (what Open MPI found the driver reports, open-mpi/ompi#12751);
+ *   - registered host memory: host memory.
+ * Other (pageable) memory is unknown to the driver: INVALID_VALUE. Attributes not modelled
+ * say so with CUDA_ERROR_NOT_SUPPORTED. */
+static struct fk_piece *piece_holding(uintptr_t va)
+{
+    for (struct fk_piece *p = g_pieces; p; p = p->next)
+        if (va >= p->va && va - p->va < p->size) return p;
+    return NULL;
+}
+
 static CUresult pointer_attribute(void *data, CUpointer_attribute attr, uintptr_t va)
 {
     if (!data) return CUDA_ERROR_INVALID_VALUE;
-    if (attr != CU_POINTER_ATTRIBUTE_RANGE_START_ADDR && attr != CU_POINTER_ATTRIBUTE_RANGE_SIZE &&
-        attr != CU_POINTER_ATTRIBUTE_MEMORY_TYPE)
-        return CUDA_ERROR_NOT_SUPPORTED;
-    struct fk_range *r = range_holding(g_devmem, va);
-    if (!r && mapped_within(va, 1)) r = range_holding(g_resvs, va);
-    if (attr == CU_POINTER_ATTRIBUTE_MEMORY_TYPE && (r || range_holding(g_hostregs, va))) {
-        *(unsigned *)data = r ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+    struct fk_range *r = range_holding(g_devmem, va), *host = range_holding(g_hostregs, va);
+    struct fk_piece *piece = r ? NULL : piece_holding(va);
+    struct fk_range *resv = piece ? range_holding(g_resvs, va) : NULL;
+    int on_host = host || (piece && piece->alloc->host_numa);
+    if (!r && !piece && !host) return CUDA_ERROR_INVALID_VALUE;
+    switch (attr) {
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+        *(unsigned *)data = on_host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
         return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+        if (!r) return CUDA_ERROR_INVALID_VALUE;
+        *(CUcontext *)data = r->ctx;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+        if (on_host) return CUDA_ERROR_INVALID_VALUE;
+        *(int *)data = r ? ctx_dev(r->ctx) : piece->alloc->dev;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+        if (host) return CUDA_ERROR_INVALID_VALUE;
+        *(unsigned long long *)data = r ? r->id : piece->alloc->id;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+        if (host || !(r = r ? r : resv)) return CUDA_ERROR_INVALID_VALUE;
+        if (attr == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR) *(CUdeviceptr *)data = (CUdeviceptr)r->va;
+        else *(size_t *)data = r->size;
+        return CUDA_SUCCESS;
+    default:
+        return CUDA_ERROR_NOT_SUPPORTED;
     }
-    if (!r) return CUDA_ERROR_INVALID_VALUE;
-    if (attr == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR) *(CUdeviceptr *)data = (CUdeviceptr)r->va;
-    else *(size_t *)data = r->size;
-    return CUDA_SUCCESS;
+}
+
+/* The size of attribute attr's value, for the zeros of cuPointerGetAttributes. */
+static size_t attribute_size(CUpointer_attribute attr)
+{
+    switch (attr) {
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: return sizeof(unsigned);
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: return sizeof(int);
+    case CU_POINTER_ATTRIBUTE_CONTEXT: return sizeof(CUcontext);
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID: return sizeof(unsigned long long);
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: return sizeof(CUdeviceptr);
+    default: return sizeof(size_t);
+    }
 }
 
 /* Unlike cuPointerGetAttribute, a pointer the driver does not know is no error here: its
@@ -916,13 +961,8 @@ static CUresult pointer_attributes(unsigned n, CUpointer_attribute *attrs, void 
     if (!n || !attrs || !data) return CUDA_ERROR_INVALID_VALUE;
     for (unsigned i = 0; i < n; i++) {
         CUresult rc = pointer_attribute(data[i], attrs[i], va);
-        if (rc == CUDA_ERROR_INVALID_VALUE && data[i]) {
-            if (attrs[i] == CU_POINTER_ATTRIBUTE_MEMORY_TYPE) *(unsigned *)data[i] = 0;
-            else if (attrs[i] == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR) *(CUdeviceptr *)data[i] = 0;
-            else *(size_t *)data[i] = 0;
-        } else if (rc) {
-            return rc;
-        }
+        if (rc == CUDA_ERROR_INVALID_VALUE && data[i]) memset(data[i], 0, attribute_size(attrs[i]));
+        else if (rc) return rc;
     }
     return CUDA_SUCCESS;
 }
