@@ -216,7 +216,7 @@ static void collect_kernel(const void *what, mvm_objset *set)
     mvm_scan_params(k->f, k->params, k->extra, emit_object, set);
 }
 
-static bool prepare(CUfunction f, void **params, void **extra)
+bool mvm_launch_prepare_kernel(CUfunction f, void **params, void **extra)
 {
     if (!mvm_pl_on())
         return false;
@@ -231,7 +231,7 @@ CUresult hk_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, 
 {
     if (!mvm_real_load() || !mvm_real_fn.cuLaunchKernel)
         return CUDA_ERROR_NOT_SUPPORTED;
-    bool locked = prepare(f, params, extra);
+    bool locked = mvm_launch_prepare_kernel(f, params, extra);
     CUresult r = mvm_real_fn.cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, s, params, extra);
     return mvm_launch_finish(locked, r);
 }
@@ -242,7 +242,7 @@ CUresult hk_cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned
 {
     if (!mvm_real_load() || !mvm_real_fn.cuLaunchKernel_ptsz)
         return CUDA_ERROR_NOT_SUPPORTED;
-    bool locked = prepare(f, params, extra);
+    bool locked = mvm_launch_prepare_kernel(f, params, extra);
     CUresult r = mvm_real_fn.cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, shared, s, params,
                                                  extra);
     return mvm_launch_finish(locked, r);
@@ -254,7 +254,7 @@ CUresult hk_cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, un
 {
     if (!mvm_real_load() || !mvm_real_fn.cuLaunchCooperativeKernel)
         return CUDA_ERROR_NOT_SUPPORTED;
-    bool locked = prepare(f, params, NULL);
+    bool locked = mvm_launch_prepare_kernel(f, params, NULL);
     CUresult r = mvm_real_fn.cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shared, s,
                                                        params);
     return mvm_launch_finish(locked, r);
@@ -266,7 +266,7 @@ CUresult hk_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned g
 {
     if (!mvm_real_load() || !mvm_real_fn.cuLaunchCooperativeKernel_ptsz)
         return CUDA_ERROR_NOT_SUPPORTED;
-    bool locked = prepare(f, params, NULL);
+    bool locked = mvm_launch_prepare_kernel(f, params, NULL);
     CUresult r = mvm_real_fn.cuLaunchCooperativeKernel_ptsz(f, gx, gy, gz, bx, by, bz, shared,
                                                             s, params);
     return mvm_launch_finish(locked, r);
@@ -277,7 +277,7 @@ CUresult hk_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **
 {
     if (!mvm_real_load() || !mvm_real_fn.cuLaunchKernelEx)
         return CUDA_ERROR_NOT_SUPPORTED;
-    bool locked = prepare(f, params, extra);
+    bool locked = mvm_launch_prepare_kernel(f, params, extra);
     return mvm_launch_finish(locked, mvm_real_fn.cuLaunchKernelEx(config, f, params, extra));
 }
 
@@ -286,6 +286,36 @@ CUresult hk_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, vo
 {
     if (!mvm_real_load() || !mvm_real_fn.cuLaunchKernelEx_ptsz)
         return CUDA_ERROR_NOT_SUPPORTED;
-    bool locked = prepare(f, params, extra);
+    bool locked = mvm_launch_prepare_kernel(f, params, extra);
     return mvm_launch_finish(locked, mvm_real_fn.cuLaunchKernelEx_ptsz(config, f, params, extra));
+}
+
+/* Deprecated, and still exported: one cooperative kernel per device, queued as one launch.
+ * Every entry's objects are made resident first (those on other devices are not managed and
+ * so not found). */
+typedef struct multi_launch {
+    const CUDA_LAUNCH_PARAMS *list;
+    unsigned n;
+} multi_launch;
+
+static void collect_multi(const void *what, mvm_objset *set)
+{
+    const multi_launch *m = what;
+    for (unsigned i = 0; i < m->n; i++)
+        mvm_scan_params(m->list[i].function, m->list[i].kernelParams, NULL, emit_object, set);
+}
+
+CUresult hk_cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *list, unsigned int n,
+                                                 unsigned int flags)
+{
+    if (!mvm_real_load() || !mvm_real_fn.cuLaunchCooperativeKernelMultiDevice)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    bool locked = false;
+    if (list && mvm_pl_on()) {
+        mvm_count(&mvm_counts_mine()->launches);
+        multi_launch m = {list, n};
+        locked = mvm_launch_prepare(collect_multi, &m);
+    }
+    return mvm_launch_finish(locked,
+                             mvm_real_fn.cuLaunchCooperativeKernelMultiDevice(list, n, flags));
 }

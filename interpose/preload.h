@@ -9,6 +9,7 @@
  *              (extents) learned from host-to-device copies
  *   paging.c   demand paging: making a launch's objects resident, with the evict policy
  *   launch.c   the kernel-launch hooks: parameter scanning over a per-function cache
+ *   launch_legacy.c  the pre-CUDA-4 launch API: shadowed parameter buffers, scanned alike
  *   graph.c    CUDA graphs: stream capture, and the objects of each instantiated graph
  *   memory.c   allocation, free, host-to-device copy and memory-query hooks (driver, NVML)
  *   devcopy.c  device-side copies and memsets: held off while a miss remaps pages
@@ -96,6 +97,16 @@ typedef struct {
       (const CUlaunchConfig *, CUfunction, void **, void **))                                  \
     X(cuLaunchKernelEx_ptsz, "cuLaunchKernelEx_ptsz", CUresult,                                \
       (const CUlaunchConfig *, CUfunction, void **, void **))                                  \
+    X(cuLaunchCooperativeKernelMultiDevice, "cuLaunchCooperativeKernelMultiDevice", CUresult,  \
+      (CUDA_LAUNCH_PARAMS *, unsigned int, unsigned int))                                      \
+    /* the pre-CUDA-4 launch API (launch_legacy.c) */                                          \
+    X(cuParamSetSize, "cuParamSetSize", CUresult, (CUfunction, unsigned int))                  \
+    X(cuParamSeti, "cuParamSeti", CUresult, (CUfunction, int, unsigned int))                   \
+    X(cuParamSetf, "cuParamSetf", CUresult, (CUfunction, int, float))                          \
+    X(cuParamSetv, "cuParamSetv", CUresult, (CUfunction, int, void *, unsigned int))           \
+    X(cuLaunch, "cuLaunch", CUresult, (CUfunction))                                            \
+    X(cuLaunchGrid, "cuLaunchGrid", CUresult, (CUfunction, int, int))                          \
+    X(cuLaunchGridAsync, "cuLaunchGridAsync", CUresult, (CUfunction, int, int, CUstream))      \
     X(cuStreamBeginCapture_v2, "cuStreamBeginCapture_v2", CUresult,                            \
       (CUstream, CUstreamCaptureMode))                                                         \
     X(cuStreamBeginCapture_v2_ptsz, "cuStreamBeginCapture_v2_ptsz", CUresult,                  \
@@ -411,6 +422,8 @@ void mvm_scan_params(CUfunction f, void **params, void **extra, mvm_emit_fn emit
 typedef void (*mvm_collect_fn)(const void *what, mvm_objset *set);
 bool mvm_launch_prepare(mvm_collect_fn collect, const void *what);
 CUresult mvm_launch_finish(bool locked, CUresult r);
+/* mvm_launch_prepare for one kernel launch with these parameters, counted as a launch. */
+bool mvm_launch_prepare_kernel(CUfunction f, void **params, void **extra);
 
 /* report.c */
 void mvm_report_prime(void);

@@ -97,10 +97,23 @@ static void check_rc(CUresult got, CUresult want, const char *what, int line)
     X(cuMemAllocAsync_ptsz, __typeof__(cuMemAllocAsync) *)                                     \
     X(cuMemFreeAsync_ptsz, __typeof__(cuMemFreeAsync) *)                                       \
     X(cuStreamSynchronize_ptsz, __typeof__(cuStreamSynchronize) *)                             \
-    X(cuEventRecord_ptsz, __typeof__(cuEventRecord) *)
+    X(cuEventRecord_ptsz, __typeof__(cuEventRecord) *)                                         \
+    DEPRECATED(X)
+/* The deprecated launch forms, typed by hand: cuda.h's deprecation would make naming their
+ * declarations a warning. */
+#define DEPRECATED(X)                                                                          \
+    X(cuFuncSetBlockShape, CUresult (*)(CUfunction, int, int, int))                           \
+    X(cuParamSetSize, CUresult (*)(CUfunction, unsigned))                                      \
+    X(cuParamSeti, CUresult (*)(CUfunction, int, unsigned))                                    \
+    X(cuParamSetf, CUresult (*)(CUfunction, int, float))                                       \
+    X(cuParamSetv, CUresult (*)(CUfunction, int, void *, unsigned))                            \
+    X(cuLaunch, CUresult (*)(CUfunction))                                                      \
+    X(cuLaunchGrid, CUresult (*)(CUfunction, int, int))                                        \
+    X(cuLaunchGridAsync, CUresult (*)(CUfunction, int, int, CUstream))                         \
+    X(cuLaunchCooperativeKernelMultiDevice, CUresult (*)(CUDA_LAUNCH_PARAMS *, unsigned, unsigned))
 
 #define DECLARE(name) static __typeof__(name) *p_##name;
-#define DECLARE_TWIN(name, type) static type p_##name;
+#define DECLARE_TWIN(name, type) static __typeof__(type) p_##name;
 CU_FUNCS(DECLARE)
 FK_FUNCS(DECLARE)
 CU_TWINS(DECLARE_TWIN)
@@ -1023,11 +1036,24 @@ static void t_graph_copies(void)
 static CUmodule g_mod;
 static CUfunction k_fill, k_sum, k_copy, k_scale;
 
+/* The pre-CUDA-4 launch of f(p0, p1, p2): the block shape and each parameter set first, at
+ * nvcc's offsets (0, 8, 16), the padding after a narrow p1 left as it was. */
+static CUresult launch_legacy(CUfunction f, uint64_t p0, uint64_t p1, int narrow, uint64_t p2)
+{
+    CUresult rc = p_cuFuncSetBlockShape(f, 256, 1, 1);
+    if (!rc) rc = p_cuParamSetSize(f, 24);
+    if (!rc) rc = p_cuParamSetv(f, 0, &p0, sizeof p0);
+    if (!rc) rc = narrow ? p_cuParamSeti(f, 8, (uint32_t)p1) : p_cuParamSetv(f, 8, &p1, sizeof p1);
+    if (!rc) rc = p_cuParamSetv(f, 16, &p2, sizeof p2);
+    return rc ? rc : p_cuLaunchGridAsync(f, 8, 1, NULL);
+}
+
 /* Launches f(p0, p1, p2), p1 4 bytes wide if `narrow` (uint32_t, or float bits) else 8, in
  * one of LAUNCH_FORMS ways: 0 kernelParams; 1 an extra buffer laid out by hand as nvcc does
  * (offsets 0, 8, 16; padding after a narrow p1 holds garbage); 2 cuLaunchKernelEx;
- * 3 cuLaunchKernel_ptsz with an extra buffer; 4 cuLaunchCooperativeKernel; 5 its _ptsz. */
-enum { LAUNCH_FORMS = 6 };
+ * 3 cuLaunchKernel_ptsz with an extra buffer; 4 cuLaunchCooperativeKernel; 5 its _ptsz;
+ * 6 the pre-CUDA-4 API; 7 cuLaunchCooperativeKernelMultiDevice with one entry. */
+enum { LAUNCH_FORMS = 8 };
 static CUresult launch(CUfunction f, int form, uint64_t p0, uint64_t p1, int narrow, uint64_t p2)
 {
     uint32_t p1n = (uint32_t)p1;
@@ -1049,7 +1075,14 @@ static CUresult launch(CUfunction f, int form, uint64_t p0, uint64_t p1, int nar
     case 2: return p_cuLaunchKernelEx(&cfg, f, params, NULL);
     case 3: return p_cuLaunchKernel_ptsz(f, 8, 1, 1, 256, 1, 1, 0, NULL, NULL, extra);
     case 4: return p_cuLaunchCooperativeKernel(f, 8, 1, 1, 256, 1, 1, 0, NULL, params);
-    default: return p_cuLaunchCooperativeKernel_ptsz(f, 8, 1, 1, 256, 1, 1, 0, NULL, params);
+    case 5: return p_cuLaunchCooperativeKernel_ptsz(f, 8, 1, 1, 256, 1, 1, 0, NULL, params);
+    case 6: return launch_legacy(f, p0, p1, narrow, p2);
+    default: {
+        CUDA_LAUNCH_PARAMS one = {.function = f, .gridDimX = 8, .gridDimY = 1, .gridDimZ = 1,
+                                  .blockDimX = 256, .blockDimY = 1, .blockDimZ = 1,
+                                  .kernelParams = params};
+        return p_cuLaunchCooperativeKernelMultiDevice(&one, 1, 0);
+    }
     }
 }
 
@@ -1342,7 +1375,39 @@ static void t_kernels_devmem(void)
                           .blockDimY = 1, .blockDimZ = 1, .hStream = s, .numAttrs = 1};
     RC(p_cuLaunchKernelEx(&cfg, k_fill, params, NULL), CUDA_ERROR_INVALID_VALUE); /* no attrs */
     RC(p_cuLaunchKernelEx_ptsz(NULL, k_fill, params, NULL), CUDA_ERROR_INVALID_VALUE);
+    /* The deprecated forms: parameters past the buffer, a size not the kernel's, a block
+     * shape or grid of zero, and a multi-device list whose second entry is bad, none of
+     * whose kernels may run. */
+    RC(p_cuParamSetv(k_fill, 30, &p0, 8), CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuParamSetf(k_fill, -1, 1.0f), CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuParamSetSize(k_fill, 4096), CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuParamSetv((CUfunction)buf, 0, &p0, 8), CUDA_ERROR_INVALID_HANDLE);
+    RC(p_cuFuncSetBlockShape(k_fill, 0, 1, 1), CUDA_ERROR_INVALID_VALUE);
+    OK(p_cuParamSetv(k_fill, 0, &p0, 8));
+    OK(p_cuParamSeti(k_fill, 8, p1));
+    OK(p_cuParamSetv(k_fill, 16, &p2, 8));
+    OK(p_cuParamSetSize(k_fill, 20));
+    RC(p_cuLaunch(k_fill), CUDA_ERROR_INVALID_VALUE);
+    OK(p_cuParamSetSize(k_fill, 24));
+    RC(p_cuLaunchGrid(k_fill, 0, 1), CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuLaunchGridAsync(k_fill, 1, 1, (CUstream)buf), CUDA_ERROR_INVALID_HANDLE);
+    CUDA_LAUNCH_PARAMS two[2] = {
+        {.function = k_fill, .gridDimX = 1, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 32,
+         .blockDimY = 1, .blockDimZ = 1, .hStream = s, .kernelParams = params},
+        {.function = k_fill, .gridDimX = 1, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 32,
+         .blockDimY = 1, .blockDimZ = 1, .hStream = s, .kernelParams = holey}};
+    RC(p_cuLaunchCooperativeKernelMultiDevice(two, 2, 0), CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuLaunchCooperativeKernelMultiDevice(two, 1, 4), CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuLaunchCooperativeKernelMultiDevice(NULL, 1, 0), CUDA_ERROR_INVALID_VALUE);
     CHECK(memcmp(before, host(a + N - sizeof before), sizeof before) == 0);
+    /* ... and their good launches run: the last set of parameters, every entry of a list. */
+    OK(p_cuLaunch(k_fill));
+    CHECK(u32(a)[0] == 7 && u32(a)[3] == 7 && u32(a)[4] != 7);
+    two[1].kernelParams = params;
+    p1 = 9;
+    OK(p_cuLaunchCooperativeKernelMultiDevice(two, 2, 0));
+    CHECK(u32(a)[0] == 9 && u32(a)[3] == 9);
+    p1 = 7;
     /* The same launches, well-formed, on a stream; both ways of passing work. */
     p0 = a + N - 16;
     memcpy(buf, &p0, 8), memcpy(buf + 8, &p1, 4), memcpy(buf + 16, &p2, 8);

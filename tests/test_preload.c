@@ -35,8 +35,10 @@
  *   graphcopy   a graph's memcpy and memset nodes make their buffers resident at its launch,
  *               also after cuGraphExecNodeSetParams and cuGraphExecMemcpyNodeSetParams
  *   kernels     a kernel whose pointers sit inside one struct parameter, a cooperative
- *               launch, and one launched by its CUkernel handle (cuLibrary*, as the runtime
- *               loads code), find their objects in device memory
+ *               launch, one launched by its CUkernel handle (cuLibrary*, as the runtime
+ *               loads code), and the deprecated forms (cuParamSet* then cuLaunch[Grid
+ *               [Async]], and a multi-device cooperative list) find their objects in
+ *               device memory
  *   runtime     every cuGetProcAddress request the toolkit's CUDA runtime makes (replayed
  *               through the interposer) gets the hook of the export the driver chose, or
  *               the driver's own pointer when that export is not hooked
@@ -114,6 +116,16 @@ static struct {
     CUresult (*MemcpyBatchAsync)(CUdeviceptr *, CUdeviceptr *, size_t *, size_t,
                                  CUmemcpyAttributes *, size_t *, size_t, CUstream);
     CUresult (*CtxGetCurrent)(CUcontext *);
+    /* the deprecated launch forms */
+    CUresult (*FuncSetBlockShape)(CUfunction, int, int, int);
+    CUresult (*ParamSetSize)(CUfunction, unsigned);
+    CUresult (*ParamSeti)(CUfunction, int, unsigned);
+    CUresult (*ParamSetf)(CUfunction, int, float);
+    CUresult (*ParamSetv)(CUfunction, int, void *, unsigned);
+    CUresult (*Launch)(CUfunction);
+    CUresult (*LaunchGrid)(CUfunction, int, int);
+    CUresult (*LaunchGridAsync)(CUfunction, int, int, CUstream);
+    CUresult (*LaunchCooperativeKernelMultiDevice)(CUDA_LAUNCH_PARAMS *, unsigned, unsigned);
     CUresult (*LaunchCooperativeKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned,
                                         unsigned, unsigned, unsigned, CUstream, void **);
     CUresult (*GraphAddMemsetNode)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
@@ -203,6 +215,19 @@ static void bind(const char *how)
     BIND(MemGetAddressRange, cuMemGetAddressRange_v2);
     BIND(PointerGetAttribute, cuPointerGetAttribute);
     BIND(PointerGetAttributes, cuPointerGetAttributes);
+    /* Deprecated in cuda.h: naming them is the point here. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    BIND(FuncSetBlockShape, cuFuncSetBlockShape);
+    BIND(ParamSetSize, cuParamSetSize);
+    BIND(ParamSeti, cuParamSeti);
+    BIND(ParamSetf, cuParamSetf);
+    BIND(ParamSetv, cuParamSetv);
+    BIND(Launch, cuLaunch);
+    BIND(LaunchGrid, cuLaunchGrid);
+    BIND(LaunchGridAsync, cuLaunchGridAsync);
+    BIND(LaunchCooperativeKernelMultiDevice, cuLaunchCooperativeKernelMultiDevice);
+#pragma GCC diagnostic pop
     void **f = (void **)&cu;
     for (size_t i = 0; i < sizeof cu / sizeof(void *); i++)
         if (!f[i]) {
@@ -860,6 +885,53 @@ SCENARIO void scenario_kernels(void)
     uint64_t got = 0;
     CU_OK(cu.MemcpyDtoH(&got, b.out, sizeof got));
     EXPECT(got == b.expect[3]);
+
+    /* The pre-CUDA-4 API: parameters written one by one into the driver's buffer, where
+     * the interposer cannot read them, then launched with no parameters named. */
+    bufs_push_out(&b);
+    CU_OK(cu.FuncSetBlockShape(b.sum, 1, 1, 1));
+    CU_OK(cu.ParamSetv(b.sum, 0, &b.out, sizeof b.out));
+    CU_OK(cu.ParamSetv(b.sum, 8, &b.small[0], sizeof b.small[0]));
+    CU_OK(cu.ParamSetv(b.sum, 16, &n3, sizeof n3));
+    CU_OK(cu.ParamSetSize(b.sum, 24));
+    CU_OK(cu.LaunchGridAsync(b.sum, 1, 1, NULL));
+    EXPECT(fakecuda_kernel_bytes(1) == 0 && fakecuda_kernel_bytes(0) == 2 * MiB + 8);
+    CU_OK(cu.MemcpyDtoH(&got, b.out, sizeof got));
+    EXPECT(got == b.expect[0]);
+    /* A later write replaces the pointer; the count, as two 4-byte halves. */
+    bufs_push_out(&b);
+    CU_OK(cu.ParamSetv(b.sum, 8, &b.small[2], sizeof b.small[2]));
+    CU_OK(cu.ParamSeti(b.sum, 16, (unsigned)n3));
+    CU_OK(cu.ParamSeti(b.sum, 20, 0));
+    CU_OK(cu.Launch(b.sum));
+    EXPECT(fakecuda_kernel_bytes(1) == 0 && fakecuda_kernel_bytes(0) == 2 * MiB + 8);
+    CU_OK(cu.MemcpyDtoH(&got, b.out, sizeof got));
+    EXPECT(got == b.expect[2]);
+    /* A float parameter between two others (x *= 1 leaves the buffer as it was). */
+    bufs_push_out(&b);
+    CUfunction scale = fake_kernel("fk_scale_f32");
+    CU_OK(cu.FuncSetBlockShape(scale, 32, 1, 1));
+    CU_OK(cu.ParamSetv(scale, 0, &b.small[3], sizeof b.small[3]));
+    CU_OK(cu.ParamSetf(scale, 8, 1.0f));
+    CU_OK(cu.ParamSetv(scale, 16, &n3, sizeof n3));
+    CU_OK(cu.ParamSetSize(scale, 24));
+    CU_OK(cu.LaunchGrid(scale, 2, 1));
+    EXPECT(fakecuda_kernel_bytes(1) == 0 && fakecuda_kernel_bytes(0) == 2 * MiB);
+
+    /* cuLaunchCooperativeKernelMultiDevice: the second entry names the managed buffer. */
+    bufs_push_out(&b);
+    uint64_t none = 0;
+    CUdeviceptr slot1 = b.out + 8;
+    void *p0[] = {&slot1, &b.out, &none}, *p1[] = {&b.out, &b.small[2], &n3};
+    CUDA_LAUNCH_PARAMS list[2] = {
+        {.function = b.sum, .gridDimX = 1, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 1,
+         .blockDimY = 1, .blockDimZ = 1, .kernelParams = p0},
+        {.function = b.sum, .gridDimX = 1, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 1,
+         .blockDimY = 1, .blockDimZ = 1, .kernelParams = p1}};
+    CU_OK(cu.LaunchCooperativeKernelMultiDevice(list, 2, 0));
+    EXPECT(fakecuda_kernel_bytes(1) == 0 && fakecuda_kernel_bytes(0) == 2 * MiB + 16);
+    CU_OK(cu.MemcpyDtoH(&got, b.out, sizeof got));
+    EXPECT(got == b.expect[2]);
 
     CUlibrary lib;
     CUkernel sum;

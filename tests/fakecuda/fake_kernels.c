@@ -20,6 +20,14 @@
  * The grid and block shapes are checked against the device's limits but do not change what
  * a kernel computes (as for grid-stride loops).
  *
+ * The deprecated launch forms are there too, because a program may still use them: the
+ * pre-CUDA-4 API (cuFuncSetBlockShape, cuParamSetSize, cuParamSet[ifv] at offsets the caller
+ * picks, then cuLaunch, cuLaunchGrid or cuLaunchGridAsync, which launch with that buffer as
+ * `extra`, so its size must be the kernel's), and cuLaunchCooperativeKernelMultiDevice,
+ * which runs each entry of its list in turn. The real one wants each entry on a different
+ * device; the fake takes entries on any stream of the current context, so that one fake
+ * device can stand for several.
+ *
  * Before a kernel runs, every range it reads must be readable and every range it writes
  * read-write for the current device (cuMemAlloc memory always is), else the launch returns
  * CUDA_ERROR_ILLEGAL_ADDRESS and touches nothing; an element pointer not aligned to its type
@@ -166,6 +174,10 @@ static size_t param_layout(const struct fk_kernel *k, size_t off[FK_MAX_PARAMS])
 struct CUfunc_st {
     const struct fk_kernel *kernel;
     struct CUmod_st *mod;
+    /* the pre-CUDA-4 launch state of a module's function */
+    unsigned block[3];
+    unsigned char params[FK_PARAM_BYTES];
+    size_t param_size;
 };
 
 /* A module, or a library (cuLibraryLoadData: its CUkernel handles are `kerns`, which
@@ -396,6 +408,74 @@ static CUresult launch_ex(const CUlaunchConfig *c, CUfunction f, void **params, 
     return launch(f, grid, block, c->sharedMemBytes, c->hStream, params, extra);
 }
 
+/* ---- the deprecated launch forms ---- */
+
+static CUresult set_block_shape(CUfunction f, int x, int y, int z)
+{
+    struct CUfunc_st *fn = func_find(f);
+    if (!fn) return CUDA_ERROR_INVALID_HANDLE;
+    if (x <= 0 || y <= 0 || z <= 0) return CUDA_ERROR_INVALID_VALUE;
+    fn->block[0] = (unsigned)x, fn->block[1] = (unsigned)y, fn->block[2] = (unsigned)z;
+    return CUDA_SUCCESS;
+}
+
+static CUresult param_set(CUfunction f, int offset, const void *value, size_t n)
+{
+    struct CUfunc_st *fn = func_find(f);
+    if (!fn) return CUDA_ERROR_INVALID_HANDLE;
+    if (offset < 0 || !value || (size_t)offset + n > FK_PARAM_BYTES) return CUDA_ERROR_INVALID_VALUE;
+    memcpy(fn->params + offset, value, n);
+    return CUDA_SUCCESS;
+}
+
+static CUresult param_set_size(CUfunction f, unsigned n)
+{
+    struct CUfunc_st *fn = func_find(f);
+    if (!fn) return CUDA_ERROR_INVALID_HANDLE;
+    if (n > FK_PARAM_BYTES) return CUDA_ERROR_INVALID_VALUE;
+    fn->param_size = n;
+    return CUDA_SUCCESS;
+}
+
+static CUresult launch_grid(CUfunction f, int width, int height, CUstream s)
+{
+    struct CUfunc_st *fn = func_find(f);
+    if (!fn) return CUDA_ERROR_INVALID_HANDLE;
+    if (width <= 0 || height <= 0) return CUDA_ERROR_INVALID_VALUE;
+    size_t size = fn->param_size;
+    void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, fn->params, CU_LAUNCH_PARAM_BUFFER_SIZE,
+                     &size, CU_LAUNCH_PARAM_END};
+    const unsigned grid[3] = {(unsigned)width, (unsigned)height, 1};
+    return launch(f, grid, fn->block, 0, s, NULL, extra);
+}
+
+/* Every entry is checked before any runs, as one launch. */
+static CUresult launch_multi(CUDA_LAUNCH_PARAMS *list, unsigned n, unsigned flags)
+{
+    const unsigned known = CUDA_COOPERATIVE_LAUNCH_MULTI_DEVICE_NO_PRE_LAUNCH_SYNC |
+                           CUDA_COOPERATIVE_LAUNCH_MULTI_DEVICE_NO_POST_LAUNCH_SYNC;
+    unsigned char raw[FK_PARAM_BYTES];
+    CUresult rc = fk_need_ctx();
+    if (rc) return rc;
+    if (!list || !n || (flags & ~known)) return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < n && !rc; i++) {
+        const CUDA_LAUNCH_PARAMS *p = &list[i];
+        const unsigned grid[3] = {p->gridDimX, p->gridDimY, p->gridDimZ};
+        const unsigned block[3] = {p->blockDimX, p->blockDimY, p->blockDimZ};
+        rc = !fk_stream_ok(p->hStream) ? CUDA_ERROR_INVALID_HANDLE
+                                        : fk_kernel_check(p->function, grid, block,
+                                                          p->sharedMemBytes, p->kernelParams,
+                                                          NULL, raw);
+    }
+    for (unsigned i = 0; i < n && !rc; i++) {
+        const CUDA_LAUNCH_PARAMS *p = &list[i];
+        rc = launch(p->function, (const unsigned[3]){p->gridDimX, p->gridDimY, p->gridDimZ},
+                    (const unsigned[3]){p->blockDimX, p->blockDimY, p->blockDimZ},
+                    p->sharedMemBytes, p->hStream, p->kernelParams, NULL);
+    }
+    return rc;
+}
+
 /* ---- shared with fakecuda.c and fake_graphs.c, under the lock ---- */
 
 CUresult fk_kernel_check(CUfunction f, const unsigned grid[3], const unsigned block[3],
@@ -487,6 +567,30 @@ CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f,
            kernelParams, NULL)
 CUresult CUDAAPI cuLaunchCooperativeKernel(FK_COOP_ARGS)
     FK_CALL(cuLaunchCooperativeKernel, 1, FK_COOP_BODY)
+
+/* The deprecated forms (cuda.h marks them so; defining them is no use of them). cuParamSeti
+ * and cuParamSetf count as cuParamSetv, cuLaunch and cuLaunchGrid as cuLaunchGridAsync. */
+CUresult CUDAAPI cuFuncSetBlockShape(CUfunction hfunc, int x, int y, int z)
+    FK_CALL(cuFuncSetBlockShape, 1, set_block_shape(hfunc, x, y, z))
+CUresult CUDAAPI cuParamSetSize(CUfunction hfunc, unsigned int numbytes)
+    FK_CALL(cuParamSetSize, 1, param_set_size(hfunc, numbytes))
+CUresult CUDAAPI cuParamSeti(CUfunction hfunc, int offset, unsigned int value)
+    FK_CALL(cuParamSetv, 1, param_set(hfunc, offset, &value, sizeof value))
+CUresult CUDAAPI cuParamSetf(CUfunction hfunc, int offset, float value)
+    FK_CALL(cuParamSetv, 1, param_set(hfunc, offset, &value, sizeof value))
+CUresult CUDAAPI cuParamSetv(CUfunction hfunc, int offset, void *ptr, unsigned int numbytes)
+    FK_CALL(cuParamSetv, 1, param_set(hfunc, offset, ptr, numbytes))
+CUresult CUDAAPI cuLaunch(CUfunction f) FK_CALL(cuLaunchGridAsync, 1, launch_grid(f, 1, 1, NULL))
+CUresult CUDAAPI cuLaunchGrid(CUfunction f, int grid_width, int grid_height)
+    FK_CALL(cuLaunchGridAsync, 1, launch_grid(f, grid_width, grid_height, NULL))
+CUresult CUDAAPI cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height,
+                                   CUstream hStream)
+    FK_CALL(cuLaunchGridAsync, 1, launch_grid(f, grid_width, grid_height, hStream))
+CUresult CUDAAPI cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *launchParamsList,
+                                                      unsigned int numDevices,
+                                                      unsigned int flags)
+    FK_CALL(cuLaunchCooperativeKernelMultiDevice, 1,
+            launch_multi(launchParamsList, numDevices, flags))
 
 /* The per-thread-default-stream variants (fakecuda.c explains why they are separate). */
 __typeof__(cuLaunchKernel) cuLaunchKernel_ptsz;

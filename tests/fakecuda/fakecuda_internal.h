@@ -44,7 +44,9 @@
     X(cuGraphExecKernelNodeSetParams) X(cuGraphAddMemcpyNode) X(cuGraphAddMemsetNode)          \
     X(cuGraphMemcpyNodeGetParams) X(cuGraphMemsetNodeGetParams) X(cuGraphExecNodeSetParams)    \
     X(cuGraphExecMemcpyNodeSetParams) X(cuGraphExecMemsetNodeSetParams) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy) \
-    X(cuLibraryLoadData) X(cuLibraryUnload) X(cuLibraryGetKernel) X(cuKernelGetParamInfo)
+    X(cuLibraryLoadData) X(cuLibraryUnload) X(cuLibraryGetKernel) X(cuKernelGetParamInfo)     \
+    X(cuFuncSetBlockShape) X(cuParamSetSize) X(cuParamSetv) X(cuLaunchGridAsync)               \
+    X(cuLaunchCooperativeKernelMultiDevice)
 
 /* `##` keeps cuda.h's renaming macros (cuMemAlloc -> cuMemAlloc_v2) from expanding. */
 #define FK_ENUM(name) FN_##name,
