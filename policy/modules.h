@@ -16,6 +16,7 @@ extern const mvm_route_ops mvm_route_none;
 extern const mvm_evict_ops mvm_evict_lcp;
 extern const mvm_evict_ops mvm_evict_lfu;
 extern const mvm_evict_ops mvm_evict_lru;
+extern const mvm_evict_ops mvm_evict_reuse;
 extern const mvm_evict_ops mvm_evict_score;
 extern const mvm_evict_ops mvm_evict_workload;
 

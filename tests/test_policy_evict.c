@@ -3,7 +3,8 @@
  * with its arithmetic in the comment: one access sequence on which LRU, LFU, SMoE's score
  * (Eq. 3, with its shield) and MoEpic's LCP (Eq. 4) must each pick a different victim;
  * LFU's ageing and LCP's halving every 64 idle tokens; DALI's window swap (Algorithm 2) on
- * the Fig. 11 setting. Then every module runs long random sequences through a tiny cache
+ * the Fig. 11 setting; "reuse" on a loop larger than the cache (where LRU misses every
+ * time), on a hot expert among a cold stream, and on a dead expert that must drift out. Then every module runs long random sequences through a tiny cache
  * simulator that checks the contract (capacity never exceeded, only candidates chosen,
  * victim pure, wanted experts belong to the layer and are missing) and, for the modules
  * with a closed-form key, that the victim minimises the key recomputed here from the
@@ -75,6 +76,8 @@ static const mvm_pstep *fill(step_buf *b, const mvm_pshape *sh, uint32_t layer, 
  *        n=3 with C and D busy (being computed, the shield) although candidates -> A
  *        without router scores (weights stand in, others 0): A .1333, B .2333, C .1333,
  *        D .0556                                              -> D
+ *   reuse (clock 4 after the layer-1 step): only C was reused (interval 1, age 1: overdue,
+ *        wait 1); A, B, D never were, so one of them goes, the most recent: D@3 -> D
  */
 static const mvm_pshape hand_shape = {.n_layers = 2, .n_experts = 4, .top_k = 1,
                                       .pages_per_expert = 1};
@@ -140,12 +143,14 @@ static void test_four_victims(void)
     CHECK(hand_victim(&mvm_evict_score, "n=2", 0, 0) == B);
     CHECK(hand_victim(&mvm_evict_score, "n=3", 0, 1) == A); /* the shield */
     CHECK(hand_victim(&mvm_evict_score, "n=3", 1, 0) == D); /* no router scores */
+    CHECK(hand_victim(&mvm_evict_reuse, "", 0, 0) == D);
 }
 
 /* Ties go to the first candidate: layer 1's experts 1 and 2 were never used. */
 static void test_ties(void)
 {
-    static const mvm_evict_ops *const ops[] = {&mvm_evict_lru, &mvm_evict_lfu, &mvm_evict_lcp};
+    static const mvm_evict_ops *const ops[] = {&mvm_evict_lru, &mvm_evict_lfu, &mvm_evict_lcp,
+                                               &mvm_evict_reuse};
     static const uint32_t resident[8] = {1, 1, 1, 1, 1, 1, 1, 0}, cand[2][2] = {{5, 6}, {6, 5}};
     static const uint8_t busy[8] = {0};
     for (size_t i = 0; i < sizeof ops / sizeof *ops; i++) {
@@ -328,6 +333,122 @@ static void test_workload_defaults(void)
 
 /* ---- parameters ---------------------------------------------------------------------- */
 
+/* ---- reuse: loops, hot experts, dead experts ----------------------------------------------
+ * One layer, top-1, one token per step; a cache of `cap` experts that loads each used expert
+ * on a miss, evicting the module's victims, or with ops NULL Belady's (the resident expert
+ * used furthest in the future: the best any policy can do). Returns the hits over the last
+ * `tail` steps, and counts the misses of expert `watch` there. */
+static uint32_t run_sequence(const mvm_evict_ops *ops, uint32_t cap, const int32_t *seq,
+                             uint32_t steps, uint32_t tail, int32_t watch, uint32_t *watch_misses)
+{
+    static const mvm_pshape sh = {.n_layers = 1, .n_experts = 16, .top_k = 1,
+                                  .pages_per_expert = 1};
+    uint32_t resident[16] = {0}, hits = 0;
+    uint8_t busy[16] = {0};
+    mvm_pview v = {.shape = &sh, .resident = resident, .busy = busy, .capacity_pages = cap};
+    void *self = ops ? make(ops, &sh, "") : NULL;
+    if (ops && !self)
+        return UINT32_MAX;
+    step_buf b;
+    *watch_misses = 0;
+    for (uint32_t t = 0; t < steps; t++) {
+        int32_t e = seq[t];
+        v.tokens = t;
+        if (ops)
+            ops->observe(self, &v, fill(&b, &sh, 0, 1, NULL, &e));
+        if (resident[e]) {
+            hits += t >= steps - tail;
+            continue;
+        }
+        *watch_misses += e == watch && t >= steps - tail;
+        if (v.used_pages == cap) {
+            uint32_t cand[16], n = 0, i = 0, furthest = 0;
+            for (uint32_t x = 0; x < 16; x++)
+                if (resident[x])
+                    cand[n++] = x;
+            if (ops) {
+                i = ops->victim(self, &v, 0, cand, n);
+                CHECK(i < n);
+            } else {
+                for (uint32_t j = 0; j < n; j++) {
+                    uint32_t u = t + 1;
+                    while (u < steps && seq[u] != (int32_t)cand[j])
+                        u++;
+                    if (u > furthest)
+                        furthest = u, i = j;
+                }
+            }
+            resident[cand[i < n ? i : 0]] = 0;
+            v.used_pages--;
+        }
+        resident[e] = 1;
+        v.used_pages++;
+    }
+    if (ops)
+        ops->destroy(self);
+    return hits;
+}
+
+/* A loop over 8 experts with room for 4 (the interposer's case: layers walked in order at
+ * every token, weights larger than the budget). LRU evicts the expert needed next and never
+ * hits; Belady hits 34 times in the last 10 passes (3 of every 7 accesses); "reuse", which
+ * takes the most recently used to be needed last, must come within one hit of it. */
+static void test_reuse_loop(void)
+{
+    int32_t seq[8 * 30];
+    uint32_t w;
+    for (uint32_t t = 0; t < 8 * 30; t++)
+        seq[t] = (int32_t)(t % 8);
+    uint32_t best = run_sequence(NULL, 4, seq, 8 * 30, 8 * 10, -1, &w);
+    CHECK(best == 34);
+    CHECK(run_sequence(&mvm_evict_lru, 4, seq, 8 * 30, 8 * 10, -1, &w) == 0);
+    CHECK(run_sequence(&mvm_evict_reuse, 4, seq, 8 * 30, 8 * 10, -1, &w) + 1 >= best);
+}
+
+/* Expert 0 every other step, between a cold stream that walks experts 1..9 in a loop, with
+ * room for 3: the hot expert (interval 2) must never miss once learned, and the stream must
+ * keep about what Belady keeps of it (within 5%). */
+static void test_reuse_hot(void)
+{
+    int32_t seq[2 * 9 * 20];
+    uint32_t hot_misses = 1;
+    for (uint32_t t = 0; t < 2 * 9 * 20; t++)
+        seq[t] = t % 2 ? (int32_t)(1 + (t / 2) % 9) : 0;
+    uint32_t best = run_sequence(NULL, 3, seq, 2 * 9 * 20, 2 * 9 * 10, 0, &hot_misses);
+    uint32_t got = run_sequence(&mvm_evict_reuse, 3, seq, 2 * 9 * 20, 2 * 9 * 10, 0, &hot_misses);
+    CHECK(hot_misses == 0);
+    CHECK(got * 20 >= best * 19);
+    run_sequence(&mvm_evict_lru, 3, seq, 2 * 9 * 20, 2 * 9 * 10, 0, &hot_misses);
+    CHECK(hot_misses == 0); /* LRU keeps a hot expert too; it is the loop it loses */
+}
+
+/* A dead expert: used at clocks 1 and 2 (interval 1), then never again, while experts 0, 1
+ * and 2 loop from clock 3. From clock 8 on (t = 5) all three loop experts have an interval
+ * (3) and wait at most 3 - age <= 3, while the dead one, overdue, waits its age (6 and
+ * growing): it goes. Until then a loop expert never reused goes before it. */
+static void test_reuse_dead(void)
+{
+    static const mvm_pshape sh = {.n_layers = 1, .n_experts = 4, .top_k = 1,
+                                  .pages_per_expert = 1};
+    static const uint32_t resident[4] = {1, 1, 1, 1}, cand[4] = {0, 1, 2, 3};
+    static const uint8_t busy[4] = {0};
+    mvm_pview v = {.shape = &sh, .resident = resident, .busy = busy};
+    void *self = make(&mvm_evict_reuse, &sh, "");
+    if (!self)
+        return;
+    step_buf b;
+    int32_t dead = 3;
+    mvm_evict_reuse.observe(self, &v, fill(&b, &sh, 0, 1, NULL, &dead));
+    mvm_evict_reuse.observe(self, &v, fill(&b, &sh, 0, 1, NULL, &dead));
+    for (uint32_t t = 0; t < 12; t++) {
+        int32_t e = (int32_t)(t % 3);
+        mvm_evict_reuse.observe(self, &v, fill(&b, &sh, 0, 1, NULL, &e));
+        uint32_t victim = mvm_evict_reuse.victim(self, &v, 0, cand, 4);
+        CHECK(t >= 5 ? victim == 3 : victim != 3);
+    }
+    mvm_evict_reuse.destroy(self);
+}
+
 static void test_params(void)
 {
     static const struct { const mvm_evict_ops *ops; const char *params; } bad[] = {
@@ -336,7 +457,7 @@ static void test_params(void)
         {&mvm_evict_score, "window=3"},    {&mvm_evict_lcp, "omega=0"},
         {&mvm_evict_lcp, "rho=0"},         {&mvm_evict_lcp, "rho=1.5"},
         {&mvm_evict_workload, "w_size=0"}, {&mvm_evict_workload, "u_size=2.5"},
-        {&mvm_evict_workload, "guard=2"},
+        {&mvm_evict_workload, "guard=2"},  {&mvm_evict_reuse, "alpha=1"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         mvm_pinit in = {.shape = &hand_shape, .cost = &no_cost, .params = {bad[i].params}};
@@ -361,6 +482,7 @@ typedef struct sim {
     uint64_t rng;
     /* history for the reference keys */
     uint64_t clock, last_use[SL * SE], mu[SL * SE], last_tok[SL * SE], freq[SL * SE];
+    double interval[SL * SE]; /* reuse: the mean of the old mean and the newest interval */
     uint32_t layer_steps[SL], n_hist[SL];
     float hist[SL][STEPS][SE];
     uint32_t lfu_period, score_n;
@@ -384,6 +506,12 @@ static double ref_key(const sim *s, uint32_t x)
     if (o == &mvm_evict_lcp) {
         double nu = (double)(s->v.tokens - s->last_tok[x]);
         return (double)s->mu[x] * pow(s->rho, nu / s->omega);
+    }
+    if (o == &mvm_evict_reuse) { /* never reused first, most recent first; else longest wait */
+        if (s->interval[x] <= 0)
+            return -1e12 - (double)s->last_use[x];
+        double age = (double)(s->clock - s->last_use[x]);
+        return -(age < s->interval[x] ? s->interval[x] - age : age);
     }
     if (o == &mvm_evict_score) {
         uint32_t l = x / SE, h = s->n_hist[l], n = h < s->score_n ? h : s->score_n;
@@ -446,6 +574,10 @@ static void record(sim *s, const mvm_pstep *st)
         s->hist[l][s->n_hist[l]][e] = mean / (float)st->n_tok;
         s->freq[x] = (s->freq[x] + st->counts[e]) >> age;
         if (st->counts[e]) {
+            if (s->last_use[x]) {
+                double seen = (double)(s->clock - s->last_use[x]);
+                s->interval[x] = s->interval[x] > 0 ? (s->interval[x] + seen) / 2 : seen;
+            }
             s->last_use[x] = s->clock;
             s->mu[x] += st->counts[e];
             s->last_tok[x] = s->v.tokens;
@@ -533,6 +665,7 @@ static void test_random_sequences(void)
     simulate(&mvm_evict_score, "n=7", 0, 7, 0, 0);
     simulate(&mvm_evict_workload, "", 0, 0, 0, 0);
     simulate(&mvm_evict_workload, "w_size=2,u_size=3,guard=1", 0, 0, 0, 0);
+    simulate(&mvm_evict_reuse, "", 0, 0, 0, 0);
 }
 
 int main(void)
@@ -542,6 +675,9 @@ int main(void)
     RUN(test_forgetting);
     RUN(test_workload_window);
     RUN(test_workload_defaults);
+    RUN(test_reuse_loop);
+    RUN(test_reuse_hot);
+    RUN(test_reuse_dead);
     RUN(test_params);
     RUN(test_random_sequences);
     TEST_END();

@@ -27,6 +27,8 @@
  *               buffer id, the context, device memory even where a page is host-backed),
  *               before and after residency changes; native memory gets the driver's
  *               answer; a freed managed range is not found
+ *   loop        twelve buffers, four fit, summed in order ten times: every sum right and
+ *               read from device memory (test_preload.sh compares evict policies' hits)
  *   fork        a child process runs hooks unmanaged, without deadlock
  *   graph       kernels captured into a graph while their objects are not resident: the
  *               capture stays valid; launching the graph (and one built by hand with a
@@ -324,6 +326,38 @@ SCENARIO void scenario_oversub(void)
     CU_OK(cu.MemFree(buf[0]));
     EXPECT(sum_kernel(sum, out, buf[1], n) == expect[1]);
     for (int b = 1; b < N; b++)
+        CU_OK(cu.MemFree(buf[b]));
+    CU_OK(cu.MemFree(out));
+    free(host);
+}
+
+/* Twelve 2 MiB buffers walked in order ten times, as a program walks its layers at every
+ * token, with room for four: each sum must read device memory and be right. How many of
+ * these launches hit depends on the evict policy (test_preload.sh compares them). */
+SCENARIO void scenario_loop(void)
+{
+    enum { N = 12, PASSES = 10 };
+    const uint64_t n = 2 * MiB / 4;
+    CUfunction sum = fake_kernel("fk_sum_u32");
+    CUdeviceptr buf[N], out;
+    uint64_t expect[N];
+    uint32_t *host = malloc(2 * MiB);
+    CU_OK(cu.MemAlloc(&out, 4096));
+    for (int b = 0; b < N; b++) {
+        CU_OK(cu.MemAlloc(&buf[b], 2 * MiB));
+        expect[b] = 0;
+        for (uint64_t i = 0; i < n; i++) {
+            host[i] = (uint32_t)(i * 2246822519u + (uint32_t)b * 3266489917u);
+            expect[b] += host[i];
+        }
+        CU_OK(cu.MemcpyHtoD(buf[b], host, 2 * MiB));
+    }
+    fakecuda_reset_counters();
+    for (int pass = 0; pass < PASSES; pass++)
+        for (int b = 0; b < N; b++)
+            EXPECT(sum_kernel(sum, out, buf[b], n) == expect[b]);
+    EXPECT(fakecuda_kernel_bytes(1) == 0);
+    for (int b = 0; b < N; b++)
         CU_OK(cu.MemFree(buf[b]));
     CU_OK(cu.MemFree(out));
     free(host);
@@ -1222,6 +1256,8 @@ int main(int argc, char **argv)
         scenario_ipc();
     else if (strcmp(scenario, "ranges") == 0)
         scenario_ranges();
+    else if (strcmp(scenario, "loop") == 0)
+        scenario_loop();
     else if (strcmp(scenario, "fork") == 0)
         scenario_fork();
     else if (strcmp(scenario, "graph") == 0)

@@ -50,8 +50,8 @@ if [ -n "$driver" ] && [ -f "$driver" ]; then
 fi
 
 for how in link dlsym getproc; do
-    for sc in oversub overbudget unified guarded routing query ipc ranges fork graph graphcopy \
-              kernels; do
+    for sc in oversub overbudget unified guarded routing query ipc ranges loop fork graph \
+              graphcopy kernels; do
         run "$sc.$how" 0 "${managed[@]}" -- "$sc.$how"
     done
 done
@@ -118,6 +118,34 @@ check(l["graphs_scanned"] == 3 and l["graph_kernel_nodes"] == 7, "graphs and nod
 # left resident by the graph launch before it)
 check(l["deferred"] == 3, "misses deferred during captures")
 print("ok   report graph contents")
+EOF
+fi
+
+# A loop larger than the budget (scenario loop: 12 one-page buffers in order, 4 fit, 10
+# passes). LRU evicts the page needed next and never hits; the default policy must come
+# within 10% of Belady's hits on the same sequence (the best any policy can do).
+if run "report loop lru" 0 "${managed[@]}" MOEVM_EVICT=lru MOEVM_REPORT="$tmp/loop_lru.json" \
+       -- loop.link &&
+   run "report loop default" 0 "${managed[@]}" MOEVM_REPORT="$tmp/loop.json" -- loop.link; then
+    python3 - "$tmp/loop_lru.json" "$tmp/loop.json" <<'EOF' || fails=$((fails + 1))
+import json, sys
+lru, dflt = (json.load(open(p)) for p in sys.argv[1:3])
+seq, cap, res, belady = [t % 12 for t in range(120)], 4, set(), 0
+for t, page in enumerate(seq):
+    if page in res:
+        belady += 1
+        continue
+    if len(res) == cap:
+        later = lambda q: next((u for u in range(t + 1, len(seq)) if seq[u] == q), len(seq))
+        res.remove(max(res, key=later))
+    res.add(page)
+got = dflt["launches"]["hits"]
+ok = (lru["launches"]["hits"] == 0 and lru["moves"]["misses"] == 120 and
+      dflt["options"]["evict"] == "reuse" and dflt["launches"]["managed"] == 120 and
+      got * 10 >= belady * 9 and dflt["moves"]["misses"] == 120 - got)
+print("%s report loop: hits lru %d, default (%s) %d, Belady %d" %
+      ("ok  " if ok else "FAIL", lru["launches"]["hits"], dflt["options"]["evict"], got, belady))
+sys.exit(0 if ok else 1)
 EOF
 fi
 

@@ -40,9 +40,9 @@ static const mvm_option_desc options[MVM_OPTION_COUNT_] = {
                                   "interposer: host-backed bytes the program may allocate "
                                   "beyond MOEVM_GPU_BUDGET (pinned at the first managed "
                                   "allocation); 0 = none"},
-    [MVM_OPTION_EVICT] = {"MOEVM_EVICT", MVM_OPT_STRING, "lru", NULL,
-                          "interposer: the evict policy module (lru, lfu, score, workload, "
-                          "lcp; docs/policies.md)"},
+    [MVM_OPTION_EVICT] = {"MOEVM_EVICT", MVM_OPT_STRING, "reuse", NULL,
+                          "interposer: the evict policy module (reuse, lru, lfu, score, "
+                          "workload, lcp; docs/policies.md)"},
     [MVM_OPTION_EVICT_ARGS] = {"MOEVM_EVICT_ARGS", MVM_OPT_STRING, "", NULL,
                                "interposer: the evict module's parameters, \"name=value,...\""},
     [MVM_OPTION_REPORT] = {"MOEVM_REPORT", MVM_OPT_STRING, "", NULL,

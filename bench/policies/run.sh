@@ -15,6 +15,7 @@ moevm=./build/moevm
 
 sets='evict=lru;
 evict=lfu;
+evict=reuse;
 route=importance,evict=score,assign=twoptr;
 evict=workload,assign=greedy;
 config=hot,assign=presched;
