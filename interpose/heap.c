@@ -91,6 +91,7 @@ static CUresult space_create(void)
     d.backend = MVM_BACKEND_CUDA;
     d.device = dev;
     d.write_back = 1;
+    d.clean_evict = mvm_pl.clean_evict;
     mvm_space *sp = NULL;
     /* The cuda backend looks up the driver with dlsym: it must get the real functions. */
     mvm_pl_guard++;

@@ -306,6 +306,7 @@ typedef struct mvm_preload {
     double budget_frac;        /* MOEVM_GPU_BUDGET as a percentage of device memory */
     int device;
     char evict_name[32], evict_args[128], report_path[1024];
+    bool clean_evict;          /* MOEVM_CLEAN_EVICT: unchanged pages are not written back */
     /* the space and its bookkeeping (created at the first managed allocation) */
     mvm_space *_Atomic space;  /* published last: base, capacity and device are set then */
     uint64_t base, capacity_bytes;

@@ -202,6 +202,7 @@ typedef struct totals {
     mvm_stats st;
     uint64_t launches, managed, hits, graph_launches, deferred, copies;
     double hit_rate;
+    bool clean_evict; /* the space skips unchanged pages' write-backs */
 } totals;
 
 static void add_counts(totals *t, mvm_counts *c)
@@ -217,8 +218,11 @@ static void add_counts(totals *t, mvm_counts *c)
 static totals gather(void)
 {
     totals t = {0};
-    if (mvm_pl.space)
+    if (mvm_pl.space) {
+        mvm_space_info info;
         mvm_space_get_stats(mvm_pl.space, &t.st);
+        t.clean_evict = mvm_space_get_info(mvm_pl.space, &info) == MVM_OK && info.clean_evict;
+    }
     pthread_mutex_lock(&counts_mu);
     for (mvm_counts *c = counts_all; c; c = c->next)
         add_counts(&t, c);
@@ -236,12 +240,14 @@ static cJSON *report_json(const totals *t)
     add_num(o, "min_bytes", (double)mvm_pl.min_bytes);
     add_num(o, "oversubscribe_bytes", (double)mvm_pl.oversub_bytes);
     cJSON_AddStringToObject(o, "evict", mvm_pl.evict_name);
+    cJSON_AddBoolToObject(o, "clean_evict", mvm_pl.clean_evict);
     cJSON_AddItemToObject(r, "space", o = cJSON_CreateObject());
     add_num(o, "device", mvm_pl.space ? mvm_pl.device : -1);
     add_num(o, "page_size", (double)mvm_pl.page_size);
     add_num(o, "capacity_bytes", (double)mvm_pl.capacity_bytes);
     add_num(o, "device_budget_bytes", (double)mvm_pl.device_pages * (double)mvm_pl.page_size);
     add_num(o, "resident_bytes", (double)t->st.resident_pages * (double)mvm_pl.page_size);
+    cJSON_AddBoolToObject(o, "clean_evict", t->clean_evict);
     cJSON_AddItemToObject(r, "allocations", sites_json());
     cJSON_AddItemToObject(r, "managed", o = cJSON_CreateObject());
     add_num(o, "count", (double)mvm_pl.managed_allocs);
@@ -273,6 +279,7 @@ static cJSON *report_json(const totals *t)
     add_num(o, "pages_out", (double)mvm_pl.pages_out);
     add_num(o, "pages_discarded", (double)t->st.pages_discarded);
     add_num(o, "bytes_written_back", (double)t->st.bytes_written_back);
+    add_num(o, "pages_clean", (double)t->st.pages_clean);
     add_num(o, "drains", (double)mvm_pl.drains);
     add_num(r, "wait_ns", (double)mvm_pl.wait_ns);
     return r;
@@ -305,12 +312,13 @@ void mvm_report_at_exit(void)
         write_report(&t);
     MVM_PL_LOG(MVM_LOG_INFO, "%llu managed allocations (%.1f MiB peak, %.1f MiB on the "
                "device), %llu launches, %llu on managed memory, hit rate %.1f%%, %.1f MiB "
-               "moved in, %.1f MiB written back, %.1f ms waited",
+               "moved in, %.1f MiB written back (%llu pages unchanged, not), %.1f ms waited",
                (unsigned long long)mvm_pl.managed_allocs,
                (double)mvm_pl.peak_managed_bytes / 1048576.0,
                (double)mvm_pl.device_pages * (double)mvm_pl.page_size / 1048576.0,
                (unsigned long long)t.launches, (unsigned long long)t.managed,
                100.0 * t.hit_rate, (double)t.st.bytes_moved / 1048576.0,
-               (double)t.st.bytes_written_back / 1048576.0, (double)mvm_pl.wait_ns * 1e-6);
+               (double)t.st.bytes_written_back / 1048576.0,
+               (unsigned long long)t.st.pages_clean, (double)mvm_pl.wait_ns * 1e-6);
     pthread_rwlock_unlock(&mvm_pl.lock);
 }

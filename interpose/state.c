@@ -66,14 +66,15 @@ static bool read_options(void)
         fprintf(stderr, "moevm: preload: %s; the program runs unmanaged\n", mvm_last_error());
         return false;
     }
-    mvm_option_value min, budget, over, page, ev, args, report;
+    mvm_option_value min, budget, over, page, ev, args, report, clean;
     if (mvm_option_get(MVM_OPTION_PRELOAD_MIN, &min, msg, sizeof msg) ||
         mvm_option_get(MVM_OPTION_GPU_BUDGET, &budget, msg, sizeof msg) ||
         mvm_option_get(MVM_OPTION_OVERSUBSCRIBE, &over, msg, sizeof msg) ||
         mvm_option_get(MVM_OPTION_PAGE_SIZE, &page, msg, sizeof msg) ||
         mvm_option_get(MVM_OPTION_EVICT, &ev, msg, sizeof msg) ||
         mvm_option_get(MVM_OPTION_EVICT_ARGS, &args, msg, sizeof msg) ||
-        mvm_option_get(MVM_OPTION_REPORT, &report, msg, sizeof msg)) {
+        mvm_option_get(MVM_OPTION_REPORT, &report, msg, sizeof msg) ||
+        mvm_option_get(MVM_OPTION_CLEAN_EVICT, &clean, msg, sizeof msg)) {
         fprintf(stderr, "moevm: preload: %s; the program runs unmanaged\n", msg);
         return false;
     }
@@ -92,6 +93,7 @@ static bool read_options(void)
     mvm_pl.budget_bytes = budget.i == (int64_t)MVM_BUDGET_AUTO ? 0 : (uint64_t)budget.i;
     mvm_pl.budget_frac = budget.frac;
     mvm_pl.oversub_bytes = (uint64_t)over.i;
+    mvm_pl.clean_evict = clean.i == 1; /* "off|on" */
     mvm_pl.page_size = page.i ? (uint64_t)page.i : 2u << 20;
     return true;
 }

@@ -63,7 +63,7 @@ fi
 
 # Bad values: one line naming the variable, and the program runs un-managed.
 for bad in MOEVM_PRELOAD_MIN=lots MOEVM_GPU_BUDGET=-3 MOEVM_OVERSUBSCRIBE=1Q MOEVM_EVICT=fifo \
-           MOEVM_LOG=loud; do
+           MOEVM_LOG=loud MOEVM_CLEAN_EVICT=maybe; do
     var=${bad%%=*}
     if run "bad $bad" 0 "${managed[@]}" "$bad" -- unmanaged.link; then
         if ! grep -q "$var" "$tmp/err" || ! grep -q "unmanaged" "$tmp/err"; then
@@ -93,13 +93,29 @@ check(r["space"]["device_budget_bytes"] == 8 << 20, "device budget 8 MiB")
 # holds one buffer (four 2 MiB pages)
 check(r["launches"]["managed"] == 26 and r["launches"]["hits"] == 6, "launches and hits")
 check(r["moves"]["misses"] == 20 and r["moves"]["bytes_in"] == 20 * 8 << 20, "moves in")
-check(r["moves"]["bytes_written_back"] == 18 * 8 << 20,
-      "every eviction wrote its buffer back, and nothing freed was")
+# Only the buffer the fill kernel wrote goes home; the sums left the other 17 evicted
+# buffers as they were loaded (MOEVM_CLEAN_EVICT, on by default).
+check(r["options"]["clean_evict"] is True and r["space"]["clean_evict"] is True,
+      "clean_evict on by default, and the space does it")
+check(r["moves"]["bytes_written_back"] == 8 << 20 and r["moves"]["pages_clean"] == 17 * 4,
+      "the written buffer went home, the 17 unchanged ones did not, nothing freed was")
 check(r["moves"]["pages_discarded"] == 8, "the two buffers freed while resident were dropped")
 site = r["allocations"][0]["site"]
 check(any("scenario_oversub" in f for f in site), "call site names the caller: %s" % site)
 check(r["allocations"][0]["managed_bytes"] == 6 * 8 << 20, "site bytes")
 print("ok   report contents")
+EOF
+fi
+
+# MOEVM_CLEAN_EVICT=off: every eviction writes its buffer back.
+if run "report clean off" 0 "${managed[@]}" MOEVM_REPORT="$tmp/off.json" MOEVM_CLEAN_EVICT=off \
+       -- oversub.link; then
+    python3 - "$tmp/off.json" <<'EOF' || fails=$((fails + 1))
+import json, sys
+m = json.load(open(sys.argv[1]))["moves"]
+if m["bytes_written_back"] != 18 * 8 << 20 or m["pages_clean"] != 0:
+    print("FAIL report clean off: every eviction should write back:", m); sys.exit(1)
+print("ok   report with MOEVM_CLEAN_EVICT=off")
 EOF
 fi
 

@@ -274,6 +274,83 @@ static void test_write_back(void)
     CHECK_ST(mvm_space_destroy(sp), MVM_OK);
 }
 
+/* Makes expert (0, e) resident, applies `write` to its address, evicts it, and returns the
+ * change in the space's counters. */
+static mvm_stats evict_after(mvm_space *sp, uint32_t e, void (*write)(uint8_t *addr))
+{
+    mvm_stats a = stats_of(sp);
+    CHECK_ST(mvm_make_resident(sp, 0, e, MVM_ALL_PAGES), MVM_OK);
+    if (write)
+        write(mvm_expert_addr(sp, 0, e));
+    CHECK_ST(mvm_evict(sp, 0, e, 0), MVM_OK);
+    mvm_stats b = stats_of(sp);
+    b.pages_clean -= a.pages_clean;
+    b.bytes_written_back -= a.bytes_written_back;
+    return b;
+}
+
+static void write_last_byte(uint8_t *addr) { addr[2 * PAGE - 25] ^= 0xff; }
+static void write_and_restore(uint8_t *addr) { addr[5] ^= 1, addr[5] ^= 1; }
+static void swap_two_words(uint8_t *addr)
+{
+    uint64_t a, b;
+    memcpy(&a, addr + 64, 8), memcpy(&b, addr + 128, 8);
+    memcpy(addr + 64, &b, 8), memcpy(addr + 128, &a, 8);
+}
+
+/* write_back spaces skip the write-back of a page the device left as it was loaded, where
+ * the backend can digest pages (cuda); the host backend always copies. Checked by what
+ * reaches the home and by the counters. */
+static void test_clean_evict(void)
+{
+    const uint64_t bytes = 2 * PAGE - 24, last = bytes - PAGE; /* page 1 holds `last` bytes */
+    mvm_space_desc d;
+    CHECK_ST(mvm_space_desc_init(&d), MVM_OK);
+    CHECK(d.clean_evict == 1); /* MOEVM_CLEAN_EVICT's default */
+    d.n_layers = 1, d.n_experts = 2, d.expert_bytes = bytes, d.page_size = PAGE;
+    d.device_budget = 2 * PAGE, d.backend = backend, d.write_back = 1;
+    mvm_space *sp = NULL;
+    CHECK_ST(mvm_space_create(&d, &sp), MVM_OK);
+    mvm_space_info info;
+    mvm_space_get_info(sp, &info);
+    bool digests = backend == MVM_BACKEND_CUDA;
+    CHECK(info.clean_evict == digests);
+    fill(sp, 1, 2, bytes);
+    const uint8_t *home = mvm_expert_home(sp, 0, 0);
+    uint8_t before[2 * PAGE];
+    memcpy(before, home, bytes);
+
+    mvm_stats s = evict_after(sp, 0, NULL); /* read only: nothing goes home */
+    CHECK(s.pages_clean == (digests ? 2 : 0));
+    CHECK(s.bytes_written_back == (digests ? 0 : bytes));
+    CHECK(memcmp(home, before, bytes) == 0);
+
+    s = evict_after(sp, 0, write_last_byte); /* page 1 changed: it alone goes home */
+    CHECK(s.pages_clean == (digests ? 1 : 0));
+    CHECK(s.bytes_written_back == (digests ? last : bytes));
+    before[bytes - 1] ^= 0xff;
+    CHECK(memcmp(home, before, bytes) == 0);
+
+    s = evict_after(sp, 0, write_and_restore); /* same bytes again: unchanged */
+    CHECK(s.pages_clean == (digests ? 2 : 0));
+    CHECK(memcmp(home, before, bytes) == 0);
+
+    s = evict_after(sp, 0, swap_two_words); /* same words, other places: changed */
+    CHECK(s.pages_clean == (digests ? 1 : 0));
+    swap_two_words(before);
+    CHECK(memcmp(home, before, bytes) == 0);
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+
+    d.clean_evict = 0; /* off: every eviction copies */
+    CHECK_ST(mvm_space_create(&d, &sp), MVM_OK);
+    mvm_space_get_info(sp, &info);
+    CHECK(info.clean_evict == 0);
+    fill(sp, 1, 2, bytes);
+    s = evict_after(sp, 1, NULL);
+    CHECK(s.pages_clean == 0 && s.bytes_written_back == bytes);
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+}
+
 static void test_partial_residency(void)
 {
     mvm_space *sp = make_space(1, 2, 5 * PAGE, 10);
@@ -497,6 +574,34 @@ static void test_driver_failures(void)
     CHECK_ST(mvm_space_destroy(sp), MVM_OK);
     CHECK(fake_live_handles() == 0);
 
+    /* Digests that cannot be had cost only the write-back they would have saved: a module
+     * the driver refuses turns them off; a digest launch that fails at load, or at
+     * eviction, writes that page back. */
+    d.expert_bytes = 2 * PAGE, d.device_budget = 2 * PAGE, d.write_back = 1;
+    fake_set_fail("cuModuleLoadData:1:CUDA_ERROR_UNSUPPORTED_PTX_VERSION");
+    CHECK_ST(mvm_space_create(&d, &sp), MVM_OK);
+    fake_set_fail("");
+    mvm_space_info info;
+    mvm_space_get_info(sp, &info);
+    CHECK(info.clean_evict == 0);
+    fill(sp, 1, 4, 2 * PAGE);
+    mvm_stats s = evict_after(sp, 0, NULL);
+    CHECK(s.pages_clean == 0 && s.bytes_written_back == 2 * PAGE);
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+    CHECK_ST(mvm_space_create(&d, &sp), MVM_OK);
+    fill(sp, 1, 4, 2 * PAGE);
+    fake_set_fail("cuLaunchKernel:1"); /* page 0's digest at load */
+    s = evict_after(sp, 0, NULL);
+    CHECK(s.pages_clean == 1 && s.bytes_written_back == PAGE);
+    CHECK_ST(mvm_make_resident(sp, 0, 1, MVM_ALL_PAGES), MVM_OK);
+    fake_set_fail("cuLaunchKernel:1"); /* page 0's digest at eviction */
+    CHECK_ST(mvm_evict(sp, 0, 1, 0), MVM_OK);
+    fake_set_fail("");
+    CHECK(stats_of(sp).pages_clean == 2 && stats_of(sp).bytes_written_back == 2 * PAGE);
+    CHECK(reads_match(sp, 0, 0, 2 * PAGE) && reads_match(sp, 0, 1, 2 * PAGE));
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+    d.write_back = 0;
+
     /* No device: the cuda backend says so, AUTO falls back to host. */
     fake_set_fail("cuInit:1:CUDA_ERROR_NO_DEVICE,cuInit:2:CUDA_ERROR_NO_DEVICE");
     d.backend = MVM_BACKEND_CUDA;
@@ -504,7 +609,6 @@ static void test_driver_failures(void)
     CHECK(strstr(mvm_last_error(), "cuInit") != NULL);
     d.backend = MVM_BACKEND_AUTO;
     CHECK_ST(mvm_space_create(&d, &sp), MVM_OK);
-    mvm_space_info info;
     mvm_space_get_info(sp, &info);
     CHECK(strcmp(info.backend, "host") == 0);
     CHECK_ST(mvm_space_destroy(sp), MVM_OK);
@@ -542,6 +646,7 @@ int main(int argc, char **argv)
     RUN(test_layout);
     RUN(test_reads_follow_backing);
     RUN(test_write_back);
+    RUN(test_clean_evict);
     RUN(test_partial_residency);
     RUN(test_capacity);
     RUN(test_pins);

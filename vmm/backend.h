@@ -62,6 +62,10 @@ typedef struct mvm_backend_ops {
      * landed: the write-back of a page the device may have written (write_back spaces). */
     mvm_status (*copy_back)(mvm_backend *b, mvm_pool *pool, size_t chunk, void *dst,
                             size_t len);
+    /* Optional (NULL: never known). 1 when chunk still holds exactly what its last copy_start
+     * put there (only pools created while track_clean was set know); 0 when it changed or
+     * that is unknown; negative when asking failed. */
+    int (*unchanged)(mvm_backend *b, mvm_pool *pool, size_t chunk);
 
     /* Records the current end of `stream`'s work. */
     mvm_status (*event_record)(mvm_backend *b, void *stream, mvm_event **ev);
@@ -80,6 +84,9 @@ struct mvm_backend {
     bool home_mappable;      /* non-resident pages can be backed by their host home */
     bool host_readable;      /* expert addresses are CPU-readable */
     bool writable;           /* set by the space: addresses are mapped read-write */
+    bool track_clean;        /* set by the space: pools record what each load put in a
+                                chunk, so `unchanged` can answer; cleared by pool_create
+                                where the backend cannot */
     int numa_node;           /* NUMA node nearest the device (-1 unknown) */
     uint64_t device_free;    /* free device memory at open (0 on host: no device) */
 };

@@ -13,7 +13,9 @@
  *                and non-resident pages stay unmapped.
  *   map          cuMemUnmap (if replacing) + cuMemMap + cuMemSetAccess; callers guarantee no
  *                kernel reads the page meanwhile (pins, unpin_after events)
- *   copy         cuMemcpyHtoDAsync on a dedicated non-blocking stream
+ *   copy         cuMemcpyHtoDAsync on a dedicated non-blocking stream; in write_back spaces
+ *                followed by a digest of the chunk, so an eviction can tell whether the
+ *                device changed it (vmm/cuda_digest.c)
  *
  * The driver is loaded with dlopen (MOEVM_CUDA_LIBRARY, default libcuda.so.1) so libmoevm
  * loads and runs on machines with no GPU; in CI that library is tests/fakecuda. The library
@@ -25,69 +27,9 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "vmm/backend.h"
+#include "vmm/backend_cuda.h"
 #include "vmm/error.h"
 #include "vmm/options.h"
-
-/* Every driver entry point we use: field, exported symbol (the exact versioned name), and
- * parameters; all return CUresult. */
-#define CU_API(X)                                                                               \
-    X(Init, "cuInit", (unsigned))                                                   \
-    X(DriverGetVersion, "cuDriverGetVersion", (int *))                              \
-    X(DeviceGetCount, "cuDeviceGetCount", (int *))                                  \
-    X(DeviceGet, "cuDeviceGet", (CUdevice *, int))                                  \
-    X(DeviceGetName, "cuDeviceGetName", (char *, int, CUdevice))                    \
-    X(DeviceGetAttribute, "cuDeviceGetAttribute",                                               \
-      (int *, CUdevice_attribute, CUdevice))                                        \
-    X(DeviceGetPCIBusId, "cuDeviceGetPCIBusId", (char *, int, CUdevice))            \
-    X(PrimaryCtxRetain, "cuDevicePrimaryCtxRetain", (CUcontext *, CUdevice))        \
-    X(PrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", (CUdevice))                \
-    X(CtxSetCurrent, "cuCtxSetCurrent", (CUcontext))                                \
-    X(MemGetInfo, "cuMemGetInfo_v2", (size_t *, size_t *))                          \
-    X(MemGetAllocationGranularity, "cuMemGetAllocationGranularity",                             \
-      (size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags))    \
-    X(MemAddressReserve, "cuMemAddressReserve",                                                 \
-      (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long))             \
-    X(MemAddressFree, "cuMemAddressFree", (CUdeviceptr, size_t))                    \
-    X(MemCreate, "cuMemCreate",                                                                 \
-      (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,         \
-                   unsigned long long))                                                         \
-    X(MemRelease, "cuMemRelease", (CUmemGenericAllocationHandle))                   \
-    X(MemMap, "cuMemMap",                                                                       \
-      (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,                   \
-                   unsigned long long))                                                         \
-    X(MemUnmap, "cuMemUnmap", (CUdeviceptr, size_t))                                \
-    X(MemSetAccess, "cuMemSetAccess",                                                           \
-      (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t))                       \
-    X(MemHostRegister, "cuMemHostRegister_v2", (void *, size_t, unsigned))          \
-    X(MemHostUnregister, "cuMemHostUnregister", (void *))                           \
-    X(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2",                                                  \
-      (CUdeviceptr, const void *, size_t, CUstream))                                \
-    X(MemcpyDtoH, "cuMemcpyDtoH_v2", (void *, CUdeviceptr, size_t))                 \
-    X(StreamCreate, "cuStreamCreate", (CUstream *, unsigned))                       \
-    X(StreamDestroy, "cuStreamDestroy_v2", (CUstream))                              \
-    X(StreamSynchronize, "cuStreamSynchronize", (CUstream))                         \
-    X(EventCreate, "cuEventCreate", (CUevent *, unsigned))                          \
-    X(EventRecord, "cuEventRecord", (CUevent, CUstream))                            \
-    X(EventQuery, "cuEventQuery", (CUevent))                                        \
-    X(EventDestroy, "cuEventDestroy_v2", (CUevent))                                 \
-    X(GetErrorName, "cuGetErrorName", (CUresult, const char **))
-
-struct cu_api {
-#define X(field, sym, params) CUresult(*field) params;
-    CU_API(X)
-#undef X
-};
-
-typedef struct cuda_backend {
-    mvm_backend base; /* first: the space sees only this */
-    struct cu_api cu;
-    CUdevice dev;
-    CUcontext ctx;
-    CUstream copy_stream;
-    int host_numa_id;  /* location id for HOST_NUMA homes */
-    size_t page_size;  /* set by the first home/pool; unmap walks pages of this size */
-} cuda_backend;
 
 /* n one-page handles, all mapped into a private range: the device pool (copies land in its
  * view) and HOST_NUMA homes (the CPU writes the weights through its view). */
@@ -107,6 +49,7 @@ struct mvm_home {
 
 struct mvm_pool {
     struct handle_view hv;
+    cuda_digest *digest; /* clean states of the chunks (track_clean), or NULL */
 };
 
 struct mvm_event {
@@ -115,7 +58,7 @@ struct mvm_event {
 
 static cuda_backend *cb(mvm_backend *b) { return (cuda_backend *)b; }
 
-static mvm_status cu_fail(cuda_backend *c, CUresult r, const char *what)
+mvm_status mvm_cu_fail(cuda_backend *c, CUresult r, const char *what)
 {
     const char *name = NULL;
     if (!c->cu.GetErrorName || c->cu.GetErrorName(r, &name) != CUDA_SUCCESS || !name)
@@ -123,13 +66,6 @@ static mvm_status cu_fail(cuda_backend *c, CUresult r, const char *what)
     mvm_status st = r == CUDA_ERROR_OUT_OF_MEMORY ? MVM_ERR_NOMEM : MVM_ERR_BACKEND;
     return mvm_fail(st, "%s failed: %s (%d)", what, name, (int)r);
 }
-
-#define CU(c, call, what)                                                                       \
-    do {                                                                                        \
-        CUresult r_ = (call);                                                                   \
-        if (r_ != CUDA_SUCCESS)                                                                 \
-            return cu_fail((c), r_, (what));                                                    \
-    } while (0)
 
 static mvm_status use_ctx(cuda_backend *c)
 {
@@ -194,7 +130,7 @@ static void cuda_unreserve(mvm_backend *b, uint64_t va, size_t bytes)
     cuda_backend *c = cb(b);
     CUresult r = c->cu.MemAddressFree(va, bytes);
     if (r != CUDA_SUCCESS)
-        mvm_log(MVM_LOG_WARN, "%s", (cu_fail(c, r, "cuMemAddressFree"), mvm_last_error()));
+        mvm_log(MVM_LOG_WARN, "%s", (mvm_cu_fail(c, r, "cuMemAddressFree"), mvm_last_error()));
 }
 
 /* Maps `n` handles, one page each, at consecutive pages from va, then grants access to the
@@ -213,7 +149,7 @@ static mvm_status map_handles(cuda_backend *c, CUdeviceptr va, size_t page,
         return MVM_OK;
     for (size_t i = 0; i < mapped; i++) /* leave the range as we found it */
         c->cu.MemUnmap(va + i * page, page);
-    return cu_fail(c, r, mapped < n ? "cuMemMap" : "cuMemSetAccess");
+    return mvm_cu_fail(c, r, mapped < n ? "cuMemMap" : "cuMemSetAccess");
 }
 
 static void unmap_pages(cuda_backend *c, CUdeviceptr va, size_t bytes, size_t page)
@@ -243,11 +179,11 @@ static mvm_status handle_view_create(cuda_backend *c, const CUmemAllocationProp 
         made++;
     mvm_status st = MVM_OK;
     if (made < n)
-        st = cu_fail(c, r, prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE
+        st = mvm_cu_fail(c, r, prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE
                                ? "cuMemCreate (device chunk)"
                                : "cuMemCreate (HOST_NUMA home page)");
     else if ((r = c->cu.MemAddressReserve(&hv->view, n * page, page, 0, 0)) != CUDA_SUCCESS)
-        st = cu_fail(c, r, "cuMemAddressReserve (view)");
+        st = mvm_cu_fail(c, r, "cuMemAddressReserve (view)");
     else if ((st = map_handles(c, hv->view, page, hv->h, n, access, n_access)) != MVM_OK)
         c->cu.MemAddressFree(hv->view, n * page);
     if (st != MVM_OK) {
@@ -292,7 +228,7 @@ static mvm_status home_create_registered(cuda_backend *c, mvm_home *h, const mvm
     CUresult r = c->cu.MemHostRegister(h->host, bytes, CU_MEMHOSTREGISTER_PORTABLE);
     h->registered = r == CUDA_SUCCESS;
     if (!h->registered) {
-        cu_fail(c, r, "cuMemHostRegister");
+        mvm_cu_fail(c, r, "cuMemHostRegister");
         mvm_log(MVM_LOG_WARN, "%s; host homes stay pageable and copies will be slower",
                 mvm_last_error());
     }
@@ -376,6 +312,8 @@ static mvm_status cuda_pool_create(mvm_backend *b, size_t n_chunks, size_t page_
         free(p);
         return st;
     }
+    if (b->track_clean && !(p->digest = mvm_cuda_digest_open(c, n_chunks)))
+        b->track_clean = false;
     *out = p;
     return MVM_OK;
 }
@@ -385,6 +323,7 @@ static void cuda_pool_destroy(mvm_backend *b, mvm_pool *p)
     cuda_backend *c = cb(b);
     if (!p)
         return;
+    mvm_cuda_digest_close(c, p->digest);
     handle_view_destroy(c, &p->hv);
     free(p);
 }
@@ -414,8 +353,10 @@ static mvm_status cuda_copy_start(mvm_backend *b, mvm_pool *p, size_t chunk, con
                                   size_t len)
 {
     cuda_backend *c = cb(b);
-    CU(c, c->cu.MemcpyHtoDAsync(p->hv.view + chunk * p->hv.page, src, len, c->copy_stream),
-       "cuMemcpyHtoDAsync");
+    CUdeviceptr dst = p->hv.view + chunk * p->hv.page;
+    CU(c, c->cu.MemcpyHtoDAsync(dst, src, len, c->copy_stream), "cuMemcpyHtoDAsync");
+    /* The whole chunk: bytes past len are whatever was there, and stay so unless written. */
+    mvm_cuda_digest_mark(c, p->digest, chunk, dst, p->hv.page);
     return MVM_OK;
 }
 
@@ -438,6 +379,17 @@ static mvm_status cuda_copy_back(mvm_backend *b, mvm_pool *p, size_t chunk, void
     return MVM_OK;
 }
 
+static int cuda_unchanged(mvm_backend *b, mvm_pool *p, size_t chunk)
+{
+    cuda_backend *c = cb(b);
+    if (!p->digest)
+        return 0;
+    if (use_ctx(c) != MVM_OK)
+        return -1;
+    return mvm_cuda_digest_unchanged(c, p->digest, chunk, p->hv.view + chunk * p->hv.page,
+                                     p->hv.page);
+}
+
 static mvm_status cuda_event_record(mvm_backend *b, void *stream, mvm_event **out)
 {
     cuda_backend *c = cb(b);
@@ -452,7 +404,7 @@ static mvm_status cuda_event_record(mvm_backend *b, void *stream, mvm_event **ou
         c->cu.EventDestroy(e->ev);
     if (r != CUDA_SUCCESS) {
         free(e);
-        return cu_fail(c, r, "cuEventRecord (unpin_after)");
+        return mvm_cu_fail(c, r, "cuEventRecord (unpin_after)");
     }
     *out = e;
     return MVM_OK;
@@ -466,7 +418,7 @@ static int cuda_event_done(mvm_backend *b, mvm_event *e)
         return 1;
     if (r == CUDA_ERROR_NOT_READY)
         return 0;
-    cu_fail(c, r, "cuEventQuery");
+    mvm_cu_fail(c, r, "cuEventQuery");
     return -1;
 }
 
@@ -493,6 +445,7 @@ static const mvm_backend_ops cuda_ops = {
     .copy_start = cuda_copy_start,
     .copy_wait = cuda_copy_wait,
     .copy_back = cuda_copy_back,
+    .unchanged = cuda_unchanged,
     .event_record = cuda_event_record,
     .event_done = cuda_event_done,
     .event_destroy = cuda_event_destroy,

@@ -22,6 +22,10 @@ static const mvm_option_desc options[MVM_OPTION_COUNT_] = {
     [MVM_OPTION_PAGE_SIZE] = {"MOEVM_PAGE_SIZE", MVM_OPT_SIZE, "0", NULL,
                               "page size of the expert space; 0 = the backend's default "
                               "(2 MiB); else a multiple of the backend's granularity"},
+    [MVM_OPTION_CLEAN_EVICT] = {"MOEVM_CLEAN_EVICT", MVM_OPT_CHOICE, "on", "off|on",
+                                "spaces whose pages the device may write (the interposer's): "
+                                "skip the write-back of an evicted page whose device digest "
+                                "equals the one taken when it was loaded (cuda backend)"},
     [MVM_OPTION_LOG] = {"MOEVM_LOG", MVM_OPT_CHOICE, "warn", "off|warn|info|debug",
                         "what libmoevm prints to stderr"},
     [MVM_OPTION_CUDA_LIBRARY] = {"MOEVM_CUDA_LIBRARY", MVM_OPT_STRING, "libcuda.so.1", NULL,

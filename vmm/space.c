@@ -22,18 +22,20 @@ mvm_status mvm_space_desc_init(mvm_space_desc *d)
     if (!d)
         return mvm_fail(MVM_ERR_INVALID, "mvm_space_desc_init: desc is NULL");
     memset(d, 0, sizeof *d);
-    mvm_option_value budget, backend, device, page;
+    mvm_option_value budget, backend, device, page, clean;
     mvm_status st;
     if ((st = mvm_option_read(MVM_OPTION_GPU_BUDGET, &budget)) ||
         (st = mvm_option_read(MVM_OPTION_BACKEND, &backend)) ||
         (st = mvm_option_read(MVM_OPTION_DEVICE, &device)) ||
-        (st = mvm_option_read(MVM_OPTION_PAGE_SIZE, &page)))
+        (st = mvm_option_read(MVM_OPTION_PAGE_SIZE, &page)) ||
+        (st = mvm_option_read(MVM_OPTION_CLEAN_EVICT, &clean)))
         return st;
     d->device_budget = (uint64_t)budget.i;
     d->device_budget_frac = budget.frac;
     d->backend = (mvm_backend_kind)backend.i; /* the table's order is the enum's */
     d->device = (int)device.i;
     d->page_size = (uint64_t)page.i;
+    d->clean_evict = clean.i == 1; /* "off|on" */
     return MVM_OK;
 }
 
@@ -192,6 +194,7 @@ mvm_status mvm_space_create(const mvm_space_desc *d, mvm_space **out)
     }
     sp->be = be;
     sp->write_back = be->writable = d->write_back != 0;
+    be->track_clean = sp->write_back && d->clean_evict && be->ops->unchanged;
     if ((st = plan_layout(sp, d)) || (st = alloc_tables(sp)) ||
         (st = mvm_topo_probe(be->pci_bus_id, &sp->topo)) ||
         (st = be->ops->reserve(be, sp->reserved, sp->page_size, &sp->base)) ||
@@ -268,6 +271,7 @@ mvm_status mvm_space_get_info(const mvm_space *sp, mvm_space_info *info)
     info->numa_node = sp->be->numa_node >= 0 ? sp->be->numa_node : sp->topo.numa_node;
     info->home_mapped = sp->be->home_mappable;
     info->host_readable = sp->be->host_readable;
+    info->clean_evict = sp->be->track_clean;
     return MVM_OK;
 }
 
@@ -334,14 +338,18 @@ void mvm_chunk_free(mvm_space *sp, int32_t chunk)
 }
 
 /* Puts a resident page back on its home: remap to the home where the backend can, else
- * leave it unmapped. keep: copy what the device wrote home first (write_back spaces). */
+ * leave it unmapped. keep: copy what the device wrote home first (write_back spaces), unless
+ * the backend knows the page is as it was loaded: then the home already holds it. (A failed
+ * check counts as changed: the copy is the safe side.) */
 static mvm_status evict_page(mvm_space *sp, uint32_t idx, uint32_t p, bool keep)
 {
     mvm_backend *be = sp->be;
     struct page *pg = page_at(sp, idx, p);
     uint64_t va = page_va(sp, idx, p);
     size_t home_page = (size_t)idx * sp->ppe + p;
-    if (sp->write_back && keep) {
+    bool clean = sp->write_back && keep && be->track_clean &&
+                 be->ops->unchanged(be, sp->pool, (size_t)pg->chunk) == 1;
+    if (sp->write_back && keep && !clean) {
         mvm_status st = be->ops->copy_back(be, sp->pool, (size_t)pg->chunk,
                                            sp->home_host + home_page * sp->page_size,
                                            page_bytes(sp, p));
@@ -361,6 +369,7 @@ static mvm_status evict_page(mvm_space *sp, uint32_t idx, uint32_t p, bool keep)
     sp->n_resident--;
     sp->stats.pages_evicted++;
     sp->stats.pages_discarded += !keep;
+    sp->stats.pages_clean += clean;
     return MVM_OK;
 }
 

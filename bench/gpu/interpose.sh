@@ -111,6 +111,9 @@ try:
     summary["moevm_report"] = {"hit_rate": rep["launches"]["hit_rate"],
                                "bytes_in": rep["moves"]["bytes_in"],
                                "misses": rep["moves"]["misses"],
+                               "bytes_written_back": rep["moves"]["bytes_written_back"],
+                               "pages_clean": rep["moves"]["pages_clean"],
+                               "clean_evict": rep["space"]["clean_evict"],
                                "wait_s": rep["wait_ns"] * 1e-9,
                                "managed_peak_bytes": rep["managed"]["peak_bytes"]}
     summary["managed"] = (rep["managed"]["peak_bytes"] > int(sys.argv[3]) and

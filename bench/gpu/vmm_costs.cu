@@ -8,13 +8,16 @@
  *   3. HOST_NUMA VMM support, and a kernel's read bandwidth from a HOST_NUMA mapping
  *      (zero-copy over PCIe: what reading a non-resident expert costs) versus device memory;
  *   4. whether remapping an unrelated page waits for a kernel running on another stream;
- *   5. end to end: mvm_make_resident of a whole expert versus the bare cuMemcpyHtoDAsync.
+ *   5. end to end: mvm_make_resident of a whole expert versus the bare cuMemcpyHtoDAsync;
+ *   6. eviction from a write_back space (the interposer's): a page the device left as it was
+ *      loaded skips the copy home (vmm/digest.cu decides), against clean_evict off; each
+ *      eviction's home is checked against what the device held.
  *
  * Output: per section, a markdown table and one machine-readable line per result:
  *   RESULT <name> <value> <unit>
  * Every CUDA call is checked; a failure exits with one line naming the call.
  *
- * Usage: vmm_costs [--device N] [--reps N] [--only 1,2,3,4,5]
+ * Usage: vmm_costs [--device N] [--reps N] [--only 1,2,3,4,5,6]
  * Build and run: bash bench/gpu/run.sh (docs/perf/vmm.md).
  */
 #include <cuda.h>
@@ -863,6 +866,88 @@ static void bench_make_resident(uint64_t expert_bytes)
     free(scratch);
 }
 
+/* One timed pass of section 6: each repetition makes an expert resident, lets the device
+ * write it or not, and times mvm_evict; then checks that the home holds what the device
+ * held (the digest kernel is right: a skipped write-back lost nothing) and that the
+ * counters say which path ran. Returns the median eviction time. */
+static stats time_evictions(uint64_t expert_bytes, int clean_evict, int written)
+{
+    enum { EXPERTS = 4 };
+    mvm_space_desc d;
+    MVM(mvm_space_desc_init(&d));
+    d.n_layers = 1;
+    d.n_experts = EXPERTS;
+    d.expert_bytes = expert_bytes;
+    d.device_budget = EXPERTS * expert_bytes;
+    d.backend = MVM_BACKEND_CUDA;
+    d.device = g_ordinal;
+    d.write_back = 1;
+    d.clean_evict = clean_evict;
+    mvm_space *space;
+    MVM(mvm_space_create(&d, &space));
+    mvm_space_info info;
+    MVM(mvm_space_get_info(space, &info));
+    if (info.clean_evict != clean_evict)
+        die("clean_evict %d asked, the space has %d (MOEVM_LOG=debug says why)", clean_evict,
+            info.clean_evict);
+    for (uint32_t e = 0; e < EXPERTS; e++)
+        fill_random(mvm_expert_home(space, 0, e), expert_bytes, 200 + e);
+    void *device_bytes = xmalloc(expert_bytes);
+    double *t = (double *)xmalloc(sizeof(double) * (size_t)g_reps);
+    for (int i = -WARMUP; i < g_reps; i++) {
+        uint32_t e = (uint32_t)(i + WARMUP) % EXPERTS;
+        MVM(mvm_make_resident(space, 0, e, MVM_ALL_PAGES));
+        CUdeviceptr addr = (CUdeviceptr)mvm_expert_addr(space, 0, e);
+        own_context();
+        if (written)
+            CU(cuMemsetD32Async(addr + expert_bytes / 2, 0x5eed0000u + (unsigned)i, 1, g_stream));
+        CU(cuStreamSynchronize(g_stream));
+        CU(cuMemcpyDtoH(device_bytes, addr, expert_bytes));
+        mvm_stats before, after;
+        MVM(mvm_space_get_stats(space, &before));
+        double t0 = now_us();
+        MVM(mvm_evict(space, 0, e, 0));
+        double t1 = now_us();
+        MVM(mvm_space_get_stats(space, &after));
+        if (memcmp(device_bytes, mvm_expert_home(space, 0, e), expert_bytes) != 0)
+            die("evicted expert %u (clean_evict %d, written %d): the home differs from what "
+                "the device held", e, clean_evict, written);
+        uint64_t pages = (expert_bytes + info.page_size - 1) / info.page_size;
+        uint64_t clean = after.pages_clean - before.pages_clean;
+        uint64_t want = clean_evict ? pages - (uint64_t)written : 0;
+        if (clean != want)
+            die("evicted expert %u (clean_evict %d, written %d): %llu pages skipped as "
+                "unchanged, expected %llu", e, clean_evict, written,
+                (unsigned long long)clean, (unsigned long long)want);
+        if (i >= 0)
+            t[i] = t1 - t0;
+    }
+    MVM(mvm_space_destroy(space));
+    own_context();
+    stats r = summarize(t, g_reps);
+    free(t);
+    free(device_bytes);
+    return r;
+}
+
+static void bench_clean_evict(uint64_t expert_bytes)
+{
+    unsigned mib = (unsigned)(expert_bytes / MiB);
+    stats off = time_evictions(expert_bytes, 0, 0);
+    stats same = time_evictions(expert_bytes, 1, 0);
+    stats written = time_evictions(expert_bytes, 1, 1);
+    char name[80];
+    snprintf(name, sizeof name, "evict_copy_back_%uMiB", mib);
+    add_row(name, "us", off, "mvm_evict, clean_evict off: every page copied home, %u MiB", mib);
+    snprintf(name, sizeof name, "evict_unchanged_%uMiB", mib);
+    add_row(name, "us", same, "mvm_evict, device left it as loaded: digests only, %u MiB", mib);
+    snprintf(name, sizeof name, "evict_one_page_written_%uMiB", mib);
+    add_row(name, "us", written, "mvm_evict, one page written: digests + that page, %u MiB", mib);
+    snprintf(name, sizeof name, "evict_unchanged_over_copy_%uMiB", mib);
+    add_row(name, "x", single(same.med / off.med),
+            "unchanged / copy back, %u MiB (what a clean eviction saves)", mib);
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* Main                                                                                      */
 /* ---------------------------------------------------------------------------------------- */
@@ -912,7 +997,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--only") && i + 1 < argc)
             only = argv[++i];
         else
-            die("usage: vmm_costs [--device N] [--reps N (>= 20)] [--only 1,2,3,4,5]");
+            die("usage: vmm_costs [--device N] [--reps N (>= 20)] [--only 1,2,3,4,5,6]");
     }
     if (g_reps < 20)
         die("--reps %d: at least 20 repetitions are needed for a stable median", g_reps);
@@ -957,6 +1042,13 @@ int main(int argc, char **argv)
         static const uint64_t sizes[] = {2 * MiB, 8 * MiB, 32 * MiB, 128 * MiB};
         for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
             bench_make_resident(sizes[i]);
+        section_end();
+    }
+
+    if (wanted(only, 6)) {
+        section_begin("6. Eviction from a write_back space: unchanged pages skip the copy home");
+        bench_clean_evict(2 * MiB);
+        bench_clean_evict(32 * MiB);
         section_end();
     }
 

@@ -79,10 +79,14 @@ typedef struct mvm_space_desc {
                                     address; eviction just remaps to the home. 1: the device
                                     may write pages (general data, the interposer): eviction
                                     copies a resident page back to its home first */
+    int clean_evict;             /* write_back spaces: skip the write-back of a page the
+                                    device left as it was loaded (compared by a 128-bit
+                                    digest computed on the device; cuda backend).
+                                    MOEVM_CLEAN_EVICT, default 1 */
 } mvm_space_desc;
 
 /* Fills *d with the defaults of the MOEVM_* options table, reading the environment
- * (MOEVM_GPU_BUDGET, MOEVM_BACKEND, MOEVM_DEVICE, MOEVM_PAGE_SIZE). The model shape fields
+ * (MOEVM_GPU_BUDGET, MOEVM_BACKEND, MOEVM_DEVICE, MOEVM_PAGE_SIZE, MOEVM_CLEAN_EVICT). The model shape fields
  * are zeroed: the caller sets them. Fails with MVM_ERR_OPTION on a malformed variable. */
 mvm_status mvm_space_desc_init(mvm_space_desc *d);
 
@@ -111,6 +115,9 @@ typedef struct mvm_space_info {
     int home_mapped;           /* 1: non-resident pages are backed by the host home and
                                   readable; 0: they are unmapped */
     int host_readable;         /* 1: expert addresses are readable by the CPU too */
+    int clean_evict;           /* 1: evictions skip the write-back of unchanged pages
+                                  (a write_back space with clean_evict, on a backend that
+                                  can digest its pages) */
 } mvm_space_info;
 
 mvm_status mvm_space_get_info(const mvm_space *space, mvm_space_info *info);
@@ -194,6 +201,8 @@ typedef struct mvm_stats {
     uint64_t pages_discarded;  /* of those, dropped by mvm_discard without a write-back */
     uint64_t bytes_moved;      /* host-to-device bytes copied */
     uint64_t bytes_written_back; /* device-to-host bytes copied by write_back evictions */
+    uint64_t pages_clean;      /* write_back evictions that copied nothing: the page was
+                                  as loaded (mvm_space_desc.clean_evict) */
     uint64_t prefetch_pages;   /* pages loaded at prefetch priority */
     uint64_t prefetch_used;    /* of those, pages later asked for on demand before eviction */
     uint64_t wait_ns;          /* time callers spent blocked waiting for moves */

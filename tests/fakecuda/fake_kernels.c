@@ -12,6 +12,10 @@
  *   fk_scale_f32(CUdeviceptr x, float a, uint64_t n)            x[i] *= a
  *   fk_copy_args(struct { CUdeviceptr dst, src; uint64_t bytes; } a)   one 24-byte parameter,
  *               as PyTorch passes its tensors (Array<char *, N>) and CUTLASS its Params
+ * and, under the name and signature of libmoevm's own kernel (vmm/digest.cu), the page digest
+ * of vmm/digest.h, so the cuda backend's clean evictions run here as on a GPU:
+ *   mvm_digest  (CUdeviceptr words, uint64_t n, CUdeviceptr out, CUdeviceptr expect)
+ *               expect 0: out[0..1] = digest of words[0..n); else out[0] = (digest == expect)
  * Each parameter sits at an offset aligned to its size (at most 8), as nvcc lays them out
  * (8-byte pointers, 4-byte uint32_t and float, 8-byte uint64_t, 8-aligned structs), and
  * cuFuncGetParamInfo says so (for a library's CUkernel handles, which cuLaunchKernel
@@ -35,7 +39,7 @@
  * context is lost after; the fake reports them from the launch and stays usable, so tests
  * can go on. The bytes of the ranges of each successful launch (a range read and written
  * counts once) are counted by what backs them, DEVICE or HOST_NUMA allocations, for
- * fakecuda_kernel_bytes.
+ * fakecuda_kernel_bytes (the program's kernels only: not mvm_digest).
  */
 #include <cuda.h>
 
@@ -45,8 +49,9 @@
 
 #include "fakecuda.h"
 #include "fakecuda_internal.h"
+#include "vmm/digest.h"
 
-#define FK_MAX_ACCESS 2
+#define FK_MAX_ACCESS 3
 #define FK_MAX_SHARED (48u << 10) /* dynamic shared memory per block without opt-in */
 
 /* A range a kernel touches: `need` is CU_MEM_ACCESS_FLAGS_PROT_READ or _READWRITE. */
@@ -63,11 +68,12 @@ struct fk_kernel {
     /* The ranges it touches, from its parameters: how many, or -1 if a size overflows. */
     int (*ranges)(const uint64_t *p, struct fk_access *acc);
     void (*run)(const uint64_t *p);
+    int libmoevm; /* libmoevm's own kernel: left out of fakecuda_kernel_bytes */
 };
 
 /* ---- the kernels; p[] holds the parameters as 64-bit words: a 4-byte one zero-extended,
  * an aggregate as its 8-byte words ---- */
-#define FK_MAX_WORDS 3
+#define FK_MAX_WORDS 4
 
 static int bytes_of(uint64_t n, size_t elem, size_t *bytes)
 {
@@ -147,12 +153,40 @@ static void scale_run(const uint64_t *p)
     for (uint64_t i = 0; i < p[2]; i++) x[i] *= a;
 }
 
+static int digest_ranges(const uint64_t *p, struct fk_access *acc)
+{
+    size_t n;
+    if (bytes_of(p[1], sizeof(uint64_t), &n)) return -1;
+    acc[0] = ro(p[0], n, sizeof(uint64_t));
+    if (!p[3]) {
+        acc[1] = rw(p[2], 2 * sizeof(uint64_t), sizeof(uint64_t));
+        return 2;
+    }
+    acc[1] = rw(p[2], sizeof(uint64_t), sizeof(uint64_t));
+    acc[2] = ro(p[3], 2 * sizeof(uint64_t), sizeof(uint64_t));
+    return 3;
+}
+
+static void digest_run(const uint64_t *p)
+{
+    uint64_t d[2], *out = (uint64_t *)(uintptr_t)p[2];
+    const uint64_t *expect = (const uint64_t *)(uintptr_t)p[3];
+    mvm_digest_words((const uint64_t *)(uintptr_t)p[0], p[1], d);
+    if (expect) {
+        out[0] = d[0] == expect[0] && d[1] == expect[1];
+    } else {
+        out[0] = d[0];
+        out[1] = d[1];
+    }
+}
+
 static const struct fk_kernel fk_kernels[] = {
     {"fk_fill_u32", 3, {8, 4, 8}, fill_ranges, fill_run},
     {"fk_sum_u32", 3, {8, 8, 8}, sum_ranges, sum_run},
     {"fk_copy", 3, {8, 8, 8}, copy_ranges, copy_run},
     {"fk_scale_f32", 3, {8, 4, 8}, scale_ranges, scale_run},
     {"fk_copy_args", 1, {24}, copy_ranges, copy_run},
+    {"mvm_digest", 4, {8, 8, 8, 8}, digest_ranges, digest_run, 1},
 };
 #define FK_NKERNELS (sizeof fk_kernels / sizeof fk_kernels[0])
 
@@ -377,7 +411,7 @@ static CUresult run_checked(const struct fk_kernel *k, const uint64_t *p)
         if (!fk_device_range(acc[i].va, acc[i].n, acc[i].need, &host_numa[i]))
             return CUDA_ERROR_ILLEGAL_ADDRESS;
     }
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && !k->libmoevm; i++) {
         g_kernel_bytes[1] += host_numa[i];
         g_kernel_bytes[0] += acc[i].n - host_numa[i];
     }

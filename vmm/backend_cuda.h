@@ -1,0 +1,108 @@
+/*
+ * The cuda backend's internals, shared by its files: the driver entry points it loads, its
+ * state, and the clean-state digests of its pools (vmm/cuda_digest.c).
+ */
+#ifndef MVM_VMM_BACKEND_CUDA_H
+#define MVM_VMM_BACKEND_CUDA_H
+
+#include <cuda.h>
+
+#include "vmm/backend.h"
+
+/* Every driver entry point we use: field, exported symbol (the exact versioned name), and
+ * parameters; all return CUresult. */
+#define CU_API(X)                                                                                  \
+    X(Init, "cuInit", (unsigned))                                                                  \
+    X(DriverGetVersion, "cuDriverGetVersion", (int *))                                             \
+    X(DeviceGetCount, "cuDeviceGetCount", (int *))                                                 \
+    X(DeviceGet, "cuDeviceGet", (CUdevice *, int))                                                 \
+    X(DeviceGetName, "cuDeviceGetName", (char *, int, CUdevice))                                   \
+    X(DeviceGetAttribute, "cuDeviceGetAttribute",                                                  \
+      (int *, CUdevice_attribute, CUdevice))                                                       \
+    X(DeviceGetPCIBusId, "cuDeviceGetPCIBusId", (char *, int, CUdevice))                           \
+    X(PrimaryCtxRetain, "cuDevicePrimaryCtxRetain", (CUcontext *, CUdevice))                       \
+    X(PrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", (CUdevice))                               \
+    X(CtxSetCurrent, "cuCtxSetCurrent", (CUcontext))                                               \
+    X(MemGetInfo, "cuMemGetInfo_v2", (size_t *, size_t *))                                         \
+    X(MemGetAllocationGranularity, "cuMemGetAllocationGranularity",                                \
+      (size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags))                   \
+    X(MemAddressReserve, "cuMemAddressReserve",                                                    \
+      (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long))                            \
+    X(MemAddressFree, "cuMemAddressFree", (CUdeviceptr, size_t))                                   \
+    X(MemCreate, "cuMemCreate",                                                                    \
+      (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,                        \
+       unsigned long long))                                                                        \
+    X(MemRelease, "cuMemRelease", (CUmemGenericAllocationHandle))                                  \
+    X(MemMap, "cuMemMap",                                                                          \
+      (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,                                  \
+       unsigned long long))                                                                        \
+    X(MemUnmap, "cuMemUnmap", (CUdeviceptr, size_t))                                               \
+    X(MemSetAccess, "cuMemSetAccess",                                                              \
+      (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t))                                      \
+    X(MemHostRegister, "cuMemHostRegister_v2", (void *, size_t, unsigned))                         \
+    X(MemHostUnregister, "cuMemHostUnregister", (void *))                                          \
+    X(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2",                                                     \
+      (CUdeviceptr, const void *, size_t, CUstream))                                               \
+    X(MemcpyDtoH, "cuMemcpyDtoH_v2", (void *, CUdeviceptr, size_t))                                \
+    X(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", (void *, CUdeviceptr, size_t, CUstream))            \
+    X(MemAlloc, "cuMemAlloc_v2", (CUdeviceptr *, size_t))                                          \
+    X(MemFree, "cuMemFree_v2", (CUdeviceptr))                                                      \
+    X(ModuleLoadData, "cuModuleLoadData", (CUmodule *, const void *))                              \
+    X(ModuleUnload, "cuModuleUnload", (CUmodule))                                                  \
+    X(ModuleGetFunction, "cuModuleGetFunction", (CUfunction *, CUmodule, const char *))            \
+    X(LaunchKernel, "cuLaunchKernel",                                                              \
+      (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,           \
+       CUstream, void **, void **))                                                                \
+    X(StreamCreate, "cuStreamCreate", (CUstream *, unsigned))                                      \
+    X(StreamDestroy, "cuStreamDestroy_v2", (CUstream))                                             \
+    X(StreamSynchronize, "cuStreamSynchronize", (CUstream))                                        \
+    X(EventCreate, "cuEventCreate", (CUevent *, unsigned))                                         \
+    X(EventRecord, "cuEventRecord", (CUevent, CUstream))                                           \
+    X(EventQuery, "cuEventQuery", (CUevent))                                                       \
+    X(EventDestroy, "cuEventDestroy_v2", (CUevent))                                                \
+    X(GetErrorName, "cuGetErrorName", (CUresult, const char **))
+
+struct cu_api {
+#define X(field, sym, params) CUresult(*field) params;
+    CU_API(X)
+#undef X
+};
+
+typedef struct cuda_backend {
+    mvm_backend base; /* first: the space sees only this */
+    struct cu_api cu;
+    CUdevice dev;
+    CUcontext ctx;
+    CUstream copy_stream;
+    int host_numa_id;  /* location id for HOST_NUMA homes */
+    size_t page_size;  /* set by the first home/pool; unmap walks pages of this size */
+} cuda_backend;
+
+/* The clean-state digests of a pool's chunks (vmm/cuda_digest.c): what lets a write_back
+ * space skip the write-back of a page the device did not change. */
+typedef struct cuda_digest cuda_digest;
+
+/* NULL where the device cannot run the digest kernel (the reason logged at debug level):
+ * evictions then always write back. */
+cuda_digest *mvm_cuda_digest_open(cuda_backend *c, size_t n_chunks);
+void mvm_cuda_digest_close(cuda_backend *c, cuda_digest *d);
+/* Queues on the copy stream, after what is queued there (the chunk's load), the digest of
+ * [va, va + bytes) as chunk's clean state. */
+void mvm_cuda_digest_mark(cuda_backend *c, cuda_digest *d, size_t chunk, CUdeviceptr va,
+                          size_t bytes);
+/* 1: [va, va + bytes) has chunk's clean digest; 0: it changed, or the clean state is
+ * unknown; -1: a driver call failed (the thread's error says which). */
+int mvm_cuda_digest_unchanged(cuda_backend *c, cuda_digest *d, size_t chunk, CUdeviceptr va,
+                              size_t bytes);
+
+/* Records the failure of a driver call as the thread's error; returns its status. */
+mvm_status mvm_cu_fail(cuda_backend *c, CUresult r, const char *what);
+
+#define CU(c, call, what)                                                                          \
+    do {                                                                                           \
+        CUresult r_ = (call);                                                                      \
+        if (r_ != CUDA_SUCCESS)                                                                    \
+            return mvm_cu_fail((c), r_, (what));                                                   \
+    } while (0)
+
+#endif
