@@ -8,8 +8,9 @@
  *   2. tells the evict policy what the launches since the last miss used (per page, the
  *      number of launches: one observation per miss, not per launch, keeps launches cheap;
  *      the policy's clock is therefore "misses", and within that window all uses tie);
- *   3. evicts the policy's victims among resident pages this launch does not need, each
- *      written back to its home first (the space is write_back);
+ *   3. evicts the policy's victims among resident pages this launch does not need, in one
+ *      call: each is written back to its home first (the space is write_back) unless its
+ *      digest shows the device left it as loaded;
  *   4. queues every missing page at once and waits for all of them.
  * An object larger than the whole budget is loaded as far as chunks allow; the rest is read
  * from its host home through the mapping, which is correct, only slower. Once a launch's
@@ -159,32 +160,46 @@ static void observe(void)
         mvm_pl.counts[mvm_pl.used[i]] = 0;
 }
 
-/* Evicts up to `room` pages, the policy's choice among resident pages not busy. */
+/* Evicts up to `room` pages, the policy's choice among resident pages not busy. The
+ * victims go in one call, so the space checks them all for changes with one wait; a page
+ * that failed to go is replaced by the next choice. */
 static void make_room(uint32_t room)
 {
     uint32_t *cand = malloc((size_t)mvm_pl.device_pages * sizeof *cand), n = 0;
-    if (!cand)
+    uint32_t *victims = malloc(((size_t)room + 1) * sizeof *victims);
+    if (!cand || !victims) {
+        free(cand);
+        free(victims);
         return;
+    }
     for (uint32_t p = 0; p < mvm_pl.n_pages && n < mvm_pl.device_pages; p++)
         if (mvm_pl.resident[p] && !mvm_pl.busy[p])
             cand[n++] = p;
     mvm_pview v = view();
     while (room && n) {
-        uint32_t i = mvm_pl.evict->victim(mvm_pl.evict_self, &v, 0, cand, n);
-        i = i < n ? i : 0;
-        uint32_t p = cand[i];
-        if (mvm_evict(mvm_pl.space, 0, p, 0) == MVM_OK) {
+        uint32_t n_victims = 0;
+        for (; n_victims < room && n; n--) {
+            uint32_t i = mvm_pl.evict->victim(mvm_pl.evict_self, &v, 0, cand, n);
+            i = i < n ? i : 0;
+            victims[n_victims++] = cand[i];
+            cand[i] = cand[n - 1];
+        }
+        if (mvm_evict_many(mvm_pl.space, 0, victims, n_victims) != MVM_OK)
+            MVM_PL_LOG(MVM_LOG_WARN, "evicting %u pages: %s", n_victims, mvm_last_error());
+        for (uint32_t k = 0; k < n_victims; k++) {
+            uint32_t p = victims[k];
+            mvm_page_state st = MVM_PAGE_RESIDENT;
+            mvm_page_get_state(mvm_pl.space, 0, p, 0, &st);
+            if (st == MVM_PAGE_RESIDENT)
+                continue; /* still there: nothing lost, another victim makes the room */
             mvm_pl.resident[p] = 0;
             mvm_pl.pages_out++;
             atomic_fetch_add_explicit(&mvm_pl.gen, 1, memory_order_relaxed);
             room--;
-        } else {
-            MVM_PL_LOG(MVM_LOG_WARN, "evicting page %u failed: %s", p, mvm_last_error());
         }
-        cand[i] = cand[n - 1];
-        n--;
     }
     free(cand);
+    free(victims);
 }
 
 /* Queues every missing page of needed[0..n), then waits for all. */

@@ -339,7 +339,36 @@ static void test_clean_evict(void)
     CHECK(s.pages_clean == (digests ? 1 : 0));
     swap_two_words(before);
     CHECK(memcmp(home, before, bytes) == 0);
+
+    /* Many experts at once (their checks in one batch): a pinned one is skipped, a repeat
+     * is harmless, only the written page goes home. */
     CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+    d.n_experts = 4, d.device_budget = 8 * PAGE;
+    CHECK_ST(mvm_space_create(&d, &sp), MVM_OK);
+    fill(sp, 1, 4, bytes);
+    for (uint32_t e = 0; e < 4; e++)
+        CHECK_ST(mvm_make_resident(sp, 0, e, MVM_ALL_PAGES), MVM_OK);
+    uint8_t *addr2 = mvm_expert_addr(sp, 0, 2);
+    addr2[100] ^= 0x42;
+    uint8_t expect2[2 * PAGE];
+    memcpy(expect2, addr2, bytes);
+    CHECK_ST(mvm_pin(sp, 0, 3), MVM_OK);
+    const uint32_t list[] = {0, 1, 2, 3, 1}, bad[] = {0, 9};
+    mvm_stats a = stats_of(sp);
+    CHECK_ST(mvm_evict_many(sp, 0, bad, 2), MVM_ERR_RANGE);
+    CHECK_ST(mvm_evict_many(sp, 0, NULL, 1), MVM_ERR_INVALID);
+    CHECK_ST(mvm_evict_many(sp, 1, list, 1), MVM_ERR_RANGE);
+    CHECK_ST(mvm_evict_many(sp, 0, NULL, 0), MVM_OK);
+    CHECK(stats_of(sp).resident_pages == 8);
+    CHECK_ST(mvm_evict_many(sp, 0, list, 5), MVM_ERR_PINNED);
+    mvm_stats b = stats_of(sp);
+    CHECK(b.resident_pages == 2 && b.pages_evicted - a.pages_evicted == 6);
+    CHECK(b.pages_clean - a.pages_clean == (digests ? 5 : 0));
+    CHECK(b.bytes_written_back - a.bytes_written_back == (digests ? PAGE : 3 * bytes));
+    CHECK(memcmp(mvm_expert_home(sp, 0, 2), expect2, bytes) == 0);
+    CHECK_ST(mvm_unpin(sp, 0, 3), MVM_OK);
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+    d.n_experts = 2, d.device_budget = 2 * PAGE;
 
     d.clean_evict = 0; /* off: every eviction copies */
     CHECK_ST(mvm_space_create(&d, &sp), MVM_OK);

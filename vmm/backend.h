@@ -62,10 +62,11 @@ typedef struct mvm_backend_ops {
      * landed: the write-back of a page the device may have written (write_back spaces). */
     mvm_status (*copy_back)(mvm_backend *b, mvm_pool *pool, size_t chunk, void *dst,
                             size_t len);
-    /* Optional (NULL: never known). 1 when chunk still holds exactly what its last copy_start
-     * put there (only pools created while track_clean was set know); 0 when it changed or
-     * that is unknown; negative when asking failed. */
-    int (*unchanged)(mvm_backend *b, mvm_pool *pool, size_t chunk);
+    /* Optional (NULL: never known). same[i]: chunks[i] still holds exactly what its last
+     * copy_start put there (only pools created while track_clean was set know); false when
+     * it changed or that is unknown. Returns 0, or negative when asking failed. */
+    int (*unchanged)(mvm_backend *b, mvm_pool *pool, const size_t *chunks, size_t n,
+                     bool *same);
 
     /* Records the current end of `stream`'s work. */
     mvm_status (*event_record)(mvm_backend *b, void *stream, mvm_event **ev);

@@ -379,15 +379,16 @@ static mvm_status cuda_copy_back(mvm_backend *b, mvm_pool *p, size_t chunk, void
     return MVM_OK;
 }
 
-static int cuda_unchanged(mvm_backend *b, mvm_pool *p, size_t chunk)
+static int cuda_unchanged(mvm_backend *b, mvm_pool *p, const size_t *chunks, size_t n,
+                          bool *same)
 {
     cuda_backend *c = cb(b);
+    memset(same, 0, n * sizeof *same);
     if (!p->digest)
         return 0;
     if (use_ctx(c) != MVM_OK)
         return -1;
-    return mvm_cuda_digest_unchanged(c, p->digest, chunk, p->hv.view + chunk * p->hv.page,
-                                     p->hv.page);
+    return mvm_cuda_digest_unchanged(c, p->digest, p->hv.view, p->hv.page, chunks, n, same);
 }
 
 static mvm_status cuda_event_record(mvm_backend *b, void *stream, mvm_event **out)

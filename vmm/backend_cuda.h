@@ -90,10 +90,11 @@ void mvm_cuda_digest_close(cuda_backend *c, cuda_digest *d);
  * [va, va + bytes) as chunk's clean state. */
 void mvm_cuda_digest_mark(cuda_backend *c, cuda_digest *d, size_t chunk, CUdeviceptr va,
                           size_t bytes);
-/* 1: [va, va + bytes) has chunk's clean digest; 0: it changed, or the clean state is
- * unknown; -1: a driver call failed (the thread's error says which). */
-int mvm_cuda_digest_unchanged(cuda_backend *c, cuda_digest *d, size_t chunk, CUdeviceptr va,
-                              size_t bytes);
+/* same[i]: chunk chunks[i] (at view + chunks[i] * page) has its clean digest; false where
+ * it changed or its clean state is unknown. Queues every check, then waits once. Returns 0,
+ * or -1 when a driver call failed (the thread's error says which; same[] all false). */
+int mvm_cuda_digest_unchanged(cuda_backend *c, cuda_digest *d, CUdeviceptr view, size_t page,
+                              const size_t *chunks, size_t n, bool *same);
 
 /* Records the failure of a driver call as the thread's error; returns its status. */
 mvm_status mvm_cu_fail(cuda_backend *c, CUresult r, const char *what);

@@ -2,8 +2,9 @@
  * Clean-state digests of a cuda pool's chunks (vmm/digest.h): after each load the copy
  * stream digests the chunk into a device slot; at eviction the same kernel digests it again
  * and compares, and only a page whose digest changed is copied home. A page costs one
- * kernel over device memory at load (queued, nothing waits for it) and one kernel plus an
- * 8-byte read at eviction, where a write-back moves the whole page over PCIe.
+ * kernel over device memory at load (queued, nothing waits for it) and one at eviction,
+ * whose answers come back for all the evicted pages in one 8-byte-a-page read and one wait;
+ * a write-back moves the whole page over PCIe.
  *
  * The kernel comes from vmm/digest.cu as PTX embedded at build time (MVM_DIGEST_PTX). Where
  * the build had no nvcc, or the driver cannot load that PTX (a driver older than the
@@ -12,6 +13,7 @@
  * module) and each mark lands after its chunk's load.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "vmm/backend_cuda.h"
 #include "vmm/digest.h"
@@ -24,7 +26,8 @@
 struct cuda_digest {
     CUmodule module;
     CUfunction fn;
-    CUdeviceptr slots; /* two words per chunk (its clean digest), then the check's answer */
+    CUdeviceptr slots; /* two words per chunk (its clean digest), then a word per chunk for
+                          the answers of one batch of checks */
     size_t n_chunks;
     bool *marked;      /* chunk has a clean digest queued after its last load */
 };
@@ -61,7 +64,7 @@ cuda_digest *mvm_cuda_digest_open(cuda_backend *c, size_t n_chunks)
     }
     if (r == CUDA_SUCCESS) {
         what = "cuMemAlloc (digest slots)";
-        r = c->cu.MemAlloc(&d->slots, (2 * n_chunks + 1) * sizeof(uint64_t));
+        r = c->cu.MemAlloc(&d->slots, (3 * n_chunks + 1) * sizeof(uint64_t));
     }
     if (r != CUDA_SUCCESS) {
         mvm_cu_fail(c, r, what);
@@ -104,26 +107,44 @@ void mvm_cuda_digest_mark(cuda_backend *c, cuda_digest *d, size_t chunk, CUdevic
     }
 }
 
-int mvm_cuda_digest_unchanged(cuda_backend *c, cuda_digest *d, size_t chunk, CUdeviceptr va,
-                              size_t bytes)
+int mvm_cuda_digest_unchanged(cuda_backend *c, cuda_digest *d, CUdeviceptr view, size_t page,
+                              const size_t *chunks, size_t n, bool *same)
 {
-    if (!d || chunk >= d->n_chunks || !d->marked[chunk])
-        return 0;
-    CUdeviceptr answer = d->slots + 2 * d->n_chunks * sizeof(uint64_t);
-    uint64_t same = 0;
-    CUresult r = launch(c, d, va, bytes, answer, d->slots + 2 * chunk * sizeof(uint64_t));
-    const char *what = "cuLaunchKernel (digest at eviction)";
-    if (r == CUDA_SUCCESS) {
-        what = "cuMemcpyDtoHAsync (digest answer)";
-        r = c->cu.MemcpyDtoHAsync(&same, answer, sizeof same, c->copy_stream);
+    memset(same, 0, n * sizeof *same);
+    uint64_t *answer = malloc((n ? n : 1) * sizeof *answer);
+    bool *asked = calloc(n ? n : 1, sizeof *asked);
+    if (!answer || !asked) {
+        free(answer);
+        free(asked);
+        return 0; /* all "changed": copied home */
     }
-    if (r == CUDA_SUCCESS) {
-        what = "cuStreamSynchronize (digest answer)";
+    /* Answer i lands in slot i of the answer area: one copy brings them all back. A chunk
+     * whose check cannot be launched is simply copied home. */
+    CUdeviceptr answers = d->slots + 2 * d->n_chunks * sizeof(uint64_t);
+    size_t m = n < d->n_chunks ? n : d->n_chunks, n_asked = 0; /* more: repeats, copied */
+    for (size_t i = 0; i < m; i++) {
+        size_t k = chunks[i];
+        if (k >= d->n_chunks || !d->marked[k])
+            continue;
+        asked[i] = launch(c, d, view + k * page, page, answers + i * sizeof(uint64_t),
+                          d->slots + 2 * k * sizeof(uint64_t)) == CUDA_SUCCESS;
+        n_asked += asked[i];
+    }
+    const char *what = "cuMemcpyDtoHAsync (digest answers)";
+    CUresult r = CUDA_SUCCESS;
+    if (n_asked)
+        r = c->cu.MemcpyDtoHAsync(answer, answers, m * sizeof *answer, c->copy_stream);
+    if (n_asked && r == CUDA_SUCCESS) {
+        what = "cuStreamSynchronize (digest answers)";
         r = c->cu.StreamSynchronize(c->copy_stream);
     }
+    for (size_t i = 0; r == CUDA_SUCCESS && i < m; i++)
+        same[i] = asked[i] && answer[i] == 1;
+    free(answer);
+    free(asked);
     if (r != CUDA_SUCCESS) {
         mvm_cu_fail(c, r, what);
         return -1;
     }
-    return same == 1;
+    return 0;
 }

@@ -339,16 +339,13 @@ void mvm_chunk_free(mvm_space *sp, int32_t chunk)
 
 /* Puts a resident page back on its home: remap to the home where the backend can, else
  * leave it unmapped. keep: copy what the device wrote home first (write_back spaces), unless
- * the backend knows the page is as it was loaded: then the home already holds it. (A failed
- * check counts as changed: the copy is the safe side.) */
-static mvm_status evict_page(mvm_space *sp, uint32_t idx, uint32_t p, bool keep)
+ * `clean`: the page is as it was loaded, so the home already holds it. */
+static mvm_status evict_page(mvm_space *sp, uint32_t idx, uint32_t p, bool keep, bool clean)
 {
     mvm_backend *be = sp->be;
     struct page *pg = page_at(sp, idx, p);
     uint64_t va = page_va(sp, idx, p);
     size_t home_page = (size_t)idx * sp->ppe + p;
-    bool clean = sp->write_back && keep && be->track_clean &&
-                 be->ops->unchanged(be, sp->pool, (size_t)pg->chunk) == 1;
     if (sp->write_back && keep && !clean) {
         mvm_status st = be->ops->copy_back(be, sp->pool, (size_t)pg->chunk,
                                            sp->home_host + home_page * sp->page_size,
@@ -369,8 +366,74 @@ static mvm_status evict_page(mvm_space *sp, uint32_t idx, uint32_t p, bool keep)
     sp->n_resident--;
     sp->stats.pages_evicted++;
     sp->stats.pages_discarded += !keep;
-    sp->stats.pages_clean += clean;
+    sp->stats.pages_clean += keep && clean;
     return MVM_OK;
+}
+
+/* A resident page about to go home, and whether the device left it as loaded. */
+struct leaving {
+    uint32_t idx, p;
+    bool clean;
+};
+
+/* Which of the pages still hold what their loads put there, asked of the backend in one
+ * call: a write_back space then waits once per eviction, not once per page. A failed or
+ * impossible check leaves them "changed": the copy is the safe side. */
+static void check_clean(mvm_space *sp, struct leaving *out, uint32_t n)
+{
+    size_t *chunks = malloc((size_t)n * sizeof *chunks);
+    bool *same = malloc((size_t)n * sizeof *same);
+    if (chunks && same) {
+        for (uint32_t i = 0; i < n; i++)
+            chunks[i] = (size_t)page_at(sp, out[i].idx, out[i].p)->chunk;
+        if (sp->be->ops->unchanged(sp->be, sp->pool, chunks, n, same) == 0)
+            for (uint32_t i = 0; i < n; i++)
+                out[i].clean = same[i];
+    }
+    free(chunks);
+    free(same);
+}
+
+/* Evicts pages [keep_pages, ppe) of experts idx[0..n), sp->mu held: loading pages are
+ * cancelled, resident ones go home (keep: through a write-back where needed). A pinned
+ * expert is left as it is (MVM_ERR_PINNED). Returns the first failure; the other experts and
+ * pages are still evicted. */
+static mvm_status evict_locked(mvm_space *sp, const uint32_t *idx, uint32_t n,
+                               uint32_t keep_pages, bool keep)
+{
+    uint32_t from = keep_pages == MVM_ALL_PAGES ? sp->ppe : keep_pages;
+    struct leaving *out = malloc(((size_t)n * (sp->ppe - from) + 1) * sizeof *out);
+    if (!out)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory evicting %u experts", n);
+    mvm_status first = MVM_OK;
+    uint32_t m = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (sp->pins[idx[i]]) {
+            if (first == MVM_OK)
+                first = mvm_fail(MVM_ERR_PINNED, "expert (%u, %u) is pinned %u time(s); unpin "
+                                 "it before evicting", idx[i] / sp->n_experts,
+                                 idx[i] % sp->n_experts, sp->pins[idx[i]]);
+            continue;
+        }
+        for (uint32_t p = from; p < sp->ppe; p++) {
+            struct page *pg = page_at(sp, idx[i], p);
+            if (pg->state == MVM_PAGE_RESIDENT)
+                out[m++] = (struct leaving){idx[i], p, false};
+            else if (pg->state == MVM_PAGE_LOADING)
+                mvm_cancel_page(sp, idx[i], p);
+        }
+    }
+    if (keep && sp->write_back && sp->be->track_clean && m)
+        check_clean(sp, out, m);
+    for (uint32_t j = 0; j < m; j++) {
+        if (page_at(sp, out[j].idx, out[j].p)->state != MVM_PAGE_RESIDENT)
+            continue; /* an expert listed twice */
+        mvm_status st = evict_page(sp, out[j].idx, out[j].p, keep, out[j].clean);
+        if (st != MVM_OK && first == MVM_OK)
+            first = st;
+    }
+    free(out);
+    return first;
 }
 
 static mvm_status evict_pages(mvm_space *sp, uint32_t l, uint32_t e, uint32_t keep_pages,
@@ -383,17 +446,8 @@ static mvm_status evict_pages(mvm_space *sp, uint32_t l, uint32_t e, uint32_t ke
     if (keep_pages != MVM_ALL_PAGES && keep_pages > sp->ppe)
         st = mvm_fail(MVM_ERR_RANGE, "keep_pages %u out of range: experts have %u pages",
                       keep_pages, sp->ppe);
-    else if (sp->pins[idx])
-        st = mvm_fail(MVM_ERR_PINNED, "expert (%u, %u) is pinned %u time(s); unpin it before "
-                      "evicting", l, e, sp->pins[idx]);
-    for (uint32_t p = keep_pages; st == MVM_OK && p < sp->ppe; p++) {
-        struct page *pg = page_at(sp, idx, p);
-        if (pg->state == MVM_PAGE_RESIDENT) {
-            st = evict_page(sp, idx, p, keep);
-        } else if (pg->state == MVM_PAGE_LOADING) {
-            mvm_cancel_page(sp, idx, p);
-        }
-    }
+    else
+        st = evict_locked(sp, &idx, 1, keep_pages, keep);
     pthread_mutex_unlock(&sp->mu);
     return st;
 }
@@ -482,4 +536,29 @@ mvm_status mvm_space_get_stats(const mvm_space *csp, mvm_stats *out)
     out->pinned_experts = sp->n_pinned;
     pthread_mutex_unlock(&sp->mu);
     return MVM_OK;
+}
+
+mvm_status mvm_evict_many(mvm_space *sp, uint32_t l, const uint32_t *experts, uint32_t n)
+{
+    if (!sp || !mvm_registry_contains(sp))
+        return mvm_fail(MVM_ERR_INVALID, "%p is not a live space", (void *)sp);
+    if (n && !experts)
+        return mvm_fail(MVM_ERR_INVALID, "mvm_evict_many: experts is NULL");
+    if (l >= sp->n_layers)
+        return mvm_fail(MVM_ERR_RANGE, "layer %u out of range: the space has %u layers", l,
+                        sp->n_layers);
+    for (uint32_t i = 0; i < n; i++)
+        if (experts[i] >= sp->n_experts)
+            return mvm_fail(MVM_ERR_RANGE, "expert (%u, %u) out of range: the space has %u "
+                            "experts a layer", l, experts[i], sp->n_experts);
+    uint32_t *idx = malloc(((size_t)n + 1) * sizeof *idx);
+    if (!idx)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory evicting %u experts", n);
+    for (uint32_t i = 0; i < n; i++)
+        idx[i] = l * sp->n_experts + experts[i];
+    pthread_mutex_lock(&sp->mu);
+    mvm_status st = evict_locked(sp, idx, n, 0, true);
+    pthread_mutex_unlock(&sp->mu);
+    free(idx);
+    return st;
 }

@@ -178,6 +178,12 @@ mvm_status mvm_move_release(mvm_move *move);
  * pool. keep_pages = 0 evicts the whole expert. Pages still loading are cancelled. Fails
  * with MVM_ERR_PINNED, changing nothing, if the expert is pinned. */
 mvm_status mvm_evict(mvm_space *space, uint32_t layer, uint32_t expert, uint32_t keep_pages);
+/* mvm_evict(space, layer, e, 0) for each e of experts[0..n) (repeats allowed), with the
+ * write_back checks of all their pages made at once: one wait for the device, not one per
+ * page. A pinned expert is skipped with MVM_ERR_PINNED, the others are still evicted; the
+ * first failure is returned. An expert out of range fails the call before anything moves. */
+mvm_status mvm_evict_many(mvm_space *space, uint32_t layer, const uint32_t *experts,
+                          uint32_t n);
 /* Like mvm_evict, for pages whose contents are no longer needed (the memory was freed):
  * nothing is copied home, even in a write_back space, so the home keeps what it held
  * before. Counted in pages_evicted and pages_discarded. */
