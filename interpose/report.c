@@ -312,7 +312,7 @@ void mvm_report_at_exit(void)
         write_report(&t);
     MVM_PL_LOG(MVM_LOG_INFO, "%llu managed allocations (%.1f MiB peak, %.1f MiB on the "
                "device), %llu launches, %llu on managed memory, hit rate %.1f%%, %.1f MiB "
-               "moved in, %.1f MiB written back (%llu pages unchanged, not), %.1f ms waited",
+               "moved in, %.1f MiB written back (%llu unchanged pages skipped), %.1f ms waited",
                (unsigned long long)mvm_pl.managed_allocs,
                (double)mvm_pl.peak_managed_bytes / 1048576.0,
                (double)mvm_pl.device_pages * (double)mvm_pl.page_size / 1048576.0,

@@ -785,18 +785,25 @@ static void verify_expert(mvm_space *space, uint32_t e, size_t bytes, void *scra
         die("expert %u after mvm_make_resident: device bytes differ from the home", e);
 }
 
+/* A cuda space of one layer of `experts`, all of which fit in the budget. */
+static mvm_space_desc one_layer(uint32_t experts, uint64_t expert_bytes)
+{
+    mvm_space_desc d;
+    MVM(mvm_space_desc_init(&d));
+    d.n_layers = 1;
+    d.n_experts = experts;
+    d.expert_bytes = expert_bytes;
+    d.device_budget = experts * expert_bytes;
+    d.backend = MVM_BACKEND_CUDA;
+    d.device = g_ordinal;
+    return d;
+}
+
 static void bench_make_resident(uint64_t expert_bytes)
 {
     enum { EXPERTS = 8 };
     unsigned mib = (unsigned)(expert_bytes / MiB);
-    mvm_space_desc d;
-    MVM(mvm_space_desc_init(&d));
-    d.n_layers = 1;
-    d.n_experts = EXPERTS;
-    d.expert_bytes = expert_bytes;
-    d.device_budget = EXPERTS * expert_bytes;
-    d.backend = MVM_BACKEND_CUDA;
-    d.device = g_ordinal;
+    mvm_space_desc d = one_layer(EXPERTS, expert_bytes);
     mvm_space *space;
     MVM(mvm_space_create(&d, &space));
     mvm_space_info info;
@@ -873,14 +880,7 @@ static void bench_make_resident(uint64_t expert_bytes)
 static stats time_evictions(uint64_t expert_bytes, int clean_evict, int written)
 {
     enum { EXPERTS = 4 };
-    mvm_space_desc d;
-    MVM(mvm_space_desc_init(&d));
-    d.n_layers = 1;
-    d.n_experts = EXPERTS;
-    d.expert_bytes = expert_bytes;
-    d.device_budget = EXPERTS * expert_bytes;
-    d.backend = MVM_BACKEND_CUDA;
-    d.device = g_ordinal;
+    mvm_space_desc d = one_layer(EXPERTS, expert_bytes);
     d.write_back = 1;
     d.clean_evict = clean_evict;
     mvm_space *space;
