@@ -4,7 +4,9 @@
  * launching thread, holding the write lock:
  *
  *   1. drains the device (cuCtxSynchronize), so no queued kernel or copy uses a page whose
- *      backing is about to change (a remap is unmap + map on the device);
+ *      backing is about to change (a remap is unmap + map on the device). Nothing narrower
+ *      is safe: a kernel may reach managed memory through pointers kept in device memory
+ *      (the pointer arrays of batched GEMMs), which no launch scan sees;
  *   2. tells the evict policy what the launches since the last miss used (per page, the
  *      number of launches: one observation per miss, not per launch, keeps launches cheap;
  *      the policy's clock is therefore "misses", and within that window all uses tie);
