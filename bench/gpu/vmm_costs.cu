@@ -168,6 +168,15 @@ static void add_row(const char *name, const char *unit, stats s, const char *wha
     r->unit = unit;
 }
 
+/* A row of a per-size result: named "<base>_<mib>MiB", described as "<what>, <mib> MiB". */
+static void add_sized_row(const char *base, unsigned mib, const char *unit, stats s,
+                          const char *what)
+{
+    char name[80];
+    snprintf(name, sizeof name, "%s_%uMiB", base, mib);
+    add_row(name, unit, s, "%s, %u MiB", what, mib);
+}
+
 static void fmt_value(char *buf, size_t n, double v)
 {
     double a = v < 0 ? -v : v;
@@ -857,16 +866,12 @@ static void bench_make_resident(uint64_t expert_bytes)
     CU(cuMemFree(dst));
 
     stats smr = summarize(mr, g_reps), sbare = summarize(bare, g_reps);
-    char name[80];
-    snprintf(name, sizeof name, "make_resident_%uMiB", mib);
-    add_row(name, "us", smr, "mvm_make_resident, %u MiB expert", mib);
-    snprintf(name, sizeof name, "bare_copy_%uMiB", mib);
-    add_row(name, "us", sbare, "cuMemcpyHtoDAsync + sync, %u MiB", mib);
-    snprintf(name, sizeof name, "make_resident_hit_%uMiB", mib);
-    add_row(name, "us", summarize(hit, g_reps), "mvm_make_resident when resident, %u MiB", mib);
-    snprintf(name, sizeof name, "make_resident_over_copy_%uMiB", mib);
-    add_row(name, "x", single(smr.med / sbare.med),
-            "make_resident / bare copy, %u MiB (target <= 1.1 from 8 MiB)", mib);
+    add_sized_row("make_resident", mib, "us", smr, "mvm_make_resident of an expert");
+    add_sized_row("bare_copy", mib, "us", sbare, "cuMemcpyHtoDAsync + sync");
+    add_sized_row("make_resident_hit", mib, "us", summarize(hit, g_reps),
+                  "mvm_make_resident when resident");
+    add_sized_row("make_resident_over_copy", mib, "x", single(smr.med / sbare.med),
+                  "make_resident / bare copy (target <= 1.1 from 8 MiB)");
     free(mr);
     free(hit);
     free(bare);
@@ -936,16 +941,14 @@ static void bench_clean_evict(uint64_t expert_bytes)
     stats off = time_evictions(expert_bytes, 0, 0);
     stats same = time_evictions(expert_bytes, 1, 0);
     stats written = time_evictions(expert_bytes, 1, 1);
-    char name[80];
-    snprintf(name, sizeof name, "evict_copy_back_%uMiB", mib);
-    add_row(name, "us", off, "mvm_evict, clean_evict off: every page copied home, %u MiB", mib);
-    snprintf(name, sizeof name, "evict_unchanged_%uMiB", mib);
-    add_row(name, "us", same, "mvm_evict, device left it as loaded: digests only, %u MiB", mib);
-    snprintf(name, sizeof name, "evict_one_page_written_%uMiB", mib);
-    add_row(name, "us", written, "mvm_evict, one page written: digests + that page, %u MiB", mib);
-    snprintf(name, sizeof name, "evict_unchanged_over_copy_%uMiB", mib);
-    add_row(name, "x", single(same.med / off.med),
-            "unchanged / copy back, %u MiB (what a clean eviction saves)", mib);
+    add_sized_row("evict_copy_back", mib, "us", off,
+                  "mvm_evict, clean_evict off: every page copied home");
+    add_sized_row("evict_unchanged", mib, "us", same,
+                  "mvm_evict, device left it as loaded: digests only");
+    add_sized_row("evict_one_page_written", mib, "us", written,
+                  "mvm_evict, one page written: digests + that page");
+    add_sized_row("evict_unchanged_over_copy", mib, "x", single(same.med / off.med),
+                  "unchanged / copy back (what a clean eviction saves)");
 }
 
 /* ---------------------------------------------------------------------------------------- */
