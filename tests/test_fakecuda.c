@@ -1378,7 +1378,7 @@ static void t_kernels_devmem(void)
     /* The deprecated forms: parameters past the buffer, a size not the kernel's, a block
      * shape or grid of zero, and a multi-device list whose second entry is bad, none of
      * whose kernels may run. */
-    RC(p_cuParamSetv(k_fill, 30, &p0, 8), CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuParamSetv(k_fill, 4092, &p0, 8), CUDA_ERROR_INVALID_VALUE);
     RC(p_cuParamSetf(k_fill, -1, 1.0f), CUDA_ERROR_INVALID_VALUE);
     RC(p_cuParamSetSize(k_fill, 4096), CUDA_ERROR_INVALID_VALUE);
     RC(p_cuParamSetv((CUfunction)buf, 0, &p0, 8), CUDA_ERROR_INVALID_HANDLE);

@@ -25,6 +25,7 @@ static void (*fake_set_fail)(const char *);
 static int (*fake_live_handles)(void);
 static void (*fake_stream_hold)(void *, int);
 static void (*fake_set_copy_delay_us)(unsigned long long);
+static unsigned long (*fake_calls)(const char *);
 
 static uint64_t rng_next(uint64_t *s)
 {
@@ -346,8 +347,12 @@ static void test_clean_evict(void)
     d.n_experts = 4, d.device_budget = 8 * PAGE;
     CHECK_ST(mvm_space_create(&d, &sp), MVM_OK);
     fill(sp, 1, 4, bytes);
+    /* Digests go by batch: one launch marks a load's pages, one checks an eviction's. */
+    unsigned long launches = on_fake ? fake_calls("cuLaunchKernel") : 0;
     for (uint32_t e = 0; e < 4; e++)
         CHECK_ST(mvm_make_resident(sp, 0, e, MVM_ALL_PAGES), MVM_OK);
+    if (on_fake)
+        CHECK(fake_calls("cuLaunchKernel") - launches == 4);
     uint8_t *addr2 = mvm_expert_addr(sp, 0, 2);
     addr2[100] ^= 0x42;
     uint8_t expect2[2 * PAGE];
@@ -360,7 +365,10 @@ static void test_clean_evict(void)
     CHECK_ST(mvm_evict_many(sp, 1, list, 1), MVM_ERR_RANGE);
     CHECK_ST(mvm_evict_many(sp, 0, NULL, 0), MVM_OK);
     CHECK(stats_of(sp).resident_pages == 8);
+    launches = on_fake ? fake_calls("cuLaunchKernel") : 0;
     CHECK_ST(mvm_evict_many(sp, 0, list, 5), MVM_ERR_PINNED);
+    if (on_fake) /* six pages leave */
+        CHECK(fake_calls("cuLaunchKernel") - launches == 1);
     mvm_stats b = stats_of(sp);
     CHECK(b.resident_pages == 2 && b.pages_evicted - a.pages_evicted == 6);
     CHECK(b.pages_clean - a.pages_clean == (digests ? 5 : 0));
@@ -604,8 +612,9 @@ static void test_driver_failures(void)
     CHECK(fake_live_handles() == 0);
 
     /* Digests that cannot be had cost only the write-back they would have saved: a module
-     * the driver refuses turns them off; a digest launch that fails at load, or at
-     * eviction, writes that page back. */
+     * the driver refuses turns them off; a mark that fails (its launch, or the upload of
+     * its page list) leaves its load's pages to be written back, a check that fails its
+     * eviction's, while other batches keep theirs. */
     d.expert_bytes = 2 * PAGE, d.device_budget = 2 * PAGE, d.write_back = 1;
     fake_set_fail("cuModuleLoadData:1:CUDA_ERROR_UNSUPPORTED_PTX_VERSION");
     CHECK_ST(mvm_space_create(&d, &sp), MVM_OK);
@@ -617,16 +626,30 @@ static void test_driver_failures(void)
     mvm_stats s = evict_after(sp, 0, NULL);
     CHECK(s.pages_clean == 0 && s.bytes_written_back == 2 * PAGE);
     CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+    d.device_budget = 4 * PAGE;
     CHECK_ST(mvm_space_create(&d, &sp), MVM_OK);
     fill(sp, 1, 4, 2 * PAGE);
-    fake_set_fail("cuLaunchKernel:1"); /* page 0's digest at load */
-    s = evict_after(sp, 0, NULL);
-    CHECK(s.pages_clean == 1 && s.bytes_written_back == PAGE);
-    CHECK_ST(mvm_make_resident(sp, 0, 1, MVM_ALL_PAGES), MVM_OK);
-    fake_set_fail("cuLaunchKernel:1"); /* page 0's digest at eviction */
-    CHECK_ST(mvm_evict(sp, 0, 1, 0), MVM_OK);
+    fake_set_fail("cuLaunchKernel:1"); /* the marks of expert 0's load */
+    CHECK_ST(mvm_make_resident(sp, 0, 0, MVM_ALL_PAGES), MVM_OK);
     fake_set_fail("");
-    CHECK(stats_of(sp).pages_clean == 2 && stats_of(sp).bytes_written_back == 2 * PAGE);
+    CHECK_ST(mvm_make_resident(sp, 0, 1, MVM_ALL_PAGES), MVM_OK);
+    mvm_stats a = stats_of(sp);
+    const uint32_t both[] = {0, 1};
+    CHECK_ST(mvm_evict_many(sp, 0, both, 2), MVM_OK);
+    mvm_stats b = stats_of(sp);
+    CHECK(b.pages_clean - a.pages_clean == 2);
+    CHECK(b.bytes_written_back - a.bytes_written_back == 2 * PAGE);
+    fake_set_fail("cuMemcpyHtoDAsync:3"); /* a load's two pages, then its page list */
+    s = evict_after(sp, 0, NULL);
+    fake_set_fail("");
+    CHECK(s.pages_clean == 0 && s.bytes_written_back == 2 * PAGE);
+    CHECK_ST(mvm_make_resident(sp, 0, 1, MVM_ALL_PAGES), MVM_OK);
+    fake_set_fail("cuLaunchKernel:1"); /* the checks of expert 1's eviction */
+    s = evict_after(sp, 1, NULL);
+    fake_set_fail("");
+    CHECK(s.pages_clean == 0 && s.bytes_written_back == 2 * PAGE);
+    s = evict_after(sp, 1, NULL); /* and all is well again */
+    CHECK(s.pages_clean == 2 && s.bytes_written_back == 0);
     CHECK(reads_match(sp, 0, 0, 2 * PAGE) && reads_match(sp, 0, 1, 2 * PAGE));
     CHECK_ST(mvm_space_destroy(sp), MVM_OK);
     d.write_back = 0;
@@ -665,6 +688,7 @@ int main(int argc, char **argv)
         fake_stream_hold = fake ? (void (*)(void *, int))dlsym(fake, "fakecuda_stream_hold") : NULL;
         fake_set_copy_delay_us =
             fake ? (void (*)(unsigned long long))dlsym(fake, "fakecuda_set_copy_delay_us") : NULL;
+        fake_calls = fake ? (unsigned long (*)(const char *))dlsym(fake, "fakecuda_calls") : NULL;
         on_fake = fake_set_fail && fake_live_handles && fake_stream_hold && fake_set_copy_delay_us;
         if (!on_fake) {
             fprintf(stderr, "test_space cuda: needs tests/fakecuda as MOEVM_CUDA_LIBRARY\n");

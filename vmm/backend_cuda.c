@@ -14,8 +14,8 @@
  *   map          cuMemUnmap (if replacing) + cuMemMap + cuMemSetAccess; callers guarantee no
  *                kernel reads the page meanwhile (pins, unpin_after events)
  *   copy         cuMemcpyHtoDAsync on a dedicated non-blocking stream; in write_back spaces
- *                followed by a digest of the chunk, so an eviction can tell whether the
- *                device changed it (vmm/cuda_digest.c)
+ *                a batch of copies is followed by one kernel that digests its chunks, so an
+ *                eviction can tell whether the device changed them (vmm/cuda_digest.c)
  *
  * The driver is loaded with dlopen (MOEVM_CUDA_LIBRARY, default libcuda.so.1) so libmoevm
  * loads and runs on machines with no GPU; in CI that library is tests/fakecuda. The library
@@ -312,7 +312,7 @@ static mvm_status cuda_pool_create(mvm_backend *b, size_t n_chunks, size_t page_
         free(p);
         return st;
     }
-    if (b->track_clean && !(p->digest = mvm_cuda_digest_open(c, n_chunks)))
+    if (b->track_clean && !(p->digest = mvm_cuda_digest_open(c, n_chunks, p->hv.view, page_size)))
         b->track_clean = false;
     *out = p;
     return MVM_OK;
@@ -323,6 +323,8 @@ static void cuda_pool_destroy(mvm_backend *b, mvm_pool *p)
     cuda_backend *c = cb(b);
     if (!p)
         return;
+    if (c->marks_due == p->digest)
+        c->marks_due = NULL;
     mvm_cuda_digest_close(c, p->digest);
     handle_view_destroy(c, &p->hv);
     free(p);
@@ -354,15 +356,23 @@ static mvm_status cuda_copy_start(mvm_backend *b, mvm_pool *p, size_t chunk, con
 {
     cuda_backend *c = cb(b);
     CUdeviceptr dst = p->hv.view + chunk * p->hv.page;
+    if (p->digest) { /* the chunk is "changed" until its mark, queued by copy_wait */
+        if (c->marks_due && c->marks_due != p->digest)
+            mvm_cuda_digest_flush(c, c->marks_due);
+        c->marks_due = p->digest;
+        mvm_cuda_digest_loaded(p->digest, chunk);
+    }
     CU(c, c->cu.MemcpyHtoDAsync(dst, src, len, c->copy_stream), "cuMemcpyHtoDAsync");
-    /* The whole chunk: bytes past len are whatever was there, and stay so unless written. */
-    mvm_cuda_digest_mark(c, p->digest, chunk, dst, p->hv.page);
     return MVM_OK;
 }
 
+/* The marks of the chunks just loaded go after their copies, in one launch; the wait covers
+ * them, so each mark is complete before its page is mapped for the program's kernels. */
 static mvm_status cuda_copy_wait(mvm_backend *b)
 {
     cuda_backend *c = cb(b);
+    mvm_cuda_digest_flush(c, c->marks_due);
+    c->marks_due = NULL;
     CU(c, c->cu.StreamSynchronize(c->copy_stream), "cuStreamSynchronize (copy stream)");
     return MVM_OK;
 }
@@ -388,7 +398,7 @@ static int cuda_unchanged(mvm_backend *b, mvm_pool *p, const size_t *chunks, siz
         return 0;
     if (use_ctx(c) != MVM_OK)
         return -1;
-    return mvm_cuda_digest_unchanged(c, p->digest, p->hv.view, p->hv.page, chunks, n, same);
+    return mvm_cuda_digest_unchanged(c, p->digest, chunks, n, same);
 }
 
 static mvm_status cuda_event_record(mvm_backend *b, void *stream, mvm_event **out)

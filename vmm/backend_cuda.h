@@ -47,6 +47,7 @@
     X(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", (void *, CUdeviceptr, size_t, CUstream))            \
     X(MemAlloc, "cuMemAlloc_v2", (CUdeviceptr *, size_t))                                          \
     X(MemFree, "cuMemFree_v2", (CUdeviceptr))                                                      \
+    X(MemsetD8, "cuMemsetD8_v2", (CUdeviceptr, unsigned char, size_t))                             \
     X(ModuleLoadData, "cuModuleLoadData", (CUmodule *, const void *))                              \
     X(ModuleUnload, "cuModuleUnload", (CUmodule))                                                  \
     X(ModuleGetFunction, "cuModuleGetFunction", (CUfunction *, CUmodule, const char *))            \
@@ -68,6 +69,10 @@ struct cu_api {
 #undef X
 };
 
+/* The clean-state digests of a pool's chunks (vmm/cuda_digest.c): what lets a write_back
+ * space skip the write-back of a page the device did not change. */
+typedef struct cuda_digest cuda_digest;
+
 typedef struct cuda_backend {
     mvm_backend base; /* first: the space sees only this */
     struct cu_api cu;
@@ -76,25 +81,26 @@ typedef struct cuda_backend {
     CUstream copy_stream;
     int host_numa_id;  /* location id for HOST_NUMA homes */
     size_t page_size;  /* set by the first home/pool; unmap walks pages of this size */
+    cuda_digest *marks_due; /* the pool digests whose loads await their marks (copy_wait) */
 } cuda_backend;
 
-/* The clean-state digests of a pool's chunks (vmm/cuda_digest.c): what lets a write_back
- * space skip the write-back of a page the device did not change. */
-typedef struct cuda_digest cuda_digest;
-
 /* NULL where the device cannot run the digest kernel (the reason logged at debug level):
- * evictions then always write back. */
-cuda_digest *mvm_cuda_digest_open(cuda_backend *c, size_t n_chunks);
+ * evictions then always write back. Chunk k is at view + k * page. */
+cuda_digest *mvm_cuda_digest_open(cuda_backend *c, size_t n_chunks, CUdeviceptr view,
+                                  size_t page);
 void mvm_cuda_digest_close(cuda_backend *c, cuda_digest *d);
-/* Queues on the copy stream, after what is queued there (the chunk's load), the digest of
- * [va, va + bytes) as chunk's clean state. */
-void mvm_cuda_digest_mark(cuda_backend *c, cuda_digest *d, size_t chunk, CUdeviceptr va,
-                          size_t bytes);
-/* same[i]: chunk chunks[i] (at view + chunks[i] * page) has its clean digest; false where
- * it changed or its clean state is unknown. Queues every check, then waits once. Returns 0,
- * or -1 when a driver call failed (the thread's error says which; same[] all false). */
-int mvm_cuda_digest_unchanged(cuda_backend *c, cuda_digest *d, CUdeviceptr view, size_t page,
-                              const size_t *chunks, size_t n, bool *same);
+/* A load into chunk was queued on the copy stream: its mark is due at the next flush, and
+ * until then it counts as changed. Migration worker only, like the loads. */
+void mvm_cuda_digest_loaded(cuda_digest *d, size_t chunk);
+/* Queues on the copy stream, after the loads queued there, one kernel that marks every chunk
+ * loaded since the last flush. The caller then waits for the stream before the chunks are
+ * mapped where the program's kernels could write them. */
+void mvm_cuda_digest_flush(cuda_backend *c, cuda_digest *d);
+/* same[i]: chunk chunks[i] has the mark of its last load; false where it changed or has no
+ * mark. Queues every check, then waits once. Returns 0, or -1 when a driver call failed
+ * (the thread's error says which; same[] all false). Under the space's lock. */
+int mvm_cuda_digest_unchanged(cuda_backend *c, cuda_digest *d, const size_t *chunks, size_t n,
+                              bool *same);
 
 /* Records the failure of a driver call as the thread's error; returns its status. */
 mvm_status mvm_cu_fail(cuda_backend *c, CUresult r, const char *what);

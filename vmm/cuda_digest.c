@@ -1,16 +1,28 @@
 /*
- * Clean-state digests of a cuda pool's chunks (vmm/digest.h): after each load the copy
- * stream digests the chunk into a device slot; at eviction the same kernel digests it again
- * and compares, and only a page whose digest changed is copied home. A page costs one
- * kernel over device memory at load (queued, nothing waits for it) and one at eviction,
- * whose answers come back for all the evicted pages in one 8-byte-a-page read and one wait;
- * a write-back moves the whole page over PCIe.
+ * Clean-state digests of a cuda pool's chunks (vmm/digest.h): the digest of each chunk as
+ * its last load left it (its mark), and at eviction a check of which chunks still have it;
+ * only a page whose digest changed is copied home.
+ *
+ * Both run in batches, one kernel launch each (vmm/digest.cu): the marks of a batch of
+ * loads go to the copy stream after the batch's copies, when the worker waits for them
+ * (copy_wait), and the checks of one eviction go together, their answers coming back in one
+ * read and one wait. A launch per page would stall the copy engine between the copies of a
+ * batch and cost an eviction of a 176 MiB object 88 launches and their latencies.
+ *
+ * A mark must be complete before its page is mapped where the program's kernels could write
+ * it, else it might digest their writes and a changed page would pass for clean: the
+ * worker's wait for a batch covers its marks, and only then does the space map the pages.
+ *
+ * Device memory: the digests (two words per chunk), then two areas, one for marks and one
+ * for checks, each with the batch's chunk ids, the kernel's accumulators (zeroed once here,
+ * left zero by each launch) and the answers. Each area has one writer at a time: marks are
+ * made only by the space's migration worker, checks only under the space's lock; and all
+ * launches go to the copy stream, so two launches on one area never overlap.
  *
  * The kernel comes from vmm/digest.cu as PTX embedded at build time (MVM_DIGEST_PTX). Where
  * the build had no nvcc, or the driver cannot load that PTX (a driver older than the
- * toolkit), the digests are off and every eviction writes back, as before. Every launch
- * goes to the copy stream, so they never overlap (the kernel's block counter lives in the
- * module) and each mark lands after its chunk's load.
+ * toolkit), the digests are off and every eviction writes back, as before. A mark or check
+ * that cannot be launched leaves its pages "changed": they are copied home.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -23,48 +35,84 @@
 #include "digest_ptx.h" /* generated: static const char mvm_digest_ptx[] */
 #endif
 
+/* What one batch launch needs, on the device and staged on the host. */
+struct area {
+    CUdeviceptr ids, work, answers; /* [n_chunks], [3 * n_chunks], [n_chunks] words */
+    uint64_t *host_ids, *host_answers;
+};
+
 struct cuda_digest {
     CUmodule module;
     CUfunction fn;
-    CUdeviceptr slots; /* two words per chunk (its clean digest), then a word per chunk for
-                          the answers of one batch of checks */
-    size_t n_chunks;
-    bool *marked;      /* chunk has a clean digest queued after its last load */
+    CUdeviceptr mem, digests; /* digests: [2 * n_chunks] words at the start of mem */
+    CUdeviceptr view;         /* the pool view: chunk k at view + k * page */
+    size_t page, n_chunks;
+    struct area marks, checks;
+    bool *marked;   /* chunk has a mark after its last load */
+    bool *due;      /* chunk loaded since the last flush: its mark is to come */
+    size_t n_due;   /* entries of marks.host_ids in use */
 };
 
 static void release(cuda_backend *c, cuda_digest *d)
 {
-    if (d->slots)
-        c->cu.MemFree(d->slots);
+    if (d->mem)
+        c->cu.MemFree(d->mem);
     if (d->module)
         c->cu.ModuleUnload(d->module);
-    free(d->marked);
+    free(d->marks.host_ids), free(d->marks.host_answers);
+    free(d->checks.host_ids), free(d->checks.host_answers);
+    free(d->marked), free(d->due);
     free(d);
 }
 
-cuda_digest *mvm_cuda_digest_open(cuda_backend *c, size_t n_chunks)
+static CUdeviceptr area_layout(struct area *a, CUdeviceptr at, size_t n)
+{
+    a->ids = at;
+    a->work = a->ids + n * sizeof(uint64_t);
+    a->answers = a->work + 3 * n * sizeof(uint64_t);
+    return a->answers + n * sizeof(uint64_t);
+}
+
+static bool area_host(struct area *a, size_t n)
+{
+    a->host_ids = malloc(n * sizeof *a->host_ids);
+    a->host_answers = malloc(n * sizeof *a->host_answers);
+    return a->host_ids && a->host_answers;
+}
+
+cuda_digest *mvm_cuda_digest_open(cuda_backend *c, size_t n_chunks, CUdeviceptr view,
+                                  size_t page)
 {
 #ifndef MVM_DIGEST_PTX
-    (void)c, (void)n_chunks;
+    (void)c, (void)n_chunks, (void)view, (void)page;
     mvm_log(MVM_LOG_DEBUG, "clean evictions off: built without nvcc (no digest kernel)");
     return NULL;
 #else
+    size_t n = n_chunks ? n_chunks : 1;
     cuda_digest *d = calloc(1, sizeof *d);
-    if (!d || !(d->marked = calloc(n_chunks ? n_chunks : 1, sizeof *d->marked))) {
-        free(d);
+    if (!d || !(d->marked = calloc(n, sizeof *d->marked)) ||
+        !(d->due = calloc(n, sizeof *d->due)) || !area_host(&d->marks, n) ||
+        !area_host(&d->checks, n)) {
+        if (d)
+            release(c, d);
         mvm_log(MVM_LOG_DEBUG, "clean evictions off: out of memory");
         return NULL;
     }
-    d->n_chunks = n_chunks;
+    d->n_chunks = n_chunks, d->view = view, d->page = page;
+    size_t bytes = (2 + 2 * 5) * n * sizeof(uint64_t); /* digests, then two areas */
     const char *what = "cuModuleLoadData (digest kernel)";
     CUresult r = c->cu.ModuleLoadData(&d->module, mvm_digest_ptx);
     if (r == CUDA_SUCCESS) {
-        what = "cuModuleGetFunction (mvm_digest)";
-        r = c->cu.ModuleGetFunction(&d->fn, d->module, "mvm_digest");
+        what = "cuModuleGetFunction (mvm_digest_pages)";
+        r = c->cu.ModuleGetFunction(&d->fn, d->module, "mvm_digest_pages");
     }
     if (r == CUDA_SUCCESS) {
-        what = "cuMemAlloc (digest slots)";
-        r = c->cu.MemAlloc(&d->slots, (3 * n_chunks + 1) * sizeof(uint64_t));
+        what = "cuMemAlloc (digests)";
+        r = c->cu.MemAlloc(&d->mem, bytes);
+    }
+    if (r == CUDA_SUCCESS) {
+        what = "cuMemsetD8 (digests)"; /* the accumulators start at zero */
+        r = c->cu.MemsetD8(d->mem, 0, bytes);
     }
     if (r != CUDA_SUCCESS) {
         mvm_cu_fail(c, r, what);
@@ -72,6 +120,8 @@ cuda_digest *mvm_cuda_digest_open(cuda_backend *c, size_t n_chunks)
         release(c, d);
         return NULL;
     }
+    d->digests = d->mem;
+    area_layout(&d->checks, area_layout(&d->marks, d->mem + 2 * n * sizeof(uint64_t), n), n);
     return d;
 #endif
 }
@@ -84,67 +134,80 @@ void mvm_cuda_digest_close(cuda_backend *c, cuda_digest *d)
     release(c, d);
 }
 
-static CUresult launch(cuda_backend *c, cuda_digest *d, CUdeviceptr va, size_t bytes,
-                       CUdeviceptr out, CUdeviceptr expect)
+/* Queues, on the copy stream, the upload of a's first n ids and the kernel over them:
+ * marks when answers is false, checks otherwise. */
+static CUresult launch(cuda_backend *c, cuda_digest *d, struct area *a, size_t n, bool answers)
 {
-    uint64_t n = bytes / sizeof(uint64_t);
-    void *args[] = {&va, &n, &out, &expect};
-    return c->cu.LaunchKernel(d->fn, mvm_digest_grid(n), 1, 1, MVM_DIGEST_BLOCK, 1, 1, 0,
-                              c->copy_stream, args, NULL);
+    CUresult r = c->cu.MemcpyHtoDAsync(a->ids, a->host_ids, n * sizeof(uint64_t),
+                                       c->copy_stream);
+    if (r != CUDA_SUCCESS)
+        return r;
+    uint64_t words = d->page / sizeof(uint64_t), count = n;
+    CUdeviceptr out = answers ? a->answers : 0;
+    void *args[] = {&d->view, &words, &a->ids, &count, &d->digests, &a->work, &out};
+    unsigned pages = n < MVM_DIGEST_MAX_PAGES ? (unsigned)n : MVM_DIGEST_MAX_PAGES;
+    return c->cu.LaunchKernel(d->fn, pages, mvm_digest_grid(words), 1, MVM_DIGEST_BLOCK, 1, 1,
+                              0, c->copy_stream, args, NULL);
 }
 
-void mvm_cuda_digest_mark(cuda_backend *c, cuda_digest *d, size_t chunk, CUdeviceptr va,
-                          size_t bytes)
+void mvm_cuda_digest_loaded(cuda_digest *d, size_t chunk)
 {
     if (!d || chunk >= d->n_chunks)
         return;
-    CUdeviceptr slot = d->slots + 2 * chunk * sizeof(uint64_t);
-    CUresult r = launch(c, d, va, bytes, slot, 0);
-    d->marked[chunk] = r == CUDA_SUCCESS;
-    if (r != CUDA_SUCCESS) {
-        mvm_cu_fail(c, r, "cuLaunchKernel (digest at load)");
-        mvm_log(MVM_LOG_DEBUG, "chunk %zu will be written back: %s", chunk, mvm_last_error());
+    d->marked[chunk] = false; /* until the mark of this load is queued */
+    if (!d->due[chunk]) {
+        d->due[chunk] = true;
+        d->marks.host_ids[d->n_due++] = chunk;
     }
 }
 
-int mvm_cuda_digest_unchanged(cuda_backend *c, cuda_digest *d, CUdeviceptr view, size_t page,
-                              const size_t *chunks, size_t n, bool *same)
+void mvm_cuda_digest_flush(cuda_backend *c, cuda_digest *d)
+{
+    if (!d || !d->n_due)
+        return;
+    CUresult r = launch(c, d, &d->marks, d->n_due, false);
+    for (size_t i = 0; i < d->n_due; i++) {
+        size_t k = (size_t)d->marks.host_ids[i];
+        d->due[k] = false;
+        d->marked[k] = r == CUDA_SUCCESS;
+    }
+    if (r != CUDA_SUCCESS) {
+        mvm_cu_fail(c, r, "digests after a load");
+        mvm_log(MVM_LOG_DEBUG, "%zu loaded chunk(s) will be written back: %s", d->n_due,
+                mvm_last_error());
+    }
+    d->n_due = 0;
+}
+
+int mvm_cuda_digest_unchanged(cuda_backend *c, cuda_digest *d, const size_t *chunks, size_t n,
+                              bool *same)
 {
     memset(same, 0, n * sizeof *same);
-    uint64_t *answer = malloc((n ? n : 1) * sizeof *answer);
-    bool *asked = calloc(n ? n : 1, sizeof *asked);
-    if (!answer || !asked) {
-        free(answer);
-        free(asked);
-        return 0; /* all "changed": copied home */
+    /* Ask for every chunk with a mark (a repeat is asked twice); at most n_chunks fit in
+     * the area, and more can only be repeats, copied home. */
+    size_t m = 0;
+    for (size_t i = 0; i < n && m < d->n_chunks; i++)
+        if (chunks[i] < d->n_chunks && d->marked[chunks[i]])
+            d->checks.host_ids[m++] = chunks[i];
+    if (!m)
+        return 0;
+    const char *what = "launching the digest checks";
+    CUresult r = launch(c, d, &d->checks, m, true);
+    if (r == CUDA_SUCCESS) {
+        what = "cuMemcpyDtoHAsync (digest answers)";
+        r = c->cu.MemcpyDtoHAsync(d->checks.host_answers, d->checks.answers,
+                                  m * sizeof(uint64_t), c->copy_stream);
     }
-    /* Answer i lands in slot i of the answer area: one copy brings them all back. A chunk
-     * whose check cannot be launched is simply copied home. */
-    CUdeviceptr answers = d->slots + 2 * d->n_chunks * sizeof(uint64_t);
-    size_t m = n < d->n_chunks ? n : d->n_chunks, n_asked = 0; /* more: repeats, copied */
-    for (size_t i = 0; i < m; i++) {
-        size_t k = chunks[i];
-        if (k >= d->n_chunks || !d->marked[k])
-            continue;
-        asked[i] = launch(c, d, view + k * page, page, answers + i * sizeof(uint64_t),
-                          d->slots + 2 * k * sizeof(uint64_t)) == CUDA_SUCCESS;
-        n_asked += asked[i];
-    }
-    const char *what = "cuMemcpyDtoHAsync (digest answers)";
-    CUresult r = CUDA_SUCCESS;
-    if (n_asked)
-        r = c->cu.MemcpyDtoHAsync(answer, answers, m * sizeof *answer, c->copy_stream);
-    if (n_asked && r == CUDA_SUCCESS) {
+    if (r == CUDA_SUCCESS) {
         what = "cuStreamSynchronize (digest answers)";
         r = c->cu.StreamSynchronize(c->copy_stream);
     }
-    for (size_t i = 0; r == CUDA_SUCCESS && i < m; i++)
-        same[i] = asked[i] && answer[i] == 1;
-    free(answer);
-    free(asked);
     if (r != CUDA_SUCCESS) {
         mvm_cu_fail(c, r, what);
         return -1;
     }
+    for (size_t i = 0, j = 0; i < n && j < m; i++)
+        if (chunks[i] < d->n_chunks && d->marked[chunks[i]])
+            same[i] = d->checks.host_answers[j++] == 1;
     return 0;
 }

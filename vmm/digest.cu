@@ -2,21 +2,25 @@
  * The device side of the page digest (vmm/digest.h), built to PTX and embedded in the cuda
  * backend, which loads it with cuModuleLoadData (vmm/cuda_digest.c).
  *
- *   mvm_digest(words, n, out, expect)
- *     expect == NULL: out[0..1] = the digest of words[0..n)
- *     else:           out[0] = 1 if that digest equals expect[0..1], else 0
+ *   mvm_digest_pages(base, page_words, ids, n, digests, work, answers)
+ *     page i < n is chunk k = ids[i], the page_words words at base + k * page_words;
+ *     answers == NULL: digests[2k..2k+1] = its digest               (after a load: a mark)
+ *     else:            answers[i] = 1 if its digest is digests[2k..2k+1], else 0 (a check)
  *
- * Each block sums its share of the words, then the last block to finish (a counter in
- * module memory, reset by that block) adds the blocks' sums: one launch, no memset, and
- * the answer lands in device memory in stream order. Launches of one module must not
- * overlap (the cuda backend queues them all on its copy stream).
+ * One launch digests a whole batch of pages: a load's or an eviction's, so a batch costs
+ * one launch, not one per page. blockIdx.x strides over the pages, blockIdx.y splits a
+ * page among gridDim.y blocks. Each block adds its sums into the page's accumulator
+ * work[3i..3i+2] (a, b, blocks done) with atomics, whose sums are exact and order-free
+ * (modulo 2^64, like the host's); the page's last block takes the sums and leaves the
+ * accumulator zero for the next launch. So work must be zero before the first launch, and
+ * launches sharing a work area must not overlap (the cuda backend queues each area's
+ * launches on its copy stream).
  */
 #include <stdint.h>
 
 #include "vmm/digest.h"
 
-__device__ uint64_t mvm_digest_partial[2 * MVM_DIGEST_MAX_GRID];
-__device__ unsigned int mvm_digest_finished;
+typedef unsigned long long ull;
 
 /* The block's sums of a and b, in thread 0. */
 static __device__ void block_sum(uint64_t *a, uint64_t *b)
@@ -37,45 +41,46 @@ static __device__ void block_sum(uint64_t *a, uint64_t *b)
             *b += warp_b[w];
         }
     }
-    __syncthreads(); /* warp_* may be reused by a second call */
+    __syncthreads(); /* warp_* are reused by the next page */
 }
 
 extern "C" __global__ void __launch_bounds__(MVM_DIGEST_BLOCK)
-    mvm_digest(const uint64_t *words, uint64_t n, uint64_t *out, const uint64_t *expect)
+    mvm_digest_pages(const uint64_t *base, uint64_t page_words, const uint64_t *ids, uint64_t n,
+                     uint64_t *digests, uint64_t *work, uint64_t *answers)
 {
     __shared__ bool last;
-    uint64_t a = 0, b = 0;
-    uint64_t stride = (uint64_t)gridDim.x * MVM_DIGEST_BLOCK;
-    for (uint64_t i = (uint64_t)blockIdx.x * MVM_DIGEST_BLOCK + threadIdx.x; i < n; i += stride) {
-        uint64_t w = words[i];
-        a += mvm_digest_lane_a(w, i);
-        b += mvm_digest_lane_b(w, i);
-    }
-    block_sum(&a, &b);
-    if (threadIdx.x == 0) {
-        mvm_digest_partial[2 * blockIdx.x] = a;
-        mvm_digest_partial[2 * blockIdx.x + 1] = b;
-        __threadfence(); /* the sums are visible before the counter says so */
-        last = atomicAdd(&mvm_digest_finished, 1u) == gridDim.x - 1;
-    }
-    __syncthreads();
-    if (!last)
-        return;
-    __threadfence();
-    const volatile uint64_t *part = mvm_digest_partial;
-    a = b = 0;
-    for (unsigned i = threadIdx.x; i < gridDim.x; i += MVM_DIGEST_BLOCK) {
-        a += part[2 * i];
-        b += part[2 * i + 1];
-    }
-    block_sum(&a, &b);
-    if (threadIdx.x == 0) {
-        if (expect) {
-            out[0] = a == expect[0] && b == expect[1];
-        } else {
-            out[0] = a;
-            out[1] = b;
+    const uint64_t stride = (uint64_t)gridDim.y * MVM_DIGEST_BLOCK;
+    for (uint64_t i = blockIdx.x; i < n; i += gridDim.x) {
+        const uint64_t k = ids[i];
+        const uint64_t *words = base + k * page_words;
+        uint64_t a = 0, b = 0;
+        for (uint64_t w = (uint64_t)blockIdx.y * MVM_DIGEST_BLOCK + threadIdx.x; w < page_words;
+             w += stride) {
+            uint64_t x = words[w];
+            a += mvm_digest_lane_a(x, w);
+            b += mvm_digest_lane_b(x, w);
         }
-        mvm_digest_finished = 0;
+        block_sum(&a, &b);
+        ull *acc = (ull *)work + 3 * i;
+        if (threadIdx.x == 0) {
+            atomicAdd(&acc[0], (ull)a);
+            atomicAdd(&acc[1], (ull)b);
+            __threadfence(); /* the sums land before the count says so */
+            last = atomicAdd(&acc[2], 1ull) == gridDim.y - 1;
+        }
+        __syncthreads();
+        if (last && threadIdx.x == 0) {
+            __threadfence();
+            a = atomicExch(&acc[0], 0ull); /* every block's sum, and zero for the next launch */
+            b = atomicExch(&acc[1], 0ull);
+            atomicExch(&acc[2], 0ull);
+            if (answers) {
+                answers[i] = a == digests[2 * k] && b == digests[2 * k + 1];
+            } else {
+                digests[2 * k] = a;
+                digests[2 * k + 1] = b;
+            }
+        }
+        __syncthreads(); /* `last` is rewritten for the next page */
     }
 }

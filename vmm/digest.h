@@ -21,9 +21,12 @@
 #define MVM_DIGEST_FN static inline
 #endif
 
-/* The launch shape of the device digest: a grid of at most this many blocks. */
+/* The launch shape of the device digest (vmm/digest.cu): blocks of MVM_DIGEST_BLOCK threads,
+ * at most MVM_DIGEST_MAX_GRID of them on one page (gridDim.y), pages spread over at most
+ * MVM_DIGEST_MAX_PAGES blocks in x (a launch of more pages strides over them). */
 #define MVM_DIGEST_BLOCK 256
 #define MVM_DIGEST_MAX_GRID 128
+#define MVM_DIGEST_MAX_PAGES 65535
 
 MVM_DIGEST_FN uint64_t mvm_digest_lane_a(uint64_t word, uint64_t pos)
 {
@@ -53,7 +56,7 @@ MVM_DIGEST_FN void mvm_digest_words(const uint64_t *words, uint64_t n, uint64_t 
     out[1] = b;
 }
 
-/* The grid that digests n words: enough blocks for a few words per thread. */
+/* The blocks that share a page of n words: enough for a few words per thread. */
 MVM_DIGEST_FN unsigned mvm_digest_grid(uint64_t n)
 {
     uint64_t per_block = (uint64_t)MVM_DIGEST_BLOCK * 8;

@@ -14,8 +14,11 @@
  *               as PyTorch passes its tensors (Array<char *, N>) and CUTLASS its Params
  * and, under the name and signature of libmoevm's own kernel (vmm/digest.cu), the page digest
  * of vmm/digest.h, so the cuda backend's clean evictions run here as on a GPU:
- *   mvm_digest  (CUdeviceptr words, uint64_t n, CUdeviceptr out, CUdeviceptr expect)
- *               expect 0: out[0..1] = digest of words[0..n); else out[0] = (digest == expect)
+ *   mvm_digest_pages (CUdeviceptr base, uint64_t page_words, CUdeviceptr ids, uint64_t n,
+ *                     CUdeviceptr digests, CUdeviceptr work, CUdeviceptr answers)
+ *               page i < n at base + ids[i] * page_words; answers 0: digests[2 ids[i]..] =
+ *               its digest; else answers[i] = (its digest == digests[2 ids[i]..]).
+ *               The accumulators `work` must be writable; the fake leaves them as they are.
  * Each parameter sits at an offset aligned to its size (at most 8), as nvcc lays them out
  * (8-byte pointers, 4-byte uint32_t and float, 8-byte uint64_t, 8-aligned structs), and
  * cuFuncGetParamInfo says so (for a library's CUkernel handles, which cuLaunchKernel
@@ -39,7 +42,7 @@
  * context is lost after; the fake reports them from the launch and stays usable, so tests
  * can go on. The bytes of the ranges of each successful launch (a range read and written
  * counts once) are counted by what backs them, DEVICE or HOST_NUMA allocations, for
- * fakecuda_kernel_bytes (the program's kernels only: not mvm_digest).
+ * fakecuda_kernel_bytes (the program's kernels only: not mvm_digest_pages).
  */
 #include <cuda.h>
 
@@ -51,7 +54,7 @@
 #include "fakecuda_internal.h"
 #include "vmm/digest.h"
 
-#define FK_MAX_ACCESS 3
+#define FK_MAX_ACCESS 5
 #define FK_MAX_SHARED (48u << 10) /* dynamic shared memory per block without opt-in */
 
 /* A range a kernel touches: `need` is CU_MEM_ACCESS_FLAGS_PROT_READ or _READWRITE. */
@@ -73,7 +76,7 @@ struct fk_kernel {
 
 /* ---- the kernels; p[] holds the parameters as 64-bit words: a 4-byte one zero-extended,
  * an aggregate as its 8-byte words ---- */
-#define FK_MAX_WORDS 4
+#define FK_MAX_WORDS 7
 
 static int bytes_of(uint64_t n, size_t elem, size_t *bytes)
 {
@@ -153,30 +156,48 @@ static void scale_run(const uint64_t *p)
     for (uint64_t i = 0; i < p[2]; i++) x[i] *= a;
 }
 
+/* mvm_digest_pages reads its page list from "device" memory, so that list is checked here
+ * first; the pages lie in [base, base + (largest id + 1) * page). */
 static int digest_ranges(const uint64_t *p, struct fk_access *acc)
 {
-    size_t n;
-    if (bytes_of(p[1], sizeof(uint64_t), &n)) return -1;
-    acc[0] = ro(p[0], n, sizeof(uint64_t));
-    if (!p[3]) {
-        acc[1] = rw(p[2], 2 * sizeof(uint64_t), sizeof(uint64_t));
-        return 2;
-    }
-    acc[1] = rw(p[2], sizeof(uint64_t), sizeof(uint64_t));
-    acc[2] = ro(p[3], 2 * sizeof(uint64_t), sizeof(uint64_t));
-    return 3;
+    size_t ids_bytes, page_bytes, span, digests, work;
+    size_t host_numa;
+    const uint64_t n = p[3], *ids = (const uint64_t *)(uintptr_t)p[2];
+    if (!n) return 0;
+    if (bytes_of(n, sizeof(uint64_t), &ids_bytes) || bytes_of(p[1], sizeof(uint64_t), &page_bytes))
+        return -1;
+    if (p[2] % sizeof(uint64_t) ||
+        !fk_device_range(p[2], ids_bytes, CU_MEM_ACCESS_FLAGS_PROT_READ, &host_numa))
+        return -1;
+    uint64_t top = 0;
+    for (uint64_t i = 0; i < n; i++) top = ids[i] > top ? ids[i] : top;
+    if (top == UINT64_MAX || bytes_of(top + 1, page_bytes, &span) ||
+        bytes_of(top + 1, 2 * sizeof(uint64_t), &digests) ||
+        bytes_of(n, 3 * sizeof(uint64_t), &work))
+        return -1;
+    acc[0] = ro(p[2], ids_bytes, sizeof(uint64_t));
+    acc[1] = ro(p[0], span, sizeof(uint64_t));
+    acc[2] = p[6] ? ro(p[4], digests, sizeof(uint64_t)) : rw(p[4], digests, sizeof(uint64_t));
+    acc[3] = rw(p[5], work, sizeof(uint64_t));
+    if (!p[6]) return 4;
+    acc[4] = rw(p[6], ids_bytes, sizeof(uint64_t));
+    return 5;
 }
 
 static void digest_run(const uint64_t *p)
 {
-    uint64_t d[2], *out = (uint64_t *)(uintptr_t)p[2];
-    const uint64_t *expect = (const uint64_t *)(uintptr_t)p[3];
-    mvm_digest_words((const uint64_t *)(uintptr_t)p[0], p[1], d);
-    if (expect) {
-        out[0] = d[0] == expect[0] && d[1] == expect[1];
-    } else {
-        out[0] = d[0];
-        out[1] = d[1];
+    const uint64_t *base = (const uint64_t *)(uintptr_t)p[0];
+    const uint64_t *ids = (const uint64_t *)(uintptr_t)p[2];
+    uint64_t *digests = (uint64_t *)(uintptr_t)p[4], *answers = (uint64_t *)(uintptr_t)p[6];
+    for (uint64_t i = 0; i < p[3]; i++) {
+        uint64_t d[2], *want = digests + 2 * ids[i];
+        mvm_digest_words(base + ids[i] * p[1], p[1], d);
+        if (answers) {
+            answers[i] = d[0] == want[0] && d[1] == want[1];
+        } else {
+            want[0] = d[0];
+            want[1] = d[1];
+        }
     }
 }
 
@@ -186,7 +207,7 @@ static const struct fk_kernel fk_kernels[] = {
     {"fk_copy", 3, {8, 8, 8}, copy_ranges, copy_run},
     {"fk_scale_f32", 3, {8, 4, 8}, scale_ranges, scale_run},
     {"fk_copy_args", 1, {24}, copy_ranges, copy_run},
-    {"mvm_digest", 4, {8, 8, 8, 8}, digest_ranges, digest_run, 1},
+    {"mvm_digest_pages", 7, {8, 8, 8, 8, 8, 8, 8}, digest_ranges, digest_run, 1},
 };
 #define FK_NKERNELS (sizeof fk_kernels / sizeof fk_kernels[0])
 

@@ -43,7 +43,7 @@ int fakecuda_live_reservations(void);
 /* Bytes that successful kernel launches (fake_kernels.c) read or wrote in memory backed by
  * HOST_NUMA allocations (host_numa != 0), or by device memory: DEVICE allocations and
  * cuMemAlloc memory (host_numa == 0). A range a kernel both reads and writes counts once.
- * libmoevm's own digest kernel (mvm_digest) is not counted. */
+ * libmoevm's own digest kernel (mvm_digest_pages) is not counted. */
 unsigned long long fakecuda_kernel_bytes(int host_numa);
 /* Zeroes the counters of fakecuda_calls and fakecuda_kernel_bytes (not the fault-injection
  * counts). */
