@@ -8,6 +8,7 @@ have_header() { [ -f "/usr/include/$1" ] || [ -f "/usr/include/x86_64-linux-gnu/
 
 command -v cmake >/dev/null || need_pkgs+=(cmake)
 command -v cc >/dev/null    || need_pkgs+=(gcc)
+command -v c++ >/dev/null   || need_pkgs+=(g++)       # tests/test_digest_kernel.cc
 command -v make >/dev/null  || need_pkgs+=(make)
 have_header hwloc.h         || need_pkgs+=(libhwloc-dev)
 have_header numa.h          || need_pkgs+=(libnuma-dev)
