@@ -47,7 +47,7 @@
     X(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", (void *, CUdeviceptr, size_t, CUstream))            \
     X(MemAlloc, "cuMemAlloc_v2", (CUdeviceptr *, size_t))                                          \
     X(MemFree, "cuMemFree_v2", (CUdeviceptr))                                                      \
-    X(MemsetD8, "cuMemsetD8_v2", (CUdeviceptr, unsigned char, size_t))                             \
+    X(MemsetD8Async, "cuMemsetD8Async", (CUdeviceptr, unsigned char, size_t, CUstream))            \
     X(ModuleLoadData, "cuModuleLoadData", (CUmodule *, const void *))                              \
     X(ModuleUnload, "cuModuleUnload", (CUmodule))                                                  \
     X(ModuleGetFunction, "cuModuleGetFunction", (CUfunction *, CUmodule, const char *))            \

@@ -35,9 +35,13 @@
 #include "digest_ptx.h" /* generated: static const char mvm_digest_ptx[] */
 #endif
 
+/* Words of device memory per chunk: its digest, and in each area an id, the kernel's
+ * accumulators (two sums and a count of blocks done) and an answer. */
+enum { DIGEST_WORDS = 2, WORK_WORDS = 3, AREA_WORDS = 1 + WORK_WORDS + 1 };
+
 /* What one batch launch needs, on the device and staged on the host. */
 struct area {
-    CUdeviceptr ids, work, answers; /* [n_chunks], [3 * n_chunks], [n_chunks] words */
+    CUdeviceptr ids, work, answers;
     uint64_t *host_ids, *host_answers;
 };
 
@@ -69,7 +73,7 @@ static CUdeviceptr area_layout(struct area *a, CUdeviceptr at, size_t n)
 {
     a->ids = at;
     a->work = a->ids + n * sizeof(uint64_t);
-    a->answers = a->work + 3 * n * sizeof(uint64_t);
+    a->answers = a->work + WORK_WORDS * n * sizeof(uint64_t);
     return a->answers + n * sizeof(uint64_t);
 }
 
@@ -99,7 +103,7 @@ cuda_digest *mvm_cuda_digest_open(cuda_backend *c, size_t n_chunks, CUdeviceptr 
         return NULL;
     }
     d->n_chunks = n_chunks, d->view = view, d->page = page;
-    size_t bytes = (2 + 2 * 5) * n * sizeof(uint64_t); /* digests, then two areas */
+    size_t bytes = (DIGEST_WORDS + 2 * AREA_WORDS) * n * sizeof(uint64_t); /* and two areas */
     const char *what = "cuModuleLoadData (digest kernel)";
     CUresult r = c->cu.ModuleLoadData(&d->module, mvm_digest_ptx);
     if (r == CUDA_SUCCESS) {
@@ -110,9 +114,9 @@ cuda_digest *mvm_cuda_digest_open(cuda_backend *c, size_t n_chunks, CUdeviceptr 
         what = "cuMemAlloc (digests)";
         r = c->cu.MemAlloc(&d->mem, bytes);
     }
-    if (r == CUDA_SUCCESS) {
-        what = "cuMemsetD8 (digests)"; /* the accumulators start at zero */
-        r = c->cu.MemsetD8(d->mem, 0, bytes);
+    if (r == CUDA_SUCCESS) { /* the accumulators start at zero, before any launch */
+        what = "cuMemsetD8Async (digests)";
+        r = c->cu.MemsetD8Async(d->mem, 0, bytes, c->copy_stream);
     }
     if (r != CUDA_SUCCESS) {
         mvm_cu_fail(c, r, what);
@@ -121,7 +125,8 @@ cuda_digest *mvm_cuda_digest_open(cuda_backend *c, size_t n_chunks, CUdeviceptr 
         return NULL;
     }
     d->digests = d->mem;
-    area_layout(&d->checks, area_layout(&d->marks, d->mem + 2 * n * sizeof(uint64_t), n), n);
+    CUdeviceptr areas = d->mem + DIGEST_WORDS * n * sizeof(uint64_t);
+    area_layout(&d->checks, area_layout(&d->marks, areas, n), n);
     return d;
 #endif
 }
