@@ -50,10 +50,15 @@ static void launch(pool &p, const std::vector<uint64_t> &ids, bool check, unsign
         std::reverse(seq.begin(), seq.end());
     else if (order[0] == 's')
         std::shuffle(seq.begin(), seq.end(), rng);
-    emu_launch(grid, MVM_DIGEST_BLOCK, seq, [&] {
-        mvm_digest_pages(p.mem.data(), p.words, ids.data(), n, p.digests.data(), p.work.data(),
-                         check ? p.answers.data() : nullptr);
-    });
+    mvm_digest_args args;
+    args.base = (uintptr_t)p.mem.data();
+    args.page_words = p.words;
+    args.ids = (uintptr_t)ids.data();
+    args.n = n;
+    args.digests = (uintptr_t)p.digests.data();
+    args.work = (uintptr_t)p.work.data();
+    args.answers = check ? (uintptr_t)p.answers.data() : 0;
+    emu_launch(grid, MVM_DIGEST_BLOCK, seq, [&] { mvm_digest_pages(args); });
 }
 
 static bool work_zero(const pool &p)

@@ -147,12 +147,19 @@ static CUresult launch(cuda_backend *c, cuda_digest *d, struct area *a, size_t n
                                        c->copy_stream);
     if (r != CUDA_SUCCESS)
         return r;
-    uint64_t words = d->page / sizeof(uint64_t), count = n;
-    CUdeviceptr out = answers ? a->answers : 0;
-    void *args[] = {&d->view, &words, &a->ids, &count, &d->digests, &a->work, &out};
+    mvm_digest_args args = {
+        .base = d->view,
+        .page_words = d->page / sizeof(uint64_t),
+        .ids = a->ids,
+        .n = n,
+        .digests = d->digests,
+        .work = a->work,
+        .answers = answers ? a->answers : 0,
+    };
+    void *params[] = {&args};
     unsigned pages = n < MVM_DIGEST_MAX_PAGES ? (unsigned)n : MVM_DIGEST_MAX_PAGES;
-    return c->cu.LaunchKernel(d->fn, pages, mvm_digest_grid(words), 1, MVM_DIGEST_BLOCK, 1, 1,
-                              0, c->copy_stream, args, NULL);
+    return c->cu.LaunchKernel(d->fn, pages, mvm_digest_grid(args.page_words), 1,
+                              MVM_DIGEST_BLOCK, 1, 1, 0, c->copy_stream, params, NULL);
 }
 
 void mvm_cuda_digest_loaded(cuda_digest *d, size_t chunk)

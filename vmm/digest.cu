@@ -2,10 +2,10 @@
  * The device side of the page digest (vmm/digest.h), built to PTX and embedded in the cuda
  * backend, which loads it with cuModuleLoadData (vmm/cuda_digest.c).
  *
- *   mvm_digest_pages(base, page_words, ids, n, digests, work, answers)
+ *   mvm_digest_pages(mvm_digest_args a)   (the fields: vmm/digest.h)
  *     page i < n is chunk k = ids[i], the page_words words at base + k * page_words;
- *     answers == NULL: digests[2k..2k+1] = its digest               (after a load: a mark)
- *     else:            answers[i] = 1 if its digest is digests[2k..2k+1], else 0 (a check)
+ *     answers == 0: digests[2k..2k+1] = its digest                  (after a load: a mark)
+ *     else:         answers[i] = 1 if its digest is digests[2k..2k+1], else 0  (a check)
  *
  * One launch digests a whole batch of pages: a load's or an eviction's, so a batch costs
  * one launch, not one per page. blockIdx.x strides over the pages, blockIdx.y splits a
@@ -45,9 +45,12 @@ static __device__ void block_sum(uint64_t *a, uint64_t *b)
 }
 
 extern "C" __global__ void __launch_bounds__(MVM_DIGEST_BLOCK)
-    mvm_digest_pages(const uint64_t *base, uint64_t page_words, const uint64_t *ids, uint64_t n,
-                     uint64_t *digests, uint64_t *work, uint64_t *answers)
+    mvm_digest_pages(mvm_digest_args args)
 {
+    const uint64_t *base = (const uint64_t *)args.base, *ids = (const uint64_t *)args.ids;
+    const uint64_t page_words = args.page_words, n = args.n;
+    uint64_t *digests = (uint64_t *)args.digests, *work = (uint64_t *)args.work;
+    uint64_t *answers = (uint64_t *)args.answers;
     __shared__ bool last;
     const uint64_t stride = (uint64_t)gridDim.y * MVM_DIGEST_BLOCK;
     for (uint64_t i = blockIdx.x; i < n; i += gridDim.x) {

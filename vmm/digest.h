@@ -56,6 +56,19 @@ MVM_DIGEST_FN void mvm_digest_words(const uint64_t *words, uint64_t n, uint64_t 
     out[1] = b;
 }
 
+/* The parameters of the device digest mvm_digest_pages (vmm/digest.cu): one struct passed by
+ * value, so that the host (vmm/cuda_digest.c), the kernel and fakecuda agree on them by
+ * name. Addresses are device addresses; the arrays hold 64-bit words. */
+typedef struct mvm_digest_args {
+    uint64_t base;       /* chunk k: the page_words words at base + 8 * k * page_words */
+    uint64_t page_words;
+    uint64_t ids;        /* [n] the chunks of the batch */
+    uint64_t n;
+    uint64_t digests;    /* [2 * chunks] each chunk's mark */
+    uint64_t work;       /* [3 * n] the kernel's accumulators, zero between launches */
+    uint64_t answers;    /* [n] the checks' answers; 0: the launch marks */
+} mvm_digest_args;
+
 /* The blocks that share a page of n words: enough for a few words per thread. */
 MVM_DIGEST_FN unsigned mvm_digest_grid(uint64_t n)
 {

@@ -14,8 +14,7 @@
  *               as PyTorch passes its tensors (Array<char *, N>) and CUTLASS its Params
  * and, under the name and signature of libmoevm's own kernel (vmm/digest.cu), the page digest
  * of vmm/digest.h, so the cuda backend's clean evictions run here as on a GPU:
- *   mvm_digest_pages (CUdeviceptr base, uint64_t page_words, CUdeviceptr ids, uint64_t n,
- *                     CUdeviceptr digests, CUdeviceptr work, CUdeviceptr answers)
+ *   mvm_digest_pages (mvm_digest_args a)   one 56-byte parameter (vmm/digest.h)
  *               page i < n at base + ids[i] * page_words; answers 0: digests[2 ids[i]..] =
  *               its digest; else answers[i] = (its digest == digests[2 ids[i]..]).
  *               The accumulators `work` must be writable; the fake leaves them as they are.
@@ -77,6 +76,9 @@ struct fk_kernel {
 /* ---- the kernels; p[] holds the parameters as 64-bit words: a 4-byte one zero-extended,
  * an aggregate as its 8-byte words ---- */
 #define FK_MAX_WORDS 7
+_Static_assert(sizeof(mvm_digest_args) <= FK_MAX_WORDS * 8 &&
+                   sizeof(mvm_digest_args) <= FK_PARAM_BYTES,
+               "mvm_digest_args must fit the fake's parameter words");
 
 static int bytes_of(uint64_t n, size_t elem, size_t *bytes)
 {
@@ -160,38 +162,45 @@ static void scale_run(const uint64_t *p)
  * first; the pages lie in [base, base + (largest id + 1) * page). */
 static int digest_ranges(const uint64_t *p, struct fk_access *acc)
 {
+    mvm_digest_args a;
+    memcpy(&a, p, sizeof a);
     size_t ids_bytes, page_bytes, span, digests, work;
     size_t host_numa;
-    const uint64_t n = p[3], *ids = (const uint64_t *)(uintptr_t)p[2];
-    if (!n) return 0;
-    if (bytes_of(n, sizeof(uint64_t), &ids_bytes) || bytes_of(p[1], sizeof(uint64_t), &page_bytes))
+    const uint64_t *ids = (const uint64_t *)(uintptr_t)a.ids;
+    if (!a.n) return 0;
+    if (bytes_of(a.n, sizeof(uint64_t), &ids_bytes) ||
+        bytes_of(a.page_words, sizeof(uint64_t), &page_bytes))
         return -1;
-    if (p[2] % sizeof(uint64_t) ||
-        !fk_device_range(p[2], ids_bytes, CU_MEM_ACCESS_FLAGS_PROT_READ, &host_numa))
+    if (a.ids % sizeof(uint64_t) ||
+        !fk_device_range(a.ids, ids_bytes, CU_MEM_ACCESS_FLAGS_PROT_READ, &host_numa))
         return -1;
     uint64_t top = 0;
-    for (uint64_t i = 0; i < n; i++) top = ids[i] > top ? ids[i] : top;
+    for (uint64_t i = 0; i < a.n; i++) top = ids[i] > top ? ids[i] : top;
     if (top == UINT64_MAX || bytes_of(top + 1, page_bytes, &span) ||
         bytes_of(top + 1, 2 * sizeof(uint64_t), &digests) ||
-        bytes_of(n, 3 * sizeof(uint64_t), &work))
+        bytes_of(a.n, 3 * sizeof(uint64_t), &work))
         return -1;
-    acc[0] = ro(p[2], ids_bytes, sizeof(uint64_t));
-    acc[1] = ro(p[0], span, sizeof(uint64_t));
-    acc[2] = p[6] ? ro(p[4], digests, sizeof(uint64_t)) : rw(p[4], digests, sizeof(uint64_t));
-    acc[3] = rw(p[5], work, sizeof(uint64_t));
-    if (!p[6]) return 4;
-    acc[4] = rw(p[6], ids_bytes, sizeof(uint64_t));
+    acc[0] = ro(a.ids, ids_bytes, sizeof(uint64_t));
+    acc[1] = ro(a.base, span, sizeof(uint64_t));
+    acc[2] = a.answers ? ro(a.digests, digests, sizeof(uint64_t))
+                       : rw(a.digests, digests, sizeof(uint64_t));
+    acc[3] = rw(a.work, work, sizeof(uint64_t));
+    if (!a.answers) return 4;
+    acc[4] = rw(a.answers, ids_bytes, sizeof(uint64_t));
     return 5;
 }
 
 static void digest_run(const uint64_t *p)
 {
-    const uint64_t *base = (const uint64_t *)(uintptr_t)p[0];
-    const uint64_t *ids = (const uint64_t *)(uintptr_t)p[2];
-    uint64_t *digests = (uint64_t *)(uintptr_t)p[4], *answers = (uint64_t *)(uintptr_t)p[6];
-    for (uint64_t i = 0; i < p[3]; i++) {
+    mvm_digest_args a;
+    memcpy(&a, p, sizeof a);
+    const uint64_t *base = (const uint64_t *)(uintptr_t)a.base;
+    const uint64_t *ids = (const uint64_t *)(uintptr_t)a.ids;
+    uint64_t *digests = (uint64_t *)(uintptr_t)a.digests;
+    uint64_t *answers = (uint64_t *)(uintptr_t)a.answers;
+    for (uint64_t i = 0; i < a.n; i++) {
         uint64_t d[2], *want = digests + 2 * ids[i];
-        mvm_digest_words(base + ids[i] * p[1], p[1], d);
+        mvm_digest_words(base + ids[i] * a.page_words, a.page_words, d);
         if (answers) {
             answers[i] = d[0] == want[0] && d[1] == want[1];
         } else {
@@ -207,7 +216,7 @@ static const struct fk_kernel fk_kernels[] = {
     {"fk_copy", 3, {8, 8, 8}, copy_ranges, copy_run},
     {"fk_scale_f32", 3, {8, 4, 8}, scale_ranges, scale_run},
     {"fk_copy_args", 1, {24}, copy_ranges, copy_run},
-    {"mvm_digest_pages", 7, {8, 8, 8, 8, 8, 8, 8}, digest_ranges, digest_run, 1},
+    {"mvm_digest_pages", 1, {sizeof(mvm_digest_args)}, digest_ranges, digest_run, 1},
 };
 #define FK_NKERNELS (sizeof fk_kernels / sizeof fk_kernels[0])
 
