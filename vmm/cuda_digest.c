@@ -14,8 +14,8 @@
  * worker's wait for a batch covers its marks, and only then does the space map the pages.
  *
  * Device memory: the digests (two words per chunk), then two areas, one for marks and one
- * for checks, each with the batch's chunk ids, the kernel's accumulators (zeroed once here,
- * left zero by each launch) and the answers. Each area has one writer at a time: marks are
+ * for checks, each with the batch's chunk ids and the kernel's accumulators (zeroed once
+ * here, left zero by each launch), then the checks' answers. Each area has one writer at a time: marks are
  * made only by the space's migration worker, checks only under the space's lock; and all
  * launches go to the copy stream, so two launches on one area never overlap.
  *
@@ -35,23 +35,25 @@
 #include "digest_ptx.h" /* generated: static const char mvm_digest_ptx[] */
 #endif
 
-/* Words of device memory per chunk: its digest, and in each area an id, the kernel's
- * accumulators (two sums and a count of blocks done) and an answer. */
-enum { DIGEST_WORDS = 2, WORK_WORDS = 3, AREA_WORDS = 1 + WORK_WORDS + 1 };
+/* Words of device memory per chunk: its digest, in each area an id and the kernel's
+ * accumulators (two sums and a count of blocks done), and an answer. */
+enum { DIGEST_WORDS = 2, WORK_WORDS = 3, AREA_WORDS = 1 + WORK_WORDS, ANSWER_WORDS = 1 };
 
 /* What one batch launch needs, on the device and staged on the host. */
 struct area {
-    CUdeviceptr ids, work, answers;
-    uint64_t *host_ids, *host_answers;
+    CUdeviceptr ids, work;
+    uint64_t *host_ids;
 };
 
 struct cuda_digest {
     CUmodule module;
     CUfunction fn;
-    CUdeviceptr mem, digests; /* digests: [2 * n_chunks] words at the start of mem */
+    CUdeviceptr mem;          /* starts with the digests, [2 * n_chunks] words */
     CUdeviceptr view;         /* the pool view: chunk k at view + k * page */
     size_t page, n_chunks;
     struct area marks, checks;
+    CUdeviceptr answers;      /* [n_chunks] the checks' answers, read back into host_answers */
+    uint64_t *host_answers;
     bool *marked;   /* chunk has a mark after its last load */
     bool *due;      /* chunk loaded since the last flush: its mark is to come */
     size_t n_due;   /* entries of marks.host_ids in use */
@@ -63,8 +65,7 @@ static void release(cuda_backend *c, cuda_digest *d)
         c->cu.MemFree(d->mem);
     if (d->module)
         c->cu.ModuleUnload(d->module);
-    free(d->marks.host_ids), free(d->marks.host_answers);
-    free(d->checks.host_ids), free(d->checks.host_answers);
+    free(d->marks.host_ids), free(d->checks.host_ids), free(d->host_answers);
     free(d->marked), free(d->due);
     free(d);
 }
@@ -73,15 +74,7 @@ static CUdeviceptr area_layout(struct area *a, CUdeviceptr at, size_t n)
 {
     a->ids = at;
     a->work = a->ids + n * sizeof(uint64_t);
-    a->answers = a->work + WORK_WORDS * n * sizeof(uint64_t);
-    return a->answers + n * sizeof(uint64_t);
-}
-
-static bool area_host(struct area *a, size_t n)
-{
-    a->host_ids = malloc(n * sizeof *a->host_ids);
-    a->host_answers = malloc(n * sizeof *a->host_answers);
-    return a->host_ids && a->host_answers;
+    return a->work + WORK_WORDS * n * sizeof(uint64_t);
 }
 
 cuda_digest *mvm_cuda_digest_open(cuda_backend *c, size_t n_chunks, CUdeviceptr view,
@@ -95,15 +88,17 @@ cuda_digest *mvm_cuda_digest_open(cuda_backend *c, size_t n_chunks, CUdeviceptr 
     size_t n = n_chunks ? n_chunks : 1;
     cuda_digest *d = calloc(1, sizeof *d);
     if (!d || !(d->marked = calloc(n, sizeof *d->marked)) ||
-        !(d->due = calloc(n, sizeof *d->due)) || !area_host(&d->marks, n) ||
-        !area_host(&d->checks, n)) {
+        !(d->due = calloc(n, sizeof *d->due)) ||
+        !(d->marks.host_ids = malloc(n * sizeof(uint64_t))) ||
+        !(d->checks.host_ids = malloc(n * sizeof(uint64_t))) ||
+        !(d->host_answers = malloc(n * sizeof(uint64_t)))) {
         if (d)
             release(c, d);
         mvm_log(MVM_LOG_DEBUG, "clean evictions off: out of memory");
         return NULL;
     }
     d->n_chunks = n_chunks, d->view = view, d->page = page;
-    size_t bytes = (DIGEST_WORDS + 2 * AREA_WORDS) * n * sizeof(uint64_t); /* and two areas */
+    size_t bytes = (DIGEST_WORDS + 2 * AREA_WORDS + ANSWER_WORDS) * n * sizeof(uint64_t);
     const char *what = "cuModuleLoadData (digest kernel)";
     CUresult r = c->cu.ModuleLoadData(&d->module, mvm_digest_ptx);
     if (r == CUDA_SUCCESS) {
@@ -124,9 +119,8 @@ cuda_digest *mvm_cuda_digest_open(cuda_backend *c, size_t n_chunks, CUdeviceptr 
         release(c, d);
         return NULL;
     }
-    d->digests = d->mem;
     CUdeviceptr areas = d->mem + DIGEST_WORDS * n * sizeof(uint64_t);
-    area_layout(&d->checks, area_layout(&d->marks, areas, n), n);
+    d->answers = area_layout(&d->checks, area_layout(&d->marks, areas, n), n);
     return d;
 #endif
 }
@@ -140,8 +134,9 @@ void mvm_cuda_digest_close(cuda_backend *c, cuda_digest *d)
 }
 
 /* Queues, on the copy stream, the upload of a's first n ids and the kernel over them:
- * marks when answers is false, checks otherwise. */
-static CUresult launch(cuda_backend *c, cuda_digest *d, struct area *a, size_t n, bool answers)
+ * marks when answers is 0, checks answering there otherwise. */
+static CUresult launch(cuda_backend *c, cuda_digest *d, struct area *a, size_t n,
+                       CUdeviceptr answers)
 {
     CUresult r = c->cu.MemcpyHtoDAsync(a->ids, a->host_ids, n * sizeof(uint64_t),
                                        c->copy_stream);
@@ -152,9 +147,9 @@ static CUresult launch(cuda_backend *c, cuda_digest *d, struct area *a, size_t n
         .page_words = d->page / sizeof(uint64_t),
         .ids = a->ids,
         .n = n,
-        .digests = d->digests,
+        .digests = d->mem,
         .work = a->work,
-        .answers = answers ? a->answers : 0,
+        .answers = answers,
     };
     void *params[] = {&args};
     unsigned pages = n < MVM_DIGEST_MAX_PAGES ? (unsigned)n : MVM_DIGEST_MAX_PAGES;
@@ -177,7 +172,7 @@ void mvm_cuda_digest_flush(cuda_backend *c, cuda_digest *d)
 {
     if (!d || !d->n_due)
         return;
-    CUresult r = launch(c, d, &d->marks, d->n_due, false);
+    CUresult r = launch(c, d, &d->marks, d->n_due, 0);
     for (size_t i = 0; i < d->n_due; i++) {
         size_t k = (size_t)d->marks.host_ids[i];
         d->due[k] = false;
@@ -204,10 +199,10 @@ int mvm_cuda_digest_unchanged(cuda_backend *c, cuda_digest *d, const size_t *chu
     if (!m)
         return 0;
     const char *what = "launching the digest checks";
-    CUresult r = launch(c, d, &d->checks, m, true);
+    CUresult r = launch(c, d, &d->checks, m, d->answers);
     if (r == CUDA_SUCCESS) {
         what = "cuMemcpyDtoHAsync (digest answers)";
-        r = c->cu.MemcpyDtoHAsync(d->checks.host_answers, d->checks.answers,
+        r = c->cu.MemcpyDtoHAsync(d->host_answers, d->answers,
                                   m * sizeof(uint64_t), c->copy_stream);
     }
     if (r == CUDA_SUCCESS) {
@@ -220,6 +215,6 @@ int mvm_cuda_digest_unchanged(cuda_backend *c, cuda_digest *d, const size_t *chu
     }
     for (size_t i = 0, j = 0; i < n && j < m; i++)
         if (chunks[i] < d->n_chunks && d->marked[chunks[i]])
-            same[i] = d->checks.host_answers[j++] == 1;
+            same[i] = d->host_answers[j++] == 1;
     return 0;
 }
