@@ -500,13 +500,18 @@ static int by_address(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+static void add_pointers(const gexec *x, mvm_objset *set)
+{
+    for (uint32_t i = 0; i < x->n; i++)
+        for (uint32_t k = 0; k < x->nodes[i].n; k++)
+            mvm_objset_add(set, x->nodes[i].va[k]);
+}
+
 /* Resolves x's pointers into set, and keeps the objects, each once, in x (read lock). */
 static void resolve(gexec *x, mvm_objset *set)
 {
     uint32_t from = set->n;
-    for (uint32_t i = 0; i < x->n; i++)
-        for (uint32_t k = 0; k < x->nodes[i].n; k++)
-            mvm_objset_add(set, x->nodes[i].va[k]);
+    add_pointers(x, set);
     uint32_t n = set->n - from;
     mvm_obj **objs = malloc(((size_t)n + 1) * sizeof *objs);
     if (!objs)
@@ -530,7 +535,9 @@ static void collect_graph(const void *what, mvm_objset *set)
     bool found;
     int64_t at = exec_index(e, &found);
     gexec *x = found ? execs[at] : NULL;
-    if (x && (x->layout != mvm_pl.layout || !mvm_objset_append(set, x->objs, x->n_objs)))
+    if (x && set->learn) /* the pointers teach slices; the objects kept are left alone */
+        add_pointers(x, set);
+    else if (x && (x->layout != mvm_pl.layout || !mvm_objset_append(set, x->objs, x->n_objs)))
         resolve(x, set);
     pthread_mutex_unlock(&graph_mu);
 }

@@ -13,7 +13,7 @@
  * Allocations are first-fit page ranges over a table sorted by address (a program keeps a
  * few hundred large allocations at most, and caching allocators reuse them). Objects, the
  * unit demand paging moves, are the extents host-to-device copies wrote (a tensor's
- * weights), else the whole allocation.
+ * weights), or their slices (slice.c), else the whole allocation.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -233,12 +233,14 @@ CUresult mvm_heap_free(uint64_t va)
             (mvm_pl.n_allocs - (uint32_t)i - 1) * sizeof *mvm_pl.allocs);
     mvm_pl.n_allocs--;
     mvm_pl.layout++;
+    for (uint32_t k = 0; k < a->n_ext; k++)
+        mvm_slice_drop(&a->ext[k]);
     free(a->ext);
     free(a);
     return CUDA_SUCCESS;
 }
 
-mvm_obj *mvm_heap_object(mvm_alloc *a, uint64_t va)
+mvm_obj *mvm_heap_extent(mvm_alloc *a, uint64_t va)
 {
     uint32_t lo = 0, hi = a->n_ext;
     while (lo < hi) {
@@ -253,13 +255,18 @@ mvm_obj *mvm_heap_object(mvm_alloc *a, uint64_t va)
     return &a->whole;
 }
 
+mvm_obj *mvm_heap_object(mvm_alloc *a, uint64_t va)
+{
+    return mvm_slice_of(mvm_heap_extent(a, va), va);
+}
+
 /* The latest copy defines the object: extents it overlaps are replaced by it. */
 void mvm_heap_learn(mvm_alloc *a, uint64_t va, uint64_t len)
 {
     uint64_t end = a->va + (uint64_t)a->n_pages * mvm_pl.page_size;
     if (va + len > end || va + len < va)
         len = end - va;
-    mvm_obj *o = mvm_heap_object(a, va);
+    mvm_obj *o = mvm_heap_extent(a, va);
     if (o != &a->whole && o->va == va && o->len == len)
         return;
     mvm_obj *t = mvm_pl_grow(a->ext, &a->cap_ext, a->n_ext + 1, sizeof *t);
@@ -269,8 +276,10 @@ void mvm_heap_learn(mvm_alloc *a, uint64_t va, uint64_t len)
     uint32_t keep = 0, at = 0;
     for (uint32_t i = 0; i < a->n_ext; i++) {
         bool overlaps = t[i].va < va + len && va < t[i].va + t[i].len;
-        if (overlaps)
+        if (overlaps) {
+            mvm_slice_drop(&t[i]);
             continue;
+        }
         if (t[i].va < va)
             at = keep + 1;
         t[keep++] = t[i];

@@ -193,8 +193,14 @@ bool mvm_launch_prepare(mvm_collect_fn collect, const void *what)
         if (atomic_load_explicit(&mvm_pl.captures, memory_order_acquire)) {
             mvm_count(&c->deferred);
         } else {
-            /* Objects may have changed while no lock was held: collect again. */
+            /* Objects may have changed while no lock was held: collect again, once the
+             * pointers taught their extents' slices (which changes objects too). */
             set.n = 0;
+            if (mvm_pl.slices) {
+                set.learn = true;
+                collect(what, &set);
+                set.learn = false;
+            }
             collect(what, &set);
             mvm_paging_serve(set.obj, set.n);
         }

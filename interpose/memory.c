@@ -305,8 +305,9 @@ CUresult hk_cuPointerGetAttributes(unsigned int n, CUpointer_attribute *attrs, v
 
 /* ---- host-to-device copies -------------------------------------------------------------- */
 
-/* Learns the destination as an object; returns with the read lock held when dst is
- * managed (the caller copies, then unlocks). */
+/* Learns the destination as an object (an extent: also one that covers its whole
+ * allocation, which is then a tensor the program wrote, slices may cut); returns with the
+ * read lock held when dst is managed (the caller copies, then unlocks). */
 static bool copy_prepare(CUdeviceptr dst, size_t n)
 {
     if (!mvm_pl_on() || n == 0)
@@ -318,8 +319,8 @@ static bool copy_prepare(CUdeviceptr dst, size_t n)
         return false;
     }
     mvm_count(&mvm_counts_mine()->copies);
-    mvm_obj *o = mvm_heap_object(a, dst);
-    if (o->va == dst && o->len == n)
+    mvm_obj *o = mvm_heap_extent(a, dst);
+    if (o != &a->whole && o->va == dst && o->len == n)
         return true;
     pthread_rwlock_unlock(&mvm_pl.lock);
     pthread_rwlock_wrlock(&mvm_pl.lock); /* objects change: exclusive, briefly */

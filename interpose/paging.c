@@ -43,6 +43,7 @@ void mvm_objset_init(mvm_objset *s)
 {
     s->obj = s->inline_obj;
     s->n = 0;
+    s->learn = false;
     s->cap = sizeof s->inline_obj / sizeof *s->inline_obj;
 }
 
@@ -81,6 +82,12 @@ void mvm_objset_add(mvm_objset *s, uint64_t va)
     mvm_alloc *a = mvm_heap_find(va);
     if (!a)
         return;
+    if (s->learn) {
+        mvm_obj *e = mvm_heap_extent(a, va);
+        if (e != &a->whole)
+            mvm_slice_learn(e, va);
+        return;
+    }
     mvm_obj *o = mvm_heap_object(a, va);
     uint32_t from = s->n > 32 ? s->n - 32 : 0;
     for (uint32_t i = from; i < s->n; i++)
@@ -132,24 +139,32 @@ static mvm_pview view(void)
                        .tokens = mvm_pl.misses, .now = (double)now_ns() * 1e-9};
 }
 
+/* Adds o's uses since the last miss to its pages' counts, and resets them. */
+static void count_uses(mvm_obj *o, uint32_t *n_used)
+{
+    uint64_t u = atomic_exchange_explicit(&o->uses, 0, memory_order_relaxed);
+    if (!u)
+        return;
+    uint32_t p, end;
+    obj_pages(o, &p, &end);
+    for (; p < end; p++) {
+        if (!mvm_pl.counts[p])
+            mvm_pl.used[(*n_used)++] = (int32_t)p;
+        mvm_pl.counts[p] += (uint32_t)(u < UINT32_MAX / 2 ? u : UINT32_MAX / 2);
+    }
+}
+
 /* The uses of every object since the last miss, as one policy step over pages. */
 static void observe(void)
 {
     uint32_t n_used = 0;
     for (uint32_t i = 0; i < mvm_pl.n_allocs; i++) {
         mvm_alloc *a = mvm_pl.allocs[i];
-        for (uint32_t k = 0; k <= a->n_ext; k++) {
-            mvm_obj *o = k < a->n_ext ? &a->ext[k] : &a->whole;
-            uint64_t u = atomic_exchange_explicit(&o->uses, 0, memory_order_relaxed);
-            if (!u)
-                continue;
-            uint32_t p, end;
-            obj_pages(o, &p, &end);
-            for (; p < end; p++) {
-                if (!mvm_pl.counts[p])
-                    mvm_pl.used[n_used++] = (int32_t)p;
-                mvm_pl.counts[p] += (uint32_t)(u < UINT32_MAX / 2 ? u : UINT32_MAX / 2);
-            }
+        count_uses(&a->whole, &n_used);
+        for (uint32_t k = 0; k < a->n_ext; k++) {
+            count_uses(&a->ext[k], &n_used);
+            for (uint32_t j = 0; j < a->ext[k].n_slices; j++)
+                count_uses(&a->ext[k].slice[j], &n_used);
         }
     }
     if (n_used) {

@@ -278,13 +278,18 @@ extern _Thread_local int mvm_pl_guard;
 
 /* ---- managed memory (heap.c) ------------------------------------------------------------- */
 
-/* A unit of residency: a learned extent, or a whole allocation. Residency is checked in
- * O(1) on the launch path: ok_gen is the residency generation at which all its pages were
- * last seen resident. */
+/* A unit of residency: a learned extent, one of its slices, or a whole allocation.
+ * Residency is checked in O(1) on the launch path: ok_gen is the residency generation at
+ * which all its pages were last seen resident. */
 typedef struct mvm_obj {
     uint64_t va, len;
     _Atomic uint64_t ok_gen;
     _Atomic uint64_t uses;     /* launches that referenced it since the last miss */
+    /* an extent cut into slices (slice.c): slice[i] is [va + i*stride, +stride) */
+    struct mvm_obj *slice;     /* n_slices of them, or NULL: the extent is one unit */
+    uint64_t stride;
+    uint32_t n_slices;
+    bool flat;                 /* launches pointed inside it off every page-sized stride */
 } mvm_obj;
 
 typedef struct mvm_alloc {
@@ -307,6 +312,7 @@ typedef struct mvm_preload {
     int device;
     char evict_name[32], evict_args[128], report_path[1024];
     bool clean_evict;          /* MOEVM_CLEAN_EVICT: unchanged pages are not written back */
+    bool slices;               /* MOEVM_PRELOAD_SLICES: extents are cut into slices */
     /* the space and its bookkeeping (created at the first managed allocation) */
     mvm_space *_Atomic space;  /* published last: base, capacity and device are set then */
     uint64_t base, capacity_bytes;
@@ -366,7 +372,10 @@ CUresult mvm_heap_alloc(uint64_t bytes, uint32_t site, CUdeviceptr *out);
 CUresult mvm_heap_free(uint64_t va);
 /* The allocation containing va, or NULL (read lock enough). */
 mvm_alloc *mvm_heap_find(uint64_t va);
-/* The object va points into: its extent, else the whole allocation (read lock enough). */
+/* The extent va points into, else the whole allocation (read lock enough). */
+mvm_obj *mvm_heap_extent(mvm_alloc *a, uint64_t va);
+/* The object va points into: the slice of its extent, else the extent, else the whole
+ * allocation (read lock enough). */
 mvm_obj *mvm_heap_object(mvm_alloc *a, uint64_t va);
 /* Records [va, va+len) as an object of a (a host-to-device copy's destination). */
 void mvm_heap_learn(mvm_alloc *a, uint64_t va, uint64_t len);
@@ -386,17 +395,34 @@ static inline uint32_t mvm_page_of(uint64_t va)
     return (uint32_t)((va - mvm_pl.base) / mvm_pl.page_size);
 }
 
+/* slice.c (write lock held) */
+/* A launch pointed at va inside extent o: learns o's stride, cutting o into slices or
+ * making it flat. Changes the layout when the slices change. */
+void mvm_slice_learn(mvm_obj *o, uint64_t va);
+/* Frees o's slices (o is being dropped or moved out of use). */
+void mvm_slice_drop(mvm_obj *o);
+/* The slice of o that va (inside o) points into, or o itself (read lock enough). */
+static inline mvm_obj *mvm_slice_of(mvm_obj *o, uint64_t va)
+{
+    if (!o->slice)
+        return o;
+    uint64_t i = (va - o->va) / o->stride;
+    return &o->slice[i < o->n_slices ? i : o->n_slices - 1];
+}
+
 /* paging.c */
 /* The objects a launch uses, resolved from the pointer values its parameters hold, each
  * once. Kernels name a handful (kept inline); a graph may name thousands. */
 typedef struct mvm_objset {
     mvm_obj **obj;
     uint32_t n, cap;
+    bool learn;                /* the pointers teach slices (write lock); nothing is added */
     mvm_obj *inline_obj[32];
 } mvm_objset;
 void mvm_objset_init(mvm_objset *s);
 /* Adds the object va points into, if it is in a managed allocation (read lock). An object
- * that cannot be added (out of memory) is skipped: its pages are read where they are. */
+ * that cannot be added (out of memory) is skipped: its pages are read where they are. In a
+ * learning set, va teaches its extent's slices instead (mvm_slice_learn). */
 void mvm_objset_add(mvm_objset *s, uint64_t va);
 /* Appends objs[0..n) as they are; false (the set unchanged) when out of memory. */
 bool mvm_objset_append(mvm_objset *s, mvm_obj *const *objs, uint32_t n);
@@ -417,7 +443,8 @@ void mvm_paging_drain(void);
 typedef void (*mvm_emit_fn)(void *ctx, uint64_t va);
 void mvm_scan_params(CUfunction f, void **params, void **extra, mvm_emit_fn emit, void *ctx);
 /* Before a launch: `collect` fills the set with the objects it will use (called under the
- * read lock, and again under the write lock when a miss is served). Returns with the lock
+ * read lock, and again under the write lock when a miss is served, first with a learning
+ * set when slices are on, which a collector that learns nothing ignores). Returns with the lock
  * held when the launch touches managed memory (release it with mvm_launch_finish after the
  * launch is queued), false with no lock held otherwise. */
 typedef void (*mvm_collect_fn)(const void *what, mvm_objset *set);

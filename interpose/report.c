@@ -232,6 +232,28 @@ static totals gather(void)
     return t;
 }
 
+/* The objects demand paging knows now: extents learnt from copies, how many of them are
+ * cut into slices (and into how many), and how many stay whole for good. */
+static cJSON *objects_json(void)
+{
+    uint64_t extents = 0, sliced = 0, slices = 0, flat = 0;
+    for (uint32_t i = 0; i < mvm_pl.n_allocs; i++) {
+        const mvm_alloc *a = mvm_pl.allocs[i];
+        extents += a->n_ext;
+        for (uint32_t k = 0; k < a->n_ext; k++) {
+            sliced += a->ext[k].n_slices > 0;
+            slices += a->ext[k].n_slices;
+            flat += a->ext[k].flat;
+        }
+    }
+    cJSON *o = cJSON_CreateObject();
+    add_num(o, "extents", (double)extents);
+    add_num(o, "sliced", (double)sliced);
+    add_num(o, "slices", (double)slices);
+    add_num(o, "flat", (double)flat);
+    return o;
+}
+
 static cJSON *report_json(const totals *t)
 {
     cJSON *r = cJSON_CreateObject(), *o;
@@ -241,6 +263,7 @@ static cJSON *report_json(const totals *t)
     add_num(o, "oversubscribe_bytes", (double)mvm_pl.oversub_bytes);
     cJSON_AddStringToObject(o, "evict", mvm_pl.evict_name);
     cJSON_AddBoolToObject(o, "clean_evict", mvm_pl.clean_evict);
+    cJSON_AddBoolToObject(o, "slices", mvm_pl.slices);
     cJSON_AddItemToObject(r, "space", o = cJSON_CreateObject());
     add_num(o, "device", mvm_pl.space ? mvm_pl.device : -1);
     add_num(o, "page_size", (double)mvm_pl.page_size);
@@ -254,6 +277,7 @@ static cJSON *report_json(const totals *t)
     add_num(o, "bytes", (double)mvm_pl.managed_bytes);
     add_num(o, "peak_bytes", (double)mvm_pl.peak_managed_bytes);
     add_num(o, "live_bytes", (double)mvm_pl.alloc_pages * (double)mvm_pl.page_size);
+    cJSON_AddItemToObject(r, "objects", objects_json());
     cJSON_AddItemToObject(r, "native", o = cJSON_CreateObject());
     add_num(o, "count", (double)atomic_load(&mvm_pl.native_allocs));
     add_num(o, "bytes", (double)atomic_load(&mvm_pl.native_bytes));

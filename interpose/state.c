@@ -66,7 +66,7 @@ static bool read_options(void)
         fprintf(stderr, "moevm: preload: %s; the program runs unmanaged\n", mvm_last_error());
         return false;
     }
-    mvm_option_value min, budget, over, page, ev, args, report, clean;
+    mvm_option_value min, budget, over, page, ev, args, report, clean, slices;
     if (mvm_option_get(MVM_OPTION_PRELOAD_MIN, &min, msg, sizeof msg) ||
         mvm_option_get(MVM_OPTION_GPU_BUDGET, &budget, msg, sizeof msg) ||
         mvm_option_get(MVM_OPTION_OVERSUBSCRIBE, &over, msg, sizeof msg) ||
@@ -74,7 +74,8 @@ static bool read_options(void)
         mvm_option_get(MVM_OPTION_EVICT, &ev, msg, sizeof msg) ||
         mvm_option_get(MVM_OPTION_EVICT_ARGS, &args, msg, sizeof msg) ||
         mvm_option_get(MVM_OPTION_REPORT, &report, msg, sizeof msg) ||
-        mvm_option_get(MVM_OPTION_CLEAN_EVICT, &clean, msg, sizeof msg)) {
+        mvm_option_get(MVM_OPTION_CLEAN_EVICT, &clean, msg, sizeof msg) ||
+        mvm_option_get(MVM_OPTION_PRELOAD_SLICES, &slices, msg, sizeof msg)) {
         fprintf(stderr, "moevm: preload: %s; the program runs unmanaged\n", msg);
         return false;
     }
@@ -94,6 +95,7 @@ static bool read_options(void)
     mvm_pl.budget_frac = budget.frac;
     mvm_pl.oversub_bytes = (uint64_t)over.i;
     mvm_pl.clean_evict = clean.i == 1; /* "off|on" */
+    mvm_pl.slices = slices.i == 1;
     mvm_pl.page_size = page.i ? (uint64_t)page.i : 2u << 20;
     return true;
 }

@@ -29,6 +29,9 @@
  *               answer; a freed managed range is not found
  *   loop        twelve buffers, four fit, summed in order ten times: every sum right and
  *               read from device memory (test_preload.sh compares evict policies' hits)
+ *   experts     kernels and a graph handed one expert at a time of fused expert tensors
+ *               twice the budget: with slices they read device memory only, without they
+ *               read the host
  *   fork        a child process runs hooks unmanaged, without deadlock
  *   graph       kernels captured into a graph while their objects are not resident: the
  *               capture stays valid; launching the graph (and one built by hand with a
@@ -50,6 +53,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -361,6 +365,107 @@ SCENARIO void scenario_loop(void)
         CU_OK(cu.MemFree(buf[b]));
     CU_OK(cu.MemFree(out));
     free(host);
+}
+
+/* Three fused expert tensors of eight 2 MiB experts (16 MiB, twice the budget), each written
+ * by one copy, as transformers keeps a layer's experts (gate_up_proj[E][2I][H]). Kernels are
+ * handed one expert's address at a time. With slices (MOEVM_PRELOAD_SLICES, on by default)
+ * only the experts launched move: expert 4 cuts the first tensor into halves and loads the
+ * upper one (where expert 6 then hits), expert 1 cuts it into experts, and then forty
+ * "tokens" of two experts each must all read device memory. The second tensor is cut into
+ * halves by expert 4, then a pointer 4 KiB into expert 1, in the half not resident, makes
+ * it whole for good (a pointer into a resident slice teaches nothing). A graph captured over
+ * two experts of the third cuts it at its launch. Without slices every tensor stays one
+ * object larger than the budget and kernels read the host. Every sum is right in both
+ * cases (test_preload.sh checks the report's objects). */
+enum { N_EXPERTS = 8 };
+static const uint64_t expert_bytes = 2 * MiB, expert_n = 2 * MiB / 4;
+
+static uint32_t fused_word(int tensor, int expert, uint64_t i)
+{
+    return (uint32_t)(i * 2654435761u + (uint32_t)expert * 40503u + (uint32_t)tensor);
+}
+
+/* The sum of expert e of tensor w, from word `from` on. */
+static uint64_t expert_sum(CUfunction sum, CUdeviceptr out, CUdeviceptr w, int e, uint64_t from)
+{
+    return sum_kernel(sum, out, w + (CUdeviceptr)e * expert_bytes + from * 4, expert_n - from);
+}
+
+static uint64_t expected_sum(int tensor, int e, uint64_t from)
+{
+    uint64_t s = 0;
+    for (uint64_t i = from; i < expert_n; i++)
+        s += fused_word(tensor, e, i);
+    return s;
+}
+
+SCENARIO void scenario_experts(void)
+{
+    enum { TOKENS = 40 };
+    const char *env = getenv("MOEVM_PRELOAD_SLICES");
+    bool slices = !env || strcmp(env, "off") != 0;
+    CUfunction sum = fake_kernel("fk_sum_u32");
+    CUdeviceptr w[3], out;
+    uint64_t expect[3][N_EXPERTS];
+    uint32_t *host = malloc(N_EXPERTS * expert_bytes);
+    CU_OK(cu.MemAlloc(&out, 4096));
+    for (int t = 0; t < 3; t++) {
+        CU_OK(cu.MemAlloc(&w[t], N_EXPERTS * expert_bytes));
+        for (int e = 0; e < N_EXPERTS; e++) {
+            expect[t][e] = expected_sum(t, e, 0);
+            for (uint64_t i = 0; i < expert_n; i++)
+                host[e * expert_n + i] = fused_word(t, e, i);
+        }
+        CU_OK(cu.MemcpyHtoD(w[t], host, N_EXPERTS * expert_bytes));
+    }
+    free(host);
+
+    fakecuda_reset_counters();
+    static const int learn[] = {4, 6, 1};
+    for (int k = 0; k < 3; k++)
+        EXPECT(expert_sum(sum, out, w[0], learn[k], 0) == expect[0][learn[k]]);
+    uint32_t rng = 12345;
+    for (int tok = 0; tok < TOKENS; tok++) {
+        rng = rng * 1103515245u + 12345u;
+        int a = (int)(rng >> 16) % N_EXPERTS;
+        int b = (a + 1 + (int)(rng >> 8) % (N_EXPERTS - 1)) % N_EXPERTS;
+        EXPECT(expert_sum(sum, out, w[0], a, 0) == expect[0][a]);
+        EXPECT(expert_sum(sum, out, w[0], b, 0) == expect[0][b]);
+    }
+    EXPECT(slices ? fakecuda_kernel_bytes(1) == 0 : fakecuda_kernel_bytes(1) > 0);
+
+    EXPECT(expert_sum(sum, out, w[1], 4, 0) == expect[1][4]);
+    EXPECT(expert_sum(sum, out, w[1], 1, 1024) == expected_sum(1, 1, 1024));
+
+    CUstream s;
+    CU_OK(cu.StreamCreate(&s, 0));
+    CUgraph g = NULL;
+    CUgraphExec x = NULL;
+    CU_OK(cu.StreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    static const int graph_experts[] = {3, 6};
+    CUdeviceptr slot[2] = {out + 8, out + 16}, in[2];
+    uint64_t n = expert_n;
+    void *args[2][3];
+    for (int k = 0; k < 2; k++) {
+        in[k] = w[2] + (CUdeviceptr)graph_experts[k] * expert_bytes;
+        args[k][0] = &slot[k], args[k][1] = &in[k], args[k][2] = &n;
+        CU_OK(cu.LaunchKernel(sum, 1, 1, 1, 1, 1, 1, 0, s, args[k], NULL));
+    }
+    CU_OK(cu.StreamEndCapture(s, &g));
+    CU_OK(cu.GraphInstantiate(&x, g, 0));
+    fakecuda_reset_counters();
+    CU_OK(cu.GraphLaunch(x, s));
+    EXPECT(slices ? fakecuda_kernel_bytes(1) == 0 : fakecuda_kernel_bytes(1) > 0);
+    for (int k = 0; k < 2; k++) {
+        uint64_t got = 0;
+        CU_OK(cu.MemcpyDtoH(&got, slot[k], sizeof got));
+        EXPECT(got == expect[2][graph_experts[k]]);
+    }
+    CU_OK(cu.GraphExecDestroy(x));
+    CU_OK(cu.GraphDestroy(g));
+    CU_OK(cu.MemFree(out));
+    /* w stays allocated: the report counts its objects at exit */
 }
 
 /* A 12 MiB buffer, larger than the 8 MiB budget (four 2 MiB pages of its six fit), and a
@@ -1259,6 +1364,8 @@ int main(int argc, char **argv)
         scenario_ranges();
     else if (strcmp(scenario, "loop") == 0)
         scenario_loop();
+    else if (strcmp(scenario, "experts") == 0)
+        scenario_experts();
     else if (strcmp(scenario, "fork") == 0)
         scenario_fork();
     else if (strcmp(scenario, "graph") == 0)

@@ -50,8 +50,8 @@ if [ -n "$driver" ] && [ -f "$driver" ]; then
 fi
 
 for how in link dlsym getproc; do
-    for sc in oversub overbudget unified guarded routing query ipc ranges loop fork graph \
-              graphcopy kernels; do
+    for sc in oversub overbudget unified guarded routing query ipc ranges loop experts fork \
+              graph graphcopy kernels; do
         run "$sc.$how" 0 "${managed[@]}" -- "$sc.$how"
     done
 done
@@ -63,7 +63,7 @@ fi
 
 # Bad values: one line naming the variable, and the program runs un-managed.
 for bad in MOEVM_PRELOAD_MIN=lots MOEVM_GPU_BUDGET=-3 MOEVM_OVERSUBSCRIBE=1Q MOEVM_EVICT=fifo \
-           MOEVM_LOG=loud MOEVM_CLEAN_EVICT=maybe; do
+           MOEVM_LOG=loud MOEVM_CLEAN_EVICT=maybe MOEVM_PRELOAD_SLICES=2; do
     var=${bad%%=*}
     if run "bad $bad" 0 "${managed[@]}" "$bad" -- unmanaged.link; then
         if ! grep -q "$var" "$tmp/err" || ! grep -q "unmanaged" "$tmp/err"; then
@@ -162,6 +162,26 @@ ok = (lru["launches"]["hits"] == 0 and lru["moves"]["misses"] == 120 and
 print("%s report loop: hits lru %d, default (%s) %d, Belady %d" %
       ("ok  " if ok else "FAIL", lru["launches"]["hits"], dflt["options"]["evict"], got, belady))
 sys.exit(0 if ok else 1)
+EOF
+fi
+
+# Fused expert tensors: the first cut into its eight experts, the second made whole again by
+# a pointer inside an expert; with MOEVM_PRELOAD_SLICES=off both stay whole (the scenario
+# itself checks where the kernels read).
+if run "report experts" 0 "${managed[@]}" MOEVM_REPORT="$tmp/experts.json" -- experts.link &&
+   run "experts slices off" 0 "${managed[@]}" MOEVM_PRELOAD_SLICES=off \
+       MOEVM_REPORT="$tmp/experts_off.json" -- experts.link; then
+    python3 - "$tmp/experts.json" "$tmp/experts_off.json" <<'EOF' || fails=$((fails + 1))
+import json, sys
+on, off = (json.load(open(p)) for p in sys.argv[1:3])
+want_on = {"extents": 3, "sliced": 2, "slices": 16, "flat": 1}
+want_off = {"extents": 3, "sliced": 0, "slices": 0, "flat": 0}
+if not (on["objects"] == want_on and on["options"]["slices"] is True and
+        off["objects"] == want_off and off["options"]["slices"] is False):
+    print("FAIL report experts: objects", on["objects"], "and with slices off", off["objects"])
+    sys.exit(1)
+print("ok   report experts: 8 slices; %d MiB moved in with slices, %d without" %
+      (on["moves"]["bytes_in"] >> 20, off["moves"]["bytes_in"] >> 20))
 EOF
 fi
 

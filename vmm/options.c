@@ -44,6 +44,10 @@ static const mvm_option_desc options[MVM_OPTION_COUNT_] = {
                                   "interposer: host-backed bytes the program may allocate "
                                   "beyond MOEVM_GPU_BUDGET (pinned at the first managed "
                                   "allocation); 0 = none"},
+    [MVM_OPTION_PRELOAD_SLICES] = {"MOEVM_PRELOAD_SLICES", MVM_OPT_CHOICE, "on", "off|on",
+                                   "interposer: cut a tensor whose launches point at a stride "
+                                   "of a page or more inside it (the experts of a fused MoE "
+                                   "weight) into slices made resident one by one"},
     [MVM_OPTION_EVICT] = {"MOEVM_EVICT", MVM_OPT_STRING, "reuse", NULL,
                           "interposer: the evict policy module (reuse, lru, lfu, score, "
                           "workload, lcp; docs/policies.md)"},
