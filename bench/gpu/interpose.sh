@@ -13,12 +13,16 @@
 #                      dispatch_model (or the same by hand when accelerate is missing)
 #   4. launches        a launch-heavy loop that fits, without and with the interposer,
 #                      alternated three times (the best of each counts)
+#   5. eager           steps 1 and 2 again with transformers' eager experts (each expert's
+#                      GEMM gets a view into the layer's 3-D tensor), then the moevm run
+#                      once more with MOEVM_PRELOAD_SLICES=off: what expert slices save
 # Every step runs even when one before it failed (a GPU lease is too short to lose the rest),
 # each under a time limit, and all of them within $MOEVM_BENCH_SECONDS (default 540) of the
-# start, so that one device call (10 minutes at most) returns the summary. What comes back is three files in $OUT (or /tmp/moevm-interpose):
-# results.jsonl (one JSON line per step, with its exit status), report.json (the moevm run's
-# MOEVM_REPORT) and log.txt (everything the steps printed). Exits non-zero when a step failed
-# or the outputs differ. docs/perf/interpose.md holds the numbers.
+# start, so that one device call (10 minutes at most) returns the summary. What comes back
+# is in $OUT (or /tmp/moevm-interpose): results.jsonl (one JSON line per step, with its exit
+# status), report.json, report_eager.json and report_eager_whole.json (the moevm runs'
+# MOEVM_REPORTs) and log.txt (everything the steps printed). Exits non-zero when a step
+# failed or the outputs differ. docs/perf/interpose.md holds the numbers.
 set -uo pipefail
 deadline=$((SECONDS + ${MOEVM_BENCH_SECONDS:-540}))
 cd "$(dirname "$0")/../.."
@@ -78,10 +82,10 @@ PY
 }
 
 moevm_env=(env MOEVM_GPU_BUDGET="${budget}M" MOEVM_OVERSUBSCRIBE=4G MOEVM_LOG=info
-           MOEVM_REPORT="$out/report.json" LD_PRELOAD="$so")
+           LD_PRELOAD="$so")
 step unlimited 300 python3 $py model "${extra[@]}" --out "$scratch/unlimited.npz" || failed=1
-step moevm 420 "${moevm_env[@]}" python3 $py model "${extra[@]}" --out "$scratch/moevm.npz" ||
-    failed=1
+step moevm 420 "${moevm_env[@]}" MOEVM_REPORT="$out/report.json" \
+    python3 $py model "${extra[@]}" --out "$scratch/moevm.npz" || failed=1
 step compare 60 python3 $py compare "$scratch/unlimited.npz" "$scratch/moevm.npz" || failed=1
 step offload 420 python3 $py offload "${extra[@]}" --budget-mib "$budget" \
     --out "$scratch/offload.npz" || failed=1
@@ -92,13 +96,25 @@ for i in 1 2 3; do
     step "launches_moevm_$i" 120 env MOEVM_GPU_BUDGET=4G LD_PRELOAD="$so" \
         python3 $py launches "${extra[@]}" || failed=1
 done
+# transformers' eager experts hand each expert's GEMM a view into the layer's 3-D tensor:
+# with slices (the default) only the routed experts move; without, whole layers do.
+step unlimited_eager 300 python3 $py model "${extra[@]}" --experts-impl eager \
+    --out "$scratch/unlimited_eager.npz" || failed=1
+step moevm_eager 420 "${moevm_env[@]}" MOEVM_REPORT="$out/report_eager.json" \
+    python3 $py model "${extra[@]}" --experts-impl eager --out "$scratch/moevm_eager.npz" ||
+    failed=1
+step compare_eager 60 python3 $py compare "$scratch/unlimited_eager.npz" \
+    "$scratch/moevm_eager.npz" || failed=1
+step moevm_eager_whole 420 "${moevm_env[@]}" MOEVM_PRELOAD_SLICES=off \
+    MOEVM_REPORT="$out/report_eager_whole.json" python3 $py model "${extra[@]}" \
+    --experts-impl eager --out "$scratch/moevm_eager_whole.npz" || failed=1
 # The moevm run counts only if the interposer managed the model (it runs a program unmanaged,
 # and says so, when it cannot: a bad value, no HOST_NUMA VMM): its report must show managed
 # memory beyond the budget and misses. A dry run (--device cpu) makes no CUDA call at all.
 dry=0
 [[ " ${extra[*]} " == *" --device cpu "* ]] && dry=1
-python3 - "$results" "$out/report.json" "$((budget << 20))" "$dry" <<'PY' | tee -a "$results"
-import json, sys
+python3 - "$results" "$out" "$((budget << 20))" "$dry" <<'PY' | tee -a "$results"
+import json, os, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 best = lambda k: min((r["seconds"] for r in rows if r["step"].startswith(k) and "seconds" in r),
                      default=None)
@@ -106,21 +122,29 @@ n, m = best("launches_native"), best("launches_moevm")
 tps = {r["step"]: r.get("tokens_per_s") for r in rows if "tokens_per_s" in r}
 summary = {"step": "summary", "tokens_per_s": tps,
            "launch_overhead": m / n - 1 if n and m else None}
-try:
-    rep = json.load(open(sys.argv[2]))
-    summary["moevm_report"] = {"hit_rate": rep["launches"]["hit_rate"],
-                               "bytes_in": rep["moves"]["bytes_in"],
-                               "misses": rep["moves"]["misses"],
-                               "bytes_written_back": rep["moves"]["bytes_written_back"],
-                               "pages_clean": rep["moves"]["pages_clean"],
-                               "clean_evict": rep["space"]["clean_evict"],
-                               "wait_s": rep["wait_ns"] * 1e-9,
-                               "managed_peak_bytes": rep["managed"]["peak_bytes"]}
-    summary["managed"] = (rep["managed"]["peak_bytes"] > int(sys.argv[3]) and
-                          rep["moves"]["misses"] > 0)
-except (OSError, KeyError, ValueError) as e:
-    summary["moevm_report"] = "unreadable: %s" % e
-    summary["managed"] = False
+def digest(name):
+    """The numbers of one moevm run's MOEVM_REPORT, and whether it was managed beyond the
+    budget with misses; a string saying why when unreadable."""
+    try:
+        rep = json.load(open(os.path.join(sys.argv[2], name)))
+        return {"hit_rate": rep["launches"]["hit_rate"],
+                "bytes_in": rep["moves"]["bytes_in"],
+                "misses": rep["moves"]["misses"],
+                "bytes_written_back": rep["moves"]["bytes_written_back"],
+                "pages_clean": rep["moves"]["pages_clean"],
+                "clean_evict": rep["space"]["clean_evict"],
+                "objects": rep["objects"],
+                "wait_s": rep["wait_ns"] * 1e-9,
+                "managed_peak_bytes": rep["managed"]["peak_bytes"],
+                "managed": (rep["managed"]["peak_bytes"] > int(sys.argv[3]) and
+                            rep["moves"]["misses"] > 0)}
+    except (OSError, KeyError, ValueError) as e:
+        return "unreadable: %s" % e
+for key, name in (("moevm_report", "report.json"), ("moevm_eager_report", "report_eager.json"),
+                  ("moevm_eager_whole_report", "report_eager_whole.json")):
+    summary[key] = digest(name)
+summary["managed"] = isinstance(summary["moevm_report"], dict) and \
+    summary["moevm_report"]["managed"]
 print(json.dumps(summary))
 sys.exit(0 if summary["managed"] or sys.argv[4] == "1" else 1)
 PY

@@ -45,6 +45,14 @@ def build_model(args):
                             max_position_embeddings=4096, use_cache=False)
         model = MixtralForCausalLM(cfg).to(args.dtype)
         kind = "transformers.MixtralForCausalLM"
+        if args.experts_impl != "default":
+            # transformers >= 5 keeps a layer's experts in 3-D tensors; "eager" hands each
+            # expert's GEMM a view (base + e * stride), "grouped_mm" (its default where it
+            # can) one kernel over the whole tensor.
+            if not hasattr(model, "set_experts_implementation"):
+                raise SystemExit("--experts-impl needs transformers >= 5")
+            model.set_experts_implementation(args.experts_impl)
+            kind += " (experts: %s)" % args.experts_impl
     except ImportError:
         model = TinyMixtral(args).to(args.dtype)
         kind = "plain-pytorch Mixtral (transformers not installed)"
@@ -287,6 +295,9 @@ def main():
                     help="offload: the GPU memory cap, as MOEVM_GPU_BUDGET for moevm")
     ap.add_argument("--by-hand", action="store_true",
                     help="offload: the hand-written expert offload even with accelerate")
+    ap.add_argument("--experts-impl", default="default",
+                    choices=["default", "eager", "grouped_mm"],
+                    help="transformers' experts_implementation (default: its own choice)")
     ap.add_argument("--device", default="cuda",
                     help="cuda (default), or cpu for a dry run without a GPU")
     args = ap.parse_args()
