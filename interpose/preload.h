@@ -7,6 +7,7 @@
  *   state.c    options, lazy initialisation after the real cuInit, fork and exit handling
  *   heap.c     managed allocations: ranges of one write-back moevm space, and the objects
  *              (extents) learned from host-to-device copies
+ *   slice.c    expert slices: an extent cut at the stride its launches' pointers show
  *   paging.c   demand paging: making a launch's objects resident, with the evict policy
  *   launch.c   the kernel-launch hooks: parameter scanning over a per-function cache
  *   launch_legacy.c  the pre-CUDA-4 launch API: shadowed parameter buffers, scanned alike
