@@ -375,29 +375,45 @@ SCENARIO void scenario_loop(void)
  * "tokens" of two experts each must all read device memory. The second tensor is cut into
  * halves by expert 4, then a pointer 4 KiB into expert 1, in the half not resident, makes
  * it whole for good (a pointer into a resident slice teaches nothing). A graph captured over
- * two experts of the third cuts it at its launch. Without slices every tensor stays one
+ * two experts of the third cuts it at its launch. A fourth tensor of four 3 MiB experts is
+ * cut into slices that share their boundary pages. Without slices every tensor stays one
  * object larger than the budget and kernels read the host. Every sum is right in both
  * cases (test_preload.sh checks the report's objects). */
 enum { N_EXPERTS = 8 };
-static const uint64_t expert_bytes = 2 * MiB, expert_n = 2 * MiB / 4;
+static const uint64_t expert_bytes = 2 * MiB;
 
 static uint32_t fused_word(int tensor, int expert, uint64_t i)
 {
     return (uint32_t)(i * 2654435761u + (uint32_t)expert * 40503u + (uint32_t)tensor);
 }
 
-/* The sum of expert e of tensor w, from word `from` on. */
-static uint64_t expert_sum(CUfunction sum, CUdeviceptr out, CUdeviceptr w, int e, uint64_t from)
+/* The sum of expert e (of `bytes`) of tensor w, from word `from` on. */
+static uint64_t expert_sum(CUfunction sum, CUdeviceptr out, CUdeviceptr w, uint64_t bytes,
+                           int e, uint64_t from)
 {
-    return sum_kernel(sum, out, w + (CUdeviceptr)e * expert_bytes + from * 4, expert_n - from);
+    return sum_kernel(sum, out, w + (CUdeviceptr)e * bytes + from * 4, bytes / 4 - from);
 }
 
-static uint64_t expected_sum(int tensor, int e, uint64_t from)
+static uint64_t expected_sum(int tensor, int e, uint64_t bytes, uint64_t from)
 {
     uint64_t s = 0;
-    for (uint64_t i = from; i < expert_n; i++)
+    for (uint64_t i = from; i < bytes / 4; i++)
         s += fused_word(tensor, e, i);
     return s;
+}
+
+/* A fused tensor of n_experts experts of `bytes` each, written by one copy. */
+static CUdeviceptr fused_tensor(int tensor, int n_experts, uint64_t bytes)
+{
+    CUdeviceptr w;
+    uint32_t *host = malloc(n_experts * bytes);
+    CU_OK(cu.MemAlloc(&w, n_experts * bytes));
+    for (int e = 0; e < n_experts; e++)
+        for (uint64_t i = 0; i < bytes / 4; i++)
+            host[e * (bytes / 4) + i] = fused_word(tensor, e, i);
+    CU_OK(cu.MemcpyHtoD(w, host, n_experts * bytes));
+    free(host);
+    return w;
 }
 
 SCENARIO void scenario_experts(void)
@@ -408,35 +424,30 @@ SCENARIO void scenario_experts(void)
     CUfunction sum = fake_kernel("fk_sum_u32");
     CUdeviceptr w[3], out;
     uint64_t expect[3][N_EXPERTS];
-    uint32_t *host = malloc(N_EXPERTS * expert_bytes);
     CU_OK(cu.MemAlloc(&out, 4096));
     for (int t = 0; t < 3; t++) {
-        CU_OK(cu.MemAlloc(&w[t], N_EXPERTS * expert_bytes));
-        for (int e = 0; e < N_EXPERTS; e++) {
-            expect[t][e] = expected_sum(t, e, 0);
-            for (uint64_t i = 0; i < expert_n; i++)
-                host[e * expert_n + i] = fused_word(t, e, i);
-        }
-        CU_OK(cu.MemcpyHtoD(w[t], host, N_EXPERTS * expert_bytes));
+        w[t] = fused_tensor(t, N_EXPERTS, expert_bytes);
+        for (int e = 0; e < N_EXPERTS; e++)
+            expect[t][e] = expected_sum(t, e, expert_bytes, 0);
     }
-    free(host);
 
     fakecuda_reset_counters();
     static const int learn[] = {4, 6, 1};
     for (int k = 0; k < 3; k++)
-        EXPECT(expert_sum(sum, out, w[0], learn[k], 0) == expect[0][learn[k]]);
+        EXPECT(expert_sum(sum, out, w[0], expert_bytes, learn[k], 0) == expect[0][learn[k]]);
     uint32_t rng = 12345;
     for (int tok = 0; tok < TOKENS; tok++) {
         rng = rng * 1103515245u + 12345u;
         int a = (int)(rng >> 16) % N_EXPERTS;
         int b = (a + 1 + (int)(rng >> 8) % (N_EXPERTS - 1)) % N_EXPERTS;
-        EXPECT(expert_sum(sum, out, w[0], a, 0) == expect[0][a]);
-        EXPECT(expert_sum(sum, out, w[0], b, 0) == expect[0][b]);
+        EXPECT(expert_sum(sum, out, w[0], expert_bytes, a, 0) == expect[0][a]);
+        EXPECT(expert_sum(sum, out, w[0], expert_bytes, b, 0) == expect[0][b]);
     }
     EXPECT(slices ? fakecuda_kernel_bytes(1) == 0 : fakecuda_kernel_bytes(1) > 0);
 
-    EXPECT(expert_sum(sum, out, w[1], 4, 0) == expect[1][4]);
-    EXPECT(expert_sum(sum, out, w[1], 1, 1024) == expected_sum(1, 1, 1024));
+    EXPECT(expert_sum(sum, out, w[1], expert_bytes, 4, 0) == expect[1][4]);
+    EXPECT(expert_sum(sum, out, w[1], expert_bytes, 1, 1024) ==
+           expected_sum(1, 1, expert_bytes, 1024));
 
     CUstream s;
     CU_OK(cu.StreamCreate(&s, 0));
@@ -445,7 +456,7 @@ SCENARIO void scenario_experts(void)
     CU_OK(cu.StreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
     static const int graph_experts[] = {3, 6};
     CUdeviceptr slot[2] = {out + 8, out + 16}, in[2];
-    uint64_t n = expert_n;
+    uint64_t n = expert_bytes / 4;
     void *args[2][3];
     for (int k = 0; k < 2; k++) {
         in[k] = w[2] + (CUdeviceptr)graph_experts[k] * expert_bytes;
@@ -464,8 +475,19 @@ SCENARIO void scenario_experts(void)
     }
     CU_OK(cu.GraphExecDestroy(x));
     CU_OK(cu.GraphDestroy(g));
+
+    /* Four 3 MiB experts: slices that are no whole number of pages share their boundary
+     * pages, and each kernel still finds its expert's pages on the device. */
+    const uint64_t odd = 3 * MiB;
+    CUdeviceptr w3 = fused_tensor(3, 4, odd);
+    fakecuda_reset_counters();
+    static const int odd_order[] = {1, 2, 3, 0, 2};
+    for (int k = 0; k < 5; k++)
+        EXPECT(expert_sum(sum, out, w3, odd, odd_order[k], 0) ==
+               expected_sum(3, odd_order[k], odd, 0));
+    EXPECT(slices ? fakecuda_kernel_bytes(1) == 0 : fakecuda_kernel_bytes(1) > 0);
     CU_OK(cu.MemFree(out));
-    /* w stays allocated: the report counts its objects at exit */
+    /* the tensors stay allocated: the report counts their objects at exit */
 }
 
 /* A 12 MiB buffer, larger than the 8 MiB budget (four 2 MiB pages of its six fit), and a

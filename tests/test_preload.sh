@@ -174,8 +174,8 @@ if run "report experts" 0 "${managed[@]}" MOEVM_REPORT="$tmp/experts.json" -- ex
     python3 - "$tmp/experts.json" "$tmp/experts_off.json" <<'EOF' || fails=$((fails + 1))
 import json, sys
 on, off = (json.load(open(p)) for p in sys.argv[1:3])
-want_on = {"extents": 3, "sliced": 2, "slices": 16, "flat": 1}
-want_off = {"extents": 3, "sliced": 0, "slices": 0, "flat": 0}
+want_on = {"extents": 4, "sliced": 3, "slices": 20, "flat": 1}
+want_off = {"extents": 4, "sliced": 0, "slices": 0, "flat": 0}
 if not (on["objects"] == want_on and on["options"]["slices"] is True and
         off["objects"] == want_off and off["options"]["slices"] is False):
     print("FAIL report experts: objects", on["objects"], "and with slices off", off["objects"])
