@@ -180,8 +180,7 @@ if not (on["objects"] == want_on and on["options"]["slices"] is True and
         off["objects"] == want_off and off["options"]["slices"] is False):
     print("FAIL report experts: objects", on["objects"], "and with slices off", off["objects"])
     sys.exit(1)
-print("ok   report experts: 8 slices; %d MiB moved in with slices, %d without" %
-      (on["moves"]["bytes_in"] >> 20, off["moves"]["bytes_in"] >> 20))
+print("ok   report experts: objects", on["objects"], "(none cut with slices off)")
 EOF
 fi
 
