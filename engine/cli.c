@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "moevm/moevm.h"
@@ -41,6 +42,21 @@ int mvm_cli_float(const char *cmd, const char *flag, const char *value, double l
         return 2;
     }
     *out = (float)v;
+    return 0;
+}
+
+int mvm_cli_split_policy(char *p, const char **name, const char **params)
+{
+    char *brace = strchr(p, '{');
+    *name = p;
+    *params = NULL;
+    if (!brace)
+        return 0;
+    char *close = strrchr(brace, '}');
+    if (!close || close[1])
+        return -1;
+    *brace = *close = '\0';
+    *params = brace + 1;
     return 0;
 }
 

@@ -24,6 +24,10 @@ int mvm_cli_u32(const char *cmd, const char *flag, const char *value, uint32_t l
 int mvm_cli_float(const char *cmd, const char *flag, const char *value, double lo, double hi,
                   float *out);
 
+/* A policy given as "name" or "name{k=v,...}", split in place (params NULL when there are
+ * none). -1 when a brace is not closed at the end. */
+int mvm_cli_split_policy(char *p, const char **name, const char **params);
+
 /* A progress callback for long work (loading, writing models): ctx is the label. Shows a
  * percentage on stderr — redrawn in place on a terminal, every 10% otherwise — and only
  * for work over 64 MiB, so small runs stay quiet. */

@@ -1,10 +1,10 @@
 /*
- * `moevm demo`: a short MoE-shaped workload on an expert space, until the engine exists to
- * drive one for real. Tokens are routed to top-k experts per layer with a skewed popularity
- * (as real routers are); each selected expert is made resident, pinned, read through its
- * fixed address and checked against its weights, and unpinned, through the engine's
- * residency manager (engine/residency.h: LRU eviction when the budget is full). It prints
- * progress and the space's statistics.
+ * `moevm demo`: a short MoE-shaped workload on an expert space, without a model. Tokens are
+ * routed to top-k experts per layer with a skewed popularity (as real routers are); each
+ * layer step makes its experts resident and pins them through the engine's residency
+ * manager (engine/residency.h: the evict module chooses what makes room), reads each
+ * through its fixed address and checks it against its weights, then ends the step. It
+ * prints progress and the space's statistics.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -21,7 +21,7 @@
 struct demo_args {
     uint32_t layers, experts, topk, tokens;
     uint64_t expert_bytes;
-    const char *budget;
+    const char *budget, *evict, *evict_args;
     uint64_t seed;
 };
 
@@ -45,6 +45,7 @@ static int parse_args(int argc, char **argv, struct demo_args *a)
         if (strcmp(argv[i], "--help") == 0) {
             printf("usage: moevm demo [--layers N] [--experts N] [--topk K] [--tokens N]\n"
                    "                  [--expert-size BYTES] [--budget SIZE|PCT] [--seed N]\n"
+                   "                  [--evict NAME[{k=v,...}]]\n"
                    "defaults: 4 layers x 16 experts of 3M, top-2, 256 tokens, budget 25%%\n");
             return 0;
         }
@@ -54,6 +55,12 @@ static int parse_args(int argc, char **argv, struct demo_args *a)
         }
         if (strcmp(argv[i], "--budget") == 0) {
             a->budget = v;
+        } else if (strcmp(argv[i], "--evict") == 0) {
+            if (mvm_cli_split_policy(argv[i + 1], &a->evict, &a->evict_args)) {
+                fprintf(stderr, "moevm demo: --evict %s: expected NAME or NAME{k=v,...}\n", v);
+                return 2;
+            }
+            a->evict_args = a->evict_args ? a->evict_args : "";
         } else if (!num && strcmp(argv[i], "--seed") != 0) {
             fprintf(stderr, "moevm demo: %s %s: not a positive number\n", argv[i], v);
             return 2;
@@ -83,6 +90,7 @@ struct demo {
     mvm_space_info info;
     uint64_t *checksum; /* per expert, of its weights */
     double *popularity; /* per expert within a layer: Zipf-like weights */
+    uint32_t *counts;   /* per expert within a layer: tokens of the current step */
     uint64_t verified;
 };
 
@@ -106,24 +114,35 @@ static void fill_weights(struct demo *d)
         }
 }
 
-static int use_expert(struct demo *d, uint32_t l, uint32_t e)
+/* One layer step: the chosen experts resident and pinned, each read and checked. */
+static int use_experts(struct demo *d, uint32_t l, const int32_t *chosen)
 {
-    if (mvm_resid_acquire(d->resid, l, e, 1) != MVM_OK)
+    if (mvm_resid_begin(d->resid, l, chosen, d->a.topk, 1) != MVM_OK)
         return mvm_cli_error("make-resident");
-    uint32_t i = l * d->a.experts + e;
-    if (d->info.host_readable) {
+    int rc = 0;
+    for (uint32_t k = 0; k < d->a.topk && rc == 0 && d->info.host_readable; k++) {
+        uint32_t e = (uint32_t)chosen[k], i = l * d->a.experts + e;
         if (sum_words(mvm_expert_addr(d->sp, l, e), d->a.expert_bytes) != d->checksum[i]) {
             fprintf(stderr, "moevm demo: expert (%u, %u) read wrong bytes through its address\n",
                     l, e);
-            return 1;
+            rc = 1;
         }
         d->verified++;
     }
-    return mvm_resid_release(d->resid, l, e) == MVM_OK ? 0 : mvm_cli_error("unpin");
+    for (uint32_t k = 0; k < d->a.topk; k++)
+        d->counts[chosen[k]] = 1;
+    mvm_pstep step = {.layer = l, .n_tok = 1, .experts = (int32_t *)chosen,
+                      .counts = d->counts};
+    if (mvm_resid_end(d->resid, &step, chosen, d->a.topk, l + 1 == d->a.layers) != MVM_OK &&
+        rc == 0)
+        rc = mvm_cli_error("unpin");
+    for (uint32_t k = 0; k < d->a.topk; k++)
+        d->counts[chosen[k]] = 0;
+    return rc;
 }
 
 /* Draws k distinct experts by popularity (sampling without replacement). */
-static void route(struct demo *d, uint64_t *rng, uint32_t *out)
+static void route(struct demo *d, uint64_t *rng, int32_t *out)
 {
     for (uint32_t k = 0; k < d->a.topk; k++) {
         double total = 0;
@@ -136,14 +155,14 @@ static void route(struct demo *d, uint64_t *rng, uint32_t *out)
         for (uint32_t e = 0; e < d->a.experts; e++) {
             bool taken = false;
             for (uint32_t j = 0; j < k; j++)
-                taken = taken || out[j] == e;
+                taken = taken || out[j] == (int32_t)e;
             if (taken)
                 continue;
             pick = e;
             if ((x -= d->popularity[e]) < 0)
                 break;
         }
-        out[k] = pick;
+        out[k] = (int32_t)pick;
     }
 }
 
@@ -163,15 +182,14 @@ static int run_demo(struct demo *d)
 {
     fill_weights(d);
     uint64_t rng = d->a.seed ^ 0xD1B54A32D192ED03ull;
-    uint32_t *chosen = malloc(d->a.topk * sizeof *chosen);
+    int32_t *chosen = malloc(d->a.topk * sizeof *chosen);
     if (!chosen)
         return 1;
     int rc = 0;
     for (uint32_t t = 0; t < d->a.tokens && rc == 0; t++) {
         for (uint32_t l = 0; l < d->a.layers && rc == 0; l++) {
             route(d, &rng, chosen);
-            for (uint32_t k = 0; k < d->a.topk && rc == 0; k++)
-                rc = use_expert(d, l, chosen[k]);
+            rc = use_experts(d, l, chosen);
         }
         if (rc == 0 && ((t + 1) % 64 == 0 || t + 1 == d->a.tokens))
             print_stats(d, t + 1);
@@ -204,14 +222,22 @@ int mvm_cmd_demo(int argc, char **argv)
     if (mvm_space_create(&desc, &d.sp) != MVM_OK)
         return mvm_cli_error("creating the expert space");
     mvm_space_get_info(d.sp, &d.info);
+    mvm_resid_params rp = {.evict = d.a.evict, .evict_args = d.a.evict_args,
+                           .top_k = d.a.topk};
+    if (mvm_resid_create(d.sp, &rp, &d.resid) != MVM_OK) {
+        mvm_space_destroy(d.sp);
+        return mvm_cli_error(d.a.evict ? "--evict" : "residency");
+    }
     printf("demo: %u layers x %u experts of %.1f MiB, top-%u, %u tokens; budget %u pages of "
-           "%llu KiB on %s\n", d.a.layers, d.a.experts, (double)d.a.expert_bytes / 1048576.0,
-           d.a.topk, d.a.tokens, d.info.device_pages,
-           (unsigned long long)(d.info.page_size >> 10), d.info.backend);
+           "%llu KiB on %s; evict %s\n", d.a.layers, d.a.experts,
+           (double)d.a.expert_bytes / 1048576.0, d.a.topk, d.a.tokens, d.info.device_pages,
+           (unsigned long long)(d.info.page_size >> 10), d.info.backend,
+           mvm_resid_evict_name(d.resid));
     uint32_t n = d.a.layers * d.a.experts;
     d.checksum = calloc(n, sizeof *d.checksum);
     d.popularity = calloc(d.a.experts, sizeof *d.popularity);
-    if (!d.checksum || !d.popularity || mvm_resid_create(d.sp, &d.resid) != MVM_OK) {
+    d.counts = calloc(d.a.experts, sizeof *d.counts);
+    if (!d.checksum || !d.popularity || !d.counts) {
         fprintf(stderr, "moevm demo: out of memory\n");
         rc = 1;
     } else {
@@ -222,6 +248,7 @@ int mvm_cmd_demo(int argc, char **argv)
     mvm_resid_destroy(d.resid);
     free(d.checksum);
     free(d.popularity);
+    free(d.counts);
     mvm_space_destroy(d.sp);
     return rc;
 }

@@ -22,6 +22,7 @@
 
 struct run_args {
     const char *model, *prompt, *tokens, *trace_out, *logits_out, *budget;
+    const char *evict, *evict_args; /* NULL: the MOEVM_EVICT options */
     uint32_t n_predict, threads, ctx, batch, seed, top_k;
     float temp, top_p;
     int trace_hidden;
@@ -32,14 +33,16 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: moevm run -m MODEL.gguf [-p PROMPT | --tokens ID,ID,...] [-n N] [-t THREADS]\n"
             "                 [--temp T] [--top-k K] [--top-p P] [--seed N] [--ctx N] [--batch N]\n"
-            "                 [--gpu-budget SIZE|PCT] [--trace-out FILE.jsonl [--trace-hidden]]\n"
-            "                 [--logits-out FILE]\n"
+            "                 [--gpu-budget SIZE|PCT] [--evict NAME[{k=v,...}]]\n"
+            "                 [--trace-out FILE.jsonl [--trace-hidden]] [--logits-out FILE]\n"
             "  -n            tokens to generate (default 64); stops early at end-of-text\n"
             "  -t            threads (default: the cores near the GPU, or all)\n"
             "  --temp        0 = greedy (deterministic); default 0.8, top-k 40, top-p 0.95\n"
             "  --ctx         KV cache positions (default: prompt + n)\n"
             "  --batch       prompt tokens per forward pass (default 32)\n"
             "  --gpu-budget  device budget for expert pages (default MOEVM_GPU_BUDGET)\n"
+            "  --evict       the evict policy module and its parameters, e.g. lru or\n"
+            "                score{n=8} (default MOEVM_EVICT; docs/policies.md)\n"
             "  --trace-out   routing of every token and layer, JSON lines (docs/trace-format.md)\n"
             "  --trace-hidden  with --trace-out: also each layer's router input, for\n"
             "                `moevm train-predictor` and the gate/residual predictors (large)\n"
@@ -72,6 +75,13 @@ static int parse_args(int argc, char **argv, struct run_args *a)
         else if (!strcmp(f, "--trace-out")) a->trace_out = v;
         else if (!strcmp(f, "--logits-out")) a->logits_out = v;
         else if (!strcmp(f, "--gpu-budget")) a->budget = v;
+        else if (!strcmp(f, "--evict")) {
+            if (mvm_cli_split_policy(argv[i], &a->evict, &a->evict_args)) {
+                fprintf(stderr, "moevm run: --evict %s: expected NAME or NAME{k=v,...}\n", v);
+                return 2;
+            }
+            a->evict_args = a->evict_args ? a->evict_args : "";
+        }
         else if (!strcmp(f, "-n")) bad = mvm_cli_u32("run", f, v, 0, 1u << 20, &a->n_predict);
         else if (!strcmp(f, "-t") || !strcmp(f, "--threads"))
             bad = mvm_cli_u32("run", f, v, 1, 1024, &a->threads);
@@ -216,6 +226,9 @@ static int load(struct session *s)
                 "or auto\n", a->budget);
         return 2;
     }
+    mvm_resid_params rp = {.evict = a->evict, .evict_args = a->evict_args};
+    if (mvm_resid_check(&rp) != MVM_OK)
+        return mvm_cli_error(a->evict ? "--evict" : "options");
     if (mvm_topo_probe(NULL, &s->topo) != MVM_OK)
         return mvm_cli_error("probing the topology");
     mvm_option_value simd, env_threads;
@@ -303,8 +316,9 @@ static int generate(struct session *s)
                 n_ctx, s->n_prompt, a->n_predict);
         return 2;
     }
-    if (mvm_ctx_create(s->model, s->pool, n_ctx, a->batch, &s->ctx) != MVM_OK)
-        return mvm_cli_error("context");
+    mvm_resid_params rp = {.evict = a->evict, .evict_args = a->evict_args};
+    if (mvm_ctx_create(s->model, s->pool, n_ctx, a->batch, &rp, &s->ctx) != MVM_OK)
+        return mvm_cli_error(a->evict ? "--evict" : "the inference context");
     if (a->trace_out) {
         if (mvm_trace_open(a->trace_out, s->model, a->trace_hidden, &s->trace) != MVM_OK)
             return mvm_cli_error("--trace-out");
@@ -355,12 +369,13 @@ static int generate(struct session *s)
     mvm_resid_stats rs;
     mvm_space_get_stats(s->model->space, &vs);
     mvm_resid_get_stats(mvm_ctx_residency(s->ctx), &rs);
-    uint64_t req = vs.hits + vs.misses;
     fprintf(stderr, "prefill %u tokens %.1f tok/s | decode %u tokens %.2f tok/s | expert "
-            "accesses %" PRIu64 " (hit %.1f%%, %" PRIu64 " from host) | moved %.1f MiB\n",
+            "accesses %" PRIu64 " (hit %.1f%%, %" PRIu64 " from host; evict %s: %" PRIu64
+            " out, %" PRIu64 " prefetched) | moved %.1f MiB\n",
             s->n_prompt, t_prefill > 0 ? s->n_prompt / t_prefill : 0.0, generated,
             t_decode > 0 ? generated / t_decode : 0.0, rs.accesses,
-            req ? 100.0 * (double)vs.hits / (double)req : 0.0, rs.bypassed,
+            rs.accesses ? 100.0 * (double)rs.hits / (double)rs.accesses : 0.0, rs.bypassed,
+            mvm_resid_evict_name(mvm_ctx_residency(s->ctx)), rs.evictions, rs.prefetches,
             (double)vs.bytes_moved / 1048576.0);
     return 0;
 }

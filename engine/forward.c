@@ -37,7 +37,7 @@ struct mvm_ctx {
     float *row_w;
     uint8_t *gact;              /* [n_batch*K][gact_stride] */
     size_t gact_stride;
-    int *active;                /* distinct experts of the current layer */
+    int32_t *active;            /* distinct experts of the current layer */
     uint32_t n_active, units_per_expert, groups_per_unit;
     float *tout;                /* [nth][n_batch*K][n_embd] */
     uint32_t *tstamp;           /* [nth][n_batch*K]: row valid in tout when == stamp */
@@ -57,7 +57,7 @@ static void *buf(size_t n, int *ok)
 }
 
 mvm_status mvm_ctx_create(mvm_model *m, mvm_pool *pool, uint32_t n_ctx, uint32_t n_batch,
-                          mvm_ctx **out)
+                          const mvm_resid_params *residency, mvm_ctx **out)
 {
     *out = NULL;
     const mvm_hparams *hp = &m->hp;
@@ -116,7 +116,11 @@ mvm_status mvm_ctx_create(mvm_model *m, mvm_pool *pool, uint32_t n_ctx, uint32_t
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for a context of %u positions (KV cache "
                         "%.1f MiB)", n_ctx, 2.0 * (double)kv / 1048576.0);
     }
-    mvm_status st = mvm_resid_create(m->space, &c->resid);
+    mvm_resid_params rp = residency ? *residency : (mvm_resid_params){0};
+    rp.top_k = hp->n_expert_used;
+    rp.n_embd = hp->n_embd;
+    rp.n_ff = hp->n_ff_exp;
+    mvm_status st = mvm_resid_create(m->space, &rp, &c->resid);
     if (st != MVM_OK) {
         mvm_ctx_free(c);
         return st;
@@ -304,7 +308,7 @@ static void dispatch(mvm_ctx *c, uint32_t n)
         c->off[e] = o;
         o += c->cnt[e];
         if (c->cnt[e])
-            c->active[c->n_active++] = (int)e;
+            c->active[c->n_active++] = (int32_t)e;
     }
     /* The activations once in the experts' format, then copied to their rows. */
     prepare(c, c->m->expert_type, c->xn, n, hp->n_embd);
@@ -415,24 +419,17 @@ static mvm_status moe(mvm_ctx *c, uint32_t il, uint32_t n, uint32_t pos0)
                       L->ffn_norm, hp->n_embd, hp->rms_eps);
     route(c, il, n, pos0);
     dispatch(c, n);
-    mvm_status st = MVM_OK;
-    uint32_t acquired = 0;
-    for (; acquired < c->n_active && st == MVM_OK; acquired++)
-        st = mvm_resid_acquire(c->resid, il, (uint32_t)c->active[acquired], 0);
-    if (st == MVM_OK) {
-        c->stamp++;
-        struct moe_job j = {c, il};
-        mvm_pool_run(c->pool, experts_run, &j);
-        struct reduce_job r = {c, n};
-        mvm_pool_run(c->pool, reduce_run, &r);
-    } else {
-        acquired--; /* the failed one holds no pin */
-    }
-    for (uint32_t a = 0; a < acquired; a++) {
-        mvm_status s2 = mvm_resid_release(c->resid, il, (uint32_t)c->active[a]);
-        if (st == MVM_OK)
-            st = s2;
-    }
+    mvm_status st = mvm_resid_begin(c->resid, il, c->active, c->n_active, 0);
+    if (st != MVM_OK)
+        return st;
+    c->stamp++;
+    struct moe_job j = {c, il};
+    mvm_pool_run(c->pool, experts_run, &j);
+    struct reduce_job r = {c, n};
+    mvm_pool_run(c->pool, reduce_run, &r);
+    mvm_pstep step = {.layer = il, .n_tok = n, .scores = c->probs, .experts = c->sel,
+                      .weights = c->selw, .hidden = c->xn, .counts = c->cnt};
+    st = mvm_resid_end(c->resid, &step, c->active, c->n_active, il + 1 == hp->n_layer);
     if (st == MVM_OK && hp->n_ff_shexp)
         shared_expert(c, L, n);
     return st;

@@ -23,9 +23,11 @@ typedef void (*mvm_route_fn)(void *ctx, uint32_t pos, uint32_t layer, const floa
 typedef struct mvm_ctx mvm_ctx;
 
 /* n_ctx: positions the KV cache holds (<= the model's context_length is not enforced:
- * RoPE extrapolates, as llama.cpp lets it); n_batch: tokens per forward call. */
+ * RoPE extrapolates, as llama.cpp lets it); n_batch: tokens per forward call; residency:
+ * the evict module and its parameters (NULL, or NULL fields: the MOEVM_EVICT options; the
+ * shape fields are the model's). */
 mvm_status mvm_ctx_create(mvm_model *m, mvm_pool *pool, uint32_t n_ctx, uint32_t n_batch,
-                          mvm_ctx **out);
+                          const mvm_resid_params *residency, mvm_ctx **out);
 void mvm_ctx_free(mvm_ctx *c);
 void mvm_ctx_set_route_observer(mvm_ctx *c, mvm_route_fn fn, void *fn_ctx);
 

@@ -1,26 +1,74 @@
-/* Expert residency for the engine: on-demand requests, pins, LRU eviction (residency.h). */
+/* Expert residency for the engine: on-demand requests, pins, and the evict policy module's
+ * choices (residency.h). */
 #include "engine/residency.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "vmm/error.h"
+#include "vmm/options.h"
 
 struct mvm_resid {
     mvm_space *space;
-    uint32_t n_experts, n_total;
-    uint64_t clock;
-    uint64_t *last_use;   /* per expert: clock of its last acquire */
-    uint32_t *cached;     /* experts requested resident and not evicted since */
-    uint8_t *is_cached;
-    uint32_t n_cached;
+    uint32_t n_experts, n_total, ppe;
+    mvm_pshape shape;
+    mvm_cost cost;
+    mvm_pview view;
+    uint32_t *resident;     /* [L*E] the view's: ppe once requested, 0 once evicted */
+    uint8_t *busy;          /* [L*E] the view's: pinned by the current step */
+    uint32_t *cand, *want;  /* [L*E] scratch: eviction candidates, the module's wishes */
+    const mvm_evict_ops *evict;
+    void *evict_self;
     mvm_resid_stats stats;
 };
 
-mvm_status mvm_resid_create(mvm_space *space, mvm_resid **out)
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The module and its parameters: p's, else the options'. */
+static mvm_status find_module(const mvm_resid_params *p, const mvm_evict_ops **ops,
+                              const char **args)
+{
+    mvm_option_value name = {.s = p->evict}, params = {.s = p->evict_args};
+    mvm_status st = MVM_OK;
+    if (!name.s)
+        st = mvm_option_read(MVM_OPTION_EVICT, &name);
+    if (st == MVM_OK && !params.s)
+        st = mvm_option_read(MVM_OPTION_EVICT_ARGS, &params);
+    if (st != MVM_OK)
+        return st;
+    if (!(*ops = mvm_policy_find(MVM_ROLE_EVICT, name.s))) {
+        char names[256];
+        mvm_policy_names(MVM_ROLE_EVICT, names, sizeof names);
+        return mvm_fail(MVM_ERR_INVALID, "%s%s: no such evict policy (available: %s)",
+                        p->evict ? "" : "MOEVM_EVICT=", name.s, names);
+    }
+    *args = params.s;
+    return MVM_OK;
+}
+
+mvm_status mvm_resid_check(const mvm_resid_params *p)
+{
+    const mvm_evict_ops *ops;
+    const char *args;
+    return find_module(p, &ops, &args);
+}
+
+mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_resid **out)
 {
     *out = NULL;
     mvm_space_info info;
     mvm_status st = mvm_space_get_info(space, &info);
+    const mvm_evict_ops *ops = NULL;
+    const char *args = NULL;
+    if (st == MVM_OK)
+        st = find_module(p, &ops, &args);
     if (st != MVM_OK)
         return st;
     mvm_resid *r = calloc(1, sizeof *r);
@@ -29,13 +77,28 @@ mvm_status mvm_resid_create(mvm_space *space, mvm_resid **out)
     r->space = space;
     r->n_experts = info.n_experts;
     r->n_total = info.n_layers * info.n_experts;
-    r->last_use = calloc(r->n_total, sizeof *r->last_use);
-    r->cached = calloc(r->n_total, sizeof *r->cached);
-    r->is_cached = calloc(r->n_total, 1);
-    if (!r->last_use || !r->cached || !r->is_cached) {
+    r->ppe = (uint32_t)((info.expert_bytes + info.page_size - 1) / info.page_size);
+    r->resident = calloc(r->n_total, sizeof *r->resident);
+    r->busy = calloc(r->n_total, 1);
+    r->cand = calloc(r->n_total, sizeof *r->cand);
+    r->want = calloc(r->n_total, sizeof *r->want);
+    if (!r->resident || !r->busy || !r->cand || !r->want) {
         mvm_resid_destroy(r);
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the residency table");
     }
+    r->shape = (mvm_pshape){.n_layers = info.n_layers, .n_experts = info.n_experts,
+                            .top_k = p->top_k, .n_embd = p->n_embd, .n_ff = p->n_ff,
+                            .pages_per_expert = r->ppe, .expert_bytes = info.expert_bytes};
+    /* The modules rank by use, not by time; the cost is there for those that weigh loads. */
+    mvm_cost_init(&r->cost, mvm_machine_preset("h100"), info.expert_bytes, p->n_embd, p->n_ff);
+    r->view = (mvm_pview){.shape = &r->shape, .resident = r->resident, .busy = r->busy,
+                          .capacity_pages = info.device_pages};
+    mvm_pinit in = {.shape = &r->shape, .cost = &r->cost, .params = {args}};
+    if ((st = ops->create(&in, &r->evict_self)) != MVM_OK) {
+        mvm_resid_destroy(r);
+        return st;
+    }
+    r->evict = ops;
     *out = r;
     return MVM_OK;
 }
@@ -44,69 +107,161 @@ void mvm_resid_destroy(mvm_resid *r)
 {
     if (!r)
         return;
-    free(r->last_use);
-    free(r->cached);
-    free(r->is_cached);
+    if (r->evict)
+        r->evict->destroy(r->evict_self);
+    free(r->resident);
+    free(r->busy);
+    free(r->cand);
+    free(r->want);
     free(r);
 }
 
-/* Evicts the least recently used unpinned cached expert; MVM_ERR_NOSPACE if none. */
-static mvm_status evict_lru(mvm_resid *r)
+const char *mvm_resid_evict_name(const mvm_resid *r)
 {
-    for (;;) {
-        int64_t best = -1;
-        for (uint32_t i = 0; i < r->n_cached; i++) {
-            mvm_residency res;
-            uint32_t x = r->cached[i];
-            if (mvm_expert_residency(r->space, x / r->n_experts, x % r->n_experts, &res) == MVM_OK &&
-                !res.pins && (best < 0 || r->last_use[x] < r->last_use[r->cached[best]]))
-                best = i;
+    return r->evict->name;
+}
+
+/* Brings the view's page count and clock up to date before the module looks at it. */
+static const mvm_pview *view(mvm_resid *r)
+{
+    mvm_stats s;
+    mvm_space_get_stats(r->space, &s);
+    r->view.used_pages = s.resident_pages + s.loading_pages;
+    r->view.now = now_s();
+    return &r->view;
+}
+
+/* Evicts the module's choice among the experts it may take, for room `layer` needs:
+ * resident, not used by the current step, not still loading (cancelling a load frees its
+ * chunk only when the copy lands, so it would make no room now) and not pinned by another
+ * reader. Candidates are offered in expert order, as the simulator offers them.
+ * MVM_ERR_NOSPACE if there is none. */
+static mvm_status evict_one(mvm_resid *r, uint32_t layer)
+{
+    uint32_t n = 0;
+    for (uint32_t x = 0; x < r->n_total; x++)
+        if (r->resident[x] && !r->busy[x])
+            r->cand[n++] = x;
+    while (n) {
+        uint32_t i = r->evict->victim(r->evict_self, view(r), layer, r->cand, n);
+        i = i < n ? i : 0;
+        uint32_t x = r->cand[i], l = x / r->n_experts, e = x % r->n_experts;
+        mvm_residency res = {0};
+        bool free_now = mvm_expert_residency(r->space, l, e, &res) == MVM_OK && !res.loading &&
+                        !res.pins;
+        mvm_status st = free_now ? mvm_evict(r->space, l, e, 0) : MVM_ERR_PINNED;
+        if (st == MVM_ERR_PINNED) { /* not to be taken now: ask again without it */
+            n--;
+            memmove(r->cand + i, r->cand + i + 1, (size_t)(n - i) * sizeof *r->cand);
+            continue;
         }
-        if (best < 0)
-            return MVM_ERR_NOSPACE;
-        uint32_t x = r->cached[best];
-        r->cached[best] = r->cached[--r->n_cached];
-        r->is_cached[x] = 0;
-        mvm_status st = mvm_evict(r->space, x / r->n_experts, x % r->n_experts, 0);
-        if (st != MVM_ERR_PINNED) /* pinned in between by another reader: try the next */
-            return st;
-    }
-}
-
-mvm_status mvm_resid_acquire(mvm_resid *r, uint32_t layer, uint32_t expert, int wait)
-{
-    uint32_t x = layer * r->n_experts + expert;
-    r->stats.accesses++;
-    r->last_use[x] = ++r->clock;
-    mvm_status st;
-    mvm_move *move = NULL;
-    while ((st = mvm_make_resident_async(r->space, layer, expert, MVM_ALL_PAGES,
-                                         wait ? &move : NULL)) == MVM_ERR_NOSPACE)
-        if (evict_lru(r) != MVM_OK)
-            break;
-    if (st == MVM_ERR_NOSPACE) {
-        r->stats.bypassed++;
-        if (wait)
-            return mvm_fail(MVM_ERR_NOSPACE, "device budget too small for the experts one "
-                            "layer uses at once");
-    } else if (st != MVM_OK) {
+        if (st == MVM_OK) {
+            r->resident[x] = 0;
+            r->stats.evictions++;
+        }
         return st;
-    } else if (!r->is_cached[x]) {
-        r->is_cached[x] = 1;
-        r->cached[r->n_cached++] = x;
     }
-    if (move) {
-        st = mvm_move_wait(move, -1);
-        mvm_move_release(move);
-        if (st != MVM_OK)
-            return st;
-    }
-    return mvm_pin(r->space, layer, expert);
+    return MVM_ERR_NOSPACE;
 }
 
-mvm_status mvm_resid_release(mvm_resid *r, uint32_t layer, uint32_t expert)
+/* Requests x resident (on demand, or as a prefetch), evicting while there is no room. */
+static mvm_status request(mvm_resid *r, uint32_t x, int demand, mvm_move **move)
 {
-    return mvm_unpin(r->space, layer, expert);
+    uint32_t l = x / r->n_experts, e = x % r->n_experts;
+    mvm_status st;
+    while ((st = demand ? mvm_make_resident_async(r->space, l, e, MVM_ALL_PAGES, move)
+                        : mvm_prefetch(r->space, l, e, MVM_ALL_PAGES, NULL)) == MVM_ERR_NOSPACE) {
+        mvm_status ev = evict_one(r, l);
+        if (ev != MVM_OK) {
+            st = ev; /* MVM_ERR_NOSPACE when nothing can go, else the eviction's failure */
+            break;
+        }
+    }
+    if (st == MVM_OK)
+        r->resident[x] = r->ppe;
+    return st;
+}
+
+static void unpin(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        mvm_unpin(r->space, layer, (uint32_t)experts[i]);
+        r->busy[layer * r->n_experts + (uint32_t)experts[i]] = 0;
+    }
+}
+
+/* Loads experts[0..n) of layer l (all shielded), waits for them when asked, pins them. */
+static mvm_status load_and_pin(mvm_resid *r, uint32_t l, const int32_t *experts, uint32_t n,
+                               int wait, uint32_t *pinned)
+{
+    for (*pinned = 0; *pinned < n; (*pinned)++) {
+        uint32_t x = l * r->n_experts + (uint32_t)experts[*pinned];
+        mvm_residency res = {0};
+        mvm_expert_residency(r->space, l, (uint32_t)experts[*pinned], &res);
+        r->stats.accesses++;
+        r->stats.hits += res.resident == res.n_pages && !res.loading;
+        mvm_move *move = NULL;
+        mvm_status st = request(r, x, 1, wait ? &move : NULL);
+        if (st == MVM_ERR_NOSPACE) {
+            r->stats.bypassed++;
+            if (wait)
+                return mvm_fail(MVM_ERR_NOSPACE, "device budget too small for the experts one "
+                                "layer uses at once");
+        } else if (st != MVM_OK) {
+            return st;
+        }
+        if (move) {
+            st = mvm_move_wait(move, -1);
+            mvm_move_release(move);
+            if (st != MVM_OK)
+                return st;
+        }
+        if ((st = mvm_pin(r->space, l, (uint32_t)experts[*pinned])) != MVM_OK)
+            return st;
+    }
+    return MVM_OK;
+}
+
+mvm_status mvm_resid_begin(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n,
+                           int wait)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (experts[i] < 0 || (uint32_t)experts[i] >= r->n_experts || layer >= r->shape.n_layers)
+            return mvm_fail(MVM_ERR_RANGE, "expert (%u, %d) is outside the space", layer,
+                            experts[i]);
+    for (uint32_t i = 0; i < n; i++)
+        r->busy[layer * r->n_experts + (uint32_t)experts[i]] = 1;
+    uint32_t pinned;
+    mvm_status st = load_and_pin(r, layer, experts, n, wait, &pinned);
+    if (st != MVM_OK) {
+        unpin(r, layer, experts, pinned);
+        for (uint32_t i = pinned; i < n; i++)
+            r->busy[layer * r->n_experts + (uint32_t)experts[i]] = 0;
+    }
+    return st;
+}
+
+mvm_status mvm_resid_end(mvm_resid *r, const mvm_pstep *step, const int32_t *experts,
+                         uint32_t n, int last_layer)
+{
+    r->evict->observe(r->evict_self, view(r), step);
+    unpin(r, step->layer, experts, n);
+    uint32_t n_want = 0;
+    if (r->evict->want)
+        n_want = r->evict->want(r->evict_self, view(r), step->layer, r->want, r->n_total);
+    mvm_status st = MVM_OK;
+    for (uint32_t i = 0; i < n_want && i < r->n_total && st == MVM_OK; i++) {
+        uint32_t x = r->want[i];
+        if (x >= r->n_total || r->resident[x])
+            continue;
+        st = request(r, x, 0, NULL);
+        r->stats.prefetches += st == MVM_OK;
+        if (st == MVM_ERR_NOSPACE) /* no room is not an error: the wish waits */
+            st = MVM_OK;
+    }
+    if (last_layer)
+        r->view.tokens += step->n_tok;
+    return st;
 }
 
 void mvm_resid_get_stats(const mvm_resid *r, mvm_resid_stats *out)

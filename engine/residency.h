@@ -1,11 +1,25 @@
 /*
- * The engine's use of the expert space: before an expert computes it is requested resident
- * (on-demand priority) and pinned; afterwards unpinned. When the device budget is full the
- * least recently used unpinned expert is evicted to make room — a baseline until the
- * policy modules (DESIGN.md §3) take over the `evict` role. When nothing can be evicted
- * (every resident expert is pinned by the current layer) the expert runs from where it is:
- * through its fixed address, which on the host backend and on HOST_NUMA devices reads the
- * host home. `moevm demo` and `moevm run` share this.
+ * The engine's use of the expert space. Each MoE layer step requests its experts resident
+ * (on-demand priority) and pins them while they compute; when the device budget is full,
+ * the evict policy module (policy/, MOEVM_EVICT, DESIGN.md §3) picks the victims among the
+ * resident experts no step is using. After the computation the step is reported to the
+ * module (router scores, experts, tokens per expert) and its experts are unpinned; a module
+ * that asks for experts by itself (`want`: DALI's windowed swaps) gets them prefetched.
+ *
+ * The order within a step is the simulator's (tools/sim.c): a hit is judged when the
+ * expert is requested, all of a step's experts are shielded from eviction before any of
+ * them loads, candidates are offered in expert order without those still loading, and the
+ * module observes the step after it ran; its clock (mvm_pview.tokens) advances after the
+ * last layer of a batch. So a routing trace recorded by `moevm run --trace-out` and
+ * replayed by `moevm sim` with the same evict module, budget and page size counts the same
+ * hits, when each step's loads have landed before the next step, as the simulator models
+ * them (tests/test_residency.c). With copies still in flight the engine finds fewer
+ * candidates than the simulator and may run an expert from its home where the simulator
+ * evicted a loading one.
+ *
+ * When nothing can be evicted (every resident expert is pinned by the current step) an
+ * expert runs from where it is: through its fixed address, which on the host backend and on
+ * HOST_NUMA devices reads the host home. `moevm run` and `moevm demo` share this.
  */
 #ifndef MVM_ENGINE_RESIDENCY_H
 #define MVM_ENGINE_RESIDENCY_H
@@ -13,20 +27,45 @@
 #include <stdint.h>
 
 #include "moevm/moevm.h"
+#include "policy/policy.h"
 
 typedef struct mvm_resid mvm_resid;
 
+typedef struct mvm_resid_params {
+    const char *evict;          /* the evict module; NULL: MOEVM_EVICT */
+    const char *evict_args;     /* its "name=value,..." parameters; NULL: MOEVM_EVICT_ARGS */
+    uint32_t top_k, n_embd, n_ff; /* the model's, for the module's shape (0: unknown) */
+} mvm_resid_params;
+
 typedef struct mvm_resid_stats {
-    uint64_t accesses;   /* acquire calls */
-    uint64_t bypassed;   /* acquires that found no room and ran from the home */
+    uint64_t accesses;   /* experts requested by layer steps */
+    uint64_t hits;       /* of them, resident (all pages, none loading) when requested */
+    uint64_t bypassed;   /* requests that found no room and ran from the home */
+    uint64_t evictions;  /* experts the evict module chose to make room */
+    uint64_t prefetches; /* experts the evict module asked for by itself */
 } mvm_resid_stats;
 
-mvm_status mvm_resid_create(mvm_space *space, mvm_resid **out);
+/* MVM_ERR_INVALID (naming the module or the parameter) for an evict module that does not
+ * exist or rejects its parameters; MVM_ERR_OPTION for a malformed MOEVM_EVICT[_ARGS]. */
+mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_resid **out);
+/* The module's existence alone, before anything costly (loading a model) is done. */
+mvm_status mvm_resid_check(const mvm_resid_params *p);
 void mvm_resid_destroy(mvm_resid *r);
-/* Requests (l, e) resident and pins it. wait = 1: returns once it is resident (a reader
- * that needs device memory); 0: returns at once, the copy proceeds behind the reader. */
-mvm_status mvm_resid_acquire(mvm_resid *r, uint32_t layer, uint32_t expert, int wait);
-mvm_status mvm_resid_release(mvm_resid *r, uint32_t layer, uint32_t expert);
+/* The evict module's name. */
+const char *mvm_resid_evict_name(const mvm_resid *r);
+
+/* Requests experts[0..n) of `layer` resident and pins them (repeats not allowed). wait = 1:
+ * returns once all are resident (a reader that needs device memory), failing with
+ * MVM_ERR_NOSPACE when they cannot all be; 0: returns at once, copies proceed behind the
+ * reader and an expert with no room runs from its home. On failure nothing stays pinned. */
+mvm_status mvm_resid_begin(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n,
+                           int wait);
+/* Ends the step begun for step->layer with the same experts: reports it to the evict module
+ * (step->counts: tokens per expert of the layer; scores and hidden may be NULL), unpins the
+ * experts and prefetches what the module wants. last_layer: the batch's last MoE layer,
+ * after which the module's token clock advances by step->n_tok. */
+mvm_status mvm_resid_end(mvm_resid *r, const mvm_pstep *step, const int32_t *experts,
+                         uint32_t n, int last_layer);
 void mvm_resid_get_stats(const mvm_resid *r, mvm_resid_stats *out);
 
 #endif

@@ -1,7 +1,7 @@
 /*
  * evict "reuse": evict the expert whose next use is predicted furthest away (Belady's rule,
  * with the future guessed from the past). Not from the five seeds: it is the interposer's
- * default because of what the interposer sees. A program whose weights exceed the budget
+ * (and so the engine's: one MOEVM_EVICT default) because of what the interposer sees. A program whose weights exceed the budget
  * walks them in the same order at every token (layer after layer), and LRU then evicts
  * exactly the page needed next: every access misses. Predicting each page's next use from
  * its reuse interval keeps a fixed part of the loop resident instead (the most recently

@@ -54,6 +54,16 @@ expect 0 'Once upon a time' -- "$moevm" run -m "$m" -p "Once upon a time" -n 4 -
 if cmp -s "$tmp/a" "$tmp/b" && [ -s "$tmp/a" ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: greedy output differs with threads/batch" >&2; fi
 expect 0 'budget 3 pages of 64 KiB' -- env MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 30%
 expect 1 'device budget .* is smaller than one page' -- "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 10%
+# The evict module: chosen by flag or option, named in the statistics; mistakes are errors.
+expect 0 'evict lfu: [0-9]+ out' -- env MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p "x" -n 8 --gpu-budget 40% --evict 'lfu{period=8}'
+expect 0 'evict lcp: ' -- env MOEVM_PAGE_SIZE=64K MOEVM_EVICT=lcp "$moevm" run -m "$m" -p "x" -n 2
+expect 0 'evict reuse: ' -- "$moevm" run -m "$m" -p "x" -n 2
+expect 1 '--evict: belady: no such evict policy \(available: lru' -- "$moevm" run -m "$m" -p "x" --evict belady
+expect 1 'MOEVM_EVICT=belady: no such evict policy' -- env MOEVM_EVICT=belady "$moevm" run -m "$m" -p "x"
+expect 1 "--evict: evict lfu: unknown parameter 'x'" -- "$moevm" run -m "$m" -p "x" --evict 'lfu{x=1}'
+expect 2 '--evict lfu\{x: expected NAME or NAME\{k=v' -- "$moevm" run -m "$m" -p "x" --evict 'lfu{x'
+expect 0 'on host; evict score' -- "$moevm" demo --tokens 8 --evict score
+expect 1 '--evict: nope: no such evict policy' -- "$moevm" demo --evict nope
 expect 0 'tiny llama, 2 layers .*q8_0' -- "$moevm" mkmodel --arch llama --type q8_0 -o "$tmp/q8.gguf"
 expect 0 'mixtral-8x7b +llama' -- "$moevm" mkmodel --list
 expect 2 '-m MODEL.gguf is required' -- "$moevm" run -p hi

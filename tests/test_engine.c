@@ -1,6 +1,6 @@
 /*
- * The engine around the kernels: model loading and its errors, the thread pool, the
- * residency manager, and properties of the forward pass that must hold whatever the
+ * The engine around the kernels: model loading and its errors, the thread pool, and
+ * properties of the forward pass that must hold whatever the
  * numbers are — reproducible for a thread count, the same logits whatever the experts'
  * residency, batched prefill equal to token-by-token decoding, close across thread
  * counts, routing traces consistent with the routing. Numerical correctness against an
@@ -317,7 +317,7 @@ static float *run_prompt(const char *path, int threads, uint32_t batch, const ch
     CHECK_ST(mvm_pool_create(threads, NULL, &own), MVM_OK);
     CHECK_ST(load(path, budget, own, &m), MVM_OK);
     if (m) {
-        CHECK_ST(mvm_ctx_create(m, own, 64, batch, &c), MVM_OK);
+        CHECK_ST(mvm_ctx_create(m, own, 64, batch, NULL, &c), MVM_OK);
         logits = malloc(N_PROMPT * m->hp.n_vocab * sizeof *logits);
         for (size_t i = 0; i < N_PROMPT * m->hp.n_vocab; i++)
             logits[i] = NAN; /* poisoned: every value must be written */
@@ -383,8 +383,8 @@ static void test_ctx_errors(void)
     if (!m)
         return;
     mvm_ctx *c;
-    CHECK_ST(mvm_ctx_create(m, pool, 4, 0, &c), MVM_ERR_INVALID);
-    CHECK_ST(mvm_ctx_create(m, pool, 4, 2, &c), MVM_OK);
+    CHECK_ST(mvm_ctx_create(m, pool, 4, 0, NULL, &c), MVM_ERR_INVALID);
+    CHECK_ST(mvm_ctx_create(m, pool, 4, 2, NULL, &c), MVM_OK);
     int32_t bad = (int32_t)m->hp.n_vocab;
     CHECK_ST(mvm_ctx_eval(c, &bad, 1, NULL, 0), MVM_ERR_INVALID);
     CHECK(mvm_ctx_n_past(c) == 0);
@@ -407,7 +407,7 @@ static void test_trace(void)
         return;
     mvm_ctx *c;
     mvm_trace_out *t;
-    CHECK_ST(mvm_ctx_create(m, pool, 32, 4, &c), MVM_OK);
+    CHECK_ST(mvm_ctx_create(m, pool, 32, 4, NULL, &c), MVM_OK);
     CHECK_ST(mvm_trace_open(in_dir("trace.jsonl"), m, 0, &t), MVM_OK);
     mvm_ctx_set_route_observer(c, mvm_trace_route, t);
     CHECK_ST(mvm_ctx_eval(c, prompt, 6, NULL, 0), MVM_OK);
@@ -491,61 +491,13 @@ static void test_trace_hidden(void)
     if (!m)
         return;
     mvm_ctx *c;
-    CHECK_ST(mvm_ctx_create(m, pool, 32, 4, &c), MVM_OK);
+    CHECK_ST(mvm_ctx_create(m, pool, 32, 4, NULL, &c), MVM_OK);
     hidden_check hc = {.m = m};
     mvm_ctx_set_route_observer(c, check_hidden, &hc);
     CHECK_ST(mvm_ctx_eval(c, prompt, 6, NULL, 0), MVM_OK);
     CHECK(hc.calls == 6 * (int)m->hp.n_layer && hc.good == hc.calls);
     mvm_ctx_free(c);
     mvm_model_free(m);
-}
-
-/* ---- residency ----------------------------------------------------------------------- */
-
-static void test_residency(void)
-{
-    mvm_space_desc d;
-    mvm_space_desc_init(&d);
-    d.backend = MVM_BACKEND_HOST;
-    d.page_size = 4096;
-    d.n_layers = 2;
-    d.n_experts = 4;
-    d.expert_bytes = 8192;
-    d.device_budget = 3 * 8192; /* three experts */
-    mvm_space *sp;
-    mvm_resid *r;
-    CHECK_ST(mvm_space_create(&d, &sp), MVM_OK);
-    CHECK_ST(mvm_resid_create(sp, &r), MVM_OK);
-    for (uint32_t e = 0; e < 3; e++) {
-        CHECK_ST(mvm_resid_acquire(r, 0, e, 1), MVM_OK);
-        CHECK_ST(mvm_resid_release(r, 0, e), MVM_OK);
-    }
-    /* expert 0 used again: LRU is now 1, so the next load evicts 1 */
-    CHECK_ST(mvm_resid_acquire(r, 0, 0, 1), MVM_OK);
-    CHECK_ST(mvm_resid_release(r, 0, 0), MVM_OK);
-    CHECK_ST(mvm_resid_acquire(r, 1, 0, 1), MVM_OK);
-    mvm_residency res;
-    mvm_expert_residency(sp, 0, 1, &res);
-    CHECK(res.resident == 0);
-    mvm_expert_residency(sp, 0, 0, &res);
-    CHECK(res.resident == 2);
-    /* Pinned: (1,0) held; pin the other two; a fourth finds nothing to evict. */
-    CHECK_ST(mvm_resid_acquire(r, 0, 0, 1), MVM_OK);
-    CHECK_ST(mvm_resid_acquire(r, 0, 2, 1), MVM_OK);
-    CHECK_ST(mvm_resid_acquire(r, 1, 3, 1), MVM_ERR_NOSPACE);
-    CHECK_ST(mvm_resid_acquire(r, 1, 3, 0), MVM_OK); /* runs from its home instead */
-    mvm_resid_stats rs;
-    mvm_resid_get_stats(r, &rs);
-    CHECK(rs.bypassed == 2 && rs.accesses == 9);
-    mvm_stats st;
-    mvm_space_get_stats(sp, &st);
-    CHECK(st.resident_pages + st.loading_pages <= 6);
-    mvm_resid_release(r, 1, 3);
-    mvm_resid_release(r, 0, 2);
-    mvm_resid_release(r, 0, 0);
-    mvm_resid_release(r, 1, 0);
-    mvm_resid_destroy(r);
-    mvm_space_destroy(sp);
 }
 
 int main(void)
@@ -560,7 +512,6 @@ int main(void)
         make_tiny(arches[i], MVM_W_Q8_0);
     }
     RUN(test_pool);
-    RUN(test_residency);
     RUN(test_load_presets);
     RUN(test_load_errors);
     RUN(test_ctx_errors);

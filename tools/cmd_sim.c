@@ -83,21 +83,6 @@ static int role_of(const char *name, size_t len)
     return -1;
 }
 
-int mvm_sim_cli_split_policy(char *p, const char **name, const char **params)
-{
-    char *brace = strchr(p, '{');
-    *name = p;
-    *params = NULL;
-    if (!brace)
-        return 0;
-    char *close = strrchr(brace, '}');
-    if (!close || close[1])
-        return -1;
-    *brace = *close = '\0';
-    *params = brace + 1;
-    return 0;
-}
-
 static char *trim(char *s)
 {
     while (isspace((unsigned char)*s))
@@ -129,7 +114,7 @@ static int parse_set(const char *text, const struct policy_set *base, struct pol
         char *eq = strchr(item, '=');
         int role = eq ? role_of(item, (size_t)(eq - item)) : -1;
         if (role < 0 ||
-            mvm_sim_cli_split_policy(trim(eq + 1), &out->policy[role], &out->params[role])) {
+            mvm_cli_split_policy(trim(eq + 1), &out->policy[role], &out->params[role])) {
             fprintf(stderr, "moevm sim: '%s': expected role=policy (roles: route, evict, assign, "
                     "predict, config) with optional {k=v,...}\n", item);
             return 2;
@@ -167,7 +152,7 @@ static int parse_args(int argc, char **argv, struct sim_args *a)
                 return 2;
             }
             memcpy(bp, v, len + 1);
-            if (mvm_sim_cli_split_policy(bp, &a->base.policy[role], &a->base.params[role])) {
+            if (mvm_cli_split_policy(bp, &a->base.policy[role], &a->base.params[role])) {
                 fprintf(stderr, "moevm sim: %s %s: expected NAME or NAME{k=v,...}\n", f, v);
                 return 2;
             }

@@ -10,10 +10,6 @@
  * a one-line error. */
 int mvm_sim_cli_cost(const char *spec, const mvm_trace *t, mvm_cost *cost);
 
-/* "name" or "name{params}" in p, split in place (params NULL when absent). -1 when a brace
- * is not closed at the end. */
-int mvm_sim_cli_split_policy(char *p, const char **name, const char **params);
-
 /* `moevm sim --alpha-for MS` (tools/cmd_sim_alpha.c): replays the trace with route
  * importance at `points` α evenly spaced over [0, 1] and cfg's other roles, prints the
  * table and the smallest α whose degree-`degree` fit meets target_ms per token. 0, or 1

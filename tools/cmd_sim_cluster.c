@@ -121,7 +121,7 @@ static int run_one(const mvm_trace *t, const mvm_cost *cost, const mvm_cluster *
     char label[160];
     snprintf(label, sizeof label, "%s", policy);
     const char *name, *params;
-    if (mvm_sim_cli_split_policy(policy, &name, &params)) {
+    if (mvm_cli_split_policy(policy, &name, &params)) {
         fprintf(stderr, "moevm sim: --place %s: expected NAME or NAME{k=v,...}\n", label);
         return 2;
     }

@@ -49,10 +49,11 @@ static const mvm_option_desc options[MVM_OPTION_COUNT_] = {
                                    "of a page or more inside it (the experts of a fused MoE "
                                    "weight) into slices made resident one by one"},
     [MVM_OPTION_EVICT] = {"MOEVM_EVICT", MVM_OPT_STRING, "reuse", NULL,
-                          "interposer: the evict policy module (reuse, lru, lfu, score, "
-                          "workload, lcp; docs/policies.md)"},
+                          "engine and interposer: the evict policy module (reuse, lru, lfu, "
+                          "score, workload, lcp; docs/policies.md)"},
     [MVM_OPTION_EVICT_ARGS] = {"MOEVM_EVICT_ARGS", MVM_OPT_STRING, "", NULL,
-                               "interposer: the evict module's parameters, \"name=value,...\""},
+                               "engine and interposer: the evict module's parameters, "
+                               "\"name=value,...\""},
     [MVM_OPTION_REPORT] = {"MOEVM_REPORT", MVM_OPT_STRING, "", NULL,
                            "interposer: write a JSON report (allocations by call site, moves, "
                            "hit rate, time waited) to this path at exit"},

@@ -97,7 +97,7 @@ int main(int argc, char **argv)
     mvm_space_desc d;
     if (mvm_pool_create(threads, &topo, &pool) != MVM_OK || mvm_space_desc_init(&d) != MVM_OK ||
         mvm_model_load(argv[1], &d, pool, NULL, NULL, &m) != MVM_OK ||
-        mvm_ctx_create(m, pool, n_prompt + n_decode + 1, 32, &c) != MVM_OK) {
+        mvm_ctx_create(m, pool, n_prompt + n_decode + 1, 32, NULL, &c) != MVM_OK) {
         fprintf(stderr, "bench_cpu_engine: %s\n", mvm_last_error());
         return 1;
     }

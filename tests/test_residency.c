@@ -1,0 +1,335 @@
+/*
+ * The engine's residency manager (engine/residency.h) on the host backend: the evict
+ * module it is given decides what makes room, a step's own experts are never evicted for
+ * each other, a step that cannot fit leaves nothing pinned, modules that ask for experts
+ * get them, bad modules and parameters are clear errors; and the engine's decisions are
+ * the simulator's: a trace recorded by the engine, replayed by tools/sim with the same
+ * module, budget and page size, counts the same accesses and hits.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "engine/forward.h"
+#include "engine/mkmodel.h"
+#include "engine/model.h"
+#include "engine/residency.h"
+#include "engine/trace_out.h"
+#include "policy/cost.h"
+#include "tools/sim.h"
+#include "tools/trace.h"
+#include "vmm/error.h"
+
+#define PAGE 4096u
+
+/* 2 layers x 4 experts of two pages, a budget of three experts. */
+static mvm_space *small_space(void)
+{
+    mvm_space_desc d;
+    mvm_space_desc_init(&d);
+    d.backend = MVM_BACKEND_HOST;
+    d.page_size = PAGE;
+    d.n_layers = 2;
+    d.n_experts = 4;
+    d.expert_bytes = 2 * PAGE;
+    d.device_budget = 3 * 2 * PAGE;
+    mvm_space *sp = NULL;
+    CHECK_ST(mvm_space_create(&d, &sp), MVM_OK);
+    return sp;
+}
+
+static mvm_resid *resid_for(mvm_space *sp, const char *evict, const char *args)
+{
+    mvm_resid_params p = {.evict = evict, .evict_args = args, .top_k = 2};
+    mvm_resid *r = NULL;
+    CHECK_ST(mvm_resid_create(sp, &p, &r), MVM_OK);
+    return r;
+}
+
+static uint32_t resident_pages(mvm_space *sp, uint32_t l, uint32_t e)
+{
+    mvm_residency res = {0};
+    mvm_expert_residency(sp, l, e, &res);
+    return res.resident;
+}
+
+/* One layer step of one token over experts[0..n), as the engine runs it. */
+static mvm_status step(mvm_resid *r, uint32_t l, const int32_t *experts, uint32_t n, int wait)
+{
+    mvm_status st = mvm_resid_begin(r, l, experts, n, wait);
+    if (st != MVM_OK)
+        return st;
+    uint32_t counts[4] = {0};
+    for (uint32_t i = 0; i < n; i++)
+        counts[experts[i]] = 1;
+    mvm_pstep s = {.layer = l, .n_tok = 1, .experts = (int32_t *)experts, .counts = counts};
+    return mvm_resid_end(r, &s, experts, n, l == 1);
+}
+
+static mvm_status use1(mvm_resid *r, uint32_t l, int32_t e)
+{
+    return step(r, l, &e, 1, 1);
+}
+
+/* The module decides: after uses 0,0,0,1,2 of layer 0, loading (0,3) evicts the least
+ * recently used (0,0) under lru and the least frequently used (0,1) under lfu. */
+static void test_module_decides(void)
+{
+    static const char *const mods[] = {"lru", "lfu"};
+    for (int m = 0; m < 2; m++) {
+        mvm_space *sp = small_space();
+        mvm_resid *r = resid_for(sp, mods[m], "");
+        CHECK(strcmp(mvm_resid_evict_name(r), mods[m]) == 0);
+        static const int32_t uses[] = {0, 0, 0, 1, 2, 3};
+        for (size_t i = 0; i < sizeof uses / sizeof *uses; i++)
+            CHECK_ST(use1(r, 0, uses[i]), MVM_OK);
+        CHECK(resident_pages(sp, 0, 0) == (m == 0 ? 0u : 2u));
+        CHECK(resident_pages(sp, 0, 1) == (m == 0 ? 2u : 0u));
+        CHECK(resident_pages(sp, 0, 2) == 2 && resident_pages(sp, 0, 3) == 2);
+        mvm_resid_stats rs;
+        mvm_resid_get_stats(r, &rs);
+        CHECK(rs.accesses == 6 && rs.hits == 2 && rs.evictions == 1 && rs.bypassed == 0);
+        mvm_resid_destroy(r);
+        mvm_space_destroy(sp);
+    }
+}
+
+/* A step's experts are shielded from eviction while the step loads the others: with
+ * (0,0) the least recently used, a step over {3, 0} must evict (0,1), not (0,0). */
+static void test_step_shield(void)
+{
+    mvm_space *sp = small_space();
+    mvm_resid *r = resid_for(sp, "lru", "");
+    for (int32_t e = 0; e < 3; e++)
+        CHECK_ST(use1(r, 0, e), MVM_OK);
+    static const int32_t both[] = {3, 0};
+    CHECK_ST(step(r, 0, both, 2, 1), MVM_OK);
+    CHECK(resident_pages(sp, 0, 0) == 2 && resident_pages(sp, 0, 3) == 2);
+    CHECK(resident_pages(sp, 0, 1) == 0 && resident_pages(sp, 0, 2) == 2);
+    mvm_resid_stats rs;
+    mvm_resid_get_stats(r, &rs);
+    CHECK(rs.accesses == 5 && rs.hits == 1);
+    mvm_resid_destroy(r);
+    mvm_space_destroy(sp);
+}
+
+/* Four experts in a budget of three: waiting fails and leaves nothing pinned or shielded
+ * (the next steps evict freely); not waiting runs the fourth from its home. */
+static void test_no_room(void)
+{
+    mvm_space *sp = small_space();
+    mvm_resid *r = resid_for(sp, "lru", "");
+    static const int32_t four[] = {0, 1, 2, 3};
+    CHECK_ST(step(r, 1, four, 4, 1), MVM_ERR_NOSPACE);
+    CHECK(strstr(mvm_last_error(), "budget too small") != NULL);
+    for (uint32_t e = 0; e < 4; e++) {
+        mvm_residency res = {0};
+        mvm_expert_residency(sp, 1, e, &res);
+        CHECK(res.pins == 0);
+    }
+    for (int32_t e = 0; e < 4; e++) /* each evicts one of the failed step's experts */
+        CHECK_ST(use1(r, 0, e), MVM_OK);
+    CHECK(resident_pages(sp, 0, 3) == 2 && resident_pages(sp, 0, 0) == 0);
+    CHECK_ST(step(r, 1, four, 4, 0), MVM_OK);
+    mvm_resid_stats rs;
+    mvm_resid_get_stats(r, &rs);
+    CHECK(rs.bypassed == 2); /* the fourth of each step */
+    static const int32_t bad[] = {4};
+    CHECK_ST(step(r, 0, bad, 1, 1), MVM_ERR_RANGE);
+    mvm_resid_destroy(r);
+    mvm_space_destroy(sp);
+}
+
+/* DALI's workload module asks for the busiest experts at the end of each window. Window of
+ * two steps, one swap: layer 0 runs {0,1,2}, filling the budget of three, then {0,1,2,3},
+ * where 3 finds no room and runs from its home. The window closes with 3 the busiest
+ * expert not resident and 0 the idlest resident one (a tie, to the lower id): 3 is
+ * prefetched in place of 0. */
+static void test_wanted_prefetched(void)
+{
+    mvm_space *sp = small_space();
+    mvm_resid *r = resid_for(sp, "workload", "w_size=2,u_size=1");
+    static const int32_t four[] = {0, 1, 2, 3};
+    CHECK_ST(step(r, 0, four, 3, 1), MVM_OK);
+    CHECK_ST(step(r, 0, four, 4, 0), MVM_OK);
+    mvm_resid_stats rs;
+    mvm_resid_get_stats(r, &rs);
+    CHECK(rs.bypassed == 1 && rs.prefetches == 1 && rs.evictions == 1 && rs.hits == 3);
+    mvm_residency res = {0};
+    mvm_expert_residency(sp, 0, 3, &res);
+    CHECK(res.resident + res.loading == 2);
+    CHECK(resident_pages(sp, 0, 0) == 0);
+    CHECK(resident_pages(sp, 0, 1) == 2 && resident_pages(sp, 0, 2) == 2);
+    mvm_resid_destroy(r);
+    mvm_space_destroy(sp);
+}
+
+/* The module comes from MOEVM_EVICT[_ARGS] unless given; mistakes are one-line errors. */
+static void test_choice_and_errors(void)
+{
+    mvm_space *sp = small_space();
+    mvm_resid_params p = {.top_k = 2};
+    mvm_resid *r = NULL;
+    setenv("MOEVM_EVICT", "lfu", 1);
+    CHECK_ST(mvm_resid_create(sp, &p, &r), MVM_OK);
+    CHECK(r && strcmp(mvm_resid_evict_name(r), "lfu") == 0);
+    mvm_resid_destroy(r);
+    setenv("MOEVM_EVICT", "belady", 1);
+    CHECK_ST(mvm_resid_create(sp, &p, &r), MVM_ERR_INVALID);
+    CHECK(r == NULL && strstr(mvm_last_error(), "MOEVM_EVICT=belady") &&
+          strstr(mvm_last_error(), "lru"));
+    CHECK_ST(mvm_resid_check(&p), MVM_ERR_INVALID);
+    setenv("MOEVM_EVICT", "lcp", 1);
+    setenv("MOEVM_EVICT_ARGS", "rho=2", 1);
+    CHECK_ST(mvm_resid_create(sp, &p, &r), MVM_ERR_INVALID);
+    CHECK(strstr(mvm_last_error(), "rho") != NULL);
+    p.evict = "lru"; /* given: the options' parameters belong to another module */
+    p.evict_args = "";
+    CHECK_ST(mvm_resid_create(sp, &p, &r), MVM_OK);
+    mvm_resid_destroy(r);
+    p.evict_args = "window=3";
+    CHECK_ST(mvm_resid_create(sp, &p, &r), MVM_ERR_INVALID);
+    CHECK(strstr(mvm_last_error(), "window") != NULL);
+    unsetenv("MOEVM_EVICT");
+    unsetenv("MOEVM_EVICT_ARGS");
+    mvm_space_destroy(sp);
+}
+
+/* ---- the engine against the simulator ---------------------------------------------------- */
+
+static char dir[64];
+
+/* A qwen3moe model of 4 layers x 16 experts, top-4, experts of 12 pages. */
+static const char *make_model(mvm_pool *pool)
+{
+    static char path[128];
+    snprintf(path, sizeof path, "%s/m.gguf", dir);
+    mvm_model_spec s = mvm_preset_find("tiny", "qwen3moe")->spec;
+    s.n_layer = 4;
+    s.n_expert = 16;
+    s.n_expert_used = 4;
+    s.type = MVM_W_F32;
+    s.seed = 11;
+    CHECK_ST(mvm_mkmodel_write(&s, path, pool, NULL, NULL), MVM_OK);
+    return path;
+}
+
+struct landed {
+    mvm_trace_out *trace;
+    mvm_space *space;
+};
+
+/* Records the routing, after waiting for the copies the last step started: the simulator
+ * models a step's loads as landed before the next step (the GPU waits for them), and the
+ * engine must see the same residency to make the same decisions. */
+static void route_landed(void *ctx, uint32_t pos, uint32_t layer, const float *probs,
+                         uint32_t n_expert, const int *selected, const float *weights, uint32_t k,
+                         const float *hidden, uint32_t n_embd)
+{
+    struct landed *w = ctx;
+    for (;;) {
+        mvm_stats s;
+        mvm_space_get_stats(w->space, &s);
+        if (s.loading_pages == 0)
+            break;
+        usleep(100);
+    }
+    mvm_trace_route(w->trace, pos, layer, probs, n_expert, selected, weights, k, hidden, n_embd);
+}
+
+/* Runs 40 positions one at a time under `evict` at `frac` of the experts' bytes, recording
+ * the routing; returns the residency's statistics and the device pages. */
+static void run_engine(const char *model, mvm_pool *pool, const char *evict, double frac,
+                       const char *trace, mvm_resid_stats *rs, uint64_t *device_pages)
+{
+    mvm_space_desc d;
+    mvm_space_desc_init(&d);
+    d.backend = MVM_BACKEND_HOST;
+    d.page_size = PAGE;
+    d.device_budget = 0;
+    d.device_budget_frac = frac;
+    mvm_model *m = NULL;
+    mvm_ctx *c = NULL;
+    mvm_trace_out *t = NULL;
+    mvm_resid_params p = {.evict = evict, .evict_args = ""};
+    CHECK_ST(mvm_model_load(model, &d, pool, NULL, NULL, &m), MVM_OK);
+    CHECK_ST(mvm_ctx_create(m, pool, 64, 1, &p, &c), MVM_OK);
+    CHECK_ST(mvm_trace_open(trace, m, 0, &t), MVM_OK);
+    struct landed w = {t, m->space};
+    mvm_ctx_set_route_observer(c, route_landed, &w);
+    int32_t tok[40];
+    uint64_t rng = 99;
+    for (int i = 0; i < 40; i++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        tok[i] = (int32_t)((rng >> 33) % m->hp.n_vocab);
+    }
+    CHECK_ST(mvm_ctx_eval(c, tok, 40, NULL, 0), MVM_OK);
+    CHECK_ST(mvm_trace_close(t), MVM_OK);
+    mvm_resid_get_stats(mvm_ctx_residency(c), rs);
+    mvm_space_info info;
+    mvm_space_get_info(m->space, &info);
+    *device_pages = info.device_pages;
+    mvm_ctx_free(c);
+    mvm_model_free(m);
+}
+
+static void test_engine_matches_sim(void)
+{
+    mvm_pool *pool = NULL;
+    CHECK_ST(mvm_pool_create(2, NULL, &pool), MVM_OK);
+    const char *model = make_model(pool);
+    char trace[128];
+    snprintf(trace, sizeof trace, "%s/t.jsonl", dir);
+    static const char *const mods[] = {"lru", "lfu", "reuse", "score", "lcp"};
+    static const double fracs[] = {0.3, 0.6};
+    for (int m = 0; m < 5; m++)
+        for (int f = 0; f < 2; f++) {
+            mvm_resid_stats rs;
+            uint64_t pages = 0;
+            run_engine(model, pool, mods[m], fracs[f], trace, &rs, &pages);
+            mvm_trace *t = NULL;
+            CHECK_ST(mvm_trace_load(trace, &t), MVM_OK);
+            if (!t)
+                continue;
+            mvm_sim_config cfg;
+            mvm_sim_config_init(&cfg);
+            cfg.policy[MVM_ROLE_EVICT] = mods[m];
+            cfg.budget_pages = pages;
+            cfg.page_bytes = PAGE;
+            mvm_cost cost;
+            mvm_cost_init(&cost, mvm_machine_preset("h100"), t->hdr.expert_bytes, t->hdr.n_embd,
+                          t->hdr.n_ff_exp);
+            mvm_sim_result r;
+            CHECK_ST(mvm_sim_run(t, &cost, &cfg, &r), MVM_OK);
+            CHECK(r.accesses == rs.accesses && rs.accesses == 40 * 4 * 4);
+            CHECK(r.hits == rs.hits);
+            CHECK(rs.hits > 0 && rs.hits < rs.accesses && rs.evictions > 0);
+            if (r.hits != rs.hits)
+                fprintf(stderr, "  evict %s at %.0f%%: engine %llu hits, sim %llu\n", mods[m],
+                        fracs[f] * 100, (unsigned long long)rs.hits,
+                        (unsigned long long)r.hits);
+            mvm_trace_free(t);
+        }
+    mvm_pool_destroy(pool);
+}
+
+int main(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/moevm-test-residency-XXXXXX");
+    if (!mkdtemp(dir))
+        return 1;
+    unsetenv("MOEVM_EVICT");
+    unsetenv("MOEVM_EVICT_ARGS");
+    RUN(test_module_decides);
+    RUN(test_step_shield);
+    RUN(test_no_room);
+    RUN(test_wanted_prefetched);
+    RUN(test_choice_and_errors);
+    RUN(test_engine_matches_sim);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        return 1;
+    TEST_END();
+}
