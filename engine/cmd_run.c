@@ -11,18 +11,22 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine/choose.h"
 #include "engine/cli.h"
 #include "engine/forward.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "engine/tokenizer.h"
 #include "engine/trace_out.h"
+#include "tools/sim_inputs.h"
 #include "vmm/options.h"
 #include "vmm/topo.h"
 
 struct run_args {
     const char *model, *prompt, *tokens, *trace_out, *logits_out, *budget;
-    const char *evict, *evict_args; /* NULL: the MOEVM_EVICT options */
+    const char *evict, *evict_args;     /* NULL: the MOEVM_EVICT options */
+    const char *predict, *predict_args; /* NULL: the MOEVM_PREDICT options */
+    const char *predictor;
     uint32_t n_predict, threads, ctx, batch, seed, top_k;
     float temp, top_p;
     int trace_hidden;
@@ -34,6 +38,7 @@ static void usage(FILE *f)
             "usage: moevm run -m MODEL.gguf [-p PROMPT | --tokens ID,ID,...] [-n N] [-t THREADS]\n"
             "                 [--temp T] [--top-k K] [--top-p P] [--seed N] [--ctx N] [--batch N]\n"
             "                 [--gpu-budget SIZE|PCT] [--evict NAME[{k=v,...}]]\n"
+            "                 [--predict NAME[{k=v,...}] [--predictor FILE]]\n"
             "                 [--trace-out FILE.jsonl [--trace-hidden]] [--logits-out FILE]\n"
             "  -n            tokens to generate (default 64); stops early at end-of-text\n"
             "  -t            threads (default: the cores near the GPU, or all)\n"
@@ -43,10 +48,21 @@ static void usage(FILE *f)
             "  --gpu-budget  device budget for expert pages (default MOEVM_GPU_BUDGET)\n"
             "  --evict       the evict policy module and its parameters, e.g. lru or\n"
             "                score{n=8} (default MOEVM_EVICT; docs/policies.md)\n"
+            "  --predict     the predict module whose forecast of the next layer's experts\n"
+            "                is prefetched: none, gate, residual, learned (default\n"
+            "                MOEVM_PREDICT); --predictor: learned's `moevm train-predictor` file\n"
             "  --trace-out   routing of every token and layer, JSON lines (docs/trace-format.md)\n"
             "  --trace-hidden  with --trace-out: also each layer's router input, for\n"
             "                `moevm train-predictor` and the gate/residual predictors (large)\n"
             "  --logits-out  every evaluated position's logits (binary, see docs/engine.md)\n");
+}
+
+static int split_policy(const char *flag, char *value, const char **name, const char **args)
+{
+    if (!mvm_cli_split_policy(value, name, args))
+        return 0;
+    fprintf(stderr, "moevm run: %s %s: expected NAME or NAME{k=v,...}\n", flag, value);
+    return 2;
 }
 
 static int parse_args(int argc, char **argv, struct run_args *a)
@@ -75,13 +91,11 @@ static int parse_args(int argc, char **argv, struct run_args *a)
         else if (!strcmp(f, "--trace-out")) a->trace_out = v;
         else if (!strcmp(f, "--logits-out")) a->logits_out = v;
         else if (!strcmp(f, "--gpu-budget")) a->budget = v;
-        else if (!strcmp(f, "--evict")) {
-            if (mvm_cli_split_policy(argv[i], &a->evict, &a->evict_args)) {
-                fprintf(stderr, "moevm run: --evict %s: expected NAME or NAME{k=v,...}\n", v);
-                return 2;
-            }
-            a->evict_args = a->evict_args ? a->evict_args : "";
-        }
+        else if (!strcmp(f, "--evict"))
+            bad = split_policy(f, argv[i], &a->evict, &a->evict_args);
+        else if (!strcmp(f, "--predict"))
+            bad = split_policy(f, argv[i], &a->predict, &a->predict_args);
+        else if (!strcmp(f, "--predictor")) a->predictor = v;
         else if (!strcmp(f, "-n")) bad = mvm_cli_u32("run", f, v, 0, 1u << 20, &a->n_predict);
         else if (!strcmp(f, "-t") || !strcmp(f, "--threads"))
             bad = mvm_cli_u32("run", f, v, 1, 1024, &a->threads);
@@ -199,6 +213,7 @@ struct session {
     mvm_trace_out *trace;
     mvm_sampler *sampler;
     struct logits_file lf;
+    mvm_sim_inputs inputs; /* --predictor's bytes */
     int32_t *prompt;
     uint32_t n_prompt;
     float *logits;
@@ -226,9 +241,18 @@ static int load(struct session *s)
                 "or auto\n", a->budget);
         return 2;
     }
-    mvm_resid_params rp = {.evict = a->evict, .evict_args = a->evict_args};
-    if (mvm_resid_check(&rp) != MVM_OK)
+    /* The modules' names before the model loads (their parameters are checked once it has:
+     * the modules need its shape). */
+    const void *ops;
+    const char *args;
+    if (mvm_engine_choose(MVM_ROLE_EVICT, a->evict, a->evict_args, MVM_OPTION_EVICT,
+                          MVM_OPTION_EVICT_ARGS, 0, &ops, &args) != MVM_OK)
         return mvm_cli_error(a->evict ? "--evict" : "options");
+    if (mvm_engine_choose(MVM_ROLE_PREDICT, a->predict, a->predict_args, MVM_OPTION_PREDICT,
+                          MVM_OPTION_PREDICT_ARGS, 1, &ops, &args) != MVM_OK)
+        return mvm_cli_error(a->predict ? "--predict" : "options");
+    if (a->predictor && mvm_sim_load_predictor(a->predictor, &s->inputs) != MVM_OK)
+        return mvm_cli_error("--predictor");
     if (mvm_topo_probe(NULL, &s->topo) != MVM_OK)
         return mvm_cli_error("probing the topology");
     mvm_option_value simd, env_threads;
@@ -316,9 +340,13 @@ static int generate(struct session *s)
                 n_ctx, s->n_prompt, a->n_predict);
         return 2;
     }
-    mvm_resid_params rp = {.evict = a->evict, .evict_args = a->evict_args};
-    if (mvm_ctx_create(s->model, s->pool, n_ctx, a->batch, &rp, &s->ctx) != MVM_OK)
-        return mvm_cli_error(a->evict ? "--evict" : "the inference context");
+    mvm_ctx_policies pol = {
+        .residency = {.evict = a->evict, .evict_args = a->evict_args},
+        .prefetch = {.predict = a->predict, .predict_args = a->predict_args,
+                     .predictor = s->inputs.predictor,
+                     .predictor_size = s->inputs.predictor_size}};
+    if (mvm_ctx_create(s->model, s->pool, n_ctx, a->batch, &pol, &s->ctx) != MVM_OK)
+        return mvm_cli_error("the inference context");
     if (a->trace_out) {
         if (mvm_trace_open(a->trace_out, s->model, a->trace_hidden, &s->trace) != MVM_OK)
             return mvm_cli_error("--trace-out");
@@ -371,11 +399,14 @@ static int generate(struct session *s)
     mvm_resid_get_stats(mvm_ctx_residency(s->ctx), &rs);
     fprintf(stderr, "prefill %u tokens %.1f tok/s | decode %u tokens %.2f tok/s | expert "
             "accesses %" PRIu64 " (hit %.1f%%, %" PRIu64 " from host; evict %s: %" PRIu64
-            " out, %" PRIu64 " prefetched) | moved %.1f MiB\n",
+            " out; predict %s: %" PRIu64 " prefetched, %" PRIu64 " used, %" PRIu64 " in time) | "
+            "moved %.1f MiB\n",
             s->n_prompt, t_prefill > 0 ? s->n_prompt / t_prefill : 0.0, generated,
             t_decode > 0 ? generated / t_decode : 0.0, rs.accesses,
             rs.accesses ? 100.0 * (double)rs.hits / (double)rs.accesses : 0.0, rs.bypassed,
-            mvm_resid_evict_name(mvm_ctx_residency(s->ctx)), rs.evictions, rs.prefetches,
+            mvm_resid_evict_name(mvm_ctx_residency(s->ctx)), rs.evictions,
+            mvm_prefetcher_name(mvm_ctx_prefetcher(s->ctx)), rs.prefetches, rs.prefetch_used,
+            rs.prefetch_hits,
             (double)vs.bytes_moved / 1048576.0);
     return 0;
 }
@@ -400,6 +431,7 @@ int mvm_cmd_run(int argc, char **argv)
     mvm_tokenizer_free(s.tok);
     mvm_model_free(s.model);
     mvm_pool_destroy(s.pool);
+    mvm_sim_inputs_free(&s.inputs);
     free(s.prompt);
     free(s.logits);
     return rc;

@@ -21,6 +21,7 @@ struct mvm_ctx {
     mvm_model *m;
     mvm_pool *pool;
     mvm_resid *resid;
+    mvm_prefetcher *prefetch;
     int nth;
     uint32_t n_ctx, n_batch, n_past, q_dim, kv_dim, n_groups;
     float *kc, *vc;             /* [n_layer][n_ctx][kv_dim] */
@@ -57,7 +58,7 @@ static void *buf(size_t n, int *ok)
 }
 
 mvm_status mvm_ctx_create(mvm_model *m, mvm_pool *pool, uint32_t n_ctx, uint32_t n_batch,
-                          const mvm_resid_params *residency, mvm_ctx **out)
+                          const mvm_ctx_policies *policies, mvm_ctx **out)
 {
     *out = NULL;
     const mvm_hparams *hp = &m->hp;
@@ -116,11 +117,13 @@ mvm_status mvm_ctx_create(mvm_model *m, mvm_pool *pool, uint32_t n_ctx, uint32_t
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for a context of %u positions (KV cache "
                         "%.1f MiB)", n_ctx, 2.0 * (double)kv / 1048576.0);
     }
-    mvm_resid_params rp = residency ? *residency : (mvm_resid_params){0};
-    rp.top_k = hp->n_expert_used;
-    rp.n_embd = hp->n_embd;
-    rp.n_ff = hp->n_ff_exp;
-    mvm_status st = mvm_resid_create(m->space, &rp, &c->resid);
+    mvm_ctx_policies pol = policies ? *policies : (mvm_ctx_policies){{0}};
+    pol.residency.top_k = hp->n_expert_used;
+    pol.residency.n_embd = hp->n_embd;
+    pol.residency.n_ff = hp->n_ff_exp;
+    mvm_status st = mvm_resid_create(m->space, &pol.residency, &c->resid);
+    if (st == MVM_OK)
+        st = mvm_prefetcher_create(m, c->resid, &pol.prefetch, &c->prefetch);
     if (st != MVM_OK) {
         mvm_ctx_free(c);
         return st;
@@ -133,6 +136,7 @@ void mvm_ctx_free(mvm_ctx *c)
 {
     if (!c)
         return;
+    mvm_prefetcher_destroy(c->prefetch);
     mvm_resid_destroy(c->resid);
     void *bufs[] = {c->kc, c->vc, c->x, c->xn, c->tmp, c->tmp2, c->q, c->att, c->k, c->v,
                     c->act, c->probs, c->selw, c->sel, c->scratch, c->cnt, c->off, c->active,
@@ -151,6 +155,7 @@ void mvm_ctx_set_route_observer(mvm_ctx *c, mvm_route_fn fn, void *fn_ctx)
 uint32_t mvm_ctx_n_past(const mvm_ctx *c) { return c->n_past; }
 void mvm_ctx_reset(mvm_ctx *c) { c->n_past = 0; }
 const mvm_resid *mvm_ctx_residency(const mvm_ctx *c) { return c->resid; }
+const mvm_prefetcher *mvm_ctx_prefetcher(const mvm_ctx *c) { return c->prefetch; }
 
 /* ---- matrix products ------------------------------------------------------------------- */
 
@@ -419,17 +424,23 @@ static mvm_status moe(mvm_ctx *c, uint32_t il, uint32_t n, uint32_t pos0)
                       L->ffn_norm, hp->n_embd, hp->rms_eps);
     route(c, il, n, pos0);
     dispatch(c, n);
+    mvm_pstep step = {.layer = il, .n_tok = n, .scores = c->probs, .experts = c->sel,
+                      .weights = c->selw, .hidden = c->xn, .counts = c->cnt};
     mvm_status st = mvm_resid_begin(c->resid, il, c->active, c->n_active, 0);
     if (st != MVM_OK)
         return st;
+    /* The next layer's copies overlap this layer's compute; a failed one ends the pass
+     * after this step, which must still run and end (its experts are pinned). */
+    mvm_status ahead = mvm_prefetcher_ahead(c->prefetch, &step);
     c->stamp++;
     struct moe_job j = {c, il};
     mvm_pool_run(c->pool, experts_run, &j);
     struct reduce_job r = {c, n};
     mvm_pool_run(c->pool, reduce_run, &r);
-    mvm_pstep step = {.layer = il, .n_tok = n, .scores = c->probs, .experts = c->sel,
-                      .weights = c->selw, .hidden = c->xn, .counts = c->cnt};
     st = mvm_resid_end(c->resid, &step, c->active, c->n_active, il + 1 == hp->n_layer);
+    mvm_prefetcher_observe(c->prefetch, &step);
+    if (st == MVM_OK)
+        st = ahead;
     if (st == MVM_OK && hp->n_ff_shexp)
         shared_expert(c, L, n);
     return st;

@@ -11,6 +11,7 @@
 
 #include "engine/model.h"
 #include "engine/pool.h"
+#include "engine/prefetch.h"
 #include "engine/residency.h"
 
 /* Called for every (token, MoE layer) with the router's probabilities over all experts,
@@ -22,12 +23,17 @@ typedef void (*mvm_route_fn)(void *ctx, uint32_t pos, uint32_t layer, const floa
 
 typedef struct mvm_ctx mvm_ctx;
 
+/* The policy modules a context runs; NULL names take the MOEVM_* options. */
+typedef struct mvm_ctx_policies {
+    mvm_resid_params residency;   /* evict (the shape fields are the model's) */
+    mvm_prefetch_params prefetch; /* predict */
+} mvm_ctx_policies;
+
 /* n_ctx: positions the KV cache holds (<= the model's context_length is not enforced:
- * RoPE extrapolates, as llama.cpp lets it); n_batch: tokens per forward call; residency:
- * the evict module and its parameters (NULL, or NULL fields: the MOEVM_EVICT options; the
- * shape fields are the model's). */
+ * RoPE extrapolates, as llama.cpp lets it); n_batch: tokens per forward call; policies:
+ * NULL for the options' modules. */
 mvm_status mvm_ctx_create(mvm_model *m, mvm_pool *pool, uint32_t n_ctx, uint32_t n_batch,
-                          const mvm_resid_params *residency, mvm_ctx **out);
+                          const mvm_ctx_policies *policies, mvm_ctx **out);
 void mvm_ctx_free(mvm_ctx *c);
 void mvm_ctx_set_route_observer(mvm_ctx *c, mvm_route_fn fn, void *fn_ctx);
 
@@ -41,5 +47,7 @@ uint32_t mvm_ctx_n_past(const mvm_ctx *c);
 /* Forgets the cached positions (a new request). */
 void mvm_ctx_reset(mvm_ctx *c);
 const mvm_resid *mvm_ctx_residency(const mvm_ctx *c);
+/* NULL when no predict module runs. */
+const mvm_prefetcher *mvm_ctx_prefetcher(const mvm_ctx *c);
 
 #endif

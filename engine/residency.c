@@ -7,8 +7,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine/choose.h"
 #include "vmm/error.h"
-#include "vmm/options.h"
 
 struct mvm_resid {
     mvm_space *space;
@@ -18,6 +18,7 @@ struct mvm_resid {
     mvm_pview view;
     uint32_t *resident;     /* [L*E] the view's: ppe once requested, 0 once evicted */
     uint8_t *busy;          /* [L*E] the view's: pinned by the current step */
+    uint8_t *by_prefetch;   /* [L*E] loaded ahead of use, not requested since */
     uint32_t *cand, *want;  /* [L*E] scratch: eviction candidates, the module's wishes */
     const mvm_evict_ops *evict;
     void *evict_self;
@@ -35,29 +36,11 @@ static double now_s(void)
 static mvm_status find_module(const mvm_resid_params *p, const mvm_evict_ops **ops,
                               const char **args)
 {
-    mvm_option_value name = {.s = p->evict}, params = {.s = p->evict_args};
-    mvm_status st = MVM_OK;
-    if (!name.s)
-        st = mvm_option_read(MVM_OPTION_EVICT, &name);
-    if (st == MVM_OK && !params.s)
-        st = mvm_option_read(MVM_OPTION_EVICT_ARGS, &params);
-    if (st != MVM_OK)
-        return st;
-    if (!(*ops = mvm_policy_find(MVM_ROLE_EVICT, name.s))) {
-        char names[256];
-        mvm_policy_names(MVM_ROLE_EVICT, names, sizeof names);
-        return mvm_fail(MVM_ERR_INVALID, "%s%s: no such evict policy (available: %s)",
-                        p->evict ? "" : "MOEVM_EVICT=", name.s, names);
-    }
-    *args = params.s;
-    return MVM_OK;
-}
-
-mvm_status mvm_resid_check(const mvm_resid_params *p)
-{
-    const mvm_evict_ops *ops;
-    const char *args;
-    return find_module(p, &ops, &args);
+    const void *o = NULL;
+    mvm_status st = mvm_engine_choose(MVM_ROLE_EVICT, p->evict, p->evict_args,
+                                      MVM_OPTION_EVICT, MVM_OPTION_EVICT_ARGS, 0, &o, args);
+    *ops = o;
+    return st;
 }
 
 mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_resid **out)
@@ -80,9 +63,10 @@ mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_res
     r->ppe = (uint32_t)((info.expert_bytes + info.page_size - 1) / info.page_size);
     r->resident = calloc(r->n_total, sizeof *r->resident);
     r->busy = calloc(r->n_total, 1);
+    r->by_prefetch = calloc(r->n_total, 1);
     r->cand = calloc(r->n_total, sizeof *r->cand);
     r->want = calloc(r->n_total, sizeof *r->want);
-    if (!r->resident || !r->busy || !r->cand || !r->want) {
+    if (!r->resident || !r->busy || !r->by_prefetch || !r->cand || !r->want) {
         mvm_resid_destroy(r);
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the residency table");
     }
@@ -111,6 +95,7 @@ void mvm_resid_destroy(mvm_resid *r)
         r->evict->destroy(r->evict_self);
     free(r->resident);
     free(r->busy);
+    free(r->by_prefetch);
     free(r->cand);
     free(r->want);
     free(r);
@@ -119,6 +104,11 @@ void mvm_resid_destroy(mvm_resid *r)
 const char *mvm_resid_evict_name(const mvm_resid *r)
 {
     return r->evict->name;
+}
+
+void mvm_resid_pinit(const mvm_resid *r, mvm_pinit *out)
+{
+    *out = (mvm_pinit){.shape = &r->shape, .cost = &r->cost};
 }
 
 /* Brings the view's page count and clock up to date before the module looks at it. */
@@ -157,6 +147,7 @@ static mvm_status evict_one(mvm_resid *r, uint32_t layer)
         }
         if (st == MVM_OK) {
             r->resident[x] = 0;
+            r->by_prefetch[x] = 0;
             r->stats.evictions++;
         }
         return st;
@@ -198,8 +189,12 @@ static mvm_status load_and_pin(mvm_resid *r, uint32_t l, const int32_t *experts,
         uint32_t x = l * r->n_experts + (uint32_t)experts[*pinned];
         mvm_residency res = {0};
         mvm_expert_residency(r->space, l, (uint32_t)experts[*pinned], &res);
+        int hit = res.resident == res.n_pages && !res.loading;
         r->stats.accesses++;
-        r->stats.hits += res.resident == res.n_pages && !res.loading;
+        r->stats.hits += hit;
+        r->stats.prefetch_used += r->by_prefetch[x];
+        r->stats.prefetch_hits += hit && r->by_prefetch[x];
+        r->by_prefetch[x] = 0;
         mvm_move *move = NULL;
         mvm_status st = request(r, x, 1, wait ? &move : NULL);
         if (st == MVM_ERR_NOSPACE) {
@@ -250,17 +245,29 @@ mvm_status mvm_resid_end(mvm_resid *r, const mvm_pstep *step, const int32_t *exp
     if (r->evict->want)
         n_want = r->evict->want(r->evict_self, view(r), step->layer, r->want, r->n_total);
     mvm_status st = MVM_OK;
-    for (uint32_t i = 0; i < n_want && i < r->n_total && st == MVM_OK; i++) {
-        uint32_t x = r->want[i];
-        if (x >= r->n_total || r->resident[x])
-            continue;
-        st = request(r, x, 0, NULL);
-        r->stats.prefetches += st == MVM_OK;
-        if (st == MVM_ERR_NOSPACE) /* no room is not an error: the wish waits */
-            st = MVM_OK;
-    }
+    for (uint32_t i = 0; i < n_want && i < r->n_total && st == MVM_OK; i++)
+        if (r->want[i] < r->n_total) {
+            st = mvm_resid_prefetch(r, r->want[i] / r->n_experts, r->want[i] % r->n_experts);
+            if (st == MVM_ERR_NOSPACE) /* no room is not an error: the wish waits */
+                st = MVM_OK;
+        }
     if (last_layer)
         r->view.tokens += step->n_tok;
+    return st;
+}
+
+mvm_status mvm_resid_prefetch(mvm_resid *r, uint32_t layer, uint32_t expert)
+{
+    if (layer >= r->shape.n_layers || expert >= r->n_experts)
+        return mvm_fail(MVM_ERR_RANGE, "expert (%u, %u) is outside the space", layer, expert);
+    uint32_t x = layer * r->n_experts + expert;
+    if (r->resident[x])
+        return MVM_OK;
+    mvm_status st = request(r, x, 0, NULL);
+    if (st == MVM_OK) {
+        r->by_prefetch[x] = 1;
+        r->stats.prefetches++;
+    }
     return st;
 }
 

@@ -4,7 +4,8 @@
  * the evict policy module (policy/, MOEVM_EVICT, DESIGN.md §3) picks the victims among the
  * resident experts no step is using. After the computation the step is reported to the
  * module (router scores, experts, tokens per expert) and its experts are unpinned; a module
- * that asks for experts by itself (`want`: DALI's windowed swaps) gets them prefetched.
+ * that asks for experts by itself (`want`: DALI's windowed swaps) gets them prefetched, as
+ * does the caller's predictor (mvm_resid_prefetch).
  *
  * The order within a step is the simulator's (tools/sim.c): a hit is judged when the
  * expert is requested, all of a step's experts are shielded from eviction before any of
@@ -33,7 +34,8 @@ typedef struct mvm_resid mvm_resid;
 
 typedef struct mvm_resid_params {
     const char *evict;          /* the evict module; NULL: MOEVM_EVICT */
-    const char *evict_args;     /* its "name=value,..." parameters; NULL: MOEVM_EVICT_ARGS */
+    const char *evict_args;     /* its "name=value,..." parameters (NULL: none, or
+                                   MOEVM_EVICT_ARGS with the MOEVM_EVICT module) */
     uint32_t top_k, n_embd, n_ff; /* the model's, for the module's shape (0: unknown) */
 } mvm_resid_params;
 
@@ -42,17 +44,21 @@ typedef struct mvm_resid_stats {
     uint64_t hits;       /* of them, resident (all pages, none loading) when requested */
     uint64_t bypassed;   /* requests that found no room and ran from the home */
     uint64_t evictions;  /* experts the evict module chose to make room */
-    uint64_t prefetches; /* experts the evict module asked for by itself */
+    uint64_t prefetches; /* experts loaded ahead of use: the evict module's wishes and the
+                            caller's predictions (mvm_resid_prefetch) */
+    uint64_t prefetch_used; /* of them, requested before they were evicted */
+    uint64_t prefetch_hits; /* of those, found resident (their copy had landed) */
 } mvm_resid_stats;
 
 /* MVM_ERR_INVALID (naming the module or the parameter) for an evict module that does not
  * exist or rejects its parameters; MVM_ERR_OPTION for a malformed MOEVM_EVICT[_ARGS]. */
 mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_resid **out);
-/* The module's existence alone, before anything costly (loading a model) is done. */
-mvm_status mvm_resid_check(const mvm_resid_params *p);
 void mvm_resid_destroy(mvm_resid *r);
 /* The evict module's name. */
 const char *mvm_resid_evict_name(const mvm_resid *r);
+/* The shape and cost the modules were made with (for the engine's other modules); the
+ * rest of *out is zeroed. */
+void mvm_resid_pinit(const mvm_resid *r, mvm_pinit *out);
 
 /* Requests experts[0..n) of `layer` resident and pins them (repeats not allowed). wait = 1:
  * returns once all are resident (a reader that needs device memory), failing with
@@ -66,6 +72,10 @@ mvm_status mvm_resid_begin(mvm_resid *r, uint32_t layer, const int32_t *experts,
  * after which the module's token clock advances by step->n_tok. */
 mvm_status mvm_resid_end(mvm_resid *r, const mvm_pstep *step, const int32_t *experts,
                          uint32_t n, int last_layer);
+/* Loads expert (layer, e) ahead of its use, at prefetch priority, making room as a request
+ * does (never from the current step's experts). MVM_OK when queued or already resident,
+ * MVM_ERR_NOSPACE when nothing can make room (the prediction is dropped). */
+mvm_status mvm_resid_prefetch(mvm_resid *r, uint32_t layer, uint32_t expert);
 void mvm_resid_get_stats(const mvm_resid *r, mvm_resid_stats *out);
 
 #endif

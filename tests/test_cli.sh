@@ -60,8 +60,15 @@ expect 0 'evict lcp: ' -- env MOEVM_PAGE_SIZE=64K MOEVM_EVICT=lcp "$moevm" run -
 expect 0 'evict reuse: ' -- "$moevm" run -m "$m" -p "x" -n 2
 expect 1 '--evict: belady: no such evict policy \(available: lru' -- "$moevm" run -m "$m" -p "x" --evict belady
 expect 1 'MOEVM_EVICT=belady: no such evict policy' -- env MOEVM_EVICT=belady "$moevm" run -m "$m" -p "x"
-expect 1 "--evict: evict lfu: unknown parameter 'x'" -- "$moevm" run -m "$m" -p "x" --evict 'lfu{x=1}'
+expect 1 "the inference context: evict lfu: unknown parameter 'x'" -- "$moevm" run -m "$m" -p "x" --evict 'lfu{x=1}'
 expect 2 '--evict lfu\{x: expected NAME or NAME\{k=v' -- "$moevm" run -m "$m" -p "x" --evict 'lfu{x'
+expect 0 'predict gate: [1-9][0-9]* prefetched' -- env MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p "Once upon a time" -n 8 --gpu-budget 60% --predict gate
+expect 0 'predict residual: ' -- env MOEVM_PAGE_SIZE=64K MOEVM_PREDICT=residual "$moevm" run -m "$m" -p "x" -n 2
+expect 1 '--predict: oracle: no such predict policy \(available: none, gate' -- "$moevm" run -m "$m" -p "x" --predict oracle
+expect 1 'MOEVM_PREDICT=oracle: no such predict policy' -- env MOEVM_PREDICT=oracle "$moevm" run -m "$m" -p "x"
+expect 1 'predict learned: no predictor weights' -- "$moevm" run -m "$m" -p "x" --predict learned
+expect 1 '--predictor: .*nope.bin: cannot open' -- "$moevm" run -m "$m" -p "x" --predict learned --predictor "$tmp/nope.bin"
+expect 1 "predict gate: unknown parameter 'depth'" -- "$moevm" run -m "$m" -p "x" --predict 'gate{depth=2}'
 expect 0 'on host; evict score' -- "$moevm" demo --tokens 8 --evict score
 expect 1 '--evict: nope: no such evict policy' -- "$moevm" demo --evict nope
 expect 0 'tiny llama, 2 layers .*q8_0' -- "$moevm" mkmodel --arch llama --type q8_0 -o "$tmp/q8.gguf"

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "engine/choose.h"
 #include "engine/forward.h"
 #include "engine/mkmodel.h"
 #include "engine/model.h"
@@ -179,7 +180,10 @@ static void test_choice_and_errors(void)
     CHECK_ST(mvm_resid_create(sp, &p, &r), MVM_ERR_INVALID);
     CHECK(r == NULL && strstr(mvm_last_error(), "MOEVM_EVICT=belady") &&
           strstr(mvm_last_error(), "lru"));
-    CHECK_ST(mvm_resid_check(&p), MVM_ERR_INVALID);
+    const void *ops;
+    const char *args;
+    CHECK_ST(mvm_engine_choose(MVM_ROLE_EVICT, NULL, NULL, MVM_OPTION_EVICT,
+                               MVM_OPTION_EVICT_ARGS, 0, &ops, &args), MVM_ERR_INVALID);
     setenv("MOEVM_EVICT", "lcp", 1);
     setenv("MOEVM_EVICT_ARGS", "rho=2", 1);
     CHECK_ST(mvm_resid_create(sp, &p, &r), MVM_ERR_INVALID);
@@ -252,7 +256,7 @@ static void run_engine(const char *model, mvm_pool *pool, const char *evict, dou
     mvm_model *m = NULL;
     mvm_ctx *c = NULL;
     mvm_trace_out *t = NULL;
-    mvm_resid_params p = {.evict = evict, .evict_args = ""};
+    mvm_ctx_policies p = {.residency = {.evict = evict}, .prefetch = {.predict = "none"}};
     CHECK_ST(mvm_model_load(model, &d, pool, NULL, NULL, &m), MVM_OK);
     CHECK_ST(mvm_ctx_create(m, pool, 64, 1, &p, &c), MVM_OK);
     CHECK_ST(mvm_trace_open(trace, m, 0, &t), MVM_OK);
@@ -314,6 +318,93 @@ static void test_engine_matches_sim(void)
     mvm_pool_destroy(pool);
 }
 
+/* ---- predictions prefetched --------------------------------------------------------------- */
+
+struct foresee {
+    const mvm_model *m;
+    float hidden[256];   /* the last layer's MoE input */
+    uint32_t missed;     /* predicted experts neither resident nor loading when their layer routes */
+    uint32_t predicted;
+};
+
+/* At each layer after the first: the experts layer l+1's router picks from layer l's MoE
+ * input (computed here, not by policy/) must already be resident or on their way. */
+static void check_foreseen(void *ctx, uint32_t pos, uint32_t layer, const float *probs,
+                           uint32_t n_expert, const int *selected, const float *weights,
+                           uint32_t k, const float *hidden, uint32_t n_embd)
+{
+    (void)pos, (void)probs, (void)selected, (void)weights;
+    struct foresee *f = ctx;
+    if (layer > 0) {
+        const mvm_weight *w = &f->m->layers[layer].router;
+        float logit[64];
+        for (uint32_t e = 0; e < n_expert; e++) {
+            const float *row = (const float *)((const uint8_t *)w->data + e * w->row_bytes);
+            logit[e] = 0;
+            for (uint32_t d = 0; d < n_embd; d++)
+                logit[e] += row[d] * f->hidden[d];
+        }
+        for (uint32_t j = 0; j < k; j++) {
+            uint32_t best = 0;
+            for (uint32_t e = 1; e < n_expert; e++)
+                if (logit[e] > logit[best])
+                    best = e;
+            logit[best] = -1e30f;
+            mvm_residency res = {0};
+            mvm_expert_residency(f->m->space, layer, best, &res);
+            f->missed += res.resident + res.loading < res.n_pages;
+            f->predicted++;
+        }
+    }
+    memcpy(f->hidden, hidden, n_embd * sizeof *hidden);
+}
+
+/* With every expert fitting, `gate` leaves no expert it predicts unrequested; without a
+ * predictor the same run misses some (the check can fail). */
+static void test_gate_prefetches(void)
+{
+    mvm_pool *pool = NULL;
+    CHECK_ST(mvm_pool_create(2, NULL, &pool), MVM_OK);
+    const char *model = make_model(pool);
+    static const char *const preds[] = {"gate", "none"};
+    for (int i = 0; i < 2; i++) {
+        mvm_space_desc d;
+        mvm_space_desc_init(&d);
+        d.backend = MVM_BACKEND_HOST;
+        d.page_size = PAGE;
+        d.device_budget = 0;
+        d.device_budget_frac = 1.0;
+        mvm_model *m = NULL;
+        mvm_ctx *c = NULL;
+        mvm_ctx_policies p = {.residency = {.evict = "lru"}, .prefetch = {.predict = preds[i]}};
+        CHECK_ST(mvm_model_load(model, &d, pool, NULL, NULL, &m), MVM_OK);
+        CHECK_ST(mvm_ctx_create(m, pool, 64, 1, &p, &c), MVM_OK);
+        if (!c)
+            continue;
+        CHECK(m->hp.n_embd <= 256 && m->hp.n_expert <= 64);
+        struct foresee f = {.m = m};
+        mvm_ctx_set_route_observer(c, check_foreseen, &f);
+        int32_t tok[24];
+        for (int t = 0; t < 24; t++)
+            tok[t] = (int32_t)((t * 37 + 5) % m->hp.n_vocab);
+        CHECK_ST(mvm_ctx_eval(c, tok, 24, NULL, 0), MVM_OK);
+        mvm_resid_stats rs;
+        mvm_resid_get_stats(mvm_ctx_residency(c), &rs);
+        CHECK(f.predicted == 24 * 3 * 4);
+        if (i == 0) {
+            CHECK(f.missed == 0);
+            CHECK(rs.prefetches > 0 && rs.prefetch_used > 0 && rs.prefetch_used <= rs.prefetches);
+            CHECK(strcmp(mvm_prefetcher_name(mvm_ctx_prefetcher(c)), "gate") == 0);
+        } else {
+            CHECK(f.missed > 0 && rs.prefetches == 0);
+            CHECK(mvm_ctx_prefetcher(c) == NULL);
+        }
+        mvm_ctx_free(c);
+        mvm_model_free(m);
+    }
+    mvm_pool_destroy(pool);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/moevm-test-residency-XXXXXX");
@@ -321,12 +412,15 @@ int main(void)
         return 1;
     unsetenv("MOEVM_EVICT");
     unsetenv("MOEVM_EVICT_ARGS");
+    unsetenv("MOEVM_PREDICT");
+    unsetenv("MOEVM_PREDICT_ARGS");
     RUN(test_module_decides);
     RUN(test_step_shield);
     RUN(test_no_room);
     RUN(test_wanted_prefetched);
     RUN(test_choice_and_errors);
     RUN(test_engine_matches_sim);
+    RUN(test_gate_prefetches);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)

@@ -54,6 +54,12 @@ static const mvm_option_desc options[MVM_OPTION_COUNT_] = {
     [MVM_OPTION_EVICT_ARGS] = {"MOEVM_EVICT_ARGS", MVM_OPT_STRING, "", NULL,
                                "engine and interposer: the evict module's parameters, "
                                "\"name=value,...\""},
+    [MVM_OPTION_PREDICT] = {"MOEVM_PREDICT", MVM_OPT_STRING, "none", NULL,
+                            "engine: the predict policy module whose forecast of the next "
+                            "layer's experts is prefetched (none, gate, residual, learned; "
+                            "docs/policies.md)"},
+    [MVM_OPTION_PREDICT_ARGS] = {"MOEVM_PREDICT_ARGS", MVM_OPT_STRING, "", NULL,
+                                 "engine: the predict module's parameters, \"name=value,...\""},
     [MVM_OPTION_REPORT] = {"MOEVM_REPORT", MVM_OPT_STRING, "", NULL,
                            "interposer: write a JSON report (allocations by call site, moves, "
                            "hit rate, time waited) to this path at exit"},

@@ -30,6 +30,8 @@ typedef enum mvm_option_id {
     MVM_OPTION_PRELOAD_SLICES,
     MVM_OPTION_EVICT,
     MVM_OPTION_EVICT_ARGS,
+    MVM_OPTION_PREDICT,
+    MVM_OPTION_PREDICT_ARGS,
     MVM_OPTION_REPORT,
     MVM_OPTION_COUNT_
 } mvm_option_id;

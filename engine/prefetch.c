@@ -1,0 +1,120 @@
+/* Cross-layer prefetching by the predict module (prefetch.h). */
+#include "engine/prefetch.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "engine/choose.h"
+#include "vmm/error.h"
+
+struct mvm_prefetcher {
+    mvm_resid *resid;
+    const mvm_predict_ops *ops;
+    void *self;
+    uint32_t n_layers, n_experts, depth;
+    float *routers;             /* [L][E][n_embd] the routers as F32, for gate and residual */
+    const float **router_of;    /* [L] into routers */
+    float *ahead;               /* [E] the module's forecast */
+};
+
+/* The routers as F32 rows, whatever type the file keeps them in. */
+static mvm_status copy_routers(mvm_prefetcher *p, const mvm_model *m)
+{
+    size_t E = m->hp.n_expert, D = m->hp.n_embd;
+    p->routers = malloc((size_t)p->n_layers * E * D * sizeof *p->routers);
+    p->router_of = calloc(p->n_layers, sizeof *p->router_of);
+    if (!p->routers || !p->router_of)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for the predictor's router copies");
+    for (uint32_t l = 0; l < p->n_layers; l++) {
+        const mvm_weight *w = &m->layers[l].router;
+        float *dst = p->routers + (size_t)l * E * D;
+        for (size_t e = 0; e < E; e++)
+            mvm_k_dequantize(w->type, (const uint8_t *)w->data + e * w->row_bytes, dst + e * D,
+                             D);
+        p->router_of[l] = dst;
+    }
+    return MVM_OK;
+}
+
+mvm_status mvm_prefetcher_create(const mvm_model *m, mvm_resid *resid,
+                                 const mvm_prefetch_params *p, mvm_prefetcher **out)
+{
+    *out = NULL;
+    const void *ops = NULL;
+    const char *args = NULL;
+    mvm_status st = mvm_engine_choose(MVM_ROLE_PREDICT, p->predict, p->predict_args,
+                                      MVM_OPTION_PREDICT, MVM_OPTION_PREDICT_ARGS, 1, &ops,
+                                      &args);
+    if (st != MVM_OK || !ops)
+        return st;
+    mvm_prefetcher *f = calloc(1, sizeof *f);
+    if (!f)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for the prefetcher");
+    f->resid = resid;
+    f->n_layers = m->hp.n_layer;
+    f->n_experts = m->hp.n_expert;
+    f->depth = m->hp.n_expert_used;
+    f->ahead = calloc(f->n_experts, sizeof *f->ahead);
+    st = f->ahead ? copy_routers(f, m)
+                  : mvm_fail(MVM_ERR_NOMEM, "out of memory for the prefetcher");
+    mvm_pinit in;
+    mvm_resid_pinit(resid, &in);
+    in.params.text = args;
+    in.routers = f->router_of;
+    in.predictor = p->predictor;
+    in.predictor_size = p->predictor_size;
+    if (st == MVM_OK && (st = ((const mvm_predict_ops *)ops)->create(&in, &f->self)) == MVM_OK)
+        f->ops = ops;
+    if (st != MVM_OK) {
+        mvm_prefetcher_destroy(f);
+        return st;
+    }
+    *out = f;
+    return MVM_OK;
+}
+
+void mvm_prefetcher_destroy(mvm_prefetcher *p)
+{
+    if (!p)
+        return;
+    if (p->ops)
+        p->ops->destroy(p->self);
+    free(p->routers);
+    free(p->router_of);
+    free(p->ahead);
+    free(p);
+}
+
+const char *mvm_prefetcher_name(const mvm_prefetcher *p)
+{
+    return p ? p->ops->name : "none";
+}
+
+mvm_status mvm_prefetcher_ahead(mvm_prefetcher *p, const mvm_pstep *step)
+{
+    uint32_t next = step->layer + 1;
+    if (!p || next >= p->n_layers || !p->ops->predict(p->self, step, next, p->ahead))
+        return MVM_OK;
+    /* The `depth` most likely, best first (ties to the lower id), never a zero forecast. */
+    for (uint32_t d = 0; d < p->depth; d++) {
+        uint32_t best = 0;
+        for (uint32_t e = 1; e < p->n_experts; e++)
+            if (p->ahead[e] > p->ahead[best])
+                best = e;
+        if (!(p->ahead[best] > 0))
+            break;
+        p->ahead[best] = -INFINITY;
+        mvm_status st = mvm_resid_prefetch(p->resid, next, best);
+        if (st == MVM_ERR_NOSPACE) /* nothing can make room: the rest would not fit either */
+            break;
+        if (st != MVM_OK)
+            return st;
+    }
+    return MVM_OK;
+}
+
+void mvm_prefetcher_observe(mvm_prefetcher *p, const mvm_pstep *step)
+{
+    if (p && p->ops->observe)
+        p->ops->observe(p->self, step);
+}
