@@ -18,7 +18,8 @@ struct mvm_resid {
     mvm_pview view;
     uint32_t *resident;     /* [L*E] the view's: ppe once requested, 0 once evicted */
     uint8_t *busy;          /* [L*E] the view's: pinned by the current step */
-    uint8_t *by_prefetch;   /* [L*E] loaded ahead of use, not requested since */
+    uint8_t *by_prefetch;   /* [L*E] loaded ahead of its layer's next step, which has not
+                               ended yet */
     uint32_t *cand, *want;  /* [L*E] scratch: eviction candidates, the module's wishes */
     const mvm_evict_ops *evict;
     void *evict_self;
@@ -241,6 +242,8 @@ mvm_status mvm_resid_end(mvm_resid *r, const mvm_pstep *step, const int32_t *exp
 {
     r->evict->observe(r->evict_self, view(r), step);
     unpin(r, step->layer, experts, n);
+    /* Prefetches for this step that it did not request were wrong forecasts. */
+    memset(r->by_prefetch + (size_t)step->layer * r->n_experts, 0, r->n_experts);
     uint32_t n_want = 0;
     if (r->evict->want)
         n_want = r->evict->want(r->evict_self, view(r), step->layer, r->want, r->n_total);

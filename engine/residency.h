@@ -46,7 +46,8 @@ typedef struct mvm_resid_stats {
     uint64_t evictions;  /* experts the evict module chose to make room */
     uint64_t prefetches; /* experts loaded ahead of use: the evict module's wishes and the
                             caller's predictions (mvm_resid_prefetch) */
-    uint64_t prefetch_used; /* of them, requested before they were evicted */
+    uint64_t prefetch_used; /* of them, requested by their layer's next step (a forecast
+                               that came true; a later use is not counted) */
     uint64_t prefetch_hits; /* of those, found resident (their copy had landed) */
 } mvm_resid_stats;
 

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The engine's evict and predict modules on a real-size model (docs/perf/cpu.md, "Policy
+# modules in the engine"): `moevm run` at a 30% budget, each module set three times (the
+# host backend's copies share the cores with the compute, so single runs vary), then
+# `moevm sim` on a trace the engine recorded, for the same modules without that noise.
+# usage: bash bench/cpu/policies.sh [tokens]   (default 32)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+n=${1:-32}
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j"$(nproc)" --target moevm_cli >/dev/null
+m=build/bench-models/olmoe-3l-q8_0.gguf
+mkdir -p build/bench-models
+[ -f "$m" ] || ./build/moevm mkmodel --preset olmoe-1b-7b --type q8_0 --layers 3 -o "$m" >&2
+echo "== $(date -u +%Y-%m-%d) $(uname -m), $(nproc) cores; $m, budget 30%, $n tokens"
+echo "| evict | predict | hit % (3 runs) | prefetched | used | in time | decode tok/s |"
+echo "|---|---|---|---|---|---|---|"
+for set in "lru none" "reuse none" "lcp none" "lru gate" "lru residual"; do
+  read -r ev pr <<<"$set"
+  hits=() last=""
+  for _ in 1 2 3; do
+    last=$(./build/moevm run -m "$m" -p "Once upon a time" -n "$n" --temp 0 --gpu-budget 30% \
+           --evict "$ev" --predict "$pr" 2>&1 >/dev/null | tail -1)
+    hits+=("$(sed -E 's/.*\(hit ([0-9.]+)%.*/\1/' <<<"$last")")
+  done
+  pf=$(sed -E 's/.*: ([0-9]+) prefetched, ([0-9]+) used, ([0-9]+) in time.*/\1 | \2 | \3/' <<<"$last")
+  tps=$(sed -E 's/.*decode [0-9]+ tokens ([0-9.]+) tok\/s.*/\1/' <<<"$last")
+  echo "| $ev | $pr | ${hits[*]} | $pf | $tps |"
+done
+t=build/bench-models/policies-trace.jsonl
+./build/moevm run -m "$m" -p "Once upon a time" -n "$n" --temp 0 --gpu-budget 30% \
+    --trace-out "$t" --trace-hidden >/dev/null 2>&1
+echo "== moevm sim on the engine's trace (same budget, 2 MiB pages)"
+./build/moevm sim --trace "$t" --model "$m" --budget 30% \
+    --compare 'evict=lru; evict=reuse; evict=lcp; evict=lru,predict=gate; evict=lru,predict=residual'
