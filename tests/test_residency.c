@@ -219,6 +219,24 @@ static const char *make_model(mvm_pool *pool)
     return path;
 }
 
+/* The model on the host backend with `frac` of its expert bytes as budget, and a context
+ * of 64 positions evaluating one token per step. */
+static void open_ctx(const char *model, mvm_pool *pool, double frac, const mvm_ctx_policies *p,
+                     mvm_model **m, mvm_ctx **c)
+{
+    mvm_space_desc d;
+    mvm_space_desc_init(&d);
+    d.backend = MVM_BACKEND_HOST;
+    d.page_size = PAGE;
+    d.device_budget = 0;
+    d.device_budget_frac = frac;
+    *m = NULL;
+    *c = NULL;
+    CHECK_ST(mvm_model_load(model, &d, pool, NULL, NULL, m), MVM_OK);
+    if (*m)
+        CHECK_ST(mvm_ctx_create(*m, pool, 64, 1, p, c), MVM_OK);
+}
+
 struct landed {
     mvm_trace_out *trace;
     mvm_space *space;
@@ -247,18 +265,17 @@ static void route_landed(void *ctx, uint32_t pos, uint32_t layer, const float *p
 static void run_engine(const char *model, mvm_pool *pool, const char *evict, double frac,
                        const char *trace, mvm_resid_stats *rs, uint64_t *device_pages)
 {
-    mvm_space_desc d;
-    mvm_space_desc_init(&d);
-    d.backend = MVM_BACKEND_HOST;
-    d.page_size = PAGE;
-    d.device_budget = 0;
-    d.device_budget_frac = frac;
-    mvm_model *m = NULL;
-    mvm_ctx *c = NULL;
+    *rs = (mvm_resid_stats){0};
+    *device_pages = 0;
+    mvm_model *m;
+    mvm_ctx *c;
     mvm_trace_out *t = NULL;
     mvm_ctx_policies p = {.residency = {.evict = evict}, .prefetch = {.predict = "none"}};
-    CHECK_ST(mvm_model_load(model, &d, pool, NULL, NULL, &m), MVM_OK);
-    CHECK_ST(mvm_ctx_create(m, pool, 64, 1, &p, &c), MVM_OK);
+    open_ctx(model, pool, frac, &p, &m, &c);
+    if (!c) {
+        mvm_model_free(m);
+        return;
+    }
     CHECK_ST(mvm_trace_open(trace, m, 0, &t), MVM_OK);
     struct landed w = {t, m->space};
     mvm_ctx_set_route_observer(c, route_landed, &w);
@@ -368,19 +385,14 @@ static void test_gate_prefetches(void)
     const char *model = make_model(pool);
     static const char *const preds[] = {"gate", "none"};
     for (int i = 0; i < 2; i++) {
-        mvm_space_desc d;
-        mvm_space_desc_init(&d);
-        d.backend = MVM_BACKEND_HOST;
-        d.page_size = PAGE;
-        d.device_budget = 0;
-        d.device_budget_frac = 1.0;
-        mvm_model *m = NULL;
-        mvm_ctx *c = NULL;
+        mvm_model *m;
+        mvm_ctx *c;
         mvm_ctx_policies p = {.residency = {.evict = "lru"}, .prefetch = {.predict = preds[i]}};
-        CHECK_ST(mvm_model_load(model, &d, pool, NULL, NULL, &m), MVM_OK);
-        CHECK_ST(mvm_ctx_create(m, pool, 64, 1, &p, &c), MVM_OK);
-        if (!c)
+        open_ctx(model, pool, 1.0, &p, &m, &c);
+        if (!c) {
+            mvm_model_free(m);
             continue;
+        }
         CHECK(m->hp.n_embd <= 256 && m->hp.n_expert <= 64);
         struct foresee f = {.m = m};
         mvm_ctx_set_route_observer(c, check_foreseen, &f);
