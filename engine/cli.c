@@ -60,6 +60,15 @@ int mvm_cli_split_policy(char *p, const char **name, const char **params)
     return 0;
 }
 
+int mvm_cli_policy(const char *cmd, const char *flag, char *value, const char **name,
+                   const char **params)
+{
+    if (!mvm_cli_split_policy(value, name, params))
+        return 0;
+    fprintf(stderr, "moevm %s: %s %s: expected NAME or NAME{k=v,...}\n", cmd, flag, value);
+    return 2;
+}
+
 void mvm_cli_progress(void *label, uint64_t done, uint64_t total)
 {
     static int last_tenth = -1;

@@ -27,6 +27,10 @@ int mvm_cli_float(const char *cmd, const char *flag, const char *value, double l
 /* A policy given as "name" or "name{k=v,...}", split in place (params NULL when there are
  * none). -1 when a brace is not closed at the end. */
 int mvm_cli_split_policy(char *p, const char **name, const char **params);
+/* The same for the value of option `flag` of command `cmd`: on a malformed value prints
+ * "moevm <cmd>: <flag> <value>: expected NAME or NAME{k=v,...}" and returns 2, else 0. */
+int mvm_cli_policy(const char *cmd, const char *flag, char *value, const char **name,
+                   const char **params);
 
 /* A progress callback for long work (loading, writing models): ctx is the label. Shows a
  * percentage on stderr — redrawn in place on a terminal, every 10% otherwise — and only

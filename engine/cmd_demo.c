@@ -56,11 +56,8 @@ static int parse_args(int argc, char **argv, struct demo_args *a)
         if (strcmp(argv[i], "--budget") == 0) {
             a->budget = v;
         } else if (strcmp(argv[i], "--evict") == 0) {
-            if (mvm_cli_split_policy(argv[i + 1], &a->evict, &a->evict_args)) {
-                fprintf(stderr, "moevm demo: --evict %s: expected NAME or NAME{k=v,...}\n", v);
+            if (mvm_cli_policy("demo", argv[i], argv[i + 1], &a->evict, &a->evict_args))
                 return 2;
-            }
-            a->evict_args = a->evict_args ? a->evict_args : "";
         } else if (!num && strcmp(argv[i], "--seed") != 0) {
             fprintf(stderr, "moevm demo: %s %s: not a positive number\n", argv[i], v);
             return 2;

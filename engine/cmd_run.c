@@ -57,14 +57,6 @@ static void usage(FILE *f)
             "  --logits-out  every evaluated position's logits (binary, see docs/engine.md)\n");
 }
 
-static int split_policy(const char *flag, char *value, const char **name, const char **args)
-{
-    if (!mvm_cli_split_policy(value, name, args))
-        return 0;
-    fprintf(stderr, "moevm run: %s %s: expected NAME or NAME{k=v,...}\n", flag, value);
-    return 2;
-}
-
 static int parse_args(int argc, char **argv, struct run_args *a)
 {
     *a = (struct run_args){.n_predict = 64, .batch = 32, .seed = 42, .top_k = 40, .temp = 0.8f,
@@ -92,9 +84,9 @@ static int parse_args(int argc, char **argv, struct run_args *a)
         else if (!strcmp(f, "--logits-out")) a->logits_out = v;
         else if (!strcmp(f, "--gpu-budget")) a->budget = v;
         else if (!strcmp(f, "--evict"))
-            bad = split_policy(f, argv[i], &a->evict, &a->evict_args);
+            bad = mvm_cli_policy("run", f, argv[i], &a->evict, &a->evict_args);
         else if (!strcmp(f, "--predict"))
-            bad = split_policy(f, argv[i], &a->predict, &a->predict_args);
+            bad = mvm_cli_policy("run", f, argv[i], &a->predict, &a->predict_args);
         else if (!strcmp(f, "--predictor")) a->predictor = v;
         else if (!strcmp(f, "-n")) bad = mvm_cli_u32("run", f, v, 0, 1u << 20, &a->n_predict);
         else if (!strcmp(f, "-t") || !strcmp(f, "--threads"))
