@@ -22,7 +22,8 @@ struct mvm_ctx {
     mvm_pool *pool;
     mvm_resid *resid;
     mvm_prefetcher *prefetch;
-    int nth;
+    mvm_substitutor *subst;
+    int nth, wait_loads;
     uint32_t n_ctx, n_batch, n_past, q_dim, kv_dim, n_groups;
     float *kc, *vc;             /* [n_layer][n_ctx][kv_dim] */
     float *x, *xn, *q, *k, *v, *att, *tmp, *tmp2; /* [n_batch][...] */
@@ -30,6 +31,8 @@ struct mvm_ctx {
     size_t act_stride;
     float *probs, *selw;        /* [n_batch][n_expert], [n_batch][K] */
     int *sel;                   /* [n_batch][K] */
+    float *selw0;               /* [n_batch][K] the router's own choice, for observers */
+    int *sel0;                  /* (sel and selw are what the route module made of it) */
     float *sh1, *sh3, *shg;     /* shared expert: [n_batch][n_ff_shexp] x2, [n_batch] */
     float *scratch;             /* [nth][n_ctx] attention scores */
     /* expert dispatch: rows = (token, selected expert) pairs grouped by expert */
@@ -98,6 +101,8 @@ mvm_status mvm_ctx_create(mvm_model *m, mvm_pool *pool, uint32_t n_ctx, uint32_t
     c->probs = buf(B * E * 4, &ok);
     c->selw = buf(B * K * 4, &ok);
     c->sel = buf(B * K * sizeof(int), &ok);
+    c->selw0 = buf(B * K * 4, &ok);
+    c->sel0 = buf(B * K * sizeof(int), &ok);
     c->scratch = buf((size_t)c->nth * n_ctx * 4, &ok);
     c->cnt = buf(E * 4, &ok);
     c->off = buf(E * 4, &ok);
@@ -124,6 +129,9 @@ mvm_status mvm_ctx_create(mvm_model *m, mvm_pool *pool, uint32_t n_ctx, uint32_t
     mvm_status st = mvm_resid_create(m->space, &pol.residency, &c->resid);
     if (st == MVM_OK)
         st = mvm_prefetcher_create(m, c->resid, &pol.prefetch, &c->prefetch);
+    if (st == MVM_OK)
+        st = mvm_substitutor_create(c->resid, &pol.routing, &c->subst);
+    c->wait_loads = pol.wait_loads != 0;
     if (st != MVM_OK) {
         mvm_ctx_free(c);
         return st;
@@ -136,11 +144,13 @@ void mvm_ctx_free(mvm_ctx *c)
 {
     if (!c)
         return;
+    mvm_substitutor_destroy(c->subst);
     mvm_prefetcher_destroy(c->prefetch);
     mvm_resid_destroy(c->resid);
     void *bufs[] = {c->kc, c->vc, c->x, c->xn, c->tmp, c->tmp2, c->q, c->att, c->k, c->v,
-                    c->act, c->probs, c->selw, c->sel, c->scratch, c->cnt, c->off, c->active,
-                    c->row_tok, c->row_w, c->gact, c->tout, c->tstamp, c->sh1, c->sh3, c->shg};
+                    c->act, c->probs, c->selw, c->sel, c->selw0, c->sel0, c->scratch, c->cnt,
+                    c->off, c->active, c->row_tok, c->row_w, c->gact, c->tout, c->tstamp, c->sh1,
+                    c->sh3, c->shg};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
     free(c);
@@ -156,6 +166,7 @@ uint32_t mvm_ctx_n_past(const mvm_ctx *c) { return c->n_past; }
 void mvm_ctx_reset(mvm_ctx *c) { c->n_past = 0; }
 const mvm_resid *mvm_ctx_residency(const mvm_ctx *c) { return c->resid; }
 const mvm_prefetcher *mvm_ctx_prefetcher(const mvm_ctx *c) { return c->prefetch; }
+const mvm_substitutor *mvm_ctx_substitutor(const mvm_ctx *c) { return c->subst; }
 
 /* ---- matrix products ------------------------------------------------------------------- */
 
@@ -278,11 +289,12 @@ static void attention(mvm_ctx *c, uint32_t il, uint32_t n, uint32_t pos0)
 
 /* ---- mixture of experts ---------------------------------------------------------------- */
 
-static void route(mvm_ctx *c, uint32_t il, uint32_t n, uint32_t pos0)
+/* The router's top-k of every token, then what the route module makes of them. */
+static void route(mvm_ctx *c, uint32_t pos0, mvm_pstep *step)
 {
     const mvm_hparams *hp = &c->m->hp;
-    uint32_t E = hp->n_expert, K = hp->n_expert_used;
-    matmul(c, &c->m->layers[il].router, c->xn, n, c->probs);
+    uint32_t E = hp->n_expert, K = hp->n_expert_used, n = step->n_tok;
+    matmul(c, &c->m->layers[step->layer].router, c->xn, n, c->probs);
     for (uint32_t i = 0; i < n; i++) {
         float *p = c->probs + (size_t)i * E, *w = c->selw + (size_t)i * K;
         int *s = c->sel + (size_t)i * K;
@@ -294,9 +306,23 @@ static void route(mvm_ctx *c, uint32_t il, uint32_t n, uint32_t pos0)
         if (c->m->arch->norm_topk)
             for (uint32_t k = 0; k < K; k++)
                 w[k] /= sum;
-        if (c->obs)
-            c->obs(c->obs_ctx, pos0 + i, il, p, E, s, w, K, c->xn + (size_t)i * hp->n_embd,
-                   hp->n_embd);
+    }
+    size_t nk = (size_t)n * K;
+    if (c->obs && c->subst) {
+        memcpy(c->sel0, c->sel, nk * sizeof *c->sel);
+        memcpy(c->selw0, c->selw, nk * sizeof *c->selw);
+    }
+    uint32_t changed = mvm_substitutor_route(c->subst, step);
+    for (uint32_t i = 0; i < n && c->obs; i++) {
+        const int *s = c->sel + (size_t)i * K, *s0 = changed ? c->sel0 + (size_t)i * K : s;
+        const float *w = c->selw + (size_t)i * K, *w0 = changed ? c->selw0 + (size_t)i * K : w;
+        int same = memcmp(s, s0, K * sizeof *s) == 0;
+        mvm_route_record r = {.pos = pos0 + i, .layer = step->layer, .n_expert = E, .k = K,
+                              .n_embd = hp->n_embd, .probs = c->probs + (size_t)i * E,
+                              .selected = s0, .weights = w0, .ran = same ? NULL : s,
+                              .ran_weights = same ? NULL : w,
+                              .hidden = c->xn + (size_t)i * hp->n_embd};
+        c->obs(c->obs_ctx, &r);
     }
 }
 
@@ -422,11 +448,11 @@ static mvm_status moe(mvm_ctx *c, uint32_t il, uint32_t n, uint32_t pos0)
     for (uint32_t i = 0; i < n; i++)
         mvm_k_rmsnorm(c->xn + (size_t)i * hp->n_embd, c->x + (size_t)i * hp->n_embd,
                       L->ffn_norm, hp->n_embd, hp->rms_eps);
-    route(c, il, n, pos0);
-    dispatch(c, n);
     mvm_pstep step = {.layer = il, .n_tok = n, .scores = c->probs, .experts = c->sel,
                       .weights = c->selw, .hidden = c->xn, .counts = c->cnt};
-    mvm_status st = mvm_resid_begin(c->resid, il, c->active, c->n_active, 0);
+    route(c, pos0, &step);
+    dispatch(c, n);
+    mvm_status st = mvm_resid_begin(c->resid, il, c->active, c->n_active, c->wait_loads);
     if (st != MVM_OK)
         return st;
     /* The next layer's copies overlap this layer's compute; a failed one ends the pass

@@ -13,20 +13,36 @@
 #include "engine/pool.h"
 #include "engine/prefetch.h"
 #include "engine/residency.h"
+#include "engine/substitute.h"
 
-/* Called for every (token, MoE layer) with the router's probabilities over all experts,
- * the selected experts (best first), their weights as applied, and the router's input
- * (the layer's MoE input after its norm, n_embd floats: what predictors learn from). */
-typedef void (*mvm_route_fn)(void *ctx, uint32_t pos, uint32_t layer, const float *probs,
-                             uint32_t n_expert, const int *selected, const float *weights,
-                             uint32_t k, const float *hidden, uint32_t n_embd);
+/* One (token, MoE layer) as routed: what mvm_route_fn observers see. */
+typedef struct mvm_route_record {
+    uint32_t pos, layer, n_expert, k, n_embd;
+    const float *probs;        /* [n_expert] the router's probabilities */
+    const int *selected;       /* [k] the router's choice, best first */
+    const float *weights;      /* [k] their weights */
+    const int *ran;            /* [k] the experts computed, when the route module changed
+                                  the row (best first); NULL when they are `selected` */
+    const float *ran_weights;  /* [k] their weights as applied; NULL with ran */
+    const float *hidden;       /* [n_embd] the router's input: the layer's MoE input after
+                                  its norm (what predictors learn from) */
+} mvm_route_record;
+
+/* Called for every (token, MoE layer) once the layer's routing is final. */
+typedef void (*mvm_route_fn)(void *ctx, const mvm_route_record *r);
 
 typedef struct mvm_ctx mvm_ctx;
 
-/* The policy modules a context runs; NULL names take the MOEVM_* options. */
+/* The policy modules a context runs (NULL names take the MOEVM_* options), and how its
+ * steps wait for copies. */
 typedef struct mvm_ctx_policies {
     mvm_resid_params residency;   /* evict (the shape fields are the model's) */
     mvm_prefetch_params prefetch; /* predict */
+    mvm_route_params routing;     /* route */
+    /* 1: each MoE step waits until its experts' copies have landed before computing them,
+     * as a device reader must (and as the simulator models a GPU); 0: an expert still
+     * loading runs from its home meanwhile (the CPU backend's way: no wait). */
+    int wait_loads;
 } mvm_ctx_policies;
 
 /* n_ctx: positions the KV cache holds (<= the model's context_length is not enforced:
@@ -49,5 +65,7 @@ void mvm_ctx_reset(mvm_ctx *c);
 const mvm_resid *mvm_ctx_residency(const mvm_ctx *c);
 /* NULL when no predict module runs. */
 const mvm_prefetcher *mvm_ctx_prefetcher(const mvm_ctx *c);
+/* NULL when no route module runs. */
+const mvm_substitutor *mvm_ctx_substitutor(const mvm_ctx *c);
 
 #endif

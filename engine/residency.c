@@ -15,8 +15,11 @@ struct mvm_resid {
     uint32_t n_experts, n_total, ppe;
     mvm_pshape shape;
     mvm_cost cost;
-    mvm_pview view;
+    mvm_pview view, landed_view;
     uint32_t *resident;     /* [L*E] the view's: ppe once requested, 0 once evicted */
+    uint32_t *landed;       /* [L*E] landed_view's: ppe where the copy has landed (the
+                               layer asked for last; other rows stay 0) */
+    uint32_t landed_layer;  /* that layer, UINT32_MAX before the first */
     uint8_t *busy;          /* [L*E] the view's: pinned by the current step */
     uint8_t *by_prefetch;   /* [L*E] loaded ahead of its layer's next step, which has not
                                ended yet */
@@ -59,6 +62,7 @@ mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_res
     if (!r)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the residency table");
     r->space = space;
+    r->landed_layer = UINT32_MAX;
     r->n_experts = info.n_experts;
     r->n_total = info.n_layers * info.n_experts;
     r->ppe = (uint32_t)((info.expert_bytes + info.page_size - 1) / info.page_size);
@@ -67,7 +71,8 @@ mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_res
     r->by_prefetch = calloc(r->n_total, 1);
     r->cand = calloc(r->n_total, sizeof *r->cand);
     r->want = calloc(r->n_total, sizeof *r->want);
-    if (!r->resident || !r->busy || !r->by_prefetch || !r->cand || !r->want) {
+    r->landed = calloc(r->n_total, sizeof *r->landed);
+    if (!r->resident || !r->busy || !r->by_prefetch || !r->cand || !r->want || !r->landed) {
         mvm_resid_destroy(r);
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the residency table");
     }
@@ -99,6 +104,7 @@ void mvm_resid_destroy(mvm_resid *r)
     free(r->by_prefetch);
     free(r->cand);
     free(r->want);
+    free(r->landed);
     free(r);
 }
 
@@ -120,6 +126,23 @@ static const mvm_pview *view(mvm_resid *r)
     r->view.used_pages = s.resident_pages + s.loading_pages;
     r->view.now = now_s();
     return &r->view;
+}
+
+const mvm_pview *mvm_resid_landed_view(mvm_resid *r, uint32_t layer)
+{
+    uint32_t E = r->n_experts;
+    if (r->landed_layer < r->shape.n_layers)
+        memset(r->landed + (size_t)r->landed_layer * E, 0, E * sizeof *r->landed);
+    r->landed_layer = layer < r->shape.n_layers ? layer : UINT32_MAX;
+    for (uint32_t e = 0; e < E && layer < r->shape.n_layers; e++) {
+        mvm_residency res = {0};
+        if (r->resident[layer * E + e] && mvm_expert_residency(r->space, layer, e, &res) ==
+            MVM_OK && res.resident == res.n_pages && !res.loading)
+            r->landed[layer * E + e] = r->ppe;
+    }
+    r->landed_view = *view(r);
+    r->landed_view.resident = r->landed;
+    return &r->landed_view;
 }
 
 /* Evicts the module's choice among the experts it may take, for room `layer` needs:

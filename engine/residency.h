@@ -61,6 +61,11 @@ const char *mvm_resid_evict_name(const mvm_resid *r);
  * rest of *out is zeroed. */
 void mvm_resid_pinit(const mvm_resid *r, mvm_pinit *out);
 
+/* The view the route module decides with (policy.h): as the evict module's, but the
+ * row of `layer` counts only experts whose copy has landed (a load in flight is no
+ * substitute: policy/route_importance.c, reading 9) and every other row is empty. Valid
+ * until the next call. */
+const mvm_pview *mvm_resid_landed_view(mvm_resid *r, uint32_t layer);
 /* Requests experts[0..n) of `layer` resident and pins them (repeats not allowed). wait = 1:
  * returns once all are resident (a reader that needs device memory), failing with
  * MVM_ERR_NOSPACE when they cannot all be; 0: returns at once, copies proceed behind the

@@ -65,28 +65,38 @@ void mvm_trace_set_request(mvm_trace_out *t, uint32_t req)
     t->req = req;
 }
 
-void mvm_trace_route(void *ctx, uint32_t pos, uint32_t layer, const float *probs,
-                     uint32_t n_expert, const int *selected, const float *weights, uint32_t k,
-                     const float *hidden, uint32_t n_embd)
+/* ,"key":[n numbers]. 6 significant digits: enough to rank and average scores, a third of
+ * full precision's size (a Qwen3-30B token is 48 lines of 128 scores). */
+static void put_floats(FILE *f, const char *key, const float *x, uint32_t n)
+{
+    fprintf(f, ",\"%s\":[", key);
+    for (uint32_t i = 0; i < n; i++)
+        fprintf(f, i ? ",%.6g" : "%.6g", (double)x[i]);
+    fputc(']', f);
+}
+
+static void put_ints(FILE *f, const char *key, const int *x, uint32_t n)
+{
+    fprintf(f, ",\"%s\":[", key);
+    for (uint32_t i = 0; i < n; i++)
+        fprintf(f, i ? ",%d" : "%d", x[i]);
+    fputc(']', f);
+}
+
+void mvm_trace_route(void *ctx, const mvm_route_record *r)
 {
     mvm_trace_out *t = ctx;
-    /* 6 significant digits: enough to rank and average scores, a third of full precision's
-     * size (a Qwen3-30B token is 48 lines of 128 scores). */
-    fprintf(t->f, "{\"req\":%u,\"tok\":%u,\"layer\":%u,\"scores\":[", t->req, pos, layer);
-    for (uint32_t e = 0; e < n_expert; e++)
-        fprintf(t->f, e ? ",%.6g" : "%.6g", (double)probs[e]);
-    fprintf(t->f, "],\"experts\":[");
-    for (uint32_t i = 0; i < k; i++)
-        fprintf(t->f, i ? ",%d" : "%d", selected[i]);
-    fprintf(t->f, "],\"weights\":[");
-    for (uint32_t i = 0; i < k; i++)
-        fprintf(t->f, i ? ",%.6g" : "%.6g", (double)weights[i]);
-    if (t->with_hidden) {
-        fprintf(t->f, "],\"hidden\":[");
-        for (uint32_t d = 0; d < n_embd; d++)
-            fprintf(t->f, d ? ",%.6g" : "%.6g", (double)hidden[d]);
+    fprintf(t->f, "{\"req\":%u,\"tok\":%u,\"layer\":%u", t->req, r->pos, r->layer);
+    put_floats(t->f, "scores", r->probs, r->n_expert);
+    put_ints(t->f, "experts", r->selected, r->k);
+    put_floats(t->f, "weights", r->weights, r->k);
+    if (r->ran) {
+        put_ints(t->f, "ran", r->ran, r->k);
+        put_floats(t->f, "ran_weights", r->ran_weights, r->k);
     }
-    fprintf(t->f, "]}\n");
+    if (t->with_hidden)
+        put_floats(t->f, "hidden", r->hidden, r->n_embd);
+    fprintf(t->f, "}\n");
 }
 
 mvm_status mvm_trace_close(mvm_trace_out *t)

@@ -62,6 +62,17 @@ expect 1 '--evict: belady: no such evict policy \(available: lru' -- "$moevm" ru
 expect 1 'MOEVM_EVICT=belady: no such evict policy' -- env MOEVM_EVICT=belady "$moevm" run -m "$m" -p "x"
 expect 1 "the inference context: evict lfu: unknown parameter 'x'" -- "$moevm" run -m "$m" -p "x" --evict 'lfu{x=1}'
 expect 2 '--evict lfu\{x: expected NAME or NAME\{k=v' -- "$moevm" run -m "$m" -p "x" --evict 'lfu{x'
+# The route module: the exact model by default; SMoE's substitution by flag or option.
+expect 0 'route none: 0 substituted' -- "$moevm" run -m "$m" -p "x" -n 2
+expect 0 'route importance: [1-9][0-9]* substituted' -- env MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p "Once upon a time" -n 16 --gpu-budget 30% --route 'importance{alpha=1}'
+expect 0 'route importance: [0-9]+ substituted' -- env MOEVM_PAGE_SIZE=64K MOEVM_ROUTE=importance MOEVM_ROUTE_ARGS=alpha=0.5 "$moevm" run -m "$m" -p "x" -n 4 --gpu-budget 30%
+expect 1 '--route: smoe: no such route policy \(available: none, importance' -- "$moevm" run -m "$m" -p "x" --route smoe
+expect 1 'MOEVM_ROUTE=smoe: no such route policy' -- env MOEVM_ROUTE=smoe "$moevm" run -m "$m" -p "x"
+expect 1 'route importance: alpha=2 is not in \[0, 1\]' -- "$moevm" run -m "$m" -p "x" --route 'importance{alpha=2}'
+expect 1 "route none: unknown parameter 'alpha'" -- "$moevm" run -m "$m" -p "x" --route 'none{alpha=1}'
+# A substituted row records what ran beside the router's choice; the simulator reads it.
+expect 0 '"ran":\[[0-9]+,[0-9]+\],"ran_weights":\[' -- sh -c "MOEVM_PAGE_SIZE=64K \"$moevm\" run -m \"$m\" -p 'Once upon a time there' -n 24 --gpu-budget 30% --route 'importance{alpha=1}' --trace-out \"$tmp/r.jsonl\" >/dev/null 2>&1 && cat \"$tmp/r.jsonl\""
+expect 0 'importance +[0-9.]+' -- "$moevm" sim --trace "$tmp/r.jsonl" --budget 30% --compare 'route=importance'
 expect 0 'predict gate: [1-9][0-9]* prefetched' -- env MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p "Once upon a time" -n 8 --gpu-budget 60% --predict gate
 expect 0 'predict residual: ' -- env MOEVM_PAGE_SIZE=64K MOEVM_PREDICT=residual "$moevm" run -m "$m" -p "x" -n 2
 expect 1 '--predict: oracle: no such predict policy \(available: none, gate' -- "$moevm" run -m "$m" -p "x" --predict oracle

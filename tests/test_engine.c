@@ -458,12 +458,11 @@ typedef struct hidden_check {
     int calls, good;
 } hidden_check;
 
-static void check_hidden(void *ctx, uint32_t pos, uint32_t layer, const float *probs,
-                         uint32_t n_expert, const int *selected, const float *weights,
-                         uint32_t k, const float *hidden, uint32_t n_embd)
+static void check_hidden(void *ctx, const mvm_route_record *rec)
 {
-    (void)pos, (void)selected, (void)weights, (void)k;
     hidden_check *hc = ctx;
+    uint32_t layer = rec->layer, n_expert = rec->n_expert, n_embd = rec->n_embd;
+    const float *probs = rec->probs, *hidden = rec->hidden;
     const mvm_weight *r = &hc->m->layers[layer].router;
     double logit[64], mx = -1e300, sum = 0;
     hc->calls++;

@@ -115,6 +115,35 @@ static void test_step_shield(void)
     mvm_space_destroy(sp);
 }
 
+/* The route module's view: the routing layer's experts whose copies have landed, nothing
+ * of another layer, and no expert still loading (its copy is held back by a pin here: an
+ * asynchronous load of a pinned expert completes after the last unpin). */
+static void test_landed_view(void)
+{
+    mvm_space *sp = small_space();
+    mvm_resid *r = resid_for(sp, "lru", "");
+    CHECK_ST(use1(r, 0, 0), MVM_OK);
+    CHECK_ST(use1(r, 1, 2), MVM_OK);
+    CHECK_ST(mvm_pin(sp, 0, 1), MVM_OK);
+    static const int32_t one[] = {1};
+    CHECK_ST(mvm_resid_begin(r, 0, one, 1, 0), MVM_OK);
+    const mvm_pview *v = mvm_resid_landed_view(r, 0);
+    CHECK(v->resident[0] == 2 && v->resident[1] == 0 && v->resident[2] == 0);
+    CHECK(v->resident[4 + 2] == 0 && v->capacity_pages == 6);
+    v = mvm_resid_landed_view(r, 1);
+    CHECK(v->resident[0] == 0 && v->resident[4 + 2] == 2);
+    CHECK_ST(mvm_unpin(sp, 0, 1), MVM_OK);
+    uint32_t counts[4] = {0, 1, 0, 0};
+    mvm_pstep st = {.layer = 0, .n_tok = 1, .experts = (int32_t *)one, .counts = counts};
+    CHECK_ST(mvm_resid_end(r, &st, one, 1, 0), MVM_OK);
+    for (int i = 0; i < 10000 && resident_pages(sp, 0, 1) < 2; i++)
+        usleep(100);
+    v = mvm_resid_landed_view(r, 0);
+    CHECK(v->resident[0] == 2 && v->resident[1] == 2 && v->resident[4 + 2] == 0);
+    mvm_resid_destroy(r);
+    mvm_space_destroy(sp);
+}
+
 /* Four experts in a budget of three: waiting fails and leaves nothing pinned or shielded
  * (the next steps evict freely); not waiting runs the fourth from its home. */
 static void test_no_room(void)
@@ -237,48 +266,27 @@ static void open_ctx(const char *model, mvm_pool *pool, double frac, const mvm_c
         CHECK_ST(mvm_ctx_create(*m, pool, 64, 1, p, c), MVM_OK);
 }
 
-struct landed {
-    mvm_trace_out *trace;
-    mvm_space *space;
-};
-
-/* Records the routing, after waiting for the copies the last step started: the simulator
- * models a step's loads as landed before the next step (the GPU waits for them), and the
- * engine must see the same residency to make the same decisions. */
-static void route_landed(void *ctx, uint32_t pos, uint32_t layer, const float *probs,
-                         uint32_t n_expert, const int *selected, const float *weights, uint32_t k,
-                         const float *hidden, uint32_t n_embd)
-{
-    struct landed *w = ctx;
-    for (;;) {
-        mvm_stats s;
-        mvm_space_get_stats(w->space, &s);
-        if (s.loading_pages == 0)
-            break;
-        usleep(100);
-    }
-    mvm_trace_route(w->trace, pos, layer, probs, n_expert, selected, weights, k, hidden, n_embd);
-}
-
-/* Runs 40 positions one at a time under `evict` at `frac` of the experts' bytes, recording
- * the routing; returns the residency's statistics and the device pages. */
-static void run_engine(const char *model, mvm_pool *pool, const char *evict, double frac,
-                       const char *trace, mvm_resid_stats *rs, uint64_t *device_pages)
+/* Runs 40 positions one at a time under policies p at `frac` of the experts' bytes,
+ * recording the routing; every step waits for its copies, so the next step routes on the
+ * residency the simulator models (a GPU waits for its loads). Returns the residency's
+ * statistics, the substitutions and the device pages. */
+static void run_engine(const char *model, mvm_pool *pool, mvm_ctx_policies *p, double frac,
+                       const char *trace, mvm_resid_stats *rs, uint64_t *subs,
+                       uint64_t *device_pages)
 {
     *rs = (mvm_resid_stats){0};
-    *device_pages = 0;
+    *subs = *device_pages = 0;
     mvm_model *m;
     mvm_ctx *c;
     mvm_trace_out *t = NULL;
-    mvm_ctx_policies p = {.residency = {.evict = evict}, .prefetch = {.predict = "none"}};
-    open_ctx(model, pool, frac, &p, &m, &c);
+    p->wait_loads = 1;
+    open_ctx(model, pool, frac, p, &m, &c);
     if (!c) {
         mvm_model_free(m);
         return;
     }
     CHECK_ST(mvm_trace_open(trace, m, 0, &t), MVM_OK);
-    struct landed w = {t, m->space};
-    mvm_ctx_set_route_observer(c, route_landed, &w);
+    mvm_ctx_set_route_observer(c, mvm_trace_route, t);
     int32_t tok[40];
     uint64_t rng = 99;
     for (int i = 0; i < 40; i++) {
@@ -288,6 +296,7 @@ static void run_engine(const char *model, mvm_pool *pool, const char *evict, dou
     CHECK_ST(mvm_ctx_eval(c, tok, 40, NULL, 0), MVM_OK);
     CHECK_ST(mvm_trace_close(t), MVM_OK);
     mvm_resid_get_stats(mvm_ctx_residency(c), rs);
+    *subs = mvm_substitutor_count(mvm_ctx_substitutor(c));
     mvm_space_info info;
     mvm_space_get_info(m->space, &info);
     *device_pages = info.device_pages;
@@ -295,6 +304,9 @@ static void run_engine(const char *model, mvm_pool *pool, const char *evict, dou
     mvm_model_free(m);
 }
 
+/* The engine's hits (and substitutions) on its own trace equal the simulator's replaying
+ * it with the same modules and budget: every evict module alone, and lru under SMoE's
+ * substitution (which must rewrite some rows, or the comparison proves nothing). */
 static void test_engine_matches_sim(void)
 {
     mvm_pool *pool = NULL;
@@ -302,20 +314,28 @@ static void test_engine_matches_sim(void)
     const char *model = make_model(pool);
     char trace[128];
     snprintf(trace, sizeof trace, "%s/t.jsonl", dir);
-    static const char *const mods[] = {"lru", "lfu", "reuse", "score", "lcp"};
+    static const struct { const char *evict, *route, *route_args; } runs[] = {
+        {"lru", "none", NULL}, {"lfu", "none", NULL}, {"reuse", "none", NULL},
+        {"score", "none", NULL}, {"lcp", "none", NULL}, {"lru", "importance", "alpha=0.5"},
+        {"lfu", "importance", "alpha=1"}};
     static const double fracs[] = {0.3, 0.6};
-    for (int m = 0; m < 5; m++)
+    for (size_t m = 0; m < sizeof runs / sizeof *runs; m++)
         for (int f = 0; f < 2; f++) {
             mvm_resid_stats rs;
-            uint64_t pages = 0;
-            run_engine(model, pool, mods[m], fracs[f], trace, &rs, &pages);
+            uint64_t pages = 0, subs = 0;
+            mvm_ctx_policies p = {.residency = {.evict = runs[m].evict},
+                                  .prefetch = {.predict = "none"},
+                                  .routing = {runs[m].route, runs[m].route_args}};
+            run_engine(model, pool, &p, fracs[f], trace, &rs, &subs, &pages);
             mvm_trace *t = NULL;
             CHECK_ST(mvm_trace_load(trace, &t), MVM_OK);
             if (!t)
                 continue;
             mvm_sim_config cfg;
             mvm_sim_config_init(&cfg);
-            cfg.policy[MVM_ROLE_EVICT] = mods[m];
+            cfg.policy[MVM_ROLE_EVICT] = runs[m].evict;
+            cfg.policy[MVM_ROLE_ROUTE] = runs[m].route;
+            cfg.params[MVM_ROLE_ROUTE] = runs[m].route_args;
             cfg.budget_pages = pages;
             cfg.page_bytes = PAGE;
             mvm_cost cost;
@@ -324,12 +344,14 @@ static void test_engine_matches_sim(void)
             mvm_sim_result r;
             CHECK_ST(mvm_sim_run(t, &cost, &cfg, &r), MVM_OK);
             CHECK(r.accesses == rs.accesses && rs.accesses == 40 * 4 * 4);
-            CHECK(r.hits == rs.hits);
+            CHECK(r.hits == rs.hits && r.substitutions == subs);
             CHECK(rs.hits > 0 && rs.hits < rs.accesses && rs.evictions > 0);
-            if (r.hits != rs.hits)
-                fprintf(stderr, "  evict %s at %.0f%%: engine %llu hits, sim %llu\n", mods[m],
-                        fracs[f] * 100, (unsigned long long)rs.hits,
-                        (unsigned long long)r.hits);
+            CHECK((subs > 0) == (strcmp(runs[m].route, "none") != 0));
+            if (r.hits != rs.hits || r.substitutions != subs)
+                fprintf(stderr, "  evict %s, route %s at %.0f%%: engine %llu hits, %llu "
+                        "substitutions; sim %llu, %llu\n", runs[m].evict, runs[m].route,
+                        fracs[f] * 100, (unsigned long long)rs.hits, (unsigned long long)subs,
+                        (unsigned long long)r.hits, (unsigned long long)r.substitutions);
             mvm_trace_free(t);
         }
     mvm_pool_destroy(pool);
@@ -346,12 +368,11 @@ struct foresee {
 
 /* At each layer after the first: the experts layer l+1's router picks from layer l's MoE
  * input (computed here, not by policy/) must already be resident or on their way. */
-static void check_foreseen(void *ctx, uint32_t pos, uint32_t layer, const float *probs,
-                           uint32_t n_expert, const int *selected, const float *weights,
-                           uint32_t k, const float *hidden, uint32_t n_embd)
+static void check_foreseen(void *ctx, const mvm_route_record *r)
 {
-    (void)pos, (void)probs, (void)selected, (void)weights;
     struct foresee *f = ctx;
+    uint32_t layer = r->layer, n_expert = r->n_expert, k = r->k, n_embd = r->n_embd;
+    const float *hidden = r->hidden;
     if (layer > 0) {
         const mvm_weight *w = &f->m->layers[layer].router;
         float logit[64];
@@ -429,6 +450,7 @@ int main(void)
     RUN(test_module_decides);
     RUN(test_step_shield);
     RUN(test_no_room);
+    RUN(test_landed_view);
     RUN(test_wanted_prefetched);
     RUN(test_choice_and_errors);
     RUN(test_engine_matches_sim);

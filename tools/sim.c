@@ -43,6 +43,8 @@ struct sim {
     uint32_t *resident;      /* [L*E] pages resident (or reserved by a load in flight) */
     uint8_t *busy;           /* [L*E] used by the current layer, or loading */
     double *ready;           /* [L*E] when the pages in `resident` are all there */
+    uint32_t *landed;        /* [L*E] the route module's residency: `resident` where it is
+                                there when the layer routes, the routing layer's row only */
     uint8_t *by_prefetch;    /* [L*E] brought by a prefetch, not yet used */
     uint32_t *cand;          /* [L*E] candidates for eviction */
     struct pending *queue;   /* prefetches not started, FIFO */
@@ -202,8 +204,15 @@ static mvm_status sim_layer(struct sim *s, uint32_t tok, uint32_t l, double *clo
                       .experts = s->experts, .weights = s->weights,
                       .hidden = t->hidden ? t->hidden + rec * t->hdr.n_embd : NULL,
                       .counts = s->counts};
+    /* A load still in flight is no substitute (route_importance.c, reading 9). */
+    mvm_pview landed = s->view;
+    landed.resident = s->landed;
+    uint32_t *row = s->landed + (size_t)l * s->E;
+    for (uint32_t e = 0; e < s->E; e++)
+        row[e] = s->ready[l * s->E + e] <= t_attn_end ? s->resident[l * s->E + e] : 0;
     const mvm_route_ops *ro = s->mod[MVM_ROLE_ROUTE].ops;
-    s->r.substitutions += ro->route(s->mod[MVM_ROLE_ROUTE].self, &s->view, &step);
+    s->r.substitutions += ro->route(s->mod[MVM_ROLE_ROUTE].self, &landed, &step);
+    memset(row, 0, s->E * sizeof *row);
     memset(s->counts, 0, s->E * sizeof *s->counts);
     for (uint32_t k = 0; k < s->K; k++)
         s->counts[s->experts[k]]++;
@@ -375,9 +384,9 @@ static void free_sim(struct sim *s)
     for (int r = 0; r < MVM_ROLE_COUNT; r++)
         if (s->mod[r].ops)
             ((const mvm_evict_ops *)s->mod[r].ops)->destroy(s->mod[r].self);
-    void *p[] = {s->resident, s->busy, s->ready, s->by_prefetch, s->cand, s->queue, s->queued,
-                 s->experts, s->weights, s->next_scores, s->counts, s->where, s->load_ready,
-                 s->top_share, s->prefetch, s->layer_pages, s->theta};
+    void *p[] = {s->resident, s->busy, s->ready, s->landed, s->by_prefetch, s->cand, s->queue,
+                 s->queued, s->experts, s->weights, s->next_scores, s->counts, s->where,
+                 s->load_ready, s->top_share, s->prefetch, s->layer_pages, s->theta};
     for (size_t i = 0; i < sizeof p / sizeof *p; i++)
         free(p[i]);
 }
@@ -402,6 +411,7 @@ mvm_status mvm_sim_run(const mvm_trace *t, const mvm_cost *cost, const mvm_sim_c
     s.resident = calloc(s.n_total, sizeof *s.resident);
     s.busy = calloc(s.n_total, 1);
     s.ready = calloc(s.n_total, sizeof *s.ready);
+    s.landed = calloc(s.n_total, sizeof *s.landed);
     s.by_prefetch = calloc(s.n_total, 1);
     s.cand = calloc(s.n_total, sizeof *s.cand);
     s.queue = calloc(s.cap_queue, sizeof *s.queue);
@@ -416,9 +426,9 @@ mvm_status mvm_sim_run(const mvm_trace *t, const mvm_cost *cost, const mvm_sim_c
     s.prefetch = calloc(SIM_AHEAD * (size_t)s.E, sizeof *s.prefetch);
     s.layer_pages = malloc(s.L * sizeof *s.layer_pages);
     s.theta = malloc(s.L * sizeof *s.theta);
-    if (!s.resident || !s.busy || !s.ready || !s.by_prefetch || !s.cand || !s.queue ||
-        !s.queued || !s.experts || !s.weights || !s.next_scores || !s.counts || !s.where ||
-        !s.load_ready || !s.top_share || !s.prefetch || !s.layer_pages || !s.theta) {
+    if (!s.resident || !s.busy || !s.ready || !s.landed || !s.by_prefetch || !s.cand ||
+        !s.queue || !s.queued || !s.experts || !s.weights || !s.next_scores || !s.counts ||
+        !s.where || !s.load_ready || !s.top_share || !s.prefetch || !s.layer_pages || !s.theta) {
         free_sim(&s);
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the simulation");
     }

@@ -60,6 +60,12 @@ static const mvm_option_desc options[MVM_OPTION_COUNT_] = {
                             "docs/policies.md)"},
     [MVM_OPTION_PREDICT_ARGS] = {"MOEVM_PREDICT_ARGS", MVM_OPT_STRING, "", NULL,
                                  "engine: the predict module's parameters, \"name=value,...\""},
+    [MVM_OPTION_ROUTE] = {"MOEVM_ROUTE", MVM_OPT_STRING, "none", NULL,
+                          "engine: the route policy module, which may run a resident expert "
+                          "in place of a selected one that is not (none: the exact model; "
+                          "importance; docs/policies.md)"},
+    [MVM_OPTION_ROUTE_ARGS] = {"MOEVM_ROUTE_ARGS", MVM_OPT_STRING, "", NULL,
+                               "engine: the route module's parameters, \"name=value,...\""},
     [MVM_OPTION_REPORT] = {"MOEVM_REPORT", MVM_OPT_STRING, "", NULL,
                            "interposer: write a JSON report (allocations by call site, moves, "
                            "hit rate, time waited) to this path at exit"},

@@ -32,6 +32,8 @@ typedef enum mvm_option_id {
     MVM_OPTION_EVICT_ARGS,
     MVM_OPTION_PREDICT,
     MVM_OPTION_PREDICT_ARGS,
+    MVM_OPTION_ROUTE,
+    MVM_OPTION_ROUTE_ARGS,
     MVM_OPTION_REPORT,
     MVM_OPTION_COUNT_
 } mvm_option_id;

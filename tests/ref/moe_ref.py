@@ -251,7 +251,7 @@ def swiglu_ffn(model, gate, up, down, h, expert=None, scale=None):
     return model.linear(down, a, expert)
 
 
-def moe(model, il, h, trace):
+def moe(model, il, h, trace, routing=None):
     cfg, p = model.cfg, f"blk.{il}."
     probs = softmax(model.linear(p + "ffn_gate_inp.weight", h))        # (T, n_expert)
     # Top-k, largest first; a stable sort of -probs puts ties at the lower index.
@@ -259,6 +259,9 @@ def moe(model, il, h, trace):
     weights = np.take_along_axis(probs, sel, axis=1)
     if cfg.rules.norm_topk:
         weights = weights / weights.sum(axis=1, keepdims=True)
+    for (t, layer), (experts, w) in (routing or {}).items():
+        if layer == il:
+            sel[t], weights[t] = experts, w
 
     # The mixing weight scales the expert's intermediate activations, before the down
     # product: the same by linearity, except where that input is quantized (act_q8_0),
@@ -280,11 +283,13 @@ def moe(model, il, h, trace):
     return out
 
 
-def forward(model, tokens, trace=None):
+def forward(model, tokens, trace=None, routing=None):
     """Logits (len(tokens), n_vocab) for every position of the token sequence; row t is
     the prediction after tokens[0..t]. If trace is a list, one dict per layer is appended:
     probs (T, n_expert) router softmax, selected (T, k) experts largest first, weights
-    (T, k) their mixing weights."""
+    (T, k) their mixing weights. routing: {(position, layer): (experts, weights)} rows that
+    run those k experts with those weights instead of the router's choice (an engine's
+    expert substitution); the trace then shows them as selected."""
     cfg, w = model.cfg, model.w
     tokens = np.asarray(tokens, dtype=np.int64)
     if tokens.ndim != 1 or tokens.size == 0 or tokens.min() < 0 or \
@@ -295,5 +300,5 @@ def forward(model, tokens, trace=None):
     for il in range(cfg.n_layer):
         p = f"blk.{il}."
         x = x + attention(model, il, rmsnorm(x, w[p + "attn_norm.weight"], cfg.eps), pos)
-        x = x + moe(model, il, rmsnorm(x, w[p + "ffn_norm.weight"], cfg.eps), trace)
+        x = x + moe(model, il, rmsnorm(x, w[p + "ffn_norm.weight"], cfg.eps), trace, routing)
     return model.linear("output.weight", rmsnorm(x, w["output_norm.weight"], cfg.eps))

@@ -180,8 +180,9 @@ def write_model(path, arch, w, wtype="f32", d=TINY, version=3, alignment=32):
 
 # ---- a second, naive implementation -------------------------------------------------------
 
-def naive_forward(model, tokens):
-    """Token by token with a KV cache, one head and one expert at a time."""
+def naive_forward(model, tokens, routing=None):
+    """Token by token with a KV cache, one head and one expert at a time; routing as
+    moe_ref.forward's."""
     cfg, w, r = model.cfg, model.w, model.cfg.rules
     hd, group = cfg.head_dim, cfg.n_head // cfg.n_head_kv
 
@@ -241,6 +242,8 @@ def naive_forward(model, tokens):
             ws = np.array([pr[e] for e in chosen])
             if r.norm_topk:
                 ws /= ws.sum()
+            if routing and (pos, il) in routing:
+                chosen, ws = routing[(pos, il)]
             y = sum(ws[j] * ffn(w[p + "ffn_gate_exps.weight"][e], w[p + "ffn_up_exps.weight"][e],
                                 w[p + "ffn_down_exps.weight"][e], h) for j, e in enumerate(chosen))
             if r.shared_expert:
@@ -437,6 +440,21 @@ def test_routing(tmp):
         trace = []
         moe_ref.forward(moe_ref.Model(m.cfg, w, m.wtypes), tokens, trace=trace)
         assert all(np.array_equal(t["selected"], [[0, 1]] * 3) for t in trace)
+
+
+def test_routing_override(tmp):
+    """Overridden rows (an engine's substitutions) run exactly the experts and weights
+    given, in both implementations; earlier positions are untouched, later ones change."""
+    tokens = [10, 20, 30, 40, 50]
+    routing = {(2, 0): (np.array([7, 3]), np.array([0.7, 0.2])),
+               (3, 1): (np.array([5, 6]), np.array([0.4, 0.45]))}
+    for arch in moe_ref.ARCHS:
+        m = _model(tmp, arch, 9)
+        got = moe_ref.forward(m, tokens, routing=routing)
+        assert rel(got, naive_forward(m, tokens, routing)) < 1e-12, arch
+        plain = moe_ref.forward(m, tokens)
+        assert rel(got[:2], plain[:2]) < 1e-13, arch
+        assert rel(got[2:], plain[2:]) > 1e-3, arch
 
 
 def test_load_rejects_wrong_tensors(tmp):
