@@ -27,6 +27,7 @@ struct run_args {
     const char *evict, *evict_args;     /* NULL: the MOEVM_EVICT options */
     const char *predict, *predict_args; /* NULL: the MOEVM_PREDICT options */
     const char *route, *route_args;     /* NULL: the MOEVM_ROUTE options */
+    const char *config, *config_args;   /* NULL: the MOEVM_CONFIG options */
     const char *predictor;
     uint32_t n_predict, threads, ctx, batch, seed, top_k;
     float temp, top_p;
@@ -40,7 +41,7 @@ static void usage(FILE *f)
             "                 [--temp T] [--top-k K] [--top-p P] [--seed N] [--ctx N] [--batch N]\n"
             "                 [--gpu-budget SIZE|PCT] [--evict NAME[{k=v,...}]]\n"
             "                 [--predict NAME[{k=v,...}] [--predictor FILE]]\n"
-            "                 [--route NAME[{k=v,...}]]\n"
+            "                 [--route NAME[{k=v,...}]] [--config NAME[{k=v,...}]]\n"
             "                 [--trace-out FILE.jsonl [--trace-hidden]] [--logits-out FILE]\n"
             "  -n            tokens to generate (default 64); stops early at end-of-text\n"
             "  -t            threads (default: the cores near the GPU, or all)\n"
@@ -56,6 +57,8 @@ static void usage(FILE *f)
             "  --route       the route module: none (default MOEVM_ROUTE: the exact model) or\n"
             "                importance{alpha=A}: a resident expert may stand in for a selected\n"
             "                one that is not, when the router barely preferred it (SMoE)\n"
+            "  --config      the config module: none (default MOEVM_CONFIG: one budget), or\n"
+            "                per-layer budgets and splits: uniform, hot, fixedpoint (MoEpic)\n"
             "  --trace-out   routing of every token and layer, JSON lines (docs/trace-format.md)\n"
             "  --trace-hidden  with --trace-out: also each layer's router input, for\n"
             "                `moevm train-predictor` and the gate/residual predictors (large)\n"
@@ -94,6 +97,8 @@ static int parse_args(int argc, char **argv, struct run_args *a)
             bad = mvm_cli_policy("run", f, argv[i], &a->predict, &a->predict_args);
         else if (!strcmp(f, "--route"))
             bad = mvm_cli_policy("run", f, argv[i], &a->route, &a->route_args);
+        else if (!strcmp(f, "--config"))
+            bad = mvm_cli_policy("run", f, argv[i], &a->config, &a->config_args);
         else if (!strcmp(f, "--predictor")) a->predictor = v;
         else if (!strcmp(f, "-n")) bad = mvm_cli_u32("run", f, v, 0, 1u << 20, &a->n_predict);
         else if (!strcmp(f, "-t") || !strcmp(f, "--threads"))
@@ -253,6 +258,9 @@ static int load(struct session *s)
     if (mvm_engine_choose(MVM_ROLE_ROUTE, a->route, a->route_args, MVM_OPTION_ROUTE,
                           MVM_OPTION_ROUTE_ARGS, 0, &ops, &args) != MVM_OK)
         return mvm_cli_error(a->route ? "--route" : "options");
+    if (mvm_engine_choose(MVM_ROLE_CONFIG, a->config, a->config_args, MVM_OPTION_CONFIG,
+                          MVM_OPTION_CONFIG_ARGS, 1, &ops, &args) != MVM_OK)
+        return mvm_cli_error(a->config ? "--config" : "options");
     if (a->predictor && mvm_sim_load_predictor(a->predictor, &s->inputs) != MVM_OK)
         return mvm_cli_error("--predictor");
     if (mvm_topo_probe(NULL, &s->topo) != MVM_OK)
@@ -343,7 +351,8 @@ static int generate(struct session *s)
         return 2;
     }
     mvm_ctx_policies pol = {
-        .residency = {.evict = a->evict, .evict_args = a->evict_args},
+        .residency = {.evict = a->evict, .evict_args = a->evict_args, .config = a->config,
+                      .config_args = a->config_args},
         .prefetch = {.predict = a->predict, .predict_args = a->predict_args,
                      .predictor = s->inputs.predictor,
                      .predictor_size = s->inputs.predictor_size},
@@ -401,16 +410,21 @@ static int generate(struct session *s)
     mvm_space_get_stats(s->model->space, &vs);
     mvm_resid_get_stats(mvm_ctx_residency(s->ctx), &rs);
     fprintf(stderr, "prefill %u tokens %.1f tok/s | decode %u tokens %.2f tok/s | expert "
-            "accesses %" PRIu64 " (hit %.1f%%, %" PRIu64 " from host; evict %s: %" PRIu64
+            "accesses %" PRIu64 " (hit %.1f%%, %.1f%% partial, %" PRIu64 " from host; evict %s: "
+            "%" PRIu64
             " out; predict %s: %" PRIu64 " prefetched, %" PRIu64 " used, %" PRIu64 " in time; "
-            "route %s: %" PRIu64 " substituted) | moved %.1f MiB\n",
+            "route %s: %" PRIu64 " substituted; config %s: %" PRIu64 " changes, %" PRIu64
+            " split) | moved %.1f MiB\n",
             s->n_prompt, t_prefill > 0 ? s->n_prompt / t_prefill : 0.0, generated,
             t_decode > 0 ? generated / t_decode : 0.0, rs.accesses,
-            rs.accesses ? 100.0 * (double)rs.hits / (double)rs.accesses : 0.0, rs.bypassed,
+            rs.accesses ? 100.0 * (double)rs.hits / (double)rs.accesses : 0.0,
+            rs.accesses ? 100.0 * (double)rs.partial_hits / (double)rs.accesses : 0.0,
+            rs.bypassed,
             mvm_resid_evict_name(mvm_ctx_residency(s->ctx)), rs.evictions,
             mvm_prefetcher_name(mvm_ctx_prefetcher(s->ctx)), rs.prefetches, rs.prefetch_used,
             rs.prefetch_hits, mvm_substitutor_name(mvm_ctx_substitutor(s->ctx)),
             mvm_substitutor_count(mvm_ctx_substitutor(s->ctx)),
+            mvm_resid_config_name(mvm_ctx_residency(s->ctx)), rs.reconfigs, rs.splits,
             (double)vs.bytes_moved / 1048576.0);
     return 0;
 }

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/choose.h"
 #include "vmm/error.h"
 
 struct mvm_ctx {
@@ -23,6 +24,8 @@ struct mvm_ctx {
     mvm_resid *resid;
     mvm_prefetcher *prefetch;
     mvm_substitutor *subst;
+    float *router_table;        /* the routers as F32, when a predict or config module runs */
+    const float **routers;      /* [n_layer] into router_table */
     int nth, wait_loads;
     uint32_t n_ctx, n_batch, n_past, q_dim, kv_dim, n_groups;
     float *kc, *vc;             /* [n_layer][n_ctx][kv_dim] */
@@ -58,6 +61,21 @@ static void *buf(size_t n, int *ok)
     if (posix_memalign(&p, 64, n ? n : 64) != 0)
         *ok = 0;
     return p;
+}
+
+/* Whether a predict or config module runs (they may compute with the routers). */
+static mvm_status wants_routers(const mvm_ctx_policies *p, int *yes)
+{
+    const void *predict = NULL, *config = NULL;
+    const char *args;
+    mvm_status st = mvm_engine_choose(MVM_ROLE_PREDICT, p->prefetch.predict,
+                                      p->prefetch.predict_args, MVM_OPTION_PREDICT,
+                                      MVM_OPTION_PREDICT_ARGS, 1, &predict, &args);
+    if (st == MVM_OK)
+        st = mvm_engine_choose(MVM_ROLE_CONFIG, p->residency.config, p->residency.config_args,
+                               MVM_OPTION_CONFIG, MVM_OPTION_CONFIG_ARGS, 1, &config, &args);
+    *yes = predict || config;
+    return st;
 }
 
 mvm_status mvm_ctx_create(mvm_model *m, mvm_pool *pool, uint32_t n_ctx, uint32_t n_batch,
@@ -126,9 +144,15 @@ mvm_status mvm_ctx_create(mvm_model *m, mvm_pool *pool, uint32_t n_ctx, uint32_t
     pol.residency.top_k = hp->n_expert_used;
     pol.residency.n_embd = hp->n_embd;
     pol.residency.n_ff = hp->n_ff_exp;
-    mvm_status st = mvm_resid_create(m->space, &pol.residency, &c->resid);
+    int routers = 0;
+    mvm_status st = wants_routers(&pol, &routers);
+    if (st == MVM_OK && routers)
+        st = mvm_model_routers_f32(m, &c->router_table, &c->routers);
+    pol.residency.routers = c->routers;
     if (st == MVM_OK)
-        st = mvm_prefetcher_create(m, c->resid, &pol.prefetch, &c->prefetch);
+        st = mvm_resid_create(m->space, &pol.residency, &c->resid);
+    if (st == MVM_OK)
+        st = mvm_prefetcher_create(m, c->resid, c->routers, &pol.prefetch, &c->prefetch);
     if (st == MVM_OK)
         st = mvm_substitutor_create(c->resid, &pol.routing, &c->subst);
     c->wait_loads = pol.wait_loads != 0;
@@ -147,6 +171,8 @@ void mvm_ctx_free(mvm_ctx *c)
     mvm_substitutor_destroy(c->subst);
     mvm_prefetcher_destroy(c->prefetch);
     mvm_resid_destroy(c->resid);
+    free(c->router_table);
+    free((void *)c->routers);
     void *bufs[] = {c->kc, c->vc, c->x, c->xn, c->tmp, c->tmp2, c->q, c->att, c->k, c->v,
                     c->act, c->probs, c->selw, c->sel, c->selw0, c->sel0, c->scratch, c->cnt,
                     c->off, c->active, c->row_tok, c->row_w, c->gact, c->tout, c->tstamp, c->sh1,

@@ -432,3 +432,26 @@ void mvm_model_free(mvm_model *m)
     mvm_gguf_close(m->gguf);
     free(m);
 }
+
+mvm_status mvm_model_routers_f32(const mvm_model *m, float **table, const float ***rows)
+{
+    size_t L = m->hp.n_layer, E = m->hp.n_expert, D = m->hp.n_embd;
+    *table = malloc(L * E * D * sizeof **table);
+    *rows = calloc(L, sizeof **rows);
+    if (!*table || !*rows) {
+        free(*table);
+        free((void *)*rows);
+        *table = NULL;
+        *rows = NULL;
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for F32 copies of the routers");
+    }
+    for (size_t l = 0; l < L; l++) {
+        const mvm_weight *w = &m->layers[l].router;
+        float *dst = *table + l * E * D;
+        for (size_t e = 0; e < E; e++)
+            mvm_k_dequantize(w->type, (const uint8_t *)w->data + e * w->row_bytes, dst + e * D,
+                             D);
+        (*rows)[l] = dst;
+    }
+    return MVM_OK;
+}

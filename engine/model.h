@@ -90,6 +90,10 @@ mvm_status mvm_model_load(const char *path, mvm_space_desc *desc, mvm_pool *pool
  * is mapped, nothing is converted. */
 mvm_status mvm_model_probe(const char *path, mvm_model **out);
 void mvm_model_free(mvm_model *m);
+/* Every layer's router as F32 rows, whatever type the file keeps it in (the gate and
+ * residual predictors and the fixedpoint configurator compute with them): *table holds
+ * [n_layer][n_expert][n_embd] floats and *rows[l] points at layer l's; free both. */
+mvm_status mvm_model_routers_f32(const mvm_model *m, float **table, const float ***rows);
 
 /* Maps a GGUF tensor type to a kernel weight type; -1 when the engine cannot compute it. */
 int mvm_wtype_from_ggml(enum mvm_ggml_type t);

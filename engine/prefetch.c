@@ -12,32 +12,12 @@ struct mvm_prefetcher {
     const mvm_predict_ops *ops;
     void *self;
     uint32_t n_layers, n_experts, depth;
-    float *routers;             /* [L][E][n_embd] the routers as F32, for gate and residual */
-    const float **router_of;    /* [L] into routers */
     float *ahead;               /* [E] the module's forecast */
 };
 
-/* The routers as F32 rows, whatever type the file keeps them in. */
-static mvm_status copy_routers(mvm_prefetcher *p, const mvm_model *m)
-{
-    size_t E = m->hp.n_expert, D = m->hp.n_embd;
-    p->routers = malloc((size_t)p->n_layers * E * D * sizeof *p->routers);
-    p->router_of = calloc(p->n_layers, sizeof *p->router_of);
-    if (!p->routers || !p->router_of)
-        return mvm_fail(MVM_ERR_NOMEM, "out of memory for the predictor's router copies");
-    for (uint32_t l = 0; l < p->n_layers; l++) {
-        const mvm_weight *w = &m->layers[l].router;
-        float *dst = p->routers + (size_t)l * E * D;
-        for (size_t e = 0; e < E; e++)
-            mvm_k_dequantize(w->type, (const uint8_t *)w->data + e * w->row_bytes, dst + e * D,
-                             D);
-        p->router_of[l] = dst;
-    }
-    return MVM_OK;
-}
-
 mvm_status mvm_prefetcher_create(const mvm_model *m, mvm_resid *resid,
-                                 const mvm_prefetch_params *p, mvm_prefetcher **out)
+                                 const float *const *routers, const mvm_prefetch_params *p,
+                                 mvm_prefetcher **out)
 {
     *out = NULL;
     const void *ops = NULL;
@@ -55,12 +35,12 @@ mvm_status mvm_prefetcher_create(const mvm_model *m, mvm_resid *resid,
     f->n_experts = m->hp.n_expert;
     f->depth = m->hp.n_expert_used;
     f->ahead = calloc(f->n_experts, sizeof *f->ahead);
-    st = f->ahead ? copy_routers(f, m)
-                  : mvm_fail(MVM_ERR_NOMEM, "out of memory for the prefetcher");
+    if (!f->ahead)
+        st = mvm_fail(MVM_ERR_NOMEM, "out of memory for the prefetcher");
     mvm_pinit in;
     mvm_resid_pinit(resid, &in);
     in.params.text = args;
-    in.routers = f->router_of;
+    in.routers = routers;
     in.predictor = p->predictor;
     in.predictor_size = p->predictor_size;
     if (st == MVM_OK && (st = ((const mvm_predict_ops *)ops)->create(&in, &f->self)) == MVM_OK)
@@ -79,8 +59,6 @@ void mvm_prefetcher_destroy(mvm_prefetcher *p)
         return;
     if (p->ops)
         p->ops->destroy(p->self);
-    free(p->routers);
-    free(p->router_of);
     free(p->ahead);
     free(p);
 }

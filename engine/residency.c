@@ -2,6 +2,7 @@
  * choices (residency.h). */
 #include "engine/residency.h"
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,10 @@ struct mvm_resid {
     uint32_t *cand, *want;  /* [L*E] scratch: eviction candidates, the module's wishes */
     const mvm_evict_ops *evict;
     void *evict_self;
+    const mvm_config_ops *config; /* NULL: one budget for all layers, whole experts */
+    void *config_self;
+    uint64_t *layer_pages;  /* [L] the config module's budgets (UINT64_MAX: none) */
+    float *theta;           /* [L] its splits: the share of a used expert's pages kept */
     mvm_resid_stats stats;
 };
 
@@ -36,14 +41,20 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* The module and its parameters: p's, else the options'. */
-static mvm_status find_module(const mvm_resid_params *p, const mvm_evict_ops **ops,
-                              const char **args)
+/* A role's module and its parameters: p's, else the options'. */
+static mvm_status find_modules(const mvm_resid_params *p, const mvm_evict_ops **evict,
+                               const char **evict_args, const mvm_config_ops **config,
+                               const char **config_args)
 {
-    const void *o = NULL;
+    const void *e = NULL, *c = NULL;
     mvm_status st = mvm_engine_choose(MVM_ROLE_EVICT, p->evict, p->evict_args,
-                                      MVM_OPTION_EVICT, MVM_OPTION_EVICT_ARGS, 0, &o, args);
-    *ops = o;
+                                      MVM_OPTION_EVICT, MVM_OPTION_EVICT_ARGS, 0, &e,
+                                      evict_args);
+    if (st == MVM_OK)
+        st = mvm_engine_choose(MVM_ROLE_CONFIG, p->config, p->config_args, MVM_OPTION_CONFIG,
+                               MVM_OPTION_CONFIG_ARGS, 1, &c, config_args);
+    *evict = e;
+    *config = c;
     return st;
 }
 
@@ -53,9 +64,10 @@ mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_res
     mvm_space_info info;
     mvm_status st = mvm_space_get_info(space, &info);
     const mvm_evict_ops *ops = NULL;
-    const char *args = NULL;
+    const mvm_config_ops *config = NULL;
+    const char *args = NULL, *config_args = NULL;
     if (st == MVM_OK)
-        st = find_module(p, &ops, &args);
+        st = find_modules(p, &ops, &args, &config, &config_args);
     if (st != MVM_OK)
         return st;
     mvm_resid *r = calloc(1, sizeof *r);
@@ -72,7 +84,10 @@ mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_res
     r->cand = calloc(r->n_total, sizeof *r->cand);
     r->want = calloc(r->n_total, sizeof *r->want);
     r->landed = calloc(r->n_total, sizeof *r->landed);
-    if (!r->resident || !r->busy || !r->by_prefetch || !r->cand || !r->want || !r->landed) {
+    r->layer_pages = malloc(info.n_layers * sizeof *r->layer_pages);
+    r->theta = malloc(info.n_layers * sizeof *r->theta);
+    if (!r->resident || !r->busy || !r->by_prefetch || !r->cand || !r->want || !r->landed ||
+        !r->layer_pages || !r->theta) {
         mvm_resid_destroy(r);
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the residency table");
     }
@@ -83,12 +98,23 @@ mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_res
     mvm_cost_init(&r->cost, mvm_machine_preset("h100"), info.expert_bytes, p->n_embd, p->n_ff);
     r->view = (mvm_pview){.shape = &r->shape, .resident = r->resident, .busy = r->busy,
                           .capacity_pages = info.device_pages};
+    for (uint32_t l = 0; l < info.n_layers; l++) {
+        r->layer_pages[l] = UINT64_MAX;
+        r->theta[l] = 1.0f;
+    }
     mvm_pinit in = {.shape = &r->shape, .cost = &r->cost, .params = {args}};
     if ((st = ops->create(&in, &r->evict_self)) != MVM_OK) {
         mvm_resid_destroy(r);
         return st;
     }
     r->evict = ops;
+    in.params.text = config_args;
+    in.routers = p->routers;
+    if (config && (st = config->create(&in, &r->config_self)) != MVM_OK) {
+        mvm_resid_destroy(r);
+        return st;
+    }
+    r->config = config;
     *out = r;
     return MVM_OK;
 }
@@ -99,18 +125,27 @@ void mvm_resid_destroy(mvm_resid *r)
         return;
     if (r->evict)
         r->evict->destroy(r->evict_self);
+    if (r->config)
+        r->config->destroy(r->config_self);
     free(r->resident);
     free(r->busy);
     free(r->by_prefetch);
     free(r->cand);
     free(r->want);
     free(r->landed);
+    free(r->layer_pages);
+    free(r->theta);
     free(r);
 }
 
 const char *mvm_resid_evict_name(const mvm_resid *r)
 {
     return r->evict->name;
+}
+
+const char *mvm_resid_config_name(const mvm_resid *r)
+{
+    return r->config ? r->config->name : "none";
 }
 
 void mvm_resid_pinit(const mvm_resid *r, mvm_pinit *out)
@@ -148,12 +183,14 @@ const mvm_pview *mvm_resid_landed_view(mvm_resid *r, uint32_t layer)
 /* Evicts the module's choice among the experts it may take, for room `layer` needs:
  * resident, not used by the current step, not still loading (cancelling a load frees its
  * chunk only when the copy lands, so it would make no room now) and not pinned by another
- * reader. Candidates are offered in expert order, as the simulator offers them.
- * MVM_ERR_NOSPACE if there is none. */
-static mvm_status evict_one(mvm_resid *r, uint32_t layer)
+ * reader; only `layer`'s own experts when `within` (room in its config budget).
+ * Candidates are offered in expert order, as the simulator offers them. MVM_ERR_NOSPACE
+ * if there is none. */
+static mvm_status evict_one(mvm_resid *r, uint32_t layer, int within)
 {
-    uint32_t n = 0;
-    for (uint32_t x = 0; x < r->n_total; x++)
+    uint32_t n = 0, x0 = within ? layer * r->n_experts : 0;
+    uint32_t x1 = within ? x0 + r->n_experts : r->n_total;
+    for (uint32_t x = x0; x < x1; x++)
         if (r->resident[x] && !r->busy[x])
             r->cand[n++] = x;
     while (n) {
@@ -179,6 +216,42 @@ static mvm_status evict_one(mvm_resid *r, uint32_t layer)
     return MVM_ERR_NOSPACE;
 }
 
+static uint64_t layer_used(const mvm_resid *r, uint32_t l)
+{
+    uint64_t n = 0;
+    for (uint32_t e = 0; e < r->n_experts; e++)
+        n += r->resident[l * r->n_experts + e];
+    return n;
+}
+
+/* Evicts layer l's experts until `need` more pages fit its config budget (what stays
+ * cached must; an on-demand load needs only room on the device, as in the simulator).
+ * MVM_ERR_NOSPACE when the layer's experts in use or loading are already over it. */
+static mvm_status fit_layer(mvm_resid *r, uint32_t l, uint64_t need)
+{
+    mvm_status st = MVM_OK;
+    while (st == MVM_OK && r->layer_pages[l] != UINT64_MAX &&
+           layer_used(r, l) + need > r->layer_pages[l])
+        st = evict_one(r, l, 1);
+    return st;
+}
+
+/* MoEpic's split: a used expert of layer l keeps only its first θ of pages cached. */
+static void split(mvm_resid *r, uint32_t l, const int32_t *experts, uint32_t n)
+{
+    if (!(r->theta[l] < 1.0f))
+        return;
+    uint32_t keep = (uint32_t)ceilf(r->theta[l] * (float)r->ppe);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t x = l * r->n_experts + (uint32_t)experts[i];
+        if (r->resident[x] > keep && mvm_evict(r->space, l, (uint32_t)experts[i], keep) ==
+            MVM_OK) {
+            r->resident[x] = keep;
+            r->stats.splits++;
+        }
+    }
+}
+
 /* Requests x resident (on demand, or as a prefetch), evicting while there is no room. */
 static mvm_status request(mvm_resid *r, uint32_t x, int demand, mvm_move **move)
 {
@@ -186,7 +259,7 @@ static mvm_status request(mvm_resid *r, uint32_t x, int demand, mvm_move **move)
     mvm_status st;
     while ((st = demand ? mvm_make_resident_async(r->space, l, e, MVM_ALL_PAGES, move)
                         : mvm_prefetch(r->space, l, e, MVM_ALL_PAGES, NULL)) == MVM_ERR_NOSPACE) {
-        mvm_status ev = evict_one(r, l);
+        mvm_status ev = evict_one(r, l, 0);
         if (ev != MVM_OK) {
             st = ev; /* MVM_ERR_NOSPACE when nothing can go, else the eviction's failure */
             break;
@@ -216,6 +289,7 @@ static mvm_status load_and_pin(mvm_resid *r, uint32_t l, const int32_t *experts,
         int hit = res.resident == res.n_pages && !res.loading;
         r->stats.accesses++;
         r->stats.hits += hit;
+        r->stats.partial_hits += !hit && res.resident > 0 && !res.loading;
         r->stats.prefetch_used += r->by_prefetch[x];
         r->stats.prefetch_hits += hit && r->by_prefetch[x];
         r->by_prefetch[x] = 0;
@@ -264,7 +338,11 @@ mvm_status mvm_resid_end(mvm_resid *r, const mvm_pstep *step, const int32_t *exp
                          uint32_t n, int last_layer)
 {
     r->evict->observe(r->evict_self, view(r), step);
+    if (r->config)
+        r->config->observe(r->config_self, view(r), step);
     unpin(r, step->layer, experts, n);
+    split(r, step->layer, experts, n);
+    (void)fit_layer(r, step->layer, 0); /* still over: what is over is loading; it waits */
     /* Prefetches for this step that it did not request were wrong forecasts. */
     memset(r->by_prefetch + (size_t)step->layer * r->n_experts, 0, r->n_experts);
     uint32_t n_want = 0;
@@ -277,8 +355,15 @@ mvm_status mvm_resid_end(mvm_resid *r, const mvm_pstep *step, const int32_t *exp
             if (st == MVM_ERR_NOSPACE) /* no room is not an error: the wish waits */
                 st = MVM_OK;
         }
-    if (last_layer)
+    if (last_layer) {
         r->view.tokens += step->n_tok;
+        if (r->config && r->config->configure(r->config_self, view(r), r->layer_pages,
+                                               r->theta)) {
+            r->stats.reconfigs++;
+            for (uint32_t l = 0; l < r->shape.n_layers; l++)
+                (void)fit_layer(r, l, 0); /* a layer over its new budget shrinks now */
+        }
+    }
     return st;
 }
 
@@ -287,9 +372,11 @@ mvm_status mvm_resid_prefetch(mvm_resid *r, uint32_t layer, uint32_t expert)
     if (layer >= r->shape.n_layers || expert >= r->n_experts)
         return mvm_fail(MVM_ERR_RANGE, "expert (%u, %u) is outside the space", layer, expert);
     uint32_t x = layer * r->n_experts + expert;
-    if (r->resident[x])
+    if (r->resident[x] == r->ppe)
         return MVM_OK;
-    mvm_status st = request(r, x, 0, NULL);
+    mvm_status st = fit_layer(r, layer, r->ppe - r->resident[x]);
+    if (st == MVM_OK)
+        st = request(r, x, 0, NULL);
     if (st == MVM_OK) {
         r->by_prefetch[x] = 1;
         r->stats.prefetches++;

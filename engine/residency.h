@@ -18,6 +18,13 @@
  * candidates than the simulator and may run an expert from its home where the simulator
  * evicted a loading one.
  *
+ * A config module (MOEVM_CONFIG: uniform, hot, fixedpoint; default none) divides the budget
+ * among the layers and may split experts (MoEpic): it observes every step, and after every
+ * batch it may set new per-layer budgets and split ratios θ. What stays cached in a layer
+ * must then fit its budget (evictions within the layer make room for a prefetch or after a
+ * step), an on-demand load only room on the device; an expert a step used keeps only its
+ * first ⌈θ·pages⌉ pages, and its next use loads the rest. The simulator does the same.
+ *
  * When nothing can be evicted (every resident expert is pinned by the current step) an
  * expert runs from where it is: through its fixed address, which on the host backend and on
  * HOST_NUMA devices reads the host home. `moevm run` and `moevm demo` share this.
@@ -36,12 +43,18 @@ typedef struct mvm_resid_params {
     const char *evict;          /* the evict module; NULL: MOEVM_EVICT */
     const char *evict_args;     /* its "name=value,..." parameters (NULL: none, or
                                    MOEVM_EVICT_ARGS with the MOEVM_EVICT module) */
-    uint32_t top_k, n_embd, n_ff; /* the model's, for the module's shape (0: unknown) */
+    const char *config;         /* the config module; "none": no per-layer budgets, whole
+                                   experts; NULL: MOEVM_CONFIG */
+    const char *config_args;    /* its parameters (NULL: none, or MOEVM_CONFIG_ARGS) */
+    uint32_t top_k, n_embd, n_ff; /* the model's, for the modules' shape (0: unknown) */
+    const float *const *routers; /* [L] -> [E][n_embd] F32 routers for fixedpoint's
+                                    predictions, or NULL (it then models the cache only) */
 } mvm_resid_params;
 
 typedef struct mvm_resid_stats {
     uint64_t accesses;   /* experts requested by layer steps */
     uint64_t hits;       /* of them, resident (all pages, none loading) when requested */
+    uint64_t partial_hits; /* misses that found a page prefix resident (a config split) */
     uint64_t bypassed;   /* requests that found no room and ran from the home */
     uint64_t evictions;  /* experts the evict module chose to make room */
     uint64_t prefetches; /* experts loaded ahead of use: the evict module's wishes and the
@@ -49,14 +62,17 @@ typedef struct mvm_resid_stats {
     uint64_t prefetch_used; /* of them, requested by their layer's next step (a forecast
                                that came true; a later use is not counted) */
     uint64_t prefetch_hits; /* of those, found resident (their copy had landed) */
+    uint64_t splits;        /* used experts cut back to their config split θ */
+    uint64_t reconfigs;     /* times the config module changed budgets or splits */
 } mvm_resid_stats;
 
-/* MVM_ERR_INVALID (naming the module or the parameter) for an evict module that does not
- * exist or rejects its parameters; MVM_ERR_OPTION for a malformed MOEVM_EVICT[_ARGS]. */
+/* MVM_ERR_INVALID (naming the module or the parameter) for an evict or config module that
+ * does not exist or rejects its parameters; MVM_ERR_OPTION for a malformed MOEVM_* value. */
 mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_resid **out);
 void mvm_resid_destroy(mvm_resid *r);
-/* The evict module's name. */
+/* The evict module's name; the config module's ("none" without one). */
 const char *mvm_resid_evict_name(const mvm_resid *r);
+const char *mvm_resid_config_name(const mvm_resid *r);
 /* The shape and cost the modules were made with (for the engine's other modules); the
  * rest of *out is zeroed. */
 void mvm_resid_pinit(const mvm_resid *r, mvm_pinit *out);

@@ -70,6 +70,13 @@ expect 1 '--route: smoe: no such route policy \(available: none, importance' -- 
 expect 1 'MOEVM_ROUTE=smoe: no such route policy' -- env MOEVM_ROUTE=smoe "$moevm" run -m "$m" -p "x"
 expect 1 'route importance: alpha=2 is not in \[0, 1\]' -- "$moevm" run -m "$m" -p "x" --route 'importance{alpha=2}'
 expect 1 "route none: unknown parameter 'alpha'" -- "$moevm" run -m "$m" -p "x" --route 'none{alpha=1}'
+# The config module: one budget by default; per-layer budgets and MoEpic's splits on request.
+expect 0 'config none: 0 changes, 0 split' -- "$moevm" run -m "$m" -p "x" -n 2
+expect 0 'config fixedpoint: [1-9][0-9]* changes, [1-9][0-9]* split' -- env MOEVM_PAGE_SIZE=4K "$moevm" run -m "$m" -p "Once upon a time" -n 24 --gpu-budget 40% --evict lcp --config 'fixedpoint{tau=4}'
+expect 0 'config hot: [0-9]+ changes' -- env MOEVM_PAGE_SIZE=64K MOEVM_CONFIG=hot MOEVM_CONFIG_ARGS=profile=4 "$moevm" run -m "$m" -p "x" -n 8 --gpu-budget 50%
+expect 1 '--config: moepic: no such config policy \(available: none, ' -- "$moevm" run -m "$m" -p "x" --config moepic
+expect 1 'MOEVM_CONFIG=moepic: no such config policy' -- env MOEVM_CONFIG=moepic "$moevm" run -m "$m" -p "x"
+expect 1 "config fixedpoint: unknown parameter 'x'" -- "$moevm" run -m "$m" -p "x" --config 'fixedpoint{x=1}'
 # A substituted row records what ran beside the router's choice; the simulator reads it.
 expect 0 '"ran":\[[0-9]+,[0-9]+\],"ran_weights":\[' -- sh -c "MOEVM_PAGE_SIZE=64K \"$moevm\" run -m \"$m\" -p 'Once upon a time there' -n 24 --gpu-budget 30% --route 'importance{alpha=1}' --trace-out \"$tmp/r.jsonl\" >/dev/null 2>&1 && cat \"$tmp/r.jsonl\""
 expect 0 'importance +[0-9.]+' -- "$moevm" sim --trace "$tmp/r.jsonl" --budget 30% --compare 'route=importance'

@@ -66,6 +66,12 @@ static const mvm_option_desc options[MVM_OPTION_COUNT_] = {
                           "importance; docs/policies.md)"},
     [MVM_OPTION_ROUTE_ARGS] = {"MOEVM_ROUTE_ARGS", MVM_OPT_STRING, "", NULL,
                                "engine: the route module's parameters, \"name=value,...\""},
+    [MVM_OPTION_CONFIG] = {"MOEVM_CONFIG", MVM_OPT_STRING, "none", NULL,
+                           "engine: the config policy module, which sets per-layer budgets "
+                           "and the split θ of cached experts (none: one budget for all "
+                           "layers; uniform, hot, fixedpoint; docs/policies.md)"},
+    [MVM_OPTION_CONFIG_ARGS] = {"MOEVM_CONFIG_ARGS", MVM_OPT_STRING, "", NULL,
+                                "engine: the config module's parameters, \"name=value,...\""},
     [MVM_OPTION_REPORT] = {"MOEVM_REPORT", MVM_OPT_STRING, "", NULL,
                            "interposer: write a JSON report (allocations by call site, moves, "
                            "hit rate, time waited) to this path at exit"},

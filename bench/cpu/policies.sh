@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The engine's route, evict and predict modules on a real-size model (docs/perf/cpu.md, "Policy
+# The engine's route, evict, predict and config modules on a real-size model (docs/perf/cpu.md, "Policy
 # modules in the engine"): `moevm run` at a 30% budget, each module set three times (the
 # host backend's copies share the cores with the compute, so single runs vary), then
 # `moevm sim` on a trace the engine recorded, for the same modules without that noise.
@@ -13,23 +13,26 @@ m=build/bench-models/olmoe-3l-q8_0.gguf
 mkdir -p build/bench-models
 [ -f "$m" ] || ./build/moevm mkmodel --preset olmoe-1b-7b --type q8_0 --layers 3 -o "$m" >&2
 echo "== $(date -u +%Y-%m-%d) $(uname -m), $(nproc) cores; $m, budget 30%, $n tokens"
-echo "| evict | predict | route | hit % (3 runs) | prefetched | used | in time | substituted |"\
-     "moved MiB | decode tok/s |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
-for set in "lru none none" "reuse none none" "lcp none none" "lru gate none" \
-           "lru residual none" "lru none importance{alpha=0.3}" "lru none importance{alpha=1}"; do
-  read -r ev pr ro <<<"$set"
+echo "| evict | predict | route | config | hit % (3 runs) | partial % | prefetched | used |"\
+     "in time | substituted | split | moved MiB | decode tok/s |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+for set in "lru none none none" "reuse none none none" "lcp none none none" \
+           "lru gate none none" "lru residual none none" "lru none importance{alpha=0.3} none" \
+           "lru none importance{alpha=1} none" "lfu none none hot" "lcp none none fixedpoint"; do
+  read -r ev pr ro cf <<<"$set"
   hits=() last=""
   for _ in 1 2 3; do
     last=$(./build/moevm run -m "$m" -p "Once upon a time" -n "$n" --temp 0 --gpu-budget 30% \
-           --evict "$ev" --predict "$pr" --route "$ro" 2>&1 >/dev/null | tail -1)
+           --evict "$ev" --predict "$pr" --route "$ro" --config "$cf" 2>&1 >/dev/null | tail -1)
     hits+=("$(sed -E 's/.*\(hit ([0-9.]+)%.*/\1/' <<<"$last")")
   done
+  part=$(sed -E 's/.*, ([0-9.]+)% partial.*/\1/' <<<"$last")
   pf=$(sed -E 's/.*: ([0-9]+) prefetched, ([0-9]+) used, ([0-9]+) in time.*/\1 | \2 | \3/' <<<"$last")
   sub=$(sed -E 's/.*: ([0-9]+) substituted.*/\1/' <<<"$last")
+  spl=$(sed -E 's/.* ([0-9]+) split\).*/\1/' <<<"$last")
   mib=$(sed -E 's/.*moved ([0-9.]+) MiB.*/\1/' <<<"$last")
   tps=$(sed -E 's/.*decode [0-9]+ tokens ([0-9.]+) tok\/s.*/\1/' <<<"$last")
-  echo "| $ev | $pr | $ro | ${hits[*]} | $pf | $sub | $mib | $tps |"
+  echo "| $ev | $pr | $ro | $cf | ${hits[*]} | $part | $pf | $sub | $spl | $mib | $tps |"
 done
 t=build/bench-models/policies-trace.jsonl
 ./build/moevm run -m "$m" -p "Once upon a time" -n "$n" --temp 0 --gpu-budget 30% \
@@ -37,4 +40,5 @@ t=build/bench-models/policies-trace.jsonl
 echo "== moevm sim on the engine's trace (same budget, 2 MiB pages)"
 sets='evict=lru; evict=reuse; evict=lcp; evict=lru,predict=gate; evict=lru,predict=residual'
 sets+='; evict=lru,route=importance{alpha=0.3}; evict=lru,route=importance{alpha=1}'
+sets+='; evict=lfu,config=hot; evict=lcp,config=fixedpoint'
 ./build/moevm sim --trace "$t" --model "$m" --budget 30% --compare "$sets"
