@@ -169,6 +169,15 @@ static void test_layout(void)
             CHECK((uint64_t)(uintptr_t)mvm_expert_addr(sp, l, e) == want);
             CHECK((uintptr_t)mvm_expert_home(sp, l, e) % PAGE == 0);
         }
+    /* Page-aligned however the system happens to place the mapping (it promises 4 KiB):
+     * eight more spaces alive at once would all be aligned by luck 1 time in 16^8. */
+    mvm_space *more[8];
+    for (uint32_t i = 0; i < 8; i++) {
+        more[i] = make_space(1, 1 + i, PAGE + 4096 * i, 2);
+        CHECK((uintptr_t)mvm_expert_home(more[i], 0, 0) % PAGE == 0);
+    }
+    for (uint32_t i = 0; i < 8; i++)
+        mvm_space_destroy(more[i]);
     /* A budget larger than the experts is capped at what they need. */
     mvm_space *big = make_space(1, 2, PAGE, 1000);
     mvm_space_get_info(big, &info);

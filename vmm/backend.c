@@ -1,7 +1,27 @@
 /* Backend selection: AUTO prefers cuda and falls back to host, saying why at info level. */
 #include "vmm/backend.h"
 
+#include <stdint.h>
+#include <sys/mman.h>
+
 #include "vmm/error.h"
+
+void *mvm_mmap_aligned(size_t bytes, size_t align, int prot, int flags)
+{
+    /* Over-map and trim, so the range starts on an `align` boundary (mmap promises only
+     * the system page). */
+    size_t total = bytes + align;
+    char *p = mmap(NULL, total, prot, flags, -1, 0);
+    if (p == MAP_FAILED)
+        return MAP_FAILED;
+    uintptr_t start = ((uintptr_t)p + align - 1) / align * align;
+    if (start > (uintptr_t)p)
+        munmap(p, start - (uintptr_t)p);
+    size_t tail = (uintptr_t)p + total - (start + bytes);
+    if (tail)
+        munmap((char *)start + bytes, tail);
+    return (void *)start;
+}
 
 mvm_status mvm_backend_open(mvm_backend_kind kind, int device, mvm_backend **out)
 {

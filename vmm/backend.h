@@ -94,6 +94,9 @@ struct mvm_backend {
 
 /* Opens the requested backend (AUTO: cuda if a device is usable, else host). */
 mvm_status mvm_backend_open(mvm_backend_kind kind, int device, mvm_backend **out);
+/* An anonymous mapping of `bytes` starting on an `align` boundary (a multiple of the
+ * system page), MAP_FAILED with errno on failure; munmap(p, bytes) frees it. */
+void *mvm_mmap_aligned(size_t bytes, size_t align, int prot, int flags);
 
 mvm_status mvm_backend_host_open(mvm_backend **out);
 mvm_status mvm_backend_cuda_open(int device, mvm_backend **out);

@@ -219,7 +219,9 @@ static mvm_status home_create_vmm(cuda_backend *c, mvm_home *h)
 static mvm_status home_create_registered(cuda_backend *c, mvm_home *h, const mvm_topo *topo)
 {
     size_t bytes = h->n * h->page;
-    h->host = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    /* page-aligned, as mvm_expert_home promises (mmap alone aligns to 4 KiB only) */
+    h->host = mvm_mmap_aligned(bytes, h->page, PROT_READ | PROT_WRITE,
+                               MAP_PRIVATE | MAP_ANONYMOUS);
     if (h->host == MAP_FAILED)
         return mvm_fail(MVM_ERR_NOMEM, "mmap of %zu bytes for host homes failed", bytes);
     /* Placement must precede registration: registered pages can no longer migrate. */

@@ -59,18 +59,11 @@ static mvm_status host_thread_init(mvm_backend *b)
 static mvm_status host_reserve(mvm_backend *b, size_t bytes, size_t align, uint64_t *va)
 {
     (void)b;
-    /* Over-reserve and trim, so the range starts on an `align` boundary. */
-    size_t total = bytes + align;
-    char *p = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *p = mvm_mmap_aligned(bytes, align, PROT_NONE,
+                               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE);
     if (p == MAP_FAILED)
-        return os_fail("mmap (reserve)", total);
-    uintptr_t start = ((uintptr_t)p + align - 1) / align * align;
-    if (start > (uintptr_t)p)
-        munmap(p, start - (uintptr_t)p);
-    size_t tail = (uintptr_t)p + total - (start + bytes);
-    if (tail)
-        munmap((char *)start + bytes, tail);
-    *va = start;
+        return os_fail("mmap (reserve)", bytes + align);
+    *va = (uintptr_t)p;
     return MVM_OK;
 }
 
@@ -88,10 +81,17 @@ static mvm_status region_create(const char *name, size_t bytes, size_t page_size
     r->fd = memfd_create(name, MFD_CLOEXEC);
     if (r->fd < 0)
         return os_fail("memfd_create", bytes);
+    /* The view starts on a page boundary (mvm_expert_home promises it): the memfd is mapped
+     * over an aligned reservation. */
+    void *at = MAP_FAILED;
     if (ftruncate(r->fd, (off_t)bytes) != 0 ||
-        (r->view = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0)) ==
+        (at = mvm_mmap_aligned(bytes, page_size, PROT_NONE,
+                               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE)) == MAP_FAILED ||
+        (r->view = mmap(at, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, r->fd, 0)) ==
             MAP_FAILED) {
         mvm_status st = os_fail("ftruncate/mmap of a memfd", bytes);
+        if (at != MAP_FAILED)
+            munmap(at, bytes);
         close(r->fd);
         return st;
     }
