@@ -10,11 +10,12 @@
 #include "vmm/options.h"
 
 /* name given: that module, with `args` ("" when NULL: the options' parameters belong to
- * the options' module); name NULL: the options name_opt and args_opt. *ops is NULL for
- * "none" where none_ok. MVM_ERR_INVALID naming the module, where it came from and the
- * modules there are; MVM_ERR_OPTION for a malformed option. */
+ * the options' module); name NULL: the role's options (MOEVM_ROUTE, MOEVM_EVICT,
+ * MOEVM_PREDICT, MOEVM_CONFIG and their _ARGS). *ops is NULL for "none" in the roles that
+ * may run no module (predict, config). MVM_ERR_INVALID naming the module, where it came
+ * from and the modules there are, or a role the engine does not run; MVM_ERR_OPTION for a
+ * malformed option. */
 mvm_status mvm_engine_choose(enum mvm_role role, const char *name, const char *args,
-                             mvm_option_id name_opt, mvm_option_id args_opt, int none_ok,
                              const void **ops, const char **args_out);
 
 #endif

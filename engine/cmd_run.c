@@ -247,20 +247,17 @@ static int load(struct session *s)
     }
     /* The modules' names before the model loads (their parameters are checked once it has:
      * the modules need its shape). */
-    const void *ops;
-    const char *args;
-    if (mvm_engine_choose(MVM_ROLE_EVICT, a->evict, a->evict_args, MVM_OPTION_EVICT,
-                          MVM_OPTION_EVICT_ARGS, 0, &ops, &args) != MVM_OK)
-        return mvm_cli_error(a->evict ? "--evict" : "options");
-    if (mvm_engine_choose(MVM_ROLE_PREDICT, a->predict, a->predict_args, MVM_OPTION_PREDICT,
-                          MVM_OPTION_PREDICT_ARGS, 1, &ops, &args) != MVM_OK)
-        return mvm_cli_error(a->predict ? "--predict" : "options");
-    if (mvm_engine_choose(MVM_ROLE_ROUTE, a->route, a->route_args, MVM_OPTION_ROUTE,
-                          MVM_OPTION_ROUTE_ARGS, 0, &ops, &args) != MVM_OK)
-        return mvm_cli_error(a->route ? "--route" : "options");
-    if (mvm_engine_choose(MVM_ROLE_CONFIG, a->config, a->config_args, MVM_OPTION_CONFIG,
-                          MVM_OPTION_CONFIG_ARGS, 1, &ops, &args) != MVM_OK)
-        return mvm_cli_error(a->config ? "--config" : "options");
+    const struct { enum mvm_role role; const char *name, *args, *flag; } roles[] = {
+        {MVM_ROLE_EVICT, a->evict, a->evict_args, "--evict"},
+        {MVM_ROLE_PREDICT, a->predict, a->predict_args, "--predict"},
+        {MVM_ROLE_ROUTE, a->route, a->route_args, "--route"},
+        {MVM_ROLE_CONFIG, a->config, a->config_args, "--config"}};
+    for (size_t i = 0; i < sizeof roles / sizeof *roles; i++) {
+        const void *ops;
+        const char *args;
+        if (mvm_engine_choose(roles[i].role, roles[i].name, roles[i].args, &ops, &args))
+            return mvm_cli_error(roles[i].name ? roles[i].flag : "options");
+    }
     if (a->predictor && mvm_sim_load_predictor(a->predictor, &s->inputs) != MVM_OK)
         return mvm_cli_error("--predictor");
     if (mvm_topo_probe(NULL, &s->topo) != MVM_OK)

@@ -69,11 +69,10 @@ static mvm_status wants_routers(const mvm_ctx_policies *p, int *yes)
     const void *predict = NULL, *config = NULL;
     const char *args;
     mvm_status st = mvm_engine_choose(MVM_ROLE_PREDICT, p->prefetch.predict,
-                                      p->prefetch.predict_args, MVM_OPTION_PREDICT,
-                                      MVM_OPTION_PREDICT_ARGS, 1, &predict, &args);
+                                      p->prefetch.predict_args, &predict, &args);
     if (st == MVM_OK)
-        st = mvm_engine_choose(MVM_ROLE_CONFIG, p->residency.config, p->residency.config_args,
-                               MVM_OPTION_CONFIG, MVM_OPTION_CONFIG_ARGS, 1, &config, &args);
+        st = mvm_engine_choose(MVM_ROLE_CONFIG, p->residency.config,
+                               p->residency.config_args, &config, &args);
     *yes = predict || config;
     return st;
 }

@@ -22,9 +22,7 @@ mvm_status mvm_prefetcher_create(const mvm_model *m, mvm_resid *resid,
     *out = NULL;
     const void *ops = NULL;
     const char *args = NULL;
-    mvm_status st = mvm_engine_choose(MVM_ROLE_PREDICT, p->predict, p->predict_args,
-                                      MVM_OPTION_PREDICT, MVM_OPTION_PREDICT_ARGS, 1, &ops,
-                                      &args);
+    mvm_status st = mvm_engine_choose(MVM_ROLE_PREDICT, p->predict, p->predict_args, &ops, &args);
     if (st != MVM_OK || !ops)
         return st;
     mvm_prefetcher *f = calloc(1, sizeof *f);

@@ -47,12 +47,9 @@ static mvm_status find_modules(const mvm_resid_params *p, const mvm_evict_ops **
                                const char **config_args)
 {
     const void *e = NULL, *c = NULL;
-    mvm_status st = mvm_engine_choose(MVM_ROLE_EVICT, p->evict, p->evict_args,
-                                      MVM_OPTION_EVICT, MVM_OPTION_EVICT_ARGS, 0, &e,
-                                      evict_args);
+    mvm_status st = mvm_engine_choose(MVM_ROLE_EVICT, p->evict, p->evict_args, &e, evict_args);
     if (st == MVM_OK)
-        st = mvm_engine_choose(MVM_ROLE_CONFIG, p->config, p->config_args, MVM_OPTION_CONFIG,
-                               MVM_OPTION_CONFIG_ARGS, 1, &c, config_args);
+        st = mvm_engine_choose(MVM_ROLE_CONFIG, p->config, p->config_args, &c, config_args);
     *evict = e;
     *config = c;
     return st;

@@ -19,8 +19,7 @@ mvm_status mvm_substitutor_create(mvm_resid *resid, const mvm_route_params *p,
     *out = NULL;
     const void *ops = NULL;
     const char *args = NULL;
-    mvm_status st = mvm_engine_choose(MVM_ROLE_ROUTE, p->route, p->route_args,
-                                      MVM_OPTION_ROUTE, MVM_OPTION_ROUTE_ARGS, 0, &ops, &args);
+    mvm_status st = mvm_engine_choose(MVM_ROLE_ROUTE, p->route, p->route_args, &ops, &args);
     if (st != MVM_OK)
         return st;
     mvm_pinit in;

@@ -212,8 +212,7 @@ static void test_choice_and_errors(void)
           strstr(mvm_last_error(), "lru"));
     const void *ops;
     const char *args;
-    CHECK_ST(mvm_engine_choose(MVM_ROLE_EVICT, NULL, NULL, MVM_OPTION_EVICT,
-                               MVM_OPTION_EVICT_ARGS, 0, &ops, &args), MVM_ERR_INVALID);
+    CHECK_ST(mvm_engine_choose(MVM_ROLE_EVICT, NULL, NULL, &ops, &args), MVM_ERR_INVALID);
     setenv("MOEVM_EVICT", "lcp", 1);
     setenv("MOEVM_EVICT_ARGS", "rho=2", 1);
     CHECK_ST(mvm_resid_create(sp, &p, &r), MVM_ERR_INVALID);
