@@ -213,6 +213,15 @@ static void test_choice_and_errors(void)
     const void *ops;
     const char *args;
     CHECK_ST(mvm_engine_choose(MVM_ROLE_EVICT, NULL, NULL, &ops, &args), MVM_ERR_INVALID);
+    /* "none" is no module for the roles that may run none, a module for route; the engine
+     * runs no assign or place module */
+    CHECK_ST(mvm_engine_choose(MVM_ROLE_CONFIG, "none", NULL, &ops, &args), MVM_OK);
+    CHECK(ops == NULL);
+    CHECK_ST(mvm_engine_choose(MVM_ROLE_ROUTE, "none", NULL, &ops, &args), MVM_OK);
+    CHECK(ops == mvm_policy_find(MVM_ROLE_ROUTE, "none"));
+    CHECK_ST(mvm_engine_choose(MVM_ROLE_EVICT, "none", NULL, &ops, &args), MVM_ERR_INVALID);
+    CHECK_ST(mvm_engine_choose(MVM_ROLE_ASSIGN, "gpu", NULL, &ops, &args), MVM_ERR_INVALID);
+    CHECK(strstr(mvm_last_error(), "runs no assign") != NULL);
     setenv("MOEVM_EVICT", "lcp", 1);
     setenv("MOEVM_EVICT_ARGS", "rho=2", 1);
     CHECK_ST(mvm_resid_create(sp, &p, &r), MVM_ERR_INVALID);
