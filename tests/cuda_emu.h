@@ -1,8 +1,9 @@
 /*
- * A CPU stand-in for the few CUDA device features vmm/digest.cu uses, so that its kernel's
- * logic (which page a block digests, the per-page accumulators, the last block's hand-off
- * and reset, the answers) runs in a test on machines without a GPU (tests/test_digest_kernel.cc
- * includes the .cu file after this header).
+ * A CPU stand-in for the few CUDA device features moevm's kernels use (vmm/digest.cu,
+ * the .cu files of kernels/cuda), so that their logic (which data a block and a thread take, the
+ * reductions, the hand-offs between blocks) runs in a test on machines without a GPU
+ * (tests/test_digest_kernel.cc and tests/test_cuda_kernels.cc include the .cu files after
+ * this header).
  *
  * One block runs at a time, each of its threads a pthread (the same threads serve every
  * block of a launch, one after another): __shared__ variables are then
@@ -17,6 +18,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <functional>
 #include <vector>
@@ -45,16 +47,33 @@ static inline void __syncthreads(void) { pthread_barrier_wait(&emu_block_barrier
 
 static inline void __threadfence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 
-/* Every lane of the warp must call it, as the full mask says. */
-static inline uint64_t __shfl_down_sync(unsigned mask, uint64_t v, int delta)
+/* A warp shuffle: every lane of the warp must call it, as the full mask says; a lane gets
+ * lane `from`'s value, or its own when from is outside the warp. */
+template <typename V> static inline V emu_shuffle(V v, unsigned from)
+{
+    static_assert(sizeof(V) <= sizeof(uint64_t), "a shuffle moves at most 8 bytes");
+    unsigned warp = threadIdx.x / EMU_WARP;
+    uint64_t bits = 0;
+    memcpy(&bits, &v, sizeof v);
+    emu_warp_slot[threadIdx.x] = bits;
+    pthread_barrier_wait(&emu_warp_barrier[warp]);
+    uint64_t r = from < EMU_WARP ? emu_warp_slot[warp * EMU_WARP + from] : bits;
+    pthread_barrier_wait(&emu_warp_barrier[warp]);
+    V out;
+    memcpy(&out, &r, sizeof out);
+    return out;
+}
+
+template <typename V> static inline V __shfl_down_sync(unsigned mask, V v, int delta)
 {
     (void)mask;
-    unsigned lane = threadIdx.x % EMU_WARP, warp = threadIdx.x / EMU_WARP;
-    emu_warp_slot[threadIdx.x] = v;
-    pthread_barrier_wait(&emu_warp_barrier[warp]);
-    uint64_t r = lane + (unsigned)delta < EMU_WARP ? emu_warp_slot[threadIdx.x + delta] : v;
-    pthread_barrier_wait(&emu_warp_barrier[warp]);
-    return r;
+    return emu_shuffle(v, threadIdx.x % EMU_WARP + (unsigned)delta);
+}
+
+template <typename V> static inline V __shfl_xor_sync(unsigned mask, V v, int lane_mask)
+{
+    (void)mask;
+    return emu_shuffle(v, (threadIdx.x % EMU_WARP) ^ (unsigned)lane_mask);
 }
 
 static inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v)

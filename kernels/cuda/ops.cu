@@ -1,0 +1,97 @@
+/*
+ * The small F32 ops of the engine's forward pass on the device (kernels/cuda/kernels.h), as
+ * kernels/cpu/ops.c computes them: RMSNorm with its squares summed in double, the rotary
+ * embedding with the CPU's angle formula, causal attention whose softmax sums in double, and
+ * the element-wise adds (residual, bias, gated shared expert) and SwiGLU.
+ */
+#include "kernels/cuda/device.cuh"
+
+extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_rmsnorm(mvm_g_rmsnorm_args a)
+{
+    __shared__ double tmp[MVM_G_WARPS];
+    const float *x = (const float *)a.x + blockIdx.x * a.x_stride;
+    float *out = (float *)a.out + blockIdx.x * a.out_stride;
+    double part = 0;
+    for (uint32_t i = threadIdx.x; i < a.n; i += blockDim.x)
+        part += (double)(x[i] * x[i]);
+    const double sum = block_sum(part, tmp);
+    const float mean = (float)(sum / (double)a.n);
+    const float scale = 1.0f / sqrtf(mean + a.eps);
+    for (uint32_t i = threadIdx.x; i < a.n; i += blockDim.x)
+        out[i] = x[i] * scale * (a.w ? ((const float *)a.w)[i] : 1.0f);
+}
+
+extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_rope(mvm_g_rope_args a)
+{
+    const uint32_t half = a.n_rot / 2;
+    const uint32_t u = blockIdx.x * blockDim.x + threadIdx.x, tok = blockIdx.y;
+    if (u >= a.n_heads * half)
+        return;
+    const uint32_t h = u / half, i = u % half;
+    const float theta =
+        (float)(a.pos0 + tok) * powf(a.base, -(float)(2 * i) / (float)a.n_rot);
+    const float c = cosf(theta), s = sinf(theta);
+    const uint32_t i0 = a.neox ? i : 2 * i, i1 = a.neox ? i + half : 2 * i + 1;
+    float *p = (float *)a.x + tok * a.stride + (uint64_t)h * a.head_dim;
+    const float x0 = p[i0], x1 = p[i1];
+    p[i0] = x0 * c - x1 * s;
+    p[i1] = x0 * s + x1 * c;
+}
+
+extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
+    mvm_g_attention(mvm_g_attention_args a)
+{
+    __shared__ float fmax_tmp[MVM_G_WARPS];
+    __shared__ double dsum_tmp[MVM_G_WARPS];
+    const uint32_t h = blockIdx.x, i = blockIdx.y, n_pos = a.pos0 + i + 1;
+    const uint32_t q_dim = a.n_head * a.head_dim, kv_dim = a.n_head_kv * a.head_dim;
+    const uint64_t kvo = (uint64_t)(h / (a.n_head / a.n_head_kv)) * a.head_dim;
+    const float *q = (const float *)a.q + (uint64_t)i * q_dim + (uint64_t)h * a.head_dim;
+    float *scores = (float *)a.scores + ((uint64_t)i * a.n_head + h) * a.n_ctx;
+    float mx = -INFINITY;
+    for (uint32_t p = threadIdx.x; p < n_pos; p += blockDim.x) {
+        const float *k = (const float *)a.kc + (uint64_t)p * kv_dim + kvo;
+        float s = 0;
+        for (uint32_t d = 0; d < a.head_dim; d++)
+            s += k[d] * q[d];
+        s *= a.scale;
+        scores[p] = s;
+        mx = fmaxf(mx, s);
+    }
+    mx = block_max(mx, fmax_tmp);
+    double part = 0;
+    for (uint32_t p = threadIdx.x; p < n_pos; p += blockDim.x) {
+        const float e = expf(scores[p] - mx);
+        scores[p] = e;
+        part += e;
+    }
+    const float inv = (float)(1.0 / block_sum(part, dsum_tmp));
+    /* block_sum's barrier also makes every thread's scores visible to the whole block */
+    for (uint32_t d = threadIdx.x; d < a.head_dim; d += blockDim.x) {
+        const float *v = (const float *)a.vc + kvo + d;
+        float o = 0;
+        for (uint32_t p = 0; p < n_pos; p++)
+            o += scores[p] * inv * v[(uint64_t)p * kv_dim];
+        ((float *)a.out)[(uint64_t)i * q_dim + (uint64_t)h * a.head_dim + d] = o;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_add(mvm_g_add_args a)
+{
+    const uint32_t j = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y;
+    if (j >= a.n)
+        return;
+    const float g = a.gate ? 1.0f / (1.0f + expf(-((const float *)a.gate)[i])) : 1.0f;
+    const float y = ((const float *)a.y)[i * a.y_stride + j];
+    ((float *)a.x)[(uint64_t)i * a.n + j] += a.gate ? g * y : y;
+}
+
+/* x[i][j] = silu(x[i][j]) * y[i][j], y[i] at y + i * y_stride (mvm_g_add_args; no gate). */
+extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_swiglu(mvm_g_add_args a)
+{
+    const uint32_t j = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y;
+    if (j >= a.n)
+        return;
+    float *x = (float *)a.x + (uint64_t)i * a.n + j;
+    *x = silu(*x) * ((const float *)a.y)[i * a.y_stride + j];
+}

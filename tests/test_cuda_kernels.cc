@@ -1,0 +1,365 @@
+/*
+ * The engine's device kernels (the .cu files of kernels/cuda) run on the CPU through
+ * tests/cuda_emu.h, against the CPU kernels (kernels/cpu), which tests/ref checks against
+ * NumPy: every kernel, every weight type, on random data, with shapes that cross the tile
+ * of tokens, the lanes of a warp and the threads of a block, strides with gaps, and blocks
+ * run in a shuffled order. Outputs start poisoned (NaN): an output a kernel forgets stays
+ * NaN and fails, and the gaps between strided rows must still hold the poison afterwards.
+ * Under AddressSanitizer+UBSan a kernel's read outside its buffers or misaligned for its
+ * type fails too, as it would fault on a GPU.
+ */
+#include "tests/cuda_emu.h"
+
+#include "kernels/cuda/expert.cu"
+#include "kernels/cuda/matvec.cu"
+#include "kernels/cuda/ops.cu"
+
+extern "C" {
+#include "kernels/cpu/kernels.h"
+}
+
+#include <math.h>
+
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "tests/check.h"
+
+static std::mt19937_64 rng(20261121);
+
+static const float POISON = NAN;
+
+static mvm_dptr dp(const void *p) { return (mvm_dptr)(uintptr_t)p; }
+
+/* Runs kernel k on a in the shape given, its blocks in a random order. */
+template <typename A> static void launch(void (*k)(A), const A &a, mvm_g_shape s)
+{
+    std::vector<unsigned> order(s.gx * s.gy);
+    for (unsigned i = 0; i < order.size(); i++)
+        order[i] = i;
+    std::shuffle(order.begin(), order.end(), rng);
+    emu_launch(dim3{s.gx, s.gy, 1}, s.block, order, [&] { k(a); });
+}
+
+static std::vector<float> randoms(size_t n, float scale = 1.0f)
+{
+    std::uniform_real_distribution<float> u(-scale, scale);
+    std::vector<float> v(n);
+    for (float &x : v)
+        x = u(rng);
+    return v;
+}
+
+/* rows of n random weights of type t, row_bytes apart (gaps filled with junk) */
+static std::vector<uint8_t> weights(int t, size_t rows, size_t n, size_t row_bytes)
+{
+    std::vector<uint8_t> w(rows * row_bytes, 0xA5);
+    for (size_t r = 0; r < rows; r++) {
+        std::vector<float> f = randoms(n);
+        mvm_k_quantize((enum mvm_wtype)t, f.data(), w.data() + r * row_bytes, n);
+    }
+    return w;
+}
+
+/* max |got - want| over max |want|: the error relative to the outputs' scale */
+static double rel_err(const float *got, const float *want, size_t n)
+{
+    double err = 0, scale = 1e-30;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - (double)want[i]);
+        err = std::isnan(d) ? INFINITY : std::max(err, d);
+        scale = std::max(scale, fabs((double)want[i]));
+    }
+    return err / scale;
+}
+
+static bool poisoned(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!std::isnan(x[i]))
+            return false;
+    return true;
+}
+
+/* n activations per row for weights of type t, act_stride bytes apart */
+static std::vector<uint8_t> activations(int t, size_t n_tok, size_t n, size_t act_stride,
+                                        std::vector<float> &x)
+{
+    x = randoms(n_tok * n);
+    std::vector<uint8_t> act(n_tok * act_stride, 0x5A);
+    for (size_t i = 0; i < n_tok; i++)
+        mvm_k_prepare_act((enum mvm_wtype)t, x.data() + i * n, act.data() + i * act_stride, n);
+    return act;
+}
+
+static void test_quantize(void)
+{
+    const uint32_t n = 32 * 150, rows = 3; /* 150 blocks: two blocks of threads, one partial */
+    const uint64_t x_stride = n + 5, q_stride = mvm_g_row_bytes(MVM_G_Q8_0, n) + 6;
+    std::vector<float> x = randoms(rows * x_stride, 3.0f);
+    std::vector<uint8_t> q(rows * q_stride, 0xEE), want(rows * q_stride, 0xEE);
+    for (uint32_t r = 0; r < rows; r++)
+        mvm_k_prepare_act(MVM_W_Q8_0, x.data() + r * x_stride, want.data() + r * q_stride, n);
+    mvm_g_quantize_args a = {dp(x.data()), dp(q.data()), x_stride, q_stride, n, rows};
+    launch(mvm_g_quantize_q8_0, a, mvm_g_quantize_shape(&a));
+    CHECK(q == want); /* the same rounding, bit for bit; the gaps untouched */
+}
+
+static void (*const matvec_fn[MVM_G_NTYPES])(mvm_g_matvec_args) = {
+    mvm_g_matvec_f32, mvm_g_matvec_f16, mvm_g_matvec_bf16, mvm_g_matvec_q8_0, mvm_g_matvec_q4_0};
+
+static void matvec_case(int t, uint32_t n_in, uint32_t n_out, uint32_t n_tok)
+{
+    const uint64_t row_bytes = mvm_g_row_bytes(t, n_in) + 8;
+    const uint64_t act_stride = mvm_k_act_bytes((enum mvm_wtype)t, n_in) + 4;
+    const uint64_t y_stride = n_out + 3;
+    std::vector<uint8_t> w = weights(t, n_out, n_in, row_bytes);
+    std::vector<float> x;
+    std::vector<uint8_t> act = activations(t, n_tok, n_in, act_stride, x);
+    std::vector<float> y(n_tok * y_stride, POISON), want(n_tok * y_stride, POISON);
+    mvm_k_matmul((enum mvm_wtype)t, w.data(), row_bytes, n_in, act.data(), act_stride, n_tok,
+                 want.data(), y_stride, 0, n_out);
+    mvm_g_matvec_args a = {dp(w.data()), dp(act.data()), dp(y.data()), row_bytes, act_stride,
+                           y_stride, n_in, n_out, n_tok};
+    launch(matvec_fn[t], a, mvm_g_matvec_shape(&a));
+    bool ok = true;
+    for (uint32_t i = 0; i < n_tok; i++) {
+        double e = rel_err(&y[i * y_stride], &want[i * y_stride], n_out);
+        ok = ok && e < 1e-5 && poisoned(&y[i * y_stride + n_out], y_stride - n_out);
+        if (e >= 1e-5)
+            fprintf(stderr, "matvec_%s n_in %u n_out %u n_tok %u: token %u relative error %g\n",
+                    mvm_g_type_suffix(t), n_in, n_out, n_tok, i, e);
+    }
+    CHECK(ok);
+}
+
+static void test_matvec(void)
+{
+    for (int t = 0; t < MVM_G_NTYPES; t++) {
+        /* rows shorter and longer than a warp's pass (32 elements or blocks); 13 rows: the
+         * last block of 4 warps is partly idle; 11 tokens: a full tile and a partial one */
+        uint32_t short_in = mvm_g_is_q(t) ? 96 : 100, long_in = mvm_g_is_q(t) ? 1088 : 1100;
+        matvec_case(t, short_in, 13, 1);
+        matvec_case(t, long_in, 13, 11);
+        matvec_case(t, short_in, 5, 8);
+    }
+}
+
+static void (*const up_fn[MVM_G_NTYPES])(mvm_g_expert_args) = {
+    mvm_g_expert_up_f32, mvm_g_expert_up_f16, mvm_g_expert_up_bf16, mvm_g_expert_up_q8_0,
+    mvm_g_expert_up_q4_0};
+static void (*const down_fn[MVM_G_NTYPES])(mvm_g_expert_args) = {
+    mvm_g_expert_down_f32, mvm_g_expert_down_f16, mvm_g_expert_down_bf16,
+    mvm_g_expert_down_q8_0, mvm_g_expert_down_q4_0};
+
+/* One MoE layer's routed experts: the three kernels against mvm_k_expert_ffn per (token,
+ * expert). Expert 0 serves every token (more rows than a tile), expert E-1 none. */
+static void experts_case(int t, uint32_t n_embd, uint32_t n_ff, uint32_t n_tok)
+{
+    const uint32_t E = 5, K = 2, G = n_ff / MVM_G_QBLOCK;
+    const uint64_t expert_bytes = G * mvm_g_group_bytes(t, n_embd);
+    const uint64_t stride = (expert_bytes + 255) / 256 * 256 + 256;
+    std::vector<uint8_t> experts(E * stride, 0xC3);
+    const uint64_t row = mvm_g_row_bytes(t, n_embd), down_row = mvm_g_row_bytes(t, n_ff);
+    for (uint32_t e = 0; e < E; e++) {
+        std::vector<uint8_t> gate = weights(t, n_ff, n_embd, row);
+        std::vector<uint8_t> up = weights(t, n_ff, n_embd, row);
+        std::vector<uint8_t> down = weights(t, n_embd, n_ff, down_row);
+        mvm_k_expert_pack((enum mvm_wtype)t, gate.data(), up.data(), down.data(), n_embd, n_ff,
+                          experts.data() + e * stride);
+    }
+    std::vector<uint32_t> sel(n_tok * K);
+    std::vector<float> selw = randoms(n_tok * K);
+    for (uint32_t i = 0; i < n_tok; i++) {
+        sel[i * K] = 0;
+        sel[i * K + 1] = 1 + (uint32_t)(rng() % (E - 2));
+    }
+    /* the rows grouped by expert, as the engine dispatches them */
+    std::vector<uint32_t> cnt(E, 0), off(E, 0xFFFFFFFF), active, row_tok(n_tok * K),
+        tok_rows(n_tok * K);
+    std::vector<float> row_w(n_tok * K);
+    for (uint32_t s : sel)
+        cnt[s]++;
+    for (uint32_t e = 0, o = 0; e < E; e++) {
+        if (cnt[e])
+            active.push_back(e), off[e] = o;
+        o += cnt[e];
+    }
+    std::vector<uint32_t> fill(E, 0);
+    for (uint32_t i = 0; i < n_tok; i++)
+        for (uint32_t k = 0; k < K; k++) {
+            uint32_t e = sel[i * K + k], r = off[e] + fill[e]++;
+            row_tok[r] = i;
+            row_w[r] = selw[i * K + k];
+            tok_rows[i * K + k] = r;
+        }
+    /* rows of floats stay 4-aligned, Q8_0 blocks only 2-aligned */
+    const uint64_t act_stride =
+        mvm_k_act_bytes((enum mvm_wtype)t, n_embd) + (mvm_g_is_q(t) ? 2 : 4);
+    std::vector<float> xin;
+    std::vector<uint8_t> act = activations(t, n_tok, n_embd, act_stride, xin);
+    std::vector<float> x0 = randoms(n_tok * n_embd), want = x0, x = x0;
+    for (uint32_t i = 0; i < n_tok; i++)
+        for (uint32_t k = 0; k < K; k++)
+            mvm_k_expert_ffn((enum mvm_wtype)t, experts.data() + sel[i * K + k] * stride, n_embd,
+                             act.data() + i * act_stride, selw[i * K + k],
+                             want.data() + i * n_embd, 0, G);
+    const uint64_t h_stride = (mvm_g_is_q(t) ? G * MVM_G_Q8_BYTES : n_ff * 4) + 8;
+    const size_t rows = n_tok * K;
+    std::vector<uint8_t> h(rows * h_stride, 0xFF);
+    std::vector<float> out(rows * n_embd, POISON);
+    mvm_g_expert_args a = {dp(experts.data()), dp(act.data()), dp(active.data()), dp(off.data()),
+                           dp(cnt.data()), dp(row_tok.data()), dp(row_w.data()), dp(h.data()),
+                           dp(out.data()), stride, act_stride, h_stride, n_embd, G,
+                           (uint32_t)active.size()};
+    launch(up_fn[t], a, mvm_g_expert_up_shape(&a));
+    launch(down_fn[t], a, mvm_g_expert_down_shape(&a));
+    mvm_g_expert_sum_args s = {dp(x.data()), dp(out.data()), dp(tok_rows.data()), n_embd, n_tok,
+                               K};
+    launch(mvm_g_expert_sum, s, mvm_g_expert_sum_shape(&s));
+    /* compare the experts' contributions, not x: x0 would hide a small one */
+    std::vector<float> dg(x.size()), dw(x.size());
+    for (size_t i = 0; i < x.size(); i++)
+        dg[i] = x[i] - x0[i], dw[i] = want[i] - x0[i];
+    double e = rel_err(dg.data(), dw.data(), dg.size());
+    bool gaps = true;
+    for (size_t r = 0; r < rows; r++)
+        for (uint64_t b = h_stride - 8; b < h_stride; b++)
+            gaps = gaps && h[r * h_stride + b] == 0xFF;
+    if (e >= 1e-4)
+        fprintf(stderr, "experts_%s n_embd %u n_ff %u n_tok %u: relative error %g\n",
+                mvm_g_type_suffix(t), n_embd, n_ff, n_tok, e);
+    CHECK(e < 1e-4);
+    CHECK(gaps);
+}
+
+static void test_experts(void)
+{
+    for (int t = 0; t < MVM_G_NTYPES; t++) {
+        experts_case(t, 160, 96, 11); /* 160 outputs: two blocks of down threads, one partial */
+        experts_case(t, 64, 64, 1);   /* decode */
+    }
+}
+
+static void test_rmsnorm(void)
+{
+    const uint32_t n = 300, rows = 3;
+    const uint64_t xs = 310, os = 305;
+    std::vector<float> x = randoms(rows * xs, 2.0f), w = randoms(n);
+    for (int with_w = 0; with_w < 2; with_w++) {
+        std::vector<float> out(rows * os, POISON), want(rows * os, POISON);
+        for (uint32_t r = 0; r < rows; r++)
+            mvm_k_rmsnorm(&want[r * os], &x[r * xs], with_w ? w.data() : NULL, n, 1e-5f);
+        mvm_g_rmsnorm_args a = {dp(x.data()), dp(out.data()), with_w ? dp(w.data()) : 0, xs, os,
+                                n, rows, 1e-5f};
+        launch(mvm_g_rmsnorm, a, mvm_g_rmsnorm_shape(&a));
+        for (uint32_t r = 0; r < rows; r++) {
+            CHECK(rel_err(&out[r * os], &want[r * os], n) < 1e-6);
+            CHECK(poisoned(&out[r * os + n], os - n));
+        }
+    }
+    /* in place */
+    std::vector<float> y = x, want = x;
+    for (uint32_t r = 0; r < rows; r++)
+        mvm_k_rmsnorm(&want[r * xs], &want[r * xs], w.data(), n, 1e-6f);
+    mvm_g_rmsnorm_args a = {dp(y.data()), dp(y.data()), dp(w.data()), xs, xs, n, rows, 1e-6f};
+    launch(mvm_g_rmsnorm, a, mvm_g_rmsnorm_shape(&a));
+    CHECK(rel_err(y.data(), want.data(), y.size()) < 1e-6);
+}
+
+static void test_rope(void)
+{
+    const uint32_t n_tok = 3, heads = 40, hd = 16, pos0 = 7;
+    const uint64_t stride = heads * hd + 4;
+    for (uint32_t neox = 0; neox < 2; neox++)
+        for (uint32_t n_rot : {12u, 16u}) { /* 40 heads x 6 pairs: more than 128 threads */
+            std::vector<float> x = randoms(n_tok * stride), want = x;
+            for (uint32_t i = 0; i < n_tok; i++)
+                mvm_k_rope(&want[i * stride], heads, hd, n_rot, pos0 + i, 10000.0f, (int)neox);
+            mvm_g_rope_args a = {dp(x.data()), stride, n_tok, heads, hd, n_rot, pos0, neox,
+                                 10000.0f};
+            launch(mvm_g_rope, a, mvm_g_rope_shape(&a));
+            CHECK(rel_err(x.data(), want.data(), x.size()) < 1e-6);
+        }
+}
+
+static void attention_case(uint32_t n_tok, uint32_t pos0, uint32_t n_ctx)
+{
+    const uint32_t nh = 4, nkv = 2, hd = 16, q_dim = nh * hd, kv_dim = nkv * hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    std::vector<float> q = randoms(n_tok * q_dim, 2.0f), kc = randoms(n_ctx * kv_dim, 2.0f),
+                       vc = randoms(n_ctx * kv_dim);
+    std::vector<float> out(n_tok * q_dim, POISON), want(n_tok * q_dim), scratch(n_ctx),
+        scores(n_tok * nh * n_ctx, POISON);
+    for (uint32_t i = 0; i < n_tok; i++)
+        for (uint32_t h = 0; h < nh; h++) {
+            size_t kvo = (h / (nh / nkv)) * hd;
+            mvm_k_attn_head(&q[i * q_dim + h * hd], &kc[kvo], &vc[kvo], kv_dim, pos0 + i + 1, hd,
+                            scale, scratch.data(), &want[i * q_dim + h * hd]);
+        }
+    mvm_g_attention_args a = {dp(q.data()), dp(kc.data()), dp(vc.data()), dp(out.data()),
+                              dp(scores.data()), n_tok, pos0, nh, nkv, hd, n_ctx, scale};
+    launch(mvm_g_attention, a, mvm_g_attention_shape(&a));
+    double e = rel_err(out.data(), want.data(), out.size());
+    if (e >= 1e-5)
+        fprintf(stderr, "attention n_tok %u pos0 %u: relative error %g\n", n_tok, pos0, e);
+    CHECK(e < 1e-5);
+}
+
+static void test_attention(void)
+{
+    attention_case(3, 5, 12);   /* causal within the batch: later positions are in the cache */
+    attention_case(2, 200, 300); /* more positions than threads */
+    attention_case(1, 0, 4);    /* the first token sees only itself */
+}
+
+static void test_add_swiglu(void)
+{
+    const uint32_t n = 200, n_tok = 3;
+    std::vector<float> x0 = randoms(n_tok * n), y = randoms(n_tok * (n + 7)),
+                       gate = randoms(n_tok, 3.0f);
+    /* residual: x += y (strided) */
+    std::vector<float> x = x0, want = x0;
+    for (uint32_t i = 0; i < n_tok; i++)
+        for (uint32_t j = 0; j < n; j++)
+            want[i * n + j] += y[i * (n + 7) + j];
+    mvm_g_add_args a = {dp(x.data()), dp(y.data()), 0, n + 7, n, n_tok};
+    launch(mvm_g_add, a, mvm_g_add_shape(&a));
+    CHECK(x == want);
+    /* bias: one row for every token */
+    x = x0, want = x0;
+    for (uint32_t i = 0; i < n_tok; i++)
+        for (uint32_t j = 0; j < n; j++)
+            want[i * n + j] += y[j];
+    a.x = dp(x.data()), a.y_stride = 0;
+    launch(mvm_g_add, a, mvm_g_add_shape(&a));
+    CHECK(x == want);
+    /* the shared expert: x += sigmoid(gate[i]) * y */
+    x = x0, want = x0;
+    for (uint32_t i = 0; i < n_tok; i++)
+        for (uint32_t j = 0; j < n; j++)
+            want[i * n + j] += 1.0f / (1.0f + expf(-gate[i])) * y[i * n + j];
+    a = {dp(x.data()), dp(y.data()), dp(gate.data()), n, n, n_tok};
+    launch(mvm_g_add, a, mvm_g_add_shape(&a));
+    CHECK(x == want);
+    /* swiglu */
+    x = x0, want = x0;
+    for (uint32_t i = 0; i < n_tok; i++)
+        mvm_k_swiglu(&want[i * n], &y[i * (n + 7)], n);
+    a = {dp(x.data()), dp(y.data()), 0, n + 7, n, n_tok};
+    launch(mvm_g_swiglu, a, mvm_g_add_shape(&a));
+    CHECK(rel_err(x.data(), want.data(), x.size()) < 1e-6);
+}
+
+int main(void)
+{
+    RUN(test_quantize);
+    RUN(test_matvec);
+    RUN(test_experts);
+    RUN(test_rmsnorm);
+    RUN(test_rope);
+    RUN(test_attention);
+    RUN(test_add_swiglu);
+    TEST_END();
+}
