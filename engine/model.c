@@ -338,12 +338,20 @@ static mvm_status load_experts(struct loader *ld, mvm_model *m, mvm_space_desc *
     desc->n_layers = hp->n_layer;
     desc->n_experts = hp->n_expert;
     desc->expert_bytes = m->expert_bytes;
+    if (desc->backend == MVM_BACKEND_AUTO) /* auto would pick cuda on a GPU machine */
+        desc->backend = MVM_BACKEND_HOST;
     mvm_status st = mvm_space_create(desc, &m->space);
     if (st != MVM_OK) {
         char why[256];
         snprintf(why, sizeof why, "%s", mvm_last_error());
         return fail(ld, st, "expert space: %s", why);
     }
+    mvm_space_info info;
+    mvm_space_get_info(m->space, &info);
+    if (!info.host_readable) /* the CPU forward pass reads every expert at its address */
+        return fail(ld, MVM_ERR_UNSUPPORTED, "expert space: the %s backend's addresses are not "
+                    "readable by the CPU, which computes the experts (use MOEVM_BACKEND=host)",
+                    info.backend);
     uint64_t total = m->expert_bytes * hp->n_expert * hp->n_layer;
     for (uint32_t il = 0; il < hp->n_layer; il++) {
         char n[96];

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The `moevm` command: it runs, and bad input gets a one-line error naming what was wrong.
-# usage: test_cli.sh path/to/moevm
+# usage: test_cli.sh path/to/moevm [path/to/fakecuda's libcuda.so.1]
 set -u
 moevm=$1
+fake_driver=${2:-}
 pass=0 fail=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -52,6 +53,12 @@ expect 0 'Once upon a time' -- "$moevm" run -m "$m" -p "Once upon a time" -n 4 -
 "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 >"$tmp/a" 2>/dev/null
 "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 -t 1 --batch 1 >"$tmp/b" 2>/dev/null
 if cmp -s "$tmp/a" "$tmp/b" && [ -s "$tmp/a" ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: greedy output differs with threads/batch" >&2; fi
+# On a GPU machine (here the fake driver) the CPU engine keeps its experts on the host
+# backend; an explicit cuda backend is refused in one line, not read by the CPU.
+if [ -n "$fake_driver" ]; then
+    expect 0 'space: host backend' -- env MOEVM_BACKEND=auto MOEVM_CUDA_LIBRARY="$fake_driver" "$moevm" run -m "$m" -p "x" -n 2
+    expect 1 "the cuda backend's addresses are not readable by the CPU" -- env MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" "$moevm" run -m "$m" -p "x" -n 2
+fi
 expect 0 'budget 3 pages of 64 KiB' -- env MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 30%
 expect 1 'device budget .* is smaller than one page' -- "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 10%
 # The evict module: chosen by flag or option, named in the statistics; mistakes are errors.
