@@ -58,10 +58,10 @@ struct mvm_event {
 
 static cuda_backend *cb(mvm_backend *b) { return (cuda_backend *)b; }
 
-mvm_status mvm_cu_fail(cuda_backend *c, CUresult r, const char *what)
+mvm_status mvm_cu_fail(const struct cu_api *cu, CUresult r, const char *what)
 {
     const char *name = NULL;
-    if (!c->cu.GetErrorName || c->cu.GetErrorName(r, &name) != CUDA_SUCCESS || !name)
+    if (!cu->GetErrorName || cu->GetErrorName(r, &name) != CUDA_SUCCESS || !name)
         name = "unknown CUDA error";
     mvm_status st = r == CUDA_ERROR_OUT_OF_MEMORY ? MVM_ERR_NOMEM : MVM_ERR_BACKEND;
     return mvm_fail(st, "%s failed: %s (%d)", what, name, (int)r);
@@ -130,7 +130,7 @@ static void cuda_unreserve(mvm_backend *b, uint64_t va, size_t bytes)
     cuda_backend *c = cb(b);
     CUresult r = c->cu.MemAddressFree(va, bytes);
     if (r != CUDA_SUCCESS)
-        mvm_log(MVM_LOG_WARN, "%s", (mvm_cu_fail(c, r, "cuMemAddressFree"), mvm_last_error()));
+        mvm_log(MVM_LOG_WARN, "%s", (mvm_cu_fail(&c->cu, r, "cuMemAddressFree"), mvm_last_error()));
 }
 
 /* Maps `n` handles, one page each, at consecutive pages from va, then grants access to the
@@ -149,7 +149,7 @@ static mvm_status map_handles(cuda_backend *c, CUdeviceptr va, size_t page,
         return MVM_OK;
     for (size_t i = 0; i < mapped; i++) /* leave the range as we found it */
         c->cu.MemUnmap(va + i * page, page);
-    return mvm_cu_fail(c, r, mapped < n ? "cuMemMap" : "cuMemSetAccess");
+    return mvm_cu_fail(&c->cu, r, mapped < n ? "cuMemMap" : "cuMemSetAccess");
 }
 
 static void unmap_pages(cuda_backend *c, CUdeviceptr va, size_t bytes, size_t page)
@@ -179,11 +179,11 @@ static mvm_status handle_view_create(cuda_backend *c, const CUmemAllocationProp 
         made++;
     mvm_status st = MVM_OK;
     if (made < n)
-        st = mvm_cu_fail(c, r, prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE
+        st = mvm_cu_fail(&c->cu, r, prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE
                                ? "cuMemCreate (device chunk)"
                                : "cuMemCreate (HOST_NUMA home page)");
     else if ((r = c->cu.MemAddressReserve(&hv->view, n * page, page, 0, 0)) != CUDA_SUCCESS)
-        st = mvm_cu_fail(c, r, "cuMemAddressReserve (view)");
+        st = mvm_cu_fail(&c->cu, r, "cuMemAddressReserve (view)");
     else if ((st = map_handles(c, hv->view, page, hv->h, n, access, n_access)) != MVM_OK)
         c->cu.MemAddressFree(hv->view, n * page);
     if (st != MVM_OK) {
@@ -230,7 +230,7 @@ static mvm_status home_create_registered(cuda_backend *c, mvm_home *h, const mvm
     CUresult r = c->cu.MemHostRegister(h->host, bytes, CU_MEMHOSTREGISTER_PORTABLE);
     h->registered = r == CUDA_SUCCESS;
     if (!h->registered) {
-        mvm_cu_fail(c, r, "cuMemHostRegister");
+        mvm_cu_fail(&c->cu, r, "cuMemHostRegister");
         mvm_log(MVM_LOG_WARN, "%s; host homes stay pageable and copies will be slower",
                 mvm_last_error());
     }
@@ -417,7 +417,7 @@ static mvm_status cuda_event_record(mvm_backend *b, void *stream, mvm_event **ou
         c->cu.EventDestroy(e->ev);
     if (r != CUDA_SUCCESS) {
         free(e);
-        return mvm_cu_fail(c, r, "cuEventRecord (unpin_after)");
+        return mvm_cu_fail(&c->cu, r, "cuEventRecord (unpin_after)");
     }
     *out = e;
     return MVM_OK;
@@ -431,7 +431,7 @@ static int cuda_event_done(mvm_backend *b, mvm_event *e)
         return 1;
     if (r == CUDA_ERROR_NOT_READY)
         return 0;
-    mvm_cu_fail(c, r, "cuEventQuery");
+    mvm_cu_fail(&c->cu, r, "cuEventQuery");
     return -1;
 }
 
@@ -464,7 +464,7 @@ static const mvm_backend_ops cuda_ops = {
     .event_destroy = cuda_event_destroy,
 };
 
-static mvm_status load_driver(struct cu_api *cu)
+mvm_status mvm_cu_load(struct cu_api *cu)
 {
     mvm_option_value lib;
     mvm_status st = mvm_option_read(MVM_OPTION_CUDA_LIBRARY, &lib);
@@ -559,7 +559,7 @@ mvm_status mvm_backend_cuda_open(int device, mvm_backend **out)
     c->base.ops = &cuda_ops;
     strcpy(c->base.name, "cuda");
     c->host_numa_id = -1;
-    mvm_status st = load_driver(&c->cu);
+    mvm_status st = mvm_cu_load(&c->cu);
     if (st == MVM_OK)
         st = open_device(c, device);
     if (st != MVM_OK) {

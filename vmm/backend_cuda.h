@@ -45,6 +45,7 @@
       (CUdeviceptr, const void *, size_t, CUstream))                                               \
     X(MemcpyDtoH, "cuMemcpyDtoH_v2", (void *, CUdeviceptr, size_t))                                \
     X(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", (void *, CUdeviceptr, size_t, CUstream))            \
+    X(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", (CUdeviceptr, CUdeviceptr, size_t, CUstream))       \
     X(MemAlloc, "cuMemAlloc_v2", (CUdeviceptr *, size_t))                                          \
     X(MemFree, "cuMemFree_v2", (CUdeviceptr))                                                      \
     X(MemsetD8Async, "cuMemsetD8Async", (CUdeviceptr, unsigned char, size_t, CUstream))            \
@@ -102,14 +103,19 @@ void mvm_cuda_digest_flush(cuda_backend *c, cuda_digest *d);
 int mvm_cuda_digest_unchanged(cuda_backend *c, cuda_digest *d, const size_t *chunks, size_t n,
                               bool *same);
 
-/* Records the failure of a driver call as the thread's error; returns its status. */
-mvm_status mvm_cu_fail(cuda_backend *c, CUresult r, const char *what);
+/* Loads the driver (MOEVM_CUDA_LIBRARY) and every entry point of CU_API; the engine's
+ * device code (engine/gpu.c) shares it. */
+mvm_status mvm_cu_load(struct cu_api *cu);
 
+/* Records the failure of a driver call as the thread's error; returns its status. */
+mvm_status mvm_cu_fail(const struct cu_api *cu, CUresult r, const char *what);
+
+/* Returns the failure of a driver call; c is anything with the table as its `cu`. */
 #define CU(c, call, what)                                                                          \
     do {                                                                                           \
         CUresult r_ = (call);                                                                      \
         if (r_ != CUDA_SUCCESS)                                                                    \
-            return mvm_cu_fail((c), r_, (what));                                                   \
+            return mvm_cu_fail(&(c)->cu, r_, (what));                                              \
     } while (0)
 
 #endif

@@ -114,7 +114,7 @@ cuda_digest *mvm_cuda_digest_open(cuda_backend *c, size_t n_chunks, CUdeviceptr 
         r = c->cu.MemsetD8Async(d->mem, 0, bytes, c->copy_stream);
     }
     if (r != CUDA_SUCCESS) {
-        mvm_cu_fail(c, r, what);
+        mvm_cu_fail(&c->cu, r, what);
         mvm_log(MVM_LOG_DEBUG, "clean evictions off: %s", mvm_last_error());
         release(c, d);
         return NULL;
@@ -179,7 +179,7 @@ void mvm_cuda_digest_flush(cuda_backend *c, cuda_digest *d)
         d->marked[k] = r == CUDA_SUCCESS;
     }
     if (r != CUDA_SUCCESS) {
-        mvm_cu_fail(c, r, "digests after a load");
+        mvm_cu_fail(&c->cu, r, "digests after a load");
         mvm_log(MVM_LOG_DEBUG, "%zu loaded chunk(s) will be written back: %s", d->n_due,
                 mvm_last_error());
     }
@@ -210,7 +210,7 @@ int mvm_cuda_digest_unchanged(cuda_backend *c, cuda_digest *d, const size_t *chu
         r = c->cu.StreamSynchronize(c->copy_stream);
     }
     if (r != CUDA_SUCCESS) {
-        mvm_cu_fail(c, r, what);
+        mvm_cu_fail(&c->cu, r, what);
         return -1;
     }
     for (size_t i = 0, j = 0; i < n && j < m; i++)

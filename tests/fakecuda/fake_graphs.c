@@ -449,7 +449,7 @@ static CUresult exec_set_any(CUgraphExec e, CUgraphNode node, const CUgraphNodeP
 static CUresult node_run(const struct CUgraphNode_st *n)
 {
     switch (n->type) {
-    case CU_GRAPH_NODE_TYPE_KERNEL: return fk_kernel_run(n->f, n->raw);
+    case CU_GRAPH_NODE_TYPE_KERNEL: return fk_kernel_run(n->f, n->grid, n->block, n->raw);
     case CU_GRAPH_NODE_TYPE_MEMCPY: return fk_copy_3d(&n->copy);
     default: return fk_memset_node(&n->set);
     }

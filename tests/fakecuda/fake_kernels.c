@@ -45,7 +45,9 @@
  */
 #include <cuda.h>
 
+#include <dlfcn.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -71,6 +73,9 @@ struct fk_kernel {
     int (*ranges)(const uint64_t *p, struct fk_access *acc);
     void (*run)(const uint64_t *p);
     int libmoevm; /* libmoevm's own kernel: left out of fakecuda_kernel_bytes */
+    /* A plugin's kernel (FAKECUDA_KERNELS): one parameter, run on its raw bytes in the
+     * launch's shape, its memory neither checked nor counted (ranges and run are NULL). */
+    fakecuda_kernel_fn run_shaped;
 };
 
 /* ---- the kernels; p[] holds the parameters as 64-bit words: a 4-byte one zero-extended,
@@ -220,6 +225,53 @@ static const struct fk_kernel fk_kernels[] = {
 };
 #define FK_NKERNELS (sizeof fk_kernels / sizeof fk_kernels[0])
 
+/* ---- plugin kernels: FAKECUDA_KERNELS names a shared object whose
+ * fakecuda_register_kernels(add) adds kernels by name, loaded at the first module load ---- */
+#define FK_MAX_PLUGIN 64
+#define FK_MAX_KERNELS (FK_NKERNELS + FK_MAX_PLUGIN)
+static struct fk_kernel g_plugin[FK_MAX_PLUGIN];
+static unsigned g_n_plugin;
+static int g_plugin_loaded; /* 1: loaded (or none named); -1: it failed, modules fail too */
+
+static int add_kernel(const char *name, size_t param_bytes, fakecuda_kernel_fn run)
+{
+    if (g_n_plugin == FK_MAX_PLUGIN || !name || !run || !param_bytes ||
+        param_bytes > FK_PARAM_BYTES || param_bytes > 255) {
+        fprintf(stderr, "fakecuda: FAKECUDA_KERNELS: cannot add kernel %s\n", name ? name : "?");
+        return -1;
+    }
+    g_plugin[g_n_plugin++] = (struct fk_kernel){.name = name, .nparams = 1,
+                                                .size = {(unsigned char)param_bytes},
+                                                .run_shaped = run};
+    return 0;
+}
+
+static int load_plugin(void)
+{
+    const char *path = getenv("FAKECUDA_KERNELS");
+    if (g_plugin_loaded)
+        return g_plugin_loaded;
+    g_plugin_loaded = 1;
+    if (!path || !*path)
+        return 1;
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    void (*reg)(fakecuda_add_kernel_fn) =
+        h ? (void (*)(fakecuda_add_kernel_fn))dlsym(h, "fakecuda_register_kernels") : NULL;
+    if (!reg) {
+        fprintf(stderr, "fakecuda: FAKECUDA_KERNELS=%s: %s\n", path,
+                h ? "no fakecuda_register_kernels" : dlerror());
+        return g_plugin_loaded = -1;
+    }
+    reg(add_kernel);
+    return 1;
+}
+
+/* Kernel i of every module: the fixed ones, then the plugin's. */
+static const struct fk_kernel *kernel_at(size_t i)
+{
+    return i < FK_NKERNELS ? &fk_kernels[i] : &g_plugin[i - FK_NKERNELS];
+}
+
 /* Offsets of the parameters, each aligned to its size (at most 8); returns the size of the
  * whole parameter buffer. */
 static size_t param_layout(const struct fk_kernel *k, size_t off[FK_MAX_PARAMS])
@@ -251,8 +303,9 @@ struct CUmod_st {
     struct CUmod_st *next;
     CUcontext ctx;
     int library;
-    struct CUfunc_st funcs[FK_NKERNELS];
-    struct CUfunc_st kerns[FK_NKERNELS];
+    size_t n; /* kernels */
+    struct CUfunc_st funcs[FK_MAX_KERNELS];
+    struct CUfunc_st kerns[FK_MAX_KERNELS];
 };
 
 static struct CUmod_st *g_modules;
@@ -265,17 +318,17 @@ static struct CUmod_st *module_find(CUmodule m)
     return x;
 }
 
-static int in_table(const void *h, const struct CUfunc_st *t)
+static int in_table(const void *h, const struct CUfunc_st *t, size_t n)
 {
     uintptr_t a = (uintptr_t)h, lo = (uintptr_t)t;
-    return a >= lo && a < lo + FK_NKERNELS * sizeof *t && (a - lo) % sizeof *t == 0;
+    return a >= lo && a < lo + n * sizeof *t && (a - lo) % sizeof *t == 0;
 }
 
 /* A handle that cuModuleGetFunction gave out, from a module still loaded. */
 static struct CUfunc_st *func_find(CUfunction f)
 {
     for (struct CUmod_st *m = g_modules; m; m = m->next)
-        if (!m->library && in_table(f, m->funcs)) return f;
+        if (!m->library && in_table(f, m->funcs, m->n)) return f;
     return NULL;
 }
 
@@ -283,7 +336,7 @@ static struct CUfunc_st *func_find(CUfunction f)
 static struct CUfunc_st *kern_find(CUkernel k)
 {
     for (struct CUmod_st *m = g_modules; m; m = m->next)
-        if (m->library && in_table(k, m->kerns)) return (struct CUfunc_st *)k;
+        if (m->library && in_table(k, m->kerns, m->n)) return (struct CUfunc_st *)k;
     return NULL;
 }
 
@@ -307,13 +360,15 @@ static CUresult module_load(CUmodule *pm, const void *image, int library)
     CUresult rc = fk_need_ctx();
     if (rc) return rc;
     if (!pm || !image) return CUDA_ERROR_INVALID_VALUE;
+    if (load_plugin() < 0) return CUDA_ERROR_INVALID_IMAGE;
     struct CUmod_st *m = calloc(1, sizeof *m);
     if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
     m->ctx = fk_current_ctx();
     m->library = library;
-    for (size_t i = 0; i < FK_NKERNELS; i++) {
-        m->funcs[i] = (struct CUfunc_st){&fk_kernels[i], m};
-        m->kerns[i] = (struct CUfunc_st){&fk_kernels[i], m};
+    m->n = FK_NKERNELS + g_n_plugin;
+    for (size_t i = 0; i < m->n; i++) {
+        m->funcs[i] = (struct CUfunc_st){kernel_at(i), m};
+        m->kerns[i] = (struct CUfunc_st){kernel_at(i), m};
     }
     m->next = g_modules;
     g_modules = m;
@@ -345,8 +400,8 @@ static CUresult module_get(void **out, CUmodule m, const char *name, int library
     if (rc) return rc;
     if (!out || !name) return CUDA_ERROR_INVALID_VALUE;
     if (!m || !module_find(m) || m->library != library) return CUDA_ERROR_INVALID_HANDLE;
-    for (size_t i = 0; i < FK_NKERNELS; i++)
-        if (strcmp(fk_kernels[i].name, name) == 0)
+    for (size_t i = 0; i < m->n; i++)
+        if (strcmp(kernel_at(i)->name, name) == 0)
             return *out = library ? &m->kerns[i] : &m->funcs[i], CUDA_SUCCESS;
     return CUDA_ERROR_NOT_FOUND;
 }
@@ -461,7 +516,7 @@ static CUresult launch(CUfunction f, const unsigned grid[3], const unsigned bloc
     struct CUgraph_st *g = NULL;
     rc = fk_capture_graph(s, &g);
     if (rc || g) return rc ? rc : fk_graph_add_kernel(g, f, grid, block, shared, raw);
-    return fk_kernel_run(f, raw);
+    return fk_kernel_run(f, grid, block, raw);
 }
 
 static CUresult launch_ex(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
@@ -560,11 +615,16 @@ unsigned fk_kernel_layout(CUfunction f, size_t off[FK_MAX_PARAMS])
     return fn->kernel->nparams;
 }
 
-CUresult fk_kernel_run(CUfunction f, const unsigned char *raw)
+CUresult fk_kernel_run(CUfunction f, const unsigned grid[3], const unsigned block[3],
+                       const unsigned char *raw)
 {
     struct CUfunc_st *fn = any_find(f);
     uint64_t p[FK_MAX_WORDS];
     if (!fn) return CUDA_ERROR_INVALID_HANDLE; /* its module was unloaded */
+    if (fn->kernel->run_shaped) {
+        fn->kernel->run_shaped(raw, grid, block);
+        return CUDA_SUCCESS;
+    }
     words(fn->kernel, raw, p);
     return run_checked(fn->kernel, p);
 }

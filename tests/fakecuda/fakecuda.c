@@ -78,6 +78,7 @@ static const struct fk_error {
     FK_ERR(CUDA_ERROR_ECC_UNCORRECTABLE, "uncorrectable ECC error encountered"),
     FK_ERR(CUDA_ERROR_OPERATING_SYSTEM, "OS call failed or operation not supported on this OS"),
     FK_ERR(CUDA_ERROR_INVALID_HANDLE, "invalid resource handle"),
+    FK_ERR(CUDA_ERROR_INVALID_IMAGE, "device kernel image is invalid"),
     FK_ERR(CUDA_ERROR_ILLEGAL_STATE, "the operation cannot be performed in the present state"),
     FK_ERR(CUDA_ERROR_NOT_FOUND, "named symbol not found"),
     FK_ERR(CUDA_ERROR_INVALID_PTX, "a PTX JIT compilation failed"),

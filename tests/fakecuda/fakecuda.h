@@ -16,6 +16,12 @@
  *   FAKECUDA_COPY_DELAY_US every cuMemcpy* with a non-zero size sleeps this long first
  *   FAKECUDA_FAIL          "name:N[:ERROR],...": the Nth call of cu<name> fails
  *   FAKECUDA_FAIL_FROM     same syntax: the Nth call and every later one fail
+ *   FAKECUDA_KERNELS       a shared object of kernels to add to every module's five (read at
+ *                          the first module load): its fakecuda_register_kernels(add) calls
+ *                          add(name, param_bytes, run) for each, a kernel of one parameter
+ *                          that run(params, grid, block) computes on the host (the engine's
+ *                          kernels through tests/cuda_emu.h). A plugin that does not load
+ *                          fails every module load with CUDA_ERROR_INVALID_IMAGE.
  * A malformed variable is reported on stderr and makes cuInit fail (CUDA_ERROR_INVALID_VALUE).
  */
 #ifndef FAKECUDA_H
@@ -73,6 +79,15 @@ size_t fakecuda_getproc_request(size_t i, const char **symbol, int *version,
 /* Every later copy sleeps `us` microseconds first (replaces FAKECUDA_COPY_DELAY_US), so
  * tests can hold moves in flight. */
 void fakecuda_set_copy_delay_us(unsigned long long us);
+
+/* A plugin kernel (FAKECUDA_KERNELS): runs the launch of `params` (its one parameter's
+ * bytes) in the shape given, synchronously. */
+typedef void (*fakecuda_kernel_fn)(const void *params, const unsigned grid[3],
+                                   const unsigned block[3]);
+/* What fakecuda_register_kernels gets: adds a kernel; 0, or -1 when the table is full or
+ * the size is above the fake's limit (128 bytes). `name` must outlive the library. */
+typedef int (*fakecuda_add_kernel_fn)(const char *name, size_t param_bytes,
+                                      fakecuda_kernel_fn run);
 
 typedef unsigned long (*fakecuda_calls_fn)(const char *name);
 typedef int (*fakecuda_live_handles_fn)(void);

@@ -93,7 +93,7 @@ void fk_kernels_drop_ctx(CUcontext ctx);
 
 /* Kernels' parameters, packed in their layout (at most FK_MAX_PARAMS of them). */
 #define FK_MAX_PARAMS 4
-#define FK_PARAM_BYTES 56
+#define FK_PARAM_BYTES 128
 /* Checks a launch of f in the current context as cuLaunchKernel does (handle, shape,
  * parameters) and packs its parameters into raw. */
 CUresult fk_kernel_check(CUfunction f, const unsigned grid[3], const unsigned block[3],
@@ -101,8 +101,9 @@ CUresult fk_kernel_check(CUfunction f, const unsigned grid[3], const unsigned bl
                          unsigned char raw[FK_PARAM_BYTES]);
 /* f's parameter count and offsets (0 for an unknown function). */
 unsigned fk_kernel_layout(CUfunction f, size_t off[FK_MAX_PARAMS]);
-/* Runs f on packed parameters, checking the memory it touches. */
-CUresult fk_kernel_run(CUfunction f, const unsigned char *raw);
+/* Runs f on packed parameters in the launch's shape, checking the memory it touches. */
+CUresult fk_kernel_run(CUfunction f, const unsigned grid[3], const unsigned block[3],
+                       const unsigned char *raw);
 
 /* fake_copies.c, under the lock: a graph's memcpy node (one layer: Depth 1, no CUDA arrays:
  * CUDA_ERROR_NOT_SUPPORTED otherwise) and memset node, run. */

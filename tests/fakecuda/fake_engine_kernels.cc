@@ -1,0 +1,45 @@
+/*
+ * The engine's device kernels (the .cu files of kernels/cuda) as a fakecuda plugin
+ * (FAKECUDA_KERNELS, fakecuda.h): every module the fake loads then also has them, under
+ * their own names, run on the CPU through tests/cuda_emu.h. So the engine's GPU code runs
+ * here for real over the fake driver: the embedded PTX loaded as a module, each kernel found
+ * by name and launched with its argument struct in the shape the host computed.
+ */
+#include "tests/cuda_emu.h"
+
+#include "kernels/cuda/expert.cu"
+#include "kernels/cuda/matvec.cu"
+#include "kernels/cuda/ops.cu"
+
+#include "fakecuda.h"
+
+template <typename A, void (*K)(A)>
+static void run(const void *params, const unsigned grid[3], const unsigned block[3])
+{
+    A a;
+    memcpy(&a, params, sizeof a);
+    /* the kernels are one-dimensional in their blocks and two in their grids */
+    if (grid[2] != 1 || block[1] != 1 || block[2] != 1)
+        abort();
+    emu_launch(dim3{grid[0], grid[1], 1}, block[0], {}, [&] { K(a); });
+}
+
+#define ADD(name, A) add(#name, sizeof(A), run<A, name>)
+#define ADD_TYPED(kernel, A)                                                                   \
+    ADD(kernel##_f32, A), ADD(kernel##_f16, A), ADD(kernel##_bf16, A), ADD(kernel##_q8_0, A),  \
+        ADD(kernel##_q4_0, A)
+
+extern "C" __attribute__((visibility("default"))) void
+fakecuda_register_kernels(fakecuda_add_kernel_fn add)
+{
+    ADD(mvm_g_quantize_q8_0, mvm_g_quantize_args);
+    ADD_TYPED(mvm_g_matvec, mvm_g_matvec_args);
+    ADD_TYPED(mvm_g_expert_up, mvm_g_expert_args);
+    ADD_TYPED(mvm_g_expert_down, mvm_g_expert_args);
+    ADD(mvm_g_expert_sum, mvm_g_expert_sum_args);
+    ADD(mvm_g_rmsnorm, mvm_g_rmsnorm_args);
+    ADD(mvm_g_rope, mvm_g_rope_args);
+    ADD(mvm_g_attention, mvm_g_attention_args);
+    ADD(mvm_g_add, mvm_g_add_args);
+    ADD(mvm_g_swiglu, mvm_g_add_args);
+}

@@ -1,0 +1,208 @@
+/*
+ * The engine's device (engine/gpu.c) over tests/fakecuda, with the engine's kernels
+ * emulated on the CPU (FAKECUDA_KERNELS: tests/fakecuda/fake_engine_kernels.cc). What runs is
+ * the real path: the embedded PTX loaded as modules, every kernel found by name, argument
+ * structs passed as the kernels' one parameter, shapes from kernels/cuda/kernels.h, copies
+ * and launches in stream order. Results are checked against the CPU kernels on random data
+ * (the kernels' own numerics: tests/test_cuda_kernels.cc); failures of the driver name the
+ * module or kernel.
+ *
+ * usage: test_gpu path/to/fake/libcuda.so.1 (FAKECUDA_KERNELS set by the caller)
+ */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/gpu.h"
+#include "fakecuda.h"
+#include "kernels/cpu/kernels.h"
+#include "tests/check.h"
+#include "vmm/error.h"
+
+static uint64_t rng = 0x243F6A8885A308D3ull;
+static mvm_gpu *g;                   /* the device the tests share */
+static fakecuda_set_fail_fn set_fail; /* the fake's fault injection */
+
+static float rnd(void)
+{
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)(rng >> 40) / (float)(1 << 24) * 2.0f - 1.0f;
+}
+
+static float *randoms(size_t n)
+{
+    float *v = malloc(n * sizeof *v);
+    for (size_t i = 0; i < n; i++)
+        v[i] = rnd();
+    return v;
+}
+
+static double rel_err(const float *got, const float *want, size_t n)
+{
+    double err = 0, scale = 1e-30;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - (double)want[i]);
+        err = isnan(d) || d > err ? (isnan(d) ? INFINITY : d) : err;
+        scale = fabs((double)want[i]) > scale ? fabs((double)want[i]) : scale;
+    }
+    return err / scale;
+}
+
+/* Device copies of host buffers, freed at the end of each test. */
+static mvm_dptr up(const void *src, size_t bytes)
+{
+    mvm_dptr p = 0;
+    CHECK_ST(mvm_gpu_alloc(g, bytes, &p), MVM_OK);
+    if (p)
+        CHECK_ST(mvm_gpu_upload(g, p, src, bytes), MVM_OK);
+    return p;
+}
+
+/* A Q8_0 matrix-vector product of 2 tokens, and the activations' quantization, both
+ * through the driver, against the CPU. */
+static void test_matvec_quantize(void)
+{
+    const uint32_t n_in = 96, n_out = 7, n_tok = 2;
+    const size_t rb = mvm_k_row_bytes(MVM_W_Q8_0, n_in), ab = mvm_k_act_bytes(MVM_W_Q8_0, n_in);
+    float *wf = randoms((size_t)n_out * n_in), *x = randoms((size_t)n_tok * n_in);
+    uint8_t *w = malloc(n_out * rb), *act = malloc(n_tok * ab), *qgot = malloc(n_tok * ab);
+    float want[2 * 7], got[2 * 7];
+    mvm_k_quantize(MVM_W_Q8_0, wf, w, (size_t)n_out * n_in);
+    for (uint32_t i = 0; i < n_tok; i++)
+        mvm_k_prepare_act(MVM_W_Q8_0, x + i * n_in, act + i * ab, n_in);
+    mvm_k_matmul(MVM_W_Q8_0, w, rb, n_in, act, ab, n_tok, want, n_out, 0, n_out);
+    mvm_dptr dw = up(w, n_out * rb), dx = up(x, n_tok * n_in * 4), dq = 0, dy = 0;
+    CHECK_ST(mvm_gpu_alloc(g, n_tok * ab, &dq), MVM_OK);
+    CHECK_ST(mvm_gpu_alloc(g, sizeof got, &dy), MVM_OK);
+    mvm_g_quantize_args qa = {dx, dq, n_in, ab, n_in, n_tok};
+    mvm_g_matvec_args ma = {dw, dq, dy, rb, ab, n_out, n_in, n_out, n_tok};
+    CHECK_ST(mvm_gpu_quantize(g, 0, &qa), MVM_OK);
+    CHECK_ST(mvm_gpu_matvec(g, MVM_G_Q8_0, &ma), MVM_OK); /* reads what quantize wrote */
+    CHECK_ST(mvm_gpu_download(g, qgot, dq, n_tok * ab), MVM_OK);
+    CHECK_ST(mvm_gpu_download(g, got, dy, sizeof got), MVM_OK);
+    CHECK(memcmp(qgot, act, n_tok * ab) == 0);
+    CHECK(rel_err(got, want, n_tok * n_out) < 1e-5);
+    mvm_gpu_free(g, dw), mvm_gpu_free(g, dx), mvm_gpu_free(g, dq), mvm_gpu_free(g, dy);
+    free(wf), free(x), free(w), free(act), free(qgot);
+}
+
+/* The largest argument struct: one F16 expert for 3 tokens, up, down and sum. */
+static void test_experts(void)
+{
+    const uint32_t D = 64, F = 64, G = F / 32, T = 3;
+    const size_t row = mvm_k_row_bytes(MVM_W_F16, D), ebytes = G * mvm_k_expert_group_bytes(
+                                                              MVM_W_F16, D);
+    float *gate = randoms((size_t)F * D), *upw = randoms((size_t)F * D),
+          *down = randoms((size_t)D * F), *x = randoms((size_t)T * D), *x0 = malloc(T * D * 4),
+          *want = malloc(T * D * 4), *got = malloc(T * D * 4);
+    uint16_t *gh = malloc(F * row), *uh = malloc(F * row), *dh = malloc(D * F * 2);
+    uint8_t *expert = malloc(ebytes);
+    mvm_k_quantize(MVM_W_F16, gate, gh, (size_t)F * D);
+    mvm_k_quantize(MVM_W_F16, upw, uh, (size_t)F * D);
+    mvm_k_quantize(MVM_W_F16, down, dh, (size_t)D * F);
+    mvm_k_expert_pack(MVM_W_F16, gh, uh, dh, D, F, expert);
+    float w[3] = {0.5f, -1.25f, 0.75f};
+    memcpy(x0, x, T * D * 4);
+    memcpy(want, x, T * D * 4);
+    for (uint32_t i = 0; i < T; i++)
+        mvm_k_expert_ffn(MVM_W_F16, expert, D, x + i * D, w[i], want + i * D, 0, G);
+    uint32_t active[1] = {0}, off[1] = {0}, cnt[1] = {T}, row_tok[3] = {0, 1, 2};
+    uint32_t tok_rows[3] = {0, 1, 2};
+    mvm_dptr de = up(expert, ebytes), dx = up(x, T * D * 4), dact = up(x, T * D * 4),
+             da = up(active, 4), doff = up(off, 4), dcnt = up(cnt, 4),
+             drt = up(row_tok, sizeof row_tok), drw = up(w, sizeof w),
+             dtr = up(tok_rows, sizeof tok_rows), dh2 = 0, dout = 0;
+    CHECK_ST(mvm_gpu_alloc(g, T * F * 4, &dh2), MVM_OK);
+    CHECK_ST(mvm_gpu_alloc(g, T * D * 4, &dout), MVM_OK);
+    mvm_g_expert_args ea = {de, dact, da, doff, dcnt, drt, drw, dh2, dout, ebytes, D * 4, F * 4,
+                            D, G, 1};
+    mvm_g_expert_sum_args sa = {dx, dout, dtr, D, T, 1};
+    CHECK_ST(mvm_gpu_expert_up(g, MVM_G_F16, &ea), MVM_OK);
+    CHECK_ST(mvm_gpu_expert_down(g, MVM_G_F16, &ea), MVM_OK);
+    CHECK_ST(mvm_gpu_expert_sum(g, 0, &sa), MVM_OK);
+    CHECK_ST(mvm_gpu_download(g, got, dx, T * D * 4), MVM_OK);
+    for (uint32_t i = 0; i < T * D; i++)
+        got[i] -= x0[i], want[i] -= x0[i];
+    CHECK(rel_err(got, want, T * D) < 1e-4);
+    mvm_dptr all[] = {de, dx, dact, da, doff, dcnt, drt, drw, dtr, dh2, dout};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        mvm_gpu_free(g, all[i]);
+    free(gate), free(upw), free(down), free(x), free(x0), free(want), free(got);
+    free(gh), free(uh), free(dh), free(expert);
+}
+
+/* Launches and a device copy run in the order queued: y = rmsnorm(x); y += x; copy. */
+static void test_stream_order(void)
+{
+    const uint32_t n = 150;
+    float *x = randoms(n), want[150], got[150];
+    mvm_k_rmsnorm(want, x, NULL, n, 1e-5f);
+    for (uint32_t i = 0; i < n; i++)
+        want[i] += x[i];
+    mvm_dptr dx = up(x, n * 4), dy = 0, dz = 0;
+    CHECK_ST(mvm_gpu_alloc(g, n * 4, &dy), MVM_OK);
+    CHECK_ST(mvm_gpu_alloc(g, n * 4, &dz), MVM_OK);
+    mvm_g_rmsnorm_args ra = {dx, dy, 0, n, n, n, 1, 1e-5f};
+    mvm_g_add_args aa = {dy, dx, 0, n, n, 1};
+    CHECK_ST(mvm_gpu_rmsnorm(g, 0, &ra), MVM_OK);
+    CHECK_ST(mvm_gpu_add(g, 0, &aa), MVM_OK);
+    CHECK_ST(mvm_gpu_copy(g, dz, dy, n * 4), MVM_OK);
+    CHECK_ST(mvm_gpu_download(g, got, dz, n * 4), MVM_OK);
+    CHECK(rel_err(got, want, n) < 1e-6);
+    mvm_gpu_free(g, dx), mvm_gpu_free(g, dy), mvm_gpu_free(g, dz);
+    free(x);
+}
+
+/* A failing driver call is named, with the module or kernel it was for. */
+static void test_failures(void)
+{
+    mvm_gpu_close(g);
+    g = NULL;
+    CHECK_ST(mvm_gpu_open(3, &g), MVM_ERR_RANGE);
+    CHECK(g == NULL);
+    CHECK(set_fail("cuModuleLoadData:2") == 0);
+    CHECK_ST(mvm_gpu_open(0, &g), MVM_ERR_BACKEND);
+    CHECK(strstr(mvm_last_error(), "cuModuleLoadData (kernels/cuda/expert.cu) failed") != NULL);
+    CHECK(set_fail("cuModuleGetFunction:4:CUDA_ERROR_NOT_FOUND") == 0);
+    CHECK_ST(mvm_gpu_open(0, &g), MVM_ERR_BACKEND);
+    CHECK(strstr(mvm_last_error(), "cuModuleGetFunction (mvm_g_matvec_bf16) failed: "
+                                   "CUDA_ERROR_NOT_FOUND") != NULL);
+    CHECK(set_fail("cuLaunchKernel:1") == 0);
+    CHECK_ST(mvm_gpu_open(0, &g), MVM_OK);
+    float x[32] = {0};
+    mvm_dptr dx = g ? up(x, sizeof x) : 0;
+    mvm_g_rmsnorm_args ra = {dx, dx, 0, 32, 32, 32, 1, 1e-5f};
+    if (g) {
+        CHECK_ST(mvm_gpu_rmsnorm(g, 0, &ra), MVM_ERR_BACKEND);
+        CHECK(strstr(mvm_last_error(), "cuLaunchKernel (mvm_g_rmsnorm) failed") != NULL);
+        mvm_g_matvec_args ma = {0};
+        CHECK_ST(mvm_gpu_matvec(g, MVM_G_NTYPES, &ma), MVM_ERR_INVALID);
+        mvm_gpu_free(g, dx);
+    }
+    mvm_gpu_close(g);
+    g = NULL;
+    set_fail(NULL);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2 || !getenv("FAKECUDA_KERNELS")) {
+        fprintf(stderr, "usage: FAKECUDA_KERNELS=plugin.so test_gpu path/to/fake/libcuda.so.1\n");
+        return 2;
+    }
+    setenv("MOEVM_CUDA_LIBRARY", argv[1], 1);
+    CHECK_ST(mvm_gpu_open(0, &g), MVM_OK);
+    if (!g)
+        TEST_END();
+    RUN(test_matvec_quantize);
+    RUN(test_experts);
+    RUN(test_stream_order);
+    void *fake = dlopen(argv[1], RTLD_NOW | RTLD_NOLOAD);
+    set_fail = fake ? (fakecuda_set_fail_fn)dlsym(fake, "fakecuda_set_fail") : NULL;
+    CHECK(set_fail != NULL);
+    if (set_fail)
+        RUN(test_failures);
+    mvm_gpu_close(g);
+    TEST_END();
+}
