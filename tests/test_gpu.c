@@ -7,7 +7,9 @@
  * (the kernels' own numerics: tests/test_cuda_kernels.cc); failures of the driver name the
  * module or kernel.
  *
- * usage: test_gpu path/to/fake/libcuda.so.1 (FAKECUDA_KERNELS set by the caller)
+ * usage: test_gpu path/to/fake/libcuda.so.1 (FAKECUDA_KERNELS set by the caller); on a GPU
+ * machine, test_gpu path/to/the/real/libcuda.so.1 checks the PTX's kernels on the device
+ * (tests/gpu/kernels.sh).
  */
 #include <dlfcn.h>
 #include <math.h>
@@ -59,77 +61,115 @@ static mvm_dptr up(const void *src, size_t bytes)
     return p;
 }
 
-/* A Q8_0 matrix-vector product of 2 tokens, and the activations' quantization, both
- * through the driver, against the CPU. */
-static void test_matvec_quantize(void)
+/* The activations of n_tok rows of n floats at dx for weights of type t, on the device:
+ * the rows themselves for the float types, their Q8_0 blocks (mvm_g_quantize_q8_0) for the
+ * Q types, checked against the CPU's. *stride: bytes per row. */
+static mvm_dptr device_act(int t, mvm_dptr dx, const float *x, uint32_t n, uint32_t n_tok,
+                           size_t *stride)
 {
-    const uint32_t n_in = 96, n_out = 7, n_tok = 2;
-    const size_t rb = mvm_k_row_bytes(MVM_W_Q8_0, n_in), ab = mvm_k_act_bytes(MVM_W_Q8_0, n_in);
-    float *wf = randoms((size_t)n_out * n_in), *x = randoms((size_t)n_tok * n_in);
-    uint8_t *w = malloc(n_out * rb), *act = malloc(n_tok * ab), *qgot = malloc(n_tok * ab);
-    float want[2 * 7], got[2 * 7];
-    mvm_k_quantize(MVM_W_Q8_0, wf, w, (size_t)n_out * n_in);
+    *stride = mvm_k_act_bytes((enum mvm_wtype)t, n);
+    if (!mvm_g_is_q(t))
+        return dx;
+    mvm_dptr dq = 0;
+    uint8_t *want = malloc(n_tok * *stride), *got = malloc(n_tok * *stride);
     for (uint32_t i = 0; i < n_tok; i++)
-        mvm_k_prepare_act(MVM_W_Q8_0, x + i * n_in, act + i * ab, n_in);
-    mvm_k_matmul(MVM_W_Q8_0, w, rb, n_in, act, ab, n_tok, want, n_out, 0, n_out);
-    mvm_dptr dw = up(w, n_out * rb), dx = up(x, n_tok * n_in * 4), dq = 0, dy = 0;
-    CHECK_ST(mvm_gpu_alloc(g, n_tok * ab, &dq), MVM_OK);
-    CHECK_ST(mvm_gpu_alloc(g, sizeof got, &dy), MVM_OK);
-    mvm_g_quantize_args qa = {dx, dq, n_in, ab, n_in, n_tok};
-    mvm_g_matvec_args ma = {dw, dq, dy, rb, ab, n_out, n_in, n_out, n_tok};
+        mvm_k_prepare_act(MVM_W_Q8_0, x + (size_t)i * n, want + i * *stride, n);
+    CHECK_ST(mvm_gpu_alloc(g, n_tok * *stride, &dq), MVM_OK);
+    mvm_g_quantize_args qa = {dx, dq, n, *stride, n, n_tok};
     CHECK_ST(mvm_gpu_quantize(g, 0, &qa), MVM_OK);
-    CHECK_ST(mvm_gpu_matvec(g, MVM_G_Q8_0, &ma), MVM_OK); /* reads what quantize wrote */
-    CHECK_ST(mvm_gpu_download(g, qgot, dq, n_tok * ab), MVM_OK);
-    CHECK_ST(mvm_gpu_download(g, got, dy, sizeof got), MVM_OK);
-    CHECK(memcmp(qgot, act, n_tok * ab) == 0);
-    CHECK(rel_err(got, want, n_tok * n_out) < 1e-5);
-    mvm_gpu_free(g, dw), mvm_gpu_free(g, dx), mvm_gpu_free(g, dq), mvm_gpu_free(g, dy);
-    free(wf), free(x), free(w), free(act), free(qgot);
+    CHECK_ST(mvm_gpu_download(g, got, dq, n_tok * *stride), MVM_OK);
+    CHECK(memcmp(got, want, n_tok * *stride) == 0); /* the same rounding, bit for bit */
+    free(want), free(got);
+    return dq;
 }
 
-/* The largest argument struct: one F16 expert for 3 tokens, up, down and sum. */
+/* A matrix product of 2 tokens in every weight type, against the CPU. */
+static void test_matvec(void)
+{
+    const uint32_t n_in = 96, n_out = 7, n_tok = 2;
+    for (int t = 0; t < MVM_G_NTYPES; t++) {
+        const size_t rb = mvm_k_row_bytes((enum mvm_wtype)t, n_in);
+        const size_t ab = mvm_k_act_bytes((enum mvm_wtype)t, n_in);
+        float *wf = randoms((size_t)n_out * n_in), *x = randoms((size_t)n_tok * n_in);
+        uint8_t *w = malloc(n_out * rb), *act = malloc(n_tok * ab);
+        float want[2 * 7], got[2 * 7];
+        mvm_k_quantize((enum mvm_wtype)t, wf, w, (size_t)n_out * n_in);
+        for (uint32_t i = 0; i < n_tok; i++)
+            mvm_k_prepare_act((enum mvm_wtype)t, x + i * n_in, act + i * ab, n_in);
+        mvm_k_matmul((enum mvm_wtype)t, w, rb, n_in, act, ab, n_tok, want, n_out, 0, n_out);
+        size_t as = 0;
+        mvm_dptr dw = up(w, n_out * rb), dx = up(x, n_tok * n_in * 4), dy = 0;
+        mvm_dptr da = device_act(t, dx, x, n_in, n_tok, &as);
+        CHECK_ST(mvm_gpu_alloc(g, sizeof got, &dy), MVM_OK);
+        mvm_g_matvec_args ma = {dw, da, dy, rb, as, n_out, n_in, n_out, n_tok};
+        CHECK_ST(mvm_gpu_matvec(g, t, &ma), MVM_OK);
+        CHECK_ST(mvm_gpu_download(g, got, dy, sizeof got), MVM_OK);
+        double e = rel_err(got, want, n_tok * n_out);
+        if (e >= 1e-5)
+            fprintf(stderr, "matvec_%s: relative error %g\n", mvm_g_type_suffix(t), e);
+        CHECK(e < 1e-5);
+        if (da != dx)
+            mvm_gpu_free(g, da);
+        mvm_gpu_free(g, dw), mvm_gpu_free(g, dx), mvm_gpu_free(g, dy);
+        free(wf), free(x), free(w), free(act);
+    }
+}
+
+/* The largest argument struct: one expert for 3 tokens in every weight type, up, down and
+ * sum, against the CPU. */
 static void test_experts(void)
 {
     const uint32_t D = 64, F = 64, G = F / 32, T = 3;
-    const size_t row = mvm_k_row_bytes(MVM_W_F16, D), ebytes = G * mvm_k_expert_group_bytes(
-                                                              MVM_W_F16, D);
-    float *gate = randoms((size_t)F * D), *upw = randoms((size_t)F * D),
-          *down = randoms((size_t)D * F), *x = randoms((size_t)T * D), *x0 = malloc(T * D * 4),
-          *want = malloc(T * D * 4), *got = malloc(T * D * 4);
-    uint16_t *gh = malloc(F * row), *uh = malloc(F * row), *dh = malloc(D * F * 2);
-    uint8_t *expert = malloc(ebytes);
-    mvm_k_quantize(MVM_W_F16, gate, gh, (size_t)F * D);
-    mvm_k_quantize(MVM_W_F16, upw, uh, (size_t)F * D);
-    mvm_k_quantize(MVM_W_F16, down, dh, (size_t)D * F);
-    mvm_k_expert_pack(MVM_W_F16, gh, uh, dh, D, F, expert);
-    float w[3] = {0.5f, -1.25f, 0.75f};
-    memcpy(x0, x, T * D * 4);
-    memcpy(want, x, T * D * 4);
-    for (uint32_t i = 0; i < T; i++)
-        mvm_k_expert_ffn(MVM_W_F16, expert, D, x + i * D, w[i], want + i * D, 0, G);
-    uint32_t active[1] = {0}, off[1] = {0}, cnt[1] = {T}, row_tok[3] = {0, 1, 2};
-    uint32_t tok_rows[3] = {0, 1, 2};
-    mvm_dptr de = up(expert, ebytes), dx = up(x, T * D * 4), dact = up(x, T * D * 4),
-             da = up(active, 4), doff = up(off, 4), dcnt = up(cnt, 4),
-             drt = up(row_tok, sizeof row_tok), drw = up(w, sizeof w),
-             dtr = up(tok_rows, sizeof tok_rows), dh2 = 0, dout = 0;
-    CHECK_ST(mvm_gpu_alloc(g, T * F * 4, &dh2), MVM_OK);
-    CHECK_ST(mvm_gpu_alloc(g, T * D * 4, &dout), MVM_OK);
-    mvm_g_expert_args ea = {de, dact, da, doff, dcnt, drt, drw, dh2, dout, ebytes, D * 4, F * 4,
-                            D, G, 1};
-    mvm_g_expert_sum_args sa = {dx, dout, dtr, D, T, 1};
-    CHECK_ST(mvm_gpu_expert_up(g, MVM_G_F16, &ea), MVM_OK);
-    CHECK_ST(mvm_gpu_expert_down(g, MVM_G_F16, &ea), MVM_OK);
-    CHECK_ST(mvm_gpu_expert_sum(g, 0, &sa), MVM_OK);
-    CHECK_ST(mvm_gpu_download(g, got, dx, T * D * 4), MVM_OK);
-    for (uint32_t i = 0; i < T * D; i++)
-        got[i] -= x0[i], want[i] -= x0[i];
-    CHECK(rel_err(got, want, T * D) < 1e-4);
-    mvm_dptr all[] = {de, dx, dact, da, doff, dcnt, drt, drw, dtr, dh2, dout};
-    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
-        mvm_gpu_free(g, all[i]);
-    free(gate), free(upw), free(down), free(x), free(x0), free(want), free(got);
-    free(gh), free(uh), free(dh), free(expert);
+    for (int t = 0; t < MVM_G_NTYPES; t++) {
+        const enum mvm_wtype wt = (enum mvm_wtype)t;
+        const size_t row = mvm_k_row_bytes(wt, D), drow = mvm_k_row_bytes(wt, F);
+        const size_t ebytes = G * mvm_k_expert_group_bytes(wt, D);
+        float *gate = randoms((size_t)F * D), *upw = randoms((size_t)F * D),
+              *down = randoms((size_t)D * F), *x = randoms((size_t)T * D),
+              *x0 = malloc(T * D * 4), *want = malloc(T * D * 4), *got = malloc(T * D * 4);
+        uint8_t *gq = malloc(F * row), *uq = malloc(F * row), *dq = malloc(D * drow),
+                *expert = malloc(ebytes), *act = malloc(mvm_k_act_bytes(wt, D));
+        mvm_k_quantize(wt, gate, gq, (size_t)F * D);
+        mvm_k_quantize(wt, upw, uq, (size_t)F * D);
+        mvm_k_quantize(wt, down, dq, (size_t)D * F);
+        mvm_k_expert_pack(wt, gq, uq, dq, D, F, expert);
+        float w[3] = {0.5f, -1.25f, 0.75f};
+        memcpy(x0, x, T * D * 4);
+        memcpy(want, x, T * D * 4);
+        for (uint32_t i = 0; i < T; i++) {
+            mvm_k_prepare_act(wt, x + i * D, act, D);
+            mvm_k_expert_ffn(wt, expert, D, act, w[i], want + i * D, 0, G);
+        }
+        uint32_t active[1] = {0}, off[1] = {0}, cnt[1] = {T}, row_tok[3] = {0, 1, 2};
+        uint32_t tok_rows[3] = {0, 1, 2};
+        size_t as = 0, hs = mvm_g_is_q(t) ? G * MVM_G_Q8_BYTES : F * 4;
+        mvm_dptr de = up(expert, ebytes), dx = up(x, T * D * 4), dxa = up(x, T * D * 4),
+                 da = up(active, 4), doff = up(off, 4), dcnt = up(cnt, 4),
+                 drt = up(row_tok, sizeof row_tok), drw = up(w, sizeof w),
+                 dtr = up(tok_rows, sizeof tok_rows), dh = 0, dout = 0;
+        mvm_dptr dact = device_act(t, dxa, x, D, T, &as);
+        CHECK_ST(mvm_gpu_alloc(g, T * hs, &dh), MVM_OK);
+        CHECK_ST(mvm_gpu_alloc(g, T * D * 4, &dout), MVM_OK);
+        mvm_g_expert_args ea = {de, dact, da, doff, dcnt, drt, drw, dh, dout, ebytes, as, hs,
+                                D, G, 1};
+        mvm_g_expert_sum_args sa = {dx, dout, dtr, D, T, 1};
+        CHECK_ST(mvm_gpu_expert_up(g, t, &ea), MVM_OK);
+        CHECK_ST(mvm_gpu_expert_down(g, t, &ea), MVM_OK);
+        CHECK_ST(mvm_gpu_expert_sum(g, 0, &sa), MVM_OK);
+        CHECK_ST(mvm_gpu_download(g, got, dx, T * D * 4), MVM_OK);
+        for (uint32_t i = 0; i < T * D; i++) /* the experts' part: x0 would hide it */
+            got[i] -= x0[i], want[i] -= x0[i];
+        double e = rel_err(got, want, T * D);
+        if (e >= 1e-4)
+            fprintf(stderr, "experts_%s: relative error %g\n", mvm_g_type_suffix(t), e);
+        CHECK(e < 1e-4);
+        mvm_dptr all[] = {de, dx, dxa, da, doff, dcnt, drt, drw, dtr, dh, dout,
+                          dact != dxa ? dact : 0};
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+            mvm_gpu_free(g, all[i]);
+        free(gate), free(upw), free(down), free(x), free(x0), free(want), free(got);
+        free(gq), free(uq), free(dq), free(expert), free(act);
+    }
 }
 
 /* Launches and a device copy run in the order queued: y = rmsnorm(x); y += x; copy. */
@@ -187,20 +227,23 @@ static void test_failures(void)
 
 int main(int argc, char **argv)
 {
-    if (argc != 2 || !getenv("FAKECUDA_KERNELS")) {
-        fprintf(stderr, "usage: FAKECUDA_KERNELS=plugin.so test_gpu path/to/fake/libcuda.so.1\n");
+    if (argc != 2) {
+        fprintf(stderr, "usage: [FAKECUDA_KERNELS=plugin.so] test_gpu path/to/libcuda.so.1\n");
         return 2;
     }
+    /* Over the fake the kernels are the plugin's; over a real driver (tests/gpu/kernels.sh)
+     * they are the PTX's, on the GPU, and the fault injection is skipped. */
+    int fake = getenv("FAKECUDA_KERNELS") != NULL;
     setenv("MOEVM_CUDA_LIBRARY", argv[1], 1);
     CHECK_ST(mvm_gpu_open(0, &g), MVM_OK);
     if (!g)
         TEST_END();
-    RUN(test_matvec_quantize);
+    RUN(test_matvec);
     RUN(test_experts);
     RUN(test_stream_order);
-    void *fake = dlopen(argv[1], RTLD_NOW | RTLD_NOLOAD);
-    set_fail = fake ? (fakecuda_set_fail_fn)dlsym(fake, "fakecuda_set_fail") : NULL;
-    CHECK(set_fail != NULL);
+    void *driver = dlopen(argv[1], RTLD_NOW | RTLD_NOLOAD);
+    set_fail = driver ? (fakecuda_set_fail_fn)dlsym(driver, "fakecuda_set_fail") : NULL;
+    CHECK(!fake || set_fail != NULL);
     if (set_fail)
         RUN(test_failures);
     mvm_gpu_close(g);

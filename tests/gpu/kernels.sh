@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# One call, from the repository root on a machine with an NVIDIA GPU:
+#   bash tests/gpu/kernels.sh
+# Builds test_gpu and test_cuda_kernels in build-gpu-tests/ and runs test_gpu against the
+# real driver: the engine's device kernels (kernels/cuda), JIT-compiled from their PTX by the
+# driver, launched through engine/gpu.c and checked against the CPU kernels in every weight
+# type. CI checks the same code paths with the kernels emulated; only this shows the PTX
+# right on a GPU. With $OUT set, the output is also written to $OUT/gpu_kernels.txt.
+set -euo pipefail
+
+cd "$(dirname "$0")/../.."
+
+log=/dev/null
+if [[ -n "${OUT:-}" ]]; then
+    mkdir -p "$OUT"
+    log="$OUT/gpu_kernels.txt"
+    : >"$log"
+fi
+
+source bench/gpu/deps.sh || exit 1
+{
+    cmake -S . -B build-gpu-tests -DCMAKE_BUILD_TYPE=Release -DMOEVM_WERROR=OFF
+    cmake --build build-gpu-tests -j16 --target test_gpu
+    nvidia-smi -L
+    driver=$(ldconfig -p | awk '/libcuda\.so\.1 /{print $NF; exit}')
+    if [[ -z "$driver" ]]; then
+        echo "kernels.sh: no libcuda.so.1 in the loader's cache" >&2
+        exit 1
+    fi
+    echo "== test_gpu $driver"
+    build-gpu-tests/tests/test_gpu "$driver"
+} 2>&1 | tee -a "$log"
