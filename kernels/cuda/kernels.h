@@ -205,7 +205,7 @@ MVM_G_FN mvm_g_shape mvm_g_attention_shape(const mvm_g_attention_args *a)
 /* mvm_g_add: x[i][j] += g(i) * y[i][j] for n_tok rows of n floats, x[i] at x + i * n,
  *   y[i] at y + i * y_stride (0: one row for all, a bias), g(i) = sigmoid(gate[i]) with a
  *   gate (the shared expert's), else 1.
- * mvm_g_swiglu: x[i] = silu(x[i]) * y[i] for n_tok * n floats. */
+ * mvm_g_swiglu (the same arguments, no gate): x[i][j] = silu(x[i][j]) * y[i][j]. */
 typedef struct mvm_g_add_args {
     mvm_dptr x, y, gate;
     uint64_t y_stride;
