@@ -1181,6 +1181,20 @@ static void t_graphs(void)
     OK(p_cuMemsetD8_v2(b, 0, N));
     OK(p_cuLaunchKernel(copy_args, 1, 1, 1, 1, 1, 1, 0, NULL, ca_args, NULL));
     CHECK(host(b)[63] == 0x3c && host(b)[64] == 0);
+    /* The same through `extra`: the buffer is the struct's 24 bytes, not its alignment's 8. */
+    size_t ca_size = sizeof ca, eight = 8;
+    void *ca_extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &ca, CU_LAUNCH_PARAM_BUFFER_SIZE,
+                        &ca_size, CU_LAUNCH_PARAM_END};
+    void *ca_short[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &ca, CU_LAUNCH_PARAM_BUFFER_SIZE, &eight,
+                        CU_LAUNCH_PARAM_END};
+    ca.bytes = 65;
+    RC(p_cuLaunchKernel(copy_args, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, ca_short),
+       CUDA_ERROR_INVALID_VALUE);
+    CHECK(host(b)[64] == 0);
+    OK(p_cuLaunchKernel(copy_args, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, ca_extra));
+    CHECK(host(b)[64] == 0x3c && host(b)[65] == 0);
+    ca.bytes = 64;
+    OK(p_cuMemsetD8_v2(b, 0, N));
 
     /* A capture: the launch becomes a node; syncing the stream invalidates the capture. */
     CUstream s;

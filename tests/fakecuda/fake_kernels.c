@@ -280,7 +280,7 @@ static size_t param_layout(const struct fk_kernel *k, size_t off[FK_MAX_PARAMS])
     for (unsigned i = 0; i < k->nparams; i++) {
         size_t a = k->size[i] < 8 ? k->size[i] : 8;
         off[i] = (end + a - 1) / a * a;
-        end = off[i] + a;
+        end = off[i] + k->size[i];
     }
     return end;
 }
