@@ -29,6 +29,16 @@ moevm_deps_fetch() {
          "name .gpudeps in the device call's carry"
 }
 
+# Where a GPU script's output also goes (it tees into the path printed): $OUT/NAME, emptied,
+# when the device call set $OUT; else /dev/null.
+moevm_out_log() {
+    if [[ -z "${OUT:-}" ]]; then
+        echo /dev/null
+        return
+    fi
+    mkdir -p "$OUT" && : >"$OUT/$1" && echo "$OUT/$1"
+}
+
 # What the build needs, asked the way the build asks: pkg-config for hwloc, libunwind and
 # cJSON (CMakeLists.txt's pkg_check_modules), the compiler and linker for numa.h and -lnuma.
 moevm_deps_present() {

@@ -9,14 +9,8 @@ set -euo pipefail
 
 cd "$(dirname "$0")/../.."
 
-log=/dev/null
-if [[ -n "${OUT:-}" ]]; then
-    mkdir -p "$OUT"
-    log="$OUT/vmm_costs.txt"
-    : >"$log"
-fi
-
 source bench/gpu/deps.sh || exit 1
+log=$(moevm_out_log vmm_costs.txt)
 {
     echo "== build"
     cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DMOEVM_TESTS=OFF -DMOEVM_WERROR=OFF

@@ -10,14 +10,8 @@ set -euo pipefail
 
 cd "$(dirname "$0")/../.."
 
-log=/dev/null
-if [[ -n "${OUT:-}" ]]; then
-    mkdir -p "$OUT"
-    log="$OUT/gpu_kernels.txt"
-    : >"$log"
-fi
-
 source bench/gpu/deps.sh || exit 1
+log=$(moevm_out_log gpu_kernels.txt)
 {
     cmake -S . -B build-gpu-tests -DCMAKE_BUILD_TYPE=Release -DMOEVM_WERROR=OFF
     cmake --build build-gpu-tests -j16 --target test_gpu
