@@ -3,25 +3,34 @@
  * the .cu files of kernels/cuda), so that their logic (which data a block and a thread take, the
  * reductions, the hand-offs between blocks) runs in a test on machines without a GPU
  * (tests/test_digest_kernel.cc and tests/test_cuda_kernels.cc include the .cu files after
- * this header).
+ * this header; tests/fakecuda/fake_engine_kernels.cc runs them behind the fake driver).
  *
- * One block runs at a time, each of its threads a pthread (the same threads serve every
- * block of a launch, one after another): __shared__ variables are then
- * statics, __syncthreads a barrier of the block, a warp shuffle a slot array between two
- * barriers of the warp, and atomics GCC's. Blocks run in an order the caller picks, so a
- * test can try several, as a GPU may run them in any. It checks the logic, not the PTX nor
- * the memory model of a real device: bench/gpu/vmm_costs section 6 does that on a GPU.
+ * One block runs at a time, each of its threads a fiber (ucontext) on the calling thread:
+ * a fiber runs until it waits at a barrier, then the next one runs, so __syncthreads is a
+ * barrier of the block's fibers, a warp shuffle a slot array between two barriers of the
+ * warp's, __shared__ variables statics, and atomics GCC's. Fibers, not threads: a barrier of
+ * 128 threads on a 2-core machine costs a futex storm, and the engine's device forward pass
+ * (tests/test_forward_gpu.c) launches thousands of blocks. Blocks run in an order the
+ * caller picks, so a test can try several, as a GPU may run them in any. A kernel that
+ * spins on another thread of its block without a barrier would hang here (none does). It
+ * checks the logic, not the PTX nor the memory model of a real device: bench/gpu/vmm_costs
+ * section 6 does that on a GPU.
  */
 #ifndef MVM_TESTS_CUDA_EMU_H
 #define MVM_TESTS_CUDA_EMU_H
 
-#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <ucontext.h>
 
 #include <functional>
 #include <vector>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define EMU_ASAN 1
+#endif
 
 #define __global__
 #define __device__
@@ -34,16 +43,66 @@ struct dim3 {
     unsigned x, y, z;
 };
 
-static thread_local dim3 threadIdx, blockIdx;
+static dim3 threadIdx, blockIdx; /* the running fiber's, set before it runs */
 static dim3 gridDim, blockDim;
 
-enum { EMU_MAX_THREADS = 1024, EMU_WARP = 32 };
+enum { EMU_MAX_THREADS = 1024, EMU_WARP = 32, EMU_STACK = 64 << 10 };
 
-static pthread_barrier_t emu_block_barrier;
-static pthread_barrier_t emu_warp_barrier[EMU_MAX_THREADS / EMU_WARP];
+/* A thread of the block, the same through every block of a launch. */
+struct emu_fiber {
+    ucontext_t ctx;
+    char *stack;
+    dim3 block;
+    bool done;
+};
+
+static emu_fiber emu_fibers[EMU_MAX_THREADS];
+static ucontext_t emu_main;             /* the launching thread, which schedules the fibers */
+static const std::function<void()> *emu_body;
+static const std::vector<unsigned> *emu_order;
+#ifdef EMU_ASAN
+static const void *emu_main_stack;
+static size_t emu_main_stack_size;
+#endif
+
+/* Back to the scheduler (from a fiber); dying: the fiber will not run again. */
+static void emu_to_main(bool dying)
+{
+#ifdef EMU_ASAN
+    void *fake = NULL;
+    __sanitizer_start_switch_fiber(dying ? NULL : &fake, emu_main_stack, emu_main_stack_size);
+    if (!dying) {
+        swapcontext(&emu_fibers[threadIdx.x].ctx, &emu_main);
+        __sanitizer_finish_switch_fiber(fake, &emu_main_stack, &emu_main_stack_size);
+    }
+#else
+    if (!dying)
+        swapcontext(&emu_fibers[threadIdx.x].ctx, &emu_main);
+#endif
+}
+
+struct emu_barrier {
+    unsigned arrived, generation;
+};
+
+static emu_barrier emu_block_barrier;
+static emu_barrier emu_warp_barrier[EMU_MAX_THREADS / EMU_WARP];
 static uint64_t emu_warp_slot[EMU_MAX_THREADS];
 
-static inline void __syncthreads(void) { pthread_barrier_wait(&emu_block_barrier); }
+/* Returns once `count` fibers have arrived; the others run meanwhile. */
+static inline void emu_barrier_wait(emu_barrier *b, unsigned count)
+{
+    unsigned generation = b->generation;
+    if (++b->arrived == count) {
+        b->arrived = 0;
+        b->generation++;
+        return;
+    }
+    while (b->generation == generation)
+        emu_to_main(false);
+}
+
+static inline void __syncthreads(void) { emu_barrier_wait(&emu_block_barrier, blockDim.x); }
 
 static inline void __threadfence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 
@@ -56,9 +115,9 @@ template <typename V> static inline V emu_shuffle(V v, unsigned from)
     uint64_t bits = 0;
     memcpy(&bits, &v, sizeof v);
     emu_warp_slot[threadIdx.x] = bits;
-    pthread_barrier_wait(&emu_warp_barrier[warp]);
+    emu_barrier_wait(&emu_warp_barrier[warp], EMU_WARP);
     uint64_t r = from < EMU_WARP ? emu_warp_slot[warp * EMU_WARP + from] : bits;
-    pthread_barrier_wait(&emu_warp_barrier[warp]);
+    emu_barrier_wait(&emu_warp_barrier[warp], EMU_WARP);
     V out;
     memcpy(&out, &r, sizeof out);
     return out;
@@ -86,30 +145,25 @@ static inline unsigned long long atomicExch(unsigned long long *p, unsigned long
     return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST);
 }
 
-/* A thread of the block, the same through every block of a launch. */
-struct emu_thread {
-    const std::function<void()> *body;
-    const std::vector<unsigned> *order;
-    unsigned x;
-};
-
-static void *emu_thread_main(void *arg)
+static void emu_fiber_main(void)
 {
-    emu_thread *t = (emu_thread *)arg;
-    threadIdx = dim3{t->x, 0, 0};
-    for (unsigned b : *t->order) {
-        blockIdx = dim3{b % gridDim.x, b / gridDim.x, 0};
-        (*t->body)();
+    emu_fiber *f = &emu_fibers[threadIdx.x];
+#ifdef EMU_ASAN
+    __sanitizer_finish_switch_fiber(NULL, &emu_main_stack, &emu_main_stack_size);
+#endif
+    for (unsigned b : *emu_order) {
+        blockIdx = f->block = dim3{b % gridDim.x, b / gridDim.x, 0};
+        (*emu_body)();
         __syncthreads(); /* the block ends: its __shared__ statics pass to the next */
     }
-    return NULL;
+    f->done = true;
+    emu_to_main(true); /* and return: uc_link resumes the scheduler */
 }
 
 /* Runs `body` (a kernel call) as a grid of grid.x * grid.y blocks of `threads` threads (a
  * multiple of the warp, at most EMU_MAX_THREADS), the blocks one after another in the order
  * order[] gives (indices x + y * grid.x, each once), or in index order when it is empty.
- * Aborts when threads cannot be made: a half-started block would wait at its barrier
- * forever. */
+ * Not reentrant: one launch at a time in the process. */
 static void emu_launch(dim3 grid, unsigned threads, std::vector<unsigned> order,
                        const std::function<void()> &body)
 {
@@ -120,21 +174,43 @@ static void emu_launch(dim3 grid, unsigned threads, std::vector<unsigned> order,
     if (order.empty())
         for (unsigned i = 0; i < grid.x * grid.y; i++)
             order.push_back(i);
-    pthread_barrier_init(&emu_block_barrier, NULL, threads);
+    emu_body = &body;
+    emu_order = &order;
+    emu_block_barrier = emu_barrier{0, 0};
     for (unsigned w = 0; w < threads / EMU_WARP; w++)
-        pthread_barrier_init(&emu_warp_barrier[w], NULL, EMU_WARP);
-    std::vector<emu_thread> ts(threads);
-    std::vector<pthread_t> ids(threads);
+        emu_warp_barrier[w] = emu_barrier{0, 0};
     for (unsigned t = 0; t < threads; t++) {
-        ts[t] = emu_thread{&body, &order, t};
-        if (pthread_create(&ids[t], NULL, emu_thread_main, &ts[t]) != 0)
+        emu_fiber *f = &emu_fibers[t];
+        if (!f->stack && !(f->stack = (char *)malloc(EMU_STACK)))
             abort();
+        f->done = false;
+        f->block = dim3{0, 0, 0};
+        getcontext(&f->ctx);
+        f->ctx.uc_stack.ss_sp = f->stack;
+        f->ctx.uc_stack.ss_size = EMU_STACK;
+        f->ctx.uc_link = &emu_main;
+        makecontext(&f->ctx, emu_fiber_main, 0);
     }
-    for (unsigned t = 0; t < threads; t++)
-        pthread_join(ids[t], NULL);
-    for (unsigned w = 0; w < threads / EMU_WARP; w++)
-        pthread_barrier_destroy(&emu_warp_barrier[w]);
-    pthread_barrier_destroy(&emu_block_barrier);
+    /* Round robin: each fiber runs to its next barrier (or its end). */
+    for (bool live = true; live;) {
+        live = false;
+        for (unsigned t = 0; t < threads; t++) {
+            emu_fiber *f = &emu_fibers[t];
+            if (f->done)
+                continue;
+            threadIdx = dim3{t, 0, 0};
+            blockIdx = f->block;
+#ifdef EMU_ASAN
+            void *fake = NULL;
+            __sanitizer_start_switch_fiber(&fake, f->stack, EMU_STACK);
+            swapcontext(&emu_main, &f->ctx);
+            __sanitizer_finish_switch_fiber(fake, NULL, NULL);
+#else
+            swapcontext(&emu_main, &f->ctx);
+#endif
+            live = live || !f->done;
+        }
+    }
 }
 
 #endif
