@@ -287,15 +287,20 @@ static int load(struct session *s)
     const mvm_hparams *hp = &s->model->hp;
     mvm_space_info info;
     mvm_space_get_info(s->model->space, &info);
+    char compute[192]; /* where the forward pass runs: the space's device, or the CPU */
+    if (strcmp(info.backend, "cuda") == 0)
+        snprintf(compute, sizeof compute, "computing on %s", info.device);
+    else
+        snprintf(compute, sizeof compute, "%d threads, %s kernels", threads,
+                 mvm_k_simd_name(mvm_k_simd_current()));
     double eb = (double)s->model->expert_bytes;
     fprintf(stderr, "model: %s (%s), %u layers, %u experts top-%u of %.1f %s (%s), vocab %u; "
-            "loaded in %.2f s\nspace: %s backend, budget %u pages of %llu KiB; %d threads, %s kernels\n",
+            "loaded in %.2f s\nspace: %s backend, budget %u pages of %llu KiB; %s\n",
             s->model->name, s->model->arch->name, hp->n_layer, hp->n_expert, hp->n_expert_used,
             eb >= 1048576 ? eb / 1048576 : eb / 1024, eb >= 1048576 ? "MiB" : "KiB",
             mvm_ggml_type_name(mvm_wtype_to_ggml(s->model->expert_type)), hp->n_vocab,
             now_s() - t0, info.backend, info.device_pages,
-            (unsigned long long)(info.page_size >> 10), threads,
-            mvm_k_simd_name(mvm_k_simd_current()));
+            (unsigned long long)(info.page_size >> 10), compute);
     if (mvm_tokenizer_load(s->model->gguf, &s->tok) != MVM_OK) {
         if (!a->tokens)
             return mvm_cli_error("tokenizer");

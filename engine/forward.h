@@ -1,8 +1,14 @@
 /*
- * The forward pass on the CPU backend: an inference context (KV cache, scratch buffers,
- * the residency manager) over a loaded model and a thread pool. Tokens are evaluated in
- * batches of up to n_batch (prefill) or one at a time (decode) through the same code; the
- * experts of every MoE layer run through their fixed addresses in the expert space.
+ * The forward pass: an inference context (KV cache, scratch buffers, the residency manager
+ * and the other policy modules) over a loaded model. Tokens are evaluated in batches of up
+ * to n_batch (prefill) or one at a time (decode) through the same code; the experts of every
+ * MoE layer run through their fixed addresses in the expert space.
+ *
+ * The context computes where the model's expert space is: on the CPU, on the thread pool,
+ * when its backend is host (forward_cpu.c); on the space's GPU when it is cuda
+ * (forward_cuda.c: the non-expert weights and the KV cache are copied to the device, the
+ * routing and the policy modules stay on the host). Both run the same MoE step
+ * (moe_step.h), so a run's routing, residency and statistics mean the same on either.
  */
 #ifndef MVM_ENGINE_FORWARD_H
 #define MVM_ENGINE_FORWARD_H
@@ -41,16 +47,24 @@ typedef struct mvm_ctx_policies {
     mvm_route_params routing;     /* route */
     /* 1: each MoE step waits until its experts' copies have landed before computing them,
      * as a device reader must (and as the simulator models a GPU); 0: an expert still
-     * loading runs from its home meanwhile (the CPU backend's way: no wait). */
+     * loading runs from its home meanwhile (the CPU backend's way: no wait). On a GPU that
+     * cannot read the homes (no HOST_NUMA VMM: mvm_space_info.home_mapped 0) steps always
+     * wait, and a step whose experts do not all fit the budget fails (MVM_ERR_NOSPACE). */
     int wait_loads;
 } mvm_ctx_policies;
 
+/* Whether this build can compute on a GPU (it has the device kernels: built with nvcc). */
+int mvm_ctx_device_available(void);
+
 /* n_ctx: positions the KV cache holds (<= the model's context_length is not enforced:
  * RoPE extrapolates, as llama.cpp lets it); n_batch: tokens per forward call; policies:
- * NULL for the options' modules. */
+ * NULL for the options' modules. pool: the CPU backend's threads (unused on a GPU).
+ * MVM_ERR_UNSUPPORTED for a cuda space in a build without device kernels. */
 mvm_status mvm_ctx_create(mvm_model *m, mvm_pool *pool, uint32_t n_ctx, uint32_t n_batch,
                           const mvm_ctx_policies *policies, mvm_ctx **out);
 void mvm_ctx_free(mvm_ctx *c);
+/* "cpu" or "cuda": where the context computes. */
+const char *mvm_ctx_backend(const mvm_ctx *c);
 void mvm_ctx_set_route_observer(mvm_ctx *c, mvm_route_fn fn, void *fn_ctx);
 
 /* Evaluates n tokens at positions n_past.. (any n: batches of n_batch inside). logits:

@@ -71,6 +71,7 @@ typedef struct mvm_model {
     mvm_space *space;
     enum mvm_wtype expert_type;
     uint64_t expert_bytes;
+    int device;                 /* the CUDA device of a cuda space (its desc's) */
     char name[128];             /* general.name, or the file name */
 } mvm_model;
 
@@ -81,9 +82,9 @@ typedef void (*mvm_progress_fn)(void *ctx, uint64_t done, uint64_t total);
  * Opens `path`, checks the architecture, every required key and every tensor's shape and
  * type, creates the expert space from `desc` (n_layers/n_experts/expert_bytes are filled
  * in here) and converts the experts into their homes on the pool's threads. Errors name
- * the file and the key or tensor at fault. The forward pass computes on the CPU, reading
- * the experts at their addresses: the space's backend is host (MOEVM_BACKEND=auto means
- * host here), and a backend whose addresses the CPU cannot read (cuda) is refused.
+ * the file and the key or tensor at fault. The forward pass computes where the space is
+ * (forward.h): MOEVM_BACKEND=auto means host here, so the CPU computes unless cuda is asked
+ * for; cuda is refused (MVM_ERR_UNSUPPORTED) by a build without the device kernels.
  */
 mvm_status mvm_model_load(const char *path, mvm_space_desc *desc, mvm_pool *pool,
                           mvm_progress_fn progress, void *progress_ctx, mvm_model **out);

@@ -296,7 +296,10 @@ static mvm_status load_and_pin(mvm_resid *r, uint32_t l, const int32_t *experts,
             r->stats.bypassed++;
             if (wait)
                 return mvm_fail(MVM_ERR_NOSPACE, "device budget too small for the experts one "
-                                "layer uses at once");
+                                "layer uses at once: layer %u's step needs %u experts of %u "
+                                "pages resident together, the budget holds %u pages (raise "
+                                "MOEVM_GPU_BUDGET, or lower --batch)", l, n, r->ppe,
+                                (unsigned)r->view.capacity_pages);
         } else if (st != MVM_OK) {
             return st;
         }

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The `moevm` command: it runs, and bad input gets a one-line error naming what was wrong.
-# usage: test_cli.sh path/to/moevm [path/to/fakecuda's libcuda.so.1]
+# usage: test_cli.sh path/to/moevm [path/to/fakecuda's libcuda.so.1 [the engine's kernels
+#        as its plugin (FAKECUDA_KERNELS)]]
 set -u
 moevm=$1
 fake_driver=${2:-}
+fake_kernels=${3:-}
 pass=0 fail=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -53,11 +55,17 @@ expect 0 'Once upon a time' -- "$moevm" run -m "$m" -p "Once upon a time" -n 4 -
 "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 >"$tmp/a" 2>/dev/null
 "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 -t 1 --batch 1 >"$tmp/b" 2>/dev/null
 if cmp -s "$tmp/a" "$tmp/b" && [ -s "$tmp/a" ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: greedy output differs with threads/batch" >&2; fi
-# On a GPU machine (here the fake driver) the CPU engine keeps its experts on the host
-# backend; an explicit cuda backend is refused in one line, not read by the CPU.
+# On a GPU machine (here the fake driver) auto keeps the experts on the host backend and
+# the CPU computes; MOEVM_BACKEND=cuda computes on the device (here its kernels emulated by
+# the plugin), to the same greedy text; a device whose kernels do not load is one line.
 if [ -n "$fake_driver" ]; then
     expect 0 'space: host backend' -- env MOEVM_BACKEND=auto MOEVM_CUDA_LIBRARY="$fake_driver" "$moevm" run -m "$m" -p "x" -n 2
-    expect 1 "the cuda backend's addresses are not readable by the CPU" -- env MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" "$moevm" run -m "$m" -p "x" -n 2
+    if [ -n "$fake_kernels" ]; then
+        expect 0 'space: cuda backend.*computing on' -- env MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "x" -n 2
+        env MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 >"$tmp/c" 2>/dev/null
+        if cmp -s "$tmp/a" "$tmp/c"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: greedy output differs on the device" >&2; fi
+        expect 1 '^moevm: the inference context: CUDA device 0 for the forward pass: cuModuleGetFunction \(mvm_g_' -- env MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" "$moevm" run -m "$m" -p "x" -n 2
+    fi
 fi
 expect 0 'budget 3 pages of 64 KiB' -- env MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 30%
 expect 1 'device budget .* is smaller than one page' -- "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 10%

@@ -1,0 +1,437 @@
+/*
+ * The device backend of the forward pass (forward_impl.h), on engine/gpu.c and the kernels
+ * of kernels/cuda, for a model whose expert space is on the GPU (cuda backend).
+ *
+ * On the device: the non-expert weights (copied at creation, in the file's types), the KV
+ * cache, every matrix product, norm, RoPE and attention, and the experts, read through their
+ * fixed addresses in the expert space. On the host: the token embeddings (a dequantized row
+ * per token is uploaded) and each MoE step's host side (moe_step.h): the router's logits and
+ * input come back, the routing, the policy modules, observers and predictors run as on the
+ * CPU backend, and the step's grouped rows go up. The arithmetic is the CPU kernels' (the
+ * kernels' header says how), so both backends agree to rounding, routing included unless a
+ * token's top-k is a near tie.
+ *
+ * A step's experts are pinned until its kernels are done: the stream is synchronised before
+ * mvm_moe_end. That costs little, as the next layer's step waits for its router's logits
+ * anyway; what it gives up is only queueing the next attention while the experts run.
+ *
+ * Scratch: attention scores take n_batch x n_head x n_ctx floats of device memory, like the
+ * KV cache's 2 x n_layer x n_ctx x kv_dim.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/forward_impl.h"
+#include "engine/gpu.h"
+#include "vmm/error.h"
+
+#define TRY(expr)                                                                              \
+    do {                                                                                       \
+        mvm_status try_st_ = (expr);                                                           \
+        if (try_st_ != MVM_OK)                                                                 \
+            return try_st_;                                                                    \
+    } while (0)
+
+struct dweight {
+    mvm_dptr p;
+    int type;
+    uint32_t rows, cols;
+    uint64_t row_bytes;
+};
+
+struct dlayer {
+    mvm_dptr attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm;
+    struct dweight wq, wk, wv, wo, router;
+    struct dweight shexp_gate, shexp_w1, shexp_w3, shexp_w2; /* shared_expert */
+    mvm_dptr experts;           /* expert 0's fixed address; the others expert_stride apart */
+};
+
+struct cuda_fwd {
+    mvm_gpu *g;
+    mvm_model *m;
+    mvm_moe *moe;
+    uint32_t n_ctx, n_batch, q_dim, kv_dim;
+    uint64_t expert_stride;
+    struct dlayer *layers;
+    struct dweight output;
+    mvm_dptr output_norm;
+    mvm_dptr kc, vc;            /* [n_layer][n_ctx][kv_dim] */
+    mvm_dptr x, xn, q, att, tmp, probs, logits, scores, sh1, sh3, shg; /* [n_batch][...] */
+    mvm_dptr act;               /* [n_batch][act_stride]: a Q type's input as Q8_0 blocks */
+    uint64_t act_stride;
+    mvm_dptr h, out;            /* [n_batch * K][h_stride bytes], [n_batch * K][n_embd] */
+    uint64_t h_stride;
+    mvm_dptr active, off, cnt, row_tok, tok_rows, row_w; /* the step's rows (moe_step.h) */
+    float *host;                /* [n_batch][n_embd]: embeddings up, the router's input down */
+    mvm_dptr *owned;            /* every device allocation, freed at the end */
+    size_t n_owned, cap_owned;
+};
+
+/* ---- device memory --------------------------------------------------------------------- */
+
+static mvm_status dalloc(struct cuda_fwd *f, size_t bytes, mvm_dptr *out)
+{
+    if (f->n_owned == f->cap_owned) {
+        size_t cap = f->cap_owned ? 2 * f->cap_owned : 64;
+        mvm_dptr *p = realloc(f->owned, cap * sizeof *p);
+        if (!p)
+            return mvm_fail(MVM_ERR_NOMEM, "out of memory for the device context");
+        f->owned = p;
+        f->cap_owned = cap;
+    }
+    TRY(mvm_gpu_alloc(f->g, bytes, out));
+    f->owned[f->n_owned++] = *out;
+    return MVM_OK;
+}
+
+/* A device copy of bytes at src; none (0) when src is NULL. */
+static mvm_status dcopy(struct cuda_fwd *f, const void *src, size_t bytes, mvm_dptr *out)
+{
+    *out = 0;
+    if (!src)
+        return MVM_OK;
+    TRY(dalloc(f, bytes, out));
+    return mvm_gpu_upload(f->g, *out, src, bytes);
+}
+
+static mvm_status dweight(struct cuda_fwd *f, const mvm_weight *w, struct dweight *out)
+{
+    *out = (struct dweight){0, (int)w->type, w->rows, w->cols, w->row_bytes};
+    return dcopy(f, w->data, (size_t)w->rows * w->row_bytes, &out->p);
+}
+
+static mvm_status upload_layer(struct cuda_fwd *f, uint32_t il)
+{
+    const mvm_hparams *hp = &f->m->hp;
+    const mvm_layer *L = &f->m->layers[il];
+    struct dlayer *d = &f->layers[il];
+    size_t D = hp->n_embd * sizeof(float), Q = f->q_dim * sizeof(float);
+    size_t KV = f->kv_dim * sizeof(float);
+    int head = f->m->arch->qk_norm == MVM_QK_NORM_HEAD;
+    TRY(dcopy(f, L->attn_norm, D, &d->attn_norm));
+    TRY(dcopy(f, L->ffn_norm, D, &d->ffn_norm));
+    TRY(dcopy(f, L->bq, Q, &d->bq));
+    TRY(dcopy(f, L->bk, KV, &d->bk));
+    TRY(dcopy(f, L->bv, KV, &d->bv));
+    TRY(dcopy(f, L->q_norm, head ? hp->head_dim * sizeof(float) : Q, &d->q_norm));
+    TRY(dcopy(f, L->k_norm, head ? hp->head_dim * sizeof(float) : KV, &d->k_norm));
+    TRY(dweight(f, &L->wq, &d->wq));
+    TRY(dweight(f, &L->wk, &d->wk));
+    TRY(dweight(f, &L->wv, &d->wv));
+    TRY(dweight(f, &L->wo, &d->wo));
+    TRY(dweight(f, &L->router, &d->router));
+    if (hp->n_ff_shexp) {
+        mvm_weight gate = {MVM_W_F32, L->shexp_gate, 1, hp->n_embd, D};
+        TRY(dweight(f, &gate, &d->shexp_gate));
+        TRY(dweight(f, &L->shexp_w1, &d->shexp_w1));
+        TRY(dweight(f, &L->shexp_w3, &d->shexp_w3));
+        TRY(dweight(f, &L->shexp_w2, &d->shexp_w2));
+    }
+    d->experts = (mvm_dptr)(uintptr_t)mvm_expert_addr(f->m->space, il, 0);
+    return MVM_OK;
+}
+
+static mvm_status alloc_scratch(struct cuda_fwd *f)
+{
+    const mvm_hparams *hp = &f->m->hp;
+    size_t B = f->n_batch, D = hp->n_embd, E = hp->n_expert, BK = B * hp->n_expert_used;
+    size_t F = hp->n_ff_shexp, kv = (size_t)hp->n_layer * f->n_ctx * f->kv_dim * 4;
+    size_t widest = D > f->q_dim ? D : f->q_dim;
+    widest = F > widest ? F : widest;
+    f->act_stride = (mvm_g_row_bytes(MVM_G_Q8_0, widest) + 15) & ~(uint64_t)15;
+    f->h_stride = mvm_g_is_q(f->m->expert_type)
+                      ? mvm_g_row_bytes(MVM_G_Q8_0, hp->n_ff_exp) : hp->n_ff_exp * 4ull;
+    TRY(dalloc(f, kv, &f->kc));
+    TRY(dalloc(f, kv, &f->vc));
+    TRY(dalloc(f, B * D * 4, &f->x));
+    TRY(dalloc(f, B * D * 4, &f->xn));
+    TRY(dalloc(f, B * D * 4, &f->tmp));
+    TRY(dalloc(f, B * f->q_dim * 4, &f->q));
+    TRY(dalloc(f, B * f->q_dim * 4, &f->att));
+    TRY(dalloc(f, B * E * 4, &f->probs));
+    TRY(dalloc(f, B * hp->n_vocab * 4, &f->logits));
+    TRY(dalloc(f, B * hp->n_head * f->n_ctx * 4, &f->scores));
+    TRY(dalloc(f, B * f->act_stride, &f->act));
+    TRY(dalloc(f, BK * f->h_stride, &f->h));
+    TRY(dalloc(f, BK * D * 4, &f->out));
+    TRY(dalloc(f, E * 4, &f->active));
+    TRY(dalloc(f, E * 4, &f->off));
+    TRY(dalloc(f, E * 4, &f->cnt));
+    TRY(dalloc(f, BK * 4, &f->row_tok));
+    TRY(dalloc(f, BK * 4, &f->tok_rows));
+    TRY(dalloc(f, BK * 4, &f->row_w));
+    if (F) {
+        TRY(dalloc(f, B * F * 4, &f->sh1));
+        TRY(dalloc(f, B * F * 4, &f->sh3));
+        TRY(dalloc(f, B * 4, &f->shg));
+    }
+    return MVM_OK;
+}
+
+static mvm_status upload_model(struct cuda_fwd *f)
+{
+    const mvm_model *m = f->m;
+    f->layers = calloc(m->hp.n_layer, sizeof *f->layers);
+    if (!f->layers)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for the device context");
+    for (uint32_t il = 0; il < m->hp.n_layer; il++)
+        TRY(upload_layer(f, il));
+    TRY(dweight(f, &m->output, &f->output));
+    TRY(dcopy(f, m->output_norm, m->hp.n_embd * sizeof(float), &f->output_norm));
+    TRY(alloc_scratch(f));
+    return mvm_gpu_sync(f->g); /* the uploads done: a failed one is reported here */
+}
+
+static void cuda_destroy(void *state)
+{
+    struct cuda_fwd *f = state;
+    for (size_t i = 0; i < f->n_owned; i++)
+        mvm_gpu_free(f->g, f->owned[i]);
+    mvm_gpu_close(f->g);
+    free(f->owned);
+    free(f->layers);
+    free(f->host);
+    free(f);
+}
+
+static mvm_status cuda_create(mvm_ctx *ctx, void **state)
+{
+    const mvm_hparams *hp = &ctx->m->hp;
+    struct cuda_fwd *f = calloc(1, sizeof *f);
+    if (!f)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for the device context");
+    *state = f;
+    f->m = ctx->m;
+    f->moe = ctx->moe;
+    f->n_ctx = ctx->n_ctx;
+    f->n_batch = ctx->n_batch;
+    f->q_dim = hp->n_head * hp->head_dim;
+    f->kv_dim = hp->n_head_kv * hp->head_dim;
+    mvm_space_info info;
+    TRY(mvm_space_get_info(f->m->space, &info));
+    f->expert_stride = info.expert_stride;
+    f->host = malloc((size_t)f->n_batch * hp->n_embd * sizeof *f->host);
+    if (!f->host)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for the device context");
+    char why[256];
+    mvm_status st = mvm_gpu_open(f->m->device, &f->g);
+    if (st != MVM_OK) {
+        snprintf(why, sizeof why, "%s", mvm_last_error());
+        return mvm_fail(st, "CUDA device %d for the forward pass: %s", f->m->device, why);
+    }
+    st = upload_model(f);
+    if (st != MVM_OK) {
+        snprintf(why, sizeof why, "%s", mvm_last_error());
+        return mvm_fail(st, "device context of %u positions (the weights besides the experts, "
+                        "the KV cache, scratch): %s", f->n_ctx, why);
+    }
+    return MVM_OK;
+}
+
+/* ---- launches -------------------------------------------------------------------------- */
+
+/* x rows (n of `cols` floats, stride floats apart) -> f->act as Q8_0 rows. */
+static mvm_status quantize(struct cuda_fwd *f, mvm_dptr x, uint64_t stride, uint32_t cols,
+                           uint32_t n)
+{
+    mvm_g_quantize_args a = {.x = x, .q = f->act, .x_stride = stride,
+                             .q_stride = f->act_stride, .n = cols, .n_rows = n};
+    return mvm_gpu_quantize(f->g, 0, &a);
+}
+
+/* y[i] = w . in[i] for n rows: in[i] at in + i * in_stride floats, y[i] at y + i * y_stride
+ * floats. The Q types read their input quantized, as the CPU's matrix products do. */
+static mvm_status matmul(struct cuda_fwd *f, const struct dweight *w, mvm_dptr in,
+                         uint64_t in_stride, uint32_t n, mvm_dptr y, uint64_t y_stride)
+{
+    mvm_g_matvec_args a = {.w = w->p, .act = in, .y = y, .row_bytes = w->row_bytes,
+                           .act_stride = in_stride * sizeof(float), .y_stride = y_stride,
+                           .n_in = w->cols, .n_out = w->rows, .n_tok = n};
+    if (mvm_g_is_q(w->type)) {
+        TRY(quantize(f, in, in_stride, w->cols, n));
+        a.act = f->act;
+        a.act_stride = f->act_stride;
+    }
+    return mvm_gpu_matvec(f->g, w->type, &a);
+}
+
+/* rows of len floats, stride floats apart, normalised in place or into out (same stride). */
+static mvm_status rmsnorm(struct cuda_fwd *f, mvm_dptr x, mvm_dptr out, uint64_t stride,
+                          mvm_dptr w, uint32_t len, uint32_t rows)
+{
+    mvm_g_rmsnorm_args a = {.x = x, .out = out, .w = w, .x_stride = stride,
+                            .out_stride = stride, .n = len, .n_rows = rows,
+                            .eps = f->m->hp.rms_eps};
+    return mvm_gpu_rmsnorm(f->g, 0, &a);
+}
+
+/* x[i] += g(i) * y[i] over rows of len floats (y_stride 0: one row y for all, a bias). */
+static mvm_status add(struct cuda_fwd *f, mvm_dptr x, mvm_dptr y, uint64_t y_stride,
+                      mvm_dptr gate, uint32_t len, uint32_t rows)
+{
+    mvm_g_add_args a = {.x = x, .y = y, .gate = gate, .y_stride = y_stride, .n = len,
+                        .n_tok = rows};
+    return mvm_gpu_add(f->g, 0, &a);
+}
+
+static mvm_status rope(struct cuda_fwd *f, mvm_dptr x, uint64_t stride, uint32_t n_heads,
+                       uint32_t n, uint32_t pos0)
+{
+    const mvm_hparams *hp = &f->m->hp;
+    mvm_g_rope_args a = {.x = x, .stride = stride, .n_tok = n, .n_heads = n_heads,
+                         .head_dim = hp->head_dim, .n_rot = hp->n_rot, .pos0 = pos0,
+                         .neox = (uint32_t)f->m->arch->rope_neox, .base = hp->rope_base};
+    return mvm_gpu_rope(f->g, 0, &a);
+}
+
+/* ---- attention ------------------------------------------------------------------------- */
+
+/* q, and k and v straight into the cache, with the architecture's bias and norm, rotated. */
+static mvm_status qkv(struct cuda_fwd *f, const struct dlayer *L, mvm_dptr k, mvm_dptr v,
+                      uint32_t n, uint32_t pos0)
+{
+    const mvm_hparams *hp = &f->m->hp;
+    uint32_t D = hp->n_embd, hd = hp->head_dim;
+    TRY(matmul(f, &L->wq, f->xn, D, n, f->q, f->q_dim));
+    TRY(matmul(f, &L->wk, f->xn, D, n, k, f->kv_dim));
+    TRY(matmul(f, &L->wv, f->xn, D, n, v, f->kv_dim));
+    if (f->m->arch->qkv_bias) {
+        TRY(add(f, f->q, L->bq, 0, 0, f->q_dim, n));
+        TRY(add(f, k, L->bk, 0, 0, f->kv_dim, n));
+        TRY(add(f, v, L->bv, 0, 0, f->kv_dim, n));
+    }
+    if (f->m->arch->qk_norm == MVM_QK_NORM_HEAD) {
+        TRY(rmsnorm(f, f->q, f->q, hd, L->q_norm, hd, n * hp->n_head));
+        TRY(rmsnorm(f, k, k, hd, L->k_norm, hd, n * hp->n_head_kv));
+    } else if (f->m->arch->qk_norm == MVM_QK_NORM_FULL) {
+        TRY(rmsnorm(f, f->q, f->q, f->q_dim, L->q_norm, f->q_dim, n));
+        TRY(rmsnorm(f, k, k, f->kv_dim, L->k_norm, f->kv_dim, n));
+    }
+    TRY(rope(f, f->q, f->q_dim, hp->n_head, n, pos0));
+    return rope(f, k, f->kv_dim, hp->n_head_kv, n, pos0);
+}
+
+static mvm_status attention(struct cuda_fwd *f, uint32_t il, uint32_t n, uint32_t pos0)
+{
+    const mvm_hparams *hp = &f->m->hp;
+    const struct dlayer *L = &f->layers[il];
+    uint32_t D = hp->n_embd;
+    uint64_t layer = (uint64_t)il * f->n_ctx * f->kv_dim * sizeof(float);
+    uint64_t at = (uint64_t)pos0 * f->kv_dim * sizeof(float);
+    TRY(rmsnorm(f, f->x, f->xn, D, L->attn_norm, D, n));
+    TRY(qkv(f, L, f->kc + layer + at, f->vc + layer + at, n, pos0));
+    mvm_g_attention_args a = {.q = f->q, .kc = f->kc + layer, .vc = f->vc + layer,
+                              .out = f->att, .scores = f->scores, .n_tok = n, .pos0 = pos0,
+                              .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
+                              .head_dim = hp->head_dim, .n_ctx = f->n_ctx,
+                              .scale = 1.0f / sqrtf((float)hp->head_dim)};
+    TRY(mvm_gpu_attention(f->g, 0, &a));
+    TRY(matmul(f, &L->wo, f->att, f->q_dim, n, f->tmp, D));
+    return add(f, f->x, f->tmp, D, 0, D, n);
+}
+
+/* ---- mixture of experts ---------------------------------------------------------------- */
+
+/* The step's grouped rows (moe_step.h) to the device. */
+static mvm_status upload_rows(struct cuda_fwd *f, uint32_t n)
+{
+    const mvm_moe *s = f->moe;
+    size_t E = f->m->hp.n_expert, nk = (size_t)n * f->m->hp.n_expert_used;
+    TRY(mvm_gpu_upload(f->g, f->active, s->active, s->n_active * sizeof *s->active));
+    TRY(mvm_gpu_upload(f->g, f->off, s->off, E * sizeof *s->off));
+    TRY(mvm_gpu_upload(f->g, f->cnt, s->cnt, E * sizeof *s->cnt));
+    TRY(mvm_gpu_upload(f->g, f->row_tok, s->row_tok, nk * sizeof *s->row_tok));
+    TRY(mvm_gpu_upload(f->g, f->tok_rows, s->tok_rows, nk * sizeof *s->tok_rows));
+    return mvm_gpu_upload(f->g, f->row_w, s->row_w, nk * sizeof *s->row_w);
+}
+
+/* The routed experts, added to x in each token's routing order. */
+static mvm_status experts(struct cuda_fwd *f, uint32_t il, uint32_t n)
+{
+    const mvm_hparams *hp = &f->m->hp;
+    int t = (int)f->m->expert_type;
+    mvm_g_expert_args a = {.experts = f->layers[il].experts, .act = f->xn,
+                           .active = f->active, .off = f->off, .cnt = f->cnt,
+                           .row_tok = f->row_tok, .row_w = f->row_w, .h = f->h, .out = f->out,
+                           .expert_stride = f->expert_stride,
+                           .act_stride = hp->n_embd * sizeof(float), .h_stride = f->h_stride,
+                           .n_embd = hp->n_embd, .n_groups = hp->n_ff_exp / MVM_G_QBLOCK,
+                           .n_active = f->moe->n_active};
+    if (mvm_g_is_q(t)) {
+        TRY(quantize(f, f->xn, hp->n_embd, hp->n_embd, n));
+        a.act = f->act;
+        a.act_stride = f->act_stride;
+    }
+    TRY(mvm_gpu_expert_up(f->g, t, &a));
+    TRY(mvm_gpu_expert_down(f->g, t, &a));
+    mvm_g_expert_sum_args s = {.x = f->x, .out = f->out, .tok_rows = f->tok_rows,
+                               .n_embd = hp->n_embd, .n_tok = n, .top_k = hp->n_expert_used};
+    return mvm_gpu_expert_sum(f->g, 0, &s);
+}
+
+/* x += sigmoid(gate . h) * down(silu(w1 . h) * (w3 . h)), h = xn. */
+static mvm_status shared_expert(struct cuda_fwd *f, const struct dlayer *L, uint32_t n)
+{
+    uint32_t D = f->m->hp.n_embd, F = f->m->hp.n_ff_shexp;
+    TRY(matmul(f, &L->shexp_gate, f->xn, D, n, f->shg, 1));
+    TRY(matmul(f, &L->shexp_w1, f->xn, D, n, f->sh1, F));
+    TRY(matmul(f, &L->shexp_w3, f->xn, D, n, f->sh3, F));
+    mvm_g_add_args sw = {.x = f->sh1, .y = f->sh3, .y_stride = F, .n = F, .n_tok = n};
+    TRY(mvm_gpu_swiglu(f->g, 0, &sw));
+    TRY(matmul(f, &L->shexp_w2, f->sh1, F, n, f->tmp, D));
+    return add(f, f->x, f->tmp, D, f->shg, D, n);
+}
+
+static mvm_status moe(struct cuda_fwd *f, uint32_t il, uint32_t n, uint32_t pos0)
+{
+    const mvm_hparams *hp = &f->m->hp;
+    const struct dlayer *L = &f->layers[il];
+    uint32_t D = hp->n_embd;
+    TRY(rmsnorm(f, f->x, f->xn, D, L->ffn_norm, D, n));
+    TRY(matmul(f, &L->router, f->xn, D, n, f->probs, hp->n_expert));
+    TRY(mvm_gpu_download(f->g, f->host, f->xn, (size_t)n * D * sizeof(float)));
+    TRY(mvm_gpu_download(f->g, f->moe->probs, f->probs,
+                         (size_t)n * hp->n_expert * sizeof(float)));
+    mvm_moe_route(f->moe, il, pos0, n, f->host);
+    TRY(upload_rows(f, n));
+    TRY(mvm_moe_begin(f->moe));
+    mvm_status st = experts(f, il, n);
+    if (st == MVM_OK && hp->n_ff_shexp)
+        st = shared_expert(f, L, n);
+    /* Whatever failed, the kernels already queued may still read the pinned experts. */
+    mvm_status synced = mvm_gpu_sync(f->g);
+    st = st != MVM_OK ? st : synced;
+    mvm_status ended = mvm_moe_end(f->moe);
+    return st != MVM_OK ? st : ended;
+}
+
+/* ---- the whole pass -------------------------------------------------------------------- */
+
+static mvm_status cuda_eval(mvm_ctx *ctx, const int32_t *tokens, uint32_t n, float *logits,
+                            int all_logits)
+{
+    struct cuda_fwd *f = ctx->state;
+    const mvm_model *m = f->m;
+    const mvm_hparams *hp = &m->hp;
+    uint32_t D = hp->n_embd, pos0 = ctx->n_past;
+    for (uint32_t i = 0; i < n; i++)
+        mvm_k_dequantize(m->tok_embd.type,
+                         (const uint8_t *)m->tok_embd.data + (size_t)tokens[i] * m->tok_embd.row_bytes,
+                         f->host + (size_t)i * D, D);
+    TRY(mvm_gpu_upload(f->g, f->x, f->host, (size_t)n * D * sizeof(float)));
+    for (uint32_t il = 0; il < hp->n_layer; il++) {
+        TRY(attention(f, il, n, pos0));
+        TRY(moe(f, il, n, pos0));
+    }
+    if (!logits)
+        return MVM_OK;
+    uint32_t first = all_logits ? 0 : n - 1, nl = n - first;
+    TRY(rmsnorm(f, f->x + (uint64_t)first * D * sizeof(float), f->xn, D, f->output_norm, D, nl));
+    TRY(matmul(f, &f->output, f->xn, D, nl, f->logits, hp->n_vocab));
+    return mvm_gpu_download(f->g, logits, f->logits, (size_t)nl * hp->n_vocab * sizeof(float));
+}
+
+const struct mvm_fwd_backend mvm_fwd_cuda = {"cuda", cuda_create, cuda_destroy, cuda_eval};

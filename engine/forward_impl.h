@@ -1,0 +1,35 @@
+/*
+ * What the forward pass's front (forward.c: the context, its checks and batching) and its
+ * backends (forward_cpu.c on the thread pool, forward_cuda.c on the device) share. A
+ * backend computes one batch at a time; the MoE steps' host side is mvm_moe (moe_step.h).
+ */
+#ifndef MVM_ENGINE_FORWARD_IMPL_H
+#define MVM_ENGINE_FORWARD_IMPL_H
+
+#include "engine/forward.h"
+#include "engine/moe_step.h"
+
+struct mvm_ctx {
+    mvm_model *m;
+    mvm_pool *pool;
+    mvm_moe *moe;
+    uint32_t n_ctx, n_batch, n_past;
+    const struct mvm_fwd_backend *be;
+    void *state;                /* the backend's */
+};
+
+struct mvm_fwd_backend {
+    const char *name;           /* mvm_ctx_backend() */
+    mvm_status (*create)(mvm_ctx *c, void **state);
+    void (*destroy)(void *state);
+    /* n <= n_batch tokens at positions n_past..; logits of the last token, or of every
+     * token with all_logits, when logits is not NULL. */
+    mvm_status (*eval)(mvm_ctx *c, const int32_t *tokens, uint32_t n, float *logits,
+                       int all_logits);
+};
+
+extern const struct mvm_fwd_backend mvm_fwd_cpu;
+/* Only in builds with the device kernels (MVM_ENGINE_PTX): see mvm_ctx_device_available. */
+extern const struct mvm_fwd_backend mvm_fwd_cuda;
+
+#endif

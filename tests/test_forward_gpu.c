@@ -1,0 +1,284 @@
+/*
+ * The device forward pass (engine/forward_cuda.c) over tests/fakecuda, its kernels emulated
+ * (FAKECUDA_KERNELS) and its experts in a cuda expert space: the logits of every prompt
+ * position against the CPU engine's (itself checked against NumPy: tests/ref), for every
+ * architecture, in batches and token by token; the same whatever the experts' residency;
+ * the policy modules and observers seeing the same routing; driver failures named and
+ * leaving nothing pinned.
+ *
+ * Run twice by CTest: with HOST_NUMA VMM (experts with no room run from their host homes)
+ * and without it (FAKECUDA_HOST_NUMA=0: a non-resident expert is unmapped, a read of it a
+ * crash, so every step must wait for its copies, and a step that cannot fit fails).
+ *
+ * usage: test_forward_gpu path/to/fake/libcuda.so.1 [--quick] (FAKECUDA_KERNELS set by the
+ * caller)
+ */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/forward.h"
+#include "engine/mkmodel.h"
+#include "engine/model.h"
+#include "engine/pool.h"
+#include "fakecuda.h"
+#include "tests/check.h"
+#include "vmm/error.h"
+
+static char dir[64];
+static mvm_pool *pool;
+static fakecuda_set_fail_fn set_fail;
+static int home_mapped;                 /* the fake's HOST_NUMA support, as the space saw it */
+static int quick;                       /* --quick: two architectures (sanitizer builds) */
+
+static const int32_t prompt[] = {5, 77, 300, 12, 9, 410, 3};
+#define N_PROMPT (sizeof prompt / sizeof *prompt)
+
+static const char *model_path(const char *arch, enum mvm_wtype t)
+{
+    static char p[128];
+    snprintf(p, sizeof p, "%s/%s-%d.gguf", dir, arch, (int)t);
+    if (access(p, R_OK) != 0) {
+        mvm_model_spec s = mvm_preset_find("tiny", arch)->spec;
+        s.type = t;
+        s.seed = 11;
+        CHECK_ST(mvm_mkmodel_write(&s, p, pool, NULL, NULL), MVM_OK);
+    }
+    return p;
+}
+
+/* budget: a fraction of the experts' bytes (1: all). Pages of 4 KiB: several per expert. */
+static mvm_status load(const char *path, mvm_backend_kind backend, double budget,
+                       mvm_model **m)
+{
+    mvm_space_desc d;
+    mvm_space_desc_init(&d);
+    d.backend = backend;
+    d.page_size = 4096;
+    d.device_budget = 0;
+    d.device_budget_frac = budget;
+    return mvm_model_load(path, &d, pool, NULL, NULL, m);
+}
+
+struct run {
+    float *logits;          /* [N_PROMPT][n_vocab] */
+    int sel[N_PROMPT][2][2]; /* the router's top-2, by position and layer */
+    mvm_stats space;
+    mvm_resid_stats resid;
+};
+
+static void record(void *ctx, const mvm_route_record *r)
+{
+    struct run *run = ctx;
+    if (r->pos < N_PROMPT && r->layer < 2 && r->k == 2)
+        memcpy(run->sel[r->pos][r->layer], r->selected, sizeof run->sel[0][0]);
+}
+
+/* Every position's logits (poisoned first), batch tokens a call. NULL on failure. */
+static struct run *run_prompt(const char *path, mvm_backend_kind backend, double budget,
+                              uint32_t batch, int wait)
+{
+    mvm_model *m = NULL;
+    mvm_ctx *c = NULL;
+    struct run *run = calloc(1, sizeof *run);
+    CHECK_ST(load(path, backend, budget, &m), MVM_OK);
+    mvm_ctx_policies pol = {.residency = {.evict = "lru"}, .prefetch = {.predict = "gate"},
+                            .wait_loads = wait};
+    if (m)
+        CHECK_ST(mvm_ctx_create(m, pool, 32, batch, &pol, &c), MVM_OK);
+    if (!c) {
+        mvm_model_free(m);
+        free(run);
+        return NULL;
+    }
+    CHECK(strcmp(mvm_ctx_backend(c), backend == MVM_BACKEND_CUDA ? "cuda" : "cpu") == 0);
+    mvm_ctx_set_route_observer(c, record, run);
+    size_t nv = m->hp.n_vocab;
+    run->logits = malloc(N_PROMPT * nv * sizeof *run->logits);
+    for (size_t i = 0; i < N_PROMPT * nv; i++)
+        run->logits[i] = NAN;
+    mvm_status st = MVM_OK;
+    for (uint32_t done = 0; done < N_PROMPT && st == MVM_OK; done += batch) {
+        uint32_t n = N_PROMPT - done < batch ? N_PROMPT - done : batch;
+        st = mvm_ctx_eval(c, prompt + done, n, run->logits + done * nv, 1);
+    }
+    CHECK_ST(st, MVM_OK);
+    mvm_space_get_stats(m->space, &run->space);
+    mvm_resid_get_stats(mvm_ctx_residency(c), &run->resid);
+    mvm_ctx_free(c);
+    mvm_model_free(m);
+    return run;
+}
+
+static void free_run(struct run *r)
+{
+    if (r)
+        free(r->logits);
+    free(r);
+}
+
+/* ||a - b|| / ||b||, infinite when either has a non-finite value. */
+static double rel_err(const float *a, const float *b, size_t n)
+{
+    double d = 0, r = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i]) || !isfinite(b[i]))
+            return INFINITY;
+        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        r += (double)b[i] * b[i];
+    }
+    return sqrt(d / r);
+}
+
+/* The device's logits are the CPU's to rounding (the kernels' numerics are the CPU's), for
+ * each architecture; prefill in batches and token by token give the same. */
+static void test_matches_cpu(void)
+{
+    static const struct {
+        const char *arch;
+        enum mvm_wtype type;
+    } cases[] = {{"llama", MVM_W_F32}, {"llama", MVM_W_Q8_0}, {"llama", MVM_W_Q4_0},
+                 {"qwen2moe", MVM_W_F16}, {"qwen3moe", MVM_W_BF16}, {"olmoe", MVM_W_Q8_0}};
+    /* Without HOST_NUMA only the waiting differs, and under a sanitizer the host code is
+     * what is checked: two cases are enough. */
+    size_t n_cases = home_mapped && !quick ? sizeof cases / sizeof *cases : 2;
+    for (size_t i = 0; i < n_cases; i++) {
+        const char *path = model_path(cases[i].arch, cases[i].type);
+        size_t n = N_PROMPT * mvm_preset_find("tiny", cases[i].arch)->spec.n_vocab;
+        struct run *cpu = run_prompt(path, MVM_BACKEND_HOST, 1, 4, 0);
+        struct run *gpu = run_prompt(path, MVM_BACKEND_CUDA, 1, 4, 0);
+        struct run *serial = i == 0 ? run_prompt(path, MVM_BACKEND_CUDA, 1, 1, 0) : NULL;
+        if (cpu && gpu) {
+            double e = rel_err(gpu->logits, cpu->logits, n);
+            /* Q types: activations quantized to Q8_0 from floats that differ in the last
+             * bits may round a value the other way; F32 sums only in another order. */
+            double tol = cases[i].type == MVM_W_F32 ? 1e-5 : 2e-3;
+            CHECK(e < tol);
+            if (!(e < tol))
+                fprintf(stderr, "  %s type %d: relative error %.3g\n", cases[i].arch,
+                        (int)cases[i].type, e);
+            CHECK(memcmp(gpu->sel, cpu->sel, sizeof gpu->sel) == 0);
+            CHECK(gpu->resid.accesses == cpu->resid.accesses && gpu->resid.accesses > 0);
+        }
+        if (serial && gpu)
+            CHECK(rel_err(serial->logits, gpu->logits, n) < 1e-5);
+        free_run(cpu), free_run(gpu), free_run(serial);
+    }
+}
+
+/* A budget of a fraction of the experts: the logits stay bit for bit those of the unlimited
+ * run. Half the experts, every step waiting for its copies: experts move, and every access
+ * computes a resident expert. With HOST_NUMA, an eighth, no waiting: experts also run from
+ * their homes through their device addresses. */
+static void test_residency(void)
+{
+    const char *path = model_path("llama", MVM_W_Q8_0);
+    size_t n = N_PROMPT * mvm_preset_find("tiny", "llama")->spec.n_vocab;
+    struct run *all = run_prompt(path, MVM_BACKEND_CUDA, 1, 4, 0);
+    struct run *half = run_prompt(path, MVM_BACKEND_CUDA, 0.5, 4, 1);
+    struct run *eighth = home_mapped ? run_prompt(path, MVM_BACKEND_CUDA, 0.125, 4, 0) : NULL;
+    if (all && half) {
+        CHECK(memcmp(all->logits, half->logits, n * sizeof *all->logits) == 0);
+        CHECK(half->space.pages_evicted > 0);
+        CHECK(half->resid.bypassed == 0);
+    }
+    if (all && eighth) {
+        CHECK(memcmp(all->logits, eighth->logits, n * sizeof *all->logits) == 0);
+        CHECK(eighth->resid.bypassed > 0);
+    }
+    free_run(all), free_run(half), free_run(eighth);
+}
+
+/* A step whose experts cannot all be resident at once: without HOST_NUMA that is an error
+ * naming the budget (with it the experts run from their homes: test_residency). */
+static void test_budget_too_small(void)
+{
+    mvm_model *m = NULL;
+    mvm_ctx *c = NULL;
+    CHECK_ST(load(model_path("llama", MVM_W_F32), MVM_BACKEND_CUDA, 0.15, &m), MVM_OK);
+    if (m)
+        CHECK_ST(mvm_ctx_create(m, pool, 32, 4, NULL, &c), MVM_OK);
+    if (c) {
+        mvm_status st = mvm_ctx_eval(c, prompt, 4, NULL, 0);
+        if (home_mapped) {
+            CHECK_ST(st, MVM_OK);
+        } else {
+            CHECK_ST(st, MVM_ERR_NOSPACE);
+            CHECK(strstr(mvm_last_error(), "device budget too small") != NULL);
+        }
+        mvm_stats s;
+        mvm_space_get_stats(m->space, &s);
+        CHECK(s.pinned_experts == 0); /* nothing left pinned, even after the failure */
+    }
+    mvm_ctx_free(c);
+    mvm_model_free(m);
+}
+
+/* Driver failures: named, and a failed step unpins its experts. */
+static void test_failures(void)
+{
+    mvm_model *m = NULL;
+    mvm_ctx *c = NULL;
+    CHECK_ST(load(model_path("llama", MVM_W_F32), MVM_BACKEND_CUDA, 1, &m), MVM_OK);
+    if (!m)
+        return;
+    CHECK(set_fail("cuMemAlloc_v2:10:CUDA_ERROR_OUT_OF_MEMORY") == 0);
+    CHECK_ST(mvm_ctx_create(m, pool, 32, 4, NULL, &c), MVM_ERR_NOMEM);
+    CHECK(strstr(mvm_last_error(), "device context of 32 positions") != NULL);
+    CHECK(strstr(mvm_last_error(), "CUDA_ERROR_OUT_OF_MEMORY") != NULL);
+    set_fail(NULL);
+    CHECK_ST(mvm_ctx_create(m, pool, 32, 4, NULL, &c), MVM_OK);
+    if (c) {
+        /* The first expert kernel of the first step (after 12 launches of attention and
+         * routing in a llama layer with F32 weights). */
+        CHECK(set_fail("cuLaunchKernel:13") == 0);
+        CHECK_ST(mvm_ctx_eval(c, prompt, 2, NULL, 0), MVM_ERR_BACKEND);
+        CHECK(strstr(mvm_last_error(), "mvm_g_expert_") != NULL);
+        mvm_stats s;
+        mvm_space_get_stats(m->space, &s);
+        CHECK(s.pinned_experts == 0);
+        set_fail(NULL);
+        CHECK(mvm_ctx_n_past(c) == 0);
+        CHECK_ST(mvm_ctx_eval(c, prompt, 2, NULL, 0), MVM_OK);
+    }
+    mvm_ctx_free(c);
+    mvm_model_free(m);
+}
+
+int main(int argc, char **argv)
+{
+    quick = argc == 3 && strcmp(argv[2], "--quick") == 0;
+    if (argc != 2 && !quick) {
+        fprintf(stderr, "usage: FAKECUDA_KERNELS=plugin.so test_forward_gpu "
+                        "path/to/fake/libcuda.so.1 [--quick]\n");
+        return 2;
+    }
+    setenv("MOEVM_CUDA_LIBRARY", argv[1], 1);
+    snprintf(dir, sizeof dir, "/tmp/moevm-fwdgpu-XXXXXX");
+    if (!mkdtemp(dir) || mvm_pool_create(2, NULL, &pool) != MVM_OK)
+        return 1;
+    void *driver = dlopen(argv[1], RTLD_NOW);
+    set_fail = driver ? (fakecuda_set_fail_fn)dlsym(driver, "fakecuda_set_fail") : NULL;
+    CHECK(set_fail != NULL);
+    mvm_model *m = NULL;
+    CHECK_ST(load(model_path("llama", MVM_W_F32), MVM_BACKEND_CUDA, 1, &m), MVM_OK);
+    if (!m || !set_fail)
+        TEST_END();
+    mvm_space_info info;
+    mvm_space_get_info(m->space, &info);
+    home_mapped = info.home_mapped;
+    mvm_model_free(m);
+    fprintf(stderr, "fake device %s HOST_NUMA VMM\n", home_mapped ? "with" : "without");
+    RUN(test_matches_cpu);
+    RUN(test_residency);
+    RUN(test_budget_too_small);
+    RUN(test_failures);
+    mvm_pool_destroy(pool);
+    char cmd[96];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    TEST_END();
+}
