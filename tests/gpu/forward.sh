@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# One call, from the repository root on a machine with an NVIDIA GPU:
+#   bash tests/gpu/forward.sh [preset for the speed run (default olmoe-1b-7b)]
+# The engine's forward pass on the GPU (engine/forward_cuda.c) for real:
+#   1. tests/ref/check_forward.py with MOEVM_BACKEND=cuda: every architecture and weight type
+#      against the NumPy reference, as CI checks it over the fake driver;
+#   2. the same greedy text on the CPU and the GPU for a prompt;
+#   3. speed: `moevm run` of a real-shaped model (random weights, made here by mkmodel) on the
+#      CPU, on the GPU with every expert resident, and on the GPU with half the experts'
+#      bytes as its budget (HOST_NUMA devices run the others from their homes, the rest wait).
+# With $OUT set, the output is also written to $OUT/gpu_forward.txt. Results go into
+# docs/perf/engine.md.
+set -euo pipefail
+
+cd "$(dirname "$0")/../.."
+
+preset=${1:-olmoe-1b-7b}
+source bench/gpu/deps.sh || exit 1
+log=$(moevm_out_log gpu_forward.txt)
+work=${TMPDIR:-/tmp}/moevm-gpu-forward
+mkdir -p "$work"
+{
+    cmake -S . -B build-gpu-tests -DCMAKE_BUILD_TYPE=Release -DMOEVM_WERROR=OFF
+    cmake --build build-gpu-tests -j16 --target moevm_cli
+    moevm=build-gpu-tests/moevm
+    nvidia-smi -L
+    echo "== 1. check_forward.py on the GPU"
+    MOEVM_BACKEND=cuda python3 tests/ref/check_forward.py --moevm "$moevm" \
+        --workdir "$work/ref" || echo "check_forward on the GPU FAILED"
+    echo "== 2. greedy text, CPU and GPU"
+    "$moevm" mkmodel --preset tiny --arch qwen2moe --type q8_0 -o "$work/tiny.gguf"
+    for b in host cuda; do
+        MOEVM_BACKEND=$b "$moevm" run -m "$work/tiny.gguf" -p "It was the best of times" \
+            -n 24 --temp 0 >"$work/text.$b"
+    done
+    if cmp -s "$work/text.host" "$work/text.cuda"; then echo "same text"; else
+        echo "TEXT DIFFERS"; diff "$work/text.host" "$work/text.cuda" || true; fi
+    echo "== 3. speed, $preset q8_0"
+    model="$work/$preset.gguf"
+    [[ -f "$model" ]] || "$moevm" mkmodel --preset "$preset" --type q8_0 -o "$model"
+    run() { echo "-- $*"; env "$@" "$moevm" run -m "$model" -p "The history of the" -n 64 \
+        --temp 0 --batch 32 2>&1 >/dev/null | tail -n 3; }
+    run MOEVM_BACKEND=host
+    run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=100%
+    run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=50%
+    run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=50% MOEVM_PREDICT=gate
+} 2>&1 | tee -a "$log"
