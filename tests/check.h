@@ -6,6 +6,8 @@
 #ifndef MVM_TESTS_CHECK_H
 #define MVM_TESTS_CHECK_H
 
+#include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 
 static int check_passed, check_failed;
@@ -45,5 +47,19 @@ static int check_passed, check_failed;
         printf("%d passed, %d failed\n", check_passed, check_failed);                           \
         return check_failed ? 1 : 0;                                                            \
     } while (0)
+
+/* ||a - b||_2 / ||b||_2 over n floats; infinite when either holds a non-finite value (a
+ * poisoned output left unwritten). */
+static inline double check_rel_l2(const float *a, const float *b, size_t n)
+{
+    double d = 0, r = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i]) || !isfinite(b[i]))
+            return INFINITY;
+        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        r += (double)b[i] * b[i];
+    }
+    return sqrt(d / r);
+}
 
 #endif

@@ -341,18 +341,6 @@ static float *run_prompt(const char *path, int threads, uint32_t batch, const ch
     return logits;
 }
 
-static double rel_err(const float *a, const float *b, size_t n)
-{
-    double d = 0, r = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(a[i]) || !isfinite(b[i]))
-            return INFINITY;
-        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        r += (double)b[i] * b[i];
-    }
-    return sqrt(d / r);
-}
-
 static void test_forward_properties(void)
 {
     for (size_t i = 0; i < 4; i++) {
@@ -365,11 +353,11 @@ static void test_forward_properties(void)
             float *serial = run_prompt(path, 2, 1, NULL);
             float *three = run_prompt(path, 3, 5, NULL);
             if (base && again && small && serial && three) {
-                CHECK(rel_err(base, base, n) == 0); /* and finite */
+                CHECK(check_rel_l2(base, base, n) == 0); /* and finite */
                 CHECK(memcmp(base, again, n * sizeof *base) == 0);
                 CHECK(memcmp(base, small, n * sizeof *base) == 0);
-                CHECK(rel_err(serial, base, n) < 1e-5);
-                CHECK(rel_err(three, base, n) < 1e-5);
+                CHECK(check_rel_l2(serial, base, n) < 1e-5);
+                CHECK(check_rel_l2(three, base, n) < 1e-5);
             }
             free(base), free(again), free(small), free(serial), free(three);
         }

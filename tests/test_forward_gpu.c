@@ -119,19 +119,6 @@ static void free_run(struct run *r)
     free(r);
 }
 
-/* ||a - b|| / ||b||, infinite when either has a non-finite value. */
-static double rel_err(const float *a, const float *b, size_t n)
-{
-    double d = 0, r = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(a[i]) || !isfinite(b[i]))
-            return INFINITY;
-        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        r += (double)b[i] * b[i];
-    }
-    return sqrt(d / r);
-}
-
 /* The device's logits are the CPU's to rounding (the kernels' numerics are the CPU's), for
  * each architecture; prefill in batches and token by token give the same. */
 static void test_matches_cpu(void)
@@ -151,7 +138,7 @@ static void test_matches_cpu(void)
         struct run *gpu = run_prompt(path, MVM_BACKEND_CUDA, 1, 4, 0);
         struct run *serial = i == 0 ? run_prompt(path, MVM_BACKEND_CUDA, 1, 1, 0) : NULL;
         if (cpu && gpu) {
-            double e = rel_err(gpu->logits, cpu->logits, n);
+            double e = check_rel_l2(gpu->logits, cpu->logits, n);
             /* Q types: activations quantized to Q8_0 from floats that differ in the last
              * bits may round a value the other way; F32 sums only in another order. */
             double tol = cases[i].type == MVM_W_F32 ? 1e-5 : 2e-3;
@@ -163,7 +150,7 @@ static void test_matches_cpu(void)
             CHECK(gpu->resid.accesses == cpu->resid.accesses && gpu->resid.accesses > 0);
         }
         if (serial && gpu)
-            CHECK(rel_err(serial->logits, gpu->logits, n) < 1e-5);
+            CHECK(check_rel_l2(serial->logits, gpu->logits, n) < 1e-5);
         free_run(cpu), free_run(gpu), free_run(serial);
     }
 }
