@@ -412,7 +412,8 @@ static int generate(struct session *s)
     mvm_space_get_stats(s->model->space, &vs);
     mvm_resid_get_stats(mvm_ctx_residency(s->ctx), &rs);
     fprintf(stderr, "prefill %u tokens %.1f tok/s | decode %u tokens %.2f tok/s | expert "
-            "accesses %" PRIu64 " (hit %.1f%%, %.1f%% partial, %" PRIu64 " from host; evict %s: "
+            "accesses %" PRIu64 " (hit %.1f%%, %.1f%% partial, %" PRIu64 " from host, %" PRIu64
+            " extra rounds; evict %s: "
             "%" PRIu64
             " out; predict %s: %" PRIu64 " prefetched, %" PRIu64 " used, %" PRIu64 " in time; "
             "route %s: %" PRIu64 " substituted; config %s: %" PRIu64 " changes, %" PRIu64
@@ -421,7 +422,7 @@ static int generate(struct session *s)
             t_decode > 0 ? generated / t_decode : 0.0, rs.accesses,
             rs.accesses ? 100.0 * (double)rs.hits / (double)rs.accesses : 0.0,
             rs.accesses ? 100.0 * (double)rs.partial_hits / (double)rs.accesses : 0.0,
-            rs.bypassed,
+            rs.bypassed, rs.extra_rounds,
             mvm_resid_evict_name(mvm_ctx_residency(s->ctx)), rs.evictions,
             mvm_prefetcher_name(mvm_ctx_prefetcher(s->ctx)), rs.prefetches, rs.prefetch_used,
             rs.prefetch_hits, mvm_substitutor_name(mvm_ctx_substitutor(s->ctx)),

@@ -49,7 +49,7 @@ typedef struct mvm_ctx_policies {
      * as a device reader must (and as the simulator models a GPU); 0: an expert still
      * loading runs from its home meanwhile (the CPU backend's way: no wait). On a GPU that
      * cannot read the homes (no HOST_NUMA VMM: mvm_space_info.home_mapped 0) steps always
-     * wait, and a step whose experts do not all fit the budget fails (MVM_ERR_NOSPACE). */
+     * wait, and a step whose experts do not all fit the budget runs in rounds. */
     int wait_loads;
 } mvm_ctx_policies;
 

@@ -14,6 +14,10 @@
  * A step's experts are pinned until its kernels are done: the stream is synchronised before
  * mvm_moe_end. That costs little, as the next layer's step waits for its router's logits
  * anyway; what it gives up is only queueing the next attention while the experts run.
+ * Without HOST_NUMA VMM a step runs in rounds that each fit the budget (moe_step.h), with a
+ * sync between rounds: each round's rows land in their own slots of the rows' outputs, and
+ * the sum in each token's routing order comes after the last, so the result does not
+ * depend on how the step was cut.
  *
  * Scratch: attention scores take n_batch x n_head x n_ctx floats of device memory, like the
  * KV cache's 2 x n_layer x n_ctx x kv_dim.
@@ -339,7 +343,6 @@ static mvm_status upload_rows(struct cuda_fwd *f, uint32_t n)
 {
     const mvm_moe *s = f->moe;
     size_t E = f->m->hp.n_expert, nk = (size_t)n * f->m->hp.n_expert_used;
-    TRY(mvm_gpu_upload(f->g, f->active, s->active, s->n_active * sizeof *s->active));
     TRY(mvm_gpu_upload(f->g, f->off, s->off, E * sizeof *s->off));
     TRY(mvm_gpu_upload(f->g, f->cnt, s->cnt, E * sizeof *s->cnt));
     TRY(mvm_gpu_upload(f->g, f->row_tok, s->row_tok, nk * sizeof *s->row_tok));
@@ -347,25 +350,47 @@ static mvm_status upload_rows(struct cuda_fwd *f, uint32_t n)
     return mvm_gpu_upload(f->g, f->row_w, s->row_w, nk * sizeof *s->row_w);
 }
 
-/* The routed experts, added to x in each token's routing order. */
+static mvm_g_expert_args expert_args(const struct cuda_fwd *f, uint32_t il)
+{
+    const mvm_hparams *hp = &f->m->hp;
+    int q = mvm_g_is_q((int)f->m->expert_type);
+    return (mvm_g_expert_args){.experts = f->layers[il].experts, .act = q ? f->act : f->xn,
+                               .active = f->active, .off = f->off, .cnt = f->cnt,
+                               .row_tok = f->row_tok, .row_w = f->row_w, .h = f->h,
+                               .out = f->out, .expert_stride = f->expert_stride,
+                               .act_stride = q ? f->act_stride : hp->n_embd * sizeof(float),
+                               .h_stride = f->h_stride, .n_embd = hp->n_embd,
+                               .n_groups = hp->n_ff_exp / MVM_G_QBLOCK};
+}
+
+/* The rows of the round's experts (moe_step.h), each into its own slot of f->out. */
+static mvm_status expert_round(struct cuda_fwd *f, uint32_t il)
+{
+    const mvm_moe *s = f->moe;
+    int t = (int)f->m->expert_type;
+    mvm_g_expert_args a = expert_args(f, il);
+    a.n_active = s->n_round;
+    TRY(mvm_gpu_upload(f->g, f->active, s->round, s->n_round * sizeof *s->round));
+    TRY(mvm_gpu_expert_up(f->g, t, &a));
+    return mvm_gpu_expert_down(f->g, t, &a);
+}
+
+/* The routed experts, round by round (each waited for before its experts are unpinned),
+ * then added to x in each token's routing order. Returns with the step's last round
+ * pinned, its kernels maybe still running. */
 static mvm_status experts(struct cuda_fwd *f, uint32_t il, uint32_t n)
 {
     const mvm_hparams *hp = &f->m->hp;
-    int t = (int)f->m->expert_type;
-    mvm_g_expert_args a = {.experts = f->layers[il].experts, .act = f->xn,
-                           .active = f->active, .off = f->off, .cnt = f->cnt,
-                           .row_tok = f->row_tok, .row_w = f->row_w, .h = f->h, .out = f->out,
-                           .expert_stride = f->expert_stride,
-                           .act_stride = hp->n_embd * sizeof(float), .h_stride = f->h_stride,
-                           .n_embd = hp->n_embd, .n_groups = hp->n_ff_exp / MVM_G_QBLOCK,
-                           .n_active = f->moe->n_active};
-    if (mvm_g_is_q(t)) {
+    if (mvm_g_is_q((int)f->m->expert_type))
         TRY(quantize(f, f->xn, hp->n_embd, hp->n_embd, n));
-        a.act = f->act;
-        a.act_stride = f->act_stride;
+    for (;;) {
+        TRY(expert_round(f, il));
+        if (f->moe->n_run + f->moe->n_round == f->moe->n_active)
+            break;
+        TRY(mvm_gpu_sync(f->g));
+        TRY(mvm_moe_next_round(f->moe));
     }
-    TRY(mvm_gpu_expert_up(f->g, t, &a));
-    TRY(mvm_gpu_expert_down(f->g, t, &a));
+    TRY(mvm_moe_next_round(f->moe)); /* nothing left: the last round stays pinned */
     mvm_g_expert_sum_args s = {.x = f->x, .out = f->out, .tok_rows = f->tok_rows,
                                .n_embd = hp->n_embd, .n_tok = n, .top_k = hp->n_expert_used};
     return mvm_gpu_expert_sum(f->g, 0, &s);
@@ -400,7 +425,8 @@ static mvm_status moe(struct cuda_fwd *f, uint32_t il, uint32_t n, uint32_t pos0
     mvm_status st = experts(f, il, n);
     if (st == MVM_OK && hp->n_ff_shexp)
         st = shared_expert(f, L, n);
-    /* Whatever failed, the kernels already queued may still read the pinned experts. */
+    /* Whatever failed, the kernels already queued may still read the pinned experts (a
+     * failed round pinned nothing, and the step's end then does nothing). */
     mvm_status synced = mvm_gpu_sync(f->g);
     st = st != MVM_OK ? st : synced;
     mvm_status ended = mvm_moe_end(f->moe);

@@ -42,7 +42,7 @@ static mvm_status create_policies(mvm_moe *s, const mvm_ctx_policies *policies)
         st = mvm_prefetcher_create(s->m, s->resid, s->routers, &pol.prefetch, &s->prefetch);
     if (st == MVM_OK)
         st = mvm_substitutor_create(s->resid, &pol.routing, &s->subst);
-    s->wait = s->wait || pol.wait_loads;
+    s->wait = pol.wait_loads;
     return st;
 }
 
@@ -55,7 +55,7 @@ mvm_status mvm_moe_create(mvm_model *m, uint32_t n_batch, const mvm_ctx_policies
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the MoE step");
     s->m = m;
     s->n_batch = n_batch;
-    s->wait = device_reader;
+    s->rounds = device_reader;
     size_t B = n_batch, K = m->hp.n_expert_used, E = m->hp.n_expert;
     s->probs = malloc(B * E * sizeof *s->probs);
     s->sel = malloc(B * K * sizeof *s->sel);
@@ -65,12 +65,13 @@ mvm_status mvm_moe_create(mvm_model *m, uint32_t n_batch, const mvm_ctx_policies
     s->cnt = malloc(E * sizeof *s->cnt);
     s->off = malloc(E * sizeof *s->off);
     s->active = malloc(E * sizeof *s->active);
+    s->todo = malloc(E * sizeof *s->todo);
     s->row_tok = malloc(B * K * sizeof *s->row_tok);
     s->tok_rows = malloc(B * K * sizeof *s->tok_rows);
     s->row_w = malloc(B * K * sizeof *s->row_w);
     mvm_status st = MVM_OK;
     if (!s->probs || !s->sel || !s->selw || !s->sel0 || !s->selw0 || !s->cnt || !s->off ||
-        !s->active || !s->row_tok || !s->tok_rows || !s->row_w)
+        !s->active || !s->todo || !s->row_tok || !s->tok_rows || !s->row_w)
         st = mvm_fail(MVM_ERR_NOMEM, "out of memory for the MoE step of %u tokens", n_batch);
     if (st == MVM_OK)
         st = create_policies(s, policies);
@@ -92,7 +93,7 @@ void mvm_moe_free(mvm_moe *s)
     free(s->router_table);
     free((void *)s->routers);
     void *bufs[] = {s->probs, s->sel, s->selw, s->sel0, s->selw0, s->cnt, s->off, s->active,
-                    s->row_tok, s->tok_rows, s->row_w};
+                    s->todo, s->row_tok, s->tok_rows, s->row_w};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
     free(s);
@@ -168,17 +169,55 @@ void mvm_moe_route(mvm_moe *s, uint32_t layer, uint32_t pos0, uint32_t n,
     group(s);
 }
 
+/* Pins the next round of a step in rounds; once it is the last, the predictor's copies for
+ * the next layer may start: they then overlap this round's compute and take no room an
+ * earlier round needs. */
+static mvm_status begin_round(mvm_moe *s)
+{
+    s->round = s->todo + s->n_run;
+    mvm_status st = mvm_resid_begin_round(s->resid, s->step.layer, s->todo + s->n_run,
+                                          s->n_active - s->n_run, &s->n_round);
+    if (st == MVM_OK && s->n_run + s->n_round == s->n_active)
+        s->ahead = mvm_prefetcher_ahead(s->prefetch, &s->step);
+    s->begun = st == MVM_OK;
+    return st;
+}
+
 mvm_status mvm_moe_begin(mvm_moe *s)
 {
+    s->n_run = 0;
+    s->ahead = MVM_OK;
+    if (s->rounds) {
+        memcpy(s->todo, s->active, s->n_active * sizeof *s->todo);
+        return begin_round(s);
+    }
+    s->round = s->active;
+    s->n_round = s->n_active;
     mvm_status st = mvm_resid_begin(s->resid, s->step.layer, s->active, s->n_active, s->wait);
     /* The next layer's copies overlap this layer's compute; a failed one ends the pass
      * after this step, which must still run and end (its experts are pinned). */
-    s->ahead = st == MVM_OK ? mvm_prefetcher_ahead(s->prefetch, &s->step) : MVM_OK;
+    if (st == MVM_OK)
+        s->ahead = mvm_prefetcher_ahead(s->prefetch, &s->step);
+    s->begun = st == MVM_OK;
     return st;
+}
+
+mvm_status mvm_moe_next_round(mvm_moe *s)
+{
+    s->n_run += s->n_round;
+    if (s->n_run == s->n_active) {
+        s->n_round = 0; /* the last round stays pinned until the step ends */
+        return MVM_OK;
+    }
+    mvm_resid_release(s->resid, s->step.layer, s->round, s->n_round);
+    return begin_round(s);
 }
 
 mvm_status mvm_moe_end(mvm_moe *s)
 {
+    if (!s->begun)
+        return MVM_OK; /* its begin or a round failed: nothing to report or unpin */
+    s->begun = 0;
     uint32_t layer = s->step.layer;
     mvm_status st = mvm_resid_end(s->resid, &s->step, s->active, s->n_active,
                                   layer + 1 == s->m->hp.n_layer);

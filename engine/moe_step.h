@@ -7,8 +7,12 @@
  * A step, for n tokens of `layer`:
  *   1. the backend writes the router's logits into probs ([n][n_expert]);
  *   2. mvm_moe_route() turns them into the routing and the grouped rows;
- *   3. mvm_moe_begin() makes the experts resident (or not, see wait) and pins them;
- *   4. the backend computes the experts through their fixed addresses;
+ *   3. mvm_moe_begin() makes the experts resident (or not, see wait) and pins them: all of
+ *      them, or on a device that cannot read the homes, whose budget may not hold them
+ *      together, the first round of them (round[0..n_round));
+ *   4. the backend computes the round's experts through their fixed addresses; in rounds
+ *      (only a device_reader's steps) it then, once they are done, calls
+ *      mvm_moe_next_round() until n_round is 0;
  *   5. mvm_moe_end(), once that computation is over, reports the step and unpins them.
  */
 #ifndef MVM_ENGINE_MOE_STEP_H
@@ -25,7 +29,9 @@ typedef struct mvm_moe {
     mvm_substitutor *subst;
     float *router_table;        /* the routers as F32, when a predict or config module runs */
     const float **routers;      /* [n_layer] into router_table */
-    int wait;                   /* mvm_resid_begin's: the reader needs the copies landed */
+    int wait;                   /* mvm_resid_begin's: the step waits for its copies */
+    int rounds;                 /* the reader cannot read the homes: steps run in rounds
+                                   that fit the budget (mvm_resid_begin_round) */
     uint32_t n_batch;
     float *probs;               /* [n_batch][n_expert]: the router's logits, then softmax */
     int *sel;                   /* [n_batch][K] the experts that run, best first */
@@ -39,6 +45,10 @@ typedef struct mvm_moe {
     float *row_w;                             /* [n_batch * K] */
     int32_t *active;            /* the distinct experts of the step, ascending */
     uint32_t n_active;
+    int32_t *todo;              /* [n_expert] the active experts in the order rounds take */
+    const int32_t *round;       /* the experts pinned to be computed now */
+    uint32_t n_round, n_run;    /* their number; the step's experts computed before them */
+    int begun;                  /* the step's experts are pinned, until it ends */
     mvm_pstep step;             /* the step as the policy modules see it */
     mvm_status ahead;           /* the prefetcher's status, reported at the step's end */
     mvm_route_fn obs;
@@ -46,8 +56,8 @@ typedef struct mvm_moe {
 } mvm_moe;
 
 /* device_reader: the experts are read by a device that cannot read a non-resident expert's
- * home (mvm_space_info.home_mapped == 0), so every step waits for its copies whatever the
- * policies say. */
+ * home (mvm_space_info.home_mapped == 0), so every step runs in rounds that wait for their
+ * copies, whatever the policies say. */
 mvm_status mvm_moe_create(mvm_model *m, uint32_t n_batch, const mvm_ctx_policies *policies,
                           int device_reader, mvm_moe **out);
 void mvm_moe_free(mvm_moe *s);
@@ -56,8 +66,11 @@ void mvm_moe_free(mvm_moe *s);
  * ([n][n_embd] floats on the host, for observers and predictors), valid until the end. */
 void mvm_moe_route(mvm_moe *s, uint32_t layer, uint32_t pos0, uint32_t n,
                    const float *hidden);
-/* Step 3. On failure nothing stays pinned and the step must not be ended. */
+/* Step 3. On failure nothing stays pinned (mvm_moe_end then does nothing). */
 mvm_status mvm_moe_begin(mvm_moe *s);
+/* Step 4, after the round's experts have been computed: unpins them and pins the next
+ * round; n_round 0 when every expert of the step has run. On failure as mvm_moe_begin. */
+mvm_status mvm_moe_next_round(mvm_moe *s);
 /* Step 5: the first failure of the step (a failed prefetch included: the pass ends). */
 mvm_status mvm_moe_end(mvm_moe *s);
 

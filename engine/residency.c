@@ -267,71 +267,167 @@ static mvm_status request(mvm_resid *r, uint32_t x, int demand, mvm_move **move)
     return st;
 }
 
+/* Unpins the experts the step still holds (a round released earlier holds none). */
 static void unpin(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n)
 {
     for (uint32_t i = 0; i < n; i++) {
-        mvm_unpin(r->space, layer, (uint32_t)experts[i]);
-        r->busy[layer * r->n_experts + (uint32_t)experts[i]] = 0;
+        uint32_t x = layer * r->n_experts + (uint32_t)experts[i];
+        if (r->busy[x])
+            mvm_unpin(r->space, layer, (uint32_t)experts[i]);
+        r->busy[x] = 0;
     }
 }
 
-/* Loads experts[0..n) of layer l (all shielded), waits for them when asked, pins them. */
-static mvm_status load_and_pin(mvm_resid *r, uint32_t l, const int32_t *experts, uint32_t n,
-                               int wait, uint32_t *pinned)
+/* Counts a step's access to expert x, which found `res` when requested. */
+static void count_access(mvm_resid *r, uint32_t x, const mvm_residency *res)
 {
-    for (*pinned = 0; *pinned < n; (*pinned)++) {
-        uint32_t x = l * r->n_experts + (uint32_t)experts[*pinned];
-        mvm_residency res = {0};
-        mvm_expert_residency(r->space, l, (uint32_t)experts[*pinned], &res);
-        int hit = res.resident == res.n_pages && !res.loading;
-        r->stats.accesses++;
-        r->stats.hits += hit;
-        r->stats.partial_hits += !hit && res.resident > 0 && !res.loading;
-        r->stats.prefetch_used += r->by_prefetch[x];
-        r->stats.prefetch_hits += hit && r->by_prefetch[x];
-        r->by_prefetch[x] = 0;
-        mvm_move *move = NULL;
-        mvm_status st = request(r, x, 1, wait ? &move : NULL);
-        if (st == MVM_ERR_NOSPACE) {
-            r->stats.bypassed++;
-            if (wait)
-                return mvm_fail(MVM_ERR_NOSPACE, "device budget too small for the experts one "
-                                "layer uses at once: layer %u's step needs %u experts of %u "
-                                "pages resident together, the budget holds %u pages (raise "
-                                "MOEVM_GPU_BUDGET, or lower --batch)", l, n, r->ppe,
-                                (unsigned)r->view.capacity_pages);
-        } else if (st != MVM_OK) {
-            return st;
-        }
-        if (move) {
-            st = mvm_move_wait(move, -1);
-            mvm_move_release(move);
-            if (st != MVM_OK)
-                return st;
-        }
-        if ((st = mvm_pin(r->space, l, (uint32_t)experts[*pinned])) != MVM_OK)
-            return st;
-    }
-    return MVM_OK;
+    int hit = res->resident == res->n_pages && !res->loading;
+    r->stats.accesses++;
+    r->stats.hits += hit;
+    r->stats.partial_hits += !hit && res->resident > 0 && !res->loading;
+    r->stats.prefetch_used += r->by_prefetch[x];
+    r->stats.prefetch_hits += hit && r->by_prefetch[x];
+    r->by_prefetch[x] = 0;
 }
 
-mvm_status mvm_resid_begin(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n,
-                           int wait)
+/* A step's access to expert x (shielded): requested resident, waited for when asked,
+ * pinned. MVM_ERR_NOSPACE, counting and pinning nothing, when no room can be made. */
+static mvm_status access_expert(mvm_resid *r, uint32_t x, int wait)
+{
+    uint32_t l = x / r->n_experts, e = x % r->n_experts;
+    mvm_residency res = {0};
+    mvm_expert_residency(r->space, l, e, &res);
+    mvm_move *move = NULL;
+    mvm_status st = request(r, x, 1, wait ? &move : NULL);
+    if (st != MVM_OK)
+        return st;
+    count_access(r, x, &res);
+    if (move) {
+        st = mvm_move_wait(move, -1);
+        mvm_move_release(move);
+        if (st != MVM_OK)
+            return st;
+    }
+    return mvm_pin(r->space, l, e);
+}
+
+static mvm_status check_step(const mvm_resid *r, uint32_t layer, const int32_t *experts,
+                             uint32_t n)
 {
     for (uint32_t i = 0; i < n; i++)
         if (experts[i] < 0 || (uint32_t)experts[i] >= r->n_experts || layer >= r->shape.n_layers)
             return mvm_fail(MVM_ERR_RANGE, "expert (%u, %d) is outside the space", layer,
                             experts[i]);
+    return MVM_OK;
+}
+
+static void shield(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n)
+{
     for (uint32_t i = 0; i < n; i++)
         r->busy[layer * r->n_experts + (uint32_t)experts[i]] = 1;
-    uint32_t pinned;
-    mvm_status st = load_and_pin(r, layer, experts, n, wait, &pinned);
-    if (st != MVM_OK) {
-        unpin(r, layer, experts, pinned);
-        for (uint32_t i = pinned; i < n; i++)
-            r->busy[layer * r->n_experts + (uint32_t)experts[i]] = 0;
+}
+
+/* After a failure: unpins the first `pinned` experts, unshields them all. */
+static void abandon(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n,
+                    uint32_t pinned)
+{
+    unpin(r, layer, experts, pinned);
+    for (uint32_t i = pinned; i < n; i++)
+        r->busy[layer * r->n_experts + (uint32_t)experts[i]] = 0;
+}
+
+mvm_status mvm_resid_begin(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n,
+                           int wait)
+{
+    mvm_status st = check_step(r, layer, experts, n);
+    if (st != MVM_OK)
+        return st;
+    shield(r, layer, experts, n);
+    uint32_t pinned = 0;
+    for (; pinned < n; pinned++) {
+        uint32_t e = (uint32_t)experts[pinned], x = layer * r->n_experts + e;
+        st = access_expert(r, x, wait);
+        if (st == MVM_ERR_NOSPACE) { /* no room: it runs from its home, which stays put */
+            mvm_residency res = {0};
+            mvm_expert_residency(r->space, layer, e, &res);
+            count_access(r, x, &res);
+            r->stats.bypassed++;
+            st = mvm_pin(r->space, layer, e);
+        }
+        if (st != MVM_OK)
+            break;
     }
+    if (st != MVM_OK)
+        abandon(r, layer, experts, n, pinned);
     return st;
+}
+
+/* Room held by copies still in flight (prefetches the step does not use) is free once they
+ * land: waits for the first of them. MVM_ERR_NOSPACE when none is in flight. */
+static mvm_status wait_for_landing(mvm_resid *r)
+{
+    for (uint32_t x = 0; x < r->n_total; x++) {
+        uint32_t l = x / r->n_experts, e = x % r->n_experts;
+        mvm_residency res = {0};
+        mvm_move *move = NULL;
+        if (!r->resident[x] || r->busy[x] || mvm_expert_residency(r->space, l, e, &res) !=
+            MVM_OK || !res.loading || mvm_make_resident_async(r->space, l, e, MVM_ALL_PAGES,
+                                                               &move) != MVM_OK)
+            continue;
+        mvm_status st = mvm_move_wait(move, -1);
+        mvm_move_release(move);
+        return st;
+    }
+    return MVM_ERR_NOSPACE;
+}
+
+/* Moves the experts with pages on the device (or on their way) to the front, in order. */
+static void resident_first(const mvm_resid *r, uint32_t layer, int32_t *experts, uint32_t n)
+{
+    for (uint32_t i = 0, front = 0; i < n; i++)
+        if (r->resident[layer * r->n_experts + (uint32_t)experts[i]]) {
+            int32_t e = experts[i];
+            memmove(experts + front + 1, experts + front, (i - front) * sizeof *experts);
+            experts[front++] = e;
+        }
+}
+
+mvm_status mvm_resid_begin_round(mvm_resid *r, uint32_t layer, int32_t *experts, uint32_t n,
+                                 uint32_t *n_round)
+{
+    *n_round = 0;
+    mvm_status st = check_step(r, layer, experts, n);
+    if (st != MVM_OK)
+        return st;
+    shield(r, layer, experts, n);
+    resident_first(r, layer, experts, n);
+    uint32_t k = 0;
+    while (k < n) {
+        st = access_expert(r, layer * r->n_experts + (uint32_t)experts[k], 1);
+        if (st == MVM_OK)
+            k++;
+        else if (st != MVM_ERR_NOSPACE || k > 0 || (st = wait_for_landing(r)) != MVM_OK)
+            break;
+    }
+    if (st == MVM_ERR_NOSPACE && k > 0)
+        st = MVM_OK; /* the round is full: the rest wait for the next */
+    if (st != MVM_OK) {
+        abandon(r, layer, experts, n, k);
+        if (st == MVM_ERR_NOSPACE)
+            return mvm_fail(st, "no room on the device for one expert of layer %u (%u pages): "
+                            "the budget holds %u pages and none can be freed (raise "
+                            "MOEVM_GPU_BUDGET)", layer, r->ppe,
+                            (unsigned)r->view.capacity_pages);
+        return st;
+    }
+    *n_round = k;
+    r->stats.extra_rounds += k < n;
+    return MVM_OK;
+}
+
+void mvm_resid_release(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n)
+{
+    unpin(r, layer, experts, n);
 }
 
 mvm_status mvm_resid_end(mvm_resid *r, const mvm_pstep *step, const int32_t *experts,

@@ -27,7 +27,9 @@
  *
  * When nothing can be evicted (every resident expert is pinned by the current step) an
  * expert runs from where it is: through its fixed address, which on the host backend and on
- * HOST_NUMA devices reads the host home. `moevm run` and `moevm demo` share this.
+ * HOST_NUMA devices reads the host home. A GPU without HOST_NUMA cannot read the homes: its
+ * steps run in rounds that each fit the budget (mvm_resid_begin_round). `moevm run` and
+ * `moevm demo` share this.
  */
 #ifndef MVM_ENGINE_RESIDENCY_H
 #define MVM_ENGINE_RESIDENCY_H
@@ -56,6 +58,8 @@ typedef struct mvm_resid_stats {
     uint64_t hits;       /* of them, resident (all pages, none loading) when requested */
     uint64_t partial_hits; /* misses that found a page prefix resident (a config split) */
     uint64_t bypassed;   /* requests that found no room and ran from the home */
+    uint64_t extra_rounds; /* rounds that steps cut to fit the budget took beyond their
+                              first (mvm_resid_begin_round) */
     uint64_t evictions;  /* experts the evict module chose to make room */
     uint64_t prefetches; /* experts loaded ahead of use: the evict module's wishes and the
                             caller's predictions (mvm_resid_prefetch) */
@@ -83,15 +87,27 @@ void mvm_resid_pinit(const mvm_resid *r, mvm_pinit *out);
  * until the next call. */
 const mvm_pview *mvm_resid_landed_view(mvm_resid *r, uint32_t layer);
 /* Requests experts[0..n) of `layer` resident and pins them (repeats not allowed). wait = 1:
- * returns once all are resident (a reader that needs device memory), failing with
- * MVM_ERR_NOSPACE when they cannot all be; 0: returns at once, copies proceed behind the
- * reader and an expert with no room runs from its home. On failure nothing stays pinned. */
+ * returns once their copies have landed; 0: returns at once, copies proceed behind the
+ * reader. An expert for which no room can be made runs from its home (counted as
+ * bypassed): only for readers that can read the homes. On failure nothing stays pinned. */
 mvm_status mvm_resid_begin(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n,
                            int wait);
+/* For a reader that cannot read the homes (a GPU without HOST_NUMA VMM), whose budget may
+ * not hold a step's experts together: the step runs in rounds. Reorders experts[0..n) (the
+ * step's experts not yet run; all of them stay shielded from eviction) and pins the first
+ * *n_round of them, resident and landed: those already on the device first, then as many
+ * as room can be made for, at least one. The reader computes them, then releases them
+ * (mvm_resid_release) so their room serves the next round, called with the rest; the last
+ * round is unpinned by mvm_resid_end, which reports the whole step. A round of all n when
+ * they fit. MVM_ERR_NOSPACE when not even one expert fits; on failure nothing of the step
+ * stays pinned. */
+mvm_status mvm_resid_begin_round(mvm_resid *r, uint32_t layer, int32_t *experts, uint32_t n,
+                                 uint32_t *n_round);
+void mvm_resid_release(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n);
 /* Ends the step begun for step->layer with the same experts: reports it to the evict module
  * (step->counts: tokens per expert of the layer; scores and hidden may be NULL), unpins the
- * experts and prefetches what the module wants. last_layer: the batch's last MoE layer,
- * after which the module's token clock advances by step->n_tok. */
+ * experts it still holds and prefetches what the module wants. last_layer: the batch's last
+ * MoE layer, after which the module's token clock advances by step->n_tok. */
 mvm_status mvm_resid_end(mvm_resid *r, const mvm_pstep *step, const int32_t *experts,
                          uint32_t n, int last_layer);
 /* Loads expert (layer, e) ahead of its use, at prefetch priority, making room as a request

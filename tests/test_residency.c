@@ -1,11 +1,13 @@
 /*
  * The engine's residency manager (engine/residency.h) on the host backend: the evict
  * module it is given decides what makes room, a step's own experts are never evicted for
- * each other, a step that cannot fit leaves nothing pinned, modules that ask for experts
- * get them, bad modules and parameters are clear errors; and the engine's decisions are
+ * each other, a step that cannot fit runs what does not from its home or, for a reader
+ * that cannot read the homes, in rounds that fit, and leaves nothing pinned, modules that
+ * ask for experts get them, bad modules and parameters are clear errors; and the engine's decisions are
  * the simulator's: a trace recorded by the engine, replayed by tools/sim with the same
  * module, budget and page size, counts the same accesses and hits.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -145,29 +147,118 @@ static void test_landed_view(void)
     mvm_space_destroy(sp);
 }
 
-/* Four experts in a budget of three: waiting fails and leaves nothing pinned or shielded
- * (the next steps evict freely); not waiting runs the fourth from its home. */
+/* Four experts in a budget of three: the fourth runs from its home, whether the step waits
+ * for the other three's copies or not, and the step leaves nothing pinned or shielded (the
+ * next steps evict freely). */
 static void test_no_room(void)
 {
     mvm_space *sp = small_space();
     mvm_resid *r = resid_for(sp, "lru", "");
     static const int32_t four[] = {0, 1, 2, 3};
-    CHECK_ST(step(r, 1, four, 4, 1), MVM_ERR_NOSPACE);
-    CHECK(strstr(mvm_last_error(), "budget too small") != NULL);
+    CHECK_ST(step(r, 1, four, 4, 1), MVM_OK);
+    CHECK(resident_pages(sp, 1, 0) == 2 && resident_pages(sp, 1, 2) == 2);
+    CHECK(resident_pages(sp, 1, 3) == 0);
     for (uint32_t e = 0; e < 4; e++) {
         mvm_residency res = {0};
         mvm_expert_residency(sp, 1, e, &res);
         CHECK(res.pins == 0);
     }
-    for (int32_t e = 0; e < 4; e++) /* each evicts one of the failed step's experts */
+    for (int32_t e = 0; e < 4; e++) /* each evicts one of the step's experts */
         CHECK_ST(use1(r, 0, e), MVM_OK);
     CHECK(resident_pages(sp, 0, 3) == 2 && resident_pages(sp, 0, 0) == 0);
     CHECK_ST(step(r, 1, four, 4, 0), MVM_OK);
     mvm_resid_stats rs;
     mvm_resid_get_stats(r, &rs);
-    CHECK(rs.bypassed == 2); /* the fourth of each step */
+    CHECK(rs.bypassed == 2 && rs.extra_rounds == 0); /* the fourth of each step */
     static const int32_t bad[] = {4};
     CHECK_ST(step(r, 0, bad, 1, 1), MVM_ERR_RANGE);
+    mvm_resid_destroy(r);
+    mvm_space_destroy(sp);
+}
+
+static uint32_t pins_of(mvm_space *sp, uint32_t l, uint32_t e)
+{
+    mvm_residency res = {0};
+    mvm_expert_residency(sp, l, e, &res);
+    return res.pins;
+}
+
+/* A reader that cannot read the homes runs a step of four experts in a budget of three in
+ * rounds: the resident one first with two loaded beside it, then the fourth in the room
+ * the released round leaves; every expert is counted once, the step's end reports all four
+ * and unpins the last round. */
+static void test_rounds(void)
+{
+    mvm_space *sp = small_space();
+    mvm_resid *r = resid_for(sp, "lru", "");
+    CHECK_ST(use1(r, 1, 2), MVM_OK);
+    int32_t todo[] = {0, 1, 2, 3};
+    uint32_t k = 0;
+    CHECK_ST(mvm_resid_begin_round(r, 1, todo, 4, &k), MVM_OK);
+    CHECK(k == 3 && todo[0] == 2 && todo[1] == 0 && todo[2] == 1 && todo[3] == 3);
+    for (uint32_t i = 0; i < 4; i++)
+        CHECK(pins_of(sp, 1, (uint32_t)todo[i]) == (i < 3));
+    CHECK(resident_pages(sp, 1, 3) == 0);
+    mvm_resid_release(r, 1, todo, k);
+    CHECK_ST(mvm_resid_begin_round(r, 1, todo + 3, 1, &k), MVM_OK);
+    CHECK(k == 1 && resident_pages(sp, 1, 3) == 2 && pins_of(sp, 1, 3) == 1);
+    /* lru: the step's experts are reported used at its end; before it, (1,0) and (1,1)
+     * count as never used, older than (1,2), and the first of them offered goes. */
+    CHECK(resident_pages(sp, 1, 0) == 0 && resident_pages(sp, 1, 2) == 2);
+    static const int32_t four[] = {0, 1, 2, 3};
+    uint32_t counts[4] = {1, 1, 1, 1};
+    mvm_pstep s = {.layer = 1, .n_tok = 2, .experts = (int32_t *)four, .counts = counts};
+    CHECK_ST(mvm_resid_end(r, &s, four, 4, 1), MVM_OK);
+    for (uint32_t e = 0; e < 4; e++)
+        CHECK(pins_of(sp, 1, e) == 0);
+    mvm_resid_stats rs;
+    mvm_resid_get_stats(r, &rs);
+    CHECK(rs.accesses == 5 && rs.hits == 1 && rs.bypassed == 0 && rs.extra_rounds == 1);
+    mvm_resid_destroy(r);
+    mvm_space_destroy(sp);
+}
+
+struct late_unpin {
+    mvm_space *sp;
+    int32_t experts[3];
+};
+
+static void *unpin_later(void *arg)
+{
+    struct late_unpin *u = arg;
+    usleep(50000);
+    for (int i = 0; i < 3; i++)
+        mvm_unpin(u->sp, 0, (uint32_t)u->experts[i]);
+    return NULL;
+}
+
+/* A round finds the whole budget held by another reader: by copies in flight, it waits for
+ * them to land and proceeds; by pinned experts, it fails with one line, pinning nothing. */
+static void test_round_without_room(void)
+{
+    mvm_space *sp = small_space();
+    mvm_resid *r = resid_for(sp, "lru", "");
+    struct late_unpin u = {sp, {0, 1, 2}};
+    for (int i = 0; i < 3; i++) { /* loads of pinned experts land after the last unpin */
+        CHECK_ST(mvm_pin(sp, 0, (uint32_t)u.experts[i]), MVM_OK);
+        CHECK_ST(mvm_resid_prefetch(r, 0, (uint32_t)u.experts[i]), MVM_OK);
+    }
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, unpin_later, &u) == 0);
+    int32_t todo[] = {1, 3};
+    uint32_t k = 0;
+    CHECK_ST(mvm_resid_begin_round(r, 1, todo, 2, &k), MVM_OK);
+    pthread_join(t, NULL);
+    CHECK(k == 2 && resident_pages(sp, 1, 1) == 2 && resident_pages(sp, 1, 3) == 2);
+    mvm_resid_release(r, 1, todo, 2);
+    for (int i = 0; i < 3; i++) /* the budget pinned: (0,2) resident, the rest room */
+        CHECK_ST(mvm_pin(sp, i < 2 ? 1 : 0, (uint32_t)(i == 0 ? 1 : i == 1 ? 3 : 2)),
+                 MVM_OK);
+    CHECK(resident_pages(sp, 0, 2) == 2);
+    int32_t one[] = {0};
+    CHECK_ST(mvm_resid_begin_round(r, 1, one, 1, &k), MVM_ERR_NOSPACE);
+    CHECK(k == 0 && strstr(mvm_last_error(), "no room on the device for one expert") != NULL);
+    CHECK(pins_of(sp, 1, 0) == 0 && pins_of(sp, 1, 1) == 1);
     mvm_resid_destroy(r);
     mvm_space_destroy(sp);
 }
@@ -483,6 +574,8 @@ int main(void)
     RUN(test_module_decides);
     RUN(test_step_shield);
     RUN(test_no_room);
+    RUN(test_rounds);
+    RUN(test_round_without_room);
     RUN(test_landed_view);
     RUN(test_wanted_prefetched);
     RUN(test_choice_and_errors);
