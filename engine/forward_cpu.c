@@ -1,18 +1,18 @@
 /*
- * The CPU backend of the forward pass (forward_impl.h). One batch of n tokens goes through every layer as
+ * The CPU backend of the forward pass (forward_impl.h). One batch of n tokens goes through
+ * every layer as
  *   attention:  x += Wo · attn(rope(norm_qk(Wq·h)), rope(norm_qk(Wk·h)), Wv·h),  h = rms(x)
  *   MoE:        x += Σ_selected w_e · expert_e(h) [+ sigmoid(g·h) · shared(h)],  h = rms(x)
  * with the architecture's variations (arch.c). Matrix products are split by rows across the
- * pool; attention by (token, head); the experts by (expert, channel-group range), handed
- * out dynamically because the number of tokens per expert varies, with per-thread output
- * rows reduced at the end so no two threads ever add into the same floats. Work is handed
- * out statically (unit u to thread u mod n), so a run is bitwise reproducible for a given
+ * pool; attention by (token, head); the experts as experts_cpu.h says. Work is handed out
+ * statically (unit u to thread u mod n), so a run is bitwise reproducible for a given
  * thread count: greedy decoding is deterministic, whatever the experts' residency.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/experts_cpu.h"
 #include "engine/forward_impl.h"
 #include "vmm/error.h"
 
@@ -21,31 +21,15 @@ struct cpu_fwd {
     mvm_pool *pool;
     mvm_moe *moe;
     int nth;
-    uint32_t n_ctx, n_batch, q_dim, kv_dim, n_groups;
+    uint32_t n_ctx, n_batch, q_dim, kv_dim;
     float *kc, *vc;             /* [n_layer][n_ctx][kv_dim] */
     float *x, *xn, *q, *k, *v, *att, *tmp, *tmp2; /* [n_batch][...] */
     uint8_t *act;               /* [n_batch][act_stride]: the current matmul input */
     size_t act_stride;
     float *sh1, *sh3, *shg;     /* shared expert: [n_batch][n_ff_shexp] x2, [n_batch] */
     float *scratch;             /* [nth][n_ctx] attention scores */
-    uint8_t *gact;              /* [n_batch*K][gact_stride]: the MoE step's rows' inputs */
-    size_t gact_stride;
-    /* the experts split in work units: each active expert's channel groups in ranges */
-    uint32_t units_per_expert, groups_per_unit;
-    float *tout;                /* [nth][n_batch*K][n_embd] */
-    uint32_t *tstamp;           /* [nth][n_batch*K]: row valid in tout when == stamp */
-    uint32_t stamp;
+    mvm_xcpu *experts;          /* the routed experts' threads */
 };
-
-#define ALIGN64(n) (((n) + 63) & ~(size_t)63)
-
-static void *buf(size_t n, int *ok)
-{
-    void *p = NULL;
-    if (posix_memalign(&p, 64, n ? n : 64) != 0)
-        *ok = 0;
-    return p;
-}
 
 static mvm_status cpu_create(mvm_ctx *ctx, void **state)
 {
@@ -62,48 +46,44 @@ static mvm_status cpu_create(mvm_ctx *ctx, void **state)
     c->n_batch = ctx->n_batch;
     c->q_dim = hp->n_head * hp->head_dim;
     c->kv_dim = hp->n_head_kv * hp->head_dim;
-    c->n_groups = hp->n_ff_exp / MVM_QBLOCK;
-    size_t B = c->n_batch, K = hp->n_expert_used, D = hp->n_embd;
+    size_t B = c->n_batch, D = hp->n_embd;
     size_t widest = D > c->q_dim ? D : c->q_dim;
     if (hp->n_ff_shexp > widest)
         widest = hp->n_ff_shexp;
-    c->act_stride = ALIGN64(mvm_k_act_bytes(MVM_W_F32, widest));
-    c->gact_stride = ALIGN64(mvm_k_act_bytes(c->m->expert_type, D));
+    c->act_stride = MVM_ALIGN64(mvm_k_act_bytes(MVM_W_F32, widest));
     size_t kv = (size_t)hp->n_layer * c->n_ctx * c->kv_dim * sizeof(float);
     int ok = 1;
-    c->kc = buf(kv, &ok);
-    c->vc = buf(kv, &ok);
-    c->x = buf(B * D * 4, &ok);
-    c->xn = buf(B * D * 4, &ok);
-    c->tmp = buf(B * D * 4, &ok);
-    c->tmp2 = buf(B * D * 4, &ok);
-    c->q = buf(B * c->q_dim * 4, &ok);
-    c->att = buf(B * c->q_dim * 4, &ok);
-    c->k = buf(B * c->kv_dim * 4, &ok);
-    c->v = buf(B * c->kv_dim * 4, &ok);
-    c->act = buf(B * c->act_stride, &ok);
-    c->scratch = buf((size_t)c->nth * c->n_ctx * 4, &ok);
-    c->gact = buf(B * K * c->gact_stride, &ok);
-    c->tout = buf((size_t)c->nth * B * K * D * 4, &ok);
-    c->tstamp = calloc((size_t)c->nth * B * K, sizeof *c->tstamp);
+    c->kc = mvm_buf64(kv, &ok);
+    c->vc = mvm_buf64(kv, &ok);
+    c->x = mvm_buf64(B * D * 4, &ok);
+    c->xn = mvm_buf64(B * D * 4, &ok);
+    c->tmp = mvm_buf64(B * D * 4, &ok);
+    c->tmp2 = mvm_buf64(B * D * 4, &ok);
+    c->q = mvm_buf64(B * c->q_dim * 4, &ok);
+    c->att = mvm_buf64(B * c->q_dim * 4, &ok);
+    c->k = mvm_buf64(B * c->kv_dim * 4, &ok);
+    c->v = mvm_buf64(B * c->kv_dim * 4, &ok);
+    c->act = mvm_buf64(B * c->act_stride, &ok);
+    c->scratch = mvm_buf64((size_t)c->nth * c->n_ctx * 4, &ok);
     if (hp->n_ff_shexp) {
-        c->sh1 = buf(B * hp->n_ff_shexp * 4, &ok);
-        c->sh3 = buf(B * hp->n_ff_shexp * 4, &ok);
-        c->shg = buf(B * 4, &ok);
+        c->sh1 = mvm_buf64(B * hp->n_ff_shexp * 4, &ok);
+        c->sh3 = mvm_buf64(B * hp->n_ff_shexp * 4, &ok);
+        c->shg = mvm_buf64(B * 4, &ok);
     }
-    if (!ok || !c->tstamp)
+    if (!ok)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for a context of %u positions (KV cache "
                         "%.1f MiB)", c->n_ctx, 2.0 * (double)kv / 1048576.0);
-    return MVM_OK;
+    return mvm_xcpu_create(c->m, c->pool, c->n_batch, &c->experts);
 }
 
 static void cpu_destroy(void *state)
 {
     struct cpu_fwd *c = state;
     void *bufs[] = {c->kc, c->vc, c->x, c->xn, c->tmp, c->tmp2, c->q, c->att, c->k, c->v,
-                    c->act, c->scratch, c->gact, c->tout, c->tstamp, c->sh1, c->sh3, c->shg};
+                    c->act, c->scratch, c->sh1, c->sh3, c->shg};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
+    mvm_xcpu_free(c->experts);
     free(c);
 }
 
@@ -228,84 +208,6 @@ static void attention(struct cpu_fwd *c, uint32_t il, uint32_t n, uint32_t pos0)
 
 /* ---- mixture of experts ---------------------------------------------------------------- */
 
-/* The step's rows' inputs in the experts' format, and its work units: each active
- * expert's groups in equal ranges, about 8 units per thread in all, interleaved over threads
- * so that experts with many tokens spread over all. */
-static void dispatch(struct cpu_fwd *c, uint32_t n)
-{
-    const mvm_moe *s = c->moe;
-    const mvm_hparams *hp = &c->m->hp;
-    prepare(c, c->m->expert_type, c->xn, n, hp->n_embd);
-    size_t ab = mvm_k_act_bytes(c->m->expert_type, hp->n_embd);
-    for (uint32_t r = 0; r < n * hp->n_expert_used; r++)
-        memcpy(c->gact + r * c->gact_stride, c->act + s->row_tok[r] * c->act_stride, ab);
-    uint32_t want = (uint32_t)c->nth * 8 / s->n_active + 1;
-    c->units_per_expert = want < c->n_groups ? want : c->n_groups;
-    c->groups_per_unit = (c->n_groups + c->units_per_expert - 1) / c->units_per_expert;
-    c->units_per_expert = (c->n_groups + c->groups_per_unit - 1) / c->groups_per_unit;
-}
-
-struct moe_job {
-    struct cpu_fwd *c;
-    uint32_t layer;
-};
-
-static void experts_run(void *p, int t, int nth)
-{
-    const struct moe_job *j = p;
-    struct cpu_fwd *c = j->c;
-    const mvm_hparams *hp = &c->m->hp;
-    size_t rows = (size_t)c->n_batch * hp->n_expert_used;
-    float *tout = c->tout + (size_t)t * rows * hp->n_embd;
-    uint32_t *stamp = c->tstamp + (size_t)t * rows;
-    const mvm_moe *s = c->moe;
-    uint32_t n_units = s->n_active * c->units_per_expert;
-    for (uint32_t u = (uint32_t)t; u < n_units; u += (uint32_t)nth) {
-        uint32_t e = (uint32_t)s->active[u / c->units_per_expert];
-        uint32_t g0 = (u % c->units_per_expert) * c->groups_per_unit;
-        uint32_t g1 = g0 + c->groups_per_unit < c->n_groups ? g0 + c->groups_per_unit : c->n_groups;
-        uint32_t r0 = s->off[e], nr = s->cnt[e];
-        for (uint32_t r = r0; r < r0 + nr; r++)
-            if (stamp[r] != c->stamp) {
-                stamp[r] = c->stamp;
-                memset(tout + (size_t)r * hp->n_embd, 0, hp->n_embd * sizeof(float));
-            }
-        const void *w = mvm_expert_addr(c->m->space, j->layer, e);
-        if (nr == 1)
-            mvm_k_expert_ffn(c->m->expert_type, w, hp->n_embd, c->gact + r0 * c->gact_stride,
-                             s->row_w[r0], tout + (size_t)r0 * hp->n_embd, g0, g1);
-        else
-            mvm_k_expert_ffn_batch(c->m->expert_type, w, hp->n_embd,
-                                   c->gact + r0 * c->gact_stride, c->gact_stride, s->row_w + r0,
-                                   nr, tout + (size_t)r0 * hp->n_embd, hp->n_embd, g0, g1);
-    }
-}
-
-struct reduce_job {
-    struct cpu_fwd *c;
-    uint32_t n;
-};
-
-/* x[token] += the rows' partial outputs of every thread; split by columns. */
-static void reduce_run(void *p, int t, int nth)
-{
-    const struct reduce_job *j = p;
-    struct cpu_fwd *c = j->c;
-    const mvm_hparams *hp = &c->m->hp;
-    size_t d0, d1, rows = (size_t)c->n_batch * hp->n_expert_used;
-    mvm_pool_split(hp->n_embd, t, nth, &d0, &d1);
-    for (uint32_t r = 0; r < j->n * hp->n_expert_used; r++) {
-        float *x = c->x + (size_t)c->moe->row_tok[r] * hp->n_embd;
-        for (int s = 0; s < c->nth; s++) {
-            if (c->tstamp[(size_t)s * rows + r] != c->stamp)
-                continue;
-            const float *o = c->tout + ((size_t)s * rows + r) * hp->n_embd;
-            for (size_t d = d0; d < d1; d++)
-                x[d] += o[d];
-        }
-    }
-}
-
 static void shared_expert(struct cpu_fwd *c, const mvm_layer *L, uint32_t n)
 {
     const mvm_hparams *hp = &c->m->hp;
@@ -336,15 +238,11 @@ static mvm_status moe(struct cpu_fwd *c, uint32_t il, uint32_t n, uint32_t pos0)
                       L->ffn_norm, hp->n_embd, hp->rms_eps);
     matmul(c, &L->router, c->xn, n, c->moe->probs);
     mvm_moe_route(c->moe, il, pos0, n, c->xn);
-    dispatch(c, n);
     mvm_status st = mvm_moe_begin(c->moe);
     if (st != MVM_OK)
         return st;
-    c->stamp++;
-    struct moe_job j = {c, il};
-    mvm_pool_run(c->pool, experts_run, &j);
-    struct reduce_job r = {c, n};
-    mvm_pool_run(c->pool, reduce_run, &r);
+    mvm_xcpu_run(c->experts, c->moe, c->xn, n, c->moe->active, c->moe->n_active, 0);
+    mvm_xcpu_add(c->experts, c->moe, c->x, n);
     st = mvm_moe_end(c->moe);
     if (st == MVM_OK && hp->n_ff_shexp)
         shared_expert(c, L, n);

@@ -6,6 +6,8 @@
 #ifndef MVM_ENGINE_FORWARD_IMPL_H
 #define MVM_ENGINE_FORWARD_IMPL_H
 
+#include <stdlib.h>
+
 #include "engine/forward.h"
 #include "engine/moe_step.h"
 
@@ -27,6 +29,17 @@ struct mvm_fwd_backend {
     mvm_status (*eval)(mvm_ctx *c, const int32_t *tokens, uint32_t n, float *logits,
                        int all_logits);
 };
+
+/* Host buffers of the CPU code: 64-byte aligned, for the SIMD kernels. *ok is cleared
+ * when one cannot be had (the caller checks once after a series). */
+#define MVM_ALIGN64(n) (((n) + 63) & ~(size_t)63)
+static inline void *mvm_buf64(size_t n, int *ok)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 64, n ? n : 64) != 0)
+        *ok = 0;
+    return p;
+}
 
 extern const struct mvm_fwd_backend mvm_fwd_cpu;
 /* Only in builds with the device kernels (MVM_ENGINE_PTX): see mvm_ctx_device_available. */
