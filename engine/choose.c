@@ -15,6 +15,7 @@ static const struct {
     [MVM_ROLE_EVICT] = {MVM_OPTION_EVICT, MVM_OPTION_EVICT_ARGS, 0, 1},
     [MVM_ROLE_PREDICT] = {MVM_OPTION_PREDICT, MVM_OPTION_PREDICT_ARGS, 1, 1},
     [MVM_ROLE_CONFIG] = {MVM_OPTION_CONFIG, MVM_OPTION_CONFIG_ARGS, 1, 1},
+    [MVM_ROLE_ASSIGN] = {MVM_OPTION_ASSIGN, MVM_OPTION_ASSIGN_ARGS, 0, 1},
 };
 
 mvm_status mvm_engine_choose(enum mvm_role role, const char *name, const char *args,

@@ -28,6 +28,7 @@ struct run_args {
     const char *predict, *predict_args; /* NULL: the MOEVM_PREDICT options */
     const char *route, *route_args;     /* NULL: the MOEVM_ROUTE options */
     const char *config, *config_args;   /* NULL: the MOEVM_CONFIG options */
+    const char *assign, *assign_args;   /* NULL: the MOEVM_ASSIGN options */
     const char *predictor;
     uint32_t n_predict, threads, ctx, batch, seed, top_k;
     float temp, top_p;
@@ -42,6 +43,7 @@ static void usage(FILE *f)
             "                 [--gpu-budget SIZE|PCT] [--evict NAME[{k=v,...}]]\n"
             "                 [--predict NAME[{k=v,...}] [--predictor FILE]]\n"
             "                 [--route NAME[{k=v,...}]] [--config NAME[{k=v,...}]]\n"
+            "                 [--assign NAME[{k=v,...}]]\n"
             "                 [--trace-out FILE.jsonl [--trace-hidden]] [--logits-out FILE]\n"
             "  -n            tokens to generate (default 64); stops early at end-of-text\n"
             "  -t            threads (default: the cores near the GPU, or all)\n"
@@ -59,6 +61,9 @@ static void usage(FILE *f)
             "                one that is not, when the router barely preferred it (SMoE)\n"
             "  --config      the config module: none (default MOEVM_CONFIG: one budget), or\n"
             "                per-layer budgets and splits: uniform, hot, fixedpoint (MoEpic)\n"
+            "  --assign      on a GPU, where each expert runs: gpu (default MOEVM_ASSIGN: all\n"
+            "                on the GPU), or also on the CPU threads from the host copy:\n"
+            "                twoptr (SMoE), greedy (DALI), presched (PreScope)\n"
             "  --trace-out   routing of every token and layer, JSON lines (docs/trace-format.md)\n"
             "  --trace-hidden  with --trace-out: also each layer's router input, for\n"
             "                `moevm train-predictor` and the gate/residual predictors (large)\n"
@@ -99,6 +104,8 @@ static int parse_args(int argc, char **argv, struct run_args *a)
             bad = mvm_cli_policy("run", f, argv[i], &a->route, &a->route_args);
         else if (!strcmp(f, "--config"))
             bad = mvm_cli_policy("run", f, argv[i], &a->config, &a->config_args);
+        else if (!strcmp(f, "--assign"))
+            bad = mvm_cli_policy("run", f, argv[i], &a->assign, &a->assign_args);
         else if (!strcmp(f, "--predictor")) a->predictor = v;
         else if (!strcmp(f, "-n")) bad = mvm_cli_u32("run", f, v, 0, 1u << 20, &a->n_predict);
         else if (!strcmp(f, "-t") || !strcmp(f, "--threads"))
@@ -251,7 +258,8 @@ static int load(struct session *s)
         {MVM_ROLE_EVICT, a->evict, a->evict_args, "--evict"},
         {MVM_ROLE_PREDICT, a->predict, a->predict_args, "--predict"},
         {MVM_ROLE_ROUTE, a->route, a->route_args, "--route"},
-        {MVM_ROLE_CONFIG, a->config, a->config_args, "--config"}};
+        {MVM_ROLE_CONFIG, a->config, a->config_args, "--config"},
+        {MVM_ROLE_ASSIGN, a->assign, a->assign_args, "--assign"}};
     for (size_t i = 0; i < sizeof roles / sizeof *roles; i++) {
         const void *ops;
         const char *args;
@@ -354,7 +362,8 @@ static int generate(struct session *s)
     }
     mvm_ctx_policies pol = {
         .residency = {.evict = a->evict, .evict_args = a->evict_args, .config = a->config,
-                      .config_args = a->config_args},
+                      .config_args = a->config_args, .assign = a->assign,
+                      .assign_args = a->assign_args},
         .prefetch = {.predict = a->predict, .predict_args = a->predict_args,
                      .predictor = s->inputs.predictor,
                      .predictor_size = s->inputs.predictor_size},
@@ -417,7 +426,7 @@ static int generate(struct session *s)
             "%" PRIu64
             " out; predict %s: %" PRIu64 " prefetched, %" PRIu64 " used, %" PRIu64 " in time; "
             "route %s: %" PRIu64 " substituted; config %s: %" PRIu64 " changes, %" PRIu64
-            " split) | moved %.1f MiB\n",
+            " split; assign %s: %" PRIu64 " on CPU, %" PRIu64 " zero-copy) | moved %.1f MiB\n",
             s->n_prompt, t_prefill > 0 ? s->n_prompt / t_prefill : 0.0, generated,
             t_decode > 0 ? generated / t_decode : 0.0, rs.accesses,
             rs.accesses ? 100.0 * (double)rs.hits / (double)rs.accesses : 0.0,
@@ -428,6 +437,7 @@ static int generate(struct session *s)
             rs.prefetch_hits, mvm_substitutor_name(mvm_ctx_substitutor(s->ctx)),
             mvm_substitutor_count(mvm_ctx_substitutor(s->ctx)),
             mvm_resid_config_name(mvm_ctx_residency(s->ctx)), rs.reconfigs, rs.splits,
+            mvm_resid_assign_name(mvm_ctx_residency(s->ctx)), rs.cpu_runs, rs.zerocopy_runs,
             (double)vs.bytes_moved / 1048576.0);
     return 0;
 }

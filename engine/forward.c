@@ -18,21 +18,20 @@ int mvm_ctx_device_available(void)
 #endif
 }
 
-/* The backend that computes where the space's experts are. */
+/* The backend that computes where the space's experts are; *home_mapped: the space's. */
 static mvm_status pick_backend(const mvm_model *m, const struct mvm_fwd_backend **be,
-                               int *device_reader)
+                               int *home_mapped)
 {
     mvm_space_info info;
     mvm_status st = mvm_space_get_info(m->space, &info);
     if (st != MVM_OK)
         return st;
     *be = &mvm_fwd_cpu;
-    *device_reader = 0;
+    *home_mapped = info.home_mapped;
     if (strcmp(info.backend, "cuda") != 0)
         return MVM_OK;
 #ifdef MVM_ENGINE_PTX
     *be = &mvm_fwd_cuda;
-    *device_reader = !info.home_mapped;
     return MVM_OK;
 #else
     return mvm_fail(MVM_ERR_UNSUPPORTED, "the experts are on a GPU (cuda backend) but this "
@@ -49,15 +48,15 @@ mvm_status mvm_ctx_create(mvm_model *m, mvm_pool *pool, uint32_t n_ctx, uint32_t
         return mvm_fail(MVM_ERR_INVALID, "context of %u positions, batch of %u: need n_ctx >= "
                         "1 and 1 <= batch <= 4096", n_ctx, n_batch);
     const struct mvm_fwd_backend *be;
-    int device_reader;
-    mvm_status st = pick_backend(m, &be, &device_reader);
+    int home_mapped;
+    mvm_status st = pick_backend(m, &be, &home_mapped);
     if (st != MVM_OK)
         return st;
     mvm_ctx *c = calloc(1, sizeof *c);
     if (!c)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the inference context");
     *c = (mvm_ctx){.m = m, .pool = pool, .n_ctx = n_ctx, .n_batch = n_batch, .be = be};
-    st = mvm_moe_create(m, n_batch, policies, device_reader, &c->moe);
+    st = mvm_moe_create(m, n_batch, policies, be != &mvm_fwd_cpu, home_mapped, &c->moe);
     if (st == MVM_OK)
         st = be->create(c, &c->state);
     if (st != MVM_OK) {

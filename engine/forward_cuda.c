@@ -7,7 +7,9 @@
  * fixed addresses in the expert space. On the host: the token embeddings (a dequantized row
  * per token is uploaded) and each MoE step's host side (moe_step.h): the router's logits and
  * input come back, the routing, the policy modules, observers and predictors run as on the
- * CPU backend, and the step's grouped rows go up. The arithmetic is the CPU kernels' (the
+ * CPU backend, and the step's grouped rows go up; the experts the assign module gives the
+ * CPU are computed there from their homes (experts_cpu.h) while the GPU runs its own, and
+ * their rows go up before the per-token sum. The arithmetic is the CPU kernels' (the
  * kernels' header says how), so both backends agree to rounding, routing included unless a
  * token's top-k is a near tie.
  *
@@ -27,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "engine/experts_cpu.h"
 #include "engine/forward_impl.h"
 #include "engine/gpu.h"
 #include "vmm/error.h"
@@ -69,6 +72,10 @@ struct cuda_fwd {
     uint64_t h_stride;
     mvm_dptr active, off, cnt, row_tok, tok_rows, row_w; /* the step's rows (moe_step.h) */
     float *host;                /* [n_batch][n_embd]: embeddings up, the router's input down */
+    mvm_pool *pool;
+    mvm_xcpu *cpu;              /* the experts the assign module runs on the CPU; made at
+                                   the first (many runs have none) */
+    float *cpu_rows;            /* [n_batch * K][n_embd]: their rows' outputs, to go up */
     mvm_dptr *owned;            /* every device allocation, freed at the end */
     size_t n_owned, cap_owned;
 };
@@ -194,6 +201,8 @@ static void cuda_destroy(void *state)
     for (size_t i = 0; i < f->n_owned; i++)
         mvm_gpu_free(f->g, f->owned[i]);
     mvm_gpu_close(f->g);
+    mvm_xcpu_free(f->cpu);
+    free(f->cpu_rows);
     free(f->owned);
     free(f->layers);
     free(f->host);
@@ -219,6 +228,7 @@ static mvm_status cuda_create(mvm_ctx *ctx, void **state)
     f->host = malloc((size_t)f->n_batch * hp->n_embd * sizeof *f->host);
     if (!f->host)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the device context");
+    f->pool = ctx->pool;
     char why[256];
     mvm_status st = mvm_gpu_open(f->m->device, &f->g);
     if (st != MVM_OK) {
@@ -368,6 +378,8 @@ static mvm_status expert_round(struct cuda_fwd *f, uint32_t il)
 {
     const mvm_moe *s = f->moe;
     int t = (int)f->m->expert_type;
+    if (!s->n_round)
+        return MVM_OK; /* every expert of the step on the CPU */
     mvm_g_expert_args a = expert_args(f, il);
     a.n_active = s->n_round;
     TRY(mvm_gpu_upload(f->g, f->active, s->round, s->n_round * sizeof *s->round));
@@ -375,20 +387,45 @@ static mvm_status expert_round(struct cuda_fwd *f, uint32_t il)
     return mvm_gpu_expert_down(f->g, t, &a);
 }
 
-/* The routed experts, round by round (each waited for before its experts are unpinned),
- * then added to x in each token's routing order. Returns with the step's last round
- * pinned, its kernels maybe still running. */
+/* The rows of the experts the assign module gave the CPU, computed from their homes on
+ * the thread pool (the router's input is on the host already) while the GPU runs its
+ * first round, then sent up into their slots of f->out. */
+static mvm_status cpu_experts(struct cuda_fwd *f, uint32_t n)
+{
+    const mvm_moe *s = f->moe;
+    size_t D = f->m->hp.n_embd;
+    if (!s->n_cpu)
+        return MVM_OK;
+    if (!f->cpu) {
+        TRY(mvm_xcpu_create(f->m, f->pool, f->n_batch, &f->cpu));
+        f->cpu_rows = malloc((size_t)f->n_batch * f->m->hp.n_expert_used * D * sizeof(float));
+        if (!f->cpu_rows)
+            return mvm_fail(MVM_ERR_NOMEM, "out of memory for the CPU experts' rows");
+    }
+    mvm_xcpu_run(f->cpu, s, f->host, n, s->cpu, s->n_cpu, 1);
+    for (uint32_t i = 0; i < s->n_cpu; i++) {
+        uint32_t e = (uint32_t)s->cpu[i];
+        mvm_xcpu_rows(f->cpu, s, e, f->cpu_rows);
+        TRY(mvm_gpu_upload(f->g, f->out + (uint64_t)s->off[e] * D * sizeof(float),
+                           f->cpu_rows + (size_t)s->off[e] * D, s->cnt[e] * D * sizeof(float)));
+    }
+    return MVM_OK;
+}
+
+/* The routed experts: the GPU's round by round (each waited for before its experts are
+ * unpinned), the CPU's beside the first; then added to x in each token's routing order.
+ * Returns with the step's last round pinned, its kernels maybe still running. */
 static mvm_status experts(struct cuda_fwd *f, uint32_t il, uint32_t n)
 {
     const mvm_hparams *hp = &f->m->hp;
     if (mvm_g_is_q((int)f->m->expert_type))
         TRY(quantize(f, f->xn, hp->n_embd, hp->n_embd, n));
-    for (;;) {
-        TRY(expert_round(f, il));
-        if (f->moe->n_run + f->moe->n_round == f->moe->n_active)
-            break;
+    TRY(expert_round(f, il));
+    TRY(cpu_experts(f, n));
+    while (f->moe->n_run + f->moe->n_round < f->moe->n_todo) {
         TRY(mvm_gpu_sync(f->g));
         TRY(mvm_moe_next_round(f->moe));
+        TRY(expert_round(f, il));
     }
     TRY(mvm_moe_next_round(f->moe)); /* nothing left: the last round stays pinned */
     mvm_g_expert_sum_args s = {.x = f->x, .out = f->out, .tok_rows = f->tok_rows,

@@ -31,6 +31,7 @@ static mvm_status create_policies(mvm_moe *s, const mvm_ctx_policies *policies)
     pol.residency.top_k = hp->n_expert_used;
     pol.residency.n_embd = hp->n_embd;
     pol.residency.n_ff = hp->n_ff_exp;
+    pol.residency.on_device = s->on_device;
     int routers = 0;
     mvm_status st = wants_routers(&pol, &routers);
     if (st == MVM_OK && routers)
@@ -47,7 +48,7 @@ static mvm_status create_policies(mvm_moe *s, const mvm_ctx_policies *policies)
 }
 
 mvm_status mvm_moe_create(mvm_model *m, uint32_t n_batch, const mvm_ctx_policies *policies,
-                          int device_reader, mvm_moe **out)
+                          int on_device, int home_mapped, mvm_moe **out)
 {
     *out = NULL;
     mvm_moe *s = calloc(1, sizeof *s);
@@ -55,7 +56,9 @@ mvm_status mvm_moe_create(mvm_model *m, uint32_t n_batch, const mvm_ctx_policies
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the MoE step");
     s->m = m;
     s->n_batch = n_batch;
-    s->rounds = device_reader;
+    s->on_device = on_device;
+    s->rounds = on_device && !home_mapped;
+    s->zerocopy = on_device && home_mapped;
     size_t B = n_batch, K = m->hp.n_expert_used, E = m->hp.n_expert;
     s->probs = malloc(B * E * sizeof *s->probs);
     s->sel = malloc(B * K * sizeof *s->sel);
@@ -66,12 +69,14 @@ mvm_status mvm_moe_create(mvm_model *m, uint32_t n_batch, const mvm_ctx_policies
     s->off = malloc(E * sizeof *s->off);
     s->active = malloc(E * sizeof *s->active);
     s->todo = malloc(E * sizeof *s->todo);
+    s->cpu = malloc(E * sizeof *s->cpu);
+    s->where = malloc(E);
     s->row_tok = malloc(B * K * sizeof *s->row_tok);
     s->tok_rows = malloc(B * K * sizeof *s->tok_rows);
     s->row_w = malloc(B * K * sizeof *s->row_w);
     mvm_status st = MVM_OK;
     if (!s->probs || !s->sel || !s->selw || !s->sel0 || !s->selw0 || !s->cnt || !s->off ||
-        !s->active || !s->todo || !s->row_tok || !s->tok_rows || !s->row_w)
+        !s->active || !s->todo || !s->cpu || !s->where || !s->row_tok || !s->tok_rows || !s->row_w)
         st = mvm_fail(MVM_ERR_NOMEM, "out of memory for the MoE step of %u tokens", n_batch);
     if (st == MVM_OK)
         st = create_policies(s, policies);
@@ -93,7 +98,7 @@ void mvm_moe_free(mvm_moe *s)
     free(s->router_table);
     free((void *)s->routers);
     void *bufs[] = {s->probs, s->sel, s->selw, s->sel0, s->selw0, s->cnt, s->off, s->active,
-                    s->todo, s->row_tok, s->tok_rows, s->row_w};
+                    s->todo, s->cpu, s->where, s->row_tok, s->tok_rows, s->row_w};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
     free(s);
@@ -169,48 +174,101 @@ void mvm_moe_route(mvm_moe *s, uint32_t layer, uint32_t pos0, uint32_t n,
     group(s);
 }
 
-/* Pins the next round of a step in rounds; once it is the last, the predictor's copies for
- * the next layer may start: they then overlap this round's compute and take no room an
- * earlier round needs. */
+/* Once the step's experts are all pinned: the predictor's copies for the next layer, and
+ * the assign module's plan. They overlap the step's compute and take no room it needs. */
+static void start_ahead(mvm_moe *s)
+{
+    s->ahead = mvm_prefetcher_ahead(s->prefetch, &s->step);
+    mvm_status st = MVM_OK;
+    for (uint32_t i = 0; i < s->n_plan && st == MVM_OK && s->ahead == MVM_OK; i++) {
+        uint32_t E = s->m->hp.n_expert;
+        st = mvm_resid_prefetch(s->resid, s->plan[i] / E, s->plan[i] % E);
+        if (st != MVM_ERR_NOSPACE) /* no room is not an error: the plan waits */
+            s->ahead = st;
+    }
+}
+
+/* Pins the next round of a step in rounds (the last one starts the copies ahead). */
 static mvm_status begin_round(mvm_moe *s)
 {
     s->round = s->todo + s->n_run;
     mvm_status st = mvm_resid_begin_round(s->resid, s->step.layer, s->todo + s->n_run,
-                                          s->n_active - s->n_run, &s->n_round);
-    if (st == MVM_OK && s->n_run + s->n_round == s->n_active)
-        s->ahead = mvm_prefetcher_ahead(s->prefetch, &s->step);
+                                          s->n_todo - s->n_run, &s->n_round);
+    if (st == MVM_OK && s->n_run + s->n_round == s->n_todo)
+        start_ahead(s);
     s->begun = st == MVM_OK;
     return st;
+}
+
+/* Where the step's experts run: todo[0..n_todo) on the GPU (those to load or resident
+ * first, those read from their homes after them: `*n_home`), cpu[0..n_cpu) on the CPU. A
+ * device that cannot read the homes runs on the CPU what the module would read there. */
+static void place(mvm_moe *s, uint32_t *n_home)
+{
+    s->n_todo = s->n_cpu = *n_home = 0;
+    s->n_plan = 0;
+    if (!s->on_device) {
+        memcpy(s->todo, s->active, s->n_active * sizeof *s->todo);
+        s->n_todo = s->n_active;
+        return;
+    }
+    s->n_plan = mvm_resid_assign(s->resid, &s->step, s->where, &s->plan);
+    for (uint32_t i = 0; i < s->n_active; i++) {
+        int32_t e = s->active[i];
+        int w = s->where[e];
+        if (w == MVM_RUN_ZEROCOPY && !s->zerocopy)
+            w = s->where[e] = MVM_RUN_CPU;
+        if (w == MVM_RUN_CPU)
+            s->cpu[s->n_cpu++] = e;
+        else if (w != MVM_RUN_ZEROCOPY)
+            s->todo[s->n_todo++] = e;
+    }
+    for (uint32_t i = 0; i < s->n_active; i++)
+        if (s->where[s->active[i]] == MVM_RUN_ZEROCOPY)
+            s->todo[s->n_todo + (*n_home)++] = s->active[i];
 }
 
 mvm_status mvm_moe_begin(mvm_moe *s)
 {
     s->n_run = 0;
     s->ahead = MVM_OK;
-    if (s->rounds) {
-        memcpy(s->todo, s->active, s->n_active * sizeof *s->todo);
-        return begin_round(s);
+    uint32_t n_home, layer = s->step.layer;
+    place(s, &n_home);
+    mvm_status st = mvm_resid_begin_home(s->resid, layer, s->cpu, s->n_cpu, 0);
+    if (st == MVM_OK &&
+        (st = mvm_resid_begin_home(s->resid, layer, s->todo + s->n_todo, n_home, 1)) !=
+        MVM_OK)
+        mvm_resid_release(s->resid, layer, s->cpu, s->n_cpu);
+    if (st != MVM_OK)
+        return st;
+    if (s->rounds) /* no experts read from their homes there */
+        st = begin_round(s);
+    else if ((st = mvm_resid_begin(s->resid, layer, s->todo, s->n_todo, s->wait)) == MVM_OK) {
+        s->n_todo += n_home;
+        s->round = s->todo;
+        s->n_round = s->n_todo;
+        start_ahead(s);
     }
-    s->round = s->active;
-    s->n_round = s->n_active;
-    mvm_status st = mvm_resid_begin(s->resid, s->step.layer, s->active, s->n_active, s->wait);
-    /* The next layer's copies overlap this layer's compute; a failed one ends the pass
-     * after this step, which must still run and end (its experts are pinned). */
-    if (st == MVM_OK)
-        s->ahead = mvm_prefetcher_ahead(s->prefetch, &s->step);
     s->begun = st == MVM_OK;
+    if (st != MVM_OK) {
+        mvm_resid_release(s->resid, layer, s->cpu, s->n_cpu);
+        mvm_resid_release(s->resid, layer, s->todo + s->n_todo, n_home);
+    }
     return st;
 }
 
 mvm_status mvm_moe_next_round(mvm_moe *s)
 {
     s->n_run += s->n_round;
-    if (s->n_run == s->n_active) {
+    if (s->n_run == s->n_todo) {
         s->n_round = 0; /* the last round stays pinned until the step ends */
         return MVM_OK;
     }
     mvm_resid_release(s->resid, s->step.layer, s->round, s->n_round);
-    return begin_round(s);
+    mvm_status st = begin_round(s);
+    if (st != MVM_OK) /* nothing of the step stays pinned or shielded */
+        mvm_resid_release(s->resid, s->step.layer, s->cpu, s->n_cpu);
+    return st;
 }
 
 mvm_status mvm_moe_end(mvm_moe *s)

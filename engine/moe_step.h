@@ -7,11 +7,12 @@
  * A step, for n tokens of `layer`:
  *   1. the backend writes the router's logits into probs ([n][n_expert]);
  *   2. mvm_moe_route() turns them into the routing and the grouped rows;
- *   3. mvm_moe_begin() makes the experts resident (or not, see wait) and pins them: all of
- *      them, or on a device that cannot read the homes, whose budget may not hold them
- *      together, the first round of them (round[0..n_round));
- *   4. the backend computes the round's experts through their fixed addresses; in rounds
- *      (only a device_reader's steps) it then, once they are done, calls
+ *   3. mvm_moe_begin() places the experts (on a device, by the assign module: the GPU
+ *      computes todo, the CPU cpu), makes the GPU's resident (or not, see wait) and pins
+ *      them: all of them, or on a device that cannot read the homes, whose budget may not
+ *      hold them together, the first round of them (round[0..n_round));
+ *   4. the backend computes the round's experts through their fixed addresses (and the
+ *      CPU's from their homes); in rounds it then, once they are done, calls
  *      mvm_moe_next_round() until n_round is 0;
  *   5. mvm_moe_end(), once that computation is over, reports the step and unpins them.
  */
@@ -30,8 +31,10 @@ typedef struct mvm_moe {
     float *router_table;        /* the routers as F32, when a predict or config module runs */
     const float **routers;      /* [n_layer] into router_table */
     int wait;                   /* mvm_resid_begin's: the step waits for its copies */
-    int rounds;                 /* the reader cannot read the homes: steps run in rounds
-                                   that fit the budget (mvm_resid_begin_round) */
+    int on_device;              /* a GPU computes: the assign module places the experts */
+    int rounds;                 /* it cannot read the homes: steps run in rounds that fit
+                                   the budget (mvm_resid_begin_round) */
+    int zerocopy;               /* it can (HOST_NUMA): an expert may be read in place */
     uint32_t n_batch;
     float *probs;               /* [n_batch][n_expert]: the router's logits, then softmax */
     int *sel;                   /* [n_batch][K] the experts that run, best first */
@@ -45,9 +48,16 @@ typedef struct mvm_moe {
     float *row_w;                             /* [n_batch * K] */
     int32_t *active;            /* the distinct experts of the step, ascending */
     uint32_t n_active;
-    int32_t *todo;              /* [n_expert] the active experts in the order rounds take */
-    const int32_t *round;       /* the experts pinned to be computed now */
-    uint32_t n_round, n_run;    /* their number; the step's experts computed before them */
+    uint8_t *where;             /* [n_expert] enum mvm_where: the assign module's places */
+    int32_t *todo;              /* [n_expert] the experts the GPU computes (all of them on
+                                   the CPU backend), in the order rounds take them */
+    uint32_t n_todo;
+    const int32_t *round;       /* those of them pinned to be computed now */
+    uint32_t n_round, n_run;    /* their number; the todo experts computed before them */
+    int32_t *cpu;               /* [n_expert] the experts the device pass runs on the CPU */
+    uint32_t n_cpu;
+    const uint32_t *plan;       /* the assign module's prefetches (mvm_resid_assign) */
+    uint32_t n_plan;
     int begun;                  /* the step's experts are pinned, until it ends */
     mvm_pstep step;             /* the step as the policy modules see it */
     mvm_status ahead;           /* the prefetcher's status, reported at the step's end */
@@ -55,11 +65,12 @@ typedef struct mvm_moe {
     void *obs_ctx;
 } mvm_moe;
 
-/* device_reader: the experts are read by a device that cannot read a non-resident expert's
- * home (mvm_space_info.home_mapped == 0), so every step runs in rounds that wait for their
+/* on_device: a GPU computes the experts, placed by the assign module (the rest run on
+ * the CPU from their homes). home_mapped (mvm_space_info's): the device reads a
+ * non-resident expert's home; without it every step runs in rounds that wait for their
  * copies, whatever the policies say. */
 mvm_status mvm_moe_create(mvm_model *m, uint32_t n_batch, const mvm_ctx_policies *policies,
-                          int device_reader, mvm_moe **out);
+                          int on_device, int home_mapped, mvm_moe **out);
 void mvm_moe_free(mvm_moe *s);
 
 /* Step 2, with probs holding the router's logits of n tokens; hidden: their router input

@@ -21,7 +21,8 @@ struct mvm_resid {
     uint32_t *landed;       /* [L*E] landed_view's: ppe where the copy has landed (the
                                layer asked for last; other rows stay 0) */
     uint32_t landed_layer;  /* that layer, UINT32_MAX before the first */
-    uint8_t *busy;          /* [L*E] the view's: pinned by the current step */
+    uint8_t *busy;          /* [L*E] the view's: used by the current step (shielded) */
+    uint8_t *held;          /* [L*E] pinned by the current step */
     uint8_t *by_prefetch;   /* [L*E] loaded ahead of its layer's next step, which has not
                                ended yet */
     uint32_t *cand, *want;  /* [L*E] scratch: eviction candidates, the module's wishes */
@@ -29,6 +30,9 @@ struct mvm_resid {
     void *evict_self;
     const mvm_config_ops *config; /* NULL: one budget for all layers, whole experts */
     void *config_self;
+    const mvm_assign_ops *assign; /* NULL: not on a device, every expert where it is read */
+    void *assign_self;
+    uint32_t *plan;         /* [L*E] the assign module's prefetches */
     uint64_t *layer_pages;  /* [L] the config module's budgets (UINT64_MAX: none) */
     float *theta;           /* [L] its splits: the share of a used expert's pages kept */
     mvm_resid_stats stats;
@@ -41,17 +45,34 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* A role's module and its parameters: p's, else the options'. */
-static mvm_status find_modules(const mvm_resid_params *p, const mvm_evict_ops **evict,
-                               const char **evict_args, const mvm_config_ops **config,
-                               const char **config_args)
+struct modules {
+    const mvm_evict_ops *evict;
+    const mvm_config_ops *config;
+    const mvm_assign_ops *assign;
+    const char *evict_args, *config_args, *assign_args;
+};
+
+/* Each role's module and its parameters: p's, else the options'. The assign role only on
+ * a device: on the CPU every expert runs where the CPU reads it, and choosing a module
+ * there is an error rather than a choice silently ignored. */
+static mvm_status find_modules(const mvm_resid_params *p, struct modules *out)
 {
-    const void *e = NULL, *c = NULL;
-    mvm_status st = mvm_engine_choose(MVM_ROLE_EVICT, p->evict, p->evict_args, &e, evict_args);
+    const void *e = NULL, *c = NULL, *a = NULL;
+    mvm_status st = mvm_engine_choose(MVM_ROLE_EVICT, p->evict, p->evict_args, &e,
+                                      &out->evict_args);
     if (st == MVM_OK)
-        st = mvm_engine_choose(MVM_ROLE_CONFIG, p->config, p->config_args, &c, config_args);
-    *evict = e;
-    *config = c;
+        st = mvm_engine_choose(MVM_ROLE_CONFIG, p->config, p->config_args, &c,
+                               &out->config_args);
+    if (st == MVM_OK)
+        st = mvm_engine_choose(MVM_ROLE_ASSIGN, p->assign, p->assign_args, &a,
+                               &out->assign_args);
+    if (st == MVM_OK && !p->on_device && strcmp(((const mvm_assign_ops *)a)->name, "gpu"))
+        return mvm_fail(MVM_ERR_INVALID, "assign %s: the assign role places experts between "
+                        "the GPU and the CPU, and this run computes on the CPU only (the "
+                        "engine's GPU pass: MOEVM_BACKEND=cuda)", ((const mvm_assign_ops *)a)->name);
+    out->evict = e;
+    out->config = c;
+    out->assign = p->on_device ? a : NULL;
     return st;
 }
 
@@ -60,11 +81,9 @@ mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_res
     *out = NULL;
     mvm_space_info info;
     mvm_status st = mvm_space_get_info(space, &info);
-    const mvm_evict_ops *ops = NULL;
-    const mvm_config_ops *config = NULL;
-    const char *args = NULL, *config_args = NULL;
+    struct modules mods = {0};
     if (st == MVM_OK)
-        st = find_modules(p, &ops, &args, &config, &config_args);
+        st = find_modules(p, &mods);
     if (st != MVM_OK)
         return st;
     mvm_resid *r = calloc(1, sizeof *r);
@@ -77,13 +96,15 @@ mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_res
     r->ppe = (uint32_t)((info.expert_bytes + info.page_size - 1) / info.page_size);
     r->resident = calloc(r->n_total, sizeof *r->resident);
     r->busy = calloc(r->n_total, 1);
+    r->held = calloc(r->n_total, 1);
+    r->plan = calloc(r->n_total, sizeof *r->plan);
     r->by_prefetch = calloc(r->n_total, 1);
     r->cand = calloc(r->n_total, sizeof *r->cand);
     r->want = calloc(r->n_total, sizeof *r->want);
     r->landed = calloc(r->n_total, sizeof *r->landed);
     r->layer_pages = malloc(info.n_layers * sizeof *r->layer_pages);
     r->theta = malloc(info.n_layers * sizeof *r->theta);
-    if (!r->resident || !r->busy || !r->by_prefetch || !r->cand || !r->want || !r->landed ||
+    if (!r->resident || !r->busy || !r->held || !r->plan || !r->by_prefetch || !r->cand || !r->want || !r->landed ||
         !r->layer_pages || !r->theta) {
         mvm_resid_destroy(r);
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the residency table");
@@ -99,19 +120,25 @@ mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_res
         r->layer_pages[l] = UINT64_MAX;
         r->theta[l] = 1.0f;
     }
-    mvm_pinit in = {.shape = &r->shape, .cost = &r->cost, .params = {args}};
-    if ((st = ops->create(&in, &r->evict_self)) != MVM_OK) {
+    mvm_pinit in = {.shape = &r->shape, .cost = &r->cost, .params = {mods.evict_args}};
+    if ((st = mods.evict->create(&in, &r->evict_self)) != MVM_OK) {
         mvm_resid_destroy(r);
         return st;
     }
-    r->evict = ops;
-    in.params.text = config_args;
+    r->evict = mods.evict;
+    in.params.text = mods.assign_args;
+    if (mods.assign && (st = mods.assign->create(&in, &r->assign_self)) != MVM_OK) {
+        mvm_resid_destroy(r);
+        return st;
+    }
+    r->assign = mods.assign;
+    in.params.text = mods.config_args;
     in.routers = p->routers;
-    if (config && (st = config->create(&in, &r->config_self)) != MVM_OK) {
+    if (mods.config && (st = mods.config->create(&in, &r->config_self)) != MVM_OK) {
         mvm_resid_destroy(r);
         return st;
     }
-    r->config = config;
+    r->config = mods.config;
     *out = r;
     return MVM_OK;
 }
@@ -124,8 +151,12 @@ void mvm_resid_destroy(mvm_resid *r)
         r->evict->destroy(r->evict_self);
     if (r->config)
         r->config->destroy(r->config_self);
+    if (r->assign)
+        r->assign->destroy(r->assign_self);
     free(r->resident);
     free(r->busy);
+    free(r->held);
+    free(r->plan);
     free(r->by_prefetch);
     free(r->cand);
     free(r->want);
@@ -143,6 +174,11 @@ const char *mvm_resid_evict_name(const mvm_resid *r)
 const char *mvm_resid_config_name(const mvm_resid *r)
 {
     return r->config ? r->config->name : "none";
+}
+
+const char *mvm_resid_assign_name(const mvm_resid *r)
+{
+    return r->assign ? r->assign->name : "none";
 }
 
 void mvm_resid_pinit(const mvm_resid *r, mvm_pinit *out)
@@ -267,15 +303,25 @@ static mvm_status request(mvm_resid *r, uint32_t x, int demand, mvm_move **move)
     return st;
 }
 
-/* Unpins the experts the step still holds (a round released earlier holds none). */
+/* Unpins the experts the step still holds (a round released earlier, or an expert run on
+ * the CPU, holds none) and unshields them. */
 static void unpin(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n)
 {
     for (uint32_t i = 0; i < n; i++) {
         uint32_t x = layer * r->n_experts + (uint32_t)experts[i];
-        if (r->busy[x])
+        if (r->held[x])
             mvm_unpin(r->space, layer, (uint32_t)experts[i]);
+        r->held[x] = 0;
         r->busy[x] = 0;
     }
+}
+
+/* The step's pin of expert x. */
+static mvm_status hold(mvm_resid *r, uint32_t x)
+{
+    mvm_status st = mvm_pin(r->space, x / r->n_experts, x % r->n_experts);
+    r->held[x] = st == MVM_OK;
+    return st;
 }
 
 /* Counts a step's access to expert x, which found `res` when requested. */
@@ -308,7 +354,7 @@ static mvm_status access_expert(mvm_resid *r, uint32_t x, int wait)
         if (st != MVM_OK)
             return st;
     }
-    return mvm_pin(r->space, l, e);
+    return hold(r, x);
 }
 
 static mvm_status check_step(const mvm_resid *r, uint32_t layer, const int32_t *experts,
@@ -352,7 +398,7 @@ mvm_status mvm_resid_begin(mvm_resid *r, uint32_t layer, const int32_t *experts,
             mvm_expert_residency(r->space, layer, e, &res);
             count_access(r, x, &res);
             r->stats.bypassed++;
-            st = mvm_pin(r->space, layer, e);
+            st = hold(r, x);
         }
         if (st != MVM_OK)
             break;
@@ -428,6 +474,51 @@ mvm_status mvm_resid_begin_round(mvm_resid *r, uint32_t layer, int32_t *experts,
 void mvm_resid_release(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n)
 {
     unpin(r, layer, experts, n);
+}
+
+uint32_t mvm_resid_assign(mvm_resid *r, const mvm_pstep *step, uint8_t *where,
+                          const uint32_t **plan)
+{
+    uint32_t E = r->n_experts, x0 = step->layer * E;
+    mvm_assignment a = {.where = where, .prefetch = r->plan, .cap_prefetch = r->n_total};
+    memset(where, MVM_RUN_NONE, E);
+    if (r->assign)
+        r->assign->assign(r->assign_self, view(r), step, NULL, 0, &a);
+    for (uint32_t e = 0; e < E; e++) {
+        if (!step->counts[e]) {
+            where[e] = MVM_RUN_NONE;
+            continue;
+        }
+        if (where[e] == MVM_RUN_NONE) /* left out (or no module): the default */
+            where[e] = MVM_RUN_GPU;
+        if (where[e] == MVM_RUN_GPU && r->resident[x0 + e] < r->ppe)
+            where[e] = MVM_RUN_GPU_LOAD; /* it assumed a residency the expert lacks */
+    }
+    *plan = r->plan;
+    return a.n_prefetch < r->n_total ? a.n_prefetch : r->n_total;
+}
+
+mvm_status mvm_resid_begin_home(mvm_resid *r, uint32_t layer, const int32_t *experts,
+                                uint32_t n, int pin)
+{
+    mvm_status st = check_step(r, layer, experts, n);
+    if (st != MVM_OK)
+        return st;
+    shield(r, layer, experts, n);
+    uint32_t done = 0;
+    for (; done < n && st == MVM_OK; done++) {
+        uint32_t x = layer * r->n_experts + (uint32_t)experts[done];
+        mvm_residency res = {0};
+        mvm_expert_residency(r->space, layer, (uint32_t)experts[done], &res);
+        count_access(r, x, &res);
+        r->stats.cpu_runs += !pin;
+        r->stats.zerocopy_runs += pin;
+        if (pin && (st = hold(r, x)) != MVM_OK)
+            break;
+    }
+    if (st != MVM_OK)
+        abandon(r, layer, experts, n, done);
+    return st;
 }
 
 mvm_status mvm_resid_end(mvm_resid *r, const mvm_pstep *step, const int32_t *experts,

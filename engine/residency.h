@@ -48,6 +48,11 @@ typedef struct mvm_resid_params {
     const char *config;         /* the config module; "none": no per-layer budgets, whole
                                    experts; NULL: MOEVM_CONFIG */
     const char *config_args;    /* its parameters (NULL: none, or MOEVM_CONFIG_ARGS) */
+    const char *assign;         /* the assign module (NULL: MOEVM_ASSIGN); only on_device */
+    const char *assign_args;    /* its parameters (NULL: none, or MOEVM_ASSIGN_ARGS) */
+    int on_device;              /* a GPU computes (the engine's device pass): the assign
+                                   module places each expert; else any but "gpu" is an
+                                   error */
     uint32_t top_k, n_embd, n_ff; /* the model's, for the modules' shape (0: unknown) */
     const float *const *routers; /* [L] -> [E][n_embd] F32 routers for fixedpoint's
                                     predictions, or NULL (it then models the cache only) */
@@ -60,6 +65,8 @@ typedef struct mvm_resid_stats {
     uint64_t bypassed;   /* requests that found no room and ran from the home */
     uint64_t extra_rounds; /* rounds that steps cut to fit the budget took beyond their
                               first (mvm_resid_begin_round) */
+    uint64_t cpu_runs;      /* accesses the assign module ran on the CPU, from the home */
+    uint64_t zerocopy_runs; /* accesses it ran on the GPU from the home (HOST_NUMA) */
     uint64_t evictions;  /* experts the evict module chose to make room */
     uint64_t prefetches; /* experts loaded ahead of use: the evict module's wishes and the
                             caller's predictions (mvm_resid_prefetch) */
@@ -77,6 +84,7 @@ void mvm_resid_destroy(mvm_resid *r);
 /* The evict module's name; the config module's ("none" without one). */
 const char *mvm_resid_evict_name(const mvm_resid *r);
 const char *mvm_resid_config_name(const mvm_resid *r);
+const char *mvm_resid_assign_name(const mvm_resid *r); /* "none" unless on_device */
 /* The shape and cost the modules were made with (for the engine's other modules); the
  * rest of *out is zeroed. */
 void mvm_resid_pinit(const mvm_resid *r, mvm_pinit *out);
@@ -104,6 +112,22 @@ mvm_status mvm_resid_begin(mvm_resid *r, uint32_t layer, const int32_t *experts,
 mvm_status mvm_resid_begin_round(mvm_resid *r, uint32_t layer, int32_t *experts, uint32_t n,
                                  uint32_t *n_round);
 void mvm_resid_release(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n);
+/* Where each active expert of the step (step->counts[e] > 0) runs, by the assign module
+ * (policy.h enum mvm_where) into where[n_experts], made usable: MVM_RUN_NONE for the
+ * inactive, an active one the module left out runs on the GPU, and MVM_RUN_GPU on an
+ * expert not wholly resident means MVM_RUN_GPU_LOAD. Without a module (not on_device)
+ * every active expert is GPU or GPU_LOAD. *plan: the module's prefetches (expert ids, to
+ * queue once the step is pinned); returns their number. Valid until the next call. */
+uint32_t mvm_resid_assign(mvm_resid *r, const mvm_pstep *step, uint8_t *where,
+                          const uint32_t **plan);
+/* The step's experts that run from their homes: on the CPU (pin 0: nothing moves, counted
+ * in cpu_runs) or read by the device in place (pin 1, HOST_NUMA: pinned so that no move
+ * remaps them under the reader; counted in zerocopy_runs). Their accesses are counted and
+ * they are shielded from eviction until the step ends, like begin's. Call it before
+ * mvm_resid_begin for the same step, so that its loads cannot evict them. On failure
+ * nothing stays pinned. */
+mvm_status mvm_resid_begin_home(mvm_resid *r, uint32_t layer, const int32_t *experts,
+                                uint32_t n, int pin);
 /* Ends the step begun for step->layer with the same experts: reports it to the evict module
  * (step->counts: tokens per expert of the layer; scores and hidden may be NULL), unpins the
  * experts it still holds and prefetches what the module wants. last_layer: the batch's last

@@ -14,34 +14,79 @@
  *   next transfer overlapping this compute), so the baseline's estimate is comparable
  *   with greedy's.
  *
- * No parameters.
+ * Parameter: zerocopy=1 reads every expert that is not wholly resident in place over the
+ * bus (MVM_RUN_ZEROCOPY: HOST_NUMA homes mapped for the device, nothing moved), the
+ * zero-copy baseline (DESIGN.md §3's "GPU zero-copy"); est_time is then Σ of the resident
+ * experts' compute and the others' zero-copy time. Default 0.
  */
+#include <stdlib.h>
+
 #include "policy/assign_common.h"
 #include "policy/modules.h"
+#include "vmm/error.h"
+
+typedef struct gpu_assign {
+    mvm_assign_base b;
+    int zerocopy;
+} gpu_assign;
+
+static void gpu_destroy(void *self)
+{
+    gpu_assign *g = self;
+    if (!g)
+        return;
+    mvm_assign_base_free(&g->b);
+    free(g);
+}
 
 static mvm_status gpu_create(const mvm_pinit *init, void **self)
 {
-    return mvm_assign_base_create(init, "assign gpu", self);
+    static const char *const known[] = {"zerocopy", NULL};
+    double zc;
+    *self = NULL;
+    mvm_status st = mvm_pparams_check(&init->params, known, "assign gpu");
+    if (st == MVM_OK)
+        st = mvm_pparam_double(&init->params, "zerocopy", 0, &zc);
+    if (st != MVM_OK)
+        return st;
+    if (zc != 0 && zc != 1)
+        return mvm_fail(MVM_ERR_INVALID, "assign gpu: zerocopy=%g is not 0 or 1", zc);
+    gpu_assign *g = calloc(1, sizeof *g);
+    if (!g)
+        return mvm_fail(MVM_ERR_NOMEM, "assign gpu: out of memory");
+    g->zerocopy = zc == 1;
+    if ((st = mvm_assign_base_init(&g->b, init, "assign gpu")) != MVM_OK) {
+        gpu_destroy(g);
+        return st;
+    }
+    *self = g;
+    return MVM_OK;
 }
 
-static void gpu_assign(void *self, const mvm_pview *v, const mvm_pstep *step,
-                       const float *ahead, uint32_t n_ahead, mvm_assignment *out)
+static void gpu_assign_step(void *self, const mvm_pview *v, const mvm_pstep *step,
+                            const float *ahead, uint32_t n_ahead, mvm_assignment *out)
 {
-    mvm_assign_base *b = self;
-    uint32_t n = mvm_assign_scan(b, v, step, out);
+    gpu_assign *g = self;
+    uint32_t n = mvm_assign_scan(&g->b, v, step, out);
     (void)ahead;
     (void)n_ahead;
     for (uint32_t i = 0; i < n; i++) {
-        const mvm_aexp *x = &b->ex[i];
-        out->where[x->e] = x->pages ? MVM_RUN_GPU_LOAD : MVM_RUN_GPU;
-        out->est_time += mvm_assign_dali_gpu(x);
+        const mvm_aexp *x = &g->b.ex[i];
+        if (x->pages && g->zerocopy) {
+            out->where[x->e] = MVM_RUN_ZEROCOPY;
+            out->est_time += mvm_cost_zerocopy(&g->b.cost, x->n);
+        } else {
+            out->where[x->e] = x->pages ? MVM_RUN_GPU_LOAD : MVM_RUN_GPU;
+            out->est_time += mvm_assign_dali_gpu(x);
+        }
     }
 }
 
 const mvm_assign_ops mvm_assign_gpu = {
     .name = "gpu",
-    .about = "GPU only: resident experts as they are, every other loaded on demand",
+    .about = "GPU only: resident experts as they are, every other loaded on demand "
+             "(zerocopy=1: read in place from the host)",
     .create = gpu_create,
-    .destroy = mvm_assign_base_destroy,
-    .assign = gpu_assign,
+    .destroy = gpu_destroy,
+    .assign = gpu_assign_step,
 };

@@ -68,9 +68,14 @@ if [ -n "$fake_driver" ]; then
         # Without HOST_NUMA VMM, a budget below a step's experts: the steps run in rounds.
         env FAKECUDA_HOST_NUMA=0 FAKECUDA_GRANULARITY=4096 MOEVM_PAGE_SIZE=4K MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 --gpu-budget 10% >"$tmp/d" 2>"$tmp/d.err"
         if cmp -s "$tmp/a" "$tmp/d" && grep -Eq '0 from host, [1-9][0-9]* extra rounds' "$tmp/d.err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: the device without HOST_NUMA, in rounds" >&2; cat "$tmp/d.err" >&2; fi
+        # The assign module runs some experts on the CPU threads beside the GPU: same text.
+        env FAKECUDA_GRANULARITY=4096 MOEVM_PAGE_SIZE=4K MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 --gpu-budget 30% --assign greedy >"$tmp/g" 2>"$tmp/g.err"
+        if cmp -s "$tmp/a" "$tmp/g" && grep -Eq 'assign greedy: [1-9][0-9]* on CPU' "$tmp/g.err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: --assign greedy on the device" >&2; cat "$tmp/g.err" >&2; fi
         expect 1 '^moevm: the inference context: CUDA device 0 for the forward pass: cuModuleGetFunction \(mvm_g_' -- env MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" "$moevm" run -m "$m" -p "x" -n 2
     fi
 fi
+expect 1 'assign greedy: the assign role places experts between the GPU and the CPU, and this run computes on the CPU only' -- "$moevm" run -m "$m" -p "x" -n 2 --assign greedy
+expect 1 'MOEVM_ASSIGN=dali: no such assign policy \(available: gpu, twoptr, greedy, presched\)' -- env MOEVM_ASSIGN=dali "$moevm" run -m "$m" -p "x" -n 2
 expect 0 'budget 3 pages of 64 KiB' -- env MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 30%
 expect 1 'device budget .* is smaller than one page' -- "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 10%
 # The evict module: chosen by flag or option, named in the statistics; mistakes are errors.

@@ -33,6 +33,8 @@ static mvm_pool *pool;
 static fakecuda_set_fail_fn set_fail;
 static int home_mapped;                 /* the fake's HOST_NUMA support, as the space saw it */
 static int quick;                       /* --quick: two architectures (sanitizer builds) */
+static const char *assign, *assign_args; /* run_prompt's assign module (NULL: the default) */
+static const char *predict = "gate";    /* and its predict module */
 
 static const int32_t prompt[] = {5, 77, 300, 12, 9, 410, 3};
 #define N_PROMPT (sizeof prompt / sizeof *prompt)
@@ -85,8 +87,9 @@ static struct run *run_prompt(const char *path, mvm_backend_kind backend, double
     mvm_ctx *c = NULL;
     struct run *run = calloc(1, sizeof *run);
     CHECK_ST(load(path, backend, budget, &m), MVM_OK);
-    mvm_ctx_policies pol = {.residency = {.evict = "lru"}, .prefetch = {.predict = "gate"},
-                            .wait_loads = wait};
+    mvm_ctx_policies pol = {.residency = {.evict = "lru", .assign = assign,
+                                          .assign_args = assign_args},
+                            .prefetch = {.predict = predict}, .wait_loads = wait};
     if (m)
         CHECK_ST(mvm_ctx_create(m, pool, 32, batch, &pol, &c), MVM_OK);
     if (!c) {
@@ -201,6 +204,44 @@ static void test_budget_below_step(void)
     free_run(all), free_run(small);
 }
 
+/* The assign module runs experts on the CPU threads from their homes, beside the GPU's:
+ * greedy (DALI) at half the experts' bytes; gpu{zerocopy=1}, which never loads, reads
+ * every expert in place with HOST_NUMA (bit for bit the resident run's logits) and runs
+ * every one on the CPU without it (steps with nothing for the GPU). The CPU's rows agree
+ * with the GPU's to float rounding; the routing is the same; nothing stays pinned. */
+static void test_assign(void)
+{
+    const char *path = model_path("llama", MVM_W_F32);
+    size_t n = N_PROMPT * mvm_preset_find("tiny", "llama")->spec.n_vocab;
+    struct run *all = run_prompt(path, MVM_BACKEND_CUDA, 1, 4, 0);
+    assign = "greedy";
+    struct run *greedy = run_prompt(path, MVM_BACKEND_CUDA, 0.5, 4, 0);
+    assign = "gpu";
+    assign_args = "zerocopy=1";
+    predict = "none"; /* nothing then moves at all */
+    struct run *zc = run_prompt(path, MVM_BACKEND_CUDA, 0.125, 4, 0);
+    assign = assign_args = NULL;
+    predict = "gate";
+    if (all && greedy) {
+        CHECK(check_rel_l2(greedy->logits, all->logits, n) < 1e-5);
+        CHECK(memcmp(all->sel, greedy->sel, sizeof all->sel) == 0);
+        CHECK(greedy->resid.cpu_runs > 0 && greedy->resid.cpu_runs < greedy->resid.accesses);
+        CHECK(greedy->space.pinned_experts == 0);
+    }
+    if (all && zc) {
+        CHECK(memcmp(all->sel, zc->sel, sizeof all->sel) == 0);
+        CHECK(zc->space.pages_loaded == 0 && zc->space.pinned_experts == 0);
+        if (home_mapped) {
+            CHECK(memcmp(all->logits, zc->logits, n * sizeof *all->logits) == 0);
+            CHECK(zc->resid.zerocopy_runs == zc->resid.accesses && zc->resid.cpu_runs == 0);
+        } else {
+            CHECK(check_rel_l2(zc->logits, all->logits, n) < 1e-5);
+            CHECK(zc->resid.cpu_runs == zc->resid.accesses && zc->resid.zerocopy_runs == 0);
+        }
+    }
+    free_run(all), free_run(greedy), free_run(zc);
+}
+
 /* Driver failures: named, and a failed step unpins its experts. */
 static void test_failures(void)
 {
@@ -259,6 +300,7 @@ int main(int argc, char **argv)
     RUN(test_matches_cpu);
     RUN(test_residency);
     RUN(test_budget_below_step);
+    RUN(test_assign);
     RUN(test_failures);
     mvm_pool_destroy(pool);
     char cmd[96];

@@ -164,6 +164,20 @@ static void test_gpu(void)
     fx_run(&f, &mvm_assign_gpu, NULL, NULL);
     CHECK(f.where[1] == MVM_RUN_GPU_LOAD && f.where[2] == MVM_RUN_GPU_LOAD);
     CHECK(close_to(f.out.est_time, 4.375));
+
+    /* zerocopy=1: what is not wholly resident is read in place, whatever the room. */
+    fx_run(&f, &mvm_assign_gpu, "zerocopy=1", NULL);
+    CHECK(f.where[0] == MVM_RUN_GPU);
+    for (uint32_t e = 1; e < 4; e++)
+        CHECK(f.where[e] == MVM_RUN_ZEROCOPY);
+    CHECK(f.where[4] == MVM_RUN_NONE);
+    double zc = mvm_cost_gpu(&f.cost, 1) + mvm_cost_zerocopy(&f.cost, 2) +
+                mvm_cost_zerocopy(&f.cost, 4) + mvm_cost_zerocopy(&f.cost, 1);
+    CHECK(close_to(f.out.est_time, zc) && zc > 0.375);
+    mvm_pinit init = {.shape = &f.sh, .cost = &f.cost, .params = {"zerocopy=2"}};
+    void *self = NULL;
+    CHECK_ST(mvm_assign_gpu.create(&init, &self), MVM_ERR_INVALID);
+    CHECK(strstr(mvm_last_error(), "zerocopy=2 is not 0 or 1") != NULL && self == NULL);
 }
 
 /* ---- twoptr: SMoE Algorithm 2 ----------------------------------------------------------- */

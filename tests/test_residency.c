@@ -305,14 +305,28 @@ static void test_choice_and_errors(void)
     const char *args;
     CHECK_ST(mvm_engine_choose(MVM_ROLE_EVICT, NULL, NULL, &ops, &args), MVM_ERR_INVALID);
     /* "none" is no module for the roles that may run none, a module for route; the engine
-     * runs no assign or place module */
+     * runs no place module, and an assign module only on a device */
     CHECK_ST(mvm_engine_choose(MVM_ROLE_CONFIG, "none", NULL, &ops, &args), MVM_OK);
     CHECK(ops == NULL);
     CHECK_ST(mvm_engine_choose(MVM_ROLE_ROUTE, "none", NULL, &ops, &args), MVM_OK);
     CHECK(ops == mvm_policy_find(MVM_ROLE_ROUTE, "none"));
     CHECK_ST(mvm_engine_choose(MVM_ROLE_EVICT, "none", NULL, &ops, &args), MVM_ERR_INVALID);
-    CHECK_ST(mvm_engine_choose(MVM_ROLE_ASSIGN, "gpu", NULL, &ops, &args), MVM_ERR_INVALID);
-    CHECK(strstr(mvm_last_error(), "runs no assign") != NULL);
+    CHECK_ST(mvm_engine_choose(MVM_ROLE_PLACE, "uniform", NULL, &ops, &args), MVM_ERR_INVALID);
+    CHECK(strstr(mvm_last_error(), "runs no place") != NULL);
+    CHECK_ST(mvm_engine_choose(MVM_ROLE_ASSIGN, "gpu", NULL, &ops, &args), MVM_OK);
+    CHECK(ops == mvm_policy_find(MVM_ROLE_ASSIGN, "gpu"));
+    p.evict = "lru";
+    p.assign = "greedy"; /* on the CPU backend: an error, not a choice ignored */
+    CHECK_ST(mvm_resid_create(sp, &p, &r), MVM_ERR_INVALID);
+    CHECK(strstr(mvm_last_error(), "assign greedy: the assign role") != NULL);
+    p.on_device = 1;
+    CHECK_ST(mvm_resid_create(sp, &p, &r), MVM_OK);
+    CHECK(r && strcmp(mvm_resid_assign_name(r), "greedy") == 0);
+    mvm_resid_destroy(r);
+    p.assign_args = "depth=2";
+    CHECK_ST(mvm_resid_create(sp, &p, &r), MVM_ERR_INVALID);
+    CHECK(strstr(mvm_last_error(), "depth") != NULL);
+    p = (mvm_resid_params){.top_k = 2};
     setenv("MOEVM_EVICT", "lcp", 1);
     setenv("MOEVM_EVICT_ARGS", "rho=2", 1);
     CHECK_ST(mvm_resid_create(sp, &p, &r), MVM_ERR_INVALID);

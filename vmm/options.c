@@ -72,6 +72,13 @@ static const mvm_option_desc options[MVM_OPTION_COUNT_] = {
                            "layers; uniform, hot, fixedpoint; docs/policies.md)"},
     [MVM_OPTION_CONFIG_ARGS] = {"MOEVM_CONFIG_ARGS", MVM_OPT_STRING, "", NULL,
                                 "engine: the config module's parameters, \"name=value,...\""},
+    [MVM_OPTION_ASSIGN] = {"MOEVM_ASSIGN", MVM_OPT_STRING, "gpu", NULL,
+                           "engine on a GPU: the assign policy module, which runs each expert "
+                           "of a step on the GPU (resident, loaded, or read from its home) or "
+                           "on the CPU (gpu: always the GPU; twoptr, greedy, presched; "
+                           "docs/policies.md)"},
+    [MVM_OPTION_ASSIGN_ARGS] = {"MOEVM_ASSIGN_ARGS", MVM_OPT_STRING, "", NULL,
+                                "engine: the assign module's parameters, \"name=value,...\""},
     [MVM_OPTION_REPORT] = {"MOEVM_REPORT", MVM_OPT_STRING, "", NULL,
                            "interposer: write a JSON report (allocations by call site, moves, "
                            "hit rate, time waited) to this path at exit"},

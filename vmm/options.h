@@ -36,6 +36,8 @@ typedef enum mvm_option_id {
     MVM_OPTION_ROUTE_ARGS,
     MVM_OPTION_CONFIG,
     MVM_OPTION_CONFIG_ARGS,
+    MVM_OPTION_ASSIGN,
+    MVM_OPTION_ASSIGN_ARGS,
     MVM_OPTION_REPORT,
     MVM_OPTION_COUNT_
 } mvm_option_id;
