@@ -7,7 +7,10 @@
 #   2. the same greedy text on the CPU and the GPU for a prompt;
 #   3. speed: `moevm run` of a real-shaped model (random weights, made here by mkmodel) on the
 #      CPU, on the GPU with every expert resident, and on the GPU with half the experts'
-#      bytes as its budget (HOST_NUMA devices run the others from their homes, the rest wait).
+#      bytes as its budget (HOST_NUMA devices run the others from their homes, the rest wait),
+#      then with the assign modules greedy (experts also on the CPU threads) and gpu's
+#      zero-copy, and at a tenth of the bytes (rounds without HOST_NUMA) with and without
+#      greedy.
 # With $OUT set, the output is also written to $OUT/gpu_forward.txt. Results go into
 # docs/perf/engine.md.
 set -euo pipefail
@@ -44,4 +47,8 @@ mkdir -p "$work"
     run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=100%
     run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=50%
     run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=50% MOEVM_PREDICT=gate
+    run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=50% MOEVM_ASSIGN=greedy
+    run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=50% MOEVM_ASSIGN=gpu MOEVM_ASSIGN_ARGS=zerocopy=1
+    run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=10%
+    run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=10% MOEVM_ASSIGN=greedy
 } 2>&1 | tee -a "$log"
