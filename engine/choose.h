@@ -12,9 +12,9 @@
 /* name given: that module, with `args` ("" when NULL: the options' parameters belong to
  * the options' module); name NULL: the role's options (MOEVM_ROUTE, MOEVM_EVICT,
  * MOEVM_PREDICT, MOEVM_CONFIG, MOEVM_ASSIGN and their _ARGS). *ops is NULL for "none" in
- * the roles that may run no module (predict, config). MVM_ERR_INVALID naming the module, where it came
- * from and the modules there are, or a role the engine does not run; MVM_ERR_OPTION for a
- * malformed option. */
+ * the roles that may run no module (predict, config). MVM_ERR_INVALID naming the module,
+ * where it came from and the modules there are, or a role the engine does not run;
+ * MVM_ERR_OPTION for a malformed option. */
 mvm_status mvm_engine_choose(enum mvm_role role, const char *name, const char *args,
                              const void **ops, const char **args_out);
 

@@ -66,10 +66,11 @@ static mvm_status find_modules(const mvm_resid_params *p, struct modules *out)
     if (st == MVM_OK)
         st = mvm_engine_choose(MVM_ROLE_ASSIGN, p->assign, p->assign_args, &a,
                                &out->assign_args);
-    if (st == MVM_OK && !p->on_device && strcmp(((const mvm_assign_ops *)a)->name, "gpu"))
+    const char *assign = st == MVM_OK ? ((const mvm_assign_ops *)a)->name : NULL;
+    if (assign && !p->on_device && strcmp(assign, "gpu") != 0)
         return mvm_fail(MVM_ERR_INVALID, "assign %s: the assign role places experts between "
                         "the GPU and the CPU, and this run computes on the CPU only (the "
-                        "engine's GPU pass: MOEVM_BACKEND=cuda)", ((const mvm_assign_ops *)a)->name);
+                        "engine's GPU pass: MOEVM_BACKEND=cuda)", assign);
     out->evict = e;
     out->config = c;
     out->assign = p->on_device ? a : NULL;
@@ -104,8 +105,8 @@ mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_res
     r->landed = calloc(r->n_total, sizeof *r->landed);
     r->layer_pages = malloc(info.n_layers * sizeof *r->layer_pages);
     r->theta = malloc(info.n_layers * sizeof *r->theta);
-    if (!r->resident || !r->busy || !r->held || !r->plan || !r->by_prefetch || !r->cand || !r->want || !r->landed ||
-        !r->layer_pages || !r->theta) {
+    if (!r->resident || !r->busy || !r->held || !r->plan || !r->by_prefetch || !r->cand ||
+        !r->want || !r->landed || !r->layer_pages || !r->theta) {
         mvm_resid_destroy(r);
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the residency table");
     }

@@ -3,9 +3,9 @@
  * module it is given decides what makes room, a step's own experts are never evicted for
  * each other, a step that cannot fit runs what does not from its home or, for a reader
  * that cannot read the homes, in rounds that fit, and leaves nothing pinned, modules that
- * ask for experts get them, bad modules and parameters are clear errors; and the engine's decisions are
- * the simulator's: a trace recorded by the engine, replayed by tools/sim with the same
- * module, budget and page size, counts the same accesses and hits.
+ * ask for experts get them, bad modules and parameters are clear errors; and the engine's
+ * decisions are the simulator's: a trace recorded by the engine, replayed by tools/sim with
+ * the same module, budget and page size, counts the same accesses and hits.
  */
 #include <pthread.h>
 #include <stdlib.h>
