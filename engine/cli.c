@@ -8,7 +8,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kernels/cpu/kernels.h"
 #include "moevm/moevm.h"
+#include "vmm/options.h"
+#include "vmm/topo.h"
 
 int mvm_cli_error(const char *what)
 {
@@ -83,4 +86,29 @@ void mvm_cli_progress(void *label, uint64_t done, uint64_t total)
         fprintf(stderr, "%s: %d%% (%.2f / %.2f GiB)\n", (const char *)label, pct,
                 (double)done / (1 << 30), (double)total / (1 << 30));
     }
+}
+
+int mvm_cli_threads(const char *cmd, uint32_t threads, mvm_pool **out)
+{
+    mvm_topo topo;
+    if (mvm_topo_probe(NULL, &topo) != MVM_OK)
+        return mvm_cli_error("probing the topology");
+    mvm_option_value simd, env_threads;
+    if (mvm_option_read(MVM_OPTION_CPU_SIMD, &simd) != MVM_OK ||
+        mvm_option_read(MVM_OPTION_THREADS, &env_threads) != MVM_OK)
+        return mvm_cli_error("options");
+    /* the choice order of MOEVM_CPU_SIMD: auto|avx512|avx2|scalar */
+    static const enum mvm_simd levels[] = {MVM_SIMD_SCALAR, MVM_SIMD_AVX512, MVM_SIMD_AVX2,
+                                           MVM_SIMD_SCALAR};
+    if (simd.i > 0 && mvm_k_simd_use(levels[simd.i]) != 0) {
+        fprintf(stderr, "moevm %s: MOEVM_CPU_SIMD=%s: this CPU does not support it (best: %s)\n",
+                cmd, mvm_k_simd_name(levels[simd.i]), mvm_k_simd_name(mvm_k_simd_detect()));
+        return 1;
+    }
+    int n = threads ? (int)threads
+            : env_threads.i > 0 ? (int)env_threads.i
+            : topo.n_cores > 0 ? topo.n_cores : 1;
+    if (mvm_pool_create(n, &topo, out) != MVM_OK)
+        return mvm_cli_error("threads");
+    return 0;
 }

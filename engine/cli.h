@@ -5,11 +5,14 @@
 
 #include <stdint.h>
 
+#include "engine/pool.h"
+
 int mvm_cmd_info(int argc, char **argv);
 int mvm_cmd_demo(int argc, char **argv);
 int mvm_cmd_options(int argc, char **argv);
 int mvm_cmd_mkmodel(int argc, char **argv);
 int mvm_cmd_run(int argc, char **argv);
+int mvm_cmd_calibrate(int argc, char **argv);
 int mvm_cmd_sim(int argc, char **argv);   /* tools/cmd_sim.c */
 int mvm_cmd_trace(int argc, char **argv); /* tools/cmd_trace.c */
 int mvm_cmd_train_predictor(int argc, char **argv); /* tools/cmd_train.c */
@@ -31,6 +34,11 @@ int mvm_cli_split_policy(char *p, const char **name, const char **params);
  * "moevm <cmd>: <flag> <value>: expected NAME or NAME{k=v,...}" and returns 2, else 0. */
 int mvm_cli_policy(const char *cmd, const char *flag, char *value, const char **name,
                    const char **params);
+
+/* The engine's CPU side for command `cmd`: MOEVM_CPU_SIMD applied, and a pool of `threads`
+ * (0: MOEVM_THREADS, else one per core near the GPU or of the caller's node) pinned by the
+ * topology. 0, or 1 after a one-line error. */
+int mvm_cli_threads(const char *cmd, uint32_t threads, mvm_pool **out);
 
 /* A progress callback for long work (loading, writing models): ctx is the label. Shows a
  * percentage on stderr — redrawn in place on a terminal, every 10% otherwise — and only

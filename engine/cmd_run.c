@@ -13,6 +13,7 @@
 
 #include "engine/choose.h"
 #include "engine/cli.h"
+#include "engine/cost_load.h"
 #include "engine/forward.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
@@ -30,6 +31,7 @@ struct run_args {
     const char *config, *config_args;   /* NULL: the MOEVM_CONFIG options */
     const char *assign, *assign_args;   /* NULL: the MOEVM_ASSIGN options */
     const char *predictor;
+    const char *cost;                   /* NULL: MOEVM_COST */
     uint32_t n_predict, threads, ctx, batch, seed, top_k;
     float temp, top_p;
     int trace_hidden;
@@ -43,7 +45,7 @@ static void usage(FILE *f)
             "                 [--gpu-budget SIZE|PCT] [--evict NAME[{k=v,...}]]\n"
             "                 [--predict NAME[{k=v,...}] [--predictor FILE]]\n"
             "                 [--route NAME[{k=v,...}]] [--config NAME[{k=v,...}]]\n"
-            "                 [--assign NAME[{k=v,...}]]\n"
+            "                 [--assign NAME[{k=v,...}]] [--cost PRESET|FILE.json]\n"
             "                 [--trace-out FILE.jsonl [--trace-hidden]] [--logits-out FILE]\n"
             "  -n            tokens to generate (default 64); stops early at end-of-text\n"
             "  -t            threads (default: the cores near the GPU, or all)\n"
@@ -64,6 +66,9 @@ static void usage(FILE *f)
             "  --assign      on a GPU, where each expert runs: gpu (default MOEVM_ASSIGN: all\n"
             "                on the GPU), or also on the CPU threads from the host copy:\n"
             "                twoptr (SMoE), greedy (DALI), presched (PreScope)\n"
+            "  --cost        the machine the policies' cost model describes: a preset\n"
+            "                (rtx3090, a6000, a100, h100) or a cost file from `moevm calibrate`\n"
+            "                (default MOEVM_COST)\n"
             "  --trace-out   routing of every token and layer, JSON lines (docs/trace-format.md)\n"
             "  --trace-hidden  with --trace-out: also each layer's router input, for\n"
             "                `moevm train-predictor` and the gate/residual predictors (large)\n"
@@ -107,6 +112,7 @@ static int parse_args(int argc, char **argv, struct run_args *a)
         else if (!strcmp(f, "--assign"))
             bad = mvm_cli_policy("run", f, argv[i], &a->assign, &a->assign_args);
         else if (!strcmp(f, "--predictor")) a->predictor = v;
+        else if (!strcmp(f, "--cost")) a->cost = v;
         else if (!strcmp(f, "-n")) bad = mvm_cli_u32("run", f, v, 0, 1u << 20, &a->n_predict);
         else if (!strcmp(f, "-t") || !strcmp(f, "--threads"))
             bad = mvm_cli_u32("run", f, v, 1, 1024, &a->threads);
@@ -216,7 +222,7 @@ static int logits_close(struct logits_file *lf, const char *path)
 
 struct session {
     struct run_args a;
-    mvm_topo topo;
+    mvm_machine machine; /* --cost */
     mvm_pool *pool;
     mvm_model *model;
     mvm_tokenizer *tok;
@@ -266,27 +272,14 @@ static int load(struct session *s)
         if (mvm_engine_choose(roles[i].role, roles[i].name, roles[i].args, &ops, &args))
             return mvm_cli_error(roles[i].name ? roles[i].flag : "options");
     }
+    if (mvm_machine_load(a->cost, "--cost", &s->machine) != MVM_OK)
+        return mvm_cli_error("run");
     if (a->predictor && mvm_sim_load_predictor(a->predictor, &s->inputs) != MVM_OK)
         return mvm_cli_error("--predictor");
-    if (mvm_topo_probe(NULL, &s->topo) != MVM_OK)
-        return mvm_cli_error("probing the topology");
-    mvm_option_value simd, env_threads;
-    if (mvm_option_read(MVM_OPTION_CPU_SIMD, &simd) != MVM_OK ||
-        mvm_option_read(MVM_OPTION_THREADS, &env_threads) != MVM_OK)
-        return mvm_cli_error("options");
-    /* the choice order of MOEVM_CPU_SIMD: auto|avx512|avx2|scalar */
-    static const enum mvm_simd levels[] = {MVM_SIMD_SCALAR, MVM_SIMD_AVX512, MVM_SIMD_AVX2,
-                                           MVM_SIMD_SCALAR};
-    if (simd.i > 0 && mvm_k_simd_use(levels[simd.i]) != 0) {
-        fprintf(stderr, "moevm run: MOEVM_CPU_SIMD=%s: this CPU does not support it (best: %s)\n",
-                mvm_k_simd_name(levels[simd.i]), mvm_k_simd_name(mvm_k_simd_detect()));
-        return 1;
-    }
-    int threads = a->threads ? (int)a->threads
-                  : env_threads.i > 0 ? (int)env_threads.i
-                  : s->topo.n_cores > 0 ? s->topo.n_cores : 1;
-    if (mvm_pool_create(threads, &s->topo, &s->pool) != MVM_OK)
-        return mvm_cli_error("threads");
+    int rc = mvm_cli_threads("run", a->threads, &s->pool);
+    if (rc)
+        return rc;
+    int threads = mvm_pool_size(s->pool);
     char label[600];
     snprintf(label, sizeof label, "loading %s", a->model);
     double t0 = now_s();
@@ -303,12 +296,13 @@ static int load(struct session *s)
                  mvm_k_simd_name(mvm_k_simd_current()));
     double eb = (double)s->model->expert_bytes;
     fprintf(stderr, "model: %s (%s), %u layers, %u experts top-%u of %.1f %s (%s), vocab %u; "
-            "loaded in %.2f s\nspace: %s backend, budget %u pages of %llu KiB; %s\n",
+            "loaded in %.2f s\nspace: %s backend, budget %u pages of %llu KiB; %s; cost model "
+            "%s\n",
             s->model->name, s->model->arch->name, hp->n_layer, hp->n_expert, hp->n_expert_used,
             eb >= 1048576 ? eb / 1048576 : eb / 1024, eb >= 1048576 ? "MiB" : "KiB",
             mvm_ggml_type_name(mvm_wtype_to_ggml(s->model->expert_type)), hp->n_vocab,
             now_s() - t0, info.backend, info.device_pages,
-            (unsigned long long)(info.page_size >> 10), compute);
+            (unsigned long long)(info.page_size >> 10), compute, s->machine.name);
     if (mvm_tokenizer_load(s->model->gguf, &s->tok) != MVM_OK) {
         if (!a->tokens)
             return mvm_cli_error("tokenizer");
@@ -363,7 +357,7 @@ static int generate(struct session *s)
     mvm_ctx_policies pol = {
         .residency = {.evict = a->evict, .evict_args = a->evict_args, .config = a->config,
                       .config_args = a->config_args, .assign = a->assign,
-                      .assign_args = a->assign_args},
+                      .assign_args = a->assign_args, .machine = &s->machine},
         .prefetch = {.predict = a->predict, .predict_args = a->predict_args,
                      .predictor = s->inputs.predictor,
                      .predictor_size = s->inputs.predictor_size},

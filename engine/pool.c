@@ -52,7 +52,8 @@ struct mvm_pool {
     pthread_mutex_t lock;       /* guards sleeping on `wake` */
     pthread_cond_t wake;
     int sleepers;
-    const mvm_topo *topo;
+    mvm_topo topo;              /* a copy: the workers pin themselves after create returns */
+    int pinned;                 /* a topology was given */
 };
 
 static void pin_worker(const mvm_topo *topo, int index)
@@ -78,7 +79,7 @@ static void *worker_main(void *arg)
 {
     struct worker *w = arg;
     mvm_pool *p = w->pool;
-    pin_worker(p->topo, w->index);
+    pin_worker(p->pinned ? &p->topo : NULL, w->index);
     unsigned seen = 0;
     for (;;) {
         unsigned gen;
@@ -123,7 +124,8 @@ mvm_status mvm_pool_create(int n_threads, const mvm_topo *topo, mvm_pool **out)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for a pool of %d threads", n_threads);
     }
     p->n = n_threads;
-    p->topo = topo;
+    if ((p->pinned = topo != NULL))
+        p->topo = *topo;
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->wake, NULL);
     pin_worker(topo, 0);

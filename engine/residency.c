@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "engine/choose.h"
+#include "engine/cost_load.h"
 #include "vmm/error.h"
 
 struct mvm_resid {
@@ -83,8 +84,11 @@ mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_res
     mvm_space_info info;
     mvm_status st = mvm_space_get_info(space, &info);
     struct modules mods = {0};
+    mvm_machine machine;
     if (st == MVM_OK)
         st = find_modules(p, &mods);
+    if (st == MVM_OK && !p->machine)
+        st = mvm_machine_load(NULL, NULL, &machine);
     if (st != MVM_OK)
         return st;
     mvm_resid *r = calloc(1, sizeof *r);
@@ -113,8 +117,9 @@ mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_res
     r->shape = (mvm_pshape){.n_layers = info.n_layers, .n_experts = info.n_experts,
                             .top_k = p->top_k, .n_embd = p->n_embd, .n_ff = p->n_ff,
                             .pages_per_expert = r->ppe, .expert_bytes = info.expert_bytes};
-    /* The modules rank by use, not by time; the cost is there for those that weigh loads. */
-    mvm_cost_init(&r->cost, mvm_machine_preset("h100"), info.expert_bytes, p->n_embd, p->n_ff);
+    /* evict and config rank by use; assign and config's fixedpoint weigh times. */
+    mvm_cost_init(&r->cost, p->machine ? p->machine : &machine, info.expert_bytes, p->n_embd,
+                  p->n_ff);
     r->view = (mvm_pview){.shape = &r->shape, .resident = r->resident, .busy = r->busy,
                           .capacity_pages = info.device_pages};
     for (uint32_t l = 0; l < info.n_layers; l++) {

@@ -53,6 +53,8 @@ typedef struct mvm_resid_params {
     int on_device;              /* a GPU computes (the engine's device pass): the assign
                                    module places each expert; else any but "gpu" is an
                                    error */
+    const mvm_machine *machine; /* the machine the modules' cost model describes (NULL:
+                                   MOEVM_COST, engine/cost_load.h) */
     uint32_t top_k, n_embd, n_ff; /* the model's, for the modules' shape (0: unknown) */
     const float *const *routers; /* [L] -> [E][n_embd] F32 routers for fixedpoint's
                                     predictions, or NULL (it then models the cache only) */
@@ -78,7 +80,8 @@ typedef struct mvm_resid_stats {
 } mvm_resid_stats;
 
 /* MVM_ERR_INVALID (naming the module or the parameter) for an evict or config module that
- * does not exist or rejects its parameters; MVM_ERR_OPTION for a malformed MOEVM_* value. */
+ * does not exist or rejects its parameters, or a MOEVM_COST that does not load;
+ * MVM_ERR_OPTION for a malformed MOEVM_* value. */
 mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_resid **out);
 void mvm_resid_destroy(mvm_resid *r);
 /* The evict module's name; the config module's ("none" without one). */

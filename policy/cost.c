@@ -270,3 +270,31 @@ mvm_status mvm_machine_parse_json(const char *text, const char *what, mvm_machin
         *out = m;
     return st;
 }
+
+int mvm_machine_format_json(const mvm_machine *m, const char *base, char *buf, size_t cap)
+{
+    /* %.15g parses back to within 1e-15 relative and prints the presets' round numbers as
+     * they are written (10, not 9.99999999999999). Quotes, backslashes and control
+     * characters are dropped from the name rather than escaped. */
+    char name[sizeof m->name];
+    size_t k = 0;
+    for (const char *p = m->name; *p && k + 1 < sizeof name; p++)
+        if (*p != '"' && *p != '\\' && (unsigned char)*p >= 0x20)
+            name[k++] = *p;
+    name[k] = '\0';
+    size_t n = 0;
+    int w = snprintf(buf, cap, "{\n  \"name\": \"%s\",\n  \"base\": \"%s\"", name,
+                     base ? base : "h100");
+    for (size_t i = 0; w >= 0 && i < N_FIELDS; i++) {
+        n += (size_t)w;
+        double v = *(const double *)((const char *)m + fields[i].offset) / fields[i].unit;
+        w = snprintf(n < cap ? buf + n : NULL, n < cap ? cap - n : 0, ",\n  \"%s\": %.15g",
+                     fields[i].key, v);
+    }
+    if (w >= 0) {
+        n += (size_t)w;
+        w = snprintf(n < cap ? buf + n : NULL, n < cap ? cap - n : 0,
+                     ",\n  \"gpu_memory\": %.15g\n}\n", (double)m->gpu_memory / GIB);
+    }
+    return w < 0 ? -1 : (int)(n + (size_t)w);
+}

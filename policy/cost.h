@@ -21,6 +21,7 @@
 #ifndef MVM_POLICY_COST_H
 #define MVM_POLICY_COST_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "moevm/moevm.h"
@@ -74,5 +75,8 @@ const char *mvm_machine_preset_names(void);
  * non-positive value, an unknown or repeated field; `what` (the file name) starts every
  * message; *out is written only on success. This is I/O-free: the caller reads the file. */
 mvm_status mvm_machine_parse_json(const char *text, const char *what, mvm_machine *out);
+/* The inverse: m as a cost file naming preset `base` (NULL: "h100"), every field spelled
+ * out, into buf (snprintf's rules: returns the length it needs, -1 on an encoding error). */
+int mvm_machine_format_json(const mvm_machine *m, const char *base, char *buf, size_t cap);
 
 #endif

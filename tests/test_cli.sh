@@ -71,6 +71,14 @@ if [ -n "$fake_driver" ]; then
         # The assign module runs some experts on the CPU threads beside the GPU: same text.
         env FAKECUDA_GRANULARITY=4096 MOEVM_PAGE_SIZE=4K MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 --gpu-budget 30% --assign greedy >"$tmp/g" 2>"$tmp/g.err"
         if cmp -s "$tmp/a" "$tmp/g" && grep -Eq 'assign greedy: [1-9][0-9]* on CPU' "$tmp/g.err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: --assign greedy on the device" >&2; cat "$tmp/g.err" >&2; fi
+        # The cost model steers the assign module: a CPU too slow to matter, then one that
+        # beats any copy. calibrate on a device backend measures the copies too.
+        dev="env FAKECUDA_GRANULARITY=4096 MOEVM_PAGE_SIZE=4K MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY=$fake_driver FAKECUDA_KERNELS=$fake_kernels"
+        echo '{"name": "slow cpu", "cpu_flops": 0.001, "cpu_mem_bw": 0.001}' >"$tmp/slow.json"
+        echo '{"name": "fast cpu", "cpu_flops": 1e9, "cpu_mem_bw": 1e9, "cpu_setup": 0.001, "pcie_bw": 0.001}' >"$tmp/fast.json"
+        expect 0 'assign greedy: 0 on CPU' -- $dev "$moevm" run -m "$m" -p "It was" -n 8 --gpu-budget 30% --assign greedy --cost "$tmp/slow.json"
+        expect 0 'assign greedy: [1-9][0-9]* on CPU' -- $dev MOEVM_COST="$tmp/fast.json" "$moevm" run -m "$m" -p "It was" -n 8 --gpu-budget 30% --assign greedy
+        expect 0 'pcie_bw .* measured' -- $dev "$moevm" calibrate -m "$m" -t 1 --time 0.01 -o "$tmp/dev.json"
         expect 1 '^moevm: the inference context: CUDA device 0 for the forward pass: cuModuleGetFunction \(mvm_g_' -- env MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" "$moevm" run -m "$m" -p "x" -n 2
     fi
 fi
@@ -162,6 +170,20 @@ expect 1 'unreachable' -- "$moevm" sim --trace "$tmp/g.jsonl" --budget 20% --alp
 expect 2 'leave --route out' -- "$moevm" sim --trace "$tmp/g.jsonl" --alpha-for 5 --route none
 expect 2 'leave out --compare' -- "$moevm" sim --trace "$tmp/g.jsonl" --alpha-for 5 --compare 'evict=lru'
 expect 2 'alpha-degree 9' -- "$moevm" sim --trace "$tmp/g.jsonl" --alpha-for 5 --alpha-degree 9
+# calibrate: a cost file that run and sim take; what it cannot measure is the base's.
+expect 0 'cpu_flops .* GFLOP/s +measured' -- "$moevm" calibrate -m "$m" -t 1 --time 0.01 --base a100 --name "test box" -o "$tmp/cal.json"
+expect 0 '"name": "test box"' -- cat "$tmp/cal.json"
+expect 0 '"gpu_mem_bw": 2039,' -- cat "$tmp/cal.json"
+expect 0 'cost model test box' -- "$moevm" run -m "$m" -p "x" -n 2 --cost "$tmp/cal.json"
+expect 0 'cost test box' -- env MOEVM_COST="$tmp/cal.json" "$moevm" sim --trace "$tmp/g.jsonl" --budget 30%
+expect 0 '^\{' -- sh -c "\"$moevm\" calibrate -m \"$m\" -t 1 --time 0.01 2>/dev/null"
+expect 2 '-m MODEL.gguf is required' -- "$moevm" calibrate
+expect 2 '--tokens 1: ' -- "$moevm" calibrate -m "$m" --tokens 1
+expect 2 '--name: 1 to 63 characters' -- "$moevm" calibrate -m "$m" --name ""
+expect 1 '^moevm: calibrate: --base tpu: neither a preset' -- "$moevm" calibrate -m "$m" --base tpu
+expect 1 'loading the model: ' -- "$moevm" calibrate -m "$tmp/none.gguf"
+expect 1 'calibrate: MOEVM_COST=/nonexistent: neither a preset' -- env MOEVM_COST=/nonexistent "$moevm" calibrate -m "$m"
+expect 1 "^moevm: run: --cost $tmp/r.jsonl: line 1: not valid JSON|^moevm: run: --cost $tmp/r.jsonl: " -- "$moevm" run -m "$m" -p "x" --cost "$tmp/r.jsonl"
 expect 1 'no evict policy .belady.' -- "$moevm" sim --trace "$tmp/g.jsonl" --evict belady
 expect 1 'lru' -- "$moevm" sim --trace "$tmp/g.jsonl" --evict lru{window=3}
 expect 2 'give --trace FILE' -- "$moevm" sim --budget 10%

@@ -169,6 +169,38 @@ static void expect_bad(const char *text, const char *needle)
     CHECK(memcmp(&m, poison, sizeof m) == 0);
 }
 
+/* Every preset, and a machine with odd values and a name to clean, written out by
+ * mvm_machine_format_json and parsed back: the same machine. */
+static void test_format_round_trip(void)
+{
+    char buf[2048];
+    mvm_machine m, back;
+    for (size_t i = 0; i < 4; i++) {
+        const mvm_machine *p = mvm_machine_preset(preset_names[i]);
+        int n = mvm_machine_format_json(p, "a6000", buf, sizeof buf);
+        CHECK(n > 0 && (size_t)n < sizeof buf && strstr(buf, "\"base\": \"a6000\""));
+        CHECK_ST(mvm_machine_parse_json(buf, "round trip", &back), MVM_OK);
+        CHECK(same_machine(&back, p));
+    }
+    m = *mvm_machine_preset("a100");
+    snprintf(m.name, sizeof m.name, "box \"7\"\\ \n");
+    m.pcie_bw = 3.14159265358979e9;
+    m.cpu_setup = 1.234567e-7;
+    m.cpu_flops = 98765.4321e9;
+    m.gpu_memory = 123456789;
+    int n = mvm_machine_format_json(&m, NULL, buf, sizeof buf);
+    CHECK_ST(mvm_machine_parse_json(buf, "odd", &back), MVM_OK);
+    CHECK(strcmp(back.name, "box 7 ") == 0 && strstr(buf, "\"base\": \"h100\""));
+    snprintf(m.name, sizeof m.name, "box 7 ");
+    back.gpu_memory = m.gpu_memory = 0; /* GiB in the file: bytes come back rounded */
+    CHECK(same_machine(&back, &m));
+    /* A short buffer: snprintf's rules, the full length returned. */
+    char small[16];
+    n = mvm_machine_format_json(&m, NULL, buf, sizeof buf);
+    CHECK(mvm_machine_format_json(&m, NULL, small, sizeof small) == n);
+    CHECK(strlen(small) == sizeof small - 1);
+}
+
 static void test_parse_errors(void)
 {
     expect_bad(NULL, "no text");
@@ -305,6 +337,7 @@ int main(int argc, char **argv)
     RUN(test_presets_sane);
     RUN(test_parse_ok);
     RUN(test_parse_errors);
+    RUN(test_format_round_trip);
     if (argc > 1) {
         root = argv[1];
         RUN(test_cost_files);

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "engine/cli.h"
+#include "engine/cost_load.h"
 #include "engine/model.h"
 #include "policy/route_alpha.h"
 #include "tools/cmd_sim.h"
@@ -60,7 +61,8 @@ static void usage(FILE *f)
             "       moevm sim --model M.gguf ...             (the same, of that model's shape)\n"
             "  P            a module, optionally with parameters: score{window=8}\n"
             "  --budget     device memory for experts: bytes (8G) or %% of all expert bytes (25%%)\n"
-            "  --cost       %s, or a JSON cost file (docs/cost-format.md); default h100\n"
+            "  --cost       %s, or a JSON cost file (docs/cost-format.md, `moevm calibrate`);\n"
+            "               default MOEVM_COST (h100)\n"
             "  --compare    policy sets 'evict=lru; evict=score,route=importance{alpha=0.4}'\n"
             "  --sweep      run each set at --steps budgets from A to B; writes PREFIX.csv and\n"
             "               PREFIX.svg (--out, default sim-sweep)\n"
@@ -278,31 +280,10 @@ static void print_row(const char *label, const mvm_sim_result *r)
 
 int mvm_sim_cli_cost(const char *spec, const mvm_trace *t, mvm_cost *cost)
 {
-    const char *name = spec ? spec : "h100";
-    const mvm_machine *m = mvm_machine_preset(name);
-    mvm_machine parsed;
-    if (!m) {
-        FILE *f = fopen(name, "rb");
-        if (!f) {
-            fprintf(stderr, "moevm sim: --cost %s: neither a preset (%s) nor a readable file: "
-                    "%s\n", name, mvm_machine_preset_names(), strerror(errno));
-            return 1;
-        }
-        char text[16384];
-        size_t n = fread(text, 1, sizeof text - 1, f);
-        int big = !feof(f);
-        fclose(f);
-        text[n] = '\0';
-        if (big) {
-            fprintf(stderr, "moevm sim: --cost %s: larger than a cost file can be (16 KiB)\n",
-                    name);
-            return 1;
-        }
-        if (mvm_machine_parse_json(text, name, &parsed) != MVM_OK)
-            return mvm_cli_error("--cost");
-        m = &parsed;
-    }
-    mvm_cost_init(cost, m, t->hdr.expert_bytes, t->hdr.n_embd, t->hdr.n_ff_exp);
+    mvm_machine m;
+    if (mvm_machine_load(spec, "--cost", &m) != MVM_OK)
+        return mvm_cli_error("sim");
+    mvm_cost_init(cost, &m, t->hdr.expert_bytes, t->hdr.n_embd, t->hdr.n_ff_exp);
     return 0;
 }
 

@@ -6,8 +6,8 @@
 #include "tools/sim.h"
 #include "tools/trace.h"
 
-/* --cost: a preset name or a JSON cost file, for the trace's shape. 0, or 1 after printing
- * a one-line error. */
+/* --cost: a preset name or a JSON cost file (NULL: MOEVM_COST), for the trace's shape. 0,
+ * or 1 after printing a one-line error. */
 int mvm_sim_cli_cost(const char *spec, const mvm_trace *t, mvm_cost *cost);
 
 /* `moevm sim --alpha-for MS` (tools/cmd_sim_alpha.c): replays the trace with route

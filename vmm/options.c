@@ -79,6 +79,10 @@ static const mvm_option_desc options[MVM_OPTION_COUNT_] = {
                            "docs/policies.md)"},
     [MVM_OPTION_ASSIGN_ARGS] = {"MOEVM_ASSIGN_ARGS", MVM_OPT_STRING, "", NULL,
                                 "engine: the assign module's parameters, \"name=value,...\""},
+    [MVM_OPTION_COST] = {"MOEVM_COST", MVM_OPT_STRING, "h100", NULL,
+                         "engine and simulator: the machine the cost model describes, a "
+                         "preset (rtx3090, a6000, a100, h100) or a JSON cost file "
+                         "(docs/cost-format.md; `moevm calibrate` writes one)"},
     [MVM_OPTION_REPORT] = {"MOEVM_REPORT", MVM_OPT_STRING, "", NULL,
                            "interposer: write a JSON report (allocations by call site, moves, "
                            "hit rate, time waited) to this path at exit"},

@@ -1,0 +1,219 @@
+/*
+ * `moevm calibrate`: measures the cost model's rates on this machine with a model
+ * (engine/calibrate.h says what and how) and writes a cost file (docs/cost-format.md) for
+ * `moevm run --cost`, `moevm sim --cost` or MOEVM_COST. What it cannot measure keeps the
+ * --base preset's value; the table it prints says which is which.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/calibrate.h"
+#include "engine/cli.h"
+#include "engine/cost_load.h"
+#include "engine/model.h"
+#include "vmm/options.h"
+
+struct cal_args {
+    const char *model, *out, *base, *name, *budget;
+    uint32_t threads, tokens;
+    float time;
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: moevm calibrate -m MODEL.gguf [-o FILE.json] [--base PRESET|FILE.json]\n"
+            "                       [--name NAME] [-t THREADS] [--tokens N] [--time S]\n"
+            "                       [--gpu-budget SIZE|PCT]\n"
+            "  measures the cost model's rates as the engine achieves them here, with this\n"
+            "  model (its weight type and shape): CPU experts on the engine's threads, and on\n"
+            "  a device backend the expert copies; the rest keep --base's values\n"
+            "  -o            the cost file to write (default: standard output)\n"
+            "  --base        preset or cost file for what is not measured (default MOEVM_COST)\n"
+            "  --name        the machine's name in the file (default: the host name)\n"
+            "  -t            threads (default as `moevm run`: MOEVM_THREADS, else the cores\n"
+            "                near the GPU): calibrate with those the runs will use\n"
+            "  --tokens      the most tokens per expert timed (default 32)\n"
+            "  --time        seconds per measured point (default 0.25)\n"
+            "  --gpu-budget  device budget (default MOEVM_GPU_BUDGET); one expert must fit\n");
+}
+
+static int parse_args(int argc, char **argv, struct cal_args *a)
+{
+    *a = (struct cal_args){.tokens = 32, .time = 0.25f};
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!v) {
+            fprintf(stderr, "moevm calibrate: %s needs a value (see --help)\n", f);
+            return 2;
+        }
+        i++;
+        int bad = 0;
+        if (!strcmp(f, "-m") || !strcmp(f, "--model")) a->model = v;
+        else if (!strcmp(f, "-o")) a->out = v;
+        else if (!strcmp(f, "--base")) a->base = v;
+        else if (!strcmp(f, "--name")) a->name = v;
+        else if (!strcmp(f, "--gpu-budget")) a->budget = v;
+        else if (!strcmp(f, "-t") || !strcmp(f, "--threads"))
+            bad = mvm_cli_u32("calibrate", f, v, 1, 1024, &a->threads);
+        else if (!strcmp(f, "--tokens"))
+            bad = mvm_cli_u32("calibrate", f, v, 2, 1024, &a->tokens);
+        else if (!strcmp(f, "--time"))
+            bad = mvm_cli_float("calibrate", f, v, 0.001, 60, &a->time);
+        else {
+            fprintf(stderr, "moevm calibrate: unknown option %s (see --help)\n", f);
+            return 2;
+        }
+        if (bad)
+            return 2;
+    }
+    if (!a->model) {
+        fprintf(stderr, "moevm calibrate: -m MODEL.gguf is required: the model you will run "
+                "(make one with `moevm mkmodel`)\n");
+        return 2;
+    }
+    if (a->name && (!a->name[0] || strlen(a->name) >= sizeof((mvm_machine *)0)->name)) {
+        fprintf(stderr, "moevm calibrate: --name: 1 to %zu characters\n",
+                sizeof((mvm_machine *)0)->name - 1);
+        return 2;
+    }
+    return -1;
+}
+
+/* The fields the table shows, in the file's units, and whether they were measured. */
+static void print_table(const mvm_machine *m, const mvm_machine *base, const char *base_name)
+{
+    static const struct {
+        const char *key, *unit;
+        size_t off;
+        double scale;
+    } rows[] = {
+        {"pcie_bw", "GB/s", offsetof(mvm_machine, pcie_bw), 1e-9},
+        {"load_setup", "us", offsetof(mvm_machine, load_setup), 1e6},
+        {"cpu_mem_bw", "GB/s", offsetof(mvm_machine, cpu_mem_bw), 1e-9},
+        {"cpu_flops", "GFLOP/s", offsetof(mvm_machine, cpu_flops), 1e-9},
+        {"cpu_setup", "us", offsetof(mvm_machine, cpu_setup), 1e6},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+        double v = *(const double *)((const char *)m + rows[i].off);
+        double b = *(const double *)((const char *)base + rows[i].off);
+        fprintf(stderr, "  %-11s %12.4g %-8s %s\n", rows[i].key, v * rows[i].scale, rows[i].unit,
+                v == b ? "(base)" : "measured");
+    }
+    fprintf(stderr, "  the GPU's compute, zero-copy, attention and network rates: %s's\n",
+            base_name);
+}
+
+static int write_file(const struct cal_args *a, const mvm_machine *m, const char *base)
+{
+    char text[4096];
+    int n = mvm_machine_format_json(m, base, text, sizeof text);
+    if (n < 0 || (size_t)n >= sizeof text) {
+        fprintf(stderr, "moevm calibrate: the cost file does not fit its buffer\n");
+        return 1;
+    }
+    if (!a->out) {
+        fputs(text, stdout);
+        return 0;
+    }
+    FILE *f = fopen(a->out, "w");
+    int bad = !f || fputs(text, f) == EOF;
+    if (f)
+        bad |= fclose(f) != 0;
+    if (bad) {
+        perror(a->out);
+        return 1;
+    }
+    fprintf(stderr, "wrote %s: use it with `moevm run --cost %s` or MOEVM_COST=%s\n", a->out,
+            a->out, a->out);
+    return 0;
+}
+
+/* Measures into *m (which holds the base): 0 or 1 after a one-line error. */
+static int measure(const struct cal_args *a, mvm_model *model, mvm_pool *pool, mvm_machine *m)
+{
+    const mvm_hparams *hp = &model->hp;
+    mvm_space_info info;
+    mvm_space_get_info(model->space, &info);
+    double total = (double)model->expert_bytes * hp->n_layer * hp->n_expert;
+    fprintf(stderr, "calibrating with %s: %u x %u experts of %.2f MiB, %d threads, %s backend\n",
+            a->model, hp->n_layer, hp->n_expert, (double)model->expert_bytes / 1048576.0,
+            mvm_pool_size(pool), info.backend);
+    if (total < 256.0 * 1048576.0)
+        fprintf(stderr, "note: the experts (%.0f MiB in all) may stay in the CPU caches: the "
+                "CPU rates are those of warm caches (calibrate with the model you run)\n",
+                total / 1048576.0);
+    mvm_calib_cpu cpu;
+    if (mvm_calib_cpu_experts(model, pool, a->tokens, a->time, &cpu) != MVM_OK)
+        return mvm_cli_error("calibrate");
+    for (uint32_t i = 0; i < cpu.n_points; i++)
+        fprintf(stderr, "cpu: one expert, %3.0f tokens: %10.1f us (median of %u)\n",
+                cpu.tokens[i], cpu.seconds[i] * 1e6, cpu.reps[i]);
+    fprintf(stderr, "cpu: t(n) = %.1f us + %.2f us x n (within %.0f%%); fork/join %.1f us\n",
+            cpu.fit.a * 1e6, cpu.fit.b * 1e6, cpu.fit.max_rel * 100, cpu.pool_s * 1e6);
+    mvm_calib_apply_cpu(m, &cpu, model->expert_bytes, hp->n_embd, hp->n_ff_exp);
+    if (strcmp(info.backend, "host") == 0) {
+        fprintf(stderr, "copies: not measured (the host backend has no device)\n");
+        return 0;
+    }
+    mvm_calib_copy cp;
+    if (mvm_calib_copies(model->space, a->time, &cp) != MVM_OK)
+        return mvm_cli_error("calibrate");
+    fprintf(stderr, "copies: %u page(s) %.1f us, %u pages %.1f us\n", cp.pages_small,
+            cp.t_small * 1e6, cp.pages_full, cp.t_full * 1e6);
+    if (mvm_calib_apply_copy(m, &cp)) {
+        fprintf(stderr, "moevm calibrate: the copies did not take longer for more bytes (%.1f "
+                "us, %.1f us): the machine was too busy to measure; try a longer --time\n",
+                cp.t_small * 1e6, cp.t_full * 1e6);
+        return 1;
+    }
+    return 0;
+}
+
+int mvm_cmd_calibrate(int argc, char **argv)
+{
+    struct cal_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc >= 0)
+        return rc;
+    mvm_machine base, m;
+    if (mvm_machine_load(a.base, "--base", &base) != MVM_OK)
+        return mvm_cli_error("calibrate");
+    /* A file's base is its own "base" field's preset, not written back; presets stand for
+     * themselves. */
+    const char *base_name = mvm_machine_preset(base.name) ? base.name : "h100";
+    mvm_space_desc desc;
+    if (mvm_space_desc_init(&desc) != MVM_OK)
+        return mvm_cli_error("options");
+    if (a.budget && mvm_parse_budget(a.budget, &desc.device_budget, &desc.device_budget_frac)) {
+        fprintf(stderr, "moevm calibrate: --gpu-budget %s: expected a size (8G), a percentage "
+                "(25%%) or auto\n", a.budget);
+        return 2;
+    }
+    mvm_pool *pool = NULL;
+    mvm_model *model = NULL;
+    if ((rc = mvm_cli_threads("calibrate", a.threads, &pool)) != 0)
+        return rc;
+    if (mvm_model_load(a.model, &desc, pool, mvm_cli_progress, "loading", &model) != MVM_OK)
+        rc = mvm_cli_error("loading the model");
+    m = base;
+    if (!rc)
+        rc = measure(&a, model, pool, &m);
+    if (!rc) {
+        if (a.name)
+            snprintf(m.name, sizeof m.name, "%s", a.name);
+        else if (gethostname(m.name, sizeof m.name - 1) != 0 || !m.name[0])
+            snprintf(m.name, sizeof m.name, "calibrated");
+        m.name[sizeof m.name - 1] = '\0';
+        print_table(&m, &base, base.name);
+        rc = write_file(&a, &m, base_name);
+    }
+    mvm_model_free(model);
+    mvm_pool_destroy(pool);
+    return rc;
+}

@@ -1,0 +1,269 @@
+/*
+ * `moevm calibrate`'s measurements (engine/calibrate.h): the line fit and median against
+ * values worked out by hand; the rates written from a measurement give back, through the
+ * cost model (policy/cost.h), the times measured; the CPU and copy measurements on a model
+ * on the host backend (their structure, never their speed); the loader of MOEVM_COST
+ * (engine/cost_load.h).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "engine/calibrate.h"
+#include "engine/cost_load.h"
+#include "engine/mkmodel.h"
+
+static char dir[64];
+
+static int near(double got, double want, double rel)
+{
+    return fabs(got - want) <= rel * fabs(want);
+}
+
+static void test_fit_and_median(void)
+{
+    /* y = 3 + 0.5x exactly, and with a residual of +-0.1 around it. */
+    double x[] = {1, 2, 4, 8}, y[] = {3.5, 4, 5, 7}, yn[] = {3.6, 3.9, 5.1, 6.9};
+    mvm_line l = {.a = NAN, .b = NAN, .max_rel = NAN};
+    CHECK(mvm_fit_line(x, y, 4, &l) == 0);
+    CHECK(near(l.a, 3, 1e-12) && near(l.b, 0.5, 1e-12) && l.max_rel < 1e-12);
+    CHECK(mvm_fit_line(x, yn, 4, &l) == 0);
+    /* By hand: mean x 3.75, mean y 4.875, sxx 28.75, sxy 13.875 -> b 0.4826087,
+     * a 3.0652174; the largest residual at x = 2: |3.9 - 4.0304348| / 3.9 = 0.03344. */
+    CHECK(near(l.b, 13.875 / 28.75, 1e-12) && near(l.a, 4.875 - 3.75 * 13.875 / 28.75, 1e-12));
+    CHECK(near(l.max_rel, (4.875 + (2 - 3.75) * 13.875 / 28.75 - 3.9) / 3.9, 1e-9));
+    mvm_line keep = l;
+    double same[] = {2, 2, 2};
+    CHECK(mvm_fit_line(same, y, 3, &l) == -1 && memcmp(&l, &keep, sizeof l) == 0);
+    CHECK(mvm_fit_line(x, y, 1, &l) == -1);
+
+    double odd[] = {5, 1, 9, 3, 7}, even[] = {4, 1, 3, 2};
+    CHECK(mvm_median(odd, 5) == 5 && mvm_median(even, 4) == 2.5);
+    double one[] = {42};
+    CHECK(mvm_median(one, 1) == 42);
+}
+
+/* The CPU fit: free where its intercept is above the fork/join, held there below it. */
+static void test_fit_cpu(void)
+{
+    mvm_calib_cpu c = {.n_points = 4, .tokens = {1, 2, 4, 8},
+                       .seconds = {12e-6, 14e-6, 18e-6, 26e-6}, .pool_s = 0.5e-6};
+    CHECK(mvm_calib_fit_cpu(&c) == 0 && near(c.fit.a, 10e-6, 1e-9) && near(c.fit.b, 2e-6, 1e-9));
+    /* -1 µs + 2 µs·n: held at 0.5 µs, slope sum x(y - a) / sum x^2 = 147.5 / 85 µs. */
+    mvm_calib_cpu d = {.n_points = 4, .tokens = {1, 2, 4, 8},
+                       .seconds = {1e-6, 3e-6, 7e-6, 15e-6}, .pool_s = 0.5e-6};
+    CHECK(mvm_calib_fit_cpu(&d) == 0 && d.fit.a == 0.5e-6);
+    CHECK(near(d.fit.b, 147.5e-6 / 85, 1e-9));
+    CHECK(near(d.fit.max_rel, fabs(1e-6 - (0.5e-6 + 147.5e-6 / 85)) / 1e-6, 1e-9));
+    /* Times that fall with the tokens, or one point: no line. */
+    mvm_calib_cpu e = {.n_points = 3, .tokens = {1, 2, 4}, .seconds = {9e-6, 5e-6, 3e-6}};
+    CHECK(mvm_calib_fit_cpu(&e) == -1);
+    e.n_points = 1;
+    CHECK(mvm_calib_fit_cpu(&e) == -1);
+}
+
+/* The rates from a fit reproduce it through mvm_cost_init, whatever the fork/join. */
+static void test_apply_cpu(void)
+{
+    const uint64_t bytes = 3538944;
+    const uint32_t embd = 2048, ff = 1024;
+    const double pools[] = {0.4e-6, 1e-3, 0};
+    for (size_t i = 0; i < 3; i++) {
+        mvm_calib_cpu c = {.fit = {.a = 5.5e-6, .b = 187e-6}, .pool_s = pools[i]};
+        mvm_machine m = *mvm_machine_preset("a100");
+        CHECK(mvm_calib_apply_cpu(&m, &c, bytes, embd, ff) == 0);
+        mvm_cost cost;
+        mvm_cost_init(&cost, &m, bytes, embd, ff);
+        CHECK(near(mvm_cost_cpu(&cost, 1), 5.5e-6 + 187e-6, 1e-12));
+        CHECK(near(mvm_cost_cpu(&cost, 32), 5.5e-6 + 32 * 187e-6, 1e-12));
+        /* The fork/join is the setup when under half of c0; else half of c0. */
+        CHECK(near(m.cpu_setup, i == 0 ? 0.4e-6 : 2.75e-6, 1e-12));
+        /* The rest of the machine is the base's. */
+        CHECK(m.pcie_bw == mvm_machine_preset("a100")->pcie_bw && !strcmp(m.name, "a100"));
+    }
+    mvm_machine m = *mvm_machine_preset("h100"), before = m;
+    mvm_calib_cpu flat = {.fit = {.a = 1e-5, .b = 0}}, neg = {.fit = {.a = -1e-6, .b = 1e-6}};
+    CHECK(mvm_calib_apply_cpu(&m, &flat, bytes, embd, ff) == -1);
+    CHECK(mvm_calib_apply_cpu(&m, &neg, bytes, embd, ff) == -1);
+    CHECK(memcmp(&m, &before, sizeof m) == 0);
+}
+
+static void test_apply_copy(void)
+{
+    /* 2 MiB in 50 us, 24 MiB in 490 us: 20 us setup, 23068672 B / 440 us. */
+    mvm_calib_copy c = {.pages_small = 1, .pages_full = 12, .bytes_small = 2097152,
+                        .bytes_full = 25165824, .t_small = 50e-6, .t_full = 490e-6};
+    mvm_machine m = *mvm_machine_preset("h100");
+    CHECK(mvm_calib_apply_copy(&m, &c) == 0);
+    mvm_cost cost;
+    mvm_cost_init(&cost, &m, c.bytes_full, 64, 64);
+    CHECK(near(mvm_cost_load_bytes(&cost, c.bytes_small), c.t_small, 1e-9));
+    CHECK(near(cost.t_load, c.t_full, 1e-9) && near(m.load_setup, 10e-6, 1e-9));
+    CHECK(near(m.pcie_bw, 23068672 / 440e-6, 1e-9));
+
+    /* Per-page costs that make the intercept negative: a token setup, the expert exact. */
+    c.t_small = 10e-6;
+    c.t_full = 490e-6;
+    CHECK(mvm_calib_apply_copy(&m, &c) == 0);
+    mvm_cost_init(&cost, &m, c.bytes_full, 64, 64);
+    CHECK(near(m.load_setup, 0.1e-6, 1e-9) && near(cost.t_load, 490e-6, 1e-9));
+
+    /* A one-page expert: the base's setup when under half the time, else half. */
+    mvm_calib_copy one = {.pages_small = 1, .pages_full = 1, .bytes_small = 65536,
+                          .bytes_full = 65536, .t_small = 30e-6, .t_full = 30e-6};
+    m = *mvm_machine_preset("h100");
+    CHECK(mvm_calib_apply_copy(&m, &one) == 0);
+    CHECK(near(m.load_setup, 10e-6, 1e-12) && near(m.pcie_bw, 65536 / 20e-6, 1e-9));
+    one.t_small = one.t_full = 12e-6;
+    m = *mvm_machine_preset("h100");
+    CHECK(mvm_calib_apply_copy(&m, &one) == 0 && near(m.load_setup, 6e-6, 1e-12));
+
+    mvm_machine before = m;
+    c.t_full = c.t_small; /* no growth with the bytes */
+    CHECK(mvm_calib_apply_copy(&m, &c) == -1);
+    c.t_small = 0;
+    CHECK(mvm_calib_apply_copy(&m, &c) == -1 && memcmp(&m, &before, sizeof m) == 0);
+}
+
+/* A qwen3moe model of 2 layers x 8 experts of 96 pages (4 KiB), F32: big enough that an
+ * expert's time at 12 tokens stands well above the scheduler's noise at 1. */
+static const char *make_model(mvm_pool *pool)
+{
+    static char path[128];
+    snprintf(path, sizeof path, "%s/m.gguf", dir);
+    mvm_model_spec s = mvm_preset_find("tiny", "qwen3moe")->spec;
+    s.n_ff_exp = 512;
+    s.type = MVM_W_F32;
+    s.seed = 5;
+    CHECK_ST(mvm_mkmodel_write(&s, path, pool, NULL, NULL), MVM_OK);
+    return path;
+}
+
+static mvm_model *load(const char *path, mvm_pool *pool, uint64_t budget)
+{
+    mvm_space_desc d;
+    mvm_space_desc_init(&d);
+    d.backend = MVM_BACKEND_HOST;
+    d.page_size = 4096;
+    d.device_budget = budget;
+    d.device_budget_frac = budget ? 0 : 1;
+    mvm_model *m = NULL;
+    CHECK_ST(mvm_model_load(path, &d, pool, NULL, NULL, &m), MVM_OK);
+    return m;
+}
+
+static void test_measure(void)
+{
+    /* One thread: a fork/join that a busy machine preempts would time the scheduler. */
+    mvm_pool *pool = NULL;
+    CHECK_ST(mvm_pool_create(1, NULL, &pool), MVM_OK);
+    const char *path = make_model(pool);
+    mvm_model *m = load(path, pool, 0);
+    if (!m) {
+        mvm_pool_destroy(pool);
+        return;
+    }
+    mvm_calib_cpu cpu;
+    memset(&cpu, 0xff, sizeof cpu);
+    CHECK_ST(mvm_calib_cpu_experts(m, pool, 12, 0.01, &cpu), MVM_OK);
+    /* 1, 2, 4, 8, then the maximum. */
+    CHECK(cpu.n_points == 5 && cpu.tokens[3] == 8 && cpu.tokens[4] == 12);
+    for (uint32_t i = 0; i < cpu.n_points && i < MVM_CALIB_MAX_POINTS; i++)
+        CHECK(cpu.seconds[i] > 0 && cpu.seconds[i] < 1 && cpu.reps[i] >= 3);
+    CHECK(cpu.fit.a > 0 && cpu.fit.b > 0 && cpu.pool_s > 0 && cpu.pool_s < 1);
+    mvm_calib_cpu bad;
+    CHECK_ST(mvm_calib_cpu_experts(m, pool, 1, 0.01, &bad), MVM_ERR_INVALID);
+    CHECK(strstr(mvm_last_error(), "at least 2 tokens") != NULL);
+
+    mvm_calib_copy cp;
+    memset(&cp, 0xff, sizeof cp);
+    CHECK_ST(mvm_make_resident(m->space, 1, 3, MVM_ALL_PAGES), MVM_OK);
+    CHECK_ST(mvm_calib_copies(m->space, 0.01, &cp), MVM_OK);
+    mvm_space_info info;
+    mvm_space_get_info(m->space, &info);
+    uint32_t ppe = (uint32_t)((info.expert_bytes + 4095) / 4096);
+    CHECK(ppe > 1 && cp.pages_small == 1 && cp.pages_full == ppe);
+    CHECK(cp.bytes_small == 4096 && cp.bytes_full == info.expert_bytes);
+    CHECK(cp.t_small > 0 && cp.t_full > 0);
+    /* It leaves the space empty: the expert made resident before is gone too. */
+    for (uint32_t l = 0; l < 2; l++)
+        for (uint32_t e = 0; e < 8; e++) {
+            mvm_residency r;
+            CHECK_ST(mvm_expert_residency(m->space, l, e, &r), MVM_OK);
+            CHECK(r.resident == 0 && r.loading == 0 && r.pins == 0);
+        }
+    mvm_model_free(m);
+
+    /* A budget of one page holds less than an expert. */
+    m = load(path, pool, 4096);
+    if (m)
+        CHECK_ST(mvm_calib_copies(m->space, 0.01, &cp), MVM_ERR_NOSPACE);
+    mvm_model_free(m);
+    mvm_pool_destroy(pool);
+}
+
+static void test_cost_load(void)
+{
+    mvm_machine m;
+    memset(&m, 0, sizeof m);
+    CHECK_ST(mvm_machine_load("a6000", "--cost", &m), MVM_OK);
+    CHECK(!strcmp(m.name, "a6000") && m.pcie_bw == mvm_machine_preset("a6000")->pcie_bw);
+    unsetenv("MOEVM_COST");
+    CHECK_ST(mvm_machine_load(NULL, "--cost", &m), MVM_OK);
+    CHECK(!strcmp(m.name, "h100"));
+
+    char path[128];
+    snprintf(path, sizeof path, "%s/c.json", dir);
+    FILE *f = fopen(path, "w");
+    fputs("{\"name\": \"box\", \"base\": \"a100\", \"cpu_flops\": 123}", f);
+    fclose(f);
+    setenv("MOEVM_COST", path, 1);
+    CHECK_ST(mvm_machine_load(NULL, "--cost", &m), MVM_OK);
+    CHECK(!strcmp(m.name, "box") && m.cpu_flops == 123e9);
+    CHECK(m.gpu_mem_bw == mvm_machine_preset("a100")->gpu_mem_bw);
+
+    /* Errors name the option or the flag with its value; *out is left alone. */
+    mvm_machine keep = m;
+    setenv("MOEVM_COST", "/nonexistent/c.json", 1);
+    CHECK_ST(mvm_machine_load(NULL, "--cost", &m), MVM_ERR_INVALID);
+    CHECK(strstr(mvm_last_error(), "MOEVM_COST=/nonexistent/c.json: neither a preset") != NULL);
+    unsetenv("MOEVM_COST");
+    CHECK_ST(mvm_machine_load("", "--cost", &m), MVM_ERR_INVALID);
+    CHECK_ST(mvm_machine_load(dir, "--cost", &m), MVM_ERR_INVALID);
+    CHECK(strstr(mvm_last_error(), "--cost /tmp/") == mvm_last_error());
+    f = fopen(path, "w");
+    fputs("{\"cpu_flops\": 0}", f);
+    fclose(f);
+    CHECK_ST(mvm_machine_load(path, "--base", &m), MVM_ERR_INVALID);
+    CHECK(strstr(mvm_last_error(), "--base ") && strstr(mvm_last_error(), "'cpu_flops'"));
+    f = fopen(path, "w");
+    for (int i = 0; i < 20000; i++)
+        fputc(' ', f);
+    fputs("{}", f);
+    fclose(f);
+    CHECK_ST(mvm_machine_load(path, "--cost", &m), MVM_ERR_INVALID);
+    CHECK(strstr(mvm_last_error(), "16 KiB") != NULL);
+    CHECK(memcmp(&m, &keep, sizeof m) == 0);
+    unlink(path);
+}
+
+int main(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/moevm-test-calibrate-XXXXXX");
+    if (!mkdtemp(dir))
+        return 1;
+    RUN(test_fit_and_median);
+    RUN(test_fit_cpu);
+    RUN(test_apply_cpu);
+    RUN(test_apply_copy);
+    RUN(test_measure);
+    RUN(test_cost_load);
+    char path[128];
+    snprintf(path, sizeof path, "%s/m.gguf", dir);
+    unlink(path);
+    rmdir(dir);
+    TEST_END();
+}
