@@ -420,7 +420,8 @@ static int generate(struct session *s)
             "%" PRIu64
             " out; predict %s: %" PRIu64 " prefetched, %" PRIu64 " used, %" PRIu64 " in time; "
             "route %s: %" PRIu64 " substituted; config %s: %" PRIu64 " changes, %" PRIu64
-            " split; assign %s: %" PRIu64 " on CPU, %" PRIu64 " zero-copy) | moved %.1f MiB\n",
+            " split; assign %s: %" PRIu64 " on CPU, %" PRIu64 " zero-copy, %" PRIu64
+            " planned) | moved %.1f MiB\n",
             s->n_prompt, t_prefill > 0 ? s->n_prompt / t_prefill : 0.0, generated,
             t_decode > 0 ? generated / t_decode : 0.0, rs.accesses,
             rs.accesses ? 100.0 * (double)rs.hits / (double)rs.accesses : 0.0,
@@ -432,6 +433,7 @@ static int generate(struct session *s)
             mvm_substitutor_count(mvm_ctx_substitutor(s->ctx)),
             mvm_resid_config_name(mvm_ctx_residency(s->ctx)), rs.reconfigs, rs.splits,
             mvm_resid_assign_name(mvm_ctx_residency(s->ctx)), rs.cpu_runs, rs.zerocopy_runs,
+            rs.planned,
             (double)vs.bytes_moved / 1048576.0);
     return 0;
 }

@@ -174,15 +174,16 @@ void mvm_moe_route(mvm_moe *s, uint32_t layer, uint32_t pos0, uint32_t n,
     group(s);
 }
 
-/* Once the step's experts are all pinned: the predictor's copies for the next layer, and
- * the assign module's plan. They overlap the step's compute and take no room it needs. */
+/* Once the step's experts are all pinned: the assign module's plan, or without one the
+ * predictor's copies for the next layer, as the simulator does. They overlap the step's
+ * compute and take no room it needs. */
 static void start_ahead(mvm_moe *s)
 {
-    s->ahead = mvm_prefetcher_ahead(s->prefetch, &s->step);
+    s->ahead = s->n_plan ? MVM_OK : mvm_prefetcher_ahead(s->prefetch, &s->step);
     mvm_status st = MVM_OK;
     for (uint32_t i = 0; i < s->n_plan && st == MVM_OK && s->ahead == MVM_OK; i++) {
         uint32_t E = s->m->hp.n_expert;
-        st = mvm_resid_prefetch(s->resid, s->plan[i] / E, s->plan[i] % E);
+        st = mvm_resid_prefetch_planned(s->resid, s->plan[i] / E, s->plan[i] % E);
         if (st != MVM_ERR_NOSPACE) /* no room is not an error: the plan waits */
             s->ahead = st;
     }
@@ -212,7 +213,9 @@ static void place(mvm_moe *s, uint32_t *n_home)
         s->n_todo = s->n_active;
         return;
     }
-    s->n_plan = mvm_resid_assign(s->resid, &s->step, s->where, &s->plan);
+    const float *ahead;
+    uint32_t n_ahead = mvm_prefetcher_predict(s->prefetch, &s->step, MVM_ASSIGN_AHEAD, &ahead);
+    s->n_plan = mvm_resid_assign(s->resid, &s->step, ahead, n_ahead, s->where, &s->plan);
     for (uint32_t i = 0; i < s->n_active; i++) {
         int32_t e = s->active[i];
         int w = s->where[e];

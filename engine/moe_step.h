@@ -2,7 +2,8 @@
  * The host side of an MoE layer step, the same whichever backend computes (forward_cpu.c,
  * forward_cuda.c): the router's probabilities to each token's top-k, what the route module
  * makes of them, the route observer, the (token, expert) rows grouped by expert, and the
- * residency of the step's experts with the predictor's prefetch of the next layer.
+ * residency of the step's experts with the prefetches ahead: the assign module's plan
+ * (made with the predictor's forecasts) on a device, else the predictor's own.
  *
  * A step, for n tokens of `layer`:
  *   1. the backend writes the router's logits into probs ([n][n_expert]);

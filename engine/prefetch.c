@@ -12,7 +12,9 @@ struct mvm_prefetcher {
     const mvm_predict_ops *ops;
     void *self;
     uint32_t n_layers, n_experts, depth;
-    float *ahead;               /* [E] the module's forecast */
+    float *ahead;               /* [MVM_ASSIGN_AHEAD][E] the module's forecasts */
+    uint32_t n_ahead;           /* of them, made for the step of layer `for_layer` */
+    uint32_t for_layer;
 };
 
 mvm_status mvm_prefetcher_create(const mvm_model *m, mvm_resid *resid,
@@ -32,7 +34,7 @@ mvm_status mvm_prefetcher_create(const mvm_model *m, mvm_resid *resid,
     f->n_layers = m->hp.n_layer;
     f->n_experts = m->hp.n_expert;
     f->depth = m->hp.n_expert_used;
-    f->ahead = calloc(f->n_experts, sizeof *f->ahead);
+    f->ahead = calloc((size_t)MVM_ASSIGN_AHEAD * f->n_experts, sizeof *f->ahead);
     if (!f->ahead)
         st = mvm_fail(MVM_ERR_NOMEM, "out of memory for the prefetcher");
     mvm_pinit in;
@@ -66,11 +68,35 @@ const char *mvm_prefetcher_name(const mvm_prefetcher *p)
     return p ? p->ops->name : "none";
 }
 
+uint32_t mvm_prefetcher_predict(mvm_prefetcher *p, const mvm_pstep *step, uint32_t max_ahead,
+                                const float **ahead)
+{
+    *ahead = NULL;
+    if (!p)
+        return 0;
+    if (max_ahead > MVM_ASSIGN_AHEAD)
+        max_ahead = MVM_ASSIGN_AHEAD;
+    uint32_t n = 0;
+    float *out = p->ahead;
+    while (n < max_ahead && step->layer + 1 + n < p->n_layers &&
+           p->ops->predict(p->self, step, step->layer + 1 + n, out + (size_t)n * p->n_experts))
+        n++;
+    p->n_ahead = n;
+    p->for_layer = step->layer;
+    *ahead = n ? p->ahead : NULL;
+    return n;
+}
+
 mvm_status mvm_prefetcher_ahead(mvm_prefetcher *p, const mvm_pstep *step)
 {
-    uint32_t next = step->layer + 1;
-    if (!p || next >= p->n_layers || !p->ops->predict(p->self, step, next, p->ahead))
+    if (!p)
         return MVM_OK;
+    const float *forecast;
+    if (!(p->n_ahead && p->for_layer == step->layer) &&
+        !mvm_prefetcher_predict(p, step, 1, &forecast))
+        return MVM_OK;
+    p->n_ahead = 0; /* used up: the next step predicts afresh */
+    uint32_t next = step->layer + 1;
     /* The `depth` most likely, best first (ties to the lower id), never a zero forecast. */
     for (uint32_t d = 0; d < p->depth; d++) {
         uint32_t best = 0;

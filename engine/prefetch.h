@@ -7,7 +7,9 @@
  * the real routing (the residual predictor calibrates on it).
  *
  * As the simulator does when no assign module plans prefetches (tools/sim.c), one layer
- * ahead, from the layer's MoE input (its router's input).
+ * ahead, from the layer's MoE input (its router's input). On the GPU pass the assign
+ * module sees the forecasts first, up to MVM_ASSIGN_AHEAD layers ahead, and a module that
+ * plans prefetches itself (presched) replaces these.
  */
 #ifndef MVM_ENGINE_PREFETCH_H
 #define MVM_ENGINE_PREFETCH_H
@@ -35,8 +37,15 @@ mvm_status mvm_prefetcher_create(const mvm_model *m, mvm_resid *resid,
 void mvm_prefetcher_destroy(mvm_prefetcher *p);
 const char *mvm_prefetcher_name(const mvm_prefetcher *p);
 /* Layer step->layer has routed (step->hidden: its MoE input, step->n_tok rows): prefetch
- * what the module predicts for the next layer. Fails only on a failed copy. */
+ * the most likely experts of the next layer, from the forecast mvm_prefetcher_predict
+ * made for this step if it made one, else from one made now. Fails only on a failed
+ * copy. */
 mvm_status mvm_prefetcher_ahead(mvm_prefetcher *p, const mvm_pstep *step);
+/* The module's forecasts for layers step->layer + 1 .. + max_ahead (at most
+ * MVM_ASSIGN_AHEAD; fewer where the model or the module's reach ends): *ahead = [n][E]
+ * probabilities, valid until the next call; returns n (0 and NULL without a module). */
+uint32_t mvm_prefetcher_predict(mvm_prefetcher *p, const mvm_pstep *step, uint32_t max_ahead,
+                                const float **ahead);
 /* The layer's real routing, after it ran. */
 void mvm_prefetcher_observe(mvm_prefetcher *p, const mvm_pstep *step);
 

@@ -482,14 +482,14 @@ void mvm_resid_release(mvm_resid *r, uint32_t layer, const int32_t *experts, uin
     unpin(r, layer, experts, n);
 }
 
-uint32_t mvm_resid_assign(mvm_resid *r, const mvm_pstep *step, uint8_t *where,
-                          const uint32_t **plan)
+uint32_t mvm_resid_assign(mvm_resid *r, const mvm_pstep *step, const float *ahead,
+                          uint32_t n_ahead, uint8_t *where, const uint32_t **plan)
 {
     uint32_t E = r->n_experts, x0 = step->layer * E;
     mvm_assignment a = {.where = where, .prefetch = r->plan, .cap_prefetch = r->n_total};
     memset(where, MVM_RUN_NONE, E);
     if (r->assign)
-        r->assign->assign(r->assign_self, view(r), step, NULL, 0, &a);
+        r->assign->assign(r->assign_self, view(r), step, n_ahead ? ahead : NULL, n_ahead, &a);
     for (uint32_t e = 0; e < E; e++) {
         if (!step->counts[e]) {
             where[e] = MVM_RUN_NONE;
@@ -560,7 +560,7 @@ mvm_status mvm_resid_end(mvm_resid *r, const mvm_pstep *step, const int32_t *exp
     return st;
 }
 
-mvm_status mvm_resid_prefetch(mvm_resid *r, uint32_t layer, uint32_t expert)
+static mvm_status prefetch(mvm_resid *r, uint32_t layer, uint32_t expert, int planned)
 {
     if (layer >= r->shape.n_layers || expert >= r->n_experts)
         return mvm_fail(MVM_ERR_RANGE, "expert (%u, %u) is outside the space", layer, expert);
@@ -573,8 +573,19 @@ mvm_status mvm_resid_prefetch(mvm_resid *r, uint32_t layer, uint32_t expert)
     if (st == MVM_OK) {
         r->by_prefetch[x] = 1;
         r->stats.prefetches++;
+        r->stats.planned += planned;
     }
     return st;
+}
+
+mvm_status mvm_resid_prefetch(mvm_resid *r, uint32_t layer, uint32_t expert)
+{
+    return prefetch(r, layer, expert, 0);
+}
+
+mvm_status mvm_resid_prefetch_planned(mvm_resid *r, uint32_t layer, uint32_t expert)
+{
+    return prefetch(r, layer, expert, 1);
 }
 
 void mvm_resid_get_stats(const mvm_resid *r, mvm_resid_stats *out)

@@ -72,6 +72,7 @@ typedef struct mvm_resid_stats {
     uint64_t evictions;  /* experts the evict module chose to make room */
     uint64_t prefetches; /* experts loaded ahead of use: the evict module's wishes and the
                             caller's predictions (mvm_resid_prefetch) */
+    uint64_t planned;       /* of them, the assign module's plan (mvm_resid_assign) */
     uint64_t prefetch_used; /* of them, requested by their layer's next step (a forecast
                                that came true; a later use is not counted) */
     uint64_t prefetch_hits; /* of those, found resident (their copy had landed) */
@@ -116,13 +117,14 @@ mvm_status mvm_resid_begin_round(mvm_resid *r, uint32_t layer, int32_t *experts,
                                  uint32_t *n_round);
 void mvm_resid_release(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n);
 /* Where each active expert of the step (step->counts[e] > 0) runs, by the assign module
- * (policy.h enum mvm_where) into where[n_experts], made usable: MVM_RUN_NONE for the
+ * (policy.h enum mvm_where; ahead: [n_ahead][E] forecasts of the next layers, or NULL)
+ * into where[n_experts], made usable: MVM_RUN_NONE for the
  * inactive, an active one the module left out runs on the GPU, and MVM_RUN_GPU on an
  * expert not wholly resident means MVM_RUN_GPU_LOAD. Without a module (not on_device)
  * every active expert is GPU or GPU_LOAD. *plan: the module's prefetches (expert ids, to
  * queue once the step is pinned); returns their number. Valid until the next call. */
-uint32_t mvm_resid_assign(mvm_resid *r, const mvm_pstep *step, uint8_t *where,
-                          const uint32_t **plan);
+uint32_t mvm_resid_assign(mvm_resid *r, const mvm_pstep *step, const float *ahead,
+                          uint32_t n_ahead, uint8_t *where, const uint32_t **plan);
 /* The step's experts that run from their homes: on the CPU (pin 0: nothing moves, counted
  * in cpu_runs) or read by the device in place (pin 1, HOST_NUMA: pinned so that no move
  * remaps them under the reader; counted in zerocopy_runs). Their accesses are counted and
@@ -141,6 +143,8 @@ mvm_status mvm_resid_end(mvm_resid *r, const mvm_pstep *step, const int32_t *exp
  * does (never from the current step's experts). MVM_OK when queued or already resident,
  * MVM_ERR_NOSPACE when nothing can make room (the prediction is dropped). */
 mvm_status mvm_resid_prefetch(mvm_resid *r, uint32_t layer, uint32_t expert);
+/* The same for an expert of the assign module's plan (counted in `planned` too). */
+mvm_status mvm_resid_prefetch_planned(mvm_resid *r, uint32_t layer, uint32_t expert);
 void mvm_resid_get_stats(const mvm_resid *r, mvm_resid_stats *out);
 
 #endif

@@ -119,6 +119,10 @@ typedef struct mvm_assignment {
     double est_time;         /* the module's own estimate of the layer's time, s */
 } mvm_assignment;
 
+/* Layers ahead that the engine and the simulator ask the predictor about for the assign
+ * module: presched's deepest lookahead (Q4). */
+#define MVM_ASSIGN_AHEAD 2
+
 typedef struct mvm_assign_ops {
     MVM_POLICY_HEADER;
     /* ahead: [n_ahead][E] predicted probabilities of the experts of layers layer+1 ..

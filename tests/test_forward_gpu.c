@@ -190,7 +190,8 @@ static void test_residency(void)
 }
 
 /* The assign module runs experts on the CPU threads from their homes, beside the GPU's:
- * greedy (DALI) at half the experts' bytes; gpu{zerocopy=1}, which never loads, reads
+ * greedy (DALI) at half the experts' bytes; presched (PreScope), which plans prefetches
+ * from the predictor's forecasts (none without a predictor); gpu{zerocopy=1}, which never loads, reads
  * every expert in place with HOST_NUMA (bit for bit the resident run's logits) and runs
  * every one on the CPU without it (steps with nothing for the GPU). The CPU's rows agree
  * with the GPU's to float rounding; the routing is the same; nothing stays pinned. */
@@ -201,6 +202,10 @@ static void test_assign(void)
     struct run *all = run_prompt(path, MVM_BACKEND_CUDA, 1, 4, 0);
     assign = "greedy";
     struct run *greedy = run_prompt(path, MVM_BACKEND_CUDA, 0.5, 4, 0);
+    assign = "presched"; /* plans from the predictor's forecasts */
+    struct run *pre = run_prompt(path, MVM_BACKEND_CUDA, 0.5, 1, 0);
+    predict = "none";
+    struct run *blind = run_prompt(path, MVM_BACKEND_CUDA, 0.5, 1, 0);
     assign = "gpu";
     assign_args = "zerocopy=1";
     predict = "none"; /* nothing then moves at all */
@@ -213,6 +218,12 @@ static void test_assign(void)
         CHECK(greedy->resid.cpu_runs > 0 && greedy->resid.cpu_runs < greedy->resid.accesses);
         CHECK(greedy->space.pinned_experts == 0);
     }
+    if (all && pre && blind) {
+        CHECK(check_rel_l2(pre->logits, all->logits, n) < 1e-5);
+        CHECK(pre->resid.planned > 0 && pre->resid.planned <= pre->resid.prefetches);
+        CHECK(blind->resid.planned == 0 && blind->resid.prefetches == 0);
+        CHECK(pre->space.pinned_experts == 0 && blind->space.pinned_experts == 0);
+    }
     if (all && zc) {
         CHECK(memcmp(all->sel, zc->sel, sizeof all->sel) == 0);
         CHECK(zc->space.pages_loaded == 0 && zc->space.pinned_experts == 0);
@@ -224,7 +235,7 @@ static void test_assign(void)
             CHECK(zc->resid.cpu_runs == zc->resid.accesses && zc->resid.zerocopy_runs == 0);
         }
     }
-    free_run(all), free_run(greedy), free_run(zc);
+    free_run(all), free_run(greedy), free_run(zc), free_run(pre), free_run(blind);
 }
 
 /* Driver failures: named, and a failed step unpins its experts. */

@@ -18,9 +18,6 @@ void mvm_sim_config_init(mvm_sim_config *c)
     c->prefetch_depth = 0; /* 0: top_k */
 }
 
-/* Layers ahead that predictions are asked for: presched's deepest lookahead (Q4). */
-#define SIM_AHEAD 2
-
 /* A module instance of one role. */
 struct module {
     const void *ops;  /* the role's ops table */
@@ -235,15 +232,15 @@ static mvm_status sim_layer(struct sim *s, uint32_t tok, uint32_t l, double *clo
         s->busy[x] = 1;
     }
 
-    /* Predictions for the next SIM_AHEAD layers, as far as the predictor reaches. */
+    /* Predictions for the next MVM_ASSIGN_AHEAD layers, as far as the predictor reaches. */
     const mvm_predict_ops *po = s->mod[MVM_ROLE_PREDICT].ops;
     uint32_t n_ahead = 0;
-    while (po && n_ahead < SIM_AHEAD && l + 1 + n_ahead < s->L &&
+    while (po && n_ahead < MVM_ASSIGN_AHEAD && l + 1 + n_ahead < s->L &&
            po->predict(s->mod[MVM_ROLE_PREDICT].self, &step, l + 1 + n_ahead,
                        s->next_scores + (size_t)n_ahead * s->E))
         n_ahead++;
     mvm_assignment a = {.where = s->where, .prefetch = s->prefetch,
-                        .cap_prefetch = SIM_AHEAD * s->E};
+                        .cap_prefetch = MVM_ASSIGN_AHEAD * s->E};
     memset(s->where, 0, s->E);
     const mvm_assign_ops *ao = s->mod[MVM_ROLE_ASSIGN].ops;
     ao->assign(s->mod[MVM_ROLE_ASSIGN].self, &s->view, &step, n_ahead ? s->next_scores : NULL,
@@ -418,12 +415,12 @@ mvm_status mvm_sim_run(const mvm_trace *t, const mvm_cost *cost, const mvm_sim_c
     s.queued = calloc(s.n_total, 1);
     s.experts = calloc(s.K, sizeof *s.experts);
     s.weights = calloc(s.K, sizeof *s.weights);
-    s.next_scores = calloc((size_t)SIM_AHEAD * s.E, sizeof *s.next_scores);
+    s.next_scores = calloc((size_t)MVM_ASSIGN_AHEAD * s.E, sizeof *s.next_scores);
     s.counts = calloc(s.E, sizeof *s.counts);
     s.where = calloc(s.E, 1);
     s.load_ready = calloc(s.E, sizeof *s.load_ready);
     s.top_share = calloc(s.E, sizeof *s.top_share);
-    s.prefetch = calloc(SIM_AHEAD * (size_t)s.E, sizeof *s.prefetch);
+    s.prefetch = calloc(MVM_ASSIGN_AHEAD * (size_t)s.E, sizeof *s.prefetch);
     s.layer_pages = malloc(s.L * sizeof *s.layer_pages);
     s.theta = malloc(s.L * sizeof *s.theta);
     if (!s.resident || !s.busy || !s.ready || !s.landed || !s.by_prefetch || !s.cand ||
