@@ -10,7 +10,9 @@
 #      bytes as its budget (HOST_NUMA devices run the others from their homes, the rest wait),
 #      then with the assign modules greedy (experts also on the CPU threads) and gpu's
 #      zero-copy, and at a tenth of the bytes (rounds without HOST_NUMA) with and without
-#      greedy.
+#      greedy;
+#   4. `moevm calibrate` of that model on the GPU, and greedy at half the budget again with
+#      the measured costs (--cost) instead of the h100 preset's.
 # With $OUT set, the output is also written to $OUT/gpu_forward.txt. Results go into
 # docs/perf/engine.md.
 set -euo pipefail
@@ -51,4 +53,9 @@ mkdir -p "$work"
     run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=50% MOEVM_ASSIGN=gpu MOEVM_ASSIGN_ARGS=zerocopy=1
     run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=10%
     run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=10% MOEVM_ASSIGN=greedy
+    echo "== 4. calibrate, then greedy with the measured costs"
+    MOEVM_BACKEND=cuda "$moevm" calibrate -m "$model" -o "$work/cost.json"
+    cat "$work/cost.json"
+    if [[ -n "${OUT:-}" ]]; then cp "$work/cost.json" "$OUT/gpu_cost.json"; fi
+    run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=50% MOEVM_ASSIGN=greedy MOEVM_COST="$work/cost.json"
 } 2>&1 | tee -a "$log"
