@@ -274,17 +274,16 @@ mvm_status mvm_machine_parse_json(const char *text, const char *what, mvm_machin
 int mvm_machine_format_json(const mvm_machine *m, const char *base, char *buf, size_t cap)
 {
     /* %.15g parses back to within 1e-15 relative and prints the presets' round numbers as
-     * they are written (10, not 9.99999999999999). Quotes, backslashes and control
-     * characters are dropped from the name rather than escaped. */
-    char name[sizeof m->name];
-    size_t k = 0;
-    for (const char *p = m->name; *p && k + 1 < sizeof name; p++)
-        if (*p != '"' && *p != '\\' && (unsigned char)*p >= 0x20)
-            name[k++] = *p;
-    name[k] = '\0';
+     * they are written (10, not 9.99999999999999). cJSON escapes the name. */
+    cJSON *str = cJSON_CreateString(m->name);
+    char *name = str ? cJSON_PrintUnformatted(str) : NULL;
+    cJSON_Delete(str);
+    if (!name)
+        return -1;
     size_t n = 0;
-    int w = snprintf(buf, cap, "{\n  \"name\": \"%s\",\n  \"base\": \"%s\"", name,
+    int w = snprintf(buf, cap, "{\n  \"name\": %s,\n  \"base\": \"%s\"", name,
                      base ? base : "h100");
+    cJSON_free(name);
     for (size_t i = 0; w >= 0 && i < N_FIELDS; i++) {
         n += (size_t)w;
         double v = *(const double *)((const char *)m + fields[i].offset) / fields[i].unit;

@@ -76,7 +76,8 @@ const char *mvm_machine_preset_names(void);
  * message; *out is written only on success. This is I/O-free: the caller reads the file. */
 mvm_status mvm_machine_parse_json(const char *text, const char *what, mvm_machine *out);
 /* The inverse: m as a cost file naming preset `base` (NULL: "h100"), every field spelled
- * out, into buf (snprintf's rules: returns the length it needs, -1 on an encoding error). */
+ * out, into buf (snprintf's rules: returns the length it needs; -1 on an encoding error or
+ * out of memory). */
 int mvm_machine_format_json(const mvm_machine *m, const char *base, char *buf, size_t cap);
 
 #endif

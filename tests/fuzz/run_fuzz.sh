@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Builds the GGUF reader's libFuzzer target with ASan and UBSan, writes a seed corpus with
-# gguf_seeds, and fuzzes for <seconds>. Exit 0 and "1 passed, 0 failed" when nothing
-# crashed; exit 1 and "0 passed, 1 failed" on a crash, leak, sanitizer report or build
-# failure (the input that crashed is kept under <outdir>/artifacts/); exit 77 (CTest's
-# skip code) when clang or libFuzzer is missing. The corpus grows in <outdir>/corpus
-# across runs. CC overrides the compiler (default clang).
+# Builds the libFuzzer targets with ASan and UBSan — fuzz_gguf (the GGUF reader) and
+# fuzz_inputs (cost files, routing traces, predictor files, module parameters, option
+# values) — writes their seed corpora, and fuzzes each for half of <seconds>. Exit 0 and
+# "1 passed, 0 failed" when nothing crashed; exit 1 and "0 passed, 1 failed" on a crash,
+# leak, sanitizer report or build failure (the input that crashed is kept under
+# <outdir>/<target>/artifacts/); exit 77 (CTest's skip code) when clang or libFuzzer is
+# missing. The corpora grow in <outdir>/<target>/corpus across runs. CC overrides the
+# compiler (default clang).
 #
 #   tests/fuzz/run_fuzz.sh <seconds> <outdir>
 set -u
@@ -29,7 +31,7 @@ fail() {
     exit 1
 }
 
-mkdir -p "$out/corpus" "$out/seeds" "$out/artifacts" || fail "cannot create $out"
+mkdir -p "$out" || fail "cannot create $out"
 command -v "$cc" >/dev/null 2>&1 || skip "$cc not found"
 # A trivial target tells a missing libFuzzer runtime apart from an error in our code.
 cat >"$out/probe.c" <<'EOF'
@@ -47,16 +49,48 @@ EOF
 flags=(-std=c11 -g -O1 -Wall -Wextra -Werror -D_GNU_SOURCE= -I"$root/include" -I"$root"
        -fno-sanitize-recover=all)
 reader=("$root/engine/gguf.c" "$root/engine/gguf_get.c" "$root/engine/ggml_types.c" "$root/vmm/error.c" "$root/vmm/options.c")
+mkdir -p "$out/gguf/seeds" "$out/inputs/seeds"
 "$cc" "${flags[@]}" -fsanitize=fuzzer,address,undefined "$root/tests/fuzz/fuzz_gguf.c" \
     "${reader[@]}" -lm -lpthread -o "$out/fuzz_gguf" || fail "building fuzz_gguf failed"
 "$cc" "${flags[@]}" -fsanitize=address,undefined "$root/tests/fuzz/gguf_seeds.c" \
     "$root/engine/gguf_write.c" "${reader[@]}" -lm -lpthread -o "$out/gguf_seeds" ||
     fail "building gguf_seeds failed"
-"$out/gguf_seeds" "$out/seeds" || fail "gguf_seeds failed"
+"$out/gguf_seeds" "$out/gguf/seeds" || fail "gguf_seeds failed"
 
-# New inputs go to the first directory (corpus); the seeds are read only.
-"$out/fuzz_gguf" -max_total_time="$secs" -timeout=10 -print_final_stats=1 \
-    -artifact_prefix="$out/artifacts/" "$out/corpus" "$out/seeds" 2>&1 | tee "$out/fuzz.log"
-rc=${PIPESTATUS[0]}
-[ "$rc" -eq 0 ] || fail "fuzz_gguf exited with $rc; crashing input in $out/artifacts/"
+cjson=$(pkg-config --cflags --libs libcjson 2>/dev/null || echo -lcjson)
+# shellcheck disable=SC2086 # cjson is a list of flags
+"$cc" "${flags[@]}" -fsanitize=fuzzer,address,undefined "$root/tests/fuzz/fuzz_inputs.c" \
+    "$root"/policy/*.c "$root/tools/trace.c" "$root/tools/sim.c" "$root/vmm/error.c" \
+    "$root/vmm/options.c" $cjson -lm -lpthread -o "$out/fuzz_inputs" ||
+    fail "building fuzz_inputs failed"
+# Seeds: the first byte picks the parser (fuzz_inputs.c).
+seed() { printf "\\$(printf %o "$1")" >"$out/inputs/seeds/$2"; cat >>"$out/inputs/seeds/$2"; }
+for f in "$root"/bench/costs/*.json; do seed 0 "cost-$(basename "$f")" <"$f"; done
+seed 1 trace.jsonl <<'TRACE'
+{"format":"moevm-trace","version":1,"model":"m","arch":"a","n_layers":2,"n_experts":4,"top_k":2,"expert_bytes":4194304,"n_embd":64,"n_ff_exp":64,"scores":"softmax","weights_renormalised":true}
+{"req":0,"tok":0,"layer":0,"scores":[0.1,0.1,0.5,0.3],"experts":[2,3],"weights":[0.6,0.4]}
+{"req":0,"tok":0,"layer":1,"scores":[0.6,0.2,0.1,0.1],"experts":[0,1],"weights":[0.75,0.25]}
+{"req":0,"tok":1,"layer":0,"scores":[0.9,0.02,0.05,0.03],"experts":[0,2],"weights":[0.95,0.05]}
+{"req":0,"tok":1,"layer":1,"scores":[0.4,0.1,0.2,0.3],"experts":[0,3],"weights":[0.6,0.4]}
+TRACE
+# A predictor of 2 layers, 2 experts, top-1, width 2: layer 1 shallow, rank 1, hidden 1.
+python3 -c 'import struct,sys; f=lambda *v: struct.pack("<%df" % len(v), *v)
+sys.stdout.buffer.write(b"MVMPRED1" + struct.pack("<5I", 1, 2, 2, 1, 2) +
+    struct.pack("<3I", 0, 1, 1) + f(0.1, -0.2) + f(0.5, 0.5) + f(1, 0.5, -0.5) + f(0.1) +
+    f(1, -1) + f(0, 0.2))' | seed 2 predictor.bin ||
+    fail "writing the predictor seed failed"
+printf 'alpha=0.5,window=8' | seed 3 params
+printf '25%%' | seed 4 budget
+printf '1.5GiB' | seed 4 size
+
+half=$(( (secs + 1) / 2 ))
+for target in gguf inputs; do
+    mkdir -p "$out/$target/corpus" "$out/$target/artifacts"
+    # New inputs go to the first directory (corpus); the seeds are read only.
+    "$out/fuzz_$target" -max_total_time="$half" -timeout=10 -print_final_stats=1 \
+        -artifact_prefix="$out/$target/artifacts/" "$out/$target/corpus" "$out/$target/seeds" \
+        2>&1 | tee "$out/$target.log"
+    rc=${PIPESTATUS[0]}
+    [ "$rc" -eq 0 ] || fail "fuzz_$target exited with $rc; crashing input in $out/$target/artifacts/"
+done
 echo "1 passed, 0 failed"

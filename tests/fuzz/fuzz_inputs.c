@@ -1,0 +1,208 @@
+/*
+ * libFuzzer target for every other parser of user input; the first byte picks which, the
+ * rest is the input:
+ *   0  a cost file (policy/cost.c): what parses is a machine the cost model can use (rates
+ *      finite and positive, the network's >= 0) and survives format -> parse;
+ *   1  a routing trace (tools/trace.c, read from a file as `moevm sim --trace` does): what
+ *      loads keeps the format's promises (experts in range and distinct, weights and
+ *      scores finite) and is replayed by the simulator with two policy sets, which index
+ *      the arrays blindly;
+ *   2  a `moevm train-predictor` file (policy/predictor_mlp.c): what parses computes
+ *      logits for every layer it has a model for and none for the others (finite weights
+ *      may still overflow to NaN: the predict modules never pick a NaN);
+ *   3  module parameters, "name=value,..." (policy/params.c): text that checks gives
+ *      every known parameter a finite value;
+ *   4  a size and a budget, as MOEVM_* values (vmm/options.c).
+ * A broken promise traps, so libFuzzer reports it like a crash.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "policy/cost.h"
+#include "policy/predictor_mlp.h"
+#include "tools/sim.h"
+#include "tools/trace.h"
+#include "vmm/options.h"
+
+static volatile float sink; /* keeps the reads of the logits */
+
+static void require(int cond)
+{
+    if (!cond)
+        __builtin_trap();
+}
+
+/* data[0..size) as a C string (a NUL inside ends it early, as it would in a file). */
+static char *text_of(const uint8_t *data, size_t size)
+{
+    char *t = malloc(size + 1);
+    require(t != NULL);
+    memcpy(t, data, size);
+    t[size] = '\0';
+    return t;
+}
+
+static int close_rel(double a, double b)
+{
+    return a == b || fabs(a - b) <= 1e-12 * fabs(b);
+}
+
+static void cost_file(const uint8_t *data, size_t size)
+{
+    char *text = text_of(data, size);
+    mvm_machine m, back;
+    if (mvm_machine_parse_json(text, "fuzz", &m) == MVM_OK) {
+        const double pos[] = {m.pcie_bw, m.load_setup, m.zerocopy_bw, m.gpu_mem_bw, m.gpu_flops,
+                              m.gpu_launch, m.cpu_mem_bw, m.cpu_flops, m.cpu_setup, m.attn_time};
+        for (size_t i = 0; i < sizeof pos / sizeof *pos; i++)
+            require(isfinite(pos[i]) && pos[i] > 0);
+        require(isfinite(m.net_rtt) && m.net_rtt >= 0 && isfinite(m.net_bw) && m.net_bw >= 0);
+        require(memchr(m.name, '\0', sizeof m.name) != NULL);
+        char buf[4096];
+        int n = mvm_machine_format_json(&m, NULL, buf, sizeof buf);
+        require(n > 0 && (size_t)n < sizeof buf);
+        require(mvm_machine_parse_json(buf, "fuzz round trip", &back) == MVM_OK);
+        require(strcmp(back.name, m.name) == 0);
+        require(close_rel(back.pcie_bw, m.pcie_bw) && close_rel(back.cpu_flops, m.cpu_flops));
+        require(close_rel(back.attn_time, m.attn_time) && close_rel(back.net_bw, m.net_bw));
+        mvm_cost c;
+        mvm_cost_init(&c, &m, 1 << 20, 64, 64);
+        require(isfinite(c.t_load) && isfinite(mvm_cost_cpu(&c, 8)) && mvm_cost_gpu(&c, 8) > 0);
+    }
+    free(text);
+}
+
+static void trace_file(const uint8_t *data, size_t size)
+{
+    static int fd = -1;
+    static char path[64];
+    if (fd < 0) { /* one in-memory file, rewritten for every input */
+        fd = memfd_create("fuzz-trace", 0);
+        require(fd >= 0);
+        snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    }
+    require(ftruncate(fd, 0) == 0 && pwrite(fd, data, size, 0) == (ssize_t)size);
+    mvm_trace *t = NULL;
+    if (mvm_trace_load(path, &t) != MVM_OK)
+        return;
+    const mvm_trace_header *h = &t->hdr;
+    require(h->n_layers > 0 && h->n_experts > 0 && h->top_k > 0 && h->top_k <= h->n_experts);
+    for (uint32_t i = 0; i < t->n_tokens; i++)
+        for (uint32_t l = 0; l < h->n_layers; l++) {
+            const int32_t *e = mvm_trace_experts(t, i, l);
+            const float *w = mvm_trace_weights(t, i, l), *s = mvm_trace_scores(t, i, l);
+            for (uint32_t k = 0; k < h->top_k; k++) {
+                require(e[k] >= 0 && (uint32_t)e[k] < h->n_experts && isfinite(w[k]));
+                for (uint32_t j = 0; j < k; j++)
+                    require(e[j] != e[k]);
+            }
+            for (uint32_t x = 0; x < h->n_experts; x++)
+                require(isfinite(s[x]));
+        }
+    /* Replays, kept small so the fuzzer stays fast: the trace's own shape decides the
+     * work, and a header may promise a huge one for a handful of tokens. */
+    if ((uint64_t)t->n_tokens * h->n_layers * h->n_experts <= 200000 && h->expert_bytes) {
+        mvm_cost cost;
+        mvm_cost_init(&cost, mvm_machine_preset("h100"), h->expert_bytes,
+                      h->n_embd ? h->n_embd : 1, h->n_ff_exp ? h->n_ff_exp : 1);
+        mvm_sim_config cfg;
+        mvm_sim_config_init(&cfg);
+        uint64_t ppe = (h->expert_bytes + cfg.page_bytes - 1) / cfg.page_bytes;
+        cfg.budget_pages = ppe * h->n_experts * h->n_layers / 4 + ppe;
+        mvm_sim_result r;
+        if (mvm_sim_run(t, &cost, &cfg, &r) == MVM_OK)
+            require(r.tokens == t->n_tokens && r.hits <= r.accesses && isfinite(r.time));
+        cfg.policy[MVM_ROLE_EVICT] = "lcp";
+        cfg.policy[MVM_ROLE_ASSIGN] = "greedy";
+        cfg.policy[MVM_ROLE_ROUTE] = "importance";
+        cfg.zerocopy = 1;
+        if (mvm_sim_run(t, &cost, &cfg, &r) == MVM_OK)
+            require(r.cpu_runs + r.zerocopy_runs <= r.accesses && isfinite(r.time));
+    }
+    mvm_trace_free(t);
+}
+
+static uint32_t u32_at(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static void predictor_file(const uint8_t *data, size_t size)
+{
+    mvm_predictor *p = NULL;
+    if (mvm_predictor_parse(data, size, NULL, &p) != MVM_OK)
+        return;
+    /* It parsed, so the header is there: L, E, K, D after the magic and the version. */
+    uint32_t L = u32_at(data + 12), E = u32_at(data + 16), K = u32_at(data + 20);
+    uint32_t D = u32_at(data + 24);
+    float *work = malloc(mvm_predictor_work(p) * sizeof *work);
+    float *h = malloc((size_t)D * sizeof *h);
+    int32_t *experts = malloc((size_t)K * sizeof *experts);
+    float *weights = malloc((size_t)K * sizeof *weights);
+    require(work && h && experts && weights);
+    for (uint32_t d = 0; d < D; d++)
+        h[d] = (float)((int)(d % 7) - 3) * 0.25f;
+    for (uint32_t k = 0; k < K; k++) {
+        experts[k] = (int32_t)k - 1; /* -1: out of range, left out */
+        weights[k] = 1.0f / (float)K;
+    }
+    require(mvm_predictor_logits(p, 0, h, experts, weights, work) == NULL);
+    for (uint32_t t = 1; t < L; t++) {
+        const float *lg = mvm_predictor_logits(p, t, h, experts, weights, work);
+        require(lg != NULL);
+        float sum = 0;
+        for (uint32_t e = 0; e < E; e++)
+            sum += lg[e];
+        sink = sum;
+    }
+    require(mvm_predictor_logits(p, L, h, experts, weights, work) == NULL);
+    free(work), free(h), free(experts), free(weights);
+    mvm_predictor_free(p);
+}
+
+static void params_text(const uint8_t *data, size_t size)
+{
+    char *text = text_of(data, size);
+    static const char *const known[] = {"alpha", "window", "n", "w_size", NULL};
+    mvm_pparams p = {text};
+    if (mvm_pparams_check(&p, known, "fuzz") == MVM_OK)
+        for (size_t i = 0; known[i]; i++) {
+            double v = NAN;
+            require(mvm_pparam_double(&p, known[i], 0.5, &v) == MVM_OK && isfinite(v));
+        }
+    else
+        require(strstr(mvm_last_error(), "fuzz") != NULL);
+    free(text);
+}
+
+static void option_values(const uint8_t *data, size_t size)
+{
+    char *text = text_of(data, size);
+    uint64_t bytes = 7;
+    double frac = -1;
+    size_t digits = strspn(text, "0123456789");
+    /* Plain digits are that many bytes (up to 15 of them, what a double holds exactly). */
+    if (mvm_parse_size(text, &bytes) == 0 && digits && !text[digits] && digits <= 15)
+        require(bytes == strtoull(text, NULL, 10));
+    if (mvm_parse_budget(text, &bytes, &frac) == 0)
+        require(frac == 0 || (frac > 0 && frac <= 1 && isfinite(frac)));
+    free(text);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size == 0)
+        return 0;
+    static void (*const targets[])(const uint8_t *, size_t) = {
+        cost_file, trace_file, predictor_file, params_text, option_values};
+    targets[data[0] % (sizeof targets / sizeof *targets)](data + 1, size - 1);
+    return 0;
+}
