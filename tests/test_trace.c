@@ -201,6 +201,8 @@ static const struct bad_file {
     {HDR("\"n_experts\":4,\"top_k\":2"), 1, "no \"n_layers\""},
     {HDR("\"n_layers\":0,\"n_experts\":4,\"top_k\":2"), 1, "must be at least 1"},
     {HDR("\"n_layers\":2,\"n_experts\":4,\"top_k\":5"), 1, "top_k is larger than n_experts"},
+    {HDR("\"n_layers\":100000,\"n_experts\":100000,\"top_k\":2"), 1,
+     "n_layers x n_experts and n_layers x n_embd must be at most 4194304"},
     {HDR("\"n_layers\":2,\"n_experts\":4.5,\"top_k\":2"), 1,
      "\"n_experts\" must be an integer in 0..4294967295"},
     {HDR("\"n_layers\":-2,\"n_experts\":4,\"top_k\":2"), 1, "\"n_layers\" must be an integer"},

@@ -23,6 +23,12 @@
 /* Header values are kept exactly through JSON's doubles up to 2^53. */
 #define MAX_EXACT 9007199254740992.0
 
+/* The most floats of scores (layers x experts), or of hidden states (layers x n_embd), a
+ * token may carry: 16 MiB. Real models carry at most a few hundred thousand (61 x 384
+ * experts, 61 x 7168 wide); a header that promises more is damaged, and would have the
+ * loader reserve gigabytes before its first record. */
+#define MAX_ROW_FLOATS (1u << 22)
+
 /* What is wrong with a header's shape, or NULL. */
 static const char *header_problem(const mvm_trace_header *h)
 {
@@ -32,6 +38,10 @@ static const char *header_problem(const mvm_trace_header *h)
         return "top_k is larger than n_experts";
     if (!h->expert_bytes || (double)h->expert_bytes > MAX_EXACT)
         return "expert_bytes must be in 1..2^53";
+    if ((uint64_t)h->n_layers * h->n_experts > MAX_ROW_FLOATS ||
+        (uint64_t)h->n_layers * h->n_embd > MAX_ROW_FLOATS)
+        return "n_layers x n_experts and n_layers x n_embd must be at most 4194304 (no "
+               "model is that large)";
     return NULL;
 }
 
