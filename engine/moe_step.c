@@ -44,6 +44,10 @@ static mvm_status create_policies(mvm_moe *s, const mvm_ctx_policies *policies)
     if (st == MVM_OK)
         st = mvm_substitutor_create(s->resid, &pol.routing, &s->subst);
     s->wait = pol.wait_loads;
+    /* Forecasts beyond the next layer only for a module that plans with them: "gpu" does
+     * not, and a gate forecast costs a router pass per layer. */
+    s->n_forecast = st == MVM_OK && strcmp(mvm_resid_assign_name(s->resid), "gpu") != 0 &&
+                    strcmp(mvm_resid_assign_name(s->resid), "none") != 0 ? MVM_ASSIGN_AHEAD : 1;
     return st;
 }
 
@@ -214,7 +218,7 @@ static void place(mvm_moe *s, uint32_t *n_home)
         return;
     }
     const float *ahead;
-    uint32_t n_ahead = mvm_prefetcher_predict(s->prefetch, &s->step, MVM_ASSIGN_AHEAD, &ahead);
+    uint32_t n_ahead = mvm_prefetcher_predict(s->prefetch, &s->step, s->n_forecast, &ahead);
     s->n_plan = mvm_resid_assign(s->resid, &s->step, ahead, n_ahead, s->where, &s->plan);
     for (uint32_t i = 0; i < s->n_active; i++) {
         int32_t e = s->active[i];

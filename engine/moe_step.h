@@ -36,6 +36,7 @@ typedef struct mvm_moe {
     int rounds;                 /* it cannot read the homes: steps run in rounds that fit
                                    the budget (mvm_resid_begin_round) */
     int zerocopy;               /* it can (HOST_NUMA): an expert may be read in place */
+    uint32_t n_forecast;        /* layers ahead the assign module is given forecasts of */
     uint32_t n_batch;
     float *probs;               /* [n_batch][n_expert]: the router's logits, then softmax */
     int *sel;                   /* [n_batch][K] the experts that run, best first */
