@@ -112,3 +112,16 @@ int mvm_cli_threads(const char *cmd, uint32_t threads, mvm_pool **out)
         return mvm_cli_error("threads");
     return 0;
 }
+
+int mvm_cli_space_desc(const char *cmd, const char *flag, const char *budget,
+                       mvm_space_desc *desc)
+{
+    if (mvm_space_desc_init(desc) != MVM_OK)
+        return mvm_cli_error("options");
+    if (budget && mvm_parse_budget(budget, &desc->device_budget, &desc->device_budget_frac)) {
+        fprintf(stderr, "moevm %s: %s %s: expected a size (8G), a percentage (25%%) or auto\n",
+                cmd, flag, budget);
+        return 2;
+    }
+    return 0;
+}

@@ -35,6 +35,12 @@ int mvm_cli_split_policy(char *p, const char **name, const char **params);
 int mvm_cli_policy(const char *cmd, const char *flag, char *value, const char **name,
                    const char **params);
 
+/* *desc from the MOEVM_* options, with the device budget given by option `flag` of command
+ * `cmd` when budget is not NULL. 0, or 1 (a bad option) or 2 (a malformed budget) after a
+ * one-line error. */
+int mvm_cli_space_desc(const char *cmd, const char *flag, const char *budget,
+                       mvm_space_desc *desc);
+
 /* The engine's CPU side for command `cmd`: MOEVM_CPU_SIMD applied, and a pool of `threads`
  * (0: MOEVM_THREADS, else one per core near the GPU or of the caller's node) pinned by the
  * topology. 0, or 1 after a one-line error. */

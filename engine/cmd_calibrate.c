@@ -12,7 +12,6 @@
 #include "engine/cli.h"
 #include "engine/cost_load.h"
 #include "engine/model.h"
-#include "vmm/options.h"
 
 struct cal_args {
     const char *model, *out, *base, *name, *budget;
@@ -188,13 +187,8 @@ int mvm_cmd_calibrate(int argc, char **argv)
      * themselves. */
     const char *base_name = mvm_machine_preset(base.name) ? base.name : "h100";
     mvm_space_desc desc;
-    if (mvm_space_desc_init(&desc) != MVM_OK)
-        return mvm_cli_error("options");
-    if (a.budget && mvm_parse_budget(a.budget, &desc.device_budget, &desc.device_budget_frac)) {
-        fprintf(stderr, "moevm calibrate: --gpu-budget %s: expected a size (8G), a percentage "
-                "(25%%) or auto\n", a.budget);
-        return 2;
-    }
+    if ((rc = mvm_cli_space_desc("calibrate", "--gpu-budget", a.budget, &desc)) != 0)
+        return rc;
     mvm_pool *pool = NULL;
     mvm_model *model = NULL;
     if ((rc = mvm_cli_threads("calibrate", a.threads, &pool)) != 0)

@@ -205,17 +205,12 @@ int mvm_cmd_demo(int argc, char **argv)
     if (rc >= 0)
         return rc;
     mvm_space_desc desc;
-    if (mvm_space_desc_init(&desc) != MVM_OK)
-        return mvm_cli_error("options");
+    if ((rc = mvm_cli_space_desc("demo", "--budget", d.a.budget, &desc)) != 0)
+        return rc;
     desc.n_layers = d.a.layers;
     desc.n_experts = d.a.experts;
     desc.expert_bytes = d.a.expert_bytes / 8 * 8;
     d.a.expert_bytes = desc.expert_bytes;
-    if (mvm_parse_budget(d.a.budget, &desc.device_budget, &desc.device_budget_frac) != 0) {
-        fprintf(stderr, "moevm demo: --budget %s: expected a size (64M), a percentage (25%%) or "
-                "auto\n", d.a.budget);
-        return 2;
-    }
     if (mvm_space_create(&desc, &d.sp) != MVM_OK)
         return mvm_cli_error("creating the expert space");
     mvm_space_get_info(d.sp, &d.info);

@@ -251,13 +251,9 @@ static int load(struct session *s)
 {
     const struct run_args *a = &s->a;
     mvm_space_desc desc;
-    if (mvm_space_desc_init(&desc) != MVM_OK)
-        return mvm_cli_error("options");
-    if (a->budget && mvm_parse_budget(a->budget, &desc.device_budget, &desc.device_budget_frac)) {
-        fprintf(stderr, "moevm run: --gpu-budget %s: expected a size (8G), a percentage (25%%) "
-                "or auto\n", a->budget);
-        return 2;
-    }
+    int bad = mvm_cli_space_desc("run", "--gpu-budget", a->budget, &desc);
+    if (bad)
+        return bad;
     /* The modules' names before the model loads (their parameters are checked once it has:
      * the modules need its shape). */
     const struct { enum mvm_role role; const char *name, *args, *flag; } roles[] = {
