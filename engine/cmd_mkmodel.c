@@ -2,6 +2,7 @@
  * optionally with some sizes changed (e.g. fewer layers for a benchmark that must fit). */
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/statvfs.h>
 
 #include "engine/cli.h"
@@ -17,34 +18,45 @@ static void usage(FILE *f)
             "                     [--expert-ff N] [--vocab N] [--ctx N] [--list]\n"
             "  --preset   tiny (default) or a real model shape; --list shows them all\n"
             "  --arch     for tiny: llama (default), qwen2moe, qwen3moe, olmoe\n"
-            "  --type     f32, f16, bf16, q8_0, q4_0 (default: f32 for tiny, q8_0 otherwise)\n"
+            "  --type     f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K, or llama.cpp's mixes\n"
+            "             q4_K_M, q5_K_M (default: f32 for tiny, q8_0 otherwise); K types fall\n"
+            "             back to q8_0 for rows that are not whole 256-element blocks\n"
             "  --seed     the weights' seed (default 1): same seed, same file\n"
             "  -o         output file (default: <preset>-<arch>-<type>.gguf)\n"
             "  the size flags override the preset's value\n");
 }
 
-static int parse_type(const char *v, enum mvm_wtype *t)
+/* A type name (any case), or q4_K / q5_K with "_M" for llama.cpp's mix. */
+static int parse_type(const char *v, enum mvm_wtype *t, int *k_mix)
 {
-    static const char *const names[MVM_W_COUNT] = {"f32", "f16", "bf16", "q8_0", "q4_0"};
-    for (int i = 0; i < MVM_W_COUNT; i++)
-        if (strcmp(v, names[i]) == 0) {
+    size_t n = strlen(v);
+    *k_mix = n > 2 && strcasecmp(v + n - 2, "_m") == 0;
+    n -= *k_mix ? 2 : 0;
+    for (int i = 0; i < MVM_W_COUNT; i++) {
+        const char *name = mvm_k_wtype_name((enum mvm_wtype)i);
+        if (strlen(name) == n && strncasecmp(v, name, n) == 0 &&
+            (!*k_mix || i == MVM_W_Q4_K || i == MVM_W_Q5_K)) {
             *t = (enum mvm_wtype)i;
             return 0;
         }
-    fprintf(stderr, "moevm mkmodel: --type %s: expected f32, f16, bf16, q8_0 or q4_0\n", v);
+    }
+    fprintf(stderr, "moevm mkmodel: --type %s: expected f32, f16, bf16, q8_0, q4_0, q4_K, "
+            "q5_K, q6_K, q4_K_M or q5_K_M\n", v);
     return 2;
 }
 
-static const char *type_name(enum mvm_wtype t)
+/* The file name's type: "q4_K_M" for the mix. */
+static const char *type_name(const mvm_model_spec *s, char *buf, size_t size)
 {
-    return mvm_ggml_type_name(mvm_wtype_to_ggml(t));
+    snprintf(buf, size, "%s%s", mvm_k_wtype_name(s->type), s->k_mix ? "_M" : "");
+    return buf;
 }
 
 int mvm_cmd_mkmodel(int argc, char **argv)
 {
     const char *preset = "tiny", *arch = NULL, *out = NULL;
     enum mvm_wtype type = MVM_W_F32;
-    int type_set = 0, list = 0;
+    int type_set = 0, list = 0, k_mix = 0;
     uint32_t seed = 1;
     struct { const char *flag; uint32_t val; int set; } ov[] = {
         {"--layers"}, {"--experts"}, {"--top-k"}, {"--embd"}, {"--expert-ff"}, {"--vocab"},
@@ -79,7 +91,7 @@ int mvm_cmd_mkmodel(int argc, char **argv)
             if (mvm_cli_u32("mkmodel", a, v, 0, UINT32_MAX, &seed))
                 return 2;
         } else if (strcmp(a, "--type") == 0) {
-            if (parse_type(v, &type))
+            if (parse_type(v, &type, &k_mix))
                 return 2;
             type_set = 1;
         } else {
@@ -104,6 +116,7 @@ int mvm_cmd_mkmodel(int argc, char **argv)
     }
     mvm_model_spec s = p->spec;
     s.type = type_set ? type : strcmp(preset, "tiny") == 0 ? MVM_W_F32 : MVM_W_Q8_0;
+    s.k_mix = k_mix;
     s.seed = seed;
     uint32_t *dst[] = {&s.n_layer, &s.n_expert, &s.n_expert_used, &s.n_embd, NULL, &s.n_vocab,
                        &s.n_ctx};
@@ -119,9 +132,9 @@ int mvm_cmd_mkmodel(int argc, char **argv)
     }
     if (mvm_spec_check(&s) != MVM_OK)
         return mvm_cli_error("mkmodel");
-    char path[512];
+    char path[512], tn[16];
     if (!out) {
-        snprintf(path, sizeof path, "%s-%s-%s.gguf", preset, s.arch, type_name(s.type));
+        snprintf(path, sizeof path, "%s-%s-%s.gguf", preset, s.arch, type_name(&s, tn, sizeof tn));
         out = path;
     }
     uint64_t total, experts;
@@ -141,8 +154,9 @@ int mvm_cmd_mkmodel(int argc, char **argv)
         return 1;
     }
     printf("mkmodel: %s %s, %u layers x %u experts (top-%u), %s, %.2f GiB (experts %.2f GiB) "
-           "-> %s\n", p->name, s.arch, s.n_layer, s.n_expert, s.n_expert_used, type_name(s.type),
-           (double)total / (1 << 30), (double)experts / (1 << 30), out);
+           "-> %s\n", p->name, s.arch, s.n_layer, s.n_expert, s.n_expert_used,
+           type_name(&s, tn, sizeof tn), (double)total / (1 << 30),
+           (double)experts / (1 << 30), out);
     fflush(stdout);
     char label[600];
     snprintf(label, sizeof label, "writing %s", out);

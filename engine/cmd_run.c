@@ -291,12 +291,13 @@ static int load(struct session *s)
         snprintf(compute, sizeof compute, "%d threads, %s kernels", threads,
                  mvm_k_simd_name(mvm_k_simd_current()));
     double eb = (double)s->model->expert_bytes;
+    char types[64];
     fprintf(stderr, "model: %s (%s), %u layers, %u experts top-%u of %.1f %s (%s), vocab %u; "
             "loaded in %.2f s\nspace: %s backend, budget %u pages of %llu KiB; %s; cost model "
             "%s\n",
             s->model->name, s->model->arch->name, hp->n_layer, hp->n_expert, hp->n_expert_used,
             eb >= 1048576 ? eb / 1048576 : eb / 1024, eb >= 1048576 ? "MiB" : "KiB",
-            mvm_ggml_type_name(mvm_wtype_to_ggml(s->model->expert_type)), hp->n_vocab,
+            mvm_model_expert_types(s->model, types, sizeof types), hp->n_vocab,
             now_s() - t0, info.backend, info.device_pages,
             (unsigned long long)(info.page_size >> 10), compute, s->machine.name);
     if (mvm_tokenizer_load(s->model->gguf, &s->tok) != MVM_OK) {

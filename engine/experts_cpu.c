@@ -12,7 +12,8 @@ struct mvm_xcpu {
     const mvm_model *m;
     mvm_pool *pool;
     int nth;
-    uint32_t n_groups, n_batch;
+    uint32_t n_groups, n_batch; /* n_groups: the run's layer's */
+    mvm_k_expert_fmt fmt;       /* the run's layer's */
     uint8_t *act;               /* [n_batch][act_stride]: the tokens' inputs, quantized */
     uint8_t *gact;              /* [n_batch*K][act_stride]: the rows' inputs */
     size_t act_stride;
@@ -40,8 +41,11 @@ mvm_status mvm_xcpu_create(const mvm_model *m, mvm_pool *pool, uint32_t n_batch,
     x->pool = pool;
     x->nth = mvm_pool_size(pool);
     x->n_batch = n_batch;
-    x->n_groups = hp->n_ff_exp / MVM_QBLOCK;
-    x->act_stride = MVM_ALIGN64(mvm_k_act_bytes(m->expert_type, hp->n_embd));
+    for (uint32_t il = 0; il < hp->n_layer; il++) {
+        size_t ab = mvm_k_act_bytes(m->layers[il].expert_fmt.gate_up, hp->n_embd);
+        x->act_stride = ab > x->act_stride ? ab : x->act_stride;
+    }
+    x->act_stride = MVM_ALIGN64(x->act_stride);
     size_t rows = (size_t)n_batch * hp->n_expert_used;
     int ok = 1;
     x->act = mvm_buf64(n_batch * x->act_stride, &ok);
@@ -76,9 +80,9 @@ static void dispatch(mvm_xcpu *x, const float *xn, uint32_t n)
     const mvm_moe *s = x->s;
     const mvm_hparams *hp = &x->m->hp;
     for (uint32_t i = 0; i < n; i++)
-        mvm_k_prepare_act(x->m->expert_type, xn + (size_t)i * hp->n_embd,
+        mvm_k_prepare_act(x->fmt.gate_up, xn + (size_t)i * hp->n_embd,
                           x->act + i * x->act_stride, hp->n_embd);
-    size_t ab = mvm_k_act_bytes(x->m->expert_type, hp->n_embd);
+    size_t ab = mvm_k_act_bytes(x->fmt.gate_up, hp->n_embd);
     for (uint32_t i = 0; i < x->n_experts; i++) {
         uint32_t e = (uint32_t)x->experts[i];
         for (uint32_t r = s->off[e]; r < s->off[e] + s->cnt[e]; r++)
@@ -113,10 +117,10 @@ static void experts_run(void *p, int t, int nth)
         const void *w = x->from_home ? mvm_expert_home(x->m->space, x->layer, e)
                                      : mvm_expert_addr(x->m->space, x->layer, e);
         if (nr == 1)
-            mvm_k_expert_ffn(x->m->expert_type, w, hp->n_embd, x->gact + r0 * x->act_stride,
+            mvm_k_expert_ffn(x->fmt, w, hp->n_embd, x->gact + r0 * x->act_stride,
                              s->row_w[r0], tout + (size_t)r0 * hp->n_embd, g0, g1);
         else
-            mvm_k_expert_ffn_batch(x->m->expert_type, w, hp->n_embd,
+            mvm_k_expert_ffn_batch(x->fmt, w, hp->n_embd,
                                    x->gact + r0 * x->act_stride, x->act_stride, s->row_w + r0,
                                    nr, tout + (size_t)r0 * hp->n_embd, hp->n_embd, g0, g1);
     }
@@ -129,6 +133,8 @@ void mvm_xcpu_run(mvm_xcpu *x, const mvm_moe *s, const float *xn, uint32_t n,
     x->experts = experts;
     x->n_experts = n_experts;
     x->layer = s->step.layer;
+    x->fmt = x->m->layers[x->layer].expert_fmt;
+    x->n_groups = x->m->layers[x->layer].expert_groups;
     x->from_home = from_home;
     x->stamp++;
     if (!n_experts)

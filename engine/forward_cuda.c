@@ -80,6 +80,13 @@ struct cuda_fwd {
     size_t n_owned, cap_owned;
 };
 
+/* The type of every expert matrix: the model loads on this backend only when all are one
+ * type the device kernels compute (mvm_model.device_types). */
+static enum mvm_wtype expert_type(const mvm_model *m)
+{
+    return m->layers[0].expert_fmt.gate_up;
+}
+
 /* ---- device memory --------------------------------------------------------------------- */
 
 static mvm_status dalloc(struct cuda_fwd *f, size_t bytes, mvm_dptr *out)
@@ -152,7 +159,7 @@ static mvm_status alloc_scratch(struct cuda_fwd *f)
     size_t widest = D > f->q_dim ? D : f->q_dim;
     widest = F > widest ? F : widest;
     f->act_stride = (mvm_g_row_bytes(MVM_G_Q8_0, widest) + 15) & ~(uint64_t)15;
-    f->h_stride = mvm_g_is_q(f->m->expert_type)
+    f->h_stride = mvm_g_is_q(expert_type(f->m))
                       ? mvm_g_row_bytes(MVM_G_Q8_0, hp->n_ff_exp) : hp->n_ff_exp * 4ull;
     TRY(dalloc(f, kv, &f->kc));
     TRY(dalloc(f, kv, &f->vc));
@@ -363,7 +370,7 @@ static mvm_status upload_rows(struct cuda_fwd *f, uint32_t n)
 static mvm_g_expert_args expert_args(const struct cuda_fwd *f, uint32_t il)
 {
     const mvm_hparams *hp = &f->m->hp;
-    int q = mvm_g_is_q((int)f->m->expert_type);
+    int q = mvm_g_is_q((int)expert_type(f->m));
     return (mvm_g_expert_args){.experts = f->layers[il].experts, .act = q ? f->act : f->xn,
                                .active = f->active, .off = f->off, .cnt = f->cnt,
                                .row_tok = f->row_tok, .row_w = f->row_w, .h = f->h,
@@ -377,7 +384,7 @@ static mvm_g_expert_args expert_args(const struct cuda_fwd *f, uint32_t il)
 static mvm_status expert_round(struct cuda_fwd *f, uint32_t il)
 {
     const mvm_moe *s = f->moe;
-    int t = (int)f->m->expert_type;
+    int t = (int)expert_type(f->m);
     if (!s->n_round)
         return MVM_OK; /* every expert of the step on the CPU */
     mvm_g_expert_args a = expert_args(f, il);
@@ -418,7 +425,7 @@ static mvm_status cpu_experts(struct cuda_fwd *f, uint32_t n)
 static mvm_status experts(struct cuda_fwd *f, uint32_t il, uint32_t n)
 {
     const mvm_hparams *hp = &f->m->hp;
-    if (mvm_g_is_q((int)f->m->expert_type))
+    if (mvm_g_is_q((int)expert_type(f->m)))
         TRY(quantize(f, f->xn, hp->n_embd, hp->n_embd, n));
     TRY(expert_round(f, il));
     TRY(cpu_experts(f, n));

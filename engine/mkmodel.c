@@ -51,9 +51,25 @@ mvm_status mvm_spec_check(const mvm_model_spec *s)
         if (rows_in[i] % MVM_QBLOCK)
             return mvm_fail(MVM_ERR_INVALID, "%s needs rows in multiples of %d elements: "
                             "embedding %u, heads x head size %u, shared expert %u",
-                            s->type == MVM_W_Q8_0 ? "q8_0" : "q4_0", MVM_QBLOCK, s->n_embd,
+                            mvm_k_wtype_name(s->type), MVM_QBLOCK, s->n_embd,
                             s->n_head * s->head_dim, s->n_ff_shexp);
+    if (s->k_mix && s->type != MVM_W_Q4_K && s->type != MVM_W_Q5_K)
+        return mvm_fail(MVM_ERR_INVALID, "the _M mix is for q4_K and q5_K, not %s",
+                        mvm_k_wtype_name(s->type));
     return MVM_OK;
+}
+
+int mvm_spec_more_bits(uint32_t layer, uint32_t n_layer)
+{
+    return layer < n_layer / 8 || layer >= 7 * n_layer / 8 || (layer - n_layer / 8) % 3 == 2;
+}
+
+enum mvm_wtype mvm_spec_tensor_type(const mvm_model_spec *s, uint64_t cols, int more_bits)
+{
+    enum mvm_wtype t = s->k_mix && more_bits ? MVM_W_Q6_K : s->type;
+    if (cols % mvm_k_block_elems(t))
+        t = cols % MVM_QBLOCK ? MVM_W_F16 : MVM_W_Q8_0;
+    return t;
 }
 
 /* ---- the tensor list -------------------------------------------------------------------- */
@@ -105,7 +121,12 @@ static int add(struct plan *p, enum init init, enum mvm_wtype type, uint32_t n_d
     t->ne[0] = a;
     t->ne[1] = b;
     t->ne[2] = c;
-    t->type = n_dims == 1 ? MVM_W_F32 : type;
+    /* the _M mix's Q6_K matrices: attn_v and the down ones in use_more_bits layers */
+    int more = strcmp(fmt, "output.weight") == 0 ||
+               ((strstr(fmt, "attn_v.") || strstr(fmt, "ffn_down_")) &&
+                mvm_spec_more_bits((uint32_t)layer, p->s->n_layer));
+    t->type = n_dims == 1 ? MVM_W_F32 : type == MVM_W_F32 ? type
+                                      : mvm_spec_tensor_type(p->s, a, more);
     t->init = init;
     return 0;
 }
@@ -254,9 +275,9 @@ static mvm_status set_keys(const mvm_model_spec *s, mvm_gguf_writer *w)
 {
     const mvm_arch *a = mvm_arch_find(s->arch);
     /* llama.cpp's llama_ftype numbers */
-    static const uint32_t ftype[MVM_W_COUNT] = {[MVM_W_F32] = 0, [MVM_W_F16] = 1,
-                                                [MVM_W_BF16] = 32, [MVM_W_Q8_0] = 7,
-                                                [MVM_W_Q4_0] = 2};
+    static const uint32_t ftype[MVM_W_COUNT] = {
+        [MVM_W_F32] = 0,   [MVM_W_F16] = 1,   [MVM_W_BF16] = 32, [MVM_W_Q8_0] = 7,
+        [MVM_W_Q4_0] = 2,  [MVM_W_Q4_K] = 14, [MVM_W_Q5_K] = 16, [MVM_W_Q6_K] = 18};
     char k[96];
     mvm_status st = MVM_OK;
 #define U32(suffix, v) (snprintf(k, sizeof k, "%s." suffix, s->arch), \
@@ -265,8 +286,9 @@ static mvm_status set_keys(const mvm_model_spec *s, mvm_gguf_writer *w)
                         st = st ? st : mvm_gguf_writer_set_f32(w, k, (v)))
     st = mvm_gguf_writer_set_str(w, "general.architecture", s->arch);
     st = st ? st : mvm_gguf_writer_set_str(w, "general.name", s->name);
-    st = st ? st : mvm_gguf_writer_set_u32(w, "general.file_type", ftype[s->type]);
-    if (s->type == MVM_W_Q8_0 || s->type == MVM_W_Q4_0)
+    /* Q4_K_S 14 -> Q4_K_M 15, Q5_K_S 16 -> Q5_K_M 17 */
+    st = st ? st : mvm_gguf_writer_set_u32(w, "general.file_type", ftype[s->type] + !!s->k_mix);
+    if (s->type >= MVM_W_Q8_0)
         st = st ? st : mvm_gguf_writer_set_u32(w, "general.quantization_version", 2);
     U32("vocab_size", s->n_vocab);
     U32("context_length", s->n_ctx);

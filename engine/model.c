@@ -23,6 +23,9 @@ int mvm_wtype_from_ggml(enum mvm_ggml_type t)
     case MVM_GGML_BF16: return MVM_W_BF16;
     case MVM_GGML_Q8_0: return MVM_W_Q8_0;
     case MVM_GGML_Q4_0: return MVM_W_Q4_0;
+    case MVM_GGML_Q4_K: return MVM_W_Q4_K;
+    case MVM_GGML_Q5_K: return MVM_W_Q5_K;
+    case MVM_GGML_Q6_K: return MVM_W_Q6_K;
     default: return -1;
     }
 }
@@ -31,8 +34,37 @@ enum mvm_ggml_type mvm_wtype_to_ggml(enum mvm_wtype t)
 {
     static const enum mvm_ggml_type map[MVM_W_COUNT] = {
         [MVM_W_F32] = MVM_GGML_F32, [MVM_W_F16] = MVM_GGML_F16, [MVM_W_BF16] = MVM_GGML_BF16,
-        [MVM_W_Q8_0] = MVM_GGML_Q8_0, [MVM_W_Q4_0] = MVM_GGML_Q4_0};
+        [MVM_W_Q8_0] = MVM_GGML_Q8_0, [MVM_W_Q4_0] = MVM_GGML_Q4_0, [MVM_W_Q4_K] = MVM_GGML_Q4_K,
+        [MVM_W_Q5_K] = MVM_GGML_Q5_K, [MVM_W_Q6_K] = MVM_GGML_Q6_K};
     return map[t];
+}
+
+/* Appends the names of the types in `set` (a bit per type) to buf, "/"-separated. */
+static void append_types(char *buf, size_t size, unsigned set)
+{
+    for (int t = 0, k = 0; t < MVM_W_COUNT; t++) {
+        size_t n = strlen(buf);
+        if (set & (1u << t))
+            snprintf(buf + n, size - n, "%s%s", k++ ? "/" : "",
+                     mvm_k_wtype_name((enum mvm_wtype)t));
+    }
+}
+
+const char *mvm_model_expert_types(const mvm_model *m, char *buf, size_t size)
+{
+    unsigned gate_up = 0, down = 0;
+    for (uint32_t il = 0; il < m->hp.n_layer; il++) {
+        gate_up |= 1u << m->layers[il].expert_fmt.gate_up;
+        down |= 1u << m->layers[il].expert_fmt.down;
+    }
+    buf[0] = 0;
+    append_types(buf, size, gate_up);
+    if (down != gate_up || (down & (down - 1))) {
+        size_t n = strlen(buf);
+        snprintf(buf + n, size - n, ", down ");
+        append_types(buf, size, down);
+    }
+    return buf;
 }
 
 /* Loading context: the file name prefixes every message. */
@@ -41,6 +73,7 @@ struct loader {
     mvm_gguf *g;
     const mvm_arch *arch;
     mvm_status st;
+    int device_types; /* mvm_model.device_types, cleared by a tensor the device cannot take */
 };
 
 static mvm_status fail(struct loader *ld, mvm_status s, const char *fmt, ...) MVM_PRINTF(3, 4);
@@ -110,16 +143,20 @@ static mvm_status check_shape(struct loader *ld, const mvm_gguf_tensor *t, uint3
     return fail(ld, MVM_ERR_INVALID, "tensor '%s' has shape %s, expected %s", t->name, have, exp);
 }
 
+/* The tensor's type as the kernels know it; a K-quant clears ld->device_types. */
 static mvm_status check_type(struct loader *ld, const mvm_gguf_tensor *t, int *wtype)
 {
     *wtype = mvm_wtype_from_ggml(t->type);
     if (*wtype < 0)
         return fail(ld, MVM_ERR_UNSUPPORTED,
                     "tensor '%s' has type %s, which moevm cannot compute yet (supported: f32, "
-                    "f16, bf16, q8_0, q4_0)", t->name, mvm_ggml_type_name(t->type));
-    if (*wtype == MVM_W_Q8_0 || *wtype == MVM_W_Q4_0 ? t->ne[0] % MVM_QBLOCK : 0)
+                    "f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K)", t->name,
+                    mvm_ggml_type_name(t->type));
+    if (t->ne[0] % mvm_k_block_elems((enum mvm_wtype)*wtype))
         return fail(ld, MVM_ERR_INVALID, "tensor '%s': rows of %llu elements are not whole blocks",
                     t->name, (unsigned long long)t->ne[0]);
+    if (*wtype >= MVM_W_Q4_K)
+        ld->device_types = 0;
     return MVM_OK;
 }
 
@@ -217,10 +254,6 @@ static mvm_status read_expert_shape(struct loader *ld, mvm_model *m)
         return fail(ld, MVM_ERR_UNSUPPORTED, "experts with %u channels: moevm needs a multiple "
                     "of %d (its channel-major layout groups channels by %d)", hp->n_ff_exp,
                     MVM_QBLOCK, MVM_QBLOCK);
-    int wt;
-    if (check_type(ld, t, &wt))
-        return ld->st;
-    m->expert_type = (enum mvm_wtype)wt;
     if (ld->arch->shared_expert) {
         const mvm_gguf_tensor *s = find(ld, "blk.0.ffn_gate_shexp.weight", 1);
         if (!s)
@@ -262,22 +295,29 @@ static mvm_status bind_layer(struct loader *ld, mvm_model *m, uint32_t il)
          mat(ld, NAME("ffn_up_shexp.weight"), hp->n_embd, hp->n_ff_shexp, &L->shexp_w3) ||
          mat(ld, NAME("ffn_down_shexp.weight"), hp->n_ff_shexp, hp->n_embd, &L->shexp_w2)))
         return ld->st;
-    /* The three expert tensors: one type (the layout packs them together), exact shapes. */
+    /* The three expert tensors, exact shapes; gate and up of one type (the layout packs
+     * their rows together), down of its own. */
     static const char *const exps[3] = {"ffn_gate_exps.weight", "ffn_up_exps.weight",
                                         "ffn_down_exps.weight"};
+    int wt[3];
     for (int i = 0; i < 3; i++) {
         const mvm_gguf_tensor *t = find(ld, NAME(exps[i]), 1);
-        int wt;
         if (!t || (i < 2 ? check_shape(ld, t, 3, hp->n_embd, hp->n_ff_exp, hp->n_expert)
                          : check_shape(ld, t, 3, hp->n_ff_exp, hp->n_embd, hp->n_expert)) ||
-            check_type(ld, t, &wt))
+            check_type(ld, t, &wt[i]))
             return ld->st;
-        if ((enum mvm_wtype)wt != m->expert_type)
-            return fail(ld, MVM_ERR_UNSUPPORTED, "tensor '%s' is %s but blk.0.ffn_gate_exps is "
-                        "%s: experts of mixed types are not supported yet", t->name,
-                        mvm_ggml_type_name(t->type),
-                        mvm_ggml_type_name(mvm_wtype_to_ggml(m->expert_type)));
     }
+    if (wt[0] != wt[1])
+        return fail(ld, MVM_ERR_UNSUPPORTED, "blk.%u.ffn_gate_exps is %s but ffn_up_exps is %s: "
+                    "moevm packs their rows together and needs one type for both", il,
+                    mvm_k_wtype_name((enum mvm_wtype)wt[0]),
+                    mvm_k_wtype_name((enum mvm_wtype)wt[1]));
+    L->expert_fmt = (mvm_k_expert_fmt){(enum mvm_wtype)wt[0], (enum mvm_wtype)wt[2]};
+    L->expert_groups = hp->n_ff_exp / (uint32_t)mvm_k_expert_group_channels(L->expert_fmt);
+    const mvm_k_expert_fmt first = il ? m->layers[0].expert_fmt : L->expert_fmt;
+    if (wt[0] != wt[2] || first.gate_up != L->expert_fmt.gate_up ||
+        first.down != L->expert_fmt.down)
+        ld->device_types = 0;
 #undef NAME
     return MVM_OK;
 }
@@ -310,6 +350,7 @@ static mvm_status bind_tensors(struct loader *ld, mvm_model *m)
     for (uint32_t il = 0; il < hp->n_layer; il++)
         if (bind_layer(ld, m, il))
             return ld->st;
+    m->device_types = ld->device_types;
     return MVM_OK;
 }
 
@@ -327,7 +368,7 @@ static void pack_experts(void *ctx, int t, int nth)
     size_t e0, e1;
     mvm_pool_split(hp->n_expert, t, nth, &e0, &e1);
     for (size_t e = e0; e < e1; e++)
-        mvm_k_expert_pack(j->m->expert_type, j->gate + e * j->gate_stride,
+        mvm_k_expert_pack(j->m->layers[j->layer].expert_fmt, j->gate + e * j->gate_stride,
                           j->up + e * j->gate_stride, j->down + e * j->down_stride, hp->n_embd,
                           hp->n_ff_exp, mvm_expert_home(j->m->space, j->layer, (uint32_t)e));
 }
@@ -347,6 +388,10 @@ static mvm_status load_experts(struct loader *ld, mvm_model *m, mvm_space_desc *
         return fail(ld, MVM_ERR_UNSUPPORTED, "expert space: MOEVM_BACKEND=cuda, but this moevm "
                     "was built without nvcc, so it has no device kernels to compute the experts "
                     "(rebuild with nvcc on PATH, or use MOEVM_BACKEND=host)");
+    if (desc->backend == MVM_BACKEND_CUDA && !m->device_types)
+        return fail(ld, MVM_ERR_UNSUPPORTED, "MOEVM_BACKEND=cuda: the device kernels compute "
+                    "f32, f16, bf16, q8_0 and q4_0 with one type per layer's experts, not this "
+                    "model's K-quants or mixed expert types yet (use MOEVM_BACKEND=host)");
     m->device = desc->device;
     mvm_status st = mvm_space_create(desc, &m->space);
     if (st != MVM_OK) {
@@ -364,8 +409,9 @@ static mvm_status load_experts(struct loader *ld, mvm_model *m, mvm_space_desc *
         j.up = find(ld, n, 1)->data;
         snprintf(n, sizeof n, "blk.%u.ffn_down_exps.weight", il);
         j.down = find(ld, n, 1)->data;
-        j.gate_stride = mvm_k_row_bytes(m->expert_type, hp->n_embd) * hp->n_ff_exp;
-        j.down_stride = mvm_k_row_bytes(m->expert_type, hp->n_ff_exp) * hp->n_embd;
+        const mvm_k_expert_fmt f = m->layers[il].expert_fmt;
+        j.gate_stride = mvm_k_row_bytes(f.gate_up, hp->n_embd) * hp->n_ff_exp;
+        j.down_stride = mvm_k_row_bytes(f.down, hp->n_ff_exp) * hp->n_embd;
         mvm_pool_run(pool, pack_experts, &j);
         if (progress)
             progress(pctx, m->expert_bytes * hp->n_expert * (il + 1), total);
@@ -381,7 +427,7 @@ static mvm_status open_model(const char *path, struct loader *ld, mvm_model **ou
     mvm_model *m = calloc(1, sizeof *m);
     if (!m)
         return mvm_fail(MVM_ERR_NOMEM, "%s: out of memory", path);
-    *ld = (struct loader){.path = path};
+    *ld = (struct loader){.path = path, .device_types = 1};
     mvm_status st = mvm_gguf_open(path, &m->gguf);
     if (st != MVM_OK) {
         free(m);
@@ -403,8 +449,12 @@ static mvm_status open_model(const char *path, struct loader *ld, mvm_model **ou
         if (mvm_gguf_get_str(ld->g, "general.name", &s) == MVM_OK &&
             mvm_gguf_str_copy(s, name, sizeof name) == MVM_OK && name[0])
             memcpy(m->name, name, sizeof name);
-        m->expert_bytes = (uint64_t)mvm_k_expert_group_bytes(m->expert_type, m->hp.n_embd) *
-                          (m->hp.n_ff_exp / MVM_QBLOCK);
+        for (uint32_t il = 0; il < m->hp.n_layer; il++) {
+            const mvm_layer *L = &m->layers[il];
+            const uint64_t b =
+                (uint64_t)mvm_k_expert_group_bytes(L->expert_fmt, m->hp.n_embd) * L->expert_groups;
+            m->expert_bytes = b > m->expert_bytes ? b : m->expert_bytes;
+        }
     }
     if (st != MVM_OK) {
         mvm_model_free(m);

@@ -57,6 +57,10 @@ typedef struct mvm_layer {
     mvm_weight router;                   /* n_expert rows of n_embd */
     const float *shexp_gate;             /* shared_expert: n_embd */
     mvm_weight shexp_w1, shexp_w3, shexp_w2; /* gate, up (n_ff_shexp rows), down (n_embd rows) */
+    /* The routed experts' types (Q4_K_M mixes them by layer) and their n_ff_exp / G
+     * channel groups of mvm_k_expert_group_bytes(expert_fmt, n_embd) each. */
+    mvm_k_expert_fmt expert_fmt;
+    uint32_t expert_groups;
 } mvm_layer;
 
 typedef struct mvm_model {
@@ -66,11 +70,13 @@ typedef struct mvm_model {
     mvm_weight tok_embd, output;
     const float *output_norm;
     mvm_layer *layers;
-    /* Experts: (layer, expert) at mvm_expert_addr(space, l, e), n_ff_exp/32 groups of
-     * mvm_k_expert_group_bytes(expert_type, n_embd). */
+    /* Experts: (layer, expert) at mvm_expert_addr(space, l, e), in the layer's format;
+     * expert_bytes is the largest layer's (the space's slots are all one size). */
     mvm_space *space;
-    enum mvm_wtype expert_type;
     uint64_t expert_bytes;
+    /* Whether every tensor is of a type the device kernels compute (F32, F16, BF16, Q8_0,
+     * Q4_0, and each layer's experts of one type): the cuda backend needs it. */
+    int device_types;
     int device;                 /* the CUDA device of a cuda space (its desc's) */
     char name[128];             /* general.name, or the file name */
 } mvm_model;
@@ -102,5 +108,8 @@ mvm_status mvm_model_routers_f32(const mvm_model *m, float **table, const float 
 int mvm_wtype_from_ggml(enum mvm_ggml_type t);
 /* The ggml type of a kernel weight type. */
 enum mvm_ggml_type mvm_wtype_to_ggml(enum mvm_wtype t);
+/* The experts' types for a summary line, in buf: "q8_0", or "q4_K, down q4_K/q6_K" when
+ * the down matrices differ from gate/up or by layer. */
+const char *mvm_model_expert_types(const mvm_model *m, char *buf, size_t size);
 
 #endif

@@ -55,6 +55,13 @@ expect 0 'Once upon a time' -- "$moevm" run -m "$m" -p "Once upon a time" -n 4 -
 "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 >"$tmp/a" 2>/dev/null
 "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 -t 1 --batch 1 >"$tmp/b" 2>/dev/null
 if cmp -s "$tmp/a" "$tmp/b" && [ -s "$tmp/a" ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: greedy output differs with threads/batch" >&2; fi
+# A K-quant mix (llama.cpp's Q4_K_M: Q6_K down in some layers) runs on the host; the
+# device kernels do not compute K-quants yet, which is one line, not a crash.
+"$moevm" mkmodel --type q4_K_M --embd 256 --expert-ff 256 -o "$tmp/k.gguf" >/dev/null
+expect 0 'of 124.5 KiB \(q4_K, down q4_K/q6_K\)' -- "$moevm" run -m "$tmp/k.gguf" -p "It was" -n 4
+if [ -n "$fake_driver" ]; then
+    expect 1 'compute f32, f16, bf16, q8_0 and q4_0.*MOEVM_BACKEND=host' -- env MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" "$moevm" run -m "$tmp/k.gguf" -p "x" -n 2
+fi
 # On a GPU machine (here the fake driver) auto keeps the experts on the host backend and
 # the CPU computes; MOEVM_BACKEND=cuda computes on the device (here its kernels emulated by
 # the plugin), to the same greedy text, also in rounds without HOST_NUMA; a device whose
@@ -139,7 +146,8 @@ expect 1 'MOEVM_CPU_SIMD=avx3: not valid' -- env MOEVM_CPU_SIMD=avx3 "$moevm" ru
 expect 0 'scalar kernels' -- env MOEVM_CPU_SIMD=scalar "$moevm" run -m "$m" -p hi -n 2
 expect 2 'no preset .huge.' -- "$moevm" mkmodel --preset huge
 expect 2 '--arch gpt5: not supported' -- "$moevm" mkmodel --arch gpt5
-expect 2 '--type q5_k: expected' -- "$moevm" mkmodel --type q5_k
+expect 2 '--type q2_K: expected' -- "$moevm" mkmodel --type q2_K
+expect 2 '--type q6_K_M: expected' -- "$moevm" mkmodel --type q6_K_M
 expect 1 'top-k 9 is not in 1..8' -- "$moevm" mkmodel --top-k 9 -o "$tmp/x.gguf"
 expect 1 'q4_0 needs rows in multiples of 32' -- "$moevm" mkmodel --type q4_0 --embd 48 -o "$tmp/x.gguf"
 expect 2 '--layers 0: expected an integer' -- "$moevm" mkmodel --layers 0

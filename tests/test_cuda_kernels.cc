@@ -166,7 +166,8 @@ static void experts_case(int t, uint32_t n_embd, uint32_t n_ff, uint32_t n_tok)
         std::vector<uint8_t> gate = weights(t, n_ff, n_embd, row);
         std::vector<uint8_t> up = weights(t, n_ff, n_embd, row);
         std::vector<uint8_t> down = weights(t, n_embd, n_ff, down_row);
-        mvm_k_expert_pack((enum mvm_wtype)t, gate.data(), up.data(), down.data(), n_embd, n_ff,
+        mvm_k_expert_pack(mvm_k_expert_uniform((enum mvm_wtype)t),
+                          gate.data(), up.data(), down.data(), n_embd, n_ff,
                           experts.data() + e * stride);
     }
     std::vector<uint32_t> sel(n_tok * K);
@@ -202,7 +203,8 @@ static void experts_case(int t, uint32_t n_embd, uint32_t n_ff, uint32_t n_tok)
     std::vector<float> x0 = randoms(n_tok * n_embd), want = x0, x = x0;
     for (uint32_t i = 0; i < n_tok; i++)
         for (uint32_t k = 0; k < K; k++)
-            mvm_k_expert_ffn((enum mvm_wtype)t, experts.data() + sel[i * K + k] * stride, n_embd,
+            mvm_k_expert_ffn(mvm_k_expert_uniform((enum mvm_wtype)t),
+                             experts.data() + sel[i * K + k] * stride, n_embd,
                              act.data() + i * act_stride, selw[i * K + k],
                              want.data() + i * n_embd, 0, G);
     const uint64_t h_stride = (mvm_g_is_q(t) ? G * MVM_G_Q8_BYTES : n_ff * 4) + 8;

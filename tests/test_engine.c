@@ -121,7 +121,8 @@ static void test_load_presets(void)
         CHECK(m->hp.n_layer == s->n_layer && m->hp.n_expert == s->n_expert);
         CHECK(m->hp.n_expert_used == s->n_expert_used && m->hp.head_dim == s->head_dim);
         CHECK(m->hp.n_ff_exp == mvm_spec_expert_ff(s) && m->hp.n_vocab == s->n_vocab);
-        CHECK(m->expert_bytes == mvm_k_expert_group_bytes(MVM_W_F32, s->n_embd) *
+        const mvm_k_expert_fmt f32 = mvm_k_expert_uniform(MVM_W_F32);
+        CHECK(m->expert_bytes == mvm_k_expert_group_bytes(f32, s->n_embd) *
                                  (mvm_spec_expert_ff(s) / MVM_QBLOCK));
         /* The homes hold the channel-major packing of the file's expert tensors. */
         const mvm_gguf_tensor *g = mvm_gguf_find_tensor(m->gguf, "blk.1.ffn_gate_exps.weight");
@@ -129,7 +130,7 @@ static void test_load_presets(void)
         const mvm_gguf_tensor *d = mvm_gguf_find_tensor(m->gguf, "blk.1.ffn_down_exps.weight");
         uint32_t e = 3, D = s->n_embd, F = mvm_spec_expert_ff(s);
         uint8_t *want = malloc(m->expert_bytes);
-        mvm_k_expert_pack(MVM_W_F32, (const float *)g->data + (size_t)e * F * D,
+        mvm_k_expert_pack(f32, (const float *)g->data + (size_t)e * F * D,
                           (const float *)u->data + (size_t)e * F * D,
                           (const float *)d->data + (size_t)e * F * D, D, F, want);
         CHECK(memcmp(want, mvm_expert_addr(m->space, 1, e), m->expert_bytes) == 0);
@@ -274,7 +275,8 @@ static void test_load_errors(void)
     expect_load_error("olmoe", &(struct mutation){.tensor = "blk.0.ffn_norm.weight",
                       .retype = 1, .type = MVM_GGML_F16}, MVM_ERR_UNSUPPORTED, "must be f32");
     expect_load_error("qwen3moe", &(struct mutation){.tensor = "blk.1.ffn_up_exps.weight",
-                      .retype = 1, .type = MVM_GGML_F16}, MVM_ERR_UNSUPPORTED, "mixed types");
+                      .retype = 1, .type = MVM_GGML_F16}, MVM_ERR_UNSUPPORTED,
+                      "needs one type for both");
     expect_load_error("qwen3moe", &(struct mutation){.tensor = "blk.0.attn_v.weight",
                       .retype = 1, .type = MVM_GGML_Q4_K, .ne0 = 256}, MVM_ERR_INVALID,
                       "blk.0.attn_v.weight");

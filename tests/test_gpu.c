@@ -123,7 +123,7 @@ static void test_experts(void)
     for (int t = 0; t < MVM_G_NTYPES; t++) {
         const enum mvm_wtype wt = (enum mvm_wtype)t;
         const size_t row = mvm_k_row_bytes(wt, D), drow = mvm_k_row_bytes(wt, F);
-        const size_t ebytes = G * mvm_k_expert_group_bytes(wt, D);
+        const size_t ebytes = G * mvm_k_expert_group_bytes(mvm_k_expert_uniform(wt), D);
         float *gate = randoms((size_t)F * D), *upw = randoms((size_t)F * D),
               *down = randoms((size_t)D * F), *x = randoms((size_t)T * D),
               *x0 = malloc(T * D * 4), *want = malloc(T * D * 4), *got = malloc(T * D * 4);
@@ -132,13 +132,13 @@ static void test_experts(void)
         mvm_k_quantize(wt, gate, gq, (size_t)F * D);
         mvm_k_quantize(wt, upw, uq, (size_t)F * D);
         mvm_k_quantize(wt, down, dq, (size_t)D * F);
-        mvm_k_expert_pack(wt, gq, uq, dq, D, F, expert);
+        mvm_k_expert_pack(mvm_k_expert_uniform(wt), gq, uq, dq, D, F, expert);
         float w[3] = {0.5f, -1.25f, 0.75f};
         memcpy(x0, x, T * D * 4);
         memcpy(want, x, T * D * 4);
         for (uint32_t i = 0; i < T; i++) {
             mvm_k_prepare_act(wt, x + i * D, act, D);
-            mvm_k_expert_ffn(wt, expert, D, act, w[i], want + i * D, 0, G);
+            mvm_k_expert_ffn(mvm_k_expert_uniform(wt), expert, D, act, w[i], want + i * D, 0, G);
         }
         uint32_t active[1] = {0}, off[1] = {0}, cnt[1] = {T}, row_tok[3] = {0, 1, 2};
         uint32_t tok_rows[3] = {0, 1, 2};

@@ -5,9 +5,11 @@
  * random non-zero data of sizes that hit the vector tails, over row ranges whose outside must
  * stay untouched (NaN sentinels).
  *
- * Q types: the reference dequantizes the weights and the Q8_0-quantized activations and
- * sums exactly, so the only differences are float rounding of the scales and the sums; in
- * the expert it also quantizes the intermediate activations to Q8_0 as the contract says.
+ * Q and K types: the reference dequantizes the weights and the Q8_0- or Q8_K-quantized
+ * activations and sums exactly, so the only differences are float rounding of the scales and
+ * the sums; in the expert it also quantizes the intermediate activations to down's format
+ * as the contract says. The K-quants' super-blocks are decoded here element by element
+ * from their byte offsets (ggml-common.h's layouts), independently of kquant.c's loops.
  */
 #include <math.h>
 #include <stdint.h>
@@ -18,11 +20,22 @@
 #include "kernels/cpu/dispatch.h" /* white box: which table each level selects */
 #include "kernels/cpu/kernels.h"
 
-static const char *const tname[MVM_W_COUNT] = {"f32", "f16", "bf16", "q8_0", "q4_0"};
+#define tname(t) mvm_k_wtype_name((enum mvm_wtype)(t))
 
 static int is_q(enum mvm_wtype t)
 {
     return t == MVM_W_Q8_0 || t == MVM_W_Q4_0;
+}
+
+static int is_k(enum mvm_wtype t)
+{
+    return t == MVM_W_Q4_K || t == MVM_W_Q5_K || t == MVM_W_Q6_K;
+}
+
+/* Elements per block of t (what a row length must be a multiple of). */
+static size_t blk_of(enum mvm_wtype t)
+{
+    return is_k(t) ? 256 : is_q(t) ? 32 : 1;
 }
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -123,11 +136,43 @@ static uint16_t le16(const uint8_t *p)
     return (uint16_t)(p[0] | p[1] << 8);
 }
 
+/* Element e (< 256) of a K-quant super-block b of type t, decoded from its bytes:
+ *   Q4_K  d@0 dmin@2 scales[12]@4 qs[128]@16        x = d·sc·q - dmin·m
+ *   Q5_K  d@0 dmin@2 scales[12]@4 qh[32]@16 qs[128]@48
+ *   Q6_K  ql[128]@0 qh[64]@128 scales[16]@192 d@208  x = d·sc·(q - 32) */
+static double ref_k_elem(enum mvm_wtype t, const uint8_t *b, unsigned e)
+{
+    if (t == MVM_W_Q6_K) {
+        const unsigned h = e / 128, k = e % 128 / 32, l = e % 32;
+        const unsigned lo = b[64 * h + 32 * (k % 2) + l] >> (k / 2 * 4) & 15;
+        const unsigned hi = b[128 + 32 * h + l] >> (2 * k) & 3;
+        return ref_h2f(le16(b + 208)) * (int8_t)b[192 + e / 16] * ((int)(lo | hi << 4) - 32);
+    }
+    const unsigned sub = e / 32, pair = e / 64, l = e % 32;
+    const uint8_t *sc = b + 4, *qs = b + (t == MVM_W_Q5_K ? 48 : 16);
+    unsigned scale, min;
+    if (sub < 4) {
+        scale = sc[sub] & 63, min = sc[sub + 4] & 63;
+    } else {
+        scale = (sc[sub + 4] & 15) | (sc[sub - 4] >> 6) << 4;
+        min = (sc[sub + 4] >> 4) | (sc[sub] >> 6) << 4;
+    }
+    unsigned q = qs[32 * pair + l] >> (sub % 2 * 4) & 15;
+    if (t == MVM_W_Q5_K)
+        q |= (b[16 + l] >> sub & 1) << 4;
+    return ref_h2f(le16(b)) * scale * q - ref_h2f(le16(b + 2)) * min;
+}
+
 /* n elements of type t from their bytes (blocks little-endian as ggml writes them). */
 static void ref_dequant(enum mvm_wtype t, const void *src, double *dst, size_t n)
 {
     const uint8_t *s = src;
+    static const size_t kbytes[] = {[MVM_W_Q4_K] = 144, [MVM_W_Q5_K] = 176, [MVM_W_Q6_K] = 210};
     for (size_t i = 0; i < n; i++) {
+        if (is_k(t)) {
+            dst[i] = ref_k_elem(t, s + i / 256 * kbytes[t], (unsigned)(i % 256));
+            continue;
+        }
         switch (t) {
         case MVM_W_F32: dst[i] = ((const float *)src)[i]; break;
         case MVM_W_F16: dst[i] = ref_h2f(le16(s + 2 * i)); break;
@@ -172,7 +217,46 @@ static void ref_quant_block(enum mvm_wtype t, const float *x, uint8_t *b)
     }
 }
 
-/* x quantized to type t as the test sees it (floats converted by the reference rounding). */
+/* quantize_row_q8_K_ref on 256 floats, into the block's bytes: the value of largest
+ * magnitude (the first on ties) maps to -127, q = min(127, round-half-even(x · -127/max)),
+ * d = 1 / (-127/max) as a float, then the sums of each 16 quants. */
+static void ref_q8_K(const float *x, uint8_t *b)
+{
+    float amax = 0, max = 0;
+    for (int j = 0; j < 256; j++)
+        if (fabsf(x[j]) > amax)
+            amax = fabsf(x[j]), max = x[j];
+    memset(b, 0, 292);
+    if (amax == 0)
+        return;
+    const float iscale = -127.f / max, d = 1 / iscale;
+    memcpy(b, &d, 4);
+    for (int j = 0; j < 256; j++) {
+        const float v = iscale * x[j];
+        double r = floor((double)v + 0.5);
+        if (r - (double)v == 0.5 && fmod(r, 2) != 0)
+            r -= 1; /* a tie: to even */
+        b[4 + j] = (uint8_t)(int8_t)(r > 127 ? 127 : r);
+    }
+    for (int g = 0; g < 16; g++) {
+        int sum = 0;
+        for (int j = 0; j < 16; j++)
+            sum += (int8_t)b[4 + 16 * g + j];
+        b[260 + 2 * g] = (uint8_t)sum, b[261 + 2 * g] = (uint8_t)((unsigned)sum >> 8);
+    }
+}
+
+/* A Q8_K activation block as doubles. */
+static void ref_q8_K_dequant(const uint8_t *b, double *x)
+{
+    float d;
+    memcpy(&d, b, 4);
+    for (int j = 0; j < 256; j++)
+        x[j] = (double)d * (int8_t)b[4 + j];
+}
+
+/* x quantized to type t as the test sees it (floats converted by the reference rounding);
+ * not for the K-quants, whose quantizer has no independent definition (test_quantize_k). */
 static void ref_quant(enum mvm_wtype t, const float *x, void *dst, size_t n)
 {
     uint8_t *d = dst;
@@ -190,9 +274,17 @@ static void ref_quant(enum mvm_wtype t, const float *x, void *dst, size_t n)
     }
 }
 
-/* The activation vector the kernels see, as doubles: x itself, or x through Q8_0. */
+/* The activation vector the kernels see, as doubles: x itself, or x through Q8_0 or Q8_K. */
 static void ref_act(enum mvm_wtype t, const float *x, double *xd, size_t n)
 {
+    if (is_k(t)) {
+        uint8_t q[292];
+        for (size_t b = 0; b < n / 256; b++) {
+            ref_q8_K(x + 256 * b, q);
+            ref_q8_K_dequant(q, xd + 256 * b);
+        }
+        return;
+    }
     if (!is_q(t)) {
         for (size_t i = 0; i < n; i++)
             xd[i] = x[i];
@@ -309,9 +401,24 @@ static void test_sizes(void)
     CHECK(mvm_k_act_bytes(MVM_W_F16, 10) == 40);
     CHECK(mvm_k_act_bytes(MVM_W_Q4_0, 64) == 68);
     CHECK(mvm_k_act_bytes(MVM_W_Q8_0, 64) == 68);
-    CHECK(mvm_k_expert_group_bytes(MVM_W_Q8_0, 2048) == 64 * 2176 + 2048 * 34);
-    CHECK(mvm_k_expert_group_bytes(MVM_W_F32, 100) == 64 * 400 + 100 * 128);
-    CHECK(mvm_k_expert_group_bytes(MVM_W_Q4_0, 64) == 64 * 36 + 64 * 18);
+    CHECK(mvm_k_row_bytes(MVM_W_Q4_K, 512) == 288);
+    CHECK(mvm_k_row_bytes(MVM_W_Q5_K, 512) == 352);
+    CHECK(mvm_k_row_bytes(MVM_W_Q6_K, 512) == 420);
+    CHECK(mvm_k_act_bytes(MVM_W_Q5_K, 512) == 584);
+    CHECK(mvm_k_block_elems(MVM_W_Q6_K) == 256 && mvm_k_block_elems(MVM_W_Q4_0) == 32);
+    CHECK(mvm_k_block_elems(MVM_W_BF16) == 1);
+    CHECK(strcmp(mvm_k_wtype_name(MVM_W_Q4_K), "q4_K") == 0);
+    CHECK(strcmp(mvm_k_wtype_name(MVM_W_COUNT), "unknown") == 0);
+    const mvm_k_expert_fmt q8 = mvm_k_expert_uniform(MVM_W_Q8_0);
+    CHECK(mvm_k_expert_group_bytes(q8, 2048) == 64 * 2176 + 2048 * 34);
+    CHECK(mvm_k_expert_group_bytes(mvm_k_expert_uniform(MVM_W_F32), 100) == 64 * 400 + 100 * 128);
+    CHECK(mvm_k_expert_group_bytes(mvm_k_expert_uniform(MVM_W_Q4_0), 64) == 64 * 36 + 64 * 18);
+    /* a K-quant down takes 256 channels a group; gate/up rows keep their own type */
+    const mvm_k_expert_fmt q4k_q6k = {MVM_W_Q4_K, MVM_W_Q6_K}, q8_q4k = {MVM_W_Q8_0, MVM_W_Q4_K};
+    CHECK(mvm_k_expert_group_channels(q8) == 32 && mvm_k_expert_group_channels(q4k_q6k) == 256);
+    CHECK(mvm_k_expert_group_bytes(q4k_q6k, 2048) == 512 * 1152 + 2048 * 210);
+    CHECK(mvm_k_expert_group_bytes(q8_q4k, 512) == 512 * 544 + 512 * 144);
+    CHECK(mvm_k_expert_group_channels((mvm_k_expert_fmt){MVM_W_Q4_K, MVM_W_Q8_0}) == 32);
 }
 
 static void test_quantize_known(void)
@@ -358,7 +465,7 @@ static void test_quantize_random(void)
     float *x = malloc(n * sizeof *x), *back = malloc(n * sizeof *back);
     double *want = malloc(n * sizeof *want);
     uint8_t *got = malloc(n * 4), *ref = malloc(n * 4);
-    for (int t = 0; t < MVM_W_COUNT; t++) {
+    for (int t = 0; t <= MVM_W_Q4_0; t++) {
         fill(x, n, 3.0f);
         x[5] = 0x1p-20f, x[77] = -70000.0f * (t != MVM_W_F16); /* a subnormal half, an inf */
         memset(got, 0, n * 4), memset(ref, 0, n * 4);
@@ -378,6 +485,60 @@ static void test_quantize_random(void)
         CHECK(memcmp(got, ref, mvm_k_act_bytes((enum mvm_wtype)t, n)) == 0);
     }
     free(x), free(back), free(want), free(got), free(ref);
+}
+
+/* The K-quants: mkmodel's quantizer has no outside definition, so its output is checked
+ * for what a quantizer owes: dequantize (the kernel's and the reference's, which must agree
+ * exactly) within half a quantization step of the input, a step being the sub-block's
+ * scale (as stored), plus the error of storing that scale and min as 6-bit codes of the
+ * super-block's f16 d and dmin. The Q8_K activations are compared byte for byte. */
+static void test_quantize_k(void)
+{
+    const size_t n = 256 * 12;
+    float *x = malloc(n * sizeof *x), *back = malloc(n * sizeof *back);
+    double *want = malloc(n * sizeof *want);
+    uint8_t *q = malloc(n * 2), *ref = malloc(n / 256 * 292);
+    for (int t = MVM_W_Q4_K; t <= MVM_W_Q6_K; t++) {
+        for (size_t i = 0; i < n; i++) /* sub-blocks of very different ranges and offsets */
+            x[i] = frand() * ldexpf(1.0f, (int)(i / 32 % 7) - 3) + (i / 64 % 3 == 1 ? 0.5f : 0);
+        for (size_t i = 512; i < 768; i++)
+            x[i] = 0; /* an all-zero super-block */
+        mvm_k_quantize((enum mvm_wtype)t, x, q, n);
+        mvm_k_dequantize((enum mvm_wtype)t, q, back, n);
+        ref_dequant((enum mvm_wtype)t, q, want, n);
+        int bad_exact = 0, bad_close = 0;
+        const size_t sub = t == MVM_W_Q6_K ? 16 : 32;
+        const double levels = t == MVM_W_Q4_K ? 15 : 31;
+        for (size_t s0 = 0; s0 < n; s0 += sub) {
+            double lo = 0, hi = 0, amax = 0, sb_max = 0;
+            for (size_t i = s0; i < s0 + sub; i++) {
+                lo = fmin(lo, x[i]), hi = fmax(hi, x[i]), amax = fmax(amax, fabs(x[i]));
+            }
+            for (size_t i = s0 / 256 * 256; i < s0 / 256 * 256 + 256; i++)
+                sb_max = fmax(sb_max, t == MVM_W_Q6_K ? fabs(x[i]) : fmax(x[i], -x[i]));
+            /* a step, plus the scale's and min's 6-bit (Q6_K: 8-bit) code error */
+            const double range = t == MVM_W_Q6_K ? amax / 31 : (hi - lo) / levels;
+            const double tol = range * 0.51 + sb_max * (t == MVM_W_Q6_K ? 0.01 : 0.04) + 1e-6;
+            for (size_t i = s0; i < s0 + sub; i++) {
+                bad_exact += (double)back[i] != want[i];
+                bad_close += fabs(back[i] - x[i]) > tol;
+            }
+        }
+        CHECK(bad_exact == 0);
+        CHECK(bad_close == 0);
+        if (bad_close)
+            fprintf(stderr, "  %s: %d of %zu off\n", tname(t), bad_close, n);
+        for (size_t i = 512; i < 768; i++)
+            CHECK(back[i] == 0);
+        /* the activations: quantize_row_q8_K_ref's bytes */
+        x[1000] = 0x1p-130f, x[1001] = -x[1002]; /* a subnormal; ties of magnitude */
+        mvm_k_prepare_act((enum mvm_wtype)t, x, q, n);
+        for (size_t b = 0; b < n / 256; b++)
+            ref_q8_K(x + 256 * b, ref + 292 * b);
+        CHECK(mvm_k_act_bytes((enum mvm_wtype)t, n) == n / 256 * 292);
+        CHECK(memcmp(q, ref, n / 256 * 292) == 0);
+    }
+    free(x), free(back), free(want), free(q), free(ref);
 }
 
 /* ---- matrix products -------------------------------------------------------------------- */
@@ -441,12 +602,15 @@ static void test_matvec(void)
 {
     static const size_t float_n[] = {1, 7, 8, 15, 17, 31, 33, 63, 65, 100, 1023, 4096, 4103};
     static const size_t q_n[] = {32, 64, 96, 256, 288, 2080, 4096};
+    static const size_t k_n[] = {256, 512, 2304, 4096};
     const size_t rows = 13;
     float y[13];
     for (int t = 0; t < MVM_W_COUNT; t++) {
-        const size_t *ns = is_q((enum mvm_wtype)t) ? q_n : float_n;
-        const size_t count =
-            is_q((enum mvm_wtype)t) ? sizeof q_n / sizeof *q_n : sizeof float_n / sizeof *float_n;
+        const enum mvm_wtype wt = (enum mvm_wtype)t;
+        const size_t *ns = is_k(wt) ? k_n : is_q(wt) ? q_n : float_n;
+        const size_t count = is_k(wt)   ? sizeof k_n / sizeof *k_n
+                             : is_q(wt) ? sizeof q_n / sizeof *q_n
+                                        : sizeof float_n / sizeof *float_n;
         for (size_t k = 0; k < count; k++) {
             problem p = make_problem((enum mvm_wtype)t, rows, ns[k]);
             const size_t ranges[][2] = {{0, rows}, {2, 11}, {5, 5}, {12, 13}};
@@ -457,7 +621,7 @@ static void test_matvec(void)
                 const int bad = check_rows(&p, y, ranges[r][0], ranges[r][1], 1e-5);
                 CHECK(bad == 0);
                 if (bad)
-                    fprintf(stderr, "  %s n %zu rows [%zu, %zu): %d bad\n", tname[t], ns[k],
+                    fprintf(stderr, "  %s n %zu rows [%zu, %zu): %d bad\n", tname(t), ns[k],
                             ranges[r][0], ranges[r][1], bad);
             }
             free_problem(&p);
@@ -471,7 +635,8 @@ static void test_matmul(void)
 {
     const size_t rows = 9, r0 = 1, r1 = 8;
     for (int t = 0; t < MVM_W_COUNT; t++) {
-        const size_t n = t == MVM_W_F32 ? 4096 : 96, n_tok = t == MVM_W_F32 ? 20 : 6;
+        const size_t n = t == MVM_W_F32 ? 4096 : is_k((enum mvm_wtype)t) ? 512 : 96;
+        const size_t n_tok = t == MVM_W_F32 ? 20 : 6;
         problem p = make_problem((enum mvm_wtype)t, rows, n);
         const size_t ab = mvm_k_act_bytes(p.t, n), act_stride = ab + 8, y_stride = rows + 3;
         uint8_t *acts = malloc(n_tok * act_stride);
@@ -502,16 +667,27 @@ static void test_matmul(void)
 /* ---- the expert ------------------------------------------------------------------------- */
 
 typedef struct {
-    enum mvm_wtype t;
+    mvm_k_expert_fmt f;
+    enum mvm_wtype t; /* f.gate_up: the activations' format */
     size_t n_embd, n_ff;
     uint8_t *packed;
     double *gate, *up, *down; /* dequantized, row-major as llama.cpp stores them */
 } expert;
 
-static expert make_expert(enum mvm_wtype t, size_t n_embd, size_t n_ff)
+/* The formats the expert tests run: every type alone, and the mixes llama.cpp's K recipes
+ * write (a K-quant down under K or Q8_0 gate/up, and the reverse). */
+static const mvm_k_expert_fmt expert_fmts[] = {
+    {MVM_W_F32, MVM_W_F32},   {MVM_W_F16, MVM_W_F16},   {MVM_W_BF16, MVM_W_BF16},
+    {MVM_W_Q8_0, MVM_W_Q8_0}, {MVM_W_Q4_0, MVM_W_Q4_0}, {MVM_W_Q4_K, MVM_W_Q4_K},
+    {MVM_W_Q5_K, MVM_W_Q5_K}, {MVM_W_Q6_K, MVM_W_Q6_K}, {MVM_W_Q4_K, MVM_W_Q6_K},
+    {MVM_W_Q8_0, MVM_W_Q5_K}, {MVM_W_Q6_K, MVM_W_Q8_0},
+};
+
+static expert make_expert(mvm_k_expert_fmt f, size_t n_embd, size_t n_ff)
 {
-    expert e = {t, n_embd, n_ff, NULL, NULL, NULL, NULL};
-    const size_t rb = mvm_k_row_bytes(t, n_embd), drb = mvm_k_row_bytes(t, n_ff);
+    const enum mvm_wtype t = f.gate_up;
+    expert e = {f, t, n_embd, n_ff, NULL, NULL, NULL, NULL};
+    const size_t rb = mvm_k_row_bytes(t, n_embd), drb = mvm_k_row_bytes(f.down, n_ff);
     uint8_t *g = malloc(n_ff * rb), *u = malloc(n_ff * rb), *d = malloc(n_embd * drb);
     float *row = malloc((n_embd > n_ff ? n_embd : n_ff) * sizeof *row);
     e.gate = malloc(n_ff * n_embd * sizeof(double));
@@ -527,11 +703,11 @@ static expert make_expert(enum mvm_wtype t, size_t n_embd, size_t n_ff)
     }
     for (size_t j = 0; j < n_embd; j++) {
         fill(row, n_ff, 0.2f);
-        mvm_k_quantize(t, row, d + j * drb, n_ff);
-        ref_dequant(t, d + j * drb, e.down + j * n_ff, n_ff);
+        mvm_k_quantize(f.down, row, d + j * drb, n_ff);
+        ref_dequant(f.down, d + j * drb, e.down + j * n_ff, n_ff);
     }
-    e.packed = malloc(n_ff / 32 * mvm_k_expert_group_bytes(t, n_embd));
-    mvm_k_expert_pack(t, g, u, d, n_embd, n_ff, e.packed);
+    e.packed = malloc(n_ff / mvm_k_expert_group_channels(f) * mvm_k_expert_group_bytes(f, n_embd));
+    mvm_k_expert_pack(f, g, u, d, n_embd, n_ff, e.packed);
     free(g), free(u), free(d), free(row);
     return e;
 }
@@ -542,9 +718,9 @@ static void free_expert(expert *e)
 }
 
 /* out0 + weight * FFN(x) over all groups, with the terms' magnitude for the tolerance and,
- * for Q types, the slack for one Q8_0 step of one intermediate activation per group: the
- * kernel's float activations differ from these in the last bits, which can move a value
- * across a rounding boundary (about once in 10^5 values). */
+ * for a Q or K down, the slack for one Q8_0 / Q8_K step of one intermediate activation per
+ * block: the kernel's float activations differ from these in the last bits, which can move
+ * a value across a rounding boundary (about once in 10^5 values). */
 static void ref_ffn(const expert *e, const float *x, float weight, const float *out0, double *want,
                     double *terms, double *slack)
 {
@@ -559,16 +735,26 @@ static void ref_ffn(const expert *e, const float *x, float weight, const float *
         }
         h[c] = g / (1 + exp(-g)) * u * weight;
     }
-    double *step = calloc(n_ff / 32, sizeof *step); /* each group's Q8_0 scale */
-    if (is_q(e->t)) { /* the intermediate activations through Q8_0, 32 at a time */
-        float hf[32];
-        uint8_t q[34];
-        for (size_t c0 = 0; c0 < n_ff; c0 += 32) {
-            for (int j = 0; j < 32; j++)
+    double *step = calloc(n_ff / 32, sizeof *step); /* each 32 channels' activation step */
+    if (is_q(e->f.down) || is_k(e->f.down)) { /* the intermediate activations quantized */
+        const size_t nb = is_k(e->f.down) ? 256 : 32;
+        float hf[256];
+        uint8_t q[292];
+        for (size_t c0 = 0; c0 < n_ff; c0 += nb) {
+            for (size_t j = 0; j < nb; j++)
                 hf[j] = (float)h[c0 + j];
-            ref_quant_block(MVM_W_Q8_0, hf, q);
-            ref_dequant(MVM_W_Q8_0, q, h + c0, 32);
-            step[c0 / 32] = ref_h2f(le16(q));
+            float d;
+            if (nb == 256) {
+                ref_q8_K(hf, q);
+                ref_q8_K_dequant(q, h + c0);
+                memcpy(&d, q, 4);
+            } else {
+                ref_quant_block(MVM_W_Q8_0, hf, q);
+                ref_dequant(MVM_W_Q8_0, q, h + c0, 32);
+                d = (float)ref_h2f(le16(q));
+            }
+            for (size_t j = 0; j < nb; j += 32)
+                step[(c0 + j) / 32] = fabs(d);
         }
     }
     for (size_t j = 0; j < n_embd; j++) {
@@ -582,14 +768,24 @@ static void ref_ffn(const expert *e, const float *x, float weight, const float *
     free(xd), free(h), free(step);
 }
 
+/* Hidden sizes that are whole blocks of every type in f (with vector tails for float
+ * types), and channel counts of 1 and 3 groups. */
+static size_t expert_embd(mvm_k_expert_fmt f, int s)
+{
+    static const size_t float_embd[] = {100, 264}, q_embd[] = {64, 288}, k_embd[] = {256, 768};
+    const size_t b = blk_of(f.gate_up) > blk_of(f.down) ? blk_of(f.gate_up) : blk_of(f.down);
+    return (b == 256 ? k_embd : b == 32 ? q_embd : float_embd)[s % 2];
+}
+
 static void test_expert(void)
 {
-    static const size_t float_embd[] = {100, 264}, q_embd[] = {64, 288}, ffs[] = {32, 96};
-    for (int t = 0; t < MVM_W_COUNT; t++) {
+    for (size_t fi = 0; fi < sizeof expert_fmts / sizeof *expert_fmts; fi++) {
+        const mvm_k_expert_fmt f = expert_fmts[fi];
+        const size_t G = mvm_k_expert_group_channels(f);
         for (int s = 0; s < 4; s++) {
-            const size_t n_embd = (is_q((enum mvm_wtype)t) ? q_embd : float_embd)[s % 2];
-            const size_t n_ff = ffs[s / 2], groups = n_ff / 32;
-            expert e = make_expert((enum mvm_wtype)t, n_embd, n_ff);
+            const size_t n_embd = expert_embd(f, s);
+            const size_t groups = s / 2 ? 3 : 1, n_ff = groups * G;
+            expert e = make_expert(f, n_embd, n_ff);
             float *x = malloc(n_embd * sizeof *x), *out0 = malloc(n_embd * sizeof *out0);
             float *out = malloc(n_embd * sizeof *out), *split = malloc(n_embd * sizeof *split);
             double *want = malloc(n_embd * sizeof *want), *terms = malloc(n_embd * sizeof *terms);
@@ -600,18 +796,19 @@ static void test_expert(void)
             mvm_k_prepare_act(e.t, x, act, n_embd);
             ref_ffn(&e, x, 0.75f, out0, want, terms, slack);
             memcpy(out, out0, n_embd * sizeof *out);
-            mvm_k_expert_ffn(e.t, e.packed, n_embd, act, 0.75f, out, 0, groups);
+            mvm_k_expert_ffn(f, e.packed, n_embd, act, 0.75f, out, 0, groups);
             int bad = 0;
             for (size_t j = 0; j < n_embd; j++)
                 bad += fabs(out[j] - want[j]) > 1e-5 * terms[j] + slack[j];
             CHECK(bad == 0);
             if (bad)
-                fprintf(stderr, "  %s n_embd %zu n_ff %zu: %d bad\n", tname[t], n_embd, n_ff, bad);
+                fprintf(stderr, "  %s/%s n_embd %zu n_ff %zu: %d bad\n", tname(f.gate_up),
+                        tname(f.down), n_embd, n_ff, bad);
             /* groups [0, g) then [g, G) is the same sequence of additions as [0, G) */
             for (size_t g = 0; g <= groups; g++) {
                 memcpy(split, out0, n_embd * sizeof *split);
-                mvm_k_expert_ffn(e.t, e.packed, n_embd, act, 0.75f, split, 0, g);
-                mvm_k_expert_ffn(e.t, e.packed, n_embd, act, 0.75f, split, g, groups);
+                mvm_k_expert_ffn(f, e.packed, n_embd, act, 0.75f, split, 0, g);
+                mvm_k_expert_ffn(f, e.packed, n_embd, act, 0.75f, split, g, groups);
                 CHECK(memcmp(split, out, n_embd * sizeof *out) == 0);
             }
             free(x), free(out0), free(out), free(split), free(want), free(terms), free(slack);
@@ -624,10 +821,11 @@ static void test_expert(void)
 /* The batch equals one call per token, bitwise; 11 tokens cross the 8-token tile. */
 static void test_expert_batch(void)
 {
-    const size_t n_tok = 11, n_ff = 64, groups = 2;
-    for (int t = 0; t < MVM_W_COUNT; t++) {
-        const size_t n_embd = is_q((enum mvm_wtype)t) ? 96 : 40;
-        expert e = make_expert((enum mvm_wtype)t, n_embd, n_ff);
+    const size_t n_tok = 11, groups = 2;
+    for (size_t fi = 0; fi < sizeof expert_fmts / sizeof *expert_fmts; fi++) {
+        const mvm_k_expert_fmt f = expert_fmts[fi];
+        const size_t n_embd = expert_embd(f, 0), n_ff = groups * mvm_k_expert_group_channels(f);
+        expert e = make_expert(f, n_embd, n_ff);
         const size_t act_stride = mvm_k_act_bytes(e.t, n_embd) + 12, out_stride = n_embd + 5;
         uint8_t *acts = malloc(n_tok * act_stride);
         float *x = malloc(n_embd * sizeof *x), weights[11];
@@ -640,10 +838,10 @@ static void test_expert_batch(void)
         }
         fill(out, n_tok * out_stride, 0.1f);
         memcpy(one, out, n_tok * out_stride * sizeof *out);
-        mvm_k_expert_ffn_batch(e.t, e.packed, n_embd, acts, act_stride, weights, n_tok, out,
+        mvm_k_expert_ffn_batch(f, e.packed, n_embd, acts, act_stride, weights, n_tok, out,
                                out_stride, 0, groups);
         for (size_t i = 0; i < n_tok; i++)
-            mvm_k_expert_ffn(e.t, e.packed, n_embd, acts + i * act_stride, weights[i],
+            mvm_k_expert_ffn(f, e.packed, n_embd, acts + i * act_stride, weights[i],
                              one + i * out_stride, 0, groups);
         CHECK(memcmp(out, one, n_tok * out_stride * sizeof *out) == 0);
         free(acts), free(x), free(out), free(one);
@@ -848,6 +1046,7 @@ int main(void)
     RUN(test_sizes);
     RUN(test_quantize_known);
     RUN(test_quantize_random);
+    RUN(test_quantize_k);
     RUN(test_rmsnorm);
     RUN(test_rope);
     RUN(test_softmax);

@@ -75,7 +75,8 @@ static uint64_t active_bytes(const mvm_model *m)
         const mvm_layer *L = &m->layers[l];
         b += mat_bytes(&L->wq) + mat_bytes(&L->wk) + mat_bytes(&L->wv) + mat_bytes(&L->wo) +
              mat_bytes(&L->router) + mat_bytes(&L->shexp_w1) + mat_bytes(&L->shexp_w2) +
-             mat_bytes(&L->shexp_w3) + (uint64_t)m->hp.n_expert_used * m->expert_bytes;
+             mat_bytes(&L->shexp_w3) + (uint64_t)m->hp.n_expert_used * L->expert_groups *
+                                           mvm_k_expert_group_bytes(L->expert_fmt, m->hp.n_embd);
     }
     return b;
 }
@@ -132,9 +133,10 @@ int main(int argc, char **argv)
     }
     uint64_t active = active_bytes(m);
     double decode_tps = n_decode / t_decode, bound = bw / (double)active;
+    char types[64];
     printf("model        %s (%s, %s experts), %u layers, top-%u of %u\n", m->name, m->arch->name,
-           mvm_ggml_type_name(mvm_wtype_to_ggml(m->expert_type)), m->hp.n_layer,
-           m->hp.n_expert_used, m->hp.n_expert);
+           mvm_model_expert_types(m, types, sizeof types), m->hp.n_layer, m->hp.n_expert_used,
+           m->hp.n_expert);
     printf("threads      %d (%s kernels)\n", threads, mvm_k_simd_name(mvm_k_simd_current()));
     printf("read bw      %.2f GB/s\n", bw / 1e9);
     printf("active/token %.1f MB\n", (double)active / 1e6);

@@ -94,11 +94,13 @@ static double matvec_gbs(enum mvm_wtype t, const void *w, size_t bytes, int pass
 /* GB/s of the FFN of each of the experts that fill w, over all their groups. */
 static double expert_gbs(enum mvm_wtype t, const void *w, const void *act, float *out)
 {
-    const size_t groups = N_FF / MVM_QBLOCK, eb = mvm_k_expert_group_bytes(t, N_EMBD) * groups;
+    const mvm_k_expert_fmt f = mvm_k_expert_uniform(t);
+    const size_t groups = N_FF / mvm_k_expert_group_channels(f);
+    const size_t eb = mvm_k_expert_group_bytes(f, N_EMBD) * groups;
     const size_t experts = WEIGHT_BYTES / eb;
     double s = now_s();
     for (size_t e = 0; e < experts; e++)
-        mvm_k_expert_ffn(t, (const uint8_t *)w + e * eb, N_EMBD, act, 0.125f, out, 0, groups);
+        mvm_k_expert_ffn(f, (const uint8_t *)w + e * eb, N_EMBD, act, 0.125f, out, 0, groups);
     s = now_s() - s;
     sink = out[7];
     return (double)(experts * eb) / s / 1e9;
@@ -107,7 +109,6 @@ static double expert_gbs(enum mvm_wtype t, const void *w, const void *act, float
 int main(int argc, char **argv)
 {
     const int reps = argc > 1 ? atoi(argv[1]) : 5;
-    static const char *const tname[MVM_W_COUNT] = {"f32", "f16", "bf16", "q8_0", "q4_0"};
     void *w = alloc64(WEIGHT_BYTES);
     float *a = alloc64(READ_BYTES);
     /* the largest activations (F32, N_IN) and the most rows (Q4_0) of any type */
@@ -147,7 +148,8 @@ int main(int argc, char **argv)
         }
         for (int lv = 0; lv <= (int)mvm_k_simd_detect(); lv++)
             printf("| %s | %s | %.2f | %.2f | %.2f | %.2f | %.1f |\n",
-                   mvm_k_simd_name((enum mvm_simd)lv), tname[t], mv[lv], mv[lv] / rd, ex[lv],
+                   mvm_k_simd_name((enum mvm_simd)lv), mvm_k_wtype_name(wt), mv[lv],
+                   mv[lv] / rd, ex[lv],
                    ex[lv] / rd, l2[lv]);
         fflush(stdout);
     }

@@ -50,25 +50,47 @@ uint16_t mvm_fp32_to_bf16(float f)
     return (uint16_t)((u + (0x7fffu + ((u >> 16) & 1))) >> 16);
 }
 
+const char *mvm_k_wtype_name(enum mvm_wtype t)
+{
+    static const char *const names[MVM_W_COUNT] = {"f32",  "f16",  "bf16", "q8_0",
+                                                   "q4_0", "q4_K", "q5_K", "q6_K"};
+    return (unsigned)t < MVM_W_COUNT ? names[t] : "unknown";
+}
+
+size_t mvm_k_block_elems(enum mvm_wtype t)
+{
+    return mvm_k_is_k(t) ? MVM_QK_K : mvm_k_is_q(t) ? MVM_QBLOCK : 1;
+}
+
 size_t mvm_k_row_bytes(enum mvm_wtype t, size_t n)
 {
     switch (t) {
     case MVM_W_F32: return n * 4;
     case MVM_W_F16:
     case MVM_W_BF16: return n * 2;
-    case MVM_W_Q8_0: return n / MVM_QBLOCK * sizeof(mvm_block_q8_0);
-    case MVM_W_Q4_0: return n / MVM_QBLOCK * sizeof(mvm_block_q4_0);
+    case MVM_W_Q8_0:
+    case MVM_W_Q4_0:
+    case MVM_W_Q4_K:
+    case MVM_W_Q5_K:
+    case MVM_W_Q6_K: return n / mvm_k_block_elems(t) * mvm_k_block_bytes(t);
     default: return 0;
     }
 }
 
 size_t mvm_k_act_bytes(enum mvm_wtype t, size_t n)
 {
-    return mvm_k_is_q(t) ? mvm_k_row_bytes(MVM_W_Q8_0, n) : n * 4;
+    return mvm_k_is_k(t)   ? n / MVM_QK_K * sizeof(mvm_block_q8_K)
+           : mvm_k_is_q(t) ? mvm_k_row_bytes(MVM_W_Q8_0, n)
+                           : n * 4;
 }
 
 void mvm_k_prepare_act(enum mvm_wtype t, const float *x, void *act, size_t n)
 {
+    if (mvm_k_is_k(t)) {
+        for (size_t b = 0; b < n / MVM_QK_K; b++)
+            mvm_k_quantize_q8_K_block(x + b * MVM_QK_K, (mvm_block_q8_K *)act + b);
+        return;
+    }
     mvm_k_quantize(mvm_k_is_q(t) ? MVM_W_Q8_0 : MVM_W_F32, x, act, n);
 }
 
@@ -129,6 +151,9 @@ void mvm_k_quantize(enum mvm_wtype t, const float *src, void *dst, size_t n)
         for (size_t b = 0; b < n / MVM_QBLOCK; b++)
             quantize_q4_0_block(src + b * MVM_QBLOCK, (mvm_block_q4_0 *)dst + b);
         break;
+    case MVM_W_Q4_K:
+    case MVM_W_Q5_K:
+    case MVM_W_Q6_K: mvm_k_quantize_k(t, src, dst, n); break;
     default: break;
     }
 }
@@ -160,6 +185,9 @@ void mvm_k_dequantize(enum mvm_wtype t, const void *src, float *dst, size_t n)
             }
         }
         break;
+    case MVM_W_Q4_K:
+    case MVM_W_Q5_K:
+    case MVM_W_Q6_K: mvm_k_dequantize_k(t, src, dst, n); break;
     default: break;
     }
 }

@@ -23,9 +23,50 @@ typedef struct {
 } mvm_block_q4_0;
 _Static_assert(sizeof(mvm_block_q8_0) == 34 && sizeof(mvm_block_q4_0) == 18, "ggml block sizes");
 
+/* The K-quants' super-blocks (ggml-common.h's block_q4_K, block_q5_K, block_q6_K) and the
+ * activation block they are multiplied with. Q4_K/Q5_K: element 64k + l (l < 32) is the low
+ * nibble of qs[32k + l] with scale/min 2k, element 64k + 32 + l its high nibble with
+ * scale/min 2k + 1; Q5_K adds bit 2k (low) or 2k + 1 (high) of qh[l] as the fifth bit. The
+ * 8 six-bit scales and mins are packed into scales[12] (mvm_k_scale_min). Q6_K: elements
+ * 128h + 32k + l (k < 4) take the low (k < 2) or high nibble of ql[64h + 32(k & 1) + l] and
+ * bits 2k, 2k+1 of qh[32h + l], minus 32; element e has the int8 scale scales[e / 16]. */
+typedef struct {
+    uint16_t d, dmin;
+    uint8_t scales[12];
+    uint8_t qs[MVM_QK_K / 2];
+} mvm_block_q4_K;
+typedef struct {
+    uint16_t d, dmin;
+    uint8_t scales[12];
+    uint8_t qh[MVM_QK_K / 8];
+    uint8_t qs[MVM_QK_K / 2];
+} mvm_block_q5_K;
+typedef struct {
+    uint8_t ql[MVM_QK_K / 2];
+    uint8_t qh[MVM_QK_K / 4];
+    int8_t scales[MVM_QK_K / 16];
+    uint16_t d;
+} mvm_block_q6_K;
+/* x = d * q; bsums[i] = the sum of qs[16i .. 16i+15] (the K dot products' min terms). */
+typedef struct {
+    float d;
+    int8_t qs[MVM_QK_K];
+    int16_t bsums[MVM_QK_K / 16];
+} mvm_block_q8_K;
+_Static_assert(sizeof(mvm_block_q4_K) == 144 && sizeof(mvm_block_q5_K) == 176 &&
+                   sizeof(mvm_block_q6_K) == 210 && sizeof(mvm_block_q8_K) == 292,
+               "ggml K block sizes");
+
+/* Types whose activations are Q8_0 blocks. */
 static inline int mvm_k_is_q(enum mvm_wtype t)
 {
     return t == MVM_W_Q8_0 || t == MVM_W_Q4_0;
+}
+
+/* The K-quants, whose activations are Q8_K blocks. */
+static inline int mvm_k_is_k(enum mvm_wtype t)
+{
+    return t == MVM_W_Q4_K || t == MVM_W_Q5_K || t == MVM_W_Q6_K;
 }
 
 static inline uint32_t mvm_k_f2u(float f)
@@ -60,13 +101,17 @@ static inline float mvm_k_bf2f(uint16_t h)
     return mvm_k_u2f((uint32_t)h << 16);
 }
 
-/* Bytes of one 32-element block of type t: the expert's down slot, a Q block. */
+/* Bytes of one block of type t as the expert's down slot holds it: 32 elements of a float
+ * type, one Q block, or one K super-block. */
 static inline size_t mvm_k_block_bytes(enum mvm_wtype t)
 {
     switch (t) {
     case MVM_W_F32: return 4 * MVM_QBLOCK;
     case MVM_W_Q8_0: return sizeof(mvm_block_q8_0);
     case MVM_W_Q4_0: return sizeof(mvm_block_q4_0);
+    case MVM_W_Q4_K: return sizeof(mvm_block_q4_K);
+    case MVM_W_Q5_K: return sizeof(mvm_block_q5_K);
+    case MVM_W_Q6_K: return sizeof(mvm_block_q6_K);
     default: return 2 * MVM_QBLOCK;
     }
 }
@@ -92,16 +137,36 @@ static inline float mvm_k_elem(enum mvm_wtype t, const void *row, size_t i)
 /* One Q8_0 block from 32 floats with quantize_row_q8_0_ref's rounding (convert.c): the
  * activations of the expert's down product are quantized with it at every SIMD level. */
 void mvm_k_quantize_q8_0_block(const float *x, mvm_block_q8_0 *y);
+/* One Q8_K block from 256 floats with quantize_row_q8_K_ref's rounding (kquant.c). */
+void mvm_k_quantize_q8_K_block(const float *x, mvm_block_q8_K *y);
+/* The K-quants' quantize / dequantize of n elements (kquant.c; n % 256 == 0). */
+void mvm_k_quantize_k(enum mvm_wtype t, const float *src, void *dst, size_t n);
+void mvm_k_dequantize_k(enum mvm_wtype t, const void *src, float *dst, size_t n);
+
+/* Scale and min j (< 8) of a Q4_K / Q5_K super-block, from their 6-bit packing: j < 4 in
+ * the low 6 bits of bytes j and j + 4; j >= 4 in the nibbles of byte j + 4 with the top two
+ * bits in bytes j - 4 and j. */
+static inline void mvm_k_scale_min(const uint8_t *q, int j, uint8_t *sc, uint8_t *m)
+{
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
 
 /* ---- the hot kernels of one SIMD level -------------------------------------------------- */
 
 /* dot(w, act) over n elements: w one row of type t, act in t's activation format
- * (mvm_k_act_bytes: F32 for float types, Q8_0 blocks for Q types; n % 32 == 0 for those). */
+ * (mvm_k_act_bytes: F32 for float types, Q8_0 blocks for Q types, Q8_K for K types; n a
+ * multiple of the block). */
 typedef float (*mvm_k_dot_fn)(const void *w, const void *act, size_t n);
 /* The expert FFN's hot loop, out[j] += dot(down block j, a) for j < n_embd: down holds
- * n_embd blocks of 32 elements of type t (one per output), a is the group's 32 intermediate
- * activations (one mvm_block_q8_0 for Q types, 32 floats for float types). For Q types
- * n_embd % 32 == 0 (the gate and up rows are whole blocks), so their loops have no tail. */
+ * n_embd blocks of type t (mvm_k_block_bytes, one per output), a is the group's
+ * intermediate activations (one mvm_block_q8_0 for Q types, one mvm_block_q8_K for K types,
+ * 32 floats for float types). n_embd % 32 == 0 for Q and K types. */
 typedef void (*mvm_k_down_fn)(const void *down, const void *a, float *out, size_t n_embd);
 
 struct mvm_k_level {
@@ -114,7 +179,8 @@ struct mvm_k_level {
  *   float dot_float(t, const uint8_t *w, const float *act, size_t n)
  *   float dot_q(t, const uint8_t *w, const mvm_block_q8_0 *act, size_t n)
  *   void down_float(t, const uint8_t *w, const float *a, float *out, size_t n)
- *   void down_q(t, const uint8_t *w, const mvm_block_q8_0 *a, float *out, size_t n) */
+ *   void down_q(t, const uint8_t *w, const mvm_block_q8_0 *a, float *out, size_t n)
+ * and the K-quants' kernels of kdot.h, which every level shares, compiled for its target. */
 #define MVM_K_LEVEL_TYPE(attr, dot, down, type, sfx)                                               \
     attr static float dot_##sfx(const void *w, const void *act, size_t n)                          \
     {                                                                                              \
@@ -130,18 +196,29 @@ struct mvm_k_level {
     MVM_K_LEVEL_TYPE(attr, dot_float, down_float, MVM_W_BF16, bf16)                                \
     MVM_K_LEVEL_TYPE(attr, dot_q, down_q, MVM_W_Q8_0, q8_0)                                        \
     MVM_K_LEVEL_TYPE(attr, dot_q, down_q, MVM_W_Q4_0, q4_0)                                        \
+    MVM_K_LEVEL_TYPE(attr, mvm_k_dot_k, mvm_k_down_k, MVM_W_Q4_K, q4_K)                            \
+    MVM_K_LEVEL_TYPE(attr, mvm_k_dot_k, mvm_k_down_k, MVM_W_Q5_K, q5_K)                            \
+    MVM_K_LEVEL_TYPE(attr, mvm_k_dot_k, mvm_k_down_k, MVM_W_Q6_K, q6_K)                            \
     const struct mvm_k_level name = {                                                              \
         .dot = {[MVM_W_F32] = dot_f32,                                                             \
                 [MVM_W_F16] = dot_f16,                                                             \
                 [MVM_W_BF16] = dot_bf16,                                                           \
                 [MVM_W_Q8_0] = dot_q8_0,                                                           \
-                [MVM_W_Q4_0] = dot_q4_0},                                                          \
+                [MVM_W_Q4_0] = dot_q4_0,                                                           \
+                [MVM_W_Q4_K] = dot_q4_K,                                                           \
+                [MVM_W_Q5_K] = dot_q5_K,                                                           \
+                [MVM_W_Q6_K] = dot_q6_K},                                                          \
         .down = {[MVM_W_F32] = down_f32,                                                           \
                  [MVM_W_F16] = down_f16,                                                           \
                  [MVM_W_BF16] = down_bf16,                                                         \
                  [MVM_W_Q8_0] = down_q8_0,                                                         \
-                 [MVM_W_Q4_0] = down_q4_0},                                                        \
+                 [MVM_W_Q4_0] = down_q4_0,                                                         \
+                 [MVM_W_Q4_K] = down_q4_K,                                                         \
+                 [MVM_W_Q5_K] = down_q5_K,                                                         \
+                 [MVM_W_Q6_K] = down_q6_K},                                                        \
     };
+
+#include "kernels/cpu/kdot.h"
 
 extern const struct mvm_k_level mvm_k_level_scalar; /* dot_scalar.c */
 #if defined(__x86_64__) || defined(__i386__)

@@ -9,10 +9,15 @@
  *   Q8_0: 32 elements as { f16 d; int8 qs[32]; }            34 bytes, x = d * q
  *   Q4_0: 32 elements as { f16 d; uint8 qs[16]; }           18 bytes, x = d * (nibble - 8),
  *         element j < 16 in the low nibble of qs[j], element j + 16 in its high nibble.
+ *   the K-quants, super-blocks of 256 elements (kquant.c has their layouts):
+ *   Q4_K  8 sub-blocks of 32, 4-bit quants, 6-bit scale and min each   144 bytes
+ *   Q5_K  the same with a fifth bit per quant                          176 bytes
+ *   Q6_K  16 sub-blocks of 16, 6-bit quants, 8-bit scale each          210 bytes
  *
  * Activations: for F32/F16/BF16 weights a dot product takes the activation vector as F32;
- * for Q8_0/Q4_0 weights it takes it quantized to Q8_0 (as ggml does: vec_dot_type = q8_0),
- * so the integer dot products stay in int8. mvm_k_act_bytes() says how many bytes an
+ * for Q8_0/Q4_0 weights it takes it quantized to Q8_0, for the K-quants to Q8_K (256
+ * elements, an f32 scale and the sums of each 16 quants), as ggml does (vec_dot_type), so
+ * the integer dot products stay in int8. mvm_k_act_bytes() says how many bytes an
  * activation vector of n elements takes for a weight type, mvm_k_prepare_act() makes it.
  *
  * Alignment: every buffer (weights, activations, strides included) is aligned to its element:
@@ -26,16 +31,32 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum mvm_wtype { MVM_W_F32, MVM_W_F16, MVM_W_BF16, MVM_W_Q8_0, MVM_W_Q4_0, MVM_W_COUNT };
+enum mvm_wtype {
+    MVM_W_F32,
+    MVM_W_F16,
+    MVM_W_BF16,
+    MVM_W_Q8_0,
+    MVM_W_Q4_0,
+    MVM_W_Q4_K,
+    MVM_W_Q5_K,
+    MVM_W_Q6_K,
+    MVM_W_COUNT
+};
 
 #define MVM_QBLOCK 32 /* elements per Q8_0 / Q4_0 block, and channels per expert group */
+#define MVM_QK_K 256  /* elements per K-quant super-block */
 
-/* Bytes of n elements of type t; n must be a multiple of MVM_QBLOCK for Q8_0/Q4_0. */
+/* ggml's name of the type: "f32", "q8_0", "q4_K". */
+const char *mvm_k_wtype_name(enum mvm_wtype t);
+/* Elements per block of type t: 1 for float types, 32 for Q8_0/Q4_0, 256 for K-quants.
+ * Every row length of type t is a multiple of it. */
+size_t mvm_k_block_elems(enum mvm_wtype t);
+/* Bytes of n elements of type t; n must be a multiple of mvm_k_block_elems(t). */
 size_t mvm_k_row_bytes(enum mvm_wtype t, size_t n);
 /* Bytes of an activation vector of n elements as the dot products of type t take it. */
 size_t mvm_k_act_bytes(enum mvm_wtype t, size_t n);
 /* x (n floats) -> the activation format of type t (a copy for F32/F16/BF16, Q8_0 blocks
- * for Q8_0/Q4_0). */
+ * for Q8_0/Q4_0, Q8_K blocks for the K-quants). */
 void mvm_k_prepare_act(enum mvm_wtype t, const float *x, void *act, size_t n);
 
 /* ---- SIMD level ------------------------------------------------------------------------ */
@@ -53,7 +74,9 @@ float mvm_fp16_to_fp32(uint16_t h);
 uint16_t mvm_fp32_to_fp16(float f);      /* round to nearest even, inf/nan kept */
 float mvm_bf16_to_fp32(uint16_t h);
 uint16_t mvm_fp32_to_bf16(float f);      /* round to nearest even, nan kept quiet */
-/* n floats -> n elements of type t (n a multiple of 32 for Q types); what mkmodel writes. */
+/* n floats -> n elements of type t (n a multiple of its block); what mkmodel writes. The
+ * K-quants take a simpler search for their scales than llama.cpp's (kquant.c says which),
+ * so the bits differ from llama-quantize's while the format is the same. */
 void mvm_k_quantize(enum mvm_wtype t, const float *src, void *dst, size_t n);
 /* n elements of type t -> floats (embedding rows, tests). */
 void mvm_k_dequantize(enum mvm_wtype t, const void *src, float *dst, size_t n);
@@ -70,30 +93,44 @@ void mvm_k_matmul(enum mvm_wtype t, const void *w, size_t row_bytes, size_t n_in
                   size_t r0, size_t r1);
 
 /* ---- the channel-major expert (DESIGN.md §2) --------------------------------------------
- * An expert with hidden size n_embd and n_ff intermediate channels (n_ff % 32 == 0) is
- * n_ff/32 groups of 32 channels, stored one after another, each
- *     gate rows c..c+31   (32 rows of n_embd elements, type t)
- *     up rows   c..c+31   (32 rows of n_embd elements, type t)
- *     down      n_embd blocks of 32 elements: for output j, down[j][c..c+31] (type t)
+ * An expert's gate and up matrices share one type and its down matrix may have another
+ * (llama.cpp's Q4_K_M gives ffn_down_exps Q6_K in some layers, Q4_K in the others). With
+ * hidden size n_embd and n_ff intermediate channels it is n_ff/G groups of G channels
+ * (G = mvm_k_expert_group_channels: 32, or 256 when down is a K-quant, whose blocks span
+ * 256 channels), stored one after another, each
+ *     gate rows c..c+G-1   (G rows of n_embd elements, type gate_up)
+ *     up rows   c..c+G-1   (G rows of n_embd elements, type gate_up)
+ *     down      n_embd blocks of G elements: for output j, down[j][c..c+G-1] (type down)
  * so a prefix of the expert's bytes holds whole groups, and the FFN output is the sum over
  * groups of  down_g · (silu(gate_g · x) * (up_g · x)). */
-size_t mvm_k_expert_group_bytes(enum mvm_wtype t, size_t n_embd);
+typedef struct mvm_k_expert_fmt {
+    enum mvm_wtype gate_up, down;
+} mvm_k_expert_fmt;
+/* One type for all three matrices. */
+static inline mvm_k_expert_fmt mvm_k_expert_uniform(enum mvm_wtype t)
+{
+    return (mvm_k_expert_fmt){t, t};
+}
+size_t mvm_k_expert_group_channels(mvm_k_expert_fmt f);
+size_t mvm_k_expert_group_bytes(mvm_k_expert_fmt f, size_t n_embd);
 /* out[j] += weight * sum over groups g in [g0, g1) of the group's output, j < n_embd.
- * act: x prepared for n_embd. For Q types the 32 intermediate activations of a group are
- * quantized to one Q8_0 block before the down product (as ggml quantizes the input of
- * ffn_down; unlike ggml, which scales the expert's output, the routing weight is folded into
- * these activations first — the same in exact arithmetic, one rounding fewer per output); for float types they stay F32. */
-void mvm_k_expert_ffn(enum mvm_wtype t, const void *expert, size_t n_embd, const void *act,
+ * act: x prepared for f.gate_up and n_embd. For Q and K types the G intermediate
+ * activations of a group are quantized to down's activation format before the down product
+ * (as ggml quantizes the input of ffn_down; unlike ggml, which scales the expert's output,
+ * the routing weight is folded into these activations first — the same in exact
+ * arithmetic, one rounding fewer per output); for float types they stay F32. */
+void mvm_k_expert_ffn(mvm_k_expert_fmt f, const void *expert, size_t n_embd, const void *act,
                       float weight, float *out, size_t g0, size_t g1);
 /* The same for n_tok tokens routed to this expert: act + i*act_stride bytes, weights[i],
  * out + i*out_stride floats; each group's weights are read once for all tokens. */
-void mvm_k_expert_ffn_batch(enum mvm_wtype t, const void *expert, size_t n_embd,
+void mvm_k_expert_ffn_batch(mvm_k_expert_fmt f, const void *expert, size_t n_embd,
                             const void *act, size_t act_stride, const float *weights,
                             size_t n_tok, float *out, size_t out_stride, size_t g0, size_t g1);
 /* Row-major (llama.cpp) expert slices -> one channel-major expert: gate and up are
- * [n_embd x n_ff] (n_ff rows of n_embd), down is [n_ff x n_embd] (n_embd rows of n_ff), all
- * of type t, each given by its first row. Writes n_ff/32 groups to dst. Used at load. */
-void mvm_k_expert_pack(enum mvm_wtype t, const void *gate, const void *up, const void *down,
+ * [n_embd x n_ff] (n_ff rows of n_embd, type f.gate_up), down is [n_ff x n_embd] (n_embd
+ * rows of n_ff, type f.down), each given by its first row. Writes n_ff/G groups to dst
+ * (n_ff % G == 0). Used at load. */
+void mvm_k_expert_pack(mvm_k_expert_fmt f, const void *gate, const void *up, const void *down,
                        size_t n_embd, size_t n_ff, void *dst);
 
 /* ---- element-wise and small ops (F32) --------------------------------------------------- */

@@ -20,7 +20,7 @@ expert, and an error as large as a real bug's. So for these types two comparison
   exact     against the exact reference, on the rows before the first position whose
             routing (any layer) the activation rounding changes;
   emulated  against the reference with ggml's Q8_0 activation rounding emulated
-            (moe_ref Config.act_q8_0), on every row: same routing as the engine.
+            (moe_ref Config.act_quant), on every row: same routing as the engine.
 The rows the exact comparison leaves out are counted in the output.
 
 Greedy tokens: each generated token must be the argmax of the engine's previous row, and
@@ -52,8 +52,13 @@ import moe_ref  # noqa: E402
 
 ARCHS = ("llama", "qwen2moe", "qwen3moe", "olmoe")
 TYPES = {"f32": gguf_read.GGML_F32, "f16": gguf_read.GGML_F16, "bf16": gguf_read.GGML_BF16,
-         "q8_0": gguf_read.GGML_Q8_0, "q4_0": gguf_read.GGML_Q4_0}
-QUANTIZED = ("q8_0", "q4_0")
+         "q8_0": gguf_read.GGML_Q8_0, "q4_0": gguf_read.GGML_Q4_0,
+         "q4_K_M": gguf_read.GGML_Q4_K}
+QUANTIZED = ("q8_0", "q4_0", "q4_K_M")
+# The K-quants need rows of whole 256-element super-blocks: the tiny shape widened to 256
+# (its 64-wide attention output then falls back to Q8_0, and Q4_K_M puts Q6_K on layer 1's
+# attn_v and ffn_down_exps: mixed expert types, as in llama.cpp's files).
+MKMODEL_ARGS = {"q4_K_M": ["--embd", "256", "--expert-ff", "256"]}
 
 # Max relative row error: (exact comparison, emulated comparison). Measured on the tiny
 # presets (2 layers, 64 wide, 8 experts, top-2): float types <= 6.3e-7 (F32 arithmetic:
@@ -63,7 +68,7 @@ QUANTIZED = ("q8_0", "q4_0")
 # Q8_0 step (seen up to 8e-3). The deliberate bugs below cost >= 0.18 (renormalisation
 # flipped; RoPE pairing swapped >= 0.88, experts shifted >= 0.99).
 TOL = {"f32": (1e-4, 1e-4), "f16": (1e-4, 1e-4), "bf16": (1e-4, 1e-4),
-       "q8_0": (7e-2, 3e-2), "q4_0": (7e-2, 3e-2)}
+       "q8_0": (7e-2, 3e-2), "q4_0": (7e-2, 3e-2), "q4_K_M": (7e-2, 3e-2)}
 SENSITIVITY_MARGIN = 4.0   # a deliberate bug must exceed the (emulated) tolerance this much
 # The reference's argmax is checked where its top-2 margin exceeds this many times the
 # tolerated RMS per-logit error, tol x ||row|| / sqrt(n_vocab).
@@ -121,7 +126,7 @@ def first_routing_change(ta, tb, n):
 def make_model(moevm, workdir, arch, wtype):
     path = os.path.join(workdir, f"{arch}-{wtype}.gguf")
     run([moevm, "mkmodel", "--preset", "tiny", "--arch", arch, "--type", wtype,
-         "--seed", str(MODEL_SEED), "-o", path])
+         "--seed", str(MODEL_SEED), "-o", path] + MKMODEL_ARGS.get(wtype, []))
     model = moe_ref.load_model(path)
     if model.cfg.arch != arch:
         raise Failure(f"{path}: general.architecture is {model.cfg.arch!r}, not {arch!r}")
@@ -141,7 +146,7 @@ class Compare:
         trace_exact, trace_emu = [], []
         self.exact = moe_ref.forward(model, tokens, trace=trace_exact)
         if self.quantized:
-            self.emu = moe_ref.forward(model.replace(act_q8_0=True), tokens, trace=trace_emu)
+            self.emu = moe_ref.forward(model.replace(act_quant=True), tokens, trace=trace_emu)
             self.stable = first_routing_change(trace_exact, trace_emu, len(tokens))
         else:
             self.emu, self.stable = self.exact, len(tokens)
@@ -206,7 +211,7 @@ def check_prompt(moevm, model, wtype, workdir, prompt, tag):
                                 f"clear argmax is {int(ref.emu[i].argmax())}")
     n_gen = len(rec) - L
 
-    line = f"{model.cfg.arch:9s} {wtype:5s} prompt {L:2d}: rows {len(rec):2d}  "
+    line = f"{model.cfg.arch:9s} {wtype:6s} prompt {L:2d}: rows {len(rec):2d}  "
     if ref.quantized:
         line += (f"max rel err exact {e_exact:.2e} (tol {ref.tol_exact:.0e}; "
                  f"{ref.stable}/{len(rec)} rows routing-stable), emulated {e_emu:.2e} "
@@ -237,7 +242,7 @@ def sensitivity(model, wtype, tokens, logits):
     results = {}
     for name, bad in bugs.items():
         if wtype in QUANTIZED:
-            bad = bad.replace(act_q8_0=True)
+            bad = bad.replace(act_quant=True)
         results[name] = float(row_errors(logits, moe_ref.forward(bad, tokens)).max())
     return results
 

@@ -36,13 +36,19 @@ _SCALAR_DTYPE = {
 
 # ggml tensor types this reader dequantizes: type -> (name, elements per block, block bytes).
 GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q8_0, GGML_BF16 = 0, 1, 2, 8, 30
+GGML_Q4_K, GGML_Q5_K, GGML_Q6_K = 12, 13, 14
 GGML_TYPES = {
     GGML_F32: ("F32", 1, 4),
     GGML_F16: ("F16", 1, 2),
     GGML_BF16: ("BF16", 1, 2),
     GGML_Q8_0: ("Q8_0", 32, 34),  # { f16 d; int8 qs[32]; }
     GGML_Q4_0: ("Q4_0", 32, 18),  # { f16 d; uint8 qs[16]; }
+    # The K-quants' super-blocks (ggml-common.h):
+    GGML_Q4_K: ("Q4_K", 256, 144),  # { f16 d, dmin; u8 scales[12]; u8 qs[128]; }
+    GGML_Q5_K: ("Q5_K", 256, 176),  # { f16 d, dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]; }
+    GGML_Q6_K: ("Q6_K", 256, 210),  # { u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d; }
 }
+K_QUANTS = (GGML_Q4_K, GGML_Q5_K, GGML_Q6_K)
 
 
 class GGUFError(Exception):
@@ -219,7 +225,53 @@ def dequantize(ggml_type, raw, n):
         # Elements 0..15 are the low nibbles of qs[0..15], elements 16..31 the high ones.
         q = np.concatenate([qs & 0x0F, qs >> 4], axis=1).astype(np.float64) - 8.0
         return (d * q).reshape(n)
+    if ggml_type in (GGML_Q4_K, GGML_Q5_K):
+        return _dequantize_q45_k(raw, n, ggml_type == GGML_Q5_K)
+    if ggml_type == GGML_Q6_K:
+        return _dequantize_q6_k(raw, n)
     raise GGUFError(f"ggml type {ggml_type} is not supported by this reader")
+
+
+def _f16(b):
+    return b.copy().view("<f2").astype(np.float64)
+
+
+def _dequantize_q45_k(raw, n, five):
+    """Q4_K / Q5_K: 8 sub-blocks of 32, x = d * sc[j] * q - dmin * m[j]. The 6-bit scales
+    and mins of sub-blocks 0..3 are the low 6 bits of bytes j and j+4 of scales[12]; those
+    of 4..7 are the nibbles of byte j+4 with their top 2 bits in the top bits of bytes j-4
+    (scale) and j (min). Sub-blocks 2k and 2k+1 are the low and high nibbles of qs[32k..];
+    Q5_K's fifth bit of element l of sub-block j is bit j of qh[l]."""
+    nb = n // 256
+    blocks = raw.reshape(nb, 176 if five else 144)
+    d, dmin = _f16(blocks[:, 0:2]), _f16(blocks[:, 2:4])                     # (nb, 1)
+    sc8 = blocks[:, 4:16].astype(np.int64)
+    lo4, hi4 = sc8[:, 0:4], sc8[:, 4:8]
+    scale = np.concatenate([lo4 & 63, (sc8[:, 8:12] & 15) | ((lo4 >> 6) << 4)], axis=1)
+    mins = np.concatenate([hi4 & 63, (sc8[:, 8:12] >> 4) | ((hi4 >> 6) << 4)], axis=1)
+    qs = blocks[:, 48:176] if five else blocks[:, 16:144]
+    qs = qs.reshape(nb, 4, 32).astype(np.int64)
+    q = np.stack([qs & 15, qs >> 4], axis=2).reshape(nb, 8, 32)               # sub-block j
+    if five:
+        qh = blocks[:, 16:48].astype(np.int64)                                 # (nb, 32)
+        q = q + 16 * ((qh[:, None, :] >> np.arange(8)[None, :, None]) & 1)
+    y = d[:, :, None] * scale[:, :, None] * q - dmin[:, :, None] * mins[:, :, None]
+    return y.reshape(n)
+
+
+def _dequantize_q6_k(raw, n):
+    """Q6_K: element 128h + 32k + l (k < 4) is (ql[64h + 32(k % 2) + l] >> 4(k // 2)) & 15
+    plus bits 2k, 2k+1 of qh[32h + l] as bits 4, 5, minus 32, times d * scales[e // 16]."""
+    nb = n // 256
+    blocks = raw.reshape(nb, 210)
+    ql = blocks[:, 0:128].reshape(nb, 2, 2, 32).astype(np.int64)              # [h, k % 2, l]
+    qh = blocks[:, 128:192].reshape(nb, 2, 32).astype(np.int64)               # [h, l]
+    scales = blocks[:, 192:208].view(np.int8).astype(np.float64)              # (nb, 16)
+    d = _f16(blocks[:, 208:210])
+    q = np.stack([((ql[:, :, k % 2, :] >> (4 * (k // 2))) & 15) | (((qh >> (2 * k)) & 3) << 4)
+                  for k in range(4)], axis=2)                                  # (nb, 2, 4, 32)
+    q = q.reshape(nb, 256) - 32
+    return (d * np.repeat(scales, 16, axis=1) * q).reshape(n)
 
 
 def load(path):

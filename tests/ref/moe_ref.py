@@ -66,11 +66,11 @@ class Config:
     n_expert: int
     n_expert_used: int
     rules: ArchRules
-    # Emulate the engine's (ggml's) CPU path for Q8_0/Q4_0 weights: the input of each such
-    # product is quantized to Q8_0 first. Off for the reference; on to follow the engine's
-    # routing where activation rounding moves a token across a top-k boundary, and to
-    # calibrate tolerances.
-    act_q8_0: bool = False
+    # Emulate the engine's (ggml's) CPU path for quantized weights: the input of each such
+    # product is quantized first, to Q8_0 for Q8_0/Q4_0 weights and to Q8_K for the
+    # K-quants. Off for the reference; on to follow the engine's routing where activation
+    # rounding moves a token across a top-k boundary, and to calibrate tolerances.
+    act_quant: bool = False
 
 
 class Model:
@@ -93,9 +93,11 @@ class Model:
         """x (T, n_in) @ W.T for the tensor `name` (expert slice `expert` of a 3-D one);
         a 1-D weight (n_in,) gives (T,)."""
         W = self.w[name] if expert is None else self.w[name][expert]
-        if self.cfg.act_q8_0 and self.wtypes[name] in (gguf_read.GGML_Q8_0,
-                                                       gguf_read.GGML_Q4_0):
+        if self.cfg.act_quant and self.wtypes[name] in (gguf_read.GGML_Q8_0,
+                                                        gguf_read.GGML_Q4_0):
             x = q8_0_roundtrip(x)
+        elif self.cfg.act_quant and self.wtypes[name] in gguf_read.K_QUANTS:
+            x = q8_k_roundtrip(x)
         y = x @ W.reshape(-1, W.shape[-1]).T
         return y if W.ndim > 1 else y[:, 0]
 
@@ -212,6 +214,21 @@ def q8_0_roundtrip(x):
     return (d.astype(np.float16).astype(np.float64) * q).reshape(shape)
 
 
+def q8_k_roundtrip(x):
+    """x quantized to Q8_K along its last axis and back, as ggml's quantize_row_q8_K_ref
+    does to the K-quants' activations: per block of 256 in F32, iscale = -127 / (the value
+    of largest magnitude, the first on ties), q = min(127, round-half-even(iscale * x)),
+    d = 1 / iscale; an all-zero block stays zero."""
+    shape = x.shape
+    b = x.astype(np.float32).reshape(-1, 256)
+    mx = np.take_along_axis(b, np.argmax(np.abs(b), axis=1)[:, None], axis=1)   # (nb, 1)
+    safe = np.where(mx == 0, np.float32(1), mx)
+    iscale = (np.float32(-127) / safe).astype(np.float32)
+    q = np.minimum(np.rint((iscale * b).astype(np.float32)), 127).astype(np.float64)
+    d = (np.float32(1) / iscale).astype(np.float64)
+    return np.where(mx == 0, 0.0, d * q).reshape(shape)
+
+
 # ---- the layers ----------------------------------------------------------------------
 
 def attention(model, il, h, pos):
@@ -264,7 +281,7 @@ def moe(model, il, h, trace, routing=None):
             sel[t], weights[t] = experts, w
 
     # The mixing weight scales the expert's intermediate activations, before the down
-    # product: the same by linearity, except where that input is quantized (act_q8_0),
+    # product: the same by linearity, except where that input is quantized (act_quant),
     # and there it is what moevm's expert kernel does (ggml scales the expert's output).
     out = np.zeros_like(h)
     for e in range(cfg.n_expert):

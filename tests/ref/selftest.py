@@ -486,7 +486,7 @@ def calibration(tmp):
             for seq in prompts:
                 ta, tb = [], []
                 ref = moe_ref.forward(m, seq, trace=ta)
-                emu = moe_ref.forward(m.replace(act_q8_0=True), seq, trace=tb)
+                emu = moe_ref.forward(m.replace(act_quant=True), seq, trace=tb)
                 diff = [np.any(np.sort(a["selected"], 1) != np.sort(b["selected"], 1), 1)
                         for a, b in zip(ta, tb)]
                 stable = min([int(np.argmax(d)) for d in diff if d.any()] + [len(seq)])
