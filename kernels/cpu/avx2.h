@@ -209,4 +209,113 @@ AVX2_INLINE void avx2_down_q(enum mvm_wtype t, const uint8_t *w, const mvm_block
     }
 }
 
+/* ---- K-quant super-blocks against Q8_K activations ------------------------------------ */
+
+/* The exact integer sum of the 8 int32 lanes. */
+AVX2_INLINE int32_t avx2_hsum_i32(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* Q4_K / Q5_K (qh non-NULL): kdot.h's kblock_q45 with the 32-element sums done by maddubs
+ * (quants unsigned, at most 2·31·127 a pair: no int16 saturation) and madd with the
+ * sub-block's scale; the same integers, so the same float result as every level. */
+AVX2_INLINE float avx2_kblock_q45(const uint8_t *scales, uint16_t d, uint16_t dmin,
+                                  const uint8_t *qs, const uint8_t *qh, const mvm_block_q8_K *a)
+{
+    const __m256i nib = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    const __m256i hbits = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+    __m256i acc = _mm256_setzero_si256();
+    int32_t msum = 0;
+    for (int k = 0; k < 4; k++) {
+        uint8_t sc0, m0, sc1, m1;
+        mvm_k_scale_min(scales, 2 * k, &sc0, &m0);
+        mvm_k_scale_min(scales, 2 * k + 1, &sc1, &m1);
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * k));
+        __m256i lo = _mm256_and_si256(q, nib), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), nib);
+        if (qh) {
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(
+                                         _mm256_and_si256(_mm256_srli_epi16(hbits, 2 * k), one), 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(
+                                         _mm256_and_si256(_mm256_srli_epi16(hbits, 2 * k + 1), one),
+                                         4));
+        }
+        const __m256i alo = _mm256_loadu_si256((const __m256i *)(a->qs + 64 * k));
+        const __m256i ahi = _mm256_loadu_si256((const __m256i *)(a->qs + 64 * k + 32));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, alo),
+                                                      _mm256_set1_epi16(sc0)));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, ahi),
+                                                      _mm256_set1_epi16(sc1)));
+        msum += m0 * (a->bsums[4 * k] + a->bsums[4 * k + 1]) +
+                m1 * (a->bsums[4 * k + 2] + a->bsums[4 * k + 3]);
+    }
+    return a->d * (mvm_k_h2f(d) * (float)avx2_hsum_i32(acc) - mvm_k_h2f(dmin) * (float)msum);
+}
+
+/* Q6_K: kdot.h's kblock_q6; each 32 quants are two sub-blocks of 16, one per 128-bit lane,
+ * so one madd applies both scales (int8, signed: madd takes int16 on both sides). */
+AVX2_INLINE float avx2_kblock_q6(const mvm_block_q6_K *x, const mvm_block_q8_K *a)
+{
+    const __m256i nib = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(3);
+    __m256i acc = _mm256_setzero_si256();
+    int32_t offset = 0;
+    for (int j = 0; j < 16; j++)
+        offset += x->scales[j] * a->bsums[j];
+    for (int h = 0; h < 2; h++) {
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
+        for (int k = 0; k < 4; k++) {
+            const __m256i ql = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32 * (k & 1)));
+            const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(ql, 4 * (k >> 1)), nib);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), two);
+            const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+            const __m256i aq = _mm256_loadu_si256((const __m256i *)(a->qs + 128 * h + 32 * k));
+            const int j = 8 * h + 2 * k;
+            const __m256i sc = _mm256_set_m128i(_mm_set1_epi16(x->scales[j + 1]),
+                                                _mm_set1_epi16(x->scales[j]));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(q, aq), sc));
+        }
+    }
+    return a->d * (mvm_k_h2f(x->d) * (float)(avx2_hsum_i32(acc) - 32 * offset));
+}
+
+AVX2_INLINE float avx2_kblock(enum mvm_wtype t, const uint8_t *blk, const mvm_block_q8_K *a)
+{
+    switch (t) {
+    case MVM_W_Q4_K: {
+        const mvm_block_q4_K *x = (const mvm_block_q4_K *)blk;
+        return avx2_kblock_q45(x->scales, x->d, x->dmin, x->qs, NULL, a);
+    }
+    case MVM_W_Q5_K: {
+        const mvm_block_q5_K *x = (const mvm_block_q5_K *)blk;
+        return avx2_kblock_q45(x->scales, x->d, x->dmin, x->qs, x->qh, a);
+    }
+    default: return avx2_kblock_q6((const mvm_block_q6_K *)blk, a);
+    }
+}
+
+AVX2_INLINE float avx2_dot_k(enum mvm_wtype t, const uint8_t *w, const mvm_block_q8_K *a,
+                             size_t n)
+{
+    const size_t bytes = mvm_k_block_bytes(t);
+    float s = 0;
+    for (size_t b = 0; b < n / MVM_QK_K; b++) {
+        avx2_prefetch(w + b * bytes, bytes);
+        s += avx2_kblock(t, w + b * bytes, a + b);
+    }
+    return s;
+}
+
+AVX2_INLINE void avx2_down_k(enum mvm_wtype t, const uint8_t *w, const mvm_block_q8_K *a,
+                             float *out, size_t n)
+{
+    const size_t bytes = mvm_k_block_bytes(t);
+    for (size_t j = 0; j < n; j++) {
+        avx2_prefetch(w + j * bytes, bytes);
+        out[j] += avx2_kblock(t, w + j * bytes, a);
+    }
+}
+
 #endif

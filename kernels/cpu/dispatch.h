@@ -180,7 +180,9 @@ struct mvm_k_level {
  *   float dot_q(t, const uint8_t *w, const mvm_block_q8_0 *act, size_t n)
  *   void down_float(t, const uint8_t *w, const float *a, float *out, size_t n)
  *   void down_q(t, const uint8_t *w, const mvm_block_q8_0 *a, float *out, size_t n)
- * and the K-quants' kernels of kdot.h, which every level shares, compiled for its target. */
+ *   float dot_k(t, const uint8_t *w, const mvm_block_q8_K *act, size_t n)
+ *   void down_k(t, const uint8_t *w, const mvm_block_q8_K *a, float *out, size_t n)
+ * (the last two: kdot.h's portable ones, or a level's own). */
 #define MVM_K_LEVEL_TYPE(attr, dot, down, type, sfx)                                               \
     attr static float dot_##sfx(const void *w, const void *act, size_t n)                          \
     {                                                                                              \
@@ -190,15 +192,15 @@ struct mvm_k_level {
     {                                                                                              \
         down(type, w, a, out, n);                                                                  \
     }
-#define MVM_K_LEVEL(name, attr, dot_float, dot_q, down_float, down_q)                              \
+#define MVM_K_LEVEL(name, attr, dot_float, dot_q, down_float, down_q, dot_k, down_k)              \
     MVM_K_LEVEL_TYPE(attr, dot_float, down_float, MVM_W_F32, f32)                                  \
     MVM_K_LEVEL_TYPE(attr, dot_float, down_float, MVM_W_F16, f16)                                  \
     MVM_K_LEVEL_TYPE(attr, dot_float, down_float, MVM_W_BF16, bf16)                                \
     MVM_K_LEVEL_TYPE(attr, dot_q, down_q, MVM_W_Q8_0, q8_0)                                        \
     MVM_K_LEVEL_TYPE(attr, dot_q, down_q, MVM_W_Q4_0, q4_0)                                        \
-    MVM_K_LEVEL_TYPE(attr, mvm_k_dot_k, mvm_k_down_k, MVM_W_Q4_K, q4_K)                            \
-    MVM_K_LEVEL_TYPE(attr, mvm_k_dot_k, mvm_k_down_k, MVM_W_Q5_K, q5_K)                            \
-    MVM_K_LEVEL_TYPE(attr, mvm_k_dot_k, mvm_k_down_k, MVM_W_Q6_K, q6_K)                            \
+    MVM_K_LEVEL_TYPE(attr, dot_k, down_k, MVM_W_Q4_K, q4_K)                                        \
+    MVM_K_LEVEL_TYPE(attr, dot_k, down_k, MVM_W_Q5_K, q5_K)                                        \
+    MVM_K_LEVEL_TYPE(attr, dot_k, down_k, MVM_W_Q6_K, q6_K)                                        \
     const struct mvm_k_level name = {                                                              \
         .dot = {[MVM_W_F32] = dot_f32,                                                             \
                 [MVM_W_F16] = dot_f16,                                                             \

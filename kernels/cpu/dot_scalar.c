@@ -62,4 +62,4 @@ static inline void down(enum mvm_wtype t, const uint8_t *w, const void *a, float
                                 : dot_float(t, w + j * bytes, a, MVM_QBLOCK);
 }
 
-MVM_K_LEVEL(mvm_k_level_scalar, , dot_float, dot_q, down, down)
+MVM_K_LEVEL(mvm_k_level_scalar, , dot_float, dot_q, down, down, mvm_k_dot_k, mvm_k_down_k)
