@@ -59,14 +59,20 @@ mvm_status mvm_spec_check(const mvm_model_spec *s)
     return MVM_OK;
 }
 
-int mvm_spec_more_bits(uint32_t layer, uint32_t n_layer)
+/* llama.cpp's use_more_bits(layer, n_layer): the first and last eighth, every third between. */
+static int more_bits(uint32_t layer, uint32_t n_layer)
 {
     return layer < n_layer / 8 || layer >= 7 * n_layer / 8 || (layer - n_layer / 8) % 3 == 2;
 }
 
-enum mvm_wtype mvm_spec_tensor_type(const mvm_model_spec *s, uint64_t cols, int more_bits)
+/* The type of a matrix with rows of `cols` elements: the spec's, except
+ *  - with k_mix (Q4_K_M, Q5_K_M): Q6_K where `raise` (output.weight, and attn_v and the down
+ *    matrices in more_bits layers);
+ *  - a K type falls back to Q8_0 where the rows are not whole 256-element super-blocks (F16
+ *    where not even 32), as llama-quantize falls back. */
+static enum mvm_wtype tensor_type(const mvm_model_spec *s, uint64_t cols, int raise)
 {
-    enum mvm_wtype t = s->k_mix && more_bits ? MVM_W_Q6_K : s->type;
+    enum mvm_wtype t = s->k_mix && raise ? MVM_W_Q6_K : s->type;
     if (cols % mvm_k_block_elems(t))
         t = cols % MVM_QBLOCK ? MVM_W_F16 : MVM_W_Q8_0;
     return t;
@@ -122,11 +128,11 @@ static int add(struct plan *p, enum init init, enum mvm_wtype type, uint32_t n_d
     t->ne[1] = b;
     t->ne[2] = c;
     /* the _M mix's Q6_K matrices: attn_v and the down ones in use_more_bits layers */
-    int more = strcmp(fmt, "output.weight") == 0 ||
-               ((strstr(fmt, "attn_v.") || strstr(fmt, "ffn_down_")) &&
-                mvm_spec_more_bits((uint32_t)layer, p->s->n_layer));
-    t->type = n_dims == 1 ? MVM_W_F32 : type == MVM_W_F32 ? type
-                                      : mvm_spec_tensor_type(p->s, a, more);
+    int raise = strcmp(fmt, "output.weight") == 0 ||
+                ((strstr(fmt, "attn_v.") || strstr(fmt, "ffn_down_")) &&
+                 more_bits((uint32_t)layer, p->s->n_layer));
+    /* (the router is asked for as F32 and stays so) */
+    t->type = n_dims == 1 ? MVM_W_F32 : type == MVM_W_F32 ? type : tensor_type(p->s, a, raise);
     t->init = init;
     return 0;
 }

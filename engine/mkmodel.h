@@ -24,7 +24,7 @@ typedef struct mvm_model_spec {
     uint32_t n_expert, n_expert_used;
     float rope_base, rms_eps;
     enum mvm_wtype type;         /* of every matrix but the router (f32, as llama.cpp keeps it) */
-    int k_mix;                   /* with a K type: llama.cpp's _M mix (mvm_spec_tensor_type) */
+    int k_mix;                   /* with q4_K/q5_K: llama.cpp's _M mix (mkmodel.c, tensor_type) */
     uint64_t seed;
 } mvm_model_spec;
 
@@ -39,17 +39,6 @@ typedef struct mvm_preset {
 const mvm_preset *mvm_preset_find(const char *name, const char *arch);
 /* Prints the presets with their shapes and sizes at `type`. */
 void mvm_preset_list(enum mvm_wtype type);
-
-/* The type mkmodel gives a matrix with rows of `cols` elements: the spec's, except
- *  - with k_mix (Q4_K_M, Q5_K_M): Q6_K for output.weight, and for attn_v and the down
- *    matrices (ffn_down_exps, ffn_down_shexp) in llama.cpp's use_more_bits layers (the first
- *    and last eighth, and every third between);
- *  - a K type falls back to Q8_0 where the rows are not whole 256-element super-blocks
- *    (F16 where not even 32), as llama-quantize falls back.
- * `more_bits`: the matrix is one that k_mix raises in this layer. */
-enum mvm_wtype mvm_spec_tensor_type(const mvm_model_spec *s, uint64_t cols, int more_bits);
-/* llama.cpp's use_more_bits(layer, n_layer). */
-int mvm_spec_more_bits(uint32_t layer, uint32_t n_layer);
 
 /* The experts' intermediate size of a spec (n_ff or n_ff_exp by architecture). */
 uint32_t mvm_spec_expert_ff(const mvm_model_spec *s);

@@ -155,7 +155,7 @@ static mvm_status check_type(struct loader *ld, const mvm_gguf_tensor *t, int *w
     if (t->ne[0] % mvm_k_block_elems((enum mvm_wtype)*wtype))
         return fail(ld, MVM_ERR_INVALID, "tensor '%s': rows of %llu elements are not whole blocks",
                     t->name, (unsigned long long)t->ne[0]);
-    if (*wtype >= MVM_W_Q4_K)
+    if (mvm_k_block_elems((enum mvm_wtype)*wtype) == MVM_QK_K)
         ld->device_types = 0;
     return MVM_OK;
 }
@@ -314,9 +314,8 @@ static mvm_status bind_layer(struct loader *ld, mvm_model *m, uint32_t il)
                     mvm_k_wtype_name((enum mvm_wtype)wt[1]));
     L->expert_fmt = (mvm_k_expert_fmt){(enum mvm_wtype)wt[0], (enum mvm_wtype)wt[2]};
     L->expert_groups = hp->n_ff_exp / (uint32_t)mvm_k_expert_group_channels(L->expert_fmt);
-    const mvm_k_expert_fmt first = il ? m->layers[0].expert_fmt : L->expert_fmt;
-    if (wt[0] != wt[2] || first.gate_up != L->expert_fmt.gate_up ||
-        first.down != L->expert_fmt.down)
+    /* the device kernels take one type for every expert matrix of the model */
+    if (wt[0] != wt[2] || wt[0] != (int)m->layers[0].expert_fmt.gate_up)
         ld->device_types = 0;
 #undef NAME
     return MVM_OK;
@@ -450,9 +449,7 @@ static mvm_status open_model(const char *path, struct loader *ld, mvm_model **ou
             mvm_gguf_str_copy(s, name, sizeof name) == MVM_OK && name[0])
             memcpy(m->name, name, sizeof name);
         for (uint32_t il = 0; il < m->hp.n_layer; il++) {
-            const mvm_layer *L = &m->layers[il];
-            const uint64_t b =
-                (uint64_t)mvm_k_expert_group_bytes(L->expert_fmt, m->hp.n_embd) * L->expert_groups;
+            const uint64_t b = mvm_layer_expert_bytes(&m->layers[il], m->hp.n_embd);
             m->expert_bytes = b > m->expert_bytes ? b : m->expert_bytes;
         }
     }

@@ -63,6 +63,12 @@ typedef struct mvm_layer {
     uint32_t expert_groups;
 } mvm_layer;
 
+/* Bytes of one of the layer's experts (the model's expert_bytes is the largest of these). */
+static inline uint64_t mvm_layer_expert_bytes(const mvm_layer *L, uint32_t n_embd)
+{
+    return (uint64_t)mvm_k_expert_group_bytes(L->expert_fmt, n_embd) * L->expert_groups;
+}
+
 typedef struct mvm_model {
     const mvm_arch *arch;
     mvm_hparams hp;

@@ -75,8 +75,8 @@ static uint64_t active_bytes(const mvm_model *m)
         const mvm_layer *L = &m->layers[l];
         b += mat_bytes(&L->wq) + mat_bytes(&L->wk) + mat_bytes(&L->wv) + mat_bytes(&L->wo) +
              mat_bytes(&L->router) + mat_bytes(&L->shexp_w1) + mat_bytes(&L->shexp_w2) +
-             mat_bytes(&L->shexp_w3) + (uint64_t)m->hp.n_expert_used * L->expert_groups *
-                                           mvm_k_expert_group_bytes(L->expert_fmt, m->hp.n_embd);
+             mat_bytes(&L->shexp_w3) +
+             (uint64_t)m->hp.n_expert_used * mvm_layer_expert_bytes(L, m->hp.n_embd);
     }
     return b;
 }

@@ -182,7 +182,7 @@ struct mvm_k_level {
  *   void down_q(t, const uint8_t *w, const mvm_block_q8_0 *a, float *out, size_t n)
  *   float dot_k(t, const uint8_t *w, const mvm_block_q8_K *act, size_t n)
  *   void down_k(t, const uint8_t *w, const mvm_block_q8_K *a, float *out, size_t n)
- * (the last two: kdot.h's portable ones, or a level's own). */
+ * (the last two: kdot.h's for the portable level, avx2.h's for the others). */
 #define MVM_K_LEVEL_TYPE(attr, dot, down, type, sfx)                                               \
     attr static float dot_##sfx(const void *w, const void *act, size_t n)                          \
     {                                                                                              \
@@ -219,8 +219,6 @@ struct mvm_k_level {
                  [MVM_W_Q5_K] = down_q5_K,                                                         \
                  [MVM_W_Q6_K] = down_q6_K},                                                        \
     };
-
-#include "kernels/cpu/kdot.h"
 
 extern const struct mvm_k_level mvm_k_level_scalar; /* dot_scalar.c */
 #if defined(__x86_64__) || defined(__i386__)

@@ -5,6 +5,7 @@
  * that the compiler can vectorize them with the baseline ISA without reassociating.
  */
 #include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/kdot.h"
 
 static inline float dot_float(enum mvm_wtype t, const uint8_t *w, const float *a, size_t n)
 {

@@ -1,8 +1,7 @@
 /*
- * The K-quants' dot products against Q8_K activations, shared by every SIMD level: each
- * level's table (MVM_K_LEVEL) inlines them into entry points compiled for its target, and
- * the compiler vectorizes their integer loops for it (plain C rather than intrinsics: one
- * source for all levels, exact integer arithmetic, the same result everywhere).
+ * The K-quants' dot products against Q8_K activations in plain C: the portable level's
+ * (dot_scalar.c), and the definition avx2.h's versions for the AVX2 and AVX-512 levels
+ * follow integer for integer, so that every level gives the same result.
  *
  * Per super-block the quants are summed in int32 per sub-block, scaled by the sub-block's
  * integer scale, and only the super-block's total is converted: exact, since every sum is
@@ -15,6 +14,8 @@
  */
 #ifndef MVM_KERNELS_CPU_KDOT_H
 #define MVM_KERNELS_CPU_KDOT_H
+
+#include "kernels/cpu/dispatch.h"
 
 #define MVM_K_INLINE static inline __attribute__((always_inline))
 
