@@ -45,7 +45,7 @@ mvm_status mvm_spec_check(const mvm_model_spec *s)
                         mvm_spec_expert_ff(s), MVM_QBLOCK);
     if (a->shared_expert && !s->n_ff_shexp)
         return mvm_fail(MVM_ERR_INVALID, "%s needs a shared expert size", s->arch);
-    int quant = s->type == MVM_W_Q8_0 || s->type == MVM_W_Q4_0;
+    int quant = mvm_k_block_elems(s->type) == MVM_QBLOCK;
     uint32_t rows_in[3] = {s->n_embd, s->n_head * s->head_dim, s->n_ff_shexp};
     for (int i = 0; quant && i < 3; i++)
         if (rows_in[i] % MVM_QBLOCK)
@@ -68,13 +68,17 @@ static int more_bits(uint32_t layer, uint32_t n_layer)
 /* The type of a matrix with rows of `cols` elements: the spec's, except
  *  - with k_mix (Q4_K_M, Q5_K_M): Q6_K where `raise` (output.weight, and attn_v and the down
  *    matrices in more_bits layers);
- *  - a K type falls back to Q8_0 where the rows are not whole 256-element super-blocks (F16
- *    where not even 32), as llama-quantize falls back. */
+ *  - a K type falls back where the rows are not whole 256-element super-blocks, as
+ *    llama-quantize does: Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0, and F16 where the rows
+ *    are not even whole 32-element blocks. */
 static enum mvm_wtype tensor_type(const mvm_model_spec *s, uint64_t cols, int raise)
 {
     enum mvm_wtype t = s->k_mix && raise ? MVM_W_Q6_K : s->type;
     if (cols % mvm_k_block_elems(t))
-        t = cols % MVM_QBLOCK ? MVM_W_F16 : MVM_W_Q8_0;
+        t = cols % MVM_QBLOCK      ? MVM_W_F16
+            : t == MVM_W_Q4_K ? MVM_W_Q5_0
+            : t == MVM_W_Q5_K ? MVM_W_Q5_1
+                              : MVM_W_Q8_0;
     return t;
 }
 
@@ -282,8 +286,9 @@ static mvm_status set_keys(const mvm_model_spec *s, mvm_gguf_writer *w)
     const mvm_arch *a = mvm_arch_find(s->arch);
     /* llama.cpp's llama_ftype numbers */
     static const uint32_t ftype[MVM_W_COUNT] = {
-        [MVM_W_F32] = 0,   [MVM_W_F16] = 1,   [MVM_W_BF16] = 32, [MVM_W_Q8_0] = 7,
-        [MVM_W_Q4_0] = 2,  [MVM_W_Q4_K] = 14, [MVM_W_Q5_K] = 16, [MVM_W_Q6_K] = 18};
+        [MVM_W_F32] = 0,  [MVM_W_F16] = 1,  [MVM_W_BF16] = 32, [MVM_W_Q8_0] = 7,
+        [MVM_W_Q4_0] = 2, [MVM_W_Q4_1] = 3, [MVM_W_Q5_0] = 8,  [MVM_W_Q5_1] = 9,
+        [MVM_W_Q4_K] = 14, [MVM_W_Q5_K] = 16, [MVM_W_Q6_K] = 18};
     char k[96];
     mvm_status st = MVM_OK;
 #define U32(suffix, v) (snprintf(k, sizeof k, "%s." suffix, s->arch), \

@@ -24,7 +24,16 @@
 
 static int is_q(enum mvm_wtype t)
 {
-    return t == MVM_W_Q8_0 || t == MVM_W_Q4_0;
+    return t == MVM_W_Q8_0 || t == MVM_W_Q4_0 || t == MVM_W_Q4_1 || t == MVM_W_Q5_0 ||
+           t == MVM_W_Q5_1;
+}
+
+/* Bytes of a 32-element Q block of type t. */
+static size_t qbytes(enum mvm_wtype t)
+{
+    static const size_t bytes[] = {[MVM_W_Q8_0] = 34, [MVM_W_Q4_0] = 18, [MVM_W_Q4_1] = 20,
+                                   [MVM_W_Q5_0] = 22, [MVM_W_Q5_1] = 24};
+    return bytes[t];
 }
 
 static int is_k(enum mvm_wtype t)
@@ -163,6 +172,30 @@ static double ref_k_elem(enum mvm_wtype t, const uint8_t *b, unsigned e)
     return ref_h2f(le16(b)) * scale * q - ref_h2f(le16(b + 2)) * min;
 }
 
+/* Element j (< 32) of a Q block b of type t, decoded from its bytes:
+ *   Q8_0  d@0 qs[32]@2                 x = d·q (int8)
+ *   Q4_0  d@0 qs[16]@2                 x = d·(q - 8)
+ *   Q4_1  d@0 m@2 qs[16]@4             x = d·q + m
+ *   Q5_0  d@0 qh[4]@2 qs[16]@6         x = d·(q - 16)
+ *   Q5_1  d@0 m@2 qh[4]@4 qs[16]@8     x = d·q + m
+ * where q is the low nibble of qs[j] (j < 16) or the high one of qs[j - 16], plus for the
+ * Q5 types bit j of qh read as a little-endian u32 times 16. */
+static double ref_q_elem(enum mvm_wtype t, const uint8_t *b, unsigned j)
+{
+    const double d = ref_h2f(le16(b));
+    if (t == MVM_W_Q8_0)
+        return d * (int8_t)b[2 + j];
+    const unsigned qs = t == MVM_W_Q4_0 ? 2 : t == MVM_W_Q4_1 ? 4 : t == MVM_W_Q5_0 ? 6 : 8;
+    unsigned q = j < 16 ? b[qs + j] & 15 : b[qs + j - 16] >> 4;
+    if (t == MVM_W_Q5_0 || t == MVM_W_Q5_1) {
+        const uint8_t *qh = b + (t == MVM_W_Q5_0 ? 2 : 4);
+        q += 16 * (qh[j / 8] >> (j % 8) & 1);
+    }
+    if (t == MVM_W_Q4_1 || t == MVM_W_Q5_1)
+        return d * q + ref_h2f(le16(b + 2));
+    return d * ((int)q - (t == MVM_W_Q4_0 ? 8 : 16));
+}
+
 /* n elements of type t from their bytes (blocks little-endian as ggml writes them). */
 static void ref_dequant(enum mvm_wtype t, const void *src, double *dst, size_t n)
 {
@@ -177,43 +210,47 @@ static void ref_dequant(enum mvm_wtype t, const void *src, double *dst, size_t n
         case MVM_W_F32: dst[i] = ((const float *)src)[i]; break;
         case MVM_W_F16: dst[i] = ref_h2f(le16(s + 2 * i)); break;
         case MVM_W_BF16: dst[i] = ref_bf2f(le16(s + 2 * i)); break;
-        case MVM_W_Q8_0: {
-            const uint8_t *b = s + i / 32 * 34;
-            dst[i] = ref_h2f(le16(b)) * (int8_t)b[2 + i % 32];
-            break;
-        }
-        default: {
-            const uint8_t *b = s + i / 32 * 18;
-            const int j = (int)(i % 32), byte = b[2 + j % 16];
-            dst[i] = ref_h2f(le16(b)) * ((j < 16 ? byte & 15 : byte >> 4) - 8);
-            break;
-        }
+        default: dst[i] = ref_q_elem(t, s + i / 32 * qbytes(t), (unsigned)(i % 32)); break;
         }
     }
 }
 
-/* quantize_row_q8_0_ref / quantize_row_q4_0_ref on one block, into its bytes. */
+/* quantize_row_q{8_0,4_0,4_1,5_0,5_1}_ref on one block, into its bytes: Q8_0 scales by the
+ * largest magnitude; Q4_0/Q5_0 map the value of largest magnitude (the first on ties) to
+ * quant 0; Q4_1/Q5_1 map the minimum to 0 and the maximum to the top quant. */
 static void ref_quant_block(enum mvm_wtype t, const float *x, uint8_t *b)
 {
-    float amax = 0, max = 0;
+    float amax = 0, max = 0, lo = x[0], hi = x[0];
     for (int j = 0; j < 32; j++) {
         if (fabsf(x[j]) > amax) {
             amax = fabsf(x[j]);
             max = x[j];
         }
+        lo = fminf(lo, x[j]), hi = fmaxf(hi, x[j]);
     }
-    const float d = t == MVM_W_Q8_0 ? amax / 127 : max / -8, id = d != 0 ? 1.0f / d : 0;
-    const uint16_t dh = ref_f2h(d);
+    const int five = t == MVM_W_Q5_0 || t == MVM_W_Q5_1, top = five ? 31 : 15;
+    const int with_min = t == MVM_W_Q4_1 || t == MVM_W_Q5_1;
+    const float bias = t == MVM_W_Q4_0 ? 8 : t == MVM_W_Q5_0 ? 16 : 0;
+    const float d = t == MVM_W_Q8_0 ? amax / 127 : with_min ? (hi - lo) / top : max / -bias;
+    const float id = d != 0 ? 1.0f / d : 0;
+    const uint16_t dh = ref_f2h(d), mh = ref_f2h(lo);
+    memset(b, 0, qbytes(t));
     b[0] = (uint8_t)dh, b[1] = (uint8_t)(dh >> 8);
+    if (with_min)
+        b[2] = (uint8_t)mh, b[3] = (uint8_t)(mh >> 8);
+    const size_t qs = t == MVM_W_Q4_0 ? 2 : t == MVM_W_Q4_1 ? 4 : t == MVM_W_Q5_0 ? 6 : 8;
+    uint8_t *qh = b + (t == MVM_W_Q5_0 ? 2 : 4);
     for (int j = 0; j < 32; j++) {
-        const float v = x[j] * id;
         if (t == MVM_W_Q8_0) {
-            b[2 + j] = (uint8_t)(int8_t)roundf(v);
-        } else {
-            const float v8 = v + 8.5f;
-            const int q = (int)v8 > 15 ? 15 : (int)v8;
-            b[2 + j % 16] = (uint8_t)(j < 16 ? q : b[2 + j % 16] | q << 4);
+            b[2 + j] = (uint8_t)(int8_t)roundf(x[j] * id);
+            continue;
         }
+        const float v = (with_min ? x[j] - lo : x[j]) * id;
+        const float shifted = v + (bias + 0.5f);
+        const int q = (int)shifted > top ? top : (int)shifted;
+        b[qs + j % 16] |= (uint8_t)((q & 15) << (j < 16 ? 0 : 4));
+        if (five)
+            qh[j / 8] |= (uint8_t)((q >> 4) << (j % 8));
     }
 }
 
@@ -269,7 +306,7 @@ static void ref_quant(enum mvm_wtype t, const float *x, void *dst, size_t n)
             d[2 * i] = (uint8_t)h, d[2 * i + 1] = (uint8_t)(h >> 8);
             break;
         }
-        default: ref_quant_block(t, x + 32 * i, d + i * (t == MVM_W_Q8_0 ? 34 : 18)); break;
+        default: ref_quant_block(t, x + 32 * i, d + i * qbytes(t)); break;
         }
     }
 }
@@ -398,6 +435,10 @@ static void test_sizes(void)
     CHECK(mvm_k_row_bytes(MVM_W_BF16, 7) == 14);
     CHECK(mvm_k_row_bytes(MVM_W_Q8_0, 64) == 68);
     CHECK(mvm_k_row_bytes(MVM_W_Q4_0, 64) == 36);
+    CHECK(mvm_k_row_bytes(MVM_W_Q4_1, 64) == 40);
+    CHECK(mvm_k_row_bytes(MVM_W_Q5_0, 64) == 44);
+    CHECK(mvm_k_row_bytes(MVM_W_Q5_1, 64) == 48);
+    CHECK(mvm_k_act_bytes(MVM_W_Q5_1, 64) == 68);
     CHECK(mvm_k_act_bytes(MVM_W_F16, 10) == 40);
     CHECK(mvm_k_act_bytes(MVM_W_Q4_0, 64) == 68);
     CHECK(mvm_k_act_bytes(MVM_W_Q8_0, 64) == 68);
@@ -408,6 +449,8 @@ static void test_sizes(void)
     CHECK(mvm_k_block_elems(MVM_W_Q6_K) == 256 && mvm_k_block_elems(MVM_W_Q4_0) == 32);
     CHECK(mvm_k_block_elems(MVM_W_BF16) == 1);
     CHECK(strcmp(mvm_k_wtype_name(MVM_W_Q4_K), "q4_K") == 0);
+    CHECK(strcmp(mvm_k_wtype_name(MVM_W_Q5_1), "q5_1") == 0);
+    CHECK(mvm_k_block_elems(MVM_W_Q5_0) == 32);
     CHECK(strcmp(mvm_k_wtype_name(MVM_W_COUNT), "unknown") == 0);
     const mvm_k_expert_fmt q8 = mvm_k_expert_uniform(MVM_W_Q8_0);
     CHECK(mvm_k_expert_group_bytes(q8, 2048) == 64 * 2176 + 2048 * 34);
@@ -447,6 +490,26 @@ static void test_quantize_known(void)
     CHECK(b[2 + 0] == 0x80);  /* j = 0 -> 0, j = 16 -> 8 */
     CHECK(b[2 + 1] == 0x91);  /* j = 1 -> 1 (-7.5 + 8.5), j = 17 -> 9 (0.5 + 8.5) */
     CHECK(b[2 + 15] == 0xF8); /* j = 15 -> 8, j = 31 -> 16 clamped to 15 */
+    /* Q5_0: the largest magnitude is -16 (j = 0), d = -16 / -16 = 1, q = trunc(x + 16.5) = j:
+     * low nibbles j, high ones j + 16 (mod 16), and bits 16..31 of qh set */
+    uint8_t b5[24];
+    float back[32];
+    mvm_k_quantize(MVM_W_Q5_0, x, b5, 32);
+    CHECK(le16(b5) == 0x3c00 && b5[2] == 0 && b5[3] == 0 && b5[4] == 0xFF && b5[5] == 0xFF);
+    CHECK(b5[6 + 0] == 0x00 && b5[6 + 1] == 0x11 && b5[6 + 15] == 0xFF);
+    mvm_k_dequantize(MVM_W_Q5_0, b5, back, 32);
+    CHECK(memcmp(back, x, sizeof x) == 0);
+    /* Q5_1: m = -16, d = (15 - -16) / 31 = 1, q = trunc(x + 16 + 0.5) = j again */
+    mvm_k_quantize(MVM_W_Q5_1, x, b5, 32);
+    CHECK(le16(b5) == 0x3c00 && le16(b5 + 2) == 0xcc00 && b5[6] == 0xFF && b5[7] == 0xFF);
+    CHECK(b5[4] == 0 && b5[8 + 1] == 0x11 && b5[8 + 15] == 0xFF);
+    mvm_k_dequantize(MVM_W_Q5_1, b5, back, 32);
+    CHECK(memcmp(back, x, sizeof x) == 0);
+    /* Q4_1: m = -16, d = 31 / 15, q = min(15, trunc(j * 15/31 + 0.5)): j = 0 -> 0, 16 -> 8,
+     * 15 -> 7, 31 -> 15; 1 -> 0, 17 -> 8 */
+    mvm_k_quantize(MVM_W_Q4_1, x, b5, 32);
+    CHECK(le16(b5) == ref_f2h(31.0f / 15) && le16(b5 + 2) == 0xcc00);
+    CHECK(b5[4 + 0] == 0x80 && b5[4 + 15] == 0xF7 && b5[4 + 1] == 0x80);
     /* the first of equal magnitudes sets the sign of d */
     x[0] = 16, x[5] = -16;
     mvm_k_quantize(MVM_W_Q4_0, x, b, 32);
@@ -465,7 +528,9 @@ static void test_quantize_random(void)
     float *x = malloc(n * sizeof *x), *back = malloc(n * sizeof *back);
     double *want = malloc(n * sizeof *want);
     uint8_t *got = malloc(n * 4), *ref = malloc(n * 4);
-    for (int t = 0; t <= MVM_W_Q4_0; t++) {
+    for (int t = 0; t < MVM_W_COUNT; t++) {
+        if (is_k((enum mvm_wtype)t))
+            continue;
         fill(x, n, 3.0f);
         x[5] = 0x1p-20f, x[77] = -70000.0f * (t != MVM_W_F16); /* a subnormal half, an inf */
         memset(got, 0, n * 4), memset(ref, 0, n * 4);
@@ -478,7 +543,7 @@ static void test_quantize_random(void)
         for (size_t i = 0; i < n; i++)
             bad += (double)back[i] != want[i];
         CHECK(bad == 0);
-        /* prepare_act: F32 copy, or Q8_0 for both Q types */
+        /* prepare_act: F32 copy, or Q8_0 for every Q type */
         const enum mvm_wtype at = is_q((enum mvm_wtype)t) ? MVM_W_Q8_0 : MVM_W_F32;
         mvm_k_prepare_act((enum mvm_wtype)t, x, got, n);
         ref_quant(at, x, ref, n);
@@ -675,12 +740,15 @@ typedef struct {
 } expert;
 
 /* The formats the expert tests run: every type alone, and the mixes llama.cpp's K recipes
- * write (a K-quant down under K or Q8_0 gate/up, and the reverse). */
+ * write (a K-quant down under K or Q8_0 gate/up, and the reverse; the Q5_0 / Q5_1 down that
+ * Q4_K / Q5_K fall back to when the expert's channels are not whole super-blocks). */
 static const mvm_k_expert_fmt expert_fmts[] = {
     {MVM_W_F32, MVM_W_F32},   {MVM_W_F16, MVM_W_F16},   {MVM_W_BF16, MVM_W_BF16},
     {MVM_W_Q8_0, MVM_W_Q8_0}, {MVM_W_Q4_0, MVM_W_Q4_0}, {MVM_W_Q4_K, MVM_W_Q4_K},
     {MVM_W_Q5_K, MVM_W_Q5_K}, {MVM_W_Q6_K, MVM_W_Q6_K}, {MVM_W_Q4_K, MVM_W_Q6_K},
-    {MVM_W_Q8_0, MVM_W_Q5_K}, {MVM_W_Q6_K, MVM_W_Q8_0},
+    {MVM_W_Q8_0, MVM_W_Q5_K}, {MVM_W_Q6_K, MVM_W_Q8_0}, {MVM_W_Q4_1, MVM_W_Q4_1},
+    {MVM_W_Q5_0, MVM_W_Q5_0}, {MVM_W_Q5_1, MVM_W_Q5_1}, {MVM_W_Q4_K, MVM_W_Q5_0},
+    {MVM_W_Q5_K, MVM_W_Q5_1},
 };
 
 static expert make_expert(mvm_k_expert_fmt f, size_t n_embd, size_t n_ff)

@@ -6,8 +6,9 @@
  * support it; inlining them into the AVX-512 functions is allowed (a subset target).
  *
  * Float weights are widened to F32 in registers (F16 by F16C, BF16 by a 16-bit shift) and
- * multiplied with the F32 activations. Q8_0/Q4_0 weights meet Q8_0 activations in int8 as in
- * ggml (maddubs, then madd to int32) and each block's sum is scaled by its two f16 scales.
+ * multiplied with the F32 activations. The 32-element Q types meet Q8_0 activations in int8
+ * as in ggml (maddubs, then madd to int32) and each block's sum is scaled by its two f16
+ * scales (Q4_1/Q5_1 add their min times the activation block's sum).
  * Both Q kernels take 8 blocks a step, 8 blocks of a row in the dot product or 8 outputs in
  * the expert's down loop, and reduce them with one transposing hadd tree to a vector of 8
  * sums, so that the scales are converted 8 at a time and the stores stay vector-wide.
@@ -123,33 +124,66 @@ AVX2_INLINE void avx2_down_float(enum mvm_wtype t, const uint8_t *w, const float
         out[j] += avx2_hsum(avx2_block_float(t, w + j * bytes, a));
 }
 
-/* ---- Q8_0 / Q4_0 weights against Q8_0 activations -------------------------------------- */
+/* ---- the 32-element Q types against Q8_0 activations ------------------------------------ */
 
-/* The 32 quants of a block of type t: signed bytes for Q8_0; for Q4_0 the unsigned nibbles,
- * elements 0..15 from the low ones and 16..31 from the high ones (avx2_qdot applies the -8). */
+/* The fifth bits of a Q5_0/Q5_1 block: bit j of the little-endian u32 at p as 0x10 in byte j
+ * (each byte picks its bit from a copy of the u32's byte j / 8). */
+AVX2_INLINE __m256i avx2_bits5(const uint8_t *p)
+{
+    uint32_t h;
+    memcpy(&h, p, sizeof h);
+    const __m256i spread =
+        _mm256_shuffle_epi8(_mm256_set1_epi32((int)h),
+                            _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                              0x0101010101010101, 0));
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit),
+                            _mm256_set1_epi8(0x10));
+}
+
+/* The 32 quants of a block of type t: signed bytes for Q8_0; for the others the unsigned
+ * quants, elements 0..15 from the low nibbles and 16..31 from the high ones, with the fifth
+ * bits of Q5_0/Q5_1 (avx2_qdot subtracts the bias of Q4_0/Q5_0). */
 AVX2_INLINE __m256i avx2_qload(enum mvm_wtype t, const uint8_t *blk)
 {
+    const mvm_k_qlayout L = mvm_k_qlay(t);
     if (t == MVM_W_Q8_0)
-        return _mm256_loadu_si256((const __m256i *)(blk + 2));
-    const __m128i b = _mm_loadu_si128((const __m128i *)(blk + 2));
-    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(0x0F));
+        return _mm256_loadu_si256((const __m256i *)(blk + L.qs));
+    const __m128i b = _mm_loadu_si128((const __m128i *)(blk + L.qs));
+    const __m256i q =
+        _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(0x0F));
+    return L.qh ? _mm256_or_si256(q, avx2_bits5(blk + L.qh)) : q;
 }
 
 /* 8 partial sums of one block's w·a (w from avx2_qload) as floats, exact: each is at most
  * 4·128·127. maddubs multiplies unsigned by signed bytes. Q8_0 gives it |w| and a with w's
  * sign (|w| rather than |a|: a weight of -128 stays exact as 128 while a is in [-127, 127]);
- * Q4_0 gives it the nibbles as they are and subtracts 8·a in int16, which the down loop
- * hoists since a is the same for all its outputs. */
+ * the others give it the unsigned quants as they are (at most 2·31·127 a pair: no int16
+ * saturation) and Q4_0/Q5_0 subtract bias·a in int16, which the down loop hoists since a
+ * is the same for all its outputs. */
 AVX2_INLINE __m256 avx2_qdot(enum mvm_wtype t, __m256i w, __m256i a)
 {
-    const __m256i p = t == MVM_W_Q8_0
-                          ? _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w))
-                          : _mm256_sub_epi16(_mm256_maddubs_epi16(w, a),
-                                             _mm256_maddubs_epi16(_mm256_set1_epi8(8), a));
+    const mvm_k_qlayout L = mvm_k_qlay(t);
+    __m256i p;
+    if (t == MVM_W_Q8_0)
+        p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
+    else if (L.bias)
+        p = _mm256_sub_epi16(_mm256_maddubs_epi16(w, a),
+                             _mm256_maddubs_epi16(_mm256_set1_epi8((char)L.bias), a));
+    else
+        p = _mm256_maddubs_epi16(w, a);
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
 }
 
-/* The scales of the 8 Q blocks at p, p + bytes, ..., as floats. */
+/* 8 partial sums of an activation block's quants as floats (the min term of Q4_1/Q5_1). */
+AVX2_INLINE __m256 avx2_qsum(__m256i a)
+{
+    return _mm256_cvtepi32_ps(
+        _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), a), _mm256_set1_epi16(1)));
+}
+
+/* The f16s at p, p + bytes, ..., p + 7·bytes as floats: 8 Q blocks' scales (p at the first
+ * block), or their mins (p at the first block's min). */
 AVX2_INLINE __m256 avx2_scales8(const uint8_t *p, size_t bytes)
 {
     uint16_t d[8];
@@ -159,17 +193,24 @@ AVX2_INLINE __m256 avx2_scales8(const uint8_t *p, size_t bytes)
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d));
 }
 
-/* acc + one block of type t times one activation block, scaled. */
+/* acc + one block of type t times one activation block, scaled (plus the min term). */
 AVX2_INLINE __m256 avx2_qblock(enum mvm_wtype t, const uint8_t *blk, const mvm_block_q8_0 *a,
                                __m256 acc)
 {
-    const __m256 d = _mm256_set1_ps(_cvtsh_ss(mvm_k_block_d(blk)) * _cvtsh_ss(a->d));
+    const mvm_k_qlayout L = mvm_k_qlay(t);
+    const float da = _cvtsh_ss(a->d);
     const __m256i qa = _mm256_loadu_si256((const __m256i *)a->qs);
-    return _mm256_fmadd_ps(d, avx2_qdot(t, avx2_qload(t, blk), qa), acc);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(mvm_k_block_d(blk)) * da),
+                          avx2_qdot(t, avx2_qload(t, blk), qa), acc);
+    if (L.m)
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(mvm_k_block_h(blk, L.m)) * da),
+                              avx2_qsum(qa), acc);
+    return acc;
 }
 
 AVX2_INLINE float avx2_dot_q(enum mvm_wtype t, const uint8_t *w, const mvm_block_q8_0 *a, size_t n)
 {
+    const mvm_k_qlayout L = mvm_k_qlay(t);
     const size_t bytes = mvm_k_block_bytes(t), nb = n / MVM_QBLOCK;
     /* 8 blocks a step, reduced together and scaled by a vector of their 8 scales: converting
      * and broadcasting the scales block by block would cost a third of the instructions. */
@@ -178,14 +219,22 @@ AVX2_INLINE float avx2_dot_q(enum mvm_wtype t, const uint8_t *w, const mvm_block
     for (; b + 8 <= nb; b += 8) {
         const uint8_t *p = w + b * bytes;
         avx2_prefetch(p, 8 * bytes);
+        __m256i qa[8];
         __m256 v[8];
 #pragma GCC unroll 8
-        for (int k = 0; k < 8; k++)
-            v[k] = avx2_qdot(t, avx2_qload(t, p + k * bytes),
-                             _mm256_loadu_si256((const __m256i *)a[b + k].qs));
-        const __m256 scale = _mm256_mul_ps(avx2_scales8(p, bytes),
-                                           avx2_scales8((const uint8_t *)(a + b), sizeof *a));
-        acc = _mm256_fmadd_ps(avx2_hsum8(v), scale, acc);
+        for (int k = 0; k < 8; k++) {
+            qa[k] = _mm256_loadu_si256((const __m256i *)a[b + k].qs);
+            v[k] = avx2_qdot(t, avx2_qload(t, p + k * bytes), qa[k]);
+        }
+        const __m256 da = avx2_scales8((const uint8_t *)(a + b), sizeof *a);
+        acc = _mm256_fmadd_ps(avx2_hsum8(v), _mm256_mul_ps(avx2_scales8(p, bytes), da), acc);
+        if (L.m) {
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++)
+                v[k] = avx2_qsum(qa[k]);
+            acc = _mm256_fmadd_ps(avx2_hsum8(v), _mm256_mul_ps(avx2_scales8(p + L.m, bytes), da),
+                                  acc);
+        }
     }
     for (; b < nb; b++)
         acc = avx2_qblock(t, w + b * bytes, a + b, acc);
@@ -195,8 +244,10 @@ AVX2_INLINE float avx2_dot_q(enum mvm_wtype t, const uint8_t *w, const mvm_block
 AVX2_INLINE void avx2_down_q(enum mvm_wtype t, const uint8_t *w, const mvm_block_q8_0 *a,
                              float *out, size_t n)
 {
+    const mvm_k_qlayout L = mvm_k_qlay(t);
     const __m256i qa = _mm256_loadu_si256((const __m256i *)a->qs);
     const float da = _cvtsh_ss(a->d);
+    const __m256 min_scale = _mm256_set1_ps(L.m ? avx2_hsum(avx2_qsum(qa)) * da : 0.0f);
     const size_t bytes = mvm_k_block_bytes(t);
     for (size_t j = 0; j < n; j += 8) { /* n % 32 == 0 for Q types (mvm_k_down_fn) */
         avx2_prefetch(w + j * bytes, 8 * bytes);
@@ -205,7 +256,10 @@ AVX2_INLINE void avx2_down_q(enum mvm_wtype t, const uint8_t *w, const mvm_block
         for (int k = 0; k < 8; k++)
             v[k] = avx2_qdot(t, avx2_qload(t, w + (j + k) * bytes), qa);
         const __m256 scale = _mm256_mul_ps(avx2_scales8(w + j * bytes, bytes), _mm256_set1_ps(da));
-        _mm256_storeu_ps(out + j, _mm256_fmadd_ps(avx2_hsum8(v), scale, _mm256_loadu_ps(out + j)));
+        __m256 o = _mm256_fmadd_ps(avx2_hsum8(v), scale, _mm256_loadu_ps(out + j));
+        if (L.m)
+            o = _mm256_fmadd_ps(avx2_scales8(w + j * bytes + L.m, bytes), min_scale, o);
+        _mm256_storeu_ps(out + j, o);
     }
 }
 

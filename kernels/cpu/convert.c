@@ -4,6 +4,7 @@
  * holds the bits llama.cpp would have written. Scalar on purpose: these run once per weight
  * at load or once per activation vector, never in a hot loop.
  */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -52,8 +53,8 @@ uint16_t mvm_fp32_to_bf16(float f)
 
 const char *mvm_k_wtype_name(enum mvm_wtype t)
 {
-    static const char *const names[MVM_W_COUNT] = {"f32",  "f16",  "bf16", "q8_0",
-                                                   "q4_0", "q4_K", "q5_K", "q6_K"};
+    static const char *const names[MVM_W_COUNT] = {
+        "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_K", "q5_K", "q6_K"};
     return (unsigned)t < MVM_W_COUNT ? names[t] : "unknown";
 }
 
@@ -68,12 +69,8 @@ size_t mvm_k_row_bytes(enum mvm_wtype t, size_t n)
     case MVM_W_F32: return n * 4;
     case MVM_W_F16:
     case MVM_W_BF16: return n * 2;
-    case MVM_W_Q8_0:
-    case MVM_W_Q4_0:
-    case MVM_W_Q4_K:
-    case MVM_W_Q5_K:
-    case MVM_W_Q6_K: return n / mvm_k_block_elems(t) * mvm_k_block_bytes(t);
-    default: return 0;
+    default: /* a Q or K type, whose block is mvm_k_block_bytes */
+        return (unsigned)t < MVM_W_COUNT ? n / mvm_k_block_elems(t) * mvm_k_block_bytes(t) : 0;
     }
 }
 
@@ -107,28 +104,54 @@ void mvm_k_quantize_q8_0_block(const float *x, mvm_block_q8_0 *y)
         y->qs[j] = (int8_t)roundf(x[j] * id);
 }
 
-/* quantize_row_q4_0_ref: d = -(the value of largest magnitude, first one on ties) / 8, so
- * that value maps to quant 0 exactly and the rest of [-8, 7] covers the other side;
- * q = min(15, trunc(x / d + 8.5)). */
-static void quantize_q4_0_block(const float *x, mvm_block_q4_0 *y)
+/* quantize_row_q4_0_ref, _q4_1_ref, _q5_0_ref, _q5_1_ref on one block of type t.
+ * Without a min (Q4_0, Q5_0): d = -(the value of largest magnitude, the first on ties) /
+ * bias, so that value maps to quant 0 exactly and the rest of the range covers the other
+ * side; q = min(max_q, trunc(x / d + bias + 0.5)). With one (Q4_1, Q5_1): m = the minimum,
+ * d = (max - min) / max_q, q = min(max_q, trunc((x - m) / d + 0.5)). */
+static void quantize_q_block(enum mvm_wtype t, const float *x, uint8_t *blk)
 {
-    float amax = 0.0f, max = 0.0f;
-    for (int j = 0; j < MVM_QBLOCK; j++) {
-        if (amax < fabsf(x[j])) {
-            amax = fabsf(x[j]);
-            max = x[j];
+    const mvm_k_qlayout L = mvm_k_qlay(t);
+    const int max_q = L.qh ? 31 : 15;
+    float d, lo = 0.0f;
+    if (L.m) {
+        float max = -FLT_MAX;
+        lo = FLT_MAX;
+        for (int j = 0; j < MVM_QBLOCK; j++) {
+            lo = x[j] < lo ? x[j] : lo;
+            max = x[j] > max ? x[j] : max;
         }
+        d = (max - lo) / (float)max_q;
+        const uint16_t m = mvm_fp32_to_fp16(lo);
+        memcpy(blk + L.m, &m, sizeof m);
+    } else {
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < MVM_QBLOCK; j++) {
+            if (amax < fabsf(x[j])) {
+                amax = fabsf(x[j]);
+                max = x[j];
+            }
+        }
+        d = max / -(float)L.bias;
     }
-    const float d = max / -8;
     const float id = d ? 1.0f / d : 0.0f;
-    y->d = mvm_fp32_to_fp16(d);
-    for (int j = 0; j < MVM_QBLOCK / 2; j++) {
-        /* Separate statements, as in ggml, so that no compiler fuses x * id + 8.5 into an
-         * fma (a different rounding). */
-        const float x0 = x[j] * id, x1 = x[j + MVM_QBLOCK / 2] * id;
-        const int8_t lo = (int8_t)(x0 + 8.5f), hi = (int8_t)(x1 + 8.5f);
-        y->qs[j] = (uint8_t)((lo < 15 ? lo : 15) | (hi < 15 ? hi : 15) << 4);
+    const uint16_t dh = mvm_fp32_to_fp16(d);
+    memcpy(blk, &dh, sizeof dh);
+    uint32_t qh = 0;
+    for (int j = 0; j < MVM_QBLOCK; j++) {
+        /* Separate statements, as in ggml, so that no compiler fuses the product and the
+         * sum into an fma (a different rounding). */
+        const float v = (x[j] - lo) * id;
+        const int8_t r = (int8_t)(v + ((float)L.bias + 0.5f));
+        const uint8_t q = (uint8_t)(r < max_q ? r : max_q);
+        if (j < MVM_QBLOCK / 2)
+            blk[L.qs + j] = q & 0x0F;
+        else
+            blk[L.qs + j - MVM_QBLOCK / 2] |= (uint8_t)(q << 4);
+        qh |= (uint32_t)(q >> 4) << j;
     }
+    if (L.qh)
+        memcpy(blk + L.qh, &qh, sizeof qh);
 }
 
 void mvm_k_quantize(enum mvm_wtype t, const float *src, void *dst, size_t n)
@@ -148,8 +171,11 @@ void mvm_k_quantize(enum mvm_wtype t, const float *src, void *dst, size_t n)
             mvm_k_quantize_q8_0_block(src + b * MVM_QBLOCK, (mvm_block_q8_0 *)dst + b);
         break;
     case MVM_W_Q4_0:
+    case MVM_W_Q4_1:
+    case MVM_W_Q5_0:
+    case MVM_W_Q5_1:
         for (size_t b = 0; b < n / MVM_QBLOCK; b++)
-            quantize_q4_0_block(src + b * MVM_QBLOCK, (mvm_block_q4_0 *)dst + b);
+            quantize_q_block(t, src + b * MVM_QBLOCK, (uint8_t *)dst + b * mvm_k_block_bytes(t));
         break;
     case MVM_W_Q4_K:
     case MVM_W_Q5_K:
@@ -168,21 +194,19 @@ void mvm_k_dequantize(enum mvm_wtype t, const void *src, float *dst, size_t n)
             dst[i] = mvm_k_elem(t, src, i);
         break;
     case MVM_W_Q8_0:
-        for (size_t b = 0; b < n / MVM_QBLOCK; b++) {
-            const mvm_block_q8_0 *blk = (const mvm_block_q8_0 *)src + b;
-            const float d = mvm_k_h2f(blk->d);
-            for (int j = 0; j < MVM_QBLOCK; j++)
-                dst[b * MVM_QBLOCK + j] = d * blk->qs[j];
-        }
-        break;
     case MVM_W_Q4_0:
+    case MVM_W_Q4_1:
+    case MVM_W_Q5_0:
+    case MVM_W_Q5_1:
         for (size_t b = 0; b < n / MVM_QBLOCK; b++) {
-            const mvm_block_q4_0 *blk = (const mvm_block_q4_0 *)src + b;
-            const float d = mvm_k_h2f(blk->d);
-            for (int j = 0; j < MVM_QBLOCK / 2; j++) {
-                dst[b * MVM_QBLOCK + j] = d * ((blk->qs[j] & 0x0F) - 8);
-                dst[b * MVM_QBLOCK + j + MVM_QBLOCK / 2] = d * ((blk->qs[j] >> 4) - 8);
-            }
+            const uint8_t *blk = (const uint8_t *)src + b * mvm_k_block_bytes(t);
+            const mvm_k_qlayout L = mvm_k_qlay(t);
+            const float d = mvm_k_h2f(mvm_k_block_d(blk));
+            int8_t q[MVM_QBLOCK];
+            mvm_k_qunpack(t, blk, q);
+            for (int j = 0; j < MVM_QBLOCK; j++)
+                dst[b * MVM_QBLOCK + j] =
+                    L.m ? d * q[j] + mvm_k_h2f(mvm_k_block_h(blk, L.m)) : d * q[j];
         }
         break;
     case MVM_W_Q4_K:

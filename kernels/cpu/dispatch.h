@@ -11,17 +11,34 @@
 
 #include "kernels/cpu/kernels.h"
 
-/* ggml's block_q8_0 / block_q4_0 (ggml-common.h). Only 2-byte aligned: a row of blocks sits
- * wherever the file put it, so SIMD code loads the quants unaligned. */
+/* ggml's block_q8_0 (ggml-common.h), also the activations of every 32-element Q type. Only
+ * 2-byte aligned: a row of blocks sits wherever the file put it, so SIMD code loads the
+ * quants unaligned. */
 typedef struct {
     uint16_t d;
     int8_t qs[MVM_QBLOCK];
 } mvm_block_q8_0;
+_Static_assert(sizeof(mvm_block_q8_0) == 34, "ggml block size");
+
+/* Where the parts of a 32-element Q block of type t lie (ggml's block_q4_0, _q4_1, _q5_0,
+ * _q5_1, _q8_0): every one starts with its f16 scale d; the min m (x = d * q + m) at byte
+ * m, the fifth bits (a little-endian u32, bit j for element j) at byte qh, the quants at
+ * byte qs; 0 where the block has no such part. bias is subtracted from the unsigned quants
+ * of the types without a min (x = d * (q - bias)). Q8_0's quants are int8 at byte 2. */
 typedef struct {
-    uint16_t d;
-    uint8_t qs[MVM_QBLOCK / 2];
-} mvm_block_q4_0;
-_Static_assert(sizeof(mvm_block_q8_0) == 34 && sizeof(mvm_block_q4_0) == 18, "ggml block sizes");
+    uint8_t m, qh, qs, bias;
+} mvm_k_qlayout;
+
+static inline mvm_k_qlayout mvm_k_qlay(enum mvm_wtype t)
+{
+    switch (t) {
+    case MVM_W_Q4_0: return (mvm_k_qlayout){0, 0, 2, 8};
+    case MVM_W_Q4_1: return (mvm_k_qlayout){2, 0, 4, 0};
+    case MVM_W_Q5_0: return (mvm_k_qlayout){0, 2, 6, 16};
+    case MVM_W_Q5_1: return (mvm_k_qlayout){2, 4, 8, 0};
+    default: return (mvm_k_qlayout){0, 0, 2, 0};
+    }
+}
 
 /* The K-quants' super-blocks (ggml-common.h's block_q4_K, block_q5_K, block_q6_K) and the
  * activation block they are multiplied with. Q4_K/Q5_K: element 64k + l (l < 32) is the low
@@ -57,10 +74,11 @@ _Static_assert(sizeof(mvm_block_q4_K) == 144 && sizeof(mvm_block_q5_K) == 176 &&
                    sizeof(mvm_block_q6_K) == 210 && sizeof(mvm_block_q8_K) == 292,
                "ggml K block sizes");
 
-/* Types whose activations are Q8_0 blocks. */
+/* The 32-element Q types, whose activations are Q8_0 blocks. */
 static inline int mvm_k_is_q(enum mvm_wtype t)
 {
-    return t == MVM_W_Q8_0 || t == MVM_W_Q4_0;
+    return t == MVM_W_Q8_0 || t == MVM_W_Q4_0 || t == MVM_W_Q4_1 || t == MVM_W_Q5_0 ||
+           t == MVM_W_Q5_1;
 }
 
 /* The K-quants, whose activations are Q8_K blocks. */
@@ -108,7 +126,10 @@ static inline size_t mvm_k_block_bytes(enum mvm_wtype t)
     switch (t) {
     case MVM_W_F32: return 4 * MVM_QBLOCK;
     case MVM_W_Q8_0: return sizeof(mvm_block_q8_0);
-    case MVM_W_Q4_0: return sizeof(mvm_block_q4_0);
+    case MVM_W_Q4_0: return 18;
+    case MVM_W_Q4_1: return 20;
+    case MVM_W_Q5_0: return 22;
+    case MVM_W_Q5_1: return 24;
     case MVM_W_Q4_K: return sizeof(mvm_block_q4_K);
     case MVM_W_Q5_K: return sizeof(mvm_block_q5_K);
     case MVM_W_Q6_K: return sizeof(mvm_block_q6_K);
@@ -116,12 +137,36 @@ static inline size_t mvm_k_block_bytes(enum mvm_wtype t)
     }
 }
 
-/* The scale of a Q8_0 or Q4_0 block (both start with it). */
+/* The f16 at byte `at` of a block: a Q block's scale (at 0) or min. */
+static inline uint16_t mvm_k_block_h(const void *blk, size_t at)
+{
+    uint16_t h;
+    memcpy(&h, (const uint8_t *)blk + at, sizeof h);
+    return h;
+}
+
+/* The scale of a Q block (every one starts with it). */
 static inline uint16_t mvm_k_block_d(const void *blk)
 {
-    uint16_t d;
-    memcpy(&d, blk, sizeof d);
-    return d;
+    return mvm_k_block_h(blk, 0);
+}
+
+/* The 32 quants of a Q block of type t as integers, bias subtracted: x_j = d * q[j] (+ m). */
+static inline void mvm_k_qunpack(enum mvm_wtype t, const uint8_t *blk, int8_t q[MVM_QBLOCK])
+{
+    const mvm_k_qlayout L = mvm_k_qlay(t);
+    if (t == MVM_W_Q8_0) {
+        memcpy(q, blk + L.qs, MVM_QBLOCK);
+        return;
+    }
+    uint32_t qh = 0;
+    if (L.qh)
+        memcpy(&qh, blk + L.qh, sizeof qh);
+    for (int j = 0; j < MVM_QBLOCK / 2; j++) {
+        const uint8_t b = blk[L.qs + j];
+        q[j] = (int8_t)(((b & 0x0F) | (qh >> j & 1) << 4) - L.bias);
+        q[j + 16] = (int8_t)(((b >> 4) | (qh >> (j + 16) & 1) << 4) - L.bias);
+    }
 }
 
 /* Element i of a row of float type t (F32, F16 or BF16) as F32: the scalar tails. */
@@ -198,6 +243,9 @@ struct mvm_k_level {
     MVM_K_LEVEL_TYPE(attr, dot_float, down_float, MVM_W_BF16, bf16)                                \
     MVM_K_LEVEL_TYPE(attr, dot_q, down_q, MVM_W_Q8_0, q8_0)                                        \
     MVM_K_LEVEL_TYPE(attr, dot_q, down_q, MVM_W_Q4_0, q4_0)                                        \
+    MVM_K_LEVEL_TYPE(attr, dot_q, down_q, MVM_W_Q4_1, q4_1)                                        \
+    MVM_K_LEVEL_TYPE(attr, dot_q, down_q, MVM_W_Q5_0, q5_0)                                        \
+    MVM_K_LEVEL_TYPE(attr, dot_q, down_q, MVM_W_Q5_1, q5_1)                                        \
     MVM_K_LEVEL_TYPE(attr, dot_k, down_k, MVM_W_Q4_K, q4_K)                                        \
     MVM_K_LEVEL_TYPE(attr, dot_k, down_k, MVM_W_Q5_K, q5_K)                                        \
     MVM_K_LEVEL_TYPE(attr, dot_k, down_k, MVM_W_Q6_K, q6_K)                                        \
@@ -207,6 +255,9 @@ struct mvm_k_level {
                 [MVM_W_BF16] = dot_bf16,                                                           \
                 [MVM_W_Q8_0] = dot_q8_0,                                                           \
                 [MVM_W_Q4_0] = dot_q4_0,                                                           \
+                [MVM_W_Q4_1] = dot_q4_1,                                                           \
+                [MVM_W_Q5_0] = dot_q5_0,                                                           \
+                [MVM_W_Q5_1] = dot_q5_1,                                                           \
                 [MVM_W_Q4_K] = dot_q4_K,                                                           \
                 [MVM_W_Q5_K] = dot_q5_K,                                                           \
                 [MVM_W_Q6_K] = dot_q6_K},                                                          \
@@ -215,6 +266,9 @@ struct mvm_k_level {
                  [MVM_W_BF16] = down_bf16,                                                         \
                  [MVM_W_Q8_0] = down_q8_0,                                                         \
                  [MVM_W_Q4_0] = down_q4_0,                                                         \
+                 [MVM_W_Q4_1] = down_q4_1,                                                         \
+                 [MVM_W_Q5_0] = down_q5_0,                                                         \
+                 [MVM_W_Q5_1] = down_q5_1,                                                         \
                  [MVM_W_Q4_K] = down_q4_K,                                                         \
                  [MVM_W_Q5_K] = down_q5_K,                                                         \
                  [MVM_W_Q6_K] = down_q6_K},                                                        \

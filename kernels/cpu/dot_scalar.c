@@ -25,24 +25,33 @@ static inline float dot_float(enum mvm_wtype t, const uint8_t *w, const float *a
     return s;
 }
 
-/* One Q block (type t) against one Q8_0 activation block. */
+/* One Q block (type t) against one Q8_0 activation block: d_w d_a sum(q_w q_a), plus for
+ * the types with a min m_w d_a sum(q_a) (ggml takes that sum from its Q8_1 activations).
+ * The bias of Q4_0/Q5_0 comes off as bias sum(q_a), so that the loop over the unsigned
+ * quants is the same for all four 4- and 5-bit types (and the compiler vectorizes it). */
 static inline float block_q(enum mvm_wtype t, const uint8_t *blk, const mvm_block_q8_0 *a)
 {
-    int32_t sum = 0;
-    uint16_t d;
+    const mvm_k_qlayout L = mvm_k_qlay(t);
+    int32_t sum = 0, asum = 0;
+    for (int j = 0; j < MVM_QBLOCK; j++)
+        asum += a->qs[j];
     if (t == MVM_W_Q8_0) {
-        const mvm_block_q8_0 *x = (const mvm_block_q8_0 *)blk;
         for (int j = 0; j < MVM_QBLOCK; j++)
-            sum += x->qs[j] * a->qs[j];
-        d = x->d;
+            sum += (int8_t)blk[L.qs + j] * a->qs[j];
     } else {
-        const mvm_block_q4_0 *x = (const mvm_block_q4_0 *)blk;
-        for (int j = 0; j < MVM_QBLOCK / 2; j++)
-            sum += ((x->qs[j] & 0x0F) - 8) * a->qs[j] +
-                   ((x->qs[j] >> 4) - 8) * a->qs[j + MVM_QBLOCK / 2];
-        d = x->d;
+        uint32_t qh = 0;
+        if (L.qh)
+            memcpy(&qh, blk + L.qh, sizeof qh);
+        for (int j = 0; j < MVM_QBLOCK / 2; j++) {
+            const uint8_t b = blk[L.qs + j];
+            sum += ((b & 0x0F) | (int)(qh >> j & 1) << 4) * a->qs[j] +
+                   ((b >> 4) | (int)(qh >> (j + 16) & 1) << 4) * a->qs[j + 16];
+        }
+        sum -= L.bias * asum;
     }
-    return (float)sum * (mvm_k_h2f(d) * mvm_k_h2f(a->d));
+    const float da = mvm_k_h2f(a->d);
+    const float s = (float)sum * (mvm_k_h2f(mvm_k_block_d(blk)) * da);
+    return L.m ? s + (float)asum * (mvm_k_h2f(mvm_k_block_h(blk, L.m)) * da) : s;
 }
 
 static inline float dot_q(enum mvm_wtype t, const uint8_t *w, const mvm_block_q8_0 *a, size_t n)

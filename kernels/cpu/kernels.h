@@ -9,13 +9,19 @@
  *   Q8_0: 32 elements as { f16 d; int8 qs[32]; }            34 bytes, x = d * q
  *   Q4_0: 32 elements as { f16 d; uint8 qs[16]; }           18 bytes, x = d * (nibble - 8),
  *         element j < 16 in the low nibble of qs[j], element j + 16 in its high nibble.
+ *   Q4_1: { f16 d, m; uint8 qs[16]; }                        20 bytes, x = d * nibble + m
+ *   Q5_0: { f16 d; uint8 qh[4]; uint8 qs[16]; }              22 bytes, x = d * (q - 16)
+ *   Q5_1: { f16 d, m; uint8 qh[4]; uint8 qs[16]; }           24 bytes, x = d * q + m
+ *         q = the nibble (as Q4_0) with bit j of qh (a little-endian u32) as its fifth bit.
+ *         llama-quantize writes Q5_0/Q5_1 where a Q4_K/Q5_K matrix has rows that are not
+ *         whole 256-element super-blocks (Qwen1.5/2-MoE's 1408-channel experts).
  *   the K-quants, super-blocks of 256 elements (kquant.c has their layouts):
  *   Q4_K  8 sub-blocks of 32, 4-bit quants, 6-bit scale and min each   144 bytes
  *   Q5_K  the same with a fifth bit per quant                          176 bytes
  *   Q6_K  16 sub-blocks of 16, 6-bit quants, 8-bit scale each          210 bytes
  *
  * Activations: for F32/F16/BF16 weights a dot product takes the activation vector as F32;
- * for Q8_0/Q4_0 weights it takes it quantized to Q8_0, for the K-quants to Q8_K (256
+ * for the 32-element Q types it takes it quantized to Q8_0, for the K-quants to Q8_K (256
  * elements, an f32 scale and the sums of each 16 quants), as ggml does (vec_dot_type), so
  * the integer dot products stay in int8. mvm_k_act_bytes() says how many bytes an
  * activation vector of n elements takes for a weight type, mvm_k_prepare_act() makes it.
@@ -37,18 +43,21 @@ enum mvm_wtype {
     MVM_W_BF16,
     MVM_W_Q8_0,
     MVM_W_Q4_0,
+    MVM_W_Q4_1,
+    MVM_W_Q5_0,
+    MVM_W_Q5_1,
     MVM_W_Q4_K,
     MVM_W_Q5_K,
     MVM_W_Q6_K,
     MVM_W_COUNT
 };
 
-#define MVM_QBLOCK 32 /* elements per Q8_0 / Q4_0 block, and channels per expert group */
+#define MVM_QBLOCK 32 /* elements per Q8_0..Q5_1 block, and channels per expert group */
 #define MVM_QK_K 256  /* elements per K-quant super-block */
 
 /* ggml's name of the type: "f32", "q8_0", "q4_K". */
 const char *mvm_k_wtype_name(enum mvm_wtype t);
-/* Elements per block of type t: 1 for float types, 32 for Q8_0/Q4_0, 256 for K-quants.
+/* Elements per block of type t: 1 for float types, 32 for Q8_0..Q5_1, 256 for K-quants.
  * Every row length of type t is a multiple of it. */
 size_t mvm_k_block_elems(enum mvm_wtype t);
 /* Bytes of n elements of type t; n must be a multiple of mvm_k_block_elems(t). */
@@ -56,7 +65,7 @@ size_t mvm_k_row_bytes(enum mvm_wtype t, size_t n);
 /* Bytes of an activation vector of n elements as the dot products of type t take it. */
 size_t mvm_k_act_bytes(enum mvm_wtype t, size_t n);
 /* x (n floats) -> the activation format of type t (a copy for F32/F16/BF16, Q8_0 blocks
- * for Q8_0/Q4_0, Q8_K blocks for the K-quants). */
+ * for the 32-element Q types, Q8_K blocks for the K-quants). */
 void mvm_k_prepare_act(enum mvm_wtype t, const float *x, void *act, size_t n);
 
 /* ---- SIMD level ------------------------------------------------------------------------ */

@@ -7,14 +7,14 @@ twice, on the CPU and on the device forward pass over tests/fakecuda with the ke
 emulated (ref_forward_cuda, two weight types: the emulator is slow).
 
 For each architecture (llama = Mixtral, qwen2moe, qwen3moe, olmoe) and weight type (f32,
-f16, bf16, q8_0, q4_0): `moevm mkmodel --preset tiny` writes a model, `moevm run` prefills
+f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K_M): `moevm mkmodel --preset tiny` writes a model, `moevm run` prefills
 three random prompts (1, 5 and 12 tokens) and greedily generates 4 tokens, writing every
 evaluated position's logits (--logits-out); the reference recomputes the logits of the same
 fed token sequence in float64 from the file's exactly dequantized weights, and each row's
 relative error ||engine - ref||_2 / ||ref||_2 must be within the type's tolerance.
 
-Quantized weights (q8_0, q4_0): the engine, as ggml does, quantizes each product's input
-activations to Q8_0 blocks. That costs up to ~3e-2 relative error against the exact
+Quantized weights (all but the float types): the engine, as ggml does, quantizes each
+product's input activations to Q8_0 blocks (Q8_K for the K-quants). That costs up to ~3e-2 relative error against the exact
 reference, and, now and then, it moves a token's router past a top-k boundary: a different
 expert, and an error as large as a real bug's. So for these types two comparisons:
   exact     against the exact reference, on the rows before the first position whose
@@ -53,12 +53,18 @@ import moe_ref  # noqa: E402
 ARCHS = ("llama", "qwen2moe", "qwen3moe", "olmoe")
 TYPES = {"f32": gguf_read.GGML_F32, "f16": gguf_read.GGML_F16, "bf16": gguf_read.GGML_BF16,
          "q8_0": gguf_read.GGML_Q8_0, "q4_0": gguf_read.GGML_Q4_0,
-         "q4_K_M": gguf_read.GGML_Q4_K}
-QUANTIZED = ("q8_0", "q4_0", "q4_K_M")
+         "q4_1": gguf_read.GGML_Q4_1, "q5_0": gguf_read.GGML_Q5_0,
+         "q5_1": gguf_read.GGML_Q5_1, "q4_K_M": gguf_read.GGML_Q4_K}
+QUANTIZED = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_K_M")
 # The K-quants need rows of whole 256-element super-blocks: the tiny shape widened to 256
-# (its 64-wide attention output then falls back to Q8_0, and Q4_K_M puts Q6_K on layer 1's
-# attn_v and ffn_down_exps: mixed expert types, as in llama.cpp's files).
+# (its 64-wide attention output then falls back to Q5_0 as llama-quantize's does, and
+# Q4_K_M puts Q6_K on layer 1's attn_v and ffn_down_exps: mixed expert types, as in
+# llama.cpp's files). The Qwen MoE architectures get 96 expert channels, as Qwen1.5/2-MoE's
+# 1408 not whole super-blocks: their down matrices fall back to Q5_0 (Q8_0 where Q6_K),
+# under Q4_K gate and up.
 MKMODEL_ARGS = {"q4_K_M": ["--embd", "256", "--expert-ff", "256"]}
+MKMODEL_ARCH_ARGS = {("qwen2moe", "q4_K_M"): ["--expert-ff", "96"],
+                     ("qwen3moe", "q4_K_M"): ["--expert-ff", "96"]}
 
 # Max relative row error: (exact comparison, emulated comparison). Measured on the tiny
 # presets (2 layers, 64 wide, 8 experts, top-2): float types <= 6.3e-7 (F32 arithmetic:
@@ -68,7 +74,8 @@ MKMODEL_ARGS = {"q4_K_M": ["--embd", "256", "--expert-ff", "256"]}
 # Q8_0 step (seen up to 8e-3). The deliberate bugs below cost >= 0.18 (renormalisation
 # flipped; RoPE pairing swapped >= 0.88, experts shifted >= 0.99).
 TOL = {"f32": (1e-4, 1e-4), "f16": (1e-4, 1e-4), "bf16": (1e-4, 1e-4),
-       "q8_0": (7e-2, 3e-2), "q4_0": (7e-2, 3e-2), "q4_K_M": (7e-2, 3e-2)}
+       "q8_0": (7e-2, 3e-2), "q4_0": (7e-2, 3e-2), "q4_1": (7e-2, 3e-2), "q5_0": (7e-2, 3e-2),
+       "q5_1": (7e-2, 3e-2), "q4_K_M": (7e-2, 3e-2)}
 SENSITIVITY_MARGIN = 4.0   # a deliberate bug must exceed the (emulated) tolerance this much
 # The reference's argmax is checked where its top-2 margin exceeds this many times the
 # tolerated RMS per-logit error, tol x ||row|| / sqrt(n_vocab).
@@ -126,7 +133,8 @@ def first_routing_change(ta, tb, n):
 def make_model(moevm, workdir, arch, wtype):
     path = os.path.join(workdir, f"{arch}-{wtype}.gguf")
     run([moevm, "mkmodel", "--preset", "tiny", "--arch", arch, "--type", wtype,
-         "--seed", str(MODEL_SEED), "-o", path] + MKMODEL_ARGS.get(wtype, []))
+         "--seed", str(MODEL_SEED), "-o", path] + MKMODEL_ARGS.get(wtype, [])
+        + MKMODEL_ARCH_ARGS.get((arch, wtype), []))
     model = moe_ref.load_model(path)
     if model.cfg.arch != arch:
         raise Failure(f"{path}: general.architecture is {model.cfg.arch!r}, not {arch!r}")

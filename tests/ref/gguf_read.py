@@ -36,6 +36,7 @@ _SCALAR_DTYPE = {
 
 # ggml tensor types this reader dequantizes: type -> (name, elements per block, block bytes).
 GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q8_0, GGML_BF16 = 0, 1, 2, 8, 30
+GGML_Q4_1, GGML_Q5_0, GGML_Q5_1 = 3, 6, 7
 GGML_Q4_K, GGML_Q5_K, GGML_Q6_K = 12, 13, 14
 GGML_TYPES = {
     GGML_F32: ("F32", 1, 4),
@@ -43,12 +44,17 @@ GGML_TYPES = {
     GGML_BF16: ("BF16", 1, 2),
     GGML_Q8_0: ("Q8_0", 32, 34),  # { f16 d; int8 qs[32]; }
     GGML_Q4_0: ("Q4_0", 32, 18),  # { f16 d; uint8 qs[16]; }
+    GGML_Q4_1: ("Q4_1", 32, 20),  # { f16 d, m; uint8 qs[16]; }
+    GGML_Q5_0: ("Q5_0", 32, 22),  # { f16 d; uint8 qh[4]; uint8 qs[16]; }
+    GGML_Q5_1: ("Q5_1", 32, 24),  # { f16 d, m; uint8 qh[4]; uint8 qs[16]; }
     # The K-quants' super-blocks (ggml-common.h):
     GGML_Q4_K: ("Q4_K", 256, 144),  # { f16 d, dmin; u8 scales[12]; u8 qs[128]; }
     GGML_Q5_K: ("Q5_K", 256, 176),  # { f16 d, dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]; }
     GGML_Q6_K: ("Q6_K", 256, 210),  # { u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d; }
 }
 K_QUANTS = (GGML_Q4_K, GGML_Q5_K, GGML_Q6_K)
+# The 32-element types with 4- or 5-bit quants.
+Q45 = (GGML_Q4_0, GGML_Q4_1, GGML_Q5_0, GGML_Q5_1)
 
 
 class GGUFError(Exception):
@@ -218,13 +224,8 @@ def dequantize(ggml_type, raw, n):
         d = blocks[:, :2].copy().view("<f2").astype(np.float64)        # (nb, 1)
         q = blocks[:, 2:].view(np.int8).astype(np.float64)             # (nb, 32)
         return (d * q).reshape(n)
-    if ggml_type == GGML_Q4_0:
-        blocks = raw.reshape(n // 32, 18)
-        d = blocks[:, :2].copy().view("<f2").astype(np.float64)        # (nb, 1)
-        qs = blocks[:, 2:]                                             # (nb, 16)
-        # Elements 0..15 are the low nibbles of qs[0..15], elements 16..31 the high ones.
-        q = np.concatenate([qs & 0x0F, qs >> 4], axis=1).astype(np.float64) - 8.0
-        return (d * q).reshape(n)
+    if ggml_type in Q45:
+        return _dequantize_q45(ggml_type, raw, n)
     if ggml_type in (GGML_Q4_K, GGML_Q5_K):
         return _dequantize_q45_k(raw, n, ggml_type == GGML_Q5_K)
     if ggml_type == GGML_Q6_K:
@@ -234,6 +235,26 @@ def dequantize(ggml_type, raw, n):
 
 def _f16(b):
     return b.copy().view("<f2").astype(np.float64)
+
+
+def _dequantize_q45(ggml_type, raw, n):
+    """Q4_0 / Q4_1 / Q5_0 / Q5_1: each block is its f16 d, Q4_1/Q5_1's f16 min m, Q5's
+    fifth bits (a little-endian u32, bit j for element j), then qs[16], whose low nibbles are
+    elements 0..15 and high nibbles 16..31. x = d * (q - 8 or 16) without a min, d * q + m
+    with one."""
+    size = GGML_TYPES[ggml_type][2]
+    with_min, five = ggml_type in (GGML_Q4_1, GGML_Q5_1), ggml_type in (GGML_Q5_0, GGML_Q5_1)
+    blocks = raw.reshape(n // 32, size)
+    d = _f16(blocks[:, 0:2])                                                  # (nb, 1)
+    qs = blocks[:, size - 16:].astype(np.int64)                               # (nb, 16)
+    q = np.concatenate([qs & 0x0F, qs >> 4], axis=1)                          # (nb, 32)
+    if five:
+        at = 4 if with_min else 2
+        qh = blocks[:, at:at + 4].copy().view("<u4").astype(np.int64)         # (nb, 1)
+        q = q + 16 * ((qh >> np.arange(32)[None, :]) & 1)
+    if with_min:
+        return (d * q + _f16(blocks[:, 2:4])).reshape(n)
+    return (d * (q - (16 if five else 8))).reshape(n)
 
 
 def _dequantize_q45_k(raw, n, five):

@@ -67,7 +67,7 @@ class Config:
     n_expert_used: int
     rules: ArchRules
     # Emulate the engine's (ggml's) CPU path for quantized weights: the input of each such
-    # product is quantized first, to Q8_0 for Q8_0/Q4_0 weights and to Q8_K for the
+    # product is quantized first, to Q8_0 for the 32-element Q types and to Q8_K for the
     # K-quants. Off for the reference; on to follow the engine's routing where activation
     # rounding moves a token across a top-k boundary, and to calibrate tolerances.
     act_quant: bool = False
@@ -93,8 +93,7 @@ class Model:
         """x (T, n_in) @ W.T for the tensor `name` (expert slice `expert` of a 3-D one);
         a 1-D weight (n_in,) gives (T,)."""
         W = self.w[name] if expert is None else self.w[name][expert]
-        if self.cfg.act_quant and self.wtypes[name] in (gguf_read.GGML_Q8_0,
-                                                        gguf_read.GGML_Q4_0):
+        if self.cfg.act_quant and self.wtypes[name] in (gguf_read.GGML_Q8_0,) + gguf_read.Q45:
             x = q8_0_roundtrip(x)
         elif self.cfg.act_quant and self.wtypes[name] in gguf_read.K_QUANTS:
             x = q8_k_roundtrip(x)

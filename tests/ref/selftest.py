@@ -299,6 +299,19 @@ def test_dequantize_hand_blocks():
     q4 = np.float16(2.0).tobytes() + (j | (15 - j) << 4).astype(np.uint8).tobytes()
     assert np.array_equal(gr.dequantize(gr.GGML_Q4_0, np.frombuffer(q4, np.uint8), 32),
                           np.concatenate([2.0 * (j - 8), 2.0 * (7 - j)]))
+    # The same nibbles in Q4_1 (d = 0.5, m = -3), Q5_0 (d = 2, fifth bit on even elements)
+    # and Q5_1 (d = 0.25, m = 1, fifth bit on elements 16..31); qh is a little-endian u32.
+    nib = [e if e < 16 else 31 - e for e in range(32)]          # the nibble of element e
+    q41 = np.float16(0.5).tobytes() + np.float16(-3).tobytes() + q4[2:]
+    assert np.array_equal(gr.dequantize(gr.GGML_Q4_1, np.frombuffer(q41, np.uint8), 32),
+                          [0.5 * q - 3 for q in nib])
+    q50 = np.float16(2.0).tobytes() + (0x55555555).to_bytes(4, "little") + q4[2:]
+    assert np.array_equal(gr.dequantize(gr.GGML_Q5_0, np.frombuffer(q50, np.uint8), 32),
+                          [2.0 * (q + 16 * (e % 2 == 0) - 16) for e, q in enumerate(nib)])
+    q51 = (np.float16(0.25).tobytes() + np.float16(1).tobytes()
+           + (0xFFFF0000).to_bytes(4, "little") + q4[2:])
+    assert np.array_equal(gr.dequantize(gr.GGML_Q5_1, np.frombuffer(q51, np.uint8), 32),
+                          [0.25 * (q + 16 * (e >= 16)) + 1 for e, q in enumerate(nib)])
     # BF16 1.0, -3.0, 2^-10; F16 1.0, -2.0, 65504
     bf = np.array([0x3F80, 0xC040, 0x3A80], np.uint16).view(np.uint8)
     assert np.array_equal(gr.dequantize(gr.GGML_BF16, bf, 3), [1.0, -3.0, 2.0 ** -10])
