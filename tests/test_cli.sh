@@ -59,6 +59,10 @@ if cmp -s "$tmp/a" "$tmp/b" && [ -s "$tmp/a" ]; then pass=$((pass + 1)); else fa
 # device kernels do not compute K-quants yet, which is one line, not a crash.
 "$moevm" mkmodel --type q4_K_M --embd 256 --expert-ff 256 -o "$tmp/k.gguf" >/dev/null
 expect 0 'of 124.5 KiB \(q4_K, down q4_K/q6_K\)' -- "$moevm" run -m "$tmp/k.gguf" -p "It was" -n 4
+# Expert channels that are not whole super-blocks (Qwen2-MoE's 1408): the down experts fall
+# back to q5_0, and to q8_0 where the mix asks for q6_K, as llama-quantize writes them.
+"$moevm" mkmodel --arch qwen2moe --type q4_K_M --embd 256 --expert-ff 96 -o "$tmp/kq.gguf" >/dev/null
+expect 0 '\(q4_K, down q8_0/q5_0\)' -- "$moevm" run -m "$tmp/kq.gguf" -p "It was" -n 4
 if [ -n "$fake_driver" ]; then
     expect 1 'compute f32, f16, bf16, q8_0 and q4_0.*MOEVM_BACKEND=host' -- env MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" "$moevm" run -m "$tmp/k.gguf" -p "x" -n 2
 fi
