@@ -18,10 +18,11 @@ static void usage(FILE *f)
             "                     [--expert-ff N] [--vocab N] [--ctx N] [--list]\n"
             "  --preset   tiny (default) or a real model shape; --list shows them all\n"
             "  --arch     for tiny: llama (default), qwen2moe, qwen3moe, olmoe\n"
-            "  --type     f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K, q6_K, or\n"
-            "             llama.cpp's mixes q4_K_M, q5_K_M (default: f32 for tiny, q8_0\n"
-            "             otherwise); as llama-quantize, rows that are not whole 256-element\n"
-            "             blocks fall back from q4_K to q5_0, q5_K to q5_1, q6_K to q8_0\n"
+            "  --type     f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_K, q3_K,\n"
+            "             q4_K, q5_K, q6_K, or llama.cpp's mixes q4_K_M, q5_K_M (default: f32\n"
+            "             for tiny, q8_0 otherwise); as llama-quantize, rows that are not whole\n"
+            "             256-element blocks fall back from q2_K/q3_K to iq4_nl, q4_K to\n"
+            "             q5_0, q5_K to q5_1, q6_K to q8_0\n"
             "  --seed     the weights' seed (default 1): same seed, same file\n"
             "  -o         output file (default: <preset>-<arch>-<type>.gguf)\n"
             "  the size flags override the preset's value\n");
@@ -42,7 +43,7 @@ static int parse_type(const char *v, enum mvm_wtype *t, int *k_mix)
         }
     }
     fprintf(stderr, "moevm mkmodel: --type %s: expected f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, "
-            "q5_1, q4_K, q5_K, q6_K, q4_K_M or q5_K_M\n", v);
+            "q5_1, iq4_nl, q2_K, q3_K, q4_K, q5_K, q6_K, q4_K_M or q5_K_M\n", v);
     return 2;
 }
 

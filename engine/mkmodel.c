@@ -69,16 +69,17 @@ static int more_bits(uint32_t layer, uint32_t n_layer)
  *  - with k_mix (Q4_K_M, Q5_K_M): Q6_K where `raise` (output.weight, and attn_v and the down
  *    matrices in more_bits layers);
  *  - a K type falls back where the rows are not whole 256-element super-blocks, as
- *    llama-quantize does: Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0, and F16 where the rows
- *    are not even whole 32-element blocks. */
+ *    llama-quantize does: Q2_K and Q3_K to IQ4_NL, Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0,
+ *    and F16 where the rows are not even whole 32-element blocks. */
 static enum mvm_wtype tensor_type(const mvm_model_spec *s, uint64_t cols, int raise)
 {
     enum mvm_wtype t = s->k_mix && raise ? MVM_W_Q6_K : s->type;
     if (cols % mvm_k_block_elems(t))
-        t = cols % MVM_QBLOCK      ? MVM_W_F16
-            : t == MVM_W_Q4_K ? MVM_W_Q5_0
-            : t == MVM_W_Q5_K ? MVM_W_Q5_1
-                              : MVM_W_Q8_0;
+        t = cols % MVM_QBLOCK                     ? MVM_W_F16
+            : t == MVM_W_Q2_K || t == MVM_W_Q3_K ? MVM_W_IQ4_NL
+            : t == MVM_W_Q4_K                    ? MVM_W_Q5_0
+            : t == MVM_W_Q5_K                    ? MVM_W_Q5_1
+                                                 : MVM_W_Q8_0;
     return t;
 }
 
@@ -288,6 +289,7 @@ static mvm_status set_keys(const mvm_model_spec *s, mvm_gguf_writer *w)
     static const uint32_t ftype[MVM_W_COUNT] = {
         [MVM_W_F32] = 0,  [MVM_W_F16] = 1,  [MVM_W_BF16] = 32, [MVM_W_Q8_0] = 7,
         [MVM_W_Q4_0] = 2, [MVM_W_Q4_1] = 3, [MVM_W_Q5_0] = 8,  [MVM_W_Q5_1] = 9,
+        [MVM_W_IQ4_NL] = 25, [MVM_W_Q2_K] = 10, [MVM_W_Q3_K] = 11, /* Q3_K_S */
         [MVM_W_Q4_K] = 14, [MVM_W_Q5_K] = 16, [MVM_W_Q6_K] = 18};
     char k[96];
     mvm_status st = MVM_OK;

@@ -26,6 +26,9 @@ int mvm_wtype_from_ggml(enum mvm_ggml_type t)
     case MVM_GGML_Q4_1: return MVM_W_Q4_1;
     case MVM_GGML_Q5_0: return MVM_W_Q5_0;
     case MVM_GGML_Q5_1: return MVM_W_Q5_1;
+    case MVM_GGML_IQ4_NL: return MVM_W_IQ4_NL;
+    case MVM_GGML_Q2_K: return MVM_W_Q2_K;
+    case MVM_GGML_Q3_K: return MVM_W_Q3_K;
     case MVM_GGML_Q4_K: return MVM_W_Q4_K;
     case MVM_GGML_Q5_K: return MVM_W_Q5_K;
     case MVM_GGML_Q6_K: return MVM_W_Q6_K;
@@ -38,7 +41,8 @@ enum mvm_ggml_type mvm_wtype_to_ggml(enum mvm_wtype t)
     static const enum mvm_ggml_type map[MVM_W_COUNT] = {
         [MVM_W_F32] = MVM_GGML_F32, [MVM_W_F16] = MVM_GGML_F16, [MVM_W_BF16] = MVM_GGML_BF16,
         [MVM_W_Q8_0] = MVM_GGML_Q8_0, [MVM_W_Q4_0] = MVM_GGML_Q4_0, [MVM_W_Q4_1] = MVM_GGML_Q4_1,
-        [MVM_W_Q5_0] = MVM_GGML_Q5_0, [MVM_W_Q5_1] = MVM_GGML_Q5_1, [MVM_W_Q4_K] = MVM_GGML_Q4_K,
+        [MVM_W_Q5_0] = MVM_GGML_Q5_0, [MVM_W_Q5_1] = MVM_GGML_Q5_1, [MVM_W_IQ4_NL] = MVM_GGML_IQ4_NL,
+        [MVM_W_Q2_K] = MVM_GGML_Q2_K, [MVM_W_Q3_K] = MVM_GGML_Q3_K, [MVM_W_Q4_K] = MVM_GGML_Q4_K,
         [MVM_W_Q5_K] = MVM_GGML_Q5_K, [MVM_W_Q6_K] = MVM_GGML_Q6_K};
     return map[t];
 }
@@ -162,7 +166,8 @@ static mvm_status check_type(struct loader *ld, const mvm_gguf_tensor *t, int *w
     if (*wtype < 0)
         return fail(ld, MVM_ERR_UNSUPPORTED,
                     "tensor '%s' has type %s, which moevm cannot compute yet (supported: f32, "
-                    "f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K, q6_K)", t->name,
+                    "f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_K, q3_K, q4_K, q5_K, "
+                    "q6_K)", t->name,
                     mvm_ggml_type_name(t->type));
     if (t->ne[0] % mvm_k_block_elems((enum mvm_wtype)*wtype))
         return fail(ld, MVM_ERR_INVALID, "tensor '%s': rows of %llu elements are not whole blocks",
@@ -402,7 +407,8 @@ static mvm_status load_experts(struct loader *ld, mvm_model *m, mvm_space_desc *
     if (desc->backend == MVM_BACKEND_CUDA && !m->device_types)
         return fail(ld, MVM_ERR_UNSUPPORTED, "MOEVM_BACKEND=cuda: the device kernels compute "
                     "f32, f16, bf16, q8_0 and q4_0 with one type for all experts, not this model's "
-                    "q4_1/q5_0/q5_1, K-quants or mixed expert types yet (use MOEVM_BACKEND=host)");
+                    "q4_1/q5_0/q5_1/iq4_nl, K-quants or mixed expert types yet (use "
+                    "MOEVM_BACKEND=host)");
     m->device = desc->device;
     mvm_status st = mvm_space_create(desc, &m->space);
     if (st != MVM_OK) {

@@ -150,7 +150,7 @@ expect 1 'MOEVM_CPU_SIMD=avx3: not valid' -- env MOEVM_CPU_SIMD=avx3 "$moevm" ru
 expect 0 'scalar kernels' -- env MOEVM_CPU_SIMD=scalar "$moevm" run -m "$m" -p hi -n 2
 expect 2 'no preset .huge.' -- "$moevm" mkmodel --preset huge
 expect 2 '--arch gpt5: not supported' -- "$moevm" mkmodel --arch gpt5
-expect 2 '--type q2_K: expected' -- "$moevm" mkmodel --type q2_K
+expect 2 '--type iq2_xs: expected' -- "$moevm" mkmodel --type iq2_xs
 expect 2 '--type q6_K_M: expected' -- "$moevm" mkmodel --type q6_K_M
 expect 1 'top-k 9 is not in 1..8' -- "$moevm" mkmodel --top-k 9 -o "$tmp/x.gguf"
 expect 1 'q4_0 needs rows in multiples of 32' -- "$moevm" mkmodel --type q4_0 --embd 48 -o "$tmp/x.gguf"

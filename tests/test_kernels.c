@@ -25,20 +25,21 @@
 static int is_q(enum mvm_wtype t)
 {
     return t == MVM_W_Q8_0 || t == MVM_W_Q4_0 || t == MVM_W_Q4_1 || t == MVM_W_Q5_0 ||
-           t == MVM_W_Q5_1;
+           t == MVM_W_Q5_1 || t == MVM_W_IQ4_NL;
 }
 
 /* Bytes of a 32-element Q block of type t. */
 static size_t qbytes(enum mvm_wtype t)
 {
     static const size_t bytes[] = {[MVM_W_Q8_0] = 34, [MVM_W_Q4_0] = 18, [MVM_W_Q4_1] = 20,
-                                   [MVM_W_Q5_0] = 22, [MVM_W_Q5_1] = 24};
+                                   [MVM_W_Q5_0] = 22, [MVM_W_Q5_1] = 24, [MVM_W_IQ4_NL] = 18};
     return bytes[t];
 }
 
 static int is_k(enum mvm_wtype t)
 {
-    return t == MVM_W_Q4_K || t == MVM_W_Q5_K || t == MVM_W_Q6_K;
+    return t == MVM_W_Q2_K || t == MVM_W_Q3_K || t == MVM_W_Q4_K || t == MVM_W_Q5_K ||
+           t == MVM_W_Q6_K;
 }
 
 /* Elements per block of t (what a row length must be a multiple of). */
@@ -145,12 +146,46 @@ static uint16_t le16(const uint8_t *p)
     return (uint16_t)(p[0] | p[1] << 8);
 }
 
+/* Q3_K's 16 scales (minus 32) as ggml unpacks them: the 12 bytes as three little-endian
+ * u32 words, the low nibbles and high nibbles of words 0 and 1 with two bits each from
+ * word 2 (kmask1 = 0x03030303, kmask2 = 0x0f0f0f0f). */
+static void ref_q3_scales(const uint8_t *b, int out[16])
+{
+    uint32_t aux[4], w[3];
+    for (int k = 0; k < 3; k++)
+        w[k] = (uint32_t)b[4 * k] | (uint32_t)b[4 * k + 1] << 8 | (uint32_t)b[4 * k + 2] << 16 |
+               (uint32_t)b[4 * k + 3] << 24;
+    aux[0] = (w[0] & 0x0f0f0f0fu) | ((w[2] >> 0 & 0x03030303u) << 4);
+    aux[1] = (w[1] & 0x0f0f0f0fu) | ((w[2] >> 2 & 0x03030303u) << 4);
+    aux[2] = (w[0] >> 4 & 0x0f0f0f0fu) | ((w[2] >> 4 & 0x03030303u) << 4);
+    aux[3] = (w[1] >> 4 & 0x0f0f0f0fu) | ((w[2] >> 6 & 0x03030303u) << 4);
+    for (int i = 0; i < 16; i++)
+        out[i] = (int)(aux[i / 4] >> (8 * (i % 4)) & 0xFF) - 32;
+}
+
 /* Element e (< 256) of a K-quant super-block b of type t, decoded from its bytes:
+ *   Q2_K  scales[16]@0 qs[64]@16 d@80 dmin@82        x = d·(sc&15)·q - dmin·(sc>>4)
+ *   Q3_K  hmask[32]@0 qs[64]@32 scales[12]@96 d@108   x = d·s·(q - 4·!hbit)
+ *         (e = 128h + 32j + l: q = bits 2j of qs[32h + l], hbit = bit 4h + j of hmask[l],
+ *         sub-block e / 16)
  *   Q4_K  d@0 dmin@2 scales[12]@4 qs[128]@16        x = d·sc·q - dmin·m
  *   Q5_K  d@0 dmin@2 scales[12]@4 qh[32]@16 qs[128]@48
  *   Q6_K  ql[128]@0 qh[64]@128 scales[16]@192 d@208  x = d·sc·(q - 32) */
 static double ref_k_elem(enum mvm_wtype t, const uint8_t *b, unsigned e)
 {
+    if (t == MVM_W_Q2_K || t == MVM_W_Q3_K) {
+        const unsigned h = e / 128, j = e % 128 / 32, l = e % 32;
+        const uint8_t *qs = b + (t == MVM_W_Q2_K ? 16 : 32);
+        const int q = qs[32 * h + l] >> (2 * j) & 3;
+        if (t == MVM_W_Q2_K) {
+            const uint8_t sc = b[e / 16];
+            return ref_h2f(le16(b + 80)) * (sc & 15) * q - ref_h2f(le16(b + 82)) * (sc >> 4);
+        }
+        int s[16];
+        ref_q3_scales(b + 96, s);
+        const int hbit = b[l] >> (4 * h + j) & 1;
+        return ref_h2f(le16(b + 108)) * s[e / 16] * (q - (hbit ? 0 : 4));
+    }
     if (t == MVM_W_Q6_K) {
         const unsigned h = e / 128, k = e % 128 / 32, l = e % 32;
         const unsigned lo = b[64 * h + 32 * (k % 2) + l] >> (k / 2 * 4) & 15;
@@ -178,13 +213,19 @@ static double ref_k_elem(enum mvm_wtype t, const uint8_t *b, unsigned e)
  *   Q4_1  d@0 m@2 qs[16]@4             x = d·q + m
  *   Q5_0  d@0 qh[4]@2 qs[16]@6         x = d·(q - 16)
  *   Q5_1  d@0 m@2 qh[4]@4 qs[16]@8     x = d·q + m
+ *   IQ4_NL d@0 qs[16]@2                x = d·table[q]
  * where q is the low nibble of qs[j] (j < 16) or the high one of qs[j - 16], plus for the
  * Q5 types bit j of qh read as a little-endian u32 times 16. */
 static double ref_q_elem(enum mvm_wtype t, const uint8_t *b, unsigned j)
 {
+    /* IQ4_NL's values (ggml-common.h, kvalues_iq4nl) */
+    static const int iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                  1,    13,   25,  38,  53,  69,  89,  113};
     const double d = ref_h2f(le16(b));
     if (t == MVM_W_Q8_0)
         return d * (int8_t)b[2 + j];
+    if (t == MVM_W_IQ4_NL)
+        return d * iq4nl[j < 16 ? b[2 + j] & 15 : b[2 + j - 16] >> 4];
     const unsigned qs = t == MVM_W_Q4_0 ? 2 : t == MVM_W_Q4_1 ? 4 : t == MVM_W_Q5_0 ? 6 : 8;
     unsigned q = j < 16 ? b[qs + j] & 15 : b[qs + j - 16] >> 4;
     if (t == MVM_W_Q5_0 || t == MVM_W_Q5_1) {
@@ -200,7 +241,8 @@ static double ref_q_elem(enum mvm_wtype t, const uint8_t *b, unsigned j)
 static void ref_dequant(enum mvm_wtype t, const void *src, double *dst, size_t n)
 {
     const uint8_t *s = src;
-    static const size_t kbytes[] = {[MVM_W_Q4_K] = 144, [MVM_W_Q5_K] = 176, [MVM_W_Q6_K] = 210};
+    static const size_t kbytes[] = {[MVM_W_Q2_K] = 84,   [MVM_W_Q3_K] = 110, [MVM_W_Q4_K] = 144,
+                                    [MVM_W_Q5_K] = 176, [MVM_W_Q6_K] = 210};
     for (size_t i = 0; i < n; i++) {
         if (is_k(t)) {
             dst[i] = ref_k_elem(t, s + i / 256 * kbytes[t], (unsigned)(i % 256));
@@ -439,6 +481,9 @@ static void test_sizes(void)
     CHECK(mvm_k_row_bytes(MVM_W_Q5_0, 64) == 44);
     CHECK(mvm_k_row_bytes(MVM_W_Q5_1, 64) == 48);
     CHECK(mvm_k_act_bytes(MVM_W_Q5_1, 64) == 68);
+    CHECK(mvm_k_row_bytes(MVM_W_IQ4_NL, 64) == 36 && mvm_k_act_bytes(MVM_W_IQ4_NL, 64) == 68);
+    CHECK(mvm_k_row_bytes(MVM_W_Q2_K, 512) == 168 && mvm_k_row_bytes(MVM_W_Q3_K, 512) == 220);
+    CHECK(mvm_k_act_bytes(MVM_W_Q3_K, 256) == 292 && mvm_k_block_elems(MVM_W_Q2_K) == 256);
     CHECK(mvm_k_act_bytes(MVM_W_F16, 10) == 40);
     CHECK(mvm_k_act_bytes(MVM_W_Q4_0, 64) == 68);
     CHECK(mvm_k_act_bytes(MVM_W_Q8_0, 64) == 68);
@@ -529,7 +574,7 @@ static void test_quantize_random(void)
     double *want = malloc(n * sizeof *want);
     uint8_t *got = malloc(n * 4), *ref = malloc(n * 4);
     for (int t = 0; t < MVM_W_COUNT; t++) {
-        if (is_k((enum mvm_wtype)t))
+        if (is_k((enum mvm_wtype)t) || t == MVM_W_IQ4_NL) /* no outside definition */
             continue;
         fill(x, n, 3.0f);
         x[5] = 0x1p-20f, x[77] = -70000.0f * (t != MVM_W_F16); /* a subnormal half, an inf */
@@ -563,7 +608,7 @@ static void test_quantize_k(void)
     float *x = malloc(n * sizeof *x), *back = malloc(n * sizeof *back);
     double *want = malloc(n * sizeof *want);
     uint8_t *q = malloc(n * 2), *ref = malloc(n / 256 * 292);
-    for (int t = MVM_W_Q4_K; t <= MVM_W_Q6_K; t++) {
+    for (int t = MVM_W_Q2_K; t <= MVM_W_Q6_K; t++) {
         for (size_t i = 0; i < n; i++) /* sub-blocks of very different ranges and offsets */
             x[i] = frand() * ldexpf(1.0f, (int)(i / 32 % 7) - 3) + (i / 64 % 3 == 1 ? 0.5f : 0);
         for (size_t i = 512; i < 768; i++)
@@ -572,18 +617,24 @@ static void test_quantize_k(void)
         mvm_k_dequantize((enum mvm_wtype)t, q, back, n);
         ref_dequant((enum mvm_wtype)t, q, want, n);
         int bad_exact = 0, bad_close = 0;
-        const size_t sub = t == MVM_W_Q6_K ? 16 : 32;
-        const double levels = t == MVM_W_Q4_K ? 15 : 31;
+        const int sym = t == MVM_W_Q3_K || t == MVM_W_Q6_K; /* no min: a scale per 16 */
+        const size_t sub = sym || t == MVM_W_Q2_K ? 16 : 32;
+        const double levels = t == MVM_W_Q2_K ? 3 : t == MVM_W_Q4_K ? 15 : 31;
         for (size_t s0 = 0; s0 < n; s0 += sub) {
             double lo = 0, hi = 0, amax = 0, sb_max = 0;
             for (size_t i = s0; i < s0 + sub; i++) {
                 lo = fmin(lo, x[i]), hi = fmax(hi, x[i]), amax = fmax(amax, fabs(x[i]));
             }
             for (size_t i = s0 / 256 * 256; i < s0 / 256 * 256 + 256; i++)
-                sb_max = fmax(sb_max, t == MVM_W_Q6_K ? fabs(x[i]) : fmax(x[i], -x[i]));
-            /* a step, plus the scale's and min's 6-bit (Q6_K: 8-bit) code error */
-            const double range = t == MVM_W_Q6_K ? amax / 31 : (hi - lo) / levels;
-            const double tol = range * 0.51 + sb_max * (t == MVM_W_Q6_K ? 0.01 : 0.04) + 1e-6;
+                sb_max = fmax(sb_max, fabs(x[i]));
+            /* half a step (Q3_K: a whole one, its values of largest magnitude at -4 leave
+             * only +3 for the other sign), plus the error of the scale's and min's codes:
+             * 4-bit (Q2_K), 6-bit (Q3_K, Q4_K, Q5_K), 8-bit (Q6_K) */
+            const double range = t == MVM_W_Q6_K ? amax / 31
+                                 : t == MVM_W_Q3_K ? amax / 4 : (hi - lo) / levels;
+            const double code = t == MVM_W_Q2_K ? 0.12 : t == MVM_W_Q6_K ? 0.01
+                                : t == MVM_W_Q3_K ? 0.03 : 0.04;
+            const double tol = range * (t == MVM_W_Q3_K ? 1.01 : 0.51) + sb_max * code + 1e-6;
             for (size_t i = s0; i < s0 + sub; i++) {
                 bad_exact += (double)back[i] != want[i];
                 bad_close += fabs(back[i] - x[i]) > tol;
@@ -604,6 +655,37 @@ static void test_quantize_k(void)
         CHECK(memcmp(q, ref, n / 256 * 292) == 0);
     }
     free(x), free(back), free(want), free(q), free(ref);
+}
+
+/* IQ4_NL: mkmodel's quantizer maps each block's value of largest magnitude to the table's
+ * -127 and every value to its nearest entry, so a value is off by at most half the widest
+ * gap of the table or, at the top of the other side, 127 - 113: 14 steps of d. */
+static void test_quantize_iq4_nl(void)
+{
+    const size_t n = 32 * 40;
+    float *x = malloc(n * sizeof *x), *back = malloc(n * sizeof *back);
+    double *want = malloc(n * sizeof *want);
+    uint8_t *q = malloc(n), *act = malloc(n / 32 * 34), *ref = malloc(n / 32 * 34);
+    for (size_t i = 0; i < n; i++)
+        x[i] = frand() * ldexpf(1.0f, (int)(i / 32 % 5) - 2);
+    memset(x + 64, 0, 32 * sizeof *x); /* an all-zero block */
+    mvm_k_quantize(MVM_W_IQ4_NL, x, q, n);
+    mvm_k_dequantize(MVM_W_IQ4_NL, q, back, n);
+    ref_dequant(MVM_W_IQ4_NL, q, want, n);
+    int bad_exact = 0, bad_close = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs(ref_h2f(le16(q + i / 32 * 18)));
+        bad_exact += (double)back[i] != want[i];
+        bad_close += fabs(back[i] - x[i]) > 14.01 * d + 1e-9;
+    }
+    CHECK(bad_exact == 0);
+    CHECK(bad_close == 0);
+    for (size_t i = 64; i < 96; i++)
+        CHECK(back[i] == 0);
+    mvm_k_prepare_act(MVM_W_IQ4_NL, x, act, n); /* Q8_0 activations, as for Q4_0 */
+    ref_quant(MVM_W_Q8_0, x, ref, n);
+    CHECK(memcmp(act, ref, n / 32 * 34) == 0);
+    free(x), free(back), free(want), free(q), free(act), free(ref);
 }
 
 /* ---- matrix products -------------------------------------------------------------------- */
@@ -748,7 +830,8 @@ static const mvm_k_expert_fmt expert_fmts[] = {
     {MVM_W_Q5_K, MVM_W_Q5_K}, {MVM_W_Q6_K, MVM_W_Q6_K}, {MVM_W_Q4_K, MVM_W_Q6_K},
     {MVM_W_Q8_0, MVM_W_Q5_K}, {MVM_W_Q6_K, MVM_W_Q8_0}, {MVM_W_Q4_1, MVM_W_Q4_1},
     {MVM_W_Q5_0, MVM_W_Q5_0}, {MVM_W_Q5_1, MVM_W_Q5_1}, {MVM_W_Q4_K, MVM_W_Q5_0},
-    {MVM_W_Q5_K, MVM_W_Q5_1},
+    {MVM_W_Q5_K, MVM_W_Q5_1}, {MVM_W_IQ4_NL, MVM_W_IQ4_NL}, {MVM_W_Q2_K, MVM_W_Q2_K},
+    {MVM_W_Q3_K, MVM_W_Q3_K}, {MVM_W_Q3_K, MVM_W_IQ4_NL},
 };
 
 static expert make_expert(mvm_k_expert_fmt f, size_t n_embd, size_t n_ff)
@@ -1115,6 +1198,7 @@ int main(void)
     RUN(test_quantize_known);
     RUN(test_quantize_random);
     RUN(test_quantize_k);
+    RUN(test_quantize_iq4_nl);
     RUN(test_rmsnorm);
     RUN(test_rope);
     RUN(test_softmax);

@@ -141,9 +141,10 @@ AVX2_INLINE __m256i avx2_bits5(const uint8_t *p)
                             _mm256_set1_epi8(0x10));
 }
 
-/* The 32 quants of a block of type t: signed bytes for Q8_0; for the others the unsigned
- * quants, elements 0..15 from the low nibbles and 16..31 from the high ones, with the fifth
- * bits of Q5_0/Q5_1 (avx2_qdot subtracts the bias of Q4_0/Q5_0). */
+/* The 32 quants of a block of type t: signed bytes for Q8_0, and for IQ4_NL its table's
+ * values of the nibbles; for the others the unsigned quants, elements 0..15 from the low
+ * nibbles and 16..31 from the high ones, with the fifth bits of Q5_0/Q5_1 (avx2_qdot
+ * subtracts the bias of Q4_0/Q5_0). */
 AVX2_INLINE __m256i avx2_qload(enum mvm_wtype t, const uint8_t *blk)
 {
     const mvm_k_qlayout L = mvm_k_qlay(t);
@@ -152,12 +153,16 @@ AVX2_INLINE __m256i avx2_qload(enum mvm_wtype t, const uint8_t *blk)
     const __m128i b = _mm_loadu_si128((const __m128i *)(blk + L.qs));
     const __m256i q =
         _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(0x0F));
+    if (t == MVM_W_IQ4_NL)
+        return _mm256_shuffle_epi8(
+            _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)mvm_k_iq4nl_values)), q);
     return L.qh ? _mm256_or_si256(q, avx2_bits5(blk + L.qh)) : q;
 }
 
 /* 8 partial sums of one block's w·a (w from avx2_qload) as floats, exact: each is at most
- * 4·128·127. maddubs multiplies unsigned by signed bytes. Q8_0 gives it |w| and a with w's
- * sign (|w| rather than |a|: a weight of -128 stays exact as 128 while a is in [-127, 127]);
+ * 4·128·127. maddubs multiplies unsigned by signed bytes. Q8_0 and IQ4_NL give it |w| and a
+ * with w's sign (|w| rather than |a|: a weight of -128 stays exact as 128 while a is in
+ * [-127, 127]);
  * the others give it the unsigned quants as they are (at most 2·31·127 a pair: no int16
  * saturation) and Q4_0/Q5_0 subtract bias·a in int16, which the down loop hoists since a
  * is the same for all its outputs. */
@@ -165,7 +170,7 @@ AVX2_INLINE __m256 avx2_qdot(enum mvm_wtype t, __m256i w, __m256i a)
 {
     const mvm_k_qlayout L = mvm_k_qlay(t);
     __m256i p;
-    if (t == MVM_W_Q8_0)
+    if (t == MVM_W_Q8_0 || t == MVM_W_IQ4_NL)
         p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
     else if (L.bias)
         p = _mm256_sub_epi16(_mm256_maddubs_epi16(w, a),
@@ -335,9 +340,59 @@ AVX2_INLINE float avx2_kblock_q6(const mvm_block_q6_K *x, const mvm_block_q8_K *
     return a->d * (mvm_k_h2f(x->d) * (float)(avx2_hsum_i32(acc) - 32 * offset));
 }
 
+/* Q2_K (hmask NULL) / Q3_K: kdot.h's kblock_q23; the bits 2j of qs[32h..32h+31] are two
+ * sub-blocks of 16, one per 128-bit lane, so one madd applies both scales (quants at most 7:
+ * no int16 saturation in maddubs). The mins of Q2_K and the -4 of Q3_K come from bsums. */
+AVX2_INLINE float avx2_kblock_q23(const uint8_t *qs, const uint8_t *hmask, const uint8_t *scales,
+                                  uint16_t d, uint16_t dmin, const mvm_block_q8_K *a)
+{
+    const __m256i three = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    const __m256i hbits =
+        hmask ? _mm256_loadu_si256((const __m256i *)hmask) : _mm256_setzero_si256();
+    int sc[16];
+    int32_t msum = 0, offset = 0;
+    for (int i = 0; i < 16; i++) {
+        if (hmask) {
+            sc[i] = mvm_k_q3_scale(scales, i) - 32;
+            offset += sc[i] * a->bsums[i];
+        } else {
+            sc[i] = scales[i] & 15;
+            msum += (scales[i] >> 4) * a->bsums[i];
+        }
+    }
+    __m256i acc = _mm256_setzero_si256();
+    for (int h = 0; h < 2; h++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * h));
+        for (int j = 0; j < 4; j++) {
+            __m256i v = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), three);
+            if (hmask)
+                v = _mm256_or_si256(
+                    v, _mm256_slli_epi16(
+                           _mm256_and_si256(_mm256_srli_epi16(hbits, 4 * h + j), one), 2));
+            const __m256i aq = _mm256_loadu_si256((const __m256i *)(a->qs + 128 * h + 32 * j));
+            const int i = 8 * h + 2 * j;
+            const __m256i s = _mm256_set_m128i(_mm_set1_epi16((short)sc[i + 1]),
+                                               _mm_set1_epi16((short)sc[i]));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(v, aq), s));
+        }
+    }
+    const int32_t sum = avx2_hsum_i32(acc) - 4 * offset;
+    if (hmask)
+        return a->d * (mvm_k_h2f(d) * (float)sum);
+    return a->d * (mvm_k_h2f(d) * (float)sum - mvm_k_h2f(dmin) * (float)msum);
+}
+
 AVX2_INLINE float avx2_kblock(enum mvm_wtype t, const uint8_t *blk, const mvm_block_q8_K *a)
 {
     switch (t) {
+    case MVM_W_Q2_K: {
+        const mvm_block_q2_K *x = (const mvm_block_q2_K *)blk;
+        return avx2_kblock_q23(x->qs, NULL, x->scales, x->d, x->dmin, a);
+    }
+    case MVM_W_Q3_K: {
+        const mvm_block_q3_K *x = (const mvm_block_q3_K *)blk;
+        return avx2_kblock_q23(x->qs, x->hmask, x->scales, x->d, 0, a);
+    }
     case MVM_W_Q4_K: {
         const mvm_block_q4_K *x = (const mvm_block_q4_K *)blk;
         return avx2_kblock_q45(x->scales, x->d, x->dmin, x->qs, NULL, a);

@@ -54,7 +54,8 @@ uint16_t mvm_fp32_to_bf16(float f)
 const char *mvm_k_wtype_name(enum mvm_wtype t)
 {
     static const char *const names[MVM_W_COUNT] = {
-        "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_K", "q5_K", "q6_K"};
+        "f32",    "f16",  "bf16", "q8_0", "q4_0", "q4_1", "q5_0",
+        "q5_1",   "iq4_nl", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K"};
     return (unsigned)t < MVM_W_COUNT ? names[t] : "unknown";
 }
 
@@ -154,6 +155,34 @@ static void quantize_q_block(enum mvm_wtype t, const float *x, uint8_t *blk)
         memcpy(blk + L.qh, &qh, sizeof qh);
 }
 
+/* IQ4_NL on one block, more simply than ggml's quantize_iq4_nl (which searches the scale
+ * minimising the error): d maps the value of largest magnitude onto -127, the table's end,
+ * and each element takes the table entry nearest x / d (the lower one on ties). */
+static void quantize_iq4_nl_block(const float *x, uint8_t *blk)
+{
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < MVM_QBLOCK; j++) {
+        if (amax < fabsf(x[j])) {
+            amax = fabsf(x[j]);
+            max = x[j];
+        }
+    }
+    const uint16_t dh = mvm_fp32_to_fp16(max / -127);
+    memcpy(blk, &dh, sizeof dh);
+    const float d = mvm_k_h2f(dh), id = d ? 1.0f / d : 0.0f;
+    for (int j = 0; j < MVM_QBLOCK; j++) {
+        const float v = x[j] * id;
+        int best = 0;
+        for (int k = 1; k < 16; k++)
+            if (fabsf(v - mvm_k_iq4nl_values[k]) < fabsf(v - mvm_k_iq4nl_values[best]))
+                best = k;
+        if (j < MVM_QBLOCK / 2)
+            blk[2 + j] = (uint8_t)best;
+        else
+            blk[2 + j - MVM_QBLOCK / 2] |= (uint8_t)(best << 4);
+    }
+}
+
 void mvm_k_quantize(enum mvm_wtype t, const float *src, void *dst, size_t n)
 {
     switch (t) {
@@ -177,6 +206,12 @@ void mvm_k_quantize(enum mvm_wtype t, const float *src, void *dst, size_t n)
         for (size_t b = 0; b < n / MVM_QBLOCK; b++)
             quantize_q_block(t, src + b * MVM_QBLOCK, (uint8_t *)dst + b * mvm_k_block_bytes(t));
         break;
+    case MVM_W_IQ4_NL:
+        for (size_t b = 0; b < n / MVM_QBLOCK; b++)
+            quantize_iq4_nl_block(src + b * MVM_QBLOCK, (uint8_t *)dst + b * 18);
+        break;
+    case MVM_W_Q2_K:
+    case MVM_W_Q3_K:
     case MVM_W_Q4_K:
     case MVM_W_Q5_K:
     case MVM_W_Q6_K: mvm_k_quantize_k(t, src, dst, n); break;
@@ -198,6 +233,7 @@ void mvm_k_dequantize(enum mvm_wtype t, const void *src, float *dst, size_t n)
     case MVM_W_Q4_1:
     case MVM_W_Q5_0:
     case MVM_W_Q5_1:
+    case MVM_W_IQ4_NL:
         for (size_t b = 0; b < n / MVM_QBLOCK; b++) {
             const uint8_t *blk = (const uint8_t *)src + b * mvm_k_block_bytes(t);
             const mvm_k_qlayout L = mvm_k_qlay(t);
@@ -209,6 +245,8 @@ void mvm_k_dequantize(enum mvm_wtype t, const void *src, float *dst, size_t n)
                     L.m ? d * q[j] + mvm_k_h2f(mvm_k_block_h(blk, L.m)) : d * q[j];
         }
         break;
+    case MVM_W_Q2_K:
+    case MVM_W_Q3_K:
     case MVM_W_Q4_K:
     case MVM_W_Q5_K:
     case MVM_W_Q6_K: mvm_k_dequantize_k(t, src, dst, n); break;

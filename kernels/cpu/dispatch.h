@@ -29,6 +29,10 @@ typedef struct {
     uint8_t m, qh, qs, bias;
 } mvm_k_qlayout;
 
+/* IQ4_NL's quant values (ggml-common.h's kvalues_iq4nl), indexed by the nibble. */
+static const int8_t mvm_k_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                              1,    13,   25,  38,  53,  69,  89,  113};
+
 static inline mvm_k_qlayout mvm_k_qlay(enum mvm_wtype t)
 {
     switch (t) {
@@ -36,7 +40,7 @@ static inline mvm_k_qlayout mvm_k_qlay(enum mvm_wtype t)
     case MVM_W_Q4_1: return (mvm_k_qlayout){2, 0, 4, 0};
     case MVM_W_Q5_0: return (mvm_k_qlayout){0, 2, 6, 16};
     case MVM_W_Q5_1: return (mvm_k_qlayout){2, 4, 8, 0};
-    default: return (mvm_k_qlayout){0, 0, 2, 0};
+    default: return (mvm_k_qlayout){0, 0, 2, 0}; /* Q8_0, and IQ4_NL's nibbles */
     }
 }
 
@@ -52,6 +56,22 @@ typedef struct {
     uint8_t scales[12];
     uint8_t qs[MVM_QK_K / 2];
 } mvm_block_q4_K;
+/* Q2_K and Q3_K: 16 sub-blocks of 16; element 128h + 32j + l (j < 4, l < 32) of sub-block
+ * i = 8h + 2j + l / 16 takes bits 2j, 2j+1 of qs[32h + l]. Q2_K: x = d·(sc & 15)·q -
+ * dmin·(sc >> 4) with sc = scales[i]. Q3_K: the third bit is bit 4h + j of hmask[l] and
+ * x = d·(s - 32)·(q - 4 if that bit is clear, else q), s = the 6-bit scale i
+ * (mvm_k_q3_scale). */
+typedef struct {
+    uint8_t scales[MVM_QK_K / 16];
+    uint8_t qs[MVM_QK_K / 4];
+    uint16_t d, dmin;
+} mvm_block_q2_K;
+typedef struct {
+    uint8_t hmask[MVM_QK_K / 8];
+    uint8_t qs[MVM_QK_K / 4];
+    uint8_t scales[12];
+    uint16_t d;
+} mvm_block_q3_K;
 typedef struct {
     uint16_t d, dmin;
     uint8_t scales[12];
@@ -70,7 +90,8 @@ typedef struct {
     int8_t qs[MVM_QK_K];
     int16_t bsums[MVM_QK_K / 16];
 } mvm_block_q8_K;
-_Static_assert(sizeof(mvm_block_q4_K) == 144 && sizeof(mvm_block_q5_K) == 176 &&
+_Static_assert(sizeof(mvm_block_q2_K) == 84 && sizeof(mvm_block_q3_K) == 110 &&
+                   sizeof(mvm_block_q4_K) == 144 && sizeof(mvm_block_q5_K) == 176 &&
                    sizeof(mvm_block_q6_K) == 210 && sizeof(mvm_block_q8_K) == 292,
                "ggml K block sizes");
 
@@ -78,13 +99,14 @@ _Static_assert(sizeof(mvm_block_q4_K) == 144 && sizeof(mvm_block_q5_K) == 176 &&
 static inline int mvm_k_is_q(enum mvm_wtype t)
 {
     return t == MVM_W_Q8_0 || t == MVM_W_Q4_0 || t == MVM_W_Q4_1 || t == MVM_W_Q5_0 ||
-           t == MVM_W_Q5_1;
+           t == MVM_W_Q5_1 || t == MVM_W_IQ4_NL;
 }
 
 /* The K-quants, whose activations are Q8_K blocks. */
 static inline int mvm_k_is_k(enum mvm_wtype t)
 {
-    return t == MVM_W_Q4_K || t == MVM_W_Q5_K || t == MVM_W_Q6_K;
+    return t == MVM_W_Q2_K || t == MVM_W_Q3_K || t == MVM_W_Q4_K || t == MVM_W_Q5_K ||
+           t == MVM_W_Q6_K;
 }
 
 static inline uint32_t mvm_k_f2u(float f)
@@ -130,6 +152,9 @@ static inline size_t mvm_k_block_bytes(enum mvm_wtype t)
     case MVM_W_Q4_1: return 20;
     case MVM_W_Q5_0: return 22;
     case MVM_W_Q5_1: return 24;
+    case MVM_W_IQ4_NL: return 18;
+    case MVM_W_Q2_K: return sizeof(mvm_block_q2_K);
+    case MVM_W_Q3_K: return sizeof(mvm_block_q3_K);
     case MVM_W_Q4_K: return sizeof(mvm_block_q4_K);
     case MVM_W_Q5_K: return sizeof(mvm_block_q5_K);
     case MVM_W_Q6_K: return sizeof(mvm_block_q6_K);
@@ -159,6 +184,13 @@ static inline void mvm_k_qunpack(enum mvm_wtype t, const uint8_t *blk, int8_t q[
         memcpy(q, blk + L.qs, MVM_QBLOCK);
         return;
     }
+    if (t == MVM_W_IQ4_NL) {
+        for (int j = 0; j < MVM_QBLOCK / 2; j++) {
+            q[j] = mvm_k_iq4nl_values[blk[L.qs + j] & 0x0F];
+            q[j + 16] = mvm_k_iq4nl_values[blk[L.qs + j] >> 4];
+        }
+        return;
+    }
     uint32_t qh = 0;
     if (L.qh)
         memcpy(&qh, blk + L.qh, sizeof qh);
@@ -184,6 +216,10 @@ static inline float mvm_k_elem(enum mvm_wtype t, const void *row, size_t i)
 void mvm_k_quantize_q8_0_block(const float *x, mvm_block_q8_0 *y);
 /* One Q8_K block from 256 floats with quantize_row_q8_K_ref's rounding (kquant.c). */
 void mvm_k_quantize_q8_K_block(const float *x, mvm_block_q8_K *y);
+/* Q2_K / Q3_K on one super-block: mkmodel's quantizer and ggml's dequantization
+ * (kquant23.c). */
+void mvm_k_quantize_q23(enum mvm_wtype t, const float *x, void *blk);
+void mvm_k_dequantize_q23(enum mvm_wtype t, const void *blk, float *y);
 /* The K-quants' quantize / dequantize of n elements (kquant.c; n % 256 == 0). */
 void mvm_k_quantize_k(enum mvm_wtype t, const float *src, void *dst, size_t n);
 void mvm_k_dequantize_k(enum mvm_wtype t, const void *src, float *dst, size_t n);
@@ -200,6 +236,15 @@ static inline void mvm_k_scale_min(const uint8_t *q, int j, uint8_t *sc, uint8_t
         *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
         *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
     }
+}
+
+/* Q3_K's 6-bit scale i (< 16), unsigned (the value is this - 32): its low 4 bits are the
+ * low (i < 8) or high nibble of scales[i % 8], its top 2 bits are bits 2(i / 4), 2(i / 4) + 1
+ * of scales[8 + i % 4]. */
+static inline int mvm_k_q3_scale(const uint8_t *scales, int i)
+{
+    const int low = i < 8 ? scales[i] & 15 : scales[i - 8] >> 4;
+    return low | ((scales[8 + i % 4] >> (2 * (i / 4))) & 3) << 4;
 }
 
 /* ---- the hot kernels of one SIMD level -------------------------------------------------- */
@@ -246,6 +291,9 @@ struct mvm_k_level {
     MVM_K_LEVEL_TYPE(attr, dot_q, down_q, MVM_W_Q4_1, q4_1)                                        \
     MVM_K_LEVEL_TYPE(attr, dot_q, down_q, MVM_W_Q5_0, q5_0)                                        \
     MVM_K_LEVEL_TYPE(attr, dot_q, down_q, MVM_W_Q5_1, q5_1)                                        \
+    MVM_K_LEVEL_TYPE(attr, dot_q, down_q, MVM_W_IQ4_NL, iq4_nl)                                    \
+    MVM_K_LEVEL_TYPE(attr, dot_k, down_k, MVM_W_Q2_K, q2_K)                                        \
+    MVM_K_LEVEL_TYPE(attr, dot_k, down_k, MVM_W_Q3_K, q3_K)                                        \
     MVM_K_LEVEL_TYPE(attr, dot_k, down_k, MVM_W_Q4_K, q4_K)                                        \
     MVM_K_LEVEL_TYPE(attr, dot_k, down_k, MVM_W_Q5_K, q5_K)                                        \
     MVM_K_LEVEL_TYPE(attr, dot_k, down_k, MVM_W_Q6_K, q6_K)                                        \
@@ -258,6 +306,9 @@ struct mvm_k_level {
                 [MVM_W_Q4_1] = dot_q4_1,                                                           \
                 [MVM_W_Q5_0] = dot_q5_0,                                                           \
                 [MVM_W_Q5_1] = dot_q5_1,                                                           \
+                [MVM_W_IQ4_NL] = dot_iq4_nl,                                                       \
+                [MVM_W_Q2_K] = dot_q2_K,                                                           \
+                [MVM_W_Q3_K] = dot_q3_K,                                                           \
                 [MVM_W_Q4_K] = dot_q4_K,                                                           \
                 [MVM_W_Q5_K] = dot_q5_K,                                                           \
                 [MVM_W_Q6_K] = dot_q6_K},                                                          \
@@ -269,6 +320,9 @@ struct mvm_k_level {
                  [MVM_W_Q4_1] = down_q4_1,                                                         \
                  [MVM_W_Q5_0] = down_q5_0,                                                         \
                  [MVM_W_Q5_1] = down_q5_1,                                                         \
+                 [MVM_W_IQ4_NL] = down_iq4_nl,                                                     \
+                 [MVM_W_Q2_K] = down_q2_K,                                                         \
+                 [MVM_W_Q3_K] = down_q3_K,                                                         \
                  [MVM_W_Q4_K] = down_q4_K,                                                         \
                  [MVM_W_Q5_K] = down_q5_K,                                                         \
                  [MVM_W_Q6_K] = down_q6_K},                                                        \

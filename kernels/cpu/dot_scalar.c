@@ -38,6 +38,10 @@ static inline float block_q(enum mvm_wtype t, const uint8_t *blk, const mvm_bloc
     if (t == MVM_W_Q8_0) {
         for (int j = 0; j < MVM_QBLOCK; j++)
             sum += (int8_t)blk[L.qs + j] * a->qs[j];
+    } else if (t == MVM_W_IQ4_NL) {
+        for (int j = 0; j < MVM_QBLOCK / 2; j++)
+            sum += mvm_k_iq4nl_values[blk[L.qs + j] & 0x0F] * a->qs[j] +
+                   mvm_k_iq4nl_values[blk[L.qs + j] >> 4] * a->qs[j + 16];
     } else {
         uint32_t qh = 0;
         if (L.qh)

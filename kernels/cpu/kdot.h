@@ -6,10 +6,12 @@
  * Per super-block the quants are summed in int32 per sub-block, scaled by the sub-block's
  * integer scale, and only the super-block's total is converted: exact, since every sum is
  * far below 2^31 (Q6_K: 16 sub-blocks x 64 x 16 x 32 x 127 < 2^27). The mins of Q4_K/Q5_K
- * (x = d·sc·q - dmin·m) and the -32 offset of Q6_K come out of the activation sums the Q8_K
- * block carries (bsums), as in ggml. Then, in float,
- *     Q4_K, Q5_K:  a.d · (d · Σ sc·(q·a) - dmin · Σ m·bsum)
- *     Q6_K:        a.d · d · Σ sc·(q·a - 32·bsum)
+ * (x = d·sc·q - dmin·m) and Q2_K, the -32 offset of Q6_K and the -4 of Q3_K's quants
+ * without their third bit come out of the activation sums the Q8_K block carries (bsums), as
+ * in ggml. Then, in float,
+ *     Q2_K, Q4_K, Q5_K:  a.d · (d · Σ sc·(q·a) - dmin · Σ m·bsum)
+ *     Q3_K:              a.d · d · Σ (s - 32)·(q·a - 4·bsum), q with the third bit
+ *     Q6_K:              a.d · d · Σ sc·(q·a - 32·bsum)
  * and a row sums its super-blocks in order.
  */
 #ifndef MVM_KERNELS_CPU_KDOT_H
@@ -73,9 +75,45 @@ MVM_K_INLINE float kblock_q6(const mvm_block_q6_K *x, const mvm_block_q8_K *a)
     return a->d * (mvm_k_h2f(x->d) * (float)sum);
 }
 
+/* Q2_K (hmask NULL) or Q3_K: sub-block i = 8h + 2j + half (16 elements) takes bits 2j of
+ * qs[32h + 16·half + l] and, for Q3_K, bit 4h + j of hmask[16·half + l] as the third. */
+MVM_K_INLINE float kblock_q23(const uint8_t *qs, const uint8_t *hmask, const uint8_t *scales,
+                              uint16_t d, uint16_t dmin, const mvm_block_q8_K *a)
+{
+    int32_t sum = 0, msum = 0;
+    for (int i = 0; i < 16; i++) {
+        const int h = i / 8, j = i % 8 / 2, half = i % 2;
+        const uint8_t *q = qs + 32 * h + 16 * half;
+        const int8_t *aq = a->qs + 16 * i;
+        int32_t s = 0;
+        if (hmask) {
+            const uint8_t *hm = hmask + 16 * half;
+            for (int l = 0; l < 16; l++)
+                s += (((q[l] >> (2 * j)) & 3) | ((hm[l] >> (4 * h + j)) & 1) << 2) * aq[l];
+            sum += (mvm_k_q3_scale(scales, i) - 32) * (s - 4 * a->bsums[i]);
+        } else {
+            for (int l = 0; l < 16; l++)
+                s += ((q[l] >> (2 * j)) & 3) * aq[l];
+            sum += (scales[i] & 15) * s;
+            msum += (scales[i] >> 4) * a->bsums[i];
+        }
+    }
+    if (hmask)
+        return a->d * (mvm_k_h2f(d) * (float)sum);
+    return a->d * (mvm_k_h2f(d) * (float)sum - mvm_k_h2f(dmin) * (float)msum);
+}
+
 MVM_K_INLINE float kblock(enum mvm_wtype t, const uint8_t *blk, const mvm_block_q8_K *a)
 {
     switch (t) {
+    case MVM_W_Q2_K: {
+        const mvm_block_q2_K *x = (const mvm_block_q2_K *)blk;
+        return kblock_q23(x->qs, NULL, x->scales, x->d, x->dmin, a);
+    }
+    case MVM_W_Q3_K: {
+        const mvm_block_q3_K *x = (const mvm_block_q3_K *)blk;
+        return kblock_q23(x->qs, x->hmask, x->scales, x->d, 0, a);
+    }
     case MVM_W_Q4_K: {
         const mvm_block_q4_K *x = (const mvm_block_q4_K *)blk;
         return kblock_q45(x->scales, x->d, x->dmin, x->qs, NULL, a);

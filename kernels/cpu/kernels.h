@@ -15,7 +15,11 @@
  *         q = the nibble (as Q4_0) with bit j of qh (a little-endian u32) as its fifth bit.
  *         llama-quantize writes Q5_0/Q5_1 where a Q4_K/Q5_K matrix has rows that are not
  *         whole 256-element super-blocks (Qwen1.5/2-MoE's 1408-channel experts).
- *   the K-quants, super-blocks of 256 elements (kquant.c has their layouts):
+ *   IQ4_NL: as Q4_0, but x = d * kvalues[nibble], a fixed non-linear table of 16 int8
+ *         (Q2_K/Q3_K's fallback where rows are not whole super-blocks).
+ *   the K-quants, super-blocks of 256 elements (dispatch.h has their layouts):
+ *   Q2_K  16 sub-blocks of 16, 2-bit quants, 4-bit scale and min each   84 bytes
+ *   Q3_K  16 sub-blocks of 16, 3-bit quants, 6-bit signed scale each   110 bytes
  *   Q4_K  8 sub-blocks of 32, 4-bit quants, 6-bit scale and min each   144 bytes
  *   Q5_K  the same with a fifth bit per quant                          176 bytes
  *   Q6_K  16 sub-blocks of 16, 6-bit quants, 8-bit scale each          210 bytes
@@ -46,18 +50,21 @@ enum mvm_wtype {
     MVM_W_Q4_1,
     MVM_W_Q5_0,
     MVM_W_Q5_1,
+    MVM_W_IQ4_NL,
+    MVM_W_Q2_K,
+    MVM_W_Q3_K,
     MVM_W_Q4_K,
     MVM_W_Q5_K,
     MVM_W_Q6_K,
     MVM_W_COUNT
 };
 
-#define MVM_QBLOCK 32 /* elements per Q8_0..Q5_1 block, and channels per expert group */
+#define MVM_QBLOCK 32 /* elements per Q8_0..IQ4_NL block, and channels per expert group */
 #define MVM_QK_K 256  /* elements per K-quant super-block */
 
 /* ggml's name of the type: "f32", "q8_0", "q4_K". */
 const char *mvm_k_wtype_name(enum mvm_wtype t);
-/* Elements per block of type t: 1 for float types, 32 for Q8_0..Q5_1, 256 for K-quants.
+/* Elements per block of type t: 1 for float types, 32 for Q8_0..IQ4_NL, 256 for K-quants.
  * Every row length of type t is a multiple of it. */
 size_t mvm_k_block_elems(enum mvm_wtype t);
 /* Bytes of n elements of type t; n must be a multiple of mvm_k_block_elems(t). */

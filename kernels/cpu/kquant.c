@@ -199,7 +199,9 @@ void mvm_k_quantize_k(enum mvm_wtype t, const float *src, void *dst, size_t n)
     for (size_t b = 0; b < n / MVM_QK_K; b++) {
         void *blk = (uint8_t *)dst + b * bytes;
         const float *x = src + b * MVM_QK_K;
-        if (t == MVM_W_Q4_K)
+        if (t == MVM_W_Q2_K || t == MVM_W_Q3_K)
+            mvm_k_quantize_q23(t, x, blk);
+        else if (t == MVM_W_Q4_K)
             quantize_q4_K(x, blk);
         else if (t == MVM_W_Q5_K)
             quantize_q5_K(x, blk);
@@ -214,7 +216,9 @@ void mvm_k_dequantize_k(enum mvm_wtype t, const void *src, float *dst, size_t n)
     for (size_t b = 0; b < n / MVM_QK_K; b++) {
         const void *blk = (const uint8_t *)src + b * bytes;
         float *y = dst + b * MVM_QK_K;
-        if (t == MVM_W_Q4_K) {
+        if (t == MVM_W_Q2_K || t == MVM_W_Q3_K) {
+            mvm_k_dequantize_q23(t, blk, y);
+        } else if (t == MVM_W_Q4_K) {
             const mvm_block_q4_K *x = blk;
             dequantize_q45(x->scales, x->d, x->dmin, x->qs, NULL, y);
         } else if (t == MVM_W_Q5_K) {

@@ -36,7 +36,8 @@ _SCALAR_DTYPE = {
 
 # ggml tensor types this reader dequantizes: type -> (name, elements per block, block bytes).
 GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q8_0, GGML_BF16 = 0, 1, 2, 8, 30
-GGML_Q4_1, GGML_Q5_0, GGML_Q5_1 = 3, 6, 7
+GGML_Q4_1, GGML_Q5_0, GGML_Q5_1, GGML_IQ4_NL = 3, 6, 7, 20
+GGML_Q2_K, GGML_Q3_K = 10, 11
 GGML_Q4_K, GGML_Q5_K, GGML_Q6_K = 12, 13, 14
 GGML_TYPES = {
     GGML_F32: ("F32", 1, 4),
@@ -47,13 +48,19 @@ GGML_TYPES = {
     GGML_Q4_1: ("Q4_1", 32, 20),  # { f16 d, m; uint8 qs[16]; }
     GGML_Q5_0: ("Q5_0", 32, 22),  # { f16 d; uint8 qh[4]; uint8 qs[16]; }
     GGML_Q5_1: ("Q5_1", 32, 24),  # { f16 d, m; uint8 qh[4]; uint8 qs[16]; }
+    GGML_IQ4_NL: ("IQ4_NL", 32, 18),  # { f16 d; uint8 qs[16]; } indexing IQ4_NL_VALUES
     # The K-quants' super-blocks (ggml-common.h):
+    GGML_Q2_K: ("Q2_K", 256, 84),   # { u8 scales[16]; u8 qs[64]; f16 d, dmin; }
+    GGML_Q3_K: ("Q3_K", 256, 110),  # { u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d; }
     GGML_Q4_K: ("Q4_K", 256, 144),  # { f16 d, dmin; u8 scales[12]; u8 qs[128]; }
     GGML_Q5_K: ("Q5_K", 256, 176),  # { f16 d, dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]; }
     GGML_Q6_K: ("Q6_K", 256, 210),  # { u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d; }
 }
-K_QUANTS = (GGML_Q4_K, GGML_Q5_K, GGML_Q6_K)
-# The 32-element types with 4- or 5-bit quants.
+K_QUANTS = (GGML_Q2_K, GGML_Q3_K, GGML_Q4_K, GGML_Q5_K, GGML_Q6_K)
+# ggml-common.h's kvalues_iq4nl: IQ4_NL's quant values, indexed by the nibble.
+IQ4_NL_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10,
+                          1, 13, 25, 38, 53, 69, 89, 113], dtype=np.float64)
+# The 32-element types with 4- or 5-bit quants (IQ4_NL aside).
 Q45 = (GGML_Q4_0, GGML_Q4_1, GGML_Q5_0, GGML_Q5_1)
 
 
@@ -226,6 +233,13 @@ def dequantize(ggml_type, raw, n):
         return (d * q).reshape(n)
     if ggml_type in Q45:
         return _dequantize_q45(ggml_type, raw, n)
+    if ggml_type == GGML_IQ4_NL:
+        blocks = raw.reshape(n // 32, 18)
+        qs = blocks[:, 2:].astype(np.int64)
+        q = np.concatenate([qs & 0x0F, qs >> 4], axis=1)
+        return (_f16(blocks[:, 0:2]) * IQ4_NL_VALUES[q]).reshape(n)
+    if ggml_type in (GGML_Q2_K, GGML_Q3_K):
+        return _dequantize_q23_k(raw, n, ggml_type == GGML_Q3_K)
     if ggml_type in (GGML_Q4_K, GGML_Q5_K):
         return _dequantize_q45_k(raw, n, ggml_type == GGML_Q5_K)
     if ggml_type == GGML_Q6_K:
@@ -255,6 +269,33 @@ def _dequantize_q45(ggml_type, raw, n):
     if with_min:
         return (d * q + _f16(blocks[:, 2:4])).reshape(n)
     return (d * (q - (16 if five else 8))).reshape(n)
+
+
+def _dequantize_q23_k(raw, n, three):
+    """Q2_K / Q3_K: element 128h + 32j + l (j < 4, l < 32) takes bits 2j, 2j+1 of
+    qs[32h + l]; it is in sub-block (128h + 32j + l) // 16. Q2_K: x = d * (sc & 15) * q -
+    dmin * (sc >> 4), sc = scales[sub-block]. Q3_K: q's third bit is bit 4h + j of hmask[l]
+    (q - 4 where it is clear), x = d * (s - 32) * that, s the 6-bit scale whose low 4 bits
+    are the low (sub-block < 8) or high nibble of scales[sub-block % 8] and whose top 2 bits
+    are bits 2 (sub-block // 4) of scales[8 + sub-block % 4]."""
+    nb = n // 256
+    blocks = raw.reshape(nb, 110 if three else 84)
+    qs = blocks[:, 32:96] if three else blocks[:, 16:80]
+    qs = qs.reshape(nb, 2, 1, 32).astype(np.int64)                            # [h, -, l]
+    j = np.arange(4)[None, None, :, None]
+    q = ((qs >> (2 * j)) & 3).reshape(nb, 256)                                # element order
+    if not three:
+        sc = blocks[:, 0:16].astype(np.int64)
+        sc_e, m_e = np.repeat(sc & 15, 16, axis=1), np.repeat(sc >> 4, 16, axis=1)
+        return (_f16(blocks[:, 80:82]) * sc_e * q - _f16(blocks[:, 82:84]) * m_e).reshape(n)
+    hm = blocks[:, 0:32].astype(np.int64)[:, None, None, :]                   # [-, -, l]
+    h = np.arange(2)[None, :, None, None]
+    hbit = ((hm >> (4 * h + j)) & 1).reshape(nb, 256)
+    s8 = blocks[:, 96:108].astype(np.int64)
+    i = np.arange(16)
+    low = np.where(i < 8, s8[:, i % 8] & 15, s8[:, i % 8] >> 4)
+    s = (low | ((s8[:, 8 + i % 4] >> (2 * (i // 4))) & 3) << 4) - 32        # (nb, 16)
+    return (_f16(blocks[:, 108:110]) * np.repeat(s, 16, axis=1) * (q - 4 * (1 - hbit))).reshape(n)
 
 
 def _dequantize_q45_k(raw, n, five):

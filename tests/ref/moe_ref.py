@@ -93,7 +93,8 @@ class Model:
         """x (T, n_in) @ W.T for the tensor `name` (expert slice `expert` of a 3-D one);
         a 1-D weight (n_in,) gives (T,)."""
         W = self.w[name] if expert is None else self.w[name][expert]
-        if self.cfg.act_quant and self.wtypes[name] in (gguf_read.GGML_Q8_0,) + gguf_read.Q45:
+        if self.cfg.act_quant and self.wtypes[name] in (gguf_read.GGML_Q8_0,
+                                                        gguf_read.GGML_IQ4_NL) + gguf_read.Q45:
             x = q8_0_roundtrip(x)
         elif self.cfg.act_quant and self.wtypes[name] in gguf_read.K_QUANTS:
             x = q8_k_roundtrip(x)

@@ -312,6 +312,10 @@ def test_dequantize_hand_blocks():
            + (0xFFFF0000).to_bytes(4, "little") + q4[2:])
     assert np.array_equal(gr.dequantize(gr.GGML_Q5_1, np.frombuffer(q51, np.uint8), 32),
                           [0.25 * (q + 16 * (e >= 16)) + 1 for e, q in enumerate(nib)])
+    # IQ4_NL with the same nibbles: d = 0.5 times the table entry of each
+    iq4 = np.float16(0.5).tobytes() + q4[2:]
+    assert np.array_equal(gr.dequantize(gr.GGML_IQ4_NL, np.frombuffer(iq4, np.uint8), 32),
+                          [0.5 * gr.IQ4_NL_VALUES[q] for q in nib])
     # BF16 1.0, -3.0, 2^-10; F16 1.0, -2.0, 65504
     bf = np.array([0x3F80, 0xC040, 0x3A80], np.uint16).view(np.uint8)
     assert np.array_equal(gr.dequantize(gr.GGML_BF16, bf, 3), [1.0, -3.0, 2.0 ** -10])
