@@ -111,9 +111,14 @@ int main(int argc, char **argv)
     const int reps = argc > 1 ? atoi(argv[1]) : 5;
     void *w = alloc64(WEIGHT_BYTES);
     float *a = alloc64(READ_BYTES);
-    /* the largest activations (F32, N_IN) and the most rows (Q4_0) of any type */
+    /* the largest activations (F32, N_IN) and the most rows (the smallest row) of any type */
+    size_t min_row = SIZE_MAX;
+    for (int t = 0; t < MVM_W_COUNT; t++) {
+        const size_t rb = mvm_k_row_bytes((enum mvm_wtype)t, N_IN);
+        min_row = rb < min_row ? rb : min_row;
+    }
     void *act = alloc64(N_IN * sizeof(float)), *act_ex = alloc64(N_EMBD * sizeof(float));
-    float *y = malloc(WEIGHT_BYTES / mvm_k_row_bytes(MVM_W_Q4_0, N_IN) * sizeof *y);
+    float *y = malloc(WEIGHT_BYTES / min_row * sizeof *y);
     float x[N_IN], out[N_EMBD] = {0};
     if (!w || !a || !act || !act_ex || !y || reps < 1)
         return 1;

@@ -349,17 +349,32 @@ AVX2_INLINE float avx2_kblock_q23(const uint8_t *qs, const uint8_t *hmask, const
     const __m256i three = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
     const __m256i hbits =
         hmask ? _mm256_loadu_si256((const __m256i *)hmask) : _mm256_setzero_si256();
-    int sc[16];
-    int32_t msum = 0, offset = 0;
-    for (int i = 0; i < 16; i++) {
-        if (hmask) {
-            sc[i] = mvm_k_q3_scale(scales, i) - 32;
-            offset += sc[i] * a->bsums[i];
-        } else {
-            sc[i] = scales[i] & 15;
-            msum += (scales[i] >> 4) * a->bsums[i];
-        }
+    /* The 16 scales (and Q2_K's mins) as int16, and their products with the sub-block sums
+     * of the activations: madd does the 16 products and the pairwise sums. */
+    __m128i sc8;
+    if (hmask) { /* mvm_k_q3_scale for all 16 at once, in 32-bit words of 4 scales */
+        uint32_t w[3], s4[4];
+        memcpy(w, scales, sizeof w);
+        s4[0] = (w[0] & 0x0f0f0f0fu) | (w[2] & 0x03030303u) << 4;
+        s4[1] = (w[1] & 0x0f0f0f0fu) | (w[2] >> 2 & 0x03030303u) << 4;
+        s4[2] = (w[0] >> 4 & 0x0f0f0f0fu) | (w[2] >> 4 & 0x03030303u) << 4;
+        s4[3] = (w[1] >> 4 & 0x0f0f0f0fu) | (w[2] >> 6 & 0x03030303u) << 4;
+        sc8 = _mm_sub_epi8(_mm_loadu_si128((const __m128i *)s4), _mm_set1_epi8(32));
+    } else {
+        sc8 = _mm_and_si128(_mm_loadu_si128((const __m128i *)scales), _mm_set1_epi8(15));
     }
+    const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+    const __m256i bsums = _mm256_loadu_si256((const __m256i *)a->bsums);
+    const int32_t offset = hmask ? avx2_hsum_i32(_mm256_madd_epi16(sc16, bsums)) : 0;
+    const int32_t msum =
+        hmask ? 0
+              : avx2_hsum_i32(_mm256_madd_epi16(
+                    _mm256_cvtepu8_epi16(_mm_srli_epi16(
+                        _mm_and_si128(_mm_loadu_si128((const __m128i *)scales),
+                                      _mm_set1_epi8((char)0xF0)), 4)),
+                    bsums));
+    int16_t sc[16];
+    _mm256_storeu_si256((__m256i *)sc, sc16);
     __m256i acc = _mm256_setzero_si256();
     for (int h = 0; h < 2; h++) {
         const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * h));
