@@ -386,8 +386,8 @@ AVX2_INLINE float avx2_kblock_q23(const uint8_t *qs, const uint8_t *hmask, const
                            _mm256_and_si256(_mm256_srli_epi16(hbits, 4 * h + j), one), 2));
             const __m256i aq = _mm256_loadu_si256((const __m256i *)(a->qs + 128 * h + 32 * j));
             const int i = 8 * h + 2 * j;
-            const __m256i s = _mm256_set_m128i(_mm_set1_epi16((short)sc[i + 1]),
-                                               _mm_set1_epi16((short)sc[i]));
+            const __m256i s = _mm256_set_m128i(_mm_set1_epi16(sc[i + 1]),
+                                               _mm_set1_epi16(sc[i]));
             acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(v, aq), s));
         }
     }
