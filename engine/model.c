@@ -41,8 +41,9 @@ enum mvm_ggml_type mvm_wtype_to_ggml(enum mvm_wtype t)
     static const enum mvm_ggml_type map[MVM_W_COUNT] = {
         [MVM_W_F32] = MVM_GGML_F32, [MVM_W_F16] = MVM_GGML_F16, [MVM_W_BF16] = MVM_GGML_BF16,
         [MVM_W_Q8_0] = MVM_GGML_Q8_0, [MVM_W_Q4_0] = MVM_GGML_Q4_0, [MVM_W_Q4_1] = MVM_GGML_Q4_1,
-        [MVM_W_Q5_0] = MVM_GGML_Q5_0, [MVM_W_Q5_1] = MVM_GGML_Q5_1, [MVM_W_IQ4_NL] = MVM_GGML_IQ4_NL,
-        [MVM_W_Q2_K] = MVM_GGML_Q2_K, [MVM_W_Q3_K] = MVM_GGML_Q3_K, [MVM_W_Q4_K] = MVM_GGML_Q4_K,
+        [MVM_W_Q5_0] = MVM_GGML_Q5_0, [MVM_W_Q5_1] = MVM_GGML_Q5_1,
+        [MVM_W_IQ4_NL] = MVM_GGML_IQ4_NL, [MVM_W_Q2_K] = MVM_GGML_Q2_K,
+        [MVM_W_Q3_K] = MVM_GGML_Q3_K, [MVM_W_Q4_K] = MVM_GGML_Q4_K,
         [MVM_W_Q5_K] = MVM_GGML_Q5_K, [MVM_W_Q6_K] = MVM_GGML_Q6_K};
     return map[t];
 }
