@@ -6,6 +6,7 @@
 #ifndef MVM_KERNELS_CPU_DISPATCH_H
 #define MVM_KERNELS_CPU_DISPATCH_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -216,6 +217,45 @@ static inline float mvm_k_elem(enum mvm_wtype t, const void *row, size_t i)
 void mvm_k_quantize_q8_0_block(const float *x, mvm_block_q8_0 *y);
 /* One Q8_K block from 256 floats with quantize_row_q8_K_ref's rounding (kquant.c). */
 void mvm_k_quantize_q8_K_block(const float *x, mvm_block_q8_K *y);
+/* ---- what the K quantizers of kquant.c and kquant23.c share ---------------------------- */
+
+/* ggml's nearest_int: round half to even (the default rounding mode), for |x| < 2^22. */
+static inline int mvm_k_nearest(float x)
+{
+    return (int)lrintf(x);
+}
+
+static inline int mvm_k_clampi(int v, int lo, int hi)
+{
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+/* The quant of v in steps of `step`, clamped to [lo, hi]; 0 when the step is 0. */
+static inline int mvm_k_round_to(float v, float step, int lo, int hi)
+{
+    return step != 0 ? mvm_k_clampi(mvm_k_nearest(v / step), lo, hi) : 0;
+}
+
+/* The ranges of n_sub sub-blocks of len elements of x, for the quantizers with a min
+ * (x = d·sc·q - dmin·m): scale[j] maps [min(0, lowest), highest] onto [0, qmax], min[j] is
+ * minus the lower end (>= 0, as ggml clamps it); *max_scale, *max_min their maxima. */
+static inline void mvm_k_sub_ranges(const float *x, int n_sub, int len, int qmax, float *scale,
+                                    float *min, float *max_scale, float *max_min)
+{
+    *max_scale = *max_min = 0;
+    for (int j = 0; j < n_sub; j++) {
+        float lo = 0, hi = x[len * j];
+        for (int l = 0; l < len; l++) {
+            lo = fminf(lo, x[len * j + l]);
+            hi = fmaxf(hi, x[len * j + l]);
+        }
+        scale[j] = (hi - lo) / (float)qmax;
+        min[j] = -lo;
+        *max_scale = fmaxf(*max_scale, scale[j]);
+        *max_min = fmaxf(*max_min, min[j]);
+    }
+}
+
 /* Q2_K / Q3_K on one super-block: mkmodel's quantizer and ggml's dequantization
  * (kquant23.c). */
 void mvm_k_quantize_q23(enum mvm_wtype t, const float *x, void *blk);

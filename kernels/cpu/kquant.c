@@ -16,16 +16,6 @@
 
 #include "kernels/cpu/dispatch.h"
 
-/* ggml's nearest_int: round half to even (the default rounding mode), for |x| < 2^22. */
-static int nearest(float x)
-{
-    return (int)lrintf(x);
-}
-
-static int clampi(int v, int lo, int hi)
-{
-    return v < lo ? lo : v > hi ? hi : v;
-}
 
 void mvm_k_quantize_q8_K_block(const float *x, mvm_block_q8_K *y)
 {
@@ -41,7 +31,7 @@ void mvm_k_quantize_q8_K_block(const float *x, mvm_block_q8_K *y)
         return;
     const float iscale = -127.f / max;
     for (int j = 0; j < MVM_QK_K; j++) {
-        const int v = nearest(iscale * x[j]);
+        const int v = mvm_k_nearest(iscale * x[j]);
         y->qs[j] = (int8_t)(v < 127 ? v : 127);
     }
     for (int j = 0; j < MVM_QK_K / 16; j++) {
@@ -72,28 +62,17 @@ static void quantize_q45(const float *x, int bits, uint16_t *d_out, uint16_t *dm
                          uint8_t scales[12], uint8_t q[MVM_QK_K])
 {
     const int qmax = (1 << bits) - 1;
-    float scale[8], min[8], max_scale = 0, max_min = 0;
-    for (int j = 0; j < 8; j++) {
-        float lo = 0, hi = x[32 * j];
-        for (int l = 0; l < 32; l++) {
-            lo = fminf(lo, x[32 * j + l]);
-            hi = fmaxf(hi, x[32 * j + l]);
-        }
-        scale[j] = (hi - lo) / (float)qmax;
-        min[j] = -lo;
-        max_scale = fmaxf(max_scale, scale[j]);
-        max_min = fmaxf(max_min, min[j]);
-    }
+    float scale[8], min[8], max_scale, max_min;
+    mvm_k_sub_ranges(x, 8, 32, qmax, scale, min, &max_scale, &max_min);
     const uint16_t dh = mvm_fp32_to_fp16(max_scale / 63), mh = mvm_fp32_to_fp16(max_min / 63);
     const float d = mvm_k_h2f(dh), dmin = mvm_k_h2f(mh);
     uint8_t sc[8], m[8];
     for (int j = 0; j < 8; j++) {
-        sc[j] = (uint8_t)(d > 0 ? clampi(nearest(scale[j] / d), 0, 63) : 0);
-        m[j] = (uint8_t)(dmin > 0 ? clampi(nearest(min[j] / dmin), 0, 63) : 0);
+        sc[j] = (uint8_t)(d > 0 ? mvm_k_clampi(mvm_k_nearest(scale[j] / d), 0, 63) : 0);
+        m[j] = (uint8_t)(dmin > 0 ? mvm_k_clampi(mvm_k_nearest(min[j] / dmin), 0, 63) : 0);
         const float step = d * sc[j], off = dmin * m[j];
         for (int l = 0; l < 32; l++)
-            q[32 * j + l] =
-                (uint8_t)(step > 0 ? clampi(nearest((x[32 * j + l] + off) / step), 0, qmax) : 0);
+            q[32 * j + l] = (uint8_t)mvm_k_round_to(x[32 * j + l] + off, step, 0, qmax);
     }
     *d_out = dh;
     *dmin_out = mh;
@@ -140,11 +119,10 @@ static void quantize_q6_K(const float *x, mvm_block_q6_K *y)
     const float d = mvm_k_h2f(y->d);
     uint8_t q[MVM_QK_K];
     for (int j = 0; j < 16; j++) {
-        y->scales[j] = (int8_t)(d > 0 ? clampi(nearest(scale[j] / d), 0, 127) : 0);
+        y->scales[j] = (int8_t)(d > 0 ? mvm_k_clampi(mvm_k_nearest(scale[j] / d), 0, 127) : 0);
         const float step = d * y->scales[j];
         for (int l = 0; l < 16; l++)
-            q[16 * j + l] =
-                (uint8_t)(step > 0 ? clampi(nearest(x[16 * j + l] / step), -32, 31) + 32 : 32);
+            q[16 * j + l] = (uint8_t)(mvm_k_round_to(x[16 * j + l], step, -32, 31) + 32);
     }
     memset(y->ql, 0, sizeof y->ql);
     memset(y->qh, 0, sizeof y->qh);

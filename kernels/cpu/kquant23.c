@@ -10,15 +10,6 @@
 
 #include "kernels/cpu/dispatch.h"
 
-static int nearest(float x)
-{
-    return (int)lrintf(x);
-}
-
-static int clampi(int v, int lo, int hi)
-{
-    return v < lo ? lo : v > hi ? hi : v;
-}
 
 /* Element e of a super-block as (h, j, l): e = 128h + 32j + l. Stores the 2 low bits of
  * q[e] in qs (bits 2j of qs[32h + l]) for every e. */
@@ -32,30 +23,19 @@ static void pack_low2(const uint8_t q[MVM_QK_K], uint8_t qs[MVM_QK_K / 4])
 /* x = d·sc·q - dmin·m per sub-block of 16, q in [0, 3], sc and m 4-bit codes. */
 static void quantize_q2_K(const float *x, mvm_block_q2_K *y)
 {
-    float scale[16], min[16], max_scale = 0, max_min = 0;
-    for (int i = 0; i < 16; i++) {
-        float lo = 0, hi = x[16 * i];
-        for (int l = 0; l < 16; l++) {
-            lo = fminf(lo, x[16 * i + l]);
-            hi = fmaxf(hi, x[16 * i + l]);
-        }
-        scale[i] = (hi - lo) / 3;
-        min[i] = -lo;
-        max_scale = fmaxf(max_scale, scale[i]);
-        max_min = fmaxf(max_min, min[i]);
-    }
+    float scale[16], min[16], max_scale, max_min;
+    mvm_k_sub_ranges(x, 16, 16, 3, scale, min, &max_scale, &max_min);
     y->d = mvm_fp32_to_fp16(max_scale / 15);
     y->dmin = mvm_fp32_to_fp16(max_min / 15);
     const float d = mvm_k_h2f(y->d), dmin = mvm_k_h2f(y->dmin);
     uint8_t q[MVM_QK_K];
     for (int i = 0; i < 16; i++) {
-        const int sc = d > 0 ? clampi(nearest(scale[i] / d), 0, 15) : 0;
-        const int m = dmin > 0 ? clampi(nearest(min[i] / dmin), 0, 15) : 0;
+        const int sc = d > 0 ? mvm_k_clampi(mvm_k_nearest(scale[i] / d), 0, 15) : 0;
+        const int m = dmin > 0 ? mvm_k_clampi(mvm_k_nearest(min[i] / dmin), 0, 15) : 0;
         y->scales[i] = (uint8_t)(sc | m << 4);
         const float step = d * (float)sc, off = dmin * (float)m;
         for (int l = 0; l < 16; l++)
-            q[16 * i + l] =
-                (uint8_t)(step > 0 ? clampi(nearest((x[16 * i + l] + off) / step), 0, 3) : 0);
+            q[16 * i + l] = (uint8_t)mvm_k_round_to(x[16 * i + l] + off, step, 0, 3);
     }
     pack_low2(q, y->qs);
 }
@@ -82,14 +62,14 @@ static void quantize_q3_K(const float *x, mvm_block_q3_K *y)
     memset(y->scales, 0, sizeof y->scales);
     memset(y->hmask, 0, sizeof y->hmask);
     for (int i = 0; i < 16; i++) {
-        const int s = d > 0 ? clampi(nearest(scale[i] / d), -32, 31) : 0;
+        const int s = d > 0 ? mvm_k_clampi(mvm_k_nearest(scale[i] / d), -32, 31) : 0;
         const int u = s + 32;
         y->scales[i % 8] |= (uint8_t)((u & 15) << (i < 8 ? 0 : 4));
         y->scales[8 + i % 4] |= (uint8_t)((u >> 4) << (2 * (i / 4)));
         const float step = d * (float)s;
         for (int l = 0; l < 16; l++) {
             const int e = 16 * i + l;
-            q[e] = (uint8_t)((step != 0 ? clampi(nearest(x[e] / step), -4, 3) : 0) + 4);
+            q[e] = (uint8_t)(mvm_k_round_to(x[e], step, -4, 3) + 4);
             y->hmask[e % 32] |= (uint8_t)((q[e] >> 2) << (4 * (e / 128) + e % 128 / 32));
         }
     }
