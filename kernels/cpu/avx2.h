@@ -352,14 +352,10 @@ AVX2_INLINE float avx2_kblock_q23(const uint8_t *qs, const uint8_t *hmask, const
     /* The 16 scales (and Q2_K's mins) as int16, and their products with the sub-block sums
      * of the activations: madd does the 16 products and the pairwise sums. */
     __m128i sc8;
-    if (hmask) { /* mvm_k_q3_scale for all 16 at once, in 32-bit words of 4 scales */
-        uint32_t w[3], s4[4];
-        memcpy(w, scales, sizeof w);
-        s4[0] = (w[0] & 0x0f0f0f0fu) | (w[2] & 0x03030303u) << 4;
-        s4[1] = (w[1] & 0x0f0f0f0fu) | (w[2] >> 2 & 0x03030303u) << 4;
-        s4[2] = (w[0] >> 4 & 0x0f0f0f0fu) | (w[2] >> 4 & 0x03030303u) << 4;
-        s4[3] = (w[1] >> 4 & 0x0f0f0f0fu) | (w[2] >> 6 & 0x03030303u) << 4;
-        sc8 = _mm_sub_epi8(_mm_loadu_si128((const __m128i *)s4), _mm_set1_epi8(32));
+    if (hmask) {
+        uint8_t s[16];
+        mvm_k_q3_scales(scales, s);
+        sc8 = _mm_sub_epi8(_mm_loadu_si128((const __m128i *)s), _mm_set1_epi8(32));
     } else {
         sc8 = _mm_and_si128(_mm_loadu_si128((const __m128i *)scales), _mm_set1_epi8(15));
     }

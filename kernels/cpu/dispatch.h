@@ -61,7 +61,7 @@ typedef struct {
  * i = 8h + 2j + l / 16 takes bits 2j, 2j+1 of qs[32h + l]. Q2_K: x = d·(sc & 15)·q -
  * dmin·(sc >> 4) with sc = scales[i]. Q3_K: the third bit is bit 4h + j of hmask[l] and
  * x = d·(s - 32)·(q - 4 if that bit is clear, else q), s = the 6-bit scale i
- * (mvm_k_q3_scale). */
+ * (mvm_k_q3_scales). */
 typedef struct {
     uint8_t scales[MVM_QK_K / 16];
     uint8_t qs[MVM_QK_K / 4];
@@ -278,13 +278,19 @@ static inline void mvm_k_scale_min(const uint8_t *q, int j, uint8_t *sc, uint8_t
     }
 }
 
-/* Q3_K's 6-bit scale i (< 16), unsigned (the value is this - 32): its low 4 bits are the
- * low (i < 8) or high nibble of scales[i % 8], its top 2 bits are bits 2(i / 4), 2(i / 4) + 1
- * of scales[8 + i % 4]. */
-static inline int mvm_k_q3_scale(const uint8_t *scales, int i)
+/* Q3_K's 16 6-bit scales, unsigned (the value is out[i] - 32). Scale i has as its low 4 bits
+ * the low (i < 8) or high nibble of scales[i % 8], as its top 2 bits bits 2(i / 4) and
+ * 2(i / 4) + 1 of scales[8 + i % 4]; unpacked four at a time in 32-bit words, as ggml does
+ * (little-endian, as ggml assumes too). */
+static inline void mvm_k_q3_scales(const uint8_t *scales, uint8_t out[16])
 {
-    const int low = i < 8 ? scales[i] & 15 : scales[i - 8] >> 4;
-    return low | ((scales[8 + i % 4] >> (2 * (i / 4))) & 3) << 4;
+    uint32_t w[3], s4[4];
+    memcpy(w, scales, sizeof w);
+    s4[0] = (w[0] & 0x0f0f0f0fu) | (w[2] & 0x03030303u) << 4;
+    s4[1] = (w[1] & 0x0f0f0f0fu) | (w[2] >> 2 & 0x03030303u) << 4;
+    s4[2] = (w[0] >> 4 & 0x0f0f0f0fu) | (w[2] >> 4 & 0x03030303u) << 4;
+    s4[3] = (w[1] >> 4 & 0x0f0f0f0fu) | (w[2] >> 6 & 0x03030303u) << 4;
+    memcpy(out, s4, sizeof s4);
 }
 
 /* ---- the hot kernels of one SIMD level -------------------------------------------------- */

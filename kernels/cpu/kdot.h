@@ -81,6 +81,9 @@ MVM_K_INLINE float kblock_q23(const uint8_t *qs, const uint8_t *hmask, const uin
                               uint16_t d, uint16_t dmin, const mvm_block_q8_K *a)
 {
     int32_t sum = 0, msum = 0;
+    uint8_t s3[16];
+    if (hmask)
+        mvm_k_q3_scales(scales, s3);
     for (int i = 0; i < 16; i++) {
         const int h = i / 8, j = i % 8 / 2, half = i % 2;
         const uint8_t *q = qs + 32 * h + 16 * half;
@@ -90,7 +93,7 @@ MVM_K_INLINE float kblock_q23(const uint8_t *qs, const uint8_t *hmask, const uin
             const uint8_t *hm = hmask + 16 * half;
             for (int l = 0; l < 16; l++)
                 s += (((q[l] >> (2 * j)) & 3) | ((hm[l] >> (4 * h + j)) & 1) << 2) * aq[l];
-            sum += (mvm_k_q3_scale(scales, i) - 32) * (s - 4 * a->bsums[i]);
+            sum += (s3[i] - 32) * (s - 4 * a->bsums[i]);
         } else {
             for (int l = 0; l < 16; l++)
                 s += ((q[l] >> (2 * j)) & 3) * aq[l];

@@ -98,10 +98,12 @@ void mvm_k_dequantize_q23(enum mvm_wtype t, const void *blk, float *y)
     }
     const mvm_block_q3_K *x = blk;
     const float d = mvm_k_h2f(x->d);
+    uint8_t s[16];
+    mvm_k_q3_scales(x->scales, s);
     for (int e = 0; e < MVM_QK_K; e++) {
         const int j = e % 128 / 32;
         const int q = (x->qs[32 * (e / 128) + e % 32] >> (2 * j)) & 3;
         const int high = (x->hmask[e % 32] >> (4 * (e / 128) + j)) & 1;
-        y[e] = d * (float)(mvm_k_q3_scale(x->scales, e / 16) - 32) * (float)(q - (high ? 0 : 4));
+        y[e] = d * (float)(s[e / 16] - 32) * (float)(q - (high ? 0 : 4));
     }
 }
