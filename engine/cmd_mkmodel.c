@@ -42,8 +42,10 @@ static int parse_type(const char *v, enum mvm_wtype *t, int *k_mix)
             return 0;
         }
     }
-    fprintf(stderr, "moevm mkmodel: --type %s: expected f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, "
-            "q5_1, iq4_nl, q2_K, q3_K, q4_K, q5_K, q6_K, q4_K_M or q5_K_M\n", v);
+    fprintf(stderr, "moevm mkmodel: --type %s: expected", v);
+    for (int i = 0; i < MVM_W_COUNT; i++)
+        fprintf(stderr, " %s,", mvm_k_wtype_name((enum mvm_wtype)i));
+    fprintf(stderr, " q4_K_M or q5_K_M\n");
     return 2;
 }
 

@@ -15,46 +15,35 @@
 #include "engine/pool.h"
 #include "vmm/error.h"
 
+/* The ggml type of each kernel type: the one table of the mapping, read both ways. */
+static const enum mvm_ggml_type ggml_of[MVM_W_COUNT] = {
+    [MVM_W_F32] = MVM_GGML_F32,       [MVM_W_F16] = MVM_GGML_F16,   [MVM_W_BF16] = MVM_GGML_BF16,
+    [MVM_W_Q8_0] = MVM_GGML_Q8_0,     [MVM_W_Q4_0] = MVM_GGML_Q4_0, [MVM_W_Q4_1] = MVM_GGML_Q4_1,
+    [MVM_W_Q5_0] = MVM_GGML_Q5_0,     [MVM_W_Q5_1] = MVM_GGML_Q5_1,
+    [MVM_W_IQ4_NL] = MVM_GGML_IQ4_NL, [MVM_W_Q2_K] = MVM_GGML_Q2_K,
+    [MVM_W_Q3_K] = MVM_GGML_Q3_K,     [MVM_W_Q4_K] = MVM_GGML_Q4_K,
+    [MVM_W_Q5_K] = MVM_GGML_Q5_K,     [MVM_W_Q6_K] = MVM_GGML_Q6_K};
+
 int mvm_wtype_from_ggml(enum mvm_ggml_type t)
 {
-    switch (t) {
-    case MVM_GGML_F32: return MVM_W_F32;
-    case MVM_GGML_F16: return MVM_W_F16;
-    case MVM_GGML_BF16: return MVM_W_BF16;
-    case MVM_GGML_Q8_0: return MVM_W_Q8_0;
-    case MVM_GGML_Q4_0: return MVM_W_Q4_0;
-    case MVM_GGML_Q4_1: return MVM_W_Q4_1;
-    case MVM_GGML_Q5_0: return MVM_W_Q5_0;
-    case MVM_GGML_Q5_1: return MVM_W_Q5_1;
-    case MVM_GGML_IQ4_NL: return MVM_W_IQ4_NL;
-    case MVM_GGML_Q2_K: return MVM_W_Q2_K;
-    case MVM_GGML_Q3_K: return MVM_W_Q3_K;
-    case MVM_GGML_Q4_K: return MVM_W_Q4_K;
-    case MVM_GGML_Q5_K: return MVM_W_Q5_K;
-    case MVM_GGML_Q6_K: return MVM_W_Q6_K;
-    default: return -1;
-    }
+    for (int w = 0; w < MVM_W_COUNT; w++)
+        if (ggml_of[w] == t)
+            return w;
+    return -1;
 }
 
 enum mvm_ggml_type mvm_wtype_to_ggml(enum mvm_wtype t)
 {
-    static const enum mvm_ggml_type map[MVM_W_COUNT] = {
-        [MVM_W_F32] = MVM_GGML_F32, [MVM_W_F16] = MVM_GGML_F16, [MVM_W_BF16] = MVM_GGML_BF16,
-        [MVM_W_Q8_0] = MVM_GGML_Q8_0, [MVM_W_Q4_0] = MVM_GGML_Q4_0, [MVM_W_Q4_1] = MVM_GGML_Q4_1,
-        [MVM_W_Q5_0] = MVM_GGML_Q5_0, [MVM_W_Q5_1] = MVM_GGML_Q5_1,
-        [MVM_W_IQ4_NL] = MVM_GGML_IQ4_NL, [MVM_W_Q2_K] = MVM_GGML_Q2_K,
-        [MVM_W_Q3_K] = MVM_GGML_Q3_K, [MVM_W_Q4_K] = MVM_GGML_Q4_K,
-        [MVM_W_Q5_K] = MVM_GGML_Q5_K, [MVM_W_Q6_K] = MVM_GGML_Q6_K};
-    return map[t];
+    return ggml_of[t];
 }
 
-/* Appends the names of the types in `set` (a bit per type) to buf, "/"-separated. */
-static void append_types(char *buf, size_t size, unsigned set)
+/* Appends the names of the types in `set` (a bit per type) to buf, `sep`-separated. */
+static void append_types(char *buf, size_t size, unsigned set, const char *sep)
 {
     for (int t = 0, k = 0; t < MVM_W_COUNT; t++) {
         size_t n = strlen(buf);
         if (set & (1u << t))
-            snprintf(buf + n, size - n, "%s%s", k++ ? "/" : "",
+            snprintf(buf + n, size - n, "%s%s", k++ ? sep : "",
                      mvm_k_wtype_name((enum mvm_wtype)t));
     }
 }
@@ -67,11 +56,11 @@ const char *mvm_model_expert_types(const mvm_model *m, char *buf, size_t size)
         down |= 1u << m->layers[il].expert_fmt.down;
     }
     buf[0] = 0;
-    append_types(buf, size, gate_up);
+    append_types(buf, size, gate_up, "/");
     if (down != gate_up || (down & (down - 1))) {
         size_t n = strlen(buf);
         snprintf(buf + n, size - n, ", down ");
-        append_types(buf, size, down);
+        append_types(buf, size, down, "/");
     }
     return buf;
 }
@@ -164,12 +153,13 @@ static int device_type(enum mvm_wtype t)
 static mvm_status check_type(struct loader *ld, const mvm_gguf_tensor *t, int *wtype)
 {
     *wtype = mvm_wtype_from_ggml(t->type);
-    if (*wtype < 0)
-        return fail(ld, MVM_ERR_UNSUPPORTED,
-                    "tensor '%s' has type %s, which moevm cannot compute yet (supported: f32, "
-                    "f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_K, q3_K, q4_K, q5_K, "
-                    "q6_K)", t->name,
-                    mvm_ggml_type_name(t->type));
+    if (*wtype < 0) {
+        char supported[160] = "";
+        append_types(supported, sizeof supported, (1u << MVM_W_COUNT) - 1, ", ");
+        return fail(ld, MVM_ERR_UNSUPPORTED, "tensor '%s' has type %s, which moevm cannot "
+                    "compute yet (supported: %s)", t->name, mvm_ggml_type_name(t->type),
+                    supported);
+    }
     if (t->ne[0] % mvm_k_block_elems((enum mvm_wtype)*wtype))
         return fail(ld, MVM_ERR_INVALID, "tensor '%s': rows of %llu elements are not whole blocks",
                     t->name, (unsigned long long)t->ne[0]);
