@@ -154,8 +154,9 @@ AVX2_INLINE __m256i avx2_qload(enum mvm_wtype t, const uint8_t *blk)
     const __m256i q =
         _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(0x0F));
     if (t == MVM_W_IQ4_NL)
-        return _mm256_shuffle_epi8(
-            _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)mvm_k_iq4nl_values)), q);
+        return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_set_epi64x(
+                                       (long long)MVM_K_IQ4NL_HI, (long long)MVM_K_IQ4NL_LO)),
+                                   q);
     return L.qh ? _mm256_or_si256(q, avx2_bits5(blk + L.qh)) : q;
 }
 
@@ -279,9 +280,9 @@ AVX2_INLINE int32_t avx2_hsum_i32(__m256i v)
     return _mm_cvtsi128_si32(s);
 }
 
-/* Q4_K / Q5_K (qh non-NULL): kdot.h's kblock_q45 with the 32-element sums done by maddubs
- * (quants unsigned, at most 2·31·127 a pair: no int16 saturation) and madd with the
- * sub-block's scale; the same integers, so the same float result as every level. */
+/* Q4_K / Q5_K (qh non-NULL): kernels/blocks.h's Q4_K/Q5_K chunks with the 32-element sums
+ * done by maddubs (quants unsigned, at most 2·31·127 a pair: no int16 saturation) and madd
+ * with the sub-block's scale; the same integers, so the same float result as every level. */
 AVX2_INLINE float avx2_kblock_q45(const uint8_t *scales, uint16_t d, uint16_t dmin,
                                   const uint8_t *qs, const uint8_t *qh, const mvm_block_q8_K *a)
 {
@@ -314,7 +315,7 @@ AVX2_INLINE float avx2_kblock_q45(const uint8_t *scales, uint16_t d, uint16_t dm
     return a->d * (mvm_k_h2f(d) * (float)avx2_hsum_i32(acc) - mvm_k_h2f(dmin) * (float)msum);
 }
 
-/* Q6_K: kdot.h's kblock_q6; each 32 quants are two sub-blocks of 16, one per 128-bit lane,
+/* Q6_K: kernels/blocks.h's Q6_K chunks; each 32 quants are two sub-blocks of 16, one per 128-bit lane,
  * so one madd applies both scales (int8, signed: madd takes int16 on both sides). */
 AVX2_INLINE float avx2_kblock_q6(const mvm_block_q6_K *x, const mvm_block_q8_K *a)
 {
@@ -340,7 +341,7 @@ AVX2_INLINE float avx2_kblock_q6(const mvm_block_q6_K *x, const mvm_block_q8_K *
     return a->d * (mvm_k_h2f(x->d) * (float)(avx2_hsum_i32(acc) - 32 * offset));
 }
 
-/* Q2_K (hmask NULL) / Q3_K: kdot.h's kblock_q23; the bits 2j of qs[32h..32h+31] are two
+/* Q2_K (hmask NULL) / Q3_K: kernels/blocks.h's Q2_K/Q3_K chunks; the bits 2j of qs[32h..32h+31] are two
  * sub-blocks of 16, one per 128-bit lane, so one madd applies both scales (quants at most 7:
  * no int16 saturation in maddubs). The mins of Q2_K and the -4 of Q3_K come from bsums. */
 AVX2_INLINE float avx2_kblock_q23(const uint8_t *qs, const uint8_t *hmask, const uint8_t *scales,

@@ -15,25 +15,10 @@ float mvm_fp16_to_fp32(uint16_t h)
     return mvm_k_h2f(h);
 }
 
-/* ggml_compute_fp32_to_fp16 (the FP16 library's bit-twiddling version): scaling |f| by
- * 2^112 then 2^-110 lets the float adder do the round-to-nearest-even of the mantissa
- * (including into the half subnormals, and overflow to inf at 65520); nan becomes a quiet
- * nan with the sign kept. Needs the default rounding mode, as ggml does. */
+/* blocks.h has it (mvm_k_f2h), as the device kernels use it too. */
 uint16_t mvm_fp32_to_fp16(float f)
 {
-    float base = (fabsf(f) * 0x1.0p+112f) * 0x1.0p-110f;
-    const uint32_t w = mvm_k_f2u(f);
-    const uint32_t shl1_w = w + w;
-    const uint32_t sign = w & 0x80000000u;
-    uint32_t bias = shl1_w & 0xFF000000u;
-    if (bias < 0x71000000u)
-        bias = 0x71000000u;
-    base = mvm_k_u2f((bias >> 1) + 0x07800000u) + base;
-    const uint32_t bits = mvm_k_f2u(base);
-    const uint32_t exp_bits = (bits >> 13) & 0x00007C00u;
-    const uint32_t mantissa_bits = bits & 0x00000FFFu;
-    const uint32_t nonsign = exp_bits + mantissa_bits;
-    return (uint16_t)((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
+    return mvm_k_f2h(f);
 }
 
 float mvm_bf16_to_fp32(uint16_t h)
@@ -86,23 +71,10 @@ void mvm_k_prepare_act(enum mvm_wtype t, const float *x, void *act, size_t n)
 {
     if (mvm_k_is_k(t)) {
         for (size_t b = 0; b < n / MVM_QK_K; b++)
-            mvm_k_quantize_q8_K_block(x + b * MVM_QK_K, (mvm_block_q8_K *)act + b);
+            mvm_k_q8_K_block(x + b * MVM_QK_K, (mvm_block_q8_K *)act + b);
         return;
     }
     mvm_k_quantize(mvm_k_is_q(t) ? MVM_W_Q8_0 : MVM_W_F32, x, act, n);
-}
-
-/* quantize_row_q8_0_ref: d = amax / 127, q = round-half-away(x * (1/d)). */
-void mvm_k_quantize_q8_0_block(const float *x, mvm_block_q8_0 *y)
-{
-    float amax = 0.0f;
-    for (int j = 0; j < MVM_QBLOCK; j++)
-        amax = amax > fabsf(x[j]) ? amax : fabsf(x[j]); /* ggml's MAX: a nan propagates */
-    const float d = amax / 127;
-    const float id = d ? 1.0f / d : 0.0f;
-    y->d = mvm_fp32_to_fp16(d);
-    for (int j = 0; j < MVM_QBLOCK; j++)
-        y->qs[j] = (int8_t)roundf(x[j] * id);
 }
 
 /* quantize_row_q4_0_ref, _q4_1_ref, _q5_0_ref, _q5_1_ref on one block of type t.
@@ -174,7 +146,7 @@ static void quantize_iq4_nl_block(const float *x, uint8_t *blk)
         const float v = x[j] * id;
         int best = 0;
         for (int k = 1; k < 16; k++)
-            if (fabsf(v - mvm_k_iq4nl_values[k]) < fabsf(v - mvm_k_iq4nl_values[best]))
+            if (fabsf(v - mvm_k_iq4nl(k)) < fabsf(v - mvm_k_iq4nl(best)))
                 best = k;
         if (j < MVM_QBLOCK / 2)
             blk[2 + j] = (uint8_t)best;
@@ -197,7 +169,7 @@ void mvm_k_quantize(enum mvm_wtype t, const float *src, void *dst, size_t n)
         break;
     case MVM_W_Q8_0:
         for (size_t b = 0; b < n / MVM_QBLOCK; b++)
-            mvm_k_quantize_q8_0_block(src + b * MVM_QBLOCK, (mvm_block_q8_0 *)dst + b);
+            mvm_k_q8_0_block(src + b * MVM_QBLOCK, (mvm_block_q8_0 *)dst + b);
         break;
     case MVM_W_Q4_0:
     case MVM_W_Q4_1:

@@ -29,9 +29,9 @@ size_t mvm_k_expert_group_bytes(mvm_k_expert_fmt f, size_t n_embd)
 static const void *down_act(enum mvm_wtype t, const float *h, void *buf)
 {
     if (mvm_k_is_k(t))
-        mvm_k_quantize_q8_K_block(h, buf);
+        mvm_k_q8_K_block(h, buf);
     else if (mvm_k_is_q(t))
-        mvm_k_quantize_q8_0_block(h, buf); /* as ggml quantizes ffn_down's input */
+        mvm_k_q8_0_block(h, buf); /* as ggml quantizes ffn_down's input */
     else
         return h;
     return buf;

@@ -41,26 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum mvm_wtype {
-    MVM_W_F32,
-    MVM_W_F16,
-    MVM_W_BF16,
-    MVM_W_Q8_0,
-    MVM_W_Q4_0,
-    MVM_W_Q4_1,
-    MVM_W_Q5_0,
-    MVM_W_Q5_1,
-    MVM_W_IQ4_NL,
-    MVM_W_Q2_K,
-    MVM_W_Q3_K,
-    MVM_W_Q4_K,
-    MVM_W_Q5_K,
-    MVM_W_Q6_K,
-    MVM_W_COUNT
-};
-
-#define MVM_QBLOCK 32 /* elements per Q8_0..IQ4_NL block, and channels per expert group */
-#define MVM_QK_K 256  /* elements per K-quant super-block */
+#include "kernels/blocks.h" /* enum mvm_wtype, the block layouts */
 
 /* ggml's name of the type: "f32", "q8_0", "q4_K". */
 const char *mvm_k_wtype_name(enum mvm_wtype t);

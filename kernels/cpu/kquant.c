@@ -1,7 +1,7 @@
 /*
- * The K-quants' conversions: dequantization exactly as ggml's dequantize_row_q{4,5,6}_K,
- * the Q8_K activation quantization exactly as quantize_row_q8_K_ref, and a quantizer for
- * mkmodel.
+ * The K-quants' conversions: dequantization exactly as ggml's dequantize_row_q{4,5,6}_K
+ * and a quantizer for mkmodel (the Q8_K activations' is kernels/blocks.h's, shared with the
+ * device).
  *
  * The quantizer is simpler than llama.cpp's (make_qkx2_quants / make_qx_quants search the
  * scale that minimises a weighted error; this one takes the range): per sub-block the scale
@@ -15,33 +15,6 @@
 #include <string.h>
 
 #include "kernels/cpu/dispatch.h"
-
-
-void mvm_k_quantize_q8_K_block(const float *x, mvm_block_q8_K *y)
-{
-    float amax = 0, max = 0;
-    for (int j = 0; j < MVM_QK_K; j++) {
-        if (fabsf(x[j]) > amax) {
-            amax = fabsf(x[j]);
-            max = x[j];
-        }
-    }
-    memset(y, 0, sizeof *y);
-    if (amax == 0)
-        return;
-    const float iscale = -127.f / max;
-    for (int j = 0; j < MVM_QK_K; j++) {
-        const int v = mvm_k_nearest(iscale * x[j]);
-        y->qs[j] = (int8_t)(v < 127 ? v : 127);
-    }
-    for (int j = 0; j < MVM_QK_K / 16; j++) {
-        int sum = 0;
-        for (int i = 0; i < 16; i++)
-            sum += y->qs[16 * j + i];
-        y->bsums[j] = (int16_t)sum;
-    }
-    y->d = 1 / iscale;
-}
 
 /* ---- Q4_K / Q5_K ---------------------------------------------------------------------- */
 
