@@ -66,7 +66,8 @@ struct cuda_fwd {
     mvm_dptr output_norm;
     mvm_dptr kc, vc;            /* [n_layer][n_ctx][kv_dim] */
     mvm_dptr x, xn, q, att, tmp, probs, logits, scores, sh1, sh3, shg; /* [n_batch][...] */
-    mvm_dptr act;               /* [n_batch][act_stride]: a Q type's input as Q8_0 blocks */
+    mvm_dptr act;               /* [n_batch][act_stride]: a Q or K type's input as Q8_0 or
+                                   Q8_K blocks */
     uint64_t act_stride;
     mvm_dptr h, out;            /* [n_batch * K][h_stride bytes], [n_batch * K][n_embd] */
     uint64_t h_stride;
@@ -79,13 +80,6 @@ struct cuda_fwd {
     mvm_dptr *owned;            /* every device allocation, freed at the end */
     size_t n_owned, cap_owned;
 };
-
-/* The type of every expert matrix: the model loads on this backend only when all are one
- * type the device kernels compute (mvm_model.device_types). */
-static enum mvm_wtype expert_type(const mvm_model *m)
-{
-    return m->layers[0].expert_fmt.gate_up;
-}
 
 /* ---- device memory --------------------------------------------------------------------- */
 
@@ -158,9 +152,16 @@ static mvm_status alloc_scratch(struct cuda_fwd *f)
     size_t F = hp->n_ff_shexp, kv = (size_t)hp->n_layer * f->n_ctx * f->kv_dim * 4;
     size_t widest = D > f->q_dim ? D : f->q_dim;
     widest = F > widest ? F : widest;
-    f->act_stride = (mvm_g_row_bytes(MVM_G_Q8_0, widest) + 15) & ~(uint64_t)15;
-    f->h_stride = mvm_g_is_q(expert_type(f->m))
-                      ? mvm_g_row_bytes(MVM_G_Q8_0, hp->n_ff_exp) : hp->n_ff_exp * 4ull;
+    /* a row of activations in any format: Q8_K's is the largest (292 bytes per 256) */
+    size_t q8_K = mvm_k_act_bytes(MVM_W_Q2_K, (widest + MVM_QK_K - 1) / MVM_QK_K * MVM_QK_K);
+    f->act_stride = (q8_K + 15) & ~(uint64_t)15;
+    /* an expert row's intermediate activations in its down matrix's format */
+    f->h_stride = 0;
+    for (uint32_t il = 0; il < hp->n_layer; il++) {
+        uint64_t h = mvm_k_act_bytes(f->m->layers[il].expert_fmt.down, hp->n_ff_exp);
+        f->h_stride = h > f->h_stride ? h : f->h_stride;
+    }
+    f->h_stride = (f->h_stride + 15) & ~(uint64_t)15;
     TRY(dalloc(f, kv, &f->kc));
     TRY(dalloc(f, kv, &f->vc));
     TRY(dalloc(f, B * D * 4, &f->x));
@@ -253,25 +254,26 @@ static mvm_status cuda_create(mvm_ctx *ctx, void **state)
 
 /* ---- launches -------------------------------------------------------------------------- */
 
-/* x rows (n of `cols` floats, stride floats apart) -> f->act as Q8_0 rows. */
-static mvm_status quantize(struct cuda_fwd *f, mvm_dptr x, uint64_t stride, uint32_t cols,
-                           uint32_t n)
+/* x rows (n of `cols` floats, stride floats apart) -> f->act in the activation format of
+ * weight type t (a Q or K type). */
+static mvm_status quantize(struct cuda_fwd *f, enum mvm_wtype t, mvm_dptr x, uint64_t stride,
+                           uint32_t cols, uint32_t n)
 {
     mvm_g_quantize_args a = {.x = x, .q = f->act, .x_stride = stride,
-                             .q_stride = f->act_stride, .n = cols, .n_rows = n};
+                             .q_stride = f->act_stride, .n = cols, .n_rows = n, .type = t};
     return mvm_gpu_quantize(f->g, 0, &a);
 }
 
 /* y[i] = w . in[i] for n rows: in[i] at in + i * in_stride floats, y[i] at y + i * y_stride
- * floats. The Q types read their input quantized, as the CPU's matrix products do. */
+ * floats. The Q and K types read their input quantized, as the CPU's matrix products do. */
 static mvm_status matmul(struct cuda_fwd *f, const struct dweight *w, mvm_dptr in,
                          uint64_t in_stride, uint32_t n, mvm_dptr y, uint64_t y_stride)
 {
     mvm_g_matvec_args a = {.w = w->p, .act = in, .y = y, .row_bytes = w->row_bytes,
                            .act_stride = in_stride * sizeof(float), .y_stride = y_stride,
                            .n_in = w->cols, .n_out = w->rows, .n_tok = n};
-    if (mvm_g_is_q(w->type)) {
-        TRY(quantize(f, in, in_stride, w->cols, n));
+    if (mvm_k_block_elems((enum mvm_wtype)w->type) > 1) {
+        TRY(quantize(f, (enum mvm_wtype)w->type, in, in_stride, w->cols, n));
         a.act = f->act;
         a.act_stride = f->act_stride;
     }
@@ -367,31 +369,38 @@ static mvm_status upload_rows(struct cuda_fwd *f, uint32_t n)
     return mvm_gpu_upload(f->g, f->row_w, s->row_w, nk * sizeof *s->row_w);
 }
 
+/* Whether the experts of layer il read their input quantized (f->act), not as floats. */
+static int experts_quantized(const struct cuda_fwd *f, uint32_t il)
+{
+    return mvm_k_block_elems(f->m->layers[il].expert_fmt.gate_up) > 1;
+}
+
 static mvm_g_expert_args expert_args(const struct cuda_fwd *f, uint32_t il)
 {
     const mvm_hparams *hp = &f->m->hp;
-    int q = mvm_g_is_q((int)expert_type(f->m));
+    const mvm_layer *L = &f->m->layers[il];
+    int q = experts_quantized(f, il);
     return (mvm_g_expert_args){.experts = f->layers[il].experts, .act = q ? f->act : f->xn,
                                .active = f->active, .off = f->off, .cnt = f->cnt,
                                .row_tok = f->row_tok, .row_w = f->row_w, .h = f->h,
                                .out = f->out, .expert_stride = f->expert_stride,
                                .act_stride = q ? f->act_stride : hp->n_embd * sizeof(float),
                                .h_stride = f->h_stride, .n_embd = hp->n_embd,
-                               .n_groups = hp->n_ff_exp / MVM_G_QBLOCK};
+                               .n_groups = L->expert_groups, .gate_up = L->expert_fmt.gate_up,
+                               .down = L->expert_fmt.down};
 }
 
 /* The rows of the round's experts (moe_step.h), each into its own slot of f->out. */
 static mvm_status expert_round(struct cuda_fwd *f, uint32_t il)
 {
     const mvm_moe *s = f->moe;
-    int t = (int)expert_type(f->m);
     if (!s->n_round)
         return MVM_OK; /* every expert of the step on the CPU */
     mvm_g_expert_args a = expert_args(f, il);
     a.n_active = s->n_round;
     TRY(mvm_gpu_upload(f->g, f->active, s->round, s->n_round * sizeof *s->round));
-    TRY(mvm_gpu_expert_up(f->g, t, &a));
-    return mvm_gpu_expert_down(f->g, t, &a);
+    TRY(mvm_gpu_expert_up(f->g, (int)a.gate_up, &a));
+    return mvm_gpu_expert_down(f->g, (int)a.down, &a);
 }
 
 /* The rows of the experts the assign module gave the CPU, computed from their homes on
@@ -425,8 +434,8 @@ static mvm_status cpu_experts(struct cuda_fwd *f, uint32_t n)
 static mvm_status experts(struct cuda_fwd *f, uint32_t il, uint32_t n)
 {
     const mvm_hparams *hp = &f->m->hp;
-    if (mvm_g_is_q((int)expert_type(f->m)))
-        TRY(quantize(f, f->xn, hp->n_embd, hp->n_embd, n));
+    if (experts_quantized(f, il))
+        TRY(quantize(f, f->m->layers[il].expert_fmt.gate_up, f->xn, hp->n_embd, hp->n_embd, n));
     TRY(expert_round(f, il));
     TRY(cpu_experts(f, n));
     while (f->moe->n_run + f->moe->n_round < f->moe->n_todo) {

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "kernels/cpu/kernels.h"
 #include "vmm/backend_cuda.h"
 #include "vmm/error.h"
 
@@ -30,7 +31,7 @@ static const struct {
     const char *name;
     int typed;
 } kernels[MVM_GK_COUNT] = {
-    [MVM_GK_QUANTIZE] = {MOD_MATVEC, "mvm_g_quantize_q8_0", 0},
+    [MVM_GK_QUANTIZE] = {MOD_MATVEC, "mvm_g_quantize", 0},
     [MVM_GK_MATVEC] = {MOD_MATVEC, "mvm_g_matvec", 1},
     [MVM_GK_EXPERT_UP] = {MOD_EXPERT, "mvm_g_expert_up", 1},
     [MVM_GK_EXPERT_DOWN] = {MOD_EXPERT, "mvm_g_expert_down", 1},
@@ -48,7 +49,7 @@ struct mvm_gpu {
     CUcontext ctx;
     CUstream stream;
     CUmodule modules[MOD_COUNT];
-    CUfunction fn[MVM_GK_COUNT][MVM_G_NTYPES]; /* untyped kernels: [k][0] */
+    CUfunction fn[MVM_GK_COUNT][MVM_W_COUNT]; /* untyped kernels: [k][0] */
 };
 
 static mvm_status load_kernels(mvm_gpu *g)
@@ -63,10 +64,11 @@ static mvm_status load_kernels(mvm_gpu *g)
         CU(g, g->cu.ModuleLoadData(&g->modules[m], images[m]), what);
     }
     for (int k = 0; k < MVM_GK_COUNT; k++)
-        for (int t = 0; t < (kernels[k].typed ? MVM_G_NTYPES : 1); t++) {
+        for (int t = 0; t < (kernels[k].typed ? MVM_W_COUNT : 1); t++) {
             char name[64];
             if (kernels[k].typed)
-                snprintf(name, sizeof name, "%s_%s", kernels[k].name, mvm_g_type_suffix(t));
+                snprintf(name, sizeof name, "%s_%s", kernels[k].name,
+                         mvm_k_wtype_name((enum mvm_wtype)t));
             else
                 snprintf(name, sizeof name, "%s", kernels[k].name);
             snprintf(what, sizeof what, "cuModuleGetFunction (%s)", name);
@@ -173,7 +175,7 @@ mvm_status mvm_gpu_sync(mvm_gpu *g)
 mvm_status mvm_gpu_launch(mvm_gpu *g, enum mvm_gpu_kernel k, int type, const void *args,
                           mvm_g_shape shape)
 {
-    if (kernels[k].typed && (type < 0 || type >= MVM_G_NTYPES))
+    if (kernels[k].typed && (type < 0 || type >= MVM_W_COUNT))
         return mvm_fail(MVM_ERR_INVALID, "%s: weight type %d", kernels[k].name, type);
     CUfunction f = g->fn[k][kernels[k].typed ? type : 0];
     void *params[] = {(void *)args}; /* the one parameter: the struct (the driver knows its
@@ -186,6 +188,6 @@ mvm_status mvm_gpu_launch(mvm_gpu *g, enum mvm_gpu_kernel k, int type, const voi
     if (r == CUDA_SUCCESS)
         return MVM_OK;
     snprintf(what, sizeof what, "cuLaunchKernel (%s%s%s)", kernels[k].name,
-             kernels[k].typed ? "_" : "", kernels[k].typed ? mvm_g_type_suffix(type) : "");
+             kernels[k].typed ? "_" : "", kernels[k].typed ? mvm_k_wtype_name((enum mvm_wtype)type) : "");
     return mvm_cu_fail(&g->cu, r, what);
 }

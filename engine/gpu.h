@@ -21,7 +21,7 @@
 typedef struct mvm_gpu mvm_gpu;
 
 enum mvm_gpu_kernel {
-    MVM_GK_QUANTIZE, /* mvm_g_quantize_q8_0 (type-free) */
+    MVM_GK_QUANTIZE, /* mvm_g_quantize (type-free: the type is an argument) */
     MVM_GK_MATVEC,
     MVM_GK_EXPERT_UP,
     MVM_GK_EXPERT_DOWN,

@@ -71,7 +71,6 @@ struct loader {
     mvm_gguf *g;
     const mvm_arch *arch;
     mvm_status st;
-    int device_types; /* mvm_model.device_types, cleared by a tensor the device cannot take */
 };
 
 static mvm_status fail(struct loader *ld, mvm_status s, const char *fmt, ...) MVM_PRINTF(3, 4);
@@ -141,15 +140,7 @@ static mvm_status check_shape(struct loader *ld, const mvm_gguf_tensor *t, uint3
     return fail(ld, MVM_ERR_INVALID, "tensor '%s' has shape %s, expected %s", t->name, have, exp);
 }
 
-/* Whether the device kernels (kernels/cuda) compute type t. */
-static int device_type(enum mvm_wtype t)
-{
-    return t == MVM_W_F32 || t == MVM_W_F16 || t == MVM_W_BF16 || t == MVM_W_Q8_0 ||
-           t == MVM_W_Q4_0;
-}
-
-/* The tensor's type as the kernels know it; one the device cannot compute clears
- * ld->device_types. */
+/* The tensor's type as the kernels (both backends) know it. */
 static mvm_status check_type(struct loader *ld, const mvm_gguf_tensor *t, int *wtype)
 {
     *wtype = mvm_wtype_from_ggml(t->type);
@@ -163,8 +154,6 @@ static mvm_status check_type(struct loader *ld, const mvm_gguf_tensor *t, int *w
     if (t->ne[0] % mvm_k_block_elems((enum mvm_wtype)*wtype))
         return fail(ld, MVM_ERR_INVALID, "tensor '%s': rows of %llu elements are not whole blocks",
                     t->name, (unsigned long long)t->ne[0]);
-    if (!device_type((enum mvm_wtype)*wtype))
-        ld->device_types = 0;
     return MVM_OK;
 }
 
@@ -322,9 +311,6 @@ static mvm_status bind_layer(struct loader *ld, mvm_model *m, uint32_t il)
                     mvm_k_wtype_name((enum mvm_wtype)wt[1]));
     L->expert_fmt = (mvm_k_expert_fmt){(enum mvm_wtype)wt[0], (enum mvm_wtype)wt[2]};
     L->expert_groups = hp->n_ff_exp / (uint32_t)mvm_k_expert_group_channels(L->expert_fmt);
-    /* the device kernels take one type for every expert matrix of the model */
-    if (wt[0] != wt[2] || wt[0] != (int)m->layers[0].expert_fmt.gate_up)
-        ld->device_types = 0;
 #undef NAME
     return MVM_OK;
 }
@@ -357,7 +343,6 @@ static mvm_status bind_tensors(struct loader *ld, mvm_model *m)
     for (uint32_t il = 0; il < hp->n_layer; il++)
         if (bind_layer(ld, m, il))
             return ld->st;
-    m->device_types = ld->device_types;
     return MVM_OK;
 }
 
@@ -395,11 +380,6 @@ static mvm_status load_experts(struct loader *ld, mvm_model *m, mvm_space_desc *
         return fail(ld, MVM_ERR_UNSUPPORTED, "expert space: MOEVM_BACKEND=cuda, but this moevm "
                     "was built without nvcc, so it has no device kernels to compute the experts "
                     "(rebuild with nvcc on PATH, or use MOEVM_BACKEND=host)");
-    if (desc->backend == MVM_BACKEND_CUDA && !m->device_types)
-        return fail(ld, MVM_ERR_UNSUPPORTED, "MOEVM_BACKEND=cuda: the device kernels compute "
-                    "f32, f16, bf16, q8_0 and q4_0 with one type for all experts, not this model's "
-                    "q4_1/q5_0/q5_1/iq4_nl, K-quants or mixed expert types yet (use "
-                    "MOEVM_BACKEND=host)");
     m->device = desc->device;
     mvm_status st = mvm_space_create(desc, &m->space);
     if (st != MVM_OK) {
@@ -435,7 +415,7 @@ static mvm_status open_model(const char *path, struct loader *ld, mvm_model **ou
     mvm_model *m = calloc(1, sizeof *m);
     if (!m)
         return mvm_fail(MVM_ERR_NOMEM, "%s: out of memory", path);
-    *ld = (struct loader){.path = path, .device_types = 1};
+    *ld = (struct loader){.path = path};
     mvm_status st = mvm_gguf_open(path, &m->gguf);
     if (st != MVM_OK) {
         free(m);

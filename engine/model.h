@@ -80,9 +80,6 @@ typedef struct mvm_model {
      * expert_bytes is the largest layer's (the space's slots are all one size). */
     mvm_space *space;
     uint64_t expert_bytes;
-    /* Whether every tensor is of a type the device kernels compute (F32, F16, BF16, Q8_0,
-     * Q4_0, and all experts of one type): the cuda backend needs it. */
-    int device_types;
     int device;                 /* the CUDA device of a cuda space (its desc's) */
     char name[128];             /* general.name, or the file name */
 } mvm_model;

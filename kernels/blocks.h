@@ -195,6 +195,52 @@ MVM_BLK_FN uint32_t mvm_k_block_bytes(enum mvm_wtype t)
     }
 }
 
+/* Elements per block of type t: 1 for float types, 32 for Q8_0..IQ4_NL, 256 for K-quants.
+ * Every row length of type t is a multiple of it. */
+MVM_BLK_FN size_t mvm_k_block_elems(enum mvm_wtype t)
+{
+    return mvm_k_is_k(t) ? MVM_QK_K : mvm_k_is_q(t) ? MVM_QBLOCK : 1;
+}
+
+/* Bytes of n elements of type t; n must be a multiple of mvm_k_block_elems(t). */
+MVM_BLK_FN size_t mvm_k_row_bytes(enum mvm_wtype t, size_t n)
+{
+    switch (t) {
+    case MVM_W_F32: return n * 4;
+    case MVM_W_F16:
+    case MVM_W_BF16: return n * 2;
+    default: /* a Q or K type, whose block is mvm_k_block_bytes */
+        return (unsigned)t < MVM_W_COUNT ? n / mvm_k_block_elems(t) * mvm_k_block_bytes(t) : 0;
+    }
+}
+
+/* Bytes of an activation vector of n elements as the dot products of type t take it: n
+ * floats, n / 32 Q8_0 blocks or n / 256 Q8_K blocks. */
+MVM_BLK_FN size_t mvm_k_act_bytes(enum mvm_wtype t, size_t n)
+{
+    return mvm_k_is_k(t)   ? n / MVM_QK_K * sizeof(mvm_block_q8_K)
+           : mvm_k_is_q(t) ? mvm_k_row_bytes(MVM_W_Q8_0, n)
+                           : n * 4;
+}
+
+/* The types of a channel-major expert (kernels/cpu/kernels.h has the layout): gate and up
+ * share one, down may have another. */
+typedef struct mvm_k_expert_fmt {
+    enum mvm_wtype gate_up, down;
+} mvm_k_expert_fmt;
+
+/* Channels per group: 32, or 256 when down is a K-quant, whose blocks span 256 channels. */
+MVM_BLK_FN size_t mvm_k_expert_group_channels(mvm_k_expert_fmt f)
+{
+    return mvm_k_is_k(f.down) ? MVM_QK_K : MVM_QBLOCK;
+}
+
+MVM_BLK_FN size_t mvm_k_expert_group_bytes(mvm_k_expert_fmt f, size_t n_embd)
+{
+    const size_t g = mvm_k_expert_group_channels(f);
+    return 2 * g * mvm_k_row_bytes(f.gate_up, n_embd) + n_embd * mvm_k_row_bytes(f.down, g);
+}
+
 /* ---- element conversions ---------------------------------------------------------------- */
 
 MVM_BLK_FN uint32_t mvm_k_f2u(float f)

@@ -93,33 +93,43 @@ static std::vector<uint8_t> activations(int t, size_t n_tok, size_t n, size_t ac
     return act;
 }
 
-static void test_quantize(void)
+/* Rows of floats to Q8_0 (the Q types' activations) and Q8_K (the K-quants'): bit for bit
+ * the CPU's rounding, the gaps between rows untouched. 150 Q8_0 blocks and 140 Q8_K blocks
+ * a row: two blocks of threads, the second partial. */
+static void quantize_case(enum mvm_wtype t, uint32_t n)
 {
-    const uint32_t n = 32 * 150, rows = 3; /* 150 blocks: two blocks of threads, one partial */
-    const uint64_t x_stride = n + 5, q_stride = mvm_g_row_bytes(MVM_G_Q8_0, n) + 6;
+    const uint32_t rows = 3;
+    const uint64_t x_stride = n + 5, q_stride = mvm_k_act_bytes(t, n) + 8;
     std::vector<float> x = randoms(rows * x_stride, 3.0f);
     std::vector<uint8_t> q(rows * q_stride, 0xEE), want(rows * q_stride, 0xEE);
     for (uint32_t r = 0; r < rows; r++)
-        mvm_k_prepare_act(MVM_W_Q8_0, x.data() + r * x_stride, want.data() + r * q_stride, n);
-    mvm_g_quantize_args a = {dp(x.data()), dp(q.data()), x_stride, q_stride, n, rows};
-    launch(mvm_g_quantize_q8_0, a, mvm_g_quantize_shape(&a));
-    CHECK(q == want); /* the same rounding, bit for bit; the gaps untouched */
+        mvm_k_prepare_act(t, x.data() + r * x_stride, want.data() + r * q_stride, n);
+    mvm_g_quantize_args a = {dp(x.data()), dp(q.data()), x_stride, q_stride, n, rows, t};
+    launch(mvm_g_quantize, a, mvm_g_quantize_shape(&a));
+    CHECK(q == want);
 }
 
-static void (*const matvec_fn[MVM_G_NTYPES])(mvm_g_matvec_args) = {
-    mvm_g_matvec_f32, mvm_g_matvec_f16, mvm_g_matvec_bf16, mvm_g_matvec_q8_0, mvm_g_matvec_q4_0};
-
-static void matvec_case(int t, uint32_t n_in, uint32_t n_out, uint32_t n_tok)
+static void test_quantize(void)
 {
-    const uint64_t row_bytes = mvm_g_row_bytes(t, n_in) + 8;
-    const uint64_t act_stride = mvm_k_act_bytes((enum mvm_wtype)t, n_in) + 4;
+    quantize_case(MVM_W_Q4_0, 32 * 150);
+    quantize_case(MVM_W_Q4_K, 256 * 140);
+}
+
+#define KERNEL_FN(name, T) mvm_g_matvec_##name,
+static void (*const matvec_fn[MVM_W_COUNT])(mvm_g_matvec_args) = {MVM_G_FOR_TYPES(KERNEL_FN)};
+#undef KERNEL_FN
+
+static void matvec_case(enum mvm_wtype t, uint32_t n_in, uint32_t n_out, uint32_t n_tok)
+{
+    const uint64_t row_bytes = mvm_k_row_bytes(t, n_in) + 8;
+    const uint64_t act_stride = mvm_k_act_bytes(t, n_in) + 4;
     const uint64_t y_stride = n_out + 3;
     std::vector<uint8_t> w = weights(t, n_out, n_in, row_bytes);
     std::vector<float> x;
     std::vector<uint8_t> act = activations(t, n_tok, n_in, act_stride, x);
     std::vector<float> y(n_tok * y_stride, POISON), want(n_tok * y_stride, POISON);
-    mvm_k_matmul((enum mvm_wtype)t, w.data(), row_bytes, n_in, act.data(), act_stride, n_tok,
-                 want.data(), y_stride, 0, n_out);
+    mvm_k_matmul(t, w.data(), row_bytes, n_in, act.data(), act_stride, n_tok, want.data(),
+                 y_stride, 0, n_out);
     mvm_g_matvec_args a = {dp(w.data()), dp(act.data()), dp(y.data()), row_bytes, act_stride,
                            y_stride, n_in, n_out, n_tok};
     launch(matvec_fn[t], a, mvm_g_matvec_shape(&a));
@@ -129,45 +139,48 @@ static void matvec_case(int t, uint32_t n_in, uint32_t n_out, uint32_t n_tok)
         ok = ok && e < 1e-5 && poisoned(&y[i * y_stride + n_out], y_stride - n_out);
         if (e >= 1e-5)
             fprintf(stderr, "matvec_%s n_in %u n_out %u n_tok %u: token %u relative error %g\n",
-                    mvm_g_type_suffix(t), n_in, n_out, n_tok, i, e);
+                    mvm_k_wtype_name(t), n_in, n_out, n_tok, i, e);
     }
     CHECK(ok);
 }
 
 static void test_matvec(void)
 {
-    for (int t = 0; t < MVM_G_NTYPES; t++) {
-        /* rows shorter and longer than a warp's pass (32 elements or blocks); 13 rows: the
-         * last block of 4 warps is partly idle; 11 tokens: a full tile and a partial one */
-        uint32_t short_in = mvm_g_is_q(t) ? 96 : 100, long_in = mvm_g_is_q(t) ? 1088 : 1100;
+    for (int i = 0; i < MVM_W_COUNT; i++) {
+        const enum mvm_wtype t = (enum mvm_wtype)i;
+        /* rows shorter and longer than a warp's pass (32 elements, blocks or 32-element chunks
+         * of super-blocks); 13 rows: the last block of 4 warps is partly idle; 11 tokens: a
+         * full tile and a partial one */
+        const uint32_t short_in = mvm_k_is_k(t) ? 256 : mvm_k_is_q(t) ? 96 : 100;
+        const uint32_t long_in = mvm_k_is_k(t) ? 1280 : mvm_k_is_q(t) ? 1088 : 1100;
         matvec_case(t, short_in, 13, 1);
         matvec_case(t, long_in, 13, 11);
         matvec_case(t, short_in, 5, 8);
     }
 }
 
-static void (*const up_fn[MVM_G_NTYPES])(mvm_g_expert_args) = {
-    mvm_g_expert_up_f32, mvm_g_expert_up_f16, mvm_g_expert_up_bf16, mvm_g_expert_up_q8_0,
-    mvm_g_expert_up_q4_0};
-static void (*const down_fn[MVM_G_NTYPES])(mvm_g_expert_args) = {
-    mvm_g_expert_down_f32, mvm_g_expert_down_f16, mvm_g_expert_down_bf16,
-    mvm_g_expert_down_q8_0, mvm_g_expert_down_q4_0};
+#define KERNEL_FN(name, T) mvm_g_expert_up_##name,
+static void (*const up_fn[MVM_W_COUNT])(mvm_g_expert_args) = {MVM_G_FOR_TYPES(KERNEL_FN)};
+#undef KERNEL_FN
+#define KERNEL_FN(name, T) mvm_g_expert_down_##name,
+static void (*const down_fn[MVM_W_COUNT])(mvm_g_expert_args) = {MVM_G_FOR_TYPES(KERNEL_FN)};
+#undef KERNEL_FN
 
 /* One MoE layer's routed experts: the three kernels against mvm_k_expert_ffn per (token,
  * expert). Expert 0 serves every token (more rows than a tile), expert E-1 none. */
-static void experts_case(int t, uint32_t n_embd, uint32_t n_ff, uint32_t n_tok)
+static void experts_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_ff, uint32_t n_tok)
 {
-    const uint32_t E = 5, K = 2, G = n_ff / MVM_G_QBLOCK;
-    const uint64_t expert_bytes = G * mvm_g_group_bytes(t, n_embd);
+    const uint32_t E = 5, K = 2, G = n_ff / (uint32_t)mvm_k_expert_group_channels(f);
+    const uint64_t expert_bytes = G * mvm_k_expert_group_bytes(f, n_embd);
     const uint64_t stride = (expert_bytes + 255) / 256 * 256 + 256;
     std::vector<uint8_t> experts(E * stride, 0xC3);
-    const uint64_t row = mvm_g_row_bytes(t, n_embd), down_row = mvm_g_row_bytes(t, n_ff);
+    const uint64_t row = mvm_k_row_bytes(f.gate_up, n_embd);
+    const uint64_t down_row = mvm_k_row_bytes(f.down, n_ff);
     for (uint32_t e = 0; e < E; e++) {
-        std::vector<uint8_t> gate = weights(t, n_ff, n_embd, row);
-        std::vector<uint8_t> up = weights(t, n_ff, n_embd, row);
-        std::vector<uint8_t> down = weights(t, n_embd, n_ff, down_row);
-        mvm_k_expert_pack(mvm_k_expert_uniform((enum mvm_wtype)t),
-                          gate.data(), up.data(), down.data(), n_embd, n_ff,
+        std::vector<uint8_t> gate = weights(f.gate_up, n_ff, n_embd, row);
+        std::vector<uint8_t> up = weights(f.gate_up, n_ff, n_embd, row);
+        std::vector<uint8_t> down = weights(f.down, n_embd, n_ff, down_row);
+        mvm_k_expert_pack(f, gate.data(), up.data(), down.data(), n_embd, n_ff,
                           experts.data() + e * stride);
     }
     std::vector<uint32_t> sel(n_tok * K);
@@ -195,28 +208,26 @@ static void experts_case(int t, uint32_t n_embd, uint32_t n_ff, uint32_t n_tok)
             row_w[r] = selw[i * K + k];
             tok_rows[i * K + k] = r;
         }
-    /* rows of floats stay 4-aligned, Q8_0 blocks only 2-aligned */
-    const uint64_t act_stride =
-        mvm_k_act_bytes((enum mvm_wtype)t, n_embd) + (mvm_g_is_q(t) ? 2 : 4);
+    /* rows of floats and Q8_K blocks stay 4-aligned, Q8_0 blocks only 2-aligned */
+    const uint64_t act_stride = mvm_k_act_bytes(f.gate_up, n_embd) + (mvm_k_is_q(f.gate_up) ? 2 : 4);
     std::vector<float> xin;
-    std::vector<uint8_t> act = activations(t, n_tok, n_embd, act_stride, xin);
+    std::vector<uint8_t> act = activations(f.gate_up, n_tok, n_embd, act_stride, xin);
     std::vector<float> x0 = randoms(n_tok * n_embd), want = x0, x = x0;
     for (uint32_t i = 0; i < n_tok; i++)
         for (uint32_t k = 0; k < K; k++)
-            mvm_k_expert_ffn(mvm_k_expert_uniform((enum mvm_wtype)t),
-                             experts.data() + sel[i * K + k] * stride, n_embd,
+            mvm_k_expert_ffn(f, experts.data() + sel[i * K + k] * stride, n_embd,
                              act.data() + i * act_stride, selw[i * K + k],
                              want.data() + i * n_embd, 0, G);
-    const uint64_t h_stride = (mvm_g_is_q(t) ? G * MVM_G_Q8_BYTES : n_ff * 4) + 8;
+    const uint64_t h_stride = mvm_k_act_bytes(f.down, n_ff) + 8;
     const size_t rows = n_tok * K;
     std::vector<uint8_t> h(rows * h_stride, 0xFF);
     std::vector<float> out(rows * n_embd, POISON);
     mvm_g_expert_args a = {dp(experts.data()), dp(act.data()), dp(active.data()), dp(off.data()),
                            dp(cnt.data()), dp(row_tok.data()), dp(row_w.data()), dp(h.data()),
                            dp(out.data()), stride, act_stride, h_stride, n_embd, G,
-                           (uint32_t)active.size()};
-    launch(up_fn[t], a, mvm_g_expert_up_shape(&a));
-    launch(down_fn[t], a, mvm_g_expert_down_shape(&a));
+                           (uint32_t)active.size(), f.gate_up, f.down};
+    launch(up_fn[f.gate_up], a, mvm_g_expert_up_shape(&a));
+    launch(down_fn[f.down], a, mvm_g_expert_down_shape(&a));
     mvm_g_expert_sum_args s = {dp(x.data()), dp(out.data()), dp(tok_rows.data()), n_embd, n_tok,
                                K};
     launch(mvm_g_expert_sum, s, mvm_g_expert_sum_shape(&s));
@@ -230,17 +241,36 @@ static void experts_case(int t, uint32_t n_embd, uint32_t n_ff, uint32_t n_tok)
         for (uint64_t b = h_stride - 8; b < h_stride; b++)
             gaps = gaps && h[r * h_stride + b] == 0xFF;
     if (e >= 1e-4)
-        fprintf(stderr, "experts_%s n_embd %u n_ff %u n_tok %u: relative error %g\n",
-                mvm_g_type_suffix(t), n_embd, n_ff, n_tok, e);
+        fprintf(stderr, "experts %s/%s n_embd %u n_ff %u n_tok %u: relative error %g\n",
+                mvm_k_wtype_name(f.gate_up), mvm_k_wtype_name(f.down), n_embd, n_ff, n_tok, e);
     CHECK(e < 1e-4);
     CHECK(gaps);
 }
 
 static void test_experts(void)
 {
-    for (int t = 0; t < MVM_G_NTYPES; t++) {
-        experts_case(t, 160, 96, 11); /* 160 outputs: two blocks of down threads, one partial */
-        experts_case(t, 64, 64, 1);   /* decode */
+    for (int i = 0; i < MVM_W_COUNT; i++) {
+        const enum mvm_wtype t = (enum mvm_wtype)i;
+        if (mvm_k_is_k(t)) {
+            /* one 256-channel group, few tokens: the emulator is slow, and the tiles and
+             * groups, which no type changes, are crossed below */
+            experts_case(mvm_k_expert_uniform(t), 256, 256, 3);
+            experts_case(mvm_k_expert_uniform(t), 256, 256, 1);
+        } else {
+            /* 160 outputs: two blocks of down threads, one partial */
+            experts_case(mvm_k_expert_uniform(t), 160, 96, 11);
+            experts_case(mvm_k_expert_uniform(t), 64, 64, 1); /* decode */
+        }
+    }
+    /* down of another type, as llama.cpp's K-quant files have it: Q4_K_M's Q6_K down, and
+     * the fallbacks where the expert's channels are not whole super-blocks (Qwen2-MoE) */
+    static const mvm_k_expert_fmt mixed[] = {{MVM_W_Q4_K, MVM_W_Q6_K}, {MVM_W_Q4_K, MVM_W_Q5_0},
+                                             {MVM_W_Q4_K, MVM_W_Q8_0}, {MVM_W_Q5_K, MVM_W_Q5_1},
+                                             {MVM_W_Q3_K, MVM_W_IQ4_NL}, {MVM_W_F16, MVM_W_Q4_K}};
+    for (const mvm_k_expert_fmt &f : mixed) {
+        const int two_groups = f.down == MVM_W_Q6_K; /* and a tile and a partial one */
+        experts_case(f, 256, two_groups ? 512 : mvm_k_is_k(f.down) ? 256 : 96,
+                     two_groups ? 9 : 3);
     }
 }
 

@@ -39,6 +39,10 @@ static const char *predict = "gate";    /* and its predict module */
 static const int32_t prompt[] = {5, 77, 300, 12, 9, 410, 3};
 #define N_PROMPT (sizeof prompt / sizeof *prompt)
 
+/* The tiny preset of arch in type t. A K-quant is 256 wide (rows of whole super-blocks) and
+ * Q4_K is llama.cpp's Q4_K_M mix (Q6_K down experts in some layers); qwen2moe's experts
+ * then have 96 channels, so that their down matrices fall back to Q5_0/Q8_0 as in
+ * llama.cpp's Qwen2-MoE files. */
 static const char *model_path(const char *arch, enum mvm_wtype t)
 {
     static char p[128];
@@ -47,6 +51,11 @@ static const char *model_path(const char *arch, enum mvm_wtype t)
         mvm_model_spec s = mvm_preset_find("tiny", arch)->spec;
         s.type = t;
         s.seed = 11;
+        if (mvm_k_is_k(t)) {
+            s.n_embd = s.n_ff = 256;
+            s.n_ff_exp = strcmp(arch, "qwen2moe") ? 256 : 96;
+            s.k_mix = t == MVM_W_Q4_K;
+        }
         CHECK_ST(mvm_mkmodel_write(&s, p, pool, NULL, NULL), MVM_OK);
     }
     return p;
@@ -131,7 +140,8 @@ static void test_matches_cpu(void)
         const char *arch;
         enum mvm_wtype type;
     } cases[] = {{"llama", MVM_W_F32}, {"llama", MVM_W_Q8_0}, {"llama", MVM_W_Q4_0},
-                 {"qwen2moe", MVM_W_F16}, {"qwen3moe", MVM_W_BF16}, {"olmoe", MVM_W_Q8_0}};
+                 {"qwen2moe", MVM_W_F16}, {"qwen3moe", MVM_W_BF16}, {"olmoe", MVM_W_Q8_0},
+                 {"qwen2moe", MVM_W_Q4_K}, {"olmoe", MVM_W_Q3_K}};
     /* Without HOST_NUMA only the waiting differs, and under a sanitizer the host code is
      * what is checked: two cases are enough. */
     size_t n_cases = home_mapped && !quick ? sizeof cases / sizeof *cases : 2;

@@ -62,20 +62,20 @@ static mvm_dptr up(const void *src, size_t bytes)
 }
 
 /* The activations of n_tok rows of n floats at dx for weights of type t, on the device:
- * the rows themselves for the float types, their Q8_0 blocks (mvm_g_quantize_q8_0) for the
- * Q types, checked against the CPU's. *stride: bytes per row. */
-static mvm_dptr device_act(int t, mvm_dptr dx, const float *x, uint32_t n, uint32_t n_tok,
-                           size_t *stride)
+ * the rows themselves for the float types, their Q8_0 or Q8_K blocks (mvm_g_quantize) for
+ * the Q and K types, checked against the CPU's. *stride: bytes per row. */
+static mvm_dptr device_act(enum mvm_wtype t, mvm_dptr dx, const float *x, uint32_t n,
+                           uint32_t n_tok, size_t *stride)
 {
-    *stride = mvm_k_act_bytes((enum mvm_wtype)t, n);
-    if (!mvm_g_is_q(t))
+    *stride = mvm_k_act_bytes(t, n);
+    if (mvm_k_block_elems(t) == 1)
         return dx;
     mvm_dptr dq = 0;
     uint8_t *want = malloc(n_tok * *stride), *got = malloc(n_tok * *stride);
     for (uint32_t i = 0; i < n_tok; i++)
-        mvm_k_prepare_act(MVM_W_Q8_0, x + (size_t)i * n, want + i * *stride, n);
+        mvm_k_prepare_act(t, x + (size_t)i * n, want + i * *stride, n);
     CHECK_ST(mvm_gpu_alloc(g, n_tok * *stride, &dq), MVM_OK);
-    mvm_g_quantize_args qa = {dx, dq, n, *stride, n, n_tok};
+    mvm_g_quantize_args qa = {dx, dq, n, *stride, n, n_tok, t};
     CHECK_ST(mvm_gpu_quantize(g, 0, &qa), MVM_OK);
     CHECK_ST(mvm_gpu_download(g, got, dq, n_tok * *stride), MVM_OK);
     CHECK(memcmp(got, want, n_tok * *stride) == 0); /* the same rounding, bit for bit */
@@ -86,17 +86,19 @@ static mvm_dptr device_act(int t, mvm_dptr dx, const float *x, uint32_t n, uint3
 /* A matrix product of 2 tokens in every weight type, against the CPU. */
 static void test_matvec(void)
 {
-    const uint32_t n_in = 96, n_out = 7, n_tok = 2;
-    for (int t = 0; t < MVM_G_NTYPES; t++) {
-        const size_t rb = mvm_k_row_bytes((enum mvm_wtype)t, n_in);
-        const size_t ab = mvm_k_act_bytes((enum mvm_wtype)t, n_in);
+    const uint32_t n_out = 7, n_tok = 2;
+    for (int i = 0; i < MVM_W_COUNT; i++) {
+        const enum mvm_wtype t = (enum mvm_wtype)i;
+        const uint32_t n_in = mvm_k_is_k(t) ? 512 : 96;
+        const size_t rb = mvm_k_row_bytes(t, n_in);
+        const size_t ab = mvm_k_act_bytes(t, n_in);
         float *wf = randoms((size_t)n_out * n_in), *x = randoms((size_t)n_tok * n_in);
         uint8_t *w = malloc(n_out * rb), *act = malloc(n_tok * ab);
         float want[2 * 7], got[2 * 7];
-        mvm_k_quantize((enum mvm_wtype)t, wf, w, (size_t)n_out * n_in);
-        for (uint32_t i = 0; i < n_tok; i++)
-            mvm_k_prepare_act((enum mvm_wtype)t, x + i * n_in, act + i * ab, n_in);
-        mvm_k_matmul((enum mvm_wtype)t, w, rb, n_in, act, ab, n_tok, want, n_out, 0, n_out);
+        mvm_k_quantize(t, wf, w, (size_t)n_out * n_in);
+        for (uint32_t k = 0; k < n_tok; k++)
+            mvm_k_prepare_act(t, x + k * n_in, act + k * ab, n_in);
+        mvm_k_matmul(t, w, rb, n_in, act, ab, n_tok, want, n_out, 0, n_out);
         size_t as = 0;
         mvm_dptr dw = up(w, n_out * rb), dx = up(x, n_tok * n_in * 4), dy = 0;
         mvm_dptr da = device_act(t, dx, x, n_in, n_tok, &as);
@@ -106,7 +108,7 @@ static void test_matvec(void)
         CHECK_ST(mvm_gpu_download(g, got, dy, sizeof got), MVM_OK);
         double e = rel_err(got, want, n_tok * n_out);
         if (e >= 1e-5)
-            fprintf(stderr, "matvec_%s: relative error %g\n", mvm_g_type_suffix(t), e);
+            fprintf(stderr, "matvec_%s: relative error %g\n", mvm_k_wtype_name(t), e);
         CHECK(e < 1e-5);
         if (da != dx)
             mvm_gpu_free(g, da);
@@ -115,61 +117,68 @@ static void test_matvec(void)
     }
 }
 
-/* The largest argument struct: one expert for 3 tokens in every weight type, up, down and
- * sum, against the CPU. */
+/* The largest argument struct: one expert for 3 tokens, up, down and sum, against the CPU. */
+static void expert_case(mvm_k_expert_fmt f)
+{
+    const uint32_t D = mvm_k_is_k(f.gate_up) ? 256 : 64, F = mvm_k_is_k(f.down) ? 256 : 64;
+    const uint32_t G = F / (uint32_t)mvm_k_expert_group_channels(f), T = 3;
+    const size_t row = mvm_k_row_bytes(f.gate_up, D), drow = mvm_k_row_bytes(f.down, F);
+    const size_t ebytes = G * mvm_k_expert_group_bytes(f, D);
+    float *gate = randoms((size_t)F * D), *upw = randoms((size_t)F * D),
+          *down = randoms((size_t)D * F), *x = randoms((size_t)T * D),
+          *x0 = malloc(T * D * 4), *want = malloc(T * D * 4), *got = malloc(T * D * 4);
+    uint8_t *gq = malloc(F * row), *uq = malloc(F * row), *dq = malloc(D * drow),
+            *expert = malloc(ebytes), *act = malloc(mvm_k_act_bytes(f.gate_up, D));
+    mvm_k_quantize(f.gate_up, gate, gq, (size_t)F * D);
+    mvm_k_quantize(f.gate_up, upw, uq, (size_t)F * D);
+    mvm_k_quantize(f.down, down, dq, (size_t)D * F);
+    mvm_k_expert_pack(f, gq, uq, dq, D, F, expert);
+    float w[3] = {0.5f, -1.25f, 0.75f};
+    memcpy(x0, x, T * D * 4);
+    memcpy(want, x, T * D * 4);
+    for (uint32_t i = 0; i < T; i++) {
+        mvm_k_prepare_act(f.gate_up, x + i * D, act, D);
+        mvm_k_expert_ffn(f, expert, D, act, w[i], want + i * D, 0, G);
+    }
+    uint32_t active[1] = {0}, off[1] = {0}, cnt[1] = {T}, row_tok[3] = {0, 1, 2};
+    uint32_t tok_rows[3] = {0, 1, 2};
+    size_t as = 0, hs = mvm_k_act_bytes(f.down, F);
+    mvm_dptr de = up(expert, ebytes), dx = up(x, T * D * 4), dxa = up(x, T * D * 4),
+             da = up(active, 4), doff = up(off, 4), dcnt = up(cnt, 4),
+             drt = up(row_tok, sizeof row_tok), drw = up(w, sizeof w),
+             dtr = up(tok_rows, sizeof tok_rows), dh = 0, dout = 0;
+    mvm_dptr dact = device_act(f.gate_up, dxa, x, D, T, &as);
+    CHECK_ST(mvm_gpu_alloc(g, T * hs, &dh), MVM_OK);
+    CHECK_ST(mvm_gpu_alloc(g, T * D * 4, &dout), MVM_OK);
+    mvm_g_expert_args ea = {de, dact, da, doff, dcnt, drt, drw, dh, dout, ebytes, as, hs,
+                            D, G, 1, f.gate_up, f.down};
+    mvm_g_expert_sum_args sa = {dx, dout, dtr, D, T, 1};
+    CHECK_ST(mvm_gpu_expert_up(g, f.gate_up, &ea), MVM_OK);
+    CHECK_ST(mvm_gpu_expert_down(g, f.down, &ea), MVM_OK);
+    CHECK_ST(mvm_gpu_expert_sum(g, 0, &sa), MVM_OK);
+    CHECK_ST(mvm_gpu_download(g, got, dx, T * D * 4), MVM_OK);
+    for (uint32_t i = 0; i < T * D; i++) /* the experts' part: x0 would hide it */
+        got[i] -= x0[i], want[i] -= x0[i];
+    double e = rel_err(got, want, T * D);
+    if (e >= 1e-4)
+        fprintf(stderr, "experts %s/%s: relative error %g\n", mvm_k_wtype_name(f.gate_up),
+                mvm_k_wtype_name(f.down), e);
+    CHECK(e < 1e-4);
+    mvm_dptr all[] = {de, dx, dxa, da, doff, dcnt, drt, drw, dtr, dh, dout,
+                      dact != dxa ? dact : 0};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        mvm_gpu_free(g, all[i]);
+    free(gate), free(upw), free(down), free(x), free(x0), free(want), free(got);
+    free(gq), free(uq), free(dq), free(expert), free(act);
+}
+
+/* Every weight type, and a K-quant file's mixes (Q4_K_M's Q6_K down, the Q5_0 fallback). */
 static void test_experts(void)
 {
-    const uint32_t D = 64, F = 64, G = F / 32, T = 3;
-    for (int t = 0; t < MVM_G_NTYPES; t++) {
-        const enum mvm_wtype wt = (enum mvm_wtype)t;
-        const size_t row = mvm_k_row_bytes(wt, D), drow = mvm_k_row_bytes(wt, F);
-        const size_t ebytes = G * mvm_k_expert_group_bytes(mvm_k_expert_uniform(wt), D);
-        float *gate = randoms((size_t)F * D), *upw = randoms((size_t)F * D),
-              *down = randoms((size_t)D * F), *x = randoms((size_t)T * D),
-              *x0 = malloc(T * D * 4), *want = malloc(T * D * 4), *got = malloc(T * D * 4);
-        uint8_t *gq = malloc(F * row), *uq = malloc(F * row), *dq = malloc(D * drow),
-                *expert = malloc(ebytes), *act = malloc(mvm_k_act_bytes(wt, D));
-        mvm_k_quantize(wt, gate, gq, (size_t)F * D);
-        mvm_k_quantize(wt, upw, uq, (size_t)F * D);
-        mvm_k_quantize(wt, down, dq, (size_t)D * F);
-        mvm_k_expert_pack(mvm_k_expert_uniform(wt), gq, uq, dq, D, F, expert);
-        float w[3] = {0.5f, -1.25f, 0.75f};
-        memcpy(x0, x, T * D * 4);
-        memcpy(want, x, T * D * 4);
-        for (uint32_t i = 0; i < T; i++) {
-            mvm_k_prepare_act(wt, x + i * D, act, D);
-            mvm_k_expert_ffn(mvm_k_expert_uniform(wt), expert, D, act, w[i], want + i * D, 0, G);
-        }
-        uint32_t active[1] = {0}, off[1] = {0}, cnt[1] = {T}, row_tok[3] = {0, 1, 2};
-        uint32_t tok_rows[3] = {0, 1, 2};
-        size_t as = 0, hs = mvm_g_is_q(t) ? G * MVM_G_Q8_BYTES : F * 4;
-        mvm_dptr de = up(expert, ebytes), dx = up(x, T * D * 4), dxa = up(x, T * D * 4),
-                 da = up(active, 4), doff = up(off, 4), dcnt = up(cnt, 4),
-                 drt = up(row_tok, sizeof row_tok), drw = up(w, sizeof w),
-                 dtr = up(tok_rows, sizeof tok_rows), dh = 0, dout = 0;
-        mvm_dptr dact = device_act(t, dxa, x, D, T, &as);
-        CHECK_ST(mvm_gpu_alloc(g, T * hs, &dh), MVM_OK);
-        CHECK_ST(mvm_gpu_alloc(g, T * D * 4, &dout), MVM_OK);
-        mvm_g_expert_args ea = {de, dact, da, doff, dcnt, drt, drw, dh, dout, ebytes, as, hs,
-                                D, G, 1};
-        mvm_g_expert_sum_args sa = {dx, dout, dtr, D, T, 1};
-        CHECK_ST(mvm_gpu_expert_up(g, t, &ea), MVM_OK);
-        CHECK_ST(mvm_gpu_expert_down(g, t, &ea), MVM_OK);
-        CHECK_ST(mvm_gpu_expert_sum(g, 0, &sa), MVM_OK);
-        CHECK_ST(mvm_gpu_download(g, got, dx, T * D * 4), MVM_OK);
-        for (uint32_t i = 0; i < T * D; i++) /* the experts' part: x0 would hide it */
-            got[i] -= x0[i], want[i] -= x0[i];
-        double e = rel_err(got, want, T * D);
-        if (e >= 1e-4)
-            fprintf(stderr, "experts_%s: relative error %g\n", mvm_g_type_suffix(t), e);
-        CHECK(e < 1e-4);
-        mvm_dptr all[] = {de, dx, dxa, da, doff, dcnt, drt, drw, dtr, dh, dout,
-                          dact != dxa ? dact : 0};
-        for (size_t i = 0; i < sizeof all / sizeof *all; i++)
-            mvm_gpu_free(g, all[i]);
-        free(gate), free(upw), free(down), free(x), free(x0), free(want), free(got);
-        free(gq), free(uq), free(dq), free(expert), free(act);
-    }
+    for (int t = 0; t < MVM_W_COUNT; t++)
+        expert_case(mvm_k_expert_uniform((enum mvm_wtype)t));
+    expert_case((mvm_k_expert_fmt){MVM_W_Q4_K, MVM_W_Q6_K});
+    expert_case((mvm_k_expert_fmt){MVM_W_Q4_K, MVM_W_Q5_0});
 }
 
 /* Launches and a device copy run in the order queued: y = rmsnorm(x); y += x; copy. */
@@ -217,7 +226,7 @@ static void test_failures(void)
         CHECK_ST(mvm_gpu_rmsnorm(g, 0, &ra), MVM_ERR_BACKEND);
         CHECK(strstr(mvm_last_error(), "cuLaunchKernel (mvm_g_rmsnorm) failed") != NULL);
         mvm_g_matvec_args ma = {0};
-        CHECK_ST(mvm_gpu_matvec(g, MVM_G_NTYPES, &ma), MVM_ERR_INVALID);
+        CHECK_ST(mvm_gpu_matvec(g, MVM_W_COUNT, &ma), MVM_ERR_INVALID);
         mvm_gpu_free(g, dx);
     }
     mvm_gpu_close(g);

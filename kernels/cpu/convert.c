@@ -44,29 +44,6 @@ const char *mvm_k_wtype_name(enum mvm_wtype t)
     return (unsigned)t < MVM_W_COUNT ? names[t] : "unknown";
 }
 
-size_t mvm_k_block_elems(enum mvm_wtype t)
-{
-    return mvm_k_is_k(t) ? MVM_QK_K : mvm_k_is_q(t) ? MVM_QBLOCK : 1;
-}
-
-size_t mvm_k_row_bytes(enum mvm_wtype t, size_t n)
-{
-    switch (t) {
-    case MVM_W_F32: return n * 4;
-    case MVM_W_F16:
-    case MVM_W_BF16: return n * 2;
-    default: /* a Q or K type, whose block is mvm_k_block_bytes */
-        return (unsigned)t < MVM_W_COUNT ? n / mvm_k_block_elems(t) * mvm_k_block_bytes(t) : 0;
-    }
-}
-
-size_t mvm_k_act_bytes(enum mvm_wtype t, size_t n)
-{
-    return mvm_k_is_k(t)   ? n / MVM_QK_K * sizeof(mvm_block_q8_K)
-           : mvm_k_is_q(t) ? mvm_k_row_bytes(MVM_W_Q8_0, n)
-                           : n * 4;
-}
-
 void mvm_k_prepare_act(enum mvm_wtype t, const float *x, void *act, size_t n)
 {
     if (mvm_k_is_k(t)) {

@@ -10,17 +10,6 @@
 
 #include "kernels/cpu/dispatch.h"
 
-size_t mvm_k_expert_group_channels(mvm_k_expert_fmt f)
-{
-    return mvm_k_is_k(f.down) ? MVM_QK_K : MVM_QBLOCK;
-}
-
-size_t mvm_k_expert_group_bytes(mvm_k_expert_fmt f, size_t n_embd)
-{
-    const size_t g = mvm_k_expert_group_channels(f);
-    return 2 * g * mvm_k_row_bytes(f.gate_up, n_embd) + n_embd * mvm_k_row_bytes(f.down, g);
-}
-
 /* Tokens per tile of the batch: their intermediate activations live on the stack, and each
  * gate/up row is read once per tile (from L1 for all but the first token). */
 #define TOK_TILE 8

@@ -45,13 +45,9 @@
 
 /* ggml's name of the type: "f32", "q8_0", "q4_K". */
 const char *mvm_k_wtype_name(enum mvm_wtype t);
-/* Elements per block of type t: 1 for float types, 32 for Q8_0..IQ4_NL, 256 for K-quants.
- * Every row length of type t is a multiple of it. */
-size_t mvm_k_block_elems(enum mvm_wtype t);
-/* Bytes of n elements of type t; n must be a multiple of mvm_k_block_elems(t). */
-size_t mvm_k_row_bytes(enum mvm_wtype t, size_t n);
-/* Bytes of an activation vector of n elements as the dot products of type t take it. */
-size_t mvm_k_act_bytes(enum mvm_wtype t, size_t n);
+/* The sizes of blocks, rows and activation vectors (mvm_k_block_elems, mvm_k_row_bytes,
+ * mvm_k_act_bytes) are in kernels/blocks.h. */
+
 /* x (n floats) -> the activation format of type t (a copy for F32/F16/BF16, Q8_0 blocks
  * for the 32-element Q types, Q8_K blocks for the K-quants). */
 void mvm_k_prepare_act(enum mvm_wtype t, const float *x, void *act, size_t n);
@@ -99,17 +95,15 @@ void mvm_k_matmul(enum mvm_wtype t, const void *w, size_t row_bytes, size_t n_in
  *     up rows   c..c+G-1   (G rows of n_embd elements, type gate_up)
  *     down      n_embd blocks of G elements: for output j, down[j][c..c+G-1] (type down)
  * so a prefix of the expert's bytes holds whole groups, and the FFN output is the sum over
- * groups of  down_g · (silu(gate_g · x) * (up_g · x)). */
-typedef struct mvm_k_expert_fmt {
-    enum mvm_wtype gate_up, down;
-} mvm_k_expert_fmt;
+ * groups of  down_g · (silu(gate_g · x) * (up_g · x)). The types (mvm_k_expert_fmt) and the
+ * group's sizes (mvm_k_expert_group_channels, _bytes) are in kernels/blocks.h, as the device
+ * kernels read the layout too. */
+
 /* One type for all three matrices. */
 static inline mvm_k_expert_fmt mvm_k_expert_uniform(enum mvm_wtype t)
 {
     return (mvm_k_expert_fmt){t, t};
 }
-size_t mvm_k_expert_group_channels(mvm_k_expert_fmt f);
-size_t mvm_k_expert_group_bytes(mvm_k_expert_fmt f, size_t n_embd);
 /* out[j] += weight * sum over groups g in [g0, g1) of the group's output, j < n_embd.
  * act: x prepared for f.gate_up and n_embd. For Q and K types the G intermediate
  * activations of a group are quantized to down's activation format before the down product

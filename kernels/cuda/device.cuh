@@ -1,8 +1,9 @@
 /*
- * Device helpers of the engine's kernels (the .cu files of kernels/cuda): reading the weight types,
- * Q8_0 quantization, warp and block reductions. Written so that the same source also builds
- * as C++ on the CPU after tests/cuda_emu.h, where the conversions are the CPU kernels' own
- * (kernels/cpu/convert.c) and the shuffles are emulated.
+ * Device helpers of the engine's kernels (the .cu files of kernels/cuda): a row's dot
+ * products split across the lanes of a warp, warp and block reductions. The blocks of the
+ * weight types and their integer dot products are kernels/blocks.h's, which the CPU kernels
+ * use too. Written so that the same source also builds as C++ on the CPU after
+ * tests/cuda_emu.h, where the shuffles are emulated.
  */
 #ifndef MVM_KERNELS_CUDA_DEVICE_CUH
 #define MVM_KERNELS_CUDA_DEVICE_CUH
@@ -12,92 +13,60 @@
 
 #include "kernels/cuda/kernels.h"
 
-#ifdef __CUDACC__
-#include <cuda_fp16.h>
-static __device__ __forceinline__ float mvm_g_h2f(uint16_t h)
-{
-    return __half2float(__ushort_as_half(h));
-}
-static __device__ __forceinline__ uint16_t mvm_g_f2h(float f)
-{
-    return __half_as_ushort(__float2half_rn(f));
-}
-static __device__ __forceinline__ float mvm_g_bf2f(uint16_t h)
-{
-    return __uint_as_float((uint32_t)h << 16);
-}
-#else
-extern "C" float mvm_fp16_to_fp32(uint16_t h);
-extern "C" uint16_t mvm_fp32_to_fp16(float f);
-extern "C" float mvm_bf16_to_fp32(uint16_t h);
-static inline float mvm_g_h2f(uint16_t h) { return mvm_fp16_to_fp32(h); }
-static inline uint16_t mvm_g_f2h(float f) { return mvm_fp32_to_fp16(f); }
-static inline float mvm_g_bf2f(uint16_t h) { return mvm_bf16_to_fp32(h); }
-#endif
-
 #define FULL_MASK 0xffffffffu
 
-/* Element i of a row of float type T. */
-template <int T> static __device__ __forceinline__ float elem(const uint8_t *row, uint32_t i)
+/* Unit u (32 elements) of a row of Q or K type T against the row's activations: the Q
+ * block u, or chunk u % 8 of super-block u / 8, so that a warp's lanes can share a
+ * super-block. */
+template <enum mvm_wtype T>
+static __device__ __forceinline__ float unit_dot(const uint8_t *w, const uint8_t *act, uint32_t u)
 {
-    if (T == MVM_G_F32)
-        return ((const float *)row)[i];
-    if (T == MVM_G_F16)
-        return mvm_g_h2f(((const uint16_t *)row)[i]);
-    return mvm_g_bf2f(((const uint16_t *)row)[i]);
+    if (mvm_k_is_q(T))
+        return mvm_k_block_q(T, w + (uint64_t)u * mvm_k_block_bytes(T),
+                             (const mvm_block_q8_0 *)act + u);
+    const uint8_t *blk = w + (uint64_t)(u / 8) * mvm_k_block_bytes(T);
+    const mvm_block_q8_K *a = (const mvm_block_q8_K *)act + u / 8;
+    uint8_t s[16];
+    const uint8_t *s16 = mvm_k_kscales(T, blk, s);
+    int32_t sum = 0, msum = 0;
+    mvm_k_kchunk(T, blk, s16, a, (int)(u % 8), &sum, &msum);
+    return mvm_k_kscale(T, blk, a, sum, msum);
 }
 
-/* One Q block of type T against one Q8_0 activation block, summed in integers and scaled
- * once (kernels/cpu/dot_scalar.c). */
-template <int T>
-static __device__ __forceinline__ float block_q(const uint8_t *w, const uint8_t *a)
-{
-    const int8_t *aq = (const int8_t *)(a + 2);
-    int32_t sum = 0;
-    if (T == MVM_G_Q8_0) {
-        const int8_t *wq = (const int8_t *)(w + 2);
-        for (int j = 0; j < MVM_G_QBLOCK; j++)
-            sum += wq[j] * aq[j];
-    } else {
-        const uint8_t *wq = w + 2;
-        for (int j = 0; j < MVM_G_QBLOCK / 2; j++)
-            sum += ((wq[j] & 0x0F) - 8) * aq[j] + ((wq[j] >> 4) - 8) * aq[j + MVM_G_QBLOCK / 2];
-    }
-    return (float)sum * (mvm_g_h2f(*(const uint16_t *)w) * mvm_g_h2f(*(const uint16_t *)a));
-}
-
-/* One 32-element block of type T against its 32 activations (F32 or one Q8_0 block). */
-template <int T>
+/* One block of type T as the expert's down slot holds it (32 elements of a float type, a Q
+ * block, a K super-block) against its activations (floats, a Q8_0 or a Q8_K block). */
+template <enum mvm_wtype T>
 static __device__ __forceinline__ float block_dot(const uint8_t *w, const uint8_t *a)
 {
-    if (mvm_g_is_q(T))
-        return block_q<T>(w, a);
+    if (mvm_k_is_q(T))
+        return mvm_k_block_q(T, w, (const mvm_block_q8_0 *)a);
+    if (mvm_k_is_k(T))
+        return mvm_k_kblock(T, w, (const mvm_block_q8_K *)a);
     float s = 0;
-    for (int j = 0; j < MVM_G_QBLOCK; j++)
-        s += elem<T>(w, j) * ((const float *)a)[j];
+    for (int j = 0; j < MVM_QBLOCK; j++)
+        s += mvm_k_elem(T, w, j) * ((const float *)a)[j];
     return s;
 }
 
 /* This lane's part of the dot products of one weight row (n elements of type T) with the
  * activations act[0..nt) (the weights' activation format): acc[i] += its terms. The lanes of
- * a warp split the row, elements (float types) or blocks (Q types) in turn, so the warp reads
- * it in contiguous runs; each weight read serves every activation of the tile. */
-template <int T>
+ * a warp split the row, elements (float types) or 32-element units (unit_dot) in turn, so
+ * the warp reads it in contiguous runs; each weight read serves every activation of the
+ * tile. */
+template <enum mvm_wtype T>
 static __device__ __forceinline__ void row_dot_tile(const uint8_t *w, const uint8_t *const *act,
                                                     uint32_t nt, uint32_t n, float *acc)
 {
     const uint32_t lane = threadIdx.x & 31;
-    if (mvm_g_is_q(T)) {
-        const uint32_t bw = mvm_g_block_bytes(T);
-        for (uint32_t b = lane; b < n / MVM_G_QBLOCK; b += 32)
+    if (mvm_k_block_elems(T) > 1) {
+        for (uint32_t u = lane; u < n / MVM_QBLOCK; u += 32)
 #pragma unroll
             for (int i = 0; i < MVM_G_TILE; i++)
                 if ((uint32_t)i < nt)
-                    acc[i] += block_q<T>(w + (uint64_t)b * bw,
-                                         act[i] + (uint64_t)b * MVM_G_Q8_BYTES);
+                    acc[i] += unit_dot<T>(w, act[i], u);
     } else {
         for (uint32_t e = lane; e < n; e += 32) {
-            const float wv = elem<T>(w, e);
+            const float wv = mvm_k_elem(T, w, e);
 #pragma unroll
             for (int i = 0; i < MVM_G_TILE; i++)
                 if ((uint32_t)i < nt)
@@ -146,19 +115,6 @@ static __device__ __forceinline__ float block_max(float v, float *tmp)
         m = fmaxf(m, tmp[w]);
     __syncthreads();
     return m;
-}
-
-/* llama.cpp's quantize_row_q8_0_ref on 32 floats (kernels/cpu/convert.c). */
-static __device__ __forceinline__ void quantize_block_q8_0(const float *x, uint8_t *q)
-{
-    float amax = 0.0f;
-    for (int j = 0; j < MVM_G_QBLOCK; j++)
-        amax = amax > fabsf(x[j]) ? amax : fabsf(x[j]);
-    const float d = amax / 127;
-    const float id = d ? 1.0f / d : 0.0f;
-    *(uint16_t *)q = mvm_g_f2h(d);
-    for (int j = 0; j < MVM_G_QBLOCK; j++)
-        ((int8_t *)(q + 2))[j] = (int8_t)roundf(x[j] * id);
 }
 
 static __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }

@@ -6,9 +6,10 @@
  *
  * up:   a block per (channel group, active expert); a warp per channel computes its gate and
  *       up dot products for a tile of the expert's rows, then the block writes the tile's
- *       32 intermediate activations per row (quantized to one Q8_0 block for the Q types).
- * down: a thread per output (consecutive threads read consecutive 32-element down blocks of
- *       a group) sums the groups in order, as the CPU does, for a tile of rows.
+ *       G intermediate activations per row in down's activation format (G / 32 Q8_0 blocks
+ *       for a Q type, one Q8_K block for a K-quant, floats for a float type).
+ * down: a thread per output (consecutive threads read consecutive down blocks of a group)
+ *       sums the groups in order, as the CPU does, for a tile of rows.
  * sum:  each token adds its experts' rows in routing order: no atomics, so a run is
  *       reproducible.
  * The split into up and down keeps the intermediate activations (n_ff per row) in memory
@@ -18,15 +19,37 @@
 
 #define U32(p) ((const uint32_t *)(p))
 
-template <int T> static __device__ void expert_up(const mvm_g_expert_args &a)
+/* The G activations of each of the tile's nt rows (hs) in down's activation format: one Q8_K
+ * block (a thread per row), G / 32 Q8_0 blocks or G floats, for group g of h's rows. */
+static __device__ void store_h(enum mvm_wtype down, float (*hs)[MVM_QK_K], uint32_t nt,
+                               uint32_t G, uint32_t g, uint8_t *h, uint64_t h_stride)
 {
+    h += g * mvm_k_act_bytes(down, G);
+    if (mvm_k_is_k(down)) {
+        if (threadIdx.x < nt)
+            mvm_k_q8_K_block(hs[threadIdx.x], (mvm_block_q8_K *)(h + threadIdx.x * h_stride));
+    } else if (mvm_k_is_q(down)) {
+        const uint32_t nb = G / MVM_QBLOCK;
+        for (uint32_t k = threadIdx.x; k < nt * nb; k += blockDim.x)
+            mvm_k_q8_0_block(hs[k / nb] + k % nb * MVM_QBLOCK,
+                             (mvm_block_q8_0 *)(h + k / nb * h_stride) + k % nb);
+    } else {
+        for (uint32_t k = threadIdx.x; k < nt * G; k += blockDim.x)
+            ((float *)(h + k / G * h_stride))[k % G] = hs[k / G][k % G];
+    }
+}
+
+template <enum mvm_wtype GU> static __device__ void expert_up(const mvm_g_expert_args &a)
+{
+    const mvm_k_expert_fmt f = {GU, (enum mvm_wtype)a.down};
     const uint32_t e = U32(a.active)[blockIdx.y], g = blockIdx.x;
     const uint32_t r0 = U32(a.off)[e], nr = U32(a.cnt)[e];
-    const uint64_t row = mvm_g_row_bytes(T, a.n_embd);
+    const uint32_t G = (uint32_t)mvm_k_expert_group_channels(f);
+    const uint64_t row = mvm_k_row_bytes(GU, a.n_embd);
     const uint8_t *gate = (const uint8_t *)a.experts + e * a.expert_stride +
-                          g * mvm_g_group_bytes(T, a.n_embd);
-    const uint8_t *up = gate + MVM_G_QBLOCK * row;
-    __shared__ float hs[MVM_G_TILE][MVM_G_QBLOCK];
+                          g * mvm_k_expert_group_bytes(f, a.n_embd);
+    const uint8_t *up = gate + G * row;
+    __shared__ float hs[MVM_G_TILE][MVM_QK_K];
     for (uint32_t t0 = 0; t0 < nr; t0 += MVM_G_TILE) {
         const uint32_t nt = nr - t0 < MVM_G_TILE ? nr - t0 : MVM_G_TILE;
         const uint8_t *act[MVM_G_TILE];
@@ -34,10 +57,10 @@ template <int T> static __device__ void expert_up(const mvm_g_expert_args &a)
         for (int i = 0; i < MVM_G_TILE; i++)
             act[i] = (const uint8_t *)a.act +
                      U32(a.row_tok)[r0 + t0 + ((uint32_t)i < nt ? i : 0)] * a.act_stride;
-        for (uint32_t c = threadIdx.x >> 5; c < MVM_G_QBLOCK; c += MVM_G_WARPS) {
+        for (uint32_t c = threadIdx.x >> 5; c < G; c += MVM_G_WARPS) {
             float ag[MVM_G_TILE] = {0}, au[MVM_G_TILE] = {0};
-            row_dot_tile<T>(gate + c * row, act, nt, a.n_embd, ag);
-            row_dot_tile<T>(up + c * row, act, nt, a.n_embd, au);
+            row_dot_tile<GU>(gate + c * row, act, nt, a.n_embd, ag);
+            row_dot_tile<GU>(up + c * row, act, nt, a.n_embd, au);
 #pragma unroll
             for (int i = 0; i < MVM_G_TILE; i++)
                 if ((uint32_t)i < nt) {
@@ -47,34 +70,26 @@ template <int T> static __device__ void expert_up(const mvm_g_expert_args &a)
                 }
         }
         __syncthreads();
-        uint8_t *h = (uint8_t *)a.h + (uint64_t)(r0 + t0) * a.h_stride;
-        if (mvm_g_is_q(T)) {
-            if (threadIdx.x < nt)
-                quantize_block_q8_0(hs[threadIdx.x],
-                                    h + threadIdx.x * a.h_stride + g * MVM_G_Q8_BYTES);
-        } else {
-            for (uint32_t k = threadIdx.x; k < nt * MVM_G_QBLOCK; k += blockDim.x)
-                ((float *)(h + (k / MVM_G_QBLOCK) * a.h_stride))[g * MVM_G_QBLOCK +
-                                                                 k % MVM_G_QBLOCK] =
-                    hs[k / MVM_G_QBLOCK][k % MVM_G_QBLOCK];
-        }
+        store_h(f.down, hs, nt, G, g, (uint8_t *)a.h + (uint64_t)(r0 + t0) * a.h_stride,
+                a.h_stride);
         __syncthreads(); /* hs is the next tile's */
     }
 }
 
-template <int T> static __device__ void expert_down(const mvm_g_expert_args &a)
+template <enum mvm_wtype DN> static __device__ void expert_down(const mvm_g_expert_args &a)
 {
+    const mvm_k_expert_fmt f = {(enum mvm_wtype)a.gate_up, DN};
     const uint32_t e = U32(a.active)[blockIdx.y];
     const uint32_t j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= a.n_embd)
         return;
     const uint32_t r0 = U32(a.off)[e], nr = U32(a.cnt)[e];
-    const uint64_t group = mvm_g_group_bytes(T, a.n_embd);
-    const uint32_t bw = mvm_g_block_bytes(T);
-    /* a group's 32 intermediate activations: one Q8_0 block, or 32 floats */
-    const uint32_t hw = mvm_g_is_q(T) ? MVM_G_Q8_BYTES : 4 * MVM_G_QBLOCK;
+    const uint32_t G = (uint32_t)mvm_k_expert_group_channels(f);
+    const uint64_t group = mvm_k_expert_group_bytes(f, a.n_embd);
+    /* output j's block of a group's down slot, and a group's G activations in h */
+    const uint64_t bw = mvm_k_row_bytes(DN, G), hw = mvm_k_act_bytes(DN, G);
     const uint8_t *down = (const uint8_t *)a.experts + e * a.expert_stride +
-                          2 * MVM_G_QBLOCK * mvm_g_row_bytes(T, a.n_embd) + (uint64_t)j * bw;
+                          2 * G * mvm_k_row_bytes(f.gate_up, a.n_embd) + (uint64_t)j * bw;
     for (uint32_t t0 = 0; t0 < nr; t0 += MVM_G_TILE) {
         const uint32_t nt = nr - t0 < MVM_G_TILE ? nr - t0 : MVM_G_TILE;
         const uint8_t *h = (const uint8_t *)a.h + (uint64_t)(r0 + t0) * a.h_stride;
@@ -84,7 +99,7 @@ template <int T> static __device__ void expert_down(const mvm_g_expert_args &a)
 #pragma unroll
             for (int i = 0; i < MVM_G_TILE; i++)
                 if ((uint32_t)i < nt)
-                    acc[i] += block_dot<T>(w, h + i * a.h_stride + g * hw);
+                    acc[i] += block_dot<DN>(w, h + i * a.h_stride + g * hw);
         }
         for (uint32_t i = 0; i < nt; i++)
             ((float *)a.out)[(uint64_t)(r0 + t0 + i) * a.n_embd + j] = acc[i];
@@ -114,9 +129,5 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
     {                                                                                      \
         expert_down<T>(a);                                                                 \
     }
-EXPERT(f32, MVM_G_F32)
-EXPERT(f16, MVM_G_F16)
-EXPERT(bf16, MVM_G_BF16)
-EXPERT(q8_0, MVM_G_Q8_0)
-EXPERT(q4_0, MVM_G_Q4_0)
+MVM_G_FOR_TYPES(EXPERT)
 #undef EXPERT

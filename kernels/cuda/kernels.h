@@ -7,20 +7,25 @@
  * mvm_dptr (a CUdeviceptr). Each kernel's launch shape is computed here, once, from its
  * arguments (mvm_g_*_shape): blocks of `block` threads on a gx x gy grid.
  *
- * The numerics follow the CPU kernels (kernels/cpu/kernels.h) so that the two backends agree
- * to float rounding: F32/F16/BF16 weights are read against F32 activations; Q8_0/Q4_0 weights
- * against activations quantized to Q8_0 (mvm_g_quantize_q8_0, llama.cpp's reference
- * rounding), their blocks summed in integers and scaled once per block; the expert's
- * intermediate activations are quantized per group for the Q types, with the routing weight
- * folded in, as the CPU does; RMSNorm and softmax sum in double.
+ * The numerics are the CPU kernels' (kernels/cpu/kernels.h), so that the two backends agree
+ * to float rounding: the weight types are the CPU's (enum mvm_wtype), and every block of a
+ * Q or K type is multiplied with its activation block by kernels/blocks.h's integer code,
+ * which both compile. F32/F16/BF16 weights are read against F32 activations; the 32-element
+ * Q types against activations quantized to Q8_0 blocks, the K-quants against Q8_K blocks
+ * (mvm_g_quantize, llama.cpp's reference rounding); the expert's intermediate activations
+ * are quantized per group to its down matrix's format, with the routing weight folded in,
+ * as the CPU does; RMSNorm and softmax sum in double.
  *
- * Kernel names: mvm_g_<kernel> for the type-free ones; mvm_g_<kernel>_<type> with <type> one
- * of f32 f16 bf16 q8_0 q4_0 (mvm_g_type_suffix) for those that read weights.
+ * Kernel names: mvm_g_<kernel> for the type-free ones; mvm_g_<kernel>_<type> with <type> the
+ * ggml name of a weight type (mvm_k_wtype_name: f32 ... q6_K) for those that read weights,
+ * one function per type (MVM_G_FOR_TYPES).
  */
 #ifndef MVM_KERNELS_CUDA_KERNELS_H
 #define MVM_KERNELS_CUDA_KERNELS_H
 
 #include <stdint.h>
+
+#include "kernels/blocks.h"
 
 #ifdef __CUDACC__
 #define MVM_G_FN static __host__ __device__ __forceinline__
@@ -30,12 +35,13 @@
 
 typedef uint64_t mvm_dptr;
 
-/* Weight types, numbered as enum mvm_wtype (kernels/cpu/kernels.h). */
-enum { MVM_G_F32, MVM_G_F16, MVM_G_BF16, MVM_G_Q8_0, MVM_G_Q4_0, MVM_G_NTYPES };
+/* X(name, type) for every weight type: the typed kernels' instances. */
+#define MVM_G_FOR_TYPES(X)                                                                     \
+    X(f32, MVM_W_F32) X(f16, MVM_W_F16) X(bf16, MVM_W_BF16) X(q8_0, MVM_W_Q8_0)                \
+    X(q4_0, MVM_W_Q4_0) X(q4_1, MVM_W_Q4_1) X(q5_0, MVM_W_Q5_0) X(q5_1, MVM_W_Q5_1)            \
+    X(iq4_nl, MVM_W_IQ4_NL) X(q2_K, MVM_W_Q2_K) X(q3_K, MVM_W_Q3_K) X(q4_K, MVM_W_Q4_K)        \
+    X(q5_K, MVM_W_Q5_K) X(q6_K, MVM_W_Q6_K)
 
-#define MVM_G_QBLOCK 32      /* elements per Q block; channels per expert group */
-#define MVM_G_Q8_BYTES 34    /* one Q8_0 block: f16 scale, 32 int8 */
-#define MVM_G_Q4_BYTES 18    /* one Q4_0 block: f16 scale, 16 bytes of nibbles */
 #define MVM_G_THREADS 128    /* threads per block, every kernel */
 #define MVM_G_WARPS (MVM_G_THREADS / 32)
 #define MVM_G_TILE 8         /* tokens (or expert rows) each weight read serves */
@@ -44,57 +50,32 @@ typedef struct mvm_g_shape {
     uint32_t gx, gy, block;
 } mvm_g_shape;
 
-MVM_G_FN const char *mvm_g_type_suffix(int t)
-{
-    return t == MVM_G_F32 ? "f32" : t == MVM_G_F16 ? "f16" : t == MVM_G_BF16 ? "bf16"
-         : t == MVM_G_Q8_0 ? "q8_0" : "q4_0";
-}
-
-MVM_G_FN int mvm_g_is_q(int t) { return t == MVM_G_Q8_0 || t == MVM_G_Q4_0; }
-
-/* Bytes of the 32-element block of type t (a float type's 32 elements). */
-MVM_G_FN uint32_t mvm_g_block_bytes(int t)
-{
-    return t == MVM_G_Q8_0 ? MVM_G_Q8_BYTES : t == MVM_G_Q4_0 ? MVM_G_Q4_BYTES
-         : t == MVM_G_F32 ? 4 * MVM_G_QBLOCK : 2 * MVM_G_QBLOCK;
-}
-
-/* Bytes of n elements of type t (n % 32 == 0 for the Q types). */
-MVM_G_FN uint64_t mvm_g_row_bytes(int t, uint64_t n)
-{
-    return mvm_g_is_q(t) ? n / MVM_G_QBLOCK * mvm_g_block_bytes(t)
-                         : n * (t == MVM_G_F32 ? 4 : 2);
-}
-
-/* Bytes of one channel group of a channel-major expert (kernels/cpu/kernels.h): 32 gate
- * rows, 32 up rows, then n_embd down blocks of 32. */
-MVM_G_FN uint64_t mvm_g_group_bytes(int t, uint64_t n_embd)
-{
-    return 2 * MVM_G_QBLOCK * mvm_g_row_bytes(t, n_embd) + n_embd * mvm_g_block_bytes(t);
-}
-
 MVM_G_FN uint32_t mvm_g_div_up(uint64_t n, uint32_t d) { return (uint32_t)((n + d - 1) / d); }
 
-/* ---- mvm_g_quantize_q8_0: rows of F32 -> rows of Q8_0 blocks (the Q types' activations).
- * Row i: n floats at x + i * x_stride floats -> n / 32 blocks at q + i * q_stride bytes. */
+/* ---- mvm_g_quantize: rows of F32 -> the activation blocks of weight type `type` (Q8_0 for
+ * the 32-element Q types, Q8_K for the K-quants). Row i: n floats at x + i * x_stride floats
+ * -> mvm_k_act_bytes(type, n) bytes at q + i * q_stride (a multiple of 4 for Q8_K, whose
+ * scale is an f32). A thread per block. */
 typedef struct mvm_g_quantize_args {
     mvm_dptr x, q;
     uint64_t x_stride, q_stride;
-    uint32_t n, n_rows;
+    uint32_t n, n_rows, type;
 } mvm_g_quantize_args;
 
 MVM_G_FN mvm_g_shape mvm_g_quantize_shape(const mvm_g_quantize_args *a)
 {
-    mvm_g_shape s = {mvm_g_div_up((uint64_t)a->n / MVM_G_QBLOCK, MVM_G_THREADS), a->n_rows,
-                     MVM_G_THREADS};
+    mvm_g_shape s = {mvm_g_div_up(a->n / mvm_k_block_elems((enum mvm_wtype)a->type),
+                                  MVM_G_THREADS),
+                     a->n_rows, MVM_G_THREADS};
     return s;
 }
 
 /* ---- mvm_g_matvec_<type>: y[i][r] = row r of w . act[i] for r < n_out, i < n_tok.
  * w: n_out rows of n_in elements, row_bytes apart (ggml layout). act[i] at act + i *
- * act_stride bytes: n_in floats for the float types, n_in / 32 Q8_0 blocks for the Q types.
- * y[i][r] at y + (i * y_stride + r) floats. One warp per row; a block's rows are read once
- * for a tile of MVM_G_TILE tokens (gy tiles). */
+ * act_stride bytes in the weights' activation format (mvm_k_act_bytes).
+ * y[i][r] at y + (i * y_stride + r) floats. One warp per row, its lanes taking the row's
+ * floats, or its Q blocks and 32-element chunks of K super-blocks, in turn; a block's rows
+ * are read once for a tile of MVM_G_TILE tokens (gy tiles). */
 typedef struct mvm_g_matvec_args {
     mvm_dptr w, act, y;
     uint64_t row_bytes, act_stride, y_stride;
@@ -112,21 +93,24 @@ MVM_G_FN mvm_g_shape mvm_g_matvec_shape(const mvm_g_matvec_args *a)
  * Rows are (token, expert) pairs grouped by expert: expert active[a] (a < n_active) has rows
  * off[e] .. off[e] + cnt[e] - 1 (uint32 arrays indexed by expert id), row r computes token
  * row_tok[r] with routing weight row_w[r]. Expert e of the layer is channel-major at
- * experts + e * expert_stride (its fixed address in the expert space).
+ * experts + e * expert_stride (its fixed address in the expert space), its types gate_up and
+ * down (enum mvm_wtype; kernels/cpu/kernels.h has the layout): n_groups groups of G =
+ * mvm_k_expert_group_channels channels (32, or 256 with a K-quant down).
  *
- * mvm_g_expert_up_<type>: h[r] = silu(gate . act) * (up . act) * row_w[r] for every channel,
- *   act = act + row_tok[r] * act_stride bytes (the token's activations in the weights'
- *   format). h[r] at h + r * h_stride bytes: n_ff floats (float types) or n_ff / 32 Q8_0
- *   blocks (Q types). Grid: (group, active expert).
- * mvm_g_expert_down_<type>: out[r][j] = sum over groups of down_g[j] . h[r]_g, j < n_embd,
- *   out[r] at out + r * n_embd floats. Grid: (output range, active expert).
+ * mvm_g_expert_up_<gate_up type>: h[r] = silu(gate . act) * (up . act) * row_w[r] for every
+ *   channel, act = act + row_tok[r] * act_stride bytes (the token's activations in gate_up's
+ *   format). h[r] at h + r * h_stride bytes in down's activation format, a group's G
+ *   channels at a time: n_ff floats (float types), n_ff / 32 Q8_0 blocks (Q types) or
+ *   n_ff / 256 Q8_K blocks (K-quants). Grid: (group, active expert).
+ * mvm_g_expert_down_<down type>: out[r][j] = sum over groups of down_g[j] . h[r]_g,
+ *   j < n_embd, out[r] at out + r * n_embd floats. Grid: (output range, active expert).
  * mvm_g_expert_sum: x[i][j] += sum over k < top_k of out[tok_rows[i * top_k + k]][j]: each
  *   token adds its experts' outputs in its own order, so the sum is deterministic (no
  *   atomics). Grid: (output range, token). */
 typedef struct mvm_g_expert_args {
     mvm_dptr experts, act, active, off, cnt, row_tok, row_w, h, out;
     uint64_t expert_stride, act_stride, h_stride;
-    uint32_t n_embd, n_groups, n_active;
+    uint32_t n_embd, n_groups, n_active, gate_up, down;
 } mvm_g_expert_args;
 
 MVM_G_FN mvm_g_shape mvm_g_expert_up_shape(const mvm_g_expert_args *a)

@@ -1,6 +1,7 @@
 /*
  * Row-major matrix products of the engine's non-expert weights (attention, router, shared
- * expert, output) and the Q8_0 quantization of their activations (kernels/cuda/kernels.h).
+ * expert, output) and the quantization of their activations to Q8_0 or Q8_K blocks
+ * (kernels/cuda/kernels.h).
  *
  * A warp computes one output row for a tile of up to MVM_G_TILE tokens: its lanes split the
  * row (kernels/cuda/device.cuh, row_dot_tile) and reduce with shuffles, so each weight byte
@@ -9,17 +10,22 @@
  */
 #include "kernels/cuda/device.cuh"
 
-extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
-    mvm_g_quantize_q8_0(mvm_g_quantize_args a)
+extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_quantize(mvm_g_quantize_args a)
 {
+    const enum mvm_wtype t = (enum mvm_wtype)a.type;
     const uint32_t b = blockIdx.x * blockDim.x + threadIdx.x, row = blockIdx.y;
-    if (b >= a.n / MVM_G_QBLOCK)
+    const uint32_t len = (uint32_t)mvm_k_block_elems(t);
+    if (b >= a.n / len)
         return;
-    quantize_block_q8_0((const float *)a.x + row * a.x_stride + (uint64_t)b * MVM_G_QBLOCK,
-                        (uint8_t *)a.q + row * a.q_stride + (uint64_t)b * MVM_G_Q8_BYTES);
+    const float *x = (const float *)a.x + row * a.x_stride + (uint64_t)b * len;
+    uint8_t *q = (uint8_t *)a.q + row * a.q_stride + mvm_k_act_bytes(t, (uint64_t)b * len);
+    if (mvm_k_is_k(t))
+        mvm_k_q8_K_block(x, (mvm_block_q8_K *)q);
+    else
+        mvm_k_q8_0_block(x, (mvm_block_q8_0 *)q);
 }
 
-template <int T> static __device__ void matvec(const mvm_g_matvec_args &a)
+template <enum mvm_wtype T> static __device__ void matvec(const mvm_g_matvec_args &a)
 {
     const uint32_t r = blockIdx.x * MVM_G_WARPS + (threadIdx.x >> 5);
     const uint32_t t0 = blockIdx.y * MVM_G_TILE;
@@ -48,9 +54,5 @@ template <int T> static __device__ void matvec(const mvm_g_matvec_args &a)
     {                                                                                      \
         matvec<T>(a);                                                                      \
     }
-MATVEC(f32, MVM_G_F32)
-MATVEC(f16, MVM_G_F16)
-MATVEC(bf16, MVM_G_BF16)
-MATVEC(q8_0, MVM_G_Q8_0)
-MATVEC(q4_0, MVM_G_Q4_0)
+MVM_G_FOR_TYPES(MATVEC)
 #undef MATVEC

@@ -25,17 +25,16 @@ static void run(const void *params, const unsigned grid[3], const unsigned block
 }
 
 #define ADD(name, A) add(#name, sizeof(A), run<A, name>)
-#define ADD_TYPED(kernel, A)                                                                   \
-    ADD(kernel##_f32, A), ADD(kernel##_f16, A), ADD(kernel##_bf16, A), ADD(kernel##_q8_0, A),  \
-        ADD(kernel##_q4_0, A)
+#define ADD_TYPED(name, T)                                                                     \
+    ADD(mvm_g_matvec_##name, mvm_g_matvec_args);                                               \
+    ADD(mvm_g_expert_up_##name, mvm_g_expert_args);                                            \
+    ADD(mvm_g_expert_down_##name, mvm_g_expert_args);
 
 extern "C" __attribute__((visibility("default"))) void
 fakecuda_register_kernels(fakecuda_add_kernel_fn add)
 {
-    ADD(mvm_g_quantize_q8_0, mvm_g_quantize_args);
-    ADD_TYPED(mvm_g_matvec, mvm_g_matvec_args);
-    ADD_TYPED(mvm_g_expert_up, mvm_g_expert_args);
-    ADD_TYPED(mvm_g_expert_down, mvm_g_expert_args);
+    ADD(mvm_g_quantize, mvm_g_quantize_args);
+    MVM_G_FOR_TYPES(ADD_TYPED)
     ADD(mvm_g_expert_sum, mvm_g_expert_sum_args);
     ADD(mvm_g_rmsnorm, mvm_g_rmsnorm_args);
     ADD(mvm_g_rope, mvm_g_rope_args);

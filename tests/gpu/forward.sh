@@ -10,7 +10,7 @@
 #      bytes as its budget (HOST_NUMA devices run the others from their homes, the rest wait),
 #      then with the assign modules greedy (experts also on the CPU threads) and gpu's
 #      zero-copy, and at a tenth of the bytes (rounds without HOST_NUMA) with and without
-#      greedy;
+#      greedy; and the same model as Q4_K_M on the CPU and the GPU (full and half budget);
 #   4. `moevm calibrate` of that model on the GPU, and greedy at half the budget again with
 #      the measured costs (--cost) instead of the h100 preset's.
 # With $OUT set, the output is also written to $OUT/gpu_forward.txt. Results go into
@@ -53,6 +53,15 @@ mkdir -p "$work"
     run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=50% MOEVM_ASSIGN=gpu MOEVM_ASSIGN_ARGS=zerocopy=1
     run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=10%
     run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=10% MOEVM_ASSIGN=greedy
+    echo "== 3b. speed, $preset q4_K_M (the K-quant kernels)"
+    kmodel="$work/$preset-q4_K_M.gguf"
+    [[ -f "$kmodel" ]] || "$moevm" mkmodel --preset "$preset" --type q4_K_M -o "$kmodel"
+    for env in MOEVM_BACKEND=host "MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=100%" \
+        "MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=50%"; do
+        echo "-- $env"
+        env $env "$moevm" run -m "$kmodel" -p "The history of the" -n 64 --temp 0 \
+            --batch 32 2>&1 >/dev/null | tail -n 3
+    done
     echo "== 4. calibrate, then greedy with the measured costs"
     MOEVM_BACKEND=cuda "$moevm" calibrate -m "$model" -o "$work/cost.json"
     cat "$work/cost.json"

@@ -4,10 +4,12 @@
 
 The engine computes where its environment puts the experts (MOEVM_BACKEND): CTest runs this
 twice, on the CPU and on the device forward pass over tests/fakecuda with the kernels
-emulated (ref_forward_cuda, two weight types: the emulator is slow).
+emulated (ref_forward_cuda: f32, q4_0 and q4_K_M, whose mixes and fallbacks take the
+device's K and Q kernels together; the emulator is slow).
 
 For each architecture (llama = Mixtral, qwen2moe, qwen3moe, olmoe) and weight type (f32,
-f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_K, q3_K, q4_K_M): `moevm mkmodel --preset tiny` writes a model, `moevm run` prefills
+f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_K, q3_K, q4_K_M): `moevm mkmodel
+--preset tiny` writes a model, `moevm run` prefills
 three random prompts (1, 5 and 12 tokens) and greedily generates 4 tokens, writing every
 evaluated position's logits (--logits-out); the reference recomputes the logits of the same
 fed token sequence in float64 from the file's exactly dequantized weights, and each row's
