@@ -105,7 +105,20 @@ MVM_BLK_FN mvm_k_qlayout mvm_k_qlay(enum mvm_wtype t)
 
 MVM_BLK_FN int mvm_k_iq4nl(unsigned nibble)
 {
+#ifdef __CUDA_ARCH__
     return (int8_t)((nibble < 8 ? MVM_K_IQ4NL_LO : MVM_K_IQ4NL_HI) >> (8 * (nibble & 7)));
+#else
+    /* a table made of the same words: the host compiler vectorizes its lookups (the shifts
+     * cost the portable level 40%) */
+#define MVM_K_IQ4NL_BYTE(i) (int8_t)((i < 8 ? MVM_K_IQ4NL_LO : MVM_K_IQ4NL_HI) >> (8 * (i % 8)))
+    static const int8_t values[16] = {
+        MVM_K_IQ4NL_BYTE(0),  MVM_K_IQ4NL_BYTE(1),  MVM_K_IQ4NL_BYTE(2),  MVM_K_IQ4NL_BYTE(3),
+        MVM_K_IQ4NL_BYTE(4),  MVM_K_IQ4NL_BYTE(5),  MVM_K_IQ4NL_BYTE(6),  MVM_K_IQ4NL_BYTE(7),
+        MVM_K_IQ4NL_BYTE(8),  MVM_K_IQ4NL_BYTE(9),  MVM_K_IQ4NL_BYTE(10), MVM_K_IQ4NL_BYTE(11),
+        MVM_K_IQ4NL_BYTE(12), MVM_K_IQ4NL_BYTE(13), MVM_K_IQ4NL_BYTE(14), MVM_K_IQ4NL_BYTE(15)};
+#undef MVM_K_IQ4NL_BYTE
+    return values[nibble];
+#endif
 }
 
 /* The K-quants' super-blocks (ggml-common.h's block_q4_K, block_q5_K, block_q6_K) and the

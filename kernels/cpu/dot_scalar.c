@@ -7,7 +7,12 @@
  */
 #include "kernels/cpu/dispatch.h"
 
-static inline float dot_float(enum mvm_wtype t, const uint8_t *w, const float *a, size_t n)
+/* Forced: each generic kernel must be inlined into every per-type entry point of the table,
+ * where the type is a constant and its branches fold away (gcc would otherwise call one
+ * shared copy, with the type a variable: 4x slower for Q4_0). */
+#define SCALAR_INLINE static inline __attribute__((always_inline))
+
+SCALAR_INLINE float dot_float(enum mvm_wtype t, const uint8_t *w, const float *a, size_t n)
 {
     float acc[8] = {0};
     const size_t n8 = n - n % 8;
@@ -25,7 +30,7 @@ static inline float dot_float(enum mvm_wtype t, const uint8_t *w, const float *a
     return s;
 }
 
-static inline float dot_q(enum mvm_wtype t, const uint8_t *w, const mvm_block_q8_0 *a, size_t n)
+SCALAR_INLINE float dot_q(enum mvm_wtype t, const uint8_t *w, const mvm_block_q8_0 *a, size_t n)
 {
     const size_t bytes = mvm_k_block_bytes(t);
     float s = 0;
@@ -35,7 +40,7 @@ static inline float dot_q(enum mvm_wtype t, const uint8_t *w, const mvm_block_q8
 }
 
 /* One 32-element dot product per output, for both kinds of activations. */
-static inline void down(enum mvm_wtype t, const uint8_t *w, const void *a, float *out, size_t n)
+SCALAR_INLINE void down(enum mvm_wtype t, const uint8_t *w, const void *a, float *out, size_t n)
 {
     const size_t bytes = mvm_k_block_bytes(t);
     for (size_t j = 0; j < n; j++)
@@ -45,7 +50,7 @@ static inline void down(enum mvm_wtype t, const uint8_t *w, const void *a, float
 
 /* The K-quants: a row's super-blocks summed in order; one super-block per output. The AVX2
  * and AVX-512 levels (avx2.h) compute kernels/blocks.h's integers too. */
-static inline float dot_k(enum mvm_wtype t, const uint8_t *w, const mvm_block_q8_K *a, size_t n)
+SCALAR_INLINE float dot_k(enum mvm_wtype t, const uint8_t *w, const mvm_block_q8_K *a, size_t n)
 {
     const size_t bytes = mvm_k_block_bytes(t);
     float s = 0;
@@ -54,7 +59,7 @@ static inline float dot_k(enum mvm_wtype t, const uint8_t *w, const mvm_block_q8
     return s;
 }
 
-static inline void down_k(enum mvm_wtype t, const uint8_t *w, const mvm_block_q8_K *a,
+SCALAR_INLINE void down_k(enum mvm_wtype t, const uint8_t *w, const mvm_block_q8_K *a,
                           float *out, size_t n)
 {
     const size_t bytes = mvm_k_block_bytes(t);
