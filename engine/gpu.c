@@ -187,7 +187,8 @@ mvm_status mvm_gpu_launch(mvm_gpu *g, enum mvm_gpu_kernel k, int type, const voi
                                     params, NULL);
     if (r == CUDA_SUCCESS)
         return MVM_OK;
+    const char *sfx = kernels[k].typed ? mvm_k_wtype_name((enum mvm_wtype)type) : "";
     snprintf(what, sizeof what, "cuLaunchKernel (%s%s%s)", kernels[k].name,
-             kernels[k].typed ? "_" : "", kernels[k].typed ? mvm_k_wtype_name((enum mvm_wtype)type) : "");
+             kernels[k].typed ? "_" : "", sfx);
     return mvm_cu_fail(&g->cu, r, what);
 }

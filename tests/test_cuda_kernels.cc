@@ -209,7 +209,8 @@ static void experts_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_ff, uin
             tok_rows[i * K + k] = r;
         }
     /* rows of floats and Q8_K blocks stay 4-aligned, Q8_0 blocks only 2-aligned */
-    const uint64_t act_stride = mvm_k_act_bytes(f.gate_up, n_embd) + (mvm_k_is_q(f.gate_up) ? 2 : 4);
+    const uint64_t act_stride =
+        mvm_k_act_bytes(f.gate_up, n_embd) + (mvm_k_is_q(f.gate_up) ? 2 : 4);
     std::vector<float> xin;
     std::vector<uint8_t> act = activations(f.gate_up, n_tok, n_embd, act_stride, xin);
     std::vector<float> x0 = randoms(n_tok * n_embd), want = x0, x = x0;

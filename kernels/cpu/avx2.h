@@ -315,8 +315,9 @@ AVX2_INLINE float avx2_kblock_q45(const uint8_t *scales, uint16_t d, uint16_t dm
     return a->d * (mvm_k_h2f(d) * (float)avx2_hsum_i32(acc) - mvm_k_h2f(dmin) * (float)msum);
 }
 
-/* Q6_K: kernels/blocks.h's Q6_K chunks; each 32 quants are two sub-blocks of 16, one per 128-bit lane,
- * so one madd applies both scales (int8, signed: madd takes int16 on both sides). */
+/* Q6_K: kernels/blocks.h's Q6_K chunks; each 32 quants are two sub-blocks of 16, one per
+ * 128-bit lane, so one madd applies both scales (int8, signed: madd takes int16 on both
+ * sides). */
 AVX2_INLINE float avx2_kblock_q6(const mvm_block_q6_K *x, const mvm_block_q8_K *a)
 {
     const __m256i nib = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(3);
@@ -341,9 +342,10 @@ AVX2_INLINE float avx2_kblock_q6(const mvm_block_q6_K *x, const mvm_block_q8_K *
     return a->d * (mvm_k_h2f(x->d) * (float)(avx2_hsum_i32(acc) - 32 * offset));
 }
 
-/* Q2_K (hmask NULL) / Q3_K: kernels/blocks.h's Q2_K/Q3_K chunks; the bits 2j of qs[32h..32h+31] are two
- * sub-blocks of 16, one per 128-bit lane, so one madd applies both scales (quants at most 7:
- * no int16 saturation in maddubs). The mins of Q2_K and the -4 of Q3_K come from bsums. */
+/* Q2_K (hmask NULL) / Q3_K: kernels/blocks.h's Q2_K/Q3_K chunks; the bits 2j of
+ * qs[32h..32h+31] are two sub-blocks of 16, one per 128-bit lane, so one madd applies both
+ * scales (quants at most 7: no int16 saturation in maddubs). The mins of Q2_K and the -4 of
+ * Q3_K come from bsums. */
 AVX2_INLINE float avx2_kblock_q23(const uint8_t *qs, const uint8_t *hmask, const uint8_t *scales,
                                   uint16_t d, uint16_t dmin, const mvm_block_q8_K *a)
 {
