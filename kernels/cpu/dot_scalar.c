@@ -30,41 +30,31 @@ SCALAR_INLINE float dot_float(enum mvm_wtype t, const uint8_t *w, const float *a
     return s;
 }
 
-SCALAR_INLINE float dot_q(enum mvm_wtype t, const uint8_t *w, const mvm_block_q8_0 *a, size_t n)
+/* A row of Q blocks against Q8_0 activation blocks, or of K super-blocks against Q8_K
+ * blocks (kernels/blocks.h's integers, which the AVX2 and AVX-512 levels compute too). */
+SCALAR_INLINE float block_dot(enum mvm_wtype t, const uint8_t *blk, const void *act, size_t b)
+{
+    return mvm_k_is_k(t) ? mvm_k_kblock(t, blk, (const mvm_block_q8_K *)act + b)
+                         : mvm_k_block_q(t, blk, (const mvm_block_q8_0 *)act + b);
+}
+
+SCALAR_INLINE float dot_blocks(enum mvm_wtype t, const uint8_t *w, const void *act, size_t n)
 {
     const size_t bytes = mvm_k_block_bytes(t);
     float s = 0;
-    for (size_t b = 0; b < n / MVM_QBLOCK; b++)
-        s += mvm_k_block_q(t, w + b * bytes, a + b);
+    for (size_t b = 0; b < n / mvm_k_block_elems(t); b++)
+        s += block_dot(t, w + b * bytes, act, b);
     return s;
 }
 
-/* One 32-element dot product per output, for both kinds of activations. */
+/* One block's dot product per output (32 elements of a float type, a Q block, a K
+ * super-block), against the group's activations. */
 SCALAR_INLINE void down(enum mvm_wtype t, const uint8_t *w, const void *a, float *out, size_t n)
 {
     const size_t bytes = mvm_k_block_bytes(t);
     for (size_t j = 0; j < n; j++)
-        out[j] += mvm_k_is_q(t) ? dot_q(t, w + j * bytes, a, MVM_QBLOCK)
-                                : dot_float(t, w + j * bytes, a, MVM_QBLOCK);
+        out[j] += mvm_k_block_elems(t) > 1 ? block_dot(t, w + j * bytes, a, 0)
+                                           : dot_float(t, w + j * bytes, a, MVM_QBLOCK);
 }
 
-/* The K-quants: a row's super-blocks summed in order; one super-block per output. The AVX2
- * and AVX-512 levels (avx2.h) compute kernels/blocks.h's integers too. */
-SCALAR_INLINE float dot_k(enum mvm_wtype t, const uint8_t *w, const mvm_block_q8_K *a, size_t n)
-{
-    const size_t bytes = mvm_k_block_bytes(t);
-    float s = 0;
-    for (size_t b = 0; b < n / MVM_QK_K; b++)
-        s += mvm_k_kblock(t, w + b * bytes, a + b);
-    return s;
-}
-
-SCALAR_INLINE void down_k(enum mvm_wtype t, const uint8_t *w, const mvm_block_q8_K *a,
-                          float *out, size_t n)
-{
-    const size_t bytes = mvm_k_block_bytes(t);
-    for (size_t j = 0; j < n; j++)
-        out[j] += mvm_k_kblock(t, w + j * bytes, a);
-}
-
-MVM_K_LEVEL(mvm_k_level_scalar, , dot_float, dot_q, down, down, dot_k, down_k)
+MVM_K_LEVEL(mvm_k_level_scalar, , dot_float, dot_blocks, down, down, dot_blocks, down)
