@@ -69,20 +69,6 @@ static void fill(float *x, size_t n, float scale)
         x[i] = frand() * scale;
 }
 
-static float f_of(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static uint32_t u_of(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
 /* ---- references ------------------------------------------------------------------------- */
 
 static double ref_h2f(uint16_t h)
@@ -133,7 +119,7 @@ static uint16_t ref_f2h(float f)
 
 static uint16_t ref_f2bf(float f)
 {
-    const uint16_t trunc = (uint16_t)(u_of(f) >> 16), sign = trunc & 0x8000;
+    const uint16_t trunc = (uint16_t)(mvm_k_f2u(f) >> 16), sign = trunc & 0x8000;
     const unsigned lo = trunc & 0x7fff;
     if (isinf(f))
         return trunc;
@@ -403,7 +389,7 @@ static void test_fp16(void)
     CHECK(bad_round_trip == 0);
     /* Random floats around the fp16 range, including subnormals, ties and overflow. */
     for (int i = 0; i < 200000; i++) {
-        const float f = f_of((rand32() & 0x80000000u) | ((100u + rand32() % 46) << 23) |
+        const float f = mvm_k_u2f((rand32() & 0x80000000u) | ((100u + rand32() % 46) << 23) |
                              (i % 4 ? rand32() & 0x7fffff : (rand32() & 0x7fe000) | 0x1000));
         bad_random += mvm_fp32_to_fp16(f) != ref_f2h(f);
     }
@@ -448,24 +434,24 @@ static void test_bf16(void)
         uint32_t u = rand32();
         if (i % 4 == 0)
             u = (u & 0xffff0000u) | 0x8000; /* a tie */
-        const float f = f_of(u);
+        const float f = mvm_k_u2f(u);
         if (isnan(f))
             continue;
         bad_random += mvm_fp32_to_bf16(f) != ref_f2bf(f);
     }
     CHECK(bad_random == 0);
     CHECK(mvm_fp32_to_bf16(1.0f) == 0x3f80);
-    CHECK(mvm_fp32_to_bf16(f_of(0x3f808000)) == 0x3f80); /* tie, even below */
-    CHECK(mvm_fp32_to_bf16(f_of(0x3f818000)) == 0x3f82); /* tie, even above */
-    CHECK(mvm_fp32_to_bf16(f_of(0x3f808001)) == 0x3f81);
-    CHECK(mvm_fp32_to_bf16(f_of(0x7f7fffff)) == 0x7f80); /* rounds to inf */
+    CHECK(mvm_fp32_to_bf16(mvm_k_u2f(0x3f808000)) == 0x3f80); /* tie, even below */
+    CHECK(mvm_fp32_to_bf16(mvm_k_u2f(0x3f818000)) == 0x3f82); /* tie, even above */
+    CHECK(mvm_fp32_to_bf16(mvm_k_u2f(0x3f808001)) == 0x3f81);
+    CHECK(mvm_fp32_to_bf16(mvm_k_u2f(0x7f7fffff)) == 0x7f80); /* rounds to inf */
     CHECK(mvm_fp32_to_bf16(-INFINITY) == 0xff80);
-    CHECK(mvm_fp32_to_bf16(f_of(0x00000001)) == 0x0000);
-    CHECK(mvm_fp32_to_bf16(f_of(0x00018000)) == 0x0002); /* subnormal tie */
+    CHECK(mvm_fp32_to_bf16(mvm_k_u2f(0x00000001)) == 0x0000);
+    CHECK(mvm_fp32_to_bf16(mvm_k_u2f(0x00018000)) == 0x0002); /* subnormal tie */
     /* nan stays nan, quiet, with its sign, even when the rounding would carry into inf */
     const uint32_t nans[] = {0x7f800001, 0x7fc00000, 0xff800001, 0x7fffffff};
     for (size_t i = 0; i < sizeof nans / sizeof *nans; i++) {
-        const uint16_t b = mvm_fp32_to_bf16(f_of(nans[i]));
+        const uint16_t b = mvm_fp32_to_bf16(mvm_k_u2f(nans[i]));
         CHECK((b & 0x7f80) == 0x7f80 && (b & 0x40) && (b >> 15) == nans[i] >> 31);
     }
 }
