@@ -19,6 +19,37 @@ int mvm_cli_error(const char *what)
     return 1;
 }
 
+int mvm_cli_next(mvm_cli_iter *it)
+{
+    if (it->i == 0)
+        it->i = 1; /* argv[0] is the command */
+    if (it->i >= it->argc)
+        return MVM_CLI_END;
+    it->flag = it->argv[it->i++];
+    it->value = NULL;
+    if (!strcmp(it->flag, "--help") || !strcmp(it->flag, "-h")) {
+        it->usage(stdout);
+        return MVM_CLI_HELP;
+    }
+    for (const char *const *s = it->switches; s && *s; s++)
+        if (!strcmp(it->flag, *s))
+            return MVM_CLI_OPTION;
+    if (it->i >= it->argc) {
+        fprintf(stderr, "moevm %s: %s needs a value (see %s)\n", it->cmd, it->flag,
+                it->help ? it->help : "--help");
+        return MVM_CLI_BAD;
+    }
+    it->value = it->argv[it->i++];
+    return MVM_CLI_OPTION;
+}
+
+int mvm_cli_unknown(const mvm_cli_iter *it)
+{
+    fprintf(stderr, "moevm %s: unknown option %s (see %s)\n", it->cmd, it->flag,
+            it->help ? it->help : "--help");
+    return 2;
+}
+
 int mvm_cli_u32(const char *cmd, const char *flag, const char *value, uint32_t lo, uint32_t hi,
                 uint32_t *out)
 {

@@ -4,6 +4,7 @@
 #define MVM_ENGINE_CLI_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "engine/pool.h"
 
@@ -16,6 +17,30 @@ int mvm_cmd_calibrate(int argc, char **argv);
 int mvm_cmd_sim(int argc, char **argv);   /* tools/cmd_sim.c */
 int mvm_cmd_trace(int argc, char **argv); /* tools/cmd_trace.c */
 int mvm_cmd_train_predictor(int argc, char **argv); /* tools/cmd_train.c */
+
+/* Walks a command's options: "--flag value" pairs, and the switches (flags without a value)
+ * named in `switches`, a NULL-terminated list or NULL. */
+typedef struct mvm_cli_iter {
+    const char *cmd;                /* messages read "moevm <cmd>: ..." */
+    const char *help;               /* where the options are listed; NULL: "--help" */
+    void (*usage)(FILE *);          /* prints them, for --help and -h */
+    const char *const *switches;
+    int argc, i;
+    char **argv;
+    const char *flag; /* the option mvm_cli_next returned */
+    char *value;      /* its value, split in place by some parsers; NULL for a switch */
+} mvm_cli_iter;
+
+/* What mvm_cli_next found. HELP and BAD are the command's exit codes, and END is the
+ * parsers' "go on". */
+enum { MVM_CLI_OPTION = -2, MVM_CLI_END = -1, MVM_CLI_HELP = 0, MVM_CLI_BAD = 2 };
+
+/* The next option in it->flag and it->value (MVM_CLI_OPTION); MVM_CLI_END after the last;
+ * MVM_CLI_HELP after printing the usage for --help or -h; MVM_CLI_BAD after
+ * "moevm <cmd>: <flag> needs a value (see --help)". */
+int mvm_cli_next(mvm_cli_iter *it);
+/* "moevm <cmd>: unknown option <flag> (see --help)" on stderr; returns 2. */
+int mvm_cli_unknown(const mvm_cli_iter *it);
 
 /* "moevm: <what>: <mvm_last_error()>" on stderr; returns 1. */
 int mvm_cli_error(const char *what);

@@ -41,17 +41,10 @@ static void usage(FILE *f)
 static int parse_args(int argc, char **argv, struct cal_args *a)
 {
     *a = (struct cal_args){.tokens = 32, .time = 0.25f};
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!v) {
-            fprintf(stderr, "moevm calibrate: %s needs a value (see --help)\n", f);
-            return 2;
-        }
-        i++;
+    mvm_cli_iter it = {.cmd = "calibrate", .usage = usage, .argc = argc, .argv = argv};
+    int next;
+    while ((next = mvm_cli_next(&it)) == MVM_CLI_OPTION) {
+        const char *f = it.flag, *v = it.value;
         int bad = 0;
         if (!strcmp(f, "-m") || !strcmp(f, "--model")) a->model = v;
         else if (!strcmp(f, "-o")) a->out = v;
@@ -64,13 +57,12 @@ static int parse_args(int argc, char **argv, struct cal_args *a)
             bad = mvm_cli_u32("calibrate", f, v, 2, 1024, &a->tokens);
         else if (!strcmp(f, "--time"))
             bad = mvm_cli_float("calibrate", f, v, 0.001, 60, &a->time);
-        else {
-            fprintf(stderr, "moevm calibrate: unknown option %s (see --help)\n", f);
-            return 2;
-        }
+        else bad = mvm_cli_unknown(&it);
         if (bad)
             return 2;
     }
+    if (next != MVM_CLI_END)
+        return next;
     if (!a->model) {
         fprintf(stderr, "moevm calibrate: -m MODEL.gguf is required: the model you will run "
                 "(make one with `moevm mkmodel`)\n");

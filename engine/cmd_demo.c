@@ -34,45 +34,52 @@ static uint64_t next_random(uint64_t *s)
     return z ^ (z >> 31);
 }
 
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: moevm demo [--layers N] [--experts N] [--topk K] [--tokens N]\n"
+               "                  [--expert-size BYTES] [--budget SIZE|PCT] [--seed N]\n"
+               "                  [--evict NAME[{k=v,...}]]\n"
+               "defaults: 4 layers x 16 experts of 3M, top-2, 256 tokens, budget 25%%\n");
+}
+
 static int parse_args(int argc, char **argv, struct demo_args *a)
 {
     *a = (struct demo_args){.layers = 4, .experts = 16, .topk = 2, .tokens = 256,
                             .expert_bytes = 3u << 20, .budget = "25%", .seed = 1};
-    for (int i = 1; i < argc; i++) {
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    mvm_cli_iter it = {.cmd = "demo", .usage = usage, .argc = argc, .argv = argv};
+    int next;
+    while ((next = mvm_cli_next(&it)) == MVM_CLI_OPTION) {
+        const char *f = it.flag;
+        char *v = it.value;
+        uint32_t *count = !strcmp(f, "--layers")    ? &a->layers
+                          : !strcmp(f, "--experts") ? &a->experts
+                          : !strcmp(f, "--topk")    ? &a->topk
+                          : !strcmp(f, "--tokens")  ? &a->tokens
+                                                    : NULL;
         uint64_t n = 0;
-        bool num = v && mvm_parse_size(v, &n) == 0 && n > 0 && n <= UINT32_MAX;
-        if (strcmp(argv[i], "--help") == 0) {
-            printf("usage: moevm demo [--layers N] [--experts N] [--topk K] [--tokens N]\n"
-                   "                  [--expert-size BYTES] [--budget SIZE|PCT] [--seed N]\n"
-                   "                  [--evict NAME[{k=v,...}]]\n"
-                   "defaults: 4 layers x 16 experts of 3M, top-2, 256 tokens, budget 25%%\n");
-            return 0;
-        }
-        if (!v) {
-            fprintf(stderr, "moevm demo: %s needs a value\n", argv[i]);
-            return 2;
-        }
-        if (strcmp(argv[i], "--budget") == 0) {
+        uint32_t seed;
+        if (strcmp(f, "--budget") == 0) {
             a->budget = v;
-        } else if (strcmp(argv[i], "--evict") == 0) {
-            if (mvm_cli_policy("demo", argv[i], argv[i + 1], &a->evict, &a->evict_args))
+        } else if (strcmp(f, "--evict") == 0) {
+            if (mvm_cli_policy("demo", f, v, &a->evict, &a->evict_args))
                 return 2;
-        } else if (!num && strcmp(argv[i], "--seed") != 0) {
-            fprintf(stderr, "moevm demo: %s %s: not a positive number\n", argv[i], v);
+        } else if (strcmp(f, "--seed") == 0) {
+            if (mvm_cli_u32("demo", f, v, 0, UINT32_MAX, &seed))
+                return 2;
+            a->seed = seed;
+        } else if (!count && strcmp(f, "--expert-size") != 0) {
+            return mvm_cli_unknown(&it);
+        } else if (mvm_parse_size(v, &n) || n == 0 || n > UINT32_MAX) {
+            fprintf(stderr, "moevm demo: %s %s: not a positive number\n", f, v);
             return 2;
-        } else if (strcmp(argv[i], "--layers") == 0) a->layers = (uint32_t)n;
-        else if (strcmp(argv[i], "--experts") == 0) a->experts = (uint32_t)n;
-        else if (strcmp(argv[i], "--topk") == 0) a->topk = (uint32_t)n;
-        else if (strcmp(argv[i], "--tokens") == 0) a->tokens = (uint32_t)n;
-        else if (strcmp(argv[i], "--expert-size") == 0) a->expert_bytes = n;
-        else if (strcmp(argv[i], "--seed") == 0) a->seed = strtoull(v, NULL, 10);
-        else {
-            fprintf(stderr, "moevm demo: unknown option %s (see --help)\n", argv[i]);
-            return 2;
+        } else if (count) {
+            *count = (uint32_t)n;
+        } else {
+            a->expert_bytes = n;
         }
-        i++;
     }
+    if (next != MVM_CLI_END)
+        return next;
     if (a->topk > a->experts) {
         fprintf(stderr, "moevm demo: --topk %u exceeds --experts %u\n", a->topk, a->experts);
         return 2;

@@ -66,21 +66,12 @@ int mvm_cmd_mkmodel(int argc, char **argv)
         {"--layers"}, {"--experts"}, {"--top-k"}, {"--embd"}, {"--expert-ff"}, {"--vocab"},
         {"--ctx"}};
     const size_t n_ov = sizeof ov / sizeof *ov;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage(stdout);
-            return 0;
-        }
-        if (strcmp(a, "--list") == 0) {
-            list = 1;
-            continue;
-        }
-        if (!v) {
-            fprintf(stderr, "moevm mkmodel: %s needs a value (see --help)\n", a);
-            return 2;
-        }
-        i++;
+    static const char *const switches[] = {"--list", NULL};
+    mvm_cli_iter it = {.cmd = "mkmodel", .usage = usage, .switches = switches, .argc = argc,
+                       .argv = argv};
+    int next;
+    while ((next = mvm_cli_next(&it)) == MVM_CLI_OPTION) {
+        const char *a = it.flag, *v = it.value;
         size_t k = 0;
         while (k < n_ov && strcmp(a, ov[k].flag) != 0)
             k++;
@@ -88,7 +79,8 @@ int mvm_cmd_mkmodel(int argc, char **argv)
             if (mvm_cli_u32("mkmodel", a, v, 1, 1u << 24, &ov[k].val))
                 return 2;
             ov[k].set = 1;
-        } else if (strcmp(a, "--preset") == 0) preset = v;
+        } else if (strcmp(a, "--list") == 0) list = 1;
+        else if (strcmp(a, "--preset") == 0) preset = v;
         else if (strcmp(a, "--arch") == 0) arch = v;
         else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) out = v;
         else if (strcmp(a, "--seed") == 0) {
@@ -99,10 +91,11 @@ int mvm_cmd_mkmodel(int argc, char **argv)
                 return 2;
             type_set = 1;
         } else {
-            fprintf(stderr, "moevm mkmodel: unknown option %s (see --help)\n", a);
-            return 2;
+            return mvm_cli_unknown(&it);
         }
     }
+    if (next != MVM_CLI_END)
+        return next;
     if (list) {
         mvm_preset_list(type_set ? type : MVM_W_Q8_0);
         return 0;

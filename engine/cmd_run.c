@@ -79,38 +79,31 @@ static int parse_args(int argc, char **argv, struct run_args *a)
 {
     *a = (struct run_args){.n_predict = 64, .batch = 32, .seed = 42, .top_k = 40, .temp = 0.8f,
                            .top_p = 0.95f};
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(f, "--help") == 0 || strcmp(f, "-h") == 0) {
-            usage(stdout);
-            return 0;
-        }
-        if (strcmp(f, "--trace-hidden") == 0) {
-            a->trace_hidden = 1;
-            continue;
-        }
-        if (!v) {
-            fprintf(stderr, "moevm run: %s needs a value (see --help)\n", f);
-            return 2;
-        }
-        i++;
+    static const char *const switches[] = {"--trace-hidden", NULL};
+    mvm_cli_iter it = {.cmd = "run", .usage = usage, .switches = switches, .argc = argc,
+                       .argv = argv};
+    int next;
+    while ((next = mvm_cli_next(&it)) == MVM_CLI_OPTION) {
+        const char *f = it.flag;
+        char *v = it.value;
         int bad = 0;
-        if (!strcmp(f, "-m") || !strcmp(f, "--model")) a->model = v;
+        if (!strcmp(f, "--trace-hidden")) a->trace_hidden = 1;
+        else if (!strcmp(f, "-m") || !strcmp(f, "--model")) a->model = v;
         else if (!strcmp(f, "-p") || !strcmp(f, "--prompt")) a->prompt = v;
         else if (!strcmp(f, "--tokens")) a->tokens = v;
         else if (!strcmp(f, "--trace-out")) a->trace_out = v;
         else if (!strcmp(f, "--logits-out")) a->logits_out = v;
         else if (!strcmp(f, "--gpu-budget")) a->budget = v;
         else if (!strcmp(f, "--evict"))
-            bad = mvm_cli_policy("run", f, argv[i], &a->evict, &a->evict_args);
+            bad = mvm_cli_policy("run", f, v, &a->evict, &a->evict_args);
         else if (!strcmp(f, "--predict"))
-            bad = mvm_cli_policy("run", f, argv[i], &a->predict, &a->predict_args);
+            bad = mvm_cli_policy("run", f, v, &a->predict, &a->predict_args);
         else if (!strcmp(f, "--route"))
-            bad = mvm_cli_policy("run", f, argv[i], &a->route, &a->route_args);
+            bad = mvm_cli_policy("run", f, v, &a->route, &a->route_args);
         else if (!strcmp(f, "--config"))
-            bad = mvm_cli_policy("run", f, argv[i], &a->config, &a->config_args);
+            bad = mvm_cli_policy("run", f, v, &a->config, &a->config_args);
         else if (!strcmp(f, "--assign"))
-            bad = mvm_cli_policy("run", f, argv[i], &a->assign, &a->assign_args);
+            bad = mvm_cli_policy("run", f, v, &a->assign, &a->assign_args);
         else if (!strcmp(f, "--predictor")) a->predictor = v;
         else if (!strcmp(f, "--cost")) a->cost = v;
         else if (!strcmp(f, "-n")) bad = mvm_cli_u32("run", f, v, 0, 1u << 20, &a->n_predict);
@@ -122,13 +115,12 @@ static int parse_args(int argc, char **argv, struct run_args *a)
         else if (!strcmp(f, "--top-k")) bad = mvm_cli_u32("run", f, v, 0, 1u << 24, &a->top_k);
         else if (!strcmp(f, "--temp")) bad = mvm_cli_float("run", f, v, 0, 100, &a->temp);
         else if (!strcmp(f, "--top-p")) bad = mvm_cli_float("run", f, v, 1e-6, 1, &a->top_p);
-        else {
-            fprintf(stderr, "moevm run: unknown option %s (see --help)\n", f);
-            return 2;
-        }
+        else bad = mvm_cli_unknown(&it);
         if (bad)
             return 2;
     }
+    if (next != MVM_CLI_END)
+        return next;
     if (!a->model) {
         fprintf(stderr, "moevm run: -m MODEL.gguf is required (make one with `moevm mkmodel`)\n");
         return 2;

@@ -139,6 +139,19 @@ expect 0 'tiny llama, 2 layers .*q8_0' -- "$moevm" mkmodel --arch llama --type q
 expect 0 'mixtral-8x7b +llama' -- "$moevm" mkmodel --list
 expect 2 '-m MODEL.gguf is required' -- "$moevm" run -p hi
 expect 2 'unknown option --tempo' -- "$moevm" run -m "$m" --tempo 1
+# Every command walks its options alike (engine/cli.c's mvm_cli_next): a missing value, an
+# unknown flag, --help after a value, a switch among valued options.
+expect 2 'run: -m needs a value \(see --help\)' -- "$moevm" run --trace-hidden -m
+expect 2 'demo: unknown option --foo \(see --help\)' -- "$moevm" demo --foo 3
+expect 2 'demo: --seed x: expected an integer' -- "$moevm" demo --seed x
+expect 2 'mkmodel: --preset needs a value' -- "$moevm" mkmodel --list --preset
+expect 2 'trace gen: --tokens needs a value' -- "$moevm" trace gen --shape olmoe-1b-7b --tokens
+expect 2 'trace gen: unknown option --bad' -- "$moevm" trace gen --bad 1
+expect 2 'train-predictor: unknown option --depth' -- "$moevm" train-predictor --depth 2
+expect 2 'calibrate: --time needs a value' -- "$moevm" calibrate -m "$m" --time
+expect 2 'sim: --trace needs a value \(see --servers --help\)' -- "$moevm" sim --servers 2 --trace
+expect 0 'usage: moevm train-predictor' -- "$moevm" train-predictor --out x --help
+expect 0 'usage: moevm sim' -- "$moevm" sim --zerocopy --budget 1G --help
 expect 2 '--temp -1: expected a number' -- "$moevm" run -m "$m" --temp -1
 expect 2 '--tokens 1,x: expected comma-separated' -- "$moevm" run -m "$m" --tokens 1,x
 expect 1 'token id 99999 is outside the vocabulary' -- "$moevm" run -m "$m" --tokens 1,99999 -n 1

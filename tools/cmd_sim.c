@@ -131,21 +131,12 @@ static int parse_args(int argc, char **argv, struct sim_args *a)
     a->steps = 10;
     a->alpha_degree = 2;
     char *bp = a->base.buf;
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(f, "--zerocopy")) {
-            a->zerocopy = 1;
-            continue;
-        }
-        if (!v) {
-            fprintf(stderr, "moevm sim: %s needs a value (see --help)\n", f);
-            return 2;
-        }
-        i++;
+    static const char *const switches[] = {"--zerocopy", NULL};
+    mvm_cli_iter it = {.cmd = "sim", .usage = usage, .switches = switches, .argc = argc,
+                       .argv = argv};
+    int next;
+    while ((next = mvm_cli_next(&it)) == MVM_CLI_OPTION) {
+        const char *f = it.flag, *v = it.value;
         int role = strncmp(f, "--", 2) == 0 ? role_of(f + 2, strlen(f + 2)) : -1;
         if (role >= 0) {
             size_t used = (size_t)(bp - a->base.buf), len = strlen(v);
@@ -159,7 +150,8 @@ static int parse_args(int argc, char **argv, struct sim_args *a)
                 return 2;
             }
             bp += len + 1;
-        } else if (!strcmp(f, "--trace")) a->trace = v;
+        } else if (!strcmp(f, "--zerocopy")) a->zerocopy = 1;
+        else if (!strcmp(f, "--trace")) a->trace = v;
         else if (!strcmp(f, "--model")) a->model = v;
         else if (!strcmp(f, "--predictor")) a->predictor = v;
         else if (!strcmp(f, "--model-shape")) a->shape = v;
@@ -180,10 +172,11 @@ static int parse_args(int argc, char **argv, struct sim_args *a)
             if (mvm_cli_u32("sim", f, v, 1, MVM_ALPHA_FIT_MAX_DEGREE, &a->alpha_degree))
                 return 2;
         } else {
-            fprintf(stderr, "moevm sim: unknown option %s (see --help)\n", f);
-            return 2;
+            return mvm_cli_unknown(&it);
         }
     }
+    if (next != MVM_CLI_END)
+        return next;
     if ((a->trace && a->shape) || (!a->trace && !a->shape && !a->model)) {
         fprintf(stderr, "moevm sim: give --trace FILE (record one with `moevm run --trace-out`, "
                 "or `moevm trace gen`), or --model-shape NAME or --model M.gguf alone (a "

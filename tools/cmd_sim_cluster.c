@@ -47,17 +47,11 @@ static void usage(FILE *f)
 static int parse(int argc, char **argv, struct cluster_args *a)
 {
     *a = (struct cluster_args){.period = 256, .rtt_ms = -1, .bw_gbs = -1};
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!v) {
-            fprintf(stderr, "moevm sim: %s needs a value (see --servers --help)\n", f);
-            return 2;
-        }
-        i++;
+    mvm_cli_iter it = {.cmd = "sim", .help = "--servers --help", .usage = usage, .argc = argc,
+                       .argv = argv};
+    int next;
+    while ((next = mvm_cli_next(&it)) == MVM_CLI_OPTION) {
+        const char *f = it.flag, *v = it.value;
         int bad = 0;
         if (!strcmp(f, "--trace")) a->trace = v;
         else if (!strcmp(f, "--cost")) a->cost = v;
@@ -76,6 +70,8 @@ static int parse(int argc, char **argv, struct cluster_args *a)
         if (bad)
             return 2;
     }
+    if (next != MVM_CLI_END)
+        return next;
     if (!a->trace) {
         fprintf(stderr, "moevm sim: --trace FILE is required\n");
         return 2;

@@ -43,20 +43,13 @@ static int cmd_gen(int argc, char **argv)
     mvm_trace_gen g;
     mvm_trace_gen_init(&g);
     const char *shape = NULL, *out = NULL;
-    /* Every option takes a value (--help returns at once). */
-    for (int i = 1; i < argc; i += 2) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    mvm_cli_iter it = {.cmd = cmd, .usage = usage, .argc = argc, .argv = argv};
+    int next;
+    while ((next = mvm_cli_next(&it)) == MVM_CLI_OPTION) {
+        const char *a = it.flag, *v = it.value;
         float f = 0;
         uint32_t u = 0;
         int rc = 0;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage(stdout);
-            return 0;
-        }
-        if ((strcmp(a, "--shape") == 0 || strcmp(a, "-o") == 0) && !v) {
-            fprintf(stderr, "moevm %s: %s needs a value\n", cmd, a);
-            return 2;
-        }
         if (strcmp(a, "--shape") == 0) {
             shape = v;
         } else if (strcmp(a, "-o") == 0) {
@@ -80,12 +73,13 @@ static int cmd_gen(int argc, char **argv)
             rc = mvm_cli_float(cmd, a, v, 0, 1, &f);
             g.layer_corr = f;
         } else {
-            fprintf(stderr, "moevm %s: unknown option '%s' (--help lists them)\n", cmd, a);
-            return 2;
+            return mvm_cli_unknown(&it);
         }
         if (rc)
             return rc;
     }
+    if (next != MVM_CLI_END)
+        return next;
     if (!shape || !out) {
         fprintf(stderr, "moevm %s: %s is required (--help for usage)\n", cmd,
                 !shape ? "--shape" : "-o OUT.jsonl");

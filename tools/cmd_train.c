@@ -50,19 +50,17 @@ typedef struct args {
     mvm_predictor_train_opts o;
 } args;
 
-/* 0, or the exit code of a bad option (its message printed). */
+/* MVM_CLI_END to go on, else the exit code (--help, or a bad option's message printed). */
 static int parse(int argc, char **argv, args *a)
 {
     mvm_predictor_train_defaults(&a->o);
-    for (int i = 1; i < argc; i += 2) {
-        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    mvm_cli_iter it = {.cmd = cmd, .usage = usage, .argc = argc, .argv = argv};
+    int next;
+    while ((next = mvm_cli_next(&it)) == MVM_CLI_OPTION) {
+        const char *f = it.flag, *v = it.value;
         uint32_t u = 0;
         float x = 0;
         int rc = 0;
-        if (!v) {
-            fprintf(stderr, "moevm %s: %s needs a value (--help lists the options)\n", cmd, f);
-            return 2;
-        }
         if (strcmp(f, "--trace") == 0) {
             a->trace = v;
         } else if (strcmp(f, "--out") == 0) {
@@ -91,18 +89,19 @@ static int parse(int argc, char **argv, args *a)
             rc = mvm_cli_float(cmd, f, v, 0, 0.9, &x);
             a->o.holdout = x;
         } else {
-            fprintf(stderr, "moevm %s: unknown option '%s' (--help lists them)\n", cmd, f);
-            return 2;
+            return mvm_cli_unknown(&it);
         }
         if (rc)
             return rc;
     }
+    if (next != MVM_CLI_END)
+        return next;
     if (!a->trace || !a->out) {
         fprintf(stderr, "moevm %s: %s is required (--help for usage)\n", cmd,
                 !a->trace ? "--trace T.jsonl" : "--out P.bin");
         return 2;
     }
-    return 0;
+    return MVM_CLI_END;
 }
 
 /* The progress line of each trained layer, on stderr. */
@@ -186,14 +185,9 @@ static int write_file(const char *path, const void *bytes, size_t size)
 
 int mvm_cmd_train_predictor(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            usage(stdout);
-            return 0;
-        }
     args a = {0};
     int rc = parse(argc, argv, &a);
-    if (rc)
+    if (rc != MVM_CLI_END)
         return rc;
     mvm_trace *t;
     if (mvm_trace_load(a.trace, &t) != MVM_OK)
