@@ -3,7 +3,8 @@
  * plain read of memory: decode is bound by how fast the weights stream in, so the ratio
  * kernel / read is the figure of merit (target >= 0.7 for Q8_0 and F16).
  *
- *   bench_cpu_kernels [reps]     (default 5; best of reps; prints a markdown table)
+ *   bench_cpu_kernels [reps [types]]   (reps default 5, best of reps; types a comma list such
+ *                                      as q2_K,q3_K, default all; prints a markdown table)
  *
  * Times are the thread's CPU time, so that other processes on a shared machine count only
  * through the memory bandwidth they take, not through preemption.
@@ -106,9 +107,20 @@ static double expert_gbs(enum mvm_wtype t, const void *w, const void *act, float
     return (double)(experts * eb) / s / 1e9;
 }
 
+/* Whether `name` is one of the comma-separated `list`. */
+static int listed(const char *list, const char *name)
+{
+    const size_t n = strlen(name);
+    for (const char *p = list; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (strncmp(p, name, n) == 0 && (p[n] == ',' || p[n] == '\0'))
+            return 1;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const int reps = argc > 1 ? atoi(argv[1]) : 5;
+    const char *only = argc > 2 ? argv[2] : NULL;
     void *w = alloc64(WEIGHT_BYTES);
     float *a = alloc64(READ_BYTES);
     /* the largest activations (F32, N_IN) and the most rows (the smallest row) of any type */
@@ -120,8 +132,10 @@ int main(int argc, char **argv)
     void *act = alloc64(N_IN * sizeof(float)), *act_ex = alloc64(N_EMBD * sizeof(float));
     float *y = malloc(WEIGHT_BYTES / min_row * sizeof *y);
     float x[N_IN], out[N_EMBD] = {0};
-    if (!w || !a || !act || !act_ex || !y || reps < 1)
+    if (!w || !a || !act || !act_ex || !y || reps < 1) {
+        fprintf(stderr, "usage: bench_cpu_kernels [reps >= 1 [types, e.g. q2_K,q3_K]]\n");
         return 1;
+    }
     for (size_t i = 0; i < READ_BYTES / sizeof *a; i++)
         a[i] = 1.0f;
     const double rd = read_gbs(a, reps, 0), rd_pf = read_gbs(a, reps, 1);
@@ -135,6 +149,8 @@ int main(int argc, char **argv)
         x[i] = frand();
     for (int t = 0; t < MVM_W_COUNT; t++) {
         const enum mvm_wtype wt = (enum mvm_wtype)t;
+        if (only && !listed(only, mvm_k_wtype_name(wt)))
+            continue;
         /* One fill serves both shapes: it is a run of whole blocks from the start, and
          * matvec rows and expert groups are whole blocks too. */
         fill(wt, w, WEIGHT_BYTES, N_IN);

@@ -342,51 +342,61 @@ AVX2_INLINE float avx2_kblock_q6(const mvm_block_q6_K *x, const mvm_block_q8_K *
     return a->d * (mvm_k_h2f(x->d) * (float)(avx2_hsum_i32(acc) - 32 * offset));
 }
 
+/* Q3_K's 16 six-bit scales less 32, as int8: mvm_k_q3_scales's four words, each shifted
+ * and masked in its own 32-bit lane. */
+AVX2_INLINE __m128i avx2_q3_scales(const uint8_t *scales)
+{
+    uint32_t w[3];
+    memcpy(w, scales, sizeof w);
+    const __m128i lo = _mm_and_si128(
+        _mm_srlv_epi32(_mm_set_epi32((int)w[1], (int)w[0], (int)w[1], (int)w[0]),
+                       _mm_set_epi32(4, 4, 0, 0)),
+        _mm_set1_epi8(0x0F));
+    const __m128i hi = _mm_and_si128(
+        _mm_srlv_epi32(_mm_set1_epi32((int)w[2]), _mm_set_epi32(6, 4, 2, 0)), _mm_set1_epi8(3));
+    return _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi32(hi, 4)), _mm_set1_epi8(32));
+}
+
 /* Q2_K (hmask NULL) / Q3_K: kernels/blocks.h's Q2_K/Q3_K chunks; the bits 2j of
- * qs[32h..32h+31] are two sub-blocks of 16, one per 128-bit lane, so one madd applies both
- * scales (quants at most 7: no int16 saturation in maddubs). The mins of Q2_K and the -4 of
- * Q3_K come from bsums. */
+ * qs[32h..32h+31] are sub-blocks i = 8h+2j and i+1, one per 128-bit lane, so one madd applies
+ * both scales (quants at most 7: no int16 saturation in maddubs). The scales are widened once
+ * with the even sub-blocks' in the low lane and the odd ones' in the high lane, and each pair
+ * is broadcast within the lanes by one byte shuffle. The mins of Q2_K and the -4 of Q3_K
+ * come from bsums. */
 AVX2_INLINE float avx2_kblock_q23(const uint8_t *qs, const uint8_t *hmask, const uint8_t *scales,
                                   uint16_t d, uint16_t dmin, const mvm_block_q8_K *a)
 {
-    const __m256i three = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    const __m256i three = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
     const __m256i hbits =
         hmask ? _mm256_loadu_si256((const __m256i *)hmask) : _mm256_setzero_si256();
-    /* The 16 scales (and Q2_K's mins) as int16, and their products with the sub-block sums
-     * of the activations: madd does the 16 products and the pairwise sums. */
-    __m128i sc8;
-    if (hmask) {
-        uint8_t s[16];
-        mvm_k_q3_scales(scales, s);
-        sc8 = _mm_sub_epi8(_mm_loadu_si128((const __m128i *)s), _mm_set1_epi8(32));
-    } else {
-        sc8 = _mm_and_si128(_mm_loadu_si128((const __m128i *)scales), _mm_set1_epi8(15));
-    }
-    const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+    /* Q2_K's 16 bytes of scale and min; Q3_K's 12 are read as words (no load past them) */
+    const __m128i raw = hmask ? _mm_setzero_si128() : _mm_loadu_si128((const __m128i *)scales);
+    const __m128i sc8 = hmask ? avx2_q3_scales(scales) : _mm_and_si128(raw, _mm_set1_epi8(15));
     const __m256i bsums = _mm256_loadu_si256((const __m256i *)a->bsums);
-    const int32_t offset = hmask ? avx2_hsum_i32(_mm256_madd_epi16(sc16, bsums)) : 0;
+    /* madd does the 16 products of scales (or mins) and sub-block sums and the pair sums */
+    const int32_t offset =
+        hmask ? avx2_hsum_i32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), bsums)) : 0;
     const int32_t msum =
         hmask ? 0
               : avx2_hsum_i32(_mm256_madd_epi16(
-                    _mm256_cvtepu8_epi16(_mm_srli_epi16(
-                        _mm_and_si128(_mm_loadu_si128((const __m128i *)scales),
-                                      _mm_set1_epi8((char)0xF0)), 4)),
+                    _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4),
+                                                       _mm_set1_epi8(15))),
                     bsums));
-    int16_t sc[16];
-    _mm256_storeu_si256((__m256i *)sc, sc16);
+    const __m256i pairs = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(
+        sc8, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15)));
     __m256i acc = _mm256_setzero_si256();
     for (int h = 0; h < 2; h++) {
         const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * h));
         for (int j = 0; j < 4; j++) {
             __m256i v = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), three);
+            const int b = 4 * h + j; /* Q3_K's high bit, moved to bit 2 */
             if (hmask)
-                v = _mm256_or_si256(
-                    v, _mm256_slli_epi16(
-                           _mm256_and_si256(_mm256_srli_epi16(hbits, 4 * h + j), one), 2));
+                v = _mm256_or_si256(v, _mm256_and_si256(b >= 2 ? _mm256_srli_epi16(hbits, b - 2)
+                                                               : _mm256_slli_epi16(hbits, 2 - b),
+                                                        four));
             const __m256i aq = _mm256_loadu_si256((const __m256i *)(a->qs + 128 * h + 32 * j));
-            const int i = 8 * h + 2 * j;
-            const __m256i s = _mm256_set_m128i(_mm_set1_epi16(sc[i + 1]),
-                                               _mm_set1_epi16(sc[i]));
+            const __m256i s = _mm256_shuffle_epi8(pairs, _mm256_set1_epi16((short)(0x0100 +
+                                                                               0x0202 * b)));
             acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(v, aq), s));
         }
     }
