@@ -5,7 +5,7 @@
  * (tests/test_digest_kernel.cc and tests/test_cuda_kernels.cc include the .cu files after
  * this header; tests/fakecuda/fake_engine_kernels.cc runs them behind the fake driver).
  *
- * One block runs at a time, each of its threads a fiber (ucontext) on the calling thread:
+ * One block runs at a time, each of its threads a fiber on the calling thread:
  * a fiber runs until it waits at a barrier, then the next one runs, so __syncthreads is a
  * barrier of the block's fibers, a warp shuffle a slot array between two barriers of the
  * warp's, __shared__ variables statics, and atomics GCC's. Fibers, not threads: a barrier of
@@ -22,7 +22,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if !defined(__x86_64__) || defined(EMU_UCONTEXT)
+#define EMU_UCONTEXT 1
 #include <ucontext.h>
+#endif
 
 #include <functional>
 #include <vector>
@@ -48,16 +51,70 @@ static dim3 gridDim, blockDim;
 
 enum { EMU_MAX_THREADS = 1024, EMU_WARP = 32, EMU_STACK = 64 << 10 };
 
+/* Fiber contexts. emu_ctx_make prepares one that starts fn (which must never return) on a
+ * stack; emu_ctx_switch saves the running context in `from` and resumes `to`. On x86-64 a
+ * switch is a dozen instructions: the callee-saved registers, MXCSR and the x87 control
+ * word pushed on the old stack, the stack pointers exchanged. Elsewhere ucontext, whose
+ * every switch also sets the signal mask by a system call (on x86-64 that took 40% of the
+ * emulator's time, in the kernel); EMU_UCONTEXT selects it on x86-64 too, for its test. */
+#if !defined(EMU_UCONTEXT)
+struct emu_ctx {
+    void *sp;
+};
+extern "C" void emu_ctx_switch_x86_64(void **save_sp, void *load_sp);
+asm(".text\n"
+    ".globl emu_ctx_switch_x86_64\n"
+    ".hidden emu_ctx_switch_x86_64\n"
+    ".type emu_ctx_switch_x86_64, @function\n"
+    "emu_ctx_switch_x86_64:\n"
+    "    pushq %rbp\n    pushq %rbx\n    pushq %r12\n    pushq %r13\n    pushq %r14\n"
+    "    pushq %r15\n    subq $8, %rsp\n    stmxcsr (%rsp)\n    fnstcw 4(%rsp)\n"
+    "    movq %rsp, (%rdi)\n    movq %rsi, %rsp\n"
+    "    ldmxcsr (%rsp)\n    fldcw 4(%rsp)\n    addq $8, %rsp\n"
+    "    popq %r15\n    popq %r14\n    popq %r13\n    popq %r12\n    popq %rbx\n"
+    "    popq %rbp\n    ret\n"
+    ".size emu_ctx_switch_x86_64, .-emu_ctx_switch_x86_64\n");
+
+static void emu_ctx_switch(emu_ctx *from, emu_ctx *to) { emu_ctx_switch_x86_64(&from->sp, to->sp); }
+
+static void emu_ctx_make(emu_ctx *c, char *stack, size_t size, void (*fn)(void))
+{
+    /* What a switch pops: the control words (the caller's), six registers, then fn as the
+     * return address, entered with the stack as a call leaves it (16-byte aligned + 8). */
+    void **sp = (void **)(((uintptr_t)stack + size) & ~(uintptr_t)15);
+    *--sp = NULL; /* fn's own return address: it never returns */
+    *--sp = (void *)fn;
+    for (int i = 0; i < 6; i++)
+        *--sp = NULL;
+    --sp;
+    asm volatile("stmxcsr (%0)\n\tfnstcw 4(%0)" : : "r"(sp) : "memory");
+    c->sp = sp;
+}
+#else
+typedef ucontext_t emu_ctx;
+
+static void emu_ctx_switch(emu_ctx *from, emu_ctx *to) { swapcontext(from, to); }
+
+static void emu_ctx_make(emu_ctx *c, char *stack, size_t size, void (*fn)(void))
+{
+    getcontext(c);
+    c->uc_stack.ss_sp = stack;
+    c->uc_stack.ss_size = size;
+    c->uc_link = NULL;
+    makecontext(c, fn, 0);
+}
+#endif
+
 /* A thread of the block, the same through every block of a launch. */
 struct emu_fiber {
-    ucontext_t ctx;
+    emu_ctx ctx;
     char *stack;
     dim3 block;
     bool done;
 };
 
 static emu_fiber emu_fibers[EMU_MAX_THREADS];
-static ucontext_t emu_main;             /* the launching thread, which schedules the fibers */
+static emu_ctx emu_main;                /* the launching thread, which schedules the fibers */
 static const std::function<void()> *emu_body;
 static const std::vector<unsigned> *emu_order;
 #ifdef EMU_ASAN
@@ -65,19 +122,18 @@ static const void *emu_main_stack;
 static size_t emu_main_stack_size;
 #endif
 
-/* Back to the scheduler (from a fiber); dying: the fiber will not run again. */
+/* Back to the scheduler (from a fiber); dying: the fiber will not run again, and this does
+ * not return. */
 static void emu_to_main(bool dying)
 {
 #ifdef EMU_ASAN
     void *fake = NULL;
     __sanitizer_start_switch_fiber(dying ? NULL : &fake, emu_main_stack, emu_main_stack_size);
-    if (!dying) {
-        swapcontext(&emu_fibers[threadIdx.x].ctx, &emu_main);
-        __sanitizer_finish_switch_fiber(fake, &emu_main_stack, &emu_main_stack_size);
-    }
+    emu_ctx_switch(&emu_fibers[threadIdx.x].ctx, &emu_main);
+    __sanitizer_finish_switch_fiber(fake, &emu_main_stack, &emu_main_stack_size);
 #else
-    if (!dying)
-        swapcontext(&emu_fibers[threadIdx.x].ctx, &emu_main);
+    (void)dying;
+    emu_ctx_switch(&emu_fibers[threadIdx.x].ctx, &emu_main);
 #endif
 }
 
@@ -157,7 +213,8 @@ static void emu_fiber_main(void)
         __syncthreads(); /* the block ends: its __shared__ statics pass to the next */
     }
     f->done = true;
-    emu_to_main(true); /* and return: uc_link resumes the scheduler */
+    emu_to_main(true);
+    abort(); /* a finished fiber is never resumed */
 }
 
 /* Runs `body` (a kernel call) as a grid of grid.x * grid.y blocks of `threads` threads (a
@@ -185,11 +242,7 @@ static void emu_launch(dim3 grid, unsigned threads, std::vector<unsigned> order,
             abort();
         f->done = false;
         f->block = dim3{0, 0, 0};
-        getcontext(&f->ctx);
-        f->ctx.uc_stack.ss_sp = f->stack;
-        f->ctx.uc_stack.ss_size = EMU_STACK;
-        f->ctx.uc_link = &emu_main;
-        makecontext(&f->ctx, emu_fiber_main, 0);
+        emu_ctx_make(&f->ctx, f->stack, EMU_STACK, emu_fiber_main);
     }
     /* Round robin: each fiber runs to its next barrier (or its end). */
     for (bool live = true; live;) {
@@ -203,10 +256,10 @@ static void emu_launch(dim3 grid, unsigned threads, std::vector<unsigned> order,
 #ifdef EMU_ASAN
             void *fake = NULL;
             __sanitizer_start_switch_fiber(&fake, f->stack, EMU_STACK);
-            swapcontext(&emu_main, &f->ctx);
+            emu_ctx_switch(&emu_main, &f->ctx);
             __sanitizer_finish_switch_fiber(fake, NULL, NULL);
 #else
-            swapcontext(&emu_main, &f->ctx);
+            emu_ctx_switch(&emu_main, &f->ctx);
 #endif
             live = live || !f->done;
         }

@@ -253,10 +253,9 @@ static void test_experts(void)
     for (int i = 0; i < MVM_W_COUNT; i++) {
         const enum mvm_wtype t = (enum mvm_wtype)i;
         if (mvm_k_is_k(t)) {
-            /* one 256-channel group, few tokens: the emulator is slow, and the tiles and
-             * groups, which no type changes, are crossed below */
-            experts_case(mvm_k_expert_uniform(t), 256, 256, 3);
-            experts_case(mvm_k_expert_uniform(t), 256, 256, 1);
+            /* two 256-channel groups, a tile and a partial one */
+            experts_case(mvm_k_expert_uniform(t), 256, 512, 9);
+            experts_case(mvm_k_expert_uniform(t), 256, 256, 1); /* decode */
         } else {
             /* 160 outputs: two blocks of down threads, one partial */
             experts_case(mvm_k_expert_uniform(t), 160, 96, 11);

@@ -11,8 +11,7 @@
  * crash, so every step must wait for its copies, and a step that cannot fit runs in
  * rounds).
  *
- * usage: test_forward_gpu path/to/fake/libcuda.so.1 [--quick] (FAKECUDA_KERNELS set by the
- * caller)
+ * usage: test_forward_gpu path/to/fake/libcuda.so.1 (FAKECUDA_KERNELS set by the caller)
  */
 #include <dlfcn.h>
 #include <math.h>
@@ -32,7 +31,6 @@ static char dir[64];
 static mvm_pool *pool;
 static fakecuda_set_fail_fn set_fail;
 static int home_mapped;                 /* the fake's HOST_NUMA support, as the space saw it */
-static int quick;                       /* --quick: two architectures (sanitizer builds) */
 static const char *assign, *assign_args; /* run_prompt's assign module (NULL: the default) */
 static const char *predict = "gate";    /* and its predict module */
 
@@ -142,10 +140,7 @@ static void test_matches_cpu(void)
     } cases[] = {{"llama", MVM_W_F32}, {"llama", MVM_W_Q8_0}, {"llama", MVM_W_Q4_0},
                  {"qwen2moe", MVM_W_F16}, {"qwen3moe", MVM_W_BF16}, {"olmoe", MVM_W_Q8_0},
                  {"qwen2moe", MVM_W_Q4_K}, {"olmoe", MVM_W_Q3_K}};
-    /* Without HOST_NUMA only the waiting differs, and under a sanitizer the host code is
-     * what is checked: two cases are enough. */
-    size_t n_cases = home_mapped && !quick ? sizeof cases / sizeof *cases : 2;
-    for (size_t i = 0; i < n_cases; i++) {
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         const char *path = model_path(cases[i].arch, cases[i].type);
         size_t n = N_PROMPT * mvm_preset_find("tiny", cases[i].arch)->spec.n_vocab;
         struct run *cpu = run_prompt(path, MVM_BACKEND_HOST, 1, 4, 0);
@@ -281,10 +276,9 @@ static void test_failures(void)
 
 int main(int argc, char **argv)
 {
-    quick = argc == 3 && strcmp(argv[2], "--quick") == 0;
-    if (argc != 2 && !quick) {
+    if (argc != 2) {
         fprintf(stderr, "usage: FAKECUDA_KERNELS=plugin.so test_forward_gpu "
-                        "path/to/fake/libcuda.so.1 [--quick]\n");
+                        "path/to/fake/libcuda.so.1\n");
         return 2;
     }
     setenv("MOEVM_CUDA_LIBRARY", argv[1], 1);

@@ -4,9 +4,7 @@
 
 The engine computes where its environment puts the experts (MOEVM_BACKEND): CTest runs this
 twice, on the CPU and on the device forward pass over tests/fakecuda with the kernels
-emulated (ref_forward_cuda: f32, and q4_K_M, whose mixes and fallbacks take the device's K
-and Q kernels together; the emulator is slow, and test_forward_gpu compares the other types'
-device logits with the CPU's).
+emulated (ref_forward_cuda), every type both times.
 
 For each architecture (llama = Mixtral, qwen2moe, qwen3moe, olmoe) and weight type (f32,
 f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_K, q3_K, q4_K_M): `moevm mkmodel
