@@ -265,15 +265,20 @@ static mvm_status quantize(struct cuda_fwd *f, enum mvm_wtype t, mvm_dptr x, uin
 }
 
 /* y[i] = w . in[i] for n rows: in[i] at in + i * in_stride floats, y[i] at y + i * y_stride
- * floats. The Q and K types read their input quantized, as the CPU's matrix products do. */
-static mvm_status matmul(struct cuda_fwd *f, const struct dweight *w, mvm_dptr in,
-                         uint64_t in_stride, uint32_t n, mvm_dptr y, uint64_t y_stride)
+ * floats. The Q and K types read their input quantized, as the CPU's matrix products do;
+ * `prev` is the weight of the product just before on the same input, or NULL: when its
+ * activation format is w's (Q8_0 for both, or Q8_K), f->act holds the input already. */
+static mvm_status matmul(struct cuda_fwd *f, const struct dweight *w,
+                         const struct dweight *prev, mvm_dptr in, uint64_t in_stride, uint32_t n,
+                         mvm_dptr y, uint64_t y_stride)
 {
     mvm_g_matvec_args a = {.w = w->p, .act = in, .y = y, .row_bytes = w->row_bytes,
                            .act_stride = in_stride * sizeof(float), .y_stride = y_stride,
                            .n_in = w->cols, .n_out = w->rows, .n_tok = n};
-    if (mvm_k_block_elems((enum mvm_wtype)w->type) > 1) {
-        TRY(quantize(f, (enum mvm_wtype)w->type, in, in_stride, w->cols, n));
+    const uint64_t block = mvm_k_block_elems((enum mvm_wtype)w->type);
+    if (block > 1) {
+        if (!prev || mvm_k_block_elems((enum mvm_wtype)prev->type) != block)
+            TRY(quantize(f, (enum mvm_wtype)w->type, in, in_stride, w->cols, n));
         a.act = f->act;
         a.act_stride = f->act_stride;
     }
@@ -317,9 +322,9 @@ static mvm_status qkv(struct cuda_fwd *f, const struct dlayer *L, mvm_dptr k, mv
 {
     const mvm_hparams *hp = &f->m->hp;
     uint32_t D = hp->n_embd, hd = hp->head_dim;
-    TRY(matmul(f, &L->wq, f->xn, D, n, f->q, f->q_dim));
-    TRY(matmul(f, &L->wk, f->xn, D, n, k, f->kv_dim));
-    TRY(matmul(f, &L->wv, f->xn, D, n, v, f->kv_dim));
+    TRY(matmul(f, &L->wq, NULL, f->xn, D, n, f->q, f->q_dim));
+    TRY(matmul(f, &L->wk, &L->wq, f->xn, D, n, k, f->kv_dim));
+    TRY(matmul(f, &L->wv, &L->wk, f->xn, D, n, v, f->kv_dim));
     if (f->m->arch->qkv_bias) {
         TRY(add(f, f->q, L->bq, 0, 0, f->q_dim, n));
         TRY(add(f, k, L->bk, 0, 0, f->kv_dim, n));
@@ -351,7 +356,7 @@ static mvm_status attention(struct cuda_fwd *f, uint32_t il, uint32_t n, uint32_
                               .head_dim = hp->head_dim, .n_ctx = f->n_ctx,
                               .scale = 1.0f / sqrtf((float)hp->head_dim)};
     TRY(mvm_gpu_attention(f->g, 0, &a));
-    TRY(matmul(f, &L->wo, f->att, f->q_dim, n, f->tmp, D));
+    TRY(matmul(f, &L->wo, NULL, f->att, f->q_dim, n, f->tmp, D));
     return add(f, f->x, f->tmp, D, 0, D, n);
 }
 
@@ -453,12 +458,12 @@ static mvm_status experts(struct cuda_fwd *f, uint32_t il, uint32_t n)
 static mvm_status shared_expert(struct cuda_fwd *f, const struct dlayer *L, uint32_t n)
 {
     uint32_t D = f->m->hp.n_embd, F = f->m->hp.n_ff_shexp;
-    TRY(matmul(f, &L->shexp_gate, f->xn, D, n, f->shg, 1));
-    TRY(matmul(f, &L->shexp_w1, f->xn, D, n, f->sh1, F));
-    TRY(matmul(f, &L->shexp_w3, f->xn, D, n, f->sh3, F));
+    TRY(matmul(f, &L->shexp_gate, NULL, f->xn, D, n, f->shg, 1));
+    TRY(matmul(f, &L->shexp_w1, &L->shexp_gate, f->xn, D, n, f->sh1, F));
+    TRY(matmul(f, &L->shexp_w3, &L->shexp_w1, f->xn, D, n, f->sh3, F));
     mvm_g_add_args sw = {.x = f->sh1, .y = f->sh3, .y_stride = F, .n = F, .n_tok = n};
     TRY(mvm_gpu_swiglu(f->g, 0, &sw));
-    TRY(matmul(f, &L->shexp_w2, f->sh1, F, n, f->tmp, D));
+    TRY(matmul(f, &L->shexp_w2, NULL, f->sh1, F, n, f->tmp, D));
     return add(f, f->x, f->tmp, D, f->shg, D, n);
 }
 
@@ -468,7 +473,7 @@ static mvm_status moe(struct cuda_fwd *f, uint32_t il, uint32_t n, uint32_t pos0
     const struct dlayer *L = &f->layers[il];
     uint32_t D = hp->n_embd;
     TRY(rmsnorm(f, f->x, f->xn, D, L->ffn_norm, D, n));
-    TRY(matmul(f, &L->router, f->xn, D, n, f->probs, hp->n_expert));
+    TRY(matmul(f, &L->router, NULL, f->xn, D, n, f->probs, hp->n_expert));
     TRY(mvm_gpu_download(f->g, f->host, f->xn, (size_t)n * D * sizeof(float)));
     TRY(mvm_gpu_download(f->g, f->moe->probs, f->probs,
                          (size_t)n * hp->n_expert * sizeof(float)));
@@ -508,7 +513,7 @@ static mvm_status cuda_eval(mvm_ctx *ctx, const int32_t *tokens, uint32_t n, flo
         return MVM_OK;
     uint32_t first = all_logits ? 0 : n - 1, nl = n - first;
     TRY(rmsnorm(f, f->x + (uint64_t)first * D * sizeof(float), f->xn, D, f->output_norm, D, nl));
-    TRY(matmul(f, &f->output, f->xn, D, nl, f->logits, hp->n_vocab));
+    TRY(matmul(f, &f->output, NULL, f->xn, D, nl, f->logits, hp->n_vocab));
     return mvm_gpu_download(f->g, logits, f->logits, (size_t)nl * hp->n_vocab * sizeof(float));
 }
 

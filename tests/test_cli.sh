@@ -213,7 +213,7 @@ expect 1 'loading the model: ' -- "$moevm" calibrate -m "$tmp/none.gguf"
 expect 1 'calibrate: MOEVM_COST=/nonexistent: neither a preset' -- env MOEVM_COST=/nonexistent "$moevm" calibrate -m "$m"
 expect 1 "^moevm: run: --cost $tmp/r.jsonl: line 1: not valid JSON|^moevm: run: --cost $tmp/r.jsonl: " -- "$moevm" run -m "$m" -p "x" --cost "$tmp/r.jsonl"
 expect 1 'no evict policy .belady.' -- "$moevm" sim --trace "$tmp/g.jsonl" --evict belady
-expect 1 'lru' -- "$moevm" sim --trace "$tmp/g.jsonl" --evict lru{window=3}
+expect 1 'lru' -- "$moevm" sim --trace "$tmp/g.jsonl" --evict 'lru{window=3}'
 expect 2 'give --trace FILE' -- "$moevm" sim --budget 10%
 expect 2 'not both' -- "$moevm" sim --trace "$tmp/g.jsonl" --model-shape mixtral-8x7b
 expect 0 'default +[0-9.]+' -- "$moevm" sim --model-shape 4,16,2 --budget 30%

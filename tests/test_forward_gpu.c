@@ -30,6 +30,8 @@
 static char dir[64];
 static mvm_pool *pool;
 static fakecuda_set_fail_fn set_fail;
+static fakecuda_calls_fn calls;
+static fakecuda_reset_counters_fn reset_counters;
 static int home_mapped;                 /* the fake's HOST_NUMA support, as the space saw it */
 static const char *assign, *assign_args; /* run_prompt's assign module (NULL: the default) */
 static const char *predict = "gate";    /* and its predict module */
@@ -274,6 +276,52 @@ static void test_failures(void)
     mvm_model_free(m);
 }
 
+/* Kernel launches of one decode step (a token after the prompt, its logits), and the
+ * model's layers and whether it has a shared expert. */
+static unsigned long step_launches(const char *path, uint32_t *n_layer, int *shexp)
+{
+    mvm_model *m = NULL;
+    mvm_ctx *c = NULL;
+    unsigned long n = 0;
+    CHECK_ST(load(path, MVM_BACKEND_CUDA, 1, &m), MVM_OK);
+    if (m)
+        CHECK_ST(mvm_ctx_create(m, pool, 32, 4, NULL, &c), MVM_OK);
+    if (c) {
+        float *logits = malloc(m->hp.n_vocab * sizeof *logits);
+        CHECK_ST(mvm_ctx_eval(c, prompt, 3, NULL, 0), MVM_OK);
+        reset_counters();
+        CHECK_ST(mvm_ctx_eval(c, prompt + 3, 1, logits, 0), MVM_OK);
+        n = calls("cuLaunchKernel");
+        *n_layer = m->hp.n_layer;
+        *shexp = m->hp.n_ff_shexp > 0;
+        free(logits);
+    }
+    mvm_ctx_free(c);
+    mvm_model_free(m);
+    return n;
+}
+
+/* A matrix product's input is quantized once for the products that share it and its
+ * activation format: q, k and v; the shared expert's gate, up and gate projection. The
+ * launches of a Q8_0 model's step less an F32 model's (which quantizes nothing) are the
+ * quantizations: per layer qkv, the attention output and the routed experts (the router
+ * stays F32), with a shared expert its gate/up/gate-projection and its down; then the
+ * output. */
+static void test_quantize_once(void)
+{
+    static const char *const archs[] = {"llama", "qwen2moe"};
+    for (size_t i = 0; i < 2; i++) {
+        uint32_t layers = 0;
+        int shexp = 0;
+        unsigned long f32 = step_launches(model_path(archs[i], MVM_W_F32), &layers, &shexp);
+        unsigned long q8 = step_launches(model_path(archs[i], MVM_W_Q8_0), &layers, &shexp);
+        CHECK(shexp == (i == 1));
+        CHECK(q8 - f32 == layers * (3u + (shexp ? 2u : 0u)) + 1u);
+        if (q8 - f32 != layers * (3u + (shexp ? 2u : 0u)) + 1u)
+            fprintf(stderr, "%s: %lu quantizations in a step\n", archs[i], q8 - f32);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -287,10 +335,13 @@ int main(int argc, char **argv)
         return 1;
     void *driver = dlopen(argv[1], RTLD_NOW);
     set_fail = driver ? (fakecuda_set_fail_fn)dlsym(driver, "fakecuda_set_fail") : NULL;
-    CHECK(set_fail != NULL);
+    calls = driver ? (fakecuda_calls_fn)dlsym(driver, "fakecuda_calls") : NULL;
+    reset_counters =
+        driver ? (fakecuda_reset_counters_fn)dlsym(driver, "fakecuda_reset_counters") : NULL;
+    CHECK(set_fail && calls && reset_counters);
     mvm_model *m = NULL;
     CHECK_ST(load(model_path("llama", MVM_W_F32), MVM_BACKEND_CUDA, 1, &m), MVM_OK);
-    if (!m || !set_fail)
+    if (!m || !set_fail || !calls || !reset_counters)
         TEST_END();
     mvm_space_info info;
     mvm_space_get_info(m->space, &info);
@@ -301,6 +352,7 @@ int main(int argc, char **argv)
     RUN(test_residency);
     RUN(test_assign);
     RUN(test_failures);
+    RUN(test_quantize_once);
     mvm_pool_destroy(pool);
     char cmd[96];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
