@@ -143,14 +143,14 @@ static mvm_ctx_policies plain_policies(const mvm_machine *machine)
         .routing = {.route = "none"}};
 }
 
-int mvm_calib_fit_cpu(mvm_calib_cpu *c)
+int mvm_calib_fit(mvm_calib_experts *c)
 {
     if (mvm_fit_line(c->tokens, c->seconds, c->n_points, &c->fit))
         return -1;
-    /* An expert task costs at least the fork/join that starts it: where the free line's
-     * intercept lies below (per-token work dominates and noise tilts the line), the
+    /* An expert task costs at least what starts it (the CPU's fork/join): where the free
+     * line's intercept lies below (per-token work dominates and noise tilts the line), the
      * least-squares slope with the intercept held there. */
-    double a = c->pool_s > 1e-9 ? c->pool_s : 1e-9, sxy = 0, sxx = 0;
+    double a = c->floor_s > 1e-9 ? c->floor_s : 1e-9, sxy = 0, sxx = 0;
     if (c->fit.a >= a)
         return c->fit.b > 0 ? 0 : -1;
     for (uint32_t i = 0; i < c->n_points; i++) {
@@ -163,13 +163,42 @@ int mvm_calib_fit_cpu(mvm_calib_cpu *c)
     return c->fit.b > 0 ? 0 : -1;
 }
 
+/* The points of *out at 1, 2, 4, ... tokens up to max_tokens (>= 2), fn timing one expert
+ * of *n tokens; then the fit. `where` names the side in the error of a failed fit. */
+static mvm_status sweep(timed_fn fn, void *ctx, uint32_t *n, uint32_t max_tokens,
+                        double seconds_per_point, const char *where, mvm_calib_experts *out)
+{
+    mvm_status st = MVM_OK;
+    for (*n = 1; st == MVM_OK; *n = *n * 2 > max_tokens ? max_tokens : *n * 2) {
+        uint32_t i = out->n_points++;
+        double warm;
+        if ((st = fn(ctx, 0, &warm)) != MVM_OK)
+            break;
+        out->tokens[i] = *n;
+        st = repeat(fn, ctx, seconds_per_point, &out->seconds[i], &out->reps[i]);
+        if (*n == max_tokens || out->n_points == MVM_CALIB_MAX_POINTS)
+            break;
+    }
+    if (st == MVM_OK && mvm_calib_fit(out))
+        return mvm_fail(MVM_ERR_INVALID, "calibration: the %s experts' times did not grow "
+                        "with their tokens (%.3g s at 1, %.3g s at %u): the machine was too "
+                        "busy to measure; try again, or a longer --time", where,
+                        out->seconds[0], out->seconds[out->n_points - 1], max_tokens);
+    return st;
+}
+
+static mvm_status too_few(uint32_t max_tokens)
+{
+    return mvm_fail(MVM_ERR_INVALID, "calibration: at least 2 tokens per expert are needed "
+                    "for a line (got %u)", max_tokens);
+}
+
 mvm_status mvm_calib_cpu_experts(mvm_model *m, mvm_pool *pool, uint32_t max_tokens,
-                                 double seconds_per_point, mvm_calib_cpu *out)
+                                 double seconds_per_point, mvm_calib_experts *out)
 {
     memset(out, 0, sizeof *out);
     if (max_tokens < 2)
-        return mvm_fail(MVM_ERR_INVALID, "calibration: at least 2 tokens per expert are needed "
-                        "for a line (got %u)", max_tokens);
+        return too_few(max_tokens);
     const mvm_hparams *hp = &m->hp;
     struct cpu_run c = {.m = m};
     mvm_ctx_policies pol = plain_policies(mvm_machine_preset("h100"));
@@ -184,43 +213,81 @@ mvm_status mvm_calib_cpu_experts(mvm_model *m, mvm_pool *pool, uint32_t max_toke
         c.xn[i] = (float)(seed >> 8) / 8388608.0f - 1.0f;
     }
     if (st == MVM_OK)
-        st = repeat(time_pool, pool, seconds_per_point / 4, &out->pool_s, &(uint32_t){0});
-    for (uint32_t n = 1; st == MVM_OK; n = n * 2 > max_tokens ? max_tokens : n * 2) {
-        uint32_t i = out->n_points++;
-        c.n = n;
-        double warm;
-        if ((st = time_expert(&c, 0, &warm)) != MVM_OK)
-            break;
-        out->tokens[i] = n;
-        st = repeat(time_expert, &c, seconds_per_point, &out->seconds[i], &out->reps[i]);
-        if (n == max_tokens || out->n_points == MVM_CALIB_MAX_POINTS)
-            break;
-    }
+        st = repeat(time_pool, pool, seconds_per_point / 4, &out->floor_s, &(uint32_t){0});
+    if (st == MVM_OK)
+        st = sweep(time_expert, &c, &c.n, max_tokens, seconds_per_point, "CPU", out);
     free(c.xn);
     mvm_xcpu_free(c.x);
     mvm_moe_free(c.step);
-    if (st != MVM_OK)
-        return st;
-    if (mvm_calib_fit_cpu(out))
-        return mvm_fail(MVM_ERR_INVALID, "calibration: the CPU experts' times did not grow "
-                        "with their tokens (%.3g s at 1, %.3g s at %u): the machine was too "
-                        "busy to measure; try again, or a longer --time",
-                        out->seconds[0], out->seconds[out->n_points - 1], max_tokens);
-    return MVM_OK;
+    return st;
 }
 
-int mvm_calib_apply_cpu(mvm_machine *m, const mvm_calib_cpu *c, uint64_t expert_bytes,
+/* ---- GPU experts ------------------------------------------------------------------------ */
+
+struct gpu_run {
+    mvm_ctx *ctx;
+    uint32_t n_layer, n_expert;
+    uint32_t n, next; /* tokens of this point; the next (layer, expert) in rotation */
+};
+
+static mvm_status time_gpu_expert(void *ctx, uint32_t rep, double *seconds)
+{
+    (void)rep;
+    struct gpu_run *g = ctx;
+    uint32_t layer = g->next / g->n_expert, e = g->next % g->n_expert;
+    g->next = (g->next + 1) % (g->n_layer * g->n_expert);
+    return mvm_ctx_time_expert(g->ctx, layer, (int32_t)e, g->n, seconds);
+}
+
+mvm_status mvm_calib_gpu_experts(mvm_model *m, mvm_pool *pool, uint32_t max_tokens,
+                                 double seconds_per_point, double launch,
+                                 mvm_calib_experts *out)
+{
+    memset(out, 0, sizeof *out);
+    out->floor_s = launch;
+    if (max_tokens < 2)
+        return too_few(max_tokens);
+    struct gpu_run g = {.n_layer = m->hp.n_layer, .n_expert = m->hp.n_expert};
+    mvm_ctx_policies pol = plain_policies(mvm_machine_preset("h100"));
+    pol.wait_loads = 1;
+    mvm_status st = mvm_ctx_create(m, pool, 1, max_tokens, &pol, &g.ctx);
+    if (st == MVM_OK)
+        st = sweep(time_gpu_expert, &g, &g.n, max_tokens, seconds_per_point, "GPU", out);
+    mvm_ctx_free(g.ctx);
+    return st;
+}
+
+/* Whether the fit has a positive, finite intercept and slope. */
+static int fit_usable(const mvm_calib_experts *c)
+{
+    return c->fit.a > 0 && c->fit.b > 0 && isfinite(c->fit.a) && isfinite(c->fit.b);
+}
+
+int mvm_calib_apply_cpu(mvm_machine *m, const mvm_calib_experts *c, uint64_t expert_bytes,
                         uint32_t n_embd, uint32_t n_ff)
 {
     double c0 = c->fit.a, c1 = c->fit.b;
-    if (!(c0 > 0) || !(c1 > 0) || !isfinite(c0) || !isfinite(c1))
+    if (!fit_usable(c))
         return -1;
     /* The fork/join is the part of c0 that is not reading the expert; a pool too slow
      * to be that (a noisy measurement) is held to half of c0. */
-    double setup = c->pool_s > 0 && c->pool_s < c0 / 2 ? c->pool_s : c0 / 2;
+    double setup = c->floor_s > 0 && c->floor_s < c0 / 2 ? c->floor_s : c0 / 2;
     m->cpu_setup = setup;
     m->cpu_mem_bw = (double)expert_bytes / (c0 - setup);
     m->cpu_flops = 2.0 * 3.0 * n_embd * n_ff / c1; /* cost.h's flops_per_token */
+    return 0;
+}
+
+int mvm_calib_apply_gpu(mvm_machine *m, const mvm_calib_experts *c, uint64_t expert_bytes,
+                        uint32_t n_embd, uint32_t n_ff)
+{
+    double g0 = c->fit.a, g1 = c->fit.b;
+    if (!fit_usable(c))
+        return -1;
+    double launch = m->gpu_launch > 0 && m->gpu_launch < g0 / 2 ? m->gpu_launch : g0 / 2;
+    m->gpu_launch = launch;
+    m->gpu_mem_bw = (double)expert_bytes / (g0 - launch);
+    m->gpu_flops = 2.0 * 3.0 * n_embd * n_ff / g1;
     return 0;
 }
 

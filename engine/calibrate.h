@@ -15,8 +15,15 @@
  *  - Copies (a device backend): the time to make a one-page prefix and a whole expert
  *    resident from nothing, through the space (claim, copy, map), medians over experts.
  *    The two points give load_setup + bytes / pcie_bw.
- *  - Not measured (they keep the base preset's values): the GPU's compute rates, zero-copy
- *    reads, attention time and the network. They need timed kernels on a real GPU.
+ *  - GPU experts (a context computing on the device): one resident expert of `tokens` rows
+ *    through the engine's own kernels (mvm_ctx_time_expert: the input's quantization, the
+ *    gate/up and down kernels, launched and finished), for 1, 2, 4, ... tokens, each
+ *    repetition another (layer, expert); t_gpu(n) = g0 + g1·n by least squares.
+ *    gpu_flops = flops_per_token / g1; gpu_launch = the base's, at most g0/2 (launch and
+ *    reading the expert are not told apart by one line); gpu_mem_bw = expert_bytes /
+ *    (g0 − gpu_launch).
+ *  - Not measured (they keep the base preset's values): zero-copy reads, attention time
+ *    and the network.
  */
 #ifndef MVM_ENGINE_CALIBRATE_H
 #define MVM_ENGINE_CALIBRATE_H
@@ -39,27 +46,38 @@ double mvm_median(double *v, size_t n);
 
 #define MVM_CALIB_MAX_POINTS 12
 
-typedef struct mvm_calib_cpu {
+/* One expert's time against its tokens, on the CPU or the GPU. */
+typedef struct mvm_calib_experts {
     uint32_t n_points;
     double tokens[MVM_CALIB_MAX_POINTS];  /* 1, 2, 4, ... */
     double seconds[MVM_CALIB_MAX_POINTS]; /* median time of one expert at that many tokens */
     uint32_t reps[MVM_CALIB_MAX_POINTS];  /* repetitions behind each median */
-    mvm_line fit;                         /* seconds = c0 + c1·tokens (mvm_calib_fit_cpu) */
-    double pool_s;                        /* one fork/join of the pool, median */
-} mvm_calib_cpu;
+    mvm_line fit;                         /* seconds = a + b·tokens (mvm_calib_fit) */
+    double floor_s; /* the least an expert costs: the CPU pool's fork/join (median), the
+                       GPU's launch */
+} mvm_calib_experts;
 
-/* c->fit from c's points: the least-squares line, its intercept held at the fork/join
- * (pool_s) where it would fall below, an expert task costing at least that. -1 when the
- * slope is not positive (the times did not grow with the tokens) or the points are fewer
- * than two. */
-int mvm_calib_fit_cpu(mvm_calib_cpu *c);
+/* c->fit from c's points: the least-squares line, its intercept held at floor_s (at least
+ * 1 ns) where it would fall below, an expert task costing at least that. -1 when the slope
+ * is not positive (the times did not grow with the tokens) or the points are fewer than
+ * two. */
+int mvm_calib_fit(mvm_calib_experts *c);
 
 /* Times the model's experts on the CPU threads at 1, 2, 4, ... up to max_tokens (a power
  * of two or not: the last point is max_tokens), repeating each point for at least
- * seconds_per_point and 3 times, and fits them (mvm_calib_fit_cpu). MVM_ERR_INVALID when
+ * seconds_per_point and 3 times, and fits them (mvm_calib_fit). MVM_ERR_INVALID when
  * the fit fails (a machine too busy to calibrate). */
 mvm_status mvm_calib_cpu_experts(mvm_model *m, mvm_pool *pool, uint32_t max_tokens,
-                                 double seconds_per_point, mvm_calib_cpu *out);
+                                 double seconds_per_point, mvm_calib_experts *out);
+
+/* The same on the device, through a context of at most max_tokens per batch on m (whose
+ * space must be a cuda one; each expert is made resident, timed and evicted, so the space
+ * should be empty, as mvm_calib_copies leaves it). launch: the least an expert costs there
+ * (the fit's floor_s: the base's gpu_launch). MVM_ERR_UNSUPPORTED in a build without the
+ * device kernels; MVM_ERR_INVALID when the fit fails. */
+mvm_status mvm_calib_gpu_experts(mvm_model *m, mvm_pool *pool, uint32_t max_tokens,
+                                 double seconds_per_point, double launch,
+                                 mvm_calib_experts *out);
 
 typedef struct mvm_calib_copy {
     uint32_t pages_small, pages_full;  /* 1 page; the whole expert (may equal) */
@@ -75,7 +93,12 @@ mvm_status mvm_calib_copies(mvm_space *space, double seconds_per_point, mvm_cali
 /* m's cpu_setup, cpu_mem_bw and cpu_flops from a CPU measurement, for experts of
  * expert_bytes and the shape n_embd × n_ff: mvm_cost_init then gives c0 and c1 of the fit.
  * -1 (m untouched) when the fit has c0 <= 0 or c1 <= 0. */
-int mvm_calib_apply_cpu(mvm_machine *m, const mvm_calib_cpu *c, uint64_t expert_bytes,
+int mvm_calib_apply_cpu(mvm_machine *m, const mvm_calib_experts *c, uint64_t expert_bytes,
+                        uint32_t n_embd, uint32_t n_ff);
+/* m's gpu_launch, gpu_mem_bw and gpu_flops from a GPU measurement (the header says how):
+ * mvm_cost_init then gives the fit's g0 and g1. -1 (m untouched) when g0 <= 0 or
+ * g1 <= 0. */
+int mvm_calib_apply_gpu(mvm_machine *m, const mvm_calib_experts *c, uint64_t expert_bytes,
                         uint32_t n_embd, uint32_t n_ff);
 /* m's load_setup and pcie_bw from a copy measurement: mvm_cost_load_bytes then gives both
  * measured times when the line through them has a positive intercept (else a setup of 1%

@@ -11,6 +11,7 @@
 #include "engine/calibrate.h"
 #include "engine/cli.h"
 #include "engine/cost_load.h"
+#include "engine/forward.h"
 #include "engine/model.h"
 
 struct cal_args {
@@ -27,7 +28,8 @@ static void usage(FILE *f)
             "                       [--gpu-budget SIZE|PCT]\n"
             "  measures the cost model's rates as the engine achieves them here, with this\n"
             "  model (its weight type and shape): CPU experts on the engine's threads, and on\n"
-            "  a device backend the expert copies; the rest keep --base's values\n"
+            "  a device backend the expert copies and the experts on the GPU; the rest keep\n"
+            "  --base's values\n"
             "  -o            the cost file to write (default: standard output)\n"
             "  --base        preset or cost file for what is not measured (default MOEVM_COST)\n"
             "  --name        the machine's name in the file (default: the host name)\n"
@@ -86,6 +88,9 @@ static void print_table(const mvm_machine *m, const mvm_machine *base, const cha
     } rows[] = {
         {"pcie_bw", "GB/s", offsetof(mvm_machine, pcie_bw), 1e-9},
         {"load_setup", "us", offsetof(mvm_machine, load_setup), 1e6},
+        {"gpu_mem_bw", "GB/s", offsetof(mvm_machine, gpu_mem_bw), 1e-9},
+        {"gpu_flops", "GFLOP/s", offsetof(mvm_machine, gpu_flops), 1e-9},
+        {"gpu_launch", "us", offsetof(mvm_machine, gpu_launch), 1e6},
         {"cpu_mem_bw", "GB/s", offsetof(mvm_machine, cpu_mem_bw), 1e-9},
         {"cpu_flops", "GFLOP/s", offsetof(mvm_machine, cpu_flops), 1e-9},
         {"cpu_setup", "us", offsetof(mvm_machine, cpu_setup), 1e6},
@@ -96,8 +101,7 @@ static void print_table(const mvm_machine *m, const mvm_machine *base, const cha
         fprintf(stderr, "  %-11s %12.4g %-8s %s\n", rows[i].key, v * rows[i].scale, rows[i].unit,
                 v == b ? "(base)" : "measured");
     }
-    fprintf(stderr, "  the GPU's compute, zero-copy, attention and network rates: %s's\n",
-            base_name);
+    fprintf(stderr, "  the zero-copy, attention and network rates: %s's\n", base_name);
 }
 
 static int write_file(const struct cal_args *a, const mvm_machine *m, const char *base)
@@ -125,6 +129,16 @@ static int write_file(const struct cal_args *a, const mvm_machine *m, const char
     return 0;
 }
 
+/* The points and the fit of one side ("cpu", "gpu"), the fit's line left open. */
+static void print_points(const char *side, const mvm_calib_experts *c)
+{
+    for (uint32_t i = 0; i < c->n_points; i++)
+        fprintf(stderr, "%s: one expert, %3.0f tokens: %10.1f us (median of %u)\n", side,
+                c->tokens[i], c->seconds[i] * 1e6, c->reps[i]);
+    fprintf(stderr, "%s: t(n) = %.1f us + %.2f us x n (within %.0f%%)", side, c->fit.a * 1e6,
+            c->fit.b * 1e6, c->fit.max_rel * 100);
+}
+
 /* Measures into *m (which holds the base): 0 or 1 after a one-line error. */
 static int measure(const struct cal_args *a, mvm_model *model, mvm_pool *pool, mvm_machine *m)
 {
@@ -139,14 +153,11 @@ static int measure(const struct cal_args *a, mvm_model *model, mvm_pool *pool, m
         fprintf(stderr, "note: the experts (%.0f MiB in all) may stay in the CPU caches: the "
                 "CPU rates are those of warm caches (calibrate with the model you run)\n",
                 total / 1048576.0);
-    mvm_calib_cpu cpu;
+    mvm_calib_experts cpu;
     if (mvm_calib_cpu_experts(model, pool, a->tokens, a->time, &cpu) != MVM_OK)
         return mvm_cli_error("calibrate");
-    for (uint32_t i = 0; i < cpu.n_points; i++)
-        fprintf(stderr, "cpu: one expert, %3.0f tokens: %10.1f us (median of %u)\n",
-                cpu.tokens[i], cpu.seconds[i] * 1e6, cpu.reps[i]);
-    fprintf(stderr, "cpu: t(n) = %.1f us + %.2f us x n (within %.0f%%); fork/join %.1f us\n",
-            cpu.fit.a * 1e6, cpu.fit.b * 1e6, cpu.fit.max_rel * 100, cpu.pool_s * 1e6);
+    print_points("cpu", &cpu);
+    fprintf(stderr, "; fork/join %.1f us\n", cpu.floor_s * 1e6);
     mvm_calib_apply_cpu(m, &cpu, model->expert_bytes, hp->n_embd, hp->n_ff_exp);
     if (strcmp(info.backend, "host") == 0) {
         fprintf(stderr, "copies: not measured (the host backend has no device)\n");
@@ -163,6 +174,16 @@ static int measure(const struct cal_args *a, mvm_model *model, mvm_pool *pool, m
                 cp.t_small * 1e6, cp.t_full * 1e6);
         return 1;
     }
+    if (!mvm_ctx_device_available()) {
+        fprintf(stderr, "gpu: not measured (this build has no device kernels)\n");
+        return 0;
+    }
+    mvm_calib_experts gpu;
+    if (mvm_calib_gpu_experts(model, pool, a->tokens, a->time, m->gpu_launch, &gpu) != MVM_OK)
+        return mvm_cli_error("calibrate");
+    print_points("gpu", &gpu);
+    fputc('\n', stderr);
+    mvm_calib_apply_gpu(m, &gpu, model->expert_bytes, hp->n_embd, hp->n_ff_exp);
     return 0;
 }
 

@@ -278,4 +278,4 @@ static mvm_status cpu_eval(mvm_ctx *ctx, const int32_t *tokens, uint32_t n, floa
     return MVM_OK;
 }
 
-const struct mvm_fwd_backend mvm_fwd_cpu = {"cpu", cpu_create, cpu_destroy, cpu_eval};
+const struct mvm_fwd_backend mvm_fwd_cpu = {"cpu", cpu_create, cpu_destroy, cpu_eval, NULL};

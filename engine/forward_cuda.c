@@ -28,6 +28,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "engine/experts_cpu.h"
 #include "engine/forward_impl.h"
@@ -491,6 +492,76 @@ static mvm_status moe(struct cuda_fwd *f, uint32_t il, uint32_t n, uint32_t pos0
     return st != MVM_OK ? st : ended;
 }
 
+/* ---- timing one expert (mvm_ctx_time_expert) ------------------------------------------- */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Random inputs and the rows of one expert taking all n tokens, to the device. */
+static mvm_status one_expert_rows(struct cuda_fwd *f, int32_t e, uint32_t n)
+{
+    const mvm_hparams *hp = &f->m->hp;
+    size_t D = hp->n_embd, E = hp->n_expert;
+    uint32_t *offcnt = calloc(2 * E + n, sizeof *offcnt), seed = 12345u + n;
+    float *row_w = malloc(n * sizeof *row_w);
+    mvm_status st = MVM_OK;
+    if (!offcnt || !row_w)
+        st = mvm_fail(MVM_ERR_NOMEM, "out of memory for timing an expert");
+    for (size_t i = 0; st == MVM_OK && i < n * D; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        f->host[i] = (float)(seed >> 8) / 8388608.0f - 1.0f;
+    }
+    if (st == MVM_OK) {
+        uint32_t *off = offcnt, *cnt = offcnt + E, *row_tok = offcnt + 2 * E;
+        cnt[e] = n;
+        for (uint32_t i = 0; i < n; i++)
+            row_tok[i] = i, row_w[i] = 1.0f;
+        st = mvm_gpu_upload(f->g, f->xn, f->host, n * D * sizeof(float));
+        st = st ? st : mvm_gpu_upload(f->g, f->off, off, E * sizeof *off);
+        st = st ? st : mvm_gpu_upload(f->g, f->cnt, cnt, E * sizeof *cnt);
+        st = st ? st : mvm_gpu_upload(f->g, f->row_tok, row_tok, n * sizeof *row_tok);
+        st = st ? st : mvm_gpu_upload(f->g, f->row_w, row_w, n * sizeof *row_w);
+        st = st ? st : mvm_gpu_upload(f->g, f->active, &e, sizeof e);
+    }
+    free(offcnt);
+    free(row_w);
+    return st;
+}
+
+static mvm_status cuda_time_expert(mvm_ctx *ctx, uint32_t il, int32_t e, uint32_t n,
+                                   double *seconds)
+{
+    struct cuda_fwd *f = ctx->state;
+    mvm_space *sp = f->m->space;
+    mvm_residency before;
+    TRY(mvm_expert_residency(sp, il, (uint32_t)e, &before));
+    TRY(one_expert_rows(f, e, n));
+    TRY(mvm_make_resident(sp, il, (uint32_t)e, MVM_ALL_PAGES));
+    TRY(mvm_pin(sp, il, (uint32_t)e));
+    mvm_g_expert_args a = expert_args(f, il);
+    a.n_active = 1;
+    mvm_status st = mvm_gpu_sync(f->g);
+    double t0 = now_s();
+    if (st == MVM_OK && experts_quantized(f, il))
+        st = quantize(f, f->m->layers[il].expert_fmt.gate_up, f->xn, f->m->hp.n_embd,
+                      f->m->hp.n_embd, n);
+    st = st ? st : mvm_gpu_expert_up(f->g, (int)a.gate_up, &a);
+    st = st ? st : mvm_gpu_expert_down(f->g, (int)a.down, &a);
+    mvm_status synced = mvm_gpu_sync(f->g); /* whatever failed: nothing still reads it */
+    *seconds = now_s() - t0;
+    st = st ? st : synced;
+    mvm_status unpinned = mvm_unpin(sp, il, (uint32_t)e);
+    st = st ? st : unpinned;
+    /* leave the budget as it was found: evict it unless it was resident before */
+    if (st == MVM_OK && !before.resident)
+        st = mvm_evict(sp, il, (uint32_t)e, 0);
+    return st;
+}
+
 /* ---- the whole pass -------------------------------------------------------------------- */
 
 static mvm_status cuda_eval(mvm_ctx *ctx, const int32_t *tokens, uint32_t n, float *logits,
@@ -517,4 +588,5 @@ static mvm_status cuda_eval(mvm_ctx *ctx, const int32_t *tokens, uint32_t n, flo
     return mvm_gpu_download(f->g, logits, f->logits, (size_t)nl * hp->n_vocab * sizeof(float));
 }
 
-const struct mvm_fwd_backend mvm_fwd_cuda = {"cuda", cuda_create, cuda_destroy, cuda_eval};
+const struct mvm_fwd_backend mvm_fwd_cuda = {"cuda", cuda_create, cuda_destroy, cuda_eval,
+                                             cuda_time_expert};

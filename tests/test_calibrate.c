@@ -47,22 +47,22 @@ static void test_fit_and_median(void)
 }
 
 /* The CPU fit: free where its intercept is above the fork/join, held there below it. */
-static void test_fit_cpu(void)
+static void test_fit(void)
 {
-    mvm_calib_cpu c = {.n_points = 4, .tokens = {1, 2, 4, 8},
-                       .seconds = {12e-6, 14e-6, 18e-6, 26e-6}, .pool_s = 0.5e-6};
-    CHECK(mvm_calib_fit_cpu(&c) == 0 && near(c.fit.a, 10e-6, 1e-9) && near(c.fit.b, 2e-6, 1e-9));
+    mvm_calib_experts c = {.n_points = 4, .tokens = {1, 2, 4, 8},
+                           .seconds = {12e-6, 14e-6, 18e-6, 26e-6}, .floor_s = 0.5e-6};
+    CHECK(mvm_calib_fit(&c) == 0 && near(c.fit.a, 10e-6, 1e-9) && near(c.fit.b, 2e-6, 1e-9));
     /* -1 µs + 2 µs·n: held at 0.5 µs, slope sum x(y - a) / sum x^2 = 147.5 / 85 µs. */
-    mvm_calib_cpu d = {.n_points = 4, .tokens = {1, 2, 4, 8},
-                       .seconds = {1e-6, 3e-6, 7e-6, 15e-6}, .pool_s = 0.5e-6};
-    CHECK(mvm_calib_fit_cpu(&d) == 0 && d.fit.a == 0.5e-6);
+    mvm_calib_experts d = {.n_points = 4, .tokens = {1, 2, 4, 8},
+                           .seconds = {1e-6, 3e-6, 7e-6, 15e-6}, .floor_s = 0.5e-6};
+    CHECK(mvm_calib_fit(&d) == 0 && d.fit.a == 0.5e-6);
     CHECK(near(d.fit.b, 147.5e-6 / 85, 1e-9));
     CHECK(near(d.fit.max_rel, fabs(1e-6 - (0.5e-6 + 147.5e-6 / 85)) / 1e-6, 1e-9));
     /* Times that fall with the tokens, or one point: no line. */
-    mvm_calib_cpu e = {.n_points = 3, .tokens = {1, 2, 4}, .seconds = {9e-6, 5e-6, 3e-6}};
-    CHECK(mvm_calib_fit_cpu(&e) == -1);
+    mvm_calib_experts e = {.n_points = 3, .tokens = {1, 2, 4}, .seconds = {9e-6, 5e-6, 3e-6}};
+    CHECK(mvm_calib_fit(&e) == -1);
     e.n_points = 1;
-    CHECK(mvm_calib_fit_cpu(&e) == -1);
+    CHECK(mvm_calib_fit(&e) == -1);
 }
 
 /* The rates from a fit reproduce it through mvm_cost_init, whatever the fork/join. */
@@ -72,7 +72,7 @@ static void test_apply_cpu(void)
     const uint32_t embd = 2048, ff = 1024;
     const double pools[] = {0.4e-6, 1e-3, 0};
     for (size_t i = 0; i < 3; i++) {
-        mvm_calib_cpu c = {.fit = {.a = 5.5e-6, .b = 187e-6}, .pool_s = pools[i]};
+        mvm_calib_experts c = {.fit = {.a = 5.5e-6, .b = 187e-6}, .floor_s = pools[i]};
         mvm_machine m = *mvm_machine_preset("a100");
         CHECK(mvm_calib_apply_cpu(&m, &c, bytes, embd, ff) == 0);
         mvm_cost cost;
@@ -85,9 +85,35 @@ static void test_apply_cpu(void)
         CHECK(m.pcie_bw == mvm_machine_preset("a100")->pcie_bw && !strcmp(m.name, "a100"));
     }
     mvm_machine m = *mvm_machine_preset("h100"), before = m;
-    mvm_calib_cpu flat = {.fit = {.a = 1e-5, .b = 0}}, neg = {.fit = {.a = -1e-6, .b = 1e-6}};
+    mvm_calib_experts flat = {.fit = {.a = 1e-5, .b = 0}}, neg = {.fit = {.a = -1e-6, .b = 1e-6}};
     CHECK(mvm_calib_apply_cpu(&m, &flat, bytes, embd, ff) == -1);
     CHECK(mvm_calib_apply_cpu(&m, &neg, bytes, embd, ff) == -1);
+    CHECK(memcmp(&m, &before, sizeof m) == 0);
+}
+
+/* The GPU's rates from a fit reproduce it through mvm_cost_init; the launch is the base's
+ * when under half of g0, else half of g0. */
+static void test_apply_gpu(void)
+{
+    const uint64_t bytes = 3538944;
+    const uint32_t embd = 2048, ff = 1024;
+    const double g0s[] = {100e-6, 20e-6};
+    for (size_t i = 0; i < 2; i++) {
+        mvm_calib_experts c = {.fit = {.a = g0s[i], .b = 0.7e-6}};
+        mvm_machine m = *mvm_machine_preset("h100");
+        CHECK(mvm_calib_apply_gpu(&m, &c, bytes, embd, ff) == 0);
+        mvm_cost cost;
+        mvm_cost_init(&cost, &m, bytes, embd, ff);
+        CHECK(near(mvm_cost_gpu(&cost, 1), g0s[i] + 0.7e-6, 1e-12));
+        CHECK(near(mvm_cost_gpu(&cost, 64), g0s[i] + 64 * 0.7e-6, 1e-12));
+        CHECK(near(m.gpu_launch, i == 0 ? mvm_machine_preset("h100")->gpu_launch : 10e-6,
+                   1e-12));
+        CHECK(m.cpu_flops == mvm_machine_preset("h100")->cpu_flops);
+    }
+    mvm_machine m = *mvm_machine_preset("h100"), before = m;
+    mvm_calib_experts flat = {.fit = {.a = 1e-5, .b = 0}}, inf = {.fit = {.a = INFINITY, .b = 1}};
+    CHECK(mvm_calib_apply_gpu(&m, &flat, bytes, embd, ff) == -1);
+    CHECK(mvm_calib_apply_gpu(&m, &inf, bytes, embd, ff) == -1);
     CHECK(memcmp(&m, &before, sizeof m) == 0);
 }
 
@@ -166,15 +192,15 @@ static void test_measure(void)
         mvm_pool_destroy(pool);
         return;
     }
-    mvm_calib_cpu cpu;
+    mvm_calib_experts cpu;
     memset(&cpu, 0xff, sizeof cpu);
     CHECK_ST(mvm_calib_cpu_experts(m, pool, 12, 0.01, &cpu), MVM_OK);
     /* 1, 2, 4, 8, then the maximum. */
     CHECK(cpu.n_points == 5 && cpu.tokens[3] == 8 && cpu.tokens[4] == 12);
     for (uint32_t i = 0; i < cpu.n_points && i < MVM_CALIB_MAX_POINTS; i++)
         CHECK(cpu.seconds[i] > 0 && cpu.seconds[i] < 1 && cpu.reps[i] >= 3);
-    CHECK(cpu.fit.a > 0 && cpu.fit.b > 0 && cpu.pool_s > 0 && cpu.pool_s < 1);
-    mvm_calib_cpu bad;
+    CHECK(cpu.fit.a > 0 && cpu.fit.b > 0 && cpu.floor_s > 0 && cpu.floor_s < 1);
+    mvm_calib_experts bad;
     CHECK_ST(mvm_calib_cpu_experts(m, pool, 1, 0.01, &bad), MVM_ERR_INVALID);
     CHECK(strstr(mvm_last_error(), "at least 2 tokens") != NULL);
 
@@ -256,7 +282,8 @@ int main(void)
     if (!mkdtemp(dir))
         return 1;
     RUN(test_fit_and_median);
-    RUN(test_fit_cpu);
+    RUN(test_fit);
+    RUN(test_apply_gpu);
     RUN(test_apply_cpu);
     RUN(test_apply_copy);
     RUN(test_measure);

@@ -93,6 +93,7 @@ if [ -n "$fake_driver" ]; then
         expect 0 'assign greedy: 0 on CPU' -- $dev "$moevm" run -m "$m" -p "It was" -n 8 --gpu-budget 30% --assign greedy --cost "$tmp/slow.json"
         expect 0 'assign greedy: [1-9][0-9]* on CPU' -- $dev MOEVM_COST="$tmp/fast.json" "$moevm" run -m "$m" -p "It was" -n 8 --gpu-budget 30% --assign greedy
         expect 0 'pcie_bw .* measured' -- $dev "$moevm" calibrate -m "$m" -t 1 --time 0.01 -o "$tmp/dev.json"
+        expect 0 'gpu_flops .* GFLOP/s +measured' -- $dev "$moevm" calibrate -m "$m" -t 1 --time 0.01 --tokens 4
         expect 1 '^moevm: the inference context: CUDA device 0 for the forward pass: cuModuleGetFunction \(mvm_g_' -- env MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" "$moevm" run -m "$m" -p "x" -n 2
     fi
 fi
