@@ -257,38 +257,37 @@ mvm_status mvm_calib_gpu_experts(mvm_model *m, mvm_pool *pool, uint32_t max_toke
     return st;
 }
 
-/* Whether the fit has a positive, finite intercept and slope. */
-static int fit_usable(const mvm_calib_experts *c)
+/* A side's rates from its fit a + b·n: *setup = `setup` if positive and under half of a
+ * (the part of a that is not reading the expert), else a/2; *mem_bw = expert_bytes /
+ * (a − *setup); *flops = cost.h's flops_per_token / b. -1 (nothing written) unless a and b
+ * are positive and finite. */
+static int rates(const mvm_calib_experts *c, double setup, uint64_t expert_bytes,
+                 uint32_t n_embd, uint32_t n_ff, double *setup_out, double *mem_bw,
+                 double *flops)
 {
-    return c->fit.a > 0 && c->fit.b > 0 && isfinite(c->fit.a) && isfinite(c->fit.b);
+    double a = c->fit.a, b = c->fit.b;
+    if (!(a > 0) || !(b > 0) || !isfinite(a) || !isfinite(b))
+        return -1;
+    *setup_out = setup > 0 && setup < a / 2 ? setup : a / 2;
+    *mem_bw = (double)expert_bytes / (a - *setup_out);
+    *flops = 2.0 * 3.0 * n_embd * n_ff / b;
+    return 0;
 }
 
 int mvm_calib_apply_cpu(mvm_machine *m, const mvm_calib_experts *c, uint64_t expert_bytes,
                         uint32_t n_embd, uint32_t n_ff)
 {
-    double c0 = c->fit.a, c1 = c->fit.b;
-    if (!fit_usable(c))
-        return -1;
-    /* The fork/join is the part of c0 that is not reading the expert; a pool too slow
-     * to be that (a noisy measurement) is held to half of c0. */
-    double setup = c->floor_s > 0 && c->floor_s < c0 / 2 ? c->floor_s : c0 / 2;
-    m->cpu_setup = setup;
-    m->cpu_mem_bw = (double)expert_bytes / (c0 - setup);
-    m->cpu_flops = 2.0 * 3.0 * n_embd * n_ff / c1; /* cost.h's flops_per_token */
-    return 0;
+    /* the setup is the pool's fork/join; one too slow (a noisy measurement) is held to
+     * half of c0 */
+    return rates(c, c->floor_s, expert_bytes, n_embd, n_ff, &m->cpu_setup, &m->cpu_mem_bw,
+                 &m->cpu_flops);
 }
 
 int mvm_calib_apply_gpu(mvm_machine *m, const mvm_calib_experts *c, uint64_t expert_bytes,
                         uint32_t n_embd, uint32_t n_ff)
 {
-    double g0 = c->fit.a, g1 = c->fit.b;
-    if (!fit_usable(c))
-        return -1;
-    double launch = m->gpu_launch > 0 && m->gpu_launch < g0 / 2 ? m->gpu_launch : g0 / 2;
-    m->gpu_launch = launch;
-    m->gpu_mem_bw = (double)expert_bytes / (g0 - launch);
-    m->gpu_flops = 2.0 * 3.0 * n_embd * n_ff / g1;
-    return 0;
+    return rates(c, m->gpu_launch, expert_bytes, n_embd, n_ff, &m->gpu_launch,
+                 &m->gpu_mem_bw, &m->gpu_flops);
 }
 
 /* ---- copies ----------------------------------------------------------------------------- */
