@@ -193,6 +193,21 @@ static mvm_status too_few(uint32_t max_tokens)
                     "for a line (got %u)", max_tokens);
 }
 
+/* n floats uniform in [-1, 1), the same every run: the experts' inputs. */
+static mvm_status random_inputs(size_t n, float **out)
+{
+    float *x = malloc(n * sizeof *x);
+    if (!x)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for the calibration's inputs");
+    uint32_t seed = 12345;
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        x[i] = (float)(seed >> 8) / 8388608.0f - 1.0f;
+    }
+    *out = x;
+    return MVM_OK;
+}
+
 mvm_status mvm_calib_cpu_experts(mvm_model *m, mvm_pool *pool, uint32_t max_tokens,
                                  double seconds_per_point, mvm_calib_experts *out)
 {
@@ -205,13 +220,8 @@ mvm_status mvm_calib_cpu_experts(mvm_model *m, mvm_pool *pool, uint32_t max_toke
     mvm_status st = mvm_moe_create(m, max_tokens, &pol, 0, 1, &c.step);
     if (st == MVM_OK)
         st = mvm_xcpu_create(m, pool, max_tokens, &c.x);
-    if (st == MVM_OK && !(c.xn = malloc((size_t)max_tokens * hp->n_embd * sizeof *c.xn)))
-        st = mvm_fail(MVM_ERR_NOMEM, "out of memory for the calibration's inputs");
-    uint32_t seed = 12345;
-    for (size_t i = 0; st == MVM_OK && i < (size_t)max_tokens * hp->n_embd; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        c.xn[i] = (float)(seed >> 8) / 8388608.0f - 1.0f;
-    }
+    if (st == MVM_OK)
+        st = random_inputs((size_t)max_tokens * hp->n_embd, &c.xn);
     if (st == MVM_OK)
         st = repeat(time_pool, pool, seconds_per_point / 4, &out->floor_s, &(uint32_t){0});
     if (st == MVM_OK)
@@ -226,6 +236,7 @@ mvm_status mvm_calib_cpu_experts(mvm_model *m, mvm_pool *pool, uint32_t max_toke
 
 struct gpu_run {
     mvm_ctx *ctx;
+    float *x; /* [max_tokens][n_embd] random inputs */
     uint32_t n_layer, n_expert;
     uint32_t n, next; /* tokens of this point; the next (layer, expert) in rotation */
 };
@@ -236,7 +247,7 @@ static mvm_status time_gpu_expert(void *ctx, uint32_t rep, double *seconds)
     struct gpu_run *g = ctx;
     uint32_t layer = g->next / g->n_expert, e = g->next % g->n_expert;
     g->next = (g->next + 1) % (g->n_layer * g->n_expert);
-    return mvm_ctx_time_expert(g->ctx, layer, (int32_t)e, g->n, seconds);
+    return mvm_ctx_time_expert(g->ctx, layer, (int32_t)e, g->x, g->n, seconds);
 }
 
 mvm_status mvm_calib_gpu_experts(mvm_model *m, mvm_pool *pool, uint32_t max_tokens,
@@ -252,7 +263,10 @@ mvm_status mvm_calib_gpu_experts(mvm_model *m, mvm_pool *pool, uint32_t max_toke
     pol.wait_loads = 1;
     mvm_status st = mvm_ctx_create(m, pool, 1, max_tokens, &pol, &g.ctx);
     if (st == MVM_OK)
+        st = random_inputs((size_t)max_tokens * m->hp.n_embd, &g.x);
+    if (st == MVM_OK)
         st = sweep(time_gpu_expert, &g, &g.n, max_tokens, seconds_per_point, "GPU", out);
+    free(g.x);
     mvm_ctx_free(g.ctx);
     return st;
 }

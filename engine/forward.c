@@ -84,8 +84,9 @@ void mvm_ctx_set_route_observer(mvm_ctx *c, mvm_route_fn fn, void *fn_ctx)
 }
 
 const char *mvm_ctx_backend(const mvm_ctx *c) { return c->be->name; }
-mvm_status mvm_ctx_time_expert(mvm_ctx *c, uint32_t layer, int32_t expert, uint32_t n,
-                               double *seconds)
+
+mvm_status mvm_ctx_time_expert(mvm_ctx *c, uint32_t layer, int32_t expert, const float *x,
+                               uint32_t n, double *seconds)
 {
     const mvm_hparams *hp = &c->m->hp;
     if (!c->be->time_expert)
@@ -96,7 +97,7 @@ mvm_status mvm_ctx_time_expert(mvm_ctx *c, uint32_t layer, int32_t expert, uint3
         return mvm_fail(MVM_ERR_INVALID, "timing expert %d of layer %u for %u tokens: out of "
                         "range (%u layers, %u experts, batches of up to %u)", expert, layer, n,
                         hp->n_layer, hp->n_expert, c->n_batch);
-    return c->be->time_expert(c, layer, expert, n, seconds);
+    return c->be->time_expert(c, layer, expert, x, n, seconds);
 }
 
 uint32_t mvm_ctx_n_past(const mvm_ctx *c) { return c->n_past; }

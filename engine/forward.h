@@ -73,14 +73,14 @@ void mvm_ctx_set_route_observer(mvm_ctx *c, mvm_route_fn fn, void *fn_ctx);
  * token id outside the vocabulary. */
 mvm_status mvm_ctx_eval(mvm_ctx *c, const int32_t *tokens, uint32_t n, float *logits,
                         int all_logits);
-/* The time of one MoE step's expert work on the device for n <= n_batch tokens all routed
- * to expert (layer, expert), with random inputs: from the quantization of its input to the
- * per-token sum, kernels launched and finished (what `moevm calibrate` fits t_gpu(n) to).
- * The expert is made resident before and not timed; the KV cache and n_past are not
- * touched. MVM_ERR_UNSUPPORTED on a context computing on the CPU; MVM_ERR_INVALID for n or
- * an expert out of range. */
-mvm_status mvm_ctx_time_expert(mvm_ctx *c, uint32_t layer, int32_t expert, uint32_t n,
-                               double *seconds);
+/* The time of expert (layer, expert) on the device for n <= n_batch tokens, x their
+ * inputs (n rows of n_embd floats): from the quantization of the input to the end of the
+ * down kernel, launched and finished (what `moevm calibrate` fits t_gpu(n) to). The expert
+ * is made resident and pinned before, not timed, and evicted after unless it was resident;
+ * the KV cache and n_past are not touched. MVM_ERR_UNSUPPORTED on a context computing on
+ * the CPU; MVM_ERR_INVALID for n or an expert out of range. */
+mvm_status mvm_ctx_time_expert(mvm_ctx *c, uint32_t layer, int32_t expert, const float *x,
+                               uint32_t n, double *seconds);
 uint32_t mvm_ctx_n_past(const mvm_ctx *c);
 /* Forgets the cached positions (a new request). */
 void mvm_ctx_reset(mvm_ctx *c);

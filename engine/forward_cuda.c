@@ -501,45 +501,40 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Random inputs and the rows of one expert taking all n tokens, to the device. */
-static mvm_status one_expert_rows(struct cuda_fwd *f, int32_t e, uint32_t n)
+/* The inputs x and the rows of one expert taking all n tokens, to the device. */
+static mvm_status one_expert_rows(struct cuda_fwd *f, int32_t e, const float *x, uint32_t n)
 {
-    const mvm_hparams *hp = &f->m->hp;
-    size_t D = hp->n_embd, E = hp->n_expert;
-    uint32_t *offcnt = calloc(2 * E + n, sizeof *offcnt), seed = 12345u + n;
+    size_t D = f->m->hp.n_embd, E = f->m->hp.n_expert;
+    uint32_t *offcnt = calloc(2 * E + n, sizeof *offcnt);
     float *row_w = malloc(n * sizeof *row_w);
-    mvm_status st = MVM_OK;
-    if (!offcnt || !row_w)
-        st = mvm_fail(MVM_ERR_NOMEM, "out of memory for timing an expert");
-    for (size_t i = 0; st == MVM_OK && i < n * D; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        f->host[i] = (float)(seed >> 8) / 8388608.0f - 1.0f;
+    if (!offcnt || !row_w) {
+        free(offcnt);
+        free(row_w);
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for timing an expert");
     }
-    if (st == MVM_OK) {
-        uint32_t *off = offcnt, *cnt = offcnt + E, *row_tok = offcnt + 2 * E;
-        cnt[e] = n;
-        for (uint32_t i = 0; i < n; i++)
-            row_tok[i] = i, row_w[i] = 1.0f;
-        st = mvm_gpu_upload(f->g, f->xn, f->host, n * D * sizeof(float));
-        st = st ? st : mvm_gpu_upload(f->g, f->off, off, E * sizeof *off);
-        st = st ? st : mvm_gpu_upload(f->g, f->cnt, cnt, E * sizeof *cnt);
-        st = st ? st : mvm_gpu_upload(f->g, f->row_tok, row_tok, n * sizeof *row_tok);
-        st = st ? st : mvm_gpu_upload(f->g, f->row_w, row_w, n * sizeof *row_w);
-        st = st ? st : mvm_gpu_upload(f->g, f->active, &e, sizeof e);
-    }
+    uint32_t *off = offcnt, *cnt = offcnt + E, *row_tok = offcnt + 2 * E;
+    cnt[e] = n;
+    for (uint32_t i = 0; i < n; i++)
+        row_tok[i] = i, row_w[i] = 1.0f;
+    mvm_status st = mvm_gpu_upload(f->g, f->xn, x, n * D * sizeof(float));
+    st = st ? st : mvm_gpu_upload(f->g, f->off, off, E * sizeof *off);
+    st = st ? st : mvm_gpu_upload(f->g, f->cnt, cnt, E * sizeof *cnt);
+    st = st ? st : mvm_gpu_upload(f->g, f->row_tok, row_tok, n * sizeof *row_tok);
+    st = st ? st : mvm_gpu_upload(f->g, f->row_w, row_w, n * sizeof *row_w);
+    st = st ? st : mvm_gpu_upload(f->g, f->active, &e, sizeof e);
     free(offcnt);
     free(row_w);
     return st;
 }
 
-static mvm_status cuda_time_expert(mvm_ctx *ctx, uint32_t il, int32_t e, uint32_t n,
-                                   double *seconds)
+static mvm_status cuda_time_expert(mvm_ctx *ctx, uint32_t il, int32_t e, const float *x,
+                                   uint32_t n, double *seconds)
 {
     struct cuda_fwd *f = ctx->state;
     mvm_space *sp = f->m->space;
     mvm_residency before;
     TRY(mvm_expert_residency(sp, il, (uint32_t)e, &before));
-    TRY(one_expert_rows(f, e, n));
+    TRY(one_expert_rows(f, e, x, n));
     TRY(mvm_make_resident(sp, il, (uint32_t)e, MVM_ALL_PAGES));
     TRY(mvm_pin(sp, il, (uint32_t)e));
     mvm_g_expert_args a = expert_args(f, il);

@@ -29,8 +29,8 @@ struct mvm_fwd_backend {
     mvm_status (*eval)(mvm_ctx *c, const int32_t *tokens, uint32_t n, float *logits,
                        int all_logits);
     /* mvm_ctx_time_expert, checked; NULL where the backend has no device to time */
-    mvm_status (*time_expert)(mvm_ctx *c, uint32_t layer, int32_t expert, uint32_t n,
-                              double *seconds);
+    mvm_status (*time_expert)(mvm_ctx *c, uint32_t layer, int32_t expert, const float *x,
+                              uint32_t n, double *seconds);
 };
 
 /* Host buffers of the CPU code: 64-byte aligned, for the SIMD kernels. *ok is cleared

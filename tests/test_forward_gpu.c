@@ -338,33 +338,38 @@ static void test_time_expert(void)
     }
     size_t nv = m->hp.n_vocab;
     float *want = malloc(nv * sizeof *want), *got = malloc(nv * sizeof *got);
+    float *x = malloc(4 * m->hp.n_embd * sizeof *x);
+    for (uint32_t i = 0; i < 4 * m->hp.n_embd; i++)
+        x[i] = sinf(0.37f * (float)i + 0.1f);
     CHECK_ST(mvm_ctx_eval(c, prompt, 3, want, 0), MVM_OK);
     mvm_ctx_reset(c);
     double t = -1;
     mvm_residency r;
     CHECK_ST(mvm_evict(m->space, 1, 5, 0), MVM_OK);
-    CHECK_ST(mvm_ctx_time_expert(c, 1, 5, 4, &t), MVM_OK);
+    CHECK_ST(mvm_ctx_time_expert(c, 1, 5, x, 4, &t), MVM_OK);
     CHECK(t > 0 && t < 10);
     CHECK_ST(mvm_expert_residency(m->space, 1, 5, &r), MVM_OK);
     CHECK(r.resident == 0 && r.pins == 0);
     CHECK_ST(mvm_make_resident(m->space, 0, 2, MVM_ALL_PAGES), MVM_OK);
-    CHECK_ST(mvm_ctx_time_expert(c, 0, 2, 1, &t), MVM_OK);
+    CHECK_ST(mvm_ctx_time_expert(c, 0, 2, x, 1, &t), MVM_OK);
     CHECK_ST(mvm_expert_residency(m->space, 0, 2, &r), MVM_OK);
     CHECK(r.resident == r.n_pages && r.pins == 0);
-    CHECK_ST(mvm_ctx_time_expert(c, 0, 2, 5, &t), MVM_ERR_INVALID);
-    CHECK_ST(mvm_ctx_time_expert(c, 2, 0, 1, &t), MVM_ERR_INVALID);
-    CHECK_ST(mvm_ctx_time_expert(c, 0, (int32_t)m->hp.n_expert, 1, &t), MVM_ERR_INVALID);
+    CHECK_ST(mvm_ctx_time_expert(c, 0, 2, x, 5, &t), MVM_ERR_INVALID);
+    CHECK_ST(mvm_ctx_time_expert(c, 2, 0, x, 1, &t), MVM_ERR_INVALID);
+    CHECK_ST(mvm_ctx_time_expert(c, 0, (int32_t)m->hp.n_expert, x, 1, &t), MVM_ERR_INVALID);
     CHECK(mvm_ctx_n_past(c) == 0);
     CHECK_ST(mvm_ctx_eval(c, prompt, 3, got, 0), MVM_OK);
     CHECK(memcmp(want, got, nv * sizeof *got) == 0);
     free(want);
     free(got);
+    free(x);
     mvm_ctx_free(c);
     mvm_model_free(m);
 
     CHECK_ST(load(path, MVM_BACKEND_HOST, 1, &m), MVM_OK);
     if (m && mvm_ctx_create(m, pool, 32, 4, NULL, &c) == MVM_OK) {
-        CHECK_ST(mvm_ctx_time_expert(c, 0, 0, 1, &t), MVM_ERR_UNSUPPORTED);
+        CHECK_ST(mvm_ctx_time_expert(c, 0, 0, (const float[1]){0.5f}, 1, &t),
+                 MVM_ERR_UNSUPPORTED);
         CHECK(strstr(mvm_last_error(), "computes on the cpu") != NULL);
         mvm_ctx_free(c);
     }
