@@ -75,7 +75,10 @@ asm(".text\n"
     "    popq %rbp\n    ret\n"
     ".size emu_ctx_switch_x86_64, .-emu_ctx_switch_x86_64\n");
 
-static void emu_ctx_switch(emu_ctx *from, emu_ctx *to) { emu_ctx_switch_x86_64(&from->sp, to->sp); }
+static void emu_ctx_switch(emu_ctx *from, emu_ctx *to)
+{
+    emu_ctx_switch_x86_64(&from->sp, to->sp);
+}
 
 static void emu_ctx_make(emu_ctx *c, char *stack, size_t size, void (*fn)(void))
 {

@@ -315,10 +315,12 @@ static void test_quantize_once(void)
         int shexp = 0;
         unsigned long f32 = step_launches(model_path(archs[i], MVM_W_F32), &layers, &shexp);
         unsigned long q8 = step_launches(model_path(archs[i], MVM_W_Q8_0), &layers, &shexp);
+        const unsigned long want = layers * (3u + (shexp ? 2u : 0u)) + 1u;
         CHECK(shexp == (i == 1));
-        CHECK(q8 - f32 == layers * (3u + (shexp ? 2u : 0u)) + 1u);
-        if (q8 - f32 != layers * (3u + (shexp ? 2u : 0u)) + 1u)
-            fprintf(stderr, "%s: %lu quantizations in a step\n", archs[i], q8 - f32);
+        CHECK(q8 - f32 == want);
+        if (q8 - f32 != want)
+            fprintf(stderr, "%s: %lu quantizations in a step, not %lu\n", archs[i], q8 - f32,
+                    want);
     }
 }
 
