@@ -156,3 +156,35 @@ int mvm_cli_space_desc(const char *cmd, const char *flag, const char *budget,
     }
     return 0;
 }
+
+int mvm_cli_capacities(const char *cmd, const char *text, uint32_t n, uint64_t all,
+                       uint64_t *cap)
+{
+    if (!text) {
+        for (uint32_t s = 0; s < n; s++)
+            cap[s] = all / n + all / n / 2;
+        return 0;
+    }
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", text);
+    uint32_t k = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        uint64_t bytes;
+        double frac;
+        if (k == n || mvm_parse_budget(tok, &bytes, &frac) || bytes == MVM_BUDGET_AUTO) {
+            fprintf(stderr, "moevm %s: --server-mem %s: expected one size or percentage, or "
+                    "%u of them\n", cmd, text, n);
+            return 2;
+        }
+        cap[k++] = bytes ? bytes : (uint64_t)(frac * (double)all);
+    }
+    if (k == 1)
+        for (uint32_t s = 1; s < n; s++)
+            cap[s] = cap[0];
+    else if (k != n) {
+        fprintf(stderr, "moevm %s: --server-mem: %u values for %u servers\n", cmd, k, n);
+        return 2;
+    }
+    return 0;
+}

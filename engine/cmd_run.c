@@ -14,12 +14,14 @@
 #include "engine/choose.h"
 #include "engine/cli.h"
 #include "engine/cost_load.h"
+#include "engine/dist.h"
 #include "engine/forward.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "engine/tokenizer.h"
 #include "engine/trace_out.h"
 #include "tools/sim_inputs.h"
+#include "vmm/error.h"
 #include "vmm/options.h"
 #include "vmm/topo.h"
 
@@ -32,7 +34,8 @@ struct run_args {
     const char *assign, *assign_args;   /* NULL: the MOEVM_ASSIGN options */
     const char *predictor;
     const char *cost;                   /* NULL: MOEVM_COST */
-    uint32_t n_predict, threads, ctx, batch, seed, top_k;
+    const char *place, *place_args, *server_mem; /* the distributed mode's (dist.h) */
+    uint32_t n_predict, threads, ctx, batch, seed, top_k, period;
     float temp, top_p;
     int trace_hidden;
 };
@@ -47,6 +50,8 @@ static void usage(FILE *f)
             "                 [--route NAME[{k=v,...}]] [--config NAME[{k=v,...}]]\n"
             "                 [--assign NAME[{k=v,...}]] [--cost PRESET|FILE.json]\n"
             "                 [--trace-out FILE.jsonl [--trace-hidden]] [--logits-out FILE]\n"
+            "       mpirun -n RANKS moevm run ... [--place NAME[{k=v,...}]]\n"
+            "                 [--server-mem SIZE|PCT[,...]] [--period TOKENS]\n"
             "  -n            tokens to generate (default 64); stops early at end-of-text\n"
             "  -t            threads (default: the cores near the GPU, or all)\n"
             "  --temp        0 = greedy (deterministic); default 0.8, top-k 40, top-p 0.95\n"
@@ -72,13 +77,20 @@ static void usage(FILE *f)
             "  --trace-out   routing of every token and layer, JSON lines (docs/trace-format.md)\n"
             "  --trace-hidden  with --trace-out: also each layer's router input, for\n"
             "                `moevm train-predictor` and the gate/residual predictors (large)\n"
-            "  --logits-out  every evaluated position's logits (binary, see docs/engine.md)\n");
+            "  --logits-out  every evaluated position's logits (binary, see docs/engine.md)\n"
+            "Under mpirun the experts are spread over the ranks; rank 0 runs the request and\n"
+            "the others compute the experts they hold (docs/distributed.md):\n"
+            "  --place       the place module: prism (default; Prism's placement) or uniform\n"
+            "  --server-mem  expert memory per rank: a size or a percentage of all experts,\n"
+            "                one or one per rank (default: 1.5x an even share)\n"
+            "  --period      tokens between placements, 0 to keep the first (default 256)\n");
 }
 
 static int parse_args(int argc, char **argv, struct run_args *a)
 {
     *a = (struct run_args){.n_predict = 64, .batch = 32, .seed = 42, .top_k = 40, .temp = 0.8f,
-                           .top_p = 0.95f};
+                           .top_p = 0.95f, .period = 256};
+    int dist_flag = 0;
     static const char *const switches[] = {"--trace-hidden", NULL};
     mvm_cli_iter it = {.cmd = "run", .usage = usage, .switches = switches, .argc = argc,
                        .argv = argv};
@@ -106,6 +118,11 @@ static int parse_args(int argc, char **argv, struct run_args *a)
             bad = mvm_cli_policy("run", f, v, &a->assign, &a->assign_args);
         else if (!strcmp(f, "--predictor")) a->predictor = v;
         else if (!strcmp(f, "--cost")) a->cost = v;
+        else if (!strcmp(f, "--place") && (dist_flag = 1))
+            bad = mvm_cli_policy("run", f, v, &a->place, &a->place_args);
+        else if (!strcmp(f, "--server-mem") && (dist_flag = 1)) a->server_mem = v;
+        else if (!strcmp(f, "--period") && (dist_flag = 1))
+            bad = mvm_cli_u32("run", f, v, 0, UINT32_MAX, &a->period);
         else if (!strcmp(f, "-n")) bad = mvm_cli_u32("run", f, v, 0, 1u << 20, &a->n_predict);
         else if (!strcmp(f, "-t") || !strcmp(f, "--threads"))
             bad = mvm_cli_u32("run", f, v, 1, 1024, &a->threads);
@@ -127,6 +144,11 @@ static int parse_args(int argc, char **argv, struct run_args *a)
     }
     if (a->prompt && a->tokens) {
         fprintf(stderr, "moevm run: give -p or --tokens, not both\n");
+        return 2;
+    }
+    if (dist_flag && !mvm_dist_launched()) {
+        fprintf(stderr, "moevm run: --place, --server-mem and --period apply to a run started "
+                "by mpirun with several ranks (docs/distributed.md)\n");
         return 2;
     }
     if (a->trace_hidden && !a->trace_out) {
@@ -214,6 +236,9 @@ static int logits_close(struct logits_file *lf, const char *path)
 
 struct session {
     struct run_args a;
+    mvm_dist *dist;      /* under mpirun (dist.h), else NULL */
+    int server;          /* a rank that computes experts for the leader, rank 0 */
+    uint64_t *capacity;  /* [ranks] the distributed mode's expert memory per rank */
     mvm_machine machine; /* --cost */
     mvm_pool *pool;
     mvm_model *model;
@@ -239,11 +264,12 @@ static void print_piece(const struct session *s, int32_t id)
     fwrite(buf, 1, n < sizeof buf ? n : sizeof buf, stdout);
 }
 
-static int load(struct session *s)
+/* The checks before the model is read: the space, the modules' names, the cost model, the
+ * predictor file, the threads. */
+static int prepare(struct session *s, mvm_space_desc *desc)
 {
     const struct run_args *a = &s->a;
-    mvm_space_desc desc;
-    int bad = mvm_cli_space_desc("run", "--gpu-budget", a->budget, &desc);
+    int bad = mvm_cli_space_desc("run", "--gpu-budget", a->budget, desc);
     if (bad)
         return bad;
     /* The modules' names before the model loads (their parameters are checked once it has:
@@ -264,15 +290,58 @@ static int load(struct session *s)
         return mvm_cli_error("run");
     if (a->predictor && mvm_sim_load_predictor(a->predictor, &s->inputs) != MVM_OK)
         return mvm_cli_error("--predictor");
-    int rc = mvm_cli_threads("run", a->threads, &s->pool);
+    return mvm_cli_threads("run", a->threads, &s->pool);
+}
+
+/* The distributed mode's first placement (every rank): *held, the experts this one loads. */
+static int plan(struct session *s, const mvm_space_desc *desc, const uint8_t **held)
+{
+    const struct run_args *a = &s->a;
+    mvm_model *probe = NULL;
+    mvm_status st = desc->backend == MVM_BACKEND_CUDA
+        ? mvm_fail(MVM_ERR_UNSUPPORTED, "its ranks compute on the CPU: MOEVM_BACKEND=cuda "
+                   "is not supported (use host)")
+        : mvm_model_probe(a->model, &probe);
+    if ((st = mvm_dist_agree(s->dist, st)) != MVM_OK)
+        return s->server ? 1 : mvm_cli_error("distributed mode");
+    uint32_t n = mvm_dist_size(s->dist);
+    const mvm_hparams *hp = &probe->hp;
+    int rc = !(s->capacity = calloc(n, sizeof *s->capacity)) ? mvm_cli_error("run")
+        : mvm_cli_capacities("run", a->server_mem, n,
+                             probe->expert_bytes * hp->n_layer * hp->n_expert, s->capacity);
+    if (!rc) {
+        mvm_dist_params p = {.place = a->place, .place_args = a->place_args,
+                             .capacity_bytes = s->capacity, .period = a->period,
+                             .machine = &s->machine};
+        if (mvm_dist_plan(s->dist, probe, &p, held) != MVM_OK)
+            rc = s->server ? 1 : mvm_cli_error("distributed mode");
+    }
+    mvm_model_free(probe);
+    return rc;
+}
+
+static int load(struct session *s)
+{
+    const struct run_args *a = &s->a;
+    mvm_space_desc desc;
+    int rc = prepare(s, &desc);
+    const uint8_t *held = NULL;
+    if (s->dist && !(rc = mvm_dist_agree_rc(s->dist, rc)))
+        rc = plan(s, &desc, &held);
     if (rc)
         return rc;
     int threads = mvm_pool_size(s->pool);
     char label[600];
     snprintf(label, sizeof label, "loading %s", a->model);
     double t0 = now_s();
-    if (mvm_model_load(a->model, &desc, s->pool, mvm_cli_progress, label, &s->model) != MVM_OK)
-        return mvm_cli_error("loading the model");
+    mvm_status st = mvm_model_load_held(a->model, &desc, s->pool, held,
+                                        s->server ? NULL : mvm_cli_progress, label, &s->model);
+    if (s->dist)
+        st = mvm_dist_agree(s->dist, st);
+    if (st != MVM_OK)
+        return s->server ? 1 : mvm_cli_error("loading the model");
+    if (s->server)
+        return 0; /* it needs no tokenizer, and the leader speaks for the job */
     const mvm_hparams *hp = &s->model->hp;
     mvm_space_info info;
     mvm_space_get_info(s->model->space, &info);
@@ -333,6 +402,22 @@ static int make_prompt(struct session *s)
     return 0;
 }
 
+static void print_dist_stats(const mvm_dist *d)
+{
+    mvm_dist_stats ds;
+    mvm_dist_get_stats(d, &ds);
+    char held[256] = "";
+    for (uint32_t r = 0, o = 0; r < ds.ranks && o < sizeof held - 16; r++)
+        o += (uint32_t)snprintf(held + o, sizeof held - o, "%s%u", r ? "/" : "", ds.held[r]);
+    fprintf(stderr, "distributed: %u ranks holding %s experts | remote %" PRIu64 " of %" PRIu64
+            " expert rows (%.1f%%) in %" PRIu64 " requests, %.2f MiB out, %.2f MiB back, "
+            "leader waited %.3f s | %u placements, %u migrations moving %.2f MiB\n",
+            ds.ranks, held, ds.remote_rows, ds.rows,
+            ds.rows ? 100.0 * (double)ds.remote_rows / (double)ds.rows : 0.0, ds.messages,
+            (double)ds.bytes_sent / 1048576.0, (double)ds.bytes_back / 1048576.0, ds.waited_s,
+            ds.placements, ds.migrations, (double)ds.migrated_bytes / 1048576.0);
+}
+
 static int generate(struct session *s)
 {
     const struct run_args *a = &s->a;
@@ -353,6 +438,8 @@ static int generate(struct session *s)
         .routing = {.route = a->route, .route_args = a->route_args}};
     if (mvm_ctx_create(s->model, s->pool, n_ctx, a->batch, &pol, &s->ctx) != MVM_OK)
         return mvm_cli_error("the inference context");
+    if (s->dist && mvm_ctx_set_dist(s->ctx, s->dist) != MVM_OK)
+        return mvm_cli_error("distributed mode");
     if (a->trace_out) {
         if (mvm_trace_open(a->trace_out, s->model, a->trace_hidden, &s->trace) != MVM_OK)
             return mvm_cli_error("--trace-out");
@@ -424,6 +511,8 @@ static int generate(struct session *s)
             mvm_resid_assign_name(mvm_ctx_residency(s->ctx)), rs.cpu_runs, rs.zerocopy_runs,
             rs.planned,
             (double)vs.bytes_moved / 1048576.0);
+    if (s->dist)
+        print_dist_stats(s->dist);
     return 0;
 }
 
@@ -433,11 +522,19 @@ int mvm_cmd_run(int argc, char **argv)
     int rc = parse_args(argc, argv, &s.a);
     if (rc >= 0)
         return rc;
+    if (mvm_dist_init(&s.dist) != MVM_OK)
+        return mvm_cli_error("distributed mode");
+    s.server = s.dist && mvm_dist_rank(s.dist) != 0;
     rc = load(&s);
-    if (!rc)
+    int serving = !rc && s.server;
+    if (serving && mvm_dist_serve(s.dist, s.model, s.pool, s.a.batch) != MVM_OK)
+        rc = mvm_cli_error("expert server");
+    if (!rc && !s.server)
         rc = make_prompt(&s);
-    if (!rc)
+    if (!rc && !s.server)
         rc = generate(&s);
+    if (s.dist && !s.server)
+        mvm_dist_stop(s.dist);
     if (mvm_trace_close(s.trace) != MVM_OK && !rc)
         rc = mvm_cli_error("--trace-out");
     if (logits_close(&s.lf, s.a.logits_out) && !rc)
@@ -450,5 +547,7 @@ int mvm_cmd_run(int argc, char **argv)
     mvm_sim_inputs_free(&s.inputs);
     free(s.prompt);
     free(s.logits);
+    free(s.capacity);
+    mvm_dist_finish(s.dist, serving && rc);
     return rc;
 }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/dist.h"
 #include "vmm/error.h"
 
 int mvm_ctx_device_available(void)
@@ -100,6 +101,17 @@ mvm_status mvm_ctx_time_expert(mvm_ctx *c, uint32_t layer, int32_t expert, const
     return c->be->time_expert(c, layer, expert, x, n, seconds);
 }
 
+mvm_status mvm_ctx_set_dist(mvm_ctx *c, struct mvm_dist *d)
+{
+    if (c->be != &mvm_fwd_cpu)
+        return mvm_fail(MVM_ERR_UNSUPPORTED, "the distributed mode computes on the CPU; this "
+                        "context computes on the %s (use MOEVM_BACKEND=host)", c->be->name);
+    c->moe->dist = d;
+    c->moe->remote = d ? mvm_dist_remote(d) : NULL;
+    mvm_resid_set_remote(c->moe->resid, c->moe->remote);
+    return MVM_OK;
+}
+
 uint32_t mvm_ctx_n_past(const mvm_ctx *c) { return c->n_past; }
 void mvm_ctx_reset(mvm_ctx *c) { c->n_past = 0; }
 const mvm_resid *mvm_ctx_residency(const mvm_ctx *c) { return c->moe->resid; }
@@ -128,6 +140,8 @@ mvm_status mvm_ctx_eval(mvm_ctx *c, const int32_t *tokens, uint32_t n, float *lo
         else if (logits && last)
             lg = logits;
         mvm_status st = c->be->eval(c, tokens + done, nb, lg, all_logits);
+        if (st == MVM_OK && c->moe->dist)
+            st = mvm_dist_tokens(c->moe->dist, c->m, nb);
         if (st != MVM_OK)
             return st;
         c->n_past += nb;

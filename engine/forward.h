@@ -81,6 +81,10 @@ mvm_status mvm_ctx_eval(mvm_ctx *c, const int32_t *tokens, uint32_t n, float *lo
  * the CPU; MVM_ERR_INVALID for n or an expert out of range. */
 mvm_status mvm_ctx_time_expert(mvm_ctx *c, uint32_t layer, int32_t expert, const float *x,
                                uint32_t n, double *seconds);
+/* The distributed mode's leader (dist.h): the experts other ranks hold are computed there.
+ * MVM_ERR_UNSUPPORTED on a context computing on a GPU. */
+struct mvm_dist;
+mvm_status mvm_ctx_set_dist(mvm_ctx *c, struct mvm_dist *d);
 uint32_t mvm_ctx_n_past(const mvm_ctx *c);
 /* Forgets the cached positions (a new request). */
 void mvm_ctx_reset(mvm_ctx *c);

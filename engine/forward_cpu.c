@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/dist.h"
 #include "engine/experts_cpu.h"
 #include "engine/forward_impl.h"
 #include "vmm/error.h"
@@ -241,9 +242,14 @@ static mvm_status moe(struct cpu_fwd *c, uint32_t il, uint32_t n, uint32_t pos0)
     mvm_status st = mvm_moe_begin(c->moe);
     if (st != MVM_OK)
         return st;
+    if (c->moe->dist) /* the other ranks' experts run there meanwhile */
+        st = mvm_dist_send(c->moe->dist, c->moe, c->xn, n);
     mvm_xcpu_run(c->experts, c->moe, c->xn, n, c->moe->active, c->moe->n_active, 0);
     mvm_xcpu_add(c->experts, c->moe, c->x, n);
-    st = mvm_moe_end(c->moe);
+    if (c->moe->dist && st == MVM_OK)
+        st = mvm_dist_gather(c->moe->dist, c->moe, c->x, n);
+    mvm_status end = mvm_moe_end(c->moe);
+    st = st != MVM_OK ? st : end;
     if (st == MVM_OK && hp->n_ff_shexp)
         shared_expert(c, L, n);
     return st;

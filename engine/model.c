@@ -349,6 +349,7 @@ static mvm_status bind_tensors(struct loader *ld, mvm_model *m)
 struct pack_job {
     mvm_model *m;
     uint32_t layer;
+    const uint8_t *held;             /* the layer's row of the mask, or NULL */
     const uint8_t *gate, *up, *down; /* the layer's expert tensors */
     size_t gate_stride, down_stride; /* bytes per expert */
 };
@@ -359,14 +360,17 @@ static void pack_experts(void *ctx, int t, int nth)
     const mvm_hparams *hp = &j->m->hp;
     size_t e0, e1;
     mvm_pool_split(hp->n_expert, t, nth, &e0, &e1);
+    const mvm_k_expert_fmt f = j->m->layers[j->layer].expert_fmt;
     for (size_t e = e0; e < e1; e++)
-        mvm_k_expert_pack(j->m->layers[j->layer].expert_fmt, j->gate + e * j->gate_stride,
-                          j->up + e * j->gate_stride, j->down + e * j->down_stride, hp->n_embd,
-                          hp->n_ff_exp, mvm_expert_home(j->m->space, j->layer, (uint32_t)e));
+        if (!j->held || j->held[e])
+            mvm_k_expert_pack(f, j->gate + e * j->gate_stride, j->up + e * j->gate_stride,
+                              j->down + e * j->down_stride, hp->n_embd, hp->n_ff_exp,
+                              mvm_expert_home(j->m->space, j->layer, (uint32_t)e));
 }
 
 static mvm_status load_experts(struct loader *ld, mvm_model *m, mvm_space_desc *desc,
-                               mvm_pool *pool, mvm_progress_fn progress, void *pctx)
+                               mvm_pool *pool, const uint8_t *held, mvm_progress_fn progress,
+                               void *pctx)
 {
     const mvm_hparams *hp = &m->hp;
     desc->n_layers = hp->n_layer;
@@ -390,7 +394,8 @@ static mvm_status load_experts(struct loader *ld, mvm_model *m, mvm_space_desc *
     uint64_t total = m->expert_bytes * hp->n_expert * hp->n_layer;
     for (uint32_t il = 0; il < hp->n_layer; il++) {
         char n[96];
-        struct pack_job j = {.m = m, .layer = il};
+        struct pack_job j = {.m = m, .layer = il,
+                             .held = held ? held + (size_t)il * hp->n_expert : NULL};
         snprintf(n, sizeof n, "blk.%u.ffn_gate_exps.weight", il);
         j.gate = find(ld, n, 1)->data;
         snprintf(n, sizeof n, "blk.%u.ffn_up_exps.weight", il);
@@ -459,10 +464,18 @@ mvm_status mvm_model_probe(const char *path, mvm_model **out)
 mvm_status mvm_model_load(const char *path, mvm_space_desc *desc, mvm_pool *pool,
                           mvm_progress_fn progress, void *progress_ctx, mvm_model **out)
 {
+    return mvm_model_load_held(path, desc, pool, NULL, progress, progress_ctx, out);
+}
+
+mvm_status mvm_model_load_held(const char *path, mvm_space_desc *desc, mvm_pool *pool,
+                               const uint8_t *held, mvm_progress_fn progress,
+                               void *progress_ctx, mvm_model **out)
+{
     struct loader ld;
     mvm_model *m;
     mvm_status st = open_model(path, &ld, &m);
-    if (st == MVM_OK && (st = load_experts(&ld, m, desc, pool, progress, progress_ctx)) != MVM_OK)
+    if (st == MVM_OK &&
+        (st = load_experts(&ld, m, desc, pool, held, progress, progress_ctx)) != MVM_OK)
         mvm_model_free(m);
     *out = st == MVM_OK ? m : NULL;
     return st;

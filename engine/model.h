@@ -97,6 +97,12 @@ typedef void (*mvm_progress_fn)(void *ctx, uint64_t done, uint64_t total);
  */
 mvm_status mvm_model_load(const char *path, mvm_space_desc *desc, mvm_pool *pool,
                           mvm_progress_fn progress, void *progress_ctx, mvm_model **out);
+/* The same, converting only the experts with held[layer * n_expert + e] set (the
+ * distributed mode's share, dist.h): the others' homes are never written, so they take no
+ * memory, and must not be computed. held NULL: all of them. */
+mvm_status mvm_model_load_held(const char *path, mvm_space_desc *desc, mvm_pool *pool,
+                               const uint8_t *held, mvm_progress_fn progress,
+                               void *progress_ctx, mvm_model **out);
 /* The same checks without the expert space: every field but `space` is set (expert_bytes
  * included), for tools that need a model's shape (`moevm sim --model`). Cheap: the file
  * is mapped, nothing is converted. */

@@ -159,6 +159,18 @@ static void group(mvm_moe *s)
         if (s->cnt[e])
             s->active[s->n_active++] = (int32_t)e;
     }
+    s->n_remote = 0;
+    if (s->remote) { /* a stable split: those held here first */
+        const uint8_t *far = s->remote + (size_t)s->step.layer * E;
+        uint32_t n_local = 0;
+        for (uint32_t i = 0; i < s->n_active; i++)
+            if (far[s->active[i]])
+                s->todo[s->n_remote++] = s->active[i];
+            else
+                s->active[n_local++] = s->active[i];
+        memcpy(s->active + n_local, s->todo, s->n_remote * sizeof *s->todo);
+        s->n_active = n_local;
+    }
     memset(s->cnt, 0, E * sizeof *s->cnt); /* counts again as the rows are placed */
     for (uint32_t i = 0; i < n; i++)
         for (uint32_t k = 0; k < K; k++) {

@@ -24,6 +24,7 @@ struct mvm_resid {
     uint32_t landed_layer;  /* that layer, UINT32_MAX before the first */
     uint8_t *busy;          /* [L*E] the view's: used by the current step (shielded) */
     uint8_t *held;          /* [L*E] pinned by the current step */
+    const uint8_t *remote;  /* [L*E] held by another rank (mvm_resid_set_remote) or NULL */
     uint8_t *by_prefetch;   /* [L*E] loaded ahead of its layer's next step, which has not
                                ended yet */
     uint32_t *cand, *want;  /* [L*E] scratch: eviction candidates, the module's wishes */
@@ -565,7 +566,7 @@ static mvm_status prefetch(mvm_resid *r, uint32_t layer, uint32_t expert, int pl
     if (layer >= r->shape.n_layers || expert >= r->n_experts)
         return mvm_fail(MVM_ERR_RANGE, "expert (%u, %u) is outside the space", layer, expert);
     uint32_t x = layer * r->n_experts + expert;
-    if (r->resident[x] == r->ppe)
+    if (r->resident[x] == r->ppe || (r->remote && r->remote[x]))
         return MVM_OK;
     mvm_status st = fit_layer(r, layer, r->ppe - r->resident[x]);
     if (st == MVM_OK)
@@ -591,4 +592,9 @@ mvm_status mvm_resid_prefetch_planned(mvm_resid *r, uint32_t layer, uint32_t exp
 void mvm_resid_get_stats(const mvm_resid *r, mvm_resid_stats *out)
 {
     *out = r->stats;
+}
+
+void mvm_resid_set_remote(mvm_resid *r, const uint8_t *remote)
+{
+    r->remote = remote;
 }

@@ -146,5 +146,8 @@ mvm_status mvm_resid_prefetch(mvm_resid *r, uint32_t layer, uint32_t expert);
 /* The same for an expert of the assign module's plan (counted in `planned` too). */
 mvm_status mvm_resid_prefetch_planned(mvm_resid *r, uint32_t layer, uint32_t expert);
 void mvm_resid_get_stats(const mvm_resid *r, mvm_resid_stats *out);
+/* The distributed mode: remote ([L*E], the caller's, NULL: none) marks experts this process
+ * does not hold, whose prefetches are dropped (MVM_OK: there is nothing to load). */
+void mvm_resid_set_remote(mvm_resid *r, const uint8_t *remote);
 
 #endif

@@ -14,6 +14,8 @@ have_header hwloc.h         || need_pkgs+=(libhwloc-dev)
 have_header numa.h          || need_pkgs+=(libnuma-dev)
 have_header libunwind.h     || need_pkgs+=(libunwind-dev)
 have_header cjson/cJSON.h   || need_pkgs+=(libcjson-dev)   # cost files and traces (policy/, tools/)
+# Open MPI: the distributed mode (docs/distributed.md) and its tests.
+{ command -v mpicc && command -v mpirun; } >/dev/null || need_pkgs+=(libopenmpi-dev openmpi-bin)
 command -v python3 >/dev/null || need_pkgs+=(python3)
 # tests/ref (the NumPy reference forward pass) needs NumPy in some python3 on the machine.
 have_numpy() { for py in python3 /usr/bin/python3; do "$py" -c 'import numpy' 2>/dev/null && return 0; done; return 1; }

@@ -79,38 +79,6 @@ static int parse(int argc, char **argv, struct cluster_args *a)
     return -1;
 }
 
-/* --server-mem: one value, or one per server; sizes or percentages of all expert bytes. */
-static int capacities(const char *text, uint32_t n, uint64_t all, uint64_t *cap)
-{
-    if (!text) {
-        for (uint32_t s = 0; s < n; s++)
-            cap[s] = all / n + all / n / 2;
-        return 0;
-    }
-    char buf[1024];
-    snprintf(buf, sizeof buf, "%s", text);
-    uint32_t k = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
-         tok = strtok_r(NULL, ",", &save)) {
-        uint64_t bytes;
-        double frac;
-        if (k == n || mvm_parse_budget(tok, &bytes, &frac) || bytes == MVM_BUDGET_AUTO) {
-            fprintf(stderr, "moevm sim: --server-mem %s: expected one size or percentage, or "
-                    "%u of them\n", text, n);
-            return 2;
-        }
-        cap[k++] = bytes ? bytes : (uint64_t)(frac * (double)all);
-    }
-    if (k == 1)
-        for (uint32_t s = 1; s < n; s++)
-            cap[s] = cap[0];
-    else if (k != n) {
-        fprintf(stderr, "moevm sim: --server-mem: %u values for %u servers\n", k, n);
-        return 2;
-    }
-    return 0;
-}
-
 static int run_one(const mvm_trace *t, const mvm_cost *cost, const mvm_cluster *c,
                    char *policy, uint32_t period)
 {
@@ -149,7 +117,7 @@ int mvm_sim_cluster_cli(int argc, char **argv)
     double *rtt = malloc((size_t)n * n * sizeof *rtt), *bw = malloc((size_t)n * n * sizeof *bw);
     rc = !cap || !rtt || !bw ? mvm_cli_error("sim") : mvm_sim_cli_cost(a.cost, t, &cost);
     if (!rc)
-        rc = capacities(a.mem, n, all, cap);
+        rc = mvm_cli_capacities("sim", a.mem, n, all, cap);
     if (!rc) {
         /* A cost without a network (a one-GPU machine) gets the a100 preset's link, which
          * is Prism's testbed: 500 Mbit/s shaped links between slices of one machine. */

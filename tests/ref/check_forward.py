@@ -37,6 +37,8 @@ Exit status: 0 pass, 1 any failure (with the reason), 77 NumPy not importable (s
 
 import argparse
 import os
+import re
+import shlex
 import subprocess
 import sys
 
@@ -105,6 +107,7 @@ def run(cmd):
         # bytes: generated text from random weights need not be valid UTF-8
         tail = (p.stdout + p.stderr).decode("utf-8", "replace").strip().splitlines()[-8:]
         raise Failure(f"exit status {p.returncode}: {' '.join(cmd)}\n    " + "\n    ".join(tail))
+    return p
 
 
 def read_logits(path, n_vocab):
@@ -170,14 +173,21 @@ class Compare:
                 row_errors(logits, self.emu))
 
 
-def check_prompt(moevm, model, wtype, workdir, prompt, tag):
+def check_prompt(moevm, model, wtype, workdir, prompt, tag, launcher=(), run_args=()):
     """Runs the engine on one prompt; returns (line, problems, worst errors, records)."""
     out = os.path.join(workdir, f"{tag}.bin")
     model_path = os.path.join(workdir, f"{model.cfg.arch}-{wtype}.gguf")
-    run([moevm, "run", "-m", model_path, "--tokens", ",".join(map(str, prompt)),
-         "-n", str(N_GEN), "--temp", "0", "--logits-out", out])
+    p = run([*launcher, moevm, "run", "-m", model_path, "--tokens",
+             ",".join(map(str, prompt)), "-n", str(N_GEN), "--temp", "0", "--logits-out", out,
+             *run_args])
     rec = read_logits(out, model.cfg.n_vocab)
     L, problems = len(prompt), []
+    if launcher:  # a distributed run must have sent some experts' rows to other ranks
+        m = re.search(r"distributed: .* remote (\d+) of (\d+) expert rows",
+                      p.stderr.decode("utf-8", "replace"))
+        if not m or int(m.group(1)) == 0:
+            problems.append("no expert rows were computed on another rank: " +
+                            (m.group(0) if m else "no 'distributed:' line on stderr"))
 
     # Rows: the prompt, then each generated token fed back; positions 0, 1, 2, ... Fewer
     # only where generation stopped at end-of-text (not fed back), which is then the argmax
@@ -265,7 +275,12 @@ def main():
     ap.add_argument("--workdir", required=True, help="directory for models and logits")
     ap.add_argument("--types", default=",".join(TYPES),
                     help="weight types to check, comma-separated (default: all)")
+    ap.add_argument("--launcher", default="",
+                    help="a command line that runs `moevm run` (e.g. 'mpirun -n 3'): the "
+                         "engine distributed over its ranks")
+    ap.add_argument("--run-args", default="", help="more options for `moevm run`")
     args = ap.parse_args()
+    launcher, run_args = shlex.split(args.launcher), shlex.split(args.run_args)
     moevm = os.path.abspath(args.moevm)
     os.makedirs(args.workdir, exist_ok=True)
     types = args.types.split(",")
@@ -291,7 +306,8 @@ def main():
                 tag = f"{arch}-{wtype}-p{L}"
                 try:
                     line, problems, errs, seq = check_prompt(moevm, model, wtype,
-                                                             args.workdir, prompt, tag)
+                                                             args.workdir, prompt, tag,
+                                                             launcher, run_args)
                 except (Failure, ValueError) as e:  # ValueError: the reference refused the tokens
                     failures.append(f"{tag}: {e}")
                     print(f"FAIL {tag}: {e}")
