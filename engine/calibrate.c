@@ -4,8 +4,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "engine/clock.h"
 #include "engine/experts_cpu.h"
 #include "engine/moe_step.h"
 #include "vmm/error.h"
@@ -13,13 +13,6 @@
 /* A point is repeated at most this often: enough for a stable median of microsecond
  * times, few enough that a slow point still ends. */
 #define MAX_REPS 2000
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -71,12 +64,12 @@ typedef mvm_status (*timed_fn)(void *ctx, uint32_t rep, double *seconds);
 
 static mvm_status repeat(timed_fn fn, void *ctx, double seconds, double *median, uint32_t *reps)
 {
-    double *t = malloc(MAX_REPS * sizeof *t), start = now_s();
+    double *t = malloc(MAX_REPS * sizeof *t), start = mvm_now_s();
     if (!t)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the calibration's timings");
     uint32_t n = 0;
     mvm_status st = MVM_OK;
-    while (st == MVM_OK && n < MAX_REPS && (n < 3 || now_s() - start < seconds)) {
+    while (st == MVM_OK && n < MAX_REPS && (n < 3 || mvm_now_s() - start < seconds)) {
         st = fn(ctx, n, &t[n]);
         n++;
     }
@@ -98,9 +91,9 @@ static void noop(void *ctx, int thread, int n_threads)
 static mvm_status time_pool(void *ctx, uint32_t rep, double *seconds)
 {
     (void)rep;
-    double t0 = now_s();
+    double t0 = mvm_now_s();
     mvm_pool_run(ctx, noop, NULL);
-    *seconds = now_s() - t0;
+    *seconds = mvm_now_s() - t0;
     return MVM_OK;
 }
 
@@ -128,9 +121,9 @@ static mvm_status time_expert(void *ctx, uint32_t rep, double *seconds)
     if (c->step->cnt[e] != c->n)
         return mvm_fail(MVM_ERR_UNSUPPORTED, "calibration: %s's router did not send every "
                         "token to the expert with the highest logit", c->m->arch->name);
-    double t0 = now_s();
+    double t0 = mvm_now_s();
     mvm_xcpu_run(c->x, c->step, c->xn, c->n, &e, 1, 1);
-    *seconds = now_s() - t0;
+    *seconds = mvm_now_s() - t0;
     return MVM_OK;
 }
 
@@ -318,9 +311,9 @@ static mvm_status time_copy(void *ctx, uint32_t rep, double *seconds)
     struct copy_run *c = ctx;
     uint32_t E = c->info.n_experts, layer = c->next / E, e = c->next % E;
     c->next = (c->next + 1) % (c->info.n_layers * E);
-    double t0 = now_s();
+    double t0 = mvm_now_s();
     mvm_status st = mvm_make_resident(c->space, layer, e, c->pages);
-    *seconds = now_s() - t0;
+    *seconds = mvm_now_s() - t0;
     mvm_status ev = mvm_evict(c->space, layer, e, 0);
     return st != MVM_OK ? st : ev;
 }

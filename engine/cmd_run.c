@@ -9,10 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "engine/choose.h"
 #include "engine/cli.h"
+#include "engine/clock.h"
 #include "engine/cost_load.h"
 #include "engine/dist.h"
 #include "engine/forward.h"
@@ -183,13 +183,6 @@ static int parse_tokens(const char *s, int32_t **ids, uint32_t *n)
     return 1;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* --logits-out: "MVML", u32 version 1, u32 n_vocab, u32 n_rows; rows of
  * {i32 token, i32 pos, f32 logits[n_vocab]}. n_rows is patched in at the end. */
 struct logits_file {
@@ -333,7 +326,7 @@ static int load(struct session *s)
     int threads = mvm_pool_size(s->pool);
     char label[600];
     snprintf(label, sizeof label, "loading %s", a->model);
-    double t0 = now_s();
+    double t0 = mvm_now_s();
     mvm_status st = mvm_model_load_held(a->model, &desc, s->pool, held,
                                         s->server ? NULL : mvm_cli_progress, label, &s->model);
     if (s->dist)
@@ -359,7 +352,7 @@ static int load(struct session *s)
             s->model->name, s->model->arch->name, hp->n_layer, hp->n_expert, hp->n_expert_used,
             eb >= 1048576 ? eb / 1048576 : eb / 1024, eb >= 1048576 ? "MiB" : "KiB",
             mvm_model_expert_types(s->model, types, sizeof types), hp->n_vocab,
-            now_s() - t0, info.backend, info.device_pages,
+            mvm_now_s() - t0, info.backend, info.device_pages,
             (unsigned long long)(info.page_size >> 10), compute, s->machine.name);
     if (mvm_tokenizer_load(s->model->gguf, &s->tok) != MVM_OK) {
         if (!a->tokens)
@@ -460,16 +453,16 @@ static int generate(struct session *s)
         print_piece(s, s->prompt[i]);
     fflush(stdout);
 
-    double t0 = now_s();
+    double t0 = mvm_now_s();
     if (mvm_ctx_eval(s->ctx, s->prompt, s->n_prompt, s->logits, a->logits_out != NULL) != MVM_OK)
         return mvm_cli_error("prefill");
-    double t_prefill = now_s() - t0;
+    double t_prefill = mvm_now_s() - t0;
     logits_add(&s->lf, s->prompt, 0, a->logits_out ? s->n_prompt : 0, s->logits);
     const float *last = s->logits + (rows - 1) * hp->n_vocab;
     memmove(s->logits, last, hp->n_vocab * sizeof(float));
 
     uint32_t generated = 0;
-    t0 = now_s();
+    t0 = mvm_now_s();
     while (generated < a->n_predict) {
         int32_t next = mvm_sampler_sample(s->sampler, s->logits, hp->n_vocab);
         if (s->tok && mvm_tokenizer_is_eog(s->tok, next))
@@ -482,7 +475,7 @@ static int generate(struct session *s)
         logits_add(&s->lf, &next, pos, a->logits_out ? 1 : 0, s->logits);
         generated++;
     }
-    double t_decode = now_s() - t0;
+    double t_decode = mvm_now_s() - t0;
     printf("\n");
     fflush(stdout); /* the text before the statistics on a terminal showing both */
 

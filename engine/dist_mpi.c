@@ -21,9 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "engine/clock.h"
 #include "engine/dist.h"
 #include "engine/experts_cpu.h"
 #include "engine/moe_step.h"
@@ -64,13 +64,6 @@ struct mvm_dist {
     int stopped;
     mvm_dist_stats stats;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* The buffer *p of *cap bytes grown to hold n. */
 static int grow(uint8_t **p, size_t *cap, size_t n)
@@ -193,15 +186,15 @@ static mvm_status measure_links(mvm_dist *d)
             int other = d->rank == i ? j : i, lead = d->rank == i;
             double best = INFINITY, fast = INFINITY;
             for (int k = 0; k < 10; k++) { /* the first two warm the path up */
-                double t0 = now_s();
+                double t0 = mvm_now_s();
                 exchange(lead, other, &one, 1);
-                if (k >= 2 && now_s() - t0 < best)
-                    best = now_s() - t0;
+                if (k >= 2 && mvm_now_s() - t0 < best)
+                    best = mvm_now_s() - t0;
             }
             for (int k = 0; k < 3; k++) {
-                double t0 = now_s();
+                double t0 = mvm_now_s();
                 exchange(lead, other, buf, MiB);
-                double t = now_s() - t0 - best / 2;
+                double t = mvm_now_s() - t0 - best / 2;
                 fast = t > 0 && t < fast ? t : fast;
             }
             if (lead) {
@@ -554,7 +547,7 @@ mvm_status mvm_dist_gather(mvm_dist *d, mvm_moe *s, float *x, uint32_t n)
     (void)n;
     if (!s->n_remote)
         return MVM_OK;
-    double t0 = now_s();
+    double t0 = mvm_now_s();
     mvm_status st = MVM_OK;
     for (uint32_t p = 1; p < (uint32_t)d->size; p++) {
         struct peer *q = &d->peer[p];
@@ -577,7 +570,7 @@ mvm_status mvm_dist_gather(mvm_dist *d, mvm_moe *s, float *x, uint32_t n)
                 xt[k] += y[(size_t)j * d->D + k];
         }
     }
-    d->stats.waited_s += now_s() - t0;
+    d->stats.waited_s += mvm_now_s() - t0;
     return st;
 }
 

@@ -28,8 +28,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
+#include "engine/clock.h"
 #include "engine/experts_cpu.h"
 #include "engine/forward_impl.h"
 #include "engine/gpu.h"
@@ -494,13 +494,6 @@ static mvm_status moe(struct cuda_fwd *f, uint32_t il, uint32_t n, uint32_t pos0
 
 /* ---- timing one expert (mvm_ctx_time_expert) ------------------------------------------- */
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* The inputs x and the rows of one expert taking all n tokens, to the device. */
 static mvm_status one_expert_rows(struct cuda_fwd *f, int32_t e, const float *x, uint32_t n)
 {
@@ -540,14 +533,14 @@ static mvm_status cuda_time_expert(mvm_ctx *ctx, uint32_t il, int32_t e, const f
     mvm_g_expert_args a = expert_args(f, il);
     a.n_active = 1;
     mvm_status st = mvm_gpu_sync(f->g);
-    double t0 = now_s();
+    double t0 = mvm_now_s();
     if (st == MVM_OK && experts_quantized(f, il))
         st = quantize(f, f->m->layers[il].expert_fmt.gate_up, f->xn, f->m->hp.n_embd,
                       f->m->hp.n_embd, n);
     st = st ? st : mvm_gpu_expert_up(f->g, (int)a.gate_up, &a);
     st = st ? st : mvm_gpu_expert_down(f->g, (int)a.down, &a);
     mvm_status synced = mvm_gpu_sync(f->g); /* whatever failed: nothing still reads it */
-    *seconds = now_s() - t0;
+    *seconds = mvm_now_s() - t0;
     st = st ? st : synced;
     mvm_status unpinned = mvm_unpin(sp, il, (uint32_t)e);
     st = st ? st : unpinned;

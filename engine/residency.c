@@ -6,9 +6,9 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "engine/choose.h"
+#include "engine/clock.h"
 #include "engine/cost_load.h"
 #include "vmm/error.h"
 
@@ -39,13 +39,6 @@ struct mvm_resid {
     float *theta;           /* [L] its splits: the share of a used expert's pages kept */
     mvm_resid_stats stats;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 struct modules {
     const mvm_evict_ops *evict;
@@ -199,7 +192,7 @@ static const mvm_pview *view(mvm_resid *r)
     mvm_stats s;
     mvm_space_get_stats(r->space, &s);
     r->view.used_pages = s.resident_pages + s.loading_pages;
-    r->view.now = now_s();
+    r->view.now = mvm_now_s();
     return &r->view;
 }
 
