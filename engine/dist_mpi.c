@@ -593,7 +593,6 @@ void mvm_dist_get_stats(const mvm_dist *d, mvm_dist_stats *out)
 
 struct server {
     mvm_dist *d;
-    mvm_model *m;
     mvm_xcpu *xcpu;
     mvm_moe s;                  /* only the rows: what mvm_xcpu reads */
     int32_t *experts;
@@ -675,7 +674,7 @@ static void serve_free(struct server *v)
 
 mvm_status mvm_dist_serve(mvm_dist *d, mvm_model *m, mvm_pool *pool, uint32_t n_batch)
 {
-    struct server v = {.d = d, .m = m, .n_batch = n_batch, .K = m->hp.n_expert_used};
+    struct server v = {.d = d, .n_batch = n_batch, .K = m->hp.n_expert_used};
     mvm_status st = serve_alloc(&v);
     if (st == MVM_OK)
         st = mvm_xcpu_create(m, pool, n_batch, &v.xcpu);
