@@ -762,37 +762,44 @@ static void test_matvec(void)
     }
 }
 
-/* matmul equals matvec token by token, bitwise, and leaves the stride gaps alone; 20 tokens
- * of 4096 floats exceed the 256 KiB token tile, so the tiling is crossed too. */
+/* matmul equals matvec token by token, bitwise, and leaves the stride gaps alone, for every
+ * count of tokens the multi-token kernels take (1..MVM_K_NT) and the remainders after them;
+ * the rows are long enough for the Q kernels' 8-block steps and their tails; 20 tokens of
+ * 4096 floats exceed the 256 KiB token tile, so the tiling is crossed too. */
 static void test_matmul(void)
 {
+    static const size_t counts[] = {1, 2, 3, 4, 5, 7, 9};
     const size_t rows = 9, r0 = 1, r1 = 8;
     for (int t = 0; t < MVM_W_COUNT; t++) {
-        const size_t n = t == MVM_W_F32 ? 4096 : is_k((enum mvm_wtype)t) ? 512 : 96;
-        const size_t n_tok = t == MVM_W_F32 ? 20 : 6;
+        const size_t n = t == MVM_W_F32 ? 4096 : is_k((enum mvm_wtype)t) ? 512 : 288;
         problem p = make_problem((enum mvm_wtype)t, rows, n);
-        const size_t ab = mvm_k_act_bytes(p.t, n), act_stride = ab + 8, y_stride = rows + 3;
-        uint8_t *acts = malloc(n_tok * act_stride);
-        float *x = malloc(n * sizeof *x), *y = malloc(n_tok * y_stride * sizeof *y), yv[9];
-        for (size_t i = 0; i < n_tok; i++) {
-            fill(x, n, 1.0f);
-            mvm_k_prepare_act(p.t, x, acts + i * act_stride, n);
-        }
-        for (size_t i = 0; i < n_tok * y_stride; i++)
-            y[i] = NAN;
-        mvm_k_matmul(p.t, p.w, p.row_bytes, n, acts, act_stride, n_tok, y, y_stride, r0, r1);
-        int bad = 0;
-        for (size_t i = 0; i < n_tok; i++) {
-            for (size_t r = 0; r < rows; r++)
-                yv[r] = NAN;
-            mvm_k_matvec(p.t, p.w, p.row_bytes, n, acts + i * act_stride, yv, r0, r1);
-            for (size_t r = 0; r < y_stride; r++) {
-                const float got = y[i * y_stride + r];
-                bad += r >= r0 && r < r1 ? memcmp(&got, &yv[r], sizeof got) != 0 : !isnan(got);
+        for (size_t c = 0; c < sizeof counts / sizeof *counts + (t == MVM_W_F32); c++) {
+            const size_t n_tok = c < sizeof counts / sizeof *counts ? counts[c] : 20;
+            const size_t ab = mvm_k_act_bytes(p.t, n), act_stride = ab + 8, y_stride = rows + 3;
+            uint8_t *acts = malloc(n_tok * act_stride);
+            float *x = malloc(n * sizeof *x), *y = malloc(n_tok * y_stride * sizeof *y), yv[9];
+            for (size_t i = 0; i < n_tok; i++) {
+                fill(x, n, 1.0f);
+                mvm_k_prepare_act(p.t, x, acts + i * act_stride, n);
             }
+            for (size_t i = 0; i < n_tok * y_stride; i++)
+                y[i] = NAN;
+            mvm_k_matmul(p.t, p.w, p.row_bytes, n, acts, act_stride, n_tok, y, y_stride, r0, r1);
+            int bad = 0;
+            for (size_t i = 0; i < n_tok; i++) {
+                for (size_t r = 0; r < rows; r++)
+                    yv[r] = NAN;
+                mvm_k_matvec(p.t, p.w, p.row_bytes, n, acts + i * act_stride, yv, r0, r1);
+                for (size_t r = 0; r < y_stride; r++) {
+                    const float got = y[i * y_stride + r];
+                    bad += r >= r0 && r < r1 ? memcmp(&got, &yv[r], sizeof got) != 0 : !isnan(got);
+                }
+            }
+            CHECK(bad == 0);
+            if (bad)
+                fprintf(stderr, "  matmul %s, %zu tokens: %d bad\n", tname(t), n_tok, bad);
+            free(acts), free(x), free(y);
         }
-        CHECK(bad == 0);
-        free(acts), free(x), free(y);
         free_problem(&p);
     }
 }
@@ -955,35 +962,46 @@ static void test_expert(void)
     }
 }
 
-/* The batch equals one call per token, bitwise; 11 tokens cross the 8-token tile. */
+/* The batch of n_tok tokens equals one call per token, bitwise. */
+static void check_expert_batch(size_t fi, size_t n_tok)
+{
+    const size_t groups = 2;
+    const mvm_k_expert_fmt f = expert_fmts[fi];
+    const size_t n_embd = expert_embd(f, 0), n_ff = groups * mvm_k_expert_group_channels(f);
+    expert e = make_expert(f, n_embd, n_ff);
+    const size_t act_stride = mvm_k_act_bytes(e.t, n_embd) + 12, out_stride = n_embd + 5;
+    uint8_t *acts = malloc(n_tok * act_stride);
+    float *x = malloc(n_embd * sizeof *x), *weights = malloc(n_tok * sizeof *weights);
+    float *out = malloc(n_tok * out_stride * sizeof *out);
+    float *one = malloc(n_tok * out_stride * sizeof *one);
+    for (size_t i = 0; i < n_tok; i++) {
+        fill(x, n_embd, 1.0f);
+        mvm_k_prepare_act(e.t, x, acts + i * act_stride, n_embd);
+        weights[i] = 0.1f * (float)(i + 1);
+    }
+    fill(out, n_tok * out_stride, 0.1f);
+    memcpy(one, out, n_tok * out_stride * sizeof *out);
+    mvm_k_expert_ffn_batch(f, e.packed, n_embd, acts, act_stride, weights, n_tok, out,
+                           out_stride, 0, groups);
+    for (size_t i = 0; i < n_tok; i++)
+        mvm_k_expert_ffn(f, e.packed, n_embd, acts + i * act_stride, weights[i],
+                         one + i * out_stride, 0, groups);
+    const int same = memcmp(out, one, n_tok * out_stride * sizeof *out) == 0;
+    CHECK(same);
+    if (!same)
+        fprintf(stderr, "  expert batch: format %zu, %zu tokens differ\n", fi, n_tok);
+    free(acts), free(x), free(weights), free(out), free(one);
+    free_expert(&e);
+}
+
+/* 1..MVM_K_NT tokens (each count of the multi-token kernels) and 11 (two full steps of
+ * them and a remainder of 3). */
 static void test_expert_batch(void)
 {
-    const size_t n_tok = 11, groups = 2;
-    for (size_t fi = 0; fi < sizeof expert_fmts / sizeof *expert_fmts; fi++) {
-        const mvm_k_expert_fmt f = expert_fmts[fi];
-        const size_t n_embd = expert_embd(f, 0), n_ff = groups * mvm_k_expert_group_channels(f);
-        expert e = make_expert(f, n_embd, n_ff);
-        const size_t act_stride = mvm_k_act_bytes(e.t, n_embd) + 12, out_stride = n_embd + 5;
-        uint8_t *acts = malloc(n_tok * act_stride);
-        float *x = malloc(n_embd * sizeof *x), weights[11];
-        float *out = malloc(n_tok * out_stride * sizeof *out);
-        float *one = malloc(n_tok * out_stride * sizeof *one);
-        for (size_t i = 0; i < n_tok; i++) {
-            fill(x, n_embd, 1.0f);
-            mvm_k_prepare_act(e.t, x, acts + i * act_stride, n_embd);
-            weights[i] = 0.1f * (float)(i + 1);
-        }
-        fill(out, n_tok * out_stride, 0.1f);
-        memcpy(one, out, n_tok * out_stride * sizeof *out);
-        mvm_k_expert_ffn_batch(f, e.packed, n_embd, acts, act_stride, weights, n_tok, out,
-                               out_stride, 0, groups);
-        for (size_t i = 0; i < n_tok; i++)
-            mvm_k_expert_ffn(f, e.packed, n_embd, acts + i * act_stride, weights[i],
-                             one + i * out_stride, 0, groups);
-        CHECK(memcmp(out, one, n_tok * out_stride * sizeof *out) == 0);
-        free(acts), free(x), free(out), free(one);
-        free_expert(&e);
-    }
+    static const size_t counts[] = {1, 2, 3, 4, 11};
+    for (size_t fi = 0; fi < sizeof expert_fmts / sizeof *expert_fmts; fi++)
+        for (size_t c = 0; c < sizeof counts / sizeof *counts; c++)
+            check_expert_batch(fi, counts[c]);
 }
 
 /* ---- small ops -------------------------------------------------------------------------- */

@@ -12,7 +12,11 @@
  * matvec: a 4096-wide weight of ~256 MiB (rows to fill). expert: experts of Qwen3-30B-A3B's
  * shape (n_embd 2048, n_ff 768), as many as fill ~256 MiB, each run over all its groups.
  * read: the sum of a 1 GiB float array. "in L2": matvec on the weight's first 1 MiB, 256 times, so
- * that the arithmetic is measured rather than the memory (what prefill sees).
+ * that the arithmetic is measured rather than the memory. "matmul": the same 1 MiB times 32
+ * tokens' activations, 8 times, as prefill computes (the multi-token kernels share each
+ * weight block's loading and unpacking among MVM_K_NT tokens), and "one by one" the same
+ * product as a dot product per row and token (how matmul computed before them); their GB/s
+ * count the weight bytes once per token, so "gain" is what the sharing buys.
  */
 #include <math.h>
 #include <stdio.h>
@@ -29,6 +33,7 @@
 #define N_IN 4096
 #define N_EMBD 2048
 #define N_FF 768
+#define N_TOK 32
 
 static double now_s(void)
 {
@@ -92,6 +97,30 @@ static double matvec_gbs(enum mvm_wtype t, const void *w, size_t bytes, int pass
     return (double)(rows * rb) * passes / s / 1e9;
 }
 
+/* GB/s of one matmul of the first `bytes` of w by N_TOK tokens, `passes` times, counting the
+ * weight bytes once per token (comparable with matvec_gbs); one_by_one: a dot product per
+ * row and token instead, rows outside. */
+static double matmul_gbs(enum mvm_wtype t, const void *w, size_t bytes, int passes,
+                         const void *acts, float *y, int one_by_one)
+{
+    const size_t rb = mvm_k_row_bytes(t, N_IN), rows = bytes / rb;
+    const size_t as = mvm_k_act_bytes(t, N_IN);
+    double s = now_s();
+    for (int p = 0; p < passes; p++) {
+        if (!one_by_one) {
+            mvm_k_matmul(t, w, rb, N_IN, acts, as, N_TOK, y, rows, 0, rows);
+            continue;
+        }
+        for (size_t r = 0; r < rows; r++)
+            for (size_t i = 0; i < N_TOK; i++)
+                mvm_k_matvec(t, w, rb, N_IN, (const uint8_t *)acts + i * as, y + i * rows, r,
+                             r + 1);
+    }
+    s = now_s() - s;
+    sink = y[rows / 2];
+    return (double)(rows * rb) * N_TOK * passes / s / 1e9;
+}
+
 /* GB/s of the FFN of each of the experts that fill w, over all their groups. */
 static double expert_gbs(enum mvm_wtype t, const void *w, const void *act, float *out)
 {
@@ -130,9 +159,11 @@ int main(int argc, char **argv)
         min_row = rb < min_row ? rb : min_row;
     }
     void *act = alloc64(N_IN * sizeof(float)), *act_ex = alloc64(N_EMBD * sizeof(float));
+    void *acts = alloc64(N_TOK * N_IN * sizeof(float));
     float *y = malloc(WEIGHT_BYTES / min_row * sizeof *y);
+    float *ym = malloc(L2_BYTES / min_row * N_TOK * sizeof *ym);
     float x[N_IN], out[N_EMBD] = {0};
-    if (!w || !a || !act || !act_ex || !y || reps < 1) {
+    if (!w || !a || !act || !act_ex || !acts || !y || !ym || reps < 1) {
         fprintf(stderr, "usage: bench_cpu_kernels [reps >= 1 [types, e.g. q2_K,q3_K]]\n");
         return 1;
     }
@@ -143,8 +174,10 @@ int main(int argc, char **argv)
     printf("read (sum of 1 GiB of floats, 1 thread): %.2f GB/s; with software prefetch: %.2f GB/s\n"
            "ratios below are to the plain read\n\n",
            rd, rd_pf);
-    printf("| level | type | matvec GB/s | / read | expert GB/s | / read | matvec in L2 GB/s |\n");
-    printf("|---|---|---|---|---|---|---|\n");
+    printf("| level | type | matvec GB/s | / read | expert GB/s | / read | matvec in L2 GB/s "
+           "| x%d one by one | x%d matmul | gain |\n",
+           N_TOK, N_TOK);
+    printf("|---|---|---|---|---|---|---|---|---|---|\n");
     for (size_t i = 0; i < N_IN; i++)
         x[i] = frand();
     for (int t = 0; t < MVM_W_COUNT; t++) {
@@ -156,8 +189,15 @@ int main(int argc, char **argv)
         fill(wt, w, WEIGHT_BYTES, N_IN);
         mvm_k_prepare_act(wt, x, act, N_IN);
         mvm_k_prepare_act(wt, x, act_ex, N_EMBD);
+        const size_t as = mvm_k_act_bytes(wt, N_IN);
+        for (size_t i = 0; i < N_TOK; i++) {
+            for (size_t j = 0; j < N_IN; j++)
+                x[j] = frand();
+            mvm_k_prepare_act(wt, x, (uint8_t *)acts + i * as, N_IN);
+        }
         /* The levels take turns within each rep, so that all see the same machine state. */
         double mv[MVM_SIMD_COUNT] = {0}, ex[MVM_SIMD_COUNT] = {0}, l2[MVM_SIMD_COUNT] = {0};
+        double mm[MVM_SIMD_COUNT] = {0}, m1[MVM_SIMD_COUNT] = {0};
         for (int r = 0; r < reps; r++) {
             for (int lv = 0; lv < MVM_SIMD_COUNT; lv++) {
                 if (mvm_k_simd_use((enum mvm_simd)lv) != 0)
@@ -165,15 +205,16 @@ int main(int argc, char **argv)
                 mv[lv] = fmax(mv[lv], matvec_gbs(wt, w, WEIGHT_BYTES, 1, act, y));
                 ex[lv] = fmax(ex[lv], expert_gbs(wt, w, act_ex, out));
                 l2[lv] = fmax(l2[lv], matvec_gbs(wt, w, L2_BYTES, 256, act, y));
+                m1[lv] = fmax(m1[lv], matmul_gbs(wt, w, L2_BYTES, 8, acts, ym, 1));
+                mm[lv] = fmax(mm[lv], matmul_gbs(wt, w, L2_BYTES, 8, acts, ym, 0));
             }
         }
         for (int lv = 0; lv <= (int)mvm_k_simd_detect(); lv++)
-            printf("| %s | %s | %.2f | %.2f | %.2f | %.2f | %.1f |\n",
+            printf("| %s | %s | %.2f | %.2f | %.2f | %.2f | %.1f | %.1f | %.1f | %.2f |\n",
                    mvm_k_simd_name((enum mvm_simd)lv), mvm_k_wtype_name(wt), mv[lv],
-                   mv[lv] / rd, ex[lv],
-                   ex[lv] / rd, l2[lv]);
+                   mv[lv] / rd, ex[lv], ex[lv] / rd, l2[lv], m1[lv], mm[lv], mm[lv] / m1[lv]);
         fflush(stdout);
     }
-    free(w), free(act), free(act_ex), free(y);
+    free(w), free(act), free(act_ex), free(acts), free(y), free(ym);
     return 0;
 }

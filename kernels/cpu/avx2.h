@@ -13,6 +13,11 @@
  * the expert's down loop, and reduce them with one transposing hadd tree to a vector of 8
  * sums, so that the scales are converted 8 at a time and the stores stay vector-wide.
  *
+ * Every kernel takes n_tok tokens (a constant 1..MVM_K_NT once inlined into the level's
+ * entry points, dispatch.h): the weights are loaded and unpacked once and each token then
+ * does exactly the arithmetic it would do alone, in the same order, so a batch gives the
+ * same bits as one token at a time.
+ *
  * Every weight stream is prefetched MVM_K_PREFETCH bytes ahead: with a dozen or more
  * instructions per cache line, out-of-order execution alone does not keep enough misses in
  * flight, and single-core bandwidth from DRAM drops by a fifth (measured: Q8_0 matvec
@@ -58,6 +63,9 @@ AVX2_INLINE __m256 avx2_hsum8(const __m256 v[8])
                          _mm256_permute2f128_ps(h0, h1, 0x31));
 }
 
+/* Token i's activations, as `type`, of n_tok at base, stride bytes apart. */
+#define AVX2_TOK(type, base, stride, i) ((const type *)((const uint8_t *)(base) + (i) * (stride)))
+
 /* ---- float weights ---------------------------------------------------------------------- */
 
 /* 8 elements of float type t at p, as F32. */
@@ -94,6 +102,8 @@ AVX2_INLINE float avx2_dot_float(enum mvm_wtype t, const uint8_t *w, const float
     return s;
 }
 
+MVM_K_DOTN_ONE_BY_ONE(AVX2_TARGET, avx2_dotn_float, avx2_dot_float, float)
+
 /* 8 partial sums of one 32-element block of float type t at p times the activations a. */
 AVX2_INLINE __m256 avx2_block_float(enum mvm_wtype t, const uint8_t *p, const __m256 a[4])
 {
@@ -123,6 +133,8 @@ AVX2_INLINE void avx2_down_float(enum mvm_wtype t, const uint8_t *w, const float
     for (; j < n; j++)
         out[j] += avx2_hsum(avx2_block_float(t, w + j * bytes, a));
 }
+
+MVM_K_DOWNN_ONE_BY_ONE(AVX2_TARGET, avx2_downn_float, avx2_down_float, float)
 
 /* ---- the 32-element Q types against Q8_0 activations ------------------------------------ */
 
@@ -214,58 +226,87 @@ AVX2_INLINE __m256 avx2_qblock(enum mvm_wtype t, const uint8_t *blk, const mvm_b
     return acc;
 }
 
-AVX2_INLINE float avx2_dot_q(enum mvm_wtype t, const uint8_t *w, const mvm_block_q8_0 *a, size_t n)
+AVX2_INLINE void avx2_dotn_q(enum mvm_wtype t, const uint8_t *w, const uint8_t *act, size_t as,
+                             const int nt, size_t n, float *y, size_t ys)
 {
     const mvm_k_qlayout L = mvm_k_qlay(t);
     const size_t bytes = mvm_k_block_bytes(t), nb = n / MVM_QBLOCK;
     /* 8 blocks a step, reduced together and scaled by a vector of their 8 scales: converting
      * and broadcasting the scales block by block would cost a third of the instructions. */
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[MVM_K_NT];
+    for (int k = 0; k < nt; k++)
+        acc[k] = _mm256_setzero_ps();
     size_t b = 0;
     for (; b + 8 <= nb; b += 8) {
         const uint8_t *p = w + b * bytes;
         avx2_prefetch(p, 8 * bytes);
-        __m256i qa[8];
-        __m256 v[8];
+        __m256i wq[8];
 #pragma GCC unroll 8
-        for (int k = 0; k < 8; k++) {
-            qa[k] = _mm256_loadu_si256((const __m256i *)a[b + k].qs);
-            v[k] = avx2_qdot(t, avx2_qload(t, p + k * bytes), qa[k]);
-        }
-        const __m256 da = avx2_scales8((const uint8_t *)(a + b), sizeof *a);
-        acc = _mm256_fmadd_ps(avx2_hsum8(v), _mm256_mul_ps(avx2_scales8(p, bytes), da), acc);
-        if (L.m) {
+        for (int j = 0; j < 8; j++)
+            wq[j] = avx2_qload(t, p + j * bytes);
+        const __m256 ws = avx2_scales8(p, bytes);
+        const __m256 wm = L.m ? avx2_scales8(p + L.m, bytes) : ws;
+        for (int k = 0; k < nt; k++) {
+            const mvm_block_q8_0 *a = AVX2_TOK(mvm_block_q8_0, act, as, k) + b;
+            __m256i qa[8];
+            __m256 v[8];
 #pragma GCC unroll 8
-            for (int k = 0; k < 8; k++)
-                v[k] = avx2_qsum(qa[k]);
-            acc = _mm256_fmadd_ps(avx2_hsum8(v), _mm256_mul_ps(avx2_scales8(p + L.m, bytes), da),
-                                  acc);
+            for (int j = 0; j < 8; j++) {
+                qa[j] = _mm256_loadu_si256((const __m256i *)a[j].qs);
+                v[j] = avx2_qdot(t, wq[j], qa[j]);
+            }
+            const __m256 da = avx2_scales8((const uint8_t *)a, sizeof *a);
+            acc[k] = _mm256_fmadd_ps(avx2_hsum8(v), _mm256_mul_ps(ws, da), acc[k]);
+            if (L.m) {
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++)
+                    v[j] = avx2_qsum(qa[j]);
+                acc[k] = _mm256_fmadd_ps(avx2_hsum8(v), _mm256_mul_ps(wm, da), acc[k]);
+            }
         }
     }
-    for (; b < nb; b++)
-        acc = avx2_qblock(t, w + b * bytes, a + b, acc);
-    return avx2_hsum(acc);
+    for (int k = 0; k < nt; k++) {
+        const mvm_block_q8_0 *a = AVX2_TOK(mvm_block_q8_0, act, as, k);
+        for (size_t c = b; c < nb; c++)
+            acc[k] = avx2_qblock(t, w + c * bytes, a + c, acc[k]);
+        y[k * ys] = avx2_hsum(acc[k]);
+    }
 }
 
-AVX2_INLINE void avx2_down_q(enum mvm_wtype t, const uint8_t *w, const mvm_block_q8_0 *a,
-                             float *out, size_t n)
+AVX2_INLINE void avx2_downn_q(enum mvm_wtype t, const uint8_t *w, const uint8_t *a, size_t as,
+                              const int nt, float *out, size_t os, size_t n)
 {
     const mvm_k_qlayout L = mvm_k_qlay(t);
-    const __m256i qa = _mm256_loadu_si256((const __m256i *)a->qs);
-    const float da = _cvtsh_ss(a->d);
-    const __m256 min_scale = _mm256_set1_ps(L.m ? avx2_hsum(avx2_qsum(qa)) * da : 0.0f);
+    __m256i qa[MVM_K_NT];
+    __m256 da[MVM_K_NT], min_scale[MVM_K_NT];
+    for (int k = 0; k < nt; k++) {
+        const mvm_block_q8_0 *ak = AVX2_TOK(mvm_block_q8_0, a, as, k);
+        const float d = _cvtsh_ss(ak->d);
+        qa[k] = _mm256_loadu_si256((const __m256i *)ak->qs);
+        da[k] = _mm256_set1_ps(d);
+        min_scale[k] = _mm256_set1_ps(L.m ? avx2_hsum(avx2_qsum(qa[k])) * d : 0.0f);
+    }
     const size_t bytes = mvm_k_block_bytes(t);
-    for (size_t j = 0; j < n; j += 8) { /* n % 32 == 0 for Q types (mvm_k_down_fn) */
-        avx2_prefetch(w + j * bytes, 8 * bytes);
-        __m256 v[8];
+    for (size_t j = 0; j < n; j += 8) { /* n % 32 == 0 for Q types (mvm_k_downn_fn) */
+        const uint8_t *p = w + j * bytes;
+        avx2_prefetch(p, 8 * bytes);
+        __m256i wq[8];
 #pragma GCC unroll 8
-        for (int k = 0; k < 8; k++)
-            v[k] = avx2_qdot(t, avx2_qload(t, w + (j + k) * bytes), qa);
-        const __m256 scale = _mm256_mul_ps(avx2_scales8(w + j * bytes, bytes), _mm256_set1_ps(da));
-        __m256 o = _mm256_fmadd_ps(avx2_hsum8(v), scale, _mm256_loadu_ps(out + j));
-        if (L.m)
-            o = _mm256_fmadd_ps(avx2_scales8(w + j * bytes + L.m, bytes), min_scale, o);
-        _mm256_storeu_ps(out + j, o);
+        for (int c = 0; c < 8; c++)
+            wq[c] = avx2_qload(t, p + c * bytes);
+        const __m256 ws = avx2_scales8(p, bytes);
+        const __m256 wm = L.m ? avx2_scales8(p + L.m, bytes) : ws;
+        for (int k = 0; k < nt; k++) {
+            __m256 v[8];
+#pragma GCC unroll 8
+            for (int c = 0; c < 8; c++)
+                v[c] = avx2_qdot(t, wq[c], qa[k]);
+            float *o = out + k * os + j;
+            __m256 r = _mm256_fmadd_ps(avx2_hsum8(v), _mm256_mul_ps(ws, da[k]), _mm256_loadu_ps(o));
+            if (L.m)
+                r = _mm256_fmadd_ps(wm, min_scale[k], r);
+            _mm256_storeu_ps(o, r);
+        }
     }
 }
 
@@ -280,20 +321,42 @@ AVX2_INLINE int32_t avx2_hsum_i32(__m256i v)
     return _mm_cvtsi128_si32(s);
 }
 
+/* The K kernels below take each token's Q8_K block of the super-block in a[k] and leave
+ * token k's float in r[k]. */
+
 /* Q4_K / Q5_K (qh non-NULL): kernels/blocks.h's Q4_K/Q5_K chunks with the 32-element sums
  * done by maddubs (quants unsigned, at most 2·31·127 a pair: no int16 saturation) and madd
- * with the sub-block's scale; the same integers, so the same float result as every level. */
-AVX2_INLINE float avx2_kblock_q45(const uint8_t *scales, uint16_t d, uint16_t dmin,
-                                  const uint8_t *qs, const uint8_t *qh, const mvm_block_q8_K *a)
+ * with the sub-block's scale; the same integers, so the same float result as every level.
+ * The 8 six-bit scales and mins are unpacked together as ggml does (bytes 0-7 of u the
+ * scales, 8-15 the mins: mvm_k_scale_min for all sub-blocks), and the mins' term is one madd
+ * of them, each twice, with the 16 bsums. */
+AVX2_INLINE void avx2_kblock_q45(const uint8_t *scales, uint16_t d, uint16_t dmin,
+                                 const uint8_t *qs, const uint8_t *qh,
+                                 const mvm_block_q8_K *const a[], const int nt, float r[])
 {
     const __m256i nib = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
     const __m256i hbits = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
-    __m256i acc = _mm256_setzero_si256();
-    int32_t msum = 0;
+    uint32_t u[4];
+    memcpy(u, scales, 12);
+    u[3] = ((u[2] >> 4) & 0x0F0F0F0F) | (((u[1] >> 6) & 0x03030303) << 4);
+    const uint32_t mins_lo = u[1] & 0x3F3F3F3F;
+    u[1] = (u[2] & 0x0F0F0F0F) | (((u[0] >> 6) & 0x03030303) << 4);
+    u[2] = mins_lo;
+    u[0] &= 0x3F3F3F3F;
+    const __m128i each_min_twice =
+        _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+    const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(
+        _mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]), each_min_twice));
+    __m256i acc[MVM_K_NT];
+    int32_t msum[MVM_K_NT];
+    for (int i = 0; i < nt; i++) {
+        acc[i] = _mm256_setzero_si256();
+        msum[i] = avx2_hsum_i32(
+            _mm256_madd_epi16(mins16, _mm256_loadu_si256((const __m256i *)a[i]->bsums)));
+    }
     for (int k = 0; k < 4; k++) {
-        uint8_t sc0, m0, sc1, m1;
-        mvm_k_scale_min(scales, 2 * k, &sc0, &m0);
-        mvm_k_scale_min(scales, 2 * k + 1, &sc1, &m1);
+        const uint8_t sc0 = (uint8_t)(u[k >> 1] >> (16 * (k & 1)));
+        const uint8_t sc1 = (uint8_t)(u[k >> 1] >> (16 * (k & 1) + 8));
         const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * k));
         __m256i lo = _mm256_and_si256(q, nib), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), nib);
         if (qh) {
@@ -303,28 +366,34 @@ AVX2_INLINE float avx2_kblock_q45(const uint8_t *scales, uint16_t d, uint16_t dm
                                          _mm256_and_si256(_mm256_srli_epi16(hbits, 2 * k + 1), one),
                                          4));
         }
-        const __m256i alo = _mm256_loadu_si256((const __m256i *)(a->qs + 64 * k));
-        const __m256i ahi = _mm256_loadu_si256((const __m256i *)(a->qs + 64 * k + 32));
-        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, alo),
-                                                      _mm256_set1_epi16(sc0)));
-        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, ahi),
-                                                      _mm256_set1_epi16(sc1)));
-        msum += m0 * (a->bsums[4 * k] + a->bsums[4 * k + 1]) +
-                m1 * (a->bsums[4 * k + 2] + a->bsums[4 * k + 3]);
+        const __m256i s0 = _mm256_set1_epi16(sc0), s1 = _mm256_set1_epi16(sc1);
+        for (int i = 0; i < nt; i++) {
+            const __m256i alo = _mm256_loadu_si256((const __m256i *)(a[i]->qs + 64 * k));
+            const __m256i ahi = _mm256_loadu_si256((const __m256i *)(a[i]->qs + 64 * k + 32));
+            acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(_mm256_maddubs_epi16(lo, alo), s0));
+            acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(_mm256_maddubs_epi16(hi, ahi), s1));
+        }
     }
-    return a->d * (mvm_k_h2f(d) * (float)avx2_hsum_i32(acc) - mvm_k_h2f(dmin) * (float)msum);
+    for (int i = 0; i < nt; i++)
+        r[i] = a[i]->d * (mvm_k_h2f(d) * (float)avx2_hsum_i32(acc[i]) -
+                          mvm_k_h2f(dmin) * (float)msum[i]);
 }
 
 /* Q6_K: kernels/blocks.h's Q6_K chunks; each 32 quants are two sub-blocks of 16, one per
  * 128-bit lane, so one madd applies both scales (int8, signed: madd takes int16 on both
  * sides). */
-AVX2_INLINE float avx2_kblock_q6(const mvm_block_q6_K *x, const mvm_block_q8_K *a)
+AVX2_INLINE void avx2_kblock_q6(const mvm_block_q6_K *x, const mvm_block_q8_K *const a[],
+                                const int nt, float r[])
 {
     const __m256i nib = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(3);
-    __m256i acc = _mm256_setzero_si256();
-    int32_t offset = 0;
-    for (int j = 0; j < 16; j++)
-        offset += x->scales[j] * a->bsums[j];
+    __m256i acc[MVM_K_NT];
+    int32_t offset[MVM_K_NT];
+    for (int i = 0; i < nt; i++) {
+        acc[i] = _mm256_setzero_si256();
+        offset[i] = 0;
+        for (int j = 0; j < 16; j++)
+            offset[i] += x->scales[j] * a[i]->bsums[j];
+    }
     for (int h = 0; h < 2; h++) {
         const __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
         for (int k = 0; k < 4; k++) {
@@ -332,14 +401,19 @@ AVX2_INLINE float avx2_kblock_q6(const mvm_block_q6_K *x, const mvm_block_q8_K *
             const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(ql, 4 * (k >> 1)), nib);
             const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), two);
             const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
-            const __m256i aq = _mm256_loadu_si256((const __m256i *)(a->qs + 128 * h + 32 * k));
             const int j = 8 * h + 2 * k;
             const __m256i sc = _mm256_set_m128i(_mm_set1_epi16(x->scales[j + 1]),
                                                 _mm_set1_epi16(x->scales[j]));
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(q, aq), sc));
+            for (int i = 0; i < nt; i++) {
+                const __m256i aq =
+                    _mm256_loadu_si256((const __m256i *)(a[i]->qs + 128 * h + 32 * k));
+                acc[i] =
+                    _mm256_add_epi32(acc[i], _mm256_madd_epi16(_mm256_maddubs_epi16(q, aq), sc));
+            }
         }
     }
-    return a->d * (mvm_k_h2f(x->d) * (float)(avx2_hsum_i32(acc) - 32 * offset));
+    for (int i = 0; i < nt; i++)
+        r[i] = a[i]->d * (mvm_k_h2f(x->d) * (float)(avx2_hsum_i32(acc[i]) - 32 * offset[i]));
 }
 
 /* Q3_K's 16 six-bit scales less 32, as int8: mvm_k_q3_scales's four words, each shifted
@@ -363,8 +437,9 @@ AVX2_INLINE __m128i avx2_q3_scales(const uint8_t *scales)
  * with the even sub-blocks' in the low lane and the odd ones' in the high lane, and each pair
  * is broadcast within the lanes by one byte shuffle. The mins of Q2_K and the -4 of Q3_K
  * come from bsums. */
-AVX2_INLINE float avx2_kblock_q23(const uint8_t *qs, const uint8_t *hmask, const uint8_t *scales,
-                                  uint16_t d, uint16_t dmin, const mvm_block_q8_K *a)
+AVX2_INLINE void avx2_kblock_q23(const uint8_t *qs, const uint8_t *hmask, const uint8_t *scales,
+                                 uint16_t d, uint16_t dmin, const mvm_block_q8_K *const a[],
+                                 const int nt, float r[])
 {
     const __m256i three = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
     const __m256i hbits =
@@ -372,19 +447,20 @@ AVX2_INLINE float avx2_kblock_q23(const uint8_t *qs, const uint8_t *hmask, const
     /* Q2_K's 16 bytes of scale and min; Q3_K's 12 are read as words (no load past them) */
     const __m128i raw = hmask ? _mm_setzero_si128() : _mm_loadu_si128((const __m128i *)scales);
     const __m128i sc8 = hmask ? avx2_q3_scales(scales) : _mm_and_si128(raw, _mm_set1_epi8(15));
-    const __m256i bsums = _mm256_loadu_si256((const __m256i *)a->bsums);
-    /* madd does the 16 products of scales (or mins) and sub-block sums and the pair sums */
-    const int32_t offset =
-        hmask ? avx2_hsum_i32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), bsums)) : 0;
-    const int32_t msum =
-        hmask ? 0
-              : avx2_hsum_i32(_mm256_madd_epi16(
-                    _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4),
-                                                       _mm_set1_epi8(15))),
-                    bsums));
+    const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+    const __m256i mins16 =
+        _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(15)));
     const __m256i pairs = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(
         sc8, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15)));
-    __m256i acc = _mm256_setzero_si256();
+    __m256i acc[MVM_K_NT];
+    int32_t offset[MVM_K_NT], msum[MVM_K_NT];
+    for (int i = 0; i < nt; i++) {
+        /* madd does the 16 products of scales (or mins) and sub-block sums and the pair sums */
+        const __m256i bsums = _mm256_loadu_si256((const __m256i *)a[i]->bsums);
+        offset[i] = hmask ? avx2_hsum_i32(_mm256_madd_epi16(sc16, bsums)) : 0;
+        msum[i] = hmask ? 0 : avx2_hsum_i32(_mm256_madd_epi16(mins16, bsums));
+        acc[i] = _mm256_setzero_si256();
+    }
     for (int h = 0; h < 2; h++) {
         const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * h));
         for (int j = 0; j < 4; j++) {
@@ -394,60 +470,84 @@ AVX2_INLINE float avx2_kblock_q23(const uint8_t *qs, const uint8_t *hmask, const
                 v = _mm256_or_si256(v, _mm256_and_si256(b >= 2 ? _mm256_srli_epi16(hbits, b - 2)
                                                                : _mm256_slli_epi16(hbits, 2 - b),
                                                         four));
-            const __m256i aq = _mm256_loadu_si256((const __m256i *)(a->qs + 128 * h + 32 * j));
             const __m256i s = _mm256_shuffle_epi8(pairs, _mm256_set1_epi16((short)(0x0100 +
                                                                                0x0202 * b)));
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(v, aq), s));
+            for (int i = 0; i < nt; i++) {
+                const __m256i aq =
+                    _mm256_loadu_si256((const __m256i *)(a[i]->qs + 128 * h + 32 * j));
+                acc[i] =
+                    _mm256_add_epi32(acc[i], _mm256_madd_epi16(_mm256_maddubs_epi16(v, aq), s));
+            }
         }
     }
-    const int32_t sum = avx2_hsum_i32(acc) - 4 * offset;
-    if (hmask)
-        return a->d * (mvm_k_h2f(d) * (float)sum);
-    return a->d * (mvm_k_h2f(d) * (float)sum - mvm_k_h2f(dmin) * (float)msum);
+    for (int i = 0; i < nt; i++) {
+        const int32_t sum = avx2_hsum_i32(acc[i]) - 4 * offset[i];
+        r[i] = hmask ? a[i]->d * (mvm_k_h2f(d) * (float)sum)
+                     : a[i]->d * (mvm_k_h2f(d) * (float)sum - mvm_k_h2f(dmin) * (float)msum[i]);
+    }
 }
 
-AVX2_INLINE float avx2_kblock(enum mvm_wtype t, const uint8_t *blk, const mvm_block_q8_K *a)
+AVX2_INLINE void avx2_kblock(enum mvm_wtype t, const uint8_t *blk, const mvm_block_q8_K *const a[],
+                             const int nt, float r[])
 {
     switch (t) {
     case MVM_W_Q2_K: {
         const mvm_block_q2_K *x = (const mvm_block_q2_K *)blk;
-        return avx2_kblock_q23(x->qs, NULL, x->scales, x->d, x->dmin, a);
+        avx2_kblock_q23(x->qs, NULL, x->scales, x->d, x->dmin, a, nt, r);
+        break;
     }
     case MVM_W_Q3_K: {
         const mvm_block_q3_K *x = (const mvm_block_q3_K *)blk;
-        return avx2_kblock_q23(x->qs, x->hmask, x->scales, x->d, 0, a);
+        avx2_kblock_q23(x->qs, x->hmask, x->scales, x->d, 0, a, nt, r);
+        break;
     }
     case MVM_W_Q4_K: {
         const mvm_block_q4_K *x = (const mvm_block_q4_K *)blk;
-        return avx2_kblock_q45(x->scales, x->d, x->dmin, x->qs, NULL, a);
+        avx2_kblock_q45(x->scales, x->d, x->dmin, x->qs, NULL, a, nt, r);
+        break;
     }
     case MVM_W_Q5_K: {
         const mvm_block_q5_K *x = (const mvm_block_q5_K *)blk;
-        return avx2_kblock_q45(x->scales, x->d, x->dmin, x->qs, x->qh, a);
+        avx2_kblock_q45(x->scales, x->d, x->dmin, x->qs, x->qh, a, nt, r);
+        break;
     }
-    default: return avx2_kblock_q6((const mvm_block_q6_K *)blk, a);
+    default: avx2_kblock_q6((const mvm_block_q6_K *)blk, a, nt, r); break;
     }
 }
 
-AVX2_INLINE float avx2_dot_k(enum mvm_wtype t, const uint8_t *w, const mvm_block_q8_K *a,
-                             size_t n)
+AVX2_INLINE void avx2_dotn_k(enum mvm_wtype t, const uint8_t *w, const uint8_t *act, size_t as,
+                             const int nt, size_t n, float *y, size_t ys)
 {
     const size_t bytes = mvm_k_block_bytes(t);
-    float s = 0;
+    float s[MVM_K_NT], r[MVM_K_NT];
+    const mvm_block_q8_K *a[MVM_K_NT];
+    for (int i = 0; i < nt; i++)
+        s[i] = 0;
     for (size_t b = 0; b < n / MVM_QK_K; b++) {
         avx2_prefetch(w + b * bytes, bytes);
-        s += avx2_kblock(t, w + b * bytes, a + b);
+        for (int i = 0; i < nt; i++)
+            a[i] = AVX2_TOK(mvm_block_q8_K, act, as, i) + b;
+        avx2_kblock(t, w + b * bytes, a, nt, r);
+        for (int i = 0; i < nt; i++)
+            s[i] += r[i];
     }
-    return s;
+    for (int i = 0; i < nt; i++)
+        y[i * ys] = s[i];
 }
 
-AVX2_INLINE void avx2_down_k(enum mvm_wtype t, const uint8_t *w, const mvm_block_q8_K *a,
-                             float *out, size_t n)
+AVX2_INLINE void avx2_downn_k(enum mvm_wtype t, const uint8_t *w, const uint8_t *act, size_t as,
+                              const int nt, float *out, size_t os, size_t n)
 {
     const size_t bytes = mvm_k_block_bytes(t);
+    const mvm_block_q8_K *a[MVM_K_NT];
+    float r[MVM_K_NT];
+    for (int i = 0; i < nt; i++)
+        a[i] = AVX2_TOK(mvm_block_q8_K, act, as, i);
     for (size_t j = 0; j < n; j++) {
         avx2_prefetch(w + j * bytes, bytes);
-        out[j] += avx2_kblock(t, w + j * bytes, a);
+        avx2_kblock(t, w + j * bytes, a, nt, r);
+        for (int i = 0; i < nt; i++)
+            out[i * os + j] += r[i];
     }
 }
 

@@ -91,50 +91,113 @@ void mvm_k_dequantize_k(enum mvm_wtype t, const void *src, float *dst, size_t n)
  * (mvm_k_act_bytes: F32 for float types, Q8_0 blocks for Q types, Q8_K for K types; n a
  * multiple of the block). */
 typedef float (*mvm_k_dot_fn)(const void *w, const void *act, size_t n);
-/* The expert FFN's hot loop, out[j] += dot(down block j, a) for j < n_embd: down holds
- * n_embd blocks of type t (mvm_k_block_bytes, one per output), a is the group's
- * intermediate activations (one mvm_block_q8_0 for Q types, one mvm_block_q8_K for K types,
- * 32 floats for float types). n_embd % 32 == 0 for Q and K types. */
-typedef void (*mvm_k_down_fn)(const void *down, const void *a, float *out, size_t n_embd);
+
+/* Tokens the multi-token kernels take at once: each weight block is loaded and unpacked
+ * once for all of them, since prefill and an expert's batch are compute-bound and the
+ * unpacking of the 4-bit and K types is a large part of a token's work (measured, one
+ * thread, weights in L2: matmul 1.1-1.3x one token at a time for the 32-element Q types,
+ * 1.1-1.6x for the K types; docs/perf/cpu.md). Four keeps a step's unpacked blocks and the
+ * tokens' accumulators near the 16 registers of AVX2. */
+#define MVM_K_NT 4
+
+/* y[i * y_stride] = dot(w, act + i * act_stride) for i < n_tok, 1 <= n_tok <= MVM_K_NT:
+ * the same floats as n_tok calls of the dot product, bit for bit (every token's arithmetic
+ * keeps its order; only the weights' loads and unpacking are shared). */
+typedef void (*mvm_k_dotn_fn)(const void *w, const void *act, size_t act_stride, size_t n_tok,
+                              size_t n, float *y, size_t y_stride);
+/* The expert FFN's hot loop for n_tok tokens (1 <= n_tok <= MVM_K_NT): for each i,
+ * out_i[j] += dot(down block j, a_i) for j < n_embd, with a_i = a + i * a_stride bytes and
+ * out_i = out + i * out_stride floats. down holds n_embd blocks of type t
+ * (mvm_k_block_bytes, one per output); a_i is a group's intermediate activations (one
+ * mvm_block_q8_0 for Q types, one mvm_block_q8_K for K types, 32 floats for float types).
+ * n_embd % 32 == 0 for Q and K types. Bitwise the same as one token at a time. */
+typedef void (*mvm_k_downn_fn)(const void *down, const void *a, size_t a_stride, size_t n_tok,
+                               float *out, size_t out_stride, size_t n_embd);
 
 struct mvm_k_level {
     mvm_k_dot_fn dot[MVM_W_COUNT];
-    mvm_k_down_fn down[MVM_W_COUNT];
+    mvm_k_dotn_fn dotn[MVM_W_COUNT];
+    mvm_k_downn_fn downn[MVM_W_COUNT];
 };
 
-/* Defines the table `name` of a level from its four generic kernels, which take the weight
- * type first and are inlined into one entry point per type (attr: the level's target):
- *   float dot_float(t, const uint8_t *w, const float *act, size_t n)
- *   float dot_q(t, const uint8_t *w, const mvm_block_q8_0 *act, size_t n)
- *   void down_float(t, const uint8_t *w, const float *a, float *out, size_t n)
- *   void down_q(t, const uint8_t *w, const mvm_block_q8_0 *a, float *out, size_t n)
- *   float dot_k(t, const uint8_t *w, const mvm_block_q8_K *act, size_t n)
- *   void down_k(t, const uint8_t *w, const mvm_block_q8_K *a, float *out, size_t n)
- * (the last two: kernels/blocks.h's for the portable level, avx2.h's for the others). */
-#define MVM_K_LEVEL_TYPE(attr, dot, down, type, sfx)                                               \
+/* Defines `name` as a generic multi-token kernel that runs the single-token `one` for each
+ * token in turn (attr: the level's target), for the portable level and for the float types,
+ * which gain nothing from sharing the weights: their F32 activations, 4 bytes an element and
+ * token, are the larger stream (measured: matmul of F16 and F32 weights 0.77-0.89x one token
+ * at a time), so the tokens' sums would only take the registers the weights' loads need.
+ *   one:  float one(t, const uint8_t *w, const act_type *act, size_t n)          (dot)
+ *         void one(t, const uint8_t *w, const act_type *a, float *out, size_t n)  (down) */
+#define MVM_K_DOTN_ONE_BY_ONE(attr, name, one, act_type)                                           \
+    attr static inline __attribute__((always_inline)) void name(                                  \
+        enum mvm_wtype t, const uint8_t *w, const uint8_t *act, size_t as, const int nt,           \
+        size_t n, float *y, size_t ys)                                                             \
+    {                                                                                              \
+        for (int k = 0; k < nt; k++)                                                               \
+            y[k * ys] = one(t, w, (const act_type *)(const void *)(act + k * as), n);              \
+    }
+#define MVM_K_DOWNN_ONE_BY_ONE(attr, name, one, act_type)                                          \
+    attr static inline __attribute__((always_inline)) void name(                                  \
+        enum mvm_wtype t, const uint8_t *w, const uint8_t *a, size_t as, const int nt,             \
+        float *out, size_t os, size_t n)                                                           \
+    {                                                                                              \
+        for (int k = 0; k < nt; k++)                                                               \
+            one(t, w, (const act_type *)(const void *)(a + k * as), out + k * os, n);              \
+    }
+
+/* Defines the table `name` of a level from its six generic kernels, which take the weight
+ * type first and the token count as a constant (1..MVM_K_NT, so that the token loops unroll
+ * and the accumulators stay in registers), and are inlined into one entry point per type
+ * and count (attr: the level's target):
+ *   void dotn_float(t, const uint8_t *w, const uint8_t *act, size_t act_stride, int n_tok,
+ *                   size_t n, float *y, size_t y_stride)      (act: F32 vectors)
+ *   void dotn_q(...)                                          (act: Q8_0 blocks)
+ *   void dotn_k(...)                                          (act: Q8_K blocks)
+ *   void downn_float(t, const uint8_t *w, const uint8_t *a, size_t a_stride, int n_tok,
+ *                    float *out, size_t out_stride, size_t n)
+ *   void downn_q(...), downn_k(...)
+ * The single-token dot product is dotn's with one token. */
+#define MVM_K_LEVEL_TYPE(attr, dotn, downn, type, sfx)                                             \
+    attr static void dotn_##sfx(const void *w, const void *act, size_t act_stride, size_t n_tok,   \
+                                size_t n, float *y, size_t y_stride)                               \
+    {                                                                                              \
+        switch (n_tok) {                                                                           \
+        case 1: dotn(type, w, act, act_stride, 1, n, y, y_stride); break;                          \
+        case 2: dotn(type, w, act, act_stride, 2, n, y, y_stride); break;                          \
+        case 3: dotn(type, w, act, act_stride, 3, n, y, y_stride); break;                          \
+        default: dotn(type, w, act, act_stride, MVM_K_NT, n, y, y_stride); break;                  \
+        }                                                                                          \
+    }                                                                                              \
     attr static float dot_##sfx(const void *w, const void *act, size_t n)                          \
     {                                                                                              \
-        return dot(type, w, act, n);                                                               \
+        float y;                                                                                   \
+        dotn(type, w, act, 0, 1, n, &y, 0);                                                        \
+        return y;                                                                                  \
     }                                                                                              \
-    attr static void down_##sfx(const void *w, const void *a, float *out, size_t n)                \
+    attr static void downn_##sfx(const void *w, const void *a, size_t a_stride, size_t n_tok,      \
+                                 float *out, size_t out_stride, size_t n)                          \
     {                                                                                              \
-        down(type, w, a, out, n);                                                                  \
+        switch (n_tok) {                                                                           \
+        case 1: downn(type, w, a, a_stride, 1, out, out_stride, n); break;                         \
+        case 2: downn(type, w, a, a_stride, 2, out, out_stride, n); break;                         \
+        case 3: downn(type, w, a, a_stride, 3, out, out_stride, n); break;                         \
+        default: downn(type, w, a, a_stride, MVM_K_NT, out, out_stride, n); break;                 \
+        }                                                                                          \
     }
-#define MVM_K_LEVEL(name, attr, dot_float, dot_q, down_float, down_q, dot_k, down_k)              \
-    MVM_K_LEVEL_TYPE(attr, dot_float, down_float, MVM_W_F32, f32)                                  \
-    MVM_K_LEVEL_TYPE(attr, dot_float, down_float, MVM_W_F16, f16)                                  \
-    MVM_K_LEVEL_TYPE(attr, dot_float, down_float, MVM_W_BF16, bf16)                                \
-    MVM_K_LEVEL_TYPE(attr, dot_q, down_q, MVM_W_Q8_0, q8_0)                                        \
-    MVM_K_LEVEL_TYPE(attr, dot_q, down_q, MVM_W_Q4_0, q4_0)                                        \
-    MVM_K_LEVEL_TYPE(attr, dot_q, down_q, MVM_W_Q4_1, q4_1)                                        \
-    MVM_K_LEVEL_TYPE(attr, dot_q, down_q, MVM_W_Q5_0, q5_0)                                        \
-    MVM_K_LEVEL_TYPE(attr, dot_q, down_q, MVM_W_Q5_1, q5_1)                                        \
-    MVM_K_LEVEL_TYPE(attr, dot_q, down_q, MVM_W_IQ4_NL, iq4_nl)                                    \
-    MVM_K_LEVEL_TYPE(attr, dot_k, down_k, MVM_W_Q2_K, q2_K)                                        \
-    MVM_K_LEVEL_TYPE(attr, dot_k, down_k, MVM_W_Q3_K, q3_K)                                        \
-    MVM_K_LEVEL_TYPE(attr, dot_k, down_k, MVM_W_Q4_K, q4_K)                                        \
-    MVM_K_LEVEL_TYPE(attr, dot_k, down_k, MVM_W_Q5_K, q5_K)                                        \
-    MVM_K_LEVEL_TYPE(attr, dot_k, down_k, MVM_W_Q6_K, q6_K)                                        \
+#define MVM_K_LEVEL(name, attr, dotn_float, dotn_q, downn_float, downn_q, dotn_k, downn_k)         \
+    MVM_K_LEVEL_TYPE(attr, dotn_float, downn_float, MVM_W_F32, f32)                                \
+    MVM_K_LEVEL_TYPE(attr, dotn_float, downn_float, MVM_W_F16, f16)                                \
+    MVM_K_LEVEL_TYPE(attr, dotn_float, downn_float, MVM_W_BF16, bf16)                              \
+    MVM_K_LEVEL_TYPE(attr, dotn_q, downn_q, MVM_W_Q8_0, q8_0)                                      \
+    MVM_K_LEVEL_TYPE(attr, dotn_q, downn_q, MVM_W_Q4_0, q4_0)                                      \
+    MVM_K_LEVEL_TYPE(attr, dotn_q, downn_q, MVM_W_Q4_1, q4_1)                                      \
+    MVM_K_LEVEL_TYPE(attr, dotn_q, downn_q, MVM_W_Q5_0, q5_0)                                      \
+    MVM_K_LEVEL_TYPE(attr, dotn_q, downn_q, MVM_W_Q5_1, q5_1)                                      \
+    MVM_K_LEVEL_TYPE(attr, dotn_q, downn_q, MVM_W_IQ4_NL, iq4_nl)                                  \
+    MVM_K_LEVEL_TYPE(attr, dotn_k, downn_k, MVM_W_Q2_K, q2_K)                                      \
+    MVM_K_LEVEL_TYPE(attr, dotn_k, downn_k, MVM_W_Q3_K, q3_K)                                      \
+    MVM_K_LEVEL_TYPE(attr, dotn_k, downn_k, MVM_W_Q4_K, q4_K)                                      \
+    MVM_K_LEVEL_TYPE(attr, dotn_k, downn_k, MVM_W_Q5_K, q5_K)                                      \
+    MVM_K_LEVEL_TYPE(attr, dotn_k, downn_k, MVM_W_Q6_K, q6_K)                                      \
     const struct mvm_k_level name = {                                                              \
         .dot = {[MVM_W_F32] = dot_f32,                                                             \
                 [MVM_W_F16] = dot_f16,                                                             \
@@ -150,20 +213,34 @@ struct mvm_k_level {
                 [MVM_W_Q4_K] = dot_q4_K,                                                           \
                 [MVM_W_Q5_K] = dot_q5_K,                                                           \
                 [MVM_W_Q6_K] = dot_q6_K},                                                          \
-        .down = {[MVM_W_F32] = down_f32,                                                           \
-                 [MVM_W_F16] = down_f16,                                                           \
-                 [MVM_W_BF16] = down_bf16,                                                         \
-                 [MVM_W_Q8_0] = down_q8_0,                                                         \
-                 [MVM_W_Q4_0] = down_q4_0,                                                         \
-                 [MVM_W_Q4_1] = down_q4_1,                                                         \
-                 [MVM_W_Q5_0] = down_q5_0,                                                         \
-                 [MVM_W_Q5_1] = down_q5_1,                                                         \
-                 [MVM_W_IQ4_NL] = down_iq4_nl,                                                     \
-                 [MVM_W_Q2_K] = down_q2_K,                                                         \
-                 [MVM_W_Q3_K] = down_q3_K,                                                         \
-                 [MVM_W_Q4_K] = down_q4_K,                                                         \
-                 [MVM_W_Q5_K] = down_q5_K,                                                         \
-                 [MVM_W_Q6_K] = down_q6_K},                                                        \
+        .dotn = {[MVM_W_F32] = dotn_f32,                                                           \
+                 [MVM_W_F16] = dotn_f16,                                                           \
+                 [MVM_W_BF16] = dotn_bf16,                                                         \
+                 [MVM_W_Q8_0] = dotn_q8_0,                                                         \
+                 [MVM_W_Q4_0] = dotn_q4_0,                                                         \
+                 [MVM_W_Q4_1] = dotn_q4_1,                                                         \
+                 [MVM_W_Q5_0] = dotn_q5_0,                                                         \
+                 [MVM_W_Q5_1] = dotn_q5_1,                                                         \
+                 [MVM_W_IQ4_NL] = dotn_iq4_nl,                                                     \
+                 [MVM_W_Q2_K] = dotn_q2_K,                                                         \
+                 [MVM_W_Q3_K] = dotn_q3_K,                                                         \
+                 [MVM_W_Q4_K] = dotn_q4_K,                                                         \
+                 [MVM_W_Q5_K] = dotn_q5_K,                                                         \
+                 [MVM_W_Q6_K] = dotn_q6_K},                                                        \
+        .downn = {[MVM_W_F32] = downn_f32,                                                         \
+                  [MVM_W_F16] = downn_f16,                                                         \
+                  [MVM_W_BF16] = downn_bf16,                                                       \
+                  [MVM_W_Q8_0] = downn_q8_0,                                                       \
+                  [MVM_W_Q4_0] = downn_q4_0,                                                       \
+                  [MVM_W_Q4_1] = downn_q4_1,                                                       \
+                  [MVM_W_Q5_0] = downn_q5_0,                                                       \
+                  [MVM_W_Q5_1] = downn_q5_1,                                                       \
+                  [MVM_W_IQ4_NL] = downn_iq4_nl,                                                   \
+                  [MVM_W_Q2_K] = downn_q2_K,                                                       \
+                  [MVM_W_Q3_K] = downn_q3_K,                                                       \
+                  [MVM_W_Q4_K] = downn_q4_K,                                                       \
+                  [MVM_W_Q5_K] = downn_q5_K,                                                       \
+                  [MVM_W_Q6_K] = downn_q6_K},                                                      \
     };
 
 extern const struct mvm_k_level mvm_k_level_scalar; /* dot_scalar.c */

@@ -6,7 +6,7 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include "kernels/cpu/avx2.h"
 
-MVM_K_LEVEL(mvm_k_level_avx2, AVX2_TARGET, avx2_dot_float, avx2_dot_q, avx2_down_float, avx2_down_q,
-            avx2_dot_k, avx2_down_k)
+MVM_K_LEVEL(mvm_k_level_avx2, AVX2_TARGET, avx2_dotn_float, avx2_dotn_q, avx2_downn_float,
+            avx2_downn_q, avx2_dotn_k, avx2_downn_k)
 
 #endif

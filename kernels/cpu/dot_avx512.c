@@ -56,7 +56,9 @@ AVX512_INLINE float dot_float(enum mvm_wtype t, const uint8_t *w, const float *a
     return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
 }
 
-MVM_K_LEVEL(mvm_k_level_avx512, AVX512_TARGET, dot_float, avx2_dot_q, avx2_down_float, avx2_down_q,
-            avx2_dot_k, avx2_down_k)
+MVM_K_DOTN_ONE_BY_ONE(AVX512_TARGET, dotn_float, dot_float, float)
+
+MVM_K_LEVEL(mvm_k_level_avx512, AVX512_TARGET, dotn_float, avx2_dotn_q, avx2_downn_float,
+            avx2_downn_q, avx2_dotn_k, avx2_downn_k)
 
 #endif

@@ -57,4 +57,9 @@ SCALAR_INLINE void down(enum mvm_wtype t, const uint8_t *w, const void *a, float
                                            : dot_float(t, w + j * bytes, a, MVM_QBLOCK);
 }
 
-MVM_K_LEVEL(mvm_k_level_scalar, , dot_float, dot_blocks, down, down, dot_blocks, down)
+/* The portable level takes the tokens one after another. */
+MVM_K_DOTN_ONE_BY_ONE(, dotn_float, dot_float, float)
+MVM_K_DOTN_ONE_BY_ONE(, dotn_blocks, dot_blocks, void)
+MVM_K_DOWNN_ONE_BY_ONE(, downn, down, void)
+
+MVM_K_LEVEL(mvm_k_level_scalar, , dotn_float, dotn_blocks, downn, downn, dotn_blocks, downn)

@@ -3,26 +3,31 @@
  * G channels (32, or 256 for a K-quant down), and the FFN over a range of groups. Per group:
  * 2G gate/up dot products, the SwiGLU with the routing weight folded in (the down product
  * is linear in it), then the down product over all n_embd outputs, which reads a third of
- * the group's bytes, one block per output, and is the level's dedicated down kernel.
+ * the group's bytes, one block per output, and is the level's dedicated down kernel. A batch
+ * goes through a group MVM_K_NT tokens at a time, each weight block unpacked once for them.
  */
 #include <math.h>
 #include <string.h>
 
 #include "kernels/cpu/dispatch.h"
 
-/* Tokens per tile of the batch: their intermediate activations live on the stack, and each
- * gate/up row is read once per tile (from L1 for all but the first token). */
-#define TOK_TILE 8
-
-/* The group's G intermediate activations h in down's activation format, in buf. */
-static const void *down_act(enum mvm_wtype t, const float *h, void *buf)
+/* The n_tok tokens' G intermediate activations h[i] in down's activation format, at the
+ * address returned and *stride bytes apart: quantized into buf[i] for the Q and K types (as
+ * ggml quantizes ffn_down's input), h itself for the float types. */
+static const void *down_acts(enum mvm_wtype t, const float h[][MVM_QK_K], size_t n_tok,
+                             mvm_block_q8_K *buf, size_t *stride)
 {
-    if (mvm_k_is_k(t))
-        mvm_k_q8_K_block(h, buf);
-    else if (mvm_k_is_q(t))
-        mvm_k_q8_0_block(h, buf); /* as ggml quantizes ffn_down's input */
-    else
+    if (!mvm_k_is_k(t) && !mvm_k_is_q(t)) {
+        *stride = sizeof h[0];
         return h;
+    }
+    for (size_t i = 0; i < n_tok; i++) {
+        if (mvm_k_is_k(t))
+            mvm_k_q8_K_block(h[i], &buf[i]);
+        else
+            mvm_k_q8_0_block(h[i], (mvm_block_q8_0 *)&buf[i]);
+    }
+    *stride = sizeof *buf; /* the larger of the two formats */
     return buf;
 }
 
@@ -30,31 +35,29 @@ void mvm_k_expert_ffn_batch(mvm_k_expert_fmt f, const void *expert, size_t n_emb
                             const void *act, size_t act_stride, const float *weights,
                             size_t n_tok, float *out, size_t out_stride, size_t g0, size_t g1)
 {
-    const mvm_k_dot_fn dot = mvm_k_kernels->dot[f.gate_up];
-    const mvm_k_down_fn down = mvm_k_kernels->down[f.down];
+    const mvm_k_dotn_fn dotn = mvm_k_kernels->dotn[f.gate_up];
+    const mvm_k_downn_fn downn = mvm_k_kernels->downn[f.down];
     const size_t G = mvm_k_expert_group_channels(f);
     const size_t row = mvm_k_row_bytes(f.gate_up, n_embd);
     const size_t group = mvm_k_expert_group_bytes(f, n_embd);
     for (size_t g = g0; g < g1; g++) {
         const uint8_t *gate = (const uint8_t *)expert + g * group;
         const uint8_t *up = gate + G * row, *dn = up + G * row;
-        for (size_t t0 = 0; t0 < n_tok; t0 += TOK_TILE) {
-            const size_t nt = n_tok - t0 < TOK_TILE ? n_tok - t0 : TOK_TILE;
+        for (size_t t0 = 0; t0 < n_tok; t0 += MVM_K_NT) {
+            const size_t nt = n_tok - t0 < MVM_K_NT ? n_tok - t0 : MVM_K_NT;
             const uint8_t *a = (const uint8_t *)act + t0 * act_stride;
-            float h[TOK_TILE][MVM_QK_K];
+            float h[MVM_K_NT][MVM_QK_K], u[MVM_K_NT];
             for (size_t c = 0; c < G; c++)
-                for (size_t i = 0; i < nt; i++)
-                    h[i][c] = dot(gate + c * row, a + i * act_stride, n_embd);
+                dotn(gate + c * row, a, act_stride, nt, n_embd, &h[0][c], MVM_QK_K);
             for (size_t c = 0; c < G; c++) {
-                for (size_t i = 0; i < nt; i++) {
-                    const float u = dot(up + c * row, a + i * act_stride, n_embd);
-                    h[i][c] = h[i][c] / (1.0f + expf(-h[i][c])) * u * weights[t0 + i];
-                }
+                dotn(up + c * row, a, act_stride, nt, n_embd, u, 1);
+                for (size_t i = 0; i < nt; i++)
+                    h[i][c] = h[i][c] / (1.0f + expf(-h[i][c])) * u[i] * weights[t0 + i];
             }
-            for (size_t i = 0; i < nt; i++) {
-                mvm_block_q8_K buf; /* the larger of the two quantized formats */
-                down(dn, down_act(f.down, h[i], &buf), out + (t0 + i) * out_stride, n_embd);
-            }
+            mvm_block_q8_K buf[MVM_K_NT];
+            size_t stride;
+            const void *da = down_acts(f.down, (const float(*)[MVM_QK_K])h, nt, buf, &stride);
+            downn(dn, da, stride, nt, out + t0 * out_stride, out_stride, n_embd);
         }
     }
 }

@@ -80,7 +80,9 @@ void mvm_k_dequantize(enum mvm_wtype t, const void *src, float *dst, size_t n);
 void mvm_k_matvec(enum mvm_wtype t, const void *w, size_t row_bytes, size_t n_in,
                   const void *act, float *y, size_t r0, size_t r1);
 /* The same for n_tok activation vectors (act + i*act_stride bytes) into y + i*y_stride
- * floats: each weight row is read once for all tokens (prefill). */
+ * floats: each weight row is read once for all tokens (prefill), and the blocks of the
+ * quantized types are unpacked once for every few tokens; the results are bitwise those of
+ * matvec, token by token. */
 void mvm_k_matmul(enum mvm_wtype t, const void *w, size_t row_bytes, size_t n_in,
                   const void *act, size_t act_stride, size_t n_tok, float *y, size_t y_stride,
                   size_t r0, size_t r1);
@@ -113,7 +115,8 @@ static inline mvm_k_expert_fmt mvm_k_expert_uniform(enum mvm_wtype t)
 void mvm_k_expert_ffn(mvm_k_expert_fmt f, const void *expert, size_t n_embd, const void *act,
                       float weight, float *out, size_t g0, size_t g1);
 /* The same for n_tok tokens routed to this expert: act + i*act_stride bytes, weights[i],
- * out + i*out_stride floats; each group's weights are read once for all tokens. */
+ * out + i*out_stride floats; each group's weights are read once for all tokens and unpacked
+ * once for every few; bitwise the same as one call per token. */
 void mvm_k_expert_ffn_batch(mvm_k_expert_fmt f, const void *expert, size_t n_embd,
                             const void *act, size_t act_stride, const float *weights,
                             size_t n_tok, float *out, size_t out_stride, size_t g0, size_t g1);

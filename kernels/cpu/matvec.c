@@ -1,7 +1,8 @@
 /*
- * Row-major matrix times one or several activation vectors, on the dot product of the
+ * Row-major matrix times one or several activation vectors, on the dot products of the
  * selected SIMD level. Decode (matvec) streams the rows once; the dot products are the whole
- * cost and the loop here is only their driver.
+ * cost and the loop here is only their driver. Prefill (matmul) takes the tokens MVM_K_NT
+ * at a time, each row's blocks unpacked once for all of them.
  */
 #include "kernels/cpu/dispatch.h"
 
@@ -22,7 +23,7 @@ void mvm_k_matvec(enum mvm_wtype t, const void *w, size_t row_bytes, size_t n_in
 void mvm_k_matmul(enum mvm_wtype t, const void *w, size_t row_bytes, size_t n_in, const void *act,
                   size_t act_stride, size_t n_tok, float *y, size_t y_stride, size_t r0, size_t r1)
 {
-    const mvm_k_dot_fn dot = mvm_k_kernels->dot[t];
+    const mvm_k_dotn_fn dotn = mvm_k_kernels->dotn[t];
     size_t tile = TILE_BYTES / (act_stride ? act_stride : 1);
     if (!tile)
         tile = 1;
@@ -30,8 +31,9 @@ void mvm_k_matmul(enum mvm_wtype t, const void *w, size_t row_bytes, size_t n_in
         const size_t t1 = n_tok - t0 < tile ? n_tok : t0 + tile;
         for (size_t r = r0; r < r1; r++) {
             const void *row = (const uint8_t *)w + r * row_bytes;
-            for (size_t i = t0; i < t1; i++)
-                y[i * y_stride + r] = dot(row, (const uint8_t *)act + i * act_stride, n_in);
+            for (size_t i = t0; i < t1; i += MVM_K_NT)
+                dotn(row, (const uint8_t *)act + i * act_stride, act_stride,
+                     t1 - i < MVM_K_NT ? t1 - i : MVM_K_NT, n_in, y + i * y_stride + r, y_stride);
         }
     }
 }
