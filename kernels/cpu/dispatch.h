@@ -96,8 +96,9 @@ typedef float (*mvm_k_dot_fn)(const void *w, const void *act, size_t n);
  * once for all of them, since prefill and an expert's batch are compute-bound and the
  * unpacking of the 4-bit and K types is a large part of a token's work (measured, one
  * thread, weights in L2: matmul 1.1-1.3x one token at a time for the 32-element Q types,
- * 1.1-1.6x for the K types; docs/perf/cpu.md). Four keeps a step's unpacked blocks and the
- * tokens' accumulators near the 16 registers of AVX2. */
+ * 1.1-1.6x for the K types; docs/perf/cpu.md). Four was chosen so that a step's eight
+ * unpacked blocks and the tokens' accumulators stay near AVX2's 16 registers; other counts
+ * were not measured. */
 #define MVM_K_NT 4
 
 /* y[i * y_stride] = dot(w, act + i * act_stride) for i < n_tok, 1 <= n_tok <= MVM_K_NT:
