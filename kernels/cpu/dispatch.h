@@ -184,6 +184,22 @@ struct mvm_k_level {
         default: downn(type, w, a, a_stride, MVM_K_NT, out, out_stride, n); break;                 \
         }                                                                                          \
     }
+/* The entry points pre_f32 .. pre_q6_K that MVM_K_LEVEL_TYPE defined, indexed by type. */
+#define MVM_K_TABLE(pre)                                                                           \
+    {[MVM_W_F32] = pre##_f32,                                                                      \
+     [MVM_W_F16] = pre##_f16,                                                                      \
+     [MVM_W_BF16] = pre##_bf16,                                                                    \
+     [MVM_W_Q8_0] = pre##_q8_0,                                                                    \
+     [MVM_W_Q4_0] = pre##_q4_0,                                                                    \
+     [MVM_W_Q4_1] = pre##_q4_1,                                                                    \
+     [MVM_W_Q5_0] = pre##_q5_0,                                                                    \
+     [MVM_W_Q5_1] = pre##_q5_1,                                                                    \
+     [MVM_W_IQ4_NL] = pre##_iq4_nl,                                                                \
+     [MVM_W_Q2_K] = pre##_q2_K,                                                                    \
+     [MVM_W_Q3_K] = pre##_q3_K,                                                                    \
+     [MVM_W_Q4_K] = pre##_q4_K,                                                                    \
+     [MVM_W_Q5_K] = pre##_q5_K,                                                                    \
+     [MVM_W_Q6_K] = pre##_q6_K}
 #define MVM_K_LEVEL(name, attr, dotn_float, dotn_q, downn_float, downn_q, dotn_k, downn_k)         \
     MVM_K_LEVEL_TYPE(attr, dotn_float, downn_float, MVM_W_F32, f32)                                \
     MVM_K_LEVEL_TYPE(attr, dotn_float, downn_float, MVM_W_F16, f16)                                \
@@ -200,49 +216,7 @@ struct mvm_k_level {
     MVM_K_LEVEL_TYPE(attr, dotn_k, downn_k, MVM_W_Q5_K, q5_K)                                      \
     MVM_K_LEVEL_TYPE(attr, dotn_k, downn_k, MVM_W_Q6_K, q6_K)                                      \
     const struct mvm_k_level name = {                                                              \
-        .dot = {[MVM_W_F32] = dot_f32,                                                             \
-                [MVM_W_F16] = dot_f16,                                                             \
-                [MVM_W_BF16] = dot_bf16,                                                           \
-                [MVM_W_Q8_0] = dot_q8_0,                                                           \
-                [MVM_W_Q4_0] = dot_q4_0,                                                           \
-                [MVM_W_Q4_1] = dot_q4_1,                                                           \
-                [MVM_W_Q5_0] = dot_q5_0,                                                           \
-                [MVM_W_Q5_1] = dot_q5_1,                                                           \
-                [MVM_W_IQ4_NL] = dot_iq4_nl,                                                       \
-                [MVM_W_Q2_K] = dot_q2_K,                                                           \
-                [MVM_W_Q3_K] = dot_q3_K,                                                           \
-                [MVM_W_Q4_K] = dot_q4_K,                                                           \
-                [MVM_W_Q5_K] = dot_q5_K,                                                           \
-                [MVM_W_Q6_K] = dot_q6_K},                                                          \
-        .dotn = {[MVM_W_F32] = dotn_f32,                                                           \
-                 [MVM_W_F16] = dotn_f16,                                                           \
-                 [MVM_W_BF16] = dotn_bf16,                                                         \
-                 [MVM_W_Q8_0] = dotn_q8_0,                                                         \
-                 [MVM_W_Q4_0] = dotn_q4_0,                                                         \
-                 [MVM_W_Q4_1] = dotn_q4_1,                                                         \
-                 [MVM_W_Q5_0] = dotn_q5_0,                                                         \
-                 [MVM_W_Q5_1] = dotn_q5_1,                                                         \
-                 [MVM_W_IQ4_NL] = dotn_iq4_nl,                                                     \
-                 [MVM_W_Q2_K] = dotn_q2_K,                                                         \
-                 [MVM_W_Q3_K] = dotn_q3_K,                                                         \
-                 [MVM_W_Q4_K] = dotn_q4_K,                                                         \
-                 [MVM_W_Q5_K] = dotn_q5_K,                                                         \
-                 [MVM_W_Q6_K] = dotn_q6_K},                                                        \
-        .downn = {[MVM_W_F32] = downn_f32,                                                         \
-                  [MVM_W_F16] = downn_f16,                                                         \
-                  [MVM_W_BF16] = downn_bf16,                                                       \
-                  [MVM_W_Q8_0] = downn_q8_0,                                                       \
-                  [MVM_W_Q4_0] = downn_q4_0,                                                       \
-                  [MVM_W_Q4_1] = downn_q4_1,                                                       \
-                  [MVM_W_Q5_0] = downn_q5_0,                                                       \
-                  [MVM_W_Q5_1] = downn_q5_1,                                                       \
-                  [MVM_W_IQ4_NL] = downn_iq4_nl,                                                   \
-                  [MVM_W_Q2_K] = downn_q2_K,                                                       \
-                  [MVM_W_Q3_K] = downn_q3_K,                                                       \
-                  [MVM_W_Q4_K] = downn_q4_K,                                                       \
-                  [MVM_W_Q5_K] = downn_q5_K,                                                       \
-                  [MVM_W_Q6_K] = downn_q6_K},                                                      \
-    };
+        .dot = MVM_K_TABLE(dot), .dotn = MVM_K_TABLE(dotn), .downn = MVM_K_TABLE(downn)};
 
 extern const struct mvm_k_level mvm_k_level_scalar; /* dot_scalar.c */
 #if defined(__x86_64__) || defined(__i386__)
