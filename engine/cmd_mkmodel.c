@@ -15,7 +15,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: moevm mkmodel [--preset NAME] [--arch ARCH] [--type TYPE] [--seed N]\n"
             "                     [-o FILE] [--layers N] [--experts N] [--top-k N] [--embd N]\n"
-            "                     [--expert-ff N] [--vocab N] [--ctx N] [--list]\n"
+            "                     [--expert-ff N] [--vocab N] [--ctx N]\n"
+            "                     [--rope-scaling linear:FACTOR|yarn:FACTOR:ORIG_CTX] [--list]\n"
             "  --preset   tiny (default) or a real model shape; --list shows them all\n"
             "  --arch     for tiny: llama (default), qwen2moe, qwen3moe, olmoe\n"
             "  --type     f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_K, q3_K,\n"
@@ -25,6 +26,8 @@ static void usage(FILE *f)
             "             q5_0, q5_K to q5_1, q6_K to q8_0\n"
             "  --seed     the weights' seed (default 1): same seed, same file\n"
             "  -o         output file (default: <preset>-<arch>-<type>.gguf)\n"
+            "  --rope-scaling  write a context extension (rope.scaling.*): linear, or YaRN\n"
+            "             from a model trained on ORIG_CTX positions\n"
             "  the size flags override the preset's value\n");
 }
 
@@ -49,6 +52,24 @@ static int parse_type(const char *v, enum mvm_wtype *t, int *k_mix)
     return 2;
 }
 
+/* --rope-scaling linear:FACTOR or yarn:FACTOR:ORIG_CTX into the spec (checked there). */
+static int parse_rope_scaling(const char *v, mvm_model_spec *s)
+{
+    char type[8] = "", end;
+    double factor = 0;
+    unsigned orig = 0;
+    int n = sscanf(v, "%7[a-z]:%lf:%u%c", type, &factor, &orig, &end);
+    if ((strcmp(type, "linear") == 0 && n == 2) || (strcmp(type, "yarn") == 0 && n == 3)) {
+        snprintf(s->rope_scaling, sizeof s->rope_scaling, "%s", type);
+        s->rope_factor = (float)factor;
+        s->rope_orig_ctx = orig;
+        return 0;
+    }
+    fprintf(stderr, "moevm mkmodel: --rope-scaling %s: expected linear:FACTOR or "
+            "yarn:FACTOR:ORIG_CTX\n", v);
+    return 2;
+}
+
 /* The file name's type: "q4_K_M" for the mix. */
 static const char *type_name(const mvm_model_spec *s, char *buf, size_t size)
 {
@@ -62,6 +83,7 @@ int mvm_cmd_mkmodel(int argc, char **argv)
     enum mvm_wtype type = MVM_W_F32;
     int type_set = 0, list = 0, k_mix = 0;
     uint32_t seed = 1;
+    const char *rope_scaling = NULL;
     struct { const char *flag; uint32_t val; int set; } ov[] = {
         {"--layers"}, {"--experts"}, {"--top-k"}, {"--embd"}, {"--expert-ff"}, {"--vocab"},
         {"--ctx"}};
@@ -82,6 +104,7 @@ int mvm_cmd_mkmodel(int argc, char **argv)
         } else if (strcmp(a, "--list") == 0) list = 1;
         else if (strcmp(a, "--preset") == 0) preset = v;
         else if (strcmp(a, "--arch") == 0) arch = v;
+        else if (strcmp(a, "--rope-scaling") == 0) rope_scaling = v;
         else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) out = v;
         else if (strcmp(a, "--seed") == 0) {
             if (mvm_cli_u32("mkmodel", a, v, 0, UINT32_MAX, &seed))
@@ -115,6 +138,8 @@ int mvm_cmd_mkmodel(int argc, char **argv)
     s.type = type_set ? type : strcmp(preset, "tiny") == 0 ? MVM_W_F32 : MVM_W_Q8_0;
     s.k_mix = k_mix;
     s.seed = seed;
+    if (rope_scaling && parse_rope_scaling(rope_scaling, &s))
+        return 2;
     uint32_t *dst[] = {&s.n_layer, &s.n_expert, &s.n_expert_used, &s.n_embd, NULL, &s.n_vocab,
                        &s.n_ctx};
     for (size_t k = 0; k < n_ov; k++) {

@@ -345,13 +345,16 @@ static int load(struct session *s)
         snprintf(compute, sizeof compute, "%d threads, %s kernels", threads,
                  mvm_k_simd_name(mvm_k_simd_current()));
     double eb = (double)s->model->expert_bytes;
-    char types[64];
-    fprintf(stderr, "model: %s (%s), %u layers, %u experts top-%u of %.1f %s (%s), vocab %u; "
+    char types[64], rope[48] = "";
+    if (hp->rope.freq_scale != 1.0f)
+        snprintf(rope, sizeof rope, ", RoPE %s x%g", hp->rope.ext_factor != 0 ? "YaRN" : "linear",
+                 1.0 / hp->rope.freq_scale);
+    fprintf(stderr, "model: %s (%s), %u layers, %u experts top-%u of %.1f %s (%s), vocab %u%s; "
             "loaded in %.2f s\nspace: %s backend, budget %u pages of %llu KiB; %s; cost model "
             "%s\n",
             s->model->name, s->model->arch->name, hp->n_layer, hp->n_expert, hp->n_expert_used,
             eb >= 1048576 ? eb / 1048576 : eb / 1024, eb >= 1048576 ? "MiB" : "KiB",
-            mvm_model_expert_types(s->model, types, sizeof types), hp->n_vocab,
+            mvm_model_expert_types(s->model, types, sizeof types), hp->n_vocab, rope,
             mvm_now_s() - t0, info.backend, info.device_pages,
             (unsigned long long)(info.page_size >> 10), compute, s->machine.name);
     if (mvm_tokenizer_load(s->model->gguf, &s->tok) != MVM_OK) {
@@ -421,6 +424,9 @@ static int generate(struct session *s)
                 n_ctx, s->n_prompt, a->n_predict);
         return 2;
     }
+    if (n_ctx > hp->n_ctx_train) /* as llama.cpp warns: positions the model never saw */
+        fprintf(stderr, "moevm run: warning: %u positions exceed the %u the model was trained "
+                "on (context_length): expect worse output past them\n", n_ctx, hp->n_ctx_train);
     mvm_ctx_policies pol = {
         .residency = {.evict = a->evict, .evict_args = a->evict_args, .config = a->config,
                       .config_args = a->config_args, .assign = a->assign,

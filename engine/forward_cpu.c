@@ -155,9 +155,8 @@ static void qk_norm_rope(struct cpu_fwd *c, const mvm_layer *L, uint32_t n, uint
             mvm_k_rmsnorm(q, q, L->q_norm, c->q_dim, hp->rms_eps);
             mvm_k_rmsnorm(k, k, L->k_norm, c->kv_dim, hp->rms_eps);
         }
-        mvm_k_rope(q, hp->n_head, hp->head_dim, hp->n_rot, pos0 + i, hp->rope_base, a->rope_neox);
-        mvm_k_rope(k, hp->n_head_kv, hp->head_dim, hp->n_rot, pos0 + i, hp->rope_base,
-                   a->rope_neox);
+        mvm_k_rope(q, hp->n_head, hp->head_dim, pos0 + i, &hp->rope);
+        mvm_k_rope(k, hp->n_head_kv, hp->head_dim, pos0 + i, &hp->rope);
     }
 }
 

@@ -310,8 +310,7 @@ static mvm_status rope(struct cuda_fwd *f, mvm_dptr x, uint64_t stride, uint32_t
 {
     const mvm_hparams *hp = &f->m->hp;
     mvm_g_rope_args a = {.x = x, .stride = stride, .n_tok = n, .n_heads = n_heads,
-                         .head_dim = hp->head_dim, .n_rot = hp->n_rot, .pos0 = pos0,
-                         .neox = (uint32_t)f->m->arch->rope_neox, .base = hp->rope_base};
+                         .head_dim = hp->head_dim, .pos0 = pos0, .rope = hp->rope};
     return mvm_gpu_rope(f->g, 0, &a);
 }
 

@@ -53,6 +53,14 @@ mvm_status mvm_spec_check(const mvm_model_spec *s)
                             "embedding %u, heads x head size %u, shared expert %u",
                             mvm_k_wtype_name(s->type), MVM_QBLOCK, s->n_embd,
                             s->n_head * s->head_dim, s->n_ff_shexp);
+    int yarn = strcmp(s->rope_scaling, "yarn") == 0;
+    if (s->rope_scaling[0] && !yarn && strcmp(s->rope_scaling, "linear") != 0)
+        return mvm_fail(MVM_ERR_INVALID, "RoPE scaling '%s' is not linear or yarn",
+                        s->rope_scaling);
+    if (s->rope_scaling[0] && (!(s->rope_factor >= 1 && s->rope_factor <= 1024) ||
+                               (yarn && s->rope_orig_ctx < 2)))
+        return mvm_fail(MVM_ERR_INVALID, "RoPE scaling factor %g is not in 1..1024 or YaRN's "
+                        "original context %u is below 2", s->rope_factor, s->rope_orig_ctx);
     if (s->k_mix && s->type != MVM_W_Q4_K && s->type != MVM_W_Q5_K)
         return mvm_fail(MVM_ERR_INVALID, "the _M mix is for q4_K and q5_K, not %s",
                         mvm_k_wtype_name(s->type));
@@ -315,6 +323,13 @@ static mvm_status set_keys(const mvm_model_spec *s, mvm_gguf_writer *w)
     U32("rope.dimension_count", s->head_dim);
     F32("rope.freq_base", s->rope_base);
     F32("attention.layer_norm_rms_epsilon", s->rms_eps);
+    if (s->rope_scaling[0]) {
+        snprintf(k, sizeof k, "%s.rope.scaling.type", s->arch);
+        st = st ? st : mvm_gguf_writer_set_str(w, k, s->rope_scaling);
+        F32("rope.scaling.factor", s->rope_factor);
+        if (s->rope_orig_ctx)
+            U32("rope.scaling.original_context_length", s->rope_orig_ctx);
+    }
     U32("expert_count", s->n_expert);
     U32("expert_used_count", s->n_expert_used);
     if (strcmp(a->expert_ff_key, "expert_feed_forward_length") == 0)

@@ -26,6 +26,11 @@ typedef struct mvm_model_spec {
     enum mvm_wtype type;         /* of every matrix but the router (f32, as llama.cpp keeps it) */
     int k_mix;                   /* with q4_K/q5_K: llama.cpp's _M mix (mkmodel.c, tensor_type) */
     uint64_t seed;
+    /* Context extension written as rope.scaling.*: "" (none), "linear" or "yarn", with
+     * its factor and (yarn) the original context length. */
+    char rope_scaling[8];
+    float rope_factor;
+    uint32_t rope_orig_ctx;
 } mvm_model_spec;
 
 typedef struct mvm_preset {

@@ -184,9 +184,76 @@ static mvm_status mat(struct loader *ld, const char *name, uint32_t cols, uint32
     return MVM_OK;
 }
 
+/*
+ * The rotary embedding: freq_base, rope.dimension_count and the context extension as
+ * llama.cpp reads them. rope.scaling.type is none, linear or yarn (linear when only a factor
+ * is given, as llama.cpp defaults; longrope and others are refused); the factor comes from
+ * rope.scaling.factor or the older rope.scale_linear. YaRN's original context defaults to
+ * context_length, its betas to 32 and 1, its ext_factor to 1. Magnitude: attn_factor (1),
+ * times yarn_attn_factor where a file has it (our reading: both scale the rotated dims, as
+ * each does in llama.cpp, which never meets both in one file), times 1 + 0.1 ln(factor)
+ * under YaRN, as ggml's rope_yarn and Hugging Face's get_mscale apply it.
+ */
+static mvm_status read_rope(struct loader *ld, const mvm_arch *arch, mvm_hparams *hp)
+{
+    mvm_rope *r = &hp->rope;
+    *r = (mvm_rope){.n_rot = hp->head_dim, .neox = (uint32_t)arch->rope_neox, .base = 10000.0f,
+                    .freq_scale = 1.0f, .mscale = 1.0f};
+    float factor = 0, attn = 1, yarn_attn = 1, beta_fast = 32, beta_slow = 1, ext = 1;
+    uint32_t orig_ctx = hp->n_ctx_train;
+    if (arch_f32(ld, "rope.freq_base", &r->base, 0) ||
+        arch_u32(ld, "rope.dimension_count", &r->n_rot, 0) ||
+        arch_f32(ld, "rope.scale_linear", &factor, 0) ||
+        arch_f32(ld, "rope.scaling.factor", &factor, 0) ||
+        arch_f32(ld, "rope.scaling.attn_factor", &attn, 0) ||
+        arch_u32(ld, "rope.scaling.original_context_length", &orig_ctx, 0) ||
+        arch_f32(ld, "rope.scaling.yarn_ext_factor", &ext, 0) ||
+        arch_f32(ld, "rope.scaling.yarn_attn_factor", &yarn_attn, 0) ||
+        arch_f32(ld, "rope.scaling.yarn_beta_fast", &beta_fast, 0) ||
+        arch_f32(ld, "rope.scaling.yarn_beta_slow", &beta_slow, 0))
+        return ld->st;
+    if (r->n_rot == 0 || r->n_rot % 2 || r->n_rot > hp->head_dim)
+        return fail(ld, MVM_ERR_INVALID, "rope.dimension_count %u is not an even number up to "
+                    "the head size %u", r->n_rot, hp->head_dim);
+    if (!(r->base > 1) || !(r->base < 1e30f))
+        return fail(ld, MVM_ERR_INVALID, "rope.freq_base %g out of range", r->base);
+    char key[128], type[16] = "linear";
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch->name);
+    mvm_gguf_str str;
+    if (mvm_gguf_find_key(ld->g, key) >= 0 &&
+        (mvm_gguf_get_str(ld->g, key, &str) != MVM_OK ||
+         mvm_gguf_str_copy(str, type, sizeof type) != MVM_OK))
+        return fail(ld, MVM_ERR_INVALID, "%s: not a short string", key);
+    int yarn = strcmp(type, "yarn") == 0;
+    if (strcmp(type, "none") != 0 && strcmp(type, "linear") != 0 && !yarn)
+        return fail(ld, MVM_ERR_UNSUPPORTED, "%s '%s': moevm computes none, linear and yarn",
+                    key, type);
+    if (factor == 0 || strcmp(type, "none") == 0)
+        return MVM_OK; /* llama.cpp: no factor (or 0) is no scaling; YaRN's ramp would blend
+                          equal angles and its magnitude be 1 */
+    if (!(factor > 0 && factor < 1e6f) || (yarn && factor < 1))
+        return fail(ld, MVM_ERR_INVALID, "rope.scaling.factor %g out of range (%s)", factor,
+                    yarn ? "YaRN needs 1 or more" : "must be positive");
+    if (!(attn > 0 && attn < 1e3f) || !(yarn_attn > 0 && yarn_attn < 1e3f))
+        return fail(ld, MVM_ERR_INVALID, "rope.scaling attention factor %g / %g out of range",
+                    attn, yarn_attn);
+    if (!yarn) {
+        r->freq_scale = 1.0f / factor;
+        r->mscale = attn;
+        return MVM_OK;
+    }
+    if (orig_ctx < 2 || !(beta_fast > 0 && beta_fast < 1e6f) ||
+        !(beta_slow > 0 && beta_slow < 1e6f) || !(ext >= 0 && ext <= 1))
+        return fail(ld, MVM_ERR_INVALID, "YaRN parameters out of range: original_context_length "
+                    "%u, yarn_beta_fast %g, yarn_beta_slow %g, yarn_ext_factor %g", orig_ctx,
+                    beta_fast, beta_slow, ext);
+    mvm_k_rope_yarn(r, factor, orig_ctx, beta_fast, beta_slow, ext, attn * yarn_attn);
+    return MVM_OK;
+}
+
 static mvm_status read_hparams(struct loader *ld, mvm_hparams *hp)
 {
-    *hp = (mvm_hparams){.rope_base = 10000.0f};
+    *hp = (mvm_hparams){0};
     uint32_t key_len = 0, val_len = 0;
     if (arch_u32(ld, "embedding_length", &hp->n_embd, 1) ||
         arch_u32(ld, "block_count", &hp->n_layer, 1) ||
@@ -196,8 +263,7 @@ static mvm_status read_hparams(struct loader *ld, mvm_hparams *hp)
         arch_u32(ld, "expert_used_count", &hp->n_expert_used, 0) ||
         arch_u32(ld, "attention.key_length", &key_len, 0) ||
         arch_u32(ld, "attention.value_length", &val_len, 0) ||
-        arch_f32(ld, "attention.layer_norm_rms_epsilon", &hp->rms_eps, 1) ||
-        arch_f32(ld, "rope.freq_base", &hp->rope_base, 0))
+        arch_f32(ld, "attention.layer_norm_rms_epsilon", &hp->rms_eps, 1))
         return ld->st;
     hp->n_head_kv = hp->n_head;
     if (arch_u32(ld, "attention.head_count_kv", &hp->n_head_kv, 0))
@@ -221,16 +287,9 @@ static mvm_status read_hparams(struct loader *ld, mvm_hparams *hp)
     if (val_len && val_len != hp->head_dim)
         return fail(ld, MVM_ERR_UNSUPPORTED, "attention.value_length %u differs from key_length "
                     "%u", val_len, hp->head_dim);
-    hp->n_rot = hp->head_dim;
-    if (arch_u32(ld, "rope.dimension_count", &hp->n_rot, 0))
-        return ld->st;
-    if (hp->n_rot == 0 || hp->n_rot % 2 || hp->n_rot > hp->head_dim)
-        return fail(ld, MVM_ERR_INVALID, "rope.dimension_count %u is not an even number up to "
-                    "the head size %u", hp->n_rot, hp->head_dim);
-    if (!(hp->rms_eps > 0 && hp->rms_eps < 1) || !(hp->rope_base > 1))
-        return fail(ld, MVM_ERR_INVALID, "layer_norm_rms_epsilon %g or rope.freq_base %g out of "
-                    "range", hp->rms_eps, hp->rope_base);
-    return MVM_OK;
+    if (!(hp->rms_eps > 0 && hp->rms_eps < 1))
+        return fail(ld, MVM_ERR_INVALID, "layer_norm_rms_epsilon %g out of range", hp->rms_eps);
+    return read_rope(ld, ld->arch, hp);
 }
 
 /* Expert shapes come from the tensors; the metadata, where present, must agree. */

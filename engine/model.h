@@ -36,9 +36,10 @@ const mvm_arch *mvm_arch_find(const char *name);
 const char *mvm_arch_names(void);
 
 typedef struct mvm_hparams {
-    uint32_t n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, n_rot, n_ctx_train;
+    uint32_t n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ctx_train;
     uint32_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
-    float rms_eps, rope_base;
+    float rms_eps;
+    mvm_rope rope;              /* with the architecture's pairing and any context extension */
 } mvm_hparams;
 
 /* A 2-D weight in ggml layout: `rows` rows of `cols` elements, row r at data + r*row_bytes. */

@@ -50,6 +50,9 @@ expect 1 'no CUDA driver' -- env MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY=/nonexist
 # mkmodel and run: the main job, then every kind of bad input.
 m="$tmp/tiny.gguf"
 expect 0 'mkmodel: tiny qwen3moe' -- "$moevm" mkmodel --arch qwen3moe -o "$m"
+expect 0 'warning: 300 positions exceed the 256 the model was trained on' -- "$moevm" run -m "$m" -p "x" -n 2 --ctx 300
+"$moevm" mkmodel --arch qwen3moe --rope-scaling yarn:4:64 -o "$tmp/yarn.gguf" >/dev/null
+expect 0 'vocab 512, RoPE YaRN x4; loaded' -- "$moevm" run -m "$tmp/yarn.gguf" -p "x" -n 2
 expect 0 'decode 8 tokens .* tok/s \| expert accesses [1-9]' -- "$moevm" run -m "$m" -p "Once upon a time" -n 8
 expect 0 'Once upon a time' -- "$moevm" run -m "$m" -p "Once upon a time" -n 4 --temp 0
 "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 >"$tmp/a" 2>/dev/null
@@ -170,6 +173,8 @@ expect 2 '--arch gpt5: not supported' -- "$moevm" mkmodel --arch gpt5
 expect 2 '--type iq2_xs: expected' -- "$moevm" mkmodel --type iq2_xs
 expect 2 '--type q6_K_M: expected' -- "$moevm" mkmodel --type q6_K_M
 expect 1 'top-k 9 is not in 1..8' -- "$moevm" mkmodel --top-k 9 -o "$tmp/x.gguf"
+expect 2 '--rope-scaling yarn:4: expected linear:FACTOR or yarn:FACTOR:ORIG_CTX' -- "$moevm" mkmodel --rope-scaling yarn:4 -o "$tmp/x.gguf"
+expect 1 'RoPE scaling factor 0.5 is not in 1..1024' -- "$moevm" mkmodel --rope-scaling linear:0.5 -o "$tmp/x.gguf"
 expect 1 'q4_0 needs rows in multiples of 32' -- "$moevm" mkmodel --type q4_0 --embd 48 -o "$tmp/x.gguf"
 expect 2 '--layers 0: expected an integer' -- "$moevm" mkmodel --layers 0
 if [ ! -e "$tmp/x.gguf" ] && [ ! -e "$tmp/x.gguf.tmp" ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: a refused mkmodel left a file" >&2; fi

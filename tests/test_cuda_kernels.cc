@@ -304,16 +304,19 @@ static void test_rope(void)
 {
     const uint32_t n_tok = 3, heads = 40, hd = 16, pos0 = 7;
     const uint64_t stride = heads * hd + 4;
-    for (uint32_t neox = 0; neox < 2; neox++)
-        for (uint32_t n_rot : {12u, 16u}) { /* 40 heads x 6 pairs: more than 128 threads */
-            std::vector<float> x = randoms(n_tok * stride), want = x;
-            for (uint32_t i = 0; i < n_tok; i++)
-                mvm_k_rope(&want[i * stride], heads, hd, n_rot, pos0 + i, 10000.0f, (int)neox);
-            mvm_g_rope_args a = {dp(x.data()), stride, n_tok, heads, hd, n_rot, pos0, neox,
-                                 10000.0f};
-            launch(mvm_g_rope, a, mvm_g_rope_shape(&a));
-            CHECK(rel_err(x.data(), want.data(), x.size()) < 1e-6);
-        }
+    for (int yarn = 0; yarn < 2; yarn++)
+        for (uint32_t neox = 0; neox < 2; neox++)
+            for (uint32_t n_rot : {12u, 16u}) { /* 40 heads x 6 pairs: more than 128 threads */
+                mvm_rope r = {n_rot, neox, 10000.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f};
+                if (yarn)
+                    mvm_k_rope_yarn(&r, 4.0f, 4096, 32.0f, 1.0f, 1.0f, 1.0f);
+                std::vector<float> x = randoms(n_tok * stride), want = x;
+                for (uint32_t i = 0; i < n_tok; i++)
+                    mvm_k_rope(&want[i * stride], heads, hd, pos0 + i, &r);
+                mvm_g_rope_args a = {dp(x.data()), stride, n_tok, heads, hd, pos0, r};
+                launch(mvm_g_rope, a, mvm_g_rope_shape(&a));
+                CHECK(rel_err(x.data(), want.data(), x.size()) < 1e-6);
+            }
 }
 
 static void attention_case(uint32_t n_tok, uint32_t pos0, uint32_t n_ctx)

@@ -145,6 +145,8 @@ struct mutation {
     const char *key;          /* key to change */
     int drop_key;
     uint32_t key_u32;
+    const char *key_str;      /* the new value is this string, */
+    float key_f32;            /* or this f32 when nonzero, else key_u32 */
     const char *tensor;       /* tensor to change */
     int drop_tensor;
     enum mvm_ggml_type type;  /* new type when retype */
@@ -198,6 +200,16 @@ static void copy_key(const mvm_gguf *g, uint64_t i, mvm_gguf_writer *w)
     }
 }
 
+static void set_key(mvm_gguf_writer *w, const char *name, const struct mutation *mu)
+{
+    if (mu->key_str)
+        mvm_gguf_writer_set_str(w, name, mu->key_str);
+    else if (mu->key_f32 != 0)
+        mvm_gguf_writer_set_f32(w, name, mu->key_f32);
+    else
+        mvm_gguf_writer_set_u32(w, name, mu->key_u32);
+}
+
 static void write_mutant(const char *src, const char *dst, const struct mutation *mu)
 {
     mvm_gguf *g;
@@ -209,13 +221,13 @@ static void write_mutant(const char *src, const char *dst, const struct mutation
         mvm_gguf_str_copy(mvm_gguf_key_name(g, i), name, sizeof name);
         if (mu->key && strcmp(name, mu->key) == 0) {
             if (!mu->drop_key)
-                mvm_gguf_writer_set_u32(w, name, mu->key_u32);
+                set_key(w, name, mu);
             continue;
         }
         copy_key(g, i, w);
     }
     if (mu->key && !mu->drop_key && mvm_gguf_find_key(g, mu->key) < 0)
-        mvm_gguf_writer_set_u32(w, mu->key, mu->key_u32);
+        set_key(w, mu->key, mu);
     void *zeros[4] = {0};
     int nz = 0;
     for (uint64_t i = 0; i < mvm_gguf_n_tensors(g); i++) {
@@ -294,6 +306,18 @@ static void test_load_errors(void)
                       .key_u32 = 96}, MVM_ERR_INVALID, "experts have 64 channels");
     expect_load_error("qwen3moe", &(struct mutation){.key = "qwen3moe.rope.dimension_count",
                       .key_u32 = 33}, MVM_ERR_INVALID, "rope.dimension_count 33");
+    /* RoPE scaling: an unknown kind is refused, not ignored; so is a factor out of range */
+    expect_load_error("qwen3moe", &(struct mutation){.key = "qwen3moe.rope.scaling.type",
+                      .key_str = "longrope"}, MVM_ERR_UNSUPPORTED,
+                      "rope.scaling.type 'longrope': moevm computes none, linear and yarn");
+    expect_load_error("llama", &(struct mutation){.key = "llama.rope.scaling.type",
+                      .key_u32 = 2}, MVM_ERR_INVALID, "rope.scaling.type: not a short string");
+    expect_load_error("llama", &(struct mutation){.key = "llama.rope.scaling.factor",
+                      .key_f32 = -2}, MVM_ERR_INVALID, "rope.scaling.factor -2 out of range");
+    expect_load_error("llama", &(struct mutation){.key = "llama.rope.scale_linear",
+                      .key_f32 = NAN}, MVM_ERR_INVALID, "rope.scaling.factor nan out of range");
+    expect_load_error("olmoe", &(struct mutation){.key = "olmoe.rope.freq_base",
+                      .key_f32 = 0.5f}, MVM_ERR_INVALID, "rope.freq_base 0.5 out of range");
     expect_load_error("qwen2moe", &(struct mutation){.tensor = "blk.1.ffn_gate_inp_shexp.weight",
                       .drop_tensor = 1}, MVM_ERR_INVALID, "ffn_gate_inp_shexp");
 

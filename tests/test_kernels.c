@@ -1031,34 +1031,74 @@ static void test_rmsnorm(void)
     CHECK(bad == 0);
 }
 
+/* Hugging Face's YaRN inverse frequency of pair i (_compute_yarn_parameters), in double:
+ * the blend is made on frequencies there, on angles in ggml, which is the same (linear). */
+static double hf_yarn_inv_freq(size_t i, size_t n_rot, double base, double factor,
+                               double orig_ctx)
+{
+    const double beta_fast = 32, beta_slow = 1;
+#define CORR(b) ((double)n_rot * log(orig_ctx / ((b) * 2 * M_PI)) / (2 * log(base)))
+    double low = fmax(0, floor(CORR(beta_fast)));
+    double high = fmin((double)n_rot - 1, ceil(CORR(beta_slow)));
+#undef CORR
+    if (low == high)
+        high += 0.001;
+    const double ramp = fmin(1, fmax(0, ((double)i - low) / (high - low)));
+    const double extrap = pow(base, -2.0 * (double)i / (double)n_rot);
+    return extrap / factor * ramp + extrap * (1 - ramp);
+}
+
 static void test_rope(void)
 {
     const size_t n_heads = 3, head_dim = 16;
     float x[48], orig[48];
-    for (int neox = 0; neox < 2; neox++) {
-        for (size_t n_rot = 8; n_rot <= 16; n_rot += 8) {
-            fill(orig, 48, 1.0f);
-            memcpy(x, orig, sizeof x);
-            mvm_k_rope(x, n_heads, head_dim, n_rot, 0, 10000.0f, neox);
-            CHECK(memcmp(x, orig, sizeof x) == 0); /* position 0: the identity */
-            const size_t pos = 37;
-            memcpy(x, orig, sizeof x);
-            mvm_k_rope(x, n_heads, head_dim, n_rot, pos, 10000.0f, neox);
-            int bad = 0;
-            for (size_t h = 0; h < n_heads; h++) {
-                const float *o = orig + h * head_dim, *r = x + h * head_dim;
-                for (size_t i = 0; i < n_rot / 2; i++) {
-                    const double th = (double)pos * pow(10000.0, -2.0 * (double)i / (double)n_rot);
-                    const size_t a = neox ? i : 2 * i, b = neox ? i + n_rot / 2 : 2 * i + 1;
-                    bad += fabs(r[a] - (o[a] * cos(th) - o[b] * sin(th))) > 2e-5;
-                    bad += fabs(r[b] - (o[a] * sin(th) + o[b] * cos(th))) > 2e-5;
+    /* plain; linear x2 (freq_scale 1/2); YaRN x4 from a 4096-token context, whose ramp runs
+     * from pair 1 to pair 3 of 4 (n_rot 8) or 2 to 6 of 8 (n_rot 16): every kind of pair */
+    for (int scaling = 0; scaling < 3; scaling++)
+        for (int neox = 0; neox < 2; neox++) {
+            for (size_t n_rot = 8; n_rot <= 16; n_rot += 8) {
+                mvm_rope r = {(uint32_t)n_rot, (uint32_t)neox, 10000.0f, 1.0f, 0.0f, 1.0f, 0, 0};
+                double mscale = 1;
+                if (scaling == 1)
+                    r.freq_scale = 0.5f;
+                if (scaling == 2) {
+                    mvm_k_rope_yarn(&r, 4.0f, 4096, 32.0f, 1.0f, 1.0f, 1.0f);
+                    mscale = 1 + 0.1 * log(4.0);
                 }
-                for (size_t i = n_rot; i < head_dim; i++)
-                    bad += r[i] != o[i];
+                fill(orig, 48, 1.0f);
+                memcpy(x, orig, sizeof x);
+                mvm_k_rope(x, n_heads, head_dim, 0, &r);
+                for (size_t k = 0; k < 48; k++) /* position 0: the identity, times mscale */
+                    CHECK(fabs(x[k] - orig[k] * (k % head_dim < n_rot ? mscale : 1)) < 1e-6);
+                const size_t pos = 37;
+                memcpy(x, orig, sizeof x);
+                mvm_k_rope(x, n_heads, head_dim, pos, &r);
+                int bad = 0;
+                for (size_t h = 0; h < n_heads; h++) {
+                    const float *o = orig + h * head_dim, *y = x + h * head_dim;
+                    for (size_t i = 0; i < n_rot / 2; i++) {
+                        double f = pow(10000.0, -2.0 * (double)i / (double)n_rot);
+                        f = scaling == 1   ? f / 2
+                            : scaling == 2 ? hf_yarn_inv_freq(i, n_rot, 10000.0, 4.0, 4096.0)
+                                           : f;
+                        const double th = (double)pos * f, c = cos(th) * mscale,
+                                     sn = sin(th) * mscale;
+                        const size_t a = neox ? i : 2 * i, b = neox ? i + n_rot / 2 : 2 * i + 1;
+                        bad += fabs(y[a] - (o[a] * c - o[b] * sn)) > 2e-5;
+                        bad += fabs(y[b] - (o[a] * sn + o[b] * c)) > 2e-5;
+                    }
+                    for (size_t i = n_rot; i < head_dim; i++)
+                        bad += y[i] != o[i];
+                }
+                CHECK(bad == 0);
             }
-            CHECK(bad == 0);
         }
-    }
+    /* The YaRN ramp's ends (ggml_rope_yarn_corr_dims) for a 4096-token context, n_rot 64,
+     * base 10000: floor(10.47) = 10 and ceil(22.51) = 23, DeepSeek-V2's rope. */
+    mvm_rope r = {64, 0, 10000.0f, 1, 0, 1, 0, 0};
+    mvm_k_rope_yarn(&r, 40.0f, 4096, 32.0f, 1.0f, 1.0f, 1.0f);
+    CHECK(r.corr_lo == 10.0f && r.corr_hi == 23.0f);
+    CHECK(fabs(r.freq_scale - 0.025) < 1e-9 && fabs(r.mscale - (1 + 0.1 * log(40.0))) < 1e-6);
 }
 
 static void test_softmax(void)

@@ -42,6 +42,7 @@
 #include <stdint.h>
 
 #include "kernels/blocks.h" /* enum mvm_wtype, the block layouts */
+#include "kernels/rope.h"   /* mvm_rope */
 
 /* ggml's name of the type: "f32", "q8_0", "q4_K". */
 const char *mvm_k_wtype_name(enum mvm_wtype t);
@@ -130,12 +131,18 @@ void mvm_k_expert_pack(mvm_k_expert_fmt f, const void *gate, const void *up, con
 /* ---- element-wise and small ops (F32) --------------------------------------------------- */
 /* out = x / sqrt(mean(x^2) + eps) * w  (w may be NULL: no scale). out may equal x. */
 void mvm_k_rmsnorm(float *out, const float *x, const float *w, size_t n, float eps);
-/* Rotary embedding in place on n_heads heads of head_dim floats at position pos, rotating
- * the first n_rot dims with theta_i = pos * base^(-2i/n_rot). neox = 0: pairs (2i, 2i+1)
- * (llama.cpp ROPE_TYPE_NORM, llama/Mixtral); neox = 1: pairs (i, i + n_rot/2)
- * (ROPE_TYPE_NEOX, qwen2moe/qwen3moe/olmoe). */
-void mvm_k_rope(float *x, size_t n_heads, size_t head_dim, size_t n_rot, size_t pos,
-                float base, int neox);
+/* Rotary embedding in place on n_heads heads of head_dim floats at position pos: the first
+ * r->n_rot dims of each head turn pair by pair as kernels/rope.h says (neox = 0: pairs (2i,
+ * 2i+1), llama.cpp ROPE_TYPE_NORM, llama/Mixtral; neox = 1: pairs (i, i + n_rot/2),
+ * ROPE_TYPE_NEOX, qwen2moe/qwen3moe/olmoe), with the model's context extension if any. */
+void mvm_k_rope(float *x, size_t n_heads, size_t head_dim, size_t pos, const mvm_rope *r);
+/* YaRN on r (whose n_rot and base are set): llama.cpp's rope_ext parameters for a model
+ * extended `factor` times beyond its original context orig_ctx. freq_scale = 1/factor; the
+ * blend runs between ggml_rope_yarn_corr_dims' pairs for beta_fast and beta_slow turns
+ * (floored, ceiled, clamped to 0..n_rot-1); mscale = attn_factor · (1 + 0.1 ln factor) when
+ * ext_factor is not 0 (ggml's magnitude correction), else attn_factor. */
+void mvm_k_rope_yarn(mvm_rope *r, float factor, uint32_t orig_ctx, float beta_fast,
+                     float beta_slow, float ext_factor, float attn_factor);
 /* Softmax in place over n floats (max-subtracted). */
 void mvm_k_softmax(float *x, size_t n);
 /* The k largest of x[0..n) (k <= n), indices in idx, largest first; ties go to the lower

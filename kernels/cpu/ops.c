@@ -9,6 +9,7 @@
 #include <math.h>
 
 #include "kernels/cpu/dispatch.h"
+#include "kernels/rope.h"
 
 void mvm_k_rmsnorm(float *out, const float *x, const float *w, size_t n, float eps)
 {
@@ -30,16 +31,15 @@ void mvm_k_rmsnorm(float *out, const float *x, const float *w, size_t n, float e
         out[i] = x[i] * scale * (w ? w[i] : 1.0f);
 }
 
-void mvm_k_rope(float *x, size_t n_heads, size_t head_dim, size_t n_rot, size_t pos, float base,
-                int neox)
+void mvm_k_rope(float *x, size_t n_heads, size_t head_dim, size_t pos, const mvm_rope *r)
 {
-    const size_t half = n_rot / 2;
+    const size_t half = r->n_rot / 2;
     for (size_t i = 0; i < half; i++) {
         /* The angle is computed the same way for both pairings; at pos 0 it is 0 and the
-         * rotation is the identity. */
-        const float theta = (float)pos * powf(base, -(float)(2 * i) / (float)n_rot);
-        const float c = cosf(theta), s = sinf(theta);
-        const size_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+         * rotation is the identity (times mscale). */
+        float c, s;
+        mvm_rope_cos_sin(r, (uint32_t)pos, (uint32_t)i, &c, &s);
+        const size_t i0 = r->neox ? i : 2 * i, i1 = r->neox ? i + half : 2 * i + 1;
         for (size_t h = 0; h < n_heads; h++) {
             float *p = x + h * head_dim;
             const float a = p[i0], b = p[i1];
@@ -47,6 +47,25 @@ void mvm_k_rope(float *x, size_t n_heads, size_t head_dim, size_t n_rot, size_t 
             p[i1] = a * s + b * c;
         }
     }
+}
+
+/* ggml_rope_yarn_corr_dim: the pair index whose wavelength fits n_rotations turns into
+ * the original context, as a real number. */
+static float yarn_corr_dim(uint32_t n_rot, uint32_t orig_ctx, float n_rotations, float base)
+{
+    return (float)n_rot * logf((float)orig_ctx / (n_rotations * 2.0f * (float)M_PI)) /
+           (2.0f * logf(base));
+}
+
+void mvm_k_rope_yarn(mvm_rope *r, float factor, uint32_t orig_ctx, float beta_fast,
+                     float beta_slow, float ext_factor, float attn_factor)
+{
+    r->freq_scale = 1.0f / factor;
+    r->ext_factor = ext_factor;
+    r->corr_lo = fmaxf(0.0f, floorf(yarn_corr_dim(r->n_rot, orig_ctx, beta_fast, r->base)));
+    r->corr_hi = fminf((float)(r->n_rot - 1),
+                       ceilf(yarn_corr_dim(r->n_rot, orig_ctx, beta_slow, r->base)));
+    r->mscale = attn_factor * (ext_factor != 0.0f ? 1.0f + 0.1f * logf(factor) : 1.0f);
 }
 
 void mvm_k_softmax(float *x, size_t n)

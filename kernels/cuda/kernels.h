@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "kernels/blocks.h"
+#include "kernels/rope.h"
 
 #ifdef __CUDACC__
 #define MVM_G_FN static __host__ __device__ __forceinline__
@@ -154,17 +155,18 @@ MVM_G_FN mvm_g_shape mvm_g_rmsnorm_shape(const mvm_g_rmsnorm_args *a)
 }
 
 /* mvm_g_rope: the rotary embedding of kernels/cpu (mvm_k_rope) in place on n_tok tokens of
- * n_heads heads of head_dim floats (token i at x + i * stride floats, at position pos0 + i). */
+ * n_heads heads of head_dim floats (token i at x + i * stride floats, at position pos0 + i),
+ * as kernels/rope.h's `rope` says. */
 typedef struct mvm_g_rope_args {
     mvm_dptr x;
     uint64_t stride;
-    uint32_t n_tok, n_heads, head_dim, n_rot, pos0, neox;
-    float base;
+    uint32_t n_tok, n_heads, head_dim, pos0;
+    mvm_rope rope;
 } mvm_g_rope_args;
 
 MVM_G_FN mvm_g_shape mvm_g_rope_shape(const mvm_g_rope_args *a)
 {
-    mvm_g_shape s = {mvm_g_div_up((uint64_t)a->n_heads * (a->n_rot / 2), MVM_G_THREADS),
+    mvm_g_shape s = {mvm_g_div_up((uint64_t)a->n_heads * (a->rope.n_rot / 2), MVM_G_THREADS),
                      a->n_tok, MVM_G_THREADS};
     return s;
 }

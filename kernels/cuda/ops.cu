@@ -1,7 +1,7 @@
 /*
  * The small F32 ops of the engine's forward pass on the device (kernels/cuda/kernels.h), as
  * kernels/cpu/ops.c computes them: RMSNorm with its squares summed in double, the rotary
- * embedding with the CPU's angle formula, causal attention whose softmax sums in double, and
+ * embedding with the CPU's angle formula (kernels/rope.h), causal attention whose softmax sums in double, and
  * the element-wise adds (residual, bias, gated shared expert) and SwiGLU.
  */
 #include "kernels/cuda/device.cuh"
@@ -23,15 +23,14 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_rmsnorm(mvm_g_
 
 extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_rope(mvm_g_rope_args a)
 {
-    const uint32_t half = a.n_rot / 2;
+    const uint32_t half = a.rope.n_rot / 2;
     const uint32_t u = blockIdx.x * blockDim.x + threadIdx.x, tok = blockIdx.y;
     if (u >= a.n_heads * half)
         return;
     const uint32_t h = u / half, i = u % half;
-    const float theta =
-        (float)(a.pos0 + tok) * powf(a.base, -(float)(2 * i) / (float)a.n_rot);
-    const float c = cosf(theta), s = sinf(theta);
-    const uint32_t i0 = a.neox ? i : 2 * i, i1 = a.neox ? i + half : 2 * i + 1;
+    float c, s;
+    mvm_rope_cos_sin(&a.rope, a.pos0 + tok, i, &c, &s);
+    const uint32_t i0 = a.rope.neox ? i : 2 * i, i1 = a.rope.neox ? i + half : 2 * i + 1;
     float *p = (float *)a.x + tok * a.stride + (uint64_t)h * a.head_dim;
     const float x0 = p[i0], x1 = p[i1];
     p[i0] = x0 * c - x1 * s;

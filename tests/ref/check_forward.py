@@ -87,6 +87,12 @@ SENSITIVITY_MARGIN = 4.0   # a deliberate bug must exceed the (emulated) toleran
 # tolerated RMS per-logit error, tol x ||row|| / sqrt(n_vocab).
 GREEDY_MARGIN = 10.0
 
+# Variants of an architecture's tiny model, checked for VARIANT_TYPES only: the context
+# extensions (a YaRN ramp from pair 5 to 12 of qwen3moe's 16; linear on llama's NORM pairs).
+VARIANTS = {"+yarn": ("qwen3moe", ["--rope-scaling", "yarn:4:4096"]),
+            "+linear": ("llama", ["--rope-scaling", "linear:4"])}
+VARIANT_TYPES = ("f32", "q8_0")
+
 MODEL_SEED = 7
 PROMPT_SEED = 20240607
 PROMPT_LENGTHS = (1, 5, 12)
@@ -137,11 +143,15 @@ def first_routing_change(ta, tb, n):
     return min([int(p[0]) for p in pos if p.size] + [n])
 
 
-def make_model(moevm, workdir, arch, wtype):
-    path = os.path.join(workdir, f"{arch}-{wtype}.gguf")
+def model_file(workdir, arch, wtype, variant=""):
+    return os.path.join(workdir, f"{arch}{variant}-{wtype}.gguf")
+
+
+def make_model(moevm, workdir, arch, wtype, variant=""):
+    path = model_file(workdir, arch, wtype, variant)
     run([moevm, "mkmodel", "--preset", "tiny", "--arch", arch, "--type", wtype,
          "--seed", str(MODEL_SEED), "-o", path] + MKMODEL_ARGS.get(wtype, [])
-        + MKMODEL_ARCH_ARGS.get((arch, wtype), []))
+        + MKMODEL_ARCH_ARGS.get((arch, wtype), []) + VARIANTS.get(variant, ("", []))[1])
     model = moe_ref.load_model(path)
     if model.cfg.arch != arch:
         raise Failure(f"{path}: general.architecture is {model.cfg.arch!r}, not {arch!r}")
@@ -173,10 +183,10 @@ class Compare:
                 row_errors(logits, self.emu))
 
 
-def check_prompt(moevm, model, wtype, workdir, prompt, tag, launcher=(), run_args=()):
+def check_prompt(moevm, model, model_path, wtype, workdir, prompt, tag, launcher=(),
+                 run_args=()):
     """Runs the engine on one prompt; returns (line, problems, worst errors, records)."""
     out = os.path.join(workdir, f"{tag}.bin")
-    model_path = os.path.join(workdir, f"{model.cfg.arch}-{wtype}.gguf")
     p = run([*launcher, moevm, "run", "-m", model_path, "--tokens",
              ",".join(map(str, prompt)), "-n", str(N_GEN), "--temp", "0", "--logits-out", out,
              *run_args])
@@ -233,7 +243,9 @@ def check_prompt(moevm, model, wtype, workdir, prompt, tag, launcher=(), run_arg
                                 f"clear argmax is {int(ref.emu[i].argmax())}")
     n_gen = len(rec) - L
 
-    line = f"{model.cfg.arch:9s} {wtype:6s} prompt {L:2d}: rows {len(rec):2d}  "
+    scaling = model.cfg.rope_scaling
+    label = model.cfg.arch + (f"+{scaling[0]}" if scaling else "")
+    line = f"{label:9s} {wtype:6s} prompt {L:2d}: rows {len(rec):2d}  "
     if ref.quantized:
         line += (f"max rel err exact {e_exact:.2e} (tol {ref.tol_exact:.0e}; "
                  f"{ref.stable}/{len(rec)} rows routing-stable), emulated {e_emu:.2e} "
@@ -261,6 +273,8 @@ def sensitivity(model, wtype, tokens, logits):
     bugs = {"rope pairing swapped": model.replace(rope_neox=not r.rope_neox),
             "renormalisation flipped": model.replace(norm_topk=not r.norm_topk),
             "experts shifted by one": shifted_experts(model)}
+    if model.cfg.rope_scaling:
+        bugs["rope scaling ignored"] = model.replace(rope_scaling=())
     results = {}
     for name, bad in bugs.items():
         if wtype in QUANTIZED:
@@ -290,45 +304,49 @@ def main():
 
     failures, worst = [], {t: [0.0, 0.0] for t in types}
     n_cases = 0
-    for arch in ARCHS:
-        for wtype in types:
+    cases = [(arch, "", wtype) for arch in ARCHS for wtype in types]
+    cases += [(VARIANTS[v][0], v, wtype) for v in VARIANTS for wtype in types
+              if wtype in VARIANT_TYPES]
+    for arch, variant, wtype in cases:
+        try:
+            model = make_model(moevm, args.workdir, arch, wtype, variant)
+        except (Failure, gguf_read.GGUFError, ValueError, KeyError) as e:
+            failures.append(f"{arch}{variant} {wtype}: mkmodel: {e}")
+            print(f"FAIL {arch}{variant} {wtype}: mkmodel: {e}")
+            continue
+        rng = np.random.default_rng(PROMPT_SEED)
+        longest = None
+        for L in PROMPT_LENGTHS:
+            n_cases += 1
+            prompt = rng.integers(3, model.cfg.n_vocab, size=L).tolist()
+            tag = f"{arch}{variant}-{wtype}-p{L}"
             try:
-                model = make_model(moevm, args.workdir, arch, wtype)
-            except (Failure, gguf_read.GGUFError, ValueError, KeyError) as e:
-                failures.append(f"{arch} {wtype}: mkmodel: {e}")
-                print(f"FAIL {arch} {wtype}: mkmodel: {e}")
+                path = model_file(args.workdir, arch, wtype, variant)
+                line, problems, errs, seq = check_prompt(moevm, model, path, wtype,
+                                                         args.workdir, prompt, tag,
+                                                         launcher, run_args)
+            except (Failure, ValueError) as e:  # ValueError: the reference refused the tokens
+                failures.append(f"{tag}: {e}")
+                print(f"FAIL {tag}: {e}")
                 continue
-            rng = np.random.default_rng(PROMPT_SEED)
-            longest = None
-            for L in PROMPT_LENGTHS:
-                n_cases += 1
-                prompt = rng.integers(3, model.cfg.n_vocab, size=L).tolist()
-                tag = f"{arch}-{wtype}-p{L}"
-                try:
-                    line, problems, errs, seq = check_prompt(moevm, model, wtype,
-                                                             args.workdir, prompt, tag,
-                                                             launcher, run_args)
-                except (Failure, ValueError) as e:  # ValueError: the reference refused the tokens
-                    failures.append(f"{tag}: {e}")
-                    print(f"FAIL {tag}: {e}")
-                    continue
-                worst[wtype] = [max(a, b) for a, b in zip(worst[wtype], errs)]
-                print(("FAIL " if problems else "ok   ") + line)
-                for p in problems:
-                    print(f"       {p}")
-                    failures.append(f"{tag}: {p}")
-                longest = seq
-            if longest is not None:
-                sens = sensitivity(model, wtype, *longest)
-                tol = TOL[wtype][1]
-                weak = {k: v for k, v in sens.items() if not v >= SENSITIVITY_MARGIN * tol}
-                print(("FAIL " if weak else "ok   ") + f"{arch:9s} {wtype:5s} sensitivity: " +
-                      ", ".join(f"{k} {v:.2e}" for k, v in sens.items()))
-                for k, v in weak.items():
-                    failures.append(f"{arch} {wtype}: a reference with the {k} differs from "
-                                    f"the engine by only {v:.2e} (< {SENSITIVITY_MARGIN:g} x "
-                                    f"tol {tol:.0e}): the comparison cannot catch that bug, "
-                                    f"or the engine has it")
+            worst[wtype] = [max(a, b) for a, b in zip(worst[wtype], errs)]
+            print(("FAIL " if problems else "ok   ") + line)
+            for p in problems:
+                print(f"       {p}")
+                failures.append(f"{tag}: {p}")
+            longest = seq
+        if longest is not None:
+            sens = sensitivity(model, wtype, *longest)
+            tol = TOL[wtype][1]
+            weak = {k: v for k, v in sens.items() if not v >= SENSITIVITY_MARGIN * tol}
+            print(("FAIL " if weak else "ok   ") +
+                  f"{arch + variant:9s} {wtype:5s} sensitivity: " +
+                  ", ".join(f"{k} {v:.2e}" for k, v in sens.items()))
+            for k, v in weak.items():
+                failures.append(f"{arch}{variant} {wtype}: a reference with the {k} differs "
+                                f"from the engine by only {v:.2e} (< {SENSITIVITY_MARGIN:g} x "
+                                f"tol {tol:.0e}): the comparison cannot catch that bug, "
+                                f"or the engine has it")
 
     print("worst max rel err by type: " + ", ".join(
         f"{t} {w[1]:.2e}" if t not in QUANTIZED else f"{t} exact {w[0]:.2e} emulated {w[1]:.2e}"
@@ -338,8 +356,9 @@ def main():
         for f in failures:
             print(f"  {f}")
         return 1
-    print(f"check_forward: PASS: {len(ARCHS)} architectures x {len(types)} types x "
-          f"{len(PROMPT_LENGTHS)} prompts against the reference")
+    print(f"check_forward: PASS: {len(cases)} models ({len(ARCHS)} architectures x "
+          f"{len(types)} types, and {len(cases) - len(ARCHS) * len(types)} with RoPE scaling) "
+          f"x {len(PROMPT_LENGTHS)} prompts against the reference")
     return 0
 
 

@@ -16,6 +16,7 @@ Output:     logits = output @ (rmsnorm(x) * output_norm)   (output tied to token
 """
 
 import dataclasses
+import math
 
 import numpy as np
 
@@ -62,6 +63,9 @@ class Config:
     head_dim: int
     n_rot: int
     rope_base: float
+    # Context extension as Hugging Face's rope_scaling: () none, ("linear", factor) or
+    # ("yarn", factor, original_max_position_embeddings) with beta_fast 32, beta_slow 1.
+    rope_scaling: tuple
     eps: float
     n_expert: int
     n_expert_used: int
@@ -128,6 +132,24 @@ def expected_tensors(cfg, n_layer):
     return names
 
 
+def _rope_scaling(meta, arch):
+    """The rope.scaling.* keys moevm mkmodel writes, as a Config.rope_scaling; a file with
+    any other is refused, so that the reference never silently ignores one."""
+    keys = {k[len(arch) + 1:] for k in meta if k.startswith(f"{arch}.rope.scal")}
+    kind = meta.get(f"{arch}.rope.scaling.type", "linear" if keys else "none")
+    known = {"none": {"scaling.type"},
+             "linear": {"scaling.type", "scaling.factor"},
+             "yarn": {"scaling.type", "scaling.factor", "scaling.original_context_length"}}
+    if kind not in known or not keys <= {"rope." + k for k in known[kind]}:
+        raise ValueError(f"rope scaling {kind!r} with keys {sorted(keys)}: not modelled")
+    if kind == "none":
+        return ()
+    factor = float(meta[f"{arch}.rope.scaling.factor"])
+    if kind == "linear":
+        return ("linear", factor)
+    return ("yarn", factor, meta[f"{arch}.rope.scaling.original_context_length"])
+
+
 def load_model(path):
     f = gguf_read.GGUFFile(path)
     meta = f.metadata
@@ -147,6 +169,7 @@ def load_model(path):
         head_dim=head_dim,
         n_rot=_key(meta, f"{arch}.rope.dimension_count", head_dim),
         rope_base=float(_key(meta, f"{arch}.rope.freq_base", 10000.0)),
+        rope_scaling=_rope_scaling(meta, arch),
         eps=float(_key(meta, f"{arch}.attention.layer_norm_rms_epsilon")),
         n_expert=_key(meta, f"{arch}.expert_count"),
         n_expert_used=_key(meta, f"{arch}.expert_used_count"),
@@ -185,13 +208,39 @@ def silu(x):
     return x / (1.0 + np.exp(-x))
 
 
-def rope(x, pos, n_rot, base, neox):
-    """Rotate the first n_rot dims of each head of x (T, n_heads, head_dim) at positions
-    pos (T,): pair i turns by pos * base^(-2i/n_rot). neox: pairs (i, i + n_rot/2);
-    otherwise adjacent pairs (2i, 2i + 1)."""
+def rope_frequencies(n_rot, base, scaling=()):
+    """Each pair's angle per position, and the factor on cos and sin, as Hugging Face's
+    _compute_default/linear/yarn_parameters compute them: linear divides every frequency
+    by the factor; YaRN blends the divided and the original frequencies along a ramp
+    between the pairs that turn beta_fast = 32 and beta_slow = 1 times in the original
+    context (floored, ceiled, clamped), and scales by 0.1 ln(factor) + 1."""
     half = n_rot // 2
-    theta = pos[:, None] * base ** (-2.0 * np.arange(half) / n_rot)   # (T, half)
-    cos, sin = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]   # over heads
+    freq = base ** (-2.0 * np.arange(half) / n_rot)
+    if not scaling:
+        return freq, 1.0
+    if scaling[0] == "linear":
+        return freq / scaling[1], 1.0
+    _, factor, orig = scaling
+
+    def corr(turns):
+        return n_rot * math.log(orig / (turns * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = max(math.floor(corr(32)), 0), min(math.ceil(corr(1)), n_rot - 1)
+    if low == high:
+        high += 0.001
+    extrap_w = 1 - np.clip((np.arange(half) - low) / (high - low), 0, 1)
+    return freq / factor * (1 - extrap_w) + freq * extrap_w, 0.1 * math.log(factor) + 1
+
+
+def rope(x, pos, n_rot, base, neox, scaling=()):
+    """Rotate the first n_rot dims of each head of x (T, n_heads, head_dim) at positions
+    pos (T,): pair i turns by pos * base^(-2i/n_rot) (with the context extension
+    `scaling`, rope_frequencies). neox: pairs (i, i + n_rot/2); otherwise adjacent pairs
+    (2i, 2i + 1)."""
+    half = n_rot // 2
+    freq, mscale = rope_frequencies(n_rot, base, scaling)
+    theta = pos[:, None] * freq   # (T, half)
+    cos, sin = mscale * np.cos(theta)[:, None, :], mscale * np.sin(theta)[:, None, :]
     i0 = np.arange(half) if neox else np.arange(0, n_rot, 2)
     i1 = i0 + half if neox else i0 + 1
     x0, x1 = x[..., i0], x[..., i1]
@@ -248,8 +297,8 @@ def attention(model, il, h, pos):
     if cfg.rules.qk_norm == "head":
         q = rmsnorm(q, w[p + "attn_q_norm.weight"], cfg.eps)
         k = rmsnorm(k, w[p + "attn_k_norm.weight"], cfg.eps)
-    q = rope(q, pos, cfg.n_rot, cfg.rope_base, cfg.rules.rope_neox)
-    k = rope(k, pos, cfg.n_rot, cfg.rope_base, cfg.rules.rope_neox)
+    q = rope(q, pos, cfg.n_rot, cfg.rope_base, cfg.rules.rope_neox, cfg.rope_scaling)
+    k = rope(k, pos, cfg.n_rot, cfg.rope_base, cfg.rules.rope_neox, cfg.rope_scaling)
 
     # GQA: query head i reads kv head i // (n_head / n_kv); repeat makes that layout.
     group = cfg.n_head // cfg.n_head_kv

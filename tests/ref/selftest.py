@@ -406,6 +406,26 @@ def test_rope_properties():
         assert np.array_equal(y[..., 8:], x[..., 8:])
 
 
+def test_rope_scaling():
+    """Linear divides every frequency; YaRN keeps the fast pairs' (from a 4096-token context,
+    n_rot 16: pairs 0..2), divides the slow ones' (6 and 7), blends those between in order,
+    and scales the lengths by 0.1 ln(factor) + 1; a factor of 1 changes nothing."""
+    plain, _ = moe_ref.rope_frequencies(16, 1e4)
+    lin, m = moe_ref.rope_frequencies(16, 1e4, ("linear", 4.0))
+    assert np.allclose(lin, plain / 4) and m == 1
+    yarn, m = moe_ref.rope_frequencies(16, 1e4, ("yarn", 4.0, 4096))
+    assert np.array_equal(yarn[:3], plain[:3]) and np.allclose(yarn[6:], plain[6:] / 4)
+    w = (yarn[3:6] - plain[3:6] / 4) / (plain[3:6] - plain[3:6] / 4)   # the original's share
+    assert np.all((w > 0) & (w < 1)) and np.all(np.diff(w) < 0)
+    assert np.isclose(m, 1 + 0.1 * np.log(4))
+    one, m = moe_ref.rope_frequencies(16, 1e4, ("yarn", 1.0, 4096))
+    assert np.allclose(one, plain) and m == 1
+    x = np.random.default_rng(3).standard_normal((5, 2, 16))
+    y = moe_ref.rope(x, np.arange(5.0), 16, 1e4, True, ("yarn", 4.0, 4096))
+    assert np.allclose(np.linalg.norm(y, axis=-1), (1 + 0.1 * np.log(4)) *
+                       np.linalg.norm(x, axis=-1))
+
+
 def test_llama_permutation(tmp):
     """llama.cpp's convert_hf_to_gguf permutes the HF attn_q/attn_k rows so that its
     adjacent-pair RoPE equals HF's rotate_half: a model with HF rows under NEOX RoPE and
