@@ -173,17 +173,16 @@ int64_t mvm_gguf_ix_probe(const mvm_gguf *g, int of_tensors, const char *s, uint
     }
 }
 
-/* Indexes the names of the keys or the tensors, failing on a duplicate. */
-static mvm_status ix_build(parser *p, int of_tensors)
+mvm_status mvm_gguf_ix_build(mvm_gguf *g, int of_tensors, const char *input)
 {
-    mvm_gguf *g = p->g;
     name_index *ix = of_tensors ? &g->tensor_ix : &g->key_ix;
     uint64_t n = of_tensors ? g->n_tensors : g->n_kv, cap = 2;
     while (cap < 2 * n)
-        cap *= 2; /* n is bounded by the file size, so this cannot overflow */
+        cap *= 2; /* n is bounded by the files' sizes, so this cannot overflow */
+    free(ix->slot);
     if (!(ix->slot = calloc(cap, sizeof *ix->slot)))
         return mvm_fail(MVM_ERR_NOMEM, "%s: cannot allocate a name index of %llu entries",
-                        p->input, (ull)cap);
+                        input, (ull)cap);
     ix->mask = cap - 1;
     for (uint64_t i = 0; i < n; i++) {
         mvm_gguf_str s = name_of(g, of_tensors, i);
@@ -191,10 +190,9 @@ static mvm_status ix_build(parser *p, int of_tensors)
         int64_t j = mvm_gguf_ix_probe(g, of_tensors, s.ptr, s.len, &slot);
         if (j >= 0) {
             char buf[72];
-            snprintf(p->where, sizeof p->where, "%s %lld and %llu", of_tensors ? "tensors" : "keys",
-                     (long long)j, (ull)i);
-            return bad(p, MVM_ERR_INVALID, "duplicate %s '%s'", of_tensors ? "tensor name" : "key",
-                       mvm_gguf_shown(s.ptr, s.len, buf));
+            return mvm_fail(MVM_ERR_INVALID, "%s: %s %lld and %llu: duplicate %s '%s'", input,
+                            of_tensors ? "tensors" : "keys", (long long)j, (ull)i,
+                            of_tensors ? "tensor name" : "key", mvm_gguf_shown(s.ptr, s.len, buf));
         }
         *slot = i + 1;
     }
@@ -510,7 +508,7 @@ static mvm_status parse(parser *p)
         st = parse_kv(p, i, &g->kvs[i]);
     }
     if (st == MVM_OK)
-        st = ix_build(p, 0);
+        st = mvm_gguf_ix_build(g, 0, p->input);
     if (st == MVM_OK)
         st = parse_alignment(p);
     for (uint64_t i = 0; st == MVM_OK && i < n_tensors; i++) {
@@ -525,7 +523,7 @@ static mvm_status parse(parser *p)
     if (st == MVM_OK)
         st = copy_names(p);
     if (st == MVM_OK)
-        st = ix_build(p, 1);
+        st = mvm_gguf_ix_build(g, 1, p->input);
     if (st == MVM_OK)
         st = place_data(p);
     return st;
@@ -561,6 +559,16 @@ mvm_status mvm_gguf_open(const char *path, mvm_gguf **out)
 {
     if (!path || !out)
         return mvm_fail(MVM_ERR_INVALID, "mvm_gguf_open: NULL %s", path ? "out" : "path");
+    mvm_status st = mvm_gguf_open_file(path, out);
+    if (st == MVM_OK && (st = mvm_gguf_join_parts(*out, path)) != MVM_OK) {
+        mvm_gguf_close(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+mvm_status mvm_gguf_open_file(const char *path, mvm_gguf **out)
+{
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -602,6 +610,9 @@ void mvm_gguf_close(mvm_gguf *g)
         return;
     if (g->map)
         munmap(g->map, g->len);
+    for (uint32_t i = 0; i < g->n_parts; i++)
+        mvm_gguf_close(g->parts[i]);
+    free(g->parts);
     for (uint64_t i = 0; i < g->n_kv; i++)
         free(g->kvs[i].strs);
     free(g->kvs);

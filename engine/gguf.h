@@ -80,7 +80,9 @@ typedef struct mvm_gguf_tensor {
 
 typedef struct mvm_gguf mvm_gguf;
 
-/* Maps `path` read-only (MAP_PRIVATE) and parses it. Messages start with the path. */
+/* Maps `path` read-only (MAP_PRIVATE) and parses it. Messages start with the path. The
+ * first part of a split model (PREFIX-00001-of-0000N.gguf, llama.cpp's gguf-split) opens
+ * the other parts too: the handle then lists every part's tensors (engine/gguf_split.c). */
 mvm_status mvm_gguf_open(const char *path, mvm_gguf **out);
 /* Parses a caller-owned buffer, which must outlive the handle. Messages start with "gguf
  * buffer". */

@@ -47,6 +47,9 @@ struct mvm_gguf {
     uint64_t n_tensors, cap_tensors;
     char *names; /* the tensors' names, NUL-terminated, back to back */
     name_index key_ix, tensor_ix;
+    /* A split model's other parts (gguf_split.c), whose tensors follow this file's. */
+    mvm_gguf **parts;
+    uint32_t n_parts;
 };
 
 static inline mvm_gguf_str str_at(const uint8_t *prefix)
@@ -72,5 +75,15 @@ const char *mvm_gguf_shown(const char *s, uint64_t n, char buf[72]);
  * non-NULL) is where it would be inserted. */
 int64_t mvm_gguf_ix_probe(const mvm_gguf *g, int of_tensors, const char *s, uint64_t n,
                           uint64_t **slot);
+
+/* Indexes the names of the keys (of_tensors = 0) or the tensors, replacing any index;
+ * MVM_ERR_INVALID on a duplicate name, the message starting with `input`. */
+mvm_status mvm_gguf_ix_build(mvm_gguf *g, int of_tensors, const char *input);
+
+/* mvm_gguf_open of one file, without following a split model's parts. */
+mvm_status mvm_gguf_open_file(const char *path, mvm_gguf **out);
+/* If g (opened from `path`) is the first part of a split model, opens the other parts and
+ * appends their tensors to g's; a part of one given alone is refused. */
+mvm_status mvm_gguf_join_parts(mvm_gguf *g, const char *path);
 
 #endif

@@ -394,6 +394,46 @@ static void test_forward_properties(void)
     }
 }
 
+/* The model as llama.cpp's gguf-split writes it, in three parts (the metadata in the
+ * first, split.* keys in all): loaded from the first part, the same logits bit for bit. */
+static void test_split_model(void)
+{
+    const char *src = tiny_path("qwen3moe", MVM_W_Q8_0);
+    mvm_gguf *g;
+    CHECK_ST(mvm_gguf_open(src, &g), MVM_OK);
+    if (!g)
+        return;
+    const uint16_t count = 3;
+    const int32_t n = (int32_t)mvm_gguf_n_tensors(g);
+    char first[256] = "";
+    for (uint16_t part = 0; part < count; part++) {
+        mvm_gguf_writer *w;
+        CHECK_ST(mvm_gguf_writer_new(&w), MVM_OK);
+        for (uint64_t i = 0; part == 0 && i < mvm_gguf_n_keys(g); i++)
+            copy_key(g, i, w);
+        mvm_gguf_writer_set_val(w, "split.no", MVM_GGUF_U16, &part);
+        mvm_gguf_writer_set_val(w, "split.count", MVM_GGUF_U16, &count);
+        if (part == 0)
+            mvm_gguf_writer_set_i32(w, "split.tensors.count", n);
+        for (int32_t i = n * part / count; i < n * (part + 1) / count; i++) {
+            const mvm_gguf_tensor *t = mvm_gguf_tensor_at(g, (uint64_t)i);
+            CHECK_ST(mvm_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data,
+                                                t->nbytes), MVM_OK);
+        }
+        char name[64];
+        snprintf(name, sizeof name, "split-%05u-of-%05u.gguf", part + 1u, count);
+        CHECK_ST(mvm_gguf_writer_write(w, in_dir(name)), MVM_OK);
+        if (part == 0)
+            snprintf(first, sizeof first, "%s", in_dir(name));
+        mvm_gguf_writer_free(w);
+    }
+    mvm_gguf_close(g);
+    size_t len = N_PROMPT * mvm_preset_find("tiny", "qwen3moe")->spec.n_vocab;
+    float *whole = run_prompt(src, 2, 32, NULL), *split = run_prompt(first, 2, 32, NULL);
+    CHECK(whole && split && memcmp(whole, split, len * sizeof *whole) == 0);
+    free(whole), free(split);
+}
+
 static void test_ctx_errors(void)
 {
     mvm_model *m;
@@ -535,6 +575,7 @@ int main(void)
     RUN(test_trace);
     RUN(test_trace_hidden);
     RUN(test_forward_properties);
+    RUN(test_split_model);
     mvm_pool_destroy(pool);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

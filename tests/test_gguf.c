@@ -3,7 +3,8 @@
  * several tensor types; then corrupt files, built by an independent serializer in this
  * file (so the reader is not only checked against our own writer), each damaged in one
  * place and required to fail with the right status and a message naming the damage; every
- * truncation of a valid file; and writer failures, which must leave no file behind.
+ * truncation of a valid file; writer failures, which must leave no file behind; and split
+ * models (gguf-split's parts), whole and damaged.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -669,6 +670,104 @@ static void test_writer_errors(void)
     unlink(path);
 }
 
+/* ---- split models --------------------------------------------------------------------- */
+
+/* Part `no` of `count` at prefix-0000{no+1}-of-0000{count}.gguf: the metadata in the first,
+ * split.* keys in all, as gguf-split writes them (u16, u16, i32), and tensors `names`. */
+static void write_part(const char *prefix, uint16_t no, uint16_t count, int32_t total,
+                       const char *const *names, size_t n)
+{
+    mvm_gguf_writer *w;
+    CHECK_ST(mvm_gguf_writer_new(&w), MVM_OK);
+    if (no == 0)
+        CHECK_ST(mvm_gguf_writer_set_str(w, "general.name", "split"), MVM_OK);
+    CHECK_ST(mvm_gguf_writer_set_val(w, "split.no", MVM_GGUF_U16, &no), MVM_OK);
+    CHECK_ST(mvm_gguf_writer_set_val(w, "split.count", MVM_GGUF_U16, &count), MVM_OK);
+    if (no == 0)
+        CHECK_ST(mvm_gguf_writer_set_i32(w, "split.tensors.count", total), MVM_OK);
+    for (size_t i = 0; i < n; i++) {
+        size_t t = (size_t)(names[i][0] - 'a') % N_T; /* tensor "a".."e": t_data[0..4] */
+        CHECK_ST(mvm_gguf_writer_add_tensor(w, names[i], t_types[t], t_dims[t], t_ne[t],
+                                            t_data[t], t_bytes[t]), MVM_OK);
+    }
+    char path[160];
+    snprintf(path, sizeof path, "%s-%05u-of-%05u.gguf", prefix, no + 1u, count);
+    CHECK_ST(mvm_gguf_writer_write(w, path), MVM_OK);
+    mvm_gguf_writer_free(w);
+}
+
+static const char *const part_a[] = {"a", "b"}, *const part_b[] = {"c"},
+                         *const part_c[] = {"d", "e"};
+
+static void write_parts(const char *prefix, int32_t total)
+{
+    write_part(prefix, 0, 3, total, part_a, 2);
+    write_part(prefix, 1, 3, 0, part_b, 1);
+    write_part(prefix, 2, 3, 0, part_c, 2);
+}
+
+static void expect_split_fail(const char *path, const char *needle)
+{
+    mvm_gguf *g = NULL;
+    CHECK_ST(mvm_gguf_open(path, &g), MVM_ERR_INVALID);
+    CHECK(g == NULL && strstr(mvm_last_error(), needle) != NULL);
+    if (!strstr(mvm_last_error(), needle))
+        fprintf(stderr, "  want '%s', got: %s\n", needle, mvm_last_error());
+}
+
+static void test_split(void)
+{
+    for (int t = 0; t < N_T; t++) {
+        uint64_t elems = t_ne[t][0] * t_ne[t][1] * t_ne[t][2] * t_ne[t][3];
+        CHECK_ST(mvm_ggml_row_bytes(t_types[t], elems, &t_bytes[t]), MVM_OK);
+        t_data[t] = malloc(t_bytes[t]);
+        fill_random(t_data[t], t_bytes[t]);
+    }
+    char prefix[96], first[128], second[128], third[128], renamed[128];
+    snprintf(prefix, sizeof prefix, "%s/m", dir);
+    snprintf(first, sizeof first, "%s-00001-of-00003.gguf", prefix);
+    snprintf(second, sizeof second, "%s-00002-of-00003.gguf", prefix);
+    snprintf(third, sizeof third, "%s-00003-of-00003.gguf", prefix);
+    snprintf(renamed, sizeof renamed, "%s/whole.gguf", dir);
+    write_parts(prefix, 5);
+
+    /* The first part opens all three: every tensor by name, with its own bytes. */
+    mvm_gguf *g = NULL;
+    CHECK_ST(mvm_gguf_open(first, &g), MVM_OK);
+    if (g) {
+        CHECK(mvm_gguf_n_tensors(g) == 5 && mvm_gguf_find_key(g, "general.name") >= 0);
+        for (int t = 0; t < N_T; t++) {
+            char name[2] = {(char)('a' + t), 0};
+            const mvm_gguf_tensor *x = mvm_gguf_find_tensor(g, name);
+            CHECK(x && x->nbytes == t_bytes[t] && memcmp(x->data, t_data[t], t_bytes[t]) == 0);
+        }
+        mvm_gguf_close(g);
+    }
+
+    expect_split_fail(second, "m-00002-of-00003.gguf is part 2 of 3 of a split model: open "
+                      "the first, ");
+    write_part(prefix, 1, 3, 0, part_c, 2); /* "d" and "e" in parts 2 and 3 */
+    expect_split_fail(first, "duplicate tensor name 'd'");
+    write_part(prefix, 1, 3, 0, part_b, 1);
+    rename(second, third); /* part 2 under part 3's name */
+    write_part(prefix, 1, 3, 0, part_b, 1);
+    expect_split_fail(first, "m-00003-of-00003.gguf: says it is part 2 of 3, not part 3 of 3");
+    write_parts(prefix, 6);
+    expect_split_fail(first, "split.tensors.count is 6 but the 3 parts hold 5 tensors");
+    unlink(third);
+    expect_split_fail(first, "part 3 of 3 of this split model: ");
+    CHECK(strstr(mvm_last_error(), "m-00003-of-00003.gguf: cannot open"));
+    write_parts(prefix, 5);
+    rename(first, renamed);
+    expect_split_fail(renamed, "whole.gguf: part 1 of a split model of 3, but not named "
+                      "PREFIX-00001-of-00003.gguf");
+    unlink(renamed);
+    unlink(second);
+    unlink(third);
+    for (int t = 0; t < N_T; t++)
+        free(t_data[t]);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/test_gguf.XXXXXX");
@@ -683,6 +782,7 @@ int main(void)
     RUN(test_truncation);
     RUN(test_corruption);
     RUN(test_writer_errors);
+    RUN(test_split);
     rmdir(dir);
     TEST_END();
 }

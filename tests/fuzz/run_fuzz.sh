@@ -48,7 +48,7 @@ EOF
 
 flags=(-std=c11 -g -O1 -Wall -Wextra -Werror -D_GNU_SOURCE= -I"$root/include" -I"$root"
        -fno-sanitize-recover=all)
-reader=("$root/engine/gguf.c" "$root/engine/gguf_get.c" "$root/engine/ggml_types.c" "$root/vmm/error.c" "$root/vmm/options.c")
+reader=("$root/engine/gguf.c" "$root/engine/gguf_get.c" "$root/engine/gguf_split.c" "$root/engine/ggml_types.c" "$root/vmm/error.c" "$root/vmm/options.c")
 mkdir -p "$out/gguf/seeds" "$out/inputs/seeds"
 "$cc" "${flags[@]}" -fsanitize=fuzzer,address,undefined "$root/tests/fuzz/fuzz_gguf.c" \
     "${reader[@]}" -lm -lpthread -o "$out/fuzz_gguf" || fail "building fuzz_gguf failed"
