@@ -11,9 +11,15 @@
  *             top-k renormalised (norm_topk_prob = true), head_dim from key_length.
  *   olmoe     OLMoE: RMSNorm over the whole q and k projections (not per head), NEOX RoPE,
  *             top-k not renormalised.
+ *   deepseek2 DeepSeek-V2/V2-Lite/V3 (llama.cpp's name for all of them): multi-head latent
+ *             attention with RoPE on adjacent pairs of a separate rope part of q and k,
+ *             leading dense blocks, ungated shared experts, and routing from the metadata:
+ *             softmax or sigmoid, group-limited, with a choosing bias, renormalised or not,
+ *             scaled (expert_gating_func, expert_group_count, exp_probs_b,
+ *             expert_weights_norm, expert_weights_scale). engine/model.c reads them.
  *
  * The experts' intermediate size is expert_feed_forward_length for the Qwen MoEs and
- * feed_forward_length for llama and olmoe, as llama.cpp reads them.
+ * deepseek2 and feed_forward_length for llama and olmoe, as llama.cpp reads them.
  */
 #include <stdio.h>
 #include <string.h>
@@ -25,6 +31,7 @@ static const mvm_arch arches[] = {
     {"qwen2moe", 1, 0, 1, MVM_QK_NORM_NONE, 1, "expert_feed_forward_length"},
     {"qwen3moe", 1, 1, 0, MVM_QK_NORM_HEAD, 0, "expert_feed_forward_length"},
     {"olmoe", 1, 0, 0, MVM_QK_NORM_FULL, 0, "feed_forward_length"},
+    {"deepseek2", 0, 0, 0, MVM_QK_NORM_NONE, 2, "expert_feed_forward_length", 1},
 };
 
 const mvm_arch *mvm_arch_find(const char *name)
@@ -37,5 +44,5 @@ const mvm_arch *mvm_arch_find(const char *name)
 
 const char *mvm_arch_names(void)
 {
-    return "llama (Mixtral-style), qwen2moe, qwen3moe, olmoe";
+    return "llama (Mixtral-style), qwen2moe, qwen3moe, olmoe, deepseek2";
 }

@@ -18,7 +18,7 @@ static void usage(FILE *f)
             "                     [--expert-ff N] [--vocab N] [--ctx N]\n"
             "                     [--rope-scaling linear:FACTOR|yarn:FACTOR:ORIG_CTX] [--list]\n"
             "  --preset   tiny (default) or a real model shape; --list shows them all\n"
-            "  --arch     for tiny: llama (default), qwen2moe, qwen3moe, olmoe\n"
+            "  --arch     for tiny: llama (default), qwen2moe, qwen3moe, olmoe, deepseek2\n"
             "  --type     f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_K, q3_K,\n"
             "             q4_K, q5_K, q6_K, or llama.cpp's mixes q4_K_M, q5_K_M (default: f32\n"
             "             for tiny, q8_0 otherwise); as llama-quantize, rows that are not whole\n"

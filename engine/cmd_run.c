@@ -345,14 +345,17 @@ static int load(struct session *s)
         snprintf(compute, sizeof compute, "%d threads, %s kernels", threads,
                  mvm_k_simd_name(mvm_k_simd_current()));
     double eb = (double)s->model->expert_bytes;
-    char types[64], rope[48] = "";
+    char types[64], rope[48] = "", dense[32] = "";
+    if (hp->n_dense) /* deepseek2's leading dense blocks: not in the expert space */
+        snprintf(dense, sizeof dense, " (+%u dense)", hp->n_dense);
     if (hp->rope.freq_scale != 1.0f)
         snprintf(rope, sizeof rope, ", RoPE %s x%g", hp->rope.ext_factor != 0 ? "YaRN" : "linear",
                  1.0 / hp->rope.freq_scale);
-    fprintf(stderr, "model: %s (%s), %u layers, %u experts top-%u of %.1f %s (%s), vocab %u%s; "
+    fprintf(stderr, "model: %s (%s), %u layers%s, %u experts top-%u of %.1f %s (%s), vocab %u%s; "
             "loaded in %.2f s\nspace: %s backend, budget %u pages of %llu KiB; %s; cost model "
             "%s\n",
-            s->model->name, s->model->arch->name, hp->n_layer, hp->n_expert, hp->n_expert_used,
+            s->model->name, s->model->arch->name, hp->n_layer, dense, hp->n_expert,
+            hp->n_expert_used,
             eb >= 1048576 ? eb / 1048576 : eb / 1024, eb >= 1048576 ? "MiB" : "KiB",
             mvm_model_expert_types(s->model, types, sizeof types), hp->n_vocab, rope,
             mvm_now_s() - t0, info.backend, info.device_pages,

@@ -2,9 +2,10 @@
  * The CPU backend of the forward pass (forward_impl.h). One batch of n tokens goes through
  * every layer as
  *   attention:  x += Wo · attn(rope(norm_qk(Wq·h)), rope(norm_qk(Wk·h)), Wv·h),  h = rms(x)
- *   MoE:        x += Σ_selected w_e · expert_e(h) [+ sigmoid(g·h) · shared(h)],  h = rms(x)
- * with the architecture's variations (arch.c). Matrix products are split by rows across the
- * pool; attention by (token, head); the experts as experts_cpu.h says. Work is handed out
+ *   MoE:        x += Σ_selected w_e · expert_e(h) [+ [sigmoid(g·h) ·] shared(h)],  h = rms(x)
+ * with the architecture's variations (arch.c): deepseek2's latent attention (below) and
+ * its leading blocks with a dense FFN in place of the experts. Matrix products are split
+ * by rows across the pool; attention by (token, head); the experts as experts_cpu.h says. Work is handed out
  * statically (unit u to thread u mod n), so a run is bitwise reproducible for a given
  * thread count: greedy decoding is deterministic, whatever the experts' residency.
  */
@@ -23,7 +24,11 @@ struct cpu_fwd {
     mvm_moe *moe;
     int nth;
     uint32_t n_ctx, n_batch, q_dim, kv_dim;
-    float *kc, *vc;             /* [n_layer][n_ctx][kv_dim] */
+    float *kc, *vc;             /* [blocks][n_ctx][kv_dim]; MLA: kc only, the latent + k_pe */
+    /* MLA (deepseek2): the latent attention's buffers, [n_batch][...] */
+    uint32_t lat;               /* kv_lora + rope: a cache row, and an absorbed query head */
+    float *qa, *qlat, *olat;    /* q_a; [n_head][lat] absorbed queries and their outputs */
+    uint8_t *hact;              /* [nth][act_stride]: each thread's per-head activations */
     float *x, *xn, *q, *k, *v, *att, *tmp, *tmp2; /* [n_batch][...] */
     uint8_t *act;               /* [n_batch][act_stride]: the current matmul input */
     size_t act_stride;
@@ -47,28 +52,42 @@ static mvm_status cpu_create(mvm_ctx *ctx, void **state)
     c->n_batch = ctx->n_batch;
     c->q_dim = hp->n_head * hp->head_dim;
     c->kv_dim = hp->n_head_kv * hp->head_dim;
+    c->lat = hp->kv_lora + hp->rope.n_rot;
+    if (hp->kv_lora) /* MLA: one latent row per position; att holds n_head values */
+        c->kv_dim = c->lat;
     size_t B = c->n_batch, D = hp->n_embd;
     size_t widest = D > c->q_dim ? D : c->q_dim;
-    if (hp->n_ff_shexp > widest)
-        widest = hp->n_ff_shexp;
+    uint32_t wide[] = {hp->n_ff_shexp, hp->n_ff, hp->q_lora, hp->n_head * hp->v_dim,
+                       hp->kv_lora, hp->nope};
+    for (size_t i = 0; i < sizeof wide / sizeof *wide; i++)
+        widest = wide[i] > widest ? wide[i] : widest;
     c->act_stride = MVM_ALIGN64(mvm_k_act_bytes(MVM_W_F32, widest));
-    size_t kv = (size_t)hp->n_layer * c->n_ctx * c->kv_dim * sizeof(float);
+    size_t kv = (size_t)(hp->n_dense + hp->n_layer) * c->n_ctx * c->kv_dim * sizeof(float);
     int ok = 1;
     c->kc = mvm_buf64(kv, &ok);
-    c->vc = mvm_buf64(kv, &ok);
+    c->vc = hp->kv_lora ? NULL : mvm_buf64(kv, &ok);
+    if (hp->kv_lora) {
+        size_t heads = B * hp->n_head * c->lat * 4;
+        c->qa = mvm_buf64(B * (hp->q_lora ? hp->q_lora : 1) * 4, &ok);
+        c->qlat = mvm_buf64(heads, &ok);
+        c->olat = mvm_buf64(heads, &ok);
+        c->hact = mvm_buf64((size_t)c->nth * c->act_stride, &ok);
+    }
     c->x = mvm_buf64(B * D * 4, &ok);
     c->xn = mvm_buf64(B * D * 4, &ok);
     c->tmp = mvm_buf64(B * D * 4, &ok);
     c->tmp2 = mvm_buf64(B * D * 4, &ok);
     c->q = mvm_buf64(B * c->q_dim * 4, &ok);
-    c->att = mvm_buf64(B * c->q_dim * 4, &ok);
+    c->att = mvm_buf64(B * (c->q_dim > hp->n_head * hp->v_dim ? c->q_dim : hp->n_head * hp->v_dim)
+                       * 4, &ok);
     c->k = mvm_buf64(B * c->kv_dim * 4, &ok);
     c->v = mvm_buf64(B * c->kv_dim * 4, &ok);
     c->act = mvm_buf64(B * c->act_stride, &ok);
     c->scratch = mvm_buf64((size_t)c->nth * c->n_ctx * 4, &ok);
-    if (hp->n_ff_shexp) {
-        c->sh1 = mvm_buf64(B * hp->n_ff_shexp * 4, &ok);
-        c->sh3 = mvm_buf64(B * hp->n_ff_shexp * 4, &ok);
+    uint32_t ffn = hp->n_ff > hp->n_ff_shexp ? hp->n_ff : hp->n_ff_shexp;
+    if (ffn) {
+        c->sh1 = mvm_buf64(B * ffn * 4, &ok);
+        c->sh3 = mvm_buf64(B * ffn * 4, &ok);
         c->shg = mvm_buf64(B * 4, &ok);
     }
     if (!ok)
@@ -81,7 +100,8 @@ static void cpu_destroy(void *state)
 {
     struct cpu_fwd *c = state;
     void *bufs[] = {c->kc, c->vc, c->x, c->xn, c->tmp, c->tmp2, c->q, c->att, c->k, c->v,
-                    c->act, c->scratch, c->sh1, c->sh3, c->shg};
+                    c->act, c->scratch, c->sh1, c->sh3, c->shg, c->qa, c->qlat, c->olat,
+                    c->hact};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
     mvm_xcpu_free(c->experts);
@@ -172,7 +192,7 @@ static void attn_run(void *p, int t, int nth)
     struct cpu_fwd *c = j->c;
     const mvm_hparams *hp = &c->m->hp;
     uint32_t group = hp->n_head / hp->n_head_kv;
-    float scale = 1.0f / sqrtf((float)hp->head_dim);
+    const float scale = hp->kq_scale;
     size_t u0, u1;
     mvm_pool_split((size_t)j->n * hp->n_head, t, nth, &u0, &u1);
     for (size_t u = u0; u < u1; u++) {
@@ -185,22 +205,96 @@ static void attn_run(void *p, int t, int nth)
     }
 }
 
-static void attention(struct cpu_fwd *c, uint32_t il, uint32_t n, uint32_t pos0)
+/* ---- multi-head latent attention (deepseek2) ---------------------------------------------
+ * The absorbed form (llama.cpp's MLA path; DeepSeek-V2's paper, appendix C): the cache keeps
+ * one row per position, [latent c (kv_lora), k_pe (rope)], and each head's query turns into
+ * that space, [wk_b_h · q_nope_h, q_pe_h], so a score is one dot product over the row:
+ * q_nope · (Wk_h c) + q_pe · k_pe. The head attends over whole rows (the k_pe part of its
+ * output is ignored) and wv_b_h takes the latent part out to v_dim values. */
+
+/* q, the latent rows of the batch into the cache, rotated. */
+static void mla_project(struct cpu_fwd *c, const mvm_layer *L, uint32_t n, uint32_t pos0,
+                        float *cache)
 {
     const mvm_hparams *hp = &c->m->hp;
-    const mvm_layer *L = &c->m->layers[il];
+    const uint32_t R = hp->kv_lora, Q = hp->q_lora;
+    if (Q) {
+        matmul(c, &L->wq_a, c->xn, n, c->qa);
+        for (uint32_t i = 0; i < n; i++)
+            mvm_k_rmsnorm(c->qa + (size_t)i * Q, c->qa + (size_t)i * Q, L->q_a_norm, Q,
+                          hp->rms_eps);
+        matmul(c, &L->wq_b, c->qa, n, c->q);
+    } else {
+        matmul(c, &L->wq, c->xn, n, c->q);
+    }
+    float *rows = cache + (size_t)pos0 * c->lat;
+    matmul(c, &L->wkv_a, c->xn, n, rows);
+    for (uint32_t i = 0; i < n; i++) {
+        float *row = rows + (size_t)i * c->lat;
+        mvm_k_rmsnorm(row, row, L->kv_a_norm, R, hp->rms_eps);
+        mvm_k_rope(row + R, 1, hp->rope.n_rot, pos0 + i, &hp->rope);
+        mvm_k_rope(c->q + (size_t)i * c->q_dim + hp->nope, hp->n_head, hp->head_dim, pos0 + i,
+                   &hp->rope);
+    }
+}
+
+struct mla_job {
+    struct cpu_fwd *c;
+    const mvm_layer *L;
+    const float *cache;
+    uint32_t n, pos0;
+};
+
+/* Per (token, head): the absorbed query, the attention over the cache rows, the values. */
+static void mla_run(void *p, int t, int nth)
+{
+    const struct mla_job *j = p;
+    struct cpu_fwd *c = j->c;
+    const mvm_hparams *hp = &c->m->hp;
+    const mvm_weight *kb = &j->L->wk_b, *vb = &j->L->wv_b;
+    const uint32_t H = hp->n_head, R = hp->kv_lora, V = hp->v_dim;
+    uint8_t *act = c->hact + (size_t)t * c->act_stride;
+    size_t u0, u1;
+    mvm_pool_split((size_t)j->n * H, t, nth, &u0, &u1);
+    for (size_t u = u0; u < u1; u++) {
+        const uint32_t i = (uint32_t)(u / H), h = (uint32_t)(u % H);
+        const float *q = c->q + (size_t)i * c->q_dim + (size_t)h * hp->head_dim;
+        float *ql = c->qlat + u * c->lat, *ol = c->olat + u * c->lat;
+        mvm_k_prepare_act(kb->type, q, act, hp->nope);
+        mvm_k_matvec(kb->type, kb->data, kb->row_bytes, hp->nope, act, ql - (size_t)h * R,
+                     (size_t)h * R, (size_t)(h + 1) * R);
+        memcpy(ql + R, q + hp->nope, hp->rope.n_rot * sizeof *ql);
+        mvm_k_attn_head(ql, j->cache, j->cache, c->lat, j->pos0 + i + 1, c->lat, hp->kq_scale,
+                        c->scratch + (size_t)t * c->n_ctx, ol);
+        mvm_k_prepare_act(vb->type, ol, act, R);
+        mvm_k_matvec(vb->type, vb->data, vb->row_bytes, R, act, c->att + (size_t)i * H * V,
+                     (size_t)h * V, (size_t)(h + 1) * V);
+    }
+}
+
+/* x += attention(rms(x)) of block `blk` (its KV cache slot). */
+static void attention(struct cpu_fwd *c, const mvm_layer *L, uint32_t blk, uint32_t n,
+                      uint32_t pos0)
+{
+    const mvm_hparams *hp = &c->m->hp;
     for (uint32_t i = 0; i < n; i++)
         mvm_k_rmsnorm(c->xn + (size_t)i * hp->n_embd, c->x + (size_t)i * hp->n_embd,
                       L->attn_norm, hp->n_embd, hp->rms_eps);
-    matmul(c, &L->wq, c->xn, n, c->q);
-    matmul(c, &L->wk, c->xn, n, c->k);
-    matmul(c, &L->wv, c->xn, n, c->v);
-    qk_norm_rope(c, L, n, pos0);
-    size_t layer_off = (size_t)il * c->n_ctx * c->kv_dim;
-    memcpy(c->kc + layer_off + (size_t)pos0 * c->kv_dim, c->k, (size_t)n * c->kv_dim * 4);
-    memcpy(c->vc + layer_off + (size_t)pos0 * c->kv_dim, c->v, (size_t)n * c->kv_dim * 4);
-    struct attn_job j = {c, c->kc + layer_off, c->vc + layer_off, n, pos0};
-    mvm_pool_run(c->pool, attn_run, &j);
+    size_t layer_off = (size_t)blk * c->n_ctx * c->kv_dim;
+    if (hp->kv_lora) {
+        mla_project(c, L, n, pos0, c->kc + layer_off);
+        struct mla_job j = {c, L, c->kc + layer_off, n, pos0};
+        mvm_pool_run(c->pool, mla_run, &j);
+    } else {
+        matmul(c, &L->wq, c->xn, n, c->q);
+        matmul(c, &L->wk, c->xn, n, c->k);
+        matmul(c, &L->wv, c->xn, n, c->v);
+        qk_norm_rope(c, L, n, pos0);
+        memcpy(c->kc + layer_off + (size_t)pos0 * c->kv_dim, c->k, (size_t)n * c->kv_dim * 4);
+        memcpy(c->vc + layer_off + (size_t)pos0 * c->kv_dim, c->v, (size_t)n * c->kv_dim * 4);
+        struct attn_job j = {c, c->kc + layer_off, c->vc + layer_off, n, pos0};
+        mvm_pool_run(c->pool, attn_run, &j);
+    }
     matmul(c, &L->wo, c->att, n, c->tmp);
     for (size_t i = 0; i < (size_t)n * hp->n_embd; i++)
         c->x[i] += c->tmp[i];
@@ -208,25 +302,38 @@ static void attention(struct cpu_fwd *c, uint32_t il, uint32_t n, uint32_t pos0)
 
 /* ---- mixture of experts ---------------------------------------------------------------- */
 
-static void shared_expert(struct cpu_fwd *c, const mvm_layer *L, uint32_t n)
+/* x += [sigmoid(gate · h) ·] w2 · (silu(w1 · h) * (w3 · h)), h = xn: a shared expert (gated
+ * in qwen2moe, not in deepseek2) or a dense block's FFN. */
+static void ffn(struct cpu_fwd *c, const mvm_weight *w1, const mvm_weight *w3,
+                const mvm_weight *w2, const float *gate, uint32_t n)
 {
     const mvm_hparams *hp = &c->m->hp;
-    uint32_t F = hp->n_ff_shexp;
+    const uint32_t F = w1->rows;
     for (uint32_t i = 0; i < n; i++) {
         const float *h = c->xn + (size_t)i * hp->n_embd;
         float g = 0;
-        for (uint32_t d = 0; d < hp->n_embd; d++)
-            g += L->shexp_gate[d] * h[d];
-        c->shg[i] = 1.0f / (1.0f + expf(-g));
+        for (uint32_t d = 0; gate && d < hp->n_embd; d++)
+            g += gate[d] * h[d];
+        c->shg[i] = gate ? 1.0f / (1.0f + expf(-g)) : 1.0f;
     }
-    matmul(c, &L->shexp_w1, c->xn, n, c->sh1);
-    matmul(c, &L->shexp_w3, c->xn, n, c->sh3);
+    matmul(c, w1, c->xn, n, c->sh1);
+    matmul(c, w3, c->xn, n, c->sh3);
     for (uint32_t i = 0; i < n; i++)
         mvm_k_swiglu(c->sh1 + (size_t)i * F, c->sh3 + (size_t)i * F, F);
-    matmul(c, &L->shexp_w2, c->sh1, n, c->tmp2);
+    matmul(c, w2, c->sh1, n, c->tmp2);
     for (uint32_t i = 0; i < n; i++)
         for (uint32_t d = 0; d < hp->n_embd; d++)
             c->x[(size_t)i * hp->n_embd + d] += c->shg[i] * c->tmp2[(size_t)i * hp->n_embd + d];
+}
+
+/* A dense block's FFN (deepseek2's leading blocks). */
+static void dense_ffn(struct cpu_fwd *c, const mvm_layer *L, uint32_t n)
+{
+    const mvm_hparams *hp = &c->m->hp;
+    for (uint32_t i = 0; i < n; i++)
+        mvm_k_rmsnorm(c->xn + (size_t)i * hp->n_embd, c->x + (size_t)i * hp->n_embd,
+                      L->ffn_norm, hp->n_embd, hp->rms_eps);
+    ffn(c, &L->ffn_w1, &L->ffn_w3, &L->ffn_w2, NULL, n);
 }
 
 static mvm_status moe(struct cpu_fwd *c, uint32_t il, uint32_t n, uint32_t pos0)
@@ -250,7 +357,7 @@ static mvm_status moe(struct cpu_fwd *c, uint32_t il, uint32_t n, uint32_t pos0)
     mvm_status end = mvm_moe_end(c->moe);
     st = st != MVM_OK ? st : end;
     if (st == MVM_OK && hp->n_ff_shexp)
-        shared_expert(c, L, n);
+        ffn(c, &L->shexp_w1, &L->shexp_w3, &L->shexp_w2, L->shexp_gate, n);
     return st;
 }
 
@@ -267,8 +374,12 @@ static mvm_status cpu_eval(mvm_ctx *ctx, const int32_t *tokens, uint32_t n, floa
         mvm_k_dequantize(m->tok_embd.type,
                          (const uint8_t *)m->tok_embd.data + (size_t)tokens[i] * m->tok_embd.row_bytes,
                          c->x + (size_t)i * hp->n_embd, hp->n_embd);
+    for (uint32_t b = 0; b < hp->n_dense; b++) {
+        attention(c, &m->dense[b], b, n, pos0);
+        dense_ffn(c, &m->dense[b], n);
+    }
     for (uint32_t il = 0; il < hp->n_layer; il++) {
-        attention(c, il, n, pos0);
+        attention(c, &m->layers[il], hp->n_dense + il, n, pos0);
         mvm_status st = moe(c, il, n, pos0);
         if (st != MVM_OK)
             return st;

@@ -43,7 +43,7 @@ mvm_status mvm_spec_check(const mvm_model_spec *s)
     if (mvm_spec_expert_ff(s) % MVM_QBLOCK)
         return mvm_fail(MVM_ERR_INVALID, "expert size %u is not a multiple of %d",
                         mvm_spec_expert_ff(s), MVM_QBLOCK);
-    if (a->shared_expert && !s->n_ff_shexp)
+    if (a->shared_expert == 1 && !s->n_ff_shexp)
         return mvm_fail(MVM_ERR_INVALID, "%s needs a shared expert size", s->arch);
     int quant = mvm_k_block_elems(s->type) == MVM_QBLOCK;
     uint32_t rows_in[3] = {s->n_embd, s->n_head * s->head_dim, s->n_ff_shexp};
@@ -61,6 +61,17 @@ mvm_status mvm_spec_check(const mvm_model_spec *s)
                                (yarn && s->rope_orig_ctx < 2)))
         return mvm_fail(MVM_ERR_INVALID, "RoPE scaling factor %g is not in 1..1024 or YaRN's "
                         "original context %u is below 2", s->rope_factor, s->rope_orig_ctx);
+    if (a->deepseek && (!s->ds.kv_lora || !s->ds.v_dim || s->ds.n_rot % 2 ||
+                        s->head_dim <= s->ds.n_rot || s->n_head_kv != s->n_head ||
+                        s->ds.n_dense >= s->n_layer || (s->ds.n_dense && !s->n_ff)))
+        return mvm_fail(MVM_ERR_INVALID, "deepseek2 shape: kv_lora %u, v_dim %u, rope %u of "
+                        "head size %u, %u kv heads of %u, %u dense blocks of %u",
+                        s->ds.kv_lora, s->ds.v_dim, s->ds.n_rot, s->head_dim, s->n_head_kv,
+                        s->n_head, s->ds.n_dense, s->n_layer);
+    if (a->deepseek && s->ds.n_group > 1 &&
+        (s->n_expert % s->ds.n_group || !s->ds.n_group_used || s->ds.n_group_used > s->ds.n_group))
+        return mvm_fail(MVM_ERR_INVALID, "%u expert groups (%u used) do not divide %u experts",
+                        s->ds.n_group, s->ds.n_group_used, s->n_expert);
     if (s->k_mix && s->type != MVM_W_Q4_K && s->type != MVM_W_Q5_K)
         return mvm_fail(MVM_ERR_INVALID, "the _M mix is for q4_K and q5_K, not %s",
                         mvm_k_wtype_name(s->type));
@@ -144,10 +155,62 @@ static int add(struct plan *p, enum init init, enum mvm_wtype type, uint32_t n_d
     int raise = strcmp(fmt, "output.weight") == 0 ||
                 ((strstr(fmt, "attn_v.") || strstr(fmt, "ffn_down_")) &&
                  more_bits((uint32_t)layer, p->s->n_layer));
-    /* (the router is asked for as F32 and stays so) */
-    t->type = n_dims == 1 ? MVM_W_F32 : type == MVM_W_F32 ? type : tensor_type(p->s, a, raise);
+    /* (a type other than the spec's, as the router's F32, is kept) */
+    t->type = n_dims == 1 ? MVM_W_F32 : type != p->s->type ? type : tensor_type(p->s, a, raise);
     t->init = init;
     return 0;
+}
+
+/* deepseek2's blocks (llama.cpp's tensor names; `r` carries the earlier adds' result).
+ * attn_k_b and attn_v_b are kept in F16 when the spec quantizes: their products would
+ * otherwise round the query to Q8_0 where the older attn_kv_b's decompression rounds the
+ * latent, and the reference could follow only one of them. */
+static int plan_deepseek(struct plan *p, int r)
+{
+    const mvm_model_spec *s = p->s;
+    uint64_t D = s->n_embd, H = s->n_head, hd = s->head_dim, R = s->ds.kv_lora;
+    uint64_t rot = s->ds.n_rot, V = s->ds.v_dim, nope = hd - rot, E = s->n_expert;
+    uint64_t F = s->n_ff_exp, S = (uint64_t)s->ds.n_shared * F;
+    enum mvm_wtype t = s->type, tb = mvm_k_block_elems(t) == 1 ? t : MVM_W_F16;
+    for (uint32_t l = 0; l < s->n_layer && r == 0; l++) {
+        int il = (int)l;
+        r |= add(p, INIT_NORM, t, 1, D, 1, 1, "blk.%d.attn_norm.weight", il);
+        if (s->ds.q_lora) {
+            r |= add(p, INIT_MATRIX, t, 2, D, s->ds.q_lora, 1, "blk.%d.attn_q_a.weight", il);
+            r |= add(p, INIT_NORM, t, 1, s->ds.q_lora, 1, 1, "blk.%d.attn_q_a_norm.weight", il);
+            r |= add(p, INIT_MATRIX, t, 2, s->ds.q_lora, H * hd, 1, "blk.%d.attn_q_b.weight", il);
+        } else {
+            r |= add(p, INIT_MATRIX, t, 2, D, H * hd, 1, "blk.%d.attn_q.weight", il);
+        }
+        r |= add(p, INIT_MATRIX, t, 2, D, R + rot, 1, "blk.%d.attn_kv_a_mqa.weight", il);
+        r |= add(p, INIT_NORM, t, 1, R, 1, 1, "blk.%d.attn_kv_a_norm.weight", il);
+        if (s->ds.kv_b) {
+            r |= add(p, INIT_MATRIX, t, 2, R, H * (nope + V), 1, "blk.%d.attn_kv_b.weight", il);
+        } else {
+            r |= add(p, INIT_MATRIX, tb, 3, nope, R, H, "blk.%d.attn_k_b.weight", il);
+            r |= add(p, INIT_MATRIX, tb, 3, R, V, H, "blk.%d.attn_v_b.weight", il);
+        }
+        r |= add(p, INIT_MATRIX, t, 2, H * V, D, 1, "blk.%d.attn_output.weight", il);
+        r |= add(p, INIT_NORM, t, 1, D, 1, 1, "blk.%d.ffn_norm.weight", il);
+        if (l < s->ds.n_dense) {
+            r |= add(p, INIT_MATRIX, t, 2, D, s->n_ff, 1, "blk.%d.ffn_gate.weight", il);
+            r |= add(p, INIT_MATRIX, t, 2, D, s->n_ff, 1, "blk.%d.ffn_up.weight", il);
+            r |= add(p, INIT_MATRIX, t, 2, s->n_ff, D, 1, "blk.%d.ffn_down.weight", il);
+            continue;
+        }
+        r |= add(p, INIT_ROUTER, MVM_W_F32, 2, D, E, 1, "blk.%d.ffn_gate_inp.weight", il);
+        if (s->ds.bias)
+            r |= add(p, INIT_BIAS, t, 1, E, 1, 1, "blk.%d.exp_probs_b.bias", il);
+        r |= add(p, INIT_MATRIX, t, 3, D, F, E, "blk.%d.ffn_gate_exps.weight", il);
+        r |= add(p, INIT_MATRIX, t, 3, D, F, E, "blk.%d.ffn_up_exps.weight", il);
+        r |= add(p, INIT_MATRIX, t, 3, F, D, E, "blk.%d.ffn_down_exps.weight", il);
+        if (S) {
+            r |= add(p, INIT_MATRIX, t, 2, D, S, 1, "blk.%d.ffn_gate_shexp.weight", il);
+            r |= add(p, INIT_MATRIX, t, 2, D, S, 1, "blk.%d.ffn_up_shexp.weight", il);
+            r |= add(p, INIT_MATRIX, t, 2, S, D, 1, "blk.%d.ffn_down_shexp.weight", il);
+        }
+    }
+    return r ? -1 : 0;
 }
 
 static int plan_tensors(struct plan *p)
@@ -161,6 +224,8 @@ static int plan_tensors(struct plan *p)
     int r = add(p, INIT_EMBED, t, 2, D, V, 1, "token_embd.weight", 0) |
             add(p, INIT_NORM, t, 1, D, 1, 1, "output_norm.weight", 0) |
             add(p, INIT_MATRIX, t, 2, D, V, 1, "output.weight", 0);
+    if (a->deepseek)
+        return plan_deepseek(p, r);
     for (uint32_t l = 0; l < s->n_layer && r == 0; l++) {
         int il = (int)l;
         r |= add(p, INIT_NORM, t, 1, D, 1, 1, "blk.%d.attn_norm.weight", il);
@@ -290,6 +355,42 @@ static mvm_status write_tensor(void *ctx, uint64_t index, FILE *f)
 
 /* ---- metadata --------------------------------------------------------------------------- */
 
+/* deepseek2's keys as llama.cpp's converter writes them: with attn_k_b/attn_v_b the
+ * absorbed view in key_length/value_length and the per-head sizes in *_mla. */
+static mvm_status write_deepseek_keys(mvm_gguf_writer *w, const mvm_model_spec *s)
+{
+    char k[96];
+    mvm_status st = MVM_OK;
+#define U32(suffix, v) (snprintf(k, sizeof k, "deepseek2." suffix), \
+                        st = st ? st : mvm_gguf_writer_set_u32(w, k, (v)))
+#define F32(suffix, v) (snprintf(k, sizeof k, "deepseek2." suffix), \
+                        st = st ? st : mvm_gguf_writer_set_f32(w, k, (v)))
+    U32("leading_dense_block_count", s->ds.n_dense);
+    if (s->ds.q_lora)
+        U32("attention.q_lora_rank", s->ds.q_lora);
+    U32("attention.kv_lora_rank", s->ds.kv_lora);
+    U32("attention.key_length", s->ds.kv_b ? s->head_dim : s->ds.kv_lora + s->ds.n_rot);
+    U32("attention.value_length", s->ds.kv_b ? s->ds.v_dim : s->ds.kv_lora);
+    if (!s->ds.kv_b) {
+        U32("attention.key_length_mla", s->head_dim);
+        U32("attention.value_length_mla", s->ds.v_dim);
+    }
+    U32("rope.dimension_count", s->ds.n_rot);
+    U32("expert_shared_count", s->ds.n_shared);
+    F32("expert_weights_scale", s->ds.scale);
+    U32("expert_gating_func", s->ds.sigmoid ? 2 : 1);
+    st = st ? st : mvm_gguf_writer_set_bool(w, "deepseek2.expert_weights_norm", s->ds.norm);
+    if (s->ds.n_group > 1) {
+        U32("expert_group_count", s->ds.n_group);
+        U32("expert_group_used_count", s->ds.n_group_used);
+    }
+    if (s->rope_scaling[0] && s->ds.yarn_log_mul != 0)
+        F32("rope.scaling.yarn_log_multiplier", s->ds.yarn_log_mul);
+#undef U32
+#undef F32
+    return st;
+}
+
 static mvm_status set_keys(const mvm_model_spec *s, mvm_gguf_writer *w)
 {
     const mvm_arch *a = mvm_arch_find(s->arch);
@@ -318,9 +419,13 @@ static mvm_status set_keys(const mvm_model_spec *s, mvm_gguf_writer *w)
     U32("feed_forward_length", s->n_ff);
     U32("attention.head_count", s->n_head);
     U32("attention.head_count_kv", s->n_head_kv);
-    U32("attention.key_length", s->head_dim);
-    U32("attention.value_length", s->head_dim);
-    U32("rope.dimension_count", s->head_dim);
+    if (a->deepseek) {
+        st = st ? st : write_deepseek_keys(w, s);
+    } else {
+        U32("attention.key_length", s->head_dim);
+        U32("attention.value_length", s->head_dim);
+        U32("rope.dimension_count", s->head_dim);
+    }
     F32("rope.freq_base", s->rope_base);
     F32("attention.layer_norm_rms_epsilon", s->rms_eps);
     if (s->rope_scaling[0]) {
@@ -334,7 +439,7 @@ static mvm_status set_keys(const mvm_model_spec *s, mvm_gguf_writer *w)
     U32("expert_used_count", s->n_expert_used);
     if (strcmp(a->expert_ff_key, "expert_feed_forward_length") == 0)
         U32("expert_feed_forward_length", s->n_ff_exp);
-    if (a->shared_expert)
+    if (a->shared_expert == 1)
         U32("expert_shared_feed_forward_length", s->n_ff_shexp);
 #undef U32
 #undef F32

@@ -26,8 +26,11 @@ typedef struct mvm_arch {
     int norm_topk;              /* renormalise the selected experts' weights to sum 1 */
     int qkv_bias;               /* attn_{q,k,v}.bias present */
     enum mvm_qk_norm qk_norm;
-    int shared_expert;          /* qwen2moe: ffn_*_shexp with a sigmoid gate */
+    int shared_expert;          /* ffn_*_shexp: qwen2moe's with a sigmoid gate (1), or
+                                   deepseek2's ungated, expert_shared_count experts wide (2) */
     const char *expert_ff_key;  /* the key holding the experts' intermediate size */
+    int deepseek;               /* deepseek2: multi-head latent attention (MLA), leading dense
+                                   blocks, and routing described by the metadata */
 } mvm_arch;
 
 /* The architecture called `name`, or NULL. */
@@ -36,10 +39,24 @@ const mvm_arch *mvm_arch_find(const char *name);
 const char *mvm_arch_names(void);
 
 typedef struct mvm_hparams {
-    uint32_t n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ctx_train;
+    /* n_layer counts the MoE blocks, the only ones the expert space, the policies and the
+     * traces see; deepseek2's n_dense dense blocks (FFN n_ff wide) come before them, so
+     * MoE layer l is the file's blk.{n_dense + l}. */
+    uint32_t n_vocab, n_embd, n_layer, n_dense, n_ff, n_head, n_head_kv, head_dim, n_ctx_train;
     uint32_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
     float rms_eps;
     mvm_rope rope;              /* with the architecture's pairing and any context extension */
+    float kq_scale;             /* attention scores' scale: 1/sqrt(head_dim), or MLA's */
+    /* MLA (deepseek2): q from n_embd through a q_lora bottleneck (0: one matrix), keys and
+     * values from one kv_lora-wide latent per token; per head, head_dim = nope + rope.n_rot
+     * dims of query and key, v_dim of value. */
+    uint32_t q_lora, kv_lora, nope, v_dim;
+    /* Routing: softmax or (sigmoid_gate) sigmoid of the router's logits; the top-k chosen
+     * among the n_group_used best of n_group expert groups (0: no groups) by score plus the
+     * layer's expert_bias; their weights renormalised (norm_topk), then times expert_scale. */
+    int sigmoid_gate, norm_topk;
+    float expert_scale;
+    uint32_t n_group, n_group_used;
 } mvm_hparams;
 
 /* A 2-D weight in ggml layout: `rows` rows of `cols` elements, row r at data + r*row_bytes. */
@@ -53,6 +70,14 @@ typedef struct mvm_weight {
 typedef struct mvm_layer {
     const float *attn_norm, *ffn_norm;
     mvm_weight wq, wk, wv, wo;
+    /* MLA: q = wq_b · rms(wq_a · h) (or wq · h); [latent, k_pe] = wkv_a · h, the latent
+     * RMS-normed by kv_a_norm; per head, wk_b (kv_lora rows of nope) takes q_nope into the
+     * latent space and wv_b (v_dim rows of kv_lora) the attended latent out of it. */
+    mvm_weight wq_a, wq_b, wkv_a, wk_b, wv_b;
+    const float *q_a_norm, *kv_a_norm;
+    float *owned;                        /* wk_b/wv_b rebuilt from an older file's attn_kv_b */
+    mvm_weight ffn_w1, ffn_w3, ffn_w2;   /* a dense block's FFN: gate, up, down */
+    const float *expert_bias;            /* exp_probs_b: added to the scores to choose */
     const float *bq, *bk, *bv;           /* qkv_bias */
     const float *q_norm, *k_norm;        /* qk_norm */
     mvm_weight router;                   /* n_expert rows of n_embd */
@@ -76,7 +101,8 @@ typedef struct mvm_model {
     mvm_gguf *gguf;
     mvm_weight tok_embd, output;
     const float *output_norm;
-    mvm_layer *layers;
+    mvm_layer *layers;          /* the n_layer MoE blocks */
+    mvm_layer *dense;           /* the n_dense dense blocks before them (deepseek2) */
     /* Experts: (layer, expert) at mvm_expert_addr(space, l, e), in the layer's format;
      * expert_bytes is the largest layer's (the space's slots are all one size). */
     mvm_space *space;

@@ -4,6 +4,7 @@
  */
 #include "engine/moe_step.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -78,9 +79,12 @@ mvm_status mvm_moe_create(mvm_model *m, uint32_t n_batch, const mvm_ctx_policies
     s->row_tok = malloc(B * K * sizeof *s->row_tok);
     s->tok_rows = malloc(B * K * sizeof *s->tok_rows);
     s->row_w = malloc(B * K * sizeof *s->row_w);
+    s->choose = malloc(2 * E * sizeof *s->choose);
+    s->groups = malloc(E * sizeof *s->groups);
     mvm_status st = MVM_OK;
     if (!s->probs || !s->sel || !s->selw || !s->sel0 || !s->selw0 || !s->cnt || !s->off ||
-        !s->active || !s->todo || !s->cpu || !s->where || !s->row_tok || !s->tok_rows || !s->row_w)
+        !s->active || !s->todo || !s->cpu || !s->where || !s->row_tok || !s->tok_rows ||
+        !s->row_w || !s->choose || !s->groups)
         st = mvm_fail(MVM_ERR_NOMEM, "out of memory for the MoE step of %u tokens", n_batch);
     if (st == MVM_OK)
         st = create_policies(s, policies);
@@ -102,10 +106,61 @@ void mvm_moe_free(mvm_moe *s)
     free(s->router_table);
     free((void *)s->routers);
     void *bufs[] = {s->probs, s->sel, s->selw, s->sel0, s->selw0, s->cnt, s->off, s->active,
-                    s->todo, s->cpu, s->where, s->row_tok, s->tok_rows, s->row_w};
+                    s->todo, s->cpu, s->where, s->row_tok, s->tok_rows, s->row_w, s->choose,
+                    s->groups};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
     free(s);
+}
+
+/* Group-limited routing (DeepSeek-V3, as llama.cpp's build_moe_ffn computes it): a group's
+ * score is the sum of its two best experts' scores; the experts outside the n_group_used
+ * best groups cannot be chosen. */
+static void limit_groups(const mvm_hparams *hp, float *score, int *idx, float *group)
+{
+    const uint32_t G = hp->n_expert / hp->n_group;
+    for (uint32_t g = 0; g < hp->n_group; g++) {
+        int top[2];
+        mvm_k_topk(score + g * G, G, 2, top);
+        group[g] = score[g * G + (uint32_t)top[0]] + score[g * G + (uint32_t)top[1]];
+    }
+    mvm_k_topk(group, hp->n_group, hp->n_group_used, idx);
+    for (uint32_t g = 0; g < hp->n_group; g++) {
+        int kept = 0;
+        for (uint32_t k = 0; k < hp->n_group_used; k++)
+            kept |= idx[k] == (int)g;
+        for (uint32_t e = 0; !kept && e < G; e++)
+            score[g * G + e] = -INFINITY;
+    }
+}
+
+/* One token's router logits p -> probabilities (in place), its experts and their weights. */
+static void route_token(mvm_moe *s, const float *bias, float *p, int *sel, float *w)
+{
+    const mvm_hparams *hp = &s->m->hp;
+    const uint32_t E = hp->n_expert, K = hp->n_expert_used;
+    if (hp->sigmoid_gate)
+        for (uint32_t e = 0; e < E; e++)
+            p[e] = 1.0f / (1.0f + expf(-p[e]));
+    else
+        mvm_k_softmax(p, E);
+    const float *key = p;
+    if (bias || hp->n_group > 1) { /* they choose; the weights stay the probabilities */
+        for (uint32_t e = 0; e < E; e++)
+            s->choose[e] = p[e] + (bias ? bias[e] : 0.0f);
+        if (hp->n_group > 1)
+            limit_groups(hp, s->choose, s->groups, s->choose + E);
+        key = s->choose;
+    }
+    mvm_k_topk(key, E, K, sel);
+    float sum = 0;
+    for (uint32_t k = 0; k < K; k++)
+        sum += w[k] = p[sel[k]];
+    if (hp->norm_topk)
+        for (uint32_t k = 0; k < K; k++)
+            w[k] /= sum;
+    for (uint32_t k = 0; hp->expert_scale != 1.0f && k < K; k++)
+        w[k] *= hp->expert_scale;
 }
 
 /* Every token's top-k, then what the route module makes of them, shown to the observer. */
@@ -113,18 +168,10 @@ static void route(mvm_moe *s, uint32_t pos0)
 {
     const mvm_hparams *hp = &s->m->hp;
     uint32_t E = hp->n_expert, K = hp->n_expert_used, n = s->step.n_tok;
-    for (uint32_t i = 0; i < n; i++) {
-        float *p = s->probs + (size_t)i * E, *w = s->selw + (size_t)i * K;
-        int *sel = s->sel + (size_t)i * K;
-        mvm_k_softmax(p, E);
-        mvm_k_topk(p, E, K, sel);
-        float sum = 0;
-        for (uint32_t k = 0; k < K; k++)
-            sum += w[k] = p[sel[k]];
-        if (s->m->arch->norm_topk)
-            for (uint32_t k = 0; k < K; k++)
-                w[k] /= sum;
-    }
+    const float *bias = s->m->layers[s->step.layer].expert_bias;
+    for (uint32_t i = 0; i < n; i++)
+        route_token(s, bias, s->probs + (size_t)i * E, s->sel + (size_t)i * K,
+                    s->selw + (size_t)i * K);
     size_t nk = (size_t)n * K;
     if (s->obs && s->subst) {
         memcpy(s->sel0, s->sel, nk * sizeof *s->sel);

@@ -38,7 +38,11 @@ typedef struct mvm_moe {
     int zerocopy;               /* it can (HOST_NUMA): an expert may be read in place */
     uint32_t n_forecast;        /* layers ahead the assign module is given forecasts of */
     uint32_t n_batch;
-    float *probs;               /* [n_batch][n_expert]: the router's logits, then softmax */
+    float *probs;               /* [n_batch][n_expert]: the router's logits, then softmax
+                                   (or sigmoid: mvm_hparams.sigmoid_gate) */
+    float *choose;              /* [2][n_expert]: a token's scores as routing chooses by them,
+                                   then its expert groups' */
+    int *groups;                /* [n_expert]: the groups kept */
     int *sel;                   /* [n_batch][K] the experts that run, best first */
     float *selw;                /* [n_batch][K] their weights */
     int *sel0;                  /* [n_batch][K] the router's own choice and weights, kept */

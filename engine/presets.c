@@ -6,11 +6,8 @@
  *   qwen3-30b-a3b       Qwen3-30B-A3B: 48 layers, 2048 wide, 128 experts x 768, top-8
  *   qwen1.5-moe-a2.7b   Qwen1.5-MoE-A2.7B: 24 layers, 60 experts x 1408, top-4, shared 5632
  *   olmoe-1b-7b         OLMoE-1B-7B-0924: 16 layers, 2048 wide, 64 experts x 1024, top-8
- *   deepseek-v2-lite    DeepSeek-V2-Lite's MoE shape (64 routed experts x 1408, top-6, two
- *                       shared experts = one of 2816, 27 layers, vocab 102400) on the qwen2moe
- *                       architecture: moevm has no MLA attention yet, and the expert side is
- *                       what memory management is about. Its first dense layer is an MoE
- *                       layer here.
+ *   deepseek-v2-lite    DeepSeek-V2-Lite: 27 blocks (1 dense), MLA, 64 experts x 1408,
+ *                       top-6, 2 shared, vocab 102400
  */
 #include <stdio.h>
 #include <string.h>
@@ -39,9 +36,28 @@ static const mvm_preset presets[] = {
     {"olmoe-1b-7b", "OLMoE-1B-7B shape (6.9B parameters, 1.3B active)",
      {"olmoe", "OLMoE-1B-7B-like (random weights)", 50304, 2048, 16, 16, 16, 128, 4096, 1024, 0,
       0, 64, 8, 10000.0f, 1e-5f, 0, 0}},
-    {"deepseek-v2-lite", "DeepSeek-V2-Lite MoE shape on qwen2moe (64 experts, top-6, shared)",
-     {"qwen2moe", "DeepSeek-V2-Lite-like (random weights)", 102400, 2048, 27, 16, 16, 128, 32768,
-      10944, 1408, 2816, 64, 6, 10000.0f, 1e-6f, 0, 0}},
+    /* DeepSeek-V2-Lite: 27 blocks (the first dense, 10944 wide), MLA of 16 heads with a
+     * 512-wide latent, 128 + 64 query/key and 128 value dims per head, YaRN x40 from 4096
+     * positions; 64 routed experts x 1408, top-6, softmax, and 2 shared ones. */
+    {"deepseek-v2-lite", "DeepSeek-V2-Lite shape (15.7B parameters, 2.4B active)",
+     {"deepseek2", "DeepSeek-V2-Lite-like (random weights)", 102400, 2048, 27, 16, 16, 192,
+      163840, 10944, 1408, 0, 64, 6, 10000.0f, 1e-6f, 0, 0, 0, "yarn", 40.0f, 4096,
+      {.n_dense = 1, .kv_lora = 512, .n_rot = 64, .v_dim = 128, .n_shared = 2, .scale = 1.0f,
+       .yarn_log_mul = 0.0707f}}},
+    /* A small one of each deepseek2 kind for the tests: V2's (q in one matrix, softmax,
+     * not renormalised, x2, llama.cpp's newer attn_k_b/attn_v_b) and V3's (a q bottleneck, sigmoid
+     * with a choosing bias in 4 groups of which 2 count, renormalised, x2.5; the older
+     * attn_kv_b). 3 blocks, the first dense. */
+    {"tiny", "for tests: 3 blocks (1 dense), 64 wide, MLA, 8 experts, top-2, 1 shared",
+     {"deepseek2", "moevm tiny deepseek2", 512, 64, 3, 4, 4, 48, 256, 128, 64, 0, 8, 2,
+      10000.0f, 1e-5f, 0, 0, 0, "", 0, 0,
+      {.n_dense = 1, .kv_lora = 32, .n_rot = 16, .v_dim = 16, .n_shared = 1, .scale = 2.0f}}},
+    {"tiny-v3", "for tests: tiny deepseek2 with V3's routing and q bottleneck",
+     {"deepseek2", "moevm tiny deepseek2 v3", 512, 64, 3, 4, 4, 48, 256, 128, 64, 0, 8, 2,
+      10000.0f, 1e-5f, 0, 0, 0, "", 0, 0,
+      {.n_dense = 1, .q_lora = 32, .kv_lora = 32, .n_rot = 16, .v_dim = 16, .n_shared = 1,
+       .n_group = 4, .n_group_used = 2, .kv_b = 1, .sigmoid = 1, .bias = 1, .norm = 1,
+       .scale = 2.5f, .yarn_log_mul = 0.0707f}}},
 };
 
 const mvm_preset *mvm_preset_find(const char *name, const char *arch)

@@ -55,7 +55,7 @@ mvm_status mvm_trace_open(const char *path, const mvm_model *m, int with_hidden,
             "\"expert_bytes\":%llu,\"n_embd\":%u,\"n_ff_exp\":%u,\"scores\":\"softmax\","
             "\"weights_renormalised\":%s}\n", m->arch->name, hp->n_layer, hp->n_expert,
             hp->n_expert_used, (unsigned long long)m->expert_bytes, hp->n_embd, hp->n_ff_exp,
-            m->arch->norm_topk ? "true" : "false");
+            m->hp.norm_topk ? "true" : "false");
     *out = t;
     return MVM_OK;
 }

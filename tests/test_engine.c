@@ -23,7 +23,8 @@
 
 static char dir[64];
 static mvm_pool *pool; /* 2 threads, shared by the tests that do not choose their own */
-static const char *arches[] = {"llama", "qwen2moe", "qwen3moe", "olmoe"};
+static const char *arches[] = {"llama", "qwen2moe", "qwen3moe", "olmoe", "deepseek2"};
+#define N_ARCHES (sizeof arches / sizeof *arches)
 
 static const char *in_dir(const char *name)
 {
@@ -111,14 +112,16 @@ static void test_pool(void)
 
 static void test_load_presets(void)
 {
-    for (size_t i = 0; i < 4; i++) {
+    for (size_t i = 0; i < N_ARCHES; i++) {
         mvm_model *m;
         CHECK_ST(load(tiny_path(arches[i], MVM_W_F32), NULL, pool, &m), MVM_OK);
         if (!m)
             continue;
         const mvm_model_spec *s = &mvm_preset_find("tiny", arches[i])->spec;
         CHECK(strcmp(m->arch->name, arches[i]) == 0);
-        CHECK(m->hp.n_layer == s->n_layer && m->hp.n_expert == s->n_expert);
+        /* deepseek2's leading dense block is not an MoE layer: blk.1 is its layer 0 */
+        CHECK(m->hp.n_dense == s->ds.n_dense && m->hp.n_layer + m->hp.n_dense == s->n_layer);
+        CHECK(m->hp.n_expert == s->n_expert);
         CHECK(m->hp.n_expert_used == s->n_expert_used && m->hp.head_dim == s->head_dim);
         CHECK(m->hp.n_ff_exp == mvm_spec_expert_ff(s) && m->hp.n_vocab == s->n_vocab);
         const mvm_k_expert_fmt f32 = mvm_k_expert_uniform(MVM_W_F32);
@@ -133,7 +136,8 @@ static void test_load_presets(void)
         mvm_k_expert_pack(f32, (const float *)g->data + (size_t)e * F * D,
                           (const float *)u->data + (size_t)e * F * D,
                           (const float *)d->data + (size_t)e * F * D, D, F, want);
-        CHECK(memcmp(want, mvm_expert_addr(m->space, 1, e), m->expert_bytes) == 0);
+        CHECK(memcmp(want, mvm_expert_addr(m->space, 1 - m->hp.n_dense, e),
+                     m->expert_bytes) == 0);
         free(want);
         mvm_model_free(m);
     }
@@ -321,14 +325,30 @@ static void test_load_errors(void)
     expect_load_error("qwen2moe", &(struct mutation){.tensor = "blk.1.ffn_gate_inp_shexp.weight",
                       .drop_tensor = 1}, MVM_ERR_INVALID, "ffn_gate_inp_shexp");
 
+    /* deepseek2's own: blocks, gating, groups, the latent's norm */
+    expect_load_error("deepseek2", &(struct mutation){.key =
+                      "deepseek2.leading_dense_block_count", .key_u32 = 3}, MVM_ERR_INVALID,
+                      "leading_dense_block_count 3 leaves none of the 3 blocks for experts");
+    expect_load_error("deepseek2", &(struct mutation){.key = "deepseek2.expert_gating_func",
+                      .key_u32 = 3}, MVM_ERR_UNSUPPORTED, "expert_gating_func 3");
+    expect_load_error("deepseek2", &(struct mutation){.key = "deepseek2.expert_group_count",
+                      .key_u32 = 3}, MVM_ERR_INVALID, "expert_group_count 3 / "
+                      "expert_group_used_count 0 do not fit 8 experts");
+    expect_load_error("deepseek2", &(struct mutation){.tensor = "blk.2.attn_kv_a_norm.weight",
+                      .drop_tensor = 1}, MVM_ERR_INVALID, "missing tensor "
+                      "'blk.2.attn_kv_a_norm.weight'");
+    expect_load_error("deepseek2", &(struct mutation){.tensor = "blk.0.attn_k_b.weight",
+                      .ne0 = 8}, MVM_ERR_INVALID, "tensor 'blk.0.attn_k_b.weight' has shape "
+                      "[8, 32, 4], expected [32, 32, 4]");
+
     /* general.architecture is a string: set it through the writer directly. */
     mvm_gguf_writer *w;
     mvm_gguf_writer_new(&w);
-    mvm_gguf_writer_set_str(w, "general.architecture", "deepseek2");
+    mvm_gguf_writer_set_str(w, "general.architecture", "gpt-oss");
     CHECK_ST(mvm_gguf_writer_write(w, in_dir("arch.gguf")), MVM_OK);
     mvm_gguf_writer_free(w);
     CHECK_ST(load(in_dir("arch.gguf"), NULL, pool, &m), MVM_ERR_UNSUPPORTED);
-    CHECK(strstr(mvm_last_error(), "'deepseek2' is not supported"));
+    CHECK(strstr(mvm_last_error(), "'gpt-oss' is not supported"));
     CHECK_ST(load(in_dir("no-such-file.gguf"), NULL, pool, &m), MVM_ERR_INVALID);
 }
 
@@ -373,7 +393,7 @@ static float *run_prompt(const char *path, int threads, uint32_t batch, const ch
 
 static void test_forward_properties(void)
 {
-    for (size_t i = 0; i < 4; i++) {
+    for (size_t i = 0; i < N_ARCHES; i++) {
         for (int q = 0; q < 2; q++) {
             const char *path = tiny_path(arches[i], q ? MVM_W_Q8_0 : MVM_W_F32);
             size_t n = N_PROMPT * mvm_preset_find("tiny", arches[i])->spec.n_vocab;
@@ -564,7 +584,7 @@ int main(void)
         return 1;
     if (mvm_pool_create(2, NULL, &pool) != MVM_OK)
         return 1;
-    for (size_t i = 0; i < 4; i++) {
+    for (size_t i = 0; i < N_ARCHES; i++) {
         make_tiny(arches[i], MVM_W_F32);
         make_tiny(arches[i], MVM_W_Q8_0);
     }

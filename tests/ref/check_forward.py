@@ -53,7 +53,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gguf_read  # noqa: E402
 import moe_ref  # noqa: E402
 
-ARCHS = ("llama", "qwen2moe", "qwen3moe", "olmoe")
+ARCHS = ("llama", "qwen2moe", "qwen3moe", "olmoe", "deepseek2")
 TYPES = {"f32": gguf_read.GGML_F32, "f16": gguf_read.GGML_F16, "bf16": gguf_read.GGML_BF16,
          "q8_0": gguf_read.GGML_Q8_0, "q4_0": gguf_read.GGML_Q4_0,
          "q4_1": gguf_read.GGML_Q4_1, "q5_0": gguf_read.GGML_Q5_0,
@@ -90,8 +90,11 @@ GREEDY_MARGIN = 10.0
 # Variants of an architecture's tiny model, checked for VARIANT_TYPES only: the context
 # extensions (a YaRN ramp from pair 5 to 12 of qwen3moe's 16; linear on llama's NORM pairs).
 VARIANTS = {"+yarn": ("qwen3moe", ["--rope-scaling", "yarn:4:4096"]),
-            "+linear": ("llama", ["--rope-scaling", "linear:4"])}
+            "+linear": ("llama", ["--rope-scaling", "linear:4"]),
+            "+v3": ("deepseek2", ["--preset", "tiny-v3", "--rope-scaling", "yarn:4:4096"])}
 VARIANT_TYPES = ("f32", "q8_0")
+# What the device forward pass (MOEVM_BACKEND=cuda) refuses, with this line, for now.
+DEVICE_REFUSES = {"deepseek2": "does not compute deepseek2's latent attention yet"}
 
 MODEL_SEED = 7
 PROMPT_SEED = 20240607
@@ -156,7 +159,7 @@ def make_model(moevm, workdir, arch, wtype, variant=""):
     if model.cfg.arch != arch:
         raise Failure(f"{path}: general.architecture is {model.cfg.arch!r}, not {arch!r}")
     # mkmodel must have honoured --type where it matters most: the experts.
-    got = model.wtypes["blk.0.ffn_gate_exps.weight"]
+    got = model.wtypes[f"blk.{model.cfg.n_dense}.ffn_gate_exps.weight"]
     if got != TYPES[wtype]:
         raise Failure(f"{path}: expert weights are ggml type {got}, not {wtype}")
     return model
@@ -259,7 +262,7 @@ def check_prompt(moevm, model, model_path, wtype, workdir, prompt, tag, launcher
 def shifted_experts(model):
     """The model with every layer's expert e taking expert e+1's weights."""
     w = dict(model.w)
-    for il in range(model.cfg.n_layer):
+    for il in range(model.cfg.n_dense, model.cfg.n_layer):
         for n in ("gate", "up", "down"):
             k = f"blk.{il}.ffn_{n}_exps.weight"
             w[k] = np.roll(model.w[k], -1, axis=0)
@@ -275,6 +278,14 @@ def sensitivity(model, wtype, tokens, logits):
             "experts shifted by one": shifted_experts(model)}
     if model.cfg.rope_scaling:
         bugs["rope scaling ignored"] = model.replace(rope_scaling=())
+    if model.cfg.sigmoid_gate:
+        bugs["sigmoid as softmax"] = model.replace(sigmoid_gate=False)
+    if model.cfg.n_group > 1:
+        bugs["expert groups ignored"] = model.replace(n_group=0)
+    if any(k.endswith("exp_probs_b.bias") for k in model.w):
+        bugs["expert bias ignored"] = moe_ref.Model(
+            model.cfg, {k: v for k, v in model.w.items() if not k.endswith("exp_probs_b.bias")},
+            model.wtypes, model.meta)
     results = {}
     for name, bad in bugs.items():
         if wtype in QUANTIZED:
@@ -313,6 +324,17 @@ def main():
         except (Failure, gguf_read.GGUFError, ValueError, KeyError) as e:
             failures.append(f"{arch}{variant} {wtype}: mkmodel: {e}")
             print(f"FAIL {arch}{variant} {wtype}: mkmodel: {e}")
+            continue
+        if os.environ.get("MOEVM_BACKEND") == "cuda" and arch in DEVICE_REFUSES:
+            p = subprocess.run([moevm, "run", "-m", model_file(args.workdir, arch, wtype, variant),
+                                "-p", "x", "-n", "1"], capture_output=True, timeout=TIMEOUT_S)
+            said = p.stderr.decode("utf-8", "replace")
+            ok = p.returncode != 0 and DEVICE_REFUSES[arch] in said
+            print(("ok   " if ok else "FAIL ") + f"{arch + variant:9s} {wtype:5s} refused on the "
+                  f"device: {said.strip().splitlines()[-1] if said.strip() else '(nothing)'}")
+            if not ok:
+                failures.append(f"{arch}{variant} {wtype}: the device pass did not refuse it "
+                                f"clearly (exit {p.returncode})")
             continue
         rng = np.random.default_rng(PROMPT_SEED)
         longest = None
@@ -357,7 +379,7 @@ def main():
             print(f"  {f}")
         return 1
     print(f"check_forward: PASS: {len(cases)} models ({len(ARCHS)} architectures x "
-          f"{len(types)} types, and {len(cases) - len(ARCHS) * len(types)} with RoPE scaling) "
+          f"{len(types)} types, and {len(cases) - len(ARCHS) * len(types)} variants) "
           f"x {len(PROMPT_LENGTHS)} prompts against the reference")
     return 0
 

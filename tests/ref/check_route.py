@@ -38,8 +38,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import check_forward as cf  # noqa: E402
 import moe_ref  # noqa: E402
 
-# Mixtral (renormalised top-k), Qwen2-MoE (raw probabilities, shared expert), OLMoE.
-ARCHS = ("llama", "qwen2moe", "olmoe")
+# Mixtral (renormalised top-k), Qwen2-MoE (raw probabilities, shared expert), OLMoE,
+# DeepSeek-V2-Lite's kind (a dense block first: the traces count the MoE layers).
+ARCHS = ("llama", "qwen2moe", "olmoe", "deepseek2")
 TOL = cf.TOL["f32"][1]
 PROMPT_LENGTH = 16
 N_GEN = 48
@@ -99,9 +100,10 @@ def check_arch(moevm, workdir, arch, rng):
     rec = cf.read_logits(logits_path, model.cfg.n_vocab)
     tokens, logits = rec["token"].tolist(), rec["logits"].astype(np.float64)
     records = read_trace(trace_path, model.cfg.n_expert_used)
-    if len(records) != len(tokens) * model.cfg.n_layer:
+    n_moe = model.cfg.n_layer - model.cfg.n_dense   # the traces see the MoE layers only
+    if len(records) != len(tokens) * n_moe:
         raise cf.Failure(f"{len(records)} trace records for {len(tokens)} positions x "
-                         f"{model.cfg.n_layer} layers")
+                         f"{n_moe} layers")
     subs = overrides(records)
     if not subs:
         raise cf.Failure("no (token, layer) was substituted: the check would prove nothing")

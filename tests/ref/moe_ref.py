@@ -31,6 +31,8 @@ class ArchRules:
     qkv_bias: bool    # attn_{q,k,v}.bias
     qk_norm: str      # "" | "head": RMSNorm per head (Qwen3) | "full": over all of q / k (OLMoE)
     shared_expert: bool  # sigmoid-gated shared expert added to the MoE output (Qwen2-MoE)
+    mla: bool = False    # DeepSeek-V2/V3: multi-head latent attention, leading dense blocks,
+                         # ungated shared experts, routing from the metadata
 
 
 ARCHS = {
@@ -49,6 +51,11 @@ ARCHS = {
     # OLMoE: q/k RMSNorm over the whole projected vector before RoPE, norm_topk_prob = false.
     "olmoe": ArchRules(rope_neox=True, norm_topk=False, qkv_bias=False, qk_norm="full",
                        shared_expert=False),
+    # DeepSeek-V2/V3 as Hugging Face's DeepseekV2/V3 modules compute them (llama.cpp's
+    # deepseek2): the rope part of q and k rotated on adjacent pairs (the HF code
+    # de-interleaves before rotate_half); norm_topk from expert_weights_norm.
+    "deepseek2": ArchRules(rope_neox=False, norm_topk=False, qkv_bias=False, qk_norm="",
+                           shared_expert=False, mla=True),
 }
 
 
@@ -70,6 +77,20 @@ class Config:
     n_expert: int
     n_expert_used: int
     rules: ArchRules
+    # deepseek2: n_dense leading dense blocks; MLA with a q_lora bottleneck (0: none), a
+    # kv_lora latent, nope + n_rot query/key and v_dim value dims per head; the scores
+    # scaled by kq_scale; routing by sigmoid or softmax, in n_group groups (0: none) of
+    # which n_group_used are kept, weights times expert_scale.
+    n_dense: int = 0
+    q_lora: int = 0
+    kv_lora: int = 0
+    nope: int = 0
+    v_dim: int = 0
+    kq_scale: float = 0.0
+    sigmoid_gate: bool = False
+    n_group: int = 0
+    n_group_used: int = 0
+    expert_scale: float = 1.0
     # Emulate the engine's (ggml's) CPU path for quantized weights: the input of each such
     # product is quantized first, to Q8_0 for the 32-element Q types and to Q8_K for the
     # K-quants. Off for the reference; on to follow the engine's routing where activation
@@ -114,10 +135,30 @@ def _key(meta, name, default=None):
     return default
 
 
-def expected_tensors(cfg, n_layer):
+def _expected_deepseek(cfg, names, w):
+    """deepseek2's tensors; which of its optional ones a file has decides its variant."""
+    q = ["attn_q_a", "attn_q_a_norm", "attn_q_b"] if cfg.q_lora else ["attn_q"]
+    kv = ["attn_kv_b"] if "blk.0.attn_kv_b.weight" in w else ["attn_k_b", "attn_v_b"]
+    for il in range(cfg.n_layer):
+        per = ["attn_norm", "ffn_norm", "attn_kv_a_mqa", "attn_kv_a_norm", "attn_output"] + q + kv
+        if il < cfg.n_dense:
+            per += ["ffn_gate", "ffn_up", "ffn_down"]
+        else:
+            per += ["ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"]
+            if f"blk.{il}.ffn_gate_shexp.weight" in w:
+                per += ["ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp"]
+            if f"blk.{il}.exp_probs_b.bias" in w:
+                names.add(f"blk.{il}.exp_probs_b.bias")
+        names |= {f"blk.{il}.{n}.weight" for n in per}
+    return names
+
+
+def expected_tensors(cfg, n_layer, w=()):
     """The exact tensor set of an architecture (output.weight optional: tied)."""
     r = cfg.rules
     names = {"token_embd.weight", "output_norm.weight"}
+    if r.mla:
+        return _expected_deepseek(cfg, names, w)
     per_layer = ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm",
                  "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"]
     if r.qk_norm:
@@ -139,7 +180,8 @@ def _rope_scaling(meta, arch):
     kind = meta.get(f"{arch}.rope.scaling.type", "linear" if keys else "none")
     known = {"none": {"scaling.type"},
              "linear": {"scaling.type", "scaling.factor"},
-             "yarn": {"scaling.type", "scaling.factor", "scaling.original_context_length"}}
+             "yarn": {"scaling.type", "scaling.factor", "scaling.original_context_length",
+                      "scaling.yarn_log_multiplier"}}
     if kind not in known or not keys <= {"rope." + k for k in known[kind]}:
         raise ValueError(f"rope scaling {kind!r} with keys {sorted(keys)}: not modelled")
     if kind == "none":
@@ -148,6 +190,32 @@ def _rope_scaling(meta, arch):
     if kind == "linear":
         return ("linear", factor)
     return ("yarn", factor, meta[f"{arch}.rope.scaling.original_context_length"])
+
+
+def _deepseek_config(cfg, meta):
+    """deepseek2's keys (llama.cpp's names): per-head sizes in key/value_length_mla where a
+    file has them (llama.cpp's newer converter), else in key/value_length; the scores'
+    scale is Hugging Face's softmax_scale, q_head_dim^-0.5 times YaRN's mscale squared,
+    mscale = 1 + yarn_log_multiplier (0.1 x mscale_all_dim) x ln(factor)."""
+    a = "deepseek2."
+    mla = a + "attention.key_length_mla" in meta
+    head_dim = meta[a + ("attention.key_length_mla" if mla else "attention.key_length")]
+    v_dim = meta[a + ("attention.value_length_mla" if mla else "attention.value_length")]
+    n_rot = meta[a + "rope.dimension_count"]
+    factor = cfg.rope_scaling[1] if cfg.rope_scaling else 1.0
+    mscale = 1 + meta.get(a + "rope.scaling.yarn_log_multiplier", 0.0) * math.log(factor)
+    rules = dataclasses.replace(cfg.rules, norm_topk=bool(meta.get(a + "expert_weights_norm",
+                                                                   False)))
+    return dataclasses.replace(
+        cfg, rules=rules, head_dim=head_dim, n_rot=n_rot, v_dim=v_dim, nope=head_dim - n_rot,
+        n_dense=meta.get(a + "leading_dense_block_count", 0),
+        q_lora=meta.get(a + "attention.q_lora_rank", 0),
+        kv_lora=meta[a + "attention.kv_lora_rank"],
+        kq_scale=mscale * mscale / math.sqrt(head_dim),
+        sigmoid_gate=meta.get(a + "expert_gating_func", 1) == 2,
+        n_group=meta.get(a + "expert_group_count", 0),
+        n_group_used=meta.get(a + "expert_group_used_count", 0),
+        expert_scale=float(meta.get(a + "expert_weights_scale", 1.0)))
 
 
 def load_model(path):
@@ -175,11 +243,14 @@ def load_model(path):
         n_expert_used=_key(meta, f"{arch}.expert_used_count"),
         rules=ARCHS[arch],
     )
+    if arch == "deepseek2":
+        cfg = _deepseek_config(cfg, meta)
     if cfg.n_head % cfg.n_head_kv or cfg.n_rot % 2 or cfg.n_rot > cfg.head_dim or \
             not 0 < cfg.n_expert_used <= cfg.n_expert:
         raise ValueError(f"{path}: inconsistent hyper-parameters {cfg}")
 
-    want, have = expected_tensors(cfg, cfg.n_layer), set(f.tensors) - {"output.weight"}
+    want = expected_tensors(cfg, cfg.n_layer, f.tensors)
+    have = set(f.tensors) - {"output.weight"}
     if want != have:
         raise ValueError(f"{path}: tensors for {arch}: missing {sorted(want - have)}, "
                          f"unexpected {sorted(have - want)}")
@@ -232,13 +303,15 @@ def rope_frequencies(n_rot, base, scaling=()):
     return freq / factor * (1 - extrap_w) + freq * extrap_w, 0.1 * math.log(factor) + 1
 
 
-def rope(x, pos, n_rot, base, neox, scaling=()):
+def rope(x, pos, n_rot, base, neox, scaling=(), unit=False):
     """Rotate the first n_rot dims of each head of x (T, n_heads, head_dim) at positions
     pos (T,): pair i turns by pos * base^(-2i/n_rot) (with the context extension
-    `scaling`, rope_frequencies). neox: pairs (i, i + n_rot/2); otherwise adjacent pairs
+    `scaling`, rope_frequencies; unit: without its magnitude, as DeepSeek's attention
+    moves it to the scores). neox: pairs (i, i + n_rot/2); otherwise adjacent pairs
     (2i, 2i + 1)."""
     half = n_rot // 2
     freq, mscale = rope_frequencies(n_rot, base, scaling)
+    mscale = 1.0 if unit else mscale
     theta = pos[:, None] * freq   # (T, half)
     cos, sin = mscale * np.cos(theta)[:, None, :], mscale * np.sin(theta)[:, None, :]
     i0 = np.arange(half) if neox else np.arange(0, n_rot, 2)
@@ -280,7 +353,40 @@ def q8_k_roundtrip(x):
 
 # ---- the layers ----------------------------------------------------------------------
 
+def mla_attention(model, il, h, pos):
+    """DeepSeek's multi-head latent attention as Hugging Face's DeepseekV2Attention computes
+    it: keys and values decompressed from the latent per head (the engine keeps the latent
+    and turns the queries instead; the two are equal by associativity)."""
+    cfg, w, p = model.cfg, model.w, f"blk.{il}."
+    T, H, R, nope, rot, vd = h.shape[0], cfg.n_head, cfg.kv_lora, cfg.nope, cfg.n_rot, cfg.v_dim
+    if cfg.q_lora:
+        q = model.linear(p + "attn_q_b.weight", rmsnorm(model.linear(p + "attn_q_a.weight", h),
+                                                        w[p + "attn_q_a_norm.weight"], cfg.eps))
+    else:
+        q = model.linear(p + "attn_q.weight", h)
+    q = q.reshape(T, H, nope + rot)
+    kv = model.linear(p + "attn_kv_a_mqa.weight", h)
+    c = rmsnorm(kv[:, :R], w[p + "attn_kv_a_norm.weight"], cfg.eps)
+    neox = cfg.rules.rope_neox
+    k_pe = rope(kv[:, None, R:], pos, rot, cfg.rope_base, neox, cfg.rope_scaling, unit=True)
+    q_pe = rope(q[..., nope:], pos, rot, cfg.rope_base, neox, cfg.rope_scaling, unit=True)
+    if p + "attn_kv_b.weight" in w:
+        kvb = w[p + "attn_kv_b.weight"].reshape(H, nope + vd, R)
+        wk, wv = kvb[:, :nope], kvb[:, nope:]
+    else:   # attn_k_b is stored (H, R, nope): the transposed heads
+        wk, wv = np.swapaxes(w[p + "attn_k_b.weight"], 1, 2), w[p + "attn_v_b.weight"]
+    k = np.concatenate([np.einsum("hnr,tr->thn", wk, c), np.repeat(k_pe, H, axis=1)], axis=-1)
+    v = np.einsum("hvr,tr->thv", wv, c)
+    qf = np.concatenate([q[..., :nope], q_pe], axis=-1)
+    scores = np.einsum("thd,shd->hts", qf, k) * cfg.kq_scale
+    scores[:, np.triu(np.ones((T, T), dtype=bool), 1)] = -np.inf
+    out = np.einsum("hts,shd->thd", softmax(scores), v).reshape(T, H * vd)
+    return model.linear(p + "attn_output.weight", out)
+
+
 def attention(model, il, h, pos):
+    if model.cfg.rules.mla:
+        return mla_attention(model, il, h, pos)
     cfg, w, p = model.cfg, model.w, f"blk.{il}."
     T, hd = h.shape[0], cfg.head_dim
     q = model.linear(p + "attn_q.weight", h)
@@ -317,16 +423,36 @@ def swiglu_ffn(model, gate, up, down, h, expert=None, scale=None):
     return model.linear(down, a, expert)
 
 
-def moe(model, il, h, trace, routing=None):
+def choose(cfg, probs, bias):
+    """The experts' ranking keys: the probabilities, plus DeepSeek-V3's bias, outside the
+    n_group_used groups with the best two-expert sums set to -inf (its noaux_tc)."""
+    key = probs + (bias if bias is not None else 0.0)
+    if cfg.n_group > 1:
+        T, G = key.shape[0], cfg.n_expert // cfg.n_group
+        groups = key.reshape(T, cfg.n_group, G)
+        best2 = np.sort(groups, axis=2)[:, :, -2:].sum(axis=2)               # (T, n_group)
+        kept = np.argsort(-best2, axis=1, kind="stable")[:, :cfg.n_group_used]
+        mask = np.ones((T, cfg.n_group), dtype=bool)
+        np.put_along_axis(mask, kept, False, axis=1)
+        key = np.where(np.repeat(mask, G, axis=1), -np.inf, key)
+    return key
+
+
+def moe(model, il, h, trace, routing=None, moe_layer=None):
+    """The MoE block il; moe_layer: its index among the MoE blocks (the engine's layer)."""
     cfg, p = model.cfg, f"blk.{il}."
-    probs = softmax(model.linear(p + "ffn_gate_inp.weight", h))        # (T, n_expert)
-    # Top-k, largest first; a stable sort of -probs puts ties at the lower index.
-    sel = np.argsort(-probs, axis=1, kind="stable")[:, :cfg.n_expert_used]
+    moe_layer = il if moe_layer is None else moe_layer
+    logits = model.linear(p + "ffn_gate_inp.weight", h)                 # (T, n_expert)
+    probs = 1.0 / (1.0 + np.exp(-logits)) if cfg.sigmoid_gate else softmax(logits)
+    key = choose(cfg, probs, model.w.get(p + "exp_probs_b.bias"))
+    # Top-k, largest first; a stable sort of -key puts ties at the lower index.
+    sel = np.argsort(-key, axis=1, kind="stable")[:, :cfg.n_expert_used]
     weights = np.take_along_axis(probs, sel, axis=1)
     if cfg.rules.norm_topk:
         weights = weights / weights.sum(axis=1, keepdims=True)
+    weights = weights * cfg.expert_scale
     for (t, layer), (experts, w) in (routing or {}).items():
-        if layer == il:
+        if layer == moe_layer:
             sel[t], weights[t] = experts, w
 
     # The mixing weight scales the expert's intermediate activations, before the down
@@ -339,8 +465,9 @@ def moe(model, il, h, trace, routing=None):
             out[rows] += swiglu_ffn(model, p + "ffn_gate_exps.weight", p + "ffn_up_exps.weight",
                                     p + "ffn_down_exps.weight", h[rows], expert=e,
                                     scale=weights[rows, slot])
-    if cfg.rules.shared_expert:
-        gate = 1.0 / (1.0 + np.exp(-model.linear(p + "ffn_gate_inp_shexp.weight", h)))
+    if p + "ffn_gate_shexp.weight" in model.w:   # gated in Qwen2-MoE, not in DeepSeek
+        gate = 1.0 / (1.0 + np.exp(-model.linear(p + "ffn_gate_inp_shexp.weight", h))) \
+            if cfg.rules.shared_expert else np.ones(h.shape[0])
         out += gate[:, None] * swiglu_ffn(model, p + "ffn_gate_shexp.weight",
                                           p + "ffn_up_shexp.weight",
                                           p + "ffn_down_shexp.weight", h)
@@ -366,5 +493,10 @@ def forward(model, tokens, trace=None, routing=None):
     for il in range(cfg.n_layer):
         p = f"blk.{il}."
         x = x + attention(model, il, rmsnorm(x, w[p + "attn_norm.weight"], cfg.eps), pos)
-        x = x + moe(model, il, rmsnorm(x, w[p + "ffn_norm.weight"], cfg.eps), trace, routing)
+        h = rmsnorm(x, w[p + "ffn_norm.weight"], cfg.eps)
+        if il < cfg.n_dense:   # DeepSeek's leading dense blocks
+            x = x + swiglu_ffn(model, p + "ffn_gate.weight", p + "ffn_up.weight",
+                               p + "ffn_down.weight", h)
+        else:
+            x = x + moe(model, il, h, trace, routing, il - cfg.n_dense)
     return model.linear("output.weight", rmsnorm(x, w["output_norm.weight"], cfg.eps))

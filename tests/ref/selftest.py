@@ -363,6 +363,11 @@ def test_reader_rejects(tmp):
         raise AssertionError(f"reader accepted a file with a bad {what}")
 
 
+# The architectures whose files this script writes itself (the classic tensor set);
+# deepseek2's are written by moevm mkmodel and checked against the engine by check_forward.
+BUILT = [a for a, r in moe_ref.ARCHS.items() if not r.mla]
+
+
 def _model(tmp, arch, seed=7, wtype="f32", w=None):
     path = os.path.join(tmp, f"{arch}-{wtype}-{seed}.gguf")
     write_model(path, arch, random_weights(arch, seed) if w is None else w, wtype)
@@ -371,7 +376,7 @@ def _model(tmp, arch, seed=7, wtype="f32", w=None):
 
 def test_forward_matches_naive(tmp):
     tokens = [3, 50, 7, 7, 91, 12, 40]
-    for arch in moe_ref.ARCHS:
+    for arch in BUILT:
         m = _model(tmp, arch)
         err = rel(moe_ref.forward(m, tokens), naive_forward(m, tokens))
         assert err < 1e-12, (arch, err)
@@ -450,7 +455,7 @@ def test_llama_permutation(tmp):
 
 def test_causal(tmp):
     tokens = [5, 17, 42, 8, 64, 3, 30]
-    for arch in moe_ref.ARCHS:
+    for arch in BUILT:
         m = _model(tmp, arch, 21)
         full = moe_ref.forward(m, tokens)
         for n in (1, 4):
@@ -459,7 +464,7 @@ def test_causal(tmp):
 
 def test_routing(tmp):
     tokens = [10, 20, 30]
-    for arch in moe_ref.ARCHS:
+    for arch in BUILT:
         m = _model(tmp, arch, 5)
         trace = []
         moe_ref.forward(m, tokens, trace=trace)
@@ -485,7 +490,7 @@ def test_routing_override(tmp):
     tokens = [10, 20, 30, 40, 50]
     routing = {(2, 0): (np.array([7, 3]), np.array([0.7, 0.2])),
                (3, 1): (np.array([5, 6]), np.array([0.4, 0.45]))}
-    for arch in moe_ref.ARCHS:
+    for arch in BUILT:
         m = _model(tmp, arch, 9)
         got = moe_ref.forward(m, tokens, routing=routing)
         assert rel(got, naive_forward(m, tokens, routing)) < 1e-12, arch
@@ -515,7 +520,7 @@ def calibration(tmp):
     rng = np.random.default_rng(1234)
     prompts = [rng.integers(3, TINY["n_vocab"], size=n + 4).tolist() for n in (1, 5, 12)]
     print("calibration (max over rows of ||a-b||/||b||):")
-    for arch in moe_ref.ARCHS:
+    for arch in BUILT:
         w = random_weights(arch, 99)
         for wtype in ("q8_0", "q4_0"):
             m = _model(tmp, arch, 99, wtype, w)
