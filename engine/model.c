@@ -69,11 +69,11 @@ static mvm_status read_expert_shape(struct loader *ld, mvm_model *m)
         return ld->st;
     if (key_ff && key_ff != hp->n_ff_exp && ld->arch->expert_ff_key[0] == 'e')
         return mvm_ld_fail(ld, MVM_ERR_INVALID, "%s.%s is %u but the experts have %u channels",
-                    ld->arch->name, ld->arch->expert_ff_key, key_ff, hp->n_ff_exp);
+                           ld->arch->name, ld->arch->expert_ff_key, key_ff, hp->n_ff_exp);
     if (hp->n_ff_exp == 0 || hp->n_ff_exp % MVM_QBLOCK)
-        return mvm_ld_fail(ld, MVM_ERR_UNSUPPORTED, "experts with %u channels: moevm needs a multiple "
-                    "of %d (its channel-major layout groups channels by %d)", hp->n_ff_exp,
-                    MVM_QBLOCK, MVM_QBLOCK);
+        return mvm_ld_fail(ld, MVM_ERR_UNSUPPORTED, "experts with %u channels: moevm needs a "
+                           "multiple of %d (its channel-major layout groups channels by %d)",
+                           hp->n_ff_exp, MVM_QBLOCK, MVM_QBLOCK);
     if (ld->arch->shared_expert == 1) {
         const mvm_gguf_tensor *s = mvm_ld_find(ld, "blk.0.ffn_gate_shexp.weight", 1);
         if (!s)
@@ -138,10 +138,10 @@ static mvm_status bind_layer(struct loader *ld, mvm_model *m, uint32_t il)
             return ld->st;
     }
     if (wt[0] != wt[1])
-        return mvm_ld_fail(ld, MVM_ERR_UNSUPPORTED, "blk.%u.ffn_gate_exps is %s but ffn_up_exps is %s: "
-                    "moevm packs their rows together and needs one type for both", il,
-                    mvm_k_wtype_name((enum mvm_wtype)wt[0]),
-                    mvm_k_wtype_name((enum mvm_wtype)wt[1]));
+        return mvm_ld_fail(ld, MVM_ERR_UNSUPPORTED, "blk.%u.ffn_gate_exps is %s but ffn_up_exps "
+                           "is %s: moevm packs their rows together and needs one type for both",
+                           il, mvm_k_wtype_name((enum mvm_wtype)wt[0]),
+                           mvm_k_wtype_name((enum mvm_wtype)wt[1]));
     L->expert_fmt = (mvm_k_expert_fmt){(enum mvm_wtype)wt[0], (enum mvm_wtype)wt[2]};
     L->expert_groups = hp->n_ff_exp / (uint32_t)mvm_k_expert_group_channels(L->expert_fmt);
 #undef NAME
@@ -157,7 +157,7 @@ static mvm_status bind_tensors(struct loader *ld, mvm_model *m)
     if (emb->n_dims != 2 || emb->ne[0] != hp->n_embd || emb->ne[1] == 0 || emb->ne[1] > INT32_MAX)
         return mvm_ld_shape(ld, emb, 2, hp->n_embd, emb->ne[1] ? emb->ne[1] : 1, 1) ? ld->st
                : mvm_ld_fail(ld, MVM_ERR_INVALID, "token_embd.weight has %llu rows",
-                      (unsigned long long)emb->ne[1]);
+                             (unsigned long long)emb->ne[1]);
     hp->n_vocab = (uint32_t)emb->ne[1];
     if (mvm_ld_mat(ld, "token_embd.weight", hp->n_embd, hp->n_vocab, &m->tok_embd) ||
         !(m->output_norm = mvm_ld_vec(ld, "output_norm.weight", hp->n_embd, 1)))
@@ -219,9 +219,9 @@ static mvm_status load_experts(struct loader *ld, mvm_model *m, mvm_space_desc *
     if (desc->backend == MVM_BACKEND_AUTO)
         desc->backend = MVM_BACKEND_HOST;
     if (desc->backend == MVM_BACKEND_CUDA && !mvm_ctx_device_available())
-        return mvm_ld_fail(ld, MVM_ERR_UNSUPPORTED, "expert space: MOEVM_BACKEND=cuda, but this moevm "
-                    "was built without nvcc, so it has no device kernels to compute the experts "
-                    "(rebuild with nvcc on PATH, or use MOEVM_BACKEND=host)");
+        return mvm_ld_fail(ld, MVM_ERR_UNSUPPORTED, "expert space: MOEVM_BACKEND=cuda, but this "
+                           "moevm was built without nvcc, so it has no device kernels to compute "
+                           "the experts (rebuild with nvcc on PATH, or use MOEVM_BACKEND=host)");
     m->device = desc->device;
     mvm_status st = mvm_space_create(desc, &m->space);
     if (st != MVM_OK) {
@@ -259,7 +259,7 @@ static mvm_status open_model(const char *path, struct loader *ld, mvm_model **ou
     mvm_model *m = calloc(1, sizeof *m);
     if (!m)
         return mvm_fail(MVM_ERR_NOMEM, "%s: out of memory", path);
-    *ld = (struct loader){.path = path};
+    *ld = (struct loader){.path = path, .probe = ld->probe};
     mvm_status st = mvm_gguf_open(path, &m->gguf);
     if (st != MVM_OK) {
         free(m);
@@ -272,8 +272,9 @@ static mvm_status open_model(const char *path, struct loader *ld, mvm_model **ou
         st = mvm_ld_fail(ld, MVM_ERR_INVALID, "%s", mvm_last_error());
     } else if (mvm_gguf_str_copy(s, arch, sizeof arch) != MVM_OK ||
                !(ld->arch = m->arch = mvm_arch_find(arch))) {
-        st = mvm_ld_fail(ld, MVM_ERR_UNSUPPORTED, "architecture '%.*s' is not supported (supported: %s)",
-                  (int)(s.len < 60 ? s.len : 60), s.ptr, mvm_arch_names());
+        st = mvm_ld_fail(ld, MVM_ERR_UNSUPPORTED, "architecture '%.*s' is not supported "
+                         "(supported: %s)", (int)(s.len < 60 ? s.len : 60), s.ptr,
+                         mvm_arch_names());
     } else if (!(st = mvm_ld_hparams(ld, &m->hp)) && !(st = bind_tensors(ld, m))) {
         const char *base = strrchr(path, '/');
         snprintf(m->name, sizeof m->name, "%s", base ? base + 1 : path);
@@ -296,7 +297,7 @@ static mvm_status open_model(const char *path, struct loader *ld, mvm_model **ou
 
 mvm_status mvm_model_probe(const char *path, mvm_model **out)
 {
-    struct loader ld;
+    struct loader ld = {.probe = 1};
     return open_model(path, &ld, out);
 }
 
@@ -310,7 +311,7 @@ mvm_status mvm_model_load_held(const char *path, mvm_space_desc *desc, mvm_pool 
                                const uint8_t *held, mvm_progress_fn progress,
                                void *progress_ctx, mvm_model **out)
 {
-    struct loader ld;
+    struct loader ld = {0};
     mvm_model *m;
     mvm_status st = open_model(path, &ld, &m);
     if (st == MVM_OK &&

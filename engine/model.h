@@ -132,7 +132,8 @@ mvm_status mvm_model_load_held(const char *path, mvm_space_desc *desc, mvm_pool 
                                void *progress_ctx, mvm_model **out);
 /* The same checks without the expert space: every field but `space` is set (expert_bytes
  * included), for tools that need a model's shape (`moevm sim --model`). Cheap: the file
- * is mapped, nothing is converted. */
+ * is mapped, nothing is converted (so an older deepseek2 file's layers have no wk_b and
+ * wv_b: they would be split out of attn_kv_b). */
 mvm_status mvm_model_probe(const char *path, mvm_model **out);
 void mvm_model_free(mvm_model *m);
 /* Every layer's router as F32 rows, whatever type the file keeps it in (the gate and

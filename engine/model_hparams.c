@@ -40,8 +40,8 @@ static mvm_status read_rope(struct loader *ld, const mvm_arch *arch, mvm_hparams
         mvm_ld_f32(ld, "rope.scaling.yarn_log_multiplier", &log_mul, 0))
         return ld->st;
     if (r->n_rot == 0 || r->n_rot % 2 || r->n_rot > hp->head_dim)
-        return mvm_ld_fail(ld, MVM_ERR_INVALID, "rope.dimension_count %u is not an even number up to "
-                    "the head size %u", r->n_rot, hp->head_dim);
+        return mvm_ld_fail(ld, MVM_ERR_INVALID, "rope.dimension_count %u is not an even number "
+                           "up to the head size %u", r->n_rot, hp->head_dim);
     if (!(r->base > 1) || !(r->base < 1e30f))
         return mvm_ld_fail(ld, MVM_ERR_INVALID, "rope.freq_base %g out of range", r->base);
     char key[128], type[16] = "linear";
@@ -53,29 +53,29 @@ static mvm_status read_rope(struct loader *ld, const mvm_arch *arch, mvm_hparams
         return mvm_ld_fail(ld, MVM_ERR_INVALID, "%s: not a short string", key);
     int yarn = strcmp(type, "yarn") == 0;
     if (strcmp(type, "none") != 0 && strcmp(type, "linear") != 0 && !yarn)
-        return mvm_ld_fail(ld, MVM_ERR_UNSUPPORTED, "%s '%s': moevm computes none, linear and yarn",
-                    key, type);
+        return mvm_ld_fail(ld, MVM_ERR_UNSUPPORTED, "%s '%s': moevm computes none, linear and "
+                           "yarn", key, type);
     if (factor == 0 || strcmp(type, "none") == 0)
         return MVM_OK; /* llama.cpp: no factor (or 0) is no scaling; YaRN's ramp would blend
                           equal angles and its magnitude be 1 */
     if (!(factor > 0 && factor < 1e6f) || (yarn && factor < 1))
-        return mvm_ld_fail(ld, MVM_ERR_INVALID, "rope.scaling.factor %g out of range (%s)", factor,
-                    yarn ? "YaRN needs 1 or more" : "must be positive");
+        return mvm_ld_fail(ld, MVM_ERR_INVALID, "rope.scaling.factor %g out of range (%s)",
+                           factor, yarn ? "YaRN needs 1 or more" : "must be positive");
     if (!(attn > 0 && attn < 1e3f) || !(yarn_attn > 0 && yarn_attn < 1e3f))
-        return mvm_ld_fail(ld, MVM_ERR_INVALID, "rope.scaling attention factor %g / %g out of range",
-                    attn, yarn_attn);
+        return mvm_ld_fail(ld, MVM_ERR_INVALID, "rope.scaling attention factor %g / %g out of "
+                           "range", attn, yarn_attn);
     if (!(log_mul >= 0 && log_mul < 10))
         return mvm_ld_fail(ld, MVM_ERR_INVALID, "rope.scaling.yarn_log_multiplier %g out of range",
-                    log_mul);
+                           log_mul);
     if (!yarn) {
         r->freq_scale = 1.0f / factor;
         r->mscale = attn;
     }
     if (yarn && (orig_ctx < 2 || !(beta_fast > 0 && beta_fast < 1e6f) ||
         !(beta_slow > 0 && beta_slow < 1e6f) || !(ext >= 0 && ext <= 1)))
-        return mvm_ld_fail(ld, MVM_ERR_INVALID, "YaRN parameters out of range: original_context_length "
-                    "%u, yarn_beta_fast %g, yarn_beta_slow %g, yarn_ext_factor %g", orig_ctx,
-                    beta_fast, beta_slow, ext);
+        return mvm_ld_fail(ld, MVM_ERR_INVALID, "YaRN parameters out of range: "
+                           "original_context_length %u, yarn_beta_fast %g, yarn_beta_slow %g, "
+                           "yarn_ext_factor %g", orig_ctx, beta_fast, beta_slow, ext);
     if (yarn)
         mvm_k_rope_yarn(r, factor, orig_ctx, beta_fast, beta_slow, ext, attn * yarn_attn);
     if (arch->deepseek) {
@@ -115,33 +115,33 @@ static mvm_status read_deepseek(struct loader *ld, mvm_hparams *hp, uint32_t key
         mvm_ld_u32(ld, "expert_group_used_count", &hp->n_group_used, 0))
         return ld->st;
     if (hp->n_dense >= blocks)
-        return mvm_ld_fail(ld, MVM_ERR_INVALID, "leading_dense_block_count %u leaves none of the %u "
-                    "blocks for experts", hp->n_dense, blocks);
+        return mvm_ld_fail(ld, MVM_ERR_INVALID, "leading_dense_block_count %u leaves none of the "
+                           "%u blocks for experts", hp->n_dense, blocks);
     hp->n_layer = blocks - hp->n_dense;
     hp->head_dim = key_mla ? key_mla : key_len;
     hp->v_dim = key_mla ? val_mla : val_len;
     if (key_mla && (key_len != hp->kv_lora + n_rot || val_len != hp->kv_lora))
-        return mvm_ld_fail(ld, MVM_ERR_INVALID, "attention.key_length %u / value_length %u are not "
-                    "kv_lora_rank %u + rope %u / kv_lora_rank", key_len, val_len, hp->kv_lora,
-                    n_rot);
+        return mvm_ld_fail(ld, MVM_ERR_INVALID, "attention.key_length %u / value_length %u are "
+                           "not kv_lora_rank %u + rope %u / kv_lora_rank", key_len, val_len,
+                           hp->kv_lora, n_rot);
     if (hp->head_dim <= n_rot || hp->v_dim == 0 || hp->kv_lora == 0 || hp->n_head_kv != hp->n_head)
-        return mvm_ld_fail(ld, MVM_ERR_INVALID, "MLA shape: key length %u, rope %u, value length %u, "
-                    "kv_lora_rank %u, head_count_kv %u (must be head_count)", hp->head_dim,
-                    n_rot, hp->v_dim, hp->kv_lora, hp->n_head_kv);
+        return mvm_ld_fail(ld, MVM_ERR_INVALID, "MLA shape: key length %u, rope %u, value length "
+                           "%u, kv_lora_rank %u, head_count_kv %u (must be head_count)",
+                           hp->head_dim, n_rot, hp->v_dim, hp->kv_lora, hp->n_head_kv);
     hp->nope = hp->head_dim - n_rot;
     if (gating != 1 && gating != 2)
-        return mvm_ld_fail(ld, MVM_ERR_UNSUPPORTED, "expert_gating_func %u: moevm computes 1 (softmax) "
-                    "and 2 (sigmoid)", gating);
+        return mvm_ld_fail(ld, MVM_ERR_UNSUPPORTED, "expert_gating_func %u: moevm computes 1 "
+                           "(softmax) and 2 (sigmoid)", gating);
     hp->sigmoid_gate = gating == 2;
     if (hp->n_group > 1 && (hp->n_expert % hp->n_group || hp->n_expert / hp->n_group < 2 ||
                             hp->n_group_used == 0 || hp->n_group_used > hp->n_group ||
                             hp->n_group_used * (hp->n_expert / hp->n_group) < hp->n_expert_used))
-        return mvm_ld_fail(ld, MVM_ERR_INVALID, "expert_group_count %u / expert_group_used_count %u do "
-                    "not fit %u experts, top-%u", hp->n_group, hp->n_group_used, hp->n_expert,
-                    hp->n_expert_used);
+        return mvm_ld_fail(ld, MVM_ERR_INVALID, "expert_group_count %u / expert_group_used_count "
+                           "%u do not fit %u experts, top-%u", hp->n_group, hp->n_group_used,
+                           hp->n_expert, hp->n_expert_used);
     if (!(hp->expert_scale > 0 && hp->expert_scale < 1e4f))
         return mvm_ld_fail(ld, MVM_ERR_INVALID, "expert_weights_scale %g out of range",
-                    hp->expert_scale);
+                           hp->expert_scale);
     hp->n_ff_shexp = n_shared; /* times the experts' size once that is known */
     return MVM_OK;
 }
@@ -164,17 +164,17 @@ mvm_status mvm_ld_hparams(struct loader *ld, mvm_hparams *hp)
     if (mvm_ld_u32(ld, "attention.head_count_kv", &hp->n_head_kv, 0))
         return ld->st;
     if (hp->n_expert == 0)
-        return mvm_ld_fail(ld, MVM_ERR_UNSUPPORTED, "'%s' model without experts (%s.expert_count is "
-                    "missing or 0): moevm runs mixture-of-experts models", ld->arch->name,
-                    ld->arch->name);
+        return mvm_ld_fail(ld, MVM_ERR_UNSUPPORTED, "'%s' model without experts (%s.expert_count "
+                           "is missing or 0): moevm runs mixture-of-experts models",
+                           ld->arch->name, ld->arch->name);
     if (hp->n_expert_used == 0 || hp->n_expert_used > hp->n_expert)
         return mvm_ld_fail(ld, MVM_ERR_INVALID, "%s.expert_used_count %u is not in 1..%u",
-                    ld->arch->name, hp->n_expert_used, hp->n_expert);
+                           ld->arch->name, hp->n_expert_used, hp->n_expert);
     if (hp->n_embd == 0 || hp->n_layer == 0 || hp->n_head == 0 || hp->n_head_kv == 0 ||
         hp->n_head % hp->n_head_kv)
         return mvm_ld_fail(ld, MVM_ERR_INVALID, "bad shape: embedding_length %u, block_count %u, "
-                    "head_count %u, head_count_kv %u", hp->n_embd, hp->n_layer, hp->n_head,
-                    hp->n_head_kv);
+                           "head_count %u, head_count_kv %u", hp->n_embd, hp->n_layer, hp->n_head,
+                           hp->n_head_kv);
     hp->norm_topk = ld->arch->norm_topk;
     hp->expert_scale = 1.0f;
     if (ld->arch->deepseek) {
@@ -184,12 +184,14 @@ mvm_status mvm_ld_hparams(struct loader *ld, mvm_hparams *hp)
         hp->head_dim = key_len ? key_len : hp->n_embd / hp->n_head;
     }
     if (!key_len && hp->n_embd % hp->n_head)
-        return mvm_ld_fail(ld, MVM_ERR_INVALID, "embedding_length %u is not a multiple of head_count "
-                    "%u and attention.key_length is not set", hp->n_embd, hp->n_head);
+        return mvm_ld_fail(ld, MVM_ERR_INVALID, "embedding_length %u is not a multiple of "
+                           "head_count %u and attention.key_length is not set", hp->n_embd,
+                           hp->n_head);
     if (val_len && val_len != hp->head_dim && !ld->arch->deepseek)
-        return mvm_ld_fail(ld, MVM_ERR_UNSUPPORTED, "attention.value_length %u differs from key_length "
-                    "%u", val_len, hp->head_dim);
+        return mvm_ld_fail(ld, MVM_ERR_UNSUPPORTED, "attention.value_length %u differs from "
+                           "key_length %u", val_len, hp->head_dim);
     if (!(hp->rms_eps > 0 && hp->rms_eps < 1))
-        return mvm_ld_fail(ld, MVM_ERR_INVALID, "layer_norm_rms_epsilon %g out of range", hp->rms_eps);
+        return mvm_ld_fail(ld, MVM_ERR_INVALID, "layer_norm_rms_epsilon %g out of range",
+                           hp->rms_eps);
     return read_rope(ld, ld->arch, hp);
 }

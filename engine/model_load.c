@@ -68,7 +68,7 @@ const mvm_gguf_tensor *mvm_ld_find(struct loader *ld, const char *name, int requ
 }
 
 mvm_status mvm_ld_shape(struct loader *ld, const mvm_gguf_tensor *t, uint32_t n_dims,
-                              uint64_t ne0, uint64_t ne1, uint64_t ne2)
+                        uint64_t ne0, uint64_t ne1, uint64_t ne2)
 {
     uint64_t want[3] = {ne0, ne1, ne2};
     int ok = t->n_dims == n_dims;
@@ -88,7 +88,8 @@ mvm_status mvm_ld_shape(struct loader *ld, const mvm_gguf_tensor *t, uint32_t n_
     else
         snprintf(exp, sizeof exp, "[%llu, %llu, %llu]", (unsigned long long)ne0,
                  (unsigned long long)ne1, (unsigned long long)ne2);
-    return mvm_ld_fail(ld, MVM_ERR_INVALID, "tensor '%s' has shape %s, expected %s", t->name, have, exp);
+    return mvm_ld_fail(ld, MVM_ERR_INVALID, "tensor '%s' has shape %s, expected %s", t->name,
+                       have, exp);
 }
 
 /* The tensor's type as the kernels (both backends) know it. */
@@ -99,12 +100,12 @@ mvm_status mvm_ld_type(struct loader *ld, const mvm_gguf_tensor *t, int *wtype)
         char supported[160] = "";
         mvm_ld_append_types(supported, sizeof supported, (1u << MVM_W_COUNT) - 1, ", ");
         return mvm_ld_fail(ld, MVM_ERR_UNSUPPORTED, "tensor '%s' has type %s, which moevm cannot "
-                    "compute yet (supported: %s)", t->name, mvm_ggml_type_name(t->type),
-                    supported);
+                           "compute yet (supported: %s)", t->name, mvm_ggml_type_name(t->type),
+                           supported);
     }
     if (t->ne[0] % mvm_k_block_elems((enum mvm_wtype)*wtype))
-        return mvm_ld_fail(ld, MVM_ERR_INVALID, "tensor '%s': rows of %llu elements are not whole blocks",
-                    t->name, (unsigned long long)t->ne[0]);
+        return mvm_ld_fail(ld, MVM_ERR_INVALID, "tensor '%s': rows of %llu elements are not "
+                           "whole blocks", t->name, (unsigned long long)t->ne[0]);
     return MVM_OK;
 }
 
@@ -116,7 +117,7 @@ const float *mvm_ld_vec(struct loader *ld, const char *name, uint32_t n, int req
         return NULL;
     if (t->type != MVM_GGML_F32) {
         mvm_ld_fail(ld, MVM_ERR_UNSUPPORTED, "tensor '%s' has type %s; 1-D tensors must be f32",
-             name, mvm_ggml_type_name(t->type));
+                    name, mvm_ggml_type_name(t->type));
         return NULL;
     }
     return t->data;

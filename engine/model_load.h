@@ -16,6 +16,7 @@ struct loader {
     mvm_gguf *g;
     const mvm_arch *arch;
     mvm_status st;
+    int probe;          /* mvm_model_probe: shapes only, nothing converted or allocated */
 };
 
 /* Appends the names of the types in `set` (a bit per type) to buf, `sep`-separated. */

@@ -28,7 +28,7 @@ static mvm_status split_kv_b(struct loader *ld, const mvm_hparams *hp, const cha
 {
     const uint32_t H = hp->n_head, R = hp->kv_lora, K = hp->nope, V = hp->v_dim;
     mvm_weight kv;
-    if (mvm_ld_mat(ld, name, R, H * (K + V), &kv))
+    if (mvm_ld_mat(ld, name, R, H * (K + V), &kv) || ld->probe)
         return ld->st;
     float *wk = malloc(((size_t)H * R * K + (size_t)H * V * R) * sizeof *wk);
     float *row = malloc(R * sizeof *row);

@@ -454,6 +454,30 @@ static void test_split_model(void)
     free(whole), free(split);
 }
 
+/* An older deepseek2 file (attn_kv_b, as tiny-v3 writes it): loading splits it into the
+ * absorbed form's matrices, probing only checks it, as mvm_model_probe promises. */
+static void test_probe_deepseek(void)
+{
+    mvm_model_spec s = mvm_preset_find("tiny-v3", "deepseek2")->spec;
+    s.type = MVM_W_Q8_0;
+    const char *path = in_dir("v3.gguf");
+    CHECK_ST(mvm_mkmodel_write(&s, path, pool, NULL, NULL), MVM_OK);
+    mvm_model *loaded = NULL, *probed = NULL;
+    CHECK_ST(load(path, NULL, pool, &loaded), MVM_OK);
+    CHECK_ST(mvm_model_probe(path, &probed), MVM_OK);
+    if (loaded && probed) {
+        const mvm_layer *l = &loaded->layers[0], *p = &probed->layers[0];
+        CHECK(l->owned && l->wk_b.type == MVM_W_F32 && l->wk_b.rows == 4 * 32 &&
+              l->wk_b.cols == 32 && l->wv_b.rows == 4 * 16 && l->wv_b.cols == 32);
+        CHECK(loaded->dense[0].owned != NULL);
+        CHECK(!p->owned && !p->wk_b.data && !probed->dense[0].owned);
+        CHECK(probed->hp.n_group == 4 && probed->hp.sigmoid_gate && probed->hp.norm_topk &&
+              probed->hp.expert_scale == 2.5f && p->expert_bias && probed->hp.q_lora == 32);
+    }
+    mvm_model_free(loaded);
+    mvm_model_free(probed);
+}
+
 static void test_ctx_errors(void)
 {
     mvm_model *m;
@@ -596,6 +620,7 @@ int main(void)
     RUN(test_trace_hidden);
     RUN(test_forward_properties);
     RUN(test_split_model);
+    RUN(test_probe_deepseek);
     mvm_pool_destroy(pool);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

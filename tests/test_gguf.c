@@ -316,7 +316,8 @@ static void roundtrip(uint32_t alignment)
     unlink(path);
 }
 
-static void test_roundtrip(void)
+/* The test tensors' bytes, random; and their release. */
+static void make_tensor_data(void)
 {
     for (int i = 0; i < N_T; i++) {
         uint64_t elems = t_ne[i][0] * t_ne[i][1] * t_ne[i][2] * t_ne[i][3];
@@ -324,11 +325,21 @@ static void test_roundtrip(void)
         t_data[i] = malloc(t_bytes[i]);
         fill_random(t_data[i], t_bytes[i]);
     }
+}
+
+static void free_tensor_data(void)
+{
+    for (int i = 0; i < N_T; i++)
+        free(t_data[i]);
+}
+
+static void test_roundtrip(void)
+{
+    make_tensor_data();
     roundtrip(32);
     roundtrip(64);
     roundtrip(4096);
-    for (int i = 0; i < N_T; i++)
-        free(t_data[i]);
+    free_tensor_data();
 }
 
 static void test_str_copy(void)
@@ -717,12 +728,7 @@ static void expect_split_fail(const char *path, const char *needle)
 
 static void test_split(void)
 {
-    for (int t = 0; t < N_T; t++) {
-        uint64_t elems = t_ne[t][0] * t_ne[t][1] * t_ne[t][2] * t_ne[t][3];
-        CHECK_ST(mvm_ggml_row_bytes(t_types[t], elems, &t_bytes[t]), MVM_OK);
-        t_data[t] = malloc(t_bytes[t]);
-        fill_random(t_data[t], t_bytes[t]);
-    }
+    make_tensor_data();
     char prefix[96], first[128], second[128], third[128], renamed[128];
     snprintf(prefix, sizeof prefix, "%s/m", dir);
     snprintf(first, sizeof first, "%s-00001-of-00003.gguf", prefix);
@@ -764,8 +770,7 @@ static void test_split(void)
     unlink(renamed);
     unlink(second);
     unlink(third);
-    for (int t = 0; t < N_T; t++)
-        free(t_data[t]);
+    free_tensor_data();
 }
 
 int main(void)
