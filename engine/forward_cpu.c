@@ -80,8 +80,10 @@ static mvm_status cpu_create(mvm_ctx *ctx, void **state)
     c->q = mvm_buf64(B * c->q_dim * 4, &ok);
     c->att = mvm_buf64(B * (c->q_dim > hp->n_head * hp->v_dim ? c->q_dim : hp->n_head * hp->v_dim)
                        * 4, &ok);
-    c->k = mvm_buf64(B * c->kv_dim * 4, &ok);
-    c->v = mvm_buf64(B * c->kv_dim * 4, &ok);
+    if (!hp->kv_lora) { /* MLA writes its latent rows straight into the cache */
+        c->k = mvm_buf64(B * c->kv_dim * 4, &ok);
+        c->v = mvm_buf64(B * c->kv_dim * 4, &ok);
+    }
     c->act = mvm_buf64(B * c->act_stride, &ok);
     c->scratch = mvm_buf64((size_t)c->nth * c->n_ctx * 4, &ok);
     uint32_t ffn = hp->n_ff > hp->n_ff_shexp ? hp->n_ff : hp->n_ff_shexp;
@@ -92,7 +94,7 @@ static mvm_status cpu_create(mvm_ctx *ctx, void **state)
     }
     if (!ok)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for a context of %u positions (KV cache "
-                        "%.1f MiB)", c->n_ctx, 2.0 * (double)kv / 1048576.0);
+                        "%.1f MiB)", c->n_ctx, (hp->kv_lora ? 1.0 : 2.0) * (double)kv / 1048576.0);
     return mvm_xcpu_create(c->m, c->pool, c->n_batch, &c->experts);
 }
 

@@ -193,5 +193,17 @@ mvm_status mvm_ld_hparams(struct loader *ld, mvm_hparams *hp)
     if (!(hp->rms_eps > 0 && hp->rms_eps < 1))
         return mvm_ld_fail(ld, MVM_ERR_INVALID, "layer_norm_rms_epsilon %g out of range",
                            hp->rms_eps);
+    /* Every width, and the per-head products the kernels index with, far inside 32 bits:
+     * a crafted file must not pass a shape check on a wrapped product. */
+    const uint64_t lim = 1u << 24, H = hp->n_head;
+    const uint64_t w[] = {hp->n_embd, hp->n_ff, hp->q_lora, hp->n_expert, hp->n_ctx_train,
+                          H * ((uint64_t)hp->head_dim + hp->v_dim + hp->kv_lora),
+                          (uint64_t)hp->n_head_kv * hp->head_dim};
+    for (size_t i = 0; i < sizeof w / sizeof *w; i++)
+        if (w[i] > lim)
+            return mvm_ld_fail(ld, MVM_ERR_INVALID, "sizes too large (embedding_length %u, "
+                               "head_count %u, head size %u, context_length %u): moevm takes "
+                               "widths up to %llu", hp->n_embd, hp->n_head, hp->head_dim,
+                               hp->n_ctx_train, (unsigned long long)lim);
     return read_rope(ld, ld->arch, hp);
 }

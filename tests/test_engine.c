@@ -325,6 +325,9 @@ static void test_load_errors(void)
     expect_load_error("qwen2moe", &(struct mutation){.tensor = "blk.1.ffn_gate_inp_shexp.weight",
                       .drop_tensor = 1}, MVM_ERR_INVALID, "ffn_gate_inp_shexp");
 
+    /* widths whose per-head products would wrap 32 bits */
+    expect_load_error("llama", &(struct mutation){.key = "llama.attention.head_count",
+                      .key_u32 = 1u << 22}, MVM_ERR_INVALID, "sizes too large");
     /* deepseek2's own: blocks, gating, groups, the latent's norm */
     expect_load_error("deepseek2", &(struct mutation){.key =
                       "deepseek2.leading_dense_block_count", .key_u32 = 3}, MVM_ERR_INVALID,
