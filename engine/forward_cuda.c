@@ -24,7 +24,6 @@
  * Scratch: attention scores take n_batch x n_head x n_ctx floats of device memory, like the
  * KV cache's 2 x n_layer x n_ctx x kv_dim.
  */
-#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -358,7 +357,7 @@ static mvm_status attention(struct cuda_fwd *f, uint32_t il, uint32_t n, uint32_
                               .out = f->att, .scores = f->scores, .n_tok = n, .pos0 = pos0,
                               .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
                               .head_dim = hp->head_dim, .n_ctx = f->n_ctx,
-                              .scale = 1.0f / sqrtf((float)hp->head_dim)};
+                              .scale = hp->kq_scale};
     TRY(mvm_gpu_attention(f->g, 0, &a));
     TRY(matmul(f, &L->wo, NULL, f->att, f->q_dim, n, f->tmp, D));
     return add(f, f->x, f->tmp, D, 0, D, n);
