@@ -446,11 +446,15 @@ static mvm_status set_keys(const mvm_model_spec *s, mvm_gguf_writer *w)
     return st;
 }
 
-static enum mvm_vocab_style vocab_style(const char *arch)
+/* The vocabulary a model of this kind ships with: DeepSeek-V3 (the sigmoid router) has
+ * its own pre-tokenizer, V2 and V2-Lite DeepSeek-LLM's. */
+static enum mvm_vocab_style vocab_style(const mvm_model_spec *s)
 {
-    if (strcmp(arch, "llama") == 0)
+    if (strcmp(s->arch, "llama") == 0)
         return MVM_VOCAB_LLAMA;
-    return strcmp(arch, "olmoe") == 0 ? MVM_VOCAB_OLMO : MVM_VOCAB_QWEN2;
+    if (strcmp(s->arch, "deepseek2") == 0)
+        return s->ds.sigmoid ? MVM_VOCAB_DEEPSEEK3 : MVM_VOCAB_DEEPSEEK;
+    return strcmp(s->arch, "olmoe") == 0 ? MVM_VOCAB_OLMO : MVM_VOCAB_QWEN2;
 }
 
 mvm_status mvm_mkmodel_write(const mvm_model_spec *s, const char *path, mvm_pool *pool,
@@ -481,7 +485,7 @@ mvm_status mvm_mkmodel_write(const mvm_model_spec *s, const char *path, mvm_pool
         goto out;
     }
     if ((st = mvm_gguf_writer_new(&w)) || (st = set_keys(s, w)) ||
-        (st = mvm_vocab_build(vocab_style(s->arch), s->n_vocab, &vocab)))
+        (st = mvm_vocab_build(vocab_style(s), s->n_vocab, &vocab)))
         goto out;
     have_vocab = 1;
     if ((st = mvm_vocab_write(&vocab, w)))

@@ -4,7 +4,8 @@
  * adjacent pair of the lowest merge rank is merged — ties to the leftmost pair — until no
  * adjacent pair has a merge. Merges only ever make tokens (loading checks that every merge
  * result is one), so the final symbols are tokens, except a byte whose symbol is not in
- * the vocabulary, which llama.cpp drops and so does this.
+ * the vocabulary, which llama.cpp drops and so does this. Pre-tokenizers whose vocabularies
+ * ignore merges (Llama 3's) take a word that is a token as that token first.
  */
 #include <stdlib.h>
 
@@ -22,6 +23,7 @@ typedef struct bpe {
     sym *w;
     size_t cap;
     tok_heap q;
+    char *spelt; /* a word in byte-level symbols, 2 bytes per byte at most */
 } bpe;
 
 /* Queues the merge of symbols l and r if their tokens have one. */
@@ -36,14 +38,32 @@ static mvm_status try_pair(bpe *b, int32_t l, int32_t r)
     return tok_heap_push(&b->q, (tok_bigram){-(double)*rank, l, r, b->w[l].n + b->w[r].n});
 }
 
+/* The token whose text is the word spelt in byte-level symbols, or -1. */
+static int32_t whole_word(const bpe *b, const uint8_t *s, size_t n)
+{
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++)
+        len += tok_byte_symbol(s[i], b->spelt + len);
+    return tok_strtab_find(&b->t->text, b->spelt, len);
+}
+
 static mvm_status encode_word(bpe *b, const uint8_t *s, size_t n, tok_out *o)
 {
     if (n > b->cap) {
         sym *w = realloc(b->w, n * sizeof *w);
-        if (!w)
+        char *spelt = realloc(b->spelt, 2 * n);
+        if (w)
+            b->w = w;
+        if (spelt)
+            b->spelt = spelt;
+        if (!w || !spelt)
             return mvm_fail(MVM_ERR_NOMEM, "tokenizer: no memory for a word of %zu bytes", n);
-        b->w = w;
         b->cap = n;
+    }
+    int32_t whole = b->t->ignore_merges ? whole_word(b, s, n) : -1;
+    if (whole >= 0) {
+        tok_emit(o, whole);
+        return MVM_OK;
     }
     int32_t count = (int32_t)n;
     for (int32_t i = 0; i < count; i++)
@@ -77,13 +97,14 @@ static mvm_status encode_word(bpe *b, const uint8_t *s, size_t n, tok_out *o)
 mvm_status tok_bpe_encode(const mvm_tokenizer *t, const char *text, size_t len, tok_out *o)
 {
     const uint8_t *s = (const uint8_t *)text;
-    bpe b = {t, NULL, 0, {0}};
-    mvm_status st = MVM_OK;
-    for (size_t pos = 0, end; st == MVM_OK && pos < len; pos = end) {
-        end = tok_pretok_next(t->pre, s, len, pos);
-        st = encode_word(&b, s + pos, end - pos, o);
-    }
+    bpe b = {t, NULL, 0, {0}, NULL};
+    tok_pieces words = {0};
+    mvm_status st = tok_pretok_split(t->pre, s, len, &words);
+    for (size_t i = 0, start = 0; st == MVM_OK && i < words.n; start = words.end[i++])
+        st = encode_word(&b, s + start, words.end[i] - start, o);
+    tok_pieces_free(&words);
     tok_heap_free(&b.q);
     free(b.w);
+    free(b.spelt);
     return st;
 }

@@ -1,163 +1,113 @@
 /*
- * GPT-2's byte-level alphabet and the two pre-tokenizer regexes, matched by hand over code
- * points as llama.cpp's unicode_regex_split_custom_gpt2/_llama3 do (no regex library):
- *
- *   GPT-2:  's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
- *   Qwen2:  (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}
- *           | ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
- *
- * Each function returns the end of the one match that starts at `pos`, trying the
- * alternatives in order like the regex engine. Two consequences that look odd but are the
- * regexes': a run of n > 1 spaces before a word leaves its last space to the word
- * ("a   b" -> "a", "  ", " b"), and GPT-2's " ?" is only U+0020, so a tab before a word is a
- * piece of its own.
+ * Cutting a text into pre-tokens: decode it once into code points and classes, then let each
+ * of the pre-tokenizer's regexes (tok_regex.c) cut every piece the earlier ones left into
+ * its matches and the text between them. This is how llama.cpp's unicode_regex_split and
+ * Hugging Face's Sequence of Split pre-tokenizers chain regexes; a one-regex pre-tokenizer
+ * (GPT-2's, Qwen2's) is the same thing with one pass over one piece.
  */
+#include <stdlib.h>
+#include <string.h>
+
 #include "engine/tokenizer_impl.h"
+#include "vmm/error.h"
 
-/* Bytes that are printable and not a space stand for themselves; the other 68 take the
- * code points from U+0100 in byte order. */
-static int is_printable(unsigned b)
+void tok_pieces_free(tok_pieces *p)
 {
-    return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    free(p->end);
+    free(p->cp);
+    free(p->cls);
+    free(p->off);
+    free(p->cut);
+    memset(p, 0, sizeof *p);
 }
 
-size_t tok_byte_symbol(uint8_t b, char out[2])
+/* Room for a text of n bytes: at most n code points, and as many pieces. */
+static mvm_status reserve(tok_pieces *p, size_t n)
 {
-    unsigned cp;
-    if (is_printable(b))
-        cp = b;
-    else if (b <= 0x20)
-        cp = 0x100 + b;
-    else if (b < 0xAD)
-        cp = 0x100 + 33 + (b - 0x7Fu);
-    else
-        cp = 0x100 + 67;
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        return 1;
+    if (n <= p->cap && p->end)
+        return MVM_OK;
+    size_t cap = n > 2 * p->cap ? n : 2 * p->cap;
+    tok_pieces grown = {0};
+    grown.end = malloc((cap + 1) * sizeof *grown.end);
+    grown.cut = malloc((cap + 1) * sizeof *grown.cut);
+    grown.off = malloc((cap + 1) * sizeof *grown.off);
+    grown.cp = malloc((cap + 1) * sizeof *grown.cp);
+    grown.cls = malloc(cap + 1);
+    if (!grown.end || !grown.cut || !grown.off || !grown.cp || !grown.cls) {
+        tok_pieces_free(&grown);
+        return mvm_fail(MVM_ERR_NOMEM, "tokenizer: no memory to pre-tokenize %zu bytes", n);
     }
-    out[0] = (char)(0xC0 | cp >> 6);
-    out[1] = (char)(0x80 | (cp & 0x3F));
-    return 2;
+    tok_pieces_free(p);
+    grown.cap = cap;
+    *p = grown;
+    return MVM_OK;
 }
 
-int tok_symbol_byte(uint32_t cp)
+/* Decodes s into p->cp, p->cls and p->off (where each code point starts; off[m] = n);
+ * returns the number of code points m. */
+static size_t decode(const uint8_t *s, size_t n, tok_pieces *p)
 {
-    if (cp < 0x100)
-        return is_printable(cp) ? (int)cp : -1;
-    if (cp < 0x100 + 33)
-        return (int)(cp - 0x100);
-    if (cp < 0x100 + 67)
-        return (int)(cp - 0x100 - 33 + 0x7F);
-    return cp == 0x100 + 67 ? 0xAD : -1;
+    size_t m = 0;
+    for (size_t pos = 0; pos < n; m++) {
+        p->off[m] = pos;
+        pos += tok_utf8_decode(s + pos, n - pos, &p->cp[m]);
+        p->cls[m] = (uint8_t)tok_cp_class(p->cp[m]);
+    }
+    p->off[m] = n;
+    return m;
 }
 
-/* The class of the code point at s[pos] (pos < n) and its length. */
-static enum tok_class class_at(const uint8_t *s, size_t n, size_t pos, size_t *len)
+static int find(const tok_pass *pass, const tok_text *t, size_t p, size_t end, size_t *ms,
+                size_t *me)
 {
-    uint32_t cp;
-    *len = tok_utf8_decode(s + pos, n - pos, &cp);
-    return tok_cp_class(cp);
-}
-
-/* The end of the run of class `cls` that starts at pos. */
-static size_t run_of(const uint8_t *s, size_t n, size_t pos, enum tok_class cls)
-{
-    size_t len;
-    while (pos < n && class_at(s, n, pos, &len) == cls)
-        pos += len;
-    return pos;
-}
-
-static uint8_t ascii_lower(uint8_t c)
-{
-    return c >= 'A' && c <= 'Z' ? (uint8_t)(c + 32) : c;
-}
-
-/* 's|'t|'re|'ve|'m|'ll|'d (case-folded when `fold`): the match length, or 0. The letters
- * are ASCII, so comparing bytes compares code points. */
-static size_t contraction(const uint8_t *s, size_t n, size_t pos, int fold)
-{
-    if (s[pos] != '\'' || pos + 1 >= n)
-        return 0;
-    uint8_t a = s[pos + 1], b = pos + 2 < n ? s[pos + 2] : 0;
-    if (fold)
-        a = ascii_lower(a), b = ascii_lower(b);
-    if (a == 's' || a == 't' || a == 'm' || a == 'd')
-        return 2;
-    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l'))
-        return 3;
+    if (pass->find)
+        return pass->find(t, p, end, ms, me);
+    for (; p < end; p++) {
+        size_t e = pass->match(t, p, end);
+        if (e > p) {
+            *ms = p, *me = e;
+            return 1;
+        }
+    }
     return 0;
 }
 
-/* At a whitespace code point: Qwen2's \s*[\r\n]+ (when `newlines`), then \s+(?!\S) and
- * \s+. */
-static size_t spaces(const uint8_t *s, size_t n, size_t pos, int newlines)
+/* Cuts the k pieces ending at cur[] by one regex into next[]; returns their number. Every
+ * piece is non-empty, so there are never more than code points. */
+static size_t apply(const tok_pass *pass, const tok_text *t, const size_t *cur, size_t k,
+                    size_t *next)
 {
-    size_t q = pos, last = pos, after_newline = 0, len;
-    class_at(s, n, pos, &len);
-    for (;;) {
-        if (s[q] == '\r' || s[q] == '\n')
-            after_newline = q + 1;
-        last = q;
-        q += len;
-        if (q >= n || class_at(s, n, q, &len) != TOK_SPACE)
-            break;
+    size_t out = 0;
+    for (size_t i = 0, start = 0; i < k; start = cur[i++]) {
+        size_t end = cur[i], gap = start, ms, me;
+        while (gap < end && find(pass, t, gap, end, &ms, &me)) {
+            if (ms > gap)
+                next[out++] = ms;
+            next[out++] = gap = me;
+        }
+        if (gap < end)
+            next[out++] = end;
     }
-    if (newlines && after_newline)
-        return after_newline;
-    if (last > pos && q < n)
-        return last; /* the run but its last space, which the next word takes */
-    return q;
+    return out;
 }
 
-/* The class of the code point after an optional leading U+0020: what " ?X" looks at.
- * *start is where X starts; -1 when the space ends the text. */
-static int class_after_space(const uint8_t *s, size_t n, size_t pos, size_t *start)
+mvm_status tok_pretok_split(enum tok_pre pre, const uint8_t *s, size_t n, tok_pieces *out)
 {
-    size_t len;
-    *start = pos + (s[pos] == ' ');
-    if (*start >= n)
-        return -1;
-    return (int)class_at(s, n, *start, &len);
-}
-
-static size_t next_gpt2(const uint8_t *s, size_t n, size_t pos)
-{
-    size_t c = contraction(s, n, pos, 0), start;
-    if (c)
-        return pos + c;
-    int cls = class_after_space(s, n, pos, &start);
-    if (cls == TOK_LETTER || cls == TOK_NUMBER || cls == TOK_OTHER)
-        return run_of(s, n, start, (enum tok_class)cls);
-    return spaces(s, n, pos, 0);
-}
-
-static size_t next_qwen2(const uint8_t *s, size_t n, size_t pos)
-{
-    size_t c = contraction(s, n, pos, 1), len, start, next_len;
-    if (c)
-        return pos + c;
-    enum tok_class c0 = class_at(s, n, pos, &len);
-    /* [^\r\n\p{L}\p{N}]?\p{L}+ */
-    if (s[pos] != '\r' && s[pos] != '\n' && c0 != TOK_NUMBER &&
-        (c0 == TOK_LETTER ||
-         (pos + len < n && class_at(s, n, pos + len, &next_len) == TOK_LETTER)))
-        return run_of(s, n, pos + len, TOK_LETTER);
-    /* \p{N}: digits one by one */
-    if (c0 == TOK_NUMBER)
-        return pos + len;
-    /*  ?[^\s\p{L}\p{N}]+[\r\n]* */
-    if (class_after_space(s, n, pos, &start) == TOK_OTHER) {
-        size_t end = run_of(s, n, start, TOK_OTHER);
-        while (end < n && (s[end] == '\r' || s[end] == '\n'))
-            end++;
-        return end;
+    mvm_status st = reserve(out, n);
+    if (st != MVM_OK)
+        return st;
+    size_t m = decode(s, n, out), k = m > 0, n_pass;
+    const tok_pass *passes = tok_pretok_passes(pre, &n_pass);
+    const tok_text t = {out->cp, out->cls};
+    size_t *cur = out->end, *next = out->cut;
+    cur[0] = m;
+    for (size_t i = 0; i < n_pass && k; i++) {
+        k = apply(&passes[i], &t, cur, k, next);
+        size_t *swap = cur;
+        cur = next, next = swap;
     }
-    return spaces(s, n, pos, 1);
-}
-
-size_t tok_pretok_next(enum tok_pre pre, const uint8_t *s, size_t n, size_t pos)
-{
-    return pre == TOK_PRE_QWEN2 ? next_qwen2(s, n, pos) : next_gpt2(s, n, pos);
+    for (size_t i = 0; i < k; i++) /* code points to bytes; cur may be out->end itself */
+        out->end[i] = out->off[cur[i]];
+    out->n = k;
+    return MVM_OK;
 }

@@ -35,6 +35,23 @@ static int str_is(mvm_gguf_str s, const char *want)
     return s.len == strlen(want) && memcmp(s.ptr, want, s.len) == 0;
 }
 
+/* tokenizer.ggml.pre values, as llama.cpp (llama_vocab::impl::load) reads them, with the
+ * regexes and flags it gives each; "gpt2" is taken as a spelling of "gpt-2". */
+static const struct pre_name {
+    const char *name;
+    enum tok_pre pre;
+    int ignore_merges, add_bos;
+} pre_names[] = {
+    {"default", TOK_PRE_DEFAULT, 0, 0},     {"gpt-2", TOK_PRE_GPT2, 0, 0},
+    {"gpt2", TOK_PRE_GPT2, 0, 0},           {"olmo", TOK_PRE_GPT2, 0, 0},
+    {"qwen2", TOK_PRE_QWEN2, 0, 0},         {"llama3", TOK_PRE_LLAMA3, 1, 1},
+    {"llama-v3", TOK_PRE_LLAMA3, 1, 1},     {"llama-bpe", TOK_PRE_LLAMA3, 1, 1},
+    {"falcon3", TOK_PRE_LLAMA3, 1, 1},      {"dbrx", TOK_PRE_LLAMA3, 0, 0},
+    {"smaug-bpe", TOK_PRE_LLAMA3, 0, 0},    {"deepseek-llm", TOK_PRE_DEEPSEEK_LLM, 0, 0},
+    {"deepseek-coder", TOK_PRE_DEEPSEEK_CODER, 0, 0},
+    {"deepseek-v3", TOK_PRE_DEEPSEEK3, 0, 0},
+};
+
 static mvm_status load_model(const mvm_gguf *g, mvm_tokenizer *t)
 {
     mvm_gguf_str s;
@@ -50,22 +67,26 @@ static mvm_status load_model(const mvm_gguf *g, mvm_tokenizer *t)
         return mvm_fail(MVM_ERR_UNSUPPORTED, "tokenizer model '%s' is not supported (%s: "
                         "llama or gpt2)", shown(s.ptr, s.len, buf), KEY("model"));
     t->model = TOK_MODEL_BPE;
-    if (mvm_gguf_find_key(g, KEY("pre")) < 0) {
-        t->pre = TOK_PRE_GPT2; /* llama.cpp: "default" */
+    t->pre = TOK_PRE_DEFAULT; /* what a file without the key gets in llama.cpp */
+    if (mvm_gguf_find_key(g, KEY("pre")) < 0)
         return MVM_OK;
-    }
-    st = mvm_gguf_get_str(g, KEY("pre"), &s);
-    if (st != MVM_OK)
+    if ((st = mvm_gguf_get_str(g, KEY("pre"), &s)) != MVM_OK)
         return st;
-    if (str_is(s, "qwen2"))
-        t->pre = TOK_PRE_QWEN2;
-    else if (str_is(s, "gpt-2") || str_is(s, "olmo") || str_is(s, "gpt2") ||
-             str_is(s, "default"))
-        t->pre = TOK_PRE_GPT2;
-    else
-        return mvm_fail(MVM_ERR_UNSUPPORTED, "%s '%s' is not supported (gpt-2, olmo, qwen2, "
-                        "default)", KEY("pre"), shown(s.ptr, s.len, buf));
-    return MVM_OK;
+    for (size_t i = 0; i < sizeof pre_names / sizeof *pre_names; i++) {
+        if (str_is(s, pre_names[i].name)) {
+            t->pre = pre_names[i].pre;
+            t->ignore_merges = pre_names[i].ignore_merges;
+            t->add_bos = pre_names[i].add_bos; /* the default; add_bos_token overrides it */
+            return MVM_OK;
+        }
+    }
+    char known[300];
+    size_t o = 0;
+    for (size_t i = 0; i < sizeof pre_names / sizeof *pre_names; i++)
+        o += (size_t)snprintf(known + o, sizeof known - o, "%s%s", i ? ", " : "",
+                              pre_names[i].name);
+    return mvm_fail(MVM_ERR_UNSUPPORTED, "%s '%s' is not supported (%s)", KEY("pre"),
+                    shown(s.ptr, s.len, buf), known);
 }
 
 static mvm_status load_tokens(const mvm_gguf *g, mvm_tokenizer *t)
@@ -199,7 +220,7 @@ static mvm_status load_special(const mvm_gguf *g, mvm_tokenizer *t)
     t->bos = t->bos < n ? t->bos : -1;
     t->eos = t->eos < n ? t->eos : -1;
     int32_t pad = -1, eot = -1, eom = -1; /* the padding id is only checked */
-    t->add_bos = spm;
+    t->add_bos = spm || t->add_bos; /* load_model's default for the pre-tokenizer */
     t->add_eos = 0;
     t->add_space_prefix = spm;
     mvm_status st = get_id(g, t, KEY("bos_token_id"), &t->bos);

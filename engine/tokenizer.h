@@ -8,10 +8,12 @@
  *    token of the highest score is merged until none is left (ties: the leftmost pair).
  *    Pieces that are not tokens fall back to <0xXX> byte tokens, else to the one-byte token,
  *    else to the unknown token.
- *  - "gpt2": byte-level BPE. The text is split by the pre-tokenizer regex of
- *    tokenizer.ggml.pre ("gpt-2", "olmo" and, see below, "gpt2" and "default": the GPT-2
- *    regex; "qwen2": the Qwen2 regex), each piece's bytes become GPT-2's byte-level symbols
- *    and tokenizer.ggml.merges are applied lowest rank first (ties: the leftmost pair).
+ *  - "gpt2": byte-level BPE. The text is cut by the pre-tokenizer regexes tokenizer.ggml.pre
+ *    names (tok_regex.c: GPT-2's, llama.cpp's "default", Qwen2's, Llama 3's, DeepSeek-LLM's,
+ *    DeepSeek-Coder's and DeepSeek-V3's, under the names llama.cpp gives them), each piece's
+ *    bytes become GPT-2's byte-level symbols and tokenizer.ggml.merges are applied lowest
+ *    rank first (ties: the leftmost pair). Llama 3's names also take a piece that is a token
+ *    as that token (llama.cpp's ignore_merges) and add BOS by default.
  *
  * Loading validates the whole vocabulary (MVM_ERR_INVALID, or MVM_ERR_UNSUPPORTED for an
  * unknown model or pre-tokenizer, with a one-line message naming the key), so that nothing
@@ -25,7 +27,7 @@
  *  - Text is always plain text (llama.cpp's parse_special = false), and USER_DEFINED token
  *    texts in it are not split out first (llama.cpp does that even with parse_special =
  *    false; the vocabularies moevm builds have no such tokens).
- *  - Invalid UTF-8 round-trips. BPE: each invalid byte is one code point of class "other"
+ *  - Invalid UTF-8 round-trips. BPE: each invalid byte is one code point of class symbol
  *    (what llama.cpp's U+FFFD replacement is) but keeps its own byte instead of becoming
  *    EF BF BD, so the split points agree with llama.cpp and only the bytes differ. SPM: an
  *    invalid sequence is cut into single bytes, where llama.cpp cuts by the lead byte and
@@ -33,20 +35,23 @@
  *  - llama.cpp warns about, and ignores, an out-of-range special token id; here it is an
  *    error. Likewise an unknown token type (llama.cpp: UNDEFINED) and a merge whose parts or
  *    result are not tokens (llama.cpp: a merge that can never apply).
- *  - tokenizer.ggml.pre "gpt2" is accepted as a spelling of llama.cpp's "gpt-2", and
- *    "default" (also what a missing key means) uses the GPT-2 regex, where llama.cpp
- *    chains four regexes that also split off punctuation runs and groups digits in threes.
+ *  - tokenizer.ggml.pre "gpt2" is accepted as a spelling of llama.cpp's "gpt-2" (which
+ *    llama.cpp takes for "default", with a warning); any other unknown name is an error
+ *    where llama.cpp falls back to "default".
+ *  - The DeepSeek regexes use Unicode's classes, as the models' own tokenizers do, where
+ *    llama.cpp runs them through std::regex on a text collapsed to one byte per class; the
+ *    one ASCII difference is '~', a symbol here and nothing there (tok_regex.c).
  *  - A BPE token character outside the byte-level alphabet decodes to its own UTF-8 bytes
  *    (llama.cpp writes "[UNK_BYTE_0x..]").
- *  - Code points are classified as letter/number by a table generated from Unicode 14.0
- *    (llama.cpp's is newer: characters added since differ), see tok_unicode.c.
+ *  - Code points are classified by tables generated from Unicode 14.0 (llama.cpp's are
+ *    newer: characters added since differ), see tok_unicode.c.
  *
  * Why a table rather than glibc's iswalpha_l/iswdigit_l/iswspace_l in a "C.UTF-8" locale:
  * glibc's classes are not Unicode's. It files combining marks and every non-ASCII decimal
  * digit under alpha (so "٣" would join a word instead of being a number), superscripts and
  * fractions ("²", "½") under neither letter nor digit, and does not count NO-BREAK SPACE as
  * a space: over 3000 code points would split differently from llama.cpp. And C.UTF-8 is not
- * installed on every system. The table costs 6 KiB and a binary search above U+007F.
+ * installed on every system. The tables cost 12 KiB and a few binary searches above U+007F.
  */
 #ifndef MVM_ENGINE_TOKENIZER_H
 #define MVM_ENGINE_TOKENIZER_H

@@ -13,7 +13,10 @@
 
 /* ---- UTF-8 and character classes (tok_unicode.c) ------------------------------------- */
 
-enum tok_class { TOK_OTHER = 0, TOK_LETTER, TOK_NUMBER, TOK_SPACE };
+/* \p{L}, \p{N}, \s, \p{M}, \p{P}, \p{S}, and none of them (controls, format characters,
+ * private use, unassigned). */
+enum tok_class { TOK_OTHER = 0, TOK_LETTER, TOK_NUMBER, TOK_SPACE, TOK_MARK, TOK_PUNCT,
+                 TOK_SYMBOL };
 
 #define TOK_CP_INVALID 0xFFFFFFFFu
 
@@ -21,22 +24,75 @@ enum tok_class { TOK_OTHER = 0, TOK_LETTER, TOK_NUMBER, TOK_SPACE };
  * does: continuation bytes are checked, overlong forms and surrogates are not. Returns its
  * length; an invalid sequence is its first byte alone, with *cp = TOK_CP_INVALID. */
 size_t tok_utf8_decode(const uint8_t *s, size_t n, uint32_t *cp);
-/* \p{L}, \p{N}, \s (llama.cpp's whitespace set) or none of them: TOK_OTHER also for
- * TOK_CP_INVALID, which is what llama.cpp's U+FFFD replacement is. */
+/* The class of cp; \s is llama.cpp's whitespace set. TOK_CP_INVALID is a symbol, as the
+ * U+FFFD that llama.cpp puts in its place is. */
 enum tok_class tok_cp_class(uint32_t cp);
 
-/* ---- GPT-2's byte-level alphabet and the pre-tokenizers (tok_pretok.c) --------------- */
+typedef struct tok_range {
+    uint32_t lo, hi;
+} tok_range;
+
+/* Whether cp is in one of the n sorted, disjoint ranges r. */
+int tok_in_ranges(const tok_range *r, size_t n, uint32_t cp);
+
+/* ---- GPT-2's byte-level alphabet (tok_bytes.c) ---------------------------------------- */
 
 /* The UTF-8 spelling of byte b's symbol (1 or 2 bytes) in out; returns its length. */
 size_t tok_byte_symbol(uint8_t b, char out[2]);
 /* The byte whose symbol is code point cp, or -1 when cp is not in the alphabet. */
 int tok_symbol_byte(uint32_t cp);
 
-enum tok_pre { TOK_PRE_GPT2, TOK_PRE_QWEN2 };
+/* ---- pre-tokenizers (tok_pretok.c, tok_regex.c) ----------------------------------------- */
 
-/* The end of the pre-token that starts at s[pos] (pos < n): one match of the regex, found
- * the way llama.cpp's hand-written matchers find it. */
-size_t tok_pretok_next(enum tok_pre pre, const uint8_t *s, size_t n, size_t pos);
+/* The regexes of tokenizer.ggml.pre, by the names tokenizer.c maps to them. */
+enum tok_pre {
+    TOK_PRE_GPT2,           /* GPT-2's regex */
+    TOK_PRE_DEFAULT,        /* llama.cpp's "default": GPT-2's among three more */
+    TOK_PRE_QWEN2,          /* Qwen2's: letters after one non-letter, digits one by one */
+    TOK_PRE_LLAMA3,         /* Qwen2's with digits in threes */
+    TOK_PRE_DEEPSEEK_LLM,   /* DeepSeek-LLM and -V2's six regexes */
+    TOK_PRE_DEEPSEEK_CODER, /* DeepSeek-Coder's five */
+    TOK_PRE_DEEPSEEK3,      /* DeepSeek-V3's three */
+};
+
+/* A text as the regexes see it: its code points and their classes. */
+typedef struct tok_text {
+    const uint32_t *cp;
+    const uint8_t *cls; /* enum tok_class */
+} tok_text;
+
+/*
+ * One regex of a pre-tokenizer. It cuts every piece the earlier ones left into its matches
+ * and the text between them (Hugging Face's Split with "isolated", llama.cpp's
+ * unicode_regex_split), seeing each piece as a whole text. `match` gives the end of the
+ * match that starts at code point p of the piece [.., end), or p when there is none; the
+ * search tries p = start, start + 1, ... as a regex engine does. `find`, when not NULL,
+ * does the whole search instead: the first match at or after p into [*ms, *me), or 0.
+ */
+typedef struct tok_pass {
+    size_t (*match)(const tok_text *t, size_t p, size_t end);
+    int (*find)(const tok_text *t, size_t p, size_t end, size_t *ms, size_t *me);
+} tok_pass;
+
+/* The regexes of `pre`, in order, and their number in *n. */
+const tok_pass *tok_pretok_passes(enum tok_pre pre, size_t *n);
+
+/* A text cut into pre-tokens: piece i ends at byte end[i] (the last at the text's length).
+ * The other fields are room kept from one call to the next; zero-initialise, then free with
+ * tok_pieces_free. */
+typedef struct tok_pieces {
+    size_t *end;
+    size_t n;
+    uint32_t *cp;
+    uint8_t *cls;
+    size_t *off, *cut;
+    size_t cap;
+} tok_pieces;
+
+/* Cuts s[0..n) into pre-tokens as `pre`'s regexes do (an empty text has none). Invalid
+ * UTF-8 is one code point per byte, as tok_utf8_decode reads it. MVM_ERR_NOMEM. */
+mvm_status tok_pretok_split(enum tok_pre pre, const uint8_t *s, size_t n, tok_pieces *out);
+void tok_pieces_free(tok_pieces *p);
 
 /* ---- interned strings and integer maps (tok_strtab.c) -------------------------------- */
 
@@ -110,6 +166,7 @@ enum tok_model { TOK_MODEL_SPM, TOK_MODEL_BPE };
 struct mvm_tokenizer {
     enum tok_model model;
     enum tok_pre pre;         /* BPE */
+    int ignore_merges;        /* BPE: a piece that is a token is that token (llama.cpp) */
     tok_strtab text;          /* the token texts; id = string id */
     float *score;             /* NULL when the vocabulary has none */
     uint8_t *type;            /* enum mvm_token_type */

@@ -16,29 +16,37 @@ struct mvm_vocab_store {
 
 static const char space_mark[3] = {'\xE2', '\x96', '\x81'}; /* U+2581 */
 
+/* DeepSeek's BOS and EOS, "<｜begin▁of▁sentence｜>" and "<｜end▁of▁sentence｜>". */
+#define DS_BOS "<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"
+#define DS_EOS "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"
+
 /* The corpus's words as `pre` cuts them, with their counts; `escape` spells spaces "▁". */
 static mvm_status count_words(enum tok_pre pre, int escape, tok_strtab *words,
                               uint64_t **counts)
 {
     size_t cap = 0, cap_counts = 0;
     char *buf = NULL;
+    tok_pieces pieces = {0};
     mvm_status st = MVM_OK;
     for (size_t p = 0; p < mvm_vocab_corpus_n && st == MVM_OK; p++) {
         const uint8_t *s = (const uint8_t *)mvm_vocab_corpus[p];
         size_t n = strlen(mvm_vocab_corpus[p]);
         if (3 * n > cap) {
             free(buf);
-            if (!(buf = malloc(cap = 3 * n)))
-                return mvm_fail(MVM_ERR_NOMEM, "vocabulary: no memory for the corpus");
+            if (!(buf = malloc(cap = 3 * n))) {
+                st = mvm_fail(MVM_ERR_NOMEM, "vocabulary: no memory for the corpus");
+                break;
+            }
         }
-        for (size_t pos = 0, end; pos < n && st == MVM_OK; pos = end) {
-            end = tok_pretok_next(pre, s, n, pos);
+        if ((st = tok_pretok_split(pre, s, n, &pieces)) != MVM_OK)
+            break;
+        for (size_t i = 0, pos = 0; i < pieces.n && st == MVM_OK; pos = pieces.end[i++]) {
             size_t len = 0;
-            for (size_t i = pos; i < end; i++) {
-                if (escape && s[i] == ' ')
+            for (size_t j = pos; j < pieces.end[i]; j++) {
+                if (escape && s[j] == ' ')
                     memcpy(buf + len, space_mark, 3), len += 3;
                 else
-                    buf[len++] = (char)s[i];
+                    buf[len++] = (char)s[j];
             }
             int32_t id = tok_strtab_find(words, buf, len);
             if (id < 0) {
@@ -59,6 +67,7 @@ static mvm_status count_words(enum tok_pre pre, int escape, tok_strtab *words,
             (*counts)[id]++;
         }
     }
+    tok_pieces_free(&pieces);
     free(buf);
     return st;
 }
@@ -160,6 +169,30 @@ static size_t spell(const tok_bpe_model *m, uint32_t id, char *buf)
 
 /* Byte-level BPE: the byte symbols in GPT-2's order (by code point), learned tokens and
  * their merges, then the specials. */
+/* The byte-level styles: the pre-tokenizer, the special tokens after the learned ones, and
+ * which of them are BOS, EOS and padding. */
+static const struct byte_style {
+    const char *pre;
+    enum tok_pre split;
+    const char *specials[3];
+    int bos, eos, pad, add_bos;
+} byte_styles[] = {
+    [MVM_VOCAB_QWEN2] = {"qwen2", TOK_PRE_QWEN2,
+                         {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}, 0, 0, 0, 0},
+    [MVM_VOCAB_OLMO] = {"olmo", TOK_PRE_GPT2, {"<|endoftext|>", "<|padding|>"}, 0, 0, 1, 0},
+    [MVM_VOCAB_DEEPSEEK] = {"deepseek-llm", TOK_PRE_DEEPSEEK_LLM,
+                            {DS_BOS, DS_EOS}, 0, 1, 1, 1},
+    [MVM_VOCAB_DEEPSEEK3] = {"deepseek-v3", TOK_PRE_DEEPSEEK3, {DS_BOS, DS_EOS}, 0, 1, 1, 1},
+};
+
+static uint32_t n_specials(enum mvm_vocab_style style)
+{
+    uint32_t n = 0;
+    while (n < 3 && byte_styles[style].specials[n])
+        n++;
+    return n;
+}
+
 static mvm_status build_bytes(mvm_vocab *v, enum mvm_vocab_style style,
                               const tok_bpe_model *m)
 {
@@ -185,17 +218,15 @@ static mvm_status build_bytes(mvm_vocab *v, enum mvm_vocab_style style,
         st = tok_strtab_push(&v->store->merges, buf, n, 0);
     }
     free(buf);
-    static const char *const qwen[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
-    static const char *const olmo[] = {"<|endoftext|>", "<|padding|>"};
-    const char *const *specials = style == MVM_VOCAB_QWEN2 ? qwen : olmo;
-    int n_specials = style == MVM_VOCAB_QWEN2 ? 3 : 2;
+    const struct byte_style *bs = &byte_styles[style];
     int32_t first = (int32_t)v->store->tokens.n;
-    for (int i = 0; i < n_specials && st == MVM_OK; i++)
-        st = add_token(v, specials[i], strlen(specials[i]), MVM_TOKEN_CONTROL, 0);
-    v->bos = v->eos = first;
-    v->pad = style == MVM_VOCAB_QWEN2 ? first : first + 1;
+    for (int i = 0; i < 3 && bs->specials[i] && st == MVM_OK; i++)
+        st = add_token(v, bs->specials[i], strlen(bs->specials[i]), MVM_TOKEN_CONTROL, 0);
+    v->bos = first + bs->bos;
+    v->eos = first + bs->eos;
+    v->pad = first + bs->pad;
     v->unk = -1;
-    v->add_bos = 0;
+    v->add_bos = bs->add_bos;
     v->n_learned = m->sym.n - m->n_base;
     return st;
 }
@@ -206,8 +237,8 @@ static mvm_status train(enum mvm_vocab_style style, uint32_t max_new, tok_bpe_mo
     int llama = style == MVM_VOCAB_LLAMA;
     tok_strtab words = {0};
     uint64_t *counts = NULL;
-    mvm_status st = count_words(style == MVM_VOCAB_QWEN2 ? TOK_PRE_QWEN2 : TOK_PRE_GPT2, llama,
-                                &words, &counts);
+    mvm_status st = count_words(llama ? TOK_PRE_GPT2 : byte_styles[style].split, llama, &words,
+                                &counts);
     if (st == MVM_OK)
         st = tok_train_bpe(&words, counts, llama ? TOK_UNIT_CHAR : TOK_UNIT_BYTE, max_new, 2, m);
     tok_strtab_free(&words);
@@ -237,8 +268,8 @@ mvm_status mvm_vocab_build(enum mvm_vocab_style style, uint32_t n_vocab, mvm_voc
 {
     memset(out, 0, sizeof *out);
     int llama = style == MVM_VOCAB_LLAMA;
-    const char *name = llama ? "llama" : style == MVM_VOCAB_QWEN2 ? "qwen2" : "olmo";
-    uint32_t fixed = llama ? 3 + 256 + 1 : style == MVM_VOCAB_QWEN2 ? 256 + 3 : 256 + 2;
+    const char *name = llama ? "llama" : byte_styles[style].pre;
+    uint32_t fixed = llama ? 3 + 256 + 1 : 256 + n_specials(style);
     if (n_vocab < fixed || n_vocab > MVM_GGUF_MAX_ARRAY)
         return mvm_fail(MVM_ERR_INVALID, "vocabulary of %u tokens: the %s style needs %u to "
                         "%llu", n_vocab, name, fixed, (unsigned long long)MVM_GGUF_MAX_ARRAY);

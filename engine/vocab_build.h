@@ -1,8 +1,8 @@
 /*
  * A real vocabulary for `moevm mkmodel`, trained here because nothing can be downloaded:
  * deterministic BPE on a built-in English corpus (vocab_corpus.c: about 55 KiB of public-
- * domain prose, verse and a few numbers). Words come from the GPT-2 pre-tokenizer regex
- * (Qwen2's for MVM_VOCAB_QWEN2, matching how it will be tokenized); the most frequent
+ * domain prose, verse and a few numbers). Words come from the pre-tokenizer the vocabulary
+ * names (GPT-2's for MVM_VOCAB_LLAMA), matching how it will be tokenized; the most frequent
  * adjacent pair is merged (ties: lowest symbol ids) until MVM_VOCAB_MAX_LEARNED tokens are
  * learned, the vocabulary is full, or no pair occurs twice.
  *
@@ -23,6 +23,9 @@
  *    no BOS is added (add_bos_token false); <|im_end|> also ends generation.
  *  - MVM_VOCAB_OLMO, byte-level BPE (model "gpt2", pre "olmo"): bytes, learned tokens, then
  *    <|endoftext|> (EOS and BOS, not added, as OLMoE) and <|padding|> (padding).
+ *  - MVM_VOCAB_DEEPSEEK and MVM_VOCAB_DEEPSEEK3, byte-level BPE (model "gpt2", pre
+ *    "deepseek-llm" as DeepSeek-V2's files, or "deepseek-v3"): bytes, learned tokens, then
+ *    <｜begin▁of▁sentence｜> (BOS, added) and <｜end▁of▁sentence｜> (EOS and padding).
  */
 #ifndef MVM_ENGINE_VOCAB_BUILD_H
 #define MVM_ENGINE_VOCAB_BUILD_H
@@ -33,7 +36,13 @@
 #include "engine/gguf_write.h"
 #include "moevm/moevm.h"
 
-enum mvm_vocab_style { MVM_VOCAB_LLAMA, MVM_VOCAB_QWEN2, MVM_VOCAB_OLMO };
+enum mvm_vocab_style {
+    MVM_VOCAB_LLAMA,
+    MVM_VOCAB_QWEN2,
+    MVM_VOCAB_OLMO,
+    MVM_VOCAB_DEEPSEEK,
+    MVM_VOCAB_DEEPSEEK3,
+};
 
 #define MVM_VOCAB_MAX_LEARNED 8000
 
@@ -53,8 +62,8 @@ typedef struct mvm_vocab {
 } mvm_vocab;
 
 /* Builds a vocabulary of exactly n_vocab tokens. MVM_ERR_INVALID when n_vocab cannot hold
- * the byte and special tokens (260 for LLAMA, counting "▁"; 259 for QWEN2, 258 for OLMO)
- * or is over MVM_GGUF_MAX_ARRAY; MVM_ERR_NOMEM. On failure *out needs no freeing. */
+ * the byte and special tokens (260 for LLAMA, counting "▁"; 259 for QWEN2; 258 for the
+ * others) or is over MVM_GGUF_MAX_ARRAY; MVM_ERR_NOMEM. On failure *out needs no freeing. */
 mvm_status mvm_vocab_build(enum mvm_vocab_style style, uint32_t n_vocab, mvm_vocab *out);
 /* Sets every tokenizer.ggml.* key llama.cpp reads: model, pre, tokens, scores (LLAMA),
  * token_type, merges (byte-level), bos/eos/unknown/padding_token_id (those that exist),

@@ -55,6 +55,10 @@ expect 0 'warning: 300 positions exceed the 256 the model was trained on' -- "$m
 expect 0 'vocab 512, RoPE YaRN x4; loaded' -- "$moevm" run -m "$tmp/yarn.gguf" -p "x" -n 2
 "$moevm" mkmodel --arch deepseek2 -o "$tmp/ds.gguf" >/dev/null
 expect 0 '\(deepseek2\), 2 layers \(\+1 dense\), 8 experts top-2' -- "$moevm" run -m "$tmp/ds.gguf" -p "x" -n 4
+# DeepSeek's vocabularies (pre-tokenizers deepseek-llm and deepseek-v3) add their BOS.
+expect 0 'prefill 2 tokens' -- "$moevm" run -m "$tmp/ds.gguf" -p "x" -n 1
+"$moevm" mkmodel --preset tiny-v3 --arch deepseek2 -o "$tmp/ds3.gguf" >/dev/null
+expect 0 'prefill 2 tokens' -- "$moevm" run -m "$tmp/ds3.gguf" -p "x" -n 1
 expect 0 'decode 8 tokens .* tok/s \| expert accesses [1-9]' -- "$moevm" run -m "$m" -p "Once upon a time" -n 8
 expect 0 'Once upon a time' -- "$moevm" run -m "$m" -p "Once upon a time" -n 4 --temp 0
 "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 >"$tmp/a" 2>/dev/null

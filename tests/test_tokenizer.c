@@ -55,15 +55,20 @@ static const char *split(enum tok_pre pre, const char *s)
 {
     static char out[512];
     size_t n = strlen(s), o = 0;
-    for (size_t pos = 0, end; pos < n; pos = end) {
-        end = tok_pretok_next(pre, (const uint8_t *)s, n, pos);
-        if (end <= pos || end > n)
-            return "(no progress)";
+    tok_pieces p = {0};
+    if (tok_pretok_split(pre, (const uint8_t *)s, n, &p) != MVM_OK)
+        return "(failed)";
+    for (size_t i = 0, pos = 0; i < p.n; pos = p.end[i++]) {
+        if (p.end[i] <= pos || p.end[i] > n || (i + 1 == p.n && p.end[i] != n)) {
+            tok_pieces_free(&p);
+            return "(bad cut)";
+        }
         if (pos)
             out[o++] = '|';
-        memcpy(out + o, s + pos, end - pos);
-        o += end - pos;
+        memcpy(out + o, s + pos, p.end[i] - pos);
+        o += p.end[i] - pos;
     }
+    tok_pieces_free(&p);
     out[o] = 0;
     return out;
 }
@@ -120,6 +125,56 @@ static void test_pretok_qwen2(void)
     CHECK_SPLIT(p, "cafe\xCC\x81s", "cafe|\xCC\x81s");
     CHECK_SPLIT(p, "a\xC2\xA0" "b", "a|\xC2\xA0" "b");
     CHECK_SPLIT(p, "a\xFF" "b", "a|\xFF" "b");
+}
+
+/* The chained pre-tokenizers: each regex cuts the pieces the earlier ones left. The
+ * answers are what Python's re gives for the regexes (tests/ref/check_pretok.py checks
+ * thousands more that way); the comments say why they look as they do. */
+static void test_pretok_chained(void)
+{
+    /* llama.cpp's default: punctuation runs first ('`' is not among them), then GPT-2's
+     * regex, then digits cut in threes. */
+    CHECK_SPLIT(TOK_PRE_DEFAULT, "Hello, world!! 1234567 x+y=z `a` ~~",
+                "Hello|,| world|!!| |123|456|7| x|+|y|=|z| `|a|`| |~~");
+    CHECK_SPLIT(TOK_PRE_DEFAULT, "3.14159 \xC2\xBD\xD9\xA3\xD9\xA4 ok...",
+                "3|.|141|59| |\xC2\xBD\xD9\xA3\xD9\xA4| ok|...");
+    /* Llama 3: Qwen2's regex with digits in threes. */
+    CHECK_SPLIT(TOK_PRE_LLAMA3, "Hello  world's 1234567!\n\nIT'S",
+                "Hello| | world|'s| |123|456|7|!\n\n|IT|'S");
+    CHECK_SPLIT(TOK_PRE_LLAMA3, "x\ty 12345 a1b", "x|\ty| |123|45| a|1|b");
+    /* DeepSeek-LLM: newlines alone; its letters take any one space before them (NO-BREAK
+     * SPACE too), but not Armenian small letters; digits stay together. */
+    CHECK_SPLIT(TOK_PRE_DEEPSEEK_LLM,
+                "Hello, world! 1234567\n\n  \xC2\xA0x\xD5\xA1\xD4\xB1 abc123",
+                "Hello|,| world|!| |1234567|\n|\n|  |\xC2\xA0x|\xD5\xA1|\xD4\xB1| abc|123");
+    /* Its punctuation class holds the ASCII letters, and its CJK one everything from
+     * U+0800, IDEOGRAPHIC SPACE and Devanagari included. */
+    CHECK_SPLIT(TOK_PRE_DEEPSEEK_LLM,
+                "\xE4\xB8\xAD\xE6\x96\x87 ab\xEF\xBC\x81\xE3\x80\x82  \xE0\xA4\x95\xE0\xA4\xBF  ",
+                "\xE4\xB8\xAD\xE6\x96\x87| ab|\xEF\xBC\x81|\xE3\x80\x82|  |"
+                "\xE0\xA4\x95\xE0\xA4\xBF|  ");
+    CHECK_SPLIT(TOK_PRE_DEEPSEEK_LLM, "don't  stop\xE2\x80\x99s", "don|'|t| | stop|\xE2\x80\x99|s");
+    CHECK_SPLIT(TOK_PRE_DEEPSEEK_LLM, "a \xE3\x80\x80" "b", "a| |\xE3\x80\x80|b");
+    /* DeepSeek-Coder: letters and punctuation runs, digits one by one. */
+    CHECK_SPLIT(TOK_PRE_DEEPSEEK_CODER, "def f(x):\n    return x**2  # 12",
+                "def| f|(|x|):|\n|   | return| x|**|2| | #| |1|2");
+    CHECK_SPLIT(TOK_PRE_DEEPSEEK_CODER, "\xE4\xB8\xAD\xE6\x96\x87" "abc, 42",
+                "\xE4\xB8\xAD\xE6\x96\x87|abc|,| |4|2");
+    /* DeepSeek-V3: digits in threes, CJK and kana runs apart, then one punctuation mark
+     * joins the ASCII word after it, marks join letters, symbols join punctuation. */
+    CHECK_SPLIT(TOK_PRE_DEEPSEEK3, "Hello, world! 1234567\n\nx",
+                "Hello|,| world|!| |123|456|7|\n\n|x");
+    CHECK_SPLIT(TOK_PRE_DEEPSEEK3, "(hello) ((x ~~ \xE2\x80\x9Cquoted\xE2\x80\x9D",
+                "(hello|)| ((|x| ~~| \xE2\x80\x9C|quoted|\xE2\x80\x9D");
+    CHECK_SPLIT(TOK_PRE_DEEPSEEK3,
+                "\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E\xE3\x81\xA7\xE3\x81\x99\xE3\x80\x82"
+                "\xED\x95\x9C\xEA\xB5\xAD\xEC\x96\xB4 cafe\xCC\x81s",
+                "\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E\xE3\x81\xA7\xE3\x81\x99|\xE3\x80\x82|"
+                "\xED\x95\x9C\xEA\xB5\xAD\xEC\x96\xB4| cafe\xCC\x81s");
+    CHECK_SPLIT(TOK_PRE_DEEPSEEK3, "don't\tstop\r\n  end  ", "don|'t|\tstop|\r\n| | end|  ");
+    /* An invalid byte is a symbol, as llama.cpp's U+FFFD in its place is. */
+    CHECK_SPLIT(TOK_PRE_DEEPSEEK3, "a\xFF" "b \xFF\xFE\nc", "a|\xFF|b| \xFF\xFE\n|c");
+    CHECK_SPLIT(TOK_PRE_DEEPSEEK_LLM, "", "");
 }
 
 static void test_byte_alphabet(void)
@@ -300,7 +355,7 @@ static void test_spm_known(void)
     }
 }
 
-enum { BPE_N = 269 };
+enum { BPE_N = 270 };
 static const char *bpe_tokens[BPE_N];
 static int32_t bpe_types[BPE_N];
 static const char *const bpe_merges[] = {"h e", "l l", "he ll", "\xC4\xA0 w", "o r",
@@ -308,26 +363,28 @@ static const char *const bpe_merges[] = {"h e", "l l", "he ll", "\xC4\xA0 w", "o
                                          "o \xC4\xA0", "1 2"};
 
 /* The 256 byte symbols (token id = byte), then the merge results in rank order, then
- * <|endoftext|> (EOS) and <|im_end|> typed NORMAL (which loading makes CONTROL). */
+ * <|endoftext|> (EOS) and <|im_end|> typed NORMAL (which loading makes CONTROL), then "hel",
+ * which no merge makes. `pre` NULL: no tokenizer.ggml.pre. */
 static mvm_gguf_writer *bpe_writer(const char *pre)
 {
     static char sym[256][3];
     static const char *const merged[] = {"he", "ll", "hell", "\xC4\xA0w", "or",
                                          "\xC4\xA0wor", "ld", "hello", "el", "o\xC4\xA0",
-                                         "12", "<|endoftext|>", "<|im_end|>"};
+                                         "12", "<|endoftext|>", "<|im_end|>", "hel"};
     for (unsigned b = 0; b < 256; b++) {
         sym[b][tok_byte_symbol((uint8_t)b, sym[b])] = 0;
         bpe_tokens[b] = sym[b];
         bpe_types[b] = MVM_TOKEN_NORMAL;
     }
-    for (int i = 0; i < 13; i++) {
+    for (int i = 0; i < BPE_N - 256; i++) {
         bpe_tokens[256 + i] = merged[i];
         bpe_types[256 + i] = i == 11 ? MVM_TOKEN_CONTROL : MVM_TOKEN_NORMAL;
     }
     mvm_gguf_writer *w;
     CHECK_ST(mvm_gguf_writer_new(&w), MVM_OK);
     CHECK_ST(mvm_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2"), MVM_OK);
-    CHECK_ST(mvm_gguf_writer_set_str(w, "tokenizer.ggml.pre", pre), MVM_OK);
+    if (pre)
+        CHECK_ST(mvm_gguf_writer_set_str(w, "tokenizer.ggml.pre", pre), MVM_OK);
     CHECK_ST(mvm_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", bpe_tokens, BPE_N), MVM_OK);
     CHECK_ST(mvm_gguf_writer_set_arr_i32(w, "tokenizer.ggml.token_type", bpe_types, BPE_N),
              MVM_OK);
@@ -338,8 +395,9 @@ static mvm_gguf_writer *bpe_writer(const char *pre)
 
 static void test_bpe_known(void)
 {
-    enum { HE = 256, LL, HELL, G_W, OR, G_WOR, LD, HELLO, EL, O_G, N12, EOT, IM_END };
+    enum { HE = 256, LL, HELL, G_W, OR, G_WOR, LD, HELLO, EL, O_G, N12, EOT, IM_END, HEL };
     mvm_tokenizer *t;
+    mvm_gguf_writer *w;
     CHECK_ST(load_from(bpe_writer("gpt-2"), &t), MVM_OK);
     if (!t)
         return;
@@ -370,6 +428,44 @@ static void test_bpe_known(void)
     CHECK(mvm_tokenizer_bos(t) == 11 && mvm_tokenizer_eos(t) == EOT); /* llama.cpp's default */
     mvm_tokenizer_free(t);
 
+    /* llama.cpp's "default", also what a file without the key gets, cuts digits in threes
+     * after GPT-2's regex: "1212" is "121" and "2". */
+    const char *const defaults[] = {"default", NULL};
+    for (int i = 0; i < 2; i++) {
+        CHECK_ST(load_from(bpe_writer(defaults[i]), &t), MVM_OK);
+        if (t) {
+            ENCODES(t, "1212", 0, N12, '1', '2');
+            mvm_tokenizer_free(t);
+        }
+    }
+    CHECK_ST(load_from(bpe_writer("gpt-2"), &t), MVM_OK);
+    if (t) {
+        ENCODES(t, "1212", 0, N12, N12);
+        ENCODES(t, "hel", 0, HE, 'l');
+        mvm_tokenizer_free(t);
+    }
+    /* Llama 3's vocabularies ignore merges: a pre-token that is a token is that token. They
+     * also add BOS unless the file says otherwise (llama.cpp's default id 11 here). "dbrx"
+     * has the same regex without either. */
+    CHECK_ST(load_from(bpe_writer("llama-bpe"), &t), MVM_OK);
+    if (t) {
+        ENCODES(t, "hel hello", 0, HEL, ' ', HELLO);
+        ENCODES(t, "hel", 1, 11, HEL);
+        mvm_tokenizer_free(t);
+    }
+    w = bpe_writer("llama3");
+    CHECK_ST(mvm_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", 0), MVM_OK);
+    CHECK_ST(load_from(w, &t), MVM_OK);
+    if (t) {
+        ENCODES(t, "hel", 1, HEL);
+        mvm_tokenizer_free(t);
+    }
+    CHECK_ST(load_from(bpe_writer("dbrx"), &t), MVM_OK);
+    if (t) {
+        ENCODES(t, "hel", 1, HE, 'l');
+        mvm_tokenizer_free(t);
+    }
+
     /* Qwen2 splits digits, so "1 2" never applies. */
     CHECK_ST(load_from(bpe_writer("qwen2"), &t), MVM_OK);
     if (t) {
@@ -377,7 +473,7 @@ static void test_bpe_known(void)
         ENCODES(t, "hello world", 0, HELLO, G_WOR, LD);
         mvm_tokenizer_free(t);
     }
-    mvm_gguf_writer *w = bpe_writer("olmo");
+    w = bpe_writer("olmo");
     CHECK_ST(mvm_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", 1), MVM_OK);
     CHECK_ST(mvm_gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", 1), MVM_OK);
     CHECK_ST(mvm_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", HE), MVM_OK);
@@ -602,7 +698,7 @@ static double corpus_ratio(const mvm_tokenizer *t)
 
 static void check_built(enum mvm_vocab_style style, uint32_t n_vocab, int full)
 {
-    static const char *const names[] = {"llama", "qwen2", "olmo"};
+    static const char *const names[] = {"llama", "qwen2", "olmo", "dsv2", "dsv3"};
     mvm_vocab v;
     double t0 = now_s();
     CHECK_ST(mvm_vocab_build(style, n_vocab, &v), MVM_OK);
@@ -641,12 +737,14 @@ static void check_built(enum mvm_vocab_style style, uint32_t n_vocab, int full)
 
 static void test_built(void)
 {
-    for (int s = MVM_VOCAB_LLAMA; s <= MVM_VOCAB_OLMO; s++) {
+    for (int s = MVM_VOCAB_LLAMA; s <= MVM_VOCAB_DEEPSEEK3; s++) {
         check_built((enum mvm_vocab_style)s, 512, 1);
-        check_built((enum mvm_vocab_style)s, 151936, 1);
+        check_built((enum mvm_vocab_style)s, 151936, s <= MVM_VOCAB_OLMO);
     }
     check_built(MVM_VOCAB_LLAMA, 32000, 0);
     check_built(MVM_VOCAB_OLMO, 50304, 0);
+    check_built(MVM_VOCAB_DEEPSEEK, 102400, 1);
+    check_built(MVM_VOCAB_DEEPSEEK3, 129280, 1);
     /* The smallest vocabularies: bytes and specials only, still round-tripping. */
     mvm_vocab v;
     CHECK_ST(mvm_vocab_build(MVM_VOCAB_LLAMA, 259, &v), MVM_ERR_INVALID);
@@ -676,7 +774,7 @@ static void test_built(void)
 /* Two builds give the same vocabulary, token for token and merge for merge. */
 static void test_built_deterministic(void)
 {
-    for (int style = MVM_VOCAB_LLAMA; style <= MVM_VOCAB_OLMO; style++) {
+    for (int style = MVM_VOCAB_LLAMA; style <= MVM_VOCAB_DEEPSEEK3; style++) {
         mvm_vocab a, b;
         CHECK_ST(mvm_vocab_build((enum mvm_vocab_style)style, 4096, &a), MVM_OK);
         CHECK_ST(mvm_vocab_build((enum mvm_vocab_style)style, 4096, &b), MVM_OK);
@@ -718,6 +816,27 @@ static void test_built_specials(void)
         CHECK(strcmp(v.pre, "olmo") == 0 && strcmp(v.model, "gpt2") == 0);
     }
     mvm_vocab_free(&v);
+    /* DeepSeek's add their BOS, and end with EOS; V2's pre-tokenizer keeps "1776" whole,
+     * V3's cuts it in threes. */
+    for (int style = MVM_VOCAB_DEEPSEEK; style <= MVM_VOCAB_DEEPSEEK3; style++) {
+        int v3 = style == MVM_VOCAB_DEEPSEEK3;
+        CHECK_ST(mvm_vocab_build((enum mvm_vocab_style)style, 102400, &v), MVM_OK);
+        t = v.tokens ? load_built(&v) : NULL;
+        if (!t)
+            continue;
+        CHECK(strcmp(v.pre, v3 ? "deepseek-v3" : "deepseek-llm") == 0);
+        CHECK(strstr(v.tokens[v.bos], "begin\xE2\x96\x81of\xE2\x96\x81sentence") && v.add_bos);
+        CHECK(strstr(v.tokens[v.eos], "end\xE2\x96\x81of\xE2\x96\x81sentence") && v.pad == v.eos);
+        CHECK(mvm_tokenizer_is_eog(t, v.eos) && !mvm_tokenizer_is_eog(t, v.bos));
+        int32_t ids[8];
+        size_t n;
+        CHECK_ST(mvm_tokenizer_encode(t, " 1776", 5, 1, ids, 8, &n), MVM_OK);
+        int32_t digits = tok_strtab_find(&t->text, "1776", 4);
+        CHECK(n >= 3 && ids[0] == v.bos && ids[1] == 220); /* the space alone */
+        CHECK(v3 ? digits < 0 || ids[2] != digits : n == 3 && ids[2] == digits);
+        mvm_tokenizer_free(t);
+        mvm_vocab_free(&v);
+    }
     CHECK_ST(mvm_vocab_build(MVM_VOCAB_LLAMA, 32000, &v), MVM_OK);
     t = v.tokens ? load_built(&v) : NULL;
     if (t) {
@@ -958,6 +1077,7 @@ int main(void)
     snprintf(path, sizeof path, "%s/vocab.gguf", dir);
     RUN(test_pretok_gpt2);
     RUN(test_pretok_qwen2);
+    RUN(test_pretok_chained);
     RUN(test_byte_alphabet);
     RUN(test_spm_known);
     RUN(test_bpe_known);

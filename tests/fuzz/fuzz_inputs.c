@@ -12,7 +12,9 @@
  *      may still overflow to NaN: the predict modules never pick a NaN);
  *   3  module parameters, "name=value,..." (policy/params.c): text that checks gives
  *      every known parameter a finite value;
- *   4  a size and a budget, as MOEVM_* values (vmm/options.c).
+ *   4  a size and a budget, as MOEVM_* values (vmm/options.c);
+ *   5  text for the pre-tokenizers (engine/tok_pretok.c; the next byte picks which): the
+ *      pieces are non-empty, in order, cover the text and cut it only between code points.
  * A broken promise traps, so libFuzzer reports it like a crash.
  */
 #include <math.h>
@@ -23,6 +25,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "engine/tokenizer_impl.h"
 #include "policy/cost.h"
 #include "policy/predictor_mlp.h"
 #include "tools/sim.h"
@@ -196,13 +199,37 @@ static void option_values(const uint8_t *data, size_t size)
     free(text);
 }
 
+static void pretok_text(const uint8_t *data, size_t size)
+{
+    if (size == 0)
+        return;
+    enum tok_pre pre = (enum tok_pre)(data[0] % (TOK_PRE_DEEPSEEK3 + 1));
+    const uint8_t *s = data + 1;
+    size_t n = size - 1;
+    tok_pieces p = {0};
+    require(tok_pretok_split(pre, s, n, &p) == MVM_OK);
+    require(p.n <= n && (p.n > 0) == (n > 0) && (!p.n || p.end[p.n - 1] == n));
+    /* Where tok_utf8_decode starts each code point: a cut must be one of them. */
+    uint8_t *starts = calloc(n + 1, 1);
+    require(starts != NULL);
+    for (size_t pos = 0; pos < n;) {
+        uint32_t cp;
+        starts[pos] = 1;
+        pos += tok_utf8_decode(s + pos, n - pos, &cp);
+    }
+    for (size_t i = 0, prev = 0; i < p.n; prev = p.end[i++])
+        require(p.end[i] > prev && p.end[i] <= n && (p.end[i] == n || starts[p.end[i]]));
+    free(starts);
+    tok_pieces_free(&p);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size == 0)
         return 0;
     static void (*const targets[])(const uint8_t *, size_t) = {
-        cost_file, trace_file, predictor_file, params_text, option_values};
+        cost_file, trace_file, predictor_file, params_text, option_values, pretok_text};
     targets[data[0] % (sizeof targets / sizeof *targets)](data + 1, size - 1);
     return 0;
 }

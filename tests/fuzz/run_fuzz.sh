@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with ASan and UBSan — fuzz_gguf (the GGUF reader) and
 # fuzz_inputs (cost files, routing traces, predictor files, module parameters, option
-# values) — writes their seed corpora, and fuzzes each for half of <seconds>. Exit 0 and
+# values, pre-tokenizer texts) — writes their seed corpora, and fuzzes each for half of <seconds>. Exit 0 and
 # "1 passed, 0 failed" when nothing crashed; exit 1 and "0 passed, 1 failed" on a crash,
 # leak, sanitizer report or build failure (the input that crashed is kept under
 # <outdir>/<target>/artifacts/); exit 77 (CTest's skip code) when clang or libFuzzer is
@@ -61,7 +61,8 @@ cjson=$(pkg-config --cflags --libs libcjson 2>/dev/null || echo -lcjson)
 # shellcheck disable=SC2086 # cjson is a list of flags
 "$cc" "${flags[@]}" -fsanitize=fuzzer,address,undefined "$root/tests/fuzz/fuzz_inputs.c" \
     "$root"/policy/*.c "$root/tools/trace.c" "$root/tools/sim.c" "$root/vmm/error.c" \
-    "$root/vmm/options.c" $cjson -lm -lpthread -o "$out/fuzz_inputs" ||
+    "$root/vmm/options.c" "$root/engine/tok_pretok.c" "$root/engine/tok_regex.c" \
+    "$root/engine/tok_unicode.c" $cjson -lm -lpthread -o "$out/fuzz_inputs" ||
     fail "building fuzz_inputs failed"
 # Seeds: the first byte picks the parser (fuzz_inputs.c).
 seed() { printf "\\$(printf %o "$1")" >"$out/inputs/seeds/$2"; cat >>"$out/inputs/seeds/$2"; }
@@ -82,6 +83,11 @@ sys.stdout.buffer.write(b"MVMPRED1" + struct.pack("<5I", 1, 2, 2, 1, 2) +
 printf 'alpha=0.5,window=8' | seed 3 params
 printf '25%%' | seed 4 budget
 printf '1.5GiB' | seed 4 size
+# Pre-tokenizer texts: the byte after the selector picks the pre-tokenizer (enum tok_pre).
+for pre in 0 1 2 3 4 5 6; do
+    printf "\\$(printf %o $pre)Hello, world's 1234567!\n\n  \xe4\xb8\xad\xe6\x96\x87 caf\xc3\xa9 ~~\xff" |
+        seed 5 "pretok-$pre"
+done
 
 half=$(( (secs + 1) / 2 ))
 for target in gguf inputs; do

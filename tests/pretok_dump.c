@@ -1,0 +1,82 @@
+/*
+ * The pre-tokenizers' cuts and the character classes, for tests/ref/check_pretok.py to
+ * compare with Python's re running the regexes themselves:
+ *
+ *   pretok_dump PRE FILE    FILE holds records "<length>\n<bytes>"; prints, per record, one
+ *                           line of the pieces' lengths in bytes
+ *   pretok_dump --classes   prints the class (enum tok_class, a digit) of every code point
+ *                           from U+0000 to U+10FFFF, one character each
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/tokenizer_impl.h"
+
+static const struct {
+    const char *name;
+    enum tok_pre pre;
+} names[] = {
+    {"gpt2", TOK_PRE_GPT2},
+    {"default", TOK_PRE_DEFAULT},
+    {"qwen2", TOK_PRE_QWEN2},
+    {"llama3", TOK_PRE_LLAMA3},
+    {"deepseek-llm", TOK_PRE_DEEPSEEK_LLM},
+    {"deepseek-coder", TOK_PRE_DEEPSEEK_CODER},
+    {"deepseek-v3", TOK_PRE_DEEPSEEK3},
+};
+
+static int classes(void)
+{
+    for (uint32_t cp = 0; cp <= 0x10FFFF; cp++)
+        putchar('0' + tok_cp_class(cp));
+    return 0;
+}
+
+static int cut(enum tok_pre pre, FILE *f)
+{
+    tok_pieces p = {0};
+    uint8_t *buf = NULL;
+    size_t len;
+    int rc = 0;
+    while (fscanf(f, "%zu", &len) == 1 && fgetc(f) == '\n') {
+        uint8_t *grown = realloc(buf, len + 1);
+        if (!grown || fread(grown, 1, len, f) != len) {
+            fprintf(stderr, "pretok_dump: short record of %zu bytes\n", len);
+            buf = grown ? grown : buf;
+            rc = 1;
+            break;
+        }
+        buf = grown;
+        if (tok_pretok_split(pre, buf, len, &p) != MVM_OK) {
+            rc = 1;
+            break;
+        }
+        for (size_t i = 0, start = 0; i < p.n; start = p.end[i++])
+            printf(i ? " %zu" : "%zu", p.end[i] - start);
+        putchar('\n');
+    }
+    tok_pieces_free(&p);
+    free(buf);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 2 && strcmp(argv[1], "--classes") == 0)
+        return classes();
+    for (size_t i = 0; argc == 3 && i < sizeof names / sizeof *names; i++) {
+        if (strcmp(argv[1], names[i].name) != 0)
+            continue;
+        FILE *f = fopen(argv[2], "rb");
+        if (!f) {
+            perror(argv[2]);
+            return 1;
+        }
+        int rc = cut(names[i].pre, f);
+        fclose(f);
+        return rc;
+    }
+    fprintf(stderr, "usage: pretok_dump PRE FILE | pretok_dump --classes\n");
+    return 2;
+}
