@@ -16,6 +16,7 @@ static const struct {
     {"calibrate", mvm_cmd_calibrate,
      "measure this machine's costs with a model: a cost file for --cost / MOEVM_COST"},
     {"mkmodel", mvm_cmd_mkmodel, "write a GGUF MoE model with random weights from a preset"},
+    {"tokenize", mvm_cmd_tokenize, "a GGUF model's tokenizer on a text, token by token"},
     {"sim", mvm_cmd_sim, "replay a routing trace through the policy modules (modelled time)"},
     {"trace", mvm_cmd_trace, "generate synthetic routing traces, or summarise one"},
     {"train-predictor", mvm_cmd_train_predictor,

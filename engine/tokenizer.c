@@ -406,6 +406,11 @@ void mvm_tokenizer_free(mvm_tokenizer *t)
 }
 
 uint32_t mvm_tokenizer_n_vocab(const mvm_tokenizer *t) { return t->text.n; }
+
+const char *mvm_tokenizer_text(const mvm_tokenizer *t, int32_t id)
+{
+    return id >= 0 && (uint32_t)id < t->text.n ? tok_strtab_str(&t->text, (uint32_t)id) : NULL;
+}
 int32_t mvm_tokenizer_bos(const mvm_tokenizer *t) { return t->bos; }
 int32_t mvm_tokenizer_eos(const mvm_tokenizer *t) { return t->eos; }
 

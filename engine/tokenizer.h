@@ -88,6 +88,9 @@ mvm_status mvm_tokenizer_load(const mvm_gguf *g, mvm_tokenizer **out);
 void mvm_tokenizer_free(mvm_tokenizer *t);
 
 uint32_t mvm_tokenizer_n_vocab(const mvm_tokenizer *t);
+/* Token `id` as the vocabulary spells it (tokenizer.ggml.tokens, NUL-terminated: "Ġworld",
+ * "<|im_end|>"), or NULL for an id out of range. */
+const char *mvm_tokenizer_text(const mvm_tokenizer *t, int32_t id);
 /* The BOS / EOS token, -1 when there is none. */
 int32_t mvm_tokenizer_bos(const mvm_tokenizer *t);
 int32_t mvm_tokenizer_eos(const mvm_tokenizer *t);

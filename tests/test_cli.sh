@@ -59,6 +59,16 @@ expect 0 '\(deepseek2\), 2 layers \(\+1 dense\), 8 experts top-2' -- "$moevm" ru
 expect 0 'prefill 2 tokens' -- "$moevm" run -m "$tmp/ds.gguf" -p "x" -n 1
 "$moevm" mkmodel --preset tiny-v3 --arch deepseek2 -o "$tmp/ds3.gguf" >/dev/null
 expect 0 'prefill 2 tokens' -- "$moevm" run -m "$tmp/ds3.gguf" -p "x" -n 1
+# tokenize: the ids and pieces (BOS by its name), or only the ids for run --tokens.
+expect 0 "^ +[0-9]+ 'x'\$" -- "$moevm" tokenize -m "$tmp/ds3.gguf" -p "x"
+expect 0 '^ +[0-9]+ <.*begin.*of.*sentence' -- "$moevm" tokenize -m "$tmp/ds3.gguf" -p "x"
+expect 0 '^2 tokens for 1 bytes' -- "$moevm" tokenize -m "$tmp/ds3.gguf" -p "x"
+expect 0 '^[0-9]+,[0-9]+$' -- "$moevm" tokenize -m "$tmp/ds3.gguf" -p "x" --ids
+printf 'a\tb\377' >"$tmp/text"
+expect 0 "'[\\]t'.*'[\\]xFF'" -- sh -c "'$moevm' tokenize -m '$tmp/ds3.gguf' -f - --no-bos <'$tmp/text' | tr '\n' ' '"
+expect 2 'needs -m MODEL and one of -p TEXT or -f FILE' -- "$moevm" tokenize -m "$tmp/ds3.gguf"
+expect 1 'nonexistent.gguf: cannot open' -- "$moevm" tokenize -m "$tmp/nonexistent.gguf" -p x
+expect 1 'nonexistent.txt: cannot open' -- "$moevm" tokenize -m "$tmp/ds3.gguf" -f "$tmp/nonexistent.txt"
 expect 0 'decode 8 tokens .* tok/s \| expert accesses [1-9]' -- "$moevm" run -m "$m" -p "Once upon a time" -n 8
 expect 0 'Once upon a time' -- "$moevm" run -m "$m" -p "Once upon a time" -n 4 --temp 0
 "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 >"$tmp/a" 2>/dev/null

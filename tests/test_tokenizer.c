@@ -420,6 +420,9 @@ static void test_bpe_known(void)
           memcmp(text, "hello world\n\xFF\xC3", 14) == 0);
     char buf[8];
     CHECK(mvm_tokenizer_piece(t, G_WOR, buf, 8) == 4 && memcmp(buf, " wor", 4) == 0);
+    CHECK(strcmp(mvm_tokenizer_text(t, G_WOR), "\xC4\xA0wor") == 0);
+    CHECK(strcmp(mvm_tokenizer_text(t, EOT), "<|endoftext|>") == 0);
+    CHECK(mvm_tokenizer_text(t, BPE_N) == NULL && mvm_tokenizer_text(t, -1) == NULL);
     CHECK(mvm_tokenizer_piece(t, 0xAD, buf, 8) == 1 && (uint8_t)buf[0] == 0xAD);
     /* <|im_end|> ends generation and, like every end token, decodes to nothing. */
     CHECK(mvm_tokenizer_is_eog(t, EOT) && mvm_tokenizer_is_eog(t, IM_END));
