@@ -16,6 +16,7 @@ tok_cp_class) with unicodedata for every code point.
     check_pretok.py --dump build/tests/pretok_dump [--count N] [--seed S]
 """
 import argparse
+import itertools
 import os
 import random
 import re
@@ -31,16 +32,14 @@ WHITESPACE = [(0x09, 0x0D), (0x20, 0x20), (0x85, 0x85), (0xA0, 0xA0), (0x1680, 0
               (0x3000, 0x3000)]
 
 
+# The major general category of every code point ("L", "N", "M", "P", "S", "Z", "C").
+MAJOR = [unicodedata.category(chr(cp))[0] for cp in range(0x110000)]
+
+
 def category_ranges(major):
-    out, start = [], None
-    for cp in range(0x110001):
-        inside = cp <= 0x10FFFF and unicodedata.category(chr(cp))[0] == major
-        if inside and start is None:
-            start = cp
-        elif not inside and start is not None:
-            out.append((start, cp - 1))
-            start = None
-    return out
+    """The code points of one major category as (first, last) runs."""
+    runs = itertools.groupby(range(0x110000), key=lambda cp: MAJOR[cp] == major)
+    return [(r[0], r[-1]) for inside, r in ((k, list(g)) for k, g in runs) if inside]
 
 
 def body(ranges):
@@ -138,10 +137,8 @@ def random_text(rng, anywhere):
 
 
 def check_classes(dump):
-    want = bytearray(b"0" * 0x110000)
-    for major, digit in (("L", b"1"), ("N", b"2"), ("M", b"4"), ("P", b"5"), ("S", b"6")):
-        for lo, hi in category_ranges(major):
-            want[lo:hi + 1] = digit * (hi - lo + 1)
+    digit = {"L": ord("1"), "N": ord("2"), "M": ord("4"), "P": ord("5"), "S": ord("6")}
+    want = bytearray(digit.get(m, ord("0")) for m in MAJOR)
     for lo, hi in WHITESPACE:
         want[lo:hi + 1] = b"3" * (hi - lo + 1)
     got = subprocess.run([dump, "--classes"], capture_output=True, check=True).stdout
