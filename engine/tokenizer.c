@@ -35,13 +35,7 @@ static int str_is(mvm_gguf_str s, const char *want)
     return s.len == strlen(want) && memcmp(s.ptr, want, s.len) == 0;
 }
 
-/* tokenizer.ggml.pre values, as llama.cpp (llama_vocab::impl::load) reads them, with the
- * regexes and flags it gives each; "gpt2" is taken as a spelling of "gpt-2". */
-static const struct pre_name {
-    const char *name;
-    enum tok_pre pre;
-    int ignore_merges, add_bos;
-} pre_names[] = {
+const tok_pre_name tok_pre_names[] = {
     {"default", TOK_PRE_DEFAULT, 0, 0},     {"gpt-2", TOK_PRE_GPT2, 0, 0},
     {"gpt2", TOK_PRE_GPT2, 0, 0},           {"olmo", TOK_PRE_GPT2, 0, 0},
     {"qwen2", TOK_PRE_QWEN2, 0, 0},         {"llama3", TOK_PRE_LLAMA3, 1, 1},
@@ -51,6 +45,7 @@ static const struct pre_name {
     {"deepseek-coder", TOK_PRE_DEEPSEEK_CODER, 0, 0},
     {"deepseek-v3", TOK_PRE_DEEPSEEK3, 0, 0},
 };
+const size_t tok_pre_names_n = sizeof tok_pre_names / sizeof *tok_pre_names;
 
 static mvm_status load_model(const mvm_gguf *g, mvm_tokenizer *t)
 {
@@ -72,19 +67,19 @@ static mvm_status load_model(const mvm_gguf *g, mvm_tokenizer *t)
         return MVM_OK;
     if ((st = mvm_gguf_get_str(g, KEY("pre"), &s)) != MVM_OK)
         return st;
-    for (size_t i = 0; i < sizeof pre_names / sizeof *pre_names; i++) {
-        if (str_is(s, pre_names[i].name)) {
-            t->pre = pre_names[i].pre;
-            t->ignore_merges = pre_names[i].ignore_merges;
-            t->add_bos = pre_names[i].add_bos; /* the default; add_bos_token overrides it */
+    for (size_t i = 0; i < tok_pre_names_n; i++) {
+        if (str_is(s, tok_pre_names[i].name)) {
+            t->pre = tok_pre_names[i].pre;
+            t->ignore_merges = tok_pre_names[i].ignore_merges;
+            t->add_bos = tok_pre_names[i].add_bos; /* the default; add_bos_token overrides it */
             return MVM_OK;
         }
     }
     char known[300];
     size_t o = 0;
-    for (size_t i = 0; i < sizeof pre_names / sizeof *pre_names; i++)
+    for (size_t i = 0; i < tok_pre_names_n; i++)
         o += (size_t)snprintf(known + o, sizeof known - o, "%s%s", i ? ", " : "",
-                              pre_names[i].name);
+                              tok_pre_names[i].name);
     return mvm_fail(MVM_ERR_UNSUPPORTED, "%s '%s' is not supported (%s)", KEY("pre"),
                     shown(s.ptr, s.len, buf), known);
 }

@@ -74,6 +74,16 @@ typedef struct tok_pass {
     int (*find)(const tok_text *t, size_t p, size_t end, size_t *ms, size_t *me);
 } tok_pass;
 
+/* tokenizer.ggml.pre values, as llama.cpp (llama_vocab::impl::load) reads them, with the
+ * regexes and flags it gives each; "gpt2" is taken as a spelling of "gpt-2" (tokenizer.c). */
+typedef struct tok_pre_name {
+    const char *name;
+    enum tok_pre pre;
+    int ignore_merges, add_bos;
+} tok_pre_name;
+extern const tok_pre_name tok_pre_names[];
+extern const size_t tok_pre_names_n;
+
 /* The regexes of `pre`, in order, and their number in *n. */
 const tok_pass *tok_pretok_passes(enum tok_pre pre, size_t *n);
 

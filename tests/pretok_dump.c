@@ -3,7 +3,8 @@
  * compare with Python's re running the regexes themselves:
  *
  *   pretok_dump PRE FILE    FILE holds records "<length>\n<bytes>"; prints, per record, one
- *                           line of the pieces' lengths in bytes
+ *                           line of the pieces' lengths in bytes; PRE is a tokenizer.ggml.pre
+ *                           name, mapped as loading maps it
  *   pretok_dump --classes   prints the class (enum tok_class, a digit) of every code point
  *                           from U+0000 to U+10FFFF, one character each
  */
@@ -12,19 +13,6 @@
 #include <string.h>
 
 #include "engine/tokenizer_impl.h"
-
-static const struct {
-    const char *name;
-    enum tok_pre pre;
-} names[] = {
-    {"gpt2", TOK_PRE_GPT2},
-    {"default", TOK_PRE_DEFAULT},
-    {"qwen2", TOK_PRE_QWEN2},
-    {"llama3", TOK_PRE_LLAMA3},
-    {"deepseek-llm", TOK_PRE_DEEPSEEK_LLM},
-    {"deepseek-coder", TOK_PRE_DEEPSEEK_CODER},
-    {"deepseek-v3", TOK_PRE_DEEPSEEK3},
-};
 
 static int classes(void)
 {
@@ -65,15 +53,15 @@ int main(int argc, char **argv)
 {
     if (argc == 2 && strcmp(argv[1], "--classes") == 0)
         return classes();
-    for (size_t i = 0; argc == 3 && i < sizeof names / sizeof *names; i++) {
-        if (strcmp(argv[1], names[i].name) != 0)
+    for (size_t i = 0; argc == 3 && i < tok_pre_names_n; i++) {
+        if (strcmp(argv[1], tok_pre_names[i].name) != 0)
             continue;
         FILE *f = fopen(argv[2], "rb");
         if (!f) {
             perror(argv[2]);
             return 1;
         }
-        int rc = cut(names[i].pre, f);
+        int rc = cut(tok_pre_names[i].pre, f);
         fclose(f);
         return rc;
     }
