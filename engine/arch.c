@@ -1,6 +1,7 @@
 /*
  * The supported architectures, as llama.cpp names them in GGUF and as their public
- * definitions (Hugging Face transformers: Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE) compute:
+ * definitions (Hugging Face transformers: Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, DeepSeek-V2/V3,
+ * Glm4Moe) compute:
  *
  *   llama     Mixtral-style experts in a llama model. RoPE on adjacent pairs (llama.cpp's
  *             converter permutes q/k so that this equals HF's rotate_half). Router softmax,
@@ -16,26 +17,44 @@
  *             leading dense blocks, ungated shared experts, and routing from the metadata:
  *             softmax or sigmoid, group-limited, with a choosing bias, renormalised or not,
  *             scaled (expert_gating_func, expert_group_count, exp_probs_b,
- *             expert_weights_norm, expert_weights_scale). engine/model.c reads them. Groups
- *             are ranked by their best expert with softmax (DeepSeek-V2, V2.5), by their
- *             two best with sigmoid (V3, Kimi K2), as DeepSeek's code does; llama.cpp sums
- *             the two best for both (engine/moe_step.c).
+ *             expert_weights_norm, expert_weights_scale). engine/model_hparams.c reads them.
+ *             Groups are ranked by their best expert with softmax (DeepSeek-V2, V2.5), by
+ *             their two best with sigmoid (V3, Kimi K2), as DeepSeek's code does; llama.cpp
+ *             sums the two best for both (engine/moe_step.c).
+ *   glm4moe   GLM-4.5, GLM-4.5-Air, GLM-4.6 (Hugging Face's Glm4Moe): grouped-query
+ *             attention with q/k/v biases, NEOX RoPE on the first rope.dimension_count dims
+ *             of each head (half of them: partial_rotary_factor 0.5), a per-head QK norm
+ *             where the file has one (GLM-4.5, not Air), and deepseek2's leading dense
+ *             blocks, ungated shared experts and routing keys (sigmoid with a choosing bias
+ *             by default, as llama.cpp's; renormalised only where expert_weights_norm says
+ *             so, llama.cpp's default). The norm before the FFN is post_attention_norm.
+ *             The last nextn_predict_layers blocks are the multi-token-prediction head:
+ *             their tensors are in the file, but, as in llama.cpp, they are not computed
+ *             and their experts take no place in the expert space.
  *
- * The experts' intermediate size is expert_feed_forward_length for the Qwen MoEs and
- * deepseek2 and feed_forward_length for llama and olmoe, as llama.cpp reads them.
+ * The experts' intermediate size is expert_feed_forward_length for the Qwen MoEs, deepseek2
+ * and glm4moe, and feed_forward_length for llama and olmoe, as llama.cpp reads them.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "engine/model.h"
 
+#define FF "feed_forward_length"
+#define FF_EXP "expert_feed_forward_length"
 static const mvm_arch arches[] = {
-    {"llama", 0, 1, 0, MVM_QK_NORM_NONE, 0, "feed_forward_length"},
-    {"qwen2moe", 1, 0, 1, MVM_QK_NORM_NONE, 1, "expert_feed_forward_length"},
-    {"qwen3moe", 1, 1, 0, MVM_QK_NORM_HEAD, 0, "expert_feed_forward_length"},
-    {"olmoe", 1, 0, 0, MVM_QK_NORM_FULL, 0, "feed_forward_length"},
-    {"deepseek2", 0, 0, 0, MVM_QK_NORM_NONE, 2, "expert_feed_forward_length", 1},
+    {.name = "llama", .norm_topk = 1, .expert_ff_key = FF},
+    {.name = "qwen2moe", .rope_neox = 1, .qkv_bias = 1, .shared_expert = 1,
+     .expert_ff_key = FF_EXP},
+    {.name = "qwen3moe", .rope_neox = 1, .norm_topk = 1, .qk_norm = MVM_QK_NORM_HEAD,
+     .expert_ff_key = FF_EXP},
+    {.name = "olmoe", .rope_neox = 1, .qk_norm = MVM_QK_NORM_FULL, .expert_ff_key = FF},
+    {.name = "deepseek2", .shared_expert = 2, .expert_ff_key = FF_EXP, .deepseek = 1, .lead = 1},
+    {.name = "glm4moe", .rope_neox = 1, .qkv_bias = 1, .qk_norm = MVM_QK_NORM_HEAD,
+     .shared_expert = 2, .expert_ff_key = FF_EXP, .lead = 1, .glm = 1},
 };
+#undef FF
+#undef FF_EXP
 
 const mvm_arch *mvm_arch_find(const char *name)
 {
@@ -47,5 +66,5 @@ const mvm_arch *mvm_arch_find(const char *name)
 
 const char *mvm_arch_names(void)
 {
-    return "llama (Mixtral-style), qwen2moe, qwen3moe, olmoe, deepseek2";
+    return "llama (Mixtral-style), qwen2moe, qwen3moe, olmoe, deepseek2, glm4moe";
 }

@@ -345,9 +345,12 @@ static int load(struct session *s)
         snprintf(compute, sizeof compute, "%d threads, %s kernels", threads,
                  mvm_k_simd_name(mvm_k_simd_current()));
     double eb = (double)s->model->expert_bytes;
-    char types[64], rope[48] = "", dense[32] = "";
-    if (hp->n_dense) /* deepseek2's leading dense blocks: not in the expert space */
-        snprintf(dense, sizeof dense, " (+%u dense)", hp->n_dense);
+    char types[64], rope[48] = "", dense[64] = "";
+    /* deepseek2's and glm4moe's leading dense blocks, glm4moe's NextN blocks: not layers
+     * of the expert space */
+    if (hp->n_dense || hp->n_nextn)
+        snprintf(dense, sizeof dense, " (+%u dense%s)", hp->n_dense,
+                 hp->n_nextn ? ", NextN not computed" : "");
     if (hp->rope.freq_scale != 1.0f)
         snprintf(rope, sizeof rope, ", RoPE %s x%g", hp->rope.ext_factor != 0 ? "YaRN" : "linear",
                  1.0 / hp->rope.freq_scale);

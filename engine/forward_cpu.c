@@ -3,11 +3,12 @@
  * every layer as
  *   attention:  x += Wo · attn(rope(norm_qk(Wq·h)), rope(norm_qk(Wk·h)), Wv·h),  h = rms(x)
  *   MoE:        x += Σ_selected w_e · expert_e(h) [+ [sigmoid(g·h) ·] shared(h)],  h = rms(x)
- * with the architecture's variations (arch.c): deepseek2's latent attention (below) and
- * its leading blocks with a dense FFN in place of the experts. Matrix products are split
- * by rows across the pool; attention by (token, head); the experts as experts_cpu.h says. Work is handed out
- * statically (unit u to thread u mod n), so a run is bitwise reproducible for a given
- * thread count: greedy decoding is deterministic, whatever the experts' residency.
+ * with the architecture's variations (arch.c): deepseek2's latent attention (below), and
+ * deepseek2's and glm4moe's leading blocks with a dense FFN in place of the experts.
+ * Matrix products are split by rows across the pool; attention by (token, head); the
+ * experts as experts_cpu.h says. Work is handed out statically (unit u to thread u mod n),
+ * so a run is bitwise reproducible for a given thread count: greedy decoding is
+ * deterministic, whatever the experts' residency.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -166,14 +167,14 @@ static void qk_norm_rope(struct cpu_fwd *c, const mvm_layer *L, uint32_t n, uint
                 c->v[(size_t)i * c->kv_dim + j] += L->bv[j];
             }
         }
-        if (a->qk_norm == MVM_QK_NORM_HEAD) {
+        if (L->q_norm && a->qk_norm == MVM_QK_NORM_HEAD) {
             for (uint32_t h = 0; h < hp->n_head; h++)
                 mvm_k_rmsnorm(q + h * hp->head_dim, q + h * hp->head_dim, L->q_norm,
                               hp->head_dim, hp->rms_eps);
             for (uint32_t h = 0; h < hp->n_head_kv; h++)
                 mvm_k_rmsnorm(k + h * hp->head_dim, k + h * hp->head_dim, L->k_norm,
                               hp->head_dim, hp->rms_eps);
-        } else if (a->qk_norm == MVM_QK_NORM_FULL) {
+        } else if (L->q_norm) {
             mvm_k_rmsnorm(q, q, L->q_norm, c->q_dim, hp->rms_eps);
             mvm_k_rmsnorm(k, k, L->k_norm, c->kv_dim, hp->rms_eps);
         }
@@ -305,7 +306,7 @@ static void attention(struct cpu_fwd *c, const mvm_layer *L, uint32_t blk, uint3
 /* ---- mixture of experts ---------------------------------------------------------------- */
 
 /* x += [sigmoid(gate · h) ·] w2 · (silu(w1 · h) * (w3 · h)), h = xn: a shared expert (gated
- * in qwen2moe, not in deepseek2) or a dense block's FFN. */
+ * in qwen2moe, not in deepseek2 and glm4moe) or a dense block's FFN. */
 static void ffn(struct cpu_fwd *c, const mvm_weight *w1, const mvm_weight *w3,
                 const mvm_weight *w2, const float *gate, uint32_t n)
 {
@@ -328,7 +329,7 @@ static void ffn(struct cpu_fwd *c, const mvm_weight *w1, const mvm_weight *w3,
             c->x[(size_t)i * hp->n_embd + d] += c->shg[i] * c->tmp2[(size_t)i * hp->n_embd + d];
 }
 
-/* A dense block's FFN (deepseek2's leading blocks). */
+/* A dense block's FFN (deepseek2's and glm4moe's leading blocks). */
 static void dense_ffn(struct cpu_fwd *c, const mvm_layer *L, uint32_t n)
 {
     const mvm_hparams *hp = &c->m->hp;

@@ -220,10 +220,11 @@ static void cuda_destroy(void *state)
 static mvm_status cuda_create(mvm_ctx *ctx, void **state)
 {
     const mvm_hparams *hp = &ctx->m->hp;
-    if (ctx->m->arch->deepseek)
+    if (ctx->m->arch->lead)
         return mvm_fail(MVM_ERR_UNSUPPORTED, "the device forward pass does not compute %s's "
-                        "latent attention yet: run it with MOEVM_BACKEND=host",
-                        ctx->m->arch->name);
+                        "%s yet: run it with MOEVM_BACKEND=host", ctx->m->arch->name,
+                        ctx->m->arch->deepseek ? "latent attention"
+                                               : "leading dense blocks and shared experts");
     struct cuda_fwd *f = calloc(1, sizeof *f);
     if (!f)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the device context");

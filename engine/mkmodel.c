@@ -68,7 +68,13 @@ mvm_status mvm_spec_check(const mvm_model_spec *s)
                         "head size %u, %u kv heads of %u, %u dense blocks of %u",
                         s->ds.kv_lora, s->ds.v_dim, s->ds.n_rot, s->head_dim, s->n_head_kv,
                         s->n_head, s->ds.n_dense, s->n_layer);
-    if (a->deepseek && s->ds.n_group > 1 &&
+    if (a->glm && (s->ds.n_rot % 2 || s->ds.n_rot > s->head_dim ||
+                   s->ds.n_dense >= s->n_layer || (s->ds.n_dense && !s->n_ff) ||
+                   s->ds.n_nextn > 8))
+        return mvm_fail(MVM_ERR_INVALID, "glm4moe shape: rope %u of head size %u, %u dense "
+                        "blocks of %u, %u NextN blocks (at most 8)", s->ds.n_rot, s->head_dim,
+                        s->ds.n_dense, s->n_layer, s->ds.n_nextn);
+    if (a->lead && s->ds.n_group > 1 &&
         (s->n_expert % s->ds.n_group || !s->ds.n_group_used || s->ds.n_group_used > s->ds.n_group))
         return mvm_fail(MVM_ERR_INVALID, "%u expert groups (%u used) do not divide %u experts",
                         s->ds.n_group, s->ds.n_group_used, s->n_expert);
@@ -226,7 +232,9 @@ static int plan_tensors(struct plan *p)
             add(p, INIT_MATRIX, t, 2, D, V, 1, "output.weight", 0);
     if (a->deepseek)
         return plan_deepseek(p, r);
-    for (uint32_t l = 0; l < s->n_layer && r == 0; l++) {
+    /* glm4moe's NextN blocks follow the others, each a whole MoE block plus its own head */
+    const uint32_t blocks = s->n_layer + (a->glm ? s->ds.n_nextn : 0);
+    for (uint32_t l = 0; l < blocks && r == 0; l++) {
         int il = (int)l;
         r |= add(p, INIT_NORM, t, 1, D, 1, 1, "blk.%d.attn_norm.weight", il);
         r |= add(p, INIT_MATRIX, t, 2, D, Q, 1, "blk.%d.attn_q.weight", il);
@@ -238,23 +246,40 @@ static int plan_tensors(struct plan *p)
             r |= add(p, INIT_BIAS, t, 1, KV, 1, 1, "blk.%d.attn_k.bias", il);
             r |= add(p, INIT_BIAS, t, 1, KV, 1, 1, "blk.%d.attn_v.bias", il);
         }
-        if (a->qk_norm != MVM_QK_NORM_NONE) {
+        if (a->qk_norm != MVM_QK_NORM_NONE && (!a->glm || s->ds.qk_norm)) {
             int head = a->qk_norm == MVM_QK_NORM_HEAD;
             r |= add(p, INIT_NORM, t, 1, head ? s->head_dim : Q, 1, 1, "blk.%d.attn_q_norm.weight", il);
             r |= add(p, INIT_NORM, t, 1, head ? s->head_dim : KV, 1, 1, "blk.%d.attn_k_norm.weight", il);
         }
-        r |= add(p, INIT_NORM, t, 1, D, 1, 1, "blk.%d.ffn_norm.weight", il);
+        r |= add(p, INIT_NORM, t, 1, D, 1, 1, a->glm ? "blk.%d.post_attention_norm.weight"
+                                                    : "blk.%d.ffn_norm.weight", il);
+        if (a->lead && l < s->ds.n_dense) {
+            r |= add(p, INIT_MATRIX, t, 2, D, s->n_ff, 1, "blk.%d.ffn_gate.weight", il);
+            r |= add(p, INIT_MATRIX, t, 2, D, s->n_ff, 1, "blk.%d.ffn_up.weight", il);
+            r |= add(p, INIT_MATRIX, t, 2, s->n_ff, D, 1, "blk.%d.ffn_down.weight", il);
+            continue;
+        }
         /* The router stays f32, as llama.cpp's quantizer keeps ffn_gate_inp. */
         r |= add(p, INIT_ROUTER, MVM_W_F32, 2, D, E, 1, "blk.%d.ffn_gate_inp.weight", il);
+        if (a->lead && s->ds.bias)
+            r |= add(p, INIT_BIAS, t, 1, E, 1, 1, "blk.%d.exp_probs_b.bias", il);
         r |= add(p, INIT_MATRIX, t, 3, D, F, E, "blk.%d.ffn_gate_exps.weight", il);
         r |= add(p, INIT_MATRIX, t, 3, D, F, E, "blk.%d.ffn_up_exps.weight", il);
         r |= add(p, INIT_MATRIX, t, 3, F, D, E, "blk.%d.ffn_down_exps.weight", il);
-        if (a->shared_expert) {
-            uint64_t S = s->n_ff_shexp;
+        uint64_t S = a->shared_expert == 1 ? s->n_ff_shexp : (uint64_t)s->ds.n_shared * F;
+        if (a->shared_expert == 1)
             r |= add(p, INIT_ROUTER, t, 1, D, 1, 1, "blk.%d.ffn_gate_inp_shexp.weight", il);
+        if (a->shared_expert && S) {
             r |= add(p, INIT_MATRIX, t, 2, D, S, 1, "blk.%d.ffn_gate_shexp.weight", il);
             r |= add(p, INIT_MATRIX, t, 2, D, S, 1, "blk.%d.ffn_up_shexp.weight", il);
             r |= add(p, INIT_MATRIX, t, 2, S, D, 1, "blk.%d.ffn_down_shexp.weight", il);
+        }
+        if (l >= s->n_layer) { /* the NextN head (llama.cpp's names; embed_tokens and
+                                  shared_head_head are optional there, and left out) */
+            r |= add(p, INIT_MATRIX, t, 2, 2 * D, D, 1, "blk.%d.nextn.eh_proj.weight", il);
+            r |= add(p, INIT_NORM, t, 1, D, 1, 1, "blk.%d.nextn.enorm.weight", il);
+            r |= add(p, INIT_NORM, t, 1, D, 1, 1, "blk.%d.nextn.hnorm.weight", il);
+            r |= add(p, INIT_NORM, t, 1, D, 1, 1, "blk.%d.nextn.shared_head_norm.weight", il);
         }
     }
     return r ? -1 : 0;
@@ -355,17 +380,36 @@ static mvm_status write_tensor(void *ctx, uint64_t index, FILE *f)
 
 /* ---- metadata --------------------------------------------------------------------------- */
 
-/* deepseek2's keys as llama.cpp's converter writes them: with attn_k_b/attn_v_b the
- * absorbed view in key_length/value_length and the per-head sizes in *_mla. */
-static mvm_status write_deepseek_keys(mvm_gguf_writer *w, const mvm_model_spec *s)
+/* The routing keys of deepseek2's family, as llama.cpp's converter writes them. */
+static mvm_status write_routing_keys(mvm_gguf_writer *w, const mvm_model_spec *s)
+{
+    char k[96];
+    mvm_status st = MVM_OK;
+#define U32(suffix, v) (snprintf(k, sizeof k, "%s." suffix, s->arch), \
+                        st = st ? st : mvm_gguf_writer_set_u32(w, k, (v)))
+    U32("leading_dense_block_count", s->ds.n_dense);
+    U32("expert_shared_count", s->ds.n_shared);
+    snprintf(k, sizeof k, "%s.expert_weights_scale", s->arch);
+    st = st ? st : mvm_gguf_writer_set_f32(w, k, s->ds.scale);
+    U32("expert_gating_func", s->ds.sigmoid ? 2 : 1);
+    snprintf(k, sizeof k, "%s.expert_weights_norm", s->arch);
+    st = st ? st : mvm_gguf_writer_set_bool(w, k, s->ds.norm);
+    if (s->ds.n_group > 1) {
+        U32("expert_group_count", s->ds.n_group);
+        U32("expert_group_used_count", s->ds.n_group_used);
+    }
+#undef U32
+    return st;
+}
+
+/* deepseek2's attention keys as llama.cpp's converter writes them: with attn_k_b/attn_v_b
+ * the absorbed view in key_length/value_length and the per-head sizes in *_mla. */
+static mvm_status write_mla_keys(mvm_gguf_writer *w, const mvm_model_spec *s)
 {
     char k[96];
     mvm_status st = MVM_OK;
 #define U32(suffix, v) (snprintf(k, sizeof k, "deepseek2." suffix), \
                         st = st ? st : mvm_gguf_writer_set_u32(w, k, (v)))
-#define F32(suffix, v) (snprintf(k, sizeof k, "deepseek2." suffix), \
-                        st = st ? st : mvm_gguf_writer_set_f32(w, k, (v)))
-    U32("leading_dense_block_count", s->ds.n_dense);
     if (s->ds.q_lora)
         U32("attention.q_lora_rank", s->ds.q_lora);
     U32("attention.kv_lora_rank", s->ds.kv_lora);
@@ -376,18 +420,10 @@ static mvm_status write_deepseek_keys(mvm_gguf_writer *w, const mvm_model_spec *
         U32("attention.value_length_mla", s->ds.v_dim);
     }
     U32("rope.dimension_count", s->ds.n_rot);
-    U32("expert_shared_count", s->ds.n_shared);
-    F32("expert_weights_scale", s->ds.scale);
-    U32("expert_gating_func", s->ds.sigmoid ? 2 : 1);
-    st = st ? st : mvm_gguf_writer_set_bool(w, "deepseek2.expert_weights_norm", s->ds.norm);
-    if (s->ds.n_group > 1) {
-        U32("expert_group_count", s->ds.n_group);
-        U32("expert_group_used_count", s->ds.n_group_used);
-    }
     if (s->rope_scaling[0] && s->ds.yarn_log_mul != 0)
-        F32("rope.scaling.yarn_log_multiplier", s->ds.yarn_log_mul);
+        st = st ? st : mvm_gguf_writer_set_f32(w, "deepseek2.rope.scaling.yarn_log_multiplier",
+                                               s->ds.yarn_log_mul);
 #undef U32
-#undef F32
     return st;
 }
 
@@ -415,16 +451,20 @@ static mvm_status set_keys(const mvm_model_spec *s, mvm_gguf_writer *w)
     U32("vocab_size", s->n_vocab);
     U32("context_length", s->n_ctx);
     U32("embedding_length", s->n_embd);
-    U32("block_count", s->n_layer);
+    U32("block_count", s->n_layer + (a->glm ? s->ds.n_nextn : 0));
     U32("feed_forward_length", s->n_ff);
     U32("attention.head_count", s->n_head);
     U32("attention.head_count_kv", s->n_head_kv);
+    if (a->lead)
+        st = st ? st : write_routing_keys(w, s);
+    if (a->glm && s->ds.n_nextn)
+        U32("nextn_predict_layers", s->ds.n_nextn);
     if (a->deepseek) {
-        st = st ? st : write_deepseek_keys(w, s);
+        st = st ? st : write_mla_keys(w, s);
     } else {
         U32("attention.key_length", s->head_dim);
         U32("attention.value_length", s->head_dim);
-        U32("rope.dimension_count", s->head_dim);
+        U32("rope.dimension_count", a->glm && s->ds.n_rot ? s->ds.n_rot : s->head_dim);
     }
     F32("rope.freq_base", s->rope_base);
     F32("attention.layer_norm_rms_epsilon", s->rms_eps);
@@ -452,6 +492,8 @@ static enum mvm_vocab_style vocab_style(const mvm_model_spec *s)
 {
     if (strcmp(s->arch, "llama") == 0)
         return MVM_VOCAB_LLAMA;
+    if (strcmp(s->arch, "glm4moe") == 0)
+        return MVM_VOCAB_GLM4;
     if (strcmp(s->arch, "deepseek2") == 0)
         return s->ds.kimi ? MVM_VOCAB_KIMI : s->ds.sigmoid ? MVM_VOCAB_DEEPSEEK3
                                                              : MVM_VOCAB_DEEPSEEK;

@@ -15,7 +15,7 @@
 #include "moevm/moevm.h"
 
 typedef struct mvm_model_spec {
-    char arch[16];               /* llama | qwen2moe | qwen3moe | olmoe | deepseek2 */
+    char arch[16];               /* llama | qwen2moe | qwen3moe | olmoe | deepseek2 | glm4moe */
     char name[64];               /* general.name */
     uint32_t n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ctx;
     uint32_t n_ff;               /* feed_forward_length (the experts' size for llama/olmoe) */
@@ -31,16 +31,20 @@ typedef struct mvm_model_spec {
     char rope_scaling[8];
     float rope_factor;
     uint32_t rope_orig_ctx;
-    /* deepseek2 only: n_layer blocks of which the first n_dense have a dense FFN (n_ff
-     * wide); MLA with head_dim = nope + n_rot query/key dims per head, v_dim value dims, a
-     * kv_lora latent and (q_lora > 0) a q bottleneck; its older single attn_kv_b tensor
-     * (kv_b) or llama.cpp's newer attn_k_b and attn_v_b; n_shared ungated shared experts;
-     * routing by softmax or sigmoid, with a choosing bias, in n_group groups of which
-     * n_group_used are kept, renormalised (norm), times scale; yarn_log_mul for YaRN;
-     * Kimi K2's vocabulary (kimi) rather than DeepSeek's. */
+    /* deepseek2 and glm4moe (deepseek2's family): n_layer blocks of which the first n_dense
+     * have a dense FFN (n_ff wide); n_shared ungated shared experts; routing by softmax or
+     * sigmoid, with a choosing bias, in n_group groups of which n_group_used are kept,
+     * renormalised (norm), times scale; RoPE on the first n_rot dims of each head.
+     * deepseek2 only: MLA with head_dim = nope + n_rot query/key dims per head, v_dim value
+     * dims, a kv_lora latent and (q_lora > 0) a q bottleneck; its older single attn_kv_b
+     * tensor (kv_b) or llama.cpp's newer attn_k_b and attn_v_b; yarn_log_mul for YaRN;
+     * Kimi K2's vocabulary (kimi) rather than DeepSeek's. glm4moe only: n_nextn NextN
+     * blocks after the n_layer (written, never computed) and the per-head QK norm (qk_norm,
+     * GLM-4.5's; Air has none); n_rot 0 is the whole head. */
     struct {
         uint32_t n_dense, q_lora, kv_lora, n_rot, v_dim, n_shared, n_group, n_group_used;
-        int kv_b, sigmoid, bias, norm, kimi;
+        uint32_t n_nextn;
+        int kv_b, sigmoid, bias, norm, kimi, qk_norm;
         float scale, yarn_log_mul;
     } ds;
 } mvm_model_spec;

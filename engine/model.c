@@ -89,33 +89,14 @@ static mvm_status bind_layer(struct loader *ld, mvm_model *m, uint32_t il)
 {
     const mvm_hparams *hp = &m->hp;
     mvm_layer *L = &m->layers[il];
-    uint32_t q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
     const uint32_t blk = hp->n_dense + il;
     char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%u.%s", blk, s), n)
-    if (!(L->attn_norm = mvm_ld_vec(ld, NAME("attn_norm.weight"), hp->n_embd, 1)) ||
-        !(L->ffn_norm = mvm_ld_vec(ld, NAME("ffn_norm.weight"), hp->n_embd, 1)) ||
+    if (mvm_ld_bind_block(ld, hp, blk, L) ||
         mvm_ld_mat(ld, NAME("ffn_gate_inp.weight"), hp->n_embd, hp->n_expert, &L->router))
         return ld->st;
-    if (ld->arch->deepseek
-            ? mvm_ld_bind_mla(ld, hp, blk, L) ||
-              (mvm_ld_find(ld, NAME("exp_probs_b.bias"), 0) &&
-               !(L->expert_bias = mvm_ld_vec(ld, NAME("exp_probs_b.bias"), hp->n_expert, 1)))
-            : mvm_ld_mat(ld, NAME("attn_q.weight"), hp->n_embd, q_dim, &L->wq) ||
-              mvm_ld_mat(ld, NAME("attn_k.weight"), hp->n_embd, kv_dim, &L->wk) ||
-              mvm_ld_mat(ld, NAME("attn_v.weight"), hp->n_embd, kv_dim, &L->wv) ||
-              mvm_ld_mat(ld, NAME("attn_output.weight"), q_dim, hp->n_embd, &L->wo))
-        return ld->st;
-    if (ld->arch->qkv_bias &&
-        (!(L->bq = mvm_ld_vec(ld, NAME("attn_q.bias"), q_dim, 1)) ||
-         !(L->bk = mvm_ld_vec(ld, NAME("attn_k.bias"), kv_dim, 1)) ||
-         !(L->bv = mvm_ld_vec(ld, NAME("attn_v.bias"), kv_dim, 1))))
-        return ld->st;
-    uint32_t qn = ld->arch->qk_norm == MVM_QK_NORM_HEAD ? hp->head_dim : q_dim;
-    uint32_t kn = ld->arch->qk_norm == MVM_QK_NORM_HEAD ? hp->head_dim : kv_dim;
-    if (ld->arch->qk_norm != MVM_QK_NORM_NONE &&
-        (!(L->q_norm = mvm_ld_vec(ld, NAME("attn_q_norm.weight"), qn, 1)) ||
-         !(L->k_norm = mvm_ld_vec(ld, NAME("attn_k_norm.weight"), kn, 1))))
+    if (ld->arch->lead && mvm_ld_find(ld, NAME("exp_probs_b.bias"), 0) &&
+        !(L->expert_bias = mvm_ld_vec(ld, NAME("exp_probs_b.bias"), hp->n_expert, 1)))
         return ld->st;
     if (ld->arch->shared_expert == 1 &&
         !(L->shexp_gate = mvm_ld_vec(ld, NAME("ffn_gate_inp_shexp.weight"), hp->n_embd, 1)))

@@ -29,21 +29,27 @@ typedef struct mvm_arch {
     int shared_expert;          /* ffn_*_shexp: qwen2moe's with a sigmoid gate (1), or
                                    deepseek2's ungated, expert_shared_count experts wide (2) */
     const char *expert_ff_key;  /* the key holding the experts' intermediate size */
-    int deepseek;               /* deepseek2: multi-head latent attention (MLA), leading dense
-                                   blocks, and routing described by the metadata */
+    int deepseek;               /* deepseek2: multi-head latent attention (MLA) */
+    int lead;                   /* deepseek2's family (deepseek2, glm4moe): leading dense blocks,
+                                   and routing and shared experts described by the metadata */
+    int glm;                    /* glm4moe: the norm before the FFN is post_attention_norm, the
+                                   per-head QK norm is optional (GLM-4.5 has it, Air not), and
+                                   the trailing NextN (multi-token prediction) blocks are not
+                                   computed, as llama.cpp skips them */
 } mvm_arch;
 
 /* The architecture called `name`, or NULL. */
 const mvm_arch *mvm_arch_find(const char *name);
-/* "llama, qwen2moe, qwen3moe, olmoe" for messages and --help. */
+/* The supported architectures' names, for messages and --help. */
 const char *mvm_arch_names(void);
 
 typedef struct mvm_hparams {
     /* n_layer counts the MoE blocks, the only ones the expert space, the policies and the
-     * traces see; deepseek2's n_dense dense blocks (FFN n_ff wide) come before them, so
-     * MoE layer l is the file's blk.{n_dense + l}. */
+     * traces see; deepseek2's and glm4moe's n_dense dense blocks (FFN n_ff wide) come
+     * before them, so MoE layer l is the file's blk.{n_dense + l}; glm4moe's n_nextn NextN
+     * blocks come after them and are not computed. */
     uint32_t n_vocab, n_embd, n_layer, n_dense, n_ff, n_head, n_head_kv, head_dim, n_ctx_train;
-    uint32_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
+    uint32_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp, n_nextn;
     float rms_eps;
     mvm_rope rope;              /* with the architecture's pairing and any context extension */
     float kq_scale;             /* attention scores' scale: 1/sqrt(head_dim), or MLA's */
@@ -79,7 +85,7 @@ typedef struct mvm_layer {
     mvm_weight ffn_w1, ffn_w3, ffn_w2;   /* a dense block's FFN: gate, up, down */
     const float *expert_bias;            /* exp_probs_b: added to the scores to choose */
     const float *bq, *bk, *bv;           /* qkv_bias */
-    const float *q_norm, *k_norm;        /* qk_norm */
+    const float *q_norm, *k_norm;        /* qk_norm (NULL: none, glm4moe without it) */
     mvm_weight router;                   /* n_expert rows of n_embd */
     const float *shexp_gate;             /* shared_expert: n_embd */
     mvm_weight shexp_w1, shexp_w3, shexp_w2; /* gate, up (n_ff_shexp rows), down (n_embd rows) */
@@ -102,7 +108,7 @@ typedef struct mvm_model {
     mvm_weight tok_embd, output;
     const float *output_norm;
     mvm_layer *layers;          /* the n_layer MoE blocks */
-    mvm_layer *dense;           /* the n_dense dense blocks before them (deepseek2) */
+    mvm_layer *dense;           /* the n_dense dense blocks before them (deepseek2, glm4moe) */
     /* Experts: (layer, expert) at mvm_expert_addr(space, l, e), in the layer's format;
      * expert_bytes is the largest layer's (the space's slots are all one size). */
     mvm_space *space;

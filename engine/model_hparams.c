@@ -1,6 +1,7 @@
 /*
  * A model's hyper-parameters from its GGUF metadata, as llama.cpp reads them: the shape,
- * the rotary embedding with its context extension, and deepseek2's own (model_load.h).
+ * the rotary embedding with its context extension, deepseek2's family's routing and
+ * deepseek2's latent attention (model_load.h).
  */
 #include <math.h>
 #include <stdio.h>
@@ -90,45 +91,32 @@ static mvm_status read_rope(struct loader *ld, const mvm_arch *arch, mvm_hparams
 }
 
 /*
- * deepseek2's hyper-parameters, as llama.cpp names them. Files converted since llama.cpp's
- * MLA rewrite give the absorbed view in key_length (kv_lora + rope) and value_length
- * (kv_lora) and the per-head sizes in key_length_mla and value_length_mla; older files give
- * the per-head sizes in key_length and value_length. The routing keys default as llama.cpp
- * does for DeepSeek-V2's files, which lack them: softmax, no groups, no renormalisation.
+ * The keys of deepseek2's family (deepseek2, glm4moe), as llama.cpp names them: leading
+ * dense blocks, shared experts and the routing. They default as llama.cpp does: for
+ * DeepSeek-V2's files, which lack them, softmax, no groups, no renormalisation; glm4moe's
+ * gating is sigmoid unless the file says otherwise. glm4moe's trailing NextN blocks
+ * (nextn_predict_layers) are counted out of the MoE layers.
  */
-static mvm_status read_deepseek(struct loader *ld, mvm_hparams *hp, uint32_t key_len,
-                                uint32_t val_len)
+static mvm_status read_routing(struct loader *ld, mvm_hparams *hp)
 {
-    uint32_t key_mla = 0, val_mla = 0, gating = 1, n_shared = 0, n_rot = 0, blocks = hp->n_layer;
+    uint32_t gating = 0, n_shared = 0, blocks = hp->n_layer;
     if (mvm_ld_u32(ld, "leading_dense_block_count", &hp->n_dense, 0) ||
         mvm_ld_u32(ld, "feed_forward_length", &hp->n_ff, hp->n_dense > 0) ||
-        mvm_ld_u32(ld, "attention.q_lora_rank", &hp->q_lora, 0) ||
-        mvm_ld_u32(ld, "attention.kv_lora_rank", &hp->kv_lora, 1) ||
-        mvm_ld_u32(ld, "attention.key_length_mla", &key_mla, 0) ||
-        mvm_ld_u32(ld, "attention.value_length_mla", &val_mla, 0) ||
-        mvm_ld_u32(ld, "rope.dimension_count", &n_rot, 1) ||
         mvm_ld_u32(ld, "expert_shared_count", &n_shared, 0) ||
         mvm_ld_f32(ld, "expert_weights_scale", &hp->expert_scale, 0) ||
         mvm_ld_bool(ld, "expert_weights_norm", &hp->norm_topk) ||
         mvm_ld_u32(ld, "expert_gating_func", &gating, 0) ||
         mvm_ld_u32(ld, "expert_group_count", &hp->n_group, 0) ||
-        mvm_ld_u32(ld, "expert_group_used_count", &hp->n_group_used, 0))
+        mvm_ld_u32(ld, "expert_group_used_count", &hp->n_group_used, 0) ||
+        (ld->arch->glm && mvm_ld_u32(ld, "nextn_predict_layers", &hp->n_nextn, 0)))
         return ld->st;
-    if (hp->n_dense >= blocks)
-        return mvm_ld_fail(ld, MVM_ERR_INVALID, "leading_dense_block_count %u leaves none of the "
-                           "%u blocks for experts", hp->n_dense, blocks);
-    hp->n_layer = blocks - hp->n_dense;
-    hp->head_dim = key_mla ? key_mla : key_len;
-    hp->v_dim = key_mla ? val_mla : val_len;
-    if (key_mla && (key_len != hp->kv_lora + n_rot || val_len != hp->kv_lora))
-        return mvm_ld_fail(ld, MVM_ERR_INVALID, "attention.key_length %u / value_length %u are "
-                           "not kv_lora_rank %u + rope %u / kv_lora_rank", key_len, val_len,
-                           hp->kv_lora, n_rot);
-    if (hp->head_dim <= n_rot || hp->v_dim == 0 || hp->kv_lora == 0 || hp->n_head_kv != hp->n_head)
-        return mvm_ld_fail(ld, MVM_ERR_INVALID, "MLA shape: key length %u, rope %u, value length "
-                           "%u, kv_lora_rank %u, head_count_kv %u (must be head_count)",
-                           hp->head_dim, n_rot, hp->v_dim, hp->kv_lora, hp->n_head_kv);
-    hp->nope = hp->head_dim - n_rot;
+    if ((uint64_t)hp->n_dense + hp->n_nextn >= blocks)
+        return mvm_ld_fail(ld, MVM_ERR_INVALID, "leading_dense_block_count %u and "
+                           "nextn_predict_layers %u leave none of the %u blocks for experts",
+                           hp->n_dense, hp->n_nextn, blocks);
+    hp->n_layer = blocks - hp->n_dense - hp->n_nextn;
+    if (gating == 0) /* llama.cpp's "none": the architecture's own */
+        gating = ld->arch->glm ? 2 : 1;
     if (gating != 1 && gating != 2)
         return mvm_ld_fail(ld, MVM_ERR_UNSUPPORTED, "expert_gating_func %u: moevm computes 1 "
                            "(softmax) and 2 (sigmoid)", gating);
@@ -143,6 +131,36 @@ static mvm_status read_deepseek(struct loader *ld, mvm_hparams *hp, uint32_t key
         return mvm_ld_fail(ld, MVM_ERR_INVALID, "expert_weights_scale %g out of range",
                            hp->expert_scale);
     hp->n_ff_shexp = n_shared; /* times the experts' size once that is known */
+    return MVM_OK;
+}
+
+/*
+ * deepseek2's latent attention. Files converted since llama.cpp's MLA rewrite give the
+ * absorbed view in key_length (kv_lora + rope) and value_length (kv_lora) and the per-head
+ * sizes in key_length_mla and value_length_mla; older files give the per-head sizes in
+ * key_length and value_length.
+ */
+static mvm_status read_mla(struct loader *ld, mvm_hparams *hp, uint32_t key_len,
+                           uint32_t val_len)
+{
+    uint32_t key_mla = 0, val_mla = 0, n_rot = 0;
+    if (mvm_ld_u32(ld, "attention.q_lora_rank", &hp->q_lora, 0) ||
+        mvm_ld_u32(ld, "attention.kv_lora_rank", &hp->kv_lora, 1) ||
+        mvm_ld_u32(ld, "attention.key_length_mla", &key_mla, 0) ||
+        mvm_ld_u32(ld, "attention.value_length_mla", &val_mla, 0) ||
+        mvm_ld_u32(ld, "rope.dimension_count", &n_rot, 1))
+        return ld->st;
+    hp->head_dim = key_mla ? key_mla : key_len;
+    hp->v_dim = key_mla ? val_mla : val_len;
+    if (key_mla && (key_len != hp->kv_lora + n_rot || val_len != hp->kv_lora))
+        return mvm_ld_fail(ld, MVM_ERR_INVALID, "attention.key_length %u / value_length %u are "
+                           "not kv_lora_rank %u + rope %u / kv_lora_rank", key_len, val_len,
+                           hp->kv_lora, n_rot);
+    if (hp->head_dim <= n_rot || hp->v_dim == 0 || hp->kv_lora == 0 || hp->n_head_kv != hp->n_head)
+        return mvm_ld_fail(ld, MVM_ERR_INVALID, "MLA shape: key length %u, rope %u, value length "
+                           "%u, kv_lora_rank %u, head_count_kv %u (must be head_count)",
+                           hp->head_dim, n_rot, hp->v_dim, hp->kv_lora, hp->n_head_kv);
+    hp->nope = hp->head_dim - n_rot;
     return MVM_OK;
 }
 
@@ -177,8 +195,10 @@ mvm_status mvm_ld_hparams(struct loader *ld, mvm_hparams *hp)
                            hp->n_head_kv);
     hp->norm_topk = ld->arch->norm_topk;
     hp->expert_scale = 1.0f;
+    if (ld->arch->lead && read_routing(ld, hp))
+        return ld->st;
     if (ld->arch->deepseek) {
-        if (read_deepseek(ld, hp, key_len, val_len))
+        if (read_mla(ld, hp, key_len, val_len))
             return ld->st;
     } else {
         hp->head_dim = key_len ? key_len : hp->n_embd / hp->n_head;

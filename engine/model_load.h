@@ -42,7 +42,10 @@ mvm_status mvm_ld_mat(struct loader *ld, const char *name, uint32_t cols, uint32
 
 /* Every hyper-parameter the architecture has (model_hparams.c). */
 mvm_status mvm_ld_hparams(struct loader *ld, mvm_hparams *hp);
-/* deepseek2's attention of block blk, and one of its leading dense blocks (model_mla.c). */
+/* Block blk's norms and attention (model_block.c); deepseek2's latent attention alone
+ * (model_mla.c); one of deepseek2's or glm4moe's leading dense blocks (model_block.c). */
+mvm_status mvm_ld_bind_block(struct loader *ld, const mvm_hparams *hp, uint32_t blk,
+                             mvm_layer *L);
 mvm_status mvm_ld_bind_mla(struct loader *ld, const mvm_hparams *hp, uint32_t blk,
                            mvm_layer *L);
 mvm_status mvm_ld_bind_dense(struct loader *ld, const mvm_hparams *hp, uint32_t blk,

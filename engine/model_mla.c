@@ -1,5 +1,5 @@
-/* deepseek2's tensors: multi-head latent attention and the leading dense blocks
- * (model_load.h; what they compute: engine/forward_cpu.c). */
+/* deepseek2's multi-head latent attention tensors (model_load.h; what they compute:
+ * engine/forward_cpu.c). */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -76,23 +76,6 @@ mvm_status mvm_ld_bind_mla(struct loader *ld, const mvm_hparams *hp, uint32_t bl
         return split_kv_b(ld, hp, NAME("attn_kv_b.weight"), L);
     if (mat3(ld, NAME("attn_k_b.weight"), hp->nope, R, H, &L->wk_b) ||
         mat3(ld, NAME("attn_v_b.weight"), R, hp->v_dim, H, &L->wv_b))
-        return ld->st;
-#undef NAME
-    return MVM_OK;
-}
-
-/* One of deepseek2's leading dense blocks: MLA and a dense FFN. */
-mvm_status mvm_ld_bind_dense(struct loader *ld, const mvm_hparams *hp, uint32_t blk,
-                             mvm_layer *L)
-{
-    char n[96];
-#define NAME(s) (snprintf(n, sizeof n, "blk.%u.%s", blk, s), n)
-    if (!(L->attn_norm = mvm_ld_vec(ld, NAME("attn_norm.weight"), hp->n_embd, 1)) ||
-        !(L->ffn_norm = mvm_ld_vec(ld, NAME("ffn_norm.weight"), hp->n_embd, 1)) ||
-        mvm_ld_bind_mla(ld, hp, blk, L) ||
-        mvm_ld_mat(ld, NAME("ffn_gate.weight"), hp->n_embd, hp->n_ff, &L->ffn_w1) ||
-        mvm_ld_mat(ld, NAME("ffn_up.weight"), hp->n_embd, hp->n_ff, &L->ffn_w3) ||
-        mvm_ld_mat(ld, NAME("ffn_down.weight"), hp->n_ff, hp->n_embd, &L->ffn_w2))
         return ld->st;
 #undef NAME
     return MVM_OK;

@@ -12,6 +12,10 @@
  *                       256 experts x 2048, top-8 in 4 of 8 groups, 1 shared, vocab 129280
  *   kimi-k2             Kimi K2: V3's design with 384 experts, 64 heads, 1 dense block, no
  *                       groups, vocab 163840 and its own tokenizer
+ *   glm-4.5-air         GLM-4.5-Air: 46 blocks (1 dense) + 1 NextN, 4096 wide, 96 heads of
+ *                       128 (8 kv), 128 experts x 1408, top-8, 1 shared, vocab 151552
+ *   glm-4.5             GLM-4.5 (and 4.6): 92 blocks (3 dense) + 1 NextN, 5120 wide, QK
+ *                       norm, 160 experts x 1536, top-8, 1 shared
  */
 #include <stdio.h>
 #include <string.h>
@@ -29,6 +33,13 @@
      {"deepseek2", gname, 512, 64, 3, 4, 4, 48, 256, 128, 64, 0, 8, 2, base, eps, 0, 0, 0, "", \
       0, 0, {.n_dense = 1, .kv_lora = 32, .n_rot = 16, .v_dim = 16, .n_shared = 1, \
              __VA_ARGS__}}}
+
+/* A tiny glm4moe with its own QK norm and scale after the common fields. */
+#define TINY_GLM(name, about, gname, ...) \
+    {name, about, \
+     {"glm4moe", gname, 512, 64, 3, 4, 2, 32, 256, 128, 64, 0, 8, 2, 1e6f, 1e-5f, 0, 0, 0, "", \
+      0, 0, {.n_dense = 1, .n_rot = 16, .n_shared = 1, .n_nextn = 1, .sigmoid = 1, .bias = 1, \
+             .norm = 1, __VA_ARGS__}}}
 
 static const mvm_preset presets[] = {
     TINY("llama", 2, 16, 64, 0, 0),
@@ -93,6 +104,28 @@ static const mvm_preset presets[] = {
     TINY_DS("tiny-k2", "for tests: tiny deepseek2 with Kimi K2's routing and vocabulary",
             "moevm tiny kimi-k2", 50000.0f, 1e-6f, .q_lora = 32, .n_group = 1,
             .n_group_used = 1, .sigmoid = 1, .bias = 1, .norm = 1, .scale = 2.827f, .kimi = 1),
+    /* GLM-4.5-Air: 46 blocks (the first dense, 10944 wide) and the NextN block, 96 heads of
+     * 128 over 8 kv heads with q/k/v biases, NEOX RoPE on half of each head (base 1e6); 128
+     * experts x 1408, top-8 by sigmoid with a choosing bias, renormalised, x1, 1 shared.
+     * GLM-4.5 (and GLM-4.6, the same shape): 92 blocks (3 dense, 12288 wide), 5120 wide,
+     * QK norm, 160 experts x 1536, x2.5. */
+    {"glm-4.5-air", "GLM-4.5-Air shape (106B parameters, 12B active)",
+     {"glm4moe", "GLM-4.5-Air-like (random weights)", 151552, 4096, 46, 96, 8, 128, 131072,
+      10944, 1408, 0, 128, 8, 1e6f, 1e-5f, 0, 0, 0, "", 0, 0,
+      {.n_dense = 1, .n_rot = 64, .n_shared = 1, .n_nextn = 1, .sigmoid = 1, .bias = 1,
+       .norm = 1, .scale = 1.0f}}},
+    {"glm-4.5", "GLM-4.5 / 4.6 shape (355B parameters, 32B active)",
+     {"glm4moe", "GLM-4.5-like (random weights)", 151552, 5120, 92, 96, 8, 128, 131072, 12288,
+      1536, 0, 160, 8, 1e6f, 1e-5f, 0, 0, 0, "", 0, 0,
+      {.n_dense = 3, .n_rot = 64, .n_shared = 1, .n_nextn = 1, .sigmoid = 1, .bias = 1,
+       .norm = 1, .qk_norm = 1, .scale = 2.5f}}},
+    /* The tiny glm4moes, 3 blocks (the first dense) and a NextN block, 64 wide, 4 heads of
+     * 32 over 2 kv heads (key_length is not 64/4), RoPE on 16 of the 32: GLM-4.5's kind
+     * (QK norm, x2.5) and Air's (neither). */
+    TINY_GLM("tiny", "for tests: 3 blocks (1 dense) + NextN, 64 wide, 8 experts, top-2, "
+             "1 shared", "moevm tiny glm4moe", .qk_norm = 1, .scale = 2.5f),
+    TINY_GLM("tiny-air", "for tests: tiny glm4moe as GLM-4.5-Air (no QK norm, x1)",
+             "moevm tiny glm4moe air", .scale = 1.0f),
 };
 
 const mvm_preset *mvm_preset_find(const char *name, const char *arch)

@@ -45,6 +45,8 @@ const tok_pre_name tok_pre_names[] = {
     {"deepseek-coder", TOK_PRE_DEEPSEEK_CODER, 0, 0},
     {"deepseek-v3", TOK_PRE_DEEPSEEK3, 0, 0},
     {"kimi-k2", TOK_PRE_KIMI_K2, 1, 0},     /* ignore_merges: tiktoken's, see tokenizer.h */
+    /* GLM-4.5's: llama.cpp's CHATGLM4 regex is LLAMA3's, its contractions folded in ASCII */
+    {"glm4", TOK_PRE_LLAMA3, 0, 0},         {"chatglm-bpe", TOK_PRE_LLAMA3, 0, 0},
 };
 const size_t tok_pre_names_n = sizeof tok_pre_names / sizeof *tok_pre_names;
 

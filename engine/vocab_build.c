@@ -183,6 +183,7 @@ static const struct byte_style {
     [MVM_VOCAB_DEEPSEEK3] = {"deepseek-v3", TOK_PRE_DEEPSEEK3, {DS_BOS, DS_EOS}, 0, 1, 1, 1},
     [MVM_VOCAB_KIMI] = {"kimi-k2", TOK_PRE_KIMI_K2,
                         {"[BOS]", "[EOS]", "<|im_end|>"}, 0, 1, 1, 0},
+    [MVM_VOCAB_GLM4] = {"glm4", TOK_PRE_LLAMA3, {"<|endoftext|>", "[gMASK]", "<sop>"}, 1, 0, 0, 0},
 };
 
 static uint32_t n_specials(enum mvm_vocab_style style)

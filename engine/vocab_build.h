@@ -29,6 +29,10 @@
  *  - MVM_VOCAB_KIMI, byte-level BPE (model "gpt2", pre "kimi-k2", as Kimi K2's files are
  *    converted from its tiktoken ranks): bytes, learned tokens, then [BOS] (BOS, not added,
  *    llama.cpp's default for kimi-k2), [EOS] (EOS and padding) and <|im_end|>.
+ *  - MVM_VOCAB_GLM4, byte-level BPE (model "gpt2", pre "glm4", as GLM-4.5's files): bytes,
+ *    learned tokens, then <|endoftext|> (EOS and padding), [gMASK] (BOS, not added: GLM's
+ *    chat template writes "[gMASK]<sop>" itself, and llama.cpp adds none for glm4) and
+ *    <sop>.
  */
 #ifndef MVM_ENGINE_VOCAB_BUILD_H
 #define MVM_ENGINE_VOCAB_BUILD_H
@@ -46,6 +50,7 @@ enum mvm_vocab_style {
     MVM_VOCAB_DEEPSEEK,
     MVM_VOCAB_DEEPSEEK3,
     MVM_VOCAB_KIMI,
+    MVM_VOCAB_GLM4,
 };
 
 #define MVM_VOCAB_MAX_LEARNED 8000

@@ -62,6 +62,10 @@ expect 0 'prefill 2 tokens' -- "$moevm" run -m "$tmp/ds3.gguf" -p "x" -n 1
 # Kimi K2's (pre-tokenizer kimi-k2) adds none.
 "$moevm" mkmodel --preset tiny-k2 --arch deepseek2 -o "$tmp/k2.gguf" >/dev/null
 expect 0 'prefill 1 token' -- "$moevm" run -m "$tmp/k2.gguf" -p "x" -n 1
+# GLM-4.5's (pre-tokenizer glm4) adds none either; its NextN block is not a layer.
+"$moevm" mkmodel --arch glm4moe -o "$tmp/glm.gguf" >/dev/null
+expect 0 '\(glm4moe\), 2 layers \(\+1 dense, NextN not computed\), 8 experts top-2' -- "$moevm" run -m "$tmp/glm.gguf" -p "x" -n 4
+expect 0 'prefill 1 token' -- "$moevm" run -m "$tmp/glm.gguf" -p "x" -n 1
 # tokenize: the ids and pieces (BOS by its name), or only the ids for run --tokens.
 expect 0 "^ +[0-9]+ 'x'\$" -- "$moevm" tokenize -m "$tmp/ds3.gguf" -p "x"
 expect 0 '^ +[0-9]+ <.*begin.*of.*sentence' -- "$moevm" tokenize -m "$tmp/ds3.gguf" -p "x"

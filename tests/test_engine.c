@@ -23,7 +23,7 @@
 
 static char dir[64];
 static mvm_pool *pool; /* 2 threads, shared by the tests that do not choose their own */
-static const char *arches[] = {"llama", "qwen2moe", "qwen3moe", "olmoe", "deepseek2"};
+static const char *arches[] = {"llama", "qwen2moe", "qwen3moe", "olmoe", "deepseek2", "glm4moe"};
 #define N_ARCHES (sizeof arches / sizeof *arches)
 
 static const char *in_dir(const char *name)
@@ -119,7 +119,8 @@ static void test_load_presets(void)
             continue;
         const mvm_model_spec *s = &mvm_preset_find("tiny", arches[i])->spec;
         CHECK(strcmp(m->arch->name, arches[i]) == 0);
-        /* deepseek2's leading dense block is not an MoE layer: blk.1 is its layer 0 */
+        /* deepseek2's and glm4moe's leading dense block is not an MoE layer: blk.1 is its
+         * layer 0 (glm4moe's NextN block, after them, is none either) */
         CHECK(m->hp.n_dense == s->ds.n_dense && m->hp.n_layer + m->hp.n_dense == s->n_layer);
         CHECK(m->hp.n_expert == s->n_expert);
         CHECK(m->hp.n_expert_used == s->n_expert_used && m->hp.head_dim == s->head_dim);
@@ -331,7 +332,8 @@ static void test_load_errors(void)
     /* deepseek2's own: blocks, gating, groups, the latent's norm */
     expect_load_error("deepseek2", &(struct mutation){.key =
                       "deepseek2.leading_dense_block_count", .key_u32 = 3}, MVM_ERR_INVALID,
-                      "leading_dense_block_count 3 leaves none of the 3 blocks for experts");
+                      "leading_dense_block_count 3 and nextn_predict_layers 0 leave none of the "
+                      "3 blocks for experts");
     expect_load_error("deepseek2", &(struct mutation){.key = "deepseek2.expert_gating_func",
                       .key_u32 = 3}, MVM_ERR_UNSUPPORTED, "expert_gating_func 3");
     expect_load_error("deepseek2", &(struct mutation){.key = "deepseek2.expert_group_count",
@@ -343,6 +345,19 @@ static void test_load_errors(void)
     expect_load_error("deepseek2", &(struct mutation){.tensor = "blk.0.attn_k_b.weight",
                       .ne0 = 8}, MVM_ERR_INVALID, "tensor 'blk.0.attn_k_b.weight' has shape "
                       "[8, 32, 4], expected [32, 32, 4]");
+    /* glm4moe's: the NextN blocks must leave MoE blocks; the QK norms come as a pair; the
+     * norm before the FFN is post_attention_norm */
+    expect_load_error("glm4moe", &(struct mutation){.key = "glm4moe.nextn_predict_layers",
+                      .key_u32 = 3}, MVM_ERR_INVALID, "leading_dense_block_count 1 and "
+                      "nextn_predict_layers 3 leave none of the 4 blocks for experts");
+    expect_load_error("glm4moe", &(struct mutation){.tensor = "blk.2.attn_k_norm.weight",
+                      .drop_tensor = 1}, MVM_ERR_INVALID,
+                      "missing tensor 'blk.2.attn_k_norm.weight'");
+    expect_load_error("glm4moe", &(struct mutation){.tensor = "blk.0.post_attention_norm.weight",
+                      .drop_tensor = 1}, MVM_ERR_INVALID,
+                      "missing tensor 'blk.0.post_attention_norm.weight'");
+    expect_load_error("glm4moe", &(struct mutation){.tensor = "blk.0.attn_v.bias",
+                      .ne0 = 32}, MVM_ERR_INVALID, "blk.0.attn_v.bias");
 
     /* general.architecture is a string: set it through the writer directly. */
     mvm_gguf_writer *w;
@@ -479,6 +494,41 @@ static void test_probe_deepseek(void)
     }
     mvm_model_free(loaded);
     mvm_model_free(probed);
+}
+
+/* glm4moe (tiny, GLM-4.5's kind): partial RoPE, QK norms, sigmoid routing with a bias, the
+ * NextN block neither a layer nor in the expert space; without expert_gating_func its
+ * router is still sigmoid (llama.cpp's default for glm4moe), and without the QK norms
+ * (GLM-4.5-Air) it loads with none. */
+static void test_load_glm(void)
+{
+    mvm_model *m = NULL;
+    CHECK_ST(load(tiny_path("glm4moe", MVM_W_F32), NULL, pool, &m), MVM_OK);
+    if (m) {
+        mvm_space_info info;
+        CHECK_ST(mvm_space_get_info(m->space, &info), MVM_OK);
+        CHECK(m->hp.n_nextn == 1 && m->hp.n_layer == 2 && m->hp.n_dense == 1 &&
+              info.n_layers == 2 && m->hp.rope.n_rot == 16 && m->hp.head_dim == 32);
+        CHECK(m->hp.sigmoid_gate && m->hp.norm_topk && m->hp.expert_scale == 2.5f &&
+              m->hp.n_ff_shexp == 64 && m->layers[1].expert_bias && m->layers[1].q_norm &&
+              m->dense[0].q_norm && m->dense[0].bq && m->dense[0].ffn_w1.rows == 128);
+    }
+    mvm_model_free(m);
+    const char *dst = in_dir("glm-mutant.gguf");
+    write_mutant(tiny_path("glm4moe", MVM_W_F32), dst,
+                 &(struct mutation){.key = "glm4moe.expert_gating_func", .drop_key = 1});
+    m = NULL;
+    CHECK_ST(load(dst, NULL, pool, &m), MVM_OK);
+    CHECK(m && m->hp.sigmoid_gate);
+    mvm_model_free(m);
+    mvm_model_spec s = mvm_preset_find("tiny-air", "glm4moe")->spec;
+    s.type = MVM_W_F32;
+    CHECK_ST(mvm_mkmodel_write(&s, dst, pool, NULL, NULL), MVM_OK);
+    m = NULL;
+    CHECK_ST(load(dst, NULL, pool, &m), MVM_OK);
+    CHECK(m && !m->layers[0].q_norm && !m->layers[0].k_norm && !m->dense[0].q_norm &&
+          m->hp.expert_scale == 1.0f);
+    mvm_model_free(m);
 }
 
 static void test_ctx_errors(void)
@@ -624,6 +674,7 @@ int main(void)
     RUN(test_forward_properties);
     RUN(test_split_model);
     RUN(test_probe_deepseek);
+    RUN(test_load_glm);
     mvm_pool_destroy(pool);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

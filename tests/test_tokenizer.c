@@ -481,10 +481,15 @@ static void test_bpe_known(void)
         ENCODES(t, "hel", 1, HEL);
         mvm_tokenizer_free(t);
     }
-    CHECK_ST(load_from(bpe_writer("dbrx"), &t), MVM_OK);
-    if (t) {
-        ENCODES(t, "hel", 1, HE, 'l');
-        mvm_tokenizer_free(t);
+    /* GLM-4.5's "glm4" (and "chatglm-bpe") is dbrx's kind: Llama 3's regex, merges applied,
+     * no BOS. */
+    static const char *const merging_llama3[] = {"dbrx", "glm4", "chatglm-bpe"};
+    for (size_t i = 0; i < 3; i++) {
+        CHECK_ST(load_from(bpe_writer(merging_llama3[i]), &t), MVM_OK);
+        if (t) {
+            ENCODES(t, "hel", 1, HE, 'l');
+            mvm_tokenizer_free(t);
+        }
     }
     /* Kimi K2 ignores merges too (tiktoken's shortcut), but adds no BOS by default. */
     CHECK_ST(load_from(bpe_writer("kimi-k2"), &t), MVM_OK);
@@ -725,7 +730,7 @@ static double corpus_ratio(const mvm_tokenizer *t)
 
 static void check_built(enum mvm_vocab_style style, uint32_t n_vocab, int full)
 {
-    static const char *const names[] = {"llama", "qwen2", "olmo", "dsv2", "dsv3", "kimi"};
+    static const char *const names[] = {"llama", "qwen2", "olmo", "dsv2", "dsv3", "kimi", "glm4"};
     mvm_vocab v;
     double t0 = now_s();
     CHECK_ST(mvm_vocab_build(style, n_vocab, &v), MVM_OK);
@@ -764,7 +769,7 @@ static void check_built(enum mvm_vocab_style style, uint32_t n_vocab, int full)
 
 static void test_built(void)
 {
-    for (int s = MVM_VOCAB_LLAMA; s <= MVM_VOCAB_KIMI; s++) {
+    for (int s = MVM_VOCAB_LLAMA; s <= MVM_VOCAB_GLM4; s++) {
         check_built((enum mvm_vocab_style)s, 512, 1);
         check_built((enum mvm_vocab_style)s, 151936, s <= MVM_VOCAB_OLMO);
     }
@@ -773,6 +778,7 @@ static void test_built(void)
     check_built(MVM_VOCAB_DEEPSEEK, 102400, 1);
     check_built(MVM_VOCAB_DEEPSEEK3, 129280, 1);
     check_built(MVM_VOCAB_KIMI, 163840, 1);
+    check_built(MVM_VOCAB_GLM4, 151552, 1);
     /* The smallest vocabularies: bytes and specials only, still round-tripping. */
     mvm_vocab v;
     CHECK_ST(mvm_vocab_build(MVM_VOCAB_LLAMA, 259, &v), MVM_ERR_INVALID);
@@ -802,7 +808,7 @@ static void test_built(void)
 /* Two builds give the same vocabulary, token for token and merge for merge. */
 static void test_built_deterministic(void)
 {
-    for (int style = MVM_VOCAB_LLAMA; style <= MVM_VOCAB_KIMI; style++) {
+    for (int style = MVM_VOCAB_LLAMA; style <= MVM_VOCAB_GLM4; style++) {
         mvm_vocab a, b;
         CHECK_ST(mvm_vocab_build((enum mvm_vocab_style)style, 4096, &a), MVM_OK);
         CHECK_ST(mvm_vocab_build((enum mvm_vocab_style)style, 4096, &b), MVM_OK);
@@ -877,6 +883,23 @@ static void test_built_specials(void)
         size_t n;
         CHECK_ST(mvm_tokenizer_encode(t, "getUser", 7, 1, ids, 8, &n), MVM_OK);
         CHECK(get >= 0 && n >= 2 && ids[0] == get);
+        mvm_tokenizer_free(t);
+    }
+    mvm_vocab_free(&v);
+    /* GLM-4.5's adds no BOS ([gMASK]: the chat template writes it), ends with
+     * <|endoftext|>, and cuts digits in threes as Llama 3's regex does. */
+    CHECK_ST(mvm_vocab_build(MVM_VOCAB_GLM4, 151552, &v), MVM_OK);
+    t = v.tokens ? load_built(&v) : NULL;
+    if (t) {
+        CHECK(strcmp(v.pre, "glm4") == 0 && !v.add_bos && v.pad == v.eos);
+        CHECK(strcmp(v.tokens[v.bos], "[gMASK]") == 0 &&
+              strcmp(v.tokens[v.eos], "<|endoftext|>") == 0 &&
+              strcmp(v.tokens[v.bos + 1], "<sop>") == 0);
+        CHECK(mvm_tokenizer_is_eog(t, v.eos) && !mvm_tokenizer_is_eog(t, v.bos));
+        int32_t ids[8], digits = tok_strtab_find(&t->text, "1776", 4);
+        size_t n;
+        CHECK_ST(mvm_tokenizer_encode(t, "1776", 4, 1, ids, 8, &n), MVM_OK);
+        CHECK(n >= 2 && (digits < 0 || ids[0] != digits) && ids[0] != v.bos);
         mvm_tokenizer_free(t);
     }
     mvm_vocab_free(&v);

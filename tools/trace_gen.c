@@ -64,7 +64,8 @@
  * gate, up and down at BF16, 3·2·n_embd·n_ff. */
 const char *mvm_trace_gen_shape_names(void)
 {
-    return "mixtral-8x7b, qwen3-30b-a3b, qwen1.5-moe-a2.7b, olmoe-1b-7b, deepseek-v2-lite";
+    return "mixtral-8x7b, qwen3-30b-a3b, qwen1.5-moe-a2.7b, olmoe-1b-7b, deepseek-v2-lite, "
+           "deepseek-v3, kimi-k2, glm-4.5-air, glm-4.5";
 }
 
 static void set_shape(mvm_trace_gen *g, const char *name, const char *arch, const uint32_t v[5],
@@ -80,10 +81,13 @@ mvm_status mvm_trace_gen_set_shape(mvm_trace_gen *g, const char *shape)
     /* The real shapes are mkmodel's presets: one table of model shapes for both. */
     const mvm_preset *p = strcmp(shape, "tiny") != 0 ? mvm_preset_find(shape, NULL) : NULL;
     if (p) {
+        /* deepseek2's and glm4moe's leading dense blocks route nothing: the MoE layers are
+         * the others, renormalised as the spec's routing says */
         const mvm_model_spec *s = &p->spec;
-        const uint32_t v[5] = {s->n_layer, s->n_expert, s->n_expert_used, s->n_embd,
-                               mvm_spec_expert_ff(s)};
-        set_shape(g, p->name, s->arch, v, mvm_arch_find(s->arch)->norm_topk);
+        const mvm_arch *a = mvm_arch_find(s->arch);
+        const uint32_t v[5] = {s->n_layer - (a->lead ? s->ds.n_dense : 0), s->n_expert,
+                               s->n_expert_used, s->n_embd, mvm_spec_expert_ff(s)};
+        set_shape(g, p->name, s->arch, v, a->lead ? s->ds.norm : a->norm_topk);
         return MVM_OK;
     }
     /* "L,E,K[,EMBD,FF]": decimal numbers in 1..2^24 (a bound that keeps every array size and

@@ -5,11 +5,11 @@
 The engine computes where its environment puts the experts (MOEVM_BACKEND): CTest runs this
 twice, on the CPU and on the device forward pass over tests/fakecuda with the kernels
 emulated (ref_forward_cuda), every type both times; what the device pass refuses
-(DEVICE_REFUSES: deepseek2 for now) must be refused there with its line.
+(DEVICE_REFUSES: deepseek2 and glm4moe for now) must be refused there with its line.
 
-For each architecture (llama = Mixtral, qwen2moe, qwen3moe, olmoe, deepseek2) and weight
-type (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_K, q3_K, q4_K_M), and for the
-VARIANTS (RoPE scaling, deepseek2's V3 kind) at f32 and q8_0: `moevm mkmodel
+For each architecture (llama = Mixtral, qwen2moe, qwen3moe, olmoe, deepseek2, glm4moe)
+and weight type (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_K, q3_K, q4_K_M),
+and for the VARIANTS (RoPE scaling, deepseek2's other kinds, GLM-4.5-Air) at f32 and q8_0: `moevm mkmodel
 --preset tiny` writes a model, `moevm run` prefills
 three random prompts (1, 5 and 12 tokens) and greedily generates 4 tokens, writing every
 evaluated position's logits (--logits-out); the reference recomputes the logits of the same
@@ -55,7 +55,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gguf_read  # noqa: E402
 import moe_ref  # noqa: E402
 
-ARCHS = ("llama", "qwen2moe", "qwen3moe", "olmoe", "deepseek2")
+ARCHS = ("llama", "qwen2moe", "qwen3moe", "olmoe", "deepseek2", "glm4moe")
 TYPES = {"f32": gguf_read.GGML_F32, "f16": gguf_read.GGML_F16, "bf16": gguf_read.GGML_BF16,
          "q8_0": gguf_read.GGML_Q8_0, "q4_0": gguf_read.GGML_Q4_0,
          "q4_1": gguf_read.GGML_Q4_1, "q5_0": gguf_read.GGML_Q5_0,
@@ -91,16 +91,18 @@ GREEDY_MARGIN = 10.0
 
 # Variants of an architecture's tiny model, checked for VARIANT_TYPES only: the context
 # extensions (a YaRN ramp from pair 5 to 12 of qwen3moe's 16; linear on llama's NORM pairs),
-# DeepSeek-V3's routing, Kimi K2's (one group, x2.827, its own vocabulary) and DeepSeek-V2's
-# (softmax in groups ranked by their best expert).
+# DeepSeek-V3's routing, Kimi K2's (one group, x2.827, its own vocabulary), DeepSeek-V2's
+# (softmax in groups ranked by their best expert) and GLM-4.5-Air (no QK norm).
 VARIANTS = {"+yarn": ("qwen3moe", ["--rope-scaling", "yarn:4:4096"]),
             "+linear": ("llama", ["--rope-scaling", "linear:4"]),
             "+v3": ("deepseek2", ["--preset", "tiny-v3", "--rope-scaling", "yarn:4:4096"]),
             "+k2": ("deepseek2", ["--preset", "tiny-k2"]),
-            "+v2": ("deepseek2", ["--preset", "tiny-v2"])}
+            "+v2": ("deepseek2", ["--preset", "tiny-v2"]),
+            "+air": ("glm4moe", ["--preset", "tiny-air"])}
 VARIANT_TYPES = ("f32", "q8_0")
 # What the device forward pass (MOEVM_BACKEND=cuda) refuses, with this line, for now.
-DEVICE_REFUSES = {"deepseek2": "does not compute deepseek2's latent attention yet"}
+DEVICE_REFUSES = {"deepseek2": "does not compute deepseek2's latent attention yet",
+                  "glm4moe": "does not compute glm4moe's leading dense blocks"}
 
 MODEL_SEED = 7
 PROMPT_SEED = 20240607
@@ -273,6 +275,12 @@ def shifted_experts(model):
     return moe_ref.Model(model.cfg, w, model.wtypes, model.meta)
 
 
+def without(model, *suffixes):
+    """The model without the tensors whose names end in one of `suffixes`."""
+    return moe_ref.Model(model.cfg, {k: v for k, v in model.w.items()
+                                     if not k.endswith(suffixes)}, model.wtypes, model.meta)
+
+
 def sensitivity(model, wtype, seqs):
     """Max row error of the engine, over the prompts' (tokens, logits), against deliberately
     wrong references: each must be far outside the tolerance, or the comparison above could
@@ -289,9 +297,14 @@ def sensitivity(model, wtype, seqs):
         bugs["expert groups ignored"] = model.replace(n_group=0)
         bugs["group ranking swapped"] = model.replace(group_max=not model.cfg.group_max)
     if any(k.endswith("exp_probs_b.bias") for k in model.w):
-        bugs["expert bias ignored"] = moe_ref.Model(
-            model.cfg, {k: v for k, v in model.w.items() if not k.endswith("exp_probs_b.bias")},
-            model.wtypes, model.meta)
+        bugs["expert bias ignored"] = without(model, "exp_probs_b.bias")
+    if model.cfg.n_rot < model.cfg.head_dim and not r.mla:
+        bugs["rope on the whole head"] = model.replace(n_rot=model.cfg.head_dim)
+    if r.glm and "blk.0.attn_q_norm.weight" in model.w:
+        bugs["QK norm ignored"] = without(model, "attn_q_norm.weight", "attn_k_norm.weight")
+    if model.cfg.n_nextn:
+        bugs["NextN block computed"] = model.replace(n_layer=model.cfg.n_layer +
+                                                     model.cfg.n_nextn)
     results = {}
     for name, bad in bugs.items():
         if wtype in QUANTIZED:
@@ -307,6 +320,9 @@ def main():
     ap.add_argument("--workdir", required=True, help="directory for models and logits")
     ap.add_argument("--types", default=",".join(TYPES),
                     help="weight types to check, comma-separated (default: all)")
+    ap.add_argument("--arches", default=",".join(ARCHS),
+                    help="architectures to check (with their variants), comma-separated "
+                         "(default: all)")
     ap.add_argument("--launcher", default="",
                     help="a command line that runs `moevm run` (e.g. 'mpirun -n 3'): the "
                          "engine distributed over its ranks")
@@ -319,16 +335,20 @@ def main():
     unknown = [t for t in types if t not in TYPES]
     if unknown:
         ap.error(f"--types: {', '.join(unknown)}: not one of {', '.join(TYPES)}")
+    arches = args.arches.split(",")
+    unknown = [a for a in arches if a not in ARCHS]
+    if unknown:
+        ap.error(f"--arches: {', '.join(unknown)}: not one of {', '.join(ARCHS)}")
 
     failures, worst = [], {t: [0.0, 0.0] for t in types}
     n_cases = 0
     # What the device pass refuses is checked once per architecture (the first type); the
     # variants exercise RoPE, which the distributed mode computes on rank 0 as it does alone.
     device = os.environ.get("MOEVM_BACKEND") == "cuda"
-    cases = [(arch, "", wtype) for arch in ARCHS for wtype in types
+    cases = [(arch, "", wtype) for arch in arches for wtype in types
              if not (device and arch in DEVICE_REFUSES and wtype != types[0])]
     cases += [(VARIANTS[v][0], v, wtype) for v in VARIANTS for wtype in types
-              if wtype in VARIANT_TYPES and not launcher
+              if wtype in VARIANT_TYPES and not launcher and VARIANTS[v][0] in arches
               and not (device and VARIANTS[v][0] in DEVICE_REFUSES)]
     for arch, variant, wtype in cases:
         try:
@@ -390,7 +410,7 @@ def main():
         for f in failures:
             print(f"  {f}")
         return 1
-    print(f"check_forward: PASS: {len(cases)} models ({len(ARCHS)} architectures, "
+    print(f"check_forward: PASS: {len(cases)} models ({len(arches)} architectures, "
           f"{len(types)} types, variants) x {len(PROMPT_LENGTHS)} prompts against the "
           f"reference")
     return 0

@@ -39,8 +39,9 @@ import check_forward as cf  # noqa: E402
 import moe_ref  # noqa: E402
 
 # Mixtral (renormalised top-k), Qwen2-MoE (raw probabilities, shared expert), OLMoE,
-# DeepSeek-V2-Lite's kind (a dense block first: the traces count the MoE layers).
-ARCHS = ("llama", "qwen2moe", "olmoe", "deepseek2")
+# DeepSeek-V2-Lite's kind (a dense block first: the traces count the MoE layers), GLM-4.5
+# (sigmoid, a choosing bias, x2.5, a NextN block after the layers).
+ARCHS = ("llama", "qwen2moe", "olmoe", "deepseek2", "glm4moe")
 TOL = cf.TOL["f32"][1]
 PROMPT_LENGTH = 16
 N_GEN = 48

@@ -1,7 +1,8 @@
-"""Reference forward pass of four MoE architectures, in float64, over a whole sequence.
+"""Reference forward pass of six MoE architectures, in float64, over a whole sequence.
 
 Written from the public model definitions (Hugging Face transformers: modeling_mixtral,
-modeling_qwen2_moe, modeling_qwen3_moe, modeling_olmoe) in llama.cpp's GGUF tensor names
+modeling_qwen2_moe, modeling_qwen3_moe, modeling_olmoe, modeling_deepseek_v2/v3,
+modeling_glm4_moe) in llama.cpp's GGUF tensor names
 and conventions, independently of the engine, so that the engine's logits can be checked
 against it. Clarity over speed: the whole sequence is computed at once with a causal mask
 (no KV cache), which is a different schedule from the engine's token-by-token decoding and
@@ -12,6 +13,7 @@ so also checks its cache.
     trace = []; forward(model, tokens, trace=trace)  # + per-layer router probabilities
 
 Per layer:  x += attn(rmsnorm(x) * attn_norm);  x += moe(rmsnorm(x) * ffn_norm)
+            (glm4moe's ffn_norm is post_attention_norm; its NextN blocks are not computed)
 Output:     logits = output @ (rmsnorm(x) * output_norm)   (output tied to token_embd if absent)
 """
 
@@ -31,8 +33,11 @@ class ArchRules:
     qkv_bias: bool    # attn_{q,k,v}.bias
     qk_norm: str      # "" | "head": RMSNorm per head (Qwen3) | "full": over all of q / k (OLMoE)
     shared_expert: bool  # sigmoid-gated shared expert added to the MoE output (Qwen2-MoE)
-    mla: bool = False    # DeepSeek-V2/V3: multi-head latent attention, leading dense blocks,
+    mla: bool = False    # DeepSeek-V2/V3: multi-head latent attention
+    lead: bool = False   # DeepSeek's family (deepseek2, glm4moe): leading dense blocks,
                          # ungated shared experts, routing from the metadata
+    glm: bool = False    # GLM-4.5: post_attention_norm before the FFN, QK norm only where
+                         # the file has it, trailing NextN blocks not computed
 
 
 ARCHS = {
@@ -55,7 +60,12 @@ ARCHS = {
     # deepseek2): the rope part of q and k rotated on adjacent pairs (the HF code
     # de-interleaves before rotate_half); norm_topk from expert_weights_norm.
     "deepseek2": ArchRules(rope_neox=False, norm_topk=False, qkv_bias=False, qk_norm="",
-                           shared_expert=False, mla=True),
+                           shared_expert=False, mla=True, lead=True),
+    # GLM-4.5 as Hugging Face's Glm4Moe computes it: q/k/v biases, per-head QK norm
+    # (use_qk_norm) before rotate_half on the first partial_rotary_factor of each head;
+    # DeepSeek-V3's router (Glm4MoeTopkRouter); norm_topk from expert_weights_norm.
+    "glm4moe": ArchRules(rope_neox=True, norm_topk=False, qkv_bias=True, qk_norm="head",
+                         shared_expert=False, lead=True, glm=True),
 }
 
 
@@ -94,6 +104,8 @@ class Config:
     n_group_used: int = 0
     group_max: bool = False
     expert_scale: float = 1.0
+    # glm4moe: the NextN blocks after the n_layer computed ones (in the file, not computed)
+    n_nextn: int = 0
     # Emulate the engine's (ggml's) CPU path for quantized weights: the input of each such
     # product is quantized first, to Q8_0 for the 32-element Q types and to Q8_K for the
     # K-quants. Off for the reference; on to follow the engine's routing where activation
@@ -156,12 +168,36 @@ def _expected_deepseek(cfg, names, w):
     return names
 
 
+def _expected_glm(cfg, names, w):
+    """glm4moe's tensors: its QK norms, shared experts and choosing bias where the file has
+    them (GLM-4.5-Air has no QK norm); the NextN blocks' own head."""
+    for il in range(cfg.n_layer + cfg.n_nextn):
+        per = ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "post_attention_norm"]
+        if "blk.0.attn_q_norm.weight" in w:
+            per += ["attn_q_norm", "attn_k_norm"]
+        if il < cfg.n_dense:
+            per += ["ffn_gate", "ffn_up", "ffn_down"]
+        else:
+            per += ["ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"]
+            if f"blk.{il}.ffn_gate_shexp.weight" in w:
+                per += ["ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp"]
+            if f"blk.{il}.exp_probs_b.bias" in w:
+                names.add(f"blk.{il}.exp_probs_b.bias")
+        if il >= cfg.n_layer:
+            per += ["nextn.eh_proj", "nextn.enorm", "nextn.hnorm", "nextn.shared_head_norm"]
+        names |= {f"blk.{il}.{n}.weight" for n in per}
+        names |= {f"blk.{il}.attn_{n}.bias" for n in "qkv"}
+    return names
+
+
 def expected_tensors(cfg, n_layer, w=()):
     """The exact tensor set of an architecture (output.weight optional: tied)."""
     r = cfg.rules
     names = {"token_embd.weight", "output_norm.weight"}
     if r.mla:
         return _expected_deepseek(cfg, names, w)
+    if r.glm:
+        return _expected_glm(cfg, names, w)
     per_layer = ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm",
                  "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"]
     if r.qk_norm:
@@ -195,10 +231,29 @@ def _rope_scaling(meta, arch):
     return ("yarn", factor, meta[f"{arch}.rope.scaling.original_context_length"])
 
 
-def _deepseek_config(cfg, meta):
-    """deepseek2's keys (llama.cpp's names): per-head sizes in key/value_length_mla where a
-    file has them (llama.cpp's newer converter), else in key/value_length; the scores'
-    scale is Hugging Face's softmax_scale, q_head_dim^-0.5 times YaRN's mscale squared,
+def _routing_config(cfg, meta):
+    """The keys of DeepSeek's family (llama.cpp's names): leading dense blocks and the
+    routing, by softmax or sigmoid (glm4moe's default) in groups ranked by their best
+    expert with softmax, their best two with sigmoid; glm4moe's NextN blocks counted out."""
+    a = cfg.arch + "."
+    gating = meta.get(a + "expert_gating_func", 0) or (2 if cfg.rules.glm else 1)
+    n_nextn = meta.get(a + "nextn_predict_layers", 0) if cfg.rules.glm else 0
+    rules = dataclasses.replace(cfg.rules, norm_topk=bool(meta.get(a + "expert_weights_norm",
+                                                                   False)))
+    return dataclasses.replace(
+        cfg, rules=rules, n_layer=cfg.n_layer - n_nextn, n_nextn=n_nextn,
+        n_dense=meta.get(a + "leading_dense_block_count", 0),
+        sigmoid_gate=gating == 2,
+        n_group=meta.get(a + "expert_group_count", 0),
+        n_group_used=meta.get(a + "expert_group_used_count", 0),
+        group_max=gating != 2,
+        expert_scale=float(meta.get(a + "expert_weights_scale", 1.0)))
+
+
+def _mla_config(cfg, meta):
+    """deepseek2's attention keys: per-head sizes in key/value_length_mla where a file has
+    them (llama.cpp's newer converter), else in key/value_length; the scores' scale is
+    Hugging Face's softmax_scale, q_head_dim^-0.5 times YaRN's mscale squared,
     mscale = 1 + yarn_log_multiplier (0.1 x mscale_all_dim) x ln(factor)."""
     a = "deepseek2."
     mla = a + "attention.key_length_mla" in meta
@@ -207,19 +262,11 @@ def _deepseek_config(cfg, meta):
     n_rot = meta[a + "rope.dimension_count"]
     factor = cfg.rope_scaling[1] if cfg.rope_scaling else 1.0
     mscale = 1 + meta.get(a + "rope.scaling.yarn_log_multiplier", 0.0) * math.log(factor)
-    rules = dataclasses.replace(cfg.rules, norm_topk=bool(meta.get(a + "expert_weights_norm",
-                                                                   False)))
     return dataclasses.replace(
-        cfg, rules=rules, head_dim=head_dim, n_rot=n_rot, v_dim=v_dim, nope=head_dim - n_rot,
-        n_dense=meta.get(a + "leading_dense_block_count", 0),
+        cfg, head_dim=head_dim, n_rot=n_rot, v_dim=v_dim, nope=head_dim - n_rot,
         q_lora=meta.get(a + "attention.q_lora_rank", 0),
         kv_lora=meta[a + "attention.kv_lora_rank"],
-        kq_scale=mscale * mscale / math.sqrt(head_dim),
-        sigmoid_gate=meta.get(a + "expert_gating_func", 1) == 2,
-        n_group=meta.get(a + "expert_group_count", 0),
-        n_group_used=meta.get(a + "expert_group_used_count", 0),
-        group_max=meta.get(a + "expert_gating_func", 1) != 2,
-        expert_scale=float(meta.get(a + "expert_weights_scale", 1.0)))
+        kq_scale=mscale * mscale / math.sqrt(head_dim))
 
 
 def load_model(path):
@@ -247,8 +294,10 @@ def load_model(path):
         n_expert_used=_key(meta, f"{arch}.expert_used_count"),
         rules=ARCHS[arch],
     )
-    if arch == "deepseek2":
-        cfg = _deepseek_config(cfg, meta)
+    if cfg.rules.lead:
+        cfg = _routing_config(cfg, meta)
+    if cfg.rules.mla:
+        cfg = _mla_config(cfg, meta)
     if cfg.n_head % cfg.n_head_kv or cfg.n_rot % 2 or cfg.n_rot > cfg.head_dim or \
             not 0 < cfg.n_expert_used <= cfg.n_expert:
         raise ValueError(f"{path}: inconsistent hyper-parameters {cfg}")
@@ -404,7 +453,7 @@ def attention(model, il, h, pos):
     q = q.reshape(T, cfg.n_head, hd)
     k = k.reshape(T, cfg.n_head_kv, hd)
     v = v.reshape(T, cfg.n_head_kv, hd)
-    if cfg.rules.qk_norm == "head":
+    if cfg.rules.qk_norm == "head" and p + "attn_q_norm.weight" in w:   # (glm4moe: optional)
         q = rmsnorm(q, w[p + "attn_q_norm.weight"], cfg.eps)
         k = rmsnorm(k, w[p + "attn_k_norm.weight"], cfg.eps)
     q = rope(q, pos, cfg.n_rot, cfg.rope_base, cfg.rules.rope_neox, cfg.rope_scaling)
@@ -501,8 +550,9 @@ def forward(model, tokens, trace=None, routing=None):
     for il in range(cfg.n_layer):
         p = f"blk.{il}."
         x = x + attention(model, il, rmsnorm(x, w[p + "attn_norm.weight"], cfg.eps), pos)
-        h = rmsnorm(x, w[p + "ffn_norm.weight"], cfg.eps)
-        if il < cfg.n_dense:   # DeepSeek's leading dense blocks
+        ffn_norm = "post_attention_norm" if cfg.rules.glm else "ffn_norm"
+        h = rmsnorm(x, w[p + ffn_norm + ".weight"], cfg.eps)
+        if il < cfg.n_dense:   # DeepSeek's and GLM's leading dense blocks
             x = x + swiglu_ffn(model, p + "ffn_gate.weight", p + "ffn_up.weight",
                                p + "ffn_down.weight", h)
         else:
