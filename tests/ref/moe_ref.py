@@ -150,31 +150,21 @@ def _key(meta, name, default=None):
     return default
 
 
-def _expected_deepseek(cfg, names, w):
-    """deepseek2's tensors; which of its optional ones a file has decides its variant."""
-    q = ["attn_q_a", "attn_q_a_norm", "attn_q_b"] if cfg.q_lora else ["attn_q"]
-    kv = ["attn_kv_b"] if "blk.0.attn_kv_b.weight" in w else ["attn_k_b", "attn_v_b"]
-    for il in range(cfg.n_layer):
-        per = ["attn_norm", "ffn_norm", "attn_kv_a_mqa", "attn_kv_a_norm", "attn_output"] + q + kv
-        if il < cfg.n_dense:
-            per += ["ffn_gate", "ffn_up", "ffn_down"]
-        else:
-            per += ["ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"]
-            if f"blk.{il}.ffn_gate_shexp.weight" in w:
-                per += ["ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp"]
-            if f"blk.{il}.exp_probs_b.bias" in w:
-                names.add(f"blk.{il}.exp_probs_b.bias")
-        names |= {f"blk.{il}.{n}.weight" for n in per}
-    return names
-
-
-def _expected_glm(cfg, names, w):
-    """glm4moe's tensors: its QK norms, shared experts and choosing bias where the file has
-    them (GLM-4.5-Air has no QK norm); the NextN blocks' own head."""
-    for il in range(cfg.n_layer + cfg.n_nextn):
-        per = ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "post_attention_norm"]
+def _expected_lead(cfg, names, w):
+    """The tensors of DeepSeek's family; which of the optional ones a file has decides its
+    variant: deepseek2's q bottleneck, its older attn_kv_b or newer attn_k_b/attn_v_b;
+    glm4moe's QK norms (GLM-4.5-Air has none); shared experts and the choosing bias; and
+    glm4moe's NextN blocks, each with its own head."""
+    if cfg.rules.mla:
+        q = ["attn_q_a", "attn_q_a_norm", "attn_q_b"] if cfg.q_lora else ["attn_q"]
+        kv = ["attn_kv_b"] if "blk.0.attn_kv_b.weight" in w else ["attn_k_b", "attn_v_b"]
+        attn = ["ffn_norm", "attn_kv_a_mqa", "attn_kv_a_norm", "attn_output"] + q + kv
+    else:
+        attn = ["attn_q", "attn_k", "attn_v", "attn_output", "post_attention_norm"]
         if "blk.0.attn_q_norm.weight" in w:
-            per += ["attn_q_norm", "attn_k_norm"]
+            attn += ["attn_q_norm", "attn_k_norm"]
+    for il in range(cfg.n_layer + cfg.n_nextn):
+        per = ["attn_norm"] + attn
         if il < cfg.n_dense:
             per += ["ffn_gate", "ffn_up", "ffn_down"]
         else:
@@ -186,7 +176,8 @@ def _expected_glm(cfg, names, w):
         if il >= cfg.n_layer:
             per += ["nextn.eh_proj", "nextn.enorm", "nextn.hnorm", "nextn.shared_head_norm"]
         names |= {f"blk.{il}.{n}.weight" for n in per}
-        names |= {f"blk.{il}.attn_{n}.bias" for n in "qkv"}
+        if cfg.rules.qkv_bias:
+            names |= {f"blk.{il}.attn_{n}.bias" for n in "qkv"}
     return names
 
 
@@ -194,10 +185,8 @@ def expected_tensors(cfg, n_layer, w=()):
     """The exact tensor set of an architecture (output.weight optional: tied)."""
     r = cfg.rules
     names = {"token_embd.weight", "output_norm.weight"}
-    if r.mla:
-        return _expected_deepseek(cfg, names, w)
-    if r.glm:
-        return _expected_glm(cfg, names, w)
+    if r.lead:
+        return _expected_lead(cfg, names, w)
     per_layer = ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm",
                  "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"]
     if r.qk_norm:
