@@ -3,8 +3,10 @@
  * of kernels/cuda, for a model whose expert space is on the GPU (cuda backend).
  *
  * On the device: the non-expert weights (copied at creation, in the file's types), the KV
- * cache, every matrix product, norm, RoPE and attention, and the experts, read through their
- * fixed addresses in the expert space. On the host: the token embeddings (a dequantized row
+ * cache, every matrix product, norm, RoPE and attention (forward_cuda_attn.c: grouped-query,
+ * or deepseek2's latent attention), the dense blocks before the MoE ones (deepseek2,
+ * glm4moe), the shared experts, and the routed experts, read through their fixed addresses
+ * in the expert space. On the host: the token embeddings (a dequantized row
  * per token is uploaded) and each MoE step's host side (moe_step.h): the router's logits and
  * input come back, the routing, the policy modules, observers and predictors run as on the
  * CPU backend, and the step's grouped rows go up; the experts the assign module gives the
@@ -22,68 +24,20 @@
  * depend on how the step was cut.
  *
  * Scratch: attention scores take n_batch x n_head x n_ctx floats of device memory, like the
- * KV cache's 2 x n_layer x n_ctx x kv_dim.
+ * KV cache's 2 x blocks x n_ctx x kv_dim (MLA: 1 x blocks x n_ctx x (kv_lora + rope)); MLA's
+ * absorbed queries and their outputs 2 x n_batch x n_head x (kv_lora + rope).
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "engine/clock.h"
-#include "engine/experts_cpu.h"
-#include "engine/forward_impl.h"
-#include "engine/gpu.h"
+#include "engine/forward_cuda_impl.h"
 #include "vmm/error.h"
-
-#define TRY(expr)                                                                              \
-    do {                                                                                       \
-        mvm_status try_st_ = (expr);                                                           \
-        if (try_st_ != MVM_OK)                                                                 \
-            return try_st_;                                                                    \
-    } while (0)
-
-struct dweight {
-    mvm_dptr p;
-    int type;
-    uint32_t rows, cols;
-    uint64_t row_bytes;
-};
-
-struct dlayer {
-    mvm_dptr attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm;
-    struct dweight wq, wk, wv, wo, router;
-    struct dweight shexp_gate, shexp_w1, shexp_w3, shexp_w2; /* shared_expert */
-    mvm_dptr experts;           /* expert 0's fixed address; the others expert_stride apart */
-};
-
-struct cuda_fwd {
-    mvm_gpu *g;
-    mvm_model *m;
-    mvm_moe *moe;
-    uint32_t n_ctx, n_batch, q_dim, kv_dim;
-    uint64_t expert_stride;
-    struct dlayer *layers;
-    struct dweight output;
-    mvm_dptr output_norm;
-    mvm_dptr kc, vc;            /* [n_layer][n_ctx][kv_dim] */
-    mvm_dptr x, xn, q, att, tmp, probs, logits, scores, sh1, sh3, shg; /* [n_batch][...] */
-    mvm_dptr act;               /* [n_batch][act_stride]: a Q or K type's input as Q8_0 or
-                                   Q8_K blocks */
-    uint64_t act_stride;
-    mvm_dptr h, out;            /* [n_batch * K][h_stride bytes], [n_batch * K][n_embd] */
-    uint64_t h_stride;
-    mvm_dptr active, off, cnt, row_tok, tok_rows, row_w; /* the step's rows (moe_step.h) */
-    float *host;                /* [n_batch][n_embd]: embeddings up, the router's input down */
-    mvm_pool *pool;
-    mvm_xcpu *cpu;              /* the experts the assign module runs on the CPU; made at
-                                   the first (many runs have none) */
-    float *cpu_rows;            /* [n_batch * K][n_embd]: their rows' outputs, to go up */
-    mvm_dptr *owned;            /* every device allocation, freed at the end */
-    size_t n_owned, cap_owned;
-};
 
 /* ---- device memory --------------------------------------------------------------------- */
 
-static mvm_status dalloc(struct cuda_fwd *f, size_t bytes, mvm_dptr *out)
+mvm_status mvm_cf_alloc(struct cuda_fwd *f, size_t bytes, mvm_dptr *out)
 {
     if (f->n_owned == f->cap_owned) {
         size_t cap = f->cap_owned ? 2 * f->cap_owned : 64;
@@ -98,63 +52,59 @@ static mvm_status dalloc(struct cuda_fwd *f, size_t bytes, mvm_dptr *out)
     return MVM_OK;
 }
 
-/* A device copy of bytes at src; none (0) when src is NULL. */
-static mvm_status dcopy(struct cuda_fwd *f, const void *src, size_t bytes, mvm_dptr *out)
+mvm_status mvm_cf_copy(struct cuda_fwd *f, const void *src, size_t bytes, mvm_dptr *out)
 {
     *out = 0;
     if (!src)
         return MVM_OK;
-    TRY(dalloc(f, bytes, out));
+    TRY(mvm_cf_alloc(f, bytes, out));
     return mvm_gpu_upload(f->g, *out, src, bytes);
 }
 
-static mvm_status dweight(struct cuda_fwd *f, const mvm_weight *w, struct dweight *out)
+mvm_status mvm_cf_weight(struct cuda_fwd *f, const mvm_weight *w, struct dweight *out)
 {
     *out = (struct dweight){0, (int)w->type, w->rows, w->cols, w->row_bytes};
-    return dcopy(f, w->data, (size_t)w->rows * w->row_bytes, &out->p);
+    return mvm_cf_copy(f, w->data, (size_t)w->rows * w->row_bytes, &out->p);
 }
 
-static mvm_status upload_layer(struct cuda_fwd *f, uint32_t il)
+uint64_t mvm_cf_act_bytes(uint32_t n)
+{
+    /* Q8_K's blocks are the largest (292 bytes per 256) */
+    return (mvm_k_act_bytes(MVM_W_Q2_K, (n + MVM_QK_K - 1) / MVM_QK_K * MVM_QK_K) + 15) &
+           ~(uint64_t)15;
+}
+
+/* Block L to the device: its attention, the norm before its FFN, and its FFN: the router
+ * and shared expert of a MoE block (its experts are in the space), or a dense block's. */
+static mvm_status upload_block(struct cuda_fwd *f, const mvm_layer *L, struct dlayer *d)
 {
     const mvm_hparams *hp = &f->m->hp;
-    const mvm_layer *L = &f->m->layers[il];
-    struct dlayer *d = &f->layers[il];
-    size_t D = hp->n_embd * sizeof(float), Q = f->q_dim * sizeof(float);
-    size_t KV = f->kv_dim * sizeof(float);
-    int head = f->m->arch->qk_norm == MVM_QK_NORM_HEAD;
-    TRY(dcopy(f, L->attn_norm, D, &d->attn_norm));
-    TRY(dcopy(f, L->ffn_norm, D, &d->ffn_norm));
-    TRY(dcopy(f, L->bq, Q, &d->bq));
-    TRY(dcopy(f, L->bk, KV, &d->bk));
-    TRY(dcopy(f, L->bv, KV, &d->bv));
-    TRY(dcopy(f, L->q_norm, head ? hp->head_dim * sizeof(float) : Q, &d->q_norm));
-    TRY(dcopy(f, L->k_norm, head ? hp->head_dim * sizeof(float) : KV, &d->k_norm));
-    TRY(dweight(f, &L->wq, &d->wq));
-    TRY(dweight(f, &L->wk, &d->wk));
-    TRY(dweight(f, &L->wv, &d->wv));
-    TRY(dweight(f, &L->wo, &d->wo));
-    TRY(dweight(f, &L->router, &d->router));
-    if (hp->n_ff_shexp) {
+    size_t D = hp->n_embd * sizeof(float);
+    TRY(mvm_cf_upload_attention(f, L, d));
+    TRY(mvm_cf_copy(f, L->ffn_norm, D, &d->ffn_norm));
+    TRY(mvm_cf_weight(f, &L->ffn_w1, &d->ffn_w1));
+    TRY(mvm_cf_weight(f, &L->ffn_w3, &d->ffn_w3));
+    TRY(mvm_cf_weight(f, &L->ffn_w2, &d->ffn_w2));
+    TRY(mvm_cf_weight(f, &L->router, &d->router));
+    if (L->shexp_gate) {
         mvm_weight gate = {MVM_W_F32, L->shexp_gate, 1, hp->n_embd, D};
-        TRY(dweight(f, &gate, &d->shexp_gate));
-        TRY(dweight(f, &L->shexp_w1, &d->shexp_w1));
-        TRY(dweight(f, &L->shexp_w3, &d->shexp_w3));
-        TRY(dweight(f, &L->shexp_w2, &d->shexp_w2));
+        TRY(mvm_cf_weight(f, &gate, &d->shexp_gate));
     }
-    d->experts = (mvm_dptr)(uintptr_t)mvm_expert_addr(f->m->space, il, 0);
-    return MVM_OK;
+    TRY(mvm_cf_weight(f, &L->shexp_w1, &d->shexp_w1));
+    TRY(mvm_cf_weight(f, &L->shexp_w3, &d->shexp_w3));
+    return mvm_cf_weight(f, &L->shexp_w2, &d->shexp_w2);
 }
 
 static mvm_status alloc_scratch(struct cuda_fwd *f)
 {
     const mvm_hparams *hp = &f->m->hp;
     size_t B = f->n_batch, D = hp->n_embd, E = hp->n_expert, BK = B * hp->n_expert_used;
-    size_t F = hp->n_ff_shexp, kv = (size_t)hp->n_layer * f->n_ctx * f->kv_dim * 4;
-    size_t widest = D > f->q_dim ? D : f->q_dim;
-    widest = F > widest ? F : widest;
-    /* a row of activations in any format: Q8_K's is the largest (292 bytes per 256) */
-    size_t q8_K = mvm_k_act_bytes(MVM_W_Q2_K, (widest + MVM_QK_K - 1) / MVM_QK_K * MVM_QK_K);
-    f->act_stride = (q8_K + 15) & ~(uint64_t)15;
+    uint32_t F = hp->n_ff > hp->n_ff_shexp ? hp->n_ff : hp->n_ff_shexp; /* dense or shared */
+    uint32_t widest = hp->n_embd;
+    uint32_t wide[] = {f->q_dim, F, hp->q_lora, hp->n_head * hp->v_dim};
+    for (size_t i = 0; i < sizeof wide / sizeof *wide; i++)
+        widest = wide[i] > widest ? wide[i] : widest;
+    f->act_stride = mvm_cf_act_bytes(widest); /* a row of inputs in any format */
     /* an expert row's intermediate activations in its down matrix's format */
     f->h_stride = 0;
     for (uint32_t il = 0; il < hp->n_layer; il++) {
@@ -162,29 +112,25 @@ static mvm_status alloc_scratch(struct cuda_fwd *f)
         f->h_stride = h > f->h_stride ? h : f->h_stride;
     }
     f->h_stride = (f->h_stride + 15) & ~(uint64_t)15;
-    TRY(dalloc(f, kv, &f->kc));
-    TRY(dalloc(f, kv, &f->vc));
-    TRY(dalloc(f, B * D * 4, &f->x));
-    TRY(dalloc(f, B * D * 4, &f->xn));
-    TRY(dalloc(f, B * D * 4, &f->tmp));
-    TRY(dalloc(f, B * f->q_dim * 4, &f->q));
-    TRY(dalloc(f, B * f->q_dim * 4, &f->att));
-    TRY(dalloc(f, B * E * 4, &f->probs));
-    TRY(dalloc(f, B * hp->n_vocab * 4, &f->logits));
-    TRY(dalloc(f, B * hp->n_head * f->n_ctx * 4, &f->scores));
-    TRY(dalloc(f, B * f->act_stride, &f->act));
-    TRY(dalloc(f, BK * f->h_stride, &f->h));
-    TRY(dalloc(f, BK * D * 4, &f->out));
-    TRY(dalloc(f, E * 4, &f->active));
-    TRY(dalloc(f, E * 4, &f->off));
-    TRY(dalloc(f, E * 4, &f->cnt));
-    TRY(dalloc(f, BK * 4, &f->row_tok));
-    TRY(dalloc(f, BK * 4, &f->tok_rows));
-    TRY(dalloc(f, BK * 4, &f->row_w));
+    TRY(mvm_cf_alloc_attention(f));
+    mvm_dptr *rows[] = {&f->x, &f->xn, &f->tmp};
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
+        TRY(mvm_cf_alloc(f, B * D * 4, rows[i]));
+    TRY(mvm_cf_alloc(f, B * E * 4, &f->probs));
+    TRY(mvm_cf_alloc(f, B * hp->n_vocab * 4, &f->logits));
+    TRY(mvm_cf_alloc(f, B * f->act_stride, &f->act));
+    TRY(mvm_cf_alloc(f, BK * f->h_stride, &f->h));
+    TRY(mvm_cf_alloc(f, BK * D * 4, &f->out));
+    mvm_dptr *per_expert[] = {&f->active, &f->off, &f->cnt};
+    for (size_t i = 0; i < sizeof per_expert / sizeof *per_expert; i++)
+        TRY(mvm_cf_alloc(f, E * 4, per_expert[i]));
+    mvm_dptr *per_row[] = {&f->row_tok, &f->tok_rows, &f->row_w};
+    for (size_t i = 0; i < sizeof per_row / sizeof *per_row; i++)
+        TRY(mvm_cf_alloc(f, BK * 4, per_row[i]));
     if (F) {
-        TRY(dalloc(f, B * F * 4, &f->sh1));
-        TRY(dalloc(f, B * F * 4, &f->sh3));
-        TRY(dalloc(f, B * 4, &f->shg));
+        TRY(mvm_cf_alloc(f, B * F * 4, &f->sh1));
+        TRY(mvm_cf_alloc(f, B * F * 4, &f->sh3));
+        TRY(mvm_cf_alloc(f, B * 4, &f->shg));
     }
     return MVM_OK;
 }
@@ -193,12 +139,17 @@ static mvm_status upload_model(struct cuda_fwd *f)
 {
     const mvm_model *m = f->m;
     f->layers = calloc(m->hp.n_layer, sizeof *f->layers);
-    if (!f->layers)
+    f->dense = calloc(m->hp.n_dense ? m->hp.n_dense : 1, sizeof *f->dense);
+    if (!f->layers || !f->dense)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the device context");
-    for (uint32_t il = 0; il < m->hp.n_layer; il++)
-        TRY(upload_layer(f, il));
-    TRY(dweight(f, &m->output, &f->output));
-    TRY(dcopy(f, m->output_norm, m->hp.n_embd * sizeof(float), &f->output_norm));
+    for (uint32_t b = 0; b < m->hp.n_dense; b++)
+        TRY(upload_block(f, &m->dense[b], &f->dense[b]));
+    for (uint32_t il = 0; il < m->hp.n_layer; il++) {
+        TRY(upload_block(f, &m->layers[il], &f->layers[il]));
+        f->layers[il].experts = (mvm_dptr)(uintptr_t)mvm_expert_addr(m->space, il, 0);
+    }
+    TRY(mvm_cf_weight(f, &m->output, &f->output));
+    TRY(mvm_cf_copy(f, m->output_norm, m->hp.n_embd * sizeof(float), &f->output_norm));
     TRY(alloc_scratch(f));
     return mvm_gpu_sync(f->g); /* the uploads done: a failed one is reported here */
 }
@@ -213,6 +164,7 @@ static void cuda_destroy(void *state)
     free(f->cpu_rows);
     free(f->owned);
     free(f->layers);
+    free(f->dense);
     free(f->host);
     free(f);
 }
@@ -220,11 +172,6 @@ static void cuda_destroy(void *state)
 static mvm_status cuda_create(mvm_ctx *ctx, void **state)
 {
     const mvm_hparams *hp = &ctx->m->hp;
-    if (ctx->m->arch->lead)
-        return mvm_fail(MVM_ERR_UNSUPPORTED, "the device forward pass does not compute %s's "
-                        "%s yet: run it with MOEVM_BACKEND=host", ctx->m->arch->name,
-                        ctx->m->arch->deepseek ? "latent attention"
-                                               : "leading dense blocks and shared experts");
     struct cuda_fwd *f = calloc(1, sizeof *f);
     if (!f)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the device context");
@@ -235,6 +182,9 @@ static mvm_status cuda_create(mvm_ctx *ctx, void **state)
     f->n_batch = ctx->n_batch;
     f->q_dim = hp->n_head * hp->head_dim;
     f->kv_dim = hp->n_head_kv * hp->head_dim;
+    f->lat = hp->kv_lora + hp->rope.n_rot;
+    if (hp->kv_lora) /* MLA: one latent row per position */
+        f->kv_dim = f->lat;
     mvm_space_info info;
     TRY(mvm_space_get_info(f->m->space, &info));
     f->expert_stride = info.expert_stride;
@@ -259,39 +209,57 @@ static mvm_status cuda_create(mvm_ctx *ctx, void **state)
 
 /* ---- launches -------------------------------------------------------------------------- */
 
-/* x rows (n of `cols` floats, stride floats apart) -> f->act in the activation format of
- * weight type t (a Q or K type). */
+/* x rows (n of `cols` floats, stride floats apart) -> q (rows q_stride bytes apart) in the
+ * activation format of weight type t (a Q or K type). */
 static mvm_status quantize(struct cuda_fwd *f, enum mvm_wtype t, mvm_dptr x, uint64_t stride,
-                           uint32_t cols, uint32_t n)
+                           uint32_t cols, uint32_t n, mvm_dptr q, uint64_t q_stride)
 {
-    mvm_g_quantize_args a = {.x = x, .q = f->act, .x_stride = stride,
-                             .q_stride = f->act_stride, .n = cols, .n_rows = n, .type = t};
+    mvm_g_quantize_args a = {.x = x, .q = q, .x_stride = stride, .q_stride = q_stride,
+                             .n = cols, .n_rows = n, .type = t};
     return mvm_gpu_quantize(f->g, 0, &a);
 }
 
-/* y[i] = w . in[i] for n rows: in[i] at in + i * in_stride floats, y[i] at y + i * y_stride
- * floats. The Q and K types read their input quantized, as the CPU's matrix products do;
- * `prev` is the weight of the product just before on the same input, or NULL: when its
- * activation format is w's (Q8_0 for both, or Q8_K), f->act holds the input already. */
-static mvm_status matmul(struct cuda_fwd *f, const struct dweight *w,
-                         const struct dweight *prev, mvm_dptr in, uint64_t in_stride, uint32_t n,
-                         mvm_dptr y, uint64_t y_stride)
+/* n tokens of H heads through w's H slabs of rows (H = 1: a plain product): head h of token
+ * i reads in + (i * H + h) * in_pitch floats and writes y + (i * H + h) * y_pitch floats.
+ * A Q or K type's input is quantized into qbuf (q_pitch bytes a row) unless `ready`. */
+static mvm_status product(struct cuda_fwd *f, const struct dweight *w, uint32_t H, int ready,
+                          mvm_dptr in, uint64_t in_pitch, uint32_t n, mvm_dptr y,
+                          uint64_t y_pitch, mvm_dptr qbuf, uint64_t q_pitch)
 {
+    const enum mvm_wtype t = (enum mvm_wtype)w->type;
+    const uint32_t rows = w->rows / H;
     mvm_g_matvec_args a = {.w = w->p, .act = in, .y = y, .row_bytes = w->row_bytes,
-                           .act_stride = in_stride * sizeof(float), .y_stride = y_stride,
-                           .n_in = w->cols, .n_out = w->rows, .n_tok = n};
-    const uint64_t block = mvm_k_block_elems((enum mvm_wtype)w->type);
-    if (block > 1) {
-        if (!prev || mvm_k_block_elems((enum mvm_wtype)prev->type) != block)
-            TRY(quantize(f, (enum mvm_wtype)w->type, in, in_stride, w->cols, n));
-        a.act = f->act;
-        a.act_stride = f->act_stride;
+                           .act_stride = H * in_pitch * sizeof(float), .y_stride = H * y_pitch,
+                           .w_head = rows * w->row_bytes, .act_head = in_pitch * sizeof(float),
+                           .y_head = y_pitch, .n_in = w->cols, .n_out = rows, .n_tok = n,
+                           .n_head = H};
+    if (mvm_k_block_elems(t) > 1) {
+        if (!ready)
+            TRY(quantize(f, t, in, in_pitch, w->cols, n * H, qbuf, q_pitch));
+        a.act = qbuf;
+        a.act_stride = H * q_pitch;
+        a.act_head = q_pitch;
     }
     return mvm_gpu_matvec(f->g, w->type, &a);
 }
 
-/* rows of len floats, stride floats apart, normalised in place or into out (same stride). */
-static mvm_status rmsnorm(struct cuda_fwd *f, mvm_dptr x, mvm_dptr out, uint64_t stride,
+mvm_status mvm_cf_matmul(struct cuda_fwd *f, const struct dweight *w,
+                         const struct dweight *prev, mvm_dptr in, uint64_t in_stride,
+                         uint32_t n, mvm_dptr y, uint64_t y_stride)
+{
+    const uint64_t block = mvm_k_block_elems((enum mvm_wtype)w->type);
+    int ready = prev && mvm_k_block_elems((enum mvm_wtype)prev->type) == block;
+    return product(f, w, 1, ready, in, in_stride, n, y, y_stride, f->act, f->act_stride);
+}
+
+mvm_status mvm_cf_matmul_heads(struct cuda_fwd *f, const struct dweight *w, uint32_t H,
+                               mvm_dptr in, uint64_t in_pitch, uint32_t n, mvm_dptr y,
+                               uint64_t y_pitch)
+{
+    return product(f, w, H, 0, in, in_pitch, n, y, y_pitch, f->hact, f->hact_stride);
+}
+
+mvm_status mvm_cf_rmsnorm(struct cuda_fwd *f, mvm_dptr x, mvm_dptr out, uint64_t stride,
                           mvm_dptr w, uint32_t len, uint32_t rows)
 {
     mvm_g_rmsnorm_args a = {.x = x, .out = out, .w = w, .x_stride = stride,
@@ -300,8 +268,7 @@ static mvm_status rmsnorm(struct cuda_fwd *f, mvm_dptr x, mvm_dptr out, uint64_t
     return mvm_gpu_rmsnorm(f->g, 0, &a);
 }
 
-/* x[i] += g(i) * y[i] over rows of len floats (y_stride 0: one row y for all, a bias). */
-static mvm_status add(struct cuda_fwd *f, mvm_dptr x, mvm_dptr y, uint64_t y_stride,
+mvm_status mvm_cf_add(struct cuda_fwd *f, mvm_dptr x, mvm_dptr y, uint64_t y_stride,
                       mvm_dptr gate, uint32_t len, uint32_t rows)
 {
     mvm_g_add_args a = {.x = x, .y = y, .gate = gate, .y_stride = y_stride, .n = len,
@@ -309,59 +276,12 @@ static mvm_status add(struct cuda_fwd *f, mvm_dptr x, mvm_dptr y, uint64_t y_str
     return mvm_gpu_add(f->g, 0, &a);
 }
 
-static mvm_status rope(struct cuda_fwd *f, mvm_dptr x, uint64_t stride, uint32_t n_heads,
-                       uint32_t n, uint32_t pos0)
+mvm_status mvm_cf_rope(struct cuda_fwd *f, mvm_dptr x, uint64_t stride, uint32_t n_heads,
+                       uint32_t head_dim, uint32_t n, uint32_t pos0)
 {
-    const mvm_hparams *hp = &f->m->hp;
     mvm_g_rope_args a = {.x = x, .stride = stride, .n_tok = n, .n_heads = n_heads,
-                         .head_dim = hp->head_dim, .pos0 = pos0, .rope = hp->rope};
+                         .head_dim = head_dim, .pos0 = pos0, .rope = f->m->hp.rope};
     return mvm_gpu_rope(f->g, 0, &a);
-}
-
-/* ---- attention ------------------------------------------------------------------------- */
-
-/* q, and k and v straight into the cache, with the architecture's bias and norm, rotated. */
-static mvm_status qkv(struct cuda_fwd *f, const struct dlayer *L, mvm_dptr k, mvm_dptr v,
-                      uint32_t n, uint32_t pos0)
-{
-    const mvm_hparams *hp = &f->m->hp;
-    uint32_t D = hp->n_embd, hd = hp->head_dim;
-    TRY(matmul(f, &L->wq, NULL, f->xn, D, n, f->q, f->q_dim));
-    TRY(matmul(f, &L->wk, &L->wq, f->xn, D, n, k, f->kv_dim));
-    TRY(matmul(f, &L->wv, &L->wk, f->xn, D, n, v, f->kv_dim));
-    if (f->m->arch->qkv_bias) {
-        TRY(add(f, f->q, L->bq, 0, 0, f->q_dim, n));
-        TRY(add(f, k, L->bk, 0, 0, f->kv_dim, n));
-        TRY(add(f, v, L->bv, 0, 0, f->kv_dim, n));
-    }
-    if (f->m->arch->qk_norm == MVM_QK_NORM_HEAD) {
-        TRY(rmsnorm(f, f->q, f->q, hd, L->q_norm, hd, n * hp->n_head));
-        TRY(rmsnorm(f, k, k, hd, L->k_norm, hd, n * hp->n_head_kv));
-    } else if (f->m->arch->qk_norm == MVM_QK_NORM_FULL) {
-        TRY(rmsnorm(f, f->q, f->q, f->q_dim, L->q_norm, f->q_dim, n));
-        TRY(rmsnorm(f, k, k, f->kv_dim, L->k_norm, f->kv_dim, n));
-    }
-    TRY(rope(f, f->q, f->q_dim, hp->n_head, n, pos0));
-    return rope(f, k, f->kv_dim, hp->n_head_kv, n, pos0);
-}
-
-static mvm_status attention(struct cuda_fwd *f, uint32_t il, uint32_t n, uint32_t pos0)
-{
-    const mvm_hparams *hp = &f->m->hp;
-    const struct dlayer *L = &f->layers[il];
-    uint32_t D = hp->n_embd;
-    uint64_t layer = (uint64_t)il * f->n_ctx * f->kv_dim * sizeof(float);
-    uint64_t at = (uint64_t)pos0 * f->kv_dim * sizeof(float);
-    TRY(rmsnorm(f, f->x, f->xn, D, L->attn_norm, D, n));
-    TRY(qkv(f, L, f->kc + layer + at, f->vc + layer + at, n, pos0));
-    mvm_g_attention_args a = {.q = f->q, .kc = f->kc + layer, .vc = f->vc + layer,
-                              .out = f->att, .scores = f->scores, .n_tok = n, .pos0 = pos0,
-                              .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
-                              .head_dim = hp->head_dim, .n_ctx = f->n_ctx,
-                              .scale = hp->kq_scale};
-    TRY(mvm_gpu_attention(f->g, 0, &a));
-    TRY(matmul(f, &L->wo, NULL, f->att, f->q_dim, n, f->tmp, D));
-    return add(f, f->x, f->tmp, D, 0, D, n);
 }
 
 /* ---- mixture of experts ---------------------------------------------------------------- */
@@ -444,7 +364,8 @@ static mvm_status experts(struct cuda_fwd *f, uint32_t il, uint32_t n)
 {
     const mvm_hparams *hp = &f->m->hp;
     if (experts_quantized(f, il))
-        TRY(quantize(f, f->m->layers[il].expert_fmt.gate_up, f->xn, hp->n_embd, hp->n_embd, n));
+        TRY(quantize(f, f->m->layers[il].expert_fmt.gate_up, f->xn, hp->n_embd, hp->n_embd, n,
+                     f->act, f->act_stride));
     TRY(expert_round(f, il));
     TRY(cpu_experts(f, n));
     while (f->moe->n_run + f->moe->n_round < f->moe->n_todo) {
@@ -458,17 +379,29 @@ static mvm_status experts(struct cuda_fwd *f, uint32_t il, uint32_t n)
     return mvm_gpu_expert_sum(f->g, 0, &s);
 }
 
-/* x += sigmoid(gate . h) * down(silu(w1 . h) * (w3 . h)), h = xn. */
-static mvm_status shared_expert(struct cuda_fwd *f, const struct dlayer *L, uint32_t n)
+/* x += [sigmoid(gate . h) *] w2 . (silu(w1 . h) * (w3 . h)), h = xn: a shared expert (gated
+ * in qwen2moe, not in deepseek2 and glm4moe: gate NULL or none) or a dense block's FFN. */
+static mvm_status ffn(struct cuda_fwd *f, const struct dweight *w1, const struct dweight *w3,
+                      const struct dweight *w2, const struct dweight *gate, uint32_t n)
 {
-    uint32_t D = f->m->hp.n_embd, F = f->m->hp.n_ff_shexp;
-    TRY(matmul(f, &L->shexp_gate, NULL, f->xn, D, n, f->shg, 1));
-    TRY(matmul(f, &L->shexp_w1, &L->shexp_gate, f->xn, D, n, f->sh1, F));
-    TRY(matmul(f, &L->shexp_w3, &L->shexp_w1, f->xn, D, n, f->sh3, F));
+    uint32_t D = f->m->hp.n_embd, F = w1->rows;
+    gate = gate && gate->p ? gate : NULL;
+    if (gate)
+        TRY(mvm_cf_matmul(f, gate, NULL, f->xn, D, n, f->shg, 1));
+    TRY(mvm_cf_matmul(f, w1, NULL, f->xn, D, n, f->sh1, F));
+    TRY(mvm_cf_matmul(f, w3, w1, f->xn, D, n, f->sh3, F));
     mvm_g_add_args sw = {.x = f->sh1, .y = f->sh3, .y_stride = F, .n = F, .n_tok = n};
     TRY(mvm_gpu_swiglu(f->g, 0, &sw));
-    TRY(matmul(f, &L->shexp_w2, NULL, f->sh1, F, n, f->tmp, D));
-    return add(f, f->x, f->tmp, D, f->shg, D, n);
+    TRY(mvm_cf_matmul(f, w2, NULL, f->sh1, F, n, f->tmp, D));
+    return mvm_cf_add(f, f->x, f->tmp, D, gate ? f->shg : 0, D, n);
+}
+
+/* A dense block's FFN (deepseek2's and glm4moe's leading blocks). */
+static mvm_status dense_ffn(struct cuda_fwd *f, const struct dlayer *L, uint32_t n)
+{
+    uint32_t D = f->m->hp.n_embd;
+    TRY(mvm_cf_rmsnorm(f, f->x, f->xn, D, L->ffn_norm, D, n));
+    return ffn(f, &L->ffn_w1, &L->ffn_w3, &L->ffn_w2, NULL, n);
 }
 
 static mvm_status moe(struct cuda_fwd *f, uint32_t il, uint32_t n, uint32_t pos0)
@@ -476,8 +409,8 @@ static mvm_status moe(struct cuda_fwd *f, uint32_t il, uint32_t n, uint32_t pos0
     const mvm_hparams *hp = &f->m->hp;
     const struct dlayer *L = &f->layers[il];
     uint32_t D = hp->n_embd;
-    TRY(rmsnorm(f, f->x, f->xn, D, L->ffn_norm, D, n));
-    TRY(matmul(f, &L->router, NULL, f->xn, D, n, f->probs, hp->n_expert));
+    TRY(mvm_cf_rmsnorm(f, f->x, f->xn, D, L->ffn_norm, D, n));
+    TRY(mvm_cf_matmul(f, &L->router, NULL, f->xn, D, n, f->probs, hp->n_expert));
     TRY(mvm_gpu_download(f->g, f->host, f->xn, (size_t)n * D * sizeof(float)));
     TRY(mvm_gpu_download(f->g, f->moe->probs, f->probs,
                          (size_t)n * hp->n_expert * sizeof(float)));
@@ -486,7 +419,7 @@ static mvm_status moe(struct cuda_fwd *f, uint32_t il, uint32_t n, uint32_t pos0
     TRY(mvm_moe_begin(f->moe));
     mvm_status st = experts(f, il, n);
     if (st == MVM_OK && hp->n_ff_shexp)
-        st = shared_expert(f, L, n);
+        st = ffn(f, &L->shexp_w1, &L->shexp_w3, &L->shexp_w2, &L->shexp_gate, n);
     /* Whatever failed, the kernels already queued may still read the pinned experts (a
      * failed round pinned nothing, and the step's end then does nothing). */
     mvm_status synced = mvm_gpu_sync(f->g);
@@ -539,7 +472,7 @@ static mvm_status cuda_time_expert(mvm_ctx *ctx, uint32_t il, int32_t e, const f
     double t0 = mvm_now_s();
     if (st == MVM_OK && experts_quantized(f, il))
         st = quantize(f, f->m->layers[il].expert_fmt.gate_up, f->xn, f->m->hp.n_embd,
-                      f->m->hp.n_embd, n);
+                      f->m->hp.n_embd, n, f->act, f->act_stride);
     st = st ? st : mvm_gpu_expert_up(f->g, (int)a.gate_up, &a);
     st = st ? st : mvm_gpu_expert_down(f->g, (int)a.down, &a);
     mvm_status synced = mvm_gpu_sync(f->g); /* whatever failed: nothing still reads it */
@@ -567,15 +500,20 @@ static mvm_status cuda_eval(mvm_ctx *ctx, const int32_t *tokens, uint32_t n, flo
                          (const uint8_t *)m->tok_embd.data + (size_t)tokens[i] * m->tok_embd.row_bytes,
                          f->host + (size_t)i * D, D);
     TRY(mvm_gpu_upload(f->g, f->x, f->host, (size_t)n * D * sizeof(float)));
+    for (uint32_t b = 0; b < hp->n_dense; b++) {
+        TRY(mvm_cf_attention(f, &f->dense[b], b, n, pos0));
+        TRY(dense_ffn(f, &f->dense[b], n));
+    }
     for (uint32_t il = 0; il < hp->n_layer; il++) {
-        TRY(attention(f, il, n, pos0));
+        TRY(mvm_cf_attention(f, &f->layers[il], hp->n_dense + il, n, pos0));
         TRY(moe(f, il, n, pos0));
     }
     if (!logits)
         return MVM_OK;
     uint32_t first = all_logits ? 0 : n - 1, nl = n - first;
-    TRY(rmsnorm(f, f->x + (uint64_t)first * D * sizeof(float), f->xn, D, f->output_norm, D, nl));
-    TRY(matmul(f, &f->output, NULL, f->xn, D, nl, f->logits, hp->n_vocab));
+    TRY(mvm_cf_rmsnorm(f, f->x + (uint64_t)first * D * sizeof(float), f->xn, D,
+                       f->output_norm, D, nl));
+    TRY(mvm_cf_matmul(f, &f->output, NULL, f->xn, D, nl, f->logits, hp->n_vocab));
     return mvm_gpu_download(f->g, logits, f->logits, (size_t)nl * hp->n_vocab * sizeof(float));
 }
 

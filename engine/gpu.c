@@ -166,6 +166,17 @@ mvm_status mvm_gpu_copy(mvm_gpu *g, mvm_dptr dst, mvm_dptr src, size_t bytes)
     return MVM_OK;
 }
 
+mvm_status mvm_gpu_copy_rows(mvm_gpu *g, mvm_dptr dst, size_t dst_pitch, mvm_dptr src,
+                             size_t src_pitch, size_t width, size_t rows)
+{
+    CUDA_MEMCPY2D p = {.srcMemoryType = CU_MEMORYTYPE_DEVICE, .srcDevice = src,
+                       .srcPitch = src_pitch, .dstMemoryType = CU_MEMORYTYPE_DEVICE,
+                       .dstDevice = dst, .dstPitch = dst_pitch, .WidthInBytes = width,
+                       .Height = rows};
+    CU(g, g->cu.Memcpy2DAsync(&p, g->stream), "cuMemcpy2DAsync");
+    return MVM_OK;
+}
+
 mvm_status mvm_gpu_sync(mvm_gpu *g)
 {
     CU(g, g->cu.StreamSynchronize(g->stream), "cuStreamSynchronize");

@@ -48,6 +48,10 @@ mvm_status mvm_gpu_upload(mvm_gpu *g, mvm_dptr dst, const void *src, size_t byte
 /* Device -> host, after everything queued before. */
 mvm_status mvm_gpu_download(mvm_gpu *g, void *dst, mvm_dptr src, size_t bytes);
 mvm_status mvm_gpu_copy(mvm_gpu *g, mvm_dptr dst, mvm_dptr src, size_t bytes);
+/* Device -> device, `rows` rows of `width` bytes from src (src_pitch bytes apart) to dst
+ * (dst_pitch apart). */
+mvm_status mvm_gpu_copy_rows(mvm_gpu *g, mvm_dptr dst, size_t dst_pitch, mvm_dptr src,
+                             size_t src_pitch, size_t width, size_t rows);
 mvm_status mvm_gpu_sync(mvm_gpu *g);
 
 /* Queues kernel k (of weight type `type` where it has one; ignored otherwise) with its

@@ -119,27 +119,37 @@ static void test_quantize(void)
 static void (*const matvec_fn[MVM_W_COUNT])(mvm_g_matvec_args) = {MVM_G_FOR_TYPES(KERNEL_FN)};
 #undef KERNEL_FN
 
-static void matvec_case(enum mvm_wtype t, uint32_t n_in, uint32_t n_out, uint32_t n_tok)
+/* n_tok tokens through n_head matrices of n_out rows (1: one matrix), laid out as MLA's
+ * per-head products are: head g's rows after head g-1's (with a gap), its activations and
+ * outputs interleaved by token ([token][head][...], gaps between heads' outputs). Each head
+ * against mvm_k_matmul on its own rows. */
+static void matvec_case(enum mvm_wtype t, uint32_t n_in, uint32_t n_out, uint32_t n_tok,
+                        uint32_t n_head = 1)
 {
     const uint64_t row_bytes = mvm_k_row_bytes(t, n_in) + 8;
-    const uint64_t act_stride = mvm_k_act_bytes(t, n_in) + 4;
-    const uint64_t y_stride = n_out + 3;
-    std::vector<uint8_t> w = weights(t, n_out, n_in, row_bytes);
+    const uint64_t act_row = mvm_k_act_bytes(t, n_in) + 4, y_head = n_out + 3;
+    const uint64_t w_head = (n_out + 1) * row_bytes; /* a row of gap */
+    const uint64_t act_stride = n_head * act_row, y_stride = n_head * y_head;
+    std::vector<uint8_t> w = weights(t, n_head * (n_out + 1), n_in, row_bytes);
     std::vector<float> x;
-    std::vector<uint8_t> act = activations(t, n_tok, n_in, act_stride, x);
+    std::vector<uint8_t> act = activations(t, n_tok * n_head, n_in, act_row, x);
     std::vector<float> y(n_tok * y_stride, POISON), want(n_tok * y_stride, POISON);
-    mvm_k_matmul(t, w.data(), row_bytes, n_in, act.data(), act_stride, n_tok, want.data(),
-                 y_stride, 0, n_out);
-    mvm_g_matvec_args a = {dp(w.data()), dp(act.data()), dp(y.data()), row_bytes, act_stride,
-                           y_stride, n_in, n_out, n_tok};
+    for (uint32_t g = 0; g < n_head; g++)
+        mvm_k_matmul(t, w.data() + g * w_head, row_bytes, n_in, act.data() + g * act_row,
+                     act_stride, n_tok, want.data() + g * y_head, y_stride, 0, n_out);
+    mvm_g_matvec_args a = {.w = dp(w.data()), .act = dp(act.data()), .y = dp(y.data()),
+                           .row_bytes = row_bytes, .act_stride = act_stride,
+                           .y_stride = y_stride, .w_head = w_head, .act_head = act_row,
+                           .y_head = y_head, .n_in = n_in, .n_out = n_out, .n_tok = n_tok,
+                           .n_head = n_head};
     launch(matvec_fn[t], a, mvm_g_matvec_shape(&a));
     bool ok = true;
-    for (uint32_t i = 0; i < n_tok; i++) {
-        double e = rel_err(&y[i * y_stride], &want[i * y_stride], n_out);
-        ok = ok && e < 1e-5 && poisoned(&y[i * y_stride + n_out], y_stride - n_out);
+    for (uint32_t i = 0; i < n_tok * n_head; i++) {
+        double e = rel_err(&y[i * y_head], &want[i * y_head], n_out);
+        ok = ok && e < 1e-5 && poisoned(&y[i * y_head + n_out], y_head - n_out);
         if (e >= 1e-5)
-            fprintf(stderr, "matvec_%s n_in %u n_out %u n_tok %u: token %u relative error %g\n",
-                    mvm_k_wtype_name(t), n_in, n_out, n_tok, i, e);
+            fprintf(stderr, "matvec_%s n_in %u n_out %u n_tok %u n_head %u: row %u relative "
+                    "error %g\n", mvm_k_wtype_name(t), n_in, n_out, n_tok, n_head, i, e);
     }
     CHECK(ok);
 }
@@ -150,12 +160,14 @@ static void test_matvec(void)
         const enum mvm_wtype t = (enum mvm_wtype)i;
         /* rows shorter and longer than a warp's pass (32 elements, blocks or 32-element chunks
          * of super-blocks); 13 rows: the last block of 4 warps is partly idle; 11 tokens: a
-         * full tile and a partial one */
+         * full tile and a partial one; 3 heads over 11 tokens: each head's tiles apart */
         const uint32_t short_in = mvm_k_is_k(t) ? 256 : mvm_k_is_q(t) ? 96 : 100;
         const uint32_t long_in = mvm_k_is_k(t) ? 1280 : mvm_k_is_q(t) ? 1088 : 1100;
         matvec_case(t, short_in, 13, 1);
         matvec_case(t, long_in, 13, 11);
         matvec_case(t, short_in, 5, 8);
+        matvec_case(t, short_in, 6, 11, 3);
+        matvec_case(t, short_in, 5, 1, 4);
     }
 }
 

@@ -43,12 +43,12 @@ static const int32_t prompt[] = {5, 77, 300, 12, 9, 410, 3};
  * Q4_K is llama.cpp's Q4_K_M mix (Q6_K down experts in some layers); qwen2moe's experts
  * then have 96 channels, so that their down matrices fall back to Q5_0/Q8_0 as in
  * llama.cpp's Qwen2-MoE files. */
-static const char *model_path(const char *arch, enum mvm_wtype t)
+static const char *preset_path(const char *arch, const char *preset, enum mvm_wtype t)
 {
     static char p[128];
-    snprintf(p, sizeof p, "%s/%s-%d.gguf", dir, arch, (int)t);
+    snprintf(p, sizeof p, "%s/%s-%s-%d.gguf", dir, arch, preset, (int)t);
     if (access(p, R_OK) != 0) {
-        mvm_model_spec s = mvm_preset_find("tiny", arch)->spec;
+        mvm_model_spec s = mvm_preset_find(preset, arch)->spec;
         s.type = t;
         s.seed = 11;
         if (mvm_k_is_k(t)) {
@@ -59,6 +59,11 @@ static const char *model_path(const char *arch, enum mvm_wtype t)
         CHECK_ST(mvm_mkmodel_write(&s, p, pool, NULL, NULL), MVM_OK);
     }
     return p;
+}
+
+static const char *model_path(const char *arch, enum mvm_wtype t)
+{
+    return preset_path(arch, "tiny", t);
 }
 
 /* budget: a fraction of the experts' bytes (1: all). Pages of 4 KiB: several per expert. */
@@ -133,18 +138,24 @@ static void free_run(struct run *r)
 }
 
 /* The device's logits are the CPU's to rounding (the kernels' numerics are the CPU's), for
- * each architecture; prefill in batches and token by token give the same. */
+ * each architecture; prefill in batches and token by token give the same. deepseek2: MLA
+ * with one q matrix, and with V3's q bottleneck from the older attn_kv_b; glm4moe: GLM-4.5's
+ * kind (QK norm) and Air's (none); both with a dense block first and shared experts. */
 static void test_matches_cpu(void)
 {
     static const struct {
-        const char *arch;
+        const char *arch, *preset;
         enum mvm_wtype type;
-    } cases[] = {{"llama", MVM_W_F32}, {"llama", MVM_W_Q8_0}, {"llama", MVM_W_Q4_0},
-                 {"qwen2moe", MVM_W_F16}, {"qwen3moe", MVM_W_BF16}, {"olmoe", MVM_W_Q8_0},
-                 {"qwen2moe", MVM_W_Q4_K}, {"olmoe", MVM_W_Q3_K}};
+    } cases[] = {{"llama", "tiny", MVM_W_F32}, {"llama", "tiny", MVM_W_Q8_0},
+                 {"llama", "tiny", MVM_W_Q4_0}, {"qwen2moe", "tiny", MVM_W_F16},
+                 {"qwen3moe", "tiny", MVM_W_BF16}, {"olmoe", "tiny", MVM_W_Q8_0},
+                 {"qwen2moe", "tiny", MVM_W_Q4_K}, {"olmoe", "tiny", MVM_W_Q3_K},
+                 {"deepseek2", "tiny", MVM_W_F32}, {"deepseek2", "tiny-v3", MVM_W_Q8_0},
+                 {"deepseek2", "tiny-v3", MVM_W_Q4_K}, {"glm4moe", "tiny", MVM_W_F16},
+                 {"glm4moe", "tiny-air", MVM_W_Q4_0}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        const char *path = model_path(cases[i].arch, cases[i].type);
-        size_t n = N_PROMPT * mvm_preset_find("tiny", cases[i].arch)->spec.n_vocab;
+        const char *path = preset_path(cases[i].arch, cases[i].preset, cases[i].type);
+        size_t n = N_PROMPT * mvm_preset_find(cases[i].preset, cases[i].arch)->spec.n_vocab;
         struct run *cpu = run_prompt(path, MVM_BACKEND_HOST, 1, 4, 0);
         struct run *gpu = run_prompt(path, MVM_BACKEND_CUDA, 1, 4, 0);
         struct run *serial = i == 0 ? run_prompt(path, MVM_BACKEND_CUDA, 1, 1, 0) : NULL;
@@ -155,8 +166,8 @@ static void test_matches_cpu(void)
             double tol = cases[i].type == MVM_W_F32 ? 1e-5 : 2e-3;
             CHECK(e < tol);
             if (!(e < tol))
-                fprintf(stderr, "  %s type %d: relative error %.3g\n", cases[i].arch,
-                        (int)cases[i].type, e);
+                fprintf(stderr, "  %s %s type %d: relative error %.3g\n", cases[i].arch,
+                        cases[i].preset, (int)cases[i].type, e);
             CHECK(memcmp(gpu->sel, cpu->sel, sizeof gpu->sel) == 0);
             CHECK(gpu->resid.accesses == cpu->resid.accesses && gpu->resid.accesses > 0);
         }

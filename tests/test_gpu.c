@@ -103,7 +103,9 @@ static void test_matvec(void)
         mvm_dptr dw = up(w, n_out * rb), dx = up(x, n_tok * n_in * 4), dy = 0;
         mvm_dptr da = device_act(t, dx, x, n_in, n_tok, &as);
         CHECK_ST(mvm_gpu_alloc(g, sizeof got, &dy), MVM_OK);
-        mvm_g_matvec_args ma = {dw, da, dy, rb, as, n_out, n_in, n_out, n_tok};
+        mvm_g_matvec_args ma = {.w = dw, .act = da, .y = dy, .row_bytes = rb, .act_stride = as,
+                                .y_stride = n_out, .n_in = n_in, .n_out = n_out,
+                                .n_tok = n_tok};
         CHECK_ST(mvm_gpu_matvec(g, t, &ma), MVM_OK);
         CHECK_ST(mvm_gpu_download(g, got, dy, sizeof got), MVM_OK);
         double e = rel_err(got, want, n_tok * n_out);
@@ -203,6 +205,25 @@ static void test_stream_order(void)
     free(x);
 }
 
+/* Strided rows device to device (MLA's rotary part of each head's query): 10 rows of 3
+ * floats, 15 apart, into rows 5 apart whose other floats keep their poison. */
+static void test_copy_rows(void)
+{
+    float *x = randoms(150), got[50];
+    for (int i = 0; i < 50; i++)
+        got[i] = NAN;
+    mvm_dptr dx = up(x, 150 * 4), dy = up(got, sizeof got);
+    CHECK_ST(mvm_gpu_copy_rows(g, dy, 5 * 4, dx + 2 * 4, 15 * 4, 3 * 4, 10), MVM_OK);
+    CHECK_ST(mvm_gpu_download(g, got, dy, sizeof got), MVM_OK);
+    int ok = 1;
+    for (int r = 0; r < 10; r++)
+        for (int j = 0; j < 5; j++)
+            ok &= j < 3 ? got[r * 5 + j] == x[r * 15 + 2 + j] : isnan(got[r * 5 + j]);
+    CHECK(ok);
+    mvm_gpu_free(g, dx), mvm_gpu_free(g, dy);
+    free(x);
+}
+
 /* A failing driver call is named, with the module or kernel it was for. */
 static void test_failures(void)
 {
@@ -250,6 +271,7 @@ int main(int argc, char **argv)
     RUN(test_matvec);
     RUN(test_experts);
     RUN(test_stream_order);
+    RUN(test_copy_rows);
     void *driver = dlopen(argv[1], RTLD_NOW | RTLD_NOLOAD);
     set_fail = driver ? (fakecuda_set_fail_fn)dlsym(driver, "fakecuda_set_fail") : NULL;
     CHECK(!fake || set_fail != NULL);

@@ -46,6 +46,7 @@
     X(MemcpyDtoH, "cuMemcpyDtoH_v2", (void *, CUdeviceptr, size_t))                                \
     X(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", (void *, CUdeviceptr, size_t, CUstream))            \
     X(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", (CUdeviceptr, CUdeviceptr, size_t, CUstream))       \
+    X(Memcpy2DAsync, "cuMemcpy2DAsync_v2", (const CUDA_MEMCPY2D *, CUstream))                      \
     X(MemAlloc, "cuMemAlloc_v2", (CUdeviceptr *, size_t))                                          \
     X(MemFree, "cuMemFree_v2", (CUdeviceptr))                                                      \
     X(MemsetD8Async, "cuMemsetD8Async", (CUdeviceptr, unsigned char, size_t, CUstream))            \

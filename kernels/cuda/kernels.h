@@ -76,17 +76,25 @@ MVM_G_FN mvm_g_shape mvm_g_quantize_shape(const mvm_g_quantize_args *a)
  * act_stride bytes in the weights' activation format (mvm_k_act_bytes).
  * y[i][r] at y + (i * y_stride + r) floats. One warp per row, its lanes taking the row's
  * floats, or its Q blocks and 32-element chunks of K super-blocks, in turn; a block's rows
- * are read once for a tile of MVM_G_TILE tokens (gy tiles). */
+ * are read once for a tile of MVM_G_TILE tokens (gy tiles).
+ * With n_head > 1, n_head such products in one launch (MLA's per-head matrices): head g's
+ * w, act and y are the above plus g * w_head bytes, g * act_head bytes and g * y_head
+ * floats (gy: n_head x the tiles). 0 or 1: one. */
 typedef struct mvm_g_matvec_args {
     mvm_dptr w, act, y;
-    uint64_t row_bytes, act_stride, y_stride;
-    uint32_t n_in, n_out, n_tok;
+    uint64_t row_bytes, act_stride, y_stride, w_head, act_head, y_head;
+    uint32_t n_in, n_out, n_tok, n_head;
 } mvm_g_matvec_args;
+
+MVM_G_FN uint32_t mvm_g_matvec_tiles(const mvm_g_matvec_args *a)
+{
+    return mvm_g_div_up(a->n_tok, MVM_G_TILE);
+}
 
 MVM_G_FN mvm_g_shape mvm_g_matvec_shape(const mvm_g_matvec_args *a)
 {
-    mvm_g_shape s = {mvm_g_div_up(a->n_out, MVM_G_WARPS), mvm_g_div_up(a->n_tok, MVM_G_TILE),
-                     MVM_G_THREADS};
+    mvm_g_shape s = {mvm_g_div_up(a->n_out, MVM_G_WARPS),
+                     mvm_g_matvec_tiles(a) * (a->n_head > 1 ? a->n_head : 1), MVM_G_THREADS};
     return s;
 }
 
