@@ -1,7 +1,7 @@
 /*
  * The supported architectures, as llama.cpp names them in GGUF and as their public
  * definitions (Hugging Face transformers: Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, DeepSeek-V2/V3,
- * Glm4Moe) compute:
+ * Glm4Moe, MiniMaxM2) compute:
  *
  *   llama     Mixtral-style experts in a llama model. RoPE on adjacent pairs (llama.cpp's
  *             converter permutes q/k so that this equals HF's rotate_half). Router softmax,
@@ -31,9 +31,18 @@
  *             The last nextn_predict_layers blocks are the multi-token-prediction head:
  *             their tensors are in the file, but, as in llama.cpp, they are not computed
  *             and their experts take no place in the expert space.
+ *   minimax-m2 MiniMax-M2 (Hugging Face's MiniMaxM2, llama.cpp's minimax-m2 graph):
+ *             grouped-query attention with RMSNorm over the whole q and k projections (as
+ *             olmoe), NEOX RoPE on the first rope.dimension_count dims of each head (64 of
+ *             128), no shared expert nor dense block, and deepseek2's routing keys: sigmoid
+ *             with a choosing bias, renormalised, unscaled. Our reading where the two
+ *             disagree: llama.cpp always renormalises and takes no default gating; here
+ *             expert_weights_norm, where a file has it, decides, and a file without
+ *             expert_gating_func gets sigmoid, the only gating MiniMax-M2 has.
  *
- * The experts' intermediate size is expert_feed_forward_length for the Qwen MoEs, deepseek2
- * and glm4moe, and feed_forward_length for llama and olmoe, as llama.cpp reads them.
+ * The experts' intermediate size is expert_feed_forward_length for the Qwen MoEs, deepseek2,
+ * glm4moe and minimax-m2, and feed_forward_length for llama and olmoe, as llama.cpp reads
+ * them.
  */
 #include <stdio.h>
 #include <string.h>
@@ -49,9 +58,13 @@ static const mvm_arch arches[] = {
     {.name = "qwen3moe", .rope_neox = 1, .norm_topk = 1, .qk_norm = MVM_QK_NORM_HEAD,
      .expert_ff_key = FF_EXP},
     {.name = "olmoe", .rope_neox = 1, .qk_norm = MVM_QK_NORM_FULL, .expert_ff_key = FF},
-    {.name = "deepseek2", .shared_expert = 2, .expert_ff_key = FF_EXP, .deepseek = 1, .lead = 1},
+    {.name = "deepseek2", .shared_expert = 2, .expert_ff_key = FF_EXP, .deepseek = 1, .lead = 1,
+     .routing = 1, .gating = 1},
     {.name = "glm4moe", .rope_neox = 1, .qkv_bias = 1, .qk_norm = MVM_QK_NORM_HEAD,
-     .shared_expert = 2, .expert_ff_key = FF_EXP, .lead = 1, .glm = 1},
+     .shared_expert = 2, .expert_ff_key = FF_EXP, .lead = 1, .glm = 1, .routing = 1,
+     .gating = 2},
+    {.name = "minimax-m2", .rope_neox = 1, .norm_topk = 1, .qk_norm = MVM_QK_NORM_FULL,
+     .expert_ff_key = FF_EXP, .routing = 1, .gating = 2},
 };
 #undef FF
 #undef FF_EXP
@@ -66,5 +79,5 @@ const mvm_arch *mvm_arch_find(const char *name)
 
 const char *mvm_arch_names(void)
 {
-    return "llama (Mixtral-style), qwen2moe, qwen3moe, olmoe, deepseek2, glm4moe";
+    return "llama (Mixtral-style), qwen2moe, qwen3moe, olmoe, deepseek2, glm4moe, minimax-m2";
 }

@@ -68,13 +68,14 @@ mvm_status mvm_spec_check(const mvm_model_spec *s)
                         "head size %u, %u kv heads of %u, %u dense blocks of %u",
                         s->ds.kv_lora, s->ds.v_dim, s->ds.n_rot, s->head_dim, s->n_head_kv,
                         s->n_head, s->ds.n_dense, s->n_layer);
-    if (a->glm && (s->ds.n_rot % 2 || s->ds.n_rot > s->head_dim ||
-                   s->ds.n_dense >= s->n_layer || (s->ds.n_dense && !s->n_ff) ||
+    if (!a->deepseek && (s->ds.n_rot % 2 || s->ds.n_rot > s->head_dim))
+        return mvm_fail(MVM_ERR_INVALID, "rope on %u dims: not even or more than the head "
+                        "size %u", s->ds.n_rot, s->head_dim);
+    if (a->glm && (s->ds.n_dense >= s->n_layer || (s->ds.n_dense && !s->n_ff) ||
                    s->ds.n_nextn > 8))
-        return mvm_fail(MVM_ERR_INVALID, "glm4moe shape: rope %u of head size %u, %u dense "
-                        "blocks of %u, %u NextN blocks (at most 8)", s->ds.n_rot, s->head_dim,
-                        s->ds.n_dense, s->n_layer, s->ds.n_nextn);
-    if (a->lead && s->ds.n_group > 1 &&
+        return mvm_fail(MVM_ERR_INVALID, "glm4moe shape: %u dense blocks of %u, %u NextN "
+                        "blocks (at most 8)", s->ds.n_dense, s->n_layer, s->ds.n_nextn);
+    if (a->routing && s->ds.n_group > 1 &&
         (s->n_expert % s->ds.n_group || !s->ds.n_group_used || s->ds.n_group_used > s->ds.n_group))
         return mvm_fail(MVM_ERR_INVALID, "%u expert groups (%u used) do not divide %u experts",
                         s->ds.n_group, s->ds.n_group_used, s->n_expert);
@@ -261,7 +262,7 @@ static int plan_tensors(struct plan *p)
         }
         /* The router stays f32, as llama.cpp's quantizer keeps ffn_gate_inp. */
         r |= add(p, INIT_ROUTER, MVM_W_F32, 2, D, E, 1, "blk.%d.ffn_gate_inp.weight", il);
-        if (a->lead && s->ds.bias)
+        if (a->routing && s->ds.bias)
             r |= add(p, INIT_BIAS, t, 1, E, 1, 1, "blk.%d.exp_probs_b.bias", il);
         r |= add(p, INIT_MATRIX, t, 3, D, F, E, "blk.%d.ffn_gate_exps.weight", il);
         r |= add(p, INIT_MATRIX, t, 3, D, F, E, "blk.%d.ffn_up_exps.weight", il);
@@ -380,15 +381,18 @@ static mvm_status write_tensor(void *ctx, uint64_t index, FILE *f)
 
 /* ---- metadata --------------------------------------------------------------------------- */
 
-/* The routing keys of deepseek2's family, as llama.cpp's converter writes them. */
+/* The routing keys of deepseek2's family and minimax-m2 (and the family's blocks), as
+ * llama.cpp's converter writes them. */
 static mvm_status write_routing_keys(mvm_gguf_writer *w, const mvm_model_spec *s)
 {
     char k[96];
     mvm_status st = MVM_OK;
 #define U32(suffix, v) (snprintf(k, sizeof k, "%s." suffix, s->arch), \
                         st = st ? st : mvm_gguf_writer_set_u32(w, k, (v)))
-    U32("leading_dense_block_count", s->ds.n_dense);
-    U32("expert_shared_count", s->ds.n_shared);
+    if (mvm_arch_find(s->arch)->lead) {
+        U32("leading_dense_block_count", s->ds.n_dense);
+        U32("expert_shared_count", s->ds.n_shared);
+    }
     snprintf(k, sizeof k, "%s.expert_weights_scale", s->arch);
     st = st ? st : mvm_gguf_writer_set_f32(w, k, s->ds.scale);
     U32("expert_gating_func", s->ds.sigmoid ? 2 : 1);
@@ -455,7 +459,7 @@ static mvm_status set_keys(const mvm_model_spec *s, mvm_gguf_writer *w)
     U32("feed_forward_length", s->n_ff);
     U32("attention.head_count", s->n_head);
     U32("attention.head_count_kv", s->n_head_kv);
-    if (a->lead)
+    if (a->routing)
         st = st ? st : write_routing_keys(w, s);
     if (a->glm && s->ds.n_nextn)
         U32("nextn_predict_layers", s->ds.n_nextn);
@@ -464,7 +468,7 @@ static mvm_status set_keys(const mvm_model_spec *s, mvm_gguf_writer *w)
     } else {
         U32("attention.key_length", s->head_dim);
         U32("attention.value_length", s->head_dim);
-        U32("rope.dimension_count", a->glm && s->ds.n_rot ? s->ds.n_rot : s->head_dim);
+        U32("rope.dimension_count", s->ds.n_rot ? s->ds.n_rot : s->head_dim);
     }
     F32("rope.freq_base", s->rope_base);
     F32("attention.layer_norm_rms_epsilon", s->rms_eps);
@@ -494,6 +498,8 @@ static enum mvm_vocab_style vocab_style(const mvm_model_spec *s)
         return MVM_VOCAB_LLAMA;
     if (strcmp(s->arch, "glm4moe") == 0)
         return MVM_VOCAB_GLM4;
+    if (strcmp(s->arch, "minimax-m2") == 0)
+        return MVM_VOCAB_MINIMAX;
     if (strcmp(s->arch, "deepseek2") == 0)
         return s->ds.kimi ? MVM_VOCAB_KIMI : s->ds.sigmoid ? MVM_VOCAB_DEEPSEEK3
                                                              : MVM_VOCAB_DEEPSEEK;

@@ -15,7 +15,8 @@
 #include "moevm/moevm.h"
 
 typedef struct mvm_model_spec {
-    char arch[16];               /* llama | qwen2moe | qwen3moe | olmoe | deepseek2 | glm4moe */
+    char arch[16];               /* llama | qwen2moe | qwen3moe | olmoe | deepseek2 | glm4moe |
+                                    minimax-m2 */
     char name[64];               /* general.name */
     uint32_t n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ctx;
     uint32_t n_ff;               /* feed_forward_length (the experts' size for llama/olmoe) */
@@ -40,7 +41,8 @@ typedef struct mvm_model_spec {
      * tensor (kv_b) or llama.cpp's newer attn_k_b and attn_v_b; yarn_log_mul for YaRN;
      * Kimi K2's vocabulary (kimi) rather than DeepSeek's. glm4moe only: n_nextn NextN
      * blocks after the n_layer (written, never computed) and the per-head QK norm (qk_norm,
-     * GLM-4.5's; Air has none); n_rot 0 is the whole head. */
+     * GLM-4.5's; Air has none); n_rot 0 is the whole head. minimax-m2 takes the routing
+     * (sigmoid, bias, norm, scale; no groups) and n_rot, no dense block nor shared expert. */
     struct {
         uint32_t n_dense, q_lora, kv_lora, n_rot, v_dim, n_shared, n_group, n_group_used;
         uint32_t n_nextn;

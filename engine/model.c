@@ -95,7 +95,7 @@ static mvm_status bind_layer(struct loader *ld, mvm_model *m, uint32_t il)
     if (mvm_ld_bind_block(ld, hp, blk, L) ||
         mvm_ld_mat(ld, NAME("ffn_gate_inp.weight"), hp->n_embd, hp->n_expert, &L->router))
         return ld->st;
-    if (ld->arch->lead && mvm_ld_find(ld, NAME("exp_probs_b.bias"), 0) &&
+    if (ld->arch->routing && mvm_ld_find(ld, NAME("exp_probs_b.bias"), 0) &&
         !(L->expert_bias = mvm_ld_vec(ld, NAME("exp_probs_b.bias"), hp->n_expert, 1)))
         return ld->st;
     if (ld->arch->shared_expert == 1 &&

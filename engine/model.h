@@ -30,8 +30,12 @@ typedef struct mvm_arch {
                                    deepseek2's ungated, expert_shared_count experts wide (2) */
     const char *expert_ff_key;  /* the key holding the experts' intermediate size */
     int deepseek;               /* deepseek2: multi-head latent attention (MLA) */
-    int lead;                   /* deepseek2's family (deepseek2, glm4moe): leading dense blocks,
-                                   and routing and shared experts described by the metadata */
+    int lead;                   /* deepseek2's family (deepseek2, glm4moe): leading dense blocks
+                                   and shared experts described by the metadata */
+    int routing;                /* the routing described by the metadata (deepseek2's keys):
+                                   deepseek2, glm4moe, minimax-m2 */
+    int gating;                 /* with `routing`: the gating a file without
+                                   expert_gating_func gets, 1 softmax or 2 sigmoid */
     int glm;                    /* glm4moe: the norm before the FFN is post_attention_norm, the
                                    per-head QK norm is optional (GLM-4.5 has it, Air not), and
                                    the trailing NextN (multi-token prediction) blocks are not

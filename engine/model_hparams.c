@@ -1,7 +1,7 @@
 /*
  * A model's hyper-parameters from its GGUF metadata, as llama.cpp reads them: the shape,
- * the rotary embedding with its context extension, deepseek2's family's routing and
- * deepseek2's latent attention (model_load.h).
+ * the rotary embedding with its context extension, deepseek2's family's blocks and routing
+ * (minimax-m2's too) and deepseek2's latent attention (model_load.h).
  */
 #include <math.h>
 #include <stdio.h>
@@ -91,23 +91,16 @@ static mvm_status read_rope(struct loader *ld, const mvm_arch *arch, mvm_hparams
 }
 
 /*
- * The keys of deepseek2's family (deepseek2, glm4moe), as llama.cpp names them: leading
- * dense blocks, shared experts and the routing. They default as llama.cpp does: for
- * DeepSeek-V2's files, which lack them, softmax, no groups, no renormalisation; glm4moe's
- * gating is sigmoid unless the file says otherwise. glm4moe's trailing NextN blocks
+ * The blocks of deepseek2's family (deepseek2, glm4moe), as llama.cpp names their keys:
+ * leading dense blocks and shared experts. glm4moe's trailing NextN blocks
  * (nextn_predict_layers) are counted out of the MoE layers.
  */
-static mvm_status read_routing(struct loader *ld, mvm_hparams *hp)
+static mvm_status read_lead(struct loader *ld, mvm_hparams *hp)
 {
-    uint32_t gating = 0, n_shared = 0, blocks = hp->n_layer;
+    uint32_t n_shared = 0, blocks = hp->n_layer;
     if (mvm_ld_u32(ld, "leading_dense_block_count", &hp->n_dense, 0) ||
         mvm_ld_u32(ld, "feed_forward_length", &hp->n_ff, hp->n_dense > 0) ||
         mvm_ld_u32(ld, "expert_shared_count", &n_shared, 0) ||
-        mvm_ld_f32(ld, "expert_weights_scale", &hp->expert_scale, 0) ||
-        mvm_ld_bool(ld, "expert_weights_norm", &hp->norm_topk) ||
-        mvm_ld_u32(ld, "expert_gating_func", &gating, 0) ||
-        mvm_ld_u32(ld, "expert_group_count", &hp->n_group, 0) ||
-        mvm_ld_u32(ld, "expert_group_used_count", &hp->n_group_used, 0) ||
         (ld->arch->glm && mvm_ld_u32(ld, "nextn_predict_layers", &hp->n_nextn, 0)))
         return ld->st;
     if ((uint64_t)hp->n_dense + hp->n_nextn >= blocks)
@@ -115,8 +108,27 @@ static mvm_status read_routing(struct loader *ld, mvm_hparams *hp)
                            "nextn_predict_layers %u leave none of the %u blocks for experts",
                            hp->n_dense, hp->n_nextn, blocks);
     hp->n_layer = blocks - hp->n_dense - hp->n_nextn;
+    hp->n_ff_shexp = n_shared; /* times the experts' size once that is known */
+    return MVM_OK;
+}
+
+/*
+ * The routing keys of deepseek2's family and minimax-m2, as llama.cpp names them. They
+ * default as llama.cpp does: for DeepSeek-V2's files, which lack them, softmax, no groups,
+ * no renormalisation; glm4moe's and minimax-m2's gating is sigmoid unless the file says
+ * otherwise (mvm_arch.gating), and minimax-m2 renormalises.
+ */
+static mvm_status read_routing(struct loader *ld, mvm_hparams *hp)
+{
+    uint32_t gating = 0;
+    if (mvm_ld_f32(ld, "expert_weights_scale", &hp->expert_scale, 0) ||
+        mvm_ld_bool(ld, "expert_weights_norm", &hp->norm_topk) ||
+        mvm_ld_u32(ld, "expert_gating_func", &gating, 0) ||
+        mvm_ld_u32(ld, "expert_group_count", &hp->n_group, 0) ||
+        mvm_ld_u32(ld, "expert_group_used_count", &hp->n_group_used, 0))
+        return ld->st;
     if (gating == 0) /* llama.cpp's "none": the architecture's own */
-        gating = ld->arch->glm ? 2 : 1;
+        gating = (uint32_t)ld->arch->gating;
     if (gating != 1 && gating != 2)
         return mvm_ld_fail(ld, MVM_ERR_UNSUPPORTED, "expert_gating_func %u: moevm computes 1 "
                            "(softmax) and 2 (sigmoid)", gating);
@@ -130,7 +142,6 @@ static mvm_status read_routing(struct loader *ld, mvm_hparams *hp)
     if (!(hp->expert_scale > 0 && hp->expert_scale < 1e4f))
         return mvm_ld_fail(ld, MVM_ERR_INVALID, "expert_weights_scale %g out of range",
                            hp->expert_scale);
-    hp->n_ff_shexp = n_shared; /* times the experts' size once that is known */
     return MVM_OK;
 }
 
@@ -195,7 +206,7 @@ mvm_status mvm_ld_hparams(struct loader *ld, mvm_hparams *hp)
                            hp->n_head_kv);
     hp->norm_topk = ld->arch->norm_topk;
     hp->expert_scale = 1.0f;
-    if (ld->arch->lead && read_routing(ld, hp))
+    if ((ld->arch->lead && read_lead(ld, hp)) || (ld->arch->routing && read_routing(ld, hp)))
         return ld->st;
     if (ld->arch->deepseek) {
         if (read_mla(ld, hp, key_len, val_len))

@@ -16,6 +16,8 @@
  *                       128 (8 kv), 128 experts x 1408, top-8, 1 shared, vocab 151552
  *   glm-4.5             GLM-4.5 (and 4.6): 92 blocks (3 dense) + 1 NextN, 5120 wide, QK
  *                       norm, 160 experts x 1536, top-8, 1 shared
+ *   minimax-m2          MiniMax-M2: 62 blocks, 3072 wide, 48 heads of 128 (8 kv), QK norm,
+ *                       RoPE on 64 dims, 256 experts x 1536, top-8 by sigmoid, vocab 200064
  */
 #include <stdio.h>
 #include <string.h>
@@ -126,6 +128,18 @@ static const mvm_preset presets[] = {
              "1 shared", "moevm tiny glm4moe", .qk_norm = 1, .scale = 2.5f),
     TINY_GLM("tiny-air", "for tests: tiny glm4moe as GLM-4.5-Air (no QK norm, x1)",
              "moevm tiny glm4moe air", .scale = 1.0f),
+    /* MiniMax-M2 (and M2.1, the same shape): 62 blocks, 48 heads of 128 over 8 kv heads
+     * with RMSNorm over the whole q and k, NEOX RoPE on 64 of each head's 128 dims (base
+     * 5e6); 256 experts x 1536, top-8 by sigmoid with a choosing bias, renormalised. The
+     * tiny one: 2 blocks, 4 heads of 32 over 2 (key_length is not 64/4), RoPE on 16. */
+    {"minimax-m2", "MiniMax-M2 shape (230B parameters, 10B active)",
+     {"minimax-m2", "MiniMax-M2-like (random weights)", 200064, 3072, 62, 48, 8, 128, 196608,
+      1536, 1536, 0, 256, 8, 5e6f, 1e-6f, 0, 0, 0, "", 0, 0,
+      {.n_rot = 64, .sigmoid = 1, .bias = 1, .norm = 1, .scale = 1.0f}}},
+    {"tiny", "for tests: 2 layers, 64 wide, 8 experts, top-2, sigmoid with a bias",
+     {"minimax-m2", "moevm tiny minimax-m2", 512, 64, 2, 4, 2, 32, 256, 128, 64, 0, 8, 2,
+      5e6f, 1e-6f, 0, 0, 0, "", 0, 0,
+      {.n_rot = 16, .sigmoid = 1, .bias = 1, .norm = 1, .scale = 1.0f}}},
 };
 
 const mvm_preset *mvm_preset_find(const char *name, const char *arch)

@@ -18,6 +18,9 @@
  *            | ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
  *            with CAP = [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]] and
  *            LOW = [\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]] (Moonshot's pat_str)
+ *   o200k:   Kimi K2's without the Han alternative, Han in CAP and LOW (it is Lo), and
+ *            " ?[^\s\p{L}\p{N}]+[\r\n/]*" (tiktoken's o200k_base: GPT-4o, gpt-oss, Llama 4,
+ *            MiniMax-M2)
  *
  * Each matcher returns the end of the match at p the way a backtracking engine finds it:
  * alternatives in order, quantifiers greedy. Two consequences that look odd but are the
@@ -33,7 +36,10 @@
  *
  * Kimi K2 is likewise Moonshot's regex as tiktoken runs it, where llama.cpp's hand-written
  * kimi-k2 matcher takes any letters as one word: "getUserName" is "get", "User", "Name"
- * here and in Kimi's tokenizer, one piece in llama.cpp's. Its (?i:) folds as Unicode's
+ * here and in Kimi's tokenizer, one piece in llama.cpp's. o200k is tiktoken's too; llama.cpp
+ * writes its CAP as "a letter but a-z" and LOW as "a letter but A-Z", which agree on ASCII
+ * and differ on cased letters elsewhere: "aÉ" is "a", "É" here and in tiktoken (É is Lu),
+ * one piece in llama.cpp. Its (?i:) folds as Unicode's
  * simple case folding does, so "'ſ" (long s) is a contraction; the other pre-tokenizers keep
  * llama.cpp's ASCII-only '[sS]'. Characters assigned after Unicode 14.0 (the tables') are
  * of no class here: Han extension H and I, for one, are symbols to tiktoken's newer tables.
@@ -348,14 +354,15 @@ static size_t match_v3(const tok_text *t, size_t p, size_t end)
 
 /* ---- Kimi K2 ------------------------------------------------------------------------- */
 
-/* The classes of Kimi K2's words: K2_CAP for [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}], K2_LOW for
- * [\p{Ll}\p{Lm}\p{Lo}\p{M}], neither holding Han. Lm, Lo and marks are in both. */
-enum { K2_CAP = 1, K2_LOW = 2 };
+/* The classes of tiktoken's words: K2_CAP for [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}], K2_LOW for
+ * [\p{Ll}\p{Lm}\p{Lo}\p{M}], with Han or (K2_NO_HAN: Kimi K2's) without. Lm, Lo and marks
+ * are in both. */
+enum { K2_CAP = 1, K2_LOW = 2, K2_NO_HAN = 4 };
 
-static unsigned k2_class(const tok_text *t, size_t i)
+static unsigned k2_class(const tok_text *t, size_t i, unsigned k)
 {
     uint8_t c = t->cls[i];
-    if ((c != TOK_LETTER && c != TOK_MARK) || tok_cp_is_han(t->cp[i]))
+    if ((c != TOK_LETTER && c != TOK_MARK) || (k & K2_NO_HAN && tok_cp_is_han(t->cp[i])))
         return 0;
     if (c == TOK_MARK)
         return K2_CAP | K2_LOW;
@@ -367,34 +374,59 @@ static unsigned k2_class(const tok_text *t, size_t i)
     return K2_CAP | K2_LOW;
 }
 
+/* k: the class (K2_CAP or K2_LOW) with K2_NO_HAN or not. */
 static size_t k2_run(const tok_text *t, size_t q, size_t end, unsigned k)
 {
-    while (q < end && k2_class(t, q) & k)
+    while (q < end && k2_class(t, q, k) & k & (K2_CAP | K2_LOW))
         q++;
     return q;
 }
 
 /* [CAP]*[LOW]+ from q: its end, or q. When no LOW follows the run of CAPs, a backtracking
  * engine gives the CAPs back one at a time until it finds one that is also a LOW (Lm, Lo,
- * a mark), which then is the word's only LOW. */
-static size_t k2_cap_low(const tok_text *t, size_t q, size_t end)
+ * a mark), which then is the word's only LOW. han: 0 or K2_NO_HAN. */
+static size_t k2_cap_low(const tok_text *t, size_t q, size_t end, unsigned han)
 {
-    size_t low = k2_run(t, q, end, K2_CAP);
-    if (low == end || !(k2_class(t, low) & K2_LOW)) {
-        while (low > q && !(k2_class(t, low - 1) & K2_LOW))
+    size_t low = k2_run(t, q, end, K2_CAP | han);
+    if (low == end || !(k2_class(t, low, han) & K2_LOW)) {
+        while (low > q && !(k2_class(t, low - 1, han) & K2_LOW))
             low--;
         if (low == q)
             return q;
         low--;
     }
-    return k2_run(t, low, end, K2_LOW);
+    return k2_run(t, low, end, K2_LOW | han);
 }
 
 /* [CAP]+[LOW]* from q: its end, or q. */
-static size_t k2_cap_word(const tok_text *t, size_t q, size_t end)
+static size_t k2_cap_word(const tok_text *t, size_t q, size_t end, unsigned han)
 {
-    size_t e = k2_run(t, q, end, K2_CAP);
-    return e == q ? q : k2_run(t, e, end, K2_LOW);
+    size_t e = k2_run(t, q, end, K2_CAP | han);
+    return e == q ? q : k2_run(t, e, end, K2_LOW | han);
+}
+
+/* The words, numbers, signs and spaces of tiktoken's two regexes: Kimi K2's (han:
+ * K2_NO_HAN, its signs followed by [\r\n]*) and o200k's (0, [\r\n/]*). */
+static size_t match_tiktoken(const tok_text *t, size_t p, size_t end, unsigned han)
+{
+    /* Each word with its [^\r\n\p{L}\p{N}]? lead first, then without; then the next. */
+    static size_t (*const words[])(const tok_text *, size_t, size_t, unsigned) = {
+        k2_cap_low, k2_cap_word};
+    int lead = !newline(t->cp[p]) && !in(t, p, LETTERS | NUMBERS) && p + 1 < end;
+    for (int i = 0; i < 2; i++) {
+        size_t e = lead ? words[i](t, p + 1, end, han) : p + 1;
+        if (e > p + 1 || (e = words[i](t, p, end, han)) > p)
+            return e + contraction(t, e, end, FOLD_UNICODE);
+    }
+    if (in(t, p, NUMBERS))
+        return run_max(t, p, end, NUMBERS, 3);
+    size_t q = after_space(t, p, end, NON_WORD); /*  ?[^\s\p{L}\p{N}]+ */
+    if (!in(t, q, NON_WORD))
+        return spaces(t, p, end, 1);
+    q = run(t, q, end, NON_WORD);
+    while (q < end && (newline(t->cp[q]) || (!han && t->cp[q] == '/')))
+        q++;
+    return q;
 }
 
 static size_t match_kimi_k2(const tok_text *t, size_t p, size_t end)
@@ -405,21 +437,12 @@ static size_t match_kimi_k2(const tok_text *t, size_t p, size_t end)
             q++;
         return q;
     }
-    /* Each word with its [^\r\n\p{L}\p{N}]? lead first, then without; then the next. */
-    static size_t (*const words[])(const tok_text *, size_t, size_t) = {k2_cap_low,
-                                                                         k2_cap_word};
-    int lead = !newline(t->cp[p]) && !in(t, p, LETTERS | NUMBERS) && p + 1 < end;
-    for (int i = 0; i < 2; i++) {
-        size_t e = lead ? words[i](t, p + 1, end) : p + 1;
-        if (e > p + 1 || (e = words[i](t, p, end)) > p)
-            return e + contraction(t, e, end, FOLD_UNICODE);
-    }
-    if (in(t, p, NUMBERS))
-        return run_max(t, p, end, NUMBERS, 3);
-    size_t q = after_space(t, p, end, NON_WORD); /*  ?[^\s\p{L}\p{N}]+[\r\n]* */
-    if (in(t, q, NON_WORD))
-        return newlines_after(t, run(t, q, end, NON_WORD), end);
-    return spaces(t, p, end, 1);
+    return match_tiktoken(t, p, end, K2_NO_HAN);
+}
+
+static size_t match_o200k(const tok_text *t, size_t p, size_t end)
+{
+    return match_tiktoken(t, p, end, 0);
 }
 
 /* ---- the table ------------------------------------------------------------------------- */
@@ -443,6 +466,7 @@ static const tok_pass deepseek3[] = {
     {match_numbers3, NULL}, {match_v3_cjk, NULL}, {match_v3, NULL},
 };
 static const tok_pass kimi_k2[] = {{match_kimi_k2, NULL}};
+static const tok_pass o200k[] = {{match_o200k, NULL}};
 
 const tok_pass *tok_pretok_passes(enum tok_pre pre, size_t *n)
 {
@@ -455,6 +479,7 @@ const tok_pass *tok_pretok_passes(enum tok_pre pre, size_t *n)
     case TOK_PRE_DEEPSEEK_CODER: return PASSES(deepseek_coder);
     case TOK_PRE_DEEPSEEK3: return PASSES(deepseek3);
     case TOK_PRE_KIMI_K2: return PASSES(kimi_k2);
+    case TOK_PRE_O200K: return PASSES(o200k);
     case TOK_PRE_GPT2: break;
     }
     return PASSES(gpt2);

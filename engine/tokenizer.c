@@ -47,6 +47,9 @@ const tok_pre_name tok_pre_names[] = {
     {"kimi-k2", TOK_PRE_KIMI_K2, 1, 0},     /* ignore_merges: tiktoken's, see tokenizer.h */
     /* GLM-4.5's: llama.cpp's CHATGLM4 regex is LLAMA3's, its contractions folded in ASCII */
     {"glm4", TOK_PRE_LLAMA3, 0, 0},         {"chatglm-bpe", TOK_PRE_LLAMA3, 0, 0},
+    /* llama.cpp's GPT4O regex, for gpt-oss and Llama 4's files and MiniMax-M2's */
+    {"gpt-4o", TOK_PRE_O200K, 0, 0},        {"llama4", TOK_PRE_O200K, 0, 0},
+    {"minimax-m2", TOK_PRE_O200K, 0, 0},
 };
 const size_t tok_pre_names_n = sizeof tok_pre_names / sizeof *tok_pre_names;
 

@@ -10,7 +10,8 @@
  *    else to the unknown token.
  *  - "gpt2": byte-level BPE. The text is cut by the pre-tokenizer regexes tokenizer.ggml.pre
  *    names (tok_regex.c: GPT-2's, llama.cpp's "default", Qwen2's, Llama 3's, DeepSeek-LLM's,
- *    DeepSeek-Coder's, DeepSeek-V3's and Kimi K2's, under the names llama.cpp gives them),
+ *    DeepSeek-Coder's, DeepSeek-V3's, Kimi K2's and o200k, under the names llama.cpp gives
+ *    them),
  *    each piece's bytes become GPT-2's byte-level symbols and tokenizer.ggml.merges are
  *    applied lowest rank first (ties: the leftmost pair). Llama 3's names also take a piece
  *    that is a token as that token (llama.cpp's ignore_merges) and add BOS by default.
@@ -45,6 +46,10 @@
  *    capitals ("getUserName" is three pieces) where llama.cpp's matcher keeps any letters
  *    together. It also ignores merges, as tiktoken takes a piece that is a token as that
  *    token (llama.cpp applies the merges, which the converter derived from the same ranks).
+ *  - o200k ("gpt-4o", "llama4", "minimax-m2": gpt-oss, Llama 4, MiniMax-M2) is tiktoken's
+ *    regex with Unicode's letter cases, where llama.cpp's rewrite takes "a letter but A-Z"
+ *    as lower case and "a letter but a-z" as upper case: they differ only on cased letters
+ *    outside ASCII ("aÉ" is "a", "É" here and in tiktoken, one piece in llama.cpp).
  *  - A BPE token character outside the byte-level alphabet decodes to its own UTF-8 bytes
  *    (llama.cpp writes "[UNK_BYTE_0x..]").
  *  - Code points are classified by tables generated from Unicode 14.0 (llama.cpp's are

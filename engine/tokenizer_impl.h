@@ -63,6 +63,7 @@ enum tok_pre {
     TOK_PRE_DEEPSEEK_CODER, /* DeepSeek-Coder's five */
     TOK_PRE_DEEPSEEK3,      /* DeepSeek-V3's three */
     TOK_PRE_KIMI_K2,        /* Kimi K2's: Han runs, words split at capitals (keep last) */
+    TOK_PRE_O200K,          /* tiktoken's o200k_base: Kimi K2's with Han as letters */
 };
 
 /* A text as the regexes see it: its code points and their classes. */

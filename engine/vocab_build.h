@@ -33,6 +33,10 @@
  *    learned tokens, then <|endoftext|> (EOS and padding), [gMASK] (BOS, not added: GLM's
  *    chat template writes "[gMASK]<sop>" itself, and llama.cpp adds none for glm4) and
  *    <sop>.
+ *  - MVM_VOCAB_MINIMAX, byte-level BPE (model "gpt2", pre "minimax-m2", tiktoken's o200k
+ *    regex, as MiniMax-M2's files): bytes, learned tokens, then ]~!b[ (BOS, not added:
+ *    MiniMax-M2's chat template writes it first itself), [e~[ (EOS and padding) and ]!d~[
+ *    (its unknown-token text, unused by byte-level BPE).
  */
 #ifndef MVM_ENGINE_VOCAB_BUILD_H
 #define MVM_ENGINE_VOCAB_BUILD_H
@@ -51,6 +55,7 @@ enum mvm_vocab_style {
     MVM_VOCAB_DEEPSEEK3,
     MVM_VOCAB_KIMI,
     MVM_VOCAB_GLM4,
+    MVM_VOCAB_MINIMAX,
 };
 
 #define MVM_VOCAB_MAX_LEARNED 8000

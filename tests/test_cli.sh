@@ -66,6 +66,10 @@ expect 0 'prefill 1 token' -- "$moevm" run -m "$tmp/k2.gguf" -p "x" -n 1
 "$moevm" mkmodel --arch glm4moe -o "$tmp/glm.gguf" >/dev/null
 expect 0 '\(glm4moe\), 2 layers \(\+1 dense, NextN not computed\), 8 experts top-2' -- "$moevm" run -m "$tmp/glm.gguf" -p "x" -n 4
 expect 0 'prefill 1 token' -- "$moevm" run -m "$tmp/glm.gguf" -p "x" -n 1
+# MiniMax-M2's (pre-tokenizer minimax-m2, o200k's regex) adds none either.
+"$moevm" mkmodel --arch minimax-m2 -o "$tmp/mm2.gguf" >/dev/null
+expect 0 '\(minimax-m2\), 2 layers, 8 experts top-2' -- "$moevm" run -m "$tmp/mm2.gguf" -p "x" -n 4
+expect 0 'prefill 1 token' -- "$moevm" run -m "$tmp/mm2.gguf" -p "x" -n 1
 # tokenize: the ids and pieces (BOS by its name), or only the ids for run --tokens.
 expect 0 "^ +[0-9]+ 'x'\$" -- "$moevm" tokenize -m "$tmp/ds3.gguf" -p "x"
 expect 0 '^ +[0-9]+ <.*begin.*of.*sentence' -- "$moevm" tokenize -m "$tmp/ds3.gguf" -p "x"

@@ -23,7 +23,8 @@
 
 static char dir[64];
 static mvm_pool *pool; /* 2 threads, shared by the tests that do not choose their own */
-static const char *arches[] = {"llama", "qwen2moe", "qwen3moe", "olmoe", "deepseek2", "glm4moe"};
+static const char *arches[] = {"llama",     "qwen2moe", "qwen3moe",  "olmoe",
+                               "deepseek2", "glm4moe",  "minimax-m2"};
 #define N_ARCHES (sizeof arches / sizeof *arches)
 
 static const char *in_dir(const char *name)
@@ -531,6 +532,33 @@ static void test_load_glm(void)
     mvm_model_free(m);
 }
 
+/* minimax-m2 (tiny): RMSNorm over the whole q and k, partial RoPE, sigmoid routing with a
+ * bias, renormalised and unscaled, no dense block nor shared expert; without
+ * expert_gating_func and expert_weights_norm its router is still sigmoid and renormalised. */
+static void test_load_minimax(void)
+{
+    mvm_model *m = NULL;
+    CHECK_ST(load(tiny_path("minimax-m2", MVM_W_F32), NULL, pool, &m), MVM_OK);
+    if (m) {
+        CHECK(m->hp.n_layer == 2 && m->hp.n_dense == 0 && m->hp.rope.n_rot == 16 &&
+              m->hp.rope.neox && m->hp.head_dim == 32 && m->hp.n_ff_shexp == 0);
+        CHECK(m->hp.sigmoid_gate && m->hp.norm_topk && m->hp.expert_scale == 1.0f &&
+              m->hp.n_group == 0 && m->layers[1].expert_bias && m->layers[1].q_norm &&
+              m->layers[1].k_norm && !m->layers[1].bq && !m->dense);
+    }
+    mvm_model_free(m);
+    const char *dst = in_dir("minimax-mutant.gguf");
+    write_mutant(tiny_path("minimax-m2", MVM_W_F32), dst,
+                 &(struct mutation){.key = "minimax-m2.expert_gating_func", .drop_key = 1});
+    const char *dst2 = in_dir("minimax-mutant2.gguf");
+    write_mutant(dst, dst2,
+                 &(struct mutation){.key = "minimax-m2.expert_weights_norm", .drop_key = 1});
+    m = NULL;
+    CHECK_ST(load(dst2, NULL, pool, &m), MVM_OK);
+    CHECK(m && m->hp.sigmoid_gate && m->hp.norm_topk);
+    mvm_model_free(m);
+}
+
 static void test_ctx_errors(void)
 {
     mvm_model *m;
@@ -675,6 +703,7 @@ int main(void)
     RUN(test_split_model);
     RUN(test_probe_deepseek);
     RUN(test_load_glm);
+    RUN(test_load_minimax);
     mvm_pool_destroy(pool);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -193,6 +193,12 @@ static void test_pretok_chained(void)
     CHECK_SPLIT(TOK_PRE_KIMI_K2, "ABC\xCC\x81" "DE \xE4\xBA\xBA\xE3\x80\x85\xE3\x80\x87" "1",
                 "ABC\xCC\x81|DE| |\xE4\xBA\xBA\xE3\x80\x85\xE3\x80\x87|1");
     CHECK_SPLIT(TOK_PRE_KIMI_K2, "x  \n\n y\t\tz ", "x|  \n\n| y|\t|\tz| ");
+    /* o200k: Kimi K2's words with Han as letters (Lo: in both classes, so a Han run takes
+     * the capital after it), and signs take the slashes and newlines after them. */
+    CHECK_SPLIT(TOK_PRE_O200K, "getUserName \xE4\xB8\xAD\xE6\x96\x87" "Ab 12345",
+                "get|User|Name| \xE4\xB8\xAD\xE6\x96\x87" "Ab| |123|45");
+    CHECK_SPLIT(TOK_PRE_O200K, "a */\n/b x//y", "a| */\n/|b| x|//|y");
+    CHECK_SPLIT(TOK_PRE_KIMI_K2, "a */\n/b", "a| */\n|/b");
 }
 
 static void test_byte_alphabet(void)
@@ -491,6 +497,16 @@ static void test_bpe_known(void)
             mvm_tokenizer_free(t);
         }
     }
+    /* gpt-oss's, Llama 4's and MiniMax-M2's o200k regex: merges applied, no BOS. */
+    static const char *const o200k[] = {"gpt-4o", "llama4", "minimax-m2"};
+    for (size_t i = 0; i < 3; i++) {
+        CHECK_ST(load_from(bpe_writer(o200k[i]), &t), MVM_OK);
+        if (t) {
+            CHECK(t->pre == TOK_PRE_O200K);
+            ENCODES(t, "hel", 1, HE, 'l');
+            mvm_tokenizer_free(t);
+        }
+    }
     /* Kimi K2 ignores merges too (tiktoken's shortcut), but adds no BOS by default. */
     CHECK_ST(load_from(bpe_writer("kimi-k2"), &t), MVM_OK);
     if (t) {
@@ -730,7 +746,8 @@ static double corpus_ratio(const mvm_tokenizer *t)
 
 static void check_built(enum mvm_vocab_style style, uint32_t n_vocab, int full)
 {
-    static const char *const names[] = {"llama", "qwen2", "olmo", "dsv2", "dsv3", "kimi", "glm4"};
+    static const char *const names[] = {"llama", "qwen2", "olmo", "dsv2",
+                                        "dsv3",  "kimi",  "glm4", "mm2"};
     mvm_vocab v;
     double t0 = now_s();
     CHECK_ST(mvm_vocab_build(style, n_vocab, &v), MVM_OK);
@@ -769,7 +786,7 @@ static void check_built(enum mvm_vocab_style style, uint32_t n_vocab, int full)
 
 static void test_built(void)
 {
-    for (int s = MVM_VOCAB_LLAMA; s <= MVM_VOCAB_GLM4; s++) {
+    for (int s = MVM_VOCAB_LLAMA; s <= MVM_VOCAB_MINIMAX; s++) {
         check_built((enum mvm_vocab_style)s, 512, 1);
         check_built((enum mvm_vocab_style)s, 151936, s <= MVM_VOCAB_OLMO);
     }
@@ -779,6 +796,7 @@ static void test_built(void)
     check_built(MVM_VOCAB_DEEPSEEK3, 129280, 1);
     check_built(MVM_VOCAB_KIMI, 163840, 1);
     check_built(MVM_VOCAB_GLM4, 151552, 1);
+    check_built(MVM_VOCAB_MINIMAX, 200064, 1);
     /* The smallest vocabularies: bytes and specials only, still round-tripping. */
     mvm_vocab v;
     CHECK_ST(mvm_vocab_build(MVM_VOCAB_LLAMA, 259, &v), MVM_ERR_INVALID);
@@ -808,7 +826,7 @@ static void test_built(void)
 /* Two builds give the same vocabulary, token for token and merge for merge. */
 static void test_built_deterministic(void)
 {
-    for (int style = MVM_VOCAB_LLAMA; style <= MVM_VOCAB_GLM4; style++) {
+    for (int style = MVM_VOCAB_LLAMA; style <= MVM_VOCAB_MINIMAX; style++) {
         mvm_vocab a, b;
         CHECK_ST(mvm_vocab_build((enum mvm_vocab_style)style, 4096, &a), MVM_OK);
         CHECK_ST(mvm_vocab_build((enum mvm_vocab_style)style, 4096, &b), MVM_OK);
@@ -902,6 +920,19 @@ static void test_built_specials(void)
         size_t n;
         CHECK_ST(mvm_tokenizer_encode(t, "1776", 4, 1, ids, 8, &n), MVM_OK);
         CHECK(n >= 1 && ids[0] != v.bos);
+        mvm_tokenizer_free(t);
+    }
+    mvm_vocab_free(&v);
+    /* MiniMax-M2's adds no BOS (its chat template writes ]~!b[ first), ends with [e~[,
+     * and pre-tokenizes with o200k's regex, merges applied. */
+    CHECK_ST(mvm_vocab_build(MVM_VOCAB_MINIMAX, 200064, &v), MVM_OK);
+    t = v.tokens ? load_built(&v) : NULL;
+    if (t) {
+        CHECK(strcmp(v.pre, "minimax-m2") == 0 && !v.add_bos && v.pad == v.eos);
+        CHECK(strcmp(v.tokens[v.bos], "]~!b[") == 0 && strcmp(v.tokens[v.eos], "[e~[") == 0 &&
+              strcmp(v.tokens[v.eos + 1], "]!d~[") == 0);
+        CHECK(mvm_tokenizer_is_eog(t, v.eos) && !mvm_tokenizer_is_eog(t, v.bos));
+        CHECK(t->pre == TOK_PRE_O200K && !t->ignore_merges && !t->add_bos);
         mvm_tokenizer_free(t);
     }
     mvm_vocab_free(&v);

@@ -65,7 +65,7 @@
 const char *mvm_trace_gen_shape_names(void)
 {
     return "mixtral-8x7b, qwen3-30b-a3b, qwen1.5-moe-a2.7b, olmoe-1b-7b, deepseek-v2-lite, "
-           "deepseek-v3, kimi-k2, glm-4.5-air, glm-4.5";
+           "deepseek-v3, kimi-k2, glm-4.5-air, glm-4.5, minimax-m2";
 }
 
 static void set_shape(mvm_trace_gen *g, const char *name, const char *arch, const uint32_t v[5],
@@ -87,7 +87,7 @@ mvm_status mvm_trace_gen_set_shape(mvm_trace_gen *g, const char *shape)
         const mvm_arch *a = mvm_arch_find(s->arch);
         const uint32_t v[5] = {s->n_layer - (a->lead ? s->ds.n_dense : 0), s->n_expert,
                                s->n_expert_used, s->n_embd, mvm_spec_expert_ff(s)};
-        set_shape(g, p->name, s->arch, v, a->lead ? s->ds.norm : a->norm_topk);
+        set_shape(g, p->name, s->arch, v, a->routing ? s->ds.norm : a->norm_topk);
         return MVM_OK;
     }
     /* "L,E,K[,EMBD,FF]": decimal numbers in 1..2^24 (a bound that keeps every array size and

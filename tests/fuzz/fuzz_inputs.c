@@ -203,7 +203,7 @@ static void pretok_text(const uint8_t *data, size_t size)
 {
     if (size == 0)
         return;
-    enum tok_pre pre = (enum tok_pre)(data[0] % (TOK_PRE_KIMI_K2 + 1));
+    enum tok_pre pre = (enum tok_pre)(data[0] % (TOK_PRE_O200K + 1));
     const uint8_t *s = data + 1;
     size_t n = size - 1;
     tok_pieces p = {0};

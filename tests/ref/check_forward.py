@@ -6,8 +6,8 @@ The engine computes where its environment puts the experts (MOEVM_BACKEND): CTes
 twice, on the CPU and on the device forward pass over tests/fakecuda with the kernels
 emulated (ref_forward_cuda), every architecture, type and variant both times.
 
-For each architecture (llama = Mixtral, qwen2moe, qwen3moe, olmoe, deepseek2, glm4moe)
-and weight type (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_K, q3_K, q4_K_M),
+For each architecture (llama = Mixtral, qwen2moe, qwen3moe, olmoe, deepseek2, glm4moe,
+minimax-m2) and weight type (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_K, q3_K, q4_K_M),
 and for the VARIANTS (RoPE scaling, deepseek2's other kinds, GLM-4.5-Air) at f32 and q8_0: `moevm mkmodel
 --preset tiny` writes a model, `moevm run` prefills
 three random prompts (1, 5 and 12 tokens) and greedily generates 4 tokens, writing every
@@ -54,7 +54,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gguf_read  # noqa: E402
 import moe_ref  # noqa: E402
 
-ARCHS = ("llama", "qwen2moe", "qwen3moe", "olmoe", "deepseek2", "glm4moe")
+ARCHS = ("llama", "qwen2moe", "qwen3moe", "olmoe", "deepseek2", "glm4moe", "minimax-m2")
 TYPES = {"f32": gguf_read.GGML_F32, "f16": gguf_read.GGML_F16, "bf16": gguf_read.GGML_BF16,
          "q8_0": gguf_read.GGML_Q8_0, "q4_0": gguf_read.GGML_Q4_0,
          "q4_1": gguf_read.GGML_Q4_1, "q5_0": gguf_read.GGML_Q5_0,
@@ -296,8 +296,8 @@ def sensitivity(model, wtype, seqs):
         bugs["expert bias ignored"] = without(model, "exp_probs_b.bias")
     if model.cfg.n_rot < model.cfg.head_dim and not r.mla:
         bugs["rope on the whole head"] = model.replace(n_rot=model.cfg.head_dim)
-    if r.glm and "blk.0.attn_q_norm.weight" in model.w:
-        bugs["QK norm ignored"] = without(model, "attn_q_norm.weight", "attn_k_norm.weight")
+    if r.qk_norm and "blk.0.attn_q_norm.weight" in model.w:
+        bugs["QK norm ignored"] = model.replace(qk_norm="")
     if model.cfg.n_nextn:
         bugs["NextN block computed"] = model.replace(n_layer=model.cfg.n_layer +
                                                      model.cfg.n_nextn)

@@ -101,6 +101,9 @@ def patterns():
     low = body(runs_of(lambda cp: not HAN[cp] and (CATEGORY[cp] in ("Ll", "Lm", "Lo")
                                                    or MAJOR[cp] == "M")))
     k2_tail = "(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    # o200k (tiktoken's o200k_base): the same words with Han among the letters
+    o_cap = body(runs_of(lambda cp: CATEGORY[cp] in ("Lu", "Lt", "Lm", "Lo") or MAJOR[cp] == "M"))
+    o_low = body(runs_of(lambda cp: CATEGORY[cp] in ("Ll", "Lm", "Lo") or MAJOR[cp] == "M"))
     return {
         "gpt2": [gpt2],
         "default": [f"[{P}\\$\\+<=>\\^~\\|]+", gpt2, f"[{N}]+", "[0-9][0-9][0-9]"],
@@ -116,6 +119,9 @@ def patterns():
         "kimi-k2": [f"[{han}]+|[^\\r\\n{L}{N}]?[{cap}]*[{low}]+{k2_tail}"
                     f"|[^\\r\\n{L}{N}]?[{cap}]+[{low}]*{k2_tail}|[{N}]{{1,3}}"
                     f"| ?[^{ws}{L}{N}]+[\\r\\n]*|{s}*[\\r\\n]+|{s}+(?!{nots})|{s}+"],
+        "gpt-4o": [f"[^\\r\\n{L}{N}]?[{o_cap}]*[{o_low}]+{k2_tail}"
+                   f"|[^\\r\\n{L}{N}]?[{o_cap}]+[{o_low}]*{k2_tail}|[{N}]{{1,3}}"
+                   f"| ?[^{ws}{L}{N}]+[\\r\\n/]*|{s}*[\\r\\n]+|{s}+(?!{nots})|{s}+"],
     }
 
 
@@ -174,7 +180,8 @@ def random_text(rng, anywhere):
             out.append(rng.choice(("'s", "'LL", "'ve", "  ", "\r\n", "123456", " 12", "Hello",
                                    " world", "~~", " ~~", "(x", "a.b", "中文字", "한국어",
                                    "getUserName", "HTTPServer", "iPhone", "ABC", "'S",
-                                   "'\u017f", "e\u0301", "Ǆǅǆ", "日本語テキスト")))
+                                   "'\u017f", "e\u0301", "Ǆǅǆ", "日本語テキスト", " */\n/",
+                                   "aÉ", "中Ab")))
         else:
             out.append(rng.choice(POOL))
     return "".join(out)

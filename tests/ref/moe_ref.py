@@ -35,7 +35,9 @@ class ArchRules:
     shared_expert: bool  # sigmoid-gated shared expert added to the MoE output (Qwen2-MoE)
     mla: bool = False    # DeepSeek-V2/V3: multi-head latent attention
     lead: bool = False   # DeepSeek's family (deepseek2, glm4moe): leading dense blocks,
-                         # ungated shared experts, routing from the metadata
+                         # ungated shared experts
+    routing: bool = False  # the routing from the metadata (DeepSeek's family, MiniMax-M2),
+    gating: int = 1        # by default softmax (1) or sigmoid (2)
     glm: bool = False    # GLM-4.5: post_attention_norm before the FFN, QK norm only where
                          # the file has it, trailing NextN blocks not computed
 
@@ -60,12 +62,17 @@ ARCHS = {
     # deepseek2): the rope part of q and k rotated on adjacent pairs (the HF code
     # de-interleaves before rotate_half); norm_topk from expert_weights_norm.
     "deepseek2": ArchRules(rope_neox=False, norm_topk=False, qkv_bias=False, qk_norm="",
-                           shared_expert=False, mla=True, lead=True),
+                           shared_expert=False, mla=True, lead=True, routing=True),
     # GLM-4.5 as Hugging Face's Glm4Moe computes it: q/k/v biases, per-head QK norm
     # (use_qk_norm) before rotate_half on the first partial_rotary_factor of each head;
     # DeepSeek-V3's router (Glm4MoeTopkRouter); norm_topk from expert_weights_norm.
     "glm4moe": ArchRules(rope_neox=True, norm_topk=False, qkv_bias=True, qk_norm="head",
-                         shared_expert=False, lead=True, glm=True),
+                         shared_expert=False, lead=True, glm=True, routing=True, gating=2),
+    # MiniMax-M2 as Hugging Face's MiniMaxM2 computes it: RMSNorm over the flattened q and
+    # k (use_qk_norm) before rotate_half on the first rotary_dim of each head; sigmoid
+    # scores plus e_score_correction_bias to choose, the scores renormalised.
+    "minimax-m2": ArchRules(rope_neox=True, norm_topk=True, qkv_bias=False, qk_norm="full",
+                            shared_expert=False, routing=True, gating=2),
 }
 
 
@@ -198,6 +205,8 @@ def expected_tensors(cfg, n_layer, w=()):
         names |= {f"blk.{il}.{n}.weight" for n in per_layer}
         if r.qkv_bias:
             names |= {f"blk.{il}.attn_{n}.bias" for n in "qkv"}
+        if r.routing and f"blk.{il}.exp_probs_b.bias" in w:
+            names.add(f"blk.{il}.exp_probs_b.bias")
     return names
 
 
@@ -221,17 +230,19 @@ def _rope_scaling(meta, arch):
 
 
 def _routing_config(cfg, meta):
-    """The keys of DeepSeek's family (llama.cpp's names): leading dense blocks and the
-    routing, by softmax or sigmoid (glm4moe's default) in groups ranked by their best
-    expert with softmax, their best two with sigmoid; glm4moe's NextN blocks counted out."""
+    """The routing keys of DeepSeek's family and MiniMax-M2 (llama.cpp's names): softmax or
+    sigmoid (the architecture's default where the file has no expert_gating_func) in groups
+    ranked by their best expert with softmax, their best two with sigmoid; renormalised as
+    expert_weights_norm says (else the architecture's way); and the family's leading dense
+    blocks, with glm4moe's NextN blocks counted out."""
     a = cfg.arch + "."
-    gating = meta.get(a + "expert_gating_func", 0) or (2 if cfg.rules.glm else 1)
+    gating = meta.get(a + "expert_gating_func", 0) or cfg.rules.gating
     n_nextn = meta.get(a + "nextn_predict_layers", 0) if cfg.rules.glm else 0
     rules = dataclasses.replace(cfg.rules, norm_topk=bool(meta.get(a + "expert_weights_norm",
-                                                                   False)))
+                                                                   cfg.rules.norm_topk)))
     return dataclasses.replace(
         cfg, rules=rules, n_layer=cfg.n_layer - n_nextn, n_nextn=n_nextn,
-        n_dense=meta.get(a + "leading_dense_block_count", 0),
+        n_dense=meta.get(a + "leading_dense_block_count", 0) if cfg.rules.lead else 0,
         sigmoid_gate=gating == 2,
         n_group=meta.get(a + "expert_group_count", 0),
         n_group_used=meta.get(a + "expert_group_used_count", 0),
@@ -283,7 +294,7 @@ def load_model(path):
         n_expert_used=_key(meta, f"{arch}.expert_used_count"),
         rules=ARCHS[arch],
     )
-    if cfg.rules.lead:
+    if cfg.rules.routing:
         cfg = _routing_config(cfg, meta)
     if cfg.rules.mla:
         cfg = _mla_config(cfg, meta)

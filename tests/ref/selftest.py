@@ -363,10 +363,10 @@ def test_reader_rejects(tmp):
         raise AssertionError(f"reader accepted a file with a bad {what}")
 
 
-# The architectures whose files this script writes itself (the classic tensor set);
-# deepseek2's and glm4moe's are written by moevm mkmodel and checked against the engine by
-# check_forward.
-BUILT = [a for a, r in moe_ref.ARCHS.items() if not r.lead]
+# The architectures whose files this script writes itself (the classic tensor set and
+# softmax routing); deepseek2's, glm4moe's and minimax-m2's are written by moevm mkmodel and
+# checked against the engine by check_forward.
+BUILT = [a for a, r in moe_ref.ARCHS.items() if not r.routing]
 
 
 def _model(tmp, arch, seed=7, wtype="f32", w=None):
