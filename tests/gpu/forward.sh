@@ -11,7 +11,8 @@
 #      then with the assign modules greedy (experts also on the CPU threads) and gpu's
 #      zero-copy, and at a tenth of the bytes (rounds without HOST_NUMA) with and without
 #      greedy; and the same model as Q4_K_M on the CPU and the GPU (full and half budget);
-#      then DeepSeek-V2-Lite's shape (8 blocks) and GLM-4.5-Air's (3) on the CPU and the GPU;
+#      then DeepSeek-V2-Lite's shape (8 blocks), GLM-4.5-Air's (3) and MiniMax-M2's (3) on
+#      the CPU and the GPU;
 #   4. `moevm calibrate` of that model on the GPU, and greedy at half the budget again with
 #      the measured costs (--cost) instead of the h100 preset's.
 # With $OUT set, the output is also written to $OUT/gpu_forward.txt. Results go into
@@ -54,26 +55,24 @@ mkdir -p "$work"
     run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=50% MOEVM_ASSIGN=gpu MOEVM_ASSIGN_ARGS=zerocopy=1
     run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=10%
     run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=10% MOEVM_ASSIGN=greedy
+    # a model on the CPU, then on the GPU with all its experts' bytes and with half
+    cpu_gpu_half() { for env in MOEVM_BACKEND=host "MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=100%" \
+        "MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=50%"; do
+        echo "-- $2 $env"
+        env $env "$moevm" run -m "$1" -p "The history of the" -n 64 --temp 0 --batch 32 \
+            2>&1 >/dev/null | tail -n 3
+    done; }
     echo "== 3b. speed, $preset q4_K_M (the K-quant kernels)"
     kmodel="$work/$preset-q4_K_M.gguf"
     [[ -f "$kmodel" ]] || "$moevm" mkmodel --preset "$preset" --type q4_K_M -o "$kmodel"
-    for env in MOEVM_BACKEND=host "MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=100%" \
-        "MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=50%"; do
-        echo "-- $env"
-        env $env "$moevm" run -m "$kmodel" -p "The history of the" -n 64 --temp 0 \
-            --batch 32 2>&1 >/dev/null | tail -n 3
-    done
-    echo "== 3c. speed, deepseek2 and glm4moe shapes (latent attention, dense blocks first)"
-    for spec in deepseek-v2-lite:8 glm-4.5-air:3; do
+    cpu_gpu_half "$kmodel" q4_K_M
+    echo "== 3c. speed, deepseek2, glm4moe and minimax-m2 shapes (latent attention, dense"
+    echo "   blocks first, QK norm over the whole q and k)"
+    for spec in deepseek-v2-lite:8 glm-4.5-air:3 minimax-m2:3; do
         lmodel="$work/${spec%%:*}-${spec##*:}.gguf"
         [[ -f "$lmodel" ]] || "$moevm" mkmodel --preset "${spec%%:*}" --layers "${spec##*:}" \
             --type q8_0 -o "$lmodel"
-        for env in MOEVM_BACKEND=host "MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=100%" \
-            "MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=50%"; do
-            echo "-- $spec $env"
-            env $env "$moevm" run -m "$lmodel" -p "The history of the" -n 64 --temp 0 \
-                --batch 32 2>&1 >/dev/null | tail -n 3
-        done
+        cpu_gpu_half "$lmodel" "$spec"
     done
     echo "== 4. calibrate, then greedy with the measured costs"
     MOEVM_BACKEND=cuda "$moevm" calibrate -m "$model" -o "$work/cost.json"
