@@ -1,7 +1,7 @@
 /*
  * The supported architectures, as llama.cpp names them in GGUF and as their public
  * definitions (Hugging Face transformers: Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, DeepSeek-V2/V3,
- * Glm4Moe, MiniMaxM2) compute:
+ * Glm4Moe, MiniMaxM2, GptOss) compute:
  *
  *   llama     Mixtral-style experts in a llama model. RoPE on adjacent pairs (llama.cpp's
  *             converter permutes q/k so that this equals HF's rotate_half). Router softmax,
@@ -39,10 +39,23 @@
  *             disagree: llama.cpp always renormalises and takes no default gating; here
  *             expert_weights_norm, where a file has it, decides, and a file without
  *             expert_gating_func gets sigmoid, the only gating MiniMax-M2 has.
+ *   gpt-oss   OpenAI's gpt-oss-20b and -120b (Hugging Face's GptOss, llama.cpp's openai-moe
+ *             graph): grouped-query attention with q/k/v/o biases, NEOX RoPE with the file's
+ *             YaRN, a learned sink logit per head in each softmax (attn_sinks), and a window
+ *             of attention.sliding_window positions on the blocks with an even index (llama.cpp's
+ *             swa pattern 2: a query at t sees keys at t - window + 1 .. t), the others
+ *             attending over the whole context; the FFN after post_attention_norm; a router
+ *             with a bias, top-k of its logits weighted by the softmax over those k
+ *             (llama.cpp's SOFTMAX_WEIGHT: computed here as the softmax over all experts,
+ *             renormalised, which is the same); experts with gate, up and down biases and the
+ *             clamped SwiGLU (MVM_GLU_OAI; alpha 1.702 and limit 7 are not in the file, as
+ *             llama.cpp hard-codes them). Our reading where Hugging Face and llama.cpp differ:
+ *             YaRN's ramp ends are floored and ceiled as llama.cpp does (gpt-oss's config says
+ *             truncate: false).
  *
  * The experts' intermediate size is expert_feed_forward_length for the Qwen MoEs, deepseek2,
- * glm4moe and minimax-m2, and feed_forward_length for llama and olmoe, as llama.cpp reads
- * them.
+ * glm4moe, minimax-m2 and gpt-oss, and feed_forward_length for llama and olmoe, as llama.cpp
+ * reads them.
  */
 #include <stdio.h>
 #include <string.h>
@@ -62,9 +75,11 @@ static const mvm_arch arches[] = {
      .routing = 1, .gating = 1},
     {.name = "glm4moe", .rope_neox = 1, .qkv_bias = 1, .qk_norm = MVM_QK_NORM_HEAD,
      .shared_expert = 2, .expert_ff_key = FF_EXP, .lead = 1, .glm = 1, .routing = 1,
-     .gating = 2},
+     .gating = 2, .post_norm = 1},
     {.name = "minimax-m2", .rope_neox = 1, .norm_topk = 1, .qk_norm = MVM_QK_NORM_FULL,
      .expert_ff_key = FF_EXP, .routing = 1, .gating = 2},
+    {.name = "gpt-oss", .rope_neox = 1, .norm_topk = 1, .qkv_bias = 1, .expert_ff_key = FF_EXP,
+     .post_norm = 1, .oai = 1},
 };
 #undef FF
 #undef FF_EXP
@@ -79,5 +94,6 @@ const mvm_arch *mvm_arch_find(const char *name)
 
 const char *mvm_arch_names(void)
 {
-    return "llama (Mixtral-style), qwen2moe, qwen3moe, olmoe, deepseek2, glm4moe, minimax-m2";
+    return "llama (Mixtral-style), qwen2moe, qwen3moe, olmoe, deepseek2, glm4moe, minimax-m2, "
+           "gpt-oss";
 }

@@ -123,6 +123,11 @@ static void experts_run(void *p, int t, int nth)
             mvm_k_expert_ffn_batch(x->fmt, w, hp->n_embd,
                                    x->gact + r0 * x->act_stride, x->act_stride, s->row_w + r0,
                                    nr, tout + (size_t)r0 * hp->n_embd, hp->n_embd, g0, g1);
+        /* gpt-oss's down bias, weighted, once per row: with the expert's first groups */
+        const float *bd = x->m->layers[x->layer].down_bias;
+        for (uint32_t r = r0; bd && g0 == 0 && r < r0 + nr; r++)
+            for (uint32_t d = 0; d < hp->n_embd; d++)
+                tout[(size_t)r * hp->n_embd + d] += s->row_w[r] * bd[(size_t)e * hp->n_embd + d];
     }
 }
 

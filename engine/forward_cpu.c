@@ -3,8 +3,9 @@
  * every layer as
  *   attention:  x += Wo · attn(rope(norm_qk(Wq·h)), rope(norm_qk(Wk·h)), Wv·h),  h = rms(x)
  *   MoE:        x += Σ_selected w_e · expert_e(h) [+ [sigmoid(g·h) ·] shared(h)],  h = rms(x)
- * with the architecture's variations (arch.c): deepseek2's latent attention (below), and
- * deepseek2's and glm4moe's leading blocks with a dense FFN in place of the experts.
+ * with the architecture's variations (arch.c): deepseek2's latent attention (below),
+ * deepseek2's and glm4moe's leading blocks with a dense FFN in place of the experts, and
+ * gpt-oss's sinks, windows and biases.
  * Matrix products are split by rows across the pool; attention by (token, head); the
  * experts as experts_cpu.h says. Work is handed out statically (unit u to thread u mod n),
  * so a run is bitwise reproducible for a given thread count: greedy decoding is
@@ -185,6 +186,7 @@ static void qk_norm_rope(struct cpu_fwd *c, const mvm_layer *L, uint32_t n, uint
 
 struct attn_job {
     struct cpu_fwd *c;
+    const mvm_layer *L;
     const float *kc, *vc; /* this layer's cache */
     uint32_t n, pos0;
 };
@@ -200,9 +202,14 @@ static void attn_run(void *p, int t, int nth)
     mvm_pool_split((size_t)j->n * hp->n_head, t, nth, &u0, &u1);
     for (size_t u = u0; u < u1; u++) {
         uint32_t i = (uint32_t)(u / hp->n_head), h = (uint32_t)(u % hp->n_head);
-        size_t kvo = (size_t)(h / group) * hp->head_dim;
+        /* positions first..pos0+i: all of them, or the window's last swa */
+        uint32_t n_pos = j->pos0 + i + 1, first = 0;
+        if (j->L->swa && n_pos > j->L->swa)
+            first = n_pos - j->L->swa;
+        size_t kvo = (size_t)first * c->kv_dim + (size_t)(h / group) * hp->head_dim;
         mvm_k_attn_head(c->q + (size_t)i * c->q_dim + (size_t)h * hp->head_dim, j->kc + kvo,
-                        j->vc + kvo, c->kv_dim, j->pos0 + i + 1, hp->head_dim, scale,
+                        j->vc + kvo, c->kv_dim, n_pos - first, hp->head_dim, scale,
+                        j->L->sinks ? j->L->sinks[h] : -INFINITY,
                         c->scratch + (size_t)t * c->n_ctx,
                         c->att + (size_t)i * c->q_dim + (size_t)h * hp->head_dim);
     }
@@ -268,7 +275,7 @@ static void mla_run(void *p, int t, int nth)
                      (size_t)h * R, (size_t)(h + 1) * R);
         memcpy(ql + R, q + hp->nope, hp->rope.n_rot * sizeof *ql);
         mvm_k_attn_head(ql, j->cache, j->cache, c->lat, j->pos0 + i + 1, c->lat, hp->kq_scale,
-                        c->scratch + (size_t)t * c->n_ctx, ol);
+                        -INFINITY, c->scratch + (size_t)t * c->n_ctx, ol);
         mvm_k_prepare_act(vb->type, ol, act, R);
         mvm_k_matvec(vb->type, vb->data, vb->row_bytes, R, act, c->att + (size_t)i * H * V,
                      (size_t)h * V, (size_t)(h + 1) * V);
@@ -295,12 +302,12 @@ static void attention(struct cpu_fwd *c, const mvm_layer *L, uint32_t blk, uint3
         qk_norm_rope(c, L, n, pos0);
         memcpy(c->kc + layer_off + (size_t)pos0 * c->kv_dim, c->k, (size_t)n * c->kv_dim * 4);
         memcpy(c->vc + layer_off + (size_t)pos0 * c->kv_dim, c->v, (size_t)n * c->kv_dim * 4);
-        struct attn_job j = {c, c->kc + layer_off, c->vc + layer_off, n, pos0};
+        struct attn_job j = {c, L, c->kc + layer_off, c->vc + layer_off, n, pos0};
         mvm_pool_run(c->pool, attn_run, &j);
     }
     matmul(c, &L->wo, c->att, n, c->tmp);
     for (size_t i = 0; i < (size_t)n * hp->n_embd; i++)
-        c->x[i] += c->tmp[i];
+        c->x[i] += L->bo ? c->tmp[i] + L->bo[i % hp->n_embd] : c->tmp[i];
 }
 
 /* ---- mixture of experts ---------------------------------------------------------------- */
@@ -347,6 +354,9 @@ static mvm_status moe(struct cpu_fwd *c, uint32_t il, uint32_t n, uint32_t pos0)
         mvm_k_rmsnorm(c->xn + (size_t)i * hp->n_embd, c->x + (size_t)i * hp->n_embd,
                       L->ffn_norm, hp->n_embd, hp->rms_eps);
     matmul(c, &L->router, c->xn, n, c->moe->probs);
+    for (uint32_t i = 0; L->router_bias && i < n; i++)
+        for (uint32_t e = 0; e < hp->n_expert; e++)
+            c->moe->probs[(size_t)i * hp->n_expert + e] += L->router_bias[e];
     mvm_moe_route(c->moe, il, pos0, n, c->xn);
     mvm_status st = mvm_moe_begin(c->moe);
     if (st != MVM_OK)

@@ -75,6 +75,9 @@ mvm_status mvm_spec_check(const mvm_model_spec *s)
                    s->ds.n_nextn > 8))
         return mvm_fail(MVM_ERR_INVALID, "glm4moe shape: %u dense blocks of %u, %u NextN "
                         "blocks (at most 8)", s->ds.n_dense, s->n_layer, s->ds.n_nextn);
+    if (a->oai && (!s->n_swa || s->n_swa > s->n_ctx))
+        return mvm_fail(MVM_ERR_INVALID, "gpt-oss needs a sliding window of 1..%u positions, "
+                        "not %u", s->n_ctx, s->n_swa);
     if (a->routing && s->ds.n_group > 1 &&
         (s->n_expert % s->ds.n_group || !s->ds.n_group_used || s->ds.n_group_used > s->ds.n_group))
         return mvm_fail(MVM_ERR_INVALID, "%u expert groups (%u used) do not divide %u experts",
@@ -94,12 +97,16 @@ static int more_bits(uint32_t layer, uint32_t n_layer)
 /* The type of a matrix with rows of `cols` elements: the spec's, except
  *  - with k_mix (Q4_K_M, Q5_K_M): Q6_K where `raise` (output.weight, and attn_v and the down
  *    matrices in more_bits layers);
+ *  - MXFP4 is llama-quantize's MXFP4_MOE: only the routed experts, the rest Q8_0;
  *  - a K type falls back where the rows are not whole 256-element super-blocks, as
  *    llama-quantize does: Q2_K and Q3_K to IQ4_NL, Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0,
  *    and F16 where the rows are not even whole 32-element blocks. */
-static enum mvm_wtype tensor_type(const mvm_model_spec *s, uint64_t cols, int raise)
+static enum mvm_wtype tensor_type(const mvm_model_spec *s, uint64_t cols, int raise,
+                                  int expert)
 {
     enum mvm_wtype t = s->k_mix && raise ? MVM_W_Q6_K : s->type;
+    if (t == MVM_W_MXFP4 && !expert)
+        t = MVM_W_Q8_0;
     if (cols % mvm_k_block_elems(t))
         t = cols % MVM_QBLOCK                     ? MVM_W_F16
             : t == MVM_W_Q2_K || t == MVM_W_Q3_K ? MVM_W_IQ4_NL
@@ -163,7 +170,9 @@ static int add(struct plan *p, enum init init, enum mvm_wtype type, uint32_t n_d
                 ((strstr(fmt, "attn_v.") || strstr(fmt, "ffn_down_")) &&
                  more_bits((uint32_t)layer, p->s->n_layer));
     /* (a type other than the spec's, as the router's F32, is kept) */
-    t->type = n_dims == 1 ? MVM_W_F32 : type != p->s->type ? type : tensor_type(p->s, a, raise);
+    const int expert = strstr(fmt, "_exps.weight") != NULL;
+    t->type = n_dims == 1 ? MVM_W_F32 : type != p->s->type ? type
+                                                           : tensor_type(p->s, a, raise, expert);
     t->init = init;
     return 0;
 }
@@ -247,13 +256,17 @@ static int plan_tensors(struct plan *p)
             r |= add(p, INIT_BIAS, t, 1, KV, 1, 1, "blk.%d.attn_k.bias", il);
             r |= add(p, INIT_BIAS, t, 1, KV, 1, 1, "blk.%d.attn_v.bias", il);
         }
+        if (a->oai) { /* the sinks near 1, on the scale of the scores, so that they matter */
+            r |= add(p, INIT_BIAS, t, 1, D, 1, 1, "blk.%d.attn_output.bias", il);
+            r |= add(p, INIT_NORM, t, 1, s->n_head, 1, 1, "blk.%d.attn_sinks.weight", il);
+        }
         if (a->qk_norm != MVM_QK_NORM_NONE && (!a->glm || s->ds.qk_norm)) {
             int head = a->qk_norm == MVM_QK_NORM_HEAD;
             r |= add(p, INIT_NORM, t, 1, head ? s->head_dim : Q, 1, 1, "blk.%d.attn_q_norm.weight", il);
             r |= add(p, INIT_NORM, t, 1, head ? s->head_dim : KV, 1, 1, "blk.%d.attn_k_norm.weight", il);
         }
-        r |= add(p, INIT_NORM, t, 1, D, 1, 1, a->glm ? "blk.%d.post_attention_norm.weight"
-                                                    : "blk.%d.ffn_norm.weight", il);
+        r |= add(p, INIT_NORM, t, 1, D, 1, 1, a->post_norm ? "blk.%d.post_attention_norm.weight"
+                                                          : "blk.%d.ffn_norm.weight", il);
         if (a->lead && l < s->ds.n_dense) {
             r |= add(p, INIT_MATRIX, t, 2, D, s->n_ff, 1, "blk.%d.ffn_gate.weight", il);
             r |= add(p, INIT_MATRIX, t, 2, D, s->n_ff, 1, "blk.%d.ffn_up.weight", il);
@@ -267,6 +280,13 @@ static int plan_tensors(struct plan *p)
         r |= add(p, INIT_MATRIX, t, 3, D, F, E, "blk.%d.ffn_gate_exps.weight", il);
         r |= add(p, INIT_MATRIX, t, 3, D, F, E, "blk.%d.ffn_up_exps.weight", il);
         r |= add(p, INIT_MATRIX, t, 3, F, D, E, "blk.%d.ffn_down_exps.weight", il);
+        if (a->oai) { /* gpt-oss's biases, f32 as llama.cpp's converter writes them */
+            /* the router's bias as wide as its logits, so that it changes the choice */
+            r |= add(p, INIT_ROUTER, MVM_W_F32, 1, E, 1, 1, "blk.%d.ffn_gate_inp.bias", il);
+            r |= add(p, INIT_BIAS, MVM_W_F32, 2, F, E, 1, "blk.%d.ffn_gate_exps.bias", il);
+            r |= add(p, INIT_BIAS, MVM_W_F32, 2, F, E, 1, "blk.%d.ffn_up_exps.bias", il);
+            r |= add(p, INIT_BIAS, MVM_W_F32, 2, D, E, 1, "blk.%d.ffn_down_exps.bias", il);
+        }
         uint64_t S = a->shared_expert == 1 ? s->n_ff_shexp : (uint64_t)s->ds.n_shared * F;
         if (a->shared_expert == 1)
             r |= add(p, INIT_ROUTER, t, 1, D, 1, 1, "blk.%d.ffn_gate_inp_shexp.weight", il);
@@ -439,7 +459,7 @@ static mvm_status set_keys(const mvm_model_spec *s, mvm_gguf_writer *w)
         [MVM_W_F32] = 0,  [MVM_W_F16] = 1,  [MVM_W_BF16] = 32, [MVM_W_Q8_0] = 7,
         [MVM_W_Q4_0] = 2, [MVM_W_Q4_1] = 3, [MVM_W_Q5_0] = 8,  [MVM_W_Q5_1] = 9,
         [MVM_W_IQ4_NL] = 25, [MVM_W_Q2_K] = 10, [MVM_W_Q3_K] = 11, /* Q3_K_S */
-        [MVM_W_Q4_K] = 14, [MVM_W_Q5_K] = 16, [MVM_W_Q6_K] = 18};
+        [MVM_W_Q4_K] = 14, [MVM_W_Q5_K] = 16, [MVM_W_Q6_K] = 18, [MVM_W_MXFP4] = 38};
     char k[96];
     mvm_status st = MVM_OK;
 #define U32(suffix, v) (snprintf(k, sizeof k, "%s." suffix, s->arch), \
@@ -481,6 +501,8 @@ static mvm_status set_keys(const mvm_model_spec *s, mvm_gguf_writer *w)
     }
     U32("expert_count", s->n_expert);
     U32("expert_used_count", s->n_expert_used);
+    if (a->oai)
+        U32("attention.sliding_window", s->n_swa);
     if (strcmp(a->expert_ff_key, "expert_feed_forward_length") == 0)
         U32("expert_feed_forward_length", s->n_ff_exp);
     if (a->shared_expert == 1)
@@ -500,6 +522,8 @@ static enum mvm_vocab_style vocab_style(const mvm_model_spec *s)
         return MVM_VOCAB_GLM4;
     if (strcmp(s->arch, "minimax-m2") == 0)
         return MVM_VOCAB_MINIMAX;
+    if (strcmp(s->arch, "gpt-oss") == 0)
+        return MVM_VOCAB_GPTOSS;
     if (strcmp(s->arch, "deepseek2") == 0)
         return s->ds.kimi ? MVM_VOCAB_KIMI : s->ds.sigmoid ? MVM_VOCAB_DEEPSEEK3
                                                              : MVM_VOCAB_DEEPSEEK;

@@ -16,7 +16,7 @@
 
 typedef struct mvm_model_spec {
     char arch[16];               /* llama | qwen2moe | qwen3moe | olmoe | deepseek2 | glm4moe |
-                                    minimax-m2 */
+                                    minimax-m2 | gpt-oss */
     char name[64];               /* general.name */
     uint32_t n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ctx;
     uint32_t n_ff;               /* feed_forward_length (the experts' size for llama/olmoe) */
@@ -49,6 +49,7 @@ typedef struct mvm_model_spec {
         int kv_b, sigmoid, bias, norm, kimi, qk_norm;
         float scale, yarn_log_mul;
     } ds;
+    uint32_t n_swa;              /* gpt-oss: attention.sliding_window (every other block's) */
 } mvm_model_spec;
 
 typedef struct mvm_preset {

@@ -22,7 +22,8 @@ static const enum mvm_ggml_type ggml_of[MVM_W_COUNT] = {
     [MVM_W_Q5_0] = MVM_GGML_Q5_0,     [MVM_W_Q5_1] = MVM_GGML_Q5_1,
     [MVM_W_IQ4_NL] = MVM_GGML_IQ4_NL, [MVM_W_Q2_K] = MVM_GGML_Q2_K,
     [MVM_W_Q3_K] = MVM_GGML_Q3_K,     [MVM_W_Q4_K] = MVM_GGML_Q4_K,
-    [MVM_W_Q5_K] = MVM_GGML_Q5_K,     [MVM_W_Q6_K] = MVM_GGML_Q6_K};
+    [MVM_W_Q5_K] = MVM_GGML_Q5_K,     [MVM_W_Q6_K] = MVM_GGML_Q6_K,
+    [MVM_W_MXFP4] = MVM_GGML_MXFP4};
 
 int mvm_wtype_from_ggml(enum mvm_ggml_type t)
 {
@@ -98,6 +99,14 @@ static mvm_status bind_layer(struct loader *ld, mvm_model *m, uint32_t il)
     if (ld->arch->routing && mvm_ld_find(ld, NAME("exp_probs_b.bias"), 0) &&
         !(L->expert_bias = mvm_ld_vec(ld, NAME("exp_probs_b.bias"), hp->n_expert, 1)))
         return ld->st;
+    /* gpt-oss's biases; the experts' gate and up ones are checked here, packed later */
+    if (ld->arch->oai &&
+        (!(L->router_bias = mvm_ld_vec(ld, NAME("ffn_gate_inp.bias"), hp->n_expert, 1)) ||
+         !mvm_ld_table(ld, NAME("ffn_gate_exps.bias"), hp->n_ff_exp, hp->n_expert, 1) ||
+         !mvm_ld_table(ld, NAME("ffn_up_exps.bias"), hp->n_ff_exp, hp->n_expert, 1) ||
+         !(L->down_bias = mvm_ld_table(ld, NAME("ffn_down_exps.bias"), hp->n_embd, hp->n_expert,
+                                       1))))
+        return ld->st;
     if (ld->arch->shared_expert == 1 &&
         !(L->shexp_gate = mvm_ld_vec(ld, NAME("ffn_gate_inp_shexp.weight"), hp->n_embd, 1)))
         return ld->st;
@@ -123,7 +132,8 @@ static mvm_status bind_layer(struct loader *ld, mvm_model *m, uint32_t il)
                            "is %s: moevm packs their rows together and needs one type for both",
                            il, mvm_k_wtype_name((enum mvm_wtype)wt[0]),
                            mvm_k_wtype_name((enum mvm_wtype)wt[1]));
-    L->expert_fmt = (mvm_k_expert_fmt){(enum mvm_wtype)wt[0], (enum mvm_wtype)wt[2]};
+    L->expert_fmt = (mvm_k_expert_fmt){(enum mvm_wtype)wt[0], (enum mvm_wtype)wt[2],
+                                       ld->arch->oai ? MVM_GLU_OAI : MVM_GLU_SILU};
     L->expert_groups = hp->n_ff_exp / (uint32_t)mvm_k_expert_group_channels(L->expert_fmt);
 #undef NAME
     return MVM_OK;
@@ -171,6 +181,7 @@ struct pack_job {
     const uint8_t *held;             /* the layer's row of the mask, or NULL */
     const uint8_t *gate, *up, *down; /* the layer's expert tensors */
     size_t gate_stride, down_stride; /* bytes per expert */
+    const float *gate_b, *up_b;      /* MVM_GLU_OAI: their biases, [n_expert][n_ff_exp] */
 };
 
 static void pack_experts(void *ctx, int t, int nth)
@@ -180,11 +191,16 @@ static void pack_experts(void *ctx, int t, int nth)
     size_t e0, e1;
     mvm_pool_split(hp->n_expert, t, nth, &e0, &e1);
     const mvm_k_expert_fmt f = j->m->layers[j->layer].expert_fmt;
-    for (size_t e = e0; e < e1; e++)
-        if (!j->held || j->held[e])
-            mvm_k_expert_pack(f, j->gate + e * j->gate_stride, j->up + e * j->gate_stride,
-                              j->down + e * j->down_stride, hp->n_embd, hp->n_ff_exp,
-                              mvm_expert_home(j->m->space, j->layer, (uint32_t)e));
+    for (size_t e = e0; e < e1; e++) {
+        if (j->held && !j->held[e])
+            continue;
+        void *home = mvm_expert_home(j->m->space, j->layer, (uint32_t)e);
+        mvm_k_expert_pack(f, j->gate + e * j->gate_stride, j->up + e * j->gate_stride,
+                          j->down + e * j->down_stride, hp->n_embd, hp->n_ff_exp, home);
+        if (f.glu == MVM_GLU_OAI)
+            mvm_k_expert_pack_bias(f, j->gate_b + e * hp->n_ff_exp, j->up_b + e * hp->n_ff_exp,
+                                   hp->n_embd, hp->n_ff_exp, home);
+    }
 }
 
 static mvm_status load_experts(struct loader *ld, mvm_model *m, mvm_space_desc *desc,
@@ -199,6 +215,10 @@ static mvm_status load_experts(struct loader *ld, mvm_model *m, mvm_space_desc *
      * run on a real GPU (docs/engine.md), so a GPU is used only when asked for. */
     if (desc->backend == MVM_BACKEND_AUTO)
         desc->backend = MVM_BACKEND_HOST;
+    if (desc->backend == MVM_BACKEND_CUDA && ld->arch->oai)
+        return mvm_ld_fail(ld, MVM_ERR_UNSUPPORTED, "expert space: MOEVM_BACKEND=cuda, but the "
+                           "device forward pass does not compute %s yet (its sinks, windows and "
+                           "biased experts); use MOEVM_BACKEND=host", ld->arch->name);
     if (desc->backend == MVM_BACKEND_CUDA && !mvm_ctx_device_available())
         return mvm_ld_fail(ld, MVM_ERR_UNSUPPORTED, "expert space: MOEVM_BACKEND=cuda, but this "
                            "moevm was built without nvcc, so it has no device kernels to compute "
@@ -222,6 +242,12 @@ static mvm_status load_experts(struct loader *ld, mvm_model *m, mvm_space_desc *
         j.up = mvm_ld_find(ld, n, 1)->data;
         snprintf(n, sizeof n, "blk.%u.ffn_down_exps.weight", blk);
         j.down = mvm_ld_find(ld, n, 1)->data;
+        if (ld->arch->oai) { /* bound and checked by bind_layer */
+            snprintf(n, sizeof n, "blk.%u.ffn_gate_exps.bias", blk);
+            j.gate_b = mvm_ld_find(ld, n, 1)->data;
+            snprintf(n, sizeof n, "blk.%u.ffn_up_exps.bias", blk);
+            j.up_b = mvm_ld_find(ld, n, 1)->data;
+        }
         const mvm_k_expert_fmt f = m->layers[il].expert_fmt;
         j.gate_stride = mvm_k_row_bytes(f.gate_up, hp->n_embd) * hp->n_ff_exp;
         j.down_stride = mvm_k_row_bytes(f.down, hp->n_ff_exp) * hp->n_embd;

@@ -36,10 +36,14 @@ typedef struct mvm_arch {
                                    deepseek2, glm4moe, minimax-m2 */
     int gating;                 /* with `routing`: the gating a file without
                                    expert_gating_func gets, 1 softmax or 2 sigmoid */
-    int glm;                    /* glm4moe: the norm before the FFN is post_attention_norm, the
-                                   per-head QK norm is optional (GLM-4.5 has it, Air not), and
-                                   the trailing NextN (multi-token prediction) blocks are not
-                                   computed, as llama.cpp skips them */
+    int glm;                    /* glm4moe: the per-head QK norm is optional (GLM-4.5 has it,
+                                   Air not), and the trailing NextN (multi-token prediction)
+                                   blocks are not computed, as llama.cpp skips them */
+    int post_norm;              /* the norm before the FFN is post_attention_norm (glm4moe,
+                                   gpt-oss), not ffn_norm */
+    int oai;                    /* gpt-oss: attention sinks and an output bias, sliding-window
+                                   attention on every other block, a biased router, and biased
+                                   experts with the clamped SwiGLU (MVM_GLU_OAI) */
 } mvm_arch;
 
 /* The architecture called `name`, or NULL. */
@@ -67,6 +71,8 @@ typedef struct mvm_hparams {
     int sigmoid_gate, norm_topk;
     float expert_scale;
     uint32_t n_group, n_group_used;
+    /* gpt-oss: the blocks with an even index attend over the last n_swa positions only */
+    uint32_t n_swa;
 } mvm_hparams;
 
 /* A 2-D weight in ggml layout: `rows` rows of `cols` elements, row r at data + r*row_bytes. */
@@ -89,6 +95,12 @@ typedef struct mvm_layer {
     mvm_weight ffn_w1, ffn_w3, ffn_w2;   /* a dense block's FFN: gate, up, down */
     const float *expert_bias;            /* exp_probs_b: added to the scores to choose */
     const float *bq, *bk, *bv;           /* qkv_bias */
+    /* gpt-oss (oai): attn_output's bias, each head's sink logit, the window (0: the whole
+     * context), the router's bias, and the experts' down biases ([n_expert][n_embd]; their
+     * gate and up biases are in the packed experts, mvm_k_expert_pack_bias) */
+    const float *bo, *sinks;
+    uint32_t swa;
+    const float *router_bias, *down_bias;
     const float *q_norm, *k_norm;        /* qk_norm (NULL: none, glm4moe without it) */
     mvm_weight router;                   /* n_expert rows of n_embd */
     const float *shexp_gate;             /* shared_expert: n_embd */

@@ -5,7 +5,8 @@
 
 #include "engine/model_load.h"
 
-/* q/k/v/o projections with the architecture's biases and QK norms. */
+/* q/k/v/o projections with the architecture's biases and QK norms; gpt-oss's output bias,
+ * sinks and window. */
 static mvm_status bind_gqa(struct loader *ld, const mvm_hparams *hp, uint32_t blk,
                            mvm_layer *L)
 {
@@ -23,6 +24,11 @@ static mvm_status bind_gqa(struct loader *ld, const mvm_hparams *hp, uint32_t bl
          !(L->bk = mvm_ld_vec(ld, NAME("attn_k.bias"), kv_dim, 1)) ||
          !(L->bv = mvm_ld_vec(ld, NAME("attn_v.bias"), kv_dim, 1))))
         return ld->st;
+    if (a->oai &&
+        (!(L->bo = mvm_ld_vec(ld, NAME("attn_output.bias"), hp->n_embd, 1)) ||
+         !(L->sinks = mvm_ld_vec(ld, NAME("attn_sinks.weight"), hp->n_head, 1))))
+        return ld->st;
+    L->swa = a->oai && blk % 2 == 0 ? hp->n_swa : 0; /* llama.cpp's set_swa_pattern(2) */
     /* glm4moe's norms are optional, as a pair: GLM-4.5 has them, GLM-4.5-Air not. */
     int norms = a->qk_norm != MVM_QK_NORM_NONE &&
                 (!a->glm || mvm_ld_find(ld, NAME("attn_q_norm.weight"), 0) ||
@@ -45,7 +51,7 @@ mvm_status mvm_ld_bind_block(struct loader *ld, const mvm_hparams *hp, uint32_t 
     if (!(L->attn_norm = mvm_ld_vec(ld, n, hp->n_embd, 1)))
         return ld->st;
     snprintf(n, sizeof n, "blk.%u.%s.weight", blk,
-             ld->arch->glm ? "post_attention_norm" : "ffn_norm");
+             ld->arch->post_norm ? "post_attention_norm" : "ffn_norm");
     if (!(L->ffn_norm = mvm_ld_vec(ld, n, hp->n_embd, 1)))
         return ld->st;
     return ld->arch->deepseek ? mvm_ld_bind_mla(ld, hp, blk, L) : bind_gqa(ld, hp, blk, L);

@@ -1,7 +1,7 @@
 /*
  * A model's hyper-parameters from its GGUF metadata, as llama.cpp reads them: the shape,
  * the rotary embedding with its context extension, deepseek2's family's blocks and routing
- * (minimax-m2's too) and deepseek2's latent attention (model_load.h).
+ * (minimax-m2's too), deepseek2's latent attention and gpt-oss's window (model_load.h).
  */
 #include <math.h>
 #include <stdio.h>
@@ -206,6 +206,11 @@ mvm_status mvm_ld_hparams(struct loader *ld, mvm_hparams *hp)
                            hp->n_head_kv);
     hp->norm_topk = ld->arch->norm_topk;
     hp->expert_scale = 1.0f;
+    if (ld->arch->oai && mvm_ld_u32(ld, "attention.sliding_window", &hp->n_swa, 1))
+        return ld->st;
+    if (ld->arch->oai && hp->n_swa == 0)
+        return mvm_ld_fail(ld, MVM_ERR_INVALID, "%s.attention.sliding_window is 0",
+                           ld->arch->name);
     if ((ld->arch->lead && read_lead(ld, hp)) || (ld->arch->routing && read_routing(ld, hp)))
         return ld->st;
     if (ld->arch->deepseek) {

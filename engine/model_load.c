@@ -112,12 +112,18 @@ mvm_status mvm_ld_type(struct loader *ld, const mvm_gguf_tensor *t, int *wtype)
 /* A vector of n floats; norms and biases must be F32 (as llama.cpp requires too). */
 const float *mvm_ld_vec(struct loader *ld, const char *name, uint32_t n, int required)
 {
+    return mvm_ld_table(ld, name, n, 1, required);
+}
+
+const float *mvm_ld_table(struct loader *ld, const char *name, uint32_t n, uint32_t rows,
+                          int required)
+{
     const mvm_gguf_tensor *t = mvm_ld_find(ld, name, required);
-    if (!t || mvm_ld_shape(ld, t, 1, n, 1, 1) != MVM_OK)
+    if (!t || mvm_ld_shape(ld, t, rows > 1 ? 2 : 1, n, rows, 1) != MVM_OK)
         return NULL;
     if (t->type != MVM_GGML_F32) {
-        mvm_ld_fail(ld, MVM_ERR_UNSUPPORTED, "tensor '%s' has type %s; 1-D tensors must be f32",
-                    name, mvm_ggml_type_name(t->type));
+        mvm_ld_fail(ld, MVM_ERR_UNSUPPORTED, "tensor '%s' has type %s; norms and biases must be "
+                    "f32", name, mvm_ggml_type_name(t->type));
         return NULL;
     }
     return t->data;

@@ -36,6 +36,10 @@ mvm_status mvm_ld_shape(struct loader *ld, const mvm_gguf_tensor *t, uint32_t n_
 mvm_status mvm_ld_type(struct loader *ld, const mvm_gguf_tensor *t, int *wtype);
 /* A vector of n floats (F32, as llama.cpp requires of norms and biases), or NULL. */
 const float *mvm_ld_vec(struct loader *ld, const char *name, uint32_t n, int required);
+/* `rows` vectors of n floats (ggml ne = [n, rows]; F32, as gpt-oss's expert biases), or
+ * NULL. */
+const float *mvm_ld_table(struct loader *ld, const char *name, uint32_t n, uint32_t rows,
+                          int required);
 /* A matrix of `rows` rows of `cols` elements (ggml ne = [cols, rows]). */
 mvm_status mvm_ld_mat(struct loader *ld, const char *name, uint32_t cols, uint32_t rows,
                       mvm_weight *w);

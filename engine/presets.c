@@ -18,6 +18,9 @@
  *                       norm, 160 experts x 1536, top-8, 1 shared
  *   minimax-m2          MiniMax-M2: 62 blocks, 3072 wide, 48 heads of 128 (8 kv), QK norm,
  *                       RoPE on 64 dims, 256 experts x 1536, top-8 by sigmoid, vocab 200064
+ *   gpt-oss-20b         gpt-oss-20b: 24 blocks, 2880 wide, 64 heads of 64 (8 kv), sinks, a
+ *                       128-position window on every other block, 32 experts x 2880, top-4
+ *   gpt-oss-120b        gpt-oss-120b: the same with 36 blocks and 128 experts
  */
 #include <stdio.h>
 #include <string.h>
@@ -140,6 +143,22 @@ static const mvm_preset presets[] = {
      {"minimax-m2", "moevm tiny minimax-m2", 512, 64, 2, 4, 2, 32, 256, 128, 64, 0, 8, 2,
       5e6f, 1e-6f, 0, 0, 0, "", 0, 0,
       {.n_rot = 16, .sigmoid = 1, .bias = 1, .norm = 1, .scale = 1.0f}}},
+    /* gpt-oss (config.json of gpt-oss-20b and -120b): 64 heads of 64 over 8 kv heads (4096
+     * wide, not 2880), NEOX RoPE base 150000 with YaRN x32 from 4096, a window of 128 on the
+     * even blocks; experts 2880 wide, top-4, vocab 201088 (o200k_harmony). The tiny one:
+     * 3 blocks (two windowed), 4 heads of 32 over 2, a window of 5 positions (shorter than
+     * the tests' prompts) and YaRN x4 from 64. */
+    {"gpt-oss-20b", "gpt-oss-20b shape (20.9B parameters, 3.6B active)",
+     {"gpt-oss", "gpt-oss-20b-like (random weights)", 201088, 2880, 24, 64, 8, 64, 131072,
+      2880, 2880, 0, 32, 4, 150000.0f, 1e-5f, 0, 0, 0, "yarn", 32.0f, 4096, {.scale = 1.0f},
+      128}},
+    {"gpt-oss-120b", "gpt-oss-120b shape (116.8B parameters, 5.1B active)",
+     {"gpt-oss", "gpt-oss-120b-like (random weights)", 201088, 2880, 36, 64, 8, 64, 131072,
+      2880, 2880, 0, 128, 4, 150000.0f, 1e-5f, 0, 0, 0, "yarn", 32.0f, 4096, {.scale = 1.0f},
+      128}},
+    {"tiny", "for tests: 3 layers (2 windowed), 64 wide, sinks, biased experts, top-2",
+     {"gpt-oss", "moevm tiny gpt-oss", 512, 64, 3, 4, 2, 32, 256, 128, 64, 0, 8, 2, 150000.0f,
+      1e-5f, 0, 0, 0, "yarn", 4.0f, 64, {.scale = 1.0f}, 5}},
 };
 
 const mvm_preset *mvm_preset_find(const char *name, const char *arch)

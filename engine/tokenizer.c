@@ -203,11 +203,12 @@ static mvm_status get_flag(const mvm_gguf *g, const char *key, int *flag)
 }
 
 /* Texts that llama.cpp treats as end of generation (and as CONTROL tokens) whatever the
- * file says: end of turn, end of text, and the FIM pad/repo/file-separator tokens. */
+ * file says: end of turn, end of text, gpt-oss's return and tool call, and the FIM
+ * pad/repo/file-separator tokens. */
 static const char *const eog_texts[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
-    "<EOT>", "<|fim_pad|>", "<fim-pad>", "<PAD>", "<|fim_repo|>", "<|repo_name|>",
-    "<fim-repo>", "<REPO>", "<|file_sep|>",
+    "<|return|>", "<|call|>", "<EOT>", "<|fim_pad|>", "<fim-pad>", "<PAD>", "<|fim_repo|>",
+    "<|repo_name|>", "<fim-repo>", "<REPO>", "<|file_sep|>",
 };
 
 static mvm_status load_special(const mvm_gguf *g, mvm_tokenizer *t)
@@ -256,6 +257,11 @@ static mvm_status load_special(const mvm_gguf *g, mvm_tokenizer *t)
             t->type[id] = MVM_TOKEN_CONTROL;
         }
     }
+    /* gpt-oss's harmony format ends each message with <|end|> and the reply with <|return|>
+     * (or <|call|>): there <|end|> does not end the generation, as in llama.cpp. */
+    int32_t end = tok_strtab_find(&t->text, "<|end|>", 7);
+    if (end >= 0 && tok_strtab_find(&t->text, "<|return|>", 10) >= 0)
+        t->eog[end] = 0;
     const int32_t ends[] = {t->eos, eot, eom};
     for (size_t i = 0; i < 3; i++)
         if (ends[i] >= 0)

@@ -104,7 +104,8 @@ const char *mvm_tokenizer_text(const mvm_tokenizer *t, int32_t id);
 int32_t mvm_tokenizer_bos(const mvm_tokenizer *t);
 int32_t mvm_tokenizer_eos(const mvm_tokenizer *t);
 /* Whether `id` ends generation: as llama.cpp, the EOS, EOT and EOM tokens and the tokens
- * spelled <|eot_id|>, <|im_end|>, <|end|>, <end_of_turn>, <|endoftext|>, <|eom_id|>, <EOT>
+ * spelled <|eot_id|>, <|im_end|>, <|end|> (not beside gpt-oss's <|return|>), <end_of_turn>,
+ * <|endoftext|>, <|eom_id|>, <|return|>, <|call|>, <EOT>
  * or like a FIM pad, repository or file separator (<|fim_pad|>, <|repo_name|>,
  * <|file_sep|>...), which also become CONTROL tokens, as llama.cpp makes them. 0 for ids
  * out of range. */

@@ -186,6 +186,8 @@ static const struct byte_style {
     [MVM_VOCAB_GLM4] = {"glm4", TOK_PRE_LLAMA3, {"<|endoftext|>", "[gMASK]", "<sop>"}, 1, 0, 0, 0},
     [MVM_VOCAB_MINIMAX] = {"minimax-m2", TOK_PRE_O200K,
                            {"]~!b[", "[e~[", "]!d~["}, 0, 1, 1, 0},
+    [MVM_VOCAB_GPTOSS] = {"gpt-4o", TOK_PRE_O200K,
+                          {"<|startoftext|>", "<|endoftext|>", "<|return|>"}, 0, 2, 1, 0},
 };
 
 static uint32_t n_specials(enum mvm_vocab_style style)

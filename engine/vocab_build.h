@@ -37,6 +37,10 @@
  *    regex, as MiniMax-M2's files): bytes, learned tokens, then ]~!b[ (BOS, not added:
  *    MiniMax-M2's chat template writes it first itself), [e~[ (EOS and padding) and ]!d~[
  *    (its unknown-token text, unused by byte-level BPE).
+ *  - MVM_VOCAB_GPTOSS, byte-level BPE (model "gpt2", pre "gpt-4o", o200k_harmony's regex, as
+ *    gpt-oss's files): bytes, learned tokens, then <|startoftext|> (BOS, not added: the
+ *    harmony chat format starts with <|start|>), <|endoftext|> (padding) and <|return|>
+ *    (EOS, where a harmony reply ends).
  */
 #ifndef MVM_ENGINE_VOCAB_BUILD_H
 #define MVM_ENGINE_VOCAB_BUILD_H
@@ -56,6 +60,7 @@ enum mvm_vocab_style {
     MVM_VOCAB_KIMI,
     MVM_VOCAB_GLM4,
     MVM_VOCAB_MINIMAX,
+    MVM_VOCAB_GPTOSS,
 };
 
 #define MVM_VOCAB_MAX_LEARNED 8000

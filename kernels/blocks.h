@@ -9,7 +9,7 @@
  * Types (enum mvm_wtype; kernels/cpu/kernels.h has their formulas):
  *   F32, F16, BF16                  against F32 activations
  *   Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,   blocks of 32 against Q8_0 activation blocks: summed in
- *   IQ4_NL                          int32, scaled once per block
+ *   IQ4_NL, MXFP4                   int32, scaled once per block
  *   Q2_K, Q3_K, Q4_K, Q5_K, Q6_K    super-blocks of 256 against Q8_K blocks
  *
  * The K-quants, per super-block: the quants are summed in int32 per sub-block, scaled by the
@@ -60,10 +60,11 @@ enum mvm_wtype {
     MVM_W_Q4_K,
     MVM_W_Q5_K,
     MVM_W_Q6_K,
+    MVM_W_MXFP4,
     MVM_W_COUNT
 };
 
-#define MVM_QBLOCK 32 /* elements per Q8_0..IQ4_NL block, and channels per expert group */
+#define MVM_QBLOCK 32 /* elements per 32-element Q block, and channels per expert group */
 #define MVM_QK_K 256  /* elements per K-quant super-block */
 
 /* ggml's block_q8_0, also the activations of every 32-element Q type. Only 2-byte aligned:
@@ -74,10 +75,11 @@ typedef struct {
 } mvm_block_q8_0;
 
 /* Where the parts of a 32-element Q block of type t lie (ggml's block_q4_0, _q4_1, _q5_0,
- * _q5_1, _q8_0): every one starts with its f16 scale d; the min m (x = d * q + m) at byte
- * m, the fifth bits (a little-endian u32, bit j for element j) at byte qh, the quants at
- * byte qs; 0 where the block has no such part. bias is subtracted from the unsigned quants
- * of the types without a min (x = d * (q - bias)). Q8_0's quants are int8 at byte 2. */
+ * _q5_1, _q8_0, _iq4_nl, _mxfp4): every one starts with its scale d (an f16, or MXFP4's
+ * one-byte power of two, mvm_k_block_scale); the min m (x = d * q + m) at byte m, the fifth
+ * bits (a little-endian u32, bit j for element j) at byte qh, the quants at byte qs; 0
+ * where the block has no such part. bias is subtracted from the unsigned quants of the
+ * types without a min (x = d * (q - bias)). Q8_0's quants are int8 at byte 2. */
 typedef struct {
     uint8_t m, qh, qs, bias;
 } mvm_k_qlayout;
@@ -93,6 +95,8 @@ MVM_BLK_FN mvm_k_qlayout mvm_k_qlay(enum mvm_wtype t)
         L.qh = 2, L.qs = 6, L.bias = 16;
     else if (t == MVM_W_Q5_1)
         L.m = 2, L.qh = 4, L.qs = 8;
+    else if (t == MVM_W_MXFP4)
+        L.qs = 1;
     return L;
 }
 
@@ -102,6 +106,18 @@ MVM_BLK_FN mvm_k_qlayout mvm_k_qlay(enum mvm_wtype t)
  * loads as a vector). */
 #define MVM_K_IQ4NL_LO 0xF6EADDCFBFAD9881ull
 #define MVM_K_IQ4NL_HI 0x7159453526190D01ull
+
+/* MXFP4's (ggml-common.h's kvalues_mxfp4: the E2M1 values 0, 0.5, 1, 1.5, 2, 3, 4, 6 and
+ * their negatives, doubled to integers: 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8,
+ * -12; the block's scale is halved to match, mvm_k_block_scale), the same way. */
+#define MVM_K_MXFP4_LO 0x0C08060403020100ull
+#define MVM_K_MXFP4_HI 0xF4F8FAFCFDFEFF00ull
+
+/* The table types: a block's nibbles index a fixed table of 16 int8 values. */
+MVM_BLK_FN int mvm_k_is_table(enum mvm_wtype t)
+{
+    return t == MVM_W_IQ4_NL || t == MVM_W_MXFP4;
+}
 
 MVM_BLK_FN int mvm_k_iq4nl(unsigned nibble)
 {
@@ -119,6 +135,20 @@ MVM_BLK_FN int mvm_k_iq4nl(unsigned nibble)
 #undef MVM_K_IQ4NL_BYTE
     return values[nibble];
 #endif
+}
+
+MVM_BLK_FN int mvm_k_mxfp4(unsigned nibble)
+{
+    /* sign and magnitude: 8..15 are 0..7 negated (no table for the host compiler to
+     * vectorize is needed, the AVX2 level shuffles the words) */
+    const int v = (int8_t)(MVM_K_MXFP4_LO >> (8 * (nibble & 7)));
+    return nibble & 8 ? -v : v;
+}
+
+/* The value of `nibble` in the table of table type t (IQ4_NL or MXFP4). */
+MVM_BLK_FN int mvm_k_table(enum mvm_wtype t, unsigned nibble)
+{
+    return t == MVM_W_MXFP4 ? mvm_k_mxfp4(nibble) : mvm_k_iq4nl(nibble);
 }
 
 /* The K-quants' super-blocks (ggml-common.h's block_q4_K, block_q5_K, block_q6_K) and the
@@ -177,7 +207,7 @@ MVM_BLK_ASSERT(sizeof(mvm_block_q8_0) == 34 && sizeof(mvm_block_q2_K) == 84 &&
 MVM_BLK_FN int mvm_k_is_q(enum mvm_wtype t)
 {
     return t == MVM_W_Q8_0 || t == MVM_W_Q4_0 || t == MVM_W_Q4_1 || t == MVM_W_Q5_0 ||
-           t == MVM_W_Q5_1 || t == MVM_W_IQ4_NL;
+           t == MVM_W_Q5_1 || mvm_k_is_table(t);
 }
 
 /* The K-quants, whose activations are Q8_K blocks. */
@@ -204,11 +234,12 @@ MVM_BLK_FN uint32_t mvm_k_block_bytes(enum mvm_wtype t)
     case MVM_W_Q4_K: return sizeof(mvm_block_q4_K);
     case MVM_W_Q5_K: return sizeof(mvm_block_q5_K);
     case MVM_W_Q6_K: return sizeof(mvm_block_q6_K);
+    case MVM_W_MXFP4: return 17;
     default: return 2 * MVM_QBLOCK;
     }
 }
 
-/* Elements per block of type t: 1 for float types, 32 for Q8_0..IQ4_NL, 256 for K-quants.
+/* Elements per block of type t: 1 for float types, 32 for the Q types, 256 for K-quants.
  * Every row length of type t is a multiple of it. */
 MVM_BLK_FN size_t mvm_k_block_elems(enum mvm_wtype t)
 {
@@ -236,10 +267,18 @@ MVM_BLK_FN size_t mvm_k_act_bytes(enum mvm_wtype t, size_t n)
                            : n * 4;
 }
 
+/* The gated linear unit between an expert's gate/up and down products: SwiGLU, silu(g) * u,
+ * or gpt-oss's (llama.cpp's swiglu_oai, Hugging Face's GptOssExperts): gate and up biased,
+ * g clamped to at most 7 and u to [-7, 7], then g * sigmoid(1.702 g) * (u + 1). */
+enum mvm_k_glu { MVM_GLU_SILU, MVM_GLU_OAI };
+#define MVM_K_OAI_ALPHA 1.702f
+#define MVM_K_OAI_LIMIT 7.0f
+
 /* The types of a channel-major expert (kernels/cpu/kernels.h has the layout): gate and up
- * share one, down may have another. */
+ * share one, down may have another; and its gated linear unit. */
 typedef struct mvm_k_expert_fmt {
     enum mvm_wtype gate_up, down;
+    enum mvm_k_glu glu;
 } mvm_k_expert_fmt;
 
 /* Channels per group: 32, or 256 when down is a K-quant, whose blocks span 256 channels. */
@@ -248,10 +287,13 @@ MVM_BLK_FN size_t mvm_k_expert_group_channels(mvm_k_expert_fmt f)
     return mvm_k_is_k(f.down) ? MVM_QK_K : MVM_QBLOCK;
 }
 
+/* Bytes of one group: gate and up rows, down slots, and with MVM_GLU_OAI the group's gate
+ * and up biases (G floats each) after them, so that they move with the expert. */
 MVM_BLK_FN size_t mvm_k_expert_group_bytes(mvm_k_expert_fmt f, size_t n_embd)
 {
     const size_t g = mvm_k_expert_group_channels(f);
-    return 2 * g * mvm_k_row_bytes(f.gate_up, n_embd) + n_embd * mvm_k_row_bytes(f.down, g);
+    return 2 * g * mvm_k_row_bytes(f.gate_up, n_embd) + n_embd * mvm_k_row_bytes(f.down, g) +
+           (f.glu == MVM_GLU_OAI ? 2 * g * sizeof(float) : 0);
 }
 
 /* ---- element conversions ---------------------------------------------------------------- */
@@ -336,10 +378,23 @@ MVM_BLK_FN uint16_t mvm_k_block_h(const void *blk, size_t at)
     return h;
 }
 
-/* The scale of a Q block (every one starts with it). */
+/* The f16 scale of a Q block (every one but MXFP4's starts with it). */
 MVM_BLK_FN uint16_t mvm_k_block_d(const void *blk)
 {
     return mvm_k_block_h(blk, 0);
+}
+
+/* ggml's GGML_E8M0_TO_FP32_HALF: the E8M0 exponent e (2^(e - 127)) halved, 2^(e - 128),
+ * exactly (e < 2 is a subnormal float). */
+MVM_BLK_FN float mvm_k_e8m0_half(uint8_t e)
+{
+    return mvm_k_u2f(e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23);
+}
+
+/* The scale of a Q block of type t as a float: MXFP4's power of two, the others' f16. */
+MVM_BLK_FN float mvm_k_block_scale(enum mvm_wtype t, const uint8_t *blk)
+{
+    return t == MVM_W_MXFP4 ? mvm_k_e8m0_half(blk[0]) : mvm_k_h2f(mvm_k_block_d(blk));
 }
 
 /* ---- activation blocks (llama.cpp's reference rounding) ---------------------------------- */
@@ -400,10 +455,10 @@ MVM_BLK_FN float mvm_k_block_q(enum mvm_wtype t, const uint8_t *blk, const mvm_b
     if (t == MVM_W_Q8_0) {
         for (int j = 0; j < MVM_QBLOCK; j++)
             sum += (int8_t)blk[L.qs + j] * a->qs[j];
-    } else if (t == MVM_W_IQ4_NL) {
+    } else if (mvm_k_is_table(t)) {
         for (int j = 0; j < MVM_QBLOCK / 2; j++)
-            sum += mvm_k_iq4nl(blk[L.qs + j] & 0x0F) * a->qs[j] +
-                   mvm_k_iq4nl(blk[L.qs + j] >> 4) * a->qs[j + 16];
+            sum += mvm_k_table(t, blk[L.qs + j] & 0x0F) * a->qs[j] +
+                   mvm_k_table(t, blk[L.qs + j] >> 4) * a->qs[j + 16];
     } else {
         uint32_t qh = 0;
         if (L.qh)
@@ -416,7 +471,7 @@ MVM_BLK_FN float mvm_k_block_q(enum mvm_wtype t, const uint8_t *blk, const mvm_b
         sum -= L.bias * asum;
     }
     const float da = mvm_k_h2f(a->d);
-    const float s = (float)sum * (mvm_k_h2f(mvm_k_block_d(blk)) * da);
+    const float s = (float)sum * (mvm_k_block_scale(t, blk) * da);
     return L.m ? s + (float)asum * (mvm_k_h2f(mvm_k_block_h(blk, L.m)) * da) : s;
 }
 

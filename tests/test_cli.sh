@@ -70,6 +70,12 @@ expect 0 'prefill 1 token' -- "$moevm" run -m "$tmp/glm.gguf" -p "x" -n 1
 "$moevm" mkmodel --arch minimax-m2 -o "$tmp/mm2.gguf" >/dev/null
 expect 0 '\(minimax-m2\), 2 layers, 8 experts top-2' -- "$moevm" run -m "$tmp/mm2.gguf" -p "x" -n 4
 expect 0 'prefill 1 token' -- "$moevm" run -m "$tmp/mm2.gguf" -p "x" -n 1
+# gpt-oss's (pre-tokenizer gpt-4o) neither; llama.cpp's MXFP4_MOE mix, experts MXFP4; the
+# device pass refuses it by name.
+"$moevm" mkmodel --arch gpt-oss --type mxfp4 -o "$tmp/oss.gguf" >/dev/null
+expect 0 '\(gpt-oss\), 3 layers, 8 experts top-2 of .* \(mxfp4\)' -- "$moevm" run -m "$tmp/oss.gguf" -p "x" -n 4
+expect 0 'prefill 1 token' -- "$moevm" run -m "$tmp/oss.gguf" -p "x" -n 1
+expect 1 'does not compute gpt-oss yet' -- env MOEVM_BACKEND=cuda "$moevm" run -m "$tmp/oss.gguf" -p "x" -n 1
 # tokenize: the ids and pieces (BOS by its name), or only the ids for run --tokens.
 expect 0 "^ +[0-9]+ 'x'\$" -- "$moevm" tokenize -m "$tmp/ds3.gguf" -p "x"
 expect 0 '^ +[0-9]+ <.*begin.*of.*sentence' -- "$moevm" tokenize -m "$tmp/ds3.gguf" -p "x"

@@ -276,9 +276,10 @@ static void test_experts(void)
     }
     /* down of another type, as llama.cpp's K-quant files have it: Q4_K_M's Q6_K down, and
      * the fallbacks where the expert's channels are not whole super-blocks (Qwen2-MoE) */
-    static const mvm_k_expert_fmt mixed[] = {{MVM_W_Q4_K, MVM_W_Q6_K}, {MVM_W_Q4_K, MVM_W_Q5_0},
-                                             {MVM_W_Q4_K, MVM_W_Q8_0}, {MVM_W_Q5_K, MVM_W_Q5_1},
-                                             {MVM_W_Q3_K, MVM_W_IQ4_NL}, {MVM_W_F16, MVM_W_Q4_K}};
+#define MIX(g, d) {MVM_W_##g, MVM_W_##d, MVM_GLU_SILU}
+    static const mvm_k_expert_fmt mixed[] = {MIX(Q4_K, Q6_K), MIX(Q4_K, Q5_0), MIX(Q4_K, Q8_0),
+                                             MIX(Q5_K, Q5_1), MIX(Q3_K, IQ4_NL), MIX(F16, Q4_K)};
+#undef MIX
     for (const mvm_k_expert_fmt &f : mixed) {
         const int two_groups = f.down == MVM_W_Q6_K; /* and a tile and a partial one */
         experts_case(f, 256, two_groups ? 512 : mvm_k_is_k(f.down) ? 256 : 96,
@@ -343,7 +344,7 @@ static void attention_case(uint32_t n_tok, uint32_t pos0, uint32_t n_ctx)
         for (uint32_t h = 0; h < nh; h++) {
             size_t kvo = (h / (nh / nkv)) * hd;
             mvm_k_attn_head(&q[i * q_dim + h * hd], &kc[kvo], &vc[kvo], kv_dim, pos0 + i + 1, hd,
-                            scale, scratch.data(), &want[i * q_dim + h * hd]);
+                            scale, -INFINITY, scratch.data(), &want[i * q_dim + h * hd]);
         }
     mvm_g_attention_args a = {dp(q.data()), dp(kc.data()), dp(vc.data()), dp(out.data()),
                               dp(scores.data()), n_tok, pos0, nh, nkv, hd, n_ctx, scale};

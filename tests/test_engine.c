@@ -23,8 +23,8 @@
 
 static char dir[64];
 static mvm_pool *pool; /* 2 threads, shared by the tests that do not choose their own */
-static const char *arches[] = {"llama",     "qwen2moe", "qwen3moe",  "olmoe",
-                               "deepseek2", "glm4moe",  "minimax-m2"};
+static const char *arches[] = {"llama",     "qwen2moe", "qwen3moe",   "olmoe",
+                               "deepseek2", "glm4moe",  "minimax-m2", "gpt-oss"};
 #define N_ARCHES (sizeof arches / sizeof *arches)
 
 static const char *in_dir(const char *name)
@@ -126,7 +126,10 @@ static void test_load_presets(void)
         CHECK(m->hp.n_expert == s->n_expert);
         CHECK(m->hp.n_expert_used == s->n_expert_used && m->hp.head_dim == s->head_dim);
         CHECK(m->hp.n_ff_exp == mvm_spec_expert_ff(s) && m->hp.n_vocab == s->n_vocab);
-        const mvm_k_expert_fmt f32 = mvm_k_expert_uniform(MVM_W_F32);
+        /* gpt-oss's experts carry their gate and up biases */
+        const mvm_k_expert_fmt f32 = m->layers[0].expert_fmt;
+        CHECK(f32.gate_up == MVM_W_F32 && f32.down == MVM_W_F32 &&
+              f32.glu == (m->arch->oai ? MVM_GLU_OAI : MVM_GLU_SILU));
         CHECK(m->expert_bytes == mvm_k_expert_group_bytes(f32, s->n_embd) *
                                  (mvm_spec_expert_ff(s) / MVM_QBLOCK));
         /* The homes hold the channel-major packing of the file's expert tensors. */
@@ -138,6 +141,12 @@ static void test_load_presets(void)
         mvm_k_expert_pack(f32, (const float *)g->data + (size_t)e * F * D,
                           (const float *)u->data + (size_t)e * F * D,
                           (const float *)d->data + (size_t)e * F * D, D, F, want);
+        if (m->arch->oai)
+            mvm_k_expert_pack_bias(
+                f32, (const float *)mvm_gguf_find_tensor(m->gguf, "blk.1.ffn_gate_exps.bias")->data
+                         + (size_t)e * F,
+                (const float *)mvm_gguf_find_tensor(m->gguf, "blk.1.ffn_up_exps.bias")->data +
+                    (size_t)e * F, D, F, want);
         CHECK(memcmp(want, mvm_expert_addr(m->space, 1 - m->hp.n_dense, e),
                      m->expert_bytes) == 0);
         free(want);
@@ -301,7 +310,7 @@ static void test_load_errors(void)
     expect_load_error("olmoe", &(struct mutation){.tensor = "blk.0.attn_q.weight",
                       .retype = 1, .type = MVM_GGML_I8}, MVM_ERR_UNSUPPORTED,
                       "has type i8, which moevm cannot compute yet (supported: f32, f16, bf16, "
-                      "q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_K, q3_K, q4_K, q5_K, q6_K)");
+                      "q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_K, q3_K, q4_K, q5_K, q6_K, mxfp4)");
     expect_load_error("llama", &(struct mutation){.key = "llama.expert_count",
                       .drop_key = 1}, MVM_ERR_UNSUPPORTED, "without experts");
     expect_load_error("llama", &(struct mutation){.key = "llama.expert_used_count",
@@ -363,11 +372,11 @@ static void test_load_errors(void)
     /* general.architecture is a string: set it through the writer directly. */
     mvm_gguf_writer *w;
     mvm_gguf_writer_new(&w);
-    mvm_gguf_writer_set_str(w, "general.architecture", "gpt-oss");
+    mvm_gguf_writer_set_str(w, "general.architecture", "llama4");
     CHECK_ST(mvm_gguf_writer_write(w, in_dir("arch.gguf")), MVM_OK);
     mvm_gguf_writer_free(w);
     CHECK_ST(load(in_dir("arch.gguf"), NULL, pool, &m), MVM_ERR_UNSUPPORTED);
-    CHECK(strstr(mvm_last_error(), "'gpt-oss' is not supported"));
+    CHECK(strstr(mvm_last_error(), "'llama4' is not supported"));
     CHECK_ST(load(in_dir("no-such-file.gguf"), NULL, pool, &m), MVM_ERR_INVALID);
 }
 
@@ -559,6 +568,54 @@ static void test_load_minimax(void)
     mvm_model_free(m);
 }
 
+/* gpt-oss: the window on the even blocks, sinks and biases bound; a file without its
+ * window, sinks or f32 biases is refused by name; so is the device pass, which does not
+ * compute it yet. */
+static void test_load_gptoss(void)
+{
+    mvm_model *m = NULL;
+    const char *path = tiny_path("gpt-oss", MVM_W_Q8_0);
+    CHECK_ST(load(path, NULL, pool, &m), MVM_OK);
+    if (m) {
+        CHECK(m->hp.n_layer == 3 && m->hp.n_dense == 0 && m->hp.head_dim == 32 &&
+              m->hp.n_head * m->hp.head_dim != m->hp.n_embd && m->hp.n_swa == 5);
+        CHECK(m->layers[0].swa == 5 && m->layers[1].swa == 0 && m->layers[2].swa == 5);
+        CHECK(!m->hp.sigmoid_gate && m->hp.norm_topk && m->hp.rope.neox &&
+              m->hp.rope.freq_scale == 0.25f);
+        const mvm_layer *L = &m->layers[2];
+        CHECK(L->bq && L->bo && L->sinks && L->router_bias && L->down_bias && !L->q_norm);
+        CHECK(L->expert_fmt.gate_up == MVM_W_Q8_0 && L->expert_fmt.glu == MVM_GLU_OAI);
+    }
+    mvm_model_free(m);
+    static const struct {
+        struct mutation mut;
+        const char *says;
+    } bad[] = {
+        {{.key = "gpt-oss.attention.sliding_window", .drop_key = 1}, "sliding_window"},
+        {{.key = "gpt-oss.attention.sliding_window", .key_u32 = 0}, "sliding_window is 0"},
+        {{.tensor = "blk.1.attn_sinks.weight", .drop_tensor = 1}, "blk.1.attn_sinks.weight"},
+        {{.tensor = "blk.2.ffn_down_exps.bias", .retype = 1, .type = MVM_GGML_F16},
+         "must be f32"},
+        {{.tensor = "blk.0.ffn_up_exps.bias", .ne0 = 32}, "blk.0.ffn_up_exps.bias"},
+        {{.tensor = "blk.0.ffn_gate_inp.bias", .drop_tensor = 1}, "ffn_gate_inp.bias"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        const char *dst = in_dir("gptoss-mutant.gguf");
+        write_mutant(path, dst, &bad[i].mut);
+        m = NULL;
+        CHECK(load(dst, NULL, pool, &m) != MVM_OK && !m);
+        CHECK(strstr(mvm_last_error(), bad[i].says));
+        if (!strstr(mvm_last_error(), bad[i].says))
+            fprintf(stderr, "  mutant %zu: %s\n", i, mvm_last_error());
+    }
+    mvm_space_desc d;
+    mvm_space_desc_init(&d);
+    d.backend = MVM_BACKEND_CUDA;
+    m = NULL;
+    CHECK(mvm_model_load(path, &d, pool, NULL, NULL, &m) == MVM_ERR_UNSUPPORTED && !m);
+    CHECK(strstr(mvm_last_error(), "does not compute gpt-oss"));
+}
+
 static void test_ctx_errors(void)
 {
     mvm_model *m;
@@ -704,6 +761,7 @@ int main(void)
     RUN(test_probe_deepseek);
     RUN(test_load_glm);
     RUN(test_load_minimax);
+    RUN(test_load_gptoss);
     mvm_pool_destroy(pool);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -25,14 +25,15 @@
 static int is_q(enum mvm_wtype t)
 {
     return t == MVM_W_Q8_0 || t == MVM_W_Q4_0 || t == MVM_W_Q4_1 || t == MVM_W_Q5_0 ||
-           t == MVM_W_Q5_1 || t == MVM_W_IQ4_NL;
+           t == MVM_W_Q5_1 || t == MVM_W_IQ4_NL || t == MVM_W_MXFP4;
 }
 
 /* Bytes of a 32-element Q block of type t. */
 static size_t qbytes(enum mvm_wtype t)
 {
     static const size_t bytes[] = {[MVM_W_Q8_0] = 34, [MVM_W_Q4_0] = 18, [MVM_W_Q4_1] = 20,
-                                   [MVM_W_Q5_0] = 22, [MVM_W_Q5_1] = 24, [MVM_W_IQ4_NL] = 18};
+                                   [MVM_W_Q5_0] = 22, [MVM_W_Q5_1] = 24, [MVM_W_IQ4_NL] = 18,
+                                   [MVM_W_MXFP4] = 17};
     return bytes[t];
 }
 
@@ -200,6 +201,8 @@ static double ref_k_elem(enum mvm_wtype t, const uint8_t *b, unsigned e)
  *   Q5_0  d@0 qh[4]@2 qs[16]@6         x = d·(q - 16)
  *   Q5_1  d@0 m@2 qh[4]@4 qs[16]@8     x = d·q + m
  *   IQ4_NL d@0 qs[16]@2                x = d·table[q]
+ *   MXFP4 e@0 qs[16]@1                 x = 2^(e - 127) · E2M1(q): a sign bit (8) and three
+ *                                      bits of 0, 0.5, 1, 1.5, 2, 3, 4, 6 (OCP MX spec)
  * where q is the low nibble of qs[j] (j < 16) or the high one of qs[j - 16], plus for the
  * Q5 types bit j of qh read as a little-endian u32 times 16. */
 static double ref_q_elem(enum mvm_wtype t, const uint8_t *b, unsigned j)
@@ -207,6 +210,11 @@ static double ref_q_elem(enum mvm_wtype t, const uint8_t *b, unsigned j)
     /* IQ4_NL's values (ggml-common.h, kvalues_iq4nl) */
     static const int iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                   1,    13,   25,  38,  53,  69,  89,  113};
+    if (t == MVM_W_MXFP4) {
+        static const double e2m1[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+        const unsigned q = j < 16 ? b[1 + j] & 15 : b[1 + j - 16] >> 4;
+        return ldexp(q & 8 ? -e2m1[q & 7] : e2m1[q & 7], (int)b[0] - 127);
+    }
     const double d = ref_h2f(le16(b));
     if (t == MVM_W_Q8_0)
         return d * (int8_t)b[2 + j];
@@ -468,6 +476,8 @@ static void test_sizes(void)
     CHECK(mvm_k_row_bytes(MVM_W_Q5_1, 64) == 48);
     CHECK(mvm_k_act_bytes(MVM_W_Q5_1, 64) == 68);
     CHECK(mvm_k_row_bytes(MVM_W_IQ4_NL, 64) == 36 && mvm_k_act_bytes(MVM_W_IQ4_NL, 64) == 68);
+    CHECK(mvm_k_row_bytes(MVM_W_MXFP4, 64) == 34 && mvm_k_act_bytes(MVM_W_MXFP4, 64) == 68);
+    CHECK(strcmp(mvm_k_wtype_name(MVM_W_MXFP4), "mxfp4") == 0);
     CHECK(mvm_k_row_bytes(MVM_W_Q2_K, 512) == 168 && mvm_k_row_bytes(MVM_W_Q3_K, 512) == 220);
     CHECK(mvm_k_act_bytes(MVM_W_Q3_K, 256) == 292 && mvm_k_block_elems(MVM_W_Q2_K) == 256);
     CHECK(mvm_k_act_bytes(MVM_W_F16, 10) == 40);
@@ -487,6 +497,7 @@ static void test_sizes(void)
     CHECK(mvm_k_expert_group_bytes(q8, 2048) == 64 * 2176 + 2048 * 34);
     CHECK(mvm_k_expert_group_bytes(mvm_k_expert_uniform(MVM_W_F32), 100) == 64 * 400 + 100 * 128);
     CHECK(mvm_k_expert_group_bytes(mvm_k_expert_uniform(MVM_W_Q4_0), 64) == 64 * 36 + 64 * 18);
+    CHECK(mvm_k_expert_group_bytes(mvm_k_expert_uniform(MVM_W_MXFP4), 64) == 64 * 34 + 64 * 17);
     /* a K-quant down takes 256 channels a group; gate/up rows keep their own type */
     const mvm_k_expert_fmt q4k_q6k = {MVM_W_Q4_K, MVM_W_Q6_K}, q8_q4k = {MVM_W_Q8_0, MVM_W_Q4_K};
     CHECK(mvm_k_expert_group_channels(q8) == 32 && mvm_k_expert_group_channels(q4k_q6k) == 256);
@@ -560,7 +571,7 @@ static void test_quantize_random(void)
     double *want = malloc(n * sizeof *want);
     uint8_t *got = malloc(n * 4), *ref = malloc(n * 4);
     for (int t = 0; t < MVM_W_COUNT; t++) {
-        if (is_k((enum mvm_wtype)t) || t == MVM_W_IQ4_NL) /* no outside definition */
+        if (is_k((enum mvm_wtype)t) || t == MVM_W_IQ4_NL || t == MVM_W_MXFP4) /* see below */
             continue;
         fill(x, n, 3.0f);
         x[5] = 0x1p-20f, x[77] = -70000.0f * (t != MVM_W_F16); /* a subnormal half, an inf */
@@ -669,6 +680,48 @@ static void test_quantize_iq4_nl(void)
     for (size_t i = 64; i < 96; i++)
         CHECK(back[i] == 0);
     mvm_k_prepare_act(MVM_W_IQ4_NL, x, act, n); /* Q8_0 activations, as for Q4_0 */
+    ref_quant(MVM_W_Q8_0, x, ref, n);
+    CHECK(memcmp(act, ref, n / 32 * 34) == 0);
+    free(x), free(back), free(want), free(q), free(act), free(ref);
+}
+
+/* MXFP4: ggml's quantize_row_mxfp4_ref (the OCP MX recipe) takes the scale 2^(floor(log2
+ * amax) - 2), so the block's largest magnitude is 4..8 scales, and values beyond the
+ * table's 6 are clipped to it. In units u of the half scale 2^(e - 128) that the table's
+ * doubled values count: a value up to 12 u is off by at most half the widest gap (8 to
+ * 12), 2 u, one beyond by its distance to 12 u. */
+static void test_quantize_mxfp4(void)
+{
+    const size_t n = 32 * 40;
+    float *x = malloc(n * sizeof *x), *back = malloc(n * sizeof *back);
+    double *want = malloc(n * sizeof *want);
+    uint8_t *q = malloc(n), *act = malloc(n / 32 * 34), *ref = malloc(n / 32 * 34);
+    for (size_t i = 0; i < n; i++)
+        x[i] = frand() * ldexpf(1.0f, (int)(i / 32 % 9) - 4);
+    memset(x + 64, 0, 32 * sizeof *x); /* an all-zero block */
+    x[200] = 6.0f, x[201] = -1.5f;     /* a block whose top value the table holds exactly */
+    mvm_k_quantize(MVM_W_MXFP4, x, q, n);
+    mvm_k_dequantize(MVM_W_MXFP4, q, back, n);
+    ref_dequant(MVM_W_MXFP4, q, want, n);
+    int bad_exact = 0, bad_close = 0;
+    for (size_t b = 0; b < n / 32; b++) {
+        double amax = 0;
+        for (size_t i = 32 * b; i < 32 * b + 32; i++)
+            amax = fmax(amax, fabs(x[i]));
+        const double u = amax > 0 ? ldexp(1.0, (int)floor(log2(amax)) - 3) : 0;
+        CHECK(q[17 * b] == (amax > 0 ? (int)floor(log2(amax)) - 2 + 127 : 0));
+        for (size_t i = 32 * b; i < 32 * b + 32; i++) {
+            const double tol = fabs(x[i]) > 12 * u ? fabs(x[i]) - 12 * u : 2 * u;
+            bad_exact += (double)back[i] != want[i];
+            bad_close += fabs(back[i] - x[i]) > tol * 1.0001;
+        }
+    }
+    CHECK(bad_exact == 0);
+    CHECK(bad_close == 0);
+    CHECK(back[200] == 6.0f && back[201] == -1.5f);
+    for (size_t i = 64; i < 96; i++)
+        CHECK(back[i] == 0);
+    mvm_k_prepare_act(MVM_W_MXFP4, x, act, n); /* Q8_0 activations, as ggml's vec_dot_type */
     ref_quant(MVM_W_Q8_0, x, ref, n);
     CHECK(memcmp(act, ref, n / 32 * 34) == 0);
     free(x), free(back), free(want), free(q), free(act), free(ref);
@@ -812,11 +865,13 @@ typedef struct {
     size_t n_embd, n_ff;
     uint8_t *packed;
     double *gate, *up, *down; /* dequantized, row-major as llama.cpp stores them */
+    float *gate_b, *up_b;     /* MVM_GLU_OAI: the biases, wide enough to reach the clamps */
 } expert;
 
 /* The formats the expert tests run: every type alone, and the mixes llama.cpp's K recipes
  * write (a K-quant down under K or Q8_0 gate/up, and the reverse; the Q5_0 / Q5_1 down that
- * Q4_K / Q5_K fall back to when the expert's channels are not whole super-blocks). */
+ * Q4_K / Q5_K fall back to when the expert's channels are not whole super-blocks); and
+ * gpt-oss's unit over a float, an MXFP4 (its files') and a 256-channel K group. */
 static const mvm_k_expert_fmt expert_fmts[] = {
     {MVM_W_F32, MVM_W_F32},   {MVM_W_F16, MVM_W_F16},   {MVM_W_BF16, MVM_W_BF16},
     {MVM_W_Q8_0, MVM_W_Q8_0}, {MVM_W_Q4_0, MVM_W_Q4_0}, {MVM_W_Q4_K, MVM_W_Q4_K},
@@ -824,13 +879,15 @@ static const mvm_k_expert_fmt expert_fmts[] = {
     {MVM_W_Q8_0, MVM_W_Q5_K}, {MVM_W_Q6_K, MVM_W_Q8_0}, {MVM_W_Q4_1, MVM_W_Q4_1},
     {MVM_W_Q5_0, MVM_W_Q5_0}, {MVM_W_Q5_1, MVM_W_Q5_1}, {MVM_W_Q4_K, MVM_W_Q5_0},
     {MVM_W_Q5_K, MVM_W_Q5_1}, {MVM_W_IQ4_NL, MVM_W_IQ4_NL}, {MVM_W_Q2_K, MVM_W_Q2_K},
-    {MVM_W_Q3_K, MVM_W_Q3_K}, {MVM_W_Q3_K, MVM_W_IQ4_NL},
+    {MVM_W_Q3_K, MVM_W_Q3_K}, {MVM_W_Q3_K, MVM_W_IQ4_NL}, {MVM_W_MXFP4, MVM_W_MXFP4},
+    {MVM_W_F32, MVM_W_F32, MVM_GLU_OAI}, {MVM_W_MXFP4, MVM_W_MXFP4, MVM_GLU_OAI},
+    {MVM_W_Q4_K, MVM_W_Q6_K, MVM_GLU_OAI},
 };
 
 static expert make_expert(mvm_k_expert_fmt f, size_t n_embd, size_t n_ff)
 {
     const enum mvm_wtype t = f.gate_up;
-    expert e = {f, t, n_embd, n_ff, NULL, NULL, NULL, NULL};
+    expert e = {f, t, n_embd, n_ff, NULL, NULL, NULL, NULL, NULL, NULL};
     const size_t rb = mvm_k_row_bytes(t, n_embd), drb = mvm_k_row_bytes(f.down, n_ff);
     uint8_t *g = malloc(n_ff * rb), *u = malloc(n_ff * rb), *d = malloc(n_embd * drb);
     float *row = malloc((n_embd > n_ff ? n_embd : n_ff) * sizeof *row);
@@ -852,13 +909,19 @@ static expert make_expert(mvm_k_expert_fmt f, size_t n_embd, size_t n_ff)
     }
     e.packed = malloc(n_ff / mvm_k_expert_group_channels(f) * mvm_k_expert_group_bytes(f, n_embd));
     mvm_k_expert_pack(f, g, u, d, n_embd, n_ff, e.packed);
+    if (f.glu == MVM_GLU_OAI) { /* g and u are about ±1: biases of ±9 clamp many */
+        e.gate_b = malloc(n_ff * sizeof *e.gate_b), e.up_b = malloc(n_ff * sizeof *e.up_b);
+        fill(e.gate_b, n_ff, 9.0f);
+        fill(e.up_b, n_ff, 9.0f);
+        mvm_k_expert_pack_bias(f, e.gate_b, e.up_b, n_embd, n_ff, e.packed);
+    }
     free(g), free(u), free(d), free(row);
     return e;
 }
 
 static void free_expert(expert *e)
 {
-    free(e->packed), free(e->gate), free(e->up), free(e->down);
+    free(e->packed), free(e->gate), free(e->up), free(e->down), free(e->gate_b), free(e->up_b);
 }
 
 /* out0 + weight * FFN(x) over all groups, with the terms' magnitude for the tolerance and,
@@ -877,7 +940,12 @@ static void ref_ffn(const expert *e, const float *x, float weight, const float *
             g += e->gate[c * n_embd + i] * xd[i];
             u += e->up[c * n_embd + i] * xd[i];
         }
-        h[c] = g / (1 + exp(-g)) * u * weight;
+        if (e->gate_b) { /* gpt-oss: biased, g at most 7, u within ±7, (u + 1) */
+            g = fmin(g + e->gate_b[c], 7.0), u = fmax(-7.0, fmin(u + e->up_b[c], 7.0));
+            h[c] = g / (1 + exp(-1.702 * g)) * (u + 1) * weight;
+        } else {
+            h[c] = g / (1 + exp(-g)) * u * weight;
+        }
     }
     double *step = calloc(n_ff / 32, sizeof *step); /* each 32 channels' activation step */
     if (is_q(e->f.down) || is_k(e->f.down)) { /* the intermediate activations quantized */
@@ -1172,12 +1240,14 @@ static void test_swiglu(void)
     CHECK(bad == 0);
 }
 
+/* With and without a sink logit (gpt-oss), which joins the softmax's denominator only. */
 static void test_attn_head(void)
 {
     static const size_t n_pos_s[] = {1, 5, 37}, dims[] = {64, 20};
     for (size_t a = 0; a < 3; a++) {
-        for (size_t b = 0; b < 2; b++) {
-            const size_t n_pos = n_pos_s[a], hd = dims[b], stride = 3 * hd + 1;
+        for (size_t b = 0; b < 4; b++) {
+            const size_t n_pos = n_pos_s[a], hd = dims[b % 2], stride = 3 * hd + 1;
+            const float sink = b < 2 ? -INFINITY : 0.75f - (float)b;
             float *k = malloc(n_pos * stride * sizeof *k), *v = malloc(n_pos * stride * sizeof *v);
             float q[64], out[64], scratch[37];
             double s[37], want[64] = {0}, terms[64] = {0};
@@ -1193,6 +1263,8 @@ static void test_attn_head(void)
                 s[p] *= scale;
                 max = fmax(max, s[p]);
             }
+            max = fmax(max, sink);
+            sum = exp(sink - max);
             for (size_t p = 0; p < n_pos; p++)
                 sum += s[p] = exp(s[p] - max);
             for (size_t p = 0; p < n_pos; p++)
@@ -1200,7 +1272,7 @@ static void test_attn_head(void)
                     want[d] += s[p] / sum * v[p * stride + d];
                     terms[d] += fabs(s[p] / sum * v[p * stride + d]);
                 }
-            mvm_k_attn_head(q, k, v, stride, n_pos, hd, scale, scratch, out);
+            mvm_k_attn_head(q, k, v, stride, n_pos, hd, scale, sink, scratch, out);
             int bad = 0;
             for (size_t d = 0; d < hd; d++)
                 bad += !close_to(out[d], want[d], terms[d], 1e-5);
@@ -1243,6 +1315,7 @@ int main(void)
     RUN(test_quantize_random);
     RUN(test_quantize_k);
     RUN(test_quantize_iq4_nl);
+    RUN(test_quantize_mxfp4);
     RUN(test_rmsnorm);
     RUN(test_rope);
     RUN(test_softmax);

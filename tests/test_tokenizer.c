@@ -747,7 +747,7 @@ static double corpus_ratio(const mvm_tokenizer *t)
 static void check_built(enum mvm_vocab_style style, uint32_t n_vocab, int full)
 {
     static const char *const names[] = {"llama", "qwen2", "olmo", "dsv2",
-                                        "dsv3",  "kimi",  "glm4", "mm2"};
+                                        "dsv3",  "kimi",  "glm4", "mm2", "oss"};
     mvm_vocab v;
     double t0 = now_s();
     CHECK_ST(mvm_vocab_build(style, n_vocab, &v), MVM_OK);
@@ -786,7 +786,7 @@ static void check_built(enum mvm_vocab_style style, uint32_t n_vocab, int full)
 
 static void test_built(void)
 {
-    for (int s = MVM_VOCAB_LLAMA; s <= MVM_VOCAB_MINIMAX; s++) {
+    for (int s = MVM_VOCAB_LLAMA; s <= MVM_VOCAB_GPTOSS; s++) {
         check_built((enum mvm_vocab_style)s, 512, 1);
         check_built((enum mvm_vocab_style)s, 151936, s <= MVM_VOCAB_OLMO);
     }
@@ -797,6 +797,7 @@ static void test_built(void)
     check_built(MVM_VOCAB_KIMI, 163840, 1);
     check_built(MVM_VOCAB_GLM4, 151552, 1);
     check_built(MVM_VOCAB_MINIMAX, 200064, 1);
+    check_built(MVM_VOCAB_GPTOSS, 201088, 1);
     /* The smallest vocabularies: bytes and specials only, still round-tripping. */
     mvm_vocab v;
     CHECK_ST(mvm_vocab_build(MVM_VOCAB_LLAMA, 259, &v), MVM_ERR_INVALID);
@@ -826,7 +827,7 @@ static void test_built(void)
 /* Two builds give the same vocabulary, token for token and merge for merge. */
 static void test_built_deterministic(void)
 {
-    for (int style = MVM_VOCAB_LLAMA; style <= MVM_VOCAB_MINIMAX; style++) {
+    for (int style = MVM_VOCAB_LLAMA; style <= MVM_VOCAB_GPTOSS; style++) {
         mvm_vocab a, b;
         CHECK_ST(mvm_vocab_build((enum mvm_vocab_style)style, 4096, &a), MVM_OK);
         CHECK_ST(mvm_vocab_build((enum mvm_vocab_style)style, 4096, &b), MVM_OK);

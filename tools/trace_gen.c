@@ -65,7 +65,7 @@
 const char *mvm_trace_gen_shape_names(void)
 {
     return "mixtral-8x7b, qwen3-30b-a3b, qwen1.5-moe-a2.7b, olmoe-1b-7b, deepseek-v2-lite, "
-           "deepseek-v3, kimi-k2, glm-4.5-air, glm-4.5, minimax-m2";
+           "deepseek-v3, kimi-k2, glm-4.5-air, glm-4.5, minimax-m2, gpt-oss-20b, gpt-oss-120b";
 }
 
 static void set_shape(mvm_trace_gen *g, const char *name, const char *arch, const uint32_t v[5],

@@ -153,8 +153,8 @@ AVX2_INLINE __m256i avx2_bits5(const uint8_t *p)
                             _mm256_set1_epi8(0x10));
 }
 
-/* The 32 quants of a block of type t: signed bytes for Q8_0, and for IQ4_NL its table's
- * values of the nibbles; for the others the unsigned quants, elements 0..15 from the low
+/* The 32 quants of a block of type t: signed bytes for Q8_0, and for IQ4_NL and MXFP4 their
+ * table's values of the nibbles; for the others the unsigned quants, elements 0..15 from the low
  * nibbles and 16..31 from the high ones, with the fifth bits of Q5_0/Q5_1 (avx2_qdot
  * subtracts the bias of Q4_0/Q5_0). */
 AVX2_INLINE __m256i avx2_qload(enum mvm_wtype t, const uint8_t *blk)
@@ -169,11 +169,16 @@ AVX2_INLINE __m256i avx2_qload(enum mvm_wtype t, const uint8_t *blk)
         return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_set_epi64x(
                                        (long long)MVM_K_IQ4NL_HI, (long long)MVM_K_IQ4NL_LO)),
                                    q);
+    if (t == MVM_W_MXFP4)
+        return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_set_epi64x(
+                                       (long long)MVM_K_MXFP4_HI, (long long)MVM_K_MXFP4_LO)),
+                                   q);
     return L.qh ? _mm256_or_si256(q, avx2_bits5(blk + L.qh)) : q;
 }
 
 /* 8 partial sums of one block's w·a (w from avx2_qload) as floats, exact: each is at most
- * 4·128·127. maddubs multiplies unsigned by signed bytes. Q8_0 and IQ4_NL give it |w| and a
+ * 4·128·127. maddubs multiplies unsigned by signed bytes. Q8_0 and the table types give it
+ * |w| and a
  * with w's sign (|w| rather than |a|: a weight of -128 stays exact as 128 while a is in
  * [-127, 127]);
  * the others give it the unsigned quants as they are (at most 2·31·127 a pair: no int16
@@ -183,7 +188,7 @@ AVX2_INLINE __m256 avx2_qdot(enum mvm_wtype t, __m256i w, __m256i a)
 {
     const mvm_k_qlayout L = mvm_k_qlay(t);
     __m256i p;
-    if (t == MVM_W_Q8_0 || t == MVM_W_IQ4_NL)
+    if (t == MVM_W_Q8_0 || mvm_k_is_table(t))
         p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
     else if (L.bias)
         p = _mm256_sub_epi16(_mm256_maddubs_epi16(w, a),
@@ -211,6 +216,25 @@ AVX2_INLINE __m256 avx2_scales8(const uint8_t *p, size_t bytes)
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d));
 }
 
+/* The scales of 8 blocks of Q type t at p, p + bytes, ...: MXFP4's E8M0 bytes as the floats
+ * 2^(e - 128) (mvm_k_e8m0_half, built in the exponent field, the two subnormal cases
+ * blended in), the others' f16s. */
+AVX2_INLINE __m256 avx2_wscales8(enum mvm_wtype t, const uint8_t *p, size_t bytes)
+{
+    if (t != MVM_W_MXFP4)
+        return avx2_scales8(p, bytes);
+    uint8_t e[8];
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++)
+        e[k] = p[k * bytes];
+    const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)e));
+    const __m256i one = _mm256_set1_epi32(1);
+    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(v, one), 23);
+    const __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), v);
+    const __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), v);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, sub, small));
+}
+
 /* acc + one block of type t times one activation block, scaled (plus the min term). */
 AVX2_INLINE __m256 avx2_qblock(enum mvm_wtype t, const uint8_t *blk, const mvm_block_q8_0 *a,
                                __m256 acc)
@@ -218,7 +242,7 @@ AVX2_INLINE __m256 avx2_qblock(enum mvm_wtype t, const uint8_t *blk, const mvm_b
     const mvm_k_qlayout L = mvm_k_qlay(t);
     const float da = _cvtsh_ss(a->d);
     const __m256i qa = _mm256_loadu_si256((const __m256i *)a->qs);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(mvm_k_block_d(blk)) * da),
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(mvm_k_block_scale(t, blk) * da),
                           avx2_qdot(t, avx2_qload(t, blk), qa), acc);
     if (L.m)
         acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(mvm_k_block_h(blk, L.m)) * da),
@@ -244,7 +268,7 @@ AVX2_INLINE void avx2_dotn_q(enum mvm_wtype t, const uint8_t *w, const uint8_t *
 #pragma GCC unroll 8
         for (int j = 0; j < 8; j++)
             wq[j] = avx2_qload(t, p + j * bytes);
-        const __m256 ws = avx2_scales8(p, bytes);
+        const __m256 ws = avx2_wscales8(t, p, bytes);
         const __m256 wm = L.m ? avx2_scales8(p + L.m, bytes) : ws;
         for (int k = 0; k < nt; k++) {
             const mvm_block_q8_0 *a = AVX2_TOK(mvm_block_q8_0, act, as, k) + b;
@@ -294,7 +318,7 @@ AVX2_INLINE void avx2_downn_q(enum mvm_wtype t, const uint8_t *w, const uint8_t 
 #pragma GCC unroll 8
         for (int c = 0; c < 8; c++)
             wq[c] = avx2_qload(t, p + c * bytes);
-        const __m256 ws = avx2_scales8(p, bytes);
+        const __m256 ws = avx2_wscales8(t, p, bytes);
         const __m256 wm = L.m ? avx2_scales8(p + L.m, bytes) : ws;
         for (int k = 0; k < nt; k++) {
             __m256 v[8];

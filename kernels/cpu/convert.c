@@ -40,7 +40,7 @@ const char *mvm_k_wtype_name(enum mvm_wtype t)
 {
     static const char *const names[MVM_W_COUNT] = {
         "f32",    "f16",  "bf16", "q8_0", "q4_0", "q4_1", "q5_0",
-        "q5_1",   "iq4_nl", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K"};
+        "q5_1",   "iq4_nl", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "mxfp4"};
     return (unsigned)t < MVM_W_COUNT ? names[t] : "unknown";
 }
 
@@ -132,6 +132,33 @@ static void quantize_iq4_nl_block(const float *x, uint8_t *blk)
     }
 }
 
+/* quantize_row_mxfp4_ref on one block: the scale is the power of two 2^(e - 128) with e =
+ * floor(log2(amax)) - 2 + 127, which puts the largest magnitude in [4, 8) of it, below the
+ * table's 12 (its E2M1 6, doubled), and each element takes the entry whose multiple of d is
+ * nearest x (the first in table order on ties). */
+static void quantize_mxfp4_block(const float *x, uint8_t *blk)
+{
+    float amax = 0.0f;
+    for (int j = 0; j < MVM_QBLOCK; j++)
+        amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
+    const uint8_t e = amax > 0.0f ? (uint8_t)(floorf(log2f(amax)) - 2 + 127) : 0;
+    const float d = mvm_k_e8m0_half(e);
+    blk[0] = e;
+    for (int j = 0; j < MVM_QBLOCK; j++) {
+        int best = 0; /* best_index_mxfp4 */
+        float best_err = fabsf(x[j]);
+        for (int k = 1; k < 16; k++) {
+            const float err = fabsf((float)mvm_k_mxfp4(k) * d - x[j]);
+            if (err < best_err)
+                best = k, best_err = err;
+        }
+        if (j < MVM_QBLOCK / 2)
+            blk[1 + j] = (uint8_t)best;
+        else
+            blk[1 + j - MVM_QBLOCK / 2] |= (uint8_t)(best << 4);
+    }
+}
+
 void mvm_k_quantize(enum mvm_wtype t, const float *src, void *dst, size_t n)
 {
     switch (t) {
@@ -159,6 +186,10 @@ void mvm_k_quantize(enum mvm_wtype t, const float *src, void *dst, size_t n)
         for (size_t b = 0; b < n / MVM_QBLOCK; b++)
             quantize_iq4_nl_block(src + b * MVM_QBLOCK, (uint8_t *)dst + b * 18);
         break;
+    case MVM_W_MXFP4:
+        for (size_t b = 0; b < n / MVM_QBLOCK; b++)
+            quantize_mxfp4_block(src + b * MVM_QBLOCK, (uint8_t *)dst + b * 17);
+        break;
     case MVM_W_Q2_K:
     case MVM_W_Q3_K:
     case MVM_W_Q4_K:
@@ -183,10 +214,11 @@ void mvm_k_dequantize(enum mvm_wtype t, const void *src, float *dst, size_t n)
     case MVM_W_Q5_0:
     case MVM_W_Q5_1:
     case MVM_W_IQ4_NL:
+    case MVM_W_MXFP4:
         for (size_t b = 0; b < n / MVM_QBLOCK; b++) {
             const uint8_t *blk = (const uint8_t *)src + b * mvm_k_block_bytes(t);
             const mvm_k_qlayout L = mvm_k_qlay(t);
-            const float d = mvm_k_h2f(mvm_k_block_d(blk));
+            const float d = mvm_k_block_scale(t, blk);
             int8_t q[MVM_QBLOCK];
             mvm_k_qunpack(t, blk, q);
             for (int j = 0; j < MVM_QBLOCK; j++)

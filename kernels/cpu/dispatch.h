@@ -21,10 +21,10 @@ static inline void mvm_k_qunpack(enum mvm_wtype t, const uint8_t *blk, int8_t q[
         memcpy(q, blk + L.qs, MVM_QBLOCK);
         return;
     }
-    if (t == MVM_W_IQ4_NL) {
+    if (mvm_k_is_table(t)) {
         for (int j = 0; j < MVM_QBLOCK / 2; j++) {
-            q[j] = (int8_t)mvm_k_iq4nl(blk[L.qs + j] & 0x0F);
-            q[j + 16] = (int8_t)mvm_k_iq4nl(blk[L.qs + j] >> 4);
+            q[j] = (int8_t)mvm_k_table(t, blk[L.qs + j] & 0x0F);
+            q[j + 16] = (int8_t)mvm_k_table(t, blk[L.qs + j] >> 4);
         }
         return;
     }
@@ -184,7 +184,7 @@ struct mvm_k_level {
         default: downn(type, w, a, a_stride, MVM_K_NT, out, out_stride, n); break;                 \
         }                                                                                          \
     }
-/* The entry points pre_f32 .. pre_q6_K that MVM_K_LEVEL_TYPE defined, indexed by type. */
+/* The entry points pre_f32 .. pre_mxfp4 that MVM_K_LEVEL_TYPE defined, indexed by type. */
 #define MVM_K_TABLE(pre)                                                                           \
     {[MVM_W_F32] = pre##_f32,                                                                      \
      [MVM_W_F16] = pre##_f16,                                                                      \
@@ -199,7 +199,8 @@ struct mvm_k_level {
      [MVM_W_Q3_K] = pre##_q3_K,                                                                    \
      [MVM_W_Q4_K] = pre##_q4_K,                                                                    \
      [MVM_W_Q5_K] = pre##_q5_K,                                                                    \
-     [MVM_W_Q6_K] = pre##_q6_K}
+     [MVM_W_Q6_K] = pre##_q6_K,                                                                    \
+     [MVM_W_MXFP4] = pre##_mxfp4}
 #define MVM_K_LEVEL(name, attr, dotn_float, dotn_q, downn_float, downn_q, dotn_k, downn_k)         \
     MVM_K_LEVEL_TYPE(attr, dotn_float, downn_float, MVM_W_F32, f32)                                \
     MVM_K_LEVEL_TYPE(attr, dotn_float, downn_float, MVM_W_F16, f16)                                \
@@ -215,6 +216,7 @@ struct mvm_k_level {
     MVM_K_LEVEL_TYPE(attr, dotn_k, downn_k, MVM_W_Q4_K, q4_K)                                      \
     MVM_K_LEVEL_TYPE(attr, dotn_k, downn_k, MVM_W_Q5_K, q5_K)                                      \
     MVM_K_LEVEL_TYPE(attr, dotn_k, downn_k, MVM_W_Q6_K, q6_K)                                      \
+    MVM_K_LEVEL_TYPE(attr, dotn_q, downn_q, MVM_W_MXFP4, mxfp4)                                    \
     const struct mvm_k_level name = {                                                              \
         .dot = MVM_K_TABLE(dot), .dotn = MVM_K_TABLE(dotn), .downn = MVM_K_TABLE(downn)};
 

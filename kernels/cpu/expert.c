@@ -1,15 +1,25 @@
 /*
  * The channel-major expert (kernels.h): packing llama.cpp's row-major slices into groups of
  * G channels (32, or 256 for a K-quant down), and the FFN over a range of groups. Per group:
- * 2G gate/up dot products, the SwiGLU with the routing weight folded in (the down product
- * is linear in it), then the down product over all n_embd outputs, which reads a third of
- * the group's bytes, one block per output, and is the level's dedicated down kernel. A batch
- * goes through a group MVM_K_NT tokens at a time, each weight block unpacked once for them.
+ * 2G gate/up dot products, the gated linear unit (SwiGLU, or gpt-oss's with the group's
+ * biases) with the routing weight folded in (the down product is linear in it), then the
+ * down product over all n_embd outputs, which reads a third of the group's bytes, one block
+ * per output, and is the level's dedicated down kernel. A batch goes through a group
+ * MVM_K_NT tokens at a time, each weight block unpacked once for them.
  */
 #include <math.h>
 #include <string.h>
 
 #include "kernels/cpu/dispatch.h"
+
+/* gpt-oss's unit on one channel: g and u biased already; llama.cpp's swiglu_oai in its
+ * order of operations (x / (1 + exp(alpha * -x)) * (y + 1)). */
+static inline float glu_oai(float g, float u)
+{
+    g = g < MVM_K_OAI_LIMIT ? g : MVM_K_OAI_LIMIT;
+    u = u < -MVM_K_OAI_LIMIT ? -MVM_K_OAI_LIMIT : u > MVM_K_OAI_LIMIT ? MVM_K_OAI_LIMIT : u;
+    return g / (1.0f + expf(MVM_K_OAI_ALPHA * -g)) * (u + 1.0f);
+}
 
 /* The n_tok tokens' G intermediate activations h[i] in down's activation format, at the
  * address returned and *stride bytes apart: quantized into buf[i] for the Q and K types (as
@@ -43,6 +53,9 @@ void mvm_k_expert_ffn_batch(mvm_k_expert_fmt f, const void *expert, size_t n_emb
     for (size_t g = g0; g < g1; g++) {
         const uint8_t *gate = (const uint8_t *)expert + g * group;
         const uint8_t *up = gate + G * row, *dn = up + G * row;
+        float bias[2 * MVM_QK_K]; /* MVM_GLU_OAI: gate's, then up's (unaligned in the group) */
+        if (f.glu == MVM_GLU_OAI)
+            memcpy(bias, dn + n_embd * mvm_k_row_bytes(f.down, G), 2 * G * sizeof *bias);
         for (size_t t0 = 0; t0 < n_tok; t0 += MVM_K_NT) {
             const size_t nt = n_tok - t0 < MVM_K_NT ? n_tok - t0 : MVM_K_NT;
             const uint8_t *a = (const uint8_t *)act + t0 * act_stride;
@@ -51,8 +64,12 @@ void mvm_k_expert_ffn_batch(mvm_k_expert_fmt f, const void *expert, size_t n_emb
                 dotn(gate + c * row, a, act_stride, nt, n_embd, &h[0][c], MVM_QK_K);
             for (size_t c = 0; c < G; c++) {
                 dotn(up + c * row, a, act_stride, nt, n_embd, u, 1);
-                for (size_t i = 0; i < nt; i++)
-                    h[i][c] = h[i][c] / (1.0f + expf(-h[i][c])) * u[i] * weights[t0 + i];
+                if (f.glu == MVM_GLU_OAI)
+                    for (size_t i = 0; i < nt; i++)
+                        h[i][c] = glu_oai(h[i][c] + bias[c], u[i] + bias[G + c]) * weights[t0 + i];
+                else
+                    for (size_t i = 0; i < nt; i++)
+                        h[i][c] = h[i][c] / (1.0f + expf(-h[i][c])) * u[i] * weights[t0 + i];
             }
             mvm_block_q8_K buf[MVM_K_NT];
             size_t stride;
@@ -84,5 +101,18 @@ void mvm_k_expert_pack(mvm_k_expert_fmt f, const void *gate, const void *up, con
         d += 2 * rows;
         for (size_t j = 0; j < n_embd; j++, d += slot)
             memcpy(d, (const uint8_t *)down + j * down_row + g * slot, slot);
+        d += f.glu == MVM_GLU_OAI ? 2 * G * sizeof(float) : 0; /* mvm_k_expert_pack_bias */
+    }
+}
+
+void mvm_k_expert_pack_bias(mvm_k_expert_fmt f, const float *gate_b, const float *up_b,
+                            size_t n_embd, size_t n_ff, void *dst)
+{
+    const size_t G = mvm_k_expert_group_channels(f), group = mvm_k_expert_group_bytes(f, n_embd);
+    const size_t at = group - 2 * G * sizeof(float);
+    for (size_t g = 0; g < n_ff / G; g++) {
+        uint8_t *d = (uint8_t *)dst + g * group + at;
+        memcpy(d, gate_b + g * G, G * sizeof *gate_b);
+        memcpy(d + G * sizeof *gate_b, up_b + g * G, G * sizeof *up_b);
     }
 }

@@ -102,10 +102,10 @@ void mvm_k_matmul(enum mvm_wtype t, const void *w, size_t row_bytes, size_t n_in
  * group's sizes (mvm_k_expert_group_channels, _bytes) are in kernels/blocks.h, as the device
  * kernels read the layout too. */
 
-/* One type for all three matrices. */
+/* One type for all three matrices, SwiGLU. */
 static inline mvm_k_expert_fmt mvm_k_expert_uniform(enum mvm_wtype t)
 {
-    return (mvm_k_expert_fmt){t, t};
+    return (mvm_k_expert_fmt){t, t, MVM_GLU_SILU};
 }
 /* out[j] += weight * sum over groups g in [g0, g1) of the group's output, j < n_embd.
  * act: x prepared for f.gate_up and n_embd. For Q and K types the G intermediate
@@ -127,6 +127,10 @@ void mvm_k_expert_ffn_batch(mvm_k_expert_fmt f, const void *expert, size_t n_emb
  * (n_ff % G == 0). Used at load. */
 void mvm_k_expert_pack(mvm_k_expert_fmt f, const void *gate, const void *up, const void *down,
                        size_t n_embd, size_t n_ff, void *dst);
+/* With MVM_GLU_OAI: the gate and up biases (n_ff floats each) into each group's slots of a
+ * packed expert. */
+void mvm_k_expert_pack_bias(mvm_k_expert_fmt f, const float *gate_b, const float *up_b,
+                            size_t n_embd, size_t n_ff, void *dst);
 
 /* ---- element-wise and small ops (F32) --------------------------------------------------- */
 /* out = x / sqrt(mean(x^2) + eps) * w  (w may be NULL: no scale). out may equal x. */
@@ -152,8 +156,10 @@ void mvm_k_topk(const float *x, size_t n, size_t k, int *idx);
 void mvm_k_swiglu(float *x, const float *y, size_t n);
 /* One attention head for one query: q (head_dim), keys/values of positions 0..n_pos-1 at
  * k + p*kv_stride and v + p*kv_stride floats; scores = q·k * scale, softmax, out = Σ p v.
- * scratch holds n_pos floats. */
+ * sink: a logit that takes its share of the softmax and adds no value (gpt-oss's attention
+ * sinks), or -INFINITY for none. scratch holds n_pos floats. */
 void mvm_k_attn_head(const float *q, const float *k, const float *v, size_t kv_stride,
-                     size_t n_pos, size_t head_dim, float scale, float *scratch, float *out);
+                     size_t n_pos, size_t head_dim, float scale, float sink, float *scratch,
+                     float *out);
 
 #endif

@@ -68,12 +68,14 @@ void mvm_k_rope_yarn(mvm_rope *r, float factor, uint32_t orig_ctx, float beta_fa
     r->mscale = attn_factor * (ext_factor != 0.0f ? 1.0f + 0.1f * logf(factor) : 1.0f);
 }
 
-void mvm_k_softmax(float *x, size_t n)
+/* Softmax of x with an extra logit `sink` in the denominator (-INFINITY: none, which adds
+ * exactly 0), as ggml's soft_max with sinks. */
+static void softmax_sink(float *x, size_t n, float sink)
 {
-    float max = -INFINITY;
+    float max = sink;
     for (size_t i = 0; i < n; i++)
         max = x[i] > max ? x[i] : max;
-    double sum = 0;
+    double sum = expf(sink - max);
     for (size_t i = 0; i < n; i++) {
         x[i] = expf(x[i] - max);
         sum += x[i];
@@ -81,6 +83,11 @@ void mvm_k_softmax(float *x, size_t n)
     const float inv = (float)(1.0 / sum);
     for (size_t i = 0; i < n; i++)
         x[i] *= inv;
+}
+
+void mvm_k_softmax(float *x, size_t n)
+{
+    softmax_sink(x, n, -INFINITY);
 }
 
 /* The ranking key: nan ranks lowest, so that the order is total and k indices always come
@@ -113,12 +120,12 @@ void mvm_k_swiglu(float *x, const float *y, size_t n)
 }
 
 void mvm_k_attn_head(const float *q, const float *k, const float *v, size_t kv_stride, size_t n_pos,
-                     size_t head_dim, float scale, float *scratch, float *restrict out)
+                     size_t head_dim, float scale, float sink, float *scratch, float *restrict out)
 {
     const mvm_k_dot_fn dot = mvm_k_kernels->dot[MVM_W_F32];
     for (size_t p = 0; p < n_pos; p++)
         scratch[p] = dot(k + p * kv_stride, q, head_dim) * scale;
-    mvm_k_softmax(scratch, n_pos);
+    softmax_sink(scratch, n_pos, sink);
     for (size_t d = 0; d < head_dim; d++)
         out[d] = 0;
     for (size_t p = 0; p < n_pos; p++) {

@@ -4,10 +4,12 @@
 
 The engine computes where its environment puts the experts (MOEVM_BACKEND): CTest runs this
 twice, on the CPU and on the device forward pass over tests/fakecuda with the kernels
-emulated (ref_forward_cuda), every architecture, type and variant both times.
+emulated (ref_forward_cuda), every architecture, type and variant both times, but those the
+device pass refuses (DEVICE_REFUSES), whose refusal is checked instead.
 
 For each architecture (llama = Mixtral, qwen2moe, qwen3moe, olmoe, deepseek2, glm4moe,
-minimax-m2) and weight type (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_K, q3_K, q4_K_M),
+minimax-m2, gpt-oss) and weight type (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl,
+q2_K, q3_K, q4_K_M, and mxfp4: llama.cpp's MXFP4_MOE, the experts MXFP4 and the rest Q8_0),
 and for the VARIANTS (RoPE scaling, deepseek2's other kinds, GLM-4.5-Air) at f32 and q8_0: `moevm mkmodel
 --preset tiny` writes a model, `moevm run` prefills
 three random prompts (1, 5 and 12 tokens) and greedily generates 4 tokens, writing every
@@ -54,13 +56,19 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gguf_read  # noqa: E402
 import moe_ref  # noqa: E402
 
-ARCHS = ("llama", "qwen2moe", "qwen3moe", "olmoe", "deepseek2", "glm4moe", "minimax-m2")
+ARCHS = ("llama", "qwen2moe", "qwen3moe", "olmoe", "deepseek2", "glm4moe", "minimax-m2",
+         "gpt-oss")
+# The architectures the device forward pass does not compute yet, and the words its refusal
+# must contain.
+DEVICE_REFUSES = {"gpt-oss": "does not compute gpt-oss"}
 TYPES = {"f32": gguf_read.GGML_F32, "f16": gguf_read.GGML_F16, "bf16": gguf_read.GGML_BF16,
          "q8_0": gguf_read.GGML_Q8_0, "q4_0": gguf_read.GGML_Q4_0,
          "q4_1": gguf_read.GGML_Q4_1, "q5_0": gguf_read.GGML_Q5_0,
          "q5_1": gguf_read.GGML_Q5_1, "iq4_nl": gguf_read.GGML_IQ4_NL,
-         "q2_K": gguf_read.GGML_Q2_K, "q3_K": gguf_read.GGML_Q3_K, "q4_K_M": gguf_read.GGML_Q4_K}
-QUANTIZED = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q2_K", "q3_K", "q4_K_M")
+         "q2_K": gguf_read.GGML_Q2_K, "q3_K": gguf_read.GGML_Q3_K, "q4_K_M": gguf_read.GGML_Q4_K,
+         "mxfp4": gguf_read.GGML_MXFP4}
+QUANTIZED = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q2_K", "q3_K", "q4_K_M",
+             "mxfp4")
 # The K-quants need rows of whole 256-element super-blocks: the tiny shape widened to 256
 # (its 64-wide attention output then falls back to Q5_0 as llama-quantize's does, and
 # Q4_K_M puts Q6_K on layer 1's attn_v and ffn_down_exps: mixed expert types, as in
@@ -82,7 +90,7 @@ MKMODEL_ARCH_ARGS = {(arch, t): ["--expert-ff", "96"]
 TOL = {"f32": (1e-4, 1e-4), "f16": (1e-4, 1e-4), "bf16": (1e-4, 1e-4),
        "q8_0": (7e-2, 3e-2), "q4_0": (7e-2, 3e-2), "q4_1": (7e-2, 3e-2), "q5_0": (7e-2, 3e-2),
        "q5_1": (7e-2, 3e-2), "iq4_nl": (7e-2, 3e-2), "q2_K": (7e-2, 3e-2), "q3_K": (7e-2, 3e-2),
-       "q4_K_M": (7e-2, 3e-2)}
+       "q4_K_M": (7e-2, 3e-2), "mxfp4": (7e-2, 3e-2)}
 SENSITIVITY_MARGIN = 4.0   # a deliberate bug must exceed the (emulated) tolerance this much
 # The reference's argmax is checked where its top-2 margin exceeds this many times the
 # tolerated RMS per-logit error, tol x ||row|| / sqrt(n_vocab).
@@ -190,6 +198,22 @@ class Compare:
                 row_errors(logits, self.emu))
 
 
+# The texts engine/tokenizer.c ends a generation at besides the file's EOS (llama.cpp's).
+EOG_TEXTS = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+             "<|eom_id|>", "<|return|>", "<|call|>", "<EOT>", "<|fim_pad|>", "<fim-pad>",
+             "<PAD>", "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<|file_sep|>"}
+
+
+def end_ids(meta):
+    """The token ids a generation stops at: EOS, EOT, EOM and the EOG_TEXTS."""
+    texts = meta.get("tokenizer.ggml.tokens", [])
+    ids = {i for i, s in enumerate(texts) if s in EOG_TEXTS}
+    if "<|return|>" in texts and "<|end|>" in texts:   # gpt-oss: <|end|> ends a message only
+        ids.discard(texts.index("<|end|>"))
+    return ids | {meta[k] for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+                                    "tokenizer.ggml.eom_token_id") if k in meta}
+
+
 def check_prompt(moevm, model, model_path, wtype, workdir, prompt, tag, launcher=(),
                  run_args=()):
     """Runs the engine on one prompt; returns (line, problems, worst errors, records)."""
@@ -209,8 +233,7 @@ def check_prompt(moevm, model, model_path, wtype, workdir, prompt, tag, launcher
     # Rows: the prompt, then each generated token fed back; positions 0, 1, 2, ... Fewer
     # only where generation stopped at end-of-text (not fed back), which is then the argmax
     # of the last row.
-    eos = model.meta.get("tokenizer.ggml.eos_token_id")
-    stopped = len(rec) and eos is not None and int(rec["logits"][-1].argmax()) == eos
+    stopped = len(rec) and int(rec["logits"][-1].argmax()) in end_ids(model.meta)
     if not (len(rec) == L + N_GEN or (L <= len(rec) < L + N_GEN and stopped)):
         raise Failure(f"{len(rec)} rows, want {L + N_GEN} (prompt + generated)"
                       + ("" if stopped else ", and the last row does not end the text"))
@@ -261,6 +284,17 @@ def check_prompt(moevm, model, model_path, wtype, workdir, prompt, tag, launcher
     return line, problems, (e_exact, e_emu), (tokens, logits)
 
 
+def check_refusal(moevm, path, words):
+    """'' when `moevm run` on the model fails with a message containing `words`, else what
+    went wrong."""
+    p = subprocess.run([moevm, "run", "-m", path, "-p", "a", "-n", "1"], capture_output=True,
+                       timeout=TIMEOUT_S)
+    err = p.stderr.decode(errors="replace")
+    if p.returncode == 0:
+        return "the device pass was expected to refuse this model, and ran it"
+    return "" if words in err else f"refused without saying '{words}': {err.strip()[-300:]}"
+
+
 def shifted_experts(model):
     """The model with every layer's expert e taking expert e+1's weights."""
     w = dict(model.w)
@@ -275,6 +309,12 @@ def without(model, *suffixes):
     """The model without the tensors whose names end in one of `suffixes`."""
     return moe_ref.Model(model.cfg, {k: v for k, v in model.w.items()
                                      if not k.endswith(suffixes)}, model.wtypes, model.meta)
+
+
+def filled(model, value, *suffixes):
+    """The model with the tensors whose names end in one of `suffixes` set to `value`."""
+    w = {k: np.full_like(v, value) if k.endswith(suffixes) else v for k, v in model.w.items()}
+    return moe_ref.Model(model.cfg, w, model.wtypes, model.meta)
 
 
 def sensitivity(model, wtype, seqs):
@@ -301,6 +341,12 @@ def sensitivity(model, wtype, seqs):
     if model.cfg.n_nextn:
         bugs["NextN block computed"] = model.replace(n_layer=model.cfg.n_layer +
                                                      model.cfg.n_nextn)
+    if r.oai:
+        bugs["window ignored"] = model.replace(n_swa=0)
+        bugs["sinks ignored"] = filled(model, -np.inf, "attn_sinks.weight")
+        bugs["output bias ignored"] = filled(model, 0.0, "attn_output.bias")
+        bugs["router bias ignored"] = filled(model, 0.0, "ffn_gate_inp.bias")
+        bugs["expert biases ignored"] = filled(model, 0.0, "_exps.bias")
     results = {}
     for name, bad in bugs.items():
         if wtype in QUANTIZED:
@@ -343,12 +389,20 @@ def main():
     cases = [(arch, "", wtype) for arch in arches for wtype in types]
     cases += [(VARIANTS[v][0], v, wtype) for v in VARIANTS for wtype in types
               if wtype in VARIANT_TYPES and not launcher and VARIANTS[v][0] in arches]
+    device = os.environ.get("MOEVM_BACKEND") == "cuda"
     for arch, variant, wtype in cases:
         try:
             model = make_model(moevm, args.workdir, arch, wtype, variant)
         except (Failure, gguf_read.GGUFError, ValueError, KeyError) as e:
             failures.append(f"{arch}{variant} {wtype}: mkmodel: {e}")
             print(f"FAIL {arch}{variant} {wtype}: mkmodel: {e}")
+            continue
+        if device and arch in DEVICE_REFUSES:
+            problem = check_refusal(moevm, model_file(args.workdir, arch, wtype, variant),
+                                    DEVICE_REFUSES[arch])
+            print(("FAIL " if problem else "ok   ") + f"{arch + variant:9s} {wtype:6s} " +
+                  (problem or "the device pass refuses it, as it should"))
+            failures += [f"{arch}{variant} {wtype}: {problem}"] if problem else []
             continue
         rng = np.random.default_rng(PROMPT_SEED)
         seqs = []

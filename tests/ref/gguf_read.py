@@ -36,7 +36,7 @@ _SCALAR_DTYPE = {
 
 # ggml tensor types this reader dequantizes: type -> (name, elements per block, block bytes).
 GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q8_0, GGML_BF16 = 0, 1, 2, 8, 30
-GGML_Q4_1, GGML_Q5_0, GGML_Q5_1, GGML_IQ4_NL = 3, 6, 7, 20
+GGML_Q4_1, GGML_Q5_0, GGML_Q5_1, GGML_IQ4_NL, GGML_MXFP4 = 3, 6, 7, 20, 39
 GGML_Q2_K, GGML_Q3_K = 10, 11
 GGML_Q4_K, GGML_Q5_K, GGML_Q6_K = 12, 13, 14
 GGML_TYPES = {
@@ -49,6 +49,7 @@ GGML_TYPES = {
     GGML_Q5_0: ("Q5_0", 32, 22),  # { f16 d; uint8 qh[4]; uint8 qs[16]; }
     GGML_Q5_1: ("Q5_1", 32, 24),  # { f16 d, m; uint8 qh[4]; uint8 qs[16]; }
     GGML_IQ4_NL: ("IQ4_NL", 32, 18),  # { f16 d; uint8 qs[16]; } indexing IQ4_NL_VALUES
+    GGML_MXFP4: ("MXFP4", 32, 17),    # { u8 e; uint8 qs[16]; } indexing MXFP4_VALUES
     # The K-quants' super-blocks (ggml-common.h):
     GGML_Q2_K: ("Q2_K", 256, 84),   # { u8 scales[16]; u8 qs[64]; f16 d, dmin; }
     GGML_Q3_K: ("Q3_K", 256, 110),  # { u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d; }
@@ -60,7 +61,11 @@ K_QUANTS = (GGML_Q2_K, GGML_Q3_K, GGML_Q4_K, GGML_Q5_K, GGML_Q6_K)
 # ggml-common.h's kvalues_iq4nl: IQ4_NL's quant values, indexed by the nibble.
 IQ4_NL_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10,
                           1, 13, 25, 38, 53, 69, 89, 113], dtype=np.float64)
-# The 32-element types with 4- or 5-bit quants (IQ4_NL aside).
+# ggml-common.h's kvalues_mxfp4: the E2M1 values doubled, indexed by the nibble (bit 3 the
+# sign); hence MXFP4's scale is half its E8M0 exponent's, 2^(e - 128).
+MXFP4_VALUES = np.array([0, 1, 2, 3, 4, 6, 8, 12,
+                         0, -1, -2, -3, -4, -6, -8, -12], dtype=np.float64)
+# The 32-element types with 4- or 5-bit quants (IQ4_NL and MXFP4 aside).
 Q45 = (GGML_Q4_0, GGML_Q4_1, GGML_Q5_0, GGML_Q5_1)
 
 
@@ -238,6 +243,13 @@ def dequantize(ggml_type, raw, n):
         qs = blocks[:, 2:].astype(np.int64)
         q = np.concatenate([qs & 0x0F, qs >> 4], axis=1)
         return (_f16(blocks[:, 0:2]) * IQ4_NL_VALUES[q]).reshape(n)
+    if ggml_type == GGML_MXFP4:
+        # Exact in float64, as ggml's F32 is for e <= 252 (past that, 12 x 2^(e-128) overflows).
+        blocks = raw.reshape(n // 32, 17)
+        qs = blocks[:, 1:].astype(np.int64)
+        q = np.concatenate([qs & 0x0F, qs >> 4], axis=1)
+        d = np.ldexp(1.0, blocks[:, 0:1].astype(np.int64) - 128)            # (nb, 1)
+        return (d * MXFP4_VALUES[q]).reshape(n)
     if ggml_type in (GGML_Q2_K, GGML_Q3_K):
         return _dequantize_q23_k(raw, n, ggml_type == GGML_Q3_K)
     if ggml_type in (GGML_Q4_K, GGML_Q5_K):

@@ -1,8 +1,8 @@
-"""Reference forward pass of six MoE architectures, in float64, over a whole sequence.
+"""Reference forward pass of eight MoE architectures, in float64, over a whole sequence.
 
 Written from the public model definitions (Hugging Face transformers: modeling_mixtral,
 modeling_qwen2_moe, modeling_qwen3_moe, modeling_olmoe, modeling_deepseek_v2/v3,
-modeling_glm4_moe) in llama.cpp's GGUF tensor names
+modeling_glm4_moe, modeling_minimax_m2, modeling_gpt_oss) in llama.cpp's GGUF tensor names
 and conventions, independently of the engine, so that the engine's logits can be checked
 against it. Clarity over speed: the whole sequence is computed at once with a causal mask
 (no KV cache), which is a different schedule from the engine's token-by-token decoding and
@@ -13,7 +13,8 @@ so also checks its cache.
     trace = []; forward(model, tokens, trace=trace)  # + per-layer router probabilities
 
 Per layer:  x += attn(rmsnorm(x) * attn_norm);  x += moe(rmsnorm(x) * ffn_norm)
-            (glm4moe's ffn_norm is post_attention_norm; its NextN blocks are not computed)
+            (glm4moe's and gpt-oss's ffn_norm is post_attention_norm; glm4moe's NextN
+            blocks are not computed)
 Output:     logits = output @ (rmsnorm(x) * output_norm)   (output tied to token_embd if absent)
 """
 
@@ -40,6 +41,8 @@ class ArchRules:
     gating: int = 1        # by default softmax (1) or sigmoid (2)
     glm: bool = False    # GLM-4.5: post_attention_norm before the FFN, QK norm only where
                          # the file has it, trailing NextN blocks not computed
+    oai: bool = False    # gpt-oss: attention output, router and expert biases, a sink logit
+                         # per head, post_attention_norm before the MoE, clamped SwiGLU
 
 
 ARCHS = {
@@ -73,7 +76,19 @@ ARCHS = {
     # scores plus e_score_correction_bias to choose, the scores renormalised.
     "minimax-m2": ArchRules(rope_neox=True, norm_topk=True, qkv_bias=False, qk_norm="full",
                             shared_expert=False, routing=True, gating=2),
+    # gpt-oss as Hugging Face's GptOss computes it (llama.cpp's openai-moe, LLM_ARCH_OPENAI_MOE):
+    # q/k/v/o biases; each head's learned sink logit in its softmax; a sliding window on the
+    # even blocks (HF's layer_types, llama.cpp's set_swa_pattern(2)); the top k of the biased
+    # router logits, softmaxed (GptOssTopKRouter: the renormalised full softmax); experts
+    # with biases and SwiGLU clamped (OAI_ALPHA, OAI_LIMIT: HF's constants, not in the GGUF).
+    # Its YaRN is rope_frequencies', with the ramp's ends floored and ceiled as llama.cpp
+    # does, where HF's config for gpt-oss says truncate: false (unrounded ends).
+    "gpt-oss": ArchRules(rope_neox=True, norm_topk=True, qkv_bias=True, qk_norm="",
+                         shared_expert=False, oai=True),
 }
+# gpt-oss's gated activation (GptOssExperts, ggml's swiglu_oai): the gate capped at the
+# limit, the up product clipped to +-limit, g * sigmoid(alpha g) * (u + 1).
+OAI_ALPHA, OAI_LIMIT = 1.702, 7.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,6 +128,8 @@ class Config:
     expert_scale: float = 1.0
     # glm4moe: the NextN blocks after the n_layer computed ones (in the file, not computed)
     n_nextn: int = 0
+    # gpt-oss: the sliding window of its even blocks, in positions (0: none)
+    n_swa: int = 0
     # Emulate the engine's (ggml's) CPU path for quantized weights: the input of each such
     # product is quantized first, to Q8_0 for the 32-element Q types and to Q8_K for the
     # K-quants. Off for the reference; on to follow the engine's routing where activation
@@ -140,8 +157,8 @@ class Model:
         """x (T, n_in) @ W.T for the tensor `name` (expert slice `expert` of a 3-D one);
         a 1-D weight (n_in,) gives (T,)."""
         W = self.w[name] if expert is None else self.w[name][expert]
-        if self.cfg.act_quant and self.wtypes[name] in (gguf_read.GGML_Q8_0,
-                                                        gguf_read.GGML_IQ4_NL) + gguf_read.Q45:
+        if self.cfg.act_quant and self.wtypes[name] in (gguf_read.GGML_Q8_0, gguf_read.GGML_IQ4_NL,
+                                                        gguf_read.GGML_MXFP4) + gguf_read.Q45:
             x = q8_0_roundtrip(x)
         elif self.cfg.act_quant and self.wtypes[name] in gguf_read.K_QUANTS:
             x = q8_k_roundtrip(x)
@@ -194,8 +211,11 @@ def expected_tensors(cfg, n_layer, w=()):
     names = {"token_embd.weight", "output_norm.weight"}
     if r.lead:
         return _expected_lead(cfg, names, w)
-    per_layer = ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm",
+    per_layer = ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
+                 "post_attention_norm" if r.oai else "ffn_norm",
                  "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"]
+    if r.oai:
+        per_layer += ["attn_sinks"]
     if r.qk_norm:
         per_layer += ["attn_q_norm", "attn_k_norm"]
     if r.shared_expert:
@@ -205,6 +225,10 @@ def expected_tensors(cfg, n_layer, w=()):
         names |= {f"blk.{il}.{n}.weight" for n in per_layer}
         if r.qkv_bias:
             names |= {f"blk.{il}.attn_{n}.bias" for n in "qkv"}
+        if r.oai:
+            names |= {f"blk.{il}.{n}.bias" for n in ("attn_output", "ffn_gate_inp",
+                                                      "ffn_gate_exps", "ffn_up_exps",
+                                                      "ffn_down_exps")}
         if r.routing and f"blk.{il}.exp_probs_b.bias" in w:
             names.add(f"blk.{il}.exp_probs_b.bias")
     return names
@@ -277,7 +301,9 @@ def load_model(path):
         raise ValueError(f"{path}: architecture {arch!r} is not one of {sorted(ARCHS)}")
     n_embd = _key(meta, f"{arch}.embedding_length")
     n_head = _key(meta, f"{arch}.attention.head_count")
-    head_dim = _key(meta, f"{arch}.attention.key_length", n_embd // n_head)
+    # (gpt-oss's heads do not tile n_embd: no default)
+    head_dim = _key(meta, f"{arch}.attention.key_length",
+                    None if ARCHS[arch].oai else n_embd // n_head)
     cfg = Config(
         arch=arch,
         n_vocab=f.tensors["token_embd.weight"].shape[0],
@@ -298,6 +324,8 @@ def load_model(path):
         cfg = _routing_config(cfg, meta)
     if cfg.rules.mla:
         cfg = _mla_config(cfg, meta)
+    if cfg.rules.oai:
+        cfg = dataclasses.replace(cfg, n_swa=_key(meta, f"{arch}.attention.sliding_window"))
     if cfg.n_head % cfg.n_head_kv or cfg.n_rot % 2 or cfg.n_rot > cfg.head_dim or \
             not 0 < cfg.n_expert_used <= cfg.n_expert:
         raise ValueError(f"{path}: inconsistent hyper-parameters {cfg}")
@@ -438,6 +466,11 @@ def mla_attention(model, il, h, pos):
 
 
 def attention(model, il, h, pos):
+    """Multi-head attention (GQA) of block il over the rows h (T, n_embd) at positions pos;
+    gpt-oss's: a window of n_swa positions on its even blocks (a key at p is seen from t
+    while t - p < n_swa, as llama.cpp's LLAMA_SWA_TYPE_STANDARD and HF's sliding mask), and
+    each head's sink s_h: a logit with no value in each softmax, weights e^x / (sum e^x +
+    e^s_h) (HF's eager_attention_forward for GptOss)."""
     if model.cfg.rules.mla:
         return mla_attention(model, il, h, pos)
     cfg, w, p = model.cfg, model.w, f"blk.{il}."
@@ -463,9 +496,18 @@ def attention(model, il, h, pos):
     group = cfg.n_head // cfg.n_head_kv
     k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
     scores = np.einsum("thd,shd->hts", q, k) / np.sqrt(hd)
-    scores[:, np.triu(np.ones((T, T), dtype=bool), 1)] = -np.inf   # s > t is the future
-    out = np.einsum("hts,shd->thd", softmax(scores), v).reshape(T, cfg.n_head * hd)
-    return model.linear(p + "attn_output.weight", out)
+    hidden = np.triu(np.ones((T, T), dtype=bool), 1)              # s > t is the future
+    if cfg.n_swa and il % 2 == 0:                                   # gpt-oss's window
+        hidden |= pos[:, None] - pos[None, :] >= cfg.n_swa
+    scores[:, hidden] = -np.inf
+    if cfg.rules.oai:
+        sinks = np.broadcast_to(w[p + "attn_sinks.weight"][:, None, None], (cfg.n_head, T, 1))
+        probs = softmax(np.concatenate([scores, sinks], axis=-1))[..., :-1]
+    else:
+        probs = softmax(scores)
+    out = np.einsum("hts,shd->thd", probs, v).reshape(T, cfg.n_head * hd)
+    out = model.linear(p + "attn_output.weight", out)
+    return out + w[p + "attn_output.bias"] if cfg.rules.oai else out
 
 
 def swiglu_ffn(model, gate, up, down, h, expert=None, scale=None):
@@ -474,6 +516,21 @@ def swiglu_ffn(model, gate, up, down, h, expert=None, scale=None):
     if scale is not None:
         a = a * scale[:, None]
     return model.linear(down, a, expert)
+
+
+def oai_expert(model, p, h, e, scale):
+    """gpt-oss's expert e of block p on the rows h, times each row's mixing weight scale:
+    SwiGLU clamped as OAI_ALPHA, OAI_LIMIT say, with biases. The weight scales the
+    intermediate activations before the down product, and the down bias apart in F32, as
+    moevm's expert kernel does (ggml scales the biased output: the same but where act_quant
+    rounds the down product's input)."""
+    w = model.w
+    g = model.linear(p + "ffn_gate_exps.weight", h, e) + w[p + "ffn_gate_exps.bias"][e]
+    u = model.linear(p + "ffn_up_exps.weight", h, e) + w[p + "ffn_up_exps.bias"][e]
+    g, u = np.minimum(g, OAI_LIMIT), np.clip(u, -OAI_LIMIT, OAI_LIMIT)
+    a = g / (1.0 + np.exp(-OAI_ALPHA * g)) * (u + 1.0) * scale[:, None]
+    return model.linear(p + "ffn_down_exps.weight", a, e) + \
+        scale[:, None] * w[p + "ffn_down_exps.bias"][e]
 
 
 def choose(cfg, probs, bias):
@@ -500,8 +557,11 @@ def moe(model, il, h, trace, routing=None, moe_layer=None):
     cfg, p = model.cfg, f"blk.{il}."
     moe_layer = il if moe_layer is None else moe_layer
     logits = model.linear(p + "ffn_gate_inp.weight", h)                 # (T, n_expert)
+    if cfg.rules.oai:
+        logits = logits + model.w[p + "ffn_gate_inp.bias"]
     probs = 1.0 / (1.0 + np.exp(-logits)) if cfg.sigmoid_gate else softmax(logits)
-    key = choose(cfg, probs, model.w.get(p + "exp_probs_b.bias"))
+    # gpt-oss ranks the logits: the probabilities' order, but where those underflow
+    key = logits if cfg.rules.oai else choose(cfg, probs, model.w.get(p + "exp_probs_b.bias"))
     # Top-k, largest first; a stable sort of -key puts ties at the lower index.
     sel = np.argsort(-key, axis=1, kind="stable")[:, :cfg.n_expert_used]
     weights = np.take_along_axis(probs, sel, axis=1)
@@ -518,7 +578,9 @@ def moe(model, il, h, trace, routing=None, moe_layer=None):
     out = np.zeros_like(h)
     for e in range(cfg.n_expert):
         rows, slot = np.nonzero(sel == e)
-        if rows.size:
+        if rows.size and cfg.rules.oai:
+            out[rows] += oai_expert(model, p, h[rows], e, weights[rows, slot])
+        elif rows.size:
             out[rows] += swiglu_ffn(model, p + "ffn_gate_exps.weight", p + "ffn_up_exps.weight",
                                     p + "ffn_down_exps.weight", h[rows], expert=e,
                                     scale=weights[rows, slot])
@@ -550,7 +612,7 @@ def forward(model, tokens, trace=None, routing=None):
     for il in range(cfg.n_layer):
         p = f"blk.{il}."
         x = x + attention(model, il, rmsnorm(x, w[p + "attn_norm.weight"], cfg.eps), pos)
-        ffn_norm = "post_attention_norm" if cfg.rules.glm else "ffn_norm"
+        ffn_norm = "post_attention_norm" if cfg.rules.glm or cfg.rules.oai else "ffn_norm"
         h = rmsnorm(x, w[p + ffn_norm + ".weight"], cfg.eps)
         if il < cfg.n_dense:   # DeepSeek's and GLM's leading dense blocks
             x = x + swiglu_ffn(model, p + "ffn_gate.weight", p + "ffn_up.weight",

@@ -3,13 +3,14 @@
     /usr/bin/python3 tests/ref/selftest.py        exit 0 pass, 1 fail, 77 no NumPy
 
 Holds a small GGUF v2/v3 writer (with ggml's reference quantizers) to make files the
-reader must read back exactly, and random tiny models of the four architectures that the
-reference's vectorised forward pass must agree with a second, deliberately naive
-token-by-token implementation on (scalar RoPE through complex rotation, per-head loops, a
-KV cache, top-k by repeated maximum). Also checks the properties that pin the conventions
-down: RoPE is the identity at position 0, earlier logits do not depend on later tokens,
-llama.cpp's q/k row permutation turns NEOX RoPE into adjacent-pair RoPE, routing ties go to
-the lower index, and the top-k weights are renormalised exactly where the model says so.
+reader must read back exactly, and random tiny models of the architectures it writes itself
+(BUILT) that the reference's vectorised forward pass must agree with a second, deliberately
+naive token-by-token implementation on (scalar RoPE through complex rotation, per-head
+loops, a KV cache, top-k by repeated maximum). Also checks the properties that pin the
+conventions down: RoPE is the identity at position 0, earlier logits do not depend on later
+tokens, llama.cpp's q/k row permutation turns NEOX RoPE into adjacent-pair RoPE, routing ties
+go to the lower index, the top-k weights are renormalised exactly where the model says so,
+and gpt-oss's sinks, sliding window and clamped SwiGLU do what their definitions say.
 
 Finally prints, for information, what activation quantization (the Q8_0 path, emulated)
 and a few deliberate bugs do to the logits of such models, to set beside check_forward.py's
@@ -108,6 +109,16 @@ def quantize(ggml_type, x):
         qs = q[:, :16] | (q[:, 16:] << 4)
         blocks = np.concatenate([d.astype(np.float16)[:, None].view(np.uint8), qs], axis=1)
         return blocks.tobytes()
+    if ggml_type == gr.GGML_MXFP4:
+        # e = floor(log2(amax)) - 2 + 127 (0 for an all-zero block), d = 2^(e - 128); each
+        # element the table entry v of least |v d - x| in F32, the first on ties
+        amax = np.max(np.abs(b), axis=1)
+        e = np.where(amax > 0, np.floor(np.log2(np.where(amax > 0, amax, 1))) + 125, 0)
+        e = np.clip(e, 0, 255).astype(np.uint8)
+        d = np.ldexp(np.float32(1), e.astype(np.int32) - 128)
+        err = np.abs(gr.MXFP4_VALUES.astype(np.float32) * d[:, None, None] - b[:, :, None])
+        q = np.argmin(err, axis=2).astype(np.uint8)
+        return np.concatenate([e[:, None], q[:, :16] | (q[:, 16:] << 4)], axis=1).tobytes()
     raise ValueError(ggml_type)
 
 
@@ -115,16 +126,24 @@ def quantize(ggml_type, x):
 
 TINY = dict(n_vocab=96, n_embd=64, n_layer=2, n_head=4, n_head_kv=2, head_dim=16,
             n_expert=8, n_expert_used=2, n_ff=32, n_ff_shexp=64)
+# gpt-oss's heads do not tile n_embd (64 heads of 64 for 2880 in gpt-oss-20b), and its window
+# is shorter than the test sequences, so that the sliding mask matters.
+TINY_OAI = dict(TINY, n_head=6, sliding_window=3)
 TYPES = {"f32": gr.GGML_F32, "f16": gr.GGML_F16, "bf16": gr.GGML_BF16,
-         "q8_0": gr.GGML_Q8_0, "q4_0": gr.GGML_Q4_0}
+         "q8_0": gr.GGML_Q8_0, "q4_0": gr.GGML_Q4_0, "mxfp4": gr.GGML_MXFP4}
 
 
-def random_weights(arch, seed, d=TINY):
+def tiny(arch):
+    return TINY_OAI if moe_ref.ARCHS[arch].oai else TINY
+
+
+def random_weights(arch, seed, d=None):
     """{name: float32 array in NumPy order}. Projections have std 1/sqrt(fan_in), so
     activations stay O(1) and attention scores are O(1): neither uniform nor one-hot,
     which keeps RoPE and the routing visible in the logits."""
     rng = np.random.default_rng(seed)
     r = moe_ref.ARCHS[arch]
+    d = d or tiny(arch)
     E, D, F, hd = d["n_expert"], d["n_embd"], d["n_ff"], d["head_dim"]
     nq, nkv = d["n_head"] * hd, d["n_head_kv"] * hd
 
@@ -134,18 +153,22 @@ def random_weights(arch, seed, d=TINY):
     def norm(n):
         return (1.0 + 0.2 * rng.standard_normal(n)).astype(np.float32)
 
+    def bias(*shape):
+        return (0.5 * rng.standard_normal(shape)).astype(np.float32)
+
+    ffn_norm = "post_attention_norm" if r.oai else "ffn_norm"
     w = {"token_embd.weight": rng.standard_normal((d["n_vocab"], D)).astype(np.float32),
          "output_norm.weight": norm(D), "output.weight": mat(d["n_vocab"], D)}
     for il in range(d["n_layer"]):
         p = f"blk.{il}."
         w.update({p + "attn_norm.weight": norm(D), p + "attn_q.weight": mat(nq, D),
                   p + "attn_k.weight": mat(nkv, D), p + "attn_v.weight": mat(nkv, D),
-                  p + "attn_output.weight": mat(D, nq), p + "ffn_norm.weight": norm(D),
+                  p + "attn_output.weight": mat(D, nq), p + ffn_norm + ".weight": norm(D),
                   p + "ffn_gate_inp.weight": mat(E, D), p + "ffn_gate_exps.weight": mat(E, F, D),
                   p + "ffn_up_exps.weight": mat(E, F, D), p + "ffn_down_exps.weight": mat(E, D, F)})
         if r.qkv_bias:
             for n, size in (("q", nq), ("k", nkv), ("v", nkv)):
-                w[p + f"attn_{n}.bias"] = (0.5 * rng.standard_normal(size)).astype(np.float32)
+                w[p + f"attn_{n}.bias"] = bias(size)
         if r.qk_norm:
             size_q, size_k = (hd, hd) if r.qk_norm == "head" else (nq, nkv)
             w[p + "attn_q_norm.weight"], w[p + "attn_k_norm.weight"] = norm(size_q), norm(size_k)
@@ -155,11 +178,18 @@ def random_weights(arch, seed, d=TINY):
                       p + "ffn_gate_shexp.weight": mat(Fs, D),
                       p + "ffn_up_shexp.weight": mat(Fs, D),
                       p + "ffn_down_shexp.weight": mat(D, Fs)})
+        if r.oai:
+            w.update({p + "attn_output.bias": bias(D),
+                      p + "attn_sinks.weight": rng.standard_normal(d["n_head"]).astype(np.float32),
+                      p + "ffn_gate_inp.bias": bias(E), p + "ffn_gate_exps.bias": bias(E, F),
+                      p + "ffn_up_exps.bias": bias(E, F), p + "ffn_down_exps.bias": bias(E, D)})
     return w
 
 
-def write_model(path, arch, w, wtype="f32", d=TINY, version=3, alignment=32):
-    """GGUF of llama.cpp's layout; matrices in wtype, 1-D tensors (norms, biases) F32."""
+def write_model(path, arch, w, wtype="f32", d=None, version=3, alignment=32, extra=()):
+    """GGUF of llama.cpp's layout; matrices in wtype, norms, biases and sinks F32; extra:
+    more metadata, (key, value type, value)."""
+    d = d or tiny(arch)
     kvs = [("general.architecture", gr.T_STRING, arch),
            ("general.alignment", gr.T_UINT32, alignment),
            (f"{arch}.block_count", gr.T_UINT32, d["n_layer"]),
@@ -171,9 +201,12 @@ def write_model(path, arch, w, wtype="f32", d=TINY, version=3, alignment=32):
            (f"{arch}.rope.freq_base", gr.T_FLOAT32, 10000.0),
            (f"{arch}.expert_count", gr.T_UINT32, d["n_expert"]),
            (f"{arch}.expert_used_count", gr.T_UINT32, d["n_expert_used"])]
+    if moe_ref.ARCHS[arch].oai:
+        kvs.append((f"{arch}.attention.sliding_window", gr.T_UINT32, d["sliding_window"]))
+    kvs += extra
     tensors = []
     for name, a in w.items():
-        t = TYPES[wtype] if a.ndim >= 2 else gr.GGML_F32
+        t = TYPES[wtype] if a.ndim >= 2 and not name.endswith(".bias") else gr.GGML_F32
         tensors.append((name, t, list(reversed(a.shape)), quantize(t, a)))
     write_gguf(path, kvs, tensors, version=version, alignment=alignment)
 
@@ -201,6 +234,12 @@ def naive_forward(model, tokens, routing=None):
         a, b = g @ h, u @ h
         return dn @ (a / (1 + np.exp(-a)) * b)
 
+    def oai_ffn(p, e, h):   # gpt-oss's expert: biases, the gate capped at 7, the up clipped
+        a = np.minimum(w[p + "ffn_gate_exps.weight"][e] @ h + w[p + "ffn_gate_exps.bias"][e], 7)
+        b = np.clip(w[p + "ffn_up_exps.weight"][e] @ h + w[p + "ffn_up_exps.bias"][e], -7, 7)
+        return w[p + "ffn_down_exps.weight"][e] @ (a / (1 + np.exp(-1.702 * a)) * (b + 1)) + \
+            w[p + "ffn_down_exps.bias"][e]
+
     cache = [([], []) for _ in range(cfg.n_layer)]
     rows = []
     for pos, tok in enumerate(tokens):
@@ -222,30 +261,49 @@ def naive_forward(model, tokens, routing=None):
             kc, vc = cache[il]
             kc.append([rot(t, pos) for t in kh])
             vc.append(vh)
+            # gpt-oss's even blocks see the last sliding_window positions, its heads a sink
+            js = range(max(0, pos + 1 - cfg.n_swa) if r.oai and il % 2 == 0 else 0, pos + 1)
             heads = []
             for i in range(cfg.n_head):
                 qi = rot(qh[i], pos)
-                s = np.array([qi @ kc[j][i // group] for j in range(pos + 1)]) / np.sqrt(hd)
-                e = np.exp(s - s.max())
-                heads.append(sum(e[j] / e.sum() * vc[j][i // group] for j in range(pos + 1)))
+                s = np.array([qi @ kc[j][i // group] for j in js]) / np.sqrt(hd)
+                sink = w[p + "attn_sinks.weight"][i] if r.oai else -np.inf
+                top = max(s.max(), sink)
+                e = np.exp(s - top)
+                z = e.sum() + np.exp(sink - top)
+                heads.append(sum(e[n] / z * vc[j][i // group] for n, j in enumerate(js)))
             x = x + w[p + "attn_output.weight"] @ np.concatenate(heads)
+            if r.oai:
+                x = x + w[p + "attn_output.bias"]
 
-            h = norm(x, w[p + "ffn_norm.weight"])
+            h = norm(x, w[p + ("post_attention_norm" if r.oai else "ffn_norm") + ".weight"])
             lg = w[p + "ffn_gate_inp.weight"] @ h
+            if r.oai:
+                lg = lg + w[p + "ffn_gate_inp.bias"]
             pr = np.exp(lg - lg.max())
             pr /= pr.sum()
+            key = lg if r.oai else pr
             chosen = []
             for _ in range(cfg.n_expert_used):
                 best = max((e for e in range(cfg.n_expert) if e not in chosen),
-                           key=lambda e: (pr[e], -e))
+                           key=lambda e: (key[e], -e))
                 chosen.append(best)
-            ws = np.array([pr[e] for e in chosen])
-            if r.norm_topk:
+            if r.oai:   # GptOssTopKRouter: a softmax over the chosen logits
+                ws = np.exp(lg[chosen] - lg[chosen[0]])
                 ws /= ws.sum()
+            else:
+                ws = np.array([pr[e] for e in chosen])
+                if r.norm_topk:
+                    ws /= ws.sum()
             if routing and (pos, il) in routing:
                 chosen, ws = routing[(pos, il)]
-            y = sum(ws[j] * ffn(w[p + "ffn_gate_exps.weight"][e], w[p + "ffn_up_exps.weight"][e],
-                                w[p + "ffn_down_exps.weight"][e], h) for j, e in enumerate(chosen))
+            if r.oai:
+                y = sum(ws[j] * oai_ffn(p, e, h) for j, e in enumerate(chosen))
+            else:
+                y = sum(ws[j] * ffn(w[p + "ffn_gate_exps.weight"][e],
+                                    w[p + "ffn_up_exps.weight"][e],
+                                    w[p + "ffn_down_exps.weight"][e], h)
+                        for j, e in enumerate(chosen))
             if r.shared_expert:
                 g = 1 / (1 + np.exp(-(w[p + "ffn_gate_inp_shexp.weight"] @ h)))
                 y = y + g * ffn(w[p + "ffn_gate_shexp.weight"], w[p + "ffn_up_shexp.weight"],
@@ -316,6 +374,12 @@ def test_dequantize_hand_blocks():
     iq4 = np.float16(0.5).tobytes() + q4[2:]
     assert np.array_equal(gr.dequantize(gr.GGML_IQ4_NL, np.frombuffer(iq4, np.uint8), 32),
                           [0.5 * gr.IQ4_NL_VALUES[q] for q in nib])
+    # MXFP4 with the same nibbles, a block of e = 130 then one of e = 0: 2^(e - 128) times
+    # ggml's kvalues_mxfp4 (E2M1 doubled), 4 and 2^-128 (subnormal in F32)
+    kv = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12]
+    mx = bytes([130]) + q4[2:] + bytes([0]) + q4[2:]
+    assert np.array_equal(gr.dequantize(gr.GGML_MXFP4, np.frombuffer(mx, np.uint8), 64),
+                          [4.0 * kv[q] for q in nib] + [2.0 ** -128 * kv[q] for q in nib])
     # BF16 1.0, -3.0, 2^-10; F16 1.0, -2.0, 65504
     bf = np.array([0x3F80, 0xC040, 0x3A80], np.uint16).view(np.uint8)
     assert np.array_equal(gr.dequantize(gr.GGML_BF16, bf, 3), [1.0, -3.0, 2.0 ** -10])
@@ -331,7 +395,9 @@ def test_quantizer_roundtrip():
         b, yb = x.reshape(-1, 32).astype(np.float64), y.reshape(-1, 32)
         amax = np.abs(b).max(axis=1, keepdims=True)
         bound = {"f32": 0 * amax, "f16": amax * 2.0 ** -11, "bf16": amax * 2.0 ** -8,
-                 "q8_0": amax / 127 * 0.57, "q4_0": amax / 8 * 1.01}[name]
+                 "q8_0": amax / 127 * 0.57, "q4_0": amax / 8 * 1.01,
+                 # (12 d = 1.5 x 2^floor(log2 amax): larger values clip, by up to amax / 2)
+                 "mxfp4": amax / 2}[name]
         assert np.all(np.abs(yb - b) <= bound + 1e-12), name
     # the reader dequantizes exactly what the block holds; quantization itself is lossy
     assert np.array_equal(moe_ref.q8_0_roundtrip(x),
@@ -363,9 +429,9 @@ def test_reader_rejects(tmp):
         raise AssertionError(f"reader accepted a file with a bad {what}")
 
 
-# The architectures whose files this script writes itself (the classic tensor set and
-# softmax routing); deepseek2's, glm4moe's and minimax-m2's are written by moevm mkmodel and
-# checked against the engine by check_forward.
+# The architectures whose files this script writes itself (the classic tensor set, gpt-oss's
+# with its biases and sinks, and softmax routing); deepseek2's, glm4moe's and minimax-m2's are
+# written by moevm mkmodel and checked against the engine by check_forward.
 BUILT = [a for a, r in moe_ref.ARCHS.items() if not r.routing]
 
 
@@ -478,8 +544,8 @@ def test_routing(tmp):
             assert np.allclose(t["weights"], want), arch
         # a zero router gives equal probabilities: the ties go to experts 0, 1
         w = dict(m.w)
-        for il in range(TINY["n_layer"]):
-            w[f"blk.{il}.ffn_gate_inp.weight"] = np.zeros_like(w[f"blk.{il}.ffn_gate_inp.weight"])
+        for name in [n for n in w if ".ffn_gate_inp." in n]:   # (gpt-oss's bias too)
+            w[name] = np.zeros_like(w[name])
         trace = []
         moe_ref.forward(moe_ref.Model(m.cfg, w, m.wtypes), tokens, trace=trace)
         assert all(np.array_equal(t["selected"], [[0, 1]] * 3) for t in trace)
@@ -514,16 +580,121 @@ def test_load_rejects_wrong_tensors(tmp):
     raise AssertionError("load_model accepted a model with missing and extra tensors")
 
 
+def test_oai_file(tmp):
+    """A gpt-oss file with the keys llama.cpp's converter writes (gpt-oss's YaRN: factor 32
+    over 4096 positions; no rope.dimension_count) loads with them; one with ffn_norm in place
+    of post_attention_norm, or without a sink or a bias, is refused."""
+    a = "gpt-oss."
+    extra = [(a + "context_length", gr.T_UINT32, 131072),
+             (a + "feed_forward_length", gr.T_UINT32, TINY["n_ff"]),
+             (a + "expert_feed_forward_length", gr.T_UINT32, TINY["n_ff"]),
+             (a + "attention.value_length", gr.T_UINT32, TINY["head_dim"]),
+             (a + "rope.scaling.type", gr.T_STRING, "yarn"),
+             (a + "rope.scaling.factor", gr.T_FLOAT32, 32.0),
+             (a + "rope.scaling.original_context_length", gr.T_UINT32, 4096)]
+    w = random_weights("gpt-oss", 2)
+    path = os.path.join(tmp, "oai.gguf")
+    write_model(path, "gpt-oss", w, extra=extra)
+    cfg = moe_ref.load_model(path).cfg
+    assert cfg.rope_scaling == ("yarn", 32.0, 4096) and cfg.n_swa == 3, cfg
+    assert (cfg.n_head, cfg.head_dim, cfg.n_rot) == (6, 16, 16), cfg
+    w["blk.0.ffn_norm.weight"] = w.pop("blk.0.post_attention_norm.weight")
+    del w["blk.1.attn_sinks.weight"], w["blk.1.ffn_down_exps.bias"]
+    write_model(path, "gpt-oss", w)
+    try:
+        moe_ref.load_model(path)
+    except ValueError as e:
+        assert all(n in str(e) for n in ("blk.0.post_attention_norm.weight",
+                                         "blk.0.ffn_norm.weight", "blk.1.attn_sinks.weight",
+                                         "blk.1.ffn_down_exps.bias")), e
+        return
+    raise AssertionError("load_model accepted a gpt-oss model with wrong tensors")
+
+
+def test_oai_sinks(tmp):
+    """On gpt-oss's odd (unwindowed) block, sinks of -1e30 give the plain softmax's
+    attention; sinks of 50 take all but ~e^-48 of each softmax, leaving the output bias."""
+    m = _model(tmp, "gpt-oss", 31)
+    h, pos = np.random.default_rng(4).standard_normal((6, TINY["n_embd"])), np.arange(6.0)
+    bias = m.w["blk.1.attn_output.bias"]
+
+    def with_sinks(value):
+        w = dict(m.w)
+        w["blk.1.attn_sinks.weight"] = np.full(m.cfg.n_head, value)
+        return moe_ref.attention(moe_ref.Model(m.cfg, w, m.wtypes), 1, h, pos) - bias
+
+    plain = moe_ref.attention(m.replace(oai=False), 1, h, pos)
+    assert rel(with_sinks(-1e30), plain) < 1e-14
+    assert np.linalg.norm(with_sinks(50.0)) < 1e-12 * np.linalg.norm(plain)
+
+
+def test_oai_window(tmp):
+    """gpt-oss's even blocks see the last sliding_window (3) positions, its odd ones all:
+    changing the input row at position 1 leaves block 0's outputs at 0 and 4.. exactly as
+    they were, and changes every later output of block 1."""
+    m = _model(tmp, "gpt-oss", 32)
+    h, pos = np.random.default_rng(5).standard_normal((7, TINY["n_embd"])), np.arange(7.0)
+    h2 = h.copy()
+    h2[1] += 1.0
+    a, b = moe_ref.attention(m, 0, h, pos), moe_ref.attention(m, 0, h2, pos)
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[4:], b[4:])
+    assert np.all(np.abs(a[1:4] - b[1:4]).max(axis=1) > 1e-6)
+    a, b = moe_ref.attention(m, 1, h, pos), moe_ref.attention(m, 1, h2, pos)
+    assert np.array_equal(a[0], b[0]) and np.all(np.abs(a[1:] - b[1:]).max(axis=1) > 1e-6)
+
+
+def test_oai_clamp(tmp):
+    """gpt-oss's SwiGLU with its gate and up products zeroed, on their biases alone: a gate
+    of 30 gives 7's logits, up values of +-30 those of +-7; a gate of -30 is not raised to
+    -7, and a gate or up of 6.5 differs from 7."""
+    m = _model(tmp, "gpt-oss", 33)
+    tokens = [5, 17, 42, 8, 64, 3]
+
+    def logits(gate, up):
+        w = dict(m.w)
+        for il in range(TINY["n_layer"]):
+            for n, value in (("gate", gate), ("up", up)):
+                k = f"blk.{il}.ffn_{n}_exps."
+                w[k + "weight"] = np.zeros_like(w[k + "weight"])
+                w[k + "bias"] = np.full_like(w[k + "bias"], value)
+        return moe_ref.forward(moe_ref.Model(m.cfg, w, m.wtypes), tokens)
+
+    seven = logits(7.0, 7.0)
+    assert np.array_equal(logits(30.0, 7.0), seven) and np.array_equal(logits(7.0, 30.0), seven)
+    assert np.array_equal(logits(7.0, -30.0), logits(7.0, -7.0))
+    assert rel(logits(-30.0, 7.0), logits(-7.0, 7.0)) > 1e-9
+    assert rel(logits(6.5, 7.0), seven) > 1e-3 and rel(logits(7.0, 6.5), seven) > 1e-3
+
+
+def test_mxfp4_activations(tmp):
+    """Under act_quant, MXFP4 weights take Q8_0 activations (ggml's vec_dot_type for them),
+    and a gpt-oss expert's mixing weight scales its intermediate activations before they are
+    rounded, its down bias apart and unrounded."""
+    m = _model(tmp, "gpt-oss", 6, "mxfp4").replace(act_quant=True)
+    rng = np.random.default_rng(6)
+    h, scale = rng.standard_normal((4, TINY["n_embd"])), np.array([0.1, 0.3, 0.7, 1.0])
+    q8, p, e = moe_ref.q8_0_roundtrip, "blk.0.", 3
+    wt = {n: m.w[p + f"ffn_{n}_exps.weight"][e] for n in ("gate", "up", "down")}
+    b = {n: m.w[p + f"ffn_{n}_exps.bias"][e] for n in ("gate", "up", "down")}
+    g = np.minimum(q8(h) @ wt["gate"].T + b["gate"], 7)
+    u = np.clip(q8(h) @ wt["up"].T + b["up"], -7, 7)
+    a = scale[:, None] * g / (1 + np.exp(-1.702 * g)) * (u + 1)
+    want = q8(a) @ wt["down"].T + scale[:, None] * b["down"]
+    assert rel(moe_ref.oai_expert(m, p, h, e, scale), want) < 1e-15
+
+
 def calibration(tmp):
     """Informational: on random tiny models, the max row relative error against the exact
-    reference of (a) ggml's Q8_0 activation rounding (emulated) for Q8_0/Q4_0 weights, on
-    the rows before its first change of routing, and (b) deliberate bugs."""
+    reference of (a) ggml's Q8_0 activation rounding (emulated) for Q8_0/Q4_0 weights (and
+    gpt-oss's MXFP4), on the rows before its first change of routing, and (b) deliberate
+    bugs."""
     rng = np.random.default_rng(1234)
     prompts = [rng.integers(3, TINY["n_vocab"], size=n + 4).tolist() for n in (1, 5, 12)]
     print("calibration (max over rows of ||a-b||/||b||):")
     for arch in BUILT:
         w = random_weights(arch, 99)
-        for wtype in ("q8_0", "q4_0"):
+        oai = moe_ref.ARCHS[arch].oai
+        for wtype in ("q8_0", "q4_0") + (("mxfp4",) if oai else ()):
             m = _model(tmp, arch, 99, wtype, w)
             err, changed = 0.0, 0
             for seq in prompts:
@@ -542,13 +713,16 @@ def calibration(tmp):
         seq = prompts[2]
         ref = moe_ref.forward(m, seq)
         rolled = dict(m.w)
-        for il in range(TINY["n_layer"]):
-            for n in ("gate", "up", "down"):
-                k = f"blk.{il}.ffn_{n}_exps.weight"
-                rolled[k] = np.roll(m.w[k], -1, axis=0)
+        for k in [k for k in m.w if "_exps." in k]:   # (with gpt-oss's biases)
+            rolled[k] = np.roll(m.w[k], -1, axis=0)
         bugs = {"rope pairing swapped": m.replace(rope_neox=not m.cfg.rules.rope_neox),
                 "renormalisation flipped": m.replace(norm_topk=not m.cfg.rules.norm_topk),
                 "experts shifted by one": moe_ref.Model(m.cfg, rolled, m.wtypes)}
+        if oai:
+            sinkless = {k: np.full_like(a, -np.inf) if k.endswith(".attn_sinks.weight") else a
+                        for k, a in m.w.items()}
+            bugs.update({"sinks dropped": moe_ref.Model(m.cfg, sinkless, m.wtypes),
+                         "window ignored": m.replace(n_swa=0)})
         print(f"  {arch:9s} bugs: " + ", ".join(
             f"{k} {max(rel(moe_ref.forward(b, seq)[i], ref[i]) for i in range(len(seq))):.2e}"
             for k, b in bugs.items()))
