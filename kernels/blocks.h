@@ -119,45 +119,29 @@ MVM_BLK_FN int mvm_k_is_table(enum mvm_wtype t)
     return t == MVM_W_IQ4_NL || t == MVM_W_MXFP4;
 }
 
-MVM_BLK_FN int mvm_k_iq4nl(unsigned nibble)
-{
-#ifdef __CUDA_ARCH__
-    return (int8_t)((nibble < 8 ? MVM_K_IQ4NL_LO : MVM_K_IQ4NL_HI) >> (8 * (nibble & 7)));
-#else
-    /* a table made of the same words: the host compiler vectorizes its lookups (the shifts
-     * cost the portable level 40%) */
-#define MVM_K_IQ4NL_BYTE(i) (int8_t)((i < 8 ? MVM_K_IQ4NL_LO : MVM_K_IQ4NL_HI) >> (8 * (i % 8)))
-    static const int8_t values[16] = {
-        MVM_K_IQ4NL_BYTE(0),  MVM_K_IQ4NL_BYTE(1),  MVM_K_IQ4NL_BYTE(2),  MVM_K_IQ4NL_BYTE(3),
-        MVM_K_IQ4NL_BYTE(4),  MVM_K_IQ4NL_BYTE(5),  MVM_K_IQ4NL_BYTE(6),  MVM_K_IQ4NL_BYTE(7),
-        MVM_K_IQ4NL_BYTE(8),  MVM_K_IQ4NL_BYTE(9),  MVM_K_IQ4NL_BYTE(10), MVM_K_IQ4NL_BYTE(11),
-        MVM_K_IQ4NL_BYTE(12), MVM_K_IQ4NL_BYTE(13), MVM_K_IQ4NL_BYTE(14), MVM_K_IQ4NL_BYTE(15)};
-#undef MVM_K_IQ4NL_BYTE
-    return values[nibble];
-#endif
-}
-
-MVM_BLK_FN int mvm_k_mxfp4(unsigned nibble)
-{
-#ifdef __CUDA_ARCH__
-    return (int8_t)((nibble < 8 ? MVM_K_MXFP4_LO : MVM_K_MXFP4_HI) >> (8 * (nibble & 7)));
-#else
-    /* a table, as mvm_k_iq4nl's: the shifts cost the portable level 40% */
-#define MVM_K_MXFP4_BYTE(i) (int8_t)((i < 8 ? MVM_K_MXFP4_LO : MVM_K_MXFP4_HI) >> (8 * (i % 8)))
-    static const int8_t values[16] = {
-        MVM_K_MXFP4_BYTE(0),  MVM_K_MXFP4_BYTE(1),  MVM_K_MXFP4_BYTE(2),  MVM_K_MXFP4_BYTE(3),
-        MVM_K_MXFP4_BYTE(4),  MVM_K_MXFP4_BYTE(5),  MVM_K_MXFP4_BYTE(6),  MVM_K_MXFP4_BYTE(7),
-        MVM_K_MXFP4_BYTE(8),  MVM_K_MXFP4_BYTE(9),  MVM_K_MXFP4_BYTE(10), MVM_K_MXFP4_BYTE(11),
-        MVM_K_MXFP4_BYTE(12), MVM_K_MXFP4_BYTE(13), MVM_K_MXFP4_BYTE(14), MVM_K_MXFP4_BYTE(15)};
-#undef MVM_K_MXFP4_BYTE
-    return values[nibble];
-#endif
-}
-
 /* The value of `nibble` in the table of table type t (IQ4_NL or MXFP4). */
 MVM_BLK_FN int mvm_k_table(enum mvm_wtype t, unsigned nibble)
 {
-    return t == MVM_W_MXFP4 ? mvm_k_mxfp4(nibble) : mvm_k_iq4nl(nibble);
+    const int mx = t == MVM_W_MXFP4;
+#ifdef __CUDA_ARCH__
+    const uint64_t w = nibble < 8 ? (mx ? MVM_K_MXFP4_LO : MVM_K_IQ4NL_LO)
+                                  : (mx ? MVM_K_MXFP4_HI : MVM_K_IQ4NL_HI);
+    return (int8_t)(w >> (8 * (nibble & 7)));
+#else
+    /* tables made of the same words: the host compiler vectorizes their lookups (the
+     * shifts cost the portable level 40%) */
+#define MVM_K_BYTE(w, i) (int8_t)((w) >> (8 * (i)))
+#define MVM_K_ROW(lo, hi)                                                                      \
+    {MVM_K_BYTE(lo, 0), MVM_K_BYTE(lo, 1), MVM_K_BYTE(lo, 2), MVM_K_BYTE(lo, 3),               \
+     MVM_K_BYTE(lo, 4), MVM_K_BYTE(lo, 5), MVM_K_BYTE(lo, 6), MVM_K_BYTE(lo, 7),               \
+     MVM_K_BYTE(hi, 0), MVM_K_BYTE(hi, 1), MVM_K_BYTE(hi, 2), MVM_K_BYTE(hi, 3),               \
+     MVM_K_BYTE(hi, 4), MVM_K_BYTE(hi, 5), MVM_K_BYTE(hi, 6), MVM_K_BYTE(hi, 7)}
+    static const int8_t values[2][16] = {MVM_K_ROW(MVM_K_IQ4NL_LO, MVM_K_IQ4NL_HI),
+                                         MVM_K_ROW(MVM_K_MXFP4_LO, MVM_K_MXFP4_HI)};
+#undef MVM_K_ROW
+#undef MVM_K_BYTE
+    return values[mx][nibble];
+#endif
 }
 
 /* The K-quants' super-blocks (ggml-common.h's block_q4_K, block_q5_K, block_q6_K) and the

@@ -122,9 +122,11 @@ static void quantize_iq4_nl_block(const float *x, uint8_t *blk)
     for (int j = 0; j < MVM_QBLOCK; j++) {
         const float v = x[j] * id;
         int best = 0;
-        for (int k = 1; k < 16; k++)
-            if (fabsf(v - mvm_k_iq4nl(k)) < fabsf(v - mvm_k_iq4nl(best)))
+        for (int k = 1; k < 16; k++) {
+            const int kv = mvm_k_table(MVM_W_IQ4_NL, k), bv = mvm_k_table(MVM_W_IQ4_NL, best);
+            if (fabsf(v - (float)kv) < fabsf(v - (float)bv))
                 best = k;
+        }
         if (j < MVM_QBLOCK / 2)
             blk[2 + j] = (uint8_t)best;
         else
@@ -148,7 +150,7 @@ static void quantize_mxfp4_block(const float *x, uint8_t *blk)
         int best = 0; /* best_index_mxfp4 */
         float best_err = fabsf(x[j]);
         for (int k = 1; k < 16; k++) {
-            const float err = fabsf((float)mvm_k_mxfp4(k) * d - x[j]);
+            const float err = fabsf((float)mvm_k_table(MVM_W_MXFP4, k) * d - x[j]);
             if (err < best_err)
                 best = k, best_err = err;
         }
