@@ -5,15 +5,15 @@
  * On the device: the non-expert weights (copied at creation, in the file's types), the KV
  * cache, every matrix product, norm, RoPE and attention (forward_cuda_attn.c: grouped-query,
  * or deepseek2's latent attention), the dense blocks before the MoE ones (deepseek2,
- * glm4moe), the shared experts, and the routed experts, read through their fixed addresses
- * in the expert space. On the host: the token embeddings (a dequantized row
- * per token is uploaded) and each MoE step's host side (moe_step.h): the router's logits and
- * input come back, the routing, the policy modules, observers and predictors run as on the
- * CPU backend, and the step's grouped rows go up; the experts the assign module gives the
- * CPU are computed there from their homes (experts_cpu.h) while the GPU runs its own, and
- * their rows go up before the per-token sum. The arithmetic is the CPU kernels' (the
- * kernels' header says how), so both backends agree to rounding, routing included unless a
- * token's top-k is a near tie.
+ * glm4moe), the shared experts, and the routed experts (gpt-oss's biased ones too), read
+ * through their fixed addresses in the expert space. On the host: the token embeddings (a
+ * dequantized row per token is uploaded) and each MoE step's host side (moe_step.h): the
+ * router's logits and input come back, the routing, the policy modules, observers and
+ * predictors run as on the CPU backend, and the step's grouped rows go up; the experts the
+ * assign module gives the CPU are computed there from their homes (experts_cpu.h) while the
+ * GPU runs its own, and their rows go up before the per-token sum. The arithmetic is the
+ * CPU kernels' (the kernels' header says how), so both backends agree to rounding, routing
+ * included unless a token's top-k is a near tie.
  *
  * A step's experts are pinned until its kernels are done: the stream is synchronised before
  * mvm_moe_end. That costs little, as the next layer's step waits for its router's logits
@@ -86,6 +86,8 @@ static mvm_status upload_block(struct cuda_fwd *f, const mvm_layer *L, struct dl
     TRY(mvm_cf_weight(f, &L->ffn_w3, &d->ffn_w3));
     TRY(mvm_cf_weight(f, &L->ffn_w2, &d->ffn_w2));
     TRY(mvm_cf_weight(f, &L->router, &d->router));
+    TRY(mvm_cf_copy(f, L->router_bias, hp->n_expert * sizeof(float), &d->router_bias));
+    TRY(mvm_cf_copy(f, L->down_bias, (size_t)hp->n_expert * D, &d->down_bias));
     if (L->shexp_gate) {
         mvm_weight gate = {MVM_W_F32, L->shexp_gate, 1, hp->n_embd, D};
         TRY(mvm_cf_weight(f, &gate, &d->shexp_gate));
@@ -315,8 +317,9 @@ static mvm_g_expert_args expert_args(const struct cuda_fwd *f, uint32_t il)
                                .out = f->out, .expert_stride = f->expert_stride,
                                .act_stride = q ? f->act_stride : hp->n_embd * sizeof(float),
                                .h_stride = f->h_stride, .n_embd = hp->n_embd,
+                               .down_bias = f->layers[il].down_bias,
                                .n_groups = L->expert_groups, .gate_up = L->expert_fmt.gate_up,
-                               .down = L->expert_fmt.down};
+                               .down = L->expert_fmt.down, .glu = L->expert_fmt.glu};
 }
 
 /* The rows of the round's experts (moe_step.h), each into its own slot of f->out. */
@@ -411,6 +414,8 @@ static mvm_status moe(struct cuda_fwd *f, uint32_t il, uint32_t n, uint32_t pos0
     uint32_t D = hp->n_embd;
     TRY(mvm_cf_rmsnorm(f, f->x, f->xn, D, L->ffn_norm, D, n));
     TRY(mvm_cf_matmul(f, &L->router, NULL, f->xn, D, n, f->probs, hp->n_expert));
+    if (L->router_bias) /* gpt-oss: the logits biased before the routing */
+        TRY(mvm_cf_add(f, f->probs, L->router_bias, 0, 0, hp->n_expert, n));
     TRY(mvm_gpu_download(f->g, f->host, f->xn, (size_t)n * D * sizeof(float)));
     TRY(mvm_gpu_download(f->g, f->moe->probs, f->probs,
                          (size_t)n * hp->n_expert * sizeof(float)));

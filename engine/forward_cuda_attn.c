@@ -1,8 +1,9 @@
 /*
  * Attention on the device (forward_cuda_impl.h), as the CPU backend computes it
  * (forward_cpu.c): grouped-query attention with the architecture's q/k/v biases, QK norm and
- * (partial) rotary embedding; and deepseek2's multi-head latent attention in the absorbed
- * form, whose cache holds one row per position, [latent (kv_lora), k_pe (rope)]:
+ * (partial) rotary embedding, gpt-oss's sinks, windows and output bias; and deepseek2's
+ * multi-head latent attention in the absorbed form, whose cache holds one row per position,
+ * [latent (kv_lora), k_pe (rope)]:
  *   q = wq_b · rms(wq_a · h) (or wq · h), [c, k_pe] = wkv_a · h, c RMS-normed, both rotated;
  *   each head's query turned into the latent space, [wk_b_h · q_nope_h, q_pe_h];
  *   single-"kv-head" attention over the whole rows; wv_b_h takes the latent part out.
@@ -19,6 +20,9 @@ mvm_status mvm_cf_upload_attention(struct cuda_fwd *f, const mvm_layer *L, struc
     int head = f->m->arch->qk_norm == MVM_QK_NORM_HEAD;
     TRY(mvm_cf_copy(f, L->attn_norm, D, &d->attn_norm));
     TRY(mvm_cf_weight(f, &L->wo, &d->wo));
+    TRY(mvm_cf_copy(f, L->bo, D, &d->bo));
+    TRY(mvm_cf_copy(f, L->sinks, hp->n_head * sizeof(float), &d->sinks));
+    d->swa = L->swa;
     if (hp->kv_lora) {
         TRY(mvm_cf_copy(f, L->q_a_norm, hp->q_lora * sizeof(float), &d->q_a_norm));
         TRY(mvm_cf_copy(f, L->kv_a_norm, hp->kv_lora * sizeof(float), &d->kv_a_norm));
@@ -93,10 +97,10 @@ static mvm_status gqa(struct cuda_fwd *f, const struct dlayer *L, uint64_t layer
     uint64_t at = (uint64_t)pos0 * f->kv_dim * sizeof(float);
     TRY(qkv(f, L, f->kc + layer + at, f->vc + layer + at, n, pos0));
     mvm_g_attention_args a = {.q = f->q, .kc = f->kc + layer, .vc = f->vc + layer,
-                              .out = f->att, .scores = f->scores, .n_tok = n, .pos0 = pos0,
-                              .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
-                              .head_dim = hp->head_dim, .n_ctx = f->n_ctx,
-                              .scale = hp->kq_scale};
+                              .out = f->att, .scores = f->scores, .sinks = L->sinks,
+                              .n_tok = n, .pos0 = pos0, .n_head = hp->n_head,
+                              .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
+                              .n_ctx = f->n_ctx, .window = L->swa, .scale = hp->kq_scale};
     return mvm_gpu_attention(f->g, 0, &a);
 }
 
@@ -154,5 +158,7 @@ mvm_status mvm_cf_attention(struct cuda_fwd *f, const struct dlayer *L, uint32_t
     TRY(mvm_cf_rmsnorm(f, f->x, f->xn, D, L->attn_norm, D, n));
     TRY(hp->kv_lora ? mla(f, L, layer, n, pos0) : gqa(f, L, layer, n, pos0));
     TRY(mvm_cf_matmul(f, &L->wo, NULL, f->att, values, n, f->tmp, D));
+    if (L->bo) /* into the product first, as the CPU adds it */
+        TRY(mvm_cf_add(f, f->tmp, L->bo, 0, 0, D, n));
     return mvm_cf_add(f, f->x, f->tmp, D, 0, D, n);
 }

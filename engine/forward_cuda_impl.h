@@ -36,6 +36,8 @@ struct dlayer {
     struct dweight ffn_w1, ffn_w3, ffn_w2;        /* a dense block's FFN */
     struct dweight shexp_gate, shexp_w1, shexp_w3, shexp_w2; /* shared expert; gate: qwen2moe */
     mvm_dptr experts;           /* expert 0's fixed address; the others expert_stride apart */
+    mvm_dptr bo, sinks, router_bias, down_bias; /* gpt-oss (model.h says how) */
+    uint32_t swa;               /* gpt-oss: the attention's window, 0 for none */
 };
 
 struct cuda_fwd {

@@ -215,10 +215,6 @@ static mvm_status load_experts(struct loader *ld, mvm_model *m, mvm_space_desc *
      * run on a real GPU (docs/engine.md), so a GPU is used only when asked for. */
     if (desc->backend == MVM_BACKEND_AUTO)
         desc->backend = MVM_BACKEND_HOST;
-    if (desc->backend == MVM_BACKEND_CUDA && ld->arch->oai)
-        return mvm_ld_fail(ld, MVM_ERR_UNSUPPORTED, "expert space: MOEVM_BACKEND=cuda, but the "
-                           "device forward pass does not compute %s yet (its sinks, windows and "
-                           "biased experts); use MOEVM_BACKEND=host", ld->arch->name);
     if (desc->backend == MVM_BACKEND_CUDA && !mvm_ctx_device_available())
         return mvm_ld_fail(ld, MVM_ERR_UNSUPPORTED, "expert space: MOEVM_BACKEND=cuda, but this "
                            "moevm was built without nvcc, so it has no device kernels to compute "

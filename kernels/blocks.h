@@ -289,6 +289,16 @@ MVM_BLK_FN size_t mvm_k_expert_group_bytes(mvm_k_expert_fmt f, size_t n_embd)
            (f.glu == MVM_GLU_OAI ? 2 * g * sizeof(float) : 0);
 }
 
+/* gpt-oss's unit on one channel, g and u biased already: llama.cpp's swiglu_oai in its order
+ * of operations (x / (1 + exp(alpha * -x)) * (y + 1)), so that the CPU and the device
+ * (kernels/cpu/expert.c, kernels/cuda/expert.cu) compute the same float. */
+MVM_BLK_FN float mvm_k_glu_oai(float g, float u)
+{
+    g = g < MVM_K_OAI_LIMIT ? g : MVM_K_OAI_LIMIT;
+    u = u < -MVM_K_OAI_LIMIT ? -MVM_K_OAI_LIMIT : u > MVM_K_OAI_LIMIT ? MVM_K_OAI_LIMIT : u;
+    return g / (1.0f + expf(MVM_K_OAI_ALPHA * -g)) * (u + 1.0f);
+}
+
 /* ---- element conversions ---------------------------------------------------------------- */
 
 MVM_BLK_FN uint32_t mvm_k_f2u(float f)

@@ -179,21 +179,29 @@ static void (*const down_fn[MVM_W_COUNT])(mvm_g_expert_args) = {MVM_G_FOR_TYPES(
 #undef KERNEL_FN
 
 /* One MoE layer's routed experts: the three kernels against mvm_k_expert_ffn per (token,
- * expert). Expert 0 serves every token (more rows than a tile), expert E-1 none. */
+ * expert). Expert 0 serves every token (more rows than a tile), expert E-1 none. With
+ * gpt-oss's unit (MVM_GLU_OAI) the experts have gate/up biases of up to ±9, so that both
+ * clamps fire, and down biases, added weighted per row. */
 static void experts_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_ff, uint32_t n_tok)
 {
     const uint32_t E = 5, K = 2, G = n_ff / (uint32_t)mvm_k_expert_group_channels(f);
+    const bool oai = f.glu == MVM_GLU_OAI;
     const uint64_t expert_bytes = G * mvm_k_expert_group_bytes(f, n_embd);
     const uint64_t stride = (expert_bytes + 255) / 256 * 256 + 256;
     std::vector<uint8_t> experts(E * stride, 0xC3);
     const uint64_t row = mvm_k_row_bytes(f.gate_up, n_embd);
     const uint64_t down_row = mvm_k_row_bytes(f.down, n_ff);
+    std::vector<float> down_bias = randoms(E * n_embd, 2.0f);
     for (uint32_t e = 0; e < E; e++) {
         std::vector<uint8_t> gate = weights(f.gate_up, n_ff, n_embd, row);
         std::vector<uint8_t> up = weights(f.gate_up, n_ff, n_embd, row);
         std::vector<uint8_t> down = weights(f.down, n_embd, n_ff, down_row);
         mvm_k_expert_pack(f, gate.data(), up.data(), down.data(), n_embd, n_ff,
                           experts.data() + e * stride);
+        std::vector<float> gate_b = randoms(n_ff, 9.0f), up_b = randoms(n_ff, 9.0f);
+        if (oai)
+            mvm_k_expert_pack_bias(f, gate_b.data(), up_b.data(), n_embd, n_ff,
+                                   experts.data() + e * stride);
     }
     std::vector<uint32_t> sel(n_tok * K);
     std::vector<float> selw = randoms(n_tok * K);
@@ -227,18 +235,23 @@ static void experts_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_ff, uin
     std::vector<uint8_t> act = activations(f.gate_up, n_tok, n_embd, act_stride, xin);
     std::vector<float> x0 = randoms(n_tok * n_embd), want = x0, x = x0;
     for (uint32_t i = 0; i < n_tok; i++)
-        for (uint32_t k = 0; k < K; k++)
-            mvm_k_expert_ffn(f, experts.data() + sel[i * K + k] * stride, n_embd,
+        for (uint32_t k = 0; k < K; k++) {
+            const uint32_t e = sel[i * K + k];
+            mvm_k_expert_ffn(f, experts.data() + e * stride, n_embd,
                              act.data() + i * act_stride, selw[i * K + k],
                              want.data() + i * n_embd, 0, G);
+            for (uint32_t j = 0; oai && j < n_embd; j++)
+                want[i * n_embd + j] += selw[i * K + k] * down_bias[e * n_embd + j];
+        }
     const uint64_t h_stride = mvm_k_act_bytes(f.down, n_ff) + 8;
     const size_t rows = n_tok * K;
     std::vector<uint8_t> h(rows * h_stride, 0xFF);
     std::vector<float> out(rows * n_embd, POISON);
     mvm_g_expert_args a = {dp(experts.data()), dp(act.data()), dp(active.data()), dp(off.data()),
                            dp(cnt.data()), dp(row_tok.data()), dp(row_w.data()), dp(h.data()),
-                           dp(out.data()), stride, act_stride, h_stride, n_embd, G,
-                           (uint32_t)active.size(), f.gate_up, f.down};
+                           dp(out.data()), oai ? dp(down_bias.data()) : 0, stride,
+                           act_stride, h_stride, n_embd, G, (uint32_t)active.size(), f.gate_up,
+                           f.down, f.glu};
     launch(up_fn[f.gate_up], a, mvm_g_expert_up_shape(&a));
     launch(down_fn[f.down], a, mvm_g_expert_down_shape(&a));
     mvm_g_expert_sum_args s = {dp(x.data()), dp(out.data()), dp(tok_rows.data()), n_embd, n_tok,
@@ -254,8 +267,9 @@ static void experts_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_ff, uin
         for (uint64_t b = h_stride - 8; b < h_stride; b++)
             gaps = gaps && h[r * h_stride + b] == 0xFF;
     if (e >= 1e-4)
-        fprintf(stderr, "experts %s/%s n_embd %u n_ff %u n_tok %u: relative error %g\n",
-                mvm_k_wtype_name(f.gate_up), mvm_k_wtype_name(f.down), n_embd, n_ff, n_tok, e);
+        fprintf(stderr, "experts %s/%s%s n_embd %u n_ff %u n_tok %u: relative error %g\n",
+                mvm_k_wtype_name(f.gate_up), mvm_k_wtype_name(f.down), oai ? " oai" : "",
+                n_embd, n_ff, n_tok, e);
     CHECK(e < 1e-4);
     CHECK(gaps);
 }
@@ -284,6 +298,15 @@ static void test_experts(void)
         const int two_groups = f.down == MVM_W_Q6_K; /* and a tile and a partial one */
         experts_case(f, 256, two_groups ? 512 : mvm_k_is_k(f.down) ? 256 : 96,
                      two_groups ? 9 : 3);
+    }
+    /* gpt-oss's unit and biases: its MXFP4 experts, floats, and 256-channel groups */
+    static const mvm_k_expert_fmt oai[] = {{MVM_W_MXFP4, MVM_W_MXFP4, MVM_GLU_OAI},
+                                           {MVM_W_F32, MVM_W_F32, MVM_GLU_OAI},
+                                           {MVM_W_Q4_K, MVM_W_Q6_K, MVM_GLU_OAI}};
+    for (const mvm_k_expert_fmt &f : oai) {
+        const int k = mvm_k_is_k(f.down);
+        experts_case(f, k ? 256 : 160, k ? 512 : 96, 11);
+        experts_case(f, k ? 256 : 64, k ? 256 : 64, 1); /* decode */
     }
 }
 
@@ -332,26 +355,34 @@ static void test_rope(void)
             }
 }
 
-static void attention_case(uint32_t n_tok, uint32_t pos0, uint32_t n_ctx)
+/* Against mvm_k_attn_head per (query, head), over the window's positions; with sinks
+ * (gpt-oss), head h's logit sinks[h], large enough to take a good part of the mass. */
+static void attention_case(uint32_t n_tok, uint32_t pos0, uint32_t n_ctx, uint32_t window = 0,
+                           bool with_sinks = false)
 {
     const uint32_t nh = 4, nkv = 2, hd = 16, q_dim = nh * hd, kv_dim = nkv * hd;
     const float scale = 1.0f / sqrtf((float)hd);
     std::vector<float> q = randoms(n_tok * q_dim, 2.0f), kc = randoms(n_ctx * kv_dim, 2.0f),
-                       vc = randoms(n_ctx * kv_dim);
+                       vc = randoms(n_ctx * kv_dim), sinks = randoms(nh, 3.0f);
     std::vector<float> out(n_tok * q_dim, POISON), want(n_tok * q_dim), scratch(n_ctx),
         scores(n_tok * nh * n_ctx, POISON);
     for (uint32_t i = 0; i < n_tok; i++)
         for (uint32_t h = 0; h < nh; h++) {
-            size_t kvo = (h / (nh / nkv)) * hd;
-            mvm_k_attn_head(&q[i * q_dim + h * hd], &kc[kvo], &vc[kvo], kv_dim, pos0 + i + 1, hd,
-                            scale, -INFINITY, scratch.data(), &want[i * q_dim + h * hd]);
+            const uint32_t n_pos = pos0 + i + 1;
+            const uint32_t first = window && n_pos > window ? n_pos - window : 0;
+            const size_t kvo = first * kv_dim + (h / (nh / nkv)) * hd;
+            mvm_k_attn_head(&q[i * q_dim + h * hd], &kc[kvo], &vc[kvo], kv_dim, n_pos - first,
+                            hd, scale, with_sinks ? sinks[h] : -INFINITY, scratch.data(),
+                            &want[i * q_dim + h * hd]);
         }
     mvm_g_attention_args a = {dp(q.data()), dp(kc.data()), dp(vc.data()), dp(out.data()),
-                              dp(scores.data()), n_tok, pos0, nh, nkv, hd, n_ctx, scale};
+                              dp(scores.data()), with_sinks ? dp(sinks.data()) : 0, n_tok,
+                              pos0, nh, nkv, hd, n_ctx, window, scale};
     launch(mvm_g_attention, a, mvm_g_attention_shape(&a));
     double e = rel_err(out.data(), want.data(), out.size());
     if (e >= 1e-5)
-        fprintf(stderr, "attention n_tok %u pos0 %u: relative error %g\n", n_tok, pos0, e);
+        fprintf(stderr, "attention n_tok %u pos0 %u window %u sinks %d: relative error %g\n",
+                n_tok, pos0, window, with_sinks, e);
     CHECK(e < 1e-5);
 }
 
@@ -360,6 +391,12 @@ static void test_attention(void)
     attention_case(3, 5, 12);   /* causal within the batch: later positions are in the cache */
     attention_case(2, 200, 300); /* more positions than threads */
     attention_case(1, 0, 4);    /* the first token sees only itself */
+    /* gpt-oss: windows that cut some of the batch's queries and not others, wider than the
+     * block's threads, and sinks with and without a window */
+    attention_case(6, 2, 12, 5);
+    attention_case(3, 250, 300, 200);
+    attention_case(4, 7, 16, 0, true);
+    attention_case(4, 7, 16, 3, true);
 }
 
 static void test_add_swiglu(void)

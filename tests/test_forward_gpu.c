@@ -141,7 +141,9 @@ static void free_run(struct run *r)
  * each architecture; prefill in batches and token by token give the same. deepseek2: MLA
  * with one q matrix, and with V3's q bottleneck from the older attn_kv_b; glm4moe: GLM-4.5's
  * kind (QK norm) and Air's (none); both with a dense block first and shared experts;
- * minimax-m2: QK norm over the whole q and k, partial RoPE, sigmoid routing with a bias. */
+ * minimax-m2: QK norm over the whole q and k, partial RoPE, sigmoid routing with a bias;
+ * gpt-oss: sinks, windows of 5 positions (the prompt is 7) on two of its three blocks,
+ * biases on the attention, router and experts, its clamped unit, and its MXFP4 experts. */
 static void test_matches_cpu(void)
 {
     static const struct {
@@ -153,7 +155,8 @@ static void test_matches_cpu(void)
                  {"qwen2moe", "tiny", MVM_W_Q4_K}, {"olmoe", "tiny", MVM_W_Q3_K},
                  {"deepseek2", "tiny", MVM_W_F32}, {"deepseek2", "tiny-v3", MVM_W_Q8_0},
                  {"deepseek2", "tiny-v3", MVM_W_Q4_K}, {"glm4moe", "tiny", MVM_W_F16},
-                 {"glm4moe", "tiny-air", MVM_W_Q4_0}, {"minimax-m2", "tiny", MVM_W_Q8_0}};
+                 {"glm4moe", "tiny-air", MVM_W_Q4_0}, {"minimax-m2", "tiny", MVM_W_Q8_0},
+                 {"gpt-oss", "tiny", MVM_W_F32}, {"gpt-oss", "tiny", MVM_W_MXFP4}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         const char *path = preset_path(cases[i].arch, cases[i].preset, cases[i].type);
         size_t n = N_PROMPT * mvm_preset_find(cases[i].preset, cases[i].arch)->spec.n_vocab;

@@ -152,8 +152,8 @@ static void expert_case(mvm_k_expert_fmt f)
     mvm_dptr dact = device_act(f.gate_up, dxa, x, D, T, &as);
     CHECK_ST(mvm_gpu_alloc(g, T * hs, &dh), MVM_OK);
     CHECK_ST(mvm_gpu_alloc(g, T * D * 4, &dout), MVM_OK);
-    mvm_g_expert_args ea = {de, dact, da, doff, dcnt, drt, drw, dh, dout, ebytes, as, hs,
-                            D, G, 1, f.gate_up, f.down};
+    mvm_g_expert_args ea = {de, dact, da, doff, dcnt, drt, drw, dh, dout, 0, ebytes, as, hs,
+                            D, G, 1, f.gate_up, f.down, f.glu};
     mvm_g_expert_sum_args sa = {dx, dout, dtr, D, T, 1};
     CHECK_ST(mvm_gpu_expert_up(g, f.gate_up, &ea), MVM_OK);
     CHECK_ST(mvm_gpu_expert_down(g, f.down, &ea), MVM_OK);

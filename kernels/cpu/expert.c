@@ -12,15 +12,6 @@
 
 #include "kernels/cpu/dispatch.h"
 
-/* gpt-oss's unit on one channel: g and u biased already; llama.cpp's swiglu_oai in its
- * order of operations (x / (1 + exp(alpha * -x)) * (y + 1)). */
-static inline float glu_oai(float g, float u)
-{
-    g = g < MVM_K_OAI_LIMIT ? g : MVM_K_OAI_LIMIT;
-    u = u < -MVM_K_OAI_LIMIT ? -MVM_K_OAI_LIMIT : u > MVM_K_OAI_LIMIT ? MVM_K_OAI_LIMIT : u;
-    return g / (1.0f + expf(MVM_K_OAI_ALPHA * -g)) * (u + 1.0f);
-}
-
 /* The n_tok tokens' G intermediate activations h[i] in down's activation format, at the
  * address returned and *stride bytes apart: quantized into buf[i] for the Q and K types (as
  * ggml quantizes ffn_down's input), h itself for the float types. */
@@ -66,7 +57,8 @@ void mvm_k_expert_ffn_batch(mvm_k_expert_fmt f, const void *expert, size_t n_emb
                 dotn(up + c * row, a, act_stride, nt, n_embd, u, 1);
                 if (f.glu == MVM_GLU_OAI)
                     for (size_t i = 0; i < nt; i++)
-                        h[i][c] = glu_oai(h[i][c] + bias[c], u[i] + bias[G + c]) * weights[t0 + i];
+                        h[i][c] = mvm_k_glu_oai(h[i][c] + bias[c], u[i] + bias[G + c]) *
+                                  weights[t0 + i];
                 else
                     for (size_t i = 0; i < nt; i++)
                         h[i][c] = h[i][c] / (1.0f + expf(-h[i][c])) * u[i] * weights[t0 + i];

@@ -5,11 +5,13 @@
  * or its host home mapped for the device).
  *
  * up:   a block per (channel group, active expert); a warp per channel computes its gate and
- *       up dot products for a tile of the expert's rows, then the block writes the tile's
- *       G intermediate activations per row in down's activation format (G / 32 Q8_0 blocks
- *       for a Q type, one Q8_K block for a K-quant, floats for a float type).
+ *       up dot products for a tile of the expert's rows and their unit (SwiGLU, or gpt-oss's
+ *       with the group's biases), then the block writes the tile's G intermediate
+ *       activations per row in down's activation format (G / 32 Q8_0 blocks for a Q type,
+ *       one Q8_K block for a K-quant, floats for a float type).
  * down: a thread per output (consecutive threads read consecutive down blocks of a group)
- *       sums the groups in order, as the CPU does, for a tile of rows.
+ *       sums the groups in order, as the CPU does, for a tile of rows, and adds gpt-oss's
+ *       down bias weighted, as the CPU does after the groups.
  * sum:  each token adds its experts' rows in routing order: no atomics, so a run is
  *       reproducible.
  * The split into up and down keeps the intermediate activations (n_ff per row) in memory
@@ -41,14 +43,16 @@ static __device__ void store_h(enum mvm_wtype down, float (*hs)[MVM_QK_K], uint3
 
 template <enum mvm_wtype GU> static __device__ void expert_up(const mvm_g_expert_args &a)
 {
-    const mvm_k_expert_fmt f = {GU, (enum mvm_wtype)a.down, MVM_GLU_SILU};
+    const mvm_k_expert_fmt f = {GU, (enum mvm_wtype)a.down, (enum mvm_k_glu)a.glu};
     const uint32_t e = U32(a.active)[blockIdx.y], g = blockIdx.x;
     const uint32_t r0 = U32(a.off)[e], nr = U32(a.cnt)[e];
     const uint32_t G = (uint32_t)mvm_k_expert_group_channels(f);
     const uint64_t row = mvm_k_row_bytes(GU, a.n_embd);
-    const uint8_t *gate = (const uint8_t *)a.experts + e * a.expert_stride +
-                          g * mvm_k_expert_group_bytes(f, a.n_embd);
+    const uint64_t group = mvm_k_expert_group_bytes(f, a.n_embd);
+    const uint8_t *gate = (const uint8_t *)a.experts + e * a.expert_stride + g * group;
     const uint8_t *up = gate + G * row;
+    /* MVM_GLU_OAI: the group's gate biases, then its up biases, at the group's end */
+    const float *bias = (const float *)(gate + group - 2 * G * sizeof(float));
     __shared__ float hs[MVM_G_TILE][MVM_QK_K];
     for (uint32_t t0 = 0; t0 < nr; t0 += MVM_G_TILE) {
         const uint32_t nt = nr - t0 < MVM_G_TILE ? nr - t0 : MVM_G_TILE;
@@ -65,8 +69,11 @@ template <enum mvm_wtype GU> static __device__ void expert_up(const mvm_g_expert
             for (int i = 0; i < MVM_G_TILE; i++)
                 if ((uint32_t)i < nt) {
                     const float gs = warp_sum(ag[i]), us = warp_sum(au[i]);
+                    const float w = ((const float *)a.row_w)[r0 + t0 + i];
                     if ((threadIdx.x & 31) == 0)
-                        hs[i][c] = silu(gs) * us * ((const float *)a.row_w)[r0 + t0 + i];
+                        hs[i][c] = a.glu == MVM_GLU_OAI
+                                       ? mvm_k_glu_oai(gs + bias[c], us + bias[G + c]) * w
+                                       : silu(gs) * us * w;
                 }
         }
         __syncthreads();
@@ -78,7 +85,7 @@ template <enum mvm_wtype GU> static __device__ void expert_up(const mvm_g_expert
 
 template <enum mvm_wtype DN> static __device__ void expert_down(const mvm_g_expert_args &a)
 {
-    const mvm_k_expert_fmt f = {(enum mvm_wtype)a.gate_up, DN, MVM_GLU_SILU};
+    const mvm_k_expert_fmt f = {(enum mvm_wtype)a.gate_up, DN, (enum mvm_k_glu)a.glu};
     const uint32_t e = U32(a.active)[blockIdx.y];
     const uint32_t j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= a.n_embd)
@@ -101,8 +108,12 @@ template <enum mvm_wtype DN> static __device__ void expert_down(const mvm_g_expe
                 if ((uint32_t)i < nt)
                     acc[i] += block_dot<DN>(w, h + i * a.h_stride + g * hw);
         }
+        /* gpt-oss's down bias, weighted by the row's routing weight, after the groups */
+        const float b = a.down_bias ? ((const float *)a.down_bias)[(uint64_t)e * a.n_embd + j]
+                                    : 0.0f;
         for (uint32_t i = 0; i < nt; i++)
-            ((float *)a.out)[(uint64_t)(r0 + t0 + i) * a.n_embd + j] = acc[i];
+            ((float *)a.out)[(uint64_t)(r0 + t0 + i) * a.n_embd + j] =
+                a.down_bias ? acc[i] + ((const float *)a.row_w)[r0 + t0 + i] * b : acc[i];
     }
 }
 

@@ -103,23 +103,27 @@ MVM_G_FN mvm_g_shape mvm_g_matvec_shape(const mvm_g_matvec_args *a)
  * off[e] .. off[e] + cnt[e] - 1 (uint32 arrays indexed by expert id), row r computes token
  * row_tok[r] with routing weight row_w[r]. Expert e of the layer is channel-major at
  * experts + e * expert_stride (its fixed address in the expert space), its types gate_up and
- * down (enum mvm_wtype; kernels/cpu/kernels.h has the layout): n_groups groups of G =
- * mvm_k_expert_group_channels channels (32, or 256 with a K-quant down).
+ * down (enum mvm_wtype) and its unit glu (enum mvm_k_glu; kernels/cpu/kernels.h has the
+ * layout): n_groups groups of G = mvm_k_expert_group_channels channels (32, or 256 with a
+ * K-quant down).
  *
- * mvm_g_expert_up_<gate_up type>: h[r] = silu(gate . act) * (up . act) * row_w[r] for every
+ * mvm_g_expert_up_<gate_up type>: h[r] = glu(gate . act, up . act) * row_w[r] for every
  *   channel, act = act + row_tok[r] * act_stride bytes (the token's activations in gate_up's
- *   format). h[r] at h + r * h_stride bytes in down's activation format, a group's G
- *   channels at a time: n_ff floats (float types), n_ff / 32 Q8_0 blocks (Q types) or
- *   n_ff / 256 Q8_K blocks (K-quants). Grid: (group, active expert).
- * mvm_g_expert_down_<down type>: out[r][j] = sum over groups of down_g[j] . h[r]_g,
- *   j < n_embd, out[r] at out + r * n_embd floats. Grid: (output range, active expert).
+ *   format); glu: silu(g) * u, or MVM_GLU_OAI's on g and u plus the group's biases. h[r] at
+ *   h + r * h_stride bytes in down's activation format, a group's G channels at a time:
+ *   n_ff floats (float types), n_ff / 32 Q8_0 blocks (Q types) or n_ff / 256 Q8_K blocks
+ *   (K-quants). Grid: (group, active expert).
+ * mvm_g_expert_down_<down type>: out[r][j] = sum over groups of down_g[j] . h[r]_g, plus
+ *   row_w[r] * down_bias[e][j] with a down bias (gpt-oss: n_embd floats per expert at
+ *   down_bias + e * n_embd; 0: none), j < n_embd, out[r] at out + r * n_embd floats.
+ *   Grid: (output range, active expert).
  * mvm_g_expert_sum: x[i][j] += sum over k < top_k of out[tok_rows[i * top_k + k]][j]: each
  *   token adds its experts' outputs in its own order, so the sum is deterministic (no
  *   atomics). Grid: (output range, token). */
 typedef struct mvm_g_expert_args {
-    mvm_dptr experts, act, active, off, cnt, row_tok, row_w, h, out;
+    mvm_dptr experts, act, active, off, cnt, row_tok, row_w, h, out, down_bias;
     uint64_t expert_stride, act_stride, h_stride;
-    uint32_t n_embd, n_groups, n_active, gate_up, down;
+    uint32_t n_embd, n_groups, n_active, gate_up, down, glu;
 } mvm_g_expert_args;
 
 MVM_G_FN mvm_g_shape mvm_g_expert_up_shape(const mvm_g_expert_args *a)
@@ -182,11 +186,13 @@ MVM_G_FN mvm_g_shape mvm_g_rope_shape(const mvm_g_rope_args *a)
 /* mvm_g_attention: causal attention of n_tok queries at positions pos0.. over the KV cache.
  * Query i, head h: q + i * q_dim + h * head_dim; keys and values of position p for kv head
  * h / (n_head / n_head_kv) at kc, vc + p * kv_dim + that head's offset (floats); the output
- * like the query in out. scores: n_tok * n_head rows of n_ctx floats of scratch. One block
- * per (head, query). */
+ * like the query in out. scores: n_tok * n_head rows of n_ctx floats of scratch. With a
+ * window (gpt-oss: 0 for none), query i sees its last `window` positions only; with sinks
+ * (n_head floats; 0 for none), head h's softmax has the extra logit sinks[h] in its
+ * denominator (kernels/cpu's mvm_k_attn_head). One block per (head, query). */
 typedef struct mvm_g_attention_args {
-    mvm_dptr q, kc, vc, out, scores;
-    uint32_t n_tok, pos0, n_head, n_head_kv, head_dim, n_ctx;
+    mvm_dptr q, kc, vc, out, scores, sinks;
+    uint32_t n_tok, pos0, n_head, n_head_kv, head_dim, n_ctx, window;
     float scale;
 } mvm_g_attention_args;
 

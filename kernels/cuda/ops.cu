@@ -1,8 +1,9 @@
 /*
  * The small F32 ops of the engine's forward pass on the device (kernels/cuda/kernels.h), as
  * kernels/cpu/ops.c computes them: RMSNorm with its squares summed in double, the rotary
- * embedding with the CPU's angle formula (kernels/rope.h), causal attention whose softmax sums in double, and
- * the element-wise adds (residual, bias, gated shared expert) and SwiGLU.
+ * embedding with the CPU's angle formula (kernels/rope.h), causal attention (windowed, with
+ * sinks: gpt-oss) whose softmax sums in double, and the element-wise adds (residual, bias,
+ * gated shared expert) and SwiGLU.
  */
 #include "kernels/cuda/device.cuh"
 
@@ -43,12 +44,16 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
     __shared__ float fmax_tmp[MVM_G_WARPS];
     __shared__ double dsum_tmp[MVM_G_WARPS];
     const uint32_t h = blockIdx.x, i = blockIdx.y, n_pos = a.pos0 + i + 1;
+    /* positions first..n_pos-1: all of them, or the window's last ones */
+    const uint32_t first = a.window && n_pos > a.window ? n_pos - a.window : 0;
     const uint32_t q_dim = a.n_head * a.head_dim, kv_dim = a.n_head_kv * a.head_dim;
     const uint64_t kvo = (uint64_t)(h / (a.n_head / a.n_head_kv)) * a.head_dim;
     const float *q = (const float *)a.q + (uint64_t)i * q_dim + (uint64_t)h * a.head_dim;
     float *scores = (float *)a.scores + ((uint64_t)i * a.n_head + h) * a.n_ctx;
-    float mx = -INFINITY;
-    for (uint32_t p = threadIdx.x; p < n_pos; p += blockDim.x) {
+    /* a sink is one more logit in the max and the sum, with no value (-INFINITY: none) */
+    const float sink = a.sinks ? ((const float *)a.sinks)[h] : -INFINITY;
+    float mx = sink;
+    for (uint32_t p = first + threadIdx.x; p < n_pos; p += blockDim.x) {
         const float *k = (const float *)a.kc + (uint64_t)p * kv_dim + kvo;
         float s = 0;
         for (uint32_t d = 0; d < a.head_dim; d++)
@@ -58,8 +63,8 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
         mx = fmaxf(mx, s);
     }
     mx = block_max(mx, fmax_tmp);
-    double part = 0;
-    for (uint32_t p = threadIdx.x; p < n_pos; p += blockDim.x) {
+    double part = threadIdx.x == 0 ? (double)expf(sink - mx) : 0;
+    for (uint32_t p = first + threadIdx.x; p < n_pos; p += blockDim.x) {
         const float e = expf(scores[p] - mx);
         scores[p] = e;
         part += e;
@@ -69,7 +74,7 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
     for (uint32_t d = threadIdx.x; d < a.head_dim; d += blockDim.x) {
         const float *v = (const float *)a.vc + kvo + d;
         float o = 0;
-        for (uint32_t p = 0; p < n_pos; p++)
+        for (uint32_t p = first; p < n_pos; p++)
             o += scores[p] * inv * v[(uint64_t)p * kv_dim];
         ((float *)a.out)[(uint64_t)i * q_dim + (uint64_t)h * a.head_dim + d] = o;
     }

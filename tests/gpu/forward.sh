@@ -11,8 +11,8 @@
 #      then with the assign modules greedy (experts also on the CPU threads) and gpu's
 #      zero-copy, and at a tenth of the bytes (rounds without HOST_NUMA) with and without
 #      greedy; and the same model as Q4_K_M on the CPU and the GPU (full and half budget);
-#      then DeepSeek-V2-Lite's shape (8 blocks), GLM-4.5-Air's (3) and MiniMax-M2's (3) on
-#      the CPU and the GPU;
+#      then DeepSeek-V2-Lite's shape (8 blocks), GLM-4.5-Air's (3), MiniMax-M2's (3) and
+#      gpt-oss-20b's (3, MXFP4 experts) on the CPU and the GPU;
 #   4. `moevm calibrate` of that model on the GPU, and greedy at half the budget again with
 #      the measured costs (--cost) instead of the h100 preset's.
 # With $OUT set, the output is also written to $OUT/gpu_forward.txt. Results go into
@@ -66,12 +66,14 @@ mkdir -p "$work"
     kmodel="$work/$preset-q4_K_M.gguf"
     [[ -f "$kmodel" ]] || "$moevm" mkmodel --preset "$preset" --type q4_K_M -o "$kmodel"
     cpu_gpu_half "$kmodel" q4_K_M
-    echo "== 3c. speed, deepseek2, glm4moe and minimax-m2 shapes (latent attention, dense"
-    echo "   blocks first, QK norm over the whole q and k)"
-    for spec in deepseek-v2-lite:8 glm-4.5-air:3 minimax-m2:3; do
-        lmodel="$work/${spec%%:*}-${spec##*:}.gguf"
-        [[ -f "$lmodel" ]] || "$moevm" mkmodel --preset "${spec%%:*}" --layers "${spec##*:}" \
-            --type q8_0 -o "$lmodel"
+    echo "== 3c. speed, deepseek2, glm4moe, minimax-m2 and gpt-oss shapes (latent attention,"
+    echo "   dense blocks first, QK norm over the whole q and k, sinks and windows, MXFP4)"
+    for spec in deepseek-v2-lite:8:q8_0 glm-4.5-air:3:q8_0 minimax-m2:3:q8_0 \
+        gpt-oss-20b:3:mxfp4; do
+        IFS=: read -r name layers type <<<"$spec"
+        lmodel="$work/$name-$layers-$type.gguf"
+        [[ -f "$lmodel" ]] || "$moevm" mkmodel --preset "$name" --layers "$layers" \
+            --type "$type" -o "$lmodel"
         cpu_gpu_half "$lmodel" "$spec"
     done
     echo "== 4. calibrate, then greedy with the measured costs"
