@@ -443,6 +443,8 @@ static int generate(struct session *s)
         .routing = {.route = a->route, .route_args = a->route_args}};
     if (mvm_ctx_create(s->model, s->pool, n_ctx, a->batch, &pol, &s->ctx) != MVM_OK)
         return mvm_cli_error("the inference context");
+    fprintf(stderr, "context: %u positions, batches of %u, KV cache %.1f MiB\n", n_ctx,
+            a->batch, (double)mvm_ctx_kv_bytes(s->ctx) / 1048576.0);
     if (s->dist && mvm_ctx_set_dist(s->ctx, s->dist) != MVM_OK)
         return mvm_cli_error("distributed mode");
     if (a->trace_out) {

@@ -57,7 +57,9 @@ mvm_status mvm_ctx_create(mvm_model *m, mvm_pool *pool, uint32_t n_ctx, uint32_t
     if (!c)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the inference context");
     *c = (mvm_ctx){.m = m, .pool = pool, .n_ctx = n_ctx, .n_batch = n_batch, .be = be};
-    st = mvm_moe_create(m, n_batch, policies, be != &mvm_fwd_cpu, home_mapped, &c->moe);
+    st = mvm_kv_layout_make(m, n_ctx, n_batch, &c->kv);
+    if (st == MVM_OK)
+        st = mvm_moe_create(m, n_batch, policies, be != &mvm_fwd_cpu, home_mapped, &c->moe);
     if (st == MVM_OK)
         st = be->create(c, &c->state);
     if (st != MVM_OK) {
@@ -75,6 +77,7 @@ void mvm_ctx_free(mvm_ctx *c)
     if (c->state)
         c->be->destroy(c->state);
     mvm_moe_free(c->moe);
+    mvm_kv_layout_free(&c->kv);
     free(c);
 }
 
@@ -85,6 +88,8 @@ void mvm_ctx_set_route_observer(mvm_ctx *c, mvm_route_fn fn, void *fn_ctx)
 }
 
 const char *mvm_ctx_backend(const mvm_ctx *c) { return c->be->name; }
+
+uint64_t mvm_ctx_kv_bytes(const mvm_ctx *c) { return c->kv.bytes; }
 
 mvm_status mvm_ctx_time_expert(mvm_ctx *c, uint32_t layer, int32_t expert, const float *x,
                                uint32_t n, double *seconds)

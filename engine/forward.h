@@ -65,6 +65,8 @@ mvm_status mvm_ctx_create(mvm_model *m, mvm_pool *pool, uint32_t n_ctx, uint32_t
 void mvm_ctx_free(mvm_ctx *c);
 /* "cpu" or "cuda": where the context computes. */
 const char *mvm_ctx_backend(const mvm_ctx *c);
+/* Bytes of the context's KV cache (kv_cache.h: windowed blocks keep a ring, not n_ctx rows). */
+uint64_t mvm_ctx_kv_bytes(const mvm_ctx *c);
 void mvm_ctx_set_route_observer(mvm_ctx *c, mvm_route_fn fn, void *fn_ctx);
 
 /* Evaluates n tokens at positions n_past.. (any n: batches of n_batch inside). logits:

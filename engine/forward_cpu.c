@@ -26,7 +26,8 @@ struct cpu_fwd {
     mvm_moe *moe;
     int nth;
     uint32_t n_ctx, n_batch, q_dim, kv_dim;
-    float *kc, *vc;             /* [blocks][n_ctx][kv_dim]; MLA: kc only, the latent + k_pe */
+    const mvm_kv_layout *kv;    /* the cache's rows (kv_cache.h) */
+    float *kc, *vc;             /* [rows][kv_dim]; MLA: kc only, the latent + k_pe */
     /* MLA (deepseek2): the latent attention's buffers, [n_batch][...] */
     uint32_t lat;               /* kv_lora + rope: a cache row, and an absorbed query head */
     float *qa, *qlat, *olat;    /* q_a; [n_head][lat] absorbed queries and their outputs */
@@ -52,6 +53,7 @@ static mvm_status cpu_create(mvm_ctx *ctx, void **state)
     c->nth = mvm_pool_size(ctx->pool);
     c->n_ctx = ctx->n_ctx;
     c->n_batch = ctx->n_batch;
+    c->kv = &ctx->kv;
     c->q_dim = hp->n_head * hp->head_dim;
     c->kv_dim = hp->n_head_kv * hp->head_dim;
     c->lat = hp->kv_lora + hp->rope.n_rot;
@@ -64,7 +66,7 @@ static mvm_status cpu_create(mvm_ctx *ctx, void **state)
     for (size_t i = 0; i < sizeof wide / sizeof *wide; i++)
         widest = wide[i] > widest ? wide[i] : widest;
     c->act_stride = MVM_ALIGN64(mvm_k_act_bytes(MVM_W_F32, widest));
-    size_t kv = (size_t)(hp->n_dense + hp->n_layer) * c->n_ctx * c->kv_dim * sizeof(float);
+    size_t kv = c->kv->rows * c->kv_dim * sizeof(float);
     int ok = 1;
     c->kc = mvm_buf64(kv, &ok);
     c->vc = hp->kv_lora ? NULL : mvm_buf64(kv, &ok);
@@ -96,7 +98,7 @@ static mvm_status cpu_create(mvm_ctx *ctx, void **state)
     }
     if (!ok)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for a context of %u positions (KV cache "
-                        "%.1f MiB)", c->n_ctx, (hp->kv_lora ? 1.0 : 2.0) * (double)kv / 1048576.0);
+                        "%.1f MiB)", c->n_ctx, (double)c->kv->bytes / 1048576.0);
     return mvm_xcpu_create(c->m, c->pool, c->n_batch, &c->experts);
 }
 
@@ -187,7 +189,7 @@ static void qk_norm_rope(struct cpu_fwd *c, const mvm_layer *L, uint32_t n, uint
 struct attn_job {
     struct cpu_fwd *c;
     const mvm_layer *L;
-    const float *kc, *vc; /* this layer's cache */
+    const mvm_kv_block *b; /* this block's rows of the cache */
     uint32_t n, pos0;
 };
 
@@ -206,9 +208,9 @@ static void attn_run(void *p, int t, int nth)
         uint32_t n_pos = j->pos0 + i + 1, first = 0;
         if (j->L->swa && n_pos > j->L->swa)
             first = n_pos - j->L->swa;
-        size_t kvo = (size_t)first * c->kv_dim + (size_t)(h / group) * hp->head_dim;
-        mvm_k_attn_head(c->q + (size_t)i * c->q_dim + (size_t)h * hp->head_dim, j->kc + kvo,
-                        j->vc + kvo, c->kv_dim, n_pos - first, hp->head_dim, scale,
+        size_t kvo = mvm_kv_row(j->b, first) * c->kv_dim + (size_t)(h / group) * hp->head_dim;
+        mvm_k_attn_head(c->q + (size_t)i * c->q_dim + (size_t)h * hp->head_dim, c->kc + kvo,
+                        c->vc + kvo, c->kv_dim, n_pos - first, hp->head_dim, scale,
                         j->L->sinks ? j->L->sinks[h] : -INFINITY,
                         c->scratch + (size_t)t * c->n_ctx,
                         c->att + (size_t)i * c->q_dim + (size_t)h * hp->head_dim);
@@ -282,7 +284,7 @@ static void mla_run(void *p, int t, int nth)
     }
 }
 
-/* x += attention(rms(x)) of block `blk` (its KV cache slot). */
+/* x += attention(rms(x)) of block `blk` (its rows of the KV cache: kv_cache.h). */
 static void attention(struct cpu_fwd *c, const mvm_layer *L, uint32_t blk, uint32_t n,
                       uint32_t pos0)
 {
@@ -290,19 +292,25 @@ static void attention(struct cpu_fwd *c, const mvm_layer *L, uint32_t blk, uint3
     for (uint32_t i = 0; i < n; i++)
         mvm_k_rmsnorm(c->xn + (size_t)i * hp->n_embd, c->x + (size_t)i * hp->n_embd,
                       L->attn_norm, hp->n_embd, hp->rms_eps);
-    size_t layer_off = (size_t)blk * c->n_ctx * c->kv_dim;
-    if (hp->kv_lora) {
-        mla_project(c, L, n, pos0, c->kc + layer_off);
-        struct mla_job j = {c, L, c->kc + layer_off, n, pos0};
+    const mvm_kv_block *b = &c->kv->blocks[blk];
+    if (hp->kv_lora) { /* no window: n_ctx rows */
+        float *cache = c->kc + b->row0 * c->kv_dim;
+        mla_project(c, L, n, pos0, cache);
+        struct mla_job j = {c, L, cache, n, pos0};
         mvm_pool_run(c->pool, mla_run, &j);
     } else {
         matmul(c, &L->wq, c->xn, n, c->q);
         matmul(c, &L->wk, c->xn, n, c->k);
         matmul(c, &L->wv, c->xn, n, c->v);
         qk_norm_rope(c, L, n, pos0);
-        memcpy(c->kc + layer_off + (size_t)pos0 * c->kv_dim, c->k, (size_t)n * c->kv_dim * 4);
-        memcpy(c->vc + layer_off + (size_t)pos0 * c->kv_dim, c->v, (size_t)n * c->kv_dim * 4);
-        struct attn_job j = {c, L, c->kc + layer_off, c->vc + layer_off, n, pos0};
+        mvm_kv_run runs[MVM_KV_MAX_RUNS];
+        for (uint32_t r = 0, nr = mvm_kv_runs(b, pos0, n, runs); r < nr; r++) {
+            size_t to = runs[r].row * c->kv_dim, from = (size_t)runs[r].i0 * c->kv_dim;
+            size_t bytes = (size_t)runs[r].n_rows * c->kv_dim * sizeof(float);
+            memcpy(c->kc + to, c->k + from, bytes);
+            memcpy(c->vc + to, c->v + from, bytes);
+        }
+        struct attn_job j = {c, L, b, n, pos0};
         mvm_pool_run(c->pool, attn_run, &j);
     }
     matmul(c, &L->wo, c->att, n, c->tmp);

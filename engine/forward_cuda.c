@@ -182,6 +182,7 @@ static mvm_status cuda_create(mvm_ctx *ctx, void **state)
     f->moe = ctx->moe;
     f->n_ctx = ctx->n_ctx;
     f->n_batch = ctx->n_batch;
+    f->kv = &ctx->kv;
     f->q_dim = hp->n_head * hp->head_dim;
     f->kv_dim = hp->n_head_kv * hp->head_dim;
     f->lat = hp->kv_lora + hp->rope.n_rot;

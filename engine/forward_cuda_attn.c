@@ -46,14 +46,20 @@ mvm_status mvm_cf_alloc_attention(struct cuda_fwd *f)
 {
     const mvm_hparams *hp = &f->m->hp;
     size_t B = f->n_batch, H = hp->n_head;
-    size_t kv = (size_t)(hp->n_dense + hp->n_layer) * f->n_ctx * f->kv_dim * 4;
+    size_t kv = f->kv->rows * f->kv_dim * 4;
     size_t values = H * hp->v_dim > f->q_dim ? H * hp->v_dim : f->q_dim;
     TRY(mvm_cf_alloc(f, kv, &f->kc));
     TRY(mvm_cf_alloc(f, B * f->q_dim * 4, &f->q));
     TRY(mvm_cf_alloc(f, B * values * 4, &f->att));
     TRY(mvm_cf_alloc(f, B * H * f->n_ctx * 4, &f->scores));
-    if (!hp->kv_lora) /* MLA writes its latent rows straight into kc */
+    if (!hp->kv_lora) { /* MLA writes its latent rows straight into kc */
+        for (uint32_t b = 0; b < hp->n_dense + hp->n_layer && !f->k; b++)
+            if (f->kv->blocks[b].ring) {
+                TRY(mvm_cf_alloc(f, B * f->kv_dim * 4, &f->k));
+                TRY(mvm_cf_alloc(f, B * f->kv_dim * 4, &f->v));
+            }
         return mvm_cf_alloc(f, kv, &f->vc);
+    }
     uint32_t in = hp->nope > hp->kv_lora ? hp->nope : hp->kv_lora;
     f->hact_stride = mvm_cf_act_bytes(in);
     TRY(mvm_cf_alloc(f, B * (hp->q_lora ? hp->q_lora : 1) * 4, &f->qa));
@@ -90,17 +96,41 @@ static mvm_status qkv(struct cuda_fwd *f, const struct dlayer *L, mvm_dptr k, mv
     return mvm_cf_rope(f, k, f->kv_dim, hp->n_head_kv, hd, n, pos0);
 }
 
-static mvm_status gqa(struct cuda_fwd *f, const struct dlayer *L, uint64_t layer, uint32_t n,
-                      uint32_t pos0)
+/* The batch's new rows k and v into a ring's rows (kv_cache.h says where). */
+static mvm_status ring_store(struct cuda_fwd *f, const mvm_kv_block *b, uint32_t n,
+                             uint32_t pos0)
+{
+    const size_t row = f->kv_dim * sizeof(float);
+    mvm_kv_run runs[MVM_KV_MAX_RUNS];
+    for (uint32_t r = 0, nr = mvm_kv_runs(b, pos0, n, runs); r < nr; r++) {
+        const mvm_kv_run *u = &runs[r];
+        TRY(mvm_gpu_copy_rows(f->g, f->kc + u->row * row, row, f->k + u->i0 * row, row, row,
+                              u->n_rows));
+        TRY(mvm_gpu_copy_rows(f->g, f->vc + u->row * row, row, f->v + u->i0 * row, row, row,
+                              u->n_rows));
+    }
+    return MVM_OK;
+}
+
+/* A block without a ring gets its rows straight from the products; a ring's go through
+ * f->k and f->v, as the batch may wrap it and each row is written twice. */
+static mvm_status gqa(struct cuda_fwd *f, const struct dlayer *L, const mvm_kv_block *b,
+                      uint32_t n, uint32_t pos0)
 {
     const mvm_hparams *hp = &f->m->hp;
-    uint64_t at = (uint64_t)pos0 * f->kv_dim * sizeof(float);
-    TRY(qkv(f, L, f->kc + layer + at, f->vc + layer + at, n, pos0));
-    mvm_g_attention_args a = {.q = f->q, .kc = f->kc + layer, .vc = f->vc + layer,
-                              .out = f->att, .scores = f->scores, .sinks = L->sinks,
-                              .n_tok = n, .pos0 = pos0, .n_head = hp->n_head,
-                              .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
-                              .n_ctx = f->n_ctx, .window = L->swa, .scale = hp->kq_scale};
+    const uint64_t row = f->kv_dim * sizeof(float), at = mvm_kv_row(b, pos0) * row;
+    if (b->ring) {
+        TRY(qkv(f, L, f->k, f->v, n, pos0));
+        TRY(ring_store(f, b, n, pos0));
+    } else {
+        TRY(qkv(f, L, f->kc + at, f->vc + at, n, pos0));
+    }
+    mvm_g_attention_args a = {.q = f->q, .kc = f->kc + b->row0 * row,
+                              .vc = f->vc + b->row0 * row, .out = f->att, .scores = f->scores,
+                              .sinks = L->sinks, .n_tok = n, .pos0 = pos0,
+                              .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
+                              .head_dim = hp->head_dim, .n_ctx = f->n_ctx, .window = L->swa,
+                              .ring = b->ring, .scale = hp->kq_scale};
     return mvm_gpu_attention(f->g, 0, &a);
 }
 
@@ -127,12 +157,12 @@ static mvm_status mla_project(struct cuda_fwd *f, const struct dlayer *L, mvm_dp
                        n, pos0);
 }
 
-static mvm_status mla(struct cuda_fwd *f, const struct dlayer *L, uint64_t layer, uint32_t n,
-                      uint32_t pos0)
+static mvm_status mla(struct cuda_fwd *f, const struct dlayer *L, const mvm_kv_block *b,
+                      uint32_t n, uint32_t pos0)
 {
     const mvm_hparams *hp = &f->m->hp;
     const uint32_t H = hp->n_head, R = hp->kv_lora, lat = f->lat;
-    mvm_dptr cache = f->kc + layer;
+    mvm_dptr cache = f->kc + b->row0 * lat * sizeof(float); /* no window: n_ctx rows */
     TRY(mla_project(f, L, cache + (uint64_t)pos0 * lat * sizeof(float), n, pos0));
     /* the absorbed queries: [wk_b_h · q_nope_h, q_pe_h] per (token, head) */
     TRY(mvm_cf_matmul_heads(f, &L->wk_b, H, f->q, hp->head_dim, n, f->qlat, lat));
@@ -154,9 +184,9 @@ mvm_status mvm_cf_attention(struct cuda_fwd *f, const struct dlayer *L, uint32_t
     const mvm_hparams *hp = &f->m->hp;
     const uint32_t D = hp->n_embd;
     const uint32_t values = hp->kv_lora ? hp->n_head * hp->v_dim : f->q_dim;
-    uint64_t layer = (uint64_t)blk * f->n_ctx * f->kv_dim * sizeof(float);
+    const mvm_kv_block *b = &f->kv->blocks[blk];
     TRY(mvm_cf_rmsnorm(f, f->x, f->xn, D, L->attn_norm, D, n));
-    TRY(hp->kv_lora ? mla(f, L, layer, n, pos0) : gqa(f, L, layer, n, pos0));
+    TRY(hp->kv_lora ? mla(f, L, b, n, pos0) : gqa(f, L, b, n, pos0));
     TRY(mvm_cf_matmul(f, &L->wo, NULL, f->att, values, n, f->tmp, D));
     if (L->bo) /* into the product first, as the CPU adds it */
         TRY(mvm_cf_add(f, f->tmp, L->bo, 0, 0, D, n));

@@ -45,13 +45,16 @@ struct cuda_fwd {
     mvm_model *m;
     mvm_moe *moe;
     uint32_t n_ctx, n_batch, q_dim, kv_dim;
+    const mvm_kv_layout *kv;    /* the cache's rows (kv_cache.h) */
     uint32_t lat;               /* MLA: kv_lora + rope, a cache row and an absorbed query */
     uint64_t expert_stride;
     struct dlayer *layers;      /* the n_layer MoE blocks */
     struct dlayer *dense;       /* the n_dense dense blocks before them */
     struct dweight output;
     mvm_dptr output_norm;
-    mvm_dptr kc, vc;            /* [blocks][n_ctx][kv_dim]; MLA: kc only, the latent rows */
+    mvm_dptr kc, vc;            /* [rows][kv_dim]; MLA: kc only, the latent rows */
+    mvm_dptr k, v;              /* [n_batch][kv_dim]: a windowed block's new rows, before
+                                   they go to its ring; 0 without one */
     mvm_dptr x, xn, q, att, tmp, probs, logits, scores, sh1, sh3, shg; /* [n_batch][...] */
     mvm_dptr qa, qlat, olat;    /* MLA: q_a; [n_head][lat] absorbed queries, their outputs */
     mvm_dptr act;               /* [n_batch][act_stride]: a Q or K type's input as Q8_0 or
@@ -108,7 +111,8 @@ mvm_status mvm_cf_rope(struct cuda_fwd *f, mvm_dptr x, uint64_t stride, uint32_t
 mvm_status mvm_cf_upload_attention(struct cuda_fwd *f, const mvm_layer *L, struct dlayer *d);
 /* The KV cache of every block and the attention's scratch. */
 mvm_status mvm_cf_alloc_attention(struct cuda_fwd *f);
-/* x += attention(rms(x)) of block L, whose KV cache slot is blk; leaves rms(x) nowhere. */
+/* x += attention(rms(x)) of block L, whose rows of the KV cache are blocks[blk] of the
+ * layout; leaves rms(x) nowhere. */
 mvm_status mvm_cf_attention(struct cuda_fwd *f, const struct dlayer *L, uint32_t blk,
                             uint32_t n, uint32_t pos0);
 

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "engine/forward.h"
+#include "engine/kv_cache.h"
 #include "engine/moe_step.h"
 
 struct mvm_ctx {
@@ -16,6 +17,7 @@ struct mvm_ctx {
     mvm_pool *pool;
     mvm_moe *moe;
     uint32_t n_ctx, n_batch, n_past;
+    mvm_kv_layout kv;           /* the KV cache's rows, which the backend allocates */
     const struct mvm_fwd_backend *be;
     void *state;                /* the backend's */
 };

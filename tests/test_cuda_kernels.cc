@@ -355,12 +355,15 @@ static void test_rope(void)
             }
 }
 
-/* Against mvm_k_attn_head per (query, head), over the window's positions; with sinks
- * (gpt-oss), head h's logit sinks[h], large enough to take a good part of the mass. */
+/* Against mvm_k_attn_head per (query, head), over the window's positions of a full cache;
+ * with sinks (gpt-oss), head h's logit sinks[h], large enough to take a good part of the
+ * mass. With a ring (engine/kv_cache.h: window + n_tok rows, each position written to two,
+ * in order, so that later positions overwrite earlier ones) the kernel reads that instead. */
 static void attention_case(uint32_t n_tok, uint32_t pos0, uint32_t n_ctx, uint32_t window = 0,
-                           bool with_sinks = false)
+                           bool with_sinks = false, bool ring = false)
 {
     const uint32_t nh = 4, nkv = 2, hd = 16, q_dim = nh * hd, kv_dim = nkv * hd;
+    const uint32_t R = ring ? window + n_tok : 0;
     const float scale = 1.0f / sqrtf((float)hd);
     std::vector<float> q = randoms(n_tok * q_dim, 2.0f), kc = randoms(n_ctx * kv_dim, 2.0f),
                        vc = randoms(n_ctx * kv_dim), sinks = randoms(nh, 3.0f);
@@ -375,14 +378,22 @@ static void attention_case(uint32_t n_tok, uint32_t pos0, uint32_t n_ctx, uint32
                             hd, scale, with_sinks ? sinks[h] : -INFINITY, scratch.data(),
                             &want[i * q_dim + h * hd]);
         }
-    mvm_g_attention_args a = {dp(q.data()), dp(kc.data()), dp(vc.data()), dp(out.data()),
+    std::vector<float> rk(2 * R * kv_dim, POISON), rv(2 * R * kv_dim, POISON);
+    for (uint32_t p = 0; p < pos0 + n_tok; p++)
+        for (uint32_t copy = 0; ring && copy < 2; copy++) {
+            const uint32_t row = p % R + copy * R;
+            std::copy_n(&kc[p * kv_dim], kv_dim, &rk[row * kv_dim]);
+            std::copy_n(&vc[p * kv_dim], kv_dim, &rv[row * kv_dim]);
+        }
+    mvm_g_attention_args a = {dp(q.data()), dp(ring ? rk.data() : kc.data()),
+                              dp(ring ? rv.data() : vc.data()), dp(out.data()),
                               dp(scores.data()), with_sinks ? dp(sinks.data()) : 0, n_tok,
-                              pos0, nh, nkv, hd, n_ctx, window, scale};
+                              pos0, nh, nkv, hd, n_ctx, window, R, scale};
     launch(mvm_g_attention, a, mvm_g_attention_shape(&a));
     double e = rel_err(out.data(), want.data(), out.size());
     if (e >= 1e-5)
-        fprintf(stderr, "attention n_tok %u pos0 %u window %u sinks %d: relative error %g\n",
-                n_tok, pos0, window, with_sinks, e);
+        fprintf(stderr, "attention n_tok %u pos0 %u window %u sinks %d ring %u: relative "
+                "error %g\n", n_tok, pos0, window, with_sinks, R, e);
     CHECK(e < 1e-5);
 }
 
@@ -397,6 +408,12 @@ static void test_attention(void)
     attention_case(3, 250, 300, 200);
     attention_case(4, 7, 16, 0, true);
     attention_case(4, 7, 16, 3, true);
+    /* windows in a ring: the batch wrapping it (positions 7..10 of a ring of 9: 7, 8, then
+     * 0, 1), within it, a single token, and wider than the block's threads */
+    attention_case(4, 7, 64, 5, true, true);
+    attention_case(4, 20, 64, 5, false, true);
+    attention_case(1, 33, 64, 5, true, true);
+    attention_case(3, 461, 600, 150, false, true);
 }
 
 static void test_add_swiglu(void)

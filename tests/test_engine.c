@@ -15,6 +15,7 @@
 #include "check.h"
 #include "engine/forward.h"
 #include "engine/gguf_write.h"
+#include "engine/kv_cache.h"
 #include "engine/mkmodel.h"
 #include "engine/model.h"
 #include "engine/pool.h"
@@ -442,6 +443,57 @@ static void test_forward_properties(void)
     }
 }
 
+/* The KV cache's layout (kv_cache.h): gpt-oss's tiny preset (3 blocks, windows of 5 on
+ * blocks 0 and 2) keeps rings of 5 + n_batch rows where twice that is under n_ctx; a batch
+ * wraps a ring at most once and lands in it twice; blocks without a window, and MLA's latent
+ * rows, keep n_ctx rows each. (Ring against full cache, numerically: forward_properties
+ * compares batches of 1 and 5, rings here, with batches of 32, none.) */
+static void test_kv_layout(void)
+{
+    mvm_model *m = NULL;
+    CHECK_ST(load(tiny_path("gpt-oss", MVM_W_F32), NULL, pool, &m), MVM_OK);
+    if (!m)
+        return;
+    const uint64_t row = 2ull * m->hp.n_head_kv * m->hp.head_dim * sizeof(float);
+    mvm_kv_layout l;
+    CHECK_ST(mvm_kv_layout_make(m, 64, 4, &l), MVM_OK);
+    CHECK(l.blocks[0].ring == 9 && l.blocks[1].ring == 0 && l.blocks[2].ring == 9);
+    CHECK(l.blocks[0].row0 == 0 && l.blocks[1].row0 == 18 && l.blocks[2].row0 == 82);
+    CHECK(l.rows == 100 && l.bytes == 100 * row);
+    mvm_kv_run r[MVM_KV_MAX_RUNS];
+    /* positions 7..10 in block 2's ring: rows 7, 8 then 0, 1, and each 9 rows on */
+    CHECK(mvm_kv_runs(&l.blocks[2], 7, 4, r) == 4);
+    CHECK(r[0].row == 82 + 7 && r[0].i0 == 0 && r[0].n_rows == 2);
+    CHECK(r[1].row == 82 && r[1].i0 == 2 && r[1].n_rows == 2);
+    CHECK(r[2].row == 82 + 16 && r[2].i0 == 0 && r[2].n_rows == 2);
+    CHECK(r[3].row == 82 + 9 && r[3].i0 == 2 && r[3].n_rows == 2);
+    /* within the ring: a run per copy; a full block: one run at the positions */
+    CHECK(mvm_kv_runs(&l.blocks[0], 11, 3, r) == 2 && r[0].row == 2 && r[0].n_rows == 3 &&
+          r[1].row == 11 && r[1].i0 == 0 && r[1].n_rows == 3);
+    CHECK(mvm_kv_runs(&l.blocks[1], 40, 4, r) == 1 && r[0].row == 18 + 40 && r[0].n_rows == 4);
+    CHECK(mvm_kv_row(&l.blocks[2], 12) == 82 + 3 && mvm_kv_row(&l.blocks[1], 12) == 30);
+    mvm_kv_layout_free(&l);
+    /* batches of 32: a ring (2 x 37 rows) would be larger than 64 rows */
+    CHECK_ST(mvm_kv_layout_make(m, 64, 32, &l), MVM_OK);
+    CHECK(!l.blocks[0].ring && !l.blocks[2].ring && l.rows == 3 * 64);
+    mvm_kv_layout_free(&l);
+    mvm_ctx *c = NULL;
+    CHECK_ST(mvm_ctx_create(m, pool, 64, 4, NULL, &c), MVM_OK);
+    CHECK(c && mvm_ctx_kv_bytes(c) == 100 * row);
+    mvm_ctx_free(c);
+    mvm_model_free(m);
+    m = NULL;
+    CHECK_ST(load(tiny_path("deepseek2", MVM_W_F32), NULL, pool, &m), MVM_OK);
+    if (!m)
+        return;
+    const mvm_hparams *hp = &m->hp;
+    CHECK_ST(mvm_kv_layout_make(m, 50, 4, &l), MVM_OK);
+    CHECK(l.rows == 50ull * (hp->n_dense + hp->n_layer) &&
+          l.bytes == l.rows * (hp->kv_lora + hp->rope.n_rot) * sizeof(float));
+    mvm_kv_layout_free(&l);
+    mvm_model_free(m);
+}
+
 /* The model as llama.cpp's gguf-split writes it, in three parts (the metadata in the
  * first, split.* keys in all): loaded from the first part, the same logits bit for bit. */
 static void test_split_model(void)
@@ -750,6 +802,7 @@ int main(void)
     RUN(test_trace);
     RUN(test_trace_hidden);
     RUN(test_forward_properties);
+    RUN(test_kv_layout);
     RUN(test_split_model);
     RUN(test_probe_deepseek);
     RUN(test_load_glm);

@@ -185,14 +185,16 @@ MVM_G_FN mvm_g_shape mvm_g_rope_shape(const mvm_g_rope_args *a)
 
 /* mvm_g_attention: causal attention of n_tok queries at positions pos0.. over the KV cache.
  * Query i, head h: q + i * q_dim + h * head_dim; keys and values of position p for kv head
- * h / (n_head / n_head_kv) at kc, vc + p * kv_dim + that head's offset (floats); the output
- * like the query in out. scores: n_tok * n_head rows of n_ctx floats of scratch. With a
- * window (gpt-oss: 0 for none), query i sees its last `window` positions only; with sinks
- * (n_head floats; 0 for none), head h's softmax has the extra logit sinks[h] in its
- * denominator (kernels/cpu's mvm_k_attn_head). One block per (head, query). */
+ * h / (n_head / n_head_kv) at kc, vc + row(p) * kv_dim + that head's offset (floats); the
+ * output like the query in out. scores: n_tok * n_head rows of n_ctx floats of scratch. With
+ * a window (gpt-oss: 0 for none), query i sees its last `window` positions only, from
+ * `first`; with a ring (engine/kv_cache.h: 0 for none) they are the consecutive rows from
+ * first % ring, else row(p) = p. With sinks (n_head floats; 0 for none), head h's softmax
+ * has the extra logit sinks[h] in its denominator (kernels/cpu's mvm_k_attn_head). One
+ * block per (head, query). */
 typedef struct mvm_g_attention_args {
     mvm_dptr q, kc, vc, out, scores, sinks;
-    uint32_t n_tok, pos0, n_head, n_head_kv, head_dim, n_ctx, window;
+    uint32_t n_tok, pos0, n_head, n_head_kv, head_dim, n_ctx, window, ring;
     float scale;
 } mvm_g_attention_args;
 

@@ -44,29 +44,32 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
     __shared__ float fmax_tmp[MVM_G_WARPS];
     __shared__ double dsum_tmp[MVM_G_WARPS];
     const uint32_t h = blockIdx.x, i = blockIdx.y, n_pos = a.pos0 + i + 1;
-    /* positions first..n_pos-1: all of them, or the window's last ones */
+    /* positions first..n_pos-1: all of them, or the window's last ones, in n consecutive
+     * rows of the cache from first's */
     const uint32_t first = a.window && n_pos > a.window ? n_pos - a.window : 0;
+    const uint32_t n = n_pos - first;
     const uint32_t q_dim = a.n_head * a.head_dim, kv_dim = a.n_head_kv * a.head_dim;
-    const uint64_t kvo = (uint64_t)(h / (a.n_head / a.n_head_kv)) * a.head_dim;
+    const uint64_t kvo = (uint64_t)(a.ring ? first % a.ring : first) * kv_dim +
+                         (uint64_t)(h / (a.n_head / a.n_head_kv)) * a.head_dim;
     const float *q = (const float *)a.q + (uint64_t)i * q_dim + (uint64_t)h * a.head_dim;
     float *scores = (float *)a.scores + ((uint64_t)i * a.n_head + h) * a.n_ctx;
     /* a sink is one more logit in the max and the sum, with no value (-INFINITY: none) */
     const float sink = a.sinks ? ((const float *)a.sinks)[h] : -INFINITY;
     float mx = sink;
-    for (uint32_t p = first + threadIdx.x; p < n_pos; p += blockDim.x) {
-        const float *k = (const float *)a.kc + (uint64_t)p * kv_dim + kvo;
+    for (uint32_t j = threadIdx.x; j < n; j += blockDim.x) {
+        const float *k = (const float *)a.kc + kvo + (uint64_t)j * kv_dim;
         float s = 0;
         for (uint32_t d = 0; d < a.head_dim; d++)
             s += k[d] * q[d];
         s *= a.scale;
-        scores[p] = s;
+        scores[j] = s;
         mx = fmaxf(mx, s);
     }
     mx = block_max(mx, fmax_tmp);
     double part = threadIdx.x == 0 ? (double)expf(sink - mx) : 0;
-    for (uint32_t p = first + threadIdx.x; p < n_pos; p += blockDim.x) {
-        const float e = expf(scores[p] - mx);
-        scores[p] = e;
+    for (uint32_t j = threadIdx.x; j < n; j += blockDim.x) {
+        const float e = expf(scores[j] - mx);
+        scores[j] = e;
         part += e;
     }
     const float inv = (float)(1.0 / block_sum(part, dsum_tmp));
@@ -74,8 +77,8 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
     for (uint32_t d = threadIdx.x; d < a.head_dim; d += blockDim.x) {
         const float *v = (const float *)a.vc + kvo + d;
         float o = 0;
-        for (uint32_t p = first; p < n_pos; p++)
-            o += scores[p] * inv * v[(uint64_t)p * kv_dim];
+        for (uint32_t j = 0; j < n; j++)
+            o += scores[j] * inv * v[(uint64_t)j * kv_dim];
         ((float *)a.out)[(uint64_t)i * q_dim + (uint64_t)h * a.head_dim + d] = o;
     }
 }
