@@ -37,11 +37,19 @@ static mvm_status create_policies(mvm_moe *s, const mvm_ctx_policies *policies)
     mvm_status st = wants_routers(&pol, &routers);
     if (st == MVM_OK && routers)
         st = mvm_model_routers_f32(s->m, &s->router_table, &s->routers);
+    if (st == MVM_OK && routers && s->m->layers[0].router_bias) { /* all layers or none */
+        if (!(s->router_bias = calloc(hp->n_layer, sizeof *s->router_bias)))
+            st = mvm_fail(MVM_ERR_NOMEM, "out of memory for the routers' biases");
+        for (uint32_t l = 0; s->router_bias && l < hp->n_layer; l++)
+            s->router_bias[l] = s->m->layers[l].router_bias;
+    }
     pol.residency.routers = s->routers;
+    pol.residency.router_bias = s->router_bias;
     if (st == MVM_OK)
         st = mvm_resid_create(s->m->space, &pol.residency, &s->resid);
     if (st == MVM_OK)
-        st = mvm_prefetcher_create(s->m, s->resid, s->routers, &pol.prefetch, &s->prefetch);
+        st = mvm_prefetcher_create(s->m, s->resid, s->routers, s->router_bias, &pol.prefetch,
+                                   &s->prefetch);
     if (st == MVM_OK)
         st = mvm_substitutor_create(s->resid, &pol.routing, &s->subst);
     s->wait = pol.wait_loads;
@@ -105,6 +113,7 @@ void mvm_moe_free(mvm_moe *s)
     mvm_resid_destroy(s->resid);
     free(s->router_table);
     free((void *)s->routers);
+    free((void *)s->router_bias);
     void *bufs[] = {s->probs, s->sel, s->selw, s->sel0, s->selw0, s->cnt, s->off, s->active,
                     s->todo, s->cpu, s->where, s->row_tok, s->tok_rows, s->row_w, s->choose,
                     s->groups};

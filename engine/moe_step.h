@@ -31,6 +31,7 @@ typedef struct mvm_moe {
     mvm_substitutor *subst;
     float *router_table;        /* the routers as F32, when a predict or config module runs */
     const float **routers;      /* [n_layer] into router_table */
+    const float **router_bias;  /* [n_layer] the model's router biases (gpt-oss), or NULL */
     int wait;                   /* mvm_resid_begin's: the step waits for its copies */
     int on_device;              /* a GPU computes: the assign module places the experts */
     int rounds;                 /* it cannot read the homes: steps run in rounds that fit

@@ -18,8 +18,8 @@ struct mvm_prefetcher {
 };
 
 mvm_status mvm_prefetcher_create(const mvm_model *m, mvm_resid *resid,
-                                 const float *const *routers, const mvm_prefetch_params *p,
-                                 mvm_prefetcher **out)
+                                 const float *const *routers, const float *const *router_bias,
+                                 const mvm_prefetch_params *p, mvm_prefetcher **out)
 {
     *out = NULL;
     const void *ops = NULL;
@@ -41,6 +41,7 @@ mvm_status mvm_prefetcher_create(const mvm_model *m, mvm_resid *resid,
     mvm_resid_pinit(resid, &in);
     in.params.text = args;
     in.routers = routers;
+    in.router_bias = router_bias;
     in.predictor = p->predictor;
     in.predictor_size = p->predictor_size;
     if (st == MVM_OK && (st = ((const mvm_predict_ops *)ops)->create(&in, &f->self)) == MVM_OK)

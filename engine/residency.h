@@ -58,6 +58,7 @@ typedef struct mvm_resid_params {
     uint32_t top_k, n_embd, n_ff; /* the model's, for the modules' shape (0: unknown) */
     const float *const *routers; /* [L] -> [E][n_embd] F32 routers for fixedpoint's
                                     predictions, or NULL (it then models the cache only) */
+    const float *const *router_bias; /* [L] -> [E] their biases (gpt-oss), or NULL */
 } mvm_resid_params;
 
 typedef struct mvm_resid_stats {

@@ -60,6 +60,7 @@ typedef struct fixedpoint {
     uint32_t L, E, K, ppe, n_embd;
     mvm_cost cost;
     const float *const *routers; /* model data, alive as long as the model (policy.h) */
+    const float *const *router_bias; /* the same, or NULL */
     double tau, zeta, omega, rho, buffer;
     /* LCP priority, Eq. 4, as a ranking key (see observe) */
     uint64_t *mu;                /* [L*E] token-weighted activations */
@@ -168,6 +169,7 @@ static mvm_status fixedpoint_create(const mvm_pinit *init, void **self)
     f->n_embd = sh->n_embd;
     f->cost = *init->cost;
     f->routers = init->routers;
+    f->router_bias = init->router_bias;
     f->mu = calloc(L * E, sizeof *f->mu);
     f->lcp_key = malloc(L * E * sizeof *f->lcp_key);
     f->hit_rank = calloc(L * E, sizeof *f->hit_rank);
@@ -201,10 +203,12 @@ static mvm_status fixedpoint_create(const mvm_pinit *init, void **self)
     return MVM_OK;
 }
 
-/* Eq. 3: layer `next`'s router on this layer's MoE input, softmax per token, averaged. */
+/* Eq. 3: layer `next`'s router (and its bias: gpt-oss) on this layer's MoE input, softmax
+ * per token, averaged. */
 static void speculate(fixedpoint *f, const mvm_pstep *step, uint32_t next, float *out)
 {
     const float *R = f->routers[next];
+    const float *b = f->router_bias ? f->router_bias[next] : NULL;
     double *logit = f->scratch;
     for (uint32_t e = 0; e < f->E; e++)
         out[e] = 0;
@@ -212,7 +216,7 @@ static void speculate(fixedpoint *f, const mvm_pstep *step, uint32_t next, float
         const float *h = step->hidden + (size_t)t * f->n_embd;
         double top = -INFINITY, sum = 0;
         for (uint32_t e = 0; e < f->E; e++) {
-            double z = 0;
+            double z = b ? b[e] : 0;
             for (uint32_t d = 0; d < f->n_embd; d++)
                 z += (double)R[(size_t)e * f->n_embd + d] * h[d];
             logit[e] = z;

@@ -69,6 +69,8 @@ typedef struct mvm_pinit {
     mvm_pparams params;
     /* Model data for predictors (NULL when unavailable, e.g. a synthetic trace): */
     const float *const *routers;    /* [L] -> [E][n_embd] router weights, F32 */
+    const float *const *router_bias; /* [L] -> [E] added to each router's logits before its
+                                        softmax (gpt-oss), or NULL, or NULL rows: none */
     /* The learned predictor's weights: the bytes of a `moevm train-predictor` file, read by
      * the caller (policy code does no I/O); NULL when none was given. */
     const void *predictor;

@@ -99,11 +99,17 @@ static inline void mvm_predict_vote(const float *v, uint32_t n, uint32_t k, floa
         out[idx[j]] += share;
 }
 
+/* Layer l's router bias (mvm_pinit.router_bias), or NULL. */
+static inline const float *mvm_predict_router_bias(const float *const *bias, uint32_t l)
+{
+    return bias ? bias[l] : NULL;
+}
+
 /* The gate-based prediction (gate and residual): every token of hidden[n_tok][n_embd]
- * through the router W[E][n_embd], plus bias[E] (W·offset, the residual's correction; NULL
- * for none), then its top-k; out[E] = the share of tokens that picked each expert. Top-k
- * of the logits is top-k of the router's softmax (softmax is monotone), so no
- * probabilities are formed. logits: [E] scratch. */
+ * through the router W[E][n_embd], plus bias[E] (the router's own bias, and W·offset, the
+ * residual's correction; NULL for none), then its top-k; out[E] = the share of tokens that
+ * picked each expert. Top-k of the logits is top-k of the router's softmax (softmax is
+ * monotone), so no probabilities are formed. logits: [E] scratch. */
 static inline void mvm_predict_route(const float *w, uint32_t E, uint32_t n_embd, uint32_t K,
                                      const float *hidden, uint32_t n_tok, const float *bias,
                                      float *logits, float *out)

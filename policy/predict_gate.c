@@ -7,10 +7,11 @@
  * router applied to layer l's MoE input routes nearly as layer `target` will.
  *
  * predict(step, target, out): for each of the step's tokens, layer target's router
- * (init->routers[target], [E][n_embd] F32) on the token's hidden state (step->hidden, the
- * layer's MoE input), its top_k; out[e] = the share of the n_tok tokens that picked e
- * (predict_common.h: per-token top-k then count, PreScope's A7 reading). Any later layer
- * may be the target; the farther, the less alike the gate inputs.
+ * (init->routers[target], [E][n_embd] F32, plus its bias where it has one: gpt-oss) on the
+ * token's hidden state (step->hidden, the layer's MoE input), its top_k; out[e] = the share
+ * of the n_tok tokens that picked e (predict_common.h: per-token top-k then count,
+ * PreScope's A7 reading). Any later layer may be the target; the farther, the less alike
+ * the gate inputs.
  *
  * Returns 0, out untouched, when it cannot predict: no hidden state in the step (a
  * synthetic trace), no tokens, target not in (step->layer, n_layers), or no router for
@@ -26,6 +27,7 @@
 typedef struct gate {
     mvm_pshape shape;
     const float *const *routers; /* the caller's, alive as long as the module */
+    const float *const *router_bias; /* the same, or NULL */
     float *logits;               /* [E] scratch */
 } gate;
 
@@ -56,6 +58,7 @@ static mvm_status gate_create(const mvm_pinit *init, void **self)
         return mvm_fail(MVM_ERR_NOMEM, "%s: out of memory", me);
     g->shape = *init->shape;
     g->routers = init->routers;
+    g->router_bias = init->router_bias;
     g->logits = calloc(g->shape.n_experts, sizeof *g->logits);
     if (!g->logits) {
         gate_destroy(g);
@@ -73,7 +76,8 @@ static int gate_predict(void *self, const mvm_pstep *step, uint32_t target, floa
         !g->routers[target])
         return 0;
     mvm_predict_route(g->routers[target], sh->n_experts, sh->n_embd, sh->top_k, step->hidden,
-                      step->n_tok, NULL, g->logits, out);
+                      step->n_tok, mvm_predict_router_bias(g->router_bias, target), g->logits,
+                      out);
     return 1;
 }
 

@@ -41,6 +41,7 @@
 typedef struct residual {
     mvm_pshape shape;
     const float *const *routers;
+    const float *const *router_bias; /* or NULL */
     double warmup;
     uint32_t max_tokens;
     double *mean;        /* [L][n_embd] running mean of h_{l+1} - h_l */
@@ -49,7 +50,7 @@ typedef struct residual {
     uint32_t prev_layer, prev_tok;
     int have_prev;
     float *offset;       /* [n_embd] scratch: the summed residuals */
-    float *bias;         /* [E] scratch: router · offset */
+    float *bias;         /* [E] scratch: router · offset + the router's bias */
     float *logits;       /* [E] scratch */
 } residual;
 
@@ -97,6 +98,7 @@ static mvm_status residual_create(const mvm_pinit *init, void **self)
         return mvm_fail(MVM_ERR_NOMEM, "%s: out of memory", me);
     r->shape = *sh;
     r->routers = init->routers;
+    r->router_bias = init->router_bias;
     r->warmup = warmup;
     r->max_tokens = (uint32_t)max_tokens;
     r->mean = calloc((size_t)sh->n_layers * sh->n_embd, sizeof *r->mean);
@@ -156,11 +158,16 @@ static int residual_predict(void *self, const mvm_pstep *step, uint32_t target, 
             r->offset[i] += (float)mean[i];
         any = 1;
     }
-    /* router · (h + offset) = router · h + router · offset: the second term once per step. */
-    if (any)
+    /* router · (h + offset) + b = router · h + (router · offset + b): the second term once
+     * per step. */
+    const float *b = mvm_predict_router_bias(r->router_bias, target);
+    if (any) {
         mvm_predict_matvec(r->routers[target], E, D, r->offset, r->bias);
+        for (uint32_t e = 0; b && e < E; e++)
+            r->bias[e] += b[e];
+    }
     mvm_predict_route(r->routers[target], E, D, sh->top_k, step->hidden, step->n_tok,
-                      any ? r->bias : NULL, r->logits, out);
+                      any ? r->bias : b, r->logits, out);
     return 1;
 }
 

@@ -98,6 +98,33 @@ static void test_gate_hand(void)
     }
 }
 
+/* A router bias (gpt-oss) shifts the logits before the top-k: the hand-made case above with
+ * layer 1's bias (0, 0, 0, 2.5) (layer 0's row NULL: none). Logits plus bias:
+ *   (1, .5, -1, 2)      top-2 {e3, e0}
+ *   (-2, 1, 2, 1.5)     top-2 {e2, e3}
+ *   (.1, -3, -.1, 5.5)  top-2 {e3, e0}
+ * out = (2/3, 0, 1/3, 1), from gate and from residual before its warm-up. */
+static void test_router_bias(void)
+{
+    const mvm_pshape sh = {.n_layers = 2, .n_experts = 4, .top_k = 2, .n_embd = 2};
+    const float *routers[2] = {cross, cross};
+    static const float b1[4] = {0, 0, 0, 2.5f};
+    const float *bias[2] = {NULL, b1};
+    mvm_pinit in = {.shape = &sh, .cost = &no_cost, .routers = routers, .router_bias = bias};
+    const float h[6] = {1, .5f, -2, 1, .1f, -3};
+    const mvm_predict_ops *ops[] = {&mvm_predict_gate, &mvm_predict_residual};
+    for (size_t i = 0; i < sizeof ops / sizeof *ops; i++) {
+        void *p = make(ops[i], &in);
+        if (!p)
+            continue;
+        float out[4] = {7, 7, 7, 7};
+        mvm_pstep st = step_of(0, 3, h, NULL, NULL);
+        CHECK(ops[i]->predict(p, &st, 1, out) == 1);
+        CHECK(out[0] == 2.0f / 3 && out[1] == 0 && out[2] == 1.0f / 3 && out[3] == 1);
+        ops[i]->destroy(p);
+    }
+}
+
 static void test_create_errors(void)
 {
     const mvm_pshape sh = {.n_layers = 2, .n_experts = 4, .top_k = 2, .n_embd = 2};
@@ -229,11 +256,25 @@ static void test_residual_pairing(void)
     void *r = make(&mvm_predict_residual, &in);
     if (!r)
         return;
+    /* and one whose layer-1 router has a bias (gpt-oss) large enough to win: it is added
+     * to the calibrated correction, not lost in it */
+    static const float b1[4] = {50, 0, 0, 0};
+    const float *bias[3] = {NULL, b1, NULL};
+    mvm_pinit inb = in;
+    inb.router_bias = bias;
+    void *rb = make(&mvm_predict_residual, &inb);
     stream_fill(&s, 8, &rng);
     stream_observe(r, &s, 8);
     CHECK(predicted(&mvm_predict_residual, r, s.h[0][0], 0, 1) == 0); /* 4 samples */
     stream_observe(r, &s, 8);
     CHECK(predicted(&mvm_predict_residual, r, s.h[0][0], 0, 1) == 2); /* 8 */
+    if (rb) {
+        stream_observe(rb, &s, 8);
+        stream_observe(rb, &s, 8);
+        CHECK(predicted(&mvm_predict_residual, rb, s.h[0][0], 0, 1) == 0);
+        CHECK(predicted(&mvm_predict_residual, rb, s.h[1][0], 1, 2) == 3); /* no bias there */
+        mvm_predict_residual.destroy(rb);
+    }
     float out[4];
     mvm_pstep st = step_of(0, 8, &s.h[0][0][0], NULL, NULL);
     CHECK(mvm_predict_residual.predict(r, &st, 1, out) == 1);
@@ -652,6 +693,7 @@ static void test_random_invariants(void)
 int main(void)
 {
     RUN(test_gate_hand);
+    RUN(test_router_bias);
     RUN(test_create_errors);
     RUN(test_residual_constant);
     RUN(test_residual_pairing);

@@ -379,6 +379,49 @@ static const char *make_model(mvm_pool *pool)
     return path;
 }
 
+/* gpt-oss's routers come with their biases into `moevm sim` (sim_inputs.c), the ones the
+ * engine gives its predictors (moe_step.c); a model without them gives none. */
+static void test_sim_router_bias(void)
+{
+    mvm_pool *pool = NULL;
+    CHECK_ST(mvm_pool_create(1, NULL, &pool), MVM_OK);
+    char path[128];
+    snprintf(path, sizeof path, "%s/oss.gguf", dir);
+    mvm_model_spec s = mvm_preset_find("tiny", "gpt-oss")->spec;
+    s.type = MVM_W_F32;
+    s.seed = 5;
+    CHECK_ST(mvm_mkmodel_write(&s, path, pool, NULL, NULL), MVM_OK);
+    mvm_model *m = NULL;
+    CHECK_ST(mvm_model_probe(path, &m), MVM_OK);
+    if (!m) {
+        mvm_pool_destroy(pool);
+        return;
+    }
+    const mvm_hparams *hp = &m->hp;
+    mvm_trace t = {.hdr = {.n_layers = hp->n_layer, .n_experts = hp->n_expert,
+                           .top_k = hp->n_expert_used, .n_embd = hp->n_embd}};
+    mvm_sim_inputs in = {0};
+    CHECK_ST(mvm_sim_load_routers(path, &t, &in), MVM_OK);
+    CHECK(in.routers && in.router_bias);
+    for (uint32_t l = 0; in.router_bias && l < hp->n_layer; l++)
+        CHECK(in.router_bias[l] && m->layers[l].router_bias &&
+              memcmp(in.router_bias[l], m->layers[l].router_bias,
+                     hp->n_expert * sizeof(float)) == 0);
+    mvm_sim_inputs_free(&in);
+    mvm_model_free(m);
+    in = (mvm_sim_inputs){0};
+    t.hdr = (mvm_trace_header){.n_layers = 4, .n_experts = 16, .top_k = 4};
+    const char *other = make_model(pool);
+    m = NULL;
+    CHECK_ST(mvm_model_probe(other, &m), MVM_OK);
+    t.hdr.n_embd = m ? m->hp.n_embd : 0;
+    CHECK_ST(mvm_sim_load_routers(other, &t, &in), MVM_OK);
+    CHECK(in.routers && !in.router_bias);
+    mvm_sim_inputs_free(&in);
+    mvm_model_free(m);
+    mvm_pool_destroy(pool);
+}
+
 /* The model on the host backend with `frac` of its expert bytes as budget, and a context
  * of 64 positions evaluating one token per step. */
 static void open_ctx(const char *model, mvm_pool *pool, double frac, const mvm_ctx_policies *p,
@@ -611,6 +654,7 @@ int main(void)
     RUN(test_wanted_prefetched);
     RUN(test_choice_and_errors);
     RUN(test_engine_matches_sim);
+    RUN(test_sim_router_bias);
     RUN(test_gate_prefetches);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

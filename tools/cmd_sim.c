@@ -401,6 +401,7 @@ int mvm_cmd_sim(int argc, char **argv)
         return mvm_cli_error(a.model ? "--model" : "--predictor");
     }
     cfg.routers = (const float *const *)in.routers;
+    cfg.router_bias = (const float *const *)in.router_bias;
     cfg.predictor = in.predictor;
     cfg.predictor_size = in.predictor_size;
     cfg.zerocopy = a.zerocopy;

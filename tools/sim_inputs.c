@@ -15,12 +15,34 @@
 
 void mvm_sim_inputs_free(mvm_sim_inputs *in)
 {
-    if (in->routers)
-        for (uint32_t l = 0; l < in->n_layers; l++)
-            free(in->routers[l]);
+    for (uint32_t l = 0; l < in->n_layers; l++) {
+        free(in->routers ? in->routers[l] : NULL);
+        free(in->router_bias ? in->router_bias[l] : NULL);
+    }
     free(in->routers);
+    free(in->router_bias);
     free(in->predictor);
     *in = (mvm_sim_inputs){0};
+}
+
+/* Layer l's router bias into in->router_bias, where the file has one. */
+static mvm_status load_bias(const mvm_gguf *g, const char *path, uint32_t l, uint32_t E,
+                            mvm_sim_inputs *in)
+{
+    char name[64];
+    snprintf(name, sizeof name, "blk.%u.ffn_gate_inp.bias", l);
+    const mvm_gguf_tensor *b = mvm_gguf_find_tensor(g, name);
+    if (!b)
+        return MVM_OK;
+    if (b->type != MVM_GGML_F32 || b->n_dims != 1 || b->ne[0] != E)
+        return mvm_fail(MVM_ERR_INVALID, "%s: %s is %s [%llu]; the trace needs f32 [%u]", path,
+                        name, mvm_ggml_type_name(b->type), (unsigned long long)b->ne[0], E);
+    if (!in->router_bias && !(in->router_bias = calloc(in->n_layers, sizeof *in->router_bias)))
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory");
+    if (!(in->router_bias[l] = malloc(E * sizeof(float))))
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory");
+    memcpy(in->router_bias[l], b->data, E * sizeof(float));
+    return MVM_OK;
 }
 
 mvm_status mvm_sim_load_routers(const char *path, const mvm_trace *t, mvm_sim_inputs *in)
@@ -50,6 +72,8 @@ mvm_status mvm_sim_load_routers(const char *path, const mvm_trace *t, mvm_sim_in
             st = mvm_fail(MVM_ERR_NOMEM, "out of memory");
         else
             memcpy(in->routers[l], w->data, (size_t)E * D * sizeof(float));
+        if (st == MVM_OK)
+            st = load_bias(g, path, l, E, in);
     }
     mvm_gguf_close(g);
     return st;
