@@ -10,7 +10,7 @@
  * first .. first + w - 1, are consecutive rows from first % R: the attention (both backends'
  * kernels) reads them as it reads a full cache and never sees the wrap. That takes 2R rows,
  * so a block uses a ring only where 2R < n_ctx. gpt-oss-120b at 131072 positions: 18 of its
- * 36 blocks in 2 x (128 + 32) rows instead of 131072, half its 18.9 GB cache (f32 K and V).
+ * 36 blocks in 2 x (128 + 32) rows instead of 131072, half its 18 GiB cache (f32 K and V).
  */
 #ifndef MVM_ENGINE_KV_CACHE_H
 #define MVM_ENGINE_KV_CACHE_H
