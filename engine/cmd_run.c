@@ -34,6 +34,7 @@ struct run_args {
     const char *assign, *assign_args;   /* NULL: the MOEVM_ASSIGN options */
     const char *predictor;
     const char *cost;                   /* NULL: MOEVM_COST */
+    const char *kv_type;                /* NULL: MOEVM_KV_TYPE */
     const char *place, *place_args, *server_mem; /* the distributed mode's (dist.h) */
     uint32_t n_predict, threads, ctx, batch, seed, top_k, period;
     float temp, top_p;
@@ -45,6 +46,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: moevm run -m MODEL.gguf [-p PROMPT | --tokens ID,ID,...] [-n N] [-t THREADS]\n"
             "                 [--temp T] [--top-k K] [--top-p P] [--seed N] [--ctx N] [--batch N]\n"
+            "                 [--kv-type f16|f32]\n"
             "                 [--gpu-budget SIZE|PCT] [--evict NAME[{k=v,...}]]\n"
             "                 [--predict NAME[{k=v,...}] [--predictor FILE]]\n"
             "                 [--route NAME[{k=v,...}]] [--config NAME[{k=v,...}]]\n"
@@ -57,6 +59,8 @@ static void usage(FILE *f)
             "  --temp        0 = greedy (deterministic); default 0.8, top-k 40, top-p 0.95\n"
             "  --ctx         KV cache positions (default: prompt + n)\n"
             "  --batch       prompt tokens per forward pass (default 32)\n"
+            "  --kv-type     the KV cache's elements: f16 (half the memory) or f32 (default\n"
+            "                MOEVM_KV_TYPE, f16)\n"
             "  --gpu-budget  device budget for expert pages (default MOEVM_GPU_BUDGET)\n"
             "  --evict       the evict policy module and its parameters, e.g. lru or\n"
             "                score{n=8} (default MOEVM_EVICT; docs/policies.md)\n"
@@ -84,6 +88,16 @@ static void usage(FILE *f)
             "  --server-mem  expert memory per rank: a size or a percentage of all experts,\n"
             "                one or one per rank (default: 1.5x an even share)\n"
             "  --period      tokens between placements, 0 to keep the first (default 256)\n");
+}
+
+static int kv_type_arg(const char *v, const char **out)
+{
+    if (strcmp(v, "f16") && strcmp(v, "f32")) {
+        fprintf(stderr, "moevm run: --kv-type %s: expected f16 or f32\n", v);
+        return 2;
+    }
+    *out = v;
+    return 0;
 }
 
 static int parse_args(int argc, char **argv, struct run_args *a)
@@ -128,6 +142,7 @@ static int parse_args(int argc, char **argv, struct run_args *a)
             bad = mvm_cli_u32("run", f, v, 1, 1024, &a->threads);
         else if (!strcmp(f, "--ctx")) bad = mvm_cli_u32("run", f, v, 1, 1u << 22, &a->ctx);
         else if (!strcmp(f, "--batch")) bad = mvm_cli_u32("run", f, v, 1, 4096, &a->batch);
+        else if (!strcmp(f, "--kv-type")) bad = kv_type_arg(v, &a->kv_type);
         else if (!strcmp(f, "--seed")) bad = mvm_cli_u32("run", f, v, 0, UINT32_MAX, &a->seed);
         else if (!strcmp(f, "--top-k")) bad = mvm_cli_u32("run", f, v, 0, 1u << 24, &a->top_k);
         else if (!strcmp(f, "--temp")) bad = mvm_cli_float("run", f, v, 0, 100, &a->temp);
@@ -440,11 +455,12 @@ static int generate(struct session *s)
         .prefetch = {.predict = a->predict, .predict_args = a->predict_args,
                      .predictor = s->inputs.predictor,
                      .predictor_size = s->inputs.predictor_size},
-        .routing = {.route = a->route, .route_args = a->route_args}};
+        .routing = {.route = a->route, .route_args = a->route_args},
+        .kv_type = a->kv_type};
     if (mvm_ctx_create(s->model, s->pool, n_ctx, a->batch, &pol, &s->ctx) != MVM_OK)
         return mvm_cli_error("the inference context");
-    fprintf(stderr, "context: %u positions, batches of %u, KV cache %.1f MiB\n", n_ctx,
-            a->batch, (double)mvm_ctx_kv_bytes(s->ctx) / 1048576.0);
+    fprintf(stderr, "context: %u positions, batches of %u, KV cache %.1f MiB (%s)\n", n_ctx,
+            a->batch, (double)mvm_ctx_kv_bytes(s->ctx) / 1048576.0, mvm_ctx_kv_type(s->ctx));
     if (s->dist && mvm_ctx_set_dist(s->ctx, s->dist) != MVM_OK)
         return mvm_cli_error("distributed mode");
     if (a->trace_out) {

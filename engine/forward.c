@@ -8,7 +8,9 @@
 #include <string.h>
 
 #include "engine/dist.h"
+#include "kernels/cpu/kernels.h"
 #include "vmm/error.h"
+#include "vmm/options.h"
 
 int mvm_ctx_device_available(void)
 {
@@ -41,6 +43,23 @@ static mvm_status pick_backend(const mvm_model *m, const struct mvm_fwd_backend 
 #endif
 }
 
+/* The KV cache's element type: `name`, else MOEVM_KV_TYPE's. */
+static mvm_status kv_type(const char *name, enum mvm_wtype *out)
+{
+    if (!name) {
+        mvm_option_value v;
+        mvm_status st = mvm_option_read(MVM_OPTION_KV_TYPE, &v);
+        if (st != MVM_OK)
+            return st;
+        name = v.i == 0 ? "f16" : "f32"; /* the choices "f16|f32" */
+    }
+    if (!strcmp(name, "f16") || !strcmp(name, "f32")) {
+        *out = !strcmp(name, "f16") ? MVM_W_F16 : MVM_W_F32;
+        return MVM_OK;
+    }
+    return mvm_fail(MVM_ERR_INVALID, "KV cache type '%s': use f16 or f32", name);
+}
+
 mvm_status mvm_ctx_create(mvm_model *m, mvm_pool *pool, uint32_t n_ctx, uint32_t n_batch,
                           const mvm_ctx_policies *policies, mvm_ctx **out)
 {
@@ -50,14 +69,17 @@ mvm_status mvm_ctx_create(mvm_model *m, mvm_pool *pool, uint32_t n_ctx, uint32_t
                         "1 and 1 <= batch <= 4096", n_ctx, n_batch);
     const struct mvm_fwd_backend *be;
     int home_mapped;
-    mvm_status st = pick_backend(m, &be, &home_mapped);
+    enum mvm_wtype kv = MVM_W_F16;
+    mvm_status st = kv_type(policies ? policies->kv_type : NULL, &kv);
+    if (st == MVM_OK)
+        st = pick_backend(m, &be, &home_mapped);
     if (st != MVM_OK)
         return st;
     mvm_ctx *c = calloc(1, sizeof *c);
     if (!c)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the inference context");
     *c = (mvm_ctx){.m = m, .pool = pool, .n_ctx = n_ctx, .n_batch = n_batch, .be = be};
-    st = mvm_kv_layout_make(m, n_ctx, n_batch, &c->kv);
+    st = mvm_kv_layout_make(m, n_ctx, n_batch, kv, &c->kv);
     if (st == MVM_OK)
         st = mvm_moe_create(m, n_batch, policies, be != &mvm_fwd_cpu, home_mapped, &c->moe);
     if (st == MVM_OK)
@@ -90,6 +112,7 @@ void mvm_ctx_set_route_observer(mvm_ctx *c, mvm_route_fn fn, void *fn_ctx)
 const char *mvm_ctx_backend(const mvm_ctx *c) { return c->be->name; }
 
 uint64_t mvm_ctx_kv_bytes(const mvm_ctx *c) { return c->kv.bytes; }
+const char *mvm_ctx_kv_type(const mvm_ctx *c) { return mvm_k_wtype_name(c->kv.type); }
 
 mvm_status mvm_ctx_time_expert(mvm_ctx *c, uint32_t layer, int32_t expert, const float *x,
                                uint32_t n, double *seconds)

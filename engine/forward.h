@@ -39,8 +39,8 @@ typedef void (*mvm_route_fn)(void *ctx, const mvm_route_record *r);
 
 typedef struct mvm_ctx mvm_ctx;
 
-/* The policy modules a context runs (NULL names take the MOEVM_* options), and how its
- * steps wait for copies. */
+/* The policy modules a context runs (NULL names take the MOEVM_* options), how its steps
+ * wait for copies, and its KV cache's type. */
 typedef struct mvm_ctx_policies {
     mvm_resid_params residency;   /* evict (the shape fields are the model's) */
     mvm_prefetch_params prefetch; /* predict */
@@ -51,6 +51,7 @@ typedef struct mvm_ctx_policies {
      * cannot read the homes (no HOST_NUMA VMM: mvm_space_info.home_mapped 0) steps always
      * wait, and a step whose experts do not all fit the budget runs in rounds. */
     int wait_loads;
+    const char *kv_type;          /* "f16" or "f32" (engine/kv_cache.h); NULL: MOEVM_KV_TYPE */
 } mvm_ctx_policies;
 
 /* Whether this build can compute on a GPU (it has the device kernels: built with nvcc). */
@@ -67,6 +68,8 @@ void mvm_ctx_free(mvm_ctx *c);
 const char *mvm_ctx_backend(const mvm_ctx *c);
 /* Bytes of the context's KV cache (kv_cache.h: windowed blocks keep a ring, not n_ctx rows). */
 uint64_t mvm_ctx_kv_bytes(const mvm_ctx *c);
+/* "f16" or "f32": the type of its elements. */
+const char *mvm_ctx_kv_type(const mvm_ctx *c);
 void mvm_ctx_set_route_observer(mvm_ctx *c, mvm_route_fn fn, void *fn_ctx);
 
 /* Evaluates n tokens at positions n_past.. (any n: batches of n_batch inside). logits:

@@ -26,8 +26,8 @@ struct cpu_fwd {
     mvm_moe *moe;
     int nth;
     uint32_t n_ctx, n_batch, q_dim, kv_dim;
-    const mvm_kv_layout *kv;    /* the cache's rows (kv_cache.h) */
-    float *kc, *vc;             /* [rows][kv_dim]; MLA: kc only, the latent + k_pe */
+    const mvm_kv_layout *kv;    /* the cache's rows and element type (kv_cache.h) */
+    uint8_t *kc, *vc;           /* [rows][kv_dim] elements; MLA: kc only, the latent + k_pe */
     /* MLA (deepseek2): the latent attention's buffers, [n_batch][...] */
     uint32_t lat;               /* kv_lora + rope: a cache row, and an absorbed query head */
     float *qa, *qlat, *olat;    /* q_a; [n_head][lat] absorbed queries and their outputs */
@@ -66,7 +66,7 @@ static mvm_status cpu_create(mvm_ctx *ctx, void **state)
     for (size_t i = 0; i < sizeof wide / sizeof *wide; i++)
         widest = wide[i] > widest ? wide[i] : widest;
     c->act_stride = MVM_ALIGN64(mvm_k_act_bytes(MVM_W_F32, widest));
-    size_t kv = c->kv->rows * c->kv_dim * sizeof(float);
+    size_t kv = c->kv->rows * c->kv_dim * c->kv->elt;
     int ok = 1;
     c->kc = mvm_buf64(kv, &ok);
     c->vc = hp->kv_lora ? NULL : mvm_buf64(kv, &ok);
@@ -84,10 +84,9 @@ static mvm_status cpu_create(mvm_ctx *ctx, void **state)
     c->q = mvm_buf64(B * c->q_dim * 4, &ok);
     c->att = mvm_buf64(B * (c->q_dim > hp->n_head * hp->v_dim ? c->q_dim : hp->n_head * hp->v_dim)
                        * 4, &ok);
-    if (!hp->kv_lora) { /* MLA writes its latent rows straight into the cache */
-        c->k = mvm_buf64(B * c->kv_dim * 4, &ok);
-        c->v = mvm_buf64(B * c->kv_dim * 4, &ok);
-    }
+    /* the batch's keys and values (MLA: latent rows) in F32, before they are stored */
+    c->k = mvm_buf64(B * c->kv_dim * 4, &ok);
+    c->v = hp->kv_lora ? NULL : mvm_buf64(B * c->kv_dim * 4, &ok);
     c->act = mvm_buf64(B * c->act_stride, &ok);
     c->scratch = mvm_buf64((size_t)c->nth * c->n_ctx * 4, &ok);
     uint32_t ffn = hp->n_ff > hp->n_ff_shexp ? hp->n_ff : hp->n_ff_shexp;
@@ -208,9 +207,10 @@ static void attn_run(void *p, int t, int nth)
         uint32_t n_pos = j->pos0 + i + 1, first = 0;
         if (j->L->swa && n_pos > j->L->swa)
             first = n_pos - j->L->swa;
-        size_t kvo = mvm_kv_row(j->b, first) * c->kv_dim + (size_t)(h / group) * hp->head_dim;
-        mvm_k_attn_head(c->q + (size_t)i * c->q_dim + (size_t)h * hp->head_dim, c->kc + kvo,
-                        c->vc + kvo, c->kv_dim, n_pos - first, hp->head_dim, scale,
+        size_t kvo = (mvm_kv_row(j->b, first) * c->kv_dim + (size_t)(h / group) * hp->head_dim)
+                     * c->kv->elt;
+        mvm_k_attn_head(c->q + (size_t)i * c->q_dim + (size_t)h * hp->head_dim, c->kv->type,
+                        c->kc + kvo, c->vc + kvo, c->kv_dim, n_pos - first, hp->head_dim, scale,
                         j->L->sinks ? j->L->sinks[h] : -INFINITY,
                         c->scratch + (size_t)t * c->n_ctx,
                         c->att + (size_t)i * c->q_dim + (size_t)h * hp->head_dim);
@@ -224,9 +224,8 @@ static void attn_run(void *p, int t, int nth)
  * q_nope · (Wk_h c) + q_pe · k_pe. The head attends over whole rows (the k_pe part of its
  * output is ignored) and wv_b_h takes the latent part out to v_dim values. */
 
-/* q, the latent rows of the batch into the cache, rotated. */
-static void mla_project(struct cpu_fwd *c, const mvm_layer *L, uint32_t n, uint32_t pos0,
-                        float *cache)
+/* q, and the batch's latent rows into c->k, rotated. */
+static void mla_project(struct cpu_fwd *c, const mvm_layer *L, uint32_t n, uint32_t pos0)
 {
     const mvm_hparams *hp = &c->m->hp;
     const uint32_t R = hp->kv_lora, Q = hp->q_lora;
@@ -239,7 +238,7 @@ static void mla_project(struct cpu_fwd *c, const mvm_layer *L, uint32_t n, uint3
     } else {
         matmul(c, &L->wq, c->xn, n, c->q);
     }
-    float *rows = cache + (size_t)pos0 * c->lat;
+    float *rows = c->k;
     matmul(c, &L->wkv_a, c->xn, n, rows);
     for (uint32_t i = 0; i < n; i++) {
         float *row = rows + (size_t)i * c->lat;
@@ -253,7 +252,7 @@ static void mla_project(struct cpu_fwd *c, const mvm_layer *L, uint32_t n, uint3
 struct mla_job {
     struct cpu_fwd *c;
     const mvm_layer *L;
-    const float *cache;
+    const uint8_t *cache;
     uint32_t n, pos0;
 };
 
@@ -276,11 +275,25 @@ static void mla_run(void *p, int t, int nth)
         mvm_k_matvec(kb->type, kb->data, kb->row_bytes, hp->nope, act, ql - (size_t)h * R,
                      (size_t)h * R, (size_t)(h + 1) * R);
         memcpy(ql + R, q + hp->nope, hp->rope.n_rot * sizeof *ql);
-        mvm_k_attn_head(ql, j->cache, j->cache, c->lat, j->pos0 + i + 1, c->lat, hp->kq_scale,
-                        -INFINITY, c->scratch + (size_t)t * c->n_ctx, ol);
+        mvm_k_attn_head(ql, c->kv->type, j->cache, j->cache, c->lat, j->pos0 + i + 1, c->lat,
+                        hp->kq_scale, -INFINITY, c->scratch + (size_t)t * c->n_ctx, ol);
         mvm_k_prepare_act(vb->type, ol, act, R);
         mvm_k_matvec(vb->type, vb->data, vb->row_bytes, R, act, c->att + (size_t)i * H * V,
                      (size_t)h * V, (size_t)(h + 1) * V);
+    }
+}
+
+/* The batch's rows c->k and c->v (MLA: c->k) into block b's rows of the cache, rounded to
+ * its type. */
+static void store(struct cpu_fwd *c, const mvm_kv_block *b, uint32_t n, uint32_t pos0)
+{
+    const size_t row = c->kv_dim * c->kv->elt;
+    mvm_kv_run runs[MVM_KV_MAX_RUNS];
+    for (uint32_t r = 0, nr = mvm_kv_runs(b, pos0, n, runs); r < nr; r++) {
+        const size_t from = (size_t)runs[r].i0 * c->kv_dim, len = runs[r].n_rows * c->kv_dim;
+        mvm_k_quantize(c->kv->type, c->k + from, c->kc + runs[r].row * row, len);
+        if (c->v)
+            mvm_k_quantize(c->kv->type, c->v + from, c->vc + runs[r].row * row, len);
     }
 }
 
@@ -294,22 +307,16 @@ static void attention(struct cpu_fwd *c, const mvm_layer *L, uint32_t blk, uint3
                       L->attn_norm, hp->n_embd, hp->rms_eps);
     const mvm_kv_block *b = &c->kv->blocks[blk];
     if (hp->kv_lora) { /* no window: n_ctx rows */
-        float *cache = c->kc + b->row0 * c->kv_dim;
-        mla_project(c, L, n, pos0, cache);
-        struct mla_job j = {c, L, cache, n, pos0};
+        mla_project(c, L, n, pos0);
+        store(c, b, n, pos0);
+        struct mla_job j = {c, L, c->kc + b->row0 * c->kv_dim * c->kv->elt, n, pos0};
         mvm_pool_run(c->pool, mla_run, &j);
     } else {
         matmul(c, &L->wq, c->xn, n, c->q);
         matmul(c, &L->wk, c->xn, n, c->k);
         matmul(c, &L->wv, c->xn, n, c->v);
         qk_norm_rope(c, L, n, pos0);
-        mvm_kv_run runs[MVM_KV_MAX_RUNS];
-        for (uint32_t r = 0, nr = mvm_kv_runs(b, pos0, n, runs); r < nr; r++) {
-            size_t to = runs[r].row * c->kv_dim, from = (size_t)runs[r].i0 * c->kv_dim;
-            size_t bytes = (size_t)runs[r].n_rows * c->kv_dim * sizeof(float);
-            memcpy(c->kc + to, c->k + from, bytes);
-            memcpy(c->vc + to, c->v + from, bytes);
-        }
+        store(c, b, n, pos0);
         struct attn_job j = {c, L, b, n, pos0};
         mvm_pool_run(c->pool, attn_run, &j);
     }

@@ -24,8 +24,9 @@
  * depend on how the step was cut.
  *
  * Scratch: attention scores take n_batch x n_head x n_ctx floats of device memory, like the
- * KV cache's 2 x blocks x n_ctx x kv_dim (MLA: 1 x blocks x n_ctx x (kv_lora + rope)); MLA's
- * absorbed queries and their outputs 2 x n_batch x n_head x (kv_lora + rope).
+ * KV cache's 2 x blocks x n_ctx x kv_dim elements (MLA: 1 x blocks x n_ctx x (kv_lora +
+ * rope); F16 by default, kv_cache.h); MLA's absorbed queries and their outputs 2 x n_batch
+ * x n_head x (kv_lora + rope) floats.
  */
 #include <stdint.h>
 #include <stdio.h>

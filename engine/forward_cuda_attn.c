@@ -46,18 +46,21 @@ mvm_status mvm_cf_alloc_attention(struct cuda_fwd *f)
 {
     const mvm_hparams *hp = &f->m->hp;
     size_t B = f->n_batch, H = hp->n_head;
-    size_t kv = f->kv->rows * f->kv_dim * 4;
+    size_t kv = f->kv->rows * f->kv_dim * f->kv->elt;
     size_t values = H * hp->v_dim > f->q_dim ? H * hp->v_dim : f->q_dim;
     TRY(mvm_cf_alloc(f, kv, &f->kc));
     TRY(mvm_cf_alloc(f, B * f->q_dim * 4, &f->q));
     TRY(mvm_cf_alloc(f, B * values * 4, &f->att));
     TRY(mvm_cf_alloc(f, B * H * f->n_ctx * 4, &f->scores));
-    if (!hp->kv_lora) { /* MLA writes its latent rows straight into kc */
-        for (uint32_t b = 0; b < hp->n_dense + hp->n_layer && !f->k; b++)
-            if (f->kv->blocks[b].ring) {
-                TRY(mvm_cf_alloc(f, B * f->kv_dim * 4, &f->k));
-                TRY(mvm_cf_alloc(f, B * f->kv_dim * 4, &f->v));
-            }
+    /* the batch's new rows in F32 where they cannot be written straight into the cache */
+    int staged = f->kv->type != MVM_W_F32;
+    for (uint32_t b = 0; b < hp->n_dense + hp->n_layer; b++)
+        staged |= f->kv->blocks[b].ring != 0;
+    if (staged)
+        TRY(mvm_cf_alloc(f, B * f->kv_dim * 4, &f->k));
+    if (!hp->kv_lora) {
+        if (staged)
+            TRY(mvm_cf_alloc(f, B * f->kv_dim * 4, &f->v));
         return mvm_cf_alloc(f, kv, &f->vc);
     }
     uint32_t in = hp->nope > hp->kv_lora ? hp->nope : hp->kv_lora;
@@ -96,41 +99,55 @@ static mvm_status qkv(struct cuda_fwd *f, const struct dlayer *L, mvm_dptr k, mv
     return mvm_cf_rope(f, k, f->kv_dim, hp->n_head_kv, hd, n, pos0);
 }
 
-/* The batch's new rows k and v into a ring's rows (kv_cache.h says where). */
-static mvm_status ring_store(struct cuda_fwd *f, const mvm_kv_block *b, uint32_t n,
-                             uint32_t pos0)
+/* Whether block b's new rows go straight from the products into its rows of the cache:
+ * an F32 cache's block without a ring. Otherwise they are computed into f->k (and f->v)
+ * and stored (store), as the batch may wrap a ring, whose rows are written twice, and an
+ * F16 cache takes them rounded. */
+static int direct(const struct cuda_fwd *f, const mvm_kv_block *b)
 {
-    const size_t row = f->kv_dim * sizeof(float);
+    return f->kv->type == MVM_W_F32 && !b->ring;
+}
+
+/* The batch's new rows f->k and f->v (MLA: f->k) into block b's rows (kv_cache.h says
+ * where), rounded to the cache's type. */
+static mvm_status store(struct cuda_fwd *f, const mvm_kv_block *b, uint32_t n, uint32_t pos0)
+{
+    const size_t row = f->kv_dim * f->kv->elt, src = f->kv_dim * sizeof(float);
     mvm_kv_run runs[MVM_KV_MAX_RUNS];
     for (uint32_t r = 0, nr = mvm_kv_runs(b, pos0, n, runs); r < nr; r++) {
         const mvm_kv_run *u = &runs[r];
-        TRY(mvm_gpu_copy_rows(f->g, f->kc + u->row * row, row, f->k + u->i0 * row, row, row,
-                              u->n_rows));
-        TRY(mvm_gpu_copy_rows(f->g, f->vc + u->row * row, row, f->v + u->i0 * row, row, row,
-                              u->n_rows));
+        mvm_g_store_rows_args a = {.dst = f->kc + u->row * row, .src = f->k + u->i0 * src,
+                                   .dst_stride = f->kv_dim, .src_stride = f->kv_dim,
+                                   .n = f->kv_dim, .n_rows = u->n_rows,
+                                   .f16 = f->kv->type == MVM_W_F16};
+        TRY(mvm_gpu_store_rows(f->g, 0, &a));
+        if (f->v) {
+            a.dst = f->vc + u->row * row;
+            a.src = f->v + u->i0 * src;
+            TRY(mvm_gpu_store_rows(f->g, 0, &a));
+        }
     }
     return MVM_OK;
 }
 
-/* A block without a ring gets its rows straight from the products; a ring's go through
- * f->k and f->v, as the batch may wrap it and each row is written twice. */
 static mvm_status gqa(struct cuda_fwd *f, const struct dlayer *L, const mvm_kv_block *b,
                       uint32_t n, uint32_t pos0)
 {
     const mvm_hparams *hp = &f->m->hp;
-    const uint64_t row = f->kv_dim * sizeof(float), at = mvm_kv_row(b, pos0) * row;
-    if (b->ring) {
-        TRY(qkv(f, L, f->k, f->v, n, pos0));
-        TRY(ring_store(f, b, n, pos0));
-    } else {
+    const uint64_t row = f->kv_dim * f->kv->elt, at = mvm_kv_row(b, pos0) * row;
+    if (direct(f, b)) {
         TRY(qkv(f, L, f->kc + at, f->vc + at, n, pos0));
+    } else {
+        TRY(qkv(f, L, f->k, f->v, n, pos0));
+        TRY(store(f, b, n, pos0));
     }
     mvm_g_attention_args a = {.q = f->q, .kc = f->kc + b->row0 * row,
                               .vc = f->vc + b->row0 * row, .out = f->att, .scores = f->scores,
                               .sinks = L->sinks, .n_tok = n, .pos0 = pos0,
                               .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
                               .head_dim = hp->head_dim, .n_ctx = f->n_ctx, .window = L->swa,
-                              .ring = b->ring, .scale = hp->kq_scale};
+                              .ring = b->ring, .kv_f16 = f->kv->type == MVM_W_F16,
+                              .scale = hp->kq_scale};
     return mvm_gpu_attention(f->g, 0, &a);
 }
 
@@ -162,8 +179,13 @@ static mvm_status mla(struct cuda_fwd *f, const struct dlayer *L, const mvm_kv_b
 {
     const mvm_hparams *hp = &f->m->hp;
     const uint32_t H = hp->n_head, R = hp->kv_lora, lat = f->lat;
-    mvm_dptr cache = f->kc + b->row0 * lat * sizeof(float); /* no window: n_ctx rows */
-    TRY(mla_project(f, L, cache + (uint64_t)pos0 * lat * sizeof(float), n, pos0));
+    mvm_dptr cache = f->kc + b->row0 * lat * f->kv->elt; /* no window: n_ctx rows */
+    if (direct(f, b)) {
+        TRY(mla_project(f, L, cache + (uint64_t)pos0 * lat * sizeof(float), n, pos0));
+    } else {
+        TRY(mla_project(f, L, f->k, n, pos0));
+        TRY(store(f, b, n, pos0));
+    }
     /* the absorbed queries: [wk_b_h · q_nope_h, q_pe_h] per (token, head) */
     TRY(mvm_cf_matmul_heads(f, &L->wk_b, H, f->q, hp->head_dim, n, f->qlat, lat));
     TRY(mvm_gpu_copy_rows(f->g, f->qlat + R * sizeof(float), lat * sizeof(float),
@@ -172,7 +194,7 @@ static mvm_status mla(struct cuda_fwd *f, const struct dlayer *L, const mvm_kv_b
     mvm_g_attention_args a = {.q = f->qlat, .kc = cache, .vc = cache, .out = f->olat,
                               .scores = f->scores, .n_tok = n, .pos0 = pos0, .n_head = H,
                               .n_head_kv = 1, .head_dim = lat, .n_ctx = f->n_ctx,
-                              .scale = hp->kq_scale};
+                              .kv_f16 = f->kv->type == MVM_W_F16, .scale = hp->kq_scale};
     TRY(mvm_gpu_attention(f->g, 0, &a));
     /* the values: wv_b_h over the latent part of each head's output (its k_pe part unused) */
     return mvm_cf_matmul_heads(f, &L->wv_b, H, f->olat, lat, n, f->att, hp->v_dim);

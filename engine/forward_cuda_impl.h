@@ -45,16 +45,18 @@ struct cuda_fwd {
     mvm_model *m;
     mvm_moe *moe;
     uint32_t n_ctx, n_batch, q_dim, kv_dim;
-    const mvm_kv_layout *kv;    /* the cache's rows (kv_cache.h) */
+    const mvm_kv_layout *kv;    /* the cache's rows and element type (kv_cache.h) */
     uint32_t lat;               /* MLA: kv_lora + rope, a cache row and an absorbed query */
     uint64_t expert_stride;
     struct dlayer *layers;      /* the n_layer MoE blocks */
     struct dlayer *dense;       /* the n_dense dense blocks before them */
     struct dweight output;
     mvm_dptr output_norm;
-    mvm_dptr kc, vc;            /* [rows][kv_dim]; MLA: kc only, the latent rows */
-    mvm_dptr k, v;              /* [n_batch][kv_dim]: a windowed block's new rows, before
-                                   they go to its ring; 0 without one */
+    mvm_dptr kc, vc;            /* [rows][kv_dim] elements (f->kv->type); MLA: kc only, the
+                                   latent rows */
+    mvm_dptr k, v;              /* [n_batch][kv_dim] floats: the batch's new rows before
+                                   they are stored (forward_cuda_attn.c); 0 where none is
+                                   (an F32 cache without rings); MLA: k only */
     mvm_dptr x, xn, q, att, tmp, probs, logits, scores, sh1, sh3, shg; /* [n_batch][...] */
     mvm_dptr qa, qlat, olat;    /* MLA: q_a; [n_head][lat] absorbed queries, their outputs */
     mvm_dptr act;               /* [n_batch][act_stride]: a Q or K type's input as Q8_0 or

@@ -29,6 +29,7 @@ enum mvm_gpu_kernel {
     MVM_GK_RMSNORM,
     MVM_GK_ROPE,
     MVM_GK_ATTENTION,
+    MVM_GK_STORE_ROWS,
     MVM_GK_ADD,
     MVM_GK_SWIGLU,
     MVM_GK_COUNT
@@ -76,6 +77,8 @@ MVM_GPU_LAUNCHER(mvm_gpu_rmsnorm, MVM_GK_RMSNORM, mvm_g_rmsnorm_args, mvm_g_rmsn
 MVM_GPU_LAUNCHER(mvm_gpu_rope, MVM_GK_ROPE, mvm_g_rope_args, mvm_g_rope_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_attention, MVM_GK_ATTENTION, mvm_g_attention_args,
                  mvm_g_attention_shape)
+MVM_GPU_LAUNCHER(mvm_gpu_store_rows, MVM_GK_STORE_ROWS, mvm_g_store_rows_args,
+                 mvm_g_store_rows_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_add, MVM_GK_ADD, mvm_g_add_args, mvm_g_add_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_swiglu, MVM_GK_SWIGLU, mvm_g_add_args, mvm_g_add_shape)
 #undef MVM_GPU_LAUNCHER

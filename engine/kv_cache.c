@@ -6,14 +6,18 @@
 
 #include <stdlib.h>
 
+#include "kernels/cpu/kernels.h"
 #include "vmm/error.h"
 
 mvm_status mvm_kv_layout_make(const mvm_model *m, uint32_t n_ctx, uint32_t n_batch,
-                              mvm_kv_layout *out)
+                              enum mvm_wtype type, mvm_kv_layout *out)
 {
     const mvm_hparams *hp = &m->hp;
     const uint32_t n_blocks = hp->n_dense + hp->n_layer;
-    *out = (mvm_kv_layout){0};
+    *out = (mvm_kv_layout){.type = type, .elt = type == MVM_W_F16 ? 2 : 4};
+    if (type != MVM_W_F16 && type != MVM_W_F32)
+        return mvm_fail(MVM_ERR_INVALID, "a KV cache of %s elements: the cache keeps f16 or "
+                        "f32", mvm_k_wtype_name(type));
     out->blocks = calloc(n_blocks ? n_blocks : 1, sizeof *out->blocks);
     if (!out->blocks)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the KV cache's layout");
@@ -27,7 +31,7 @@ mvm_status mvm_kv_layout_make(const mvm_model *m, uint32_t n_ctx, uint32_t n_bat
     /* MLA keeps one latent row per position, [kv_lora, rope]; the others keys and values */
     const uint64_t row = hp->kv_lora ? (uint64_t)hp->kv_lora + hp->rope.n_rot
                                      : 2 * (uint64_t)hp->n_head_kv * hp->head_dim;
-    out->bytes = out->rows * row * sizeof(float);
+    out->bytes = out->rows * row * out->elt;
     return MVM_OK;
 }
 

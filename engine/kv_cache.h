@@ -11,6 +11,10 @@
  * kernels) reads them as it reads a full cache and never sees the wrap. That takes 2R rows,
  * so a block uses a ring only where 2R < n_ctx. gpt-oss-120b at 131072 positions: 18 of its
  * 36 blocks in 2 x (128 + 32) rows instead of 131072, half its 18 GiB cache (f32 K and V).
+ *
+ * The rows hold F16 (the default, as llama.cpp's cache: half the bytes, and half the reads
+ * of a long context's attention) or F32 elements; keys, values and latents are computed in
+ * F32 and rounded to nearest even as they are stored (MOEVM_KV_TYPE, `moevm run --kv-type`).
  */
 #ifndef MVM_ENGINE_KV_CACHE_H
 #define MVM_ENGINE_KV_CACHE_H
@@ -28,11 +32,14 @@ typedef struct mvm_kv_layout {
     mvm_kv_block *blocks;       /* [n_dense + n_layer]: the dense blocks, then the MoE ones */
     uint64_t rows;              /* all blocks' */
     uint64_t bytes;             /* of the cache: rows of keys and values (MLA: latent rows) */
+    enum mvm_wtype type;        /* of its elements: MVM_W_F16 or MVM_W_F32 */
+    uint32_t elt;               /* bytes of an element: 2 or 4 */
 } mvm_kv_layout;
 
-/* The layout of a context of n_ctx positions evaluated n_batch at a time. */
+/* The layout of a context of n_ctx positions evaluated n_batch at a time, its elements of
+ * type `type` (MVM_W_F16 or MVM_W_F32; MVM_ERR_INVALID for another). */
 mvm_status mvm_kv_layout_make(const mvm_model *m, uint32_t n_ctx, uint32_t n_batch,
-                              mvm_kv_layout *out);
+                              enum mvm_wtype type, mvm_kv_layout *out);
 void mvm_kv_layout_free(mvm_kv_layout *l);
 
 /* The row of position p, the first of its window's consecutive rows when it starts one. */

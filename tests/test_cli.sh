@@ -51,6 +51,19 @@ expect 1 'no CUDA driver' -- env MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY=/nonexist
 m="$tmp/tiny.gguf"
 expect 0 'mkmodel: tiny qwen3moe' -- "$moevm" mkmodel --arch qwen3moe -o "$m"
 expect 0 'warning: 300 positions exceed the 256 the model was trained on' -- "$moevm" run -m "$m" -p "x" -n 2 --ctx 300
+# The KV cache: F16 by default, in half the bytes of F32 on request; other types refused.
+kv_mib() { "$moevm" run -m "$m" -p x -n 1 --ctx 4096 "$@" 2>&1 | sed -n 's/.*KV cache \([0-9.]*\) MiB (\(f[0-9]*\)).*/\1 \2/p'; }
+read -r kv16 t16 <<<"$(kv_mib)"
+read -r kv32 t32 <<<"$(MOEVM_KV_TYPE=f16 kv_mib --kv-type f32)"
+if [ "$t16" = f16 ] && [ "$t32" = f32 ] && awk -v a="$kv16" -v b="$kv32" 'BEGIN { exit !(a > 0 && b == 2 * a) }'; then
+    pass=$((pass + 1))
+else
+    fail=$((fail + 1))
+    echo "FAIL: KV cache at 4096 positions: '$kv16 $t16' by default, '$kv32 $t32' with --kv-type f32" >&2
+fi
+expect 0 'KV cache [0-9.]+ MiB \(f32\)' -- env MOEVM_KV_TYPE=f32 "$moevm" run -m "$m" -p x -n 1
+expect 2 '^moevm run: --kv-type q8_0: expected f16 or f32' -- "$moevm" run -m "$m" -p x --kv-type q8_0
+expect 1 'MOEVM_KV_TYPE=bf16: not valid \(expected one of f16\|f32\)' -- env MOEVM_KV_TYPE=bf16 "$moevm" run -m "$m" -p x
 "$moevm" mkmodel --arch qwen3moe --rope-scaling yarn:4:64 -o "$tmp/yarn.gguf" >/dev/null
 expect 0 'vocab 512, RoPE YaRN x4; loaded' -- "$moevm" run -m "$tmp/yarn.gguf" -p "x" -n 2
 "$moevm" mkmodel --arch deepseek2 -o "$tmp/ds.gguf" >/dev/null

@@ -355,45 +355,57 @@ static void test_rope(void)
             }
 }
 
+/* The cache's n floats as elements of type kv (F16: rounded as the engine stores them). */
+static std::vector<uint8_t> cache_of(const std::vector<float> &x, enum mvm_wtype kv)
+{
+    std::vector<uint8_t> c(x.size() * (kv == MVM_W_F16 ? 2 : 4));
+    mvm_k_quantize(kv, x.data(), c.data(), x.size());
+    return c;
+}
+
 /* Against mvm_k_attn_head per (query, head), over the window's positions of a full cache;
  * with sinks (gpt-oss), head h's logit sinks[h], large enough to take a good part of the
  * mass. With a ring (engine/kv_cache.h: window + n_tok rows, each position written to two,
- * in order, so that later positions overwrite earlier ones) the kernel reads that instead. */
+ * in order, so that later positions overwrite earlier ones) the kernel reads that instead.
+ * The cache's elements are F32 or F16. */
 static void attention_case(uint32_t n_tok, uint32_t pos0, uint32_t n_ctx, uint32_t window = 0,
-                           bool with_sinks = false, bool ring = false)
+                           bool with_sinks = false, bool ring = false,
+                           enum mvm_wtype kv = MVM_W_F32)
 {
     const uint32_t nh = 4, nkv = 2, hd = 16, q_dim = nh * hd, kv_dim = nkv * hd;
-    const uint32_t R = ring ? window + n_tok : 0;
+    const uint32_t R = ring ? window + n_tok : 0, es = kv == MVM_W_F16 ? 2 : 4;
     const float scale = 1.0f / sqrtf((float)hd);
-    std::vector<float> q = randoms(n_tok * q_dim, 2.0f), kc = randoms(n_ctx * kv_dim, 2.0f),
-                       vc = randoms(n_ctx * kv_dim), sinks = randoms(nh, 3.0f);
+    std::vector<float> q = randoms(n_tok * q_dim, 2.0f), sinks = randoms(nh, 3.0f);
+    std::vector<uint8_t> kc = cache_of(randoms(n_ctx * kv_dim, 2.0f), kv),
+                         vc = cache_of(randoms(n_ctx * kv_dim), kv);
     std::vector<float> out(n_tok * q_dim, POISON), want(n_tok * q_dim), scratch(n_ctx),
         scores(n_tok * nh * n_ctx, POISON);
     for (uint32_t i = 0; i < n_tok; i++)
         for (uint32_t h = 0; h < nh; h++) {
             const uint32_t n_pos = pos0 + i + 1;
             const uint32_t first = window && n_pos > window ? n_pos - window : 0;
-            const size_t kvo = first * kv_dim + (h / (nh / nkv)) * hd;
-            mvm_k_attn_head(&q[i * q_dim + h * hd], &kc[kvo], &vc[kvo], kv_dim, n_pos - first,
-                            hd, scale, with_sinks ? sinks[h] : -INFINITY, scratch.data(),
-                            &want[i * q_dim + h * hd]);
+            const size_t kvo = (first * kv_dim + (h / (nh / nkv)) * hd) * es;
+            mvm_k_attn_head(&q[i * q_dim + h * hd], kv, &kc[kvo], &vc[kvo], kv_dim,
+                            n_pos - first, hd, scale, with_sinks ? sinks[h] : -INFINITY,
+                            scratch.data(), &want[i * q_dim + h * hd]);
         }
-    std::vector<float> rk(2 * R * kv_dim, POISON), rv(2 * R * kv_dim, POISON);
+    const size_t row = kv_dim * es;
+    std::vector<uint8_t> rk(2 * R * row, 0xFF), rv(2 * R * row, 0xFF); /* NaN: poisoned */
     for (uint32_t p = 0; p < pos0 + n_tok; p++)
         for (uint32_t copy = 0; ring && copy < 2; copy++) {
-            const uint32_t row = p % R + copy * R;
-            std::copy_n(&kc[p * kv_dim], kv_dim, &rk[row * kv_dim]);
-            std::copy_n(&vc[p * kv_dim], kv_dim, &rv[row * kv_dim]);
+            const uint32_t r = p % R + copy * R;
+            std::copy_n(&kc[p * row], row, &rk[r * row]);
+            std::copy_n(&vc[p * row], row, &rv[r * row]);
         }
     mvm_g_attention_args a = {dp(q.data()), dp(ring ? rk.data() : kc.data()),
                               dp(ring ? rv.data() : vc.data()), dp(out.data()),
                               dp(scores.data()), with_sinks ? dp(sinks.data()) : 0, n_tok,
-                              pos0, nh, nkv, hd, n_ctx, window, R, scale};
+                              pos0, nh, nkv, hd, n_ctx, window, R, kv == MVM_W_F16, scale};
     launch(mvm_g_attention, a, mvm_g_attention_shape(&a));
     double e = rel_err(out.data(), want.data(), out.size());
     if (e >= 1e-5)
-        fprintf(stderr, "attention n_tok %u pos0 %u window %u sinks %d ring %u: relative "
-                "error %g\n", n_tok, pos0, window, with_sinks, R, e);
+        fprintf(stderr, "attention n_tok %u pos0 %u window %u sinks %d ring %u %s: relative "
+                "error %g\n", n_tok, pos0, window, with_sinks, R, mvm_k_wtype_name(kv), e);
     CHECK(e < 1e-5);
 }
 
@@ -414,6 +426,30 @@ static void test_attention(void)
     attention_case(4, 20, 64, 5, false, true);
     attention_case(1, 33, 64, 5, true, true);
     attention_case(3, 461, 600, 150, false, true);
+    /* an F16 cache: full, windowed with sinks, a ring */
+    attention_case(3, 5, 12, 0, false, false, MVM_W_F16);
+    attention_case(2, 200, 300, 0, false, false, MVM_W_F16);
+    attention_case(4, 7, 16, 3, true, false, MVM_W_F16);
+    attention_case(4, 7, 64, 5, true, true, MVM_W_F16);
+}
+
+/* Rows of floats into the cache's rows, strided both sides: F16 rounded as the CPU rounds
+ * (mvm_fp32_to_fp16, nearest even), F32 as they are; the elements between rows untouched. */
+static void test_store_rows(void)
+{
+    const uint32_t n = 300, rows = 3, src_stride = n + 5, dst_stride = n + 9;
+    std::vector<float> src = randoms(rows * src_stride, 4.0f);
+    src[1] = 65520.0f, src[2] = 1e-6f, src[3] = -0.0f; /* overflow, a subnormal, a sign */
+    for (enum mvm_wtype t : {MVM_W_F16, MVM_W_F32}) {
+        const size_t es = t == MVM_W_F16 ? 2 : 4;
+        std::vector<uint8_t> dst(rows * dst_stride * es, 0xA5), want = dst;
+        for (uint32_t i = 0; i < rows; i++)
+            mvm_k_quantize(t, &src[i * src_stride], &want[i * dst_stride * es], n);
+        mvm_g_store_rows_args a = {dp(dst.data()), dp(src.data()), dst_stride, src_stride, n,
+                                   rows, t == MVM_W_F16};
+        launch(mvm_g_store_rows, a, mvm_g_store_rows_shape(&a));
+        CHECK(dst == want);
+    }
 }
 
 static void test_add_swiglu(void)
@@ -462,6 +498,7 @@ int main(void)
     RUN(test_rmsnorm);
     RUN(test_rope);
     RUN(test_attention);
+    RUN(test_store_rows);
     RUN(test_add_swiglu);
     TEST_END();
 }

@@ -431,14 +431,21 @@ static void test_forward_properties(void)
             float *small = run_prompt(path, 2, 32, "0.2");
             float *serial = run_prompt(path, 2, 1, NULL);
             float *three = run_prompt(path, 3, 5, NULL);
-            if (base && again && small && serial && three) {
+            /* the default F16 KV cache against F32: its rounding, no more (check_forward
+             * compares both with the reference) */
+            setenv("MOEVM_KV_TYPE", "f32", 1);
+            float *kv32 = run_prompt(path, 2, 32, NULL);
+            unsetenv("MOEVM_KV_TYPE");
+            if (base && again && small && serial && three && kv32) {
                 CHECK(check_rel_l2(base, base, n) == 0); /* and finite */
                 CHECK(memcmp(base, again, n * sizeof *base) == 0);
                 CHECK(memcmp(base, small, n * sizeof *base) == 0);
                 CHECK(check_rel_l2(serial, base, n) < 1e-5);
                 CHECK(check_rel_l2(three, base, n) < 1e-5);
+                const double e = check_rel_l2(kv32, base, n);
+                CHECK(e > 0 && e < 1e-2);
             }
-            free(base), free(again), free(small), free(serial), free(three);
+            free(base), free(again), free(small), free(serial), free(three), free(kv32);
         }
     }
 }
@@ -456,7 +463,7 @@ static void test_kv_layout(void)
         return;
     const uint64_t row = 2ull * m->hp.n_head_kv * m->hp.head_dim * sizeof(float);
     mvm_kv_layout l;
-    CHECK_ST(mvm_kv_layout_make(m, 64, 4, &l), MVM_OK);
+    CHECK_ST(mvm_kv_layout_make(m, 64, 4, MVM_W_F32, &l), MVM_OK);
     CHECK(l.blocks[0].ring == 9 && l.blocks[1].ring == 0 && l.blocks[2].ring == 9);
     CHECK(l.blocks[0].row0 == 0 && l.blocks[1].row0 == 18 && l.blocks[2].row0 == 82);
     CHECK(l.rows == 100 && l.bytes == 100 * row);
@@ -474,20 +481,44 @@ static void test_kv_layout(void)
     CHECK(mvm_kv_row(&l.blocks[2], 12) == 82 + 3 && mvm_kv_row(&l.blocks[1], 12) == 30);
     mvm_kv_layout_free(&l);
     /* batches of 32: a ring (2 x 37 rows) would be larger than 64 rows */
-    CHECK_ST(mvm_kv_layout_make(m, 64, 32, &l), MVM_OK);
+    CHECK_ST(mvm_kv_layout_make(m, 64, 32, MVM_W_F32, &l), MVM_OK);
     CHECK(!l.blocks[0].ring && !l.blocks[2].ring && l.rows == 3 * 64);
     mvm_kv_layout_free(&l);
+    /* F16 elements: the same rows in half the bytes; no other type */
+    CHECK_ST(mvm_kv_layout_make(m, 64, 4, MVM_W_F16, &l), MVM_OK);
+    CHECK(l.rows == 100 && l.bytes == 50 * row && l.elt == 2);
+    mvm_kv_layout_free(&l);
+    CHECK_ST(mvm_kv_layout_make(m, 64, 4, MVM_W_BF16, &l), MVM_ERR_INVALID);
+    mvm_kv_layout_free(&l);
+    /* the context's: MOEVM_KV_TYPE's default f16, or the policies' */
     mvm_ctx *c = NULL;
+    CHECK_ST(mvm_ctx_create(m, pool, 64, 4, NULL, &c), MVM_OK);
+    CHECK(c && mvm_ctx_kv_bytes(c) == 50 * row && !strcmp(mvm_ctx_kv_type(c), "f16"));
+    mvm_ctx_free(c);
+    c = NULL;
+    mvm_ctx_policies pol = {.kv_type = "f32"};
+    CHECK_ST(mvm_ctx_create(m, pool, 64, 4, &pol, &c), MVM_OK);
+    CHECK(c && mvm_ctx_kv_bytes(c) == 100 * row && !strcmp(mvm_ctx_kv_type(c), "f32"));
+    mvm_ctx_free(c);
+    c = NULL;
+    pol.kv_type = "q8_0";
+    CHECK_ST(mvm_ctx_create(m, pool, 64, 4, &pol, &c), MVM_ERR_INVALID);
+    CHECK(!c && strstr(mvm_last_error(), "KV cache type 'q8_0'"));
+    setenv("MOEVM_KV_TYPE", "f8", 1);
+    CHECK_ST(mvm_ctx_create(m, pool, 64, 4, NULL, &c), MVM_ERR_OPTION);
+    CHECK(!c && strstr(mvm_last_error(), "MOEVM_KV_TYPE"));
+    setenv("MOEVM_KV_TYPE", "f32", 1);
     CHECK_ST(mvm_ctx_create(m, pool, 64, 4, NULL, &c), MVM_OK);
     CHECK(c && mvm_ctx_kv_bytes(c) == 100 * row);
     mvm_ctx_free(c);
+    unsetenv("MOEVM_KV_TYPE");
     mvm_model_free(m);
     m = NULL;
     CHECK_ST(load(tiny_path("deepseek2", MVM_W_F32), NULL, pool, &m), MVM_OK);
     if (!m)
         return;
     const mvm_hparams *hp = &m->hp;
-    CHECK_ST(mvm_kv_layout_make(m, 50, 4, &l), MVM_OK);
+    CHECK_ST(mvm_kv_layout_make(m, 50, 4, MVM_W_F32, &l), MVM_OK);
     CHECK(l.rows == 50ull * (hp->n_dense + hp->n_layer) &&
           l.bytes == l.rows * (hp->kv_lora + hp->rope.n_rot) * sizeof(float));
     mvm_kv_layout_free(&l);

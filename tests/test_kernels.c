@@ -1241,20 +1241,29 @@ static void test_swiglu(void)
     CHECK(bad == 0);
 }
 
-/* With and without a sink logit (gpt-oss), which joins the softmax's denominator only. */
+/* With and without a sink logit (gpt-oss), which joins the softmax's denominator only; over
+ * an F32 and an F16 cache (the reference reads the F16 elements as they are stored). */
 static void test_attn_head(void)
 {
     static const size_t n_pos_s[] = {1, 5, 37}, dims[] = {64, 20};
+    static const enum mvm_wtype types[] = {MVM_W_F32, MVM_W_F16};
     for (size_t a = 0; a < 3; a++) {
-        for (size_t b = 0; b < 4; b++) {
+        for (size_t b = 0; b < 8; b++) {
             const size_t n_pos = n_pos_s[a], hd = dims[b % 2], stride = 3 * hd + 1;
-            const float sink = b < 2 ? -INFINITY : 0.75f - (float)b;
-            float *k = malloc(n_pos * stride * sizeof *k), *v = malloc(n_pos * stride * sizeof *v);
+            const float sink = b % 4 < 2 ? -INFINITY : 0.75f - (float)b;
+            const enum mvm_wtype kv = types[b / 4];
+            const size_t n = n_pos * stride, es = kv == MVM_W_F16 ? 2 : 4;
+            float *k = malloc(n * sizeof *k), *v = malloc(n * sizeof *v);
+            uint8_t *kc = malloc(n * es), *vc = malloc(n * es);
             float q[64], out[64], scratch[37];
             double s[37], want[64] = {0}, terms[64] = {0};
-            fill(k, n_pos * stride, 1.0f);
-            fill(v, n_pos * stride, 1.0f);
+            fill(k, n, 1.0f);
+            fill(v, n, 1.0f);
             fill(q, hd, 1.0f);
+            mvm_k_quantize(kv, k, kc, n);
+            mvm_k_quantize(kv, v, vc, n);
+            mvm_k_dequantize(kv, kc, k, n);
+            mvm_k_dequantize(kv, vc, v, n);
             const float scale = 1.0f / sqrtf((float)hd);
             double max = -INFINITY, sum = 0;
             for (size_t p = 0; p < n_pos; p++) {
@@ -1273,12 +1282,13 @@ static void test_attn_head(void)
                     want[d] += s[p] / sum * v[p * stride + d];
                     terms[d] += fabs(s[p] / sum * v[p * stride + d]);
                 }
-            mvm_k_attn_head(q, k, v, stride, n_pos, hd, scale, sink, scratch, out);
+            fill(out, hd, 1e3f); /* poisoned: every element must be written */
+            mvm_k_attn_head(q, kv, kc, vc, stride, n_pos, hd, scale, sink, scratch, out);
             int bad = 0;
             for (size_t d = 0; d < hd; d++)
                 bad += !close_to(out[d], want[d], terms[d], 1e-5);
             CHECK(bad == 0);
-            free(k), free(v);
+            free(k), free(v), free(kc), free(vc);
         }
     }
 }

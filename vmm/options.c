@@ -86,6 +86,9 @@ static const mvm_option_desc options[MVM_OPTION_COUNT_] = {
     [MVM_OPTION_REPORT] = {"MOEVM_REPORT", MVM_OPT_STRING, "", NULL,
                            "interposer: write a JSON report (allocations by call site, moves, "
                            "hit rate, time waited) to this path at exit"},
+    [MVM_OPTION_KV_TYPE] = {"MOEVM_KV_TYPE", MVM_OPT_CHOICE, "f16", "f16|f32",
+                            "engine: the type of the KV cache's elements (`moevm run "
+                            "--kv-type`); f16 keeps half the bytes, f32 the exact values"},
 };
 
 const mvm_option_desc *mvm_option_describe(mvm_option_id id)

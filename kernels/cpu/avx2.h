@@ -104,6 +104,20 @@ AVX2_INLINE float avx2_dot_float(enum mvm_wtype t, const uint8_t *w, const float
 
 MVM_K_DOTN_ONE_BY_ONE(AVX2_TARGET, avx2_dotn_float, avx2_dot_float, float)
 
+/* out += s * row (dispatch.h's axpy). */
+AVX2_INLINE void avx2_axpy_float(enum mvm_wtype t, const uint8_t *row, float s, float *out,
+                                 size_t n)
+{
+    const size_t es = t == MVM_W_F32 ? 4 : 2;
+    const __m256 sv = _mm256_set1_ps(s);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_fmadd_ps(sv, avx2_load8(t, row + i * es),
+                                                  _mm256_loadu_ps(out + i)));
+    for (; i < n; i++)
+        out[i] += s * mvm_k_elem(t, row, i);
+}
+
 /* 8 partial sums of one 32-element block of float type t at p times the activations a. */
 AVX2_INLINE __m256 avx2_block_float(enum mvm_wtype t, const uint8_t *p, const __m256 a[4])
 {

@@ -115,10 +115,15 @@ typedef void (*mvm_k_dotn_fn)(const void *w, const void *act, size_t act_stride,
 typedef void (*mvm_k_downn_fn)(const void *down, const void *a, size_t a_stride, size_t n_tok,
                                float *out, size_t out_stride, size_t n_embd);
 
+/* out[i] += s * row[i] for i < n, row of a float type: the attention's values, which the KV
+ * cache keeps as F32 or F16 (F32 and F16 only; the other entries are NULL). */
+typedef void (*mvm_k_axpy_fn)(const void *row, float s, float *out, size_t n);
+
 struct mvm_k_level {
     mvm_k_dot_fn dot[MVM_W_COUNT];
     mvm_k_dotn_fn dotn[MVM_W_COUNT];
     mvm_k_downn_fn downn[MVM_W_COUNT];
+    mvm_k_axpy_fn axpy[MVM_W_COUNT];
 };
 
 /* Defines `name` as a generic multi-token kernel that runs the single-token `one` for each
@@ -184,6 +189,13 @@ struct mvm_k_level {
         default: downn(type, w, a, a_stride, MVM_K_NT, out, out_stride, n); break;                 \
         }                                                                                          \
     }
+/* The entry points axpy_f32 and axpy_f16 of the generic
+ *   void axpy_float(t, const uint8_t *row, float s, float *out, size_t n)   (t F32 or F16) */
+#define MVM_K_LEVEL_AXPY(attr, axpy_float, type, sfx)                                              \
+    attr static void axpy_##sfx(const void *row, float s, float *out, size_t n)                    \
+    {                                                                                              \
+        axpy_float(type, row, s, out, n);                                                          \
+    }
 /* The entry points pre_f32 .. pre_mxfp4 that MVM_K_LEVEL_TYPE defined, indexed by type. */
 #define MVM_K_TABLE(pre)                                                                           \
     {[MVM_W_F32] = pre##_f32,                                                                      \
@@ -201,7 +213,10 @@ struct mvm_k_level {
      [MVM_W_Q5_K] = pre##_q5_K,                                                                    \
      [MVM_W_Q6_K] = pre##_q6_K,                                                                    \
      [MVM_W_MXFP4] = pre##_mxfp4}
-#define MVM_K_LEVEL(name, attr, dotn_float, dotn_q, downn_float, downn_q, dotn_k, downn_k)         \
+#define MVM_K_LEVEL(name, attr, dotn_float, dotn_q, downn_float, downn_q, dotn_k, downn_k,         \
+                    axpy_float)                                                                    \
+    MVM_K_LEVEL_AXPY(attr, axpy_float, MVM_W_F32, f32)                                             \
+    MVM_K_LEVEL_AXPY(attr, axpy_float, MVM_W_F16, f16)                                             \
     MVM_K_LEVEL_TYPE(attr, dotn_float, downn_float, MVM_W_F32, f32)                                \
     MVM_K_LEVEL_TYPE(attr, dotn_float, downn_float, MVM_W_F16, f16)                                \
     MVM_K_LEVEL_TYPE(attr, dotn_float, downn_float, MVM_W_BF16, bf16)                              \
@@ -218,7 +233,8 @@ struct mvm_k_level {
     MVM_K_LEVEL_TYPE(attr, dotn_k, downn_k, MVM_W_Q6_K, q6_K)                                      \
     MVM_K_LEVEL_TYPE(attr, dotn_q, downn_q, MVM_W_MXFP4, mxfp4)                                    \
     const struct mvm_k_level name = {                                                              \
-        .dot = MVM_K_TABLE(dot), .dotn = MVM_K_TABLE(dotn), .downn = MVM_K_TABLE(downn)};
+        .dot = MVM_K_TABLE(dot), .dotn = MVM_K_TABLE(dotn), .downn = MVM_K_TABLE(downn),          \
+        .axpy = {[MVM_W_F32] = axpy_f32, [MVM_W_F16] = axpy_f16}};
 
 extern const struct mvm_k_level mvm_k_level_scalar; /* dot_scalar.c */
 #if defined(__x86_64__) || defined(__i386__)

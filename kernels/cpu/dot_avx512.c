@@ -59,6 +59,6 @@ AVX512_INLINE float dot_float(enum mvm_wtype t, const uint8_t *w, const float *a
 MVM_K_DOTN_ONE_BY_ONE(AVX512_TARGET, dotn_float, dot_float, float)
 
 MVM_K_LEVEL(mvm_k_level_avx512, AVX512_TARGET, dotn_float, avx2_dotn_q, avx2_downn_float,
-            avx2_downn_q, avx2_dotn_k, avx2_downn_k)
+            avx2_downn_q, avx2_dotn_k, avx2_downn_k, avx2_axpy_float)
 
 #endif

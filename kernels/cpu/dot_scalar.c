@@ -57,9 +57,22 @@ SCALAR_INLINE void down(enum mvm_wtype t, const uint8_t *w, const void *a, float
                                            : dot_float(t, w + j * bytes, a, MVM_QBLOCK);
 }
 
+/* out += s * row (dispatch.h's axpy), chunks of 8 with a constant inner count: gcc -O2's
+ * cost model vectorizes only loops whose trip count the vector width divides. */
+SCALAR_INLINE void axpy_float(enum mvm_wtype t, const uint8_t *row, float s, float *out, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (size_t k = 0; k < 8; k++)
+            out[i + k] += s * mvm_k_elem(t, row, i + k);
+    for (; i < n; i++)
+        out[i] += s * mvm_k_elem(t, row, i);
+}
+
 /* The portable level takes the tokens one after another. */
 MVM_K_DOTN_ONE_BY_ONE(, dotn_float, dot_float, float)
 MVM_K_DOTN_ONE_BY_ONE(, dotn_blocks, dot_blocks, void)
 MVM_K_DOWNN_ONE_BY_ONE(, downn, down, void)
 
-MVM_K_LEVEL(mvm_k_level_scalar, , dotn_float, dotn_blocks, downn, downn, dotn_blocks, downn)
+MVM_K_LEVEL(mvm_k_level_scalar, , dotn_float, dotn_blocks, downn, downn, dotn_blocks, downn,
+            axpy_float)

@@ -155,11 +155,11 @@ void mvm_k_topk(const float *x, size_t n, size_t k, int *idx);
 /* x[i] = silu(x[i]) * y[i]. */
 void mvm_k_swiglu(float *x, const float *y, size_t n);
 /* One attention head for one query: q (head_dim), keys/values of positions 0..n_pos-1 at
- * k + p*kv_stride and v + p*kv_stride floats; scores = q·k * scale, softmax, out = Σ p v.
- * sink: a logit that takes its share of the softmax and adds no value (gpt-oss's attention
- * sinks), or -INFINITY for none. scratch holds n_pos floats. */
-void mvm_k_attn_head(const float *q, const float *k, const float *v, size_t kv_stride,
-                     size_t n_pos, size_t head_dim, float scale, float sink, float *scratch,
-                     float *out);
-
+ * k + p*kv_stride and v + p*kv_stride elements of type kv (the KV cache's: F32 or F16);
+ * scores = q·k * scale, softmax, out = Σ p v. sink: a logit that takes its share of the
+ * softmax and adds no value (gpt-oss's attention sinks), or -INFINITY for none. scratch
+ * holds n_pos floats. */
+void mvm_k_attn_head(const float *q, enum mvm_wtype kv, const void *k, const void *v,
+                     size_t kv_stride, size_t n_pos, size_t head_dim, float scale, float sink,
+                     float *scratch, float *out);
 #endif

@@ -119,25 +119,18 @@ void mvm_k_swiglu(float *x, const float *y, size_t n)
         x[i] = x[i] / (1.0f + expf(-x[i])) * y[i];
 }
 
-void mvm_k_attn_head(const float *q, const float *k, const float *v, size_t kv_stride, size_t n_pos,
-                     size_t head_dim, float scale, float sink, float *scratch, float *restrict out)
+void mvm_k_attn_head(const float *q, enum mvm_wtype kv, const void *k, const void *v,
+                     size_t kv_stride, size_t n_pos, size_t head_dim, float scale, float sink,
+                     float *scratch, float *restrict out)
 {
-    const mvm_k_dot_fn dot = mvm_k_kernels->dot[MVM_W_F32];
+    const mvm_k_dot_fn dot = mvm_k_kernels->dot[kv];
+    const mvm_k_axpy_fn axpy = mvm_k_kernels->axpy[kv];
+    const size_t stride = kv_stride * (kv == MVM_W_F16 ? 2 : 4);
     for (size_t p = 0; p < n_pos; p++)
-        scratch[p] = dot(k + p * kv_stride, q, head_dim) * scale;
+        scratch[p] = dot((const uint8_t *)k + p * stride, q, head_dim) * scale;
     softmax_sink(scratch, n_pos, sink);
     for (size_t d = 0; d < head_dim; d++)
         out[d] = 0;
-    for (size_t p = 0; p < n_pos; p++) {
-        const float *restrict vp = v + p * kv_stride;
-        const float s = scratch[p];
-        /* Chunks of 8 with a constant inner count: gcc -O2's cost model vectorizes only
-         * loops whose trip count the vector width divides. */
-        size_t d = 0;
-        for (; d + 8 <= head_dim; d += 8)
-            for (size_t e = 0; e < 8; e++)
-                out[d + e] += s * vp[d + e];
-        for (; d < head_dim; d++)
-            out[d] += s * vp[d];
-    }
+    for (size_t p = 0; p < n_pos; p++)
+        axpy((const uint8_t *)v + p * stride, scratch[p], out, head_dim);
 }

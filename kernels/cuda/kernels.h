@@ -190,17 +190,33 @@ MVM_G_FN mvm_g_shape mvm_g_rope_shape(const mvm_g_rope_args *a)
  * a window (gpt-oss: 0 for none), query i sees its last `window` positions only, from
  * `first`; with a ring (engine/kv_cache.h: 0 for none) they are the consecutive rows from
  * first % ring, else row(p) = p. With sinks (n_head floats; 0 for none), head h's softmax
- * has the extra logit sinks[h] in its denominator (kernels/cpu's mvm_k_attn_head). One
- * block per (head, query). */
+ * has the extra logit sinks[h] in its denominator (kernels/cpu's mvm_k_attn_head). The
+ * cache's elements are F16 with kv_f16, else F32 (offsets above count elements). One block
+ * per (head, query). */
 typedef struct mvm_g_attention_args {
     mvm_dptr q, kc, vc, out, scores, sinks;
-    uint32_t n_tok, pos0, n_head, n_head_kv, head_dim, n_ctx, window, ring;
+    uint32_t n_tok, pos0, n_head, n_head_kv, head_dim, n_ctx, window, ring, kv_f16;
     float scale;
 } mvm_g_attention_args;
 
 MVM_G_FN mvm_g_shape mvm_g_attention_shape(const mvm_g_attention_args *a)
 {
     mvm_g_shape s = {a->n_head, a->n_tok, MVM_G_THREADS};
+    return s;
+}
+
+/* mvm_g_store_rows: n_rows rows of n floats, row i at src + i * src_stride floats, into the
+ * KV cache's rows at dst + i * dst_stride elements, as F16 (rounded to nearest even) with
+ * f16, else as F32. */
+typedef struct mvm_g_store_rows_args {
+    mvm_dptr dst, src;
+    uint64_t dst_stride, src_stride;
+    uint32_t n, n_rows, f16;
+} mvm_g_store_rows_args;
+
+MVM_G_FN mvm_g_shape mvm_g_store_rows_shape(const mvm_g_store_rows_args *a)
+{
+    mvm_g_shape s = {mvm_g_div_up(a->n, MVM_G_THREADS), a->n_rows, MVM_G_THREADS};
     return s;
 }
 

@@ -2,8 +2,8 @@
  * The small F32 ops of the engine's forward pass on the device (kernels/cuda/kernels.h), as
  * kernels/cpu/ops.c computes them: RMSNorm with its squares summed in double, the rotary
  * embedding with the CPU's angle formula (kernels/rope.h), causal attention (windowed, with
- * sinks: gpt-oss) whose softmax sums in double, and the element-wise adds (residual, bias,
- * gated shared expert) and SwiGLU.
+ * sinks: gpt-oss) over an F16 or F32 KV cache whose softmax sums in double, the stores into
+ * that cache, and the element-wise adds (residual, bias, gated shared expert) and SwiGLU.
  */
 #include "kernels/cuda/device.cuh"
 
@@ -38,6 +38,12 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_rope(mvm_g_rop
     p[i1] = x0 * s + x1 * c;
 }
 
+/* Element i of the KV cache's rows at p: F16 or F32. */
+static __device__ __forceinline__ float kv_elem(mvm_dptr p, uint64_t i, uint32_t f16)
+{
+    return f16 ? mvm_k_h2f(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
 extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
     mvm_g_attention(mvm_g_attention_args a)
 {
@@ -57,10 +63,10 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
     const float sink = a.sinks ? ((const float *)a.sinks)[h] : -INFINITY;
     float mx = sink;
     for (uint32_t j = threadIdx.x; j < n; j += blockDim.x) {
-        const float *k = (const float *)a.kc + kvo + (uint64_t)j * kv_dim;
+        const uint64_t k = kvo + (uint64_t)j * kv_dim;
         float s = 0;
         for (uint32_t d = 0; d < a.head_dim; d++)
-            s += k[d] * q[d];
+            s += kv_elem(a.kc, k + d, a.kv_f16) * q[d];
         s *= a.scale;
         scores[j] = s;
         mx = fmaxf(mx, s);
@@ -75,12 +81,24 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
     const float inv = (float)(1.0 / block_sum(part, dsum_tmp));
     /* block_sum's barrier also makes every thread's scores visible to the whole block */
     for (uint32_t d = threadIdx.x; d < a.head_dim; d += blockDim.x) {
-        const float *v = (const float *)a.vc + kvo + d;
         float o = 0;
         for (uint32_t j = 0; j < n; j++)
-            o += scores[j] * inv * v[(uint64_t)j * kv_dim];
+            o += scores[j] * inv * kv_elem(a.vc, kvo + d + (uint64_t)j * kv_dim, a.kv_f16);
         ((float *)a.out)[(uint64_t)i * q_dim + (uint64_t)h * a.head_dim + d] = o;
     }
+}
+
+extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
+    mvm_g_store_rows(mvm_g_store_rows_args a)
+{
+    const uint32_t j = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y;
+    if (j >= a.n)
+        return;
+    const float x = ((const float *)a.src)[i * a.src_stride + j];
+    if (a.f16)
+        ((uint16_t *)a.dst)[i * a.dst_stride + j] = mvm_k_f2h(x);
+    else
+        ((float *)a.dst)[i * a.dst_stride + j] = x;
 }
 
 extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_add(mvm_g_add_args a)

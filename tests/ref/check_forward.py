@@ -6,6 +6,11 @@ The engine computes where its environment puts the experts (MOEVM_BACKEND): CTes
 twice, on the CPU and on the device forward pass over tests/fakecuda with the kernels
 emulated (ref_forward_cuda), every architecture, type and variant both times.
 
+KV cache (--kv-types): every case runs with an F32 cache, whose comparisons are the sharp
+ones below, and the architectures at KV16_TYPES again with an F16 cache (the engine's
+default), against a reference that rounds its keys and values as the engine stores them
+(moe_ref Config.kv_f16), with the float types' wider tolerance KV_F16_TOL says why.
+
 For each architecture (llama = Mixtral, qwen2moe, qwen3moe, olmoe, deepseek2, glm4moe,
 minimax-m2, gpt-oss) and weight type (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl,
 q2_K, q3_K, q4_K_M, and mxfp4: llama.cpp's MXFP4_MOE, the experts MXFP4 and the rest Q8_0),
@@ -76,17 +81,38 @@ MKMODEL_ARGS = {t: ["--embd", "256", "--expert-ff", "256"] for t in ("q2_K", "q3
 MKMODEL_ARCH_ARGS = {(arch, t): ["--expert-ff", "96"]
                      for arch in ("qwen2moe", "qwen3moe") for t in ("q2_K", "q3_K", "q4_K_M")}
 
-# Max relative row error: (exact comparison, emulated comparison). Measured on the tiny
-# presets (2 layers, 64 wide, 8 experts, top-2): float types <= 6.3e-7 (F32 arithmetic:
-# the reference has the engine's exact weights), and the two comparisons are one.
-# Quantized types: exact <= 3.7e-2 on routing-stable rows (Q8_0 activation rounding);
-# emulated ~6e-8, except where F32 and F64 round an activation to different sides of a
-# Q8_0 step (seen up to 1.4e-2, Q2_K). The deliberate bugs below cost >= 0.18
-# (renormalisation flipped; RoPE pairing swapped >= 0.88, experts shifted >= 0.99).
+# Max relative row error: (exact comparison, emulated comparison), with an F32 KV cache.
+# Measured on the tiny presets (2 or 3 blocks, 64 wide, 8 experts, top-2): float types
+# <= 1.6e-6 (F32 arithmetic: the reference has the engine's exact weights), and the two
+# comparisons are one. Quantized types: exact <= 5.7e-2 on routing-stable rows (Q8_0
+# activation rounding); emulated ~6e-8, except where F32 and F64 round an activation to
+# different sides of a Q8_0 step (seen up to 2.7e-2, Q3_K). The deliberate bugs below cost
+# >= 0.18 (renormalisation flipped; RoPE pairing swapped >= 0.88, experts shifted >= 0.99).
 TOL = {"f32": (1e-4, 1e-4), "f16": (1e-4, 1e-4), "bf16": (1e-4, 1e-4),
        "q8_0": (7e-2, 3e-2), "q4_0": (7e-2, 3e-2), "q4_1": (7e-2, 3e-2), "q5_0": (7e-2, 3e-2),
        "q5_1": (7e-2, 3e-2), "iq4_nl": (7e-2, 3e-2), "q2_K": (7e-2, 3e-2), "q3_K": (7e-2, 3e-2),
        "q4_K_M": (7e-2, 3e-2), "mxfp4": (7e-2, 3e-2)}
+# The engine's KV cache is checked in F32 with every weight type and variant (the sharp
+# comparisons above), and in F16 (its default) with these: the cache's type is independent of
+# the weights'; one quantized type shows the two roundings together.
+KV16_TYPES = ("f32", "f16", "q8_0")
+# With an F16 KV cache the reference rounds its keys and values as the engine stores them
+# (moe_ref.kv_round), but from F64 where the engine rounds its F32: where the two fall on
+# either side of an F16 rounding step an element moves by an F16 ulp (2^-11), which the tiny
+# models carry to ~1e-4 of their logits. Measured on both backends, float types: median
+# 3e-6, max 1.7e-4 (against a reference that does not round: up to 1.4e-3, and a greedy
+# token changed), so their tolerance is KV_F16_TOL; Q8_0 stays within its own (exact 4.1e-2,
+# emulated 1.2e-2).
+KV_F16_TOL = 4e-4
+
+
+def tolerances(wtype, kv_type):
+    """(exact, emulated) tolerances of wtype's comparisons with that KV cache type."""
+    if kv_type == "f16" and wtype not in QUANTIZED:
+        return KV_F16_TOL, KV_F16_TOL
+    return TOL[wtype]
+
+
 SENSITIVITY_MARGIN = 4.0   # a deliberate bug must exceed the (emulated) tolerance this much
 # The reference's argmax is checked where its top-2 margin exceeds this many times the
 # tolerated RMS per-logit error, tol x ||row|| / sqrt(n_vocab).
@@ -182,7 +208,7 @@ class Compare:
     """The reference side of one (model, fed sequence) comparison."""
 
     def __init__(self, model, wtype, tokens):
-        self.tol_exact, self.tol = TOL[wtype]
+        self.tol_exact, self.tol = tolerances(wtype, "f16" if model.cfg.kv_f16 else "f32")
         self.quantized = wtype in QUANTIZED
         trace_exact, trace_emu = [], []
         self.exact = moe_ref.forward(model, tokens, trace=trace_exact)
@@ -359,8 +385,14 @@ def main():
                     help="a command line that runs `moevm run` (e.g. 'mpirun -n 3'): the "
                          "engine distributed over its ranks")
     ap.add_argument("--run-args", default="", help="more options for `moevm run`")
+    ap.add_argument("--kv-types", default="f32,f16",
+                    help="the engine's KV cache types to check: f32 with every weight type, "
+                         "f16 with KV16_TYPES among them (default: both)")
     args = ap.parse_args()
     launcher, run_args = shlex.split(args.launcher), shlex.split(args.run_args)
+    kv_types = args.kv_types.split(",")
+    if not kv_types or not set(kv_types) <= {"f32", "f16"}:
+        ap.error(f"--kv-types {args.kv_types}: f32, f16 or both")
     moevm = os.path.abspath(args.moevm)
     os.makedirs(args.workdir, exist_ok=True)
     types = args.types.split(",")
@@ -372,57 +404,67 @@ def main():
     if unknown:
         ap.error(f"--arches: {', '.join(unknown)}: not one of {', '.join(ARCHS)}")
 
-    failures, worst = [], {t: [0.0, 0.0] for t in types}
+    failures, worst = [], {}   # by type (and type/kv16): [exact, emulated]
     n_cases = 0
     # The variants exercise RoPE and attention, which the distributed mode computes on rank 0
     # as it does alone.
-    cases = [(arch, "", wtype) for arch in arches for wtype in types]
-    cases += [(VARIANTS[v][0], v, wtype) for v in VARIANTS for wtype in types
+    cases = [(arch, "", wtype, "f32") for arch in arches for wtype in types]
+    cases += [(VARIANTS[v][0], v, wtype, "f32") for v in VARIANTS for wtype in types
               if wtype in VARIANT_TYPES and not launcher and VARIANTS[v][0] in arches]
-    for arch, variant, wtype in cases:
+    cases = [c for c in cases if "f32" in kv_types]
+    cases += [(arch, "", wtype, "f16") for arch in arches for wtype in types
+              if wtype in KV16_TYPES and "f16" in kv_types]
+    for arch, variant, wtype, kv in cases:
+        name = arch + variant + ("/kv16" if kv == "f16" else "")
         try:
-            model = make_model(moevm, args.workdir, arch, wtype, variant)
+            if kv == "f32" or "f32" not in kv_types:
+                model = make_model(moevm, args.workdir, arch, wtype, variant)
+            else:  # made for the f32 case
+                model = moe_ref.load_model(model_file(args.workdir, arch, wtype, variant))
+            model = model.replace(kv_f16=kv == "f16")
         except (Failure, gguf_read.GGUFError, ValueError, KeyError) as e:
-            failures.append(f"{arch}{variant} {wtype}: mkmodel: {e}")
-            print(f"FAIL {arch}{variant} {wtype}: mkmodel: {e}")
+            failures.append(f"{name} {wtype}: mkmodel: {e}")
+            print(f"FAIL {name} {wtype}: mkmodel: {e}")
             continue
         rng = np.random.default_rng(PROMPT_SEED)
         seqs = []
         for L in PROMPT_LENGTHS:
             n_cases += 1
             prompt = rng.integers(3, model.cfg.n_vocab, size=L).tolist()
-            tag = f"{arch}{variant}-{wtype}-p{L}"
+            tag = f"{name.replace('/', '-')}-{wtype}-p{L}"
             try:
                 path = model_file(args.workdir, arch, wtype, variant)
                 extra = LONG_ARGS if L == max(PROMPT_LENGTHS) else ()
-                line, problems, errs, seq = check_prompt(moevm, model, path, wtype,
-                                                         args.workdir, prompt, tag,
-                                                         launcher, (*run_args, *extra))
+                line, problems, errs, seq = check_prompt(
+                    moevm, model, path, wtype, args.workdir, prompt, tag, launcher,
+                    (*run_args, *extra, "--kv-type", kv))
             except (Failure, ValueError) as e:  # ValueError: the reference refused the tokens
                 failures.append(f"{tag}: {e}")
                 print(f"FAIL {tag}: {e}")
                 continue
-            worst[wtype] = [max(a, b) for a, b in zip(worst[wtype], errs)]
-            print(("FAIL " if problems else "ok   ") + f"{arch + variant:9s} {wtype:6s} " + line)
+            key = wtype + ("/kv16" if kv == "f16" else "")
+            worst[key] = [max(a, b) for a, b in zip(worst.get(key, (0.0, 0.0)), errs)]
+            print(("FAIL " if problems else "ok   ") + f"{name:9s} {wtype:6s} " + line)
             for p in problems:
                 print(f"       {p}")
                 failures.append(f"{tag}: {p}")
             seqs.append(seq)
         if seqs:
             sens = sensitivity(model, wtype, seqs)
-            tol = TOL[wtype][1]
+            tol = tolerances(wtype, kv)[1]
             weak = {k: v for k, v in sens.items() if not v >= SENSITIVITY_MARGIN * tol}
             print(("FAIL " if weak else "ok   ") +
-                  f"{arch + variant:9s} {wtype:5s} sensitivity: " +
+                  f"{name:9s} {wtype:5s} sensitivity: " +
                   ", ".join(f"{k} {v:.2e}" for k, v in sens.items()))
             for k, v in weak.items():
-                failures.append(f"{arch}{variant} {wtype}: a reference with the {k} differs "
+                failures.append(f"{name} {wtype}: a reference with the {k} differs "
                                 f"from the engine by only {v:.2e} (< {SENSITIVITY_MARGIN:g} x "
                                 f"tol {tol:.0e}): the comparison cannot catch that bug, "
                                 f"or the engine has it")
 
     print("worst max rel err by type: " + ", ".join(
-        f"{t} {w[1]:.2e}" if t not in QUANTIZED else f"{t} exact {w[0]:.2e} emulated {w[1]:.2e}"
+        f"{t} {w[1]:.2e}" if t.split("/")[0] not in QUANTIZED
+        else f"{t} exact {w[0]:.2e} emulated {w[1]:.2e}"
         for t, w in worst.items()))
     if failures:
         print(f"check_forward: FAILED: {len(failures)} problem(s) in {n_cases} prompt runs:")
@@ -430,8 +472,8 @@ def main():
             print(f"  {f}")
         return 1
     print(f"check_forward: PASS: {len(cases)} models ({len(arches)} architectures, "
-          f"{len(types)} types, variants) x {len(PROMPT_LENGTHS)} prompts against the "
-          f"reference")
+          f"{len(types)} types, variants; KV cache {' and '.join(kv_types)}) x "
+          f"{len(PROMPT_LENGTHS)} prompts against the reference")
     return 0
 
 

@@ -135,6 +135,15 @@ class Config:
     # K-quants. Off for the reference; on to follow the engine's routing where activation
     # rounding moves a token across a top-k boundary, and to calibrate tolerances.
     act_quant: bool = False
+    # The engine's KV cache keeps F16 elements (its default, MOEVM_KV_TYPE): keys and values
+    # (MLA: the normed latent and the rotated k_pe) rounded to F16 as they are stored, from
+    # the F32 the engine computes them in.
+    kv_f16: bool = False
+
+
+def kv_round(cfg, x):
+    """x as the engine's KV cache keeps it: F16 from F32 with kv_f16, else as it is."""
+    return x.astype(np.float32).astype(np.float16).astype(np.float64) if cfg.kv_f16 else x
 
 
 class Model:
@@ -447,9 +456,10 @@ def mla_attention(model, il, h, pos):
         q = model.linear(p + "attn_q.weight", h)
     q = q.reshape(T, H, nope + rot)
     kv = model.linear(p + "attn_kv_a_mqa.weight", h)
-    c = rmsnorm(kv[:, :R], w[p + "attn_kv_a_norm.weight"], cfg.eps)
+    c = kv_round(cfg, rmsnorm(kv[:, :R], w[p + "attn_kv_a_norm.weight"], cfg.eps))
     neox = cfg.rules.rope_neox
-    k_pe = rope(kv[:, None, R:], pos, rot, cfg.rope_base, neox, cfg.rope_scaling, unit=True)
+    k_pe = kv_round(cfg, rope(kv[:, None, R:], pos, rot, cfg.rope_base, neox, cfg.rope_scaling,
+                              unit=True))
     q_pe = rope(q[..., nope:], pos, rot, cfg.rope_base, neox, cfg.rope_scaling, unit=True)
     if p + "attn_kv_b.weight" in w:
         kvb = w[p + "attn_kv_b.weight"].reshape(H, nope + vd, R)
@@ -491,6 +501,7 @@ def attention(model, il, h, pos):
         k = rmsnorm(k, w[p + "attn_k_norm.weight"], cfg.eps)
     q = rope(q, pos, cfg.n_rot, cfg.rope_base, cfg.rules.rope_neox, cfg.rope_scaling)
     k = rope(k, pos, cfg.n_rot, cfg.rope_base, cfg.rules.rope_neox, cfg.rope_scaling)
+    k, v = kv_round(cfg, k), kv_round(cfg, v)
 
     # GQA: query head i reads kv head i // (n_head / n_kv); repeat makes that layout.
     group = cfg.n_head // cfg.n_head_kv

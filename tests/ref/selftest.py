@@ -213,9 +213,9 @@ def write_model(path, arch, w, wtype="f32", d=None, version=3, alignment=32, ext
 
 # ---- a second, naive implementation -------------------------------------------------------
 
-def naive_forward(model, tokens, routing=None):
-    """Token by token with a KV cache, one head and one expert at a time; routing as
-    moe_ref.forward's."""
+def naive_forward(model, tokens, routing=None, kv_f16=False):
+    """Token by token with a KV cache (kv_f16: of IEEE halves, numpy's, rounded from F32),
+    one head and one expert at a time; routing as moe_ref.forward's."""
     cfg, w, r = model.cfg, model.w, model.cfg.rules
     hd, group = cfg.head_dim, cfg.n_head // cfg.n_head_kv
 
@@ -229,6 +229,9 @@ def naive_forward(model, tokens, routing=None):
             z = complex(v[a], v[b]) * cmath.exp(1j * pos * cfg.rope_base ** (-2 * i / cfg.n_rot))
             v[a], v[b] = z.real, z.imag
         return v
+
+    def store(t):
+        return t.astype(np.float32).astype(np.float16).astype(np.float64) if kv_f16 else t
 
     def ffn(g, u, dn, h):
         a, b = g @ h, u @ h
@@ -259,8 +262,8 @@ def naive_forward(model, tokens, routing=None):
                 qh = [norm(t, w[p + "attn_q_norm.weight"]) for t in qh]
                 kh = [norm(t, w[p + "attn_k_norm.weight"]) for t in kh]
             kc, vc = cache[il]
-            kc.append([rot(t, pos) for t in kh])
-            vc.append(vh)
+            kc.append([store(rot(t, pos)) for t in kh])
+            vc.append([store(t) for t in vh])
             # gpt-oss's even blocks see the last sliding_window positions, its heads a sink
             js = range(max(0, pos + 1 - cfg.n_swa) if r.oai and il % 2 == 0 else 0, pos + 1)
             heads = []
@@ -447,6 +450,17 @@ def test_forward_matches_naive(tmp):
         m = _model(tmp, arch)
         err = rel(moe_ref.forward(m, tokens), naive_forward(m, tokens))
         assert err < 1e-12, (arch, err)
+
+
+def test_kv_f16(tmp):
+    """Config.kv_f16: the whole-sequence reference equals a cache of halves token by token,
+    and differs from the F32 cache's logits by the rounding only."""
+    tokens = [3, 50, 7, 7, 91, 12, 40]
+    for arch in BUILT:
+        m = _model(tmp, arch)
+        half = moe_ref.forward(m.replace(kv_f16=True), tokens)
+        assert rel(half, naive_forward(m, tokens, kv_f16=True)) < 1e-12, arch
+        assert 1e-6 < rel(half, moe_ref.forward(m, tokens)) < 1e-2, arch
 
 
 def test_file_types(tmp):

@@ -1,0 +1,111 @@
+/*
+ * bench_cpu_attention: one decode step's attention over an F32 and an F16 KV cache
+ * (engine/kv_cache.h), one thread, at each SIMD level. A step of one block is every query
+ * head's mvm_k_attn_head over the positions so far, their keys and values read from rows of
+ * kv_dim elements as the engine lays them out (OLMoE's 16 heads of 128, no grouping, and a
+ * GQA shape of 32 query heads over 4 KV heads of 128: Qwen3-30B-A3B's). Decode reads the
+ * whole cache once per step, so at long contexts its speed is the cache's bytes over the
+ * memory bandwidth, and F16 should halve the time; short contexts stay in cache and show
+ * the kernels' arithmetic. Ratios within one run are what mean anything on these machines.
+ *
+ * usage: bench_cpu_attention [max positions (default 32768)]
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "kernels/cpu/kernels.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static float frand(void) /* uniform in [-1, 1) */
+{
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)(rng >> 40) / (float)(1 << 23) - 1.0f;
+}
+
+struct shape {
+    const char *name;
+    size_t n_head, n_head_kv, head_dim;
+};
+
+/* Seconds of one step over n_pos positions (best of enough repetitions for ~0.2 s). */
+static double step_s(const struct shape *s, enum mvm_wtype kv, const void *kc, const void *vc,
+                     size_t n_pos, const float *q, float *scratch, float *out)
+{
+    const size_t kv_dim = s->n_head_kv * s->head_dim, group = s->n_head / s->n_head_kv;
+    const size_t es = kv == MVM_W_F16 ? 2 : 4;
+    const float scale = 1.0f / sqrtf((float)s->head_dim);
+    double best = INFINITY, spent = 0;
+    for (int r = 0; r < 3 || spent < 0.2; r++) {
+        const double t0 = now_s();
+        for (size_t h = 0; h < s->n_head; h++) {
+            const size_t off = (h / group) * s->head_dim * es;
+            mvm_k_attn_head(q + h * s->head_dim, kv, (const uint8_t *)kc + off,
+                            (const uint8_t *)vc + off, kv_dim, n_pos, s->head_dim, scale,
+                            -INFINITY, scratch, out + h * s->head_dim);
+        }
+        const double t = now_s() - t0;
+        best = t < best ? t : best;
+        spent += t;
+    }
+    return best;
+}
+
+int main(int argc, char **argv)
+{
+    const size_t max_pos = argc > 1 ? strtoull(argv[1], NULL, 10) : 32768;
+    if (max_pos < 512) {
+        fprintf(stderr, "usage: bench_cpu_attention [max positions >= 512]\n");
+        return 2;
+    }
+    static const struct shape shapes[] = {{"16 x 128 (OLMoE)", 16, 16, 128},
+                                          {"32 / 4 x 128 (Qwen3-30B-A3B)", 32, 4, 128}};
+    printf("| level | heads (query / KV x dim) | positions | KV cache MiB f32 | f32 us | "
+           "f16 us | f16 / f32 | f16 GB/s |\n|---|---|---:|---:|---:|---:|---:|---:|\n");
+    for (int lv = MVM_SIMD_AVX512; lv >= 0; lv--) {
+        if (mvm_k_simd_use((enum mvm_simd)lv) != 0)
+            continue;
+        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+            const struct shape *s = &shapes[si];
+            const size_t kv_dim = s->n_head_kv * s->head_dim, n = max_pos * kv_dim;
+            float *x = malloc(n * sizeof *x), *q = malloc(s->n_head * s->head_dim * 4);
+            float *scratch = malloc(max_pos * 4), *out = malloc(s->n_head * s->head_dim * 4);
+            void *k32 = aligned_alloc(64, n * 4), *v32 = aligned_alloc(64, n * 4);
+            void *k16 = aligned_alloc(64, n * 2), *v16 = aligned_alloc(64, n * 2);
+            if (!x || !q || !scratch || !out || !k32 || !v32 || !k16 || !v16) {
+                fprintf(stderr, "bench_cpu_attention: out of memory for %zu positions\n",
+                        max_pos);
+                return 1;
+            }
+            for (size_t i = 0; i < s->n_head * s->head_dim; i++)
+                q[i] = frand();
+            for (int which = 0; which < 2; which++) {
+                for (size_t i = 0; i < n; i++)
+                    x[i] = frand();
+                mvm_k_quantize(MVM_W_F32, x, which ? v32 : k32, n);
+                mvm_k_quantize(MVM_W_F16, x, which ? v16 : k16, n);
+            }
+            for (size_t n_pos = 512; n_pos <= max_pos; n_pos *= 4) {
+                const double t32 = step_s(s, MVM_W_F32, k32, v32, n_pos, q, scratch, out);
+                const double t16 = step_s(s, MVM_W_F16, k16, v16, n_pos, q, scratch, out);
+                const double mib = 2.0 * (double)n_pos * kv_dim * 4 / 1048576.0;
+                printf("| %s | %s | %zu | %.1f | %.0f | %.0f | %.2f | %.1f |\n",
+                       mvm_k_simd_name((enum mvm_simd)lv), s->name, n_pos, mib, t32 * 1e6,
+                       t16 * 1e6, t16 / t32, mib / 2 * 1048576.0 / t16 / 1e9);
+            }
+            free(x), free(q), free(scratch), free(out), free(k32), free(v32), free(k16),
+                free(v16);
+        }
+    }
+    return 0;
+}
