@@ -431,8 +431,8 @@ static void test_forward_properties(void)
             float *small = run_prompt(path, 2, 32, "0.2");
             float *serial = run_prompt(path, 2, 1, NULL);
             float *three = run_prompt(path, 3, 5, NULL);
-            /* the default F16 KV cache against F32: its rounding, no more (check_forward
-             * compares both with the reference) */
+            /* the default F16 KV cache against F32: its rounding (check_forward compares
+             * both with the reference) */
             setenv("MOEVM_KV_TYPE", "f32", 1);
             float *kv32 = run_prompt(path, 2, 32, NULL);
             unsetenv("MOEVM_KV_TYPE");
@@ -442,8 +442,10 @@ static void test_forward_properties(void)
                 CHECK(memcmp(base, small, n * sizeof *base) == 0);
                 CHECK(check_rel_l2(serial, base, n) < 1e-5);
                 CHECK(check_rel_l2(three, base, n) < 1e-5);
+                /* (F32 weights: with Q8_0 ones the rounding may move an activation across a
+                 * Q8_0 step and a token's routing with it) */
                 const double e = check_rel_l2(kv32, base, n);
-                CHECK(e > 0 && e < 1e-2);
+                CHECK(e > 0 && (q || e < 2e-3));
             }
             free(base), free(again), free(small), free(serial), free(three), free(kv32);
         }

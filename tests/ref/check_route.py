@@ -95,9 +95,10 @@ def check_arch(moevm, workdir, arch, rng):
     logits_path = os.path.join(workdir, f"{arch}-route.bin")
     trace_path = os.path.join(workdir, f"{arch}-route.jsonl")
     os.environ["MOEVM_PAGE_SIZE"] = "64K"
+    # An F32 KV cache, for check_forward's sharp bound (the route module does not see it).
     cf.run([moevm, "run", "-m", path, "--tokens", ",".join(map(str, prompt)), "-n",
             str(N_GEN), "--temp", "0", "--gpu-budget", "30%", "--route", ROUTE,
-            "--logits-out", logits_path, "--trace-out", trace_path])
+            "--kv-type", "f32", "--logits-out", logits_path, "--trace-out", trace_path])
     rec = cf.read_logits(logits_path, model.cfg.n_vocab)
     tokens, logits = rec["token"].tolist(), rec["logits"].astype(np.float64)
     records = read_trace(trace_path, model.cfg.n_expert_used)
