@@ -20,6 +20,9 @@
 #include "engine/forward_impl.h"
 #include "vmm/error.h"
 
+/* The most query heads one unit of the attention's work takes (heads_per_unit). */
+#define MVM_ATTN_HEADS 8
+
 struct cpu_fwd {
     mvm_model *m;
     mvm_pool *pool;
@@ -36,7 +39,7 @@ struct cpu_fwd {
     uint8_t *act;               /* [n_batch][act_stride]: the current matmul input */
     size_t act_stride;
     float *sh1, *sh3, *shg;     /* shared expert: [n_batch][n_ff_shexp] x2, [n_batch] */
-    float *scratch;             /* [nth][n_ctx] attention scores */
+    float *scratch;             /* [nth][MVM_ATTN_HEADS x n_ctx] attention scores */
     mvm_xcpu *experts;          /* the routed experts' threads */
 };
 
@@ -88,7 +91,7 @@ static mvm_status cpu_create(mvm_ctx *ctx, void **state)
     c->k = mvm_buf64(B * c->kv_dim * 4, &ok);
     c->v = hp->kv_lora ? NULL : mvm_buf64(B * c->kv_dim * 4, &ok);
     c->act = mvm_buf64(B * c->act_stride, &ok);
-    c->scratch = mvm_buf64((size_t)c->nth * c->n_ctx * 4, &ok);
+    c->scratch = mvm_buf64((size_t)c->nth * MVM_ATTN_HEADS * c->n_ctx * 4, &ok);
     uint32_t ffn = hp->n_ff > hp->n_ff_shexp ? hp->n_ff : hp->n_ff_shexp;
     if (ffn) {
         c->sh1 = mvm_buf64(B * ffn * 4, &ok);
@@ -185,11 +188,25 @@ static void qk_norm_rope(struct cpu_fwd *c, const mvm_layer *L, uint32_t n, uint
     }
 }
 
+/* The heads of one unit of the attention's work, n_q: a divisor of `group` (the heads
+ * that read the same KV rows), at most MVM_ATTN_HEADS (a thread's scratch holds n_q x n_ctx
+ * scores), the largest that still leaves a unit for each of nth threads among the
+ * groups x group / n_q units. A unit reads its rows once for its n_q heads: a long
+ * context's cache, larger than the caches, n_q times less. */
+static uint32_t heads_per_unit(uint32_t group, size_t groups, int nth)
+{
+    for (uint32_t n_q = group < MVM_ATTN_HEADS ? group : MVM_ATTN_HEADS; n_q > 1; n_q--)
+        if (group % n_q == 0 && groups * (group / n_q) >= (size_t)nth)
+            return n_q;
+    return 1;
+}
+
 struct attn_job {
     struct cpu_fwd *c;
     const mvm_layer *L;
     const mvm_kv_block *b; /* this block's rows of the cache */
     uint32_t n, pos0;
+    uint32_t n_q;          /* heads per unit (heads_per_unit) */
 };
 
 static void attn_run(void *p, int t, int nth)
@@ -197,23 +214,22 @@ static void attn_run(void *p, int t, int nth)
     const struct attn_job *j = p;
     struct cpu_fwd *c = j->c;
     const mvm_hparams *hp = &c->m->hp;
-    uint32_t group = hp->n_head / hp->n_head_kv;
-    const float scale = hp->kq_scale;
+    const uint32_t group = hp->n_head / hp->n_head_kv, units = hp->n_head / j->n_q;
     size_t u0, u1;
-    mvm_pool_split((size_t)j->n * hp->n_head, t, nth, &u0, &u1);
+    mvm_pool_split((size_t)j->n * units, t, nth, &u0, &u1);
     for (size_t u = u0; u < u1; u++) {
-        uint32_t i = (uint32_t)(u / hp->n_head), h = (uint32_t)(u % hp->n_head);
+        const uint32_t i = (uint32_t)(u / units), h = (uint32_t)(u % units) * j->n_q;
         /* positions first..pos0+i: all of them, or the window's last swa */
         uint32_t n_pos = j->pos0 + i + 1, first = 0;
         if (j->L->swa && n_pos > j->L->swa)
             first = n_pos - j->L->swa;
         size_t kvo = (mvm_kv_row(j->b, first) * c->kv_dim + (size_t)(h / group) * hp->head_dim)
                      * c->kv->elt;
-        mvm_k_attn_head(c->q + (size_t)i * c->q_dim + (size_t)h * hp->head_dim, c->kv->type,
-                        c->kc + kvo, c->vc + kvo, c->kv_dim, n_pos - first, hp->head_dim, scale,
-                        j->L->sinks ? j->L->sinks[h] : -INFINITY,
-                        c->scratch + (size_t)t * c->n_ctx,
-                        c->att + (size_t)i * c->q_dim + (size_t)h * hp->head_dim);
+        const size_t qo = (size_t)i * c->q_dim + (size_t)h * hp->head_dim;
+        mvm_k_attn_heads(c->q + qo, j->n_q, c->kv->type, c->kc + kvo, c->vc + kvo, c->kv_dim,
+                         n_pos - first, hp->head_dim, hp->kq_scale,
+                         j->L->sinks ? j->L->sinks + h : NULL,
+                         c->scratch + (size_t)t * MVM_ATTN_HEADS * c->n_ctx, c->att + qo);
     }
 }
 
@@ -254,32 +270,40 @@ struct mla_job {
     const mvm_layer *L;
     const uint8_t *cache;
     uint32_t n, pos0;
+    uint32_t n_q;          /* heads per unit (heads_per_unit: every head reads every row) */
 };
 
-/* Per (token, head): the absorbed query, the attention over the cache rows, the values. */
+/* Per (token, n_q heads): the absorbed queries, the attention over the cache rows, the
+ * values. */
 static void mla_run(void *p, int t, int nth)
 {
     const struct mla_job *j = p;
     struct cpu_fwd *c = j->c;
     const mvm_hparams *hp = &c->m->hp;
     const mvm_weight *kb = &j->L->wk_b, *vb = &j->L->wv_b;
-    const uint32_t H = hp->n_head, R = hp->kv_lora, V = hp->v_dim;
+    const uint32_t H = hp->n_head, R = hp->kv_lora, V = hp->v_dim, units = H / j->n_q;
     uint8_t *act = c->hact + (size_t)t * c->act_stride;
     size_t u0, u1;
-    mvm_pool_split((size_t)j->n * H, t, nth, &u0, &u1);
+    mvm_pool_split((size_t)j->n * units, t, nth, &u0, &u1);
     for (size_t u = u0; u < u1; u++) {
-        const uint32_t i = (uint32_t)(u / H), h = (uint32_t)(u % H);
-        const float *q = c->q + (size_t)i * c->q_dim + (size_t)h * hp->head_dim;
-        float *ql = c->qlat + u * c->lat, *ol = c->olat + u * c->lat;
-        mvm_k_prepare_act(kb->type, q, act, hp->nope);
-        mvm_k_matvec(kb->type, kb->data, kb->row_bytes, hp->nope, act, ql - (size_t)h * R,
-                     (size_t)h * R, (size_t)(h + 1) * R);
-        memcpy(ql + R, q + hp->nope, hp->rope.n_rot * sizeof *ql);
-        mvm_k_attn_head(ql, c->kv->type, j->cache, j->cache, c->lat, j->pos0 + i + 1, c->lat,
-                        hp->kq_scale, -INFINITY, c->scratch + (size_t)t * c->n_ctx, ol);
-        mvm_k_prepare_act(vb->type, ol, act, R);
-        mvm_k_matvec(vb->type, vb->data, vb->row_bytes, R, act, c->att + (size_t)i * H * V,
-                     (size_t)h * V, (size_t)(h + 1) * V);
+        const uint32_t i = (uint32_t)(u / units), h0 = (uint32_t)(u % units) * j->n_q;
+        const size_t at = ((size_t)i * H + h0) * c->lat; /* head h0's of token i */
+        for (uint32_t h = h0; h < h0 + j->n_q; h++) {
+            const float *q = c->q + (size_t)i * c->q_dim + (size_t)h * hp->head_dim;
+            float *ql = c->qlat + at + (size_t)(h - h0) * c->lat;
+            mvm_k_prepare_act(kb->type, q, act, hp->nope);
+            mvm_k_matvec(kb->type, kb->data, kb->row_bytes, hp->nope, act, ql - (size_t)h * R,
+                         (size_t)h * R, (size_t)(h + 1) * R);
+            memcpy(ql + R, q + hp->nope, hp->rope.n_rot * sizeof *ql);
+        }
+        mvm_k_attn_heads(c->qlat + at, j->n_q, c->kv->type, j->cache, j->cache, c->lat,
+                         j->pos0 + i + 1, c->lat, hp->kq_scale, NULL,
+                         c->scratch + (size_t)t * MVM_ATTN_HEADS * c->n_ctx, c->olat + at);
+        for (uint32_t h = h0; h < h0 + j->n_q; h++) {
+            mvm_k_prepare_act(vb->type, c->olat + at + (size_t)(h - h0) * c->lat, act, R);
+            mvm_k_matvec(vb->type, vb->data, vb->row_bytes, R, act, c->att + (size_t)i * H * V,
+                         (size_t)h * V, (size_t)(h + 1) * V);
+        }
     }
 }
 
@@ -309,7 +333,8 @@ static void attention(struct cpu_fwd *c, const mvm_layer *L, uint32_t blk, uint3
     if (hp->kv_lora) { /* no window: n_ctx rows */
         mla_project(c, L, n, pos0);
         store(c, b, n, pos0);
-        struct mla_job j = {c, L, c->kc + b->row0 * c->kv_dim * c->kv->elt, n, pos0};
+        struct mla_job j = {c, L, c->kc + b->row0 * c->kv_dim * c->kv->elt, n, pos0,
+                            heads_per_unit(hp->n_head, n, c->nth)};
         mvm_pool_run(c->pool, mla_run, &j);
     } else {
         matmul(c, &L->wq, c->xn, n, c->q);
@@ -317,7 +342,9 @@ static void attention(struct cpu_fwd *c, const mvm_layer *L, uint32_t blk, uint3
         matmul(c, &L->wv, c->xn, n, c->v);
         qk_norm_rope(c, L, n, pos0);
         store(c, b, n, pos0);
-        struct attn_job j = {c, L, b, n, pos0};
+        struct attn_job j = {c, L, b, n, pos0,
+                             heads_per_unit(hp->n_head / hp->n_head_kv,
+                                            (size_t)n * hp->n_head_kv, c->nth)};
         mvm_pool_run(c->pool, attn_run, &j);
     }
     matmul(c, &L->wo, c->att, n, c->tmp);

@@ -363,7 +363,7 @@ static std::vector<uint8_t> cache_of(const std::vector<float> &x, enum mvm_wtype
     return c;
 }
 
-/* Against mvm_k_attn_head per (query, head), over the window's positions of a full cache;
+/* Against mvm_k_attn_heads per (query, head), over the window's positions of a full cache;
  * with sinks (gpt-oss), head h's logit sinks[h], large enough to take a good part of the
  * mass. With a ring (engine/kv_cache.h: window + n_tok rows, each position written to two,
  * in order, so that later positions overwrite earlier ones) the kernel reads that instead.
@@ -385,9 +385,9 @@ static void attention_case(uint32_t n_tok, uint32_t pos0, uint32_t n_ctx, uint32
             const uint32_t n_pos = pos0 + i + 1;
             const uint32_t first = window && n_pos > window ? n_pos - window : 0;
             const size_t kvo = (first * kv_dim + (h / (nh / nkv)) * hd) * es;
-            mvm_k_attn_head(&q[i * q_dim + h * hd], kv, &kc[kvo], &vc[kvo], kv_dim,
-                            n_pos - first, hd, scale, with_sinks ? sinks[h] : -INFINITY,
-                            scratch.data(), &want[i * q_dim + h * hd]);
+            mvm_k_attn_heads(&q[i * q_dim + h * hd], 1, kv, &kc[kvo], &vc[kvo], kv_dim,
+                             n_pos - first, hd, scale, with_sinks ? &sinks[h] : NULL,
+                             scratch.data(), &want[i * q_dim + h * hd]);
         }
     const size_t row = kv_dim * es;
     std::vector<uint8_t> rk(2 * R * row, 0xFF), rv(2 * R * row, 0xFF); /* NaN: poisoned */

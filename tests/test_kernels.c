@@ -1241,53 +1241,61 @@ static void test_swiglu(void)
     CHECK(bad == 0);
 }
 
-/* With and without a sink logit (gpt-oss), which joins the softmax's denominator only; over
- * an F32 and an F16 cache (the reference reads the F16 elements as they are stored). */
-static void test_attn_head(void)
+/* A group of 3 heads over shared keys and values, against a double reference per head:
+ * with and without sink logits (gpt-oss), which join the softmax's denominator only; over an
+ * F32 and an F16 cache (the reference reads the F16 elements as they are stored). The group
+ * gives each head bit for bit what a call for that head alone gives. */
+static void test_attn_heads(void)
 {
+    enum { NQ = 3 };
     static const size_t n_pos_s[] = {1, 5, 37}, dims[] = {64, 20};
     static const enum mvm_wtype types[] = {MVM_W_F32, MVM_W_F16};
     for (size_t a = 0; a < 3; a++) {
         for (size_t b = 0; b < 8; b++) {
             const size_t n_pos = n_pos_s[a], hd = dims[b % 2], stride = 3 * hd + 1;
-            const float sink = b % 4 < 2 ? -INFINITY : 0.75f - (float)b;
+            const float sinks[NQ] = {0.75f - (float)b, -INFINITY, 1.5f};
+            const float *sk = b % 4 < 2 ? NULL : sinks;
             const enum mvm_wtype kv = types[b / 4];
             const size_t n = n_pos * stride, es = kv == MVM_W_F16 ? 2 : 4;
             float *k = malloc(n * sizeof *k), *v = malloc(n * sizeof *v);
             uint8_t *kc = malloc(n * es), *vc = malloc(n * es);
-            float q[64], out[64], scratch[37];
-            double s[37], want[64] = {0}, terms[64] = {0};
+            float q[NQ * 64], out[NQ * 64], one[64], scratch[NQ * 37];
             fill(k, n, 1.0f);
             fill(v, n, 1.0f);
-            fill(q, hd, 1.0f);
+            fill(q, NQ * hd, 1.0f);
             mvm_k_quantize(kv, k, kc, n);
             mvm_k_quantize(kv, v, vc, n);
             mvm_k_dequantize(kv, kc, k, n);
             mvm_k_dequantize(kv, vc, v, n);
             const float scale = 1.0f / sqrtf((float)hd);
-            double max = -INFINITY, sum = 0;
-            for (size_t p = 0; p < n_pos; p++) {
-                s[p] = 0;
-                for (size_t d = 0; d < hd; d++)
-                    s[p] += (double)q[d] * k[p * stride + d];
-                s[p] *= scale;
-                max = fmax(max, s[p]);
-            }
-            max = fmax(max, sink);
-            sum = exp(sink - max);
-            for (size_t p = 0; p < n_pos; p++)
-                sum += s[p] = exp(s[p] - max);
-            for (size_t p = 0; p < n_pos; p++)
-                for (size_t d = 0; d < hd; d++) {
-                    want[d] += s[p] / sum * v[p * stride + d];
-                    terms[d] += fabs(s[p] / sum * v[p * stride + d]);
+            fill(out, NQ * hd, 1e3f); /* poisoned: every element must be written */
+            mvm_k_attn_heads(q, NQ, kv, kc, vc, stride, n_pos, hd, scale, sk, scratch, out);
+            int bad = 0, differs = 0;
+            for (size_t j = 0; j < NQ; j++) {
+                const float sink = sk ? sk[j] : -INFINITY;
+                double s[37], want[64] = {0}, terms[64] = {0}, max = sink, sum;
+                for (size_t p = 0; p < n_pos; p++) {
+                    s[p] = 0;
+                    for (size_t d = 0; d < hd; d++)
+                        s[p] += (double)q[j * hd + d] * k[p * stride + d];
+                    s[p] *= scale;
+                    max = fmax(max, s[p]);
                 }
-            fill(out, hd, 1e3f); /* poisoned: every element must be written */
-            mvm_k_attn_head(q, kv, kc, vc, stride, n_pos, hd, scale, sink, scratch, out);
-            int bad = 0;
-            for (size_t d = 0; d < hd; d++)
-                bad += !close_to(out[d], want[d], terms[d], 1e-5);
-            CHECK(bad == 0);
+                sum = exp(sink - max);
+                for (size_t p = 0; p < n_pos; p++)
+                    sum += s[p] = exp(s[p] - max);
+                for (size_t p = 0; p < n_pos; p++)
+                    for (size_t d = 0; d < hd; d++) {
+                        want[d] += s[p] / sum * v[p * stride + d];
+                        terms[d] += fabs(s[p] / sum * v[p * stride + d]);
+                    }
+                for (size_t d = 0; d < hd; d++)
+                    bad += !close_to(out[j * hd + d], want[d], terms[d], 1e-5);
+                mvm_k_attn_heads(q + j * hd, 1, kv, kc, vc, stride, n_pos, hd, scale,
+                                 sk ? sk + j : NULL, scratch, one);
+                differs += memcmp(one, out + j * hd, hd * sizeof *one) != 0;
+            }
+            CHECK(bad == 0 && differs == 0);
             free(k), free(v), free(kc), free(vc);
         }
     }
@@ -1340,7 +1348,7 @@ int main(void)
         RUN(test_matmul);
         RUN(test_expert);
         RUN(test_expert_batch);
-        RUN(test_attn_head);
+        RUN(test_attn_heads);
     }
     TEST_END();
 }

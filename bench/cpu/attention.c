@@ -1,12 +1,14 @@
 /*
  * bench_cpu_attention: one decode step's attention over an F32 and an F16 KV cache
  * (engine/kv_cache.h), one thread, at each SIMD level. A step of one block is every query
- * head's mvm_k_attn_head over the positions so far, their keys and values read from rows of
- * kv_dim elements as the engine lays them out (OLMoE's 16 heads of 128, no grouping, and a
- * GQA shape of 32 query heads over 4 KV heads of 128: Qwen3-30B-A3B's). Decode reads the
- * whole cache once per step, so at long contexts its speed is the cache's bytes over the
- * memory bandwidth, and F16 should halve the time; short contexts stay in cache and show
- * the kernels' arithmetic. Ratios within one run are what mean anything on these machines.
+ * head attending over the positions so far, keys and values read from rows of kv_dim
+ * elements as the engine lays them out: OLMoE's 16 heads of 128 without grouping, and
+ * Qwen3-30B-A3B's 32 query heads over 4 KV heads of 128, computed one head at a time and in
+ * groups of 8 (mvm_k_attn_heads: each row read once for the group, as the engine does when
+ * the threads have enough groups). Decode reads the whole cache once per step (or per head),
+ * so at long contexts its speed is the bytes read over the memory bandwidth; short contexts
+ * stay in cache and show the kernels' arithmetic. Ratios within one run are what mean
+ * anything on these machines.
  *
  * usage: bench_cpu_attention [max positions (default 32768)]
  */
@@ -35,7 +37,7 @@ static float frand(void) /* uniform in [-1, 1) */
 
 struct shape {
     const char *name;
-    size_t n_head, n_head_kv, head_dim;
+    size_t n_head, n_head_kv, head_dim, n_q; /* n_q: heads per call */
 };
 
 /* Seconds of one step over n_pos positions (best of enough repetitions for ~0.2 s). */
@@ -48,11 +50,11 @@ static double step_s(const struct shape *s, enum mvm_wtype kv, const void *kc, c
     double best = INFINITY, spent = 0;
     for (int r = 0; r < 3 || spent < 0.2; r++) {
         const double t0 = now_s();
-        for (size_t h = 0; h < s->n_head; h++) {
+        for (size_t h = 0; h < s->n_head; h += s->n_q) {
             const size_t off = (h / group) * s->head_dim * es;
-            mvm_k_attn_head(q + h * s->head_dim, kv, (const uint8_t *)kc + off,
-                            (const uint8_t *)vc + off, kv_dim, n_pos, s->head_dim, scale,
-                            -INFINITY, scratch, out + h * s->head_dim);
+            mvm_k_attn_heads(q + h * s->head_dim, s->n_q, kv, (const uint8_t *)kc + off,
+                             (const uint8_t *)vc + off, kv_dim, n_pos, s->head_dim, scale,
+                             NULL, scratch, out + h * s->head_dim);
         }
         const double t = now_s() - t0;
         best = t < best ? t : best;
@@ -68,8 +70,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: bench_cpu_attention [max positions >= 512]\n");
         return 2;
     }
-    static const struct shape shapes[] = {{"16 x 128 (OLMoE)", 16, 16, 128},
-                                          {"32 / 4 x 128 (Qwen3-30B-A3B)", 32, 4, 128}};
+    static const struct shape shapes[] = {
+        {"16 x 128 (OLMoE)", 16, 16, 128, 1},
+        {"32 / 4 x 128 (Qwen3-30B-A3B), a head at a time", 32, 4, 128, 1},
+        {"32 / 4 x 128 (Qwen3-30B-A3B), groups of 8", 32, 4, 128, 8}};
     printf("| level | heads (query / KV x dim) | positions | KV cache MiB f32 | f32 us | "
            "f16 us | f16 / f32 | f16 GB/s |\n|---|---|---:|---:|---:|---:|---:|---:|\n");
     for (int lv = MVM_SIMD_AVX512; lv >= 0; lv--) {
@@ -79,7 +83,8 @@ int main(int argc, char **argv)
             const struct shape *s = &shapes[si];
             const size_t kv_dim = s->n_head_kv * s->head_dim, n = max_pos * kv_dim;
             float *x = malloc(n * sizeof *x), *q = malloc(s->n_head * s->head_dim * 4);
-            float *scratch = malloc(max_pos * 4), *out = malloc(s->n_head * s->head_dim * 4);
+            float *scratch = malloc(s->n_q * max_pos * 4);
+            float *out = malloc(s->n_head * s->head_dim * 4);
             void *k32 = aligned_alloc(64, n * 4), *v32 = aligned_alloc(64, n * 4);
             void *k16 = aligned_alloc(64, n * 2), *v16 = aligned_alloc(64, n * 2);
             if (!x || !q || !scratch || !out || !k32 || !v32 || !k16 || !v16) {

@@ -154,12 +154,15 @@ void mvm_k_softmax(float *x, size_t n);
 void mvm_k_topk(const float *x, size_t n, size_t k, int *idx);
 /* x[i] = silu(x[i]) * y[i]. */
 void mvm_k_swiglu(float *x, const float *y, size_t n);
-/* One attention head for one query: q (head_dim), keys/values of positions 0..n_pos-1 at
- * k + p*kv_stride and v + p*kv_stride elements of type kv (the KV cache's: F32 or F16);
- * scores = q·k * scale, softmax, out = Σ p v. sink: a logit that takes its share of the
- * softmax and adds no value (gpt-oss's attention sinks), or -INFINITY for none. scratch
- * holds n_pos floats. */
-void mvm_k_attn_head(const float *q, enum mvm_wtype kv, const void *k, const void *v,
-                     size_t kv_stride, size_t n_pos, size_t head_dim, float scale, float sink,
-                     float *scratch, float *out);
+/* n_q attention heads that share their keys and values (a GQA group, or MLA's heads over
+ * the latent rows), one query each: head j's query at q + j*head_dim, its output at
+ * out + j*head_dim; keys/values of positions 0..n_pos-1 at k + p*kv_stride and
+ * v + p*kv_stride elements of type kv (the KV cache's: F32 or F16); scores = q·k * scale,
+ * softmax, out = Σ p v. sinks: n_q logits that take their share of each head's softmax and
+ * add no value (gpt-oss's attention sinks), or NULL. scratch holds n_q * n_pos floats.
+ * Each row is read from memory once for all n_q heads (a long context's cache is larger than
+ * the caches); every head's arithmetic is the same whatever n_q is, bit for bit. */
+void mvm_k_attn_heads(const float *q, size_t n_q, enum mvm_wtype kv, const void *k,
+                      const void *v, size_t kv_stride, size_t n_pos, size_t head_dim,
+                      float scale, const float *sinks, float *scratch, float *out);
 #endif

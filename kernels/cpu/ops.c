@@ -119,18 +119,24 @@ void mvm_k_swiglu(float *x, const float *y, size_t n)
         x[i] = x[i] / (1.0f + expf(-x[i])) * y[i];
 }
 
-void mvm_k_attn_head(const float *q, enum mvm_wtype kv, const void *k, const void *v,
-                     size_t kv_stride, size_t n_pos, size_t head_dim, float scale, float sink,
-                     float *scratch, float *restrict out)
+void mvm_k_attn_heads(const float *q, size_t n_q, enum mvm_wtype kv, const void *k,
+                      const void *v, size_t kv_stride, size_t n_pos, size_t head_dim,
+                      float scale, const float *sinks, float *scratch, float *restrict out)
 {
     const mvm_k_dot_fn dot = mvm_k_kernels->dot[kv];
     const mvm_k_axpy_fn axpy = mvm_k_kernels->axpy[kv];
     const size_t stride = kv_stride * (kv == MVM_W_F16 ? 2 : 4);
+    /* position by position, each row used by every head while it is in L1 */
     for (size_t p = 0; p < n_pos; p++)
-        scratch[p] = dot((const uint8_t *)k + p * stride, q, head_dim) * scale;
-    softmax_sink(scratch, n_pos, sink);
-    for (size_t d = 0; d < head_dim; d++)
+        for (size_t j = 0; j < n_q; j++)
+            scratch[j * n_pos + p] =
+                dot((const uint8_t *)k + p * stride, q + j * head_dim, head_dim) * scale;
+    for (size_t j = 0; j < n_q; j++)
+        softmax_sink(scratch + j * n_pos, n_pos, sinks ? sinks[j] : -INFINITY);
+    for (size_t d = 0; d < n_q * head_dim; d++)
         out[d] = 0;
     for (size_t p = 0; p < n_pos; p++)
-        axpy((const uint8_t *)v + p * stride, scratch[p], out, head_dim);
+        for (size_t j = 0; j < n_q; j++)
+            axpy((const uint8_t *)v + p * stride, scratch[j * n_pos + p], out + j * head_dim,
+                 head_dim);
 }
