@@ -6,10 +6,11 @@
  * with the architecture's variations (arch.c): deepseek2's latent attention (below),
  * deepseek2's and glm4moe's leading blocks with a dense FFN in place of the experts, and
  * gpt-oss's sinks, windows and biases.
- * Matrix products are split by rows across the pool; attention by (token, head); the
- * experts as experts_cpu.h says. Work is handed out statically (unit u to thread u mod n),
- * so a run is bitwise reproducible for a given thread count: greedy decoding is
- * deterministic, whatever the experts' residency.
+ * Matrix products are split by rows across the pool; attention by (token, heads that share
+ * their KV rows: heads_per_unit); the keys and values are stored in the cache's type
+ * (kv_cache.h: F16 by default); the experts as experts_cpu.h says. Work is handed out
+ * statically (unit u to thread u mod n), so a run is bitwise reproducible for a given thread
+ * count: greedy decoding is deterministic, whatever the experts' residency.
  */
 #include <math.h>
 #include <stdlib.h>
