@@ -46,18 +46,21 @@ static mvm_status pick_backend(const mvm_model *m, const struct mvm_fwd_backend 
 /* The KV cache's element type: `name`, else MOEVM_KV_TYPE's. */
 static mvm_status kv_type(const char *name, enum mvm_wtype *out)
 {
+    static const char *const choices[] = {"f16", "f32"}; /* MOEVM_KV_TYPE's, in order */
     if (!name) {
         mvm_option_value v;
         mvm_status st = mvm_option_read(MVM_OPTION_KV_TYPE, &v);
         if (st != MVM_OK)
             return st;
-        name = v.i == 0 ? "f16" : "f32"; /* the choices "f16|f32" */
+        name = choices[v.i];
     }
-    if (!strcmp(name, "f16") || !strcmp(name, "f32")) {
-        *out = !strcmp(name, "f16") ? MVM_W_F16 : MVM_W_F32;
-        return MVM_OK;
-    }
-    return mvm_fail(MVM_ERR_INVALID, "KV cache type '%s': use f16 or f32", name);
+    if (!strcmp(name, "f16"))
+        *out = MVM_W_F16;
+    else if (!strcmp(name, "f32"))
+        *out = MVM_W_F32;
+    else
+        return mvm_fail(MVM_ERR_INVALID, "KV cache type '%s': use f16 or f32", name);
+    return MVM_OK;
 }
 
 mvm_status mvm_ctx_create(mvm_model *m, mvm_pool *pool, uint32_t n_ctx, uint32_t n_batch,
