@@ -213,6 +213,13 @@ printf 'not a gguf file at all' >"$tmp/junk.gguf"
 expect 1 'junk.gguf' -- "$moevm" run -m "$tmp/junk.gguf" -p hi
 expect 1 'MOEVM_CPU_SIMD=avx3: not valid' -- env MOEVM_CPU_SIMD=avx3 "$moevm" run -m "$m" -p hi
 expect 0 'scalar kernels' -- env MOEVM_CPU_SIMD=scalar "$moevm" run -m "$m" -p hi -n 2
+# The VNNI level where the CPU has it, else a one-line error naming the best level it has.
+if grep -qw avx512_vnni /proc/cpuinfo; then
+    expect 0 'avx512vnni kernels' -- env MOEVM_CPU_SIMD=avx512vnni "$moevm" run -m "$m" -p hi -n 2
+else
+    expect 1 'MOEVM_CPU_SIMD=avx512vnni: this CPU does not support it \(best: ' -- \
+        env MOEVM_CPU_SIMD=avx512vnni "$moevm" run -m "$m" -p hi -n 2
+fi
 expect 2 'no preset .huge.' -- "$moevm" mkmodel --preset huge
 expect 2 '--arch gpt5: not supported' -- "$moevm" mkmodel --arch gpt5
 expect 2 '--type iq2_xs: expected' -- "$moevm" mkmodel --type iq2_xs

@@ -1301,13 +1301,69 @@ static void test_attn_heads(void)
     }
 }
 
+/* ---- the levels against each other -------------------------------------------------------- */
+
+/* Levels compiled from the same blocks agree bit for bit: the Q and K types at every x86 level
+ * (the AVX-512 levels inline avx2.h's integer code, and VNNI's fused products give the same
+ * integers), the float types at the two AVX-512 levels. dot and down, 1..MVM_K_NT tokens, a row
+ * with a tail after the 8-block steps. Without the VNNI level (or AVX-512) on this CPU, only
+ * the levels it has are compared. */
+static void test_levels_agree(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    enum { n_embd = 96 };
+    const struct mvm_k_level *const lv[] = {&mvm_k_level_avx2, &mvm_k_level_avx512,
+                                            &mvm_k_level_avx512vnni};
+    /* lv[i] is level i + 1: the CPU has the first `best` of them */
+    const enum mvm_simd best = mvm_k_simd_detect();
+    const size_t n_lv = (size_t)best;
+    for (int ti = 0; ti < MVM_W_COUNT; ti++) {
+        const enum mvm_wtype t = (enum mvm_wtype)ti;
+        const size_t first = is_q(t) || is_k(t) ? 0 : 1, g = is_k(t) ? 256 : 32;
+        const size_t n = is_k(t) ? 768 : 288, rb = mvm_k_row_bytes(t, n);
+        const size_t ab = mvm_k_act_bytes(t, n), gb = mvm_k_act_bytes(t, g);
+        uint8_t *w = malloc(rb), *down = malloc(n_embd * mvm_k_row_bytes(t, g));
+        uint8_t *act = malloc(MVM_K_NT * ab), *ga = malloc(MVM_K_NT * gb);
+        float *x = malloc(n_embd * g * sizeof *x);
+        fill(x, n, 1.0f);
+        mvm_k_quantize(t, x, w, n);
+        fill(x, n_embd * g, 1.0f);
+        mvm_k_quantize(t, x, down, n_embd * g);
+        if (t == MVM_W_Q8_0) /* a file may hold -128, the one quant whose |q| needs 8 bits */
+            w[2 + 5] = down[2 + 7] = 0x80;
+        for (int k = 0; k < MVM_K_NT; k++) {
+            fill(x, n, 2.0f);
+            mvm_k_prepare_act(t, x, act + k * ab, n);
+            fill(x, g, 2.0f);
+            mvm_k_prepare_act(t, x, ga + k * gb, g);
+        }
+        int differs = 0;
+        for (size_t nt = 1; nt <= MVM_K_NT; nt++) {
+            float y[3][MVM_K_NT], o[3][MVM_K_NT * n_embd], o_start[MVM_K_NT * n_embd];
+            fill(o_start, nt * n_embd, 1.0f); /* down adds into its outputs */
+            for (size_t l = first; l < n_lv; l++) {
+                memcpy(o[l], o_start, nt * n_embd * sizeof *o_start);
+                lv[l]->dotn[t](w, act, ab, nt, n, y[l], 1);
+                lv[l]->downn[t](down, ga, gb, nt, o[l], n_embd, n_embd);
+                differs += memcmp(y[l], y[first], nt * sizeof *y[l]) != 0 ||
+                           memcmp(o[l], o[first], nt * n_embd * sizeof *o[l]) != 0;
+            }
+        }
+        CHECK(differs == 0);
+        if (differs)
+            fprintf(stderr, "  %s: the levels differ\n", tname(t));
+        free(w), free(down), free(act), free(ga), free(x);
+    }
+#endif
+}
+
 static void test_simd_select(void)
 {
     const enum mvm_simd best = mvm_k_simd_detect();
     CHECK(mvm_k_simd_current() == best); /* the default, before any mvm_k_simd_use */
     CHECK(mvm_k_simd_use(MVM_SIMD_COUNT) == -1);
     CHECK(mvm_k_simd_use(best) == 0 && mvm_k_simd_current() == best);
-    if (best < MVM_SIMD_AVX512) {
+    if (best + 1 < MVM_SIMD_COUNT) {
         CHECK(mvm_k_simd_use((enum mvm_simd)(best + 1)) == -1);
         CHECK(mvm_k_simd_current() == best);
     }
@@ -1317,10 +1373,14 @@ static void test_simd_select(void)
         CHECK(mvm_k_simd_use(MVM_SIMD_AVX2) == 0 && mvm_k_kernels == &mvm_k_level_avx2);
     if (best >= MVM_SIMD_AVX512)
         CHECK(mvm_k_simd_use(MVM_SIMD_AVX512) == 0 && mvm_k_kernels == &mvm_k_level_avx512);
+    if (best >= MVM_SIMD_AVX512VNNI)
+        CHECK(mvm_k_simd_use(MVM_SIMD_AVX512VNNI) == 0 &&
+              mvm_k_kernels == &mvm_k_level_avx512vnni);
 #endif
     CHECK(strcmp(mvm_k_simd_name(MVM_SIMD_SCALAR), "scalar") == 0);
     CHECK(strcmp(mvm_k_simd_name(MVM_SIMD_AVX2), "avx2") == 0);
     CHECK(strcmp(mvm_k_simd_name(MVM_SIMD_AVX512), "avx512") == 0);
+    CHECK(strcmp(mvm_k_simd_name(MVM_SIMD_AVX512VNNI), "avx512vnni") == 0);
 }
 
 int main(void)
@@ -1340,6 +1400,7 @@ int main(void)
     RUN(test_softmax);
     RUN(test_topk);
     RUN(test_swiglu);
+    RUN(test_levels_agree);
     for (int lv = 0; lv < MVM_SIMD_COUNT; lv++) {
         if (mvm_k_simd_use((enum mvm_simd)lv) != 0)
             continue;

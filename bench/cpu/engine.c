@@ -7,7 +7,11 @@
  * over a buffer much larger than the caches), because these machines are noisy and only
  * ratios within one run mean anything.
  *
- * usage: bench_cpu_engine MODEL.gguf [threads (0: the topology's cores)] [decode tokens] [prompt tokens]
+ * usage: bench_cpu_engine MODEL.gguf [threads (0: the topology's cores)] [decode tokens]
+ *                         [prompt tokens] [SIMD levels, e.g. avx512,avx512vnni]
+ * With a list of levels they take turns on the same loaded model, three rounds, and each
+ * level's best prefill and decode are printed (with every round's figures), so that the
+ * ratio of two levels comes from one run.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -62,6 +66,49 @@ static double read_bandwidth(mvm_pool *pool)
     return best;
 }
 
+/* Prefill of n_prompt tokens, then n_decode tokens one at a time, from an empty cache:
+ * tokens/s of each. */
+static mvm_status timed_run(mvm_ctx *c, const int32_t *tok, uint32_t n_prompt, uint32_t n_decode,
+                            float *logits, double *prefill_tps, double *decode_tps)
+{
+    mvm_ctx_reset(c);
+    double t0 = now_s();
+    mvm_status st = mvm_ctx_eval(c, tok, n_prompt, logits, 0);
+    *prefill_tps = n_prompt / (now_s() - t0);
+    t0 = now_s();
+    for (uint32_t i = 0; i < n_decode && st == MVM_OK; i++)
+        st = mvm_ctx_eval(c, tok + n_prompt + i, 1, logits, 0);
+    *decode_tps = n_decode / (now_s() - t0);
+    return st;
+}
+
+/* The levels named in the comma list (NULL: the current one) into lv; their count, or 0
+ * after printing which name is unknown or unsupported here. */
+static int parse_levels(const char *list, enum mvm_simd lv[MVM_SIMD_COUNT])
+{
+    if (!list) {
+        lv[0] = mvm_k_simd_current();
+        return 1;
+    }
+    int n = 0;
+    for (const char *p = list; *p;) {
+        const size_t len = strcspn(p, ",");
+        int found = -1;
+        for (int i = 0; i < MVM_SIMD_COUNT; i++)
+            if (strlen(mvm_k_simd_name((enum mvm_simd)i)) == len &&
+                strncmp(p, mvm_k_simd_name((enum mvm_simd)i), len) == 0)
+                found = i;
+        if (found < 0 || found > (int)mvm_k_simd_detect() || n == MVM_SIMD_COUNT) {
+            fprintf(stderr, "bench_cpu_engine: SIMD level '%.*s': unknown, repeated or not on "
+                    "this CPU (best: %s)\n", (int)len, p, mvm_k_simd_name(mvm_k_simd_detect()));
+            return 0;
+        }
+        lv[n++] = (enum mvm_simd)found;
+        p += len + (p[len] == ',');
+    }
+    return n;
+}
+
 static uint64_t mat_bytes(const mvm_weight *w)
 {
     return w->data ? (uint64_t)w->rows * w->row_bytes : 0;
@@ -83,8 +130,11 @@ static uint64_t active_bytes(const mvm_model *m)
 
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
-        fprintf(stderr, "usage: %s MODEL.gguf [threads] [decode tokens] [prompt tokens]\n", argv[0]);
+    enum mvm_simd levels[MVM_SIMD_COUNT];
+    const int n_levels = argc > 1 ? parse_levels(argc > 5 ? argv[5] : NULL, levels) : 0;
+    if (argc < 2 || n_levels == 0) {
+        fprintf(stderr, "usage: %s MODEL.gguf [threads] [decode tokens] [prompt tokens] "
+                "[SIMD levels]\n", argv[0]);
         return 2;
     }
     mvm_topo topo;
@@ -119,31 +169,42 @@ int main(int argc, char **argv)
                 return 1;
             }
     mvm_ctx_eval(c, tok, 4, logits, 0); /* warm-up */
-    mvm_ctx_reset(c);
-    double t0 = now_s();
-    mvm_status st = mvm_ctx_eval(c, tok, n_prompt, logits, 0);
-    double t_prefill = now_s() - t0;
-    t0 = now_s();
-    for (uint32_t i = 0; i < n_decode && st == MVM_OK; i++)
-        st = mvm_ctx_eval(c, tok + n_prompt + i, 1, logits, 0);
-    double t_decode = now_s() - t0;
-    if (st != MVM_OK) {
-        fprintf(stderr, "bench_cpu_engine: %s\n", mvm_last_error());
-        return 1;
-    }
-    uint64_t active = active_bytes(m);
-    double decode_tps = n_decode / t_decode, bound = bw / (double)active;
     char types[64];
     printf("model        %s (%s, %s experts), %u layers, top-%u of %u\n", m->name, m->arch->name,
            mvm_model_expert_types(m, types, sizeof types), m->hp.n_layer, m->hp.n_expert_used,
            m->hp.n_expert);
-    printf("threads      %d (%s kernels)\n", threads, mvm_k_simd_name(mvm_k_simd_current()));
+    const uint64_t active = active_bytes(m);
+    const double bound = bw / (double)active;
     printf("read bw      %.2f GB/s\n", bw / 1e9);
-    printf("active/token %.1f MB\n", (double)active / 1e6);
-    printf("prefill      %.2f tok/s (%u tokens)\n", n_prompt / t_prefill, n_prompt);
-    printf("decode       %.2f tok/s (%u tokens), bound %.2f tok/s: %.0f%% of the bound, "
-           "%.2f GB/s effective\n", decode_tps, n_decode, bound, 100.0 * decode_tps / bound,
-           decode_tps * (double)active / 1e9);
+    printf("active/token %.1f MB; decode bound %.2f tok/s\n", (double)active / 1e6, bound);
+    const int rounds = n_levels > 1 ? 3 : 1;
+    double prefill[MVM_SIMD_COUNT][3], decode[MVM_SIMD_COUNT][3];
+    for (int r = 0; r < rounds; r++)
+        for (int i = 0; i < n_levels; i++) {
+            mvm_k_simd_use(levels[i]); /* the pool's threads are idle between evals */
+            if (timed_run(c, tok, n_prompt, n_decode, logits, &prefill[i][r], &decode[i][r]) !=
+                MVM_OK) {
+                fprintf(stderr, "bench_cpu_engine: %s\n", mvm_last_error());
+                return 1;
+            }
+        }
+    for (int i = 0; i < n_levels; i++) {
+        double best_p = 0, best_d = 0;
+        char all_p[64] = "", all_d[64] = "";
+        for (int r = 0; r < rounds; r++) {
+            best_p = prefill[i][r] > best_p ? prefill[i][r] : best_p;
+            best_d = decode[i][r] > best_d ? decode[i][r] : best_d;
+            snprintf(all_p + strlen(all_p), sizeof all_p - strlen(all_p), "%s%.1f", r ? ", " : "",
+                     prefill[i][r]);
+            snprintf(all_d + strlen(all_d), sizeof all_d - strlen(all_d), "%s%.1f", r ? ", " : "",
+                     decode[i][r]);
+        }
+        printf("threads      %d (%s kernels)\n", threads, mvm_k_simd_name(levels[i]));
+        printf("prefill      %.2f tok/s (%u tokens; rounds %s)\n", best_p, n_prompt, all_p);
+        printf("decode       %.2f tok/s (%u tokens; rounds %s), %.0f%% of the bound, "
+               "%.2f GB/s effective\n", best_d, n_decode, all_d, 100.0 * best_d / bound,
+               best_d * (double)active / 1e9);
+    }
     mvm_ctx_free(c);
     mvm_model_free(m);
     mvm_pool_destroy(pool);

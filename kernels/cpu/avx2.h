@@ -1,14 +1,17 @@
 /*
  * The AVX2 (with FMA and F16C) building blocks: the whole AVX2 level (dot_avx2.c) and the
- * parts of the AVX-512 level where 512-bit vectors do not pay (dot_avx512.c). Every function
- * carries the target attribute instead of the files being compiled with -mavx2, so the
+ * parts of the AVX-512 levels where 512-bit vectors do not pay (avx512.h). Every function
+ * carries a target attribute instead of the files being compiled with -mavx2, so the
  * project builds with default flags and this code only runs once simd.c has seen the CPU
- * support it; inlining them into the AVX-512 functions is allowed (a subset target).
+ * support it; avx512.h compiles them for its own target.
  *
  * Float weights are widened to F32 in registers (F16 by F16C, BF16 by a 16-bit shift) and
  * multiplied with the F32 activations. The 32-element Q types meet Q8_0 activations in int8
- * as in ggml (maddubs, then madd to int32) and each block's sum is scaled by its two f16
- * scales (Q4_1/Q5_1 add their min times the activation block's sum).
+ * as in ggml (maddubs, then madd to int32; one vpdpbusd where the level has VNNI) and each
+ * block's sum is scaled by its two f16 scales (Q4_1/Q5_1 add their min times the activation
+ * block's sum). The K-quants keep maddubs and madd at every level: their madd applies a
+ * sub-block's scale, and VNNI's vpdpwssd in its place put a 5-cycle add on each
+ * accumulator's chain (measured slower: Q4_K matmul 13.0 against 13.6 GB/s).
  * Both Q kernels take 8 blocks a step, 8 blocks of a row in the dot product or 8 outputs in
  * the expert's down loop, and reduce them with one transposing hadd tree to a vector of 8
  * sums, so that the scales are converted 8 at a time and the stores stay vector-wide.
@@ -30,7 +33,14 @@
 
 #include "kernels/cpu/dispatch.h"
 
+/* A file may compile these blocks for a wider target by defining AVX2_TARGET first, and with
+ * AVX512-VNNI's fused integer dot products by defining MVM_K_VNNI 1 (avx512.h does both). */
+#ifndef AVX2_TARGET
 #define AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
+#endif
+#ifndef MVM_K_VNNI
+#define MVM_K_VNNI 0
+#endif
 #define AVX2_INLINE static inline __attribute__((always_inline)) AVX2_TARGET
 
 #define MVM_K_PREFETCH 4096
@@ -190,33 +200,51 @@ AVX2_INLINE __m256i avx2_qload(enum mvm_wtype t, const uint8_t *blk)
     return L.qh ? _mm256_or_si256(q, avx2_bits5(blk + L.qh)) : q;
 }
 
+/* acc plus, in each int32 lane, the sum of its four products of unsigned bytes of u with
+ * signed bytes of s. Without VNNI that is maddubs then madd, whose int16 pair sums must not
+ * saturate (every caller's quants are small enough); with it one vpdpbusd, the same
+ * integers. */
+AVX2_INLINE __m256i avx2_dpbusd(__m256i acc, __m256i u, __m256i s)
+{
+#if MVM_K_VNNI
+    return _mm256_dpbusd_epi32(acc, u, s);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s),
+                                                   _mm256_set1_epi16(1)));
+#endif
+}
+
 /* 8 partial sums of one block's w·a (w from avx2_qload) as floats, exact: each is at most
- * 4·128·127. maddubs multiplies unsigned by signed bytes. Q8_0 and the table types give it
- * |w| and a
- * with w's sign (|w| rather than |a|: a weight of -128 stays exact as 128 while a is in
- * [-127, 127]);
- * the others give it the unsigned quants as they are (at most 2·31·127 a pair: no int16
- * saturation) and Q4_0/Q5_0 subtract bias·a in int16, which the down loop hoists since a
- * is the same for all its outputs. */
+ * 4·128·127. The products are of unsigned by signed bytes (avx2_dpbusd): Q8_0 and the table
+ * types give |w| and a with w's sign (|w| rather than |a|: a weight of -128 stays exact as
+ * 128 while a is in [-127, 127]); the others give the unsigned quants as they are (at most
+ * 2·31·127 a pair: no int16 saturation), and Q4_0/Q5_0 subtract bias·a (in int16 before the
+ * one madd, or in int32 after VNNI's products), which the down loop hoists since a is the
+ * same for all its outputs. */
 AVX2_INLINE __m256 avx2_qdot(enum mvm_wtype t, __m256i w, __m256i a)
 {
     const mvm_k_qlayout L = mvm_k_qlay(t);
-    __m256i p;
+    const __m256i zero = _mm256_setzero_si256();
     if (t == MVM_W_Q8_0 || mvm_k_is_table(t))
-        p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
-    else if (L.bias)
-        p = _mm256_sub_epi16(_mm256_maddubs_epi16(w, a),
-                             _mm256_maddubs_epi16(_mm256_set1_epi8((char)L.bias), a));
-    else
-        p = _mm256_maddubs_epi16(w, a);
+        return _mm256_cvtepi32_ps(
+            avx2_dpbusd(zero, _mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w)));
+    if (!L.bias)
+        return _mm256_cvtepi32_ps(avx2_dpbusd(zero, w, a));
+#if MVM_K_VNNI
+    return _mm256_cvtepi32_ps(_mm256_sub_epi32(
+        avx2_dpbusd(zero, w, a), avx2_dpbusd(zero, _mm256_set1_epi8((char)L.bias), a)));
+#else
+    /* the bias's products subtracted in int16, before the one madd */
+    const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(w, a),
+                                       _mm256_maddubs_epi16(_mm256_set1_epi8((char)L.bias), a));
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+#endif
 }
 
 /* 8 partial sums of an activation block's quants as floats (the min term of Q4_1/Q5_1). */
 AVX2_INLINE __m256 avx2_qsum(__m256i a)
 {
-    return _mm256_cvtepi32_ps(
-        _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), a), _mm256_set1_epi16(1)));
+    return _mm256_cvtepi32_ps(avx2_dpbusd(_mm256_setzero_si256(), _mm256_set1_epi8(1), a));
 }
 
 /* The f16s at p, p + bytes, ..., p + 7·bytes as floats: 8 Q blocks' scales (p at the first

@@ -239,7 +239,8 @@ struct mvm_k_level {
 extern const struct mvm_k_level mvm_k_level_scalar; /* dot_scalar.c */
 #if defined(__x86_64__) || defined(__i386__)
 extern const struct mvm_k_level mvm_k_level_avx2;   /* dot_avx2.c */
-extern const struct mvm_k_level mvm_k_level_avx512; /* dot_avx512.c */
+extern const struct mvm_k_level mvm_k_level_avx512;     /* dot_avx512.c */
+extern const struct mvm_k_level mvm_k_level_avx512vnni; /* dot_avx512vnni.c */
 #endif
 
 /* The table of the level in use (simd.c); set before any thread runs a kernel. */

@@ -54,14 +54,20 @@ const char *mvm_k_wtype_name(enum mvm_wtype t);
 void mvm_k_prepare_act(enum mvm_wtype t, const float *x, void *act, size_t n);
 
 /* ---- SIMD level ------------------------------------------------------------------------ */
-enum mvm_simd { MVM_SIMD_SCALAR, MVM_SIMD_AVX2, MVM_SIMD_AVX512, MVM_SIMD_COUNT };
+enum mvm_simd {
+    MVM_SIMD_SCALAR,
+    MVM_SIMD_AVX2,
+    MVM_SIMD_AVX512,
+    MVM_SIMD_AVX512VNNI,
+    MVM_SIMD_COUNT
+};
 /* The best level this CPU supports (cpuid + OS support for the registers). */
 enum mvm_simd mvm_k_simd_detect(void);
 /* Selects the level every kernel uses from now on; -1 when the CPU lacks it (the level in
  * use is unchanged). Call before starting threads. Default: mvm_k_simd_detect(). */
 int mvm_k_simd_use(enum mvm_simd level);
 enum mvm_simd mvm_k_simd_current(void);
-const char *mvm_k_simd_name(enum mvm_simd level); /* "scalar", "avx2", "avx512" */
+const char *mvm_k_simd_name(enum mvm_simd level); /* "scalar", "avx2", "avx512", "avx512vnni" */
 
 /* ---- conversions and (de)quantization (llama.cpp's reference rounding) ------------------ */
 float mvm_fp16_to_fp32(uint16_t h);

@@ -21,6 +21,7 @@ static const struct mvm_k_level *const levels[MVM_SIMD_COUNT] = {
 #if defined(__x86_64__) || defined(__i386__)
     [MVM_SIMD_AVX2] = &mvm_k_level_avx2,
     [MVM_SIMD_AVX512] = &mvm_k_level_avx512,
+    [MVM_SIMD_AVX512VNNI] = &mvm_k_level_avx512vnni,
 #endif
 };
 
@@ -54,7 +55,7 @@ enum mvm_simd mvm_k_simd_detect(void)
     const unsigned need7 = bit_AVX512F | bit_AVX512BW | bit_AVX512VL | bit_AVX512DQ;
     if ((b7 & need7) != need7 || (xcr & XCR0_AVX512) != XCR0_AVX512)
         return MVM_SIMD_AVX2;
-    return MVM_SIMD_AVX512;
+    return c7 & bit_AVX512VNNI ? MVM_SIMD_AVX512VNNI : MVM_SIMD_AVX512;
 }
 #else
 enum mvm_simd mvm_k_simd_detect(void)
@@ -79,7 +80,8 @@ enum mvm_simd mvm_k_simd_current(void)
 
 const char *mvm_k_simd_name(enum mvm_simd level)
 {
-    static const char *const names[MVM_SIMD_COUNT] = {"scalar", "avx2", "avx512"};
+    static const char *const names[MVM_SIMD_COUNT] = {"scalar", "avx2", "avx512",
+                                                             "avx512vnni"};
     return (unsigned)level < MVM_SIMD_COUNT ? names[level] : "unknown";
 }
 
