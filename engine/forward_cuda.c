@@ -23,10 +23,11 @@
  * the sum in each token's routing order comes after the last, so the result does not
  * depend on how the step was cut.
  *
- * Scratch: attention scores take n_batch x n_head x n_ctx floats of device memory, like the
- * KV cache's 2 x blocks x n_ctx x kv_dim elements (MLA: 1 x blocks x n_ctx x (kv_lora +
- * rope); F16 by default, kv_cache.h); MLA's absorbed queries and their outputs 2 x n_batch
- * x n_head x (kv_lora + rope) floats.
+ * Scratch: the KV cache takes 2 x blocks x n_ctx x kv_dim elements of device memory (MLA:
+ * 1 x blocks x n_ctx x (kv_lora + rope); F16 by default, kv_cache.h); attention's split
+ * parts (n_batch + 256 / units) x n_head x (head_dim + 3) floats, whatever the context
+ * (kernels/cuda/kernels.h); MLA's absorbed queries and their outputs 2 x n_batch x n_head x
+ * (kv_lora + rope) floats.
  */
 #include <stdint.h>
 #include <stdio.h>

@@ -11,6 +11,7 @@
  * rotary part of the queries goes into the absorbed ones as one strided copy.
  */
 #include "engine/forward_cuda_impl.h"
+#include "vmm/error.h"
 
 mvm_status mvm_cf_upload_attention(struct cuda_fwd *f, const mvm_layer *L, struct dlayer *d)
 {
@@ -51,7 +52,13 @@ mvm_status mvm_cf_alloc_attention(struct cuda_fwd *f)
     TRY(mvm_cf_alloc(f, kv, &f->kc));
     TRY(mvm_cf_alloc(f, B * f->q_dim * 4, &f->q));
     TRY(mvm_cf_alloc(f, B * values * 4, &f->att));
-    TRY(mvm_cf_alloc(f, B * H * f->n_ctx * 4, &f->scores));
+    /* MLA attends over whole latent rows as one kv head */
+    const uint32_t hd = hp->kv_lora ? f->lat : hp->head_dim;
+    const uint32_t hkv = hp->kv_lora ? 1 : hp->n_head_kv;
+    if (mvm_g_attention_unit_heads(hp->n_head, hkv, hd) == 0)
+        return mvm_fail(MVM_ERR_UNSUPPORTED, "attention head dimension %u: the device kernel "
+                        "takes at most %u", hd, MVM_G_ATTN_QFLOATS);
+    TRY(mvm_cf_alloc(f, mvm_g_attention_part_bytes(f->n_batch, hp->n_head, hkv, hd), &f->part));
     /* the batch's new rows in F32 where they cannot be written straight into the cache */
     int staged = f->kv->type != MVM_W_F32;
     for (uint32_t b = 0; b < hp->n_dense + hp->n_layer; b++)
@@ -142,7 +149,7 @@ static mvm_status gqa(struct cuda_fwd *f, const struct dlayer *L, const mvm_kv_b
         TRY(store(f, b, n, pos0));
     }
     mvm_g_attention_args a = {.q = f->q, .kc = f->kc + b->row0 * row,
-                              .vc = f->vc + b->row0 * row, .out = f->att, .scores = f->scores,
+                              .vc = f->vc + b->row0 * row, .out = f->att, .part = f->part,
                               .sinks = L->sinks, .n_tok = n, .pos0 = pos0,
                               .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
                               .head_dim = hp->head_dim, .n_ctx = f->n_ctx, .window = L->swa,
@@ -192,7 +199,7 @@ static mvm_status mla(struct cuda_fwd *f, const struct dlayer *L, const mvm_kv_b
                           f->q + hp->nope * sizeof(float), hp->head_dim * sizeof(float),
                           hp->rope.n_rot * sizeof(float), (size_t)n * H));
     mvm_g_attention_args a = {.q = f->qlat, .kc = cache, .vc = cache, .out = f->olat,
-                              .scores = f->scores, .n_tok = n, .pos0 = pos0, .n_head = H,
+                              .part = f->part, .n_tok = n, .pos0 = pos0, .n_head = H,
                               .n_head_kv = 1, .head_dim = lat, .n_ctx = f->n_ctx,
                               .kv_f16 = f->kv->type == MVM_W_F16, .scale = hp->kq_scale};
     TRY(mvm_gpu_attention(f->g, 0, &a));

@@ -57,7 +57,8 @@ struct cuda_fwd {
     mvm_dptr k, v;              /* [n_batch][kv_dim] floats: the batch's new rows before
                                    they are stored (forward_cuda_attn.c); 0 where none is
                                    (an F32 cache without rings); MLA: k only */
-    mvm_dptr x, xn, q, att, tmp, probs, logits, scores, sh1, sh3, shg; /* [n_batch][...] */
+    mvm_dptr x, xn, q, att, tmp, probs, logits, sh1, sh3, shg; /* [n_batch][...] */
+    mvm_dptr part; /* attention's split parts (mvm_g_attention_part_bytes) */
     mvm_dptr qa, qlat, olat;    /* MLA: q_a; [n_head][lat] absorbed queries, their outputs */
     mvm_dptr act;               /* [n_batch][act_stride]: a Q or K type's input as Q8_0 or
                                    Q8_K blocks */

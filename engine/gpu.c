@@ -39,6 +39,7 @@ static const struct {
     [MVM_GK_RMSNORM] = {MOD_OPS, "mvm_g_rmsnorm", 0},
     [MVM_GK_ROPE] = {MOD_OPS, "mvm_g_rope", 0},
     [MVM_GK_ATTENTION] = {MOD_OPS, "mvm_g_attention", 0},
+    [MVM_GK_ATTENTION_COMBINE] = {MOD_OPS, "mvm_g_attention_combine", 0},
     [MVM_GK_STORE_ROWS] = {MOD_OPS, "mvm_g_store_rows", 0},
     [MVM_GK_ADD] = {MOD_OPS, "mvm_g_add", 0},
     [MVM_GK_SWIGLU] = {MOD_OPS, "mvm_g_swiglu", 0},

@@ -29,6 +29,7 @@ enum mvm_gpu_kernel {
     MVM_GK_RMSNORM,
     MVM_GK_ROPE,
     MVM_GK_ATTENTION,
+    MVM_GK_ATTENTION_COMBINE,
     MVM_GK_STORE_ROWS,
     MVM_GK_ADD,
     MVM_GK_SWIGLU,
@@ -75,12 +76,23 @@ MVM_GPU_LAUNCHER(mvm_gpu_expert_sum, MVM_GK_EXPERT_SUM, mvm_g_expert_sum_args,
                  mvm_g_expert_sum_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_rmsnorm, MVM_GK_RMSNORM, mvm_g_rmsnorm_args, mvm_g_rmsnorm_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_rope, MVM_GK_ROPE, mvm_g_rope_args, mvm_g_rope_shape)
-MVM_GPU_LAUNCHER(mvm_gpu_attention, MVM_GK_ATTENTION, mvm_g_attention_args,
+MVM_GPU_LAUNCHER(mvm_gpu_attention_splits, MVM_GK_ATTENTION, mvm_g_attention_args,
                  mvm_g_attention_shape)
+MVM_GPU_LAUNCHER(mvm_gpu_attention_combine, MVM_GK_ATTENTION_COMBINE, mvm_g_attention_args,
+                 mvm_g_attention_combine_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_store_rows, MVM_GK_STORE_ROWS, mvm_g_store_rows_args,
                  mvm_g_store_rows_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_add, MVM_GK_ADD, mvm_g_add_args, mvm_g_add_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_swiglu, MVM_GK_SWIGLU, mvm_g_add_args, mvm_g_add_shape)
 #undef MVM_GPU_LAUNCHER
+
+/* Attention: the splits, then their combination where there are several (kernels.h). */
+static inline mvm_status mvm_gpu_attention(mvm_gpu *g, int type, const mvm_g_attention_args *a)
+{
+    mvm_status st = mvm_gpu_attention_splits(g, type, a);
+    if (st == MVM_OK && mvm_g_attention_splits(a) > 1)
+        st = mvm_gpu_attention_combine(g, type, a);
+    return st;
+}
 
 #endif

@@ -363,23 +363,30 @@ static std::vector<uint8_t> cache_of(const std::vector<float> &x, enum mvm_wtype
     return c;
 }
 
+/* The heads of an attention case: query heads, kv heads, head dimension. */
+struct attn_heads {
+    uint32_t nh, nkv, hd;
+};
+
 /* Against mvm_k_attn_heads per (query, head), over the window's positions of a full cache;
  * with sinks (gpt-oss), head h's logit sinks[h], large enough to take a good part of the
  * mass. With a ring (engine/kv_cache.h: window + n_tok rows, each position written to two,
  * in order, so that later positions overwrite earlier ones) the kernel reads that instead.
- * The cache's elements are F32 or F16. */
-static void attention_case(uint32_t n_tok, uint32_t pos0, uint32_t n_ctx, uint32_t window = 0,
-                           bool with_sinks = false, bool ring = false,
-                           enum mvm_wtype kv = MVM_W_F32)
+ * The cache's elements are F32 or F16. The split parts are poisoned and sized by
+ * mvm_g_attention_part_bytes for this batch; the combine runs where there are several
+ * splits, as mvm_gpu_attention does. Returns the launch's split count. */
+static uint32_t attention_case(uint32_t n_tok, uint32_t pos0, uint32_t n_ctx, uint32_t window = 0,
+                               bool with_sinks = false, bool ring = false,
+                               enum mvm_wtype kv = MVM_W_F32, attn_heads H = {4, 2, 16})
 {
-    const uint32_t nh = 4, nkv = 2, hd = 16, q_dim = nh * hd, kv_dim = nkv * hd;
+    const uint32_t nh = H.nh, nkv = H.nkv, hd = H.hd, q_dim = nh * hd, kv_dim = nkv * hd;
     const uint32_t R = ring ? window + n_tok : 0, es = kv == MVM_W_F16 ? 2 : 4;
     const float scale = 1.0f / sqrtf((float)hd);
     std::vector<float> q = randoms(n_tok * q_dim, 2.0f), sinks = randoms(nh, 3.0f);
     std::vector<uint8_t> kc = cache_of(randoms(n_ctx * kv_dim, 2.0f), kv),
                          vc = cache_of(randoms(n_ctx * kv_dim), kv);
-    std::vector<float> out(n_tok * q_dim, POISON), want(n_tok * q_dim), scratch(n_ctx),
-        scores(n_tok * nh * n_ctx, POISON);
+    std::vector<float> out(n_tok * q_dim, POISON), want(n_tok * q_dim), scratch(n_ctx);
+    std::vector<uint8_t> part(mvm_g_attention_part_bytes(n_tok, nh, nkv, hd), 0xFF);
     for (uint32_t i = 0; i < n_tok; i++)
         for (uint32_t h = 0; h < nh; h++) {
             const uint32_t n_pos = pos0 + i + 1;
@@ -399,14 +406,19 @@ static void attention_case(uint32_t n_tok, uint32_t pos0, uint32_t n_ctx, uint32
         }
     mvm_g_attention_args a = {dp(q.data()), dp(ring ? rk.data() : kc.data()),
                               dp(ring ? rv.data() : vc.data()), dp(out.data()),
-                              dp(scores.data()), with_sinks ? dp(sinks.data()) : 0, n_tok,
+                              dp(part.data()), with_sinks ? dp(sinks.data()) : 0, n_tok,
                               pos0, nh, nkv, hd, n_ctx, window, R, kv == MVM_W_F16, scale};
+    const uint32_t splits = mvm_g_attention_splits(&a);
     launch(mvm_g_attention, a, mvm_g_attention_shape(&a));
+    if (splits > 1)
+        launch(mvm_g_attention_combine, a, mvm_g_attention_combine_shape(&a));
     double e = rel_err(out.data(), want.data(), out.size());
     if (e >= 1e-5)
-        fprintf(stderr, "attention n_tok %u pos0 %u window %u sinks %d ring %u %s: relative "
-                "error %g\n", n_tok, pos0, window, with_sinks, R, mvm_k_wtype_name(kv), e);
+        fprintf(stderr, "attention n_tok %u pos0 %u window %u sinks %d ring %u %s heads %u/%u x "
+                "%u, %u splits: relative error %g\n", n_tok, pos0, window, with_sinks, R,
+                mvm_k_wtype_name(kv), nh, nkv, hd, splits, e);
     CHECK(e < 1e-5);
+    return splits;
 }
 
 static void test_attention(void)
@@ -431,6 +443,42 @@ static void test_attention(void)
     attention_case(2, 200, 300, 0, false, false, MVM_W_F16);
     attention_case(4, 7, 16, 3, true, false, MVM_W_F16);
     attention_case(4, 7, 64, 5, true, true, MVM_W_F16);
+    /* The splits: decode over a long context (many splits of several tiles, the last one
+     * short), with sinks and a window; a batch whose early queries leave the last splits
+     * empty; one split of several tiles (a batch that fills the device alone). */
+    CHECK(attention_case(1, 1499, 1500) > 8);
+    CHECK(attention_case(1, 1499, 1500, 0, false, false, MVM_W_F32, {64, 32, 16}) > 4);
+    CHECK(attention_case(1, 1499, 1500, 700, true, true, MVM_W_F16) > 4);
+    CHECK(attention_case(40, 100, 300) > 1);
+    CHECK(attention_case(40, 260, 300, 0, false, false, MVM_W_F32, {64, 2, 16}) == 1);
+    /* Units: a group wider than a block's heads (10 = 8 + 2), deepseek2's latent rows (16
+     * heads over one 576-wide kv head: 8 a block), and a head too wide for 8 in its queries'
+     * shared memory (3 heads of 1600 floats: 2 a block) */
+    attention_case(2, 300, 302, 0, true, false, MVM_W_F32, {20, 2, 16});
+    attention_case(1, 200, 201, 0, false, false, MVM_W_F16, {16, 1, 576});
+    attention_case(2, 90, 92, 0, false, false, MVM_W_F32, {3, 1, 1600});
+}
+
+/* The bound of the parts' bytes holds for every batch up to n_batch, whatever the context. */
+static void test_attention_part_bytes(void)
+{
+    static const attn_heads shapes[] = {{32, 4, 128}, {128, 1, 576}, {64, 8, 64}, {3, 1, 1600}};
+    int bad = 0;
+    for (const attn_heads &H : shapes)
+        for (uint32_t n_batch : {1u, 32u, 512u})
+            for (uint32_t n_tok = 1; n_tok <= n_batch; n_tok++)
+                for (uint32_t pos0 : {0u, 100u, 5000u, 131000u}) {
+                    mvm_g_attention_args a = {};
+                    a.n_tok = n_tok, a.pos0 = pos0, a.n_head = H.nh, a.n_head_kv = H.nkv;
+                    a.head_dim = H.hd;
+                    const uint64_t rows = (uint64_t)n_tok * mvm_g_attention_splits(&a);
+                    bad += rows * H.nh * (8 + 4 * (1 + (uint64_t)H.hd)) >
+                           mvm_g_attention_part_bytes(n_batch, H.nh, H.nkv, H.hd);
+                }
+    CHECK(bad == 0);
+    /* deepseek2 at 32 tokens a batch: MBs, not the n_ctx-wide scores' GBs */
+    CHECK(mvm_g_attention_part_bytes(32, 128, 1, 576) < (16u << 20));
+    CHECK(mvm_g_attention_unit_heads(1, 1, MVM_G_ATTN_QFLOATS + 1) == 0);
 }
 
 /* Rows of floats into the cache's rows, strided both sides: F16 rounded as the CPU rounds
@@ -498,6 +546,7 @@ int main(void)
     RUN(test_rmsnorm);
     RUN(test_rope);
     RUN(test_attention);
+    RUN(test_attention_part_bytes);
     RUN(test_store_rows);
     RUN(test_add_swiglu);
     TEST_END();

@@ -224,6 +224,49 @@ static void test_copy_rows(void)
     free(x);
 }
 
+/* Attention through mvm_gpu_attention (the splits, then their combination) against the CPU's
+ * mvm_k_attn_heads: Qwen3-30B-A3B's heads (32 over 4 kv heads of 128) at 1024 positions of
+ * an F16 cache, one query and two, each launch in several splits (test_cuda_kernels checks
+ * the kernels' other cases). */
+static void test_attention(void)
+{
+    const uint32_t nh = 32, nkv = 4, hd = 128, n_ctx = 1024, q_dim = nh * hd, kv_dim = nkv * hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    float *q = randoms(2 * q_dim), *k = randoms((size_t)n_ctx * kv_dim);
+    float *v = randoms((size_t)n_ctx * kv_dim), *scratch = malloc(n_ctx * sizeof *scratch);
+    float *want = malloc(2 * q_dim * sizeof *want), *got = malloc(2 * q_dim * sizeof *got);
+    uint16_t *kc = malloc((size_t)n_ctx * kv_dim * 2), *vc = malloc((size_t)n_ctx * kv_dim * 2);
+    mvm_k_quantize(MVM_W_F16, k, kc, (size_t)n_ctx * kv_dim);
+    mvm_k_quantize(MVM_W_F16, v, vc, (size_t)n_ctx * kv_dim);
+    mvm_dptr dq = up(q, 2 * q_dim * 4), dk = up(kc, (size_t)n_ctx * kv_dim * 2);
+    mvm_dptr dv = up(vc, (size_t)n_ctx * kv_dim * 2), dout = 0, dpart = 0;
+    CHECK_ST(mvm_gpu_alloc(g, 2 * q_dim * 4, &dout), MVM_OK);
+    CHECK_ST(mvm_gpu_alloc(g, mvm_g_attention_part_bytes(2, nh, nkv, hd), &dpart), MVM_OK);
+    for (uint32_t n_tok = 1; n_tok <= 2; n_tok++) {
+        const uint32_t pos0 = n_ctx - n_tok;
+        for (uint32_t i = 0; i < n_tok; i++)
+            for (uint32_t h = 0; h < nh; h++) {
+                const size_t kvo = (size_t)(h / (nh / nkv)) * hd;
+                mvm_k_attn_heads(q + i * q_dim + h * hd, 1, MVM_W_F16, kc + kvo, vc + kvo,
+                                 kv_dim, pos0 + i + 1, hd, scale, NULL, scratch,
+                                 want + i * q_dim + h * hd);
+            }
+        mvm_g_attention_args a = {.q = dq, .kc = dk, .vc = dv, .out = dout, .part = dpart,
+                                  .n_tok = n_tok, .pos0 = pos0, .n_head = nh, .n_head_kv = nkv,
+                                  .head_dim = hd, .n_ctx = n_ctx, .kv_f16 = 1, .scale = scale};
+        CHECK(mvm_g_attention_splits(&a) > 1);
+        CHECK_ST(mvm_gpu_attention(g, 0, &a), MVM_OK);
+        CHECK_ST(mvm_gpu_download(g, got, dout, n_tok * q_dim * 4), MVM_OK);
+        const double e = rel_err(got, want, n_tok * q_dim);
+        if (e >= 1e-5)
+            fprintf(stderr, "attention, %u queries: relative error %g\n", n_tok, e);
+        CHECK(e < 1e-5);
+    }
+    mvm_gpu_free(g, dq), mvm_gpu_free(g, dk), mvm_gpu_free(g, dv), mvm_gpu_free(g, dout);
+    mvm_gpu_free(g, dpart);
+    free(q), free(k), free(v), free(scratch), free(want), free(got), free(kc), free(vc);
+}
+
 /* A failing driver call is named, with the module or kernel it was for. */
 static void test_failures(void)
 {
@@ -272,6 +315,7 @@ int main(int argc, char **argv)
     RUN(test_experts);
     RUN(test_stream_order);
     RUN(test_copy_rows);
+    RUN(test_attention);
     void *driver = dlopen(argv[1], RTLD_NOW | RTLD_NOLOAD);
     set_fail = driver ? (fakecuda_set_fail_fn)dlsym(driver, "fakecuda_set_fail") : NULL;
     CHECK(!fake || set_fail != NULL);

@@ -186,20 +186,107 @@ MVM_G_FN mvm_g_shape mvm_g_rope_shape(const mvm_g_rope_args *a)
 /* mvm_g_attention: causal attention of n_tok queries at positions pos0.. over the KV cache.
  * Query i, head h: q + i * q_dim + h * head_dim; keys and values of position p for kv head
  * h / (n_head / n_head_kv) at kc, vc + row(p) * kv_dim + that head's offset (floats); the
- * output like the query in out. scores: n_tok * n_head rows of n_ctx floats of scratch. With
- * a window (gpt-oss: 0 for none), query i sees its last `window` positions only, from
- * `first`; with a ring (engine/kv_cache.h: 0 for none) they are the consecutive rows from
- * first % ring, else row(p) = p. With sinks (n_head floats; 0 for none), head h's softmax
- * has the extra logit sinks[h] in its denominator (kernels/cpu's mvm_k_attn_heads). The
- * cache's elements are F16 with kv_f16, else F32 (offsets above count elements). One block
- * per (head, query). */
+ * output like the query in out. With a window (gpt-oss: 0 for none), query i sees its last
+ * `window` positions only, from `first`; with a ring (engine/kv_cache.h: 0 for none) they are
+ * the consecutive rows from first % ring, else row(p) = p. With sinks (n_head floats; 0 for
+ * none), head h's softmax has the extra logit sinks[h] in its denominator (kernels/cpu's
+ * mvm_k_attn_heads). The cache's elements are F16 with kv_f16, else F32 (offsets above count
+ * elements).
+ *
+ * Split as flash-decoding does, so that a long context's decode fills the device and reads
+ * the cache once per group of heads:
+ * - a block takes a unit of up to MVM_G_ATTN_HEADS heads that share a kv head (a GQA group,
+ *   or deepseek2's heads over the latent rows), one query, and one of n_split ranges of the
+ *   positions; it reads each key and value row once for all its heads, MVM_G_ATTN_TILE
+ *   positions at a time, with a running max and sum (the sum in double, as the CPU's);
+ * - with one split it writes the output; with more, each block leaves its heads' max, sum
+ *   and unnormalised output in `part` (mvm_g_attention_part_bytes), and
+ *   mvm_g_attention_combine (a block per (head, query)) rescales and adds them.
+ * n_split (mvm_g_attention_splits) gives about MVM_G_ATTN_BLOCKS blocks, never a range
+ * shorter than a tile. */
 typedef struct mvm_g_attention_args {
-    mvm_dptr q, kc, vc, out, scores, sinks;
+    mvm_dptr q, kc, vc, out, part, sinks;
     uint32_t n_tok, pos0, n_head, n_head_kv, head_dim, n_ctx, window, ring, kv_f16;
     float scale;
 } mvm_g_attention_args;
 
+#define MVM_G_ATTN_HEADS 8      /* heads a block computes at most */
+#define MVM_G_ATTN_QFLOATS 4608 /* its heads' query floats at most (8 of deepseek2's 576) */
+#define MVM_G_ATTN_TILE MVM_G_THREADS /* positions a block scores at once, a thread each */
+#define MVM_G_ATTN_BLOCKS 256   /* the blocks a launch aims at (two per SM of an H100) */
+
+/* Heads a block takes: its kv head's group, at most MVM_G_ATTN_HEADS and as many as the
+ * query floats allow (0: head_dim over MVM_G_ATTN_QFLOATS, which the host refuses). */
+MVM_G_FN uint32_t mvm_g_attention_unit_heads(uint32_t n_head, uint32_t n_head_kv,
+                                             uint32_t head_dim)
+{
+    uint32_t hb = n_head / n_head_kv, fit = MVM_G_ATTN_QFLOATS / head_dim;
+    hb = hb < MVM_G_ATTN_HEADS ? hb : MVM_G_ATTN_HEADS;
+    return hb < fit ? hb : fit;
+}
+
+/* Units in all: each kv head's group in units of mvm_g_attention_unit_heads. */
+MVM_G_FN uint32_t mvm_g_attention_units(uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim)
+{
+    return n_head_kv * mvm_g_div_up(n_head / n_head_kv,
+                                    mvm_g_attention_unit_heads(n_head, n_head_kv, head_dim));
+}
+
+/* The most positions a query of the launch sees. */
+MVM_G_FN uint32_t mvm_g_attention_max_pos(const mvm_g_attention_args *a)
+{
+    const uint32_t n = a->pos0 + a->n_tok;
+    return a->window && n > a->window ? a->window : n;
+}
+
+/* Tiles per split: the fewest that leave about MVM_G_ATTN_BLOCKS blocks. */
+MVM_G_FN uint32_t mvm_g_attention_split_tiles(const mvm_g_attention_args *a)
+{
+    const uint32_t units = mvm_g_attention_units(a->n_head, a->n_head_kv, a->head_dim);
+    const uint32_t want = mvm_g_div_up(MVM_G_ATTN_BLOCKS, units * a->n_tok);
+    const uint32_t tiles = mvm_g_div_up(mvm_g_attention_max_pos(a), MVM_G_ATTN_TILE);
+    return mvm_g_div_up(tiles, want < tiles ? want : tiles);
+}
+
+MVM_G_FN uint32_t mvm_g_attention_splits(const mvm_g_attention_args *a)
+{
+    return mvm_g_div_up(mvm_g_div_up(mvm_g_attention_max_pos(a), MVM_G_ATTN_TILE),
+                        mvm_g_attention_split_tiles(a));
+}
+
+/* Positions [*j0, *j1) of split c of a query that sees n, counted from its first: whole
+ * tiles (the last split's may be short or, for an early query of a batch, empty). */
+MVM_G_FN void mvm_g_attention_range(const mvm_g_attention_args *a, uint32_t n, uint32_t c,
+                                    uint32_t *j0, uint32_t *j1)
+{
+    const uint64_t per = (uint64_t)mvm_g_attention_split_tiles(a) * MVM_G_ATTN_TILE;
+    const uint64_t b = c * per, e = b + per;
+    *j0 = (uint32_t)(b < n ? b : n);
+    *j1 = (uint32_t)(e < n ? e : n);
+}
+
+/* Bytes of `part` that any launch of up to n_batch queries needs: per (query, split, head) a
+ * double sum, a float max and head_dim floats of output. n_tok * n_split is at most n_batch +
+ * MVM_G_ATTN_BLOCKS / units (mvm_g_attention_splits), whatever the context. */
+MVM_G_FN uint64_t mvm_g_attention_part_bytes(uint32_t n_batch, uint32_t n_head,
+                                              uint32_t n_head_kv, uint32_t head_dim)
+{
+    const uint32_t units = mvm_g_attention_units(n_head, n_head_kv, head_dim);
+    const uint64_t rows = (uint64_t)n_batch + mvm_g_div_up(MVM_G_ATTN_BLOCKS, units);
+    return rows * n_head * (sizeof(double) + sizeof(float) * (1 + (uint64_t)head_dim));
+}
+
 MVM_G_FN mvm_g_shape mvm_g_attention_shape(const mvm_g_attention_args *a)
+{
+    mvm_g_shape s = {mvm_g_attention_units(a->n_head, a->n_head_kv, a->head_dim) *
+                         mvm_g_attention_splits(a),
+                     a->n_tok, MVM_G_THREADS};
+    return s;
+}
+
+/* mvm_g_attention_combine: the output from the splits' parts (launched only with n_split > 1);
+ * one block per (head, query). */
+MVM_G_FN mvm_g_shape mvm_g_attention_combine_shape(const mvm_g_attention_args *a)
 {
     mvm_g_shape s = {a->n_head, a->n_tok, MVM_G_THREADS};
     return s;

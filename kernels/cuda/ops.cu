@@ -2,8 +2,9 @@
  * The small F32 ops of the engine's forward pass on the device (kernels/cuda/kernels.h), as
  * kernels/cpu/ops.c computes them: RMSNorm with its squares summed in double, the rotary
  * embedding with the CPU's angle formula (kernels/rope.h), causal attention (windowed, with
- * sinks: gpt-oss) over an F16 or F32 KV cache whose softmax sums in double, the stores into
- * that cache, and the element-wise adds (residual, bias, gated shared expert) and SwiGLU.
+ * sinks: gpt-oss) over an F16 or F32 KV cache whose softmax sums in double, split over the
+ * positions as flash-decoding does (kernels.h), the stores into that cache, and the
+ * element-wise adds (residual, bias, gated shared expert) and SwiGLU.
  */
 #include "kernels/cuda/device.cuh"
 
@@ -44,47 +45,172 @@ static __device__ __forceinline__ float kv_elem(mvm_dptr p, uint64_t i, uint32_t
     return f16 ? mvm_k_h2f(((const uint16_t *)p)[i]) : ((const float *)p)[i];
 }
 
+/* Where a launch's parts lie in a.part (kernels.h): the sums, maxima and outputs of row
+ * r = query * n_split + split, head h. */
+struct attn_parts {
+    double *sum;
+    float *max, *out;
+};
+
+static __device__ __forceinline__ attn_parts attn_parts_of(const mvm_g_attention_args &a)
+{
+    const uint64_t n = (uint64_t)a.n_tok * mvm_g_attention_splits(&a) * a.n_head;
+    attn_parts p;
+    p.sum = (double *)a.part;
+    p.max = (float *)(p.sum + n);
+    p.out = p.max + n;
+    return p;
+}
+
+/* The positions query i sees: n of them (the return) from *first. */
+static __device__ __forceinline__ uint32_t attn_positions(const mvm_g_attention_args &a,
+                                                          uint32_t i, uint32_t *first)
+{
+    const uint32_t n_pos = a.pos0 + i + 1;
+    *first = a.window && n_pos > a.window ? n_pos - a.window : 0;
+    return n_pos - *first;
+}
+
 extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
     mvm_g_attention(mvm_g_attention_args a)
 {
-    __shared__ float fmax_tmp[MVM_G_WARPS];
-    __shared__ double dsum_tmp[MVM_G_WARPS];
-    const uint32_t h = blockIdx.x, i = blockIdx.y, n_pos = a.pos0 + i + 1;
-    /* positions first..n_pos-1: all of them, or the window's last ones, in n consecutive
-     * rows of the cache from first's */
-    const uint32_t first = a.window && n_pos > a.window ? n_pos - a.window : 0;
-    const uint32_t n = n_pos - first;
-    const uint32_t q_dim = a.n_head * a.head_dim, kv_dim = a.n_head_kv * a.head_dim;
+    __shared__ float qs[MVM_G_ATTN_QFLOATS], os[MVM_G_ATTN_QFLOATS];
+    __shared__ float sc[MVM_G_ATTN_HEADS][MVM_G_ATTN_TILE];
+    __shared__ float run_max[MVM_G_ATTN_HEADS], rescale[MVM_G_ATTN_HEADS];
+    __shared__ double run_sum[MVM_G_ATTN_HEADS];
+    const uint32_t hd = a.head_dim, group = a.n_head / a.n_head_kv;
+    const uint32_t hb = mvm_g_attention_unit_heads(a.n_head, a.n_head_kv, hd);
+    const uint32_t upk = mvm_g_attention_units(a.n_head, a.n_head_kv, hd) / a.n_head_kv;
+    const uint32_t n_split = mvm_g_attention_splits(&a);
+    const uint32_t unit = blockIdx.x / n_split, split = blockIdx.x % n_split, i = blockIdx.y;
+    const uint32_t kv_head = unit / upk, h0 = kv_head * group + unit % upk * hb;
+    const uint32_t nh = (kv_head + 1) * group - h0 < hb ? (kv_head + 1) * group - h0 : hb;
+    const uint32_t q_dim = a.n_head * hd, kv_dim = a.n_head_kv * hd;
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5; /* a warp per head */
+    uint32_t first, j0, j1;
+    const uint32_t n = attn_positions(a, i, &first);
+    /* the kv head's columns of the first position's row: the rest follow it */
     const uint64_t kvo = (uint64_t)(a.ring ? first % a.ring : first) * kv_dim +
-                         (uint64_t)(h / (a.n_head / a.n_head_kv)) * a.head_dim;
-    const float *q = (const float *)a.q + (uint64_t)i * q_dim + (uint64_t)h * a.head_dim;
-    float *scores = (float *)a.scores + ((uint64_t)i * a.n_head + h) * a.n_ctx;
-    /* a sink is one more logit in the max and the sum, with no value (-INFINITY: none) */
+                         (uint64_t)kv_head * hd;
+    mvm_g_attention_range(&a, n, split, &j0, &j1);
+    for (uint32_t e = threadIdx.x; e < nh * hd; e += blockDim.x) {
+        qs[e] = ((const float *)a.q)[(uint64_t)i * q_dim + (uint64_t)h0 * hd + e];
+        os[e] = 0;
+    }
+    if (threadIdx.x < MVM_G_ATTN_HEADS) {
+        run_max[threadIdx.x] = -INFINITY;
+        run_sum[threadIdx.x] = 0;
+    }
+    __syncthreads();
+    for (uint32_t t0 = j0; t0 < j1; t0 += MVM_G_ATTN_TILE) {
+        const uint32_t nt = j1 - t0 < MVM_G_ATTN_TILE ? j1 - t0 : (uint32_t)MVM_G_ATTN_TILE;
+        /* scores: a thread per position, its row read once for all the unit's heads (the
+         * queries' floats are the same for every thread: shared memory broadcasts them) */
+        if (threadIdx.x < nt) {
+            const uint64_t k = kvo + (uint64_t)(t0 + threadIdx.x) * kv_dim;
+            float acc[MVM_G_ATTN_HEADS] = {0};
+            for (uint32_t d = 0; d < hd; d++) {
+                const float kd = kv_elem(a.kc, k + d, a.kv_f16);
+#pragma unroll
+                for (uint32_t h = 0; h < MVM_G_ATTN_HEADS; h++)
+                    if (h < nh)
+                        acc[h] += kd * qs[h * hd + d];
+            }
+#pragma unroll
+            for (uint32_t h = 0; h < MVM_G_ATTN_HEADS; h++)
+                if (h < nh)
+                    sc[h][threadIdx.x] = acc[h] * a.scale;
+        }
+        __syncthreads();
+        /* the running max and sum: a warp per head */
+        for (uint32_t h = warp; h < nh; h += MVM_G_WARPS) {
+            float mx = run_max[h];
+            for (uint32_t t = lane; t < nt; t += 32)
+                mx = fmaxf(mx, sc[h][t]);
+            mx = warp_max(mx);
+            double part = 0;
+            for (uint32_t t = lane; t < nt; t += 32) {
+                const float e = expf(sc[h][t] - mx);
+                sc[h][t] = e;
+                part += e;
+            }
+            part = warp_sum(part);
+            if (lane == 0) {
+                const float r = expf(run_max[h] - mx); /* 0 before the first tile */
+                rescale[h] = r;
+                run_sum[h] = run_sum[h] * r + part;
+                run_max[h] = mx;
+            }
+        }
+        __syncthreads();
+        /* the outputs: a thread per column, each value read once for all the heads */
+        for (uint32_t d = threadIdx.x; d < hd; d += blockDim.x) {
+            float o[MVM_G_ATTN_HEADS];
+#pragma unroll
+            for (uint32_t h = 0; h < MVM_G_ATTN_HEADS; h++)
+                o[h] = h < nh ? os[h * hd + d] * rescale[h] : 0;
+            for (uint32_t t = 0; t < nt; t++) {
+                const float v = kv_elem(a.vc, kvo + (uint64_t)(t0 + t) * kv_dim + d, a.kv_f16);
+#pragma unroll
+                for (uint32_t h = 0; h < MVM_G_ATTN_HEADS; h++)
+                    if (h < nh)
+                        o[h] += sc[h][t] * v;
+            }
+#pragma unroll
+            for (uint32_t h = 0; h < MVM_G_ATTN_HEADS; h++)
+                if (h < nh)
+                    os[h * hd + d] = o[h];
+        }
+        __syncthreads(); /* sc is the next tile's */
+    }
+    if (n_split > 1) {
+        const attn_parts p = attn_parts_of(a);
+        const uint64_t r = ((uint64_t)i * n_split + split) * a.n_head + h0;
+        for (uint32_t e = threadIdx.x; e < nh * hd; e += blockDim.x)
+            p.out[r * hd + e] = os[e];
+        if (threadIdx.x < nh) {
+            p.sum[r + threadIdx.x] = run_sum[threadIdx.x];
+            p.max[r + threadIdx.x] = run_max[threadIdx.x];
+        }
+        return;
+    }
+    /* one split: the output, the sink (one more logit, no value) in the max and the sum */
+    for (uint32_t e = threadIdx.x; e < nh * hd; e += blockDim.x) {
+        const uint32_t h = e / hd;
+        const float sink = a.sinks ? ((const float *)a.sinks)[h0 + h] : -INFINITY;
+        const float mx = fmaxf(run_max[h], sink), w = expf(run_max[h] - mx);
+        const double total = run_sum[h] * w + (double)expf(sink - mx);
+        ((float *)a.out)[(uint64_t)i * q_dim + (uint64_t)h0 * hd + e] =
+            os[e] * w * (float)(1.0 / total);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
+    mvm_g_attention_combine(mvm_g_attention_args a)
+{
+    const uint32_t h = blockIdx.x, i = blockIdx.y, hd = a.head_dim;
+    const uint32_t n_split = mvm_g_attention_splits(&a);
+    const attn_parts p = attn_parts_of(a);
+    const uint64_t r0 = (uint64_t)i * n_split * a.n_head + h;
     const float sink = a.sinks ? ((const float *)a.sinks)[h] : -INFINITY;
+    /* a split without positions (an early query of a batch) left the max -inf and the sum
+     * and output 0: it adds nothing */
     float mx = sink;
-    for (uint32_t j = threadIdx.x; j < n; j += blockDim.x) {
-        const uint64_t k = kvo + (uint64_t)j * kv_dim;
-        float s = 0;
-        for (uint32_t d = 0; d < a.head_dim; d++)
-            s += kv_elem(a.kc, k + d, a.kv_f16) * q[d];
-        s *= a.scale;
-        scores[j] = s;
-        mx = fmaxf(mx, s);
+    for (uint32_t c = 0; c < n_split; c++)
+        mx = fmaxf(mx, p.max[r0 + (uint64_t)c * a.n_head]);
+    double total = expf(sink - mx);
+    for (uint32_t c = 0; c < n_split; c++) {
+        const uint64_t r = r0 + (uint64_t)c * a.n_head;
+        total += p.sum[r] * expf(p.max[r] - mx);
     }
-    mx = block_max(mx, fmax_tmp);
-    double part = threadIdx.x == 0 ? (double)expf(sink - mx) : 0;
-    for (uint32_t j = threadIdx.x; j < n; j += blockDim.x) {
-        const float e = expf(scores[j] - mx);
-        scores[j] = e;
-        part += e;
-    }
-    const float inv = (float)(1.0 / block_sum(part, dsum_tmp));
-    /* block_sum's barrier also makes every thread's scores visible to the whole block */
-    for (uint32_t d = threadIdx.x; d < a.head_dim; d += blockDim.x) {
+    const float inv = (float)(1.0 / total);
+    for (uint32_t d = threadIdx.x; d < hd; d += blockDim.x) {
         float o = 0;
-        for (uint32_t j = 0; j < n; j++)
-            o += scores[j] * inv * kv_elem(a.vc, kvo + d + (uint64_t)j * kv_dim, a.kv_f16);
-        ((float *)a.out)[(uint64_t)i * q_dim + (uint64_t)h * a.head_dim + d] = o;
+        for (uint32_t c = 0; c < n_split; c++) {
+            const uint64_t r = r0 + (uint64_t)c * a.n_head;
+            o += p.out[r * hd + d] * expf(p.max[r] - mx);
+        }
+        ((float *)a.out)[(uint64_t)i * a.n_head * hd + (uint64_t)h * hd + d] = o * inv;
     }
 }
 

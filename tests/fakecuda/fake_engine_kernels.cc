@@ -39,6 +39,7 @@ fakecuda_register_kernels(fakecuda_add_kernel_fn add)
     ADD(mvm_g_rmsnorm, mvm_g_rmsnorm_args);
     ADD(mvm_g_rope, mvm_g_rope_args);
     ADD(mvm_g_attention, mvm_g_attention_args);
+    ADD(mvm_g_attention_combine, mvm_g_attention_args);
     ADD(mvm_g_store_rows, mvm_g_store_rows_args);
     ADD(mvm_g_add, mvm_g_add_args);
     ADD(mvm_g_swiglu, mvm_g_add_args);

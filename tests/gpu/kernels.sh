@@ -4,8 +4,10 @@
 # Builds test_gpu and test_cuda_kernels in build-gpu-tests/ and runs test_gpu against the
 # real driver: the engine's device kernels (kernels/cuda), JIT-compiled from their PTX by the
 # driver, launched through engine/gpu.c and checked against the CPU kernels in every weight
-# type. CI checks the same code paths with the kernels emulated; only this shows the PTX
-# right on a GPU. With $OUT set, the output is also written to $OUT/gpu_kernels.txt.
+# type; then bench_gpu_attention times the split attention on real shapes up to 131072
+# positions (KV GB/s against the GPU's bandwidth; results into docs/perf/engine.md). CI
+# checks the same code paths with the kernels emulated; only this shows the PTX right on a
+# GPU. With $OUT set, the output is also written to $OUT/gpu_kernels.txt.
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -14,7 +16,7 @@ source bench/gpu/deps.sh || exit 1
 log=$(moevm_out_log gpu_kernels.txt)
 {
     cmake -S . -B build-gpu-tests -DCMAKE_BUILD_TYPE=Release -DMOEVM_WERROR=OFF
-    cmake --build build-gpu-tests -j16 --target test_gpu
+    cmake --build build-gpu-tests -j16 --target test_gpu bench_gpu_attention
     nvidia-smi -L
     driver=$(ldconfig -p | awk '/libcuda\.so\.1 /{print $NF; exit}')
     if [[ -z "$driver" ]]; then
@@ -23,4 +25,6 @@ log=$(moevm_out_log gpu_kernels.txt)
     fi
     echo "== test_gpu $driver"
     build-gpu-tests/tests/test_gpu "$driver"
+    echo "== bench_gpu_attention $driver"
+    build-gpu-tests/tests/bench_gpu_attention "$driver"
 } 2>&1 | tee -a "$log"
