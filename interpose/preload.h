@@ -312,6 +312,7 @@ typedef struct mvm_preload {
     double budget_frac;        /* MOEVM_GPU_BUDGET as a percentage of device memory */
     int device;
     char evict_name[32], evict_args[128], report_path[1024];
+    char report_skip[256]; /* MOEVM_REPORT_SKIP: name prefixes, comma-separated */
     bool clean_evict;          /* MOEVM_CLEAN_EVICT: unchanged pages are not written back */
     bool slices;               /* MOEVM_PRELOAD_SLICES: extents are cut into slices */
     /* the space and its bookkeeping (created at the first managed allocation) */

@@ -3,8 +3,10 @@
  * libunwind's unw_backtrace (raw instruction pointers, per-thread cache, as heaptrack does;
  * anchors-interposers-and-vmm.md §4.1), with the interposer's own frames dropped and the
  * rest interned by hash in a bounded table. Names are resolved only at exit, with dladdr.
- * Behind a caching allocator (PyTorch) the site is the allocator itself: the report then
- * says which allocator, not which tensor.
+ * The frames of the libraries MOEVM_REPORT_SKIP names are dropped too (dladdr per frame, on
+ * allocations only): by default the CUDA runtime's and PyTorch's caching allocator's, so
+ * that the site is the code that asked them for memory, not their internals. Behind a
+ * caching allocator that is the operation that made its pool grow, not every tensor.
  *
  * At exit: MOEVM_REPORT=path gets a JSON report (written to path.tmp, then renamed);
  * MOEVM_LOG=info prints one summary line. Neither calls the driver, which may already be
@@ -67,18 +69,46 @@ void mvm_report_prime(void)
     unw_backtrace(ips, 4);
 }
 
-uint32_t mvm_report_site(void)
+/* Whether the frame at ip lies in a library MOEVM_REPORT_SKIP names (a prefix of its file's
+ * name: "libcudart" takes libcudart.so.13). */
+static bool skipped(uintptr_t ip)
 {
-    void *ips[UNWIND_DEPTH];
-    int n = unw_backtrace(ips, UNWIND_DEPTH);
+    Dl_info info;
+    if (!mvm_pl.report_skip[0] || !dladdr((void *)(ip - 1), &info) || !info.dli_fname)
+        return false;
+    const char *lib = strrchr(info.dli_fname, '/');
+    lib = lib ? lib + 1 : info.dli_fname;
+    for (const char *p = mvm_pl.report_skip; *p;) {
+        const size_t len = strcspn(p, ",");
+        if (len && strncmp(lib, p, len) == 0)
+            return true;
+        p += len + (p[len] == ',');
+    }
+    return false;
+}
+
+/* The site of the frames ips[0..n): the first SITE_FRAMES outside the interposer, and with
+ * skip, outside the libraries MOEVM_REPORT_SKIP names. */
+static site site_of(void *const *ips, int n, bool skip)
+{
     site s = {.hash = 1469598103934665603ull};
     for (int i = 0; i < n && s.n_frames < SITE_FRAMES; i++) {
         uintptr_t ip = (uintptr_t)ips[i];
-        if (ip >= self_lo && ip < self_hi)
+        if ((ip >= self_lo && ip < self_hi) || (skip && skipped(ip)))
             continue;
         s.frames[s.n_frames++] = ips[i];
         s.hash = (s.hash ^ ip) * 1099511628211ull;
     }
+    return s;
+}
+
+uint32_t mvm_report_site(void)
+{
+    void *ips[UNWIND_DEPTH];
+    int n = unw_backtrace(ips, UNWIND_DEPTH);
+    site s = site_of(ips, n, true);
+    if (!s.n_frames) /* every frame skipped: the libraries' own frames rather than none */
+        s = site_of(ips, n, false);
     pthread_mutex_lock(&sites_mu);
     uint32_t i = 0;
     while (i < n_sites && sites[i].hash != s.hash)

@@ -66,7 +66,7 @@ static bool read_options(void)
         fprintf(stderr, "moevm: preload: %s; the program runs unmanaged\n", mvm_last_error());
         return false;
     }
-    mvm_option_value min, budget, over, page, ev, args, report, clean, slices;
+    mvm_option_value min, budget, over, page, ev, args, report, skip, clean, slices;
     if (mvm_option_get(MVM_OPTION_PRELOAD_MIN, &min, msg, sizeof msg) ||
         mvm_option_get(MVM_OPTION_GPU_BUDGET, &budget, msg, sizeof msg) ||
         mvm_option_get(MVM_OPTION_OVERSUBSCRIBE, &over, msg, sizeof msg) ||
@@ -74,6 +74,7 @@ static bool read_options(void)
         mvm_option_get(MVM_OPTION_EVICT, &ev, msg, sizeof msg) ||
         mvm_option_get(MVM_OPTION_EVICT_ARGS, &args, msg, sizeof msg) ||
         mvm_option_get(MVM_OPTION_REPORT, &report, msg, sizeof msg) ||
+        mvm_option_get(MVM_OPTION_REPORT_SKIP, &skip, msg, sizeof msg) ||
         mvm_option_get(MVM_OPTION_CLEAN_EVICT, &clean, msg, sizeof msg) ||
         mvm_option_get(MVM_OPTION_PRELOAD_SLICES, &slices, msg, sizeof msg)) {
         fprintf(stderr, "moevm: preload: %s; the program runs unmanaged\n", msg);
@@ -88,7 +89,9 @@ static bool read_options(void)
     }
     if (!copy_string(mvm_pl.evict_name, sizeof mvm_pl.evict_name, ev.s, "MOEVM_EVICT") ||
         !copy_string(mvm_pl.evict_args, sizeof mvm_pl.evict_args, args.s, "MOEVM_EVICT_ARGS") ||
-        !copy_string(mvm_pl.report_path, sizeof mvm_pl.report_path, report.s, "MOEVM_REPORT"))
+        !copy_string(mvm_pl.report_path, sizeof mvm_pl.report_path, report.s, "MOEVM_REPORT") ||
+        !copy_string(mvm_pl.report_skip, sizeof mvm_pl.report_skip,
+                     strcmp(skip.s, "none") == 0 ? "" : skip.s, "MOEVM_REPORT_SKIP"))
         return false;
     mvm_pl.min_bytes = min.i > 0 ? (uint64_t)min.i : 1;
     mvm_pl.budget_bytes = budget.i == (int64_t)MVM_BUDGET_AUTO ? 0 : (uint64_t)budget.i;

@@ -107,6 +107,27 @@ print("ok   report contents")
 EOF
 fi
 
+# MOEVM_REPORT_SKIP drops the named libraries' frames from a call site (by default the CUDA
+# runtime's and PyTorch's allocator's). Naming the test program itself leaves libc's frames
+# under main; naming libc too skips every frame, and the site keeps them all rather than
+# none; "none" skips nothing.
+for skip in test_preload test_preload,libc none; do
+    if run "report skip '$skip'" 0 "${managed[@]}" MOEVM_REPORT="$tmp/skip.json" \
+           MOEVM_REPORT_SKIP="$skip" -- oversub.link; then
+        python3 - "$tmp/skip.json" "$skip" <<'EOF' || fails=$((fails + 1))
+import json, sys
+site = json.load(open(sys.argv[1]))["allocations"][0]["site"]
+caller = any("scenario_oversub" in f for f in site)
+if sys.argv[2] == "test_preload":
+    ok = not caller and all(f.startswith("libc") for f in site)
+else:
+    ok = caller
+print(("ok  " if ok else "FAIL") + " report skip %r: %s" % (sys.argv[2], site))
+sys.exit(0 if ok else 1)
+EOF
+    fi
+done
+
 # MOEVM_CLEAN_EVICT=off: every eviction writes its buffer back.
 if run "report clean off" 0 "${managed[@]}" MOEVM_REPORT="$tmp/off.json" MOEVM_CLEAN_EVICT=off \
        -- oversub.link; then

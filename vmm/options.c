@@ -86,6 +86,12 @@ static const mvm_option_desc options[MVM_OPTION_COUNT_] = {
     [MVM_OPTION_REPORT] = {"MOEVM_REPORT", MVM_OPT_STRING, "", NULL,
                            "interposer: write a JSON report (allocations by call site, moves, "
                            "hit rate, time waited) to this path at exit"},
+    [MVM_OPTION_REPORT_SKIP] = {"MOEVM_REPORT_SKIP", MVM_OPT_STRING, "libcudart,libc10_cuda",
+                                NULL,
+                                "interposer: libraries (comma-separated name prefixes) whose "
+                                "frames a call site skips, as it skips the interposer's own: "
+                                "the CUDA runtime and PyTorch's caching allocator, so that "
+                                "the site names their caller; none: keep every frame"},
     [MVM_OPTION_KV_TYPE] = {"MOEVM_KV_TYPE", MVM_OPT_CHOICE, "f16", "f16|f32",
                             "engine: the type of the KV cache's elements (`moevm run "
                             "--kv-type`); f16 keeps half the bytes, f32 the exact values"},

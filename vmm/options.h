@@ -40,6 +40,7 @@ typedef enum mvm_option_id {
     MVM_OPTION_ASSIGN_ARGS,
     MVM_OPTION_COST,
     MVM_OPTION_REPORT,
+    MVM_OPTION_REPORT_SKIP,
     MVM_OPTION_KV_TYPE,
     MVM_OPTION_COUNT_
 } mvm_option_id;
