@@ -1,10 +1,12 @@
-/* `moevm info`: what moevm sees on this machine — topology, the backend it would use, the
- * page size and budget, HOST_NUMA support on CUDA, and the options in effect. */
+/* `moevm info`: what moevm sees on this machine — topology, the CPU kernels' SIMD level, the
+ * backend it would use, the page size and budget, HOST_NUMA support on CUDA, and the options
+ * in effect. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "engine/cli.h"
+#include "kernels/cpu/kernels.h"
 #include "moevm/moevm.h"
 #include "vmm/options.h"
 #include "vmm/topo.h"
@@ -37,6 +39,8 @@ int mvm_cmd_info(int argc, char **argv)
     if (mvm_topo_probe(info.pci_bus_id, &topo) != MVM_OK)
         return mvm_cli_error("probing the topology");
     printf("topology:   %s\n", topo.summary);
+    printf("cpu:        %s kernels, the best this CPU has (MOEVM_CPU_SIMD picks a lower one)\n",
+           mvm_k_simd_name(mvm_k_simd_detect()));
     printf("backend:    %s\n", info.backend);
     printf("device:     %s\n", info.device);
     printf("page size:  %llu KiB\n", (unsigned long long)(info.page_size >> 10));

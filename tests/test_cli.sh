@@ -28,6 +28,7 @@ expect() {
 export MOEVM_BACKEND=host
 expect 0 '^moevm [0-9]+\.[0-9]+' -- "$moevm" --version
 expect 0 'backend: +host' -- "$moevm" info
+expect 0 'cpu: +(scalar|avx2|avx512|avx512vnni) kernels, the best this CPU has' -- "$moevm" info
 expect 0 'page size: +2048 KiB' -- "$moevm" info
 expect 0 'budget: +auto = all expert bytes' -- "$moevm" info
 expect 0 'budget: +25% of the experts' -- env MOEVM_GPU_BUDGET=25% "$moevm" info
