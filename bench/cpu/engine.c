@@ -93,12 +93,14 @@ static int parse_levels(const char *list, enum mvm_simd lv[MVM_SIMD_COUNT])
     int n = 0;
     for (const char *p = list; *p;) {
         const size_t len = strcspn(p, ",");
-        int found = -1;
+        int found = -1, repeated = 0;
         for (int i = 0; i < MVM_SIMD_COUNT; i++)
             if (strlen(mvm_k_simd_name((enum mvm_simd)i)) == len &&
                 strncmp(p, mvm_k_simd_name((enum mvm_simd)i), len) == 0)
                 found = i;
-        if (found < 0 || found > (int)mvm_k_simd_detect() || n == MVM_SIMD_COUNT) {
+        for (int i = 0; i < n; i++)
+            repeated |= (int)lv[i] == found;
+        if (found < 0 || found > (int)mvm_k_simd_detect() || repeated) {
             fprintf(stderr, "bench_cpu_engine: SIMD level '%.*s': unknown, repeated or not on "
                     "this CPU (best: %s)\n", (int)len, p, mvm_k_simd_name(mvm_k_simd_detect()));
             return 0;
