@@ -459,7 +459,8 @@ static void test_attention(void)
     attention_case(2, 90, 92, 0, false, false, MVM_W_F32, {3, 1, 1600});
 }
 
-/* The bound of the parts' bytes holds for every batch up to n_batch, whatever the context. */
+/* The bound of the parts' bytes holds for every batch up to n_batch, whatever the context,
+ * and the splits fit the combine's shared weights. */
 static void test_attention_part_bytes(void)
 {
     static const attn_heads shapes[] = {{32, 4, 128}, {128, 1, 576}, {64, 8, 64}, {3, 1, 1600}};
@@ -471,9 +472,11 @@ static void test_attention_part_bytes(void)
                     mvm_g_attention_args a = {};
                     a.n_tok = n_tok, a.pos0 = pos0, a.n_head = H.nh, a.n_head_kv = H.nkv;
                     a.head_dim = H.hd;
-                    const uint64_t rows = (uint64_t)n_tok * mvm_g_attention_splits(&a);
+                    const uint32_t splits = mvm_g_attention_splits(&a);
+                    const uint64_t rows = (uint64_t)n_tok * splits;
                     bad += rows * H.nh * (8 + 4 * (1 + (uint64_t)H.hd)) >
                            mvm_g_attention_part_bytes(n_batch, H.nh, H.nkv, H.hd);
+                    bad += splits > MVM_G_ATTN_BLOCKS; /* the combine's weights */
                 }
     CHECK(bad == 0);
     /* deepseek2 at 32 tokens a batch: MBs, not the n_ctx-wide scores' GBs */

@@ -16,6 +16,10 @@
 #ifndef MVM_KERNELS_CPU_AVX512_H
 #define MVM_KERNELS_CPU_AVX512_H
 
+#ifndef MVM_K_VNNI
+#define MVM_K_VNNI 0
+#endif
+
 #if MVM_K_VNNI
 #define AVX512_TARGET                                                                              \
     __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))

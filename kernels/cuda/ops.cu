@@ -174,15 +174,20 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
         }
         return;
     }
-    /* one split: the output, the sink (one more logit, no value) in the max and the sum */
-    for (uint32_t e = threadIdx.x; e < nh * hd; e += blockDim.x) {
-        const uint32_t h = e / hd;
+    /* one split: the output, the sink (one more logit, no value) in the max and the sum;
+     * each head's factors once, in rescale and inv_total */
+    __shared__ float inv_total[MVM_G_ATTN_HEADS];
+    if (threadIdx.x < nh) {
+        const uint32_t h = threadIdx.x;
         const float sink = a.sinks ? ((const float *)a.sinks)[h0 + h] : -INFINITY;
         const float mx = fmaxf(run_max[h], sink), w = expf(run_max[h] - mx);
-        const double total = run_sum[h] * w + (double)expf(sink - mx);
-        ((float *)a.out)[(uint64_t)i * q_dim + (uint64_t)h0 * hd + e] =
-            os[e] * w * (float)(1.0 / total);
+        rescale[h] = w;
+        inv_total[h] = (float)(1.0 / (run_sum[h] * w + (double)expf(sink - mx)));
     }
+    __syncthreads();
+    for (uint32_t e = threadIdx.x; e < nh * hd; e += blockDim.x)
+        ((float *)a.out)[(uint64_t)i * q_dim + (uint64_t)h0 * hd + e] =
+            os[e] * rescale[e / hd] * inv_total[e / hd];
 }
 
 extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
@@ -192,24 +197,27 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
     const uint32_t n_split = mvm_g_attention_splits(&a);
     const attn_parts p = attn_parts_of(a);
     const uint64_t r0 = (uint64_t)i * n_split * a.n_head + h;
+    /* each split's weight once (n_split <= MVM_G_ATTN_BLOCKS: kernels.h) */
+    __shared__ float weight[MVM_G_ATTN_BLOCKS];
+    __shared__ double dsum_tmp[MVM_G_WARPS];
     const float sink = a.sinks ? ((const float *)a.sinks)[h] : -INFINITY;
     /* a split without positions (an early query of a batch) left the max -inf and the sum
      * and output 0: it adds nothing */
     float mx = sink;
     for (uint32_t c = 0; c < n_split; c++)
         mx = fmaxf(mx, p.max[r0 + (uint64_t)c * a.n_head]);
-    double total = expf(sink - mx);
-    for (uint32_t c = 0; c < n_split; c++) {
+    double part = threadIdx.x == 0 ? (double)expf(sink - mx) : 0;
+    for (uint32_t c = threadIdx.x; c < n_split; c += blockDim.x) {
         const uint64_t r = r0 + (uint64_t)c * a.n_head;
-        total += p.sum[r] * expf(p.max[r] - mx);
+        weight[c] = expf(p.max[r] - mx);
+        part += p.sum[r] * weight[c];
     }
-    const float inv = (float)(1.0 / total);
+    /* block_sum's barrier also makes every weight visible to the whole block */
+    const float inv = (float)(1.0 / block_sum(part, dsum_tmp));
     for (uint32_t d = threadIdx.x; d < hd; d += blockDim.x) {
         float o = 0;
-        for (uint32_t c = 0; c < n_split; c++) {
-            const uint64_t r = r0 + (uint64_t)c * a.n_head;
-            o += p.out[r * hd + d] * expf(p.max[r] - mx);
-        }
+        for (uint32_t c = 0; c < n_split; c++)
+            o += p.out[(r0 + (uint64_t)c * a.n_head) * hd + d] * weight[c];
         ((float *)a.out)[(uint64_t)i * a.n_head * hd + (uint64_t)h * hd + d] = o * inv;
     }
 }
