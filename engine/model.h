@@ -12,6 +12,7 @@
 #include "engine/pool.h"
 #include "kernels/cpu/kernels.h"
 #include "moevm/moevm.h"
+#include "policy/policy.h"
 
 enum mvm_qk_norm {
     MVM_QK_NORM_NONE,
@@ -158,10 +159,18 @@ mvm_status mvm_model_load_held(const char *path, mvm_space_desc *desc, mvm_pool 
  * wv_b: they would be split out of attn_kv_b). */
 mvm_status mvm_model_probe(const char *path, mvm_model **out);
 void mvm_model_free(mvm_model *m);
-/* Every layer's router as F32 rows, whatever type the file keeps it in (the gate and
- * residual predictors and the fixedpoint configurator compute with them): *table holds
- * [n_layer][n_expert][n_embd] floats and *rows[l] points at layer l's; free both. */
-mvm_status mvm_model_routers_f32(const mvm_model *m, float **table, const float ***rows);
+/* The model's routers as the policy modules see them (policy.h): how they choose, the
+ * layers' biases, and with `weights` every layer's router as F32 rows, whatever type the
+ * file keeps it in (the gate and residual predictors and the fixedpoint configurator
+ * compute with them; else r.weights is NULL). The biases point into the model, which must
+ * outlive them. */
+typedef struct mvm_model_router {
+    mvm_router r;
+    float *table;                               /* [n_layer][n_expert][n_embd] */
+    const float **weights, **logit_bias, **choose_bias; /* [n_layer], or NULL: none */
+} mvm_model_router;
+mvm_status mvm_model_router_init(const mvm_model *m, int weights, mvm_model_router *out);
+void mvm_model_router_free(mvm_model_router *mr);
 
 /* Maps a GGUF tensor type to a kernel weight type; -1 when the engine cannot compute it. */
 int mvm_wtype_from_ggml(enum mvm_ggml_type t);

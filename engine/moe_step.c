@@ -4,11 +4,11 @@
  */
 #include "engine/moe_step.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/choose.h"
+#include "policy/router.h"
 #include "vmm/error.h"
 
 /* Whether a predict or config module runs (they may compute with the routers). */
@@ -35,20 +35,13 @@ static mvm_status create_policies(mvm_moe *s, const mvm_ctx_policies *policies)
     pol.residency.on_device = s->on_device;
     int routers = 0;
     mvm_status st = wants_routers(&pol, &routers);
-    if (st == MVM_OK && routers)
-        st = mvm_model_routers_f32(s->m, &s->router_table, &s->routers);
-    if (st == MVM_OK && routers && s->m->layers[0].router_bias) { /* all layers or none */
-        if (!(s->router_bias = calloc(hp->n_layer, sizeof *s->router_bias)))
-            st = mvm_fail(MVM_ERR_NOMEM, "out of memory for the routers' biases");
-        for (uint32_t l = 0; s->router_bias && l < hp->n_layer; l++)
-            s->router_bias[l] = s->m->layers[l].router_bias;
-    }
-    pol.residency.routers = s->routers;
-    pol.residency.router_bias = s->router_bias;
+    if (st == MVM_OK)
+        st = mvm_model_router_init(s->m, routers, &s->router);
+    pol.residency.router = &s->router.r;
     if (st == MVM_OK)
         st = mvm_resid_create(s->m->space, &pol.residency, &s->resid);
     if (st == MVM_OK)
-        st = mvm_prefetcher_create(s->m, s->resid, s->routers, s->router_bias, &pol.prefetch,
+        st = mvm_prefetcher_create(s->m, s->resid, &s->router.r, &pol.prefetch,
                                    &s->prefetch);
     if (st == MVM_OK)
         st = mvm_substitutor_create(s->resid, &pol.routing, &s->subst);
@@ -88,11 +81,10 @@ mvm_status mvm_moe_create(mvm_model *m, uint32_t n_batch, const mvm_ctx_policies
     s->tok_rows = malloc(B * K * sizeof *s->tok_rows);
     s->row_w = malloc(B * K * sizeof *s->row_w);
     s->choose = malloc(2 * E * sizeof *s->choose);
-    s->groups = malloc(E * sizeof *s->groups);
     mvm_status st = MVM_OK;
     if (!s->probs || !s->sel || !s->selw || !s->sel0 || !s->selw0 || !s->cnt || !s->off ||
         !s->active || !s->todo || !s->cpu || !s->where || !s->row_tok || !s->tok_rows ||
-        !s->row_w || !s->choose || !s->groups)
+        !s->row_w || !s->choose)
         st = mvm_fail(MVM_ERR_NOMEM, "out of memory for the MoE step of %u tokens", n_batch);
     if (st == MVM_OK)
         st = create_policies(s, policies);
@@ -111,58 +103,26 @@ void mvm_moe_free(mvm_moe *s)
     mvm_substitutor_destroy(s->subst);
     mvm_prefetcher_destroy(s->prefetch);
     mvm_resid_destroy(s->resid);
-    free(s->router_table);
-    free((void *)s->routers);
-    free((void *)s->router_bias);
+    mvm_model_router_free(&s->router);
     void *bufs[] = {s->probs, s->sel, s->selw, s->sel0, s->selw0, s->cnt, s->off, s->active,
-                    s->todo, s->cpu, s->where, s->row_tok, s->tok_rows, s->row_w, s->choose,
-                    s->groups};
+                    s->todo, s->cpu, s->where, s->row_tok, s->tok_rows, s->row_w, s->choose};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
     free(s);
 }
 
-/* Group-limited routing: the experts outside the n_group_used best groups cannot be chosen.
- * A group's score is its best expert's with the softmax router (DeepSeek-V2 and V2.5's
- * group_limited_greedy), the sum of its two best with the sigmoid one (V3's noaux_tc).
- * llama.cpp's build_moe_ffn sums the two best for both: for V2 this follows DeepSeek's
- * code instead, as the GGUF file does not say which (the router does). */
-static void limit_groups(const mvm_hparams *hp, float *score, int *idx, float *group)
-{
-    const uint32_t G = hp->n_expert / hp->n_group;
-    for (uint32_t g = 0; g < hp->n_group; g++) {
-        int top[2];
-        mvm_k_topk(score + g * G, G, 2, top);
-        group[g] = score[g * G + (uint32_t)top[0]];
-        if (hp->sigmoid_gate)
-            group[g] += score[g * G + (uint32_t)top[1]];
-    }
-    mvm_k_topk(group, hp->n_group, hp->n_group_used, idx);
-    for (uint32_t g = 0; g < hp->n_group; g++) {
-        int kept = 0;
-        for (uint32_t k = 0; k < hp->n_group_used; k++)
-            kept |= idx[k] == (int)g;
-        for (uint32_t e = 0; !kept && e < G; e++)
-            score[g * G + e] = -INFINITY;
-    }
-}
-
 /* One token's router logits p -> probabilities (in place), its experts and their weights. */
-static void route_token(mvm_moe *s, const float *bias, float *p, int *sel, float *w)
+static void route_token(mvm_moe *s, float *p, int *sel, float *w)
 {
     const mvm_hparams *hp = &s->m->hp;
     const uint32_t E = hp->n_expert, K = hp->n_expert_used;
     if (hp->sigmoid_gate)
-        for (uint32_t e = 0; e < E; e++)
-            p[e] = 1.0f / (1.0f + expf(-p[e]));
+        mvm_router_probs(&s->router.r, p, E);
     else
-        mvm_k_softmax(p, E);
+        mvm_k_softmax(p, E); /* the forward pass's softmax: the weights' numbers */
     const float *key = p;
-    if (bias || hp->n_group > 1) { /* they choose; the weights stay the probabilities */
-        for (uint32_t e = 0; e < E; e++)
-            s->choose[e] = p[e] + (bias ? bias[e] : 0.0f);
-        if (hp->n_group > 1)
-            limit_groups(hp, s->choose, s->groups, s->choose + E);
+    if (mvm_router_keyed(&s->router.r, s->step.layer)) { /* the weights stay the probabilities */
+        mvm_router_key(&s->router.r, s->step.layer, p, E, s->choose, s->choose + E);
         key = s->choose;
     }
     mvm_k_topk(key, E, K, sel);
@@ -181,9 +141,8 @@ static void route(mvm_moe *s, uint32_t pos0)
 {
     const mvm_hparams *hp = &s->m->hp;
     uint32_t E = hp->n_expert, K = hp->n_expert_used, n = s->step.n_tok;
-    const float *bias = s->m->layers[s->step.layer].expert_bias;
     for (uint32_t i = 0; i < n; i++)
-        route_token(s, bias, s->probs + (size_t)i * E, s->sel + (size_t)i * K,
+        route_token(s, s->probs + (size_t)i * E, s->sel + (size_t)i * K,
                     s->selw + (size_t)i * K);
     size_t nk = (size_t)n * K;
     if (s->obs && s->subst) {

@@ -29,9 +29,9 @@ typedef struct mvm_moe {
     mvm_resid *resid;
     mvm_prefetcher *prefetch;
     mvm_substitutor *subst;
-    float *router_table;        /* the routers as F32, when a predict or config module runs */
-    const float **routers;      /* [n_layer] into router_table */
-    const float **router_bias;  /* [n_layer] the model's router biases (gpt-oss), or NULL */
+    mvm_model_router router;    /* how the model routes: the engine's routing and the
+                                   predictors' (policy/router.h); the weights as F32 when a
+                                   predict or config module runs */
     int wait;                   /* mvm_resid_begin's: the step waits for its copies */
     int on_device;              /* a GPU computes: the assign module places the experts */
     int rounds;                 /* it cannot read the homes: steps run in rounds that fit
@@ -43,7 +43,6 @@ typedef struct mvm_moe {
                                    (or sigmoid: mvm_hparams.sigmoid_gate) */
     float *choose;              /* [2][n_expert]: a token's scores as routing chooses by them,
                                    then its expert groups' */
-    int *groups;                /* [n_expert]: the groups kept */
     int *sel;                   /* [n_batch][K] the experts that run, best first */
     float *selw;                /* [n_batch][K] their weights */
     int *sel0;                  /* [n_batch][K] the router's own choice and weights, kept */

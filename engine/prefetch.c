@@ -17,8 +17,7 @@ struct mvm_prefetcher {
     uint32_t for_layer;
 };
 
-mvm_status mvm_prefetcher_create(const mvm_model *m, mvm_resid *resid,
-                                 const float *const *routers, const float *const *router_bias,
+mvm_status mvm_prefetcher_create(const mvm_model *m, mvm_resid *resid, const mvm_router *router,
                                  const mvm_prefetch_params *p, mvm_prefetcher **out)
 {
     *out = NULL;
@@ -40,8 +39,7 @@ mvm_status mvm_prefetcher_create(const mvm_model *m, mvm_resid *resid,
     mvm_pinit in;
     mvm_resid_pinit(resid, &in);
     in.params.text = args;
-    in.routers = routers;
-    in.router_bias = router_bias;
+    in.router = router;
     in.predictor = p->predictor;
     in.predictor_size = p->predictor_size;
     if (st == MVM_OK && (st = ((const mvm_predict_ops *)ops)->create(&in, &f->self)) == MVM_OK)

@@ -29,11 +29,10 @@ typedef struct mvm_prefetch_params {
 } mvm_prefetch_params;
 
 /* *out is NULL (and MVM_OK) when the module is "none". MVM_ERR_INVALID naming the module
- * or its parameter. routers: the model's routers as F32 (mvm_model_routers_f32), which gate
- * and residual read, and router_bias their biases (NULL: none); learned reads the
- * predictor. */
-mvm_status mvm_prefetcher_create(const mvm_model *m, mvm_resid *resid,
-                                 const float *const *routers, const float *const *router_bias,
+ * or its parameter. router: the model's routers (F32 weights, mvm_model_routers_f32) and
+ * how they choose, which gate and residual read (NULL or no weights: none); learned reads
+ * the predictor. */
+mvm_status mvm_prefetcher_create(const mvm_model *m, mvm_resid *resid, const mvm_router *router,
                                  const mvm_prefetch_params *p, mvm_prefetcher **out);
 void mvm_prefetcher_destroy(mvm_prefetcher *p);
 const char *mvm_prefetcher_name(const mvm_prefetcher *p);

@@ -133,8 +133,7 @@ mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_res
     }
     r->assign = mods.assign;
     in.params.text = mods.config_args;
-    in.routers = p->routers;
-    in.router_bias = p->router_bias;
+    in.router = p->router;
     if (mods.config && (st = mods.config->create(&in, &r->config_self)) != MVM_OK) {
         mvm_resid_destroy(r);
         return st;

@@ -56,9 +56,8 @@ typedef struct mvm_resid_params {
     const mvm_machine *machine; /* the machine the modules' cost model describes (NULL:
                                    MOEVM_COST, engine/cost_load.h) */
     uint32_t top_k, n_embd, n_ff; /* the model's, for the modules' shape (0: unknown) */
-    const float *const *routers; /* [L] -> [E][n_embd] F32 routers for fixedpoint's
-                                    predictions, or NULL (it then models the cache only) */
-    const float *const *router_bias; /* [L] -> [E] their biases (gpt-oss), or NULL */
+    const mvm_router *router;   /* the routers (F32 weights) for fixedpoint's predictions,
+                                   or NULL (it then models the cache only) */
 } mvm_resid_params;
 
 typedef struct mvm_resid_stats {

@@ -12,7 +12,10 @@
  * the last one on v->tokens), so one rank per expert per step updates H(C) and PH(y, C)
  * for every C at once. Predictions are MoEpic's own speculative ones (Eq. 3): layer i+1's
  * router applied to layer i's MoE input, softmax, averaged over the step's tokens, made
- * when layer i is observed and scored when layer i+1 is. Without router weights or hidden
+ * when layer i is observed and scored when layer i+1 is. For a router that is not a
+ * softmax (policy/router.h), Eq. 3's softmax is read as the scores the router ranks by:
+ * its sigmoid, plus its choose bias, the experts outside a token's kept groups moved below
+ * the kept ones (in their order), averaged. Without router weights or hidden
  * states (a trace) there are no predictions: P = PH = 0 and the model is cache only.
  * Layer 0 is never predicted (the paper uses the previous token's last layer, which the
  * predict contract cannot carry), so its prefetch credit is 0.
@@ -53,14 +56,14 @@
 #include "policy/modules.h"
 #include "policy/moepic_model.h"
 #include "policy/rank.h"
+#include "policy/router.h"
 #include "vmm/error.h"
 
 typedef struct fixedpoint {
     mvm_config_last last;
     uint32_t L, E, K, ppe, n_embd;
     mvm_cost cost;
-    const float *const *routers; /* model data, alive as long as the model (policy.h) */
-    const float *const *router_bias; /* the same, or NULL */
+    const mvm_router *router;    /* model data, alive as long as the model (policy.h) */
     double tau, zeta, omega, rho, buffer;
     /* LCP priority, Eq. 4, as a ranking key (see observe) */
     uint64_t *mu;                /* [L*E] token-weighted activations */
@@ -80,6 +83,7 @@ typedef struct fixedpoint {
     mvm_moepic_split *work;      /* [3L] */
     uint64_t *budget, *tmp;      /* [L] V_i in pages; probe scratch */
     double *scratch;             /* [E] */
+    float *keys;                 /* [3E] a token's probabilities, keys and groups' keys */
     uint64_t capacity, epoch;    /* the capacity budgets were set for; last τ multiple run */
     int started, searched, observed;
 } fixedpoint;
@@ -108,6 +112,7 @@ static void fixedpoint_destroy(void *self)
     free(f->split);
     free(f->work);
     free(f->budget);
+    free(f->keys);
     free(f->tmp);
     free(f->scratch);
     free(f);
@@ -168,8 +173,7 @@ static mvm_status fixedpoint_create(const mvm_pinit *init, void **self)
     f->ppe = sh->pages_per_expert;
     f->n_embd = sh->n_embd;
     f->cost = *init->cost;
-    f->routers = init->routers;
-    f->router_bias = init->router_bias;
+    f->router = init->router && init->router->weights ? init->router : NULL;
     f->mu = calloc(L * E, sizeof *f->mu);
     f->lcp_key = malloc(L * E * sizeof *f->lcp_key);
     f->hit_rank = calloc(L * E, sizeof *f->hit_rank);
@@ -190,10 +194,11 @@ static mvm_status fixedpoint_create(const mvm_pinit *init, void **self)
     f->budget = calloc(L, sizeof *f->budget);
     f->tmp = calloc(L, sizeof *f->tmp);
     f->scratch = calloc(E, sizeof *f->scratch);
+    f->keys = calloc(3 * E, sizeof *f->keys);
     if (!f->mu || !f->lcp_key || !f->hit_rank || !f->pred_act || !f->pred_rank || !f->steps ||
         !f->tok || !f->act || !f->pairs || !f->predicted || !f->pred || !f->pred_ready ||
         !f->order || !f->rank_of || !f->stats || !f->split || !f->work || !f->budget ||
-        !f->tmp || !f->scratch) {
+        !f->tmp || !f->scratch || !f->keys) {
         fixedpoint_destroy(f);
         return mvm_fail(MVM_ERR_NOMEM, "%s: out of memory", me);
     }
@@ -203,13 +208,35 @@ static mvm_status fixedpoint_create(const mvm_pinit *init, void **self)
     return MVM_OK;
 }
 
-/* Eq. 3: layer `next`'s router (and its bias: gpt-oss) on this layer's MoE input, softmax
- * per token, averaged. */
+/* One token's keys (router.h) into out, / n: the experts outside its kept groups (-inf)
+ * moved below every kept one, their order kept. p: its probabilities; key, group: scratch. */
+static void add_keys(const mvm_router *r, uint32_t l, const float *p, uint32_t E, double n,
+                     float *key, float *group, float *out)
+{
+    const float *b = r->choose_bias ? r->choose_bias[l] : NULL;
+    mvm_router_key(r, l, p, E, key, group);
+    float lo = INFINITY, top = -INFINITY; /* the lowest kept key, the highest of all */
+    for (uint32_t e = 0; e < E; e++) {
+        float raw = p[e] + (b ? b[e] : 0.0f);
+        top = raw > top ? raw : top;
+        lo = key[e] > -INFINITY && key[e] < lo ? key[e] : lo;
+    }
+    for (uint32_t e = 0; e < E; e++) {
+        float raw = p[e] + (b ? b[e] : 0.0f);
+        out[e] += (float)((key[e] > -INFINITY ? key[e] : raw - (top - lo) - 1) / n);
+    }
+}
+
+/* Eq. 3: layer `next`'s router (and its logit bias: gpt-oss) on this layer's MoE input,
+ * softmax per token, averaged; other routers by their keys (add_keys). */
 static void speculate(fixedpoint *f, const mvm_pstep *step, uint32_t next, float *out)
 {
-    const float *R = f->routers[next];
-    const float *b = f->router_bias ? f->router_bias[next] : NULL;
+    const mvm_router *r = f->router;
+    const float *R = r->weights[next];
+    const float *b = r->logit_bias ? r->logit_bias[next] : NULL;
+    const int softmax = !r->sigmoid && !mvm_router_keyed(r, next);
     double *logit = f->scratch;
+    float *p = f->keys;
     for (uint32_t e = 0; e < f->E; e++)
         out[e] = 0;
     for (uint32_t t = 0; t < step->n_tok; t++) {
@@ -222,10 +249,21 @@ static void speculate(fixedpoint *f, const mvm_pstep *step, uint32_t next, float
             logit[e] = z;
             top = fmax(top, z);
         }
+        if (softmax) {
+            for (uint32_t e = 0; e < f->E; e++)
+                sum += logit[e] = exp(logit[e] - top);
+            for (uint32_t e = 0; e < f->E; e++)
+                out[e] += (float)(logit[e] / sum / step->n_tok);
+            continue;
+        }
         for (uint32_t e = 0; e < f->E; e++)
-            sum += logit[e] = exp(logit[e] - top);
-        for (uint32_t e = 0; e < f->E; e++)
-            out[e] += (float)(logit[e] / sum / step->n_tok);
+            p[e] = (float)logit[e];
+        mvm_router_probs(r, p, f->E);
+        if (mvm_router_keyed(r, next))
+            add_keys(r, next, p, f->E, step->n_tok, p + f->E, p + 2 * f->E, out);
+        else
+            for (uint32_t e = 0; e < f->E; e++)
+                out[e] += p[e] / (float)step->n_tok;
     }
 }
 
@@ -272,7 +310,7 @@ static void fixedpoint_observe(void *self, const mvm_pview *v, const mvm_pstep *
             f->lcp_key[base + e] = log((double)f->mu[base + e]) -
                                    (double)v->tokens * log(f->rho) / f->omega;
         }
-    if (i + 1 < f->L && f->routers && f->routers[i + 1] && step->hidden && step->n_tok) {
+    if (i + 1 < f->L && f->router && f->router->weights[i + 1] && step->hidden && step->n_tok) {
         speculate(f, step, i + 1, f->pred + base + E);
         f->pred_ready[i + 1] = 1;
     }

@@ -48,6 +48,23 @@ typedef struct mvm_pstep {
     const uint32_t *counts;         /* [E] tokens per expert after route (caller fills) */
 } mvm_pstep;
 
+/* A model's routers and how they choose, for the modules that recompute a routing (the gate
+ * and residual predictors, fixedpoint's speculation; policy/router.h computes the choice).
+ * Per token, layer l's logits are weights[l] · h + logit_bias[l]; its probabilities are
+ * their softmax, or their sigmoid; it chooses the top_k of the probabilities plus
+ * choose_bias[l], among the experts of the n_group_used best of n_group equal groups (a
+ * group ranked by its best expert's key under softmax, by its best two's sum under
+ * sigmoid). Without a choose bias or groups that is the top_k of the logits. Arrays are
+ * [L] of per-layer rows; an array or a row may be NULL: none. */
+typedef struct mvm_router {
+    const float *const *weights;     /* [L] -> [E][n_embd] F32 */
+    const float *const *logit_bias;  /* [L] -> [E] (gpt-oss's router bias) */
+    const float *const *choose_bias; /* [L] -> [E] (exp_probs_b: DeepSeek-V3, GLM-4.5,
+                                        MiniMax-M2) */
+    int sigmoid;
+    uint32_t n_group, n_group_used;  /* n_group <= 1: no groups */
+} mvm_router;
+
 /* Module parameters: "name=value,name=value" from the command line or MOEVM_<ROLE>_ARGS.
  * Unknown names are an error the module reports (it knows its own names). */
 typedef struct mvm_pparams {
@@ -68,9 +85,7 @@ typedef struct mvm_pinit {
     const mvm_cost *cost;           /* per-expert costs (cost.h); never NULL */
     mvm_pparams params;
     /* Model data for predictors (NULL when unavailable, e.g. a synthetic trace): */
-    const float *const *routers;    /* [L] -> [E][n_embd] router weights, F32 */
-    const float *const *router_bias; /* [L] -> [E] added to each router's logits before its
-                                        softmax (gpt-oss), or NULL, or NULL rows: none */
+    const mvm_router *router;       /* the model's routers and how they choose */
     /* The learned predictor's weights: the bytes of a `moevm train-predictor` file, read by
      * the caller (policy code does no I/O); NULL when none was given. */
     const void *predictor;

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "policy/policy.h"
+#include "policy/router.h"
 #include "vmm/error.h"
 
 /* The dot product of a[n] and b[n], in eight interleaved partial sums: one running sum is
@@ -99,29 +100,33 @@ static inline void mvm_predict_vote(const float *v, uint32_t n, uint32_t k, floa
         out[idx[j]] += share;
 }
 
-/* Layer l's router bias (mvm_pinit.router_bias), or NULL. */
-static inline const float *mvm_predict_router_bias(const float *const *bias, uint32_t l)
+/* Layer l's logit bias (mvm_router.logit_bias), or NULL. */
+static inline const float *mvm_predict_logit_bias(const mvm_router *r, uint32_t l)
 {
-    return bias ? bias[l] : NULL;
+    return r->logit_bias ? r->logit_bias[l] : NULL;
 }
 
 /* The gate-based prediction (gate and residual): every token of hidden[n_tok][n_embd]
- * through the router W[E][n_embd], plus bias[E] (the router's own bias, and W·offset, the
- * residual's correction; NULL for none), then its top-k; out[E] = the share of tokens that
- * picked each expert. Top-k of the logits is top-k of the router's softmax (softmax is
- * monotone), so no probabilities are formed. logits: [E] scratch. */
-static inline void mvm_predict_route(const float *w, uint32_t E, uint32_t n_embd, uint32_t K,
+ * through layer l's router, its logits plus bias[E] (the router's own logit bias, and
+ * W·offset, the residual's correction; NULL for none), then its top_k as the model
+ * chooses (router.h); out[E] = the share of tokens that picked each expert.
+ * logits: [E] and scratch: [2E] floats. */
+static inline void mvm_predict_route(const mvm_router *r, uint32_t l, const mvm_pshape *sh,
                                      const float *hidden, uint32_t n_tok, const float *bias,
-                                     float *logits, float *out)
+                                     float *logits, float *scratch, float *out)
 {
+    const uint32_t E = sh->n_experts, D = sh->n_embd;
+    uint32_t idx[MVM_PREDICT_MAX_K];
     for (uint32_t e = 0; e < E; e++)
         out[e] = 0;
     for (uint32_t t = 0; t < n_tok; t++) {
-        mvm_predict_matvec(w, E, n_embd, hidden + (uint64_t)t * n_embd, logits);
+        mvm_predict_matvec(r->weights[l], E, D, hidden + (uint64_t)t * D, logits);
         if (bias)
             for (uint32_t e = 0; e < E; e++)
                 logits[e] += bias[e];
-        mvm_predict_vote(logits, E, K, 1, out);
+        uint32_t got = mvm_router_pick(r, l, logits, E, sh->top_k, idx, scratch);
+        for (uint32_t j = 0; j < got; j++)
+            out[idx[j]] += 1;
     }
     for (uint32_t e = 0; e < E; e++)
         out[e] /= (float)n_tok; /* whole counts first: exactly count / n_tok */

@@ -7,16 +7,19 @@
  * router applied to layer l's MoE input routes nearly as layer `target` will.
  *
  * predict(step, target, out): for each of the step's tokens, layer target's router
- * (init->routers[target], [E][n_embd] F32, plus its bias where it has one: gpt-oss) on the
- * token's hidden state (step->hidden, the layer's MoE input), its top_k; out[e] = the share
- * of the n_tok tokens that picked e (predict_common.h: per-token top-k then count,
- * PreScope's A7 reading). Any later layer may be the target; the farther, the less alike
- * the gate inputs.
+ * (init->router, policy.h: its F32 weights, plus its logit bias where it has one: gpt-oss)
+ * on the token's hidden state (step->hidden, the layer's MoE input), its top_k chosen as
+ * the model chooses (policy/router.h: by sigmoid plus a choose bias, within groups, where
+ * the model does); out[e] = the share of the n_tok tokens that picked e
+ * (predict_common.h: per-token top-k then count, PreScope's A7 reading). Any later layer
+ * may be the target; the farther, the less alike the gate inputs. The papers' models
+ * (Mixtral, Qwen, DeepSeek-V2-Lite) choose by softmax; choosing by the router's own rule
+ * is the reading that extends the scheme to the others.
  *
  * Returns 0, out untouched, when it cannot predict: no hidden state in the step (a
  * synthetic trace), no tokens, target not in (step->layer, n_layers), or no router for
- * that layer (routers[target] NULL). Without routers at all (init->routers NULL) create
- * fails: the module has nothing to predict with. No parameters.
+ * that layer (weights[target] NULL). Without routers at all (no init->router weights)
+ * create fails: the module has nothing to predict with. No parameters.
  */
 #include <stdlib.h>
 
@@ -26,9 +29,8 @@
 
 typedef struct gate {
     mvm_pshape shape;
-    const float *const *routers; /* the caller's, alive as long as the module */
-    const float *const *router_bias; /* the same, or NULL */
-    float *logits;               /* [E] scratch */
+    const mvm_router *router;    /* the caller's, alive as long as the module */
+    float *logits;               /* [3E] scratch: the logits, then mvm_router_pick's */
 } gate;
 
 static void gate_destroy(void *self)
@@ -50,16 +52,15 @@ static mvm_status gate_create(const mvm_pinit *init, void **self)
         st = mvm_predict_check_shape(init->shape, me);
     if (st != MVM_OK)
         return st;
-    if (!init->routers)
+    if (!init->router || !init->router->weights)
         return mvm_fail(MVM_ERR_INVALID,
                         "predict gate: needs the model's router weights (give a GGUF model)");
     gate *g = calloc(1, sizeof *g);
     if (!g)
         return mvm_fail(MVM_ERR_NOMEM, "%s: out of memory", me);
     g->shape = *init->shape;
-    g->routers = init->routers;
-    g->router_bias = init->router_bias;
-    g->logits = calloc(g->shape.n_experts, sizeof *g->logits);
+    g->router = init->router;
+    g->logits = calloc(3 * (size_t)g->shape.n_experts, sizeof *g->logits);
     if (!g->logits) {
         gate_destroy(g);
         return mvm_fail(MVM_ERR_NOMEM, "%s: out of memory", me);
@@ -73,11 +74,11 @@ static int gate_predict(void *self, const mvm_pstep *step, uint32_t target, floa
     gate *g = self;
     const mvm_pshape *sh = &g->shape;
     if (!step->hidden || !step->n_tok || target <= step->layer || target >= sh->n_layers ||
-        !g->routers[target])
+        !g->router->weights[target])
         return 0;
-    mvm_predict_route(g->routers[target], sh->n_experts, sh->n_embd, sh->top_k, step->hidden,
-                      step->n_tok, mvm_predict_router_bias(g->router_bias, target), g->logits,
-                      out);
+    mvm_predict_route(g->router, target, sh, step->hidden, step->n_tok,
+                      mvm_predict_logit_bias(g->router, target), g->logits,
+                      g->logits + sh->n_experts, out);
     return 1;
 }
 

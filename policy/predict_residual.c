@@ -9,8 +9,9 @@
  * further ahead the residuals of every layer in between add up:
  *     h~ = h_l + res_l + res_{l+1} + ... + res_{target-1}.
  * out[e] is then, as in gate, the share of the step's tokens whose top_k holds e
- * (predict_common.h). Returns 0 exactly when gate would (no hidden state, no tokens, target
- * not in (step->layer, n_layers), no router for it); create fails without routers.
+ * (predict_common.h), chosen as the model chooses (policy/router.h). Returns 0 exactly
+ * when gate would (no hidden state, no tokens, target not in (step->layer, n_layers), no
+ * router for it); create fails without routers.
  *
  * Reading of the calibration: DALI calibrates offline on 1K Wikitext sequences and freezes
  * res_l. A module sees no calibration set, so it calibrates online from the run itself:
@@ -40,8 +41,7 @@
 
 typedef struct residual {
     mvm_pshape shape;
-    const float *const *routers;
-    const float *const *router_bias; /* or NULL */
+    const mvm_router *router;
     double warmup;
     uint32_t max_tokens;
     double *mean;        /* [L][n_embd] running mean of h_{l+1} - h_l */
@@ -51,7 +51,7 @@ typedef struct residual {
     int have_prev;
     float *offset;       /* [n_embd] scratch: the summed residuals */
     float *bias;         /* [E] scratch: router · offset + the router's bias */
-    float *logits;       /* [E] scratch */
+    float *logits;       /* [3E] scratch: the logits, then mvm_router_pick's */
 } residual;
 
 static void residual_destroy(void *self)
@@ -89,7 +89,7 @@ static mvm_status residual_create(const mvm_pinit *init, void **self)
     if (!(max_tokens >= 1 && max_tokens <= 65536 && max_tokens == floor(max_tokens)))
         return mvm_fail(MVM_ERR_INVALID, "%s: max_tokens=%g is not a whole number in [1, 65536]",
                         me, max_tokens);
-    if (!init->routers)
+    if (!init->router || !init->router->weights)
         return mvm_fail(MVM_ERR_INVALID,
                         "%s: needs the model's router weights (give a GGUF model)", me);
     const mvm_pshape *sh = init->shape;
@@ -97,8 +97,7 @@ static mvm_status residual_create(const mvm_pinit *init, void **self)
     if (!r)
         return mvm_fail(MVM_ERR_NOMEM, "%s: out of memory", me);
     r->shape = *sh;
-    r->routers = init->routers;
-    r->router_bias = init->router_bias;
+    r->router = init->router;
     r->warmup = warmup;
     r->max_tokens = (uint32_t)max_tokens;
     r->mean = calloc((size_t)sh->n_layers * sh->n_embd, sizeof *r->mean);
@@ -106,7 +105,7 @@ static mvm_status residual_create(const mvm_pinit *init, void **self)
     r->prev = calloc((size_t)r->max_tokens * sh->n_embd, sizeof *r->prev);
     r->offset = calloc(sh->n_embd, sizeof *r->offset);
     r->bias = calloc(sh->n_experts, sizeof *r->bias);
-    r->logits = calloc(sh->n_experts, sizeof *r->logits);
+    r->logits = calloc(3 * (size_t)sh->n_experts, sizeof *r->logits);
     if (!r->mean || !r->n || !r->prev || !r->offset || !r->bias || !r->logits) {
         residual_destroy(r);
         return mvm_fail(MVM_ERR_NOMEM, "%s: out of memory", me);
@@ -146,7 +145,7 @@ static int residual_predict(void *self, const mvm_pstep *step, uint32_t target, 
     const mvm_pshape *sh = &r->shape;
     const uint32_t D = sh->n_embd, E = sh->n_experts;
     if (!step->hidden || !step->n_tok || target <= step->layer || target >= sh->n_layers ||
-        !r->routers[target])
+        !r->router->weights[target])
         return 0;
     int any = 0;
     memset(r->offset, 0, D * sizeof *r->offset);
@@ -160,14 +159,14 @@ static int residual_predict(void *self, const mvm_pstep *step, uint32_t target, 
     }
     /* router · (h + offset) + b = router · h + (router · offset + b): the second term once
      * per step. */
-    const float *b = mvm_predict_router_bias(r->router_bias, target);
+    const float *b = mvm_predict_logit_bias(r->router, target);
     if (any) {
-        mvm_predict_matvec(r->routers[target], E, D, r->offset, r->bias);
+        mvm_predict_matvec(r->router->weights[target], E, D, r->offset, r->bias);
         for (uint32_t e = 0; b && e < E; e++)
             r->bias[e] += b[e];
     }
-    mvm_predict_route(r->routers[target], E, D, sh->top_k, step->hidden, step->n_tok,
-                      any ? r->bias : b, r->logits, out);
+    mvm_predict_route(r->router, target, sh, step->hidden, step->n_tok, any ? r->bias : b,
+                      r->logits, r->logits + E, out);
     return 1;
 }
 

@@ -299,7 +299,7 @@ expect 0 'held-out' -- "$moevm" train-predictor --trace "$tmp/h.jsonl" --out "$t
 expect 0 'predict=learned +[0-9.]+' -- "$moevm" sim --trace "$tmp/h.jsonl" --predictor "$tmp/p.bin" --compare 'predict=learned'
 head -c 100 "$tmp/p.bin" >"$tmp/cut.bin"
 expect 1 'predictor' -- "$moevm" sim --trace "$tmp/h.jsonl" --predictor "$tmp/cut.bin" --predict learned
-expect 1 'no tensor blk.0.ffn_gate_inp.weight|is .* the trace needs' -- "$moevm" sim --trace "$tmp/g.jsonl" --model "$m" --predict gate
+expect 1 '^moevm: --model: .*the trace has 16 x 64, 2048 wide \(is this the model that recorded it\?\)' -- "$moevm" sim --trace "$tmp/g.jsonl" --model "$m" --predict gate
 
 # several servers
 expect 0 'prism +[0-9.]+' -- "$moevm" sim --trace "$tmp/g.jsonl" --servers 2

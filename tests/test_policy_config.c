@@ -49,10 +49,9 @@ static void fx_init(fx *f, uint32_t L, uint32_t E, uint32_t K, uint32_t ppe, uin
 }
 
 static void *fx_create(fx *f, const mvm_config_ops *ops, const char *params,
-                       const float *const *routers, const float *const *router_bias)
+                       const mvm_router *router)
 {
-    mvm_pinit init = {.shape = &f->sh, .cost = &f->cost, .params = {params}, .routers = routers,
-                      .router_bias = router_bias};
+    mvm_pinit init = {.shape = &f->sh, .cost = &f->cost, .params = {params}, .router = router};
     void *self = NULL;
     CHECK_ST(ops->create(&init, &self), MVM_OK);
     return self;
@@ -93,7 +92,7 @@ static void test_uniform(void)
 {
     fx f;
     fx_init(&f, 4, 8, 2, 4, 103);
-    void *u = fx_create(&f, &mvm_config_uniform, NULL, NULL, NULL);
+    void *u = fx_create(&f, &mvm_config_uniform, NULL, NULL);
     CHECK(mvm_config_uniform.configure(u, &f.v, f.pages, f.theta) == 1);
     for (uint32_t l = 0; l < 4; l++)
         CHECK(f.pages[l] == 25 && f.theta[l] == 1);
@@ -118,7 +117,7 @@ static void test_hot(void)
 {
     fx f;
     fx_init(&f, 3, 4, 1, 2, 11); /* 11 pages: a table of 5 whole experts */
-    void *h = fx_create(&f, &mvm_config_hot, "profile=1000,buffer=0", NULL, NULL);
+    void *h = fx_create(&f, &mvm_config_hot, "profile=1000,buffer=0", NULL);
     /* With no counts the table is spread over the layers: 2, 2, 1 experts. */
     CHECK(mvm_config_hot.configure(h, &f.v, f.pages, f.theta) == 1);
     CHECK(f.pages[0] == 4 && f.pages[1] == 4 && f.pages[2] == 2);
@@ -147,7 +146,7 @@ static void test_hot(void)
     CHECK(f.pages[0] == 2 && f.pages[1] == 2 && f.pages[2] == 2);
     /* By default one token's top_k = 1 experts stay out of the table as the load buffer:
      * 7 pages = 2 pages of buffer + a table of 2 (L2e1, L0e0). */
-    void *hb = fx_create(&f, &mvm_config_hot, "profile=1000", NULL, NULL);
+    void *hb = fx_create(&f, &mvm_config_hot, "profile=1000", NULL);
     for (int t = 0; t < 3; t++) {
         uint32_t e0 = 0;
         fx_observe(&f, &mvm_config_hot, hb, 2, &e1, 1);
@@ -165,7 +164,7 @@ static void test_hot(void)
 
     /* The profile: after 4 tokens through layer 0 the table stops changing. */
     fx_init(&f, 2, 4, 1, 1, 1);
-    h = fx_create(&f, &mvm_config_hot, "profile=4,buffer=0", NULL, NULL);
+    h = fx_create(&f, &mvm_config_hot, "profile=4,buffer=0", NULL);
     uint32_t a = 0, b = 3, c = 1;
     for (int t = 0; t < 4; t++) {
         fx_observe(&f, &mvm_config_hot, h, 0, &a, 1);
@@ -362,7 +361,7 @@ static void test_fixedpoint_moves_budget(void)
     fx f;
     /* 2 pages per expert; 20 pages = a buffer of K = 2 experts (4 pages) + V_e = 16. */
     fx_init(&f, 2, 8, 2, 2, 20);
-    void *fp = fx_create(&f, &mvm_config_fixedpoint, FP_PARAMS, NULL, NULL);
+    void *fp = fx_create(&f, &mvm_config_fixedpoint, FP_PARAMS, NULL);
     /* Before τ tokens: Algorithm 1's start, V_e / L = 8 pages a layer at θ = 0.5, i.e. the
      * first pages of all 8 experts. */
     CHECK(mvm_config_fixedpoint.configure(fp, &f.v, f.pages, f.theta) == 1);
@@ -388,7 +387,7 @@ static void test_fixedpoint_moves_budget(void)
     /* Deterministic: a second instance fed the same tokens answers the same. */
     fx g;
     fx_init(&g, 2, 8, 2, 2, 20);
-    void *fp2 = fx_create(&g, &mvm_config_fixedpoint, FP_PARAMS, NULL, NULL);
+    void *fp2 = fx_create(&g, &mvm_config_fixedpoint, FP_PARAMS, NULL);
     feed(&g, fp2, 100, 0);
     mvm_config_fixedpoint.configure(fp2, &g.v, g.pages, g.theta);
     CHECK(g.pages[0] == 4 && g.pages[1] == p1 && g.theta[1] == th1);
@@ -405,7 +404,9 @@ static void test_fixedpoint_moves_budget(void)
  * experts, and the window — K·T_exp plus layer 1's attention — holds a prefetch), layer 1
  * needs less cache, so it ends with less budget than when nothing can be predicted. A
  * router bias (gpt-oss) on layer 1 that always points at its two rarest experts, 6 and 7,
- * misleads the predictor: its forecasts then miss, and layer 1 keeps more budget. */
+ * misleads the predictor: its forecasts then miss, and layer 1 keeps more budget. So does
+ * a sigmoid router's choose bias (DeepSeek-V3's exp_probs_b) pointing there: the
+ * speculation ranks by what the router chooses by. */
 static void test_fixedpoint_prediction(void)
 {
     float ident[MAXE * MAXE] = {0};
@@ -414,13 +415,14 @@ static void test_fixedpoint_prediction(void)
     const float *routers[2] = {ident, ident};
     static const float rare[8] = {0, 0, 0, 0, 0, 0, 100, 100};
     const float *bias[2] = {NULL, rare};
-    uint64_t pages[3]; /* blind, seeing, misled */
-    for (int run = 0; run < 3; run++) {
+    uint64_t pages[4]; /* blind, seeing, misled by a logit bias, by a choose bias */
+    for (int run = 0; run < 4; run++) {
         fx f;
         fx_init(&f, 2, 8, 2, 2, 20);
         f.cost.m.attn_time = 8; /* a wide window: prefetches fit */
-        void *fp = fx_create(&f, &mvm_config_fixedpoint, FP_PARAMS, routers,
-                             run == 2 ? bias : NULL);
+        mvm_router rt = {.weights = routers, .logit_bias = run == 2 ? bias : NULL,
+                         .choose_bias = run == 3 ? bias : NULL, .sigmoid = run == 3};
+        void *fp = fx_create(&f, &mvm_config_fixedpoint, FP_PARAMS, &rt);
         feed(&f, fp, 100, run > 0);
         mvm_config_fixedpoint.configure(fp, &f.v, f.pages, f.theta);
         check_config(&f);
@@ -429,10 +431,11 @@ static void test_fixedpoint_prediction(void)
     }
     CHECK(pages[1] < pages[0]);
     CHECK(pages[2] > pages[1]);
-    if (!(pages[1] < pages[0] && pages[2] > pages[1]))
-        fprintf(stderr, "  layer 1's pages: blind %llu, seeing %llu, misled %llu\n",
+    CHECK(pages[3] > pages[1]);
+    if (!(pages[1] < pages[0] && pages[2] > pages[1] && pages[3] > pages[1]))
+        fprintf(stderr, "  layer 1's pages: blind %llu, seeing %llu, misled %llu and %llu\n",
                 (unsigned long long)pages[0], (unsigned long long)pages[1],
-                (unsigned long long)pages[2]);
+                (unsigned long long)pages[2], (unsigned long long)pages[3]);
 }
 
 static void test_fixedpoint_params(void)
@@ -447,7 +450,7 @@ static void test_fixedpoint_params(void)
         CHECK_ST(mvm_config_fixedpoint.create(&init, &self), MVM_ERR_INVALID);
     }
     /* No budget at all beyond the buffer: every layer 0 pages, θ = 1. */
-    void *fp = fx_create(&f, &mvm_config_fixedpoint, "buffer=18", NULL, NULL);
+    void *fp = fx_create(&f, &mvm_config_fixedpoint, "buffer=18", NULL);
     mvm_config_fixedpoint.configure(fp, &f.v, f.pages, f.theta);
     CHECK(f.pages[0] == 0 && f.pages[1] == 0 && f.theta[0] == 1 && f.theta[1] == 1);
     mvm_config_fixedpoint.destroy(fp);

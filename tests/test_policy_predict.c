@@ -57,7 +57,8 @@ static void test_gate_hand(void)
 {
     const mvm_pshape sh = {.n_layers = 2, .n_experts = 4, .top_k = 2, .n_embd = 2};
     const float *routers[2] = {cross, cross};
-    mvm_pinit in = {.shape = &sh, .cost = &no_cost, .routers = routers};
+    mvm_router rt = {.weights = routers};
+    mvm_pinit in = {.shape = &sh, .cost = &no_cost, .router = &rt};
     void *g = make(&mvm_predict_gate, &in);
     if (!g)
         return;
@@ -89,7 +90,7 @@ static void test_gate_hand(void)
 
     /* A missing router: that layer cannot be predicted. */
     const float *partial[2] = {cross, NULL};
-    in.routers = partial;
+    rt.weights = partial;
     g = make(&mvm_predict_gate, &in);
     st = step_of(0, 3, h, NULL, NULL);
     if (g) {
@@ -103,14 +104,22 @@ static void test_gate_hand(void)
  *   (1, .5, -1, 2)      top-2 {e3, e0}
  *   (-2, 1, 2, 1.5)     top-2 {e2, e3}
  *   (.1, -3, -.1, 5.5)  top-2 {e3, e0}
- * out = (2/3, 0, 1/3, 1), from gate and from residual before its warm-up. */
+ * out = (2/3, 0, 1/3, 1), from gate and from residual before its warm-up.
+ * A choose bias (DeepSeek-V3) of (0, 0, .5, 0) on a sigmoid router is added to the
+ * sigmoids, which the logits' order does not show:
+ *   (.731, .622, .269, .378) + bias: (.731, .622, .769, .378)  top-2 {e2, e0}
+ *   (.119, .731, .881, .269)         (.119, .731, 1.381, .269) top-2 {e2, e1}
+ *   (.525, .047, .475, .953)         (.525, .047, .975, .953)  top-2 {e2, e3}
+ * out = (1/3, 1/3, 1, 1/3); by the logits alone it would be test_gate_hand's, and with
+ * the bias added to the logits (1/3, 2/3, 2/3, 1/3). */
 static void test_router_bias(void)
 {
     const mvm_pshape sh = {.n_layers = 2, .n_experts = 4, .top_k = 2, .n_embd = 2};
     const float *routers[2] = {cross, cross};
     static const float b1[4] = {0, 0, 0, 2.5f};
     const float *bias[2] = {NULL, b1};
-    mvm_pinit in = {.shape = &sh, .cost = &no_cost, .routers = routers, .router_bias = bias};
+    mvm_router rt = {.weights = routers, .logit_bias = bias};
+    mvm_pinit in = {.shape = &sh, .cost = &no_cost, .router = &rt};
     const float h[6] = {1, .5f, -2, 1, .1f, -3};
     const mvm_predict_ops *ops[] = {&mvm_predict_gate, &mvm_predict_residual};
     for (size_t i = 0; i < sizeof ops / sizeof *ops; i++) {
@@ -121,6 +130,19 @@ static void test_router_bias(void)
         mvm_pstep st = step_of(0, 3, h, NULL, NULL);
         CHECK(ops[i]->predict(p, &st, 1, out) == 1);
         CHECK(out[0] == 2.0f / 3 && out[1] == 0 && out[2] == 1.0f / 3 && out[3] == 1);
+        ops[i]->destroy(p);
+    }
+    static const float c1[4] = {0, 0, .5f, 0};
+    const float *choose[2] = {NULL, c1};
+    rt = (mvm_router){.weights = routers, .choose_bias = choose, .sigmoid = 1};
+    for (size_t i = 0; i < sizeof ops / sizeof *ops; i++) {
+        void *p = make(ops[i], &in);
+        if (!p)
+            continue;
+        float out[4] = {7, 7, 7, 7};
+        mvm_pstep st = step_of(0, 3, h, NULL, NULL);
+        CHECK(ops[i]->predict(p, &st, 1, out) == 1);
+        CHECK(out[0] == 1.0f / 3 && out[1] == 1.0f / 3 && out[2] == 1 && out[3] == 1.0f / 3);
         ops[i]->destroy(p);
     }
 }
@@ -139,7 +161,12 @@ static void test_create_errors(void)
     CHECK_ST(mvm_predict_learned.create(&in, &self), MVM_ERR_INVALID);
     CHECK(has("predict learned: no predictor weights (train one with `moevm train-predictor`, "
               "pass --predictor FILE)"));
-    in.routers = routers;
+    const mvm_router biases_only = {.sigmoid = 1}; /* the engine's, when no module asked */
+    in.router = &biases_only;
+    CHECK_ST(mvm_predict_gate.create(&in, &self), MVM_ERR_INVALID);
+    CHECK_ST(mvm_predict_residual.create(&in, &self), MVM_ERR_INVALID);
+    mvm_router rt = {.weights = routers};
+    in.router = &rt;
     in.params.text = "x=1";
     CHECK_ST(mvm_predict_gate.create(&in, &self), MVM_ERR_INVALID);
     CHECK(has("predict gate") && has("'x'"));
@@ -211,7 +238,8 @@ static void test_residual_constant(void)
 {
     const mvm_pshape sh = {.n_layers = 3, .n_experts = 4, .top_k = 1, .n_embd = 2};
     const float *routers[3] = {cross, cross, cross};
-    mvm_pinit in = {.shape = &sh, .cost = &no_cost, .routers = routers};
+    mvm_router rt = {.weights = routers};
+    mvm_pinit in = {.shape = &sh, .cost = &no_cost, .router = &rt};
     void *r = make(&mvm_predict_residual, &in), *g = make(&mvm_predict_gate, &in);
     if (!r || !g)
         return;
@@ -249,7 +277,8 @@ static void test_residual_pairing(void)
 {
     const mvm_pshape sh = {.n_layers = 3, .n_experts = 4, .top_k = 1, .n_embd = 2};
     const float *routers[3] = {cross, cross, cross};
-    mvm_pinit in = {.shape = &sh, .cost = &no_cost, .routers = routers,
+    mvm_router rt = {.weights = routers};
+    mvm_pinit in = {.shape = &sh, .cost = &no_cost, .router = &rt,
                     .params = {"max_tokens=4,warmup=8"}};
     static stream s;
     uint64_t rng = 7;
@@ -260,8 +289,9 @@ static void test_residual_pairing(void)
      * to the calibrated correction, not lost in it */
     static const float b1[4] = {50, 0, 0, 0};
     const float *bias[3] = {NULL, b1, NULL};
+    mvm_router rtb = {.weights = routers, .logit_bias = bias};
     mvm_pinit inb = in;
-    inb.router_bias = bias;
+    inb.router = &rtb;
     void *rb = make(&mvm_predict_residual, &inb);
     stream_fill(&s, 8, &rng);
     stream_observe(r, &s, 8);
@@ -664,7 +694,8 @@ static void test_random_invariants(void)
         const mvm_predict_ops *ops = round % 3 ? &mvm_predict_residual : &mvm_predict_gate;
         const char *params = ops == &mvm_predict_residual && round % 2 ? "warmup=1,max_tokens=3"
                                                                        : NULL;
-        mvm_pinit in = {.shape = &sh, .cost = &no_cost, .routers = rp, .params = {params}};
+        mvm_router rt = {.weights = rp};
+        mvm_pinit in = {.shape = &sh, .cost = &no_cost, .router = &rt, .params = {params}};
         void *self = make(ops, &in);
         if (!self)
             continue;

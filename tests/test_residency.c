@@ -379,46 +379,56 @@ static const char *make_model(mvm_pool *pool)
     return path;
 }
 
-/* gpt-oss's routers come with their biases into `moevm sim` (sim_inputs.c), the ones the
- * engine gives its predictors (moe_step.c); a model without them gives none. */
-static void test_sim_router_bias(void)
+/* The routers `moevm sim` reads (sim_inputs.c) are the engine's (moe_step.c gives its
+ * predictors the same mvm_model_router): gpt-oss's with their logit biases; DeepSeek-V3's
+ * (tiny-v3: a dense block first, so MoE layer l is blk.{l+1}) with their choose biases,
+ * sigmoid and groups; a plain model's with neither. A trace of another shape is refused. */
+static void test_sim_routers(void)
 {
     mvm_pool *pool = NULL;
     CHECK_ST(mvm_pool_create(1, NULL, &pool), MVM_OK);
-    char path[128];
-    snprintf(path, sizeof path, "%s/oss.gguf", dir);
+    char oss[128], v3[128];
+    snprintf(oss, sizeof oss, "%s/oss.gguf", dir);
+    snprintf(v3, sizeof v3, "%s/v3.gguf", dir);
     mvm_model_spec s = mvm_preset_find("tiny", "gpt-oss")->spec;
     s.type = MVM_W_F32;
     s.seed = 5;
-    CHECK_ST(mvm_mkmodel_write(&s, path, pool, NULL, NULL), MVM_OK);
-    mvm_model *m = NULL;
-    CHECK_ST(mvm_model_probe(path, &m), MVM_OK);
-    if (!m) {
-        mvm_pool_destroy(pool);
-        return;
+    CHECK_ST(mvm_mkmodel_write(&s, oss, pool, NULL, NULL), MVM_OK);
+    s = mvm_preset_find("tiny-v3", "deepseek2")->spec;
+    s.type = MVM_W_F32;
+    CHECK_ST(mvm_mkmodel_write(&s, v3, pool, NULL, NULL), MVM_OK);
+    const char *paths[] = {oss, v3, make_model(pool)};
+    for (int i = 0; i < 3; i++) {
+        mvm_model *m = NULL;
+        CHECK_ST(mvm_model_probe(paths[i], &m), MVM_OK);
+        if (!m)
+            continue;
+        const mvm_hparams *hp = &m->hp;
+        const size_t row = hp->n_expert * sizeof(float);
+        mvm_trace t = {.hdr = {.n_layers = hp->n_layer, .n_experts = hp->n_expert,
+                               .top_k = hp->n_expert_used, .n_embd = hp->n_embd}};
+        mvm_sim_inputs in = {0};
+        CHECK_ST(mvm_sim_load_routers(paths[i], &t, &in), MVM_OK);
+        const mvm_router *r = &in.router.r;
+        CHECK(r->weights && (r->logit_bias != NULL) == (i == 0) &&
+              (r->choose_bias != NULL) == (i == 1));
+        CHECK(r->sigmoid == (i == 1) && r->n_group == (i == 1 ? 4u : 0u) &&
+              r->n_group_used == (i == 1 ? 2u : 0u));
+        for (uint32_t l = 0; r->weights && l < hp->n_layer; l++) {
+            CHECK(m->layers[l].router.type == MVM_W_F32 &&
+                  memcmp(r->weights[l], m->layers[l].router.data, row * hp->n_embd) == 0);
+            if (r->logit_bias)
+                CHECK(memcmp(r->logit_bias[l], m->layers[l].router_bias, row) == 0);
+            if (r->choose_bias)
+                CHECK(memcmp(r->choose_bias[l], m->layers[l].expert_bias, row) == 0);
+        }
+        mvm_sim_inputs_free(&in);
+        t.hdr.n_layers++;
+        CHECK_ST(mvm_sim_load_routers(paths[i], &t, &in), MVM_ERR_INVALID);
+        CHECK(strstr(mvm_last_error(), "is this the model that recorded it?") != NULL);
+        mvm_sim_inputs_free(&in);
+        mvm_model_free(m);
     }
-    const mvm_hparams *hp = &m->hp;
-    mvm_trace t = {.hdr = {.n_layers = hp->n_layer, .n_experts = hp->n_expert,
-                           .top_k = hp->n_expert_used, .n_embd = hp->n_embd}};
-    mvm_sim_inputs in = {0};
-    CHECK_ST(mvm_sim_load_routers(path, &t, &in), MVM_OK);
-    CHECK(in.routers && in.router_bias);
-    for (uint32_t l = 0; in.router_bias && l < hp->n_layer; l++)
-        CHECK(in.router_bias[l] && m->layers[l].router_bias &&
-              memcmp(in.router_bias[l], m->layers[l].router_bias,
-                     hp->n_expert * sizeof(float)) == 0);
-    mvm_sim_inputs_free(&in);
-    mvm_model_free(m);
-    in = (mvm_sim_inputs){0};
-    t.hdr = (mvm_trace_header){.n_layers = 4, .n_experts = 16, .top_k = 4};
-    const char *other = make_model(pool);
-    m = NULL;
-    CHECK_ST(mvm_model_probe(other, &m), MVM_OK);
-    t.hdr.n_embd = m ? m->hp.n_embd : 0;
-    CHECK_ST(mvm_sim_load_routers(other, &t, &in), MVM_OK);
-    CHECK(in.routers && !in.router_bias);
-    mvm_sim_inputs_free(&in);
-    mvm_model_free(m);
     mvm_pool_destroy(pool);
 }
 
@@ -514,7 +524,7 @@ static void test_engine_matches_sim(void)
             mvm_sim_inputs in = {0}; /* the routers, which the engine gives fixedpoint */
             if (t)
                 CHECK_ST(mvm_sim_load_routers(model, t, &in), MVM_OK);
-            if (!t || !in.routers) {
+            if (!t || !in.model) {
                 mvm_trace_free(t);
                 mvm_sim_inputs_free(&in);
                 continue;
@@ -526,7 +536,7 @@ static void test_engine_matches_sim(void)
             cfg.params[MVM_ROLE_ROUTE] = runs[m].route_args;
             cfg.policy[MVM_ROLE_CONFIG] = strcmp(runs[m].config, "none") ? runs[m].config : NULL;
             cfg.params[MVM_ROLE_CONFIG] = runs[m].config_args;
-            cfg.routers = (const float *const *)in.routers;
+            cfg.router = &in.router.r;
             cfg.budget_pages = pages;
             cfg.page_bytes = PAGE;
             mvm_cost cost;
@@ -654,7 +664,7 @@ int main(void)
     RUN(test_wanted_prefetched);
     RUN(test_choice_and_errors);
     RUN(test_engine_matches_sim);
-    RUN(test_sim_router_bias);
+    RUN(test_sim_routers);
     RUN(test_gate_prefetches);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -400,8 +400,7 @@ int mvm_cmd_sim(int argc, char **argv)
         mvm_trace_free(t);
         return mvm_cli_error(a.model ? "--model" : "--predictor");
     }
-    cfg.routers = (const float *const *)in.routers;
-    cfg.router_bias = (const float *const *)in.router_bias;
+    cfg.router = in.model ? &in.router.r : NULL;
     cfg.predictor = in.predictor;
     cfg.predictor_size = in.predictor_size;
     cfg.zerocopy = a.zerocopy;

@@ -435,9 +435,8 @@ mvm_status mvm_sim_run(const mvm_trace *t, const mvm_cost *cost, const mvm_sim_c
     }
     s.view = (mvm_pview){.shape = &s.shape, .resident = s.resident, .busy = s.busy,
                          .capacity_pages = c->budget_pages};
-    mvm_pinit init = {.shape = &s.shape, .cost = cost, .routers = c->routers,
-                      .router_bias = c->router_bias, .predictor = c->predictor,
-                      .predictor_size = c->predictor_size};
+    mvm_pinit init = {.shape = &s.shape, .cost = cost, .router = c->router,
+                      .predictor = c->predictor, .predictor_size = c->predictor_size};
     mvm_status st = make_modules(&s, &init);
     const mvm_config_ops *co = s.mod[MVM_ROLE_CONFIG].ops;
     double clock = 0;

@@ -30,11 +30,9 @@ typedef struct mvm_sim_config {
     uint32_t page_bytes;                 /* residency granularity (2 MiB) */
     uint32_t prefetch_depth;             /* experts prefetched per layer from a prediction */
     int zerocopy;                        /* 1: the device reads host homes (HOST_NUMA) */
-    /* For predictors (policy.h, mvm_pinit): the model's routers ([L] -> [E][n_embd] F32),
-     * their biases ([L] -> [E]) and a `moevm train-predictor` file's bytes; NULL when not
-     * given. */
-    const float *const *routers;
-    const float *const *router_bias;
+    /* For predictors (policy.h, mvm_pinit): the model's routers and a `moevm
+     * train-predictor` file's bytes; NULL when not given. */
+    const mvm_router *router;
     const void *predictor;
     size_t predictor_size;
 } mvm_sim_config;

@@ -5,20 +5,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/model.h"
 #include "moevm/moevm.h"
 #include "tools/trace.h"
 
 typedef struct mvm_sim_inputs {
-    uint32_t n_layers;
-    float **routers;          /* [L] -> [E][n_embd], or NULL */
-    float **router_bias;      /* [L] -> [E] (gpt-oss's blk.N.ffn_gate_inp.bias), or NULL */
+    mvm_model *model;         /* the GGUF that recorded the trace, probed; or NULL */
+    mvm_model_router router;  /* its routers (router.r for the predictors) */
     void *predictor;          /* a train-predictor file's bytes, or NULL */
     size_t predictor_size;
 } mvm_sim_inputs;
 
-/* Every MoE layer's router (blk.N.ffn_gate_inp.weight, f32) of the GGUF at path, and its
- * bias where the file has one (blk.N.ffn_gate_inp.bias, f32), checked against the trace's
- * shape. */
+/* The routers of the GGUF at path, as the engine reads them (mvm_model_router: F32 rows of
+ * any type, their biases and how they choose), checked against the trace's shape. */
 mvm_status mvm_sim_load_routers(const char *path, const mvm_trace *t, mvm_sim_inputs *in);
 /* The bytes of a predictor file (the learned module validates them). */
 mvm_status mvm_sim_load_predictor(const char *path, mvm_sim_inputs *in);
