@@ -52,10 +52,10 @@ mvm_status mvm_trace_open(const char *path, const mvm_model *m, int with_hidden,
     fprintf(t->f, "{\"format\":\"moevm-trace\",\"version\":1,\"model\":");
     put_json_string(t->f, m->name);
     fprintf(t->f, ",\"arch\":\"%s\",\"n_layers\":%u,\"n_experts\":%u,\"top_k\":%u,"
-            "\"expert_bytes\":%llu,\"n_embd\":%u,\"n_ff_exp\":%u,\"scores\":\"softmax\","
+            "\"expert_bytes\":%llu,\"n_embd\":%u,\"n_ff_exp\":%u,\"scores\":\"%s\","
             "\"weights_renormalised\":%s}\n", m->arch->name, hp->n_layer, hp->n_expert,
             hp->n_expert_used, (unsigned long long)m->expert_bytes, hp->n_embd, hp->n_ff_exp,
-            m->hp.norm_topk ? "true" : "false");
+            hp->sigmoid_gate ? "sigmoid" : "softmax", hp->norm_topk ? "true" : "false");
     *out = t;
     return MVM_OK;
 }

@@ -288,6 +288,9 @@ expect 2 'needs --trace-out' -- "$moevm" run -m "$m" -p hi --trace-hidden
 expect 0 '"hidden":\[' -- sh -c "\"$moevm\" run -m \"$m\" -p 'a b c d e f g h' -n 40 --temp 1 --trace-out \"$tmp/h.jsonl\" --trace-hidden >/dev/null 2>&1 && sed -n 2p \"$tmp/h.jsonl\""
 expect 0 'predict=residual +[0-9.]+' -- "$moevm" sim --trace "$tmp/h.jsonl" --model "$m" --budget 40% --compare 'predict=gate; predict=residual'
 expect 1 "router weights" -- "$moevm" sim --trace "$tmp/h.jsonl" --predict gate
+# DeepSeek-V3's kind: sigmoid scores, and MoE layer 0 is the file's blk.1 (after a dense one).
+expect 0 '"scores":"sigmoid"' -- sh -c "\"$moevm\" run -m \"$tmp/ds3.gguf\" -p 'a b c' -n 12 --trace-out \"$tmp/h3.jsonl\" --trace-hidden >/dev/null 2>&1 && head -n 1 \"$tmp/h3.jsonl\""
+expect 0 'predict=gate +[0-9.]+' -- "$moevm" sim --trace "$tmp/h3.jsonl" --model "$tmp/ds3.gguf" --compare 'predict=gate'
 # --model alone: a synthetic trace of the model's shape, its expert bytes from the file
 "$moevm" mkmodel --arch qwen3moe --layers 3 --experts 6 --top-k 3 --embd 256 --expert-ff 512 \
     -o "$tmp/shape.gguf" >/dev/null

@@ -152,6 +152,7 @@ static void test_engine_format(void)
     CHECK(strcmp(h->model, "moevm tiny qwen3moe") == 0 && strcmp(h->arch, "qwen3moe") == 0);
     CHECK(h->n_layers == 2 && h->n_experts == 4 && h->top_k == 2 && h->expert_bytes == 65536);
     CHECK(h->n_embd == 64 && h->n_ff_exp == 64 && h->weights_renormalised == 1);
+    CHECK(!h->sigmoid_scores);
     CHECK(t->n_tokens == 4 && !t->hidden);
     const uint32_t req[4] = {0, 0, 0, 1}, tok[4] = {0, 1, 2, 0};
     for (uint32_t i = 0; i < 4 && t->n_tokens == 4; i++)
@@ -173,6 +174,33 @@ static void test_engine_format(void)
     CHECK(strcmp(line, "{\"req\":0,\"tok\":0,\"layer\":0,\"scores\":[0.1,0.6,0.25,0.05],"
                        "\"experts\":[1,2],\"weights\":[0.705882,0.294118]}\n") == 0);
     mvm_trace_free(t);
+}
+
+/* A sigmoid router's trace (DeepSeek-V3, GLM-4.5) says so, and saving keeps it. */
+static void test_sigmoid_scores(void)
+{
+    char text[sizeof engine_file];
+    memcpy(text, engine_file, sizeof text);
+    char *kind = strstr(text, "\"scores\":\"softmax\"");
+    CHECK(kind != NULL);
+    if (!kind)
+        return;
+    memcpy(kind + 10, "sigmoid", 7);
+    const char *path = in_dir("sigmoid.jsonl");
+    write_file(path, text, sizeof text - 1);
+    mvm_trace *t;
+    CHECK_ST(mvm_trace_load(path, &t), MVM_OK);
+    if (!t)
+        return;
+    CHECK(t->hdr.sigmoid_scores == 1 && t->n_tokens == 4);
+    CHECK_ST(mvm_trace_save(t, path), MVM_OK);
+    mvm_trace_free(t);
+    FILE *f = fopen(path, "r");
+    char line[512] = "";
+    CHECK(f && fgets(line, sizeof line, f));
+    if (f)
+        fclose(f);
+    CHECK(strstr(line, "\"scores\":\"sigmoid\"") != NULL);
 }
 
 /* ---- malformed files ------------------------------------------------------------------- */
@@ -211,7 +239,7 @@ static const struct bad_file {
     {"{\"format\":\"moevm-trace\",\"version\":1,\"model\":3}\n", 1,
      "\"model\" must be a string"},
     {"{\"format\":\"moevm-trace\",\"version\":1,\"model\":\"m\",\"arch\":\"a\",\"scores\":"
-     "\"sigmoid\"}\n", 1, "scores \"sigmoid\": version 1 traces hold \"softmax\""},
+     "\"tanh\"}\n", 1, "scores \"tanh\": version 1 traces hold \"softmax\" or \"sigmoid\""},
     {"{\"format\":\"moevm-trace\",\"version\":1,\"model\":\"m\",\"arch\":\"a\",\"scores\":"
      "\"softmax\",\"n_layers\":1,\"n_experts\":1,\"top_k\":1,\"expert_bytes\":1,\"n_embd\":1,"
      "\"n_ff_exp\":1,\"weights_renormalised\":1}\n", 1,
@@ -679,6 +707,7 @@ int main(void)
     }
     RUN(test_round_trip);
     RUN(test_engine_format);
+    RUN(test_sigmoid_scores);
     RUN(test_malformed);
     RUN(test_save_refuses);
     RUN(test_stats_by_hand);

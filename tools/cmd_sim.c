@@ -371,7 +371,7 @@ static mvm_status synthetic(const char *shape, const char *model, mvm_trace **t)
                                .n_experts = hp->n_expert, .top_k = hp->n_expert_used,
                                .expert_bytes = m->expert_bytes, .n_embd = hp->n_embd,
                                .n_ff_exp = hp->n_ff_exp,
-                               .weights_renormalised = m->arch->norm_topk};
+                               .weights_renormalised = hp->norm_topk};
     mvm_model_free(m);
     return mvm_trace_generate(&g, t);
 }

@@ -338,8 +338,9 @@ static mvm_status parse_header(loader *ld, const cJSON *o)
         (st = get_string(ld, o, "arch", &arch)) != MVM_OK ||
         (st = get_string(ld, o, "scores", &scores)) != MVM_OK)
         return st;
-    if (strcmp(scores, "softmax") != 0)
-        return bad(ld, "scores \"%s\": version 1 traces hold \"softmax\" probabilities", scores);
+    if (strcmp(scores, "softmax") != 0 && strcmp(scores, "sigmoid") != 0)
+        return bad(ld, "scores \"%s\": version 1 traces hold \"softmax\" or \"sigmoid\" "
+                   "scores", scores);
     for (int i = 0; i < 6; i++)
         if ((st = get_uint(ld, o, dims[i], i == 3 ? MAX_EXACT : UINT32_MAX, &v[i])) != MVM_OK)
             return st;
@@ -349,7 +350,7 @@ static mvm_status parse_header(loader *ld, const cJSON *o)
                               : "no \"weights_renormalised\"");
     mvm_trace_header h = {(char *)model, (char *)arch, (uint32_t)v[0], (uint32_t)v[1],
                           (uint32_t)v[2], v[3], (uint32_t)v[4], (uint32_t)v[5],
-                          cJSON_IsTrue(renorm)};
+                          cJSON_IsTrue(renorm), strcmp(scores, "sigmoid") == 0};
     const char *why = header_problem(&h);
     if (why)
         return bad(ld, "%s", why);
@@ -549,7 +550,7 @@ static int put_header(FILE *f, const mvm_trace_header *h)
              cJSON_AddNumberToObject(o, "expert_bytes", (double)h->expert_bytes) &&
              cJSON_AddNumberToObject(o, "n_embd", h->n_embd) &&
              cJSON_AddNumberToObject(o, "n_ff_exp", h->n_ff_exp) &&
-             cJSON_AddStringToObject(o, "scores", "softmax") &&
+             cJSON_AddStringToObject(o, "scores", h->sigmoid_scores ? "sigmoid" : "softmax") &&
              cJSON_AddBoolToObject(o, "weights_renormalised", h->weights_renormalised);
     char *text = ok ? cJSON_PrintUnformatted(o) : NULL;
     if (text) {

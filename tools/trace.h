@@ -23,10 +23,12 @@ typedef struct mvm_trace_header {
     uint64_t expert_bytes;           /* one expert in moevm's channel-major layout */
     uint32_t n_embd, n_ff_exp;
     int weights_renormalised;        /* the selected experts' weights were rescaled to sum 1 */
+    int sigmoid_scores;              /* "scores": "sigmoid" (each expert's own sigmoid, as
+                                        DeepSeek-V3's and GLM-4.5's routers), not "softmax" */
 } mvm_trace_header;
 
 typedef struct mvm_trace {
-    mvm_trace_header hdr;            /* "scores" is always "softmax" in format version 1 */
+    mvm_trace_header hdr;
     uint32_t n_tokens;
     uint32_t *req, *tok;             /* [n_tokens] */
     float *scores;                   /* [n_tokens][n_layers][n_experts] */

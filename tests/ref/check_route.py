@@ -48,13 +48,16 @@ N_GEN = 48
 ROUTE = "importance{alpha=1}"
 
 
-def read_trace(path, k):
-    """{(tok, layer): record} of the trace's records, checking the substituted ones' shape."""
+def read_trace(path, k, scores):
+    """{(tok, layer): record} of the trace's records, checking the header's kind of scores
+    and the substituted records' shape."""
     records = {}
     with open(path, encoding="utf-8") as f:
         header = json.loads(f.readline())
         if header.get("format") != "moevm-trace":
             raise cf.Failure(f"{path}: not a moevm trace")
+        if header.get("scores") != scores:
+            raise cf.Failure(f"{path}: scores \"{header.get('scores')}\", want \"{scores}\"")
         for line in f:
             r = json.loads(line)
             if "ran" in r:
@@ -101,7 +104,8 @@ def check_arch(moevm, workdir, arch, rng):
             "--kv-type", "f32", "--logits-out", logits_path, "--trace-out", trace_path])
     rec = cf.read_logits(logits_path, model.cfg.n_vocab)
     tokens, logits = rec["token"].tolist(), rec["logits"].astype(np.float64)
-    records = read_trace(trace_path, model.cfg.n_expert_used)
+    records = read_trace(trace_path, model.cfg.n_expert_used,
+                         "sigmoid" if model.cfg.sigmoid_gate else "softmax")
     n_moe = model.cfg.n_layer - model.cfg.n_dense   # the traces see the MoE layers only
     if len(records) != len(tokens) * n_moe:
         raise cf.Failure(f"{len(records)} trace records for {len(tokens)} positions x "
