@@ -208,27 +208,8 @@ static mvm_status fixedpoint_create(const mvm_pinit *init, void **self)
     return MVM_OK;
 }
 
-/* One token's keys (router.h) into out, / n: the experts outside its kept groups (-inf)
- * moved below every kept one, their order kept. p: its probabilities; key, group: scratch. */
-static void add_keys(const mvm_router *r, uint32_t l, const float *p, uint32_t E, double n,
-                     float *key, float *group, float *out)
-{
-    const float *b = r->choose_bias ? r->choose_bias[l] : NULL;
-    mvm_router_key(r, l, p, E, key, group);
-    float lo = INFINITY, top = -INFINITY; /* the lowest kept key, the highest of all */
-    for (uint32_t e = 0; e < E; e++) {
-        float raw = p[e] + (b ? b[e] : 0.0f);
-        top = raw > top ? raw : top;
-        lo = key[e] > -INFINITY && key[e] < lo ? key[e] : lo;
-    }
-    for (uint32_t e = 0; e < E; e++) {
-        float raw = p[e] + (b ? b[e] : 0.0f);
-        out[e] += (float)((key[e] > -INFINITY ? key[e] : raw - (top - lo) - 1) / n);
-    }
-}
-
 /* Eq. 3: layer `next`'s router (and its logit bias: gpt-oss) on this layer's MoE input,
- * softmax per token, averaged; other routers by their keys (add_keys). */
+ * softmax per token, averaged; other routers by their keys (mvm_router_rank_key). */
 static void speculate(fixedpoint *f, const mvm_pstep *step, uint32_t next, float *out)
 {
     const mvm_router *r = f->router;
@@ -259,11 +240,13 @@ static void speculate(fixedpoint *f, const mvm_pstep *step, uint32_t next, float
         for (uint32_t e = 0; e < f->E; e++)
             p[e] = (float)logit[e];
         mvm_router_probs(r, p, f->E);
-        if (mvm_router_keyed(r, next))
-            add_keys(r, next, p, f->E, step->n_tok, p + f->E, p + 2 * f->E, out);
-        else
-            for (uint32_t e = 0; e < f->E; e++)
-                out[e] += p[e] / (float)step->n_tok;
+        const float *key = p;
+        if (mvm_router_keyed(r, next)) {
+            mvm_router_rank_key(r, next, p, f->E, p + f->E, p + 2 * f->E);
+            key = p + f->E;
+        }
+        for (uint32_t e = 0; e < f->E; e++)
+            out[e] += key[e] / (float)step->n_tok;
     }
 }
 

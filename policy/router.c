@@ -67,6 +67,24 @@ void mvm_router_key(const mvm_router *r, uint32_t l, const float *p, uint32_t E,
     }
 }
 
+void mvm_router_rank_key(const mvm_router *r, uint32_t l, const float *p, uint32_t E,
+                         float *key, float *group)
+{
+    mvm_router_key(r, l, p, E, key, group);
+    if (r->n_group <= 1)
+        return;
+    const float *b = r->choose_bias ? r->choose_bias[l] : NULL;
+    float lo = INFINITY, top = -INFINITY; /* the lowest kept key, the highest of all */
+    for (uint32_t e = 0; e < E; e++) {
+        float raw = p[e] + (b ? b[e] : 0.0f);
+        top = raw > top ? raw : top;
+        lo = key[e] > -INFINITY && key[e] < lo ? key[e] : lo;
+    }
+    for (uint32_t e = 0; e < E; e++)
+        if (key[e] == -INFINITY)
+            key[e] = p[e] + (b ? b[e] : 0.0f) - (top - lo) - 1;
+}
+
 uint32_t mvm_router_pick(const mvm_router *r, uint32_t l, float *x, uint32_t E, uint32_t k,
                          uint32_t *idx, float *scratch)
 {

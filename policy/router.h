@@ -34,6 +34,12 @@ void mvm_router_probs(const mvm_router *r, float *x, uint32_t E);
 void mvm_router_key(const mvm_router *r, uint32_t l, const float *p, uint32_t E, float *key,
                     float *group);
 
+/* The same key as a ranking of every expert: those outside the kept groups moved below
+ * every kept one, in their own order (p + bias), rather than to -inf. fixedpoint's
+ * speculation averages it over tokens. */
+void mvm_router_rank_key(const mvm_router *r, uint32_t l, const float *p, uint32_t E,
+                         float *key, float *group);
+
 /* A token's top k (<= E) experts at layer l from its logits x[E] (overwritten), best first
  * into idx; returns how many (fewer than k only where NaN leaves too few). scratch: [2E]. */
 uint32_t mvm_router_pick(const mvm_router *r, uint32_t l, float *x, uint32_t E, uint32_t k,

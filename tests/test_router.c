@@ -1,7 +1,7 @@
 /*
  * The routing rule (policy/router.h): a token's choosing key by hand (a choose bias, groups
- * by their best two under sigmoid and by their best under softmax, ties, NaN), its top-k
- * from logits; and on every kind of router the engine computes, the gate predictor
+ * by their best two under sigmoid and by their best under softmax, ties, NaN), the same as
+ * a ranking of all experts, its top-k from logits; and on every kind of router the engine computes, the gate predictor
  * applied to a layer's own router input chooses exactly the experts the engine chose.
  */
 #include <stdlib.h>
@@ -42,12 +42,20 @@ static void test_key_groups(void)
     CHECK(same_keys(key, want, 8));
     uint32_t idx[3];
     CHECK(mvm_predict_topk(key, 8, 3, idx) == 3 && idx[0] == 0 && idx[1] == 2 && idx[2] == 3);
+    /* As a ranking: groups 2 and 3 (p + bias .3, .05, .3, .55) below the lowest kept key,
+     * .1, in their order. */
+    mvm_router_rank_key(&r, 1, p, 8, key, group);
+    CHECK(same_keys(key, want, 4));
+    CHECK(key[4] < .1f && key[5] < .1f && key[6] < .1f && key[7] < .1f);
+    CHECK(key[7] > key[4] && key[4] == key[6] && key[6] > key[5]);
     r.n_group = 1; /* one group: no limit */
     mvm_router_key(&r, 1, p, 8, key, group);
     CHECK(mvm_predict_topk(key, 8, 3, idx) == 3 && idx[0] == 0 && idx[1] == 2 && idx[2] == 7);
     r.choose_bias = NULL;
     CHECK(!mvm_router_keyed(&r, 1));
     mvm_router_key(&r, 1, p, 8, key, group); /* no bias, no groups: p itself */
+    CHECK(same_keys(key, p, 8));
+    mvm_router_rank_key(&r, 1, p, 8, key, group);
     CHECK(same_keys(key, p, 8));
     const float *none[2] = {NULL, NULL}; /* rows without a bias: not keyed */
     r.choose_bias = none;
