@@ -1,8 +1,9 @@
 /*
  * The routing rule (policy/router.h): a token's choosing key by hand (a choose bias, groups
  * by their best two under sigmoid and by their best under softmax, ties, NaN), the same as
- * a ranking of all experts, its top-k from logits; and on every kind of router the engine computes, the gate predictor
- * applied to a layer's own router input chooses exactly the experts the engine chose.
+ * a ranking of all experts, its top-k from logits; and on every kind of router the engine
+ * computes, the gate predictor applied to a layer's own router input chooses exactly the
+ * experts the engine chose.
  */
 #include <stdlib.h>
 #include <string.h>
