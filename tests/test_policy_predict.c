@@ -99,6 +99,23 @@ static void test_gate_hand(void)
     }
 }
 
+/* gate, and residual before its warm-up, on layer 0's three tokens h[3][2] for layer 1:
+ * out must be want. */
+static void predicts_both(const mvm_pinit *in, const float *h, const float want[4])
+{
+    const mvm_predict_ops *ops[] = {&mvm_predict_gate, &mvm_predict_residual};
+    for (size_t i = 0; i < sizeof ops / sizeof *ops; i++) {
+        void *p = make(ops[i], in);
+        if (!p)
+            continue;
+        float out[4] = {7, 7, 7, 7};
+        mvm_pstep st = step_of(0, 3, h, NULL, NULL);
+        CHECK(ops[i]->predict(p, &st, 1, out) == 1);
+        CHECK(out[0] == want[0] && out[1] == want[1] && out[2] == want[2] && out[3] == want[3]);
+        ops[i]->destroy(p);
+    }
+}
+
 /* A router bias (gpt-oss) shifts the logits before the top-k: the hand-made case above with
  * layer 1's bias (0, 0, 0, 2.5) (layer 0's row NULL: none). Logits plus bias:
  *   (1, .5, -1, 2)      top-2 {e3, e0}
@@ -121,30 +138,13 @@ static void test_router_bias(void)
     mvm_router rt = {.weights = routers, .logit_bias = bias};
     mvm_pinit in = {.shape = &sh, .cost = &no_cost, .router = &rt};
     const float h[6] = {1, .5f, -2, 1, .1f, -3};
-    const mvm_predict_ops *ops[] = {&mvm_predict_gate, &mvm_predict_residual};
-    for (size_t i = 0; i < sizeof ops / sizeof *ops; i++) {
-        void *p = make(ops[i], &in);
-        if (!p)
-            continue;
-        float out[4] = {7, 7, 7, 7};
-        mvm_pstep st = step_of(0, 3, h, NULL, NULL);
-        CHECK(ops[i]->predict(p, &st, 1, out) == 1);
-        CHECK(out[0] == 2.0f / 3 && out[1] == 0 && out[2] == 1.0f / 3 && out[3] == 1);
-        ops[i]->destroy(p);
-    }
+    static const float want[4] = {2.0f / 3, 0, 1.0f / 3, 1};
+    predicts_both(&in, h, want);
     static const float c1[4] = {0, 0, .5f, 0};
     const float *choose[2] = {NULL, c1};
     rt = (mvm_router){.weights = routers, .choose_bias = choose, .sigmoid = 1};
-    for (size_t i = 0; i < sizeof ops / sizeof *ops; i++) {
-        void *p = make(ops[i], &in);
-        if (!p)
-            continue;
-        float out[4] = {7, 7, 7, 7};
-        mvm_pstep st = step_of(0, 3, h, NULL, NULL);
-        CHECK(ops[i]->predict(p, &st, 1, out) == 1);
-        CHECK(out[0] == 1.0f / 3 && out[1] == 1.0f / 3 && out[2] == 1 && out[3] == 1.0f / 3);
-        ops[i]->destroy(p);
-    }
+    static const float want_chosen[4] = {1.0f / 3, 1.0f / 3, 1, 1.0f / 3};
+    predicts_both(&in, h, want_chosen);
 }
 
 static void test_create_errors(void)
