@@ -343,23 +343,25 @@ void mvm_model_free(mvm_model *m)
 void mvm_model_router_free(mvm_model_router *mr)
 {
     free(mr->table);
-    free((void *)mr->weights);
-    free((void *)mr->logit_bias);
-    free((void *)mr->choose_bias);
+    free((void *)mr->r.weights);
+    free((void *)mr->r.logit_bias);
+    free((void *)mr->r.choose_bias);
     *mr = (mvm_model_router){0};
 }
 
 /* [n_layer] of the layers' router biases (choose 0) or exp_probs_b (choose 1) into *out;
  * NULL when no layer has one. */
-static mvm_status layer_biases(const mvm_model *m, int choose, const float ***out)
+static mvm_status layer_biases(const mvm_model *m, int choose, const float *const **out)
 {
     int any = 0;
     for (uint32_t l = 0; l < m->hp.n_layer; l++)
         any |= (choose ? m->layers[l].expert_bias : m->layers[l].router_bias) != NULL;
-    if (any && !(*out = calloc(m->hp.n_layer, sizeof **out)))
+    const float **rows = any ? calloc(m->hp.n_layer, sizeof *rows) : NULL;
+    if (any && !rows)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the routers' biases");
-    for (uint32_t l = 0; any && l < m->hp.n_layer; l++)
-        (*out)[l] = choose ? m->layers[l].expert_bias : m->layers[l].router_bias;
+    for (uint32_t l = 0; rows && l < m->hp.n_layer; l++)
+        rows[l] = choose ? m->layers[l].expert_bias : m->layers[l].router_bias;
+    *out = rows;
     return MVM_OK;
 }
 
@@ -367,9 +369,10 @@ static mvm_status layer_biases(const mvm_model *m, int choose, const float ***ou
 static mvm_status router_rows(const mvm_model *m, mvm_model_router *mr)
 {
     size_t L = m->hp.n_layer, E = m->hp.n_expert, D = m->hp.n_embd;
+    const float **rows = calloc(L, sizeof *rows);
+    mr->r.weights = rows;
     mr->table = malloc(L * E * D * sizeof *mr->table);
-    mr->weights = calloc(L, sizeof *mr->weights);
-    if (!mr->table || !mr->weights)
+    if (!mr->table || !rows)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for F32 copies of the routers");
     for (size_t l = 0; l < L; l++) {
         const mvm_weight *w = &m->layers[l].router;
@@ -377,25 +380,21 @@ static mvm_status router_rows(const mvm_model *m, mvm_model_router *mr)
         for (size_t e = 0; e < E; e++)
             mvm_k_dequantize(w->type, (const uint8_t *)w->data + e * w->row_bytes, dst + e * D,
                              D);
-        mr->weights[l] = dst;
+        rows[l] = dst;
     }
     return MVM_OK;
 }
 
 mvm_status mvm_model_router_init(const mvm_model *m, int weights, mvm_model_router *out)
 {
-    *out = (mvm_model_router){0};
+    *out = (mvm_model_router){.r = {.sigmoid = m->hp.sigmoid_gate, .n_group = m->hp.n_group,
+                                    .n_group_used = m->hp.n_group_used}};
     mvm_status st = weights ? router_rows(m, out) : MVM_OK;
     if (st == MVM_OK)
-        st = layer_biases(m, 0, &out->logit_bias);
+        st = layer_biases(m, 0, &out->r.logit_bias);
     if (st == MVM_OK)
-        st = layer_biases(m, 1, &out->choose_bias);
-    if (st != MVM_OK) {
+        st = layer_biases(m, 1, &out->r.choose_bias);
+    if (st != MVM_OK)
         mvm_model_router_free(out);
-        return st;
-    }
-    out->r = (mvm_router){.weights = out->weights, .logit_bias = out->logit_bias,
-                          .choose_bias = out->choose_bias, .sigmoid = m->hp.sigmoid_gate,
-                          .n_group = m->hp.n_group, .n_group_used = m->hp.n_group_used};
-    return MVM_OK;
+    return st;
 }

@@ -165,9 +165,8 @@ void mvm_model_free(mvm_model *m);
  * compute with them; else r.weights is NULL). The biases point into the model, which must
  * outlive them. */
 typedef struct mvm_model_router {
-    mvm_router r;
-    float *table;                               /* [n_layer][n_expert][n_embd] */
-    const float **weights, **logit_bias, **choose_bias; /* [n_layer], or NULL: none */
+    mvm_router r;               /* its [n_layer] arrays are owned here */
+    float *table;               /* [n_layer][n_expert][n_embd]: r.weights point into it */
 } mvm_model_router;
 mvm_status mvm_model_router_init(const mvm_model *m, int weights, mvm_model_router *out);
 void mvm_model_router_free(mvm_model_router *mr);

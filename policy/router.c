@@ -22,6 +22,12 @@ void mvm_router_probs(const mvm_router *r, float *x, uint32_t E)
         x[e] = (float)(x[e] / sum);
 }
 
+/* Expert e's probability plus its choose bias (b NULL: none). */
+static float biased(const float *p, const float *b, uint32_t e)
+{
+    return p[e] + (b ? b[e] : 0.0f);
+}
+
 /* NaN ranks lowest. */
 static float rank_key(float v)
 {
@@ -50,7 +56,7 @@ void mvm_router_key(const mvm_router *r, uint32_t l, const float *p, uint32_t E,
 {
     const float *b = r->choose_bias ? r->choose_bias[l] : NULL;
     for (uint32_t e = 0; e < E; e++)
-        key[e] = p[e] + (b ? b[e] : 0.0f);
+        key[e] = biased(p, b, e);
     if (r->n_group <= 1)
         return;
     const uint32_t n = r->n_group, G = E / n;
@@ -76,13 +82,12 @@ void mvm_router_rank_key(const mvm_router *r, uint32_t l, const float *p, uint32
     const float *b = r->choose_bias ? r->choose_bias[l] : NULL;
     float lo = INFINITY, top = -INFINITY; /* the lowest kept key, the highest of all */
     for (uint32_t e = 0; e < E; e++) {
-        float raw = p[e] + (b ? b[e] : 0.0f);
-        top = raw > top ? raw : top;
+        top = biased(p, b, e) > top ? biased(p, b, e) : top;
         lo = key[e] > -INFINITY && key[e] < lo ? key[e] : lo;
     }
     for (uint32_t e = 0; e < E; e++)
         if (key[e] == -INFINITY)
-            key[e] = p[e] + (b ? b[e] : 0.0f) - (top - lo) - 1;
+            key[e] = biased(p, b, e) - (top - lo) - 1;
 }
 
 uint32_t mvm_router_pick(const mvm_router *r, uint32_t l, float *x, uint32_t E, uint32_t k,

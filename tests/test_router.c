@@ -184,10 +184,10 @@ static void check_agrees(mvm_pool *pool, const char *preset, const char *arch, i
     CHECK_ST(mvm_model_load(path, &d, pool, NULL, NULL, &m), MVM_OK);
     if (m)
         CHECK_ST(mvm_model_router_init(m, 1, &mr), MVM_OK);
-    if (m && mr.weights)
+    if (m && mr.r.weights)
         CHECK_ST(mvm_ctx_create(m, pool, 64, 8, NULL, &c), MVM_OK);
     agree a = {.m = m};
-    mvm_router plain = {.weights = mr.weights, .logit_bias = mr.logit_bias};
+    mvm_router plain = {.weights = mr.r.weights, .logit_bias = mr.r.logit_bias};
     if (c) {
         const mvm_pshape sh = {.n_layers = m->hp.n_layer, .n_experts = m->hp.n_expert,
                                .top_k = m->hp.n_expert_used, .n_embd = m->hp.n_embd};
