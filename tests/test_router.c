@@ -126,7 +126,6 @@ static void test_pick(void)
 static char dir[64];
 
 typedef struct agree {
-    const mvm_model *m;
     void *gate, *plain;          /* the gate predictor with the model's rule, and without */
     uint32_t checked, wrong, plain_wrong;
 } agree;
@@ -186,7 +185,7 @@ static void check_agrees(mvm_pool *pool, const char *preset, const char *arch, i
         CHECK_ST(mvm_model_router_init(m, 1, &mr), MVM_OK);
     if (m && mr.r.weights)
         CHECK_ST(mvm_ctx_create(m, pool, 64, 8, NULL, &c), MVM_OK);
-    agree a = {.m = m};
+    agree a = {0};
     mvm_router plain = {.weights = mr.r.weights, .logit_bias = mr.r.logit_bias};
     if (c) {
         const mvm_pshape sh = {.n_layers = m->hp.n_layer, .n_experts = m->hp.n_expert,

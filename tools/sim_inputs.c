@@ -15,8 +15,7 @@
 void mvm_sim_inputs_free(mvm_sim_inputs *in)
 {
     mvm_model_router_free(&in->router);
-    if (in->model)
-        mvm_model_free(in->model);
+    mvm_model_free(in->model);
     free(in->predictor);
     *in = (mvm_sim_inputs){0};
 }
