@@ -10,7 +10,8 @@
  *   F32, F16, BF16                  against F32 activations
  *   Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,   blocks of 32 against Q8_0 activation blocks: summed in
  *   IQ4_NL, MXFP4                   int32, scaled once per block
- *   Q2_K, Q3_K, Q4_K, Q5_K, Q6_K    super-blocks of 256 against Q8_K blocks
+ *   Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,   super-blocks of 256 against Q8_K blocks
+ *   IQ4_XS
  *
  * The K-quants, per super-block: the quants are summed in int32 per sub-block, scaled by the
  * sub-block's integer scale, and only the total is converted: exact, since every sum is far
@@ -21,6 +22,9 @@
  *     Q2_K, Q4_K, Q5_K:  a.d · (d · Σ sc·(q·a) - dmin · Σ m·bsum)
  *     Q3_K:              a.d · d · Σ (s - 32)·(q·a - 4·bsum), q with the third bit
  *     Q6_K:              a.d · d · Σ sc·(q·a - 32·bsum)
+ *     IQ4_XS:            a.d · d · Σ (s - 32)·(table[q]·a)
+ * (ggml's IQ4_XS dot product converts each sub-block's sum to float; here the whole
+ * super-block is summed in int32, 8 x 32 x 127 x 127 x 32 < 2^31, so it rounds once.)
  * The integer sums come in chunks of 32 elements (mvm_k_kchunk), so that the lanes of a GPU
  * warp can share a super-block; the CPU adds a super-block's 8 chunks before converting.
  */
@@ -60,6 +64,7 @@ enum mvm_wtype {
     MVM_W_Q4_K,
     MVM_W_Q5_K,
     MVM_W_Q6_K,
+    MVM_W_IQ4_XS,
     MVM_W_MXFP4,
     MVM_W_COUNT
 };
@@ -184,6 +189,15 @@ typedef struct {
     int8_t scales[MVM_QK_K / 16];
     uint16_t d;
 } mvm_block_q6_K;
+/* IQ4_XS (ggml's block_iq4_xs): IQ4_NL's table in 8 sub-blocks of 32 with 6-bit scales.
+ * Sub-block i takes the low (i even) or high nibble of scales_l[i / 2] as the scale's low 4
+ * bits and bits 2i, 2i+1 of scales_h as its top 2, x = d·(s - 32)·table[q]; its element
+ * 32i + l is the low (l < 16) or high nibble of qs[16i + l % 16]. */
+typedef struct {
+    uint16_t d, scales_h;
+    uint8_t scales_l[MVM_QK_K / 64];
+    uint8_t qs[MVM_QK_K / 2];
+} mvm_block_iq4_xs;
 /* x = d * q; bsums[i] = the sum of qs[16i .. 16i+15] (the K dot products' min terms). */
 typedef struct {
     float d;
@@ -193,7 +207,7 @@ typedef struct {
 MVM_BLK_ASSERT(sizeof(mvm_block_q8_0) == 34 && sizeof(mvm_block_q2_K) == 84 &&
                    sizeof(mvm_block_q3_K) == 110 && sizeof(mvm_block_q4_K) == 144 &&
                    sizeof(mvm_block_q5_K) == 176 && sizeof(mvm_block_q6_K) == 210 &&
-                   sizeof(mvm_block_q8_K) == 292,
+                   sizeof(mvm_block_iq4_xs) == 136 && sizeof(mvm_block_q8_K) == 292,
                "ggml block sizes");
 
 /* The 32-element Q types, whose activations are Q8_0 blocks. */
@@ -207,7 +221,7 @@ MVM_BLK_FN int mvm_k_is_q(enum mvm_wtype t)
 MVM_BLK_FN int mvm_k_is_k(enum mvm_wtype t)
 {
     return t == MVM_W_Q2_K || t == MVM_W_Q3_K || t == MVM_W_Q4_K || t == MVM_W_Q5_K ||
-           t == MVM_W_Q6_K;
+           t == MVM_W_Q6_K || t == MVM_W_IQ4_XS;
 }
 
 /* Bytes of one block of type t as the expert's down slot holds it: 32 elements of a float
@@ -227,6 +241,7 @@ MVM_BLK_FN uint32_t mvm_k_block_bytes(enum mvm_wtype t)
     case MVM_W_Q4_K: return sizeof(mvm_block_q4_K);
     case MVM_W_Q5_K: return sizeof(mvm_block_q5_K);
     case MVM_W_Q6_K: return sizeof(mvm_block_q6_K);
+    case MVM_W_IQ4_XS: return sizeof(mvm_block_iq4_xs);
     case MVM_W_MXFP4: return 17;
     default: return 2 * MVM_QBLOCK;
     }
@@ -525,6 +540,12 @@ MVM_BLK_FN int32_t mvm_k_dot_32(const uint8_t *q, int shift, const uint8_t *qh, 
     return s;
 }
 
+/* IQ4_XS's scale of sub-block i (< 8), unsigned (the value is it - 32). */
+MVM_BLK_FN int mvm_k_iq4xs_scale(const mvm_block_iq4_xs *x, int i)
+{
+    return ((x->scales_l[i / 2] >> (4 * (i % 2))) & 15) | ((x->scales_h >> (2 * i)) & 3) << 4;
+}
+
 /* Q2_K's and Q3_K's 16 sub-block scales as the chunks take them: Q2_K's bytes as they are
  * (scale and min nibbles), Q3_K's unpacked (mvm_k_q3_scales) into s; nothing for the
  * others. */
@@ -554,6 +575,15 @@ MVM_BLK_FN void mvm_k_kchunk(enum mvm_wtype t, const uint8_t *blk, const uint8_t
         *sum += sc * mvm_k_dot_32(qs + 32 * (c / 2), 4 * (c % 2),
                                   k45 ? ((const mvm_block_q5_K *)blk)->qh : NULL, c, aq);
         *msum += m * (a->bsums[2 * c] + a->bsums[2 * c + 1]);
+    } else if (t == MVM_W_IQ4_XS) {
+        /* sub-block c: the nibbles of qs[16c ..], low ones first */
+        const mvm_block_iq4_xs *x = (const mvm_block_iq4_xs *)blk;
+        const uint8_t *qs = x->qs + 16 * c;
+        int32_t s = 0;
+        for (int l = 0; l < 16; l++)
+            s += mvm_k_table(MVM_W_IQ4_NL, qs[l] & 15) * aq[l] +
+                 mvm_k_table(MVM_W_IQ4_NL, qs[l] >> 4) * aq[l + 16];
+        *sum += (mvm_k_iq4xs_scale(x, c) - 32) * s;
     } else if (t == MVM_W_Q6_K) {
         /* sub-blocks 2c, 2c + 1: elements 128h + 32k + l with h = c / 4, k = c % 4 */
         const mvm_block_q6_K *x = (const mvm_block_q6_K *)blk;
@@ -594,7 +624,7 @@ MVM_BLK_FN void mvm_k_kchunk(enum mvm_wtype t, const uint8_t *blk, const uint8_t
 }
 
 /* a.d · (d · sum - dmin · msum): the super-block's float scales on integer sums of its
- * chunks (dmin is 0 for Q3_K and Q6_K, whose msum is 0). */
+ * chunks (dmin is 0 for Q3_K, Q6_K and IQ4_XS, whose msum is 0). */
 MVM_BLK_FN float mvm_k_kscale(enum mvm_wtype t, const uint8_t *blk, const mvm_block_q8_K *a,
                               int32_t sum, int32_t msum)
 {
@@ -605,6 +635,7 @@ MVM_BLK_FN float mvm_k_kscale(enum mvm_wtype t, const uint8_t *blk, const mvm_bl
         break;
     case MVM_W_Q3_K: d = ((const mvm_block_q3_K *)blk)->d; break;
     case MVM_W_Q6_K: d = ((const mvm_block_q6_K *)blk)->d; break;
+    case MVM_W_IQ4_XS: d = ((const mvm_block_iq4_xs *)blk)->d; break;
     default: /* Q4_K, Q5_K: d and dmin first */
         d = mvm_k_block_h(blk, 0), dmin = mvm_k_block_h(blk, 2);
     }

@@ -111,6 +111,9 @@ expect 0 'of 124.5 KiB \(q4_K, down q4_K/q6_K\)' -- "$moevm" run -m "$tmp/k.gguf
 # back to q5_0, and to q8_0 where the mix asks for q6_K, as llama-quantize writes them.
 "$moevm" mkmodel --arch qwen2moe --type q4_K_M --embd 256 --expert-ff 96 -o "$tmp/kq.gguf" >/dev/null
 expect 0 '\(q4_K, down q8_0/q5_0\)' -- "$moevm" run -m "$tmp/kq.gguf" -p "It was" -n 4
+# IQ4_XS falls back to IQ4_NL there, as llama-quantize's does.
+"$moevm" mkmodel --arch qwen2moe --type iq4_xs --embd 256 --expert-ff 96 -o "$tmp/xq.gguf" >/dev/null
+expect 0 '\(iq4_xs, down iq4_nl\)' -- "$moevm" run -m "$tmp/xq.gguf" -p "It was" -n 4
 # On a GPU machine (here the fake driver) auto keeps the experts on the host backend and
 # the CPU computes; MOEVM_BACKEND=cuda computes on the device (here its kernels emulated by
 # the plugin), to the same greedy text, also in rounds without HOST_NUMA; a device whose
@@ -121,9 +124,10 @@ if [ -n "$fake_driver" ]; then
         expect 0 'space: cuda backend.*computing on' -- env MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "x" -n 2
         env MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 >"$tmp/c" 2>/dev/null
         if cmp -s "$tmp/a" "$tmp/c"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: greedy output differs on the device" >&2; fi
-        # The K-quant mixes, the Qwen2-MoE fallbacks among them, and gpt-oss (windows, sinks,
-        # biases, MXFP4 experts; a run longer than its window) on the device: the CPU's text.
-        for km in k kq oss; do
+        # The K-quant mixes, the Qwen2-MoE fallbacks among them (IQ4_XS's too), and gpt-oss
+        # (windows, sinks, biases, MXFP4 experts; a run longer than its window) on the
+        # device: the CPU's text.
+        for km in k kq xq oss; do
             "$moevm" run -m "$tmp/$km.gguf" -p "It was" -n 6 --temp 0 >"$tmp/$km.host" 2>/dev/null
             env MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$tmp/$km.gguf" -p "It was" -n 6 --temp 0 >"$tmp/$km.cuda" 2>/dev/null
             if cmp -s "$tmp/$km.host" "$tmp/$km.cuda" && [ -s "$tmp/$km.host" ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: greedy output of $km.gguf differs on the device" >&2; fi

@@ -40,7 +40,7 @@ static size_t qbytes(enum mvm_wtype t)
 static int is_k(enum mvm_wtype t)
 {
     return t == MVM_W_Q2_K || t == MVM_W_Q3_K || t == MVM_W_Q4_K || t == MVM_W_Q5_K ||
-           t == MVM_W_Q6_K;
+           t == MVM_W_Q6_K || t == MVM_W_IQ4_XS;
 }
 
 /* Elements per block of t (what a row length must be a multiple of). */
@@ -133,6 +133,10 @@ static uint16_t le16(const uint8_t *p)
     return (uint16_t)(p[0] | p[1] << 8);
 }
 
+/* IQ4_NL's values (ggml-common.h, kvalues_iq4nl), IQ4_XS's too */
+static const int iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                              1,    13,   25,  38,  53,  69,  89,  113};
+
 /* Q3_K's 16 scales (minus 32) as ggml unpacks them: the 12 bytes as three little-endian
  * u32 words, the low nibbles and high nibbles of words 0 and 1 with two bits each from
  * word 2 (kmask1 = 0x03030303, kmask2 = 0x0f0f0f0f). */
@@ -157,9 +161,19 @@ static void ref_q3_scales(const uint8_t *b, int out[16])
  *         sub-block e / 16)
  *   Q4_K  d@0 dmin@2 scales[12]@4 qs[128]@16        x = d·sc·q - dmin·m
  *   Q5_K  d@0 dmin@2 scales[12]@4 qh[32]@16 qs[128]@48
- *   Q6_K  ql[128]@0 qh[64]@128 scales[16]@192 d@208  x = d·sc·(q - 32) */
+ *   Q6_K  ql[128]@0 qh[64]@128 scales[16]@192 d@208  x = d·sc·(q - 32)
+ *   IQ4_XS d@0 scales_h@2 scales_l[4]@4 qs[128]@8     x = d·(s - 32)·table[q]
+ *         (sub-block i = e / 32: s = nibble i % 2 of scales_l[i / 2] | bits 2i, 2i+1 of the
+ *         little-endian u16 scales_h << 4; q = the low (e % 32 < 16) or high nibble of
+ *         qs[16i + e % 16]) */
 static double ref_k_elem(enum mvm_wtype t, const uint8_t *b, unsigned e)
 {
+    if (t == MVM_W_IQ4_XS) {
+        const unsigned i = e / 32, l = e % 32;
+        const unsigned s = (b[4 + i / 2] >> (4 * (i % 2)) & 15) | (le16(b + 2) >> (2 * i) & 3) << 4;
+        const uint8_t qb = b[8 + 16 * i + l % 16];
+        return ref_h2f(le16(b)) * ((int)s - 32) * iq4nl[l < 16 ? qb & 15 : qb >> 4];
+    }
     if (t == MVM_W_Q2_K || t == MVM_W_Q3_K) {
         const unsigned h = e / 128, j = e % 128 / 32, l = e % 32;
         const uint8_t *qs = b + (t == MVM_W_Q2_K ? 16 : 32);
@@ -207,9 +221,6 @@ static double ref_k_elem(enum mvm_wtype t, const uint8_t *b, unsigned e)
  * Q5 types bit j of qh read as a little-endian u32 times 16. */
 static double ref_q_elem(enum mvm_wtype t, const uint8_t *b, unsigned j)
 {
-    /* IQ4_NL's values (ggml-common.h, kvalues_iq4nl) */
-    static const int iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                  1,    13,   25,  38,  53,  69,  89,  113};
     if (t == MVM_W_MXFP4) {
         static const double e2m1[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
         const unsigned q = j < 16 ? b[1 + j] & 15 : b[1 + j - 16] >> 4;
@@ -236,7 +247,7 @@ static void ref_dequant(enum mvm_wtype t, const void *src, double *dst, size_t n
 {
     const uint8_t *s = src;
     static const size_t kbytes[] = {[MVM_W_Q2_K] = 84,   [MVM_W_Q3_K] = 110, [MVM_W_Q4_K] = 144,
-                                    [MVM_W_Q5_K] = 176, [MVM_W_Q6_K] = 210};
+                                    [MVM_W_Q5_K] = 176, [MVM_W_Q6_K] = 210, [MVM_W_IQ4_XS] = 136};
     for (size_t i = 0; i < n; i++) {
         if (is_k(t)) {
             dst[i] = ref_k_elem(t, s + i / 256 * kbytes[t], (unsigned)(i % 256));
@@ -487,6 +498,9 @@ static void test_sizes(void)
     CHECK(mvm_k_row_bytes(MVM_W_Q5_K, 512) == 352);
     CHECK(mvm_k_row_bytes(MVM_W_Q6_K, 512) == 420);
     CHECK(mvm_k_act_bytes(MVM_W_Q5_K, 512) == 584);
+    CHECK(mvm_k_row_bytes(MVM_W_IQ4_XS, 512) == 272 && mvm_k_act_bytes(MVM_W_IQ4_XS, 512) == 584);
+    CHECK(mvm_k_block_elems(MVM_W_IQ4_XS) == 256);
+    CHECK(strcmp(mvm_k_wtype_name(MVM_W_IQ4_XS), "iq4_xs") == 0);
     CHECK(mvm_k_block_elems(MVM_W_Q6_K) == 256 && mvm_k_block_elems(MVM_W_Q4_0) == 32);
     CHECK(mvm_k_block_elems(MVM_W_BF16) == 1);
     CHECK(strcmp(mvm_k_wtype_name(MVM_W_Q4_K), "q4_K") == 0);
@@ -696,6 +710,73 @@ static void test_quantize_iq4_nl(void)
     free(x), free(back), free(q);
 }
 
+/* IQ4_XS: mkmodel's quantizer gives each sub-block IQ4_NL's ideal scale (its value of largest
+ * magnitude onto the table's -127) rounded to a 6-bit code of the super-block's d, which maps
+ * the largest ideal scale onto the code -32. With dl = d·(code) the sub-block's step, a value
+ * within the table's range (|x / dl| <= 113) is off by at most half its widest gap, 12 dl;
+ * beyond it, by |x| - 113 dl at most. The codes: -32 for the sub-block whose ideal scale is
+ * the super-block's largest, and every code within half a step of d of the ideal scale
+ * (unless clamped at 31). Also the dequantization against the reference and the Q8_K
+ * activations, bytes for bytes. */
+static void test_quantize_iq4_xs(void)
+{
+    const size_t n = 256 * 10;
+    float *x = malloc(n * sizeof *x), *back = malloc(n * sizeof *back);
+    double *want = malloc(n * sizeof *want);
+    uint8_t *q = malloc(n), *act = malloc(n / 256 * 292), *ref = malloc(n / 256 * 292);
+    for (size_t i = 0; i < n; i++) /* sub-blocks of ranges 1/8 .. 8, some of one sign */
+        x[i] = frand() * ldexpf(1.0f, (int)(i / 32 % 7) - 3) + (i / 32 % 5 == 2 ? 2.0f : 0);
+    memset(x + 512, 0, 256 * sizeof *x); /* an all-zero super-block */
+    memset(x + 800, 0, 32 * sizeof *x);  /* and an all-zero sub-block */
+    mvm_k_quantize(MVM_W_IQ4_XS, x, q, n);
+    mvm_k_dequantize(MVM_W_IQ4_XS, q, back, n);
+    ref_dequant(MVM_W_IQ4_XS, q, want, n);
+    int bad_exact = 0, bad_close = 0, bad_code = 0;
+    for (size_t sb = 0; sb < n / 256; sb++) {
+        const uint8_t *b = q + 136 * sb;
+        const double d = ref_h2f(le16(b));
+        double ideal[8], top = 0;
+        for (int i = 0; i < 8; i++) {
+            double amax = 0, max = 0;
+            for (size_t l = 0; l < 32; l++) {
+                const double v = x[256 * sb + 32 * i + l];
+                if (fabs(v) > amax)
+                    amax = fabs(v), max = v;
+            }
+            ideal[i] = max / -127;
+            top = fabs(ideal[i]) > fabs(top) ? ideal[i] : top;
+        }
+        for (int i = 0; i < 8; i++) {
+            const int code = (int)((b[4 + i / 2] >> (4 * (i % 2)) & 15) |
+                                   (le16(b + 2) >> (2 * i) & 3) << 4) - 32;
+            const double dl = d * code;
+            if (ideal[i] == top && top != 0)
+                bad_code += code != -32;
+            else if (code < 31)
+                bad_code += fabs(dl - ideal[i]) > fabs(d) * 0.5001 + 1e-12;
+            for (size_t l = 0; l < 32; l++) {
+                const size_t e = 256 * sb + 32 * i + l;
+                const double v = fabs(x[e]), tol = fmax(12 * fabs(dl), v - 113 * fabs(dl));
+                bad_close += fabs(back[e] - x[e]) > tol * 1.0001 + 1e-12;
+                bad_exact += (double)back[e] != want[e];
+            }
+        }
+    }
+    CHECK(bad_exact == 0 && bad_close == 0 && bad_code == 0);
+    if (bad_exact || bad_close || bad_code)
+        fprintf(stderr, "  iq4_xs: %d inexact, %d off, %d codes wrong\n", bad_exact, bad_close,
+                bad_code);
+    for (size_t i = 512; i < 768; i++)
+        CHECK(back[i] == 0);
+    for (size_t i = 800; i < 832; i++)
+        CHECK(back[i] == 0);
+    mvm_k_prepare_act(MVM_W_IQ4_XS, x, act, n);
+    for (size_t b = 0; b < n / 256; b++)
+        ref_q8_K(x + 256 * b, ref + 292 * b);
+    CHECK(memcmp(act, ref, n / 256 * 292) == 0);
+    free(x), free(back), free(want), free(q), free(act), free(ref);
+}
+
 /* MXFP4: ggml's quantize_row_mxfp4_ref (the OCP MX recipe) takes the scale 2^(floor(log2
  * amax) - 2), so the block's largest magnitude is 4..8 scales, and values beyond the
  * table's 6 are clipped to it. In units u of the half scale 2^(e - 128) that the table's
@@ -871,7 +952,8 @@ typedef struct {
 
 /* The formats the expert tests run: every type alone, and the mixes llama.cpp's K recipes
  * write (a K-quant down under K or Q8_0 gate/up, and the reverse; the Q5_0 / Q5_1 down that
- * Q4_K / Q5_K fall back to when the expert's channels are not whole super-blocks); and
+ * Q4_K / Q5_K fall back to when the expert's channels are not whole super-blocks, the
+ * IQ4_NL of Q2_K, Q3_K and IQ4_XS); and
  * gpt-oss's unit over a float, an MXFP4 (its files') and a 256-channel K group. */
 static const mvm_k_expert_fmt expert_fmts[] = {
     {MVM_W_F32, MVM_W_F32},   {MVM_W_F16, MVM_W_F16},   {MVM_W_BF16, MVM_W_BF16},
@@ -881,6 +963,7 @@ static const mvm_k_expert_fmt expert_fmts[] = {
     {MVM_W_Q5_0, MVM_W_Q5_0}, {MVM_W_Q5_1, MVM_W_Q5_1}, {MVM_W_Q4_K, MVM_W_Q5_0},
     {MVM_W_Q5_K, MVM_W_Q5_1}, {MVM_W_IQ4_NL, MVM_W_IQ4_NL}, {MVM_W_Q2_K, MVM_W_Q2_K},
     {MVM_W_Q3_K, MVM_W_Q3_K}, {MVM_W_Q3_K, MVM_W_IQ4_NL}, {MVM_W_MXFP4, MVM_W_MXFP4},
+    {MVM_W_IQ4_XS, MVM_W_IQ4_XS}, {MVM_W_IQ4_XS, MVM_W_IQ4_NL}, {MVM_W_Q8_0, MVM_W_IQ4_XS},
     {MVM_W_F32, MVM_W_F32, MVM_GLU_OAI}, {MVM_W_MXFP4, MVM_W_MXFP4, MVM_GLU_OAI},
     {MVM_W_Q4_K, MVM_W_Q6_K, MVM_GLU_OAI},
 };
@@ -1394,6 +1477,7 @@ int main(void)
     RUN(test_quantize_random);
     RUN(test_quantize_k);
     RUN(test_quantize_iq4_nl);
+    RUN(test_quantize_iq4_xs);
     RUN(test_quantize_mxfp4);
     RUN(test_rmsnorm);
     RUN(test_rope);

@@ -177,26 +177,37 @@ AVX2_INLINE __m256i avx2_bits5(const uint8_t *p)
                             _mm256_set1_epi8(0x10));
 }
 
+/* The 32 nibbles of the 16 bytes at qs, elements 0..15 from the low nibbles and 16..31 from
+ * the high ones. */
+AVX2_INLINE __m256i avx2_nibbles32(const uint8_t *qs)
+{
+    const __m128i b = _mm_loadu_si128((const __m128i *)qs);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(0x0F));
+}
+
+/* The values of the 32 nibbles at qs in the table of table type t (IQ4_NL, MXFP4): one byte
+ * shuffle of the table's 16 bytes. */
+AVX2_INLINE __m256i avx2_table32(enum mvm_wtype t, const uint8_t *qs)
+{
+    const int mx = t == MVM_W_MXFP4;
+    return _mm256_shuffle_epi8(
+        _mm256_broadcastsi128_si256(
+            _mm_set_epi64x((long long)(mx ? MVM_K_MXFP4_HI : MVM_K_IQ4NL_HI),
+                           (long long)(mx ? MVM_K_MXFP4_LO : MVM_K_IQ4NL_LO))),
+        avx2_nibbles32(qs));
+}
+
 /* The 32 quants of a block of type t: signed bytes for Q8_0, and for IQ4_NL and MXFP4 their
- * table's values of the nibbles; for the others the unsigned quants, elements 0..15 from the low
- * nibbles and 16..31 from the high ones, with the fifth bits of Q5_0/Q5_1 (avx2_qdot
- * subtracts the bias of Q4_0/Q5_0). */
+ * table's values of the nibbles; for the others the unsigned quants (avx2_nibbles32's order),
+ * with the fifth bits of Q5_0/Q5_1 (avx2_qdot subtracts the bias of Q4_0/Q5_0). */
 AVX2_INLINE __m256i avx2_qload(enum mvm_wtype t, const uint8_t *blk)
 {
     const mvm_k_qlayout L = mvm_k_qlay(t);
     if (t == MVM_W_Q8_0)
         return _mm256_loadu_si256((const __m256i *)(blk + L.qs));
-    const __m128i b = _mm_loadu_si128((const __m128i *)(blk + L.qs));
-    const __m256i q =
-        _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(0x0F));
-    if (t == MVM_W_IQ4_NL)
-        return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_set_epi64x(
-                                       (long long)MVM_K_IQ4NL_HI, (long long)MVM_K_IQ4NL_LO)),
-                                   q);
-    if (t == MVM_W_MXFP4)
-        return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_set_epi64x(
-                                       (long long)MVM_K_MXFP4_HI, (long long)MVM_K_MXFP4_LO)),
-                                   q);
+    if (mvm_k_is_table(t))
+        return avx2_table32(t, blk + L.qs);
+    const __m256i q = avx2_nibbles32(blk + L.qs);
     return L.qh ? _mm256_or_si256(q, avx2_bits5(blk + L.qh)) : q;
 }
 
@@ -553,6 +564,67 @@ AVX2_INLINE void avx2_kblock_q23(const uint8_t *qs, const uint8_t *hmask, const 
     }
 }
 
+/* IQ4_XS's 8 sub-block scales less 32, as int16 in both 128-bit lanes: the nibbles of
+ * scales_l and the bit pairs of scales_h spread to a byte each by shifts and masks (taking
+ * each scale by itself, mvm_k_iq4xs_scale, cost as many instructions as the products). */
+AVX2_INLINE __m256i avx2_iq4xs_scales(const mvm_block_iq4_xs *x)
+{
+    uint32_t l;
+    memcpy(&l, x->scales_l, sizeof l);
+    uint64_t lo = l, hi = x->scales_h;
+    lo = (lo | lo << 16) & 0x0000FFFF0000FFFFull;
+    lo = (lo | lo << 8) & 0x00FF00FF00FF00FFull;
+    lo = (lo | lo << 4) & 0x0F0F0F0F0F0F0F0Full;
+    hi = (hi | hi << 24) & 0x000000FF000000FFull;
+    hi = (hi | hi << 12) & 0x000F000F000F000Full;
+    hi = (hi | hi << 6) & 0x0303030303030303ull;
+    const __m128i s8 =
+        _mm_sub_epi8(_mm_cvtsi64_si128((long long)(lo | hi << 4)), _mm_set1_epi8(32));
+    return _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(s8));
+}
+
+/* IQ4_XS: kernels/blocks.h's IQ4_XS chunks, two sub-blocks a step: the 32 bytes of qs of
+ * sub-blocks 2k and 2k+1 give their low nibbles (elements 0..15 of each, one sub-block per
+ * 128-bit lane) and their high ones (16..31), each a byte shuffle of IQ4_NL's table, and
+ * the activations are loaded in the same lanes. The products are the 32-element table
+ * types' (|w| by a with w's sign; maddubs pairs at most 2·127·127: no int16 saturation), and
+ * one madd applies both lanes' signed scales. */
+AVX2_INLINE void avx2_kblock_iq4xs(const mvm_block_iq4_xs *x, const mvm_block_q8_K *const a[],
+                                   const int nt, float r[])
+{
+    const __m256i table = _mm256_broadcastsi128_si256(
+        _mm_set_epi64x((long long)MVM_K_IQ4NL_HI, (long long)MVM_K_IQ4NL_LO));
+    const __m256i nib = _mm256_set1_epi8(0x0F), scales = avx2_iq4xs_scales(x);
+    __m256i acc[MVM_K_NT];
+    for (int i = 0; i < nt; i++)
+        acc[i] = _mm256_setzero_si256();
+    for (int k = 0; k < 4; k++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * k));
+        const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(q, nib));
+        const __m256i hi =
+            _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), nib));
+        const __m256i lo_abs = _mm256_sign_epi8(lo, lo), hi_abs = _mm256_sign_epi8(hi, hi);
+        const __m256i sc = _mm256_shuffle_epi8(
+            scales, _mm256_set_m128i(_mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * k + 1))),
+                                     _mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * k)))));
+        for (int i = 0; i < nt; i++) {
+            const int8_t *aq = a[i]->qs + 64 * k;
+            const __m256i alo = _mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)aq)),
+                _mm_loadu_si128((const __m128i *)(aq + 32)), 1);
+            const __m256i ahi = _mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(aq + 16))),
+                _mm_loadu_si128((const __m128i *)(aq + 48)), 1);
+            const __m256i plo = _mm256_maddubs_epi16(lo_abs, _mm256_sign_epi8(alo, lo));
+            const __m256i phi = _mm256_maddubs_epi16(hi_abs, _mm256_sign_epi8(ahi, hi));
+            acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(plo, sc));
+            acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(phi, sc));
+        }
+    }
+    for (int i = 0; i < nt; i++)
+        r[i] = a[i]->d * (mvm_k_h2f(x->d) * (float)avx2_hsum_i32(acc[i]));
+}
+
 AVX2_INLINE void avx2_kblock(enum mvm_wtype t, const uint8_t *blk, const mvm_block_q8_K *const a[],
                              const int nt, float r[])
 {
@@ -577,6 +649,7 @@ AVX2_INLINE void avx2_kblock(enum mvm_wtype t, const uint8_t *blk, const mvm_blo
         avx2_kblock_q45(x->scales, x->d, x->dmin, x->qs, x->qh, a, nt, r);
         break;
     }
+    case MVM_W_IQ4_XS: avx2_kblock_iq4xs((const mvm_block_iq4_xs *)blk, a, nt, r); break;
     default: avx2_kblock_q6((const mvm_block_q6_K *)blk, a, nt, r); break;
     }
 }

@@ -39,8 +39,12 @@ uint16_t mvm_fp32_to_bf16(float f)
 const char *mvm_k_wtype_name(enum mvm_wtype t)
 {
     static const char *const names[MVM_W_COUNT] = {
-        "f32",    "f16",  "bf16", "q8_0", "q4_0", "q4_1", "q5_0",
-        "q5_1",   "iq4_nl", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "mxfp4"};
+        [MVM_W_F32] = "f32",       [MVM_W_F16] = "f16",   [MVM_W_BF16] = "bf16",
+        [MVM_W_Q8_0] = "q8_0",     [MVM_W_Q4_0] = "q4_0", [MVM_W_Q4_1] = "q4_1",
+        [MVM_W_Q5_0] = "q5_0",     [MVM_W_Q5_1] = "q5_1", [MVM_W_IQ4_NL] = "iq4_nl",
+        [MVM_W_Q2_K] = "q2_K",     [MVM_W_Q3_K] = "q3_K", [MVM_W_Q4_K] = "q4_K",
+        [MVM_W_Q5_K] = "q5_K",     [MVM_W_Q6_K] = "q6_K", [MVM_W_IQ4_XS] = "iq4_xs",
+        [MVM_W_MXFP4] = "mxfp4"};
     return (unsigned)t < MVM_W_COUNT ? names[t] : "unknown";
 }
 
@@ -120,13 +124,7 @@ static void quantize_iq4_nl_block(const float *x, uint8_t *blk)
     memcpy(blk, &dh, sizeof dh);
     const float d = mvm_k_h2f(dh), id = d ? 1.0f / d : 0.0f;
     for (int j = 0; j < MVM_QBLOCK; j++) {
-        const float v = x[j] * id;
-        int best = 0;
-        for (int k = 1; k < 16; k++) {
-            const int kv = mvm_k_table(MVM_W_IQ4_NL, k), bv = mvm_k_table(MVM_W_IQ4_NL, best);
-            if (fabsf(v - (float)kv) < fabsf(v - (float)bv))
-                best = k;
-        }
+        const uint8_t best = mvm_k_iq4_nearest(x[j] * id);
         if (j < MVM_QBLOCK / 2)
             blk[2 + j] = (uint8_t)best;
         else
@@ -196,7 +194,8 @@ void mvm_k_quantize(enum mvm_wtype t, const float *src, void *dst, size_t n)
     case MVM_W_Q3_K:
     case MVM_W_Q4_K:
     case MVM_W_Q5_K:
-    case MVM_W_Q6_K: mvm_k_quantize_k(t, src, dst, n); break;
+    case MVM_W_Q6_K:
+    case MVM_W_IQ4_XS: mvm_k_quantize_k(t, src, dst, n); break;
     default: break;
     }
 }
@@ -232,7 +231,8 @@ void mvm_k_dequantize(enum mvm_wtype t, const void *src, float *dst, size_t n)
     case MVM_W_Q3_K:
     case MVM_W_Q4_K:
     case MVM_W_Q5_K:
-    case MVM_W_Q6_K: mvm_k_dequantize_k(t, src, dst, n); break;
+    case MVM_W_Q6_K:
+    case MVM_W_IQ4_XS: mvm_k_dequantize_k(t, src, dst, n); break;
     default: break;
     }
 }

@@ -38,6 +38,19 @@ static inline void mvm_k_qunpack(enum mvm_wtype t, const uint8_t *blk, int8_t q[
     }
 }
 
+/* The IQ4_NL table's entry nearest v (the lower one on ties): IQ4_NL's and IQ4_XS's
+ * quantizers (convert.c, kquant.c). */
+static inline uint8_t mvm_k_iq4_nearest(float v)
+{
+    int best = 0;
+    for (int k = 1; k < 16; k++) {
+        const int kv = mvm_k_table(MVM_W_IQ4_NL, k), bv = mvm_k_table(MVM_W_IQ4_NL, best);
+        if (fabsf(v - (float)kv) < fabsf(v - (float)bv))
+            best = k;
+    }
+    return (uint8_t)best;
+}
+
 /* ---- what the K quantizers of kquant.c and kquant23.c share ---------------------------- */
 
 /* ggml's nearest_int: round half to even (the default rounding mode), for |x| < 2^22. */
@@ -81,7 +94,7 @@ static inline void mvm_k_sub_ranges(const float *x, int n_sub, int len, int qmax
  * (kquant23.c). */
 void mvm_k_quantize_q23(enum mvm_wtype t, const float *x, void *blk);
 void mvm_k_dequantize_q23(enum mvm_wtype t, const void *blk, float *y);
-/* The K-quants' quantize / dequantize of n elements (kquant.c; n % 256 == 0). */
+/* The K-quants' and IQ4_XS's quantize / dequantize of n elements (kquant.c; n % 256 == 0). */
 void mvm_k_quantize_k(enum mvm_wtype t, const float *src, void *dst, size_t n);
 void mvm_k_dequantize_k(enum mvm_wtype t, const void *src, float *dst, size_t n);
 
@@ -212,6 +225,7 @@ struct mvm_k_level {
      [MVM_W_Q4_K] = pre##_q4_K,                                                                    \
      [MVM_W_Q5_K] = pre##_q5_K,                                                                    \
      [MVM_W_Q6_K] = pre##_q6_K,                                                                    \
+     [MVM_W_IQ4_XS] = pre##_iq4_xs,                                                                \
      [MVM_W_MXFP4] = pre##_mxfp4}
 #define MVM_K_LEVEL(name, attr, dotn_float, dotn_q, downn_float, downn_q, dotn_k, downn_k,         \
                     axpy_float)                                                                    \
@@ -231,6 +245,7 @@ struct mvm_k_level {
     MVM_K_LEVEL_TYPE(attr, dotn_k, downn_k, MVM_W_Q4_K, q4_K)                                      \
     MVM_K_LEVEL_TYPE(attr, dotn_k, downn_k, MVM_W_Q5_K, q5_K)                                      \
     MVM_K_LEVEL_TYPE(attr, dotn_k, downn_k, MVM_W_Q6_K, q6_K)                                      \
+    MVM_K_LEVEL_TYPE(attr, dotn_k, downn_k, MVM_W_IQ4_XS, iq4_xs)                                  \
     MVM_K_LEVEL_TYPE(attr, dotn_q, downn_q, MVM_W_MXFP4, mxfp4)                                    \
     const struct mvm_k_level name = {                                                              \
         .dot = MVM_K_TABLE(dot), .dotn = MVM_K_TABLE(dotn), .downn = MVM_K_TABLE(downn),          \

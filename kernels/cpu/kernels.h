@@ -23,12 +23,16 @@
  *   Q4_K  8 sub-blocks of 32, 4-bit quants, 6-bit scale and min each   144 bytes
  *   Q5_K  the same with a fifth bit per quant                          176 bytes
  *   Q6_K  16 sub-blocks of 16, 6-bit quants, 8-bit scale each          210 bytes
+ *   IQ4_XS 8 sub-blocks of 32, IQ4_NL's table, 6-bit signed scale each 136 bytes
+ *         (blocks.h; Q8_K activations as the K-quants', IQ4_NL where rows are not whole
+ *         super-blocks)
  *
  * Activations: for F32/F16/BF16 weights a dot product takes the activation vector as F32;
- * for the 32-element Q types it takes it quantized to Q8_0, for the K-quants to Q8_K (256
- * elements, an f32 scale and the sums of each 16 quants), as ggml does (vec_dot_type), so
- * the integer dot products stay in int8. mvm_k_act_bytes() says how many bytes an
- * activation vector of n elements takes for a weight type, mvm_k_prepare_act() makes it.
+ * for the 32-element Q types it takes it quantized to Q8_0, for the K-quants and IQ4_XS to
+ * Q8_K (256 elements, an f32 scale and the sums of each 16 quants), as ggml does
+ * (vec_dot_type), so the integer dot products stay in int8. mvm_k_act_bytes() says how many
+ * bytes an activation vector of n elements takes for a weight type, mvm_k_prepare_act()
+ * makes it.
  *
  * Alignment: every buffer (weights, activations, strides included) is aligned to its element:
  * 4 bytes for F32, 2 for F16, BF16 and the Q blocks (whose scale is an f16). Nothing needs

@@ -1,7 +1,7 @@
 /*
- * The K-quants' conversions: dequantization exactly as ggml's dequantize_row_q{4,5,6}_K
- * and a quantizer for mkmodel (the Q8_K activations' is kernels/blocks.h's, shared with the
- * device).
+ * The K-quants' and IQ4_XS's conversions: dequantization exactly as ggml's
+ * dequantize_row_q{4,5,6}_K and dequantize_row_iq4_xs, and a quantizer for mkmodel (the Q8_K
+ * activations' is kernels/blocks.h's, shared with the device).
  *
  * The quantizer is simpler than llama.cpp's (make_qkx2_quants / make_qx_quants search the
  * scale that minimises a weighted error; this one takes the range): per sub-block the scale
@@ -144,6 +144,55 @@ static void dequantize_q6(const mvm_block_q6_K *x, float *y)
             }
 }
 
+/* ---- IQ4_XS --------------------------------------------------------------------------- */
+
+/* One IQ4_XS super-block, with IQ4_NL's rule (convert.c) in place of ggml's search
+ * (quantize_row_iq4_nl_impl tries 15 scales per sub-block): each sub-block's ideal scale maps
+ * its value of largest magnitude onto the table's -127; d maps the ideal scale of largest
+ * magnitude onto the code -32, as ggml's d = -max_scale / 32 does; each sub-block's code is
+ * its scale rounded against d, and each element takes the table entry nearest x / (d·code). */
+static void quantize_iq4_xs(const float *x, mvm_block_iq4_xs *y)
+{
+    float scale[8], max_scale = 0;
+    for (int i = 0; i < 8; i++) {
+        float amax = 0, max = 0;
+        for (int l = 0; l < 32; l++) {
+            if (fabsf(x[32 * i + l]) > amax) {
+                amax = fabsf(x[32 * i + l]);
+                max = x[32 * i + l];
+            }
+        }
+        scale[i] = max / -127;
+        if (fabsf(scale[i]) > fabsf(max_scale))
+            max_scale = scale[i];
+    }
+    y->d = mvm_fp32_to_fp16(max_scale / -32);
+    y->scales_h = 0;
+    memset(y->scales_l, 0, sizeof y->scales_l);
+    const float d = mvm_k_h2f(y->d);
+    for (int i = 0; i < 8; i++) {
+        const int code = mvm_k_round_to(scale[i], d, -32, 31);
+        y->scales_l[i / 2] |= (uint8_t)(((code + 32) & 15) << (4 * (i % 2)));
+        y->scales_h |= (uint16_t)(((code + 32) >> 4) << (2 * i));
+        const float dl = d * (float)code, id = dl != 0 ? 1.0f / dl : 0.0f;
+        for (int l = 0; l < 16; l++)
+            y->qs[16 * i + l] = (uint8_t)(mvm_k_iq4_nearest(x[32 * i + l] * id) |
+                                          mvm_k_iq4_nearest(x[32 * i + 16 + l] * id) << 4);
+    }
+}
+
+static void dequantize_iq4_xs(const mvm_block_iq4_xs *x, float *y)
+{
+    const float d = mvm_k_h2f(x->d);
+    for (int i = 0; i < 8; i++) {
+        const float dl = d * (float)(mvm_k_iq4xs_scale(x, i) - 32);
+        for (int l = 0; l < 16; l++) {
+            y[32 * i + l] = dl * (float)mvm_k_table(MVM_W_IQ4_NL, x->qs[16 * i + l] & 15);
+            y[32 * i + 16 + l] = dl * (float)mvm_k_table(MVM_W_IQ4_NL, x->qs[16 * i + l] >> 4);
+        }
+    }
+}
+
 void mvm_k_quantize_k(enum mvm_wtype t, const float *src, void *dst, size_t n)
 {
     const size_t bytes = mvm_k_block_bytes(t);
@@ -156,6 +205,8 @@ void mvm_k_quantize_k(enum mvm_wtype t, const float *src, void *dst, size_t n)
             quantize_q4_K(x, blk);
         else if (t == MVM_W_Q5_K)
             quantize_q5_K(x, blk);
+        else if (t == MVM_W_IQ4_XS)
+            quantize_iq4_xs(x, blk);
         else
             quantize_q6_K(x, blk);
     }
@@ -175,6 +226,8 @@ void mvm_k_dequantize_k(enum mvm_wtype t, const void *src, float *dst, size_t n)
         } else if (t == MVM_W_Q5_K) {
             const mvm_block_q5_K *x = blk;
             dequantize_q45(x->scales, x->d, x->dmin, x->qs, x->qh, y);
+        } else if (t == MVM_W_IQ4_XS) {
+            dequantize_iq4_xs(blk, y);
         } else {
             dequantize_q6(blk, y);
         }

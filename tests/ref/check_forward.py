@@ -13,7 +13,8 @@ default), against a reference that rounds its keys and values as the engine stor
 
 For each architecture (llama = Mixtral, qwen2moe, qwen3moe, olmoe, deepseek2, glm4moe,
 minimax-m2, gpt-oss) and weight type (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl,
-q2_K, q3_K, q4_K_M, and mxfp4: llama.cpp's MXFP4_MOE, the experts MXFP4 and the rest Q8_0),
+q2_K, q3_K, q4_K_M, iq4_xs, and mxfp4: llama.cpp's MXFP4_MOE, the experts MXFP4 and the rest
+Q8_0),
 and for the VARIANTS (RoPE scaling, deepseek2's other kinds, GLM-4.5-Air) at f32 and q8_0: `moevm mkmodel
 --preset tiny` writes a model, `moevm run` prefills
 three random prompts (1, 5 and 12 tokens) and greedily generates 4 tokens, writing every
@@ -67,31 +68,33 @@ TYPES = {"f32": gguf_read.GGML_F32, "f16": gguf_read.GGML_F16, "bf16": gguf_read
          "q4_1": gguf_read.GGML_Q4_1, "q5_0": gguf_read.GGML_Q5_0,
          "q5_1": gguf_read.GGML_Q5_1, "iq4_nl": gguf_read.GGML_IQ4_NL,
          "q2_K": gguf_read.GGML_Q2_K, "q3_K": gguf_read.GGML_Q3_K, "q4_K_M": gguf_read.GGML_Q4_K,
-         "mxfp4": gguf_read.GGML_MXFP4}
+         "iq4_xs": gguf_read.GGML_IQ4_XS, "mxfp4": gguf_read.GGML_MXFP4}
 QUANTIZED = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q2_K", "q3_K", "q4_K_M",
-             "mxfp4")
+             "iq4_xs", "mxfp4")
 # The K-quants need rows of whole 256-element super-blocks: the tiny shape widened to 256
 # (its 64-wide attention output then falls back to Q5_0 as llama-quantize's does, and
 # Q4_K_M puts Q6_K on layer 1's attn_v and ffn_down_exps: mixed expert types, as in
 # llama.cpp's files). The Qwen MoE architectures get 96 expert channels, as Qwen1.5/2-MoE's
 # 1408 not whole super-blocks: their down matrices fall back to Q5_0 (Q8_0 where Q6_K),
 # under Q4_K gate and up.
-# Q2_K and Q3_K likewise, their fallback being IQ4_NL.
-MKMODEL_ARGS = {t: ["--embd", "256", "--expert-ff", "256"] for t in ("q2_K", "q3_K", "q4_K_M")}
+# Q2_K, Q3_K and IQ4_XS likewise, their fallback being IQ4_NL.
+SUPER_BLOCK_TYPES = ("q2_K", "q3_K", "q4_K_M", "iq4_xs")
+MKMODEL_ARGS = {t: ["--embd", "256", "--expert-ff", "256"] for t in SUPER_BLOCK_TYPES}
 MKMODEL_ARCH_ARGS = {(arch, t): ["--expert-ff", "96"]
-                     for arch in ("qwen2moe", "qwen3moe") for t in ("q2_K", "q3_K", "q4_K_M")}
+                     for arch in ("qwen2moe", "qwen3moe") for t in SUPER_BLOCK_TYPES}
 
 # Max relative row error: (exact comparison, emulated comparison), with an F32 KV cache.
 # Measured on the tiny presets (2 or 3 blocks, 64 wide, 8 experts, top-2): float types
 # <= 1.6e-6 (F32 arithmetic: the reference has the engine's exact weights), and the two
-# comparisons are one. Quantized types: exact <= 5.7e-2 on routing-stable rows (Q8_0
-# activation rounding); emulated ~6e-8, except where F32 and F64 round an activation to
-# different sides of a Q8_0 step (seen up to 2.7e-2, Q3_K). The deliberate bugs below cost
+# comparisons are one. Quantized types: exact <= 6.3e-2 on routing-stable rows (Q8_0
+# or Q8_K activation rounding; 6.3e-2 is gpt-oss's IQ4_XS model, the others <= 5.7e-2);
+# emulated ~6e-8, except where F32 and F64 round an activation to different sides of a
+# Q8_0 step (seen up to 2.7e-2, Q3_K). The deliberate bugs below cost
 # >= 0.18 (renormalisation flipped; RoPE pairing swapped >= 0.88, experts shifted >= 0.99).
 TOL = {"f32": (1e-4, 1e-4), "f16": (1e-4, 1e-4), "bf16": (1e-4, 1e-4),
        "q8_0": (7e-2, 3e-2), "q4_0": (7e-2, 3e-2), "q4_1": (7e-2, 3e-2), "q5_0": (7e-2, 3e-2),
        "q5_1": (7e-2, 3e-2), "iq4_nl": (7e-2, 3e-2), "q2_K": (7e-2, 3e-2), "q3_K": (7e-2, 3e-2),
-       "q4_K_M": (7e-2, 3e-2), "mxfp4": (7e-2, 3e-2)}
+       "q4_K_M": (7e-2, 3e-2), "iq4_xs": (7e-2, 3e-2), "mxfp4": (7e-2, 3e-2)}
 # The engine's KV cache is checked in F32 with every weight type and variant (the sharp
 # comparisons above), and in F16 (its default) with these: the cache's type is independent of
 # the weights'; one quantized type shows the two roundings together.

@@ -39,6 +39,7 @@ GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q8_0, GGML_BF16 = 0, 1, 2, 8, 30
 GGML_Q4_1, GGML_Q5_0, GGML_Q5_1, GGML_IQ4_NL, GGML_MXFP4 = 3, 6, 7, 20, 39
 GGML_Q2_K, GGML_Q3_K = 10, 11
 GGML_Q4_K, GGML_Q5_K, GGML_Q6_K = 12, 13, 14
+GGML_IQ4_XS = 23
 GGML_TYPES = {
     GGML_F32: ("F32", 1, 4),
     GGML_F16: ("F16", 1, 2),
@@ -56,8 +57,10 @@ GGML_TYPES = {
     GGML_Q4_K: ("Q4_K", 256, 144),  # { f16 d, dmin; u8 scales[12]; u8 qs[128]; }
     GGML_Q5_K: ("Q5_K", 256, 176),  # { f16 d, dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]; }
     GGML_Q6_K: ("Q6_K", 256, 210),  # { u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d; }
+    GGML_IQ4_XS: ("IQ4_XS", 256, 136),  # { f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]; }
 }
-K_QUANTS = (GGML_Q2_K, GGML_Q3_K, GGML_Q4_K, GGML_Q5_K, GGML_Q6_K)
+# The types whose products take Q8_K activations (ggml's vec_dot_type): the K-quants, IQ4_XS.
+Q8_K_ACT = (GGML_Q2_K, GGML_Q3_K, GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_IQ4_XS)
 # ggml-common.h's kvalues_iq4nl: IQ4_NL's quant values, indexed by the nibble.
 IQ4_NL_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10,
                           1, 13, 25, 38, 53, 69, 89, 113], dtype=np.float64)
@@ -256,6 +259,8 @@ def dequantize(ggml_type, raw, n):
         return _dequantize_q45_k(raw, n, ggml_type == GGML_Q5_K)
     if ggml_type == GGML_Q6_K:
         return _dequantize_q6_k(raw, n)
+    if ggml_type == GGML_IQ4_XS:
+        return _dequantize_iq4_xs(raw, n)
     raise GGUFError(f"ggml type {ggml_type} is not supported by this reader")
 
 
@@ -347,6 +352,24 @@ def _dequantize_q6_k(raw, n):
     q = q.reshape(nb, 256) - 32
     return (d * np.repeat(scales, 16, axis=1) * q).reshape(n)
 
+
+
+def _dequantize_iq4_xs(raw, n):
+    """IQ4_XS (ggml's dequantize_row_iq4_xs): 8 sub-blocks of 32, x = d * (ls - 32) *
+    IQ4_NL_VALUES[q]. Sub-block ib's 6-bit ls has the low (ib even) or high nibble of
+    scales_l[ib // 2] as its low 4 bits and bits 2ib, 2ib+1 of the little-endian u16
+    scales_h as its top 2; its elements 0..15 are the low nibbles of qs[16ib..16ib+15],
+    16..31 the high ones."""
+    nb = n // 256
+    blocks = raw.reshape(nb, 136)
+    d = _f16(blocks[:, 0:2])                                                  # (nb, 1)
+    scales_h = blocks[:, 2:4].copy().view("<u2").astype(np.int64)             # (nb, 1)
+    scales_l = blocks[:, 4:8].astype(np.int64)                                # (nb, 4)
+    ib = np.arange(8)
+    ls = ((scales_l[:, ib // 2] >> (4 * (ib % 2))) & 15) | (((scales_h >> (2 * ib)) & 3) << 4)
+    qs = blocks[:, 8:136].reshape(nb, 8, 16).astype(np.int64)
+    q = np.concatenate([qs & 15, qs >> 4], axis=2)                            # (nb, 8, 32)
+    return (d[:, :, None] * (ls - 32)[:, :, None] * IQ4_NL_VALUES[q]).reshape(n)
 
 def load(path):
     """(metadata dict, {tensor name: float64 NumPy array}) of a GGUF file."""

@@ -169,7 +169,7 @@ class Model:
         if self.cfg.act_quant and self.wtypes[name] in (gguf_read.GGML_Q8_0, gguf_read.GGML_IQ4_NL,
                                                         gguf_read.GGML_MXFP4) + gguf_read.Q45:
             x = q8_0_roundtrip(x)
-        elif self.cfg.act_quant and self.wtypes[name] in gguf_read.K_QUANTS:
+        elif self.cfg.act_quant and self.wtypes[name] in gguf_read.Q8_K_ACT:
             x = q8_k_roundtrip(x)
         y = x @ W.reshape(-1, W.shape[-1]).T
         return y if W.ndim > 1 else y[:, 0]

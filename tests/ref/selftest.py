@@ -377,6 +377,15 @@ def test_dequantize_hand_blocks():
     iq4 = np.float16(0.5).tobytes() + q4[2:]
     assert np.array_equal(gr.dequantize(gr.GGML_IQ4_NL, np.frombuffer(iq4, np.uint8), 32),
                           [0.5 * gr.IQ4_NL_VALUES[q] for q in nib])
+    # IQ4_XS: a super-block of 8 sub-blocks with those nibbles, d = 0.5, and 6-bit scales ls
+    # (x = d (ls - 32) table[q]) packed as ggml does: low nibbles two to a byte of
+    # scales_l[4], the top two bits of sub-block i at bits 2i of the u16 scales_h
+    ls = [0, 31, 32, 33, 63, 1, 40, 20]
+    scales_l = bytes((ls[2 * k] & 15) | (ls[2 * k + 1] & 15) << 4 for k in range(4))
+    scales_h = sum((v >> 4) << (2 * i) for i, v in enumerate(ls))
+    xs = np.float16(0.5).tobytes() + scales_h.to_bytes(2, "little") + scales_l + q4[2:] * 8
+    assert np.array_equal(gr.dequantize(gr.GGML_IQ4_XS, np.frombuffer(xs, np.uint8), 256),
+                          [0.5 * (v - 32) * gr.IQ4_NL_VALUES[q] for v in ls for q in nib])
     # MXFP4 with the same nibbles, a block of e = 130 then one of e = 0: 2^(e - 128) times
     # ggml's kvalues_mxfp4 (E2M1 doubled), 4 and 2^-128 (subnormal in F32)
     kv = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12]
