@@ -79,14 +79,7 @@ static void quantize_q_block(enum mvm_wtype t, const float *x, uint8_t *blk)
         const uint16_t m = mvm_fp32_to_fp16(lo);
         memcpy(blk + L.m, &m, sizeof m);
     } else {
-        float amax = 0.0f, max = 0.0f;
-        for (int j = 0; j < MVM_QBLOCK; j++) {
-            if (amax < fabsf(x[j])) {
-                amax = fabsf(x[j]);
-                max = x[j];
-            }
-        }
-        d = max / -(float)L.bias;
+        d = mvm_k_signed_max(x, MVM_QBLOCK) / -(float)L.bias;
     }
     const float id = d ? 1.0f / d : 0.0f;
     const uint16_t dh = mvm_fp32_to_fp16(d);
@@ -113,20 +106,13 @@ static void quantize_q_block(enum mvm_wtype t, const float *x, uint8_t *blk)
  * and each element takes the table entry nearest x / d (the lower one on ties). */
 static void quantize_iq4_nl_block(const float *x, uint8_t *blk)
 {
-    float amax = 0.0f, max = 0.0f;
-    for (int j = 0; j < MVM_QBLOCK; j++) {
-        if (amax < fabsf(x[j])) {
-            amax = fabsf(x[j]);
-            max = x[j];
-        }
-    }
-    const uint16_t dh = mvm_fp32_to_fp16(max / -127);
+    const uint16_t dh = mvm_fp32_to_fp16(mvm_k_signed_max(x, MVM_QBLOCK) / -127);
     memcpy(blk, &dh, sizeof dh);
     const float d = mvm_k_h2f(dh), id = d ? 1.0f / d : 0.0f;
     for (int j = 0; j < MVM_QBLOCK; j++) {
         const uint8_t best = mvm_k_iq4_nearest(x[j] * id);
         if (j < MVM_QBLOCK / 2)
-            blk[2 + j] = (uint8_t)best;
+            blk[2 + j] = best;
         else
             blk[2 + j - MVM_QBLOCK / 2] |= (uint8_t)(best << 4);
     }

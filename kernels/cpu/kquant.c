@@ -155,14 +155,7 @@ static void quantize_iq4_xs(const float *x, mvm_block_iq4_xs *y)
 {
     float scale[8], max_scale = 0;
     for (int i = 0; i < 8; i++) {
-        float amax = 0, max = 0;
-        for (int l = 0; l < 32; l++) {
-            if (fabsf(x[32 * i + l]) > amax) {
-                amax = fabsf(x[32 * i + l]);
-                max = x[32 * i + l];
-            }
-        }
-        scale[i] = max / -127;
+        scale[i] = mvm_k_signed_max(x + 32 * i, 32) / -127;
         if (fabsf(scale[i]) > fabsf(max_scale))
             max_scale = scale[i];
     }

@@ -46,15 +46,9 @@ static void quantize_q3_K(const float *x, mvm_block_q3_K *y)
 {
     float scale[16], max_abs = 0;
     for (int i = 0; i < 16; i++) {
-        float amax = 0, max = 0;
-        for (int l = 0; l < 16; l++) {
-            if (fabsf(x[16 * i + l]) > amax) {
-                amax = fabsf(x[16 * i + l]);
-                max = x[16 * i + l];
-            }
-        }
+        const float max = mvm_k_signed_max(x + 16 * i, 16);
         scale[i] = max / -4;
-        max_abs = fmaxf(max_abs, amax / 4);
+        max_abs = fmaxf(max_abs, fabsf(max) / 4);
     }
     y->d = mvm_fp32_to_fp16(max_abs / 31);
     const float d = mvm_k_h2f(y->d);
