@@ -430,19 +430,28 @@ MVM_BLK_FN void mvm_k_q8_0_block(const float *x, mvm_block_q8_0 *y)
         y->qs[j] = (int8_t)roundf(x[j] * id);
 }
 
-/* quantize_row_q8_K_ref on 256 floats: the value of largest magnitude (the first on ties)
- * maps to -127, q = nearest (half to even) of x * (-127 / it), at most 127. */
-MVM_BLK_FN void mvm_k_q8_K_block(const float *x, mvm_block_q8_K *y)
+/* The value of largest magnitude among x[0..n), the first on ties (0 when all are 0): the
+ * symmetric quantizers map it onto the end of their range, as ggml's do (Q8_K here; Q4_0,
+ * Q5_0, IQ4_NL, Q3_K and IQ4_XS in kernels/cpu). */
+MVM_BLK_FN float mvm_k_signed_max(const float *x, int n)
 {
     float amax = 0, max = 0;
-    for (int j = 0; j < MVM_QK_K; j++) {
+    for (int j = 0; j < n; j++) {
         if (fabsf(x[j]) > amax) {
             amax = fabsf(x[j]);
             max = x[j];
         }
     }
+    return max;
+}
+
+/* quantize_row_q8_K_ref on 256 floats: the value of largest magnitude (the first on ties)
+ * maps to -127, q = nearest (half to even) of x * (-127 / it), at most 127. */
+MVM_BLK_FN void mvm_k_q8_K_block(const float *x, mvm_block_q8_K *y)
+{
+    const float max = mvm_k_signed_max(x, MVM_QK_K);
     memset(y, 0, sizeof *y);
-    if (amax == 0)
+    if (max == 0)
         return;
     const float iscale = -127.f / max;
     for (int j = 0; j < MVM_QK_K; j++) {

@@ -565,8 +565,9 @@ AVX2_INLINE void avx2_kblock_q23(const uint8_t *qs, const uint8_t *hmask, const 
 }
 
 /* IQ4_XS's 8 sub-block scales less 32, as int16 in both 128-bit lanes: the nibbles of
- * scales_l and the bit pairs of scales_h spread to a byte each by shifts and masks (taking
- * each scale by itself, mvm_k_iq4xs_scale, cost as many instructions as the products). */
+ * scales_l and the bit pairs of scales_h spread to a byte each by shifts and masks, rather
+ * than each scale unpacked by itself (mvm_k_iq4xs_scale) and broadcast. A first kernel did
+ * that, one sub-block a step: 0.75x this one's speed (docs/perf/cpu.md, "IQ4_XS"). */
 AVX2_INLINE __m256i avx2_iq4xs_scales(const mvm_block_iq4_xs *x)
 {
     uint32_t l;

@@ -38,20 +38,6 @@ static inline void mvm_k_qunpack(enum mvm_wtype t, const uint8_t *blk, int8_t q[
     }
 }
 
-/* The value of largest magnitude among x[0..n), the first on ties (0 when all are 0): the
- * symmetric quantizers map it onto the end of their range, as ggml's do. */
-static inline float mvm_k_signed_max(const float *x, int n)
-{
-    float amax = 0, max = 0;
-    for (int j = 0; j < n; j++) {
-        if (fabsf(x[j]) > amax) {
-            amax = fabsf(x[j]);
-            max = x[j];
-        }
-    }
-    return max;
-}
-
 /* The IQ4_NL table's entry nearest v (the lower one on ties): IQ4_NL's and IQ4_XS's
  * quantizers (convert.c, kquant.c). */
 static inline uint8_t mvm_k_iq4_nearest(float v)

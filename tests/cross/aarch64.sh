@@ -19,7 +19,8 @@
 # would replace it (the cross build leaves the distributed mode out).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-if ! command -v aarch64-linux-gnu-gcc >/dev/null || ! command -v qemu-aarch64 >/dev/null ||
+if ! command -v aarch64-linux-gnu-gcc >/dev/null || ! command -v aarch64-linux-gnu-g++ >/dev/null ||
+   ! command -v qemu-aarch64 >/dev/null ||
    [ ! -e /usr/lib/aarch64-linux-gnu/libhwloc.so ]; then
   dpkg --add-architecture arm64
   apt-get update -qq
