@@ -7,8 +7,8 @@
  *
  * One block runs at a time, each of its threads a fiber on the calling thread:
  * a fiber runs until it waits at a barrier, then the next one runs, so __syncthreads is a
- * barrier of the block's fibers, a warp shuffle a slot array between two barriers of the
- * warp's, __shared__ variables statics, and atomics GCC's. Fibers, not threads: a barrier of
+ * barrier of the block's fibers, a warp shuffle a slot array and one barrier of the warp's,
+ * __shared__ variables statics, and atomics GCC's. Fibers, not threads: a barrier of
  * 128 threads on a 2-core machine costs a futex storm, and the engine's device forward pass
  * (tests/test_forward_gpu.c) launches thousands of blocks. Blocks run in an order the
  * caller picks, so a test can try several, as a GPU may run them in any. A kernel that
@@ -125,18 +125,56 @@ static const void *emu_main_stack;
 static size_t emu_main_stack_size;
 #endif
 
-/* Back to the scheduler (from a fiber); dying: the fiber will not run again, and this does
- * not return. */
-static void emu_to_main(bool dying)
+#ifdef EMU_ASAN
+static bool emu_from_main; /* the switch in flight left the scheduler's stack */
+#endif
+
+/* ASan's side of a switch into a fiber (fake: what the fiber saved when it left; NULL on its
+ * first entry), which also tells the scheduler's stack when the switch came from there. */
+static void emu_entered(void *fake)
 {
 #ifdef EMU_ASAN
+    const void *bottom;
+    size_t size;
+    __sanitizer_finish_switch_fiber(fake, &bottom, &size);
+    if (emu_from_main) {
+        emu_main_stack = bottom;
+        emu_main_stack_size = size;
+        emu_from_main = false;
+    }
+#else
+    (void)fake;
+#endif
+}
+
+/* From the running fiber to the next unfinished one in round-robin order, or back to the
+ * scheduler (emu_launch) when none is left; dying: this fiber has finished, and the call
+ * does not return. Straight to the next fiber rather than through the scheduler: half the
+ * switches, which are most of a launch's time here. */
+static void emu_yield(bool dying)
+{
+    emu_fiber *self = &emu_fibers[threadIdx.x];
+    emu_fiber *next = NULL;
+    for (unsigned i = 1; i <= blockDim.x && !next; i++) {
+        unsigned t = (threadIdx.x + i) % blockDim.x;
+        if (!emu_fibers[t].done) {
+            next = &emu_fibers[t];
+            threadIdx = dim3{t, 0, 0};
+            blockIdx = next->block;
+        }
+    }
+    if (next == self) /* alone at a barrier the finished fibers never reached */
+        abort();
+    emu_ctx *to = next ? &next->ctx : &emu_main;
+#ifdef EMU_ASAN
     void *fake = NULL;
-    __sanitizer_start_switch_fiber(dying ? NULL : &fake, emu_main_stack, emu_main_stack_size);
-    emu_ctx_switch(&emu_fibers[threadIdx.x].ctx, &emu_main);
-    __sanitizer_finish_switch_fiber(fake, &emu_main_stack, &emu_main_stack_size);
+    __sanitizer_start_switch_fiber(dying ? NULL : &fake, next ? next->stack : emu_main_stack,
+                                   next ? (size_t)EMU_STACK : emu_main_stack_size);
+    emu_ctx_switch(&self->ctx, to);
+    emu_entered(fake);
 #else
     (void)dying;
-    emu_ctx_switch(&emu_fibers[threadIdx.x].ctx, &emu_main);
+    emu_ctx_switch(&self->ctx, to);
 #endif
 }
 
@@ -146,7 +184,7 @@ struct emu_barrier {
 
 static emu_barrier emu_block_barrier;
 static emu_barrier emu_warp_barrier[EMU_MAX_THREADS / EMU_WARP];
-static uint64_t emu_warp_slot[EMU_MAX_THREADS];
+static uint64_t emu_warp_slot[2][EMU_MAX_THREADS];
 
 /* Returns once `count` fibers have arrived; the others run meanwhile. */
 static inline void emu_barrier_wait(emu_barrier *b, unsigned count)
@@ -158,7 +196,7 @@ static inline void emu_barrier_wait(emu_barrier *b, unsigned count)
         return;
     }
     while (b->generation == generation)
-        emu_to_main(false);
+        emu_yield(false);
 }
 
 static inline void __syncthreads(void) { emu_barrier_wait(&emu_block_barrier, blockDim.x); }
@@ -166,17 +204,22 @@ static inline void __syncthreads(void) { emu_barrier_wait(&emu_block_barrier, bl
 static inline void __threadfence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 
 /* A warp shuffle: every lane of the warp must call it, as the full mask says; a lane gets
- * lane `from`'s value, or its own when from is outside the warp. */
+ * lane `from`'s value, or its own when from is outside the warp. One barrier, with the slots
+ * double-buffered by the parity of the warp barrier's generation (k: the shuffles the warp
+ * has finished, the same for every lane writing the k-th): a lane can only write the same
+ * buffer again at shuffle k + 2, past barrier k + 1, which every lane reaches only after its
+ * read of shuffle k. Half the fiber switches of a write, barrier, read, barrier shuffle. */
 template <typename V> static inline V emu_shuffle(V v, unsigned from)
 {
     static_assert(sizeof(V) <= sizeof(uint64_t), "a shuffle moves at most 8 bytes");
     unsigned warp = threadIdx.x / EMU_WARP;
+    emu_barrier *b = &emu_warp_barrier[warp];
+    uint64_t *slot = emu_warp_slot[b->generation & 1];
     uint64_t bits = 0;
     memcpy(&bits, &v, sizeof v);
-    emu_warp_slot[threadIdx.x] = bits;
-    emu_barrier_wait(&emu_warp_barrier[warp], EMU_WARP);
-    uint64_t r = from < EMU_WARP ? emu_warp_slot[warp * EMU_WARP + from] : bits;
-    emu_barrier_wait(&emu_warp_barrier[warp], EMU_WARP);
+    slot[threadIdx.x] = bits;
+    emu_barrier_wait(b, EMU_WARP);
+    uint64_t r = from < EMU_WARP ? slot[warp * EMU_WARP + from] : bits;
     V out;
     memcpy(&out, &r, sizeof out);
     return out;
@@ -206,17 +249,15 @@ static inline unsigned long long atomicExch(unsigned long long *p, unsigned long
 
 static void emu_fiber_main(void)
 {
+    emu_entered(NULL);
     emu_fiber *f = &emu_fibers[threadIdx.x];
-#ifdef EMU_ASAN
-    __sanitizer_finish_switch_fiber(NULL, &emu_main_stack, &emu_main_stack_size);
-#endif
     for (unsigned b : *emu_order) {
         blockIdx = f->block = dim3{b % gridDim.x, b / gridDim.x, 0};
         (*emu_body)();
         __syncthreads(); /* the block ends: its __shared__ statics pass to the next */
     }
     f->done = true;
-    emu_to_main(true);
+    emu_yield(true);
     abort(); /* a finished fiber is never resumed */
 }
 
@@ -247,26 +288,19 @@ static void emu_launch(dim3 grid, unsigned threads, std::vector<unsigned> order,
         f->block = dim3{0, 0, 0};
         emu_ctx_make(&f->ctx, f->stack, EMU_STACK, emu_fiber_main);
     }
-    /* Round robin: each fiber runs to its next barrier (or its end). */
-    for (bool live = true; live;) {
-        live = false;
-        for (unsigned t = 0; t < threads; t++) {
-            emu_fiber *f = &emu_fibers[t];
-            if (f->done)
-                continue;
-            threadIdx = dim3{t, 0, 0};
-            blockIdx = f->block;
+    /* Fiber 0 first; each then runs to its next barrier (or its end) and hands over to the
+     * next (emu_yield), and the last to finish comes back here. */
+    threadIdx = dim3{0, 0, 0};
+    blockIdx = emu_fibers[0].block;
 #ifdef EMU_ASAN
-            void *fake = NULL;
-            __sanitizer_start_switch_fiber(&fake, f->stack, EMU_STACK);
-            emu_ctx_switch(&emu_main, &f->ctx);
-            __sanitizer_finish_switch_fiber(fake, NULL, NULL);
+    void *fake = NULL;
+    emu_from_main = true;
+    __sanitizer_start_switch_fiber(&fake, emu_fibers[0].stack, EMU_STACK);
+    emu_ctx_switch(&emu_main, &emu_fibers[0].ctx);
+    __sanitizer_finish_switch_fiber(fake, NULL, NULL);
 #else
-            emu_ctx_switch(&emu_main, &f->ctx);
+    emu_ctx_switch(&emu_main, &emu_fibers[0].ctx);
 #endif
-            live = live || !f->done;
-        }
-    }
 }
 
 #endif
