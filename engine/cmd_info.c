@@ -53,7 +53,7 @@ int mvm_cmd_info(int argc, char **argv)
     else if ((uint64_t)budget.i == MVM_BUDGET_AUTO)
         printf("budget:     auto = all expert bytes (host backend)\n");
     else if (budget.frac > 0)
-        printf("budget:     %g%% of the experts' bytes\n", budget.frac * 100);
+        printf("budget:     %g%% of the experts' pages\n", budget.frac * 100);
     else
         printf("budget:     %llu MiB\n", (unsigned long long)((uint64_t)budget.i >> 20));
     printf("host homes: NUMA node %d; non-resident experts %s\n", info.numa_node,

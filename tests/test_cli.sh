@@ -159,8 +159,12 @@ if [ -n "$fake_driver" ]; then
 fi
 expect 1 'assign greedy: the assign role places experts between the GPU and the CPU, and this run computes on the CPU only' -- "$moevm" run -m "$m" -p "x" -n 2 --assign greedy
 expect 1 'MOEVM_ASSIGN=dali: no such assign policy \(available: gpu, twoptr, greedy, presched\)' -- env MOEVM_ASSIGN=dali "$moevm" run -m "$m" -p "x" -n 2
-expect 0 'budget 3 pages of 64 KiB' -- env MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 30%
-expect 1 'device budget .* is smaller than one page' -- "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 10%
+# A percentage is of the experts' pages, each expert whole ones: 30% of the 16 experts of
+# 48 KiB in pages of 64 KiB is 4 pages (of their bytes it would be 3); 100% holds them all,
+# and with pages of 2 MiB (one an expert) 5% is less than a page.
+expect 0 'budget 4 pages of 64 KiB' -- env MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 30%
+expect 0 'budget 16 pages of 2048 KiB' -- "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 100%
+expect 1 'device budget .* is smaller than one page' -- "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 5%
 # The evict module: chosen by flag or option, named in the statistics; mistakes are errors.
 expect 0 'evict lfu: [0-9]+ out' -- env MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p "x" -n 8 --gpu-budget 40% --evict 'lfu{period=8}'
 expect 0 'evict lcp: ' -- env MOEVM_PAGE_SIZE=64K MOEVM_EVICT=lcp "$moevm" run -m "$m" -p "x" -n 2

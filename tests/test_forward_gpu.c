@@ -67,7 +67,7 @@ static const char *model_path(const char *arch, enum mvm_wtype t)
     return preset_path(arch, "tiny", t);
 }
 
-/* budget: a fraction of the experts' bytes (1: all). Pages of 4 KiB: several per expert. */
+/* budget: a fraction of the experts' pages (1: all). Pages of 4 KiB: several per expert. */
 static mvm_status load(const char *path, mvm_backend_kind backend, double budget,
                        mvm_model **m)
 {

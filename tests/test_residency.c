@@ -450,7 +450,7 @@ static void open_ctx(const char *model, mvm_pool *pool, double frac, const mvm_c
         CHECK_ST(mvm_ctx_create(*m, pool, 64, 1, p, c), MVM_OK);
 }
 
-/* Runs 40 positions one at a time under policies p at `frac` of the experts' bytes,
+/* Runs 40 positions one at a time under policies p at `frac` of the experts' pages,
  * recording the routing; every step waits for its copies, so the next step routes on the
  * residency the simulator models (a GPU waits for its loads). Returns the residency's
  * statistics, the substitutions and the device pages. */

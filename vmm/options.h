@@ -47,7 +47,7 @@ typedef enum mvm_option_id {
 
 typedef enum mvm_option_type {
     MVM_OPT_SIZE,      /* bytes: 123, 64K, 1.5G, 2MiB (binary multiples) */
-    MVM_OPT_BUDGET,    /* a size, a percentage of the experts' bytes ("25%"), or "auto" */
+    MVM_OPT_BUDGET,    /* a size, a percentage of the experts' pages ("25%"), or "auto" */
     MVM_OPT_INT,       /* a non-negative integer */
     MVM_OPT_CHOICE,    /* one of a |-separated list; the value is its index */
     MVM_OPT_STRING,

@@ -100,8 +100,9 @@ static mvm_status plan_layout(mvm_space *sp, const mvm_space_desc *d)
     uint64_t budget = d->device_budget;
     if (budget == MVM_BUDGET_AUTO)
         budget = be->device_free ? be->device_free / 10 * 9 : total_pages * page;
-    else if (budget == 0)
-        budget = (uint64_t)(d->device_budget_frac * (double)(d->expert_bytes * sp->n_total));
+    else if (budget == 0) /* of the experts' pages, so that 1 holds every expert: each
+                           * takes whole pages, and an expert of 3.4 MiB two of 2 MiB */
+        budget = (uint64_t)(d->device_budget_frac * (double)(total_pages * page));
     if (budget < page) {
         char b[32], p[32];
         fmt_bytes(b, sizeof b, budget);

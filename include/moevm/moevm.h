@@ -69,7 +69,8 @@ typedef struct mvm_space_desc {
     uint64_t device_budget;      /* device bytes for expert pages, rounded down to whole
                                     pages and capped at what the experts need; 0 = use
                                     device_budget_frac; MVM_BUDGET_AUTO = see below */
-    double device_budget_frac;   /* budget as a fraction (0, 1] of all expert bytes, used
+    double device_budget_frac;   /* budget as a fraction (0, 1] of the pages all experts
+                                    take (each whole pages; 1: every expert fits), used
                                     when device_budget is 0 */
     mvm_backend_kind backend;
     int device;                  /* CUDA device ordinal (cuda backend) */
