@@ -13,6 +13,7 @@ int mvm_cmd_demo(int argc, char **argv);
 int mvm_cmd_options(int argc, char **argv);
 int mvm_cmd_mkmodel(int argc, char **argv);
 int mvm_cmd_run(int argc, char **argv);
+int mvm_cmd_bench(int argc, char **argv);
 int mvm_cmd_calibrate(int argc, char **argv);
 int mvm_cmd_tokenize(int argc, char **argv);
 int mvm_cmd_sim(int argc, char **argv);   /* tools/cmd_sim.c */

@@ -13,6 +13,8 @@ static const struct {
 } commands[] = {
     {"info", mvm_cmd_info, "topology, backend, page size, budget and options in effect"},
     {"run", mvm_cmd_run, "generate text with a GGUF MoE model (experts through the space)"},
+    {"bench", mvm_cmd_bench,
+     "prompt and generation speed (llama-bench's pp/tg) over thread counts and budgets"},
     {"calibrate", mvm_cmd_calibrate,
      "measure this machine's costs with a model: a cost file for --cost / MOEVM_COST"},
     {"mkmodel", mvm_cmd_mkmodel, "write a GGUF MoE model with random weights from a preset"},

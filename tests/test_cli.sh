@@ -165,6 +165,27 @@ expect 1 'MOEVM_ASSIGN=dali: no such assign policy \(available: gpu, twoptr, gre
 expect 0 'budget 4 pages of 64 KiB' -- env MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 30%
 expect 0 'budget 16 pages of 2048 KiB' -- "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 100%
 expect 1 'device budget .* is smaller than one page' -- "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 5%
+
+# bench: a row per thread count, budget and test, each with its figures; then bad input.
+"$moevm" bench -m "$m" -p 8 -n 4 -r 2 -t 1,2 --gpu-budget 50%,100% >"$tmp/bench" 2>"$tmp/bench.err"
+row='^\| qwen3moe \| f32 \| 0\.00 \| host \| [12] \| 0\.0[0-9] \| (pp8|tg4) \| [0-9.]+ \+- [0-9.]+ \| [0-9.]+% \| [0-9.]+ \|$'
+if [ "$(grep -Ec "$row" "$tmp/bench")" -eq 8 ] && [ "$(wc -l <"$tmp/bench")" -eq 10 ] &&
+   [ "$(grep -Ec '\| 1 \| 0\.03 \| pp8 ' "$tmp/bench")" -eq 1 ] &&
+   [ "$(grep -Ec '\| 2 \| 0\.03 \| tg4 ' "$tmp/bench")" -eq 1 ]; then
+    pass=$((pass + 1))
+else
+    fail=$((fail + 1))
+    echo "FAIL: moevm bench's table (8 rows of 1-2 threads x 50%-100% x pp8/tg4):" >&2
+    sed 's/^/    /' "$tmp/bench" "$tmp/bench.err" >&2
+fi
+expect 0 '\| tg4 \| ' -- "$moevm" bench -m "$m" -p 0 -n 4 -r 1
+expect 2 '-r 0: expected an integer in 1\.\.1000' -- "$moevm" bench -m "$m" -r 0
+expect 2 '-t 0: expected an integer' -- "$moevm" bench -m "$m" -t 1,0
+expect 2 '-p 0 and -n 0 leave nothing to measure' -- "$moevm" bench -m "$m" -p 0 -n 0
+expect 2 '^moevm bench: --gpu-budget 12Q: expected a size' -- "$moevm" bench -m "$m" --gpu-budget 50%,12Q -r 1
+expect 2 '-m MODEL.gguf is required' -- "$moevm" bench -p 8
+expect 2 '--kv-type f8: expected f16 or f32' -- "$moevm" bench -m "$m" --kv-type f8
+expect 1 'loading the model: .*trunc.gguf' -- "$moevm" bench -m "$tmp/trunc.gguf" -r 1
 # The evict module: chosen by flag or option, named in the statistics; mistakes are errors.
 expect 0 'evict lfu: [0-9]+ out' -- env MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p "x" -n 8 --gpu-budget 40% --evict 'lfu{period=8}'
 expect 0 'evict lcp: ' -- env MOEVM_PAGE_SIZE=64K MOEVM_EVICT=lcp "$moevm" run -m "$m" -p "x" -n 2
