@@ -79,6 +79,16 @@ int mvm_cli_float(const char *cmd, const char *flag, const char *value, double l
     return 0;
 }
 
+int mvm_cli_kv_type(const char *cmd, const char *value, const char **out)
+{
+    if (strcmp(value, "f16") && strcmp(value, "f32")) {
+        fprintf(stderr, "moevm %s: --kv-type %s: expected f16 or f32\n", cmd, value);
+        return 2;
+    }
+    *out = value;
+    return 0;
+}
+
 int mvm_cli_split_policy(char *p, const char **name, const char **params)
 {
     char *brace = strchr(p, '{');

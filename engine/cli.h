@@ -54,6 +54,9 @@ int mvm_cli_u32(const char *cmd, const char *flag, const char *value, uint32_t l
 int mvm_cli_float(const char *cmd, const char *flag, const char *value, double lo, double hi,
                   float *out);
 
+/* --kv-type's value: "f16" or "f32" into *out, 0; else "moevm <cmd>: --kv-type <value>:
+ * expected f16 or f32" and 2. */
+int mvm_cli_kv_type(const char *cmd, const char *value, const char **out);
 /* A policy given as "name" or "name{k=v,...}", split in place (params NULL when there are
  * none). -1 when a brace is not closed at the end. */
 int mvm_cli_split_policy(char *p, const char **name, const char **params);

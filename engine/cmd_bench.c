@@ -99,13 +99,8 @@ static int parse_args(int argc, char **argv, struct bench_args *a)
         else if (!strcmp(f, "--evict"))
             bad = mvm_cli_policy("bench", f, v, &a->evict, &a->evict_args);
         else if (!strcmp(f, "--batch")) bad = mvm_cli_u32("bench", f, v, 1, 4096, &a->batch);
-        else if (!strcmp(f, "--kv-type")) {
-            a->kv_type = v;
-            if (strcmp(v, "f16") && strcmp(v, "f32")) {
-                fprintf(stderr, "moevm bench: --kv-type %s: expected f16 or f32\n", v);
-                bad = 2;
-            }
-        } else bad = mvm_cli_unknown(&it);
+        else if (!strcmp(f, "--kv-type")) bad = mvm_cli_kv_type("bench", v, &a->kv_type);
+        else bad = mvm_cli_unknown(&it);
         if (bad)
             return 2;
     }

@@ -90,16 +90,6 @@ static void usage(FILE *f)
             "  --period      tokens between placements, 0 to keep the first (default 256)\n");
 }
 
-static int kv_type_arg(const char *v, const char **out)
-{
-    if (strcmp(v, "f16") && strcmp(v, "f32")) {
-        fprintf(stderr, "moevm run: --kv-type %s: expected f16 or f32\n", v);
-        return 2;
-    }
-    *out = v;
-    return 0;
-}
-
 static int parse_args(int argc, char **argv, struct run_args *a)
 {
     *a = (struct run_args){.n_predict = 64, .batch = 32, .seed = 42, .top_k = 40, .temp = 0.8f,
@@ -142,7 +132,7 @@ static int parse_args(int argc, char **argv, struct run_args *a)
             bad = mvm_cli_u32("run", f, v, 1, 1024, &a->threads);
         else if (!strcmp(f, "--ctx")) bad = mvm_cli_u32("run", f, v, 1, 1u << 22, &a->ctx);
         else if (!strcmp(f, "--batch")) bad = mvm_cli_u32("run", f, v, 1, 4096, &a->batch);
-        else if (!strcmp(f, "--kv-type")) bad = kv_type_arg(v, &a->kv_type);
+        else if (!strcmp(f, "--kv-type")) bad = mvm_cli_kv_type("run", v, &a->kv_type);
         else if (!strcmp(f, "--seed")) bad = mvm_cli_u32("run", f, v, 0, UINT32_MAX, &a->seed);
         else if (!strcmp(f, "--top-k")) bad = mvm_cli_u32("run", f, v, 0, 1u << 24, &a->top_k);
         else if (!strcmp(f, "--temp")) bad = mvm_cli_float("run", f, v, 0, 100, &a->temp);
