@@ -60,7 +60,7 @@ static void usage(FILE *f)
             "       moevm sim --model-shape NAME|L,E,K ...   (a synthetic trace, trace gen's defaults)\n"
             "       moevm sim --model M.gguf ...             (the same, of that model's shape)\n"
             "  P            a module, optionally with parameters: score{window=8}\n"
-            "  --budget     device memory for experts: bytes (8G) or %% of all expert bytes (25%%)\n"
+            "  --budget     device memory for experts: bytes (8G) or %% of their pages (25%%)\n"
             "  --cost       %s, or a JSON cost file (docs/cost-format.md, `moevm calibrate`);\n"
             "               default MOEVM_COST (h100)\n"
             "  --compare    policy sets 'evict=lru; evict=score,route=importance{alpha=0.4}'\n"
@@ -233,7 +233,8 @@ static uint64_t total_pages(const mvm_trace *t, uint32_t page)
     return (uint64_t)t->hdr.n_layers * t->hdr.n_experts * ((t->hdr.expert_bytes + page - 1) / page);
 }
 
-/* --budget: bytes or a fraction of all expert bytes, in pages. */
+/* --budget: bytes, or a fraction of the pages all experts take (as the engine's space), in
+ * pages. */
 static int budget_pages(const char *text, const mvm_trace *t, uint32_t page, uint64_t *out)
 {
     uint64_t bytes;
@@ -339,7 +340,7 @@ static int sweep(const struct sim_args *a, const mvm_trace *t, const mvm_cost *c
     char title[256];
     snprintf(title, sizeof title, "%s: %u layers x %u experts, top-%u, %s", a->trace,
              t->hdr.n_layers, t->hdr.n_experts, t->hdr.top_k, cost->m.name);
-    bad |= mvm_svg_lines(path, title, "device budget (% of expert bytes)", "ms per token", x,
+    bad |= mvm_svg_lines(path, title, "device budget (% of expert pages)", "ms per token", x,
                          a->steps, ms, labels, (uint32_t)a->n_sets) != MVM_OK;
     free(ms);
     free(x);
