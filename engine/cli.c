@@ -138,9 +138,10 @@ int mvm_cli_threads(const char *cmd, uint32_t threads, mvm_pool **out)
     if (mvm_option_read(MVM_OPTION_CPU_SIMD, &simd) != MVM_OK ||
         mvm_option_read(MVM_OPTION_THREADS, &env_threads) != MVM_OK)
         return mvm_cli_error("options");
-    /* the choice order of MOEVM_CPU_SIMD: auto|avx512vnni|avx512|avx2|scalar */
+    /* the choice order of MOEVM_CPU_SIMD: auto|avx512vnni|avx512|avx2|dotprod|neon|scalar */
     static const enum mvm_simd levels[] = {MVM_SIMD_SCALAR, MVM_SIMD_AVX512VNNI, MVM_SIMD_AVX512,
-                                           MVM_SIMD_AVX2, MVM_SIMD_SCALAR};
+                                           MVM_SIMD_AVX2,   MVM_SIMD_DOTPROD,    MVM_SIMD_NEON,
+                                           MVM_SIMD_SCALAR};
     if (simd.i > 0 && mvm_k_simd_use(levels[simd.i]) != 0) {
         fprintf(stderr, "moevm %s: MOEVM_CPU_SIMD=%s: this CPU does not support it (best: %s)\n",
                 cmd, mvm_k_simd_name(levels[simd.i]), mvm_k_simd_name(mvm_k_simd_detect()));

@@ -469,6 +469,17 @@ MVM_BLK_FN void mvm_k_q8_K_block(const float *x, mvm_block_q8_K *y)
 
 /* ---- the 32-element Q blocks ------------------------------------------------------------ */
 
+/* A Q block's float from its integer sums: sum = Σ q_w·q_a with the bias taken off, asum =
+ * Σ q_a, ws and wm the weight block's scale and min (wm read only when it has one), da the
+ * activation block's scale. The ARM levels, which compute the same integers, round them here
+ * too (kernels/cpu/neon.h). */
+MVM_BLK_FN float mvm_k_qfloat(int has_min, int32_t sum, int32_t asum, float ws, float wm,
+                              float da)
+{
+    const float s = (float)sum * (ws * da);
+    return has_min ? s + (float)asum * (wm * da) : s;
+}
+
 /* One Q block (type t) against one Q8_0 activation block: d_w d_a sum(q_w q_a), plus for
  * the types with a min m_w d_a sum(q_a) (ggml takes that sum from its Q8_1 activations).
  * The bias of Q4_0/Q5_0 comes off as bias sum(q_a), so that the loop over the unsigned
@@ -497,9 +508,8 @@ MVM_BLK_FN float mvm_k_block_q(enum mvm_wtype t, const uint8_t *blk, const mvm_b
         }
         sum -= L.bias * asum;
     }
-    const float da = mvm_k_h2f(a->d);
-    const float s = (float)sum * (mvm_k_block_scale(t, blk) * da);
-    return L.m ? s + (float)asum * (mvm_k_h2f(mvm_k_block_h(blk, L.m)) * da) : s;
+    return mvm_k_qfloat(L.m != 0, sum, asum, mvm_k_block_scale(t, blk),
+                        L.m ? mvm_k_h2f(mvm_k_block_h(blk, L.m)) : 0, mvm_k_h2f(a->d));
 }
 
 /* ---- the K super-blocks ----------------------------------------------------------------- */

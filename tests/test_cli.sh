@@ -28,7 +28,8 @@ expect() {
 export MOEVM_BACKEND=host
 expect 0 '^moevm [0-9]+\.[0-9]+' -- "$moevm" --version
 expect 0 'backend: +host' -- "$moevm" info
-expect 0 'cpu: +(scalar|avx2|avx512|avx512vnni) kernels, the best this CPU has' -- "$moevm" info
+expect 0 'cpu: +(scalar|avx2|avx512|avx512vnni|neon|dotprod) kernels, the best this CPU has' -- \
+    "$moevm" info
 expect 0 'page size: +2048 KiB' -- "$moevm" info
 expect 0 'budget: +auto = all expert bytes' -- "$moevm" info
 expect 0 'budget: +25% of the experts' -- env MOEVM_GPU_BUDGET=25% "$moevm" info
@@ -257,6 +258,13 @@ if "$moevm" info 2>&1 | grep -q 'cpu: *avx512vnni kernels'; then
 else
     expect 1 'MOEVM_CPU_SIMD=avx512vnni: this CPU does not support it \(best: ' -- \
         env MOEVM_CPU_SIMD=avx512vnni "$moevm" run -m "$m" -p hi -n 2
+fi
+# The same for ARM's levels: a CPU with SDOT (qemu-user's default) runs the level without it.
+if "$moevm" info 2>&1 | grep -q 'cpu: *dotprod kernels'; then
+    expect 0 'neon kernels' -- env MOEVM_CPU_SIMD=neon "$moevm" run -m "$m" -p hi -n 2
+else
+    expect 1 'MOEVM_CPU_SIMD=dotprod: this CPU does not support it \(best: ' -- \
+        env MOEVM_CPU_SIMD=dotprod "$moevm" run -m "$m" -p hi -n 2
 fi
 expect 2 'no preset .huge.' -- "$moevm" mkmodel --preset huge
 expect 2 '--arch gpt5: not supported' -- "$moevm" mkmodel --arch gpt5

@@ -1386,58 +1386,75 @@ static void test_attn_heads(void)
 
 /* ---- the levels against each other -------------------------------------------------------- */
 
-/* Levels compiled from the same blocks agree bit for bit: the Q and K types at every x86 level
- * (the AVX-512 levels inline avx2.h's integer code, and VNNI's fused products give the same
- * integers), the float types at the two AVX-512 levels. dot and down, 1..MVM_K_NT tokens, a row
- * with a tail after the 8-block steps. Without the VNNI level (or AVX-512) on this CPU, only
- * the levels it has are compared. */
+/* Levels that compute the same integers agree bit for bit:
+ *  - x86: the Q and K types at every level (the AVX-512 levels inline avx2.h's integer code,
+ *    and VNNI's fused products give the same integers), the float types at the two AVX-512
+ *    levels;
+ *  - ARM: the Q and K types at both levels and the portable one (neon.h rounds the portable
+ *    level's integers with its expressions), every type at the two ARM levels (SDOT gives
+ *    the same integers as the widening products).
+ * dot and down, 1..MVM_K_NT tokens, a row with a tail after the x86 levels' 8-block steps.
+ * Pairs with a level this CPU lacks are skipped. */
 static void test_levels_agree(void)
 {
-#if defined(__x86_64__) || defined(__i386__)
+    static const struct {
+        enum mvm_simd a, b;
+        int floats; /* the float types agree too */
+    } pairs[] = {{MVM_SIMD_AVX2, MVM_SIMD_AVX512, 0},  {MVM_SIMD_AVX2, MVM_SIMD_AVX512VNNI, 0},
+                 {MVM_SIMD_AVX512, MVM_SIMD_AVX512VNNI, 1}, {MVM_SIMD_SCALAR, MVM_SIMD_NEON, 0},
+                 {MVM_SIMD_SCALAR, MVM_SIMD_DOTPROD, 0}, {MVM_SIMD_NEON, MVM_SIMD_DOTPROD, 1}};
     enum { n_embd = 96 };
-    const struct mvm_k_level *const lv[] = {&mvm_k_level_avx2, &mvm_k_level_avx512,
-                                            &mvm_k_level_avx512vnni};
-    /* lv[i] is level i + 1: the CPU has the first `best` of them */
-    const enum mvm_simd best = mvm_k_simd_detect();
-    const size_t n_lv = (size_t)best;
-    for (int ti = 0; ti < MVM_W_COUNT; ti++) {
-        const enum mvm_wtype t = (enum mvm_wtype)ti;
-        const size_t first = is_q(t) || is_k(t) ? 0 : 1, g = is_k(t) ? 256 : 32;
-        const size_t n = is_k(t) ? 768 : 288, rb = mvm_k_row_bytes(t, n);
-        const size_t ab = mvm_k_act_bytes(t, n), gb = mvm_k_act_bytes(t, g);
-        uint8_t *w = malloc(rb), *down = malloc(n_embd * mvm_k_row_bytes(t, g));
-        uint8_t *act = malloc(MVM_K_NT * ab), *ga = malloc(MVM_K_NT * gb);
-        float *x = malloc(n_embd * g * sizeof *x);
-        fill(x, n, 1.0f);
-        mvm_k_quantize(t, x, w, n);
-        fill(x, n_embd * g, 1.0f);
-        mvm_k_quantize(t, x, down, n_embd * g);
-        if (t == MVM_W_Q8_0) /* a file may hold -128, the one quant whose |q| needs 8 bits */
-            w[2 + 5] = down[2 + 7] = 0x80;
-        for (int k = 0; k < MVM_K_NT; k++) {
-            fill(x, n, 2.0f);
-            mvm_k_prepare_act(t, x, act + k * ab, n);
-            fill(x, g, 2.0f);
-            mvm_k_prepare_act(t, x, ga + k * gb, g);
-        }
-        int differs = 0;
-        for (size_t nt = 1; nt <= MVM_K_NT; nt++) {
-            float y[3][MVM_K_NT], o[3][MVM_K_NT * n_embd], o_start[MVM_K_NT * n_embd];
-            fill(o_start, nt * n_embd, 1.0f); /* down adds into its outputs */
-            for (size_t l = first; l < n_lv; l++) {
-                memcpy(o[l], o_start, nt * n_embd * sizeof *o_start);
-                lv[l]->dotn[t](w, act, ab, nt, n, y[l], 1);
-                lv[l]->downn[t](down, ga, gb, nt, o[l], n_embd, n_embd);
-                differs += memcmp(y[l], y[first], nt * sizeof *y[l]) != 0 ||
-                           memcmp(o[l], o[first], nt * n_embd * sizeof *o[l]) != 0;
+    const enum mvm_simd before = mvm_k_simd_current();
+    for (size_t pi = 0; pi < sizeof pairs / sizeof *pairs; pi++) {
+        if (!mvm_k_simd_has(pairs[pi].a) || !mvm_k_simd_has(pairs[pi].b))
+            continue;
+        const struct mvm_k_level *lv[2];
+        mvm_k_simd_use(pairs[pi].a);
+        lv[0] = mvm_k_kernels;
+        mvm_k_simd_use(pairs[pi].b);
+        lv[1] = mvm_k_kernels;
+        for (int ti = 0; ti < MVM_W_COUNT; ti++) {
+            const enum mvm_wtype t = (enum mvm_wtype)ti;
+            if (!is_q(t) && !is_k(t) && !pairs[pi].floats)
+                continue;
+            const size_t g = is_k(t) ? 256 : 32, n = is_k(t) ? 768 : 288;
+            const size_t rb = mvm_k_row_bytes(t, n);
+            const size_t ab = mvm_k_act_bytes(t, n), gb = mvm_k_act_bytes(t, g);
+            uint8_t *w = malloc(rb), *down = malloc(n_embd * mvm_k_row_bytes(t, g));
+            uint8_t *act = malloc(MVM_K_NT * ab), *ga = malloc(MVM_K_NT * gb);
+            float *x = malloc(n_embd * g * sizeof *x);
+            fill(x, n, 1.0f);
+            mvm_k_quantize(t, x, w, n);
+            fill(x, n_embd * g, 1.0f);
+            mvm_k_quantize(t, x, down, n_embd * g);
+            if (t == MVM_W_Q8_0) /* a file may hold -128, the one quant whose |q| needs 8 bits */
+                w[2 + 5] = down[2 + 7] = 0x80;
+            for (int k = 0; k < MVM_K_NT; k++) {
+                fill(x, n, 2.0f);
+                mvm_k_prepare_act(t, x, act + k * ab, n);
+                fill(x, g, 2.0f);
+                mvm_k_prepare_act(t, x, ga + k * gb, g);
             }
+            int differs = 0;
+            for (size_t nt = 1; nt <= MVM_K_NT; nt++) {
+                float y[2][MVM_K_NT], o[2][MVM_K_NT * n_embd];
+                fill(o[0], nt * n_embd, 1.0f); /* down adds into its outputs */
+                memcpy(o[1], o[0], nt * n_embd * sizeof *o[0]);
+                for (int l = 0; l < 2; l++) {
+                    lv[l]->dotn[t](w, act, ab, nt, n, y[l], 1);
+                    lv[l]->downn[t](down, ga, gb, nt, o[l], n_embd, n_embd);
+                }
+                differs += memcmp(y[1], y[0], nt * sizeof *y[0]) != 0 ||
+                           memcmp(o[1], o[0], nt * n_embd * sizeof *o[0]) != 0;
+            }
+            CHECK(differs == 0);
+            if (differs)
+                fprintf(stderr, "  %s: %s and %s differ\n", tname(t),
+                        mvm_k_simd_name(pairs[pi].a), mvm_k_simd_name(pairs[pi].b));
+            free(w), free(down), free(act), free(ga), free(x);
         }
-        CHECK(differs == 0);
-        if (differs)
-            fprintf(stderr, "  %s: the levels differ\n", tname(t));
-        free(w), free(down), free(act), free(ga), free(x);
     }
-#endif
+    mvm_k_simd_use(before);
 }
 
 static void test_simd_select(void)
@@ -1459,11 +1476,19 @@ static void test_simd_select(void)
     if (best >= MVM_SIMD_AVX512VNNI)
         CHECK(mvm_k_simd_use(MVM_SIMD_AVX512VNNI) == 0 &&
               mvm_k_kernels == &mvm_k_level_avx512vnni);
+    /* the other architecture's levels are not there */
+    CHECK(!mvm_k_simd_has(MVM_SIMD_NEON) && mvm_k_simd_use(MVM_SIMD_DOTPROD) == -1);
+#elif defined(__aarch64__)
+    CHECK(best >= MVM_SIMD_NEON); /* Linux on AArch64 always has Advanced SIMD */
+    CHECK(mvm_k_simd_use(MVM_SIMD_NEON) == 0 && mvm_k_kernels == &mvm_k_level_neon);
+    if (best >= MVM_SIMD_DOTPROD)
+        CHECK(mvm_k_simd_use(MVM_SIMD_DOTPROD) == 0 && mvm_k_kernels == &mvm_k_level_dotprod);
+    CHECK(!mvm_k_simd_has(MVM_SIMD_AVX2) && mvm_k_simd_use(MVM_SIMD_AVX512) == -1);
 #endif
-    CHECK(strcmp(mvm_k_simd_name(MVM_SIMD_SCALAR), "scalar") == 0);
-    CHECK(strcmp(mvm_k_simd_name(MVM_SIMD_AVX2), "avx2") == 0);
-    CHECK(strcmp(mvm_k_simd_name(MVM_SIMD_AVX512), "avx512") == 0);
-    CHECK(strcmp(mvm_k_simd_name(MVM_SIMD_AVX512VNNI), "avx512vnni") == 0);
+    static const char *const names[MVM_SIMD_COUNT] = {"scalar", "avx2", "avx512", "avx512vnni",
+                                                      "neon", "dotprod"};
+    for (int lv = 0; lv < MVM_SIMD_COUNT; lv++)
+        CHECK(strcmp(mvm_k_simd_name((enum mvm_simd)lv), names[lv]) == 0);
 }
 
 int main(void)

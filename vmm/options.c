@@ -34,7 +34,7 @@ static const mvm_option_desc options[MVM_OPTION_COUNT_] = {
                             "CPU threads of the engine (`moevm run -t`); 0 = one per core near "
                             "the GPU, or per core of the caller's NUMA node"},
     [MVM_OPTION_CPU_SIMD] = {"MOEVM_CPU_SIMD", MVM_OPT_CHOICE, "auto",
-                             "auto|avx512vnni|avx512|avx2|scalar",
+                             "auto|avx512vnni|avx512|avx2|dotprod|neon|scalar",
                              "SIMD level of the CPU kernels; auto = the best this CPU has (a "
                              "level it lacks is an error)"},
     [MVM_OPTION_PRELOAD_MIN] = {"MOEVM_PRELOAD_MIN", MVM_OPT_SIZE, "2M", NULL,

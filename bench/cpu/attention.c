@@ -76,8 +76,10 @@ int main(int argc, char **argv)
         {"32 / 4 x 128 (Qwen3-30B-A3B), groups of 8", 32, 4, 128, 8}};
     printf("| level | heads (query / KV x dim) | positions | KV cache MiB f32 | f32 us | "
            "f16 us | f16 / f32 | f16 GB/s |\n|---|---|---:|---:|---:|---:|---:|---:|\n");
-    for (int lv = MVM_SIMD_AVX512; lv >= 0; lv--) {
-        if (mvm_k_simd_use((enum mvm_simd)lv) != 0)
+    /* every level but those whose float kernels are the level below's */
+    for (int lv = MVM_SIMD_COUNT - 1; lv >= 0; lv--) {
+        if (lv == MVM_SIMD_AVX512VNNI || lv == MVM_SIMD_DOTPROD ||
+            mvm_k_simd_use((enum mvm_simd)lv) != 0)
             continue;
         for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
             const struct shape *s = &shapes[si];

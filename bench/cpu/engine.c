@@ -100,7 +100,7 @@ static int parse_levels(const char *list, enum mvm_simd lv[MVM_SIMD_COUNT])
                 found = i;
         for (int i = 0; i < n; i++)
             repeated |= (int)lv[i] == found;
-        if (found < 0 || found > (int)mvm_k_simd_detect() || repeated) {
+        if (found < 0 || !mvm_k_simd_has((enum mvm_simd)found) || repeated) {
             fprintf(stderr, "bench_cpu_engine: SIMD level '%.*s': unknown, repeated or not on "
                     "this CPU (best: %s)\n", (int)len, p, mvm_k_simd_name(mvm_k_simd_detect()));
             return 0;

@@ -209,10 +209,13 @@ int main(int argc, char **argv)
                 mm[lv] = fmax(mm[lv], matmul_gbs(wt, w, L2_BYTES, 8, acts, ym, 0));
             }
         }
-        for (int lv = 0; lv <= (int)mvm_k_simd_detect(); lv++)
+        for (int lv = 0; lv < MVM_SIMD_COUNT; lv++) {
+            if (!mvm_k_simd_has((enum mvm_simd)lv))
+                continue;
             printf("| %s | %s | %.2f | %.2f | %.2f | %.2f | %.1f | %.1f | %.1f | %.2f |\n",
                    mvm_k_simd_name((enum mvm_simd)lv), mvm_k_wtype_name(wt), mv[lv],
                    mv[lv] / rd, ex[lv], ex[lv] / rd, l2[lv], m1[lv], mm[lv], mm[lv] / m1[lv]);
+        }
         fflush(stdout);
     }
     free(w), free(act), free(act_ex), free(acts), free(y), free(ym);

@@ -257,6 +257,10 @@ extern const struct mvm_k_level mvm_k_level_avx2;   /* dot_avx2.c */
 extern const struct mvm_k_level mvm_k_level_avx512;     /* dot_avx512.c */
 extern const struct mvm_k_level mvm_k_level_avx512vnni; /* dot_avx512vnni.c */
 #endif
+#if defined(__aarch64__)
+extern const struct mvm_k_level mvm_k_level_neon;    /* dot_neon.c */
+extern const struct mvm_k_level mvm_k_level_dotprod; /* dot_dotprod.c */
+#endif
 
 /* The table of the level in use (simd.c); set before any thread runs a kernel. */
 extern const struct mvm_k_level *mvm_k_kernels;

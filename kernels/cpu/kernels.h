@@ -63,15 +63,22 @@ enum mvm_simd {
     MVM_SIMD_AVX2,
     MVM_SIMD_AVX512,
     MVM_SIMD_AVX512VNNI,
+    MVM_SIMD_NEON,    /* 64-bit ARM */
+    MVM_SIMD_DOTPROD, /* 64-bit ARM with ARMv8.2's int8 dot product */
     MVM_SIMD_COUNT
 };
-/* The best level this CPU supports (cpuid + OS support for the registers). */
+/* The best level this CPU supports (x86: cpuid and the OS's support for the registers;
+ * ARM: the kernel's hardware capabilities). Each architecture's levels are in ascending order
+ * and a CPU has every level of its own architecture up to its best. */
 enum mvm_simd mvm_k_simd_detect(void);
 /* Selects the level every kernel uses from now on; -1 when the CPU lacks it (the level in
  * use is unchanged). Call before starting threads. Default: mvm_k_simd_detect(). */
 int mvm_k_simd_use(enum mvm_simd level);
+/* Whether this CPU has the level (and the build has its kernels). */
+int mvm_k_simd_has(enum mvm_simd level);
 enum mvm_simd mvm_k_simd_current(void);
-const char *mvm_k_simd_name(enum mvm_simd level); /* "scalar", "avx2", "avx512", "avx512vnni" */
+/* "scalar", "avx2", "avx512", "avx512vnni", "neon", "dotprod" */
+const char *mvm_k_simd_name(enum mvm_simd level);
 
 /* ---- conversions and (de)quantization (llama.cpp's reference rounding) ------------------ */
 float mvm_fp16_to_fp32(uint16_t h);

@@ -3,14 +3,18 @@
  * load, by a constructor, or by mvm_k_simd_use before threads start) and read by every
  * kernel call, so dispatch costs one indirect call per row or per expert group.
  *
- * Detection reads cpuid and XCR0 directly rather than __builtin_cpu_supports: clang 14's
- * does not know "f16c", and the XCR0 test (the OS saves the YMM / ZMM state across context
- * switches) is then explicit rather than left to each compiler's runtime.
+ * Detection on x86 reads cpuid and XCR0 directly rather than __builtin_cpu_supports: clang
+ * 14's does not know "f16c", and the XCR0 test (the OS saves the YMM / ZMM state across
+ * context switches) is then explicit rather than left to each compiler's runtime. On 64-bit
+ * ARM it reads the hardware capabilities Linux gives every process (getauxval), which say
+ * what the CPU and the kernel both support.
  */
 #include "kernels/cpu/dispatch.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#elif defined(__aarch64__)
+#include <sys/auxv.h>
 #endif
 
 const struct mvm_k_level *mvm_k_kernels = &mvm_k_level_scalar;
@@ -22,6 +26,9 @@ static const struct mvm_k_level *const levels[MVM_SIMD_COUNT] = {
     [MVM_SIMD_AVX2] = &mvm_k_level_avx2,
     [MVM_SIMD_AVX512] = &mvm_k_level_avx512,
     [MVM_SIMD_AVX512VNNI] = &mvm_k_level_avx512vnni,
+#elif defined(__aarch64__)
+    [MVM_SIMD_NEON] = &mvm_k_level_neon,
+    [MVM_SIMD_DOTPROD] = &mvm_k_level_dotprod,
 #endif
 };
 
@@ -57,6 +64,22 @@ enum mvm_simd mvm_k_simd_detect(void)
         return MVM_SIMD_AVX2;
     return c7 & bit_AVX512VNNI ? MVM_SIMD_AVX512VNNI : MVM_SIMD_AVX512;
 }
+#elif defined(__aarch64__)
+/* asm/hwcap.h's bits, for C libraries whose headers lack them */
+#ifndef HWCAP_ASIMD
+#define HWCAP_ASIMD (1ul << 1)
+#endif
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1ul << 20)
+#endif
+
+enum mvm_simd mvm_k_simd_detect(void)
+{
+    const unsigned long hw = getauxval(AT_HWCAP);
+    if (!(hw & HWCAP_ASIMD))
+        return MVM_SIMD_SCALAR;
+    return hw & HWCAP_ASIMDDP ? MVM_SIMD_DOTPROD : MVM_SIMD_NEON;
+}
 #else
 enum mvm_simd mvm_k_simd_detect(void)
 {
@@ -64,9 +87,16 @@ enum mvm_simd mvm_k_simd_detect(void)
 }
 #endif
 
+/* A build has its own architecture's levels only (the others' entries are NULL), and those
+ * rise in the enum: a CPU has each of them up to the best it detects. */
+int mvm_k_simd_has(enum mvm_simd level)
+{
+    return (unsigned)level < MVM_SIMD_COUNT && levels[level] && level <= mvm_k_simd_detect();
+}
+
 int mvm_k_simd_use(enum mvm_simd level)
 {
-    if ((unsigned)level >= MVM_SIMD_COUNT || level > mvm_k_simd_detect())
+    if (!mvm_k_simd_has(level))
         return -1;
     mvm_k_kernels = levels[level];
     current = level;
@@ -80,8 +110,8 @@ enum mvm_simd mvm_k_simd_current(void)
 
 const char *mvm_k_simd_name(enum mvm_simd level)
 {
-    static const char *const names[MVM_SIMD_COUNT] = {"scalar", "avx2", "avx512",
-                                                             "avx512vnni"};
+    static const char *const names[MVM_SIMD_COUNT] = {"scalar", "avx2",    "avx512",
+                                                      "avx512vnni", "neon", "dotprod"};
     return (unsigned)level < MVM_SIMD_COUNT ? names[level] : "unknown";
 }
 

@@ -2,7 +2,8 @@
 # The project on 64-bit ARM (Grace, Graviton, Ampere), from an x86-64 Debian machine: installs
 # the cross compilers, qemu-user and the arm64 libraries (multiarch), cross-builds everything
 # but the CUDA parts (cmake/aarch64-linux-gnu.cmake) into build-aarch64/, and runs the
-# tests under qemu-user. The portable kernel level is what runs there (no NEON level yet).
+# tests under qemu-user, whose default CPU has SDOT: the dotprod kernel level runs by default,
+# and test_kernels and cli run the neon and portable levels too.
 #
 #   bash tests/cross/aarch64.sh [ctest args...]
 #
@@ -29,3 +30,12 @@ cmake -S . -B build-aarch64 -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake
 cmake --build build-aarch64 -j"$(nproc)"
 cd build-aarch64
 ctest --output-on-failure --timeout 900 -E '^fuzz$' "$@"
+# A CPU without SDOT (Cortex-A72, the Raspberry Pi 4's) detects the neon level and runs the
+# kernels' checks at it.
+a72=(qemu-aarch64 -L / -cpu cortex-a72)
+info=$("${a72[@]}" ./moevm info 2>&1)
+if ! grep -q 'cpu: *neon kernels' <<<"$info"; then
+  echo "aarch64.sh: on a Cortex-A72, moevm info names another level: $info" >&2
+  exit 1
+fi
+"${a72[@]}" ./tests/test_kernels
