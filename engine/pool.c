@@ -11,6 +11,12 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define cpu_relax() _mm_pause()
+#elif defined(__aarch64__)
+/* AArch64 has no PAUSE, and YIELD is a no-op on cores without SMT (every Neoverse): with it,
+ * or nothing, the rounds below would pass in about a microsecond. ISB stalls the front end
+ * for a few tens of cycles, the nearest to PAUSE; Arm advises it, and Rust's spin_loop hint
+ * emits it. Not measured here (no ARM machine). */
+#define cpu_relax() __asm__ volatile("isb" ::: "memory")
 #else
 #define cpu_relax() ((void)0)
 #endif
