@@ -14,7 +14,8 @@
 #define MVM_K_DOTPROD 1
 #include "kernels/cpu/neon.h"
 
-MVM_K_LEVEL(mvm_k_level_dotprod, , neon_dotn_float, neon_dotn_q, neon_downn_float,
-            neon_downn_q, neon_dotn_k, neon_downn_k, neon_axpy_float)
+MVM_K_LEVEL(mvm_k_level_dotprod, , neon_dotn_float, neon_dotn_blocks,
+            neon_downn_float, neon_downn_blocks, neon_dotn_blocks, neon_downn_blocks,
+            neon_axpy_float)
 
 #endif

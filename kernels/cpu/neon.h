@@ -225,33 +225,6 @@ NEON_INLINE float neon_qblock(enum mvm_wtype t, const neon_qblk *w, const mvm_bl
     return mvm_k_qfloat(L.m != 0, sum, asum, w->ws, w->wm, neon_h2f(a->d));
 }
 
-NEON_INLINE void neon_dotn_q(enum mvm_wtype t, const uint8_t *w, const uint8_t *act, size_t as,
-                             const int nt, size_t n, float *y, size_t ys)
-{
-    const size_t bytes = mvm_k_block_bytes(t);
-    float s[MVM_K_NT];
-    for (int i = 0; i < nt; i++)
-        s[i] = 0;
-    for (size_t b = 0; b < n / MVM_QBLOCK; b++) {
-        const neon_qblk wb = neon_qblock_load(t, w + b * bytes);
-        for (int i = 0; i < nt; i++)
-            s[i] += neon_qblock(t, &wb, NEON_TOK(mvm_block_q8_0, act, as, i) + b);
-    }
-    for (int i = 0; i < nt; i++)
-        y[i * ys] = s[i];
-}
-
-NEON_INLINE void neon_downn_q(enum mvm_wtype t, const uint8_t *w, const uint8_t *a, size_t as,
-                              const int nt, float *out, size_t os, size_t n)
-{
-    const size_t bytes = mvm_k_block_bytes(t);
-    for (size_t j = 0; j < n; j++) {
-        const neon_qblk wb = neon_qblock_load(t, w + j * bytes);
-        for (int i = 0; i < nt; i++)
-            out[i * os + j] += neon_qblock(t, &wb, NEON_TOK(mvm_block_q8_0, a, as, i));
-    }
-}
-
 /* ---- the K super-blocks against Q8_K activations ---------------------------------------- */
 
 /* A K super-block unpacked as 16 sub-blocks of 16: sub-block i holds elements 16i..16i+15
@@ -436,33 +409,51 @@ NEON_INLINE float neon_kblock(enum mvm_wtype t, const uint8_t *blk, const neon_k
     return mvm_k_kscale(t, blk, a, vaddvq_s32(acc), msum);
 }
 
-NEON_INLINE void neon_dotn_k(enum mvm_wtype t, const uint8_t *w, const uint8_t *act, size_t as,
-                             const int nt, size_t n, float *y, size_t ys)
+/* ---- the rows: Q blocks or K super-blocks ------------------------------------------------ */
+
+/* r[i] = the block at p (a Q block or a K super-block, block b of its row) times block b of
+ * token i's activations, for i < nt: the weights unpacked once for all tokens. */
+NEON_INLINE void neon_block_n(enum mvm_wtype t, const uint8_t *p, const uint8_t *act, size_t as,
+                              const int nt, size_t b, float r[])
+{
+    if (mvm_k_is_k(t)) {
+        neon_kblk k;
+        neon_kload(t, p, &k);
+        for (int i = 0; i < nt; i++)
+            r[i] = neon_kblock(t, p, &k, NEON_TOK(mvm_block_q8_K, act, as, i) + b);
+    } else {
+        const neon_qblk q = neon_qblock_load(t, p);
+        for (int i = 0; i < nt; i++)
+            r[i] = neon_qblock(t, &q, NEON_TOK(mvm_block_q8_0, act, as, i) + b);
+    }
+}
+
+/* The blocks' products added into each output in the portable level's order. */
+NEON_INLINE void neon_dotn_blocks(enum mvm_wtype t, const uint8_t *w, const uint8_t *act,
+                                  size_t as, const int nt, size_t n, float *y, size_t ys)
 {
     const size_t bytes = mvm_k_block_bytes(t);
-    float s[MVM_K_NT];
+    float s[MVM_K_NT], r[MVM_K_NT];
     for (int i = 0; i < nt; i++)
         s[i] = 0;
-    for (size_t b = 0; b < n / MVM_QK_K; b++) {
-        neon_kblk k;
-        neon_kload(t, w + b * bytes, &k);
+    for (size_t b = 0; b < n / mvm_k_block_elems(t); b++) {
+        neon_block_n(t, w + b * bytes, act, as, nt, b, r);
         for (int i = 0; i < nt; i++)
-            s[i] += neon_kblock(t, w + b * bytes, &k, NEON_TOK(mvm_block_q8_K, act, as, i) + b);
+            s[i] += r[i];
     }
     for (int i = 0; i < nt; i++)
         y[i * ys] = s[i];
 }
 
-NEON_INLINE void neon_downn_k(enum mvm_wtype t, const uint8_t *w, const uint8_t *act, size_t as,
-                              const int nt, float *out, size_t os, size_t n)
+NEON_INLINE void neon_downn_blocks(enum mvm_wtype t, const uint8_t *w, const uint8_t *a,
+                                   size_t as, const int nt, float *out, size_t os, size_t n)
 {
     const size_t bytes = mvm_k_block_bytes(t);
+    float r[MVM_K_NT];
     for (size_t j = 0; j < n; j++) {
-        neon_kblk k;
-        neon_kload(t, w + j * bytes, &k);
+        neon_block_n(t, w + j * bytes, a, as, nt, 0, r);
         for (int i = 0; i < nt; i++)
-            out[i * os + j] +=
-                neon_kblock(t, w + j * bytes, &k, NEON_TOK(mvm_block_q8_K, act, as, i));
+            out[i * os + j] += r[i];
     }
 }
 
