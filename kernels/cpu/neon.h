@@ -278,22 +278,16 @@ NEON_INLINE void neon_kload_q6(const mvm_block_q6_K *x, neon_kblk *k, int32_t sc
 #pragma GCC unroll 16
     for (int i = 0; i < 16; i++)
         sc16[i] = x->scales[i];
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; h++) {
-#pragma GCC unroll 4
-        for (int kk = 0; kk < 4; kk++) {
-#pragma GCC unroll 2
-            for (int half = 0; half < 2; half++) {
-                const uint8x16_t ql = vld1q_u8(x->ql + 64 * h + 32 * (kk & 1) + 16 * half);
-                const uint8x16_t qh = vld1q_u8(x->qh + 32 * h + 16 * half);
-                const uint8x16_t lo =
-                    vandq_u8(vshlq_u8(ql, vdupq_n_s8((int8_t)(-4 * (kk >> 1)))), vdupq_n_u8(15));
-                const uint8x16_t hi =
-                    vandq_u8(vshlq_u8(qh, vdupq_n_s8((int8_t)(4 - 2 * kk))), vdupq_n_u8(0x30));
-                k->q[8 * h + 2 * kk + half] =
-                    vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(lo, hi)), vdupq_n_s8(32));
-            }
-        }
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) { /* sub-block i = 8h + 2k + half */
+        const int h = i / 8, kk = i / 2 % 4, half = i % 2;
+        const uint8x16_t ql = vld1q_u8(x->ql + 64 * h + 32 * (kk & 1) + 16 * half);
+        const uint8x16_t qh = vld1q_u8(x->qh + 32 * h + 16 * half);
+        const uint8x16_t lo =
+            vandq_u8(vshlq_u8(ql, vdupq_n_s8((int8_t)(-4 * (kk >> 1)))), vdupq_n_u8(15));
+        const uint8x16_t hi =
+            vandq_u8(vshlq_u8(qh, vdupq_n_s8((int8_t)(4 - 2 * kk))), vdupq_n_u8(0x30));
+        k->q[i] = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(lo, hi)), vdupq_n_s8(32));
     }
 }
 
@@ -302,24 +296,19 @@ NEON_INLINE void neon_kload_q6(const mvm_block_q6_K *x, neon_kblk *k, int32_t sc
  * are less 4. */
 NEON_INLINE void neon_kload_q23(const uint8_t *qs, const uint8_t *hmask, neon_kblk *k)
 {
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; h++) {
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) {
-#pragma GCC unroll 2
-            for (int half = 0; half < 2; half++) {
-                const uint8x16_t b = vld1q_u8(qs + 32 * h + 16 * half);
-                uint8x16_t v = vandq_u8(vshlq_u8(b, vdupq_n_s8((int8_t)(-2 * j))), vdupq_n_u8(3));
-                int8x16_t q = vreinterpretq_s8_u8(v);
-                if (hmask) {
-                    const uint8x16_t hm = vld1q_u8(hmask + 16 * half);
-                    v = vorrq_u8(v, vandq_u8(vtstq_u8(hm, vdupq_n_u8((uint8_t)(1u << (4 * h + j)))),
-                                             vdupq_n_u8(4)));
-                    q = vsubq_s8(vreinterpretq_s8_u8(v), vdupq_n_s8(4));
-                }
-                k->q[8 * h + 2 * j + half] = q;
-            }
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) { /* sub-block i = 8h + 2j + half */
+        const int h = i / 8, j = i / 2 % 4, half = i % 2;
+        const uint8x16_t b = vld1q_u8(qs + 32 * h + 16 * half);
+        uint8x16_t v = vandq_u8(vshlq_u8(b, vdupq_n_s8((int8_t)(-2 * j))), vdupq_n_u8(3));
+        int8x16_t q = vreinterpretq_s8_u8(v);
+        if (hmask) {
+            const uint8x16_t hm = vld1q_u8(hmask + 16 * half);
+            v = vorrq_u8(v, vandq_u8(vtstq_u8(hm, vdupq_n_u8((uint8_t)(1u << (4 * h + j)))),
+                                     vdupq_n_u8(4)));
+            q = vsubq_s8(vreinterpretq_s8_u8(v), vdupq_n_s8(4));
         }
+        k->q[i] = q;
     }
 }
 
