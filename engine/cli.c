@@ -89,6 +89,15 @@ int mvm_cli_kv_type(const char *cmd, const char *value, const char **out)
     return 0;
 }
 
+int mvm_cli_need_model(const char *cmd, const char *model)
+{
+    if (model)
+        return 0;
+    fprintf(stderr, "moevm %s: -m MODEL.gguf is required (make one with `moevm mkmodel`)\n",
+            cmd);
+    return 2;
+}
+
 int mvm_cli_split_policy(char *p, const char **name, const char **params)
 {
     char *brace = strchr(p, '{');

@@ -57,6 +57,8 @@ int mvm_cli_float(const char *cmd, const char *flag, const char *value, double l
 /* --kv-type's value: "f16" or "f32" into *out, 0; else "moevm <cmd>: --kv-type <value>:
  * expected f16 or f32" and 2. */
 int mvm_cli_kv_type(const char *cmd, const char *value, const char **out);
+/* 0 when -m was given; else "moevm <cmd>: -m MODEL.gguf is required ..." and 2. */
+int mvm_cli_need_model(const char *cmd, const char *model);
 /* A policy given as "name" or "name{k=v,...}", split in place (params NULL when there are
  * none). -1 when a brace is not closed at the end. */
 int mvm_cli_split_policy(char *p, const char **name, const char **params);

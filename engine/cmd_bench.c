@@ -106,11 +106,8 @@ static int parse_args(int argc, char **argv, struct bench_args *a)
     }
     if (next != MVM_CLI_END)
         return next;
-    if (!a->model) {
-        fprintf(stderr, "moevm bench: -m MODEL.gguf is required (make one with `moevm "
-                "mkmodel`)\n");
+    if (mvm_cli_need_model("bench", a->model))
         return 2;
-    }
     if (a->n_prompt == 0 && a->n_gen == 0) {
         fprintf(stderr, "moevm bench: -p 0 and -n 0 leave nothing to measure\n");
         return 2;

@@ -65,11 +65,8 @@ static int parse_args(int argc, char **argv, struct cal_args *a)
     }
     if (next != MVM_CLI_END)
         return next;
-    if (!a->model) {
-        fprintf(stderr, "moevm calibrate: -m MODEL.gguf is required: the model you will run "
-                "(make one with `moevm mkmodel`)\n");
+    if (mvm_cli_need_model("calibrate", a->model)) /* the model you will run */
         return 2;
-    }
     if (a->name && (!a->name[0] || strlen(a->name) >= sizeof((mvm_machine *)0)->name)) {
         fprintf(stderr, "moevm calibrate: --name: 1 to %zu characters\n",
                 sizeof((mvm_machine *)0)->name - 1);

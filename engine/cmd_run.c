@@ -143,10 +143,8 @@ static int parse_args(int argc, char **argv, struct run_args *a)
     }
     if (next != MVM_CLI_END)
         return next;
-    if (!a->model) {
-        fprintf(stderr, "moevm run: -m MODEL.gguf is required (make one with `moevm mkmodel`)\n");
+    if (mvm_cli_need_model("run", a->model))
         return 2;
-    }
     if (a->prompt && a->tokens) {
         fprintf(stderr, "moevm run: give -p or --tokens, not both\n");
         return 2;
