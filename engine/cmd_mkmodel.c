@@ -21,11 +21,13 @@ static void usage(FILE *f)
             "  --arch     for tiny: llama (default), qwen2moe, qwen3moe, olmoe, deepseek2,\n"
             "             glm4moe, minimax-m2, gpt-oss\n"
             "  --type     f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_K, q3_K,\n"
-            "             q4_K, q5_K, q6_K, iq4_xs, or llama.cpp's mixes q4_K_M, q5_K_M and\n"
-            "             mxfp4 (MXFP4_MOE: the experts mxfp4, the rest q8_0) (default: f32\n"
-            "             for tiny, q8_0 otherwise); as llama-quantize, rows that are not whole\n"
-            "             256-element blocks fall back from q2_K/q3_K/iq4_xs to iq4_nl, q4_K\n"
-            "             to q5_0, q5_K to q5_1, q6_K to q8_0\n"
+            "             q4_K, q5_K, q6_K, iq4_xs, iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s,\n"
+            "             iq1_s, iq1_m, or llama.cpp's mixes q4_K_M, q5_K_M and mxfp4\n"
+            "             (MXFP4_MOE: the experts mxfp4, the rest q8_0) (default: f32 for\n"
+            "             tiny, q8_0 otherwise); as llama-quantize, rows that are not whole\n"
+            "             256-element blocks fall back from q2_K/q3_K/iq4_xs and the iq1/2/3\n"
+            "             types to iq4_nl, q4_K to q5_0, q5_K to q5_1, q6_K to q8_0; the\n"
+            "             iq1/2/3 quantizer is a plain one (no importance matrix)\n"
             "  --seed     the weights' seed (default 1): same seed, same file\n"
             "  -o         output file (default: <preset>-<arch>-<type>.gguf)\n"
             "  --rope-scaling  write a context extension (rope.scaling.*): linear, or YaRN\n"
@@ -36,15 +38,19 @@ static void usage(FILE *f)
 /* A type name (any case), or q4_K / q5_K with "_M" for llama.cpp's mix. */
 static int parse_type(const char *v, enum mvm_wtype *t, int *k_mix)
 {
-    size_t n = strlen(v);
-    *k_mix = n > 2 && strcasecmp(v + n - 2, "_m") == 0;
-    n -= *k_mix ? 2 : 0;
-    for (int i = 0; i < MVM_W_COUNT; i++) {
-        const char *name = mvm_k_wtype_name((enum mvm_wtype)i);
-        if (strlen(name) == n && strncasecmp(v, name, n) == 0 &&
-            (!*k_mix || i == MVM_W_Q4_K || i == MVM_W_Q5_K)) {
-            *t = (enum mvm_wtype)i;
-            return 0;
+    const size_t len = strlen(v);
+    const int has_m = len > 2 && strcasecmp(v + len - 2, "_m") == 0;
+    /* a type's own name first (iq1_m ends in "_m" too), then q4_K / q5_K and "_m" */
+    for (int mix = 0; mix <= has_m; mix++) {
+        const size_t n = len - 2 * (size_t)mix;
+        for (int i = 0; i < MVM_W_COUNT; i++) {
+            const char *name = mvm_k_wtype_name((enum mvm_wtype)i);
+            if (strlen(name) == n && strncasecmp(v, name, n) == 0 &&
+                (!mix || i == MVM_W_Q4_K || i == MVM_W_Q5_K)) {
+                *t = (enum mvm_wtype)i;
+                *k_mix = mix;
+                return 0;
+            }
         }
     }
     fprintf(stderr, "moevm mkmodel: --type %s: expected", v);

@@ -99,8 +99,9 @@ static int more_bits(uint32_t layer, uint32_t n_layer)
  *    matrices in more_bits layers);
  *  - MXFP4 is llama-quantize's MXFP4_MOE: only the routed experts, the rest Q8_0;
  *  - a K type falls back where the rows are not whole 256-element super-blocks, as
- *    llama-quantize does: Q2_K, Q3_K and IQ4_XS to IQ4_NL, Q4_K to Q5_0, Q5_K to Q5_1, Q6_K
- *    to Q8_0, and F16 where the rows are not even whole 32-element blocks. */
+ *    llama-quantize does: Q2_K, Q3_K, IQ4_XS and the IQ1/IQ2/IQ3 types to IQ4_NL, Q4_K to
+ *    Q5_0, Q5_K to Q5_1, Q6_K to Q8_0, and F16 where the rows are not even whole 32-element
+ *    blocks. */
 static enum mvm_wtype tensor_type(const mvm_model_spec *s, uint64_t cols, int raise,
                                   int expert)
 {
@@ -108,11 +109,11 @@ static enum mvm_wtype tensor_type(const mvm_model_spec *s, uint64_t cols, int ra
     if (t == MVM_W_MXFP4 && !expert)
         t = MVM_W_Q8_0;
     if (cols % mvm_k_block_elems(t))
-        t = cols % MVM_QBLOCK                     ? MVM_W_F16
-            : t == MVM_W_Q2_K || t == MVM_W_Q3_K || t == MVM_W_IQ4_XS ? MVM_W_IQ4_NL
-            : t == MVM_W_Q4_K                    ? MVM_W_Q5_0
-            : t == MVM_W_Q5_K                    ? MVM_W_Q5_1
-                                                 : MVM_W_Q8_0;
+        t = cols % MVM_QBLOCK ? MVM_W_F16
+            : t == MVM_W_Q4_K ? MVM_W_Q5_0
+            : t == MVM_W_Q5_K ? MVM_W_Q5_1
+            : t == MVM_W_Q6_K ? MVM_W_Q8_0
+                              : MVM_W_IQ4_NL; /* Q2_K, Q3_K, IQ4_XS and the grid types */
     return t;
 }
 
@@ -460,7 +461,8 @@ static mvm_status set_keys(const mvm_model_spec *s, mvm_gguf_writer *w)
         [MVM_W_Q4_0] = 2, [MVM_W_Q4_1] = 3, [MVM_W_Q5_0] = 8,  [MVM_W_Q5_1] = 9,
         [MVM_W_IQ4_NL] = 25, [MVM_W_Q2_K] = 10, [MVM_W_Q3_K] = 11, /* Q3_K_S */
         [MVM_W_Q4_K] = 14, [MVM_W_Q5_K] = 16, [MVM_W_Q6_K] = 18, [MVM_W_IQ4_XS] = 30,
-        [MVM_W_MXFP4] = 38};
+        [MVM_W_MXFP4] = 38, [MVM_W_IQ2_XXS] = 19, [MVM_W_IQ2_XS] = 20, [MVM_W_IQ2_S] = 28,
+        [MVM_W_IQ3_XXS] = 23, [MVM_W_IQ3_S] = 26, [MVM_W_IQ1_S] = 24, [MVM_W_IQ1_M] = 31};
     char k[96];
     mvm_status st = MVM_OK;
 #define U32(suffix, v) (snprintf(k, sizeof k, "%s." suffix, s->arch), \

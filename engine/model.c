@@ -23,7 +23,11 @@ static const enum mvm_ggml_type ggml_of[MVM_W_COUNT] = {
     [MVM_W_IQ4_NL] = MVM_GGML_IQ4_NL, [MVM_W_Q2_K] = MVM_GGML_Q2_K,
     [MVM_W_Q3_K] = MVM_GGML_Q3_K,     [MVM_W_Q4_K] = MVM_GGML_Q4_K,
     [MVM_W_Q5_K] = MVM_GGML_Q5_K,     [MVM_W_Q6_K] = MVM_GGML_Q6_K,
-    [MVM_W_IQ4_XS] = MVM_GGML_IQ4_XS, [MVM_W_MXFP4] = MVM_GGML_MXFP4};
+    [MVM_W_IQ4_XS] = MVM_GGML_IQ4_XS, [MVM_W_MXFP4] = MVM_GGML_MXFP4,
+    [MVM_W_IQ2_XXS] = MVM_GGML_IQ2_XXS, [MVM_W_IQ2_XS] = MVM_GGML_IQ2_XS,
+    [MVM_W_IQ2_S] = MVM_GGML_IQ2_S,   [MVM_W_IQ3_XXS] = MVM_GGML_IQ3_XXS,
+    [MVM_W_IQ3_S] = MVM_GGML_IQ3_S,   [MVM_W_IQ1_S] = MVM_GGML_IQ1_S,
+    [MVM_W_IQ1_M] = MVM_GGML_IQ1_M};
 
 int mvm_wtype_from_ggml(enum mvm_ggml_type t)
 {

@@ -11,7 +11,10 @@
  *   Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,   blocks of 32 against Q8_0 activation blocks: summed in
  *   IQ4_NL, MXFP4                   int32, scaled once per block
  *   Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,   super-blocks of 256 against Q8_K blocks
- *   IQ4_XS
+ *   IQ4_XS, and the lattice-grid
+ *   types IQ2_XXS, IQ2_XS, IQ2_S,
+ *   IQ3_XXS, IQ3_S, IQ1_S, IQ1_M
+ *   (kernels/iqgrid.h)
  *
  * The K-quants, per super-block: the quants are summed in int32 per sub-block, scaled by the
  * sub-block's integer scale, and only the total is converted: exact, since every sum is far
@@ -66,6 +69,13 @@ enum mvm_wtype {
     MVM_W_Q6_K,
     MVM_W_IQ4_XS,
     MVM_W_MXFP4,
+    MVM_W_IQ2_XXS, /* the lattice-grid types (kernels/iqgrid.h), IQ2_XXS .. IQ1_M in this order */
+    MVM_W_IQ2_XS,
+    MVM_W_IQ2_S,
+    MVM_W_IQ3_XXS,
+    MVM_W_IQ3_S,
+    MVM_W_IQ1_S,
+    MVM_W_IQ1_M,
     MVM_W_COUNT
 };
 
@@ -217,11 +227,17 @@ MVM_BLK_FN int mvm_k_is_q(enum mvm_wtype t)
            t == MVM_W_Q5_1 || mvm_k_is_table(t);
 }
 
-/* The K-quants, whose activations are Q8_K blocks. */
+/* The lattice-grid types (kernels/iqgrid.h). */
+MVM_BLK_FN int mvm_k_is_iqgrid(enum mvm_wtype t)
+{
+    return t >= MVM_W_IQ2_XXS && t <= MVM_W_IQ1_M;
+}
+
+/* The K-quants and the other super-block types, whose activations are Q8_K blocks. */
 MVM_BLK_FN int mvm_k_is_k(enum mvm_wtype t)
 {
     return t == MVM_W_Q2_K || t == MVM_W_Q3_K || t == MVM_W_Q4_K || t == MVM_W_Q5_K ||
-           t == MVM_W_Q6_K || t == MVM_W_IQ4_XS;
+           t == MVM_W_Q6_K || t == MVM_W_IQ4_XS || mvm_k_is_iqgrid(t);
 }
 
 /* Bytes of one block of type t as the expert's down slot holds it: 32 elements of a float
@@ -243,6 +259,13 @@ MVM_BLK_FN uint32_t mvm_k_block_bytes(enum mvm_wtype t)
     case MVM_W_Q6_K: return sizeof(mvm_block_q6_K);
     case MVM_W_IQ4_XS: return sizeof(mvm_block_iq4_xs);
     case MVM_W_MXFP4: return 17;
+    case MVM_W_IQ2_XXS: return 66;
+    case MVM_W_IQ2_XS: return 74;
+    case MVM_W_IQ2_S: return 82;
+    case MVM_W_IQ3_XXS: return 98;
+    case MVM_W_IQ3_S: return 110;
+    case MVM_W_IQ1_S: return 50;
+    case MVM_W_IQ1_M: return 56;
     default: return 2 * MVM_QBLOCK;
     }
 }
@@ -514,6 +537,8 @@ MVM_BLK_FN float mvm_k_block_q(enum mvm_wtype t, const uint8_t *blk, const mvm_b
 
 /* ---- the K super-blocks ----------------------------------------------------------------- */
 
+#include "kernels/iqgrid.h"
+
 /* Scale and min j (< 8) of a Q4_K / Q5_K super-block, from their 6-bit packing: j < 4 in
  * the low 6 bits of bytes j and j + 4; j >= 4 in the nibbles of byte j + 4 with the top two
  * bits in bytes j - 4 and j. */
@@ -582,7 +607,17 @@ MVM_BLK_FN void mvm_k_kchunk(enum mvm_wtype t, const uint8_t *blk, const uint8_t
                              const mvm_block_q8_K *a, int c, int32_t *sum, int32_t *msum)
 {
     const int8_t *aq = a->qs + 32 * c;
-    if (t == MVM_W_Q4_K || t == MVM_W_Q5_K) {
+    if (mvm_k_is_iqgrid(t)) {
+        int8_t q[32];
+        int sc[2];
+        mvm_k_iq_chunk(t, blk, c, q, sc);
+        for (int half = 0; half < 2; half++) {
+            int32_t s = 0;
+            for (int l = 16 * half; l < 16 * half + 16; l++)
+                s += q[l] * aq[l];
+            *sum += sc[half] * s;
+        }
+    } else if (t == MVM_W_Q4_K || t == MVM_W_Q5_K) {
         /* sub-block c: the low (c even) or high nibbles of qs[32 (c / 2) ..] */
         const int k45 = t == MVM_W_Q5_K;
         const uint8_t *scales = k45 ? ((const mvm_block_q5_K *)blk)->scales
@@ -643,7 +678,8 @@ MVM_BLK_FN void mvm_k_kchunk(enum mvm_wtype t, const uint8_t *blk, const uint8_t
 }
 
 /* a.d · (d · sum - dmin · msum): the super-block's float scales on integer sums of its
- * chunks (dmin is 0 for Q3_K, Q6_K and IQ4_XS, whose msum is 0). */
+ * chunks (dmin is 0 for Q3_K, Q6_K, IQ4_XS and the grid types, whose msum is 0; the grid
+ * types' power of two f comes last, an exact scaling). */
 MVM_BLK_FN float mvm_k_kscale(enum mvm_wtype t, const uint8_t *blk, const mvm_block_q8_K *a,
                               int32_t sum, int32_t msum)
 {
@@ -655,8 +691,10 @@ MVM_BLK_FN float mvm_k_kscale(enum mvm_wtype t, const uint8_t *blk, const mvm_bl
     case MVM_W_Q3_K: d = ((const mvm_block_q3_K *)blk)->d; break;
     case MVM_W_Q6_K: d = ((const mvm_block_q6_K *)blk)->d; break;
     case MVM_W_IQ4_XS: d = ((const mvm_block_iq4_xs *)blk)->d; break;
-    default: /* Q4_K, Q5_K: d and dmin first */
-        d = mvm_k_block_h(blk, 0), dmin = mvm_k_block_h(blk, 2);
+    case MVM_W_Q4_K:
+    case MVM_W_Q5_K: d = mvm_k_block_h(blk, 0), dmin = mvm_k_block_h(blk, 2); break;
+    default: /* the grid types */
+        return a->d * (mvm_k_h2f(mvm_k_iq_d(t, blk)) * (float)sum) * mvm_k_iq_factor(t);
     }
     return a->d * (mvm_k_h2f(d) * (float)sum - mvm_k_h2f(dmin) * (float)msum);
 }

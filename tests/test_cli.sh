@@ -122,6 +122,13 @@ expect 0 '\(q4_K, down q8_0/q5_0\)' -- "$moevm" run -m "$tmp/kq.gguf" -p "It was
 # IQ4_XS falls back to IQ4_NL there, as llama-quantize's does.
 "$moevm" mkmodel --arch qwen2moe --type iq4_xs --embd 256 --expert-ff 96 -o "$tmp/xq.gguf" >/dev/null
 expect 0 '\(iq4_xs, down iq4_nl\)' -- "$moevm" run -m "$tmp/xq.gguf" -p "It was" -n 4
+# The lattice-grid types too; iq1_m is a type's own name, not q4_K_M-style mix syntax.
+"$moevm" mkmodel --arch qwen2moe --type iq2_xxs --embd 256 --expert-ff 96 \
+    -o "$tmp/i2.gguf" >/dev/null
+expect 0 '\(iq2_xxs, down iq4_nl\)' -- "$moevm" run -m "$tmp/i2.gguf" -p "It was" -n 4
+expect 0 'tiny llama, 2 layers .*iq1_m' -- "$moevm" mkmodel --type IQ1_M --embd 256 \
+    --expert-ff 256 -o "$tmp/i1.gguf"
+expect 0 'of .* KiB \(iq1_m\)' -- "$moevm" run -m "$tmp/i1.gguf" -p "It was" -n 4
 # On a GPU machine (here the fake driver) auto keeps the experts on the host backend and
 # the CPU computes; MOEVM_BACKEND=cuda computes on the device (here its kernels emulated by
 # the plugin), to the same greedy text, also in rounds without HOST_NUMA; a device whose
@@ -268,7 +275,8 @@ else
 fi
 expect 2 'no preset .huge.' -- "$moevm" mkmodel --preset huge
 expect 2 '--arch gpt5: not supported' -- "$moevm" mkmodel --arch gpt5
-expect 2 '--type iq2_xs: expected' -- "$moevm" mkmodel --type iq2_xs
+expect 2 '--type iq2_k: expected' -- "$moevm" mkmodel --type iq2_k
+expect 2 '--type iq1_m_M: expected' -- "$moevm" mkmodel --type iq1_m_M
 expect 2 '--type q6_K_M: expected' -- "$moevm" mkmodel --type q6_K_M
 expect 1 'top-k 9 is not in 1..8' -- "$moevm" mkmodel --top-k 9 -o "$tmp/x.gguf"
 expect 2 '--rope-scaling yarn:4: expected linear:FACTOR or yarn:FACTOR:ORIG_CTX' -- "$moevm" mkmodel --rope-scaling yarn:4 -o "$tmp/x.gguf"

@@ -184,6 +184,13 @@ static void (*const down_fn[MVM_W_COUNT])(mvm_g_expert_args) = {MVM_G_FOR_TYPES(
  * clamps fire, and down biases, added weighted per row. */
 static void experts_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_ff, uint32_t n_tok)
 {
+    /* Each case's data from its own parameters, not from what the cases before it drew: the
+     * device rounds gate/up in another order than the CPU, so an intermediate activation can
+     * fall on the other side of a Q8_0 step now and then, and a case must not change its
+     * data (and meet or miss such a step) because a weight type was added to the loop. */
+    rng.seed(20261121u ^ (uint64_t)f.gate_up << 8 ^ (uint64_t)f.down << 16 ^
+             (uint64_t)f.glu << 24 ^ (uint64_t)n_embd << 32 ^ (uint64_t)n_ff << 44 ^
+             (uint64_t)n_tok << 56);
     const uint32_t E = 5, K = 2, G = n_ff / (uint32_t)mvm_k_expert_group_channels(f);
     const bool oai = f.glu == MVM_GLU_OAI;
     const uint64_t expert_bytes = G * mvm_k_expert_group_bytes(f, n_embd);

@@ -312,7 +312,7 @@ static void test_load_errors(void)
                       .retype = 1, .type = MVM_GGML_I8}, MVM_ERR_UNSUPPORTED,
                       "has type i8, which moevm cannot compute yet (supported: f32, f16, bf16, "
                       "q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_xs, "
-                      "mxfp4)");
+                      "mxfp4, iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s, iq1_s, iq1_m)");
     expect_load_error("llama", &(struct mutation){.key = "llama.expert_count",
                       .drop_key = 1}, MVM_ERR_UNSUPPORTED, "without experts");
     expect_load_error("llama", &(struct mutation){.key = "llama.expert_used_count",

@@ -37,10 +37,17 @@ static size_t qbytes(enum mvm_wtype t)
     return bytes[t];
 }
 
+/* The lattice-grid types, IQ2_XXS .. IQ1_M. */
+static int is_iqgrid(enum mvm_wtype t)
+{
+    return t == MVM_W_IQ2_XXS || t == MVM_W_IQ2_XS || t == MVM_W_IQ2_S || t == MVM_W_IQ3_XXS ||
+           t == MVM_W_IQ3_S || t == MVM_W_IQ1_S || t == MVM_W_IQ1_M;
+}
+
 static int is_k(enum mvm_wtype t)
 {
     return t == MVM_W_Q2_K || t == MVM_W_Q3_K || t == MVM_W_Q4_K || t == MVM_W_Q5_K ||
-           t == MVM_W_Q6_K || t == MVM_W_IQ4_XS;
+           t == MVM_W_Q6_K || t == MVM_W_IQ4_XS || is_iqgrid(t);
 }
 
 /* Elements per block of t (what a row length must be a multiple of). */
@@ -208,6 +215,92 @@ static double ref_k_elem(enum mvm_wtype t, const uint8_t *b, unsigned e)
     return ref_h2f(le16(b)) * scale * q - ref_h2f(le16(b + 2)) * min;
 }
 
+static uint32_t le32(const uint8_t *p)
+{
+    return (uint32_t)le16(p) | (uint32_t)le16(p + 2) << 16;
+}
+
+/* Value k of entry i of t's grid (the grids are data, kernels/iq_grids.inc; their layout in
+ * the blocks is what this reference decodes on its own). */
+static int grid_at(enum mvm_wtype t, unsigned i, unsigned k)
+{
+    return (int8_t)(mvm_k_grid(t, i) >> 8 * k);
+}
+
+/* Bit k of the 8 signs that 7 stored bits s7 stand for: the eighth makes them even. */
+static int ksign_bit(unsigned s7, unsigned k)
+{
+    return k < 7 ? s7 >> k & 1 : __builtin_popcount(s7) & 1;
+}
+
+/* Element e (< 256) of a super-block b of a lattice-grid type, as ggml's dequantize_row_iq*
+ * decode them (chunk c = e / 32, group l = e % 32 / 8 of 8, j = e % 8; IQ3's entries are 4
+ * wide, entry k = e % 32 / 4):
+ *   IQ2_XXS d@0 qs@2: the 8 bytes at 2 + 8c are 4 entry indices and a u32 a, whose bits 7l
+ *           are group l's 7 sign bits and top 4 the scale ls: d·(ls + 0.5)/4 · ±grid
+ *   IQ2_XS  d@0 u16 qs[32]@2 scales[8]@66: qs[4c + l] = index (9 bits) | signs << 9; ls the
+ *           low (l < 2) or high nibble of scales[c]
+ *   IQ2_S   d@0 qs[32]@2 signs[32]@34 qh[8]@66 scales[8]@74: index qs[4c + l] | bits 2l of
+ *           qh[c] << 8, the 8 signs signs[4c + l]; ls as IQ2_XS
+ *   IQ3_XXS d@0 qs[64]@2 u32[8]@66: entry index qs[8c + k], the u32 as IQ2_XXS's a:
+ *           d·(ls + 0.5)/2 · ±grid
+ *   IQ3_S   d@0 qs[64]@2 qh[8]@66 signs[32]@74 scales[4]@106: index qs[8c + k] | bit k of
+ *           qh[c] << 8, signs[4c + l]; ls nibble c % 2 of scales[c / 2]: d·(2ls + 1) · ±grid
+ *   IQ1_S   d@0 qs[32]@2 u16 qh[8]@34: index qs[4c + l] | bits 3l of qh[c] << 8, ls bits 12
+ *           of qh[c], bit 15 the delta's sign: d·(2ls + 1) · (grid ± 1/8)
+ *   IQ1_M   qs[32]@0 qh[16]@32 u16 sc[4]@48: nibble l % 2 of qh[2c + l / 2] is the index's
+ *           bits 8..10 and (bit 3) the delta's sign; ls = bits 3(s % 4) of sc[s / 4] for the
+ *           16-element s = e / 16; d the f16 of the four top nibbles of sc, sc[0]'s lowest */
+static double ref_iq_elem(enum mvm_wtype t, const uint8_t *b, unsigned e)
+{
+    const unsigned c = e / 32, l = e % 32 / 8, j = e % 8, k = e % 32 / 4;
+    const double d = t == MVM_W_IQ1_M ? 0 : ref_h2f(le16(b));
+    int neg = 0, g;
+    switch (t) {
+    case MVM_W_IQ2_XXS: {
+        const uint32_t a = le32(b + 2 + 8 * c + 4);
+        neg = ksign_bit(a >> 7 * l & 127, j);
+        g = grid_at(t, b[2 + 8 * c + l], j);
+        return d * ((a >> 28) + 0.5) / 4 * (neg ? -g : g);
+    }
+    case MVM_W_IQ2_XS: {
+        const unsigned v = le16(b + 2 + 2 * (4 * c + l));
+        neg = ksign_bit(v >> 9, j);
+        g = grid_at(t, v & 511, j);
+        return d * ((b[66 + c] >> 4 * (l / 2) & 15) + 0.5) / 4 * (neg ? -g : g);
+    }
+    case MVM_W_IQ2_S: {
+        g = grid_at(t, b[2 + 4 * c + l] | (b[66 + c] >> 2 * l & 3) << 8, j);
+        neg = b[34 + 4 * c + l] >> j & 1;
+        return d * ((b[74 + c] >> 4 * (l / 2) & 15) + 0.5) / 4 * (neg ? -g : g);
+    }
+    case MVM_W_IQ3_XXS: {
+        const uint32_t a = le32(b + 66 + 4 * c);
+        neg = ksign_bit(a >> 7 * l & 127, e % 8);
+        g = grid_at(t, b[2 + 8 * c + k], e % 4);
+        return d * ((a >> 28) + 0.5) / 2 * (neg ? -g : g);
+    }
+    case MVM_W_IQ3_S: {
+        g = grid_at(t, b[2 + 8 * c + k] | (b[66 + c] >> k & 1) << 8, e % 4);
+        neg = b[74 + 4 * c + l] >> (e % 8) & 1;
+        return d * (2 * (b[106 + c / 2] >> 4 * (c % 2) & 15) + 1) * (neg ? -g : g);
+    }
+    case MVM_W_IQ1_S: {
+        const unsigned h = le16(b + 34 + 2 * c);
+        g = grid_at(t, b[2 + 4 * c + l] | (h >> 3 * l & 7) << 8, j);
+        return d * (2 * (h >> 12 & 7) + 1) * (g + (h & 0x8000 ? -0.125 : 0.125));
+    }
+    default: { /* IQ1_M */
+        const unsigned h = b[32 + 2 * c + l / 2] >> 4 * (l % 2), s = e / 16;
+        const unsigned dh = (le16(b + 48) >> 12) | (le16(b + 50) >> 12) << 4 |
+                            (le16(b + 52) >> 12) << 8 | (le16(b + 54) >> 12) << 12;
+        const unsigned ls = le16(b + 48 + 2 * (s / 4)) >> 3 * (s % 4) & 7;
+        g = grid_at(t, b[4 * c + l] | (h & 7) << 8, j);
+        return ref_h2f((uint16_t)dh) * (2 * ls + 1) * (g + (h & 8 ? -0.125 : 0.125));
+    }
+    }
+}
+
 /* Element j (< 32) of a Q block b of type t, decoded from its bytes:
  *   Q8_0  d@0 qs[32]@2                 x = d·q (int8)
  *   Q4_0  d@0 qs[16]@2                 x = d·(q - 8)
@@ -246,11 +339,16 @@ static double ref_q_elem(enum mvm_wtype t, const uint8_t *b, unsigned j)
 static void ref_dequant(enum mvm_wtype t, const void *src, double *dst, size_t n)
 {
     const uint8_t *s = src;
-    static const size_t kbytes[] = {[MVM_W_Q2_K] = 84,   [MVM_W_Q3_K] = 110, [MVM_W_Q4_K] = 144,
-                                    [MVM_W_Q5_K] = 176, [MVM_W_Q6_K] = 210, [MVM_W_IQ4_XS] = 136};
+    static const size_t kbytes[] = {
+        [MVM_W_Q2_K] = 84,     [MVM_W_Q3_K] = 110,   [MVM_W_Q4_K] = 144,   [MVM_W_Q5_K] = 176,
+        [MVM_W_Q6_K] = 210,    [MVM_W_IQ4_XS] = 136, [MVM_W_IQ2_XXS] = 66, [MVM_W_IQ2_XS] = 74,
+        [MVM_W_IQ2_S] = 82,    [MVM_W_IQ3_XXS] = 98, [MVM_W_IQ3_S] = 110,  [MVM_W_IQ1_S] = 50,
+        [MVM_W_IQ1_M] = 56};
     for (size_t i = 0; i < n; i++) {
         if (is_k(t)) {
-            dst[i] = ref_k_elem(t, s + i / 256 * kbytes[t], (unsigned)(i % 256));
+            const uint8_t *b = s + i / 256 * kbytes[t];
+            dst[i] = is_iqgrid(t) ? ref_iq_elem(t, b, (unsigned)(i % 256))
+                                  : ref_k_elem(t, b, (unsigned)(i % 256));
             continue;
         }
         switch (t) {
@@ -775,6 +873,57 @@ static void test_quantize_iq4_xs(void)
         ref_q8_K(x + 256 * b, ref + 292 * b);
     CHECK(memcmp(act, ref, n / 256 * 292) == 0);
     free(x), free(back), free(want), free(q), free(act), free(ref);
+}
+
+/* The lattice-grid types: mkmodel's quantizer has no outside definition (llama.cpp's needs
+ * an importance matrix), so its output is checked for what any must give: the kernel's
+ * dequantization equal to the reference decoder's (ref_iq_elem) exactly, zeros kept zero,
+ * every sign x's where the type stores all 8 (and all but at most one of a group of 8 where
+ * it stores 7, the eighth being parity), and a relative RMS error within what a grid of so
+ * few points allows, as this plain quantizer reaches it: measured on these bell-shaped values
+ * 0.16 (IQ3_S), 0.21 (IQ3_XXS), 0.31 - 0.41 (IQ2), 0.51 - 0.61 (IQ1); a wrong sign, scale or
+ * index costs far more (a flipped sign alone doubles that element's error). */
+static void test_quantize_iq(void)
+{
+    const size_t n = 256 * 16;
+    static const double max_rms[] = {[MVM_W_IQ2_XXS] = 0.5, [MVM_W_IQ2_XS] = 0.5,
+                                     [MVM_W_IQ2_S] = 0.5,   [MVM_W_IQ3_XXS] = 0.3,
+                                     [MVM_W_IQ3_S] = 0.3,   [MVM_W_IQ1_S] = 0.7,
+                                     [MVM_W_IQ1_M] = 0.7};
+    float *x = malloc(n * sizeof *x), *back = malloc(n * sizeof *back);
+    double *want = malloc(n * sizeof *want);
+    uint8_t *q = malloc(n);
+    for (int ti = MVM_W_IQ2_XXS; ti <= MVM_W_IQ1_M; ti++) {
+        const enum mvm_wtype t = (enum mvm_wtype)ti;
+        for (size_t i = 0; i < n; i++) /* sums of uniforms: bell-shaped, ranges 1/8 .. 8 */
+            x[i] = (frand() + frand() + frand()) * ldexpf(1.0f, (int)(i / 256 % 7) - 3);
+        memset(x + 512, 0, 256 * sizeof *x); /* an all-zero super-block */
+        memset(q, 0xA5, n);
+        mvm_k_quantize(t, x, q, n);
+        mvm_k_dequantize(t, q, back, n);
+        ref_dequant(t, q, want, n);
+        int inexact = 0, sign_bad = 0;
+        double err = 0, norm = 0;
+        for (size_t i = 0; i < n; i++) {
+            inexact += (double)back[i] != want[i];
+            err += (back[i] - x[i]) * (double)(back[i] - x[i]);
+            norm += x[i] * (double)x[i];
+        }
+        for (size_t g = 0; g < n && t != MVM_W_IQ1_S && t != MVM_W_IQ1_M; g += 8) {
+            int wrong = 0;
+            for (size_t i = g; i < g + 8; i++)
+                wrong += x[i] != 0 && (back[i] < 0) != (x[i] < 0);
+            sign_bad += wrong > (t == MVM_W_IQ2_S || t == MVM_W_IQ3_S ? 0 : 1);
+        }
+        const double rms = sqrt(err / norm);
+        CHECK(inexact == 0 && sign_bad == 0 && rms < max_rms[t]);
+        if (inexact || sign_bad || rms >= max_rms[t])
+            fprintf(stderr, "  %s: %d inexact, %d groups with wrong signs, rms error %.3f\n",
+                    tname(t), inexact, sign_bad, rms);
+        for (size_t i = 512; i < 768; i++)
+            CHECK(back[i] == 0);
+    }
+    free(x), free(back), free(want), free(q);
 }
 
 /* MXFP4: ggml's quantize_row_mxfp4_ref (the OCP MX recipe) takes the scale 2^(floor(log2
@@ -1503,6 +1652,7 @@ int main(void)
     RUN(test_quantize_k);
     RUN(test_quantize_iq4_nl);
     RUN(test_quantize_iq4_xs);
+    RUN(test_quantize_iq);
     RUN(test_quantize_mxfp4);
     RUN(test_rmsnorm);
     RUN(test_rope);

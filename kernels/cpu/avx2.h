@@ -626,6 +626,56 @@ AVX2_INLINE void avx2_kblock_iq4xs(const mvm_block_iq4_xs *x, const mvm_block_q8
         r[i] = a[i]->d * (mvm_k_h2f(x->d) * (float)avx2_hsum_i32(acc[i]));
 }
 
+/* Chunk c of a lattice-grid super-block as 32 signed bytes: kernels/iqgrid.h decodes its
+ * grid entries, signs and deltas with scalar loads (the entries are table lookups); the
+ * expansion is vector code. IQ2/IQ3: each sign bit picked out of a broadcast of the 32 by a
+ * byte shuffle, a bit mask and a compare, then applied with vpsignb; IQ1: 8·g + delta by byte
+ * adds. */
+AVX2_INLINE __m256i avx2_iq_chunk(enum mvm_wtype t, const uint8_t *blk, int c, __m256i *scale)
+{
+    const mvm_k_iq_raw r = mvm_k_iq_decode(t, blk, c);
+    *scale = _mm256_set_m128i(_mm_set1_epi16((short)r.sc[1]), _mm_set1_epi16((short)r.sc[0]));
+    const __m256i g = _mm256_set_epi64x((long long)r.g[3], (long long)r.g[2],
+                                        (long long)r.g[1], (long long)r.g[0]);
+    if (t == MVM_W_IQ1_S || t == MVM_W_IQ1_M) {
+        const __m256i g2 = _mm256_add_epi8(g, g), g4 = _mm256_add_epi8(g2, g2);
+        const __m256i delta = _mm256_set_epi64x(
+            r.dneg & 8 ? -1 : 0x0101010101010101, r.dneg & 4 ? -1 : 0x0101010101010101,
+            r.dneg & 2 ? -1 : 0x0101010101010101, r.dneg & 1 ? -1 : 0x0101010101010101);
+        return _mm256_add_epi8(_mm256_add_epi8(g4, g4), delta);
+    }
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    const __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32((int)r.neg),
+        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
+    const __m256i neg = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+    return _mm256_sign_epi8(g, _mm256_or_si256(neg, _mm256_set1_epi8(1)));
+}
+
+/* The lattice-grid types: kernels/blocks.h's chunks, each expanded once (avx2_iq_chunk) and
+ * multiplied with every token's activations as the K-quants' are, maddubs of |q| with the
+ * activations given q's signs (pairs at most 2·62·127: no int16 saturation), then madd with
+ * the halves' scales. */
+AVX2_INLINE void avx2_kblock_iqgrid(enum mvm_wtype t, const uint8_t *blk,
+                                    const mvm_block_q8_K *const a[], const int nt, float r[])
+{
+    __m256i acc[MVM_K_NT];
+    for (int i = 0; i < nt; i++)
+        acc[i] = _mm256_setzero_si256();
+    for (int c = 0; c < 8; c++) {
+        __m256i scale;
+        const __m256i q = avx2_iq_chunk(t, blk, c, &scale);
+        const __m256i q_abs = _mm256_sign_epi8(q, q);
+        for (int i = 0; i < nt; i++) {
+            const __m256i av = _mm256_loadu_si256((const __m256i *)(a[i]->qs + 32 * c));
+            const __m256i p = _mm256_maddubs_epi16(q_abs, _mm256_sign_epi8(av, q));
+            acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(p, scale));
+        }
+    }
+    for (int i = 0; i < nt; i++)
+        r[i] = mvm_k_kscale(t, blk, a[i], avx2_hsum_i32(acc[i]), 0);
+}
+
 AVX2_INLINE void avx2_kblock(enum mvm_wtype t, const uint8_t *blk, const mvm_block_q8_K *const a[],
                              const int nt, float r[])
 {
@@ -651,7 +701,8 @@ AVX2_INLINE void avx2_kblock(enum mvm_wtype t, const uint8_t *blk, const mvm_blo
         break;
     }
     case MVM_W_IQ4_XS: avx2_kblock_iq4xs((const mvm_block_iq4_xs *)blk, a, nt, r); break;
-    default: avx2_kblock_q6((const mvm_block_q6_K *)blk, a, nt, r); break;
+    case MVM_W_Q6_K: avx2_kblock_q6((const mvm_block_q6_K *)blk, a, nt, r); break;
+    default: avx2_kblock_iqgrid(t, blk, a, nt, r); break;
     }
 }
 

@@ -44,7 +44,9 @@ const char *mvm_k_wtype_name(enum mvm_wtype t)
         [MVM_W_Q5_0] = "q5_0",     [MVM_W_Q5_1] = "q5_1", [MVM_W_IQ4_NL] = "iq4_nl",
         [MVM_W_Q2_K] = "q2_K",     [MVM_W_Q3_K] = "q3_K", [MVM_W_Q4_K] = "q4_K",
         [MVM_W_Q5_K] = "q5_K",     [MVM_W_Q6_K] = "q6_K", [MVM_W_IQ4_XS] = "iq4_xs",
-        [MVM_W_MXFP4] = "mxfp4"};
+        [MVM_W_MXFP4] = "mxfp4",   [MVM_W_IQ2_XXS] = "iq2_xxs", [MVM_W_IQ2_XS] = "iq2_xs",
+        [MVM_W_IQ2_S] = "iq2_s",   [MVM_W_IQ3_XXS] = "iq3_xxs", [MVM_W_IQ3_S] = "iq3_s",
+        [MVM_W_IQ1_S] = "iq1_s",   [MVM_W_IQ1_M] = "iq1_m"};
     return (unsigned)t < MVM_W_COUNT ? names[t] : "unknown";
 }
 
@@ -182,7 +184,10 @@ void mvm_k_quantize(enum mvm_wtype t, const float *src, void *dst, size_t n)
     case MVM_W_Q5_K:
     case MVM_W_Q6_K:
     case MVM_W_IQ4_XS: mvm_k_quantize_k(t, src, dst, n); break;
-    default: break;
+    default:
+        if (mvm_k_is_iqgrid(t))
+            mvm_k_quantize_iq(t, src, dst, n);
+        break;
     }
 }
 
@@ -219,6 +224,9 @@ void mvm_k_dequantize(enum mvm_wtype t, const void *src, float *dst, size_t n)
     case MVM_W_Q5_K:
     case MVM_W_Q6_K:
     case MVM_W_IQ4_XS: mvm_k_dequantize_k(t, src, dst, n); break;
-    default: break;
+    default:
+        if (mvm_k_is_iqgrid(t))
+            mvm_k_dequantize_iq(t, src, dst, n);
+        break;
     }
 }

@@ -97,6 +97,9 @@ void mvm_k_dequantize_q23(enum mvm_wtype t, const void *blk, float *y);
 /* The K-quants' and IQ4_XS's quantize / dequantize of n elements (kquant.c; n % 256 == 0). */
 void mvm_k_quantize_k(enum mvm_wtype t, const float *src, void *dst, size_t n);
 void mvm_k_dequantize_k(enum mvm_wtype t, const void *src, float *dst, size_t n);
+/* The lattice-grid types' quantize / dequantize of n elements (iquant.c; n % 256 == 0). */
+void mvm_k_quantize_iq(enum mvm_wtype t, const float *src, void *dst, size_t n);
+void mvm_k_dequantize_iq(enum mvm_wtype t, const void *src, float *dst, size_t n);
 
 /* ---- the hot kernels of one SIMD level -------------------------------------------------- */
 
@@ -209,7 +212,7 @@ struct mvm_k_level {
     {                                                                                              \
         axpy_float(type, row, s, out, n);                                                          \
     }
-/* The entry points pre_f32 .. pre_mxfp4 that MVM_K_LEVEL_TYPE defined, indexed by type. */
+/* The entry points pre_f32 .. pre_iq1_m that MVM_K_LEVEL_TYPE defined, indexed by type. */
 #define MVM_K_TABLE(pre)                                                                           \
     {[MVM_W_F32] = pre##_f32,                                                                      \
      [MVM_W_F16] = pre##_f16,                                                                      \
@@ -226,7 +229,14 @@ struct mvm_k_level {
      [MVM_W_Q5_K] = pre##_q5_K,                                                                    \
      [MVM_W_Q6_K] = pre##_q6_K,                                                                    \
      [MVM_W_IQ4_XS] = pre##_iq4_xs,                                                                \
-     [MVM_W_MXFP4] = pre##_mxfp4}
+     [MVM_W_MXFP4] = pre##_mxfp4,                                                                  \
+     [MVM_W_IQ2_XXS] = pre##_iq2_xxs,                                                              \
+     [MVM_W_IQ2_XS] = pre##_iq2_xs,                                                                \
+     [MVM_W_IQ2_S] = pre##_iq2_s,                                                                  \
+     [MVM_W_IQ3_XXS] = pre##_iq3_xxs,                                                              \
+     [MVM_W_IQ3_S] = pre##_iq3_s,                                                                  \
+     [MVM_W_IQ1_S] = pre##_iq1_s,                                                                  \
+     [MVM_W_IQ1_M] = pre##_iq1_m}
 #define MVM_K_LEVEL(name, attr, dotn_float, dotn_q, downn_float, downn_q, dotn_k, downn_k,         \
                     axpy_float)                                                                    \
     MVM_K_LEVEL_AXPY(attr, axpy_float, MVM_W_F32, f32)                                             \
@@ -247,6 +257,13 @@ struct mvm_k_level {
     MVM_K_LEVEL_TYPE(attr, dotn_k, downn_k, MVM_W_Q6_K, q6_K)                                      \
     MVM_K_LEVEL_TYPE(attr, dotn_k, downn_k, MVM_W_IQ4_XS, iq4_xs)                                  \
     MVM_K_LEVEL_TYPE(attr, dotn_q, downn_q, MVM_W_MXFP4, mxfp4)                                    \
+    MVM_K_LEVEL_TYPE(attr, dotn_k, downn_k, MVM_W_IQ2_XXS, iq2_xxs)                                \
+    MVM_K_LEVEL_TYPE(attr, dotn_k, downn_k, MVM_W_IQ2_XS, iq2_xs)                                  \
+    MVM_K_LEVEL_TYPE(attr, dotn_k, downn_k, MVM_W_IQ2_S, iq2_s)                                    \
+    MVM_K_LEVEL_TYPE(attr, dotn_k, downn_k, MVM_W_IQ3_XXS, iq3_xxs)                                \
+    MVM_K_LEVEL_TYPE(attr, dotn_k, downn_k, MVM_W_IQ3_S, iq3_s)                                    \
+    MVM_K_LEVEL_TYPE(attr, dotn_k, downn_k, MVM_W_IQ1_S, iq1_s)                                    \
+    MVM_K_LEVEL_TYPE(attr, dotn_k, downn_k, MVM_W_IQ1_M, iq1_m)                                    \
     const struct mvm_k_level name = {                                                              \
         .dot = MVM_K_TABLE(dot), .dotn = MVM_K_TABLE(dotn), .downn = MVM_K_TABLE(downn),          \
         .axpy = {[MVM_W_F32] = axpy_f32, [MVM_W_F16] = axpy_f16}};

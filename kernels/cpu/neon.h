@@ -326,6 +326,21 @@ NEON_INLINE void neon_kload_iq4xs(const mvm_block_iq4_xs *x, neon_kblk *k, int32
     }
 }
 
+/* The lattice-grid types: each chunk expanded by kernels/iqgrid.h (mvm_k_iq_chunk). */
+NEON_INLINE void neon_kload_iqgrid(enum mvm_wtype t, const uint8_t *blk, neon_kblk *k,
+                                   int32_t sc16[16])
+{
+    for (int c = 0; c < 8; c++) {
+        int8_t q[32];
+        int sc[2];
+        mvm_k_iq_chunk(t, blk, c, q, sc);
+        k->q[2 * c] = vld1q_s8(q);
+        k->q[2 * c + 1] = vld1q_s8(q + 16);
+        sc16[2 * c] = sc[0];
+        sc16[2 * c + 1] = sc[1];
+    }
+}
+
 NEON_INLINE void neon_kload(enum mvm_wtype t, const uint8_t *blk, neon_kblk *k)
 {
     k->has_min = t == MVM_W_Q2_K || t == MVM_W_Q4_K || t == MVM_W_Q5_K;
@@ -362,7 +377,8 @@ NEON_INLINE void neon_kload(enum mvm_wtype t, const uint8_t *blk, neon_kblk *k)
         break;
     }
     case MVM_W_IQ4_XS: neon_kload_iq4xs((const mvm_block_iq4_xs *)blk, k, sc16); break;
-    default: neon_kload_q6((const mvm_block_q6_K *)blk, k, sc16); break;
+    case MVM_W_Q6_K: neon_kload_q6((const mvm_block_q6_K *)blk, k, sc16); break;
+    default: neon_kload_iqgrid(t, blk, k, sc16); break;
     }
 #pragma GCC unroll 4
     for (int j = 0; j < 4; j++)

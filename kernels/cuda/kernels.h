@@ -41,7 +41,9 @@ typedef uint64_t mvm_dptr;
     X(f32, MVM_W_F32) X(f16, MVM_W_F16) X(bf16, MVM_W_BF16) X(q8_0, MVM_W_Q8_0)                \
     X(q4_0, MVM_W_Q4_0) X(q4_1, MVM_W_Q4_1) X(q5_0, MVM_W_Q5_0) X(q5_1, MVM_W_Q5_1)            \
     X(iq4_nl, MVM_W_IQ4_NL) X(q2_K, MVM_W_Q2_K) X(q3_K, MVM_W_Q3_K) X(q4_K, MVM_W_Q4_K)        \
-    X(q5_K, MVM_W_Q5_K) X(q6_K, MVM_W_Q6_K) X(iq4_xs, MVM_W_IQ4_XS) X(mxfp4, MVM_W_MXFP4)
+    X(q5_K, MVM_W_Q5_K) X(q6_K, MVM_W_Q6_K) X(iq4_xs, MVM_W_IQ4_XS) X(mxfp4, MVM_W_MXFP4)      \
+    X(iq2_xxs, MVM_W_IQ2_XXS) X(iq2_xs, MVM_W_IQ2_XS) X(iq2_s, MVM_W_IQ2_S)                    \
+    X(iq3_xxs, MVM_W_IQ3_XXS) X(iq3_s, MVM_W_IQ3_S) X(iq1_s, MVM_W_IQ1_S) X(iq1_m, MVM_W_IQ1_M)
 
 #define MVM_G_THREADS 128    /* threads per block, every kernel */
 #define MVM_G_WARPS (MVM_G_THREADS / 32)

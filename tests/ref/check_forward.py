@@ -14,7 +14,8 @@ default), against a reference that rounds its keys and values as the engine stor
 For each architecture (llama = Mixtral, qwen2moe, qwen3moe, olmoe, deepseek2, glm4moe,
 minimax-m2, gpt-oss) and weight type (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl,
 q2_K, q3_K, q4_K_M, iq4_xs, and mxfp4: llama.cpp's MXFP4_MOE, the experts MXFP4 and the rest
-Q8_0),
+Q8_0; the lattice-grid types iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s, iq1_s and iq1_m on two
+architectures each, GRID_TYPE_ARCHS),
 and for the VARIANTS (RoPE scaling, deepseek2's other kinds, GLM-4.5-Air) at f32 and q8_0: `moevm mkmodel
 --preset tiny` writes a model, `moevm run` prefills
 three random prompts (1, 5 and 12 tokens) and greedily generates 4 tokens, writing every
@@ -68,17 +69,26 @@ TYPES = {"f32": gguf_read.GGML_F32, "f16": gguf_read.GGML_F16, "bf16": gguf_read
          "q4_1": gguf_read.GGML_Q4_1, "q5_0": gguf_read.GGML_Q5_0,
          "q5_1": gguf_read.GGML_Q5_1, "iq4_nl": gguf_read.GGML_IQ4_NL,
          "q2_K": gguf_read.GGML_Q2_K, "q3_K": gguf_read.GGML_Q3_K, "q4_K_M": gguf_read.GGML_Q4_K,
-         "iq4_xs": gguf_read.GGML_IQ4_XS, "mxfp4": gguf_read.GGML_MXFP4}
+         "iq4_xs": gguf_read.GGML_IQ4_XS, "mxfp4": gguf_read.GGML_MXFP4,
+         "iq2_xxs": 16, "iq2_xs": 17, "iq2_s": 22, "iq3_xxs": 18, "iq3_s": 21, "iq1_s": 19,
+         "iq1_m": 29}
+# The lattice-grid types share one chunk decoder in the engine and differ in their bit
+# layouts, which one model each would cover: each runs on two architectures (every
+# architecture twice over the seven), not all eight, to keep the test's time.
+GRID_TYPE_ARCHS = {"iq2_xxs": ("llama", "qwen2moe"), "iq2_xs": ("qwen3moe", "gpt-oss"),
+                   "iq2_s": ("olmoe", "deepseek2"), "iq3_xxs": ("glm4moe", "llama"),
+                   "iq3_s": ("minimax-m2", "qwen3moe"), "iq1_s": ("deepseek2", "gpt-oss"),
+                   "iq1_m": ("glm4moe", "minimax-m2")}
 QUANTIZED = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q2_K", "q3_K", "q4_K_M",
-             "iq4_xs", "mxfp4")
+             "iq4_xs", "mxfp4", *GRID_TYPE_ARCHS)
 # The K-quants need rows of whole 256-element super-blocks: the tiny shape widened to 256
 # (its 64-wide attention output then falls back to Q5_0 as llama-quantize's does, and
 # Q4_K_M puts Q6_K on layer 1's attn_v and ffn_down_exps: mixed expert types, as in
 # llama.cpp's files). The Qwen MoE architectures get 96 expert channels, as Qwen1.5/2-MoE's
 # 1408 not whole super-blocks: their down matrices fall back to Q5_0 (Q8_0 where Q6_K),
 # under Q4_K gate and up.
-# Q2_K, Q3_K and IQ4_XS likewise, their fallback being IQ4_NL.
-SUPER_BLOCK_TYPES = ("q2_K", "q3_K", "q4_K_M", "iq4_xs")
+# Q2_K, Q3_K, IQ4_XS and the grid types likewise, their fallback being IQ4_NL.
+SUPER_BLOCK_TYPES = ("q2_K", "q3_K", "q4_K_M", "iq4_xs", *GRID_TYPE_ARCHS)
 MKMODEL_ARGS = {t: ["--embd", "256", "--expert-ff", "256"] for t in SUPER_BLOCK_TYPES}
 MKMODEL_ARCH_ARGS = {(arch, t): ["--expert-ff", "96"]
                      for arch in ("qwen2moe", "qwen3moe") for t in SUPER_BLOCK_TYPES}
@@ -94,7 +104,8 @@ MKMODEL_ARCH_ARGS = {(arch, t): ["--expert-ff", "96"]
 TOL = {"f32": (1e-4, 1e-4), "f16": (1e-4, 1e-4), "bf16": (1e-4, 1e-4),
        "q8_0": (7e-2, 3e-2), "q4_0": (7e-2, 3e-2), "q4_1": (7e-2, 3e-2), "q5_0": (7e-2, 3e-2),
        "q5_1": (7e-2, 3e-2), "iq4_nl": (7e-2, 3e-2), "q2_K": (7e-2, 3e-2), "q3_K": (7e-2, 3e-2),
-       "q4_K_M": (7e-2, 3e-2), "iq4_xs": (7e-2, 3e-2), "mxfp4": (7e-2, 3e-2)}
+       "q4_K_M": (7e-2, 3e-2), "iq4_xs": (7e-2, 3e-2), "mxfp4": (7e-2, 3e-2),
+       **{t: (7e-2, 3e-2) for t in GRID_TYPE_ARCHS}}
 # The engine's KV cache is checked in F32 with every weight type and variant (the sharp
 # comparisons above), and in F16 (its default) with these: the cache's type is independent of
 # the weights'; one quantized type shows the two roundings together.
@@ -411,7 +422,8 @@ def main():
     n_cases = 0
     # The variants exercise RoPE and attention, which the distributed mode computes on rank 0
     # as it does alone.
-    cases = [(arch, "", wtype, "f32") for arch in arches for wtype in types]
+    cases = [(arch, "", wtype, "f32") for arch in arches for wtype in types
+             if arch in GRID_TYPE_ARCHS.get(wtype, ARCHS)]
     cases += [(VARIANTS[v][0], v, wtype, "f32") for v in VARIANTS for wtype in types
               if wtype in VARIANT_TYPES and not launcher and VARIANTS[v][0] in arches]
     cases = [c for c in cases if "f32" in kv_types]

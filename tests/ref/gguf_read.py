@@ -22,6 +22,8 @@ import struct
 
 import numpy as np
 
+import iq_dequant
+
 GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
 
@@ -58,9 +60,13 @@ GGML_TYPES = {
     GGML_Q5_K: ("Q5_K", 256, 176),  # { f16 d, dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]; }
     GGML_Q6_K: ("Q6_K", 256, 210),  # { u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d; }
     GGML_IQ4_XS: ("IQ4_XS", 256, 136),  # { f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]; }
+    # and the lattice-grid types, iq_dequant.py's
+    **{t: (name, 256, size) for t, (name, size) in iq_dequant.TYPES.items()},
 }
-# The types whose products take Q8_K activations (ggml's vec_dot_type): the K-quants, IQ4_XS.
-Q8_K_ACT = (GGML_Q2_K, GGML_Q3_K, GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_IQ4_XS)
+# The types whose products take Q8_K activations (ggml's vec_dot_type): the K-quants, IQ4_XS
+# and the lattice-grid types.
+Q8_K_ACT = (GGML_Q2_K, GGML_Q3_K, GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_IQ4_XS,
+            *iq_dequant.TYPES)
 # ggml-common.h's kvalues_iq4nl: IQ4_NL's quant values, indexed by the nibble.
 IQ4_NL_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10,
                           1, 13, 25, 38, 53, 69, 89, 113], dtype=np.float64)
@@ -261,6 +267,8 @@ def dequantize(ggml_type, raw, n):
         return _dequantize_q6_k(raw, n)
     if ggml_type == GGML_IQ4_XS:
         return _dequantize_iq4_xs(raw, n)
+    if ggml_type in iq_dequant.TYPES:
+        return iq_dequant.dequantize(ggml_type, raw, n)
     raise GGUFError(f"ggml type {ggml_type} is not supported by this reader")
 
 

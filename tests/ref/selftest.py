@@ -399,6 +399,52 @@ def test_dequantize_hand_blocks():
     assert np.array_equal(gr.dequantize(gr.GGML_F16, f16, 3), [1.0, -2.0, 65504.0])
 
 
+def test_iq_hand_blocks():
+    # IQ2_XXS, d = 1: chunk 0's groups take grid entries 1, 0, 0, 0 (iq2xxs_grid[1] is
+    # 0x080808080808082b: element 0 is 43, the rest 8), group 0's 7 stored sign bits are 1
+    # (element 0 negative, so the parity bit 7 is set too), ls = 3: x = (3 + 0.5) / 4 * ±g.
+    # The other chunks are zero: entry 0, no signs, ls = 0, x = 8 / 8 = 1.
+    a = 1 | 3 << 28
+    chunk0 = bytes([1, 0, 0, 0]) + a.to_bytes(4, "little")
+    blk = np.float16(1.0).tobytes() + chunk0 + bytes(8 * 7)
+    want = [-0.875 * 43] + [0.875 * 8] * 6 + [-0.875 * 8] + [0.875 * 8] * 24 + [1.0] * 224
+    assert np.array_equal(gr.dequantize(16, np.frombuffer(blk, np.uint8), 256), want)
+    # IQ1_S, d = 2: chunk 0's qh = ls 5 (bits 12..14) with the delta negative (bit 15) and
+    # index bits 8..10 of group 1 = 1, so group 1 is entry 256; the others entry 0, all -1
+    # (iq1s_grid[0] = 0xffffffffffffffff): x = 2 (2·5 + 1) (g - 1/8) in chunk 0, 2 (g + 1/8)
+    # elsewhere.
+    g256 = gr.iq_dequant.grids()["iq1s"][256]
+    qh = [5 << 12 | 0x8000 | 1 << 3] + [0] * 7
+    blk = (np.float16(2.0).tobytes() + bytes(32) +
+           np.array(qh, "<u2").tobytes())
+    want = ([22 * (-1 - 0.125)] * 8 + [22 * (v - 0.125) for v in g256] +
+            [22 * (-1 - 0.125)] * 16 + [2 * (-1 + 0.125)] * 224)
+    assert np.array_equal(gr.dequantize(19, np.frombuffer(blk, np.uint8), 256), want)
+
+
+def test_iq_matches_gguf():
+    """iq_dequant.py against llama.cpp's own Python (the gguf package), where it is
+    installed: random blocks of every lattice-grid type with sane scales."""
+    try:
+        from gguf import quants, GGMLQuantizationType
+    except ImportError:
+        print("      (the gguf package is not installed: iq_dequant.py not compared with it)")
+        return
+    rng = np.random.default_rng(5)
+    for t, (name, size) in gr.iq_dequant.TYPES.items():
+        raw = rng.integers(0, 256, size=(32, size), dtype=np.uint8)
+        d = (rng.random(32) + 0.1).astype("<f2").view("<u2").astype(np.int64)
+        if name == "IQ1_M":  # d is the top nibbles of the four scale words
+            sc = raw[:, 48:56].copy().view("<u2").astype(np.int64)
+            sc = (sc & 0x0FFF) | ((d[:, None] >> (4 * np.arange(4))) & 15) << 12
+            raw[:, 48:56] = sc.astype("<u2").view(np.uint8)
+        else:
+            raw[:, 0:2] = d.astype("<u2").view(np.uint8).reshape(32, 2)
+        ours = gr.dequantize(t, raw.reshape(-1), 32 * 256)
+        theirs = quants.dequantize(raw.reshape(-1), GGMLQuantizationType[name])
+        assert np.array_equal(ours, theirs.astype(np.float64).reshape(-1)), name
+
+
 def test_quantizer_roundtrip():
     x = np.random.default_rng(1).standard_normal(32 * 64).astype(np.float32)
     x[:32] = 0.0  # an all-zero block: d = 0, no division by zero
