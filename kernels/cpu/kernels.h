@@ -26,9 +26,13 @@
  *   IQ4_XS 8 sub-blocks of 32, IQ4_NL's table, 6-bit signed scale each 136 bytes
  *         (blocks.h; Q8_K activations as the K-quants', IQ4_NL where rows are not whole
  *         super-blocks)
+ *   the lattice-grid types, super-blocks of 256 whose groups of 8 (IQ3: 4) elements are one
+ *   entry of a fixed grid with signs (kernels/iqgrid.h has their layouts), Q8_K activations,
+ *   IQ4_NL where rows are not whole super-blocks:
+ *   IQ2_XXS 66 bytes, IQ2_XS 74, IQ2_S 82, IQ3_XXS 98, IQ3_S 110, IQ1_S 50, IQ1_M 56
  *
  * Activations: for F32/F16/BF16 weights a dot product takes the activation vector as F32;
- * for the 32-element Q types it takes it quantized to Q8_0, for the K-quants and IQ4_XS to
+ * for the 32-element Q types it takes it quantized to Q8_0, for the super-block types to
  * Q8_K (256 elements, an f32 scale and the sums of each 16 quants), as ggml does
  * (vec_dot_type), so the integer dot products stay in int8. mvm_k_act_bytes() says how many
  * bytes an activation vector of n elements takes for a weight type, mvm_k_prepare_act()
