@@ -113,6 +113,12 @@ MVM_BLK_FN uint64_t mvm_k_grid(enum mvm_wtype t, unsigned i)
 #undef MVM_K_G
 }
 
+/* IQ1_S and IQ1_M: a grid of -1, 0 and 1 with a delta instead of signs. */
+MVM_BLK_FN int mvm_k_is_iq1(enum mvm_wtype t)
+{
+    return t == MVM_W_IQ1_S || t == MVM_W_IQ1_M;
+}
+
 /* ggml's ksigns_iq2xs[i]: the 7 stored sign bits i with the eighth that makes them even. */
 MVM_BLK_FN unsigned mvm_k_ksign(unsigned i)
 {
@@ -229,7 +235,7 @@ MVM_BLK_FN void mvm_k_iq_chunk(enum mvm_wtype t, const uint8_t *blk, int c, int8
                                int sc[2])
 {
     const mvm_k_iq_raw r = mvm_k_iq_decode(t, blk, c);
-    const int iq1 = t == MVM_W_IQ1_S || t == MVM_W_IQ1_M;
+    const int iq1 = mvm_k_is_iq1(t);
     for (int e = 0; e < 32; e++) {
         const int v = (int8_t)(r.g[e / 8] >> 8 * (e % 8));
         q[e] = (int8_t)(iq1 ? 8 * v + (r.dneg >> e / 8 & 1 ? -1 : 1)

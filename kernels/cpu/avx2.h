@@ -637,7 +637,7 @@ AVX2_INLINE __m256i avx2_iq_chunk(enum mvm_wtype t, const uint8_t *blk, int c, _
     *scale = _mm256_set_m128i(_mm_set1_epi16((short)r.sc[1]), _mm_set1_epi16((short)r.sc[0]));
     const __m256i g = _mm256_set_epi64x((long long)r.g[3], (long long)r.g[2],
                                         (long long)r.g[1], (long long)r.g[0]);
-    if (t == MVM_W_IQ1_S || t == MVM_W_IQ1_M) {
+    if (mvm_k_is_iq1(t)) {
         const __m256i g2 = _mm256_add_epi8(g, g), g4 = _mm256_add_epi8(g2, g2);
         const __m256i delta = _mm256_set_epi64x(
             r.dneg & 8 ? -1 : 0x0101010101010101, r.dneg & 4 ? -1 : 0x0101010101010101,

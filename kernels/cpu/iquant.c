@@ -153,11 +153,6 @@ static int parity_signs(enum mvm_wtype t)
     return t == MVM_W_IQ2_XXS || t == MVM_W_IQ2_XS || t == MVM_W_IQ3_XXS;
 }
 
-static int is_iq1(enum mvm_wtype t)
-{
-    return t == MVM_W_IQ1_S || t == MVM_W_IQ1_M;
-}
-
 /* The types with a scale per 16 elements; the others have one per chunk of 32. */
 static int per_half(enum mvm_wtype t)
 {
@@ -317,8 +312,8 @@ static void quantize_block(enum mvm_wtype t, const struct lattice *L, const floa
                            uint8_t *blk)
 {
     /* the largest |q|: the grid's largest magnitude, IQ1's 8·1 + 1 */
-    const float top = is_iq1(t) ? 9.0f : (float)L->levels[L->n_levels - 1];
-    const int ls_max = is_iq1(t) ? 7 : 15, span = per_half(t) ? 16 : 32;
+    const float top = mvm_k_is_iq1(t) ? 9.0f : (float)L->levels[L->n_levels - 1];
+    const int ls_max = mvm_k_is_iq1(t) ? 7 : 15, span = per_half(t) ? 16 : 32;
     float step[16], max_step = 0;
     for (int h = 0; h < 16; h++) {
         const int h0 = h / (span / 16) * (span / 16); /* the first half its scale covers */
@@ -337,7 +332,7 @@ static void quantize_block(enum mvm_wtype t, const struct lattice *L, const floa
             ch.ls[half] = mvm_k_clampi(mvm_k_nearest((ratio - 1) / 2), 0, ls_max);
             s[half] = unit * (float)(2 * ch.ls[half] + 1);
         }
-        if (is_iq1(t))
+        if (mvm_k_is_iq1(t))
             choose_iq1(t, L, x + 32 * c, s, &ch);
         else
             choose_signed(t, L, x + 32 * c, s, &ch);
