@@ -15,7 +15,7 @@
  * sums to float separately; the values are the same, the rounding differs in the last bits.)
  *
  * Signs: IQ2_XXS, IQ2_XS and IQ3_XXS store 7 of a group's 8 sign bits, the eighth making the
- * count of minus signs even (ggml's ksigns_iq2xs table, computed here: mvm_k_ksign); IQ2_S
+ * count of minus signs even (ggml's ksigns_iq2xs table, computed here: mvm_k_ksign4); IQ2_S
  * and IQ3_S store all 8; IQ1's grid holds -1, 0 and 1 and has no signs.
  */
 #ifndef MVM_KERNELS_IQGRID_H
@@ -119,13 +119,15 @@ MVM_BLK_FN int mvm_k_is_iq1(enum mvm_wtype t)
     return t == MVM_W_IQ1_S || t == MVM_W_IQ1_M;
 }
 
-/* ggml's ksigns_iq2xs[i]: the 7 stored sign bits i with the eighth that makes them even. */
-MVM_BLK_FN unsigned mvm_k_ksign(unsigned i)
+/* ggml's ksigns_iq2xs for four groups at once: byte l of the result is byte l of b (7 stored
+ * sign bits) with the eighth that makes them even. The parity folds within each byte: the
+ * bits the shifts bring in from the next byte never reach bit 0, the only one kept. */
+MVM_BLK_FN uint32_t mvm_k_ksign4(uint32_t b)
 {
-    unsigned p = i ^ i >> 4;
+    uint32_t p = b ^ b >> 4;
     p ^= p >> 2;
     p ^= p >> 1;
-    return i | (p & 1) << 7;
+    return b | (p & 0x01010101u) << 7;
 }
 
 /* f, the power of two between a type's integers and its values (see the top). */
@@ -148,17 +150,22 @@ MVM_BLK_FN uint16_t mvm_k_iq_d(enum mvm_wtype t, const uint8_t *blk)
  * element 8l + j's grid value is byte j of g[l]; IQ2/IQ3 negate element e where bit e of neg
  * is set, IQ1 adds its delta, -1 to group l where bit l of dneg is set, else +1, to 8 times
  * the value; sc[0] scales elements 0..15, sc[1] 16..31. The CPU levels expand it with
- * vectors, mvm_k_iq_chunk with a loop. */
+ * vectors, mvm_k_iq_chunk with a loop.
+ * The types that store 7 sign bits a group also give the word that holds them, as stored
+ * (sw: IQ2_XXS and IQ3_XXS group l's at bits 7l .. 7l + 6, IQ2_XS's at 16l + 9 .. 16l + 15),
+ * so that a vector level can complete the parity in vectors (avx2_iq_ksigns) rather than
+ * use neg, which costs about twenty scalar operations. */
 typedef struct {
     uint64_t g[4];
     uint32_t neg;
     unsigned dneg;
+    uint64_t sw;
     int sc[2];
 } mvm_k_iq_raw;
 
 MVM_BLK_FN mvm_k_iq_raw mvm_k_iq_decode(enum mvm_wtype t, const uint8_t *blk, int c)
 {
-    mvm_k_iq_raw r = {{0, 0, 0, 0}, 0, 0, {0, 0}};
+    mvm_k_iq_raw r = {{0, 0, 0, 0}, 0, 0, 0, {0, 0}};
     switch (t) {
     case MVM_W_IQ2_XXS:
     case MVM_W_IQ3_XXS: {
@@ -167,27 +174,33 @@ MVM_BLK_FN mvm_k_iq_raw mvm_k_iq_decode(enum mvm_wtype t, const uint8_t *blk, in
                                 : (const uint8_t *)((const mvm_block_iq2_xxs *)blk)->qs + 8 * c;
         uint32_t s;
         memcpy(&s, xxs3 ? ((const mvm_block_iq3_xxs *)blk)->qs + 64 + 4 * c : g + 4, sizeof s);
-        for (int l = 0; l < 4; l++) {
+        MVM_BLK_UNROLL(4)
+        for (int l = 0; l < 4; l++)
             r.g[l] = xxs3 ? mvm_k_grid(t, g[2 * l]) | mvm_k_grid(t, g[2 * l + 1]) << 32
                           : mvm_k_grid(t, g[l]);
-            r.neg |= (uint32_t)mvm_k_ksign(s >> 7 * l & 127) << 8 * l;
-        }
+        r.sw = s;
+        r.neg = mvm_k_ksign4((s & 0x7F) | (s << 1 & 0x7F00) | (s << 2 & 0x7F0000) |
+                             (s << 3 & 0x7F000000));
         r.sc[0] = r.sc[1] = 2 * (int)(s >> 28) + 1;
         break;
     }
     case MVM_W_IQ2_XS: {
         const mvm_block_iq2_xs *x = (const mvm_block_iq2_xs *)blk;
-        for (int l = 0; l < 4; l++) {
-            const unsigned v = x->qs[4 * c + l];
-            r.g[l] = mvm_k_grid(t, v & 511);
-            r.neg |= (uint32_t)mvm_k_ksign(v >> 9) << 8 * l;
-        }
+        MVM_BLK_UNROLL(4)
+        for (int l = 0; l < 4; l++)
+            r.g[l] = mvm_k_grid(t, x->qs[4 * c + l] & 511);
+        memcpy(&r.sw, x->qs + 4 * c, sizeof r.sw);
+        /* the 4 groups' sign bits 9..15 gathered into one byte each */
+        uint64_t v = r.sw >> 9 & 0x007F007F007F007Full;
+        v = (v | v >> 8) & 0x0000FFFF0000FFFFull;
+        r.neg = mvm_k_ksign4((uint32_t)(v | v >> 16));
         r.sc[0] = 2 * (x->scales[c] & 15) + 1;
         r.sc[1] = 2 * (x->scales[c] >> 4) + 1;
         break;
     }
     case MVM_W_IQ2_S: {
         const mvm_block_iq2_s *x = (const mvm_block_iq2_s *)blk;
+        MVM_BLK_UNROLL(4)
         for (int l = 0; l < 4; l++)
             r.g[l] = mvm_k_grid(t, x->qs[4 * c + l] | (x->qh[c] >> 2 * l & 3) << 8);
         memcpy(&r.neg, x->qs + 32 + 4 * c, sizeof r.neg);
@@ -197,6 +210,7 @@ MVM_BLK_FN mvm_k_iq_raw mvm_k_iq_decode(enum mvm_wtype t, const uint8_t *blk, in
     }
     case MVM_W_IQ3_S: {
         const mvm_block_iq3_s *x = (const mvm_block_iq3_s *)blk;
+        MVM_BLK_UNROLL(8)
         for (int k = 0; k < 8; k++)
             r.g[k / 2] |= mvm_k_grid(t, x->qs[8 * c + k] | (x->qh[c] >> k & 1) << 8)
                           << 32 * (k % 2);
@@ -207,6 +221,7 @@ MVM_BLK_FN mvm_k_iq_raw mvm_k_iq_decode(enum mvm_wtype t, const uint8_t *blk, in
     case MVM_W_IQ1_S: {
         const mvm_block_iq1_s *x = (const mvm_block_iq1_s *)blk;
         const unsigned h = x->qh[c];
+        MVM_BLK_UNROLL(4)
         for (int l = 0; l < 4; l++)
             r.g[l] = mvm_k_grid(t, x->qs[4 * c + l] | (h >> 3 * l & 7) << 8);
         r.dneg = h & 0x8000 ? 15 : 0;
@@ -215,6 +230,7 @@ MVM_BLK_FN mvm_k_iq_raw mvm_k_iq_decode(enum mvm_wtype t, const uint8_t *blk, in
     }
     default: { /* IQ1_M */
         const mvm_block_iq1_m *x = (const mvm_block_iq1_m *)blk;
+        MVM_BLK_UNROLL(4)
         for (int l = 0; l < 4; l++) {
             const unsigned h = x->qh[2 * c + l / 2] >> 4 * (l % 2);
             r.g[l] = mvm_k_grid(t, x->qs[4 * c + l] | (h & 7) << 8);
@@ -236,6 +252,7 @@ MVM_BLK_FN void mvm_k_iq_chunk(enum mvm_wtype t, const uint8_t *blk, int c, int8
 {
     const mvm_k_iq_raw r = mvm_k_iq_decode(t, blk, c);
     const int iq1 = mvm_k_is_iq1(t);
+    MVM_BLK_UNROLL(32)
     for (int e = 0; e < 32; e++) {
         const int v = (int8_t)(r.g[e / 8] >> 8 * (e % 8));
         q[e] = (int8_t)(iq1 ? 8 * v + (r.dneg >> e / 8 & 1 ? -1 : 1)

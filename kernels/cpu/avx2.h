@@ -626,30 +626,72 @@ AVX2_INLINE void avx2_kblock_iq4xs(const mvm_block_iq4_xs *x, const mvm_block_q8
         r[i] = a[i]->d * (mvm_k_h2f(x->d) * (float)avx2_hsum_i32(acc[i]));
 }
 
-/* Chunk c of a lattice-grid super-block as 32 signed bytes: kernels/iqgrid.h decodes its
- * grid entries, signs and deltas with scalar loads (the entries are table lookups); the
- * expansion is vector code. IQ2/IQ3: each sign bit picked out of a broadcast of the 32 by a
- * byte shuffle, a bit mask and a compare, then applied with vpsignb; IQ1: 8·g + delta by byte
- * adds. */
-AVX2_INLINE __m256i avx2_iq_chunk(enum mvm_wtype t, const uint8_t *blk, int c, __m256i *scale)
+/* The sign vector (bytes < 0 where q < 0) of a chunk of the types with 7 stored sign bits a
+ * group, from the word that holds them (kernels/iqgrid.h's sw): each element's bit picked by
+ * a byte shuffle of the broadcast word and a bit mask, the eighth of each group (shuffle index
+ * 0x80: no bit) set by the parity of the seven, which vpsadbw counts per 8-byte group (255
+ * per set element: the sum's low bit is the parity) and a shift moves to byte 7's sign bit.
+ * Against completing them by scalar code (mvm_k_ksign4 and its gathering) and spreading
+ * neg: IQ2_XS 1.5x, IQ2_XXS 1.3x, IQ3_XXS 1.1x in L2 (docs/perf/cpu.md). */
+AVX2_INLINE __m256i avx2_iq_ksigns(enum mvm_wtype t, uint64_t sw)
+{
+    /* x: a shuffle index that gives 0 (no bit: a group's eighth); h: the bit 0x80 */
+    const char x = (char)0x80, h = (char)0x80;
+    /* IQ2_XS: group l's element j is bit j + 1 of byte 2l + 1 */
+    const __m256i xs_idx = _mm256_setr_epi8(1, 1, 1, 1, 1, 1, 1, x, 3, 3, 3, 3, 3, 3, 3, x, 5,
+                                            5, 5, 5, 5, 5, 5, x, 7, 7, 7, 7, 7, 7, 7, x);
+    const __m256i xs_bit = _mm256_setr_epi8(2, 4, 8, 16, 32, 64, h, 1, 2, 4, 8, 16, 32, 64, h,
+                                            1, 2, 4, 8, 16, 32, 64, h, 1, 2, 4, 8, 16, 32, 64,
+                                            h, 1);
+    /* IQ2_XXS, IQ3_XXS: group l's element j is bit 7l + j of the word */
+    const __m256i xxs_idx = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, x, 0, 1, 1, 1, 1, 1, 1, x,
+                                             1, 1, 2, 2, 2, 2, 2, x, 2, 2, 2, 3, 3, 3, 3, x);
+    const __m256i xxs_bit = _mm256_setr_epi8(1, 2, 4, 8, 16, 32, 64, 1, h, 1, 2, 4, 8, 16, 32,
+                                             1, 64, h, 1, 2, 4, 8, 16, 1, 32, 64, h, 1, 2, 4, 8,
+                                             1);
+    const int xs = t == MVM_W_IQ2_XS;
+    const __m256i bit = xs ? xs_bit : xxs_bit;
+    const __m256i pick = _mm256_shuffle_epi8(_mm256_set1_epi64x((long long)sw),
+                                             xs ? xs_idx : xxs_idx);
+    const __m256i neg = _mm256_cmpeq_epi8(_mm256_and_si256(pick, bit), bit);
+    const __m256i odd = _mm256_slli_epi64(_mm256_sad_epu8(neg, _mm256_setzero_si256()), 63);
+    return _mm256_or_si256(_mm256_or_si256(neg, odd), _mm256_set1_epi8(1));
+}
+
+/* Chunk c of a lattice-grid super-block as 32 signed bytes q, given as |q| (*mag) and a
+ * vector with q's signs (returned; maddubs takes the activations with these signs).
+ * kernels/iqgrid.h decodes the grid entries, signs and deltas with scalar loads (the entries
+ * are table lookups); the expansion is vector code. IQ2/IQ3, whose grids are positive: |q|
+ * is the grid entries, and each sign bit is picked out of a broadcast of the 32 by a byte
+ * shuffle, a bit mask and a compare (the types with 7 stored bits a group: avx2_iq_ksigns).
+ * IQ1: q = 8·g + delta by byte adds. */
+AVX2_INLINE __m256i avx2_iq_chunk(enum mvm_wtype t, const uint8_t *blk, int c, __m256i *scale,
+                                  __m256i *mag)
 {
     const mvm_k_iq_raw r = mvm_k_iq_decode(t, blk, c);
     *scale = _mm256_set_m128i(_mm_set1_epi16((short)r.sc[1]), _mm_set1_epi16((short)r.sc[0]));
     const __m256i g = _mm256_set_epi64x((long long)r.g[3], (long long)r.g[2],
                                         (long long)r.g[1], (long long)r.g[0]);
+    const __m256i one = _mm256_set1_epi8(1);
     if (mvm_k_is_iq1(t)) {
+        /* -1 in the bytes of group l where bit l of dneg is set, else 1: a compare, as
+         * branches on the (random) delta bits were mispredicted at half the chunks */
+        const __m256i gbit = _mm256_set_epi64x(8, 4, 2, 1);
+        const __m256i neg = _mm256_cmpeq_epi64(
+            _mm256_and_si256(_mm256_set1_epi64x((long long)r.dneg), gbit), gbit);
         const __m256i g2 = _mm256_add_epi8(g, g), g4 = _mm256_add_epi8(g2, g2);
-        const __m256i delta = _mm256_set_epi64x(
-            r.dneg & 8 ? -1 : 0x0101010101010101, r.dneg & 4 ? -1 : 0x0101010101010101,
-            r.dneg & 2 ? -1 : 0x0101010101010101, r.dneg & 1 ? -1 : 0x0101010101010101);
-        return _mm256_add_epi8(_mm256_add_epi8(g4, g4), delta);
+        const __m256i q = _mm256_add_epi8(_mm256_add_epi8(g4, g4), _mm256_or_si256(neg, one));
+        *mag = _mm256_sign_epi8(q, q);
+        return q;
     }
+    *mag = g;
+    if (t == MVM_W_IQ2_XXS || t == MVM_W_IQ3_XXS || t == MVM_W_IQ2_XS)
+        return avx2_iq_ksigns(t, r.sw);
     const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
     const __m256i spread = _mm256_shuffle_epi8(
         _mm256_set1_epi32((int)r.neg),
         _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
-    const __m256i neg = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
-    return _mm256_sign_epi8(g, _mm256_or_si256(neg, _mm256_set1_epi8(1)));
+    return _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), one);
 }
 
 /* The lattice-grid types: kernels/blocks.h's chunks, each expanded once (avx2_iq_chunk) and
@@ -663,12 +705,11 @@ AVX2_INLINE void avx2_kblock_iqgrid(enum mvm_wtype t, const uint8_t *blk,
     for (int i = 0; i < nt; i++)
         acc[i] = _mm256_setzero_si256();
     for (int c = 0; c < 8; c++) {
-        __m256i scale;
-        const __m256i q = avx2_iq_chunk(t, blk, c, &scale);
-        const __m256i q_abs = _mm256_sign_epi8(q, q);
+        __m256i scale, mag;
+        const __m256i sgn = avx2_iq_chunk(t, blk, c, &scale, &mag);
         for (int i = 0; i < nt; i++) {
             const __m256i av = _mm256_loadu_si256((const __m256i *)(a[i]->qs + 32 * c));
-            const __m256i p = _mm256_maddubs_epi16(q_abs, _mm256_sign_epi8(av, q));
+            const __m256i p = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(av, sgn));
             acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(p, scale));
         }
     }

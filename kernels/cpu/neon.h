@@ -326,18 +326,34 @@ NEON_INLINE void neon_kload_iq4xs(const mvm_block_iq4_xs *x, neon_kblk *k, int32
     }
 }
 
-/* The lattice-grid types: each chunk expanded by kernels/iqgrid.h (mvm_k_iq_chunk). */
+/* The lattice-grid types: each chunk decoded by kernels/iqgrid.h (mvm_k_iq_decode), 16
+ * elements a vector: two grid entries side by side; IQ2/IQ3 negate the elements whose sign
+ * bit a lane-wise bit test finds ((g ^ m) - m); IQ1 adds each group's delta to 8·g. */
 NEON_INLINE void neon_kload_iqgrid(enum mvm_wtype t, const uint8_t *blk, neon_kblk *k,
                                    int32_t sc16[16])
 {
+    const uint8x16_t bit = vreinterpretq_u8_u64(vdupq_n_u64(0x8040201008040201ull));
+#pragma GCC unroll 8
     for (int c = 0; c < 8; c++) {
-        int8_t q[32];
-        int sc[2];
-        mvm_k_iq_chunk(t, blk, c, q, sc);
-        k->q[2 * c] = vld1q_s8(q);
-        k->q[2 * c + 1] = vld1q_s8(q + 16);
-        sc16[2 * c] = sc[0];
-        sc16[2 * c + 1] = sc[1];
+        const mvm_k_iq_raw r = mvm_k_iq_decode(t, blk, c);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const int8x16_t g = vreinterpretq_s8_u64(
+                vcombine_u64(vcreate_u64(r.g[2 * h]), vcreate_u64(r.g[2 * h + 1])));
+            if (mvm_k_is_iq1(t)) {
+                const int8x16_t delta =
+                    vcombine_s8(vdup_n_s8((int8_t)(1 - 2 * (int)(r.dneg >> 2 * h & 1))),
+                                vdup_n_s8((int8_t)(1 - 2 * (int)(r.dneg >> (2 * h + 1) & 1))));
+                k->q[2 * c + h] = vaddq_s8(vshlq_n_s8(g, 3), delta);
+            } else {
+                const uint8x16_t b = vcombine_u8(vdup_n_u8((uint8_t)(r.neg >> 16 * h)),
+                                                 vdup_n_u8((uint8_t)(r.neg >> (16 * h + 8))));
+                const int8x16_t m = vreinterpretq_s8_u8(vtstq_u8(b, bit));
+                k->q[2 * c + h] = vsubq_s8(veorq_s8(g, m), m);
+            }
+        }
+        sc16[2 * c] = r.sc[0];
+        sc16[2 * c + 1] = r.sc[1];
     }
 }
 
