@@ -289,8 +289,19 @@ def check_prompt(moevm, model, model_path, wtype, workdir, prompt, tag, launcher
 
     ref = Compare(model, wtype, tokens)
     rows_exact, rows_emu = ref.errors(logits)
+    if launcher:
+        # The leader adds each rank's partial sum of its experts' outputs, so the logits
+        # differ from one process's in the last bits, in a way that follows the placement
+        # (which follows the measured links: it changes from run to run). Where the two
+        # references already route differently, a near tie, that can pick the other expert
+        # (seen once in CI: glm4moe q8_0, error 0.9 from row 10, its first unstable row). So
+        # a departure that begins at or after that row ends the emulated comparison there,
+        # as the exact one ends; one that begins before it still fails.
+        bad = np.flatnonzero(~(rows_emu <= ref.tol))
+        if bad.size and bad[0] >= ref.stable:
+            rows_emu = rows_emu[:bad[0]]
     e_exact = float(rows_exact.max()) if rows_exact.size else 0.0
-    e_emu = float(rows_emu.max())
+    e_emu = float(rows_emu.max()) if rows_emu.size else 0.0
     checks = [("exact", rows_exact, ref.tol_exact)] + \
         ([("emulated", rows_emu, ref.tol)] if ref.quantized else [])
     for name, rows, tol in checks:
@@ -305,6 +316,8 @@ def check_prompt(moevm, model, model_path, wtype, workdir, prompt, tag, launcher
         if logits[i, nxt] != logits[i].max():
             problems.append(f"generated token {nxt} at row {i + 1} is not the argmax "
                             f"({int(logits[i].argmax())}) of the engine's row {i}")
+        if i >= len(rows_emu):  # past a distributed run's near tie (above)
+            continue
         top2 = np.sort(ref.emu[i])[-2:]
         rms_tol = ref.tol * np.linalg.norm(ref.emu[i]) / np.sqrt(model.cfg.n_vocab)
         if top2[1] - top2[0] > GREEDY_MARGIN * rms_tol:
@@ -318,7 +331,8 @@ def check_prompt(moevm, model, model_path, wtype, workdir, prompt, tag, launcher
     if ref.quantized:
         line += (f"max rel err exact {e_exact:.2e} (tol {ref.tol_exact:.0e}; "
                  f"{ref.stable}/{len(rec)} rows routing-stable), emulated {e_emu:.2e} "
-                 f"(tol {ref.tol:.0e}; median {np.median(rows_emu):.0e})")
+                 f"(tol {ref.tol:.0e}; median {np.median(rows_emu) if rows_emu.size else 0:.0e}; "
+                 f"{len(rows_emu)} rows)")
     else:
         line += f"max rel err {e_emu:.2e} (tol {ref.tol:.0e})"
     line += f"  greedy: {checked}/{n_gen} checked vs reference"
