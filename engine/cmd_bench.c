@@ -42,8 +42,10 @@ static void usage(FILE *f)
           "  -n            tokens generated one at a time: the tgN test (default 128; 0: none)\n"
           "  -r            timed repetitions of each test, after one warm-up (default 5)\n"
           "  -t            thread counts to try (default: the cores near the GPU, or all)\n"
-          "  --gpu-budget  device budgets to try, each a size or a percentage of the experts\n"
-          "                (default MOEVM_GPU_BUDGET)\n"
+          "  --gpu-budget  device budgets to try, each a size, a percentage of the experts\n"
+          "                or auto (default MOEVM_GPU_BUDGET; on the CPU auto reads the experts\n"
+          "                at their homes, the budget column's 'home', and a budget emulates a\n"
+          "                device)\n"
           "  --evict       the evict policy module (default MOEVM_EVICT; docs/policies.md)\n"
           "  --batch       prompt tokens per forward pass (default 32)\n"
           "  --kv-type     the KV cache's elements (default MOEVM_KV_TYPE, f16)\n"
@@ -204,9 +206,12 @@ static int bench_test(struct bench_run *r, int gen, const char *prefix)
         fprintf(stderr, "\r%*s\r", 40, "");
     double mean = sum / a->reps;
     double var = a->reps > 1 ? (sum2 - sum * mean) / (a->reps - 1) : 0;
-    printf("%s| %s%u | %.2f +- %.2f | %.1f%% | %.2f |\n", prefix, gen ? "tg" : "pp", n, mean,
-           var > 0 ? sqrt(var) : 0.0, accesses ? 100.0 * (double)hits / (double)accesses : 0.0,
-           (double)moved / 1048576.0 / ((double)n * a->reps));
+    char hit[16] = "-"; /* experts read at their homes: no residency to report */
+    if (!r->model->experts_at_home)
+        snprintf(hit, sizeof hit, "%.1f%%",
+                 accesses ? 100.0 * (double)hits / (double)accesses : 0.0);
+    printf("%s| %s%u | %.2f +- %.2f | %s | %.2f |\n", prefix, gen ? "tg" : "pp", n, mean,
+           var > 0 ? sqrt(var) : 0.0, hit, (double)moved / 1048576.0 / ((double)n * a->reps));
     fflush(stdout);
     return 0;
 }
@@ -231,13 +236,15 @@ static int bench_config(const struct bench_args *a, const mvm_machine *machine, 
     }
     mvm_space_info info;
     mvm_space_get_info(r.model->space, &info);
-    char types[64], prefix[512];
+    char types[64], prefix[512], budget[16] = "home";
     double gib = (double)r.model->expert_bytes * r.model->hp.n_layer * r.model->hp.n_expert /
                  1073741824.0;
-    snprintf(prefix, sizeof prefix, "| %s | %s | %.2f | %s | %d | %.2f ",
+    if (!r.model->experts_at_home)
+        snprintf(budget, sizeof budget, "%.2f",
+                 (double)info.device_pages * (double)info.page_size / 1073741824.0);
+    snprintf(prefix, sizeof prefix, "| %s | %s | %.2f | %s | %d | %s ",
              r.model->arch->name, mvm_model_expert_types(r.model, types, sizeof types), gib,
-             info.backend, mvm_pool_size(pool),
-             (double)info.device_pages * (double)info.page_size / 1073741824.0);
+             info.backend, mvm_pool_size(pool), budget);
     if (a->n_prompt)
         rc = bench_test(&r, 0, prefix);
     if (!rc && a->n_gen)

@@ -51,7 +51,8 @@ int mvm_cmd_info(int argc, char **argv)
         printf("budget:     auto = 90%% of the %llu MiB free on the device, capped at the "
                "experts' size\n", (unsigned long long)(info.device_free >> 20));
     else if ((uint64_t)budget.i == MVM_BUDGET_AUTO)
-        printf("budget:     auto = all expert bytes (host backend)\n");
+        printf("budget:     auto = none on the host backend: the CPU reads experts at their "
+               "homes (a budget emulates a device)\n");
     else if (budget.frac > 0)
         printf("budget:     %g%% of the experts' pages\n", budget.frac * 100);
     else

@@ -61,7 +61,9 @@ static void usage(FILE *f)
             "  --batch       prompt tokens per forward pass (default 32)\n"
             "  --kv-type     the KV cache's elements: f16 (half the memory) or f32 (default\n"
             "                MOEVM_KV_TYPE, f16)\n"
-            "  --gpu-budget  device budget for expert pages (default MOEVM_GPU_BUDGET)\n"
+            "  --gpu-budget  device budget for expert pages (default MOEVM_GPU_BUDGET; on the\n"
+            "                CPU, auto reads every expert at its home and a budget emulates a\n"
+            "                device: policies to study, copies to pay)\n"
             "  --evict       the evict policy module and its parameters, e.g. lru or\n"
             "                score{n=8} (default MOEVM_EVICT; docs/policies.md)\n"
             "  --predict     the predict module whose forecast of the next layer's experts\n"
@@ -357,15 +359,19 @@ static int load(struct session *s)
     if (hp->rope.freq_scale != 1.0f)
         snprintf(rope, sizeof rope, ", RoPE %s x%g", hp->rope.ext_factor != 0 ? "YaRN" : "linear",
                  1.0 / hp->rope.freq_scale);
+    char budget[96];
+    if (s->model->experts_at_home)
+        snprintf(budget, sizeof budget, "experts read at their homes (no budget)");
+    else
+        snprintf(budget, sizeof budget, "budget %u pages of %llu KiB", info.device_pages,
+                 (unsigned long long)(info.page_size >> 10));
     fprintf(stderr, "model: %s (%s), %u layers%s, %u experts top-%u of %.1f %s (%s), vocab %u%s; "
-            "loaded in %.2f s\nspace: %s backend, budget %u pages of %llu KiB; %s; cost model "
-            "%s\n",
+            "loaded in %.2f s\nspace: %s backend, %s; %s; cost model %s\n",
             s->model->name, s->model->arch->name, hp->n_layer, dense, hp->n_expert,
             hp->n_expert_used,
             eb >= 1048576 ? eb / 1048576 : eb / 1024, eb >= 1048576 ? "MiB" : "KiB",
             mvm_model_expert_types(s->model, types, sizeof types), hp->n_vocab, rope,
-            mvm_now_s() - t0, info.backend, info.device_pages,
-            (unsigned long long)(info.page_size >> 10), compute, s->machine.name);
+            mvm_now_s() - t0, info.backend, budget, compute, s->machine.name);
     if (mvm_tokenizer_load(s->model->gguf, &s->tok) != MVM_OK) {
         if (!a->tokens)
             return mvm_cli_error("tokenizer");
@@ -502,26 +508,27 @@ static int generate(struct session *s)
     mvm_space_get_stats(s->model->space, &vs);
     mvm_resid_get_stats(mvm_ctx_residency(s->ctx), &rs);
     fprintf(stderr, "prefill %u tokens %.1f tok/s | decode %u tokens %.2f tok/s | expert "
-            "accesses %" PRIu64 " (hit %.1f%%, %.1f%% partial, %" PRIu64 " from host, %" PRIu64
-            " extra rounds; evict %s: "
-            "%" PRIu64
-            " out; predict %s: %" PRIu64 " prefetched, %" PRIu64 " used, %" PRIu64 " in time; "
-            "route %s: %" PRIu64 " substituted; config %s: %" PRIu64 " changes, %" PRIu64
-            " split; assign %s: %" PRIu64 " on CPU, %" PRIu64 " zero-copy, %" PRIu64
-            " planned) | moved %.1f MiB\n",
-            s->n_prompt, t_prefill > 0 ? s->n_prompt / t_prefill : 0.0, generated,
-            t_decode > 0 ? generated / t_decode : 0.0, rs.accesses,
-            rs.accesses ? 100.0 * (double)rs.hits / (double)rs.accesses : 0.0,
-            rs.accesses ? 100.0 * (double)rs.partial_hits / (double)rs.accesses : 0.0,
-            rs.bypassed, rs.extra_rounds,
-            mvm_resid_evict_name(mvm_ctx_residency(s->ctx)), rs.evictions,
-            mvm_prefetcher_name(mvm_ctx_prefetcher(s->ctx)), rs.prefetches, rs.prefetch_used,
-            rs.prefetch_hits, mvm_substitutor_name(mvm_ctx_substitutor(s->ctx)),
-            mvm_substitutor_count(mvm_ctx_substitutor(s->ctx)),
-            mvm_resid_config_name(mvm_ctx_residency(s->ctx)), rs.reconfigs, rs.splits,
-            mvm_resid_assign_name(mvm_ctx_residency(s->ctx)), rs.cpu_runs, rs.zerocopy_runs,
-            rs.planned,
-            (double)vs.bytes_moved / 1048576.0);
+            "accesses %" PRIu64, s->n_prompt, t_prefill > 0 ? s->n_prompt / t_prefill : 0.0,
+            generated, t_decode > 0 ? generated / t_decode : 0.0, rs.accesses);
+    if (s->model->experts_at_home) /* nothing moved: no residency to report */
+        fprintf(stderr, ", all read at their homes\n");
+    else
+        fprintf(stderr, " (hit %.1f%%, %.1f%% partial, %" PRIu64 " from host, %" PRIu64
+                " extra rounds; evict %s: %" PRIu64 " out; predict %s: %" PRIu64
+                " prefetched, %" PRIu64 " used, %" PRIu64 " in time; route %s: %" PRIu64
+                " substituted; config %s: %" PRIu64 " changes, %" PRIu64 " split; assign %s: %"
+                PRIu64 " on CPU, %" PRIu64 " zero-copy, %" PRIu64 " planned) | moved %.1f MiB\n",
+                rs.accesses ? 100.0 * (double)rs.hits / (double)rs.accesses : 0.0,
+                rs.accesses ? 100.0 * (double)rs.partial_hits / (double)rs.accesses : 0.0,
+                rs.bypassed, rs.extra_rounds,
+                mvm_resid_evict_name(mvm_ctx_residency(s->ctx)), rs.evictions,
+                mvm_prefetcher_name(mvm_ctx_prefetcher(s->ctx)), rs.prefetches,
+                rs.prefetch_used, rs.prefetch_hits,
+                mvm_substitutor_name(mvm_ctx_substitutor(s->ctx)),
+                mvm_substitutor_count(mvm_ctx_substitutor(s->ctx)),
+                mvm_resid_config_name(mvm_ctx_residency(s->ctx)), rs.reconfigs, rs.splits,
+                mvm_resid_assign_name(mvm_ctx_residency(s->ctx)), rs.cpu_runs,
+                rs.zerocopy_runs, rs.planned, (double)vs.bytes_moved / 1048576.0);
     if (s->dist)
         print_dist_stats(s->dist);
     return 0;

@@ -406,7 +406,10 @@ static mvm_status moe(struct cpu_fwd *c, uint32_t il, uint32_t n, uint32_t pos0)
         return st;
     if (c->moe->dist) /* the other ranks' experts run there meanwhile */
         st = mvm_dist_send(c->moe->dist, c->moe, c->xn, n);
-    mvm_xcpu_run(c->experts, c->moe, c->xn, n, c->moe->active, c->moe->n_active, 0);
+    /* At home, the home's own view: the expert address maps the same pages a second time,
+     * whose first reads would fault them in again (and count them twice in the RSS). */
+    mvm_xcpu_run(c->experts, c->moe, c->xn, n, c->moe->active, c->moe->n_active,
+                 c->m->experts_at_home);
     mvm_xcpu_add(c->experts, c->moe, c->x, n);
     if (c->moe->dist && st == MVM_OK)
         st = mvm_dist_gather(c->moe->dist, c->moe, c->x, n);

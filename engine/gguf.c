@@ -604,6 +604,22 @@ mvm_status mvm_gguf_open_file(const char *path, mvm_gguf **out)
     return MVM_OK;
 }
 
+void mvm_gguf_release(const mvm_gguf *g, const void *p, size_t n)
+{
+    uintptr_t lo = (uintptr_t)p, hi = lo + n;
+    if (g->map && lo >= (uintptr_t)g->map && hi <= (uintptr_t)g->map + g->len) {
+        uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+        lo = (lo + page - 1) & ~(page - 1); /* only pages wholly inside: a neighbour's bytes
+                                               may still be read */
+        hi &= ~(page - 1);
+        if (hi > lo) /* a read-only private mapping: nothing of the file is lost */
+            (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+        return;
+    }
+    for (uint32_t i = 0; i < g->n_parts; i++)
+        mvm_gguf_release(g->parts[i], p, n);
+}
+
 void mvm_gguf_close(mvm_gguf *g)
 {
     if (!g)

@@ -89,6 +89,11 @@ mvm_status mvm_gguf_open(const char *path, mvm_gguf **out);
 mvm_status mvm_gguf_from_memory(const void *data, size_t len, mvm_gguf **out);
 /* Unmaps (when opened from a path) and frees. NULL is a no-op. */
 void mvm_gguf_close(mvm_gguf *g);
+/* The caller reads the file's bytes [p, p + n) no more (a tensor converted elsewhere): the
+ * whole system pages inside them leave the process's resident memory. They stay readable
+ * (a later read maps them from the file again); bytes of a buffer the handle does not map
+ * are left alone. */
+void mvm_gguf_release(const mvm_gguf *g, const void *p, size_t n);
 
 uint32_t mvm_gguf_version(const mvm_gguf *g);
 uint64_t mvm_gguf_n_keys(const mvm_gguf *g);

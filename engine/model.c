@@ -219,6 +219,12 @@ static mvm_status load_experts(struct loader *ld, mvm_model *m, mvm_space_desc *
      * run on a real GPU (docs/engine.md), so a GPU is used only when asked for. */
     if (desc->backend == MVM_BACKEND_AUTO)
         desc->backend = MVM_BACKEND_HOST;
+    /* On the host backend a device page is a second copy of an expert in the same memory,
+     * which the CPU reads no faster than the home (docs/perf/cpu.md, "Experts at home"):
+     * unless a budget is asked for, to emulate a device, the CPU reads the homes. The
+     * space keeps its default pool, never written, so it takes no memory. */
+    m->experts_at_home = desc->backend == MVM_BACKEND_HOST &&
+                         desc->device_budget == MVM_BUDGET_AUTO;
     if (desc->backend == MVM_BACKEND_CUDA && !mvm_ctx_device_available())
         return mvm_ld_fail(ld, MVM_ERR_UNSUPPORTED, "expert space: MOEVM_BACKEND=cuda, but this "
                            "moevm was built without nvcc, so it has no device kernels to compute "
@@ -252,6 +258,11 @@ static mvm_status load_experts(struct loader *ld, mvm_model *m, mvm_space_desc *
         j.gate_stride = mvm_k_row_bytes(f.gate_up, hp->n_embd) * hp->n_ff_exp;
         j.down_stride = mvm_k_row_bytes(f.down, hp->n_ff_exp) * hp->n_embd;
         mvm_pool_run(pool, pack_experts, &j);
+        /* The file's copy is read no more: its pages leave the process (their cache stays
+         * the kernel's to keep or drop). */
+        mvm_gguf_release(ld->g, j.gate, j.gate_stride * hp->n_expert);
+        mvm_gguf_release(ld->g, j.up, j.gate_stride * hp->n_expert);
+        mvm_gguf_release(ld->g, j.down, j.down_stride * hp->n_expert);
         if (progress)
             progress(pctx, m->expert_bytes * hp->n_expert * (il + 1), total);
     }

@@ -130,6 +130,8 @@ typedef struct mvm_model {
      * expert_bytes is the largest layer's (the space's slots are all one size). */
     mvm_space *space;
     uint64_t expert_bytes;
+    int experts_at_home;        /* the CPU reads every expert at its home and nothing moves:
+                                   the host backend with no budget asked for (load_experts) */
     int device;                 /* the CUDA device of a cuda space (its desc's) */
     char name[128];             /* general.name, or the file name */
 } mvm_model;

@@ -25,6 +25,24 @@ static mvm_status wants_routers(const mvm_ctx_policies *p, int *yes)
     return st;
 }
 
+/* With every expert read at its home nothing moves, so a module whose only effect is on
+ * moves would be a choice silently ignored: refused, naming it. */
+static mvm_status check_at_home(mvm_moe *s)
+{
+    const struct { const char *role, *name; } roles[] = {
+        {"predict", mvm_prefetcher_name(s->prefetch)},
+        {"route", mvm_substitutor_name(s->subst)},
+        {"config", mvm_resid_config_name(s->resid)}};
+    for (size_t i = 0; i < sizeof roles / sizeof *roles; i++)
+        if (strcmp(roles[i].name, "none") != 0)
+            return mvm_fail(MVM_ERR_INVALID, "%s %s: on the host backend with no budget every "
+                            "expert is read at its home and nothing moves, so there is nothing "
+                            "to %s; give a budget to emulate a device (--gpu-budget or "
+                            "MOEVM_GPU_BUDGET, e.g. 100%%)", roles[i].role, roles[i].name,
+                            i == 0 ? "prefetch" : i == 1 ? "substitute" : "divide");
+    return MVM_OK;
+}
+
 static mvm_status create_policies(mvm_moe *s, const mvm_ctx_policies *policies)
 {
     const mvm_hparams *hp = &s->m->hp;
@@ -33,6 +51,7 @@ static mvm_status create_policies(mvm_moe *s, const mvm_ctx_policies *policies)
     pol.residency.n_embd = hp->n_embd;
     pol.residency.n_ff = hp->n_ff_exp;
     pol.residency.on_device = s->on_device;
+    pol.residency.at_home = !s->on_device && s->m->experts_at_home;
     int routers = 0;
     mvm_status st = wants_routers(&pol, &routers);
     if (st == MVM_OK)
@@ -45,6 +64,8 @@ static mvm_status create_policies(mvm_moe *s, const mvm_ctx_policies *policies)
                                    &s->prefetch);
     if (st == MVM_OK)
         st = mvm_substitutor_create(s->resid, &pol.routing, &s->subst);
+    if (st == MVM_OK && pol.residency.at_home)
+        st = check_at_home(s);
     s->wait = pol.wait_loads;
     /* Forecasts beyond the next layer only for a module that plans with them: "gpu" does
      * not, and a gate forecast costs a router pass per layer. */

@@ -34,6 +34,7 @@ struct mvm_resid {
     void *config_self;
     const mvm_assign_ops *assign; /* NULL: not on a device, every expert where it is read */
     void *assign_self;
+    int at_home;            /* nothing moves: every expert is read at its home */
     uint32_t *plan;         /* [L*E] the assign module's prefetches */
     uint64_t *layer_pages;  /* [L] the config module's budgets (UINT64_MAX: none) */
     float *theta;           /* [L] its splits: the share of a used expert's pages kept */
@@ -89,6 +90,7 @@ mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_res
     if (!r)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the residency table");
     r->space = space;
+    r->at_home = p->at_home;
     r->landed_layer = UINT32_MAX;
     r->n_experts = info.n_experts;
     r->n_total = info.n_layers * info.n_experts;
@@ -385,6 +387,8 @@ static void abandon(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32
 mvm_status mvm_resid_begin(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n,
                            int wait)
 {
+    if (r->at_home)
+        return mvm_resid_begin_home(r, layer, experts, n, 0);
     mvm_status st = check_step(r, layer, experts, n);
     if (st != MVM_OK)
         return st;
@@ -559,7 +563,7 @@ static mvm_status prefetch(mvm_resid *r, uint32_t layer, uint32_t expert, int pl
     if (layer >= r->shape.n_layers || expert >= r->n_experts)
         return mvm_fail(MVM_ERR_RANGE, "expert (%u, %u) is outside the space", layer, expert);
     uint32_t x = layer * r->n_experts + expert;
-    if (r->resident[x] == r->ppe || (r->remote && r->remote[x]))
+    if (r->at_home || r->resident[x] == r->ppe || (r->remote && r->remote[x]))
         return MVM_OK;
     mvm_status st = fit_layer(r, layer, r->ppe - r->resident[x]);
     if (st == MVM_OK)

@@ -53,6 +53,11 @@ typedef struct mvm_resid_params {
     int on_device;              /* a GPU computes (the engine's device pass): the assign
                                    module places each expert; else any but "gpu" is an
                                    error */
+    int at_home;                /* the CPU reads every expert at its home and nothing moves
+                                   (mvm_model.experts_at_home): mvm_resid_begin counts the
+                                   accesses as cpu_runs, and prefetches and the evict
+                                   module's wishes load nothing (mvm_moe refuses the roles
+                                   that would only decide moves: predict, route, config) */
     const mvm_machine *machine; /* the machine the modules' cost model describes (NULL:
                                    MOEVM_COST, engine/cost_load.h) */
     uint32_t top_k, n_embd, n_ff; /* the model's, for the modules' shape (0: unknown) */
@@ -98,7 +103,8 @@ void mvm_resid_pinit(const mvm_resid *r, mvm_pinit *out);
  * substitute: policy/route_importance.c, reading 9) and every other row is empty. Valid
  * until the next call. */
 const mvm_pview *mvm_resid_landed_view(mvm_resid *r, uint32_t layer);
-/* Requests experts[0..n) of `layer` resident and pins them (repeats not allowed). wait = 1:
+/* Requests experts[0..n) of `layer` resident and pins them (repeats not allowed); at_home,
+ * mvm_resid_begin_home(..., pin 0) instead. wait = 1:
  * returns once their copies have landed; 0: returns at once, copies proceed behind the
  * reader. An expert for which no room can be made runs from its home (counted as
  * bypassed): only for readers that can read the homes. On failure nothing stays pinned. */

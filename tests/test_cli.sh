@@ -31,7 +31,7 @@ expect 0 'backend: +host' -- "$moevm" info
 expect 0 'cpu: +(scalar|avx2|avx512|avx512vnni|neon|dotprod) kernels, the best this CPU has' -- \
     "$moevm" info
 expect 0 'page size: +2048 KiB' -- "$moevm" info
-expect 0 'budget: +auto = all expert bytes' -- "$moevm" info
+expect 0 'budget: +auto = none on the host backend' -- "$moevm" info
 expect 0 'budget: +25% of the experts' -- env MOEVM_GPU_BUDGET=25% "$moevm" info
 expect 0 'budget: +8192 MiB' -- env MOEVM_GPU_BUDGET=8G "$moevm" info
 expect 0 'MOEVM_GPU_BUDGET' -- "$moevm" options
@@ -173,6 +173,15 @@ expect 1 'MOEVM_ASSIGN=dali: no such assign policy \(available: gpu, twoptr, gre
 expect 0 'budget 4 pages of 64 KiB' -- env MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 30%
 expect 0 'budget 16 pages of 2048 KiB' -- "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 100%
 expect 1 'device budget .* is smaller than one page' -- "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 5%
+# No budget on the host backend: the CPU reads the experts at their homes, nothing moves, the
+# same text as through a budget; the modules that would only decide moves are refused.
+expect 0 'space: host backend, experts read at their homes \(no budget\)' -- "$moevm" run -m "$m" -p "x" -n 2
+expect 0 'expert accesses [1-9][0-9]*, all read at their homes$' -- "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget auto
+"$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 --gpu-budget 30% >"$tmp/emulated" 2>/dev/null
+if cmp -s "$tmp/a" "$tmp/emulated" && [ -s "$tmp/a" ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: greedy output differs at home and through a budget" >&2; fi
+expect 1 'predict gate: on the host backend with no budget .* nothing to prefetch; give a budget' -- "$moevm" run -m "$m" -p "x" --predict gate
+expect 1 'route importance: on the host backend with no budget .* nothing to substitute' -- env MOEVM_ROUTE=importance "$moevm" run -m "$m" -p "x"
+expect 1 'config hot: on the host backend with no budget .* nothing to divide' -- "$moevm" run -m "$m" -p "x" --config hot
 
 # bench: a row per thread count, budget and test, each with its figures; then bad input.
 "$moevm" bench -m "$m" -p 8 -n 4 -r 2 -t 1,2 --gpu-budget 50%,100% >"$tmp/bench" 2>"$tmp/bench.err"
@@ -187,6 +196,7 @@ else
     sed 's/^/    /' "$tmp/bench" "$tmp/bench.err" >&2
 fi
 expect 0 '\| tg4 \| ' -- "$moevm" bench -m "$m" -p 0 -n 4 -r 1
+expect 0 '\| host \| 2 \| home \| tg4 \| [0-9.]+ \+- [0-9.]+ \| - \| 0\.00 \|$' -- "$moevm" bench -m "$m" -p 0 -n 4 -r 1 -t 2
 expect 2 '-r 0: expected an integer in 1\.\.1000' -- "$moevm" bench -m "$m" -r 0
 expect 2 '-t 0: expected an integer' -- "$moevm" bench -m "$m" -t 1,0
 expect 2 '-p 0 and -n 0 leave nothing to measure' -- "$moevm" bench -m "$m" -p 0 -n 0
@@ -196,14 +206,14 @@ expect 2 '--kv-type f8: expected f16 or f32' -- "$moevm" bench -m "$m" --kv-type
 expect 1 'loading the model: .*trunc.gguf' -- "$moevm" bench -m "$tmp/trunc.gguf" -r 1
 # The evict module: chosen by flag or option, named in the statistics; mistakes are errors.
 expect 0 'evict lfu: [0-9]+ out' -- env MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p "x" -n 8 --gpu-budget 40% --evict 'lfu{period=8}'
-expect 0 'evict lcp: ' -- env MOEVM_PAGE_SIZE=64K MOEVM_EVICT=lcp "$moevm" run -m "$m" -p "x" -n 2
-expect 0 'evict reuse: ' -- "$moevm" run -m "$m" -p "x" -n 2
+expect 0 'evict lcp: ' -- env MOEVM_PAGE_SIZE=64K MOEVM_EVICT=lcp "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 50%
+expect 0 'evict reuse: ' -- "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 100%
 expect 1 '--evict: belady: no such evict policy \(available: lru' -- "$moevm" run -m "$m" -p "x" --evict belady
 expect 1 'MOEVM_EVICT=belady: no such evict policy' -- env MOEVM_EVICT=belady "$moevm" run -m "$m" -p "x"
 expect 1 "the inference context: evict lfu: unknown parameter 'x'" -- "$moevm" run -m "$m" -p "x" --evict 'lfu{x=1}'
 expect 2 '--evict lfu\{x: expected NAME or NAME\{k=v' -- "$moevm" run -m "$m" -p "x" --evict 'lfu{x'
 # The route module: the exact model by default; SMoE's substitution by flag or option.
-expect 0 'route none: 0 substituted' -- "$moevm" run -m "$m" -p "x" -n 2
+expect 0 'route none: 0 substituted' -- "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 100%
 expect 0 'route importance: [1-9][0-9]* substituted' -- env MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p "Once upon a time" -n 16 --gpu-budget 30% --route 'importance{alpha=1}'
 expect 0 'route importance: [0-9]+ substituted' -- env MOEVM_PAGE_SIZE=64K MOEVM_ROUTE=importance MOEVM_ROUTE_ARGS=alpha=0.5 "$moevm" run -m "$m" -p "x" -n 4 --gpu-budget 30%
 expect 1 '--route: smoe: no such route policy \(available: none, importance' -- "$moevm" run -m "$m" -p "x" --route smoe
@@ -211,7 +221,7 @@ expect 1 'MOEVM_ROUTE=smoe: no such route policy' -- env MOEVM_ROUTE=smoe "$moev
 expect 1 'route importance: alpha=2 is not in \[0, 1\]' -- "$moevm" run -m "$m" -p "x" --route 'importance{alpha=2}'
 expect 1 "route none: unknown parameter 'alpha'" -- "$moevm" run -m "$m" -p "x" --route 'none{alpha=1}'
 # The config module: one budget by default; per-layer budgets and MoEpic's splits on request.
-expect 0 'config none: 0 changes, 0 split' -- "$moevm" run -m "$m" -p "x" -n 2
+expect 0 'config none: 0 changes, 0 split' -- "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 100%
 expect 0 'config fixedpoint: [1-9][0-9]* changes, [1-9][0-9]* split' -- env MOEVM_PAGE_SIZE=4K "$moevm" run -m "$m" -p "Once upon a time" -n 24 --gpu-budget 40% --evict lcp --config 'fixedpoint{tau=4}'
 expect 0 'config hot: [0-9]+ changes' -- env MOEVM_PAGE_SIZE=64K MOEVM_CONFIG=hot MOEVM_CONFIG_ARGS=profile=4 "$moevm" run -m "$m" -p "x" -n 8 --gpu-budget 50%
 expect 1 '--config: moepic: no such config policy \(available: none, ' -- "$moevm" run -m "$m" -p "x" --config moepic
@@ -221,7 +231,7 @@ expect 1 "config fixedpoint: unknown parameter 'x'" -- "$moevm" run -m "$m" -p "
 expect 0 '"ran":\[[0-9]+,[0-9]+\],"ran_weights":\[' -- sh -c "MOEVM_PAGE_SIZE=64K \"$moevm\" run -m \"$m\" -p 'Once upon a time there' -n 24 --gpu-budget 30% --route 'importance{alpha=1}' --trace-out \"$tmp/r.jsonl\" >/dev/null 2>&1 && cat \"$tmp/r.jsonl\""
 expect 0 'importance +[0-9.]+' -- "$moevm" sim --trace "$tmp/r.jsonl" --budget 30% --compare 'route=importance'
 expect 0 'predict gate: [1-9][0-9]* prefetched' -- env MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p "Once upon a time" -n 8 --gpu-budget 60% --predict gate
-expect 0 'predict residual: ' -- env MOEVM_PAGE_SIZE=64K MOEVM_PREDICT=residual "$moevm" run -m "$m" -p "x" -n 2
+expect 0 'predict residual: ' -- env MOEVM_PAGE_SIZE=64K MOEVM_PREDICT=residual "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 50%
 expect 1 '--predict: oracle: no such predict policy \(available: none, gate' -- "$moevm" run -m "$m" -p "x" --predict oracle
 expect 1 'MOEVM_PREDICT=oracle: no such predict policy' -- env MOEVM_PREDICT=oracle "$moevm" run -m "$m" -p "x"
 expect 1 'predict learned: no predictor weights' -- "$moevm" run -m "$m" -p "x" --predict learned

@@ -716,6 +716,52 @@ static void test_ctx_errors(void)
     mvm_model_free(m);
 }
 
+/* No budget on the host backend: the CPU reads every expert at its home and nothing moves
+ * (the logits equal a budget's: forward_properties); a budget, from the caller or
+ * MOEVM_GPU_BUDGET, emulates a device; the modules that would only decide moves are
+ * refused, naming themselves. */
+static void test_at_home(void)
+{
+    const char *path = tiny_path("qwen3moe", MVM_W_F32);
+    for (int budgeted = 0; budgeted < 3; budgeted++) {
+        if (budgeted == 2)
+            setenv("MOEVM_GPU_BUDGET", "50%", 1);
+        mvm_model *m;
+        CHECK_ST(load(path, budgeted == 1 ? "0.5" : NULL, pool, &m), MVM_OK);
+        unsetenv("MOEVM_GPU_BUDGET");
+        if (!m)
+            continue;
+        CHECK(m->experts_at_home == !budgeted);
+        mvm_ctx *c;
+        CHECK_ST(mvm_ctx_create(m, pool, 16, 4, NULL, &c), MVM_OK);
+        if (c) {
+            CHECK_ST(mvm_ctx_eval(c, prompt, 8, NULL, 0), MVM_OK);
+            mvm_stats vs;
+            mvm_resid_stats rs;
+            mvm_space_get_stats(m->space, &vs);
+            mvm_resid_get_stats(mvm_ctx_residency(c), &rs);
+            CHECK(rs.accesses > 0);
+            /* (with a budget the copies land behind the CPU: their bytes are counted then) */
+            CHECK(budgeted || (vs.bytes_moved == 0 && vs.pages_loaded == 0));
+            CHECK(rs.cpu_runs == (budgeted ? 0 : rs.accesses));
+            mvm_ctx_free(c);
+        }
+        const mvm_ctx_policies asks[] = {
+            {.prefetch = {.predict = "gate"}}, {.routing = {.route = "importance"}},
+            {.residency = {.config = "uniform"}}};
+        const char *said[] = {"predict gate: ", "route importance: ", "config uniform: "};
+        for (size_t i = 0; i < 3; i++) {
+            c = NULL;
+            mvm_status st = mvm_ctx_create(m, pool, 16, 4, &asks[i], &c);
+            CHECK(st == (budgeted ? MVM_OK : MVM_ERR_INVALID));
+            CHECK(budgeted || (strstr(mvm_last_error(), said[i]) &&
+                               strstr(mvm_last_error(), "read at its home")));
+            mvm_ctx_free(c);
+        }
+        mvm_model_free(m);
+    }
+}
+
 /* ---- traces -------------------------------------------------------------------------- */
 
 static void test_trace(void)
@@ -833,6 +879,7 @@ int main(void)
     RUN(test_load_presets);
     RUN(test_load_errors);
     RUN(test_ctx_errors);
+    RUN(test_at_home);
     RUN(test_trace);
     RUN(test_trace_hidden);
     RUN(test_forward_properties);

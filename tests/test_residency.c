@@ -304,6 +304,35 @@ static void test_wanted_prefetched(void)
     mvm_space_destroy(sp);
 }
 
+/* At home the same steps move nothing: every access runs from the home (cpu_runs), and
+ * neither the evict module's wishes nor a prefetch load; the module still observes. */
+static void test_at_home_moves_nothing(void)
+{
+    mvm_space *sp = small_space();
+    mvm_resid_params p = {.evict = "workload", .evict_args = "w_size=2,u_size=1", .top_k = 2,
+                          .at_home = 1};
+    mvm_resid *r = NULL;
+    CHECK_ST(mvm_resid_create(sp, &p, &r), MVM_OK);
+    if (!r)
+        return;
+    static const int32_t four[] = {0, 1, 2, 3};
+    CHECK_ST(step(r, 0, four, 3, 1), MVM_OK);
+    CHECK_ST(step(r, 0, four, 4, 0), MVM_OK);
+    CHECK_ST(mvm_resid_prefetch(r, 1, 2), MVM_OK);
+    mvm_resid_stats rs;
+    mvm_resid_get_stats(r, &rs);
+    CHECK(rs.accesses == 7 && rs.cpu_runs == 7 && rs.hits == 0 && rs.bypassed == 0);
+    CHECK(rs.prefetches == 0 && rs.evictions == 0);
+    mvm_stats vs;
+    mvm_space_get_stats(sp, &vs);
+    CHECK(vs.pages_loaded == 0 && vs.bytes_moved == 0);
+    for (uint32_t l = 0; l < 2; l++)
+        for (uint32_t e = 0; e < 4; e++)
+            CHECK(resident_pages(sp, l, e) == 0);
+    mvm_resid_destroy(r);
+    mvm_space_destroy(sp);
+}
+
 /* The module comes from MOEVM_EVICT[_ARGS] unless given; mistakes are one-line errors. */
 static void test_choice_and_errors(void)
 {
@@ -662,6 +691,7 @@ int main(void)
     RUN(test_round_without_room);
     RUN(test_landed_view);
     RUN(test_wanted_prefetched);
+    RUN(test_at_home_moves_nothing);
     RUN(test_choice_and_errors);
     RUN(test_engine_matches_sim);
     RUN(test_sim_routers);

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -216,6 +217,39 @@ static void test_reads_follow_backing(void)
     CHECK(s.bytes_moved == 3 * bytes + PAGE + 2 * PAGE);
     CHECK(s.pages_evicted == 3);
     CHECK(s.resident_pages == 9 && s.free_pages == 0);
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+}
+
+/* Host backend: the tail of an expert's last page, past its weights, is a hole in the homes
+ * (no memory behind it), while the weights' pages are in memory; the weights read back
+ * through both of the expert's addresses, resident or not. */
+static void test_home_tails_take_no_memory(void)
+{
+    long sys = sysconf(_SC_PAGESIZE);
+    uint64_t bytes = PAGE + PAGE / 2 + 100; /* two pages, the second's tail a hole */
+    mvm_space *sp = make_space(2, 3, bytes, 2);
+    fill(sp, 2, 3, bytes);
+    CHECK_ST(mvm_make_resident(sp, 1, 1, MVM_ALL_PAGES), MVM_OK);
+    for (uint32_t l = 0; l < 2; l++)
+        for (uint32_t e = 0; e < 3; e++) {
+            CHECK(reads_match(sp, l, e, bytes));
+            uint8_t *h = mvm_expert_home(sp, l, e);
+            uint64_t seed = l * 1000 + e + 1, wrong = 0; /* fill's bytes, up to the last */
+            for (uint64_t i = 0; i < bytes; i++)
+                wrong += h[i] != (uint8_t)rng_next(&seed);
+            CHECK(wrong == 0);
+            uint64_t first_hole = (bytes + (uint64_t)sys - 1) / (uint64_t)sys * (uint64_t)sys;
+            size_t n = (size_t)((2 * PAGE) / (uint64_t)sys);
+            unsigned char vec[2 * PAGE / 4096];
+            CHECK(n <= sizeof vec && mincore(h, 2 * PAGE, vec) == 0);
+            size_t in = 0, tail_in = 0;
+            for (size_t i = 0; i < n; i++) {
+                in += vec[i] & 1;
+                tail_in += (i * (uint64_t)sys >= first_hole) & vec[i];
+            }
+            CHECK(tail_in == 0);
+            CHECK(in == first_hole / (uint64_t)sys);
+        }
     CHECK_ST(mvm_space_destroy(sp), MVM_OK);
 }
 
@@ -713,6 +747,8 @@ int main(int argc, char **argv)
     RUN(test_capacity);
     RUN(test_pins);
     RUN(test_moves_and_stats);
+    if (backend == MVM_BACKEND_HOST)
+        RUN(test_home_tails_take_no_memory);
     if (on_fake) {
         RUN(test_priority_and_promotion);
         RUN(test_cancel_and_destroy_in_flight);

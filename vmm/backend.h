@@ -37,6 +37,10 @@ typedef struct mvm_backend_ops {
     mvm_status (*home_create)(mvm_backend *b, size_t n_pages, size_t page_size,
                               const mvm_topo *topo, mvm_home **home, void **host);
     void (*home_destroy)(mvm_backend *b, mvm_home *home);
+    /* Optional (NULL: kept). Bytes [offset, offset + len) of the homes are never read or
+     * written (an expert's tail past its weights, up to its page): the backend may give
+     * back the memory behind the whole system pages within them. */
+    void (*home_trim)(mvm_backend *b, mvm_home *home, size_t offset, size_t len);
     /* Backs [va, va + n_pages*page_size) by home pages [first, first + n_pages). Only when
      * b->home_mappable. `replace`: something is mapped there now (the host backend swaps
      * mappings atomically, so readers never see a hole; cuda must unmap first). */

@@ -2,7 +2,8 @@
  * The host backend: the space's semantics on Linux virtual memory, so the whole system runs
  * and is tested on machines with no GPU. It is a real implementation, not a mock:
  *   reserve      mmap(PROT_NONE, MAP_NORESERVE)
- *   host homes   one memfd, mapped read-write once for the CPU (the home address)
+ *   host homes   one memfd, mapped read-write once for the CPU (the home address); the
+ *                tails of the experts' last pages are holes, taking no memory
  *   device pool  one memfd of n_chunks pages, mapped read-write once (the copy target)
  *   map          mmap(MAP_FIXED | MAP_SHARED) of the memfd's page at the expert address,
  *                read-only: weights change only through the home
@@ -13,6 +14,7 @@
  * (65530 by default) bounds resident pages to roughly 30000.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,6 +135,17 @@ static void host_home_destroy(mvm_backend *b, mvm_home *h)
     free(h);
 }
 
+/* A hole punched in the memfd: its pages are freed, and read back as zeros if ever read. */
+static void host_home_trim(mvm_backend *b, mvm_home *h, size_t offset, size_t len)
+{
+    (void)b;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t lo = (offset + page - 1) / page * page, hi = (offset + len) / page * page;
+    if (hi > lo)
+        (void)fallocate(h->r.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)lo,
+                        (off_t)(hi - lo));
+}
+
 static mvm_status host_pool_create(mvm_backend *b, size_t n_chunks, size_t page_size,
                                    mvm_pool **out)
 {
@@ -233,6 +246,7 @@ static const mvm_backend_ops host_ops = {
     .unreserve = host_unreserve,
     .home_create = host_home_create,
     .home_destroy = host_home_destroy,
+    .home_trim = host_home_trim,
     .map_home = host_map_home,
     .pool_create = host_pool_create,
     .pool_destroy = host_pool_destroy,

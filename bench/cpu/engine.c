@@ -162,9 +162,10 @@ int main(int argc, char **argv)
         tok[i] = (int32_t)((rng >> 33) % m->hp.n_vocab);
     }
     double bw = read_bandwidth(pool);
-    /* Steady state: every expert resident before timing (a first use would otherwise copy
-     * it into the space's device pages — host memory here — behind the reader). */
-    for (uint32_t l = 0; l < m->hp.n_layer; l++)
+    /* Steady state: with a budget (MOEVM_GPU_BUDGET), every expert resident before timing
+     * (a first use would otherwise copy it into the space's device pages — host memory
+     * here — behind the reader); without one the CPU reads the homes, already in place. */
+    for (uint32_t l = 0; !m->experts_at_home && l < m->hp.n_layer; l++)
         for (uint32_t e = 0; e < m->hp.n_expert; e++)
             if (mvm_make_resident(m->space, l, e, MVM_ALL_PAGES) != MVM_OK) {
                 fprintf(stderr, "bench_cpu_engine: %s\n", mvm_last_error());
