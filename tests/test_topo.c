@@ -321,6 +321,41 @@ static void test_place_hole(const mvm_topo *t)
     munmap(p + 2 * pg, pg);
 }
 
+/* Items: each one's used bytes are faulted in (all of their pages, the partial last one
+ * too), its tail's whole pages are not, on 1 thread and on several; nothing changes. */
+static void test_place_items(const mvm_topo *t)
+{
+    size_t pg = page_size(), item = 5 * pg, used = 2 * pg + 10, n_items = 7;
+    size_t size = n_items * item, n = size / pg;
+    for (int threads = 1; threads <= 3; threads += 2) {
+        unsigned char *p = map_anon(size);
+        unsigned char *vec = malloc(n);
+        CHECK(p != NULL && vec != NULL, "mmap items");
+        if (!p || !vec)
+            return;
+        madvise(p, size, MADV_NOHUGEPAGE);
+        CHECK(mvm_topo_place_items(t, p, n_items, item, used, threads) == MVM_OK,
+              "place items, %d threads", threads);
+        CHECK(mincore(p, size, vec) == 0, "mincore items: %s", strerror(errno));
+        size_t wrong = 0;
+        for (size_t i = 0; i < n; i++)
+            wrong += (vec[i] & 1) != (i % 5 < 3); /* pages 0-2 of each item hold used bytes */
+        CHECK(wrong == 0, "items, %d threads: %zu pages resident where they should not be, "
+              "or not where they should", threads, wrong);
+        size_t nonzero = 0;
+        for (size_t i = 0; i < size; i++)
+            nonzero += p[i] != 0;
+        CHECK(nonzero == 0, "items: %zu bytes not zero", nonzero);
+        munmap(p, size);
+        free(vec);
+    }
+    char buf[64];
+    CHECK(mvm_topo_place_items(t, buf, 2, 32, 33, 0) == MVM_ERR_INVALID, "used > item");
+    CHECK(mvm_topo_place_items(t, buf, SIZE_MAX / 4, 8, 8, 0) == MVM_ERR_INVALID,
+          "items overflow");
+    CHECK(mvm_topo_place_items(t, buf, 0, 32, 32, 0) == MVM_OK, "no items");
+}
+
 static void test_place_invalid(const mvm_topo *t)
 {
     char buf[16];
@@ -372,6 +407,7 @@ int main(void)
     test_place_fresh(&t);
     test_place_concurrent(&t);
     test_place_hole(&t);
+    test_place_items(&t);
     test_place_invalid(&t);
     test_bind_thread(&t);
 

@@ -33,14 +33,13 @@ typedef struct mvm_backend_ops {
     void (*unreserve)(mvm_backend *b, uint64_t va, size_t bytes);
 
     /* n_pages pages of page_size bytes of zeroed host memory, placed on topo's NUMA node
-     * and touched there. *host is where the CPU reads and writes them. */
+     * and touched there. *host is where the CPU reads and writes them. They hold items
+     * (experts) of item_pages pages each, of which only the first item_used bytes are
+     * read or written: a backend may leave the rest without memory. */
     mvm_status (*home_create)(mvm_backend *b, size_t n_pages, size_t page_size,
-                              const mvm_topo *topo, mvm_home **home, void **host);
+                              size_t item_pages, size_t item_used, const mvm_topo *topo,
+                              mvm_home **home, void **host);
     void (*home_destroy)(mvm_backend *b, mvm_home *home);
-    /* Optional (NULL: kept). Bytes [offset, offset + len) of the homes are never read or
-     * written (an expert's tail past its weights, up to its page): the backend may give
-     * back the memory behind the whole system pages within them. */
-    void (*home_trim)(mvm_backend *b, mvm_home *home, size_t offset, size_t len);
     /* Backs [va, va + n_pages*page_size) by home pages [first, first + n_pages). Only when
      * b->home_mappable. `replace`: something is mapped there now (the host backend swaps
      * mappings atomically, so readers never see a hole; cuda must unmap first). */

@@ -238,8 +238,10 @@ static mvm_status home_create_registered(cuda_backend *c, mvm_home *h, const mvm
 }
 
 static mvm_status cuda_home_create(mvm_backend *b, size_t n_pages, size_t page_size,
-                                   const mvm_topo *topo, mvm_home **out, void **host)
+                                   size_t item_pages, size_t item_used, const mvm_topo *topo,
+                                   mvm_home **out, void **host)
 {
+    (void)item_pages, (void)item_used; /* pinned memory: every page is memory anyway */
     cuda_backend *c = cb(b);
     mvm_status st = use_ctx(c);
     if (st != MVM_OK)

@@ -3,7 +3,7 @@
  * and is tested on machines with no GPU. It is a real implementation, not a mock:
  *   reserve      mmap(PROT_NONE, MAP_NORESERVE)
  *   host homes   one memfd, mapped read-write once for the CPU (the home address); the
- *                tails of the experts' last pages are holes, taking no memory
+ *                tails of the experts' last pages are never touched: holes, no memory
  *   device pool  one memfd of n_chunks pages, mapped read-write once (the copy target)
  *   map          mmap(MAP_FIXED | MAP_SHARED) of the memfd's page at the expert address,
  *                read-only: weights change only through the home
@@ -14,7 +14,6 @@
  * (65530 by default) bounds resident pages to roughly 30000.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,7 +106,8 @@ static void region_destroy(struct region *r)
 }
 
 static mvm_status host_home_create(mvm_backend *b, size_t n_pages, size_t page_size,
-                                   const mvm_topo *topo, mvm_home **out, void **host)
+                                   size_t item_pages, size_t item_used, const mvm_topo *topo,
+                                   mvm_home **out, void **host)
 {
     (void)b;
     mvm_home *h = calloc(1, sizeof *h);
@@ -118,10 +118,12 @@ static mvm_status host_home_create(mvm_backend *b, size_t n_pages, size_t page_s
         free(h);
         return st;
     }
-    /* Homes are written once at load, then only read: place them near the GPU's node now.
-     * No pinning here — nothing DMAs from a host-backend home. */
+    /* Homes are written once at load, then only read: place them near the GPU's node now,
+     * the items' used bytes only (the memfd's untouched pages are holes: no memory). No
+     * pinning here — nothing DMAs from a host-backend home. */
     if (topo)
-        mvm_topo_place(topo, h->r.view, h->r.bytes, 0);
+        mvm_topo_place_items(topo, h->r.view, n_pages / item_pages, item_pages * page_size,
+                             item_used, 0);
     *out = h;
     *host = h->r.view;
     return MVM_OK;
@@ -133,17 +135,6 @@ static void host_home_destroy(mvm_backend *b, mvm_home *h)
     if (h)
         region_destroy(&h->r);
     free(h);
-}
-
-/* A hole punched in the memfd: its pages are freed, and read back as zeros if ever read. */
-static void host_home_trim(mvm_backend *b, mvm_home *h, size_t offset, size_t len)
-{
-    (void)b;
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    size_t lo = (offset + page - 1) / page * page, hi = (offset + len) / page * page;
-    if (hi > lo)
-        (void)fallocate(h->r.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)lo,
-                        (off_t)(hi - lo));
 }
 
 static mvm_status host_pool_create(mvm_backend *b, size_t n_chunks, size_t page_size,
@@ -246,7 +237,6 @@ static const mvm_backend_ops host_ops = {
     .unreserve = host_unreserve,
     .home_create = host_home_create,
     .home_destroy = host_home_destroy,
-    .home_trim = host_home_trim,
     .map_home = host_map_home,
     .pool_create = host_pool_create,
     .pool_destroy = host_pool_destroy,

@@ -199,8 +199,9 @@ mvm_status mvm_space_create(const mvm_space_desc *d, mvm_space **out)
     if ((st = plan_layout(sp, d)) || (st = alloc_tables(sp)) ||
         (st = mvm_topo_probe(be->pci_bus_id, &sp->topo)) ||
         (st = be->ops->reserve(be, sp->reserved, sp->page_size, &sp->base)) ||
-        (st = be->ops->home_create(be, (size_t)sp->n_total * sp->ppe, sp->page_size, &sp->topo,
-                                   &sp->home, (void **)&sp->home_host)) ||
+        (st = be->ops->home_create(be, (size_t)sp->n_total * sp->ppe, sp->page_size, sp->ppe,
+                                   sp->expert_bytes, &sp->topo, &sp->home,
+                                   (void **)&sp->home_host)) ||
         (st = be->ops->pool_create(be, sp->n_chunks, sp->page_size, &sp->pool)) ||
         (be->home_mappable &&
          (st = be->ops->map_home(be, sp->base, sp->home, 0, (size_t)sp->n_total * sp->ppe,
@@ -209,12 +210,6 @@ mvm_status mvm_space_create(const mvm_space_desc *d, mvm_space **out)
         teardown(sp);
         return st;
     }
-    /* An expert of 3.4 MiB takes two 2 MiB pages: where the backend can, the 0.6 MiB past
-     * its weights take no host memory (a sixth of the homes here, up to a half). */
-    for (uint32_t x = 0; be->ops->home_trim && x < sp->n_total && sp->stride > sp->expert_bytes;
-         x++)
-        be->ops->home_trim(be, sp->home, (size_t)x * sp->stride + sp->expert_bytes,
-                           sp->stride - sp->expert_bytes);
     if (!mvm_registry_add(sp)) {
         mvm_migrate_stop(sp);
         teardown(sp);

@@ -33,6 +33,11 @@ mvm_status mvm_topo_probe(const char *pci_bus_id, mvm_topo *out);
  * node now rather than on first use by some other thread. Contents are preserved.
  * n_threads <= 0: one per core in topo->cores, at most 16. */
 mvm_status mvm_topo_place(const mvm_topo *topo, void *addr, size_t len, int n_threads);
+/* The same over n_items items of item_bytes from addr, touching only the first used_bytes
+ * of each: the rest keeps no memory until written (an expert's tail past its weights, up to
+ * its last page). The whole range is bound. */
+mvm_status mvm_topo_place_items(const mvm_topo *topo, void *addr, size_t n_items,
+                                size_t item_bytes, size_t used_bytes, int n_threads);
 
 /* Pins the calling thread to topo->cores. */
 mvm_status mvm_topo_bind_thread(const mvm_topo *topo);
