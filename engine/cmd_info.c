@@ -57,7 +57,10 @@ int mvm_cmd_info(int argc, char **argv)
         printf("budget:     %g%% of the experts' pages\n", budget.frac * 100);
     else
         printf("budget:     %llu MiB\n", (unsigned long long)((uint64_t)budget.i >> 20));
-    printf("host homes: NUMA node %d; non-resident experts %s\n", info.numa_node,
+    char node[48] = "interleaved over every NUMA node";
+    if (info.numa_node >= 0)
+        snprintf(node, sizeof node, "NUMA node %d", info.numa_node);
+    printf("host homes: %s; non-resident experts %s\n", node,
            info.home_mapped ? "stay mapped to their host home (readable, slower)"
                             : "are unmapped (must be made resident before use)");
     printf("options:\n");

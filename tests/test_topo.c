@@ -76,11 +76,18 @@ static void check_probe_no_gpu(const char *busid)
               what, t.numa_node, t.n_numa_nodes);
         return;
     }
-    CHECK(t.numa_node >= 0 && t.numa_node <= numa_max_node(), "probe %s: node %d", what,
-          t.numa_node);
     /* hwloc counts only the nodes this process may use (cgroup cpuset.mems). */
     CHECK(t.n_numa_nodes >= 1 && t.n_numa_nodes <= numa_num_configured_nodes(),
           "probe %s: %d nodes, libnuma %d", what, t.n_numa_nodes, numa_num_configured_nodes());
+    if ((!busid || !busid[0]) && t.n_numa_nodes > 1) { /* no GPU: every core, every node */
+        CHECK(t.numa_node == -1 && t.n_cores == t.n_cores_total,
+              "probe %s: node %d, %d of %d cores", what, t.numa_node, t.n_cores,
+              t.n_cores_total);
+        printf("probe %s: %s\n", what, t.summary);
+        return;
+    }
+    CHECK(t.numa_node >= 0 && t.numa_node <= numa_max_node(), "probe %s: node %d", what,
+          t.numa_node);
     check_cores_on_node(&t, what);
     printf("probe %s: %s\n", what, t.summary);
 }
@@ -94,6 +101,32 @@ static void test_probe_invalid(void)
     longid[sizeof longid - 1] = '\0';
     CHECK(mvm_topo_probe(longid, &t) == MVM_ERR_INVALID, "probe with a 63-char bus id");
     CHECK(strstr(mvm_last_error(), "bus id") != NULL, "message names the bus id");
+}
+
+/* Two sockets of one core each, as hwloc's synthetic topology (its binding is a no-op;
+ * libnuma still answers for this machine): without a GPU every core and no one node,
+ * described as interleaved; a GPU that is not found, the calling thread's node alone. */
+static void test_probe_two_nodes(void)
+{
+    if (numa_available() < 0) {
+        printf("skip: no NUMA, the two-node choice is not tested\n");
+        return;
+    }
+    setenv("HWLOC_SYNTHETIC", "package:2 [numa] core:1 pu:1", 1);
+    mvm_topo t, gpu;
+    memset(&t, 0xa5, sizeof t);
+    CHECK(mvm_topo_probe(NULL, &t) == MVM_OK, "probe two nodes");
+    CHECK(mvm_topo_probe("0000:99:00.0", &gpu) == MVM_OK, "probe two nodes, a GPU");
+    unsetenv("HWLOC_SYNTHETIC");
+    CHECK(t.n_numa_nodes == 2 && t.numa_node == -1, "two nodes: %d, node %d", t.n_numa_nodes,
+          t.numa_node);
+    CHECK(t.n_cores == 2 && t.n_cores_total == 2 && CPU_ISSET(0, &t.cores) &&
+          CPU_ISSET(1, &t.cores), "two nodes: %d of %d cores", t.n_cores, t.n_cores_total);
+    CHECK(strstr(t.summary, "no GPU") && strstr(t.summary, "interleaved"),
+          "two nodes: summary \"%s\"", t.summary);
+    CHECK(gpu.numa_node >= 0 && gpu.n_cores == 1, "two nodes, GPU not found: node %d, %d cores",
+          gpu.numa_node, gpu.n_cores);
+    printf("two nodes: %s\n", t.summary);
 }
 
 /* Some PCI device hwloc keeps (a bridge, a NIC, a GPU) stands in for a GPU: probing its bus
@@ -356,6 +389,34 @@ static void test_place_items(const mvm_topo *t)
     CHECK(mvm_topo_place_items(t, buf, 0, 32, 32, 0) == MVM_OK, "no items");
 }
 
+/* No node (no GPU on several nodes): the pages are interleaved over every node the process
+ * may use, one node here as anywhere. */
+static void test_place_interleaved(const mvm_topo *t)
+{
+    if (numa_available() < 0) {
+        printf("skip: no NUMA, interleaving not tested\n");
+        return;
+    }
+    mvm_topo all = *t;
+    all.numa_node = -1;
+    size_t size = 4 * page_size();
+    unsigned char *p = map_anon(size);
+    CHECK(p != NULL, "mmap interleaved");
+    if (!p)
+        return;
+    CHECK(mvm_topo_place(&all, p, size, 1) == MVM_OK, "place interleaved");
+    int mode = -1;
+    CHECK(get_mempolicy(&mode, NULL, 0, p, MPOL_F_ADDR) == 0 && mode == MPOL_INTERLEAVE,
+          "interleaved: policy %d (%s)", mode, strerror(errno));
+    mvm_topo one = *t;
+    if (one.numa_node >= 0) {
+        CHECK(mvm_topo_place(&one, p, size, 1) == MVM_OK, "place on node");
+        CHECK(get_mempolicy(&mode, NULL, 0, p, MPOL_F_ADDR) == 0 && mode == MPOL_PREFERRED,
+              "on node %d: policy %d", one.numa_node, mode);
+    }
+    munmap(p, size);
+}
+
 static void test_place_invalid(const mvm_topo *t)
 {
     char buf[16];
@@ -396,6 +457,7 @@ int main(void)
     check_probe_no_gpu("zz");
     test_probe_invalid();
     test_probe_found();
+    test_probe_two_nodes();
 
     mvm_topo t;
     if (mvm_topo_probe(NULL, &t) != MVM_OK) {
@@ -408,6 +470,7 @@ int main(void)
     test_place_concurrent(&t);
     test_place_hole(&t);
     test_place_items(&t);
+    test_place_interleaved(&t);
     test_place_invalid(&t);
     test_bind_thread(&t);
 

@@ -92,7 +92,7 @@ static void to_cpu_set(hwloc_topology_t topo, hwloc_const_cpuset_t set, cpu_set_
 
 static void describe(hwloc_const_cpuset_t cores, int numa_ok, mvm_topo *t)
 {
-    char list[96], nodes[32], where[128];
+    char list[80], nodes[32], where[128];
     /* A long core list is cut visibly; the full set is in t->cores. */
     if (hwloc_bitmap_list_snprintf(list, sizeof list, cores) >= (int)sizeof list)
         memcpy(list + sizeof list - 4, "...", 4);
@@ -103,6 +103,8 @@ static void describe(hwloc_const_cpuset_t cores, int numa_ok, mvm_topo *t)
         snprintf(nodes, sizeof nodes, "NUMA unavailable");
     if (t->numa_node >= 0)
         snprintf(where, sizeof where, "node %d (cores %s)", t->numa_node, list);
+    else if (numa_ok && t->n_numa_nodes > 1)
+        snprintf(where, sizeof where, "all cores (%s), memory interleaved", list);
     else
         snprintf(where, sizeof where, "all cores (%s)", list);
 
@@ -135,7 +137,13 @@ static void fill(hwloc_topology_t topo, mvm_topo *t)
         t->numa_node = hw_nodes == 1 ? 0 : -1;
     } else {
         t->n_numa_nodes = hw_nodes;
-        t->numa_node = pcidev ? near_device(topo, pcidev, &cores) : near_thread(topo, &cores);
+        if (pcidev)
+            t->numa_node = near_device(topo, pcidev, &cores);
+        else if (!t->gpu_bus_id[0] && hw_nodes > 1)
+            t->numa_node = -1; /* no GPU to be near: the CPU computes, on every core, from
+                                  every memory controller (homes interleaved) */
+        else
+            t->numa_node = near_thread(topo, &cores);
     }
     /* An object without usable cores (a CPU-less memory node) is no place to pin threads. */
     if (hwloc_bitmap_iszero(cores))
@@ -190,7 +198,7 @@ static mvm_status check_topo(const mvm_topo *topo, const char *fn)
 static mvm_status bind_range(const mvm_topo *topo, char *addr, size_t len, size_t page)
 {
     int node = topo->numa_node;
-    if (node < 0 || numa_available() < 0)
+    if (numa_available() < 0)
         return MVM_OK;
     if (node >= TOPO_MAX_NODES)
         return mvm_fail(MVM_ERR_INVALID, "mvm_topo_place: NUMA node %d out of range", node);
@@ -198,9 +206,20 @@ static mvm_status bind_range(const mvm_topo *topo, char *addr, size_t len, size_
     uintptr_t lo = (uintptr_t)addr & ~(uintptr_t)(page - 1);
     uintptr_t hi = ((uintptr_t)addr + len + page - 1) & ~(uintptr_t)(page - 1);
     unsigned long mask[TOPO_MAX_NODES / ULONG_BITS] = {0};
-    mask[(size_t)node / ULONG_BITS] |= 1UL << ((size_t)node % ULONG_BITS);
+    int mode = MPOL_PREFERRED;
+    if (node >= 0) {
+        mask[(size_t)node / ULONG_BITS] |= 1UL << ((size_t)node % ULONG_BITS);
+    } else { /* no node: threads on every core read the pages, so spread them over all */
+        struct bitmask *allowed = numa_get_mems_allowed();
+        for (unsigned i = 0; allowed && i < allowed->size && i < TOPO_MAX_NODES; i++)
+            if (numa_bitmask_isbitset(allowed, i))
+                mask[i / ULONG_BITS] |= 1UL << (i % ULONG_BITS);
+        if (allowed)
+            numa_bitmask_free(allowed);
+        mode = MPOL_INTERLEAVE;
+    }
     /* The kernel reads maxnode - 1 bits (libnuma passes size + 1 for the same reason). */
-    if (mbind((void *)lo, hi - lo, MPOL_PREFERRED, mask, TOPO_MAX_NODES + 1, MPOL_MF_MOVE) == 0)
+    if (mbind((void *)lo, hi - lo, mode, mask, TOPO_MAX_NODES + 1, MPOL_MF_MOVE) == 0)
         return MVM_OK;
 
     int err = errno;
@@ -210,8 +229,8 @@ static mvm_status bind_range(const mvm_topo *topo, char *addr, size_t len, size_
     /* EPERM/ENOSYS/EINVAL: a container or kernel that refuses NUMA policy; first touch
      * from the pinned threads still places the pages. Anything else is unexpected. */
     mvm_log(err == EPERM || err == ENOSYS || err == EINVAL ? MVM_LOG_DEBUG : MVM_LOG_WARN,
-            "mbind of %zu bytes to node %d failed: %s; placing by first touch only",
-            (size_t)(hi - lo), node, strerror(err));
+            "mbind of %zu bytes to %s failed: %s; placing by first touch only",
+            (size_t)(hi - lo), node >= 0 ? "a node" : "every node, interleaved", strerror(err));
     return MVM_OK;
 }
 

@@ -1,8 +1,11 @@
 /*
  * Host topology (hwloc + libnuma): which NUMA node and CPU cores are nearest a GPU, so host
  * homes are allocated there and CPU expert threads run there. Without a GPU (pci_bus_id NULL
- * or ""), the node of the calling thread. On a machine with one node everything is "node 0,
- * all cores".
+ * or ""), the CPU computes: every core, and homes interleaved over every node, so that a
+ * machine with several sockets reads the experts with all its memory controllers (as
+ * `numactl --interleave=all` and llama.cpp's `--numa distribute` do). A GPU asked for but
+ * not found: the node of the calling thread. On a machine with one node everything is
+ * "node 0, all cores".
  */
 #ifndef MVM_VMM_TOPO_H
 #define MVM_VMM_TOPO_H
@@ -13,7 +16,8 @@
 #include "moevm/moevm.h"
 
 typedef struct mvm_topo {
-    int numa_node;        /* the chosen node, -1 if NUMA is unavailable */
+    int numa_node;        /* the chosen node; -1: none (no GPU on several nodes: pages are
+                             interleaved over all; or NUMA is unavailable) */
     int n_numa_nodes;     /* nodes on the machine (1 without NUMA) */
     int n_cores;          /* cores in `cores` */
     cpu_set_t cores;      /* the cores near the GPU (or the calling thread's node) */
@@ -28,7 +32,8 @@ typedef struct mvm_topo {
  * the calling thread's node and gpu_found is 0. */
 mvm_status mvm_topo_probe(const char *pci_bus_id, mvm_topo *out);
 
-/* Binds [addr, addr+len) to topo->numa_node (no-op without NUMA) and touches every page
+/* Binds [addr, addr+len) to topo->numa_node, or interleaves it over every node when that is
+ * -1 (no-op without NUMA), and touches every page
  * from up to n_threads threads pinned to topo->cores, so the pages are allocated on that
  * node now rather than on first use by some other thread. Contents are preserved.
  * n_threads <= 0: one per core in topo->cores, at most 16. */
