@@ -222,6 +222,10 @@ static int bench_config(const struct bench_args *a, const mvm_machine *machine, 
 {
     mvm_space_desc desc;
     int rc = mvm_cli_space_desc("bench", "--gpu-budget", a->budgets[b], &desc);
+    if (!rc) /* a test's context: n_prompt or n_gen positions */
+        rc = mvm_cli_device_reserve("bench", a->model,
+                                    a->n_prompt > a->n_gen ? a->n_prompt : a->n_gen, a->batch,
+                                    a->kv_type, &desc);
     if (rc)
         return rc;
     struct bench_run r = {.a = a, .pool = pool, .machine = machine, .rng = 42,

@@ -48,8 +48,9 @@ int mvm_cmd_info(int argc, char **argv)
     if (mvm_option_read(MVM_OPTION_GPU_BUDGET, &budget) != MVM_OK)
         return mvm_cli_error("options");
     if ((uint64_t)budget.i == MVM_BUDGET_AUTO && info.device_free)
-        printf("budget:     auto = 90%% of the %llu MiB free on the device, capped at the "
-               "experts' size\n", (unsigned long long)(info.device_free >> 20));
+        printf("budget:     auto = 90%% of the %llu MiB free on the device less what the "
+               "engine's context needs beside the experts, capped at the experts' size\n",
+               (unsigned long long)(info.device_free >> 20));
     else if ((uint64_t)budget.i == MVM_BUDGET_AUTO)
         printf("budget:     auto = none on the host backend: the CPU reads experts at their "
                "homes (a budget emulates a device)\n");

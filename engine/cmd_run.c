@@ -262,12 +262,30 @@ static void print_piece(const struct session *s, int32_t id)
     fwrite(buf, 1, n < sizeof buf ? n : sizeof buf, stdout);
 }
 
-/* The checks before the model is read: the space, the modules' names, the cost model, the
- * predictor file, the threads. */
+/* The most positions the run takes: --ctx, else the prompt's and -n's (no tokenizer here
+ * makes more tokens than the text has bytes, BOS aside). */
+static uint32_t ctx_bound(const struct run_args *a)
+{
+    if (a->ctx)
+        return a->ctx;
+    uint64_t n = 8 + a->n_predict;
+    if (a->tokens)
+        for (const char *p = a->tokens; *p; p++)
+            n += *p == ',';
+    else
+        n += a->prompt ? strlen(a->prompt) : 0;
+    return n < UINT32_MAX ? (uint32_t)n : UINT32_MAX;
+}
+
+/* The checks before the model is read: the space (on a GPU with an automatic budget, room
+ * for this run's context beside it), the modules' names, the cost model, the predictor
+ * file, the threads. */
 static int prepare(struct session *s, mvm_space_desc *desc)
 {
     const struct run_args *a = &s->a;
     int bad = mvm_cli_space_desc("run", "--gpu-budget", a->budget, desc);
+    if (!bad)
+        bad = mvm_cli_device_reserve("run", a->model, ctx_bound(a), a->batch, a->kv_type, desc);
     if (bad)
         return bad;
     /* The modules' names before the model loads (their parameters are checked once it has:

@@ -63,6 +63,28 @@ static mvm_status kv_type(const char *name, enum mvm_wtype *out)
     return MVM_OK;
 }
 
+mvm_status mvm_ctx_device_bytes(mvm_model *m, uint32_t n_ctx, uint32_t n_batch,
+                                const char *kv_name, uint64_t *weights, uint64_t *rest)
+{
+    *weights = *rest = 0;
+#ifdef MVM_ENGINE_PTX
+    enum mvm_wtype kv = MVM_W_F16;
+    mvm_kv_layout layout;
+    mvm_status st = kv_type(kv_name, &kv);
+    if (st == MVM_OK)
+        st = mvm_kv_layout_make(m, n_ctx, n_batch, kv, &layout);
+    if (st != MVM_OK)
+        return st;
+    st = mvm_cf_context_bytes(m, n_ctx, n_batch, &layout, weights, rest);
+    mvm_kv_layout_free(&layout);
+    return st;
+#else
+    (void)m, (void)n_ctx, (void)n_batch, (void)kv_name;
+    return mvm_fail(MVM_ERR_UNSUPPORTED, "this moevm was built without nvcc: it has no device "
+                    "forward pass to size");
+#endif
+}
+
 mvm_status mvm_ctx_create(mvm_model *m, mvm_pool *pool, uint32_t n_ctx, uint32_t n_batch,
                           const mvm_ctx_policies *policies, mvm_ctx **out)
 {

@@ -41,6 +41,11 @@
 
 mvm_status mvm_cf_alloc(struct cuda_fwd *f, size_t bytes, mvm_dptr *out)
 {
+    if (f->sizing) { /* cuMemAlloc hands out 256-byte aligned blocks */
+        f->need += (bytes + 255) & ~(uint64_t)255;
+        *out = (mvm_dptr)f->need;
+        return MVM_OK;
+    }
     if (f->n_owned == f->cap_owned) {
         size_t cap = f->cap_owned ? 2 * f->cap_owned : 64;
         mvm_dptr *p = realloc(f->owned, cap * sizeof *p);
@@ -60,7 +65,9 @@ mvm_status mvm_cf_copy(struct cuda_fwd *f, const void *src, size_t bytes, mvm_dp
     if (!src)
         return MVM_OK;
     TRY(mvm_cf_alloc(f, bytes, out));
-    return mvm_gpu_upload(f->g, *out, src, bytes);
+    if (f->sizing)
+        f->need_weights += (bytes + 255) & ~(uint64_t)255;
+    return f->sizing ? MVM_OK : mvm_gpu_upload(f->g, *out, src, bytes);
 }
 
 mvm_status mvm_cf_weight(struct cuda_fwd *f, const mvm_weight *w, struct dweight *out)
@@ -150,12 +157,43 @@ static mvm_status upload_model(struct cuda_fwd *f)
         TRY(upload_block(f, &m->dense[b], &f->dense[b]));
     for (uint32_t il = 0; il < m->hp.n_layer; il++) {
         TRY(upload_block(f, &m->layers[il], &f->layers[il]));
-        f->layers[il].experts = (mvm_dptr)(uintptr_t)mvm_expert_addr(m->space, il, 0);
+        if (!f->sizing)
+            f->layers[il].experts = (mvm_dptr)(uintptr_t)mvm_expert_addr(m->space, il, 0);
     }
     TRY(mvm_cf_weight(f, &m->output, &f->output));
     TRY(mvm_cf_copy(f, m->output_norm, m->hp.n_embd * sizeof(float), &f->output_norm));
     TRY(alloc_scratch(f));
-    return mvm_gpu_sync(f->g); /* the uploads done: a failed one is reported here */
+    /* the uploads done: a failed one is reported here */
+    return f->sizing ? MVM_OK : mvm_gpu_sync(f->g);
+}
+
+/* The fields a context's allocations are sized by. */
+static void set_shape(struct cuda_fwd *f, mvm_model *m, uint32_t n_ctx, uint32_t n_batch,
+                      const mvm_kv_layout *kv)
+{
+    const mvm_hparams *hp = &m->hp;
+    f->m = m;
+    f->n_ctx = n_ctx;
+    f->n_batch = n_batch;
+    f->kv = kv;
+    f->q_dim = hp->n_head * hp->head_dim;
+    f->kv_dim = hp->n_head_kv * hp->head_dim;
+    f->lat = hp->kv_lora + hp->rope.n_rot;
+    if (hp->kv_lora) /* MLA: one latent row per position */
+        f->kv_dim = f->lat;
+}
+
+mvm_status mvm_cf_context_bytes(mvm_model *m, uint32_t n_ctx, uint32_t n_batch,
+                                const mvm_kv_layout *kv, uint64_t *weights, uint64_t *rest)
+{
+    struct cuda_fwd f = {.sizing = 1};
+    set_shape(&f, m, n_ctx, n_batch, kv);
+    mvm_status st = upload_model(&f);
+    free(f.layers);
+    free(f.dense);
+    *weights = f.need_weights;
+    *rest = f.need - f.need_weights;
+    return st;
 }
 
 static void cuda_destroy(void *state)
@@ -180,16 +218,8 @@ static mvm_status cuda_create(mvm_ctx *ctx, void **state)
     if (!f)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the device context");
     *state = f;
-    f->m = ctx->m;
+    set_shape(f, ctx->m, ctx->n_ctx, ctx->n_batch, &ctx->kv);
     f->moe = ctx->moe;
-    f->n_ctx = ctx->n_ctx;
-    f->n_batch = ctx->n_batch;
-    f->kv = &ctx->kv;
-    f->q_dim = hp->n_head * hp->head_dim;
-    f->kv_dim = hp->n_head_kv * hp->head_dim;
-    f->lat = hp->kv_lora + hp->rope.n_rot;
-    if (hp->kv_lora) /* MLA: one latent row per position */
-        f->kv_dim = f->lat;
     mvm_space_info info;
     TRY(mvm_space_get_info(f->m->space, &info));
     f->expert_stride = info.expert_stride;
@@ -207,7 +237,9 @@ static mvm_status cuda_create(mvm_ctx *ctx, void **state)
     if (st != MVM_OK) {
         snprintf(why, sizeof why, "%s", mvm_last_error());
         return mvm_fail(st, "device context of %u positions (the weights besides the experts, "
-                        "the KV cache, scratch): %s", f->n_ctx, why);
+                        "the KV cache, scratch): %s; the experts' budget holds %.0f MiB of the "
+                        "device (a smaller --gpu-budget or context leaves more)", f->n_ctx, why,
+                        (double)info.device_pages * (double)info.page_size / 1048576.0);
     }
     return MVM_OK;
 }

@@ -75,6 +75,10 @@ struct cuda_fwd {
     float *cpu_rows;            /* [n_batch * K][n_embd]: their rows' outputs, to go up */
     mvm_dptr *owned;            /* every device allocation, freed at the end */
     size_t n_owned, cap_owned;
+    int sizing;                 /* a sizing pass (mvm_cf_context_bytes): no device, each
+                                   allocation only added to `need` (copies of weights also
+                                   to `need_weights`), nothing uploaded */
+    uint64_t need, need_weights;
 };
 
 /* ---- forward_cuda.c -------------------------------------------------------------------- */

@@ -207,6 +207,9 @@ static void pack_experts(void *ctx, int t, int nth)
     }
 }
 
+/* The context an automatic GPU budget leaves room for when the caller sizes none. */
+#define MVM_RESERVE_CTX 4096
+
 static mvm_status load_experts(struct loader *ld, mvm_model *m, mvm_space_desc *desc,
                                mvm_pool *pool, const uint8_t *held, mvm_progress_fn progress,
                                void *pctx)
@@ -229,6 +232,22 @@ static mvm_status load_experts(struct loader *ld, mvm_model *m, mvm_space_desc *
         return mvm_ld_fail(ld, MVM_ERR_UNSUPPORTED, "expert space: MOEVM_BACKEND=cuda, but this "
                            "moevm was built without nvcc, so it has no device kernels to compute "
                            "the experts (rebuild with nvcc on PATH, or use MOEVM_BACKEND=host)");
+    /* An automatic budget on the GPU leaves room for the context beside the experts, or the
+     * context could not be had once the experts took 90% of the device: the weights besides
+     * the experts, and the caller's KV cache and scratch (desc->device_reserve), else those
+     * of a context of up to MVM_RESERVE_CTX positions in batches of 32, `moevm run`'s. */
+    if (desc->backend == MVM_BACKEND_CUDA && desc->device_budget == MVM_BUDGET_AUTO) {
+        uint32_t n_ctx = m->hp.n_ctx_train && m->hp.n_ctx_train < MVM_RESERVE_CTX
+                             ? m->hp.n_ctx_train : MVM_RESERVE_CTX;
+        uint64_t weights, rest;
+        mvm_status st = mvm_ctx_device_bytes(m, n_ctx, 32, NULL, &weights, &rest);
+        if (st != MVM_OK) {
+            char why[256];
+            snprintf(why, sizeof why, "%s", mvm_last_error());
+            return mvm_ld_fail(ld, st, "sizing the device context: %s", why);
+        }
+        desc->device_reserve = weights + (desc->device_reserve ? desc->device_reserve : rest);
+    }
     m->device = desc->device;
     mvm_status st = mvm_space_create(desc, &m->space);
     if (st != MVM_OK) {

@@ -149,6 +149,10 @@ typedef void (*mvm_progress_fn)(void *ctx, uint64_t done, uint64_t total);
  */
 mvm_status mvm_model_load(const char *path, mvm_space_desc *desc, mvm_pool *pool,
                           mvm_progress_fn progress, void *progress_ctx, mvm_model **out);
+/* (A cuda space with an automatic budget leaves room for the context: the load sets
+ * desc->device_reserve to the device weights besides the experts plus the caller's
+ * desc->device_reserve, the KV cache and scratch it will ask for, or when that is 0 those
+ * of a context of up to 4096 positions in batches of 32: forward.h's mvm_ctx_device_bytes.) */
 /* The same, converting only the experts with held[layer * n_expert + e] set (the
  * distributed mode's share, dist.h): the others' homes are never written, so they take no
  * memory, and must not be computed. held NULL: all of them. */

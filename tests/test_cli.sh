@@ -147,6 +147,18 @@ if [ -n "$fake_driver" ]; then
             env MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$tmp/$km.gguf" -p "It was" -n 6 --temp 0 >"$tmp/$km.cuda" 2>/dev/null
             if cmp -s "$tmp/$km.host" "$tmp/$km.cuda" && [ -s "$tmp/$km.host" ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: greedy output of $km.gguf differs on the device" >&2; fi
         done
+        # A device smaller than the experts, whose 8 MiB output matrix and context the old
+        # automatic budget (90% of the free memory) left no room for: the budget now leaves
+        # it, the experts overflow it (13 of their 32 pages), and the text is the CPU's; a
+        # budget that leaves no room for the context says so, and a context larger than
+        # the device is refused at load.
+        "$moevm" mkmodel --arch qwen3moe --embd 256 --expert-ff 512 --experts 16 --layers 2 --vocab 8192 -o "$tmp/gv.gguf" >/dev/null
+        "$moevm" run -m "$tmp/gv.gguf" -p "It was the best" -n 12 --temp 0 >"$tmp/gv.host" 2>/dev/null
+        small_gpu="MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY=$fake_driver FAKECUDA_KERNELS=$fake_kernels FAKECUDA_MEM=40M"
+        env $small_gpu "$moevm" run -m "$tmp/gv.gguf" -p "It was the best" -n 12 --temp 0 >"$tmp/gv.cuda" 2>"$tmp/gv.err"
+        if cmp -s "$tmp/gv.host" "$tmp/gv.cuda" && [ -s "$tmp/gv.host" ] && grep -Eq 'budget (1[0-9]|2[0-9]) pages' "$tmp/gv.err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: an automatic budget on a device smaller than the experts" >&2; cat "$tmp/gv.err" >&2; fi
+        expect 1 'device context of 16 positions .*OUT_OF_MEMORY.*the experts. budget holds 36 MiB' -- env $small_gpu "$moevm" run -m "$tmp/gv.gguf" -p "It was the best" -n 12 --temp 0 --gpu-budget 36M
+        expect 1 'the device has 40.0 MiB free and .* needed beside the expert space' -- env $small_gpu "$moevm" run -m "$tmp/gv.gguf" -p "x" -n 2 --ctx 100000
         # Without HOST_NUMA VMM, a budget below a step's experts: the steps run in rounds.
         env FAKECUDA_HOST_NUMA=0 FAKECUDA_GRANULARITY=4096 MOEVM_PAGE_SIZE=4K MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 --gpu-budget 10% >"$tmp/d" 2>"$tmp/d.err"
         if cmp -s "$tmp/a" "$tmp/d" && grep -Eq '0 from host, [1-9][0-9]* extra rounds' "$tmp/d.err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: the device without HOST_NUMA, in rounds" >&2; cat "$tmp/d.err" >&2; fi

@@ -29,6 +29,7 @@
 
 static char dir[64];
 static mvm_pool *pool;
+static void *driver_lib; /* the fake libcuda.so.1 */
 static fakecuda_set_fail_fn set_fail;
 static fakecuda_calls_fn calls;
 static fakecuda_reset_counters_fn reset_counters;
@@ -198,6 +199,62 @@ static void test_matches_cpu(void)
         free_run(cpu), free_run(gpu), free_run(serial);
     }
     kv_type = NULL;
+}
+
+/* mvm_ctx_device_bytes, which an automatic budget leaves room for, is what a context then
+ * takes of the device (the fake's cuMemGetInfo, before and after): at least that, and no more
+ * than 256-byte rounding of each allocation above it; for grouped-query attention, MLA and
+ * gpt-oss's rings, F16 and F32 caches, several lengths. A model without its space sizes the
+ * same (the load sizes it before making the space). */
+static void test_context_bytes(void)
+{
+    /* cuMemGetInfo_v2 (0: CUDA_SUCCESS; this test does not include cuda.h) */
+    int (*get_info)(size_t *, size_t *) =
+        (int (*)(size_t *, size_t *))dlsym(driver_lib, "cuMemGetInfo_v2");
+    CHECK(get_info != NULL);
+    static const struct { const char *arch, *preset, *kv; uint32_t n_ctx, batch; } cases[] = {
+        {"llama", "tiny", "f32", 32, 4}, {"qwen3moe", "tiny", "f16", 300, 32},
+        {"deepseek2", "tiny-v3", "f16", 64, 8}, {"gpt-oss", "tiny", "f32", 100, 1},
+        {"glm4moe", "tiny", "f16", 17, 17}};
+    for (size_t i = 0; get_info && i < sizeof cases / sizeof *cases; i++) {
+        const char *path = preset_path(cases[i].arch, cases[i].preset, MVM_W_Q8_0);
+        mvm_model *m = NULL, *probe = NULL;
+        mvm_ctx *c = NULL;
+        CHECK_ST(load(path, MVM_BACKEND_CUDA, 1, &m), MVM_OK);
+        CHECK_ST(mvm_model_probe(path, &probe), MVM_OK);
+        if (!m || !probe) {
+            mvm_model_free(m), mvm_model_free(probe);
+            continue;
+        }
+        uint64_t w = 0, rest = 0, w_probe = 0, rest_probe = 0;
+        CHECK_ST(mvm_ctx_device_bytes(m, cases[i].n_ctx, cases[i].batch, cases[i].kv, &w,
+                                      &rest), MVM_OK);
+        CHECK_ST(mvm_ctx_device_bytes(probe, cases[i].n_ctx, cases[i].batch, cases[i].kv,
+                                      &w_probe, &rest_probe), MVM_OK);
+        const uint64_t est = w + rest;
+        /* the probe of an older deepseek2 file lacks wk_b and wv_b (split from attn_kv_b at
+         * load): its KV cache and scratch are the same */
+        CHECK(rest == rest_probe && w > 0 && rest > 0 && w_probe <= w);
+        size_t free0 = 0, free1 = 0, total = 0;
+        mvm_ctx_policies pol = {.kv_type = cases[i].kv};
+        CHECK_ST(mvm_ctx_create(m, pool, cases[i].n_ctx, cases[i].batch, &pol, &c), MVM_OK);
+        CHECK(get_info(&free1, &total) == 0);
+        mvm_ctx_free(c);
+        CHECK(get_info(&free0, &total) == 0);
+        uint64_t used = free0 - free1;
+        CHECK(used > 0 && est >= used && est - used < (256u << 10));
+        if (!(est >= used && est - used < (256u << 10)))
+            fprintf(stderr, "  %s: sized %llu bytes, the context took %llu\n", cases[i].arch,
+                    (unsigned long long)est, (unsigned long long)used);
+        mvm_model_free(m), mvm_model_free(probe);
+    }
+    uint64_t none = 1, none2 = 1;
+    mvm_model *m = NULL;
+    CHECK_ST(mvm_model_probe(model_path("llama", MVM_W_F32), &m), MVM_OK);
+    CHECK_ST(m ? mvm_ctx_device_bytes(m, 8, 1, "f8", &none, &none2) : MVM_ERR_INVALID,
+             MVM_ERR_INVALID);
+    CHECK(none == 0 && none2 == 0);
+    mvm_model_free(m);
 }
 
 /* A budget of a fraction of the experts: the logits stay bit for bit those of the unlimited
@@ -424,7 +481,7 @@ int main(int argc, char **argv)
     snprintf(dir, sizeof dir, "/tmp/moevm-fwdgpu-XXXXXX");
     if (!mkdtemp(dir) || mvm_pool_create(2, NULL, &pool) != MVM_OK)
         return 1;
-    void *driver = dlopen(argv[1], RTLD_NOW);
+    void *driver = driver_lib = dlopen(argv[1], RTLD_NOW);
     set_fail = driver ? (fakecuda_set_fail_fn)dlsym(driver, "fakecuda_set_fail") : NULL;
     calls = driver ? (fakecuda_calls_fn)dlsym(driver, "fakecuda_calls") : NULL;
     reset_counters =
@@ -440,6 +497,7 @@ int main(int argc, char **argv)
     mvm_model_free(m);
     fprintf(stderr, "fake device %s HOST_NUMA VMM\n", home_mapped ? "with" : "without");
     RUN(test_matches_cpu);
+    RUN(test_context_bytes);
     RUN(test_residency);
     RUN(test_assign);
     RUN(test_failures);

@@ -220,6 +220,40 @@ static void test_reads_follow_backing(void)
     CHECK_ST(mvm_space_destroy(sp), MVM_OK);
 }
 
+/* cuda: an automatic budget is 90% of the device's free memory less the caller's reserve
+ * (what it allocates beside the space); a reserve of all of it is an error naming both. */
+static void test_auto_budget_reserve(void)
+{
+    mvm_space_desc d;
+    CHECK_ST(mvm_space_desc_init(&d), MVM_OK);
+    d.backend = backend;
+    d.page_size = PAGE;
+    d.n_layers = 4, d.n_experts = 4, d.expert_bytes = 4 * PAGE; /* 64 pages */
+    d.device_budget = MVM_BUDGET_AUTO;
+    mvm_space *sp = NULL;
+    mvm_space_info info;
+    CHECK_ST(mvm_space_create(&d, &sp), MVM_OK);
+    if (!sp)
+        return;
+    mvm_space_get_info(sp, &info);
+    uint64_t free_bytes = info.device_free;
+    CHECK(free_bytes > 64 * PAGE && info.device_pages == 64); /* capped at the experts */
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+    d.device_reserve = free_bytes - 20 * PAGE; /* 18 pages of the 20 left */
+    CHECK_ST(mvm_space_create(&d, &sp), MVM_OK);
+    if (sp) {
+        mvm_space_get_info(sp, &info);
+        CHECK(info.device_free == free_bytes && info.device_pages == 18);
+        CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+    }
+    d.device_reserve = free_bytes;
+    CHECK_ST(mvm_space_create(&d, &sp), MVM_ERR_INVALID);
+    CHECK(strstr(mvm_last_error(), "needed beside the expert space") != NULL);
+    d.device_reserve = free_bytes - PAGE / 2; /* 90% of half a page */
+    CHECK_ST(mvm_space_create(&d, &sp), MVM_ERR_INVALID);
+    CHECK(strstr(mvm_last_error(), "smaller than one page") != NULL);
+}
+
 /* Host backend: the tail of an expert's last page, past its weights, is a hole in the homes
  * (no memory behind it), while the weights' pages are in memory; the weights read back
  * through both of the expert's addresses, resident or not. */
@@ -750,6 +784,7 @@ int main(int argc, char **argv)
     if (backend == MVM_BACKEND_HOST)
         RUN(test_home_tails_take_no_memory);
     if (on_fake) {
+        RUN(test_auto_budget_reserve);
         RUN(test_priority_and_promotion);
         RUN(test_cancel_and_destroy_in_flight);
         RUN(test_unpin_after_stream);

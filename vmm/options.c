@@ -15,8 +15,9 @@ static const mvm_option_desc options[MVM_OPTION_COUNT_] = {
                                "device memory for expert pages: bytes (8G), a percentage of "
                                "the experts' pages (25%; 100% holds them all; under the "
                                "interposer, of the device's memory), or auto (90% of free "
-                               "device memory; on the host backend the engine reads the "
-                               "experts at their homes, a library space holds them all)"},
+                               "device memory less the engine's context beside the experts; "
+                               "on the host backend the engine reads the experts at their "
+                               "homes, a library space holds them all)"},
     [MVM_OPTION_BACKEND] = {"MOEVM_BACKEND", MVM_OPT_CHOICE, "auto", "auto|host|cuda",
                             "physical backend: cuda when a CUDA device is usable, else host"},
     [MVM_OPTION_DEVICE] = {"MOEVM_DEVICE", MVM_OPT_INT, "0", NULL, "CUDA device ordinal"},

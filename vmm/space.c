@@ -98,8 +98,17 @@ static mvm_status plan_layout(mvm_space *sp, const mvm_space_desc *d)
 
     uint64_t total_pages = (uint64_t)sp->n_total * sp->ppe;
     uint64_t budget = d->device_budget;
+    if (budget == MVM_BUDGET_AUTO && be->device_free && d->device_reserve >= be->device_free) {
+        char f[32], r[32];
+        fmt_bytes(f, sizeof f, be->device_free);
+        fmt_bytes(r, sizeof r, d->device_reserve);
+        return mvm_fail(MVM_ERR_INVALID, "the device has %s free and %s of it are needed beside "
+                        "the expert space: no room for an automatic budget (give a budget, or "
+                        "need less beside it)", f, r);
+    }
     if (budget == MVM_BUDGET_AUTO)
-        budget = be->device_free ? be->device_free / 10 * 9 : total_pages * page;
+        budget = be->device_free ? (be->device_free - d->device_reserve) / 10 * 9
+                                 : total_pages * page;
     else if (budget == 0) /* of the experts' pages, so that 1 holds every expert: each
                            * takes whole pages, and an expert of 3.4 MiB two of 2 MiB */
         budget = (uint64_t)(d->device_budget_frac * (double)(total_pages * page));

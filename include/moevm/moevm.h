@@ -58,8 +58,8 @@ typedef enum mvm_backend_kind {
     MVM_BACKEND_CUDA,     /* the CUDA driver's virtual memory management API */
 } mvm_backend_kind;
 
-/* The default budget: on cuda, 90% of the device memory free at creation; on host, all
- * expert bytes. Either way capped at what the experts need. */
+/* The default budget: on cuda, 90% of the device memory free at creation less
+ * device_reserve; on host, all expert bytes. Either way capped at what the experts need. */
 #define MVM_BUDGET_AUTO UINT64_MAX
 
 typedef struct mvm_space_desc {
@@ -72,6 +72,9 @@ typedef struct mvm_space_desc {
     double device_budget_frac;   /* budget as a fraction (0, 1] of the pages all experts
                                     take (each whole pages; 1: every expert fits), used
                                     when device_budget is 0 */
+    uint64_t device_reserve;     /* device bytes the caller needs beside the space (its
+                                    other weights, KV cache, scratch): MVM_BUDGET_AUTO takes
+                                    90% of the free memory less this. 0 by default */
     mvm_backend_kind backend;
     int device;                  /* CUDA device ordinal (cuda backend) */
     uint64_t page_size;          /* 0 = the backend's default (2 MiB); else a multiple of
