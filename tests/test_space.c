@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -252,6 +253,46 @@ static void test_auto_budget_reserve(void)
     d.device_reserve = free_bytes - PAGE / 2; /* 90% of half a page */
     CHECK_ST(mvm_space_create(&d, &sp), MVM_ERR_INVALID);
     CHECK(strstr(mvm_last_error(), "smaller than one page") != NULL);
+}
+
+/* Host backend: homes larger than the memory the kernel can give (MemAvailable and free
+ * swap) are refused before any is touched, naming both sizes. In a child, first in line
+ * for the OOM killer, so that a regression costs that child and fails this test. */
+static void test_homes_beyond_memory(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[128];
+    unsigned long long kib, avail = 0, swap = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
+            avail = kib;
+        else if (sscanf(line, "SwapFree: %llu kB", &kib) == 1)
+            swap = kib;
+    if (f)
+        fclose(f);
+    CHECK(avail > 0);
+    uint64_t experts = ((avail + swap) << 10) / (64 * PAGE) + 64; /* past it by 256 MiB */
+    pid_t pid = fork();
+    if (pid == 0) {
+        FILE *adj = fopen("/proc/self/oom_score_adj", "w");
+        if (adj)
+            fputs("1000", adj), fclose(adj);
+        mvm_space_desc d;
+        mvm_space_desc_init(&d);
+        d.backend = backend;
+        d.page_size = PAGE;
+        d.n_layers = (uint32_t)(experts / 256 + 1), d.n_experts = 256;
+        d.expert_bytes = 64 * PAGE;
+        d.device_budget = PAGE;
+        mvm_space *sp = NULL;
+        mvm_status st = mvm_space_create(&d, &sp);
+        _exit(st == MVM_ERR_NOMEM && strstr(mvm_last_error(), "host homes need") &&
+                      strstr(mvm_last_error(), "GiB are available")
+                  ? 0 : 1);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
 /* Host backend: the tail of an expert's last page, past its weights, is a hole in the homes
@@ -781,8 +822,10 @@ int main(int argc, char **argv)
     RUN(test_capacity);
     RUN(test_pins);
     RUN(test_moves_and_stats);
-    if (backend == MVM_BACKEND_HOST)
+    if (backend == MVM_BACKEND_HOST) {
         RUN(test_home_tails_take_no_memory);
+        RUN(test_homes_beyond_memory);
+    }
     if (on_fake) {
         RUN(test_auto_budget_reserve);
         RUN(test_priority_and_promotion);
