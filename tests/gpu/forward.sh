@@ -13,6 +13,8 @@
 #      greedy; and the same model as Q4_K_M on the CPU and the GPU (full and half budget);
 #      then DeepSeek-V2-Lite's shape (8 blocks), GLM-4.5-Air's (3), MiniMax-M2's (3) and
 #      gpt-oss-20b's (3, MXFP4 experts) on the CPU and the GPU;
+#      Then the default (automatic) budget on a device another process fills but for 6 GiB:
+#      the context must fit beside the budget;
 #   4. `moevm calibrate` of that model on the GPU, and greedy at half the budget again with
 #      the measured costs (--cost) instead of the h100 preset's.
 # With $OUT set, the output is also written to $OUT/gpu_forward.txt. Results go into
@@ -76,6 +78,27 @@ mkdir -p "$work"
             --type "$type" -o "$lmodel"
         cpu_gpu_half "$lmodel" "$spec"
     done
+    echo "== 3d. the automatic budget on a GPU the model overfills: another process (torch)"
+    echo "   holds all but 6 GiB of the device, and the default budget must leave the context"
+    echo "   room (it took 90% of the free memory before, and the context could not be had)"
+    if python3 -c "import torch" 2>/dev/null; then
+        rm -f "$work/held"
+        python3 - "$work/held" <<'PY' &
+import sys, time, torch
+free, _ = torch.cuda.mem_get_info()
+hold = torch.empty(max(free - (6 << 30), 1), dtype=torch.uint8, device="cuda")
+open(sys.argv[1], "w").write(f"{hold.numel() >> 20} MiB held\n")
+time.sleep(600)
+PY
+        holder=$!
+        for _ in $(seq 60); do [[ -s "$work/held" ]] && break; sleep 1; done
+        cat "$work/held" 2>/dev/null || echo "the holder did not start"
+        run MOEVM_BACKEND=cuda
+        kill "$holder" 2>/dev/null || true
+        wait "$holder" 2>/dev/null || true
+    else
+        echo "no torch here: skipped"
+    fi
     echo "== 4. calibrate, then greedy with the measured costs"
     MOEVM_BACKEND=cuda "$moevm" calibrate -m "$model" -o "$work/cost.json"
     cat "$work/cost.json"
