@@ -255,9 +255,10 @@ static void test_auto_budget_reserve(void)
     CHECK(strstr(mvm_last_error(), "smaller than one page") != NULL);
 }
 
-/* Host backend: homes larger than the memory the kernel can give (MemAvailable and free
- * swap) are refused before any is touched, naming both sizes. In a child, first in line
- * for the OOM killer, so that a regression costs that child and fails this test. */
+/* Homes larger than the memory the kernel can give (MemAvailable and, on host, free swap;
+ * cuda's are pinned) are refused before any is touched, naming both sizes. In a child,
+ * first in line for the OOM killer, so that a regression costs that child and fails this
+ * test. */
 static void test_homes_beyond_memory(void)
 {
     FILE *f = fopen("/proc/meminfo", "r");
@@ -286,7 +287,9 @@ static void test_homes_beyond_memory(void)
         d.device_budget = PAGE;
         mvm_space *sp = NULL;
         mvm_status st = mvm_space_create(&d, &sp);
-        _exit(st == MVM_ERR_NOMEM && strstr(mvm_last_error(), "host homes need") &&
+        _exit(st == MVM_ERR_NOMEM &&
+                      strstr(mvm_last_error(), backend == MVM_BACKEND_HOST
+                                                   ? "host homes need" : "pinned host homes need") &&
                       strstr(mvm_last_error(), "GiB are available")
                   ? 0 : 1);
     }
@@ -822,10 +825,9 @@ int main(int argc, char **argv)
     RUN(test_capacity);
     RUN(test_pins);
     RUN(test_moves_and_stats);
-    if (backend == MVM_BACKEND_HOST) {
+    RUN(test_homes_beyond_memory);
+    if (backend == MVM_BACKEND_HOST)
         RUN(test_home_tails_take_no_memory);
-        RUN(test_homes_beyond_memory);
-    }
     if (on_fake) {
         RUN(test_auto_budget_reserve);
         RUN(test_priority_and_promotion);

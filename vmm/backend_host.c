@@ -105,25 +105,6 @@ static void region_destroy(struct region *r)
     close(r->fd);
 }
 
-/* Memory the kernel can still give: MemAvailable (free and reclaimable) and free swap, from
- * /proc/meminfo; UINT64_MAX when unknown. A cgroup's own limit is not seen. */
-static uint64_t memory_available(void)
-{
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[128];
-    unsigned long long kib, avail = 0, swap = 0;
-    int found = 0;
-    while (f && fgets(line, sizeof line, f)) {
-        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
-            avail = kib, found |= 1;
-        else if (sscanf(line, "SwapFree: %llu kB", &kib) == 1)
-            swap = kib, found |= 2;
-    }
-    if (f)
-        fclose(f);
-    return found == 3 ? (uint64_t)(avail + swap) << 10 : UINT64_MAX;
-}
-
 static mvm_status host_home_create(mvm_backend *b, size_t n_pages, size_t page_size,
                                    size_t item_pages, size_t item_used, const mvm_topo *topo,
                                    mvm_home **out, void **host)
@@ -131,17 +112,14 @@ static mvm_status host_home_create(mvm_backend *b, size_t n_pages, size_t page_s
     (void)b;
     /* Homes are memory the kernel cannot page out to a file: more than there is would end
      * in the OOM killer midway through the load, so say it now. */
-    const uint64_t need = (uint64_t)(n_pages / item_pages) * item_used;
-    const uint64_t avail = memory_available();
-    if (need > avail)
-        return mvm_fail(MVM_ERR_NOMEM, "the experts' host homes need %.1f GiB of memory and "
-                        "%.1f GiB are available (MemAvailable and free swap): the model does "
-                        "not fit in this machine's memory", (double)need / 1073741824.0,
-                        (double)avail / 1073741824.0);
+    mvm_status st = mvm_topo_check_memory("the experts' host homes",
+                                          (uint64_t)(n_pages / item_pages) * item_used, 1);
+    if (st != MVM_OK)
+        return st;
     mvm_home *h = calloc(1, sizeof *h);
     if (!h)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the host home");
-    mvm_status st = region_create("moevm-home", n_pages * page_size, page_size, &h->r);
+    st = region_create("moevm-home", n_pages * page_size, page_size, &h->r);
     if (st != MVM_OK) {
         free(h);
         return st;

@@ -393,3 +393,32 @@ mvm_status mvm_topo_bind_thread(const mvm_topo *topo)
                         CPU_COUNT(&topo->cores), strerror(rc));
     return MVM_OK;
 }
+
+uint64_t mvm_topo_memory_available(int swappable)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[128];
+    unsigned long long kib, avail = 0, swap = 0;
+    int found = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
+            avail = kib, found |= 1;
+        else if (sscanf(line, "SwapFree: %llu kB", &kib) == 1)
+            swap = kib, found |= 2;
+    }
+    if (f)
+        fclose(f);
+    return found == 3 ? (uint64_t)(avail + (swappable ? swap : 0)) << 10 : UINT64_MAX;
+}
+
+mvm_status mvm_topo_check_memory(const char *what, uint64_t need, int swappable)
+{
+    uint64_t avail = mvm_topo_memory_available(swappable);
+    if (need <= avail)
+        return MVM_OK;
+    return mvm_fail(MVM_ERR_NOMEM, "%s need %.1f GiB of memory and %.1f GiB are available (%s): "
+                    "the model does not fit in this machine's memory", what,
+                    (double)need / 1073741824.0, (double)avail / 1073741824.0,
+                    swappable ? "MemAvailable and free swap"
+                              : "MemAvailable; pinned memory cannot be swapped out");
+}

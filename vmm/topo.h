@@ -47,4 +47,13 @@ mvm_status mvm_topo_place_items(const mvm_topo *topo, void *addr, size_t n_items
 /* Pins the calling thread to topo->cores. */
 mvm_status mvm_topo_bind_thread(const mvm_topo *topo);
 
+/* Bytes the kernel can still give this process: MemAvailable (free and reclaimable), plus
+ * free swap when the memory is `swappable` (pinned memory is not); UINT64_MAX when
+ * /proc/meminfo does not say. A cgroup's own limit is not seen. */
+uint64_t mvm_topo_memory_available(int swappable);
+/* MVM_OK when `need` bytes of `what` fit in it, else MVM_ERR_NOMEM naming both sizes: host
+ * memory for the experts is asked for before any is touched, rather than ending in the OOM
+ * killer (or, pinned, starving the machine) midway through a load. */
+mvm_status mvm_topo_check_memory(const char *what, uint64_t need, int swappable);
+
 #endif
