@@ -243,7 +243,7 @@ static mvm_status cuda_home_create(mvm_backend *b, size_t n_pages, size_t page_s
 {
     (void)item_pages, (void)item_used; /* pinned memory: every page is memory anyway */
     cuda_backend *c = cb(b);
-    mvm_status st = mvm_topo_check_memory("the experts' pinned host homes",
+    mvm_status st = mvm_topo_check_memory("the space's pinned host homes",
                                           (uint64_t)n_pages * page_size, 0);
     if (st == MVM_OK)
         st = use_ctx(c);

@@ -112,7 +112,7 @@ static mvm_status host_home_create(mvm_backend *b, size_t n_pages, size_t page_s
     (void)b;
     /* Homes are memory the kernel cannot page out to a file: more than there is would end
      * in the OOM killer midway through the load, so say it now. */
-    mvm_status st = mvm_topo_check_memory("the experts' host homes",
+    mvm_status st = mvm_topo_check_memory("the space's host homes",
                                           (uint64_t)(n_pages / item_pages) * item_used, 1);
     if (st != MVM_OK)
         return st;

@@ -417,7 +417,7 @@ mvm_status mvm_topo_check_memory(const char *what, uint64_t need, int swappable)
     if (need <= avail)
         return MVM_OK;
     return mvm_fail(MVM_ERR_NOMEM, "%s need %.1f GiB of memory and %.1f GiB are available (%s): "
-                    "the model does not fit in this machine's memory", what,
+                    "they do not fit in this machine's memory", what,
                     (double)need / 1073741824.0, (double)avail / 1073741824.0,
                     swappable ? "MemAvailable and free swap"
                               : "MemAvailable; pinned memory cannot be swapped out");
