@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -426,6 +427,57 @@ static void test_place_interleaved(const mvm_topo *t)
     munmap(p, size);
 }
 
+/* Writes `text` to dir/name; 0 on success. */
+static int write_file(const char *dir, const char *name, const char *text)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    int ok = f && fputs(text, f) >= 0;
+    return (f ? fclose(f) : 0) == 0 && ok ? 0 : -1;
+}
+
+/* A memory cgroup's limit caps what is available (a container's): a child process moves
+ * into a new cgroup v1 memory group of 256 MiB under its own, where root may make one (else
+ * the check is skipped), and must see at most that; then it moves back and removes it. */
+static void test_memory_cgroup(void)
+{
+    uint64_t machine = mvm_topo_memory_available(1);
+    CHECK(machine > 0 && machine != UINT64_MAX, "available memory: %llu",
+          (unsigned long long)machine);
+    pid_t pid = fork();
+    if (pid == 0) {
+        FILE *f = fopen("/proc/self/cgroup", "r");
+        char line[512], parent[600] = "", dir[700];
+        while (f && fgets(line, sizeof line, f))
+            if (strstr(line, ":memory:")) {
+                line[strcspn(line, "\n")] = '\0';
+                snprintf(parent, sizeof parent, "/sys/fs/cgroup/memory%s",
+                         strstr(line, ":memory:") + 8);
+            }
+        if (f)
+            fclose(f);
+        snprintf(dir, sizeof dir, "%s/moevm-test-%d", parent, (int)getpid());
+        char me[32];
+        snprintf(me, sizeof me, "%d", (int)getpid());
+        if (!parent[0] || mkdir(dir, 0755) != 0)
+            _exit(77);
+        int ok = write_file(dir, "memory.limit_in_bytes", "268435456") == 0 &&
+                 write_file(dir, "cgroup.procs", me) == 0;
+        uint64_t seen = ok ? mvm_topo_memory_available(1) : 0;
+        write_file(parent, "cgroup.procs", me);
+        rmdir(dir);
+        _exit(!ok ? 77 : seen > 0 && seen <= (256u << 20) ? 0 : 1);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status),
+          "cgroup child: status %d", status);
+    if (WEXITSTATUS(status) == 77)
+        printf("skip: no memory cgroup to make here, the container limit is not tested\n");
+    else
+        CHECK(WEXITSTATUS(status) == 0, "a 256 MiB cgroup: the child saw more");
+}
+
 static void test_place_invalid(const mvm_topo *t)
 {
     char buf[16];
@@ -480,6 +532,7 @@ int main(void)
     test_place_hole(&t);
     test_place_items(&t);
     test_place_interleaved(&t);
+    test_memory_cgroup();
     test_place_invalid(&t);
     test_bind_thread(&t);
 

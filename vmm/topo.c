@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <hwloc.h>
+#include <inttypes.h>
 #include <hwloc/glibc-sched.h>
 #include <limits.h>
 #include <numa.h>
@@ -394,6 +395,85 @@ mvm_status mvm_topo_bind_thread(const mvm_topo *topo)
     return MVM_OK;
 }
 
+/* The number in a one-value file (memory.max's "max" is none); 0 when unreadable. */
+static int file_u64(const char *dir, const char *name, uint64_t *v)
+{
+    char path[640], buf[64];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "r");
+    int ok = f && fgets(buf, sizeof buf, f) && sscanf(buf, "%" SCNu64, v) == 1;
+    if (f)
+        fclose(f);
+    return ok;
+}
+
+/* The value of `key` in a memory.stat; 0 when absent. */
+static int stat_u64(const char *dir, const char *key, uint64_t *v)
+{
+    char path[640], line[128], name[64];
+    snprintf(path, sizeof path, "%s/memory.stat", dir);
+    FILE *f = fopen(path, "r");
+    int ok = 0;
+    while (f && !ok && fgets(line, sizeof line, f))
+        ok = sscanf(line, "%63s %" SCNu64, name, v) == 2 && strcmp(name, key) == 0;
+    if (f)
+        fclose(f);
+    return ok;
+}
+
+/* What a memory cgroup directory still allows: its limit less what it charges, but for its
+ * inactive file pages (reclaimed first, as the kubelet's working set counts); UINT64_MAX
+ * without a limit. v1 states the limit of the whole hierarchy; v2 one level's. */
+static uint64_t cgroup_room(const char *dir, int v1)
+{
+    uint64_t limit, used, inactive = 0;
+    if (!(v1 ? stat_u64(dir, "hierarchical_memory_limit", &limit)
+             : file_u64(dir, "memory.max", &limit)) ||
+        !file_u64(dir, v1 ? "memory.usage_in_bytes" : "memory.current", &used))
+        return UINT64_MAX;
+    stat_u64(dir, v1 ? "total_inactive_file" : "inactive_file", &inactive);
+    used = used > inactive ? used - inactive : 0;
+    return limit > used ? limit - used : 0;
+}
+
+/* The calling process's memory cgroup (v1's memory controller, else v2's, up every level
+ * to the root): what it still allows, UINT64_MAX without a limit. Containers see their own
+ * cgroup as the root. */
+static uint64_t cgroup_available(void)
+{
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    char line[512], v1[400] = "", v2[400] = "";
+    while (f && fgets(line, sizeof line, f)) {
+        char *path = strchr(line, ':') ? strchr(strchr(line, ':') + 1, ':') : NULL;
+        if (!path)
+            continue;
+        path[strcspn(path, "\n")] = '\0';
+        if (strncmp(line, "0::", 3) == 0)
+            snprintf(v2, sizeof v2, "%s", path + 1);
+        else if (strstr(line, ":memory:"))
+            snprintf(v1, sizeof v1, "%s", path + 1);
+    }
+    if (f)
+        fclose(f);
+    char dir[520];
+    if (v1[0]) {
+        snprintf(dir, sizeof dir, "/sys/fs/cgroup/memory%s", v1);
+        return cgroup_room(dir, 1);
+    }
+    /* v2: the path, then each parent (the root has no limit); unified or hybrid mounts */
+    static const char *const roots[] = {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"};
+    uint64_t room = UINT64_MAX;
+    while (v2[0] == '/' && v2[1]) {
+        for (size_t r = 0; r < 2; r++) {
+            snprintf(dir, sizeof dir, "%s%s", roots[r], v2);
+            uint64_t here = cgroup_room(dir, 0);
+            room = here < room ? here : room;
+        }
+        *strrchr(v2, '/') = '\0'; /* "/a/b" -> "/a" -> "" */
+    }
+    return room;
+}
+
 uint64_t mvm_topo_memory_available(int swappable)
 {
     FILE *f = fopen("/proc/meminfo", "r");
@@ -408,7 +488,10 @@ uint64_t mvm_topo_memory_available(int swappable)
     }
     if (f)
         fclose(f);
-    return found == 3 ? (uint64_t)(avail + (swappable ? swap : 0)) << 10 : UINT64_MAX;
+    uint64_t machine = found == 3 ? (uint64_t)(avail + (swappable ? swap : 0)) << 10
+                                  : UINT64_MAX;
+    uint64_t cgroup = cgroup_available(); /* a container's own swap is not counted */
+    return cgroup < machine ? cgroup : machine;
 }
 
 mvm_status mvm_topo_check_memory(const char *what, uint64_t need, int swappable)

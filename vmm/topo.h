@@ -48,8 +48,9 @@ mvm_status mvm_topo_place_items(const mvm_topo *topo, void *addr, size_t n_items
 mvm_status mvm_topo_bind_thread(const mvm_topo *topo);
 
 /* Bytes the kernel can still give this process: MemAvailable (free and reclaimable), plus
- * free swap when the memory is `swappable` (pinned memory is not); UINT64_MAX when
- * /proc/meminfo does not say. A cgroup's own limit is not seen. */
+ * free swap when the memory is `swappable` (pinned memory is not), and no more than the
+ * process's memory cgroup still allows (a container's limit: v1, or v2 at every level);
+ * UINT64_MAX when neither says. */
 uint64_t mvm_topo_memory_available(int swappable);
 /* MVM_OK when `need` bytes of `what` fit in it, else MVM_ERR_NOMEM naming both sizes: host
  * memory for the experts is asked for before any is touched, rather than ending in the OOM
