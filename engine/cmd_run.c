@@ -377,12 +377,16 @@ static int load(struct session *s)
     if (hp->rope.freq_scale != 1.0f)
         snprintf(rope, sizeof rope, ", RoPE %s x%g", hp->rope.ext_factor != 0 ? "YaRN" : "linear",
                  1.0 / hp->rope.freq_scale);
-    char budget[96];
+    char budget[128];
     if (s->model->experts_at_home)
         snprintf(budget, sizeof budget, "experts read at their homes (no budget)");
     else
         snprintf(budget, sizeof budget, "budget %u pages of %llu KiB", info.device_pages,
                  (unsigned long long)(info.page_size >> 10));
+    if (desc.device_reserve) /* an automatic budget on a GPU: what it left beside itself */
+        snprintf(budget + strlen(budget), sizeof budget - strlen(budget),
+                 " (auto: %.0f MiB of the device kept for the context)",
+                 (double)desc.device_reserve / 1048576.0);
     fprintf(stderr, "model: %s (%s), %u layers%s, %u experts top-%u of %.1f %s (%s), vocab %u%s; "
             "loaded in %.2f s\nspace: %s backend, %s; %s; cost model %s\n",
             s->model->name, s->model->arch->name, hp->n_layer, dense, hp->n_expert,
