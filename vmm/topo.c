@@ -11,8 +11,8 @@
 
 #include <errno.h>
 #include <hwloc.h>
-#include <inttypes.h>
 #include <hwloc/glibc-sched.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <numa.h>
 #include <numaif.h>
