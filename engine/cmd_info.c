@@ -64,6 +64,13 @@ int mvm_cmd_info(int argc, char **argv)
     printf("host homes: %s; non-resident experts %s\n", node,
            info.home_mapped ? "stay mapped to their host home (readable, slower)"
                             : "are unmapped (must be made resident before use)");
+    /* what a model's homes may take (vmm/topo.h's check at load): pinned on a GPU */
+    const int pinned = strcmp(info.backend, "cuda") == 0;
+    const uint64_t avail = mvm_topo_memory_available(!pinned);
+    if (avail != UINT64_MAX)
+        printf("memory:     %.1f GiB available for the homes (MemAvailable%s, within the "
+               "memory cgroup's limit)\n", (double)avail / 1073741824.0,
+               pinned ? " without swap: they are pinned" : " and free swap");
     printf("options:\n");
     mvm_options_print_effective(stdout);
     return 0;

@@ -32,6 +32,7 @@ expect 0 'cpu: +(scalar|avx2|avx512|avx512vnni|neon|dotprod) kernels, the best t
     "$moevm" info
 expect 0 'page size: +2048 KiB' -- "$moevm" info
 expect 0 'budget: +auto = none on the host backend' -- "$moevm" info
+expect 0 'memory: +[0-9]+\.[0-9] GiB available for the homes \(MemAvailable and free swap' -- "$moevm" info
 expect 0 'budget: +25% of the experts' -- env MOEVM_GPU_BUDGET=25% "$moevm" info
 expect 0 'budget: +8192 MiB' -- env MOEVM_GPU_BUDGET=8G "$moevm" info
 expect 0 'MOEVM_GPU_BUDGET' -- "$moevm" options
