@@ -262,8 +262,10 @@ static void print_piece(const struct session *s, int32_t id)
     fwrite(buf, 1, n < sizeof buf ? n : sizeof buf, stdout);
 }
 
-/* The most positions the run takes: --ctx, else the prompt's and -n's (no tokenizer here
- * makes more tokens than the text has bytes, BOS aside). */
+/* The positions the run takes: --ctx, else the prompt's and -n's, the prompt counted as a
+ * token a byte plus 8 (BOS and the like). A vocabulary that needs more tokens than bytes
+ * (make_prompt allows it) leaves the reserve a few rows short, within the tenth of the
+ * free memory the automatic budget leaves anyway. */
 static uint32_t ctx_bound(const struct run_args *a)
 {
     if (a->ctx)

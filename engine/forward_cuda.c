@@ -64,9 +64,9 @@ mvm_status mvm_cf_copy(struct cuda_fwd *f, const void *src, size_t bytes, mvm_dp
     *out = 0;
     if (!src)
         return MVM_OK;
+    const uint64_t before = f->need;
     TRY(mvm_cf_alloc(f, bytes, out));
-    if (f->sizing)
-        f->need_weights += (bytes + 255) & ~(uint64_t)255;
+    f->need_weights += f->need - before; /* a sizing pass's count; 0 otherwise */
     return f->sizing ? MVM_OK : mvm_gpu_upload(f->g, *out, src, bytes);
 }
 
