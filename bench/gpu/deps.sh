@@ -48,6 +48,13 @@ moevm_deps_present() {
             ${CC:-cc} -x c - -lnuma -o /dev/null 2>/dev/null
 }
 
+# The GPU scripts' one build folder, build-gpu/ (tests on: their GPU programs are tests), so
+# that scripts run one after another in a lease compile each file once.
+moevm_gpu_build() {
+    cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DMOEVM_WERROR=OFF &&
+        cmake --build build-gpu -j"$(nproc)" --target "$@"
+}
+
 moevm_deps_use() {
     if [[ -z "${MOEVM_DEPS_FORCE:-}" ]] && moevm_deps_present; then
         return 0

@@ -17,14 +17,15 @@
 #                      GEMM gets a view into the layer's 3-D tensor), then the moevm run
 #                      once more with MOEVM_PRELOAD_SLICES=off: what expert slices save
 # Every step runs even when one before it failed (a GPU lease is too short to lose the rest),
-# each under a time limit, and all of them within $MOEVM_BENCH_SECONDS (default 540) of the
+# each under a time limit, and all of them within $INTERPOSE_SECONDS (default 540; not a
+# MOEVM_ name, which moevm would warn of as an unknown option) of the
 # start, so that one device call (10 minutes at most) returns the summary. What comes back
 # is in $OUT (or /tmp/moevm-interpose): results.jsonl (one JSON line per step, with its exit
 # status), report.json, report_eager.json and report_eager_whole.json (the moevm runs'
 # MOEVM_REPORTs) and log.txt (everything the steps printed). Exits non-zero when a step
 # failed or the outputs differ. docs/perf/interpose.md holds the numbers.
 set -uo pipefail
-deadline=$((SECONDS + ${MOEVM_BENCH_SECONDS:-540}))
+deadline=$((SECONDS + ${INTERPOSE_SECONDS:-540}))
 cd "$(dirname "$0")/../.."
 budget=${1:-512}
 shift $(($# > 0))
@@ -40,8 +41,7 @@ export PYTHONUNBUFFERED=1
 
 source bench/gpu/deps.sh || exit 1
 {
-    cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DMOEVM_TESTS=OFF -DMOEVM_WERROR=OFF &&
-        cmake --build build-gpu -j16 --target moevm_preload
+    moevm_gpu_build moevm_preload
 } >>"$log" 2>&1 || { tail -n 30 "$log"; echo "interpose.sh: the build failed" >&2; exit 1; }
 so=$PWD/build-gpu/libmoevm_preload.so
 if ldd "$so" | grep -q 'not found'; then

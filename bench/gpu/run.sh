@@ -13,8 +13,7 @@ source bench/gpu/deps.sh || exit 1
 log=$(moevm_out_log vmm_costs.txt)
 {
     echo "== build"
-    cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DMOEVM_TESTS=OFF -DMOEVM_WERROR=OFF
-    cmake --build build-gpu -j16 --target vmm_costs
+    moevm_gpu_build vmm_costs
     echo "== nvidia-smi -L"
     nvidia-smi -L
     echo "== vmm_costs $*"

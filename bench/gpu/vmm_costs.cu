@@ -12,13 +12,16 @@
  *   6. eviction from a write_back space (the interposer's): a page the device left as it was
  *      loaded skips the copy home (vmm/digest.cu decides), against clean_evict off, and what
  *      the digests taken at load add to it; each eviction's home is checked against what
- *      the device held.
+ *      the device held;
+ *   7. where a make-resident's time goes: the cuda backend's steps for 64 pages of 2 MiB
+ *      (per-page copies from the HOST_NUMA homes and from pinned memory, the load's and the
+ *      eviction's remaps), and whether the remaps overlap the copies' DMA.
  *
  * Output: per section, a markdown table and one machine-readable line per result:
  *   RESULT <name> <value> <unit>
  * Every CUDA call is checked; a failure exits with one line naming the call.
  *
- * Usage: vmm_costs [--device N] [--reps N] [--only 1,2,3,4,5,6]
+ * Usage: vmm_costs [--device N] [--reps N] [--only 1,2,3,4,5,6,7]
  * Build and run: bash bench/gpu/run.sh (docs/perf/vmm.md).
  */
 #include <cuda.h>
@@ -972,6 +975,157 @@ static void bench_clean_evict(uint64_t expert_bytes)
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* 7. Where a make-resident's time goes: the cuda backend's steps for 64 pages of 2 MiB       */
+/* ---------------------------------------------------------------------------------------- */
+
+/* n one-page handles of a kind, each mapped at its page of a view (as vmm/backend_cuda.c
+ * lays out the device pool and the HOST_NUMA homes). */
+typedef struct page_set {
+    CUmemGenericAllocationHandle *h;
+    CUdeviceptr view;
+    size_t n, page;
+} page_set;
+
+static page_set page_set_create(const CUmemAllocationProp *prop, size_t n, size_t page)
+{
+    page_set s = {(CUmemGenericAllocationHandle *)xmalloc(n * sizeof(CUmemGenericAllocationHandle)),
+                  0, n, page};
+    /* Homes are written by the CPU through their view: grant their node access too. */
+    CUmemAccessDesc acc[2] = {device_rw(), device_rw()};
+    acc[1].location = prop->location;
+    int n_acc = prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA ? 2 : 1;
+    CU(cuMemAddressReserve(&s.view, n * page, page, 0, 0));
+    for (size_t i = 0; i < n; i++) {
+        CU(cuMemCreate(&s.h[i], page, prop, 0));
+        CU(cuMemMap(s.view + i * page, page, 0, s.h[i], 0));
+    }
+    CU(cuMemSetAccess(s.view, n * page, acc, n_acc));
+    return s;
+}
+
+static void page_set_destroy(page_set *s)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        CU(cuMemUnmap(s->view + i * s->page, s->page));
+        CU(cuMemRelease(s->h[i]));
+    }
+    CU(cuMemAddressFree(s->view, s->n * s->page));
+    free(s->h);
+}
+
+/* Points every page of the expert range at `to`'s handles, page by page: unmap, map and
+ * grant access, as a load (to = pool) or an eviction (to = homes) does. */
+static double remap_all_us(CUdeviceptr expert, const page_set *to)
+{
+    CUmemAccessDesc acc = device_rw();
+    double t0 = now_us();
+    for (size_t i = 0; i < to->n; i++) {
+        CUdeviceptr va = expert + i * to->page;
+        CU(cuMemUnmap(va, to->page));
+        CU(cuMemMap(va, to->page, 0, to->h[i], 0));
+        CU(cuMemSetAccess(va, to->page, &acc, 1));
+    }
+    return now_us() - t0;
+}
+
+/* One copy per page, all queued on the stream, then one wait. */
+static double copy_pages_us(CUdeviceptr dst, const void *src, size_t n, size_t page)
+{
+    double t0 = now_us();
+    for (size_t i = 0; i < n; i++)
+        CU(cuMemcpyHtoDAsync(dst + i * page, (const char *)src + i * page, page, g_stream));
+    CU(cuStreamSynchronize(g_stream));
+    return now_us() - t0;
+}
+
+static void bench_make_resident_steps(void)
+{
+    int supported = 0, numa_id = -1;
+    CU(cuDeviceGetAttribute(&supported,
+                            CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, g_dev));
+    CU(cuDeviceGetAttribute(&numa_id, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, g_dev));
+    if (!supported) {
+        printf("HOST_NUMA VMM is not supported on this device: skipped.\n\n");
+        return;
+    }
+    enum { PAGES = 64 };
+    CUmemAllocationProp dprop = device_prop(), hprop = device_prop();
+    hprop.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+    hprop.location.id = numa_id < 0 ? 0 : numa_id;
+    size_t page = round_up(round_up(2 * MiB, granularity(&hprop)), granularity(&dprop));
+    size_t bytes = PAGES * page;
+    page_set pool = page_set_create(&dprop, PAGES, page);
+    page_set home = page_set_create(&hprop, PAGES, page);
+    fill_random((void *)(uintptr_t)home.view, bytes, 11); /* the CPU writes homes through the view */
+
+    /* The expert's range starts on its homes, as a non-resident expert does. */
+    CUdeviceptr expert;
+    CUmemAccessDesc acc = device_rw();
+    CU(cuMemAddressReserve(&expert, bytes, page, 0, 0));
+    for (size_t i = 0; i < PAGES; i++)
+        CU(cuMemMap(expert + i * page, page, 0, home.h[i], 0));
+    CU(cuMemSetAccess(expert, bytes, &acc, 1));
+
+    void *pinned;
+    CU(cuMemHostAlloc(&pinned, bytes, 0));
+    fill_random(pinned, bytes, 12);
+
+    double *t[7];
+    for (int k = 0; k < 7; k++)
+        t[k] = (double *)xmalloc(sizeof(double) * (size_t)g_reps);
+    for (int i = -WARMUP; i < g_reps; i++) {
+        double v[7];
+        v[0] = copy_pages_us(pool.view, (const void *)(uintptr_t)home.view, PAGES, page);
+        v[1] = copy_pages_us(pool.view, pinned, PAGES, page);
+        v[2] = copy_pages_us(pool.view, pinned, 1, bytes);
+        v[3] = remap_all_us(expert, &pool); /* a load: homes -> pool */
+        v[4] = remap_all_us(expert, &home); /* an eviction: pool -> homes */
+        /* A load whose remaps run while its copies do: the driver's VMM calls and the DMA
+         * overlap only if the driver lets them. */
+        double t0 = now_us();
+        for (size_t p = 0; p < PAGES; p++)
+            CU(cuMemcpyHtoDAsync(pool.view + p * page,
+                                 (const char *)(uintptr_t)home.view + p * page, page, g_stream));
+        double queued = now_us();
+        remap_all_us(expert, &pool);
+        CU(cuStreamSynchronize(g_stream));
+        v[5] = now_us() - t0;
+        v[6] = queued - t0;
+        remap_all_us(expert, &home);
+        if (i >= 0)
+            for (int k = 0; k < 7; k++)
+                t[k][i] = v[k];
+    }
+    own_context();
+    static const struct {
+        const char *name, *what;
+    } rows[7] = {
+        {"copy_64_pages_from_homes", "64 copies of a page, HOST_NUMA homes -> pool view"},
+        {"copy_64_pages_from_pinned", "64 copies of a page, cuMemHostAlloc -> pool view"},
+        {"copy_one_from_pinned", "one copy of all 64 pages, cuMemHostAlloc -> pool view"},
+        {"remap_64_pages_load", "64 x (unmap home, map pool handle, set access): a load"},
+        {"remap_64_pages_evict", "64 x (unmap pool, map home handle, set access): an evict"},
+        {"copy_and_remap_overlapped", "64 copies from homes queued, then the load's remaps, then wait"},
+        {"copy_queue_64", "queueing the 64 copies alone (host time)"},
+    };
+    for (int k = 0; k < 7; k++)
+        add_row(rows[k].name, "us", summarize(t[k], g_reps), "%s (%zu MiB)", rows[k].what,
+                (size_t)(bytes / MiB));
+    double copy = summarize(t[0], g_reps).med, remap = summarize(t[3], g_reps).med;
+    add_row("overlap_saving", "x", single((copy + remap) / summarize(t[5], g_reps).med),
+            "(copies + load remaps) / the two overlapped: 2 = full overlap, 1 = none");
+
+    for (int k = 0; k < 7; k++)
+        free(t[k]);
+    CU(cuMemFreeHost(pinned));
+    for (size_t i = 0; i < PAGES; i++)
+        CU(cuMemUnmap(expert + i * page, page));
+    CU(cuMemAddressFree(expert, bytes));
+    page_set_destroy(&home);
+    page_set_destroy(&pool);
+}
+
+/* ---------------------------------------------------------------------------------------- */
 /* Main                                                                                      */
 /* ---------------------------------------------------------------------------------------- */
 
@@ -1020,7 +1174,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--only") && i + 1 < argc)
             only = argv[++i];
         else
-            die("usage: vmm_costs [--device N] [--reps N (>= 20)] [--only 1,2,3,4,5,6]");
+            die("usage: vmm_costs [--device N] [--reps N (>= 20)] [--only 1,2,3,4,5,6,7]");
     }
     if (g_reps < 20)
         die("--reps %d: at least 20 repetitions are needed for a stable median", g_reps);
@@ -1072,6 +1226,11 @@ int main(int argc, char **argv)
         section_begin("6. Eviction from a write_back space: unchanged pages skip the copy home");
         bench_clean_evict(2 * MiB);
         bench_clean_evict(32 * MiB);
+        section_end();
+    }
+    if (wanted(only, 7)) {
+        section_begin("7. Where a make-resident's time goes: the cuda backend's steps, 64 pages");
+        bench_make_resident_steps();
         section_end();
     }
 

@@ -29,9 +29,8 @@ log=$(moevm_out_log gpu_forward.txt)
 work=${TMPDIR:-/tmp}/moevm-gpu-forward
 mkdir -p "$work"
 {
-    cmake -S . -B build-gpu-tests -DCMAKE_BUILD_TYPE=Release -DMOEVM_WERROR=OFF
-    cmake --build build-gpu-tests -j16 --target moevm_cli
-    moevm=build-gpu-tests/moevm
+    moevm_gpu_build moevm_cli
+    moevm=build-gpu/moevm
     nvidia-smi -L
     echo "== 1. check_forward.py on the GPU"
     MOEVM_BACKEND=cuda python3 tests/ref/check_forward.py --moevm "$moevm" \

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call, from the repository root on a machine with an NVIDIA GPU:
 #   bash tests/gpu/kernels.sh
-# Builds test_gpu and test_cuda_kernels in build-gpu-tests/ and runs test_gpu against the
+# Builds test_gpu and bench_gpu_attention in build-gpu/ and runs test_gpu against the
 # real driver: the engine's device kernels (kernels/cuda), JIT-compiled from their PTX by the
 # driver, launched through engine/gpu.c and checked against the CPU kernels in every weight
 # type; then bench_gpu_attention times the split attention on real shapes up to 131072
@@ -15,8 +15,7 @@ cd "$(dirname "$0")/../.."
 source bench/gpu/deps.sh || exit 1
 log=$(moevm_out_log gpu_kernels.txt)
 {
-    cmake -S . -B build-gpu-tests -DCMAKE_BUILD_TYPE=Release -DMOEVM_WERROR=OFF
-    cmake --build build-gpu-tests -j16 --target test_gpu bench_gpu_attention
+    moevm_gpu_build test_gpu bench_gpu_attention
     nvidia-smi -L
     driver=$(ldconfig -p | awk '/libcuda\.so\.1 /{print $NF; exit}')
     if [[ -z "$driver" ]]; then
@@ -24,7 +23,7 @@ log=$(moevm_out_log gpu_kernels.txt)
         exit 1
     fi
     echo "== test_gpu $driver"
-    build-gpu-tests/tests/test_gpu "$driver"
+    build-gpu/tests/test_gpu "$driver"
     echo "== bench_gpu_attention $driver"
-    build-gpu-tests/tests/bench_gpu_attention "$driver"
+    build-gpu/tests/bench_gpu_attention "$driver"
 } 2>&1 | tee -a "$log"
