@@ -92,6 +92,9 @@ static CUresult space_create(void)
     d.device = dev;
     d.write_back = 1;
     d.clean_evict = mvm_pl.clean_evict;
+    /* A program may read any of its pointers in place, resident or not: the homes must stay
+     * mapped whatever MOEVM_HOME_MAP says (it is the engine's choice to make). */
+    d.unmapped_homes = 0;
     mvm_space *sp = NULL;
     /* The cuda backend looks up the driver with dlsym: it must get the real functions. */
     mvm_pl_guard++;

@@ -28,6 +28,13 @@ static const mvm_option_desc options[MVM_OPTION_COUNT_] = {
                                 "spaces whose pages the device may write (the interposer's): "
                                 "skip the write-back of an evicted page whose device digest "
                                 "equals the one taken when it was loaded (cuda backend)"},
+    [MVM_OPTION_HOME_MAP] = {"MOEVM_HOME_MAP", MVM_OPT_CHOICE, "on", "off|on",
+                             "cuda backend, devices with HOST_NUMA VMM: map non-resident "
+                             "pages to their host homes, so kernels can read any expert in "
+                             "place; off leaves them unmapped: loads and evictions remap "
+                             "about half as much (docs/perf/vmm.md), but every expert a "
+                             "kernel reads must be resident (the interposer keeps them "
+                             "mapped)"},
     [MVM_OPTION_LOG] = {"MOEVM_LOG", MVM_OPT_CHOICE, "warn", "off|warn|info|debug",
                         "what libmoevm prints to stderr"},
     [MVM_OPTION_CUDA_LIBRARY] = {"MOEVM_CUDA_LIBRARY", MVM_OPT_STRING, "libcuda.so.1", NULL,

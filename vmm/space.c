@@ -22,13 +22,14 @@ mvm_status mvm_space_desc_init(mvm_space_desc *d)
     if (!d)
         return mvm_fail(MVM_ERR_INVALID, "mvm_space_desc_init: desc is NULL");
     memset(d, 0, sizeof *d);
-    mvm_option_value budget, backend, device, page, clean;
+    mvm_option_value budget, backend, device, page, clean, home_map;
     mvm_status st;
     if ((st = mvm_option_read(MVM_OPTION_GPU_BUDGET, &budget)) ||
         (st = mvm_option_read(MVM_OPTION_BACKEND, &backend)) ||
         (st = mvm_option_read(MVM_OPTION_DEVICE, &device)) ||
         (st = mvm_option_read(MVM_OPTION_PAGE_SIZE, &page)) ||
-        (st = mvm_option_read(MVM_OPTION_CLEAN_EVICT, &clean)))
+        (st = mvm_option_read(MVM_OPTION_CLEAN_EVICT, &clean)) ||
+        (st = mvm_option_read(MVM_OPTION_HOME_MAP, &home_map)))
         return st;
     d->device_budget = (uint64_t)budget.i;
     d->device_budget_frac = budget.frac;
@@ -36,6 +37,7 @@ mvm_status mvm_space_desc_init(mvm_space_desc *d)
     d->device = (int)device.i;
     d->page_size = (uint64_t)page.i;
     d->clean_evict = clean.i == 1; /* "off|on" */
+    d->unmapped_homes = home_map.i == 0;
     return MVM_OK;
 }
 
@@ -205,6 +207,8 @@ mvm_status mvm_space_create(const mvm_space_desc *d, mvm_space **out)
     sp->be = be;
     sp->write_back = be->writable = d->write_back != 0;
     be->track_clean = sp->write_back && d->clean_evict && be->ops->unchanged;
+    if (d->unmapped_homes && !be->host_readable) /* the CPU reads host-backend addresses */
+        be->home_mappable = false;
     if ((st = plan_layout(sp, d)) || (st = alloc_tables(sp)) ||
         (st = mvm_topo_probe(be->pci_bus_id, &sp->topo)) ||
         (st = be->ops->reserve(be, sp->reserved, sp->page_size, &sp->base)) ||

@@ -87,10 +87,17 @@ typedef struct mvm_space_desc {
                                     device left as it was loaded (compared by a 128-bit
                                     digest computed on the device; cuda backend).
                                     MOEVM_CLEAN_EVICT, default 1 */
+    int unmapped_homes;          /* 1: on a device that could map non-resident pages to
+                                    their host homes (HOST_NUMA VMM), leave them unmapped:
+                                    a load and an eviction each remap about half as much,
+                                    but no kernel can read a non-resident expert in place.
+                                    Backends whose addresses the CPU reads (host) keep their
+                                    homes mapped. MOEVM_HOME_MAP=off, default 0 */
 } mvm_space_desc;
 
 /* Fills *d with the defaults of the MOEVM_* options table, reading the environment
- * (MOEVM_GPU_BUDGET, MOEVM_BACKEND, MOEVM_DEVICE, MOEVM_PAGE_SIZE, MOEVM_CLEAN_EVICT). The model shape fields
+ * (MOEVM_GPU_BUDGET, MOEVM_BACKEND, MOEVM_DEVICE, MOEVM_PAGE_SIZE, MOEVM_CLEAN_EVICT,
+ * MOEVM_HOME_MAP). The model shape fields
  * are zeroed: the caller sets them. Fails with MVM_ERR_OPTION on a malformed variable. */
 mvm_status mvm_space_desc_init(mvm_space_desc *d);
 
