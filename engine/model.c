@@ -218,10 +218,17 @@ static mvm_status load_experts(struct loader *ld, mvm_model *m, mvm_space_desc *
     desc->n_layers = hp->n_layer;
     desc->n_experts = hp->n_expert;
     desc->expert_bytes = m->expert_bytes;
-    /* auto would pick cuda wherever a driver works; the device forward pass has yet to
-     * run on a real GPU (docs/engine.md), so a GPU is used only when asked for. */
-    if (desc->backend == MVM_BACKEND_AUTO)
-        desc->backend = MVM_BACKEND_HOST;
+    /* auto: the GPU where this build has device kernels and a usable CUDA device, else the
+     * CPU. Decided here, not by the space: an automatic budget means different things on
+     * each (room left for the context, or experts read at their homes). */
+    if (desc->backend == MVM_BACKEND_AUTO) {
+        mvm_status gpu = mvm_ctx_device_available() ? mvm_cuda_probe(desc->device)
+                                                    : MVM_ERR_UNSUPPORTED;
+        if (gpu != MVM_OK)
+            mvm_log(MVM_LOG_INFO, "computing on the CPU: %s", mvm_ctx_device_available()
+                    ? mvm_last_error() : "this moevm was built without nvcc");
+        desc->backend = gpu == MVM_OK ? MVM_BACKEND_CUDA : MVM_BACKEND_HOST;
+    }
     /* On the host backend a device page is a second copy of an expert in the same memory,
      * which the CPU reads no faster than the home (docs/perf/cpu.md, "Experts at home"):
      * unless a budget is asked for, to emulate a device, the CPU reads the homes. The

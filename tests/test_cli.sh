@@ -130,13 +130,14 @@ expect 0 '\(iq2_xxs, down iq4_nl\)' -- "$moevm" run -m "$tmp/i2.gguf" -p "It was
 expect 0 'tiny llama, 2 layers .*iq1_m' -- "$moevm" mkmodel --type IQ1_M --embd 256 \
     --expert-ff 256 -o "$tmp/i1.gguf"
 expect 0 'of .* KiB \(iq1_m\)' -- "$moevm" run -m "$tmp/i1.gguf" -p "It was" -n 4
-# On a GPU machine (here the fake driver) auto keeps the experts on the host backend and
-# the CPU computes; MOEVM_BACKEND=cuda computes on the device (here its kernels emulated by
+# Where no driver loads, auto computes on the CPU. On a GPU machine (here the fake driver)
+# auto computes on the device, as MOEVM_BACKEND=cuda does (here its kernels emulated by
 # the plugin), to the same greedy text, also in rounds without HOST_NUMA; a device whose
 # kernels do not load is one line.
+expect 0 'space: host backend' -- env MOEVM_BACKEND=auto MOEVM_CUDA_LIBRARY=/nonexistent/libcuda.so.1 "$moevm" run -m "$m" -p "x" -n 2
 if [ -n "$fake_driver" ]; then
-    expect 0 'space: host backend' -- env MOEVM_BACKEND=auto MOEVM_CUDA_LIBRARY="$fake_driver" "$moevm" run -m "$m" -p "x" -n 2
     if [ -n "$fake_kernels" ]; then
+        expect 0 'space: cuda backend.*computing on' -- env MOEVM_BACKEND=auto MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "x" -n 2
         expect 0 'space: cuda backend.*computing on' -- env MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "x" -n 2
         env MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 >"$tmp/c" 2>/dev/null
         if cmp -s "$tmp/a" "$tmp/c"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: greedy output differs on the device" >&2; fi

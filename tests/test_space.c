@@ -795,6 +795,23 @@ static void test_driver_failures(void)
     CHECK(strstr(mvm_last_error(), "device 5") != NULL);
 }
 
+/* The probe MVM_BACKEND_AUTO tries: a usable device, one that is not there, no driver; none
+ * of them takes a context. */
+static void test_cuda_probe(void)
+{
+    unsigned long retains = fake_calls("cuDevicePrimaryCtxRetain");
+    CHECK_ST(mvm_cuda_probe(0), MVM_OK);
+    CHECK_ST(mvm_cuda_probe(99), MVM_ERR_RANGE);
+    CHECK(strstr(mvm_last_error(), "CUDA device 99 requested") != NULL);
+    CHECK(fake_calls("cuDevicePrimaryCtxRetain") == retains);
+    char *lib = strdup(getenv("MOEVM_CUDA_LIBRARY"));
+    setenv("MOEVM_CUDA_LIBRARY", "/nonexistent/libcuda.so.1", 1);
+    CHECK_ST(mvm_cuda_probe(0), MVM_ERR_UNSUPPORTED);
+    CHECK(strstr(mvm_last_error(), "no CUDA driver") != NULL);
+    setenv("MOEVM_CUDA_LIBRARY", lib, 1);
+    free(lib);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2 || (strcmp(argv[1], "host") && strcmp(argv[1], "cuda"))) {
@@ -835,6 +852,7 @@ int main(int argc, char **argv)
         RUN(test_cancel_and_destroy_in_flight);
         RUN(test_unpin_after_stream);
         RUN(test_driver_failures);
+        RUN(test_cuda_probe);
     }
     TEST_END();
 }

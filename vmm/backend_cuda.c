@@ -504,11 +504,11 @@ static size_t lcm(size_t a, size_t b)
     return a / x * b;
 }
 
-/* Device, attributes, granularity, context and copy stream. */
-static mvm_status open_device(cuda_backend *c, int ordinal)
+/* The driver works and device `ordinal` exists and supports VMM: what a space needs before
+ * it takes anything of the device. */
+static mvm_status find_device(cuda_backend *c, int ordinal)
 {
-    mvm_backend *b = &c->base;
-    int count = 0, version = 0;
+    int count = 0;
     CU(c, c->cu.Init(0), "cuInit");
     CU(c, c->cu.DeviceGetCount(&count), "cuDeviceGetCount");
     if (ordinal < 0 || ordinal >= count)
@@ -517,6 +517,24 @@ static mvm_status open_device(cuda_backend *c, int ordinal)
     if (!attribute(c, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED))
         return mvm_fail(MVM_ERR_UNSUPPORTED, "CUDA device %d does not support virtual memory "
                         "management", ordinal);
+    return MVM_OK;
+}
+
+mvm_status mvm_cuda_probe(int device)
+{
+    cuda_backend c = {0};
+    mvm_status st = mvm_cu_load(&c.cu);
+    return st != MVM_OK ? st : find_device(&c, device);
+}
+
+/* Device, attributes, granularity, context and copy stream. */
+static mvm_status open_device(cuda_backend *c, int ordinal)
+{
+    mvm_backend *b = &c->base;
+    int version = 0;
+    mvm_status found = find_device(c, ordinal);
+    if (found != MVM_OK)
+        return found;
     b->home_mappable = attribute(c, CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED);
     int numa = -1;
     c->host_numa_id = c->cu.DeviceGetAttribute(&numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, c->dev) ==

@@ -2,6 +2,11 @@
 #include "vmm/backend.h"
 #include "vmm/error.h"
 
+mvm_status mvm_cuda_probe(int device)
+{
+    return mvm_backend_cuda_open(device, NULL);
+}
+
 mvm_status mvm_backend_cuda_open(int device, mvm_backend **out)
 {
     (void)device, (void)out;

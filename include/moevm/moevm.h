@@ -52,6 +52,12 @@ const char *mvm_last_error(void);
 /* "0.1.0" */
 const char *mvm_version(void);
 
+/* MVM_OK when the cuda backend can open CUDA device `device`: a driver loads
+ * (MOEVM_CUDA_LIBRARY), the device exists and supports virtual memory management. Takes
+ * nothing of the device (no context); mvm_last_error() says why not. What
+ * MVM_BACKEND_AUTO tries first. */
+mvm_status mvm_cuda_probe(int device);
+
 typedef enum mvm_backend_kind {
     MVM_BACKEND_AUTO = 0, /* cuda when a CUDA device is usable, else host */
     MVM_BACKEND_HOST,     /* Linux virtual memory: memfd chunks, mmap remaps, memcpy moves */
