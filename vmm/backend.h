@@ -61,6 +61,10 @@ typedef struct mvm_backend_ops {
                              size_t len);
     /* Waits until every copy started so far has landed. */
     mvm_status (*copy_wait)(mvm_backend *b);
+    /* An event done once every copy started so far has landed (in pools that track clean
+     * states, with its chunk's digest taken): lets the worker remap what landed while later
+     * copies are still under way. *ev may be NULL: done already. */
+    mvm_status (*copy_fence)(mvm_backend *b, mvm_event **ev);
     /* Copies len bytes of chunk into dst (host memory of a home) and returns when they have
      * landed: the write-back of a page the device may have written (write_back spaces). */
     mvm_status (*copy_back)(mvm_backend *b, mvm_pool *pool, size_t chunk, void *dst,
@@ -75,6 +79,8 @@ typedef struct mvm_backend_ops {
     mvm_status (*event_record)(mvm_backend *b, void *stream, mvm_event **ev);
     /* 1: the work before the event finished; 0: not yet; negative: the event failed. */
     int (*event_done)(mvm_backend *b, mvm_event *ev);
+    /* Returns once the work before the event finished (NULL: at once). */
+    mvm_status (*event_wait)(mvm_backend *b, mvm_event *ev);
     void (*event_destroy)(mvm_backend *b, mvm_event *ev);
 } mvm_backend_ops;
 

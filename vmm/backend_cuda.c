@@ -373,15 +373,45 @@ static mvm_status cuda_copy_start(mvm_backend *b, mvm_pool *p, size_t chunk, con
     return MVM_OK;
 }
 
-/* The marks of the chunks just loaded go after their copies, in one launch; the wait covers
- * them, so each mark is complete before its page is mapped for the program's kernels. */
+/* The marks of the chunks just loaded go after their copies, in one launch; the wait (or
+ * the fence) covers them, so each mark is complete before its page is mapped for the
+ * program's kernels. */
+static void flush_marks(cuda_backend *c)
+{
+    mvm_cuda_digest_flush(c, c->marks_due);
+    c->marks_due = NULL;
+}
+
 static mvm_status cuda_copy_wait(mvm_backend *b)
 {
     cuda_backend *c = cb(b);
-    mvm_cuda_digest_flush(c, c->marks_due);
-    c->marks_due = NULL;
+    flush_marks(c);
     CU(c, c->cu.StreamSynchronize(c->copy_stream), "cuStreamSynchronize (copy stream)");
     return MVM_OK;
+}
+
+static mvm_status record_event(cuda_backend *c, CUstream stream, const char *what,
+                               mvm_event **out)
+{
+    mvm_event *e = malloc(sizeof *e);
+    if (!e)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for an event");
+    CUresult r = c->cu.EventCreate(&e->ev, CU_EVENT_DISABLE_TIMING);
+    if (r == CUDA_SUCCESS && (r = c->cu.EventRecord(e->ev, stream)) != CUDA_SUCCESS)
+        c->cu.EventDestroy(e->ev);
+    if (r != CUDA_SUCCESS) {
+        free(e);
+        return mvm_cu_fail(&c->cu, r, what);
+    }
+    *out = e;
+    return MVM_OK;
+}
+
+static mvm_status cuda_copy_fence(mvm_backend *b, mvm_event **out)
+{
+    cuda_backend *c = cb(b);
+    flush_marks(c);
+    return record_event(c, c->copy_stream, "cuEventRecord (copy fence)", out);
 }
 
 /* Synchronous: the page is about to be remapped to its home, so the bytes must be there. */
@@ -412,20 +442,8 @@ static mvm_status cuda_event_record(mvm_backend *b, void *stream, mvm_event **ou
 {
     cuda_backend *c = cb(b);
     mvm_status st = use_ctx(c);
-    if (st != MVM_OK)
-        return st;
-    mvm_event *e = malloc(sizeof *e);
-    if (!e)
-        return mvm_fail(MVM_ERR_NOMEM, "out of memory for an event");
-    CUresult r = c->cu.EventCreate(&e->ev, CU_EVENT_DISABLE_TIMING);
-    if (r == CUDA_SUCCESS && (r = c->cu.EventRecord(e->ev, (CUstream)stream)) != CUDA_SUCCESS)
-        c->cu.EventDestroy(e->ev);
-    if (r != CUDA_SUCCESS) {
-        free(e);
-        return mvm_cu_fail(&c->cu, r, "cuEventRecord (unpin_after)");
-    }
-    *out = e;
-    return MVM_OK;
+    return st != MVM_OK ? st
+                        : record_event(c, (CUstream)stream, "cuEventRecord (unpin_after)", out);
 }
 
 static int cuda_event_done(mvm_backend *b, mvm_event *e)
@@ -438,6 +456,14 @@ static int cuda_event_done(mvm_backend *b, mvm_event *e)
         return 0;
     mvm_cu_fail(&c->cu, r, "cuEventQuery");
     return -1;
+}
+
+static mvm_status cuda_event_wait(mvm_backend *b, mvm_event *e)
+{
+    cuda_backend *c = cb(b);
+    if (e)
+        CU(c, c->cu.EventSynchronize(e->ev), "cuEventSynchronize (copy fence)");
+    return MVM_OK;
 }
 
 static void cuda_event_destroy(mvm_backend *b, mvm_event *e)
@@ -462,10 +488,12 @@ static const mvm_backend_ops cuda_ops = {
     .unmap = cuda_unmap,
     .copy_start = cuda_copy_start,
     .copy_wait = cuda_copy_wait,
+    .copy_fence = cuda_copy_fence,
     .copy_back = cuda_copy_back,
     .unchanged = cuda_unchanged,
     .event_record = cuda_event_record,
     .event_done = cuda_event_done,
+    .event_wait = cuda_event_wait,
     .event_destroy = cuda_event_destroy,
 };
 

@@ -62,6 +62,7 @@
     X(EventCreate, "cuEventCreate", (CUevent *, unsigned))                                         \
     X(EventRecord, "cuEventRecord", (CUevent, CUstream))                                           \
     X(EventQuery, "cuEventQuery", (CUevent))                                                       \
+    X(EventSynchronize, "cuEventSynchronize", (CUevent))                                           \
     X(EventDestroy, "cuEventDestroy_v2", (CUevent))                                                \
     X(GetErrorName, "cuGetErrorName", (CUresult, const char **))
 

@@ -234,6 +234,17 @@ static int host_event_done(mvm_backend *b, mvm_event *ev)
     return 1;
 }
 
+static mvm_status host_copy_fence(mvm_backend *b, mvm_event **ev)
+{
+    return host_event_record(b, NULL, ev); /* host copies land before copy_start returns */
+}
+
+static mvm_status host_event_wait(mvm_backend *b, mvm_event *ev)
+{
+    (void)b, (void)ev;
+    return MVM_OK;
+}
+
 static void host_event_destroy(mvm_backend *b, mvm_event *ev) { (void)b, (void)ev; }
 
 static const mvm_backend_ops host_ops = {
@@ -250,9 +261,11 @@ static const mvm_backend_ops host_ops = {
     .unmap = host_unmap,
     .copy_start = host_copy_start,
     .copy_wait = host_copy_wait,
+    .copy_fence = host_copy_fence,
     .copy_back = host_copy_back,
     .event_record = host_event_record,
     .event_done = host_event_done,
+    .event_wait = host_event_wait,
     .event_destroy = host_event_destroy,
 };
 
