@@ -10,6 +10,7 @@
  * request promotes a queued prefetch job to on-demand priority.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -69,12 +70,14 @@ static void move_unref_locked(mvm_move *m)
     }
 }
 
-/* A job the move waited on finished with `st`. */
-static void move_settle(mvm_move *m, mvm_status st)
+/* A job the move waited on finished with `st`, for the reason `why` when it failed. */
+static void move_settle(mvm_move *m, mvm_status st, const char *why)
 {
     pthread_mutex_lock(&m->mu);
-    if (st != MVM_OK && m->result == MVM_OK)
+    if (st != MVM_OK && m->result == MVM_OK) {
         m->result = st;
+        snprintf(m->why, sizeof m->why, "%s", why);
+    }
     if (--m->pending == 0)
         pthread_cond_broadcast(&m->cv);
     move_unref_locked(m);
@@ -121,7 +124,7 @@ mvm_status mvm_move_wait(mvm_move *m, int64_t timeout_ns)
     if (st == MVM_ERR_TIMEOUT)
         return mvm_fail(st, "move not finished within %lld ns", (long long)timeout_ns);
     if (st != MVM_OK)
-        return mvm_fail(st, "the move failed: %s", mvm_status_name(st));
+        return mvm_fail(st, "the move failed: %s", m->why);
     return MVM_OK;
 }
 
@@ -184,9 +187,20 @@ static void job_free(struct job *j)
 /* Settles the job's moves and frees it; the job is on no list. */
 static void job_finish(struct job *j, mvm_status st)
 {
+    const char *why = j->why[0]                 ? j->why
+                      : st == MVM_ERR_CANCELLED ? "cancelled: its pages were evicted, or the "
+                                                  "space destroyed, before they landed"
+                                                : mvm_status_name(st);
     for (uint32_t i = 0; i < j->n_waiters; i++)
-        move_settle(j->waiters[i], st);
+        move_settle(j->waiters[i], st, why);
     job_free(j);
+}
+
+/* Keeps the calling thread's last error as the job's reason, unless it has one. */
+static void job_note_error(struct job *j)
+{
+    if (!j->why[0])
+        snprintf(j->why, sizeof j->why, "%s", mvm_last_error());
 }
 
 /* ---- requests ---------------------------------------------------------------------------- */
@@ -413,6 +427,7 @@ static mvm_status remap_job(mvm_space *sp, struct job *j)
         mvm_status st = be->ops->map_chunk(be, va, sp->pool, (size_t)j->chunks[i],
                                            be->home_mappable);
         if (st != MVM_OK) {
+            job_note_error(j);
             mvm_log(MVM_LOG_WARN, "remap of expert %u page %u failed: %s", j->expert, p,
                     mvm_last_error());
             /* Keep the address readable: the failed map left the page unmapped (or, if
@@ -539,9 +554,10 @@ struct copy {
  * CPU (on an H100, 71 us a 2 MiB page against 41 of copy: docs/perf/vmm.md, section 7), so
  * waiting for the whole batch before the first remap added the two. Called without the
  * lock; takes it to land each job. After a failed copy every job not yet copied fails with
- * it, and nothing lands before every copy started has (their chunks go back to the pool). */
+ * it, and nothing lands before every copy started has (their chunks go back to the pool).
+ * `st` and `why`: the worker's own failure, which fails the whole batch. */
 static void copy_and_land(mvm_space *sp, struct job **batch, uint32_t n, const struct copy *c,
-                          const uint32_t *n_copies, mvm_status st)
+                          const uint32_t *n_copies, mvm_status st, const char *why)
 {
     mvm_backend *be = sp->be;
     mvm_event *fence[MAX_BATCH] = {0};
@@ -552,6 +568,12 @@ static void copy_and_land(mvm_space *sp, struct job **batch, uint32_t n, const s
             st = be->ops->copy_start(be, sp->pool, (size_t)c->chunk, c->src, c->len);
         if (st == MVM_OK)
             st = be->ops->copy_fence(be, &fence[k]);
+        if (st != MVM_OK && !why) { /* this job's copy failed */
+            job_note_error(batch[k]);
+            why = batch[k]->why;
+        } else if (st != MVM_OK) {
+            snprintf(batch[k]->why, sizeof batch[k]->why, "not copied: %.140s", why);
+        }
         job_st[k] = st;
     }
     if (st != MVM_OK && started) {
@@ -562,6 +584,8 @@ static void copy_and_land(mvm_space *sp, struct job **batch, uint32_t n, const s
     for (uint32_t k = 0; k < n; k++) {
         if (fence[k]) {
             mvm_status wst = be->ops->event_wait(be, fence[k]);
+            if (wst != MVM_OK)
+                job_note_error(batch[k]);
             be->ops->event_destroy(be, fence[k]);
             if (job_st[k] == MVM_OK)
                 job_st[k] = wst;
@@ -576,8 +600,11 @@ static void *worker_main(void *arg)
 {
     mvm_space *sp = arg;
     mvm_status init_st = sp->be->ops->thread_init(sp->be);
-    if (init_st != MVM_OK)
-        mvm_log(MVM_LOG_WARN, "migration worker: %s", mvm_last_error());
+    char init_why[160] = "";
+    if (init_st != MVM_OK) {
+        snprintf(init_why, sizeof init_why, "migration worker: %s", mvm_last_error());
+        mvm_log(MVM_LOG_WARN, "%s", init_why);
+    }
     struct copy *copies = NULL;
     size_t cap = 0;
     pthread_mutex_lock(&sp->mu);
@@ -607,9 +634,11 @@ static void *worker_main(void *arg)
         if (want > cap) {
             struct copy *c = realloc(copies, want * sizeof *c);
             if (!c) {
-                for (uint32_t k = 0; k < n; k++)
-                    land_job(sp, batch[k], mvm_fail(MVM_ERR_NOMEM, "out of memory in the "
-                                                    "migration worker"));
+                for (uint32_t k = 0; k < n; k++) {
+                    snprintf(batch[k]->why, sizeof batch[k]->why,
+                             "out of memory in the migration worker");
+                    land_job(sp, batch[k], MVM_ERR_NOMEM);
+                }
                 continue;
             }
             copies = c;
@@ -629,7 +658,7 @@ static void *worker_main(void *arg)
                 }
         }
         pthread_mutex_unlock(&sp->mu);
-        copy_and_land(sp, batch, n, copies, n_copies, init_st);
+        copy_and_land(sp, batch, n, copies, n_copies, init_st, init_st ? init_why : NULL);
         pthread_mutex_lock(&sp->mu);
     }
     pthread_mutex_unlock(&sp->mu);

@@ -38,6 +38,7 @@ struct job {
     int32_t *chunks;         /* the chunk claimed for each (-1: cancelled and freed) */
     int prio;
     bool started;
+    char why[160];           /* its failure's message, for the moves waiting on it */
     mvm_move **waiters;
     uint32_t n_waiters, cap_waiters;
 };
@@ -66,6 +67,7 @@ struct mvm_move {
     int refs;        /* the user's (until released) + one per job it waits on */
     int pending;     /* jobs not finished */
     mvm_status result;
+    char why[160];   /* the first failed job's message */
     struct space_shared *shared;
 };
 
