@@ -8,22 +8,28 @@
 #   3. speed: `moevm run` of a real-shaped model (random weights, made here by mkmodel) on the
 #      CPU, on the GPU with every expert resident, and on the GPU with half the experts'
 #      bytes as its budget (HOST_NUMA devices run the others from their homes, the rest wait),
-#      then with the assign modules greedy (experts also on the CPU threads) and gpu's
-#      zero-copy, and at a tenth of the bytes (rounds without HOST_NUMA) with and without
-#      greedy; and the same model as Q4_K_M on the CPU and the GPU (full and half budget);
+#      then with the homes unmapped (MOEVM_HOME_MAP=off: rounds instead of reads in place,
+#      half the remapping), with the assign modules greedy (experts also on the CPU threads)
+#      and gpu's zero-copy, and at a tenth of the bytes (rounds without HOST_NUMA) with and
+#      without the homes mapped, and with greedy; and the same model as Q4_K_M on the CPU and the GPU (full and half budget);
 #      then DeepSeek-V2-Lite's shape (8 blocks), GLM-4.5-Air's (3), MiniMax-M2's (3) and
 #      gpt-oss-20b's (3, MXFP4 experts) on the CPU and the GPU;
-#      Then the default (automatic) budget on a device another process fills but for 6 GiB:
-#      the context must fit beside the budget;
+#      Then the defaults (backend and budget automatic) on a device another process fills but
+#      for 6 GiB: the GPU must be chosen, and the context must fit beside the budget;
 #   4. `moevm calibrate` of that model on the GPU, and greedy at half the budget again with
 #      the measured costs (--cost) instead of the h100 preset's.
-# With $OUT set, the output is also written to $OUT/gpu_forward.txt. Results go into
-# docs/perf/engine.md.
+# FORWARD_STEPS picks steps (default "1 2 3 3b 3c 3d 4"). All of them took more than the
+# 10 minutes of one device call on an H100 (2026-11-23: the big models' mkmodel), so run
+# them in two calls there, "1 2 3 3b" then "3c 3d 4" (a warm machine keeps the build and
+# the models in between). With $OUT set, the output is also written to
+# $OUT/gpu_forward.txt. Results go into docs/perf/engine.md.
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
 
 preset=${1:-olmoe-1b-7b}
+steps=" ${FORWARD_STEPS:-1 2 3 3b 3c 3d 4} "
+want() { [[ $steps == *" $1 "* ]]; }
 source bench/gpu/deps.sh || exit 1
 log=$(moevm_out_log gpu_forward.txt)
 work=${TMPDIR:-/tmp}/moevm-gpu-forward
@@ -32,30 +38,12 @@ mkdir -p "$work"
     moevm_gpu_build moevm_cli
     moevm=build-gpu/moevm
     nvidia-smi -L
-    echo "== 1. check_forward.py on the GPU"
-    MOEVM_BACKEND=cuda python3 tests/ref/check_forward.py --moevm "$moevm" \
-        --workdir "$work/ref" || echo "check_forward on the GPU FAILED"
-    echo "== 2. greedy text, CPU and GPU"
-    "$moevm" mkmodel --preset tiny --arch qwen2moe --type q8_0 -o "$work/tiny.gguf"
-    for b in host cuda; do
-        MOEVM_BACKEND=$b "$moevm" run -m "$work/tiny.gguf" -p "It was the best of times" \
-            -n 24 --temp 0 >"$work/text.$b"
-    done
-    if cmp -s "$work/text.host" "$work/text.cuda"; then echo "same text"; else
-        echo "TEXT DIFFERS"; diff "$work/text.host" "$work/text.cuda" || true; fi
-    echo "== 3. speed, $preset q8_0"
     model="$work/$preset.gguf"
-    [[ -f "$model" ]] || "$moevm" mkmodel --preset "$preset" --type q8_0 -o "$model"
+    if want 3 || want 3d || want 4; then
+        [[ -f "$model" ]] || "$moevm" mkmodel --preset "$preset" --type q8_0 -o "$model"
+    fi
     run() { echo "-- $*"; env "$@" "$moevm" run -m "$model" -p "The history of the" -n 64 \
         --temp 0 --batch 32 2>&1 >/dev/null | tail -n 3; }
-    run MOEVM_BACKEND=host
-    run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=100%
-    run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=50%
-    run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=50% MOEVM_PREDICT=gate
-    run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=50% MOEVM_ASSIGN=greedy
-    run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=50% MOEVM_ASSIGN=gpu MOEVM_ASSIGN_ARGS=zerocopy=1
-    run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=10%
-    run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=10% MOEVM_ASSIGN=greedy
     # a model on the CPU, then on the GPU with all its experts' bytes and with half
     cpu_gpu_half() { for env in MOEVM_BACKEND=host "MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=100%" \
         "MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=50%"; do
@@ -63,44 +51,81 @@ mkdir -p "$work"
         env $env "$moevm" run -m "$1" -p "The history of the" -n 64 --temp 0 --batch 32 \
             2>&1 >/dev/null | tail -n 3
     done; }
-    echo "== 3b. speed, $preset q4_K_M (the K-quant kernels)"
-    kmodel="$work/$preset-q4_K_M.gguf"
-    [[ -f "$kmodel" ]] || "$moevm" mkmodel --preset "$preset" --type q4_K_M -o "$kmodel"
-    cpu_gpu_half "$kmodel" q4_K_M
-    echo "== 3c. speed, deepseek2, glm4moe, minimax-m2 and gpt-oss shapes (latent attention,"
-    echo "   dense blocks first, QK norm over the whole q and k, sinks and windows, MXFP4)"
-    for spec in deepseek-v2-lite:8:q8_0 glm-4.5-air:3:q8_0 minimax-m2:3:q8_0 \
-        gpt-oss-20b:3:mxfp4; do
-        IFS=: read -r name layers type <<<"$spec"
-        lmodel="$work/$name-$layers-$type.gguf"
-        [[ -f "$lmodel" ]] || "$moevm" mkmodel --preset "$name" --layers "$layers" \
-            --type "$type" -o "$lmodel"
-        cpu_gpu_half "$lmodel" "$spec"
-    done
-    echo "== 3d. the automatic budget on a GPU the model overfills: another process (torch)"
-    echo "   holds all but 6 GiB of the device, and the default budget must leave the context"
-    echo "   room (it took 90% of the free memory before, and the context could not be had)"
-    if python3 -c "import torch" 2>/dev/null; then
-        rm -f "$work/held"
-        python3 - "$work/held" <<'PY' &
+    if want 1; then
+        echo "== 1. check_forward.py on the GPU"
+        MOEVM_BACKEND=cuda python3 tests/ref/check_forward.py --moevm "$moevm" \
+            --workdir "$work/ref" || echo "check_forward on the GPU FAILED"
+    fi
+    if want 2; then
+        echo "== 2. greedy text, CPU and GPU"
+        "$moevm" mkmodel --preset tiny --arch qwen2moe --type q8_0 -o "$work/tiny.gguf"
+        for b in host cuda; do
+            MOEVM_BACKEND=$b "$moevm" run -m "$work/tiny.gguf" -p "It was the best of times" \
+                -n 24 --temp 0 >"$work/text.$b"
+        done
+        if cmp -s "$work/text.host" "$work/text.cuda"; then echo "same text"; else
+            echo "TEXT DIFFERS"; diff "$work/text.host" "$work/text.cuda" || true; fi
+    fi
+    if want 3; then
+        echo "== 3. speed, $preset q8_0"
+        run MOEVM_BACKEND=host
+        run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=100%
+        run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=50%
+        run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=50% MOEVM_HOME_MAP=off
+        run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=50% MOEVM_PREDICT=gate
+        run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=50% MOEVM_ASSIGN=greedy
+        run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=50% MOEVM_ASSIGN=gpu MOEVM_ASSIGN_ARGS=zerocopy=1
+        run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=10%
+        run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=10% MOEVM_HOME_MAP=off
+        run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=10% MOEVM_ASSIGN=greedy
+    fi
+    if want 3b; then
+        echo "== 3b. speed, $preset q4_K_M (the K-quant kernels)"
+        kmodel="$work/$preset-q4_K_M.gguf"
+        [[ -f "$kmodel" ]] || "$moevm" mkmodel --preset "$preset" --type q4_K_M -o "$kmodel"
+        cpu_gpu_half "$kmodel" q4_K_M
+    fi
+    if want 3c; then
+        echo "== 3c. speed, deepseek2, glm4moe, minimax-m2 and gpt-oss shapes (latent attention,"
+        echo "   dense blocks first, QK norm over the whole q and k, sinks and windows, MXFP4)"
+        for spec in deepseek-v2-lite:8:q8_0 glm-4.5-air:3:q8_0 minimax-m2:3:q8_0 \
+            gpt-oss-20b:3:mxfp4; do
+            IFS=: read -r name layers type <<<"$spec"
+            lmodel="$work/$name-$layers-$type.gguf"
+            [[ -f "$lmodel" ]] || "$moevm" mkmodel --preset "$name" --layers "$layers" \
+                --type "$type" -o "$lmodel"
+            cpu_gpu_half "$lmodel" "$spec"
+        done
+    fi
+    if want 3d; then
+        echo "== 3d. the defaults on a GPU the model overfills: another process (torch) holds"
+        echo "   all but 6 GiB of the device; moevm must choose the GPU, and its budget must"
+        echo "   leave the context room (it took 90% of the free memory before, and the context"
+        echo "   could not be had)"
+        if python3 -c "import torch" 2>/dev/null; then
+            rm -f "$work/held"
+            python3 - "$work/held" <<'PY' &
 import sys, time, torch
 free, _ = torch.cuda.mem_get_info()
 hold = torch.empty(max(free - (6 << 30), 1), dtype=torch.uint8, device="cuda")
 open(sys.argv[1], "w").write(f"{hold.numel() >> 20} MiB held\n")
 time.sleep(600)
 PY
-        holder=$!
-        for _ in $(seq 60); do [[ -s "$work/held" ]] && break; sleep 1; done
-        cat "$work/held" 2>/dev/null || echo "the holder did not start"
-        run MOEVM_BACKEND=cuda
-        kill "$holder" 2>/dev/null || true
-        wait "$holder" 2>/dev/null || true
-    else
-        echo "no torch here: skipped"
+            holder=$!
+            for _ in $(seq 60); do [[ -s "$work/held" ]] && break; sleep 1; done
+            cat "$work/held" 2>/dev/null || echo "the holder did not start"
+            run
+            kill "$holder" 2>/dev/null || true
+            wait "$holder" 2>/dev/null || true
+        else
+            echo "no torch here: skipped"
+        fi
     fi
-    echo "== 4. calibrate, then greedy with the measured costs"
-    MOEVM_BACKEND=cuda "$moevm" calibrate -m "$model" -o "$work/cost.json"
-    cat "$work/cost.json"
-    if [[ -n "${OUT:-}" ]]; then cp "$work/cost.json" "$OUT/gpu_cost.json"; fi
-    run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=50% MOEVM_ASSIGN=greedy MOEVM_COST="$work/cost.json"
+    if want 4; then
+        echo "== 4. calibrate, then greedy with the measured costs"
+        MOEVM_BACKEND=cuda "$moevm" calibrate -m "$model" -o "$work/cost.json"
+        cat "$work/cost.json"
+        if [[ -n "${OUT:-}" ]]; then cp "$work/cost.json" "$OUT/gpu_cost.json"; fi
+        run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=50% MOEVM_ASSIGN=greedy MOEVM_COST="$work/cost.json"
+    fi
 } 2>&1 | tee -a "$log"
