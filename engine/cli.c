@@ -182,7 +182,8 @@ int mvm_cli_space_desc(const char *cmd, const char *flag, const char *budget,
 int mvm_cli_device_reserve(const char *cmd, const char *model, uint32_t n_ctx,
                            uint32_t n_batch, const char *kv_type, mvm_space_desc *desc)
 {
-    if (desc->backend != MVM_BACKEND_CUDA || desc->device_budget != MVM_BUDGET_AUTO ||
+    /* auto may choose the GPU: sized as for cuda, and ignored if the load chooses the CPU */
+    if (desc->backend == MVM_BACKEND_HOST || desc->device_budget != MVM_BUDGET_AUTO ||
         !mvm_ctx_device_available())
         return 0; /* the load says what is wrong with a cuda space it cannot make */
     mvm_model *probe;

@@ -286,6 +286,8 @@ static int prepare(struct session *s, mvm_space_desc *desc)
 {
     const struct run_args *a = &s->a;
     int bad = mvm_cli_space_desc("run", "--gpu-budget", a->budget, desc);
+    if (!bad && s->dist && desc->backend == MVM_BACKEND_AUTO)
+        desc->backend = MVM_BACKEND_HOST; /* the distributed mode's ranks compute on the CPU */
     if (!bad)
         bad = mvm_cli_device_reserve("run", a->model, ctx_bound(a), a->batch, a->kv_type, desc);
     if (bad)
@@ -385,7 +387,8 @@ static int load(struct session *s)
     else
         snprintf(budget, sizeof budget, "budget %u pages of %llu KiB", info.device_pages,
                  (unsigned long long)(info.page_size >> 10));
-    if (desc.device_reserve) /* an automatic budget on a GPU: what it left beside itself */
+    /* an automatic budget on a GPU: what it left beside itself */
+    if (desc.device_reserve && strcmp(info.backend, "cuda") == 0)
         snprintf(budget + strlen(budget), sizeof budget - strlen(budget),
                  " (auto: %.0f MiB of the device kept for the context)",
                  (double)desc.device_reserve / 1048576.0);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "engine/dist.h"
+#include "engine/gpu.h"
 #include "kernels/cpu/kernels.h"
 #include "vmm/error.h"
 #include "vmm/options.h"
@@ -19,6 +20,18 @@ int mvm_ctx_device_available(void)
 #else
     return 0;
 #endif
+}
+
+mvm_status mvm_ctx_device_usable(int device)
+{
+    if (!mvm_ctx_device_available())
+        return mvm_fail(MVM_ERR_UNSUPPORTED, "this moevm was built without nvcc: it has no "
+                        "device kernels");
+    mvm_status st = mvm_cuda_probe(device);
+    mvm_gpu *g = NULL;
+    if (st == MVM_OK && (st = mvm_gpu_open(device, &g)) == MVM_OK)
+        mvm_gpu_close(g);
+    return st;
 }
 
 /* The backend that computes where the space's experts are; *home_mapped: the space's. */

@@ -6,6 +6,7 @@
  */
 #include "engine/model.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,25 +211,9 @@ static void pack_experts(void *ctx, int t, int nth)
 /* The context an automatic GPU budget leaves room for when the caller sizes none. */
 #define MVM_RESERVE_CTX 4096
 
-static mvm_status load_experts(struct loader *ld, mvm_model *m, mvm_space_desc *desc,
-                               mvm_pool *pool, const uint8_t *held, mvm_progress_fn progress,
-                               void *pctx)
+/* The expert space on desc->backend (host or cuda), its automatic budget sized for it. */
+static mvm_status create_space(struct loader *ld, mvm_model *m, mvm_space_desc *desc)
 {
-    const mvm_hparams *hp = &m->hp;
-    desc->n_layers = hp->n_layer;
-    desc->n_experts = hp->n_expert;
-    desc->expert_bytes = m->expert_bytes;
-    /* auto: the GPU where this build has device kernels and a usable CUDA device, else the
-     * CPU. Decided here, not by the space: an automatic budget means different things on
-     * each (room left for the context, or experts read at their homes). */
-    if (desc->backend == MVM_BACKEND_AUTO) {
-        mvm_status gpu = mvm_ctx_device_available() ? mvm_cuda_probe(desc->device)
-                                                    : MVM_ERR_UNSUPPORTED;
-        if (gpu != MVM_OK)
-            mvm_log(MVM_LOG_INFO, "computing on the CPU: %s", mvm_ctx_device_available()
-                    ? mvm_last_error() : "this moevm was built without nvcc");
-        desc->backend = gpu == MVM_OK ? MVM_BACKEND_CUDA : MVM_BACKEND_HOST;
-    }
     /* On the host backend a device page is a second copy of an expert in the same memory,
      * which the CPU reads no faster than the home (docs/perf/cpu.md, "Experts at home"):
      * unless a budget is asked for, to emulate a device, the CPU reads the homes. The
@@ -262,6 +247,43 @@ static mvm_status load_experts(struct loader *ld, mvm_model *m, mvm_space_desc *
         snprintf(why, sizeof why, "%s", mvm_last_error());
         return mvm_ld_fail(ld, st, "expert space: %s", why);
     }
+    return MVM_OK;
+}
+
+static mvm_status load_experts(struct loader *ld, mvm_model *m, mvm_space_desc *desc,
+                               mvm_pool *pool, const uint8_t *held, mvm_progress_fn progress,
+                               void *pctx)
+{
+    const mvm_hparams *hp = &m->hp;
+    desc->n_layers = hp->n_layer;
+    desc->n_experts = hp->n_expert;
+    desc->expert_bytes = m->expert_bytes;
+    /* auto: the GPU where this build has device kernels that load on a usable CUDA device,
+     * else the CPU. Decided here, not by the space: an automatic budget means different
+     * things on each (room left for the context, or experts read at their homes). */
+    const bool auto_gpu = desc->backend == MVM_BACKEND_AUTO;
+    if (auto_gpu) {
+        mvm_status gpu = mvm_ctx_device_usable(desc->device);
+        if (gpu != MVM_OK)
+            mvm_log(MVM_LOG_INFO, "computing on the CPU: %s", mvm_last_error());
+        desc->backend = gpu == MVM_OK ? MVM_BACKEND_CUDA : MVM_BACKEND_HOST;
+    }
+    const uint64_t caller_reserve = desc->device_reserve;
+    mvm_status st = create_space(ld, m, desc);
+    /* A GPU that auto chose but that cannot hold the model beside the engine's context (or
+     * whose pinned homes the host cannot give) leaves the model to the CPU, as before there
+     * was a GPU pass; a budget or backend the user gave is theirs, and its failure an error. */
+    if (st != MVM_OK && auto_gpu && desc->backend == MVM_BACKEND_CUDA &&
+        desc->device_budget == MVM_BUDGET_AUTO) {
+        mvm_log(MVM_LOG_WARN, "computing on the CPU: the GPU cannot take this model: %s",
+                mvm_last_error());
+        desc->backend = MVM_BACKEND_HOST;
+        desc->device_reserve = caller_reserve;
+        ld->st = MVM_OK;
+        st = create_space(ld, m, desc);
+    }
+    if (st != MVM_OK)
+        return st;
     uint64_t total = m->expert_bytes * hp->n_expert * hp->n_layer;
     for (uint32_t il = 0; il < hp->n_layer; il++) {
         char n[96];

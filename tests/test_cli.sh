@@ -136,6 +136,8 @@ expect 0 'of .* KiB \(iq1_m\)' -- "$moevm" run -m "$tmp/i1.gguf" -p "It was" -n 
 # kernels do not load is one line.
 expect 0 'space: host backend' -- env MOEVM_BACKEND=auto MOEVM_CUDA_LIBRARY=/nonexistent/libcuda.so.1 "$moevm" run -m "$m" -p "x" -n 2
 if [ -n "$fake_driver" ]; then
+    # a device where the kernels do not load (the fake without its plugin): the CPU
+    expect 0 'space: host backend' -- env MOEVM_BACKEND=auto MOEVM_CUDA_LIBRARY="$fake_driver" "$moevm" run -m "$m" -p "x" -n 2
     if [ -n "$fake_kernels" ]; then
         expect 0 'space: cuda backend.*computing on' -- env MOEVM_BACKEND=auto MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "x" -n 2
         expect 0 'space: cuda backend.*computing on' -- env MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "x" -n 2
@@ -161,6 +163,9 @@ if [ -n "$fake_driver" ]; then
         if cmp -s "$tmp/gv.host" "$tmp/gv.cuda" && [ -s "$tmp/gv.host" ] && grep -Eq 'budget (1[0-9]|2[0-9]) pages of 2048 KiB \(auto: [1-9][0-9]* MiB of the device kept for the context\)' "$tmp/gv.err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: an automatic budget on a device smaller than the experts" >&2; cat "$tmp/gv.err" >&2; fi
         expect 1 'device context of 16 positions .*OUT_OF_MEMORY.*the experts. budget holds 36 MiB' -- env $small_gpu "$moevm" run -m "$tmp/gv.gguf" -p "It was the best" -n 12 --temp 0 --gpu-budget 36M
         expect 1 'the device has 40.0 MiB free and .* needed beside the expert space' -- env $small_gpu "$moevm" run -m "$tmp/gv.gguf" -p "x" -n 2 --ctx 100000
+        # ... unless the GPU was auto's choice: then the CPU computes, with a warning.
+        env ${small_gpu/MOEVM_BACKEND=cuda/MOEVM_BACKEND=auto} "$moevm" run -m "$tmp/gv.gguf" -p "It was the best" -n 12 --temp 0 --ctx 100000 >"$tmp/gv.auto" 2>"$tmp/gv.auto.err"
+        if cmp -s "$tmp/gv.host" "$tmp/gv.auto" && grep -q 'computing on the CPU: the GPU cannot take this model: .*the device has 40.0 MiB free' "$tmp/gv.auto.err" && grep -q 'space: host backend' "$tmp/gv.auto.err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: auto on a GPU too small for the context" >&2; cat "$tmp/gv.auto.err" >&2; fi
         # Without HOST_NUMA VMM, a budget below a step's experts: the steps run in rounds.
         env FAKECUDA_HOST_NUMA=0 FAKECUDA_GRANULARITY=4096 MOEVM_PAGE_SIZE=4K MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 --gpu-budget 10% >"$tmp/d" 2>"$tmp/d.err"
         if cmp -s "$tmp/a" "$tmp/d" && grep -Eq '0 from host, [1-9][0-9]* extra rounds' "$tmp/d.err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: the device without HOST_NUMA, in rounds" >&2; cat "$tmp/d.err" >&2; fi
