@@ -737,30 +737,35 @@ static void test_driver_failures(void)
 
     /* The worker lands a batch job by job behind a fence after each job's copies. A fence
      * that cannot be recorded fails its job and the jobs of the batch after it (their
-     * copies are not started); the jobs before it land. Here expert 0's job runs alone
-     * (its copy held 20 ms) while 1 and 2 queue up as the next batch, whose first fence
-     * fails; a fence that cannot be waited for fails its job. */
-    sp = make_space(1, 3, PAGE, 3);
-    fill(sp, 1, 3, PAGE);
-    fake_set_copy_delay_us(20000);
-    fake_set_fail("cuEventRecord:2");
-    mvm_move *mv[3];
+     * copies are not started); the jobs before it land. Expert 3's copy holds the worker
+     * (half a second: long enough under TSan too) while 0, 1 and 2 queue up as the next
+     * batch, whose second fence (the third counted, 3's first) fails. A fence that cannot
+     * be waited for fails its job. */
+    sp = make_space(1, 4, PAGE, 4);
+    fill(sp, 1, 4, PAGE);
+    mvm_move *mv[4];
+    fake_set_copy_delay_us(500000);
+    CHECK_ST(mvm_make_resident_async(sp, 0, 3, MVM_ALL_PAGES, &mv[3]), MVM_OK);
+    usleep(50000); /* the worker is in 3's copy, which read the delay when it began */
+    fake_set_copy_delay_us(0);
+    fake_set_fail("cuEventRecord:3");
     for (uint32_t e = 0; e < 3; e++)
         CHECK_ST(mvm_make_resident_async(sp, 0, e, MVM_ALL_PAGES, &mv[e]), MVM_OK);
+    CHECK_ST(mvm_move_wait(mv[3], -1), MVM_OK);
     CHECK_ST(mvm_move_wait(mv[0], -1), MVM_OK);
     CHECK_ST(mvm_move_wait(mv[1], -1), MVM_ERR_BACKEND);
     CHECK(strstr(mvm_last_error(), "copy fence") != NULL);
     CHECK_ST(mvm_move_wait(mv[2], -1), MVM_ERR_BACKEND);
     CHECK(strstr(mvm_last_error(), "not copied: cuEventRecord (copy fence) failed") != NULL);
-    for (uint32_t e = 0; e < 3; e++)
+    for (uint32_t e = 0; e < 4; e++)
         mvm_move_release(mv[e]);
-    fake_set_copy_delay_us(0);
+    CHECK_ST(mvm_evict(sp, 0, 3, 0), MVM_OK);
     fake_set_fail("cuEventSynchronize:1");
     CHECK_ST(mvm_make_resident(sp, 0, 1, MVM_ALL_PAGES), MVM_ERR_BACKEND);
     CHECK(strstr(mvm_last_error(), "cuEventSynchronize") != NULL);
     fake_set_fail("");
-    CHECK(stats_of(sp).free_pages == 2);
-    for (uint32_t e = 0; e < 3; e++)
+    CHECK(stats_of(sp).free_pages == 3); /* only expert 0 is resident */
+    for (uint32_t e = 0; e < 4; e++)
         CHECK(reads_match(sp, 0, e, PAGE));
     CHECK_ST(mvm_make_resident(sp, 0, 2, MVM_ALL_PAGES), MVM_OK); /* and it recovers */
     CHECK(reads_match(sp, 0, 2, PAGE));

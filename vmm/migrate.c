@@ -584,8 +584,10 @@ static void copy_and_land(mvm_space *sp, struct job **batch, uint32_t n, const s
     for (uint32_t k = 0; k < n; k++) {
         if (fence[k]) {
             mvm_status wst = be->ops->event_wait(be, fence[k]);
-            if (wst != MVM_OK)
+            if (wst != MVM_OK) { /* its chunks go back to the pool: no copy may still land */
                 job_note_error(batch[k]);
+                be->ops->copy_wait(be);
+            }
             be->ops->event_destroy(be, fence[k]);
             if (job_st[k] == MVM_OK)
                 job_st[k] = wst;
