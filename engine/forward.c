@@ -22,16 +22,14 @@ int mvm_ctx_device_available(void)
 #endif
 }
 
-mvm_status mvm_ctx_device_usable(int device)
+mvm_status mvm_ctx_device_usable(int device, mvm_gpu **opened)
 {
+    *opened = NULL;
     if (!mvm_ctx_device_available())
         return mvm_fail(MVM_ERR_UNSUPPORTED, "this moevm was built without nvcc: it has no "
                         "device kernels");
     mvm_status st = mvm_cuda_probe(device);
-    mvm_gpu *g = NULL;
-    if (st == MVM_OK && (st = mvm_gpu_open(device, &g)) == MVM_OK)
-        mvm_gpu_close(g);
-    return st;
+    return st == MVM_OK ? mvm_gpu_open(device, opened) : st;
 }
 
 /* The backend that computes where the space's experts are; *home_mapped: the space's. */

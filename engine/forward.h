@@ -59,8 +59,10 @@ int mvm_ctx_device_available(void);
 /* MVM_OK when the GPU pass can run on CUDA device `device`: this build has device kernels,
  * the cuda backend can open the device (mvm_cuda_probe), and the kernels load there (a
  * driver older than the toolkit that built them cannot JIT their PTX); else why not. What
- * MOEVM_BACKEND=auto asks before it chooses the GPU. */
-mvm_status mvm_ctx_device_usable(int device);
+ * MOEVM_BACKEND=auto asks before it chooses the GPU. *opened: the GPU it opened to find
+ * out (close it with mvm_gpu_close), or NULL. */
+struct mvm_gpu;
+mvm_status mvm_ctx_device_usable(int device, struct mvm_gpu **opened);
 /* The device memory a context of m (n_ctx positions, batches of n_batch, a KV cache of
  * kv_type: "f16", "f32" or NULL for MOEVM_KV_TYPE) takes on a GPU beside the experts' budget,
  * as mvm_ctx_create would allocate it: *weights, the weights besides the experts; *rest, the

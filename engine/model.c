@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "engine/forward.h"
+#include "engine/gpu.h"
 #include "engine/model_load.h"
 #include "engine/pool.h"
 #include "vmm/error.h"
@@ -263,7 +264,7 @@ static mvm_status load_experts(struct loader *ld, mvm_model *m, mvm_space_desc *
      * things on each (room left for the context, or experts read at their homes). */
     const bool auto_gpu = desc->backend == MVM_BACKEND_AUTO;
     if (auto_gpu) {
-        mvm_status gpu = mvm_ctx_device_usable(desc->device);
+        mvm_status gpu = mvm_ctx_device_usable(desc->device, &m->gpu_probe);
         if (gpu != MVM_OK)
             mvm_log(MVM_LOG_INFO, "computing on the CPU: %s", mvm_last_error());
         desc->backend = gpu == MVM_OK ? MVM_BACKEND_CUDA : MVM_BACKEND_HOST;
@@ -279,6 +280,8 @@ static mvm_status load_experts(struct loader *ld, mvm_model *m, mvm_space_desc *
                 mvm_last_error());
         desc->backend = MVM_BACKEND_HOST;
         desc->device_reserve = caller_reserve;
+        mvm_gpu_close(m->gpu_probe);
+        m->gpu_probe = NULL;
         ld->st = MVM_OK;
         st = create_space(ld, m, desc);
     }
@@ -393,6 +396,7 @@ void mvm_model_free(mvm_model *m)
         return;
     if (m->space)
         mvm_space_destroy(m->space);
+    mvm_gpu_close(m->gpu_probe);
     for (uint32_t il = 0; m->layers && il < m->hp.n_layer; il++)
         free(m->layers[il].owned);
     for (uint32_t b = 0; m->dense && b < m->hp.n_dense; b++)

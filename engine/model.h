@@ -133,6 +133,8 @@ typedef struct mvm_model {
     int experts_at_home;        /* the CPU reads every expert at its home and nothing moves:
                                    the host backend with no budget asked for (load_experts) */
     int device;                 /* the CUDA device of a cuda space (its desc's) */
+    struct mvm_gpu *gpu_probe;  /* what auto opened to choose the GPU, kept so that the device
+                                   context it made is not torn down and made again */
     char name[128];             /* general.name, or the file name */
 } mvm_model;
 
