@@ -93,7 +93,8 @@ static CUresult space_create(void)
     d.write_back = 1;
     d.clean_evict = mvm_pl.clean_evict;
     /* A program may read any of its pointers in place, resident or not: the homes must stay
-     * mapped whatever MOEVM_HOME_MAP says (it is the engine's choice to make). */
+     * mapped whatever MOEVM_HOME_MAP says (an option for programs that make every expert
+     * resident before reading it, as the engine does). */
     d.unmapped_homes = 0;
     mvm_space *sp = NULL;
     /* The cuda backend looks up the driver with dlsym: it must get the real functions. */

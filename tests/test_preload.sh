@@ -128,6 +128,10 @@ EOF
     fi
 done
 
+# MOEVM_HOME_MAP=off is the engine's to use: the interposer keeps its homes mapped (a
+# program reads any pointer in place) and manages as ever; oversub fails unmanaged.
+run "home map off" 0 "${managed[@]}" MOEVM_HOME_MAP=off -- oversub.link
+
 # MOEVM_CLEAN_EVICT=off: every eviction writes its buffer back.
 if run "report clean off" 0 "${managed[@]}" MOEVM_REPORT="$tmp/off.json" MOEVM_CLEAN_EVICT=off \
        -- oversub.link; then

@@ -103,8 +103,8 @@ typedef struct mvm_space_desc {
 
 /* Fills *d with the defaults of the MOEVM_* options table, reading the environment
  * (MOEVM_GPU_BUDGET, MOEVM_BACKEND, MOEVM_DEVICE, MOEVM_PAGE_SIZE, MOEVM_CLEAN_EVICT,
- * MOEVM_HOME_MAP). The model shape fields
- * are zeroed: the caller sets them. Fails with MVM_ERR_OPTION on a malformed variable. */
+ * MOEVM_HOME_MAP). The model shape fields are zeroed: the caller sets them. Fails with
+ * MVM_ERR_OPTION on a malformed variable. */
 mvm_status mvm_space_desc_init(mvm_space_desc *d);
 
 typedef struct mvm_space mvm_space;
