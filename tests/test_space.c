@@ -369,7 +369,10 @@ static void test_write_back(void)
     mvm_stats before = stats_of(sp);
     CHECK_ST(mvm_discard(sp, 0, 1, 1), MVM_OK);
     mvm_stats after = stats_of(sp);
-    CHECK(after.bytes_written_back == before.bytes_written_back);
+    /* The two pages were one run (one slab, one mapping): the kept page went home and came
+     * back, so its writes are at home too. */
+    CHECK(after.bytes_written_back == before.bytes_written_back + PAGE);
+    CHECK(memcmp(home, written, PAGE) == 0);
     CHECK(after.pages_discarded == before.pages_discarded + 1);
     CHECK(after.pages_evicted == before.pages_evicted + 1);
     CHECK(after.free_pages == before.free_pages + 1);
@@ -384,8 +387,9 @@ static void test_write_back(void)
     CHECK_ST(mvm_discard(sp, 0, 1, 0), MVM_ERR_PINNED);
     CHECK_ST(mvm_unpin(sp, 0, 1), MVM_OK);
     CHECK_ST(mvm_discard(sp, 0, 1, 0), MVM_OK);
-    CHECK(memcmp(home, expect, d.expert_bytes) == 0);
-    CHECK(stats_of(sp).bytes_written_back == before.bytes_written_back);
+    CHECK(memcmp(home, written, PAGE) == 0);
+    CHECK(memcmp(home + PAGE, expect + PAGE, d.expert_bytes - PAGE) == 0);
+    CHECK(stats_of(sp).bytes_written_back == before.bytes_written_back + PAGE);
     CHECK(stats_of(sp).pages_discarded == before.pages_discarded + 2);
     CHECK_ST(mvm_space_destroy(sp), MVM_OK);
 
@@ -696,6 +700,114 @@ static void test_unpin_after_stream(void)
     CHECK_ST(mvm_space_destroy(sp), MVM_OK);
 }
 
+/* The fake driver's mapping, allocation and copy calls: a snapshot, and what a step added. */
+struct calls {
+    unsigned long map, access, unmap, create, copy;
+};
+
+static struct calls calls_now(void)
+{
+    return (struct calls){fake_calls("cuMemMap"), fake_calls("cuMemSetAccess"),
+                          fake_calls("cuMemUnmap"), fake_calls("cuMemCreate"),
+                          fake_calls("cuMemcpyHtoDAsync")};
+}
+
+static struct calls calls_since(struct calls c)
+{
+    struct calls n = calls_now();
+    return (struct calls){n.map - c.map, n.access - c.access, n.unmap - c.unmap,
+                          n.create - c.create, n.copy - c.copy};
+}
+
+/* A move costs a constant number of mapping calls, whatever the expert's size: one cuMemMap
+ * and one cuMemSetAccess of its slab to load (plus, where homes are mapped, unmapping the
+ * home's pages, a mapping each), one cuMemUnmap to evict (plus mapping the homes back); one
+ * copy per run; no allocation once the pool's slabs fit the runs. MoEpic's split costs one
+ * reload the first time a layer's experts are cut at a page, and one unmap after that. */
+static void test_calls_per_move(void)
+{
+    enum { N = 8 };
+    mvm_space *sp = make_space(2, 2, N * PAGE, 2 * N);
+    fill(sp, 2, 2, N * PAGE);
+    mvm_space_info info;
+    CHECK_ST(mvm_space_get_info(sp, &info), MVM_OK);
+    unsigned long homes = info.home_mapped ? N : 0;
+    struct calls c = calls_now();
+    CHECK_ST(mvm_make_resident(sp, 0, 0, MVM_ALL_PAGES), MVM_OK);
+    c = calls_since(c);
+    CHECK(c.map == 1 && c.access == 1 && c.unmap == homes && c.create == 0 && c.copy == 1);
+    CHECK_ST(mvm_make_resident(sp, 0, 1, MVM_ALL_PAGES), MVM_OK);
+    c = calls_now();
+    CHECK_ST(mvm_make_resident(sp, 1, 0, MVM_ALL_PAGES), MVM_ERR_NOSPACE);
+    CHECK_ST(mvm_evict(sp, 0, 1, 0), MVM_OK);
+    c = calls_since(c);
+    CHECK(c.unmap == 1 && c.map == homes && c.access == (info.home_mapped ? 1u : 0u));
+    CHECK(reads_match(sp, 0, 0, N * PAGE));
+
+    /* MoEpic's split in layer 0, twice: the first cut at page 3 drops the run and reloads 3
+     * pages into a new slab; the rest comes back as a second run, in another new slab. The
+     * second time round the slabs exist: one unmap to cut, one map to grow, no copy to cut. */
+    mvm_residency r;
+    for (int round = 0; round < 2; round++) {
+        c = calls_now();
+        CHECK_ST(mvm_evict(sp, 0, 0, 3), MVM_OK);
+        c = calls_since(c);
+        CHECK(c.copy == (round == 0 ? 1u : 0u));
+        CHECK(round == 0 || (c.unmap == 1 && c.create == 0));
+        CHECK_ST(mvm_expert_residency(sp, 0, 0, &r), MVM_OK);
+        CHECK(r.resident == 3 && r.resident_prefix == 3);
+        CHECK(stats_of(sp).free_pages == 2 * N - 3);
+        c = calls_now();
+        CHECK_ST(mvm_make_resident(sp, 0, 0, MVM_ALL_PAGES), MVM_OK);
+        c = calls_since(c);
+        CHECK(c.copy == 1 && (round == 0 || (c.map == 1 && c.access == 1 && c.create == 0)));
+        CHECK(reads_match(sp, 0, 0, N * PAGE));
+    }
+    /* Another layer's experts keep whole runs: the cut is per layer. */
+    CHECK_ST(mvm_evict(sp, 0, 0, 0), MVM_OK);
+    c = calls_now();
+    CHECK_ST(mvm_make_resident(sp, 1, 1, MVM_ALL_PAGES), MVM_OK);
+    c = calls_since(c);
+    CHECK(c.map - c.create == 1 && c.copy == 1);
+    CHECK(reads_match(sp, 1, 1, N * PAGE));
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+    CHECK(fake_live_handles() == 0);
+}
+
+/* A failed unmap or home mapping during an eviction leaves the run resident and readable,
+ * with an error naming the call; the eviction succeeds once the driver does. */
+static void test_evict_failures(void)
+{
+    enum { N = 4 };
+    mvm_space *sp = make_space(1, 2, N * PAGE, N);
+    fill(sp, 1, 2, N * PAGE);
+    mvm_space_info info;
+    CHECK_ST(mvm_space_get_info(sp, &info), MVM_OK);
+    mvm_residency r;
+    const char *fails[] = {"cuMemUnmap:1", "cuMemSetAccess:1", "cuMemMap:2"};
+    for (int f = 0; f < 3; f++) {
+        if (f > 0 && !info.home_mapped)
+            break; /* without homes an eviction only unmaps */
+        CHECK_ST(mvm_make_resident(sp, 0, 0, MVM_ALL_PAGES), MVM_OK);
+        mvm_stats before = stats_of(sp);
+        fake_set_fail(fails[f]);
+        CHECK_ST(mvm_evict(sp, 0, 0, 0), MVM_ERR_BACKEND);
+        fake_set_fail("");
+        char want[32];
+        snprintf(want, sizeof want, "%.*s", (int)(strchr(fails[f], ':') - fails[f]), fails[f]);
+        CHECK(strstr(mvm_last_error(), want) != NULL);
+        CHECK_ST(mvm_expert_residency(sp, 0, 0, &r), MVM_OK);
+        CHECK(r.resident == N);
+        CHECK(stats_of(sp).free_pages == before.free_pages);
+        CHECK(reads_match(sp, 0, 0, N * PAGE));
+        CHECK_ST(mvm_evict(sp, 0, 0, 0), MVM_OK);
+        CHECK(stats_of(sp).free_pages == N);
+        CHECK(reads_match(sp, 0, 0, N * PAGE) || !info.home_mapped);
+    }
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+    CHECK(fake_live_handles() == 0);
+}
+
 static void test_driver_failures(void)
 {
     /* Pool creation fails halfway: a clean error and nothing leaked. */
@@ -715,7 +827,11 @@ static void test_driver_failures(void)
      * and its chunk returns to the pool. */
     sp = make_space(1, 2, PAGE, 2);
     fill(sp, 1, 2, PAGE);
-    fake_set_fail("cuMemMap:1");
+    mvm_space_info mapping;
+    CHECK_ST(mvm_space_get_info(sp, &mapping), MVM_OK);
+    /* Where homes are unmapped the worker maps a run while its copy is on the bus and, if
+     * that fails, once more when it lands: both must fail for the move to. */
+    fake_set_fail(mapping.home_mapped ? "cuMemMap:1" : "cuMemMap:1,cuMemMap:2");
     CHECK_ST(mvm_make_resident(sp, 0, 0, MVM_ALL_PAGES), MVM_ERR_BACKEND);
     CHECK(strstr(mvm_last_error(), "cuMemMap failed") != NULL); /* the worker's reason */
     fake_set_fail("");
@@ -891,6 +1007,8 @@ int main(int argc, char **argv)
         RUN(test_cancel_and_destroy_in_flight);
         RUN(test_unpin_after_stream);
         RUN(test_driver_failures);
+        RUN(test_calls_per_move);
+        RUN(test_evict_failures);
         RUN(test_cuda_probe);
     }
     TEST_END();

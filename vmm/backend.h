@@ -46,17 +46,29 @@ typedef struct mvm_backend_ops {
     mvm_status (*map_home)(mvm_backend *b, uint64_t va, mvm_home *home, size_t first,
                            size_t n_pages, bool replace);
 
+    /* The device pool: chunk numbers [0, n_chunks), a chunk page_size bytes, and the view
+     * where chunk k appears at a fixed address (copies land there). No memory yet: that
+     * comes in slabs. */
     mvm_status (*pool_create)(mvm_backend *b, size_t n_chunks, size_t page_size, mvm_pool **pool);
     void (*pool_destroy)(mvm_backend *b, mvm_pool *pool);
-    /* Backs the page at va by chunk; `replace` as for map_home.
-     * A failed map_home or map_chunk leaves its range unmapped, or, if unmapping what was
-     * there is what failed, as it was. */
-    mvm_status (*map_chunk)(mvm_backend *b, uint64_t va, mvm_pool *pool, size_t chunk,
-                            bool replace);
-    /* Leaves [va, va + bytes) reserved but unbacked. */
-    mvm_status (*unmap)(mvm_backend *b, uint64_t va, size_t bytes);
+    /* Memory for chunks [first, first + n) as one physical allocation (one cuMemCreate), shown
+     * in the pool view; slab_destroy gives it back. The space keeps slabs disjoint. */
+    mvm_status (*slab_create)(mvm_backend *b, mvm_pool *pool, size_t first, size_t n);
+    void (*slab_destroy)(mvm_backend *b, mvm_pool *pool, size_t first, size_t n);
+    /* Backs [va, va + n*page_size) by chunks [first, first + n): `first` starts a slab and n
+     * is at most its length, so this is one mapping (one cuMemMap and one cuMemSetAccess: the
+     * driver maps a handle from its start only). `replace`: the pages are mapped to their
+     * homes now, one mapping each (cuda unmaps those first; the host backend swaps mappings
+     * atomically, so readers never see a hole). A failed map_home or map_chunks leaves its
+     * range unmapped, or, if unmapping what was there is what failed, as it was. */
+    mvm_status (*map_chunks)(mvm_backend *b, uint64_t va, mvm_pool *pool, size_t first,
+                             size_t n, bool replace);
+    /* Leaves [va, va + bytes) reserved but unbacked; the range is whole mappings of `piece`
+     * bytes each (the page size for homes, a run's bytes for map_chunks). */
+    mvm_status (*unmap)(mvm_backend *b, uint64_t va, size_t bytes, size_t piece);
 
-    /* Starts copying len bytes from src (host memory of a home) into chunk. */
+    /* Starts copying len bytes from src (host memory of a home) into the chunks from `chunk`
+     * on (consecutive chunks of one slab: contiguous in the pool view). */
     mvm_status (*copy_start)(mvm_backend *b, mvm_pool *pool, size_t chunk, const void *src,
                              size_t len);
     /* Waits until every copy started so far has landed. */
@@ -92,6 +104,8 @@ struct mvm_backend {
     size_t granularity;      /* page sizes must be multiples of this */
     size_t default_page_size;
     bool home_mappable;      /* non-resident pages can be backed by their host home */
+    bool atomic_remap;       /* a map over a mapped range replaces it in one step (host), so
+                                an eviction maps the homes without unmapping first */
     bool host_readable;      /* expert addresses are CPU-readable */
     bool writable;           /* set by the space: addresses are mapped read-write */
     bool track_clean;        /* set by the space: pools record what each load put in a

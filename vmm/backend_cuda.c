@@ -31,8 +31,9 @@
 #include "vmm/error.h"
 #include "vmm/options.h"
 
-/* n one-page handles, all mapped into a private range: the device pool (copies land in its
- * view) and HOST_NUMA homes (the CPU writes the weights through its view). */
+/* n one-page handles, all mapped into a private range: the HOST_NUMA homes (the CPU writes
+ * the weights through its view). One page a handle, so that any page can be mapped at its
+ * expert's address on its own. */
 struct handle_view {
     CUmemGenericAllocationHandle *h;
     size_t n, page;
@@ -47,8 +48,12 @@ struct mvm_home {
     bool registered;
 };
 
+/* The device pool: a view reserved for every chunk, and the slabs that back runs of it.
+ * slab[k] is the handle of the slab that starts at chunk k (0 elsewhere). */
 struct mvm_pool {
-    struct handle_view hv;
+    CUdeviceptr view;
+    size_t n, page;
+    CUmemGenericAllocationHandle *slab;
     cuda_digest *digest; /* clean states of the chunks (track_clean), or NULL */
 };
 
@@ -255,7 +260,6 @@ static mvm_status cuda_home_create(mvm_backend *b, size_t n_pages, size_t page_s
     h->n = n_pages;
     h->page = page_size;
     h->vmm = b->home_mappable;
-    c->page_size = page_size;
     if (c->host_numa_id < 0)
         c->host_numa_id = topo && topo->numa_node >= 0 ? topo->numa_node : 0;
     st = h->vmm ? home_create_vmm(c, h) : home_create_registered(c, h, topo);
@@ -310,19 +314,34 @@ static mvm_status cuda_pool_create(mvm_backend *b, size_t n_chunks, size_t page_
                         "the device (of %zu MiB)", n_chunks * page_size >> 20, free_b >> 20,
                         total_b >> 20);
     mvm_pool *p = calloc(1, sizeof *p);
-    if (!p)
-        return mvm_fail(MVM_ERR_NOMEM, "out of memory for the device pool");
-    c->page_size = page_size;
-    CUmemAllocationProp prop = device_prop(c);
-    CUmemAccessDesc access = device_rw(c);
-    if ((st = handle_view_create(c, &prop, n_chunks, page_size, &access, 1, &p->hv)) != MVM_OK) {
+    if (!p || !(p->slab = calloc(n_chunks, sizeof *p->slab))) {
         free(p);
-        return st;
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for the device pool");
     }
-    if (b->track_clean && !(p->digest = mvm_cuda_digest_open(c, n_chunks, p->hv.view, page_size)))
+    p->n = n_chunks;
+    p->page = page_size;
+    CUresult r = c->cu.MemAddressReserve(&p->view, n_chunks * page_size, page_size, 0, 0);
+    if (r != CUDA_SUCCESS) {
+        free(p->slab);
+        free(p);
+        return mvm_cu_fail(&c->cu, r, "cuMemAddressReserve (pool view)");
+    }
+    if (b->track_clean && !(p->digest = mvm_cuda_digest_open(c, n_chunks, p->view, page_size)))
         b->track_clean = false;
     *out = p;
     return MVM_OK;
+}
+
+static void cuda_slab_destroy(mvm_backend *b, mvm_pool *p, size_t first, size_t n)
+{
+    cuda_backend *c = cb(b);
+    CUresult r = c->cu.MemUnmap(p->view + first * p->page, n * p->page);
+    if (r == CUDA_SUCCESS)
+        r = c->cu.MemRelease(p->slab[first]);
+    if (r != CUDA_SUCCESS)
+        mvm_log(MVM_LOG_WARN, "releasing a slab of %zu chunks: %s", n,
+                (mvm_cu_fail(&c->cu, r, "cuMemUnmap/cuMemRelease (slab)"), mvm_last_error()));
+    p->slab[first] = 0;
 }
 
 static void cuda_pool_destroy(mvm_backend *b, mvm_pool *p)
@@ -333,28 +352,55 @@ static void cuda_pool_destroy(mvm_backend *b, mvm_pool *p)
     if (c->marks_due == p->digest)
         c->marks_due = NULL;
     mvm_cuda_digest_close(c, p->digest);
-    handle_view_destroy(c, &p->hv);
+    for (size_t k = 0; k < p->n; k++) /* the space destroys its slabs; this is a backstop */
+        if (p->slab[k])
+            mvm_log(MVM_LOG_WARN, "pool destroyed with a slab at chunk %zu", k);
+    c->cu.MemAddressFree(p->view, p->n * p->page);
+    free(p->slab);
     free(p);
 }
 
-static mvm_status cuda_map_chunk(mvm_backend *b, uint64_t va, mvm_pool *p, size_t chunk,
-                                 bool replace)
+/* One cuMemCreate for the slab and one mapping of it in the view, where copies land. */
+static mvm_status cuda_slab_create(mvm_backend *b, mvm_pool *p, size_t first, size_t n)
 {
     cuda_backend *c = cb(b);
-    if (replace)
-        CU(c, c->cu.MemUnmap(va, p->hv.page), "cuMemUnmap");
+    mvm_status st = use_ctx(c);
+    if (st != MVM_OK)
+        return st;
+    CUmemAllocationProp prop = device_prop(c);
     CUmemAccessDesc access = device_rw(c);
-    return map_handles(c, va, p->hv.page, &p->hv.h[chunk], 1, &access, 1);
+    CUmemGenericAllocationHandle h;
+    CUresult r = c->cu.MemCreate(&h, n * p->page, &prop, 0);
+    if (r != CUDA_SUCCESS)
+        return mvm_cu_fail(&c->cu, r, "cuMemCreate (device slab)");
+    if ((st = map_handles(c, p->view + first * p->page, n * p->page, &h, 1, &access, 1)) !=
+        MVM_OK) {
+        c->cu.MemRelease(h);
+        return st;
+    }
+    p->slab[first] = h;
+    return MVM_OK;
 }
 
-/* Every page in the range is mapped (the space asks only for mapped runs); each page is
- * its own mapping, so unmap page by page. */
-static mvm_status cuda_unmap(mvm_backend *b, uint64_t va, size_t bytes)
+static mvm_status cuda_map_chunks(mvm_backend *b, uint64_t va, mvm_pool *p, size_t first,
+                                  size_t n, bool replace)
 {
     cuda_backend *c = cb(b);
-    size_t page = c->page_size ? c->page_size : bytes;
-    for (size_t off = 0; off < bytes; off += page)
-        CU(c, c->cu.MemUnmap(va + off, page), "cuMemUnmap");
+    if (!p->slab[first])
+        return mvm_fail(MVM_ERR_INVALID, "no slab starts at chunk %zu", first);
+    if (replace) /* the homes: a mapping per page */
+        for (size_t i = 0; i < n; i++)
+            CU(c, c->cu.MemUnmap(va + i * p->page, p->page), "cuMemUnmap (home page)");
+    CUmemAccessDesc access = device_rw(c);
+    return map_handles(c, va, n * p->page, &p->slab[first], 1, &access, 1);
+}
+
+/* [va, va + bytes) is whole mappings of `piece` bytes. */
+static mvm_status cuda_unmap(mvm_backend *b, uint64_t va, size_t bytes, size_t piece)
+{
+    cuda_backend *c = cb(b);
+    for (size_t off = 0; off < bytes; off += piece)
+        CU(c, c->cu.MemUnmap(va + off, piece), "cuMemUnmap");
     return MVM_OK;
 }
 
@@ -362,12 +408,13 @@ static mvm_status cuda_copy_start(mvm_backend *b, mvm_pool *p, size_t chunk, con
                                   size_t len)
 {
     cuda_backend *c = cb(b);
-    CUdeviceptr dst = p->hv.view + chunk * p->hv.page;
+    CUdeviceptr dst = p->view + chunk * p->page;
     if (p->digest) { /* the chunk is "changed" until its mark, queued by copy_wait */
         if (c->marks_due && c->marks_due != p->digest)
             mvm_cuda_digest_flush(c, c->marks_due);
         c->marks_due = p->digest;
-        mvm_cuda_digest_loaded(p->digest, chunk);
+        for (size_t k = chunk; k < chunk + (len + p->page - 1) / p->page; k++)
+            mvm_cuda_digest_loaded(p->digest, k);
     }
     CU(c, c->cu.MemcpyHtoDAsync(dst, src, len, c->copy_stream), "cuMemcpyHtoDAsync");
     return MVM_OK;
@@ -422,7 +469,7 @@ static mvm_status cuda_copy_back(mvm_backend *b, mvm_pool *p, size_t chunk, void
     mvm_status st = use_ctx(c);
     if (st != MVM_OK)
         return st;
-    CU(c, c->cu.MemcpyDtoH(dst, p->hv.view + chunk * p->hv.page, len), "cuMemcpyDtoH (write-back)");
+    CU(c, c->cu.MemcpyDtoH(dst, p->view + chunk * p->page, len), "cuMemcpyDtoH (write-back)");
     return MVM_OK;
 }
 
@@ -484,7 +531,9 @@ static const mvm_backend_ops cuda_ops = {
     .map_home = cuda_map_home,
     .pool_create = cuda_pool_create,
     .pool_destroy = cuda_pool_destroy,
-    .map_chunk = cuda_map_chunk,
+    .slab_create = cuda_slab_create,
+    .slab_destroy = cuda_slab_destroy,
+    .map_chunks = cuda_map_chunks,
     .unmap = cuda_unmap,
     .copy_start = cuda_copy_start,
     .copy_wait = cuda_copy_wait,

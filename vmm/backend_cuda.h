@@ -83,7 +83,6 @@ typedef struct cuda_backend {
     CUcontext ctx;
     CUstream copy_stream;
     int host_numa_id;  /* location id for HOST_NUMA homes */
-    size_t page_size;  /* set by the first home/pool; unmap walks pages of this size */
     cuda_digest *marks_due; /* the pool digests whose loads await their marks (copy_wait) */
 } cuda_backend;
 

@@ -4,9 +4,11 @@
  *   reserve      mmap(PROT_NONE, MAP_NORESERVE)
  *   host homes   one memfd, mapped read-write once for the CPU (the home address); the
  *                tails of the experts' last pages are never touched: holes, no memory
- *   device pool  one memfd of n_chunks pages, mapped read-write once (the copy target)
- *   map          mmap(MAP_FIXED | MAP_SHARED) of the memfd's page at the expert address,
- *                read-only: weights change only through the home
+ *   device pool  one memfd of n_chunks pages, mapped read-write once (the copy target);
+ *                a slab's pages are punched out of it when the slab goes
+ *   map          mmap(MAP_FIXED | MAP_SHARED) of the memfd's pages at the expert address,
+ *                read-only (weights change only through the home); a run of chunks is
+ *                contiguous in the memfd, so one call
  *   copy         memcpy on the migration worker
  * Replacing a mapping with MAP_FIXED is one atomic step under the kernel's mmap lock, so a
  * thread reading an expert while it moves sees the old or the new page, never a hole.
@@ -14,6 +16,7 @@
  * (65530 by default) bounds resident pages to roughly 30000.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,16 +185,31 @@ static mvm_status host_map_home(mvm_backend *b, uint64_t va, mvm_home *h, size_t
     return map_fd(b, va, n_pages * h->r.page_size, h->r.fd, first * h->r.page_size);
 }
 
-static mvm_status host_map_chunk(mvm_backend *b, uint64_t va, mvm_pool *p, size_t chunk,
-                                 bool replace)
+static mvm_status host_slab_create(mvm_backend *b, mvm_pool *p, size_t first, size_t n)
 {
-    (void)b, (void)replace;
-    return map_fd(b, va, p->r.page_size, p->r.fd, chunk * p->r.page_size);
+    (void)b, (void)p, (void)first, (void)n; /* memfd pages come with their first touch */
+    return MVM_OK;
 }
 
-static mvm_status host_unmap(mvm_backend *b, uint64_t va, size_t bytes)
+/* The slab's memory goes back to the kernel (a hole in the memfd), as cuMemRelease would. */
+static void host_slab_destroy(mvm_backend *b, mvm_pool *p, size_t first, size_t n)
 {
     (void)b;
+    if (fallocate(p->r.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                  (off_t)(first * p->r.page_size), (off_t)(n * p->r.page_size)) != 0)
+        mvm_log(MVM_LOG_DEBUG, "punching out a slab of %zu pages: %s", n, strerror(errno));
+}
+
+static mvm_status host_map_chunks(mvm_backend *b, uint64_t va, mvm_pool *p, size_t first,
+                                  size_t n, bool replace)
+{
+    (void)b, (void)replace;
+    return map_fd(b, va, n * p->r.page_size, p->r.fd, first * p->r.page_size);
+}
+
+static mvm_status host_unmap(mvm_backend *b, uint64_t va, size_t bytes, size_t piece)
+{
+    (void)b, (void)piece; /* one mmap covers any number of mappings */
     void *p = mmap((void *)(uintptr_t)va, bytes, PROT_NONE,
                    MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     return p == MAP_FAILED ? os_fail("mmap (unmap to PROT_NONE)", bytes) : MVM_OK;
@@ -257,7 +275,9 @@ static const mvm_backend_ops host_ops = {
     .map_home = host_map_home,
     .pool_create = host_pool_create,
     .pool_destroy = host_pool_destroy,
-    .map_chunk = host_map_chunk,
+    .slab_create = host_slab_create,
+    .slab_destroy = host_slab_destroy,
+    .map_chunks = host_map_chunks,
     .unmap = host_unmap,
     .copy_start = host_copy_start,
     .copy_wait = host_copy_wait,
@@ -283,6 +303,7 @@ mvm_status mvm_backend_host_open(mvm_backend **out)
      * partial residency) are identical on both. */
     b->default_page_size = 2u << 20;
     b->home_mappable = true;
+    b->atomic_remap = true;
     b->host_readable = true;
     b->numa_node = -1;
     *out = b;

@@ -179,7 +179,7 @@ static void list_remove(struct job_list *l, struct job *j)
 static void job_free(struct job *j)
 {
     free(j->pages);
-    free(j->chunks);
+    free(j->runs);
     free(j->waiters);
     free(j);
 }
@@ -211,8 +211,8 @@ static struct job *job_new(uint32_t expert, uint32_t n, int prio)
     if (!j)
         return NULL;
     j->pages = malloc(n * sizeof *j->pages);
-    j->chunks = malloc(n * sizeof *j->chunks);
-    if (!j->pages || !j->chunks) {
+    j->runs = malloc(n * sizeof *j->runs);
+    if (!j->pages || !j->runs) {
         job_free(j);
         return NULL;
     }
@@ -265,9 +265,37 @@ static void note_demand(mvm_space *sp, uint32_t idx, uint32_t n)
     }
 }
 
-/* Queues a job loading every HOME page of the prefix, claiming a chunk for each. */
-static mvm_status queue_job(mvm_space *sp, uint32_t idx, uint32_t n, uint32_t count, int prio,
-                            mvm_move *m)
+static void release_run(mvm_space *sp, struct job *j, uint32_t r);
+static void abandon_run(mvm_space *sp, struct job *j, uint32_t r);
+
+/* Claims slabs for pages [p, q) of the expert (all HOME) and adds them to j as runs. */
+static mvm_status claim_pages(mvm_space *sp, struct job *j, uint32_t p, uint32_t q, int prio)
+{
+    while (p < q) {
+        uint32_t first, got;
+        mvm_status st = mvm_slab_claim(sp, q - p, &first, &got);
+        if (st != MVM_OK)
+            return st;
+        sp->slabs[first].expert = (int32_t)j->expert;
+        sp->slabs[first].page = p;
+        j->runs[j->n_runs++] = (struct job_run){.at = j->n, .n = got, .slab = first};
+        for (uint32_t i = 0; i < got; i++, p++) {
+            struct page *pg = page_at(sp, j->expert, p);
+            j->pages[j->n++] = p;
+            pg->state = MVM_PAGE_LOADING;
+            pg->job = j;
+            pg->prefetched = prio == PRIO_PREFETCH;
+            sp->n_loading++;
+        }
+    }
+    return MVM_OK;
+}
+
+/* Queues a job loading every HOME page of the prefix: each stretch of consecutive HOME pages
+ * is a run (split where the layer's experts were last cut, so that the next such eviction
+ * drops a whole run), backed by a slab claimed now. */
+static mvm_status queue_job(mvm_space *sp, uint32_t idx, uint32_t lo, uint32_t n,
+                            uint32_t count, int prio, mvm_move *m)
 {
     struct job *j = job_new(idx, count, prio);
     if (!j || (m && !job_add_waiter(j, m))) {
@@ -275,18 +303,30 @@ static mvm_status queue_job(mvm_space *sp, uint32_t idx, uint32_t n, uint32_t co
             job_free(j);
         return mvm_fail(MVM_ERR_NOMEM, "out of memory queueing a move");
     }
-    for (uint32_t p = 0; p < n; p++) {
-        struct page *pg = page_at(sp, idx, p);
-        if (pg->state != MVM_PAGE_HOME)
+    uint32_t cut = sp->cut[idx / sp->n_experts];
+    mvm_status st = MVM_OK;
+    for (uint32_t p = lo, q; p < n && st == MVM_OK; p = q) {
+        q = p + 1;
+        if (page_at(sp, idx, p)->state != MVM_PAGE_HOME)
             continue;
-        j->pages[j->n] = p;
-        j->chunks[j->n] = (int32_t)sp->free_chunks[--sp->n_free];
-        j->n++;
-        pg->state = MVM_PAGE_LOADING;
-        pg->job = j;
-        pg->prefetched = prio == PRIO_PREFETCH;
+        while (q < n && q != cut && page_at(sp, idx, q)->state == MVM_PAGE_HOME)
+            q++;
+        st = claim_pages(sp, j, p, q, prio);
     }
-    sp->n_loading += j->n;
+    if (st != MVM_OK) { /* as it was: the pages home, the slabs free */
+        for (uint32_t r = 0; r < j->n_runs; r++) {
+            abandon_run(sp, j, r);
+            release_run(sp, j, r);
+        }
+        j->n_waiters = 0; /* the move's reference is dropped by the caller's release */
+        if (m) {
+            pthread_mutex_lock(&m->mu);
+            m->pending--;
+            move_unref_locked(m);
+        }
+        job_free(j);
+        return st;
+    }
     if (prio == PRIO_PREFETCH)
         sp->stats.prefetch_pages += j->n;
     list_push(prio == PRIO_DEMAND ? &sp->demand : &sp->prefetch, j);
@@ -340,7 +380,7 @@ static mvm_status request(mvm_space *sp, uint32_t l, uint32_t e, uint32_t n_page
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for a move handle");
     }
     if (s.home)
-        st = queue_job(sp, idx, n, s.home, prio, m);
+        st = queue_job(sp, idx, 0, n, s.home, prio, m);
     for (uint32_t k = 0; st == MVM_OK && k < s.n_jobs; k++) {
         struct job *j = s.jobs[k];
         if (prio == PRIO_DEMAND && j->prio == PRIO_PREFETCH && !j->started) {
@@ -384,6 +424,23 @@ mvm_status mvm_prefetch(mvm_space *sp, uint32_t l, uint32_t e, uint32_t n_pages,
     return request(sp, l, e, n_pages, PRIO_PREFETCH, false, move);
 }
 
+mvm_status mvm_reload_locked(mvm_space *sp, uint32_t idx, uint32_t lo, uint32_t hi,
+                             mvm_move **out)
+{
+    mvm_move *m = move_new(sp);
+    if (!m)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for a move handle");
+    mvm_status st = queue_job(sp, idx, lo, hi, hi - lo, PRIO_DEMAND, m);
+    if (st != MVM_OK) {
+        mvm_registry_remove(m);
+        pthread_mutex_lock(&m->mu);
+        move_unref_locked(m);
+        return st;
+    }
+    *out = m;
+    return MVM_OK;
+}
+
 /* ---- the worker -------------------------------------------------------------------------- */
 
 static bool owns(mvm_space *sp, struct job *j, uint32_t i)
@@ -392,62 +449,121 @@ static bool owns(mvm_space *sp, struct job *j, uint32_t i)
     return pg->state == MVM_PAGE_LOADING && pg->job == j;
 }
 
-/* Returns job page i's chunk to the pool, once. */
-static void release_chunk(mvm_space *sp, struct job *j, uint32_t i)
+/* A run is owned whole or not at all: cancelling a page cancels its run. */
+static bool run_owned(mvm_space *sp, struct job *j, uint32_t r)
 {
-    if (j->chunks[i] >= 0)
-        mvm_chunk_free(sp, j->chunks[i]);
-    j->chunks[i] = -1;
+    return !j->runs[r].done && owns(sp, j, j->runs[r].at);
 }
 
-/* Page i of j goes back to its home state after a failed copy or remap. */
-static void abandon_page(mvm_space *sp, struct job *j, uint32_t i)
+static uint64_t run_va(const mvm_space *sp, const struct job *j, uint32_t r)
 {
-    struct page *pg = page_at(sp, j->expert, j->pages[i]);
-    pg->state = MVM_PAGE_HOME;
-    pg->job = NULL;
-    pg->prefetched = 0;
-    sp->n_loading--;
+    return page_va(sp, j->expert, j->pages[j->runs[r].at]);
 }
 
-/* Maps every page the job still owns onto its chunk; frees the chunks of cancelled pages. */
-static mvm_status remap_job(mvm_space *sp, struct job *j)
+/* Returns run r's slab to the pool, once; mapped ahead of its copy, it is unmapped first. */
+static void release_run(mvm_space *sp, struct job *j, uint32_t r)
+{
+    struct job_run *run = &j->runs[r];
+    if (run->done)
+        return;
+    struct slab *s = &sp->slabs[run->slab];
+    uint64_t bytes = (uint64_t)run->n * sp->page_size;
+    if (s->mapped && sp->be->ops->unmap(sp->be, run_va(sp, j, r), bytes, bytes) != MVM_OK)
+        mvm_log(MVM_LOG_WARN, "unmapping a cancelled load: %s", mvm_last_error());
+    mvm_slab_release(sp, run->slab);
+    run->done = true;
+}
+
+/* Run r's pages go back to their home state (cancelled, or a failed copy or remap). */
+static void abandon_run(mvm_space *sp, struct job *j, uint32_t r)
+{
+    for (uint32_t i = j->runs[r].at; i < j->runs[r].at + j->runs[r].n; i++) {
+        if (!owns(sp, j, i))
+            continue;
+        struct page *pg = page_at(sp, j->expert, j->pages[i]);
+        pg->state = MVM_PAGE_HOME;
+        pg->job = NULL;
+        pg->prefetched = 0;
+        sp->n_loading--;
+    }
+}
+
+/* Maps run r at its address: one mapping of its slab (the homes' pages unmapped first where
+ * they are mapped). On failure the address stays readable: the failed map left the range
+ * unmapped (or, if unmapping a home is what failed, partly on its homes), and the homes are
+ * mapped back where they can be. */
+static mvm_status map_run(mvm_space *sp, struct job *j, uint32_t r, bool replace)
 {
     mvm_backend *be = sp->be;
+    struct job_run *run = &j->runs[r];
+    uint64_t va = run_va(sp, j, r);
+    mvm_status st = be->ops->map_chunks(be, va, sp->pool, run->slab, run->n, replace);
+    if (st == MVM_OK) {
+        sp->slabs[run->slab].mapped = true;
+        return MVM_OK;
+    }
+    job_note_error(j);
+    mvm_log(MVM_LOG_WARN, "remap of expert %u pages %u-%u failed: %s", j->expert,
+            j->pages[run->at], j->pages[run->at] + run->n - 1, mvm_last_error());
+    for (uint32_t i = 0; replace && i < run->n; i++) /* a page still mapped refuses: fine */
+        if (be->ops->map_home(be, va + (uint64_t)i * sp->page_size, sp->home,
+                              (size_t)j->expert * sp->ppe + j->pages[run->at + i], 1, false))
+            mvm_log(MVM_LOG_DEBUG, "re-mapping a home: %s", mvm_last_error());
+    return st;
+}
+
+/* Where homes are unmapped nothing may read a page before it is resident, so a run's slab
+ * can be mapped at its address while its copy is on the bus: the remap's driver calls then
+ * overlap the DMA instead of following it. A map that fails here is tried again at landing. */
+static void premap_job(mvm_space *sp, struct job *j)
+{
+    for (uint32_t r = 0; r < j->n_runs; r++) {
+        if (!run_owned(sp, j, r) || sp->slabs[j->runs[r].slab].mapped)
+            continue;
+        uint64_t bytes = (uint64_t)j->runs[r].n * sp->page_size;
+        if (sp->be->ops->map_chunks(sp->be, run_va(sp, j, r), sp->pool, j->runs[r].slab,
+                                    j->runs[r].n, false) == MVM_OK)
+            sp->slabs[j->runs[r].slab].mapped = true;
+        else
+            mvm_log(MVM_LOG_DEBUG, "mapping %llu bytes ahead of their copy: %s",
+                    (unsigned long long)bytes, mvm_last_error());
+    }
+}
+
+/* Makes every run the job still owns resident (mapping those not mapped yet); frees the
+ * slabs of cancelled runs. */
+static mvm_status remap_job(mvm_space *sp, struct job *j)
+{
     mvm_status result = MVM_OK;
-    for (uint32_t i = 0; i < j->n; i++) {
-        if (!owns(sp, j, i)) {
-            release_chunk(sp, j, i);
+    for (uint32_t r = 0; r < j->n_runs; r++) {
+        struct job_run *run = &j->runs[r];
+        if (run->done)
+            continue;
+        if (!run_owned(sp, j, r)) {
+            release_run(sp, j, r);
             if (result == MVM_OK)
                 result = MVM_ERR_CANCELLED;
             continue;
         }
-        uint32_t p = j->pages[i];
-        uint64_t va = page_va(sp, j->expert, p);
-        mvm_status st = be->ops->map_chunk(be, va, sp->pool, (size_t)j->chunks[i],
-                                           be->home_mappable);
+        mvm_status st = sp->slabs[run->slab].mapped ? MVM_OK : map_run(sp, j, r, sp->homes_mapped);
         if (st != MVM_OK) {
-            job_note_error(j);
-            mvm_log(MVM_LOG_WARN, "remap of expert %u page %u failed: %s", j->expert, p,
-                    mvm_last_error());
-            /* Keep the address readable: the failed map left the page unmapped (or, if
-             * the unmap failed, still on its home); map the home back where it can. */
-            if (be->home_mappable &&
-                be->ops->map_home(be, va, sp->home, (size_t)j->expert * sp->ppe + p, 1, false))
-                mvm_log(MVM_LOG_DEBUG, "re-mapping the home: %s", mvm_last_error());
-            abandon_page(sp, j, i);
-            release_chunk(sp, j, i);
+            abandon_run(sp, j, r);
+            release_run(sp, j, r);
             result = st;
             continue;
         }
-        struct page *pg = page_at(sp, j->expert, p);
-        pg->state = MVM_PAGE_RESIDENT;
-        pg->chunk = j->chunks[i];
-        pg->job = NULL;
-        sp->n_loading--;
-        sp->n_resident++;
-        sp->stats.pages_loaded++;
-        sp->stats.bytes_moved += page_bytes(sp, p);
+        for (uint32_t i = 0; i < run->n; i++) {
+            uint32_t p = j->pages[run->at + i];
+            struct page *pg = page_at(sp, j->expert, p);
+            pg->state = MVM_PAGE_RESIDENT;
+            pg->chunk = (int32_t)(run->slab + i);
+            pg->job = NULL;
+            sp->stats.bytes_moved += page_bytes(sp, p);
+        }
+        sp->n_loading -= run->n;
+        sp->n_resident += run->n;
+        sp->stats.pages_loaded += run->n;
+        run->done = true;
     }
     return result;
 }
@@ -455,30 +571,35 @@ static mvm_status remap_job(mvm_space *sp, struct job *j)
 void mvm_cancel_page(mvm_space *sp, uint32_t expert, uint32_t page)
 {
     struct job *j = page_at(sp, expert, page)->job;
-    uint32_t i = 0, owned = 0;
-    while (j->pages[i] != page)
-        i++;
-    abandon_page(sp, j, i);
+    uint32_t r = 0;
+    while (page >= j->pages[j->runs[r].at] + j->runs[r].n)
+        r++;
+    abandon_run(sp, j, r);
     if (j->started)
-        return; /* its copy may be running: the chunk is freed when the job lands */
-    release_chunk(sp, j, i);
-    for (uint32_t k = 0; k < j->n; k++)
-        owned += owns(sp, j, k);
-    if (owned == 0) {
-        list_remove(j->prio == PRIO_DEMAND ? &sp->demand : &sp->prefetch, j);
-        job_finish(j, MVM_ERR_CANCELLED);
+        return; /* its copy may be running: the slab is freed when the job lands */
+    release_run(sp, j, r);
+    for (uint32_t k = 0; k < j->n_runs; k++)
+        if (run_owned(sp, j, k))
+            return;
+    list_remove(j->prio == PRIO_DEMAND ? &sp->demand : &sp->prefetch, j);
+    job_finish(j, MVM_ERR_CANCELLED);
+}
+
+/* Drops every run of a job that will not land: pages home, slabs back. */
+static void drop_job(mvm_space *sp, struct job *j)
+{
+    for (uint32_t r = 0; r < j->n_runs; r++) {
+        abandon_run(sp, j, r);
+        release_run(sp, j, r);
     }
 }
 
-/* After the copies of a batch: remap now, or defer while the expert is pinned. */
+/* After the copies of a batch: remap now, or defer while the expert is pinned (a pin
+ * promises no change of backing until the last unpin). */
 static void land_job(mvm_space *sp, struct job *j, mvm_status copy_st)
 {
     if (copy_st != MVM_OK) {
-        for (uint32_t i = 0; i < j->n; i++) {
-            if (owns(sp, j, i))
-                abandon_page(sp, j, i);
-            release_chunk(sp, j, i);
-        }
+        drop_job(sp, j);
         sp->in_flight--;
         job_finish(j, copy_st);
         return;
@@ -542,8 +663,9 @@ static uint32_t take_batch(mvm_space *sp, struct job **batch)
     return n;
 }
 
+/* One run's bytes: consecutive chunks of one slab from consecutive home pages. */
 struct copy {
-    int32_t chunk;
+    uint32_t chunk;
     const void *src;
     size_t len;
 };
@@ -568,6 +690,11 @@ static void copy_and_land(mvm_space *sp, struct job **batch, uint32_t n, const s
             st = be->ops->copy_start(be, sp->pool, (size_t)c->chunk, c->src, c->len);
         if (st == MVM_OK)
             st = be->ops->copy_fence(be, &fence[k]);
+        if (st == MVM_OK && !sp->homes_mapped) {
+            pthread_mutex_lock(&sp->mu);
+            premap_job(sp, batch[k]);
+            pthread_mutex_unlock(&sp->mu);
+        }
         if (st != MVM_OK && !why) { /* this job's copy failed */
             job_note_error(batch[k]);
             why = batch[k]->why;
@@ -632,7 +759,7 @@ static void *worker_main(void *arg)
         }
         size_t want = 0;
         for (uint32_t k = 0; k < n; k++)
-            want += batch[k]->n;
+            want += batch[k]->n_runs;
         if (want > cap) {
             struct copy *c = realloc(copies, want * sizeof *c);
             if (!c) {
@@ -648,16 +775,19 @@ static void *worker_main(void *arg)
         }
         uint32_t nc = 0, n_copies[MAX_BATCH];
         for (uint32_t k = 0; k < n; k++) {
+            struct job *j = batch[k];
             n_copies[k] = 0;
-            for (uint32_t i = 0; i < batch[k]->n; i++)
-                if (owns(sp, batch[k], i)) {
-                    copies[nc++] = (struct copy){
-                        .chunk = batch[k]->chunks[i],
-                        .src = sp->home_host + batch[k]->expert * sp->stride +
-                               (uint64_t)batch[k]->pages[i] * sp->page_size,
-                        .len = page_bytes(sp, batch[k]->pages[i])};
-                    n_copies[k]++;
-                }
+            for (uint32_t r = 0; r < j->n_runs; r++) {
+                if (!run_owned(sp, j, r))
+                    continue;
+                uint32_t first = j->pages[j->runs[r].at], last = first + j->runs[r].n - 1;
+                copies[nc++] = (struct copy){
+                    .chunk = j->runs[r].slab,
+                    .src = sp->home_host + j->expert * sp->stride +
+                           (uint64_t)first * sp->page_size,
+                    .len = (size_t)(last - first) * sp->page_size + page_bytes(sp, last)};
+                n_copies[k]++;
+            }
         }
         pthread_mutex_unlock(&sp->mu);
         copy_and_land(sp, batch, n, copies, n_copies, init_st, init_st ? init_why : NULL);
@@ -682,11 +812,7 @@ static void cancel_list(mvm_space *sp, struct job_list *l, bool in_flight)
     while (l->head) {
         struct job *j = l->head;
         list_remove(l, j);
-        for (uint32_t i = 0; i < j->n; i++) {
-            if (owns(sp, j, i))
-                abandon_page(sp, j, i);
-            release_chunk(sp, j, i);
-        }
+        drop_job(sp, j);
         if (in_flight)
             sp->in_flight--;
         job_finish(j, MVM_ERR_CANCELLED);

@@ -14,6 +14,9 @@
 #include "vmm/registry.h"
 #include "vmm/space_impl.h"
 
+/* Marks a slab already listed by an eviction (its next_free is unused while owned). */
+#define LISTED UINT32_MAX
+
 /* Beyond this a model cannot be one reservation on current GPUs (49-bit VA) anyway. */
 #define MAX_SPACE_BYTES (1ull << 46)
 
@@ -130,32 +133,39 @@ static mvm_status alloc_tables(mvm_space *sp)
     size_t n_pages = (size_t)sp->n_total * sp->ppe;
     sp->pages = malloc(n_pages * sizeof *sp->pages);
     sp->pins = calloc(sp->n_total, sizeof *sp->pins);
-    sp->free_chunks = malloc(sp->n_chunks * sizeof *sp->free_chunks); /* n_chunks >= 1 */
+    sp->cut = calloc(sp->n_layers, sizeof *sp->cut);
     sp->shared = calloc(1, sizeof *sp->shared);
-    if (!sp->pages || !sp->pins || !sp->free_chunks || !sp->shared)
+    if (!sp->pages || !sp->pins || !sp->cut || !sp->shared)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the page tables of %zu pages", n_pages);
     for (size_t i = 0; i < n_pages; i++)
         sp->pages[i] = (struct page){.chunk = -1, .state = MVM_PAGE_HOME};
-    /* Free list as a stack; hand out low chunks first so small runs touch little memory. */
-    for (uint32_t i = 0; i < sp->n_chunks; i++)
-        sp->free_chunks[i] = sp->n_chunks - 1 - i;
     sp->n_free = sp->n_chunks;
     atomic_init(&sp->shared->refs, 1);
     return MVM_OK;
 }
 
-/* Unmaps every mapped page of the range, in runs: all of it where homes are mapped, else
- * the resident pages. */
+/* Unmaps everything mapped in the range, a mapping at a time: each mapped slab's run, then
+ * where homes are mapped every page not resident (a loading page is still on its home). */
 static void unmap_all(mvm_space *sp)
 {
     mvm_backend *be = sp->be;
+    for (uint32_t k = 0; sp->slabs && k < sp->n_chunks; k++) {
+        struct slab *s = &sp->slabs[k];
+        if (!s->n || s->expert < 0 || !s->mapped)
+            continue;
+        uint64_t bytes = (uint64_t)s->n * sp->page_size;
+        if (be->ops->unmap(be, page_va(sp, (uint32_t)s->expert, s->page), bytes, bytes))
+            mvm_log(MVM_LOG_WARN, "teardown: %s", mvm_last_error());
+        s->mapped = false;
+    }
+    if (!sp->homes_mapped)
+        return;
     size_t n = (size_t)sp->n_total * sp->ppe, start = 0;
     for (size_t i = 0; i <= n; i++) {
-        bool mapped = i < n && (sp->homes_mapped || sp->pages[i].state == MVM_PAGE_RESIDENT);
-        if (mapped)
+        if (i < n && sp->pages[i].state != MVM_PAGE_RESIDENT)
             continue;
         if (i > start && be->ops->unmap(be, sp->base + start * sp->page_size,
-                                        (i - start) * sp->page_size) != MVM_OK)
+                                        (i - start) * sp->page_size, sp->page_size) != MVM_OK)
             mvm_log(MVM_LOG_WARN, "teardown: %s", mvm_last_error());
         start = i + 1;
     }
@@ -168,6 +178,7 @@ static void teardown(mvm_space *sp)
     if (be) {
         if (sp->base && sp->pages)
             unmap_all(sp);
+        mvm_slabs_destroy(sp);
         if (sp->pool)
             be->ops->pool_destroy(be, sp->pool);
         if (sp->home)
@@ -178,7 +189,10 @@ static void teardown(mvm_space *sp)
     }
     free(sp->pages);
     free(sp->pins);
-    free(sp->free_chunks);
+    free(sp->cut);
+    free(sp->slabs);
+    free(sp->chunk_slab);
+    free(sp->free_slabs);
     if (sp->shared)
         mvm_shared_release(sp->shared);
     pthread_cond_destroy(&sp->work);
@@ -216,6 +230,7 @@ mvm_status mvm_space_create(const mvm_space_desc *d, mvm_space **out)
                                    sp->expert_bytes, &sp->topo, &sp->home,
                                    (void **)&sp->home_host)) ||
         (st = be->ops->pool_create(be, sp->n_chunks, sp->page_size, &sp->pool)) ||
+        (st = mvm_slabs_init(sp)) ||
         (be->home_mappable &&
          (st = be->ops->map_home(be, sp->base, sp->home, 0, (size_t)sp->n_total * sp->ppe,
                                  false))) ||
@@ -347,81 +362,98 @@ mvm_status mvm_page_get_state(const mvm_space *csp, uint32_t l, uint32_t e, uint
     return st;
 }
 
-void mvm_chunk_free(mvm_space *sp, int32_t chunk)
-{
-    sp->free_chunks[sp->n_free++] = (uint32_t)chunk;
-}
-
-/* Puts a resident page back on its home: remap to the home where the backend can, else
- * leave it unmapped. keep: copy what the device wrote home first (write_back spaces), unless
- * `clean`: the page is as it was loaded, so the home already holds it. */
-static mvm_status evict_page(mvm_space *sp, uint32_t idx, uint32_t p, bool keep, bool clean)
+/* Puts the resident run of the slab at `first` back on its homes: the write-backs first (in
+ * write_back spaces, of the pages not clean[i]: all with keep, else those before `from`,
+ * which the caller loads again), then one unmap, then the homes
+ * mapped back where the backend maps them. A failure before the unmap leaves the run
+ * resident and readable. If the homes cannot be mapped back, the slab is mapped back and the
+ * run stays resident; only if that fails too do its pages go home unmapped (logged). */
+static mvm_status evict_run(mvm_space *sp, uint32_t first, bool keep, const bool *clean,
+                           uint32_t from)
 {
     mvm_backend *be = sp->be;
-    struct page *pg = page_at(sp, idx, p);
-    uint64_t va = page_va(sp, idx, p);
-    size_t home_page = (size_t)idx * sp->ppe + p;
-    if (sp->write_back && keep && !clean) {
-        mvm_status st = be->ops->copy_back(be, sp->pool, (size_t)pg->chunk,
-                                           sp->home_host + home_page * sp->page_size,
-                                           page_bytes(sp, p));
-        if (st != MVM_OK)
+    struct slab *s = &sp->slabs[first];
+    uint32_t idx = (uint32_t)s->expert, a = s->page, n = s->n;
+    uint64_t va = page_va(sp, idx, a), bytes = (uint64_t)n * sp->page_size;
+    size_t home = (size_t)idx * sp->ppe + a;
+    mvm_status st = MVM_OK;
+    for (uint32_t i = 0; sp->write_back && i < n; i++) {
+        if (clean[i] || (!keep && a + i >= from))
+            continue;
+        if ((st = be->ops->copy_back(be, sp->pool, first + i,
+                                     sp->home_host + (home + i) * sp->page_size,
+                                     page_bytes(sp, a + i))) != MVM_OK)
             return st; /* still resident, nothing lost */
-        sp->stats.bytes_written_back += page_bytes(sp, p);
+        sp->stats.bytes_written_back += page_bytes(sp, a + i);
     }
-    mvm_status st = be->home_mappable
-                        ? be->ops->map_home(be, va, sp->home, home_page, 1, true)
-                        : be->ops->unmap(be, va, sp->page_size);
-    if (st != MVM_OK)
+    /* Where the backend swaps mappings in one step (host), readers never see a hole. */
+    bool swap = sp->homes_mapped && be->atomic_remap;
+    if (!swap && (st = be->ops->unmap(be, va, bytes, bytes)) != MVM_OK)
         return st;
-    mvm_chunk_free(sp, pg->chunk);
-    pg->chunk = -1;
-    pg->state = MVM_PAGE_HOME;
-    pg->prefetched = 0;
-    sp->n_resident--;
-    sp->stats.pages_evicted++;
-    sp->stats.pages_discarded += !keep;
-    sp->stats.pages_clean += keep && clean;
-    return MVM_OK;
+    if (sp->homes_mapped && (st = be->ops->map_home(be, va, sp->home, home, n, swap))) {
+        char why[200];
+        snprintf(why, sizeof why, "%s", mvm_last_error());
+        if (be->ops->map_chunks(be, va, sp->pool, first, n, false) == MVM_OK)
+            return mvm_fail(st, "%s; the pages stay resident", why);
+        mvm_log(MVM_LOG_WARN, "expert %u pages %u-%u are home but unmapped: %s", idx, a,
+                a + n - 1, why);
+        mvm_fail(st, "%s", why);
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        struct page *pg = page_at(sp, idx, a + i);
+        pg->chunk = -1;
+        pg->state = MVM_PAGE_HOME;
+        pg->prefetched = 0;
+        if (a + i < from) /* kept: reloaded by the caller */
+            continue;
+        sp->stats.pages_evicted++;
+        sp->stats.pages_discarded += !keep;
+        sp->stats.pages_clean += keep && clean[i];
+    }
+    sp->n_resident -= n;
+    mvm_slab_release(sp, first);
+    return st;
 }
 
-/* A resident page about to go home, and whether the device left it as loaded. */
-struct leaving {
-    uint32_t idx, p;
-    bool clean;
-};
-
-/* Which of the pages still hold what their loads put there, asked of the backend in one
- * call: a write_back space then waits once per eviction, not once per page. A failed or
+/* Which pages of the runs still hold what their loads put there, asked of the backend in
+ * one call: a write_back space then waits once per eviction, not once per page. A failed or
  * impossible check leaves them "changed": the copy is the safe side. */
-static void check_clean(mvm_space *sp, struct leaving *out, uint32_t n)
+static void check_clean(mvm_space *sp, const uint32_t *runs, uint32_t n_runs, bool *clean,
+                        uint32_t n_pages)
 {
-    size_t *chunks = malloc((size_t)n * sizeof *chunks);
-    bool *same = malloc((size_t)n * sizeof *same);
-    if (chunks && same) {
-        for (uint32_t i = 0; i < n; i++)
-            chunks[i] = (size_t)page_at(sp, out[i].idx, out[i].p)->chunk;
-        if (sp->be->ops->unchanged(sp->be, sp->pool, chunks, n, same) == 0)
-            for (uint32_t i = 0; i < n; i++)
-                out[i].clean = same[i];
-    }
+    size_t *chunks = malloc(((size_t)n_pages + 1) * sizeof *chunks);
+    if (!chunks)
+        return;
+    uint32_t m = 0;
+    for (uint32_t r = 0; r < n_runs; r++)
+        for (uint32_t i = 0; i < sp->slabs[runs[r]].n; i++)
+            chunks[m++] = runs[r] + i;
+    if (sp->be->ops->unchanged(sp->be, sp->pool, chunks, m, clean) != 0)
+        for (uint32_t i = 0; i < m; i++)
+            clean[i] = false;
     free(chunks);
-    free(same);
 }
 
 /* Evicts pages [keep_pages, ppe) of experts idx[0..n), sp->mu held: loading pages are
- * cancelled, resident ones go home (keep: through a write-back where needed). A pinned
- * expert is left as it is (MVM_ERR_PINNED). Returns the first failure; the other experts and
- * pages are still evicted. */
+ * cancelled, resident ones go home (keep: through a write-back where needed), a run at a
+ * time. A run is one mapping of one slab and cannot be cut, so a resident run that starts
+ * before keep_pages goes whole and its pages before keep_pages are loaded again (*reload, a
+ * move for the caller to wait on; NULL: there was none); the cut is remembered for the
+ * layer, so that its next loads put it between two runs and the next such eviction drops
+ * a run. A pinned expert is left as it is (MVM_ERR_PINNED). Returns the first failure; the
+ * other experts and runs are still evicted. */
 static mvm_status evict_locked(mvm_space *sp, const uint32_t *idx, uint32_t n,
-                               uint32_t keep_pages, bool keep)
+                               uint32_t keep_pages, bool keep, mvm_move **reload)
 {
+    uint32_t cut_run = UINT32_MAX, cut_idx = 0; /* the run that keep_pages cuts, if any */
+    if (reload)
+        *reload = NULL;
     uint32_t from = keep_pages == MVM_ALL_PAGES ? sp->ppe : keep_pages;
-    struct leaving *out = malloc(((size_t)n * (sp->ppe - from) + 1) * sizeof *out);
-    if (!out)
+    uint32_t *runs = malloc(((size_t)n * (sp->ppe - from) + 1) * sizeof *runs);
+    if (!runs)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory evicting %u experts", n);
     mvm_status first = MVM_OK;
-    uint32_t m = 0;
+    uint32_t m = 0, n_pages = 0;
     for (uint32_t i = 0; i < n; i++) {
         if (sp->pins[idx[i]]) {
             if (first == MVM_OK)
@@ -430,24 +462,48 @@ static mvm_status evict_locked(mvm_space *sp, const uint32_t *idx, uint32_t n,
                                  idx[i] % sp->n_experts, sp->pins[idx[i]]);
             continue;
         }
+        if (from > 0 && from < sp->ppe)
+            sp->cut[idx[i] / sp->n_experts] = from;
         for (uint32_t p = from; p < sp->ppe; p++) {
             struct page *pg = page_at(sp, idx[i], p);
-            if (pg->state == MVM_PAGE_RESIDENT)
-                out[m++] = (struct leaving){idx[i], p, false};
-            else if (pg->state == MVM_PAGE_LOADING)
+            if (pg->state == MVM_PAGE_LOADING) {
                 mvm_cancel_page(sp, idx[i], p);
+            } else if (pg->state == MVM_PAGE_RESIDENT) {
+                uint32_t k;
+                struct slab *s = slab_of(sp, pg->chunk, &k);
+                if (s->next_free != LISTED) { /* an expert named twice lists its runs once */
+                    s->next_free = LISTED;
+                    runs[m++] = k;
+                    n_pages += s->n;
+                }
+                if (s->page < from) {
+                    cut_run = s->page;
+                    cut_idx = idx[i];
+                }
+                p = s->page + s->n - 1;
+            }
         }
     }
-    if (keep && sp->write_back && sp->be->track_clean && m)
-        check_clean(sp, out, m);
-    for (uint32_t j = 0; j < m; j++) {
-        if (page_at(sp, out[j].idx, out[j].p)->state != MVM_PAGE_RESIDENT)
-            continue; /* an expert listed twice */
-        mvm_status st = evict_page(sp, out[j].idx, out[j].p, keep, out[j].clean);
+    bool *clean = calloc((size_t)n_pages + 1, sizeof *clean);
+    if (!clean) {
+        free(runs);
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory evicting %u experts", n);
+    }
+    if ((keep || cut_run != UINT32_MAX) && sp->write_back && sp->be->track_clean && m)
+        check_clean(sp, runs, m, clean, n_pages);
+    for (uint32_t r = 0, at = 0; r < m; at += sp->slabs[runs[r]].n, r++) {
+        sp->slabs[runs[r]].next_free = 0; /* owned slabs do not use it */
+        mvm_status st = evict_run(sp, runs[r], keep, clean + at, from);
         if (st != MVM_OK && first == MVM_OK)
             first = st;
     }
-    free(out);
+    free(clean);
+    free(runs);
+    if (cut_run != UINT32_MAX && reload && page_at(sp, cut_idx, cut_run)->state == MVM_PAGE_HOME) {
+        mvm_status st = mvm_reload_locked(sp, cut_idx, cut_run, from, reload);
+        if (st != MVM_OK && first == MVM_OK)
+            first = st;
+    }
     return first;
 }
 
@@ -461,9 +517,16 @@ static mvm_status evict_pages(mvm_space *sp, uint32_t l, uint32_t e, uint32_t ke
     if (keep_pages != MVM_ALL_PAGES && keep_pages > sp->ppe)
         st = mvm_fail(MVM_ERR_RANGE, "keep_pages %u out of range: experts have %u pages",
                       keep_pages, sp->ppe);
-    else
-        st = evict_locked(sp, &idx, 1, keep_pages, keep);
+    mvm_move *reload = NULL;
+    if (st == MVM_OK)
+        st = evict_locked(sp, &idx, 1, keep_pages, keep, &reload);
     pthread_mutex_unlock(&sp->mu);
+    if (reload) { /* the kept pages of a cut run, loaded again */
+        mvm_status rst = mvm_move_wait(reload, -1);
+        mvm_move_release(reload);
+        if (st == MVM_OK)
+            st = rst;
+    }
     return st;
 }
 
@@ -572,7 +635,7 @@ mvm_status mvm_evict_many(mvm_space *sp, uint32_t l, const uint32_t *experts, ui
     for (uint32_t i = 0; i < n; i++)
         idx[i] = l * sp->n_experts + experts[i];
     pthread_mutex_lock(&sp->mu);
-    mvm_status st = evict_locked(sp, idx, n, 0, true);
+    mvm_status st = evict_locked(sp, idx, n, 0, true, NULL);
     pthread_mutex_unlock(&sp->mu);
     free(idx);
     return st;

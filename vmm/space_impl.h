@@ -3,9 +3,11 @@
  * migrate.c (moves, queues, the migration worker). One mutex guards everything below it;
  * copies run outside it, on chunks owned by exactly one job.
  *
- * Page life cycle:  HOME --claim chunk, queue job--> LOADING --copy, remap--> RESIDENT
- *                   LOADING --evict--> HOME (the job frees its chunk when it comes back)
- *                   RESIDENT --evict--> HOME (remap to home or unmap, chunk freed)
+ * Page life cycle:  HOME --claim slab, queue job--> LOADING --copy, remap--> RESIDENT
+ *                   LOADING --evict--> HOME (the job frees its slab when it comes back)
+ *                   RESIDENT --evict--> HOME (remap to home or unmap, slab freed)
+ * Pages move in runs: consecutive pages of one expert backed by one slab (vmm/slab.c), one
+ * mapping at the expert's address. A run is loaded, cancelled and evicted whole.
  * A job whose expert is pinned when its copy lands waits on the deferred list: the remap
  * happens after the last unpin, so a reader never sees the backing change under it.
  */
@@ -30,17 +32,34 @@ struct page {
     struct job *job;    /* the job loading it when LOADING */
 };
 
+/* Pages [at, at + n) of a job, consecutive in the expert, backed by the slab at `slab`. */
+struct job_run {
+    uint32_t at, n, slab;
+    bool done; /* its slab is no longer the job's: landed (the pages own it) or freed */
+};
+
 struct job {
     struct job *prev, *next; /* in one of the space's lists */
     uint32_t expert;         /* flat expert index */
     uint32_t n;              /* pages in this job */
-    uint32_t *pages;         /* page numbers within the expert */
-    int32_t *chunks;         /* the chunk claimed for each (-1: cancelled and freed) */
+    uint32_t *pages;         /* page numbers within the expert, increasing */
+    struct job_run *runs;
+    uint32_t n_runs;
     int prio;
     bool started;
     char why[160];           /* its failure's message, for the moves waiting on it */
     mvm_move **waiters;
     uint32_t n_waiters, cap_waiters;
+};
+
+/* A slab (vmm/slab.c), at slabs[first chunk]: chunks [first, first + n) of one allocation. */
+struct slab {
+    uint32_t n;         /* chunks; 0: no slab starts at this chunk */
+    int32_t expert;     /* the run's expert (flat index), -1 while free */
+    uint32_t page;      /* the run's first page */
+    uint32_t next_free; /* the next free slab of this length */
+    bool mapped;        /* mapped at the run's address (a load maps it before its copy
+                           lands where homes are unmapped: nothing reads there yet) */
 };
 
 struct job_list {
@@ -87,8 +106,12 @@ struct mvm_space {
     bool homes_mapped; /* every non-resident page is mapped to its home */
     bool write_back;   /* eviction copies pages back first (mvm_space_desc.write_back) */
     mvm_pool *pool;
-    uint32_t n_chunks, n_free;
-    uint32_t *free_chunks;
+    uint32_t n_chunks, n_free;   /* n_free: chunks no run owns */
+    struct slab *slabs;          /* [n_chunks], by first chunk */
+    uint32_t *chunk_slab;        /* [n_chunks] the first chunk of its slab, or UINT32_MAX */
+    uint32_t *free_slabs;        /* [ppe + 1] free slabs by length, linked by next_free */
+    uint32_t *cut;               /* [n_layers] where the layer's last partial eviction cut
+                                    its experts (0: none): loads split their runs there */
 
     struct page *pages;  /* n_total * ppe */
     uint32_t *pins;      /* per expert */
@@ -142,12 +165,32 @@ void mvm_shared_release(struct space_shared *s);
  * started frees its chunk now, and finishes (CANCELLED) if it has no page left. */
 void mvm_cancel_page(mvm_space *sp, uint32_t expert, uint32_t page);
 
+/* Queues the HOME pages of [lo, hi) of the expert (all HOME, and that many chunks free) at
+ * on-demand priority, with the lock held; *out is a move to wait for and release. */
+mvm_status mvm_reload_locked(mvm_space *sp, uint32_t idx, uint32_t lo, uint32_t hi,
+                             mvm_move **out);
+
 /* space.c: validates a handle and an expert (flat index in *idx); on success the space's
  * lock is held. */
 mvm_status mvm_lock_expert(const mvm_space *sp, uint32_t layer, uint32_t expert, uint32_t *idx);
 
 /* space.c, with the lock held */
-void mvm_chunk_free(mvm_space *sp, int32_t chunk);
 void mvm_unpin_locked(mvm_space *sp, uint32_t expert);
+
+/* slab.c, with the lock held. init makes the pool's first slabs (whole experts). claim
+ * takes a free slab of `want` chunks, making room if needed; where the free chunks are too
+ * scattered for one, a shorter one (*got < want): the caller claims again for the rest.
+ * The caller has checked that want <= n_free. */
+mvm_status mvm_slabs_init(mvm_space *sp);
+void mvm_slabs_destroy(mvm_space *sp);
+mvm_status mvm_slab_claim(mvm_space *sp, uint32_t want, uint32_t *first, uint32_t *got);
+void mvm_slab_release(mvm_space *sp, uint32_t first);
+
+/* The slab a claimed chunk belongs to: the run of a RESIDENT or LOADING page. */
+static inline struct slab *slab_of(mvm_space *sp, int32_t chunk, uint32_t *first)
+{
+    *first = sp->chunk_slab[chunk];
+    return &sp->slabs[*first];
+}
 
 #endif

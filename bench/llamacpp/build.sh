@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Builds llama.cpp's llama-bench, our yardstick, into the git-ignored .llamacpp/ folder.
+#
+#   bash bench/llamacpp/build.sh fetch        # here (needs PyPI): the source only
+#   bash bench/llamacpp/build.sh cpu          # fetch if needed, build for this CPU
+#   bash bench/llamacpp/build.sh cuda [ARCH]  # fetch if needed, build with CUDA (ARCH 90)
+#   bash bench/llamacpp/build.sh pack         # .llamacpp/cuda.tar.xz from a cuda build
+#
+# The source comes from the llama-cpp-python source distribution on PyPI, which vendors
+# llama.cpp; only the folders a build needs are kept (.llamacpp/src, about 40 MB). It is never
+# committed. A GPU machine has no package registry: fetch here and carry .llamacpp/src, or
+# build here with `cuda` (nvcc is enough, no GPU needed) and carry the packed build
+# (`pack`; bench/gpu/llamacpp.sh unpacks it), which spares the device's minutes.
+#
+# The CPU code is built for every x86-64 level (GGML_CPU_ALL_VARIANTS, loaded at run time
+# by GGML_BACKEND_DL), so a build made here computes the CPU's share of an --n-cpu-moe run
+# with the device machine's best SIMD level, as a native build there would.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/../.." && pwd)
+top=${LLAMACPP_DIR:-$here/.llamacpp}
+version=${LLAMACPP_PYPI_VERSION:-0.3.36}
+jobs=${JOBS:-$(nproc)}
+
+die() { echo "llamacpp/build.sh: $*" >&2; exit 1; }
+
+fetch() {
+    [ -f "$top/src/CMakeLists.txt" ] && return 0
+    command -v pip >/dev/null || command -v pip3 >/dev/null || die "pip is needed to fetch the source"
+    local tmp; tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' RETURN
+    echo "fetching llama-cpp-python==$version (source distribution) from PyPI"
+    python3 -m pip download --quiet --no-deps --no-binary :all: -d "$tmp" \
+        "llama-cpp-python==$version" || die "pip download of llama-cpp-python==$version failed"
+    tar -xzf "$tmp"/llama_cpp_python-*.tar.gz -C "$tmp"
+    local v="$tmp/llama_cpp_python-$version/vendor/llama.cpp"
+    [ -f "$v/CMakeLists.txt" ] || die "no vendor/llama.cpp in the source distribution"
+    mkdir -p "$top/src"
+    # What a build of the library and llama-bench reads; docs, models and tests stay behind.
+    (cd "$v" && tar -cf - CMakeLists.txt cmake common ggml include src tools vendor \
+        licenses LICENSE) | tar -xf - -C "$top/src"
+    echo "llama.cpp source in $top/src ($(du -sh "$top/src" | cut -f1))"
+}
+
+configure_build() {
+    local kind=$1; shift
+    local b="$top/build-$kind"
+    cmake -S "$top/src" -B "$b" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
+        -DGGML_BACKEND_DL=ON -DGGML_NATIVE=OFF -DGGML_CPU_ALL_VARIANTS=ON \
+        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+        -DLLAMA_BUILD_APP=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DCMAKE_SKIP_BUILD_RPATH=OFF \
+        -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON "$@" >"$b.configure.log" 2>&1 ||
+        { tail -20 "$b.configure.log" >&2; die "cmake configure ($kind) failed: $b.configure.log"; }
+    # llama-bench and every backend module the loader may pick.
+    local targets
+    targets=$(cmake --build "$b" --target help | sed -n 's/^\.\.\. \(ggml-[a-z0-9_-]*\).*/\1/p' |
+        grep -E '^ggml-(cpu|cuda)' | tr '\n' ' ')
+    echo "building llama-bench $targets($kind, $jobs jobs; log $b.build.log)"
+    cmake --build "$b" -j "$jobs" --target llama-bench $targets >"$b.build.log" 2>&1 ||
+        { tail -30 "$b.build.log" >&2; die "build ($kind) failed: $b.build.log"; }
+    [ -x "$b/bin/llama-bench" ] || die "no $b/bin/llama-bench after the build"
+    echo "built $b/bin/llama-bench"
+}
+
+case "${1:-}" in
+fetch) fetch ;;
+cpu) fetch; configure_build cpu ;;
+cuda)
+    fetch
+    command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || die "nvcc not found"
+    export PATH=$PATH:/usr/local/cuda/bin
+    configure_build cuda -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${2:-90}" \
+        -DGGML_CUDA_FA_ALL_QUANTS=OFF -DGGML_CUDA_NCCL=OFF
+    ;;
+pack)
+    b="$top/build-cuda/bin"
+    [ -x "$b/llama-bench" ] || die "no cuda build in $top/build-cuda (run: $0 cuda)"
+    (cd "$b" && strip --strip-unneeded ./*.so* llama-bench 2>/dev/null || true)
+    tar -C "$top/build-cuda" -cJf "$top/cuda.tar.xz" bin
+    echo "$top/cuda.tar.xz ($(du -h "$top/cuda.tar.xz" | cut -f1)): carry .llamacpp/cuda.tar.xz"
+    ;;
+*) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac

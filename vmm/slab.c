@@ -1,0 +1,185 @@
+/*
+ * The device pool's slabs: which chunks have memory, in which physical allocation, and which
+ * run of an expert's pages each allocation backs.
+ *
+ * Why slabs: the CUDA driver maps a physical allocation from its start only (cuMemMap's
+ * offset must be 0), and what a remap costs is per mapping, not per byte (cuMemSetAccess 25
+ * us for a 2 MiB mapping, 42 for 32 MiB: docs/perf/vmm.md, section 1). With a handle per
+ * page, an expert of N pages cost N maps and N access grants to load and N unmaps to evict.
+ * A slab is one allocation for one run of consecutive pages of one expert, so a move is one
+ * cuMemMap and one cuMemSetAccess, and an eviction one cuMemUnmap, whatever the expert's size.
+ *
+ * The chunk numbers stay (the pool view, the copies, the write-back digests are per chunk);
+ * a slab is a run of them, [first, first + n), owned whole by one run of one expert or free.
+ * Slabs are made once and reused: the pool starts as slabs of a whole expert each (the move
+ * every policy makes), plus one of the remainder. A run of another length (MoEpic's split
+ * prefix, the rest of a split expert, the interposer's pages are whole experts already) takes
+ * a free slab of exactly its length, else a new one made where chunks have no memory, else
+ * free slabs of other lengths are destroyed to make room; when the chunks without an owner
+ * are too scattered for one slab, a run is backed by several (each its own mapping).
+ * Everything here runs with the space lock held.
+ */
+#include <stdlib.h>
+
+#include "vmm/error.h"
+#include "vmm/space_impl.h"
+
+#define NO_SLAB UINT32_MAX
+
+static void free_push(mvm_space *sp, uint32_t first)
+{
+    struct slab *s = &sp->slabs[first];
+    s->expert = -1;
+    s->mapped = false;
+    s->next_free = sp->free_slabs[s->n];
+    sp->free_slabs[s->n] = first;
+}
+
+static void free_remove(mvm_space *sp, uint32_t first)
+{
+    for (uint32_t *k = &sp->free_slabs[sp->slabs[first].n]; *k != NO_SLAB;
+         k = &sp->slabs[*k].next_free)
+        if (*k == first) {
+            *k = sp->slabs[first].next_free;
+            return;
+        }
+}
+
+/* Memory for chunks [first, first + n) as one allocation; the slab starts free. */
+static mvm_status slab_make(mvm_space *sp, uint32_t first, uint32_t n)
+{
+    mvm_status st = sp->be->ops->slab_create(sp->be, sp->pool, first, n);
+    if (st != MVM_OK)
+        return st;
+    sp->slabs[first] = (struct slab){.n = n, .expert = -1};
+    for (uint32_t k = first; k < first + n; k++)
+        sp->chunk_slab[k] = first;
+    free_push(sp, first);
+    return MVM_OK;
+}
+
+/* A free slab's memory goes back to the device; its chunks have none until a new slab. */
+static void slab_unmake(mvm_space *sp, uint32_t first)
+{
+    uint32_t n = sp->slabs[first].n;
+    free_remove(sp, first);
+    sp->be->ops->slab_destroy(sp->be, sp->pool, first, n);
+    for (uint32_t k = first; k < first + n; k++)
+        sp->chunk_slab[k] = NO_SLAB;
+    sp->slabs[first].n = 0;
+}
+
+mvm_status mvm_slabs_init(mvm_space *sp)
+{
+    sp->slabs = calloc(sp->n_chunks, sizeof *sp->slabs);
+    sp->chunk_slab = malloc(sp->n_chunks * sizeof *sp->chunk_slab);
+    sp->free_slabs = malloc((sp->ppe + 1) * sizeof *sp->free_slabs);
+    if (!sp->slabs || !sp->chunk_slab || !sp->free_slabs)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for the slab table of %u chunks",
+                        sp->n_chunks);
+    for (uint32_t k = 0; k < sp->n_chunks; k++)
+        sp->chunk_slab[k] = NO_SLAB;
+    for (uint32_t n = 0; n <= sp->ppe; n++)
+        sp->free_slabs[n] = NO_SLAB;
+    /* Whole experts, then the remainder: the device memory of the whole budget is taken
+     * now, so a budget the device cannot hold fails here, not in the middle of a run. */
+    for (uint32_t first = 0; first < sp->n_chunks; first += sp->ppe) {
+        uint32_t n = sp->n_chunks - first < sp->ppe ? sp->n_chunks - first : sp->ppe;
+        mvm_status st = slab_make(sp, first, n);
+        if (st != MVM_OK)
+            return st;
+    }
+    return MVM_OK;
+}
+
+void mvm_slabs_destroy(mvm_space *sp)
+{
+    if (!sp->slabs || !sp->pool)
+        return;
+    for (uint32_t k = 0; k < sp->n_chunks; k++)
+        if (sp->slabs[k].n) {
+            if (sp->slabs[k].expert >= 0) /* teardown after a failure: owned, not free */
+                free_push(sp, k);
+            slab_unmake(sp, k);
+        }
+}
+
+/* The longest run of chunks without memory: its start in *at. */
+static uint32_t longest_hole(const mvm_space *sp, uint32_t *at)
+{
+    uint32_t best = 0, run = 0;
+    for (uint32_t k = 0; k < sp->n_chunks; k++) {
+        run = sp->chunk_slab[k] == NO_SLAB ? run + 1 : 0;
+        if (run > best) {
+            best = run;
+            *at = k + 1 - run;
+        }
+    }
+    return best;
+}
+
+/* A hole of at least n chunks, the first that fits; NO_SLAB if none. */
+static uint32_t find_hole(const mvm_space *sp, uint32_t n)
+{
+    uint32_t run = 0;
+    for (uint32_t k = 0; k < sp->n_chunks; k++) {
+        run = sp->chunk_slab[k] == NO_SLAB ? run + 1 : 0;
+        if (run == n)
+            return k + 1 - n;
+    }
+    return NO_SLAB;
+}
+
+/* Any free slab, the longest first (its memory makes the largest hole). */
+static uint32_t longest_free(const mvm_space *sp, uint32_t at_most)
+{
+    for (uint32_t n = at_most; n > 0; n--)
+        if (sp->free_slabs[n] != NO_SLAB)
+            return sp->free_slabs[n];
+    return NO_SLAB;
+}
+
+mvm_status mvm_slab_claim(mvm_space *sp, uint32_t want, uint32_t *first, uint32_t *got)
+{
+    uint32_t k = sp->free_slabs[want];
+    if (k == NO_SLAB && (k = find_hole(sp, want)) != NO_SLAB) {
+        mvm_status st = slab_make(sp, k, want);
+        if (st != MVM_OK)
+            return st;
+    }
+    /* Room for a slab of this length: destroy free slabs of other lengths, each making a
+     * hole, until one fits. */
+    while (k == NO_SLAB) {
+        uint32_t victim = longest_free(sp, sp->ppe);
+        if (victim == NO_SLAB)
+            break;
+        slab_unmake(sp, victim);
+        if ((k = find_hole(sp, want)) != NO_SLAB) {
+            mvm_status st = slab_make(sp, k, want);
+            if (st != MVM_OK)
+                return st;
+        }
+    }
+    if (k == NO_SLAB) { /* scattered: the longest hole left backs part of the run */
+        uint32_t at = 0, n = longest_hole(sp, &at);
+        if (n == 0)
+            return mvm_fail(MVM_ERR_NOSPACE, "no free chunk for a slab (%u free)", sp->n_free);
+        mvm_status st = slab_make(sp, at, n);
+        if (st != MVM_OK)
+            return st;
+        k = at;
+    }
+    free_remove(sp, k);
+    sp->slabs[k].expert = 0; /* owned; the caller names the run */
+    sp->slabs[k].next_free = 0;
+    sp->n_free -= sp->slabs[k].n;
+    *first = k;
+    *got = sp->slabs[k].n;
+    return MVM_OK;
+}
+
+void mvm_slab_release(mvm_space *sp, uint32_t first)
+{
+    sp->n_free += sp->slabs[first].n;
+    free_push(sp, first);
+}
