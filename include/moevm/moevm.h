@@ -192,8 +192,11 @@ mvm_status mvm_move_test(mvm_move *move);
 mvm_status mvm_move_release(mvm_move *move);
 
 /* Evicts pages [keep_pages, n_pages): they go back to the host home and their chunks to the
- * pool. keep_pages = 0 evicts the whole expert. Pages still loading are cancelled. Fails
- * with MVM_ERR_PINNED, changing nothing, if the expert is pinned. */
+ * pool. keep_pages = 0 evicts the whole expert. Pages still loading are cancelled (with the
+ * rest of the move's run). Where keep_pages cuts a resident run (pages moved together share
+ * one device mapping), the kept pages are loaded again before this returns; the cut is
+ * remembered for the layer, so later moves split there. Fails with MVM_ERR_PINNED, changing
+ * nothing, if the expert is pinned. */
 mvm_status mvm_evict(mvm_space *space, uint32_t layer, uint32_t expert, uint32_t keep_pages);
 /* mvm_evict(space, layer, e, 0) for each e of experts[0..n) (repeats allowed), with the
  * write_back checks of all their pages made at once: one wait for the device, not one per
