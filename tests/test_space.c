@@ -804,6 +804,22 @@ static void test_evict_failures(void)
         CHECK(stats_of(sp).free_pages == N);
         CHECK(reads_match(sp, 0, 0, N * PAGE) || !info.home_mapped);
     }
+    /* A cut needs a slab of the kept length: when the driver cannot make one, the kept
+     * pages stay home (readable where homes are mapped) and the error names the call;
+     * nothing is leaked, and the next load makes the slab. */
+    CHECK_ST(mvm_make_resident(sp, 0, 0, MVM_ALL_PAGES), MVM_OK);
+    fake_set_fail("cuMemCreate:1");
+    mvm_status st = mvm_evict(sp, 0, 0, 2); /* the fake's default: CUDA_ERROR_OUT_OF_MEMORY */
+    fake_set_fail("");
+    CHECK(st == MVM_ERR_NOMEM);
+    CHECK(strstr(mvm_last_error(), "cuMemCreate") != NULL);
+    CHECK_ST(mvm_expert_residency(sp, 0, 0, &r), MVM_OK);
+    CHECK(r.resident == 0 && r.loading == 0);
+    CHECK(stats_of(sp).free_pages == N);
+    CHECK(reads_match(sp, 0, 0, N * PAGE) || !info.home_mapped);
+    CHECK_ST(mvm_make_resident(sp, 0, 0, 2), MVM_OK);
+    CHECK_ST(mvm_make_resident(sp, 0, 0, MVM_ALL_PAGES), MVM_OK);
+    CHECK(reads_match(sp, 0, 0, N * PAGE));
     CHECK_ST(mvm_space_destroy(sp), MVM_OK);
     CHECK(fake_live_handles() == 0);
 }
