@@ -10,7 +10,9 @@
 #include "engine/choose.h"
 #include "engine/clock.h"
 #include "engine/cost_load.h"
+#include "policy/admit.h"
 #include "vmm/error.h"
+#include "vmm/options.h"
 
 struct mvm_resid {
     mvm_space *space;
@@ -35,6 +37,8 @@ struct mvm_resid {
     const mvm_assign_ops *assign; /* NULL: not on a device, every expert where it is read */
     void *assign_self;
     int at_home;            /* nothing moves: every expert is read at its home */
+    int admit;              /* MOEVM_ADMIT: home runs are offered to the cache afterwards */
+    uint8_t *home_run;      /* [L*E] run from its home by the current step */
     uint32_t *plan;         /* [L*E] the assign module's prefetches */
     uint64_t *layer_pages;  /* [L] the config module's budgets (UINT64_MAX: none) */
     float *theta;           /* [L] its splits: the share of a used expert's pages kept */
@@ -80,6 +84,9 @@ mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_res
     mvm_status st = mvm_space_get_info(space, &info);
     struct modules mods = {0};
     mvm_machine machine;
+    mvm_option_value admit;
+    if (st == MVM_OK)
+        st = mvm_option_read(MVM_OPTION_ADMIT, &admit);
     if (st == MVM_OK)
         st = find_modules(p, &mods);
     if (st == MVM_OK && !p->machine)
@@ -91,6 +98,7 @@ mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_res
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the residency table");
     r->space = space;
     r->at_home = p->at_home;
+    r->admit = admit.i == 1;
     r->landed_layer = UINT32_MAX;
     r->n_experts = info.n_experts;
     r->n_total = info.n_layers * info.n_experts;
@@ -100,12 +108,14 @@ mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_res
     r->held = calloc(r->n_total, 1);
     r->plan = calloc(r->n_total, sizeof *r->plan);
     r->by_prefetch = calloc(r->n_total, 1);
+    r->home_run = calloc(r->n_total, 1);
     r->cand = calloc(r->n_total, sizeof *r->cand);
     r->want = calloc(r->n_total, sizeof *r->want);
     r->landed = calloc(r->n_total, sizeof *r->landed);
     r->layer_pages = malloc(info.n_layers * sizeof *r->layer_pages);
     r->theta = malloc(info.n_layers * sizeof *r->theta);
-    if (!r->resident || !r->busy || !r->held || !r->plan || !r->by_prefetch || !r->cand ||
+    if (!r->resident || !r->busy || !r->held || !r->plan || !r->by_prefetch || !r->home_run ||
+        !r->cand ||
         !r->want || !r->landed || !r->layer_pages || !r->theta) {
         mvm_resid_destroy(r);
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the residency table");
@@ -160,6 +170,7 @@ void mvm_resid_destroy(mvm_resid *r)
     free(r->held);
     free(r->plan);
     free(r->by_prefetch);
+    free(r->home_run);
     free(r->cand);
     free(r->want);
     free(r->landed);
@@ -517,12 +528,40 @@ mvm_status mvm_resid_begin_home(mvm_resid *r, uint32_t layer, const int32_t *exp
         count_access(r, x, &res);
         r->stats.cpu_runs += !pin;
         r->stats.zerocopy_runs += pin;
+        r->home_run[x] = 1;
         if (pin && (st = hold(r, x)) != MVM_OK)
             break;
     }
     if (st != MVM_OK)
         abandon(r, layer, experts, n, done);
     return st;
+}
+
+static mvm_status prefetch(mvm_resid *r, uint32_t layer, uint32_t expert, int planned);
+
+/* Admission (policy/admit.h): an expert the step ran from its home is offered to the cache,
+ * one a step at most, and only while the space has no other copy queued or in flight
+ * (predictions and the module's wishes go first), as the simulator does. */
+static void admit(mvm_resid *r, uint32_t layer)
+{
+    uint32_t E = r->n_experts;
+    for (uint32_t e = 0; e < E; e++) {
+        uint32_t x = layer * E + e;
+        if (!r->home_run[x])
+            continue;
+        r->home_run[x] = 0;
+        mvm_stats s;
+        if (!r->admit || r->at_home || r->resident[x] == r->ppe || (r->remote && r->remote[x]) ||
+            mvm_space_get_stats(r->space, &s) != MVM_OK || s.moves_queued || s.moves_in_flight)
+            continue;
+        uint32_t n = 0;
+        for (uint32_t y = 0; y < r->n_total; y++)
+            if (y != x && r->resident[y] && !r->busy[y])
+                r->cand[n++] = y;
+        if (mvm_admit(r->evict, r->evict_self, view(r), x, r->ppe - r->resident[x], r->cand, n) &&
+            prefetch(r, layer, e, 0) == MVM_OK)
+            r->stats.admitted++;
+    }
 }
 
 mvm_status mvm_resid_end(mvm_resid *r, const mvm_pstep *step, const int32_t *experts,
@@ -546,6 +585,7 @@ mvm_status mvm_resid_end(mvm_resid *r, const mvm_pstep *step, const int32_t *exp
             if (st == MVM_ERR_NOSPACE) /* no room is not an error: the wish waits */
                 st = MVM_OK;
         }
+    admit(r, step->layer);
     if (last_layer) {
         r->view.tokens += step->n_tok;
         if (r->config && r->config->configure(r->config_self, view(r), r->layer_pages,

@@ -78,6 +78,8 @@ typedef struct mvm_resid_stats {
     uint64_t prefetches; /* experts loaded ahead of use: the evict module's wishes and the
                             caller's predictions (mvm_resid_prefetch) */
     uint64_t planned;       /* of them, the assign module's plan (mvm_resid_assign) */
+    uint64_t admitted;      /* of them, experts a step ran from their homes, admitted
+                               afterwards (MOEVM_ADMIT, policy/admit.h) */
     uint64_t prefetch_used; /* of them, requested by their layer's next step (a forecast
                                that came true; a later use is not counted) */
     uint64_t prefetch_hits; /* of those, found resident (their copy had landed) */

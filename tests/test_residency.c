@@ -304,6 +304,58 @@ static void test_wanted_prefetched(void)
     mvm_space_destroy(sp);
 }
 
+/* A step that runs expert e of layer l from its home (on the CPU), as the assign role
+ * places a miss there. */
+static mvm_status home_step(mvm_resid *r, uint32_t l, int32_t e)
+{
+    mvm_status st = mvm_resid_begin_home(r, l, &e, 1, 0);
+    if (st != MVM_OK)
+        return st;
+    uint32_t counts[4] = {0};
+    counts[e] = 1;
+    mvm_pstep s = {.layer = l, .n_tok = 1, .experts = &e, .counts = counts};
+    return mvm_resid_end(r, &s, &e, 1, l == 1);
+}
+
+/* Admission (policy/admit.h): a miss run from its home is loaded afterwards in the
+ * background when the evict module would keep it over its victim: lru admits it (its use
+ * is the newest) and evicts the least recent; lfu does not while every resident expert was
+ * used more often; MOEVM_ADMIT=off never; with room, always. */
+static void test_admission(void)
+{
+    static const int32_t three[] = {0, 1, 2};
+    const char *modules[] = {"lru", "lfu", "lru"};
+    for (int k = 0; k < 3; k++) {
+        if (k == 2)
+            setenv("MOEVM_ADMIT", "off", 1);
+        mvm_space *sp = small_space();
+        mvm_resid *r = resid_for(sp, modules[k], NULL);
+        for (int rep = 0; rep < 2; rep++)
+            CHECK_ST(step(r, 0, three, 3, 1), MVM_OK); /* the budget is full */
+        CHECK_ST(home_step(r, 0, 3), MVM_OK);
+        mvm_resid_stats rs;
+        mvm_resid_get_stats(r, &rs);
+        mvm_residency res = {0};
+        mvm_expert_residency(sp, 0, 3, &res);
+        if (k == 0) {
+            CHECK(rs.admitted == 1 && rs.cpu_runs == 1 && rs.evictions == 1);
+            CHECK(res.resident + res.loading == 2 && resident_pages(sp, 0, 0) == 0);
+        } else {
+            CHECK(rs.admitted == 0 && rs.evictions == 0 && res.resident + res.loading == 0);
+        }
+        /* With room, any module admits: layer 1's expert after evicting one of layer 0. */
+        CHECK_ST(mvm_evict(sp, 0, 1, 0), MVM_OK);
+        mvm_resid_destroy(r);
+        r = resid_for(sp, modules[k], NULL);
+        CHECK_ST(home_step(r, 1, 2), MVM_OK);
+        mvm_resid_get_stats(r, &rs);
+        CHECK(rs.admitted == (k == 2 ? 0u : 1u));
+        mvm_resid_destroy(r);
+        mvm_space_destroy(sp);
+    }
+    unsetenv("MOEVM_ADMIT");
+}
+
 /* At home the same steps move nothing: every access runs from the home (cpu_runs), and
  * neither the evict module's wishes nor a prefetch load; the module still observes. */
 static void test_at_home_moves_nothing(void)
@@ -691,6 +743,7 @@ int main(void)
     RUN(test_round_without_room);
     RUN(test_landed_view);
     RUN(test_wanted_prefetched);
+    RUN(test_admission);
     RUN(test_at_home_moves_nothing);
     RUN(test_choice_and_errors);
     RUN(test_engine_matches_sim);

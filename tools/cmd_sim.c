@@ -3,7 +3,7 @@
  *
  *   moevm sim --trace T.jsonl [--budget SIZE|PCT] [--cost PRESET|FILE.json]
  *             [--route NAME] [--evict NAME] [--assign NAME] [--predict NAME] [--config NAME]
- *             [--page-size SIZE] [--zerocopy] [--compare SETS] [--sweep budget=A..B]
+ *             [--page-size SIZE] [--zerocopy] [--no-admit] [--compare SETS] [--sweep budget=A..B]
  *             [--steps N] [--out PREFIX] [--alpha-for MS [--alpha-degree D]]
  *
  * A policy is NAME or NAME{k=v,k=v}. A policy set for --compare is role=policy items
@@ -40,7 +40,7 @@ struct policy_set {
 struct sim_args {
     const char *trace, *cost, *budget, *compare, *sweep, *out, *page;
     const char *model, *predictor, *shape;
-    int zerocopy;
+    int zerocopy, no_admit;
     uint32_t steps, alpha_degree;
     int steps_given;
     float alpha_for;                    /* ms per token; 0 = not asked */
@@ -54,7 +54,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: moevm sim --trace T.jsonl [--budget SIZE|PCT] [--cost PRESET|FILE.json]\n"
             "                 [--route P] [--evict P] [--assign P] [--predict P] [--config P]\n"
-            "                 [--page-size SIZE] [--zerocopy] [--compare SETS]\n"
+            "                 [--page-size SIZE] [--zerocopy] [--no-admit] [--compare SETS]\n"
             "                 [--sweep budget=A%%..B%%] [--steps N] [--out PREFIX]\n"
             "                 [--model M.gguf] [--predictor P.bin]\n"
             "       moevm sim --model-shape NAME|L,E,K ...   (a synthetic trace, trace gen's defaults)\n"
@@ -63,6 +63,8 @@ static void usage(FILE *f)
             "  --budget     device memory for experts: bytes (8G) or %% of their pages (25%%)\n"
             "  --cost       %s, or a JSON cost file (docs/cost-format.md, `moevm calibrate`);\n"
             "               default MOEVM_COST (h100)\n"
+            "  --no-admit   experts run from their homes (CPU, zero-copy) are not loaded into\n"
+            "               the cache in the background afterwards (docs/policies.md)\n"
             "  --compare    policy sets 'evict=lru; evict=score,route=importance{alpha=0.4}'\n"
             "  --sweep      run each set at --steps budgets from A to B; writes PREFIX.csv and\n"
             "               PREFIX.svg (--out, default sim-sweep)\n"
@@ -131,7 +133,7 @@ static int parse_args(int argc, char **argv, struct sim_args *a)
     a->steps = 10;
     a->alpha_degree = 2;
     char *bp = a->base.buf;
-    static const char *const switches[] = {"--zerocopy", NULL};
+    static const char *const switches[] = {"--zerocopy", "--no-admit", NULL};
     mvm_cli_iter it = {.cmd = "sim", .usage = usage, .switches = switches, .argc = argc,
                        .argv = argv};
     int next;
@@ -151,6 +153,7 @@ static int parse_args(int argc, char **argv, struct sim_args *a)
             }
             bp += len + 1;
         } else if (!strcmp(f, "--zerocopy")) a->zerocopy = 1;
+        else if (!strcmp(f, "--no-admit")) a->no_admit = 1;
         else if (!strcmp(f, "--trace")) a->trace = v;
         else if (!strcmp(f, "--model")) a->model = v;
         else if (!strcmp(f, "--predictor")) a->predictor = v;
@@ -405,6 +408,7 @@ int mvm_cmd_sim(int argc, char **argv)
     cfg.predictor = in.predictor;
     cfg.predictor_size = in.predictor_size;
     cfg.zerocopy = a.zerocopy;
+    cfg.admit = !a.no_admit;
     uint64_t page = 0;
     mvm_cost cost;
     if (a.page && (mvm_parse_size(a.page, &page) != 0 || page == 0 || page > (1u << 30))) {

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "policy/admit.h"
 #include "vmm/error.h"
 
 static const char *const default_policy[MVM_ROLE_COUNT] = {
@@ -16,6 +17,7 @@ void mvm_sim_config_init(mvm_sim_config *c)
     memset(c, 0, sizeof *c);
     c->page_bytes = 2u << 20;
     c->prefetch_depth = 0; /* 0: top_k */
+    c->admit = 1;
 }
 
 /* A module instance of one role. */
@@ -173,14 +175,36 @@ static double load_now(struct sim *s, uint32_t x, double now)
     return start + d;
 }
 
-static void queue_prefetch(struct sim *s, uint32_t x, double now)
+static int queue_prefetch(struct sim *s, uint32_t x, double now)
 {
     if (s->resident[x] == ppe(s) || s->queued[x])
-        return;
+        return 0;
     if (s->n_queue == s->cap_queue)
-        return; /* bounded: older predictions are still ahead */
+        return 0; /* bounded: older predictions are still ahead */
     s->queue[s->n_queue++] = (struct pending){x, now};
     s->queued[x] = 1;
+    return 1;
+}
+
+/* Admission (policy/admit.h): an expert layer l ran from its home is offered to the cache,
+ * one a step at most, and only while the copy engine is idle at `now` with nothing queued. */
+static void admit(struct sim *s, uint32_t l, double now)
+{
+    const mvm_evict_ops *ev = s->mod[MVM_ROLE_EVICT].ops;
+    for (uint32_t e = 0; s->cfg->admit && e < s->E; e++) {
+        uint32_t x = l * s->E + e;
+        if (!s->counts[e] || (s->where[e] != MVM_RUN_CPU && s->where[e] != MVM_RUN_ZEROCOPY) ||
+            s->n_queue || s->copy_free > now || s->resident[x] == ppe(s))
+            continue;
+        uint32_t n = 0;
+        for (uint32_t y = 0; y < s->n_total; y++)
+            if (y != x && s->resident[y] && !s->busy[y] && s->ready[y] <= now)
+                s->cand[n++] = y;
+        s->view.now = now;
+        if (mvm_admit(ev, s->mod[MVM_ROLE_EVICT].self, &s->view, x, ppe(s) - s->resident[x],
+                      s->cand, n))
+            s->r.admitted += (uint64_t)queue_prefetch(s, x, now);
+    }
 }
 
 /* ---- one layer of one token ---------------------------------------------------------- */
@@ -286,7 +310,7 @@ static mvm_status sim_layer(struct sim *s, uint32_t tok, uint32_t l, double *clo
                         cpu += mvm_cost_cpu(s->cost, n);
                         s->r.cpu_runs++;
                     }
-                    s->where[e] = MVM_RUN_NONE;
+                    s->where[e] = s->cfg->zerocopy ? MVM_RUN_ZEROCOPY : MVM_RUN_CPU;
                     continue;
                 }
                 s->load_ready[e] = ready;
@@ -344,6 +368,7 @@ static mvm_status sim_layer(struct sim *s, uint32_t tok, uint32_t l, double *clo
         for (uint32_t i = 0; i < n; i++)
             queue_prefetch(s, s->prefetch[i], end);
     }
+    admit(s, l, end);
     run_prefetches(s, end);
     *clock = end;
     return MVM_OK;

@@ -30,6 +30,8 @@ typedef struct mvm_sim_config {
     uint32_t page_bytes;                 /* residency granularity (2 MiB) */
     uint32_t prefetch_depth;             /* experts prefetched per layer from a prediction */
     int zerocopy;                        /* 1: the device reads host homes (HOST_NUMA) */
+    int admit;                           /* 1 (default): experts run from their homes are
+                                            admitted in the background (policy/admit.h) */
     /* For predictors (policy.h, mvm_pinit): the model's routers and a `moevm
      * train-predictor` file's bytes; NULL when not given. */
     const mvm_router *router;
@@ -41,6 +43,7 @@ typedef struct mvm_sim_result {
     uint64_t tokens, accesses, hits, misses, substitutions;
     uint64_t partial_hits;               /* misses that found a page prefix resident (a split) */
     uint64_t cpu_runs, zerocopy_runs, loads, prefetches, prefetch_used, prefetch_hits;
+    uint64_t admitted;                   /* of the prefetches: admissions (policy/admit.h) */
     uint64_t bytes_loaded, bytes_prefetched;
     double time;                         /* modelled seconds for all tokens */
     double t_attn, t_gpu, t_stall, t_cpu_wait; /* breakdown of `time` (sums to it) */

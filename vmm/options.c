@@ -88,6 +88,11 @@ static const mvm_option_desc options[MVM_OPTION_COUNT_] = {
                            "docs/policies.md)"},
     [MVM_OPTION_ASSIGN_ARGS] = {"MOEVM_ASSIGN_ARGS", MVM_OPT_STRING, "", NULL,
                                 "engine: the assign module's parameters, \"name=value,...\""},
+    [MVM_OPTION_ADMIT] = {"MOEVM_ADMIT", MVM_OPT_CHOICE, "on", "off|on",
+                          "engine on a GPU: an expert a step ran from its home (on the CPU, or "
+                          "read in place) is loaded into the device cache in the background "
+                          "afterwards when the evict module would keep it over its victim "
+                          "and no other copy is queued (docs/policies.md)"},
     [MVM_OPTION_COST] = {"MOEVM_COST", MVM_OPT_STRING, "h100", NULL,
                          "engine and simulator: the machine the cost model describes, a "
                          "preset (rtx3090, a6000, a100, h100) or a JSON cost file "

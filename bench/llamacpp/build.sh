@@ -12,9 +12,10 @@
 # build here with `cuda` (nvcc is enough, no GPU needed) and carry the packed build
 # (`pack`; bench/gpu/llamacpp.sh unpacks it), which spares the device's minutes.
 #
-# The CPU code is built for every x86-64 level (GGML_CPU_ALL_VARIANTS, loaded at run time
-# by GGML_BACKEND_DL), so a build made here computes the CPU's share of an --n-cpu-moe run
-# with the device machine's best SIMD level, as a native build there would.
+# `cpu` builds for this machine's CPU (GGML_NATIVE). `cuda` builds the CPU code for every
+# x86-64 level (GGML_CPU_ALL_VARIANTS, loaded at run time by GGML_BACKEND_DL), so a build
+# made here computes the CPU's share of an --n-cpu-moe run on the device machine with its
+# best SIMD level, as a native build there would.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 top=${LLAMACPP_DIR:-$here/.llamacpp}
@@ -45,7 +46,6 @@ configure_build() {
     local kind=$1; shift
     local b="$top/build-$kind"
     cmake -S "$top/src" -B "$b" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
-        -DGGML_BACKEND_DL=ON -DGGML_NATIVE=OFF -DGGML_CPU_ALL_VARIANTS=ON \
         -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
         -DLLAMA_BUILD_APP=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DCMAKE_SKIP_BUILD_RPATH=OFF \
         -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON "$@" >"$b.configure.log" 2>&1 ||
@@ -53,7 +53,7 @@ configure_build() {
     # llama-bench and every backend module the loader may pick.
     local targets
     targets=$(cmake --build "$b" --target help | sed -n 's/^\.\.\. \(ggml-[a-z0-9_-]*\).*/\1/p' |
-        grep -E '^ggml-(cpu|cuda)' | tr '\n' ' ')
+        grep -E '^ggml-(cpu|cuda)' | grep -v -- '-feats$' | tr '\n' ' ')
     echo "building llama-bench $targets($kind, $jobs jobs; log $b.build.log)"
     cmake --build "$b" -j "$jobs" --target llama-bench $targets >"$b.build.log" 2>&1 ||
         { tail -30 "$b.build.log" >&2; die "build ($kind) failed: $b.build.log"; }
@@ -63,12 +63,13 @@ configure_build() {
 
 case "${1:-}" in
 fetch) fetch ;;
-cpu) fetch; configure_build cpu ;;
+cpu) fetch; configure_build cpu -DGGML_NATIVE=ON ;;
 cuda)
     fetch
     command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || die "nvcc not found"
     export PATH=$PATH:/usr/local/cuda/bin
-    configure_build cuda -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${2:-90}" \
+    configure_build cuda -DGGML_BACKEND_DL=ON -DGGML_NATIVE=OFF -DGGML_CPU_ALL_VARIANTS=ON \
+        -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${2:-90}" \
         -DGGML_CUDA_FA_ALL_QUANTS=OFF -DGGML_CUDA_NCCL=OFF
     ;;
 pack)
