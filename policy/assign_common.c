@@ -59,6 +59,39 @@ void mvm_assign_base_destroy(void *self)
     free(self);
 }
 
+mvm_status mvm_assign_zc_create(const mvm_pinit *init, const char *module, void **self)
+{
+    static const char *const known[] = {"zerocopy", NULL};
+    double zc;
+    *self = NULL;
+    mvm_status st = mvm_pparams_check(&init->params, known, module);
+    if (st == MVM_OK)
+        st = mvm_pparam_double(&init->params, "zerocopy", 0, &zc);
+    if (st != MVM_OK)
+        return st;
+    if (zc != 0 && zc != 1)
+        return mvm_fail(MVM_ERR_INVALID, "%s: zerocopy=%g is not 0 or 1", module, zc);
+    mvm_assign_zc *g = calloc(1, sizeof *g);
+    if (!g)
+        return mvm_fail(MVM_ERR_NOMEM, "%s: out of memory", module);
+    g->zerocopy = zc == 1;
+    if ((st = mvm_assign_base_init(&g->b, init, module)) != MVM_OK) {
+        mvm_assign_zc_destroy(g);
+        return st;
+    }
+    *self = g;
+    return MVM_OK;
+}
+
+void mvm_assign_zc_destroy(void *self)
+{
+    mvm_assign_zc *g = self;
+    if (!g)
+        return;
+    mvm_assign_base_free(&g->b);
+    free(g);
+}
+
 double mvm_assign_load_time(const mvm_assign_base *b, uint32_t pages)
 {
     if (!pages)

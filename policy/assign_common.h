@@ -69,4 +69,14 @@ double mvm_assign_load_time(const mvm_assign_base *b, uint32_t pages);
  * this one's compute, so each costs max(transfer, compute); a resident one its compute. */
 double mvm_assign_dali_gpu(const mvm_aexp *x);
 
+/* A module whose one parameter is zerocopy=0|1 (1: an expert not wholly resident may be read
+ * in place from its home over PCIe, HOST_NUMA devices): gpu and greedy. */
+typedef struct mvm_assign_zc {
+    mvm_assign_base b;
+    int zerocopy;
+} mvm_assign_zc;
+
+mvm_status mvm_assign_zc_create(const mvm_pinit *init, const char *module, void **self);
+void mvm_assign_zc_destroy(void *self);
+
 #endif

@@ -19,54 +19,18 @@
  * zero-copy baseline (DESIGN.md §3's "GPU zero-copy"); est_time is then Σ of the resident
  * experts' compute and the others' zero-copy time. Default 0.
  */
-#include <stdlib.h>
-
 #include "policy/assign_common.h"
 #include "policy/modules.h"
-#include "vmm/error.h"
-
-typedef struct gpu_assign {
-    mvm_assign_base b;
-    int zerocopy;
-} gpu_assign;
-
-static void gpu_destroy(void *self)
-{
-    gpu_assign *g = self;
-    if (!g)
-        return;
-    mvm_assign_base_free(&g->b);
-    free(g);
-}
 
 static mvm_status gpu_create(const mvm_pinit *init, void **self)
 {
-    static const char *const known[] = {"zerocopy", NULL};
-    double zc;
-    *self = NULL;
-    mvm_status st = mvm_pparams_check(&init->params, known, "assign gpu");
-    if (st == MVM_OK)
-        st = mvm_pparam_double(&init->params, "zerocopy", 0, &zc);
-    if (st != MVM_OK)
-        return st;
-    if (zc != 0 && zc != 1)
-        return mvm_fail(MVM_ERR_INVALID, "assign gpu: zerocopy=%g is not 0 or 1", zc);
-    gpu_assign *g = calloc(1, sizeof *g);
-    if (!g)
-        return mvm_fail(MVM_ERR_NOMEM, "assign gpu: out of memory");
-    g->zerocopy = zc == 1;
-    if ((st = mvm_assign_base_init(&g->b, init, "assign gpu")) != MVM_OK) {
-        gpu_destroy(g);
-        return st;
-    }
-    *self = g;
-    return MVM_OK;
+    return mvm_assign_zc_create(init, "assign gpu", self);
 }
 
 static void gpu_assign_step(void *self, const mvm_pview *v, const mvm_pstep *step,
                             const float *ahead, uint32_t n_ahead, mvm_assignment *out)
 {
-    gpu_assign *g = self;
+    mvm_assign_zc *g = self;
     uint32_t n = mvm_assign_scan(&g->b, v, step, out);
     (void)ahead;
     (void)n_ahead;
@@ -87,6 +51,6 @@ const mvm_assign_ops mvm_assign_gpu = {
     .about = "GPU only: resident experts as they are, every other loaded on demand "
              "(zerocopy=1: read in place from the host)",
     .create = gpu_create,
-    .destroy = gpu_destroy,
+    .destroy = mvm_assign_zc_destroy,
     .assign = gpu_assign_step,
 };

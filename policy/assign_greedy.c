@@ -24,8 +24,13 @@
  * - A resident expert may still go to the CPU when the GPU side is the longer one, as the
  *   0-1 program allows; it is never loaded.
  * - est_time = max(T_gpu, T_cpu) of the resulting assignment.
+ * - Reading the expert in place (not in the paper, which only loads): with zerocopy=1, an
+ *   expert not wholly resident has a second GPU option, the zero-copy read at PCIe speed,
+ *   which needs no room; its GPU time is the faster of the two that are possible. So each
+ *   miss runs where the cost model says it finishes first: on the CPU, read in place, or
+ *   loaded (and never loaded without room).
  *
- * No parameters.
+ * Parameter: zerocopy=0|1 (default 0; the engine's MOEVM_ASSIGN_ARGS on HOST_NUMA devices).
  */
 #include <math.h>
 
@@ -34,13 +39,33 @@
 
 static mvm_status greedy_create(const mvm_pinit *init, void **self)
 {
-    return mvm_assign_base_create(init, "assign greedy", self);
+    return mvm_assign_zc_create(init, "assign greedy", self);
+}
+
+/* The expert's time on the GPU side and how (*where): resident, loaded (Eq. 5, only with
+ * the room for its pages) or read in place (zerocopy=1); INFINITY when none is possible. */
+static double gpu_side(const mvm_assign_zc *z, const mvm_aexp *x, uint64_t room, uint8_t *where)
+{
+    uint8_t w = MVM_RUN_GPU;
+    double g = x->pages ? INFINITY : x->t_gpu;
+    if (x->pages && x->pages <= room) {
+        g = mvm_assign_dali_gpu(x);
+        w = MVM_RUN_GPU_LOAD;
+    }
+    if (x->pages && z->zerocopy && mvm_cost_zerocopy(&z->b.cost, x->n) < g) {
+        g = mvm_cost_zerocopy(&z->b.cost, x->n);
+        w = MVM_RUN_ZEROCOPY;
+    }
+    if (where)
+        *where = w;
+    return g;
 }
 
 static void greedy_assign(void *self, const mvm_pview *v, const mvm_pstep *step,
                           const float *ahead, uint32_t n_ahead, mvm_assignment *out)
 {
-    mvm_assign_base *b = self;
+    mvm_assign_zc *z = self;
+    mvm_assign_base *b = &z->b;
     uint32_t n = mvm_assign_scan(b, v, step, out);
     uint64_t room = mvm_assign_room(v, step);
     double T_gpu = 0, T_cpu = 0;
@@ -48,15 +73,18 @@ static void greedy_assign(void *self, const mvm_pview *v, const mvm_pstep *step,
     (void)n_ahead;
 
     for (uint32_t i = 0; i < n; i++)
-        b->rank[i] = (mvm_rank){.key = fabs(mvm_assign_dali_gpu(&b->ex[i]) - b->ex[i].t_cpu),
+        b->rank[i] = (mvm_rank){.key = fabs(gpu_side(z, &b->ex[i], UINT64_MAX, NULL) -
+                                            b->ex[i].t_cpu),
                                 .id = i};
     mvm_rank_sort(b->rank, n); /* line 5: descending |t_gpu - t_cpu| */
     for (uint32_t r = 0; r < n; r++) {
         const mvm_aexp *x = &b->ex[b->rank[r].id];
-        double g = mvm_assign_dali_gpu(x);
-        if (T_gpu + g <= T_cpu + x->t_cpu && x->pages <= room) {
-            room -= x->pages;
-            out->where[x->e] = x->pages ? MVM_RUN_GPU_LOAD : MVM_RUN_GPU;
+        uint8_t where;
+        double g = gpu_side(z, x, room, &where);
+        if (T_gpu + g <= T_cpu + x->t_cpu) {
+            if (where == MVM_RUN_GPU_LOAD)
+                room -= x->pages;
+            out->where[x->e] = where;
             T_gpu += g;
         } else {
             out->where[x->e] = MVM_RUN_CPU;
@@ -71,6 +99,6 @@ const mvm_assign_ops mvm_assign_greedy = {
     .about = "DALI Alg. 1: min-max CPU/GPU list scheduling by |t_gpu - t_cpu|, loads only "
              "while the budget has room (seed 002)",
     .create = greedy_create,
-    .destroy = mvm_assign_base_destroy,
+    .destroy = mvm_assign_zc_destroy,
     .assign = greedy_assign,
 };

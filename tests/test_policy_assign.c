@@ -300,6 +300,46 @@ static void test_greedy_hand(void)
     CHECK(f.out.est_time == 7 + 1.5 + 4);
 }
 
+/* Each miss runs where the cost model says it finishes first (issue: offloaded decode never
+ * waits for what it need not): three machines, each making one alternative the winner for
+ * a lone missing expert, greedy with zerocopy=1 picks it; a resident expert stays on the
+ * GPU; without zero-copy, and without room, the CPU. */
+static void test_greedy_each_alternative_wins(void)
+{
+    fx f;
+    fx_init(&f, 1, 4, 2, 1);
+    uint32_t counts[4] = {1, 1, 0, 0};
+    f.resident[1] = 1; /* expert 1 resident, expert 0 missing */
+    struct {
+        double pcie, zc, cpu;
+        uint8_t want;
+    } machines[] = {
+        {BYTES / 0.001, BYTES / 100.0, BYTES / 10.0, MVM_RUN_GPU_LOAD}, /* fast link */
+        {BYTES / 100.0, BYTES / 0.001, BYTES / 10.0, MVM_RUN_ZEROCOPY}, /* fast in-place read */
+        {BYTES / 100.0, BYTES / 100.0, BYTES / 0.01, MVM_RUN_CPU},      /* fast CPU */
+    };
+    for (int m = 0; m < 3; m++) {
+        mvm_machine mc = {.pcie_bw = machines[m].pcie, .zerocopy_bw = machines[m].zc,
+                          .gpu_mem_bw = BYTES / 0.01, .gpu_flops = 1e9,
+                          .cpu_mem_bw = machines[m].cpu, .cpu_flops = 1e9};
+        mvm_cost_init(&f.cost, &mc, BYTES, 1, 1);
+        fx_step(&f, 0, 2, counts, NULL);
+        fx_run(&f, &mvm_assign_greedy, "zerocopy=1", NULL);
+        CHECK(f.where[0] == machines[m].want);
+        CHECK(f.where[1] == MVM_RUN_GPU);
+        fx_run(&f, &mvm_assign_greedy, NULL, NULL);
+        CHECK(f.where[0] == (machines[m].want == MVM_RUN_ZEROCOPY ? MVM_RUN_CPU
+                                                                  : machines[m].want));
+        f.v.capacity_pages = f.v.used_pages = 1; /* no room: never a load */
+        fx_run(&f, &mvm_assign_greedy, "zerocopy=1", NULL);
+        CHECK(f.where[0] != MVM_RUN_GPU_LOAD);
+        f.v.capacity_pages = 1u << 20, f.v.used_pages = 0;
+    }
+    mvm_pinit init = {.shape = &f.sh, .cost = &f.cost, .params = {"zerocopy=2"}};
+    void *self = &f;
+    CHECK_ST(mvm_assign_greedy.create(&init, &self), MVM_ERR_INVALID);
+}
+
 static uint64_t rng = 88172645463325252ull;
 static uint32_t rnd(uint32_t n)
 {
@@ -731,6 +771,7 @@ int main(void)
     RUN(test_gpu);
     RUN(test_twoptr_paper);
     RUN(test_greedy_hand);
+    RUN(test_greedy_each_alternative_wins);
     RUN(test_greedy_vs_optimum);
     RUN(test_greedy_memory);
     RUN(test_greedy_memory_counterexample);
