@@ -8,6 +8,14 @@
  *
  * The warm-up also fills the budget, so the timed repetitions measure the steady state of
  * the evict policy, not the cold start (`moevm run` reports that).
+ *
+ * --routing TRACE.jsonl is a benchmark mode: random-weight models route with almost no
+ * locality, so caches and predictors look worse on them than on real models. It replays a
+ * trace's expert choices (`moevm run --trace-out` of a real model, or `moevm trace gen`)
+ * in place of the router's: the computation is the same, the text is meaningless. The table
+ * says which routing each row used. The replay runs on through the trace across
+ * repetitions (wrapping at its end), so the timed repetitions do not repeat the warm-up's
+ * tokens.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -21,12 +29,13 @@
 #include "engine/cost_load.h"
 #include "engine/forward.h"
 #include "engine/model.h"
+#include "tools/trace.h"
 #include "vmm/error.h"
 
 #define BENCH_MAX_AXIS 16 /* values of -t and of --gpu-budget */
 
 struct bench_args {
-    const char *model, *evict, *evict_args, *kv_type;
+    const char *model, *evict, *evict_args, *kv_type, *routing;
     uint32_t n_prompt, n_gen, reps, batch;
     uint32_t threads[BENCH_MAX_AXIS], n_threads;
     char *budgets[BENCH_MAX_AXIS]; /* NULL: MOEVM_GPU_BUDGET */
@@ -37,7 +46,7 @@ static void usage(FILE *f)
 {
     fputs("usage: moevm bench -m MODEL.gguf [-p N] [-n N] [-r REPS] [-t THREADS[,...]]\n"
           "                   [--gpu-budget SIZE|PCT[,...]] [--evict NAME[{k=v,...}]]\n"
-          "                   [--batch N] [--kv-type f16|f32]\n"
+          "                   [--batch N] [--kv-type f16|f32] [--routing TRACE.jsonl]\n"
           "  -p            prompt tokens evaluated at once: the ppN test (default 512; 0: none)\n"
           "  -n            tokens generated one at a time: the tgN test (default 128; 0: none)\n"
           "  -r            timed repetitions of each test, after one warm-up (default 5)\n"
@@ -49,6 +58,9 @@ static void usage(FILE *f)
           "  --evict       the evict policy module (default MOEVM_EVICT; docs/policies.md)\n"
           "  --batch       prompt tokens per forward pass (default 32)\n"
           "  --kv-type     the KV cache's elements (default MOEVM_KV_TYPE, f16)\n"
+          "  --routing     benchmark mode: replay this routing trace's expert choices (moevm\n"
+          "                run --trace-out of a real model, or moevm trace gen) instead of\n"
+          "                the router's; the trace must have the model's layers, experts, top-k\n"
           "A markdown table on stdout: tokens/s as mean +- standard deviation over the\n"
           "repetitions, the expert hit rate and the MiB moved into the budget per token.\n",
           f);
@@ -102,6 +114,7 @@ static int parse_args(int argc, char **argv, struct bench_args *a)
             bad = mvm_cli_policy("bench", f, v, &a->evict, &a->evict_args);
         else if (!strcmp(f, "--batch")) bad = mvm_cli_u32("bench", f, v, 1, 4096, &a->batch);
         else if (!strcmp(f, "--kv-type")) bad = mvm_cli_kv_type("bench", v, &a->kv_type);
+        else if (!strcmp(f, "--routing")) a->routing = v;
         else bad = mvm_cli_unknown(&it);
         if (bad)
             return 2;
@@ -124,9 +137,43 @@ static int parse_args(int argc, char **argv, struct bench_args *a)
     return -1;
 }
 
+/* A routing trace replayed (--routing): token `pos` of the current repetition is the
+ * trace's token (base + pos) mod its length. */
+struct replay {
+    const mvm_trace *t;
+    uint64_t base;
+};
+
+static void replay_route(void *ctx, uint32_t layer, uint32_t pos, int *sel, float *w)
+{
+    const struct replay *r = ctx;
+    uint32_t tok = (uint32_t)((r->base + pos) % r->t->n_tokens);
+    const int32_t *x = mvm_trace_experts(r->t, tok, layer);
+    const float *xw = mvm_trace_weights(r->t, tok, layer);
+    for (uint32_t k = 0; k < r->t->hdr.top_k; k++) {
+        sel[k] = x[k];
+        w[k] = xw[k];
+    }
+}
+
+/* The trace must route the model: its layers, experts and top-k. */
+static int replay_check(const mvm_trace *t, const mvm_model *m, const char *path)
+{
+    const mvm_hparams *hp = &m->hp;
+    if (t->hdr.n_layers == hp->n_layer && t->hdr.n_experts == hp->n_expert &&
+        t->hdr.top_k == hp->n_expert_used && t->n_tokens > 0)
+        return 0;
+    fprintf(stderr, "moevm bench: --routing %s: the trace routes %u layers of %u experts, top "
+            "%u (%u tokens); the model has %u MoE layers of %u experts, top %u\n", path,
+            t->hdr.n_layers, t->hdr.n_experts, t->hdr.top_k, t->n_tokens, hp->n_layer,
+            hp->n_expert, hp->n_expert_used);
+    return 2;
+}
+
 /* One configuration's loaded model and the generator of its token ids. */
 struct bench_run {
     const struct bench_args *a;
+    struct replay *replay; /* NULL: the model's own routing */
     mvm_model *model;
     mvm_pool *pool;
     const mvm_machine *machine;
@@ -151,6 +198,10 @@ static mvm_status run_test(struct bench_run *r, int gen, double *seconds, uint64
     mvm_ctx_policies pol = {.residency = {.evict = a->evict, .evict_args = a->evict_args,
                                           .machine = r->machine},
                             .kv_type = a->kv_type};
+    if (r->replay) {
+        pol.route_override = replay_route;
+        pol.route_override_ctx = r->replay;
+    }
     mvm_ctx *ctx;
     mvm_status st = mvm_ctx_create(r->model, r->pool, n, a->batch, &pol, &ctx);
     if (st != MVM_OK)
@@ -174,6 +225,8 @@ static mvm_status run_test(struct bench_run *r, int gen, double *seconds, uint64
     *accesses = rs.accesses;
     *hits = rs.hits;
     *moved = after.bytes_moved - before.bytes_moved;
+    if (r->replay)
+        r->replay->base += n;
     mvm_ctx_free(ctx);
     return st;
 }
@@ -218,7 +271,7 @@ static int bench_test(struct bench_run *r, int gen, const char *prefix)
 
 /* Loads the model for one budget on `pool` and runs both tests. */
 static int bench_config(const struct bench_args *a, const mvm_machine *machine, mvm_pool *pool,
-                        uint32_t b)
+                        uint32_t b, struct replay *replay)
 {
     mvm_space_desc desc;
     int rc = mvm_cli_space_desc("bench", "--gpu-budget", a->budgets[b], &desc);
@@ -229,11 +282,15 @@ static int bench_config(const struct bench_args *a, const mvm_machine *machine, 
     if (rc)
         return rc;
     struct bench_run r = {.a = a, .pool = pool, .machine = machine, .rng = 42,
-                          .progress = isatty(STDERR_FILENO)};
+                          .progress = isatty(STDERR_FILENO), .replay = replay};
     char label[600];
     snprintf(label, sizeof label, "loading %s", a->model);
     if (mvm_model_load(a->model, &desc, pool, mvm_cli_progress, label, &r.model) != MVM_OK)
         return mvm_cli_error("loading the model");
+    if (replay && (rc = replay_check(replay->t, r.model, a->routing))) {
+        mvm_model_free(r.model);
+        return rc;
+    }
     if (!(r.tokens = malloc((a->n_prompt ? a->n_prompt : 1) * sizeof *r.tokens))) {
         mvm_model_free(r.model);
         return mvm_cli_error("bench");
@@ -246,9 +303,9 @@ static int bench_config(const struct bench_args *a, const mvm_machine *machine, 
     if (!r.model->experts_at_home)
         snprintf(budget, sizeof budget, "%.2f",
                  (double)info.device_pages * (double)info.page_size / 1073741824.0);
-    snprintf(prefix, sizeof prefix, "| %s | %s | %.2f | %s | %d | %s ",
+    snprintf(prefix, sizeof prefix, "| %s | %s | %.2f | %s | %d | %s | %s ",
              r.model->arch->name, mvm_model_expert_types(r.model, types, sizeof types), gib,
-             info.backend, mvm_pool_size(pool), budget);
+             info.backend, mvm_pool_size(pool), budget, replay ? "replay" : "own");
     if (a->n_prompt)
         rc = bench_test(&r, 0, prefix);
     if (!rc && a->n_gen)
@@ -268,16 +325,22 @@ int mvm_cmd_bench(int argc, char **argv)
     mvm_machine machine;
     if (mvm_machine_load(NULL, "MOEVM_COST", &machine) != MVM_OK)
         return mvm_cli_error("bench");
-    printf("| arch | experts | experts GiB | backend | threads | budget GiB | test | t/s "
-           "| expert hits | MiB moved/token |\n"
-           "|---|---|---|---|---|---|---|---|---|---|\n");
+    struct replay replay = {0};
+    mvm_trace *trace = NULL;
+    if (a.routing && mvm_trace_load(a.routing, &trace) != MVM_OK)
+        return mvm_cli_error("bench: --routing");
+    replay.t = trace;
+    printf("| arch | experts | experts GiB | backend | threads | budget GiB | routing | test "
+           "| t/s | expert hits | MiB moved/token |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (uint32_t t = 0; !rc && t < a.n_threads; t++) {
         mvm_pool *pool;
         if ((rc = mvm_cli_threads("bench", a.threads[t], &pool)))
             break;
         for (uint32_t b = 0; !rc && b < a.n_budgets; b++)
-            rc = bench_config(&a, &machine, pool, b);
+            rc = bench_config(&a, &machine, pool, b, trace ? &replay : NULL);
         mvm_pool_destroy(pool);
     }
+    mvm_trace_free(trace);
     return rc;
 }

@@ -52,6 +52,11 @@ typedef struct mvm_ctx_policies {
      * wait, and a step whose experts do not all fit the budget runs in rounds. */
     int wait_loads;
     const char *kv_type;          /* "f16" or "f32" (engine/kv_cache.h); NULL: MOEVM_KV_TYPE */
+    /* Benchmarks only (`moevm bench --routing`): after the router has chosen, the token at
+     * position pos of MoE layer `layer` runs the K experts sel[] with weights w[] that this
+     * writes instead (valid expert ids, distinct); NULL: the model's own routing. */
+    void (*route_override)(void *ctx, uint32_t layer, uint32_t pos, int *sel, float *w);
+    void *route_override_ctx;
 } mvm_ctx_policies;
 
 /* Whether this build can compute on a GPU (it has the device kernels: built with nvcc). */

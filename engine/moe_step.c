@@ -67,6 +67,8 @@ static mvm_status create_policies(mvm_moe *s, const mvm_ctx_policies *policies)
     if (st == MVM_OK && pol.residency.at_home)
         st = check_at_home(s);
     s->wait = pol.wait_loads;
+    s->route_override = pol.route_override;
+    s->route_override_ctx = pol.route_override_ctx;
     /* Forecasts beyond the next layer only for a module that plans with them: "gpu" does
      * not, and a gate forecast costs a router pass per layer. */
     s->n_forecast = st == MVM_OK && strcmp(mvm_resid_assign_name(s->resid), "gpu") != 0 &&
@@ -162,9 +164,13 @@ static void route(mvm_moe *s, uint32_t pos0)
 {
     const mvm_hparams *hp = &s->m->hp;
     uint32_t E = hp->n_expert, K = hp->n_expert_used, n = s->step.n_tok;
-    for (uint32_t i = 0; i < n; i++)
+    for (uint32_t i = 0; i < n; i++) {
         route_token(s, s->probs + (size_t)i * E, s->sel + (size_t)i * K,
                     s->selw + (size_t)i * K);
+        if (s->route_override)
+            s->route_override(s->route_override_ctx, s->step.layer, pos0 + i,
+                              s->sel + (size_t)i * K, s->selw + (size_t)i * K);
+    }
     size_t nk = (size_t)n * K;
     if (s->obs && s->subst) {
         memcpy(s->sel0, s->sel, nk * sizeof *s->sel);

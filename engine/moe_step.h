@@ -33,6 +33,8 @@ typedef struct mvm_moe {
                                    predictors' (policy/router.h); the weights as F32 when a
                                    predict or config module runs */
     int wait;                   /* mvm_resid_begin's: the step waits for its copies */
+    void (*route_override)(void *, uint32_t, uint32_t, int *, float *); /* mvm_ctx_policies' */
+    void *route_override_ctx;
     int on_device;              /* a GPU computes: the assign module places the experts */
     int rounds;                 /* it cannot read the homes: steps run in rounds that fit
                                    the budget (mvm_resid_begin_round) */

@@ -204,10 +204,10 @@ expect 1 'config hot: on the host backend with no budget .* nothing to divide' -
 
 # bench: a row per thread count, budget and test, each with its figures; then bad input.
 "$moevm" bench -m "$m" -p 8 -n 4 -r 2 -t 1,2 --gpu-budget 50%,100% >"$tmp/bench" 2>"$tmp/bench.err"
-row='^\| qwen3moe \| f32 \| 0\.00 \| host \| [12] \| 0\.0[0-9] \| (pp8|tg4) \| [0-9.]+ \+- [0-9.]+ \| [0-9.]+% \| [0-9.]+ \|$'
+row='^\| qwen3moe \| f32 \| 0\.00 \| host \| [12] \| 0\.0[0-9] \| own \| (pp8|tg4) \| [0-9.]+ \+- [0-9.]+ \| [0-9.]+% \| [0-9.]+ \|$'
 if [ "$(grep -Ec "$row" "$tmp/bench")" -eq 8 ] && [ "$(wc -l <"$tmp/bench")" -eq 10 ] &&
-   [ "$(grep -Ec '\| 1 \| 0\.03 \| pp8 ' "$tmp/bench")" -eq 1 ] &&
-   [ "$(grep -Ec '\| 2 \| 0\.03 \| tg4 ' "$tmp/bench")" -eq 1 ]; then
+   [ "$(grep -Ec '\| 1 \| 0\.03 \| own \| pp8 ' "$tmp/bench")" -eq 1 ] &&
+   [ "$(grep -Ec '\| 2 \| 0\.03 \| own \| tg4 ' "$tmp/bench")" -eq 1 ]; then
     pass=$((pass + 1))
 else
     fail=$((fail + 1))
@@ -215,7 +215,19 @@ else
     sed 's/^/    /' "$tmp/bench" "$tmp/bench.err" >&2
 fi
 expect 0 '\| tg4 \| ' -- "$moevm" bench -m "$m" -p 0 -n 4 -r 1
-expect 0 '\| host \| 2 \| home \| tg4 \| [0-9.]+ \+- [0-9.]+ \| - \| 0\.00 \|$' -- "$moevm" bench -m "$m" -p 0 -n 4 -r 1 -t 2
+expect 0 '\| host \| 2 \| home \| own \| tg4 \| [0-9.]+ \+- [0-9.]+ \| - \| 0\.00 \|$' -- "$moevm" bench -m "$m" -p 0 -n 4 -r 1 -t 2
+# --routing replays a trace's choices (its rows say so); a trace of another shape is refused,
+# naming both. (Whether the replayed experts are the ones that run: test_engine.)
+{
+    echo '{"format":"moevm-trace","version":1,"model":"hand","arch":"qwen3moe","n_layers":2,"n_experts":8,"top_k":2,"expert_bytes":49152,"n_embd":64,"n_ff_exp":64,"scores":"softmax","weights_renormalised":true}'
+    for t in $(seq 0 31); do for l in 0 1; do
+        echo "{\"req\":0,\"tok\":$t,\"layer\":$l,\"scores\":[0.4,0.3,0.05,0.05,0.05,0.05,0.05,0.05],\"experts\":[0,1],\"weights\":[0.57142857,0.42857143]}"
+    done; done
+} >"$tmp/two.jsonl"
+expect 0 '\| 0\.01 \| replay \| tg8 \| [0-9.]+ \+- [0-9.]+ \| [0-9.]+% \| [0-9.]+ \|$' -- "$moevm" bench -m "$m" -p 0 -n 8 -r 2 --gpu-budget 25% --routing "$tmp/two.jsonl"
+"$moevm" trace gen --shape 3,8,2 --tokens 8 -o "$tmp/three.jsonl" >/dev/null
+expect 2 'routing .*three.jsonl: the trace routes 3 layers of 8 experts, top 2 \(8 tokens\); the model has 2 MoE layers of 8 experts, top 2' -- "$moevm" bench -m "$m" -n 2 -r 1 --routing "$tmp/three.jsonl"
+expect 1 'bench: --routing: .*nope.jsonl' -- "$moevm" bench -m "$m" -n 2 -r 1 --routing "$tmp/nope.jsonl"
 expect 2 '-r 0: expected an integer in 1\.\.1000' -- "$moevm" bench -m "$m" -r 0
 expect 2 '-t 0: expected an integer' -- "$moevm" bench -m "$m" -t 1,0
 expect 2 '-p 0 and -n 0 leave nothing to measure' -- "$moevm" bench -m "$m" -p 0 -n 0

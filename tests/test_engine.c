@@ -816,6 +816,46 @@ static void test_trace(void)
     mvm_model_free(m);
 }
 
+/* The benchmark mode's routing override (mvm_ctx_policies.route_override, `moevm bench
+ * --routing`): called once per token and MoE layer with the token's position, and what it
+ * writes is what runs (the observer sees it as the step's selection). */
+typedef struct forced {
+    int calls, good;
+} forced;
+
+static void force_route(void *ctx, uint32_t layer, uint32_t pos, int *sel, float *w)
+{
+    forced *f = ctx;
+    f->calls++;
+    sel[0] = (int)((pos + layer) % 8), sel[1] = (int)((pos + layer + 3) % 8);
+    w[0] = 0.75f, w[1] = 0.25f;
+}
+
+static void check_forced(void *ctx, const mvm_route_record *rec)
+{
+    forced *f = ctx;
+    const int *e = rec->ran ? rec->ran : rec->selected;
+    f->good += e[0] == (int)((rec->pos + rec->layer) % 8) &&
+               e[1] == (int)((rec->pos + rec->layer + 3) % 8) && rec->weights[0] == 0.75f;
+}
+
+static void test_route_override(void)
+{
+    mvm_model *m;
+    CHECK_ST(load(tiny_path("qwen3moe", MVM_W_F32), NULL, pool, &m), MVM_OK);
+    if (!m)
+        return;
+    forced f = {0}, seen = {0};
+    mvm_ctx_policies pol = {.route_override = force_route, .route_override_ctx = &f};
+    mvm_ctx *c;
+    CHECK_ST(mvm_ctx_create(m, pool, 32, 4, &pol, &c), MVM_OK);
+    mvm_ctx_set_route_observer(c, check_forced, &seen);
+    CHECK_ST(mvm_ctx_eval(c, prompt, 6, NULL, 0), MVM_OK);
+    CHECK(f.calls == 6 * 2 && seen.good == 6 * 2);
+    mvm_ctx_free(c);
+    mvm_model_free(m);
+}
+
 /* The hidden state the observer gets is the router's input: softmax(router . hidden),
  * recomputed here in double from the F32 router rows, gives the probabilities it reported. */
 typedef struct hidden_check {
@@ -881,6 +921,7 @@ int main(void)
     RUN(test_ctx_errors);
     RUN(test_at_home);
     RUN(test_trace);
+    RUN(test_route_override);
     RUN(test_trace_hidden);
     RUN(test_forward_properties);
     RUN(test_kv_layout);
