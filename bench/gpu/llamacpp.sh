@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# moevm's offloaded decode against llama.cpp's expert offload (-ngl 99 --n-cpu-moe N) on the
+# same GPU and the same GGUF files, in one call from the repository root of a GPU machine:
+#
+#   MODELS="olmoe-1b-7b:q8_0 qwen3-30b-a3b:q8_0 qwen3-30b-a3b:q4_k_m" BUDGETS="10 25 50 100" \
+#       bash bench/gpu/llamacpp.sh
+#
+# For each model (mkmodel preset:type, made here; random weights, real shapes) and budget
+# (% of the experts' bytes):
+#   - moevm bench -p 512 -n 128 on the GPU with that budget, with the model's own routing and
+#     with a replayed realistic trace (moevm trace gen, published statistics: --routing);
+#   - llama-bench -ngl 99 --n-cpu-moe N, N the layers whose experts stay on the CPU, chosen
+#     so that the GPU holds the same share of the experts (N = layers * (100 - budget) / 100);
+#   - once per model, moevm on the CPU alone (MOEVM_BACKEND=host) and llama.cpp on the CPU.
+# The GPU memory of each run is the most nvidia-smi saw its process use (sampled every 0.2 s).
+# One line per run that a script can read, and the whole log in $OUT/llamacpp.txt:
+#   RESULT offload model=olmoe-1b-7b type=q8_0 budget=25 engine=moevm routing=replay
+#          vram_mib=9120 pp512=812.4 tg128=95.1              (printed on one line)
+# engine: moevm, moevm-cpu (budget "cpu") or llama.cpp; routing: own or replay.
+#
+# llama.cpp: .llamacpp/cuda.tar.xz when carried (bench/llamacpp/build.sh cuda && pack, made
+# where nvcc is, no GPU needed), else built here from a carried .llamacpp/src (a few minutes
+# on 16 cores). REPS (default 3), PROMPT (512), GEN (128), THREADS (the machine's cores)
+# change the runs; WORK (default /tmp/moevm-offload) keeps the models between calls.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source bench/gpu/deps.sh || exit 1
+log=$(moevm_out_log llamacpp.txt)
+models=${MODELS:-olmoe-1b-7b:q8_0}
+budgets=${BUDGETS:-10 25 50 100}
+reps=${REPS:-3} pp=${PROMPT:-512} tg=${GEN:-128} threads=${THREADS:-$(nproc)}
+work=${WORK:-/tmp/moevm-offload}
+mkdir -p "$work"
+
+die() { echo "llamacpp.sh: $*" >&2; exit 1; }
+
+# llama.cpp's llama-bench: unpacked or built once per machine.
+llama_bench() {
+    local bin=.llamacpp/build-cuda/bin/llama-bench
+    if [[ ! -x $bin && -f .llamacpp/cuda.tar.xz ]]; then
+        mkdir -p .llamacpp/build-cuda && tar -xJf .llamacpp/cuda.tar.xz -C .llamacpp/build-cuda
+    fi
+    if [[ ! -x $bin ]]; then
+        JOBS=$(nproc) bash bench/llamacpp/build.sh cuda 90 >&2 || return 1
+    fi
+    echo "$bin"
+}
+
+# Runs "$@" while sampling its GPU memory; prints the command's output, then "VRAM_MIB n".
+with_vram() {
+    local out=$work/run.out peak=0
+    "$@" >"$out" 2>"$work/run.err" &
+    local pid=$!
+    while kill -0 "$pid" 2>/dev/null; do
+        local mib
+        mib=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits |
+              awk -F', *' -v p="$pid" '$1 == p {print $2}')
+        [[ -n $mib && $mib -gt $peak ]] && peak=$mib
+        sleep 0.2
+    done
+    wait "$pid"
+    local rc=$?
+    cat "$out"
+    [[ $rc -ne 0 ]] && { tail -n 3 "$work/run.err" >&2; echo "VRAM_MIB failed"; return 1; }
+    echo "VRAM_MIB $peak"
+}
+
+# moevm bench's table rows -> "pp512=.. tg128=.." for the routing asked.
+moevm_speeds() {
+    awk -F'|' -v r="$1" '$8 ~ " "r" " { gsub(/ /, "", $9); split($10, v, " "); printf "%s=%s ", $9, v[1] }'
+}
+
+# llama-bench's markdown rows -> "pp512=.. tg128=..".
+llama_speeds() {
+    awk -F'|' 'NF > 3 && $(NF-2) ~ /(pp|tg)[0-9]+/ { t = $(NF-2); gsub(/ /, "", t); split($(NF-1), v, " ");
+               printf "%s=%s ", t, v[1] }'
+}
+
+result() { echo "RESULT offload model=$1 type=$2 budget=$3 engine=$4 routing=$5 vram_mib=$6 $7"; }
+
+{
+    moevm_gpu_build moevm_cli >"$work/build.txt" 2>&1 ||
+        { tail -n 20 "$work/build.txt"; die "the moevm build failed"; }
+    lb=$(llama_bench) || die "no llama-bench (carry .llamacpp/cuda.tar.xz or .llamacpp/src)"
+    nvidia-smi -L
+    echo "== llama.cpp $($lb --version 2>&1 | tail -n 1); $threads threads; -p $pp -n $tg -r $reps"
+    for spec in $models; do
+        IFS=: read -r name type <<<"$spec"
+        model=$work/$name-$type.gguf
+        [[ -f $model ]] || build-gpu/moevm mkmodel --preset "$name" --type "$type" -o "$model" \
+            >"$work/mkmodel.txt" 2>&1 || { tail -n 3 "$work/mkmodel.txt"; die "mkmodel $spec"; }
+        trace=$work/$name.jsonl
+        build-gpu/moevm trace gen --shape "$name" --tokens 4096 -o "$trace" >"$work/trace.txt" ||
+            die "trace gen $name"
+        layers=$(sed -n 's/.*(\([0-9]*\) layers.*/\1/p' "$work/trace.txt")
+        [[ -n $layers ]] || die "cannot read the layer count of $name: $(cat "$work/trace.txt")"
+        echo "== $spec: $layers layers, $(du -h "$model" | cut -f1)"
+
+        out=$(MOEVM_BACKEND=host with_vram build-gpu/moevm bench -m "$model" -p "$pp" -n "$tg" \
+              -r "$reps" -t "$threads")
+        echo "$out"
+        result "$name" "$type" cpu moevm-cpu own "$(echo "$out" | sed -n 's/^VRAM_MIB //p')" \
+            "$(echo "$out" | moevm_speeds own)"
+        out=$(with_vram "$lb" -m "$model" -ngl 0 -p "$pp" -n "$tg" -r "$reps" -t "$threads" -o md)
+        echo "$out"
+        result "$name" "$type" cpu llama.cpp own "$(echo "$out" | sed -n 's/^VRAM_MIB //p')" \
+            "$(echo "$out" | llama_speeds)"
+
+        for b in $budgets; do
+            for routing in own replay; do
+                extra=()
+                [[ $routing == replay ]] && extra=(--routing "$trace")
+                out=$(MOEVM_BACKEND=cuda with_vram build-gpu/moevm bench -m "$model" -p "$pp" \
+                      -n "$tg" -r "$reps" -t "$threads" --gpu-budget "$b%" "${extra[@]}")
+                echo "$out"
+                result "$name" "$type" "$b" moevm "$routing" \
+                    "$(echo "$out" | sed -n 's/^VRAM_MIB //p')" "$(echo "$out" | moevm_speeds "$routing")"
+            done
+            ncmoe=$(( (layers * (100 - b) + 50) / 100 ))
+            out=$(with_vram "$lb" -m "$model" -ngl 99 --n-cpu-moe "$ncmoe" -p "$pp" -n "$tg" \
+                  -r "$reps" -t "$threads" -o md)
+            echo "$out"
+            result "$name" "$type" "$b" llama.cpp own "$(echo "$out" | sed -n 's/^VRAM_MIB //p')" \
+                "$(echo "$out" | llama_speeds) n_cpu_moe=$ncmoe"
+        done
+    done
+} 2>&1 | tee -a "$log"
