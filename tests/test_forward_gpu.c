@@ -287,7 +287,9 @@ static void test_residency(void)
     free_run(all), free_run(half), free_run(eighth);
 }
 
-/* The assign module runs experts on the CPU threads from their homes, beside the GPU's:
+/* The assign module runs experts on the CPU threads from their homes, beside the GPU's
+ * (admission, on by default, loads some of them afterwards; off for the runs below that
+ * check what the modules alone move):
  * greedy (DALI) at half the experts' bytes; presched (PreScope), which plans prefetches
  * from the predictor's forecasts (none without a predictor); gpu{zerocopy=1}, which never loads, reads
  * every expert in place with HOST_NUMA (bit for bit the resident run's logits) and runs
@@ -300,6 +302,9 @@ static void test_assign(void)
     struct run *all = run_prompt(path, MVM_BACKEND_CUDA, 1, 4, 0);
     assign = "greedy";
     struct run *greedy = run_prompt(path, MVM_BACKEND_CUDA, 0.5, 4, 0);
+    /* The modules' own decisions: no admission (policy/admit.h) of what they ran from the
+     * homes. */
+    setenv("MOEVM_ADMIT", "off", 1);
     assign = "presched"; /* plans from the predictor's forecasts */
     struct run *pre = run_prompt(path, MVM_BACKEND_CUDA, 0.5, 1, 0);
     predict = "none";
@@ -308,12 +313,14 @@ static void test_assign(void)
     assign_args = "zerocopy=1";
     predict = "none"; /* nothing then moves at all */
     struct run *zc = run_prompt(path, MVM_BACKEND_CUDA, 0.125, 4, 0);
+    unsetenv("MOEVM_ADMIT");
     assign = assign_args = NULL;
     predict = "gate";
     if (all && greedy) {
         CHECK(check_rel_l2(greedy->logits, all->logits, n) < 1e-5);
         CHECK(memcmp(all->sel, greedy->sel, sizeof all->sel) == 0);
         CHECK(greedy->resid.cpu_runs > 0 && greedy->resid.cpu_runs < greedy->resid.accesses);
+        CHECK(greedy->resid.admitted <= greedy->resid.prefetches);
         CHECK(greedy->space.pinned_experts == 0);
     }
     if (all && pre && blind) {

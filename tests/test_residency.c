@@ -343,7 +343,15 @@ static void test_admission(void)
         } else {
             CHECK(rs.admitted == 0 && rs.evictions == 0 && res.resident + res.loading == 0);
         }
-        /* With room, any module admits: layer 1's expert after evicting one of layer 0. */
+        /* With room, any module admits: layer 1's expert after evicting one of layer 0,
+         * once the space is idle (an admission waits for no copy in flight). */
+        for (int spin = 0; spin < 2000; spin++) {
+            mvm_stats ss;
+            mvm_space_get_stats(sp, &ss);
+            if (!ss.moves_queued && !ss.moves_in_flight)
+                break;
+            usleep(1000);
+        }
         CHECK_ST(mvm_evict(sp, 0, 1, 0), MVM_OK);
         mvm_resid_destroy(r);
         r = resid_for(sp, modules[k], NULL);
