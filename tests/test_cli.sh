@@ -179,8 +179,12 @@ if [ -n "$fake_driver" ]; then
         echo '{"name": "fast cpu", "cpu_flops": 1e9, "cpu_mem_bw": 1e9, "cpu_setup": 0.001, "pcie_bw": 0.001}' >"$tmp/fast.json"
         expect 0 'assign greedy: 0 on CPU' -- $dev "$moevm" run -m "$m" -p "It was" -n 8 --gpu-budget 30% --assign greedy --cost "$tmp/slow.json"
         expect 0 'assign greedy: [1-9][0-9]* on CPU' -- $dev MOEVM_COST="$tmp/fast.json" "$moevm" run -m "$m" -p "It was" -n 8 --gpu-budget 30% --assign greedy
-        expect 0 'pcie_bw .* measured' -- $dev "$moevm" calibrate -m "$m" -t 1 --time 0.01 -o "$tmp/dev.json"
-        expect 0 'gpu_flops .* GFLOP/s +measured' -- $dev "$moevm" calibrate -m "$m" -t 1 --time 0.01 --tokens 4
+        # Experts of 1.5 MiB (384 pages of 4 KiB): a whole expert's copy must clearly outlast one
+        # page's, which a move of the tiny model's 12 pages (one copy, one mapping) need not do
+        # on a busy machine.
+        "$moevm" mkmodel --preset tiny --arch qwen3moe --expert-ff 2048 -o "$tmp/wide.gguf" >/dev/null
+        expect 0 'pcie_bw .* measured' -- $dev "$moevm" calibrate -m "$tmp/wide.gguf" -t 1 --time 0.01 -o "$tmp/dev.json"
+        expect 0 'gpu_flops .* GFLOP/s +measured' -- $dev "$moevm" calibrate -m "$tmp/wide.gguf" -t 1 --time 0.01 --tokens 4
         expect 1 '^moevm: the inference context: CUDA device 0 for the forward pass: cuModuleGetFunction \(mvm_g_' -- env MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" "$moevm" run -m "$m" -p "x" -n 2
     fi
 fi
