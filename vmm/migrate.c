@@ -432,9 +432,7 @@ mvm_status mvm_reload_locked(mvm_space *sp, uint32_t idx, uint32_t lo, uint32_t 
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for a move handle");
     mvm_status st = queue_job(sp, idx, lo, hi, hi - lo, PRIO_DEMAND, m);
     if (st != MVM_OK) {
-        mvm_registry_remove(m);
-        pthread_mutex_lock(&m->mu);
-        move_unref_locked(m);
+        mvm_move_release(m);
         return st;
     }
     *out = m;
@@ -488,20 +486,29 @@ static void abandon_run(mvm_space *sp, struct job *j, uint32_t r)
     }
 }
 
-/* Maps run r at its address: one mapping of its slab (the homes' pages unmapped first where
- * they are mapped). On failure the address stays readable: the failed map left the range
- * unmapped (or, if unmapping a home is what failed, partly on its homes), and the homes are
- * mapped back where they can be. */
+/* Maps run r's slab at the run's address: one mapping. */
+static mvm_status map_slab(mvm_space *sp, struct job *j, uint32_t r, bool replace)
+{
+    struct job_run *run = &j->runs[r];
+    mvm_status st = sp->be->ops->map_chunks(sp->be, run_va(sp, j, r), sp->pool, run->slab,
+                                            run->n, replace);
+    if (st == MVM_OK)
+        sp->slabs[run->slab].mapped = true;
+    return st;
+}
+
+/* Maps run r at its address at landing (the homes' pages unmapped first where they are
+ * mapped). On failure the address stays readable: the failed map left the range unmapped
+ * (or, if unmapping a home is what failed, partly on its homes), and the homes are mapped
+ * back where they can be. */
 static mvm_status map_run(mvm_space *sp, struct job *j, uint32_t r, bool replace)
 {
     mvm_backend *be = sp->be;
     struct job_run *run = &j->runs[r];
     uint64_t va = run_va(sp, j, r);
-    mvm_status st = be->ops->map_chunks(be, va, sp->pool, run->slab, run->n, replace);
-    if (st == MVM_OK) {
-        sp->slabs[run->slab].mapped = true;
+    mvm_status st = map_slab(sp, j, r, replace);
+    if (st == MVM_OK)
         return MVM_OK;
-    }
     job_note_error(j);
     mvm_log(MVM_LOG_WARN, "remap of expert %u pages %u-%u failed: %s", j->expert,
             j->pages[run->at], j->pages[run->at] + run->n - 1, mvm_last_error());
@@ -518,15 +525,10 @@ static mvm_status map_run(mvm_space *sp, struct job *j, uint32_t r, bool replace
 static void premap_job(mvm_space *sp, struct job *j)
 {
     for (uint32_t r = 0; r < j->n_runs; r++) {
-        if (!run_owned(sp, j, r) || sp->slabs[j->runs[r].slab].mapped)
-            continue;
-        uint64_t bytes = (uint64_t)j->runs[r].n * sp->page_size;
-        if (sp->be->ops->map_chunks(sp->be, run_va(sp, j, r), sp->pool, j->runs[r].slab,
-                                    j->runs[r].n, false) == MVM_OK)
-            sp->slabs[j->runs[r].slab].mapped = true;
-        else
-            mvm_log(MVM_LOG_DEBUG, "mapping %llu bytes ahead of their copy: %s",
-                    (unsigned long long)bytes, mvm_last_error());
+        if (run_owned(sp, j, r) && !sp->slabs[j->runs[r].slab].mapped &&
+            map_slab(sp, j, r, false) != MVM_OK)
+            mvm_log(MVM_LOG_DEBUG, "mapping %u pages ahead of their copy: %s", j->runs[r].n,
+                    mvm_last_error());
     }
 }
 
