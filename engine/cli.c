@@ -8,8 +8,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/forward.h"
-#include "engine/model.h"
 #include "kernels/cpu/kernels.h"
 #include "moevm/moevm.h"
 #include "vmm/options.h"
@@ -177,23 +175,6 @@ int mvm_cli_space_desc(const char *cmd, const char *flag, const char *budget,
         return 2;
     }
     return 0;
-}
-
-int mvm_cli_device_reserve(const char *cmd, const char *model, uint32_t n_ctx,
-                           uint32_t n_batch, const char *kv_type, mvm_space_desc *desc)
-{
-    /* auto may choose the GPU: sized as for cuda, and ignored if the load chooses the CPU */
-    if (desc->backend == MVM_BACKEND_HOST || desc->device_budget != MVM_BUDGET_AUTO ||
-        !mvm_ctx_device_available())
-        return 0; /* the load says what is wrong with a cuda space it cannot make */
-    mvm_model *probe;
-    if (mvm_model_probe(model, &probe) != MVM_OK)
-        return mvm_cli_error(cmd);
-    uint64_t weights; /* the load adds them (a probe may lack those it derives) */
-    mvm_status st = mvm_ctx_device_bytes(probe, n_ctx, n_batch, kv_type, &weights,
-                                         &desc->device_reserve);
-    mvm_model_free(probe);
-    return st == MVM_OK ? 0 : mvm_cli_error("sizing the device context");
 }
 
 int mvm_cli_capacities(const char *cmd, const char *text, uint32_t n, uint64_t all,

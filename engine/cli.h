@@ -78,14 +78,6 @@ int mvm_cli_capacities(const char *cmd, const char *text, uint32_t n, uint64_t a
                        uint64_t *cap);
 int mvm_cli_space_desc(const char *cmd, const char *flag, const char *budget,
                        mvm_space_desc *desc);
-/* A GPU run with an automatic budget: desc->device_reserve, the KV cache and scratch a
- * context of `model` with n_ctx positions in batches of n_batch takes (forward.h's
- * mvm_ctx_device_bytes), so the budget leaves room for exactly that, and the load adds the
- * weights, rather than the load's default context. Nothing else is touched. 0, or 1 after a
- * one-line error. */
-int mvm_cli_device_reserve(const char *cmd, const char *model, uint32_t n_ctx,
-                           uint32_t n_batch, const char *kv_type, mvm_space_desc *desc);
-
 /* The engine's CPU side for command `cmd`: MOEVM_CPU_SIMD applied, and a pool of `threads`
  * (0: MOEVM_THREADS, else one per core near the GPU or of the caller's node) pinned by the
  * topology. 0, or 1 after a one-line error. */

@@ -28,7 +28,7 @@
 #include "engine/clock.h"
 #include "engine/cost_load.h"
 #include "engine/forward.h"
-#include "engine/model.h"
+#include "engine/plan.h"
 #include "tools/trace.h"
 #include "vmm/error.h"
 
@@ -275,17 +275,17 @@ static int bench_config(const struct bench_args *a, const mvm_machine *machine, 
 {
     mvm_space_desc desc;
     int rc = mvm_cli_space_desc("bench", "--gpu-budget", a->budgets[b], &desc);
-    if (!rc) /* a test's context: n_prompt or n_gen positions */
-        rc = mvm_cli_device_reserve("bench", a->model,
-                                    a->n_prompt > a->n_gen ? a->n_prompt : a->n_gen, a->batch,
-                                    a->kv_type, &desc);
     if (rc)
         return rc;
     struct bench_run r = {.a = a, .pool = pool, .machine = machine, .rng = 42,
                           .progress = isatty(STDERR_FILENO), .replay = replay};
     char label[600];
     snprintf(label, sizeof label, "loading %s", a->model);
-    if (mvm_model_load(a->model, &desc, pool, mvm_cli_progress, label, &r.model) != MVM_OK)
+    /* a test's context: n_prompt or n_gen positions */
+    const mvm_load_args load = {
+        .desc = &desc, .pool = pool, .progress = mvm_cli_progress, .progress_ctx = label,
+        .ctx = {a->n_prompt > a->n_gen ? a->n_prompt : a->n_gen, a->batch, a->kv_type}};
+    if (mvm_model_load(a->model, &load, &r.model) != MVM_OK)
         return mvm_cli_error("loading the model");
     if (replay && (rc = replay_check(replay->t, r.model, a->routing))) {
         mvm_model_free(r.model);

@@ -12,7 +12,7 @@
 #include "engine/cli.h"
 #include "engine/cost_load.h"
 #include "engine/forward.h"
-#include "engine/model.h"
+#include "engine/plan.h"
 
 struct cal_args {
     const char *model, *out, *base, *name, *budget;
@@ -203,7 +203,9 @@ int mvm_cmd_calibrate(int argc, char **argv)
     mvm_model *model = NULL;
     if ((rc = mvm_cli_threads("calibrate", a.threads, &pool)) != 0)
         return rc;
-    if (mvm_model_load(a.model, &desc, pool, mvm_cli_progress, "loading", &model) != MVM_OK)
+    const mvm_load_args load = {.desc = &desc, .pool = pool, .progress = mvm_cli_progress,
+                                .progress_ctx = "loading"};
+    if (mvm_model_load(a.model, &load, &model) != MVM_OK)
         rc = mvm_cli_error("loading the model");
     m = base;
     if (!rc)

@@ -16,7 +16,7 @@
 #include "engine/cost_load.h"
 #include "engine/dist.h"
 #include "engine/forward.h"
-#include "engine/model.h"
+#include "engine/plan.h"
 #include "engine/sampler.h"
 #include "engine/tokenizer.h"
 #include "engine/trace_out.h"
@@ -279,17 +279,14 @@ static uint32_t ctx_bound(const struct run_args *a)
     return n < UINT32_MAX ? (uint32_t)n : UINT32_MAX;
 }
 
-/* The checks before the model is read: the space (on a GPU with an automatic budget, room
- * for this run's context beside it), the modules' names, the cost model, the predictor
- * file, the threads. */
+/* The checks before the model is read: the space's options, the modules' names, the cost
+ * model, the predictor file, the threads. */
 static int prepare(struct session *s, mvm_space_desc *desc)
 {
     const struct run_args *a = &s->a;
     int bad = mvm_cli_space_desc("run", "--gpu-budget", a->budget, desc);
     if (!bad && s->dist && desc->backend == MVM_BACKEND_AUTO)
         desc->backend = MVM_BACKEND_HOST; /* the distributed mode's ranks compute on the CPU */
-    if (!bad)
-        bad = mvm_cli_device_reserve("run", a->model, ctx_bound(a), a->batch, a->kv_type, desc);
     if (bad)
         return bad;
     /* The modules' names before the model loads (their parameters are checked once it has:
@@ -313,30 +310,26 @@ static int prepare(struct session *s, mvm_space_desc *desc)
     return mvm_cli_threads("run", a->threads, &s->pool);
 }
 
-/* The distributed mode's first placement (every rank): *held, the experts this one loads. */
-static int plan(struct session *s, const mvm_space_desc *desc, const uint8_t **held)
+/* The distributed mode's first placement (every rank), once every rank has opened the
+ * model (st: this one's outcome): *held, the experts this one loads. */
+static int place(struct session *s, mvm_status st, const uint8_t **held)
 {
     const struct run_args *a = &s->a;
-    mvm_model *probe = NULL;
-    mvm_status st = desc->backend == MVM_BACKEND_CUDA
-        ? mvm_fail(MVM_ERR_UNSUPPORTED, "its ranks compute on the CPU: MOEVM_BACKEND=cuda "
-                   "is not supported (use host)")
-        : mvm_model_probe(a->model, &probe);
     if ((st = mvm_dist_agree(s->dist, st)) != MVM_OK)
         return s->server ? 1 : mvm_cli_error("distributed mode");
+    const mvm_model *m = s->model;
     uint32_t n = mvm_dist_size(s->dist);
-    const mvm_hparams *hp = &probe->hp;
+    const mvm_hparams *hp = &m->hp;
     int rc = !(s->capacity = calloc(n, sizeof *s->capacity)) ? mvm_cli_error("run")
         : mvm_cli_capacities("run", a->server_mem, n,
-                             probe->expert_bytes * hp->n_layer * hp->n_expert, s->capacity);
+                             m->expert_bytes * hp->n_layer * hp->n_expert, s->capacity);
     if (!rc) {
         mvm_dist_params p = {.place = a->place, .place_args = a->place_args,
                              .capacity_bytes = s->capacity, .period = a->period,
                              .machine = &s->machine};
-        if (mvm_dist_plan(s->dist, probe, &p, held) != MVM_OK)
+        if (mvm_dist_plan(s->dist, m, &p, held) != MVM_OK)
             rc = s->server ? 1 : mvm_cli_error("distributed mode");
     }
-    mvm_model_free(probe);
     return rc;
 }
 
@@ -345,17 +338,30 @@ static int load(struct session *s)
     const struct run_args *a = &s->a;
     mvm_space_desc desc;
     int rc = prepare(s, &desc);
-    const uint8_t *held = NULL;
-    if (s->dist && !(rc = mvm_dist_agree_rc(s->dist, rc)))
-        rc = plan(s, &desc, &held);
+    if (s->dist)
+        rc = mvm_dist_agree_rc(s->dist, rc);
     if (rc)
         return rc;
+    double t0 = mvm_now_s();
+    mvm_status st = s->dist && desc.backend == MVM_BACKEND_CUDA
+        ? mvm_fail(MVM_ERR_UNSUPPORTED, "its ranks compute on the CPU: MOEVM_BACKEND=cuda "
+                   "is not supported (use host)")
+        : mvm_model_open(a->model, &s->model);
+    const uint8_t *held = NULL;
+    if (s->dist && (rc = place(s, st, &held)))
+        return rc;
+    if (!s->dist && st != MVM_OK)
+        return mvm_cli_error("loading the model");
     int threads = mvm_pool_size(s->pool);
     char label[600];
     snprintf(label, sizeof label, "loading %s", a->model);
-    double t0 = mvm_now_s();
-    mvm_status st = mvm_model_load_held(a->model, &desc, s->pool, held,
-                                        s->server ? NULL : mvm_cli_progress, label, &s->model);
+    /* on a GPU with an automatic budget, room for this run's context beside the experts */
+    const mvm_ctx_shape ctx = {ctx_bound(a), a->batch, a->kv_type};
+    mvm_space *space;
+    st = mvm_plan_space(s->model, &ctx, &desc, &space);
+    if (st == MVM_OK)
+        st = mvm_model_load_experts(s->model, space, s->pool, held,
+                                    s->server ? NULL : mvm_cli_progress, label);
     if (s->dist)
         st = mvm_dist_agree(s->dist, st);
     if (st != MVM_OK)

@@ -75,9 +75,10 @@ int mvm_dist_agree_rc(mvm_dist *d, int rc);
  * leader's as it is). */
 mvm_status mvm_dist_agree(mvm_dist *d, mvm_status mine);
 
-/* Collective, with the probed model (mvm_model_probe) on every rank: measures the links,
- * checks the capacities, makes the first placement on the leader and shares it. *held:
- * [L*E] the experts this rank loads (mvm_model_load_held), valid until mvm_dist_finish.
+/* Collective, with the opened model (mvm_model_open or mvm_model_probe) on every rank:
+ * measures the links, checks the capacities, makes the first placement on the leader and
+ * shares it. *held: [L*E] the experts this rank loads (mvm_model_load_experts), valid until
+ * mvm_dist_finish.
  * Agreed (mvm_dist_agree) before it returns. */
 mvm_status mvm_dist_plan(mvm_dist *d, const mvm_model *probe, const mvm_dist_params *p,
                          const uint8_t **held);

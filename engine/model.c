@@ -11,8 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/forward.h"
-#include "engine/gpu.h"
 #include "engine/model_load.h"
 #include "engine/pool.h"
 #include "vmm/error.h"
@@ -209,84 +207,13 @@ static void pack_experts(void *ctx, int t, int nth)
     }
 }
 
-/* The context an automatic GPU budget leaves room for when the caller sizes none. */
-#define MVM_RESERVE_CTX 4096
-
-/* The expert space on desc->backend (host or cuda), its automatic budget sized for it. */
-static mvm_status create_space(struct loader *ld, mvm_model *m, mvm_space_desc *desc)
+mvm_status mvm_model_load_experts(mvm_model *m, mvm_space *space, mvm_pool *pool,
+                                  const uint8_t *held, mvm_progress_fn progress, void *pctx)
 {
-    /* On the host backend a device page is a second copy of an expert in the same memory,
-     * which the CPU reads no faster than the home (docs/perf/cpu.md, "Experts at home"):
-     * unless a budget is asked for, to emulate a device, the CPU reads the homes. The
-     * space keeps its default pool, never written, so it takes no memory. */
-    m->experts_at_home = desc->backend == MVM_BACKEND_HOST &&
-                         desc->device_budget == MVM_BUDGET_AUTO;
-    if (desc->backend == MVM_BACKEND_CUDA && !mvm_ctx_device_available())
-        return mvm_ld_fail(ld, MVM_ERR_UNSUPPORTED, "expert space: MOEVM_BACKEND=cuda, but this "
-                           "moevm was built without nvcc, so it has no device kernels to compute "
-                           "the experts (rebuild with nvcc on PATH, or use MOEVM_BACKEND=host)");
-    /* An automatic budget on the GPU leaves room for the context beside the experts, or the
-     * context could not be had once the experts took 90% of the device: the weights besides
-     * the experts, and the caller's KV cache and scratch (desc->device_reserve), else those
-     * of a context of up to MVM_RESERVE_CTX positions in batches of 32, `moevm run`'s. */
-    if (desc->backend == MVM_BACKEND_CUDA && desc->device_budget == MVM_BUDGET_AUTO) {
-        uint32_t n_ctx = m->hp.n_ctx_train && m->hp.n_ctx_train < MVM_RESERVE_CTX
-                             ? m->hp.n_ctx_train : MVM_RESERVE_CTX;
-        uint64_t weights, rest;
-        mvm_status st = mvm_ctx_device_bytes(m, n_ctx, 32, NULL, &weights, &rest);
-        if (st != MVM_OK) {
-            char why[256];
-            snprintf(why, sizeof why, "%s", mvm_last_error());
-            return mvm_ld_fail(ld, st, "sizing the device context: %s", why);
-        }
-        desc->device_reserve = weights + (desc->device_reserve ? desc->device_reserve : rest);
-    }
-    m->device = desc->device;
-    mvm_status st = mvm_space_create(desc, &m->space);
-    if (st != MVM_OK) {
-        char why[256];
-        snprintf(why, sizeof why, "%s", mvm_last_error());
-        return mvm_ld_fail(ld, st, "expert space: %s", why);
-    }
-    return MVM_OK;
-}
-
-static mvm_status load_experts(struct loader *ld, mvm_model *m, mvm_space_desc *desc,
-                               mvm_pool *pool, const uint8_t *held, mvm_progress_fn progress,
-                               void *pctx)
-{
+    m->space = space;
     const mvm_hparams *hp = &m->hp;
-    desc->n_layers = hp->n_layer;
-    desc->n_experts = hp->n_expert;
-    desc->expert_bytes = m->expert_bytes;
-    /* auto: the GPU where this build has device kernels that load on a usable CUDA device,
-     * else the CPU. Decided here, not by the space: an automatic budget means different
-     * things on each (room left for the context, or experts read at their homes). */
-    const bool auto_gpu = desc->backend == MVM_BACKEND_AUTO;
-    if (auto_gpu) {
-        mvm_status gpu = mvm_ctx_device_usable(desc->device, &m->gpu_probe);
-        if (gpu != MVM_OK)
-            mvm_log(MVM_LOG_INFO, "computing on the CPU: %s", mvm_last_error());
-        desc->backend = gpu == MVM_OK ? MVM_BACKEND_CUDA : MVM_BACKEND_HOST;
-    }
-    const uint64_t caller_reserve = desc->device_reserve;
-    mvm_status st = create_space(ld, m, desc);
-    /* A GPU that auto chose but that cannot hold the model beside the engine's context (or
-     * whose pinned homes the host cannot give) leaves the model to the CPU, as before there
-     * was a GPU pass; a budget or backend the user gave is theirs, and its failure an error. */
-    if (st != MVM_OK && auto_gpu && desc->backend == MVM_BACKEND_CUDA &&
-        desc->device_budget == MVM_BUDGET_AUTO) {
-        mvm_log(MVM_LOG_WARN, "computing on the CPU: the GPU cannot take this model: %s",
-                mvm_last_error());
-        desc->backend = MVM_BACKEND_HOST;
-        desc->device_reserve = caller_reserve;
-        mvm_gpu_close(m->gpu_probe);
-        m->gpu_probe = NULL;
-        ld->st = MVM_OK;
-        st = create_space(ld, m, desc);
-    }
-    if (st != MVM_OK)
-        return st;
+    /* every tensor was found and checked by open_model: nothing below fails */
+    struct loader ld_ = {.path = m->path, .g = m->gguf, .arch = m->arch}, *ld = &ld_;
     uint64_t total = m->expert_bytes * hp->n_expert * hp->n_layer;
     for (uint32_t il = 0; il < hp->n_layer; il++) {
         char n[96];
@@ -335,6 +262,10 @@ static mvm_status open_model(const char *path, struct loader *ld, mvm_model **ou
         return st;
     }
     ld->g = m->gguf;
+    if (!(m->path = strdup(path))) {
+        mvm_model_free(m);
+        return mvm_fail(MVM_ERR_NOMEM, "%s: out of memory", path);
+    }
     mvm_gguf_str s;
     char arch[64];
     if (mvm_gguf_get_str(ld->g, "general.architecture", &s) != MVM_OK) {
@@ -370,24 +301,10 @@ mvm_status mvm_model_probe(const char *path, mvm_model **out)
     return open_model(path, &ld, out);
 }
 
-mvm_status mvm_model_load(const char *path, mvm_space_desc *desc, mvm_pool *pool,
-                          mvm_progress_fn progress, void *progress_ctx, mvm_model **out)
-{
-    return mvm_model_load_held(path, desc, pool, NULL, progress, progress_ctx, out);
-}
-
-mvm_status mvm_model_load_held(const char *path, mvm_space_desc *desc, mvm_pool *pool,
-                               const uint8_t *held, mvm_progress_fn progress,
-                               void *progress_ctx, mvm_model **out)
+mvm_status mvm_model_open(const char *path, mvm_model **out)
 {
     struct loader ld = {0};
-    mvm_model *m;
-    mvm_status st = open_model(path, &ld, &m);
-    if (st == MVM_OK &&
-        (st = load_experts(&ld, m, desc, pool, held, progress, progress_ctx)) != MVM_OK)
-        mvm_model_free(m);
-    *out = st == MVM_OK ? m : NULL;
-    return st;
+    return open_model(path, &ld, out);
 }
 
 void mvm_model_free(mvm_model *m)
@@ -396,7 +313,6 @@ void mvm_model_free(mvm_model *m)
         return;
     if (m->space)
         mvm_space_destroy(m->space);
-    mvm_gpu_close(m->gpu_probe);
     for (uint32_t il = 0; m->layers && il < m->hp.n_layer; il++)
         free(m->layers[il].owned);
     for (uint32_t b = 0; m->dense && b < m->hp.n_dense; b++)
@@ -404,6 +320,7 @@ void mvm_model_free(mvm_model *m)
     free(m->layers);
     free(m->dense);
     mvm_gguf_close(m->gguf);
+    free(m->path);
     free(m);
 }
 

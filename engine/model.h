@@ -131,36 +131,30 @@ typedef struct mvm_model {
     mvm_space *space;
     uint64_t expert_bytes;
     int experts_at_home;        /* the CPU reads every expert at its home and nothing moves:
-                                   the host backend with no budget asked for (load_experts) */
+                                   the host backend with no budget asked for (plan.c) */
     int device;                 /* the CUDA device of a cuda space (its desc's) */
-    struct mvm_gpu *gpu_probe;  /* what auto opened to choose the GPU, kept so that the device
-                                   context it made is not torn down and made again */
     char name[128];             /* general.name, or the file name */
+    char *path;                 /* the file, as opened: messages name it */
 } mvm_model;
 
 /* Progress of a long load: called with bytes done and total, at most a few times a second. */
 typedef void (*mvm_progress_fn)(void *ctx, uint64_t done, uint64_t total);
 
 /*
- * Opens `path`, checks the architecture, every required key and every tensor's shape and
- * type, creates the expert space from `desc` (n_layers/n_experts/expert_bytes are filled
- * in here) and converts the experts into their homes on the pool's threads. Errors name
- * the file and the key or tensor at fault. The forward pass computes where the space is
- * (forward.h): MOEVM_BACKEND=auto means host here, so the CPU computes unless cuda is asked
- * for; cuda is refused (MVM_ERR_UNSUPPORTED) by a build without the device kernels.
+ * Opens `path` and checks the architecture, every required key and every tensor's shape and
+ * type; errors name the file and the key or tensor at fault. Every field is set but `space`
+ * (the experts are not read yet): plan.h decides the space from the model's shape and
+ * mvm_model_load_experts fills it. Non-expert weights stay in the read-only file mapping.
  */
-mvm_status mvm_model_load(const char *path, mvm_space_desc *desc, mvm_pool *pool,
-                          mvm_progress_fn progress, void *progress_ctx, mvm_model **out);
-/* (A cuda space with an automatic budget leaves room for the context: the load sets
- * desc->device_reserve to the device weights besides the experts plus the caller's
- * desc->device_reserve, the KV cache and scratch it will ask for, or when that is 0 those
- * of a context of up to 4096 positions in batches of 32: forward.h's mvm_ctx_device_bytes.) */
-/* The same, converting only the experts with held[layer * n_expert + e] set (the
- * distributed mode's share, dist.h): the others' homes are never written, so they take no
- * memory, and must not be computed. held NULL: all of them. */
-mvm_status mvm_model_load_held(const char *path, mvm_space_desc *desc, mvm_pool *pool,
-                               const uint8_t *held, mvm_progress_fn progress,
-                               void *progress_ctx, mvm_model **out);
+mvm_status mvm_model_open(const char *path, mvm_model **out);
+/* Converts m's experts into the homes of `space` (made for m: n_layers, n_experts and
+ * expert_bytes are m's) on the pool's threads; only those with held[layer * n_expert + e]
+ * set when held is not NULL (the distributed mode's share, dist.h): the others' homes are
+ * never written, so they take no memory, and must not be computed. m owns the space from
+ * this call on. The file's copy of each layer's experts is released once converted. */
+mvm_status mvm_model_load_experts(mvm_model *m, mvm_space *space, mvm_pool *pool,
+                                  const uint8_t *held, mvm_progress_fn progress,
+                                  void *progress_ctx);
 /* The same checks without the expert space: every field but `space` is set (expert_bytes
  * included), for tools that need a model's shape (`moevm sim --model`). Cheap: the file
  * is mapped, nothing is converted (so an older deepseek2 file's layers have no wk_b and

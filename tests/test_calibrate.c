@@ -13,6 +13,7 @@
 
 #include "check.h"
 #include "engine/calibrate.h"
+#include "engine/plan.h"
 #include "engine/cost_load.h"
 #include "engine/mkmodel.h"
 
@@ -177,7 +178,7 @@ static mvm_model *load(const char *path, mvm_pool *pool, uint64_t budget)
     d.device_budget = budget;
     d.device_budget_frac = budget ? 0 : 1;
     mvm_model *m = NULL;
-    CHECK_ST(mvm_model_load(path, &d, pool, NULL, NULL, &m), MVM_OK);
+    CHECK_ST(mvm_model_load(path, &(mvm_load_args){.desc = &d, .pool = pool}, &m), MVM_OK);
     return m;
 }
 

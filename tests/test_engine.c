@@ -18,6 +18,7 @@
 #include "engine/kv_cache.h"
 #include "engine/mkmodel.h"
 #include "engine/model.h"
+#include "engine/plan.h"
 #include "engine/pool.h"
 #include "engine/residency.h"
 #include "engine/trace_out.h"
@@ -62,7 +63,7 @@ static mvm_status load(const char *path, const char *budget, mvm_pool *p, mvm_mo
         d.device_budget = 0;
         d.device_budget_frac = atof(budget);
     }
-    return mvm_model_load(path, &d, p, NULL, NULL, m);
+    return mvm_model_load(path, &(mvm_load_args){.desc = &d, .pool = p}, m);
 }
 
 /* ---- the pool ------------------------------------------------------------------------- */

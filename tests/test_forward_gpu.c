@@ -22,6 +22,7 @@
 #include "engine/forward.h"
 #include "engine/mkmodel.h"
 #include "engine/model.h"
+#include "engine/plan.h"
 #include "engine/pool.h"
 #include "fakecuda.h"
 #include "tests/check.h"
@@ -78,7 +79,7 @@ static mvm_status load(const char *path, mvm_backend_kind backend, double budget
     d.page_size = 4096;
     d.device_budget = 0;
     d.device_budget_frac = budget;
-    return mvm_model_load(path, &d, pool, NULL, NULL, m);
+    return mvm_model_load(path, &(mvm_load_args){.desc = &d, .pool = pool}, m);
 }
 
 struct run {

@@ -17,6 +17,7 @@
 #include "engine/forward.h"
 #include "engine/mkmodel.h"
 #include "engine/model.h"
+#include "engine/plan.h"
 #include "engine/residency.h"
 #include "engine/trace_out.h"
 #include "policy/cost.h"
@@ -534,7 +535,7 @@ static void open_ctx(const char *model, mvm_pool *pool, double frac, const mvm_c
     d.device_budget_frac = frac;
     *m = NULL;
     *c = NULL;
-    CHECK_ST(mvm_model_load(model, &d, pool, NULL, NULL, m), MVM_OK);
+    CHECK_ST(mvm_model_load(model, &(mvm_load_args){.desc = &d, .pool = pool}, m), MVM_OK);
     if (*m)
         CHECK_ST(mvm_ctx_create(*m, pool, 64, 1, p, c), MVM_OK);
 }

@@ -13,6 +13,7 @@
 #include "engine/forward.h"
 #include "engine/mkmodel.h"
 #include "engine/model.h"
+#include "engine/plan.h"
 #include "policy/modules.h"
 #include "policy/predict_common.h"
 #include "policy/router.h"
@@ -180,7 +181,7 @@ static void check_agrees(mvm_pool *pool, const char *preset, const char *arch, i
     mvm_model *m = NULL;
     mvm_ctx *c = NULL;
     mvm_model_router mr = {0};
-    CHECK_ST(mvm_model_load(path, &d, pool, NULL, NULL, &m), MVM_OK);
+    CHECK_ST(mvm_model_load(path, &(mvm_load_args){.desc = &d, .pool = pool}, &m), MVM_OK);
     if (m)
         CHECK_ST(mvm_model_router_init(m, 1, &mr), MVM_OK);
     if (m && mr.r.weights)

@@ -22,6 +22,7 @@
 #include "bench/cpu/membw.h"
 #include "engine/forward.h"
 #include "engine/model.h"
+#include "engine/plan.h"
 #include "engine/pool.h"
 #include "vmm/topo.h"
 
@@ -149,7 +150,7 @@ int main(int argc, char **argv)
     mvm_ctx *c;
     mvm_space_desc d;
     if (mvm_pool_create(threads, &topo, &pool) != MVM_OK || mvm_space_desc_init(&d) != MVM_OK ||
-        mvm_model_load(argv[1], &d, pool, NULL, NULL, &m) != MVM_OK ||
+        mvm_model_load(argv[1], &(mvm_load_args){.desc = &d, .pool = pool}, &m) != MVM_OK ||
         mvm_ctx_create(m, pool, n_prompt + n_decode + 1, 32, NULL, &c) != MVM_OK) {
         fprintf(stderr, "bench_cpu_engine: %s\n", mvm_last_error());
         return 1;
