@@ -488,7 +488,7 @@ static int generate(struct session *s)
         return mvm_cli_error("the inference context");
     fprintf(stderr, "context: %u positions, batches of %u, KV cache %.1f MiB (%s)\n", n_ctx,
             a->batch, (double)mvm_ctx_kv_bytes(s->ctx) / 1048576.0, mvm_ctx_kv_type(s->ctx));
-    if (s->dist && mvm_ctx_set_dist(s->ctx, s->dist) != MVM_OK)
+    if (s->dist && mvm_dist_attach(s->dist, s->ctx) != MVM_OK)
         return mvm_cli_error("distributed mode");
     if (a->trace_out) {
         if (mvm_trace_open(a->trace_out, s->model, a->trace_hidden, &s->trace) != MVM_OK)

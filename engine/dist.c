@@ -37,7 +37,6 @@ int mvm_dist_agree_rc(mvm_dist *d, int rc) { (void)d; return rc; }
 uint32_t mvm_dist_rank(const mvm_dist *d) { (void)d; return 0; }
 uint32_t mvm_dist_size(const mvm_dist *d) { (void)d; return 1; }
 mvm_status mvm_dist_agree(mvm_dist *d, mvm_status mine) { (void)d; return mine; }
-const uint8_t *mvm_dist_remote(const mvm_dist *d) { (void)d; return NULL; }
 void mvm_dist_stop(mvm_dist *d) { (void)d; }
 
 static mvm_status no_mpi(void)
@@ -58,21 +57,9 @@ mvm_status mvm_dist_serve(mvm_dist *d, mvm_model *m, mvm_pool *pool, uint32_t n_
     return no_mpi();
 }
 
-mvm_status mvm_dist_send(mvm_dist *d, struct mvm_moe *s, const float *xn, uint32_t n)
+mvm_status mvm_dist_attach(mvm_dist *d, mvm_ctx *c)
 {
-    (void)d, (void)s, (void)xn, (void)n;
-    return no_mpi();
-}
-
-mvm_status mvm_dist_gather(mvm_dist *d, struct mvm_moe *s, float *x, uint32_t n)
-{
-    (void)d, (void)s, (void)x, (void)n;
-    return no_mpi();
-}
-
-mvm_status mvm_dist_tokens(mvm_dist *d, const mvm_model *m, uint32_t n)
-{
-    (void)d, (void)m, (void)n;
+    (void)d, (void)c;
     return no_mpi();
 }
 

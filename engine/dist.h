@@ -31,6 +31,7 @@
 
 #include <stdint.h>
 
+#include "engine/forward.h"
 #include "engine/model.h"
 #include "engine/pool.h"
 #include "policy/cost.h"
@@ -87,16 +88,11 @@ mvm_status mvm_dist_plan(mvm_dist *d, const mvm_model *probe, const mvm_dist_par
  * (n_batch: the leader's batch). */
 mvm_status mvm_dist_serve(mvm_dist *d, mvm_model *m, mvm_pool *pool, uint32_t n_batch);
 
-/* The leader's side of a step (forward_cpu.c), after mvm_moe_route: the rows of experts
- * held elsewhere (s->active[n_active .. n_active + n_remote)) are sent; xn: the tokens'
- * expert input. gather waits for the replies and adds them into x ([n][n_embd]). */
-mvm_status mvm_dist_send(mvm_dist *d, struct mvm_moe *s, const float *xn, uint32_t n);
-mvm_status mvm_dist_gather(mvm_dist *d, struct mvm_moe *s, float *x, uint32_t n);
-/* The leader, after each batch of n tokens: a placement when `period` tokens have passed,
- * and the migration it asks for. */
-mvm_status mvm_dist_tokens(mvm_dist *d, const mvm_model *m, uint32_t n);
-/* [L*E] 1 for the experts the leader does not hold (updated by migrations). */
-const uint8_t *mvm_dist_remote(const mvm_dist *d);
+/* The leader: context c computes the experts other ranks hold there (forward.h's
+ * mvm_ctx_set_elsewhere): each step sends their rows and gathers the replies, and after
+ * each batch of tokens a placement is made when `period` tokens have passed, with the
+ * migration it asks for. */
+mvm_status mvm_dist_attach(mvm_dist *d, mvm_ctx *c);
 /* The leader: tells every server to stop (idempotent). */
 void mvm_dist_stop(mvm_dist *d);
 void mvm_dist_get_stats(const mvm_dist *d, mvm_dist_stats *out);

@@ -63,6 +63,7 @@ struct mvm_dist {
     uint32_t *held_count;       /* [S] */
     int stopped;
     mvm_dist_stats stats;
+    mvm_elsewhere elsewhere;    /* the leader's context computes remote experts through it */
 };
 
 /* The buffer *p of *cap bytes grown to hold n. */
@@ -125,7 +126,6 @@ void mvm_dist_finish(mvm_dist *d, int abort_job)
 
 uint32_t mvm_dist_rank(const mvm_dist *d) { return (uint32_t)d->rank; }
 uint32_t mvm_dist_size(const mvm_dist *d) { return (uint32_t)d->size; }
-const uint8_t *mvm_dist_remote(const mvm_dist *d) { return d->remote; }
 
 int mvm_dist_agree_rc(mvm_dist *d, int rc)
 {
@@ -415,8 +415,9 @@ static mvm_status start_migration(mvm_dist *d, const mvm_model *m)
     return st;
 }
 
-mvm_status mvm_dist_tokens(mvm_dist *d, const mvm_model *m, uint32_t n)
+static mvm_status on_tokens(void *self, const mvm_model *m, uint32_t n)
 {
+    mvm_dist *d = self;
     if (d->rank != 0 || !d->period || d->stopped)
         return MVM_OK;
     d->since += n;
@@ -512,8 +513,9 @@ static mvm_status alloc_peers(mvm_dist *d, uint32_t n_batch)
     return MVM_OK;
 }
 
-mvm_status mvm_dist_send(mvm_dist *d, mvm_moe *s, const float *xn, uint32_t n)
+static mvm_status send_rows(void *self, mvm_moe *s, const float *xn, uint32_t n)
 {
+    mvm_dist *d = self;
     const uint32_t layer = s->step.layer;
     for (uint32_t i = 0; i < s->n_active + s->n_remote; i++) {
         uint32_t e = (uint32_t)s->active[i];
@@ -542,8 +544,9 @@ mvm_status mvm_dist_send(mvm_dist *d, mvm_moe *s, const float *xn, uint32_t n)
     return MVM_OK;
 }
 
-mvm_status mvm_dist_gather(mvm_dist *d, mvm_moe *s, float *x, uint32_t n)
+static mvm_status gather_rows(void *self, mvm_moe *s, float *x, uint32_t n)
 {
+    mvm_dist *d = self;
     (void)n;
     if (!s->n_remote)
         return MVM_OK;
@@ -572,6 +575,13 @@ mvm_status mvm_dist_gather(mvm_dist *d, mvm_moe *s, float *x, uint32_t n)
     }
     d->stats.waited_s += mvm_now_s() - t0;
     return st;
+}
+
+mvm_status mvm_dist_attach(mvm_dist *d, mvm_ctx *c)
+{
+    d->elsewhere = (mvm_elsewhere){.self = d, .remote = d->remote, .send = send_rows,
+                                   .gather = gather_rows, .tokens = on_tokens};
+    return mvm_ctx_set_elsewhere(c, &d->elsewhere);
 }
 
 void mvm_dist_stop(mvm_dist *d)

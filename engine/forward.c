@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/dist.h"
 #include "engine/gpu.h"
 #include "kernels/cpu/kernels.h"
 #include "vmm/error.h"
@@ -165,13 +164,13 @@ mvm_status mvm_ctx_time_expert(mvm_ctx *c, uint32_t layer, int32_t expert, const
     return c->be->time_expert(c, layer, expert, x, n, seconds);
 }
 
-mvm_status mvm_ctx_set_dist(mvm_ctx *c, struct mvm_dist *d)
+mvm_status mvm_ctx_set_elsewhere(mvm_ctx *c, const mvm_elsewhere *e)
 {
     if (c->be != &mvm_fwd_cpu)
         return mvm_fail(MVM_ERR_UNSUPPORTED, "the distributed mode computes on the CPU; this "
                         "context computes on the %s (use MOEVM_BACKEND=host)", c->be->name);
-    c->moe->dist = d;
-    c->moe->remote = d ? mvm_dist_remote(d) : NULL;
+    c->moe->elsewhere = e;
+    c->moe->remote = e ? e->remote : NULL;
     mvm_resid_set_remote(c->moe->resid, c->moe->remote);
     return MVM_OK;
 }
@@ -204,8 +203,9 @@ mvm_status mvm_ctx_eval(mvm_ctx *c, const int32_t *tokens, uint32_t n, float *lo
         else if (logits && last)
             lg = logits;
         mvm_status st = c->be->eval(c, tokens + done, nb, lg, all_logits);
-        if (st == MVM_OK && c->moe->dist)
-            st = mvm_dist_tokens(c->moe->dist, c->m, nb);
+        const mvm_elsewhere *e = c->moe->elsewhere;
+        if (st == MVM_OK && e)
+            st = e->tokens(e->self, c->m, nb);
         if (st != MVM_OK)
             return st;
         c->n_past += nb;

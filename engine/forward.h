@@ -106,10 +106,24 @@ mvm_status mvm_ctx_eval(mvm_ctx *c, const int32_t *tokens, uint32_t n, float *lo
  * the CPU; MVM_ERR_INVALID for n or an expert out of range. */
 mvm_status mvm_ctx_time_expert(mvm_ctx *c, uint32_t layer, int32_t expert, const float *x,
                                uint32_t n, double *seconds);
-/* The distributed mode's leader (dist.h): the experts other ranks hold are computed there.
- * MVM_ERR_UNSUPPORTED on a context computing on a GPU. */
-struct mvm_dist;
-mvm_status mvm_ctx_set_dist(mvm_ctx *c, struct mvm_dist *d);
+/* Experts computed elsewhere: the distributed mode's leader (dist.h) computes the experts
+ * that other ranks hold there. The CPU pass sends a layer's rows of those experts before it
+ * computes its own and gathers their results after; the context calls `tokens` after each
+ * batch. */
+struct mvm_moe;
+typedef struct mvm_elsewhere {
+    void *self;
+    const uint8_t *remote; /* [L*E] 1 for the experts computed elsewhere (may change after
+                              `tokens`: the array is read at each step) */
+    /* the rows of s->active[n_active .. n_active + n_remote); xn: the tokens' expert input */
+    mvm_status (*send)(void *self, struct mvm_moe *s, const float *xn, uint32_t n);
+    /* waits for those rows' results and adds them into x ([n][n_embd]) */
+    mvm_status (*gather)(void *self, struct mvm_moe *s, float *x, uint32_t n);
+    mvm_status (*tokens)(void *self, const mvm_model *m, uint32_t n);
+} mvm_elsewhere;
+/* e NULL: every expert is computed here. MVM_ERR_UNSUPPORTED on a context computing on a
+ * GPU. */
+mvm_status mvm_ctx_set_elsewhere(mvm_ctx *c, const mvm_elsewhere *e);
 uint32_t mvm_ctx_n_past(const mvm_ctx *c);
 /* Forgets the cached positions (a new request). */
 void mvm_ctx_reset(mvm_ctx *c);

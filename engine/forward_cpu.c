@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/dist.h"
 #include "engine/experts_cpu.h"
 #include "engine/forward_impl.h"
 #include "vmm/error.h"
@@ -404,15 +403,16 @@ static mvm_status moe(struct cpu_fwd *c, uint32_t il, uint32_t n, uint32_t pos0)
     mvm_status st = mvm_moe_begin(c->moe);
     if (st != MVM_OK)
         return st;
-    if (c->moe->dist) /* the other ranks' experts run there meanwhile */
-        st = mvm_dist_send(c->moe->dist, c->moe, c->xn, n);
+    const mvm_elsewhere *e = c->moe->elsewhere;
+    if (e) /* the other ranks' experts run there meanwhile */
+        st = e->send(e->self, c->moe, c->xn, n);
     /* At home, the home's own view: the expert address maps the same pages a second time,
      * whose first reads would fault them in again (and count them twice in the RSS). */
     mvm_xcpu_run(c->experts, c->moe, c->xn, n, c->moe->active, c->moe->n_active,
                  c->m->experts_at_home);
     mvm_xcpu_add(c->experts, c->moe, c->x, n);
-    if (c->moe->dist && st == MVM_OK)
-        st = mvm_dist_gather(c->moe->dist, c->moe, c->x, n);
+    if (e && st == MVM_OK)
+        st = e->gather(e->self, c->moe, c->x, n);
     mvm_status end = mvm_moe_end(c->moe);
     st = st != MVM_OK ? st : end;
     if (st == MVM_OK && hp->n_ff_shexp)

@@ -56,12 +56,13 @@ typedef struct mvm_moe {
     float *row_w;                             /* [n_batch * K] */
     int32_t *active;            /* the distinct experts of the step, ascending */
     uint32_t n_active;
-    /* The distributed mode (dist.h): remote ([L*E], NULL when none) marks the experts other
-     * ranks hold; the step's are left out of active and its count and follow them, in
-     * active[n_active .. n_active + n_remote): only the rest is placed, pinned and run here. */
+    /* Experts computed elsewhere (forward.h's mvm_ctx_set_elsewhere): remote ([L*E], NULL
+     * when none) marks them; the step's are left out of active and its count and follow
+     * them, in active[n_active .. n_active + n_remote): only the rest is placed, pinned and
+     * run here. */
     const uint8_t *remote;
     uint32_t n_remote;
-    struct mvm_dist *dist;
+    const struct mvm_elsewhere *elsewhere;
     uint8_t *where;             /* [n_expert] enum mvm_where: the assign module's places */
     int32_t *todo;              /* [n_expert] the experts the GPU computes (all of them on
                                    the CPU backend), in the order rounds take them */
