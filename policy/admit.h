@@ -13,7 +13,7 @@
  * offer the module its usual candidates plus the expert, and admit unless the expert itself
  * is what it would evict first (an LRU admits every miss, an LFU only one used more often
  * than its least used resident, a score module one that scores higher). The engine
- * (engine/residency.c) and the simulator (tools/sim.c) call the same function.
+ * (engine/forward/residency.c) and the simulator (tools/sim.c) call the same function.
  */
 #ifndef MVM_POLICY_ADMIT_H
 #define MVM_POLICY_ADMIT_H

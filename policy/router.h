@@ -1,7 +1,7 @@
 /*
  * A model's routing rule (mvm_router, policy.h) as code: one token's choosing key from its
  * probabilities, and its top_k from its logits. The engine routes with it
- * (engine/moe_step.c) and the gate-based predictors recompute routings with it, so that a
+ * (engine/forward/moe_step.c) and the gate-based predictors recompute routings with it, so that a
  * prediction chooses as the model will. That matters for the routers that do not choose by
  * their logits' order: DeepSeek-V3's, Kimi K2's, GLM-4.5's and MiniMax-M2's add a bias to
  * their sigmoid scores to choose, and DeepSeek's choose within groups.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes engine/tok_unicode_tables.inc: the code points from U+0080 up of each class the
+"""Writes engine/tokenizer/tok_unicode_tables.inc: the code points from U+0080 up of each class the
 pre-tokenizer regexes name, merged into ranges: the general category classes \\p{L}, \\p{N},
 \\p{M}, \\p{P}, \\p{S} and the letter cases Kimi K2's regex tells apart (\\p{Lu} with \\p{Lt},
 and \\p{Ll}), from this Python's unicodedata; and the Han script (\\p{Han}, Script=Han, as
@@ -7,7 +7,7 @@ the regex crate under tiktoken reads it), from Perl's Unicode::UCD, since unicod
 scripts. The committed file was made with Python 3.11 and Perl 5.36, both Unicode 14.0;
 tests/ref/check_pretok.py compares the tables with both when the versions agree.
 
-    python3 scripts/gen_unicode_tables.py > engine/tok_unicode_tables.inc
+    python3 scripts/gen_unicode_tables.py > engine/tokenizer/tok_unicode_tables.inc
 """
 import subprocess
 import sys

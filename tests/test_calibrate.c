@@ -1,9 +1,9 @@
 /*
- * `moevm calibrate`'s measurements (engine/calibrate.h): the line fit and median against
+ * `moevm calibrate`'s measurements (tools/calibrate.h): the line fit and median against
  * values worked out by hand; the rates written from a measurement give back, through the
  * cost model (policy/cost.h), the times measured; the CPU and copy measurements on a model
  * on the host backend (their structure, never their speed); the loader of MOEVM_COST
- * (engine/cost_load.h).
+ * (policy/cost_load.h).
  */
 #include <math.h>
 #include <stdio.h>
@@ -12,10 +12,10 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "engine/calibrate.h"
-#include "engine/plan.h"
-#include "engine/cost_load.h"
-#include "engine/mkmodel.h"
+#include "tools/calibrate.h"
+#include "engine/plan/plan.h"
+#include "policy/cost_load.h"
+#include "engine/synth/mkmodel.h"
 
 static char dir[64];
 

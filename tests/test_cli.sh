@@ -278,7 +278,7 @@ expect 0 'tiny llama, 2 layers .*q8_0' -- "$moevm" mkmodel --arch llama --type q
 expect 0 'mixtral-8x7b +llama' -- "$moevm" mkmodel --list
 expect 2 '-m MODEL.gguf is required' -- "$moevm" run -p hi
 expect 2 'unknown option --tempo' -- "$moevm" run -m "$m" --tempo 1
-# Every command walks its options alike (engine/cli.c's mvm_cli_next): a missing value, an
+# Every command walks its options alike (tools/cli.c's mvm_cli_next): a missing value, an
 # unknown flag, --help after a value, a switch among valued options.
 expect 2 'run: -m needs a value \(see --help\)' -- "$moevm" run --trace-hidden -m
 expect 2 'demo: unknown option --foo \(see --help\)' -- "$moevm" demo --foo 3

@@ -377,7 +377,7 @@ struct attn_heads {
 
 /* Against mvm_k_attn_heads per (query, head), over the window's positions of a full cache;
  * with sinks (gpt-oss), head h's logit sinks[h], large enough to take a good part of the
- * mass. With a ring (engine/kv_cache.h: window + n_tok rows, each position written to two,
+ * mass. With a ring (engine/forward/kv_cache.h: window + n_tok rows, each position written to two,
  * in order, so that later positions overwrite earlier ones) the kernel reads that instead.
  * The cache's elements are F32 or F16. The split parts are poisoned and sized by
  * mvm_g_attention_part_bytes for this batch; the combine runs where there are several

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The distributed mode (engine/dist.h) under mpirun on this machine: experts spread over the
+# The distributed mode (engine/dist/dist.h) under mpirun on this machine: experts spread over the
 # ranks, placements changed and carried out while a request runs, and bad input stopping
 # every rank with one message instead of a hang. Its numbers are checked against the NumPy
 # reference by ref_forward_dist (tests/ref/check_forward.py --launcher).

@@ -13,15 +13,15 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "engine/forward.h"
-#include "engine/gguf_write.h"
-#include "engine/kv_cache.h"
-#include "engine/mkmodel.h"
-#include "engine/model.h"
-#include "engine/plan.h"
-#include "engine/pool.h"
-#include "engine/residency.h"
-#include "engine/trace_out.h"
+#include "engine/forward/forward.h"
+#include "engine/gguf/gguf_write.h"
+#include "engine/forward/kv_cache.h"
+#include "engine/synth/mkmodel.h"
+#include "engine/model/model.h"
+#include "engine/plan/plan.h"
+#include "engine/compute/pool.h"
+#include "engine/forward/residency.h"
+#include "tools/trace_out.h"
 
 static char dir[64];
 static mvm_pool *pool; /* 2 threads, shared by the tests that do not choose their own */

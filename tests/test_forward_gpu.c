@@ -1,5 +1,5 @@
 /*
- * The device forward pass (engine/forward_cuda.c) over tests/fakecuda, its kernels emulated
+ * The device forward pass (engine/forward/forward_cuda.c) over tests/fakecuda, its kernels emulated
  * (FAKECUDA_KERNELS) and its experts in a cuda expert space: the logits of every prompt
  * position against the CPU engine's (itself checked against NumPy: tests/ref), for every
  * architecture, in batches and token by token; the same whatever the experts' residency;
@@ -19,11 +19,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/forward.h"
-#include "engine/mkmodel.h"
-#include "engine/model.h"
-#include "engine/plan.h"
-#include "engine/pool.h"
+#include "engine/forward/forward.h"
+#include "engine/synth/mkmodel.h"
+#include "engine/model/model.h"
+#include "engine/plan/plan.h"
+#include "engine/compute/pool.h"
 #include "fakecuda.h"
 #include "tests/check.h"
 #include "vmm/error.h"

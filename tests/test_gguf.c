@@ -12,9 +12,9 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "engine/ggml_types.h"
-#include "engine/gguf.h"
-#include "engine/gguf_write.h"
+#include "engine/gguf/ggml_types.h"
+#include "engine/gguf/gguf.h"
+#include "engine/gguf/gguf_write.h"
 #include "vmm/error.h"
 
 static char dir[64];

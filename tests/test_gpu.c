@@ -1,5 +1,5 @@
 /*
- * The engine's device (engine/gpu.c) over tests/fakecuda, with the engine's kernels
+ * The engine's device (engine/compute/gpu.c) over tests/fakecuda, with the engine's kernels
  * emulated on the CPU (FAKECUDA_KERNELS: tests/fakecuda/fake_engine_kernels.cc). What runs is
  * the real path: the embedded PTX loaded as modules, every kernel found by name, argument
  * structs passed as the kernels' one parameter, shapes from kernels/cuda/kernels.h, copies
@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/gpu.h"
+#include "engine/compute/gpu.h"
 #include "fakecuda.h"
 #include "kernels/cpu/kernels.h"
 #include "tests/check.h"

@@ -1,5 +1,5 @@
 /*
- * The engine's residency manager (engine/residency.h) on the host backend: the evict
+ * The engine's residency manager (engine/forward/residency.h) on the host backend: the evict
  * module it is given decides what makes room, a step's own experts are never evicted for
  * each other, a step that cannot fit runs what does not from its home or, for a reader
  * that cannot read the homes, in rounds that fit, and leaves nothing pinned, modules that
@@ -13,13 +13,13 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "engine/choose.h"
-#include "engine/forward.h"
-#include "engine/mkmodel.h"
-#include "engine/model.h"
-#include "engine/plan.h"
-#include "engine/residency.h"
-#include "engine/trace_out.h"
+#include "policy/choose.h"
+#include "engine/forward/forward.h"
+#include "engine/synth/mkmodel.h"
+#include "engine/model/model.h"
+#include "engine/plan/plan.h"
+#include "engine/forward/residency.h"
+#include "tools/trace_out.h"
 #include "policy/cost.h"
 #include "tools/sim.h"
 #include "tools/sim_inputs.h"

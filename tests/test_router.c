@@ -10,10 +10,10 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "engine/forward.h"
-#include "engine/mkmodel.h"
-#include "engine/model.h"
-#include "engine/plan.h"
+#include "engine/forward/forward.h"
+#include "engine/synth/mkmodel.h"
+#include "engine/model/model.h"
+#include "engine/plan/plan.h"
 #include "policy/modules.h"
 #include "policy/predict_common.h"
 #include "policy/router.h"

@@ -22,12 +22,12 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "engine/gguf.h"
-#include "engine/gguf_write.h"
-#include "engine/sampler.h"
-#include "engine/tokenizer.h"
-#include "engine/tokenizer_impl.h"
-#include "engine/vocab_build.h"
+#include "engine/gguf/gguf.h"
+#include "engine/gguf/gguf_write.h"
+#include "engine/forward/sampler.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/tokenizer_impl.h"
+#include "engine/synth/vocab_build.h"
 #include "vmm/error.h"
 
 static char dir[64];

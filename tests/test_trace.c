@@ -1,7 +1,7 @@
 /*
  * Routing traces (tools/trace.h) and the synthetic generator with its statistics
  * (tools/trace_gen.h): save/load round trips bit for bit, a file written by hand exactly as
- * the engine writes one (engine/trace_out.c) loads, every malformed line is refused with its
+ * the engine writes one (tools/trace_out.c) loads, every malformed line is refused with its
  * line number, the statistics match values worked out by hand, and generated traces are
  * deterministic and show the popularity law, reuse and layer correlation they were asked
  * for — and the defaults the published statistics.
@@ -115,7 +115,7 @@ static void test_round_trip(void)
 
 /* ---- the engine's files ---------------------------------------------------------------- */
 
-/* Written by hand in exactly the layout engine/trace_out.c produces (its fprintf formats,
+/* Written by hand in exactly the layout tools/trace_out.c produces (its fprintf formats,
  * %.6g numbers): a 2-token prompt evaluated as one batch (both tokens' layer 0, then both
  * tokens' layer 1), one decoded token, then a second request. One record carries a field a
  * later version might add, which readers ignore. */

@@ -17,9 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/cli.h"
-#include "engine/cost_load.h"
-#include "engine/model.h"
+#include "tools/cli.h"
+#include "policy/cost_load.h"
+#include "engine/model/model.h"
 #include "policy/route_alpha.h"
 #include "tools/cmd_sim.h"
 #include "tools/sim.h"

@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "engine/cli.h"
+#include "tools/cli.h"
 #include "policy/route_alpha.h"
 #include "tools/cmd_sim.h"
 #include "vmm/error.h"

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/cli.h"
+#include "tools/cli.h"
 #include "tools/cmd_sim.h"
 #include "tools/sim_cluster.h"
 #include "vmm/options.h"

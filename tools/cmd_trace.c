@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/cli.h"
+#include "tools/cli.h"
 #include "tools/trace_gen.h"
 
 static void usage(FILE *f)

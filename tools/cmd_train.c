@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/cli.h"
+#include "tools/cli.h"
 #include "policy/predictor_mlp.h"
 #include "tools/trace.h"
 

@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "moevm/moevm.h"
 #include "tools/trace.h"
 

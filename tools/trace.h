@@ -1,6 +1,6 @@
 /*
  * Routing traces in memory, and their files (JSON Lines, docs/trace-format.md): what
- * `moevm run --trace-out` records (engine/trace_out.c), `moevm trace gen` synthesises
+ * `moevm run --trace-out` records (tools/trace_out.c), `moevm trace gen` synthesises
  * (tools/trace_gen.h) and `moevm sim` replays (tools/sim.h).
  *
  * A trace is a header plus n_tokens tokens, each a distinct (req, tok) pair, in the order in

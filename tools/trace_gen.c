@@ -54,13 +54,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/mkmodel.h"
-#include "engine/model.h"
+#include "engine/synth/mkmodel.h"
+#include "engine/model/model.h"
 #include "vmm/error.h"
 
 /* ---- shapes ---------------------------------------------------------------------------- */
 
-/* The real-shape presets of engine/presets.c (published configurations). Expert bytes:
+/* The real-shape presets of engine/synth/presets.c (published configurations). Expert bytes:
  * gate, up and down at BF16, 3·2·n_embd·n_ff. */
 const char *mvm_trace_gen_shape_names(void)
 {

@@ -105,7 +105,7 @@ int mvm_cuda_digest_unchanged(cuda_backend *c, cuda_digest *d, const size_t *chu
                               bool *same);
 
 /* Loads the driver (MOEVM_CUDA_LIBRARY) and every entry point of CU_API; the engine's
- * device code (engine/gpu.c) shares it. */
+ * device code (engine/compute/gpu.c) shares it. */
 mvm_status mvm_cu_load(struct cu_api *cu);
 
 /* Records the failure of a driver call as the thread's error; returns its status. */

@@ -1,6 +1,6 @@
 /*
  * bench_cpu_attention: one decode step's attention over an F32 and an F16 KV cache
- * (engine/kv_cache.h), one thread, at each SIMD level. A step of one block is every query
+ * (engine/forward/kv_cache.h), one thread, at each SIMD level. A step of one block is every query
  * head attending over the positions so far, keys and values read from rows of kv_dim
  * elements as the engine lays them out: OLMoE's 16 heads of 128 without grouping, and
  * Qwen3-30B-A3B's 32 query heads over 4 KV heads of 128, computed one head at a time and in

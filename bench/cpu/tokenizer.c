@@ -12,9 +12,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/gguf_write.h"
-#include "engine/tokenizer_impl.h"
-#include "engine/vocab_build.h"
+#include "engine/gguf/gguf_write.h"
+#include "engine/tokenizer/tokenizer_impl.h"
+#include "engine/synth/vocab_build.h"
 
 static double now_s(void)
 {

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine/gpu.h"
+#include "engine/compute/gpu.h"
 #include "vmm/error.h"
 
 struct shape {

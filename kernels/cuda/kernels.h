@@ -189,7 +189,7 @@ MVM_G_FN mvm_g_shape mvm_g_rope_shape(const mvm_g_rope_args *a)
  * Query i, head h: q + i * q_dim + h * head_dim; keys and values of position p for kv head
  * h / (n_head / n_head_kv) at kc, vc + row(p) * kv_dim + that head's offset (floats); the
  * output like the query in out. With a window (gpt-oss: 0 for none), query i sees its last
- * `window` positions only, from `first`; with a ring (engine/kv_cache.h: 0 for none) they are
+ * `window` positions only, from `first`; with a ring (engine/forward/kv_cache.h: 0 for none) they are
  * the consecutive rows from first % ring, else row(p) = p. With sinks (n_head floats; 0 for
  * none), head h's softmax has the extra logit sinks[h] in its denominator (kernels/cpu's
  * mvm_k_attn_heads). The cache's elements are F16 with kv_f16, else F32 (offsets above count

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/gguf.h"
+#include "engine/gguf/gguf.h"
 
 static const uint8_t *lo, *hi; /* the input */
 static volatile uint8_t sink;  /* keeps the touching reads */

@@ -13,7 +13,7 @@
  *   3  module parameters, "name=value,..." (policy/params.c): text that checks gives
  *      every known parameter a finite value;
  *   4  a size and a budget, as MOEVM_* values (vmm/options.c);
- *   5  text for the pre-tokenizers (engine/tok_pretok.c; the next byte picks which): the
+ *   5  text for the pre-tokenizers (engine/tokenizer/tok_pretok.c; the next byte picks which): the
  *      pieces are non-empty, in order, cover the text and cut it only between code points.
  * A broken promise traps, so libFuzzer reports it like a crash.
  */
@@ -25,7 +25,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "engine/tokenizer_impl.h"
+#include "engine/tokenizer/tokenizer_impl.h"
 #include "policy/cost.h"
 #include "policy/predictor_mlp.h"
 #include "tools/sim.h"

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/gguf_write.h"
+#include "engine/gguf/gguf_write.h"
 #include "moevm/moevm.h"
 
 static uint8_t bytes[4096];

@@ -48,12 +48,12 @@ EOF
 
 flags=(-std=c11 -g -O1 -Wall -Wextra -Werror -D_GNU_SOURCE= -I"$root/include" -I"$root"
        -fno-sanitize-recover=all)
-reader=("$root/engine/gguf.c" "$root/engine/gguf_get.c" "$root/engine/gguf_split.c" "$root/engine/ggml_types.c" "$root/vmm/error.c" "$root/vmm/options.c")
+reader=("$root/engine/gguf/gguf.c" "$root/engine/gguf/gguf_get.c" "$root/engine/gguf/gguf_split.c" "$root/engine/gguf/ggml_types.c" "$root/vmm/error.c" "$root/vmm/options.c")
 mkdir -p "$out/gguf/seeds" "$out/inputs/seeds"
 "$cc" "${flags[@]}" -fsanitize=fuzzer,address,undefined "$root/tests/fuzz/fuzz_gguf.c" \
     "${reader[@]}" -lm -lpthread -o "$out/fuzz_gguf" || fail "building fuzz_gguf failed"
 "$cc" "${flags[@]}" -fsanitize=address,undefined "$root/tests/fuzz/gguf_seeds.c" \
-    "$root/engine/gguf_write.c" "${reader[@]}" -lm -lpthread -o "$out/gguf_seeds" ||
+    "$root/engine/gguf/gguf_write.c" "${reader[@]}" -lm -lpthread -o "$out/gguf_seeds" ||
     fail "building gguf_seeds failed"
 "$out/gguf_seeds" "$out/gguf/seeds" || fail "gguf_seeds failed"
 
@@ -61,8 +61,8 @@ cjson=$(pkg-config --cflags --libs libcjson 2>/dev/null || echo -lcjson)
 # shellcheck disable=SC2086 # cjson is a list of flags
 "$cc" "${flags[@]}" -fsanitize=fuzzer,address,undefined "$root/tests/fuzz/fuzz_inputs.c" \
     "$root"/policy/*.c "$root/tools/trace.c" "$root/tools/sim.c" "$root/vmm/error.c" \
-    "$root/vmm/options.c" "$root/engine/tok_pretok.c" "$root/engine/tok_regex.c" \
-    "$root/engine/tok_unicode.c" $cjson -lm -lpthread -o "$out/fuzz_inputs" ||
+    "$root/vmm/options.c" "$root/engine/tokenizer/tok_pretok.c" "$root/engine/tokenizer/tok_regex.c" \
+    "$root/engine/tokenizer/tok_unicode.c" $cjson -lm -lpthread -o "$out/fuzz_inputs" ||
     fail "building fuzz_inputs failed"
 # Seeds: the first byte picks the parser (fuzz_inputs.c).
 seed() { printf "\\$(printf %o "$1")" >"$out/inputs/seeds/$2"; cat >>"$out/inputs/seeds/$2"; }

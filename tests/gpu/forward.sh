@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call, from the repository root on a machine with an NVIDIA GPU:
 #   bash tests/gpu/forward.sh [preset for the speed run (default olmoe-1b-7b)]
-# The engine's forward pass on the GPU (engine/forward_cuda.c) for real:
+# The engine's forward pass on the GPU (engine/forward/forward_cuda.c) for real:
 #   1. tests/ref/check_forward.py with MOEVM_BACKEND=cuda: every architecture and weight type
 #      against the NumPy reference, as CI checks it over the fake driver;
 #   2. the same greedy text on the CPU and the GPU for a prompt;

@@ -3,7 +3,7 @@
 #   bash tests/gpu/kernels.sh
 # Builds test_gpu and bench_gpu_attention in build-gpu/ and runs test_gpu against the
 # real driver: the engine's device kernels (kernels/cuda), JIT-compiled from their PTX by the
-# driver, launched through engine/gpu.c and checked against the CPU kernels in every weight
+# driver, launched through engine/compute/gpu.c and checked against the CPU kernels in every weight
 # type; then bench_gpu_attention times the split attention on real shapes up to 131072
 # positions (KV GB/s against the GPU's bandwidth; results into docs/perf/engine.md). CI
 # checks the same code paths with the kernels emulated; only this shows the PTX right on a

@@ -149,7 +149,7 @@ PROMPT_SEED = 20240607
 PROMPT_LENGTHS = (1, 5, 12)
 # The longest prompt runs in batches of 2 in a context of 64 positions: prefill split into
 # batches, and gpt-oss's windowed blocks keeping a ring of 5 + 2 rows, written twice
-# (engine/kv_cache.h), which its 16 positions go round more than twice. The shorter ones run
+# (engine/forward/kv_cache.h), which its 16 positions go round more than twice. The shorter ones run
 # in one batch with every position kept (a ring would not be smaller).
 LONG_ARGS = ("--ctx", "64", "--batch", "2")
 N_GEN = 4
@@ -239,7 +239,7 @@ class Compare:
                 row_errors(logits, self.emu))
 
 
-# The texts engine/tokenizer.c ends a generation at besides the file's EOS (llama.cpp's).
+# The texts engine/tokenizer/tokenizer.c ends a generation at besides the file's EOS (llama.cpp's).
 EOG_TEXTS = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
              "<|eom_id|>", "<|return|>", "<|call|>", "<EOT>", "<|fim_pad|>", "<fim-pad>",
              "<PAD>", "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<|file_sep|>"}

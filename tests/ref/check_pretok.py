@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The pre-tokenizers (engine/tok_regex.c) against the regexes themselves.
+"""The pre-tokenizers (engine/tokenizer/tok_regex.c) against the regexes themselves.
 
 Each pre-tokenizer is written here as its list of regexes, as llama.cpp and the models'
 tokenizer.json files give them, for Python's re: \\p{L}, \\p{N}, \\p{M}, \\p{P}, \\p{S} and
@@ -12,7 +12,7 @@ of random texts, drawn from characters at the edges of every class and regex (an
 this Python's Unicode is the 14.0 of the tables, from anywhere), are cut by both, and the
 cuts must be the same.
 
-With the same Unicode version it also compares engine/tok_unicode_tables.inc (through
+With the same Unicode version it also compares engine/tokenizer/tok_unicode_tables.inc (through
 tok_cp_class, tok_letter_case and tok_cp_is_han) with unicodedata and Perl for every code
 point.
 

@@ -1,0 +1,207 @@
+/*
+ * The engine's device (engine/compute/gpu.h) on the CUDA driver API. The driver table is vmm's
+ * (vmm/backend_cuda.h), loaded the same way, so one MOEVM_CUDA_LIBRARY serves both; the
+ * context is the device's primary context, which the expert space's cuda backend retains
+ * too, so expert addresses are valid in this engine's kernels.
+ *
+ * The kernels come as three PTX modules (matvec, expert, ops) generated from kernels/cuda at
+ * build time; every function is looked up at open, so a driver that cannot JIT the PTX, or
+ * a module missing a kernel, fails here with the module or kernel named, not mid-run.
+ */
+#include "engine/compute/gpu.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "kernels/cpu/kernels.h"
+#include "vmm/backend_cuda.h"
+#include "vmm/error.h"
+
+#ifdef MVM_ENGINE_PTX
+#include "mvm_g_expert_ptx.h"
+#include "mvm_g_matvec_ptx.h"
+#include "mvm_g_ops_ptx.h"
+#endif
+
+enum { MOD_MATVEC, MOD_EXPERT, MOD_OPS, MOD_COUNT };
+
+/* Each kernel: its module, base name, and whether it has one function per weight type. */
+static const struct {
+    int module;
+    const char *name;
+    int typed;
+} kernels[MVM_GK_COUNT] = {
+    [MVM_GK_QUANTIZE] = {MOD_MATVEC, "mvm_g_quantize", 0},
+    [MVM_GK_MATVEC] = {MOD_MATVEC, "mvm_g_matvec", 1},
+    [MVM_GK_EXPERT_UP] = {MOD_EXPERT, "mvm_g_expert_up", 1},
+    [MVM_GK_EXPERT_DOWN] = {MOD_EXPERT, "mvm_g_expert_down", 1},
+    [MVM_GK_EXPERT_SUM] = {MOD_EXPERT, "mvm_g_expert_sum", 0},
+    [MVM_GK_RMSNORM] = {MOD_OPS, "mvm_g_rmsnorm", 0},
+    [MVM_GK_ROPE] = {MOD_OPS, "mvm_g_rope", 0},
+    [MVM_GK_ATTENTION] = {MOD_OPS, "mvm_g_attention", 0},
+    [MVM_GK_ATTENTION_COMBINE] = {MOD_OPS, "mvm_g_attention_combine", 0},
+    [MVM_GK_STORE_ROWS] = {MOD_OPS, "mvm_g_store_rows", 0},
+    [MVM_GK_ADD] = {MOD_OPS, "mvm_g_add", 0},
+    [MVM_GK_SWIGLU] = {MOD_OPS, "mvm_g_swiglu", 0},
+};
+
+struct mvm_gpu {
+    struct cu_api cu;
+    CUdevice dev;
+    CUcontext ctx;
+    CUstream stream;
+    CUmodule modules[MOD_COUNT];
+    CUfunction fn[MVM_GK_COUNT][MVM_W_COUNT]; /* untyped kernels: [k][0] */
+};
+
+static mvm_status load_kernels(mvm_gpu *g)
+{
+#ifdef MVM_ENGINE_PTX
+    static const char *const images[MOD_COUNT] = {mvm_g_matvec_ptx, mvm_g_expert_ptx,
+                                                  mvm_g_ops_ptx};
+    static const char *const names[MOD_COUNT] = {"matvec", "expert", "ops"};
+    char what[96];
+    for (int m = 0; m < MOD_COUNT; m++) {
+        snprintf(what, sizeof what, "cuModuleLoadData (kernels/cuda/%s.cu)", names[m]);
+        CU(g, g->cu.ModuleLoadData(&g->modules[m], images[m]), what);
+    }
+    for (int k = 0; k < MVM_GK_COUNT; k++)
+        for (int t = 0; t < (kernels[k].typed ? MVM_W_COUNT : 1); t++) {
+            char name[64];
+            if (kernels[k].typed)
+                snprintf(name, sizeof name, "%s_%s", kernels[k].name,
+                         mvm_k_wtype_name((enum mvm_wtype)t));
+            else
+                snprintf(name, sizeof name, "%s", kernels[k].name);
+            snprintf(what, sizeof what, "cuModuleGetFunction (%s)", name);
+            CU(g, g->cu.ModuleGetFunction(&g->fn[k][t], g->modules[kernels[k].module], name),
+               what);
+        }
+    return MVM_OK;
+#else
+    (void)g;
+    return mvm_fail(MVM_ERR_UNSUPPORTED, "this moevm was built without nvcc: it has no device "
+                    "kernels (rebuild with nvcc on PATH)");
+#endif
+}
+
+static mvm_status open_device(mvm_gpu *g, int device)
+{
+    int count = 0;
+    CU(g, g->cu.Init(0), "cuInit");
+    CU(g, g->cu.DeviceGetCount(&count), "cuDeviceGetCount");
+    if (device < 0 || device >= count)
+        return mvm_fail(MVM_ERR_RANGE, "CUDA device %d requested, %d present", device, count);
+    CU(g, g->cu.DeviceGet(&g->dev, device), "cuDeviceGet");
+    CU(g, g->cu.PrimaryCtxRetain(&g->ctx, g->dev), "cuDevicePrimaryCtxRetain");
+    CU(g, g->cu.CtxSetCurrent(g->ctx), "cuCtxSetCurrent");
+    CU(g, g->cu.StreamCreate(&g->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    return load_kernels(g);
+}
+
+mvm_status mvm_gpu_open(int device, mvm_gpu **out)
+{
+    *out = NULL;
+    mvm_gpu *g = calloc(1, sizeof *g);
+    if (!g)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory opening the GPU");
+    mvm_status st = mvm_cu_load(&g->cu);
+    if (st == MVM_OK)
+        st = open_device(g, device);
+    if (st != MVM_OK) {
+        mvm_gpu_close(g);
+        return st;
+    }
+    *out = g;
+    return MVM_OK;
+}
+
+void mvm_gpu_close(mvm_gpu *g)
+{
+    if (!g)
+        return;
+    if (g->ctx) {
+        g->cu.CtxSetCurrent(g->ctx);
+        for (int m = 0; m < MOD_COUNT; m++)
+            if (g->modules[m])
+                g->cu.ModuleUnload(g->modules[m]);
+        if (g->stream)
+            g->cu.StreamDestroy(g->stream);
+        g->cu.PrimaryCtxRelease(g->dev);
+    }
+    free(g);
+}
+
+void *mvm_gpu_stream(const mvm_gpu *g) { return g->stream; }
+
+mvm_status mvm_gpu_alloc(mvm_gpu *g, size_t bytes, mvm_dptr *out)
+{
+    CUdeviceptr p = 0;
+    CU(g, g->cu.MemAlloc(&p, bytes ? bytes : 1), "cuMemAlloc");
+    *out = p;
+    return MVM_OK;
+}
+
+void mvm_gpu_free(mvm_gpu *g, mvm_dptr p)
+{
+    if (p)
+        g->cu.MemFree(p);
+}
+
+mvm_status mvm_gpu_upload(mvm_gpu *g, mvm_dptr dst, const void *src, size_t bytes)
+{
+    /* From pageable memory an async copy is staged before it returns, so src is free again;
+     * it stays in stream order with the launches around it. */
+    CU(g, g->cu.MemcpyHtoDAsync(dst, src, bytes, g->stream), "cuMemcpyHtoDAsync");
+    return MVM_OK;
+}
+
+mvm_status mvm_gpu_download(mvm_gpu *g, void *dst, mvm_dptr src, size_t bytes)
+{
+    CU(g, g->cu.MemcpyDtoHAsync(dst, src, bytes, g->stream), "cuMemcpyDtoHAsync");
+    return mvm_gpu_sync(g);
+}
+
+mvm_status mvm_gpu_copy(mvm_gpu *g, mvm_dptr dst, mvm_dptr src, size_t bytes)
+{
+    CU(g, g->cu.MemcpyDtoDAsync(dst, src, bytes, g->stream), "cuMemcpyDtoDAsync");
+    return MVM_OK;
+}
+
+mvm_status mvm_gpu_copy_rows(mvm_gpu *g, mvm_dptr dst, size_t dst_pitch, mvm_dptr src,
+                             size_t src_pitch, size_t width, size_t rows)
+{
+    CUDA_MEMCPY2D p = {.srcMemoryType = CU_MEMORYTYPE_DEVICE, .srcDevice = src,
+                       .srcPitch = src_pitch, .dstMemoryType = CU_MEMORYTYPE_DEVICE,
+                       .dstDevice = dst, .dstPitch = dst_pitch, .WidthInBytes = width,
+                       .Height = rows};
+    CU(g, g->cu.Memcpy2DAsync(&p, g->stream), "cuMemcpy2DAsync");
+    return MVM_OK;
+}
+
+mvm_status mvm_gpu_sync(mvm_gpu *g)
+{
+    CU(g, g->cu.StreamSynchronize(g->stream), "cuStreamSynchronize");
+    return MVM_OK;
+}
+
+mvm_status mvm_gpu_launch(mvm_gpu *g, enum mvm_gpu_kernel k, int type, const void *args,
+                          mvm_g_shape shape)
+{
+    if (kernels[k].typed && (type < 0 || type >= MVM_W_COUNT))
+        return mvm_fail(MVM_ERR_INVALID, "%s: weight type %d", kernels[k].name, type);
+    CUfunction f = g->fn[k][kernels[k].typed ? type : 0];
+    void *params[] = {(void *)args}; /* the one parameter: the struct (the driver knows its
+                                        size from the kernel) */
+    if (!shape.gx || !shape.gy) /* nothing to do: an empty grid is invalid for the driver */
+        return MVM_OK;
+    char what[96];
+    CUresult r = g->cu.LaunchKernel(f, shape.gx, shape.gy, 1, shape.block, 1, 1, 0, g->stream,
+                                    params, NULL);
+    if (r == CUDA_SUCCESS)
+        return MVM_OK;
+    const char *sfx = kernels[k].typed ? mvm_k_wtype_name((enum mvm_wtype)type) : "";
+    snprintf(what, sizeof what, "cuLaunchKernel (%s%s%s)", kernels[k].name,
+             kernels[k].typed ? "_" : "", sfx);
+    return mvm_cu_fail(&g->cu, r, what);
+}

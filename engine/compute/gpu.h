@@ -1,0 +1,98 @@
+/*
+ * The engine's device: the CUDA driver (loaded as vmm's cuda backend loads it), the device's
+ * primary context (the one the expert space's cuda backend maps into), one compute stream,
+ * the kernels of kernels/cuda loaded from the PTX embedded at build time, and device memory.
+ * The device forward pass is built on it; it is its own unit so that the launch plumbing
+ * (names, argument structs, shapes, stream order) is tested on its own over tests/fakecuda
+ * with the kernels emulated (tests/test_gpu.c).
+ *
+ * Every call returns MVM_OK or an error whose message names the driver call or kernel that
+ * failed. Launches and copies are queued on the compute stream in call order; a download
+ * waits for everything queued before it.
+ */
+#ifndef MVM_ENGINE_COMPUTE_GPU_H
+#define MVM_ENGINE_COMPUTE_GPU_H
+
+#include <stddef.h>
+
+#include "kernels/cuda/kernels.h"
+#include "moevm/moevm.h"
+
+typedef struct mvm_gpu mvm_gpu;
+
+enum mvm_gpu_kernel {
+    MVM_GK_QUANTIZE, /* mvm_g_quantize (type-free: the type is an argument) */
+    MVM_GK_MATVEC,
+    MVM_GK_EXPERT_UP,
+    MVM_GK_EXPERT_DOWN,
+    MVM_GK_EXPERT_SUM,
+    MVM_GK_RMSNORM,
+    MVM_GK_ROPE,
+    MVM_GK_ATTENTION,
+    MVM_GK_ATTENTION_COMBINE,
+    MVM_GK_STORE_ROWS,
+    MVM_GK_ADD,
+    MVM_GK_SWIGLU,
+    MVM_GK_COUNT
+};
+
+/* MVM_ERR_UNSUPPORTED when the build has no kernels (no nvcc) or no CUDA toolkit, or the
+ * driver or device is missing; MVM_ERR_BACKEND when a module or kernel does not load. */
+mvm_status mvm_gpu_open(int device, mvm_gpu **out);
+void mvm_gpu_close(mvm_gpu *g);
+/* The compute stream (a CUstream), for mvm_unpin_after. */
+void *mvm_gpu_stream(const mvm_gpu *g);
+
+mvm_status mvm_gpu_alloc(mvm_gpu *g, size_t bytes, mvm_dptr *out);
+void mvm_gpu_free(mvm_gpu *g, mvm_dptr p);
+/* Host -> device; the host buffer may be reused when it returns. */
+mvm_status mvm_gpu_upload(mvm_gpu *g, mvm_dptr dst, const void *src, size_t bytes);
+/* Device -> host, after everything queued before. */
+mvm_status mvm_gpu_download(mvm_gpu *g, void *dst, mvm_dptr src, size_t bytes);
+mvm_status mvm_gpu_copy(mvm_gpu *g, mvm_dptr dst, mvm_dptr src, size_t bytes);
+/* Device -> device, `rows` rows of `width` bytes from src (src_pitch bytes apart) to dst
+ * (dst_pitch apart). */
+mvm_status mvm_gpu_copy_rows(mvm_gpu *g, mvm_dptr dst, size_t dst_pitch, mvm_dptr src,
+                             size_t src_pitch, size_t width, size_t rows);
+mvm_status mvm_gpu_sync(mvm_gpu *g);
+
+/* Queues kernel k (of weight type `type` where it has one; ignored otherwise) with its
+ * argument struct, in the shape given. */
+mvm_status mvm_gpu_launch(mvm_gpu *g, enum mvm_gpu_kernel k, int type, const void *args,
+                          mvm_g_shape shape);
+
+/* The launches, each in the shape kernels/cuda/kernels.h computes from its arguments. */
+#define MVM_GPU_LAUNCHER(fn, kernel, A, shape)                                                 \
+    static inline mvm_status fn(mvm_gpu *g, int type, const A *a)                              \
+    {                                                                                          \
+        return mvm_gpu_launch(g, kernel, type, a, shape(a));                                   \
+    }
+MVM_GPU_LAUNCHER(mvm_gpu_quantize, MVM_GK_QUANTIZE, mvm_g_quantize_args, mvm_g_quantize_shape)
+MVM_GPU_LAUNCHER(mvm_gpu_matvec, MVM_GK_MATVEC, mvm_g_matvec_args, mvm_g_matvec_shape)
+MVM_GPU_LAUNCHER(mvm_gpu_expert_up, MVM_GK_EXPERT_UP, mvm_g_expert_args, mvm_g_expert_up_shape)
+MVM_GPU_LAUNCHER(mvm_gpu_expert_down, MVM_GK_EXPERT_DOWN, mvm_g_expert_args,
+                 mvm_g_expert_down_shape)
+MVM_GPU_LAUNCHER(mvm_gpu_expert_sum, MVM_GK_EXPERT_SUM, mvm_g_expert_sum_args,
+                 mvm_g_expert_sum_shape)
+MVM_GPU_LAUNCHER(mvm_gpu_rmsnorm, MVM_GK_RMSNORM, mvm_g_rmsnorm_args, mvm_g_rmsnorm_shape)
+MVM_GPU_LAUNCHER(mvm_gpu_rope, MVM_GK_ROPE, mvm_g_rope_args, mvm_g_rope_shape)
+MVM_GPU_LAUNCHER(mvm_gpu_attention_splits, MVM_GK_ATTENTION, mvm_g_attention_args,
+                 mvm_g_attention_shape)
+MVM_GPU_LAUNCHER(mvm_gpu_attention_combine, MVM_GK_ATTENTION_COMBINE, mvm_g_attention_args,
+                 mvm_g_attention_combine_shape)
+MVM_GPU_LAUNCHER(mvm_gpu_store_rows, MVM_GK_STORE_ROWS, mvm_g_store_rows_args,
+                 mvm_g_store_rows_shape)
+MVM_GPU_LAUNCHER(mvm_gpu_add, MVM_GK_ADD, mvm_g_add_args, mvm_g_add_shape)
+MVM_GPU_LAUNCHER(mvm_gpu_swiglu, MVM_GK_SWIGLU, mvm_g_add_args, mvm_g_add_shape)
+#undef MVM_GPU_LAUNCHER
+
+/* Attention: the splits, then their combination where there are several (kernels.h). */
+static inline mvm_status mvm_gpu_attention(mvm_gpu *g, int type, const mvm_g_attention_args *a)
+{
+    mvm_status st = mvm_gpu_attention_splits(g, type, a);
+    if (st == MVM_OK && mvm_g_attention_splits(a) > 1)
+        st = mvm_gpu_attention_combine(g, type, a);
+    return st;
+}
+
+#endif

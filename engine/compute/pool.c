@@ -1,0 +1,192 @@
+/* The forward pass's thread pool (see pool.h). */
+#include "engine/compute/pool.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "vmm/error.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define cpu_relax() _mm_pause()
+#elif defined(__aarch64__)
+/* AArch64 has no PAUSE, and YIELD is a no-op on cores without SMT (every Neoverse): with it,
+ * or nothing, the rounds below would pass in about a microsecond. ISB stalls the front end
+ * for a few tens of cycles, the nearest to PAUSE; Arm advises it, and Rust's spin_loop hint
+ * emits it. Not measured here (no ARM machine). */
+#define cpu_relax() __asm__ volatile("isb" ::: "memory")
+#else
+#define cpu_relax() ((void)0)
+#endif
+
+/* Waiting: first PAUSE_ROUNDS pauses (tens of microseconds: the gap between the parallel
+ * regions of one decode step), then YIELD_ROUNDS sched_yield()s — which matter when there
+ * are more threads than free cores: a spinning thread would otherwise hold the core the
+ * thread it waits for needs — and then, for workers, sleep on the condition variable. */
+#define PAUSE_ROUNDS 1000
+#define YIELD_ROUNDS 200
+
+/* One round of waiting; returns 0 once the rounds for spinning are used up. */
+static int backoff(int *round)
+{
+    if (*round < PAUSE_ROUNDS)
+        cpu_relax();
+    else if (*round < PAUSE_ROUNDS + YIELD_ROUNDS)
+        sched_yield();
+    else
+        return 0;
+    (*round)++;
+    return 1;
+}
+
+struct worker {
+    mvm_pool *pool;
+    pthread_t thread;
+    int index;
+};
+
+struct mvm_pool {
+    int n;
+    struct worker *workers;     /* n - 1 of them: the caller is thread 0 */
+    mvm_pool_fn fn;
+    void *ctx;
+    atomic_uint generation;     /* bumped by each run (and by destroy) */
+    atomic_int pending;         /* workers still running the current generation */
+    atomic_int stop;
+    pthread_mutex_t lock;       /* guards sleeping on `wake` */
+    pthread_cond_t wake;
+    int sleepers;
+    mvm_topo topo;              /* a copy: the workers pin themselves after create returns */
+    int pinned;                 /* a topology was given */
+};
+
+static void pin_worker(const mvm_topo *topo, int index)
+{
+    if (!topo || topo->n_cores <= 0)
+        return;
+    /* The index-th core of the chosen set, wrapping when there are more threads. */
+    int want = index % topo->n_cores, seen = 0;
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (!CPU_ISSET(cpu, &topo->cores))
+            continue;
+        if (seen++ == want) {
+            cpu_set_t one;
+            CPU_ZERO(&one);
+            CPU_SET(cpu, &one);
+            pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+            return;
+        }
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    mvm_pool *p = w->pool;
+    pin_worker(p->pinned ? &p->topo : NULL, w->index);
+    unsigned seen = 0;
+    for (;;) {
+        unsigned gen;
+        int round = 0;
+        while ((gen = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen) {
+            if (backoff(&round))
+                continue;
+            pthread_mutex_lock(&p->lock);
+            p->sleepers++;
+            while (atomic_load_explicit(&p->generation, memory_order_acquire) == seen)
+                pthread_cond_wait(&p->wake, &p->lock);
+            p->sleepers--;
+            pthread_mutex_unlock(&p->lock);
+        }
+        seen = gen;
+        if (atomic_load(&p->stop))
+            return NULL;
+        p->fn(p->ctx, w->index, p->n);
+        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
+    }
+}
+
+static void publish(mvm_pool *p)
+{
+    /* The increment under the lock pairs with the sleepers' re-check under it, so a worker
+     * going to sleep either sees the new generation or is woken by the broadcast. */
+    pthread_mutex_lock(&p->lock);
+    atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
+    if (p->sleepers)
+        pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->lock);
+}
+
+mvm_status mvm_pool_create(int n_threads, const mvm_topo *topo, mvm_pool **out)
+{
+    *out = NULL;
+    if (n_threads < 1 || n_threads > 1024)
+        return mvm_fail(MVM_ERR_INVALID, "thread count %d is not in 1..1024", n_threads);
+    mvm_pool *p = calloc(1, sizeof *p);
+    if (!p || !(p->workers = calloc((size_t)n_threads, sizeof *p->workers))) {
+        free(p);
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for a pool of %d threads", n_threads);
+    }
+    p->n = n_threads;
+    if ((p->pinned = topo != NULL))
+        p->topo = *topo;
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_cond_init(&p->wake, NULL);
+    pin_worker(topo, 0);
+    for (int i = 1; i < n_threads; i++) {
+        struct worker *w = &p->workers[i];
+        w->pool = p;
+        w->index = i;
+        if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+            p->n = i; /* join only those that started */
+            mvm_pool_destroy(p);
+            return mvm_fail(MVM_ERR_NOMEM, "cannot start thread %d of %d", i, n_threads);
+        }
+    }
+    *out = p;
+    return MVM_OK;
+}
+
+void mvm_pool_destroy(mvm_pool *p)
+{
+    if (!p)
+        return;
+    atomic_store(&p->stop, 1);
+    publish(p);
+    for (int i = 1; i < p->n; i++)
+        pthread_join(p->workers[i].thread, NULL);
+    pthread_mutex_destroy(&p->lock);
+    pthread_cond_destroy(&p->wake);
+    free(p->workers);
+    free(p);
+}
+
+int mvm_pool_size(const mvm_pool *p)
+{
+    return p->n;
+}
+
+void mvm_pool_run(mvm_pool *p, mvm_pool_fn fn, void *ctx)
+{
+    if (p->n == 1) {
+        fn(ctx, 0, 1);
+        return;
+    }
+    p->fn = fn;
+    p->ctx = ctx;
+    atomic_store_explicit(&p->pending, p->n - 1, memory_order_relaxed);
+    publish(p);
+    fn(ctx, 0, p->n);
+    int round = 0;
+    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0)
+        if (!backoff(&round))
+            sched_yield();
+}
+
+void mvm_pool_split(size_t n, int t, int nth, size_t *begin, size_t *end)
+{
+    *begin = n * (size_t)t / (size_t)nth;
+    *end = n * (size_t)(t + 1) / (size_t)nth;
+}

@@ -1,0 +1,29 @@
+/*
+ * A fixed pool of worker threads for the forward pass. mvm_pool_run(fn) runs fn on every
+ * thread — the caller is thread 0 — and returns when all have finished, so a parallel
+ * region is one call. A decode step makes hundreds of these calls, so workers spin briefly
+ * on an atomic generation counter before sleeping: a wake-up through a condition variable
+ * alone costs tens of microseconds. Workers are pinned one per core within the cores the
+ * topology module picked (near the GPU, or the caller's node).
+ */
+#ifndef MVM_ENGINE_COMPUTE_POOL_H
+#define MVM_ENGINE_COMPUTE_POOL_H
+
+#include "moevm/moevm.h"
+#include "vmm/topo.h"
+
+typedef struct mvm_pool mvm_pool;
+typedef void (*mvm_pool_fn)(void *ctx, int thread, int n_threads);
+
+/* n_threads >= 1 (the caller counts as one). topo may be NULL: no pinning; the pool keeps
+ * a copy. */
+mvm_status mvm_pool_create(int n_threads, const mvm_topo *topo, mvm_pool **out);
+void mvm_pool_destroy(mvm_pool *p);
+int mvm_pool_size(const mvm_pool *p);
+/* Runs fn(ctx, t, n) for t in [0, n) concurrently; not reentrant. */
+void mvm_pool_run(mvm_pool *p, mvm_pool_fn fn, void *ctx);
+
+/* [*begin, *end) of n items for thread t of nth, in contiguous balanced slices. */
+void mvm_pool_split(size_t n, int t, int nth, size_t *begin, size_t *end);
+
+#endif

@@ -1,0 +1,100 @@
+/*
+ * The distributed mode (DESIGN.md §7; seed 004, Prism): `mpirun -n N moevm run ...` spreads
+ * a model's experts over N processes (MPI ranks, Open MPI), each holding the experts its
+ * placement gives it, so a model whose experts do not fit one machine's memory runs.
+ *
+ * Rank 0, the leader, runs the whole request: tokenizer, attention, routers, sampling and
+ * the experts it holds. The others are expert servers. In every MoE step the leader sends
+ * each server that holds some of the step's experts one non-blocking message (the rows'
+ * experts, tokens and weights, and the tokens' hidden states), computes its own experts
+ * meanwhile, and adds the servers' replies: per token, the weighted sum of its rows there.
+ *
+ * Placement is the place role (policy.h: prism by default) over a cluster this mode
+ * measures: the links by ping-pong between every pair of ranks at start, the capacities
+ * from --server-mem. Every `period` tokens the leader hands the module the step counts
+ * since its last call (the leader is the only home server: requests arrive there); a
+ * placement it adopts is carried out at once, each added expert's weights sent by its
+ * nearest holder (point-to-point, all transfers in flight together), dropped experts'
+ * memory released. Only the chosen holder of an expert computes it: among the ranks that
+ * hold it, the one with the smallest round trip from the leader, ties to the one with the
+ * fewest rows of the step so far.
+ *
+ * Bad input (a placement that cannot hold the model, a module that does not exist, a rank
+ * that cannot load the model) is agreed on by every rank: all stop with the failing rank's
+ * message, none waits forever.
+ *
+ * Limits: the ranks compute on the CPU (a cuda space is refused); each rank reads the
+ * experts it starts with from its own copy of the model file.
+ */
+#ifndef MVM_ENGINE_DIST_DIST_H
+#define MVM_ENGINE_DIST_DIST_H
+
+#include <stdint.h>
+
+#include "engine/forward/forward.h"
+#include "engine/model/model.h"
+#include "engine/compute/pool.h"
+#include "policy/cost.h"
+
+typedef struct mvm_dist mvm_dist;
+struct mvm_moe;
+
+typedef struct mvm_dist_params {
+    const char *place, *place_args; /* the place module; NULL: "prism" */
+    const uint64_t *capacity_bytes; /* [ranks] expert memory of each rank */
+    uint32_t period;                /* tokens between placements; 0: the first one stays */
+    const mvm_machine *machine;     /* the cost model (the expert's compute time) */
+} mvm_dist_params;
+
+typedef struct mvm_dist_stats {
+    uint32_t ranks;
+    uint64_t rows, remote_rows;     /* (token, expert) rows of the leader's steps; remote */
+    uint64_t messages;              /* expert requests sent */
+    uint64_t bytes_sent, bytes_back;
+    double waited_s;                /* the leader waiting for replies after its own experts */
+    uint32_t placements, migrations; /* module calls; adopted changes after the first */
+    uint64_t migrated_bytes;
+    const uint32_t *held;           /* [ranks] experts each holds now */
+} mvm_dist_stats;
+
+/* 1 when this process was started by mpirun as one of several ranks. */
+int mvm_dist_launched(void);
+/* Joins the job (MPI_Init). *out is NULL, with MVM_OK, for a process not started by
+ * mpirun; MVM_ERR_UNSUPPORTED when it was but this moevm was built without MPI. */
+mvm_status mvm_dist_init(mvm_dist **out);
+/* Leaves the job (MPI_Finalize), after mvm_dist_stop on the leader; abort_job: ends every
+ * rank at once (MPI_Abort), for a rank that failed where the others wait for it. */
+void mvm_dist_finish(mvm_dist *d, int abort_job);
+uint32_t mvm_dist_rank(const mvm_dist *d);
+uint32_t mvm_dist_size(const mvm_dist *d);
+
+/* Collective: the largest of the ranks' exit codes (a command's checks before the ranks
+ * share anything; each rank has printed its own complaint). */
+int mvm_dist_agree_rc(mvm_dist *d, int rc);
+/* Collective: MVM_OK when `mine` is MVM_OK on every rank; otherwise the status of the lowest
+ * failing rank, whose message every rank then has as its last error, as "rank R: ..." (the
+ * leader's as it is). */
+mvm_status mvm_dist_agree(mvm_dist *d, mvm_status mine);
+
+/* Collective, with the opened model (mvm_model_open or mvm_model_probe) on every rank:
+ * measures the links, checks the capacities, makes the first placement on the leader and
+ * shares it. *held: [L*E] the experts this rank loads (mvm_model_load_experts), valid until
+ * mvm_dist_finish.
+ * Agreed (mvm_dist_agree) before it returns. */
+mvm_status mvm_dist_plan(mvm_dist *d, const mvm_model *probe, const mvm_dist_params *p,
+                         const uint8_t **held);
+
+/* Server ranks: answers the leader with m's experts on the pool's threads until it stops
+ * (n_batch: the leader's batch). */
+mvm_status mvm_dist_serve(mvm_dist *d, mvm_model *m, mvm_pool *pool, uint32_t n_batch);
+
+/* The leader: context c computes the experts other ranks hold there (forward.h's
+ * mvm_ctx_set_elsewhere): each step sends their rows and gathers the replies, and after
+ * each batch of tokens a placement is made when `period` tokens have passed, with the
+ * migration it asks for. */
+mvm_status mvm_dist_attach(mvm_dist *d, mvm_ctx *c);
+/* The leader: tells every server to stop (idempotent). */
+void mvm_dist_stop(mvm_dist *d);
+void mvm_dist_get_stats(const mvm_dist *d, mvm_dist_stats *out);
+
+#endif

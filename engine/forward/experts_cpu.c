@@ -1,0 +1,195 @@
+/* The routed experts of an MoE step on the CPU threads (experts_cpu.h). */
+#include "engine/forward/experts_cpu.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/forward/forward_impl.h"
+#include "engine/model/model.h"
+#include "vmm/error.h"
+
+struct mvm_xcpu {
+    const mvm_model *m;
+    mvm_pool *pool;
+    int nth;
+    uint32_t n_groups, n_batch; /* n_groups: the run's layer's */
+    mvm_k_expert_fmt fmt;       /* the run's layer's */
+    uint8_t *act;               /* [n_batch][act_stride]: the tokens' inputs, quantized */
+    uint8_t *gact;              /* [n_batch*K][act_stride]: the rows' inputs */
+    size_t act_stride;
+    /* the experts split in work units: each expert's channel groups in ranges */
+    uint32_t units_per_expert, groups_per_unit;
+    float *tout;                /* [nth][n_batch*K][n_embd] */
+    uint32_t *tstamp;           /* [nth][n_batch*K]: row valid in tout when == stamp */
+    uint32_t stamp;
+    /* the run under way */
+    const mvm_moe *s;
+    const int32_t *experts;
+    uint32_t n_experts, layer;
+    int from_home;
+};
+
+mvm_status mvm_xcpu_create(const mvm_model *m, mvm_pool *pool, uint32_t n_batch,
+                           mvm_xcpu **out)
+{
+    const mvm_hparams *hp = &m->hp;
+    *out = NULL;
+    mvm_xcpu *x = calloc(1, sizeof *x);
+    if (!x)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for the CPU experts' scratch");
+    x->m = m;
+    x->pool = pool;
+    x->nth = mvm_pool_size(pool);
+    x->n_batch = n_batch;
+    for (uint32_t il = 0; il < hp->n_layer; il++) {
+        size_t ab = mvm_k_act_bytes(m->layers[il].expert_fmt.gate_up, hp->n_embd);
+        x->act_stride = ab > x->act_stride ? ab : x->act_stride;
+    }
+    x->act_stride = MVM_ALIGN64(x->act_stride);
+    size_t rows = (size_t)n_batch * hp->n_expert_used;
+    int ok = 1;
+    x->act = mvm_buf64(n_batch * x->act_stride, &ok);
+    x->gact = mvm_buf64(rows * x->act_stride, &ok);
+    x->tout = mvm_buf64((size_t)x->nth * rows * hp->n_embd * sizeof(float), &ok);
+    x->tstamp = calloc((size_t)x->nth * rows, sizeof *x->tstamp);
+    if (!ok || !x->tstamp) {
+        mvm_xcpu_free(x);
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for the CPU experts' scratch (%.1f MiB)",
+                        (double)x->nth * (double)rows * hp->n_embd * 4 / 1048576.0);
+    }
+    *out = x;
+    return MVM_OK;
+}
+
+void mvm_xcpu_free(mvm_xcpu *x)
+{
+    if (!x)
+        return;
+    free(x->act);
+    free(x->gact);
+    free(x->tout);
+    free(x->tstamp);
+    free(x);
+}
+
+/* The rows' inputs in the experts' format, and the work units: each expert's groups in
+ * equal ranges, about 8 units per thread in all, interleaved over threads so that experts
+ * with many tokens spread over all. */
+static void dispatch(mvm_xcpu *x, const float *xn, uint32_t n)
+{
+    const mvm_moe *s = x->s;
+    const mvm_hparams *hp = &x->m->hp;
+    for (uint32_t i = 0; i < n; i++)
+        mvm_k_prepare_act(x->fmt.gate_up, xn + (size_t)i * hp->n_embd,
+                          x->act + i * x->act_stride, hp->n_embd);
+    size_t ab = mvm_k_act_bytes(x->fmt.gate_up, hp->n_embd);
+    for (uint32_t i = 0; i < x->n_experts; i++) {
+        uint32_t e = (uint32_t)x->experts[i];
+        for (uint32_t r = s->off[e]; r < s->off[e] + s->cnt[e]; r++)
+            memcpy(x->gact + r * x->act_stride, x->act + s->row_tok[r] * x->act_stride, ab);
+    }
+    uint32_t want = (uint32_t)x->nth * 8 / x->n_experts + 1;
+    x->units_per_expert = want < x->n_groups ? want : x->n_groups;
+    x->groups_per_unit = (x->n_groups + x->units_per_expert - 1) / x->units_per_expert;
+    x->units_per_expert = (x->n_groups + x->groups_per_unit - 1) / x->groups_per_unit;
+}
+
+static void experts_run(void *p, int t, int nth)
+{
+    mvm_xcpu *x = p;
+    const mvm_hparams *hp = &x->m->hp;
+    size_t rows = (size_t)x->n_batch * hp->n_expert_used;
+    float *tout = x->tout + (size_t)t * rows * hp->n_embd;
+    uint32_t *stamp = x->tstamp + (size_t)t * rows;
+    const mvm_moe *s = x->s;
+    uint32_t n_units = x->n_experts * x->units_per_expert;
+    for (uint32_t u = (uint32_t)t; u < n_units; u += (uint32_t)nth) {
+        uint32_t e = (uint32_t)x->experts[u / x->units_per_expert];
+        uint32_t g0 = (u % x->units_per_expert) * x->groups_per_unit;
+        uint32_t g1 = g0 + x->groups_per_unit < x->n_groups ? g0 + x->groups_per_unit
+                                                            : x->n_groups;
+        uint32_t r0 = s->off[e], nr = s->cnt[e];
+        for (uint32_t r = r0; r < r0 + nr; r++)
+            if (stamp[r] != x->stamp) {
+                stamp[r] = x->stamp;
+                memset(tout + (size_t)r * hp->n_embd, 0, hp->n_embd * sizeof(float));
+            }
+        const void *w = x->from_home ? mvm_expert_home(x->m->space, x->layer, e)
+                                     : mvm_expert_addr(x->m->space, x->layer, e);
+        if (nr == 1)
+            mvm_k_expert_ffn(x->fmt, w, hp->n_embd, x->gact + r0 * x->act_stride,
+                             s->row_w[r0], tout + (size_t)r0 * hp->n_embd, g0, g1);
+        else
+            mvm_k_expert_ffn_batch(x->fmt, w, hp->n_embd,
+                                   x->gact + r0 * x->act_stride, x->act_stride, s->row_w + r0,
+                                   nr, tout + (size_t)r0 * hp->n_embd, hp->n_embd, g0, g1);
+        /* gpt-oss's down bias, weighted, once per row: with the expert's first groups */
+        const float *bd = x->m->layers[x->layer].down_bias;
+        for (uint32_t r = r0; bd && g0 == 0 && r < r0 + nr; r++)
+            for (uint32_t d = 0; d < hp->n_embd; d++)
+                tout[(size_t)r * hp->n_embd + d] += s->row_w[r] * bd[(size_t)e * hp->n_embd + d];
+    }
+}
+
+void mvm_xcpu_run(mvm_xcpu *x, const mvm_moe *s, const float *xn, uint32_t n,
+                  const int32_t *experts, uint32_t n_experts, int from_home)
+{
+    x->s = s;
+    x->experts = experts;
+    x->n_experts = n_experts;
+    x->layer = s->step.layer;
+    x->fmt = x->m->layers[x->layer].expert_fmt;
+    x->n_groups = x->m->layers[x->layer].expert_groups;
+    x->from_home = from_home;
+    x->stamp++;
+    if (!n_experts)
+        return;
+    dispatch(x, xn, n);
+    mvm_pool_run(x->pool, experts_run, x);
+}
+
+/* The partials of row r, added into out[0..n_embd) over columns [d0, d1). */
+static void add_row(const mvm_xcpu *x, uint32_t r, float *out, size_t d0, size_t d1)
+{
+    size_t rows = (size_t)x->n_batch * x->m->hp.n_expert_used, D = x->m->hp.n_embd;
+    for (int t = 0; t < x->nth; t++) {
+        if (x->tstamp[(size_t)t * rows + r] != x->stamp)
+            continue;
+        const float *o = x->tout + ((size_t)t * rows + r) * D;
+        for (size_t d = d0; d < d1; d++)
+            out[d] += o[d];
+    }
+}
+
+struct add_job {
+    mvm_xcpu *x;
+    float *xs;
+    uint32_t n;
+};
+
+/* xs[token] += the rows' partial outputs of every thread; split by columns. */
+static void add_run(void *p, int t, int nth)
+{
+    const struct add_job *j = p;
+    const mvm_hparams *hp = &j->x->m->hp;
+    size_t d0, d1;
+    mvm_pool_split(hp->n_embd, t, nth, &d0, &d1);
+    for (uint32_t r = 0; r < j->n * hp->n_expert_used; r++)
+        add_row(j->x, r, j->xs + (size_t)j->x->s->row_tok[r] * hp->n_embd, d0, d1);
+}
+
+void mvm_xcpu_add(mvm_xcpu *x, const mvm_moe *s, float *xs, uint32_t n)
+{
+    x->s = s;
+    struct add_job j = {x, xs, n};
+    mvm_pool_run(x->pool, add_run, &j);
+}
+
+void mvm_xcpu_rows(mvm_xcpu *x, const mvm_moe *s, uint32_t e, float *rows)
+{
+    size_t D = x->m->hp.n_embd;
+    for (uint32_t r = s->off[e]; r < s->off[e] + s->cnt[e]; r++) {
+        memset(rows + r * D, 0, D * sizeof *rows);
+        add_row(x, r, rows + r * D, 0, D);
+    }
+}

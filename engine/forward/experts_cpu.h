@@ -1,0 +1,38 @@
+/*
+ * The routed experts of an MoE step on the CPU threads: every expert on the CPU backend
+ * (forward_cpu.c), the experts the assign module gives the CPU on the device pass
+ * (forward_cuda.c), which reads them from their host homes while the GPU computes the rest.
+ *
+ * The work is split by (expert, channel-group range), handed out dynamically because the
+ * number of tokens per expert varies, with per-thread output rows added up at the end so
+ * no two threads ever add into the same floats. Units go to threads statically (unit u to
+ * thread u mod n), so results are bitwise reproducible for a given thread count.
+ */
+#ifndef MVM_ENGINE_FORWARD_EXPERTS_CPU_H
+#define MVM_ENGINE_FORWARD_EXPERTS_CPU_H
+
+#include <stdint.h>
+
+#include "engine/forward/moe_step.h"
+#include "engine/compute/pool.h"
+
+typedef struct mvm_xcpu mvm_xcpu;
+
+/* Scratch for steps of up to n_batch tokens: per thread, n_batch * top_k rows of n_embd
+ * floats. */
+mvm_status mvm_xcpu_create(const mvm_model *m, mvm_pool *pool, uint32_t n_batch,
+                           mvm_xcpu **out);
+void mvm_xcpu_free(mvm_xcpu *x);
+
+/* Computes the rows (moe_step.h) of experts[0..n_experts) of the step s, whose n tokens'
+ * expert input is xn ([n][n_embd] floats), into per-thread partial outputs. Each expert's
+ * weights are read at its fixed address, or from its host home when from_home. */
+void mvm_xcpu_run(mvm_xcpu *x, const mvm_moe *s, const float *xn, uint32_t n,
+                  const int32_t *experts, uint32_t n_experts, int from_home);
+/* After a run: xs[token] += every row of the token that ran, for n tokens. */
+void mvm_xcpu_add(mvm_xcpu *x, const mvm_moe *s, float *xs, uint32_t n);
+/* After a run: rows[r] = the output of row r, for the rows of expert e ([n_embd] floats
+ * each, at rows + r * n_embd). */
+void mvm_xcpu_rows(mvm_xcpu *x, const mvm_moe *s, uint32_t e, float *rows);
+
+#endif

@@ -1,0 +1,136 @@
+/*
+ * The forward pass: an inference context (KV cache, scratch buffers, the residency manager
+ * and the other policy modules) over a loaded model. Tokens are evaluated in batches of up
+ * to n_batch (prefill) or one at a time (decode) through the same code; the experts of every
+ * MoE layer run through their fixed addresses in the expert space.
+ *
+ * The context computes where the model's expert space is: on the CPU, on the thread pool,
+ * when its backend is host (forward_cpu.c); on the space's GPU when it is cuda
+ * (forward_cuda.c: the non-expert weights and the KV cache are copied to the device, the
+ * routing and the policy modules stay on the host). Both run the same MoE step
+ * (moe_step.h), so a run's routing, residency and statistics mean the same on either.
+ */
+#ifndef MVM_ENGINE_FORWARD_FORWARD_H
+#define MVM_ENGINE_FORWARD_FORWARD_H
+
+#include <stdint.h>
+
+#include "engine/model/model.h"
+#include "engine/compute/pool.h"
+#include "engine/forward/prefetch.h"
+#include "engine/forward/residency.h"
+#include "engine/forward/substitute.h"
+
+/* One (token, MoE layer) as routed: what mvm_route_fn observers see. */
+typedef struct mvm_route_record {
+    uint32_t pos, layer, n_expert, k, n_embd;
+    const float *probs;        /* [n_expert] the router's probabilities */
+    const int *selected;       /* [k] the router's choice, best first */
+    const float *weights;      /* [k] their weights */
+    const int *ran;            /* [k] the experts computed, when the route module changed
+                                  the row (best first); NULL when they are `selected` */
+    const float *ran_weights;  /* [k] their weights as applied; NULL with ran */
+    const float *hidden;       /* [n_embd] the router's input: the layer's MoE input after
+                                  its norm (what predictors learn from) */
+} mvm_route_record;
+
+/* Called for every (token, MoE layer) once the layer's routing is final. */
+typedef void (*mvm_route_fn)(void *ctx, const mvm_route_record *r);
+
+typedef struct mvm_ctx mvm_ctx;
+
+/* The policy modules a context runs (NULL names take the MOEVM_* options), how its steps
+ * wait for copies, and its KV cache's type. */
+typedef struct mvm_ctx_policies {
+    mvm_resid_params residency;   /* evict (the shape fields are the model's) */
+    mvm_prefetch_params prefetch; /* predict */
+    mvm_route_params routing;     /* route */
+    /* 1: each MoE step waits until its experts' copies have landed before computing them,
+     * as a device reader must (and as the simulator models a GPU); 0: an expert still
+     * loading runs from its home meanwhile (the CPU backend's way: no wait). On a GPU that
+     * cannot read the homes (no HOST_NUMA VMM: mvm_space_info.home_mapped 0) steps always
+     * wait, and a step whose experts do not all fit the budget runs in rounds. */
+    int wait_loads;
+    const char *kv_type;          /* "f16" or "f32" (engine/forward/kv_cache.h); NULL: MOEVM_KV_TYPE */
+    /* Benchmarks only (`moevm bench --routing`): after the router has chosen, the token at
+     * position pos of MoE layer `layer` runs the K experts sel[] with weights w[] that this
+     * writes instead (valid expert ids, distinct); NULL: the model's own routing. */
+    void (*route_override)(void *ctx, uint32_t layer, uint32_t pos, int *sel, float *w);
+    void *route_override_ctx;
+} mvm_ctx_policies;
+
+/* Whether this build can compute on a GPU (it has the device kernels: built with nvcc). */
+int mvm_ctx_device_available(void);
+/* MVM_OK when the GPU pass can run on CUDA device `device`: this build has device kernels,
+ * the cuda backend can open the device (mvm_cuda_probe), and the kernels load there (a
+ * driver older than the toolkit that built them cannot JIT their PTX); else why not. What
+ * MOEVM_BACKEND=auto asks before it chooses the GPU. *opened: the GPU it opened to find
+ * out (close it with mvm_gpu_close), or NULL. */
+struct mvm_gpu;
+mvm_status mvm_ctx_device_usable(int device, struct mvm_gpu **opened);
+/* The device memory a context of m (n_ctx positions, batches of n_batch, a KV cache of
+ * kv_type: "f16", "f32" or NULL for MOEVM_KV_TYPE) takes on a GPU beside the experts' budget,
+ * as mvm_ctx_create would allocate it: *weights, the weights besides the experts; *rest, the
+ * KV cache and scratch. m's space is not needed (mvm_model_load sizes the automatic budget
+ * with it before making the space; a probed model, mvm_model_probe, sizes *rest the same
+ * but may lack weights the load derives). MVM_ERR_UNSUPPORTED without the device kernels. */
+mvm_status mvm_ctx_device_bytes(mvm_model *m, uint32_t n_ctx, uint32_t n_batch,
+                                const char *kv_type, uint64_t *weights, uint64_t *rest);
+
+/* n_ctx: positions the KV cache holds (<= the model's context_length is not enforced:
+ * RoPE extrapolates, as llama.cpp lets it); n_batch: tokens per forward call; policies:
+ * NULL for the options' modules. pool: the CPU backend's threads (unused on a GPU).
+ * MVM_ERR_UNSUPPORTED for a cuda space in a build without device kernels. */
+mvm_status mvm_ctx_create(mvm_model *m, mvm_pool *pool, uint32_t n_ctx, uint32_t n_batch,
+                          const mvm_ctx_policies *policies, mvm_ctx **out);
+void mvm_ctx_free(mvm_ctx *c);
+/* "cpu" or "cuda": where the context computes. */
+const char *mvm_ctx_backend(const mvm_ctx *c);
+/* Bytes of the context's KV cache (kv_cache.h: windowed blocks keep a ring, not n_ctx rows). */
+uint64_t mvm_ctx_kv_bytes(const mvm_ctx *c);
+/* "f16" or "f32": the type of its elements. */
+const char *mvm_ctx_kv_type(const mvm_ctx *c);
+void mvm_ctx_set_route_observer(mvm_ctx *c, mvm_route_fn fn, void *fn_ctx);
+
+/* Evaluates n tokens at positions n_past.. (any n: batches of n_batch inside). logits:
+ * n_vocab floats for the last token, or for every token when all_logits (n * n_vocab);
+ * NULL for none. MVM_ERR_RANGE when the KV cache would overflow, MVM_ERR_INVALID for a
+ * token id outside the vocabulary. */
+mvm_status mvm_ctx_eval(mvm_ctx *c, const int32_t *tokens, uint32_t n, float *logits,
+                        int all_logits);
+/* The time of expert (layer, expert) on the device for n <= n_batch tokens, x their
+ * inputs (n rows of n_embd floats): from the quantization of the input to the end of the
+ * down kernel, launched and finished (what `moevm calibrate` fits t_gpu(n) to). The expert
+ * is made resident and pinned before, not timed, and evicted after unless it was resident;
+ * the KV cache and n_past are not touched. MVM_ERR_UNSUPPORTED on a context computing on
+ * the CPU; MVM_ERR_INVALID for n or an expert out of range. */
+mvm_status mvm_ctx_time_expert(mvm_ctx *c, uint32_t layer, int32_t expert, const float *x,
+                               uint32_t n, double *seconds);
+/* Experts computed elsewhere: the distributed mode's leader (dist.h) computes the experts
+ * that other ranks hold there. The CPU pass sends a layer's rows of those experts before it
+ * computes its own and gathers their results after; the context calls `tokens` after each
+ * batch. */
+struct mvm_moe;
+typedef struct mvm_elsewhere {
+    void *self;
+    const uint8_t *remote; /* [L*E] 1 for the experts computed elsewhere (may change after
+                              `tokens`: the array is read at each step) */
+    /* the rows of s->active[n_active .. n_active + n_remote); xn: the tokens' expert input */
+    mvm_status (*send)(void *self, struct mvm_moe *s, const float *xn, uint32_t n);
+    /* waits for those rows' results and adds them into x ([n][n_embd]) */
+    mvm_status (*gather)(void *self, struct mvm_moe *s, float *x, uint32_t n);
+    mvm_status (*tokens)(void *self, const mvm_model *m, uint32_t n);
+} mvm_elsewhere;
+/* e NULL: every expert is computed here. MVM_ERR_UNSUPPORTED on a context computing on a
+ * GPU. */
+mvm_status mvm_ctx_set_elsewhere(mvm_ctx *c, const mvm_elsewhere *e);
+uint32_t mvm_ctx_n_past(const mvm_ctx *c);
+/* Forgets the cached positions (a new request). */
+void mvm_ctx_reset(mvm_ctx *c);
+const mvm_resid *mvm_ctx_residency(const mvm_ctx *c);
+/* NULL when no predict module runs. */
+const mvm_prefetcher *mvm_ctx_prefetcher(const mvm_ctx *c);
+/* NULL when no route module runs. */
+const mvm_substitutor *mvm_ctx_substitutor(const mvm_ctx *c);
+
+#endif

@@ -1,0 +1,456 @@
+/*
+ * The CPU backend of the forward pass (forward_impl.h). One batch of n tokens goes through
+ * every layer as
+ *   attention:  x += Wo · attn(rope(norm_qk(Wq·h)), rope(norm_qk(Wk·h)), Wv·h),  h = rms(x)
+ *   MoE:        x += Σ_selected w_e · expert_e(h) [+ [sigmoid(g·h) ·] shared(h)],  h = rms(x)
+ * with the architecture's variations (arch.c): deepseek2's latent attention (below),
+ * deepseek2's and glm4moe's leading blocks with a dense FFN in place of the experts, and
+ * gpt-oss's sinks, windows and biases.
+ * Matrix products are split by rows across the pool; attention by (token, heads that share
+ * their KV rows: heads_per_unit); the keys and values are stored in the cache's type
+ * (kv_cache.h: F16 by default); the experts as experts_cpu.h says. Work is handed out
+ * statically (unit u to thread u mod n), so a run is bitwise reproducible for a given thread
+ * count: greedy decoding is deterministic, whatever the experts' residency.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/forward/experts_cpu.h"
+#include "engine/forward/forward_impl.h"
+#include "vmm/error.h"
+
+/* The most query heads one unit of the attention's work takes (heads_per_unit). */
+#define MVM_ATTN_HEADS 8
+
+struct cpu_fwd {
+    mvm_model *m;
+    mvm_pool *pool;
+    mvm_moe *moe;
+    int nth;
+    uint32_t n_ctx, n_batch, q_dim, kv_dim;
+    const mvm_kv_layout *kv;    /* the cache's rows and element type (kv_cache.h) */
+    uint8_t *kc, *vc;           /* [rows][kv_dim] elements; MLA: kc only, the latent + k_pe */
+    /* MLA (deepseek2): the latent attention's buffers, [n_batch][...] */
+    uint32_t lat;               /* kv_lora + rope: a cache row, and an absorbed query head */
+    float *qa, *qlat, *olat;    /* q_a; [n_head][lat] absorbed queries and their outputs */
+    uint8_t *hact;              /* [nth][act_stride]: each thread's per-head activations */
+    float *x, *xn, *q, *k, *v, *att, *tmp, *tmp2; /* [n_batch][...] */
+    uint8_t *act;               /* [n_batch][act_stride]: the current matmul input */
+    size_t act_stride;
+    float *sh1, *sh3, *shg;     /* shared expert: [n_batch][n_ff_shexp] x2, [n_batch] */
+    float *scratch;             /* [nth][MVM_ATTN_HEADS x n_ctx] attention scores */
+    mvm_xcpu *experts;          /* the routed experts' threads */
+};
+
+static mvm_status cpu_create(mvm_ctx *ctx, void **state)
+{
+    const mvm_hparams *hp = &ctx->m->hp;
+    struct cpu_fwd *c = calloc(1, sizeof *c);
+    if (!c)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for the inference context");
+    *state = c;
+    c->m = ctx->m;
+    c->pool = ctx->pool;
+    c->moe = ctx->moe;
+    c->nth = mvm_pool_size(ctx->pool);
+    c->n_ctx = ctx->n_ctx;
+    c->n_batch = ctx->n_batch;
+    c->kv = &ctx->kv;
+    c->q_dim = hp->n_head * hp->head_dim;
+    c->kv_dim = hp->n_head_kv * hp->head_dim;
+    c->lat = hp->kv_lora + hp->rope.n_rot;
+    if (hp->kv_lora) /* MLA: one latent row per position; att holds n_head values */
+        c->kv_dim = c->lat;
+    size_t B = c->n_batch, D = hp->n_embd;
+    size_t widest = D > c->q_dim ? D : c->q_dim;
+    uint32_t wide[] = {hp->n_ff_shexp, hp->n_ff, hp->q_lora, hp->n_head * hp->v_dim,
+                       hp->kv_lora, hp->nope};
+    for (size_t i = 0; i < sizeof wide / sizeof *wide; i++)
+        widest = wide[i] > widest ? wide[i] : widest;
+    c->act_stride = MVM_ALIGN64(mvm_k_act_bytes(MVM_W_F32, widest));
+    size_t kv = c->kv->rows * c->kv_dim * c->kv->elt;
+    int ok = 1;
+    c->kc = mvm_buf64(kv, &ok);
+    c->vc = hp->kv_lora ? NULL : mvm_buf64(kv, &ok);
+    if (hp->kv_lora) {
+        size_t heads = B * hp->n_head * c->lat * 4;
+        c->qa = mvm_buf64(B * (hp->q_lora ? hp->q_lora : 1) * 4, &ok);
+        c->qlat = mvm_buf64(heads, &ok);
+        c->olat = mvm_buf64(heads, &ok);
+        c->hact = mvm_buf64((size_t)c->nth * c->act_stride, &ok);
+    }
+    c->x = mvm_buf64(B * D * 4, &ok);
+    c->xn = mvm_buf64(B * D * 4, &ok);
+    c->tmp = mvm_buf64(B * D * 4, &ok);
+    c->tmp2 = mvm_buf64(B * D * 4, &ok);
+    c->q = mvm_buf64(B * c->q_dim * 4, &ok);
+    c->att = mvm_buf64(B * (c->q_dim > hp->n_head * hp->v_dim ? c->q_dim : hp->n_head * hp->v_dim)
+                       * 4, &ok);
+    /* the batch's keys and values (MLA: latent rows) in F32, before they are stored */
+    c->k = mvm_buf64(B * c->kv_dim * 4, &ok);
+    c->v = hp->kv_lora ? NULL : mvm_buf64(B * c->kv_dim * 4, &ok);
+    c->act = mvm_buf64(B * c->act_stride, &ok);
+    c->scratch = mvm_buf64((size_t)c->nth * MVM_ATTN_HEADS * c->n_ctx * 4, &ok);
+    uint32_t ffn = hp->n_ff > hp->n_ff_shexp ? hp->n_ff : hp->n_ff_shexp;
+    if (ffn) {
+        c->sh1 = mvm_buf64(B * ffn * 4, &ok);
+        c->sh3 = mvm_buf64(B * ffn * 4, &ok);
+        c->shg = mvm_buf64(B * 4, &ok);
+    }
+    if (!ok)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for a context of %u positions (KV cache "
+                        "%.1f MiB)", c->n_ctx, (double)c->kv->bytes / 1048576.0);
+    return mvm_xcpu_create(c->m, c->pool, c->n_batch, &c->experts);
+}
+
+static void cpu_destroy(void *state)
+{
+    struct cpu_fwd *c = state;
+    void *bufs[] = {c->kc, c->vc, c->x, c->xn, c->tmp, c->tmp2, c->q, c->att, c->k, c->v,
+                    c->act, c->scratch, c->sh1, c->sh3, c->shg, c->qa, c->qlat, c->olat,
+                    c->hact};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        free(bufs[i]);
+    mvm_xcpu_free(c->experts);
+    free(c);
+}
+
+/* ---- matrix products ------------------------------------------------------------------- */
+
+/* src rows (n of `cols` floats, stride `cols`) -> c->act in w's activation format. */
+static void prepare(struct cpu_fwd *c, enum mvm_wtype t, const float *src, uint32_t n, uint32_t cols)
+{
+    for (uint32_t i = 0; i < n; i++)
+        mvm_k_prepare_act(t, src + (size_t)i * cols, c->act + i * c->act_stride, cols);
+}
+
+struct mm_job {
+    const mvm_weight *w;
+    const void *act;
+    size_t act_stride;
+    uint32_t n_tok;
+    float *y;
+    size_t y_stride;
+};
+
+static void mm_run(void *p, int t, int nth)
+{
+    const struct mm_job *j = p;
+    size_t r0, r1;
+    mvm_pool_split(j->w->rows, t, nth, &r0, &r1);
+    if (r0 == r1)
+        return;
+    if (j->n_tok == 1)
+        mvm_k_matvec(j->w->type, j->w->data, j->w->row_bytes, j->w->cols, j->act, j->y, r0, r1);
+    else
+        mvm_k_matmul(j->w->type, j->w->data, j->w->row_bytes, j->w->cols, j->act, j->act_stride,
+                     j->n_tok, j->y, j->y_stride, r0, r1);
+}
+
+/* y[i] = w · src[i] for n rows of w->cols floats; y rows are w->rows floats apart. */
+static void matmul(struct cpu_fwd *c, const mvm_weight *w, const float *src, uint32_t n, float *y)
+{
+    prepare(c, w->type, src, n, w->cols);
+    struct mm_job j = {w, c->act, c->act_stride, n, y, w->rows};
+    mvm_pool_run(c->pool, mm_run, &j);
+}
+
+/* ---- attention ------------------------------------------------------------------------- */
+
+static void qk_norm_rope(struct cpu_fwd *c, const mvm_layer *L, uint32_t n, uint32_t pos0)
+{
+    const mvm_hparams *hp = &c->m->hp;
+    const mvm_arch *a = c->m->arch;
+    for (uint32_t i = 0; i < n; i++) {
+        float *q = c->q + (size_t)i * c->q_dim, *k = c->k + (size_t)i * c->kv_dim;
+        if (a->qkv_bias) {
+            for (uint32_t j = 0; j < c->q_dim; j++)
+                q[j] += L->bq[j];
+            for (uint32_t j = 0; j < c->kv_dim; j++) {
+                k[j] += L->bk[j];
+                c->v[(size_t)i * c->kv_dim + j] += L->bv[j];
+            }
+        }
+        if (L->q_norm && a->qk_norm == MVM_QK_NORM_HEAD) {
+            for (uint32_t h = 0; h < hp->n_head; h++)
+                mvm_k_rmsnorm(q + h * hp->head_dim, q + h * hp->head_dim, L->q_norm,
+                              hp->head_dim, hp->rms_eps);
+            for (uint32_t h = 0; h < hp->n_head_kv; h++)
+                mvm_k_rmsnorm(k + h * hp->head_dim, k + h * hp->head_dim, L->k_norm,
+                              hp->head_dim, hp->rms_eps);
+        } else if (L->q_norm) {
+            mvm_k_rmsnorm(q, q, L->q_norm, c->q_dim, hp->rms_eps);
+            mvm_k_rmsnorm(k, k, L->k_norm, c->kv_dim, hp->rms_eps);
+        }
+        mvm_k_rope(q, hp->n_head, hp->head_dim, pos0 + i, &hp->rope);
+        mvm_k_rope(k, hp->n_head_kv, hp->head_dim, pos0 + i, &hp->rope);
+    }
+}
+
+/* The heads of one unit of the attention's work, n_q: a divisor of `group` (the heads
+ * that read the same KV rows), at most MVM_ATTN_HEADS (a thread's scratch holds n_q x n_ctx
+ * scores), the largest that still leaves a unit for each of nth threads among the
+ * groups x group / n_q units. A unit reads its rows once for its n_q heads: a long
+ * context's cache, larger than the caches, n_q times less. */
+static uint32_t heads_per_unit(uint32_t group, size_t groups, int nth)
+{
+    for (uint32_t n_q = group < MVM_ATTN_HEADS ? group : MVM_ATTN_HEADS; n_q > 1; n_q--)
+        if (group % n_q == 0 && groups * (group / n_q) >= (size_t)nth)
+            return n_q;
+    return 1;
+}
+
+struct attn_job {
+    struct cpu_fwd *c;
+    const mvm_layer *L;
+    const mvm_kv_block *b; /* this block's rows of the cache */
+    uint32_t n, pos0;
+    uint32_t n_q;          /* heads per unit (heads_per_unit) */
+};
+
+static void attn_run(void *p, int t, int nth)
+{
+    const struct attn_job *j = p;
+    struct cpu_fwd *c = j->c;
+    const mvm_hparams *hp = &c->m->hp;
+    const uint32_t group = hp->n_head / hp->n_head_kv, units = hp->n_head / j->n_q;
+    size_t u0, u1;
+    mvm_pool_split((size_t)j->n * units, t, nth, &u0, &u1);
+    for (size_t u = u0; u < u1; u++) {
+        const uint32_t i = (uint32_t)(u / units), h = (uint32_t)(u % units) * j->n_q;
+        /* positions first..pos0+i: all of them, or the window's last swa */
+        uint32_t n_pos = j->pos0 + i + 1, first = 0;
+        if (j->L->swa && n_pos > j->L->swa)
+            first = n_pos - j->L->swa;
+        size_t kvo = (mvm_kv_row(j->b, first) * c->kv_dim + (size_t)(h / group) * hp->head_dim)
+                     * c->kv->elt;
+        const size_t qo = (size_t)i * c->q_dim + (size_t)h * hp->head_dim;
+        mvm_k_attn_heads(c->q + qo, j->n_q, c->kv->type, c->kc + kvo, c->vc + kvo, c->kv_dim,
+                         n_pos - first, hp->head_dim, hp->kq_scale,
+                         j->L->sinks ? j->L->sinks + h : NULL,
+                         c->scratch + (size_t)t * MVM_ATTN_HEADS * c->n_ctx, c->att + qo);
+    }
+}
+
+/* ---- multi-head latent attention (deepseek2) ---------------------------------------------
+ * The absorbed form (llama.cpp's MLA path; DeepSeek-V2's paper, appendix C): the cache keeps
+ * one row per position, [latent c (kv_lora), k_pe (rope)], and each head's query turns into
+ * that space, [wk_b_h · q_nope_h, q_pe_h], so a score is one dot product over the row:
+ * q_nope · (Wk_h c) + q_pe · k_pe. The head attends over whole rows (the k_pe part of its
+ * output is ignored) and wv_b_h takes the latent part out to v_dim values. */
+
+/* q, and the batch's latent rows into c->k, rotated. */
+static void mla_project(struct cpu_fwd *c, const mvm_layer *L, uint32_t n, uint32_t pos0)
+{
+    const mvm_hparams *hp = &c->m->hp;
+    const uint32_t R = hp->kv_lora, Q = hp->q_lora;
+    if (Q) {
+        matmul(c, &L->wq_a, c->xn, n, c->qa);
+        for (uint32_t i = 0; i < n; i++)
+            mvm_k_rmsnorm(c->qa + (size_t)i * Q, c->qa + (size_t)i * Q, L->q_a_norm, Q,
+                          hp->rms_eps);
+        matmul(c, &L->wq_b, c->qa, n, c->q);
+    } else {
+        matmul(c, &L->wq, c->xn, n, c->q);
+    }
+    float *rows = c->k;
+    matmul(c, &L->wkv_a, c->xn, n, rows);
+    for (uint32_t i = 0; i < n; i++) {
+        float *row = rows + (size_t)i * c->lat;
+        mvm_k_rmsnorm(row, row, L->kv_a_norm, R, hp->rms_eps);
+        mvm_k_rope(row + R, 1, hp->rope.n_rot, pos0 + i, &hp->rope);
+        mvm_k_rope(c->q + (size_t)i * c->q_dim + hp->nope, hp->n_head, hp->head_dim, pos0 + i,
+                   &hp->rope);
+    }
+}
+
+struct mla_job {
+    struct cpu_fwd *c;
+    const mvm_layer *L;
+    const uint8_t *cache;
+    uint32_t n, pos0;
+    uint32_t n_q;          /* heads per unit (heads_per_unit: every head reads every row) */
+};
+
+/* Per (token, n_q heads): the absorbed queries, the attention over the cache rows, the
+ * values. */
+static void mla_run(void *p, int t, int nth)
+{
+    const struct mla_job *j = p;
+    struct cpu_fwd *c = j->c;
+    const mvm_hparams *hp = &c->m->hp;
+    const mvm_weight *kb = &j->L->wk_b, *vb = &j->L->wv_b;
+    const uint32_t H = hp->n_head, R = hp->kv_lora, V = hp->v_dim, units = H / j->n_q;
+    uint8_t *act = c->hact + (size_t)t * c->act_stride;
+    size_t u0, u1;
+    mvm_pool_split((size_t)j->n * units, t, nth, &u0, &u1);
+    for (size_t u = u0; u < u1; u++) {
+        const uint32_t i = (uint32_t)(u / units), h0 = (uint32_t)(u % units) * j->n_q;
+        const size_t at = ((size_t)i * H + h0) * c->lat; /* head h0's of token i */
+        for (uint32_t h = h0; h < h0 + j->n_q; h++) {
+            const float *q = c->q + (size_t)i * c->q_dim + (size_t)h * hp->head_dim;
+            float *ql = c->qlat + at + (size_t)(h - h0) * c->lat;
+            mvm_k_prepare_act(kb->type, q, act, hp->nope);
+            mvm_k_matvec(kb->type, kb->data, kb->row_bytes, hp->nope, act, ql - (size_t)h * R,
+                         (size_t)h * R, (size_t)(h + 1) * R);
+            memcpy(ql + R, q + hp->nope, hp->rope.n_rot * sizeof *ql);
+        }
+        mvm_k_attn_heads(c->qlat + at, j->n_q, c->kv->type, j->cache, j->cache, c->lat,
+                         j->pos0 + i + 1, c->lat, hp->kq_scale, NULL,
+                         c->scratch + (size_t)t * MVM_ATTN_HEADS * c->n_ctx, c->olat + at);
+        for (uint32_t h = h0; h < h0 + j->n_q; h++) {
+            mvm_k_prepare_act(vb->type, c->olat + at + (size_t)(h - h0) * c->lat, act, R);
+            mvm_k_matvec(vb->type, vb->data, vb->row_bytes, R, act, c->att + (size_t)i * H * V,
+                         (size_t)h * V, (size_t)(h + 1) * V);
+        }
+    }
+}
+
+/* The batch's rows c->k and c->v (MLA: c->k) into block b's rows of the cache, rounded to
+ * its type. */
+static void store(struct cpu_fwd *c, const mvm_kv_block *b, uint32_t n, uint32_t pos0)
+{
+    const size_t row = c->kv_dim * c->kv->elt;
+    mvm_kv_run runs[MVM_KV_MAX_RUNS];
+    for (uint32_t r = 0, nr = mvm_kv_runs(b, pos0, n, runs); r < nr; r++) {
+        const size_t from = (size_t)runs[r].i0 * c->kv_dim, len = runs[r].n_rows * c->kv_dim;
+        mvm_k_quantize(c->kv->type, c->k + from, c->kc + runs[r].row * row, len);
+        if (c->v)
+            mvm_k_quantize(c->kv->type, c->v + from, c->vc + runs[r].row * row, len);
+    }
+}
+
+/* x += attention(rms(x)) of block `blk` (its rows of the KV cache: kv_cache.h). */
+static void attention(struct cpu_fwd *c, const mvm_layer *L, uint32_t blk, uint32_t n,
+                      uint32_t pos0)
+{
+    const mvm_hparams *hp = &c->m->hp;
+    for (uint32_t i = 0; i < n; i++)
+        mvm_k_rmsnorm(c->xn + (size_t)i * hp->n_embd, c->x + (size_t)i * hp->n_embd,
+                      L->attn_norm, hp->n_embd, hp->rms_eps);
+    const mvm_kv_block *b = &c->kv->blocks[blk];
+    if (hp->kv_lora) { /* no window: n_ctx rows */
+        mla_project(c, L, n, pos0);
+        store(c, b, n, pos0);
+        struct mla_job j = {c, L, c->kc + b->row0 * c->kv_dim * c->kv->elt, n, pos0,
+                            heads_per_unit(hp->n_head, n, c->nth)};
+        mvm_pool_run(c->pool, mla_run, &j);
+    } else {
+        matmul(c, &L->wq, c->xn, n, c->q);
+        matmul(c, &L->wk, c->xn, n, c->k);
+        matmul(c, &L->wv, c->xn, n, c->v);
+        qk_norm_rope(c, L, n, pos0);
+        store(c, b, n, pos0);
+        struct attn_job j = {c, L, b, n, pos0,
+                             heads_per_unit(hp->n_head / hp->n_head_kv,
+                                            (size_t)n * hp->n_head_kv, c->nth)};
+        mvm_pool_run(c->pool, attn_run, &j);
+    }
+    matmul(c, &L->wo, c->att, n, c->tmp);
+    for (size_t i = 0; i < (size_t)n * hp->n_embd; i++)
+        c->x[i] += L->bo ? c->tmp[i] + L->bo[i % hp->n_embd] : c->tmp[i];
+}
+
+/* ---- mixture of experts ---------------------------------------------------------------- */
+
+/* x += [sigmoid(gate · h) ·] w2 · (silu(w1 · h) * (w3 · h)), h = xn: a shared expert (gated
+ * in qwen2moe, not in deepseek2 and glm4moe) or a dense block's FFN. */
+static void ffn(struct cpu_fwd *c, const mvm_weight *w1, const mvm_weight *w3,
+                const mvm_weight *w2, const float *gate, uint32_t n)
+{
+    const mvm_hparams *hp = &c->m->hp;
+    const uint32_t F = w1->rows;
+    for (uint32_t i = 0; i < n; i++) {
+        const float *h = c->xn + (size_t)i * hp->n_embd;
+        float g = 0;
+        for (uint32_t d = 0; gate && d < hp->n_embd; d++)
+            g += gate[d] * h[d];
+        c->shg[i] = gate ? 1.0f / (1.0f + expf(-g)) : 1.0f;
+    }
+    matmul(c, w1, c->xn, n, c->sh1);
+    matmul(c, w3, c->xn, n, c->sh3);
+    for (uint32_t i = 0; i < n; i++)
+        mvm_k_swiglu(c->sh1 + (size_t)i * F, c->sh3 + (size_t)i * F, F);
+    matmul(c, w2, c->sh1, n, c->tmp2);
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t d = 0; d < hp->n_embd; d++)
+            c->x[(size_t)i * hp->n_embd + d] += c->shg[i] * c->tmp2[(size_t)i * hp->n_embd + d];
+}
+
+/* A dense block's FFN (deepseek2's and glm4moe's leading blocks). */
+static void dense_ffn(struct cpu_fwd *c, const mvm_layer *L, uint32_t n)
+{
+    const mvm_hparams *hp = &c->m->hp;
+    for (uint32_t i = 0; i < n; i++)
+        mvm_k_rmsnorm(c->xn + (size_t)i * hp->n_embd, c->x + (size_t)i * hp->n_embd,
+                      L->ffn_norm, hp->n_embd, hp->rms_eps);
+    ffn(c, &L->ffn_w1, &L->ffn_w3, &L->ffn_w2, NULL, n);
+}
+
+static mvm_status moe(struct cpu_fwd *c, uint32_t il, uint32_t n, uint32_t pos0)
+{
+    const mvm_hparams *hp = &c->m->hp;
+    const mvm_layer *L = &c->m->layers[il];
+    for (uint32_t i = 0; i < n; i++)
+        mvm_k_rmsnorm(c->xn + (size_t)i * hp->n_embd, c->x + (size_t)i * hp->n_embd,
+                      L->ffn_norm, hp->n_embd, hp->rms_eps);
+    matmul(c, &L->router, c->xn, n, c->moe->probs);
+    for (uint32_t i = 0; L->router_bias && i < n; i++)
+        for (uint32_t e = 0; e < hp->n_expert; e++)
+            c->moe->probs[(size_t)i * hp->n_expert + e] += L->router_bias[e];
+    mvm_moe_route(c->moe, il, pos0, n, c->xn);
+    mvm_status st = mvm_moe_begin(c->moe);
+    if (st != MVM_OK)
+        return st;
+    const mvm_elsewhere *e = c->moe->elsewhere;
+    if (e) /* the other ranks' experts run there meanwhile */
+        st = e->send(e->self, c->moe, c->xn, n);
+    /* At home, the home's own view: the expert address maps the same pages a second time,
+     * whose first reads would fault them in again (and count them twice in the RSS). */
+    mvm_xcpu_run(c->experts, c->moe, c->xn, n, c->moe->active, c->moe->n_active,
+                 c->m->experts_at_home);
+    mvm_xcpu_add(c->experts, c->moe, c->x, n);
+    if (e && st == MVM_OK)
+        st = e->gather(e->self, c->moe, c->x, n);
+    mvm_status end = mvm_moe_end(c->moe);
+    st = st != MVM_OK ? st : end;
+    if (st == MVM_OK && hp->n_ff_shexp)
+        ffn(c, &L->shexp_w1, &L->shexp_w3, &L->shexp_w2, L->shexp_gate, n);
+    return st;
+}
+
+/* ---- the whole pass -------------------------------------------------------------------- */
+
+static mvm_status cpu_eval(mvm_ctx *ctx, const int32_t *tokens, uint32_t n, float *logits,
+                           int all_logits)
+{
+    struct cpu_fwd *c = ctx->state;
+    const mvm_model *m = c->m;
+    const mvm_hparams *hp = &m->hp;
+    uint32_t pos0 = ctx->n_past;
+    for (uint32_t i = 0; i < n; i++)
+        mvm_k_dequantize(m->tok_embd.type,
+                         (const uint8_t *)m->tok_embd.data + (size_t)tokens[i] * m->tok_embd.row_bytes,
+                         c->x + (size_t)i * hp->n_embd, hp->n_embd);
+    for (uint32_t b = 0; b < hp->n_dense; b++) {
+        attention(c, &m->dense[b], b, n, pos0);
+        dense_ffn(c, &m->dense[b], n);
+    }
+    for (uint32_t il = 0; il < hp->n_layer; il++) {
+        attention(c, &m->layers[il], hp->n_dense + il, n, pos0);
+        mvm_status st = moe(c, il, n, pos0);
+        if (st != MVM_OK)
+            return st;
+    }
+    if (!logits)
+        return MVM_OK;
+    uint32_t first = all_logits ? 0 : n - 1, nl = n - first;
+    for (uint32_t i = first; i < n; i++)
+        mvm_k_rmsnorm(c->xn + (size_t)(i - first) * hp->n_embd, c->x + (size_t)i * hp->n_embd,
+                      m->output_norm, hp->n_embd, hp->rms_eps);
+    matmul(c, &m->output, c->xn, nl, logits);
+    return MVM_OK;
+}
+
+const struct mvm_fwd_backend mvm_fwd_cpu = {"cpu", cpu_create, cpu_destroy, cpu_eval, NULL};

@@ -1,0 +1,561 @@
+/*
+ * The device backend of the forward pass (forward_impl.h), on engine/compute/gpu.c and the kernels
+ * of kernels/cuda, for a model whose expert space is on the GPU (cuda backend).
+ *
+ * On the device: the non-expert weights (copied at creation, in the file's types), the KV
+ * cache, every matrix product, norm, RoPE and attention (forward_cuda_attn.c: grouped-query,
+ * or deepseek2's latent attention), the dense blocks before the MoE ones (deepseek2,
+ * glm4moe), the shared experts, and the routed experts (gpt-oss's biased ones too), read
+ * through their fixed addresses in the expert space. On the host: the token embeddings (a
+ * dequantized row per token is uploaded) and each MoE step's host side (moe_step.h): the
+ * router's logits and input come back, the routing, the policy modules, observers and
+ * predictors run as on the CPU backend, and the step's grouped rows go up; the experts the
+ * assign module gives the CPU are computed there from their homes (experts_cpu.h) while the
+ * GPU runs its own, and their rows go up before the per-token sum. The arithmetic is the
+ * CPU kernels' (the kernels' header says how), so both backends agree to rounding, routing
+ * included unless a token's top-k is a near tie.
+ *
+ * A step's experts are pinned until its kernels are done: the stream is synchronised before
+ * mvm_moe_end. That costs little, as the next layer's step waits for its router's logits
+ * anyway; what it gives up is only queueing the next attention while the experts run.
+ * Without HOST_NUMA VMM a step runs in rounds that each fit the budget (moe_step.h), with a
+ * sync between rounds: each round's rows land in their own slots of the rows' outputs, and
+ * the sum in each token's routing order comes after the last, so the result does not
+ * depend on how the step was cut.
+ *
+ * Scratch: the KV cache takes 2 x blocks x n_ctx x kv_dim elements of device memory (MLA:
+ * 1 x blocks x n_ctx x (kv_lora + rope); F16 by default, kv_cache.h); attention's split
+ * parts (n_batch + 256 / units) x n_head x (head_dim + 3) floats, whatever the context
+ * (kernels/cuda/kernels.h); MLA's absorbed queries and their outputs 2 x n_batch x n_head x
+ * (kv_lora + rope) floats.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "engine/compute/clock.h"
+#include "engine/forward/forward_cuda_impl.h"
+#include "vmm/error.h"
+
+/* ---- device memory --------------------------------------------------------------------- */
+
+mvm_status mvm_cf_alloc(struct cuda_fwd *f, size_t bytes, mvm_dptr *out)
+{
+    if (f->sizing) { /* cuMemAlloc hands out 256-byte aligned blocks */
+        f->need += (bytes + 255) & ~(uint64_t)255;
+        *out = (mvm_dptr)f->need;
+        return MVM_OK;
+    }
+    if (f->n_owned == f->cap_owned) {
+        size_t cap = f->cap_owned ? 2 * f->cap_owned : 64;
+        mvm_dptr *p = realloc(f->owned, cap * sizeof *p);
+        if (!p)
+            return mvm_fail(MVM_ERR_NOMEM, "out of memory for the device context");
+        f->owned = p;
+        f->cap_owned = cap;
+    }
+    TRY(mvm_gpu_alloc(f->g, bytes, out));
+    f->owned[f->n_owned++] = *out;
+    return MVM_OK;
+}
+
+mvm_status mvm_cf_copy(struct cuda_fwd *f, const void *src, size_t bytes, mvm_dptr *out)
+{
+    *out = 0;
+    if (!src)
+        return MVM_OK;
+    const uint64_t before = f->need;
+    TRY(mvm_cf_alloc(f, bytes, out));
+    f->need_weights += f->need - before; /* a sizing pass's count; 0 otherwise */
+    return f->sizing ? MVM_OK : mvm_gpu_upload(f->g, *out, src, bytes);
+}
+
+mvm_status mvm_cf_weight(struct cuda_fwd *f, const mvm_weight *w, struct dweight *out)
+{
+    *out = (struct dweight){0, (int)w->type, w->rows, w->cols, w->row_bytes};
+    return mvm_cf_copy(f, w->data, (size_t)w->rows * w->row_bytes, &out->p);
+}
+
+uint64_t mvm_cf_act_bytes(uint32_t n)
+{
+    /* Q8_K's blocks are the largest (292 bytes per 256) */
+    return (mvm_k_act_bytes(MVM_W_Q2_K, (n + MVM_QK_K - 1) / MVM_QK_K * MVM_QK_K) + 15) &
+           ~(uint64_t)15;
+}
+
+/* Block L to the device: its attention, the norm before its FFN, and its FFN: the router
+ * and shared expert of a MoE block (its experts are in the space), or a dense block's. */
+static mvm_status upload_block(struct cuda_fwd *f, const mvm_layer *L, struct dlayer *d)
+{
+    const mvm_hparams *hp = &f->m->hp;
+    size_t D = hp->n_embd * sizeof(float);
+    TRY(mvm_cf_upload_attention(f, L, d));
+    TRY(mvm_cf_copy(f, L->ffn_norm, D, &d->ffn_norm));
+    TRY(mvm_cf_weight(f, &L->ffn_w1, &d->ffn_w1));
+    TRY(mvm_cf_weight(f, &L->ffn_w3, &d->ffn_w3));
+    TRY(mvm_cf_weight(f, &L->ffn_w2, &d->ffn_w2));
+    TRY(mvm_cf_weight(f, &L->router, &d->router));
+    TRY(mvm_cf_copy(f, L->router_bias, hp->n_expert * sizeof(float), &d->router_bias));
+    TRY(mvm_cf_copy(f, L->down_bias, (size_t)hp->n_expert * D, &d->down_bias));
+    if (L->shexp_gate) {
+        mvm_weight gate = {MVM_W_F32, L->shexp_gate, 1, hp->n_embd, D};
+        TRY(mvm_cf_weight(f, &gate, &d->shexp_gate));
+    }
+    TRY(mvm_cf_weight(f, &L->shexp_w1, &d->shexp_w1));
+    TRY(mvm_cf_weight(f, &L->shexp_w3, &d->shexp_w3));
+    return mvm_cf_weight(f, &L->shexp_w2, &d->shexp_w2);
+}
+
+static mvm_status alloc_scratch(struct cuda_fwd *f)
+{
+    const mvm_hparams *hp = &f->m->hp;
+    size_t B = f->n_batch, D = hp->n_embd, E = hp->n_expert, BK = B * hp->n_expert_used;
+    uint32_t F = hp->n_ff > hp->n_ff_shexp ? hp->n_ff : hp->n_ff_shexp; /* dense or shared */
+    uint32_t widest = hp->n_embd;
+    uint32_t wide[] = {f->q_dim, F, hp->q_lora, hp->n_head * hp->v_dim};
+    for (size_t i = 0; i < sizeof wide / sizeof *wide; i++)
+        widest = wide[i] > widest ? wide[i] : widest;
+    f->act_stride = mvm_cf_act_bytes(widest); /* a row of inputs in any format */
+    /* an expert row's intermediate activations in its down matrix's format */
+    f->h_stride = 0;
+    for (uint32_t il = 0; il < hp->n_layer; il++) {
+        uint64_t h = mvm_k_act_bytes(f->m->layers[il].expert_fmt.down, hp->n_ff_exp);
+        f->h_stride = h > f->h_stride ? h : f->h_stride;
+    }
+    f->h_stride = (f->h_stride + 15) & ~(uint64_t)15;
+    TRY(mvm_cf_alloc_attention(f));
+    mvm_dptr *rows[] = {&f->x, &f->xn, &f->tmp};
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
+        TRY(mvm_cf_alloc(f, B * D * 4, rows[i]));
+    TRY(mvm_cf_alloc(f, B * E * 4, &f->probs));
+    TRY(mvm_cf_alloc(f, B * hp->n_vocab * 4, &f->logits));
+    TRY(mvm_cf_alloc(f, B * f->act_stride, &f->act));
+    TRY(mvm_cf_alloc(f, BK * f->h_stride, &f->h));
+    TRY(mvm_cf_alloc(f, BK * D * 4, &f->out));
+    mvm_dptr *per_expert[] = {&f->active, &f->off, &f->cnt};
+    for (size_t i = 0; i < sizeof per_expert / sizeof *per_expert; i++)
+        TRY(mvm_cf_alloc(f, E * 4, per_expert[i]));
+    mvm_dptr *per_row[] = {&f->row_tok, &f->tok_rows, &f->row_w};
+    for (size_t i = 0; i < sizeof per_row / sizeof *per_row; i++)
+        TRY(mvm_cf_alloc(f, BK * 4, per_row[i]));
+    if (F) {
+        TRY(mvm_cf_alloc(f, B * F * 4, &f->sh1));
+        TRY(mvm_cf_alloc(f, B * F * 4, &f->sh3));
+        TRY(mvm_cf_alloc(f, B * 4, &f->shg));
+    }
+    return MVM_OK;
+}
+
+static mvm_status upload_model(struct cuda_fwd *f)
+{
+    const mvm_model *m = f->m;
+    f->layers = calloc(m->hp.n_layer, sizeof *f->layers);
+    f->dense = calloc(m->hp.n_dense ? m->hp.n_dense : 1, sizeof *f->dense);
+    if (!f->layers || !f->dense)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for the device context");
+    for (uint32_t b = 0; b < m->hp.n_dense; b++)
+        TRY(upload_block(f, &m->dense[b], &f->dense[b]));
+    for (uint32_t il = 0; il < m->hp.n_layer; il++) {
+        TRY(upload_block(f, &m->layers[il], &f->layers[il]));
+        if (!f->sizing)
+            f->layers[il].experts = (mvm_dptr)(uintptr_t)mvm_expert_addr(m->space, il, 0);
+    }
+    TRY(mvm_cf_weight(f, &m->output, &f->output));
+    TRY(mvm_cf_copy(f, m->output_norm, m->hp.n_embd * sizeof(float), &f->output_norm));
+    TRY(alloc_scratch(f));
+    /* the uploads done: a failed one is reported here */
+    return f->sizing ? MVM_OK : mvm_gpu_sync(f->g);
+}
+
+/* The fields a context's allocations are sized by. */
+static void set_shape(struct cuda_fwd *f, mvm_model *m, uint32_t n_ctx, uint32_t n_batch,
+                      const mvm_kv_layout *kv)
+{
+    const mvm_hparams *hp = &m->hp;
+    f->m = m;
+    f->n_ctx = n_ctx;
+    f->n_batch = n_batch;
+    f->kv = kv;
+    f->q_dim = hp->n_head * hp->head_dim;
+    f->kv_dim = hp->n_head_kv * hp->head_dim;
+    f->lat = hp->kv_lora + hp->rope.n_rot;
+    if (hp->kv_lora) /* MLA: one latent row per position */
+        f->kv_dim = f->lat;
+}
+
+mvm_status mvm_cf_context_bytes(mvm_model *m, uint32_t n_ctx, uint32_t n_batch,
+                                const mvm_kv_layout *kv, uint64_t *weights, uint64_t *rest)
+{
+    struct cuda_fwd f = {.sizing = 1};
+    set_shape(&f, m, n_ctx, n_batch, kv);
+    mvm_status st = upload_model(&f);
+    free(f.layers);
+    free(f.dense);
+    *weights = f.need_weights;
+    *rest = f.need - f.need_weights;
+    return st;
+}
+
+static void cuda_destroy(void *state)
+{
+    struct cuda_fwd *f = state;
+    for (size_t i = 0; i < f->n_owned; i++)
+        mvm_gpu_free(f->g, f->owned[i]);
+    mvm_gpu_close(f->g);
+    mvm_xcpu_free(f->cpu);
+    free(f->cpu_rows);
+    free(f->owned);
+    free(f->layers);
+    free(f->dense);
+    free(f->host);
+    free(f);
+}
+
+static mvm_status cuda_create(mvm_ctx *ctx, void **state)
+{
+    const mvm_hparams *hp = &ctx->m->hp;
+    struct cuda_fwd *f = calloc(1, sizeof *f);
+    if (!f)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for the device context");
+    *state = f;
+    set_shape(f, ctx->m, ctx->n_ctx, ctx->n_batch, &ctx->kv);
+    f->moe = ctx->moe;
+    mvm_space_info info;
+    TRY(mvm_space_get_info(f->m->space, &info));
+    f->expert_stride = info.expert_stride;
+    f->host = malloc((size_t)f->n_batch * hp->n_embd * sizeof *f->host);
+    if (!f->host)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for the device context");
+    f->pool = ctx->pool;
+    char why[256];
+    mvm_status st = mvm_gpu_open(f->m->device, &f->g);
+    if (st != MVM_OK) {
+        snprintf(why, sizeof why, "%s", mvm_last_error());
+        return mvm_fail(st, "CUDA device %d for the forward pass: %s", f->m->device, why);
+    }
+    st = upload_model(f);
+    if (st != MVM_OK) {
+        snprintf(why, sizeof why, "%s", mvm_last_error());
+        return mvm_fail(st, "device context of %u positions (the weights besides the experts, "
+                        "the KV cache, scratch): %s; the experts' budget holds %.0f MiB of the "
+                        "device (a smaller --gpu-budget or context leaves more)", f->n_ctx, why,
+                        (double)info.device_pages * (double)info.page_size / 1048576.0);
+    }
+    return MVM_OK;
+}
+
+/* ---- launches -------------------------------------------------------------------------- */
+
+/* x rows (n of `cols` floats, stride floats apart) -> q (rows q_stride bytes apart) in the
+ * activation format of weight type t (a Q or K type). */
+static mvm_status quantize(struct cuda_fwd *f, enum mvm_wtype t, mvm_dptr x, uint64_t stride,
+                           uint32_t cols, uint32_t n, mvm_dptr q, uint64_t q_stride)
+{
+    mvm_g_quantize_args a = {.x = x, .q = q, .x_stride = stride, .q_stride = q_stride,
+                             .n = cols, .n_rows = n, .type = t};
+    return mvm_gpu_quantize(f->g, 0, &a);
+}
+
+/* n tokens of H heads through w's H slabs of rows (H = 1: a plain product): head h of token
+ * i reads in + (i * H + h) * in_pitch floats and writes y + (i * H + h) * y_pitch floats.
+ * A Q or K type's input is quantized into qbuf (q_pitch bytes a row) unless `ready`. */
+static mvm_status product(struct cuda_fwd *f, const struct dweight *w, uint32_t H, int ready,
+                          mvm_dptr in, uint64_t in_pitch, uint32_t n, mvm_dptr y,
+                          uint64_t y_pitch, mvm_dptr qbuf, uint64_t q_pitch)
+{
+    const enum mvm_wtype t = (enum mvm_wtype)w->type;
+    const uint32_t rows = w->rows / H;
+    mvm_g_matvec_args a = {.w = w->p, .act = in, .y = y, .row_bytes = w->row_bytes,
+                           .act_stride = H * in_pitch * sizeof(float), .y_stride = H * y_pitch,
+                           .w_head = rows * w->row_bytes, .act_head = in_pitch * sizeof(float),
+                           .y_head = y_pitch, .n_in = w->cols, .n_out = rows, .n_tok = n,
+                           .n_head = H};
+    if (mvm_k_block_elems(t) > 1) {
+        if (!ready)
+            TRY(quantize(f, t, in, in_pitch, w->cols, n * H, qbuf, q_pitch));
+        a.act = qbuf;
+        a.act_stride = H * q_pitch;
+        a.act_head = q_pitch;
+    }
+    return mvm_gpu_matvec(f->g, w->type, &a);
+}
+
+mvm_status mvm_cf_matmul(struct cuda_fwd *f, const struct dweight *w,
+                         const struct dweight *prev, mvm_dptr in, uint64_t in_stride,
+                         uint32_t n, mvm_dptr y, uint64_t y_stride)
+{
+    const uint64_t block = mvm_k_block_elems((enum mvm_wtype)w->type);
+    int ready = prev && mvm_k_block_elems((enum mvm_wtype)prev->type) == block;
+    return product(f, w, 1, ready, in, in_stride, n, y, y_stride, f->act, f->act_stride);
+}
+
+mvm_status mvm_cf_matmul_heads(struct cuda_fwd *f, const struct dweight *w, uint32_t H,
+                               mvm_dptr in, uint64_t in_pitch, uint32_t n, mvm_dptr y,
+                               uint64_t y_pitch)
+{
+    return product(f, w, H, 0, in, in_pitch, n, y, y_pitch, f->hact, f->hact_stride);
+}
+
+mvm_status mvm_cf_rmsnorm(struct cuda_fwd *f, mvm_dptr x, mvm_dptr out, uint64_t stride,
+                          mvm_dptr w, uint32_t len, uint32_t rows)
+{
+    mvm_g_rmsnorm_args a = {.x = x, .out = out, .w = w, .x_stride = stride,
+                            .out_stride = stride, .n = len, .n_rows = rows,
+                            .eps = f->m->hp.rms_eps};
+    return mvm_gpu_rmsnorm(f->g, 0, &a);
+}
+
+mvm_status mvm_cf_add(struct cuda_fwd *f, mvm_dptr x, mvm_dptr y, uint64_t y_stride,
+                      mvm_dptr gate, uint32_t len, uint32_t rows)
+{
+    mvm_g_add_args a = {.x = x, .y = y, .gate = gate, .y_stride = y_stride, .n = len,
+                        .n_tok = rows};
+    return mvm_gpu_add(f->g, 0, &a);
+}
+
+mvm_status mvm_cf_rope(struct cuda_fwd *f, mvm_dptr x, uint64_t stride, uint32_t n_heads,
+                       uint32_t head_dim, uint32_t n, uint32_t pos0)
+{
+    mvm_g_rope_args a = {.x = x, .stride = stride, .n_tok = n, .n_heads = n_heads,
+                         .head_dim = head_dim, .pos0 = pos0, .rope = f->m->hp.rope};
+    return mvm_gpu_rope(f->g, 0, &a);
+}
+
+/* ---- mixture of experts ---------------------------------------------------------------- */
+
+/* The step's grouped rows (moe_step.h) to the device. */
+static mvm_status upload_rows(struct cuda_fwd *f, uint32_t n)
+{
+    const mvm_moe *s = f->moe;
+    size_t E = f->m->hp.n_expert, nk = (size_t)n * f->m->hp.n_expert_used;
+    TRY(mvm_gpu_upload(f->g, f->off, s->off, E * sizeof *s->off));
+    TRY(mvm_gpu_upload(f->g, f->cnt, s->cnt, E * sizeof *s->cnt));
+    TRY(mvm_gpu_upload(f->g, f->row_tok, s->row_tok, nk * sizeof *s->row_tok));
+    TRY(mvm_gpu_upload(f->g, f->tok_rows, s->tok_rows, nk * sizeof *s->tok_rows));
+    return mvm_gpu_upload(f->g, f->row_w, s->row_w, nk * sizeof *s->row_w);
+}
+
+/* Whether the experts of layer il read their input quantized (f->act), not as floats. */
+static int experts_quantized(const struct cuda_fwd *f, uint32_t il)
+{
+    return mvm_k_block_elems(f->m->layers[il].expert_fmt.gate_up) > 1;
+}
+
+static mvm_g_expert_args expert_args(const struct cuda_fwd *f, uint32_t il)
+{
+    const mvm_hparams *hp = &f->m->hp;
+    const mvm_layer *L = &f->m->layers[il];
+    int q = experts_quantized(f, il);
+    return (mvm_g_expert_args){.experts = f->layers[il].experts, .act = q ? f->act : f->xn,
+                               .active = f->active, .off = f->off, .cnt = f->cnt,
+                               .row_tok = f->row_tok, .row_w = f->row_w, .h = f->h,
+                               .out = f->out, .expert_stride = f->expert_stride,
+                               .act_stride = q ? f->act_stride : hp->n_embd * sizeof(float),
+                               .h_stride = f->h_stride, .n_embd = hp->n_embd,
+                               .down_bias = f->layers[il].down_bias,
+                               .n_groups = L->expert_groups, .gate_up = L->expert_fmt.gate_up,
+                               .down = L->expert_fmt.down, .glu = L->expert_fmt.glu};
+}
+
+/* The rows of the round's experts (moe_step.h), each into its own slot of f->out. */
+static mvm_status expert_round(struct cuda_fwd *f, uint32_t il)
+{
+    const mvm_moe *s = f->moe;
+    if (!s->n_round)
+        return MVM_OK; /* every expert of the step on the CPU */
+    mvm_g_expert_args a = expert_args(f, il);
+    a.n_active = s->n_round;
+    TRY(mvm_gpu_upload(f->g, f->active, s->round, s->n_round * sizeof *s->round));
+    TRY(mvm_gpu_expert_up(f->g, (int)a.gate_up, &a));
+    return mvm_gpu_expert_down(f->g, (int)a.down, &a);
+}
+
+/* The rows of the experts the assign module gave the CPU, computed from their homes on
+ * the thread pool (the router's input is on the host already) while the GPU runs its
+ * first round, then sent up into their slots of f->out. */
+static mvm_status cpu_experts(struct cuda_fwd *f, uint32_t n)
+{
+    const mvm_moe *s = f->moe;
+    size_t D = f->m->hp.n_embd;
+    if (!s->n_cpu)
+        return MVM_OK;
+    if (!f->cpu) {
+        TRY(mvm_xcpu_create(f->m, f->pool, f->n_batch, &f->cpu));
+        f->cpu_rows = malloc((size_t)f->n_batch * f->m->hp.n_expert_used * D * sizeof(float));
+        if (!f->cpu_rows)
+            return mvm_fail(MVM_ERR_NOMEM, "out of memory for the CPU experts' rows");
+    }
+    mvm_xcpu_run(f->cpu, s, f->host, n, s->cpu, s->n_cpu, 1);
+    for (uint32_t i = 0; i < s->n_cpu; i++) {
+        uint32_t e = (uint32_t)s->cpu[i];
+        mvm_xcpu_rows(f->cpu, s, e, f->cpu_rows);
+        TRY(mvm_gpu_upload(f->g, f->out + (uint64_t)s->off[e] * D * sizeof(float),
+                           f->cpu_rows + (size_t)s->off[e] * D, s->cnt[e] * D * sizeof(float)));
+    }
+    return MVM_OK;
+}
+
+/* The routed experts: the GPU's round by round (each waited for before its experts are
+ * unpinned), the CPU's beside the first; then added to x in each token's routing order.
+ * Returns with the step's last round pinned, its kernels maybe still running. */
+static mvm_status experts(struct cuda_fwd *f, uint32_t il, uint32_t n)
+{
+    const mvm_hparams *hp = &f->m->hp;
+    if (experts_quantized(f, il))
+        TRY(quantize(f, f->m->layers[il].expert_fmt.gate_up, f->xn, hp->n_embd, hp->n_embd, n,
+                     f->act, f->act_stride));
+    TRY(expert_round(f, il));
+    TRY(cpu_experts(f, n));
+    while (f->moe->n_run + f->moe->n_round < f->moe->n_todo) {
+        TRY(mvm_gpu_sync(f->g));
+        TRY(mvm_moe_next_round(f->moe));
+        TRY(expert_round(f, il));
+    }
+    TRY(mvm_moe_next_round(f->moe)); /* nothing left: the last round stays pinned */
+    mvm_g_expert_sum_args s = {.x = f->x, .out = f->out, .tok_rows = f->tok_rows,
+                               .n_embd = hp->n_embd, .n_tok = n, .top_k = hp->n_expert_used};
+    return mvm_gpu_expert_sum(f->g, 0, &s);
+}
+
+/* x += [sigmoid(gate . h) *] w2 . (silu(w1 . h) * (w3 . h)), h = xn: a shared expert (gated
+ * in qwen2moe, not in deepseek2 and glm4moe: gate NULL or none) or a dense block's FFN. */
+static mvm_status ffn(struct cuda_fwd *f, const struct dweight *w1, const struct dweight *w3,
+                      const struct dweight *w2, const struct dweight *gate, uint32_t n)
+{
+    uint32_t D = f->m->hp.n_embd, F = w1->rows;
+    gate = gate && gate->p ? gate : NULL;
+    if (gate)
+        TRY(mvm_cf_matmul(f, gate, NULL, f->xn, D, n, f->shg, 1));
+    TRY(mvm_cf_matmul(f, w1, NULL, f->xn, D, n, f->sh1, F));
+    TRY(mvm_cf_matmul(f, w3, w1, f->xn, D, n, f->sh3, F));
+    mvm_g_add_args sw = {.x = f->sh1, .y = f->sh3, .y_stride = F, .n = F, .n_tok = n};
+    TRY(mvm_gpu_swiglu(f->g, 0, &sw));
+    TRY(mvm_cf_matmul(f, w2, NULL, f->sh1, F, n, f->tmp, D));
+    return mvm_cf_add(f, f->x, f->tmp, D, gate ? f->shg : 0, D, n);
+}
+
+/* A dense block's FFN (deepseek2's and glm4moe's leading blocks). */
+static mvm_status dense_ffn(struct cuda_fwd *f, const struct dlayer *L, uint32_t n)
+{
+    uint32_t D = f->m->hp.n_embd;
+    TRY(mvm_cf_rmsnorm(f, f->x, f->xn, D, L->ffn_norm, D, n));
+    return ffn(f, &L->ffn_w1, &L->ffn_w3, &L->ffn_w2, NULL, n);
+}
+
+static mvm_status moe(struct cuda_fwd *f, uint32_t il, uint32_t n, uint32_t pos0)
+{
+    const mvm_hparams *hp = &f->m->hp;
+    const struct dlayer *L = &f->layers[il];
+    uint32_t D = hp->n_embd;
+    TRY(mvm_cf_rmsnorm(f, f->x, f->xn, D, L->ffn_norm, D, n));
+    TRY(mvm_cf_matmul(f, &L->router, NULL, f->xn, D, n, f->probs, hp->n_expert));
+    if (L->router_bias) /* gpt-oss: the logits biased before the routing */
+        TRY(mvm_cf_add(f, f->probs, L->router_bias, 0, 0, hp->n_expert, n));
+    TRY(mvm_gpu_download(f->g, f->host, f->xn, (size_t)n * D * sizeof(float)));
+    TRY(mvm_gpu_download(f->g, f->moe->probs, f->probs,
+                         (size_t)n * hp->n_expert * sizeof(float)));
+    mvm_moe_route(f->moe, il, pos0, n, f->host);
+    TRY(upload_rows(f, n));
+    TRY(mvm_moe_begin(f->moe));
+    mvm_status st = experts(f, il, n);
+    if (st == MVM_OK && hp->n_ff_shexp)
+        st = ffn(f, &L->shexp_w1, &L->shexp_w3, &L->shexp_w2, &L->shexp_gate, n);
+    /* Whatever failed, the kernels already queued may still read the pinned experts (a
+     * failed round pinned nothing, and the step's end then does nothing). */
+    mvm_status synced = mvm_gpu_sync(f->g);
+    st = st != MVM_OK ? st : synced;
+    mvm_status ended = mvm_moe_end(f->moe);
+    return st != MVM_OK ? st : ended;
+}
+
+/* ---- timing one expert (mvm_ctx_time_expert) ------------------------------------------- */
+
+/* The inputs x and the rows of one expert taking all n tokens, to the device. */
+static mvm_status one_expert_rows(struct cuda_fwd *f, int32_t e, const float *x, uint32_t n)
+{
+    size_t D = f->m->hp.n_embd, E = f->m->hp.n_expert;
+    uint32_t *offcnt = calloc(2 * E + n, sizeof *offcnt);
+    float *row_w = malloc(n * sizeof *row_w);
+    if (!offcnt || !row_w) {
+        free(offcnt);
+        free(row_w);
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for timing an expert");
+    }
+    uint32_t *off = offcnt, *cnt = offcnt + E, *row_tok = offcnt + 2 * E;
+    cnt[e] = n;
+    for (uint32_t i = 0; i < n; i++)
+        row_tok[i] = i, row_w[i] = 1.0f;
+    mvm_status st = mvm_gpu_upload(f->g, f->xn, x, n * D * sizeof(float));
+    st = st ? st : mvm_gpu_upload(f->g, f->off, off, E * sizeof *off);
+    st = st ? st : mvm_gpu_upload(f->g, f->cnt, cnt, E * sizeof *cnt);
+    st = st ? st : mvm_gpu_upload(f->g, f->row_tok, row_tok, n * sizeof *row_tok);
+    st = st ? st : mvm_gpu_upload(f->g, f->row_w, row_w, n * sizeof *row_w);
+    st = st ? st : mvm_gpu_upload(f->g, f->active, &e, sizeof e);
+    free(offcnt);
+    free(row_w);
+    return st;
+}
+
+static mvm_status cuda_time_expert(mvm_ctx *ctx, uint32_t il, int32_t e, const float *x,
+                                   uint32_t n, double *seconds)
+{
+    struct cuda_fwd *f = ctx->state;
+    mvm_space *sp = f->m->space;
+    mvm_residency before;
+    TRY(mvm_expert_residency(sp, il, (uint32_t)e, &before));
+    TRY(one_expert_rows(f, e, x, n));
+    TRY(mvm_make_resident(sp, il, (uint32_t)e, MVM_ALL_PAGES));
+    TRY(mvm_pin(sp, il, (uint32_t)e));
+    mvm_g_expert_args a = expert_args(f, il);
+    a.n_active = 1;
+    mvm_status st = mvm_gpu_sync(f->g);
+    double t0 = mvm_now_s();
+    if (st == MVM_OK && experts_quantized(f, il))
+        st = quantize(f, f->m->layers[il].expert_fmt.gate_up, f->xn, f->m->hp.n_embd,
+                      f->m->hp.n_embd, n, f->act, f->act_stride);
+    st = st ? st : mvm_gpu_expert_up(f->g, (int)a.gate_up, &a);
+    st = st ? st : mvm_gpu_expert_down(f->g, (int)a.down, &a);
+    mvm_status synced = mvm_gpu_sync(f->g); /* whatever failed: nothing still reads it */
+    *seconds = mvm_now_s() - t0;
+    st = st ? st : synced;
+    mvm_status unpinned = mvm_unpin(sp, il, (uint32_t)e);
+    st = st ? st : unpinned;
+    /* leave the budget as it was found: evict it unless it was resident before */
+    if (st == MVM_OK && !before.resident)
+        st = mvm_evict(sp, il, (uint32_t)e, 0);
+    return st;
+}
+
+/* ---- the whole pass -------------------------------------------------------------------- */
+
+static mvm_status cuda_eval(mvm_ctx *ctx, const int32_t *tokens, uint32_t n, float *logits,
+                            int all_logits)
+{
+    struct cuda_fwd *f = ctx->state;
+    const mvm_model *m = f->m;
+    const mvm_hparams *hp = &m->hp;
+    uint32_t D = hp->n_embd, pos0 = ctx->n_past;
+    for (uint32_t i = 0; i < n; i++)
+        mvm_k_dequantize(m->tok_embd.type,
+                         (const uint8_t *)m->tok_embd.data + (size_t)tokens[i] * m->tok_embd.row_bytes,
+                         f->host + (size_t)i * D, D);
+    TRY(mvm_gpu_upload(f->g, f->x, f->host, (size_t)n * D * sizeof(float)));
+    for (uint32_t b = 0; b < hp->n_dense; b++) {
+        TRY(mvm_cf_attention(f, &f->dense[b], b, n, pos0));
+        TRY(dense_ffn(f, &f->dense[b], n));
+    }
+    for (uint32_t il = 0; il < hp->n_layer; il++) {
+        TRY(mvm_cf_attention(f, &f->layers[il], hp->n_dense + il, n, pos0));
+        TRY(moe(f, il, n, pos0));
+    }
+    if (!logits)
+        return MVM_OK;
+    uint32_t first = all_logits ? 0 : n - 1, nl = n - first;
+    TRY(mvm_cf_rmsnorm(f, f->x + (uint64_t)first * D * sizeof(float), f->xn, D,
+                       f->output_norm, D, nl));
+    TRY(mvm_cf_matmul(f, &f->output, NULL, f->xn, D, nl, f->logits, hp->n_vocab));
+    return mvm_gpu_download(f->g, logits, f->logits, (size_t)nl * hp->n_vocab * sizeof(float));
+}
+
+const struct mvm_fwd_backend mvm_fwd_cuda = {"cuda", cuda_create, cuda_destroy, cuda_eval,
+                                             cuda_time_expert};

@@ -1,0 +1,59 @@
+/*
+ * What the forward pass's front (forward.c: the context, its checks and batching) and its
+ * backends (forward_cpu.c on the thread pool, forward_cuda.c on the device) share. A
+ * backend computes one batch at a time; the MoE steps' host side is mvm_moe (moe_step.h).
+ */
+#ifndef MVM_ENGINE_FORWARD_FORWARD_IMPL_H
+#define MVM_ENGINE_FORWARD_FORWARD_IMPL_H
+
+#include <stdlib.h>
+
+#include "engine/forward/forward.h"
+#include "engine/forward/kv_cache.h"
+#include "engine/forward/moe_step.h"
+
+struct mvm_ctx {
+    mvm_model *m;
+    mvm_pool *pool;
+    mvm_moe *moe;
+    uint32_t n_ctx, n_batch, n_past;
+    mvm_kv_layout kv;           /* the KV cache's rows, which the backend allocates */
+    const struct mvm_fwd_backend *be;
+    void *state;                /* the backend's */
+};
+
+struct mvm_fwd_backend {
+    const char *name;           /* mvm_ctx_backend() */
+    mvm_status (*create)(mvm_ctx *c, void **state);
+    void (*destroy)(void *state);
+    /* n <= n_batch tokens at positions n_past..; logits of the last token, or of every
+     * token with all_logits, when logits is not NULL. */
+    mvm_status (*eval)(mvm_ctx *c, const int32_t *tokens, uint32_t n, float *logits,
+                       int all_logits);
+    /* mvm_ctx_time_expert, checked; NULL where the backend has no device to time */
+    mvm_status (*time_expert)(mvm_ctx *c, uint32_t layer, int32_t expert, const float *x,
+                              uint32_t n, double *seconds);
+};
+
+/* Host buffers of the CPU code: 64-byte aligned, for the SIMD kernels. *ok is cleared
+ * when one cannot be had (the caller checks once after a series). */
+#define MVM_ALIGN64(n) (((n) + 63) & ~(size_t)63)
+static inline void *mvm_buf64(size_t n, int *ok)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 64, n ? n : 64) != 0)
+        *ok = 0;
+    return p;
+}
+
+extern const struct mvm_fwd_backend mvm_fwd_cpu;
+/* Only in builds with the device kernels (MVM_ENGINE_PTX): see mvm_ctx_device_available. */
+extern const struct mvm_fwd_backend mvm_fwd_cuda;
+/* The same: the device bytes a context of m with n_ctx positions in batches of n_batch and
+ * this KV layout allocates, counted by the code that allocates them (forward_cuda.c),
+ * without a device or m's space: *weights for the weights besides the experts, *rest for
+ * the KV cache and scratch. */
+mvm_status mvm_cf_context_bytes(mvm_model *m, uint32_t n_ctx, uint32_t n_batch,
+                                const mvm_kv_layout *kv, uint64_t *weights, uint64_t *rest);
+
+#endif

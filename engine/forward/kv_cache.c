@@ -1,0 +1,61 @@
+/*
+ * The KV cache's layout (kv_cache.h): a ring of twice-written rows for the windowed blocks
+ * where that is smaller than n_ctx rows, n_ctx rows for the others.
+ */
+#include "engine/forward/kv_cache.h"
+
+#include <stdlib.h>
+
+#include "kernels/cpu/kernels.h"
+#include "vmm/error.h"
+
+mvm_status mvm_kv_layout_make(const mvm_model *m, uint32_t n_ctx, uint32_t n_batch,
+                              enum mvm_wtype type, mvm_kv_layout *out)
+{
+    const mvm_hparams *hp = &m->hp;
+    const uint32_t n_blocks = hp->n_dense + hp->n_layer;
+    *out = (mvm_kv_layout){.type = type, .elt = type == MVM_W_F16 ? 2 : 4};
+    if (type != MVM_W_F16 && type != MVM_W_F32)
+        return mvm_fail(MVM_ERR_INVALID, "a KV cache of %s elements: the cache keeps f16 or "
+                        "f32", mvm_k_wtype_name(type));
+    out->blocks = calloc(n_blocks ? n_blocks : 1, sizeof *out->blocks);
+    if (!out->blocks)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for the KV cache's layout");
+    for (uint32_t b = 0; b < n_blocks; b++) {
+        const mvm_layer *L = b < hp->n_dense ? &m->dense[b] : &m->layers[b - hp->n_dense];
+        const uint64_t ring = L->swa ? (uint64_t)L->swa + n_batch : 0;
+        out->blocks[b].row0 = out->rows;
+        out->blocks[b].ring = ring && 2 * ring < n_ctx ? (uint32_t)ring : 0;
+        out->rows += out->blocks[b].ring ? 2 * ring : n_ctx;
+    }
+    /* MLA keeps one latent row per position, [kv_lora, rope]; the others keys and values */
+    const uint64_t row = hp->kv_lora ? (uint64_t)hp->kv_lora + hp->rope.n_rot
+                                     : 2 * (uint64_t)hp->n_head_kv * hp->head_dim;
+    out->bytes = out->rows * row * out->elt;
+    return MVM_OK;
+}
+
+void mvm_kv_layout_free(mvm_kv_layout *l)
+{
+    free(l->blocks);
+    l->blocks = NULL;
+}
+
+uint32_t mvm_kv_runs(const mvm_kv_block *b, uint32_t pos0, uint32_t n,
+                     mvm_kv_run runs[MVM_KV_MAX_RUNS])
+{
+    if (!b->ring) {
+        runs[0] = (mvm_kv_run){b->row0 + pos0, 0, n};
+        return 1;
+    }
+    /* n <= n_batch < R: the batch wraps at most once */
+    const uint32_t s = pos0 % b->ring, before = n < b->ring - s ? n : b->ring - s;
+    uint32_t k = 0;
+    for (uint32_t copy = 0; copy < 2; copy++) {
+        const uint64_t base = b->row0 + (uint64_t)copy * b->ring;
+        runs[k++] = (mvm_kv_run){base + s, 0, before};
+        if (before < n)
+            runs[k++] = (mvm_kv_run){base, before, n - before};
+    }
+    return k;
+}

@@ -1,0 +1,64 @@
+/*
+ * The KV cache's layout, shared by both backends: which rows of the cache hold each block's
+ * positions (a row: kv_dim floats of keys, and as many of values, or MLA's latent row).
+ *
+ * A block that attends over every position keeps n_ctx rows, position p in row p. A block
+ * with a window of w positions (gpt-oss's even blocks) only ever reads the last w positions
+ * before its queries, so it keeps a ring of R = w + n_batch rows (a batch writes up to
+ * n_batch positions while its first query still reads w - 1 older ones). Each position is
+ * written twice, to row p % R and to row p % R + R, so that the positions of any window,
+ * first .. first + w - 1, are consecutive rows from first % R: the attention (both backends'
+ * kernels) reads them as it reads a full cache and never sees the wrap. That takes 2R rows,
+ * so a block uses a ring only where 2R < n_ctx. gpt-oss-120b at 131072 positions: 18 of its
+ * 36 blocks in 2 x (128 + 32) rows instead of 131072, half its 18 GiB cache (f32 K and V).
+ *
+ * The rows hold F16 (the default, as llama.cpp's cache: half the bytes, and half the reads
+ * of a long context's attention) or F32 elements; keys, values and latents are computed in
+ * F32 and rounded to nearest even as they are stored (MOEVM_KV_TYPE, `moevm run --kv-type`).
+ */
+#ifndef MVM_ENGINE_FORWARD_KV_CACHE_H
+#define MVM_ENGINE_FORWARD_KV_CACHE_H
+
+#include <stdint.h>
+
+#include "engine/model/model.h"
+
+typedef struct mvm_kv_block {
+    uint64_t row0;              /* the block's first row in the cache */
+    uint32_t ring;              /* R, or 0: n_ctx rows, position p in row row0 + p */
+} mvm_kv_block;
+
+typedef struct mvm_kv_layout {
+    mvm_kv_block *blocks;       /* [n_dense + n_layer]: the dense blocks, then the MoE ones */
+    uint64_t rows;              /* all blocks' */
+    uint64_t bytes;             /* of the cache: rows of keys and values (MLA: latent rows) */
+    enum mvm_wtype type;        /* of its elements: MVM_W_F16 or MVM_W_F32 */
+    uint32_t elt;               /* bytes of an element: 2 or 4 */
+} mvm_kv_layout;
+
+/* The layout of a context of n_ctx positions evaluated n_batch at a time, its elements of
+ * type `type` (MVM_W_F16 or MVM_W_F32; MVM_ERR_INVALID for another). */
+mvm_status mvm_kv_layout_make(const mvm_model *m, uint32_t n_ctx, uint32_t n_batch,
+                              enum mvm_wtype type, mvm_kv_layout *out);
+void mvm_kv_layout_free(mvm_kv_layout *l);
+
+/* The row of position p, the first of its window's consecutive rows when it starts one. */
+static inline uint64_t mvm_kv_row(const mvm_kv_block *b, uint32_t p)
+{
+    return b->row0 + (b->ring ? p % b->ring : p);
+}
+
+/* Where positions pos0 .. pos0 + n - 1 (n <= n_batch) are written: runs of n_rows
+ * consecutive rows from `row` taking the batch's tokens i0 .. i0 + n_rows - 1. One run for a
+ * full block; for a ring, the batch's part before the wrap and after it, each twice. */
+typedef struct mvm_kv_run {
+    uint64_t row;
+    uint32_t i0, n_rows;
+} mvm_kv_run;
+#define MVM_KV_MAX_RUNS 4
+
+/* Fills runs, returns how many. */
+uint32_t mvm_kv_runs(const mvm_kv_block *b, uint32_t pos0, uint32_t n,
+                     mvm_kv_run runs[MVM_KV_MAX_RUNS]);
+
+#endif

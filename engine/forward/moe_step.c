@@ -1,0 +1,349 @@
+/*
+ * The host side of an MoE step (moe_step.h): routing, grouping and residency, shared by the
+ * CPU and device forward passes so that both run the policy modules the same way.
+ */
+#include "engine/forward/moe_step.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "policy/choose.h"
+#include "policy/router.h"
+#include "vmm/error.h"
+
+/* Whether a predict or config module runs (they may compute with the routers). */
+static mvm_status wants_routers(const mvm_ctx_policies *p, int *yes)
+{
+    const void *predict = NULL, *config = NULL;
+    const char *args;
+    mvm_status st = mvm_engine_choose(MVM_ROLE_PREDICT, p->prefetch.predict,
+                                      p->prefetch.predict_args, &predict, &args);
+    if (st == MVM_OK)
+        st = mvm_engine_choose(MVM_ROLE_CONFIG, p->residency.config,
+                               p->residency.config_args, &config, &args);
+    *yes = predict || config;
+    return st;
+}
+
+/* With every expert read at its home nothing moves, so a module whose only effect is on
+ * moves would be a choice silently ignored: refused, naming it. */
+static mvm_status check_at_home(mvm_moe *s)
+{
+    const struct { const char *role, *name; } roles[] = {
+        {"predict", mvm_prefetcher_name(s->prefetch)},
+        {"route", mvm_substitutor_name(s->subst)},
+        {"config", mvm_resid_config_name(s->resid)}};
+    for (size_t i = 0; i < sizeof roles / sizeof *roles; i++)
+        if (strcmp(roles[i].name, "none") != 0)
+            return mvm_fail(MVM_ERR_INVALID, "%s %s: on the host backend with no budget every "
+                            "expert is read at its home and nothing moves, so there is nothing "
+                            "to %s; give a budget to emulate a device (--gpu-budget or "
+                            "MOEVM_GPU_BUDGET, e.g. 100%%)", roles[i].role, roles[i].name,
+                            i == 0 ? "prefetch" : i == 1 ? "substitute" : "divide");
+    return MVM_OK;
+}
+
+static mvm_status create_policies(mvm_moe *s, const mvm_ctx_policies *policies)
+{
+    const mvm_hparams *hp = &s->m->hp;
+    mvm_ctx_policies pol = policies ? *policies : (mvm_ctx_policies){{0}};
+    pol.residency.top_k = hp->n_expert_used;
+    pol.residency.n_embd = hp->n_embd;
+    pol.residency.n_ff = hp->n_ff_exp;
+    pol.residency.on_device = s->on_device;
+    pol.residency.at_home = !s->on_device && s->m->experts_at_home;
+    int routers = 0;
+    mvm_status st = wants_routers(&pol, &routers);
+    if (st == MVM_OK)
+        st = mvm_model_router_init(s->m, routers, &s->router);
+    pol.residency.router = &s->router.r;
+    if (st == MVM_OK)
+        st = mvm_resid_create(s->m->space, &pol.residency, &s->resid);
+    if (st == MVM_OK)
+        st = mvm_prefetcher_create(s->m, s->resid, &s->router.r, &pol.prefetch,
+                                   &s->prefetch);
+    if (st == MVM_OK)
+        st = mvm_substitutor_create(s->resid, &pol.routing, &s->subst);
+    if (st == MVM_OK && pol.residency.at_home)
+        st = check_at_home(s);
+    s->wait = pol.wait_loads;
+    s->route_override = pol.route_override;
+    s->route_override_ctx = pol.route_override_ctx;
+    /* Forecasts beyond the next layer only for a module that plans with them: "gpu" does
+     * not, and a gate forecast costs a router pass per layer. */
+    s->n_forecast = st == MVM_OK && strcmp(mvm_resid_assign_name(s->resid), "gpu") != 0 &&
+                    strcmp(mvm_resid_assign_name(s->resid), "none") != 0 ? MVM_ASSIGN_AHEAD : 1;
+    return st;
+}
+
+mvm_status mvm_moe_create(mvm_model *m, uint32_t n_batch, const mvm_ctx_policies *policies,
+                          int on_device, int home_mapped, mvm_moe **out)
+{
+    *out = NULL;
+    mvm_moe *s = calloc(1, sizeof *s);
+    if (!s)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for the MoE step");
+    s->m = m;
+    s->n_batch = n_batch;
+    s->on_device = on_device;
+    s->rounds = on_device && !home_mapped;
+    s->zerocopy = on_device && home_mapped;
+    size_t B = n_batch, K = m->hp.n_expert_used, E = m->hp.n_expert;
+    s->probs = malloc(B * E * sizeof *s->probs);
+    s->sel = malloc(B * K * sizeof *s->sel);
+    s->selw = malloc(B * K * sizeof *s->selw);
+    s->sel0 = malloc(B * K * sizeof *s->sel0);
+    s->selw0 = malloc(B * K * sizeof *s->selw0);
+    s->cnt = malloc(E * sizeof *s->cnt);
+    s->off = malloc(E * sizeof *s->off);
+    s->active = malloc(E * sizeof *s->active);
+    s->todo = malloc(E * sizeof *s->todo);
+    s->cpu = malloc(E * sizeof *s->cpu);
+    s->where = malloc(E);
+    s->row_tok = malloc(B * K * sizeof *s->row_tok);
+    s->tok_rows = malloc(B * K * sizeof *s->tok_rows);
+    s->row_w = malloc(B * K * sizeof *s->row_w);
+    s->choose = malloc(2 * E * sizeof *s->choose);
+    mvm_status st = MVM_OK;
+    if (!s->probs || !s->sel || !s->selw || !s->sel0 || !s->selw0 || !s->cnt || !s->off ||
+        !s->active || !s->todo || !s->cpu || !s->where || !s->row_tok || !s->tok_rows ||
+        !s->row_w || !s->choose)
+        st = mvm_fail(MVM_ERR_NOMEM, "out of memory for the MoE step of %u tokens", n_batch);
+    if (st == MVM_OK)
+        st = create_policies(s, policies);
+    if (st != MVM_OK) {
+        mvm_moe_free(s);
+        return st;
+    }
+    *out = s;
+    return MVM_OK;
+}
+
+void mvm_moe_free(mvm_moe *s)
+{
+    if (!s)
+        return;
+    mvm_substitutor_destroy(s->subst);
+    mvm_prefetcher_destroy(s->prefetch);
+    mvm_resid_destroy(s->resid);
+    mvm_model_router_free(&s->router);
+    void *bufs[] = {s->probs, s->sel, s->selw, s->sel0, s->selw0, s->cnt, s->off, s->active,
+                    s->todo, s->cpu, s->where, s->row_tok, s->tok_rows, s->row_w, s->choose};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        free(bufs[i]);
+    free(s);
+}
+
+/* One token's router logits p -> probabilities (in place), its experts and their weights. */
+static void route_token(mvm_moe *s, float *p, int *sel, float *w)
+{
+    const mvm_hparams *hp = &s->m->hp;
+    const uint32_t E = hp->n_expert, K = hp->n_expert_used;
+    if (hp->sigmoid_gate)
+        mvm_router_probs(&s->router.r, p, E);
+    else
+        mvm_k_softmax(p, E); /* the forward pass's softmax: the weights' numbers */
+    const float *key = p;
+    if (mvm_router_keyed(&s->router.r, s->step.layer)) { /* the weights stay the probabilities */
+        mvm_router_key(&s->router.r, s->step.layer, p, E, s->choose, s->choose + E);
+        key = s->choose;
+    }
+    mvm_k_topk(key, E, K, sel);
+    float sum = 0;
+    for (uint32_t k = 0; k < K; k++)
+        sum += w[k] = p[sel[k]];
+    if (hp->norm_topk)
+        for (uint32_t k = 0; k < K; k++)
+            w[k] /= sum;
+    for (uint32_t k = 0; hp->expert_scale != 1.0f && k < K; k++)
+        w[k] *= hp->expert_scale;
+}
+
+/* Every token's top-k, then what the route module makes of them, shown to the observer. */
+static void route(mvm_moe *s, uint32_t pos0)
+{
+    const mvm_hparams *hp = &s->m->hp;
+    uint32_t E = hp->n_expert, K = hp->n_expert_used, n = s->step.n_tok;
+    for (uint32_t i = 0; i < n; i++) {
+        route_token(s, s->probs + (size_t)i * E, s->sel + (size_t)i * K,
+                    s->selw + (size_t)i * K);
+        if (s->route_override)
+            s->route_override(s->route_override_ctx, s->step.layer, pos0 + i,
+                              s->sel + (size_t)i * K, s->selw + (size_t)i * K);
+    }
+    size_t nk = (size_t)n * K;
+    if (s->obs && s->subst) {
+        memcpy(s->sel0, s->sel, nk * sizeof *s->sel);
+        memcpy(s->selw0, s->selw, nk * sizeof *s->selw);
+    }
+    uint32_t changed = mvm_substitutor_route(s->subst, &s->step);
+    for (uint32_t i = 0; i < n && s->obs; i++) {
+        const int *sel = s->sel + (size_t)i * K, *s0 = changed ? s->sel0 + (size_t)i * K : sel;
+        const float *w = s->selw + (size_t)i * K, *w0 = changed ? s->selw0 + (size_t)i * K : w;
+        int same = memcmp(sel, s0, K * sizeof *sel) == 0;
+        mvm_route_record r = {.pos = pos0 + i, .layer = s->step.layer, .n_expert = E, .k = K,
+                              .n_embd = hp->n_embd, .probs = s->probs + (size_t)i * E,
+                              .selected = s0, .weights = w0, .ran = same ? NULL : sel,
+                              .ran_weights = same ? NULL : w,
+                              .hidden = s->step.hidden + (size_t)i * hp->n_embd};
+        s->obs(s->obs_ctx, &r);
+    }
+}
+
+/* Groups the (token, expert) pairs by expert. */
+static void group(mvm_moe *s)
+{
+    const mvm_hparams *hp = &s->m->hp;
+    uint32_t E = hp->n_expert, K = hp->n_expert_used, n = s->step.n_tok;
+    memset(s->cnt, 0, E * sizeof *s->cnt);
+    for (uint32_t r = 0; r < n * K; r++)
+        s->cnt[s->sel[r]]++;
+    s->n_active = 0;
+    for (uint32_t e = 0, o = 0; e < E; e++) {
+        s->off[e] = o;
+        o += s->cnt[e];
+        if (s->cnt[e])
+            s->active[s->n_active++] = (int32_t)e;
+    }
+    s->n_remote = 0;
+    if (s->remote) { /* a stable split: those held here first */
+        const uint8_t *far = s->remote + (size_t)s->step.layer * E;
+        uint32_t n_local = 0;
+        for (uint32_t i = 0; i < s->n_active; i++)
+            if (far[s->active[i]])
+                s->todo[s->n_remote++] = s->active[i];
+            else
+                s->active[n_local++] = s->active[i];
+        memcpy(s->active + n_local, s->todo, s->n_remote * sizeof *s->todo);
+        s->n_active = n_local;
+    }
+    memset(s->cnt, 0, E * sizeof *s->cnt); /* counts again as the rows are placed */
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t k = 0; k < K; k++) {
+            uint32_t e = (uint32_t)s->sel[i * K + k], r = s->off[e] + s->cnt[e]++;
+            s->row_tok[r] = i;
+            s->row_w[r] = s->selw[i * K + k];
+            s->tok_rows[i * K + k] = r;
+        }
+}
+
+void mvm_moe_route(mvm_moe *s, uint32_t layer, uint32_t pos0, uint32_t n,
+                   const float *hidden)
+{
+    s->step = (mvm_pstep){.layer = layer, .n_tok = n, .scores = s->probs, .experts = s->sel,
+                          .weights = s->selw, .hidden = hidden, .counts = s->cnt};
+    route(s, pos0);
+    group(s);
+}
+
+/* Once the step's experts are all pinned: the assign module's plan, or without one the
+ * predictor's copies for the next layer, as the simulator does. They overlap the step's
+ * compute and take no room it needs. */
+static void start_ahead(mvm_moe *s)
+{
+    s->ahead = s->n_plan ? MVM_OK : mvm_prefetcher_ahead(s->prefetch, &s->step);
+    mvm_status st = MVM_OK;
+    for (uint32_t i = 0; i < s->n_plan && st == MVM_OK && s->ahead == MVM_OK; i++) {
+        uint32_t E = s->m->hp.n_expert;
+        st = mvm_resid_prefetch_planned(s->resid, s->plan[i] / E, s->plan[i] % E);
+        if (st != MVM_ERR_NOSPACE) /* no room is not an error: the plan waits */
+            s->ahead = st;
+    }
+}
+
+/* Pins the next round of a step in rounds (the last one starts the copies ahead). */
+static mvm_status begin_round(mvm_moe *s)
+{
+    s->round = s->todo + s->n_run;
+    mvm_status st = mvm_resid_begin_round(s->resid, s->step.layer, s->todo + s->n_run,
+                                          s->n_todo - s->n_run, &s->n_round);
+    if (st == MVM_OK && s->n_run + s->n_round == s->n_todo)
+        start_ahead(s);
+    s->begun = st == MVM_OK;
+    return st;
+}
+
+/* Where the step's experts run: todo[0..n_todo) on the GPU (those to load or resident
+ * first, those read from their homes after them: `*n_home`), cpu[0..n_cpu) on the CPU. A
+ * device that cannot read the homes runs on the CPU what the module would read there. */
+static void place(mvm_moe *s, uint32_t *n_home)
+{
+    s->n_todo = s->n_cpu = *n_home = 0;
+    s->n_plan = 0;
+    if (!s->on_device) {
+        memcpy(s->todo, s->active, s->n_active * sizeof *s->todo);
+        s->n_todo = s->n_active;
+        return;
+    }
+    const float *ahead;
+    uint32_t n_ahead = mvm_prefetcher_predict(s->prefetch, &s->step, s->n_forecast, &ahead);
+    s->n_plan = mvm_resid_assign(s->resid, &s->step, ahead, n_ahead, s->where, &s->plan);
+    for (uint32_t i = 0; i < s->n_active; i++) {
+        int32_t e = s->active[i];
+        int w = s->where[e];
+        if (w == MVM_RUN_ZEROCOPY && !s->zerocopy)
+            w = s->where[e] = MVM_RUN_CPU;
+        if (w == MVM_RUN_CPU)
+            s->cpu[s->n_cpu++] = e;
+        else if (w != MVM_RUN_ZEROCOPY)
+            s->todo[s->n_todo++] = e;
+    }
+    for (uint32_t i = 0; i < s->n_active; i++)
+        if (s->where[s->active[i]] == MVM_RUN_ZEROCOPY)
+            s->todo[s->n_todo + (*n_home)++] = s->active[i];
+}
+
+mvm_status mvm_moe_begin(mvm_moe *s)
+{
+    s->n_run = 0;
+    s->ahead = MVM_OK;
+    uint32_t n_home, layer = s->step.layer;
+    place(s, &n_home);
+    mvm_status st = mvm_resid_begin_home(s->resid, layer, s->cpu, s->n_cpu, 0);
+    if (st == MVM_OK &&
+        (st = mvm_resid_begin_home(s->resid, layer, s->todo + s->n_todo, n_home, 1)) !=
+        MVM_OK)
+        mvm_resid_release(s->resid, layer, s->cpu, s->n_cpu);
+    if (st != MVM_OK)
+        return st;
+    if (s->rounds) /* no experts read from their homes there */
+        st = begin_round(s);
+    else if ((st = mvm_resid_begin(s->resid, layer, s->todo, s->n_todo, s->wait)) == MVM_OK) {
+        s->n_todo += n_home;
+        s->round = s->todo;
+        s->n_round = s->n_todo;
+        start_ahead(s);
+    }
+    s->begun = st == MVM_OK;
+    if (st != MVM_OK) {
+        mvm_resid_release(s->resid, layer, s->cpu, s->n_cpu);
+        mvm_resid_release(s->resid, layer, s->todo + s->n_todo, n_home);
+    }
+    return st;
+}
+
+mvm_status mvm_moe_next_round(mvm_moe *s)
+{
+    s->n_run += s->n_round;
+    if (s->n_run == s->n_todo) {
+        s->n_round = 0; /* the last round stays pinned until the step ends */
+        return MVM_OK;
+    }
+    mvm_resid_release(s->resid, s->step.layer, s->round, s->n_round);
+    mvm_status st = begin_round(s);
+    if (st != MVM_OK) /* nothing of the step stays pinned or shielded */
+        mvm_resid_release(s->resid, s->step.layer, s->cpu, s->n_cpu);
+    return st;
+}
+
+mvm_status mvm_moe_end(mvm_moe *s)
+{
+    if (!s->begun)
+        return MVM_OK; /* its begin or a round failed: nothing to report or unpin */
+    s->begun = 0;
+    uint32_t layer = s->step.layer;
+    mvm_status st = mvm_resid_end(s->resid, &s->step, s->active, s->n_active,
+                                  layer + 1 == s->m->hp.n_layer);
+    mvm_prefetcher_observe(s->prefetch, &s->step);
+    return st == MVM_OK ? s->ahead : st;
+}

@@ -1,0 +1,103 @@
+/*
+ * The host side of an MoE layer step, the same whichever backend computes (forward_cpu.c,
+ * forward_cuda.c): the router's probabilities to each token's top-k, what the route module
+ * makes of them, the route observer, the (token, expert) rows grouped by expert, and the
+ * residency of the step's experts with the prefetches ahead: the assign module's plan
+ * (made with the predictor's forecasts) on a device, else the predictor's own.
+ *
+ * A step, for n tokens of `layer`:
+ *   1. the backend writes the router's logits into probs ([n][n_expert]);
+ *   2. mvm_moe_route() turns them into the routing and the grouped rows;
+ *   3. mvm_moe_begin() places the experts (on a device, by the assign module: the GPU
+ *      computes todo, the CPU cpu), makes the GPU's resident (or not, see wait) and pins
+ *      them: all of them, or on a device that cannot read the homes, whose budget may not
+ *      hold them together, the first round of them (round[0..n_round));
+ *   4. the backend computes the round's experts through their fixed addresses (and the
+ *      CPU's from their homes); in rounds it then, once they are done, calls
+ *      mvm_moe_next_round() until n_round is 0;
+ *   5. mvm_moe_end(), once that computation is over, reports the step and unpins them.
+ */
+#ifndef MVM_ENGINE_FORWARD_MOE_STEP_H
+#define MVM_ENGINE_FORWARD_MOE_STEP_H
+
+#include <stdint.h>
+
+#include "engine/forward/forward.h"
+
+typedef struct mvm_moe {
+    mvm_model *m;
+    mvm_resid *resid;
+    mvm_prefetcher *prefetch;
+    mvm_substitutor *subst;
+    mvm_model_router router;    /* how the model routes: the engine's routing and the
+                                   predictors' (policy/router.h); the weights as F32 when a
+                                   predict or config module runs */
+    int wait;                   /* mvm_resid_begin's: the step waits for its copies */
+    void (*route_override)(void *, uint32_t, uint32_t, int *, float *); /* mvm_ctx_policies' */
+    void *route_override_ctx;
+    int on_device;              /* a GPU computes: the assign module places the experts */
+    int rounds;                 /* it cannot read the homes: steps run in rounds that fit
+                                   the budget (mvm_resid_begin_round) */
+    int zerocopy;               /* it can (HOST_NUMA): an expert may be read in place */
+    uint32_t n_forecast;        /* layers ahead the assign module is given forecasts of */
+    uint32_t n_batch;
+    float *probs;               /* [n_batch][n_expert]: the router's logits, then softmax
+                                   (or sigmoid: mvm_hparams.sigmoid_gate) */
+    float *choose;              /* [2][n_expert]: a token's scores as routing chooses by them,
+                                   then its expert groups' */
+    int *sel;                   /* [n_batch][K] the experts that run, best first */
+    float *selw;                /* [n_batch][K] their weights */
+    int *sel0;                  /* [n_batch][K] the router's own choice and weights, kept */
+    float *selw0;               /*   for observers when the route module changed them */
+    /* The step's rows: (token, expert) pairs grouped by expert, expert e's at off[e] ..
+     * off[e] + cnt[e] - 1; row r is token row_tok[r] with weight row_w[r]; token i's k-th
+     * choice is row tok_rows[i * K + k]. */
+    uint32_t *cnt, *off, *row_tok, *tok_rows; /* [n_expert] x2, [n_batch * K] x2 */
+    float *row_w;                             /* [n_batch * K] */
+    int32_t *active;            /* the distinct experts of the step, ascending */
+    uint32_t n_active;
+    /* Experts computed elsewhere (forward.h's mvm_ctx_set_elsewhere): remote ([L*E], NULL
+     * when none) marks them; the step's are left out of active and its count and follow
+     * them, in active[n_active .. n_active + n_remote): only the rest is placed, pinned and
+     * run here. */
+    const uint8_t *remote;
+    uint32_t n_remote;
+    const struct mvm_elsewhere *elsewhere;
+    uint8_t *where;             /* [n_expert] enum mvm_where: the assign module's places */
+    int32_t *todo;              /* [n_expert] the experts the GPU computes (all of them on
+                                   the CPU backend), in the order rounds take them */
+    uint32_t n_todo;
+    const int32_t *round;       /* those of them pinned to be computed now */
+    uint32_t n_round, n_run;    /* their number; the todo experts computed before them */
+    int32_t *cpu;               /* [n_expert] the experts the device pass runs on the CPU */
+    uint32_t n_cpu;
+    const uint32_t *plan;       /* the assign module's prefetches (mvm_resid_assign) */
+    uint32_t n_plan;
+    int begun;                  /* the step's experts are pinned, until it ends */
+    mvm_pstep step;             /* the step as the policy modules see it */
+    mvm_status ahead;           /* the prefetcher's status, reported at the step's end */
+    mvm_route_fn obs;
+    void *obs_ctx;
+} mvm_moe;
+
+/* on_device: a GPU computes the experts, placed by the assign module (the rest run on
+ * the CPU from their homes). home_mapped (mvm_space_info's): the device reads a
+ * non-resident expert's home; without it every step runs in rounds that wait for their
+ * copies, whatever the policies say. */
+mvm_status mvm_moe_create(mvm_model *m, uint32_t n_batch, const mvm_ctx_policies *policies,
+                          int on_device, int home_mapped, mvm_moe **out);
+void mvm_moe_free(mvm_moe *s);
+
+/* Step 2, with probs holding the router's logits of n tokens; hidden: their router input
+ * ([n][n_embd] floats on the host, for observers and predictors), valid until the end. */
+void mvm_moe_route(mvm_moe *s, uint32_t layer, uint32_t pos0, uint32_t n,
+                   const float *hidden);
+/* Step 3. On failure nothing stays pinned (mvm_moe_end then does nothing). */
+mvm_status mvm_moe_begin(mvm_moe *s);
+/* Step 4, after the round's experts have been computed: unpins them and pins the next
+ * round; n_round 0 when every expert of the step has run. On failure as mvm_moe_begin. */
+mvm_status mvm_moe_next_round(mvm_moe *s);
+/* Step 5: the first failure of the step (a failed prefetch included: the pass ends). */
+mvm_status mvm_moe_end(mvm_moe *s);
+
+#endif

@@ -1,0 +1,52 @@
+/*
+ * The engine's predict role (DESIGN.md §4, step 5): while a layer's experts compute, the
+ * predict module (MOEVM_PREDICT: gate, residual, learned; policy/) forecasts which experts
+ * the next layer will route to, and the most likely of them, up to top_k, are prefetched
+ * through the residency manager, so their copies overlap this layer's compute. Experts no
+ * token is predicted to use are never prefetched. After the layer, the module observes
+ * the real routing (the residual predictor calibrates on it).
+ *
+ * As the simulator does when no assign module plans prefetches (tools/sim.c), one layer
+ * ahead, from the layer's MoE input (its router's input). On the GPU pass the assign
+ * module sees the forecasts first, up to MVM_ASSIGN_AHEAD layers ahead, and a module that
+ * plans prefetches itself (presched) replaces these.
+ */
+#ifndef MVM_ENGINE_FORWARD_PREFETCH_H
+#define MVM_ENGINE_FORWARD_PREFETCH_H
+
+#include <stddef.h>
+
+#include "engine/model/model.h"
+#include "engine/forward/residency.h"
+
+typedef struct mvm_prefetcher mvm_prefetcher;
+
+typedef struct mvm_prefetch_params {
+    const char *predict;        /* the module; "none" for no prefetching; NULL: MOEVM_PREDICT */
+    const char *predict_args;   /* its parameters (NULL: none, or MOEVM_PREDICT_ARGS) */
+    const void *predictor;      /* predict learned: a `moevm train-predictor` file's bytes */
+    size_t predictor_size;
+} mvm_prefetch_params;
+
+/* *out is NULL (and MVM_OK) when the module is "none". MVM_ERR_INVALID naming the module
+ * or its parameter. router: the model's routers (F32 weights, mvm_model_routers_f32) and
+ * how they choose, which gate and residual read (NULL or no weights: none); learned reads
+ * the predictor. */
+mvm_status mvm_prefetcher_create(const mvm_model *m, mvm_resid *resid, const mvm_router *router,
+                                 const mvm_prefetch_params *p, mvm_prefetcher **out);
+void mvm_prefetcher_destroy(mvm_prefetcher *p);
+const char *mvm_prefetcher_name(const mvm_prefetcher *p);
+/* Layer step->layer has routed (step->hidden: its MoE input, step->n_tok rows): prefetch
+ * the most likely experts of the next layer, from the forecast mvm_prefetcher_predict
+ * made for this step if it made one, else from one made now. Fails only on a failed
+ * copy. */
+mvm_status mvm_prefetcher_ahead(mvm_prefetcher *p, const mvm_pstep *step);
+/* The module's forecasts for layers step->layer + 1 .. + max_ahead (at most
+ * MVM_ASSIGN_AHEAD; fewer where the model or the module's reach ends): *ahead = [n][E]
+ * probabilities, valid until the next call; returns n (0 and NULL without a module). */
+uint32_t mvm_prefetcher_predict(mvm_prefetcher *p, const mvm_pstep *step, uint32_t max_ahead,
+                                const float **ahead);
+/* The layer's real routing, after it ran. */
+void mvm_prefetcher_observe(mvm_prefetcher *p, const mvm_pstep *step);
+
+#endif

@@ -1,0 +1,637 @@
+/* Expert residency for the engine: on-demand requests, pins, and the evict policy module's
+ * choices (residency.h). */
+#include "engine/forward/residency.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "policy/choose.h"
+#include "engine/compute/clock.h"
+#include "policy/cost_load.h"
+#include "policy/admit.h"
+#include "vmm/error.h"
+#include "vmm/options.h"
+
+struct mvm_resid {
+    mvm_space *space;
+    uint32_t n_experts, n_total, ppe;
+    mvm_pshape shape;
+    mvm_cost cost;
+    mvm_pview view, landed_view;
+    uint32_t *resident;     /* [L*E] the view's: ppe once requested, 0 once evicted */
+    uint32_t *landed;       /* [L*E] landed_view's: ppe where the copy has landed (the
+                               layer asked for last; other rows stay 0) */
+    uint32_t landed_layer;  /* that layer, UINT32_MAX before the first */
+    uint8_t *busy;          /* [L*E] the view's: used by the current step (shielded) */
+    uint8_t *held;          /* [L*E] pinned by the current step */
+    const uint8_t *remote;  /* [L*E] held by another rank (mvm_resid_set_remote) or NULL */
+    uint8_t *by_prefetch;   /* [L*E] loaded ahead of its layer's next step, which has not
+                               ended yet */
+    uint32_t *cand, *want;  /* [L*E] scratch: eviction candidates, the module's wishes */
+    const mvm_evict_ops *evict;
+    void *evict_self;
+    const mvm_config_ops *config; /* NULL: one budget for all layers, whole experts */
+    void *config_self;
+    const mvm_assign_ops *assign; /* NULL: not on a device, every expert where it is read */
+    void *assign_self;
+    int at_home;            /* nothing moves: every expert is read at its home */
+    int admit;              /* MOEVM_ADMIT: home runs are offered to the cache afterwards */
+    uint8_t *home_run;      /* [L*E] run from its home by the current step */
+    uint32_t *plan;         /* [L*E] the assign module's prefetches */
+    uint64_t *layer_pages;  /* [L] the config module's budgets (UINT64_MAX: none) */
+    float *theta;           /* [L] its splits: the share of a used expert's pages kept */
+    mvm_resid_stats stats;
+};
+
+struct modules {
+    const mvm_evict_ops *evict;
+    const mvm_config_ops *config;
+    const mvm_assign_ops *assign;
+    const char *evict_args, *config_args, *assign_args;
+};
+
+/* Each role's module and its parameters: p's, else the options'. The assign role only on
+ * a device: on the CPU every expert runs where the CPU reads it, and choosing a module
+ * there is an error rather than a choice silently ignored. */
+static mvm_status find_modules(const mvm_resid_params *p, struct modules *out)
+{
+    const void *e = NULL, *c = NULL, *a = NULL;
+    mvm_status st = mvm_engine_choose(MVM_ROLE_EVICT, p->evict, p->evict_args, &e,
+                                      &out->evict_args);
+    if (st == MVM_OK)
+        st = mvm_engine_choose(MVM_ROLE_CONFIG, p->config, p->config_args, &c,
+                               &out->config_args);
+    if (st == MVM_OK)
+        st = mvm_engine_choose(MVM_ROLE_ASSIGN, p->assign, p->assign_args, &a,
+                               &out->assign_args);
+    const char *assign = st == MVM_OK ? ((const mvm_assign_ops *)a)->name : NULL;
+    if (assign && !p->on_device && strcmp(assign, "gpu") != 0)
+        return mvm_fail(MVM_ERR_INVALID, "assign %s: the assign role places experts between "
+                        "the GPU and the CPU, and this run computes on the CPU only (the "
+                        "engine's GPU pass: MOEVM_BACKEND=cuda)", assign);
+    out->evict = e;
+    out->config = c;
+    out->assign = p->on_device ? a : NULL;
+    return st;
+}
+
+mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_resid **out)
+{
+    *out = NULL;
+    mvm_space_info info;
+    mvm_status st = mvm_space_get_info(space, &info);
+    struct modules mods = {0};
+    mvm_machine machine;
+    mvm_option_value admit;
+    if (st == MVM_OK)
+        st = mvm_option_read(MVM_OPTION_ADMIT, &admit);
+    if (st == MVM_OK)
+        st = find_modules(p, &mods);
+    if (st == MVM_OK && !p->machine)
+        st = mvm_machine_load(NULL, NULL, &machine);
+    if (st != MVM_OK)
+        return st;
+    mvm_resid *r = calloc(1, sizeof *r);
+    if (!r)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for the residency table");
+    r->space = space;
+    r->at_home = p->at_home;
+    r->admit = admit.i == 1;
+    r->landed_layer = UINT32_MAX;
+    r->n_experts = info.n_experts;
+    r->n_total = info.n_layers * info.n_experts;
+    r->ppe = (uint32_t)((info.expert_bytes + info.page_size - 1) / info.page_size);
+    r->resident = calloc(r->n_total, sizeof *r->resident);
+    r->busy = calloc(r->n_total, 1);
+    r->held = calloc(r->n_total, 1);
+    r->plan = calloc(r->n_total, sizeof *r->plan);
+    r->by_prefetch = calloc(r->n_total, 1);
+    r->home_run = calloc(r->n_total, 1);
+    r->cand = calloc(r->n_total, sizeof *r->cand);
+    r->want = calloc(r->n_total, sizeof *r->want);
+    r->landed = calloc(r->n_total, sizeof *r->landed);
+    r->layer_pages = malloc(info.n_layers * sizeof *r->layer_pages);
+    r->theta = malloc(info.n_layers * sizeof *r->theta);
+    if (!r->resident || !r->busy || !r->held || !r->plan || !r->by_prefetch || !r->home_run ||
+        !r->cand ||
+        !r->want || !r->landed || !r->layer_pages || !r->theta) {
+        mvm_resid_destroy(r);
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for the residency table");
+    }
+    r->shape = (mvm_pshape){.n_layers = info.n_layers, .n_experts = info.n_experts,
+                            .top_k = p->top_k, .n_embd = p->n_embd, .n_ff = p->n_ff,
+                            .pages_per_expert = r->ppe, .expert_bytes = info.expert_bytes};
+    /* evict and config rank by use; assign and config's fixedpoint weigh times. */
+    mvm_cost_init(&r->cost, p->machine ? p->machine : &machine, info.expert_bytes, p->n_embd,
+                  p->n_ff);
+    r->view = (mvm_pview){.shape = &r->shape, .resident = r->resident, .busy = r->busy,
+                          .capacity_pages = info.device_pages};
+    for (uint32_t l = 0; l < info.n_layers; l++) {
+        r->layer_pages[l] = UINT64_MAX;
+        r->theta[l] = 1.0f;
+    }
+    mvm_pinit in = {.shape = &r->shape, .cost = &r->cost, .params = {mods.evict_args}};
+    if ((st = mods.evict->create(&in, &r->evict_self)) != MVM_OK) {
+        mvm_resid_destroy(r);
+        return st;
+    }
+    r->evict = mods.evict;
+    in.params.text = mods.assign_args;
+    if (mods.assign && (st = mods.assign->create(&in, &r->assign_self)) != MVM_OK) {
+        mvm_resid_destroy(r);
+        return st;
+    }
+    r->assign = mods.assign;
+    in.params.text = mods.config_args;
+    in.router = p->router;
+    if (mods.config && (st = mods.config->create(&in, &r->config_self)) != MVM_OK) {
+        mvm_resid_destroy(r);
+        return st;
+    }
+    r->config = mods.config;
+    *out = r;
+    return MVM_OK;
+}
+
+void mvm_resid_destroy(mvm_resid *r)
+{
+    if (!r)
+        return;
+    if (r->evict)
+        r->evict->destroy(r->evict_self);
+    if (r->config)
+        r->config->destroy(r->config_self);
+    if (r->assign)
+        r->assign->destroy(r->assign_self);
+    free(r->resident);
+    free(r->busy);
+    free(r->held);
+    free(r->plan);
+    free(r->by_prefetch);
+    free(r->home_run);
+    free(r->cand);
+    free(r->want);
+    free(r->landed);
+    free(r->layer_pages);
+    free(r->theta);
+    free(r);
+}
+
+const char *mvm_resid_evict_name(const mvm_resid *r)
+{
+    return r->evict->name;
+}
+
+const char *mvm_resid_config_name(const mvm_resid *r)
+{
+    return r->config ? r->config->name : "none";
+}
+
+const char *mvm_resid_assign_name(const mvm_resid *r)
+{
+    return r->assign ? r->assign->name : "none";
+}
+
+void mvm_resid_pinit(const mvm_resid *r, mvm_pinit *out)
+{
+    *out = (mvm_pinit){.shape = &r->shape, .cost = &r->cost};
+}
+
+/* Brings the view's page count and clock up to date before the module looks at it. */
+static const mvm_pview *view(mvm_resid *r)
+{
+    mvm_stats s;
+    mvm_space_get_stats(r->space, &s);
+    r->view.used_pages = s.resident_pages + s.loading_pages;
+    r->view.now = mvm_now_s();
+    return &r->view;
+}
+
+const mvm_pview *mvm_resid_landed_view(mvm_resid *r, uint32_t layer)
+{
+    uint32_t E = r->n_experts;
+    if (r->landed_layer < r->shape.n_layers)
+        memset(r->landed + (size_t)r->landed_layer * E, 0, E * sizeof *r->landed);
+    r->landed_layer = layer < r->shape.n_layers ? layer : UINT32_MAX;
+    for (uint32_t e = 0; e < E && layer < r->shape.n_layers; e++) {
+        mvm_residency res = {0};
+        if (r->resident[layer * E + e] && mvm_expert_residency(r->space, layer, e, &res) ==
+            MVM_OK && res.resident == res.n_pages && !res.loading)
+            r->landed[layer * E + e] = r->ppe;
+    }
+    r->landed_view = *view(r);
+    r->landed_view.resident = r->landed;
+    return &r->landed_view;
+}
+
+/* Evicts the module's choice among the experts it may take, for room `layer` needs:
+ * resident, not used by the current step, not still loading (cancelling a load frees its
+ * chunk only when the copy lands, so it would make no room now) and not pinned by another
+ * reader; only `layer`'s own experts when `within` (room in its config budget).
+ * Candidates are offered in expert order, as the simulator offers them. MVM_ERR_NOSPACE
+ * if there is none. */
+static mvm_status evict_one(mvm_resid *r, uint32_t layer, int within)
+{
+    uint32_t n = 0, x0 = within ? layer * r->n_experts : 0;
+    uint32_t x1 = within ? x0 + r->n_experts : r->n_total;
+    for (uint32_t x = x0; x < x1; x++)
+        if (r->resident[x] && !r->busy[x])
+            r->cand[n++] = x;
+    while (n) {
+        uint32_t i = r->evict->victim(r->evict_self, view(r), layer, r->cand, n);
+        i = i < n ? i : 0;
+        uint32_t x = r->cand[i], l = x / r->n_experts, e = x % r->n_experts;
+        mvm_residency res = {0};
+        bool free_now = mvm_expert_residency(r->space, l, e, &res) == MVM_OK && !res.loading &&
+                        !res.pins;
+        mvm_status st = free_now ? mvm_evict(r->space, l, e, 0) : MVM_ERR_PINNED;
+        if (st == MVM_ERR_PINNED) { /* not to be taken now: ask again without it */
+            n--;
+            memmove(r->cand + i, r->cand + i + 1, (size_t)(n - i) * sizeof *r->cand);
+            continue;
+        }
+        if (st == MVM_OK) {
+            r->resident[x] = 0;
+            r->by_prefetch[x] = 0;
+            r->stats.evictions++;
+        }
+        return st;
+    }
+    return MVM_ERR_NOSPACE;
+}
+
+static uint64_t layer_used(const mvm_resid *r, uint32_t l)
+{
+    uint64_t n = 0;
+    for (uint32_t e = 0; e < r->n_experts; e++)
+        n += r->resident[l * r->n_experts + e];
+    return n;
+}
+
+/* Evicts layer l's experts until `need` more pages fit its config budget (what stays
+ * cached must; an on-demand load needs only room on the device, as in the simulator).
+ * MVM_ERR_NOSPACE when the layer's experts in use or loading are already over it. */
+static mvm_status fit_layer(mvm_resid *r, uint32_t l, uint64_t need)
+{
+    mvm_status st = MVM_OK;
+    while (st == MVM_OK && r->layer_pages[l] != UINT64_MAX &&
+           layer_used(r, l) + need > r->layer_pages[l])
+        st = evict_one(r, l, 1);
+    return st;
+}
+
+/* MoEpic's split: a used expert of layer l keeps only its first θ of pages cached. */
+static void split(mvm_resid *r, uint32_t l, const int32_t *experts, uint32_t n)
+{
+    if (!(r->theta[l] < 1.0f))
+        return;
+    uint32_t keep = (uint32_t)ceilf(r->theta[l] * (float)r->ppe);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t x = l * r->n_experts + (uint32_t)experts[i];
+        if (r->resident[x] > keep && mvm_evict(r->space, l, (uint32_t)experts[i], keep) ==
+            MVM_OK) {
+            r->resident[x] = keep;
+            r->stats.splits++;
+        }
+    }
+}
+
+/* Requests x resident (on demand, or as a prefetch), evicting while there is no room. */
+static mvm_status request(mvm_resid *r, uint32_t x, int demand, mvm_move **move)
+{
+    uint32_t l = x / r->n_experts, e = x % r->n_experts;
+    mvm_status st;
+    while ((st = demand ? mvm_make_resident_async(r->space, l, e, MVM_ALL_PAGES, move)
+                        : mvm_prefetch(r->space, l, e, MVM_ALL_PAGES, NULL)) == MVM_ERR_NOSPACE) {
+        mvm_status ev = evict_one(r, l, 0);
+        if (ev != MVM_OK) {
+            st = ev; /* MVM_ERR_NOSPACE when nothing can go, else the eviction's failure */
+            break;
+        }
+    }
+    if (st == MVM_OK)
+        r->resident[x] = r->ppe;
+    return st;
+}
+
+/* Unpins the experts the step still holds (a round released earlier, or an expert run on
+ * the CPU, holds none) and unshields them. */
+static void unpin(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t x = layer * r->n_experts + (uint32_t)experts[i];
+        if (r->held[x])
+            mvm_unpin(r->space, layer, (uint32_t)experts[i]);
+        r->held[x] = 0;
+        r->busy[x] = 0;
+    }
+}
+
+/* The step's pin of expert x. */
+static mvm_status hold(mvm_resid *r, uint32_t x)
+{
+    mvm_status st = mvm_pin(r->space, x / r->n_experts, x % r->n_experts);
+    r->held[x] = st == MVM_OK;
+    return st;
+}
+
+/* Counts a step's access to expert x, which found `res` when requested. */
+static void count_access(mvm_resid *r, uint32_t x, const mvm_residency *res)
+{
+    int hit = res->resident == res->n_pages && !res->loading;
+    r->stats.accesses++;
+    r->stats.hits += hit;
+    r->stats.partial_hits += !hit && res->resident > 0 && !res->loading;
+    r->stats.prefetch_used += r->by_prefetch[x];
+    r->stats.prefetch_hits += hit && r->by_prefetch[x];
+    r->by_prefetch[x] = 0;
+}
+
+/* A step's access to expert x (shielded): requested resident, waited for when asked,
+ * pinned. MVM_ERR_NOSPACE, counting and pinning nothing, when no room can be made. */
+static mvm_status access_expert(mvm_resid *r, uint32_t x, int wait)
+{
+    uint32_t l = x / r->n_experts, e = x % r->n_experts;
+    mvm_residency res = {0};
+    mvm_expert_residency(r->space, l, e, &res);
+    mvm_move *move = NULL;
+    mvm_status st = request(r, x, 1, wait ? &move : NULL);
+    if (st != MVM_OK)
+        return st;
+    count_access(r, x, &res);
+    if (move) {
+        st = mvm_move_wait(move, -1);
+        mvm_move_release(move);
+        if (st != MVM_OK)
+            return st;
+    }
+    return hold(r, x);
+}
+
+static mvm_status check_step(const mvm_resid *r, uint32_t layer, const int32_t *experts,
+                             uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (experts[i] < 0 || (uint32_t)experts[i] >= r->n_experts || layer >= r->shape.n_layers)
+            return mvm_fail(MVM_ERR_RANGE, "expert (%u, %d) is outside the space", layer,
+                            experts[i]);
+    return MVM_OK;
+}
+
+static void shield(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        r->busy[layer * r->n_experts + (uint32_t)experts[i]] = 1;
+}
+
+/* After a failure: unpins the first `pinned` experts, unshields them all. */
+static void abandon(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n,
+                    uint32_t pinned)
+{
+    unpin(r, layer, experts, pinned);
+    for (uint32_t i = pinned; i < n; i++)
+        r->busy[layer * r->n_experts + (uint32_t)experts[i]] = 0;
+}
+
+mvm_status mvm_resid_begin(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n,
+                           int wait)
+{
+    if (r->at_home)
+        return mvm_resid_begin_home(r, layer, experts, n, 0);
+    mvm_status st = check_step(r, layer, experts, n);
+    if (st != MVM_OK)
+        return st;
+    shield(r, layer, experts, n);
+    uint32_t pinned = 0;
+    for (; pinned < n; pinned++) {
+        uint32_t e = (uint32_t)experts[pinned], x = layer * r->n_experts + e;
+        st = access_expert(r, x, wait);
+        if (st == MVM_ERR_NOSPACE) { /* no room: it runs from its home, which stays put */
+            mvm_residency res = {0};
+            mvm_expert_residency(r->space, layer, e, &res);
+            count_access(r, x, &res);
+            r->stats.bypassed++;
+            st = hold(r, x);
+        }
+        if (st != MVM_OK)
+            break;
+    }
+    if (st != MVM_OK)
+        abandon(r, layer, experts, n, pinned);
+    return st;
+}
+
+/* Room held by copies still in flight (prefetches the step does not use) is free once they
+ * land: waits for the first of them. MVM_ERR_NOSPACE when none is in flight. */
+static mvm_status wait_for_landing(mvm_resid *r)
+{
+    for (uint32_t x = 0; x < r->n_total; x++) {
+        uint32_t l = x / r->n_experts, e = x % r->n_experts;
+        mvm_residency res = {0};
+        mvm_move *move = NULL;
+        if (!r->resident[x] || r->busy[x] || mvm_expert_residency(r->space, l, e, &res) !=
+            MVM_OK || !res.loading || mvm_make_resident_async(r->space, l, e, MVM_ALL_PAGES,
+                                                               &move) != MVM_OK)
+            continue;
+        mvm_status st = mvm_move_wait(move, -1);
+        mvm_move_release(move);
+        return st;
+    }
+    return MVM_ERR_NOSPACE;
+}
+
+/* Moves the experts with pages on the device (or on their way) to the front, in order. */
+static void resident_first(const mvm_resid *r, uint32_t layer, int32_t *experts, uint32_t n)
+{
+    for (uint32_t i = 0, front = 0; i < n; i++)
+        if (r->resident[layer * r->n_experts + (uint32_t)experts[i]]) {
+            int32_t e = experts[i];
+            memmove(experts + front + 1, experts + front, (i - front) * sizeof *experts);
+            experts[front++] = e;
+        }
+}
+
+mvm_status mvm_resid_begin_round(mvm_resid *r, uint32_t layer, int32_t *experts, uint32_t n,
+                                 uint32_t *n_round)
+{
+    *n_round = 0;
+    mvm_status st = check_step(r, layer, experts, n);
+    if (st != MVM_OK)
+        return st;
+    shield(r, layer, experts, n);
+    resident_first(r, layer, experts, n);
+    uint32_t k = 0;
+    while (k < n) {
+        st = access_expert(r, layer * r->n_experts + (uint32_t)experts[k], 1);
+        if (st == MVM_OK)
+            k++;
+        else if (st != MVM_ERR_NOSPACE || k > 0 || (st = wait_for_landing(r)) != MVM_OK)
+            break;
+    }
+    if (st == MVM_ERR_NOSPACE && k > 0)
+        st = MVM_OK; /* the round is full: the rest wait for the next */
+    if (st != MVM_OK) {
+        abandon(r, layer, experts, n, k);
+        if (st == MVM_ERR_NOSPACE)
+            return mvm_fail(st, "no room on the device for one expert of layer %u (%u pages): "
+                            "the budget holds %u pages and none can be freed (raise "
+                            "MOEVM_GPU_BUDGET)", layer, r->ppe,
+                            (unsigned)r->view.capacity_pages);
+        return st;
+    }
+    *n_round = k;
+    r->stats.extra_rounds += k < n;
+    return MVM_OK;
+}
+
+void mvm_resid_release(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n)
+{
+    unpin(r, layer, experts, n);
+}
+
+uint32_t mvm_resid_assign(mvm_resid *r, const mvm_pstep *step, const float *ahead,
+                          uint32_t n_ahead, uint8_t *where, const uint32_t **plan)
+{
+    uint32_t E = r->n_experts, x0 = step->layer * E;
+    mvm_assignment a = {.where = where, .prefetch = r->plan, .cap_prefetch = r->n_total};
+    memset(where, MVM_RUN_NONE, E);
+    if (r->assign)
+        r->assign->assign(r->assign_self, view(r), step, n_ahead ? ahead : NULL, n_ahead, &a);
+    for (uint32_t e = 0; e < E; e++) {
+        if (!step->counts[e]) {
+            where[e] = MVM_RUN_NONE;
+            continue;
+        }
+        if (where[e] == MVM_RUN_NONE) /* left out (or no module): the default */
+            where[e] = MVM_RUN_GPU;
+        if (where[e] == MVM_RUN_GPU && r->resident[x0 + e] < r->ppe)
+            where[e] = MVM_RUN_GPU_LOAD; /* it assumed a residency the expert lacks */
+    }
+    *plan = r->plan;
+    return a.n_prefetch < r->n_total ? a.n_prefetch : r->n_total;
+}
+
+mvm_status mvm_resid_begin_home(mvm_resid *r, uint32_t layer, const int32_t *experts,
+                                uint32_t n, int pin)
+{
+    mvm_status st = check_step(r, layer, experts, n);
+    if (st != MVM_OK)
+        return st;
+    shield(r, layer, experts, n);
+    uint32_t done = 0;
+    for (; done < n && st == MVM_OK; done++) {
+        uint32_t x = layer * r->n_experts + (uint32_t)experts[done];
+        mvm_residency res = {0};
+        mvm_expert_residency(r->space, layer, (uint32_t)experts[done], &res);
+        count_access(r, x, &res);
+        r->stats.cpu_runs += !pin;
+        r->stats.zerocopy_runs += pin;
+        r->home_run[x] = 1;
+        if (pin && (st = hold(r, x)) != MVM_OK)
+            break;
+    }
+    if (st != MVM_OK)
+        abandon(r, layer, experts, n, done);
+    return st;
+}
+
+static mvm_status prefetch(mvm_resid *r, uint32_t layer, uint32_t expert, int planned);
+
+/* Admission (policy/admit.h): an expert the step ran from its home is offered to the cache,
+ * one a step at most, and only while the space has no other copy queued or in flight
+ * (predictions and the module's wishes go first), as the simulator does. */
+static void admit(mvm_resid *r, uint32_t layer)
+{
+    uint32_t E = r->n_experts;
+    for (uint32_t e = 0; e < E; e++) {
+        uint32_t x = layer * E + e;
+        if (!r->home_run[x])
+            continue;
+        r->home_run[x] = 0;
+        mvm_stats s;
+        if (!r->admit || r->at_home || r->resident[x] == r->ppe || (r->remote && r->remote[x]) ||
+            mvm_space_get_stats(r->space, &s) != MVM_OK || s.moves_queued || s.moves_in_flight)
+            continue;
+        uint32_t n = 0;
+        for (uint32_t y = 0; y < r->n_total; y++)
+            if (y != x && r->resident[y] && !r->busy[y])
+                r->cand[n++] = y;
+        if (mvm_admit(r->evict, r->evict_self, view(r), x, r->ppe - r->resident[x], r->cand, n) &&
+            prefetch(r, layer, e, 0) == MVM_OK)
+            r->stats.admitted++;
+    }
+}
+
+mvm_status mvm_resid_end(mvm_resid *r, const mvm_pstep *step, const int32_t *experts,
+                         uint32_t n, int last_layer)
+{
+    r->evict->observe(r->evict_self, view(r), step);
+    if (r->config)
+        r->config->observe(r->config_self, view(r), step);
+    unpin(r, step->layer, experts, n);
+    split(r, step->layer, experts, n);
+    (void)fit_layer(r, step->layer, 0); /* still over: what is over is loading; it waits */
+    /* Prefetches for this step that it did not request were wrong forecasts. */
+    memset(r->by_prefetch + (size_t)step->layer * r->n_experts, 0, r->n_experts);
+    uint32_t n_want = 0;
+    if (r->evict->want)
+        n_want = r->evict->want(r->evict_self, view(r), step->layer, r->want, r->n_total);
+    mvm_status st = MVM_OK;
+    for (uint32_t i = 0; i < n_want && i < r->n_total && st == MVM_OK; i++)
+        if (r->want[i] < r->n_total) {
+            st = mvm_resid_prefetch(r, r->want[i] / r->n_experts, r->want[i] % r->n_experts);
+            if (st == MVM_ERR_NOSPACE) /* no room is not an error: the wish waits */
+                st = MVM_OK;
+        }
+    admit(r, step->layer);
+    if (last_layer) {
+        r->view.tokens += step->n_tok;
+        if (r->config && r->config->configure(r->config_self, view(r), r->layer_pages,
+                                               r->theta)) {
+            r->stats.reconfigs++;
+            for (uint32_t l = 0; l < r->shape.n_layers; l++)
+                (void)fit_layer(r, l, 0); /* a layer over its new budget shrinks now */
+        }
+    }
+    return st;
+}
+
+static mvm_status prefetch(mvm_resid *r, uint32_t layer, uint32_t expert, int planned)
+{
+    if (layer >= r->shape.n_layers || expert >= r->n_experts)
+        return mvm_fail(MVM_ERR_RANGE, "expert (%u, %u) is outside the space", layer, expert);
+    uint32_t x = layer * r->n_experts + expert;
+    if (r->at_home || r->resident[x] == r->ppe || (r->remote && r->remote[x]))
+        return MVM_OK;
+    mvm_status st = fit_layer(r, layer, r->ppe - r->resident[x]);
+    if (st == MVM_OK)
+        st = request(r, x, 0, NULL);
+    if (st == MVM_OK) {
+        r->by_prefetch[x] = 1;
+        r->stats.prefetches++;
+        r->stats.planned += planned;
+    }
+    return st;
+}
+
+mvm_status mvm_resid_prefetch(mvm_resid *r, uint32_t layer, uint32_t expert)
+{
+    return prefetch(r, layer, expert, 0);
+}
+
+mvm_status mvm_resid_prefetch_planned(mvm_resid *r, uint32_t layer, uint32_t expert)
+{
+    return prefetch(r, layer, expert, 1);
+}
+
+void mvm_resid_get_stats(const mvm_resid *r, mvm_resid_stats *out)
+{
+    *out = r->stats;
+}
+
+void mvm_resid_set_remote(mvm_resid *r, const uint8_t *remote)
+{
+    r->remote = remote;
+}

@@ -1,0 +1,161 @@
+/*
+ * The engine's use of the expert space. Each MoE layer step requests its experts resident
+ * (on-demand priority) and pins them while they compute; when the device budget is full,
+ * the evict policy module (policy/, MOEVM_EVICT, DESIGN.md §3) picks the victims among the
+ * resident experts no step is using. After the computation the step is reported to the
+ * module (router scores, experts, tokens per expert) and its experts are unpinned; a module
+ * that asks for experts by itself (`want`: DALI's windowed swaps) gets them prefetched, as
+ * does the caller's predictor (mvm_resid_prefetch).
+ *
+ * The order within a step is the simulator's (tools/sim.c): a hit is judged when the
+ * expert is requested, all of a step's experts are shielded from eviction before any of
+ * them loads, candidates are offered in expert order without those still loading, and the
+ * module observes the step after it ran; its clock (mvm_pview.tokens) advances after the
+ * last layer of a batch. So a routing trace recorded by `moevm run --trace-out` and
+ * replayed by `moevm sim` with the same evict module, budget and page size counts the same
+ * hits, when each step's loads have landed before the next step, as the simulator models
+ * them (tests/test_residency.c). With copies still in flight the engine finds fewer
+ * candidates than the simulator and may run an expert from its home where the simulator
+ * evicted a loading one.
+ *
+ * A config module (MOEVM_CONFIG: uniform, hot, fixedpoint; default none) divides the budget
+ * among the layers and may split experts (MoEpic): it observes every step, and after every
+ * batch it may set new per-layer budgets and split ratios θ. What stays cached in a layer
+ * must then fit its budget (evictions within the layer make room for a prefetch or after a
+ * step), an on-demand load only room on the device; an expert a step used keeps only its
+ * first ⌈θ·pages⌉ pages, and its next use loads the rest. The simulator does the same.
+ *
+ * When nothing can be evicted (every resident expert is pinned by the current step) an
+ * expert runs from where it is: through its fixed address, which on the host backend and on
+ * HOST_NUMA devices reads the host home. A GPU without HOST_NUMA cannot read the homes: its
+ * steps run in rounds that each fit the budget (mvm_resid_begin_round). `moevm run` and
+ * `moevm demo` share this.
+ */
+#ifndef MVM_ENGINE_FORWARD_RESIDENCY_H
+#define MVM_ENGINE_FORWARD_RESIDENCY_H
+
+#include <stdint.h>
+
+#include "moevm/moevm.h"
+#include "policy/policy.h"
+
+typedef struct mvm_resid mvm_resid;
+
+typedef struct mvm_resid_params {
+    const char *evict;          /* the evict module; NULL: MOEVM_EVICT */
+    const char *evict_args;     /* its "name=value,..." parameters (NULL: none, or
+                                   MOEVM_EVICT_ARGS with the MOEVM_EVICT module) */
+    const char *config;         /* the config module; "none": no per-layer budgets, whole
+                                   experts; NULL: MOEVM_CONFIG */
+    const char *config_args;    /* its parameters (NULL: none, or MOEVM_CONFIG_ARGS) */
+    const char *assign;         /* the assign module (NULL: MOEVM_ASSIGN); only on_device */
+    const char *assign_args;    /* its parameters (NULL: none, or MOEVM_ASSIGN_ARGS) */
+    int on_device;              /* a GPU computes (the engine's device pass): the assign
+                                   module places each expert; else any but "gpu" is an
+                                   error */
+    int at_home;                /* the CPU reads every expert at its home and nothing moves
+                                   (mvm_model.experts_at_home): mvm_resid_begin counts the
+                                   accesses as cpu_runs, and prefetches and the evict
+                                   module's wishes load nothing (mvm_moe refuses the roles
+                                   that would only decide moves: predict, route, config) */
+    const mvm_machine *machine; /* the machine the modules' cost model describes (NULL:
+                                   MOEVM_COST, policy/cost_load.h) */
+    uint32_t top_k, n_embd, n_ff; /* the model's, for the modules' shape (0: unknown) */
+    const mvm_router *router;   /* the routers (F32 weights) for fixedpoint's predictions,
+                                   or NULL (it then models the cache only) */
+} mvm_resid_params;
+
+typedef struct mvm_resid_stats {
+    uint64_t accesses;   /* experts requested by layer steps */
+    uint64_t hits;       /* of them, resident (all pages, none loading) when requested */
+    uint64_t partial_hits; /* misses that found a page prefix resident (a config split) */
+    uint64_t bypassed;   /* requests that found no room and ran from the home */
+    uint64_t extra_rounds; /* rounds that steps cut to fit the budget took beyond their
+                              first (mvm_resid_begin_round) */
+    uint64_t cpu_runs;      /* accesses the assign module ran on the CPU, from the home */
+    uint64_t zerocopy_runs; /* accesses it ran on the GPU from the home (HOST_NUMA) */
+    uint64_t evictions;  /* experts the evict module chose to make room */
+    uint64_t prefetches; /* experts loaded ahead of use: the evict module's wishes and the
+                            caller's predictions (mvm_resid_prefetch) */
+    uint64_t planned;       /* of them, the assign module's plan (mvm_resid_assign) */
+    uint64_t admitted;      /* of them, experts a step ran from their homes, admitted
+                               afterwards (MOEVM_ADMIT, policy/admit.h) */
+    uint64_t prefetch_used; /* of them, requested by their layer's next step (a forecast
+                               that came true; a later use is not counted) */
+    uint64_t prefetch_hits; /* of those, found resident (their copy had landed) */
+    uint64_t splits;        /* used experts cut back to their config split θ */
+    uint64_t reconfigs;     /* times the config module changed budgets or splits */
+} mvm_resid_stats;
+
+/* MVM_ERR_INVALID (naming the module or the parameter) for an evict or config module that
+ * does not exist or rejects its parameters, or a MOEVM_COST that does not load;
+ * MVM_ERR_OPTION for a malformed MOEVM_* value. */
+mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_resid **out);
+void mvm_resid_destroy(mvm_resid *r);
+/* The evict module's name; the config module's ("none" without one). */
+const char *mvm_resid_evict_name(const mvm_resid *r);
+const char *mvm_resid_config_name(const mvm_resid *r);
+const char *mvm_resid_assign_name(const mvm_resid *r); /* "none" unless on_device */
+/* The shape and cost the modules were made with (for the engine's other modules); the
+ * rest of *out is zeroed. */
+void mvm_resid_pinit(const mvm_resid *r, mvm_pinit *out);
+
+/* The view the route module decides with (policy.h): as the evict module's, but the
+ * row of `layer` counts only experts whose copy has landed (a load in flight is no
+ * substitute: policy/route_importance.c, reading 9) and every other row is empty. Valid
+ * until the next call. */
+const mvm_pview *mvm_resid_landed_view(mvm_resid *r, uint32_t layer);
+/* Requests experts[0..n) of `layer` resident and pins them (repeats not allowed); at_home,
+ * mvm_resid_begin_home(..., pin 0) instead. wait = 1:
+ * returns once their copies have landed; 0: returns at once, copies proceed behind the
+ * reader. An expert for which no room can be made runs from its home (counted as
+ * bypassed): only for readers that can read the homes. On failure nothing stays pinned. */
+mvm_status mvm_resid_begin(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n,
+                           int wait);
+/* For a reader that cannot read the homes (a GPU without HOST_NUMA VMM), whose budget may
+ * not hold a step's experts together: the step runs in rounds. Reorders experts[0..n) (the
+ * step's experts not yet run; all of them stay shielded from eviction) and pins the first
+ * *n_round of them, resident and landed: those already on the device first, then as many
+ * as room can be made for, at least one. The reader computes them, then releases them
+ * (mvm_resid_release) so their room serves the next round, called with the rest; the last
+ * round is unpinned by mvm_resid_end, which reports the whole step. A round of all n when
+ * they fit. MVM_ERR_NOSPACE when not even one expert fits; on failure nothing of the step
+ * stays pinned. */
+mvm_status mvm_resid_begin_round(mvm_resid *r, uint32_t layer, int32_t *experts, uint32_t n,
+                                 uint32_t *n_round);
+void mvm_resid_release(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n);
+/* Where each active expert of the step (step->counts[e] > 0) runs, by the assign module
+ * (policy.h enum mvm_where; ahead: [n_ahead][E] forecasts of the next layers, or NULL)
+ * into where[n_experts], made usable: MVM_RUN_NONE for the
+ * inactive, an active one the module left out runs on the GPU, and MVM_RUN_GPU on an
+ * expert not wholly resident means MVM_RUN_GPU_LOAD. Without a module (not on_device)
+ * every active expert is GPU or GPU_LOAD. *plan: the module's prefetches (expert ids, to
+ * queue once the step is pinned); returns their number. Valid until the next call. */
+uint32_t mvm_resid_assign(mvm_resid *r, const mvm_pstep *step, const float *ahead,
+                          uint32_t n_ahead, uint8_t *where, const uint32_t **plan);
+/* The step's experts that run from their homes: on the CPU (pin 0: nothing moves, counted
+ * in cpu_runs) or read by the device in place (pin 1, HOST_NUMA: pinned so that no move
+ * remaps them under the reader; counted in zerocopy_runs). Their accesses are counted and
+ * they are shielded from eviction until the step ends, like begin's. Call it before
+ * mvm_resid_begin for the same step, so that its loads cannot evict them. On failure
+ * nothing stays pinned. */
+mvm_status mvm_resid_begin_home(mvm_resid *r, uint32_t layer, const int32_t *experts,
+                                uint32_t n, int pin);
+/* Ends the step begun for step->layer with the same experts: reports it to the evict module
+ * (step->counts: tokens per expert of the layer; scores and hidden may be NULL), unpins the
+ * experts it still holds and prefetches what the module wants. last_layer: the batch's last
+ * MoE layer, after which the module's token clock advances by step->n_tok. */
+mvm_status mvm_resid_end(mvm_resid *r, const mvm_pstep *step, const int32_t *experts,
+                         uint32_t n, int last_layer);
+/* Loads expert (layer, e) ahead of its use, at prefetch priority, making room as a request
+ * does (never from the current step's experts). MVM_OK when queued or already resident,
+ * MVM_ERR_NOSPACE when nothing can make room (the prediction is dropped). */
+mvm_status mvm_resid_prefetch(mvm_resid *r, uint32_t layer, uint32_t expert);
+/* The same for an expert of the assign module's plan (counted in `planned` too). */
+mvm_status mvm_resid_prefetch_planned(mvm_resid *r, uint32_t layer, uint32_t expert);
+void mvm_resid_get_stats(const mvm_resid *r, mvm_resid_stats *out);
+/* The distributed mode: remote ([L*E], the caller's, NULL: none) marks experts this process
+ * does not hold, whose prefetches are dropped (MVM_OK: there is nothing to load). */
+void mvm_resid_set_remote(mvm_resid *r, const uint8_t *remote);
+
+#endif

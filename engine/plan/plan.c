@@ -1,0 +1,110 @@
+/* The one planning step before a model's experts are read (plan.h). */
+#include "engine/plan/plan.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "engine/forward/forward.h"
+#include "engine/compute/gpu.h"
+#include "vmm/error.h"
+
+/* The context an automatic GPU budget leaves room for when the caller sizes none: `moevm
+ * run`'s default. */
+#define MVM_DEFAULT_CTX 4096
+#define MVM_DEFAULT_BATCH 32
+
+/* desc->device_reserve for a GPU with an automatic budget: the weights besides the experts,
+ * and the caller's reserve or else the KV cache and scratch of ctx. */
+static mvm_status size_reserve(mvm_model *m, const mvm_ctx_shape *ctx, mvm_space_desc *desc)
+{
+    const uint32_t train = m->hp.n_ctx_train;
+    uint32_t n_ctx = ctx && ctx->n_ctx ? ctx->n_ctx
+                     : train && train < MVM_DEFAULT_CTX ? train : MVM_DEFAULT_CTX;
+    uint32_t n_batch = ctx && ctx->n_batch ? ctx->n_batch : MVM_DEFAULT_BATCH;
+    uint64_t weights, rest;
+    mvm_status st = mvm_ctx_device_bytes(m, n_ctx, n_batch, ctx ? ctx->kv_type : NULL,
+                                         &weights, &rest);
+    if (st != MVM_OK) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", mvm_last_error());
+        return mvm_fail(st, "%s: sizing the device context: %s", m->path, why);
+    }
+    desc->device_reserve = weights + (desc->device_reserve ? desc->device_reserve : rest);
+    return MVM_OK;
+}
+
+/* The space on desc->backend (host or cuda). */
+static mvm_status make_space(mvm_model *m, const mvm_ctx_shape *ctx, mvm_space_desc *desc,
+                             mvm_space **out)
+{
+    m->experts_at_home = desc->backend == MVM_BACKEND_HOST &&
+                         desc->device_budget == MVM_BUDGET_AUTO;
+    if (desc->backend == MVM_BACKEND_CUDA && !mvm_ctx_device_available())
+        return mvm_fail(MVM_ERR_UNSUPPORTED, "%s: expert space: MOEVM_BACKEND=cuda, but this "
+                        "moevm was built without nvcc, so it has no device kernels to compute "
+                        "the experts (rebuild with nvcc on PATH, or use MOEVM_BACKEND=host)",
+                        m->path);
+    mvm_status st;
+    if (desc->backend == MVM_BACKEND_CUDA && desc->device_budget == MVM_BUDGET_AUTO &&
+        (st = size_reserve(m, ctx, desc)) != MVM_OK)
+        return st;
+    m->device = desc->device;
+    if ((st = mvm_space_create(desc, out)) != MVM_OK) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", mvm_last_error());
+        return mvm_fail(st, "%s: expert space: %s", m->path, why);
+    }
+    return MVM_OK;
+}
+
+mvm_status mvm_plan_space(mvm_model *m, const mvm_ctx_shape *ctx, mvm_space_desc *desc,
+                          mvm_space **out)
+{
+    *out = NULL;
+    desc->n_layers = m->hp.n_layer;
+    desc->n_experts = m->hp.n_expert;
+    desc->expert_bytes = m->expert_bytes;
+    /* The backend is decided here, not by the space: an automatic budget means different
+     * things on each (room left for the context, or experts read at their homes). The
+     * device opened to find out is closed once the space holds the context; the forward
+     * pass loads the kernels again (the driver caches their compiled form). */
+    const bool auto_gpu = desc->backend == MVM_BACKEND_AUTO;
+    mvm_gpu *probe = NULL;
+    if (auto_gpu) {
+        mvm_status gpu = mvm_ctx_device_usable(desc->device, &probe);
+        if (gpu != MVM_OK)
+            mvm_log(MVM_LOG_INFO, "computing on the CPU: %s", mvm_last_error());
+        desc->backend = gpu == MVM_OK ? MVM_BACKEND_CUDA : MVM_BACKEND_HOST;
+    }
+    const uint64_t caller_reserve = desc->device_reserve;
+    mvm_status st = make_space(m, ctx, desc, out);
+    if (st != MVM_OK && auto_gpu && desc->backend == MVM_BACKEND_CUDA &&
+        desc->device_budget == MVM_BUDGET_AUTO) {
+        mvm_log(MVM_LOG_WARN, "computing on the CPU: the GPU cannot take this model: %s",
+                mvm_last_error());
+        desc->backend = MVM_BACKEND_HOST;
+        desc->device_reserve = caller_reserve;
+        st = make_space(m, ctx, desc, out);
+    }
+    mvm_gpu_close(probe);
+    return st;
+}
+
+mvm_status mvm_model_load(const char *path, const mvm_load_args *a, mvm_model **out)
+{
+    mvm_model *m;
+    mvm_space *space;
+    mvm_status st = mvm_model_open(path, &m);
+    if (st != MVM_OK) {
+        *out = NULL;
+        return st;
+    }
+    if ((st = mvm_plan_space(m, &a->ctx, a->desc, &space)) == MVM_OK)
+        st = mvm_model_load_experts(m, space, a->pool, a->held, a->progress, a->progress_ctx);
+    if (st != MVM_OK) {
+        mvm_model_free(m);
+        m = NULL;
+    }
+    *out = m;
+    return st;
+}

@@ -1,0 +1,53 @@
+/*
+ * One planning step before a model's experts are read: where the model computes
+ * (MOEVM_BACKEND=auto resolved), how much device memory its experts may take and what the
+ * context must keep beside them, decided once from the model's shape and the context the
+ * caller will make; then the expert space made so, which the loader fills
+ * (model.h's mvm_model_load_experts). Commands, tests and benchmarks load through here.
+ */
+#ifndef MVM_ENGINE_PLAN_PLAN_H
+#define MVM_ENGINE_PLAN_PLAN_H
+
+#include "engine/model/model.h"
+
+/* The context the caller will make of the model (forward.h's mvm_ctx_create): what an
+ * automatic GPU budget leaves room for. n_ctx 0: the model's training context, at most 4096
+ * positions; n_batch 0: 32; kv_type NULL: MOEVM_KV_TYPE. */
+typedef struct mvm_ctx_shape {
+    uint32_t n_ctx, n_batch;
+    const char *kv_type;
+} mvm_ctx_shape;
+
+/*
+ * The expert space for opened model m (mvm_model_open), into *out; desc's shape fields
+ * (n_layers, n_experts, expert_bytes) are m's. What is decided, in one place:
+ * - the backend: auto is the GPU when this build has device kernels that load on a usable
+ *   CUDA device (forward.h's mvm_ctx_device_usable), else the CPU; cuda in a build without
+ *   device kernels is MVM_ERR_UNSUPPORTED;
+ * - on a GPU with an automatic budget, desc->device_reserve: the weights besides the experts
+ *   plus the KV cache and scratch of `ctx` (or, when the caller set device_reserve, that),
+ *   so the budget leaves room for the context;
+ * - on the CPU with an automatic budget, m->experts_at_home: the CPU reads the homes and no
+ *   device page is used (a device page there would be a second copy in the same memory);
+ * - a GPU that auto chose but that cannot hold the model beside its context (or whose
+ *   pinned homes the host cannot give) leaves the model to the CPU with a warning; a
+ *   backend or budget the user gave is theirs, and its failure an error.
+ * On return desc is what the space was made from (backend host or cuda).
+ */
+mvm_status mvm_plan_space(mvm_model *m, const mvm_ctx_shape *ctx, mvm_space_desc *desc,
+                          mvm_space **out);
+
+/* What mvm_model_load needs besides the path. */
+typedef struct mvm_load_args {
+    mvm_space_desc *desc;  /* mvm_plan_space's */
+    mvm_ctx_shape ctx;
+    mvm_pool *pool;        /* converts the experts */
+    const uint8_t *held;   /* mvm_model_load_experts'; NULL: every expert */
+    mvm_progress_fn progress;
+    void *progress_ctx;
+} mvm_load_args;
+
+/* mvm_model_open, mvm_plan_space and mvm_model_load_experts in one call. */
+mvm_status mvm_model_load(const char *path, const mvm_load_args *a, mvm_model **out);
+
+#endif

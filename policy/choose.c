@@ -1,0 +1,47 @@
+/* The engine's choice of policy modules (choose.h). */
+#include "policy/choose.h"
+
+#include <string.h>
+
+#include "vmm/error.h"
+
+/* Each engine role's options, and whether it may run no module at all. */
+static const struct {
+    mvm_option_id name, args;
+    int none_ok;
+    int engine;
+} roles[MVM_ROLE_COUNT] = {
+    [MVM_ROLE_ROUTE] = {MVM_OPTION_ROUTE, MVM_OPTION_ROUTE_ARGS, 0, 1},
+    [MVM_ROLE_EVICT] = {MVM_OPTION_EVICT, MVM_OPTION_EVICT_ARGS, 0, 1},
+    [MVM_ROLE_PREDICT] = {MVM_OPTION_PREDICT, MVM_OPTION_PREDICT_ARGS, 1, 1},
+    [MVM_ROLE_CONFIG] = {MVM_OPTION_CONFIG, MVM_OPTION_CONFIG_ARGS, 1, 1},
+    [MVM_ROLE_ASSIGN] = {MVM_OPTION_ASSIGN, MVM_OPTION_ASSIGN_ARGS, 0, 1},
+};
+
+mvm_status mvm_engine_choose(enum mvm_role role, const char *name, const char *args,
+                             const void **ops, const char **args_out)
+{
+    *ops = NULL;
+    *args_out = NULL;
+    if ((unsigned)role >= MVM_ROLE_COUNT || !roles[role].engine)
+        return mvm_fail(MVM_ERR_INVALID, "the engine runs no %s module",
+                        (unsigned)role < MVM_ROLE_COUNT ? mvm_role_name(role) : "such");
+    mvm_option_value n = {.s = name}, a = {.s = name ? (args ? args : "") : NULL};
+    mvm_status st = MVM_OK;
+    if (!n.s)
+        st = mvm_option_read(roles[role].name, &n);
+    if (st == MVM_OK && !a.s)
+        st = mvm_option_read(roles[role].args, &a);
+    if (st != MVM_OK)
+        return st;
+    *args_out = a.s;
+    if (roles[role].none_ok && strcmp(n.s, "none") == 0)
+        return MVM_OK;
+    if ((*ops = mvm_policy_find(role, n.s)))
+        return MVM_OK;
+    char names[256];
+    mvm_policy_names(role, names, sizeof names);
+    return mvm_fail(MVM_ERR_INVALID, "%s%s%s: no such %s policy (available: %s%s)",
+                    name ? "" : mvm_option_describe(roles[role].name)->name, name ? "" : "=",
+                    n.s, mvm_role_name(role), roles[role].none_ok ? "none, " : "", names);
+}

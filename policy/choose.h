@@ -1,0 +1,21 @@
+/*
+ * Which policy module the engine runs for a role: the caller's choice (a CLI flag) when
+ * there is one, else the role's MOEVM_* options (vmm/options.h), checked against the
+ * registry (policy/registry.c) with errors a user can act on.
+ */
+#ifndef MVM_POLICY_CHOOSE_H
+#define MVM_POLICY_CHOOSE_H
+
+#include "policy/policy.h"
+#include "vmm/options.h"
+
+/* name given: that module, with `args` ("" when NULL: the options' parameters belong to
+ * the options' module); name NULL: the role's options (MOEVM_ROUTE, MOEVM_EVICT,
+ * MOEVM_PREDICT, MOEVM_CONFIG, MOEVM_ASSIGN and their _ARGS). *ops is NULL for "none" in
+ * the roles that may run no module (predict, config). MVM_ERR_INVALID naming the module,
+ * where it came from and the modules there are, or a role the engine does not run;
+ * MVM_ERR_OPTION for a malformed option. */
+mvm_status mvm_engine_choose(enum mvm_role role, const char *name, const char *args,
+                             const void **ops, const char **args_out);
+
+#endif

@@ -1,0 +1,378 @@
+/* The cost model measured on this machine (calibrate.h). */
+#include "tools/calibrate.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/compute/clock.h"
+#include "engine/forward/experts_cpu.h"
+#include "engine/forward/moe_step.h"
+#include "vmm/error.h"
+
+/* A point is repeated at most this often: enough for a stable median of microsecond
+ * times, few enough that a slow point still ends. */
+#define MAX_REPS 2000
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double mvm_median(double *v, size_t n)
+{
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* The largest |y - (a + b·x)| / y. */
+static double max_rel(const double *x, const double *y, size_t n, double a, double b)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++)
+        m = fmax(m, fabs(y[i] - (a + b * x[i])) / fabs(y[i]));
+    return m;
+}
+
+int mvm_fit_line(const double *x, const double *y, size_t n, mvm_line *out)
+{
+    double mx = 0, my = 0;
+    for (size_t i = 0; i < n; i++)
+        mx += x[i], my += y[i];
+    if (n < 2)
+        return -1;
+    mx /= (double)n;
+    my /= (double)n;
+    double sxx = 0, sxy = 0;
+    for (size_t i = 0; i < n; i++) {
+        sxx += (x[i] - mx) * (x[i] - mx);
+        sxy += (x[i] - mx) * (y[i] - my);
+    }
+    if (!(sxx > 0))
+        return -1;
+    mvm_line l = {.b = sxy / sxx};
+    l.a = my - l.b * mx;
+    l.max_rel = max_rel(x, y, n, l.a, l.b);
+    *out = l;
+    return 0;
+}
+
+/* Times fn(ctx, rep) until seconds have passed and at least 3 times; the median into
+ * *median, the count into *reps. */
+typedef mvm_status (*timed_fn)(void *ctx, uint32_t rep, double *seconds);
+
+static mvm_status repeat(timed_fn fn, void *ctx, double seconds, double *median, uint32_t *reps)
+{
+    double *t = malloc(MAX_REPS * sizeof *t), start = mvm_now_s();
+    if (!t)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for the calibration's timings");
+    uint32_t n = 0;
+    mvm_status st = MVM_OK;
+    while (st == MVM_OK && n < MAX_REPS && (n < 3 || mvm_now_s() - start < seconds)) {
+        st = fn(ctx, n, &t[n]);
+        n++;
+    }
+    if (st == MVM_OK) {
+        *median = mvm_median(t, n);
+        *reps = n;
+    }
+    free(t);
+    return st;
+}
+
+/* ---- CPU experts ------------------------------------------------------------------------ */
+
+static void noop(void *ctx, int thread, int n_threads)
+{
+    (void)ctx, (void)thread, (void)n_threads;
+}
+
+static mvm_status time_pool(void *ctx, uint32_t rep, double *seconds)
+{
+    (void)rep;
+    double t0 = mvm_now_s();
+    mvm_pool_run(ctx, noop, NULL);
+    *seconds = mvm_now_s() - t0;
+    return MVM_OK;
+}
+
+struct cpu_run {
+    mvm_model *m;
+    mvm_moe *step;
+    mvm_xcpu *x;
+    float *xn;          /* [max_tokens][n_embd] random inputs */
+    uint32_t n, next;   /* tokens of this point; the next (layer, expert) in rotation */
+};
+
+/* One expert of n rows: every token routed to the next expert of the rotation. */
+static mvm_status time_expert(void *ctx, uint32_t rep, double *seconds)
+{
+    (void)rep;
+    struct cpu_run *c = ctx;
+    const mvm_hparams *hp = &c->m->hp;
+    uint32_t E = hp->n_expert, layer = c->next / E;
+    int32_t e = (int32_t)(c->next % E);
+    c->next = (c->next + 1) % (hp->n_layer * E);
+    for (uint32_t i = 0; i < c->n; i++)
+        for (uint32_t k = 0; k < E; k++)
+            c->step->probs[(size_t)i * E + k] = k == (uint32_t)e ? 8.0f : 0.0f;
+    mvm_moe_route(c->step, layer, 0, c->n, c->xn);
+    if (c->step->cnt[e] != c->n)
+        return mvm_fail(MVM_ERR_UNSUPPORTED, "calibration: %s's router did not send every "
+                        "token to the expert with the highest logit", c->m->arch->name);
+    double t0 = mvm_now_s();
+    mvm_xcpu_run(c->x, c->step, c->xn, c->n, &e, 1, 1);
+    *seconds = mvm_now_s() - t0;
+    return MVM_OK;
+}
+
+/* The policies of a step that only routes: nothing from MOEVM_* applies. */
+static mvm_ctx_policies plain_policies(const mvm_machine *machine)
+{
+    return (mvm_ctx_policies){
+        .residency = {.evict = "lru", .config = "none", .assign = "gpu", .machine = machine},
+        .prefetch = {.predict = "none"},
+        .routing = {.route = "none"}};
+}
+
+int mvm_calib_fit(mvm_calib_experts *c)
+{
+    if (mvm_fit_line(c->tokens, c->seconds, c->n_points, &c->fit))
+        return -1;
+    /* An expert task costs at least what starts it (the CPU's fork/join): where the free
+     * line's intercept lies below (per-token work dominates and noise tilts the line), the
+     * least-squares slope with the intercept held there. */
+    double a = c->floor_s > 1e-9 ? c->floor_s : 1e-9, sxy = 0, sxx = 0;
+    if (c->fit.a >= a)
+        return c->fit.b > 0 ? 0 : -1;
+    for (uint32_t i = 0; i < c->n_points; i++) {
+        sxy += c->tokens[i] * (c->seconds[i] - a);
+        sxx += c->tokens[i] * c->tokens[i];
+    }
+    c->fit.a = a;
+    c->fit.b = sxy / sxx;
+    c->fit.max_rel = max_rel(c->tokens, c->seconds, c->n_points, a, c->fit.b);
+    return c->fit.b > 0 ? 0 : -1;
+}
+
+/* The points of *out at 1, 2, 4, ... tokens up to max_tokens (>= 2), fn timing one expert
+ * of *n tokens; then the fit. `where` names the side in the error of a failed fit. */
+static mvm_status sweep(timed_fn fn, void *ctx, uint32_t *n, uint32_t max_tokens,
+                        double seconds_per_point, const char *where, mvm_calib_experts *out)
+{
+    mvm_status st = MVM_OK;
+    for (*n = 1; st == MVM_OK; *n = *n * 2 > max_tokens ? max_tokens : *n * 2) {
+        uint32_t i = out->n_points++;
+        double warm;
+        if ((st = fn(ctx, 0, &warm)) != MVM_OK)
+            break;
+        out->tokens[i] = *n;
+        st = repeat(fn, ctx, seconds_per_point, &out->seconds[i], &out->reps[i]);
+        if (*n == max_tokens || out->n_points == MVM_CALIB_MAX_POINTS)
+            break;
+    }
+    if (st == MVM_OK && mvm_calib_fit(out))
+        return mvm_fail(MVM_ERR_INVALID, "calibration: the %s experts' times did not grow "
+                        "with their tokens (%.3g s at 1, %.3g s at %u): the machine was too "
+                        "busy to measure; try again, or a longer --time", where,
+                        out->seconds[0], out->seconds[out->n_points - 1], max_tokens);
+    return st;
+}
+
+static mvm_status too_few(uint32_t max_tokens)
+{
+    return mvm_fail(MVM_ERR_INVALID, "calibration: at least 2 tokens per expert are needed "
+                    "for a line (got %u)", max_tokens);
+}
+
+/* n floats uniform in [-1, 1), the same every run: the experts' inputs. */
+static mvm_status random_inputs(size_t n, float **out)
+{
+    float *x = malloc(n * sizeof *x);
+    if (!x)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for the calibration's inputs");
+    uint32_t seed = 12345;
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        x[i] = (float)(seed >> 8) / 8388608.0f - 1.0f;
+    }
+    *out = x;
+    return MVM_OK;
+}
+
+mvm_status mvm_calib_cpu_experts(mvm_model *m, mvm_pool *pool, uint32_t max_tokens,
+                                 double seconds_per_point, mvm_calib_experts *out)
+{
+    memset(out, 0, sizeof *out);
+    if (max_tokens < 2)
+        return too_few(max_tokens);
+    const mvm_hparams *hp = &m->hp;
+    struct cpu_run c = {.m = m};
+    mvm_ctx_policies pol = plain_policies(mvm_machine_preset("h100"));
+    mvm_status st = mvm_moe_create(m, max_tokens, &pol, 0, 1, &c.step);
+    if (st == MVM_OK)
+        st = mvm_xcpu_create(m, pool, max_tokens, &c.x);
+    if (st == MVM_OK)
+        st = random_inputs((size_t)max_tokens * hp->n_embd, &c.xn);
+    if (st == MVM_OK)
+        st = repeat(time_pool, pool, seconds_per_point / 4, &out->floor_s, &(uint32_t){0});
+    if (st == MVM_OK)
+        st = sweep(time_expert, &c, &c.n, max_tokens, seconds_per_point, "CPU", out);
+    free(c.xn);
+    mvm_xcpu_free(c.x);
+    mvm_moe_free(c.step);
+    return st;
+}
+
+/* ---- GPU experts ------------------------------------------------------------------------ */
+
+struct gpu_run {
+    mvm_ctx *ctx;
+    float *x; /* [max_tokens][n_embd] random inputs */
+    uint32_t n_layer, n_expert;
+    uint32_t n, next; /* tokens of this point; the next (layer, expert) in rotation */
+};
+
+static mvm_status time_gpu_expert(void *ctx, uint32_t rep, double *seconds)
+{
+    (void)rep;
+    struct gpu_run *g = ctx;
+    uint32_t layer = g->next / g->n_expert, e = g->next % g->n_expert;
+    g->next = (g->next + 1) % (g->n_layer * g->n_expert);
+    return mvm_ctx_time_expert(g->ctx, layer, (int32_t)e, g->x, g->n, seconds);
+}
+
+mvm_status mvm_calib_gpu_experts(mvm_model *m, mvm_pool *pool, uint32_t max_tokens,
+                                 double seconds_per_point, double launch,
+                                 mvm_calib_experts *out)
+{
+    memset(out, 0, sizeof *out);
+    out->floor_s = launch;
+    if (max_tokens < 2)
+        return too_few(max_tokens);
+    struct gpu_run g = {.n_layer = m->hp.n_layer, .n_expert = m->hp.n_expert};
+    mvm_ctx_policies pol = plain_policies(mvm_machine_preset("h100"));
+    pol.wait_loads = 1;
+    mvm_status st = mvm_ctx_create(m, pool, 1, max_tokens, &pol, &g.ctx);
+    if (st == MVM_OK)
+        st = random_inputs((size_t)max_tokens * m->hp.n_embd, &g.x);
+    if (st == MVM_OK)
+        st = sweep(time_gpu_expert, &g, &g.n, max_tokens, seconds_per_point, "GPU", out);
+    free(g.x);
+    mvm_ctx_free(g.ctx);
+    return st;
+}
+
+/* A side's rates from its fit a + b·n: *setup = `setup` if positive and under half of a
+ * (the part of a that is not reading the expert), else a/2; *mem_bw = expert_bytes /
+ * (a − *setup); *flops = cost.h's flops_per_token / b. -1 (nothing written) unless a and b
+ * are positive and finite. */
+static int rates(const mvm_calib_experts *c, double setup, uint64_t expert_bytes,
+                 uint32_t n_embd, uint32_t n_ff, double *setup_out, double *mem_bw,
+                 double *flops)
+{
+    double a = c->fit.a, b = c->fit.b;
+    if (!(a > 0) || !(b > 0) || !isfinite(a) || !isfinite(b))
+        return -1;
+    *setup_out = setup > 0 && setup < a / 2 ? setup : a / 2;
+    *mem_bw = (double)expert_bytes / (a - *setup_out);
+    *flops = 2.0 * 3.0 * n_embd * n_ff / b;
+    return 0;
+}
+
+int mvm_calib_apply_cpu(mvm_machine *m, const mvm_calib_experts *c, uint64_t expert_bytes,
+                        uint32_t n_embd, uint32_t n_ff)
+{
+    /* the setup is the pool's fork/join; one too slow (a noisy measurement) is held to
+     * half of c0 */
+    return rates(c, c->floor_s, expert_bytes, n_embd, n_ff, &m->cpu_setup, &m->cpu_mem_bw,
+                 &m->cpu_flops);
+}
+
+int mvm_calib_apply_gpu(mvm_machine *m, const mvm_calib_experts *c, uint64_t expert_bytes,
+                        uint32_t n_embd, uint32_t n_ff)
+{
+    return rates(c, m->gpu_launch, expert_bytes, n_embd, n_ff, &m->gpu_launch,
+                 &m->gpu_mem_bw, &m->gpu_flops);
+}
+
+/* ---- copies ----------------------------------------------------------------------------- */
+
+struct copy_run {
+    mvm_space *space;
+    mvm_space_info info;
+    uint32_t pages, next;
+};
+
+static mvm_status time_copy(void *ctx, uint32_t rep, double *seconds)
+{
+    (void)rep;
+    struct copy_run *c = ctx;
+    uint32_t E = c->info.n_experts, layer = c->next / E, e = c->next % E;
+    c->next = (c->next + 1) % (c->info.n_layers * E);
+    double t0 = mvm_now_s();
+    mvm_status st = mvm_make_resident(c->space, layer, e, c->pages);
+    *seconds = mvm_now_s() - t0;
+    mvm_status ev = mvm_evict(c->space, layer, e, 0);
+    return st != MVM_OK ? st : ev;
+}
+
+mvm_status mvm_calib_copies(mvm_space *space, double seconds_per_point, mvm_calib_copy *out)
+{
+    memset(out, 0, sizeof *out);
+    struct copy_run c = {.space = space};
+    mvm_status st = mvm_space_get_info(space, &c.info);
+    if (st != MVM_OK)
+        return st;
+    uint32_t ppe = (uint32_t)((c.info.expert_bytes + c.info.page_size - 1) / c.info.page_size);
+    if (c.info.device_pages < ppe)
+        return mvm_fail(MVM_ERR_NOSPACE, "calibration: the device budget (%u pages) holds "
+                        "less than one expert (%u pages): raise MOEVM_GPU_BUDGET",
+                        c.info.device_pages, ppe);
+    uint32_t *all = malloc(c.info.n_experts * sizeof *all);
+    if (!all)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for the calibration");
+    for (uint32_t e = 0; e < c.info.n_experts; e++)
+        all[e] = e;
+    for (uint32_t l = 0; l < c.info.n_layers && st == MVM_OK; l++)
+        st = mvm_evict_many(space, l, all, c.info.n_experts);
+    free(all);
+    out->pages_small = 1;
+    out->pages_full = ppe;
+    out->bytes_small = ppe > 1 ? c.info.page_size : c.info.expert_bytes;
+    out->bytes_full = c.info.expert_bytes;
+    uint32_t reps;
+    c.pages = out->pages_small;
+    if (st == MVM_OK)
+        st = repeat(time_copy, &c, seconds_per_point, &out->t_small, &reps);
+    c.pages = out->pages_full;
+    if (st == MVM_OK && ppe > 1)
+        st = repeat(time_copy, &c, seconds_per_point, &out->t_full, &reps);
+    else
+        out->t_full = out->t_small;
+    return st;
+}
+
+int mvm_calib_apply_copy(mvm_machine *m, const mvm_calib_copy *c)
+{
+    double setup, bw;
+    if (!(c->t_full > 0) || !(c->t_small > 0))
+        return -1;
+    if (c->bytes_full > c->bytes_small) {
+        if (!(c->t_full > c->t_small))
+            return -1;
+        bw = (double)(c->bytes_full - c->bytes_small) / (c->t_full - c->t_small);
+        setup = c->t_small - (double)c->bytes_small / bw;
+        if (!(setup > 0)) { /* per-page costs outweigh a fixed one: keep a token setup */
+            setup = 0.01 * c->t_small;
+            bw = (double)c->bytes_full / (c->t_full - setup);
+        }
+    } else {
+        setup = m->load_setup < c->t_full / 2 ? m->load_setup : c->t_full / 2;
+        bw = (double)c->bytes_full / (c->t_full - setup);
+    }
+    m->load_setup = setup;
+    m->pcie_bw = bw;
+    return 0;
+}

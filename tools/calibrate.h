@@ -1,0 +1,110 @@
+/*
+ * `moevm calibrate`'s measurements (DESIGN.md §3): the cost model's rates (policy/cost.h)
+ * as this engine achieves them on this machine, with a given model.
+ *
+ * What is measured, and how it becomes a machine's rates:
+ *  - CPU experts: one expert of `tokens` rows, computed by the engine's own CPU expert code
+ *    (experts_cpu.c) from its host home on the engine's threads, for 1, 2, 4, ... tokens;
+ *    each repetition takes another (layer, expert), so a model larger than the caches is
+ *    read from DRAM as in a run. A least-squares line through the medians gives
+ *    t_cpu(n) = c0 + c1·n (c0 no less than the fork/join). cpu_flops = flops_per_token
+ *    / c1; cpu_setup = the pool's fork/join (at most c0/2); cpu_mem_bw = expert_bytes /
+ *    (c0 − cpu_setup). So the cost model gives back the measured line exactly, for this
+ *    model's weight type: the rates are effective ones (a kernel compute-bound at one
+ *    token has a small c0, hence a cpu_mem_bw above the DRAM's).
+ *  - Copies (a device backend): the time to make a one-page prefix and a whole expert
+ *    resident from nothing, through the space (claim, copy, map), medians over experts.
+ *    The two points give load_setup + bytes / pcie_bw.
+ *  - GPU experts (a context computing on the device): one resident expert of `tokens` rows
+ *    through the engine's own kernels (mvm_ctx_time_expert: the input's quantization, the
+ *    gate/up and down kernels, launched and finished), for 1, 2, 4, ... tokens, each
+ *    repetition another (layer, expert); t_gpu(n) = g0 + g1·n by least squares.
+ *    gpu_flops = flops_per_token / g1; gpu_launch = the base's, at most g0/2 (launch and
+ *    reading the expert are not told apart by one line); gpu_mem_bw = expert_bytes /
+ *    (g0 − gpu_launch).
+ *  - Not measured (they keep the base preset's values): zero-copy reads, attention time
+ *    and the network.
+ */
+#ifndef MVM_TOOLS_CALIBRATE_H
+#define MVM_TOOLS_CALIBRATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/model/model.h"
+#include "engine/compute/pool.h"
+#include "policy/cost.h"
+
+/* y = a + b·x by least squares over n >= 2 points with distinct x; max_rel: the largest
+ * |residual| / y. -1 (out untouched) for fewer than two distinct x. */
+typedef struct mvm_line {
+    double a, b, max_rel;
+} mvm_line;
+int mvm_fit_line(const double *x, const double *y, size_t n, mvm_line *out);
+/* The median of v[0..n), n >= 1 (v is sorted in place). */
+double mvm_median(double *v, size_t n);
+
+#define MVM_CALIB_MAX_POINTS 12
+
+/* One expert's time against its tokens, on the CPU or the GPU. */
+typedef struct mvm_calib_experts {
+    uint32_t n_points;
+    double tokens[MVM_CALIB_MAX_POINTS];  /* 1, 2, 4, ... */
+    double seconds[MVM_CALIB_MAX_POINTS]; /* median time of one expert at that many tokens */
+    uint32_t reps[MVM_CALIB_MAX_POINTS];  /* repetitions behind each median */
+    mvm_line fit;                         /* seconds = a + b·tokens (mvm_calib_fit) */
+    double floor_s; /* the least an expert costs: the CPU pool's fork/join (median), the
+                       GPU's launch */
+} mvm_calib_experts;
+
+/* c->fit from c's points: the least-squares line, its intercept held at floor_s (at least
+ * 1 ns) where it would fall below, an expert task costing at least that. -1 when the slope
+ * is not positive (the times did not grow with the tokens) or the points are fewer than
+ * two. */
+int mvm_calib_fit(mvm_calib_experts *c);
+
+/* Times the model's experts on the CPU threads at 1, 2, 4, ... up to max_tokens (a power
+ * of two or not: the last point is max_tokens), repeating each point for at least
+ * seconds_per_point and 3 times, and fits them (mvm_calib_fit). MVM_ERR_INVALID when
+ * the fit fails (a machine too busy to calibrate). */
+mvm_status mvm_calib_cpu_experts(mvm_model *m, mvm_pool *pool, uint32_t max_tokens,
+                                 double seconds_per_point, mvm_calib_experts *out);
+
+/* The same on the device, through a context of at most max_tokens per batch on m (whose
+ * space must be a cuda one; each expert is made resident, timed and evicted, so the space
+ * should be empty, as mvm_calib_copies leaves it). launch: the least an expert costs there
+ * (the fit's floor_s: the base's gpu_launch). MVM_ERR_UNSUPPORTED in a build without the
+ * device kernels; MVM_ERR_INVALID when the fit fails. */
+mvm_status mvm_calib_gpu_experts(mvm_model *m, mvm_pool *pool, uint32_t max_tokens,
+                                 double seconds_per_point, double launch,
+                                 mvm_calib_experts *out);
+
+typedef struct mvm_calib_copy {
+    uint32_t pages_small, pages_full;  /* 1 page; the whole expert (may equal) */
+    uint64_t bytes_small, bytes_full;
+    double t_small, t_full;            /* median seconds to make that prefix resident */
+} mvm_calib_copy;
+
+/* Times making expert prefixes resident in the model's space from nothing, evicting after
+ * each; evicts every expert first. MVM_ERR_NOSPACE when the budget holds less than one
+ * expert. */
+mvm_status mvm_calib_copies(mvm_space *space, double seconds_per_point, mvm_calib_copy *out);
+
+/* m's cpu_setup, cpu_mem_bw and cpu_flops from a CPU measurement, for experts of
+ * expert_bytes and the shape n_embd × n_ff: mvm_cost_init then gives c0 and c1 of the fit.
+ * -1 (m untouched) when the fit has c0 <= 0 or c1 <= 0. */
+int mvm_calib_apply_cpu(mvm_machine *m, const mvm_calib_experts *c, uint64_t expert_bytes,
+                        uint32_t n_embd, uint32_t n_ff);
+/* m's gpu_launch, gpu_mem_bw and gpu_flops from a GPU measurement (the header says how):
+ * mvm_cost_init then gives the fit's g0 and g1. -1 (m untouched) when g0 <= 0 or
+ * g1 <= 0. */
+int mvm_calib_apply_gpu(mvm_machine *m, const mvm_calib_experts *c, uint64_t expert_bytes,
+                        uint32_t n_embd, uint32_t n_ff);
+/* m's load_setup and pcie_bw from a copy measurement: mvm_cost_load_bytes then gives both
+ * measured times when the line through them has a positive intercept (else a setup of 1%
+ * of the page's time and the whole expert's time); with one point (a one-page expert),
+ * the base's load_setup if under half of it, and the expert's time. -1 (m untouched) when
+ * the times do not grow with the bytes. */
+int mvm_calib_apply_copy(mvm_machine *m, const mvm_calib_copy *c);
+
+#endif

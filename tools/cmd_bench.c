@@ -1,0 +1,346 @@
+/*
+ * `moevm bench`: prompt processing and generation speed of a model, as llama.cpp's
+ * llama-bench measures them (ppN: N prompt tokens in one evaluation; tgN: N tokens one at a
+ * time; random token ids, a fresh KV cache each repetition, one untimed warm-up first), over
+ * a grid of thread counts and device budgets, so that a budget sweep shows what the expert
+ * space costs. Each row adds what llama-bench cannot: the share of expert accesses that
+ * found the expert resident, and the bytes moved into the budget per token.
+ *
+ * The warm-up also fills the budget, so the timed repetitions measure the steady state of
+ * the evict policy, not the cold start (`moevm run` reports that).
+ *
+ * --routing TRACE.jsonl is a benchmark mode: random-weight models route with almost no
+ * locality, so caches and predictors look worse on them than on real models. It replays a
+ * trace's expert choices (`moevm run --trace-out` of a real model, or `moevm trace gen`)
+ * in place of the router's: the computation is the same, the text is meaningless. The table
+ * says which routing each row used. The replay runs on through the trace across
+ * repetitions (wrapping at its end), so the timed repetitions do not repeat the warm-up's
+ * tokens.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tools/cli.h"
+#include "engine/compute/clock.h"
+#include "policy/cost_load.h"
+#include "engine/forward/forward.h"
+#include "engine/plan/plan.h"
+#include "tools/trace.h"
+#include "vmm/error.h"
+
+#define BENCH_MAX_AXIS 16 /* values of -t and of --gpu-budget */
+
+struct bench_args {
+    const char *model, *evict, *evict_args, *kv_type, *routing;
+    uint32_t n_prompt, n_gen, reps, batch;
+    uint32_t threads[BENCH_MAX_AXIS], n_threads;
+    char *budgets[BENCH_MAX_AXIS]; /* NULL: MOEVM_GPU_BUDGET */
+    uint32_t n_budgets;
+};
+
+static void usage(FILE *f)
+{
+    fputs("usage: moevm bench -m MODEL.gguf [-p N] [-n N] [-r REPS] [-t THREADS[,...]]\n"
+          "                   [--gpu-budget SIZE|PCT[,...]] [--evict NAME[{k=v,...}]]\n"
+          "                   [--batch N] [--kv-type f16|f32] [--routing TRACE.jsonl]\n"
+          "  -p            prompt tokens evaluated at once: the ppN test (default 512; 0: none)\n"
+          "  -n            tokens generated one at a time: the tgN test (default 128; 0: none)\n"
+          "  -r            timed repetitions of each test, after one warm-up (default 5)\n"
+          "  -t            thread counts to try (default: the cores near the GPU, or all)\n"
+          "  --gpu-budget  device budgets to try, each a size, a percentage of the experts\n"
+          "                or auto (default MOEVM_GPU_BUDGET; on the CPU auto reads the experts\n"
+          "                at their homes, the budget column's 'home', and a budget emulates a\n"
+          "                device)\n"
+          "  --evict       the evict policy module (default MOEVM_EVICT; docs/policies.md)\n"
+          "  --batch       prompt tokens per forward pass (default 32)\n"
+          "  --kv-type     the KV cache's elements (default MOEVM_KV_TYPE, f16)\n"
+          "  --routing     benchmark mode: replay this routing trace's expert choices (moevm\n"
+          "                run --trace-out of a real model, or moevm trace gen) instead of\n"
+          "                the router's; the trace must have the model's layers, experts, top-k\n"
+          "A markdown table on stdout: tokens/s as mean +- standard deviation over the\n"
+          "repetitions, the expert hit rate and the MiB moved into the budget per token.\n",
+          f);
+}
+
+/* "1,2,4" into the list `out` of at most BENCH_MAX_AXIS values, split in place. */
+static int split_list(const char *flag, char *v, char **out, uint32_t *n)
+{
+    *n = 0;
+    for (char *save = NULL, *p = strtok_r(v, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
+        if (*n == BENCH_MAX_AXIS) {
+            fprintf(stderr, "moevm bench: %s: at most %d values\n", flag, BENCH_MAX_AXIS);
+            return 2;
+        }
+        out[(*n)++] = p;
+    }
+    if (*n == 0) {
+        fprintf(stderr, "moevm bench: %s: expected a comma-separated list\n", flag);
+        return 2;
+    }
+    return 0;
+}
+
+static int parse_threads(char *v, struct bench_args *a)
+{
+    char *items[BENCH_MAX_AXIS];
+    int bad = split_list("-t", v, items, &a->n_threads);
+    for (uint32_t i = 0; !bad && i < a->n_threads; i++)
+        bad = mvm_cli_u32("bench", "-t", items[i], 1, 1024, &a->threads[i]);
+    return bad;
+}
+
+static int parse_args(int argc, char **argv, struct bench_args *a)
+{
+    *a = (struct bench_args){.n_prompt = 512, .n_gen = 128, .reps = 5, .batch = 32,
+                             .n_threads = 1, .n_budgets = 1};
+    mvm_cli_iter it = {.cmd = "bench", .usage = usage, .argc = argc, .argv = argv};
+    int next;
+    while ((next = mvm_cli_next(&it)) == MVM_CLI_OPTION) {
+        const char *f = it.flag;
+        char *v = it.value;
+        int bad = 0;
+        if (!strcmp(f, "-m") || !strcmp(f, "--model")) a->model = v;
+        else if (!strcmp(f, "-p")) bad = mvm_cli_u32("bench", f, v, 0, 1u << 16, &a->n_prompt);
+        else if (!strcmp(f, "-n")) bad = mvm_cli_u32("bench", f, v, 0, 1u << 16, &a->n_gen);
+        else if (!strcmp(f, "-r")) bad = mvm_cli_u32("bench", f, v, 1, 1000, &a->reps);
+        else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) bad = parse_threads(v, a);
+        else if (!strcmp(f, "--gpu-budget"))
+            bad = split_list(f, v, a->budgets, &a->n_budgets);
+        else if (!strcmp(f, "--evict"))
+            bad = mvm_cli_policy("bench", f, v, &a->evict, &a->evict_args);
+        else if (!strcmp(f, "--batch")) bad = mvm_cli_u32("bench", f, v, 1, 4096, &a->batch);
+        else if (!strcmp(f, "--kv-type")) bad = mvm_cli_kv_type("bench", v, &a->kv_type);
+        else if (!strcmp(f, "--routing")) a->routing = v;
+        else bad = mvm_cli_unknown(&it);
+        if (bad)
+            return 2;
+    }
+    if (next != MVM_CLI_END)
+        return next;
+    if (mvm_cli_need_model("bench", a->model))
+        return 2;
+    if (a->n_prompt == 0 && a->n_gen == 0) {
+        fprintf(stderr, "moevm bench: -p 0 and -n 0 leave nothing to measure\n");
+        return 2;
+    }
+    /* every budget before the first measurement, not after minutes of them */
+    for (uint32_t b = 0; b < a->n_budgets; b++) {
+        mvm_space_desc desc;
+        int bad = mvm_cli_space_desc("bench", "--gpu-budget", a->budgets[b], &desc);
+        if (bad)
+            return bad;
+    }
+    return -1;
+}
+
+/* A routing trace replayed (--routing): token `pos` of the current repetition is the
+ * trace's token (base + pos) mod its length. */
+struct replay {
+    const mvm_trace *t;
+    uint64_t base;
+};
+
+static void replay_route(void *ctx, uint32_t layer, uint32_t pos, int *sel, float *w)
+{
+    const struct replay *r = ctx;
+    uint32_t tok = (uint32_t)((r->base + pos) % r->t->n_tokens);
+    const int32_t *x = mvm_trace_experts(r->t, tok, layer);
+    const float *xw = mvm_trace_weights(r->t, tok, layer);
+    for (uint32_t k = 0; k < r->t->hdr.top_k; k++) {
+        sel[k] = x[k];
+        w[k] = xw[k];
+    }
+}
+
+/* The trace must route the model: its layers, experts and top-k. */
+static int replay_check(const mvm_trace *t, const mvm_model *m, const char *path)
+{
+    const mvm_hparams *hp = &m->hp;
+    if (t->hdr.n_layers == hp->n_layer && t->hdr.n_experts == hp->n_expert &&
+        t->hdr.top_k == hp->n_expert_used && t->n_tokens > 0)
+        return 0;
+    fprintf(stderr, "moevm bench: --routing %s: the trace routes %u layers of %u experts, top "
+            "%u (%u tokens); the model has %u MoE layers of %u experts, top %u\n", path,
+            t->hdr.n_layers, t->hdr.n_experts, t->hdr.top_k, t->n_tokens, hp->n_layer,
+            hp->n_expert, hp->n_expert_used);
+    return 2;
+}
+
+/* One configuration's loaded model and the generator of its token ids. */
+struct bench_run {
+    const struct bench_args *a;
+    struct replay *replay; /* NULL: the model's own routing */
+    mvm_model *model;
+    mvm_pool *pool;
+    const mvm_machine *machine;
+    uint64_t rng;
+    int32_t *tokens; /* max(n_prompt, 1) ids */
+    int progress;    /* stderr is a terminal */
+};
+
+static int32_t random_token(struct bench_run *r)
+{
+    r->rng = r->rng * 6364136223846793005ull + 1442695040888963407ull; /* Knuth's LCG */
+    return (int32_t)((r->rng >> 33) % r->model->hp.n_vocab);
+}
+
+/* One repetition of a test: *seconds for n_prompt tokens at once (gen 0) or n_gen one at a
+ * time (gen 1), from an empty KV cache; *accesses and *hits of the experts, *moved bytes. */
+static mvm_status run_test(struct bench_run *r, int gen, double *seconds, uint64_t *accesses,
+                           uint64_t *hits, uint64_t *moved)
+{
+    const struct bench_args *a = r->a;
+    uint32_t n = gen ? a->n_gen : a->n_prompt;
+    mvm_ctx_policies pol = {.residency = {.evict = a->evict, .evict_args = a->evict_args,
+                                          .machine = r->machine},
+                            .kv_type = a->kv_type};
+    if (r->replay) {
+        pol.route_override = replay_route;
+        pol.route_override_ctx = r->replay;
+    }
+    mvm_ctx *ctx;
+    mvm_status st = mvm_ctx_create(r->model, r->pool, n, a->batch, &pol, &ctx);
+    if (st != MVM_OK)
+        return st;
+    for (uint32_t i = 0; i < (gen ? 1 : n); i++)
+        r->tokens[i] = random_token(r);
+    mvm_stats before;
+    mvm_space_get_stats(r->model->space, &before);
+    double t0 = mvm_now_s();
+    if (!gen)
+        st = mvm_ctx_eval(ctx, r->tokens, n, NULL, 0);
+    for (uint32_t i = 0; gen && i < n && st == MVM_OK; i++) {
+        int32_t t = random_token(r); /* drawn while timed: a few ns against a forward pass */
+        st = mvm_ctx_eval(ctx, &t, 1, NULL, 0);
+    }
+    *seconds = mvm_now_s() - t0;
+    mvm_stats after;
+    mvm_resid_stats rs;
+    mvm_space_get_stats(r->model->space, &after);
+    mvm_resid_get_stats(mvm_ctx_residency(ctx), &rs);
+    *accesses = rs.accesses;
+    *hits = rs.hits;
+    *moved = after.bytes_moved - before.bytes_moved;
+    if (r->replay)
+        r->replay->base += n;
+    mvm_ctx_free(ctx);
+    return st;
+}
+
+/* The warm-up and the repetitions of test `gen` (see run_test), and its table row. */
+static int bench_test(struct bench_run *r, int gen, const char *prefix)
+{
+    const struct bench_args *a = r->a;
+    uint32_t n = gen ? a->n_gen : a->n_prompt;
+    double sum = 0, sum2 = 0;
+    uint64_t accesses = 0, hits = 0, moved = 0;
+    for (uint32_t rep = 0; rep <= a->reps; rep++) {
+        double s;
+        uint64_t ac, h, mv;
+        if (run_test(r, gen, &s, &ac, &h, &mv) != MVM_OK)
+            return mvm_cli_error(gen ? "bench: generation" : "bench: prompt");
+        if (r->progress) /* on a terminal only: a log would fill with the redraws */
+            fprintf(stderr, "\r%s%u: %s %u of %u", gen ? "tg" : "pp", n,
+                    rep ? "repetition" : "warm-up", rep ? rep : 1, rep ? a->reps : 1);
+        if (rep == 0)
+            continue;
+        double tps = s > 0 ? n / s : 0;
+        sum += tps;
+        sum2 += tps * tps;
+        accesses += ac;
+        hits += h;
+        moved += mv;
+    }
+    if (r->progress)
+        fprintf(stderr, "\r%*s\r", 40, "");
+    double mean = sum / a->reps;
+    double var = a->reps > 1 ? (sum2 - sum * mean) / (a->reps - 1) : 0;
+    char hit[16] = "-"; /* experts read at their homes: no residency to report */
+    if (!r->model->experts_at_home)
+        snprintf(hit, sizeof hit, "%.1f%%",
+                 accesses ? 100.0 * (double)hits / (double)accesses : 0.0);
+    printf("%s| %s%u | %.2f +- %.2f | %s | %.2f |\n", prefix, gen ? "tg" : "pp", n, mean,
+           var > 0 ? sqrt(var) : 0.0, hit, (double)moved / 1048576.0 / ((double)n * a->reps));
+    fflush(stdout);
+    return 0;
+}
+
+/* Loads the model for one budget on `pool` and runs both tests. */
+static int bench_config(const struct bench_args *a, const mvm_machine *machine, mvm_pool *pool,
+                        uint32_t b, struct replay *replay)
+{
+    mvm_space_desc desc;
+    int rc = mvm_cli_space_desc("bench", "--gpu-budget", a->budgets[b], &desc);
+    if (rc)
+        return rc;
+    struct bench_run r = {.a = a, .pool = pool, .machine = machine, .rng = 42,
+                          .progress = isatty(STDERR_FILENO), .replay = replay};
+    char label[600];
+    snprintf(label, sizeof label, "loading %s", a->model);
+    /* a test's context: n_prompt or n_gen positions */
+    const mvm_load_args load = {
+        .desc = &desc, .pool = pool, .progress = mvm_cli_progress, .progress_ctx = label,
+        .ctx = {a->n_prompt > a->n_gen ? a->n_prompt : a->n_gen, a->batch, a->kv_type}};
+    if (mvm_model_load(a->model, &load, &r.model) != MVM_OK)
+        return mvm_cli_error("loading the model");
+    if (replay && (rc = replay_check(replay->t, r.model, a->routing))) {
+        mvm_model_free(r.model);
+        return rc;
+    }
+    if (!(r.tokens = malloc((a->n_prompt ? a->n_prompt : 1) * sizeof *r.tokens))) {
+        mvm_model_free(r.model);
+        return mvm_cli_error("bench");
+    }
+    mvm_space_info info;
+    mvm_space_get_info(r.model->space, &info);
+    char types[64], prefix[512], budget[16] = "home";
+    double gib = (double)r.model->expert_bytes * r.model->hp.n_layer * r.model->hp.n_expert /
+                 1073741824.0;
+    if (!r.model->experts_at_home)
+        snprintf(budget, sizeof budget, "%.2f",
+                 (double)info.device_pages * (double)info.page_size / 1073741824.0);
+    snprintf(prefix, sizeof prefix, "| %s | %s | %.2f | %s | %d | %s | %s ",
+             r.model->arch->name, mvm_model_expert_types(r.model, types, sizeof types), gib,
+             info.backend, mvm_pool_size(pool), budget, replay ? "replay" : "own");
+    if (a->n_prompt)
+        rc = bench_test(&r, 0, prefix);
+    if (!rc && a->n_gen)
+        rc = bench_test(&r, 1, prefix);
+    free(r.tokens);
+    mvm_model_free(r.model);
+    return rc;
+}
+
+int mvm_cmd_bench(int argc, char **argv)
+{
+    struct bench_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc >= 0)
+        return rc;
+    rc = 0;
+    mvm_machine machine;
+    if (mvm_machine_load(NULL, "MOEVM_COST", &machine) != MVM_OK)
+        return mvm_cli_error("bench");
+    struct replay replay = {0};
+    mvm_trace *trace = NULL;
+    if (a.routing && mvm_trace_load(a.routing, &trace) != MVM_OK)
+        return mvm_cli_error("bench: --routing");
+    replay.t = trace;
+    printf("| arch | experts | experts GiB | backend | threads | budget GiB | routing | test "
+           "| t/s | expert hits | MiB moved/token |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (uint32_t t = 0; !rc && t < a.n_threads; t++) {
+        mvm_pool *pool;
+        if ((rc = mvm_cli_threads("bench", a.threads[t], &pool)))
+            break;
+        for (uint32_t b = 0; !rc && b < a.n_budgets; b++)
+            rc = bench_config(&a, &machine, pool, b, trace ? &replay : NULL);
+        mvm_pool_destroy(pool);
+    }
+    mvm_trace_free(trace);
+    return rc;
+}

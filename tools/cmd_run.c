@@ -1,0 +1,604 @@
+/*
+ * `moevm run`: load a GGUF MoE model (experts into a moevm space), prefill a prompt,
+ * generate, print the text as it comes and a closing statistics line on stderr.
+ * --trace-out records the routing for the simulator; --logits-out writes every evaluated
+ * position's logits (the numerical tests compare them with tests/ref).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "policy/choose.h"
+#include "tools/cli.h"
+#include "engine/compute/clock.h"
+#include "policy/cost_load.h"
+#include "engine/dist/dist.h"
+#include "engine/forward/forward.h"
+#include "engine/plan/plan.h"
+#include "engine/forward/sampler.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "tools/trace_out.h"
+#include "tools/sim_inputs.h"
+#include "vmm/error.h"
+#include "vmm/options.h"
+#include "vmm/topo.h"
+
+struct run_args {
+    const char *model, *prompt, *tokens, *trace_out, *logits_out, *budget;
+    const char *evict, *evict_args;     /* NULL: the MOEVM_EVICT options */
+    const char *predict, *predict_args; /* NULL: the MOEVM_PREDICT options */
+    const char *route, *route_args;     /* NULL: the MOEVM_ROUTE options */
+    const char *config, *config_args;   /* NULL: the MOEVM_CONFIG options */
+    const char *assign, *assign_args;   /* NULL: the MOEVM_ASSIGN options */
+    const char *predictor;
+    const char *cost;                   /* NULL: MOEVM_COST */
+    const char *kv_type;                /* NULL: MOEVM_KV_TYPE */
+    const char *place, *place_args, *server_mem; /* the distributed mode's (dist.h) */
+    uint32_t n_predict, threads, ctx, batch, seed, top_k, period;
+    float temp, top_p;
+    int trace_hidden;
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: moevm run -m MODEL.gguf [-p PROMPT | --tokens ID,ID,...] [-n N] [-t THREADS]\n"
+            "                 [--temp T] [--top-k K] [--top-p P] [--seed N] [--ctx N] [--batch N]\n"
+            "                 [--kv-type f16|f32]\n"
+            "                 [--gpu-budget SIZE|PCT] [--evict NAME[{k=v,...}]]\n"
+            "                 [--predict NAME[{k=v,...}] [--predictor FILE]]\n"
+            "                 [--route NAME[{k=v,...}]] [--config NAME[{k=v,...}]]\n"
+            "                 [--assign NAME[{k=v,...}]] [--cost PRESET|FILE.json]\n"
+            "                 [--trace-out FILE.jsonl [--trace-hidden]] [--logits-out FILE]\n"
+            "       mpirun -n RANKS moevm run ... [--place NAME[{k=v,...}]]\n"
+            "                 [--server-mem SIZE|PCT[,...]] [--period TOKENS]\n"
+            "  -n            tokens to generate (default 64); stops early at end-of-text\n"
+            "  -t            threads (default: the cores near the GPU, or all)\n"
+            "  --temp        0 = greedy (deterministic); default 0.8, top-k 40, top-p 0.95\n"
+            "  --ctx         KV cache positions (default: prompt + n)\n"
+            "  --batch       prompt tokens per forward pass (default 32)\n"
+            "  --kv-type     the KV cache's elements: f16 (half the memory) or f32 (default\n"
+            "                MOEVM_KV_TYPE, f16)\n"
+            "  --gpu-budget  device budget for expert pages (default MOEVM_GPU_BUDGET; on the\n"
+            "                CPU, auto reads every expert at its home and a budget emulates a\n"
+            "                device: policies to study, copies to pay)\n"
+            "  --evict       the evict policy module and its parameters, e.g. lru or\n"
+            "                score{n=8} (default MOEVM_EVICT; docs/policies.md)\n"
+            "  --predict     the predict module whose forecast of the next layer's experts\n"
+            "                is prefetched: none, gate, residual, learned (default\n"
+            "                MOEVM_PREDICT); --predictor: learned's `moevm train-predictor` file\n"
+            "  --route       the route module: none (default MOEVM_ROUTE: the exact model) or\n"
+            "                importance{alpha=A}: a resident expert may stand in for a selected\n"
+            "                one that is not, when the router barely preferred it (SMoE)\n"
+            "  --config      the config module: none (default MOEVM_CONFIG: one budget), or\n"
+            "                per-layer budgets and splits: uniform, hot, fixedpoint (MoEpic)\n"
+            "  --assign      on a GPU, where each expert runs: gpu (default MOEVM_ASSIGN: all\n"
+            "                on the GPU), or also on the CPU threads from the host copy:\n"
+            "                twoptr (SMoE), greedy (DALI), presched (PreScope)\n"
+            "  --cost        the machine the policies' cost model describes: a preset\n"
+            "                (rtx3090, a6000, a100, h100) or a cost file from `moevm calibrate`\n"
+            "                (default MOEVM_COST)\n"
+            "  --trace-out   routing of every token and layer, JSON lines (docs/trace-format.md)\n"
+            "  --trace-hidden  with --trace-out: also each layer's router input, for\n"
+            "                `moevm train-predictor` and the gate/residual predictors (large)\n"
+            "  --logits-out  every evaluated position's logits (binary, see docs/engine.md)\n"
+            "Under mpirun the experts are spread over the ranks; rank 0 runs the request and\n"
+            "the others compute the experts they hold (docs/distributed.md):\n"
+            "  --place       the place module: prism (default; Prism's placement) or uniform\n"
+            "  --server-mem  expert memory per rank: a size or a percentage of all experts,\n"
+            "                one or one per rank (default: 1.5x an even share)\n"
+            "  --period      tokens between placements, 0 to keep the first (default 256)\n");
+}
+
+static int parse_args(int argc, char **argv, struct run_args *a)
+{
+    *a = (struct run_args){.n_predict = 64, .batch = 32, .seed = 42, .top_k = 40, .temp = 0.8f,
+                           .top_p = 0.95f, .period = 256};
+    int dist_flag = 0;
+    static const char *const switches[] = {"--trace-hidden", NULL};
+    mvm_cli_iter it = {.cmd = "run", .usage = usage, .switches = switches, .argc = argc,
+                       .argv = argv};
+    int next;
+    while ((next = mvm_cli_next(&it)) == MVM_CLI_OPTION) {
+        const char *f = it.flag;
+        char *v = it.value;
+        int bad = 0;
+        if (!strcmp(f, "--trace-hidden")) a->trace_hidden = 1;
+        else if (!strcmp(f, "-m") || !strcmp(f, "--model")) a->model = v;
+        else if (!strcmp(f, "-p") || !strcmp(f, "--prompt")) a->prompt = v;
+        else if (!strcmp(f, "--tokens")) a->tokens = v;
+        else if (!strcmp(f, "--trace-out")) a->trace_out = v;
+        else if (!strcmp(f, "--logits-out")) a->logits_out = v;
+        else if (!strcmp(f, "--gpu-budget")) a->budget = v;
+        else if (!strcmp(f, "--evict"))
+            bad = mvm_cli_policy("run", f, v, &a->evict, &a->evict_args);
+        else if (!strcmp(f, "--predict"))
+            bad = mvm_cli_policy("run", f, v, &a->predict, &a->predict_args);
+        else if (!strcmp(f, "--route"))
+            bad = mvm_cli_policy("run", f, v, &a->route, &a->route_args);
+        else if (!strcmp(f, "--config"))
+            bad = mvm_cli_policy("run", f, v, &a->config, &a->config_args);
+        else if (!strcmp(f, "--assign"))
+            bad = mvm_cli_policy("run", f, v, &a->assign, &a->assign_args);
+        else if (!strcmp(f, "--predictor")) a->predictor = v;
+        else if (!strcmp(f, "--cost")) a->cost = v;
+        else if (!strcmp(f, "--place") && (dist_flag = 1))
+            bad = mvm_cli_policy("run", f, v, &a->place, &a->place_args);
+        else if (!strcmp(f, "--server-mem") && (dist_flag = 1)) a->server_mem = v;
+        else if (!strcmp(f, "--period") && (dist_flag = 1))
+            bad = mvm_cli_u32("run", f, v, 0, UINT32_MAX, &a->period);
+        else if (!strcmp(f, "-n")) bad = mvm_cli_u32("run", f, v, 0, 1u << 20, &a->n_predict);
+        else if (!strcmp(f, "-t") || !strcmp(f, "--threads"))
+            bad = mvm_cli_u32("run", f, v, 1, 1024, &a->threads);
+        else if (!strcmp(f, "--ctx")) bad = mvm_cli_u32("run", f, v, 1, 1u << 22, &a->ctx);
+        else if (!strcmp(f, "--batch")) bad = mvm_cli_u32("run", f, v, 1, 4096, &a->batch);
+        else if (!strcmp(f, "--kv-type")) bad = mvm_cli_kv_type("run", v, &a->kv_type);
+        else if (!strcmp(f, "--seed")) bad = mvm_cli_u32("run", f, v, 0, UINT32_MAX, &a->seed);
+        else if (!strcmp(f, "--top-k")) bad = mvm_cli_u32("run", f, v, 0, 1u << 24, &a->top_k);
+        else if (!strcmp(f, "--temp")) bad = mvm_cli_float("run", f, v, 0, 100, &a->temp);
+        else if (!strcmp(f, "--top-p")) bad = mvm_cli_float("run", f, v, 1e-6, 1, &a->top_p);
+        else bad = mvm_cli_unknown(&it);
+        if (bad)
+            return 2;
+    }
+    if (next != MVM_CLI_END)
+        return next;
+    if (mvm_cli_need_model("run", a->model))
+        return 2;
+    if (a->prompt && a->tokens) {
+        fprintf(stderr, "moevm run: give -p or --tokens, not both\n");
+        return 2;
+    }
+    if (dist_flag && !mvm_dist_launched()) {
+        fprintf(stderr, "moevm run: --place, --server-mem and --period apply to a run started "
+                "by mpirun with several ranks (docs/distributed.md)\n");
+        return 2;
+    }
+    if (a->trace_hidden && !a->trace_out) {
+        fprintf(stderr, "moevm run: --trace-hidden needs --trace-out FILE.jsonl\n");
+        return 2;
+    }
+    return -1;
+}
+
+/* "5,17,3" -> ids; 2 on a malformed list. */
+static int parse_tokens(const char *s, int32_t **ids, uint32_t *n)
+{
+    size_t cap = 1;
+    for (const char *p = s; *p; p++)
+        cap += *p == ',';
+    *ids = malloc(cap * sizeof **ids);
+    *n = 0;
+    for (const char *p = s; *ids;) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX || (*end && *end != ',')) {
+            fprintf(stderr, "moevm run: --tokens %s: expected comma-separated token ids\n", s);
+            return 2;
+        }
+        (*ids)[(*n)++] = (int32_t)v;
+        if (!*end)
+            return 0;
+        p = end + 1;
+    }
+    fprintf(stderr, "moevm run: out of memory\n");
+    return 1;
+}
+
+/* --logits-out: "MVML", u32 version 1, u32 n_vocab, u32 n_rows; rows of
+ * {i32 token, i32 pos, f32 logits[n_vocab]}. n_rows is patched in at the end. */
+struct logits_file {
+    FILE *f;
+    uint32_t n_vocab, rows;
+};
+
+static int logits_open(struct logits_file *lf, const char *path, uint32_t n_vocab)
+{
+    lf->n_vocab = n_vocab;
+    lf->rows = 0;
+    if (!(lf->f = fopen(path, "wb"))) {
+        fprintf(stderr, "moevm run: --logits-out %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    uint32_t hdr[4] = {0, 1, n_vocab, 0};
+    memcpy(hdr, "MVML", 4);
+    fwrite(hdr, sizeof hdr, 1, lf->f);
+    return 0;
+}
+
+static void logits_add(struct logits_file *lf, const int32_t *tokens, uint32_t pos0, uint32_t n,
+                       const float *logits)
+{
+    for (uint32_t i = 0; i < n && lf->f; i++) {
+        int32_t rec[2] = {tokens[i], (int32_t)(pos0 + i)};
+        fwrite(rec, sizeof rec, 1, lf->f);
+        fwrite(logits + (size_t)i * lf->n_vocab, sizeof(float), lf->n_vocab, lf->f);
+        lf->rows++;
+    }
+}
+
+static int logits_close(struct logits_file *lf, const char *path)
+{
+    if (!lf->f)
+        return 0;
+    int bad = fseek(lf->f, 12, SEEK_SET) != 0 || fwrite(&lf->rows, 4, 1, lf->f) != 1;
+    bad |= ferror(lf->f) != 0;
+    bad |= fclose(lf->f) != 0;
+    if (bad)
+        fprintf(stderr, "moevm run: --logits-out %s: write failed\n", path);
+    return bad;
+}
+
+struct session {
+    struct run_args a;
+    mvm_dist *dist;      /* under mpirun (dist.h), else NULL */
+    int server;          /* a rank that computes experts for the leader, rank 0 */
+    uint64_t *capacity;  /* [ranks] the distributed mode's expert memory per rank */
+    mvm_machine machine; /* --cost */
+    mvm_pool *pool;
+    mvm_model *model;
+    mvm_tokenizer *tok;
+    mvm_ctx *ctx;
+    mvm_trace_out *trace;
+    mvm_sampler *sampler;
+    struct logits_file lf;
+    mvm_sim_inputs inputs; /* --predictor's bytes */
+    int32_t *prompt;
+    uint32_t n_prompt;
+    float *logits;
+};
+
+static void print_piece(const struct session *s, int32_t id)
+{
+    if (!s->tok) {
+        printf(" %d", id);
+        return;
+    }
+    char buf[256];
+    size_t n = mvm_tokenizer_piece(s->tok, id, buf, sizeof buf);
+    fwrite(buf, 1, n < sizeof buf ? n : sizeof buf, stdout);
+}
+
+/* The positions the run takes: --ctx, else the prompt's and -n's, the prompt counted as a
+ * token a byte plus 8 (BOS and the like). A vocabulary that needs more tokens than bytes
+ * (make_prompt allows it) leaves the reserve a few rows short, within the tenth of the
+ * free memory the automatic budget leaves anyway. */
+static uint32_t ctx_bound(const struct run_args *a)
+{
+    if (a->ctx)
+        return a->ctx;
+    uint64_t n = 8 + a->n_predict;
+    if (a->tokens)
+        for (const char *p = a->tokens; *p; p++)
+            n += *p == ',';
+    else
+        n += a->prompt ? strlen(a->prompt) : 0;
+    return n < UINT32_MAX ? (uint32_t)n : UINT32_MAX;
+}
+
+/* The checks before the model is read: the space's options, the modules' names, the cost
+ * model, the predictor file, the threads. */
+static int prepare(struct session *s, mvm_space_desc *desc)
+{
+    const struct run_args *a = &s->a;
+    int bad = mvm_cli_space_desc("run", "--gpu-budget", a->budget, desc);
+    if (!bad && s->dist && desc->backend == MVM_BACKEND_AUTO)
+        desc->backend = MVM_BACKEND_HOST; /* the distributed mode's ranks compute on the CPU */
+    if (bad)
+        return bad;
+    /* The modules' names before the model loads (their parameters are checked once it has:
+     * the modules need its shape). */
+    const struct { enum mvm_role role; const char *name, *args, *flag; } roles[] = {
+        {MVM_ROLE_EVICT, a->evict, a->evict_args, "--evict"},
+        {MVM_ROLE_PREDICT, a->predict, a->predict_args, "--predict"},
+        {MVM_ROLE_ROUTE, a->route, a->route_args, "--route"},
+        {MVM_ROLE_CONFIG, a->config, a->config_args, "--config"},
+        {MVM_ROLE_ASSIGN, a->assign, a->assign_args, "--assign"}};
+    for (size_t i = 0; i < sizeof roles / sizeof *roles; i++) {
+        const void *ops;
+        const char *args;
+        if (mvm_engine_choose(roles[i].role, roles[i].name, roles[i].args, &ops, &args))
+            return mvm_cli_error(roles[i].name ? roles[i].flag : "options");
+    }
+    if (mvm_machine_load(a->cost, "--cost", &s->machine) != MVM_OK)
+        return mvm_cli_error("run");
+    if (a->predictor && mvm_sim_load_predictor(a->predictor, &s->inputs) != MVM_OK)
+        return mvm_cli_error("--predictor");
+    return mvm_cli_threads("run", a->threads, &s->pool);
+}
+
+/* The distributed mode's first placement (every rank), once every rank has opened the
+ * model (st: this one's outcome): *held, the experts this one loads. */
+static int place(struct session *s, mvm_status st, const uint8_t **held)
+{
+    const struct run_args *a = &s->a;
+    if ((st = mvm_dist_agree(s->dist, st)) != MVM_OK)
+        return s->server ? 1 : mvm_cli_error("distributed mode");
+    const mvm_model *m = s->model;
+    uint32_t n = mvm_dist_size(s->dist);
+    const mvm_hparams *hp = &m->hp;
+    int rc = !(s->capacity = calloc(n, sizeof *s->capacity)) ? mvm_cli_error("run")
+        : mvm_cli_capacities("run", a->server_mem, n,
+                             m->expert_bytes * hp->n_layer * hp->n_expert, s->capacity);
+    if (!rc) {
+        mvm_dist_params p = {.place = a->place, .place_args = a->place_args,
+                             .capacity_bytes = s->capacity, .period = a->period,
+                             .machine = &s->machine};
+        if (mvm_dist_plan(s->dist, m, &p, held) != MVM_OK)
+            rc = s->server ? 1 : mvm_cli_error("distributed mode");
+    }
+    return rc;
+}
+
+static int load(struct session *s)
+{
+    const struct run_args *a = &s->a;
+    mvm_space_desc desc;
+    int rc = prepare(s, &desc);
+    if (s->dist)
+        rc = mvm_dist_agree_rc(s->dist, rc);
+    if (rc)
+        return rc;
+    double t0 = mvm_now_s();
+    mvm_status st = s->dist && desc.backend == MVM_BACKEND_CUDA
+        ? mvm_fail(MVM_ERR_UNSUPPORTED, "its ranks compute on the CPU: MOEVM_BACKEND=cuda "
+                   "is not supported (use host)")
+        : mvm_model_open(a->model, &s->model);
+    const uint8_t *held = NULL;
+    if (s->dist && (rc = place(s, st, &held)))
+        return rc;
+    if (!s->dist && st != MVM_OK)
+        return mvm_cli_error("loading the model");
+    int threads = mvm_pool_size(s->pool);
+    char label[600];
+    snprintf(label, sizeof label, "loading %s", a->model);
+    /* on a GPU with an automatic budget, room for this run's context beside the experts */
+    const mvm_ctx_shape ctx = {ctx_bound(a), a->batch, a->kv_type};
+    mvm_space *space;
+    st = mvm_plan_space(s->model, &ctx, &desc, &space);
+    if (st == MVM_OK)
+        st = mvm_model_load_experts(s->model, space, s->pool, held,
+                                    s->server ? NULL : mvm_cli_progress, label);
+    if (s->dist)
+        st = mvm_dist_agree(s->dist, st);
+    if (st != MVM_OK)
+        return s->server ? 1 : mvm_cli_error("loading the model");
+    if (s->server)
+        return 0; /* it needs no tokenizer, and the leader speaks for the job */
+    const mvm_hparams *hp = &s->model->hp;
+    mvm_space_info info;
+    mvm_space_get_info(s->model->space, &info);
+    char compute[192]; /* where the forward pass runs: the space's device, or the CPU */
+    if (strcmp(info.backend, "cuda") == 0)
+        snprintf(compute, sizeof compute, "computing on %s", info.device);
+    else
+        snprintf(compute, sizeof compute, "%d threads, %s kernels", threads,
+                 mvm_k_simd_name(mvm_k_simd_current()));
+    double eb = (double)s->model->expert_bytes;
+    char types[64], rope[48] = "", dense[64] = "";
+    /* deepseek2's and glm4moe's leading dense blocks, glm4moe's NextN blocks: not layers
+     * of the expert space */
+    if (hp->n_dense || hp->n_nextn)
+        snprintf(dense, sizeof dense, " (+%u dense%s)", hp->n_dense,
+                 hp->n_nextn ? ", NextN not computed" : "");
+    if (hp->rope.freq_scale != 1.0f)
+        snprintf(rope, sizeof rope, ", RoPE %s x%g", hp->rope.ext_factor != 0 ? "YaRN" : "linear",
+                 1.0 / hp->rope.freq_scale);
+    char budget[128];
+    if (s->model->experts_at_home)
+        snprintf(budget, sizeof budget, "experts read at their homes (no budget)");
+    else
+        snprintf(budget, sizeof budget, "budget %u pages of %llu KiB", info.device_pages,
+                 (unsigned long long)(info.page_size >> 10));
+    /* an automatic budget on a GPU: what it left beside itself */
+    if (desc.device_reserve && strcmp(info.backend, "cuda") == 0)
+        snprintf(budget + strlen(budget), sizeof budget - strlen(budget),
+                 " (auto: %.0f MiB of the device kept for the context)",
+                 (double)desc.device_reserve / 1048576.0);
+    fprintf(stderr, "model: %s (%s), %u layers%s, %u experts top-%u of %.1f %s (%s), vocab %u%s; "
+            "loaded in %.2f s\nspace: %s backend, %s; %s; cost model %s\n",
+            s->model->name, s->model->arch->name, hp->n_layer, dense, hp->n_expert,
+            hp->n_expert_used,
+            eb >= 1048576 ? eb / 1048576 : eb / 1024, eb >= 1048576 ? "MiB" : "KiB",
+            mvm_model_expert_types(s->model, types, sizeof types), hp->n_vocab, rope,
+            mvm_now_s() - t0, info.backend, budget, compute, s->machine.name);
+    if (mvm_tokenizer_load(s->model->gguf, &s->tok) != MVM_OK) {
+        if (!a->tokens)
+            return mvm_cli_error("tokenizer");
+        s->tok = NULL; /* token ids in, token ids out */
+    } else if (mvm_tokenizer_n_vocab(s->tok) != hp->n_vocab) {
+        fprintf(stderr, "moevm run: %s: the tokenizer has %u tokens but token_embd has %u rows\n",
+                a->model, mvm_tokenizer_n_vocab(s->tok), hp->n_vocab);
+        return 1;
+    }
+    return 0;
+}
+
+static int make_prompt(struct session *s)
+{
+    const struct run_args *a = &s->a;
+    if (a->tokens)
+        return parse_tokens(a->tokens, &s->prompt, &s->n_prompt);
+    const char *text = a->prompt ? a->prompt : "";
+    size_t len = strlen(text), cap = len + 8;
+    if (!(s->prompt = malloc(cap * sizeof *s->prompt)))
+        return 1;
+    size_t n;
+    mvm_status st = mvm_tokenizer_encode(s->tok, text, len, 1, s->prompt, cap, &n);
+    if (st == MVM_ERR_RANGE) { /* a vocabulary that needs more tokens than bytes */
+        int32_t *bigger = realloc(s->prompt, n * sizeof *s->prompt);
+        if (!bigger)
+            return 1;
+        s->prompt = bigger;
+        st = mvm_tokenizer_encode(s->tok, text, len, 1, s->prompt, n, &n);
+    }
+    if (st != MVM_OK)
+        return mvm_cli_error("tokenizing the prompt");
+    s->n_prompt = (uint32_t)n;
+    if (n == 0) {
+        fprintf(stderr, "moevm run: the prompt is empty and the model adds no BOS token: give "
+                "-p TEXT\n");
+        return 2;
+    }
+    return 0;
+}
+
+static void print_dist_stats(const mvm_dist *d)
+{
+    mvm_dist_stats ds;
+    mvm_dist_get_stats(d, &ds);
+    char held[256] = "";
+    for (uint32_t r = 0, o = 0; r < ds.ranks && o < sizeof held - 16; r++)
+        o += (uint32_t)snprintf(held + o, sizeof held - o, "%s%u", r ? "/" : "", ds.held[r]);
+    fprintf(stderr, "distributed: %u ranks holding %s experts | remote %" PRIu64 " of %" PRIu64
+            " expert rows (%.1f%%) in %" PRIu64 " requests, %.2f MiB out, %.2f MiB back, "
+            "leader waited %.3f s | %u placements, %u migrations moving %.2f MiB\n",
+            ds.ranks, held, ds.remote_rows, ds.rows,
+            ds.rows ? 100.0 * (double)ds.remote_rows / (double)ds.rows : 0.0, ds.messages,
+            (double)ds.bytes_sent / 1048576.0, (double)ds.bytes_back / 1048576.0, ds.waited_s,
+            ds.placements, ds.migrations, (double)ds.migrated_bytes / 1048576.0);
+}
+
+static int generate(struct session *s)
+{
+    const struct run_args *a = &s->a;
+    const mvm_hparams *hp = &s->model->hp;
+    uint32_t n_ctx = a->ctx ? a->ctx : s->n_prompt + a->n_predict;
+    if (n_ctx < s->n_prompt + a->n_predict) {
+        fprintf(stderr, "moevm run: --ctx %u is less than the prompt (%u tokens) + -n %u\n",
+                n_ctx, s->n_prompt, a->n_predict);
+        return 2;
+    }
+    if (n_ctx > hp->n_ctx_train) /* as llama.cpp warns: positions the model never saw */
+        fprintf(stderr, "moevm run: warning: %u positions exceed the %u the model was trained "
+                "on (context_length): expect worse output past them\n", n_ctx, hp->n_ctx_train);
+    mvm_ctx_policies pol = {
+        .residency = {.evict = a->evict, .evict_args = a->evict_args, .config = a->config,
+                      .config_args = a->config_args, .assign = a->assign,
+                      .assign_args = a->assign_args, .machine = &s->machine},
+        .prefetch = {.predict = a->predict, .predict_args = a->predict_args,
+                     .predictor = s->inputs.predictor,
+                     .predictor_size = s->inputs.predictor_size},
+        .routing = {.route = a->route, .route_args = a->route_args},
+        .kv_type = a->kv_type};
+    if (mvm_ctx_create(s->model, s->pool, n_ctx, a->batch, &pol, &s->ctx) != MVM_OK)
+        return mvm_cli_error("the inference context");
+    fprintf(stderr, "context: %u positions, batches of %u, KV cache %.1f MiB (%s)\n", n_ctx,
+            a->batch, (double)mvm_ctx_kv_bytes(s->ctx) / 1048576.0, mvm_ctx_kv_type(s->ctx));
+    if (s->dist && mvm_dist_attach(s->dist, s->ctx) != MVM_OK)
+        return mvm_cli_error("distributed mode");
+    if (a->trace_out) {
+        if (mvm_trace_open(a->trace_out, s->model, a->trace_hidden, &s->trace) != MVM_OK)
+            return mvm_cli_error("--trace-out");
+        mvm_ctx_set_route_observer(s->ctx, mvm_trace_route, s->trace);
+    }
+    if (a->logits_out && logits_open(&s->lf, a->logits_out, hp->n_vocab))
+        return 1;
+    mvm_sampler_params sp = {.temperature = a->temp, .top_k = (int32_t)a->top_k, .top_p = a->top_p,
+                             .seed = a->seed};
+    if (mvm_sampler_create(&sp, hp->n_vocab, &s->sampler) != MVM_OK)
+        return mvm_cli_error("sampler");
+    size_t rows = a->logits_out ? s->n_prompt : 1;
+    if (!(s->logits = malloc(rows * hp->n_vocab * sizeof(float)))) {
+        fprintf(stderr, "moevm run: out of memory for the logits\n");
+        return 1;
+    }
+    for (uint32_t i = 0; i < s->n_prompt; i++)
+        print_piece(s, s->prompt[i]);
+    fflush(stdout);
+
+    double t0 = mvm_now_s();
+    if (mvm_ctx_eval(s->ctx, s->prompt, s->n_prompt, s->logits, a->logits_out != NULL) != MVM_OK)
+        return mvm_cli_error("prefill");
+    double t_prefill = mvm_now_s() - t0;
+    logits_add(&s->lf, s->prompt, 0, a->logits_out ? s->n_prompt : 0, s->logits);
+    const float *last = s->logits + (rows - 1) * hp->n_vocab;
+    memmove(s->logits, last, hp->n_vocab * sizeof(float));
+
+    uint32_t generated = 0;
+    t0 = mvm_now_s();
+    while (generated < a->n_predict) {
+        int32_t next = mvm_sampler_sample(s->sampler, s->logits, hp->n_vocab);
+        if (s->tok && mvm_tokenizer_is_eog(s->tok, next))
+            break;
+        print_piece(s, next);
+        fflush(stdout);
+        uint32_t pos = mvm_ctx_n_past(s->ctx);
+        if (mvm_ctx_eval(s->ctx, &next, 1, s->logits, 0) != MVM_OK)
+            return mvm_cli_error("decode");
+        logits_add(&s->lf, &next, pos, a->logits_out ? 1 : 0, s->logits);
+        generated++;
+    }
+    double t_decode = mvm_now_s() - t0;
+    printf("\n");
+    fflush(stdout); /* the text before the statistics on a terminal showing both */
+
+    mvm_stats vs;
+    mvm_resid_stats rs;
+    mvm_space_get_stats(s->model->space, &vs);
+    mvm_resid_get_stats(mvm_ctx_residency(s->ctx), &rs);
+    fprintf(stderr, "prefill %u tokens %.1f tok/s | decode %u tokens %.2f tok/s | expert "
+            "accesses %" PRIu64, s->n_prompt, t_prefill > 0 ? s->n_prompt / t_prefill : 0.0,
+            generated, t_decode > 0 ? generated / t_decode : 0.0, rs.accesses);
+    if (s->model->experts_at_home) /* nothing moved: no residency to report */
+        fprintf(stderr, ", all read at their homes\n");
+    else
+        fprintf(stderr, " (hit %.1f%%, %.1f%% partial, %" PRIu64 " from host, %" PRIu64
+                " extra rounds; evict %s: %" PRIu64 " out; predict %s: %" PRIu64
+                " prefetched, %" PRIu64 " used, %" PRIu64 " in time; route %s: %" PRIu64
+                " substituted; config %s: %" PRIu64 " changes, %" PRIu64 " split; assign %s: %"
+                PRIu64 " on CPU, %" PRIu64 " zero-copy, %" PRIu64 " planned) | moved %.1f MiB\n",
+                rs.accesses ? 100.0 * (double)rs.hits / (double)rs.accesses : 0.0,
+                rs.accesses ? 100.0 * (double)rs.partial_hits / (double)rs.accesses : 0.0,
+                rs.bypassed, rs.extra_rounds,
+                mvm_resid_evict_name(mvm_ctx_residency(s->ctx)), rs.evictions,
+                mvm_prefetcher_name(mvm_ctx_prefetcher(s->ctx)), rs.prefetches,
+                rs.prefetch_used, rs.prefetch_hits,
+                mvm_substitutor_name(mvm_ctx_substitutor(s->ctx)),
+                mvm_substitutor_count(mvm_ctx_substitutor(s->ctx)),
+                mvm_resid_config_name(mvm_ctx_residency(s->ctx)), rs.reconfigs, rs.splits,
+                mvm_resid_assign_name(mvm_ctx_residency(s->ctx)), rs.cpu_runs,
+                rs.zerocopy_runs, rs.planned, (double)vs.bytes_moved / 1048576.0);
+    if (s->dist)
+        print_dist_stats(s->dist);
+    return 0;
+}
+
+int mvm_cmd_run(int argc, char **argv)
+{
+    struct session s = {0};
+    int rc = parse_args(argc, argv, &s.a);
+    if (rc >= 0)
+        return rc;
+    if (mvm_dist_init(&s.dist) != MVM_OK)
+        return mvm_cli_error("distributed mode");
+    s.server = s.dist && mvm_dist_rank(s.dist) != 0;
+    rc = load(&s);
+    int serving = !rc && s.server;
+    if (serving && mvm_dist_serve(s.dist, s.model, s.pool, s.a.batch) != MVM_OK)
+        rc = mvm_cli_error("expert server");
+    if (!rc && !s.server)
+        rc = make_prompt(&s);
+    if (!rc && !s.server)
+        rc = generate(&s);
+    if (s.dist && !s.server)
+        mvm_dist_stop(s.dist);
+    if (mvm_trace_close(s.trace) != MVM_OK && !rc)
+        rc = mvm_cli_error("--trace-out");
+    if (logits_close(&s.lf, s.a.logits_out) && !rc)
+        rc = 1;
+    mvm_sampler_free(s.sampler);
+    mvm_ctx_free(s.ctx);
+    mvm_tokenizer_free(s.tok);
+    mvm_model_free(s.model);
+    mvm_pool_destroy(s.pool);
+    mvm_sim_inputs_free(&s.inputs);
+    free(s.prompt);
+    free(s.logits);
+    free(s.capacity);
+    mvm_dist_finish(s.dist, serving && rc);
+    return rc;
+}

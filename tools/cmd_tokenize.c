@@ -1,0 +1,171 @@
+/* `moevm tokenize`: a GGUF file's tokenizer on a text, token by token (llama.cpp's
+ * llama-tokenize), to compare with the model's own tokenizer or to feed `moevm run
+ * --tokens`. Only the vocabulary is read: the weights are not loaded. Pieces are printed
+ * quoted with C escapes, control tokens (which stand for no bytes) by their names. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tools/cli.h"
+#include "engine/gguf/gguf.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "vmm/error.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: moevm tokenize -m MODEL.gguf (-p TEXT | -f FILE) [--ids] [--no-bos]\n"
+            "  -m, --model FILE   a GGUF model (or its first split part)\n"
+            "  -p, --prompt TEXT  the text to tokenize\n"
+            "  -f, --file FILE    read the text from FILE ('-': standard input)\n"
+            "  --ids              print only the ids, comma-separated (moevm run --tokens)\n"
+            "  --no-bos           leave out the BOS/EOS the vocabulary adds\n"
+            "Prints one line per token: its id and the bytes it stands for, quoted with C\n"
+            "escapes (a control token such as BOS: its name, unquoted).\n");
+}
+
+/* The whole of `path` (or stdin for "-") into a malloc'ed buffer; NULL after a message. */
+static char *read_all(const char *path, size_t *len)
+{
+    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+    if (!f) {
+        fprintf(stderr, "moevm tokenize: %s: cannot open it\n", path);
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0, got;
+    char *buf = malloc(cap);
+    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0)
+        if ((n += got) == cap) {
+            char *grown = realloc(buf, cap *= 2);
+            if (!grown)
+                free(buf);
+            buf = grown;
+        }
+    int failed = !buf || ferror(f);
+    if (f != stdin)
+        fclose(f);
+    if (failed) {
+        fprintf(stderr, "moevm tokenize: %s: %s\n", path, buf ? "read error" : "out of memory");
+        free(buf);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+/* The length of the UTF-8 character at s[0..n) when it is whole and valid, else 0. */
+static size_t utf8_char(const unsigned char *s, size_t n)
+{
+    size_t len = s[0] >= 0xF0 && s[0] < 0xF5 ? 4 : s[0] >= 0xE0 ? 3 : s[0] >= 0xC2 ? 2 : 0;
+    if (len == 0 || len > n)
+        return 0;
+    for (size_t i = 1; i < len; i++)
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+    return len;
+}
+
+/* A piece in quotes: whole UTF-8 characters as they are, anything else (control bytes, a
+ * byte of a character the next token finishes) as a C escape. */
+static void print_quoted(const char *piece, size_t n)
+{
+    const unsigned char *s = (const unsigned char *)piece;
+    putchar('\'');
+    for (size_t i = 0; i < n;) {
+        size_t len = s[i] >= 0x80 ? utf8_char(s + i, n - i) : 1;
+        if (len > 1)
+            fwrite(s + i, 1, len, stdout);
+        else if (s[i] == '\n')
+            fputs("\\n", stdout);
+        else if (s[i] == '\t')
+            fputs("\\t", stdout);
+        else if (s[i] == '\'' || s[i] == '\\')
+            printf("\\%c", s[i]);
+        else if (s[i] < 0x20 || s[i] >= 0x7F)
+            printf("\\x%02X", s[i]);
+        else
+            putchar(s[i]);
+        i += len ? len : 1;
+    }
+    putchar('\'');
+}
+
+static int tokenize(const char *model, const char *text, size_t len, int ids_only, int special)
+{
+    mvm_gguf *g;
+    mvm_tokenizer *t = NULL;
+    if (mvm_gguf_open(model, &g) != MVM_OK)
+        return mvm_cli_error("tokenize");
+    mvm_status st = mvm_tokenizer_load(g, &t);
+    mvm_gguf_close(g);
+    if (st != MVM_OK)
+        return mvm_cli_error(model);
+    size_t n = 0, cap = len + 8;
+    int32_t *ids = malloc(cap * sizeof *ids);
+    st = ids ? mvm_tokenizer_encode(t, text, len, special, ids, cap, &n) : MVM_ERR_NOMEM;
+    if (st == MVM_ERR_RANGE) { /* a vocabulary that needs more tokens than bytes */
+        int32_t *bigger = realloc(ids, n * sizeof *ids);
+        st = bigger ? mvm_tokenizer_encode(t, text, len, special, bigger, n, &n) : MVM_ERR_NOMEM;
+        ids = bigger ? bigger : ids;
+    }
+    if (st == MVM_ERR_NOMEM)
+        (void)mvm_fail(st, "no memory for the tokens of %zu bytes", len);
+    if (st != MVM_OK) {
+        free(ids);
+        mvm_tokenizer_free(t);
+        return mvm_cli_error("tokenize");
+    }
+    char piece[256];
+    for (size_t i = 0; i < n; i++) {
+        if (ids_only) {
+            printf(i ? ",%d" : "%d", ids[i]);
+            continue;
+        }
+        size_t pn = mvm_tokenizer_piece(t, ids[i], piece, sizeof piece);
+        printf("%6d ", ids[i]);
+        if (pn == 0) /* a control token (BOS): no bytes, so its name */
+            fputs(mvm_tokenizer_text(t, ids[i]), stdout);
+        else
+            print_quoted(piece, pn < sizeof piece ? pn : sizeof piece);
+        putchar('\n');
+    }
+    if (ids_only)
+        putchar('\n');
+    else
+        fprintf(stderr, "%zu tokens for %zu bytes\n", n, len);
+    free(ids);
+    mvm_tokenizer_free(t);
+    return 0;
+}
+
+int mvm_cmd_tokenize(int argc, char **argv)
+{
+    static const char *const switches[] = {"--ids", "--no-bos", NULL};
+    const char *model = NULL, *prompt = NULL, *file = NULL;
+    int ids_only = 0, special = 1, next;
+    mvm_cli_iter it = {.cmd = "tokenize", .usage = usage, .switches = switches, .argc = argc,
+                       .argv = argv};
+    while ((next = mvm_cli_next(&it)) == MVM_CLI_OPTION) {
+        const char *f = it.flag, *v = it.value;
+        if (!strcmp(f, "-m") || !strcmp(f, "--model")) model = v;
+        else if (!strcmp(f, "-p") || !strcmp(f, "--prompt")) prompt = v;
+        else if (!strcmp(f, "-f") || !strcmp(f, "--file")) file = v;
+        else if (!strcmp(f, "--ids")) ids_only = 1;
+        else if (!strcmp(f, "--no-bos")) special = 0;
+        else return mvm_cli_unknown(&it);
+    }
+    if (next != MVM_CLI_END)
+        return next;
+    if (!model || !prompt == !file) {
+        fprintf(stderr, "moevm tokenize: needs -m MODEL and one of -p TEXT or -f FILE "
+                        "(see --help)\n");
+        return 2;
+    }
+    size_t len = prompt ? strlen(prompt) : 0;
+    char *text = prompt ? NULL : read_all(file, &len);
+    if (file && !text)
+        return 1;
+    int rc = tokenize(model, prompt ? prompt : text, len, ids_only, special);
+    free(text);
+    return rc;
+}
