@@ -1,6 +1,6 @@
 /*
- * Moves: make-resident and prefetch requests, their jobs and queues, and the migration
- * worker that executes them.
+ * Moves: make-resident and prefetch requests, their queues, and the migration worker that
+ * executes their jobs (the handles and jobs themselves are move.c).
  *
  * A request claims free chunks at once (so "no space" is answered by the call, not later),
  * marks the pages LOADING and queues one job. The worker takes on-demand jobs before
@@ -9,14 +9,12 @@
  * earlier job is already loading waits on that job instead of loading twice; an on-demand
  * request promotes a queued prefetch job to on-demand priority.
  */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "vmm/error.h"
-#include "vmm/registry.h"
 #include "vmm/space_impl.h"
 
 /* Jobs per worker batch: enough to keep a copy engine busy while the previous remaps run,
@@ -24,184 +22,6 @@
 #define MAX_BATCH 8
 /* How often the worker polls unpin events while any are pending. */
 #define UNPIN_POLL_NS 100000
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-void mvm_shared_release(struct space_shared *s)
-{
-    if (atomic_fetch_sub(&s->refs, 1) == 1)
-        free(s);
-}
-
-/* ---- move handles ---------------------------------------------------------------------- */
-
-static mvm_move *move_new(mvm_space *sp)
-{
-    mvm_move *m = calloc(1, sizeof *m);
-    if (!m)
-        return NULL;
-    if (!mvm_registry_add(m)) {
-        free(m);
-        return NULL;
-    }
-    pthread_mutex_init(&m->mu, NULL);
-    cond_init_monotonic(&m->cv);
-    m->refs = 1;
-    m->shared = sp->shared;
-    atomic_fetch_add(&sp->shared->refs, 1);
-    return m;
-}
-
-/* Drops one reference; m->mu held on entry, released (or destroyed) on return. */
-static void move_unref_locked(mvm_move *m)
-{
-    bool last = --m->refs == 0;
-    pthread_mutex_unlock(&m->mu);
-    if (last) {
-        mvm_shared_release(m->shared);
-        pthread_cond_destroy(&m->cv);
-        pthread_mutex_destroy(&m->mu);
-        free(m);
-    }
-}
-
-/* A job the move waited on finished with `st`, for the reason `why` when it failed. */
-static void move_settle(mvm_move *m, mvm_status st, const char *why)
-{
-    pthread_mutex_lock(&m->mu);
-    if (st != MVM_OK && m->result == MVM_OK) {
-        m->result = st;
-        snprintf(m->why, sizeof m->why, "%s", why);
-    }
-    if (--m->pending == 0)
-        pthread_cond_broadcast(&m->cv);
-    move_unref_locked(m);
-}
-
-static bool job_add_waiter(struct job *j, mvm_move *m)
-{
-    if (j->n_waiters == j->cap_waiters) {
-        uint32_t cap = j->cap_waiters ? j->cap_waiters * 2 : 2;
-        mvm_move **w = realloc(j->waiters, cap * sizeof *w);
-        if (!w)
-            return false;
-        j->waiters = w;
-        j->cap_waiters = cap;
-    }
-    j->waiters[j->n_waiters++] = m;
-    pthread_mutex_lock(&m->mu);
-    m->refs++;
-    m->pending++;
-    pthread_mutex_unlock(&m->mu);
-    return true;
-}
-
-mvm_status mvm_move_wait(mvm_move *m, int64_t timeout_ns)
-{
-    if (!m || !mvm_registry_contains(m))
-        return mvm_fail(MVM_ERR_INVALID, "%p is not a live move", (void *)m);
-    uint64_t start = now_ns();
-    struct timespec deadline;
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    if (timeout_ns >= 0) {
-        uint64_t ns = (uint64_t)deadline.tv_nsec + (uint64_t)timeout_ns;
-        deadline.tv_sec += (time_t)(ns / 1000000000ull);
-        deadline.tv_nsec = (long)(ns % 1000000000ull);
-    }
-    pthread_mutex_lock(&m->mu);
-    int rc = 0;
-    while (m->pending > 0 && rc != ETIMEDOUT)
-        rc = timeout_ns < 0 ? pthread_cond_wait(&m->cv, &m->mu)
-                            : pthread_cond_timedwait(&m->cv, &m->mu, &deadline);
-    mvm_status st = m->pending > 0 ? MVM_ERR_TIMEOUT : m->result;
-    pthread_mutex_unlock(&m->mu);
-    atomic_fetch_add(&m->shared->wait_ns, now_ns() - start);
-    if (st == MVM_ERR_TIMEOUT)
-        return mvm_fail(st, "move not finished within %lld ns", (long long)timeout_ns);
-    if (st != MVM_OK)
-        return mvm_fail(st, "the move failed: %s", m->why);
-    return MVM_OK;
-}
-
-mvm_status mvm_move_test(mvm_move *m)
-{
-    if (!m || !mvm_registry_contains(m))
-        return mvm_fail(MVM_ERR_INVALID, "%p is not a live move", (void *)m);
-    pthread_mutex_lock(&m->mu);
-    mvm_status st = m->pending > 0 ? MVM_ERR_BUSY : m->result;
-    pthread_mutex_unlock(&m->mu);
-    return st;
-}
-
-mvm_status mvm_move_release(mvm_move *m)
-{
-    if (!m || !mvm_registry_remove(m))
-        return mvm_fail(MVM_ERR_INVALID, "mvm_move_release: %p is not a live move (released "
-                        "twice?)", (void *)m);
-    pthread_mutex_lock(&m->mu);
-    move_unref_locked(m);
-    return MVM_OK;
-}
-
-/* ---- job lists --------------------------------------------------------------------------- */
-
-static void list_push(struct job_list *l, struct job *j)
-{
-    j->next = NULL;
-    j->prev = l->tail;
-    if (l->tail)
-        l->tail->next = j;
-    else
-        l->head = j;
-    l->tail = j;
-    l->n++;
-}
-
-static void list_remove(struct job_list *l, struct job *j)
-{
-    if (j->prev)
-        j->prev->next = j->next;
-    else
-        l->head = j->next;
-    if (j->next)
-        j->next->prev = j->prev;
-    else
-        l->tail = j->prev;
-    j->prev = j->next = NULL;
-    l->n--;
-}
-
-static void job_free(struct job *j)
-{
-    free(j->pages);
-    free(j->runs);
-    free(j->waiters);
-    free(j);
-}
-
-/* Settles the job's moves and frees it; the job is on no list. */
-static void job_finish(struct job *j, mvm_status st)
-{
-    const char *why = j->why[0]                 ? j->why
-                      : st == MVM_ERR_CANCELLED ? "cancelled: its pages were evicted, or the "
-                                                  "space destroyed, before they landed"
-                                                : mvm_status_name(st);
-    for (uint32_t i = 0; i < j->n_waiters; i++)
-        move_settle(j->waiters[i], st, why);
-    job_free(j);
-}
-
-/* Keeps the calling thread's last error as the job's reason, unless it has one. */
-static void job_note_error(struct job *j)
-{
-    if (!j->why[0])
-        snprintf(j->why, sizeof j->why, "%s", mvm_last_error());
-}
 
 /* ---- requests ---------------------------------------------------------------------------- */
 
@@ -213,7 +33,7 @@ static struct job *job_new(uint32_t expert, uint32_t n, int prio)
     j->pages = malloc(n * sizeof *j->pages);
     j->runs = malloc(n * sizeof *j->runs);
     if (!j->pages || !j->runs) {
-        job_free(j);
+        mvm_job_free(j);
         return NULL;
     }
     j->expert = expert;
@@ -298,9 +118,9 @@ static mvm_status queue_job(mvm_space *sp, uint32_t idx, uint32_t lo, uint32_t n
                             uint32_t count, int prio, mvm_move *m)
 {
     struct job *j = job_new(idx, count, prio);
-    if (!j || (m && !job_add_waiter(j, m))) {
+    if (!j || (m && !mvm_job_add_waiter(j, m))) {
         if (j)
-            job_free(j);
+            mvm_job_free(j);
         return mvm_fail(MVM_ERR_NOMEM, "out of memory queueing a move");
     }
     uint32_t cut = sp->cut[idx / sp->n_experts];
@@ -322,14 +142,14 @@ static mvm_status queue_job(mvm_space *sp, uint32_t idx, uint32_t lo, uint32_t n
         if (m) {
             pthread_mutex_lock(&m->mu);
             m->pending--;
-            move_unref_locked(m);
+            mvm_move_unref_locked(m);
         }
-        job_free(j);
+        mvm_job_free(j);
         return st;
     }
     if (prio == PRIO_PREFETCH)
         sp->stats.prefetch_pages += j->n;
-    list_push(prio == PRIO_DEMAND ? &sp->demand : &sp->prefetch, j);
+    mvm_job_list_push(prio == PRIO_DEMAND ? &sp->demand : &sp->prefetch, j);
     pthread_cond_signal(&sp->work);
     return MVM_OK;
 }
@@ -375,7 +195,7 @@ static mvm_status request(mvm_space *sp, uint32_t l, uint32_t e, uint32_t n_page
     }
 
     mvm_move *m = NULL;
-    if ((out || sync) && !(m = move_new(sp))) {
+    if ((out || sync) && !(m = mvm_move_new(sp))) {
         pthread_mutex_unlock(&sp->mu);
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for a move handle");
     }
@@ -384,11 +204,11 @@ static mvm_status request(mvm_space *sp, uint32_t l, uint32_t e, uint32_t n_page
     for (uint32_t k = 0; st == MVM_OK && k < s.n_jobs; k++) {
         struct job *j = s.jobs[k];
         if (prio == PRIO_DEMAND && j->prio == PRIO_PREFETCH && !j->started) {
-            list_remove(&sp->prefetch, j);
+            mvm_job_list_remove(&sp->prefetch, j);
             j->prio = PRIO_DEMAND;
-            list_push(&sp->demand, j);
+            mvm_job_list_push(&sp->demand, j);
         }
-        if (m && !job_add_waiter(j, m))
+        if (m && !mvm_job_add_waiter(j, m))
             st = mvm_fail(MVM_ERR_NOMEM, "out of memory queueing a move");
     }
     pthread_mutex_unlock(&sp->mu);
@@ -427,7 +247,7 @@ mvm_status mvm_prefetch(mvm_space *sp, uint32_t l, uint32_t e, uint32_t n_pages,
 mvm_status mvm_reload_locked(mvm_space *sp, uint32_t idx, uint32_t lo, uint32_t hi,
                              mvm_move **out)
 {
-    mvm_move *m = move_new(sp);
+    mvm_move *m = mvm_move_new(sp);
     if (!m)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for a move handle");
     mvm_status st = queue_job(sp, idx, lo, hi, hi - lo, PRIO_DEMAND, m);
@@ -509,7 +329,7 @@ static mvm_status map_run(mvm_space *sp, struct job *j, uint32_t r, bool replace
     mvm_status st = map_slab(sp, j, r, replace);
     if (st == MVM_OK)
         return MVM_OK;
-    job_note_error(j);
+    mvm_job_note_error(j);
     mvm_log(MVM_LOG_WARN, "remap of expert %u pages %u-%u failed: %s", j->expert,
             j->pages[run->at], j->pages[run->at] + run->n - 1, mvm_last_error());
     for (uint32_t i = 0; replace && i < run->n; i++) /* a page still mapped refuses: fine */
@@ -583,8 +403,8 @@ void mvm_cancel_page(mvm_space *sp, uint32_t expert, uint32_t page)
     for (uint32_t k = 0; k < j->n_runs; k++)
         if (run_owned(sp, j, k))
             return;
-    list_remove(j->prio == PRIO_DEMAND ? &sp->demand : &sp->prefetch, j);
-    job_finish(j, MVM_ERR_CANCELLED);
+    mvm_job_list_remove(j->prio == PRIO_DEMAND ? &sp->demand : &sp->prefetch, j);
+    mvm_job_finish(j, MVM_ERR_CANCELLED);
 }
 
 /* Drops every run of a job that will not land: pages home, slabs back. */
@@ -603,16 +423,16 @@ static void land_job(mvm_space *sp, struct job *j, mvm_status copy_st)
     if (copy_st != MVM_OK) {
         drop_job(sp, j);
         sp->in_flight--;
-        job_finish(j, copy_st);
+        mvm_job_finish(j, copy_st);
         return;
     }
     if (sp->pins[j->expert]) {
-        list_push(&sp->deferred, j);
+        mvm_job_list_push(&sp->deferred, j);
         return;
     }
     mvm_status st = remap_job(sp, j);
     sp->in_flight--;
-    job_finish(j, st);
+    mvm_job_finish(j, st);
 }
 
 static void run_deferred(mvm_space *sp)
@@ -621,10 +441,10 @@ static void run_deferred(mvm_space *sp)
         next = j->next;
         if (sp->pins[j->expert])
             continue;
-        list_remove(&sp->deferred, j);
+        mvm_job_list_remove(&sp->deferred, j);
         mvm_status st = remap_job(sp, j);
         sp->in_flight--;
-        job_finish(j, st);
+        mvm_job_finish(j, st);
     }
 }
 
@@ -653,11 +473,11 @@ static uint32_t take_batch(mvm_space *sp, struct job **batch)
     uint32_t n = 0;
     while (n < MAX_BATCH && sp->demand.head) {
         batch[n] = sp->demand.head;
-        list_remove(&sp->demand, batch[n++]);
+        mvm_job_list_remove(&sp->demand, batch[n++]);
     }
     if (n == 0 && sp->prefetch.head) {
         batch[n] = sp->prefetch.head;
-        list_remove(&sp->prefetch, batch[n++]);
+        mvm_job_list_remove(&sp->prefetch, batch[n++]);
     }
     for (uint32_t i = 0; i < n; i++)
         batch[i]->started = true;
@@ -698,7 +518,7 @@ static void copy_and_land(mvm_space *sp, struct job **batch, uint32_t n, const s
             pthread_mutex_unlock(&sp->mu);
         }
         if (st != MVM_OK && !why) { /* this job's copy failed */
-            job_note_error(batch[k]);
+            mvm_job_note_error(batch[k]);
             why = batch[k]->why;
         } else if (st != MVM_OK) {
             snprintf(batch[k]->why, sizeof batch[k]->why, "not copied: %.140s", why);
@@ -714,7 +534,7 @@ static void copy_and_land(mvm_space *sp, struct job **batch, uint32_t n, const s
         if (fence[k]) {
             mvm_status wst = be->ops->event_wait(be, fence[k]);
             if (wst != MVM_OK) { /* its chunks go back to the pool: no copy may still land */
-                job_note_error(batch[k]);
+                mvm_job_note_error(batch[k]);
                 be->ops->copy_wait(be);
             }
             be->ops->event_destroy(be, fence[k]);
@@ -813,11 +633,11 @@ static void cancel_list(mvm_space *sp, struct job_list *l, bool in_flight)
 {
     while (l->head) {
         struct job *j = l->head;
-        list_remove(l, j);
+        mvm_job_list_remove(l, j);
         drop_job(sp, j);
         if (in_flight)
             sp->in_flight--;
-        job_finish(j, MVM_ERR_CANCELLED);
+        mvm_job_finish(j, MVM_ERR_CANCELLED);
     }
 }
 

@@ -160,7 +160,21 @@ mvm_status mvm_migrate_start(mvm_space *sp);
 /* Stops the worker and cancels every queued or deferred job (their moves report
  * MVM_ERR_CANCELLED). Called by destroy without the lock held. */
 void mvm_migrate_stop(mvm_space *sp);
+
+/* move.c: handles and jobs. A new handle holds one reference (its caller's) and one on the
+ * space's shared state; unref_locked drops one with m->mu held, and releases the lock (or
+ * frees the handle). add_waiter makes job j settle m too. finish settles the job's handles
+ * with st (and the job's reason) and frees it, off every list; note_error keeps the
+ * thread's last error as the job's reason unless it has one. */
 void mvm_shared_release(struct space_shared *s);
+mvm_move *mvm_move_new(mvm_space *sp);
+void mvm_move_unref_locked(mvm_move *m);
+bool mvm_job_add_waiter(struct job *j, mvm_move *m);
+void mvm_job_list_push(struct job_list *l, struct job *j);
+void mvm_job_list_remove(struct job_list *l, struct job *j);
+void mvm_job_free(struct job *j);
+void mvm_job_finish(struct job *j, mvm_status st);
+void mvm_job_note_error(struct job *j);
 /* Evict of a LOADING page (lock held): the page goes back to HOME at once; a job not yet
  * started frees its chunk now, and finishes (CANCELLED) if it has no page left. */
 void mvm_cancel_page(mvm_space *sp, uint32_t expert, uint32_t page);
