@@ -52,7 +52,8 @@ static bool tables_alloc(void)
     mvm_pl.busy = calloc(n, 1);
     mvm_pl.counts = calloc(n, sizeof *mvm_pl.counts);
     mvm_pl.used = calloc(n, sizeof *mvm_pl.used);
-    return mvm_pl.resident && mvm_pl.busy && mvm_pl.counts && mvm_pl.used;
+    mvm_pl.cand = calloc(n + 1, sizeof *mvm_pl.cand);
+    return mvm_pl.resident && mvm_pl.busy && mvm_pl.counts && mvm_pl.used && mvm_pl.cand;
 }
 
 static CUresult give_up(const char *why)
@@ -126,6 +127,9 @@ static CUresult space_create(void)
         return give_up(mvm_last_error());
     }
     mvm_pl.evict = ev;
+    mvm_pl.victims = (mvm_evict_driver){.ops = ev, .self = mvm_pl.evict_self,
+                                        .resident = mvm_pl.resident, .busy = mvm_pl.busy,
+                                        .cand = mvm_pl.cand};
     atomic_store(&mvm_pl.gen, 1);
     mvm_pl.layout = 1;
     mvm_pl.space = sp;

@@ -182,25 +182,15 @@ static void observe(void)
  * that failed to go is replaced by the next choice. */
 static void make_room(uint32_t room)
 {
-    uint32_t *cand = malloc((size_t)mvm_pl.device_pages * sizeof *cand), n = 0;
     uint32_t *victims = malloc(((size_t)room + 1) * sizeof *victims);
-    if (!cand || !victims) {
-        free(cand);
-        free(victims);
+    if (!victims)
         return;
-    }
-    for (uint32_t p = 0; p < mvm_pl.n_pages && n < mvm_pl.device_pages; p++)
-        if (mvm_pl.resident[p] && !mvm_pl.busy[p])
-            cand[n++] = p;
+    mvm_evict_collect(&mvm_pl.victims, 0, mvm_pl.n_pages, UINT32_MAX, NULL, NULL);
     mvm_pview v = view();
-    while (room && n) {
+    while (room && mvm_pl.victims.n_cand) {
         uint32_t n_victims = 0;
-        for (; n_victims < room && n; n--) {
-            uint32_t i = mvm_pl.evict->victim(mvm_pl.evict_self, &v, 0, cand, n);
-            i = i < n ? i : 0;
-            victims[n_victims++] = cand[i];
-            cand[i] = cand[n - 1];
-        }
+        while (n_victims < room && mvm_evict_pick(&mvm_pl.victims, &v, 0, &victims[n_victims]))
+            n_victims++;
         if (mvm_evict_many(mvm_pl.space, 0, victims, n_victims) != MVM_OK)
             MVM_PL_LOG(MVM_LOG_WARN, "evicting %u pages: %s", n_victims, mvm_last_error());
         for (uint32_t k = 0; k < n_victims; k++) {
@@ -215,7 +205,6 @@ static void make_room(uint32_t room)
             room--;
         }
     }
-    free(cand);
     free(victims);
 }
 

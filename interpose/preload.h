@@ -32,6 +32,7 @@
 #include <stdint.h>
 
 #include "moevm/moevm.h"
+#include "policy/evict_driver.h"
 #include "policy/policy.h"
 
 /* ---- the hooked and the used driver entry points ---------------------------------------- */
@@ -326,8 +327,10 @@ typedef struct mvm_preload {
     uint8_t *busy;             /* [n_pages] needed by the launch being served */
     uint32_t *counts;          /* [n_pages] uses since the last miss, for the policy */
     int32_t *used;             /* [n_pages] pages used since the last miss */
+    uint32_t *cand;            /* [n_pages + 1] eviction candidates */
     const mvm_evict_ops *evict;
     void *evict_self;
+    mvm_evict_driver victims;  /* the evict module over resident, busy and cand */
     mvm_pshape shape;
     mvm_cost cost;
     _Atomic uint64_t gen;      /* bumped whenever a page leaves the device */

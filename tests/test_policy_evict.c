@@ -8,13 +8,14 @@
  * simulator that checks the contract (capacity never exceeded, only candidates chosen,
  * victim pure, wanted experts belong to the layer and are missing) and, for the modules
  * with a closed-form key, that the victim minimises the key recomputed here from the
- * whole history.
+ * whole history. Last, the driver the front ends make room with (policy/evict_driver.c).
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+#include "policy/evict_driver.h"
 #include "policy/modules.h"
 
 #define MAXE 128
@@ -668,6 +669,63 @@ static void test_random_sequences(void)
     simulate(&mvm_evict_reuse, "", 0, 0, 0, 0);
 }
 
+/* The driver every front end makes room with (policy/evict_driver.h): the candidates are the
+ * resident, idle items of the range but the excluded one and those the filter rejects, in
+ * item order; each pick is the module's choice (a scripted module here), taken out with the
+ * rest's order kept; an out-of-range answer is the first; admission appends the newcomer. */
+static uint32_t scripted[8], n_scripted, asked_n[8];
+static uint32_t scripted_victim(void *self, const mvm_pview *v, uint32_t layer,
+                                const uint32_t *cand, uint32_t n)
+{
+    (void)self, (void)v, (void)layer, (void)cand;
+    asked_n[n_scripted] = n;
+    return scripted[n_scripted++];
+}
+static bool odd_only(void *ctx, uint32_t x)
+{
+    (void)ctx;
+    return x % 2 == 1;
+}
+
+static void test_driver(void)
+{
+    mvm_evict_ops ops = {.victim = scripted_victim};
+    uint32_t resident[10] = {1, 1, 0, 1, 1, 1, 2, 1, 0, 1}, cand[11];
+    uint8_t busy[10] = {0, 0, 0, 0, 1, 0, 0, 0, 0, 0};
+    mvm_evict_driver d = {.ops = &ops, .resident = resident, .busy = busy, .cand = cand};
+    mvm_pview v = {0};
+    /* [1, 9): 1 3 5 6 7 (2 and 8 not resident, 4 busy), 6 excluded */
+    CHECK(mvm_evict_collect(&d, 1, 9, 6, NULL, NULL) == 4);
+    CHECK(cand[0] == 1 && cand[1] == 3 && cand[2] == 5 && cand[3] == 7);
+    n_scripted = 0;
+    scripted[0] = 1, scripted[1] = 99, scripted[2] = 1;
+    uint32_t x = 0;
+    CHECK(mvm_evict_pick(&d, &v, 0, &x) && x == 3);
+    CHECK(mvm_evict_pick(&d, &v, 0, &x) && x == 1); /* 99: out of range, the first */
+    CHECK(mvm_evict_pick(&d, &v, 0, &x) && x == 7); /* 5 7 left: index 1 */
+    CHECK(asked_n[0] == 4);
+    CHECK(asked_n[2] == 2);
+    scripted[3] = 0;
+    CHECK(mvm_evict_pick(&d, &v, 0, &x) && x == 5);
+    CHECK(!mvm_evict_pick(&d, &v, 0, &x));
+    CHECK(n_scripted == 4); /* none left: the module is not asked */
+    CHECK(mvm_evict_collect(&d, 0, 10, UINT32_MAX, odd_only, NULL) == 5); /* 1 3 5 7 9 */
+    CHECK(cand[3] == 7 && cand[4] == 9);
+    /* admission with the device full: the newcomer 8 is appended; refused when it is the
+     * module's own first victim, admitted otherwise */
+    mvm_pshape sh = {.n_layers = 1, .n_experts = 10, .top_k = 1, .pages_per_expert = 1};
+    v = (mvm_pview){.shape = &sh, .resident = resident, .busy = busy, .capacity_pages = 9,
+                    .used_pages = 9};
+    CHECK(mvm_evict_collect(&d, 0, 10, 8, NULL, NULL) == 7); /* 0 1 3 5 6 7 9 */
+    n_scripted = 0;
+    scripted[0] = 7; /* the appended newcomer */
+    CHECK(!mvm_evict_admit(&d, &v, 8, 1));
+    CHECK(cand[7] == 8 && d.n_cand == 7);
+    scripted[1] = 0;
+    CHECK(mvm_evict_admit(&d, &v, 8, 1));
+    CHECK(asked_n[0] == 8 && asked_n[1] == 8);
+}
+
 int main(void)
 {
     RUN(test_four_victims);
@@ -680,5 +738,6 @@ int main(void)
     RUN(test_reuse_dead);
     RUN(test_params);
     RUN(test_random_sequences);
+    RUN(test_driver);
     TEST_END();
 }

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "policy/admit.h"
+#include "policy/evict_driver.h"
 #include "vmm/error.h"
 
 static const char *const default_policy[MVM_ROLE_COUNT] = {
@@ -45,7 +45,9 @@ struct sim {
     uint32_t *landed;        /* [L*E] the route module's residency: `resident` where it is
                                 there when the layer routes, the routing layer's row only */
     uint8_t *by_prefetch;    /* [L*E] brought by a prefetch, not yet used */
-    uint32_t *cand;          /* [L*E] candidates for eviction */
+    uint32_t *cand;          /* [L*E + 1] candidates for eviction */
+    mvm_evict_driver victims; /* the evict module over resident, busy and cand */
+    double now;              /* when the candidates are asked for: loads landed by then */
     struct pending *queue;   /* prefetches not started, FIFO */
     uint32_t n_queue, cap_queue;
     uint8_t *queued;         /* [L*E] in queue */
@@ -86,6 +88,13 @@ static void drop(struct sim *s, uint32_t x, uint32_t keep)
         s->by_prefetch[x] = 0;
 }
 
+/* A candidate whose copy has landed by s->now (a load in flight cannot be taken back). */
+static bool landed_by_now(void *ctx, uint32_t x)
+{
+    const struct sim *s = ctx;
+    return s->ready[x] <= s->now;
+}
+
 /* Frees pages until `need` more fit — in layer `l`'s budget too when config set one and
  * `cached` (what stays resident must fit the layer's budget; an on-demand load the GPU
  * needs now only has to fit the device, as MoEpic's buffer slots do, and is trimmed to the
@@ -93,23 +102,19 @@ static void drop(struct sim *s, uint32_t x, uint32_t keep)
  * candidates. 0 on success. */
 static int make_room(struct sim *s, uint32_t l, uint32_t need, double now, int cached)
 {
-    const mvm_evict_ops *ev = s->mod[MVM_ROLE_EVICT].ops;
     for (;;) {
         int global = s->view.used_pages + need > s->view.capacity_pages;
         int local = cached && s->layer_pages[l] != UINT64_MAX &&
                     layer_used(s, l) + need > s->layer_pages[l];
         if (!global && !local)
             return 0;
-        uint32_t n = 0;
-        for (uint32_t x = 0; x < s->n_total; x++)
-            if (s->resident[x] && !s->busy[x] && s->ready[x] <= now &&
-                (!local || x / s->E == l))
-                s->cand[n++] = x;
-        if (n == 0)
+        s->now = s->view.now = now;
+        mvm_evict_collect(&s->victims, local ? l * s->E : 0, local ? (l + 1) * s->E : s->n_total,
+                          UINT32_MAX, landed_by_now, s);
+        uint32_t x;
+        if (!mvm_evict_pick(&s->victims, &s->view, l, &x))
             return -1;
-        s->view.now = now;
-        uint32_t pick = ev->victim(s->mod[MVM_ROLE_EVICT].self, &s->view, l, s->cand, n);
-        drop(s, s->cand[pick < n ? pick : 0], 0);
+        drop(s, x, 0);
     }
 }
 
@@ -190,19 +195,14 @@ static int queue_prefetch(struct sim *s, uint32_t x, double now)
  * one a step at most, and only while the copy engine is idle at `now` with nothing queued. */
 static void admit(struct sim *s, uint32_t l, double now)
 {
-    const mvm_evict_ops *ev = s->mod[MVM_ROLE_EVICT].ops;
     for (uint32_t e = 0; s->cfg->admit && e < s->E; e++) {
         uint32_t x = l * s->E + e;
         if (!s->counts[e] || (s->where[e] != MVM_RUN_CPU && s->where[e] != MVM_RUN_ZEROCOPY) ||
             s->n_queue || s->copy_free > now || s->resident[x] == ppe(s))
             continue;
-        uint32_t n = 0;
-        for (uint32_t y = 0; y < s->n_total; y++)
-            if (y != x && s->resident[y] && !s->busy[y] && s->ready[y] <= now)
-                s->cand[n++] = y;
-        s->view.now = now;
-        if (mvm_admit(ev, s->mod[MVM_ROLE_EVICT].self, &s->view, x, ppe(s) - s->resident[x],
-                      s->cand, n))
+        s->now = s->view.now = now;
+        mvm_evict_collect(&s->victims, 0, s->n_total, x, landed_by_now, s);
+        if (mvm_evict_admit(&s->victims, &s->view, x, ppe(s) - s->resident[x]))
             s->r.admitted += (uint64_t)queue_prefetch(s, x, now);
     }
 }
@@ -435,7 +435,7 @@ mvm_status mvm_sim_run(const mvm_trace *t, const mvm_cost *cost, const mvm_sim_c
     s.ready = calloc(s.n_total, sizeof *s.ready);
     s.landed = calloc(s.n_total, sizeof *s.landed);
     s.by_prefetch = calloc(s.n_total, 1);
-    s.cand = calloc(s.n_total, sizeof *s.cand);
+    s.cand = calloc(s.n_total + 1, sizeof *s.cand);
     s.queue = calloc(s.cap_queue, sizeof *s.queue);
     s.queued = calloc(s.n_total, 1);
     s.experts = calloc(s.K, sizeof *s.experts);
@@ -463,6 +463,9 @@ mvm_status mvm_sim_run(const mvm_trace *t, const mvm_cost *cost, const mvm_sim_c
     mvm_pinit init = {.shape = &s.shape, .cost = cost, .router = c->router,
                       .predictor = c->predictor, .predictor_size = c->predictor_size};
     mvm_status st = make_modules(&s, &init);
+    s.victims = (mvm_evict_driver){.ops = s.mod[MVM_ROLE_EVICT].ops,
+                                   .self = s.mod[MVM_ROLE_EVICT].self, .resident = s.resident,
+                                   .busy = s.busy, .cand = s.cand};
     const mvm_config_ops *co = s.mod[MVM_ROLE_CONFIG].ops;
     double clock = 0;
     for (uint32_t tok = 0; tok < t->n_tokens && st == MVM_OK; tok++) {

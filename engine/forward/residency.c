@@ -10,7 +10,7 @@
 #include "policy/choose.h"
 #include "engine/compute/clock.h"
 #include "policy/cost_load.h"
-#include "policy/admit.h"
+#include "policy/evict_driver.h"
 #include "vmm/error.h"
 #include "vmm/options.h"
 
@@ -29,9 +29,10 @@ struct mvm_resid {
     const uint8_t *remote;  /* [L*E] held by another rank (mvm_resid_set_remote) or NULL */
     uint8_t *by_prefetch;   /* [L*E] loaded ahead of its layer's next step, which has not
                                ended yet */
-    uint32_t *cand, *want;  /* [L*E] scratch: eviction candidates, the module's wishes */
+    uint32_t *cand, *want;  /* [L*E + 1] eviction candidates, [L*E] the module's wishes */
     const mvm_evict_ops *evict;
     void *evict_self;
+    mvm_evict_driver victims; /* the evict module over resident, busy and cand */
     const mvm_config_ops *config; /* NULL: one budget for all layers, whole experts */
     void *config_self;
     const mvm_assign_ops *assign; /* NULL: not on a device, every expert where it is read */
@@ -109,7 +110,7 @@ mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_res
     r->plan = calloc(r->n_total, sizeof *r->plan);
     r->by_prefetch = calloc(r->n_total, 1);
     r->home_run = calloc(r->n_total, 1);
-    r->cand = calloc(r->n_total, sizeof *r->cand);
+    r->cand = calloc(r->n_total + 1, sizeof *r->cand);
     r->want = calloc(r->n_total, sizeof *r->want);
     r->landed = calloc(r->n_total, sizeof *r->landed);
     r->layer_pages = malloc(info.n_layers * sizeof *r->layer_pages);
@@ -138,6 +139,8 @@ mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_res
         return st;
     }
     r->evict = mods.evict;
+    r->victims = (mvm_evict_driver){.ops = r->evict, .self = r->evict_self,
+                                    .resident = r->resident, .busy = r->busy, .cand = r->cand};
     in.params.text = mods.assign_args;
     if (mods.assign && (st = mods.assign->create(&in, &r->assign_self)) != MVM_OK) {
         mvm_resid_destroy(r);
@@ -234,24 +237,18 @@ const mvm_pview *mvm_resid_landed_view(mvm_resid *r, uint32_t layer)
  * if there is none. */
 static mvm_status evict_one(mvm_resid *r, uint32_t layer, int within)
 {
-    uint32_t n = 0, x0 = within ? layer * r->n_experts : 0;
-    uint32_t x1 = within ? x0 + r->n_experts : r->n_total;
-    for (uint32_t x = x0; x < x1; x++)
-        if (r->resident[x] && !r->busy[x])
-            r->cand[n++] = x;
-    while (n) {
-        uint32_t i = r->evict->victim(r->evict_self, view(r), layer, r->cand, n);
-        i = i < n ? i : 0;
-        uint32_t x = r->cand[i], l = x / r->n_experts, e = x % r->n_experts;
+    uint32_t x0 = within ? layer * r->n_experts : 0;
+    mvm_evict_collect(&r->victims, x0, within ? x0 + r->n_experts : r->n_total, UINT32_MAX,
+                      NULL, NULL);
+    uint32_t x;
+    while (mvm_evict_pick(&r->victims, view(r), layer, &x)) {
+        uint32_t l = x / r->n_experts, e = x % r->n_experts;
         mvm_residency res = {0};
         bool free_now = mvm_expert_residency(r->space, l, e, &res) == MVM_OK && !res.loading &&
                         !res.pins;
         mvm_status st = free_now ? mvm_evict(r->space, l, e, 0) : MVM_ERR_PINNED;
-        if (st == MVM_ERR_PINNED) { /* not to be taken now: ask again without it */
-            n--;
-            memmove(r->cand + i, r->cand + i + 1, (size_t)(n - i) * sizeof *r->cand);
-            continue;
-        }
+        if (st == MVM_ERR_PINNED)
+            continue; /* not to be taken now: the module chooses among the rest */
         if (st == MVM_OK) {
             r->resident[x] = 0;
             r->by_prefetch[x] = 0;
@@ -554,11 +551,8 @@ static void admit(mvm_resid *r, uint32_t layer)
         if (!r->admit || r->at_home || r->resident[x] == r->ppe || (r->remote && r->remote[x]) ||
             mvm_space_get_stats(r->space, &s) != MVM_OK || s.moves_queued || s.moves_in_flight)
             continue;
-        uint32_t n = 0;
-        for (uint32_t y = 0; y < r->n_total; y++)
-            if (y != x && r->resident[y] && !r->busy[y])
-                r->cand[n++] = y;
-        if (mvm_admit(r->evict, r->evict_self, view(r), x, r->ppe - r->resident[x], r->cand, n) &&
+        mvm_evict_collect(&r->victims, 0, r->n_total, x, NULL, NULL);
+        if (mvm_evict_admit(&r->victims, view(r), x, r->ppe - r->resident[x]) &&
             prefetch(r, layer, e, 0) == MVM_OK)
             r->stats.admitted++;
     }

@@ -1,0 +1,34 @@
+/* The loop that makes room with an evict module (evict_driver.h). */
+#include "policy/evict_driver.h"
+
+#include <string.h>
+
+#include "policy/admit.h"
+
+uint32_t mvm_evict_collect(mvm_evict_driver *d, uint32_t lo, uint32_t hi, uint32_t except,
+                           bool (*usable)(void *ctx, uint32_t x), void *ctx)
+{
+    uint32_t n = 0;
+    for (uint32_t x = lo; x < hi; x++)
+        if (d->resident[x] && !d->busy[x] && x != except && (!usable || usable(ctx, x)))
+            d->cand[n++] = x;
+    return d->n_cand = n;
+}
+
+bool mvm_evict_pick(mvm_evict_driver *d, const mvm_pview *v, uint32_t layer, uint32_t *x)
+{
+    uint32_t n = d->n_cand;
+    if (n == 0)
+        return false;
+    uint32_t i = d->ops->victim(d->self, v, layer, d->cand, n);
+    i = i < n ? i : 0; /* a module's out-of-range answer: the first */
+    *x = d->cand[i];
+    memmove(d->cand + i, d->cand + i + 1, (size_t)(n - i - 1) * sizeof *d->cand);
+    d->n_cand = n - 1;
+    return true;
+}
+
+bool mvm_evict_admit(mvm_evict_driver *d, const mvm_pview *v, uint32_t x, uint32_t need)
+{
+    return mvm_admit(d->ops, d->self, v, x, need, d->cand, d->n_cand);
+}
