@@ -209,22 +209,12 @@ static void admit(struct sim *s, uint32_t l, double now)
 
 /* ---- one layer of one token ---------------------------------------------------------- */
 
-static mvm_status sim_layer(struct sim *s, uint32_t tok, uint32_t l, double *clock)
+/* The route module's choice for the step, at t_attn_end, and the hits judged before anything
+ * this layer does: was each expert there when routed? Marks the step's experts busy. */
+static void route_step(struct sim *s, mvm_pstep *step, double t_attn_end)
 {
-    const mvm_trace *t = s->t;
-    size_t rec = (size_t)tok * s->L + l;
-    double start = fmax(*clock, s->gpu_free);
-    double t_attn_end = start + s->cost->m.attn_time;
-    s->gpu_free = t_attn_end;
-    s->r.t_attn += s->cost->m.attn_time;
-
-    memcpy(s->experts, t->experts + rec * s->K, s->K * sizeof *s->experts);
-    memcpy(s->weights, t->weights + rec * s->K, s->K * sizeof *s->weights);
+    const uint32_t l = step->layer;
     s->view.now = t_attn_end;
-    mvm_pstep step = {.layer = l, .n_tok = 1, .scores = t->scores + rec * s->E,
-                      .experts = s->experts, .weights = s->weights,
-                      .hidden = t->hidden ? t->hidden + rec * t->hdr.n_embd : NULL,
-                      .counts = s->counts};
     /* A load still in flight is no substitute (route_importance.c, reading 9). */
     mvm_pview landed = s->view;
     landed.resident = s->landed;
@@ -232,7 +222,7 @@ static mvm_status sim_layer(struct sim *s, uint32_t tok, uint32_t l, double *clo
     for (uint32_t e = 0; e < s->E; e++)
         row[e] = s->ready[l * s->E + e] <= t_attn_end ? s->resident[l * s->E + e] : 0;
     const mvm_route_ops *ro = s->mod[MVM_ROLE_ROUTE].ops;
-    s->r.substitutions += ro->route(s->mod[MVM_ROLE_ROUTE].self, &landed, &step);
+    s->r.substitutions += ro->route(s->mod[MVM_ROLE_ROUTE].self, &landed, step);
     memset(row, 0, s->E * sizeof *row);
     memset(s->counts, 0, s->E * sizeof *s->counts);
     for (uint32_t k = 0; k < s->K; k++)
@@ -255,21 +245,32 @@ static mvm_status sim_layer(struct sim *s, uint32_t tok, uint32_t l, double *clo
         }
         s->busy[x] = 1;
     }
+}
 
-    /* Predictions for the next MVM_ASSIGN_AHEAD layers, as far as the predictor reaches. */
+/* Predictions for the next MVM_ASSIGN_AHEAD layers, as far as the predictor reaches (their
+ * number), and the assign module's places and prefetches in *a. */
+static uint32_t assign_step(struct sim *s, const mvm_pstep *step, mvm_assignment *a)
+{
+    const uint32_t l = step->layer;
     const mvm_predict_ops *po = s->mod[MVM_ROLE_PREDICT].ops;
     uint32_t n_ahead = 0;
     while (po && n_ahead < MVM_ASSIGN_AHEAD && l + 1 + n_ahead < s->L &&
-           po->predict(s->mod[MVM_ROLE_PREDICT].self, &step, l + 1 + n_ahead,
+           po->predict(s->mod[MVM_ROLE_PREDICT].self, step, l + 1 + n_ahead,
                        s->next_scores + (size_t)n_ahead * s->E))
         n_ahead++;
-    mvm_assignment a = {.where = s->where, .prefetch = s->prefetch,
-                        .cap_prefetch = MVM_ASSIGN_AHEAD * s->E};
+    *a = (mvm_assignment){.where = s->where, .prefetch = s->prefetch,
+                          .cap_prefetch = MVM_ASSIGN_AHEAD * s->E};
     memset(s->where, 0, s->E);
     const mvm_assign_ops *ao = s->mod[MVM_ROLE_ASSIGN].ops;
-    ao->assign(s->mod[MVM_ROLE_ASSIGN].self, &s->view, &step, n_ahead ? s->next_scores : NULL,
-               n_ahead, &a);
+    ao->assign(s->mod[MVM_ROLE_ASSIGN].self, &s->view, step, n_ahead ? s->next_scores : NULL,
+               n_ahead, a);
+    return n_ahead;
+}
 
+/* Layer l's experts from t_attn_end, where the assign module put them; the time the layer
+ * ends. */
+static double run_experts(struct sim *s, uint32_t l, double t_attn_end)
+{
     /* Experts, in three passes. 0: the resident ones on the GPU, CPU and zero-copy ones on
      * their own resources. 1: loads are issued in expert order (the copy engine is serial)
      * while the GPU computes the resident prefix of each partly resident expert: MoEpic's
@@ -330,12 +331,21 @@ static mvm_status sim_layer(struct sim *s, uint32_t tok, uint32_t l, double *clo
     s->r.t_cpu_wait += end - gpu;
     s->gpu_free = end;
     s->cpu_free = cpu;
+    return end;
+}
 
+/* After layer l's step ends at `end`: prefetches (the assign module's plan a, else the
+ * n_ahead predictions' top experts), the modules' observations, MoEpic's split, the layer's
+ * budget, DALI's wishes and admission. */
+static void end_step(struct sim *s, const mvm_pstep *step, const mvm_assignment *a,
+                     uint32_t n_ahead, double t_attn_end, double end)
+{
+    const uint32_t l = step->layer;
     /* Prefetches: the assign module's plan, else the prediction's top experts. */
     uint32_t depth = s->cfg->prefetch_depth ? s->cfg->prefetch_depth : s->K;
-    for (uint32_t i = 0; i < a.n_prefetch; i++)
-        queue_prefetch(s, a.prefetch[i], t_attn_end);
-    if (n_ahead && a.n_prefetch == 0)
+    for (uint32_t i = 0; i < a->n_prefetch; i++)
+        queue_prefetch(s, a->prefetch[i], t_attn_end);
+    if (n_ahead && a->n_prefetch == 0)
         for (uint32_t d = 0; d < depth && d < s->E; d++) {
             uint32_t best = 0;
             for (uint32_t e = 1; e < s->E; e++)
@@ -347,12 +357,13 @@ static mvm_status sim_layer(struct sim *s, uint32_t tok, uint32_t l, double *clo
 
     const mvm_evict_ops *ev = s->mod[MVM_ROLE_EVICT].ops;
     s->view.now = end;
-    ev->observe(s->mod[MVM_ROLE_EVICT].self, &s->view, &step);
+    ev->observe(s->mod[MVM_ROLE_EVICT].self, &s->view, step);
+    const mvm_predict_ops *po = s->mod[MVM_ROLE_PREDICT].ops;
     if (po && po->observe)
-        po->observe(s->mod[MVM_ROLE_PREDICT].self, &step);
+        po->observe(s->mod[MVM_ROLE_PREDICT].self, step);
     const mvm_config_ops *co = s->mod[MVM_ROLE_CONFIG].ops;
     if (co)
-        co->observe(s->mod[MVM_ROLE_CONFIG].self, &s->view, &step);
+        co->observe(s->mod[MVM_ROLE_CONFIG].self, &s->view, step);
     for (uint32_t e = 0; e < s->E; e++) {
         uint32_t x = l * s->E + e;
         s->busy[x] = 0;
@@ -370,6 +381,28 @@ static mvm_status sim_layer(struct sim *s, uint32_t tok, uint32_t l, double *clo
     }
     admit(s, l, end);
     run_prefetches(s, end);
+}
+
+static mvm_status sim_layer(struct sim *s, uint32_t tok, uint32_t l, double *clock)
+{
+    const mvm_trace *t = s->t;
+    size_t rec = (size_t)tok * s->L + l;
+    double start = fmax(*clock, s->gpu_free);
+    double t_attn_end = start + s->cost->m.attn_time;
+    s->gpu_free = t_attn_end;
+    s->r.t_attn += s->cost->m.attn_time;
+
+    memcpy(s->experts, t->experts + rec * s->K, s->K * sizeof *s->experts);
+    memcpy(s->weights, t->weights + rec * s->K, s->K * sizeof *s->weights);
+    mvm_pstep step = {.layer = l, .n_tok = 1, .scores = t->scores + rec * s->E,
+                      .experts = s->experts, .weights = s->weights,
+                      .hidden = t->hidden ? t->hidden + rec * t->hdr.n_embd : NULL,
+                      .counts = s->counts};
+    route_step(s, &step, t_attn_end);
+    mvm_assignment a;
+    uint32_t n_ahead = assign_step(s, &step, &a);
+    double end = run_experts(s, l, t_attn_end);
+    end_step(s, &step, &a, n_ahead, t_attn_end, end);
     *clock = end;
     return MVM_OK;
 }
