@@ -85,6 +85,45 @@ static const char *type_name(const mvm_model_spec *s, char *buf, size_t size)
     return buf;
 }
 
+/* Writes model s (of preset p) to `out`, refusing up front when the disk cannot hold it
+ * rather than failing after minutes of writing. The exit code. */
+static int write_model(const mvm_preset *p, const mvm_model_spec *spec, const char *out)
+{
+    const mvm_model_spec s = *spec;
+    char tn[16];
+    uint64_t total, experts;
+    mvm_spec_bytes(&s, &total, &experts);
+    /* Refuse up front rather than fail after minutes of writing. */
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", out);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        slash[slash == dir ? 1 : 0] = '\0';
+    struct statvfs fs;
+    if (statvfs(slash ? dir : ".", &fs) == 0 &&
+        (uint64_t)fs.f_bavail * fs.f_frsize < total + (total >> 6) + (16u << 20)) {
+        fprintf(stderr, "moevm mkmodel: %s needs %.2f GiB but only %.2f GiB are free there\n",
+                out, (double)total / (1 << 30),
+                (double)((uint64_t)fs.f_bavail * fs.f_frsize) / (1 << 30));
+        return 1;
+    }
+    printf("mkmodel: %s %s, %u layers x %u experts (top-%u), %s, %.2f GiB (experts %.2f GiB) "
+           "-> %s\n", p->name, s.arch, s.n_layer, s.n_expert, s.n_expert_used,
+           type_name(&s, tn, sizeof tn), (double)total / (1 << 30),
+           (double)experts / (1 << 30), out);
+    fflush(stdout);
+    char label[600];
+    snprintf(label, sizeof label, "writing %s", out);
+    mvm_topo topo;
+    mvm_pool *pool;
+    if (mvm_topo_probe(NULL, &topo) != MVM_OK ||
+        mvm_pool_create(topo.n_cores > 0 ? topo.n_cores : 1, &topo, &pool) != MVM_OK)
+        return mvm_cli_error("mkmodel");
+    mvm_status st = mvm_mkmodel_write(&s, out, pool, mvm_cli_progress, label);
+    mvm_pool_destroy(pool);
+    return st == MVM_OK ? 0 : mvm_cli_error("mkmodel");
+}
+
 int mvm_cmd_mkmodel(int argc, char **argv)
 {
     const char *preset = "tiny", *arch = NULL, *out = NULL;
@@ -167,35 +206,5 @@ int mvm_cmd_mkmodel(int argc, char **argv)
         snprintf(path, sizeof path, "%s-%s-%s.gguf", preset, s.arch, type_name(&s, tn, sizeof tn));
         out = path;
     }
-    uint64_t total, experts;
-    mvm_spec_bytes(&s, &total, &experts);
-    /* Refuse up front rather than fail after minutes of writing. */
-    char dir[512];
-    snprintf(dir, sizeof dir, "%s", out);
-    char *slash = strrchr(dir, '/');
-    if (slash)
-        slash[slash == dir ? 1 : 0] = '\0';
-    struct statvfs fs;
-    if (statvfs(slash ? dir : ".", &fs) == 0 &&
-        (uint64_t)fs.f_bavail * fs.f_frsize < total + (total >> 6) + (16u << 20)) {
-        fprintf(stderr, "moevm mkmodel: %s needs %.2f GiB but only %.2f GiB are free there\n",
-                out, (double)total / (1 << 30),
-                (double)((uint64_t)fs.f_bavail * fs.f_frsize) / (1 << 30));
-        return 1;
-    }
-    printf("mkmodel: %s %s, %u layers x %u experts (top-%u), %s, %.2f GiB (experts %.2f GiB) "
-           "-> %s\n", p->name, s.arch, s.n_layer, s.n_expert, s.n_expert_used,
-           type_name(&s, tn, sizeof tn), (double)total / (1 << 30),
-           (double)experts / (1 << 30), out);
-    fflush(stdout);
-    char label[600];
-    snprintf(label, sizeof label, "writing %s", out);
-    mvm_topo topo;
-    mvm_pool *pool;
-    if (mvm_topo_probe(NULL, &topo) != MVM_OK ||
-        mvm_pool_create(topo.n_cores > 0 ? topo.n_cores : 1, &topo, &pool) != MVM_OK)
-        return mvm_cli_error("mkmodel");
-    mvm_status st = mvm_mkmodel_write(&s, out, pool, mvm_cli_progress, label);
-    mvm_pool_destroy(pool);
-    return st == MVM_OK ? 0 : mvm_cli_error("mkmodel");
+    return write_model(p, &s, out);
 }

@@ -462,6 +462,38 @@ static void print_dist_stats(const mvm_dist *d)
             ds.placements, ds.migrations, (double)ds.migrated_bytes / 1048576.0);
 }
 
+/* The run's statistics line on stderr: speeds, and what the memory manager's modules did. */
+static void print_stats(const struct session *s, uint32_t generated, double t_prefill,
+                        double t_decode)
+{
+    mvm_stats vs;
+    mvm_resid_stats rs;
+    mvm_space_get_stats(s->model->space, &vs);
+    mvm_resid_get_stats(mvm_ctx_residency(s->ctx), &rs);
+    fprintf(stderr, "prefill %u tokens %.1f tok/s | decode %u tokens %.2f tok/s | expert "
+            "accesses %" PRIu64, s->n_prompt, t_prefill > 0 ? s->n_prompt / t_prefill : 0.0,
+            generated, t_decode > 0 ? generated / t_decode : 0.0, rs.accesses);
+    if (s->model->experts_at_home) /* nothing moved: no residency to report */
+        fprintf(stderr, ", all read at their homes\n");
+    else
+        fprintf(stderr, " (hit %.1f%%, %.1f%% partial, %" PRIu64 " from host, %" PRIu64
+                " extra rounds; evict %s: %" PRIu64 " out; predict %s: %" PRIu64
+                " prefetched, %" PRIu64 " used, %" PRIu64 " in time; route %s: %" PRIu64
+                " substituted; config %s: %" PRIu64 " changes, %" PRIu64 " split; assign %s: %"
+                PRIu64 " on CPU, %" PRIu64 " zero-copy, %" PRIu64 " planned) | moved %.1f MiB\n",
+                rs.accesses ? 100.0 * (double)rs.hits / (double)rs.accesses : 0.0,
+                rs.accesses ? 100.0 * (double)rs.partial_hits / (double)rs.accesses : 0.0,
+                rs.bypassed, rs.extra_rounds,
+                mvm_resid_evict_name(mvm_ctx_residency(s->ctx)), rs.evictions,
+                mvm_prefetcher_name(mvm_ctx_prefetcher(s->ctx)), rs.prefetches,
+                rs.prefetch_used, rs.prefetch_hits,
+                mvm_substitutor_name(mvm_ctx_substitutor(s->ctx)),
+                mvm_substitutor_count(mvm_ctx_substitutor(s->ctx)),
+                mvm_resid_config_name(mvm_ctx_residency(s->ctx)), rs.reconfigs, rs.splits,
+                mvm_resid_assign_name(mvm_ctx_residency(s->ctx)), rs.cpu_runs,
+                rs.zerocopy_runs, rs.planned, (double)vs.bytes_moved / 1048576.0);
+}
+
 static int generate(struct session *s)
 {
     const struct run_args *a = &s->a;
@@ -536,32 +568,7 @@ static int generate(struct session *s)
     printf("\n");
     fflush(stdout); /* the text before the statistics on a terminal showing both */
 
-    mvm_stats vs;
-    mvm_resid_stats rs;
-    mvm_space_get_stats(s->model->space, &vs);
-    mvm_resid_get_stats(mvm_ctx_residency(s->ctx), &rs);
-    fprintf(stderr, "prefill %u tokens %.1f tok/s | decode %u tokens %.2f tok/s | expert "
-            "accesses %" PRIu64, s->n_prompt, t_prefill > 0 ? s->n_prompt / t_prefill : 0.0,
-            generated, t_decode > 0 ? generated / t_decode : 0.0, rs.accesses);
-    if (s->model->experts_at_home) /* nothing moved: no residency to report */
-        fprintf(stderr, ", all read at their homes\n");
-    else
-        fprintf(stderr, " (hit %.1f%%, %.1f%% partial, %" PRIu64 " from host, %" PRIu64
-                " extra rounds; evict %s: %" PRIu64 " out; predict %s: %" PRIu64
-                " prefetched, %" PRIu64 " used, %" PRIu64 " in time; route %s: %" PRIu64
-                " substituted; config %s: %" PRIu64 " changes, %" PRIu64 " split; assign %s: %"
-                PRIu64 " on CPU, %" PRIu64 " zero-copy, %" PRIu64 " planned) | moved %.1f MiB\n",
-                rs.accesses ? 100.0 * (double)rs.hits / (double)rs.accesses : 0.0,
-                rs.accesses ? 100.0 * (double)rs.partial_hits / (double)rs.accesses : 0.0,
-                rs.bypassed, rs.extra_rounds,
-                mvm_resid_evict_name(mvm_ctx_residency(s->ctx)), rs.evictions,
-                mvm_prefetcher_name(mvm_ctx_prefetcher(s->ctx)), rs.prefetches,
-                rs.prefetch_used, rs.prefetch_hits,
-                mvm_substitutor_name(mvm_ctx_substitutor(s->ctx)),
-                mvm_substitutor_count(mvm_ctx_substitutor(s->ctx)),
-                mvm_resid_config_name(mvm_ctx_residency(s->ctx)), rs.reconfigs, rs.splits,
-                mvm_resid_assign_name(mvm_ctx_residency(s->ctx)), rs.cpu_runs,
-                rs.zerocopy_runs, rs.planned, (double)vs.bytes_moved / 1048576.0);
+    print_stats(s, generated, t_prefill, t_decode);
     if (s->dist)
         print_dist_stats(s->dist);
     return 0;
