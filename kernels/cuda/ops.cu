@@ -71,6 +71,89 @@ static __device__ __forceinline__ uint32_t attn_positions(const mvm_g_attention_
     return n_pos - *first;
 }
 
+/* The scores of a tile of nt positions from kv row offset k0: a thread per position, its
+ * row read once for all the unit's nh heads (the queries' floats are the same for every
+ * thread: shared memory broadcasts them). */
+static __device__ __forceinline__ void attn_tile_scores(const mvm_g_attention_args &a,
+                                                        const float *qs,
+                                                        float (*sc)[MVM_G_ATTN_TILE],
+                                                        uint64_t k0, uint32_t nt, uint32_t nh)
+{
+    const uint32_t hd = a.head_dim, kv_dim = a.n_head_kv * hd;
+    if (threadIdx.x >= nt)
+        return;
+    const uint64_t k = k0 + (uint64_t)threadIdx.x * kv_dim;
+    float acc[MVM_G_ATTN_HEADS] = {0};
+    for (uint32_t d = 0; d < hd; d++) {
+        const float kd = kv_elem(a.kc, k + d, a.kv_f16);
+#pragma unroll
+        for (uint32_t h = 0; h < MVM_G_ATTN_HEADS; h++)
+            if (h < nh)
+                acc[h] += kd * qs[h * hd + d];
+    }
+#pragma unroll
+    for (uint32_t h = 0; h < MVM_G_ATTN_HEADS; h++)
+        if (h < nh)
+            sc[h][threadIdx.x] = acc[h] * a.scale;
+}
+
+/* The tile's scores made weights against the running max, and the running max and sum
+ * updated (rescale: the factor the heads' outputs so far take): a warp per head. */
+static __device__ __forceinline__ void attn_tile_softmax(float (*sc)[MVM_G_ATTN_TILE],
+                                                         float *run_max, double *run_sum,
+                                                         float *rescale, uint32_t nt,
+                                                         uint32_t nh)
+{
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (uint32_t h = warp; h < nh; h += MVM_G_WARPS) {
+        float mx = run_max[h];
+        for (uint32_t t = lane; t < nt; t += 32)
+            mx = fmaxf(mx, sc[h][t]);
+        mx = warp_max(mx);
+        double part = 0;
+        for (uint32_t t = lane; t < nt; t += 32) {
+            const float e = expf(sc[h][t] - mx);
+            sc[h][t] = e;
+            part += e;
+        }
+        part = warp_sum(part);
+        if (lane == 0) {
+            const float r = expf(run_max[h] - mx); /* 0 before the first tile */
+            rescale[h] = r;
+            run_sum[h] = run_sum[h] * r + part;
+            run_max[h] = mx;
+        }
+    }
+}
+
+/* The outputs os rescaled and the tile's weighted values added: a thread per column, each
+ * value read once for all the heads. */
+static __device__ __forceinline__ void attn_tile_values(const mvm_g_attention_args &a,
+                                                        float *os,
+                                                        float (*sc)[MVM_G_ATTN_TILE],
+                                                        const float *rescale, uint64_t k0,
+                                                        uint32_t nt, uint32_t nh)
+{
+    const uint32_t hd = a.head_dim, kv_dim = a.n_head_kv * hd;
+    for (uint32_t d = threadIdx.x; d < hd; d += blockDim.x) {
+        float o[MVM_G_ATTN_HEADS];
+#pragma unroll
+        for (uint32_t h = 0; h < MVM_G_ATTN_HEADS; h++)
+            o[h] = h < nh ? os[h * hd + d] * rescale[h] : 0;
+        for (uint32_t t = 0; t < nt; t++) {
+            const float v = kv_elem(a.vc, k0 + (uint64_t)t * kv_dim + d, a.kv_f16);
+#pragma unroll
+            for (uint32_t h = 0; h < MVM_G_ATTN_HEADS; h++)
+                if (h < nh)
+                    o[h] += sc[h][t] * v;
+        }
+#pragma unroll
+        for (uint32_t h = 0; h < MVM_G_ATTN_HEADS; h++)
+            if (h < nh)
+                os[h * hd + d] = o[h];
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
     mvm_g_attention(mvm_g_attention_args a)
 {
@@ -86,7 +169,6 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
     const uint32_t kv_head = unit / upk, h0 = kv_head * group + unit % upk * hb;
     const uint32_t nh = (kv_head + 1) * group - h0 < hb ? (kv_head + 1) * group - h0 : hb;
     const uint32_t q_dim = a.n_head * hd, kv_dim = a.n_head_kv * hd;
-    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5; /* a warp per head */
     uint32_t first, j0, j1;
     const uint32_t n = attn_positions(a, i, &first);
     /* the kv head's columns of the first position's row: the rest follow it */
@@ -104,63 +186,11 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
     __syncthreads();
     for (uint32_t t0 = j0; t0 < j1; t0 += MVM_G_ATTN_TILE) {
         const uint32_t nt = j1 - t0 < MVM_G_ATTN_TILE ? j1 - t0 : (uint32_t)MVM_G_ATTN_TILE;
-        /* scores: a thread per position, its row read once for all the unit's heads (the
-         * queries' floats are the same for every thread: shared memory broadcasts them) */
-        if (threadIdx.x < nt) {
-            const uint64_t k = kvo + (uint64_t)(t0 + threadIdx.x) * kv_dim;
-            float acc[MVM_G_ATTN_HEADS] = {0};
-            for (uint32_t d = 0; d < hd; d++) {
-                const float kd = kv_elem(a.kc, k + d, a.kv_f16);
-#pragma unroll
-                for (uint32_t h = 0; h < MVM_G_ATTN_HEADS; h++)
-                    if (h < nh)
-                        acc[h] += kd * qs[h * hd + d];
-            }
-#pragma unroll
-            for (uint32_t h = 0; h < MVM_G_ATTN_HEADS; h++)
-                if (h < nh)
-                    sc[h][threadIdx.x] = acc[h] * a.scale;
-        }
+        attn_tile_scores(a, qs, sc, kvo + (uint64_t)t0 * kv_dim, nt, nh);
         __syncthreads();
-        /* the running max and sum: a warp per head */
-        for (uint32_t h = warp; h < nh; h += MVM_G_WARPS) {
-            float mx = run_max[h];
-            for (uint32_t t = lane; t < nt; t += 32)
-                mx = fmaxf(mx, sc[h][t]);
-            mx = warp_max(mx);
-            double part = 0;
-            for (uint32_t t = lane; t < nt; t += 32) {
-                const float e = expf(sc[h][t] - mx);
-                sc[h][t] = e;
-                part += e;
-            }
-            part = warp_sum(part);
-            if (lane == 0) {
-                const float r = expf(run_max[h] - mx); /* 0 before the first tile */
-                rescale[h] = r;
-                run_sum[h] = run_sum[h] * r + part;
-                run_max[h] = mx;
-            }
-        }
+        attn_tile_softmax(sc, run_max, run_sum, rescale, nt, nh);
         __syncthreads();
-        /* the outputs: a thread per column, each value read once for all the heads */
-        for (uint32_t d = threadIdx.x; d < hd; d += blockDim.x) {
-            float o[MVM_G_ATTN_HEADS];
-#pragma unroll
-            for (uint32_t h = 0; h < MVM_G_ATTN_HEADS; h++)
-                o[h] = h < nh ? os[h * hd + d] * rescale[h] : 0;
-            for (uint32_t t = 0; t < nt; t++) {
-                const float v = kv_elem(a.vc, kvo + (uint64_t)(t0 + t) * kv_dim + d, a.kv_f16);
-#pragma unroll
-                for (uint32_t h = 0; h < MVM_G_ATTN_HEADS; h++)
-                    if (h < nh)
-                        o[h] += sc[h][t] * v;
-            }
-#pragma unroll
-            for (uint32_t h = 0; h < MVM_G_ATTN_HEADS; h++)
-                if (h < nh)
-                    os[h * hd + d] = o[h];
-        }
+        attn_tile_values(a, os, sc, rescale, kvo + (uint64_t)t0 * kv_dim, nt, nh);
         __syncthreads(); /* sc is the next tile's */
     }
     if (n_split > 1) {
