@@ -12,10 +12,10 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "tools/calibrate.h"
 #include "engine/plan/plan.h"
-#include "policy/cost_load.h"
 #include "engine/synth/mkmodel.h"
+#include "policy/cost_load.h"
+#include "tools/calibrate.h"
 
 static char dir[64];
 

@@ -13,14 +13,14 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "engine/compute/pool.h"
 #include "engine/forward/forward.h"
-#include "engine/gguf/gguf_write.h"
 #include "engine/forward/kv_cache.h"
-#include "engine/synth/mkmodel.h"
+#include "engine/forward/residency.h"
+#include "engine/gguf/gguf_write.h"
 #include "engine/model/model.h"
 #include "engine/plan/plan.h"
-#include "engine/compute/pool.h"
-#include "engine/forward/residency.h"
+#include "engine/synth/mkmodel.h"
 #include "tools/trace_out.h"
 
 static char dir[64];

@@ -19,11 +19,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/compute/pool.h"
 #include "engine/forward/forward.h"
-#include "engine/synth/mkmodel.h"
 #include "engine/model/model.h"
 #include "engine/plan/plan.h"
-#include "engine/compute/pool.h"
+#include "engine/synth/mkmodel.h"
 #include "fakecuda.h"
 #include "tests/check.h"
 #include "vmm/error.h"

@@ -13,17 +13,17 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "policy/choose.h"
 #include "engine/forward/forward.h"
-#include "engine/synth/mkmodel.h"
+#include "engine/forward/residency.h"
 #include "engine/model/model.h"
 #include "engine/plan/plan.h"
-#include "engine/forward/residency.h"
-#include "tools/trace_out.h"
+#include "engine/synth/mkmodel.h"
+#include "policy/choose.h"
 #include "policy/cost.h"
 #include "tools/sim.h"
 #include "tools/sim_inputs.h"
 #include "tools/trace.h"
+#include "tools/trace_out.h"
 #include "vmm/error.h"
 
 #define PAGE 4096u

@@ -11,9 +11,9 @@
 
 #include "check.h"
 #include "engine/forward/forward.h"
-#include "engine/synth/mkmodel.h"
 #include "engine/model/model.h"
 #include "engine/plan/plan.h"
+#include "engine/synth/mkmodel.h"
 #include "policy/modules.h"
 #include "policy/predict_common.h"
 #include "policy/router.h"

@@ -22,12 +22,12 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "engine/forward/sampler.h"
 #include "engine/gguf/gguf.h"
 #include "engine/gguf/gguf_write.h"
-#include "engine/forward/sampler.h"
+#include "engine/synth/vocab_build.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/tokenizer/tokenizer_impl.h"
-#include "engine/synth/vocab_build.h"
 #include "vmm/error.h"
 
 static char dir[64];

@@ -31,8 +31,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/model/model.h"
 #include "engine/compute/pool.h"
+#include "engine/model/model.h"
 #include "policy/cost.h"
 
 /* y = a + b·x by least squares over n >= 2 points with distinct x; max_rel: the largest

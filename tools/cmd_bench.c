@@ -24,11 +24,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tools/cli.h"
 #include "engine/compute/clock.h"
-#include "policy/cost_load.h"
 #include "engine/forward/forward.h"
 #include "engine/plan/plan.h"
+#include "policy/cost_load.h"
+#include "tools/cli.h"
 #include "tools/trace.h"
 #include "vmm/error.h"
 

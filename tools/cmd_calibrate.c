@@ -8,11 +8,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tools/calibrate.h"
-#include "tools/cli.h"
-#include "policy/cost_load.h"
 #include "engine/forward/forward.h"
 #include "engine/plan/plan.h"
+#include "policy/cost_load.h"
+#include "tools/calibrate.h"
+#include "tools/cli.h"
 
 struct cal_args {
     const char *model, *out, *base, *name, *budget;

@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/cli.h"
 #include "engine/forward/residency.h"
 #include "moevm/moevm.h"
+#include "tools/cli.h"
 #include "vmm/options.h"
 
 struct demo_args {

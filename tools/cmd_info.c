@@ -5,9 +5,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "tools/cli.h"
 #include "kernels/cpu/kernels.h"
 #include "moevm/moevm.h"
+#include "tools/cli.h"
 #include "vmm/options.h"
 #include "vmm/topo.h"
 

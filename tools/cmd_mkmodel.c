@@ -5,9 +5,9 @@
 #include <strings.h>
 #include <sys/statvfs.h>
 
-#include "tools/cli.h"
-#include "engine/synth/mkmodel.h"
 #include "engine/model/model.h"
+#include "engine/synth/mkmodel.h"
+#include "tools/cli.h"
 #include "vmm/topo.h"
 
 static void usage(FILE *f)

@@ -10,17 +10,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "policy/choose.h"
-#include "tools/cli.h"
 #include "engine/compute/clock.h"
-#include "policy/cost_load.h"
 #include "engine/dist/dist.h"
 #include "engine/forward/forward.h"
-#include "engine/plan/plan.h"
 #include "engine/forward/sampler.h"
+#include "engine/plan/plan.h"
 #include "engine/tokenizer/tokenizer.h"
-#include "tools/trace_out.h"
+#include "policy/choose.h"
+#include "policy/cost_load.h"
+#include "tools/cli.h"
 #include "tools/sim_inputs.h"
+#include "tools/trace_out.h"
 #include "vmm/error.h"
 #include "vmm/options.h"
 #include "vmm/topo.h"

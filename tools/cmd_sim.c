@@ -17,15 +17,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/cli.h"
-#include "policy/cost_load.h"
 #include "engine/model/model.h"
+#include "policy/cost_load.h"
 #include "policy/route_alpha.h"
+#include "tools/cli.h"
 #include "tools/cmd_sim.h"
 #include "tools/sim.h"
 #include "tools/sim_inputs.h"
-#include "tools/trace_gen.h"
 #include "tools/svg_plot.h"
+#include "tools/trace_gen.h"
 #include "vmm/options.h"
 
 #define MAX_SETS 16

@@ -12,8 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "tools/cli.h"
 #include "policy/route_alpha.h"
+#include "tools/cli.h"
 #include "tools/cmd_sim.h"
 #include "vmm/error.h"
 

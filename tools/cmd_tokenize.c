@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/cli.h"
 #include "engine/gguf/gguf.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "tools/cli.h"
 #include "vmm/error.h"
 
 static void usage(FILE *f)

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/cli.h"
 #include "policy/predictor_mlp.h"
+#include "tools/cli.h"
 #include "tools/trace.h"
 
 static const char *const cmd = "train-predictor";

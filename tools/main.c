@@ -2,8 +2,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "tools/cli.h"
 #include "moevm/moevm.h"
+#include "tools/cli.h"
 #include "vmm/options.h"
 
 static const struct {

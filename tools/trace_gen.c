@@ -54,8 +54,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/synth/mkmodel.h"
 #include "engine/model/model.h"
+#include "engine/synth/mkmodel.h"
 #include "vmm/error.h"
 
 /* ---- shapes ---------------------------------------------------------------------------- */

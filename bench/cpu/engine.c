@@ -20,10 +20,10 @@
 #include <time.h>
 
 #include "bench/cpu/membw.h"
+#include "engine/compute/pool.h"
 #include "engine/forward/forward.h"
 #include "engine/model/model.h"
 #include "engine/plan/plan.h"
-#include "engine/compute/pool.h"
 #include "vmm/topo.h"
 
 static double now_s(void)

@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #include "engine/gguf/gguf_write.h"
-#include "engine/tokenizer/tokenizer_impl.h"
 #include "engine/synth/vocab_build.h"
+#include "engine/tokenizer/tokenizer_impl.h"
 
 static double now_s(void)
 {

@@ -31,9 +31,9 @@
 
 #include <stdint.h>
 
+#include "engine/compute/pool.h"
 #include "engine/forward/forward.h"
 #include "engine/model/model.h"
-#include "engine/compute/pool.h"
 #include "policy/cost.h"
 
 typedef struct mvm_dist mvm_dist;

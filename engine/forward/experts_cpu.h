@@ -13,8 +13,8 @@
 
 #include <stdint.h>
 
-#include "engine/forward/moe_step.h"
 #include "engine/compute/pool.h"
+#include "engine/forward/moe_step.h"
 
 typedef struct mvm_xcpu mvm_xcpu;
 

@@ -15,11 +15,11 @@
 
 #include <stdint.h>
 
-#include "engine/model/model.h"
 #include "engine/compute/pool.h"
 #include "engine/forward/prefetch.h"
 #include "engine/forward/residency.h"
 #include "engine/forward/substitute.h"
+#include "engine/model/model.h"
 
 /* One (token, MoE layer) as routed: what mvm_route_fn observers see. */
 typedef struct mvm_route_record {

@@ -9,9 +9,9 @@
 
 #include <stdint.h>
 
+#include "engine/compute/gpu.h"
 #include "engine/forward/experts_cpu.h"
 #include "engine/forward/forward_impl.h"
-#include "engine/compute/gpu.h"
 
 #define TRY(expr)                                                                              \
     do {                                                                                       \

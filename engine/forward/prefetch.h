@@ -16,8 +16,8 @@
 
 #include <stddef.h>
 
-#include "engine/model/model.h"
 #include "engine/forward/residency.h"
+#include "engine/model/model.h"
 
 typedef struct mvm_prefetcher mvm_prefetcher;
 

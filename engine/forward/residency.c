@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "policy/choose.h"
 #include "engine/compute/clock.h"
+#include "policy/choose.h"
 #include "policy/cost_load.h"
 #include "policy/evict_driver.h"
 #include "vmm/error.h"

@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/model/model_load.h"
 #include "engine/compute/pool.h"
+#include "engine/model/model_load.h"
 #include "vmm/error.h"
 
 /* The ggml type of each kernel type: the one table of the mapping, read both ways. */

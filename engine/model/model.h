@@ -8,8 +8,8 @@
 
 #include <stdint.h>
 
-#include "engine/gguf/gguf.h"
 #include "engine/compute/pool.h"
+#include "engine/gguf/gguf.h"
 #include "kernels/cpu/kernels.h"
 #include "moevm/moevm.h"
 #include "policy/policy.h"

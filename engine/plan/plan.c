@@ -4,8 +4,8 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "engine/forward/forward.h"
 #include "engine/compute/gpu.h"
+#include "engine/forward/forward.h"
 #include "vmm/error.h"
 
 /* The context an automatic GPU budget leaves room for when the caller sizes none: `moevm

@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""
+The tree's structure as docs/architecture.md draws it, checked:
+
+- the include graph between top-level folders points down only: tools/ over engine/ and
+  interpose/ (siblings: neither includes the other), over policy/, over vmm/ (with
+  include/, the public header), over kernels/ at the bottom;
+- engine/'s sub-folders include each other without a cycle, and nothing lies loose in
+  engine/ itself;
+- no source file outside tests/ is over 800 lines, tables (*.inc) aside;
+- no function outside tests/ is over 100 lines.
+
+Usage: check_layout.py [SOURCE_DIR]. Prints every violation and exits 1 if there is any.
+"""
+import os
+import re
+import sys
+
+RANK = {"kernels": 0, "include": 1, "vmm": 1, "policy": 2, "engine": 3, "interpose": 3,
+        "tools": 4}
+CODE = (".c", ".h", ".cu", ".cuh", ".cc", ".py")
+MAX_FILE, MAX_FUNC = 800, 100
+# Named exceptions, each with why; printed on every run so that none is forgotten.
+EXEMPT_SIZE = {
+    "bench/gpu/vmm_costs.cu": "the GPU costs program (sections 1-7 in one binary); to be split "
+                              "in a session with a GPU that can run the parts it splits into",
+}
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def sources(root):
+    for top in RANK:
+        for d, _, files in os.walk(os.path.join(root, top)):
+            for f in sorted(files):
+                yield os.path.relpath(os.path.join(d, f), root)
+    for d, _, files in os.walk(os.path.join(root, "bench")):
+        for f in sorted(files):
+            yield os.path.relpath(os.path.join(d, f), root)
+
+
+def folder_of(path):
+    """The include's folder: 'engine/model' for engine/model/model.h, 'vmm' for vmm/x.h."""
+    parts = path.split("/")
+    if parts[0] == "include":
+        return "include"
+    if parts[0] == "engine" and len(parts) > 2:
+        return "engine/" + parts[1]
+    return parts[0]
+
+
+def top(folder):
+    """include/ (the public header) is vmm's."""
+    t = folder.split("/")[0]
+    return "vmm" if t == "include" else t
+
+
+def includes(root, rel):
+    text = open(os.path.join(root, rel), errors="replace").read()
+    for inc in INCLUDE.findall(text):
+        if inc.startswith("moevm/"):
+            inc = "include/" + inc
+        if inc.split("/")[0] in RANK:
+            yield inc
+
+
+def check_includes(root, files, bad):
+    edges = {}
+    for rel in files:
+        if not rel.endswith(CODE) or rel.startswith("bench/"):
+            continue
+        src = folder_of(rel)
+        if src == "engine":
+            bad.append(f"{rel}: loose in engine/ (every file belongs to a sub-folder)")
+        for inc in includes(root, rel):
+            dst = folder_of(inc)
+            if top(src) == top(dst):
+                if src != dst:
+                    edges.setdefault(src, set()).add(dst)
+                continue
+            if RANK[top(dst)] >= RANK[top(src)]:
+                bad.append(f"{rel}: includes {inc}: {top(src)}/ may include only the layers "
+                           f"below it")
+    # engine's sub-folders: no cycle (a depth-first search for a back edge)
+    state, stack = {}, []
+
+    def visit(n):
+        state[n] = 1
+        stack.append(n)
+        for m in sorted(edges.get(n, ())):
+            if state.get(m) == 1:
+                cyc = stack[stack.index(m):] + [m]
+                bad.append("include cycle: " + " -> ".join(cyc))
+            elif not state.get(m):
+                visit(m)
+        stack.pop()
+        state[n] = 2
+
+    for n in sorted(edges):
+        if not state.get(n):
+            visit(n)
+
+
+def check_sizes(root, files, bad):
+    for rel in files:
+        if not rel.endswith(CODE):
+            continue
+        lines = open(os.path.join(root, rel), errors="replace").read().split("\n")
+        if rel in EXEMPT_SIZE:
+            print(f"exempt: {rel} ({len(lines) - 1} lines): {EXEMPT_SIZE[rel]}")
+        elif len(lines) - 1 > MAX_FILE:
+            bad.append(f"{rel}: {len(lines) - 1} lines (at most {MAX_FILE}; split it by "
+                       f"concern)")
+        if rel.endswith(".py"):
+            continue
+        # C functions as this tree writes them: the header from column 0, the body's braces
+        # at column 0.
+        start = None
+        for i, line in enumerate(lines):
+            if start is None and line.startswith("{"):
+                j = i - 1
+                while j > 0 and lines[j][:1] in (" ", "\t"):
+                    j -= 1
+                start = j
+            elif start is not None and line.startswith("}"):
+                n = i - start + 1
+                if n > MAX_FUNC and not lines[start].startswith(("static const", "const")):
+                    bad.append(f"{rel}:{start + 1}: a function of {n} lines (at most "
+                               f"{MAX_FUNC}): {lines[start].strip()[:60]}")
+                start = None
+
+
+def main():
+    root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__),
+                                                              "..", "..")
+    files = list(sources(root))
+    bad = []
+    check_includes(root, files, bad)
+    check_sizes(root, files, bad)
+    for b in bad:
+        print(b)
+    print(f"layout: {len(files)} files, {len(bad)} violations")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
