@@ -67,15 +67,15 @@ int mvm_cli_split_policy(char *p, const char **name, const char **params);
 int mvm_cli_policy(const char *cmd, const char *flag, char *value, const char **name,
                    const char **params);
 
-/* *desc from the MOEVM_* options, with the device budget given by option `flag` of command
- * `cmd` when budget is not NULL. 0, or 1 (a bad option) or 2 (a malformed budget) after a
- * one-line error. */
 /* --server-mem of `moevm sim --servers` and of distributed runs: one value, or one per
  * server (n), each a size or a percentage of `all` (every expert's bytes), into cap[n].
  * NULL: 1.5x an even share each, room for copies of the busiest experts. 2 after
  * "moevm <cmd>: --server-mem ..." on a malformed value, else 0. */
 int mvm_cli_capacities(const char *cmd, const char *text, uint32_t n, uint64_t all,
                        uint64_t *cap);
+/* *desc from the MOEVM_* options, with the device budget given by option `flag` of command
+ * `cmd` when budget is not NULL. 0, or 1 (a bad option) or 2 (a malformed budget) after a
+ * one-line error. */
 int mvm_cli_space_desc(const char *cmd, const char *flag, const char *budget,
                        mvm_space_desc *desc);
 /* The engine's CPU side for command `cmd`: MOEVM_CPU_SIMD applied, and a pool of `threads`

@@ -47,7 +47,6 @@ struct sim {
     uint8_t *by_prefetch;    /* [L*E] brought by a prefetch, not yet used */
     uint32_t *cand;          /* [L*E + 1] candidates for eviction */
     mvm_evict_driver victims; /* the evict module over resident, busy and cand */
-    double now;              /* when the candidates are asked for: loads landed by then */
     struct pending *queue;   /* prefetches not started, FIFO */
     uint32_t n_queue, cap_queue;
     uint8_t *queued;         /* [L*E] in queue */
@@ -88,11 +87,12 @@ static void drop(struct sim *s, uint32_t x, uint32_t keep)
         s->by_prefetch[x] = 0;
 }
 
-/* A candidate whose copy has landed by s->now (a load in flight cannot be taken back). */
+/* A candidate whose copy has landed by the view's now (a load in flight cannot be taken
+ * back). */
 static bool landed_by_now(void *ctx, uint32_t x)
 {
     const struct sim *s = ctx;
-    return s->ready[x] <= s->now;
+    return s->ready[x] <= s->view.now;
 }
 
 /* Frees pages until `need` more fit — in layer `l`'s budget too when config set one and
@@ -108,7 +108,7 @@ static int make_room(struct sim *s, uint32_t l, uint32_t need, double now, int c
                     layer_used(s, l) + need > s->layer_pages[l];
         if (!global && !local)
             return 0;
-        s->now = s->view.now = now;
+        s->view.now = now;
         mvm_evict_collect(&s->victims, local ? l * s->E : 0, local ? (l + 1) * s->E : s->n_total,
                           UINT32_MAX, landed_by_now, s);
         uint32_t x;
@@ -200,7 +200,7 @@ static void admit(struct sim *s, uint32_t l, double now)
         if (!s->counts[e] || (s->where[e] != MVM_RUN_CPU && s->where[e] != MVM_RUN_ZEROCOPY) ||
             s->n_queue || s->copy_free > now || s->resident[x] == ppe(s))
             continue;
-        s->now = s->view.now = now;
+        s->view.now = now;
         mvm_evict_collect(&s->victims, 0, s->n_total, x, landed_by_now, s);
         if (mvm_evict_admit(&s->victims, &s->view, x, ppe(s) - s->resident[x]))
             s->r.admitted += (uint64_t)queue_prefetch(s, x, now);

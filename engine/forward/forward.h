@@ -71,9 +71,10 @@ mvm_status mvm_ctx_device_usable(int device, struct mvm_gpu **opened);
 /* The device memory a context of m (n_ctx positions, batches of n_batch, a KV cache of
  * kv_type: "f16", "f32" or NULL for MOEVM_KV_TYPE) takes on a GPU beside the experts' budget,
  * as mvm_ctx_create would allocate it: *weights, the weights besides the experts; *rest, the
- * KV cache and scratch. m's space is not needed (mvm_model_load sizes the automatic budget
- * with it before making the space; a probed model, mvm_model_probe, sizes *rest the same
- * but may lack weights the load derives). MVM_ERR_UNSUPPORTED without the device kernels. */
+ * KV cache and scratch. m's space is not needed (plan.h's mvm_plan_space sizes the
+ * automatic budget with it before making the space; a probed model, mvm_model_probe, sizes
+ * *rest the same but may lack weights that opening derives). MVM_ERR_UNSUPPORTED without the
+ * device kernels. */
 mvm_status mvm_ctx_device_bytes(mvm_model *m, uint32_t n_ctx, uint32_t n_batch,
                                 const char *kv_type, uint64_t *weights, uint64_t *rest);
 

@@ -155,10 +155,9 @@ mvm_status mvm_model_open(const char *path, mvm_model **out);
 mvm_status mvm_model_load_experts(mvm_model *m, mvm_space *space, mvm_pool *pool,
                                   const uint8_t *held, mvm_progress_fn progress,
                                   void *progress_ctx);
-/* The same checks without the expert space: every field but `space` is set (expert_bytes
- * included), for tools that need a model's shape (`moevm sim --model`). Cheap: the file
- * is mapped, nothing is converted (so an older deepseek2 file's layers have no wk_b and
- * wv_b: they would be split out of attn_kv_b). */
+/* mvm_model_open's checks, cheaper, for tools that need a model's shape (`moevm sim
+ * --model`): the file is mapped and nothing is derived or converted (so an older deepseek2
+ * file's layers have no wk_b and wv_b: opening splits them out of attn_kv_b). */
 mvm_status mvm_model_probe(const char *path, mvm_model **out);
 void mvm_model_free(mvm_model *m);
 /* The model's routers as the policy modules see them (policy.h): how they choose, the
