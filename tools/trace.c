@@ -515,29 +515,52 @@ mvm_status mvm_trace_load(const char *path, mvm_trace **out)
 
 /* ---- saving ---------------------------------------------------------------------------- */
 
-/* The shortest of 6 (what the engine writes) or 9 significant digits that reads back as
- * exactly v; 9 always does for a float. */
-static void put_float(FILE *f, float v, int comma)
+/* exact: the shortest of 6 or 9 significant digits that reads back as exactly v (9 always
+ * does for a float); otherwise 6. */
+static void put_float(FILE *f, float v, int comma, int exact)
 {
     char buf[32];
     snprintf(buf, sizeof buf, "%.6g", (double)v);
-    if (strtof(buf, NULL) != v)
+    if (exact && strtof(buf, NULL) != v)
         snprintf(buf, sizeof buf, "%.9g", (double)v);
     if (comma)
         fputc(',', f);
     fputs(buf, f);
 }
 
-static void put_floats(FILE *f, const char *key, const float *v, uint32_t n)
+static void put_floats(FILE *f, const char *key, const float *v, uint32_t n, int exact)
 {
     fprintf(f, ",\"%s\":[", key);
     for (uint32_t i = 0; i < n; i++)
-        put_float(f, v[i], i > 0);
+        put_float(f, v[i], i > 0, exact);
     fputc(']', f);
 }
 
-/* The header line in the engine's field order; cJSON does the string escaping. */
-static int put_header(FILE *f, const mvm_trace_header *h)
+static void put_ints(FILE *f, const char *key, const int32_t *x, uint32_t n)
+{
+    fprintf(f, ",\"%s\":[", key);
+    for (uint32_t i = 0; i < n; i++)
+        fprintf(f, i ? ",%d" : "%d", (int)x[i]);
+    fputc(']', f);
+}
+
+void mvm_trace_put_line(FILE *f, const mvm_trace_line *r, int exact)
+{
+    fprintf(f, "{\"req\":%u,\"tok\":%u,\"layer\":%u", r->req, r->tok, r->layer);
+    put_floats(f, "scores", r->scores, r->n_experts, exact);
+    put_ints(f, "experts", r->experts, r->top_k);
+    put_floats(f, "weights", r->weights, r->top_k, exact);
+    if (r->ran) {
+        put_ints(f, "ran", r->ran, r->top_k);
+        put_floats(f, "ran_weights", r->ran_weights, r->top_k, exact);
+    }
+    if (r->hidden)
+        put_floats(f, "hidden", r->hidden, r->n_embd, exact);
+    fputs("}\n", f);
+}
+
+/* The header line in the format's field order. */
+int mvm_trace_put_header(FILE *f, const mvm_trace_header *h)
 {
     cJSON *o = cJSON_CreateObject();
     int ok = o && cJSON_AddStringToObject(o, "format", "moevm-trace") &&
@@ -607,20 +630,16 @@ mvm_status mvm_trace_save(const mvm_trace *t, const char *path)
         return st;
     }
     const mvm_trace_header *h = &t->hdr;
-    int bad_write = put_header(f, h);
+    int bad_write = mvm_trace_put_header(f, h);
     for (uint32_t i = 0; i < t->n_tokens && !bad_write; i++)
         for (uint32_t l = 0; l < h->n_layers; l++) {
-            fprintf(f, "{\"req\":%u,\"tok\":%u,\"layer\":%u", t->req[i], t->tok[i], l);
-            put_floats(f, "scores", mvm_trace_scores(t, i, l), h->n_experts);
-            const int32_t *x = mvm_trace_experts(t, i, l);
-            fputs(",\"experts\":[", f);
-            for (uint32_t k = 0; k < h->top_k; k++)
-                fprintf(f, k ? ",%d" : "%d", x[k]);
-            fputc(']', f);
-            put_floats(f, "weights", mvm_trace_weights(t, i, l), h->top_k);
-            if (t->hidden)
-                put_floats(f, "hidden", mvm_trace_hidden(t, i, l), h->n_embd);
-            fputs("}\n", f);
+            mvm_trace_line r = {
+                .req = t->req[i], .tok = t->tok[i], .layer = l, .n_experts = h->n_experts,
+                .top_k = h->top_k, .n_embd = h->n_embd, .scores = mvm_trace_scores(t, i, l),
+                .experts = mvm_trace_experts(t, i, l), .weights = mvm_trace_weights(t, i, l),
+                .hidden = t->hidden ? mvm_trace_hidden(t, i, l) : NULL,
+            };
+            mvm_trace_put_line(f, &r, 1);
         }
     bad_write |= ferror(f);
     bad_write |= fclose(f) != 0;

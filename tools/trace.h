@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "moevm/moevm.h"
 
@@ -78,5 +79,28 @@ mvm_status mvm_trace_save(const mvm_trace *t, const char *path);
 
 /* NULL is a no-op. */
 void mvm_trace_free(mvm_trace *t);
+
+/* ---- the one writer of the format: mvm_trace_save and the engine's recorder
+ *      (tools/trace_out.c) both write through these two ---- */
+
+/* One record line. ran/ran_weights (what the route module computed instead) and hidden are
+ * optional: NULL leaves the field out. */
+typedef struct mvm_trace_line {
+    uint32_t req, tok, layer;
+    uint32_t n_experts, top_k, n_embd;
+    const float *scores;             /* [n_experts] */
+    const int32_t *experts;          /* [top_k] */
+    const float *weights;            /* [top_k] */
+    const int32_t *ran;              /* [top_k] or NULL */
+    const float *ran_weights;        /* [top_k], with ran */
+    const float *hidden;             /* [n_embd] or NULL */
+} mvm_trace_line;
+
+/* The header line (cJSON escapes the strings). -1 when out of memory. */
+int mvm_trace_put_header(FILE *f, const mvm_trace_header *h);
+/* A record line. exact: every float with as few digits as read back exactly (6 or 9);
+ * otherwise 6 significant digits, enough to rank and average scores at a third of full
+ * precision's size (a Qwen3-30B token is 48 lines of 128 scores). Errors show in ferror(f). */
+void mvm_trace_put_line(FILE *f, const mvm_trace_line *r, int exact);
 
 #endif
