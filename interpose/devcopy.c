@@ -51,7 +51,7 @@ static bool hold_off_misses(bool touches)
     if (!touches)
         return false;
     mvm_count(&mvm_counts_mine()->copies);
-    pthread_rwlock_rdlock(&mvm_pl.lock);
+    pthread_rwlock_rdlock(&mvm_interposer.lock);
     return true;
 }
 
@@ -63,7 +63,7 @@ static bool hold_off_misses(bool touches)
         bool locked = hold_off_misses(touches);                                               \
         CUresult r = mvm_real_fn.field args;                                                  \
         if (locked)                                                                           \
-            pthread_rwlock_unlock(&mvm_pl.lock);                                              \
+            pthread_rwlock_unlock(&mvm_interposer.lock);                                      \
         return r;                                                                             \
     }
 MVM_CU_GUARDED(GUARDED_HOOK)

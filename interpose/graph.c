@@ -50,7 +50,7 @@ typedef struct gexec {
 } gexec;
 
 /* The executable graphs, sorted by handle, and the streams being captured. Lock order:
- * mvm_pl.lock, then graph_mu. */
+ * mvm_interposer.lock, then graph_mu. */
 static pthread_mutex_t graph_mu = PTHREAD_MUTEX_INITIALIZER;
 static gexec **execs;
 static uint32_t n_execs, cap_execs;
@@ -72,11 +72,11 @@ static uintptr_t capture_key(CUstream s)
  * drains the device) finishes first, and none is served from then on. */
 static bool capture_announce(void)
 {
-    if (!mvm_pl_on())
+    if (!mvm_interposer_on())
         return false;
-    pthread_rwlock_wrlock(&mvm_pl.lock);
-    atomic_fetch_add(&mvm_pl.captures, 1);
-    pthread_rwlock_unlock(&mvm_pl.lock);
+    pthread_rwlock_wrlock(&mvm_interposer.lock);
+    atomic_fetch_add(&mvm_interposer.captures, 1);
+    pthread_rwlock_unlock(&mvm_interposer.lock);
     return true;
 }
 
@@ -86,7 +86,7 @@ static void capture_begun(bool announced, CUresult r, CUstream s)
         return;
     bool kept = false;
     pthread_mutex_lock(&graph_mu);
-    uintptr_t *c = r == CUDA_SUCCESS ? mvm_pl_grow(capturing, &cap_capturing,
+    uintptr_t *c = r == CUDA_SUCCESS ? mvm_grow_array(capturing, &cap_capturing,
                                                    n_capturing + 1, sizeof *c)
                                      : NULL;
     if (c) {
@@ -96,20 +96,20 @@ static void capture_begun(bool announced, CUresult r, CUstream s)
     }
     pthread_mutex_unlock(&graph_mu);
     if (!kept) /* failed, or untracked: its end could not be matched */
-        atomic_fetch_sub(&mvm_pl.captures, 1);
+        atomic_fetch_sub(&mvm_interposer.captures, 1);
 }
 
 /* Whatever the result, the capture is over (an invalidated one ends with an error). */
 static void capture_ended(CUstream s)
 {
-    if (!mvm_pl_on())
+    if (!mvm_interposer_on())
         return;
     uintptr_t k = capture_key(s);
     pthread_mutex_lock(&graph_mu);
     for (uint32_t i = 0; i < n_capturing; i++)
         if (capturing[i] == k) {
             capturing[i] = capturing[--n_capturing];
-            atomic_fetch_sub(&mvm_pl.captures, 1);
+            atomic_fetch_sub(&mvm_interposer.captures, 1);
             break;
         }
     pthread_mutex_unlock(&graph_mu);
@@ -203,7 +203,7 @@ static void emit_ptr(void *ctx, uint64_t va)
     for (uint32_t i = 0; i < p->n; i++)
         if (p->va[i] == va)
             return;
-    uint64_t *v = mvm_pl_grow(p->va, &p->cap, p->n + 1, sizeof *v);
+    uint64_t *v = mvm_grow_array(p->va, &p->cap, p->n + 1, sizeof *v);
     if (v) {
         p->va = v;
         p->va[p->n++] = va;
@@ -221,7 +221,7 @@ static void node_set(gexec *x, CUgraphNode node, ptrs *p, bool maybe_known)
             x->nodes[i].n = p->n;
             return;
         }
-    node_ptrs *t = p->n ? mvm_pl_grow(x->nodes, &x->cap, x->n + 1, sizeof *t) : NULL;
+    node_ptrs *t = p->n ? mvm_grow_array(x->nodes, &x->cap, x->n + 1, sizeof *t) : NULL;
     if (!t) {
         free(p->va);
         return;
@@ -240,7 +240,7 @@ static void scan_kernel(gexec *x, CUgraphNode node, const CUDA_KERNEL_NODE_PARAM
     if (f)
         mvm_scan_params(f, kp->kernelParams, kp->extra, emit_ptr, &p);
     node_set(x, node, &p, maybe_known);
-    atomic_fetch_add_explicit(&mvm_pl.graph_kernel_nodes, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&mvm_interposer.graph_kernel_nodes, 1, memory_order_relaxed);
 }
 
 /* A copy's side that is device memory in the managed range, at the copy's first byte. */
@@ -266,7 +266,7 @@ static void scan_copy(gexec *x, CUgraphNode node, const CUDA_MEMCPY3D *c,
     if (m && mvm_heap_contains(m->dst))
         emit_ptr(&p, m->dst);
     node_set(x, node, &p, maybe_known);
-    atomic_fetch_add_explicit(&mvm_pl.graph_copy_nodes, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&mvm_interposer.graph_copy_nodes, 1, memory_order_relaxed);
 }
 
 static void scan_node(gexec *x, CUgraphNode node, int depth);
@@ -319,16 +319,16 @@ static bool can_scan(void)
 /* Records (or, after an update, re-records) what graph g, instantiated as e, points to. */
 static void remember(CUgraphExec e, CUgraph g)
 {
-    if (!mvm_pl_on() || !can_scan())
+    if (!mvm_interposer_on() || !can_scan())
         return;
     gexec *x = calloc(1, sizeof *x);
     if (!x)
         return;
     x->exec = e;
-    pthread_rwlock_rdlock(&mvm_pl.lock); /* the managed range, for the scan */
+    pthread_rwlock_rdlock(&mvm_interposer.lock); /* the managed range, for the scan */
     scan_graph(x, g, 0);
-    pthread_rwlock_unlock(&mvm_pl.lock);
-    atomic_fetch_add_explicit(&mvm_pl.graphs_scanned, 1, memory_order_relaxed);
+    pthread_rwlock_unlock(&mvm_interposer.lock);
+    atomic_fetch_add_explicit(&mvm_interposer.graphs_scanned, 1, memory_order_relaxed);
     pthread_mutex_lock(&graph_mu);
     bool found;
     int64_t at = exec_index(e, &found);
@@ -336,7 +336,7 @@ static void remember(CUgraphExec e, CUgraph g)
     if (found) {
         exec_free(execs[at]);
         execs[at] = x;
-    } else if ((t = mvm_pl_grow(execs, &cap_execs, n_execs + 1, sizeof *t))) {
+    } else if ((t = mvm_grow_array(execs, &cap_execs, n_execs + 1, sizeof *t))) {
         execs = t;
         memmove(execs + at + 1, execs + at, (n_execs - (size_t)at) * sizeof *execs);
         execs[at] = x;
@@ -407,9 +407,9 @@ CUresult hk_cuGraphExecUpdate_v2(CUgraphExec e, CUgraph g, CUgraphExecUpdateResu
 static void rescan_node(CUgraphExec e, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS *kp,
                         const CUDA_MEMCPY3D *c, const CUDA_MEMSET_NODE_PARAMS *m)
 {
-    if (!mvm_pl_on() || (!kp && !c && !m))
+    if (!mvm_interposer_on() || (!kp && !c && !m))
         return;
-    pthread_rwlock_rdlock(&mvm_pl.lock);
+    pthread_rwlock_rdlock(&mvm_interposer.lock);
     pthread_mutex_lock(&graph_mu);
     bool found;
     int64_t at = exec_index(e, &found);
@@ -418,7 +418,7 @@ static void rescan_node(CUgraphExec e, CUgraphNode node, const CUDA_KERNEL_NODE_
     else if (found)
         scan_copy(execs[at], node, c, m, true);
     pthread_mutex_unlock(&graph_mu);
-    pthread_rwlock_unlock(&mvm_pl.lock);
+    pthread_rwlock_unlock(&mvm_interposer.lock);
 }
 
 CUresult hk_cuGraphExecKernelNodeSetParams_v2(CUgraphExec e, CUgraphNode node,
@@ -487,7 +487,7 @@ CUresult hk_cuGraphExecDestroy(CUgraphExec e)
     if (!mvm_real_load() || !mvm_real_fn.cuGraphExecDestroy)
         return CUDA_ERROR_NOT_SUPPORTED;
     CUresult r = mvm_real_fn.cuGraphExecDestroy(e);
-    if (r == CUDA_SUCCESS && mvm_pl_on())
+    if (r == CUDA_SUCCESS && mvm_interposer_on())
         forget(e);
     return r;
 }
@@ -525,7 +525,7 @@ static void resolve(gexec *x, mvm_objset *set)
     free(x->objs);
     x->objs = objs;
     x->n_objs = u;
-    x->layout = mvm_pl.layout;
+    x->layout = mvm_interposer.layout;
 }
 
 static void collect_graph(const void *what, mvm_objset *set)
@@ -537,7 +537,8 @@ static void collect_graph(const void *what, mvm_objset *set)
     gexec *x = found ? execs[at] : NULL;
     if (x && set->learn) /* the pointers teach slices; the objects kept are left alone */
         add_pointers(x, set);
-    else if (x && (x->layout != mvm_pl.layout || !mvm_objset_append(set, x->objs, x->n_objs)))
+    else if (x && (x->layout != mvm_interposer.layout ||
+                   !mvm_objset_append(set, x->objs, x->n_objs)))
         resolve(x, set);
     pthread_mutex_unlock(&graph_mu);
 }
@@ -547,7 +548,7 @@ CUresult hk_cuGraphLaunch(CUgraphExec e, CUstream s)
     if (!mvm_real_load() || !mvm_real_fn.cuGraphLaunch)
         return CUDA_ERROR_NOT_SUPPORTED;
     bool locked = false;
-    if (mvm_pl_on()) {
+    if (mvm_interposer_on()) {
         mvm_count(&mvm_counts_mine()->graph_launches);
         locked = mvm_launch_prepare(collect_graph, &e);
     }
@@ -559,7 +560,7 @@ CUresult hk_cuGraphLaunch_ptsz(CUgraphExec e, CUstream s)
     if (!mvm_real_load() || !mvm_real_fn.cuGraphLaunch_ptsz)
         return CUDA_ERROR_NOT_SUPPORTED;
     bool locked = false;
-    if (mvm_pl_on()) {
+    if (mvm_interposer_on()) {
         mvm_count(&mvm_counts_mine()->graph_launches);
         locked = mvm_launch_prepare(collect_graph, &e);
     }

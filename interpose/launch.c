@@ -160,21 +160,21 @@ static void emit_object(void *set, uint64_t va)
 CUresult mvm_launch_finish(bool locked, CUresult r)
 {
     if (locked)
-        pthread_rwlock_unlock(&mvm_pl.lock);
+        pthread_rwlock_unlock(&mvm_interposer.lock);
     return r;
 }
 
 bool mvm_launch_prepare(mvm_collect_fn collect, const void *what)
 {
-    if (!mvm_pl_on())
+    if (!mvm_interposer_on())
         return false;
-    pthread_rwlock_rdlock(&mvm_pl.lock);
+    pthread_rwlock_rdlock(&mvm_interposer.lock);
     mvm_objset set;
     mvm_objset_init(&set);
-    if (mvm_pl.space)
+    if (mvm_interposer.space)
         collect(what, &set);
     if (set.n == 0) {
-        pthread_rwlock_unlock(&mvm_pl.lock);
+        pthread_rwlock_unlock(&mvm_interposer.lock);
         return false;
     }
     mvm_counts *c = mvm_counts_mine();
@@ -182,21 +182,21 @@ bool mvm_launch_prepare(mvm_collect_fn collect, const void *what)
     if (mvm_paging_resident(set.obj, set.n)) {
         mvm_count(&c->hits);
     } else {
-        if (!atomic_load_explicit(&mvm_pl.captures, memory_order_acquire)) {
-            pthread_rwlock_unlock(&mvm_pl.lock);
-            pthread_rwlock_wrlock(&mvm_pl.lock);
+        if (!atomic_load_explicit(&mvm_interposer.captures, memory_order_acquire)) {
+            pthread_rwlock_unlock(&mvm_interposer.lock);
+            pthread_rwlock_wrlock(&mvm_interposer.lock);
         }
         /* While a stream is being captured, draining the device would break the capture
          * (and the captured launch does not run now): the pages are read where they are,
          * and a graph launch makes its objects resident. Under the write lock no capture
          * can begin (graph.c counts a capture under it, before starting it). */
-        if (atomic_load_explicit(&mvm_pl.captures, memory_order_acquire)) {
+        if (atomic_load_explicit(&mvm_interposer.captures, memory_order_acquire)) {
             mvm_count(&c->deferred);
         } else {
             /* Objects may have changed while no lock was held: collect again, once the
              * pointers taught their extents' slices (which changes objects too). */
             set.n = 0;
-            if (mvm_pl.slices) {
+            if (mvm_interposer.slices) {
                 set.learn = true;
                 collect(what, &set);
                 set.learn = false;
@@ -224,7 +224,7 @@ static void collect_kernel(const void *what, mvm_objset *set)
 
 bool mvm_launch_prepare_kernel(CUfunction f, void **params, void **extra)
 {
-    if (!mvm_pl_on())
+    if (!mvm_interposer_on())
         return false;
     mvm_count(&mvm_counts_mine()->launches);
     kernel_launch k = {f, params, extra};
@@ -317,7 +317,7 @@ CUresult hk_cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *list, unsig
     if (!mvm_real_load() || !mvm_real_fn.cuLaunchCooperativeKernelMultiDevice)
         return CUDA_ERROR_NOT_SUPPORTED;
     bool locked = false;
-    if (list && mvm_pl_on()) {
+    if (list && mvm_interposer_on()) {
         mvm_count(&mvm_counts_mine()->launches);
         multi_launch m = {list, n};
         locked = mvm_launch_prepare(collect_multi, &m);

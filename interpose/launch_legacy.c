@@ -36,7 +36,7 @@ static shadow *shadow_of(CUfunction f)
     for (uint32_t i = 0; i < n_shadows; i++)
         if (shadows[i]->f == f)
             return shadows[i];
-    shadow **t = mvm_pl_grow(shadows, &cap_shadows, n_shadows + 1, sizeof *t);
+    shadow **t = mvm_grow_array(shadows, &cap_shadows, n_shadows + 1, sizeof *t);
     shadow *sh = t ? calloc(1, sizeof *sh) : NULL;
     if (t)
         shadows = t;
@@ -51,7 +51,7 @@ static shadow *shadow_of(CUfunction f)
 /* After the driver accepted the write, so offset and n are within its limits. */
 static void shadow_write(CUfunction f, int offset, const void *value, size_t n)
 {
-    if (!mvm_pl_on() || offset < 0 || (size_t)offset + n > PARAM_BYTES)
+    if (!mvm_interposer_on() || offset < 0 || (size_t)offset + n > PARAM_BYTES)
         return;
     pthread_mutex_lock(&shadow_mu);
     shadow *sh = shadow_of(f);
@@ -68,7 +68,7 @@ CUresult hk_cuParamSetSize(CUfunction f, unsigned int n)
     if (!mvm_real_load() || !mvm_real_fn.cuParamSetSize)
         return CUDA_ERROR_NOT_SUPPORTED;
     CUresult r = mvm_real_fn.cuParamSetSize(f, n);
-    if (r == CUDA_SUCCESS && mvm_pl_on() && n <= PARAM_BYTES) {
+    if (r == CUDA_SUCCESS && mvm_interposer_on() && n <= PARAM_BYTES) {
         pthread_mutex_lock(&shadow_mu);
         shadow *sh = shadow_of(f);
         if (sh)
@@ -113,7 +113,7 @@ CUresult hk_cuParamSetv(CUfunction f, int offset, void *ptr, unsigned int n)
  * may set parameters meanwhile). Returns with the lock held as mvm_launch_prepare does. */
 static bool prepare(CUfunction f)
 {
-    if (!mvm_pl_on())
+    if (!mvm_interposer_on())
         return false;
     uint8_t bytes[PARAM_BYTES];
     size_t size = 0;

@@ -30,20 +30,20 @@
 
 static bool on_managed_device(void)
 {
-    if (!mvm_pl.space)
+    if (!mvm_interposer.space)
         return true; /* the space will be created on the current device */
     CUdevice dev;
     return mvm_real_fn.cuCtxGetDevice && mvm_real_fn.cuCtxGetDevice(&dev) == CUDA_SUCCESS &&
-           dev == mvm_pl.device;
+           dev == mvm_interposer.device;
 }
 
 static CUresult native_alloc(CUdeviceptr *p, size_t bytes)
 {
     CUresult r = mvm_real_fn.cuMemAlloc_v2(p, bytes);
     if (r == CUDA_SUCCESS) {
-        atomic_fetch_add(&mvm_pl.native_allocs, 1);
-        atomic_fetch_add(&mvm_pl.native_bytes, bytes);
-        if (!mvm_pl_guard && mvm_pl_on())
+        atomic_fetch_add(&mvm_interposer.native_allocs, 1);
+        atomic_fetch_add(&mvm_interposer.native_bytes, bytes);
+        if (!mvm_in_interposer && mvm_interposer_on())
             mvm_report_site_add(mvm_report_site(), bytes, false);
     }
     return r;
@@ -52,13 +52,13 @@ static CUresult native_alloc(CUdeviceptr *p, size_t bytes)
 /* A managed allocation, or CUDA_ERROR_NOT_SUPPORTED when it should stay native. */
 static CUresult managed_alloc(CUdeviceptr *p, size_t bytes)
 {
-    if (!mvm_pl_on() || mvm_pl_guard || !p || bytes < mvm_pl.min_bytes)
+    if (!mvm_interposer_on() || mvm_in_interposer || !p || bytes < mvm_interposer.min_bytes)
         return CUDA_ERROR_NOT_SUPPORTED;
     uint32_t site = mvm_report_site(); /* unwinding happens outside the lock */
-    pthread_rwlock_wrlock(&mvm_pl.lock);
+    pthread_rwlock_wrlock(&mvm_interposer.lock);
     CUresult r = on_managed_device() ? mvm_heap_alloc(bytes, site, p)
                                      : CUDA_ERROR_NOT_SUPPORTED;
-    pthread_rwlock_unlock(&mvm_pl.lock);
+    pthread_rwlock_unlock(&mvm_interposer.lock);
     if (r == CUDA_SUCCESS) {
         mvm_report_site_add(site, bytes, true);
         MVM_PL_LOG(MVM_LOG_DEBUG, "managed allocation of %zu bytes at 0x%llx", bytes,
@@ -101,11 +101,11 @@ static bool is_managed(CUdeviceptr va)
 
 static bool managed_now(CUdeviceptr va)
 {
-    if (!mvm_pl_on())
+    if (!mvm_interposer_on())
         return false;
-    pthread_rwlock_rdlock(&mvm_pl.lock);
+    pthread_rwlock_rdlock(&mvm_interposer.lock);
     bool m = is_managed(va);
-    pthread_rwlock_unlock(&mvm_pl.lock);
+    pthread_rwlock_unlock(&mvm_interposer.lock);
     return m;
 }
 
@@ -115,18 +115,18 @@ CUresult hk_cuMemFree_v2(CUdeviceptr va)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!managed_now(va))
         return mvm_real_fn.cuMemFree_v2(va);
-    pthread_rwlock_wrlock(&mvm_pl.lock);
+    pthread_rwlock_wrlock(&mvm_interposer.lock);
     mvm_paging_drain();
     CUresult r = mvm_heap_free(va);
-    pthread_rwlock_unlock(&mvm_pl.lock);
+    pthread_rwlock_unlock(&mvm_interposer.lock);
     return r;
 }
 
 static void count_async(CUresult r, size_t bytes)
 {
     if (r == CUDA_SUCCESS) {
-        atomic_fetch_add(&mvm_pl.async_allocs, 1);
-        atomic_fetch_add(&mvm_pl.async_bytes, bytes);
+        atomic_fetch_add(&mvm_interposer.async_allocs, 1);
+        atomic_fetch_add(&mvm_interposer.async_bytes, bytes);
     }
 }
 
@@ -168,7 +168,7 @@ CUresult hk_cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr va)
         return CUDA_ERROR_NOT_SUPPORTED;
     if (!managed_now(va))
         return mvm_real_fn.cuIpcGetMemHandle(h, va);
-    atomic_fetch_add(&mvm_pl.ipc_refused, 1);
+    atomic_fetch_add(&mvm_interposer.ipc_refused, 1);
     MVM_PL_LOG(MVM_LOG_WARN, "cuIpcGetMemHandle on managed memory at 0x%llx: moevm-managed "
                "ranges cannot be shared by legacy IPC; raise MOEVM_PRELOAD_MIN above that "
                "buffer's size to keep it native", (unsigned long long)va);
@@ -196,13 +196,13 @@ typedef struct managed_block {
 /* The managed allocation holding va, if any. */
 static bool managed_block_of(CUdeviceptr va, managed_block *m)
 {
-    if (!mvm_pl_on() || !mvm_heap_contains(va))
+    if (!mvm_interposer_on() || !mvm_heap_contains(va))
         return false;
-    pthread_rwlock_rdlock(&mvm_pl.lock);
+    pthread_rwlock_rdlock(&mvm_interposer.lock);
     mvm_alloc *a = mvm_heap_find(va);
     if (a)
         *m = (managed_block){a->va, a->bytes, a->id};
-    pthread_rwlock_unlock(&mvm_pl.lock);
+    pthread_rwlock_unlock(&mvm_interposer.lock);
     return a != NULL;
 }
 
@@ -212,7 +212,7 @@ CUresult hk_cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdevicep
         return CUDA_ERROR_NOT_INITIALIZED;
     managed_block m;
     if (!managed_block_of(dptr, &m))
-        return mvm_pl_on() && mvm_heap_contains(dptr)
+        return mvm_interposer_on() && mvm_heap_contains(dptr)
                    ? CUDA_ERROR_NOT_FOUND /* in the space, in no allocation: freed */
                    : mvm_real_fn.cuMemGetAddressRange_v2(pbase, psize, dptr);
     if (pbase) /* both optional (cuda.h) */
@@ -230,7 +230,7 @@ static bool block_attribute(void *data, CUpointer_attribute attr, CUdeviceptr pt
     *r = CUDA_SUCCESS;
     switch (attr) {
     case CU_POINTER_ATTRIBUTE_CONTEXT:
-        *(CUcontext *)data = mvm_pl.ctx;
+        *(CUcontext *)data = mvm_interposer.ctx;
         return true;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
         *(unsigned int *)data = CU_MEMORYTYPE_DEVICE;
@@ -242,7 +242,7 @@ static bool block_attribute(void *data, CUpointer_attribute attr, CUdeviceptr pt
         *r = CUDA_ERROR_INVALID_VALUE;
         return true;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-        *(int *)data = mvm_pl.device;
+        *(int *)data = mvm_interposer.device;
         return true;
     case CU_POINTER_ATTRIBUTE_BUFFER_ID:
     case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
@@ -310,32 +310,32 @@ CUresult hk_cuPointerGetAttributes(unsigned int n, CUpointer_attribute *attrs, v
  * read lock held when dst is managed (the caller copies, then unlocks). */
 static bool copy_prepare(CUdeviceptr dst, size_t n)
 {
-    if (!mvm_pl_on() || n == 0)
+    if (!mvm_interposer_on() || n == 0)
         return false;
-    pthread_rwlock_rdlock(&mvm_pl.lock);
+    pthread_rwlock_rdlock(&mvm_interposer.lock);
     mvm_alloc *a = mvm_heap_contains(dst) ? mvm_heap_find(dst) : NULL;
     if (!a) {
-        pthread_rwlock_unlock(&mvm_pl.lock);
+        pthread_rwlock_unlock(&mvm_interposer.lock);
         return false;
     }
     mvm_count(&mvm_counts_mine()->copies);
     mvm_obj *o = mvm_heap_extent(a, dst);
     if (o != &a->whole && o->va == dst && o->len == n)
         return true;
-    pthread_rwlock_unlock(&mvm_pl.lock);
-    pthread_rwlock_wrlock(&mvm_pl.lock); /* objects change: exclusive, briefly */
+    pthread_rwlock_unlock(&mvm_interposer.lock);
+    pthread_rwlock_wrlock(&mvm_interposer.lock); /* objects change: exclusive, briefly */
     a = mvm_heap_find(dst);
     if (a)
         mvm_heap_learn(a, dst, n);
-    pthread_rwlock_unlock(&mvm_pl.lock);
-    pthread_rwlock_rdlock(&mvm_pl.lock);
+    pthread_rwlock_unlock(&mvm_interposer.lock);
+    pthread_rwlock_rdlock(&mvm_interposer.lock);
     return true;
 }
 
 static CUresult copy_finish(bool locked, CUresult r)
 {
     if (locked)
-        pthread_rwlock_unlock(&mvm_pl.lock);
+        pthread_rwlock_unlock(&mvm_interposer.lock);
     return r;
 }
 
@@ -390,14 +390,14 @@ static bool from_host(CUdeviceptr src)
 
 static bool unified_prepare(CUdeviceptr dst, CUdeviceptr src, size_t n)
 {
-    if (!mvm_pl_on() || n == 0)
+    if (!mvm_interposer_on() || n == 0)
         return false;
     if (mvm_heap_contains(dst) && from_host(src))
         return copy_prepare(dst, n);
     if (!mvm_heap_contains(dst) && !mvm_heap_contains(src))
         return false;
     mvm_count(&mvm_counts_mine()->copies);
-    pthread_rwlock_rdlock(&mvm_pl.lock);
+    pthread_rwlock_rdlock(&mvm_interposer.lock);
     return true;
 }
 
@@ -439,11 +439,12 @@ CUresult hk_cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstr
  * exists: the budget is then still free device memory). */
 static uint64_t managed_free(void)
 {
-    pthread_rwlock_rdlock(&mvm_pl.lock);
-    uint64_t f = mvm_pl.space ? mvm_pl.capacity_bytes - (uint64_t)mvm_pl.alloc_pages *
-                                                            mvm_pl.page_size
-                              : mvm_pl.oversub_bytes;
-    pthread_rwlock_unlock(&mvm_pl.lock);
+    pthread_rwlock_rdlock(&mvm_interposer.lock);
+    uint64_t f = mvm_interposer.space
+                     ? mvm_interposer.capacity_bytes -
+                           (uint64_t)mvm_interposer.alloc_pages * mvm_interposer.page_size
+                     : mvm_interposer.oversub_bytes;
+    pthread_rwlock_unlock(&mvm_interposer.lock);
     return f;
 }
 
@@ -453,9 +454,9 @@ CUresult hk_cuMemGetInfo_v2(size_t *free_out, size_t *total_out)
         return CUDA_ERROR_NOT_INITIALIZED;
     size_t f = 0, t = 0;
     CUresult r = mvm_real_fn.cuMemGetInfo_v2(&f, &t);
-    if (r == CUDA_SUCCESS && mvm_pl_on() && !mvm_pl_guard && on_managed_device()) {
+    if (r == CUDA_SUCCESS && mvm_interposer_on() && !mvm_in_interposer && on_managed_device()) {
         f += managed_free();
-        t += mvm_pl.oversub_bytes;
+        t += mvm_interposer.oversub_bytes;
     }
     if (r == CUDA_SUCCESS && free_out) /* NULL-safe: some callers pass one pointer only */
         *free_out = f;
@@ -469,9 +470,9 @@ CUresult hk_cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
     if (!mvm_real_load() || !mvm_real_fn.cuDeviceTotalMem_v2)
         return CUDA_ERROR_NOT_INITIALIZED;
     CUresult r = mvm_real_fn.cuDeviceTotalMem_v2(bytes, dev);
-    if (r == CUDA_SUCCESS && bytes && mvm_pl_on() && !mvm_pl_guard &&
-        (!mvm_pl.space || dev == mvm_pl.device))
-        *bytes += mvm_pl.oversub_bytes;
+    if (r == CUDA_SUCCESS && bytes && mvm_interposer_on() && !mvm_in_interposer &&
+        (!mvm_interposer.space || dev == mvm_interposer.device))
+        *bytes += mvm_interposer.oversub_bytes;
     return r;
 }
 
@@ -480,14 +481,15 @@ CUresult hk_cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 static bool nvml_managed(nvmlDevice_t_ dev)
 {
     nvmlDevice_t_ h;
-    if (mvm_pl.space && mvm_real_fn.nvmlDeviceGetHandleByPciBusId_v2) {
+    if (mvm_interposer.space && mvm_real_fn.nvmlDeviceGetHandleByPciBusId_v2) {
         mvm_space_info info;
-        mvm_space_get_info(mvm_pl.space, &info);
+        mvm_space_get_info(mvm_interposer.space, &info);
         if (mvm_real_fn.nvmlDeviceGetHandleByPciBusId_v2(info.pci_bus_id, &h) == NVML_SUCCESS_)
             return h == dev;
     }
     if (mvm_real_fn.nvmlDeviceGetHandleByIndex_v2 &&
-        mvm_real_fn.nvmlDeviceGetHandleByIndex_v2((unsigned)mvm_pl.device, &h) == NVML_SUCCESS_)
+        mvm_real_fn.nvmlDeviceGetHandleByIndex_v2((unsigned)mvm_interposer.device, &h) ==
+            NVML_SUCCESS_)
         return h == dev;
     return true;
 }
@@ -498,8 +500,8 @@ nvmlReturn_t_ hk_nvmlDeviceGetMemoryInfo(nvmlDevice_t_ dev, nvmlMemory_t_ *m)
     if (!mvm_real_fn.nvmlDeviceGetMemoryInfo)
         return 3; /* NVML_ERROR_NOT_SUPPORTED */
     nvmlReturn_t_ r = mvm_real_fn.nvmlDeviceGetMemoryInfo(dev, m);
-    if (r == NVML_SUCCESS_ && m && mvm_pl_on() && nvml_managed(dev)) {
-        m->total += mvm_pl.oversub_bytes;
+    if (r == NVML_SUCCESS_ && m && mvm_interposer_on() && nvml_managed(dev)) {
+        m->total += mvm_interposer.oversub_bytes;
         m->free += managed_free();
         m->used = m->total > m->free ? m->total - m->free : 0;
     }
@@ -512,8 +514,8 @@ nvmlReturn_t_ hk_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t_ dev, nvmlMemory_v2_t_ 
     if (!mvm_real_fn.nvmlDeviceGetMemoryInfo_v2)
         return 3;
     nvmlReturn_t_ r = mvm_real_fn.nvmlDeviceGetMemoryInfo_v2(dev, m);
-    if (r == NVML_SUCCESS_ && m && mvm_pl_on() && nvml_managed(dev)) {
-        m->total += mvm_pl.oversub_bytes;
+    if (r == NVML_SUCCESS_ && m && mvm_interposer_on() && nvml_managed(dev)) {
+        m->total += mvm_interposer.oversub_bytes;
         m->free += managed_free();
         uint64_t taken = m->free + m->reserved;
         m->used = m->total > taken ? m->total - taken : 0;

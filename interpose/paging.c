@@ -108,14 +108,14 @@ bool mvm_objset_append(mvm_objset *s, mvm_obj *const *objs, uint32_t n)
 
 bool mvm_paging_resident(mvm_obj *const *objs, uint32_t n)
 {
-    uint64_t g = atomic_load_explicit(&mvm_pl.gen, memory_order_relaxed);
+    uint64_t g = atomic_load_explicit(&mvm_interposer.gen, memory_order_relaxed);
     for (uint32_t i = 0; i < n; i++) {
         if (atomic_load_explicit(&objs[i]->ok_gen, memory_order_relaxed) == g)
             continue;
         uint32_t p, end;
         obj_pages(objs[i], &p, &end);
         for (; p < end; p++)
-            if (!mvm_pl.resident[p])
+            if (!mvm_interposer.resident[p])
                 return false;
         atomic_store_explicit(&objs[i]->ok_gen, g, memory_order_relaxed);
     }
@@ -126,17 +126,17 @@ void mvm_paging_drain(void)
 {
     if (mvm_real_fn.cuCtxSynchronize)
         mvm_real_fn.cuCtxSynchronize();
-    mvm_pl.drains++;
+    mvm_interposer.drains++;
 }
 
 static mvm_pview view(void)
 {
     mvm_stats s;
-    mvm_space_get_stats(mvm_pl.space, &s);
-    return (mvm_pview){.shape = &mvm_pl.shape, .resident = mvm_pl.resident,
-                       .busy = mvm_pl.busy, .capacity_pages = mvm_pl.device_pages,
+    mvm_space_get_stats(mvm_interposer.space, &s);
+    return (mvm_pview){.shape = &mvm_interposer.shape, .resident = mvm_interposer.resident,
+                       .busy = mvm_interposer.busy, .capacity_pages = mvm_interposer.device_pages,
                        .used_pages = s.resident_pages + s.loading_pages,
-                       .tokens = mvm_pl.misses, .now = (double)now_ns() * 1e-9};
+                       .tokens = mvm_interposer.misses, .now = (double)now_ns() * 1e-9};
 }
 
 /* Adds o's uses since the last miss to its pages' counts, and resets them. */
@@ -148,9 +148,9 @@ static void count_uses(mvm_obj *o, uint32_t *n_used)
     uint32_t p, end;
     obj_pages(o, &p, &end);
     for (; p < end; p++) {
-        if (!mvm_pl.counts[p])
-            mvm_pl.used[(*n_used)++] = (int32_t)p;
-        mvm_pl.counts[p] += (uint32_t)(u < UINT32_MAX / 2 ? u : UINT32_MAX / 2);
+        if (!mvm_interposer.counts[p])
+            mvm_interposer.used[(*n_used)++] = (int32_t)p;
+        mvm_interposer.counts[p] += (uint32_t)(u < UINT32_MAX / 2 ? u : UINT32_MAX / 2);
     }
 }
 
@@ -158,8 +158,8 @@ static void count_uses(mvm_obj *o, uint32_t *n_used)
 static void observe(void)
 {
     uint32_t n_used = 0;
-    for (uint32_t i = 0; i < mvm_pl.n_allocs; i++) {
-        mvm_alloc *a = mvm_pl.allocs[i];
+    for (uint32_t i = 0; i < mvm_interposer.n_allocs; i++) {
+        mvm_alloc *a = mvm_interposer.allocs[i];
         count_uses(&a->whole, &n_used);
         for (uint32_t k = 0; k < a->n_ext; k++) {
             count_uses(&a->ext[k], &n_used);
@@ -168,13 +168,13 @@ static void observe(void)
         }
     }
     if (n_used) {
-        mvm_pstep step = {.layer = 0, .n_tok = n_used, .experts = mvm_pl.used,
-                          .counts = mvm_pl.counts};
+        mvm_pstep step = {.layer = 0, .n_tok = n_used, .experts = mvm_interposer.used,
+                          .counts = mvm_interposer.counts};
         mvm_pview v = view();
-        mvm_pl.evict->observe(mvm_pl.evict_self, &v, &step);
+        mvm_interposer.evict->observe(mvm_interposer.evict_self, &v, &step);
     }
     for (uint32_t i = 0; i < n_used; i++)
-        mvm_pl.counts[mvm_pl.used[i]] = 0;
+        mvm_interposer.counts[mvm_interposer.used[i]] = 0;
 }
 
 /* Evicts up to `room` pages, the policy's choice among resident pages not busy. The
@@ -185,23 +185,24 @@ static void make_room(uint32_t room)
     uint32_t *victims = malloc(((size_t)room + 1) * sizeof *victims);
     if (!victims)
         return;
-    mvm_evict_collect(&mvm_pl.victims, 0, mvm_pl.n_pages, UINT32_MAX, NULL, NULL);
+    mvm_evict_collect(&mvm_interposer.victims, 0, mvm_interposer.n_pages, UINT32_MAX, NULL, NULL);
     mvm_pview v = view();
-    while (room && mvm_pl.victims.n_cand) {
+    while (room && mvm_interposer.victims.n_cand) {
         uint32_t n_victims = 0;
-        while (n_victims < room && mvm_evict_pick(&mvm_pl.victims, &v, 0, &victims[n_victims]))
+        while (n_victims < room &&
+               mvm_evict_pick(&mvm_interposer.victims, &v, 0, &victims[n_victims]))
             n_victims++;
-        if (mvm_evict_many(mvm_pl.space, 0, victims, n_victims) != MVM_OK)
+        if (mvm_evict_many(mvm_interposer.space, 0, victims, n_victims) != MVM_OK)
             MVM_PL_LOG(MVM_LOG_WARN, "evicting %u pages: %s", n_victims, mvm_last_error());
         for (uint32_t k = 0; k < n_victims; k++) {
             uint32_t p = victims[k];
             mvm_page_state st = MVM_PAGE_RESIDENT;
-            mvm_page_get_state(mvm_pl.space, 0, p, 0, &st);
+            mvm_page_get_state(mvm_interposer.space, 0, p, 0, &st);
             if (st == MVM_PAGE_RESIDENT)
                 continue; /* still there: nothing lost, another victim makes the room */
-            mvm_pl.resident[p] = 0;
-            mvm_pl.pages_out++;
-            atomic_fetch_add_explicit(&mvm_pl.gen, 1, memory_order_relaxed);
+            mvm_interposer.resident[p] = 0;
+            mvm_interposer.pages_out++;
+            atomic_fetch_add_explicit(&mvm_interposer.gen, 1, memory_order_relaxed);
             room--;
         }
     }
@@ -215,9 +216,9 @@ static void load(const uint32_t *needed, uint32_t n)
     uint32_t *pages = malloc((size_t)n * sizeof *pages), n_moves = 0;
     for (uint32_t i = 0; moves && pages && i < n; i++) {
         uint32_t p = needed[i];
-        if (mvm_pl.resident[p])
+        if (mvm_interposer.resident[p])
             continue;
-        mvm_status st = mvm_make_resident_async(mvm_pl.space, 0, p, MVM_ALL_PAGES,
+        mvm_status st = mvm_make_resident_async(mvm_interposer.space, 0, p, MVM_ALL_PAGES,
                                                 &moves[n_moves]);
         if (st == MVM_ERR_NOSPACE)
             break; /* larger than the budget: the rest stays at home */
@@ -229,8 +230,8 @@ static void load(const uint32_t *needed, uint32_t n)
     }
     for (uint32_t i = 0; i < n_moves; i++) {
         if (mvm_move_wait(moves[i], -1) == MVM_OK) {
-            mvm_pl.resident[pages[i]] = 1;
-            mvm_pl.pages_in++;
+            mvm_interposer.resident[pages[i]] = 1;
+            mvm_interposer.pages_in++;
         } else {
             MVM_PL_LOG(MVM_LOG_WARN, "loading page %u failed: %s", pages[i], mvm_last_error());
         }
@@ -243,40 +244,41 @@ static void load(const uint32_t *needed, uint32_t n)
 void mvm_paging_serve(mvm_obj *const *objs, uint32_t n)
 {
     uint64_t t0 = now_ns();
-    uint32_t *needed = malloc((size_t)mvm_pl.n_pages * sizeof *needed), n_needed = 0, missing = 0;
+    uint32_t *needed = malloc((size_t)mvm_interposer.n_pages * sizeof *needed);
+    uint32_t n_needed = 0, missing = 0;
     if (!needed)
         return;
     for (uint32_t i = 0; i < n; i++) {
         uint32_t p, end;
         obj_pages(objs[i], &p, &end);
         for (; p < end; p++)
-            if (!mvm_pl.busy[p]) {
-                mvm_pl.busy[p] = 1;
+            if (!mvm_interposer.busy[p]) {
+                mvm_interposer.busy[p] = 1;
                 needed[n_needed++] = p;
-                missing += !mvm_pl.resident[p];
+                missing += !mvm_interposer.resident[p];
             }
     }
     mvm_stats s = {0};
     if (missing)
-        mvm_space_get_stats(mvm_pl.space, &s);
+        mvm_space_get_stats(mvm_interposer.space, &s);
     /* With no free chunk and every resident page one this launch needs, its objects exceed
      * the budget and already hold all of it: nothing can move, so no drain either (a graph
      * or kernel larger than the budget would otherwise stall the device at every launch). */
     bool stuck = missing && s.free_pages == 0 && s.resident_pages <= n_needed - missing;
     if (stuck)
-        mvm_pl.overflows++;
+        mvm_interposer.overflows++;
     if (missing && !stuck) {
         mvm_paging_drain();
         observe();
         if (missing > s.free_pages)
             make_room(missing - s.free_pages);
         load(needed, n_needed);
-        mvm_pl.misses++;
-        mvm_pl.wait_ns += now_ns() - t0;
+        mvm_interposer.misses++;
+        mvm_interposer.wait_ns += now_ns() - t0;
         MVM_PL_LOG(MVM_LOG_DEBUG, "miss: %u of %u pages loaded in %.3f ms", missing, n_needed,
                    (double)(now_ns() - t0) * 1e-6);
     }
     for (uint32_t i = 0; i < n_needed; i++)
-        mvm_pl.busy[needed[i]] = 0;
+        mvm_interposer.busy[needed[i]] = 0;
     free(needed);
 }

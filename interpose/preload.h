@@ -16,7 +16,7 @@
  *   devcopy.c  device-side copies and memsets: held off while a miss remaps pages
  *   report.c   call sites (libunwind), the MOEVM_REPORT JSON and the MOEVM_LOG summary
  *
- * Locking: `mvm_pl.lock` is a read-write lock. Launches, graph launches, and copies and
+ * Locking: `mvm_interposer.lock` is a read-write lock. Launches, graph launches, and copies and
  * memsets that touch managed memory hold it for reading while they are queued; anything
  * that changes residency or the allocation table holds it for writing, and drains the
  * device (cuCtxSynchronize) before it moves a page, so no queued kernel ever sees a page
@@ -260,7 +260,8 @@ typedef struct mvm_real {
  * such as cuLaunchKernel -> cuLaunchKernel_ptsz never touch a string). */
 #define MVM_HOOK_DECL(field, sym, ret, params)                                                \
     ret hk_##field params __asm__(sym) __attribute__((visibility("default")));
-#define MVM_GUARDED_DECL(field, sym, params, args, touches) MVM_HOOK_DECL(field, sym, CUresult, params)
+#define MVM_GUARDED_DECL(field, sym, params, args, touches)                                    \
+    MVM_HOOK_DECL(field, sym, CUresult, params)
 MVM_CU_HOOKS(MVM_HOOK_DECL)
 MVM_NVML_HOOKS(MVM_HOOK_DECL)
 MVM_CU_GUARDED(MVM_GUARDED_DECL)
@@ -276,7 +277,7 @@ int mvm_real_load_nvml(void);  /* the same for NVML, loaded by programs independ
 void *mvm_hook_for(void *fn);
 
 /* The calling thread is inside the interposer (or moevm under it): dlsym passes through. */
-extern _Thread_local int mvm_pl_guard;
+extern _Thread_local int mvm_in_interposer;
 
 /* ---- managed memory (heap.c) ------------------------------------------------------------- */
 
@@ -346,7 +347,7 @@ typedef struct mvm_preload {
     _Atomic uint64_t native_allocs, native_bytes, async_allocs, async_bytes, ipc_refused;
 } mvm_preload;
 
-extern mvm_preload mvm_pl;
+extern mvm_preload mvm_interposer;
 
 /* Launch counters, one block per thread: the launch path adds to its own block without a
  * locked instruction (one writer; relaxed atomics keep the exit-time reader race-free). */
@@ -365,13 +366,13 @@ static inline void mvm_count(_Atomic uint64_t *c)
 
 /* state.c: true once the options are read and valid (initialising on the first call after
  * a successful cuInit). */
-bool mvm_pl_on(void);
-void mvm_pl_init_after_cuinit(void);
+bool mvm_interposer_on(void);
+void mvm_interposer_init_after_cuinit(void);
 
 /* heap.c (write lock held unless noted) */
 /* p (an array of `elem`-byte items, *cap of them) grown to hold at least `need`, doubling:
  * the array to use from now on, or NULL (p and *cap unchanged) when out of memory. */
-void *mvm_pl_grow(void *p, uint32_t *cap, uint32_t need, size_t elem);
+void *mvm_grow_array(void *p, uint32_t *cap, uint32_t need, size_t elem);
 CUresult mvm_heap_alloc(uint64_t bytes, uint32_t site, CUdeviceptr *out);
 /* CUDA_ERROR_INVALID_VALUE when va is not the start of a managed allocation. */
 CUresult mvm_heap_free(uint64_t va);
@@ -386,7 +387,7 @@ mvm_obj *mvm_heap_object(mvm_alloc *a, uint64_t va);
 void mvm_heap_learn(mvm_alloc *a, uint64_t va, uint64_t len);
 static inline bool mvm_heap_contains(uint64_t va)
 {
-    return mvm_pl.space && va - mvm_pl.base < mvm_pl.capacity_bytes;
+    return mvm_interposer.space && va - mvm_interposer.base < mvm_interposer.capacity_bytes;
 }
 /* A side of a 2D/3D copy (or a graph's memcpy node) that is managed memory: device memory
  * or a unified address in the space. */
@@ -397,7 +398,7 @@ static inline bool mvm_copy_side_managed(CUmemorytype type, uint64_t va)
 }
 static inline uint32_t mvm_page_of(uint64_t va)
 {
-    return (uint32_t)((va - mvm_pl.base) / mvm_pl.page_size);
+    return (uint32_t)((va - mvm_interposer.base) / mvm_interposer.page_size);
 }
 
 /* slice.c (write lock held) */

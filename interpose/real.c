@@ -27,7 +27,7 @@
  * their shadow memory exists: those functions must not be instrumented. */
 #define MVM_EARLY __attribute__((no_sanitize("address", "undefined", "thread")))
 
-_Thread_local int mvm_pl_guard;
+_Thread_local int mvm_in_interposer;
 mvm_real mvm_real_fn;
 
 typedef void *(*dlsym_fn)(void *, const char *);
@@ -195,15 +195,15 @@ __attribute__((noinline)) static void *lookup_driver_name(void *handle, const ch
                                                           const void *caller)
 {
     void *p = handle == RTLD_NEXT ? next_after(caller, name) : real_dlsym(handle, name);
-    if (!p || mvm_pl_guard)
+    if (!p || mvm_in_interposer)
         return p;
-    mvm_pl_guard++;
+    mvm_in_interposer++;
     if (name[0] == 'n')
         mvm_real_load_nvml();
     else
         mvm_real_load();
     void *hook = from_driver(caller) ? NULL : mvm_hook_for(p);
-    mvm_pl_guard--;
+    mvm_in_interposer--;
     return hook ? hook : p;
 }
 
@@ -222,7 +222,7 @@ MVM_EARLY __attribute__((visibility("default"))) void *dlsym(void *handle, const
 
 static void route_result(CUresult r, void **pfn)
 {
-    if (r == CUDA_SUCCESS && pfn && *pfn && !mvm_pl_guard) {
+    if (r == CUDA_SUCCESS && pfn && *pfn && !mvm_in_interposer) {
         void *hook = mvm_hook_for(*pfn);
         if (hook)
             *pfn = hook;

@@ -74,11 +74,11 @@ void mvm_report_prime(void)
 static bool skipped(uintptr_t ip)
 {
     Dl_info info;
-    if (!mvm_pl.report_skip[0] || !dladdr((void *)(ip - 1), &info) || !info.dli_fname)
+    if (!mvm_interposer.report_skip[0] || !dladdr((void *)(ip - 1), &info) || !info.dli_fname)
         return false;
     const char *lib = strrchr(info.dli_fname, '/');
     lib = lib ? lib + 1 : info.dli_fname;
-    for (const char *p = mvm_pl.report_skip; *p;) {
+    for (const char *p = mvm_interposer.report_skip; *p;) {
         const size_t len = strcspn(p, ",");
         if (len && strncmp(lib, p, len) == 0)
             return true;
@@ -248,10 +248,11 @@ static void add_counts(totals *t, mvm_counts *c)
 static totals gather(void)
 {
     totals t = {0};
-    if (mvm_pl.space) {
+    if (mvm_interposer.space) {
         mvm_space_info info;
-        mvm_space_get_stats(mvm_pl.space, &t.st);
-        t.clean_evict = mvm_space_get_info(mvm_pl.space, &info) == MVM_OK && info.clean_evict;
+        mvm_space_get_stats(mvm_interposer.space, &t.st);
+        t.clean_evict =
+            mvm_space_get_info(mvm_interposer.space, &info) == MVM_OK && info.clean_evict;
     }
     pthread_mutex_lock(&counts_mu);
     for (mvm_counts *c = counts_all; c; c = c->next)
@@ -267,8 +268,8 @@ static totals gather(void)
 static cJSON *objects_json(void)
 {
     uint64_t extents = 0, sliced = 0, slices = 0, flat = 0;
-    for (uint32_t i = 0; i < mvm_pl.n_allocs; i++) {
-        const mvm_alloc *a = mvm_pl.allocs[i];
+    for (uint32_t i = 0; i < mvm_interposer.n_allocs; i++) {
+        const mvm_alloc *a = mvm_interposer.allocs[i];
         extents += a->n_ext;
         for (uint32_t k = 0; k < a->n_ext; k++) {
             sliced += a->ext[k].n_slices > 0;
@@ -289,53 +290,54 @@ static cJSON *report_json(const totals *t)
     cJSON *r = cJSON_CreateObject(), *o;
     cJSON_AddStringToObject(r, "moevm_preload", mvm_version());
     cJSON_AddItemToObject(r, "options", o = cJSON_CreateObject());
-    add_num(o, "min_bytes", (double)mvm_pl.min_bytes);
-    add_num(o, "oversubscribe_bytes", (double)mvm_pl.oversub_bytes);
-    cJSON_AddStringToObject(o, "evict", mvm_pl.evict_name);
-    cJSON_AddBoolToObject(o, "clean_evict", mvm_pl.clean_evict);
-    cJSON_AddBoolToObject(o, "slices", mvm_pl.slices);
+    add_num(o, "min_bytes", (double)mvm_interposer.min_bytes);
+    add_num(o, "oversubscribe_bytes", (double)mvm_interposer.oversub_bytes);
+    cJSON_AddStringToObject(o, "evict", mvm_interposer.evict_name);
+    cJSON_AddBoolToObject(o, "clean_evict", mvm_interposer.clean_evict);
+    cJSON_AddBoolToObject(o, "slices", mvm_interposer.slices);
     cJSON_AddItemToObject(r, "space", o = cJSON_CreateObject());
-    add_num(o, "device", mvm_pl.space ? mvm_pl.device : -1);
-    add_num(o, "page_size", (double)mvm_pl.page_size);
-    add_num(o, "capacity_bytes", (double)mvm_pl.capacity_bytes);
-    add_num(o, "device_budget_bytes", (double)mvm_pl.device_pages * (double)mvm_pl.page_size);
-    add_num(o, "resident_bytes", (double)t->st.resident_pages * (double)mvm_pl.page_size);
+    add_num(o, "device", mvm_interposer.space ? mvm_interposer.device : -1);
+    add_num(o, "page_size", (double)mvm_interposer.page_size);
+    add_num(o, "capacity_bytes", (double)mvm_interposer.capacity_bytes);
+    add_num(o, "device_budget_bytes",
+            (double)mvm_interposer.device_pages * (double)mvm_interposer.page_size);
+    add_num(o, "resident_bytes", (double)t->st.resident_pages * (double)mvm_interposer.page_size);
     cJSON_AddBoolToObject(o, "clean_evict", t->clean_evict);
     cJSON_AddItemToObject(r, "allocations", sites_json());
     cJSON_AddItemToObject(r, "managed", o = cJSON_CreateObject());
-    add_num(o, "count", (double)mvm_pl.managed_allocs);
-    add_num(o, "bytes", (double)mvm_pl.managed_bytes);
-    add_num(o, "peak_bytes", (double)mvm_pl.peak_managed_bytes);
-    add_num(o, "live_bytes", (double)mvm_pl.alloc_pages * (double)mvm_pl.page_size);
+    add_num(o, "count", (double)mvm_interposer.managed_allocs);
+    add_num(o, "bytes", (double)mvm_interposer.managed_bytes);
+    add_num(o, "peak_bytes", (double)mvm_interposer.peak_managed_bytes);
+    add_num(o, "live_bytes", (double)mvm_interposer.alloc_pages * (double)mvm_interposer.page_size);
     cJSON_AddItemToObject(r, "objects", objects_json());
     cJSON_AddItemToObject(r, "native", o = cJSON_CreateObject());
-    add_num(o, "count", (double)atomic_load(&mvm_pl.native_allocs));
-    add_num(o, "bytes", (double)atomic_load(&mvm_pl.native_bytes));
-    add_num(o, "async_count", (double)atomic_load(&mvm_pl.async_allocs));
-    add_num(o, "async_bytes", (double)atomic_load(&mvm_pl.async_bytes));
-    add_num(o, "ipc_refused", (double)atomic_load(&mvm_pl.ipc_refused));
+    add_num(o, "count", (double)atomic_load(&mvm_interposer.native_allocs));
+    add_num(o, "bytes", (double)atomic_load(&mvm_interposer.native_bytes));
+    add_num(o, "async_count", (double)atomic_load(&mvm_interposer.async_allocs));
+    add_num(o, "async_bytes", (double)atomic_load(&mvm_interposer.async_bytes));
+    add_num(o, "ipc_refused", (double)atomic_load(&mvm_interposer.ipc_refused));
     cJSON_AddItemToObject(r, "launches", o = cJSON_CreateObject());
     add_num(o, "total", (double)t->launches);
     add_num(o, "managed", (double)t->managed);
     add_num(o, "hits", (double)t->hits);
     add_num(o, "hit_rate", t->hit_rate);
     add_num(o, "graphs", (double)t->graph_launches);
-    add_num(o, "graphs_scanned", (double)atomic_load(&mvm_pl.graphs_scanned));
-    add_num(o, "graph_kernel_nodes", (double)atomic_load(&mvm_pl.graph_kernel_nodes));
-    add_num(o, "graph_copy_nodes", (double)atomic_load(&mvm_pl.graph_copy_nodes));
+    add_num(o, "graphs_scanned", (double)atomic_load(&mvm_interposer.graphs_scanned));
+    add_num(o, "graph_kernel_nodes", (double)atomic_load(&mvm_interposer.graph_kernel_nodes));
+    add_num(o, "graph_copy_nodes", (double)atomic_load(&mvm_interposer.graph_copy_nodes));
     add_num(o, "deferred", (double)t->deferred);
     add_num(r, "managed_copies", (double)t->copies);
     cJSON_AddItemToObject(r, "moves", o = cJSON_CreateObject());
-    add_num(o, "misses", (double)mvm_pl.misses);
-    add_num(o, "overflows", (double)mvm_pl.overflows);
-    add_num(o, "pages_in", (double)mvm_pl.pages_in);
+    add_num(o, "misses", (double)mvm_interposer.misses);
+    add_num(o, "overflows", (double)mvm_interposer.overflows);
+    add_num(o, "pages_in", (double)mvm_interposer.pages_in);
     add_num(o, "bytes_in", (double)t->st.bytes_moved);
-    add_num(o, "pages_out", (double)mvm_pl.pages_out);
+    add_num(o, "pages_out", (double)mvm_interposer.pages_out);
     add_num(o, "pages_discarded", (double)t->st.pages_discarded);
     add_num(o, "bytes_written_back", (double)t->st.bytes_written_back);
     add_num(o, "pages_clean", (double)t->st.pages_clean);
-    add_num(o, "drains", (double)mvm_pl.drains);
-    add_num(r, "wait_ns", (double)mvm_pl.wait_ns);
+    add_num(o, "drains", (double)mvm_interposer.drains);
+    add_num(r, "wait_ns", (double)mvm_interposer.wait_ns);
     return r;
 }
 
@@ -344,13 +346,13 @@ static void write_report(const totals *t)
     cJSON *r = report_json(t);
     char *text = r ? cJSON_Print(r) : NULL;
     cJSON_Delete(r);
-    char tmp[sizeof mvm_pl.report_path + 8];
-    snprintf(tmp, sizeof tmp, "%s.tmp", mvm_pl.report_path);
+    char tmp[sizeof mvm_interposer.report_path + 8];
+    snprintf(tmp, sizeof tmp, "%s.tmp", mvm_interposer.report_path);
     FILE *f = text ? fopen(tmp, "w") : NULL;
     bool ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
     ok = f && fclose(f) == 0 && ok;
-    if (!ok || rename(tmp, mvm_pl.report_path) != 0) {
-        fprintf(stderr, "moevm: preload: cannot write the report %s\n", mvm_pl.report_path);
+    if (!ok || rename(tmp, mvm_interposer.report_path) != 0) {
+        fprintf(stderr, "moevm: preload: cannot write the report %s\n", mvm_interposer.report_path);
         remove(tmp);
     }
     free(text);
@@ -358,21 +360,21 @@ static void write_report(const totals *t)
 
 void mvm_report_at_exit(void)
 {
-    if (!mvm_pl_on())
+    if (!mvm_interposer_on())
         return;
-    pthread_rwlock_rdlock(&mvm_pl.lock);
+    pthread_rwlock_rdlock(&mvm_interposer.lock);
     totals t = gather();
-    if (mvm_pl.report_path[0])
+    if (mvm_interposer.report_path[0])
         write_report(&t);
     MVM_PL_LOG(MVM_LOG_INFO, "%llu managed allocations (%.1f MiB peak, %.1f MiB on the "
                "device), %llu launches, %llu on managed memory, hit rate %.1f%%, %.1f MiB "
                "moved in, %.1f MiB written back (%llu unchanged pages skipped), %.1f ms waited",
-               (unsigned long long)mvm_pl.managed_allocs,
-               (double)mvm_pl.peak_managed_bytes / 1048576.0,
-               (double)mvm_pl.device_pages * (double)mvm_pl.page_size / 1048576.0,
+               (unsigned long long)mvm_interposer.managed_allocs,
+               (double)mvm_interposer.peak_managed_bytes / 1048576.0,
+               (double)mvm_interposer.device_pages * (double)mvm_interposer.page_size / 1048576.0,
                (unsigned long long)t.launches, (unsigned long long)t.managed,
                100.0 * t.hit_rate, (double)t.st.bytes_moved / 1048576.0,
                (double)t.st.bytes_written_back / 1048576.0,
-               (unsigned long long)t.st.pages_clean, (double)mvm_pl.wait_ns * 1e-6);
-    pthread_rwlock_unlock(&mvm_pl.lock);
+               (unsigned long long)t.st.pages_clean, (double)mvm_interposer.wait_ns * 1e-6);
+    pthread_rwlock_unlock(&mvm_interposer.lock);
 }

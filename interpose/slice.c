@@ -66,7 +66,7 @@ static void cut(mvm_obj *o, uint64_t stride)
     o->slice = s;
     o->n_slices = n;
     o->stride = stride;
-    mvm_pl.layout++;
+    mvm_interposer.layout++;
     MVM_PL_LOG(MVM_LOG_DEBUG, "extent 0x%llx (%.1f MiB) cut into %u slices of %.1f MiB",
                (unsigned long long)o->va, (double)o->len / 1048576.0, n,
                (double)stride / 1048576.0);
@@ -80,7 +80,7 @@ void mvm_slice_learn(mvm_obj *o, uint64_t va)
     uint64_t stride = gcd(o->stride ? o->stride : o->len, off);
     if (stride == o->stride)
         return;
-    if (stride >= mvm_pl.page_size) {
+    if (stride >= mvm_interposer.page_size) {
         cut(o, stride);
         return;
     }
@@ -90,7 +90,7 @@ void mvm_slice_learn(mvm_obj *o, uint64_t va)
             u += atomic_load_explicit(&o->slice[i].uses, memory_order_relaxed);
         atomic_fetch_add_explicit(&o->uses, u, memory_order_relaxed);
         mvm_slice_drop(o);
-        mvm_pl.layout++;
+        mvm_interposer.layout++;
     }
     o->flat = true;
     MVM_PL_LOG(MVM_LOG_DEBUG, "extent 0x%llx (%.1f MiB) stays whole: a launch pointed at "

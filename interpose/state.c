@@ -17,34 +17,34 @@
 #include "vmm/error.h"
 #include "vmm/options.h"
 
-mvm_preload mvm_pl = {.lock = PTHREAD_RWLOCK_INITIALIZER};
+mvm_preload mvm_interposer = {.lock = PTHREAD_RWLOCK_INITIALIZER};
 
 static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;
 static bool init_done;
 static atomic_bool on;
 
-bool mvm_pl_on(void)
+bool mvm_interposer_on(void)
 {
     return atomic_load_explicit(&on, memory_order_acquire);
 }
 
 static void fork_prepare(void)
 {
-    pthread_rwlock_wrlock(&mvm_pl.lock);
+    pthread_rwlock_wrlock(&mvm_interposer.lock);
 }
 
 static void fork_parent(void)
 {
-    pthread_rwlock_unlock(&mvm_pl.lock);
+    pthread_rwlock_unlock(&mvm_interposer.lock);
 }
 
 static void fork_child(void)
 {
     atomic_store(&on, false);
-    atomic_store(&mvm_pl.captures, 0);
-    pthread_rwlock_init(&mvm_pl.lock, NULL);
-    mvm_pl.space = NULL;
-    mvm_pl.n_allocs = 0;
+    atomic_store(&mvm_interposer.captures, 0);
+    pthread_rwlock_init(&mvm_interposer.lock, NULL);
+    mvm_interposer.space = NULL;
+    mvm_interposer.n_allocs = 0;
 }
 
 static bool copy_string(char *dst, size_t cap, const char *src, const char *what)
@@ -87,35 +87,36 @@ static bool read_options(void)
                 "the program runs unmanaged\n", ev.s, names);
         return false;
     }
-    if (!copy_string(mvm_pl.evict_name, sizeof mvm_pl.evict_name, ev.s, "MOEVM_EVICT") ||
-        !copy_string(mvm_pl.evict_args, sizeof mvm_pl.evict_args, args.s, "MOEVM_EVICT_ARGS") ||
-        !copy_string(mvm_pl.report_path, sizeof mvm_pl.report_path, report.s, "MOEVM_REPORT") ||
-        !copy_string(mvm_pl.report_skip, sizeof mvm_pl.report_skip,
+    mvm_preload *p = &mvm_interposer;
+    if (!copy_string(p->evict_name, sizeof p->evict_name, ev.s, "MOEVM_EVICT") ||
+        !copy_string(p->evict_args, sizeof p->evict_args, args.s, "MOEVM_EVICT_ARGS") ||
+        !copy_string(p->report_path, sizeof p->report_path, report.s, "MOEVM_REPORT") ||
+        !copy_string(p->report_skip, sizeof p->report_skip,
                      strcmp(skip.s, "none") == 0 ? "" : skip.s, "MOEVM_REPORT_SKIP"))
         return false;
-    mvm_pl.min_bytes = min.i > 0 ? (uint64_t)min.i : 1;
-    mvm_pl.budget_bytes = budget.i == (int64_t)MVM_BUDGET_AUTO ? 0 : (uint64_t)budget.i;
-    mvm_pl.budget_frac = budget.frac;
-    mvm_pl.oversub_bytes = (uint64_t)over.i;
-    mvm_pl.clean_evict = clean.i == 1; /* "off|on" */
-    mvm_pl.slices = slices.i == 1;
-    mvm_pl.page_size = page.i ? (uint64_t)page.i : 2u << 20;
+    mvm_interposer.min_bytes = min.i > 0 ? (uint64_t)min.i : 1;
+    mvm_interposer.budget_bytes = budget.i == (int64_t)MVM_BUDGET_AUTO ? 0 : (uint64_t)budget.i;
+    mvm_interposer.budget_frac = budget.frac;
+    mvm_interposer.oversub_bytes = (uint64_t)over.i;
+    mvm_interposer.clean_evict = clean.i == 1; /* "off|on" */
+    mvm_interposer.slices = slices.i == 1;
+    mvm_interposer.page_size = page.i ? (uint64_t)page.i : 2u << 20;
     return true;
 }
 
-void mvm_pl_init_after_cuinit(void)
+void mvm_interposer_init_after_cuinit(void)
 {
     pthread_mutex_lock(&init_mu);
     if (!init_done) {
         init_done = true;
-        mvm_pl_guard++;
+        mvm_in_interposer++;
         if (read_options()) {
             pthread_atfork(fork_prepare, fork_parent, fork_child);
             mvm_report_prime();
             atexit(mvm_report_at_exit);
             atomic_store_explicit(&on, true, memory_order_release);
         }
-        mvm_pl_guard--;
+        mvm_in_interposer--;
     }
     pthread_mutex_unlock(&init_mu);
 }
@@ -126,6 +127,6 @@ CUresult hk_cuInit(unsigned int flags)
         return CUDA_ERROR_NOT_INITIALIZED;
     CUresult r = mvm_real_fn.cuInit(flags);
     if (r == CUDA_SUCCESS)
-        mvm_pl_init_after_cuinit();
+        mvm_interposer_init_after_cuinit();
     return r;
 }

@@ -100,7 +100,7 @@ static mvm_status time_pool(void *ctx, uint32_t rep, double *seconds)
 struct cpu_run {
     mvm_model *m;
     mvm_moe *step;
-    mvm_xcpu *x;
+    mvm_cpu_experts *x;
     float *xn;          /* [max_tokens][n_embd] random inputs */
     uint32_t n, next;   /* tokens of this point; the next (layer, expert) in rotation */
 };
@@ -122,7 +122,7 @@ static mvm_status time_expert(void *ctx, uint32_t rep, double *seconds)
         return mvm_fail(MVM_ERR_UNSUPPORTED, "calibration: %s's router did not send every "
                         "token to the expert with the highest logit", c->m->arch->name);
     double t0 = mvm_now_s();
-    mvm_xcpu_run(c->x, c->step, c->xn, c->n, &e, 1, 1);
+    mvm_cpu_experts_run(c->x, c->step, c->xn, c->n, &e, 1, 1);
     *seconds = mvm_now_s() - t0;
     return MVM_OK;
 }
@@ -212,7 +212,7 @@ mvm_status mvm_calib_cpu_experts(mvm_model *m, mvm_pool *pool, uint32_t max_toke
     mvm_ctx_policies pol = plain_policies(mvm_machine_preset("h100"));
     mvm_status st = mvm_moe_create(m, max_tokens, &pol, 0, 1, &c.step);
     if (st == MVM_OK)
-        st = mvm_xcpu_create(m, pool, max_tokens, &c.x);
+        st = mvm_cpu_experts_create(m, pool, max_tokens, &c.x);
     if (st == MVM_OK)
         st = random_inputs((size_t)max_tokens * hp->n_embd, &c.xn);
     if (st == MVM_OK)
@@ -220,7 +220,7 @@ mvm_status mvm_calib_cpu_experts(mvm_model *m, mvm_pool *pool, uint32_t max_toke
     if (st == MVM_OK)
         st = sweep(time_expert, &c, &c.n, max_tokens, seconds_per_point, "CPU", out);
     free(c.xn);
-    mvm_xcpu_free(c.x);
+    mvm_cpu_experts_free(c.x);
     mvm_moe_free(c.step);
     return st;
 }

@@ -603,8 +603,8 @@ void mvm_dist_get_stats(const mvm_dist *d, mvm_dist_stats *out)
 
 struct server {
     mvm_dist *d;
-    mvm_xcpu *xcpu;
-    mvm_moe s;                  /* only the rows: what mvm_xcpu reads */
+    mvm_cpu_experts *xcpu;
+    mvm_moe s;                  /* only the rows: what mvm_cpu_experts reads */
     int32_t *experts;
     float *out;
     uint8_t *reply;
@@ -652,9 +652,9 @@ static mvm_status compute(struct server *v, const uint8_t *msg, size_t len, uint
     }
     const float *hidden = (const float *)(rows + 8 * (size_t)total);
     v->s.step.layer = layer;
-    mvm_xcpu_run(v->xcpu, &v->s, hidden, n, v->experts, n_exp, 1);
+    mvm_cpu_experts_run(v->xcpu, &v->s, hidden, n, v->experts, n_exp, 1);
     memset(v->out, 0, (size_t)n * d->D * sizeof *v->out);
-    mvm_xcpu_add(v->xcpu, &v->s, v->out, n);
+    mvm_cpu_experts_add(v->xcpu, &v->s, v->out, n);
     *n_tok = n;
     return MVM_OK;
 }
@@ -676,7 +676,7 @@ static mvm_status serve_alloc(struct server *v)
 
 static void serve_free(struct server *v)
 {
-    mvm_xcpu_free(v->xcpu);
+    mvm_cpu_experts_free(v->xcpu);
     void *a[] = {v->s.cnt, v->s.off, v->s.row_tok, v->s.row_w, v->experts, v->reply};
     for (size_t i = 0; i < sizeof a / sizeof *a; i++)
         free(a[i]);
@@ -687,7 +687,7 @@ mvm_status mvm_dist_serve(mvm_dist *d, mvm_model *m, mvm_pool *pool, uint32_t n_
     struct server v = {.d = d, .n_batch = n_batch, .K = m->hp.n_expert_used};
     mvm_status st = serve_alloc(&v);
     if (st == MVM_OK)
-        st = mvm_xcpu_create(m, pool, n_batch, &v.xcpu);
+        st = mvm_cpu_experts_create(m, pool, n_batch, &v.xcpu);
     uint8_t *msg = NULL;
     size_t cap = 0;
     for (int stop = 0; st == MVM_OK && !stop;) {

@@ -8,7 +8,7 @@
 #include "engine/model/model.h"
 #include "vmm/error.h"
 
-struct mvm_xcpu {
+struct mvm_cpu_experts {
     const mvm_model *m;
     mvm_pool *pool;
     int nth;
@@ -29,12 +29,12 @@ struct mvm_xcpu {
     int from_home;
 };
 
-mvm_status mvm_xcpu_create(const mvm_model *m, mvm_pool *pool, uint32_t n_batch,
-                           mvm_xcpu **out)
+mvm_status mvm_cpu_experts_create(const mvm_model *m, mvm_pool *pool, uint32_t n_batch,
+                           mvm_cpu_experts **out)
 {
     const mvm_hparams *hp = &m->hp;
     *out = NULL;
-    mvm_xcpu *x = calloc(1, sizeof *x);
+    mvm_cpu_experts *x = calloc(1, sizeof *x);
     if (!x)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the CPU experts' scratch");
     x->m = m;
@@ -53,7 +53,7 @@ mvm_status mvm_xcpu_create(const mvm_model *m, mvm_pool *pool, uint32_t n_batch,
     x->tout = mvm_buf64((size_t)x->nth * rows * hp->n_embd * sizeof(float), &ok);
     x->tstamp = calloc((size_t)x->nth * rows, sizeof *x->tstamp);
     if (!ok || !x->tstamp) {
-        mvm_xcpu_free(x);
+        mvm_cpu_experts_free(x);
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the CPU experts' scratch (%.1f MiB)",
                         (double)x->nth * (double)rows * hp->n_embd * 4 / 1048576.0);
     }
@@ -61,7 +61,7 @@ mvm_status mvm_xcpu_create(const mvm_model *m, mvm_pool *pool, uint32_t n_batch,
     return MVM_OK;
 }
 
-void mvm_xcpu_free(mvm_xcpu *x)
+void mvm_cpu_experts_free(mvm_cpu_experts *x)
 {
     if (!x)
         return;
@@ -75,7 +75,7 @@ void mvm_xcpu_free(mvm_xcpu *x)
 /* The rows' inputs in the experts' format, and the work units: each expert's groups in
  * equal ranges, about 8 units per thread in all, interleaved over threads so that experts
  * with many tokens spread over all. */
-static void dispatch(mvm_xcpu *x, const float *xn, uint32_t n)
+static void dispatch(mvm_cpu_experts *x, const float *xn, uint32_t n)
 {
     const mvm_moe *s = x->s;
     const mvm_hparams *hp = &x->m->hp;
@@ -96,7 +96,7 @@ static void dispatch(mvm_xcpu *x, const float *xn, uint32_t n)
 
 static void experts_run(void *p, int t, int nth)
 {
-    mvm_xcpu *x = p;
+    mvm_cpu_experts *x = p;
     const mvm_hparams *hp = &x->m->hp;
     size_t rows = (size_t)x->n_batch * hp->n_expert_used;
     float *tout = x->tout + (size_t)t * rows * hp->n_embd;
@@ -131,7 +131,7 @@ static void experts_run(void *p, int t, int nth)
     }
 }
 
-void mvm_xcpu_run(mvm_xcpu *x, const mvm_moe *s, const float *xn, uint32_t n,
+void mvm_cpu_experts_run(mvm_cpu_experts *x, const mvm_moe *s, const float *xn, uint32_t n,
                   const int32_t *experts, uint32_t n_experts, int from_home)
 {
     x->s = s;
@@ -149,7 +149,7 @@ void mvm_xcpu_run(mvm_xcpu *x, const mvm_moe *s, const float *xn, uint32_t n,
 }
 
 /* The partials of row r, added into out[0..n_embd) over columns [d0, d1). */
-static void add_row(const mvm_xcpu *x, uint32_t r, float *out, size_t d0, size_t d1)
+static void add_row(const mvm_cpu_experts *x, uint32_t r, float *out, size_t d0, size_t d1)
 {
     size_t rows = (size_t)x->n_batch * x->m->hp.n_expert_used, D = x->m->hp.n_embd;
     for (int t = 0; t < x->nth; t++) {
@@ -162,7 +162,7 @@ static void add_row(const mvm_xcpu *x, uint32_t r, float *out, size_t d0, size_t
 }
 
 struct add_job {
-    mvm_xcpu *x;
+    mvm_cpu_experts *x;
     float *xs;
     uint32_t n;
 };
@@ -178,14 +178,14 @@ static void add_run(void *p, int t, int nth)
         add_row(j->x, r, j->xs + (size_t)j->x->s->row_tok[r] * hp->n_embd, d0, d1);
 }
 
-void mvm_xcpu_add(mvm_xcpu *x, const mvm_moe *s, float *xs, uint32_t n)
+void mvm_cpu_experts_add(mvm_cpu_experts *x, const mvm_moe *s, float *xs, uint32_t n)
 {
     x->s = s;
     struct add_job j = {x, xs, n};
     mvm_pool_run(x->pool, add_run, &j);
 }
 
-void mvm_xcpu_rows(mvm_xcpu *x, const mvm_moe *s, uint32_t e, float *rows)
+void mvm_cpu_experts_rows(mvm_cpu_experts *x, const mvm_moe *s, uint32_t e, float *rows)
 {
     size_t D = x->m->hp.n_embd;
     for (uint32_t r = s->off[e]; r < s->off[e] + s->cnt[e]; r++) {

@@ -85,7 +85,7 @@ mvm_status mvm_ctx_device_bytes(mvm_model *m, uint32_t n_ctx, uint32_t n_batch,
         st = mvm_kv_layout_make(m, n_ctx, n_batch, kv, &layout);
     if (st != MVM_OK)
         return st;
-    st = mvm_cf_context_bytes(m, n_ctx, n_batch, &layout, weights, rest);
+    st = mvm_cuda_fwd_context_bytes(m, n_ctx, n_batch, &layout, weights, rest);
     mvm_kv_layout_free(&layout);
     return st;
 #else

@@ -40,7 +40,7 @@ struct cpu_fwd {
     size_t act_stride;
     float *sh1, *sh3, *shg;     /* shared expert: [n_batch][n_ff_shexp] x2, [n_batch] */
     float *scratch;             /* [nth][MVM_ATTN_HEADS x n_ctx] attention scores */
-    mvm_xcpu *experts;          /* the routed experts' threads */
+    mvm_cpu_experts *experts;          /* the routed experts' threads */
 };
 
 static mvm_status cpu_create(mvm_ctx *ctx, void **state)
@@ -101,7 +101,7 @@ static mvm_status cpu_create(mvm_ctx *ctx, void **state)
     if (!ok)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for a context of %u positions (KV cache "
                         "%.1f MiB)", c->n_ctx, (double)c->kv->bytes / 1048576.0);
-    return mvm_xcpu_create(c->m, c->pool, c->n_batch, &c->experts);
+    return mvm_cpu_experts_create(c->m, c->pool, c->n_batch, &c->experts);
 }
 
 static void cpu_destroy(void *state)
@@ -112,14 +112,15 @@ static void cpu_destroy(void *state)
                     c->hact};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
-    mvm_xcpu_free(c->experts);
+    mvm_cpu_experts_free(c->experts);
     free(c);
 }
 
 /* ---- matrix products ------------------------------------------------------------------- */
 
 /* src rows (n of `cols` floats, stride `cols`) -> c->act in w's activation format. */
-static void prepare(struct cpu_fwd *c, enum mvm_wtype t, const float *src, uint32_t n, uint32_t cols)
+static void prepare(struct cpu_fwd *c, enum mvm_wtype t, const float *src, uint32_t n,
+                    uint32_t cols)
 {
     for (uint32_t i = 0; i < n; i++)
         mvm_k_prepare_act(t, src + (size_t)i * cols, c->act + i * c->act_stride, cols);
@@ -408,9 +409,9 @@ static mvm_status moe(struct cpu_fwd *c, uint32_t il, uint32_t n, uint32_t pos0)
         st = e->send(e->self, c->moe, c->xn, n);
     /* At home, the home's own view: the expert address maps the same pages a second time,
      * whose first reads would fault them in again (and count them twice in the RSS). */
-    mvm_xcpu_run(c->experts, c->moe, c->xn, n, c->moe->active, c->moe->n_active,
+    mvm_cpu_experts_run(c->experts, c->moe, c->xn, n, c->moe->active, c->moe->n_active,
                  c->m->experts_at_home);
-    mvm_xcpu_add(c->experts, c->moe, c->x, n);
+    mvm_cpu_experts_add(c->experts, c->moe, c->x, n);
     if (e && st == MVM_OK)
         st = e->gather(e->self, c->moe, c->x, n);
     mvm_status end = mvm_moe_end(c->moe);

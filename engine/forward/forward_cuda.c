@@ -39,7 +39,7 @@
 
 /* ---- device memory --------------------------------------------------------------------- */
 
-mvm_status mvm_cf_alloc(struct cuda_fwd *f, size_t bytes, mvm_dptr *out)
+mvm_status mvm_cuda_fwd_alloc(struct cuda_fwd *f, size_t bytes, mvm_dptr *out)
 {
     if (f->sizing) { /* cuMemAlloc hands out 256-byte aligned blocks */
         f->need += (bytes + 255) & ~(uint64_t)255;
@@ -59,24 +59,24 @@ mvm_status mvm_cf_alloc(struct cuda_fwd *f, size_t bytes, mvm_dptr *out)
     return MVM_OK;
 }
 
-mvm_status mvm_cf_copy(struct cuda_fwd *f, const void *src, size_t bytes, mvm_dptr *out)
+mvm_status mvm_cuda_fwd_copy(struct cuda_fwd *f, const void *src, size_t bytes, mvm_dptr *out)
 {
     *out = 0;
     if (!src)
         return MVM_OK;
     const uint64_t before = f->need;
-    TRY(mvm_cf_alloc(f, bytes, out));
+    TRY(mvm_cuda_fwd_alloc(f, bytes, out));
     f->need_weights += f->need - before; /* a sizing pass's count; 0 otherwise */
     return f->sizing ? MVM_OK : mvm_gpu_upload(f->g, *out, src, bytes);
 }
 
-mvm_status mvm_cf_weight(struct cuda_fwd *f, const mvm_weight *w, struct dweight *out)
+mvm_status mvm_cuda_fwd_weight(struct cuda_fwd *f, const mvm_weight *w, struct dev_weight *out)
 {
-    *out = (struct dweight){0, (int)w->type, w->rows, w->cols, w->row_bytes};
-    return mvm_cf_copy(f, w->data, (size_t)w->rows * w->row_bytes, &out->p);
+    *out = (struct dev_weight){0, (int)w->type, w->rows, w->cols, w->row_bytes};
+    return mvm_cuda_fwd_copy(f, w->data, (size_t)w->rows * w->row_bytes, &out->p);
 }
 
-uint64_t mvm_cf_act_bytes(uint32_t n)
+uint64_t mvm_cuda_fwd_act_bytes(uint32_t n)
 {
     /* Q8_K's blocks are the largest (292 bytes per 256) */
     return (mvm_k_act_bytes(MVM_W_Q2_K, (n + MVM_QK_K - 1) / MVM_QK_K * MVM_QK_K) + 15) &
@@ -85,25 +85,25 @@ uint64_t mvm_cf_act_bytes(uint32_t n)
 
 /* Block L to the device: its attention, the norm before its FFN, and its FFN: the router
  * and shared expert of a MoE block (its experts are in the space), or a dense block's. */
-static mvm_status upload_block(struct cuda_fwd *f, const mvm_layer *L, struct dlayer *d)
+static mvm_status upload_block(struct cuda_fwd *f, const mvm_layer *L, struct dev_block *d)
 {
     const mvm_hparams *hp = &f->m->hp;
     size_t D = hp->n_embd * sizeof(float);
-    TRY(mvm_cf_upload_attention(f, L, d));
-    TRY(mvm_cf_copy(f, L->ffn_norm, D, &d->ffn_norm));
-    TRY(mvm_cf_weight(f, &L->ffn_w1, &d->ffn_w1));
-    TRY(mvm_cf_weight(f, &L->ffn_w3, &d->ffn_w3));
-    TRY(mvm_cf_weight(f, &L->ffn_w2, &d->ffn_w2));
-    TRY(mvm_cf_weight(f, &L->router, &d->router));
-    TRY(mvm_cf_copy(f, L->router_bias, hp->n_expert * sizeof(float), &d->router_bias));
-    TRY(mvm_cf_copy(f, L->down_bias, (size_t)hp->n_expert * D, &d->down_bias));
+    TRY(mvm_cuda_fwd_upload_attention(f, L, d));
+    TRY(mvm_cuda_fwd_copy(f, L->ffn_norm, D, &d->ffn_norm));
+    TRY(mvm_cuda_fwd_weight(f, &L->ffn_w1, &d->ffn_w1));
+    TRY(mvm_cuda_fwd_weight(f, &L->ffn_w3, &d->ffn_w3));
+    TRY(mvm_cuda_fwd_weight(f, &L->ffn_w2, &d->ffn_w2));
+    TRY(mvm_cuda_fwd_weight(f, &L->router, &d->router));
+    TRY(mvm_cuda_fwd_copy(f, L->router_bias, hp->n_expert * sizeof(float), &d->router_bias));
+    TRY(mvm_cuda_fwd_copy(f, L->down_bias, (size_t)hp->n_expert * D, &d->down_bias));
     if (L->shexp_gate) {
         mvm_weight gate = {MVM_W_F32, L->shexp_gate, 1, hp->n_embd, D};
-        TRY(mvm_cf_weight(f, &gate, &d->shexp_gate));
+        TRY(mvm_cuda_fwd_weight(f, &gate, &d->shexp_gate));
     }
-    TRY(mvm_cf_weight(f, &L->shexp_w1, &d->shexp_w1));
-    TRY(mvm_cf_weight(f, &L->shexp_w3, &d->shexp_w3));
-    return mvm_cf_weight(f, &L->shexp_w2, &d->shexp_w2);
+    TRY(mvm_cuda_fwd_weight(f, &L->shexp_w1, &d->shexp_w1));
+    TRY(mvm_cuda_fwd_weight(f, &L->shexp_w3, &d->shexp_w3));
+    return mvm_cuda_fwd_weight(f, &L->shexp_w2, &d->shexp_w2);
 }
 
 static mvm_status alloc_scratch(struct cuda_fwd *f)
@@ -115,7 +115,7 @@ static mvm_status alloc_scratch(struct cuda_fwd *f)
     uint32_t wide[] = {f->q_dim, F, hp->q_lora, hp->n_head * hp->v_dim};
     for (size_t i = 0; i < sizeof wide / sizeof *wide; i++)
         widest = wide[i] > widest ? wide[i] : widest;
-    f->act_stride = mvm_cf_act_bytes(widest); /* a row of inputs in any format */
+    f->act_stride = mvm_cuda_fwd_act_bytes(widest); /* a row of inputs in any format */
     /* an expert row's intermediate activations in its down matrix's format */
     f->h_stride = 0;
     for (uint32_t il = 0; il < hp->n_layer; il++) {
@@ -123,25 +123,25 @@ static mvm_status alloc_scratch(struct cuda_fwd *f)
         f->h_stride = h > f->h_stride ? h : f->h_stride;
     }
     f->h_stride = (f->h_stride + 15) & ~(uint64_t)15;
-    TRY(mvm_cf_alloc_attention(f));
+    TRY(mvm_cuda_fwd_alloc_attention(f));
     mvm_dptr *rows[] = {&f->x, &f->xn, &f->tmp};
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
-        TRY(mvm_cf_alloc(f, B * D * 4, rows[i]));
-    TRY(mvm_cf_alloc(f, B * E * 4, &f->probs));
-    TRY(mvm_cf_alloc(f, B * hp->n_vocab * 4, &f->logits));
-    TRY(mvm_cf_alloc(f, B * f->act_stride, &f->act));
-    TRY(mvm_cf_alloc(f, BK * f->h_stride, &f->h));
-    TRY(mvm_cf_alloc(f, BK * D * 4, &f->out));
+        TRY(mvm_cuda_fwd_alloc(f, B * D * 4, rows[i]));
+    TRY(mvm_cuda_fwd_alloc(f, B * E * 4, &f->probs));
+    TRY(mvm_cuda_fwd_alloc(f, B * hp->n_vocab * 4, &f->logits));
+    TRY(mvm_cuda_fwd_alloc(f, B * f->act_stride, &f->act));
+    TRY(mvm_cuda_fwd_alloc(f, BK * f->h_stride, &f->h));
+    TRY(mvm_cuda_fwd_alloc(f, BK * D * 4, &f->out));
     mvm_dptr *per_expert[] = {&f->active, &f->off, &f->cnt};
     for (size_t i = 0; i < sizeof per_expert / sizeof *per_expert; i++)
-        TRY(mvm_cf_alloc(f, E * 4, per_expert[i]));
+        TRY(mvm_cuda_fwd_alloc(f, E * 4, per_expert[i]));
     mvm_dptr *per_row[] = {&f->row_tok, &f->tok_rows, &f->row_w};
     for (size_t i = 0; i < sizeof per_row / sizeof *per_row; i++)
-        TRY(mvm_cf_alloc(f, BK * 4, per_row[i]));
+        TRY(mvm_cuda_fwd_alloc(f, BK * 4, per_row[i]));
     if (F) {
-        TRY(mvm_cf_alloc(f, B * F * 4, &f->sh1));
-        TRY(mvm_cf_alloc(f, B * F * 4, &f->sh3));
-        TRY(mvm_cf_alloc(f, B * 4, &f->shg));
+        TRY(mvm_cuda_fwd_alloc(f, B * F * 4, &f->sh1));
+        TRY(mvm_cuda_fwd_alloc(f, B * F * 4, &f->sh3));
+        TRY(mvm_cuda_fwd_alloc(f, B * 4, &f->shg));
     }
     return MVM_OK;
 }
@@ -160,8 +160,8 @@ static mvm_status upload_model(struct cuda_fwd *f)
         if (!f->sizing)
             f->layers[il].experts = (mvm_dptr)(uintptr_t)mvm_expert_addr(m->space, il, 0);
     }
-    TRY(mvm_cf_weight(f, &m->output, &f->output));
-    TRY(mvm_cf_copy(f, m->output_norm, m->hp.n_embd * sizeof(float), &f->output_norm));
+    TRY(mvm_cuda_fwd_weight(f, &m->output, &f->output));
+    TRY(mvm_cuda_fwd_copy(f, m->output_norm, m->hp.n_embd * sizeof(float), &f->output_norm));
     TRY(alloc_scratch(f));
     /* the uploads done: a failed one is reported here */
     return f->sizing ? MVM_OK : mvm_gpu_sync(f->g);
@@ -183,7 +183,7 @@ static void set_shape(struct cuda_fwd *f, mvm_model *m, uint32_t n_ctx, uint32_t
         f->kv_dim = f->lat;
 }
 
-mvm_status mvm_cf_context_bytes(mvm_model *m, uint32_t n_ctx, uint32_t n_batch,
+mvm_status mvm_cuda_fwd_context_bytes(mvm_model *m, uint32_t n_ctx, uint32_t n_batch,
                                 const mvm_kv_layout *kv, uint64_t *weights, uint64_t *rest)
 {
     struct cuda_fwd f = {.sizing = 1};
@@ -202,7 +202,7 @@ static void cuda_destroy(void *state)
     for (size_t i = 0; i < f->n_owned; i++)
         mvm_gpu_free(f->g, f->owned[i]);
     mvm_gpu_close(f->g);
-    mvm_xcpu_free(f->cpu);
+    mvm_cpu_experts_free(f->cpu);
     free(f->cpu_rows);
     free(f->owned);
     free(f->layers);
@@ -259,7 +259,7 @@ static mvm_status quantize(struct cuda_fwd *f, enum mvm_wtype t, mvm_dptr x, uin
 /* n tokens of H heads through w's H slabs of rows (H = 1: a plain product): head h of token
  * i reads in + (i * H + h) * in_pitch floats and writes y + (i * H + h) * y_pitch floats.
  * A Q or K type's input is quantized into qbuf (q_pitch bytes a row) unless `ready`. */
-static mvm_status product(struct cuda_fwd *f, const struct dweight *w, uint32_t H, int ready,
+static mvm_status product(struct cuda_fwd *f, const struct dev_weight *w, uint32_t H, int ready,
                           mvm_dptr in, uint64_t in_pitch, uint32_t n, mvm_dptr y,
                           uint64_t y_pitch, mvm_dptr qbuf, uint64_t q_pitch)
 {
@@ -280,8 +280,8 @@ static mvm_status product(struct cuda_fwd *f, const struct dweight *w, uint32_t 
     return mvm_gpu_matvec(f->g, w->type, &a);
 }
 
-mvm_status mvm_cf_matmul(struct cuda_fwd *f, const struct dweight *w,
-                         const struct dweight *prev, mvm_dptr in, uint64_t in_stride,
+mvm_status mvm_cuda_fwd_matmul(struct cuda_fwd *f, const struct dev_weight *w,
+                         const struct dev_weight *prev, mvm_dptr in, uint64_t in_stride,
                          uint32_t n, mvm_dptr y, uint64_t y_stride)
 {
     const uint64_t block = mvm_k_block_elems((enum mvm_wtype)w->type);
@@ -289,14 +289,14 @@ mvm_status mvm_cf_matmul(struct cuda_fwd *f, const struct dweight *w,
     return product(f, w, 1, ready, in, in_stride, n, y, y_stride, f->act, f->act_stride);
 }
 
-mvm_status mvm_cf_matmul_heads(struct cuda_fwd *f, const struct dweight *w, uint32_t H,
+mvm_status mvm_cuda_fwd_matmul_heads(struct cuda_fwd *f, const struct dev_weight *w, uint32_t H,
                                mvm_dptr in, uint64_t in_pitch, uint32_t n, mvm_dptr y,
                                uint64_t y_pitch)
 {
     return product(f, w, H, 0, in, in_pitch, n, y, y_pitch, f->hact, f->hact_stride);
 }
 
-mvm_status mvm_cf_rmsnorm(struct cuda_fwd *f, mvm_dptr x, mvm_dptr out, uint64_t stride,
+mvm_status mvm_cuda_fwd_rmsnorm(struct cuda_fwd *f, mvm_dptr x, mvm_dptr out, uint64_t stride,
                           mvm_dptr w, uint32_t len, uint32_t rows)
 {
     mvm_g_rmsnorm_args a = {.x = x, .out = out, .w = w, .x_stride = stride,
@@ -305,7 +305,7 @@ mvm_status mvm_cf_rmsnorm(struct cuda_fwd *f, mvm_dptr x, mvm_dptr out, uint64_t
     return mvm_gpu_rmsnorm(f->g, 0, &a);
 }
 
-mvm_status mvm_cf_add(struct cuda_fwd *f, mvm_dptr x, mvm_dptr y, uint64_t y_stride,
+mvm_status mvm_cuda_fwd_add(struct cuda_fwd *f, mvm_dptr x, mvm_dptr y, uint64_t y_stride,
                       mvm_dptr gate, uint32_t len, uint32_t rows)
 {
     mvm_g_add_args a = {.x = x, .y = y, .gate = gate, .y_stride = y_stride, .n = len,
@@ -313,7 +313,7 @@ mvm_status mvm_cf_add(struct cuda_fwd *f, mvm_dptr x, mvm_dptr y, uint64_t y_str
     return mvm_gpu_add(f->g, 0, &a);
 }
 
-mvm_status mvm_cf_rope(struct cuda_fwd *f, mvm_dptr x, uint64_t stride, uint32_t n_heads,
+mvm_status mvm_cuda_fwd_rope(struct cuda_fwd *f, mvm_dptr x, uint64_t stride, uint32_t n_heads,
                        uint32_t head_dim, uint32_t n, uint32_t pos0)
 {
     mvm_g_rope_args a = {.x = x, .stride = stride, .n_tok = n, .n_heads = n_heads,
@@ -380,15 +380,15 @@ static mvm_status cpu_experts(struct cuda_fwd *f, uint32_t n)
     if (!s->n_cpu)
         return MVM_OK;
     if (!f->cpu) {
-        TRY(mvm_xcpu_create(f->m, f->pool, f->n_batch, &f->cpu));
+        TRY(mvm_cpu_experts_create(f->m, f->pool, f->n_batch, &f->cpu));
         f->cpu_rows = malloc((size_t)f->n_batch * f->m->hp.n_expert_used * D * sizeof(float));
         if (!f->cpu_rows)
             return mvm_fail(MVM_ERR_NOMEM, "out of memory for the CPU experts' rows");
     }
-    mvm_xcpu_run(f->cpu, s, f->host, n, s->cpu, s->n_cpu, 1);
+    mvm_cpu_experts_run(f->cpu, s, f->host, n, s->cpu, s->n_cpu, 1);
     for (uint32_t i = 0; i < s->n_cpu; i++) {
         uint32_t e = (uint32_t)s->cpu[i];
-        mvm_xcpu_rows(f->cpu, s, e, f->cpu_rows);
+        mvm_cpu_experts_rows(f->cpu, s, e, f->cpu_rows);
         TRY(mvm_gpu_upload(f->g, f->out + (uint64_t)s->off[e] * D * sizeof(float),
                            f->cpu_rows + (size_t)s->off[e] * D, s->cnt[e] * D * sizeof(float)));
     }
@@ -419,38 +419,38 @@ static mvm_status experts(struct cuda_fwd *f, uint32_t il, uint32_t n)
 
 /* x += [sigmoid(gate . h) *] w2 . (silu(w1 . h) * (w3 . h)), h = xn: a shared expert (gated
  * in qwen2moe, not in deepseek2 and glm4moe: gate NULL or none) or a dense block's FFN. */
-static mvm_status ffn(struct cuda_fwd *f, const struct dweight *w1, const struct dweight *w3,
-                      const struct dweight *w2, const struct dweight *gate, uint32_t n)
+static mvm_status ffn(struct cuda_fwd *f, const struct dev_weight *w1, const struct dev_weight *w3,
+                      const struct dev_weight *w2, const struct dev_weight *gate, uint32_t n)
 {
     uint32_t D = f->m->hp.n_embd, F = w1->rows;
     gate = gate && gate->p ? gate : NULL;
     if (gate)
-        TRY(mvm_cf_matmul(f, gate, NULL, f->xn, D, n, f->shg, 1));
-    TRY(mvm_cf_matmul(f, w1, NULL, f->xn, D, n, f->sh1, F));
-    TRY(mvm_cf_matmul(f, w3, w1, f->xn, D, n, f->sh3, F));
+        TRY(mvm_cuda_fwd_matmul(f, gate, NULL, f->xn, D, n, f->shg, 1));
+    TRY(mvm_cuda_fwd_matmul(f, w1, NULL, f->xn, D, n, f->sh1, F));
+    TRY(mvm_cuda_fwd_matmul(f, w3, w1, f->xn, D, n, f->sh3, F));
     mvm_g_add_args sw = {.x = f->sh1, .y = f->sh3, .y_stride = F, .n = F, .n_tok = n};
     TRY(mvm_gpu_swiglu(f->g, 0, &sw));
-    TRY(mvm_cf_matmul(f, w2, NULL, f->sh1, F, n, f->tmp, D));
-    return mvm_cf_add(f, f->x, f->tmp, D, gate ? f->shg : 0, D, n);
+    TRY(mvm_cuda_fwd_matmul(f, w2, NULL, f->sh1, F, n, f->tmp, D));
+    return mvm_cuda_fwd_add(f, f->x, f->tmp, D, gate ? f->shg : 0, D, n);
 }
 
 /* A dense block's FFN (deepseek2's and glm4moe's leading blocks). */
-static mvm_status dense_ffn(struct cuda_fwd *f, const struct dlayer *L, uint32_t n)
+static mvm_status dense_ffn(struct cuda_fwd *f, const struct dev_block *L, uint32_t n)
 {
     uint32_t D = f->m->hp.n_embd;
-    TRY(mvm_cf_rmsnorm(f, f->x, f->xn, D, L->ffn_norm, D, n));
+    TRY(mvm_cuda_fwd_rmsnorm(f, f->x, f->xn, D, L->ffn_norm, D, n));
     return ffn(f, &L->ffn_w1, &L->ffn_w3, &L->ffn_w2, NULL, n);
 }
 
 static mvm_status moe(struct cuda_fwd *f, uint32_t il, uint32_t n, uint32_t pos0)
 {
     const mvm_hparams *hp = &f->m->hp;
-    const struct dlayer *L = &f->layers[il];
+    const struct dev_block *L = &f->layers[il];
     uint32_t D = hp->n_embd;
-    TRY(mvm_cf_rmsnorm(f, f->x, f->xn, D, L->ffn_norm, D, n));
-    TRY(mvm_cf_matmul(f, &L->router, NULL, f->xn, D, n, f->probs, hp->n_expert));
+    TRY(mvm_cuda_fwd_rmsnorm(f, f->x, f->xn, D, L->ffn_norm, D, n));
+    TRY(mvm_cuda_fwd_matmul(f, &L->router, NULL, f->xn, D, n, f->probs, hp->n_expert));
     if (L->router_bias) /* gpt-oss: the logits biased before the routing */
-        TRY(mvm_cf_add(f, f->probs, L->router_bias, 0, 0, hp->n_expert, n));
+        TRY(mvm_cuda_fwd_add(f, f->probs, L->router_bias, 0, 0, hp->n_expert, n));
     TRY(mvm_gpu_download(f->g, f->host, f->xn, (size_t)n * D * sizeof(float)));
     TRY(mvm_gpu_download(f->g, f->moe->probs, f->probs,
                          (size_t)n * hp->n_expert * sizeof(float)));
@@ -541,19 +541,19 @@ static mvm_status cuda_eval(mvm_ctx *ctx, const int32_t *tokens, uint32_t n, flo
                          f->host + (size_t)i * D, D);
     TRY(mvm_gpu_upload(f->g, f->x, f->host, (size_t)n * D * sizeof(float)));
     for (uint32_t b = 0; b < hp->n_dense; b++) {
-        TRY(mvm_cf_attention(f, &f->dense[b], b, n, pos0));
+        TRY(mvm_cuda_fwd_attention(f, &f->dense[b], b, n, pos0));
         TRY(dense_ffn(f, &f->dense[b], n));
     }
     for (uint32_t il = 0; il < hp->n_layer; il++) {
-        TRY(mvm_cf_attention(f, &f->layers[il], hp->n_dense + il, n, pos0));
+        TRY(mvm_cuda_fwd_attention(f, &f->layers[il], hp->n_dense + il, n, pos0));
         TRY(moe(f, il, n, pos0));
     }
     if (!logits)
         return MVM_OK;
     uint32_t first = all_logits ? 0 : n - 1, nl = n - first;
-    TRY(mvm_cf_rmsnorm(f, f->x + (uint64_t)first * D * sizeof(float), f->xn, D,
+    TRY(mvm_cuda_fwd_rmsnorm(f, f->x + (uint64_t)first * D * sizeof(float), f->xn, D,
                        f->output_norm, D, nl));
-    TRY(mvm_cf_matmul(f, &f->output, NULL, f->xn, D, nl, f->logits, hp->n_vocab));
+    TRY(mvm_cuda_fwd_matmul(f, &f->output, NULL, f->xn, D, nl, f->logits, hp->n_vocab));
     return mvm_gpu_download(f->g, logits, f->logits, (size_t)nl * hp->n_vocab * sizeof(float));
 }
 

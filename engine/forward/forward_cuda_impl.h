@@ -20,7 +20,7 @@
             return try_st_;                                                                    \
     } while (0)
 
-struct dweight {
+struct dev_weight {
     mvm_dptr p;                 /* 0: the model has no such weight */
     int type;
     uint32_t rows, cols;
@@ -28,13 +28,13 @@ struct dweight {
 };
 
 /* A block on the device: a MoE block, or one of the dense blocks before them. */
-struct dlayer {
+struct dev_block {
     mvm_dptr attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm;
-    struct dweight wq, wk, wv, wo, router;
-    struct dweight wq_a, wq_b, wkv_a, wk_b, wv_b; /* MLA (model.h says how) */
+    struct dev_weight wq, wk, wv, wo, router;
+    struct dev_weight wq_a, wq_b, wkv_a, wk_b, wv_b; /* MLA (model.h says how) */
     mvm_dptr q_a_norm, kv_a_norm;
-    struct dweight ffn_w1, ffn_w3, ffn_w2;        /* a dense block's FFN */
-    struct dweight shexp_gate, shexp_w1, shexp_w3, shexp_w2; /* shared expert; gate: qwen2moe */
+    struct dev_weight ffn_w1, ffn_w3, ffn_w2;        /* a dense block's FFN */
+    struct dev_weight shexp_gate, shexp_w1, shexp_w3, shexp_w2; /* shared expert; gate: qwen2moe */
     mvm_dptr experts;           /* expert 0's fixed address; the others expert_stride apart */
     mvm_dptr bo, sinks, router_bias, down_bias; /* gpt-oss (model.h says how) */
     uint32_t swa;               /* gpt-oss: the attention's window, 0 for none */
@@ -48,9 +48,9 @@ struct cuda_fwd {
     const mvm_kv_layout *kv;    /* the cache's rows and element type (kv_cache.h) */
     uint32_t lat;               /* MLA: kv_lora + rope, a cache row and an absorbed query */
     uint64_t expert_stride;
-    struct dlayer *layers;      /* the n_layer MoE blocks */
-    struct dlayer *dense;       /* the n_dense dense blocks before them */
-    struct dweight output;
+    struct dev_block *layers;      /* the n_layer MoE blocks */
+    struct dev_block *dense;       /* the n_dense dense blocks before them */
+    struct dev_weight output;
     mvm_dptr output_norm;
     mvm_dptr kc, vc;            /* [rows][kv_dim] elements (f->kv->type); MLA: kc only, the
                                    latent rows */
@@ -70,12 +70,12 @@ struct cuda_fwd {
     mvm_dptr active, off, cnt, row_tok, tok_rows, row_w; /* the step's rows (moe_step.h) */
     float *host;                /* [n_batch][n_embd]: embeddings up, the router's input down */
     mvm_pool *pool;
-    mvm_xcpu *cpu;              /* the experts the assign module runs on the CPU; made at
+    mvm_cpu_experts *cpu;              /* the experts the assign module runs on the CPU; made at
                                    the first (many runs have none) */
     float *cpu_rows;            /* [n_batch * K][n_embd]: their rows' outputs, to go up */
     mvm_dptr *owned;            /* every device allocation, freed at the end */
     size_t n_owned, cap_owned;
-    int sizing;                 /* a sizing pass (mvm_cf_context_bytes): no device, each
+    int sizing;                 /* a sizing pass (mvm_cuda_fwd_context_bytes): no device, each
                                    allocation only added to `need` (copies of weights also
                                    to `need_weights`), nothing uploaded */
     uint64_t need, need_weights;
@@ -83,44 +83,45 @@ struct cuda_fwd {
 
 /* ---- forward_cuda.c -------------------------------------------------------------------- */
 
-mvm_status mvm_cf_alloc(struct cuda_fwd *f, size_t bytes, mvm_dptr *out);
+mvm_status mvm_cuda_fwd_alloc(struct cuda_fwd *f, size_t bytes, mvm_dptr *out);
 /* A device copy of bytes at src; none (0) when src is NULL. */
-mvm_status mvm_cf_copy(struct cuda_fwd *f, const void *src, size_t bytes, mvm_dptr *out);
-mvm_status mvm_cf_weight(struct cuda_fwd *f, const mvm_weight *w, struct dweight *out);
+mvm_status mvm_cuda_fwd_copy(struct cuda_fwd *f, const void *src, size_t bytes, mvm_dptr *out);
+mvm_status mvm_cuda_fwd_weight(struct cuda_fwd *f, const mvm_weight *w, struct dev_weight *out);
 /* Bytes of a row of n inputs of a Q or K type's product, whatever the type, rounded. */
-uint64_t mvm_cf_act_bytes(uint32_t n);
+uint64_t mvm_cuda_fwd_act_bytes(uint32_t n);
 
 /* y[i] = w . in[i] for n rows: in[i] at in + i * in_stride floats, y[i] at y + i * y_stride
  * floats. The Q and K types read their input quantized, as the CPU's matrix products do;
  * `prev` is the weight of the product just before on the same input, or NULL: when its
  * activation format is w's (Q8_0 for both, or Q8_K), f->act holds the input already. */
-mvm_status mvm_cf_matmul(struct cuda_fwd *f, const struct dweight *w,
-                         const struct dweight *prev, mvm_dptr in, uint64_t in_stride,
+mvm_status mvm_cuda_fwd_matmul(struct cuda_fwd *f, const struct dev_weight *w,
+                         const struct dev_weight *prev, mvm_dptr in, uint64_t in_stride,
                          uint32_t n, mvm_dptr y, uint64_t y_stride);
 /* The same per head, for n tokens of H heads: w's rows are H slabs of rows / H, head h's
  * input at in + (i * H + h) * in_pitch floats and its y at y + (i * H + h) * y_pitch. */
-mvm_status mvm_cf_matmul_heads(struct cuda_fwd *f, const struct dweight *w, uint32_t H,
+mvm_status mvm_cuda_fwd_matmul_heads(struct cuda_fwd *f, const struct dev_weight *w, uint32_t H,
                                mvm_dptr in, uint64_t in_pitch, uint32_t n, mvm_dptr y,
                                uint64_t y_pitch);
 /* rows of len floats, stride floats apart, normalised in place or into out (same stride). */
-mvm_status mvm_cf_rmsnorm(struct cuda_fwd *f, mvm_dptr x, mvm_dptr out, uint64_t stride,
+mvm_status mvm_cuda_fwd_rmsnorm(struct cuda_fwd *f, mvm_dptr x, mvm_dptr out, uint64_t stride,
                           mvm_dptr w, uint32_t len, uint32_t rows);
 /* x[i] += g(i) * y[i] over rows of len floats (y_stride 0: one row y for all, a bias). */
-mvm_status mvm_cf_add(struct cuda_fwd *f, mvm_dptr x, mvm_dptr y, uint64_t y_stride,
+mvm_status mvm_cuda_fwd_add(struct cuda_fwd *f, mvm_dptr x, mvm_dptr y, uint64_t y_stride,
                       mvm_dptr gate, uint32_t len, uint32_t rows);
 /* The rotary embedding of n tokens (stride floats apart) of n_heads heads of head_dim. */
-mvm_status mvm_cf_rope(struct cuda_fwd *f, mvm_dptr x, uint64_t stride, uint32_t n_heads,
+mvm_status mvm_cuda_fwd_rope(struct cuda_fwd *f, mvm_dptr x, uint64_t stride, uint32_t n_heads,
                        uint32_t head_dim, uint32_t n, uint32_t pos0);
 
 /* ---- forward_cuda_attn.c --------------------------------------------------------------- */
 
 /* Block L's attention weights (GQA or MLA) to the device. */
-mvm_status mvm_cf_upload_attention(struct cuda_fwd *f, const mvm_layer *L, struct dlayer *d);
+mvm_status mvm_cuda_fwd_upload_attention(struct cuda_fwd *f, const mvm_layer *L,
+                                         struct dev_block *d);
 /* The KV cache of every block and the attention's scratch. */
-mvm_status mvm_cf_alloc_attention(struct cuda_fwd *f);
+mvm_status mvm_cuda_fwd_alloc_attention(struct cuda_fwd *f);
 /* x += attention(rms(x)) of block L, whose rows of the KV cache are blocks[blk] of the
  * layout; leaves rms(x) nowhere. */
-mvm_status mvm_cf_attention(struct cuda_fwd *f, const struct dlayer *L, uint32_t blk,
+mvm_status mvm_cuda_fwd_attention(struct cuda_fwd *f, const struct dev_block *L, uint32_t blk,
                             uint32_t n, uint32_t pos0);
 
 #endif
