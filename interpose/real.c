@@ -112,7 +112,7 @@ int mvm_real_load(void)
     if (!atomic_load(&cuda_loaded)) {
         mvm_option_value lib;
         char msg[256];
-        void *h = mvm_option_get(MVM_OPTION_CUDA_LIBRARY, &lib, msg, sizeof msg) == MVM_OK
+        void *h = mvm_option_get(&mvm_opt_cuda_library, &lib, msg, sizeof msg) == MVM_OK
                       ? noload(lib.s)
                       : NULL;
         if (!h)

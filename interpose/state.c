@@ -13,7 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "interpose/options.h"
 #include "interpose/preload.h"
+#include "policy/policy_options.h"
 #include "vmm/error.h"
 #include "vmm/options.h"
 
@@ -62,21 +64,23 @@ static bool copy_string(char *dst, size_t cap, const char *src, const char *what
 static bool read_options(void)
 {
     char msg[512];
+    mvm_options_register(&mvm_policy_options);
+    mvm_options_register(&mvm_interpose_options);
     if (mvm_options_check() != MVM_OK) {
         fprintf(stderr, "moevm: preload: %s; the program runs unmanaged\n", mvm_last_error());
         return false;
     }
     mvm_option_value min, budget, over, page, ev, args, report, skip, clean, slices;
-    if (mvm_option_get(MVM_OPTION_PRELOAD_MIN, &min, msg, sizeof msg) ||
-        mvm_option_get(MVM_OPTION_GPU_BUDGET, &budget, msg, sizeof msg) ||
-        mvm_option_get(MVM_OPTION_OVERSUBSCRIBE, &over, msg, sizeof msg) ||
-        mvm_option_get(MVM_OPTION_PAGE_SIZE, &page, msg, sizeof msg) ||
-        mvm_option_get(MVM_OPTION_EVICT, &ev, msg, sizeof msg) ||
-        mvm_option_get(MVM_OPTION_EVICT_ARGS, &args, msg, sizeof msg) ||
-        mvm_option_get(MVM_OPTION_REPORT, &report, msg, sizeof msg) ||
-        mvm_option_get(MVM_OPTION_REPORT_SKIP, &skip, msg, sizeof msg) ||
-        mvm_option_get(MVM_OPTION_CLEAN_EVICT, &clean, msg, sizeof msg) ||
-        mvm_option_get(MVM_OPTION_PRELOAD_SLICES, &slices, msg, sizeof msg)) {
+    if (mvm_option_get(&mvm_opt_preload_min, &min, msg, sizeof msg) ||
+        mvm_option_get(&mvm_opt_gpu_budget, &budget, msg, sizeof msg) ||
+        mvm_option_get(&mvm_opt_oversubscribe, &over, msg, sizeof msg) ||
+        mvm_option_get(&mvm_opt_page_size, &page, msg, sizeof msg) ||
+        mvm_option_get(&mvm_opt_evict, &ev, msg, sizeof msg) ||
+        mvm_option_get(&mvm_opt_evict_args, &args, msg, sizeof msg) ||
+        mvm_option_get(&mvm_opt_report, &report, msg, sizeof msg) ||
+        mvm_option_get(&mvm_opt_report_skip, &skip, msg, sizeof msg) ||
+        mvm_option_get(&mvm_opt_clean_evict, &clean, msg, sizeof msg) ||
+        mvm_option_get(&mvm_opt_preload_slices, &slices, msg, sizeof msg)) {
         fprintf(stderr, "moevm: preload: %s; the program runs unmanaged\n", msg);
         return false;
     }

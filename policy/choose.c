@@ -3,19 +3,20 @@
 
 #include <string.h>
 
+#include "policy/policy_options.h"
 #include "vmm/error.h"
 
 /* Each engine role's options, and whether it may run no module at all. */
 static const struct {
-    mvm_option_id name, args;
+    const mvm_option_desc *name, *args;
     int none_ok;
     int engine;
 } roles[MVM_ROLE_COUNT] = {
-    [MVM_ROLE_ROUTE] = {MVM_OPTION_ROUTE, MVM_OPTION_ROUTE_ARGS, 0, 1},
-    [MVM_ROLE_EVICT] = {MVM_OPTION_EVICT, MVM_OPTION_EVICT_ARGS, 0, 1},
-    [MVM_ROLE_PREDICT] = {MVM_OPTION_PREDICT, MVM_OPTION_PREDICT_ARGS, 1, 1},
-    [MVM_ROLE_CONFIG] = {MVM_OPTION_CONFIG, MVM_OPTION_CONFIG_ARGS, 1, 1},
-    [MVM_ROLE_ASSIGN] = {MVM_OPTION_ASSIGN, MVM_OPTION_ASSIGN_ARGS, 0, 1},
+    [MVM_ROLE_ROUTE] = {&mvm_opt_route, &mvm_opt_route_args, 0, 1},
+    [MVM_ROLE_EVICT] = {&mvm_opt_evict, &mvm_opt_evict_args, 0, 1},
+    [MVM_ROLE_PREDICT] = {&mvm_opt_predict, &mvm_opt_predict_args, 1, 1},
+    [MVM_ROLE_CONFIG] = {&mvm_opt_config, &mvm_opt_config_args, 1, 1},
+    [MVM_ROLE_ASSIGN] = {&mvm_opt_assign, &mvm_opt_assign_args, 0, 1},
 };
 
 mvm_status mvm_engine_choose(enum mvm_role role, const char *name, const char *args,
@@ -42,6 +43,6 @@ mvm_status mvm_engine_choose(enum mvm_role role, const char *name, const char *a
     char names[256];
     mvm_policy_names(role, names, sizeof names);
     return mvm_fail(MVM_ERR_INVALID, "%s%s%s: no such %s policy (available: %s%s)",
-                    name ? "" : mvm_option_describe(roles[role].name)->name, name ? "" : "=",
+                    name ? "" : roles[role].name->name, name ? "" : "=",
                     n.s, mvm_role_name(role), roles[role].none_ok ? "none, " : "", names);
 }

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "policy/policy_options.h"
 #include "vmm/error.h"
 #include "vmm/options.h"
 
@@ -16,7 +17,7 @@ mvm_status mvm_machine_load(const char *spec, const char *what, mvm_machine *out
     int from_env = !spec;
     if (from_env) {
         mvm_option_value v;
-        mvm_status st = mvm_option_read(MVM_OPTION_COST, &v);
+        mvm_status st = mvm_option_read(&mvm_opt_cost, &v);
         if (st != MVM_OK)
             return st;
         spec = v.s;

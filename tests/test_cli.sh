@@ -47,7 +47,7 @@ expect 2 'expected a size' -- "$moevm" demo --budget lots
 expect 1 'smaller than one page' -- "$moevm" demo --budget 1K
 expect 1 'MOEVM_GPU_BUDGET=12Q: not valid' -- env MOEVM_GPU_BUDGET=12Q "$moevm" info
 expect 1 'MOEVM_BACKEND=gpu: not valid \(expected one of auto\|host\|cuda\)' -- env MOEVM_BACKEND=gpu "$moevm" info
-expect 0 'MOEVM_GPU_BUGDET is not a moevm option \(did you mean MOEVM_GPU_BUDGET\?\)' -- env MOEVM_GPU_BUGDET=1G "$moevm" info
+expect 0 'MOEVM_GPU_BUGDET is not an option this program reads \(did you mean MOEVM_GPU_BUDGET\?\)' -- env MOEVM_GPU_BUGDET=1G "$moevm" info
 # A build with the CUDA toolkit (which gives the fake driver) names the missing driver; one
 # without it (the aarch64 cross build) says what the backend needs.
 if [ -n "$fake_driver" ]; then

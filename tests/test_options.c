@@ -6,6 +6,9 @@
 #include <string.h>
 
 #include "check.h"
+#include "engine/forward/engine_options.h"
+#include "interpose/options.h"
+#include "policy/policy_options.h"
 #include "vmm/options.h"
 #include "vmm/registry.h"
 
@@ -48,28 +51,28 @@ static void test_env(void)
     mvm_option_value v;
     char msg[256];
     unsetenv("MOEVM_GPU_BUDGET");
-    CHECK(mvm_option_get(MVM_OPTION_GPU_BUDGET, &v, msg, sizeof msg) == MVM_OK);
+    CHECK(mvm_option_get(&mvm_opt_gpu_budget, &v, msg, sizeof msg) == MVM_OK);
     CHECK((uint64_t)v.i == MVM_BUDGET_AUTO);
     setenv("MOEVM_GPU_BUDGET", "12Q", 1);
-    CHECK(mvm_option_get(MVM_OPTION_GPU_BUDGET, &v, msg, sizeof msg) == MVM_ERR_OPTION);
+    CHECK(mvm_option_get(&mvm_opt_gpu_budget, &v, msg, sizeof msg) == MVM_ERR_OPTION);
     CHECK(strstr(msg, "MOEVM_GPU_BUDGET=12Q") != NULL && strstr(msg, "percentage") != NULL);
     CHECK(mvm_options_check() == MVM_ERR_OPTION);
     setenv("MOEVM_GPU_BUDGET", "40%", 1);
-    CHECK(mvm_option_get(MVM_OPTION_GPU_BUDGET, &v, msg, sizeof msg) == MVM_OK && v.frac == 0.4);
+    CHECK(mvm_option_get(&mvm_opt_gpu_budget, &v, msg, sizeof msg) == MVM_OK && v.frac == 0.4);
 
     setenv("MOEVM_BACKEND", "CUDA", 1); /* choices are case-insensitive */
-    CHECK(mvm_option_get(MVM_OPTION_BACKEND, &v, msg, sizeof msg) == MVM_OK && v.i == 2);
+    CHECK(mvm_option_get(&mvm_opt_backend, &v, msg, sizeof msg) == MVM_OK && v.i == 2);
     setenv("MOEVM_BACKEND", "gpu", 1);
-    CHECK(mvm_option_get(MVM_OPTION_BACKEND, &v, msg, sizeof msg) == MVM_ERR_OPTION);
+    CHECK(mvm_option_get(&mvm_opt_backend, &v, msg, sizeof msg) == MVM_ERR_OPTION);
     CHECK(strstr(msg, "one of auto|host|cuda") != NULL);
     unsetenv("MOEVM_BACKEND");
     setenv("MOEVM_DEVICE", "-1", 1);
-    CHECK(mvm_option_get(MVM_OPTION_DEVICE, &v, msg, sizeof msg) == MVM_ERR_OPTION);
+    CHECK(mvm_option_get(&mvm_opt_device, &v, msg, sizeof msg) == MVM_ERR_OPTION);
     setenv("MOEVM_DEVICE", "99999999999", 1);
-    CHECK(mvm_option_get(MVM_OPTION_DEVICE, &v, msg, sizeof msg) == MVM_ERR_OPTION);
+    CHECK(mvm_option_get(&mvm_opt_device, &v, msg, sizeof msg) == MVM_ERR_OPTION);
     unsetenv("MOEVM_DEVICE");
     setenv("MOEVM_CUDA_LIBRARY", "", 1);
-    CHECK(mvm_option_get(MVM_OPTION_CUDA_LIBRARY, &v, msg, sizeof msg) == MVM_ERR_OPTION);
+    CHECK(mvm_option_get(&mvm_opt_cuda_library, &v, msg, sizeof msg) == MVM_ERR_OPTION);
     unsetenv("MOEVM_CUDA_LIBRARY");
     /* An unknown name is a warning, not an error: the program goes on. */
     setenv("MOEVM_GPU_BUGDET", "8G", 1);
@@ -107,6 +110,34 @@ static void test_docs_match_table(const char *path)
     free(table);
 }
 
+/* A layer's options join the table when registered: before, a name of theirs is unknown (a
+ * warning) and its value unchecked; after, a bad value is an error naming it, and each
+ * option is listed once however often its table is registered. */
+static void test_layer_tables(void)
+{
+    setenv("MOEVM_KV_TYPE", "f8", 1);
+    CHECK(mvm_options_check() == MVM_OK);
+    CHECK(mvm_options_register(&mvm_engine_options) == MVM_OK);
+    CHECK(mvm_options_check() == MVM_ERR_OPTION);
+    CHECK(strstr(mvm_last_error(), "MOEVM_KV_TYPE=f8") != NULL);
+    unsetenv("MOEVM_KV_TYPE");
+    CHECK(mvm_options_check() == MVM_OK);
+    CHECK(mvm_options_register(&mvm_policy_options) == MVM_OK);
+    CHECK(mvm_options_register(&mvm_interpose_options) == MVM_OK);
+    CHECK(mvm_options_register(&mvm_engine_options) == MVM_OK);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    mvm_options_print_effective(m);
+    fclose(m);
+    const char *names[] = {"MOEVM_GPU_BUDGET ", "MOEVM_KV_TYPE ", "MOEVM_EVICT ", "MOEVM_REPORT "};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        const char *at = strstr(text, names[i]);
+        CHECK(at != NULL && strstr(at + 1, names[i]) == NULL); /* there, once */
+    }
+    free(text);
+}
+
 static void test_registry(void)
 {
     /* Many handles, removed in a different order: probe chains must survive deletions. */
@@ -130,6 +161,7 @@ int main(int argc, char **argv)
     RUN(test_sizes);
     RUN(test_budgets);
     RUN(test_env);
+    RUN(test_layer_tables);
     RUN(test_registry);
     if (argc > 1)
         test_docs_match_table(argv[1]);

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/forward/engine_options.h"
 #include "kernels/cpu/kernels.h"
 #include "moevm/moevm.h"
 #include "vmm/options.h"
@@ -144,8 +145,8 @@ int mvm_cli_threads(const char *cmd, uint32_t threads, mvm_pool **out)
     if (mvm_topo_probe(NULL, &topo) != MVM_OK)
         return mvm_cli_error("probing the topology");
     mvm_option_value simd, env_threads;
-    if (mvm_option_read(MVM_OPTION_CPU_SIMD, &simd) != MVM_OK ||
-        mvm_option_read(MVM_OPTION_THREADS, &env_threads) != MVM_OK)
+    if (mvm_option_read(&mvm_opt_cpu_simd, &simd) != MVM_OK ||
+        mvm_option_read(&mvm_opt_threads, &env_threads) != MVM_OK)
         return mvm_cli_error("options");
     /* the choice order of MOEVM_CPU_SIMD: auto|avx512vnni|avx512|avx2|dotprod|neon|scalar */
     static const enum mvm_simd levels[] = {MVM_SIMD_SCALAR, MVM_SIMD_AVX512VNNI, MVM_SIMD_AVX512,

@@ -45,7 +45,7 @@ int mvm_cmd_info(int argc, char **argv)
     printf("device:     %s\n", info.device);
     printf("page size:  %llu KiB\n", (unsigned long long)(info.page_size >> 10));
     mvm_option_value budget;
-    if (mvm_option_read(MVM_OPTION_GPU_BUDGET, &budget) != MVM_OK)
+    if (mvm_option_read(&mvm_opt_gpu_budget, &budget) != MVM_OK)
         return mvm_cli_error("options");
     if ((uint64_t)budget.i == MVM_BUDGET_AUTO && info.device_free)
         printf("budget:     auto = 90%% of the %llu MiB free on the device less what the "

@@ -2,7 +2,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "engine/forward/engine_options.h"
+#include "interpose/options.h"
 #include "moevm/moevm.h"
+#include "policy/policy_options.h"
 #include "tools/cli.h"
 #include "vmm/options.h"
 
@@ -58,6 +61,10 @@ int main(int argc, char **argv)
         printf("moevm %s\n", mvm_version());
         return 0;
     }
+    /* The CLI reads every layer's options, the interposer's only to list them. */
+    mvm_options_register(&mvm_engine_options);
+    mvm_options_register(&mvm_policy_options);
+    mvm_options_register(&mvm_interpose_options);
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++) {
         if (strcmp(argv[1], commands[i].name) != 0)
             continue;

@@ -549,7 +549,7 @@ static const mvm_backend_ops cuda_ops = {
 mvm_status mvm_cu_load(struct cu_api *cu)
 {
     mvm_option_value lib;
-    mvm_status st = mvm_option_read(MVM_OPTION_CUDA_LIBRARY, &lib);
+    mvm_status st = mvm_option_read(&mvm_opt_cuda_library, &lib);
     if (st != MVM_OK)
         return st;
     void *h = dlopen(lib.s, RTLD_NOW | RTLD_LOCAL);

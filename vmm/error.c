@@ -52,7 +52,7 @@ static void read_log_level(void)
 {
     mvm_option_value v;
     char msg[512];
-    log_level = mvm_option_get(MVM_OPTION_LOG, &v, msg, sizeof msg) == MVM_OK ? (int)v.i
+    log_level = mvm_option_get(&mvm_opt_log, &v, msg, sizeof msg) == MVM_OK ? (int)v.i
                                                                                : MVM_LOG_WARN;
 }
 

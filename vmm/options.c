@@ -1,4 +1,5 @@
-/* The MOEVM_* options table and its parsers (see options.h). */
+/* The MOEVM_* options table: vmm's options, the registry of every layer's, and the
+ * parsers (see options.h). */
 #include "vmm/options.h"
 
 #include <ctype.h>
@@ -10,110 +11,81 @@
 
 #include "vmm/error.h"
 
-static const mvm_option_desc options[MVM_OPTION_COUNT_] = {
-    [MVM_OPTION_GPU_BUDGET] = {"MOEVM_GPU_BUDGET", MVM_OPT_BUDGET, "auto", NULL,
-                               "device memory for expert pages: bytes (8G), a percentage of "
-                               "the experts' pages (25%; 100% holds them all; under the "
-                               "interposer, of the device's memory), or auto (90% of free "
-                               "device memory less the engine's context beside the experts; "
-                               "on the host backend the engine reads the experts at their "
-                               "homes, a library space holds them all)"},
-    [MVM_OPTION_BACKEND] = {"MOEVM_BACKEND", MVM_OPT_CHOICE, "auto", "auto|host|cuda",
-                            "physical backend: cuda when a CUDA device is usable, else host"},
-    [MVM_OPTION_DEVICE] = {"MOEVM_DEVICE", MVM_OPT_INT, "0", NULL, "CUDA device ordinal"},
-    [MVM_OPTION_PAGE_SIZE] = {"MOEVM_PAGE_SIZE", MVM_OPT_SIZE, "0", NULL,
-                              "page size of the expert space; 0 = the backend's default "
-                              "(2 MiB); else a multiple of the backend's granularity"},
-    [MVM_OPTION_CLEAN_EVICT] = {"MOEVM_CLEAN_EVICT", MVM_OPT_CHOICE, "on", "off|on",
-                                "spaces whose pages the device may write (the interposer's): "
-                                "skip the write-back of an evicted page whose device digest "
-                                "equals the one taken when it was loaded (cuda backend)"},
-    [MVM_OPTION_HOME_MAP] = {"MOEVM_HOME_MAP", MVM_OPT_CHOICE, "on", "off|on",
-                             "cuda backend, devices with HOST_NUMA VMM: map non-resident "
-                             "pages to their host homes, so kernels can read any expert in "
-                             "place; off leaves them unmapped: loads and evictions remap "
-                             "about half as much (docs/perf/vmm.md), but every expert a "
-                             "kernel reads must be resident (the interposer keeps them "
-                             "mapped)"},
-    [MVM_OPTION_LOG] = {"MOEVM_LOG", MVM_OPT_CHOICE, "warn", "off|warn|info|debug",
-                        "what libmoevm prints to stderr"},
-    [MVM_OPTION_CUDA_LIBRARY] = {"MOEVM_CUDA_LIBRARY", MVM_OPT_STRING, "libcuda.so.1", NULL,
-                                 "the CUDA driver library the cuda backend loads"},
-    [MVM_OPTION_THREADS] = {"MOEVM_THREADS", MVM_OPT_INT, "0", NULL,
-                            "CPU threads of the engine (`moevm run -t`); 0 = one per core near "
-                            "the GPU, or per core of the caller's NUMA node"},
-    [MVM_OPTION_CPU_SIMD] = {"MOEVM_CPU_SIMD", MVM_OPT_CHOICE, "auto",
-                             "auto|avx512vnni|avx512|avx2|dotprod|neon|scalar",
-                             "SIMD level of the CPU kernels; auto = the best this CPU has (a "
-                             "level it lacks is an error)"},
-    [MVM_OPTION_PRELOAD_MIN] = {"MOEVM_PRELOAD_MIN", MVM_OPT_SIZE, "2M", NULL,
-                                "interposer: device allocations of at least this many bytes "
-                                "become ranges of the managed space; smaller ones stay native"},
-    [MVM_OPTION_OVERSUBSCRIBE] = {"MOEVM_OVERSUBSCRIBE", MVM_OPT_SIZE, "0", NULL,
-                                  "interposer: host-backed bytes the program may allocate "
-                                  "beyond MOEVM_GPU_BUDGET (pinned at the first managed "
-                                  "allocation); 0 = none"},
-    [MVM_OPTION_PRELOAD_SLICES] = {"MOEVM_PRELOAD_SLICES", MVM_OPT_CHOICE, "on", "off|on",
-                                   "interposer: cut a tensor whose launches point at a stride "
-                                   "of a page or more inside it (the experts of a fused MoE "
-                                   "weight) into slices made resident one by one"},
-    [MVM_OPTION_EVICT] = {"MOEVM_EVICT", MVM_OPT_STRING, "reuse", NULL,
-                          "engine and interposer: the evict policy module (reuse, lru, lfu, "
-                          "score, workload, lcp; docs/policies.md)"},
-    [MVM_OPTION_EVICT_ARGS] = {"MOEVM_EVICT_ARGS", MVM_OPT_STRING, "", NULL,
-                               "engine and interposer: the evict module's parameters, "
-                               "\"name=value,...\""},
-    [MVM_OPTION_PREDICT] = {"MOEVM_PREDICT", MVM_OPT_STRING, "none", NULL,
-                            "engine: the predict policy module whose forecast of the next "
-                            "layer's experts is prefetched (none, gate, residual, learned; "
-                            "docs/policies.md)"},
-    [MVM_OPTION_PREDICT_ARGS] = {"MOEVM_PREDICT_ARGS", MVM_OPT_STRING, "", NULL,
-                                 "engine: the predict module's parameters, \"name=value,...\""},
-    [MVM_OPTION_ROUTE] = {"MOEVM_ROUTE", MVM_OPT_STRING, "none", NULL,
-                          "engine: the route policy module, which may run a resident expert "
-                          "in place of a selected one that is not (none: the exact model; "
-                          "importance; docs/policies.md)"},
-    [MVM_OPTION_ROUTE_ARGS] = {"MOEVM_ROUTE_ARGS", MVM_OPT_STRING, "", NULL,
-                               "engine: the route module's parameters, \"name=value,...\""},
-    [MVM_OPTION_CONFIG] = {"MOEVM_CONFIG", MVM_OPT_STRING, "none", NULL,
-                           "engine: the config policy module, which sets per-layer budgets "
-                           "and the split θ of cached experts (none: one budget for all "
-                           "layers; uniform, hot, fixedpoint; docs/policies.md)"},
-    [MVM_OPTION_CONFIG_ARGS] = {"MOEVM_CONFIG_ARGS", MVM_OPT_STRING, "", NULL,
-                                "engine: the config module's parameters, \"name=value,...\""},
-    [MVM_OPTION_ASSIGN] = {"MOEVM_ASSIGN", MVM_OPT_STRING, "gpu", NULL,
-                           "engine on a GPU: the assign policy module, which runs each expert "
-                           "of a step on the GPU (resident, loaded, or read from its home) or "
-                           "on the CPU (gpu: always the GPU; twoptr, greedy, presched; "
-                           "docs/policies.md)"},
-    [MVM_OPTION_ASSIGN_ARGS] = {"MOEVM_ASSIGN_ARGS", MVM_OPT_STRING, "", NULL,
-                                "engine: the assign module's parameters, \"name=value,...\""},
-    [MVM_OPTION_ADMIT] = {"MOEVM_ADMIT", MVM_OPT_CHOICE, "on", "off|on",
-                          "engine on a GPU: an expert a step ran from its home (on the CPU, or "
-                          "read in place) is loaded into the device cache in the background "
-                          "afterwards when the evict module would keep it over its victim "
-                          "and no other copy is queued (docs/policies.md)"},
-    [MVM_OPTION_COST] = {"MOEVM_COST", MVM_OPT_STRING, "h100", NULL,
-                         "engine and simulator: the machine the cost model describes, a "
-                         "preset (rtx3090, a6000, a100, h100) or a JSON cost file "
-                         "(docs/cost-format.md; `moevm calibrate` writes one)"},
-    [MVM_OPTION_REPORT] = {"MOEVM_REPORT", MVM_OPT_STRING, "", NULL,
-                           "interposer: write a JSON report (allocations by call site, moves, "
-                           "hit rate, time waited) to this path at exit"},
-    [MVM_OPTION_REPORT_SKIP] = {"MOEVM_REPORT_SKIP", MVM_OPT_STRING, "libcudart,libc10_cuda",
-                                NULL,
-                                "interposer: libraries (comma-separated name prefixes) whose "
-                                "frames a call site skips, as it skips the interposer's own: "
-                                "the CUDA runtime and PyTorch's caching allocator, so that "
-                                "the site names their caller; none: keep every frame"},
-    [MVM_OPTION_KV_TYPE] = {"MOEVM_KV_TYPE", MVM_OPT_CHOICE, "f16", "f16|f32",
-                            "engine: the type of the KV cache's elements (`moevm run "
-                            "--kv-type`); f16 keeps half the bytes, f32 the exact values"},
+const mvm_option_desc mvm_opt_gpu_budget = {
+    "MOEVM_GPU_BUDGET", MVM_OPT_BUDGET, "auto", NULL,
+    "device memory for expert pages: bytes (8G), a percentage of "
+    "the experts' pages (25%; 100% holds them all; under the "
+    "interposer, of the device's memory), or auto (90% of free "
+    "device memory less the engine's context beside the experts; "
+    "on the host backend the engine reads the experts at their "
+    "homes, a library space holds them all)"};
+
+const mvm_option_desc mvm_opt_backend = {
+    "MOEVM_BACKEND", MVM_OPT_CHOICE, "auto", "auto|host|cuda",
+    "physical backend: cuda when a CUDA device is usable, else host"};
+
+const mvm_option_desc mvm_opt_device = {
+    "MOEVM_DEVICE", MVM_OPT_INT, "0", NULL,
+    "CUDA device ordinal"};
+
+const mvm_option_desc mvm_opt_page_size = {
+    "MOEVM_PAGE_SIZE", MVM_OPT_SIZE, "0", NULL,
+    "page size of the expert space; 0 = the backend's default "
+    "(2 MiB); else a multiple of the backend's granularity"};
+
+const mvm_option_desc mvm_opt_clean_evict = {
+    "MOEVM_CLEAN_EVICT", MVM_OPT_CHOICE, "on", "off|on",
+    "spaces whose pages the device may write (the interposer's): "
+    "skip the write-back of an evicted page whose device digest "
+    "equals the one taken when it was loaded (cuda backend)"};
+
+const mvm_option_desc mvm_opt_home_map = {
+    "MOEVM_HOME_MAP", MVM_OPT_CHOICE, "on", "off|on",
+    "cuda backend, devices with HOST_NUMA VMM: map non-resident "
+    "pages to their host homes, so kernels can read any expert in "
+    "place; off leaves them unmapped: loads and evictions remap "
+    "about half as much (docs/perf/vmm.md), but every expert a "
+    "kernel reads must be resident (the interposer keeps them "
+    "mapped)"};
+
+const mvm_option_desc mvm_opt_log = {
+    "MOEVM_LOG", MVM_OPT_CHOICE, "warn", "off|warn|info|debug",
+    "what libmoevm prints to stderr"};
+
+const mvm_option_desc mvm_opt_cuda_library = {
+    "MOEVM_CUDA_LIBRARY", MVM_OPT_STRING, "libcuda.so.1", NULL,
+    "the CUDA driver library the cuda backend loads"};
+
+static const mvm_option_desc *const vmm_list[] = {
+    &mvm_opt_gpu_budget, &mvm_opt_backend, &mvm_opt_device, &mvm_opt_page_size,
+    &mvm_opt_clean_evict, &mvm_opt_home_map, &mvm_opt_log, &mvm_opt_cuda_library,
 };
 
-const mvm_option_desc *mvm_option_describe(mvm_option_id id)
+static const mvm_option_table vmm_options = {vmm_list, sizeof vmm_list / sizeof *vmm_list};
+
+/* The registered tables; vmm's is always the first. */
+static const mvm_option_table *tables[8] = {&vmm_options};
+static size_t n_tables = 1;
+
+mvm_status mvm_options_register(const mvm_option_table *t)
 {
-    return (unsigned)id < MVM_OPTION_COUNT_ ? &options[id] : NULL;
+    for (size_t i = 0; i < n_tables; i++)
+        if (tables[i] == t)
+            return MVM_OK;
+    if (n_tables == sizeof tables / sizeof *tables)
+        return mvm_fail(MVM_ERR_INVALID, "too many option tables (at most %zu)",
+                        sizeof tables / sizeof *tables);
+    tables[n_tables++] = t;
+    return MVM_OK;
+}
+
+/* The k-th registered option, in registration order; NULL past the last. */
+static const mvm_option_desc *nth_option(size_t k)
+{
+    for (size_t t = 0; t < n_tables; k -= tables[t++]->n)
+        if (k < tables[t]->n)
+            return tables[t]->opts[k];
+    return NULL;
 }
 
 static const char *type_name(mvm_option_type t)
@@ -267,13 +239,9 @@ static int parse_value(const mvm_option_desc *d, const char *s, mvm_option_value
     return -1;
 }
 
-mvm_status mvm_option_get(mvm_option_id id, mvm_option_value *out, char *msg, size_t msg_len)
+mvm_status mvm_option_get(const mvm_option_desc *d, mvm_option_value *out, char *msg,
+                          size_t msg_len)
 {
-    const mvm_option_desc *d = mvm_option_describe(id);
-    if (!d) {
-        snprintf(msg, msg_len, "unknown option id %d", (int)id);
-        return MVM_ERR_INVALID;
-    }
     const char *env = getenv(d->name);
     const char *s = env ? env : d->def;
     if (parse_value(d, s, out) == 0)
@@ -284,10 +252,10 @@ mvm_status mvm_option_get(mvm_option_id id, mvm_option_value *out, char *msg, si
     return MVM_ERR_OPTION;
 }
 
-mvm_status mvm_option_read(mvm_option_id id, mvm_option_value *out)
+mvm_status mvm_option_read(const mvm_option_desc *d, mvm_option_value *out)
 {
     char msg[512];
-    mvm_status st = mvm_option_get(id, out, msg, sizeof msg);
+    mvm_status st = mvm_option_get(d, out, msg, sizeof msg);
     return st == MVM_OK ? MVM_OK : mvm_fail(st, "%s", msg);
 }
 
@@ -318,13 +286,12 @@ static size_t distance(const char *a, const char *b)
 
 extern char **environ;
 
-/* Names other modules read (the engine, the interposer) register here as they are built;
- * until then they are unknown and get a warning, which is what a user with a typo needs. */
 mvm_status mvm_options_check(void)
 {
-    for (int id = 0; id < MVM_OPTION_COUNT_; id++) {
+    const mvm_option_desc *d;
+    for (size_t k = 0; (d = nth_option(k)); k++) {
         mvm_option_value v;
-        mvm_status st = mvm_option_read((mvm_option_id)id, &v);
+        mvm_status st = mvm_option_read(d, &v);
         if (st != MVM_OK)
             return st;
     }
@@ -339,19 +306,21 @@ mvm_status mvm_options_check(void)
         name[n] = 0;
         const char *best = NULL;
         size_t best_d = SIZE_MAX;
-        for (int id = 0; id < MVM_OPTION_COUNT_; id++) {
-            size_t d = distance(name, options[id].name);
-            if (d < best_d) {
-                best_d = d;
-                best = options[id].name;
+        for (size_t k = 0; (d = nth_option(k)); k++) {
+            size_t dist = distance(name, d->name);
+            if (dist < best_d) {
+                best_d = dist;
+                best = d->name;
             }
         }
         if (best_d == 0)
             continue;
         if (best_d <= 3)
-            mvm_log(MVM_LOG_WARN, "%s is not a moevm option (did you mean %s?)", name, best);
+            mvm_log(MVM_LOG_WARN, "%s is not an option this program reads (did you mean %s?)",
+                    name, best);
         else
-            mvm_log(MVM_LOG_WARN, "%s is not a moevm option (see `moevm options`)", name);
+            mvm_log(MVM_LOG_WARN, "%s is not an option this program reads (`moevm options` "
+                    "lists them all)", name);
     }
     return MVM_OK;
 }
@@ -359,8 +328,8 @@ mvm_status mvm_options_check(void)
 void mvm_options_print_markdown(FILE *f)
 {
     fprintf(f, "| variable | type | default | description |\n|---|---|---|---|\n");
-    for (int id = 0; id < MVM_OPTION_COUNT_; id++) {
-        const mvm_option_desc *d = &options[id];
+    const mvm_option_desc *d;
+    for (size_t k = 0; (d = nth_option(k)); k++) {
         char type[96];
         if (d->type == MVM_OPT_CHOICE)
             snprintf(type, sizeof type, "%s", d->choices);
@@ -376,8 +345,8 @@ void mvm_options_print_markdown(FILE *f)
 
 void mvm_options_print_effective(FILE *f)
 {
-    for (int id = 0; id < MVM_OPTION_COUNT_; id++) {
-        const mvm_option_desc *d = &options[id];
+    const mvm_option_desc *d;
+    for (size_t k = 0; (d = nth_option(k)); k++) {
         const char *env = getenv(d->name);
         fprintf(f, "  %-20s %-14s %s\n", d->name, env ? env : d->def,
                 env ? "(environment)" : "(default)");

@@ -1,7 +1,10 @@
 /*
- * Every MOEVM_* tunable in one table (options.c), the way mimalloc's options.c does it:
- * name, type, default, one-line doc. docs/options.md is generated from this table
- * (`moevm options --markdown`) and a test checks that the two agree.
+ * Every MOEVM_* tunable in one table, the way mimalloc's options.c does it: name, type,
+ * default, one-line doc. Each layer declares the options it owns beside its code (vmm's
+ * below, policy/policy_options.h, engine/forward/engine_options.h, interpose/options.h) as
+ * an mvm_option_table; a program registers the tables of the layers it links, and the one
+ * table is their union, in registration order. docs/options.md is generated from the CLI's
+ * (`moevm options --markdown`, every layer) and a test checks that the two agree.
  *
  * Values come from the environment (the CLI sets the same names from its flags). A
  * malformed value is an error naming the variable, never a silent default.
@@ -14,38 +17,6 @@
 #include <stdio.h>
 
 #include "moevm/moevm.h"
-
-typedef enum mvm_option_id {
-    MVM_OPTION_GPU_BUDGET,
-    MVM_OPTION_BACKEND,
-    MVM_OPTION_DEVICE,
-    MVM_OPTION_PAGE_SIZE,
-    MVM_OPTION_CLEAN_EVICT,
-    MVM_OPTION_HOME_MAP,
-    MVM_OPTION_LOG,
-    MVM_OPTION_CUDA_LIBRARY,
-    MVM_OPTION_THREADS,
-    MVM_OPTION_CPU_SIMD,
-    MVM_OPTION_PRELOAD_MIN,
-    MVM_OPTION_OVERSUBSCRIBE,
-    MVM_OPTION_PRELOAD_SLICES,
-    MVM_OPTION_EVICT,
-    MVM_OPTION_EVICT_ARGS,
-    MVM_OPTION_PREDICT,
-    MVM_OPTION_PREDICT_ARGS,
-    MVM_OPTION_ROUTE,
-    MVM_OPTION_ROUTE_ARGS,
-    MVM_OPTION_CONFIG,
-    MVM_OPTION_CONFIG_ARGS,
-    MVM_OPTION_ASSIGN,
-    MVM_OPTION_ASSIGN_ARGS,
-    MVM_OPTION_ADMIT,
-    MVM_OPTION_COST,
-    MVM_OPTION_REPORT,
-    MVM_OPTION_REPORT_SKIP,
-    MVM_OPTION_KV_TYPE,
-    MVM_OPTION_COUNT_
-} mvm_option_id;
 
 typedef enum mvm_option_type {
     MVM_OPT_SIZE,      /* bytes: 123, 64K, 1.5G, 2MiB (binary multiples) */
@@ -70,25 +41,39 @@ typedef struct mvm_option_value {
     const char *s;     /* STRING (points into the environment or the default) */
 } mvm_option_value;
 
-const mvm_option_desc *mvm_option_describe(mvm_option_id id);
+/* A layer's options, in the order the docs list them. */
+typedef struct mvm_option_table {
+    const mvm_option_desc *const *opts;
+    size_t n;
+} mvm_option_table;
 
-/* Reads option `id` from the environment (or its default). On a malformed value returns
+/* vmm's own: always part of the table. */
+extern const mvm_option_desc mvm_opt_gpu_budget, mvm_opt_backend, mvm_opt_device,
+    mvm_opt_page_size, mvm_opt_clean_evict, mvm_opt_home_map, mvm_opt_log, mvm_opt_cuda_library;
+
+/* Adds a layer's table (again: a no-op). Call from one thread at start, before the checks
+ * and listings below run; MVM_ERR_INVALID past 8 tables. */
+mvm_status mvm_options_register(const mvm_option_table *t);
+
+/* Reads option d from the environment (or its default). On a malformed value returns
  * MVM_ERR_OPTION with a one-line message in msg. Does not touch the thread's last error, so
- * the logger can use it. */
-mvm_status mvm_option_get(mvm_option_id id, mvm_option_value *out, char *msg, size_t msg_len);
+ * the logger can use it. Reading needs no registration. */
+mvm_status mvm_option_get(const mvm_option_desc *d, mvm_option_value *out, char *msg,
+                          size_t msg_len);
 /* The same, setting the thread's last error on failure. */
-mvm_status mvm_option_read(mvm_option_id id, mvm_option_value *out);
+mvm_status mvm_option_read(const mvm_option_desc *d, mvm_option_value *out);
 
-/* Validates every MOEVM_* variable in the environment: malformed values are errors; names
- * that are not options are reported as warnings (with the closest known name). */
+/* Validates every registered option's value in the environment (malformed values are
+ * errors); MOEVM_* names no registered table has are reported as warnings (with the
+ * closest known name): what a program does not link, it does not read. */
 mvm_status mvm_options_check(void);
 
 /* Parsers, exposed for the CLI and tests. Return 0 on success. */
 int mvm_parse_size(const char *s, uint64_t *out);
 int mvm_parse_budget(const char *s, uint64_t *bytes, double *frac);
 
-/* Writes the options table as markdown (docs/options.md) or as "NAME=value" lines of the
- * values in effect. */
+/* Writes the registered options as a markdown table (docs/options.md) or as "NAME=value"
+ * lines of the values in effect. */
 void mvm_options_print_markdown(FILE *f);
 void mvm_options_print_effective(FILE *f);
 

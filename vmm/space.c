@@ -27,12 +27,12 @@ mvm_status mvm_space_desc_init(mvm_space_desc *d)
     memset(d, 0, sizeof *d);
     mvm_option_value budget, backend, device, page, clean, home_map;
     mvm_status st;
-    if ((st = mvm_option_read(MVM_OPTION_GPU_BUDGET, &budget)) ||
-        (st = mvm_option_read(MVM_OPTION_BACKEND, &backend)) ||
-        (st = mvm_option_read(MVM_OPTION_DEVICE, &device)) ||
-        (st = mvm_option_read(MVM_OPTION_PAGE_SIZE, &page)) ||
-        (st = mvm_option_read(MVM_OPTION_CLEAN_EVICT, &clean)) ||
-        (st = mvm_option_read(MVM_OPTION_HOME_MAP, &home_map)))
+    if ((st = mvm_option_read(&mvm_opt_gpu_budget, &budget)) ||
+        (st = mvm_option_read(&mvm_opt_backend, &backend)) ||
+        (st = mvm_option_read(&mvm_opt_device, &device)) ||
+        (st = mvm_option_read(&mvm_opt_page_size, &page)) ||
+        (st = mvm_option_read(&mvm_opt_clean_evict, &clean)) ||
+        (st = mvm_option_read(&mvm_opt_home_map, &home_map)))
         return st;
     d->device_budget = (uint64_t)budget.i;
     d->device_budget_frac = budget.frac;

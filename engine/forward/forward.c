@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "engine/compute/gpu.h"
+#include "engine/forward/engine_options.h"
 #include "kernels/cpu/kernels.h"
 #include "vmm/error.h"
 #include "vmm/options.h"
@@ -59,7 +60,7 @@ static mvm_status kv_type(const char *name, enum mvm_wtype *out)
     static const char *const choices[] = {"f16", "f32"}; /* MOEVM_KV_TYPE's, in order */
     if (!name) {
         mvm_option_value v;
-        mvm_status st = mvm_option_read(MVM_OPTION_KV_TYPE, &v);
+        mvm_status st = mvm_option_read(&mvm_opt_kv_type, &v);
         if (st != MVM_OK)
             return st;
         name = choices[v.i];

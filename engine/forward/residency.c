@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "engine/compute/clock.h"
+#include "engine/forward/engine_options.h"
 #include "policy/choose.h"
 #include "policy/cost_load.h"
 #include "policy/evict_driver.h"
@@ -87,7 +88,7 @@ mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_res
     mvm_machine machine;
     mvm_option_value admit;
     if (st == MVM_OK)
-        st = mvm_option_read(MVM_OPTION_ADMIT, &admit);
+        st = mvm_option_read(&mvm_opt_admit, &admit);
     if (st == MVM_OK)
         st = find_modules(p, &mods);
     if (st == MVM_OK && !p->machine)

@@ -1,0 +1,30 @@
+/* The engine's MOEVM_* options (engine_options.h). */
+#include "engine/forward/engine_options.h"
+
+const mvm_option_desc mvm_opt_threads = {
+    "MOEVM_THREADS", MVM_OPT_INT, "0", NULL,
+    "CPU threads of the engine (`moevm run -t`); 0 = one per core near "
+    "the GPU, or per core of the caller's NUMA node"};
+
+const mvm_option_desc mvm_opt_cpu_simd = {
+    "MOEVM_CPU_SIMD", MVM_OPT_CHOICE, "auto", "auto|avx512vnni|avx512|avx2|dotprod|neon|scalar",
+    "SIMD level of the CPU kernels; auto = the best this CPU has (a "
+    "level it lacks is an error)"};
+
+const mvm_option_desc mvm_opt_kv_type = {
+    "MOEVM_KV_TYPE", MVM_OPT_CHOICE, "f16", "f16|f32",
+    "engine: the type of the KV cache's elements (`moevm run "
+    "--kv-type`); f16 keeps half the bytes, f32 the exact values"};
+
+const mvm_option_desc mvm_opt_admit = {
+    "MOEVM_ADMIT", MVM_OPT_CHOICE, "on", "off|on",
+    "engine on a GPU: an expert a step ran from its home (on the CPU, or "
+    "read in place) is loaded into the device cache in the background "
+    "afterwards when the evict module would keep it over its victim "
+    "and no other copy is queued (docs/policies.md)"};
+
+static const mvm_option_desc *const list[] = {
+    &mvm_opt_threads, &mvm_opt_cpu_simd, &mvm_opt_kv_type, &mvm_opt_admit,
+};
+
+const mvm_option_table mvm_engine_options = {list, sizeof list / sizeof *list};

@@ -1,0 +1,15 @@
+/*
+ * The engine's MOEVM_* options (vmm/options.h has the table they join): its CPU threads
+ * and kernels, the KV cache's type, and admission into the device cache.
+ */
+#ifndef MVM_ENGINE_FORWARD_ENGINE_OPTIONS_H
+#define MVM_ENGINE_FORWARD_ENGINE_OPTIONS_H
+
+#include "vmm/options.h"
+
+/* For mvm_options_register. */
+extern const mvm_option_table mvm_engine_options;
+
+extern const mvm_option_desc mvm_opt_threads, mvm_opt_cpu_simd, mvm_opt_kv_type, mvm_opt_admit;
+
+#endif
