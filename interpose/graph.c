@@ -86,9 +86,9 @@ static void capture_begun(bool announced, CUresult r, CUstream s)
         return;
     bool kept = false;
     pthread_mutex_lock(&graph_mu);
-    uintptr_t *c = r == CUDA_SUCCESS ? mvm_grow_array(capturing, &cap_capturing,
-                                                   n_capturing + 1, sizeof *c)
-                                     : NULL;
+    uintptr_t *c = r == CUDA_SUCCESS
+                       ? mvm_grow_array(capturing, &cap_capturing, n_capturing + 1, sizeof *c)
+                       : NULL;
     if (c) {
         capturing = c;
         capturing[n_capturing++] = capture_key(s);
@@ -537,8 +537,8 @@ static void collect_graph(const void *what, mvm_objset *set)
     gexec *x = found ? execs[at] : NULL;
     if (x && set->learn) /* the pointers teach slices; the objects kept are left alone */
         add_pointers(x, set);
-    else if (x && (x->layout != mvm_interposer.layout ||
-                   !mvm_objset_append(set, x->objs, x->n_objs)))
+    else if (x &&
+             (x->layout != mvm_interposer.layout || !mvm_objset_append(set, x->objs, x->n_objs)))
         resolve(x, set);
     pthread_mutex_unlock(&graph_mu);
 }

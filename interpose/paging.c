@@ -218,8 +218,8 @@ static void load(const uint32_t *needed, uint32_t n)
         uint32_t p = needed[i];
         if (mvm_interposer.resident[p])
             continue;
-        mvm_status st = mvm_make_resident_async(mvm_interposer.space, 0, p, MVM_ALL_PAGES,
-                                                &moves[n_moves]);
+        mvm_status st =
+            mvm_make_resident_async(mvm_interposer.space, 0, p, MVM_ALL_PAGES, &moves[n_moves]);
         if (st == MVM_ERR_NOSPACE)
             break; /* larger than the budget: the rest stays at home */
         if (st != MVM_OK) {

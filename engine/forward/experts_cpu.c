@@ -30,7 +30,7 @@ struct mvm_cpu_experts {
 };
 
 mvm_status mvm_cpu_experts_create(const mvm_model *m, mvm_pool *pool, uint32_t n_batch,
-                           mvm_cpu_experts **out)
+                                  mvm_cpu_experts **out)
 {
     const mvm_hparams *hp = &m->hp;
     *out = NULL;
@@ -132,7 +132,7 @@ static void experts_run(void *p, int t, int nth)
 }
 
 void mvm_cpu_experts_run(mvm_cpu_experts *x, const mvm_moe *s, const float *xn, uint32_t n,
-                  const int32_t *experts, uint32_t n_experts, int from_home)
+                         const int32_t *experts, uint32_t n_experts, int from_home)
 {
     x->s = s;
     x->experts = experts;

@@ -21,14 +21,14 @@ typedef struct mvm_cpu_experts mvm_cpu_experts;
 /* Scratch for steps of up to n_batch tokens: per thread, n_batch * top_k rows of n_embd
  * floats. */
 mvm_status mvm_cpu_experts_create(const mvm_model *m, mvm_pool *pool, uint32_t n_batch,
-                           mvm_cpu_experts **out);
+                                  mvm_cpu_experts **out);
 void mvm_cpu_experts_free(mvm_cpu_experts *x);
 
 /* Computes the rows (moe_step.h) of experts[0..n_experts) of the step s, whose n tokens'
  * expert input is xn ([n][n_embd] floats), into per-thread partial outputs. Each expert's
  * weights are read at its fixed address, or from its host home when from_home. */
 void mvm_cpu_experts_run(mvm_cpu_experts *x, const mvm_moe *s, const float *xn, uint32_t n,
-                  const int32_t *experts, uint32_t n_experts, int from_home);
+                         const int32_t *experts, uint32_t n_experts, int from_home);
 /* After a run: xs[token] += every row of the token that ran, for n tokens. */
 void mvm_cpu_experts_add(mvm_cpu_experts *x, const mvm_moe *s, float *xs, uint32_t n);
 /* After a run: rows[r] = the output of row r, for the rows of expert e ([n_embd] floats

@@ -410,7 +410,7 @@ static mvm_status moe(struct cpu_fwd *c, uint32_t il, uint32_t n, uint32_t pos0)
     /* At home, the home's own view: the expert address maps the same pages a second time,
      * whose first reads would fault them in again (and count them twice in the RSS). */
     mvm_cpu_experts_run(c->experts, c->moe, c->xn, n, c->moe->active, c->moe->n_active,
-                 c->m->experts_at_home);
+                        c->m->experts_at_home);
     mvm_cpu_experts_add(c->experts, c->moe, c->x, n);
     if (e && st == MVM_OK)
         st = e->gather(e->self, c->moe, c->x, n);

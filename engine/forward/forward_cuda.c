@@ -184,7 +184,7 @@ static void set_shape(struct cuda_fwd *f, mvm_model *m, uint32_t n_ctx, uint32_t
 }
 
 mvm_status mvm_cuda_fwd_context_bytes(mvm_model *m, uint32_t n_ctx, uint32_t n_batch,
-                                const mvm_kv_layout *kv, uint64_t *weights, uint64_t *rest)
+                                      const mvm_kv_layout *kv, uint64_t *weights, uint64_t *rest)
 {
     struct cuda_fwd f = {.sizing = 1};
     set_shape(&f, m, n_ctx, n_batch, kv);
@@ -260,8 +260,8 @@ static mvm_status quantize(struct cuda_fwd *f, enum mvm_wtype t, mvm_dptr x, uin
  * i reads in + (i * H + h) * in_pitch floats and writes y + (i * H + h) * y_pitch floats.
  * A Q or K type's input is quantized into qbuf (q_pitch bytes a row) unless `ready`. */
 static mvm_status product(struct cuda_fwd *f, const struct dev_weight *w, uint32_t H, int ready,
-                          mvm_dptr in, uint64_t in_pitch, uint32_t n, mvm_dptr y,
-                          uint64_t y_pitch, mvm_dptr qbuf, uint64_t q_pitch)
+                          mvm_dptr in, uint64_t in_pitch, uint32_t n, mvm_dptr y, uint64_t y_pitch,
+                          mvm_dptr qbuf, uint64_t q_pitch)
 {
     const enum mvm_wtype t = (enum mvm_wtype)w->type;
     const uint32_t rows = w->rows / H;
@@ -281,8 +281,8 @@ static mvm_status product(struct cuda_fwd *f, const struct dev_weight *w, uint32
 }
 
 mvm_status mvm_cuda_fwd_matmul(struct cuda_fwd *f, const struct dev_weight *w,
-                         const struct dev_weight *prev, mvm_dptr in, uint64_t in_stride,
-                         uint32_t n, mvm_dptr y, uint64_t y_stride)
+                               const struct dev_weight *prev, mvm_dptr in, uint64_t in_stride,
+                               uint32_t n, mvm_dptr y, uint64_t y_stride)
 {
     const uint64_t block = mvm_k_block_elems((enum mvm_wtype)w->type);
     int ready = prev && mvm_k_block_elems((enum mvm_wtype)prev->type) == block;
@@ -290,14 +290,14 @@ mvm_status mvm_cuda_fwd_matmul(struct cuda_fwd *f, const struct dev_weight *w,
 }
 
 mvm_status mvm_cuda_fwd_matmul_heads(struct cuda_fwd *f, const struct dev_weight *w, uint32_t H,
-                               mvm_dptr in, uint64_t in_pitch, uint32_t n, mvm_dptr y,
-                               uint64_t y_pitch)
+                                     mvm_dptr in, uint64_t in_pitch, uint32_t n, mvm_dptr y,
+                                     uint64_t y_pitch)
 {
     return product(f, w, H, 0, in, in_pitch, n, y, y_pitch, f->hact, f->hact_stride);
 }
 
 mvm_status mvm_cuda_fwd_rmsnorm(struct cuda_fwd *f, mvm_dptr x, mvm_dptr out, uint64_t stride,
-                          mvm_dptr w, uint32_t len, uint32_t rows)
+                                mvm_dptr w, uint32_t len, uint32_t rows)
 {
     mvm_g_rmsnorm_args a = {.x = x, .out = out, .w = w, .x_stride = stride,
                             .out_stride = stride, .n = len, .n_rows = rows,
@@ -306,7 +306,7 @@ mvm_status mvm_cuda_fwd_rmsnorm(struct cuda_fwd *f, mvm_dptr x, mvm_dptr out, ui
 }
 
 mvm_status mvm_cuda_fwd_add(struct cuda_fwd *f, mvm_dptr x, mvm_dptr y, uint64_t y_stride,
-                      mvm_dptr gate, uint32_t len, uint32_t rows)
+                            mvm_dptr gate, uint32_t len, uint32_t rows)
 {
     mvm_g_add_args a = {.x = x, .y = y, .gate = gate, .y_stride = y_stride, .n = len,
                         .n_tok = rows};
@@ -314,7 +314,7 @@ mvm_status mvm_cuda_fwd_add(struct cuda_fwd *f, mvm_dptr x, mvm_dptr y, uint64_t
 }
 
 mvm_status mvm_cuda_fwd_rope(struct cuda_fwd *f, mvm_dptr x, uint64_t stride, uint32_t n_heads,
-                       uint32_t head_dim, uint32_t n, uint32_t pos0)
+                             uint32_t head_dim, uint32_t n, uint32_t pos0)
 {
     mvm_g_rope_args a = {.x = x, .stride = stride, .n_tok = n, .n_heads = n_heads,
                          .head_dim = head_dim, .pos0 = pos0, .rope = f->m->hp.rope};
@@ -552,7 +552,7 @@ static mvm_status cuda_eval(mvm_ctx *ctx, const int32_t *tokens, uint32_t n, flo
         return MVM_OK;
     uint32_t first = all_logits ? 0 : n - 1, nl = n - first;
     TRY(mvm_cuda_fwd_rmsnorm(f, f->x + (uint64_t)first * D * sizeof(float), f->xn, D,
-                       f->output_norm, D, nl));
+                             f->output_norm, D, nl));
     TRY(mvm_cuda_fwd_matmul(f, &f->output, NULL, f->xn, D, nl, f->logits, hp->n_vocab));
     return mvm_gpu_download(f->g, logits, f->logits, (size_t)nl * hp->n_vocab * sizeof(float));
 }

@@ -180,7 +180,7 @@ static mvm_status mla_project(struct cuda_fwd *f, const struct dev_block *L, mvm
     TRY(mvm_cuda_fwd_rmsnorm(f, rows, rows, f->lat, L->kv_a_norm, R, n));
     TRY(mvm_cuda_fwd_rope(f, rows + R * sizeof(float), f->lat, 1, hp->rope.n_rot, n, pos0));
     return mvm_cuda_fwd_rope(f, f->q + hp->nope * sizeof(float), f->q_dim, hp->n_head, hp->head_dim,
-                       n, pos0);
+                             n, pos0);
 }
 
 static mvm_status mla(struct cuda_fwd *f, const struct dev_block *L, const mvm_kv_block *b,
@@ -210,7 +210,7 @@ static mvm_status mla(struct cuda_fwd *f, const struct dev_block *L, const mvm_k
 }
 
 mvm_status mvm_cuda_fwd_attention(struct cuda_fwd *f, const struct dev_block *L, uint32_t blk,
-                            uint32_t n, uint32_t pos0)
+                                  uint32_t n, uint32_t pos0)
 {
     const mvm_hparams *hp = &f->m->hp;
     const uint32_t D = hp->n_embd;

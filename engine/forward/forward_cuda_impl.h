@@ -95,22 +95,22 @@ uint64_t mvm_cuda_fwd_act_bytes(uint32_t n);
  * `prev` is the weight of the product just before on the same input, or NULL: when its
  * activation format is w's (Q8_0 for both, or Q8_K), f->act holds the input already. */
 mvm_status mvm_cuda_fwd_matmul(struct cuda_fwd *f, const struct dev_weight *w,
-                         const struct dev_weight *prev, mvm_dptr in, uint64_t in_stride,
-                         uint32_t n, mvm_dptr y, uint64_t y_stride);
+                               const struct dev_weight *prev, mvm_dptr in, uint64_t in_stride,
+                               uint32_t n, mvm_dptr y, uint64_t y_stride);
 /* The same per head, for n tokens of H heads: w's rows are H slabs of rows / H, head h's
  * input at in + (i * H + h) * in_pitch floats and its y at y + (i * H + h) * y_pitch. */
 mvm_status mvm_cuda_fwd_matmul_heads(struct cuda_fwd *f, const struct dev_weight *w, uint32_t H,
-                               mvm_dptr in, uint64_t in_pitch, uint32_t n, mvm_dptr y,
-                               uint64_t y_pitch);
+                                     mvm_dptr in, uint64_t in_pitch, uint32_t n, mvm_dptr y,
+                                     uint64_t y_pitch);
 /* rows of len floats, stride floats apart, normalised in place or into out (same stride). */
 mvm_status mvm_cuda_fwd_rmsnorm(struct cuda_fwd *f, mvm_dptr x, mvm_dptr out, uint64_t stride,
-                          mvm_dptr w, uint32_t len, uint32_t rows);
+                                mvm_dptr w, uint32_t len, uint32_t rows);
 /* x[i] += g(i) * y[i] over rows of len floats (y_stride 0: one row y for all, a bias). */
 mvm_status mvm_cuda_fwd_add(struct cuda_fwd *f, mvm_dptr x, mvm_dptr y, uint64_t y_stride,
-                      mvm_dptr gate, uint32_t len, uint32_t rows);
+                            mvm_dptr gate, uint32_t len, uint32_t rows);
 /* The rotary embedding of n tokens (stride floats apart) of n_heads heads of head_dim. */
 mvm_status mvm_cuda_fwd_rope(struct cuda_fwd *f, mvm_dptr x, uint64_t stride, uint32_t n_heads,
-                       uint32_t head_dim, uint32_t n, uint32_t pos0);
+                             uint32_t head_dim, uint32_t n, uint32_t pos0);
 
 /* ---- forward_cuda_attn.c --------------------------------------------------------------- */
 
@@ -122,6 +122,6 @@ mvm_status mvm_cuda_fwd_alloc_attention(struct cuda_fwd *f);
 /* x += attention(rms(x)) of block L, whose rows of the KV cache are blocks[blk] of the
  * layout; leaves rms(x) nowhere. */
 mvm_status mvm_cuda_fwd_attention(struct cuda_fwd *f, const struct dev_block *L, uint32_t blk,
-                            uint32_t n, uint32_t pos0);
+                                  uint32_t n, uint32_t pos0);
 
 #endif

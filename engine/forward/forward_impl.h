@@ -54,6 +54,6 @@ extern const struct mvm_fwd_backend mvm_fwd_cuda;
  * without a device or m's space: *weights for the weights besides the experts, *rest for
  * the KV cache and scratch. */
 mvm_status mvm_cuda_fwd_context_bytes(mvm_model *m, uint32_t n_ctx, uint32_t n_batch,
-                                const mvm_kv_layout *kv, uint64_t *weights, uint64_t *rest);
+                                      const mvm_kv_layout *kv, uint64_t *weights, uint64_t *rest);
 
 #endif
