@@ -2,14 +2,18 @@
  * The MOEVM_* options table: parsers, malformed values, unknown names, and docs/options.md
  * against the table (argv[1] is the path of docs/options.md).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "engine/forward/engine_options.h"
 #include "interpose/options.h"
 #include "policy/policy_options.h"
 #include "vmm/options.h"
+#include "vmm/error.h"
+#include "vmm/file_replace.h"
 #include "vmm/registry.h"
 
 static void test_sizes(void)
@@ -138,6 +142,49 @@ static void test_layer_tables(void)
     free(text);
 }
 
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    char *s = f ? calloc(1, 256) : NULL;
+    if (s)
+        fread(s, 1, 255, f);
+    if (f)
+        fclose(f);
+    return s;
+}
+
+/* A committed write replaces the file; a failed one leaves it as it was, and no .tmp. */
+static void test_file_replace(void)
+{
+    char dir[] = "/tmp/moevm_replace_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char path[128], tmp[160];
+    snprintf(path, sizeof path, "%s/f.txt", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    mvm_file_replace r;
+    CHECK(mvm_file_replace_open(&r, path, "w") == MVM_OK);
+    fputs("first", r.f);
+    CHECK(mvm_file_replace_commit(&r, MVM_OK) == MVM_OK);
+    char *s = slurp(path);
+    CHECK(s && strcmp(s, "first") == 0);
+    free(s);
+
+    CHECK(mvm_file_replace_open(&r, path, "w") == MVM_OK);
+    fputs("second, half wr", r.f);
+    CHECK(mvm_file_replace_commit(&r, MVM_ERR_NOMEM) == MVM_ERR_NOMEM);
+    s = slurp(path);
+    CHECK(s && strcmp(s, "first") == 0);
+    free(s);
+    CHECK(access(tmp, F_OK) != 0);
+
+    char nowhere[160];
+    snprintf(nowhere, sizeof nowhere, "%s/no/such/dir/f", dir);
+    CHECK(mvm_file_replace_open(&r, nowhere, "w") == MVM_ERR_BACKEND);
+    CHECK(strstr(mvm_last_error(), "no/such/dir/f.tmp: cannot create") != NULL);
+    remove(path);
+    rmdir(dir);
+}
+
 static void test_registry(void)
 {
     /* Many handles, removed in a different order: probe chains must survive deletions. */
@@ -163,6 +210,7 @@ int main(int argc, char **argv)
     RUN(test_env);
     RUN(test_layer_tables);
     RUN(test_registry);
+    RUN(test_file_replace);
     if (argc > 1)
         test_docs_match_table(argv[1]);
     else

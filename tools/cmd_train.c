@@ -13,6 +13,8 @@
 #include "policy/predictor_mlp.h"
 #include "tools/cli.h"
 #include "tools/trace.h"
+#include "vmm/error.h"
+#include "vmm/file_replace.h"
 
 static const char *const cmd = "train-predictor";
 
@@ -152,34 +154,17 @@ static void print_table(const args *a, const mvm_trace *t, const mvm_predictor_e
            t->hdr.top_k, t->hdr.top_k, t->hdr.top_k);
 }
 
-/* Writes size bytes to path through path.tmp and a rename. 0, or 1 with the error printed. */
+/* Writes size bytes over path (vmm/file_replace.h). 0, or 1 with the error printed. */
 static int write_file(const char *path, const void *bytes, size_t size)
 {
-    size_t len = strlen(path);
-    char *tmp = malloc(len + 5);
-    if (!tmp) {
-        fprintf(stderr, "moevm %s: out of memory\n", cmd);
-        return 1;
-    }
-    memcpy(tmp, path, len);
-    memcpy(tmp + len, ".tmp", 5);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        fprintf(stderr, "moevm %s: %s: cannot create: %s\n", cmd, tmp, strerror(errno));
-        free(tmp);
-        return 1;
-    }
-    errno = 0;
-    int bad = fwrite(bytes, 1, size, f) != size;
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path) != 0) {
-        fprintf(stderr, "moevm %s: %s: writing failed: %s\n", cmd, path,
-                errno ? strerror(errno) : "short write");
-        remove(tmp);
-        free(tmp);
-        return 1;
-    }
-    free(tmp);
+    mvm_file_replace file;
+    if (mvm_file_replace_open(&file, path, "wb") != MVM_OK)
+        return mvm_cli_error(cmd);
+    mvm_status st = MVM_OK;
+    if (fwrite(bytes, 1, size, file.f) != size)
+        st = mvm_fail(MVM_ERR_BACKEND, "%s: writing failed: %s", file.tmp, strerror(errno));
+    if (mvm_file_replace_commit(&file, st) != MVM_OK)
+        return mvm_cli_error(cmd);
     return 0;
 }
 

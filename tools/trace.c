@@ -17,6 +17,7 @@
 #include <cjson/cJSON.h>
 
 #include "vmm/error.h"
+#include "vmm/file_replace.h"
 
 /* ---- allocation ------------------------------------------------------------------------ */
 
@@ -249,12 +250,13 @@ typedef struct loader {
 static mvm_status bad(const loader *ld, const char *fmt, ...) MVM_PRINTF(2, 3);
 static mvm_status bad(const loader *ld, const char *fmt, ...)
 {
-    char msg[400];
+    char where[320];
+    snprintf(where, sizeof where, "%s:%lu", ld->path, ld->line);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    mvm_failv(MVM_ERR_INVALID, where, fmt, ap);
     va_end(ap);
-    return mvm_fail(MVM_ERR_INVALID, "%s:%lu: %s", ld->path, ld->line, msg);
+    return MVM_ERR_INVALID;
 }
 
 static mvm_status get_uint(const loader *ld, const cJSON *o, const char *key, double max,
@@ -617,18 +619,10 @@ mvm_status mvm_trace_save(const mvm_trace *t, const char *path)
     mvm_status st = check_saveable(t, path);
     if (st != MVM_OK)
         return st;
-    size_t len = strlen(path);
-    char *tmp = malloc(len + 5);
-    if (!tmp)
-        return mvm_fail(MVM_ERR_NOMEM, "out of memory");
-    memcpy(tmp, path, len);
-    memcpy(tmp + len, ".tmp", 5);
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        st = mvm_fail(MVM_ERR_BACKEND, "%s: cannot create: %s", tmp, strerror(errno));
-        free(tmp);
+    mvm_file_replace file;
+    if ((st = mvm_file_replace_open(&file, path, "w")) != MVM_OK)
         return st;
-    }
+    FILE *f = file.f;
     const mvm_trace_header *h = &t->hdr;
     int bad_write = mvm_trace_put_header(f, h);
     for (uint32_t i = 0; i < t->n_tokens && !bad_write; i++)
@@ -641,13 +635,6 @@ mvm_status mvm_trace_save(const mvm_trace *t, const char *path)
             };
             mvm_trace_put_line(f, &r, 1);
         }
-    bad_write |= ferror(f);
-    bad_write |= fclose(f) != 0;
-    if (bad_write || rename(tmp, path) != 0) {
-        st = mvm_fail(MVM_ERR_BACKEND, "%s: writing the trace failed: %s", path,
-                      errno ? strerror(errno) : "out of memory");
-        remove(tmp);
-    }
-    free(tmp);
-    return st;
+    mvm_status wrote = bad_write ? mvm_fail(MVM_ERR_NOMEM, "%s: out of memory", path) : MVM_OK;
+    return mvm_file_replace_commit(&file, wrote);
 }

@@ -9,13 +9,22 @@
 
 static _Thread_local char last_error[512];
 
+mvm_status mvm_failv(mvm_status s, const char *where, const char *fmt, va_list ap)
+{
+    int n = where ? snprintf(last_error, sizeof last_error, "%s: ", where) : 0;
+    if (n < 0 || (size_t)n >= sizeof last_error)
+        n = 0; /* a prefix that fills the buffer leaves room for nothing: drop it */
+    vsnprintf(last_error + n, sizeof last_error - (size_t)n, fmt, ap);
+    mvm_log(MVM_LOG_DEBUG, "%s: %s", mvm_status_name(s), last_error);
+    return s;
+}
+
 mvm_status mvm_fail(mvm_status s, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    mvm_failv(s, NULL, fmt, ap);
     va_end(ap);
-    mvm_log(MVM_LOG_DEBUG, "%s: %s", mvm_status_name(s), last_error);
     return s;
 }
 

@@ -8,6 +8,8 @@
 #ifndef MVM_VMM_ERROR_H
 #define MVM_VMM_ERROR_H
 
+#include <stdarg.h>
+
 #include "moevm/moevm.h"
 
 #if defined(__GNUC__)
@@ -17,6 +19,10 @@
 #endif
 
 mvm_status mvm_fail(mvm_status s, const char *fmt, ...) MVM_PRINTF(2, 3);
+/* The same from a va_list, the message prefixed by "where: " (where may be NULL): for
+ * parsers' own fail functions, which name the file and place. */
+mvm_status mvm_failv(mvm_status s, const char *where, const char *fmt, va_list ap)
+    MVM_PRINTF(3, 0);
 
 typedef enum mvm_log_level {
     MVM_LOG_OFF = 0,

@@ -178,6 +178,15 @@ mvm_status mvm_ctx_set_elsewhere(mvm_ctx *c, const mvm_elsewhere *e)
 
 uint32_t mvm_ctx_n_past(const mvm_ctx *c) { return c->n_past; }
 void mvm_ctx_reset(mvm_ctx *c) { c->n_past = 0; }
+
+void mvm_embed_tokens(const mvm_model *m, const int32_t *tokens, uint32_t n, float *out)
+{
+    const mvm_weight *w = &m->tok_embd;
+    uint32_t D = m->hp.n_embd;
+    for (uint32_t i = 0; i < n; i++)
+        mvm_k_dequantize(w->type, (const uint8_t *)w->data + (size_t)tokens[i] * w->row_bytes,
+                         out + (size_t)i * D, D);
+}
 const mvm_resid *mvm_ctx_residency(const mvm_ctx *c) { return c->moe->resid; }
 const mvm_prefetcher *mvm_ctx_prefetcher(const mvm_ctx *c) { return c->moe->prefetch; }
 const mvm_substitutor *mvm_ctx_substitutor(const mvm_ctx *c) { return c->moe->subst; }

@@ -430,10 +430,7 @@ static mvm_status cpu_eval(mvm_ctx *ctx, const int32_t *tokens, uint32_t n, floa
     const mvm_model *m = c->m;
     const mvm_hparams *hp = &m->hp;
     uint32_t pos0 = ctx->n_past;
-    for (uint32_t i = 0; i < n; i++)
-        mvm_k_dequantize(m->tok_embd.type,
-                         (const uint8_t *)m->tok_embd.data + (size_t)tokens[i] * m->tok_embd.row_bytes,
-                         c->x + (size_t)i * hp->n_embd, hp->n_embd);
+    mvm_embed_tokens(m, tokens, n, c->x);
     for (uint32_t b = 0; b < hp->n_dense; b++) {
         attention(c, &m->dense[b], b, n, pos0);
         dense_ffn(c, &m->dense[b], n);

@@ -535,10 +535,7 @@ static mvm_status cuda_eval(mvm_ctx *ctx, const int32_t *tokens, uint32_t n, flo
     const mvm_model *m = f->m;
     const mvm_hparams *hp = &m->hp;
     uint32_t D = hp->n_embd, pos0 = ctx->n_past;
-    for (uint32_t i = 0; i < n; i++)
-        mvm_k_dequantize(m->tok_embd.type,
-                         (const uint8_t *)m->tok_embd.data + (size_t)tokens[i] * m->tok_embd.row_bytes,
-                         f->host + (size_t)i * D, D);
+    mvm_embed_tokens(m, tokens, n, f->host);
     TRY(mvm_gpu_upload(f->g, f->x, f->host, (size_t)n * D * sizeof(float)));
     for (uint32_t b = 0; b < hp->n_dense; b++) {
         TRY(mvm_cuda_fwd_attention(f, &f->dense[b], b, n, pos0));

@@ -46,6 +46,10 @@ static inline void *mvm_buf64(size_t n, int *ok)
     return p;
 }
 
+/* The n tokens' embedding rows, dequantised into out ([n][n_embd] floats): both passes
+ * start from them on the host. */
+void mvm_embed_tokens(const mvm_model *m, const int32_t *tokens, uint32_t n, float *out);
+
 extern const struct mvm_fwd_backend mvm_fwd_cpu;
 /* Only in builds with the device kernels (MVM_ENGINE_PTX): see mvm_ctx_device_available. */
 extern const struct mvm_fwd_backend mvm_fwd_cuda;

@@ -74,12 +74,13 @@ const char *mvm_gguf_shown(const char *s, uint64_t n, char buf[72])
 static mvm_status bad(const parser *p, mvm_status s, const char *fmt, ...) MVM_PRINTF(3, 4);
 static mvm_status bad(const parser *p, mvm_status s, const char *fmt, ...)
 {
-    char msg[400];
+    char where[320];
+    snprintf(where, sizeof where, "%s: %s", p->input, p->where);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    mvm_failv(s, where, fmt, ap);
     va_end(ap);
-    return mvm_fail(s, "%s: %s: %s", p->input, p->where, msg);
+    return s;
 }
 
 static uint64_t left(const parser *p) { return p->g->len - p->pos; }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "vmm/error.h"
+#include "vmm/file_replace.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "GGUF values are little-endian and are written from memory: this needs a little-endian host"
@@ -427,31 +428,11 @@ mvm_status mvm_gguf_writer_write(mvm_gguf_writer *w, const char *path)
     mvm_status st = check_complete(w, alignment);
     if (st != MVM_OK)
         return st;
-    size_t n = strlen(path);
-    char *tmp = malloc(n + 5);
-    if (!tmp)
-        return mvm_fail(MVM_ERR_NOMEM, "%s: out of memory", path);
-    memcpy(tmp, path, n);
-    memcpy(tmp + n, ".tmp", 5);
-    out o = {.f = fopen(tmp, "wb"), .path = tmp};
-    if (!o.f) {
-        st = mvm_fail(MVM_ERR_BACKEND, "fopen %s failed: %s", tmp, strerror(errno));
-        free(tmp);
+    mvm_file_replace file;
+    if ((st = mvm_file_replace_open(&file, path, "wb")) != MVM_OK)
         return st;
-    }
+    out o = {.f = file.f, .path = file.tmp};
     emit_metadata(&o, w, alignment);
     emit_data(&o, w, alignment);
-    /* fsync before the rename, so that the final name never refers to data still in
-     * flight: after a crash it is the old file or the complete new one. */
-    if (o.st == MVM_OK && (fflush(o.f) != 0 || fsync(fileno(o.f)) != 0))
-        o.st = mvm_fail(MVM_ERR_BACKEND, "flushing %s failed: %s", tmp, strerror(errno));
-    if (fclose(o.f) != 0 && o.st == MVM_OK)
-        o.st = mvm_fail(MVM_ERR_BACKEND, "fclose %s failed: %s", tmp, strerror(errno));
-    if (o.st == MVM_OK && rename(tmp, path) != 0)
-        o.st = mvm_fail(MVM_ERR_BACKEND, "rename %s to %s failed: %s", tmp, path,
-                        strerror(errno));
-    if (o.st != MVM_OK)
-        unlink(tmp);
-    free(tmp);
-    return o.st;
+    return mvm_file_replace_commit(&file, o.st);
 }

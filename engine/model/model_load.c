@@ -18,12 +18,11 @@ void mvm_ld_append_types(char *buf, size_t size, unsigned set, const char *sep)
 
 mvm_status mvm_ld_fail(struct loader *ld, mvm_status s, const char *fmt, ...)
 {
-    char msg[384];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    ld->st = mvm_failv(s, ld->path, fmt, ap);
     va_end(ap);
-    return ld->st = mvm_fail(s, "%s: %s", ld->path, msg);
+    return ld->st;
 }
 
 /* "{arch}.{suffix}" as a u32 (u32 != NULL) or an f32; absent keys leave the value alone

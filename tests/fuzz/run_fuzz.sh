@@ -48,7 +48,7 @@ EOF
 
 flags=(-std=c11 -g -O1 -Wall -Wextra -Werror -D_GNU_SOURCE= -I"$root/include" -I"$root"
        -fno-sanitize-recover=all)
-reader=("$root/engine/gguf/gguf.c" "$root/engine/gguf/gguf_get.c" "$root/engine/gguf/gguf_split.c" "$root/engine/gguf/ggml_types.c" "$root/vmm/error.c" "$root/vmm/options.c")
+reader=("$root/engine/gguf/gguf.c" "$root/engine/gguf/gguf_get.c" "$root/engine/gguf/gguf_split.c" "$root/engine/gguf/ggml_types.c" "$root/vmm/error.c" "$root/vmm/options.c" "$root/vmm/file_replace.c")
 mkdir -p "$out/gguf/seeds" "$out/inputs/seeds"
 "$cc" "${flags[@]}" -fsanitize=fuzzer,address,undefined "$root/tests/fuzz/fuzz_gguf.c" \
     "${reader[@]}" -lm -lpthread -o "$out/fuzz_gguf" || fail "building fuzz_gguf failed"
@@ -61,7 +61,7 @@ cjson=$(pkg-config --cflags --libs libcjson 2>/dev/null || echo -lcjson)
 # shellcheck disable=SC2086 # cjson is a list of flags
 "$cc" "${flags[@]}" -fsanitize=fuzzer,address,undefined "$root/tests/fuzz/fuzz_inputs.c" \
     "$root"/policy/*.c "$root/tools/trace.c" "$root/tools/sim.c" "$root/vmm/error.c" \
-    "$root/vmm/options.c" "$root/engine/tokenizer/tok_pretok.c" "$root/engine/tokenizer/tok_regex.c" \
+    "$root/vmm/options.c" "$root/vmm/file_replace.c" "$root/engine/tokenizer/tok_pretok.c" "$root/engine/tokenizer/tok_regex.c" \
     "$root/engine/tokenizer/tok_unicode.c" $cjson -lm -lpthread -o "$out/fuzz_inputs" ||
     fail "building fuzz_inputs failed"
 # Seeds: the first byte picks the parser (fuzz_inputs.c).
