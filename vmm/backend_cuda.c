@@ -564,6 +564,20 @@ mvm_status mvm_cu_load(struct cu_api *cu)
     return MVM_OK;
 }
 
+mvm_status mvm_cu_device(struct cu_api *cu, int ordinal, CUdevice *out)
+{
+    int count = 0;
+    CUresult r = cu->Init(0);
+    if (r != CUDA_SUCCESS)
+        return mvm_cu_fail(cu, r, "cuInit");
+    if ((r = cu->DeviceGetCount(&count)) != CUDA_SUCCESS)
+        return mvm_cu_fail(cu, r, "cuDeviceGetCount");
+    if (ordinal < 0 || ordinal >= count)
+        return mvm_fail(MVM_ERR_RANGE, "CUDA device %d requested, %d present", ordinal, count);
+    r = cu->DeviceGet(out, ordinal);
+    return r == CUDA_SUCCESS ? MVM_OK : mvm_cu_fail(cu, r, "cuDeviceGet");
+}
+
 static int attribute(cuda_backend *c, CUdevice_attribute a)
 {
     int v = 0;
@@ -585,12 +599,9 @@ static size_t lcm(size_t a, size_t b)
  * it takes anything of the device. */
 static mvm_status find_device(cuda_backend *c, int ordinal)
 {
-    int count = 0;
-    CU(c, c->cu.Init(0), "cuInit");
-    CU(c, c->cu.DeviceGetCount(&count), "cuDeviceGetCount");
-    if (ordinal < 0 || ordinal >= count)
-        return mvm_fail(MVM_ERR_RANGE, "CUDA device %d requested, %d present", ordinal, count);
-    CU(c, c->cu.DeviceGet(&c->dev, ordinal), "cuDeviceGet");
+    mvm_status st = mvm_cu_device(&c->cu, ordinal, &c->dev);
+    if (st != MVM_OK)
+        return st;
     if (!attribute(c, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED))
         return mvm_fail(MVM_ERR_UNSUPPORTED, "CUDA device %d does not support virtual memory "
                         "management", ordinal);

@@ -108,6 +108,10 @@ int mvm_cuda_digest_unchanged(cuda_backend *c, cuda_digest *d, const size_t *chu
  * device code (engine/compute/gpu.c) shares it. */
 mvm_status mvm_cu_load(struct cu_api *cu);
 
+/* cuInit, then device `ordinal` if it exists (MVM_ERR_RANGE naming how many do); the
+ * engine's device code shares this too. */
+mvm_status mvm_cu_device(struct cu_api *cu, int ordinal, CUdevice *out);
+
 /* Records the failure of a driver call as the thread's error; returns its status. */
 mvm_status mvm_cu_fail(const struct cu_api *cu, CUresult r, const char *what);
 

@@ -87,12 +87,9 @@ static mvm_status load_kernels(mvm_gpu *g)
 
 static mvm_status open_device(mvm_gpu *g, int device)
 {
-    int count = 0;
-    CU(g, g->cu.Init(0), "cuInit");
-    CU(g, g->cu.DeviceGetCount(&count), "cuDeviceGetCount");
-    if (device < 0 || device >= count)
-        return mvm_fail(MVM_ERR_RANGE, "CUDA device %d requested, %d present", device, count);
-    CU(g, g->cu.DeviceGet(&g->dev, device), "cuDeviceGet");
+    mvm_status st = mvm_cu_device(&g->cu, device, &g->dev);
+    if (st != MVM_OK)
+        return st;
     CU(g, g->cu.PrimaryCtxRetain(&g->ctx, g->dev), "cuDevicePrimaryCtxRetain");
     CU(g, g->cu.CtxSetCurrent(g->ctx), "cuCtxSetCurrent");
     CU(g, g->cu.StreamCreate(&g->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
