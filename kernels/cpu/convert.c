@@ -147,7 +147,8 @@ static void quantize_mxfp4_block(const float *x, uint8_t *blk)
     }
 }
 
-void mvm_k_quantize(enum mvm_wtype t, const float *src, void *dst, size_t n)
+/* The types of one scale per 32 (or no blocks at all). */
+static void quantize_blocks(enum mvm_wtype t, const float *src, void *dst, size_t n)
 {
     switch (t) {
     case MVM_W_F32: memcpy(dst, src, n * sizeof *src); break;
@@ -178,20 +179,23 @@ void mvm_k_quantize(enum mvm_wtype t, const float *src, void *dst, size_t n)
         for (size_t b = 0; b < n / MVM_QBLOCK; b++)
             quantize_mxfp4_block(src + b * MVM_QBLOCK, (uint8_t *)dst + b * 17);
         break;
-    case MVM_W_Q2_K:
-    case MVM_W_Q3_K:
-    case MVM_W_Q4_K:
-    case MVM_W_Q5_K:
-    case MVM_W_Q6_K:
-    case MVM_W_IQ4_XS: mvm_k_quantize_k(t, src, dst, n); break;
-    default:
-        if (mvm_k_is_iqgrid(t))
-            mvm_k_quantize_iq(t, src, dst, n);
-        break;
+    default: break;
     }
 }
 
-void mvm_k_dequantize(enum mvm_wtype t, const void *src, float *dst, size_t n)
+void mvm_k_quantize(enum mvm_wtype t, const float *src, void *dst, size_t n)
+{
+    /* the super-block types (K-quants, IQ4_XS, the grid types) have their own files */
+    if (mvm_k_is_iqgrid(t))
+        mvm_k_quantize_iq(t, src, dst, n);
+    else if (mvm_k_is_k(t))
+        mvm_k_quantize_k(t, src, dst, n);
+    else
+        quantize_blocks(t, src, dst, n);
+}
+
+/* The same types back to floats. */
+static void dequantize_blocks(enum mvm_wtype t, const void *src, float *dst, size_t n)
 {
     switch (t) {
     case MVM_W_F32:
@@ -218,15 +222,16 @@ void mvm_k_dequantize(enum mvm_wtype t, const void *src, float *dst, size_t n)
                     L.m ? d * q[j] + mvm_k_h2f(mvm_k_block_h(blk, L.m)) : d * q[j];
         }
         break;
-    case MVM_W_Q2_K:
-    case MVM_W_Q3_K:
-    case MVM_W_Q4_K:
-    case MVM_W_Q5_K:
-    case MVM_W_Q6_K:
-    case MVM_W_IQ4_XS: mvm_k_dequantize_k(t, src, dst, n); break;
-    default:
-        if (mvm_k_is_iqgrid(t))
-            mvm_k_dequantize_iq(t, src, dst, n);
-        break;
+    default: break;
     }
+}
+
+void mvm_k_dequantize(enum mvm_wtype t, const void *src, float *dst, size_t n)
+{
+    if (mvm_k_is_iqgrid(t))
+        mvm_k_dequantize_iq(t, src, dst, n);
+    else if (mvm_k_is_k(t))
+        mvm_k_dequantize_k(t, src, dst, n);
+    else
+        dequantize_blocks(t, src, dst, n);
 }
