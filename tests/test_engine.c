@@ -21,6 +21,7 @@
 #include "engine/model/model.h"
 #include "engine/plan/plan.h"
 #include "engine/synth/mkmodel.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "tools/trace_out.h"
 
 static char dir[64];
@@ -169,6 +170,7 @@ struct mutation {
     enum mvm_ggml_type type;  /* new type when retype */
     int retype;
     uint64_t ne0;             /* new first dimension when nonzero */
+    const char *pad;          /* an extra string key "test.pad" of this value */
 };
 
 static void copy_key(const mvm_gguf *g, uint64_t i, mvm_gguf_writer *w)
@@ -245,6 +247,8 @@ static void write_mutant(const char *src, const char *dst, const struct mutation
     }
     if (mu->key && !mu->drop_key && mvm_gguf_find_key(g, mu->key) < 0)
         set_key(w, mu->key, mu);
+    if (mu->pad)
+        mvm_gguf_writer_set_str(w, "test.pad", mu->pad);
     void *zeros[4] = {0};
     int nz = 0;
     for (uint64_t i = 0; i < mvm_gguf_n_tensors(g); i++) {
@@ -286,6 +290,76 @@ static void expect_load_error(const char *arch, const struct mutation *mu,
         fprintf(stderr, "  mutation (%s/%s): got %s: %s\n", mu->key ? mu->key : "",
                 mu->tensor ? mu->tensor : "", mvm_status_name(st), mvm_last_error());
     mvm_model_free(m);
+}
+
+static uint64_t mutant_rand(uint64_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+/* The path from bytes to an opened model and its tokenizer, under random damage: each
+ * mutant overwrites a few bytes of a tiny model's metadata (header, keys, tensor infos)
+ * with random or boundary values, or cuts the file short. Opening it must succeed or fail
+ * with one line naming the file; the sanitizer builds check that nothing reads or sizes
+ * past what the file holds. Seeded: the same mutants every run. */
+static void test_load_mutants(void)
+{
+    static const char *which[] = {"llama", "deepseek2", "gpt-oss", "glm4moe"};
+    static const uint8_t edge[] = {0x00, 0x01, 0x7f, 0x80, 0xff};
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    int opened = 0, refused = 0;
+    for (size_t a = 0; a < sizeof which / sizeof *which; a++) {
+        const char *src = tiny_path(which[a], MVM_W_F32);
+        mvm_gguf *g;
+        CHECK_ST(mvm_gguf_open(src, &g), MVM_OK);
+        size_t meta = (size_t)mvm_gguf_data_offset(g);
+        mvm_gguf_close(g);
+        FILE *f = fopen(src, "rb");
+        CHECK(f != NULL);
+        if (!f)
+            return;
+        fseek(f, 0, SEEK_END);
+        size_t size = (size_t)ftell(f);
+        rewind(f);
+        uint8_t *orig = malloc(size), *mut = malloc(size);
+        CHECK(orig && mut && fread(orig, 1, size, f) == size);
+        fclose(f);
+        for (int i = 0; i < 150 && orig && mut; i++) {
+            memcpy(mut, orig, size);
+            size_t len = size;
+            if (mutant_rand(&x) % 8 == 0) {
+                len = (size_t)(mutant_rand(&x) % size);
+            } else {
+                for (uint64_t k = 1 + mutant_rand(&x) % 4; k > 0; k--) {
+                    size_t at = (size_t)(mutant_rand(&x) % meta);
+                    uint64_t r = mutant_rand(&x);
+                    mut[at] = r % 2 ? edge[(r >> 8) % sizeof edge] : (uint8_t)(r >> 16);
+                }
+            }
+            const char *path = in_dir("mutant.gguf");
+            FILE *o = fopen(path, "wb");
+            CHECK(o && fwrite(mut, 1, len, o) == len && fclose(o) == 0);
+            mvm_model *m = NULL;
+            mvm_status st = mvm_model_open(path, &m);
+            if (st == MVM_OK) {
+                mvm_tokenizer *t = NULL;
+                if (mvm_tokenizer_load(m->gguf, &t) == MVM_OK)
+                    mvm_tokenizer_free(t);
+                mvm_model_free(m);
+                opened++;
+            } else {
+                const char *e = mvm_last_error();
+                CHECK(m == NULL && strstr(e, path) != NULL && !strchr(e, '\n'));
+                refused++;
+            }
+        }
+        free(orig);
+        free(mut);
+    }
+    CHECK(refused > 0 && opened + refused == 600);
 }
 
 static void test_load_errors(void)
@@ -338,6 +412,31 @@ static void test_load_errors(void)
                       .key_f32 = 0.5f}, MVM_ERR_INVALID, "rope.freq_base 0.5 out of range");
     expect_load_error("qwen2moe", &(struct mutation){.tensor = "blk.1.ffn_gate_inp_shexp.weight",
                       .drop_tensor = 1}, MVM_ERR_INVALID, "ffn_gate_inp_shexp");
+
+    /* sizes bounded by what the file holds before anything is allocated by them */
+    expect_load_error("llama", &(struct mutation){.key = "llama.block_count",
+                      .key_u32 = UINT32_MAX}, MVM_ERR_INVALID,
+                      "block_count 4294967295 but the file has only");
+    expect_load_error("olmoe", &(struct mutation){.key = "olmoe.vocab_size", .key_u32 = 7},
+                      MVM_ERR_INVALID, "olmoe.vocab_size is 7 but token_embd.weight has");
+    /* general.alignment 1: the data section starts wherever the metadata ends, so of four
+     * pads (one byte apart) at least three put the tensors off a 4-byte boundary; each is
+     * refused with its reason, never read misaligned */
+    const char *pads[] = {"", "a", "ab", "abc"};
+    int refused = 0;
+    for (int i = 0; i < 4; i++) {
+        write_mutant(tiny_path("llama", MVM_W_F32), in_dir("mutant.gguf"),
+                     &(struct mutation){.key = "general.alignment", .key_u32 = 1,
+                                        .pad = pads[i]});
+        mvm_model *mm = NULL;
+        mvm_status st = load(in_dir("mutant.gguf"), NULL, pool, &mm);
+        CHECK(st == MVM_OK || (st == MVM_ERR_UNSUPPORTED &&
+                               strstr(mvm_last_error(), "not a multiple of 4 (general.alignment "
+                                      "1)") != NULL));
+        refused += st != MVM_OK;
+        mvm_model_free(mm);
+    }
+    CHECK(refused >= 3);
 
     /* widths whose per-head products would wrap 32 bits */
     expect_load_error("llama", &(struct mutation){.key = "llama.attention.head_count",
@@ -919,6 +1018,7 @@ int main(void)
     RUN(test_pool);
     RUN(test_load_presets);
     RUN(test_load_errors);
+    RUN(test_load_mutants);
     RUN(test_ctx_errors);
     RUN(test_at_home);
     RUN(test_trace);

@@ -143,8 +143,25 @@ static mvm_status bind_layer(struct loader *ld, mvm_model *m, uint32_t il)
     return MVM_OK;
 }
 
+/* Weights are read in place as floats and halves: a file whose general.alignment lets a
+ * tensor start off a 4-byte boundary is refused rather than read misaligned. */
+static mvm_status check_alignment(struct loader *ld)
+{
+    for (uint64_t i = 0; i < mvm_gguf_n_tensors(ld->g); i++) {
+        const mvm_gguf_tensor *t = mvm_gguf_tensor_at(ld->g, i);
+        if ((uintptr_t)t->data % 4)
+            return mvm_ld_fail(ld, MVM_ERR_UNSUPPORTED, "tensor '%s' starts at data offset "
+                               "%llu, not a multiple of 4 (general.alignment %u): moevm reads "
+                               "weights in place", t->name, (unsigned long long)t->offset,
+                               mvm_gguf_alignment(ld->g));
+    }
+    return MVM_OK;
+}
+
 static mvm_status bind_tensors(struct loader *ld, mvm_model *m)
 {
+    if (check_alignment(ld))
+        return ld->st;
     mvm_hparams *hp = &m->hp;
     const mvm_gguf_tensor *emb = mvm_ld_find(ld, "token_embd.weight", 1);
     if (!emb)
@@ -154,6 +171,12 @@ static mvm_status bind_tensors(struct loader *ld, mvm_model *m)
                : mvm_ld_fail(ld, MVM_ERR_INVALID, "token_embd.weight has %llu rows",
                              (unsigned long long)emb->ne[1]);
     hp->n_vocab = (uint32_t)emb->ne[1];
+    uint32_t vocab_key = hp->n_vocab; /* optional; where set it must agree */
+    if (mvm_ld_u32(ld, "vocab_size", &vocab_key, 0))
+        return ld->st;
+    if (vocab_key != hp->n_vocab)
+        return mvm_ld_fail(ld, MVM_ERR_INVALID, "%s.vocab_size is %u but token_embd.weight has "
+                           "%u rows", ld->arch->name, vocab_key, hp->n_vocab);
     if (mvm_ld_mat(ld, "token_embd.weight", hp->n_embd, hp->n_vocab, &m->tok_embd) ||
         !(m->output_norm = mvm_ld_vec(ld, "output_norm.weight", hp->n_embd, 1)))
         return ld->st;

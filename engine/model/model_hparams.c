@@ -192,6 +192,12 @@ mvm_status mvm_ld_hparams(struct loader *ld, mvm_hparams *hp)
     hp->n_head_kv = hp->n_head;
     if (mvm_ld_u32(ld, "attention.head_count_kv", &hp->n_head_kv, 0))
         return ld->st;
+    /* Every block has tensors of its own: a count past the file's is refused before anything
+     * is sized by it. */
+    if (hp->n_layer > mvm_gguf_n_tensors(ld->g))
+        return mvm_ld_fail(ld, MVM_ERR_INVALID, "block_count %u but the file has only %llu "
+                           "tensors", hp->n_layer,
+                           (unsigned long long)mvm_gguf_n_tensors(ld->g));
     if (hp->n_expert == 0)
         return mvm_ld_fail(ld, MVM_ERR_UNSUPPORTED, "'%s' model without experts (%s.expert_count "
                            "is missing or 0): moevm runs mixture-of-experts models",
