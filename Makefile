@@ -32,6 +32,7 @@ test: deps
 	  cmake -S . -B $$dir -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOEVM_SANITIZE=$$san $(CMAKE_FLAGS) >/dev/null; \
 	  cmake --build $$dir -j$(JOBS); \
 	  ctest --test-dir $$dir --output-on-failure -j$(JOBS); \
+	  scripts/skip_summary.sh $$dir/Testing/Temporary/LastTest.log; \
 	done
 
 clean:

@@ -20,7 +20,11 @@
 
 #include "vmm/topo.h"
 
-static int n_pass, n_fail;
+static int n_pass, n_fail, n_skip;
+
+/* A check this machine cannot make: counted, and printed as "skip: why" for the summary
+ * `make test` prints (scripts/skip_summary.sh). */
+#define SKIPPED(...) (n_skip++, printf("skip: " __VA_ARGS__))
 
 #define CHECK(cond, ...)                                                                    \
     do {                                                                                    \
@@ -110,7 +114,7 @@ static void test_probe_invalid(void)
 static void test_probe_two_nodes(void)
 {
     if (numa_available() < 0) {
-        printf("skip: no NUMA, the two-node choice is not tested\n");
+        SKIPPED("no NUMA, the two-node choice is not tested\n");
         return;
     }
     /* HWLOC_COMPONENTS (the sanitizer builds' "-pci") would keep hwloc from reading
@@ -149,7 +153,7 @@ static void test_probe_found(void)
     hwloc_topology_load(topo);
     hwloc_obj_t dev = hwloc_get_next_pcidev(topo, NULL);
     if (!dev) {
-        printf("skip: hwloc sees no PCI device here, the found path is not tested\n");
+        SKIPPED("hwloc sees no PCI device here, the found path is not tested\n");
         hwloc_topology_destroy(topo);
         return;
     }
@@ -203,7 +207,7 @@ static void *map_anon(size_t len)
 static void check_on_node(const mvm_topo *t, void *p, size_t len, const char *what)
 {
     if (numa_available() < 0 || numa_num_configured_nodes() < 2) {
-        printf("skip: %s: one NUMA node, page placement not checked\n", what);
+        SKIPPED("%s: one NUMA node, page placement not checked\n", what);
         return;
     }
     size_t n = len / page_size();
@@ -345,7 +349,7 @@ static void test_place_concurrent(const mvm_topo *t)
 static void test_place_hole(const mvm_topo *t)
 {
     if (numa_available() < 0) {
-        printf("skip: no NUMA policy calls, a range with a hole is not checked\n");
+        SKIPPED("no NUMA policy calls, a range with a hole is not checked\n");
         return;
     }
     size_t pg = page_size();
@@ -404,7 +408,7 @@ static void test_place_items(const mvm_topo *t)
 static void test_place_interleaved(const mvm_topo *t)
 {
     if (numa_available() < 0) {
-        printf("skip: no NUMA, interleaving not tested\n");
+        SKIPPED("no NUMA, interleaving not tested\n");
         return;
     }
     mvm_topo all = *t;
@@ -473,7 +477,7 @@ static void test_memory_cgroup(void)
     CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status),
           "cgroup child: status %d", status);
     if (WEXITSTATUS(status) == 77)
-        printf("skip: no memory cgroup to make here, the container limit is not tested\n");
+        SKIPPED("no memory cgroup to make here, the container limit is not tested\n");
     else
         CHECK(WEXITSTATUS(status) == 0, "a 256 MiB cgroup: the child saw more");
 }
@@ -536,6 +540,6 @@ int main(void)
     test_place_invalid(&t);
     test_bind_thread(&t);
 
-    printf("%d passed, %d failed\n", n_pass, n_fail);
+    printf("%d passed, %d failed, %d skipped\n", n_pass, n_fail, n_skip);
     return n_fail != 0;
 }

@@ -21,7 +21,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 cc=${CC:-clang}
 
 skip() {
-    echo "run_fuzz: $1; skipping"
+    echo "skip: run_fuzz: $1"
     echo "0 passed, 0 failed"
     exit 77
 }

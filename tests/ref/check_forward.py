@@ -54,7 +54,7 @@ import sys
 try:
     import numpy as np
 except ImportError:
-    print("check_forward: NumPy is not importable: skipped")
+    print("skip: check_forward: NumPy is not importable")
     sys.exit(77)
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree

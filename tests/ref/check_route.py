@@ -30,7 +30,7 @@ import sys
 try:
     import numpy as np
 except ImportError:
-    print("check_route: NumPy is not importable: skipped")
+    print("skip: check_route: NumPy is not importable")
     sys.exit(77)
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree

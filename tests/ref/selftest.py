@@ -26,7 +26,7 @@ import tempfile
 try:
     import numpy as np
 except ImportError:
-    print("selftest: NumPy is not available: skipped")
+    print("skip: selftest: NumPy is not available")
     sys.exit(77)
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
