@@ -7,6 +7,7 @@
  * of the wrong length or a stale chunk shows up as a byte mismatch.
  */
 #include <dlfcn.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,7 @@ static void (*fake_set_fail)(const char *);
 static int (*fake_live_handles)(void);
 static void (*fake_stream_hold)(void *, int);
 static void (*fake_set_copy_delay_us)(unsigned long long);
+static unsigned long (*fake_copies_begun)(void);
 static unsigned long (*fake_calls)(const char *);
 
 static uint64_t rng_next(uint64_t *s)
@@ -690,12 +692,12 @@ static void test_unpin_after_stream(void)
     void *stream = (void *)0; /* the default stream */
     fake_stream_hold(stream, 1);
     CHECK_ST(mvm_unpin_after(sp, 0, 0, stream), MVM_OK);
-    usleep(20000);
-    CHECK_ST(mvm_evict(sp, 0, 0, 0), MVM_ERR_PINNED); /* the reader is still running */
+    CHECK_ST(mvm_evict(sp, 0, 0, 0), MVM_ERR_PINNED); /* the reader is held: still running */
     fake_stream_hold(stream, 0);
-    mvm_status st = MVM_ERR_PINNED;
-    for (int i = 0; i < 200 && st == MVM_ERR_PINNED; i++, usleep(1000))
-        st = mvm_evict(sp, 0, 0, 0);
+    /* The unpin lands once the worker sees the stream done; no deadline but the test's. */
+    mvm_status st;
+    while ((st = mvm_evict(sp, 0, 0, 0)) == MVM_ERR_PINNED)
+        sched_yield();
     CHECK_ST(st, MVM_OK);
     CHECK_ST(mvm_space_destroy(sp), MVM_OK);
 }
@@ -877,8 +879,10 @@ static void test_driver_failures(void)
     fill(sp, 1, 4, PAGE);
     mvm_move *mv[4];
     fake_set_copy_delay_us(500000);
+    unsigned long begun = fake_copies_begun();
     CHECK_ST(mvm_make_resident_async(sp, 0, 3, MVM_ALL_PAGES, &mv[3]), MVM_OK);
-    usleep(50000); /* the worker is in 3's copy, which read the delay when it began */
+    while (fake_copies_begun() == begun) /* until the worker is in 3's copy, */
+        sched_yield();                   /* which read the delay as it began */
     fake_set_copy_delay_us(0);
     fake_set_fail("cuEventRecord:3");
     for (uint32_t e = 0; e < 3; e++)
@@ -999,7 +1003,10 @@ int main(int argc, char **argv)
         fake_set_copy_delay_us =
             fake ? (void (*)(unsigned long long))dlsym(fake, "fakecuda_set_copy_delay_us") : NULL;
         fake_calls = fake ? (unsigned long (*)(const char *))dlsym(fake, "fakecuda_calls") : NULL;
-        on_fake = fake_set_fail && fake_live_handles && fake_stream_hold && fake_set_copy_delay_us;
+        fake_copies_begun =
+            fake ? (unsigned long (*)(void))dlsym(fake, "fakecuda_copies_begun") : NULL;
+        on_fake = fake_set_fail && fake_live_handles && fake_stream_hold &&
+                  fake_set_copy_delay_us && fake_copies_begun;
         if (!on_fake) {
             fprintf(stderr, "test_space cuda: needs tests/fakecuda as MOEVM_CUDA_LIBRARY\n");
             return 2;

@@ -1190,9 +1190,13 @@ int fk_unified_is_device(uintptr_t va)
     return range_holding(g_devmem, va) || range_holding(g_resvs, va);
 }
 
+/* Copies that have begun (entered their delay), for tests that wait for one. */
+static _Atomic unsigned long g_copies_begun;
+
 void fk_copy_delay(void)
 {
     pthread_once(&g_once, load_config);
+    atomic_fetch_add(&g_copies_begun, 1);
     unsigned long long delay = atomic_load(&g_copy_delay_us);
     struct timespec ts = {(time_t)(delay / 1000000), (long)(delay % 1000000) * 1000};
     while (delay && nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
@@ -1460,6 +1464,8 @@ void fakecuda_reset_counters(void)
     fk_kernels_reset_counters();
     pthread_mutex_unlock(&g_lock);
 }
+
+unsigned long fakecuda_copies_begun(void) { return atomic_load(&g_copies_begun); }
 
 void fakecuda_set_copy_delay_us(unsigned long long us)
 {

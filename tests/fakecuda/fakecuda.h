@@ -79,6 +79,9 @@ size_t fakecuda_getproc_request(size_t i, const char **symbol, int *version,
 /* Every later copy sleeps `us` microseconds first (replaces FAKECUDA_COPY_DELAY_US), so
  * tests can hold moves in flight. */
 void fakecuda_set_copy_delay_us(unsigned long long us);
+/* Copies (of any kind) that have begun, counted as they enter that delay: a test waits for
+ * this to grow rather than sleeping and hoping a worker got there. */
+unsigned long fakecuda_copies_begun(void);
 
 /* A plugin kernel (FAKECUDA_KERNELS): runs the launch of `params` (its one parameter's
  * bytes) in the shape given, synchronously. */
