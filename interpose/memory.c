@@ -4,7 +4,7 @@
  * - cuMemAlloc / cuMemAllocPitch of at least MOEVM_PRELOAD_MIN bytes become managed ranges
  *   (heap.c); smaller ones, and everything when the interposer is off, stay native.
  * - cuMemFree of a managed range drains the device first: cuMemFree synchronises, and
- *   callers rely on it (anchors-interposers-and-vmm.md §0.7).
+ *   callers rely on it.
  * - Stream-ordered allocations (cuMemAllocAsync) belong to the driver's pools and to CUDA
  *   graphs' memory nodes; they stay native and are counted.
  * - Legacy IPC cannot export VMM-mapped memory. The interposer cannot know at allocation

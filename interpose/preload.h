@@ -1,6 +1,6 @@
 /*
  * libmoevm_preload.so: moevm's memory management under an unmodified CUDA program
- * (DESIGN.md §5). Internal header shared by the interposer's files:
+ * (docs/interpose.md). Internal header shared by the interposer's files:
  *
  *   real.c     the real driver and NVML entry points; the dlsym and cuGetProcAddress hooks
  *              that hand the program our hooks, routed by the real function's address

@@ -8,7 +8,7 @@
  *   3. cuGetProcAddress[_v2] (the CUDA runtime since 11.3, PyTorch's driver API access):
  *      we call the real one and route by the returned pointer, not by the name, because
  *      only the pointer says which exact versioned or _ptsz function the driver picked
- *      (research notes anchors-interposers-and-vmm.md §0.3, vgpu-manager's loader.c).
+ *      (as vgpu-manager's library/src/loader.c does).
  * Both substitutions compare a real function's address with the table below, so a lookup
  * of something we do not hook returns the real thing untouched.
  *

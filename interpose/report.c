@@ -1,12 +1,12 @@
 /*
  * Attribution and the report. Every allocation the interposer sees records its call site:
- * libunwind's unw_backtrace (raw instruction pointers, per-thread cache, as heaptrack does;
- * anchors-interposers-and-vmm.md §4.1), with the interposer's own frames dropped and the
- * rest interned by hash in a bounded table. Names are resolved only at exit, with dladdr.
- * The frames of the libraries MOEVM_REPORT_SKIP names are dropped too (dladdr per frame, on
- * allocations only): by default the CUDA runtime's and PyTorch's caching allocator's, so
- * that the site is the code that asked them for memory, not their internals. Behind a
- * caching allocator that is the operation that made its pool grow, not every tensor.
+ * libunwind's unw_backtrace (raw instruction pointers, per-thread cache, as heaptrack does),
+ * with the interposer's own frames dropped and the rest interned by hash in a bounded table.
+ * Names are resolved only at exit, with dladdr. The frames of the libraries MOEVM_REPORT_SKIP
+ * names are dropped too (dladdr per frame, on allocations only): by default the CUDA runtime's
+ * and PyTorch's caching allocator's, so that the site is the code that asked them for memory,
+ * not their internals. Behind a caching allocator that is the operation that made its pool
+ * grow, not every tensor.
  *
  * At exit: MOEVM_REPORT=path gets a JSON report (written to path.tmp, then renamed);
  * MOEVM_LOG=info prints one summary line. Neither calls the driver, which may already be

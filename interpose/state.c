@@ -1,9 +1,9 @@
 /*
- * The interposer's life cycle: nothing happens until the program's first successful cuInit
- * (no constructor work: research notes anchors-interposers-and-vmm.md §5.1). Then the
- * MOEVM_* options are read once. A malformed value, or an evict module that does not exist,
- * is reported in one line and the program runs unmanaged: every hook passes through. The
- * managed space itself is created at the first allocation large enough to manage (heap.c).
+ * The interposer's life cycle: nothing happens until the program's first successful cuInit (no
+ * constructor work, as vgpu-manager enforces at build time). Then the MOEVM_* options are read
+ * once. A malformed value, or an evict module that does not exist, is reported in one line and
+ * the program runs unmanaged: every hook passes through. The managed space itself is created
+ * at the first allocation large enough to manage (heap.c).
  *
  * Fork: a CUDA context does not survive fork, so the child runs unmanaged with fresh locks
  * (its copies of the parent's tables are dropped, not freed: they describe driver state

@@ -11,10 +11,9 @@
  * landing is planned as a load like any other missing expert, and the caller, which knows
  * its moves, waits for the one under way instead of starting another.
  *
- * The memory constraint DALI's greedy leaves out (notes papers-001-prescope-002-dali.md
- * §B.2.2 note 3, ambiguity D2), applied by every module that chooses places (twoptr,
- * greedy, presched; gpu leaves a load without room to the caller): loads planned for a
- * step may take at most
+ * The memory constraint DALI's greedy leaves out (its Eq. 9, which Algorithm 1 never checks),
+ * applied by every module that chooses places (twoptr, greedy, presched; gpu leaves a load
+ * without room to the caller): loads planned for a step may take at most
  *   room = (capacity_pages - used_pages) + evictable,
  *   evictable = resident pages of experts that are not busy and not active in this layer,
  * i.e. the free pages plus what the evict policy could free without touching an expert

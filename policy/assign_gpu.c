@@ -1,6 +1,6 @@
 /*
- * assign "gpu": the GPU-only baseline (DESIGN.md §3), the execution model of the GPU-only
- * offloaders the seeds compare against (Mixtral-offloading, MoE-Infinity, seed 003 §4):
+ * assign "gpu": the GPU-only baseline (docs/policies.md), the execution model of the GPU-only
+ * offloaders the papers compare against (Mixtral-offloading, MoE-Infinity, MoEpic §4):
  * every active expert runs on the GPU, a resident one as it is (MVM_RUN_GPU), any other
  * after an on-demand load of its missing pages (MVM_RUN_GPU_LOAD). No paper gives it an
  * algorithm; its readings:
@@ -10,16 +10,16 @@
  *   caller knows where to (the simulator runs such an expert zero-copy where the device
  *   reads host memory, else on the CPU). The other assign modules place experts
  *   themselves and do plan within the room;
- * - est_time is DALI's pipelined GPU time (seed 002 Eq. 5: Σ max(transfer, compute), the
+ * - est_time is DALI's pipelined GPU time (Eq. 5: Σ max(transfer, compute), the
  *   next transfer overlapping this compute), so the baseline's estimate is comparable
  *   with greedy's.
  *
  * Parameter: zerocopy=1 reads every expert that is not wholly resident in place over the
  * bus (MVM_RUN_ZEROCOPY: HOST_NUMA homes mapped for the device, nothing moved), the
- * zero-copy baseline (DESIGN.md §3's "GPU zero-copy"); est_time is then Σ of the resident
- * experts' compute and the others' zero-copy time. Default 0. The module itself never
- * loads; the engine's and the simulator's admission (policy/admit.h, on by default) may load
- * what it read in place afterwards: MOEVM_ADMIT=off (sim --no-admit) for the pure baseline.
+ * zero-copy baseline ("GPU zero-copy"); est_time is then Σ of the resident experts' compute
+ * and the others' zero-copy time. Default 0. The module itself never loads; the engine's and
+ * the simulator's admission (policy/admit.h, on by default) may load what it read in place
+ * afterwards: MOEVM_ADMIT=off (sim --no-admit) for the pure baseline.
  */
 #include "policy/assign_common.h"
 #include "policy/modules.h"

@@ -1,6 +1,6 @@
 /*
- * assign "greedy": DALI's Greedy Assignment (seed 002, §4.1, Algorithm 1; research notes
- * papers-001-prescope-002-dali.md §B.2.1-B.2.2). The layer is the 0-1 program of Eqs. 3-9,
+ * assign "greedy": DALI's Greedy Assignment (§4.1, Algorithm 1). The layer is the 0-1 program
+ * of Eqs. 3-9,
  *     min max(T_gpu, T_cpu),  T_cpu = Σ t_cpu(w_i)·C_i,  T_gpu = Σ t_gpu(w_i)·G_i,
  *     t_gpu(w) = max(Trans(w), compute(w))  (Eq. 5; Trans = 0 for a resident expert),
  * solved greedily: the active experts in descending |t_gpu - t_cpu|, each to the side whose
@@ -15,7 +15,7 @@
  *   expert's missing pages (t_load for a whole expert), from the cost model instead of the
  *   paper's warm-up profile tables. Inactive experts are skipped (lines 9-10) by not being
  *   in the list at all, so t(0) needs no special value.
- * - The memory constraint Eq. 9 that Algorithm 1 never checks (ambiguity D2): an expert
+ * - The memory constraint Eq. 9 that Algorithm 1 never checks: an expert
  *   that needs a load may take the GPU side only if its missing pages fit in the room
  *   (assign_common.h: free pages plus what is evictable without touching this layer's
  *   experts); when they do not, it goes to the CPU whatever the times say. With that
@@ -97,7 +97,7 @@ static void greedy_assign(void *self, const mvm_pview *v, const mvm_pstep *step,
 const mvm_assign_ops mvm_assign_greedy = {
     .name = "greedy",
     .about = "DALI Alg. 1: min-max CPU/GPU list scheduling by |t_gpu - t_cpu|, loads only "
-             "while the budget has room (seed 002)",
+             "while the budget has room",
     .create = greedy_create,
     .destroy = mvm_assign_zc_destroy,
     .assign = greedy_assign,

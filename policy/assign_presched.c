@@ -1,7 +1,7 @@
 /*
- * assign "presched": PreScope's prefetch-aware cross-layer scheduling, PreSched (seed 001,
- * §4.3, Algorithm 1 and Eqs. 3-7; research notes papers-001-prescope-002-dali.md §A.2.4).
- * The PreScope text lost every equation; this follows the notes' reconstruction [R].
+ * assign "presched": PreScope's prefetch-aware cross-layer scheduling, PreSched (§4.3,
+ * Algorithm 1 and Eqs. 3-7). The PreScope text lost every equation; this follows a
+ * reconstruction of them from its prose.
  *
  * Model (premises P1-P5): CPU time of an expert is linear in its tokens, T_cpu(n) = α·n + β
  * (Eq. 3, here mvm_cost_cpu); PCIe transfers form one serial queue (P4); GPU compute is
@@ -10,16 +10,16 @@
  * monotonicity): the light end runs on the CPU, the heavy end is loaded on demand:
  *     T_GPU(s) = T_delay + Σ_{j>=s} T_io(c_j),   T_CPU(s) = Σ_{j<s} T_cpu(n_{c_j}),
  * and the layer takes max(T_GPU, T_CPU) = est_time. The copy engine is then idle for
- *     T_gap = T_CPU - T_GPU  (Eq. 6, when positive) + T_attn of layer+1 (A10),
+ *     T_gap = T_CPU - T_GPU  (Eq. 6, when positive) + T_attn of layer+1,
  * and that window is filled with prefetches of layer+1's predicted experts, best first,
  * each costing T_io of its missing pages. The first one that does not fit whole is the
  * critical prefetch (Eq. 7): issued only when its expected gain
  *     G = P_hit·T_io - (1 - P_hit)·C,   C = its overhang past the window,
- * is positive (ceil when G > 0, else floor: A11, A12). Every other prefetch ends inside the
- * window; the critical one overhangs it by less than its own load (so "never more prefetch
- * time than the window" holds exactly whenever P_hit is 0, the default until hits show).
+ * is positive (ceil when G > 0, else floor). Every other prefetch ends inside the window;
+ * the critical one overhangs it by less than its own load (so "never more prefetch time than
+ * the window" holds exactly whenever P_hit is 0, the default until hits show).
  *
- * Readings of the ambiguity items:
+ * Readings where the paper is silent or ambiguous:
  * - Eq. 5's threshold: the literal reconstruction i* = min{i : T_GPU(i) <= T_CPU(i-1)}
  *   always sends the lightest expert to the CPU, even when a single load beats it. Both
  *   sides are monotone in the threshold, so the crossing i* or the one before it is the
@@ -28,9 +28,12 @@
  *   thresholds, which is what the paper says it minimises.
  * - T_delay, the residual of in-flight prefetches (P3), is 0: the view carries no copy
  *   queue state (assign_common.h).
- * - A8/A9, the cross-layer merged list: only current-layer experts compute now, so only
- *   they enter T_CPU and the threshold; layer+1's experts enter as prefetches in the gap.
- * - A7, probabilities to token counts: next_scores is an [E] vector, not per token, so it
+ * - The cross-layer merged list (the merge rule is not defined): only current-layer experts
+ *   compute now, so only they enter T_CPU and the threshold; layer+1's experts enter as
+ *   prefetches in the gap.
+ * - T_attn of layer+1 in the window: the paper declares T_attn but its use is not visible;
+ *   it is counted unless parameter attn leaves it out.
+ * - Probabilities to token counts: next_scores is an [E] vector, not per token, so it
  *   orders the candidates; the predicted set is its n_tok·top_k best (all experts n_tok
  *   tokens could select), minus those resident or busy (in use, or a move in flight).
  * - P_hit: the running hit rate of this module's own earlier prefetches (a planned expert
@@ -48,7 +51,7 @@
  *   first candidate whose pages no longer fit.
  *
  * Parameters: p_hit in [0, 1] (default: the running estimate above); attn = 0 or 1
- * (default 1): whether layer+1's attention, attn_time·n_tok, is part of the window (A10);
+ * (default 1): whether layer+1's attention, attn_time·n_tok, is part of the window;
  * depth = 1 or 2 (default 2): the layers ahead that may be prefetched (Q4).
  */
 #include <math.h>
@@ -275,7 +278,7 @@ const mvm_assign_ops mvm_assign_presched = {
     .name = "presched",
     .about = "PreScope PreSched: ascending-token threshold split (light to CPU, heavy loaded), "
              "prefetches of layer+1 (and layer+2 when nothing loads) in the copy engine's idle "
-             "window (seed 001, notes' reading)",
+             "window (a reading of §4.3)",
     .create = presched_create,
     .destroy = presched_destroy,
     .assign = presched_assign,

@@ -1,14 +1,13 @@
 /*
- * assign "twoptr": SMoE's CPU-assisted computing/loading scheduling (seed 000, §IV-D,
- * Algorithm 2 and Eq. 4; research notes papers-000-smoe-003-moepic.md §A.2.6). Resident
- * experts run on the GPU. The others, sorted by importance (gate score) best first, are
- * shared out by two pointers: while the load queue's time T_load is not above the CPU's
- * T_CPU, the best remaining expert is loaded (and then computed on the GPU); otherwise the
- * worst remaining one goes to the CPU. That balances Eq. 4,
+ * assign "twoptr": SMoE's CPU-assisted computing/loading scheduling (§IV-D, Algorithm 2 and
+ * Eq. 4). Resident experts run on the GPU. The others, sorted by importance (gate score) best
+ * first, are shared out by two pointers: while the load queue's time T_load is not above the
+ * CPU's T_CPU, the best remaining expert is loaded (and then computed on the GPU); otherwise
+ * the worst remaining one goes to the CPU. That balances Eq. 4,
  *     min max(T_load, T_CPU),   T_load = Σ C_load,  T_CPU = Σ C_CPU,
  * and loads the high-score experts because they are the ones likely to be reused.
  *
- * Readings (the notes' items):
+ * Readings:
  * - Eq. 4's C_cost is C_CPU. Costs come from the cost model instead of moving averages of
  *   the last p measurements (p is not given): C_load is the load of the expert's missing
  *   pages (t_load for a whole one), C_CPU = mvm_cost_cpu(n) for its n tokens. With equal
@@ -16,8 +15,8 @@
  * - GPU compute is left out of the model, as the paper does ("minimal GPU operation
  *   times"); est_time = max(T_load, T_CPU).
  * - Ties (T_load == T_CPU, the first step included) go to loading, as written.
- * - The notes' proposal for the copies the paper ignores (start T_load with the queued
- *   ones) needs queue state the view does not carry (assign_common.h); T_load starts at 0.
+ * - Counting the copies the paper ignores (starting T_load with the queued ones) needs
+ *   queue state the view does not carry (assign_common.h); T_load starts at 0.
  * - Importance with a batch: the sum of the expert's gate weights over the step's tokens
  *   (the gate score itself for one token); ties by expert index.
  * - The memory constraint (assign_common.h): when the best remaining expert does not fit
@@ -75,7 +74,7 @@ static void twoptr_assign(void *self, const mvm_pview *v, const mvm_pstep *step,
 const mvm_assign_ops mvm_assign_twoptr = {
     .name = "twoptr",
     .about = "SMoE Alg. 2: two pointers over the missing experts by gate score, best loaded, "
-             "worst to the CPU, balancing max(T_load, T_CPU) (seed 000)",
+             "worst to the CPU, balancing max(T_load, T_CPU)",
     .create = twoptr_create,
     .destroy = mvm_assign_base_destroy,
     .assign = twoptr_assign,

@@ -1,24 +1,24 @@
 /*
- * config "fixedpoint": MoEpic's cache configurator (seed 003, §3.4, Algorithm 1; research
- * notes papers-000-smoe-003-moepic.md §B.2.4-B.2.6). It watches every layer's routing,
- * keeps the statistics of §3.4.2, and every τ tokens searches per-layer budgets V_i and
- * split ratios θ_i that minimise the modelled exposed loading time Σ 𝒯^i (Eqs. 5-11, in
- * moepic_model.c): the "divide-and-conquer fixed-point iteration", which is a hill climb
- * moving ζ·V_e pages at a time to the layer that gains most from the layer that loses least.
+ * config "fixedpoint": MoEpic's cache configurator (§3.4, Algorithm 1). It watches every
+ * layer's routing, keeps the statistics of §3.4.2, and every τ tokens searches per-layer
+ * budgets V_i and split ratios θ_i that minimise the modelled exposed loading time Σ 𝒯^i
+ * (Eqs. 5-11, in moepic_model.c): the "divide-and-conquer fixed-point iteration", which is a
+ * hill climb moving ζ·V_e pages at a time to the layer that gains most from the layer that
+ * loses least.
  *
- * Statistics, per layer i (§3.4.2), under the notes' proposal for the counterfactual ones:
- * the cache of size C is taken to be the C experts of highest LCP priority P = μ·ρ^(ν/ω)
- * (Eq. 4, the same priority as evict "lcp": μ token-weighted activations, ν tokens since
- * the last one on v->tokens), so one rank per expert per step updates H(C) and PH(y, C)
- * for every C at once. Predictions are MoEpic's own speculative ones (Eq. 3): layer i+1's
- * router applied to layer i's MoE input, softmax, averaged over the step's tokens, made
- * when layer i is observed and scored when layer i+1 is. For a router that is not a
- * softmax (policy/router.h), Eq. 3's softmax is read as the scores the router ranks by:
- * its sigmoid, plus its choose bias, the experts outside a token's kept groups moved below
- * the kept ones (in their order), averaged. Without router weights or hidden
- * states (a trace) there are no predictions: P = PH = 0 and the model is cache only.
- * Layer 0 is never predicted (the paper uses the previous token's last layer, which the
- * predict contract cannot carry), so its prefetch credit is 0.
+ * Statistics, per layer i (§3.4.2). H(C) and PH(y, C) are needed for every cache size C, not
+ * only the current one, and the paper does not say how they are measured; here the cache of
+ * size C is taken to be the C experts of highest LCP priority P = μ·ρ^(ν/ω) (Eq. 4, the same
+ * priority as evict "lcp": μ token-weighted activations, ν tokens since the last one on
+ * v->tokens), so one rank per expert per step updates H(C) and PH(y, C) for every C at once.
+ * Predictions are MoEpic's own speculative ones (Eq. 3): layer i+1's router applied to layer
+ * i's MoE input, softmax, averaged over the step's tokens, made when layer i is observed and
+ * scored when layer i+1 is. For a router that is not a softmax (policy/router.h), Eq. 3's
+ * softmax is read as the scores the router ranks by: its sigmoid, plus its choose bias, the
+ * experts outside a token's kept groups moved below the kept ones (in their order), averaged.
+ * Without router weights or hidden states (a trace) there are no predictions: P = PH = 0 and
+ * the model is cache only. Layer 0 is never predicted (the paper uses the previous token's
+ * last layer, which the predict contract cannot carry), so its prefetch credit is 0.
  *
  * Times from the cost model: T_load^exp = t_load; T_comp^exp = mvm_cost_gpu at the layer's
  * mean tokens per activated expert; T_comp^att = attn_time × the mean tokens per step; K =
@@ -34,17 +34,16 @@
  * LCP priority (Algorithm 1 line 10; evict "lcp" ranks the same way) and loads bottoms and
  * other experts through the buffer. A layer with no budget reports θ = 1 and 0 pages.
  *
- * Schedule and the paper's errors (the notes' items, §B.2.6): before the first τ tokens,
- * the paper's start: uniform V_i = V_e/L and θ = 0.5 (rounded up to whole pages). Then the
- * search runs at the first configure on or after each multiple of τ of v->tokens, once
- * anything has been observed ("device idle" is the caller's choice of when to call),
- * starting from the current budgets; statistics accumulate over the whole run (Algorithm 1
- * never resets them). A change of capacity_pages restarts from uniform budgets and
- * searches at once if τ tokens have passed. The "fixed-point iteration" is the pairwise
- * transfer hill climb of Algorithm 1, probes perturbing all layers at once as written;
- * moves are step = max(1, round(ζ·V_e)) pages, with the feasibility guards the paper lacks
- * (moepic_model.h); Eq. 8's "U_e" for the buffer is U_b; Eq. 10's P(y, C) is P(y).
- * Counters are 32-bit: 4·10^9 steps per layer before they wrap.
+ * Schedule and the paper's errors (Algorithm 1): before the first τ tokens, the paper's start:
+ * uniform V_i = V_e/L and θ = 0.5 (rounded up to whole pages). Then the search runs at the
+ * first configure on or after each multiple of τ of v->tokens, once anything has been observed
+ * ("device idle" is the caller's choice of when to call), starting from the current budgets;
+ * statistics accumulate over the whole run (Algorithm 1 never resets them). A change of
+ * capacity_pages restarts from uniform budgets and searches at once if τ tokens have passed.
+ * The "fixed-point iteration" is the pairwise transfer hill climb of Algorithm 1, probes
+ * perturbing all layers at once as written; moves are step = max(1, round(ζ·V_e)) pages, with
+ * the feasibility guards the paper lacks (moepic_model.h); Eq. 8's "U_e" for the buffer is
+ * U_b; Eq. 10's P(y, C) is P(y). Counters are 32-bit: 4·10^9 steps per layer before they wrap.
  *
  * Parameters: tau (tokens, >= 1) 5000; zeta in (0, 1) 0.01; omega (> 0) 128; rho in (0, 1]
  * 0.25; buffer (whole experts, >= 0) top_k — all the paper's defaults (§4.1).
@@ -382,7 +381,7 @@ static int fixedpoint_configure(void *self, const mvm_pview *v, uint64_t *layer_
 const mvm_config_ops mvm_config_fixedpoint = {
     .name = "fixedpoint",
     .about = "MoEpic configurator: per-layer budget and split theta by Algorithm 1's hill "
-             "climb over the exposed-time model (Eqs. 5-11), every tau tokens (seed 003)",
+             "climb over the exposed-time model (Eqs. 5-11), every tau tokens",
     .create = fixedpoint_create,
     .destroy = fixedpoint_destroy,
     .observe = fixedpoint_observe,

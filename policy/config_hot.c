@@ -1,10 +1,9 @@
 /*
- * config "hot": PreScope's hot-expert table (seed 001, §5 "Counter" and initialisation;
- * research notes papers-001-prescope-002-dali.md §A.2.6). All (layer, expert) pairs are
- * ranked by the tokens they processed, one global ranking across layers, and the device
- * memory left after the buffers is filled with the top of the ranking, whole experts
- * (θ = 1): (capacity_pages - buffer·pages_per_expert) / pages_per_expert of them. Layers
- * get unequal shares; the table is static, with no replacement.
+ * config "hot": PreScope's hot-expert table (§5 "Counter" and initialisation). All (layer,
+ * expert) pairs are ranked by the tokens they processed, one global ranking across layers,
+ * and the device memory left after the buffers is filled with the top of the ranking, whole
+ * experts (θ = 1): (capacity_pages - buffer·pages_per_expert) / pages_per_expert of them.
+ * Layers get unequal shares; the table is static, with no replacement.
  *
  * The contract speaks in per-layer budgets, so the table is expressed as them:
  * layer_pages[l] = pages_per_expert · (number of layer l's experts in the table). A global
@@ -25,9 +24,9 @@
  * the layers rather than piled into the first ones.
  *
  * The buffer: PreScope sizes the table "after accounting for ... buffer pools" (its
- * on-demand double buffer and prefetch groups, sizes not given: ambiguity A14); here
- * `buffer` whole experts, by default top_k, the most one token's layer can need to load
- * (MoEpic's U_b = K, seed 003 §4.1).
+ * on-demand double buffer and prefetch groups, sizes not given); here `buffer` whole
+ * experts, by default top_k, the most one token's layer can need to load (U_b = K in MoEpic
+ * §4.1).
  *
  * Parameters: profile (tokens, >= 0; 0 = never stop counting), default 65536, the paper's
  * 128 × 512-token profile; buffer (whole experts, >= 0), default top_k.
@@ -163,7 +162,7 @@ static int hot_configure(void *self, const mvm_pview *v, uint64_t *layer_pages, 
 const mvm_config_ops mvm_config_hot = {
     .name = "hot",
     .about = "PreScope hot-expert table: one global ranking by tokens processed, filled to "
-             "the budget and expressed as per-layer budgets (seed 001)",
+             "the budget and expressed as per-layer budgets",
     .create = hot_create,
     .destroy = hot_destroy,
     .observe = hot_observe,

@@ -1,12 +1,12 @@
 /*
- * config "uniform": the baseline configuration (DESIGN.md §3): every layer gets the same
+ * config "uniform": the baseline configuration (docs/policies.md): every layer gets the same
  * budget, floor(capacity_pages / n_layers) pages, and caches whole experts (θ = 1). This is
- * the fixed per-layer cache of Mixtral-offloading and of DALI (seed 002, §4.3: "each MoE
- * layer maintains n experts"), the allocation MoEpic's ablation "w/o CCA" replaces (seed
- * 003, Table 3, which pairs it with θ = 0.5; here θ = 1 keeps the baseline unsplit). The
- * remainder of the division (fewer than n_layers pages) stays unassigned, so the budgets
- * are exactly equal; a budget beyond all of a layer's experts is cut to them (more could
- * hold nothing). It follows capacity_pages at every call. No parameters.
+ * the fixed per-layer cache of Mixtral-offloading and of DALI (its §4.3: "each MoE layer
+ * maintains n experts"), the allocation MoEpic's ablation "w/o CCA" replaces (Table 3, which
+ * pairs it with θ = 0.5; here θ = 1 keeps the baseline unsplit). The remainder of the
+ * division (fewer than n_layers pages) stays unassigned, so the budgets are exactly equal; a
+ * budget beyond all of a layer's experts is cut to them (more could hold nothing). It
+ * follows capacity_pages at every call. No parameters.
  */
 #include <stdlib.h>
 

@@ -7,16 +7,15 @@
  * with a measurement on the real machine):
  *
  *  pcie_bw      PCIe 4.0 x16 = 31.5 GB/s per direction (16 GT/s x 16 lanes, 128b/130b) and
- *               PCIe 5.0 x16 = 63.0 GB/s, times the 79% utilisation PreScope (seed 001,
- *               §2.3) reached with pinned memory and async copies: 25 and 50 GB/s. 25 GB/s
- *               is also the research notes' effective PCIe 4 x16 rate (paper-004 §8.3, which
- *               checks it against PreScope's 14 ms Mixtral expert prefetch on the A100) and
- *               nvbandwidth's A100 host-to-device figure (anchors-interposers §3.3).
+ *               PCIe 5.0 x16 = 63.0 GB/s, times the 79% utilisation PreScope (§2.3)
+ *               reached with pinned memory and async copies: 25 and 50 GB/s. 25 GB/s is
+ *               also the effective PCIe 4 x16 rate commonly measured (it reproduces
+ *               PreScope's 14 ms Mixtral expert prefetch on the A100) and nvbandwidth's A100
+ *               host-to-device figure.
  *  load_setup   10 µs per copy: issue plus completion event of an async copy (est.).
- *  zerocopy_bw  H100: 35 GB/s, nvbandwidth's SM-driven host-to-device read (anchors-
- *               interposers §3.3, NVIDIA/nvbandwidth#24). PCIe 4 machines: the same ratio
- *               of SM reads to copy-engine copies (35.2 / 57 = 0.62) times 25 GB/s = 15.4
- *               GB/s (derived).
+ *  zerocopy_bw  H100: 35 GB/s, nvbandwidth's SM-driven host-to-device read
+ *               (NVIDIA/nvbandwidth#24). PCIe 4 machines: the same ratio of SM reads to
+ *               copy-engine copies (35.2 / 57 = 0.62) times 25 GB/s = 15.4 GB/s (derived).
  *  gpu_mem_bw   datasheets: RTX 3090 936 GB/s, RTX A6000 768 GB/s, A100 80 GB SXM 2039
  *               GB/s, H100 SXM5 3350 GB/s.
  *  gpu_flops    half the datasheet's dense BF16 tensor peak (RTX 3090 71 TFLOP/s with FP32
@@ -25,7 +24,7 @@
  *  gpu_launch   15 µs per expert: about three kernels (gate+up, activation, down) of ~5 µs
  *               launch-to-completion at decode sizes (est.).
  *  cpu_*        the host of each paper's setup, 16 cores given to experts (DALI's count,
- *               seed 002 §6.1; the device machine of this project has 16 too):
+ *               DALI §6.1; the device machine of this project has 16 too):
  *                 rtx3090  DALI's AMD EPYC 7532 (Zen 2, 2.4 GHz, 8 x DDR4-3200 = 204.8 GB/s)
  *                 a6000    MoEpic's Intel Xeon Platinum 8358P (Ice Lake, 2.6 GHz, 8 x DDR4-3200)
  *                 a100     PreScope's Intel Xeon Gold 6230R (Cascade Lake, 2.1 GHz,
@@ -36,17 +35,17 @@
  *               single-thread read rate measured on a Xeon in docs/perf/cpu.md).
  *               cpu_flops = 16 cores x base clock x FP32 FLOP/cycle (32 for Zen 2's two
  *               256-bit FMAs, 64 for two 512-bit FMAs) x 25%. The 25% is fitted to PreScope's
- *               measurement (seed 001, Fig. 13) that the CPU beats load-then-GPU below about
+ *               measurement (PreScope, Fig. 13) that the CPU beats load-then-GPU below about
  *               16 tokens per Qwen3-30B-A3B expert on its A100 + 6230R host: the a100 preset
  *               gives 16.3 (tests/test_cost.c checks it).
  *  cpu_setup    10 µs per CPU expert task: a 16-thread fork/join plus the engine's per-expert
  *               bookkeeping (a few µs, docs/perf/cpu.md) (est.).
  *  attn_time    one layer of a Qwen3-30B-A3B-sized attention at decode: its 37.75 MB of BF16
  *               weights read at gpu_mem_bw plus ~10 kernels of 5 µs (est.).
- *  net_*        no network (0) except a100: Prism's testbed (seed 004) was A100s with a
- *               500 Mbit/s tc-limited network = 0.0625 GB/s; Prism reports no RTT, so 32 µs,
- *               the upper end of the research notes' loopback measurement of that setup
- *               (paper-004 §6.4).
+ *  net_*        no network (0) except a100: Prism's testbed was A100s with a 500 Mbit/s
+ *               tc-limited network = 0.0625 GB/s; Prism reports no RTT, so 32 µs, the upper
+ *               end of a small-message round trip (13-32 µs) measured with Open MPI over
+ *               tc-shaped loopback TCP, a one-machine imitation of that setup.
  *  gpu_memory   24, 48, 80, 80 GiB.
  */
 #include <math.h>

@@ -1,7 +1,7 @@
 /*
- * The cost model every policy and the simulator share (DESIGN.md §3; research notes
- * paper-004 §8.3). A machine is described by a few rates; per expert of a model shape they
- * give the papers' linear models:
+ * The cost model every policy and the simulator share (docs/policies.md, docs/cost-format.md).
+ * A machine is described by a few rates; per expert of a model shape they give the papers'
+ * linear models:
  *
  *   t_load        = load_setup + expert_bytes / pcie_bw            (flat in tokens)
  *   t_gpu(n)      = g0 + g1·n,  g0 = gpu_launch + expert_bytes / gpu_mem_bw,

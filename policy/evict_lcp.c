@@ -1,6 +1,5 @@
 /*
- * evict "lcp": MoEpic's Least Cache Priority (seed 003, §3.3, Eq. 4; research notes
- * papers-000-smoe-003-moepic.md §B.2.3). The victim has the lowest priority
+ * evict "lcp": MoEpic's Least Cache Priority (§3.3, Eq. 4). The victim has the lowest priority
  *
  *   P = μ · ρ^(ν/ω)
  *
@@ -9,13 +8,12 @@
  * With the defaults a priority halves every 64 idle tokens (0.25^(64/128) = 1/2), so LCP is
  * LFU that forgets: a hot expert that goes idle loses its place.
  *
- * Readings of the notes' ambiguity items (§B.2.3): μ counts all history ("accumulated"; ω
- * appears only as the exponent's scale), token-weighted (each token of a batch that
- * selects the expert adds 1); ν is measured on the policies' clock v->tokens and is reset
- * when any token of a step activates the expert; an expert never activated has μ = 0, the
- * lowest priority. This is online whole-expert replacement, the mode of the paper's
- * Table 1; the periodic reconfiguration of the split cache is the config role's. Ties go
- * to the first candidate.
+ * Readings where the paper is ambiguous: μ counts all history ("accumulated"; ω appears only
+ * as the exponent's scale), token-weighted (each token of a batch that selects the expert adds
+ * 1); ν is measured on the policies' clock v->tokens and is reset when any token of a step
+ * activates the expert; an expert never activated has μ = 0, the lowest priority. This is
+ * online whole-expert replacement, the mode of the paper's Table 1; the periodic
+ * reconfiguration of the split cache is the config role's. Ties go to the first candidate.
  *
  * Parameters: omega (tokens, > 0), default 128; rho in (0, 1], default 0.25 (§4.1).
  */
@@ -110,7 +108,7 @@ static uint32_t lcp_victim(void *self, const mvm_pview *v, uint32_t for_layer,
 
 const mvm_evict_ops mvm_evict_lcp = {
     .name = "lcp",
-    .about = "MoEpic (seed 003) Eq. 4: lowest mu*rho^(nu/omega), mu token-weighted "
+    .about = "MoEpic Eq. 4: lowest mu*rho^(nu/omega), mu token-weighted "
              "activations, nu idle tokens; omega=128, rho=0.25",
     .create = lcp_create,
     .destroy = lcp_destroy,

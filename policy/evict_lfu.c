@@ -1,15 +1,14 @@
 /*
- * evict "lfu": least frequently used, the baseline of MoE-Infinity (listed as a baseline by
- * seed 003, Table 1; research notes papers-000-smoe-003-moepic.md §B.2.3, §B.4).
- * Frequency is token-weighted (an expert used by 3 tokens of a batch counts 3), which is
- * what MoE-Infinity's activation counts are at batch 1 and what drives its cost otherwise.
- * Plain LFU never forgets: an expert hot in the prompt would stay forever. So counts age:
- * every `period` observed steps of a layer, that layer's counts are halved (the classic
- * LFU-with-ageing halving, as in the cache literature), so a burst fades geometrically
+ * evict "lfu": least frequently used, the baseline of MoE-Infinity (listed as a baseline in
+ * MoEpic's Table 1). Frequency is token-weighted (an expert used by 3 tokens of a batch counts
+ * 3), which is what MoE-Infinity's activation counts are at batch 1 and what drives its cost
+ * otherwise. Plain LFU never forgets: an expert hot in the prompt would stay forever. So
+ * counts age: every `period` observed steps of a layer, that layer's counts are halved (the
+ * classic LFU-with-ageing halving, as in the cache literature), so a burst fades geometrically
  * while a steady long tail keeps its rank. Ties go to the first candidate.
  *
  * Parameter: period (layer steps between halvings), default 128: the same scale as
- * MoEpic's observation window ω = 128 tokens, seed 003's estimate of how long an expert's
+ * MoEpic's observation window ω = 128 tokens, MoEpic's estimate of how long an expert's
  * popularity lasts.
  */
 #include <math.h>

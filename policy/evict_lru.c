@@ -1,10 +1,9 @@
 /*
- * evict "lru": least recently used, the baseline of Mixtral-offloading and AdapMoE (listed
- * as baselines by seeds 000 and 003; research notes papers-000-smoe-003-moepic.md §B.4).
- * "Used" means selected by at least one token of a layer step after routing (counts > 0).
- * Recency is a logical clock advanced once per observed layer step, so the layers of one
- * token are ordered too (v->tokens alone would tie them). Never used experts are the
- * oldest; ties go to the first candidate. No parameters.
+ * evict "lru": least recently used, the baseline of Mixtral-offloading and AdapMoE (listed as
+ * baselines by SMoE and MoEpic). "Used" means selected by at least one token of a layer step
+ * after routing (counts > 0). Recency is a logical clock advanced once per observed layer
+ * step, so the layers of one token are ordered too (v->tokens alone would tie them). Never
+ * used experts are the oldest; ties go to the first candidate. No parameters.
  */
 #include <stdlib.h>
 

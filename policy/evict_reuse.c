@@ -1,11 +1,12 @@
 /*
  * evict "reuse": evict the expert whose next use is predicted furthest away (Belady's rule,
- * with the future guessed from the past). Not from the five seeds: it is the interposer's
- * (and so the engine's: one MOEVM_EVICT default) because of what the interposer sees. A program whose weights exceed the budget
- * walks them in the same order at every token (layer after layer), and LRU then evicts
- * exactly the page needed next: every access misses. Predicting each page's next use from
- * its reuse interval keeps a fixed part of the loop resident instead (the most recently
- * used page is the one needed last), while a hot expert, reused every few steps, stays.
+ * with the future guessed from the past). Not from the five papers: it is the interposer's
+ * (and so the engine's: one MOEVM_EVICT default) because of what the interposer sees. A
+ * program whose weights exceed the budget walks them in the same order at every token (layer
+ * after layer), and LRU then evicts exactly the page needed next: every access misses.
+ * Predicting each page's next use from its reuse interval keeps a fixed part of the loop
+ * resident instead (the most recently used page is the one needed last), while a hot expert,
+ * reused every few steps, stays.
  *
  * For each expert: `last`, the clock of its last use, and `interval`, the mean of its reuse
  * intervals (the mean of the old mean and the newest interval, so a changed pattern shows

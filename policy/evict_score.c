@@ -1,21 +1,20 @@
 /*
- * evict "score": SMoE's score-based eviction (seed 000, §IV-C, Eq. 3; research notes
- * papers-000-smoe-003-moepic.md §A.2.4). The victim is the expert with the lowest mean gate
- * score over the last n decode steps, counting every expert's score, active or not
- * (inactive experts with high scores are the likely substitutes of route "importance").
- * The protection shield (an expert selected for the layer being computed is not evicted
- * until that computation ends) is the view's busy flag, which the caller sets for exactly
- * that window: candidates are not busy by contract, and victim() ranks a busy candidate
- * last all the same, so the shield holds whatever the caller passes and whenever it calls
- * observe (before or after the layer's loads).
+ * evict "score": SMoE's score-based eviction (§IV-C, Eq. 3). The victim is the expert with the
+ * lowest mean gate score over the last n decode steps, counting every expert's score, active
+ * or not (inactive experts with high scores are the likely substitutes of route "importance").
+ * The protection shield (an expert selected for the layer being computed is not evicted until
+ * that computation ends) is the view's busy flag, which the caller sets for exactly that
+ * window: candidates are not busy by contract, and victim() ranks a busy candidate last all
+ * the same, so the shield holds whatever the caller passes and whenever it calls observe
+ * (before or after the layer's loads).
  *
- * Readings of the notes' ambiguity items (§A.2.4): the window holds exactly n steps (Eq. 3
- * as printed sums n+1 terms once j > n, an off-by-one), and fewer at the start (the mean
- * is over the steps seen); a batch step records the batch mean of each expert's score;
- * the pool is global ("m experts in total"): softmax probabilities are on one scale across
- * layers, and the caller decides which candidates compete; without router scores (a trace
- * of ids and weights) a selected expert's weight stands in for its score and the others
- * score 0. Ties go to the first candidate.
+ * Readings where the paper is ambiguous: the window holds exactly n steps (Eq. 3 as printed
+ * sums n+1 terms once j > n, an off-by-one), and fewer at the start (the mean is over the
+ * steps seen); a batch step records the batch mean of each expert's score; the pool is global
+ * ("m experts in total"): softmax probabilities are on one scale across layers, and the caller
+ * decides which candidates compete; without router scores (a trace of ids and weights) a
+ * selected expert's weight stands in for its score and the others score 0. Ties go to the
+ * first candidate.
  *
  * Parameter: n (window in decode steps), default 3: the paper does not give n; its Fig. 6
  * observation is that a high-score expert is reused "in the next 3 iterations".
@@ -137,7 +136,7 @@ static uint32_t score_victim(void *self, const mvm_pview *v, uint32_t for_layer,
 
 const mvm_evict_ops mvm_evict_score = {
     .name = "score",
-    .about = "SMoE (seed 000) Eq. 3: lowest mean gate score over the last n steps, busy "
+    .about = "SMoE Eq. 3: lowest mean gate score over the last n steps, busy "
              "experts shielded; n=3 by default (paper: not given)",
     .create = score_create,
     .destroy = score_destroy,

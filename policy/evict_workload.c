@@ -1,23 +1,21 @@
 /*
- * evict "workload": DALI's workload-aware cache replacement (seed 002, §4.3, Eq. 12,
- * Algorithm 2; research notes papers-001-prescope-002-dali.md §B.2.4). Per layer, the
- * score of an expert is its workload, the number of tokens routed to it, summed over a
- * tumbling window of w_size steps (Eq. 12, no decay). At the end of each window the u_size
- * highest-scoring experts that are not resident become wanted (want() lists them until
- * they are) and the u_size lowest-scoring resident ones are marked to go: victim() picks
- * them before anything else. Then the window's scores reset.
+ * evict "workload": DALI's workload-aware cache replacement (§4.3, Eq. 12, Algorithm 2). Per
+ * layer, the score of an expert is its workload, the number of tokens routed to it, summed
+ * over a tumbling window of w_size steps (Eq. 12, no decay). At the end of each window the
+ * u_size highest-scoring experts that are not resident become wanted (want() lists them until
+ * they are) and the u_size lowest-scoring resident ones are marked to go: victim() picks them
+ * before anything else. Then the window's scores reset.
  *
- * Readings of the notes' ambiguity items (§B.8): D5, the evicted are the lowest-scoring
- * (Algorithm 2 line 11's TopK is a typo for BottomK); D6, no s_in > s_out guard by
- * default, as in the paper, `guard=1` adds it; D7, the window closes after w_size steps,
- * (i+1) mod w_size == 0, not after the first; D8, a prefill step is one step whose
- * workload counts all its tokens. A window swaps min(u_size, resident, not resident)
- * pairs, so the layer's cache keeps its size, as in DALI where the per-layer cache is
- * fixed (its initial contents are whatever the caller loaded first). "Resident" means
- * fully resident. For loads outside the plan (the caller's on-demand misses, which DALI
- * never caches) the victim is the candidate with the least workload over the last closed
- * window and the current one; scoping candidates to a layer's budget is the caller's
- * (config role). Ties go to the first candidate / the lower expert id.
+ * Readings where the paper is ambiguous: the evicted are the lowest-scoring (Algorithm 2 line
+ * 11's TopK is a typo for BottomK); no s_in > s_out guard by default, as in the paper,
+ * `guard=1` adds it; the window closes after w_size steps, (i+1) mod w_size == 0, not after
+ * the first; a prefill step is one step whose workload counts all its tokens. A window swaps
+ * min(u_size, resident, not resident) pairs, so the layer's cache keeps its size, as in DALI
+ * where the per-layer cache is fixed (its initial contents are whatever the caller loaded
+ * first). "Resident" means fully resident. For loads outside the plan (the caller's on-demand
+ * misses, which DALI never caches) the victim is the candidate with the least workload over
+ * the last closed window and the current one; scoping candidates to a layer's budget is the
+ * caller's (config role). Ties go to the first candidate / the lower expert id.
  *
  * Parameters: w_size (steps), default 4; u_size (swaps per window per layer), default
  * E/8 clamped to [1, 8]: the paper's 1 for Mixtral (8 experts) and 8 for DeepSeek and
@@ -195,7 +193,7 @@ static uint32_t workload_want(void *self, const mvm_pview *v, uint32_t layer, ui
 
 const mvm_evict_ops mvm_evict_workload = {
     .name = "workload",
-    .about = "DALI (seed 002) Alg. 2: every w_size steps per layer, swap the u_size busiest "
+    .about = "DALI Alg. 2: every w_size steps per layer, swap the u_size busiest "
              "non-resident experts for the u_size idlest resident ones (token counts)",
     .create = workload_create,
     .destroy = workload_destroy,

@@ -1,7 +1,6 @@
 /*
- * MoEpic's exposed-loading-time model and its cache configuration search (seed 003, §3.4,
- * Eqs. 5-11 and Algorithm 1's ExpertSplit / VramAllocation; research notes
- * papers-000-smoe-003-moepic.md §B.2.4-B.2.6). Pure functions over a layer's statistics;
+ * MoEpic's exposed-loading-time model and its cache configuration search (§3.4, Eqs. 5-11 and
+ * Algorithm 1's ExpertSplit / VramAllocation). Pure functions over a layer's statistics;
  * config_fixedpoint.c gathers the statistics and calls them every τ tokens.
  *
  * Per layer i, with m_i the activated experts already in VRAM when the router runs:
@@ -12,7 +11,7 @@
  *   T_hide = m·T_exp,  T_miss = (K - m)·T_load,  𝒯 = max(0, T_miss - T_hide)     (5, 6)
  *   T_wind of layer i+1 = K·T_exp - min(T_hide, T_miss) + T_att of layer i+1      (7)
  *
- * Readings (the notes' items): Eq. 10's P(y, C) is P(y); m is clamped to K; Y is an
+ * Readings: Eq. 10's P(y, C) is P(y); m is clamped to K; Y is an
  * integer (a partial last prefetch earns nothing);
  * H and PH are counterfactual for every C under the inclusion property: the cache of size
  * C is the C experts of highest LCP priority, so H(C) counts activated experts whose

@@ -1,49 +1,47 @@
 /*
- * place "prism": Prism's latency-optimised expert placement (seed 004, §III-B and §III-C;
- * research notes paper-004 §2.3–2.10 and §2.13): entropy-guided slot counts per server and
- * layer (Algorithm 1), top-frequency assignment with a coverage repair (Algorithm 2), and a
- * cost-gated migration (Eqs. 3–4). Every literal defect the notes list (§2.13 items 2, 3,
- * 5, 6, 9) is fixed as follows.
+ * place "prism": Prism's latency-optimised expert placement (§III-B and §III-C): entropy-guided
+ * slot counts per server and layer (Algorithm 1), top-frequency assignment with a coverage
+ * repair (Algorithm 2), and a cost-gated migration (Eqs. 3–4). Where the paper is silent or
+ * wrong as printed, it is read or fixed as follows.
  *
- * Statistics (item 1): f_n^l(e) is the raw token-weighted count (token × selected expert
- * pairs) of server n's home requests, accumulated over the calls since the last placement
- * change (§IV-A: "all executions between the last placement change and the current
- * moment"); Eq. 2 is then the expected number of remote token-expert invocations. Entropy
- * (log base 2) normalises per (n, l) as Algorithm 1 needs.
+ * Statistics (the paper gives no units or normalisation): f_n^l(e) is the raw token-weighted
+ * count (token × selected expert pairs) of server n's home requests, accumulated over the
+ * calls since the last placement change (§IV-A: "all executions between the last placement
+ * change and the current moment"); Eq. 2 is then the expected number of remote token-expert
+ * invocations. Entropy (log base 2) normalises per (n, l) as Algorithm 1 needs.
  *
- * Algorithm 1, fixed (item 5; notes §2.4 "[PROPOSAL] Fixed Algorithm 1"): a server has
- * S_n = min(capacity / expert_bytes, L·E) slots (one GPU per server: the cluster gives
- * bytes per server). q_l = S_n · v_{n,l} / Σ_l v_{n,l}, with v replaced by 1 in every
- * layer when Σ_l v = 0 (no traffic yet, or every layer one-hot: no divide-by-zero);
- * N_{n,l} = min(E, ⌊q_l⌋); the slots flooring dropped go one at a time to the layer with the
- * largest q_l − N_{n,l} among those below E (largest remainder, then water-filling), so
- * every server uses all S_n slots and never more than E per layer. Coverage Σ_n N_{n,l} ≥ E
- * is then restored layer by layer by moving one slot at a time on one server from the layer
- * with the most slots in total (which has more than E, so it never drops below E: no layer
- * is uncovered again) to the short layer, on the first server in the order of most slots
- * that has a slot there and fewer than E in the short layer. Such a move always exists when
- * Σ_n S_n ≥ L·E, the feasibility condition (notes §2.4 item 7), which place() checks.
+ * Algorithm 1, fixed: a server has S_n = min(capacity / expert_bytes, L·E) slots (one GPU per
+ * server: the cluster gives bytes per server). q_l = S_n · v_{n,l} / Σ_l v_{n,l}, with v
+ * replaced by 1 in every layer when Σ_l v = 0 (no traffic yet, or every layer one-hot: no
+ * divide-by-zero); N_{n,l} = min(E, ⌊q_l⌋); the slots flooring dropped go one at a time to the
+ * layer with the largest q_l − N_{n,l} among those below E (largest remainder, then
+ * water-filling), so every server uses all S_n slots and never more than E per layer. Coverage
+ * Σ_n N_{n,l} ≥ E is then restored layer by layer by moving one slot at a time on one server
+ * from the layer with the most slots in total (which has more than E, so it never drops below
+ * E: no layer is uncovered again) to the short layer, on the first server in the order of most
+ * slots that has a slot there and fewer than E in the short layer. Such a move always exists
+ * when Σ_n S_n ≥ L·E, the feasibility condition, which place() checks.
  *
- * Algorithm 2, fixed (item 6; notes §2.6): each server takes its N_{n,l} most-counted
- * experts of layer l (ties: the cluster's more-counted expert, then the lower id, so a
- * server without traffic holds what the others use most). While an expert of the layer is
- * on no server, one replacement is made and the uncovered set and the copy counts are
- * updated at once (no stale U_l, no expert evicted twice): over every server that holds a
- * duplicate (an expert also on another server), the replacement of its least-counted
- * duplicate d by its most-counted uncovered expert u with the largest f_n(u) − f_n(d),
- * i.e. the smallest increase of Eq. 2; ties go to the server with more duplicates, then
- * the lower index. This replaces the paper's "fewest duplicates first" order, which asks
- * first the servers least able to give (the notes call it counter-intuitive) and has no
- * case for a server without duplicates; here such a server is never asked. u is
- * uncovered, so it is on no server: no duplicate on a server arises. A duplicate exists
- * whenever an expert is uncovered, because the layer has at least E slots in total.
+ * Algorithm 2, fixed: each server takes its N_{n,l} most-counted experts of layer l (ties: the
+ * cluster's more-counted expert, then the lower id, so a server without traffic holds what the
+ * others use most). While an expert of the layer is on no server, one replacement is made and
+ * the uncovered set and the copy counts are updated at once (no stale U_l, no expert evicted
+ * twice): over every server that holds a duplicate (an expert also on another server), the
+ * replacement of its least-counted duplicate d by its most-counted uncovered expert u with the
+ * largest f_n(u) − f_n(d), i.e. the smallest increase of Eq. 2; ties go to the server with
+ * more duplicates, then the lower index. This replaces the paper's "fewest duplicates first"
+ * order, which asks first the servers least able to give and has no case for a server without
+ * duplicates; here such a server is never asked. u is uncovered, so it is on no server: no
+ * duplicate on a server arises. A duplicate exists whenever an expert is uncovered, because
+ * the layer has at least E slots in total.
  *
- * Migration (items 2 and 9; notes §2.10 "[PROPOSAL] time-unit version of Eq. 4"): the
- * cost of a placement over the statistics is C(P) = Σ_{n,x} f_n(x) · t_n(x; P), with
- * t = mvm_cost_gpu(1) for a local expert and, for a remote one, the remote call to its
- * nearest holder r (the smallest call time from n): mvm_cost_net for one token over the
- * link n→r (rtt[n][r], bw[n][r]; hidden states of n_embd elements of ACT_BYTES bytes each
- * way) plus mvm_cost_gpu(1) there. The candidate P' is adopted iff
+ * Migration (Eq. 4 in time units: Eq. 2's cost is a count while T_mig is in seconds, and the
+ * paper gives no horizon; Eq. 3 counts deletions and sums the copies serially): the cost of a
+ * placement over the statistics is C(P) = Σ_{n,x} f_n(x) · t_n(x; P), with t = mvm_cost_gpu(1)
+ * for a local expert and, for a remote one, the remote call to its nearest holder r (the
+ * smallest call time from n): mvm_cost_net for one token over the link n→r (rtt[n][r],
+ * bw[n][r]; hidden states of n_embd elements of ACT_BYTES bytes each way) plus mvm_cost_gpu(1)
+ * there. The candidate P' is adopted iff
  *     (C(P) − C(P')) · H / W  >  T_mig(P, P'),
  * W the tokens in the statistics (Σ f / (L·top_k)), H the horizon parameter in tokens:
  * the latency saved over the next H tokens must exceed the migration time. T_mig counts
@@ -76,7 +74,8 @@
 #include "policy/rank.h"
 #include "vmm/error.h"
 
-/* Bytes per hidden-state element on the wire: BF16, as the papers' models (notes §3.2). */
+/* Bytes per hidden-state element on the wire: BF16, as the papers' models (Prism gives no
+ * message sizes). */
 #define ACT_BYTES 2
 
 typedef struct prism {
@@ -476,8 +475,8 @@ static uint64_t prism_place(void *self, const mvm_cluster *c, const double *freq
 
 const mvm_place_ops mvm_place_prism = {
     .name = "prism",
-    .about = "Prism (seed 004): entropy slot counts (Alg. 1) + top-frequency assignment with "
-             "coverage repair (Alg. 2), fixes of the notes §2.13; migrates when the latency "
+    .about = "Prism: entropy slot counts (Alg. 1) + top-frequency assignment with "
+             "coverage repair (Alg. 2), both fixed; migrates when the latency "
              "saved over `horizon` tokens exceeds the copy time",
     .create = prism_create,
     .destroy = prism_destroy,

@@ -1,8 +1,8 @@
 /*
- * place "uniform": Prism's Uniform baseline (seed 004, §IV-A: "random even EP split, as in
- * Megatron-LM"; research notes paper-004 §4 and §2.12: 2 of Mixtral's 8 experts per layer
- * per GPU, 16 of DeepSeek-V2-Lite's 64). Every expert lives on exactly one server, each
- * server gets an equal share of every layer, and the split never changes.
+ * place "uniform": Prism's Uniform baseline (§IV-A: "random even EP split, as in Megatron-LM":
+ * 2 of Mixtral's 8 experts per layer per GPU, 16 of DeepSeek-V2-Lite's 64). Every expert lives
+ * on exactly one server, each server gets an equal share of every layer, and the split never
+ * changes.
  *
  * Reading: the paper's split is random; here it is round-robin, expert e of layer l on
  * server (l·E + e) mod S, which is as even and, where expert ids carry no meaning, as
@@ -114,7 +114,7 @@ static uint64_t uniform_place(void *self, const mvm_cluster *c, const double *fr
 
 const mvm_place_ops mvm_place_uniform = {
     .name = "uniform",
-    .about = "Prism's Uniform baseline (seed 004): static even EP split, expert e of layer l "
+    .about = "Prism's Uniform baseline: static even EP split, expert e of layer l "
              "on server (l*E+e) mod S (paper: random), one copy each, capacity respected",
     .create = uniform_create,
     .destroy = uniform_destroy,

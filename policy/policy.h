@@ -1,8 +1,8 @@
 /*
  * policy/: every decision mechanism of the five papers as a module behind one of six narrow
- * interfaces (DESIGN.md §3). Policy code is pure C over the plain structs below: no CUDA,
- * no I/O, no clocks (time comes in as mvm_pview.now), no globals, no allocation after
- * create. The engine, the interposer and the simulator (tools/sim) call the same modules.
+ * interfaces (docs/policies.md). Policy code is pure C over the plain structs below: no CUDA,
+ * no I/O, no clocks (time comes in as mvm_pview.now), no globals, no allocation after create.
+ * The engine, the interposer and the simulator (tools/sim) call the same modules.
  *
  * Expert ids: x = layer * n_experts + expert, 0 <= x < n_layers * n_experts.
  * A module is an ops table plus an opaque `self` made by create(); every ops table starts

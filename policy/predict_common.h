@@ -6,10 +6,10 @@
  *
  * The predict contract (policy.h, read the same way by all three modules): out[e] in [0, 1]
  * is the predicted share of the step's n_tok tokens that will select expert e at layer
- * `target`, so Σ_e out[e] = top_k. It is PreScope's ambiguity A7 read as "per-token top-k,
- * then count" (research notes papers-001-prescope-002-dali.md §A.8), which is also DALI's
- * "count the number of tokens routed to each expert" (§B.2.3): the same scale for every
- * module, and the one assign "presched" reads (its n_tok·top_k best entries).
+ * `target`, so Σ_e out[e] = top_k. It is PreScope's unstated step from probabilities to token
+ * counts read as "per-token top-k, then count", which is also DALI's "count the number of
+ * tokens routed to each expert" (§4.2): the same scale for every module, and the one assign
+ * "presched" reads (its n_tok·top_k best entries).
  */
 #ifndef MVM_POLICY_PREDICT_COMMON_H
 #define MVM_POLICY_PREDICT_COMMON_H

@@ -1,20 +1,18 @@
 /*
- * predict "gate": the gate-based predictor, the baseline both PreScope (seed 001, Fig. 6
- * "gate-based": apply the next layer's gate to the current gate input) and DALI (seed 002,
- * §4.2, the scheme its residual refines) compare with; research notes
- * papers-001-prescope-002-dali.md §A.2.1, §B.2.3. Adjacent layers'
- * gate inputs are close (the residual stream changes little per layer), so layer `target`'s
- * router applied to layer l's MoE input routes nearly as layer `target` will.
+ * predict "gate": the gate-based predictor, the baseline both PreScope (Fig. 6 "gate-based":
+ * apply the next layer's gate to the current gate input) and DALI (§4.2, the scheme its
+ * residual refines) compare with. Adjacent layers' gate inputs are close (the residual stream
+ * changes little per layer), so layer `target`'s router applied to layer l's MoE input routes
+ * nearly as layer `target` will.
  *
  * predict(step, target, out): for each of the step's tokens, layer target's router
- * (init->router, policy.h: its F32 weights, plus its logit bias where it has one: gpt-oss)
- * on the token's hidden state (step->hidden, the layer's MoE input), its top_k chosen as
- * the model chooses (policy/router.h: by sigmoid plus a choose bias, within groups, where
- * the model does); out[e] = the share of the n_tok tokens that picked e
- * (predict_common.h: per-token top-k then count, PreScope's A7 reading). Any later layer
- * may be the target; the farther, the less alike the gate inputs. The papers' models
- * (Mixtral, Qwen, DeepSeek-V2-Lite) choose by softmax; choosing by the router's own rule
- * is the reading that extends the scheme to the others.
+ * (init->router, policy.h: its F32 weights, plus its logit bias where it has one: gpt-oss) on
+ * the token's hidden state (step->hidden, the layer's MoE input), its top_k chosen as the
+ * model chooses (policy/router.h: by sigmoid plus a choose bias, within groups, where the
+ * model does); out[e] = the share of the n_tok tokens that picked e (predict_common.h:
+ * per-token top-k then count). Any later layer may be the target; the farther, the less alike
+ * the gate inputs. The papers' models (Mixtral, Qwen, DeepSeek-V2-Lite) choose by softmax;
+ * choosing by the router's own rule is the reading that extends the scheme to the others.
  *
  * Returns 0, out untouched, when it cannot predict: no hidden state in the step (a
  * synthetic trace), no tokens, target not in (step->layer, n_layers), or no router for

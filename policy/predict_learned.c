@@ -1,18 +1,18 @@
 /*
- * predict "learned": PreScope's LLaPor (seed 001, §4.2; research notes
- * papers-001-prescope-002-dali.md §A.2.2), a small learned model per target layer that
+ * predict "learned": PreScope's LLaPor (§4.2), a small learned model per target layer that
  * predicts layer t's experts from layer t-1's hidden state and routing (the selected experts
  * and their gate weights). The model, its file and its trainer are predictor_mlp.h's; the
  * weights come from `moevm train-predictor` through init->predictor (the caller reads the
- * file: policy code does no I/O). The file's shape (L, E, top_k, n_embd) must be the
- * model's, or create fails naming both.
+ * file: policy code does no I/O). The file's shape (L, E, top_k, n_embd) must be the model's,
+ * or create fails naming both.
  *
  * predict(step, target, out): each of the step's tokens through target's model, its top_k
- * experts by predicted probability; out[e] = the share of the n_tok tokens that picked e.
- * That is PreScope's A7 read as "per-token top-k, then count" (predict_common.h), the same
- * scale as gate and residual; the mean of the sigmoid probabilities would be the other
- * reading, but the trainer's inverse-frequency weights (predictor_train.c) leave them
- * uncalibrated as shares, while their per-token order is what the loss trains.
+ * experts by predicted probability; out[e] = the share of the n_tok tokens that picked e. That
+ * reads PreScope's step from probabilities to token counts as "per-token top-k, then count"
+ * (predict_common.h), the same scale as gate and residual; the mean of the sigmoid
+ * probabilities would be the other reading, but the trainer's inverse-frequency weights
+ * (predictor_train.c) leave them uncalibrated as shares, while their per-token order is what
+ * the loss trains.
  *
  * LLaPor predicts one layer ahead ("while layer l executes, the predictor for l+1 is fed
  * layer-l features"), so only target = step->layer + 1 is served. Returns 0, out untouched,
@@ -96,7 +96,7 @@ static int learned_predict(void *self, const mvm_pstep *step, uint32_t target, f
 
 const mvm_predict_ops mvm_predict_learned = {
     .name = "learned",
-    .about = "PreScope LLaPor (seed 001 §4.2): per-layer PCA + MLP (gated residual block in "
+    .about = "PreScope LLaPor (§4.2): per-layer PCA + MLP (gated residual block in "
              "the middle group) from `moevm train-predictor`, layer l+1 only, token shares",
     .create = learned_create,
     .destroy = learned_destroy,

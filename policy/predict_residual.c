@@ -1,9 +1,8 @@
 /*
- * predict "residual": DALI's residual-based prefetching (seed 002, §4.2, Eqs. 10-11;
- * research notes papers-001-prescope-002-dali.md §B.2.3). The gate-based prediction
- * (predict_gate.c) applies layer l+1's router to layer l's gate input h_l; but the gate input
- * of l+1 is h_{l+1} = h_l + (what layer l adds to the residual stream), and that update has a
- * large mean component shared by all tokens. DALI adds it back (Eq. 10):
+ * predict "residual": DALI's residual-based prefetching (§4.2, Eqs. 10-11). The gate-based
+ * prediction (predict_gate.c) applies layer l+1's router to layer l's gate input h_l; but the
+ * gate input of l+1 is h_{l+1} = h_l + (what layer l adds to the residual stream), and that
+ * update has a large mean component shared by all tokens. DALI adds it back (Eq. 10):
  *     h~ = h_l + res_l,   predicted experts of l+1 = TopK(router_{l+1}(h~)),
  * with res_l the mean of h_{l+1} - h_l over calibration tokens (Eq. 11). For a target
  * further ahead the residuals of every layer in between add up:
@@ -172,7 +171,7 @@ static int residual_predict(void *self, const mvm_pstep *step, uint32_t target, 
 
 const mvm_predict_ops mvm_predict_residual = {
     .name = "residual",
-    .about = "DALI residual prefetching (seed 002 Eqs. 10-11): router of target on h + the "
+    .about = "DALI residual prefetching (Eqs. 10-11): router of target on h + the "
              "mean residuals in between, calibrated online (gate until `warmup` tokens)",
     .create = residual_create,
     .destroy = residual_destroy,

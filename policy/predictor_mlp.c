@@ -1,11 +1,10 @@
 /*
  * The learned predictor (predictor_mlp.h): the model in memory, its file, and the forward
- * pass, which predict "learned" and the trainer (predictor_train.c, through
- * predictor_impl.h) both run. PreScope's LLaPor (seed 001, §4.2; research notes
- * papers-001-prescope-002-dali.md §A.2.2); the readings of its silences are listed in
+ * pass, which predict "learned" and the trainer (predictor_train.c, through predictor_impl.h)
+ * both run. PreScope's LLaPor (§4.2); the readings of its silences are listed in
  * predictor_train.c, where the model is made. Two belong to the forward pass:
- * - Fusion (A3): x = concat(PCA(h), weighted multi-hot of the previous layer's routing);
- *   W1 visits only the multi-hot's non-zero entries (K of E).
+ * - Fusion (the paper does not give the operator): x = concat(PCA(h), weighted multi-hot of
+ *   the previous layer's routing); W1 visits only the multi-hot's non-zero entries (K of E).
  * - GELU in its sigmoid form x·σ(1.702x), the approximation GELU's authors give (one exp,
  *   no erf: activations were a quarter of the training time).
  * Parsing validates everything before any use (sizes against the bytes left, every real

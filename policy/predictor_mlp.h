@@ -1,10 +1,9 @@
 /*
- * The learned predictor of predict "learned" (predict_learned.c): PreScope's LLaPor (seed
- * 001, §4.2; research notes papers-001-prescope-002-dali.md §A.2.2), one small network per
- * target layer that predicts layer t's experts from layer t-1's hidden state and routing.
- * This header defines its file format (what `moevm train-predictor` writes and the module
- * reads), the forward pass, and the offline trainer. Everything here is pure memory work:
- * the caller reads and writes files.
+ * The learned predictor of predict "learned" (predict_learned.c): PreScope's LLaPor (§4.2),
+ * one small network per target layer that predicts layer t's experts from layer t-1's hidden
+ * state and routing. This header defines its file format (what `moevm train-predictor` writes
+ * and the module reads), the forward pass, and the offline trainer. Everything here is pure
+ * memory work: the caller reads and writes files.
  *
  * The model for target layer t (1 <= t < L), on one token of layer t-1 with hidden state h
  * [D], selected experts S and gate weights w:

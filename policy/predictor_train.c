@@ -1,35 +1,36 @@
 /*
  * The learned predictor's offline trainer (mvm_predictor_train, predictor_mlp.h): PreScope's
- * LLaPor (seed 001, §4.2; research notes papers-001-prescope-002-dali.md §A.2.2, ambiguities
- * §A.8), simplified where the paper is silent or the scale is different. Pure memory work in
- * plain C loops, allocation included (it is no per-token path); the caller reads the trace
- * and writes the file.
+ * LLaPor (§4.2), simplified where the paper is silent or the scale is different. Pure memory
+ * work in plain C loops, allocation included (it is no per-token path); the caller reads the
+ * trace and writes the file.
  *
- * - Layer groups (A1): the first and the last ceil(0.15·L) layers are the input and output
- *   groups, the rest the middle group; a target layer's group decides its model. Input and
- *   output groups: shallow (one GELU block and the head), PCA width ceil(rank/2); middle:
- *   one gated residual block, PCA width `rank` (the paper's 256 vs 512 on d = 4096, A2, kept
- *   as a 1:2 ratio). Default rank 32: on synthetic traces where few directions of the hidden
- *   state matter, a width near n_embd let the middle models learn the noise (held-out hit
- *   0.85 at rank 64 vs 0.94 at 32, n_embd 64), and it keeps training to seconds.
+ * - Layer groups (the paper gives no boundaries): the first and the last ceil(0.15·L) layers
+ *   are the input and output groups, the rest the middle group; a target layer's group decides
+ *   its model. Input and output groups: shallow (one GELU block and the head), PCA width
+ *   ceil(rank/2); middle: one gated residual block, PCA width `rank` (the paper's 256 vs 512
+ *   on d = 4096, kept as a 1:2 ratio). Default rank 32: on synthetic traces where few
+ *   directions of the hidden state matter, a width near n_embd let the middle models learn the
+ *   noise (held-out hit 0.85 at rank 64 vs 0.94 at 32, n_embd 64), and it keeps training to
+ *   seconds.
  * - PCA: subspace (orthogonal) iteration on the centred hidden states of at most
  *   PCA_SAMPLES training tokens, evenly spaced, PCA_ITERS rounds; each direction is scaled to
  *   unit variance (whitened; small eigenvalues are floored at 1e-4 of the largest), so the
  *   MLP sees features of one scale whatever the model's hidden-state norms.
- * - Loss, input/output groups: L_bal + λ·L_focal (A4: λ = 1, γ = 2 by default), with
- *   L_bal = (1/E) Σ_i ω_i·BCE(y_i, p_i), ω_i = (K/E) / max(f_i, K/(10·E)): an expert at the
- *   mean training frequency K/E weighs 1, a rarer one more, at most 10 (the notes leave the
- *   normalisation open; an expert never selected would otherwise weigh infinitely); and
- *   L_focal = -(1/E) Σ_i (1 - p_t)^γ·log p_t. Middle group: plain BCE (A5).
- * - AdamW (A6): peak rate lr and weight decay wd for the input/output groups, 3·lr and 5·wd
- *   for the middle group (the paper: "higher learning rates and weight decay"; the notes'
- *   ratios). Default lr 1e-2: the notes' guess of 1e-3 left the shallow models far from
- *   converged after 20 epochs of a trace of a few thousand tokens (the paper trains on
- *   65k); linear warm-up over min(5, max(1, epochs/6)) epochs, then cosine annealing to 0,
- *   the paper's schedule for the input/output groups (5 of 30 epochs), used for every group.
- *   Decay applies to every weight. Minibatches of `batch` tokens, reshuffled each epoch.
- *   Not implemented: dropout and the noise/masking augmentation (no rates are given; the
- *   narrow PCA was the regulariser that mattered in our tests).
+ * - Loss, input/output groups: L_bal + λ·L_focal (λ = 1, γ = 2 by default: the paper gives
+ *   neither), with L_bal = (1/E) Σ_i ω_i·BCE(y_i, p_i), ω_i = (K/E) / max(f_i, K/(10·E)): an
+ *   expert at the mean training frequency K/E weighs 1, a rarer one more, at most 10 (the
+ *   paper leaves the normalisation open; an expert never selected would otherwise weigh
+ *   infinitely); and L_focal = -(1/E) Σ_i (1 - p_t)^γ·log p_t. Middle group: plain BCE (the
+ *   paper names no loss for it).
+ * - AdamW: peak rate lr and weight decay wd for the input/output groups, 3·lr and 5·wd for the
+ *   middle group (the paper: "higher learning rates and weight decay", no values; the ratios
+ *   are a guess). Default lr 1e-2: a guess of 1e-3 left the shallow models far from converged
+ *   after 20 epochs of a trace of a few thousand tokens (the paper trains on 65k); linear
+ *   warm-up over min(5, max(1, epochs/6)) epochs, then cosine annealing to 0, the paper's
+ *   schedule for the input/output groups (5 of 30 epochs), used for every group. Decay applies
+ *   to every weight. Minibatches of `batch` tokens, reshuffled each epoch. Not implemented:
+ *   dropout and the noise/masking augmentation (no rates are given; the narrow PCA was the
+ *   regulariser that mattered in our tests).
  * - Held-out split: the trace's last `holdout` share of tokens (a tail, not a random sample:
  *   neighbouring tokens are alike, so a random split would flatter the predictor); PCA and
  *   the expert frequencies use the training tokens only. The held-out hit rates come from

@@ -1,6 +1,6 @@
 /*
- * The module registry (policy.h): every module of policy/modules.h by role, in the order of
- * DESIGN.md §3 (the baseline first), found by name.
+ * The module registry (policy.h): every module of policy/modules.h by role, the baseline
+ * first, found by name.
  *
  * Every ops table starts with MVM_POLICY_HEADER, but the tables are different struct types,
  * and C11 lets one read a common initial sequence through another struct type only inside a

@@ -1,5 +1,5 @@
 /*
- * α for a TPOT budget (seed 000, §V-C, Eq. 5; see route_alpha.h). The paper fits "a
+ * α for a TPOT budget (SMoE, §V-C, Eq. 5; see route_alpha.h). The paper fits "a
  * low-degree polynomial" to measured (α, TPOT) and does "a simple one-dimensional search"
  * for the smallest α meeting the budget. Here the fit is ordinary least squares in the
  * variable u = (α - mid)/half that maps the measured range onto [-1, 1] (which keeps the normal

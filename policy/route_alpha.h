@@ -1,8 +1,8 @@
 /*
- * Choosing SMoE's substitution threshold α for a latency budget (seed 000, §V-C, Eq. 5;
- * research notes papers-000-smoe-003-moepic.md §A.2.7): min A(α) s.t. T(α) <= R. TPOT
- * falls roughly linearly with α (the paper's Fig. 10) and accuracy loss is taken to grow
- * with α, so the answer is the smallest α whose fitted TPOT meets the budget.
+ * Choosing SMoE's substitution threshold α for a latency budget (§V-C, Eq. 5): min A(α)
+ * s.t. T(α) <= R. TPOT falls roughly linearly with α (the paper's Fig. 10) and accuracy loss
+ * is taken to grow with α, so the answer is the smallest α whose fitted TPOT meets the
+ * budget.
  */
 #ifndef MVM_POLICY_ROUTE_ALPHA_H
 #define MVM_POLICY_ROUTE_ALPHA_H

@@ -1,7 +1,6 @@
 /*
- * route "importance": SMoE's expert-cache router (seed 000, §IV-B, Algorithm 1; research
- * notes papers-000-smoe-003-moepic.md §A.2.2-A.2.3). Per token and layer, with S_{k+1} the
- * best score among the experts the router did not select:
+ * route "importance": SMoE's expert-cache router (§IV-B, Algorithm 1). Per token and layer,
+ * with S_{k+1} the best score among the experts the router did not select:
  *
  *   top-score  selected, score >= T = (1+α)·S_{k+1}           always computed
  *   low-score  selected, score <  T                           kept when resident or in C,
@@ -13,7 +12,7 @@
  * miss first; when there are fewer substitutes than misses the best misses stay (Algorithm
  * 1's "top |B_t|-|A_t| experts from B_t"). Each token keeps exactly top_k distinct experts.
  *
- * Readings of the notes' ambiguity items (§A.2.3): (1) the pseudo-code's E is O;
+ * Readings where the paper is ambiguous: (1) the pseudo-code's E is O;
  * (2) low-score means selected (rank <= k), so the (k+1)-th expert is never low-score;
  * (3) the substitute band includes S_{k+1} itself, as the text's constraint says; (4) a
  * score exactly T is top-score; (5) only low-score experts that are missing are replaced,
@@ -214,7 +213,7 @@ static uint32_t importance_route(void *self, const mvm_pview *v, mvm_pstep *step
 
 const mvm_route_ops mvm_route_importance = {
     .name = "importance",
-    .about = "SMoE (seed 000) Alg. 1: missing low-score experts swapped for resident or "
+    .about = "SMoE Alg. 1: missing low-score experts swapped for resident or "
              "batch top-score ones scoring within alpha of S_{k+1}; own router weight",
     .create = importance_create,
     .destroy = importance_destroy,

@@ -1,5 +1,5 @@
 /*
- * route "none": the router's choice stands (DESIGN.md §3). The exact model: no expert is
+ * route "none": the router's choice stands (docs/policies.md). The exact model: no expert is
  * ever swapped for a resident one, whatever the residency. It takes no parameters.
  */
 #include <stddef.h>

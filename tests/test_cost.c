@@ -74,7 +74,7 @@ static void test_presets_sane(void)
         CHECK(m->gpu_mem_bw > m->cpu_mem_bw && m->cpu_mem_bw > m->pcie_bw);
         CHECK(m->zerocopy_bw <= m->pcie_bw && m->gpu_flops > 10 * m->cpu_flops);
 
-        /* SMoE (seed 000 §I): "PCIe loading can be one to two orders of magnitude slower than
+        /* SMoE (§I): "PCIe loading can be one to two orders of magnitude slower than
          * GPU computation, and CPU computation is typically one order of magnitude slower"
          * — at batch 1 for a fine-grained expert (DeepSeek-V2-Lite's, 17.3 MB in BF16). */
         mvm_cost c;
@@ -87,7 +87,7 @@ static void test_presets_sane(void)
     CHECK(mvm_machine_preset("v100") == NULL && mvm_machine_preset(NULL) == NULL);
     CHECK(mvm_machine_preset("H100") == NULL);
 
-    /* PreScope (seed 001, Fig. 17): on the A100 the peak per-layer CPU-GPU gap, ~14 ms, is
+    /* PreScope (Fig. 17): on the A100 the peak per-layer CPU-GPU gap, ~14 ms, is
      * "exactly the latency of one expert prefetch" of Mixtral (352 MB in BF16). */
     mvm_cost c;
     mvm_cost_init(&c, mvm_machine_preset("a100"), 352321536, 4096, 14336);
@@ -97,7 +97,7 @@ static void test_presets_sane(void)
     mvm_cost_init(&c, mvm_machine_preset("a100"), 9437184, 2048, 768);
     double n_star = (c.t_load + c.g0 - c.c0) / (c.c1 - c.g1);
     CHECK(n_star > 13 && n_star < 19);
-    /* The research notes' PCIe 4 figure (paper-004 §8.3): a Qwen3 expert ≈ 0.38 ms. */
+    /* At PCIe 4's effective 25 GB/s a Qwen3 expert loads in ≈ 0.38 ms. */
     CHECK(near(c.t_load - c.m.load_setup, 0.38e-3, 0.02));
 }
 

@@ -229,8 +229,8 @@ static void test_forgetting(void)
  * Fig. 11's setting: 8 experts, 4 cached (0..3), w_size 4, u_size 2, batch 2, top-2.
  *   step 1 {0,4}{0,5}  step 2 {4,1}{4,0}  step 3 {4,6}{5,1}  step 4 {4,5}{3,6}
  * Workloads (Eq. 12): 0:3 1:2 2:0 3:1 | 4:5 5:3 6:2 7:0. The window closes after step 4
- * (not after step 1: ambiguity D7): wanted are the 2 busiest non-resident, 4 then 5; the 2
- * idlest resident, 2 and 3, go first. */
+ * (not after step 1, a reading of Algorithm 2): wanted are the 2 busiest non-resident, 4 then
+ * 5; the 2 idlest resident, 2 and 3, go first. */
 static void test_workload_window(void)
 {
     static const mvm_pshape sh = {.n_layers = 1, .n_experts = 8, .top_k = 2,
@@ -277,8 +277,8 @@ static void test_workload_window(void)
     w->destroy(self);
 }
 
-/* A window in which only residents work: the paper swaps anyway (incoming scores 0, D6);
- * with guard=1 nothing moves. */
+/* A window in which only residents work: the paper swaps anyway (incoming scores 0, no
+ * s_in > s_out guard); with guard=1 nothing moves. */
 static uint32_t idle_window_wants(const char *params)
 {
     static const mvm_pshape sh = {.n_layers = 1, .n_experts = 8, .top_k = 2,

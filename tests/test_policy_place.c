@@ -1,12 +1,12 @@
 /*
- * The place modules (policy/place_uniform.c, policy/place_prism.c) and the cluster
- * simulation (tools/sim_cluster.c). Hand-worked cases of Prism's Algorithms 1 and 2 as
- * fixed in the research notes (§2.4, §2.6), each with its arithmetic in the comment; the
- * migration gate (Eqs. 3–4 in time units) at its break-even horizon, worked out by hand;
- * the contract and the invariants (every expert on some server, capacity kept, Prism uses
- * every slot, 0 leaves the placement alone, the bytes returned are the additions) on
- * random instances; the simulation against closed forms, and Prism against Uniform on a
- * workload whose servers each have their own hot experts.
+ * The place modules (policy/place_uniform.c, policy/place_prism.c) and the cluster simulation
+ * (tools/sim_cluster.c). Hand-worked cases of Prism's Algorithms 1 and 2 as fixed in
+ * policy/place_prism.c, each with its arithmetic in the comment; the migration gate (Eqs. 3–4
+ * in time units) at its break-even horizon, worked out by hand; the contract and the
+ * invariants (every expert on some server, capacity kept, Prism uses every slot, 0 leaves the
+ * placement alone, the bytes returned are the additions) on random instances; the simulation
+ * against closed forms, and Prism against Uniform on a workload whose servers each have their
+ * own hot experts.
  */
 #include <math.h>
 #include <stdlib.h>

@@ -1,13 +1,12 @@
 /*
- * The route modules (policy/route_none.c, policy/route_importance.c) and the α-for-budget
- * fit (policy/route_alpha.c). Worked cases of SMoE's Algorithm 1 with the score bands of
- * §IV-A (research notes papers-000-smoe-003-moepic.md §A.2.2-A.2.3), each with its
- * arithmetic; then random batches whose result is checked against the bands recomputed
- * here from the original routing (exactly k distinct experts per token, substitutes only
- * resident or batch top-score experts within [(1-α)S_{k+1}, S_{k+1}], only missing
- * low-score experts replaced, as many as possible, the best ones, α = 0 changes nothing);
- * then Eq. 5's fit: a known polynomial recovered, the smallest α found even where the fit
- * is not monotone, and the errors.
+ * The route modules (policy/route_none.c, policy/route_importance.c) and the α-for-budget fit
+ * (policy/route_alpha.c). Worked cases of SMoE's Algorithm 1 with the score bands of §IV-A,
+ * each with its arithmetic; then random batches whose result is checked against the bands
+ * recomputed here from the original routing (exactly k distinct experts per token, substitutes
+ * only resident or batch top-score experts within [(1-α)S_{k+1}, S_{k+1}], only missing
+ * low-score experts replaced, as many as possible, the best ones, α = 0 changes nothing); then
+ * Eq. 5's fit: a known polynomial recovered, the smallest α found even where the fit is not
+ * monotone, and the errors.
  */
 #include <math.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /*
- * `moevm calibrate`'s measurements (DESIGN.md §3): the cost model's rates (policy/cost.h)
- * as this engine achieves them on this machine, with a given model.
+ * `moevm calibrate`'s measurements (docs/cost-format.md): the cost model's rates
+ * (policy/cost.h) as this engine achieves them on this machine, with a given model.
  *
  * What is measured, and how it becomes a machine's rates:
  *  - CPU experts: one expert of `tokens` rows, computed by the engine's own CPU expert code

@@ -1,12 +1,12 @@
 /*
  * `moevm sim --alpha-for MS`: SMoE's choice of the substitution threshold α for a latency
- * budget (seed 000, §V-C, Eq. 5). The paper profiles TPOT at several α on the deployment,
- * fits a low-degree polynomial and takes the smallest α whose fitted TPOT meets the budget
- * (accuracy loss grows with α, so the smallest feasible α loses least). Here the simulator
- * is the profiler: the trace is replayed with route "importance" at evenly spaced α over
- * [0, 1] and the other roles as given, and the fit and search are
- * mvm_importance_alpha_for_budget's. The substitutions per token are printed next to the
- * times because they are the accuracy cost the simulator can see.
+ * budget (§V-C, Eq. 5). The paper profiles TPOT at several α on the deployment, fits a
+ * low-degree polynomial and takes the smallest α whose fitted TPOT meets the budget (accuracy
+ * loss grows with α, so the smallest feasible α loses least). Here the simulator is the
+ * profiler: the trace is replayed with route "importance" at evenly spaced α over [0, 1] and
+ * the other roles as given, and the fit and search are mvm_importance_alpha_for_budget's. The
+ * substitutions per token are printed next to the times because they are the accuracy cost the
+ * simulator can see.
  */
 #include <math.h>
 #include <stdio.h>

@@ -155,7 +155,7 @@ static int cmd_stats(int argc, char **argv)
            "selection counts, / ln E; reuse: share of selections the previous token also made;\n"
            "pairs-20%%: share of adjacent-layer expert pairs on the top 20%% of pairs; follow:\n"
            "top expert = the most frequent successor of the previous layer's (in-sample).\n"
-           "Published (shared/research/anchors-moe-offloading-systems.md §5): Qwen3-30B-A3B\n"
+           "Published (sources in moevm's tools/trace_gen.c): Qwen3-30B-A3B\n"
            "top-16/128 41-68%%, entropy 0.74-0.875, reuse 38.9-45%%; pairs-20%% 45%% DeepSeek-V3,\n"
            "68%% Qwen3-235B, 80%% Llama4; follow 44.9%% Mixtral (from one previous expert).\n");
     free(per);

@@ -274,8 +274,8 @@ static double run_experts(struct sim *s, uint32_t l, double t_attn_end)
     /* Experts, in three passes. 0: the resident ones on the GPU, CPU and zero-copy ones on
      * their own resources. 1: loads are issued in expert order (the copy engine is serial)
      * while the GPU computes the resident prefix of each partly resident expert: MoEpic's
-     * split (seed 003 §3.2), the top segment's rows run while the bottom's copy is on the
-     * bus, the prefix's share of the expert's compute being its share of the pages.
+     * split (§3.2), the top segment's rows run while the bottom's copy is on the bus, the
+     * prefix's share of the expert's compute being its share of the pages.
      * 2: each loaded expert's rest, as soon as its copy ends and the GPU is free. */
     double gpu = t_attn_end, cpu = fmax(s->cpu_free, t_attn_end), stall = 0;
     for (int pass = 0; pass < 3; pass++)

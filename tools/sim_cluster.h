@@ -1,9 +1,9 @@
 /*
- * A multi-server simulation for the place role (seed 004, Prism; research notes paper-004
- * §2.9–2.11 and §6.1 B): replays a routing trace over a cluster of servers that hold
- * experts as a place module (policy.h, mvm_place_ops) decides, and reports what the
- * placement costs in latency and bytes. It is the simple end of the paper's §IV-C
- * simulator: no queueing, one token at a time per server, the cost model of policy/cost.h.
+ * A multi-server simulation for the place role (after Prism): replays a routing trace over a
+ * cluster of servers that hold experts as a place module (policy.h, mvm_place_ops) decides,
+ * and reports what the placement costs in latency and bytes. It is the simple end of the
+ * paper's §IV-C simulator: no queueing, one token at a time per server, the cost model of
+ * policy/cost.h.
  *
  * The model:
  *  - Homes: request `req` of the trace lives on server req mod S; its tokens never move
@@ -27,9 +27,9 @@
  *    placement (rtt[r][n] + expert_bytes / bw[r][n]), one after another into a server,
  *    servers in parallel, so it takes T_mig = the largest per-server sum; the old placement
  *    serves every token that starts before (call time + T_mig), the new one every token
- *    after (copy first, then switch, as notes §2.10 propose). A call due while a migration
- *    is still copying waits for the next period boundary after it ends; the counts keep
- *    accumulating meanwhile. Migration traffic does not slow remote calls.
+ *    after (copy first, then switch). A call due while a migration is still copying waits for
+ *    the next period boundary after it ends; the counts keep accumulating meanwhile. Migration
+ *    traffic does not slow remote calls.
  *  - Checks: every placement a module returns must hold every expert on some server and
  *    fit each server's capacity (capacity_bytes / expert_bytes experts), and a module that
  *    returns 0 must leave the placement as it came (the place contract); otherwise the run

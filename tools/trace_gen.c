@@ -1,13 +1,13 @@
 /*
  * Synthetic routing traces and their statistics (trace_gen.h).
  *
- * The model of routing, per token and MoE layer l (research notes, anchors-moe-offloading-
- * systems.md §5, "Suggested generator parameters"):
+ * The model of routing, per token and MoE layer l (its parameters fitted to the published
+ * routing statistics cited under "Defaults" below):
  *
  *  popularity   expert of rank r (0-based) has p ∝ 1/(r+1)^skew, the ranks spread over the
  *               experts by a random permutation per layer;
  *  task shifts  every shift_every tokens the permutations are drawn again: a new task with
- *               other hot experts (the notes' "regime switch every ~64-512 tokens");
+ *               other hot experts (a regime switch every ~64-512 tokens);
  *  router       logits z_e = ln p_e + Gumbel noise; the top_k of z are the selection, which
  *               is exactly sampling top_k experts without replacement in proportion to p
  *               (the Gumbel-top-k trick), so `skew` alone sets the popularity law;
@@ -25,7 +25,7 @@
  *               above all, so the selection is always the top_k of the scores and the
  *               followed expert is the best; weights are the selected scores, renormalised
  *               to sum 1 where the model does (Mixtral, Qwen3) and raw where it does not
- *               (Qwen1.5-MoE, OLMoE, DeepSeek-V2-Lite: research notes §6).
+ *               (Qwen1.5-MoE, OLMoE, DeepSeek-V2-Lite: norm_topk_prob false in their configs).
  *
  * Scores are rounded to 6 significant digits, as the engine records them.
  *
@@ -36,14 +36,14 @@
  *                 (Qwen3-30B-A3B, gajsanders/moe-trace finding 005);
  *   reuse 0.3     qwen3-30b-a3b: ~44% of selections repeat at the next token (0.3 plus the
  *                 chance repeats of a skewed popularity), between the published 38.9%
- *                 (gajsanders finding 004) and 45% (kekzl/imp PR #1359). The notes suggest
- *                 p_stay 0.35-0.45, but here that would measure 47-55%;
+ *                 (gajsanders finding 004) and 45% (kekzl/imp PR #1359). A stickiness
+ *                 p_stay of 0.35-0.45, the first guess, would measure 47-55% here;
  *   layer-corr 0.3  mixtral-8x7b: the previous layer's top expert predicts this layer's
  *                 (in-sample table) for ~44% of tokens, against 44.9% published for Mixtral
  *                 "from one previous expert" (Mario928/speculative-moe). The top-20% pairs
  *                 share is mostly set by the skew here (qwen3 shape ~0.83, mixtral ~0.52);
  *                 published 45-80% ("Patterns behind Chaos");
- *   shift-every 256  inside the notes' 64-512 tokens; tokens 512 (kekzl/imp's decode runs).
+ *   shift-every 256  inside the 64-512 tokens above; tokens 512 (kekzl/imp's decode runs).
  * The model is the same at every layer: the published first/last-layer dips in reuse and
  * skew are not modelled.
  */

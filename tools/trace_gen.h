@@ -1,8 +1,8 @@
 /*
  * Synthetic routing traces (`moevm trace gen`) and the statistics they are built to control
  * (`moevm trace stats`), so a generated or a recorded trace can be checked against the
- * published numbers (research notes, anchors-moe-offloading-systems.md §5). The model of
- * routing and where every default comes from are in trace_gen.c's header.
+ * published numbers. The model of routing and where every default comes from are in
+ * trace_gen.c's header.
  */
 #ifndef MVM_TOOLS_TRACE_GEN_H
 #define MVM_TOOLS_TRACE_GEN_H

@@ -1,7 +1,7 @@
 /*
  * Host topology: hwloc finds the cores and NUMA node nearest a PCI device (or the calling
  * thread), libnuma answers whether NUMA policy calls work here, and mbind plus a pinned
- * parallel first touch put host memory on that node (research notes §3.2, §4.2).
+ * parallel first touch put host memory on that node.
  *
  * "Cores" are logical CPUs (hwloc PUs, the numbering of cpu_set_t). hwloc's default topology
  * holds only the CPUs and nodes this process is allowed to use (cgroup cpuset), so every
@@ -25,8 +25,8 @@
 
 #include "vmm/error.h"
 
-/* Default thread count cap for mvm_topo_place: the research notes show first-touch
- * throughput flattening out between 16 and 32 threads, and the cost is per thread. */
+/* Default thread count cap for mvm_topo_place: first-touch throughput flattens out between 16
+ * and 32 threads (ai-dynamo/dynamo#13710), and the cost is per thread. */
 #define TOPO_DEFAULT_MAX_THREADS 16
 
 /* Linux supports at most 1024 NUMA nodes (NODES_SHIFT <= 10); mbind's mask is sized so. */

@@ -3,7 +3,8 @@
  *
  *   1. latency of cuMemCreate / cuMemMap / cuMemSetAccess / cuMemUnmap / cuMemRelease at
  *      2, 32 and 256 MiB per handle, and cuMemSetAccess over 16 x 2 MiB mappings in one call
- *      versus 16 calls (the pool and remap design of DESIGN.md §2 depends on these);
+ *      versus 16 calls (the pool and remap design of docs/architecture.md, "Choices made
+ *      here", depends on these);
  *   2. host-to-device copy bandwidth from pinned and from pageable memory;
  *   3. HOST_NUMA VMM support, and a kernel's read bandwidth from a HOST_NUMA mapping
  *      (zero-copy over PCIe: what reading a non-resident expert costs) versus device memory;

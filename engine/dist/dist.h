@@ -1,5 +1,5 @@
 /*
- * The distributed mode (DESIGN.md §7; seed 004, Prism): `mpirun -n N moevm run ...` spreads
+ * The distributed mode (docs/distributed.md; after Prism): `mpirun -n N moevm run ...` spreads
  * a model's experts over N processes (MPI ranks, Open MPI), each holding the experts its
  * placement gives it, so a model whose experts do not fit one machine's memory runs.
  *

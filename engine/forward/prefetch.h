@@ -1,10 +1,10 @@
 /*
- * The engine's predict role (DESIGN.md §4, step 5): while a layer's experts compute, the
- * predict module (MOEVM_PREDICT: gate, residual, learned; policy/) forecasts which experts
- * the next layer will route to, and the most likely of them, up to top_k, are prefetched
- * through the residency manager, so their copies overlap this layer's compute. Experts no
- * token is predicted to use are never prefetched. After the layer, the module observes
- * the real routing (the residual predictor calibrates on it).
+ * The engine's predict role (docs/engine.md, "Experts in the space"): while a layer's experts
+ * compute, the predict module (MOEVM_PREDICT: gate, residual, learned; policy/) forecasts
+ * which experts the next layer will route to, and the most likely of them, up to top_k, are
+ * prefetched through the residency manager, so their copies overlap this layer's compute.
+ * Experts no token is predicted to use are never prefetched. After the layer, the module
+ * observes the real routing (the residual predictor calibrates on it).
  *
  * As the simulator does when no assign module plans prefetches (tools/sim.c), one layer
  * ahead, from the layer's MoE input (its router's input). On the GPU pass the assign

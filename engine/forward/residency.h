@@ -1,11 +1,11 @@
 /*
  * The engine's use of the expert space. Each MoE layer step requests its experts resident
- * (on-demand priority) and pins them while they compute; when the device budget is full,
- * the evict policy module (policy/, MOEVM_EVICT, DESIGN.md §3) picks the victims among the
- * resident experts no step is using. After the computation the step is reported to the
- * module (router scores, experts, tokens per expert) and its experts are unpinned; a module
- * that asks for experts by itself (`want`: DALI's windowed swaps) gets them prefetched, as
- * does the caller's predictor (mvm_resid_prefetch).
+ * (on-demand priority) and pins them while they compute; when the device budget is full, the
+ * evict policy module (policy/, MOEVM_EVICT, docs/policies.md) picks the victims among the
+ * resident experts no step is using. After the computation the step is reported to the module
+ * (router scores, experts, tokens per expert) and its experts are unpinned; a module that asks
+ * for experts by itself (`want`: DALI's windowed swaps) gets them prefetched, as does the
+ * caller's predictor (mvm_resid_prefetch).
  *
  * The order within a step is the simulator's (tools/sim.c): a hit is judged when the
  * expert is requested, all of a step's experts are shielded from eviction before any of

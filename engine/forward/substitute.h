@@ -1,10 +1,10 @@
 /*
- * The engine's route role (DESIGN.md §4, step 2): after a layer's router has chosen its
- * experts, the route module (MOEVM_ROUTE; policy/: `importance`, SMoE's substitution) may
- * run an expert that is already on the device in place of a selected one that is not, for
- * tokens where the router barely preferred the missing one. The substituted experts are
- * what the layer computes, loads and reports to the other modules; the router's own
- * choice is what a routing trace records (with the substitution beside it), so that
+ * The engine's route role (docs/engine.md, "Experts in the space"): after a layer's router has
+ * chosen its experts, the route module (MOEVM_ROUTE; policy/: `importance`, SMoE's
+ * substitution) may run an expert that is already on the device in place of a selected one
+ * that is not, for tokens where the router barely preferred the missing one. The substituted
+ * experts are what the layer computes, loads and reports to the other modules; the router's
+ * own choice is what a routing trace records (with the substitution beside it), so that
  * `moevm sim` replays the model, not this run's residency.
  *
  * The module sees the residency as it is when the layer routes: an expert counts as

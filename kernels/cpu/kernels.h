@@ -109,7 +109,7 @@ void mvm_k_matmul(enum mvm_wtype t, const void *w, size_t row_bytes, size_t n_in
                   const void *act, size_t act_stride, size_t n_tok, float *y, size_t y_stride,
                   size_t r0, size_t r1);
 
-/* ---- the channel-major expert (DESIGN.md §2) --------------------------------------------
+/* ---- the channel-major expert (docs/engine.md, "Experts in the space") ------------------
  * An expert's gate and up matrices share one type and its down matrix may have another
  * (llama.cpp's Q4_K_M gives ffn_down_exps Q6_K in some layers, Q4_K in the others). With
  * hidden size n_embd and n_ff intermediate channels it is n_ff/G groups of G channels

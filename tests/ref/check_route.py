@@ -3,8 +3,8 @@
     /usr/bin/python3 tests/ref/check_route.py --moevm build/moevm --workdir DIR
 
 `moevm run --route importance{alpha=1}` with a device budget of 30% of the experts lets
-SMoE's route module run a resident expert in place of a selected one that is not (seed
-000; policy/route_importance.c). That changes the model's output, so the exact reference
+SMoE's route module run a resident expert in place of a selected one that is not
+(policy/route_importance.c). That changes the model's output, so the exact reference
 of check_forward.py no longer applies; instead the routing trace (--trace-out) records, for
 every substituted (token, layer), the experts that ran and their weights ("ran",
 "ran_weights"), and the reference is run with exactly those rows overridden and every
