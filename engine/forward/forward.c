@@ -187,6 +187,7 @@ void mvm_embed_tokens(const mvm_model *m, const int32_t *tokens, uint32_t n, flo
         mvm_k_dequantize(w->type, (const uint8_t *)w->data + (size_t)tokens[i] * w->row_bytes,
                          out + (size_t)i * D, D);
 }
+
 const mvm_resid *mvm_ctx_residency(const mvm_ctx *c) { return c->moe->resid; }
 const mvm_prefetcher *mvm_ctx_prefetcher(const mvm_ctx *c) { return c->moe->prefetch; }
 const mvm_substitutor *mvm_ctx_substitutor(const mvm_ctx *c) { return c->moe->subst; }
