@@ -3,7 +3,8 @@
  * make-resident (sync and async), prefetch, evict, pin/read/unpin and queries, while a
  * monitor checks the gauges and, on the host backend, a reader thread reads unpinned
  * experts at any moment. The invariants:
- *   - bytes read through an expert's address equal its weights, whatever its backing;
+ *   - bytes read through an expert's address equal its weights (the test's own copy, not
+ *     the space's home), whatever its backing;
  *   - resident + loading pages never exceed the device budget; free pages never either;
  *   - a pinned expert is never evicted (its resident pages stay resident while pinned);
  *   - every move ends OK, CANCELLED (evicted meanwhile) or fails with NOSPACE/PINNED at once.
@@ -28,6 +29,9 @@
 
 static mvm_space *sp;
 static mvm_space_info info;
+/* The experts' weights as the test made them: what every read is compared with, never the
+ * space's own home. */
+static uint8_t weights[LAYERS][EXPERTS][BYTES];
 static atomic_bool stop;
 static atomic_int failures, reads_checked, moves_done;
 
@@ -59,10 +63,10 @@ __attribute__((no_sanitize("thread"))) static bool same_bytes(const volatile uin
     return true;
 }
 
-/* Reads the expert's readable pages and compares them with its home. */
+/* Reads the expert's readable pages and compares them with its weights. */
 static void verify(uint32_t l, uint32_t e, bool pinned)
 {
-    const uint8_t *addr = mvm_expert_addr(sp, l, e), *home = mvm_expert_home(sp, l, e);
+    const uint8_t *addr = mvm_expert_addr(sp, l, e), *want = weights[l][e];
     for (uint32_t p = 0; p < info.pages_per_expert; p++) {
         mvm_page_state s;
         mvm_page_get_state(sp, l, e, p, &s);
@@ -71,8 +75,8 @@ static void verify(uint32_t l, uint32_t e, bool pinned)
         if (!info.home_mapped && !(pinned && s == MVM_PAGE_RESIDENT))
             continue;
         uint64_t off = (uint64_t)p * PAGE, len = BYTES - off < PAGE ? BYTES - off : PAGE;
-        bool same = pinned ? memcmp(addr + off, home + off, len) == 0
-                           : same_bytes(addr + off, home + off, len);
+        bool same = pinned ? memcmp(addr + off, want + off, len) == 0
+                           : same_bytes(addr + off, want + off, len);
         if (!same)
             fail("bytes read through the expert address differ from its weights", l, e);
     }
@@ -177,9 +181,9 @@ int main(int argc, char **argv)
     uint64_t seed = 42;
     for (uint32_t l = 0; l < LAYERS; l++)
         for (uint32_t e = 0; e < EXPERTS; e++) {
-            uint8_t *h = mvm_expert_home(sp, l, e);
             for (uint32_t i = 0; i < BYTES; i++)
-                h[i] = (uint8_t)rng_next(&seed);
+                weights[l][e][i] = (uint8_t)rng_next(&seed);
+            memcpy(mvm_expert_home(sp, l, e), weights[l][e], BYTES);
         }
 
     pthread_t t[WORKERS + 2];
@@ -210,6 +214,21 @@ int main(int argc, char **argv)
             pinned_read(l, e);
         }
     CHECK(resident == s.resident_pages);
+    /* Every page of every expert, also where homes are unmapped: each expert in turn made
+     * wholly resident and read pinned, and its home unchanged (a read-only space). */
+    for (uint32_t l = 0; l < LAYERS; l++)
+        for (uint32_t e = 0; e < EXPERTS; e++)
+            CHECK_ST(mvm_evict(sp, l, e, 0), MVM_OK);
+    for (uint32_t l = 0; l < LAYERS; l++)
+        for (uint32_t e = 0; e < EXPERTS; e++) {
+            CHECK(memcmp(mvm_expert_home(sp, l, e), weights[l][e], BYTES) == 0);
+            CHECK_ST(mvm_make_resident(sp, l, e, MVM_ALL_PAGES), MVM_OK);
+            mvm_residency r;
+            mvm_expert_residency(sp, l, e, &r);
+            CHECK(r.resident == info.pages_per_expert);
+            pinned_read(l, e);
+            CHECK_ST(mvm_evict(sp, l, e, 0), MVM_OK);
+        }
     CHECK(atomic_load(&failures) == 0);
     CHECK(atomic_load(&reads_checked) > 100);
     CHECK(s.pages_loaded > 50 && s.pages_evicted > 20);

@@ -52,9 +52,10 @@ typedef struct mvm_backend_ops {
     mvm_status (*pool_create)(mvm_backend *b, size_t n_chunks, size_t page_size, mvm_pool **pool);
     void (*pool_destroy)(mvm_backend *b, mvm_pool *pool);
     /* Memory for chunks [first, first + n) as one physical allocation (one cuMemCreate), shown
-     * in the pool view; slab_destroy gives it back. The space keeps slabs disjoint. */
+     * in the pool view; slab_destroy gives it back, or fails with the slab as it was. The
+     * space keeps slabs disjoint. */
     mvm_status (*slab_create)(mvm_backend *b, mvm_pool *pool, size_t first, size_t n);
-    void (*slab_destroy)(mvm_backend *b, mvm_pool *pool, size_t first, size_t n);
+    mvm_status (*slab_destroy)(mvm_backend *b, mvm_pool *pool, size_t first, size_t n);
     /* Backs [va, va + n*page_size) by chunks [first, first + n): `first` starts a slab and n
      * is at most its length, so this is one mapping (one cuMemMap and one cuMemSetAccess: the
      * driver maps a handle from its start only). `replace`: the pages are mapped to their

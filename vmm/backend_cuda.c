@@ -332,16 +332,19 @@ static mvm_status cuda_pool_create(mvm_backend *b, size_t n_chunks, size_t page_
     return MVM_OK;
 }
 
-static void cuda_slab_destroy(mvm_backend *b, mvm_pool *p, size_t first, size_t n)
+/* A slab the view cannot unmap stays whole (mapped, its handle kept), so the space can go
+ * on using it; one the driver will not release once unmapped is lost to the device, and
+ * said so. */
+static mvm_status cuda_slab_destroy(mvm_backend *b, mvm_pool *p, size_t first, size_t n)
 {
     cuda_backend *c = cb(b);
-    CUresult r = c->cu.MemUnmap(p->view + first * p->page, n * p->page);
-    if (r == CUDA_SUCCESS)
-        r = c->cu.MemRelease(p->slab[first]);
+    CU(c, c->cu.MemUnmap(p->view + first * p->page, n * p->page), "cuMemUnmap (slab)");
+    CUresult r = c->cu.MemRelease(p->slab[first]);
     if (r != CUDA_SUCCESS)
         mvm_log(MVM_LOG_WARN, "releasing a slab of %zu chunks: %s", n,
-                (mvm_cu_fail(&c->cu, r, "cuMemUnmap/cuMemRelease (slab)"), mvm_last_error()));
+                (mvm_cu_fail(&c->cu, r, "cuMemRelease (slab)"), mvm_last_error()));
     p->slab[first] = 0;
+    return MVM_OK;
 }
 
 static void cuda_pool_destroy(mvm_backend *b, mvm_pool *p)
@@ -443,12 +446,16 @@ static mvm_status record_event(cuda_backend *c, CUstream stream, const char *wha
     mvm_event *e = malloc(sizeof *e);
     if (!e)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for an event");
+    const char *call = "cuEventCreate";
     CUresult r = c->cu.EventCreate(&e->ev, CU_EVENT_DISABLE_TIMING);
-    if (r == CUDA_SUCCESS && (r = c->cu.EventRecord(e->ev, stream)) != CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS && (call = "cuEventRecord", r = c->cu.EventRecord(e->ev, stream)) !=
+                                 CUDA_SUCCESS)
         c->cu.EventDestroy(e->ev);
     if (r != CUDA_SUCCESS) {
         free(e);
-        return mvm_cu_fail(&c->cu, r, what);
+        char named[64];
+        snprintf(named, sizeof named, "%s (%s)", call, what);
+        return mvm_cu_fail(&c->cu, r, named);
     }
     *out = e;
     return MVM_OK;
@@ -458,7 +465,7 @@ static mvm_status cuda_copy_fence(mvm_backend *b, mvm_event **out)
 {
     cuda_backend *c = cb(b);
     flush_marks(c);
-    return record_event(c, c->copy_stream, "cuEventRecord (copy fence)", out);
+    return record_event(c, c->copy_stream, "copy fence", out);
 }
 
 /* Synchronous: the page is about to be remapped to its home, so the bytes must be there. */
@@ -490,7 +497,7 @@ static mvm_status cuda_event_record(mvm_backend *b, void *stream, mvm_event **ou
     cuda_backend *c = cb(b);
     mvm_status st = use_ctx(c);
     return st != MVM_OK ? st
-                        : record_event(c, (CUstream)stream, "cuEventRecord (unpin_after)", out);
+                        : record_event(c, (CUstream)stream, "unpin_after", out);
 }
 
 static int cuda_event_done(mvm_backend *b, mvm_event *e)

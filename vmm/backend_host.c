@@ -192,12 +192,13 @@ static mvm_status host_slab_create(mvm_backend *b, mvm_pool *p, size_t first, si
 }
 
 /* The slab's memory goes back to the kernel (a hole in the memfd), as cuMemRelease would. */
-static void host_slab_destroy(mvm_backend *b, mvm_pool *p, size_t first, size_t n)
+static mvm_status host_slab_destroy(mvm_backend *b, mvm_pool *p, size_t first, size_t n)
 {
     (void)b;
     if (fallocate(p->r.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
                   (off_t)(first * p->r.page_size), (off_t)(n * p->r.page_size)) != 0)
         mvm_log(MVM_LOG_DEBUG, "punching out a slab of %zu pages: %s", n, strerror(errno));
+    return MVM_OK; /* the pages keep their memory, reused by the next slab: nothing lost */
 }
 
 static mvm_status host_map_chunks(mvm_backend *b, uint64_t va, mvm_pool *p, size_t first,

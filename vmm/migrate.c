@@ -547,15 +547,23 @@ static void copy_and_land(mvm_space *sp, struct job **batch, uint32_t n, const s
     }
 }
 
+/* The worker's thread set up for the backend (the device's context current); on failure
+ * the reason, for the moves that then fail, in why. */
+static mvm_status worker_init(mvm_space *sp, char *why, size_t cap)
+{
+    mvm_status st = sp->be->ops->thread_init(sp->be);
+    if (st != MVM_OK) {
+        snprintf(why, cap, "migration worker: %s", mvm_last_error());
+        mvm_log(MVM_LOG_WARN, "%s", why);
+    }
+    return st;
+}
+
 static void *worker_main(void *arg)
 {
     mvm_space *sp = arg;
-    mvm_status init_st = sp->be->ops->thread_init(sp->be);
     char init_why[160] = "";
-    if (init_st != MVM_OK) {
-        snprintf(init_why, sizeof init_why, "migration worker: %s", mvm_last_error());
-        mvm_log(MVM_LOG_WARN, "%s", init_why);
-    }
+    mvm_status init_st = worker_init(sp, init_why, sizeof init_why);
     struct copy *copies = NULL;
     size_t cap = 0;
     pthread_mutex_lock(&sp->mu);
@@ -612,6 +620,8 @@ static void *worker_main(void *arg)
             }
         }
         pthread_mutex_unlock(&sp->mu);
+        if (init_st != MVM_OK) /* a passing driver failure must not fail every later move */
+            init_st = worker_init(sp, init_why, sizeof init_why);
         copy_and_land(sp, batch, n, copies, n_copies, init_st, init_st ? init_why : NULL);
         pthread_mutex_lock(&sp->mu);
     }

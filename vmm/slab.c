@@ -58,15 +58,19 @@ static mvm_status slab_make(mvm_space *sp, uint32_t first, uint32_t n)
     return MVM_OK;
 }
 
-/* A free slab's memory goes back to the device; its chunks have none until a new slab. */
-static void slab_unmake(mvm_space *sp, uint32_t first)
+/* A free slab's memory goes back to the device; its chunks have none until a new slab. One
+ * the backend cannot take apart stays a free slab. */
+static mvm_status slab_unmake(mvm_space *sp, uint32_t first)
 {
     uint32_t n = sp->slabs[first].n;
+    mvm_status st = sp->be->ops->slab_destroy(sp->be, sp->pool, first, n);
+    if (st != MVM_OK)
+        return st;
     free_remove(sp, first);
-    sp->be->ops->slab_destroy(sp->be, sp->pool, first, n);
     for (uint32_t k = first; k < first + n; k++)
         sp->chunk_slab[k] = NO_SLAB;
     sp->slabs[first].n = 0;
+    return MVM_OK;
 }
 
 mvm_status mvm_slabs_init(mvm_space *sp)
@@ -100,7 +104,9 @@ void mvm_slabs_destroy(mvm_space *sp)
         if (sp->slabs[k].n) {
             if (sp->slabs[k].expert >= 0) /* teardown after a failure: owned, not free */
                 free_push(sp, k);
-            slab_unmake(sp, k);
+            if (slab_unmake(sp, k) != MVM_OK) /* nothing more to try: say what is lost */
+                mvm_log(MVM_LOG_WARN, "a slab of %u chunks is left mapped: %s", sp->slabs[k].n,
+                        mvm_last_error());
         }
 }
 
@@ -153,7 +159,9 @@ mvm_status mvm_slab_claim(mvm_space *sp, uint32_t want, uint32_t *first, uint32_
         uint32_t victim = longest_free(sp, sp->ppe);
         if (victim == NO_SLAB)
             break;
-        slab_unmake(sp, victim);
+        mvm_status st = slab_unmake(sp, victim);
+        if (st != MVM_OK)
+            return st;
         if ((k = find_hole(sp, want)) != NO_SLAB) {
             mvm_status st = slab_make(sp, k, want);
             if (st != MVM_OK)
