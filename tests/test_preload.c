@@ -29,6 +29,9 @@
  *               answer; a freed managed range is not found
  *   loop        twelve buffers, four fit, summed in order ten times: every sum right and
  *               read from device memory (test_preload.sh compares evict policies' hits)
+ *   faults      each driver call the program or the interposer makes fails once, in turn,
+ *               while kernels write and read buffers six times the budget: the program
+ *               gets success or the driver's own error, and every buffer keeps its data
  *   experts     kernels and a graph handed one expert at a time of fused expert tensors
  *               twice the budget: with slices they read device memory only, without they
  *               read the host
@@ -363,6 +366,94 @@ SCENARIO void scenario_loop(void)
     EXPECT(fakecuda_kernel_bytes(1) == 0);
     for (int b = 0; b < N; b++)
         CU_OK(cu.MemFree(buf[b]));
+    CU_OK(cu.MemFree(out));
+    free(host);
+}
+
+/* The driver failing under the program, one call at a time: each of the calls the program
+ * and the interposer make (a page-in's map, access grant, copy and fence, an eviction's
+ * write-back and unmap, the program's own launch and copies) fails once, at its first,
+ * second or third occurrence, while a kernel fills one buffer and another sums a second;
+ * then every launch, every device-to-host copy and every page-in copy fails for a step.
+ * A call of the program's returns success or the driver's error (CUDA_ERROR_ECC_UNCORRECTABLE
+ * here, which nothing else returns), never another; a launch that succeeded did its work,
+ * one that failed did none; a failure of the interposer's own moves is absorbed (the kernel
+ * reads the pages where they are). After each step, with the driver well again, every buffer
+ * reads back as the steps that succeeded left it. */
+SCENARIO void scenario_faults(void)
+{
+    enum { N = 6, FILL = 1, SUM = 2, READ = 4 };
+    static const char *const calls[] = {
+        "cuMemMap", "cuMemSetAccess", "cuMemUnmap", "cuMemCreate", "cuMemcpyHtoDAsync",
+        "cuMemcpyDtoH", "cuMemcpyDtoHAsync", "cuMemsetD8Async", "cuEventRecord",
+        "cuEventSynchronize", "cuEventQuery", "cuStreamSynchronize", "cuLaunchKernel",
+    };
+    /* Then every call of a kind from now on, so that the program's own fail for sure. */
+    static const struct { const char *call; int must_fail; } from_now[] = {
+        {"cuLaunchKernel", FILL | SUM}, {"cuMemcpyDtoH", READ}, {"cuMemcpyHtoDAsync", 0},
+    };
+    const int n_calls = sizeof calls / sizeof calls[0];
+    const int n_steps = 3 * n_calls + (int)(sizeof from_now / sizeof from_now[0]);
+    const CUresult injected = CUDA_ERROR_ECC_UNCORRECTABLE;
+    const uint64_t bytes = 8 * MiB, n = bytes / 4;
+    CUfunction sum = fake_kernel("fk_sum_u32"), fill = fake_kernel("fk_fill_u32");
+    CUdeviceptr buf[N], out;
+    uint32_t value[N]; /* every word of buffer b holds value[b] */
+    uint32_t *host = malloc(bytes);
+    CU_OK(cu.MemAlloc(&out, 4096));
+    for (int b = 0; b < N; b++) {
+        CU_OK(cu.MemAlloc(&buf[b], bytes));
+        value[b] = 0x1000u + (uint32_t)b;
+        for (uint64_t i = 0; i < n; i++)
+            host[i] = value[b];
+        CU_OK(cu.MemcpyHtoD(buf[b], host, bytes));
+    }
+    for (int step = 0; step < n_steps; step++) {
+        char spec[64];
+        int must_fail = 0;
+        if (step < 3 * n_calls) {
+            snprintf(spec, sizeof spec, "%s:%d:%d", calls[step / 3], step % 3 + 1, (int)injected);
+        } else {
+            int f = step - 3 * n_calls;
+            snprintf(spec, sizeof spec, "%s:1+:%d", from_now[f].call, (int)injected);
+            must_fail = from_now[f].must_fail;
+        }
+        int w = step % N, r = (step + 3) % N;
+        uint32_t v = 0xA0000000u + (uint32_t)step;
+        uint64_t got = 0;
+        void *fp[] = {&buf[w], &v, (void *)&n};
+        void *sp[] = {&out, &buf[r], (void *)&n};
+        fakecuda_set_fail(spec);
+        CUresult r_fill = cu.LaunchKernel(fill, 1, 1, 1, 1, 1, 1, 0, NULL, fp, NULL);
+        CUresult r_sum = cu.LaunchKernel(sum, 1, 1, 1, 1, 1, 1, 0, NULL, sp, NULL);
+        CUresult r_read =
+            r_sum == CUDA_SUCCESS ? cu.MemcpyDtoH(&got, out, sizeof got) : CUDA_SUCCESS;
+        fakecuda_set_fail("");
+        int failed = (r_fill != CUDA_SUCCESS) * FILL | (r_sum != CUDA_SUCCESS) * SUM |
+                     (r_read != CUDA_SUCCESS) * READ;
+        if ((r_fill != CUDA_SUCCESS && r_fill != injected) ||
+            (r_sum != CUDA_SUCCESS && r_sum != injected) ||
+            (r_read != CUDA_SUCCESS && r_read != injected) || (failed & must_fail) != must_fail)
+            fprintf(stderr, "test_preload: %s: fill %d, sum %d, read %d\n", spec, (int)r_fill,
+                    (int)r_sum, (int)r_read),
+                failures++;
+        if (r_fill == CUDA_SUCCESS)
+            value[w] = v;
+        if (!(failed & (SUM | READ)) && got != (uint64_t)value[r] * n)
+            fprintf(stderr, "test_preload: %s: the sum of buffer %d is wrong\n", spec, r),
+                failures++;
+        for (int b = 0; b < N; b++) { /* the driver is well: everything reads right */
+            CU_OK(cu.MemcpyDtoH(host, buf[b], bytes));
+            if (host[0] != value[b] || host[n / 2] != value[b] || host[n - 1] != value[b])
+                fprintf(stderr, "test_preload: after %s buffer %d does not hold its data\n",
+                        spec, b),
+                    failures++;
+        }
+    }
+    for (int b = 0; b < N; b++) {
+        EXPECT(sum_kernel(sum, out, buf[b], n) == (uint64_t)value[b] * n);
+        CU_OK(cu.MemFree(buf[b]));
+    }
     CU_OK(cu.MemFree(out));
     free(host);
 }
@@ -1386,6 +1477,8 @@ int main(int argc, char **argv)
         scenario_ranges();
     else if (strcmp(scenario, "loop") == 0)
         scenario_loop();
+    else if (strcmp(scenario, "faults") == 0)
+        scenario_faults();
     else if (strcmp(scenario, "experts") == 0)
         scenario_experts();
     else if (strcmp(scenario, "fork") == 0)

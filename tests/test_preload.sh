@@ -56,6 +56,9 @@ for how in link dlsym getproc; do
     done
 done
 
+# The driver failing mid-run (each call in turn): one way of reaching it is enough.
+run "faults.link" 0 "${managed[@]}" -- faults.link
+
 if [ -n "$cudart" ]; then
     run "runtime.getproc" 0 "${managed[@]}" CUDART_LIBRARY="$cudart" -- runtime.getproc &&
         sed -n 's/^runtime:/     runtime:/p' "$tmp/out"
