@@ -294,6 +294,12 @@ static void test_fault_sweep(void)
             CHECK(pages_intact(r, ops[o].name));
             CHECK_ST(mvm_space_destroy(r->sp), MVM_OK);
             free(r);
+            char made_line[512] = "";
+            for (int c = 0, at = 0; c < N_FALLIBLE && at < (int)sizeof made_line; c++)
+                if (made[c])
+                    at += snprintf(made_line + at, sizeof made_line - at, " %s x%lu",
+                                   fallible[c], made[c]);
+            fprintf(stderr, "  %s%s:%s\n", ops[o].name, wb ? " (write_back)" : "", made_line);
             unsigned long total = 0;
             for (int c = 0; c < N_FALLIBLE; c++)
                 for (unsigned long k = 1; k <= made[c]; k++, total++, cells++)
