@@ -184,7 +184,7 @@ if [ -n "$fake_driver" ]; then
         # on a busy machine.
         "$moevm" mkmodel --preset tiny --arch qwen3moe --expert-ff 2048 -o "$tmp/wide.gguf" >/dev/null
         expect 0 'pcie_bw .* measured' -- $dev "$moevm" calibrate -m "$tmp/wide.gguf" -t 1 --time 0.01 -o "$tmp/dev.json"
-        expect 0 'gpu_flops .* GFLOP/s +measured' -- $dev "$moevm" calibrate -m "$tmp/wide.gguf" -t 1 --time 0.01 --tokens 4
+        expect 0 'gpu_flops .* GFLOP/s +measured' -- $dev "$moevm" calibrate -m "$tmp/wide.gguf" -t 1 --time 0.05 --tokens 4
         expect 1 '^moevm: the inference context: CUDA device 0 for the forward pass: cuModuleGetFunction \(mvm_g_' -- env MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" "$moevm" run -m "$m" -p "x" -n 2
     fi
 fi
