@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 static int check_passed, check_failed;
@@ -47,6 +48,15 @@ static int check_passed, check_failed;
         printf("%d passed, %d failed\n", check_passed, check_failed);                           \
         return check_failed ? 1 : 0;                                                            \
     } while (0)
+
+/* splitmix64: the tests' random weights and choices, reproducible from the seed *s. */
+static inline uint64_t check_rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
 
 /* ||a - b||_2 / ||b||_2 over n floats; infinite when either holds a non-finite value (a
  * poisoned output left unwritten). */

@@ -11,14 +11,6 @@
 
 #define WORDS 8192 /* a 64 KiB page */
 
-static uint64_t rng(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 static int differs(const uint64_t *page, const uint64_t ref[2])
 {
     uint64_t d[2];
@@ -31,7 +23,7 @@ int main(void)
     static uint64_t page[WORDS];
     uint64_t seed = 42, ref[2], again[2];
     for (int i = 0; i < WORDS; i++)
-        page[i] = rng(&seed);
+        page[i] = check_rng_next(&seed);
     mvm_digest_words(page, WORDS, ref);
     mvm_digest_words(page, WORDS, again);
     CHECK(ref[0] == again[0] && ref[1] == again[1]);
@@ -40,9 +32,10 @@ int main(void)
      * given position, so both sums change, always. */
     int single = 0, bits = 0, swaps = 0, moved = 0;
     for (int t = 0; t < 2000; t++) {
-        int i = (int)(rng(&seed) % WORDS), j = (int)(rng(&seed) % WORDS);
+        int i = (int)(check_rng_next(&seed) % WORDS), j = (int)(check_rng_next(&seed) % WORDS);
         uint64_t keep = page[i], keep_j = page[j];
-        page[i] = t % 2 ? rng(&seed) : keep ^ (1ull << (t % 64)); /* a random word, or a bit */
+        /* a random word, or a bit */
+        page[i] = t % 2 ? check_rng_next(&seed) : keep ^ (1ull << (t % 64));
         single += differs(page, ref);
         page[i] = keep ^ (uint64_t)t << 7 ^ 1; /* a few bits */
         bits += differs(page, ref);

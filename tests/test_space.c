@@ -31,14 +31,6 @@ static void (*fake_set_copy_delay_us)(unsigned long long);
 static unsigned long (*fake_copies_begun)(void);
 static unsigned long (*fake_calls)(const char *);
 
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 static mvm_space *make_space(uint32_t layers, uint32_t experts, uint64_t bytes,
                              uint32_t budget_pages)
 {
@@ -61,7 +53,7 @@ static void weights_of(uint32_t l, uint32_t e, uint8_t *out, uint64_t bytes)
 {
     uint64_t s = l * 1000 + e + 1;
     for (uint64_t i = 0; i < bytes; i++)
-        out[i] = (uint8_t)rng_next(&s);
+        out[i] = (uint8_t)check_rng_next(&s);
 }
 
 static void fill(mvm_space *sp, uint32_t layers, uint32_t experts, uint64_t bytes)
@@ -330,7 +322,7 @@ static void test_home_tails_take_no_memory(void)
             uint8_t *h = mvm_expert_home(sp, l, e);
             uint64_t seed = l * 1000 + e + 1, wrong = 0; /* fill's bytes, up to the last */
             for (uint64_t i = 0; i < bytes; i++)
-                wrong += h[i] != (uint8_t)rng_next(&seed);
+                wrong += h[i] != (uint8_t)check_rng_next(&seed);
             CHECK(wrong == 0);
             uint64_t first_hole = (bytes + (uint64_t)sys - 1) / (uint64_t)sys * (uint64_t)sys;
             size_t n = (size_t)((2 * PAGE) / (uint64_t)sys);

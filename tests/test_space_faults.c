@@ -60,23 +60,23 @@ struct rig {
     uint8_t loaded[EXPERTS][BYTES], device[EXPERTS][BYTES];
 };
 
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static void rig_open(struct rig *r, bool write_back)
+/* A fresh space of random weights; NULL (a failed check) if it cannot be made. */
+static struct rig *rig_open(bool write_back)
 {
     mvm_space_desc d;
     CHECK_ST(mvm_space_desc_init(&d), MVM_OK);
     d.n_layers = 1, d.n_experts = EXPERTS, d.expert_bytes = BYTES, d.page_size = PAGE;
     d.device_budget = BUDGET_PAGES * PAGE, d.backend = MVM_BACKEND_CUDA;
     d.write_back = write_back;
-    r->sp = NULL;
+    struct rig *r = calloc(1, sizeof *r);
+    CHECK(r != NULL);
+    if (!r)
+        return NULL;
     CHECK_ST(mvm_space_create(&d, &r->sp), MVM_OK);
+    if (!r->sp) {
+        free(r);
+        return NULL;
+    }
     mvm_space_info info;
     CHECK_ST(mvm_space_get_info(r->sp, &info), MVM_OK);
     r->write_back = write_back;
@@ -85,10 +85,17 @@ static void rig_open(struct rig *r, bool write_back)
     uint64_t s = 12345;
     for (uint32_t e = 0; e < EXPERTS; e++) {
         for (uint32_t i = 0; i < BYTES; i++)
-            r->loaded[e][i] = (uint8_t)rng_next(&s);
+            r->loaded[e][i] = (uint8_t)check_rng_next(&s);
         memcpy(mvm_expert_home(r->sp, 0, e), r->loaded[e], BYTES);
         memcpy(r->device[e], r->loaded[e], BYTES);
     }
+    return r;
+}
+
+static void rig_close(struct rig *r)
+{
+    CHECK_ST(mvm_space_destroy(r->sp), MVM_OK);
+    free(r);
 }
 
 /* "The device writes" expert e through its fixed address (write_back spaces only: a
@@ -222,32 +229,27 @@ static const struct op ops[] = {
     {"discard", setup_discard, act_discard},
 };
 
-/* One run of `op` with the k-th call of `call` failing (k = 0: none); returns whether the
- * armed fault fired. Cells are counted in *cells, failures reported with the cell. */
+/* One run of `op` with the k-th call of `call` failing; returns whether the armed fault
+ * fired. A failure is reported with its cell. */
 static bool run_cell(const struct op *op, bool write_back, const char *call, unsigned long k)
 {
     int handles = fake_live_handles(), reservations = fake_live_reservations();
     size_t mapped = fake_mapped_bytes();
-    struct rig *r = calloc(1, sizeof *r);
-    rig_open(r, write_back);
-    if (!r->sp) {
-        free(r);
+    struct rig *r = rig_open(write_back);
+    if (!r)
         return false;
-    }
     op->setup(r);
     char label[96], spec[64];
     snprintf(label, sizeof label, "%s%s, %s #%lu fails", op->name,
-             write_back ? " (write_back)" : "", call ? call : "nothing", k);
-    unsigned long before = call ? fake_calls(call) : 0;
-    if (call) {
-        snprintf(spec, sizeof spec, "%s:%lu", call, k);
-        fake_set_fail(spec);
-    }
+             write_back ? " (write_back)" : "", call, k);
+    unsigned long before = fake_calls(call);
+    snprintf(spec, sizeof spec, "%s:%lu", call, k);
+    fake_set_fail(spec);
     mvm_status st = op->act(r);
     fake_set_fail("");
-    bool fired = call && fake_calls(call) - before >= k;
+    bool fired = fake_calls(call) - before >= k;
     bool ok = true;
-    if (st != MVM_OK && (!call || !strstr(mvm_last_error(), call))) {
+    if (st != MVM_OK && !strstr(mvm_last_error(), call)) {
         fprintf(stderr, "  %s: %s, and the error does not name the call: %s\n", label,
                 mvm_status_name(st), mvm_last_error());
         ok = false;
@@ -260,7 +262,7 @@ static bool run_cell(const struct op *op, bool write_back, const char *call, uns
         ok = false;
     }
     ok &= pages_intact(r, label);
-    CHECK_ST(mvm_space_destroy(r->sp), MVM_OK);
+    rig_close(r);
     if (fake_live_handles() != handles || fake_live_reservations() != reservations ||
         fake_mapped_bytes() != mapped) {
         fprintf(stderr, "  %s: after destroy %d allocations, %d reservations, %zu bytes mapped "
@@ -271,7 +273,6 @@ static bool run_cell(const struct op *op, bool write_back, const char *call, uns
     if (!ok)
         fprintf(stderr, "FAIL cell: %s\n", label);
     CHECK(ok);
-    free(r);
     return fired;
 }
 
@@ -283,8 +284,9 @@ static void test_fault_sweep(void)
         for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
             unsigned long made[N_FALLIBLE];
             /* The clean run counts what the operation calls (setup excluded). */
-            struct rig *r = calloc(1, sizeof *r);
-            rig_open(r, wb);
+            struct rig *r = rig_open(wb);
+            if (!r)
+                return;
             ops[o].setup(r);
             for (int c = 0; c < N_FALLIBLE; c++)
                 made[c] = fake_calls(fallible[c]);
@@ -292,8 +294,7 @@ static void test_fault_sweep(void)
             for (int c = 0; c < N_FALLIBLE; c++)
                 made[c] = fake_calls(fallible[c]) - made[c];
             CHECK(pages_intact(r, ops[o].name));
-            CHECK_ST(mvm_space_destroy(r->sp), MVM_OK);
-            free(r);
+            rig_close(r);
             char made_line[512] = "";
             for (int c = 0, at = 0; c < N_FALLIBLE && at < (int)sizeof made_line; c++)
                 if (made[c])

@@ -35,14 +35,6 @@ static uint8_t weights[LAYERS][EXPERTS][BYTES];
 static atomic_bool stop;
 static atomic_int failures, reads_checked, moves_done;
 
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 static void fail(const char *what, uint32_t l, uint32_t e)
 {
     atomic_fetch_add(&failures, 1);
@@ -110,11 +102,11 @@ static void *worker(void *arg)
 {
     uint64_t rng = (uint64_t)(uintptr_t)arg;
     while (!atomic_load(&stop)) {
-        uint32_t l = rng_next(&rng) % LAYERS, e = rng_next(&rng) % EXPERTS;
-        uint32_t pages = 1 + rng_next(&rng) % info.pages_per_expert;
+        uint32_t l = check_rng_next(&rng) % LAYERS, e = check_rng_next(&rng) % EXPERTS;
+        uint32_t pages = 1 + check_rng_next(&rng) % info.pages_per_expert;
         mvm_move *m = NULL;
         mvm_status st = MVM_OK;
-        switch (rng_next(&rng) % 6) {
+        switch (check_rng_next(&rng) % 6) {
         case 0: st = mvm_make_resident(sp, l, e, pages); break;
         case 1:
             if ((st = mvm_make_resident_async(sp, l, e, pages, &m)) == MVM_OK)
@@ -124,7 +116,7 @@ static void *worker(void *arg)
             if ((st = mvm_prefetch(sp, l, e, MVM_ALL_PAGES, &m)) == MVM_OK)
                 check_move(m, l, e);
             break;
-        case 3: st = mvm_evict(sp, l, e, (uint32_t)(rng_next(&rng) % 2 ? 0 : 1)); break;
+        case 3: st = mvm_evict(sp, l, e, (uint32_t)(check_rng_next(&rng) % 2 ? 0 : 1)); break;
         default: pinned_read(l, e); break;
         }
         if (st != MVM_OK && st != MVM_ERR_NOSPACE && st != MVM_ERR_PINNED &&
@@ -140,7 +132,7 @@ static void *reader(void *arg)
 {
     uint64_t rng = (uint64_t)(uintptr_t)arg;
     while (!atomic_load(&stop))
-        verify(rng_next(&rng) % LAYERS, rng_next(&rng) % EXPERTS, false);
+        verify(check_rng_next(&rng) % LAYERS, check_rng_next(&rng) % EXPERTS, false);
     return NULL;
 }
 
@@ -182,7 +174,7 @@ int main(int argc, char **argv)
     for (uint32_t l = 0; l < LAYERS; l++)
         for (uint32_t e = 0; e < EXPERTS; e++) {
             for (uint32_t i = 0; i < BYTES; i++)
-                weights[l][e][i] = (uint8_t)rng_next(&seed);
+                weights[l][e][i] = (uint8_t)check_rng_next(&seed);
             memcpy(mvm_expert_home(sp, l, e), weights[l][e], BYTES);
         }
 

@@ -448,9 +448,11 @@ static mvm_status record_event(cuda_backend *c, CUstream stream, const char *wha
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for an event");
     const char *call = "cuEventCreate";
     CUresult r = c->cu.EventCreate(&e->ev, CU_EVENT_DISABLE_TIMING);
-    if (r == CUDA_SUCCESS && (call = "cuEventRecord", r = c->cu.EventRecord(e->ev, stream)) !=
-                                 CUDA_SUCCESS)
-        c->cu.EventDestroy(e->ev);
+    if (r == CUDA_SUCCESS) {
+        call = "cuEventRecord";
+        if ((r = c->cu.EventRecord(e->ev, stream)) != CUDA_SUCCESS)
+            c->cu.EventDestroy(e->ev);
+    }
     if (r != CUDA_SUCCESS) {
         free(e);
         char named[64];

@@ -160,13 +160,10 @@ mvm_status mvm_slab_claim(mvm_space *sp, uint32_t want, uint32_t *first, uint32_
         if (victim == NO_SLAB)
             break;
         mvm_status st = slab_unmake(sp, victim);
+        if (st == MVM_OK && (k = find_hole(sp, want)) != NO_SLAB)
+            st = slab_make(sp, k, want);
         if (st != MVM_OK)
             return st;
-        if ((k = find_hole(sp, want)) != NO_SLAB) {
-            mvm_status st = slab_make(sp, k, want);
-            if (st != MVM_OK)
-                return st;
-        }
     }
     if (k == NO_SLAB) { /* scattered: the longest hole left backs part of the run */
         uint32_t at = 0, n = longest_hole(sp, &at);

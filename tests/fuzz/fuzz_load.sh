@@ -23,8 +23,9 @@ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILE
 cmake --build "$build" -j"$(nproc)" --target fuzz_load load_corpus
 out=$build/fuzz-load
 mkdir -p "$out/corpus" "$out/artifacts"
-"$build/tests/load_corpus" "$out/seeds" 0 >/dev/null
 # hwloc's PCI plugin leaks at exit from a module it has unloaded (tests/CMakeLists.txt).
-HWLOC_COMPONENTS=-pci "$build/tests/fuzz_load" -max_total_time="$secs" -timeout=10 \
+export HWLOC_COMPONENTS=-pci
+"$build/tests/load_corpus" "$out/seeds" 0 >/dev/null
+"$build/tests/fuzz_load" -max_total_time="$secs" -timeout=10 \
     -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix="$out/artifacts/" \
     "$out/corpus" "$out/seeds"
