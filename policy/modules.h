@@ -13,6 +13,7 @@ extern const mvm_route_ops mvm_route_importance;
 extern const mvm_route_ops mvm_route_none;
 
 /* evict */
+extern const mvm_evict_ops mvm_evict_belady;
 extern const mvm_evict_ops mvm_evict_lcp;
 extern const mvm_evict_ops mvm_evict_lfu;
 extern const mvm_evict_ops mvm_evict_lru;
@@ -29,6 +30,7 @@ extern const mvm_assign_ops mvm_assign_twoptr;
 /* predict */
 extern const mvm_predict_ops mvm_predict_gate;
 extern const mvm_predict_ops mvm_predict_learned;
+extern const mvm_predict_ops mvm_predict_oracle;
 extern const mvm_predict_ops mvm_predict_residual;
 
 /* config */

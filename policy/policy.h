@@ -79,6 +79,15 @@ mvm_status mvm_pparam_double(const mvm_pparams *p, const char *name, double def,
  * own name ("evict score: parameter 'w_size': value 'x' is not a finite number"). */
 mvm_status mvm_pparams_check(const mvm_pparams *p, const char *const *known, const char *module);
 
+/* The routing still to come, for the offline oracles (evict "belady", predict "oracle")
+ * that bound what an online module can do. Only the simulator knows it (the trace it
+ * replays). Step p is token p / n_layers at layer p % n_layers, and the caller observes the
+ * steps in that order, one each, every layer of every token, as the simulator does. */
+typedef struct mvm_pfuture {
+    uint32_t n_tokens;
+    const int32_t *experts;         /* [n_tokens][n_layers][top_k], as the steps select */
+} mvm_pfuture;
+
 /* Everything a module may need at create time. */
 typedef struct mvm_pinit {
     const mvm_pshape *shape;
@@ -90,6 +99,7 @@ typedef struct mvm_pinit {
      * the caller (policy code does no I/O); NULL when none was given. */
     const void *predictor;
     size_t predictor_size;
+    const mvm_pfuture *future;      /* NULL but in the simulator (the oracles need it) */
 } mvm_pinit;
 
 #define MVM_POLICY_HEADER                                                                   \

@@ -25,13 +25,15 @@ typedef struct entry {
 static const entry route[] = {MODULE(mvm_route_none), MODULE(mvm_route_importance)};
 static const entry evict[] = {MODULE(mvm_evict_lru), MODULE(mvm_evict_lfu),
                               MODULE(mvm_evict_score), MODULE(mvm_evict_workload),
-                              MODULE(mvm_evict_lcp), MODULE(mvm_evict_reuse)};
+                              MODULE(mvm_evict_lcp), MODULE(mvm_evict_reuse),
+                              MODULE(mvm_evict_belady)};
 static const entry assign[] = {MODULE(mvm_assign_gpu), MODULE(mvm_assign_twoptr),
                                MODULE(mvm_assign_greedy), MODULE(mvm_assign_presched)};
 static const entry config[] = {MODULE(mvm_config_uniform), MODULE(mvm_config_hot),
                                MODULE(mvm_config_fixedpoint)};
 static const entry predict[] = {MODULE(mvm_predict_gate), MODULE(mvm_predict_residual),
-                                MODULE(mvm_predict_learned)};
+                                MODULE(mvm_predict_learned),
+                                MODULE(mvm_predict_oracle)};
 static const entry place[] = {MODULE(mvm_place_uniform), MODULE(mvm_place_prism)};
 
 #define ROLE(role_name, list) {role_name, list, sizeof list / sizeof *list}

@@ -8,7 +8,8 @@
  * simulator that checks the contract (capacity never exceeded, only candidates chosen,
  * victim pure, wanted experts belong to the layer and are missing) and, for the modules
  * with a closed-form key, that the victim minimises the key recomputed here from the
- * whole history. Last, the driver the front ends make room with (policy/evict_driver.c).
+ * whole history. The offline bound, belady, against the fewest misses found by trying every
+ * choice. Last, the driver the front ends make room with (policy/evict_driver.c).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -24,12 +25,19 @@
 
 static mvm_cost no_cost; /* the evict modules take no costs */
 
-static void *make(const mvm_evict_ops *ops, const mvm_pshape *sh, const char *params)
+/* future: the routing to come, for belady (NULL for the online modules). */
+static void *make_seeing(const mvm_evict_ops *ops, const mvm_pshape *sh, const char *params,
+                         const mvm_pfuture *future)
 {
-    mvm_pinit in = {.shape = sh, .cost = &no_cost, .params = {params}};
+    mvm_pinit in = {.shape = sh, .cost = &no_cost, .params = {params}, .future = future};
     void *self = NULL;
     CHECK_ST(ops->create(&in, &self), MVM_OK);
     return self;
+}
+
+static void *make(const mvm_evict_ops *ops, const mvm_pshape *sh, const char *params)
+{
+    return make_seeing(ops, sh, params, NULL);
 }
 
 /* A layer step of n tokens with top_k experts each; scores may be NULL. The weights are
@@ -347,7 +355,8 @@ static uint32_t run_sequence(const mvm_evict_ops *ops, uint32_t cap, const int32
     uint32_t resident[16] = {0}, hits = 0;
     uint8_t busy[16] = {0};
     mvm_pview v = {.shape = &sh, .resident = resident, .busy = busy, .capacity_pages = cap};
-    void *self = ops ? make(ops, &sh, "") : NULL;
+    const mvm_pfuture future = {.n_tokens = steps, .experts = seq};
+    void *self = ops ? make_seeing(ops, &sh, "", &future) : NULL;
     if (ops && !self)
         return UINT32_MAX;
     step_buf b;
@@ -448,6 +457,57 @@ static void test_reuse_dead(void)
         CHECK(t >= 5 ? victim == 3 : victim != 3);
     }
     mvm_evict_reuse.destroy(self);
+}
+
+/* The fewest misses any eviction can have on seq[0..n) (one layer, top-1, room for cap,
+ * loading every miss, starting empty): every choice of victim tried, by dynamic programming
+ * over (step, set of resident experts) from the end. Independent of Belady's rule. */
+static uint32_t fewest_misses(const int32_t *seq, uint32_t n, uint32_t cap)
+{
+    enum { E = 6, N = 16 };
+    static uint32_t best[N + 1][1u << E];
+    for (uint32_t set = 0; set < 1u << E; set++)
+        best[n][set] = 0;
+    for (uint32_t t = n; t-- > 0;)
+        for (uint32_t set = 0; set < 1u << E; set++) {
+            uint32_t e = 1u << seq[t];
+            if (set & e) {
+                best[t][set] = best[t + 1][set];
+                continue;
+            }
+            uint32_t m = UINT32_MAX;
+            if ((uint32_t)__builtin_popcount(set) < cap)
+                m = best[t + 1][set | e];
+            else
+                for (uint32_t v = 0; v < E; v++)
+                    if (set & (1u << v) && best[t + 1][(set & ~(1u << v)) | e] < m)
+                        m = best[t + 1][(set & ~(1u << v)) | e];
+            best[t][set] = 1 + m;
+        }
+    return best[0][0];
+}
+
+/* belady, fed the sequence as its future, misses exactly as rarely as the best choice found
+ * by trying them all, on random sequences and cache sizes; LRU never does better. */
+static void test_belady_optimal(void)
+{
+    uint64_t r = 11;
+    for (uint32_t trial = 0; trial < 300; trial++) {
+        int32_t seq[16];
+        uint32_t n = 6 + check_rng_next(&r) % 11, cap = 1 + check_rng_next(&r) % 4, w;
+        for (uint32_t t = 0; t < n; t++)
+            seq[t] = (int32_t)(check_rng_next(&r) % 6);
+        uint32_t opt = n - fewest_misses(seq, n, cap);
+        CHECK(run_sequence(&mvm_evict_belady, cap, seq, n, n, -1, &w) == opt);
+        CHECK(run_sequence(&mvm_evict_lru, cap, seq, n, n, -1, &w) <= opt);
+    }
+    /* without a future it cannot run, and says where it can */
+    static const mvm_pshape sh = {.n_layers = 1, .n_experts = 4, .top_k = 1,
+                                  .pages_per_expert = 1};
+    mvm_pinit in = {.shape = &sh, .cost = &no_cost};
+    void *self = NULL;
+    CHECK_ST(mvm_evict_belady.create(&in, &self), MVM_ERR_INVALID);
+    CHECK(strstr(mvm_last_error(), "evict belady") && strstr(mvm_last_error(), "moevm sim"));
 }
 
 static void test_params(void)
@@ -736,6 +796,7 @@ int main(void)
     RUN(test_reuse_loop);
     RUN(test_reuse_hot);
     RUN(test_reuse_dead);
+    RUN(test_belady_optimal);
     RUN(test_params);
     RUN(test_random_sequences);
     RUN(test_driver);

@@ -4,7 +4,8 @@
  * byte moves; the serial copy engine's busy time is bytes ÷ bandwidth (plus the per-copy
  * setup); the time breakdown sums to the total; the capacity is never exceeded; a larger
  * budget never hits less under LRU on the same trace (LRU is a stack algorithm); a split
- * expert (MoEpic) computes its resident prefix while the rest loads, to the closed form.
+ * expert (MoEpic) computes its resident prefix while the rest loads, to the closed form; the
+ * offline oracles bound the online modules.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -183,10 +184,54 @@ static void test_policies_run(void)
         }
     mvm_sim_config c;
     mvm_sim_config_init(&c);
-    c.policy[MVM_ROLE_EVICT] = "belady";
+    c.policy[MVM_ROLE_EVICT] = "clairvoyant";
     mvm_sim_result r;
     CHECK_ST(mvm_sim_run(t, &cost, &c, &r), MVM_ERR_INVALID);
-    CHECK(strstr(mvm_last_error(), "no evict policy 'belady'") && strstr(mvm_last_error(), "lru"));
+    CHECK(strstr(mvm_last_error(), "no evict policy 'clairvoyant'") && strstr(mvm_last_error(), "lru"));
+    mvm_trace_free(t);
+}
+
+/* The oracles read the trace's future: belady hits at least as often as every online evict
+ * module (demand loads of whole experts, nothing else changing the accesses), and more than
+ * LRU; the oracle predictor's prefetches are all used (beside belady, which keeps what the
+ * next step needs; LRU evicts a prefetched expert it has not seen used), and they shorten the
+ * stalls, beyond belady's bound on eviction alone. */
+static void test_oracles(void)
+{
+    mvm_trace *t = make_trace(60, 4, 16, 2, 2u << 20);
+    if (!t)
+        return;
+    mvm_cost cost;
+    mvm_cost_init(&cost, mvm_machine_preset("rtx3090"), 2u << 20, 2048, 768);
+    mvm_sim_config c;
+    mvm_sim_config_init(&c);
+    c.budget_pages = 4 * 16 / 4;
+    mvm_sim_result bound, r;
+    c.policy[MVM_ROLE_EVICT] = "belady";
+    CHECK_ST(mvm_sim_run(t, &cost, &c, &bound), MVM_OK);
+    static const char *const online[] = {"lru", "lfu", "score", "workload", "lcp", "reuse"};
+    for (size_t i = 0; i < sizeof online / sizeof *online; i++) {
+        c.policy[MVM_ROLE_EVICT] = online[i];
+        CHECK_ST(mvm_sim_run(t, &cost, &c, &r), MVM_OK);
+        CHECK(r.accesses == bound.accesses && r.hits <= bound.hits);
+        if (i == 0)
+            CHECK(r.hits < bound.hits);
+    }
+    /* with the bound's eviction, which keeps what the next step needs: every prefetch is
+     * used (admissions, which also count as prefetches, off); with LRU, stalls shorten */
+    c.policy[MVM_ROLE_PREDICT] = "oracle";
+    c.admit = 0;
+    CHECK_ST(mvm_sim_run(t, &cost, &c, &r), MVM_OK);
+    CHECK(r.prefetches > 0 && r.prefetch_used == r.prefetches && r.time < bound.time);
+    check_breakdown(&r);
+    mvm_sim_result alone;
+    c.policy[MVM_ROLE_EVICT] = "lru";
+    c.policy[MVM_ROLE_PREDICT] = NULL;
+    CHECK_ST(mvm_sim_run(t, &cost, &c, &alone), MVM_OK);
+    c.policy[MVM_ROLE_PREDICT] = "oracle";
+    CHECK_ST(mvm_sim_run(t, &cost, &c, &r), MVM_OK);
+    CHECK(r.time < alone.time);
+    check_breakdown(&r);
     mvm_trace_free(t);
 }
 
@@ -246,5 +291,6 @@ int main(void)
     RUN(test_policies_run);
     RUN(test_split_overlap);
     RUN(test_admission);
+    RUN(test_oracles);
     TEST_END();
 }

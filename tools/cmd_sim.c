@@ -66,6 +66,8 @@ static void usage(FILE *f)
             "  --no-admit   experts run from their homes (CPU, zero-copy) are not loaded into\n"
             "               the cache in the background afterwards (docs/policies.md)\n"
             "  --compare    policy sets 'evict=lru; evict=score,route=importance{alpha=0.4}'\n"
+            "               (every table ends with the bound: the base policies with\n"
+            "               evict=belady, the offline optimum read from the trace)\n"
             "  --sweep      run each set at --steps budgets from A to B; writes PREFIX.csv and\n"
             "               PREFIX.svg (--out, default sim-sweep)\n"
             "  --model      the GGUF that recorded the trace: routers for predict gate/residual;\n"
@@ -125,6 +127,24 @@ static int parse_set(const char *text, const struct policy_set *base, struct pol
         }
     }
     return 0;
+}
+
+/* The last row of every table: the base policies with evict belady, the offline optimum
+ * (policy/evict_belady.c), so each comparison shows how far its evictions are from the best
+ * possible. Not added when a set already runs belady, nor for --alpha-for's series. -1: go
+ * on. */
+static int add_bound(struct sim_args *a)
+{
+    for (int i = 0; i < a->n_sets; i++)
+        if (a->sets[i].policy[MVM_ROLE_EVICT] &&
+            strcmp(a->sets[i].policy[MVM_ROLE_EVICT], "belady") == 0)
+            return -1;
+    struct policy_set *b = &a->sets[a->n_sets++];
+    *b = a->base;
+    b->policy[MVM_ROLE_EVICT] = "belady";
+    b->params[MVM_ROLE_EVICT] = NULL;
+    snprintf(b->label, sizeof b->label, "bound: evict=belady (offline)");
+    return -1;
 }
 
 static int parse_args(int argc, char **argv, struct sim_args *a)
@@ -206,20 +226,20 @@ static int parse_args(int argc, char **argv, struct sim_args *a)
     snprintf(a->base.label, sizeof a->base.label, "default");
     if (!a->compare) {
         a->sets[a->n_sets++] = a->base;
-        return -1;
+        return a->alpha_for ? -1 : add_bound(a);
     }
     char list[1024];
     snprintf(list, sizeof list, "%s", a->compare);
     for (char *save = NULL, *tok = strtok_r(list, ";", &save); tok;
          tok = strtok_r(NULL, ";", &save)) {
-        if (a->n_sets == MAX_SETS) {
-            fprintf(stderr, "moevm sim: at most %d policy sets\n", MAX_SETS);
+        if (a->n_sets == MAX_SETS - 1) { /* room for the bound */
+            fprintf(stderr, "moevm sim: at most %d policy sets\n", MAX_SETS - 1);
             return 2;
         }
         if (parse_set(trim(tok), &a->base, &a->sets[a->n_sets++]))
             return 2;
     }
-    return -1;
+    return add_bound(a);
 }
 
 /* The set's policies in the config (pointers into the set). */

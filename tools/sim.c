@@ -143,7 +143,12 @@ static void run_prefetches(struct sim *s, double until)
         s->r.copy_busy += d;
         s->r.prefetches++;
         s->r.bytes_prefetched += bytes;
-        s->by_prefetch[x] = 1;
+        /* A prefetch that starts while the step that uses it runs (its access counted as a
+         * miss at routing, the copy still queued) was used, late; else it waits for one. */
+        if (s->busy[x])
+            s->r.prefetch_used++;
+        else
+            s->by_prefetch[x] = 1;
     }
     memmove(s->queue, s->queue + done, (s->n_queue - done) * sizeof *s->queue);
     s->n_queue -= done;
@@ -493,8 +498,10 @@ mvm_status mvm_sim_run(const mvm_trace *t, const mvm_cost *cost, const mvm_sim_c
     }
     s.view = (mvm_pview){.shape = &s.shape, .resident = s.resident, .busy = s.busy,
                          .capacity_pages = c->budget_pages};
+    mvm_pfuture future = {.n_tokens = t->n_tokens, .experts = t->experts};
     mvm_pinit init = {.shape = &s.shape, .cost = cost, .router = c->router,
-                      .predictor = c->predictor, .predictor_size = c->predictor_size};
+                      .predictor = c->predictor, .predictor_size = c->predictor_size,
+                      .future = &future};
     mvm_status st = make_modules(&s, &init);
     s.victims = (mvm_evict_driver){.ops = s.mod[MVM_ROLE_EVICT].ops,
                                    .self = s.mod[MVM_ROLE_EVICT].self, .resident = s.resident,
