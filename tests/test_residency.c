@@ -404,10 +404,14 @@ static void test_choice_and_errors(void)
     CHECK_ST(mvm_resid_create(sp, &p, &r), MVM_OK);
     CHECK(r && strcmp(mvm_resid_evict_name(r), "lfu") == 0);
     mvm_resid_destroy(r);
-    setenv("MOEVM_EVICT", "belady", 1);
+    setenv("MOEVM_EVICT", "clairvoyant", 1);
     CHECK_ST(mvm_resid_create(sp, &p, &r), MVM_ERR_INVALID);
-    CHECK(r == NULL && strstr(mvm_last_error(), "MOEVM_EVICT=belady") &&
+    CHECK(r == NULL && strstr(mvm_last_error(), "MOEVM_EVICT=clairvoyant") &&
           strstr(mvm_last_error(), "lru"));
+    setenv("MOEVM_EVICT", "belady", 1); /* the offline bound: no future here */
+    CHECK_ST(mvm_resid_create(sp, &p, &r), MVM_ERR_INVALID);
+    CHECK(r == NULL && strstr(mvm_last_error(), "evict belady: an offline bound"));
+    setenv("MOEVM_EVICT", "clairvoyant", 1);
     const void *ops;
     const char *args;
     CHECK_ST(mvm_engine_choose(MVM_ROLE_EVICT, NULL, NULL, &ops, &args), MVM_ERR_INVALID);
