@@ -510,6 +510,49 @@ static void test_belady_optimal(void)
     CHECK(strstr(mvm_last_error(), "evict belady") && strstr(mvm_last_error(), "moevm sim"));
 }
 
+/* affinity, by hand. With scores, alpha 0.5: expert 0 spikes once (0.9, then 0.01 twice),
+ * expert 1 scores 0.2 steadily. SMoE's plain mean over the 3 steps ranks the spike higher
+ * (0.307 > 0.2) and evicts 1; the logs give 0: ln 0.9 = -0.105, then -2.355, then -3.480,
+ * and 1: ln 0.2 = -1.609 throughout, so 0 goes. Without scores, alpha 0.2, experts 0, 1
+ * and 2 selected in turn (weight 1; unselected look at ln 1e-4 = -9.21): after the three
+ * steps the keys are 0: -3.316, 1: -7.737, 2: -7.368, so 1 goes, not LRU's 0. */
+static void test_affinity(void)
+{
+    static const mvm_pshape sh = {.n_layers = 1, .n_experts = 2, .top_k = 1,
+                                  .pages_per_expert = 1};
+    static const uint32_t cand[2] = {0, 1}, resident[4] = {1, 1, 1, 1};
+    static const uint8_t busy[4] = {0};
+    mvm_pview v = {.shape = &sh, .resident = resident, .busy = busy};
+    step_buf b;
+    void *self = make(&mvm_evict_affinity, &sh, "alpha=0.5");
+    if (!self)
+        return;
+    const float sc[3][2] = {{0.9f, 0.2f}, {0.01f, 0.2f}, {0.01f, 0.2f}};
+    const int32_t top[3] = {0, 1, 1};
+    for (int t = 0; t < 3; t++)
+        mvm_evict_affinity.observe(self, &v, fill(&b, &sh, 0, 1, sc[t], &top[t]));
+    CHECK(mvm_evict_affinity.victim(self, &v, 0, cand, 2) == 0);
+    mvm_evict_affinity.destroy(self);
+    void *score = make(&mvm_evict_score, &sh, "n=3");
+    if (!score)
+        return;
+    for (int t = 0; t < 3; t++)
+        mvm_evict_score.observe(score, &v, fill(&b, &sh, 0, 1, sc[t], &top[t]));
+    CHECK(mvm_evict_score.victim(score, &v, 0, cand, 2) == 1);
+    mvm_evict_score.destroy(score);
+
+    static const mvm_pshape sh4 = {.n_layers = 1, .n_experts = 4, .top_k = 1,
+                                   .pages_per_expert = 1};
+    static const uint32_t cand3[3] = {0, 1, 2};
+    v.shape = &sh4;
+    if (!(self = make(&mvm_evict_affinity, &sh4, "")))
+        return;
+    for (int32_t e = 0; e < 3; e++)
+        mvm_evict_affinity.observe(self, &v, fill(&b, &sh4, 0, 1, NULL, &e));
+    CHECK(mvm_evict_affinity.victim(self, &v, 0, cand3, 3) == 1);
+    mvm_evict_affinity.destroy(self);
+}
+
 static void test_params(void)
 {
     static const struct { const mvm_evict_ops *ops; const char *params; } bad[] = {
@@ -519,6 +562,8 @@ static void test_params(void)
         {&mvm_evict_lcp, "rho=0"},         {&mvm_evict_lcp, "rho=1.5"},
         {&mvm_evict_workload, "w_size=0"}, {&mvm_evict_workload, "u_size=2.5"},
         {&mvm_evict_workload, "guard=2"},  {&mvm_evict_reuse, "alpha=1"},
+        {&mvm_evict_affinity, "alpha=0"},  {&mvm_evict_affinity, "alpha=1.5"},
+        {&mvm_evict_affinity, "n=3"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         mvm_pinit in = {.shape = &hand_shape, .cost = &no_cost, .params = {bad[i].params}};
@@ -546,8 +591,10 @@ typedef struct sim {
     double interval[SL * SE]; /* reuse: the mean of the old mean and the newest interval */
     uint32_t layer_steps[SL], n_hist[SL];
     float hist[SL][STEPS][SE];
+    float affinity[SL * SE]; /* affinity: the smoothed log-score; -inf before the first look */
     uint32_t lfu_period, score_n;
     double omega, rho;
+    float alpha;
     uint32_t evictions, wanted;
 } sim;
 
@@ -574,6 +621,8 @@ static double ref_key(const sim *s, uint32_t x)
         double age = (double)(s->clock - s->last_use[x]);
         return -(age < s->interval[x] ? s->interval[x] - age : age);
     }
+    if (o == &mvm_evict_affinity)
+        return s->affinity[x];
     if (o == &mvm_evict_score) {
         uint32_t l = x / SE, h = s->n_hist[l], n = h < s->score_n ? h : s->score_n;
         double sum = 0;
@@ -633,6 +682,12 @@ static void record(sim *s, const mvm_pstep *st)
         for (uint32_t t = 0; t < st->n_tok; t++)
             mean += st->scores[t * SE + e];
         s->hist[l][s->n_hist[l]][e] = mean / (float)st->n_tok;
+        float logs = 0;
+        for (uint32_t t = 0; t < st->n_tok; t++)
+            logs += logf(fmaxf(st->scores[t * SE + e], 1e-30f));
+        logs /= (float)st->n_tok;
+        s->affinity[x] = isinf(s->affinity[x]) ? logs
+                                               : (1 - s->alpha) * s->affinity[x] + s->alpha * logs;
         s->freq[x] = (s->freq[x] + st->counts[e]) >> age;
         if (st->counts[e]) {
             if (s->last_use[x]) {
@@ -667,7 +722,7 @@ static void route_token(sim *s, uint32_t l, uint64_t tok, float *sc, int32_t *ex
 }
 
 static void simulate(const mvm_evict_ops *ops, const char *params, uint32_t lfu_period,
-                     uint32_t score_n, double omega, double rho)
+                     uint32_t score_n, double omega, double rho, float alpha)
 {
     static const mvm_pshape sh = {.n_layers = SL, .n_experts = SE, .top_k = SK,
                                   .pages_per_expert = SP};
@@ -676,6 +731,9 @@ static void simulate(const mvm_evict_ops *ops, const char *params, uint32_t lfu_
     s.ops = ops;
     s.rng = 0x9E3779B97F4A7C15ull;
     s.lfu_period = lfu_period, s.score_n = score_n, s.omega = omega, s.rho = rho;
+    s.alpha = alpha;
+    for (uint32_t x = 0; x < SL * SE; x++)
+        s.affinity[x] = -INFINITY;
     s.v = (mvm_pview){.shape = &sh, .resident = s.resident, .busy = s.busy,
                       .capacity_pages = SCAP};
     s.self = make(ops, &sh, params);
@@ -717,16 +775,18 @@ static void simulate(const mvm_evict_ops *ops, const char *params, uint32_t lfu_
 
 static void test_random_sequences(void)
 {
-    simulate(&mvm_evict_lru, "", 0, 0, 0, 0);
-    simulate(&mvm_evict_lfu, "", 128, 0, 0, 0);
-    simulate(&mvm_evict_lfu, "period=3", 3, 0, 0, 0);
-    simulate(&mvm_evict_lcp, "", 0, 0, 128, 0.25);
-    simulate(&mvm_evict_lcp, "omega=4,rho=0.5", 0, 0, 4, 0.5);
-    simulate(&mvm_evict_score, "", 0, 3, 0, 0);
-    simulate(&mvm_evict_score, "n=7", 0, 7, 0, 0);
-    simulate(&mvm_evict_workload, "", 0, 0, 0, 0);
-    simulate(&mvm_evict_workload, "w_size=2,u_size=3,guard=1", 0, 0, 0, 0);
-    simulate(&mvm_evict_reuse, "", 0, 0, 0, 0);
+    simulate(&mvm_evict_lru, "", 0, 0, 0, 0, 0);
+    simulate(&mvm_evict_lfu, "", 128, 0, 0, 0, 0);
+    simulate(&mvm_evict_lfu, "period=3", 3, 0, 0, 0, 0);
+    simulate(&mvm_evict_lcp, "", 0, 0, 128, 0.25, 0);
+    simulate(&mvm_evict_lcp, "omega=4,rho=0.5", 0, 0, 4, 0.5, 0);
+    simulate(&mvm_evict_score, "", 0, 3, 0, 0, 0);
+    simulate(&mvm_evict_score, "n=7", 0, 7, 0, 0, 0);
+    simulate(&mvm_evict_workload, "", 0, 0, 0, 0, 0);
+    simulate(&mvm_evict_workload, "w_size=2,u_size=3,guard=1", 0, 0, 0, 0, 0);
+    simulate(&mvm_evict_reuse, "", 0, 0, 0, 0, 0);
+    simulate(&mvm_evict_affinity, "", 0, 0, 0, 0, 0.2f);
+    simulate(&mvm_evict_affinity, "alpha=0.6", 0, 0, 0, 0, 0.6f);
 }
 
 /* The driver every front end makes room with (policy/evict_driver.h): the candidates are the
@@ -797,6 +857,7 @@ int main(void)
     RUN(test_reuse_hot);
     RUN(test_reuse_dead);
     RUN(test_belady_optimal);
+    RUN(test_affinity);
     RUN(test_params);
     RUN(test_random_sequences);
     RUN(test_driver);

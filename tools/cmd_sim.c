@@ -8,7 +8,7 @@
  *
  * A policy is NAME or NAME{k=v,k=v}. A policy set for --compare is role=policy items
  * separated by commas, sets separated by ';', e.g.
- *   --compare 'evict=lru; evict=score{window=8},route=importance{alpha=0.4}'
+ *   --compare 'evict=lru; evict=score{n=8},route=importance{alpha=0.4}'
  * Roles not named in a set take the single-run flags (or the defaults).
  */
 #include <ctype.h>
@@ -59,7 +59,7 @@ static void usage(FILE *f)
             "                 [--model M.gguf] [--predictor P.bin]\n"
             "       moevm sim --model-shape NAME|L,E,K ...   (a synthetic trace, trace gen's defaults)\n"
             "       moevm sim --model M.gguf ...             (the same, of that model's shape)\n"
-            "  P            a module, optionally with parameters: score{window=8}\n"
+            "  P            a module, optionally with parameters: score{n=8}\n"
             "  --budget     device memory for experts: bytes (8G) or %% of their pages (25%%)\n"
             "  --cost       %s, or a JSON cost file (docs/cost-format.md, `moevm calibrate`);\n"
             "               default MOEVM_COST (h100)\n"

@@ -15,7 +15,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: moevm trace gen --shape NAME|L,E,K[,EMBD,FF] [--tokens N] [--requests R]\n"
             "                       [--skew S] [--reuse P] [--layer-corr C] [--shift-every N]\n"
-            "                       [--seed N] -o OUT.jsonl\n"
+            "                       [--drift S] [--drift-tokens T] [--seed N] -o OUT.jsonl\n"
             "       moevm trace stats FILE.jsonl\n"
             "gen writes a synthetic routing trace (docs/trace-format.md):\n"
             "  --shape        %s,\n"
@@ -29,12 +29,18 @@ static void usage(FILE *f)
             "                 layer's, 0..1 (default %g)\n"
             "  --shift-every  a new task (other hot experts) every N tokens, 0 = never\n"
             "                 (default %u)\n"
+            "  --drift        strength (nats) of the context: each expert's logit offset,\n"
+            "                 drifting from token to token, 0..8 (default %g)\n"
+            "  --drift-tokens how many tokens the context lasts (its time constant, default %u)\n"
+            "  --latent-scores  record the scores without the per-token draw that selects\n"
+            "                 (popularity and context only): not a router's, the most an\n"
+            "                 online policy could know; for bounds (docs/perf/policies.md)\n"
             "  --seed         same seed, same trace (default %llu)\n"
             "stats prints per layer the top-1/8 experts' share of selections, the normalised\n"
             "entropy, the next-token reuse rate and the adjacent-layer correlation, with the\n"
             "published numbers to compare with.\n",
             mvm_trace_gen_shape_names(), d.tokens, d.requests, d.skew, d.reuse, d.layer_corr,
-            d.shift_every, (unsigned long long)d.seed);
+            d.shift_every, d.drift, d.drift_tokens, (unsigned long long)d.seed);
 }
 
 static int cmd_gen(int argc, char **argv)
@@ -43,14 +49,18 @@ static int cmd_gen(int argc, char **argv)
     mvm_trace_gen g;
     mvm_trace_gen_init(&g);
     const char *shape = NULL, *out = NULL;
-    mvm_cli_iter it = {.cmd = cmd, .usage = usage, .argc = argc, .argv = argv};
+    static const char *const switches[] = {"--latent-scores", NULL};
+    mvm_cli_iter it = {.cmd = cmd, .usage = usage, .switches = switches, .argc = argc,
+                       .argv = argv};
     int next;
     while ((next = mvm_cli_next(&it)) == MVM_CLI_OPTION) {
         const char *a = it.flag, *v = it.value;
         float f = 0;
         uint32_t u = 0;
         int rc = 0;
-        if (strcmp(a, "--shape") == 0) {
+        if (strcmp(a, "--latent-scores") == 0) {
+            g.latent_scores = 1;
+        } else if (strcmp(a, "--shape") == 0) {
             shape = v;
         } else if (strcmp(a, "-o") == 0) {
             out = v;
@@ -69,6 +79,11 @@ static int cmd_gen(int argc, char **argv)
         } else if (strcmp(a, "--reuse") == 0) {
             rc = mvm_cli_float(cmd, a, v, 0, 1, &f);
             g.reuse = f;
+        } else if (strcmp(a, "--drift") == 0) {
+            rc = mvm_cli_float(cmd, a, v, 0, 8, &f);
+            g.drift = f;
+        } else if (strcmp(a, "--drift-tokens") == 0) {
+            rc = mvm_cli_u32(cmd, a, v, 1, UINT32_MAX, &g.drift_tokens);
         } else if (strcmp(a, "--layer-corr") == 0) {
             rc = mvm_cli_float(cmd, a, v, 0, 1, &f);
             g.layer_corr = f;
@@ -109,8 +124,8 @@ static int cmd_gen(int argc, char **argv)
 
 static void print_row(const char *label, const mvm_trace_layer_stats *s, int first_layer)
 {
-    printf("%6s  %8.1f%%  %7.3f  %6.1f%%", label, 100 * s->top_share, s->entropy,
-           100 * s->reuse);
+    printf("%6s  %8.1f%%  %7.3f  %6.1f%%  %6.1f%%", label, 100 * s->top_share, s->entropy,
+           100 * s->reuse, 100 * s->reuse8);
     if (first_layer)
         printf("  %10s  %7s\n", "-", "-");
     else
@@ -143,8 +158,8 @@ static int cmd_stats(int argc, char **argv)
     }
     printf("%s: \"%s\" (%s), %u layers, %u experts, top-%u, %u tokens\n", argv[1], h->model,
            h->arch, h->n_layers, h->n_experts, h->top_k, t->n_tokens);
-    printf("%6s  %9s  %7s  %7s  %10s  %7s\n", "layer", "top-1/8", "entropy", "reuse",
-           "pairs-20%", "follow");
+    printf("%6s  %9s  %7s  %7s  %7s  %10s  %7s\n", "layer", "top-1/8", "entropy", "reuse",
+           "reuse-8", "pairs-20%", "follow");
     for (uint32_t l = 0; l < h->n_layers; l++) {
         char label[16];
         snprintf(label, sizeof label, "%u", l);
@@ -153,10 +168,12 @@ static int cmd_stats(int argc, char **argv)
     print_row("mean", &mean, h->n_layers == 1);
     printf("\ntop-1/8: share of selections on the layer's top E/8 experts; entropy: of the\n"
            "selection counts, / ln E; reuse: share of selections the previous token also made;\n"
+           "reuse-8: made by one of the previous 8 tokens (tokens that have 8);\n"
            "pairs-20%%: share of adjacent-layer expert pairs on the top 20%% of pairs; follow:\n"
            "top expert = the most frequent successor of the previous layer's (in-sample).\n"
            "Published (sources in moevm's tools/trace_gen.c): Qwen3-30B-A3B\n"
-           "top-16/128 41-68%%, entropy 0.74-0.875, reuse 38.9-45%%; pairs-20%% 45%% DeepSeek-V3,\n"
+           "top-16/128 41-68%%, entropy 0.74-0.875, reuse 38.9-45%%, reuse-8 80%%; pairs-20%%\n"
+           "45%% DeepSeek-V3,\n"
            "68%% Qwen3-235B, 80%% Llama4; follow 44.9%% Mixtral (from one previous expert).\n");
     free(per);
     mvm_trace_free(t);

@@ -20,6 +20,13 @@ typedef struct mvm_trace_gen {
     double reuse;              /* P(a selection carries over to the next token), 0..1 */
     double layer_corr;         /* P(a layer's top expert follows the previous layer's), 0..1 */
     uint32_t shift_every;      /* a new task (new popularity ranking) every N tokens; 0 never */
+    double drift;              /* σ of each expert's slowly drifting logit offset (the
+                                  context), 0..8 nats; 0: none */
+    uint32_t drift_tokens;     /* its time constant in tokens, >= 1 */
+    int latent_scores;         /* 1: the scores are the softmax of the latent logits
+                                  (popularity and context) without the per-token draw that
+                                  selects: not a router's, the best a policy could know
+                                  (the online bound of docs/perf/policies.md) */
     uint64_t seed;
 } mvm_trace_gen;
 
@@ -40,6 +47,8 @@ typedef struct mvm_trace_layer_stats {
     double entropy;     /* entropy of the experts' selection counts / ln E, 0..1 */
     double reuse;       /* share of a token's selections also made by the previous token of
                            its request (tok - 1) at this layer */
+    double reuse8;      /* the same within the previous 8 tokens, over the tokens that have
+                           8 (0 when none has) */
     double pair_share;  /* share of (layer-1 expert, layer expert) selection pairs on the top
                            20% of the E*E pairs; 0 at layer 0 */
     double follow;      /* share of tokens whose top expert is the one most often following
