@@ -385,6 +385,9 @@ expect 1 'cost' -- "$moevm" sim --trace "$tmp/g.jsonl" --cost tpu-v9
 head -c 300 "$tmp/g.jsonl" >"$tmp/cut.jsonl"
 expect 1 'cut.jsonl:[0-9]+' -- "$moevm" sim --trace "$tmp/cut.jsonl"
 expect 2 'skew' -- "$moevm" trace gen --shape olmoe-1b-7b --skew -1 -o "$tmp/x.jsonl"
+expect 2 '--drift 9: .*0' -- "$moevm" trace gen --shape olmoe-1b-7b --drift 9 -o "$tmp/x.jsonl"
+expect 2 '--drift-tokens 0' -- "$moevm" trace gen --shape olmoe-1b-7b --drift-tokens 0 -o "$tmp/x.jsonl"
+expect 0 'reuse-8' -- sh -c "\"$moevm\" trace gen --shape 4,16,2 --tokens 40 --latent-scores -o \"$tmp/lat.jsonl\" >/dev/null && \"$moevm\" trace stats \"$tmp/lat.jsonl\""
 
 # predictors: hidden states, routers, a trained file
 expect 2 'needs --trace-out' -- "$moevm" run -m "$m" -p hi --trace-hidden
