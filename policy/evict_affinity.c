@@ -1,6 +1,6 @@
 /*
  * evict "affinity": evict the expert whose router affinity, smoothed over the last few
- * tokens, is lowest. It is SMoE's score-based eviction (seed 000, §IV-C, Eq. 3: rank by the
+ * tokens, is lowest. It is SMoE's score-based eviction (§IV-C, Eq. 3: rank by the
  * gate scores of every expert, active or not, over recent steps) read as an estimate: what
  * makes an expert likely to be selected again soon is its router logit, which follows the
  * slowly changing context (SMoE's Fig. 6: high-score experts, even inactive ones, are

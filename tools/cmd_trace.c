@@ -37,8 +37,8 @@ static void usage(FILE *f)
             "                 online policy could know; for bounds (docs/perf/policies.md)\n"
             "  --seed         same seed, same trace (default %llu)\n"
             "stats prints per layer the top-1/8 experts' share of selections, the normalised\n"
-            "entropy, the next-token reuse rate and the adjacent-layer correlation, with the\n"
-            "published numbers to compare with.\n",
+            "entropy, the reuse rates (next token, within 8) and the adjacent-layer correlation,\n"
+            "with the published numbers to compare with.\n",
             mvm_trace_gen_shape_names(), d.tokens, d.requests, d.skew, d.reuse, d.layer_corr,
             d.shift_every, d.drift, d.drift_tokens, (unsigned long long)d.seed);
 }
@@ -172,9 +172,9 @@ static int cmd_stats(int argc, char **argv)
            "pairs-20%%: share of adjacent-layer expert pairs on the top 20%% of pairs; follow:\n"
            "top expert = the most frequent successor of the previous layer's (in-sample).\n"
            "Published (sources in moevm's tools/trace_gen.c): Qwen3-30B-A3B\n"
-           "top-16/128 41-68%%, entropy 0.74-0.875, reuse 38.9-45%%, reuse-8 80%%; pairs-20%%\n"
-           "45%% DeepSeek-V3,\n"
-           "68%% Qwen3-235B, 80%% Llama4; follow 44.9%% Mixtral (from one previous expert).\n");
+           "top-16/128 41-68%%, entropy 0.74-0.875, reuse 38.9-45%%, reuse-8 80%%;\n"
+           "pairs-20%% 45%% DeepSeek-V3, 68%% Qwen3-235B, 80%% Llama4; follow 44.9%% Mixtral\n"
+           "(from one previous expert).\n");
     free(per);
     mvm_trace_free(t);
     return 0;
