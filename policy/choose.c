@@ -46,3 +46,18 @@ mvm_status mvm_engine_choose(enum mvm_role role, const char *name, const char *a
                     name ? "" : roles[role].name->name, name ? "" : "=",
                     n.s, mvm_role_name(role), roles[role].none_ok ? "none, " : "", names);
 }
+
+int mvm_policy_split(char *p, const char **name, const char **params)
+{
+    char *brace = strchr(p, '{');
+    *name = p;
+    *params = NULL;
+    if (!brace)
+        return 0;
+    char *close = strrchr(brace, '}');
+    if (!close || close[1])
+        return -1;
+    *brace = *close = '\0';
+    *params = brace + 1;
+    return 0;
+}

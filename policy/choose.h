@@ -18,4 +18,9 @@
 mvm_status mvm_engine_choose(enum mvm_role role, const char *name, const char *args,
                              const void **ops, const char **args_out);
 
+/* A module given as "name" or "name{k=v,...}" (the CLI's flags, the engine API's fields),
+ * split in place: *params NULL when there are none. -1 when a brace is not closed at the
+ * end, else 0. */
+int mvm_policy_split(char *p, const char **name, const char **params);
+
 #endif

@@ -627,6 +627,61 @@ static void test_ctx_errors(void)
     mvm_model_free(m);
 }
 
+/* Sequences of one context (mvm_ctx_policies.n_seq): three requests interleaved token by
+ * token, over a budget so experts move, give each the logits it gets alone in a context of
+ * its own; truncating a sequence and evaluating its tail again reproduces them; a sequence
+ * out of range is refused. On every architecture, with the windowed blocks' rings (gpt-oss)
+ * among them. */
+static void test_sequences(void)
+{
+    for (size_t i = 0; i < N_ARCHES; i++) {
+        mvm_model *m = NULL;
+        CHECK_ST(load(tiny_path(arches[i], MVM_W_F32), "0.3", pool, &m), MVM_OK);
+        if (!m)
+            continue;
+        const uint32_t V = m->hp.n_vocab, S = 3, n = N_PROMPT;
+        float *alone = malloc((size_t)S * n * V * sizeof *alone);
+        float *mixed = malloc((size_t)S * n * V * sizeof *mixed);
+        float *again = malloc((size_t)V * sizeof *again);
+        int32_t toks[3][N_PROMPT];
+        for (uint32_t s = 0; s < S; s++)
+            for (uint32_t t = 0; t < n; t++)
+                toks[s][t] = prompt[(t * (s + 1) + s) % n];
+        for (size_t k = 0; k < (size_t)S * n * V; k++)
+            alone[k] = mixed[k] = NAN;
+        mvm_ctx *c = NULL;
+        for (uint32_t s = 0; s < S && alone; s++) {
+            CHECK_ST(mvm_ctx_create(m, pool, n, 4, NULL, &c), MVM_OK);
+            for (uint32_t t = 0; c && t < n; t++)
+                CHECK_ST(mvm_ctx_eval(c, &toks[s][t], 1, alone + ((size_t)s * n + t) * V, 0),
+                         MVM_OK);
+            mvm_ctx_free(c);
+        }
+        mvm_ctx_policies pol = {.n_seq = S};
+        CHECK_ST(mvm_ctx_create(m, pool, n, 4, &pol, &c), MVM_OK);
+        CHECK(c && mvm_ctx_n_seq(c) == S);
+        for (uint32_t t = 0; c && t < n; t++)
+            for (uint32_t s = 0; s < S; s++) {
+                CHECK_ST(mvm_ctx_select_seq(c, s), MVM_OK);
+                CHECK(mvm_ctx_n_past(c) == t);
+                CHECK_ST(mvm_ctx_eval(c, &toks[s][t], 1, mixed + ((size_t)s * n + t) * V, 0),
+                         MVM_OK);
+            }
+        CHECK(alone && mixed && memcmp(alone, mixed, (size_t)S * n * V * sizeof *alone) == 0);
+        if (c && again) {
+            CHECK_ST(mvm_ctx_select_seq(c, 1), MVM_OK);
+            mvm_ctx_truncate(c, n - 3);
+            CHECK(mvm_ctx_n_past(c) == n - 3);
+            CHECK_ST(mvm_ctx_eval(c, &toks[1][n - 3], 3, again, 0), MVM_OK);
+            CHECK(memcmp(again, mixed + ((size_t)1 * n + n - 1) * V, V * sizeof *again) == 0);
+            CHECK_ST(mvm_ctx_select_seq(c, S), MVM_ERR_RANGE);
+        }
+        mvm_ctx_free(c);
+        free(alone), free(mixed), free(again);
+        mvm_model_free(m);
+    }
+}
+
 /* No budget on the host backend: the CPU reads every expert at its home and nothing moves
  * (the logits equal a budget's: forward_properties); a budget, from the caller or
  * MOEVM_GPU_BUDGET, emulates a device; the modules that would only decide moves are
@@ -830,6 +885,7 @@ int main(void)
     RUN(test_load_presets);
     RUN(test_load_errors);
     RUN(test_ctx_errors);
+    RUN(test_sequences);
     RUN(test_at_home);
     RUN(test_trace);
     RUN(test_route_override);

@@ -28,6 +28,17 @@ mvm_status mvm_fail(mvm_status s, const char *fmt, ...)
     return s;
 }
 
+mvm_status mvm_fail_prefix(mvm_status s, const char *fmt, ...)
+{
+    char was[sizeof last_error], prefix[256];
+    snprintf(was, sizeof was, "%s", last_error); /* formatting into last_error reads it */
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    return mvm_fail(s, "%s: %s", prefix, was);
+}
+
 const char *mvm_last_error(void) { return last_error; }
 
 const char *mvm_status_name(mvm_status s)

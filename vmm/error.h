@@ -24,6 +24,10 @@ mvm_status mvm_fail(mvm_status s, const char *fmt, ...) MVM_PRINTF(2, 3);
 mvm_status mvm_failv(mvm_status s, const char *where, const char *fmt, va_list ap)
     MVM_PRINTF(3, 0);
 
+/* Puts "<prefix>: " (printf-formatted) before the calling thread's message and returns s:
+ * a caller adding where a callee failed, e.g. mvm_fail_prefix(st, "tensor '%s'", name). */
+mvm_status mvm_fail_prefix(mvm_status s, const char *fmt, ...) MVM_PRINTF(2, 3);
+
 typedef enum mvm_log_level {
     MVM_LOG_OFF = 0,
     MVM_LOG_WARN,

@@ -116,6 +116,11 @@ mvm_status mvm_ctx_create(mvm_model *m, mvm_pool *pool, uint32_t n_ctx, uint32_t
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the inference context");
     *c = (mvm_ctx){.m = m, .pool = pool, .n_ctx = n_ctx, .n_batch = n_batch, .be = be};
     st = mvm_kv_layout_make(m, n_ctx, n_batch, kv, &c->kv);
+    const uint32_t n_seq = policies && policies->n_seq ? policies->n_seq : 1;
+    if (st == MVM_OK && n_seq > 1)
+        st = mvm_kv_layout_seqs(&c->kv, n_seq);
+    if (st == MVM_OK && !(c->seq_past = calloc(n_seq, sizeof *c->seq_past)))
+        st = mvm_fail(MVM_ERR_NOMEM, "out of memory for %u sequences", n_seq);
     if (st == MVM_OK)
         st = mvm_moe_create(m, n_batch, policies, be != &mvm_fwd_cpu, home_mapped, &c->moe);
     if (st == MVM_OK)
@@ -136,6 +141,7 @@ void mvm_ctx_free(mvm_ctx *c)
         c->be->destroy(c->state);
     mvm_moe_free(c->moe);
     mvm_kv_layout_free(&c->kv);
+    free(c->seq_past);
     free(c);
 }
 
@@ -178,6 +184,19 @@ mvm_status mvm_ctx_set_elsewhere(mvm_ctx *c, const mvm_elsewhere *e)
 
 uint32_t mvm_ctx_n_past(const mvm_ctx *c) { return c->n_past; }
 void mvm_ctx_reset(mvm_ctx *c) { c->n_past = 0; }
+void mvm_ctx_truncate(mvm_ctx *c, uint32_t n) { c->n_past = n < c->n_past ? n : c->n_past; }
+uint32_t mvm_ctx_n_seq(const mvm_ctx *c) { return c->kv.n_seq; }
+
+mvm_status mvm_ctx_select_seq(mvm_ctx *c, uint32_t s)
+{
+    if (s >= c->kv.n_seq)
+        return mvm_fail(MVM_ERR_RANGE, "sequence %u of a context of %u", s, c->kv.n_seq);
+    c->seq_past[c->seq] = c->n_past;
+    c->seq = s;
+    c->n_past = c->seq_past[s];
+    mvm_kv_layout_select(&c->kv, s);
+    return MVM_OK;
+}
 
 void mvm_embed_tokens(const mvm_model *m, const int32_t *tokens, uint32_t n, float *out)
 {

@@ -52,6 +52,10 @@ typedef struct mvm_ctx_policies {
      * wait, and a step whose experts do not all fit the budget runs in rounds. */
     int wait_loads;
     const char *kv_type;          /* "f16" or "f32" (engine/forward/kv_cache.h); NULL: MOEVM_KV_TYPE */
+    /* Sequences the context holds (0: 1), each its own n_ctx positions of KV cache: a
+     * server's requests share one context, so one residency manager sees all their
+     * routing and one budget holds their experts (mvm_ctx_select_seq). */
+    uint32_t n_seq;
     /* Benchmarks only (`moevm bench --routing`): after the router has chosen, the token at
      * position pos of MoE layer `layer` runs the K experts sel[] with weights w[] that this
      * writes instead (valid expert ids, distinct); NULL: the model's own routing. */
@@ -125,9 +129,16 @@ typedef struct mvm_elsewhere {
 /* e NULL: every expert is computed here. MVM_ERR_UNSUPPORTED on a context computing on a
  * GPU. */
 mvm_status mvm_ctx_set_elsewhere(mvm_ctx *c, const mvm_elsewhere *e);
+/* The positions cached in the selected sequence. */
 uint32_t mvm_ctx_n_past(const mvm_ctx *c);
-/* Forgets the cached positions (a new request). */
+/* Forgets the selected sequence's cached positions (a new request). */
 void mvm_ctx_reset(mvm_ctx *c);
+/* Keeps only the first n of the selected sequence's positions (n >= n_past: no change):
+ * a conversation whose new prompt starts with what is cached evaluates only the rest. */
+void mvm_ctx_truncate(mvm_ctx *c, uint32_t n);
+/* Makes sequence s (< n_seq) the one mvm_ctx_eval extends; MVM_ERR_RANGE else. */
+mvm_status mvm_ctx_select_seq(mvm_ctx *c, uint32_t s);
+uint32_t mvm_ctx_n_seq(const mvm_ctx *c);
 const mvm_resid *mvm_ctx_residency(const mvm_ctx *c);
 /* NULL when no predict module runs. */
 const mvm_prefetcher *mvm_ctx_prefetcher(const mvm_ctx *c);

@@ -18,6 +18,8 @@ struct mvm_ctx {
     mvm_moe *moe;
     uint32_t n_ctx, n_batch, n_past;
     mvm_kv_layout kv;           /* the KV cache's rows, which the backend allocates */
+    uint32_t seq;               /* the sequence selected: n_past and kv.blocks are its */
+    uint32_t *seq_past;         /* [kv.n_seq] the others' n_past (the selected one's is stale) */
     const struct mvm_fwd_backend *be;
     void *state;                /* the backend's */
 };

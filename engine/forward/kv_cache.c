@@ -14,12 +14,13 @@ mvm_status mvm_kv_layout_make(const mvm_model *m, uint32_t n_ctx, uint32_t n_bat
 {
     const mvm_hparams *hp = &m->hp;
     const uint32_t n_blocks = hp->n_dense + hp->n_layer;
-    *out = (mvm_kv_layout){.type = type, .elt = type == MVM_W_F16 ? 2 : 4};
+    *out = (mvm_kv_layout){.type = type, .elt = type == MVM_W_F16 ? 2 : 4, .n_blocks = n_blocks,
+                           .n_seq = 1};
     if (type != MVM_W_F16 && type != MVM_W_F32)
         return mvm_fail(MVM_ERR_INVALID, "a KV cache of %s elements: the cache keeps f16 or "
                         "f32", mvm_k_wtype_name(type));
-    out->blocks = calloc(n_blocks ? n_blocks : 1, sizeof *out->blocks);
-    if (!out->blocks)
+    out->all = out->blocks = calloc(n_blocks ? n_blocks : 1, sizeof *out->blocks);
+    if (!out->all)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the KV cache's layout");
     for (uint32_t b = 0; b < n_blocks; b++) {
         const mvm_layer *L = b < hp->n_dense ? &m->dense[b] : &m->layers[b - hp->n_dense];
@@ -35,10 +36,31 @@ mvm_status mvm_kv_layout_make(const mvm_model *m, uint32_t n_ctx, uint32_t n_bat
     return MVM_OK;
 }
 
+mvm_status mvm_kv_layout_seqs(mvm_kv_layout *l, uint32_t n_seq)
+{
+    if (n_seq == 0)
+        return mvm_fail(MVM_ERR_INVALID, "a KV cache of 0 sequences");
+    const uint64_t rows = l->rows / l->n_seq, bytes = l->bytes / l->n_seq;
+    mvm_kv_block *all = calloc((size_t)n_seq * (l->n_blocks ? l->n_blocks : 1), sizeof *all);
+    if (!all)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for the KV cache's layout of %u "
+                        "sequences", n_seq);
+    for (uint32_t s = 0; s < n_seq; s++)
+        for (uint32_t b = 0; b < l->n_blocks; b++)
+            all[(size_t)s * l->n_blocks + b] = (mvm_kv_block){l->all[b].row0 + s * rows,
+                                                              l->all[b].ring};
+    free(l->all);
+    l->all = l->blocks = all;
+    l->n_seq = n_seq;
+    l->rows = rows * n_seq;
+    l->bytes = bytes * n_seq;
+    return MVM_OK;
+}
+
 void mvm_kv_layout_free(mvm_kv_layout *l)
 {
-    free(l->blocks);
-    l->blocks = NULL;
+    free(l->all);
+    l->all = l->blocks = NULL;
 }
 
 uint32_t mvm_kv_runs(const mvm_kv_block *b, uint32_t pos0, uint32_t n,

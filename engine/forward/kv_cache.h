@@ -29,8 +29,11 @@ typedef struct mvm_kv_block {
 } mvm_kv_block;
 
 typedef struct mvm_kv_layout {
-    mvm_kv_block *blocks;       /* [n_dense + n_layer]: the dense blocks, then the MoE ones */
-    uint64_t rows;              /* all blocks' */
+    mvm_kv_block *blocks;       /* [n_dense + n_layer]: the dense blocks, then the MoE ones,
+                                   of the sequence selected (mvm_kv_layout_select) */
+    mvm_kv_block *all;          /* [n_seq][n_blocks]: every sequence's; the allocation */
+    uint32_t n_blocks, n_seq;
+    uint64_t rows;              /* all blocks' of all sequences: what the backend allocates */
     uint64_t bytes;             /* of the cache: rows of keys and values (MLA: latent rows) */
     enum mvm_wtype type;        /* of its elements: MVM_W_F16 or MVM_W_F32 */
     uint32_t elt;               /* bytes of an element: 2 or 4 */
@@ -40,6 +43,16 @@ typedef struct mvm_kv_layout {
  * type `type` (MVM_W_F16 or MVM_W_F32; MVM_ERR_INVALID for another). */
 mvm_status mvm_kv_layout_make(const mvm_model *m, uint32_t n_ctx, uint32_t n_batch,
                               enum mvm_wtype type, mvm_kv_layout *out);
+/* Makes room for n_seq independent sequences (a server's requests): each gets rows of its
+ * own, after the previous one's, so the backends read and write whichever is selected
+ * through `blocks` without knowing there are several. Sequence 0 is selected.
+ * MVM_ERR_NOMEM, MVM_ERR_INVALID for n_seq 0. */
+mvm_status mvm_kv_layout_seqs(mvm_kv_layout *l, uint32_t n_seq);
+/* Points `blocks` at sequence s's rows (s < n_seq). */
+static inline void mvm_kv_layout_select(mvm_kv_layout *l, uint32_t s)
+{
+    l->blocks = l->all + (size_t)s * l->n_blocks;
+}
 void mvm_kv_layout_free(mvm_kv_layout *l);
 
 /* The row of position p, the first of its window's consecutive rows when it starts one. */

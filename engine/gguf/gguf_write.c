@@ -285,7 +285,7 @@ mvm_status mvm_gguf_writer_add_tensor(mvm_gguf_writer *w, const char *name,
                         name, (ull)ne[0], ti->name, ti->block);
     uint64_t want;
     if (mvm_ggml_row_bytes(type, elems, &want) != MVM_OK)
-        return mvm_fail(MVM_ERR_INVALID, "tensor '%s': %s", name, mvm_last_error());
+        return mvm_fail_prefix(MVM_ERR_INVALID, "tensor '%s'", name);
     if (nbytes != want)
         return mvm_fail(MVM_ERR_INVALID,
                         "tensor '%s': %llu bytes given, but %llu elements of %s take %llu",

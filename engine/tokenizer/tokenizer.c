@@ -390,6 +390,8 @@ mvm_status mvm_tokenizer_load(const mvm_gguf *g, mvm_tokenizer **out)
         st = check_byte_tokens(t);
     if (st == MVM_OK && t->model == TOK_MODEL_BPE)
         st = load_merges(g, t);
+    if (st == MVM_OK)
+        st = tok_special_index(t);
     if (st != MVM_OK) {
         mvm_tokenizer_free(t);
         return st;
@@ -409,6 +411,7 @@ void mvm_tokenizer_free(mvm_tokenizer *t)
     free(t->type);
     free(t->eog);
     free(t->merge_result);
+    free(t->special);
     free(t);
 }
 
@@ -420,14 +423,15 @@ const char *mvm_tokenizer_text(const mvm_tokenizer *t, int32_t id)
 }
 int32_t mvm_tokenizer_bos(const mvm_tokenizer *t) { return t->bos; }
 int32_t mvm_tokenizer_eos(const mvm_tokenizer *t) { return t->eos; }
+int mvm_tokenizer_adds_bos(const mvm_tokenizer *t) { return t->add_bos && t->bos >= 0; }
 
 int mvm_tokenizer_is_eog(const mvm_tokenizer *t, int32_t id)
 {
     return id >= 0 && (uint32_t)id < t->text.n && t->eog[id];
 }
 
-mvm_status mvm_tokenizer_encode(const mvm_tokenizer *t, const char *text, size_t len,
-                                int add_special, int32_t *out, size_t cap, size_t *n_out)
+static mvm_status encode(const mvm_tokenizer *t, const char *text, size_t len, int add_special,
+                         int parse_special, int32_t *out, size_t cap, size_t *n_out)
 {
     tok_out o = {out, cap, 0};
     *n_out = 0;
@@ -440,7 +444,9 @@ mvm_status mvm_tokenizer_encode(const mvm_tokenizer *t, const char *text, size_t
     if (add_special && t->add_bos)
         tok_emit(&o, t->bos);
     mvm_status st = MVM_OK;
-    if (len)
+    if (len && parse_special)
+        st = tok_special_encode(t, text, len, &o);
+    else if (len)
         st = t->model == TOK_MODEL_SPM ? tok_spm_encode(t, text, len, &o)
                                        : tok_bpe_encode(t, text, len, &o);
     if (st != MVM_OK)
@@ -451,4 +457,17 @@ mvm_status mvm_tokenizer_encode(const mvm_tokenizer *t, const char *text, size_t
     if (o.n > cap)
         return mvm_fail(MVM_ERR_RANGE, "tokenizer: %zu tokens do not fit %zu", o.n, cap);
     return MVM_OK;
+}
+
+mvm_status mvm_tokenizer_encode(const mvm_tokenizer *t, const char *text, size_t len,
+                                int add_special, int32_t *out, size_t cap, size_t *n_out)
+{
+    return encode(t, text, len, add_special, 0, out, cap, n_out);
+}
+
+mvm_status mvm_tokenizer_encode_special(const mvm_tokenizer *t, const char *text, size_t len,
+                                        int add_special, int32_t *out, size_t cap,
+                                        size_t *n_out)
+{
+    return encode(t, text, len, add_special, 1, out, cap, n_out);
 }

@@ -103,6 +103,8 @@ const char *mvm_tokenizer_text(const mvm_tokenizer *t, int32_t id);
 /* The BOS / EOS token, -1 when there is none. */
 int32_t mvm_tokenizer_bos(const mvm_tokenizer *t);
 int32_t mvm_tokenizer_eos(const mvm_tokenizer *t);
+/* Whether encoding with add_special puts a BOS first (add_bos_token, and a BOS exists). */
+int mvm_tokenizer_adds_bos(const mvm_tokenizer *t);
 /* Whether `id` ends generation: as llama.cpp, the EOS, EOT and EOM tokens and the tokens
  * spelled <|eot_id|>, <|im_end|>, <|end|> (not beside gpt-oss's <|return|>), <end_of_turn>,
  * <|endoftext|>, <|eom_id|>, <|return|>, <|call|>, <EOT>
@@ -122,6 +124,13 @@ int mvm_tokenizer_is_eog(const mvm_tokenizer *t, int32_t id);
  */
 mvm_status mvm_tokenizer_encode(const mvm_tokenizer *t, const char *text, size_t len,
                                 int add_special, int32_t *out, size_t cap, size_t *n_out);
+/* The same, with the texts of the CONTROL and USER_DEFINED tokens in text encoded as those
+ * tokens, the longest where several start at one place (llama.cpp's parse_special): how a
+ * chat template's output ("<|im_start|>user\n...") is read. The text between them is
+ * encoded piece by piece as above. */
+mvm_status mvm_tokenizer_encode_special(const mvm_tokenizer *t, const char *text, size_t len,
+                                        int add_special, int32_t *out, size_t cap,
+                                        size_t *n_out);
 
 /*
  * The bytes token `id` stands for, written to buf up to cap bytes (no NUL is added; buf

@@ -197,6 +197,9 @@ struct mvm_tokenizer {
     int32_t *merge_result;    /* BPE: rank -> token */
     int32_t bos, eos, unk;
     int add_bos, add_eos, add_space_prefix;
+    int32_t *special;         /* CONTROL and USER_DEFINED tokens with a text, longest first */
+    uint32_t n_special;
+    uint8_t special_first[256]; /* 1 for a byte some special token's text starts with */
 };
 
 /* Where encoding writes: ids[0..cap), counting on past cap so the caller learns the size. */
@@ -215,6 +218,13 @@ static inline void tok_emit(tok_out *o, int32_t id)
 /* The model-specific part of mvm_tokenizer_encode: text without BOS/EOS. */
 mvm_status tok_spm_encode(const mvm_tokenizer *t, const char *text, size_t len, tok_out *o);
 mvm_status tok_bpe_encode(const mvm_tokenizer *t, const char *text, size_t len, tok_out *o);
+
+/* ---- special tokens in text (tok_special.c) ------------------------------------------ */
+
+/* Fills t->special and special_first once the types are known. */
+mvm_status tok_special_index(mvm_tokenizer *t);
+/* text with the special tokens' texts as those tokens, the rest as the model encodes it */
+mvm_status tok_special_encode(const mvm_tokenizer *t, const char *text, size_t len, tok_out *o);
 
 /* ---- the BPE trainer (tok_train.c) ---------------------------------------------------- */
 
