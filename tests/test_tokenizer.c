@@ -13,7 +13,8 @@
  *    corpus compressed (the ratio is printed), decode(encode(x)) == x on random bytes,
  *    the same vocabulary on every build, special tokens where the styles put them.
  *  - The sampler: parameter checks, greedy and its ties, seeds, top-k/top-p/min-p,
- *    frequencies against softmax (chi-square), top-k/top-p cutting through equal logits.
+ *    frequencies against softmax (chi-square), top-k/top-p cutting through equal logits,
+ *    the repetition penalty against a direct computation.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -951,6 +952,70 @@ static void test_built_specials(void)
     mvm_vocab_free(&v);
 }
 
+/* Special tokens written as text (mvm_tokenizer_encode_special): each special token's
+ * text becomes that token and the text between is encoded piece by piece, checked against
+ * the plain encoder on the pieces for random mixes; a cut-off special text stays text. */
+static void test_encode_special(void)
+{
+    static const enum mvm_vocab_style styles[] = {MVM_VOCAB_QWEN2, MVM_VOCAB_LLAMA};
+    static const char *const words[] = {"user\n", "hello there", " ", "\n\n", "<|im",
+                                        "|>", "<s", "caf\xC3\xA9 ", "x"};
+    for (int si = 0; si < 2; si++) {
+        mvm_vocab v;
+        CHECK_ST(mvm_vocab_build(styles[si], si ? 32000 : 151936, &v), MVM_OK);
+        mvm_tokenizer *t = v.tokens ? load_built(&v) : NULL;
+        if (!t) {
+            mvm_vocab_free(&v);
+            continue;
+        }
+        const char *const specials[] = {si ? "<s>" : "<|im_start|>", si ? "</s>" : "<|im_end|>"};
+        const int32_t special_ids[] = {si ? 1 : v.eos + 1, si ? 2 : v.eos + 2};
+        uint64_t rng = 99;
+        for (int trial = 0; trial < 200; trial++) {
+            char text[512];
+            int32_t want[512], got[512];
+            size_t len = 0, nw = 0, n = 0, start = 0;
+            for (int k = 0; k < 8; k++) {
+                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                uint32_t r = (uint32_t)(rng >> 33);
+                if (r % 3 == 0) { /* a special token: the text before it as plain pieces */
+                    size_t m = 0;
+                    CHECK_ST(mvm_tokenizer_encode(t, text + start, len - start, 0, want + nw,
+                                                  512 - nw, &m), MVM_OK);
+                    nw += m;
+                    want[nw++] = special_ids[r / 3 % 2];
+                    len += (size_t)sprintf(text + len, "%s", specials[r / 3 % 2]);
+                    start = len;
+                } else {
+                    len += (size_t)sprintf(text + len, "%s", words[r / 3 % 9]);
+                }
+            }
+            size_t m = 0;
+            CHECK_ST(mvm_tokenizer_encode(t, text + start, len - start, 0, want + nw, 512 - nw,
+                                          &m), MVM_OK);
+            nw += m;
+            for (size_t i = 0; i < 512; i++)
+                got[i] = -7; /* poisoned */
+            CHECK_ST(mvm_tokenizer_encode_special(t, text, len, 0, got, 512, &n), MVM_OK);
+            CHECK(n == nw && memcmp(got, want, n * sizeof *got) == 0);
+        }
+        /* a special text cut short is text; the plain encoder never makes specials */
+        int32_t ids[64];
+        size_t n;
+        const char *cut = si ? "<s" : "<|im_start|";
+        CHECK_ST(mvm_tokenizer_encode_special(t, cut, strlen(cut), 0, ids, 64, &n), MVM_OK);
+        for (size_t i = 0; i < n; i++)
+            CHECK(ids[i] != special_ids[0]);
+        CHECK_ST(mvm_tokenizer_encode(t, specials[1], strlen(specials[1]), 0, ids, 64, &n), MVM_OK);
+        CHECK(n > 1);
+        CHECK_ST(mvm_tokenizer_encode_special(t, specials[1], strlen(specials[1]), 0, ids, 64, &n),
+                 MVM_OK);
+        CHECK(n == 1 && ids[0] == special_ids[1]);
+        mvm_tokenizer_free(t);
+        mvm_vocab_free(&v);
+    }
+}
+
 /* ---- the sampler ---------------------------------------------------------------------- */
 
 static mvm_sampler *sampler(float temp, int32_t top_k, float top_p, float min_p, uint64_t seed,
@@ -966,7 +1031,7 @@ static void test_sampler_params(void)
 {
     const mvm_sampler_params bad[] = {
         {-0.1f, 0, 1, 0, 0}, {NAN, 0, 1, 0, 0}, {INFINITY, 0, 1, 0, 0}, {1, -1, 1, 0, 0},
-        {1, 0, 0, 0, 0},     {1, 0, 1.5f, 0, 0}, {1, 0, NAN, 0, 0},    {1, 0, 1, -0.1f, 0},
+        {1, 0, -0.1f, 0, 0}, {1, 0, 1.5f, 0, 0}, {1, 0, NAN, 0, 0},    {1, 0, 1, -0.1f, 0},
         {1, 0, 1, 2, 0},
     };
     static const char *const names[] = {"temperature", "temperature", "temperature", "top_k",
@@ -978,6 +1043,11 @@ static void test_sampler_params(void)
     }
     mvm_sampler_params ok = {0.8f, 40, 0.95f, 0.05f, 1};
     mvm_sampler *s;
+    /* a zeroed struct is greedy with every filter off (top_p 0 as 1) */
+    float row[4] = {0.5f, 3, -1, 2};
+    CHECK_ST(mvm_sampler_create(&(mvm_sampler_params){0}, 4, &s), MVM_OK);
+    CHECK(s && mvm_sampler_sample(s, row, 4) == 1);
+    mvm_sampler_free(s);
     CHECK_ST(mvm_sampler_create(&ok, 0, &s), MVM_ERR_INVALID);
     mvm_sampler_free(NULL);
 }
@@ -1167,6 +1237,73 @@ static void test_sampler_ties(void)
     mvm_sampler_free(s);
 }
 
+/* The repetition penalty (llama.cpp's): against a direct computation on random logits and
+ * histories, into a poisoned buffer; then through the sampler, greedy and sampled. */
+static void test_sampler_repeat_penalty(void)
+{
+    const mvm_sampler_params bad[] = {{1, 0, 1, 0, 0, -1.0f, 64}, {1, 0, 1, 0, 0, NAN, 64},
+                                      {1, 0, 1, 0, 0, INFINITY, 64}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        mvm_sampler *s = (mvm_sampler *)1;
+        CHECK_ST(mvm_sampler_create(&bad[i], 10, &s), MVM_ERR_INVALID);
+        CHECK(s == NULL && strstr(mvm_last_error(), "repeat_penalty"));
+    }
+    enum { N = 1000, PREV = 300 };
+    static float l[N], keep[N], out[N], want[N];
+    static int32_t prev[PREV];
+    static uint8_t in_window[N];
+    const float penalties[] = {1.3f, 0.7f, 2.0f};
+    const uint32_t last_n[] = {64, 1, 0, PREV + 50};
+    int exact = 1, untouched = 1, same = 1;
+    for (int r = 0; r < 24; r++) {
+        for (uint32_t i = 0; i < N; i++) /* some exactly 0, the sign's boundary */
+            l[i] = (float)((int)(next_rand() % 2001) - 1000) * 0.005f;
+        memcpy(keep, l, sizeof l);
+        for (uint32_t i = 0; i < PREV; i++) /* repeats, and ids outside the vocabulary */
+            prev[i] = i % 37 == 5 ? -1 : i % 41 == 7 ? N + 3 : (int32_t)(next_rand() % 200);
+        mvm_sampler_params p = {1, 40, 0.9f, 0, (uint64_t)r, penalties[r % 3], last_n[r % 4]};
+        memset(in_window, 0, sizeof in_window);
+        for (uint32_t i = PREV > p.repeat_last_n ? PREV - p.repeat_last_n : 0; i < PREV; i++)
+            if (prev[i] >= 0 && prev[i] < N)
+                in_window[prev[i]] = 1;
+        for (uint32_t i = 0; i < N; i++)
+            want[i] = !in_window[i] ? l[i] : l[i] > 0 ? l[i] / p.repeat_penalty
+                                                       : l[i] * p.repeat_penalty;
+        for (uint32_t i = 0; i < N; i++)
+            out[i] = NAN;
+        mvm_sampler_penalize(&p, l, N, prev, PREV, out);
+        exact &= memcmp(out, want, sizeof out) == 0;
+        /* The sampler with the penalty draws what one without draws from the penalised
+         * logits, from the same seed: greedy, and top-k/top-p sampling. */
+        mvm_sampler_params plain = p;
+        plain.repeat_penalty = 1;
+        for (float temp = 0; temp <= 1; temp += 1) {
+            p.temperature = plain.temperature = temp;
+            mvm_sampler *a, *b;
+            CHECK_ST(mvm_sampler_create(&p, N, &a), MVM_OK);
+            CHECK_ST(mvm_sampler_create(&plain, N, &b), MVM_OK);
+            for (int d = 0; d < 50; d++)
+                same &= mvm_sampler_sample_after(a, l, N, prev, PREV) ==
+                        mvm_sampler_sample(b, want, N);
+            mvm_sampler_free(a);
+            mvm_sampler_free(b);
+        }
+        untouched &= memcmp(l, keep, sizeof l) == 0;
+    }
+    CHECK(exact && untouched && same);
+    /* Greedy: 3 beats 2.9 until 3 was seen; divided by 1.1 it is 2.73. Outside the last
+     * repeat_last_n, or with no history given, it wins again. */
+    float g[4] = {3.0f, 2.9f, -1.0f, 0.5f};
+    const int32_t seen0[] = {0}, long_ago[] = {0, 3, 3};
+    mvm_sampler_params gp = {0, 0, 1, 0, 1, 1.1f, 2};
+    mvm_sampler *s;
+    CHECK_ST(mvm_sampler_create(&gp, 4, &s), MVM_OK);
+    CHECK(mvm_sampler_sample_after(s, g, 4, seen0, 1) == 1);
+    CHECK(mvm_sampler_sample_after(s, g, 4, long_ago, 3) == 0);
+    CHECK(mvm_sampler_sample(s, g, 4) == 0 && g[0] == 3.0f);
+    mvm_sampler_free(s);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/test_tokenizer.XXXXXX");
@@ -1185,11 +1322,13 @@ int main(void)
     RUN(test_built);
     RUN(test_built_deterministic);
     RUN(test_built_specials);
+    RUN(test_encode_special);
     RUN(test_sampler_params);
     RUN(test_sampler_greedy);
     RUN(test_sampler_seed);
     RUN(test_sampler_frequencies);
     RUN(test_sampler_ties);
+    RUN(test_sampler_repeat_penalty);
     rmdir(dir);
     TEST_END();
 }

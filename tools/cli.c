@@ -2,6 +2,7 @@
 #include "tools/cli.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,35 +21,139 @@ int mvm_cli_error(const char *what)
     return 1;
 }
 
+/* getopt_long's val for a long option: CLI_LONG + its row; --help's is CLI_HELP. */
+enum { CLI_MAX_OPTS = 96, CLI_HELP = 255, CLI_LONG = 256 };
+
+/* getopt_long's tables from the command's: the long options, and the short ones after ':'
+ * (a missing value then returns ':', told apart from an unknown option) and 'h'. Built at
+ * each call, so the iterator needs no storage of getopt's types. -1 on a table too long. */
+static int build_tables(const mvm_cli_opt *opts, struct option *lo, char *shorts)
+{
+    int n = 0, i = 0;
+    *shorts++ = ':';
+    *shorts++ = 'h';
+    for (; opts && (opts[i].name || opts[i].letter); i++) {
+        if (i == CLI_MAX_OPTS)
+            return -1;
+        if (opts[i].name)
+            lo[n++] = (struct option){opts[i].name, opts[i].value ? required_argument
+                                                                  : no_argument,
+                                      NULL, CLI_LONG + i};
+        if (opts[i].letter) {
+            *shorts++ = opts[i].letter;
+            if (opts[i].value)
+                *shorts++ = ':';
+        }
+    }
+    lo[n++] = (struct option){"help", no_argument, NULL, CLI_HELP};
+    lo[n] = (struct option){0};
+    *shorts = '\0';
+    return 0;
+}
+
+/* The index of the element getopt_long reads next: the first option ("-x...", not "-"
+ * alone, an argument) at or after optind; -1 at "--" or the end. Permutation moves only
+ * elements before optind, so this is the one. */
+static int next_element(const mvm_cli_iter *it)
+{
+    for (int k = optind ? optind : 1; k < it->argc; k++)
+        if (it->argv[k][0] == '-' && it->argv[k][1])
+            return strcmp(it->argv[k], "--") ? k : -1;
+    return -1;
+}
+
+/* getopt_long knows "--name" and "-c" only, so an element typed as a one-dash long name
+ * ("-ngl", "-ngl=99") is handed to it as "--" + itself, matching the row named "-ngl",
+ * from alias_buf; 1 when element k was so replaced (the caller puts it back). */
+static int one_dash_alias(mvm_cli_iter *it, int k)
+{
+    const char *a = it->argv[k];
+    size_t len = strcspn(a, "=");
+    if (a[1] == '-' || strlen(a) + 3 > sizeof it->alias_buf)
+        return 0;
+    for (const mvm_cli_opt *o = it->opts; o && (o->name || o->letter); o++)
+        if (o->name && o->name[0] == '-' && strlen(o->name) == len && !strncmp(o->name, a, len)) {
+            snprintf(it->alias_buf, sizeof it->alias_buf, "--%s", a);
+            it->argv[k] = it->alias_buf;
+            return 1;
+        }
+    return 0;
+}
+
+/* The long name getopt_long's val stands for; NULL for a short option. */
+static const char *long_name(const mvm_cli_iter *it, int val)
+{
+    return val == CLI_HELP ? "help" : val >= CLI_LONG ? it->opts[val - CLI_LONG].name : NULL;
+}
+
+/* "moevm <cmd>: <before><flag><after> (see --help)"; MVM_CLI_BAD. */
+static int cli_fail(const mvm_cli_iter *it, const char *before, const char *after)
+{
+    fprintf(stderr, "moevm %s: %s%s%s (see %s)\n", it->cmd, before, it->flag, after,
+            it->help ? it->help : "--help");
+    return MVM_CLI_BAD;
+}
+
+/* After the last option: the positional arguments, no more than the command takes. */
+static int cli_end(mvm_cli_iter *it)
+{
+    it->args = it->argv + optind;
+    it->n_args = it->argc - optind;
+    if (it->n_args <= it->max_args)
+        return MVM_CLI_END;
+    fprintf(stderr, "moevm %s: unexpected argument '%s' (see %s)\n", it->cmd,
+            it->args[it->max_args], it->help ? it->help : "--help");
+    return MVM_CLI_BAD;
+}
+
 int mvm_cli_next(mvm_cli_iter *it)
 {
-    if (it->i == 0)
-        it->i = 1; /* argv[0] is the command */
-    if (it->i >= it->argc)
-        return MVM_CLI_END;
-    it->flag = it->argv[it->i++];
-    it->value = NULL;
-    if (!strcmp(it->flag, "--help") || !strcmp(it->flag, "-h")) {
+    if (!it->started) {
+        it->started = 1;
+        optind = 0; /* glibc: a fresh walk, whatever an earlier parser left */
+        opterr = 0; /* its messages are ours to write */
+    }
+    struct option lo[CLI_MAX_OPTS + 2];
+    char shorts[2 * CLI_MAX_OPTS + 3];
+    if (build_tables(it->opts, lo, shorts)) {
+        fprintf(stderr, "moevm %s: more than %d option rows\n", it->cmd, CLI_MAX_OPTS);
+        return MVM_CLI_BAD;
+    }
+    int k = next_element(it);
+    char *typed = k >= 0 ? it->argv[k] : NULL;
+    int alias = k >= 0 && one_dash_alias(it, k);
+    int r = getopt_long(it->argc, it->argv, shorts, lo, NULL);
+    if (alias)
+        it->argv[k] = typed;
+    if (r == -1 || !typed) /* getopt read element k, if any */
+        return cli_end(it);
+    /* the option as typed, for messages: "--name" or "-ngl" up to '=', else "-c" */
+    const int is_long = alias || typed[1] == '-';
+    snprintf(it->flag_buf, sizeof it->flag_buf, "%.*s",
+             is_long ? (int)strcspn(typed, "=") : 2, typed);
+    it->flag = it->flag_buf;
+    /* a one-dash alias's "=value" is in alias_buf, which the next call reuses: point into
+     * argv instead */
+    it->value = alias && strchr(typed, '=') ? strchr(typed, '=') + 1 : optarg;
+    const int val = r == '?' || r == ':' ? optopt : r;
+    const char *name = long_name(it, val);
+    /* getopt_long takes a unique prefix for the whole name: here only the exact name */
+    if (is_long && (!name || (!alias && (name[0] == '-' || strcmp(it->flag + 2, name)))))
+        return cli_fail(it, "unknown option ", "");
+    if (r == '?')
+        return cli_fail(it, name ? "" : "unknown option ", name ? " takes no value" : "");
+    if (r == ':')
+        return cli_fail(it, "", " needs a value");
+    if (val == 'h' || val == CLI_HELP) {
         it->usage(stdout);
         return MVM_CLI_HELP;
     }
-    for (const char *const *s = it->switches; s && *s; s++)
-        if (!strcmp(it->flag, *s))
-            return MVM_CLI_OPTION;
-    if (it->i >= it->argc) {
-        fprintf(stderr, "moevm %s: %s needs a value (see %s)\n", it->cmd, it->flag,
-                it->help ? it->help : "--help");
-        return MVM_CLI_BAD;
-    }
-    it->value = it->argv[it->i++];
+    int row = val - CLI_LONG;
+    for (int i = 0; row < 0; i++)
+        if (it->opts[i].letter == val)
+            row = i;
+    it->id = it->opts[row].id;
     return MVM_CLI_OPTION;
-}
-
-int mvm_cli_unknown(const mvm_cli_iter *it)
-{
-    fprintf(stderr, "moevm %s: unknown option %s (see %s)\n", it->cmd, it->flag,
-            it->help ? it->help : "--help");
-    return 2;
 }
 
 int mvm_cli_u32(const char *cmd, const char *flag, const char *value, uint32_t lo, uint32_t hi,
@@ -88,6 +193,64 @@ int mvm_cli_kv_type(const char *cmd, const char *value, const char **out)
     }
     *out = value;
     return 0;
+}
+
+void mvm_cli_gpu_layers(const char *cmd, const char *flag)
+{
+    static int said;
+    if (said++)
+        return;
+    fprintf(stderr, "moevm %s: %s: accepted and ignored: moevm gives experts a byte budget "
+            "(--gpu-budget, --n-cpu-moe), not layers, and attention and dense weights always "
+            "go to the GPU when there is one\n", cmd, flag);
+}
+
+int mvm_cli_cpu_moe(const char *cmd, uint32_t n_cpu_moe, uint32_t n_moe_layers,
+                    mvm_space_desc *desc)
+{
+    if (n_cpu_moe >= n_moe_layers) {
+        fprintf(stderr, "moevm %s: --n-cpu-moe %u: the model has %u MoE layers, so that leaves "
+                "no expert on the GPU, and an expert space needs one page (give fewer; on the "
+                "CPU alone leave it out: the experts are read at their homes)\n", cmd,
+                n_cpu_moe, n_moe_layers);
+        return 2;
+    }
+    /* A fraction of the experts' pages, as a percentage budget: each expert whole pages, so
+     * the budget holds exactly the layers' experts. The quotient can round a hair below the
+     * product's exact page count; a billionth of a layer more cannot reach another page. */
+    double frac = ((double)(n_moe_layers - n_cpu_moe) + 1e-9) / (double)n_moe_layers;
+    desc->device_budget = 0;
+    desc->device_budget_frac = frac < 1 ? frac : 1;
+    return 0;
+}
+
+char *mvm_cli_read_text(const char *cmd, const char *path, size_t *len)
+{
+    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+    if (!f) {
+        fprintf(stderr, "moevm %s: %s: cannot open it: %s\n", cmd, path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0, got;
+    char *buf = malloc(cap);
+    while (buf && (got = fread(buf + n, 1, cap - 1 - n, f)) > 0)
+        if ((n += got) == cap - 1) {
+            char *grown = realloc(buf, cap *= 2);
+            if (!grown)
+                free(buf);
+            buf = grown;
+        }
+    int failed = !buf || ferror(f);
+    if (f != stdin)
+        fclose(f);
+    if (failed) {
+        fprintf(stderr, "moevm %s: %s: %s\n", cmd, path, buf ? "read error" : "out of memory");
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
 }
 
 int mvm_cli_need_model(const char *cmd, const char *model)

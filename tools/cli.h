@@ -13,6 +13,8 @@ int mvm_cmd_demo(int argc, char **argv);
 int mvm_cmd_options(int argc, char **argv);
 int mvm_cmd_mkmodel(int argc, char **argv);
 int mvm_cmd_run(int argc, char **argv);
+int mvm_cmd_chat(int argc, char **argv);  /* tools/cmd_chat.c */
+int mvm_cmd_serve(int argc, char **argv); /* tools/cmd_serve.c */
 int mvm_cmd_bench(int argc, char **argv);
 int mvm_cmd_calibrate(int argc, char **argv);
 int mvm_cmd_tokenize(int argc, char **argv);
@@ -20,29 +22,78 @@ int mvm_cmd_sim(int argc, char **argv);   /* tools/cmd_sim.c */
 int mvm_cmd_trace(int argc, char **argv); /* tools/cmd_trace.c */
 int mvm_cmd_train_predictor(int argc, char **argv); /* tools/cmd_train.c */
 
-/* Walks a command's options: "--flag value" pairs, and the switches (flags without a value)
- * named in `switches`, a NULL-terminated list or NULL. */
+/*
+ * Options. Each command declares its options in one table and walks them with
+ * mvm_cli_next, which drives glibc's getopt_long over it: the standard parser, so
+ * "--flag value", "--flag=value", "-f value" and "-fvalue" all work, "--" ends the options,
+ * and options and arguments may come in any order (getopt permutes argv). getopt_long
+ * would also take any unique prefix of a long name; mvm_cli_next refuses those, so an
+ * option is only ever its exact name (a prefix that is unique today is ambiguous tomorrow,
+ * and --predict must never be read as --predictor). getopt's own messages are off: every
+ * error is one line "moevm <cmd>: ... (see --help)" and exit code 2.
+ *
+ *   enum { O_MODEL = 1, O_CTX, O_VERBOSE };
+ *   static const mvm_cli_opt opts[] = {
+ *       {"model", 'm', 1, O_MODEL}, {"ctx", 'c', 1, O_CTX}, {"ctx-size", 0, 1, O_CTX},
+ *       {"verbose", 0, 0, O_VERBOSE}, {0}};
+ *   mvm_cli_iter it = {.cmd = "run", .usage = usage, .opts = opts, .argc = argc, .argv = argv};
+ *   int next;
+ *   while ((next = mvm_cli_next(&it)) == MVM_CLI_OPTION)
+ *       switch (it.id) {
+ *       case O_MODEL: model = it.value; break;
+ *       case O_CTX: if (mvm_cli_u32("run", it.flag, it.value, 1, 4096, &ctx)) return 2; break;
+ *       case O_VERBOSE: verbose = 1; break;
+ *       }
+ *   if (next != MVM_CLI_END)
+ *       return next; // --help printed (0), or a bad option reported (2)
+ */
+
+/* One row of a command's option table; a row of zeros ends it. Rows may share an id: the
+ * spellings of one option (--ctx, --ctx-size, -c). --help and -h are every command's and
+ * are not listed. */
+typedef struct mvm_cli_opt {
+    const char *name; /* the long name, typed --name; one that starts with '-' ("-ngl") is
+                         typed with one dash, as llama.cpp spells a few; NULL: a letter only */
+    char letter;      /* the short option, typed -c; 0: none */
+    char value;       /* 1: it takes a value; 0: a switch, which refuses one (--x=1) */
+    int id;           /* the command's number for it, > 0: it->id when it is found */
+} mvm_cli_opt;
+
+/* The walk over argv[1..argc) (argv[0] is the command). Set the inputs; read the outputs
+ * after each mvm_cli_next. argv is permuted in place, as getopt_long does. */
 typedef struct mvm_cli_iter {
-    const char *cmd;                /* messages read "moevm <cmd>: ..." */
-    const char *help;               /* where the options are listed; NULL: "--help" */
-    void (*usage)(FILE *);          /* prints them, for --help and -h */
-    const char *const *switches;
-    int argc, i;
+    /* inputs */
+    const char *cmd;          /* messages read "moevm <cmd>: ..." */
+    const char *help;         /* where the options are listed; NULL: "--help" */
+    void (*usage)(FILE *);    /* prints them, for --help and -h */
+    const mvm_cli_opt *opts;  /* the table; NULL: none but --help */
+    int max_args;             /* positional arguments the command takes (0 for most) */
+    int argc;
     char **argv;
-    const char *flag; /* the option mvm_cli_next returned */
-    char *value;      /* its value, split in place by some parsers; NULL for a switch */
+    /* outputs */
+    int id;                   /* the option found (its row's id) */
+    const char *flag;         /* as typed, without "=value" ("--ctx", "-c"), for messages */
+    char *value;              /* its value, in argv (some parsers split it in place); NULL
+                                 for a switch */
+    char **args;              /* after MVM_CLI_END: the positional arguments, n_args of them */
+    int n_args;
+    /* mvm_cli_next's own */
+    int started;
+    char flag_buf[64];
+    char alias_buf[256];
 } mvm_cli_iter;
 
 /* What mvm_cli_next found. HELP and BAD are the command's exit codes, and END is the
  * parsers' "go on". */
 enum { MVM_CLI_OPTION = -2, MVM_CLI_END = -1, MVM_CLI_HELP = 0, MVM_CLI_BAD = 2 };
 
-/* The next option in it->flag and it->value (MVM_CLI_OPTION); MVM_CLI_END after the last;
- * MVM_CLI_HELP after printing the usage for --help or -h; MVM_CLI_BAD after
- * "moevm <cmd>: <flag> needs a value (see --help)". */
+/* The next option: MVM_CLI_OPTION with it->id, it->flag and it->value; MVM_CLI_END after
+ * the last (it->args then holds the positional arguments); MVM_CLI_HELP after printing the
+ * usage on stdout for --help or -h; MVM_CLI_BAD after one line on stderr: "moevm <cmd>:
+ * unknown option --x (see --help)", "... --x needs a value ...", "... --x takes no value
+ * ...", or "... unexpected argument 'x' ..." (more positional arguments than max_args).
+ * getopt's state is global: a walk starts afresh at each new iterator, one at a time. */
 int mvm_cli_next(mvm_cli_iter *it);
-/* "moevm <cmd>: unknown option <flag> (see --help)" on stderr; returns 2. */
-int mvm_cli_unknown(const mvm_cli_iter *it);
 
 /* "moevm: <what>: <mvm_last_error()>" on stderr; returns 1. */
 int mvm_cli_error(const char *what);
@@ -53,6 +104,20 @@ int mvm_cli_u32(const char *cmd, const char *flag, const char *value, uint32_t l
                 uint32_t *out);
 int mvm_cli_float(const char *cmd, const char *flag, const char *value, double lo, double hi,
                   float *out);
+
+/* -ngl / --n-gpu-layers N of llama.cpp, accepted with any value: moevm places experts by a
+ * byte budget, and attention and dense weights always go to the GPU when there is one. The
+ * first call says so on stderr, once per process. */
+void mvm_cli_gpu_layers(const char *cmd, const char *flag);
+/* --n-cpu-moe N of llama.cpp, once the model's shape is known: desc's budget becomes the
+ * experts of all but N of its n_moe_layers MoE layers, (n_moe_layers - N) / n_moe_layers of
+ * the experts' pages. 0; or 2 after "moevm <cmd>: ..." when N leaves no layer (a budget of
+ * 0, which the expert space cannot be). */
+int mvm_cli_cpu_moe(const char *cmd, uint32_t n_cpu_moe, uint32_t n_moe_layers,
+                    mvm_space_desc *desc);
+/* The whole of `path` (stdin for "-"), NUL-terminated, in a malloc'ed buffer, its length
+ * in *len; NULL after "moevm <cmd>: <path>: ..." on stderr. */
+char *mvm_cli_read_text(const char *cmd, const char *path, size_t *len);
 
 /* --kv-type's value: "f16" or "f32" into *out, 0; else "moevm <cmd>: --kv-type <value>:
  * expected f16 or f32" and 2. */

@@ -40,23 +40,33 @@ struct bench_args {
     uint32_t threads[BENCH_MAX_AXIS], n_threads;
     char *budgets[BENCH_MAX_AXIS]; /* NULL: MOEVM_GPU_BUDGET */
     uint32_t n_budgets;
+    uint32_t cpu_moe[BENCH_MAX_AXIS]; /* --n-cpu-moe's, the budgets instead when n_cpu_moe */
+    uint32_t n_cpu_moe;
 };
 
 static void usage(FILE *f)
 {
     fputs("usage: moevm bench -m MODEL.gguf [-p N] [-n N] [-r REPS] [-t THREADS[,...]]\n"
-          "                   [--gpu-budget SIZE|PCT[,...]] [--evict NAME[{k=v,...}]]\n"
-          "                   [--batch N] [--kv-type f16|f32] [--routing TRACE.jsonl]\n"
-          "  -p            prompt tokens evaluated at once: the ppN test (default 512; 0: none)\n"
-          "  -n            tokens generated one at a time: the tgN test (default 128; 0: none)\n"
-          "  -r            timed repetitions of each test, after one warm-up (default 5)\n"
-          "  -t            thread counts to try (default: the cores near the GPU, or all)\n"
+          "                   [--gpu-budget SIZE|PCT[,...] | --n-cpu-moe N[,...]]\n"
+          "                   [--evict NAME[{k=v,...}]] [-b N] [--kv-type f16|f32]\n"
+          "                   [--routing TRACE.jsonl]\n"
+          "  -m, --model   the GGUF model\n"
+          "  -p, --n-prompt  prompt tokens evaluated at once: the ppN test (default 512; 0:\n"
+          "                none)\n"
+          "  -n, --n-gen   tokens generated one at a time: the tgN test (default 128; 0: none)\n"
+          "  -r, --repetitions  timed repetitions of each test, after one warm-up (default 5)\n"
+          "  -t, --threads thread counts to try (default: the cores near the GPU, or all)\n"
           "  --gpu-budget  device budgets to try, each a size, a percentage of the experts\n"
           "                or auto (default MOEVM_GPU_BUDGET; on the CPU auto reads the experts\n"
           "                at their homes, the budget column's 'home', and a budget emulates a\n"
           "                device)\n"
+          "  --n-cpu-moe, -ncmoe  llama-bench's, as budgets to try: the experts of all but N\n"
+          "                MoE layers, (layers - N) / layers of their pages (not with\n"
+          "                --gpu-budget)\n"
+          "  -ngl, --n-gpu-layers  llama-bench's, accepted with any value and ignored:\n"
+          "                attention and dense weights always go to the GPU when there is one\n"
           "  --evict       the evict policy module (default MOEVM_EVICT; docs/policies.md)\n"
-          "  --batch       prompt tokens per forward pass (default 32)\n"
+          "  -b, --batch, --batch-size  prompt tokens per forward pass (default 32)\n"
           "  --kv-type     the KV cache's elements (default MOEVM_KV_TYPE, f16)\n"
           "  --routing     benchmark mode: replay this routing trace's expert choices (moevm\n"
           "                run --trace-out of a real model, or moevm trace gen) instead of\n"
@@ -84,39 +94,63 @@ static int split_list(const char *flag, char *v, char **out, uint32_t *n)
     return 0;
 }
 
-static int parse_threads(char *v, struct bench_args *a)
+/* -t's or --n-cpu-moe's list of integers in [lo, hi] into out[], *n of them. */
+static int parse_u32_list(const char *flag, char *v, uint32_t lo, uint32_t hi, uint32_t *out,
+                          uint32_t *n)
 {
     char *items[BENCH_MAX_AXIS];
-    int bad = split_list("-t", v, items, &a->n_threads);
-    for (uint32_t i = 0; !bad && i < a->n_threads; i++)
-        bad = mvm_cli_u32("bench", "-t", items[i], 1, 1024, &a->threads[i]);
+    int bad = split_list(flag, v, items, n);
+    for (uint32_t i = 0; !bad && i < *n; i++)
+        bad = mvm_cli_u32("bench", flag, items[i], lo, hi, &out[i]);
     return bad;
+}
+
+enum {
+    O_MODEL = 1, O_PROMPT, O_GEN, O_REPS, O_THREADS, O_BUDGET, O_CPU_MOE, O_NGL, O_EVICT,
+    O_BATCH, O_KV_TYPE, O_ROUTING
+};
+
+/* The options, llama-bench's spellings among them where they mean the same. */
+static const mvm_cli_opt bench_opts[] = {
+    {"model", 'm', 1, O_MODEL},       {"n-prompt", 'p', 1, O_PROMPT},
+    {"n-gen", 'n', 1, O_GEN},         {"repetitions", 'r', 1, O_REPS},
+    {"threads", 't', 1, O_THREADS},   {"gpu-budget", 0, 1, O_BUDGET},
+    {"n-cpu-moe", 0, 1, O_CPU_MOE},   {"-ncmoe", 0, 1, O_CPU_MOE},
+    {"-ngl", 0, 1, O_NGL},            {"gpu-layers", 0, 1, O_NGL},
+    {"n-gpu-layers", 0, 1, O_NGL},    {"evict", 0, 1, O_EVICT},
+    {"batch", 'b', 1, O_BATCH},       {"batch-size", 0, 1, O_BATCH},
+    {"kv-type", 0, 1, O_KV_TYPE},     {"routing", 0, 1, O_ROUTING},
+    {0}};
+
+static int parse_option(struct bench_args *a, int id, const char *f, char *v)
+{
+    switch (id) {
+    case O_MODEL: a->model = v; return 0;
+    case O_ROUTING: a->routing = v; return 0;
+    case O_NGL: mvm_cli_gpu_layers("bench", f); return 0;
+    case O_PROMPT: return mvm_cli_u32("bench", f, v, 0, 1u << 16, &a->n_prompt);
+    case O_GEN: return mvm_cli_u32("bench", f, v, 0, 1u << 16, &a->n_gen);
+    case O_REPS: return mvm_cli_u32("bench", f, v, 1, 1000, &a->reps);
+    case O_THREADS: return parse_u32_list(f, v, 1, 1024, a->threads, &a->n_threads);
+    case O_BUDGET: return split_list(f, v, a->budgets, &a->n_budgets);
+    case O_CPU_MOE: return parse_u32_list(f, v, 0, 1u << 16, a->cpu_moe, &a->n_cpu_moe);
+    case O_EVICT: return mvm_cli_policy("bench", f, v, &a->evict, &a->evict_args);
+    case O_BATCH: return mvm_cli_u32("bench", f, v, 1, 4096, &a->batch);
+    case O_KV_TYPE: return mvm_cli_kv_type("bench", v, &a->kv_type);
+    }
+    return 0;
 }
 
 static int parse_args(int argc, char **argv, struct bench_args *a)
 {
     *a = (struct bench_args){.n_prompt = 512, .n_gen = 128, .reps = 5, .batch = 32,
                              .n_threads = 1, .n_budgets = 1};
-    mvm_cli_iter it = {.cmd = "bench", .usage = usage, .argc = argc, .argv = argv};
-    int next;
+    mvm_cli_iter it = {.cmd = "bench", .usage = usage, .opts = bench_opts, .argc = argc,
+                       .argv = argv};
+    int next, budget_given = 0;
     while ((next = mvm_cli_next(&it)) == MVM_CLI_OPTION) {
-        const char *f = it.flag;
-        char *v = it.value;
-        int bad = 0;
-        if (!strcmp(f, "-m") || !strcmp(f, "--model")) a->model = v;
-        else if (!strcmp(f, "-p")) bad = mvm_cli_u32("bench", f, v, 0, 1u << 16, &a->n_prompt);
-        else if (!strcmp(f, "-n")) bad = mvm_cli_u32("bench", f, v, 0, 1u << 16, &a->n_gen);
-        else if (!strcmp(f, "-r")) bad = mvm_cli_u32("bench", f, v, 1, 1000, &a->reps);
-        else if (!strcmp(f, "-t") || !strcmp(f, "--threads")) bad = parse_threads(v, a);
-        else if (!strcmp(f, "--gpu-budget"))
-            bad = split_list(f, v, a->budgets, &a->n_budgets);
-        else if (!strcmp(f, "--evict"))
-            bad = mvm_cli_policy("bench", f, v, &a->evict, &a->evict_args);
-        else if (!strcmp(f, "--batch")) bad = mvm_cli_u32("bench", f, v, 1, 4096, &a->batch);
-        else if (!strcmp(f, "--kv-type")) bad = mvm_cli_kv_type("bench", v, &a->kv_type);
-        else if (!strcmp(f, "--routing")) a->routing = v;
-        else bad = mvm_cli_unknown(&it);
-        if (bad)
+        budget_given |= it.id == O_BUDGET;
+        if (parse_option(a, it.id, it.flag, it.value))
             return 2;
     }
     if (next != MVM_CLI_END)
@@ -127,6 +161,11 @@ static int parse_args(int argc, char **argv, struct bench_args *a)
         fprintf(stderr, "moevm bench: -p 0 and -n 0 leave nothing to measure\n");
         return 2;
     }
+    if (budget_given && a->n_cpu_moe) {
+        fprintf(stderr, "moevm bench: give --gpu-budget or --n-cpu-moe, not both (both set the "
+                "experts' device budgets)\n");
+        return 2;
+    }
     /* every budget before the first measurement, not after minutes of them */
     for (uint32_t b = 0; b < a->n_budgets; b++) {
         mvm_space_desc desc;
@@ -134,6 +173,8 @@ static int parse_args(int argc, char **argv, struct bench_args *a)
         if (bad)
             return bad;
     }
+    if (a->n_cpu_moe)
+        a->n_budgets = a->n_cpu_moe;
     return -1;
 }
 
@@ -269,24 +310,47 @@ static int bench_test(struct bench_run *r, int gen, const char *prefix)
     return 0;
 }
 
+/* The model loaded on `pool` for budget b: --gpu-budget's, or --n-cpu-moe's once the
+ * model's shape is known. 0, or the exit code after a one-line error. */
+static int bench_load(const struct bench_args *a, mvm_pool *pool, uint32_t b, mvm_model **out)
+{
+    mvm_space_desc desc;
+    int rc = mvm_cli_space_desc("bench", "--gpu-budget", a->n_cpu_moe ? NULL : a->budgets[b],
+                                &desc);
+    mvm_model *m = NULL;
+    if (rc || mvm_model_open(a->model, &m) != MVM_OK)
+        return rc ? rc : mvm_cli_error("loading the model");
+    if (a->n_cpu_moe && (rc = mvm_cli_cpu_moe("bench", a->cpu_moe[b], m->hp.n_layer, &desc))) {
+        mvm_model_free(m);
+        return rc;
+    }
+    char label[600];
+    snprintf(label, sizeof label, "loading %s", a->model);
+    /* a test's context: n_prompt or n_gen positions */
+    const mvm_ctx_shape ctx = {a->n_prompt > a->n_gen ? a->n_prompt : a->n_gen, a->batch,
+                               a->kv_type};
+    mvm_space *space;
+    mvm_status st = mvm_plan_space(m, &ctx, &desc, &space);
+    if (st == MVM_OK)
+        st = mvm_model_load_experts(m, space, pool, NULL, mvm_cli_progress, label);
+    if (st != MVM_OK) {
+        rc = mvm_cli_error("loading the model");
+        mvm_model_free(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}
+
 /* Loads the model for one budget on `pool` and runs both tests. */
 static int bench_config(const struct bench_args *a, const mvm_machine *machine, mvm_pool *pool,
                         uint32_t b, struct replay *replay)
 {
-    mvm_space_desc desc;
-    int rc = mvm_cli_space_desc("bench", "--gpu-budget", a->budgets[b], &desc);
-    if (rc)
-        return rc;
     struct bench_run r = {.a = a, .pool = pool, .machine = machine, .rng = 42,
                           .progress = isatty(STDERR_FILENO), .replay = replay};
-    char label[600];
-    snprintf(label, sizeof label, "loading %s", a->model);
-    /* a test's context: n_prompt or n_gen positions */
-    const mvm_load_args load = {
-        .desc = &desc, .pool = pool, .progress = mvm_cli_progress, .progress_ctx = label,
-        .ctx = {a->n_prompt > a->n_gen ? a->n_prompt : a->n_gen, a->batch, a->kv_type}};
-    if (mvm_model_load(a->model, &load, &r.model) != MVM_OK)
-        return mvm_cli_error("loading the model");
+    int rc = bench_load(a, pool, b, &r.model);
+    if (rc)
+        return rc;
     if (replay && (rc = replay_check(replay->t, r.model, a->routing))) {
         mvm_model_free(r.model);
         return rc;

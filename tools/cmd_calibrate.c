@@ -30,10 +30,11 @@ static void usage(FILE *f)
             "  model (its weight type and shape): CPU experts on the engine's threads, and on\n"
             "  a device backend the expert copies and the experts on the GPU; the rest keep\n"
             "  --base's values\n"
-            "  -o            the cost file to write (default: standard output)\n"
+            "  -m, --model   the model the runs will use\n"
+            "  -o, --output  the cost file to write (default: standard output)\n"
             "  --base        preset or cost file for what is not measured (default MOEVM_COST)\n"
             "  --name        the machine's name in the file (default: the host name)\n"
-            "  -t            threads (default as `moevm run`: MOEVM_THREADS, else the cores\n"
+            "  -t, --threads threads (default as `moevm run`: MOEVM_THREADS, else the cores\n"
             "                near the GPU): calibrate with those the runs will use\n"
             "  --tokens      the most tokens per expert timed (default 32)\n"
             "  --time        seconds per measured point (default 0.25)\n"
@@ -42,24 +43,30 @@ static void usage(FILE *f)
 
 static int parse_args(int argc, char **argv, struct cal_args *a)
 {
+    enum { O_MODEL = 1, O_OUT, O_BASE, O_NAME, O_BUDGET, O_THREADS, O_TOKENS, O_TIME };
+    static const mvm_cli_opt opts[] = {
+        {"model", 'm', 1, O_MODEL},     {"output", 'o', 1, O_OUT},
+        {"base", 0, 1, O_BASE},         {"name", 0, 1, O_NAME},
+        {"gpu-budget", 0, 1, O_BUDGET}, {"threads", 't', 1, O_THREADS},
+        {"tokens", 0, 1, O_TOKENS},     {"time", 0, 1, O_TIME},
+        {0}};
     *a = (struct cal_args){.tokens = 32, .time = 0.25f};
-    mvm_cli_iter it = {.cmd = "calibrate", .usage = usage, .argc = argc, .argv = argv};
+    mvm_cli_iter it = {.cmd = "calibrate", .usage = usage, .opts = opts, .argc = argc,
+                       .argv = argv};
     int next;
     while ((next = mvm_cli_next(&it)) == MVM_CLI_OPTION) {
         const char *f = it.flag, *v = it.value;
         int bad = 0;
-        if (!strcmp(f, "-m") || !strcmp(f, "--model")) a->model = v;
-        else if (!strcmp(f, "-o")) a->out = v;
-        else if (!strcmp(f, "--base")) a->base = v;
-        else if (!strcmp(f, "--name")) a->name = v;
-        else if (!strcmp(f, "--gpu-budget")) a->budget = v;
-        else if (!strcmp(f, "-t") || !strcmp(f, "--threads"))
-            bad = mvm_cli_u32("calibrate", f, v, 1, 1024, &a->threads);
-        else if (!strcmp(f, "--tokens"))
-            bad = mvm_cli_u32("calibrate", f, v, 2, 1024, &a->tokens);
-        else if (!strcmp(f, "--time"))
-            bad = mvm_cli_float("calibrate", f, v, 0.001, 60, &a->time);
-        else bad = mvm_cli_unknown(&it);
+        switch (it.id) {
+        case O_MODEL: a->model = v; break;
+        case O_OUT: a->out = v; break;
+        case O_BASE: a->base = v; break;
+        case O_NAME: a->name = v; break;
+        case O_BUDGET: a->budget = v; break;
+        case O_THREADS: bad = mvm_cli_u32("calibrate", f, v, 1, 1024, &a->threads); break;
+        case O_TOKENS: bad = mvm_cli_u32("calibrate", f, v, 2, 1024, &a->tokens); break;
+        case O_TIME: bad = mvm_cli_float("calibrate", f, v, 0.001, 60, &a->time); break;
+        }
         if (bad)
             return 2;
     }

@@ -46,36 +46,37 @@ static int parse_args(int argc, char **argv, struct demo_args *a)
 {
     *a = (struct demo_args){.layers = 4, .experts = 16, .topk = 2, .tokens = 256,
                             .expert_bytes = 3u << 20, .budget = "25%", .seed = 1};
-    mvm_cli_iter it = {.cmd = "demo", .usage = usage, .argc = argc, .argv = argv};
+    enum { O_LAYERS = 1, O_EXPERTS, O_TOPK, O_TOKENS, O_SIZE, O_BUDGET, O_EVICT, O_SEED };
+    static const mvm_cli_opt opts[] = {
+        {"layers", 0, 1, O_LAYERS},    {"experts", 0, 1, O_EXPERTS},   {"topk", 0, 1, O_TOPK},
+        {"tokens", 0, 1, O_TOKENS},    {"expert-size", 0, 1, O_SIZE},  {"budget", 0, 1, O_BUDGET},
+        {"evict", 0, 1, O_EVICT},      {"seed", 0, 1, O_SEED},         {0}};
+    /* the counts, which read like --expert-size (so 1K works) */
+    uint32_t *count[] = {[O_LAYERS] = &a->layers, [O_EXPERTS] = &a->experts,
+                         [O_TOPK] = &a->topk, [O_TOKENS] = &a->tokens};
+    mvm_cli_iter it = {.cmd = "demo", .usage = usage, .opts = opts, .argc = argc, .argv = argv};
     int next;
     while ((next = mvm_cli_next(&it)) == MVM_CLI_OPTION) {
         const char *f = it.flag;
         char *v = it.value;
-        uint32_t *count = !strcmp(f, "--layers")    ? &a->layers
-                          : !strcmp(f, "--experts") ? &a->experts
-                          : !strcmp(f, "--topk")    ? &a->topk
-                          : !strcmp(f, "--tokens")  ? &a->tokens
-                                                    : NULL;
         uint64_t n = 0;
         uint32_t seed;
-        if (strcmp(f, "--budget") == 0) {
+        if (it.id == O_BUDGET) {
             a->budget = v;
-        } else if (strcmp(f, "--evict") == 0) {
+        } else if (it.id == O_EVICT) {
             if (mvm_cli_policy("demo", f, v, &a->evict, &a->evict_args))
                 return 2;
-        } else if (strcmp(f, "--seed") == 0) {
+        } else if (it.id == O_SEED) {
             if (mvm_cli_u32("demo", f, v, 0, UINT32_MAX, &seed))
                 return 2;
             a->seed = seed;
-        } else if (!count && strcmp(f, "--expert-size") != 0) {
-            return mvm_cli_unknown(&it);
         } else if (mvm_parse_size(v, &n) || n == 0 || n > UINT32_MAX) {
             fprintf(stderr, "moevm demo: %s %s: not a positive number\n", f, v);
             return 2;
-        } else if (count) {
-            *count = (uint32_t)n;
-        } else {
+        } else if (it.id == O_SIZE) {
             a->expert_bytes = n;
+        } else {
+            *count[it.id] = (uint32_t)n;
         }
     }
     if (next != MVM_CLI_END)

@@ -11,13 +11,19 @@
 #include "vmm/options.h"
 #include "vmm/topo.h"
 
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: moevm info\n"
+               "  what moevm sees here: topology, SIMD level, backend, device, page size,\n"
+               "  budget, where homes live, memory, and the MOEVM_* options in effect\n");
+}
+
 int mvm_cmd_info(int argc, char **argv)
 {
-    if (argc > 1) {
-        fprintf(stderr, "usage: moevm info\n%s\n",
-                strcmp(argv[1], "--help") == 0 ? "" : "moevm info takes no arguments");
-        return strcmp(argv[1], "--help") == 0 ? 0 : 2;
-    }
+    mvm_cli_iter it = {.cmd = "info", .usage = usage, .argc = argc, .argv = argv};
+    int next = mvm_cli_next(&it); /* no options but --help */
+    if (next != MVM_CLI_END)
+        return next;
     printf("moevm %s\n", mvm_version());
 
     /* A one-page probe space shows what a real space would get: backend, device, page

@@ -29,7 +29,7 @@ static void usage(FILE *f)
             "             types to iq4_nl, q4_K to q5_0, q5_K to q5_1, q6_K to q8_0; the\n"
             "             iq1/2/3 quantizer is a plain one (no importance matrix)\n"
             "  --seed     the weights' seed (default 1): same seed, same file\n"
-            "  -o         output file (default: <preset>-<arch>-<type>.gguf)\n"
+            "  -o, --output  the file to write (default: <preset>-<arch>-<type>.gguf)\n"
             "  --rope-scaling  write a context extension (rope.scaling.*): linear, or YaRN\n"
             "             from a model trained on ORIG_CTX positions\n"
             "  the size flags override the preset's value\n");
@@ -131,38 +131,39 @@ int mvm_cmd_mkmodel(int argc, char **argv)
     int type_set = 0, list = 0, k_mix = 0;
     uint32_t seed = 1;
     const char *rope_scaling = NULL;
-    struct { const char *flag; uint32_t val; int set; } ov[] = {
-        {"--layers"}, {"--experts"}, {"--top-k"}, {"--embd"}, {"--expert-ff"}, {"--vocab"},
-        {"--ctx"}};
+    /* the size overrides: ids 1..7, in dst[]'s order below */
+    struct { uint32_t val; int set; } ov[7] = {{0}};
+    enum { O_LIST = 8, O_PRESET, O_ARCH, O_ROPE, O_OUT, O_SEED, O_TYPE };
+    static const mvm_cli_opt opts[] = {
+        {"layers", 0, 1, 1},   {"experts", 0, 1, 2},      {"top-k", 0, 1, 3},
+        {"embd", 0, 1, 4},     {"expert-ff", 0, 1, 5},    {"vocab", 0, 1, 6},
+        {"ctx", 0, 1, 7},      {"list", 0, 0, O_LIST},    {"preset", 0, 1, O_PRESET},
+        {"arch", 0, 1, O_ARCH}, {"rope-scaling", 0, 1, O_ROPE}, {"output", 'o', 1, O_OUT},
+        {"seed", 0, 1, O_SEED}, {"type", 0, 1, O_TYPE},   {0}};
     const size_t n_ov = sizeof ov / sizeof *ov;
-    static const char *const switches[] = {"--list", NULL};
-    mvm_cli_iter it = {.cmd = "mkmodel", .usage = usage, .switches = switches, .argc = argc,
+    mvm_cli_iter it = {.cmd = "mkmodel", .usage = usage, .opts = opts, .argc = argc,
                        .argv = argv};
     int next;
     while ((next = mvm_cli_next(&it)) == MVM_CLI_OPTION) {
-        const char *a = it.flag, *v = it.value;
-        size_t k = 0;
-        while (k < n_ov && strcmp(a, ov[k].flag) != 0)
-            k++;
-        if (k < n_ov) {
-            if (mvm_cli_u32("mkmodel", a, v, 1, 1u << 24, &ov[k].val))
-                return 2;
-            ov[k].set = 1;
-        } else if (strcmp(a, "--list") == 0) list = 1;
-        else if (strcmp(a, "--preset") == 0) preset = v;
-        else if (strcmp(a, "--arch") == 0) arch = v;
-        else if (strcmp(a, "--rope-scaling") == 0) rope_scaling = v;
-        else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) out = v;
-        else if (strcmp(a, "--seed") == 0) {
-            if (mvm_cli_u32("mkmodel", a, v, 0, UINT32_MAX, &seed))
-                return 2;
-        } else if (strcmp(a, "--type") == 0) {
-            if (parse_type(v, &type, &k_mix))
-                return 2;
+        const char *f = it.flag, *v = it.value;
+        int bad = 0;
+        switch (it.id) {
+        case O_LIST: list = 1; break;
+        case O_PRESET: preset = v; break;
+        case O_ARCH: arch = v; break;
+        case O_ROPE: rope_scaling = v; break;
+        case O_OUT: out = v; break;
+        case O_SEED: bad = mvm_cli_u32("mkmodel", f, v, 0, UINT32_MAX, &seed); break;
+        case O_TYPE:
+            bad = parse_type(v, &type, &k_mix);
             type_set = 1;
-        } else {
-            return mvm_cli_unknown(&it);
+            break;
+        default:
+            bad = mvm_cli_u32("mkmodel", f, v, 1, 1u << 24, &ov[it.id - 1].val);
+            ov[it.id - 1].set = 1;
         }
+        if (bad)
+            return 2;
     }
     if (next != MVM_CLI_END)
         return next;

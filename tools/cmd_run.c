@@ -26,7 +26,7 @@
 #include "vmm/topo.h"
 
 struct run_args {
-    const char *model, *prompt, *tokens, *trace_out, *logits_out, *budget;
+    const char *model, *prompt, *file, *tokens, *trace_out, *logits_out, *budget;
     const char *evict, *evict_args;     /* NULL: the MOEVM_EVICT options */
     const char *predict, *predict_args; /* NULL: the MOEVM_PREDICT options */
     const char *route, *route_args;     /* NULL: the MOEVM_ROUTE options */
@@ -36,34 +36,52 @@ struct run_args {
     const char *cost;                   /* NULL: MOEVM_COST */
     const char *kv_type;                /* NULL: MOEVM_KV_TYPE */
     const char *place, *place_args, *server_mem; /* the distributed mode's (dist.h) */
-    uint32_t n_predict, threads, ctx, batch, seed, top_k, period;
-    float temp, top_p;
-    int trace_hidden;
+    char *file_text;                    /* -f's, which prompt points to */
+    uint32_t n_predict, threads, ctx, batch, seed, top_k, period, repeat_last_n;
+    uint32_t n_cpu_moe;
+    float temp, top_p, min_p, repeat_penalty;
+    int trace_hidden, cpu_moe_given, dist_flag;
 };
 
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: moevm run -m MODEL.gguf [-p PROMPT | --tokens ID,ID,...] [-n N] [-t THREADS]\n"
-            "                 [--temp T] [--top-k K] [--top-p P] [--seed N] [--ctx N] [--batch N]\n"
-            "                 [--kv-type f16|f32]\n"
-            "                 [--gpu-budget SIZE|PCT] [--evict NAME[{k=v,...}]]\n"
+            "usage: moevm run -m MODEL.gguf [-p PROMPT | -f FILE | --tokens ID,ID,...] [-n N]\n"
+            "                 [-t THREADS] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
+            "                 [--repeat-penalty X] [--repeat-last-n N] [-s SEED] [-c N] [-b N]\n"
+            "                 [--kv-type f16|f32] [--gpu-budget SIZE|PCT | --n-cpu-moe N]\n"
+            "                 [--evict NAME[{k=v,...}]]\n"
             "                 [--predict NAME[{k=v,...}] [--predictor FILE]]\n"
             "                 [--route NAME[{k=v,...}]] [--config NAME[{k=v,...}]]\n"
             "                 [--assign NAME[{k=v,...}]] [--cost PRESET|FILE.json]\n"
             "                 [--trace-out FILE.jsonl [--trace-hidden]] [--logits-out FILE]\n"
             "       mpirun -n RANKS moevm run ... [--place NAME[{k=v,...}]]\n"
             "                 [--server-mem SIZE|PCT[,...]] [--period TOKENS]\n"
-            "  -n            tokens to generate (default 64); stops early at end-of-text\n"
-            "  -t            threads (default: the cores near the GPU, or all)\n"
+            "  -m, --model   the GGUF model (or its first split part)\n"
+            "  -p, --prompt  the prompt\n"
+            "  -f, --file    the prompt from a file ('-': standard input), less one final\n"
+            "                newline (as llama.cpp's -f)\n"
+            "  --tokens      the prompt as token ids (a model without a vocabulary prints ids)\n"
+            "  -n, --n-predict  tokens to generate (default 64); stops early at end-of-text\n"
+            "  -t, --threads threads (default: the cores near the GPU, or all)\n"
             "  --temp        0 = greedy (deterministic); default 0.8, top-k 40, top-p 0.95\n"
-            "  --ctx         KV cache positions (default: prompt + n)\n"
-            "  --batch       prompt tokens per forward pass (default 32)\n"
+            "  --top-k, --top-p, --min-p  the sampling filters (0, 1 and 0 are off; min-p\n"
+            "                default 0, llama.cpp's 0.05)\n"
+            "  --repeat-penalty  the logits of the last --repeat-last-n tokens, the prompt's\n"
+            "                included, divided by X where positive, multiplied where not\n"
+            "                (default 1 = off; --repeat-last-n default 64, 0 = off)\n"
+            "  -s, --seed    the sampling seed (default 42)\n"
+            "  -c, --ctx, --ctx-size  KV cache positions (default or 0: prompt + n)\n"
+            "  -b, --batch, --batch-size  prompt tokens per forward pass (default 32)\n"
             "  --kv-type     the KV cache's elements: f16 (half the memory) or f32 (default\n"
             "                MOEVM_KV_TYPE, f16)\n"
             "  --gpu-budget  device budget for expert pages (default MOEVM_GPU_BUDGET; on the\n"
             "                CPU, auto reads every expert at its home and a budget emulates a\n"
             "                device: policies to study, copies to pay)\n"
+            "  --n-cpu-moe, -ncmoe  llama.cpp's, as a budget: the experts of all but N MoE\n"
+            "                layers, (layers - N) / layers of their pages (not with --gpu-budget)\n"
+            "  -ngl, --n-gpu-layers  llama.cpp's, accepted with any value and ignored:\n"
+            "                attention and dense weights always go to the GPU when there is one\n"
             "  --evict       the evict policy module and its parameters, e.g. lru or\n"
             "                score{n=8} (default MOEVM_EVICT; docs/policies.md)\n"
             "  --predict     the predict module whose forecast of the next layer's experts\n"
@@ -89,69 +107,118 @@ static void usage(FILE *f)
             "  --place       the place module: prism (default; Prism's placement) or uniform\n"
             "  --server-mem  expert memory per rank: a size or a percentage of all experts,\n"
             "                one or one per rank (default: 1.5x an even share)\n"
-            "  --period      tokens between placements, 0 to keep the first (default 256)\n");
+            "  --period      tokens between placements, 0 to keep the first (default 256)\n"
+            "A value follows its option or joins it with '=': --ctx 512, --ctx=512, -c512.\n");
 }
 
-static int parse_args(int argc, char **argv, struct run_args *a)
+enum {
+    O_MODEL = 1, O_PROMPT, O_FILE, O_TOKENS, O_N, O_THREADS, O_TEMP, O_TOP_K, O_TOP_P,
+    O_MIN_P, O_REPEAT_PENALTY, O_REPEAT_LAST_N, O_SEED, O_CTX, O_BATCH, O_KV_TYPE, O_BUDGET,
+    O_CPU_MOE, O_NGL, O_EVICT, O_PREDICT, O_PREDICTOR, O_ROUTE, O_CONFIG, O_ASSIGN, O_COST,
+    O_TRACE_OUT, O_TRACE_HIDDEN, O_LOGITS_OUT, O_PLACE, O_SERVER_MEM, O_PERIOD
+};
+
+/* The options, llama.cpp's spellings among them where they mean the same. */
+static const mvm_cli_opt run_opts[] = {
+    {"model", 'm', 1, O_MODEL},         {"prompt", 'p', 1, O_PROMPT},
+    {"file", 'f', 1, O_FILE},           {"tokens", 0, 1, O_TOKENS},
+    {"n-predict", 'n', 1, O_N},         {"threads", 't', 1, O_THREADS},
+    {"temp", 0, 1, O_TEMP},             {"top-k", 0, 1, O_TOP_K},
+    {"top-p", 0, 1, O_TOP_P},           {"min-p", 0, 1, O_MIN_P},
+    {"repeat-penalty", 0, 1, O_REPEAT_PENALTY}, {"repeat-last-n", 0, 1, O_REPEAT_LAST_N},
+    {"seed", 's', 1, O_SEED},           {"ctx", 'c', 1, O_CTX},
+    {"ctx-size", 0, 1, O_CTX},          {"batch", 'b', 1, O_BATCH},
+    {"batch-size", 0, 1, O_BATCH},      {"kv-type", 0, 1, O_KV_TYPE},
+    {"gpu-budget", 0, 1, O_BUDGET},     {"n-cpu-moe", 0, 1, O_CPU_MOE},
+    {"-ncmoe", 0, 1, O_CPU_MOE},        {"-ngl", 0, 1, O_NGL},
+    {"gpu-layers", 0, 1, O_NGL},        {"n-gpu-layers", 0, 1, O_NGL},
+    {"evict", 0, 1, O_EVICT},           {"predict", 0, 1, O_PREDICT},
+    {"predictor", 0, 1, O_PREDICTOR},   {"route", 0, 1, O_ROUTE},
+    {"config", 0, 1, O_CONFIG},         {"assign", 0, 1, O_ASSIGN},
+    {"cost", 0, 1, O_COST},             {"trace-out", 0, 1, O_TRACE_OUT},
+    {"trace-hidden", 0, 0, O_TRACE_HIDDEN}, {"logits-out", 0, 1, O_LOGITS_OUT},
+    {"place", 0, 1, O_PLACE},           {"server-mem", 0, 1, O_SERVER_MEM},
+    {"period", 0, 1, O_PERIOD},         {0}};
+
+/* One option into a; 0, or 2 after its one-line error. */
+static int parse_option(struct run_args *a, int id, const char *f, char *v)
 {
-    *a = (struct run_args){.n_predict = 64, .batch = 32, .seed = 42, .top_k = 40, .temp = 0.8f,
-                           .top_p = 0.95f, .period = 256};
-    int dist_flag = 0;
-    static const char *const switches[] = {"--trace-hidden", NULL};
-    mvm_cli_iter it = {.cmd = "run", .usage = usage, .switches = switches, .argc = argc,
-                       .argv = argv};
-    int next;
-    while ((next = mvm_cli_next(&it)) == MVM_CLI_OPTION) {
-        const char *f = it.flag;
-        char *v = it.value;
-        int bad = 0;
-        if (!strcmp(f, "--trace-hidden")) a->trace_hidden = 1;
-        else if (!strcmp(f, "-m") || !strcmp(f, "--model")) a->model = v;
-        else if (!strcmp(f, "-p") || !strcmp(f, "--prompt")) a->prompt = v;
-        else if (!strcmp(f, "--tokens")) a->tokens = v;
-        else if (!strcmp(f, "--trace-out")) a->trace_out = v;
-        else if (!strcmp(f, "--logits-out")) a->logits_out = v;
-        else if (!strcmp(f, "--gpu-budget")) a->budget = v;
-        else if (!strcmp(f, "--evict"))
-            bad = mvm_cli_policy("run", f, v, &a->evict, &a->evict_args);
-        else if (!strcmp(f, "--predict"))
-            bad = mvm_cli_policy("run", f, v, &a->predict, &a->predict_args);
-        else if (!strcmp(f, "--route"))
-            bad = mvm_cli_policy("run", f, v, &a->route, &a->route_args);
-        else if (!strcmp(f, "--config"))
-            bad = mvm_cli_policy("run", f, v, &a->config, &a->config_args);
-        else if (!strcmp(f, "--assign"))
-            bad = mvm_cli_policy("run", f, v, &a->assign, &a->assign_args);
-        else if (!strcmp(f, "--predictor")) a->predictor = v;
-        else if (!strcmp(f, "--cost")) a->cost = v;
-        else if (!strcmp(f, "--place") && (dist_flag = 1))
-            bad = mvm_cli_policy("run", f, v, &a->place, &a->place_args);
-        else if (!strcmp(f, "--server-mem") && (dist_flag = 1)) a->server_mem = v;
-        else if (!strcmp(f, "--period") && (dist_flag = 1))
-            bad = mvm_cli_u32("run", f, v, 0, UINT32_MAX, &a->period);
-        else if (!strcmp(f, "-n")) bad = mvm_cli_u32("run", f, v, 0, 1u << 20, &a->n_predict);
-        else if (!strcmp(f, "-t") || !strcmp(f, "--threads"))
-            bad = mvm_cli_u32("run", f, v, 1, 1024, &a->threads);
-        else if (!strcmp(f, "--ctx")) bad = mvm_cli_u32("run", f, v, 1, 1u << 22, &a->ctx);
-        else if (!strcmp(f, "--batch")) bad = mvm_cli_u32("run", f, v, 1, 4096, &a->batch);
-        else if (!strcmp(f, "--kv-type")) bad = mvm_cli_kv_type("run", v, &a->kv_type);
-        else if (!strcmp(f, "--seed")) bad = mvm_cli_u32("run", f, v, 0, UINT32_MAX, &a->seed);
-        else if (!strcmp(f, "--top-k")) bad = mvm_cli_u32("run", f, v, 0, 1u << 24, &a->top_k);
-        else if (!strcmp(f, "--temp")) bad = mvm_cli_float("run", f, v, 0, 100, &a->temp);
-        else if (!strcmp(f, "--top-p")) bad = mvm_cli_float("run", f, v, 1e-6, 1, &a->top_p);
-        else bad = mvm_cli_unknown(&it);
-        if (bad)
-            return 2;
+    a->dist_flag |= id == O_PLACE || id == O_SERVER_MEM || id == O_PERIOD;
+    switch (id) {
+    case O_MODEL: a->model = v; return 0;
+    case O_PROMPT: a->prompt = v; return 0;
+    case O_FILE: a->file = v; return 0;
+    case O_TOKENS: a->tokens = v; return 0;
+    case O_TRACE_OUT: a->trace_out = v; return 0;
+    case O_TRACE_HIDDEN: a->trace_hidden = 1; return 0;
+    case O_LOGITS_OUT: a->logits_out = v; return 0;
+    case O_BUDGET: a->budget = v; return 0;
+    case O_NGL: mvm_cli_gpu_layers("run", f); return 0;
+    case O_PREDICTOR: a->predictor = v; return 0;
+    case O_COST: a->cost = v; return 0;
+    case O_SERVER_MEM: a->server_mem = v; return 0;
+    case O_EVICT: return mvm_cli_policy("run", f, v, &a->evict, &a->evict_args);
+    case O_PREDICT: return mvm_cli_policy("run", f, v, &a->predict, &a->predict_args);
+    case O_ROUTE: return mvm_cli_policy("run", f, v, &a->route, &a->route_args);
+    case O_CONFIG: return mvm_cli_policy("run", f, v, &a->config, &a->config_args);
+    case O_ASSIGN: return mvm_cli_policy("run", f, v, &a->assign, &a->assign_args);
+    case O_PLACE: return mvm_cli_policy("run", f, v, &a->place, &a->place_args);
+    case O_PERIOD: return mvm_cli_u32("run", f, v, 0, UINT32_MAX, &a->period);
+    case O_N: return mvm_cli_u32("run", f, v, 0, 1u << 20, &a->n_predict);
+    case O_THREADS: return mvm_cli_u32("run", f, v, 1, 1024, &a->threads);
+    case O_CTX: return mvm_cli_u32("run", f, v, 0, 1u << 22, &a->ctx);
+    case O_BATCH: return mvm_cli_u32("run", f, v, 1, 4096, &a->batch);
+    case O_KV_TYPE: return mvm_cli_kv_type("run", v, &a->kv_type);
+    case O_SEED: return mvm_cli_u32("run", f, v, 0, UINT32_MAX, &a->seed);
+    case O_TOP_K: return mvm_cli_u32("run", f, v, 0, 1u << 24, &a->top_k);
+    case O_TEMP: return mvm_cli_float("run", f, v, 0, 100, &a->temp);
+    case O_TOP_P: return mvm_cli_float("run", f, v, 1e-6, 1, &a->top_p);
+    case O_MIN_P: return mvm_cli_float("run", f, v, 0, 1, &a->min_p);
+    case O_REPEAT_PENALTY: return mvm_cli_float("run", f, v, 1e-6, 1e6, &a->repeat_penalty);
+    case O_REPEAT_LAST_N: return mvm_cli_u32("run", f, v, 0, UINT32_MAX, &a->repeat_last_n);
+    case O_CPU_MOE:
+        a->cpu_moe_given = 1;
+        return mvm_cli_u32("run", f, v, 0, 1u << 16, &a->n_cpu_moe);
     }
-    if (next != MVM_CLI_END)
-        return next;
+    return 0;
+}
+
+/* -f's prompt, read now so that an unreadable file fails before the model loads; one
+ * final newline dropped, as llama.cpp's -f does, so `echo TEXT > F; -f F` is -p TEXT. */
+static int read_prompt(struct run_args *a)
+{
+    size_t len;
+    if (!(a->file_text = mvm_cli_read_text("run", a->file, &len)))
+        return 1;
+    if (len && a->file_text[len - 1] == '\n')
+        a->file_text[len - 1] = '\0';
+    a->prompt = a->file_text;
+    return 0;
+}
+
+/* The options' combinations. -1: go on; else the exit code after a one-line error. */
+static int check_args(struct run_args *a)
+{
     if (mvm_cli_need_model("run", a->model))
         return 2;
-    if (a->prompt && a->tokens) {
-        fprintf(stderr, "moevm run: give -p or --tokens, not both\n");
+    const char *given[3] = {0};
+    int n = 0;
+    if (a->prompt)
+        given[n++] = "-p";
+    if (a->file)
+        given[n++] = "-f";
+    if (a->tokens)
+        given[n++] = "--tokens";
+    if (n > 1) {
+        fprintf(stderr, "moevm run: give %s or %s, not both\n", given[0], given[1]);
         return 2;
     }
-    if (dist_flag && !mvm_dist_launched()) {
+    if (a->budget && a->cpu_moe_given) {
+        fprintf(stderr, "moevm run: give --gpu-budget or --n-cpu-moe, not both (both set the "
+                "experts' device budget)\n");
+        return 2;
+    }
+    if (a->dist_flag && !mvm_dist_launched()) {
         fprintf(stderr, "moevm run: --place, --server-mem and --period apply to a run started "
                 "by mpirun with several ranks (docs/distributed.md)\n");
         return 2;
@@ -160,7 +227,21 @@ static int parse_args(int argc, char **argv, struct run_args *a)
         fprintf(stderr, "moevm run: --trace-hidden needs --trace-out FILE.jsonl\n");
         return 2;
     }
-    return -1;
+    return a->file && read_prompt(a) ? 1 : -1;
+}
+
+static int parse_args(int argc, char **argv, struct run_args *a)
+{
+    *a = (struct run_args){.n_predict = 64, .batch = 32, .seed = 42, .top_k = 40, .temp = 0.8f,
+                           .top_p = 0.95f, .period = 256, .repeat_penalty = 1,
+                           .repeat_last_n = 64};
+    mvm_cli_iter it = {.cmd = "run", .usage = usage, .opts = run_opts, .argc = argc,
+                       .argv = argv};
+    int next;
+    while ((next = mvm_cli_next(&it)) == MVM_CLI_OPTION)
+        if (parse_option(a, it.id, it.flag, it.value))
+            return 2;
+    return next != MVM_CLI_END ? next : check_args(a);
 }
 
 /* "5,17,3" -> ids; 2 on a malformed list. */
@@ -246,7 +327,7 @@ struct session {
     mvm_sampler *sampler;
     struct logits_file lf;
     mvm_sim_inputs inputs; /* --predictor's bytes */
-    int32_t *prompt;
+    int32_t *prompt; /* then the tokens generated after it */
     uint32_t n_prompt;
     float *logits;
 };
@@ -352,6 +433,9 @@ static int load(struct session *s)
         return rc;
     if (!s->dist && st != MVM_OK)
         return mvm_cli_error("loading the model");
+    if (a->cpu_moe_given && /* every rank alike: the same shape */
+        (rc = mvm_cli_cpu_moe("run", a->n_cpu_moe, s->model->hp.n_layer, &desc)))
+        return rc;
     int threads = mvm_pool_size(s->pool);
     char label[600];
     snprintf(label, sizeof label, "loading %s", a->model);
@@ -494,19 +578,13 @@ static void print_stats(const struct session *s, uint32_t generated, double t_pr
                 rs.zerocopy_runs, rs.planned, (double)vs.bytes_moved / 1048576.0);
 }
 
-static int generate(struct session *s)
+/* The context of n_ctx positions and what the generation writes and samples with: the
+ * trace, the logits file, the sampler, the logits' rows, room after the prompt for the
+ * tokens generated (the repetition penalty looks back over both). */
+static int prepare_generation(struct session *s, uint32_t n_ctx)
 {
     const struct run_args *a = &s->a;
     const mvm_hparams *hp = &s->model->hp;
-    uint32_t n_ctx = a->ctx ? a->ctx : s->n_prompt + a->n_predict;
-    if (n_ctx < s->n_prompt + a->n_predict) {
-        fprintf(stderr, "moevm run: --ctx %u is less than the prompt (%u tokens) + -n %u\n",
-                n_ctx, s->n_prompt, a->n_predict);
-        return 2;
-    }
-    if (n_ctx > hp->n_ctx_train) /* as llama.cpp warns: positions the model never saw */
-        fprintf(stderr, "moevm run: warning: %u positions exceed the %u the model was trained "
-                "on (context_length): expect worse output past them\n", n_ctx, hp->n_ctx_train);
     mvm_ctx_policies pol = {
         .residency = {.evict = a->evict, .evict_args = a->evict_args, .config = a->config,
                       .config_args = a->config_args, .assign = a->assign,
@@ -529,15 +607,40 @@ static int generate(struct session *s)
     }
     if (a->logits_out && logits_open(&s->lf, a->logits_out, hp->n_vocab))
         return 1;
-    mvm_sampler_params sp = {.temperature = a->temp, .top_k = (int32_t)a->top_k, .top_p = a->top_p,
-                             .seed = a->seed};
+    mvm_sampler_params sp = {.temperature = a->temp, .top_k = (int32_t)a->top_k,
+                             .top_p = a->top_p, .min_p = a->min_p, .seed = a->seed,
+                             .repeat_penalty = a->repeat_penalty,
+                             .repeat_last_n = a->repeat_last_n};
     if (mvm_sampler_create(&sp, hp->n_vocab, &s->sampler) != MVM_OK)
         return mvm_cli_error("sampler");
     size_t rows = a->logits_out ? s->n_prompt : 1;
-    if (!(s->logits = malloc(rows * hp->n_vocab * sizeof(float)))) {
+    int32_t *tokens = realloc(s->prompt, ((size_t)s->n_prompt + a->n_predict) * sizeof *tokens);
+    if (tokens)
+        s->prompt = tokens;
+    if (!tokens || !(s->logits = malloc(rows * hp->n_vocab * sizeof(float)))) {
         fprintf(stderr, "moevm run: out of memory for the logits\n");
         return 1;
     }
+    return 0;
+}
+
+static int generate(struct session *s)
+{
+    const struct run_args *a = &s->a;
+    const mvm_hparams *hp = &s->model->hp;
+    uint32_t n_ctx = a->ctx ? a->ctx : s->n_prompt + a->n_predict;
+    if (n_ctx < s->n_prompt + a->n_predict) {
+        fprintf(stderr, "moevm run: --ctx %u is less than the prompt (%u tokens) + -n %u\n",
+                n_ctx, s->n_prompt, a->n_predict);
+        return 2;
+    }
+    if (n_ctx > hp->n_ctx_train) /* as llama.cpp warns: positions the model never saw */
+        fprintf(stderr, "moevm run: warning: %u positions exceed the %u the model was trained "
+                "on (context_length): expect worse output past them\n", n_ctx, hp->n_ctx_train);
+    int rc = prepare_generation(s, n_ctx);
+    if (rc)
+        return rc;
+    size_t rows = a->logits_out ? s->n_prompt : 1;
     for (uint32_t i = 0; i < s->n_prompt; i++)
         print_piece(s, s->prompt[i]);
     fflush(stdout);
@@ -553,7 +656,8 @@ static int generate(struct session *s)
     uint32_t generated = 0;
     t0 = mvm_now_s();
     while (generated < a->n_predict) {
-        int32_t next = mvm_sampler_sample(s->sampler, s->logits, hp->n_vocab);
+        int32_t next = mvm_sampler_sample_after(s->sampler, s->logits, hp->n_vocab, s->prompt,
+                                                s->n_prompt + generated);
         if (s->tok && mvm_tokenizer_is_eog(s->tok, next))
             break;
         print_piece(s, next);
@@ -562,7 +666,7 @@ static int generate(struct session *s)
         if (mvm_ctx_eval(s->ctx, &next, 1, s->logits, 0) != MVM_OK)
             return mvm_cli_error("decode");
         logits_add(&s->lf, &next, pos, a->logits_out ? 1 : 0, s->logits);
-        generated++;
+        s->prompt[s->n_prompt + generated++] = next;
     }
     double t_decode = mvm_now_s() - t0;
     printf("\n");
@@ -604,6 +708,7 @@ int mvm_cmd_run(int argc, char **argv)
     mvm_pool_destroy(s.pool);
     mvm_sim_inputs_free(&s.inputs);
     free(s.prompt);
+    free(s.a.file_text);
     free(s.logits);
     free(s.capacity);
     mvm_dist_finish(s.dist, serving && rc);

@@ -147,57 +147,78 @@ static int add_bound(struct sim_args *a)
     return -1;
 }
 
+enum {
+    O_ROLE = 1, O_ZEROCOPY, O_NO_ADMIT, O_TRACE, O_MODEL, O_PREDICTOR, O_SHAPE, O_COST,
+    O_BUDGET, O_COMPARE, O_SWEEP, O_OUT, O_PAGE, O_STEPS, O_ALPHA_FOR, O_ALPHA_DEGREE
+};
+
+/* The single-run options; cmd_sim_cluster.c names them as not applying with --servers. */
+const mvm_cli_opt mvm_sim_opts[] = {
+    {"route", 0, 1, O_ROLE},       {"evict", 0, 1, O_ROLE},          {"assign", 0, 1, O_ROLE},
+    {"predict", 0, 1, O_ROLE},     {"config", 0, 1, O_ROLE},         {"place", 0, 1, O_ROLE},
+    {"zerocopy", 0, 0, O_ZEROCOPY}, {"no-admit", 0, 0, O_NO_ADMIT},  {"trace", 0, 1, O_TRACE},
+    {"model", 0, 1, O_MODEL},      {"predictor", 0, 1, O_PREDICTOR}, {"model-shape", 0, 1, O_SHAPE},
+    {"cost", 0, 1, O_COST},        {"budget", 0, 1, O_BUDGET},       {"compare", 0, 1, O_COMPARE},
+    {"sweep", 0, 1, O_SWEEP},      {"out", 0, 1, O_OUT},             {"page-size", 0, 1, O_PAGE},
+    {"steps", 0, 1, O_STEPS},      {"alpha-for", 0, 1, O_ALPHA_FOR},
+    {"alpha-degree", 0, 1, O_ALPHA_DEGREE}, {0}};
+
+/* --route, --evict, ...: the base set's module of that role, copied into its buffer. */
+static int parse_role(struct sim_args *a, char **bp, const char *f, const char *v)
+{
+    int role = role_of(f + 2, strlen(f + 2));
+    size_t used = (size_t)(*bp - a->base.buf), len = strlen(v);
+    if (used + len + 1 > sizeof a->base.buf) {
+        fprintf(stderr, "moevm sim: policies too long\n");
+        return 2;
+    }
+    memcpy(*bp, v, len + 1);
+    if (mvm_cli_split_policy(*bp, &a->base.policy[role], &a->base.params[role])) {
+        fprintf(stderr, "moevm sim: %s %s: expected NAME or NAME{k=v,...}\n", f, v);
+        return 2;
+    }
+    *bp += len + 1;
+    return 0;
+}
+
+static int parse_option(struct sim_args *a, char **bp, int id, const char *f, const char *v)
+{
+    switch (id) {
+    case O_ROLE: return parse_role(a, bp, f, v);
+    case O_ZEROCOPY: a->zerocopy = 1; return 0;
+    case O_NO_ADMIT: a->no_admit = 1; return 0;
+    case O_TRACE: a->trace = v; return 0;
+    case O_MODEL: a->model = v; return 0;
+    case O_PREDICTOR: a->predictor = v; return 0;
+    case O_SHAPE: a->shape = v; return 0;
+    case O_COST: a->cost = v; return 0;
+    case O_BUDGET: a->budget = v; return 0;
+    case O_COMPARE: a->compare = v; return 0;
+    case O_SWEEP: a->sweep = v; return 0;
+    case O_OUT: a->out = v; return 0;
+    case O_PAGE: a->page = v; return 0;
+    case O_STEPS:
+        a->steps_given = 1;
+        return mvm_cli_u32("sim", f, v, 2, 1000, &a->steps);
+    case O_ALPHA_FOR: return mvm_cli_float("sim", f, v, 1e-6, 1e9, &a->alpha_for);
+    case O_ALPHA_DEGREE:
+        return mvm_cli_u32("sim", f, v, 1, MVM_ALPHA_FIT_MAX_DEGREE, &a->alpha_degree);
+    }
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, struct sim_args *a)
 {
     memset(a, 0, sizeof *a);
     a->steps = 10;
     a->alpha_degree = 2;
     char *bp = a->base.buf;
-    static const char *const switches[] = {"--zerocopy", "--no-admit", NULL};
-    mvm_cli_iter it = {.cmd = "sim", .usage = usage, .switches = switches, .argc = argc,
+    mvm_cli_iter it = {.cmd = "sim", .usage = usage, .opts = mvm_sim_opts, .argc = argc,
                        .argv = argv};
     int next;
-    while ((next = mvm_cli_next(&it)) == MVM_CLI_OPTION) {
-        const char *f = it.flag, *v = it.value;
-        int role = strncmp(f, "--", 2) == 0 ? role_of(f + 2, strlen(f + 2)) : -1;
-        if (role >= 0) {
-            size_t used = (size_t)(bp - a->base.buf), len = strlen(v);
-            if (used + len + 1 > sizeof a->base.buf) {
-                fprintf(stderr, "moevm sim: policies too long\n");
-                return 2;
-            }
-            memcpy(bp, v, len + 1);
-            if (mvm_cli_split_policy(bp, &a->base.policy[role], &a->base.params[role])) {
-                fprintf(stderr, "moevm sim: %s %s: expected NAME or NAME{k=v,...}\n", f, v);
-                return 2;
-            }
-            bp += len + 1;
-        } else if (!strcmp(f, "--zerocopy")) a->zerocopy = 1;
-        else if (!strcmp(f, "--no-admit")) a->no_admit = 1;
-        else if (!strcmp(f, "--trace")) a->trace = v;
-        else if (!strcmp(f, "--model")) a->model = v;
-        else if (!strcmp(f, "--predictor")) a->predictor = v;
-        else if (!strcmp(f, "--model-shape")) a->shape = v;
-        else if (!strcmp(f, "--cost")) a->cost = v;
-        else if (!strcmp(f, "--budget")) a->budget = v;
-        else if (!strcmp(f, "--compare")) a->compare = v;
-        else if (!strcmp(f, "--sweep")) a->sweep = v;
-        else if (!strcmp(f, "--out")) a->out = v;
-        else if (!strcmp(f, "--page-size")) a->page = v;
-        else if (!strcmp(f, "--steps")) {
-            if (mvm_cli_u32("sim", f, v, 2, 1000, &a->steps))
-                return 2;
-            a->steps_given = 1;
-        } else if (!strcmp(f, "--alpha-for")) {
-            if (mvm_cli_float("sim", f, v, 1e-6, 1e9, &a->alpha_for))
-                return 2;
-        } else if (!strcmp(f, "--alpha-degree")) {
-            if (mvm_cli_u32("sim", f, v, 1, MVM_ALPHA_FIT_MAX_DEGREE, &a->alpha_degree))
-                return 2;
-        } else {
-            return mvm_cli_unknown(&it);
-        }
-    }
+    while ((next = mvm_cli_next(&it)) == MVM_CLI_OPTION)
+        if (parse_option(a, &bp, it.id, it.flag, it.value))
+            return 2;
     if (next != MVM_CLI_END)
         return next;
     if ((a->trace && a->shape) || (!a->trace && !a->shape && !a->model)) {
@@ -403,7 +424,7 @@ static mvm_status synthetic(const char *shape, const char *model, mvm_trace **t)
 int mvm_cmd_sim(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], "--servers") == 0)
+        if (strcmp(argv[i], "--servers") == 0 || strncmp(argv[i], "--servers=", 10) == 0)
             return mvm_sim_cluster_cli(argc, argv);
     struct sim_args a;
     int rc = parse_args(argc, argv, &a);

@@ -3,6 +3,7 @@
 #define MVM_TOOLS_CMD_SIM_H
 
 #include "policy/cost.h"
+#include "tools/cli.h"
 #include "tools/sim.h"
 #include "tools/trace.h"
 
@@ -16,6 +17,10 @@ int mvm_sim_cli_cost(const char *spec, const mvm_trace *t, mvm_cost *cost);
  * after a one-line error (an unreachable target among them). Leaves cfg's route unset. */
 int mvm_sim_alpha_cli(const mvm_trace *t, const mvm_cost *cost, mvm_sim_config *cfg,
                       double target_ms, uint32_t degree, uint32_t points);
+
+/* `moevm sim`'s single-run options (tools/cmd_sim.c), which the multi-server model names
+ * as not applying to it. */
+extern const mvm_cli_opt mvm_sim_opts[];
 
 /* `moevm sim --servers N ...`: the multi-server model (tools/sim_cluster.h). */
 int mvm_sim_cluster_cli(int argc, char **argv);

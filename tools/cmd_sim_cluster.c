@@ -44,27 +44,52 @@ static void usage(FILE *f)
             MAX_SERVERS);
 }
 
+enum { O_TRACE = 1, O_COST, O_MEM, O_PLACE, O_SERVERS, O_PERIOD, O_RTT, O_BW, O_NOT_HERE };
+
+/* Its options, then `moevm sim`'s others into opts[cap], which are refused by name rather
+ * than as unknown. */
+static void options(mvm_cli_opt *opts, size_t cap)
+{
+    static const mvm_cli_opt own[] = {
+        {"trace", 0, 1, O_TRACE},     {"cost", 0, 1, O_COST},     {"server-mem", 0, 1, O_MEM},
+        {"place", 0, 1, O_PLACE},     {"servers", 0, 1, O_SERVERS}, {"period", 0, 1, O_PERIOD},
+        {"rtt", 0, 1, O_RTT},         {"link-bw", 0, 1, O_BW}};
+    size_t n = 0;
+    for (; n < sizeof own / sizeof *own; n++)
+        opts[n] = own[n];
+    for (const mvm_cli_opt *o = mvm_sim_opts; o->name && n + 1 < cap; o++) {
+        size_t i = 0;
+        while (i < sizeof own / sizeof *own && strcmp(own[i].name, o->name))
+            i++;
+        if (i == sizeof own / sizeof *own)
+            opts[n++] = (mvm_cli_opt){o->name, o->letter, o->value, O_NOT_HERE};
+    }
+    opts[n] = (mvm_cli_opt){0};
+}
+
 static int parse(int argc, char **argv, struct cluster_args *a)
 {
     *a = (struct cluster_args){.period = 256, .rtt_ms = -1, .bw_gbs = -1};
-    mvm_cli_iter it = {.cmd = "sim", .help = "--servers --help", .usage = usage, .argc = argc,
-                       .argv = argv};
+    mvm_cli_opt opts[64];
+    options(opts, sizeof opts / sizeof *opts);
+    mvm_cli_iter it = {.cmd = "sim", .help = "--servers --help", .usage = usage, .opts = opts,
+                       .argc = argc, .argv = argv};
     int next;
     while ((next = mvm_cli_next(&it)) == MVM_CLI_OPTION) {
         const char *f = it.flag, *v = it.value;
         int bad = 0;
-        if (!strcmp(f, "--trace")) a->trace = v;
-        else if (!strcmp(f, "--cost")) a->cost = v;
-        else if (!strcmp(f, "--server-mem")) a->mem = v;
-        else if (!strcmp(f, "--place")) a->place = v;
-        else if (!strcmp(f, "--servers"))
-            bad = mvm_cli_u32("sim", f, v, 2, MAX_SERVERS, &a->servers);
-        else if (!strcmp(f, "--period")) bad = mvm_cli_u32("sim", f, v, 0, 1u << 30, &a->period);
-        else if (!strcmp(f, "--rtt")) bad = mvm_cli_float("sim", f, v, 0, 1e6, &a->rtt_ms);
-        else if (!strcmp(f, "--link-bw")) bad = mvm_cli_float("sim", f, v, 1e-6, 1e6, &a->bw_gbs);
-        else {
-            fprintf(stderr, "moevm sim: %s does not apply with --servers (see --servers --help)\n",
-                    f);
+        switch (it.id) {
+        case O_TRACE: a->trace = v; break;
+        case O_COST: a->cost = v; break;
+        case O_MEM: a->mem = v; break;
+        case O_PLACE: a->place = v; break;
+        case O_SERVERS: bad = mvm_cli_u32("sim", f, v, 2, MAX_SERVERS, &a->servers); break;
+        case O_PERIOD: bad = mvm_cli_u32("sim", f, v, 0, 1u << 30, &a->period); break;
+        case O_RTT: bad = mvm_cli_float("sim", f, v, 0, 1e6, &a->rtt_ms); break;
+        case O_BW: bad = mvm_cli_float("sim", f, v, 1e-6, 1e6, &a->bw_gbs); break;
+        default:
+            fprintf(stderr, "moevm sim: %s does not apply with --servers (see --servers "
+                    "--help)\n", f);
             return 2;
         }
         if (bad)

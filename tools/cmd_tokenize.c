@@ -24,35 +24,6 @@ static void usage(FILE *f)
             "escapes (a control token such as BOS: its name, unquoted).\n");
 }
 
-/* The whole of `path` (or stdin for "-") into a malloc'ed buffer; NULL after a message. */
-static char *read_all(const char *path, size_t *len)
-{
-    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) {
-        fprintf(stderr, "moevm tokenize: %s: cannot open it\n", path);
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0, got;
-    char *buf = malloc(cap);
-    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0)
-        if ((n += got) == cap) {
-            char *grown = realloc(buf, cap *= 2);
-            if (!grown)
-                free(buf);
-            buf = grown;
-        }
-    int failed = !buf || ferror(f);
-    if (f != stdin)
-        fclose(f);
-    if (failed) {
-        fprintf(stderr, "moevm tokenize: %s: %s\n", path, buf ? "read error" : "out of memory");
-        free(buf);
-        return NULL;
-    }
-    *len = n;
-    return buf;
-}
-
 /* The length of the UTF-8 character at s[0..n) when it is whole and valid, else 0. */
 static size_t utf8_char(const unsigned char *s, size_t n)
 {
@@ -140,19 +111,22 @@ static int tokenize(const char *model, const char *text, size_t len, int ids_onl
 
 int mvm_cmd_tokenize(int argc, char **argv)
 {
-    static const char *const switches[] = {"--ids", "--no-bos", NULL};
+    enum { O_MODEL = 1, O_PROMPT, O_FILE, O_IDS, O_NO_BOS };
+    static const mvm_cli_opt opts[] = {
+        {"model", 'm', 1, O_MODEL}, {"prompt", 'p', 1, O_PROMPT}, {"file", 'f', 1, O_FILE},
+        {"ids", 0, 0, O_IDS},       {"no-bos", 0, 0, O_NO_BOS},   {0}};
     const char *model = NULL, *prompt = NULL, *file = NULL;
     int ids_only = 0, special = 1, next;
-    mvm_cli_iter it = {.cmd = "tokenize", .usage = usage, .switches = switches, .argc = argc,
+    mvm_cli_iter it = {.cmd = "tokenize", .usage = usage, .opts = opts, .argc = argc,
                        .argv = argv};
     while ((next = mvm_cli_next(&it)) == MVM_CLI_OPTION) {
-        const char *f = it.flag, *v = it.value;
-        if (!strcmp(f, "-m") || !strcmp(f, "--model")) model = v;
-        else if (!strcmp(f, "-p") || !strcmp(f, "--prompt")) prompt = v;
-        else if (!strcmp(f, "-f") || !strcmp(f, "--file")) file = v;
-        else if (!strcmp(f, "--ids")) ids_only = 1;
-        else if (!strcmp(f, "--no-bos")) special = 0;
-        else return mvm_cli_unknown(&it);
+        switch (it.id) {
+        case O_MODEL: model = it.value; break;
+        case O_PROMPT: prompt = it.value; break;
+        case O_FILE: file = it.value; break;
+        case O_IDS: ids_only = 1; break;
+        case O_NO_BOS: special = 0; break;
+        }
     }
     if (next != MVM_CLI_END)
         return next;
@@ -162,7 +136,7 @@ int mvm_cmd_tokenize(int argc, char **argv)
         return 2;
     }
     size_t len = prompt ? strlen(prompt) : 0;
-    char *text = prompt ? NULL : read_all(file, &len);
+    char *text = prompt ? NULL : mvm_cli_read_text("tokenize", file, &len);
     if (file && !text)
         return 1;
     int rc = tokenize(model, prompt ? prompt : text, len, ids_only, special);

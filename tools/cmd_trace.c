@@ -49,46 +49,51 @@ static int cmd_gen(int argc, char **argv)
     mvm_trace_gen g;
     mvm_trace_gen_init(&g);
     const char *shape = NULL, *out = NULL;
-    static const char *const switches[] = {"--latent-scores", NULL};
-    mvm_cli_iter it = {.cmd = cmd, .usage = usage, .switches = switches, .argc = argc,
-                       .argv = argv};
+    enum { O_LATENT = 1, O_SHAPE, O_OUT, O_TOKENS, O_REQUESTS, O_SHIFT, O_SEED, O_SKEW,
+           O_REUSE, O_DRIFT, O_DRIFT_TOKENS, O_LAYER_CORR };
+    static const mvm_cli_opt opts[] = {
+        {"latent-scores", 0, 0, O_LATENT}, {"shape", 0, 1, O_SHAPE},
+        {"output", 'o', 1, O_OUT},         {"tokens", 0, 1, O_TOKENS},
+        {"requests", 0, 1, O_REQUESTS},    {"shift-every", 0, 1, O_SHIFT},
+        {"seed", 0, 1, O_SEED},            {"skew", 0, 1, O_SKEW},
+        {"reuse", 0, 1, O_REUSE},          {"drift", 0, 1, O_DRIFT},
+        {"drift-tokens", 0, 1, O_DRIFT_TOKENS}, {"layer-corr", 0, 1, O_LAYER_CORR},
+        {0}};
+    mvm_cli_iter it = {.cmd = cmd, .usage = usage, .opts = opts, .argc = argc, .argv = argv};
     int next;
     while ((next = mvm_cli_next(&it)) == MVM_CLI_OPTION) {
         const char *a = it.flag, *v = it.value;
         float f = 0;
         uint32_t u = 0;
         int rc = 0;
-        if (strcmp(a, "--latent-scores") == 0) {
-            g.latent_scores = 1;
-        } else if (strcmp(a, "--shape") == 0) {
-            shape = v;
-        } else if (strcmp(a, "-o") == 0) {
-            out = v;
-        } else if (strcmp(a, "--tokens") == 0) {
-            rc = mvm_cli_u32(cmd, a, v, 1, UINT32_MAX, &g.tokens);
-        } else if (strcmp(a, "--requests") == 0) {
-            rc = mvm_cli_u32(cmd, a, v, 1, UINT32_MAX, &g.requests);
-        } else if (strcmp(a, "--shift-every") == 0) {
-            rc = mvm_cli_u32(cmd, a, v, 0, UINT32_MAX, &g.shift_every);
-        } else if (strcmp(a, "--seed") == 0) {
+        switch (it.id) {
+        case O_LATENT: g.latent_scores = 1; break;
+        case O_SHAPE: shape = v; break;
+        case O_OUT: out = v; break;
+        case O_TOKENS: rc = mvm_cli_u32(cmd, a, v, 1, UINT32_MAX, &g.tokens); break;
+        case O_REQUESTS: rc = mvm_cli_u32(cmd, a, v, 1, UINT32_MAX, &g.requests); break;
+        case O_SHIFT: rc = mvm_cli_u32(cmd, a, v, 0, UINT32_MAX, &g.shift_every); break;
+        case O_DRIFT_TOKENS: rc = mvm_cli_u32(cmd, a, v, 1, UINT32_MAX, &g.drift_tokens); break;
+        case O_SEED:
             rc = mvm_cli_u32(cmd, a, v, 0, UINT32_MAX, &u);
             g.seed = u;
-        } else if (strcmp(a, "--skew") == 0) {
+            break;
+        case O_SKEW:
             rc = mvm_cli_float(cmd, a, v, 0, 8, &f);
             g.skew = f;
-        } else if (strcmp(a, "--reuse") == 0) {
+            break;
+        case O_REUSE:
             rc = mvm_cli_float(cmd, a, v, 0, 1, &f);
             g.reuse = f;
-        } else if (strcmp(a, "--drift") == 0) {
+            break;
+        case O_DRIFT:
             rc = mvm_cli_float(cmd, a, v, 0, 8, &f);
             g.drift = f;
-        } else if (strcmp(a, "--drift-tokens") == 0) {
-            rc = mvm_cli_u32(cmd, a, v, 1, UINT32_MAX, &g.drift_tokens);
-        } else if (strcmp(a, "--layer-corr") == 0) {
+            break;
+        case O_LAYER_CORR:
             rc = mvm_cli_float(cmd, a, v, 0, 1, &f);
             g.layer_corr = f;
-        } else {
-            return mvm_cli_unknown(&it);
+            break;
         }
         if (rc)
             return rc;
@@ -134,16 +139,18 @@ static void print_row(const char *label, const mvm_trace_layer_stats *s, int fir
 
 static int cmd_stats(int argc, char **argv)
 {
-    if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-        usage(stdout);
-        return 0;
-    }
-    if (argc != 2 || argv[1][0] == '-') {
+    mvm_cli_iter it = {.cmd = "trace stats", .usage = usage, .max_args = 1, .argc = argc,
+                       .argv = argv};
+    int next = mvm_cli_next(&it); /* no options but --help; the file */
+    if (next != MVM_CLI_END)
+        return next;
+    if (it.n_args != 1) {
         fprintf(stderr, "usage: moevm trace stats FILE.jsonl\n");
         return 2;
     }
+    const char *path = it.args[0];
     mvm_trace *t;
-    if (mvm_trace_load(argv[1], &t) != MVM_OK)
+    if (mvm_trace_load(path, &t) != MVM_OK)
         return mvm_cli_error("trace stats");
     const mvm_trace_header *h = &t->hdr;
     mvm_trace_layer_stats mean;
@@ -156,7 +163,7 @@ static int cmd_stats(int argc, char **argv)
         mvm_trace_free(t);
         return rc;
     }
-    printf("%s: \"%s\" (%s), %u layers, %u experts, top-%u, %u tokens\n", argv[1], h->model,
+    printf("%s: \"%s\" (%s), %u layers, %u experts, top-%u, %u tokens\n", path, h->model,
            h->arch, h->n_layers, h->n_experts, h->top_k, t->n_tokens);
     printf("%6s  %9s  %7s  %7s  %7s  %10s  %7s\n", "layer", "top-1/8", "entropy", "reuse",
            "reuse-8", "pairs-20%", "follow");

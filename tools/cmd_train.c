@@ -56,42 +56,49 @@ typedef struct args {
 static int parse(int argc, char **argv, args *a)
 {
     mvm_predictor_train_defaults(&a->o);
-    mvm_cli_iter it = {.cmd = cmd, .usage = usage, .argc = argc, .argv = argv};
+    enum { O_TRACE = 1, O_OUT, O_RANK, O_HIDDEN, O_EPOCHS, O_BATCH, O_SEED, O_LR, O_LAMBDA,
+           O_GAMMA, O_HOLDOUT };
+    static const mvm_cli_opt opts[] = {
+        {"trace", 0, 1, O_TRACE},   {"out", 0, 1, O_OUT},       {"rank", 0, 1, O_RANK},
+        {"hidden", 0, 1, O_HIDDEN}, {"epochs", 0, 1, O_EPOCHS}, {"batch", 0, 1, O_BATCH},
+        {"seed", 0, 1, O_SEED},     {"lr", 0, 1, O_LR},         {"lambda", 0, 1, O_LAMBDA},
+        {"gamma", 0, 1, O_GAMMA},   {"holdout", 0, 1, O_HOLDOUT}, {0}};
+    mvm_cli_iter it = {.cmd = cmd, .usage = usage, .opts = opts, .argc = argc, .argv = argv};
     int next;
     while ((next = mvm_cli_next(&it)) == MVM_CLI_OPTION) {
         const char *f = it.flag, *v = it.value;
         uint32_t u = 0;
         float x = 0;
         int rc = 0;
-        if (strcmp(f, "--trace") == 0) {
-            a->trace = v;
-        } else if (strcmp(f, "--out") == 0) {
-            a->out = v;
-        } else if (strcmp(f, "--rank") == 0) {
-            rc = mvm_cli_u32(cmd, f, v, 1, UINT32_MAX, &a->o.rank);
-        } else if (strcmp(f, "--hidden") == 0) {
+        switch (it.id) {
+        case O_TRACE: a->trace = v; break;
+        case O_OUT: a->out = v; break;
+        case O_RANK: rc = mvm_cli_u32(cmd, f, v, 1, UINT32_MAX, &a->o.rank); break;
+        case O_HIDDEN:
             rc = mvm_cli_u32(cmd, f, v, 1, MVM_PREDICTOR_MAX_HIDDEN, &a->o.hidden);
-        } else if (strcmp(f, "--epochs") == 0) {
-            rc = mvm_cli_u32(cmd, f, v, 1, 100000, &a->o.epochs);
-        } else if (strcmp(f, "--batch") == 0) {
-            rc = mvm_cli_u32(cmd, f, v, 1, UINT32_MAX, &a->o.batch);
-        } else if (strcmp(f, "--seed") == 0) {
+            break;
+        case O_EPOCHS: rc = mvm_cli_u32(cmd, f, v, 1, 100000, &a->o.epochs); break;
+        case O_BATCH: rc = mvm_cli_u32(cmd, f, v, 1, UINT32_MAX, &a->o.batch); break;
+        case O_SEED:
             rc = mvm_cli_u32(cmd, f, v, 0, UINT32_MAX, &u);
             a->o.seed = u;
-        } else if (strcmp(f, "--lr") == 0) {
+            break;
+        case O_LR:
             rc = mvm_cli_float(cmd, f, v, 1e-9, 1, &x);
             a->o.lr = x;
-        } else if (strcmp(f, "--lambda") == 0) {
+            break;
+        case O_LAMBDA:
             rc = mvm_cli_float(cmd, f, v, 0, 1000, &x);
             a->o.lambda = x;
-        } else if (strcmp(f, "--gamma") == 0) {
+            break;
+        case O_GAMMA:
             rc = mvm_cli_float(cmd, f, v, 0, 10, &x);
             a->o.gamma = x;
-        } else if (strcmp(f, "--holdout") == 0) {
+            break;
+        case O_HOLDOUT:
             rc = mvm_cli_float(cmd, f, v, 0, 0.9, &x);
             a->o.holdout = x;
-        } else {
-            return mvm_cli_unknown(&it);
+            break;
         }
         if (rc)
             return rc;

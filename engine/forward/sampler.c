@@ -18,6 +18,7 @@ struct mvm_sampler {
     uint32_t cap;
     uint64_t *key, *tmp; /* candidates, and the radix sort's other half */
     double *weight;
+    float *penalized;    /* the logits after the repetition penalty; NULL when it is off */
     uint64_t state;
 };
 
@@ -30,25 +31,33 @@ mvm_status mvm_sampler_create(const mvm_sampler_params *p, uint32_t n_vocab,
                         "(0 = greedy)", (double)p->temperature);
     if (p->top_k < 0)
         return mvm_fail(MVM_ERR_INVALID, "sampler: top_k %d is negative (0 = off)", p->top_k);
-    if (!(p->top_p > 0 && p->top_p <= 1))
-        return mvm_fail(MVM_ERR_INVALID, "sampler: top_p %g is outside (0, 1] (1 = off)",
+    if (!(p->top_p >= 0 && p->top_p <= 1))
+        return mvm_fail(MVM_ERR_INVALID, "sampler: top_p %g is outside [0, 1] (0 or 1 = off)",
                         (double)p->top_p);
     if (!(p->min_p >= 0 && p->min_p <= 1))
         return mvm_fail(MVM_ERR_INVALID, "sampler: min_p %g is outside [0, 1] (0 = off)",
                         (double)p->min_p);
+    if (!(p->repeat_penalty >= 0) || isinf(p->repeat_penalty))
+        return mvm_fail(MVM_ERR_INVALID, "sampler: repeat_penalty %g is not a number > 0 "
+                        "(1 = off)", (double)p->repeat_penalty);
     if (n_vocab == 0)
         return mvm_fail(MVM_ERR_INVALID, "sampler: a vocabulary of 0 tokens");
+    /* 0 is off too: a caller that never heard of the penalty leaves it 0 */
+    const int penalty = p->repeat_penalty != 0 && p->repeat_penalty != 1 && p->repeat_last_n;
     mvm_sampler *s = calloc(1, sizeof *s);
     if (s) {
         s->key = malloc((size_t)n_vocab * sizeof *s->key);
         s->tmp = malloc((size_t)n_vocab * sizeof *s->tmp);
         s->weight = malloc((size_t)n_vocab * sizeof *s->weight);
+        s->penalized = penalty ? malloc((size_t)n_vocab * sizeof *s->penalized) : NULL;
     }
-    if (!s || !s->key || !s->tmp || !s->weight) {
+    if (!s || !s->key || !s->tmp || !s->weight || (penalty && !s->penalized)) {
         mvm_sampler_free(s);
         return mvm_fail(MVM_ERR_NOMEM, "sampler: no memory for %u candidates", n_vocab);
     }
     s->p = *p;
+    if (s->p.top_p == 0) /* unset in a zeroed struct, as repeat_penalty: off */
+        s->p.top_p = 1;
     s->cap = n_vocab;
     s->state = p->seed;
     *out = s;
@@ -62,6 +71,7 @@ void mvm_sampler_free(mvm_sampler *s)
     free(s->key);
     free(s->tmp);
     free(s->weight);
+    free(s->penalized);
     free(s);
 }
 
@@ -164,10 +174,36 @@ static uint32_t nucleus(const mvm_sampler *s, const float *l, uint32_t m, float 
     return m; /* rounding kept the sum under the target */
 }
 
+void mvm_sampler_penalize(const mvm_sampler_params *p, const float *logits, uint32_t n,
+                          const int32_t *prev, uint32_t n_prev, float *out)
+{
+    memcpy(out, logits, (size_t)n * sizeof *out);
+    if (p->repeat_penalty == 0 || p->repeat_penalty == 1)
+        return;
+    uint32_t first = n_prev > p->repeat_last_n ? n_prev - p->repeat_last_n : 0;
+    /* from logits, not out: a token seen twice is penalised once, with no table of them */
+    for (uint32_t i = first; i < n_prev; i++) {
+        if (prev[i] < 0 || (uint32_t)prev[i] >= n)
+            continue;
+        float l = logits[prev[i]];
+        out[prev[i]] = l > 0 ? l / p->repeat_penalty : l * p->repeat_penalty;
+    }
+}
+
 int32_t mvm_sampler_sample(mvm_sampler *s, float *logits, uint32_t n)
+{
+    return mvm_sampler_sample_after(s, logits, n, NULL, 0);
+}
+
+int32_t mvm_sampler_sample_after(mvm_sampler *s, float *logits, uint32_t n,
+                                 const int32_t *prev, uint32_t n_prev)
 {
     if (n == 0 || n > s->cap)
         return -1;
+    if (s->penalized && n_prev) { /* the caller's logits stay as they are */
+        mvm_sampler_penalize(&s->p, logits, n, prev, n_prev, s->penalized);
+        logits = s->penalized;
+    }
     int32_t best = argmax(logits, n);
     if (s->p.temperature == 0 || best < 0 || !isfinite(logits[best]))
         return best; /* greedy; no number; +inf wins; only -inf: the lowest id */
