@@ -14,7 +14,10 @@
  *      every known parameter a finite value;
  *   4  a size and a budget, as MOEVM_* values (vmm/options.c);
  *   5  text for the pre-tokenizers (engine/tokenizer/tok_pretok.c; the next byte picks which): the
- *      pieces are non-empty, in order, cover the text and cut it only between code points.
+ *      pieces are non-empty, in order, cover the text and cut it only between code points;
+ *   6  a chat template (engine/chat/jinja.h), parsed and rendered over a small conversation:
+ *      it renders (the output NUL-terminated at its length) or fails with a message, within
+ *      the limits, never a crash.
  * A broken promise traps, so libFuzzer reports it like a crash.
  */
 #include <math.h>
@@ -25,6 +28,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "engine/chat/jinja.h"
 #include "engine/tokenizer/tokenizer_impl.h"
 #include "policy/cost.h"
 #include "policy/predictor_mlp.h"
@@ -223,13 +227,45 @@ static void pretok_text(const uint8_t *data, size_t size)
     tok_pieces_free(&p);
 }
 
+static void chat_template(const uint8_t *data, size_t size)
+{
+    static cJSON *vars;
+    if (!vars) {
+        vars = cJSON_Parse(
+            "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"},"
+            "{\"role\": \"user\", \"content\": \"Hi \\\"there\\\" \\u00e9\"},"
+            "{\"role\": \"assistant\", \"content\": \"<think>x</think>ok\", \"tool_calls\": [{\"type\":"
+            " \"function\", \"function\": {\"name\": \"f\", \"arguments\": {\"a\": [1, 2.5, null]}}}]},"
+            "{\"role\": \"tool\", \"content\": \"42\"}], \"tools\": [{\"type\": \"function\", \"function\":"
+            " {\"name\": \"f\", \"parameters\": {\"type\": \"object\"}}}], \"add_generation_prompt\": true,"
+            " \"enable_thinking\": false, \"bos_token\": \"<s>\", \"eos_token\": \"</s>\"}");
+        require(vars != NULL);
+    }
+    mvm_jinja *t = NULL;
+    if (mvm_jinja_parse((const char *)data, size, &t) != MVM_OK) {
+        require(t == NULL && mvm_last_error()[0] != '\0');
+        return;
+    }
+    char *out = (char *)1;
+    size_t len = 0;
+    mvm_status st = mvm_jinja_render(t, vars, &out, &len);
+    if (st == MVM_OK)
+        require(out != NULL && out[len] == '\0' && len <= (64u << 20));
+    else
+        require(out == NULL && mvm_last_error()[0] != '\0' &&
+                (st == MVM_ERR_INVALID || st == MVM_ERR_RANGE || st == MVM_ERR_NOMEM));
+    free(out);
+    mvm_jinja_free(t);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size == 0)
         return 0;
     static void (*const targets[])(const uint8_t *, size_t) = {
-        cost_file, trace_file, predictor_file, params_text, option_values, pretok_text};
+        cost_file, trace_file, predictor_file, params_text, option_values, pretok_text,
+        chat_template};
     targets[data[0] % (sizeof targets / sizeof *targets)](data + 1, size - 1);
     return 0;
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with ASan and UBSan — fuzz_gguf (the GGUF reader) and
 # fuzz_inputs (cost files, routing traces, predictor files, module parameters, option
-# values, pre-tokenizer texts) — writes their seed corpora, and fuzzes each for half of <seconds>. Exit 0 and
+# values, pre-tokenizer texts, chat templates) — writes their seed corpora, and fuzzes each for half of <seconds>. Exit 0 and
 # "1 passed, 0 failed" when nothing crashed; exit 1 and "0 passed, 1 failed" on a crash,
 # leak, sanitizer report or build failure (the input that crashed is kept under
 # <outdir>/<target>/artifacts/); exit 77 (CTest's skip code) when clang or libFuzzer is
@@ -62,7 +62,8 @@ cjson=$(pkg-config --cflags --libs libcjson 2>/dev/null || echo -lcjson)
 "$cc" "${flags[@]}" -fsanitize=fuzzer,address,undefined "$root/tests/fuzz/fuzz_inputs.c" \
     "$root"/policy/*.c "$root/tools/trace.c" "$root/tools/sim.c" "$root/vmm/error.c" \
     "$root/vmm/options.c" "$root/vmm/file_replace.c" "$root/engine/tokenizer/tok_pretok.c" "$root/engine/tokenizer/tok_regex.c" \
-    "$root/engine/tokenizer/tok_unicode.c" $cjson -lm -lpthread -o "$out/fuzz_inputs" ||
+    "$root/engine/tokenizer/tok_unicode.c" "$root"/engine/chat/jinja*.c $cjson -lm -lpthread \
+    -o "$out/fuzz_inputs" ||
     fail "building fuzz_inputs failed"
 # Seeds: the first byte picks the parser (fuzz_inputs.c).
 seed() { printf "\\$(printf %o "$1")" >"$out/inputs/seeds/$2"; cat >>"$out/inputs/seeds/$2"; }
@@ -88,6 +89,11 @@ for pre in 0 1 2 3 4 5 6; do
     printf "\\$(printf %o $pre)Hello, world's 1234567!\n\n  \xe4\xb8\xad\xe6\x96\x87 caf\xc3\xa9 ~~\xff" |
         seed 5 "pretok-$pre"
 done
+
+# Chat templates (the presets', engine/synth/templates), and a few constructs on their own.
+for f in "$root"/engine/synth/templates/*.jinja; do seed 6 "chat-$(basename "$f")" <"$f"; done
+printf '%s' "{% macro m(a, b=1) %}{{ a ~ b }}{% endmacro %}{% for x in messages|selectattr('role', 'eq', 'user') if x.content %}{{ m(x.content|upper, loop.index) }}{% else %}{{ raise_exception('none') }}{% endfor %}{{ tools|tojson(indent=2) }}" |
+    seed 6 chat-constructs
 
 half=$(( (secs + 1) / 2 ))
 for target in gguf inputs; do
