@@ -5,7 +5,7 @@
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build run test bench clean
+.PHONY: all deps build run test bench install clean
 
 all: build
 
@@ -34,6 +34,12 @@ test: deps
 	  ctest --test-dir $$dir --output-on-failure -j$(JOBS); \
 	  scripts/skip_summary.sh $$dir/Testing/Temporary/LastTest.log; \
 	done
+
+# The CLI, libmoevm (both APIs), its headers and pkg-config file, under PREFIX (DESTDIR for a
+# staged install): `pkg-config --cflags --libs moevm` then builds an application on it.
+PREFIX ?= /usr/local
+install: build
+	@cmake --install build --prefix $(PREFIX)
 
 clean:
 	rm -rf build build-asan build-tsan build-gpu

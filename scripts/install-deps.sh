@@ -14,12 +14,16 @@ have_header hwloc.h         || need_pkgs+=(libhwloc-dev)
 have_header numa.h          || need_pkgs+=(libnuma-dev)
 have_header libunwind.h     || need_pkgs+=(libunwind-dev)
 have_header cjson/cJSON.h   || need_pkgs+=(libcjson-dev)   # cost files and traces (policy/, tools/)
+have_header microhttpd.h    || need_pkgs+=(libmicrohttpd-dev) # `moevm serve` (tools/serve_http.c)
 # Open MPI: the distributed mode (docs/distributed.md) and its tests.
 { command -v mpicc && command -v mpirun; } >/dev/null || need_pkgs+=(libopenmpi-dev openmpi-bin)
 command -v python3 >/dev/null || need_pkgs+=(python3)
 # tests/ref (the NumPy reference forward pass) needs NumPy in some python3 on the machine.
 have_numpy() { for py in python3 /usr/bin/python3; do "$py" -c 'import numpy' 2>/dev/null && return 0; done; return 1; }
 have_numpy                  || need_pkgs+=(python3-numpy)
+# tests/ref/check_jinja.py renders the chat templates with Python's jinja2 too.
+have_jinja2() { for py in python3 /usr/bin/python3; do "$py" -c 'import jinja2' 2>/dev/null && return 0; done; return 1; }
+have_jinja2                 || need_pkgs+=(python3-jinja2)
 # tests/ref/check_pretok.py (and scripts/gen_unicode_tables.py) read the Han script from Perl.
 perl -MUnicode::UCD -e1 2>/dev/null || need_pkgs+=(perl)
 

@@ -112,6 +112,42 @@ expect 0 'Once upon a time' -- "$moevm" run -m "$m" -p "Once upon a time" -n 4 -
 "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 >"$tmp/a" 2>/dev/null
 "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 -t 1 --batch 1 >"$tmp/b" 2>/dev/null
 if cmp -s "$tmp/a" "$tmp/b" && [ -s "$tmp/a" ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: greedy output differs with threads/batch" >&2; fi
+# The prompt from a file or standard input (one final newline dropped, as llama.cpp's -f),
+# and llama.cpp's spellings: the same text as the long names give.
+same_text() { # same_text LABEL FILE command...: the command's stdout is FILE's
+    local label=$1 want=$2
+    shift 2
+    if "$@" 2>/dev/null | cmp -s - "$want" && [ -s "$want" ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $label: not the same text" >&2; fi
+}
+echo "It was the best" >"$tmp/prompt.txt"
+same_text '-f FILE' "$tmp/a" "$moevm" run -m "$m" -f "$tmp/prompt.txt" -n 12 --temp 0
+same_text '-f - (stdin)' "$tmp/a" sh -c "echo 'It was the best' | '$moevm' run -m '$m' -f - --n-predict 12 --temp=0"
+"$moevm" run -m "$m" -p "It was" -n 12 --seed 7 --ctx 64 --batch 4 --top-k 20 --min-p 0.01 >"$tmp/long" 2>"$tmp/long.err"
+same_text '-c/-s/-b/--n-predict' "$tmp/long" "$moevm" run -m "$m" -p "It was" --n-predict 12 -s 7 -c 64 -b 4 --top-k=20 --min-p=0.01
+same_text '--ctx-size=/--batch-size=' "$tmp/long" "$moevm" run -m "$m" --prompt="It was" -n12 --seed=7 --ctx-size=64 --batch-size=4 --top-k 20 --min-p 0.01
+expect 0 'context: 64 positions, batches of 4' -- cat "$tmp/long.err"
+# the repetition penalty: 1 is off; 1.5 changes this greedy text (its tokens repeat)
+same_text '--repeat-penalty 1' "$tmp/a" "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 --repeat-penalty 1
+"$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 --repeat-penalty 1.5 --repeat-last-n 64 >"$tmp/rp" 2>/dev/null
+if [ -s "$tmp/rp" ] && ! cmp -s "$tmp/a" "$tmp/rp"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: --repeat-penalty 1.5 left the greedy text as it was" >&2; fi
+same_text '--repeat-last-n 0' "$tmp/a" "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 --repeat-penalty 1.5 --repeat-last-n 0
+expect 2 'run: --repeat-penalty 0: expected a number' -- "$moevm" run -m "$m" -p x --repeat-penalty 0
+# llama.cpp's GPU options: -ngl is accepted and said to mean nothing more, once; --n-cpu-moe
+# is the budget of all but N MoE layers' experts (a third of a three-layer model's 24
+# pages of 64 KiB is 8 of them), and not with --gpu-budget.
+expect 0 '^1$' -- sh -c "'$moevm' run -m '$m' -p x -n 1 -ngl 99 --n-gpu-layers=0 2>&1 >/dev/null | grep -c 'ngl: accepted and ignored'"
+"$moevm" mkmodel --arch qwen3moe --layers 3 -o "$tmp/l3.gguf" >/dev/null
+budget_line() { MOEVM_PAGE_SIZE=64K "$moevm" run -m "$tmp/l3.gguf" -p x -n 1 "$@" 2>&1 | grep -o 'budget [0-9]* pages of [0-9]* KiB'; }
+if [ "$(budget_line --n-cpu-moe 1)" = "budget 16 pages of 64 KiB" ] && [ "$(budget_line --gpu-budget 1M)" = "$(budget_line --n-cpu-moe 1)" ] &&
+   [ "$(budget_line -ncmoe 2)" = "$(budget_line --gpu-budget 512K)" ]; then
+    pass=$((pass + 1))
+else
+    fail=$((fail + 1)); echo "FAIL: --n-cpu-moe's budget: '$(budget_line --n-cpu-moe 1)' for 1, '$(budget_line -ncmoe 2)' for 2" >&2
+fi
+expect 2 'run: give --gpu-budget or --n-cpu-moe, not both' -- "$moevm" run -m "$m" -p x --gpu-budget 50% --n-cpu-moe 1
+expect 2 'run: --n-cpu-moe 2: the model has 2 MoE layers' -- "$moevm" run -m "$m" -p x --n-cpu-moe 2
+expect 2 'run: give -p or -f, not both' -- "$moevm" run -m "$m" -p x -f "$tmp/prompt.txt"
+expect 1 '^moevm run: .*nope.txt: cannot open it' -- "$moevm" run -m "$m" -f "$tmp/nope.txt"
 # A K-quant mix (llama.cpp's Q4_K_M: Q6_K down in some layers) runs, on the host and below
 # on the device.
 "$moevm" mkmodel --type q4_K_M --embd 256 --expert-ff 256 -o "$tmp/k.gguf" >/dev/null
@@ -220,6 +256,9 @@ else
 fi
 expect 0 '\| tg4 \| ' -- "$moevm" bench -m "$m" -p 0 -n 4 -r 1
 expect 0 '\| host \| 2 \| home \| own \| tg4 \| [0-9.]+ \+- [0-9.]+ \| - \| 0\.00 \|$' -- "$moevm" bench -m "$m" -p 0 -n 4 -r 1 -t 2
+# llama-bench's spellings; --n-cpu-moe 1 of 2 layers is the 50% budget, 0.02 GiB
+expect 0 '\| host \| 1 \| 0\.02 \| own \| tg4 \| ' -- "$moevm" bench -m "$m" --n-prompt 0 --n-gen=4 --repetitions 1 --threads 1 -b 8 --n-cpu-moe 1 -ngl 99
+expect 2 'bench: give --gpu-budget or --n-cpu-moe, not both' -- "$moevm" bench -m "$m" --gpu-budget 50% --n-cpu-moe 1
 # --routing replays a trace's choices (its rows say so); a trace of another shape is refused,
 # naming both. (Whether the replayed experts are the ones that run: test_engine.)
 {
@@ -281,8 +320,22 @@ expect 0 'tiny llama, 2 layers .*q8_0' -- "$moevm" mkmodel --arch llama --type q
 expect 0 'mixtral-8x7b +llama' -- "$moevm" mkmodel --list
 expect 2 '-m MODEL.gguf is required' -- "$moevm" run -p hi
 expect 2 'unknown option --tempo' -- "$moevm" run -m "$m" --tempo 1
-# Every command walks its options alike (tools/cli.c's mvm_cli_next): a missing value, an
-# unknown flag, --help after a value, a switch among valued options.
+# Every command walks its options alike (tools/cli.c's mvm_cli_next, getopt_long over the
+# command's table): a missing value, an unknown flag (also a switch at the end of the line,
+# and a prefix of a name), --help after a value, a switch among valued options, --flag=value,
+# a switch given a value, a stray argument, "--" ending the options.
+expect 2 'run: unknown option --verbose \(see --help\)' -- "$moevm" run -m "$m" -p x --verbose
+expect 2 'run: unknown option --tem \(see --help\)' -- "$moevm" run -m "$m" -p x --tem 0
+expect 2 'run: --trace-hidden takes no value \(see --help\)' -- "$moevm" run -m "$m" -p x --trace-out "$tmp/x.jsonl" --trace-hidden=1
+expect 2 "run: unexpected argument 'stray' \\(see --help\\)" -- "$moevm" run -m "$m" stray -p x
+expect 2 "run: unexpected argument '-n' \\(see --help\\)" -- "$moevm" run -m "$m" -p x -- -n 2
+expect 0 'context: 64 positions' -- "$moevm" run -m "$m" -p x -n 2 --ctx=64
+expect 2 'run: --ctx abc: expected an integer' -- "$moevm" run -m "$m" -p x --ctx=abc
+expect 2 'tokenize: --ids takes no value' -- "$moevm" tokenize -m "$m" -p x --ids=1
+expect 2 'sim: unknown option --zerocopyy' -- "$moevm" sim --budget 1G --zerocopyy
+expect 2 "trace stats: unexpected argument 'b'" -- "$moevm" trace stats a b
+expect 0 'usage: moevm info' -- "$moevm" info --help
+expect 2 "info: unexpected argument 'x'" -- "$moevm" info x
 expect 2 'run: -m needs a value \(see --help\)' -- "$moevm" run --trace-hidden -m
 expect 2 'demo: unknown option --foo \(see --help\)' -- "$moevm" demo --foo 3
 expect 2 'demo: --seed x: expected an integer' -- "$moevm" demo --seed x
@@ -415,6 +468,45 @@ expect 0 'prism +[0-9.]+' -- "$moevm" sim --trace "$tmp/g.jsonl" --servers 2
 expect 2 '--servers 1' -- "$moevm" sim --trace "$tmp/g.jsonl" --servers 1
 expect 1 'every expert must be on some server' -- "$moevm" sim --trace "$tmp/g.jsonl" --servers 2 --server-mem 10%
 expect 2 'does not apply with --servers' -- "$moevm" sim --trace "$tmp/g.jsonl" --servers 2 --evict lru
+
+# chat (docs/chat.md): every architecture's tiny model converses from piped turns, the second
+# turn reusing the first's cache; the template renders the system message and the history;
+# a message longer than the context is refused and the chat goes on; Ctrl-C stops a reply
+for arch in llama qwen2moe qwen3moe olmoe deepseek2 glm4moe minimax-m2 gpt-oss; do
+    [ -f "$tmp/chat-$arch.gguf" ] || "$moevm" mkmodel --arch "$arch" -o "$tmp/chat-$arch.gguf" >/dev/null
+    expect 0 'replies [1-9][0-9]* tokens.* \(.* [1-9][0-9]* more reused from the cache\)|more reused from the cache\) \| replies [1-9]' -- \
+        sh -c "printf 'Hello there\nAnd then?\n' | \"$moevm\" chat -m \"$tmp/chat-$arch.gguf\" --temp 0 -n 6 -t 2"
+done
+cat >"$tmp/plain.jinja" <<'TEMPLATE'
+{%- for m in messages %}[{{ m.role }}] {{ m.content }}
+{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}
+TEMPLATE
+expect 0 'prompt: \[system\] Be brief\.' -- sh -c "printf 'hi\n' | \"$moevm\" chat -m \"$m\" --system 'Be brief.' --chat-template-file \"$tmp/plain.jinja\" --verbose-prompt --temp 0 -n 3"
+expect 0 'prompt: \[system\] S.*\[user\] one.*\[assistant\] .*\[user\] two' -- sh -c "printf 'one\ntwo\n' | \"$moevm\" chat -m \"$m\" --system S --chat-template-file \"$tmp/plain.jinja\" --verbose-prompt --temp 0 -n 3 2>&1 | LC_ALL=C tr -c '\\040-\\176' ' '"
+expect 0 'prompt: <\|start\|>system<\|message\|>.*<\|start\|>developer<\|message\|># Instructions.*Be brief\.<\|end\|><\|start\|>user<\|message\|>hi<\|end\|><\|start\|>assistant' -- sh -c "printf 'hi\\n' | \"$moevm\" chat -m \"$tmp/chat-gpt-oss.gguf\" --system 'Be brief.' --verbose-prompt --temp 0 -n 2 2>&1 | LC_ALL=C tr -c '\\040-\\176' ' '"
+expect 0 'the message takes [0-9]+ tokens with the template, the context holds 24' -- sh -c "printf '%s\nshort\n' \"\$(printf 'word %.0s' \$(seq 60))\" | \"$moevm\" chat -m \"$m\" -c 24 --temp 0 -n 2"
+printf '{%% if %%}' >"$tmp/bad.jinja"
+expect 1 'moevm chat: .*bad.jinja: .*template line 1' -- sh -c "printf 'hi\n' | \"$moevm\" chat -m \"$m\" --chat-template-file \"$tmp/bad.jinja\""
+expect 2 'moevm chat: -m MODEL.gguf is required' -- "$moevm" chat
+expect 2 'unknown option --frob' -- "$moevm" chat -m "$m" --frob
+expect 0 'usage: moevm chat' -- "$moevm" chat --help
+expect 0 'usage: moevm serve' -- "$moevm" serve --help
+expect 2 'moevm serve: --port 70000: expected an integer' -- "$moevm" serve -m "$m" --port 70000
+expect 2 'moevm serve: --host nowhere: expected an IPv4 address' -- "$moevm" serve -m "$m" --host nowhere
+# Ctrl-C mid-reply: the reply stops, the chat reads on (to the end of input) and exits 0
+( { printf 'Hello\n'; sleep 3; } | "$moevm" chat -m "$m" -c 60000 -n 59000 --ignore-eos --temp 0 >"$tmp/int.out" 2>&1 ) &
+chat_pid=$!
+sleep 1
+pkill -INT -f "chat -m $m -c 60000 -n 59000" 2>/dev/null
+wait "$chat_pid"
+rc=$?
+if [ "$rc" -eq 0 ] && grep -aq '\[stopped\]' "$tmp/int.out" && grep -aq 'replies [0-9]* tokens' "$tmp/int.out"; then
+    pass=$((pass + 1))
+else
+    fail=$((fail + 1))
+    echo "FAIL: Ctrl-C in a reply (exit $rc):" >&2
+    sed 's/^/    /' "$tmp/int.out" >&2
+fi
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

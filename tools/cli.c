@@ -9,11 +9,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/forward/engine_options.h"
-#include "kernels/cpu/kernels.h"
+#include "engine/api/threads.h"
 #include "moevm/moevm.h"
+#include "policy/choose.h"
 #include "vmm/options.h"
-#include "vmm/topo.h"
 
 int mvm_cli_error(const char *what)
 {
@@ -262,25 +261,10 @@ int mvm_cli_need_model(const char *cmd, const char *model)
     return 2;
 }
 
-int mvm_cli_split_policy(char *p, const char **name, const char **params)
-{
-    char *brace = strchr(p, '{');
-    *name = p;
-    *params = NULL;
-    if (!brace)
-        return 0;
-    char *close = strrchr(brace, '}');
-    if (!close || close[1])
-        return -1;
-    *brace = *close = '\0';
-    *params = brace + 1;
-    return 0;
-}
-
 int mvm_cli_policy(const char *cmd, const char *flag, char *value, const char **name,
                    const char **params)
 {
-    if (!mvm_cli_split_policy(value, name, params))
+    if (!mvm_policy_split(value, name, params))
         return 0;
     fprintf(stderr, "moevm %s: %s %s: expected NAME or NAME{k=v,...}\n", cmd, flag, value);
     return 2;
@@ -304,28 +288,10 @@ void mvm_cli_progress(void *label, uint64_t done, uint64_t total)
 
 int mvm_cli_threads(const char *cmd, uint32_t threads, mvm_pool **out)
 {
-    mvm_topo topo;
-    if (mvm_topo_probe(NULL, &topo) != MVM_OK)
-        return mvm_cli_error("probing the topology");
-    mvm_option_value simd, env_threads;
-    if (mvm_option_read(&mvm_opt_cpu_simd, &simd) != MVM_OK ||
-        mvm_option_read(&mvm_opt_threads, &env_threads) != MVM_OK)
-        return mvm_cli_error("options");
-    /* the choice order of MOEVM_CPU_SIMD: auto|avx512vnni|avx512|avx2|dotprod|neon|scalar */
-    static const enum mvm_simd levels[] = {MVM_SIMD_SCALAR, MVM_SIMD_AVX512VNNI, MVM_SIMD_AVX512,
-                                           MVM_SIMD_AVX2,   MVM_SIMD_DOTPROD,    MVM_SIMD_NEON,
-                                           MVM_SIMD_SCALAR};
-    if (simd.i > 0 && mvm_k_simd_use(levels[simd.i]) != 0) {
-        fprintf(stderr, "moevm %s: MOEVM_CPU_SIMD=%s: this CPU does not support it (best: %s)\n",
-                cmd, mvm_k_simd_name(levels[simd.i]), mvm_k_simd_name(mvm_k_simd_detect()));
-        return 1;
-    }
-    int n = threads ? (int)threads
-            : env_threads.i > 0 ? (int)env_threads.i
-            : topo.n_cores > 0 ? topo.n_cores : 1;
-    if (mvm_pool_create(n, &topo, out) != MVM_OK)
-        return mvm_cli_error("threads");
-    return 0;
+    if (mvm_threads_pool(threads, out) == MVM_OK)
+        return 0;
+    fprintf(stderr, "moevm %s: threads: %s\n", cmd, mvm_last_error());
+    return 1;
 }
 
 int mvm_cli_space_desc(const char *cmd, const char *flag, const char *budget,

@@ -124,10 +124,8 @@ char *mvm_cli_read_text(const char *cmd, const char *path, size_t *len);
 int mvm_cli_kv_type(const char *cmd, const char *value, const char **out);
 /* 0 when -m was given; else "moevm <cmd>: -m MODEL.gguf is required ..." and 2. */
 int mvm_cli_need_model(const char *cmd, const char *model);
-/* A policy given as "name" or "name{k=v,...}", split in place (params NULL when there are
- * none). -1 when a brace is not closed at the end. */
-int mvm_cli_split_policy(char *p, const char **name, const char **params);
-/* The same for the value of option `flag` of command `cmd`: on a malformed value prints
+/* A policy given as "name" or "name{k=v,...}" (policy/choose.h's mvm_policy_split) for the
+ * value of option `flag` of command `cmd`: on a malformed value prints
  * "moevm <cmd>: <flag> <value>: expected NAME or NAME{k=v,...}" and returns 2, else 0. */
 int mvm_cli_policy(const char *cmd, const char *flag, char *value, const char **name,
                    const char **params);

@@ -20,6 +20,7 @@
 #include "engine/model/model.h"
 #include "policy/cost_load.h"
 #include "policy/route_alpha.h"
+#include "policy/choose.h"
 #include "tools/cli.h"
 #include "tools/cmd_sim.h"
 #include "tools/sim.h"
@@ -120,7 +121,7 @@ static int parse_set(const char *text, const struct policy_set *base, struct pol
         char *eq = strchr(item, '=');
         int role = eq ? role_of(item, (size_t)(eq - item)) : -1;
         if (role < 0 ||
-            mvm_cli_split_policy(trim(eq + 1), &out->policy[role], &out->params[role])) {
+            mvm_policy_split(trim(eq + 1), &out->policy[role], &out->params[role])) {
             fprintf(stderr, "moevm sim: '%s': expected role=policy (roles: route, evict, assign, "
                     "predict, config) with optional {k=v,...}\n", item);
             return 2;
@@ -173,7 +174,7 @@ static int parse_role(struct sim_args *a, char **bp, const char *f, const char *
         return 2;
     }
     memcpy(*bp, v, len + 1);
-    if (mvm_cli_split_policy(*bp, &a->base.policy[role], &a->base.params[role])) {
+    if (mvm_policy_split(*bp, &a->base.policy[role], &a->base.params[role])) {
         fprintf(stderr, "moevm sim: %s %s: expected NAME or NAME{k=v,...}\n", f, v);
         return 2;
     }

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "policy/choose.h"
 #include "tools/cli.h"
 #include "tools/cmd_sim.h"
 #include "tools/sim_cluster.h"
@@ -110,7 +111,7 @@ static int run_one(const mvm_trace *t, const mvm_cost *cost, const mvm_cluster *
     char label[160];
     snprintf(label, sizeof label, "%s", policy);
     const char *name, *params;
-    if (mvm_cli_split_policy(policy, &name, &params)) {
+    if (mvm_policy_split(policy, &name, &params)) {
         fprintf(stderr, "moevm sim: --place %s: expected NAME or NAME{k=v,...}\n", label);
         return 2;
     }

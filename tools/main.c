@@ -16,6 +16,8 @@ static const struct {
 } commands[] = {
     {"info", mvm_cmd_info, "topology, backend, page size, budget and options in effect"},
     {"run", mvm_cmd_run, "generate text with a GGUF MoE model (experts through the space)"},
+    {"chat", mvm_cmd_chat, "a conversation in the model's chat template"},
+    {"serve", mvm_cmd_serve, "an OpenAI-compatible HTTP server (chat, completions, streaming)"},
     {"bench", mvm_cmd_bench,
      "prompt and generation speed (llama-bench's pp/tg) over thread counts and budgets"},
     {"calibrate", mvm_cmd_calibrate,

@@ -566,6 +566,9 @@ mvm_status mvm_mkmodel_write(const mvm_model_spec *s, const char *path, mvm_pool
     have_vocab = 1;
     if ((st = mvm_vocab_write(&vocab, w)))
         goto out;
+    const char *chat = mvm_chat_template_for(s);
+    if (chat && (st = mvm_gguf_writer_set_str(w, "tokenizer.chat_template", chat)))
+        goto out;
     mvm_gguf_writer_set_data_fn(w, write_tensor, &p);
     for (uint32_t i = 0; i < p.n && st == MVM_OK; i++) {
         const struct tensor *t = &p.t[i];

@@ -74,6 +74,10 @@ void mvm_spec_bytes(const mvm_model_spec *s, uint64_t *total, uint64_t *experts)
 
 typedef void (*mvm_mkmodel_progress)(void *ctx, uint64_t done, uint64_t total);
 
+/* The chat template (Jinja) a model of s's architecture carries as tokenizer.chat_template:
+ * its family's format (engine/synth/chat_templates.c); NULL for none. */
+const char *mvm_chat_template_for(const mvm_model_spec *s);
+
 /* Writes the model to `path` (via path.tmp + rename: a failure leaves no partial file),
  * generating the weights on the pool's threads. */
 mvm_status mvm_mkmodel_write(const mvm_model_spec *s, const char *path, mvm_pool *pool,

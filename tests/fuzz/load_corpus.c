@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "engine/compute/pool.h"
@@ -154,6 +155,21 @@ static bool replay(const uint8_t *b, size_t size, size_t meta, int mutants, uint
     return loaded;
 }
 
+/* The corpus of an earlier build goes first: its crafted cuts were at that build's model
+ * sizes, which change when the models do (a chat template added), and would count twice. */
+static void clear_corpus(void)
+{
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (!strncmp(e->d_name, "crafted-", 8) || !strncmp(e->d_name, "model-", 6)) {
+            char path[1024];
+            snprintf(path, sizeof path, "%s/%.255s", dir, e->d_name);
+            unlink(path);
+        }
+    if (d)
+        closedir(d);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2 || argc > 3) {
@@ -163,6 +179,7 @@ int main(int argc, char **argv)
     int mutants = argc > 2 ? atoi(argv[2]) : 100;
     snprintf(dir, sizeof dir, "%s", argv[1]);
     mkdir(dir, 0777);
+    clear_corpus();
     mvm_pool *pool = NULL;
     CHECK_ST(mvm_pool_create(1, NULL, &pool), MVM_OK);
     write_corpus(pool);

@@ -1,0 +1,324 @@
+/*
+ * The engine API (include/moevm/engine.h): the steps `moevm run` takes — options checked,
+ * threads, the model opened, its space planned and filled, the tokenizer, the chat template,
+ * one inference context of n_seq sequences — behind one handle.
+ */
+#include "moevm/engine.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/api/threads.h"
+#include "engine/chat/chat_template.h"
+#include "engine/forward/engine_options.h"
+#include "engine/forward/forward.h"
+#include "engine/plan/plan.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "policy/choose.h"
+#include "policy/cost_load.h"
+#include "policy/policy_options.h"
+#include "vmm/error.h"
+#include "vmm/options.h"
+
+/* A module as "name{k=v}", split into an owned copy. */
+struct module {
+    char *buf;
+    const char *name, *args;
+};
+
+struct mvm_engine {
+    mvm_pool *pool;
+    mvm_model *model;
+    mvm_tokenizer *tok;
+    mvm_chat_template *tmpl;
+    char *tmpl_error;      /* why the model's template did not compile; NULL when it did */
+    mvm_ctx *ctx;
+    int32_t *eog;          /* the end-of-generation tokens */
+    uint32_t n_eog;
+    mvm_machine machine;
+    struct module mod[MVM_ROLE_COUNT];
+    uint32_t n_ctx, n_batch;
+    uint64_t tokens;
+};
+
+static const struct {
+    enum mvm_role role;
+    const char *field;
+} roles[] = {{MVM_ROLE_EVICT, "evict"}, {MVM_ROLE_PREDICT, "predict"},
+             {MVM_ROLE_ROUTE, "route"}, {MVM_ROLE_CONFIG, "config"},
+             {MVM_ROLE_ASSIGN, "assign"}};
+#define N_ROLES (sizeof roles / sizeof *roles)
+
+static const char *role_value(const mvm_engine_params *p, enum mvm_role r)
+{
+    switch (r) {
+    case MVM_ROLE_EVICT: return p->evict;
+    case MVM_ROLE_PREDICT: return p->predict;
+    case MVM_ROLE_ROUTE: return p->route;
+    case MVM_ROLE_CONFIG: return p->config;
+    case MVM_ROLE_ASSIGN: return p->assign;
+    default: return NULL;
+    }
+}
+
+/* The checks before the model is read: the modules' names, the cost model, the budget. */
+static mvm_status check_params(mvm_engine *e, const mvm_engine_params *p, mvm_space_desc *desc)
+{
+    if (!p || !p->model)
+        return mvm_fail(MVM_ERR_INVALID, "engine: no model file given");
+    if (p->n_batch > 4096)
+        return mvm_fail(MVM_ERR_INVALID, "engine: a batch of %u tokens (at most 4096)",
+                        p->n_batch);
+    mvm_status st = mvm_space_desc_init(desc);
+    if (st != MVM_OK)
+        return st;
+    if (p->gpu_budget &&
+        mvm_parse_budget(p->gpu_budget, &desc->device_budget, &desc->device_budget_frac))
+        return mvm_fail(MVM_ERR_INVALID, "GPU budget '%s': expected a size (8G), a "
+                        "percentage (25%%) or auto", p->gpu_budget);
+    for (size_t i = 0; i < N_ROLES; i++) {
+        struct module *m = &e->mod[roles[i].role];
+        const char *v = role_value(p, roles[i].role);
+        if (!v)
+            continue;
+        if (!(m->buf = strdup(v)))
+            return mvm_fail(MVM_ERR_NOMEM, "out of memory");
+        if (mvm_policy_split(m->buf, &m->name, &m->args))
+            return mvm_fail(MVM_ERR_INVALID, "%s module '%s': expected NAME or NAME{k=v,...}",
+                            roles[i].field, v);
+        const void *ops;
+        const char *args;
+        if ((st = mvm_engine_choose(roles[i].role, m->name, m->args, &ops, &args)) != MVM_OK)
+            return st;
+    }
+    return mvm_machine_load(p->cost, "cost", &e->machine);
+}
+
+static mvm_status open_model(mvm_engine *e, const mvm_engine_params *p, mvm_space_desc *desc)
+{
+    mvm_status st = mvm_model_open(p->model, &e->model);
+    if (st != MVM_OK)
+        return st;
+    const mvm_hparams *hp = &e->model->hp;
+    e->n_ctx = p->n_ctx ? p->n_ctx : hp->n_ctx_train && hp->n_ctx_train < 4096 ? hp->n_ctx_train
+                                                                               : 4096;
+    e->n_batch = p->n_batch ? p->n_batch : 32;
+    const uint32_t n_seq = p->n_seq ? p->n_seq : 1;
+    /* an automatic GPU budget leaves room for every sequence's cache (rings counted as full
+     * rows: a little more than they take) */
+    uint64_t rows = (uint64_t)e->n_ctx * n_seq;
+    const mvm_ctx_shape shape = {rows < UINT32_MAX ? (uint32_t)rows : UINT32_MAX, e->n_batch,
+                                 p->kv_type};
+    mvm_space *space;
+    st = mvm_plan_space(e->model, &shape, desc, &space);
+    if (st == MVM_OK)
+        st = mvm_model_load_experts(e->model, space, e->pool, NULL, p->progress,
+                                    p->progress_ctx);
+    return st;
+}
+
+static mvm_status open_text(mvm_engine *e)
+{
+    mvm_status st = mvm_tokenizer_load(e->model->gguf, &e->tok);
+    if (st != MVM_OK)
+        return mvm_fail_prefix(st, "%s: tokenizer", e->model->path);
+    if (mvm_tokenizer_n_vocab(e->tok) != e->model->hp.n_vocab)
+        return mvm_fail(MVM_ERR_INVALID, "%s: the tokenizer has %u tokens but token_embd has "
+                        "%u rows", e->model->path, mvm_tokenizer_n_vocab(e->tok),
+                        e->model->hp.n_vocab);
+    const uint32_t V = e->model->hp.n_vocab;
+    for (uint32_t id = 0; id < V; id++)
+        e->n_eog += mvm_tokenizer_is_eog(e->tok, (int32_t)id) != 0;
+    if (e->n_eog && !(e->eog = malloc(e->n_eog * sizeof *e->eog)))
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory");
+    for (uint32_t id = 0, k = 0; id < V; id++)
+        if (mvm_tokenizer_is_eog(e->tok, (int32_t)id))
+            e->eog[k++] = (int32_t)id;
+    /* A template this subset of Jinja cannot read leaves the model usable for plain text;
+     * chat_format reports it. */
+    if (mvm_chat_template_open(e->model->gguf, e->tok, &e->tmpl) != MVM_OK &&
+        !(e->tmpl_error = strdup(mvm_last_error())))
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory");
+    return MVM_OK;
+}
+
+static mvm_status make_ctx(mvm_engine *e, const mvm_engine_params *p)
+{
+    const struct module *m = e->mod;
+    mvm_ctx_policies pol = {
+        .residency = {.evict = m[MVM_ROLE_EVICT].name, .evict_args = m[MVM_ROLE_EVICT].args,
+                      .config = m[MVM_ROLE_CONFIG].name,
+                      .config_args = m[MVM_ROLE_CONFIG].args,
+                      .assign = m[MVM_ROLE_ASSIGN].name,
+                      .assign_args = m[MVM_ROLE_ASSIGN].args, .machine = &e->machine},
+        .prefetch = {.predict = m[MVM_ROLE_PREDICT].name,
+                     .predict_args = m[MVM_ROLE_PREDICT].args},
+        .routing = {.route = m[MVM_ROLE_ROUTE].name, .route_args = m[MVM_ROLE_ROUTE].args},
+        .kv_type = p->kv_type,
+        .n_seq = p->n_seq};
+    return mvm_ctx_create(e->model, e->pool, e->n_ctx, e->n_batch, &pol, &e->ctx);
+}
+
+mvm_status mvm_engine_load(const mvm_engine_params *p, mvm_engine **out)
+{
+    *out = NULL;
+    /* an application embedding the engine reads the same MOEVM_* options as the CLI */
+    mvm_options_register(&mvm_engine_options);
+    mvm_options_register(&mvm_policy_options);
+    mvm_engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for the engine");
+    mvm_space_desc desc;
+    mvm_status st = mvm_options_check();
+    if (st == MVM_OK)
+        st = check_params(e, p, &desc);
+    if (st == MVM_OK)
+        st = mvm_threads_pool(p->threads, &e->pool);
+    if (st == MVM_OK)
+        st = open_model(e, p, &desc);
+    if (st == MVM_OK)
+        st = open_text(e);
+    if (st == MVM_OK)
+        st = make_ctx(e, p);
+    if (st != MVM_OK) {
+        mvm_engine_free(e);
+        return st;
+    }
+    *out = e;
+    return MVM_OK;
+}
+
+void mvm_engine_free(mvm_engine *e)
+{
+    if (!e)
+        return;
+    mvm_ctx_free(e->ctx);
+    mvm_chat_template_free(e->tmpl);
+    free(e->tmpl_error);
+    free(e->eog);
+    mvm_tokenizer_free(e->tok);
+    mvm_model_free(e->model);
+    mvm_pool_destroy(e->pool);
+    for (size_t i = 0; i < MVM_ROLE_COUNT; i++)
+        free(e->mod[i].buf);
+    free(e);
+}
+
+void mvm_engine_get_info(const mvm_engine *e, mvm_engine_info *out)
+{
+    const mvm_hparams *hp = &e->model->hp;
+    mvm_space_info si;
+    mvm_space_get_info(e->model->space, &si);
+    *out = (mvm_engine_info){
+        .name = e->model->name, .arch = e->model->arch->name, .backend = mvm_ctx_backend(e->ctx),
+        .n_vocab = hp->n_vocab, .n_ctx = e->n_ctx, .n_ctx_train = hp->n_ctx_train,
+        .n_seq = mvm_ctx_n_seq(e->ctx), .n_batch = e->n_batch, .n_layer = hp->n_layer,
+        .n_expert = hp->n_expert, .n_expert_used = hp->n_expert_used,
+        .expert_bytes = e->model->expert_bytes,
+        .budget_bytes = e->model->experts_at_home ? 0 : (uint64_t)si.device_pages * si.page_size,
+        .chat_template = e->tmpl && !mvm_chat_template_builtin(e->tmpl)};
+}
+
+uint32_t mvm_engine_n_vocab(const mvm_engine *e) { return e->model->hp.n_vocab; }
+
+mvm_status mvm_engine_tokenize(const mvm_engine *e, const char *text, size_t len,
+                               int add_special, int parse_special, int32_t *out, size_t cap,
+                               size_t *n)
+{
+    return parse_special ? mvm_tokenizer_encode_special(e->tok, text, len, add_special, out, cap, n)
+                         : mvm_tokenizer_encode(e->tok, text, len, add_special, out, cap, n);
+}
+
+size_t mvm_engine_token_piece(const mvm_engine *e, int32_t id, char *buf, size_t cap)
+{
+    return mvm_tokenizer_piece(e->tok, id, buf, cap);
+}
+
+int mvm_engine_is_eog(const mvm_engine *e, int32_t id) { return mvm_tokenizer_is_eog(e->tok, id); }
+
+void mvm_engine_mask_eog(const mvm_engine *e, float *logits)
+{
+    for (uint32_t i = 0; i < e->n_eog; i++)
+        logits[e->eog[i]] = -INFINITY;
+}
+
+const char *mvm_engine_token_text(const mvm_engine *e, int32_t id)
+{
+    return mvm_tokenizer_text(e->tok, id);
+}
+
+mvm_status mvm_engine_eval(mvm_engine *e, uint32_t seq, const int32_t *tokens, uint32_t n,
+                           float *logits)
+{
+    mvm_status st = mvm_ctx_select_seq(e->ctx, seq);
+    if (st != MVM_OK)
+        return st;
+    const uint32_t before = mvm_ctx_n_past(e->ctx);
+    if ((st = mvm_ctx_eval(e->ctx, tokens, n, logits, 0)) == MVM_OK)
+        e->tokens += n;
+    else /* batches that went through before the failure are not kept */
+        mvm_ctx_truncate(e->ctx, before);
+    return st;
+}
+
+uint32_t mvm_engine_n_past(const mvm_engine *e, uint32_t seq)
+{
+    if (mvm_ctx_select_seq(e->ctx, seq) != MVM_OK)
+        return 0;
+    return mvm_ctx_n_past(e->ctx);
+}
+
+void mvm_engine_truncate(mvm_engine *e, uint32_t seq, uint32_t n)
+{
+    if (mvm_ctx_select_seq(e->ctx, seq) == MVM_OK)
+        mvm_ctx_truncate(e->ctx, n);
+}
+
+mvm_status mvm_engine_chat_format(const mvm_engine *e, const char *messages_json,
+                                  const char *extra_json, int add_generation_prompt,
+                                  char **out)
+{
+    *out = NULL;
+    if (!e->tmpl)
+        return mvm_fail(MVM_ERR_UNSUPPORTED, "%s", e->tmpl_error);
+    cJSON *msgs = cJSON_Parse(messages_json ? messages_json : "");
+    cJSON *extra = extra_json ? cJSON_Parse(extra_json) : NULL;
+    mvm_status st = !msgs ? mvm_fail(MVM_ERR_INVALID, "messages: not valid JSON")
+                    : extra_json && !extra ? mvm_fail(MVM_ERR_INVALID, "chat template "
+                                                      "variables: not valid JSON")
+                    : mvm_chat_template_apply(e->tmpl, msgs, extra, add_generation_prompt, out);
+    cJSON_Delete(msgs);
+    cJSON_Delete(extra);
+    return st;
+}
+
+mvm_status mvm_engine_set_chat_template(mvm_engine *e, const char *src, size_t len)
+{
+    mvm_chat_template *t;
+    mvm_status st = mvm_chat_template_from_text(src, len, e->tok, &t);
+    if (st != MVM_OK)
+        return st;
+    mvm_chat_template_free(e->tmpl);
+    free(e->tmpl_error);
+    e->tmpl = t;
+    e->tmpl_error = NULL;
+    return MVM_OK;
+}
+
+void mvm_engine_get_stats(const mvm_engine *e, mvm_engine_stats *out)
+{
+    mvm_resid_stats rs;
+    mvm_stats vs;
+    mvm_space_info si;
+    mvm_resid_get_stats(mvm_ctx_residency(e->ctx), &rs);
+    mvm_space_get_stats(e->model->space, &vs);
+    mvm_space_get_info(e->model->space, &si);
+    *out = (mvm_engine_stats){
+        .accesses = rs.accesses, .hits = rs.hits, .evictions = rs.evictions,
+        .prefetches = rs.prefetches, .prefetch_used = rs.prefetch_used,
+        .bytes_moved = vs.bytes_moved,
+        .budget_bytes = e->model->experts_at_home ? 0 : (uint64_t)si.device_pages * si.page_size,
+        .resident_bytes = (uint64_t)vs.resident_pages * si.page_size, .tokens = e->tokens};
+}

@@ -1,0 +1,16 @@
+/*
+ * The engine's CPU threads as every front end sets them up: MOEVM_CPU_SIMD applied, and a
+ * pool of `threads` (0: MOEVM_THREADS, else one per core near the GPU or of the caller's
+ * node) pinned by the topology.
+ */
+#ifndef MVM_ENGINE_API_THREADS_H
+#define MVM_ENGINE_API_THREADS_H
+
+#include "engine/compute/pool.h"
+
+/* MVM_ERR_UNSUPPORTED when MOEVM_CPU_SIMD names a level this CPU lacks (the message says
+ * the best it has), MVM_ERR_OPTION for a malformed option, the topology's or the pool's
+ * errors. */
+mvm_status mvm_threads_pool(uint32_t threads, mvm_pool **out);
+
+#endif

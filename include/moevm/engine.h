@@ -1,0 +1,183 @@
+/*
+ * moevm's engine: load a GGUF MoE model whose experts live in a moevm space, tokenize,
+ * evaluate, sample, apply the model's chat template. What `moevm run`, `moevm chat` and
+ * `moevm serve` use; exported from libmoevm beside the memory API (moevm.h) so that an
+ * application can embed the engine (`pkg-config --cflags --libs moevm`).
+ *
+ *     mvm_engine *e;
+ *     mvm_engine_params p = {.model = "model.gguf"};
+ *     if (mvm_engine_load(&p, &e) != MVM_OK) fprintf(stderr, "%s\n", mvm_last_error());
+ *     int32_t toks[256]; size_t n;
+ *     mvm_engine_tokenize(e, "Once upon a time", 16, 1, 0, toks, 256, &n);
+ *     float *logits = malloc(mvm_engine_n_vocab(e) * sizeof *logits);
+ *     mvm_engine_eval(e, 0, toks, n, logits);
+ *     mvm_sampler *s; mvm_sampler_create(&(mvm_sampler_params){.temperature = 0}, ...);
+ *     int32_t next = mvm_sampler_sample(s, logits, mvm_engine_n_vocab(e));
+ *
+ * An engine holds n_seq independent sequences (conversations, a server's requests), each
+ * with its own positions in the KV cache, and one residency manager for all of them: their
+ * routing decides together what stays on the GPU. Thread safety: an engine is used by one
+ * thread at a time (a server serialises its requests through one engine thread); the
+ * tokenizer and the template functions only read it and may run on any thread. Full
+ * reference: docs/api.md.
+ */
+#ifndef MOEVM_ENGINE_H
+#define MOEVM_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "moevm/moevm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mvm_engine mvm_engine;
+
+typedef struct mvm_engine_params {
+    const char *model;      /* the GGUF file (the first of a split model) */
+    uint32_t threads;       /* CPU threads; 0: MOEVM_THREADS, else the cores near the GPU */
+    const char *gpu_budget; /* "8G", "25%", "auto"; NULL: MOEVM_GPU_BUDGET */
+    uint32_t n_ctx;         /* positions of each sequence; 0: the training context, at most
+                               4096 */
+    uint32_t n_batch;       /* tokens per forward pass; 0: 32 */
+    uint32_t n_seq;         /* sequences; 0: 1 */
+    const char *kv_type;    /* "f16" or "f32"; NULL: MOEVM_KV_TYPE */
+    /* the policy modules, "name" or "name{k=v,...}" (docs/policies.md); NULL: MOEVM_* */
+    const char *evict, *predict, *route, *config, *assign;
+    const char *cost;       /* the cost model: a preset or a file; NULL: MOEVM_COST */
+    /* progress of the load (bytes done of total), called a few times a second; NULL: none */
+    void (*progress)(void *ctx, uint64_t done, uint64_t total);
+    void *progress_ctx;
+} mvm_engine_params;
+
+/* Loads the model, makes its expert space and the inference context. MVM_ERR_INVALID for a
+ * malformed file or parameter (the message names it), MVM_ERR_NOSPACE/NOMEM when it does
+ * not fit, MVM_ERR_OPTION for a malformed MOEVM_* value. */
+mvm_status mvm_engine_load(const mvm_engine_params *p, mvm_engine **out);
+/* NULL is a no-op. */
+void mvm_engine_free(mvm_engine *e);
+
+typedef struct mvm_engine_info {
+    const char *name;       /* general.name, or the file's */
+    const char *arch;       /* general.architecture */
+    const char *backend;    /* where it computes: "cpu" or "cuda" */
+    uint32_t n_vocab, n_ctx, n_ctx_train, n_seq, n_batch;
+    uint32_t n_layer, n_expert, n_expert_used; /* MoE layers */
+    uint64_t expert_bytes;  /* of one expert */
+    uint64_t budget_bytes;  /* device memory for experts; 0: read at their homes */
+    int chat_template;      /* 1: the model's own; 0: ChatML stands in */
+} mvm_engine_info;
+void mvm_engine_get_info(const mvm_engine *e, mvm_engine_info *out);
+uint32_t mvm_engine_n_vocab(const mvm_engine *e);
+
+/* Tokenizes text[0..len) into out[0..cap), *n the count (MVM_ERR_RANGE when over cap; out
+ * has the first cap). add_special: BOS/EOS where the vocabulary adds them; parse_special:
+ * the texts of control tokens ("<|im_start|>") become those tokens, as in a chat
+ * template's output. */
+mvm_status mvm_engine_tokenize(const mvm_engine *e, const char *text, size_t len,
+                               int add_special, int parse_special, int32_t *out, size_t cap,
+                               size_t *n);
+/* The bytes of token id into buf[0..cap) (no NUL); returns the full length. Control tokens
+ * give nothing. */
+size_t mvm_engine_token_piece(const mvm_engine *e, int32_t id, char *buf, size_t cap);
+/* Whether id ends a reply (EOS, end of turn). */
+int mvm_engine_is_eog(const mvm_engine *e, int32_t id);
+/* Sets the logits of every end-of-generation token to -infinity, so that a reply runs to
+ * its length limit (llama.cpp's --ignore-eos). */
+void mvm_engine_mask_eog(const mvm_engine *e, float *logits);
+/* The vocabulary's spelling of id ("<|im_end|>"), NULL out of range. */
+const char *mvm_engine_token_text(const mvm_engine *e, int32_t id);
+
+/* Evaluates n tokens after sequence seq's cached positions; logits (n_vocab floats) of the
+ * last one, or NULL. MVM_ERR_RANGE when they do not fit n_ctx or seq >= n_seq,
+ * MVM_ERR_INVALID for a token outside the vocabulary; the cache is then as before. */
+mvm_status mvm_engine_eval(mvm_engine *e, uint32_t seq, const int32_t *tokens, uint32_t n,
+                           float *logits);
+/* The positions cached in sequence seq (0 for seq out of range). */
+uint32_t mvm_engine_n_past(const mvm_engine *e, uint32_t seq);
+/* Keeps the first n positions of sequence seq (0: forget it all): a prompt that starts with
+ * what is cached evaluates only what follows. */
+void mvm_engine_truncate(mvm_engine *e, uint32_t seq, uint32_t n);
+
+/* The model's chat template applied to messages_json (a JSON array of {"role", "content",
+ * ...} objects, as OpenAI's API and Hugging Face take them), the variables of extra_json (a
+ * JSON object: tools, enable_thinking, ...; NULL: none) added; the prompt text into *out
+ * (free it with free()), to be tokenized with add_special and parse_special. */
+mvm_status mvm_engine_chat_format(const mvm_engine *e, const char *messages_json,
+                                  const char *extra_json, int add_generation_prompt,
+                                  char **out);
+
+/* Replaces the model's chat template by the Jinja source src[0..len) (a user's
+ * --chat-template-file). MVM_ERR_INVALID naming the line of a syntax error. */
+mvm_status mvm_engine_set_chat_template(mvm_engine *e, const char *src, size_t len);
+
+typedef struct mvm_engine_stats {
+    uint64_t accesses;      /* experts the MoE steps asked for */
+    uint64_t hits;          /* of them, resident on the device */
+    uint64_t evictions, prefetches, prefetch_used;
+    uint64_t bytes_moved;   /* host to device */
+    uint64_t budget_bytes;  /* device memory for experts */
+    uint64_t resident_bytes;
+    uint64_t tokens;        /* evaluated, all sequences */
+} mvm_engine_stats;
+void mvm_engine_get_stats(const mvm_engine *e, mvm_engine_stats *out);
+
+/* ---- sampling --------------------------------------------------------------------------- */
+
+/*
+ * Sampling: the next token from a row of logits: greedy, or drawn after top-k, top-p
+ * (nucleus) and min-p filtering, in llama.cpp's default order — the repetition penalty
+ * first, then top-k, top-p and min-p judge the untempered distribution, then the
+ * temperature reshapes what is left:
+ *
+ *   0. the logit of every token among the last repeat_last_n previous ones divided by
+ *      repeat_penalty when positive, multiplied by it when not (llama.cpp's; a token
+ *      repeated is penalised once),
+ *   1. keep the top_k highest logits (0: all),
+ *   2. keep the fewest highest whose probability sums to at least top_p (1: all),
+ *   3. keep those with probability at least min_p times the highest (0: all),
+ *   4. draw from softmax(logit / temperature) over what is left.
+ *
+ * temperature 0 is greedy: the highest logit after the penalty, ties to the lowest id,
+ * whatever the other parameters. Ties elsewhere also order by id, so a seed reproduces
+ * a run exactly. NaN logits are never picked; a +inf logit wins outright.
+ */
+typedef struct mvm_sampler_params {
+    float temperature; /* >= 0; 0 = greedy */
+    int32_t top_k;     /* >= 0; 0 = off */
+    float top_p;       /* [0, 1]; 1 = off, and 0 (unset) is off too */
+    float min_p;       /* [0, 1]; 0 = off */
+    uint64_t seed;     /* the random stream (splitmix64) */
+    float repeat_penalty;   /* > 0; 1 = off, and 0 (unset) is off too */
+    uint32_t repeat_last_n; /* previous tokens the penalty looks back over; 0 = off */
+} mvm_sampler_params;
+
+typedef struct mvm_sampler mvm_sampler;
+
+/* Checks the parameters (MVM_ERR_INVALID with a message naming the bad one) and reserves
+ * what sampling rows of up to n_vocab logits needs (MVM_ERR_NOMEM). */
+mvm_status mvm_sampler_create(const mvm_sampler_params *p, uint32_t n_vocab,
+                              mvm_sampler **out);
+/* NULL is a no-op. */
+void mvm_sampler_free(mvm_sampler *s);
+
+/* The token picked from logits[0..n); -1 when n is 0 or over the n_vocab reserved, or no
+ * logit is a number. Allocates nothing; the logits are left as they are. No previous
+ * tokens: no repetition penalty. */
+int32_t mvm_sampler_sample(mvm_sampler *s, float *logits, uint32_t n);
+/* The same after the tokens prev[0..n_prev), oldest first (the prompt's and those
+ * generated): the last repeat_last_n of them are penalised; ids outside [0, n) are
+ * ignored. */
+int32_t mvm_sampler_sample_after(mvm_sampler *s, float *logits, uint32_t n,
+                                 const int32_t *prev, uint32_t n_prev);
+/* Step 0 alone, of parameters p: out[i] = logits[i] penalised or not, every i < n; out must
+ * not overlap logits (a repeated token reads its logit again, not the penalised one). */
+void mvm_sampler_penalize(const mvm_sampler_params *p, const float *logits, uint32_t n,
+                          const int32_t *prev, uint32_t n_prev, float *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MOEVM_ENGINE_H */

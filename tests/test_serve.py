@@ -1,0 +1,279 @@
+#!/usr/bin/env python3
+"""`moevm serve` end to end, from real HTTP clients (docs/serve.md).
+
+Starts the server on a tiny model of each architecture given (port 0: the port it prints),
+then: /health, /v1/models, /metrics; completions and chat completions, whole and streamed
+(server-sent events), greedy so that a stream's pieces must add up to the whole reply;
+several streaming clients at once against each alone; a client that leaves mid-stream (its
+slot freed, counted as cancelled, the server still serving); stop strings; malformed JSON,
+wrong field types, an unknown route or method, a body over the limit, a prompt longer than
+the context, each an OpenAI error object with its status; the OpenAI Python client's
+streamed chat where the package is installed; SIGTERM ends the server with its statistics.
+
+    test_serve.py MOEVM WORKDIR [ARCH ...]
+Prints "N passed, M failed" last; exit 1 on a failure.
+"""
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+passed = failed = 0
+
+
+def check(cond, what):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print("FAIL:", what, flush=True)
+
+
+class Server:
+    def __init__(self, moevm, model, *args):
+        self.p = subprocess.Popen([moevm, "serve", "-m", model, "--port", "0", *args],
+                                  stderr=subprocess.PIPE, text=True)
+        self.log = []
+        self.port = None
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            line = self.p.stderr.readline()
+            if not line:
+                break
+            self.log.append(line)
+            m = re.search(r"listening on http://[\d.]+:(\d+)", line)
+            if m:
+                self.port = int(m.group(1))
+                break
+        if self.port is None:
+            raise RuntimeError("server did not start: " + "".join(self.log))
+        self.reader = threading.Thread(target=self._drain, daemon=True)
+        self.reader.start()
+
+    def _drain(self):
+        for line in self.p.stderr:
+            self.log.append(line)
+
+    def conn(self):
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
+
+    def request(self, method, path, body=None, raw=None):
+        c = self.conn()
+        data = raw if raw is not None else (json.dumps(body) if body is not None else None)
+        c.request(method, path, body=data, headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        text = r.read().decode()
+        c.close()
+        return r.status, text
+
+    def post(self, path, body):
+        status, text = self.request("POST", path, body)
+        return status, json.loads(text)
+
+    def stream(self, path, body):
+        """The events' JSON objects and whether [DONE] ended them."""
+        c = self.conn()
+        c.request("POST", path, body=json.dumps(dict(body, stream=True)),
+                  headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        events, done = [], False
+        for line in r:
+            line = line.decode().strip()
+            if not line.startswith("data: "):
+                continue
+            if line == "data: [DONE]":
+                done = True
+                break
+            events.append(json.loads(line[6:]))
+        c.close()
+        return r.status, events, done
+
+    def metrics(self):
+        status, text = self.request("GET", "/metrics")
+        return {k: float(v) for k, v in re.findall(r"^(moevm_\w+) (\S+)$", text, re.M)}
+
+    def stop(self):
+        self.p.send_signal(signal.SIGTERM)
+        rc = self.p.wait(timeout=60)
+        self.reader.join(timeout=10)
+        return rc, "".join(self.log)
+
+
+def chat_text(events):
+    return "".join(e["choices"][0]["delta"].get("content", "") for e in events)
+
+
+GREEDY = {"temperature": 0, "max_tokens": 12}
+MSGS = [{"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Tell me about the sea."}]
+
+
+def basics(s, arch):
+    status, text = s.request("GET", "/health")
+    check(status == 200 and json.loads(text)["status"] == "ok", f"{arch}: /health")
+    status, text = s.request("GET", "/v1/models")
+    models = json.loads(text)
+    check(status == 200 and models["object"] == "list" and models["data"][0]["id"],
+          f"{arch}: /v1/models")
+    status, body = s.post("/v1/completions", dict(GREEDY, prompt="Once upon a time"))
+    check(status == 200 and body["object"] == "text_completion" and
+          body["choices"][0]["finish_reason"] in ("stop", "length") and
+          body["usage"]["completion_tokens"] <= 12, f"{arch}: completion {body}")
+    status2, again = s.post("/v1/completions", dict(GREEDY, prompt="Once upon a time"))
+    check(again["choices"][0]["text"] == body["choices"][0]["text"],
+          f"{arch}: greedy completions repeat")
+    status, events, done = s.stream("/v1/completions", dict(GREEDY, prompt="Once upon a time"))
+    check(status == 200 and done and
+          "".join(e["choices"][0]["text"] for e in events) == body["choices"][0]["text"],
+          f"{arch}: streamed completion adds up to the whole one")
+    status, whole = s.post("/v1/chat/completions", dict(GREEDY, messages=MSGS))
+    msg = whole["choices"][0]["message"] if status == 200 else {}
+    check(status == 200 and whole["object"] == "chat.completion" and
+          msg.get("role") == "assistant" and isinstance(msg.get("content"), str),
+          f"{arch}: chat completion {whole}")
+    status, events, done = s.stream("/v1/chat/completions", dict(GREEDY, messages=MSGS))
+    check(status == 200 and done and events and
+          events[0]["choices"][0]["delta"].get("role") == "assistant" and
+          events[-1]["choices"][0]["finish_reason"] in ("stop", "length") and
+          chat_text(events) == msg.get("content"), f"{arch}: streamed chat = whole chat")
+    return msg.get("content", "")
+
+
+def errors(s, arch):
+    cases = [("POST", "/v1/chat/completions", "{not json", 400),
+             ("POST", "/v1/chat/completions", json.dumps({"messages": "hi"}), 400),
+             ("POST", "/v1/chat/completions", json.dumps({"messages": []}), 400),
+             ("POST", "/v1/completions", json.dumps({"prompt": 5}), 400),
+             ("POST", "/v1/completions", json.dumps({"prompt": "x", "temperature": "hot"}), 400),
+             ("POST", "/v1/completions", json.dumps({"prompt": "x", "max_tokens": -5}), 400),
+             ("POST", "/v1/completions", json.dumps({"prompt": "x", "stop": [""]}), 400),
+             ("POST", "/v1/completions", json.dumps({"prompt": "x", "n": 2}), 400),
+             ("POST", "/v1/completions", json.dumps({"prompt": "word " * 3000}), 400),
+             ("GET", "/v1/chat/completions", None, 405),
+             ("POST", "/health", "{}", 405),
+             ("GET", "/nope", None, 404),
+             ("POST", "/v1/completions", "x" * (9 << 20), 413)]
+    for method, path, raw, want in cases:
+        status, text = s.request(method, path, raw=raw)
+        try:
+            err = json.loads(text)["error"]
+            ok = isinstance(err["message"], str) and err["message"] and "type" in err
+        except (ValueError, KeyError, TypeError):
+            ok = False
+        check(status == want and ok, f"{arch}: {method} {path} {str(raw)[:40]!r}: "
+                                     f"{status} {text[:200]}")
+
+
+def concurrent(s, arch):
+    prompts = ["The king", "In the morning", "A ship sailed", "Four"]
+    alone = {p: s.post("/v1/completions", dict(GREEDY, prompt=p))[1]["choices"][0]["text"]
+             for p in prompts}
+    got = {}
+
+    def client(p):
+        status, events, done = s.stream("/v1/completions", dict(GREEDY, prompt=p))
+        got[p] = "".join(e["choices"][0]["text"] for e in events) if done else None
+
+    threads = [threading.Thread(target=client, args=(p,)) for p in prompts * 2]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for p in prompts:
+        check(got.get(p) == alone[p], f"{arch}: concurrent stream of {p!r}: {got.get(p)!r} "
+                                      f"against {alone[p]!r}")
+
+
+def disconnect(s, arch):
+    before = s.metrics()
+    sock = socket.create_connection(("127.0.0.1", s.port), timeout=60)
+    body = json.dumps({"prompt": "Once", "max_tokens": 100000, "stream": True,
+                       "temperature": 0.9, "ignore_eos": True}).encode()
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                 b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    got = b""
+    while got.count(b"data: ") < 3:
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        got += chunk
+    sock.close()
+    deadline = time.time() + 60
+    m = s.metrics()
+    while time.time() < deadline and m["moevm_requests_cancelled_total"] <= \
+            before["moevm_requests_cancelled_total"]:
+        time.sleep(0.2)
+        m = s.metrics()
+    check(m["moevm_requests_cancelled_total"] == before["moevm_requests_cancelled_total"] + 1,
+          f"{arch}: a client gone mid-stream is cancelled")
+    check(m["moevm_requests_active"] == 0, f"{arch}: its slot is free")
+    status, body = s.post("/v1/completions", dict(GREEDY, prompt="Still there"))
+    check(status == 200, f"{arch}: the server serves after a disconnect")
+
+
+def stop_strings(s, arch, reply):
+    """A stop string taken from the greedy reply cuts it there."""
+    words = [w for w in reply.split()[1:] if w.isascii() and w.isalpha()]
+    if not words:
+        print(f"skip: {arch}: the greedy reply {reply!r} has no plain word to stop at")
+        return
+    stop = words[0]
+    status, body = s.post("/v1/chat/completions", dict(GREEDY, messages=MSGS, stop=[stop]))
+    text = body["choices"][0]["message"]["content"]
+    check(status == 200 and text == reply[:reply.index(stop)] and
+          body["choices"][0]["finish_reason"] == "stop", f"{arch}: stop {stop!r}: {text!r}")
+
+
+def openai_client(s, arch):
+    try:
+        import openai
+    except ImportError:
+        print(f"skip: {arch}: the openai package is not installed")
+        return
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{s.port}/v1", api_key="none")
+    parts = []
+    for chunk in client.chat.completions.create(model="any", messages=MSGS, stream=True,
+                                                temperature=0, max_tokens=8):
+        if chunk.choices and chunk.choices[0].delta.content:
+            parts.append(chunk.choices[0].delta.content)
+    check(isinstance("".join(parts), str), f"{arch}: the openai client's streamed chat")
+    print(f"{arch}: openai client streamed {len(parts)} pieces")
+
+
+def main():
+    moevm, work = sys.argv[1], sys.argv[2]
+    arches = sys.argv[3:] or ["qwen3moe"]
+    os.makedirs(work, exist_ok=True)
+    for arch in arches:
+        model = os.path.join(work, f"tiny-{arch}.gguf")
+        if not os.path.exists(model):
+            subprocess.run([moevm, "mkmodel", "--preset", "tiny", "--arch", arch, "-o", model],
+                           check=True, capture_output=True)
+        s = Server(moevm, model, "-np", "3", "-c", "256", "-t", "2")
+        try:
+            reply = basics(s, arch)
+            errors(s, arch)
+            concurrent(s, arch)
+            disconnect(s, arch)
+            stop_strings(s, arch, reply)
+            openai_client(s, arch)
+            m = s.metrics()
+            check(m["moevm_requests_total"] > 10 and m["moevm_expert_accesses_total"] > 0,
+                  f"{arch}: /metrics counts {m}")
+        finally:
+            rc, log = s.stop()
+        check(rc == 0 and "served" in log and "requests" in log, f"{arch}: SIGTERM: rc {rc}, "
+                                                                 f"log {log[-300:]!r}")
+    print(f"{passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+/* The options chat and serve share (cli_engine.h). */
+#include "tools/cli_engine.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "policy/choose.h"
+
+void mvm_cli_engine_init(mvm_cli_engine *e)
+{
+    *e = (mvm_cli_engine){
+        .s = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .seed = 42,
+              .repeat_penalty = 1.0f, .repeat_last_n = 64},
+        .n_predict = -1};
+}
+
+static int policy(const mvm_cli_iter *it, const char **field)
+{
+    const char *name, *params;
+    char copy[512];
+    snprintf(copy, sizeof copy, "%s", it->value);
+    if (mvm_policy_split(copy, &name, &params)) {
+        fprintf(stderr, "moevm %s: %s %s: expected NAME or NAME{k=v,...}\n", it->cmd, it->flag,
+                it->value);
+        return 2;
+    }
+    *field = it->value; /* the engine splits its own copy */
+    return 0;
+}
+
+static int sampling_option(const mvm_cli_iter *it, mvm_cli_engine *e)
+{
+    const char *c = it->cmd, *f = it->flag, *v = it->value;
+    uint32_t u;
+    switch (it->id) {
+    case MVM_CLI_E_NPREDICT: {
+        if (v && strcmp(v, "-1") == 0) {
+            e->n_predict = -1;
+            return 0;
+        }
+        int bad = mvm_cli_u32(c, f, v, 0, 1u << 24, &u);
+        e->n_predict = (int32_t)u;
+        return bad;
+    }
+    case MVM_CLI_E_TEMP: return mvm_cli_float(c, f, v, 0, 100, &e->s.temperature);
+    case MVM_CLI_E_TOPK: {
+        int bad = mvm_cli_u32(c, f, v, 0, 1u << 24, &u);
+        e->s.top_k = (int32_t)u;
+        return bad;
+    }
+    case MVM_CLI_E_TOPP: return mvm_cli_float(c, f, v, 1e-6, 1, &e->s.top_p);
+    case MVM_CLI_E_MINP: return mvm_cli_float(c, f, v, 0, 1, &e->s.min_p);
+    case MVM_CLI_E_IGNORE_EOS: e->ignore_eos = 1; return 0;
+    case MVM_CLI_E_REPEAT: return mvm_cli_float(c, f, v, 1e-3, 100, &e->s.repeat_penalty);
+    case MVM_CLI_E_REPEAT_N: return mvm_cli_u32(c, f, v, 0, 1u << 24, &e->s.repeat_last_n);
+    case MVM_CLI_E_SEED: {
+        int bad = mvm_cli_u32(c, f, v, 0, UINT32_MAX, &u);
+        e->s.seed = u;
+        return bad;
+    }
+    default: return -1;
+    }
+}
+
+int mvm_cli_engine_option(const mvm_cli_iter *it, mvm_cli_engine *e)
+{
+    const char *c = it->cmd, *f = it->flag, *v = it->value;
+    mvm_engine_params *p = &e->p;
+    switch (it->id) {
+    case MVM_CLI_E_MODEL: p->model = v; return 0;
+    case MVM_CLI_E_THREADS: return mvm_cli_u32(c, f, v, 1, 1024, &p->threads);
+    case MVM_CLI_E_CTX: return mvm_cli_u32(c, f, v, 1, 1u << 22, &p->n_ctx);
+    case MVM_CLI_E_BATCH: return mvm_cli_u32(c, f, v, 1, 4096, &p->n_batch);
+    case MVM_CLI_E_BUDGET: p->gpu_budget = v; return 0;
+    case MVM_CLI_E_NGL: mvm_cli_gpu_layers(c, f); return 0;
+    case MVM_CLI_E_KV: return mvm_cli_kv_type(c, v, &p->kv_type);
+    case MVM_CLI_E_EVICT: return policy(it, &p->evict);
+    case MVM_CLI_E_PREDICT: return policy(it, &p->predict);
+    case MVM_CLI_E_ROUTE: return policy(it, &p->route);
+    case MVM_CLI_E_CONFIG: return policy(it, &p->config);
+    case MVM_CLI_E_ASSIGN: return policy(it, &p->assign);
+    case MVM_CLI_E_COST: p->cost = v; return 0;
+    default: return sampling_option(it, e);
+    }
+}
+
+void mvm_cli_engine_usage(FILE *f)
+{
+    fprintf(f,
+            "  -m, --model     the GGUF model (required)\n"
+            "  -t, --threads   CPU threads (default: the cores near the GPU, or all)\n"
+            "  -c, --ctx-size  positions of a conversation's KV cache (default: the model's\n"
+            "                  training context, at most 4096)\n"
+            "  -b, --batch-size  prompt tokens per forward pass (default 32)\n"
+            "  --gpu-budget    device memory for experts: a size (8G), a percentage of all\n"
+            "                  experts (25%%) or auto (default MOEVM_GPU_BUDGET); -ngl N is\n"
+            "                  accepted and means nothing more: attention and the dense\n"
+            "                  weights always go to the GPU when there is one\n"
+            "  --kv-type       f16 or f32 (default MOEVM_KV_TYPE, f16)\n"
+            "  --evict, --predict, --route, --config, --assign  NAME[{k=v,...}]: the policy\n"
+            "                  modules (docs/policies.md; default their MOEVM_* options)\n"
+            "  --cost          the cost model: a preset or a `moevm calibrate` file\n"
+            "  -n, --n-predict tokens a reply may take (default -1: until it ends)\n"
+            "  --temp T        0 = greedy; default 0.8, with --top-k 40, --top-p 0.95,\n"
+            "                  --min-p 0.05 (llama.cpp's)\n"
+            "  --repeat-penalty P  the logits of the last --repeat-last-n tokens (default 64)\n"
+            "                  divided by P (default 1: off)\n"
+            "  -s, --seed N    the sampler's random stream (default 42)\n"
+            "  --ignore-eos    never sample an end-of-generation token (replies run to -n)\n");
+}
+
+int mvm_cli_engine_error(const char *cmd, const char *what)
+{
+    fprintf(stderr, "moevm %s: %s: %s\n", cmd, what, mvm_last_error());
+    return 1;
+}
+
+int mvm_cli_engine_load(const char *cmd, mvm_cli_engine *e, mvm_engine **out)
+{
+    char label[600];
+    snprintf(label, sizeof label, "loading %s", e->p.model);
+    e->p.progress = mvm_cli_progress;
+    e->p.progress_ctx = label;
+    if (mvm_engine_load(&e->p, out) != MVM_OK)
+        return mvm_cli_engine_error(cmd, "loading the model");
+    mvm_engine_info in;
+    mvm_engine_get_info(*out, &in);
+    char budget[64] = "experts read at their homes";
+    if (in.budget_bytes)
+        snprintf(budget, sizeof budget, "expert budget %.1f MiB",
+                 (double)in.budget_bytes / 1048576.0);
+    char seqs[48] = "";
+    if (in.n_seq > 1)
+        snprintf(seqs, sizeof seqs, " in each of %u sequences", in.n_seq);
+    fprintf(stderr, "model: %s (%s), %u layers, %u experts top-%u, vocab %u; computing on "
+            "the %s, %s; %u positions%s\n", in.name, in.arch, in.n_layer, in.n_expert,
+            in.n_expert_used, in.n_vocab, in.backend, budget, in.n_ctx, seqs);
+    return 0;
+}

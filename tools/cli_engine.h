@@ -1,0 +1,58 @@
+/*
+ * The options `moevm chat` and `moevm serve` share: the model and where it runs (fields of
+ * the engine API's mvm_engine_params) and how replies are sampled, in llama.cpp's spellings
+ * where it has them. A command puts the rows in its option table and passes each option
+ * found to mvm_cli_engine_option first.
+ */
+#ifndef MVM_TOOLS_CLI_ENGINE_H
+#define MVM_TOOLS_CLI_ENGINE_H
+
+#include "engine/forward/sampler.h"
+#include "moevm/engine.h"
+#include "tools/cli.h"
+
+enum {
+    MVM_CLI_E_MODEL = 1000, MVM_CLI_E_THREADS, MVM_CLI_E_CTX, MVM_CLI_E_BATCH,
+    MVM_CLI_E_BUDGET, MVM_CLI_E_NGL, MVM_CLI_E_KV, MVM_CLI_E_EVICT, MVM_CLI_E_PREDICT,
+    MVM_CLI_E_ROUTE, MVM_CLI_E_CONFIG, MVM_CLI_E_ASSIGN, MVM_CLI_E_COST,
+    MVM_CLI_E_NPREDICT, MVM_CLI_E_TEMP, MVM_CLI_E_TOPK, MVM_CLI_E_TOPP, MVM_CLI_E_MINP,
+    MVM_CLI_E_SEED, MVM_CLI_E_REPEAT, MVM_CLI_E_REPEAT_N, MVM_CLI_E_IGNORE_EOS, MVM_CLI_E_LAST
+};
+
+/* The rows, for a command's mvm_cli_opt table. */
+#define MVM_CLI_ENGINE_OPTS                                                                     \
+    {"model", 'm', 1, MVM_CLI_E_MODEL}, {"threads", 't', 1, MVM_CLI_E_THREADS},                 \
+    {"ctx-size", 'c', 1, MVM_CLI_E_CTX}, {"ctx", 0, 1, MVM_CLI_E_CTX},                          \
+    {"batch-size", 'b', 1, MVM_CLI_E_BATCH}, {"batch", 0, 1, MVM_CLI_E_BATCH},                  \
+    {"gpu-budget", 0, 1, MVM_CLI_E_BUDGET}, {"-ngl", 0, 1, MVM_CLI_E_NGL},                      \
+    {"n-gpu-layers", 0, 1, MVM_CLI_E_NGL}, {"kv-type", 0, 1, MVM_CLI_E_KV},                     \
+    {"evict", 0, 1, MVM_CLI_E_EVICT}, {"predict", 0, 1, MVM_CLI_E_PREDICT},                     \
+    {"route", 0, 1, MVM_CLI_E_ROUTE}, {"config", 0, 1, MVM_CLI_E_CONFIG},                       \
+    {"assign", 0, 1, MVM_CLI_E_ASSIGN}, {"cost", 0, 1, MVM_CLI_E_COST},                         \
+    {NULL, 'n', 1, MVM_CLI_E_NPREDICT}, {"n-predict", 0, 1, MVM_CLI_E_NPREDICT},                \
+    {"temp", 0, 1, MVM_CLI_E_TEMP}, {"top-k", 0, 1, MVM_CLI_E_TOPK},                            \
+    {"top-p", 0, 1, MVM_CLI_E_TOPP}, {"min-p", 0, 1, MVM_CLI_E_MINP},                           \
+    {"seed", 's', 1, MVM_CLI_E_SEED}, {"repeat-penalty", 0, 1, MVM_CLI_E_REPEAT},              \
+    {"repeat-last-n", 0, 1, MVM_CLI_E_REPEAT_N}, {"ignore-eos", 0, 0, MVM_CLI_E_IGNORE_EOS}
+
+typedef struct mvm_cli_engine {
+    mvm_engine_params p;
+    mvm_sampler_params s;
+    int32_t n_predict; /* tokens a reply may take; -1: until it ends or the context is full */
+    int ignore_eos;    /* end-of-generation tokens are never sampled */
+} mvm_cli_engine;
+
+/* The defaults: llama.cpp's sampling (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05,
+ * no repetition penalty over the last 64), seed 42, replies until they end. */
+void mvm_cli_engine_init(mvm_cli_engine *e);
+/* it->id one of the rows: applied, 0; 2 after a one-line error; -1 when it is not one. */
+int mvm_cli_engine_option(const mvm_cli_iter *it, mvm_cli_engine *e);
+/* The rows' help lines. */
+void mvm_cli_engine_usage(FILE *f);
+/* Loads e->p's model with a progress line, and says on stderr what was loaded. 0, or 1
+ * after "moevm <cmd>: ..." */
+int mvm_cli_engine_load(const char *cmd, mvm_cli_engine *e, mvm_engine **out);
+/* "moevm <cmd>: <what>: <mvm_last_error()>"; 1. */
+int mvm_cli_engine_error(const char *cmd, const char *what);
+
+#endif

@@ -1,0 +1,363 @@
+/*
+ * `moevm chat`: a conversation with a model, through the engine API (moevm/engine.h). Each
+ * turn renders the whole conversation with the model's chat template and evaluates only
+ * what the KV cache does not already hold (the longest common prefix of the new prompt's
+ * tokens and the cached ones), so history costs nothing twice. Lines from stdin are the
+ * user's turns — typed at a terminal, or piped. Ctrl-C stops a reply (the part written so
+ * far stays in the conversation, as llama.cpp keeps it); at the prompt it ends the program,
+ * as end of input does. The statistics line comes last on stderr either way.
+ */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/compute/clock.h"
+#include "tools/cli_engine.h"
+
+enum { O_SYSTEM = 1, O_TEMPLATE, O_VERBOSE };
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: moevm chat -m MODEL.gguf [--system TEXT] [options]\n"
+               "A conversation in the model's own chat template (tokenizer.chat_template;\n"
+               "ChatML when the model has none). Each line of input is a turn; /reset forgets\n"
+               "the conversation, /exit or end of input ends it. Ctrl-C stops a reply.\n"
+               "  --system TEXT   the system message\n"
+               "  --chat-template-file FILE  a Jinja template to use instead of the model's\n"
+               "  --verbose-prompt  each turn's rendered prompt on stderr\n");
+    mvm_cli_engine_usage(f);
+}
+
+struct chat {
+    mvm_cli_engine o;
+    const char *system, *template_file;
+    int verbose;
+    mvm_engine *e;
+    mvm_sampler *sampler;
+    cJSON *messages;
+    int32_t *cached;            /* [n_ctx] sequence 0's tokens in the cache */
+    int32_t *prompt;            /* [cap] this turn's */
+    size_t n_cached, cap;
+    float *logits;
+    uint64_t evaluated, reused, generated;
+    double t_prompt, t_reply;
+};
+
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    interrupted = 1;
+}
+
+static int parse_args(int argc, char **argv, struct chat *c)
+{
+    static const mvm_cli_opt opts[] = {MVM_CLI_ENGINE_OPTS,
+                                       {"system", 0, 1, O_SYSTEM},
+                                       {"chat-template-file", 0, 1, O_TEMPLATE},
+                                       {"verbose-prompt", 0, 0, O_VERBOSE},
+                                       {0}};
+    mvm_cli_iter it = {.cmd = "chat", .usage = usage, .opts = opts, .argc = argc, .argv = argv};
+    int next;
+    while ((next = mvm_cli_next(&it)) == MVM_CLI_OPTION) {
+        int bad = mvm_cli_engine_option(&it, &c->o);
+        if (bad < 0 && it.id == O_SYSTEM)
+            c->system = it.value, bad = 0;
+        else if (bad < 0 && it.id == O_TEMPLATE)
+            c->template_file = it.value, bad = 0;
+        else if (bad < 0 && it.id == O_VERBOSE)
+            c->verbose = 1, bad = 0;
+        if (bad)
+            return 2;
+    }
+    if (next != MVM_CLI_END)
+        return next;
+    return mvm_cli_need_model("chat", c->o.p.model) ? 2 : -1;
+}
+
+/* messages = [system?] */
+static int reset(struct chat *c)
+{
+    cJSON_Delete(c->messages);
+    c->messages = cJSON_CreateArray();
+    if (c->messages && c->system) {
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "role", "system");
+        cJSON_AddStringToObject(m, "content", c->system);
+        cJSON_AddItemToArray(c->messages, m);
+    }
+    return c->messages ? 0 : 1;
+}
+
+static void add_message(struct chat *c, const char *role, const char *content)
+{
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "role", role);
+    cJSON_AddStringToObject(m, "content", content);
+    cJSON_AddItemToArray(c->messages, m);
+}
+
+/* This turn's prompt tokens into c->prompt, *n; 1 after an error. */
+static int render(struct chat *c, size_t *n)
+{
+    char *json = cJSON_PrintUnformatted(c->messages), *text = NULL;
+    mvm_status st = mvm_engine_chat_format(c->e, json, NULL, 1, &text);
+    free(json);
+    if (st != MVM_OK)
+        return mvm_cli_engine_error("chat", "chat template");
+    size_t len = strlen(text);
+    if (c->verbose)
+        fprintf(stderr, "prompt: %s\n", text);
+    if (len + 16 > c->cap) {
+        int32_t *p = realloc(c->prompt, (len + 16) * sizeof *p);
+        if (!p) {
+            free(text);
+            fprintf(stderr, "moevm chat: out of memory\n");
+            return 1;
+        }
+        c->prompt = p, c->cap = len + 16;
+    }
+    /* at most a token a byte, plus BOS/EOS (a vocabulary needing more: RANGE, an error) */
+    st = mvm_engine_tokenize(c->e, text, len, 1, 1, c->prompt, c->cap, n);
+    free(text);
+    return st == MVM_OK ? 0 : mvm_cli_engine_error("chat", "tokenizing the conversation");
+}
+
+/* Renders the conversation so that it leaves room for a reply, dropping its oldest turns
+ * (the system message stays) as llama.cpp's server truncates; 1 when even the last
+ * message alone does not fit (it is dropped). */
+static int fit(struct chat *c, size_t *n)
+{
+    mvm_engine_info in;
+    mvm_engine_get_info(c->e, &in);
+    for (;;) {
+        if (render(c, n))
+            return 1;
+        if (*n + 1 < in.n_ctx)
+            return 0;
+        int first = c->system ? 1 : 0;
+        if (cJSON_GetArraySize(c->messages) <= first + 1) {
+            fprintf(stderr, "moevm chat: the message takes %zu tokens with the template, the "
+                    "context holds %u (-c)\n", *n, in.n_ctx);
+            cJSON_DeleteItemFromArray(c->messages, first);
+            return 1;
+        }
+        cJSON_DeleteItemFromArray(c->messages, first);
+    }
+}
+
+/* Evaluates what of the prompt the cache lacks; c->logits then follow its last token. */
+static int prefill(struct chat *c, size_t n)
+{
+    size_t k = 0;
+    while (k < n && k < c->n_cached && c->prompt[k] == c->cached[k])
+        k++;
+    if (k == n) /* the last token's logits are needed: evaluate it again */
+        k--;
+    mvm_engine_truncate(c->e, 0, (uint32_t)k);
+    double t0 = mvm_now_s();
+    mvm_status st = mvm_engine_eval(c->e, 0, c->prompt + k, (uint32_t)(n - k), c->logits);
+    c->t_prompt += mvm_now_s() - t0;
+    c->n_cached = k;
+    if (st != MVM_OK)
+        return mvm_cli_engine_error("chat", "prompt");
+    memcpy(c->cached + k, c->prompt + k, (n - k) * sizeof *c->prompt);
+    c->n_cached = n;
+    c->evaluated += n - k;
+    c->reused += k;
+    return 0;
+}
+
+/* Samples, prints and evaluates the reply; its text into *reply (malloc'd). */
+static int reply(struct chat *c, char **reply)
+{
+    mvm_engine_info in;
+    mvm_engine_get_info(c->e, &in);
+    size_t len = 0, cap = 256;
+    char *text = malloc(cap), piece[256];
+    if (!text)
+        return 1;
+    double t0 = mvm_now_s();
+    int rc = 0;
+    for (int32_t made = 0; !interrupted && (c->o.n_predict < 0 || made < c->o.n_predict); made++) {
+        if (c->o.ignore_eos)
+            mvm_engine_mask_eog(c->e, c->logits);
+        int32_t next = mvm_sampler_sample_after(c->sampler, c->logits, in.n_vocab, c->cached,
+                                                (uint32_t)c->n_cached);
+        if (next < 0 || mvm_engine_is_eog(c->e, next) || c->n_cached + 1 >= in.n_ctx)
+            break;
+        size_t np = mvm_engine_token_piece(c->e, next, piece, sizeof piece);
+        np = np < sizeof piece ? np : sizeof piece;
+        fwrite(piece, 1, np, stdout);
+        fflush(stdout);
+        if (len + np + 1 > cap) {
+            char *bigger = realloc(text, cap = 2 * cap + np);
+            if (!bigger) {
+                rc = 1;
+                break;
+            }
+            text = bigger;
+        }
+        memcpy(text + len, piece, np), len += np;
+        if (mvm_engine_eval(c->e, 0, &next, 1, c->logits) != MVM_OK) {
+            rc = mvm_cli_engine_error("chat", "decode");
+            break;
+        }
+        c->cached[c->n_cached++] = next;
+        c->generated++;
+    }
+    c->t_reply += mvm_now_s() - t0;
+    text[len] = '\0';
+    printf(interrupted ? " [stopped]\n" : "\n");
+    fflush(stdout);
+    interrupted = 0;
+    *reply = text;
+    return rc;
+}
+
+static int turn(struct chat *c, const char *line)
+{
+    size_t n;
+    add_message(c, "user", line);
+    if (fit(c, &n))
+        return 0; /* said why; the conversation goes on without that message */
+    if (prefill(c, n))
+        return 1;
+    char *text = NULL;
+    int rc = reply(c, &text);
+    if (text)
+        add_message(c, "assistant", text);
+    free(text);
+    return rc;
+}
+
+static void print_stats(const struct chat *c)
+{
+    mvm_engine_stats s;
+    mvm_engine_get_stats(c->e, &s);
+    fprintf(stderr, "prompts %" PRIu64 " tokens %.1f tok/s (%" PRIu64 " more reused from the "
+            "cache) | replies %" PRIu64 " tokens %.2f tok/s | expert accesses %" PRIu64,
+            c->evaluated, c->t_prompt > 0 ? (double)c->evaluated / c->t_prompt : 0.0, c->reused,
+            c->generated, c->t_reply > 0 ? (double)c->generated / c->t_reply : 0.0, s.accesses);
+    if (s.budget_bytes)
+        fprintf(stderr, " (hit %.1f%%) | moved %.1f MiB\n",
+                s.accesses ? 100.0 * (double)s.hits / (double)s.accesses : 0.0,
+                (double)s.bytes_moved / 1048576.0);
+    else
+        fprintf(stderr, ", all read at their homes\n");
+}
+
+/* One line of input (a trailing backslash continues it), without its newline; NULL at the
+ * end of input or on Ctrl-C. */
+static char *read_turn(int tty)
+{
+    char *all = NULL, *line = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (tty)
+            fprintf(stderr, all ? ". " : "> ");
+        ssize_t n = getline(&line, &cap, stdin);
+        if (n < 0 || interrupted) {
+            free(line);
+            if (n < 0 && !interrupted && all)
+                return all; /* a last line without a newline */
+            free(all);
+            return NULL;
+        }
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+            line[--n] = '\0';
+        int more = n > 0 && line[n - 1] == '\\';
+        if (more)
+            line[--n] = '\n';
+        char *grown = realloc(all, len + (size_t)n + 1);
+        if (!grown) {
+            free(line), free(all);
+            return NULL;
+        }
+        all = grown;
+        memcpy(all + len, line, (size_t)n + 1), len += (size_t)n;
+        if (!more) {
+            free(line);
+            return all;
+        }
+    }
+}
+
+static int converse(struct chat *c)
+{
+    int tty = isatty(STDIN_FILENO);
+    if (tty)
+        fprintf(stderr, "chat: type a message; /reset forgets the conversation, /exit or "
+                "Ctrl-D ends it, Ctrl-C stops a reply\n");
+    int rc = 0;
+    char *line;
+    while (!rc && (line = read_turn(tty))) {
+        if (strcmp(line, "/exit") == 0) {
+            free(line);
+            break;
+        }
+        if (strcmp(line, "/reset") == 0)
+            rc = reset(c), c->n_cached = 0;
+        else if (line[0])
+            rc = turn(c, line);
+        free(line);
+    }
+    return rc;
+}
+
+static int open_chat(struct chat *c)
+{
+    if (mvm_cli_engine_load("chat", &c->o, &c->e))
+        return 1;
+    if (c->template_file) {
+        size_t len;
+        char *src = mvm_cli_read_text("chat", c->template_file, &len);
+        if (!src)
+            return 2;
+        mvm_status st = mvm_engine_set_chat_template(c->e, src, len);
+        free(src);
+        if (st != MVM_OK)
+            return mvm_cli_engine_error("chat", c->template_file);
+    }
+    mvm_engine_info in;
+    mvm_engine_get_info(c->e, &in);
+    if (!in.chat_template && !c->template_file)
+        fprintf(stderr, "chat: the model has no chat template (tokenizer.chat_template): "
+                "using ChatML\n");
+    if (mvm_sampler_create(&c->o.s, in.n_vocab, &c->sampler) != MVM_OK)
+        return mvm_cli_engine_error("chat", "sampler");
+    if (!(c->logits = malloc(in.n_vocab * sizeof *c->logits)) ||
+        !(c->cached = malloc(in.n_ctx * sizeof *c->cached)) || reset(c)) {
+        fprintf(stderr, "moevm chat: out of memory\n");
+        return 1;
+    }
+    return 0;
+}
+
+int mvm_cmd_chat(int argc, char **argv)
+{
+    struct chat c = {0};
+    mvm_cli_engine_init(&c.o);
+    int rc = parse_args(argc, argv, &c);
+    if (rc >= 0)
+        return rc;
+    struct sigaction sa = {.sa_handler = on_sigint}; /* no SA_RESTART: Ctrl-C ends a read */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    rc = open_chat(&c);
+    if (!rc)
+        rc = converse(&c);
+    if (c.e)
+        print_stats(&c);
+    mvm_sampler_free(c.sampler);
+    mvm_engine_free(c.e);
+    cJSON_Delete(c.messages);
+    free(c.cached), free(c.prompt), free(c.logits);
+    return rc;
+}

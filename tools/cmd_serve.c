@@ -1,0 +1,165 @@
+/*
+ * `moevm serve`: an OpenAI-compatible HTTP server over one engine (docs/serve.md). The
+ * engine runs on a thread of its own (serve_sched.c), the HTTP front on libmicrohttpd's
+ * (serve_http.c); this thread waits for SIGINT or SIGTERM, then stops both in order: the
+ * engine thread ends what runs with an error its client sees, then the connections close.
+ */
+#include <arpa/inet.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tools/cli_engine.h"
+#include "tools/serve.h"
+
+enum { O_HOST = 1, O_PORT, O_PARALLEL, O_ALIAS, O_QUEUE };
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: moevm serve -m MODEL.gguf [--host ADDR] [--port N] [-np SLOTS] [options]\n"
+               "An OpenAI-compatible API: POST /v1/chat/completions and /v1/completions (with\n"
+               "\"stream\": true, server-sent events), GET /v1/models, /health, /metrics.\n"
+               "  --host ADDR     the IPv4 address to listen on (default 127.0.0.1)\n"
+               "  --port N        the port (default 8080; 0: any free one, printed)\n"
+               "  -np, --parallel N  requests served at once, each with its own KV cache of\n"
+               "                  -c positions (default 4)\n"
+               "  --queue N       requests that may wait for a slot before 503 (default 64)\n"
+               "  --alias NAME    the model's id in the API (default: its general.name)\n"
+               "  -n              the default max_tokens (default -1: until the reply ends)\n");
+    mvm_cli_engine_usage(f);
+}
+
+struct serve_args {
+    mvm_cli_engine o;
+    const char *host, *alias;
+    uint32_t port, parallel, queue;
+};
+
+static int parse_args(int argc, char **argv, struct serve_args *a)
+{
+    static const mvm_cli_opt opts[] = {MVM_CLI_ENGINE_OPTS,
+                                       {"host", 0, 1, O_HOST},
+                                       {"port", 0, 1, O_PORT},
+                                       {"parallel", 0, 1, O_PARALLEL},
+                                       {"-np", 0, 1, O_PARALLEL},
+                                       {"alias", 0, 1, O_ALIAS},
+                                       {"queue", 0, 1, O_QUEUE},
+                                       {0}};
+    mvm_cli_iter it = {.cmd = "serve", .usage = usage, .opts = opts, .argc = argc, .argv = argv};
+    int next;
+    while ((next = mvm_cli_next(&it)) == MVM_CLI_OPTION) {
+        int bad = mvm_cli_engine_option(&it, &a->o);
+        if (bad >= 0) {
+            if (bad)
+                return 2;
+            continue;
+        }
+        bad = 0;
+        switch (it.id) {
+        case O_HOST: {
+            struct in_addr addr;
+            if (inet_pton(AF_INET, it.value, &addr) != 1) {
+                fprintf(stderr, "moevm serve: --host %s: expected an IPv4 address (127.0.0.1, "
+                        "0.0.0.0)\n", it.value);
+                return 2;
+            }
+            a->host = it.value;
+            break;
+        }
+        case O_ALIAS: a->alias = it.value; break;
+        case O_PORT: bad = mvm_cli_u32("serve", it.flag, it.value, 0, 65535, &a->port); break;
+        case O_PARALLEL:
+            bad = mvm_cli_u32("serve", it.flag, it.value, 1, 256, &a->parallel);
+            break;
+        case O_QUEUE: bad = mvm_cli_u32("serve", it.flag, it.value, 0, 1u << 16, &a->queue); break;
+        }
+        if (bad)
+            return 2;
+    }
+    if (next != MVM_CLI_END)
+        return next;
+    return mvm_cli_need_model("serve", a->o.p.model) ? 2 : -1;
+}
+
+static void *engine_thread(void *s)
+{
+    serve_run(s);
+    return NULL;
+}
+
+static void print_stats(serve *s)
+{
+    serve_metrics m;
+    serve_get_metrics(s, &m);
+    const mvm_engine_stats *e = &m.engine;
+    fprintf(stderr, "served %" PRIu64 " requests (%" PRIu64 " completed, %" PRIu64
+            " cancelled, %" PRIu64 " failed) | prompts %" PRIu64 " tokens (%" PRIu64
+            " reused) | generated %" PRIu64 " tokens | expert accesses %" PRIu64,
+            m.requests, m.completed, m.cancelled, m.failed, m.prompt_tokens, m.reused_tokens,
+            m.generated_tokens, e->accesses);
+    if (e->budget_bytes)
+        fprintf(stderr, " (hit %.1f%%) | moved %.1f MiB\n",
+                e->accesses ? 100.0 * (double)e->hits / (double)e->accesses : 0.0,
+                (double)e->bytes_moved / 1048576.0);
+    else
+        fprintf(stderr, ", all read at their homes\n");
+}
+
+/* Serves until SIGINT or SIGTERM (blocked in every thread, taken here by sigwait). */
+static int run(struct serve_args *a, mvm_engine *e, const sigset_t *sigs)
+{
+    serve *s = serve_create(e, a->queue);
+    if (!s) {
+        fprintf(stderr, "moevm serve: out of memory for the slots\n");
+        return 1;
+    }
+    mvm_engine_info in;
+    mvm_engine_get_info(e, &in);
+    uint16_t port = 0;
+    serve_http *http = serve_http_start(s, a->host, (uint16_t)a->port,
+                                        a->alias ? a->alias : in.name, &a->o.s, a->o.n_predict,
+                                        a->o.ignore_eos, &port);
+    pthread_t t;
+    int rc = !http || pthread_create(&t, NULL, engine_thread, s) != 0;
+    if (!rc) {
+        fprintf(stderr, "serve: listening on http://%s:%u (%u slots of %u positions); Ctrl-C "
+                "stops\n", a->host, port, in.n_seq, in.n_ctx);
+        int sig;
+        sigwait(sigs, &sig);
+        fprintf(stderr, "serve: %s: stopping\n", sig == SIGINT ? "interrupted" : "terminated");
+        serve_stop(s);
+        pthread_join(t, NULL);
+        print_stats(s);
+    } else if (http) {
+        fprintf(stderr, "moevm serve: cannot start the engine thread\n");
+    }
+    serve_http_stop(http);
+    serve_free(s);
+    return rc;
+}
+
+int mvm_cmd_serve(int argc, char **argv)
+{
+    struct serve_args a = {.host = "127.0.0.1", .port = 8080, .parallel = 4, .queue = 64};
+    mvm_cli_engine_init(&a.o);
+    int rc = parse_args(argc, argv, &a);
+    if (rc >= 0)
+        return rc;
+    /* before any thread starts, so that every thread inherits the mask */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN); /* a client gone mid-write is an error return, not a death */
+    a.o.p.n_seq = a.parallel;
+    mvm_engine *e = NULL;
+    rc = mvm_cli_engine_load("serve", &a.o, &e);
+    if (!rc)
+        rc = run(&a, e, &sigs);
+    mvm_engine_free(e);
+    return rc;
+}

@@ -1,0 +1,328 @@
+/*
+ * The OpenAI API's JSON (serve_api.h). Fields the server does not use (presence_penalty,
+ * logit_bias, user, ...) are accepted and ignored, as llama.cpp's server does, so that
+ * clients sending them work; the fields it does use are checked, and a wrong type or range
+ * is a 400 naming the field.
+ */
+#include "tools/serve_api.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "vmm/error.h"
+
+char *serve_api_error(const char *message, const char *type)
+{
+    cJSON *root = cJSON_CreateObject(), *err = cJSON_AddObjectToObject(root, "error");
+    cJSON_AddStringToObject(err, "message", message);
+    cJSON_AddStringToObject(err, "type", type);
+    cJSON_AddNullToObject(err, "param");
+    cJSON_AddNullToObject(err, "code");
+    char *out = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return out;
+}
+
+/* A number field in [lo, hi] into *out when present; else *out stays. A message in bad. */
+static int number(const cJSON *body, const char *key, double lo, double hi, double *out,
+                  char *bad, size_t cap)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, key);
+    if (!v || cJSON_IsNull(v))
+        return 0;
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi)) {
+        snprintf(bad, cap, "'%s' must be a number in [%g, %g]", key, lo, hi);
+        return -1;
+    }
+    *out = v->valuedouble;
+    return 0;
+}
+
+static int sampling(const serve_api *a, const cJSON *body, serve_req *r, char *bad, size_t cap)
+{
+    double t = a->defaults.temperature, p = a->defaults.top_p, k = a->defaults.top_k;
+    double mp = a->defaults.min_p, rp = a->defaults.repeat_penalty;
+    double seed = (double)(a->defaults.seed & 0xFFFFFFFF), max = a->default_max_tokens;
+    double mct = -2;
+    int bad_any = number(body, "temperature", 0, 100, &t, bad, cap) |
+                  number(body, "top_p", 1e-6, 1, &p, bad, cap) |
+                  number(body, "top_k", 0, 1 << 24, &k, bad, cap) |
+                  number(body, "min_p", 0, 1, &mp, bad, cap) |
+                  number(body, "repeat_penalty", 1e-3, 100, &rp, bad, cap) |
+                  number(body, "seed", -9.2e18, 9.2e18, &seed, bad, cap) |
+                  number(body, "max_tokens", -1, 1 << 24, &max, bad, cap) |
+                  number(body, "max_completion_tokens", -1, 1 << 24, &mct, bad, cap) |
+                  number(body, "n", 1, 1, &(double){1}, bad, cap);
+    if (bad_any)
+        return -1;
+    r->sp = a->defaults;
+    r->sp.temperature = (float)t, r->sp.top_p = (float)p, r->sp.top_k = (int32_t)k;
+    r->sp.min_p = (float)mp, r->sp.repeat_penalty = (float)rp;
+    r->sp.seed = (uint64_t)(int64_t)seed;
+    r->max_tokens = (int32_t)(mct > -2 ? mct : max);
+    return 0;
+}
+
+static int stops(const cJSON *body, serve_req *r, char *bad, size_t cap)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, "stop");
+    if (!v || cJSON_IsNull(v))
+        return 0;
+    const cJSON *one = cJSON_IsString(v) ? v : NULL, *it = one ? one : v->child;
+    if (!one && (!cJSON_IsArray(v) || cJSON_GetArraySize(v) > SERVE_MAX_STOP))
+        goto fail;
+    for (; it; it = one ? NULL : it->next) {
+        if (!cJSON_IsString(it) || !it->valuestring[0] || strlen(it->valuestring) > 256)
+            goto fail;
+        if (!(r->stop[r->n_stop++] = strdup(it->valuestring)))
+            goto fail;
+    }
+    return 0;
+fail:
+    snprintf(bad, cap, "'stop' must be a non-empty string or an array of up to %d of them "
+             "(each at most 256 bytes)", SERVE_MAX_STOP);
+    return -1;
+}
+
+/* OpenAI's content may be a string or an array of parts {"type": "text", "text": ...}:
+ * the template gets a string. */
+static int flatten_content(cJSON *msg, int i, char *bad, size_t cap)
+{
+    cJSON *c = cJSON_GetObjectItemCaseSensitive(msg, "content");
+    if (!c || cJSON_IsString(c) || cJSON_IsNull(c))
+        return 0;
+    if (!cJSON_IsArray(c)) {
+        snprintf(bad, cap, "messages[%d].content must be a string or an array of text parts", i);
+        return -1;
+    }
+    size_t len = 0;
+    for (const cJSON *p = c->child; p; p = p->next) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(p, "text");
+        if (!cJSON_IsString(t)) {
+            snprintf(bad, cap, "messages[%d].content: only text parts are supported", i);
+            return -1;
+        }
+        len += strlen(t->valuestring);
+    }
+    char *joined = calloc(1, len + 1);
+    for (const cJSON *p = c->child; joined && p; p = p->next)
+        strcat(joined, cJSON_GetObjectItemCaseSensitive(p, "text")->valuestring);
+    if (!joined)
+        return -1;
+    cJSON_ReplaceItemInObjectCaseSensitive(msg, "content", cJSON_CreateString(joined));
+    free(joined);
+    return 0;
+}
+
+/* The prompt text of the request (malloc'd); NULL with bad set. */
+static char *prompt_text(const serve_api *a, int chat, cJSON *body, char *bad, size_t cap)
+{
+    if (!chat) {
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(body, "prompt");
+        if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1)
+            p = p->child;
+        if (!cJSON_IsString(p)) {
+            snprintf(bad, cap, "'prompt' must be a string");
+            return NULL;
+        }
+        return strdup(p->valuestring);
+    }
+    cJSON *msgs = cJSON_GetObjectItemCaseSensitive(body, "messages");
+    if (!cJSON_IsArray(msgs) || !msgs->child) {
+        snprintf(bad, cap, "'messages' must be a non-empty array of {role, content}");
+        return NULL;
+    }
+    int i = 0;
+    for (cJSON *m = msgs->child; m; m = m->next, i++)
+        if (flatten_content(m, i, bad, cap))
+            return NULL;
+    char *json = cJSON_PrintUnformatted(msgs), *text = NULL;
+    const cJSON *kw = cJSON_GetObjectItemCaseSensitive(body, "chat_template_kwargs");
+    char *extra = cJSON_IsObject(kw) ? cJSON_PrintUnformatted(kw) : NULL;
+    if (json && mvm_engine_chat_format(a->e, json, extra, 1, &text) != MVM_OK)
+        snprintf(bad, cap, "%s", mvm_last_error());
+    free(json), free(extra);
+    return text;
+}
+
+static int tokenize(const serve_api *a, const char *text, int chat, serve_req *r, char *bad,
+                    size_t cap)
+{
+    size_t len = strlen(text), n = 0;
+    if (!(r->prompt = malloc((len + 16) * sizeof *r->prompt)))
+        return -1;
+    /* completions' prompts are plain text, as llama.cpp's: special texts stay text */
+    if (mvm_engine_tokenize(a->e, text, len, 1, chat, r->prompt, len + 16, &n) != MVM_OK) {
+        snprintf(bad, cap, "the prompt: %s", mvm_last_error());
+        return -1;
+    }
+    if (n == 0) {
+        snprintf(bad, cap, "the prompt is empty");
+        return -1;
+    }
+    if (n >= a->n_ctx) {
+        snprintf(bad, cap, "the prompt takes %zu tokens; the context holds %u (-c)", n,
+                 a->n_ctx);
+        return -1;
+    }
+    r->n_prompt = (uint32_t)n;
+    return 0;
+}
+
+serve_req *serve_api_request(const serve_api *a, int chat, const char *body, size_t len,
+                             int *status, char **error)
+{
+    static atomic_uint counter;
+    char bad[512] = "";
+    *status = 400;
+    *error = NULL;
+    cJSON *root = cJSON_ParseWithLength(body, len);
+    serve_req *r = root && cJSON_IsObject(root) ? serve_req_new() : NULL;
+    char *text = NULL;
+    int ok = r != NULL;
+    if (!root || !cJSON_IsObject(root))
+        snprintf(bad, sizeof bad, "the body is not a JSON object");
+    ok = ok && !sampling(a, root, r, bad, sizeof bad) && !stops(root, r, bad, sizeof bad);
+    ok = ok && (text = prompt_text(a, chat, root, bad, sizeof bad)) != NULL;
+    ok = ok && !tokenize(a, text, chat, r, bad, sizeof bad);
+    if (ok) {
+        const cJSON *st = cJSON_GetObjectItemCaseSensitive(root, "stream");
+        r->chat = chat;
+        r->stream = cJSON_IsTrue(st);
+        const cJSON *ie = cJSON_GetObjectItemCaseSensitive(root, "ignore_eos");
+        r->ignore_eos = cJSON_IsBool(ie) ? cJSON_IsTrue(ie) : a->default_ignore_eos;
+        r->created = (long)time(NULL);
+        snprintf(r->id, sizeof r->id, "%s-%u", chat ? "chatcmpl" : "cmpl",
+                 atomic_fetch_add(&counter, 1));
+    } else {
+        if (!bad[0])
+            snprintf(bad, sizeof bad, "out of memory"), *status = 500;
+        *error = serve_api_error(bad, *status == 400 ? "invalid_request_error" : "server_error");
+        serve_req_release(r);
+        r = NULL;
+    }
+    free(text);
+    cJSON_Delete(root);
+    return r;
+}
+
+static cJSON *envelope(const serve_api *a, const serve_req *r, int chunk)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", r->id);
+    cJSON_AddStringToObject(o, "object", r->chat ? (chunk ? "chat.completion.chunk"
+                                                          : "chat.completion")
+                                                 : "text_completion");
+    cJSON_AddNumberToObject(o, "created", (double)r->created);
+    cJSON_AddStringToObject(o, "model", a->model_id);
+    return o;
+}
+
+static void usage(cJSON *o, const serve_req *r)
+{
+    cJSON *u = cJSON_AddObjectToObject(o, "usage");
+    cJSON_AddNumberToObject(u, "prompt_tokens", r->n_prompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", r->n_gen);
+    cJSON_AddNumberToObject(u, "total_tokens", (double)r->n_prompt + r->n_gen);
+}
+
+/* The length of the valid UTF-8 character at s[0..n), 0 when it is not one (a stray
+ * continuation byte, an overlong form, a surrogate, past U+10FFFF, cut short). */
+static size_t utf8_char(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    if (c < 0x80)
+        return 1;
+    size_t len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3
+               : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    if (!len || len > n)
+        return 0;
+    /* the second byte's range narrows for E0, ED, F0 and F4 (RFC 3629's table) */
+    unsigned lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
+    unsigned hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+    if (s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t i = 2; i < len; i++)
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+    return len;
+}
+
+/* text[0..n) as valid UTF-8, NUL-terminated (malloc'd): a model may emit bytes that are
+ * not (byte tokens of a character it never finished), and JSON must be; each bad byte
+ * becomes U+FFFD, as Python's errors="replace" does. */
+static char *valid_utf8(const char *text, size_t n)
+{
+    char *out = malloc(3 * n + 1), *o = out;
+    const unsigned char *s = (const unsigned char *)(text ? text : "");
+    for (size_t i = 0; out && i < n;) {
+        size_t k = utf8_char(s + i, n - i);
+        if (k) {
+            memcpy(o, s + i, k), o += k, i += k;
+        } else {
+            memcpy(o, "\xEF\xBF\xBD", 3), o += 3, i++;
+        }
+    }
+    if (out)
+        *o = '\0';
+    return out;
+}
+
+/* One choice: a message (chat), a delta (chat chunk) or text (completions). */
+static void choice(cJSON *o, const serve_req *r, const char *text, size_t n, int chunk,
+                   int first, const char *finish)
+{
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), c);
+    cJSON_AddNumberToObject(c, "index", 0);
+    char *t = valid_utf8(text, n);
+    if (r->chat) {
+        cJSON *m = cJSON_AddObjectToObject(c, chunk ? "delta" : "message");
+        if (!chunk || first)
+            cJSON_AddStringToObject(m, "role", "assistant");
+        if (!chunk || n)
+            cJSON_AddStringToObject(m, "content", t ? t : "");
+    } else {
+        cJSON_AddStringToObject(c, "text", t ? t : "");
+        cJSON_AddNullToObject(c, "logprobs");
+    }
+    free(t);
+    if (finish)
+        cJSON_AddStringToObject(c, "finish_reason", finish);
+    else
+        cJSON_AddNullToObject(c, "finish_reason");
+}
+
+char *serve_api_response(const serve_api *a, const serve_req *r)
+{
+    cJSON *o = envelope(a, r, 0);
+    choice(o, r, r->text, r->len, 0, 0, r->finish);
+    usage(o, r);
+    char *out = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return out;
+}
+
+char *serve_api_chunk(const serve_api *a, const serve_req *r, const char *text, size_t n,
+                      int first, const char *finish)
+{
+    cJSON *o = envelope(a, r, 1);
+    choice(o, r, text, n, 1, first, finish);
+    if (finish)
+        usage(o, r);
+    char *json = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!json)
+        return NULL;
+    size_t len = strlen(json) + 9;
+    char *out = malloc(len);
+    if (out)
+        snprintf(out, len, "data: %s\n\n", json);
+    free(json);
+    return out;
+}

@@ -1,0 +1,358 @@
+/*
+ * `moevm serve`'s HTTP front (serve.h) on GNU libmicrohttpd: a small, long-maintained C
+ * library found in every distribution (libmicrohttpd-dev), with HTTP/1.1 parsing,
+ * keep-alive, chunked responses and connection threads done right — nothing of which is
+ * this project's core. One thread per connection, so a connection may block while its
+ * request waits for the engine thread: streamed replies come from a content callback that
+ * waits for the next piece of text; a non-streamed one waits in the handler, watching its
+ * socket so that a client who leaves frees its slot either way.
+ *
+ * Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,
+ * GET /metrics (Prometheus text). Bodies over 8 MiB are refused (413).
+ */
+#include <microhttpd.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <arpa/inet.h>
+#include <time.h>
+
+#include "tools/serve.h"
+#include "tools/serve_api.h"
+
+#define MAX_BODY (8u << 20)
+
+struct serve_http {
+    serve *s;
+    serve_api api;
+    struct MHD_Daemon *d;
+};
+
+/* One connection's request: its body as it arrives, then its stream's state. */
+struct conn {
+    char *body;
+    size_t len;
+    int too_large;
+};
+
+struct stream {
+    struct serve_http *h;
+    serve_req *r;
+    size_t sent;       /* bytes of r->text already in events */
+    int started, ended;
+    char *out;         /* the event being written */
+    size_t out_len, out_off;
+};
+
+static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const char *type,
+                             char *body /* taken */)
+{
+    if (!body)
+        body = strdup("{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\"}}"),
+        status = 500;
+    struct MHD_Response *resp = MHD_create_response_from_buffer(
+        body ? strlen(body) : 0, body, MHD_RESPMEM_MUST_FREE);
+    if (!resp)
+        return MHD_NO;
+    MHD_add_response_header(resp, "Content-Type", type);
+    enum MHD_Result ret = MHD_queue_response(c, status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+static enum MHD_Result error(struct MHD_Connection *c, unsigned status, const char *message,
+                             const char *type)
+{
+    return reply(c, status, "application/json", serve_api_error(message, type));
+}
+
+/* ---- GET routes -------------------------------------------------------------------------- */
+
+static enum MHD_Result models(struct serve_http *h, struct MHD_Connection *c)
+{
+    char *body = malloc(512 + strlen(h->api.model_id));
+    if (body)
+        sprintf(body, "{\"object\":\"list\",\"data\":[{\"id\":\"%s\",\"object\":\"model\","
+                "\"created\":%ld,\"owned_by\":\"moevm\"}]}", h->api.model_id, (long)time(NULL));
+    return reply(c, MHD_HTTP_OK, "application/json", body);
+}
+
+static enum MHD_Result metrics(struct serve_http *h, struct MHD_Connection *c)
+{
+    serve_metrics m;
+    serve_get_metrics(h->s, &m);
+    const mvm_engine_stats *e = &m.engine;
+    char *body = malloc(4096);
+    if (body)
+        snprintf(body, 4096,
+                 "# HELP moevm_expert_accesses_total Experts the MoE steps asked for.\n"
+                 "# TYPE moevm_expert_accesses_total counter\nmoevm_expert_accesses_total %llu\n"
+                 "# HELP moevm_expert_hits_total Of them, resident on the device.\n"
+                 "# TYPE moevm_expert_hits_total counter\nmoevm_expert_hits_total %llu\n"
+                 "# TYPE moevm_expert_hit_ratio gauge\nmoevm_expert_hit_ratio %.6f\n"
+                 "# TYPE moevm_expert_evictions_total counter\nmoevm_expert_evictions_total %llu\n"
+                 "# TYPE moevm_expert_prefetches_total counter\nmoevm_expert_prefetches_total %llu\n"
+                 "# HELP moevm_bytes_moved_total Expert bytes copied host to device.\n"
+                 "# TYPE moevm_bytes_moved_total counter\nmoevm_bytes_moved_total %llu\n"
+                 "# HELP moevm_budget_bytes Device memory for experts (0: read at their homes).\n"
+                 "# TYPE moevm_budget_bytes gauge\nmoevm_budget_bytes %llu\n"
+                 "# TYPE moevm_resident_bytes gauge\nmoevm_resident_bytes %llu\n"
+                 "# TYPE moevm_tokens_evaluated_total counter\nmoevm_tokens_evaluated_total %llu\n"
+                 "# TYPE moevm_prompt_tokens_total counter\nmoevm_prompt_tokens_total %llu\n"
+                 "# TYPE moevm_prompt_tokens_reused_total counter\n"
+                 "moevm_prompt_tokens_reused_total %llu\n"
+                 "# TYPE moevm_generated_tokens_total counter\nmoevm_generated_tokens_total %llu\n"
+                 "# TYPE moevm_requests_total counter\nmoevm_requests_total %llu\n"
+                 "# TYPE moevm_requests_completed_total counter\n"
+                 "moevm_requests_completed_total %llu\n"
+                 "# TYPE moevm_requests_cancelled_total counter\n"
+                 "moevm_requests_cancelled_total %llu\n"
+                 "# TYPE moevm_requests_failed_total counter\nmoevm_requests_failed_total %llu\n"
+                 "# TYPE moevm_requests_active gauge\nmoevm_requests_active %u\n"
+                 "# TYPE moevm_requests_queued gauge\nmoevm_requests_queued %u\n",
+                 (unsigned long long)e->accesses, (unsigned long long)e->hits,
+                 e->accesses ? (double)e->hits / (double)e->accesses : 0.0,
+                 (unsigned long long)e->evictions, (unsigned long long)e->prefetches,
+                 (unsigned long long)e->bytes_moved, (unsigned long long)e->budget_bytes,
+                 (unsigned long long)e->resident_bytes, (unsigned long long)e->tokens,
+                 (unsigned long long)m.prompt_tokens, (unsigned long long)m.reused_tokens,
+                 (unsigned long long)m.generated_tokens, (unsigned long long)m.requests,
+                 (unsigned long long)m.completed, (unsigned long long)m.cancelled,
+                 (unsigned long long)m.failed, m.active, m.queued);
+    return reply(c, MHD_HTTP_OK, "text/plain; version=0.0.4", body);
+}
+
+/* ---- streamed replies ---------------------------------------------------------------------- */
+
+/* The next event of st into st->out: the role, new text, or the end; 0 when one was made,
+ * 1 when the stream is over. Waits (under r->mu) for the engine thread. */
+static int next_event(struct stream *st)
+{
+    serve_req *r = st->r;
+    const serve_api *a = &st->h->api;
+    pthread_mutex_lock(&r->mu);
+    const int role = !st->started && r->chat; /* the first event of a chat needs no text */
+    while (!role && r->len == st->sent && !r->done)
+        pthread_cond_wait(&r->cv, &r->mu);
+    char *ev = NULL;
+    if (role) {
+        ev = serve_api_chunk(a, r, NULL, 0, 1, NULL);
+    } else if (r->len > st->sent) {
+        ev = serve_api_chunk(a, r, r->text + st->sent, r->len - st->sent, 0, NULL);
+        st->sent = r->len;
+    } else if (r->done && !st->ended) {
+        st->ended = 1;
+        char *last = r->error ? NULL : serve_api_chunk(a, r, NULL, 0, 0, r->finish);
+        char *err = r->error ? serve_api_error(r->error, "server_error") : NULL;
+        const char *body = last ? last : err ? err : "";
+        size_t n = strlen(body) + 32;
+        if ((ev = malloc(n)))
+            snprintf(ev, n, "%s%s%sdata: [DONE]\n\n", last ? "" : "data: ", body,
+                     last ? "" : "\n\n");
+        free(last), free(err);
+    }
+    st->started = 1;
+    pthread_mutex_unlock(&r->mu);
+    if (!ev)
+        return 1;
+    free(st->out);
+    st->out = ev, st->out_len = strlen(ev), st->out_off = 0;
+    return 0;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    struct stream *st = cls;
+    if (st->out_off == st->out_len && next_event(st))
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    size_t n = st->out_len - st->out_off < max ? st->out_len - st->out_off : max;
+    memcpy(buf, st->out + st->out_off, n);
+    st->out_off += n;
+    return (ssize_t)n;
+}
+
+/* The response is done with: sent whole, or its client gone (then the slot is freed). */
+static void stream_free(void *cls)
+{
+    struct stream *st = cls;
+    pthread_mutex_lock(&st->r->mu);
+    st->r->cancelled = !st->r->done;
+    pthread_mutex_unlock(&st->r->mu);
+    serve_req_release(st->r);
+    free(st->out);
+    free(st);
+}
+
+static enum MHD_Result stream(struct serve_http *h, struct MHD_Connection *c, serve_req *r)
+{
+    struct stream *st = calloc(1, sizeof *st);
+    struct MHD_Response *resp = st ? MHD_create_response_from_callback(
+                                         MHD_SIZE_UNKNOWN, 4096, stream_read, st, stream_free)
+                                   : NULL;
+    if (!resp) {
+        free(st);
+        serve_req_release(r);
+        return error(c, 500, "out of memory", "server_error");
+    }
+    st->h = h, st->r = r;
+    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+/* ---- whole replies ------------------------------------------------------------------------- */
+
+/* Whether the client closed its end (a half-closed socket reads as such). */
+static int client_gone(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci)
+        return 0;
+    struct pollfd p = {.fd = ci->connect_fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+static enum MHD_Result whole(struct serve_http *h, struct MHD_Connection *c, serve_req *r)
+{
+    pthread_mutex_lock(&r->mu);
+    while (!r->done) {
+        struct timespec t;
+        clock_gettime(CLOCK_REALTIME, &t);
+        t.tv_nsec += 100000000;
+        t.tv_sec += t.tv_nsec / 1000000000, t.tv_nsec %= 1000000000;
+        pthread_cond_timedwait(&r->cv, &r->mu, &t);
+        if (!r->done && !r->cancelled && client_gone(c))
+            r->cancelled = 1; /* the engine thread frees the slot and says done */
+    }
+    char *body = r->error ? serve_api_error(r->error, "server_error")
+                          : serve_api_response(&h->api, r);
+    unsigned status = r->error ? 500 : MHD_HTTP_OK;
+    pthread_mutex_unlock(&r->mu);
+    serve_req_release(r);
+    return reply(c, status, "application/json", body);
+}
+
+/* ---- the handler ------------------------------------------------------------------------- */
+
+static enum MHD_Result completion(struct serve_http *h, struct MHD_Connection *c, int chat,
+                                  struct conn *cn)
+{
+    if (cn->too_large)
+        return error(c, 413, "the request body is over 8 MiB", "invalid_request_error");
+    int status;
+    char *err;
+    serve_req *r = serve_api_request(&h->api, chat, cn->body ? cn->body : "", cn->len,
+                                     &status, &err);
+    if (!r)
+        return reply(c, (unsigned)status, "application/json", err);
+    if (serve_submit(h->s, r)) {
+        serve_req_release(r);
+        return error(c, 503, "the server is busy: every slot and the queue are taken; try "
+                     "again later", "server_error");
+    }
+    return r->stream ? stream(h, c, r) : whole(h, c, r);
+}
+
+static enum MHD_Result route(struct serve_http *h, struct MHD_Connection *c, const char *url,
+                             const char *method, struct conn *cn)
+{
+    int get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
+    if (!strcmp(url, "/health") || !strcmp(url, "/v1/health"))
+        return get ? reply(c, 200, "application/json", strdup("{\"status\":\"ok\"}"))
+                   : error(c, 405, "use GET", "invalid_request_error");
+    if (!strcmp(url, "/v1/models") || !strcmp(url, "/models"))
+        return get ? models(h, c) : error(c, 405, "use GET", "invalid_request_error");
+    if (!strcmp(url, "/metrics"))
+        return get ? metrics(h, c) : error(c, 405, "use GET", "invalid_request_error");
+    int chat = !strcmp(url, "/v1/chat/completions") || !strcmp(url, "/chat/completions");
+    if (chat || !strcmp(url, "/v1/completions") || !strcmp(url, "/completions"))
+        return post ? completion(h, c, chat, cn)
+                    : error(c, 405, "use POST", "invalid_request_error");
+    char msg[300];
+    snprintf(msg, sizeof msg, "no route %s %.200s", method, url);
+    return error(c, 404, msg, "not_found_error");
+}
+
+static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
+                              const char *method, const char *version, const char *upload,
+                              size_t *upload_size, void **con_cls)
+{
+    (void)version;
+    struct conn *cn = *con_cls;
+    if (!cn) { /* the headers: the body (if any) comes in the next calls */
+        if (!(cn = calloc(1, sizeof *cn)))
+            return MHD_NO;
+        *con_cls = cn;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (!cn->too_large && cn->len + *upload_size <= MAX_BODY) {
+            char *b = realloc(cn->body, cn->len + *upload_size + 1);
+            if (!b)
+                return MHD_NO;
+            memcpy(b + cn->len, upload, *upload_size);
+            cn->body = b, cn->len += *upload_size, b[cn->len] = '\0';
+        } else {
+            cn->too_large = 1;
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    return route(cls, c, url, method, cn);
+}
+
+static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                      enum MHD_RequestTerminationCode toe)
+{
+    (void)cls, (void)c, (void)toe;
+    struct conn *cn = *con_cls;
+    if (cn)
+        free(cn->body), free(cn);
+    *con_cls = NULL;
+}
+
+serve_http *serve_http_start(serve *s, const char *host, uint16_t port,
+                                    const char *model_id, const mvm_sampler_params *defaults,
+                                    int32_t default_max_tokens, int default_ignore_eos,
+                                    uint16_t *bound)
+{
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons(port)};
+    if (inet_pton(AF_INET, host, &addr.sin_addr) != 1) /* cmd_serve.c checked it */
+        return NULL;
+    struct serve_http *h = calloc(1, sizeof *h);
+    if (!h)
+        return NULL;
+    mvm_engine_info in;
+    mvm_engine_get_info(serve_engine(s), &in);
+    *h = (struct serve_http){s,
+                             {serve_engine(s), model_id, *defaults, default_max_tokens,
+                              default_ignore_eos, in.n_ctx},
+                             NULL};
+    struct MHD_Daemon *d = h->d = MHD_start_daemon(
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD, port, NULL, NULL,
+        handle, h, MHD_OPTION_NOTIFY_COMPLETED, completed, h, MHD_OPTION_SOCK_ADDR,
+        (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_END);
+    if (!d) {
+        fprintf(stderr, "moevm serve: cannot listen on %s:%u (in use, or not allowed)\n", host,
+                port);
+        free(h);
+        return NULL;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    *bound = di ? di->port : port;
+    return h;
+}
+
+void serve_http_stop(serve_http *h)
+{
+    if (!h)
+        return;
+    MHD_stop_daemon(h->d); /* joins the connection threads: their requests must be done */
+    free(h);
+}

@@ -1,0 +1,390 @@
+/*
+ * The engine thread of `moevm serve` (serve.h): requests queue for slots, the engine's
+ * sequences; every active slot advances a token per round, so a long reply never holds up
+ * a short one (continuous batching's schedule; the forward pass still evaluates one sequence
+ * at a time). A slot keeps its tokens when its request ends, and a new request goes to the
+ * free slot whose cache shares the longest prefix with its prompt: a conversation's next
+ * turn evaluates only what is new, as llama.cpp's server reuses its slots.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tools/serve.h"
+
+struct slot {
+    serve_req *req;           /* NULL: free */
+    int started;              /* its prompt is evaluated */
+    int32_t *cached;          /* [n_ctx] the sequence's tokens in the cache */
+    uint32_t n_cached;
+    mvm_sampler *sampler;
+    float *logits;            /* [n_vocab] after the last token evaluated */
+    char *pending;            /* [n_ctx * 8 + 64] generated text not yet released: a stop
+                                 string's possible start, or a character's first bytes */
+    size_t n_pending;
+};
+
+struct serve {
+    mvm_engine *e;
+    mvm_engine_info info;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    serve_req *head, *tail;
+    uint32_t queued, max_queue;
+    int stopping;
+    struct slot *slots;
+    serve_metrics metrics;    /* under mu */
+};
+
+serve_req *serve_req_new(void)
+{
+    serve_req *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    r->refs = 1;
+    r->max_tokens = -1;
+    return r;
+}
+
+void serve_req_release(serve_req *r)
+{
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->mu);
+    int last = --r->refs == 0;
+    pthread_mutex_unlock(&r->mu);
+    if (!last)
+        return;
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    for (uint32_t i = 0; i < r->n_stop; i++)
+        free(r->stop[i]);
+    free(r->prompt), free(r->text), free(r->error);
+    free(r);
+}
+
+int serve_req_append(serve_req *r, const char *s, size_t n)
+{
+    if (r->len + n + 1 > r->cap) {
+        size_t cap = 2 * r->cap + n + 64;
+        char *t = realloc(r->text, cap);
+        if (!t)
+            return -1;
+        r->text = t, r->cap = cap;
+    }
+    memcpy(r->text + r->len, s, n);
+    r->len += n;
+    r->text[r->len] = '\0';
+    return 0;
+}
+
+serve *serve_create(mvm_engine *e, uint32_t max_queue)
+{
+    serve *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->e = e;
+    s->max_queue = max_queue;
+    mvm_engine_get_info(e, &s->info);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    int ok = (s->slots = calloc(s->info.n_seq, sizeof *s->slots)) != NULL;
+    for (uint32_t i = 0; ok && i < s->info.n_seq; i++) {
+        struct slot *sl = &s->slots[i];
+        ok = (sl->cached = malloc(s->info.n_ctx * sizeof *sl->cached)) &&
+             (sl->logits = malloc(s->info.n_vocab * sizeof *sl->logits)) &&
+             (sl->pending = malloc((size_t)s->info.n_ctx * 8 + 64));
+    }
+    if (!ok) {
+        serve_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void serve_free(serve *s)
+{
+    if (!s)
+        return;
+    for (uint32_t i = 0; s->slots && i < s->info.n_seq; i++) {
+        struct slot *sl = &s->slots[i];
+        serve_req_release(sl->req);
+        mvm_sampler_free(sl->sampler);
+        free(sl->cached), free(sl->logits), free(sl->pending);
+    }
+    for (serve_req *r = s->head, *next; r; r = next) {
+        next = r->next;
+        serve_req_release(r);
+    }
+    free(s->slots);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
+}
+
+mvm_engine *serve_engine(serve *s) { return s->e; }
+
+int serve_submit(serve *s, serve_req *r)
+{
+    pthread_mutex_lock(&s->mu);
+    int full = s->queued >= s->max_queue || s->stopping;
+    if (!full) {
+        pthread_mutex_lock(&r->mu);
+        r->refs++;
+        pthread_mutex_unlock(&r->mu);
+        if (s->tail)
+            s->tail->next = r;
+        else
+            s->head = r;
+        s->tail = r;
+        s->queued++;
+        s->metrics.requests++;
+        pthread_cond_signal(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return full ? -1 : 0;
+}
+
+void serve_stop(serve *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->stopping = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void serve_get_metrics(serve *s, serve_metrics *out)
+{
+    pthread_mutex_lock(&s->mu);
+    *out = s->metrics;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- a request's end ------------------------------------------------------------------- */
+
+static void finish(serve *s, struct slot *sl, const char *reason, const char *error)
+{
+    serve_req *r = sl->req;
+    pthread_mutex_lock(&r->mu);
+    if (!error && sl->n_pending && serve_req_append(r, sl->pending, sl->n_pending))
+        error = "out of memory for the reply";
+    r->done = 1;
+    r->finish = error ? NULL : reason;
+    if (error)
+        r->error = strdup(error);
+    int cancelled = r->cancelled;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    pthread_mutex_lock(&s->mu);
+    s->metrics.completed += !error && !cancelled;
+    s->metrics.cancelled += cancelled;
+    s->metrics.failed += error && !cancelled;
+    pthread_mutex_unlock(&s->mu);
+    serve_req_release(r);
+    mvm_sampler_free(sl->sampler);
+    sl->sampler = NULL;
+    sl->req = NULL;
+    sl->n_pending = 0;
+}
+
+/* ---- text released as it comes ------------------------------------------------------------ */
+
+/* Bytes at the end of s[0..n) that begin a UTF-8 character not yet complete. */
+static size_t utf8_incomplete(const char *s, size_t n)
+{
+    for (size_t back = 1; back <= 3 && back <= n; back++) {
+        unsigned char c = (unsigned char)s[n - back];
+        if ((c & 0xC0) != 0x80) { /* a lead byte: does its character fit? */
+            size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+            return need > back ? back : 0;
+        }
+    }
+    return 0;
+}
+
+/* Adds a piece to the slot's pending text; releases what can no longer be part of a stop
+ * string or an unfinished character. 1 when a stop string completed (the text before it
+ * is released, the rest dropped), -1 without memory, else 0. */
+static int release(struct slot *sl, const char *piece, size_t np)
+{
+    serve_req *r = sl->req;
+    memcpy(sl->pending + sl->n_pending, piece, np);
+    sl->n_pending += np;
+    size_t keep = 0, cut = sl->n_pending;
+    int stopped = 0;
+    for (uint32_t i = 0; i < r->n_stop; i++) {
+        const char *hit = memmem(sl->pending, sl->n_pending, r->stop[i], strlen(r->stop[i]));
+        if (hit && (size_t)(hit - sl->pending) < cut)
+            cut = (size_t)(hit - sl->pending), stopped = 1;
+        /* the longest end of the pending text that starts this stop string */
+        for (size_t k = strlen(r->stop[i]) - 1; k > keep; k--)
+            if (k <= sl->n_pending && !memcmp(sl->pending + sl->n_pending - k, r->stop[i], k)) {
+                keep = k;
+                break;
+            }
+    }
+    size_t out = stopped ? cut : sl->n_pending - keep;
+    if (!stopped)
+        out -= utf8_incomplete(sl->pending, out);
+    pthread_mutex_lock(&r->mu);
+    int bad = serve_req_append(r, sl->pending, out);
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    if (bad)
+        return -1;
+    sl->n_pending = stopped ? 0 : sl->n_pending - out;
+    memmove(sl->pending, sl->pending + out, sl->n_pending);
+    return stopped;
+}
+
+/* ---- one step of a slot -------------------------------------------------------------------- */
+
+static void start(serve *s, struct slot *sl, uint32_t seq)
+{
+    serve_req *r = sl->req;
+    uint32_t n = r->n_prompt, k = 0;
+    while (k < n && k < sl->n_cached && r->prompt[k] == sl->cached[k])
+        k++;
+    if (k == n) /* the last prompt token's logits are needed */
+        k--;
+    mvm_engine_truncate(s->e, seq, k);
+    sl->n_cached = k;
+    if (mvm_engine_eval(s->e, seq, r->prompt + k, n - k, sl->logits) != MVM_OK) {
+        finish(s, sl, NULL, mvm_last_error());
+        return;
+    }
+    memcpy(sl->cached + k, r->prompt + k, (n - k) * sizeof *r->prompt);
+    sl->n_cached = n;
+    sl->started = 1;
+    pthread_mutex_lock(&s->mu);
+    s->metrics.prompt_tokens += n - k;
+    s->metrics.reused_tokens += k;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void step(serve *s, struct slot *sl, uint32_t seq)
+{
+    serve_req *r = sl->req;
+    pthread_mutex_lock(&r->mu);
+    int cancelled = r->cancelled, n_gen = (int)r->n_gen;
+    pthread_mutex_unlock(&r->mu);
+    if (cancelled)
+        return finish(s, sl, NULL, NULL);
+    if (!sl->started)
+        return start(s, sl, seq);
+    if (r->max_tokens >= 0 && n_gen >= r->max_tokens)
+        return finish(s, sl, "length", NULL);
+    if (r->ignore_eos)
+        mvm_engine_mask_eog(s->e, sl->logits);
+    int32_t next = mvm_sampler_sample_after(sl->sampler, sl->logits, s->info.n_vocab,
+                                            sl->cached, sl->n_cached);
+    if (next < 0 || mvm_engine_is_eog(s->e, next))
+        return finish(s, sl, "stop", next < 0 ? "no token could be sampled (NaN logits)" : NULL);
+    char piece[256];
+    size_t np = mvm_engine_token_piece(s->e, next, piece, sizeof piece);
+    int stopped = release(sl, piece, np < sizeof piece ? np : sizeof piece);
+    pthread_mutex_lock(&r->mu);
+    r->n_gen++;
+    pthread_mutex_unlock(&r->mu);
+    pthread_mutex_lock(&s->mu);
+    s->metrics.generated_tokens++;
+    pthread_mutex_unlock(&s->mu);
+    if (stopped)
+        return finish(s, sl, "stop", stopped < 0 ? "out of memory for the reply" : NULL);
+    if (sl->n_cached + 1 >= s->info.n_ctx)
+        return finish(s, sl, "length", NULL);
+    if (mvm_engine_eval(s->e, seq, &next, 1, sl->logits) != MVM_OK)
+        return finish(s, sl, NULL, mvm_last_error());
+    sl->cached[sl->n_cached++] = next;
+}
+
+/* ---- the loop ---------------------------------------------------------------------------- */
+
+/* The free slot whose cache shares the longest prefix with r's prompt; -1 when none is free. */
+static int pick_slot(const serve *s, const serve_req *r)
+{
+    int best = -1;
+    uint32_t best_k = 0;
+    for (uint32_t i = 0; i < s->info.n_seq; i++) {
+        const struct slot *sl = &s->slots[i];
+        if (sl->req)
+            continue;
+        uint32_t k = 0;
+        while (k < r->n_prompt && k < sl->n_cached && r->prompt[k] == sl->cached[k])
+            k++;
+        if (best < 0 || k > best_k)
+            best = (int)i, best_k = k;
+    }
+    return best;
+}
+
+/* Moves queued requests into free slots (under s->mu); the number of active slots. */
+static uint32_t admit(serve *s)
+{
+    while (s->head) {
+        int i = pick_slot(s, s->head);
+        if (i < 0)
+            break;
+        struct slot *sl = &s->slots[i];
+        serve_req *r = s->head;
+        if (!(s->head = r->next))
+            s->tail = NULL;
+        s->queued--;
+        r->next = NULL;
+        sl->req = r;
+        sl->started = 0;
+        sl->n_pending = 0;
+        if (mvm_sampler_create(&r->sp, s->info.n_vocab, &sl->sampler) != MVM_OK) {
+            pthread_mutex_unlock(&s->mu);
+            finish(s, sl, NULL, mvm_last_error());
+            pthread_mutex_lock(&s->mu);
+        }
+    }
+    uint32_t active = 0;
+    for (uint32_t i = 0; i < s->info.n_seq; i++)
+        active += s->slots[i].req != NULL;
+    s->metrics.active = active;
+    s->metrics.queued = s->queued;
+    return active;
+}
+
+void serve_run(serve *s)
+{
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        uint32_t active = admit(s);
+        if (s->stopping)
+            break;
+        if (!active) {
+            pthread_cond_wait(&s->cv, &s->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&s->mu);
+        for (uint32_t i = 0; i < s->info.n_seq; i++)
+            if (s->slots[i].req)
+                step(s, &s->slots[i], i);
+        mvm_engine_stats es;
+        mvm_engine_get_stats(s->e, &es);
+        pthread_mutex_lock(&s->mu);
+        s->metrics.engine = es;
+    }
+    serve_req *queued = s->head;
+    s->head = s->tail = NULL;
+    s->queued = 0;
+    pthread_mutex_unlock(&s->mu);
+    /* what is still running or queued ends with an error its client sees */
+    static const char bye[] = "the server is shutting down";
+    for (uint32_t i = 0; i < s->info.n_seq; i++)
+        if (s->slots[i].req)
+            finish(s, &s->slots[i], NULL, bye);
+    for (serve_req *r = queued, *next; r; r = next) {
+        next = r->next;
+        pthread_mutex_lock(&r->mu);
+        r->done = 1;
+        r->error = strdup(bye);
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+        serve_req_release(r);
+    }
+}
