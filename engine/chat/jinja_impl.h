@@ -448,6 +448,10 @@ typedef struct jnodes {
 } jnodes;
 mvm_status mvm_jinja_nodes_push(jparser *p, jnodes *l, jnode *n);
 mvm_status mvm_jinja_nodes_done(jparser *p, jnodes *l, jnode ***out, uint32_t *n);
+/* A node of `kind` whose kids are l's, when rc (the parse of l) is MVM_OK; l is freed
+ * either way. */
+mvm_status mvm_jinja_node_of(jparser *p, int kind, int line, mvm_status rc, jnodes *l,
+                             jnode **out);
 static inline jtok *jp_cur(jparser *p) { return &p->toks->t[p->at]; }
 static inline jtok *jp_peek(jparser *p) { return &p->toks->t[p->at + (p->toks->t[p->at].type != JT_EOF)]; }
 int mvm_jinja_tok_is(jparser *p, const jtok *t, const char *name); /* a JT_NAME spelled name */

@@ -137,6 +137,18 @@ mvm_status mvm_jinja_nodes_done(jparser *p, jnodes *l, jnode ***out, uint32_t *n
     return *n && !*out ? jx_nomem() : MVM_OK;
 }
 
+mvm_status mvm_jinja_node_of(jparser *p, int kind, int line, mvm_status rc, jnodes *l,
+                             jnode **out)
+{
+    if (rc == MVM_OK && !(*out = mvm_jinja_node(p, kind, line)))
+        rc = jx_nomem();
+    if (rc != MVM_OK) {
+        free(l->v);
+        return rc;
+    }
+    return mvm_jinja_nodes_done(p, l, &(*out)->kids, &(*out)->nkids);
+}
+
 int mvm_jinja_tok_is(jparser *p, const jtok *t, const char *name)
 {
     size_t k = strlen(name);
@@ -220,16 +232,7 @@ static mvm_status subparse(jparser *p, const char *const *ends, const char *what
             break;
     }
     p->nest--;
-    if (rc != MVM_OK) {
-        free(body.v);
-        return rc;
-    }
-    *out = mvm_jinja_node(p, JN_BODY, line);
-    if (!*out) {
-        free(body.v);
-        return jx_nomem();
-    }
-    return mvm_jinja_nodes_done(p, &body, &(*out)->kids, &(*out)->nkids);
+    return mvm_jinja_node_of(p, JN_BODY, line, rc, &body, out);
 }
 
 /* `%}` then statements up to one of `ends`; with drop, the end's name is skipped. */

@@ -63,16 +63,7 @@ static mvm_status tuple_ex(jparser *p, int condexpr, int explicit_paren, jnode *
         if (!explicit_paren)
             rc = jp_fail(p, "expected an expression");
     }
-    if (rc != MVM_OK) {
-        free(items.v);
-        return rc;
-    }
-    *out = mvm_jinja_node(p, JN_TUPLE, line);
-    if (!*out) {
-        free(items.v);
-        return jx_nomem();
-    }
-    return mvm_jinja_nodes_done(p, &items, &(*out)->kids, &(*out)->nkids);
+    return mvm_jinja_node_of(p, JN_TUPLE, line, rc, &items, out);
 }
 
 mvm_status mvm_jinja_parse_tuple(jparser *p, int condexpr, jnode **out)
