@@ -494,10 +494,13 @@ expect 0 'usage: moevm serve' -- "$moevm" serve --help
 expect 2 'moevm serve: --port 70000: expected an integer' -- "$moevm" serve -m "$m" --port 70000
 expect 2 'moevm serve: --host nowhere: expected an IPv4 address' -- "$moevm" serve -m "$m" --host nowhere
 # Ctrl-C mid-reply: the reply stops, the chat reads on (to the end of input) and exits 0
-( { printf 'Hello\n'; sleep 3; } | "$moevm" chat -m "$m" -c 60000 -n 59000 --ignore-eos --temp 0 >"$tmp/int.out" 2>&1 ) &
+( { printf 'Hello\n'; sleep 20; } | "$moevm" chat -m "$m" -c 60000 -n 59000 --ignore-eos --temp 0 --verbose-prompt >"$tmp/int.out" 2>&1 ) &
 chat_pid=$!
-sleep 1
+# SIGINT once the reply has begun (its prompt printed), however slow the load on a busy machine
+for _ in $(seq 150); do grep -aq '^prompt:' "$tmp/int.out" && break; sleep 0.1; done
+sleep 0.3
 pkill -INT -f "chat -m $m -c 60000 -n 59000" 2>/dev/null
+pkill -f "sleep 20" 2>/dev/null # end of input: the chat exits after the stopped reply
 wait "$chat_pid"
 rc=$?
 if [ "$rc" -eq 0 ] && grep -aq '\[stopped\]' "$tmp/int.out" && grep -aq 'replies [0-9]* tokens' "$tmp/int.out"; then

@@ -137,3 +137,27 @@ int mvm_cli_engine_load(const char *cmd, mvm_cli_engine *e, mvm_engine **out)
             in.n_expert_used, in.n_vocab, in.backend, budget, in.n_ctx, seqs);
     return 0;
 }
+
+uint32_t mvm_cli_common_prefix(const int32_t *a, uint32_t na, const int32_t *b, uint32_t nb)
+{
+    uint32_t k = 0;
+    while (k < na && k < nb && a[k] == b[k])
+        k++;
+    return k;
+}
+
+mvm_status mvm_cli_prefill(mvm_engine *e, uint32_t seq, int32_t *cached, uint32_t *n_cached,
+                           const int32_t *prompt, uint32_t n, float *logits, uint32_t *reused)
+{
+    uint32_t k = mvm_cli_common_prefix(prompt, n, cached, *n_cached);
+    if (k == n) /* the last token's logits are needed: evaluate it again */
+        k--;
+    mvm_engine_truncate(e, seq, k);
+    *n_cached = *reused = k;
+    mvm_status st = mvm_engine_eval(e, seq, prompt + k, n - k, logits);
+    if (st != MVM_OK)
+        return st;
+    memcpy(cached + k, prompt + k, (n - k) * sizeof *prompt);
+    *n_cached = n;
+    return MVM_OK;
+}

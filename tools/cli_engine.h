@@ -52,6 +52,14 @@ void mvm_cli_engine_usage(FILE *f);
 /* Loads e->p's model with a progress line, and says on stderr what was loaded. 0, or 1
  * after "moevm <cmd>: ..." */
 int mvm_cli_engine_load(const char *cmd, mvm_cli_engine *e, mvm_engine **out);
+/* The tokens a[0..na) and b[0..nb) share at their start. */
+uint32_t mvm_cli_common_prefix(const int32_t *a, uint32_t na, const int32_t *b, uint32_t nb);
+/* Evaluates prompt[0..n) (n >= 1) in sequence seq of e, whose cache holds
+ * cached[0..*n_cached): only what follows their common prefix, and at least the last token
+ * (its logits are wanted); cached then holds the prompt (on failure, its common prefix).
+ * *reused: the prompt's tokens not evaluated. */
+mvm_status mvm_cli_prefill(mvm_engine *e, uint32_t seq, int32_t *cached, uint32_t *n_cached,
+                           const int32_t *prompt, uint32_t n, float *logits, uint32_t *reused);
 /* "moevm <cmd>: <what>: <mvm_last_error()>"; 1. */
 int mvm_cli_engine_error(const char *cmd, const char *what);
 

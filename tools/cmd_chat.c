@@ -42,7 +42,8 @@ struct chat {
     cJSON *messages;
     int32_t *cached;            /* [n_ctx] sequence 0's tokens in the cache */
     int32_t *prompt;            /* [cap] this turn's */
-    size_t n_cached, cap;
+    uint32_t n_cached;
+    size_t cap;
     float *logits;
     uint64_t evaluated, reused, generated;
     double t_prompt, t_reply;
@@ -155,22 +156,15 @@ static int fit(struct chat *c, size_t *n)
 /* Evaluates what of the prompt the cache lacks; c->logits then follow its last token. */
 static int prefill(struct chat *c, size_t n)
 {
-    size_t k = 0;
-    while (k < n && k < c->n_cached && c->prompt[k] == c->cached[k])
-        k++;
-    if (k == n) /* the last token's logits are needed: evaluate it again */
-        k--;
-    mvm_engine_truncate(c->e, 0, (uint32_t)k);
+    uint32_t reused;
     double t0 = mvm_now_s();
-    mvm_status st = mvm_engine_eval(c->e, 0, c->prompt + k, (uint32_t)(n - k), c->logits);
+    mvm_status st = mvm_cli_prefill(c->e, 0, c->cached, &c->n_cached, c->prompt, (uint32_t)n,
+                                    c->logits, &reused);
     c->t_prompt += mvm_now_s() - t0;
-    c->n_cached = k;
     if (st != MVM_OK)
         return mvm_cli_engine_error("chat", "prompt");
-    memcpy(c->cached + k, c->prompt + k, (n - k) * sizeof *c->prompt);
-    c->n_cached = n;
-    c->evaluated += n - k;
-    c->reused += k;
+    c->evaluated += n - reused;
+    c->reused += reused;
     return 0;
 }
 
@@ -189,7 +183,7 @@ static int reply(struct chat *c, char **reply)
         if (c->o.ignore_eos)
             mvm_engine_mask_eog(c->e, c->logits);
         int32_t next = mvm_sampler_sample_after(c->sampler, c->logits, in.n_vocab, c->cached,
-                                                (uint32_t)c->n_cached);
+                                                c->n_cached);
         if (next < 0 || mvm_engine_is_eog(c->e, next) || c->n_cached + 1 >= in.n_ctx)
             break;
         size_t np = mvm_engine_token_piece(c->e, next, piece, sizeof piece);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tools/cli_engine.h"
 #include "tools/serve.h"
 
 struct slot {
@@ -243,23 +244,16 @@ static int release(struct slot *sl, const char *piece, size_t np)
 static void start(serve *s, struct slot *sl, uint32_t seq)
 {
     serve_req *r = sl->req;
-    uint32_t n = r->n_prompt, k = 0;
-    while (k < n && k < sl->n_cached && r->prompt[k] == sl->cached[k])
-        k++;
-    if (k == n) /* the last prompt token's logits are needed */
-        k--;
-    mvm_engine_truncate(s->e, seq, k);
-    sl->n_cached = k;
-    if (mvm_engine_eval(s->e, seq, r->prompt + k, n - k, sl->logits) != MVM_OK) {
+    uint32_t reused;
+    if (mvm_cli_prefill(s->e, seq, sl->cached, &sl->n_cached, r->prompt, r->n_prompt, sl->logits,
+                        &reused) != MVM_OK) {
         finish(s, sl, NULL, mvm_last_error());
         return;
     }
-    memcpy(sl->cached + k, r->prompt + k, (n - k) * sizeof *r->prompt);
-    sl->n_cached = n;
     sl->started = 1;
     pthread_mutex_lock(&s->mu);
-    s->metrics.prompt_tokens += n - k;
-    s->metrics.reused_tokens += k;
+    s->metrics.prompt_tokens += r->n_prompt - reused;
+    s->metrics.reused_tokens += reused;
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -310,9 +304,7 @@ static int pick_slot(const serve *s, const serve_req *r)
         const struct slot *sl = &s->slots[i];
         if (sl->req)
             continue;
-        uint32_t k = 0;
-        while (k < r->n_prompt && k < sl->n_cached && r->prompt[k] == sl->cached[k])
-            k++;
+        uint32_t k = mvm_cli_common_prefix(r->prompt, r->n_prompt, sl->cached, sl->n_cached);
         if (best < 0 || k > best_k)
             best = (int)i, best_k = k;
     }

@@ -265,9 +265,7 @@ mvm_status mvm_engine_eval(mvm_engine *e, uint32_t seq, const int32_t *tokens, u
 
 uint32_t mvm_engine_n_past(const mvm_engine *e, uint32_t seq)
 {
-    if (mvm_ctx_select_seq(e->ctx, seq) != MVM_OK)
-        return 0;
-    return mvm_ctx_n_past(e->ctx);
+    return mvm_ctx_seq_n_past(e->ctx, seq); /* a query: the selection stays */
 }
 
 void mvm_engine_truncate(mvm_engine *e, uint32_t seq, uint32_t n)

@@ -14,8 +14,7 @@ struct mvm_chat_template {
     int add_bos;
 };
 
-/* ChatML, llama.cpp's fallback for a model without a template. */
-static const char chatml[] =
+const char mvm_chat_template_chatml[] =
     "{%- for message in messages -%}"
     "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
     "{%- endfor -%}"
@@ -53,7 +52,7 @@ mvm_status mvm_chat_template_open(const mvm_gguf *g, const mvm_tokenizer *t,
 {
     mvm_gguf_str s;
     if (mvm_gguf_get_str(g, "tokenizer.chat_template", &s) != MVM_OK)
-        return make(chatml, sizeof chatml - 1, 1, t, out);
+        return make(mvm_chat_template_chatml, strlen(mvm_chat_template_chatml), 1, t, out);
     mvm_status st = make(s.ptr, (size_t)s.len, 0, t, out);
     if (st != MVM_OK)
         return mvm_fail_prefix(st, "tokenizer.chat_template");

@@ -19,6 +19,9 @@
 
 typedef struct mvm_chat_template mvm_chat_template;
 
+/* ChatML, llama.cpp's fallback for a model without a template (and Qwen2-MoE's own). */
+extern const char mvm_chat_template_chatml[];
+
 /* The template of g (tokenizer t gives bos_token and eos_token), compiled:
  * MVM_ERR_INVALID naming the line when it is not valid Jinja (of the subset jinja.h reads). */
 mvm_status mvm_chat_template_open(const mvm_gguf *g, const mvm_tokenizer *t,

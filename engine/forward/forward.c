@@ -187,6 +187,11 @@ void mvm_ctx_reset(mvm_ctx *c) { c->n_past = 0; }
 void mvm_ctx_truncate(mvm_ctx *c, uint32_t n) { c->n_past = n < c->n_past ? n : c->n_past; }
 uint32_t mvm_ctx_n_seq(const mvm_ctx *c) { return c->kv.n_seq; }
 
+uint32_t mvm_ctx_seq_n_past(const mvm_ctx *c, uint32_t s)
+{
+    return s == c->seq ? c->n_past : s < c->kv.n_seq ? c->seq_past[s] : 0;
+}
+
 mvm_status mvm_ctx_select_seq(mvm_ctx *c, uint32_t s)
 {
     if (s >= c->kv.n_seq)

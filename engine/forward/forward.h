@@ -139,6 +139,8 @@ void mvm_ctx_truncate(mvm_ctx *c, uint32_t n);
 /* Makes sequence s (< n_seq) the one mvm_ctx_eval extends; MVM_ERR_RANGE else. */
 mvm_status mvm_ctx_select_seq(mvm_ctx *c, uint32_t s);
 uint32_t mvm_ctx_n_seq(const mvm_ctx *c);
+/* The positions cached in sequence s (selected or not); 0 for s out of range. */
+uint32_t mvm_ctx_seq_n_past(const mvm_ctx *c, uint32_t s);
 const mvm_resid *mvm_ctx_residency(const mvm_ctx *c);
 /* NULL when no predict module runs. */
 const mvm_prefetcher *mvm_ctx_prefetcher(const mvm_ctx *c);

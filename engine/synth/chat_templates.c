@@ -8,6 +8,7 @@
  */
 #include <string.h>
 
+#include "engine/chat/chat_template.h"
 #include "engine/synth/mkmodel.h"
 
 #include "mvm_tmpl_deepseek3.h"
@@ -18,17 +19,11 @@
 #include "mvm_tmpl_olmoe.h"
 #include "mvm_tmpl_qwen3.h"
 
-static const char chatml[] =
-    "{%- for message in messages -%}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}{%- endif -%}";
-
 const char *mvm_chat_template_for(const mvm_model_spec *s)
 {
     static const struct {
         const char *arch, *text;
-    } by_arch[] = {{"llama", mvm_tmpl_mixtral},        {"qwen2moe", chatml},
+    } by_arch[] = {{"llama", mvm_tmpl_mixtral},        {"qwen2moe", mvm_chat_template_chatml},
                    {"qwen3moe", mvm_tmpl_qwen3},       {"olmoe", mvm_tmpl_olmoe},
                    {"deepseek2", mvm_tmpl_deepseek3},  {"glm4moe", mvm_tmpl_glm45},
                    {"minimax-m2", mvm_tmpl_minimax_m2}, {"gpt-oss", mvm_tmpl_gpt_oss}};
