@@ -135,6 +135,39 @@ static void test_sequences(mvm_engine *e)
     free(whole), free(half), free(rest), free(again);
 }
 
+/* mvm_engine_eval_batch: both sequences' tokens in one call give the logits each gets by
+ * itself, in the batch's order for the tokens that ask; a bad batch keeps both as they were. */
+static void test_batch(mvm_engine *e)
+{
+    const int32_t a[4] = {11, 300, 42, 7}, b[3] = {99, 411, 5};
+    const uint32_t V = mvm_engine_n_vocab(e);
+    mvm_engine_truncate(e, 0, 0), mvm_engine_truncate(e, 1, 0);
+    float *alone_a = eval(e, 0, a, 4), *alone_b = eval(e, 1, b, 3);
+    mvm_engine_truncate(e, 0, 0), mvm_engine_truncate(e, 1, 0);
+    const mvm_engine_token batch[7] = {{11, 0, 0}, {99, 1, 0}, {300, 0, 0}, {411, 1, 0},
+                                       {42, 0, 0}, {5, 1, 1},  {7, 0, 1}};
+    float *got = malloc(3 * (size_t)V * sizeof *got);
+    for (size_t i = 0; got && i < 3 * (size_t)V; i++)
+        got[i] = NAN; /* poisoned: the third row must stay so */
+    CHECK_ST(mvm_engine_eval_batch(e, batch, 7, got), MVM_OK);
+    CHECK(mvm_engine_n_past(e, 0) == 4 && mvm_engine_n_past(e, 1) == 3);
+    double err_b = 0, err_a = 0, norm_b = 0, norm_a = 0;
+    int untouched = 1;
+    for (uint32_t i = 0; got && alone_a && alone_b && i < V; i++) {
+        err_b += (got[i] - alone_b[i]) * (double)(got[i] - alone_b[i]);
+        err_a += (got[V + i] - alone_a[i]) * (double)(got[V + i] - alone_a[i]);
+        norm_b += alone_b[i] * (double)alone_b[i];
+        norm_a += alone_a[i] * (double)alone_a[i];
+        untouched &= isnan(got[2 * V + i]);
+    }
+    CHECK(norm_a > 0 && norm_b > 0 && err_a <= 1e-10 * norm_a && err_b <= 1e-10 * norm_b);
+    CHECK(untouched);
+    const mvm_engine_token bad[2] = {{5, 0, 1}, {6, 2, 1}};
+    CHECK_ST(mvm_engine_eval_batch(e, bad, 2, got), MVM_ERR_RANGE);
+    CHECK(mvm_engine_n_past(e, 0) == 4 && mvm_engine_n_past(e, 1) == 3);
+    free(alone_a), free(alone_b), free(got);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3) {
@@ -159,6 +192,7 @@ int main(int argc, char **argv)
         CHECK(strcmp(in.backend, "cpu") == 0 && in.budget_bytes > 0 && in.n_expert_used > 0);
         test_text(e);
         test_sequences(e);
+        test_batch(e);
     }
     mvm_engine_free(e);
     TEST_END();

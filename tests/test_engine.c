@@ -682,6 +682,134 @@ static void test_sequences(void)
     }
 }
 
+/* Observes the positions the MoE steps route (route observers see the batch's tokens at
+ * their sequences' positions). */
+static void sum_positions(void *ctx, const mvm_route_record *r)
+{
+    if (r->layer == 0)
+        *(uint64_t *)ctx += r->pos;
+}
+
+/* The tokens of sequence s in batch_sequences: L of them, from the prompt's ids. */
+#define BATCH_LEN 20
+static int32_t batch_token(uint32_t s, uint32_t t)
+{
+    return prompt[(t * (s + 2) + 3 * s) % N_PROMPT] + (int32_t)s;
+}
+
+/* Whether batch_sequences asks for the logits of sequence s's token t (most, not all:
+ * the rows of the others must not be written). */
+static int batch_wants(uint32_t s, uint32_t t) { return (t + s) % 3 != 1; }
+
+/* Builds call r of batch_sequences into t: each unfinished sequence's next run of tokens (3
+ * where (r + s) % 3 is 0, a prompt's chunk; else 1, a decode step), the sequences in an order
+ * that changes from call to call; pos[k]: token k's position. The number of tokens; done[s]
+ * advances. */
+static uint32_t batch_call(uint32_t r, uint32_t S, uint32_t *done, mvm_ctx_token *t,
+                           uint32_t *pos)
+{
+    uint32_t n = 0;
+    for (uint32_t k = 0; k < S; k++) {
+        const uint32_t s = (k + r) % S, len = (r + s) % 3 == 0 ? 3 : 1;
+        for (uint32_t j = 0; j < len && done[s] < BATCH_LEN; j++, done[s]++, n++) {
+            t[n] = (mvm_ctx_token){batch_token(s, done[s]), s, batch_wants(s, done[s])};
+            pos[n] = done[s];
+        }
+    }
+    return n;
+}
+
+/* The rows of one call of batch_sequences (poisoned: a row not wanted stays NaN) against
+ * the logits each sequence has alone; 1 when all match. */
+static int batch_rows_match(const float *got, const float *alone, const mvm_ctx_token *t,
+                            const uint32_t *pos, uint32_t n, uint32_t V)
+{
+    uint32_t o = 0;
+    int ok = 1;
+    for (uint32_t k = 0; k < n; k++)
+        if (t[k].logits) {
+            const float *want = alone + ((size_t)t[k].seq * BATCH_LEN + pos[k]) * V;
+            ok &= check_rel_l2(got + (size_t)o++ * V, want, V) < 1e-5;
+        }
+    for (size_t x = (size_t)o * V; x < (size_t)n * V; x++)
+        ok &= isnan(got[x]);
+    return ok;
+}
+
+/* A bad batch is refused whole: every sequence keeps its positions. */
+static void batch_errors(mvm_ctx *c, const mvm_model *m)
+{
+    const uint32_t before[3] = {mvm_ctx_seq_n_past(c, 0), mvm_ctx_seq_n_past(c, 1),
+                                mvm_ctx_seq_n_past(c, 2)};
+    mvm_ctx_token bad[3] = {{5, 0, 1}, {6, 3, 1}, {7, 1, 0}};
+    CHECK_ST(mvm_ctx_eval_batch(c, bad, 3, NULL), MVM_ERR_RANGE);
+    CHECK(strstr(mvm_last_error(), "sequence 3"));
+    bad[1] = (mvm_ctx_token){(int32_t)m->hp.n_vocab, 2, 1};
+    CHECK_ST(mvm_ctx_eval_batch(c, bad, 3, NULL), MVM_ERR_INVALID);
+    mvm_ctx_token full[32]; /* two tokens of sequence 0, one too many of sequence 2 */
+    const uint32_t n_full = 2 + 24 - before[2] + 1;
+    for (uint32_t k = 0; k < n_full; k++)
+        full[k] = (mvm_ctx_token){9, k < 2 ? 0 : 2, 0};
+    CHECK_ST(mvm_ctx_eval_batch(c, full, n_full, NULL), MVM_ERR_RANGE);
+    CHECK(strstr(mvm_last_error(), "sequence 2"));
+    for (uint32_t s = 0; s < 3; s++)
+        CHECK(mvm_ctx_seq_n_past(c, s) == before[s]);
+}
+
+/* mvm_ctx_eval_batch: three sequences' prompt chunks and decode steps mixed in each call,
+ * split by the batches of 5, over a budget so experts move, give every wanted row the
+ * logits that sequence gets alone token by token, and write no other row; the route
+ * observer sees each token at its sequence's position; the selection is kept; a bad batch
+ * is refused whole (batch_errors). Every architecture, gpt-oss's windows of 5 in rings of
+ * 2 x 10 rows wrapping. */
+static void test_batch_sequences(void)
+{
+    for (size_t i = 0; i < N_ARCHES; i++) {
+        mvm_model *m = NULL;
+        CHECK_ST(load(tiny_path(arches[i], MVM_W_F32), "0.3", pool, &m), MVM_OK);
+        if (!m)
+            continue;
+        const uint32_t V = m->hp.n_vocab, S = 3, L = BATCH_LEN;
+        float *alone = malloc((size_t)S * L * V * sizeof *alone);
+        float *got = malloc((size_t)S * L * V * sizeof *got);
+        mvm_ctx_token t[3 * BATCH_LEN];
+        uint32_t pos[3 * BATCH_LEN], done[3] = {0}, n;
+        mvm_ctx *c = NULL;
+        for (uint32_t s = 0; s < S && alone; s++) {
+            CHECK_ST(mvm_ctx_create(m, pool, 64, 4, NULL, &c), MVM_OK);
+            for (uint32_t k = 0; c && k < L; k++) {
+                const int32_t id = batch_token(s, k);
+                CHECK_ST(mvm_ctx_eval(c, &id, 1, alone + ((size_t)s * L + k) * V, 0), MVM_OK);
+            }
+            mvm_ctx_free(c);
+        }
+        mvm_ctx_policies pol = {.n_seq = S};
+        CHECK_ST(mvm_ctx_create(m, pool, 24, 5, &pol, &c), MVM_OK);
+        uint64_t pos_seen = 0, pos_want = 0;
+        int match = 1;
+        if (c && alone && got) {
+            mvm_ctx_set_route_observer(c, sum_positions, &pos_seen);
+            CHECK_ST(mvm_ctx_select_seq(c, 1), MVM_OK);
+            for (uint32_t r = 0; (n = batch_call(r, S, done, t, pos)) > 0; r++) {
+                for (size_t x = 0; x < (size_t)n * V; x++)
+                    got[x] = NAN;
+                for (uint32_t k = 0; k < n; k++)
+                    pos_want += pos[k];
+                CHECK_ST(mvm_ctx_eval_batch(c, t, n, got), MVM_OK);
+                match &= batch_rows_match(got, alone, t, pos, n, V);
+                if (r == 2)
+                    batch_errors(c, m);
+            }
+            CHECK(mvm_ctx_n_past(c) == L && mvm_ctx_seq_n_past(c, 0) == L);
+        }
+        CHECK(match);
+        CHECK(pos_seen == pos_want);
+        mvm_ctx_free(c);
+        free(alone), free(got);
+        mvm_model_free(m);
+    }
+}
+
 /* No budget on the host backend: the CPU reads every expert at its home and nothing moves
  * (the logits equal a budget's: forward_properties); a budget, from the caller or
  * MOEVM_GPU_BUDGET, emulates a device; the modules that would only decide moves are
@@ -886,6 +1014,7 @@ int main(void)
     RUN(test_load_errors);
     RUN(test_ctx_errors);
     RUN(test_sequences);
+    RUN(test_batch_sequences);
     RUN(test_at_home);
     RUN(test_trace);
     RUN(test_route_override);

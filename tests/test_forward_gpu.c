@@ -202,6 +202,56 @@ static void test_matches_cpu(void)
     kv_type = NULL;
 }
 
+/* The logits batch_sequences wants, from three sequences' tokens evaluated with
+ * mvm_ctx_eval_batch on `backend`, with experts moving (budget 0.5): a call of prompts, one
+ * of a sequence's tokens apart in the batch, decode steps; NULL on failure. *rows: how many. */
+static float *run_batches(const char *path, mvm_backend_kind backend, size_t *rows)
+{
+    static const mvm_ctx_token calls_[][7] = {
+        {{5, 0, 0}, {77, 0, 0}, {300, 0, 1}, {12, 1, 1}, {9, 1, 1}, {410, 2, 1}},
+        {{3, 1, 1}, {128, 0, 0}, {64, 1, 0}, {200, 0, 1}, {17, 2, 0}, {42, 2, 1}, {8, 0, 1}},
+        {{250, 2, 1}, {8, 1, 1}, {5, 0, 1}}};
+    static const uint32_t sizes[] = {6, 7, 3};
+    mvm_model *m = NULL;
+    mvm_ctx *c = NULL;
+    CHECK_ST(load(path, backend, 0.5, &m), MVM_OK);
+    mvm_ctx_policies pol = {.residency = {.evict = "lru"}, .kv_type = "f32", .n_seq = 3};
+    if (m)
+        CHECK_ST(mvm_ctx_create(m, pool, 32, 4, &pol, &c), MVM_OK);
+    float *out = c ? malloc(16 * m->hp.n_vocab * sizeof *out) : NULL;
+    *rows = 0;
+    for (size_t k = 0; out && k < 3; k++) {
+        CHECK_ST(mvm_ctx_eval_batch(c, calls_[k], sizes[k], out + *rows * m->hp.n_vocab),
+                 MVM_OK);
+        for (uint32_t i = 0; i < sizes[k]; i++)
+            *rows += calls_[k][i].logits != 0;
+    }
+    CHECK(!c || (mvm_ctx_seq_n_past(c, 0) == 7 && mvm_ctx_seq_n_past(c, 1) == 5 &&
+                 mvm_ctx_seq_n_past(c, 2) == 4));
+    mvm_ctx_free(c);
+    mvm_model_free(m);
+    return out;
+}
+
+/* Batches of several sequences (mvm_ctx_eval_batch): the device pass evaluates each run of
+ * one sequence's tokens by itself, with its rows; its logits are the CPU pass's, which
+ * evaluates the batch whole (test_engine checks that against each sequence alone). Grouped
+ * attention, gpt-oss's windows, MLA. */
+static void test_batch_sequences(void)
+{
+    static const char *arches[] = {"llama", "gpt-oss", "deepseek2"};
+    for (size_t i = 0; i < 3; i++) {
+        const char *path = model_path(arches[i], MVM_W_F32);
+        size_t rows_cpu, rows_gpu;
+        float *cpu = run_batches(path, MVM_BACKEND_HOST, &rows_cpu);
+        float *gpu = run_batches(path, MVM_BACKEND_CUDA, &rows_gpu);
+        const size_t n = rows_cpu * mvm_preset_find("tiny", arches[i])->spec.n_vocab;
+        CHECK(cpu && gpu && rows_cpu == 11 && rows_gpu == rows_cpu &&
+              check_rel_l2(gpu, cpu, n) < 1e-5);
+        free(cpu), free(gpu);
+    }
+}
+
 /* mvm_ctx_device_bytes, which an automatic budget leaves room for, is what a context then
  * takes of the device (the fake's cuMemGetInfo, before and after): at least that, and no more
  * than 256-byte rounding of each allocation above it; for grouped-query attention, MLA and
@@ -505,6 +555,7 @@ int main(int argc, char **argv)
     mvm_model_free(m);
     fprintf(stderr, "fake device %s HOST_NUMA VMM\n", home_mapped ? "with" : "without");
     RUN(test_matches_cpu);
+    RUN(test_batch_sequences);
     RUN(test_context_bytes);
     RUN(test_residency);
     RUN(test_assign);

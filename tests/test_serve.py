@@ -181,6 +181,7 @@ def concurrent(s, arch):
         status, events, done = s.stream("/v1/completions", dict(GREEDY, prompt=p))
         got[p] = "".join(e["choices"][0]["text"] for e in events) if done else None
 
+    before = s.metrics()
     threads = [threading.Thread(target=client, args=(p,)) for p in prompts * 2]
     for t in threads:
         t.start()
@@ -189,6 +190,12 @@ def concurrent(s, arch):
     for p in prompts:
         check(got.get(p) == alone[p], f"{arch}: concurrent stream of {p!r}: {got.get(p)!r} "
                                       f"against {alone[p]!r}")
+    # continuous batching: the three slots' tokens went through the forward pass together
+    after = s.metrics()
+    batches = after["moevm_batches_total"] - before["moevm_batches_total"]
+    together = after["moevm_batch_requests_total"] - before["moevm_batch_requests_total"]
+    check(batches > 0 and together / batches > 1.5,
+          f"{arch}: {together:.0f} requests in {batches:.0f} batches: not batched together")
 
 
 def disconnect(s, arch):

@@ -117,7 +117,7 @@ static mvm_status time_expert(void *ctx, uint32_t rep, double *seconds)
     for (uint32_t i = 0; i < c->n; i++)
         for (uint32_t k = 0; k < E; k++)
             c->step->probs[(size_t)i * E + k] = k == (uint32_t)e ? 8.0f : 0.0f;
-    mvm_moe_route(c->step, layer, 0, c->n, c->xn);
+    mvm_moe_route(c->step, layer, NULL, c->n, c->xn);
     if (c->step->cnt[e] != c->n)
         return mvm_fail(MVM_ERR_UNSUPPORTED, "calibration: %s's router did not send every "
                         "token to the expert with the highest logit", c->m->arch->name);

@@ -2,8 +2,9 @@
  * `moevm serve`'s parts (docs/serve.md): an OpenAI-compatible HTTP front (serve_http.c, on
  * GNU libmicrohttpd, one thread per connection) hands requests to one engine thread
  * (serve_sched.c) that owns the engine and serves up to n_slots of them at once, each in a
- * sequence of its own (moevm/engine.h: its own KV cache), a token each in turn; the text
- * flows back to the connection's thread through the request.
+ * sequence of its own (moevm/engine.h: its own KV cache), all of them in each batch the
+ * forward pass evaluates; the text flows back to the connection's thread through the
+ * request.
  *
  * A request is shared by its connection and the engine thread: both hold a reference, the
  * last to let go frees it. Everything under "shared" is read and written under its mutex.
@@ -57,6 +58,8 @@ typedef struct serve_metrics {
     mvm_engine_stats engine;
     uint64_t requests, completed, cancelled, failed, prompt_tokens, reused_tokens,
         generated_tokens;
+    /* the rounds' forward passes, their tokens, and the requests in each, summed */
+    uint64_t batches, batch_tokens, batch_requests;
     uint32_t active, queued;
 } serve_metrics;
 

@@ -84,9 +84,9 @@ static enum MHD_Result metrics(struct serve_http *h, struct MHD_Connection *c)
     serve_metrics m;
     serve_get_metrics(h->s, &m);
     const mvm_engine_stats *e = &m.engine;
-    char *body = malloc(4096);
+    char *body = malloc(8192);
     if (body)
-        snprintf(body, 4096,
+        snprintf(body, 8192,
                  "# HELP moevm_expert_accesses_total Experts the MoE steps asked for.\n"
                  "# TYPE moevm_expert_accesses_total counter\nmoevm_expert_accesses_total %llu\n"
                  "# HELP moevm_expert_hits_total Of them, resident on the device.\n"
@@ -104,6 +104,12 @@ static enum MHD_Result metrics(struct serve_http *h, struct MHD_Connection *c)
                  "# TYPE moevm_prompt_tokens_reused_total counter\n"
                  "moevm_prompt_tokens_reused_total %llu\n"
                  "# TYPE moevm_generated_tokens_total counter\nmoevm_generated_tokens_total %llu\n"
+                 "# HELP moevm_batches_total Forward passes, each of every active request's "
+                 "tokens.\n"
+                 "# TYPE moevm_batches_total counter\nmoevm_batches_total %llu\n"
+                 "# TYPE moevm_batch_tokens_total counter\nmoevm_batch_tokens_total %llu\n"
+                 "# HELP moevm_batch_requests_total The requests in each batch, summed.\n"
+                 "# TYPE moevm_batch_requests_total counter\nmoevm_batch_requests_total %llu\n"
                  "# TYPE moevm_requests_total counter\nmoevm_requests_total %llu\n"
                  "# TYPE moevm_requests_completed_total counter\n"
                  "moevm_requests_completed_total %llu\n"
@@ -118,7 +124,9 @@ static enum MHD_Result metrics(struct serve_http *h, struct MHD_Connection *c)
                  (unsigned long long)e->bytes_moved, (unsigned long long)e->budget_bytes,
                  (unsigned long long)e->resident_bytes, (unsigned long long)e->tokens,
                  (unsigned long long)m.prompt_tokens, (unsigned long long)m.reused_tokens,
-                 (unsigned long long)m.generated_tokens, (unsigned long long)m.requests,
+                 (unsigned long long)m.generated_tokens, (unsigned long long)m.batches,
+                 (unsigned long long)m.batch_tokens, (unsigned long long)m.batch_requests,
+                 (unsigned long long)m.requests,
                  (unsigned long long)m.completed, (unsigned long long)m.cancelled,
                  (unsigned long long)m.failed, m.active, m.queued);
     return reply(c, MHD_HTTP_OK, "text/plain; version=0.0.4", body);

@@ -1,10 +1,14 @@
 /*
  * The engine thread of `moevm serve` (serve.h): requests queue for slots, the engine's
- * sequences; every active slot advances a token per round, so a long reply never holds up
- * a short one (continuous batching's schedule; the forward pass still evaluates one sequence
- * at a time). A slot keeps its tokens when its request ends, and a new request goes to the
- * free slot whose cache shares the longest prefix with its prompt: a conversation's next
- * turn evaluates only what is new, as llama.cpp's server reuses its slots.
+ * sequences, and every round evaluates one batch of all of them (continuous batching): the
+ * next token of each slot that is generating, and a chunk of the prompts still being read,
+ * up to n_batch prompt tokens a round so that a long prompt does not stall the replies
+ * running beside it (as vLLM's chunked prefill). The forward pass then reads each weight
+ * once for the batch, and the MoE steps place and run each expert its tokens share once
+ * (mvm_engine_eval_batch). A slot keeps its tokens when its request ends, and a new request
+ * goes to the free slot whose cache shares the longest prefix with its prompt: a
+ * conversation's next turn evaluates only what is new, as llama.cpp's server reuses its
+ * slots.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -14,11 +18,13 @@
 
 struct slot {
     serve_req *req;           /* NULL: free */
-    int started;              /* its prompt is evaluated */
+    int started;              /* its cached prefix is reused: its prompt is being read */
+    uint32_t fed;             /* the prompt's tokens in the cache */
     int32_t *cached;          /* [n_ctx] the sequence's tokens in the cache */
     uint32_t n_cached;
     mvm_sampler *sampler;
-    float *logits;            /* [n_vocab] after the last token evaluated */
+    const float *logits;      /* the next token's logits (a row of the last batch's), or
+                                 NULL while the prompt is being read */
     char *pending;            /* [n_ctx * 8 + 64] generated text not yet released: a stop
                                  string's possible start, or a character's first bytes */
     size_t n_pending;
@@ -33,6 +39,10 @@ struct serve {
     uint32_t queued, max_queue;
     int stopping;
     struct slot *slots;
+    /* a round's batch: at most a token of each slot and n_batch of prompts */
+    mvm_engine_token *batch;
+    float *rows;              /* [n_seq][n_vocab] its logits: a row for each slot at most */
+    uint32_t first_prompt;    /* the slot whose prompt is read first, in turns */
     serve_metrics metrics;    /* under mu */
 };
 
@@ -90,11 +100,13 @@ serve *serve_create(mvm_engine *e, uint32_t max_queue)
     mvm_engine_get_info(e, &s->info);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
-    int ok = (s->slots = calloc(s->info.n_seq, sizeof *s->slots)) != NULL;
-    for (uint32_t i = 0; ok && i < s->info.n_seq; i++) {
+    const uint32_t n_seq = s->info.n_seq;
+    int ok = (s->slots = calloc(n_seq, sizeof *s->slots)) &&
+             (s->batch = malloc((n_seq + s->info.n_batch) * sizeof *s->batch)) &&
+             (s->rows = malloc((size_t)n_seq * s->info.n_vocab * sizeof *s->rows));
+    for (uint32_t i = 0; ok && i < n_seq; i++) {
         struct slot *sl = &s->slots[i];
         ok = (sl->cached = malloc(s->info.n_ctx * sizeof *sl->cached)) &&
-             (sl->logits = malloc(s->info.n_vocab * sizeof *sl->logits)) &&
              (sl->pending = malloc((size_t)s->info.n_ctx * 8 + 64));
     }
     if (!ok) {
@@ -112,13 +124,13 @@ void serve_free(serve *s)
         struct slot *sl = &s->slots[i];
         serve_req_release(sl->req);
         mvm_sampler_free(sl->sampler);
-        free(sl->cached), free(sl->logits), free(sl->pending);
+        free(sl->cached), free(sl->pending);
     }
     for (serve_req *r = s->head, *next; r; r = next) {
         next = r->next;
         serve_req_release(r);
     }
-    free(s->slots);
+    free(s->slots), free(s->batch), free(s->rows);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);
@@ -186,6 +198,7 @@ static void finish(serve *s, struct slot *sl, const char *reason, const char *er
     mvm_sampler_free(sl->sampler);
     sl->sampler = NULL;
     sl->req = NULL;
+    sl->logits = NULL;
     sl->n_pending = 0;
 }
 
@@ -239,42 +252,44 @@ static int release(struct slot *sl, const char *piece, size_t np)
     return stopped;
 }
 
-/* ---- one step of a slot -------------------------------------------------------------------- */
+/* ---- a round ------------------------------------------------------------------------------ */
 
+/* A new request's slot: what its cache shares with the prompt is kept (all but the last
+ * token, whose logits are needed), the rest is read in the rounds to come. */
 static void start(serve *s, struct slot *sl, uint32_t seq)
 {
     serve_req *r = sl->req;
-    uint32_t reused;
-    if (mvm_cli_prefill(s->e, seq, sl->cached, &sl->n_cached, r->prompt, r->n_prompt, sl->logits,
-                        &reused) != MVM_OK) {
-        finish(s, sl, NULL, mvm_last_error());
-        return;
-    }
+    uint32_t k = mvm_cli_common_prefix(r->prompt, r->n_prompt, sl->cached, sl->n_cached);
+    if (k == r->n_prompt)
+        k--;
+    mvm_engine_truncate(s->e, seq, k);
+    sl->n_cached = sl->fed = k;
+    sl->logits = NULL;
     sl->started = 1;
     pthread_mutex_lock(&s->mu);
-    s->metrics.prompt_tokens += r->n_prompt - reused;
-    s->metrics.reused_tokens += reused;
+    s->metrics.prompt_tokens += r->n_prompt - k;
+    s->metrics.reused_tokens += k;
     pthread_mutex_unlock(&s->mu);
 }
 
-static void step(serve *s, struct slot *sl, uint32_t seq)
+/* A generating slot's next token from its logits, its text released; the token to
+ * evaluate, or -1 when the request has ended. */
+static int32_t next_token(serve *s, struct slot *sl)
 {
     serve_req *r = sl->req;
     pthread_mutex_lock(&r->mu);
-    int cancelled = r->cancelled, n_gen = (int)r->n_gen;
+    const int n_gen = (int)r->n_gen;
     pthread_mutex_unlock(&r->mu);
-    if (cancelled)
-        return finish(s, sl, NULL, NULL);
-    if (!sl->started)
-        return start(s, sl, seq);
     if (r->max_tokens >= 0 && n_gen >= r->max_tokens)
-        return finish(s, sl, "length", NULL);
+        return finish(s, sl, "length", NULL), -1;
+    float *logits = (float *)sl->logits; /* the slot's row: its own to change */
     if (r->ignore_eos)
-        mvm_engine_mask_eog(s->e, sl->logits);
-    int32_t next = mvm_sampler_sample_after(sl->sampler, sl->logits, s->info.n_vocab,
-                                            sl->cached, sl->n_cached);
+        mvm_engine_mask_eog(s->e, logits);
+    int32_t next = mvm_sampler_sample_after(sl->sampler, logits, s->info.n_vocab, sl->cached,
+                                            sl->n_cached);
     if (next < 0 || mvm_engine_is_eog(s->e, next))
-        return finish(s, sl, "stop", next < 0 ? "no token could be sampled (NaN logits)" : NULL);
+        return finish(s, sl, "stop", next < 0 ? "no token could be sampled (NaN logits)" : NULL),
+               -1;
     char piece[256];
     size_t np = mvm_engine_token_piece(s->e, next, piece, sizeof piece);
     int stopped = release(sl, piece, np < sizeof piece ? np : sizeof piece);
@@ -285,12 +300,82 @@ static void step(serve *s, struct slot *sl, uint32_t seq)
     s->metrics.generated_tokens++;
     pthread_mutex_unlock(&s->mu);
     if (stopped)
-        return finish(s, sl, "stop", stopped < 0 ? "out of memory for the reply" : NULL);
+        return finish(s, sl, "stop", stopped < 0 ? "out of memory for the reply" : NULL), -1;
     if (sl->n_cached + 1 >= s->info.n_ctx)
-        return finish(s, sl, "length", NULL);
-    if (mvm_engine_eval(s->e, seq, &next, 1, sl->logits) != MVM_OK)
-        return finish(s, sl, NULL, mvm_last_error());
-    sl->cached[sl->n_cached++] = next;
+        return finish(s, sl, "length", NULL), -1;
+    return next;
+}
+
+/* Adds slot i's part of the round to the batch at *n: its next token when it is generating,
+ * else up to *room of its prompt's tokens (the last one's logits wanted). */
+static void add_tokens(serve *s, uint32_t i, uint32_t *n, uint32_t *room)
+{
+    struct slot *sl = &s->slots[i];
+    serve_req *r = sl->req;
+    if (sl->logits) {
+        int32_t next = next_token(s, sl);
+        if (next >= 0)
+            s->batch[(*n)++] = (mvm_engine_token){next, i, 1};
+        return;
+    }
+    uint32_t k = r->n_prompt - sl->fed < *room ? r->n_prompt - sl->fed : *room;
+    for (uint32_t j = sl->fed; j < sl->fed + k; j++)
+        s->batch[(*n)++] = (mvm_engine_token){r->prompt[j], i, j + 1 == r->n_prompt};
+    *room -= k;
+}
+
+/* One batch of every active slot's tokens (those generating first, then the prompts, whose
+ * turn to be read first goes round), evaluated; each slot's logits row handed back. A
+ * failure ends every request in the batch with it (the caches are as before). */
+static void round_run(serve *s)
+{
+    const uint32_t n_seq = s->info.n_seq;
+    uint32_t n = 0, room = s->info.n_batch, n_req = 0;
+    for (uint32_t i = 0; i < n_seq; i++) {
+        struct slot *sl = &s->slots[i];
+        if (!sl->req)
+            continue;
+        pthread_mutex_lock(&sl->req->mu);
+        const int cancelled = sl->req->cancelled;
+        pthread_mutex_unlock(&sl->req->mu);
+        if (cancelled)
+            finish(s, sl, NULL, NULL);
+        else if (!sl->started)
+            start(s, sl, i);
+        else if (sl->logits)
+            add_tokens(s, i, &n, &room);
+    }
+    for (uint32_t k = 0; k < n_seq && room; k++) {
+        const uint32_t i = (s->first_prompt + k) % n_seq;
+        if (s->slots[i].req && s->slots[i].started && !s->slots[i].logits)
+            add_tokens(s, i, &n, &room);
+    }
+    s->first_prompt = (s->first_prompt + 1) % n_seq;
+    if (!n)
+        return;
+    const mvm_status st = mvm_engine_eval_batch(s->e, s->batch, n, s->rows);
+    const char *why = st != MVM_OK ? mvm_last_error() : NULL;
+    uint32_t row = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        struct slot *sl = &s->slots[s->batch[k].seq];
+        n_req += k == 0 || s->batch[k].seq != s->batch[k - 1].seq;
+        if (!sl->req) /* a failure's second token of the slot */
+            continue;
+        if (why) {
+            finish(s, sl, NULL, why);
+            continue;
+        }
+        sl->cached[sl->n_cached++] = s->batch[k].id;
+        if (!sl->logits)
+            sl->fed++;
+        if (s->batch[k].logits)
+            sl->logits = s->rows + (size_t)row++ * s->info.n_vocab;
+    }
+    pthread_mutex_lock(&s->mu);
+    s->metrics.batches++;
+    s->metrics.batch_tokens += n;
+    s->metrics.batch_requests += n_req;
+    pthread_mutex_unlock(&s->mu);
 }
 
 /* ---- the loop ---------------------------------------------------------------------------- */
@@ -353,9 +438,7 @@ void serve_run(serve *s)
             continue;
         }
         pthread_mutex_unlock(&s->mu);
-        for (uint32_t i = 0; i < s->info.n_seq; i++)
-            if (s->slots[i].req)
-                step(s, &s->slots[i], i);
+        round_run(s);
         mvm_engine_stats es;
         mvm_engine_get_stats(s->e, &es);
         pthread_mutex_lock(&s->mu);

@@ -50,12 +50,14 @@ configure_build() {
         -DLLAMA_BUILD_APP=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DCMAKE_SKIP_BUILD_RPATH=OFF \
         -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON "$@" >"$b.configure.log" 2>&1 ||
         { tail -20 "$b.configure.log" >&2; die "cmake configure ($kind) failed: $b.configure.log"; }
-    # llama-bench and every backend module the loader may pick.
+    # llama-bench, llama-batched-bench (several sequences decoding together: what a server's
+    # continuous batching is measured against) and every backend module the loader may pick.
     local targets
     targets=$(cmake --build "$b" --target help | sed -n 's/^\.\.\. \(ggml-[a-z0-9_-]*\).*/\1/p' |
         grep -E '^ggml-(cpu|cuda)' | grep -v -- '-feats$' | tr '\n' ' ')
-    echo "building llama-bench $targets($kind, $jobs jobs; log $b.build.log)"
-    cmake --build "$b" -j "$jobs" --target llama-bench $targets >"$b.build.log" 2>&1 ||
+    echo "building llama-bench llama-batched-bench $targets($kind, $jobs jobs; log $b.build.log)"
+    cmake --build "$b" -j "$jobs" --target llama-bench llama-batched-bench $targets \
+        >"$b.build.log" 2>&1 ||
         { tail -30 "$b.build.log" >&2; die "build ($kind) failed: $b.build.log"; }
     [ -x "$b/bin/llama-bench" ] || die "no $b/bin/llama-bench after the build"
     echo "built $b/bin/llama-bench"

@@ -119,7 +119,13 @@ mvm_status mvm_ctx_create(mvm_model *m, mvm_pool *pool, uint32_t n_ctx, uint32_t
     const uint32_t n_seq = policies && policies->n_seq ? policies->n_seq : 1;
     if (st == MVM_OK && n_seq > 1)
         st = mvm_kv_layout_seqs(&c->kv, n_seq);
-    if (st == MVM_OK && !(c->seq_past = calloc(n_seq, sizeof *c->seq_past)))
+    if (st == MVM_OK && !((c->n_past = calloc(n_seq, sizeof *c->n_past)) &&
+                          (c->n_new = calloc(n_seq, sizeof *c->n_new)) &&
+                          (c->b_tok = malloc(n_batch * sizeof *c->b_tok)) &&
+                          (c->b_pos = malloc(n_batch * sizeof *c->b_pos)) &&
+                          (c->b_seq = malloc(n_batch * sizeof *c->b_seq)) &&
+                          (c->b_out = malloc(n_batch * sizeof *c->b_out)) &&
+                          (c->b_in = malloc(n_batch * sizeof *c->b_in))))
         st = mvm_fail(MVM_ERR_NOMEM, "out of memory for %u sequences", n_seq);
     if (st == MVM_OK)
         st = mvm_moe_create(m, n_batch, policies, be != &mvm_fwd_cpu, home_mapped, &c->moe);
@@ -141,7 +147,8 @@ void mvm_ctx_free(mvm_ctx *c)
         c->be->destroy(c->state);
     mvm_moe_free(c->moe);
     mvm_kv_layout_free(&c->kv);
-    free(c->seq_past);
+    free(c->n_past), free(c->n_new);
+    free(c->b_tok), free(c->b_pos), free(c->b_seq), free(c->b_out), free(c->b_in);
     free(c);
 }
 
@@ -182,23 +189,26 @@ mvm_status mvm_ctx_set_elsewhere(mvm_ctx *c, const mvm_elsewhere *e)
     return MVM_OK;
 }
 
-uint32_t mvm_ctx_n_past(const mvm_ctx *c) { return c->n_past; }
-void mvm_ctx_reset(mvm_ctx *c) { c->n_past = 0; }
-void mvm_ctx_truncate(mvm_ctx *c, uint32_t n) { c->n_past = n < c->n_past ? n : c->n_past; }
+uint32_t mvm_ctx_n_past(const mvm_ctx *c) { return c->n_past[c->seq]; }
+void mvm_ctx_reset(mvm_ctx *c) { c->n_past[c->seq] = 0; }
 uint32_t mvm_ctx_n_seq(const mvm_ctx *c) { return c->kv.n_seq; }
+
+void mvm_ctx_truncate(mvm_ctx *c, uint32_t n)
+{
+    if (n < c->n_past[c->seq])
+        c->n_past[c->seq] = n;
+}
 
 uint32_t mvm_ctx_seq_n_past(const mvm_ctx *c, uint32_t s)
 {
-    return s == c->seq ? c->n_past : s < c->kv.n_seq ? c->seq_past[s] : 0;
+    return s < c->kv.n_seq ? c->n_past[s] : 0;
 }
 
 mvm_status mvm_ctx_select_seq(mvm_ctx *c, uint32_t s)
 {
     if (s >= c->kv.n_seq)
         return mvm_fail(MVM_ERR_RANGE, "sequence %u of a context of %u", s, c->kv.n_seq);
-    c->seq_past[c->seq] = c->n_past;
     c->seq = s;
-    c->n_past = c->seq_past[s];
     mvm_kv_layout_select(&c->kv, s);
     return MVM_OK;
 }
@@ -216,34 +226,119 @@ const mvm_resid *mvm_ctx_residency(const mvm_ctx *c) { return c->moe->resid; }
 const mvm_prefetcher *mvm_ctx_prefetcher(const mvm_ctx *c) { return c->moe->prefetch; }
 const mvm_substitutor *mvm_ctx_substitutor(const mvm_ctx *c) { return c->moe->subst; }
 
+/* ---- evaluation ------------------------------------------------------------------------ */
+
+/* The backend's evaluation of batch b; then the ranks that compute experts elsewhere are told
+ * of its tokens. */
+static mvm_status eval_backend(mvm_ctx *c, const mvm_fwd_batch *b, float *logits)
+{
+    mvm_status st = c->be->eval(c, b, b->n_out ? logits : NULL);
+    const mvm_elsewhere *e = c->moe->elsewhere;
+    if (st == MVM_OK && e)
+        st = e->tokens(e->self, c->m, b->n);
+    return st;
+}
+
+/* Evaluates t[0..n) (n <= n_batch, checked) at the positions that follow each sequence's
+ * cached ones, which advance (the caller takes them back on failure). logits: n_vocab floats
+ * for each token that wants them, or NULL. A backend that is not mixed is given the runs of
+ * one sequence's consecutive tokens, each with its sequence selected. */
+static mvm_status eval_chunk(mvm_ctx *c, const mvm_ctx_token *t, uint32_t n, float *logits)
+{
+    uint32_t n_out = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        c->b_tok[i] = t[i].id;
+        c->b_seq[i] = t[i].seq;
+        c->b_pos[i] = c->n_past[t[i].seq]++;
+        if (t[i].logits && logits)
+            c->b_out[n_out++] = i;
+    }
+    if (c->be->mixed)
+        return eval_backend(c, &(mvm_fwd_batch){c->b_tok, c->b_pos, c->b_seq, c->b_out, n,
+                                                n_out}, logits);
+    const size_t n_vocab = c->m->hp.n_vocab;
+    const uint32_t selected = c->seq;
+    mvm_status st = MVM_OK;
+    for (uint32_t i0 = 0, o0 = 0; i0 < n && st == MVM_OK;) {
+        uint32_t i1 = i0 + 1, o1 = o0;
+        while (i1 < n && c->b_seq[i1] == c->b_seq[i0])
+            i1++;
+        for (; o1 < n_out && c->b_out[o1] < i1; o1++)
+            c->b_out[o1] -= i0; /* the run's rows */
+        mvm_ctx_select_seq(c, c->b_seq[i0]);
+        mvm_fwd_batch b = {c->b_tok + i0, c->b_pos + i0, c->b_seq + i0, c->b_out + o0, i1 - i0,
+                           o1 - o0};
+        st = eval_backend(c, &b, logits ? logits + o0 * n_vocab : NULL);
+        i0 = i1, o0 = o1;
+    }
+    mvm_ctx_select_seq(c, selected);
+    return st;
+}
+
+static mvm_status check_id(const mvm_ctx *c, int32_t id)
+{
+    const uint32_t n_vocab = c->m->hp.n_vocab;
+    if (id < 0 || (uint32_t)id >= n_vocab)
+        return mvm_fail(MVM_ERR_INVALID, "token id %d is outside the vocabulary (0..%u)", id,
+                        n_vocab - 1);
+    return MVM_OK;
+}
+
 mvm_status mvm_ctx_eval(mvm_ctx *c, const int32_t *tokens, uint32_t n, float *logits,
                         int all_logits)
 {
-    const mvm_hparams *hp = &c->m->hp;
+    const uint32_t before = c->n_past[c->seq];
     if (n == 0)
         return MVM_OK;
-    if ((uint64_t)c->n_past + n > c->n_ctx)
+    if ((uint64_t)before + n > c->n_ctx)
         return mvm_fail(MVM_ERR_RANGE, "context full: %u positions used, %u more do not fit in "
-                        "%u", c->n_past, n, c->n_ctx);
+                        "%u", before, n, c->n_ctx);
     for (uint32_t i = 0; i < n; i++)
-        if (tokens[i] < 0 || (uint32_t)tokens[i] >= hp->n_vocab)
-            return mvm_fail(MVM_ERR_INVALID, "token id %d is outside the vocabulary (0..%u)",
-                            tokens[i], hp->n_vocab - 1);
+        if (check_id(c, tokens[i]) != MVM_OK)
+            return MVM_ERR_INVALID;
     for (uint32_t done = 0; done < n;) {
-        uint32_t nb = n - done < c->n_batch ? n - done : c->n_batch;
-        int last = done + nb == n;
-        float *lg = NULL;
-        if (logits && all_logits)
-            lg = logits + (size_t)done * hp->n_vocab;
-        else if (logits && last)
-            lg = logits;
-        mvm_status st = c->be->eval(c, tokens + done, nb, lg, all_logits);
-        const mvm_elsewhere *e = c->moe->elsewhere;
-        if (st == MVM_OK && e)
-            st = e->tokens(e->self, c->m, nb);
-        if (st != MVM_OK)
+        const uint32_t nb = n - done < c->n_batch ? n - done : c->n_batch;
+        for (uint32_t i = 0; i < nb; i++)
+            c->b_in[i] = (mvm_ctx_token){tokens[done + i], c->seq,
+                                         all_logits || done + i == n - 1};
+        float *lg = logits && all_logits ? logits + (size_t)done * c->m->hp.n_vocab : logits;
+        mvm_status st = eval_chunk(c, c->b_in, nb, lg);
+        if (st != MVM_OK) {
+            c->n_past[c->seq] = before;
             return st;
-        c->n_past += nb;
+        }
+        done += nb;
+    }
+    return MVM_OK;
+}
+
+mvm_status mvm_ctx_eval_batch(mvm_ctx *c, const mvm_ctx_token *t, uint32_t n, float *logits)
+{
+    const uint32_t n_vocab = c->m->hp.n_vocab;
+    memset(c->n_new, 0, c->kv.n_seq * sizeof *c->n_new);
+    for (uint32_t i = 0; i < n; i++) {
+        if (check_id(c, t[i].id) != MVM_OK)
+            return MVM_ERR_INVALID;
+        if (t[i].seq >= c->kv.n_seq)
+            return mvm_fail(MVM_ERR_RANGE, "token %u of the batch: sequence %u of a context "
+                            "of %u", i, t[i].seq, c->kv.n_seq);
+        c->n_new[t[i].seq]++;
+    }
+    for (uint32_t s = 0; s < c->kv.n_seq; s++)
+        if ((uint64_t)c->n_past[s] + c->n_new[s] > c->n_ctx)
+            return mvm_fail(MVM_ERR_RANGE, "context full: sequence %u has %u positions, %u "
+                            "more do not fit in %u", s, c->n_past[s], c->n_new[s], c->n_ctx);
+    size_t rows = 0;
+    for (uint32_t done = 0; done < n;) {
+        const uint32_t nb = n - done < c->n_batch ? n - done : c->n_batch;
+        mvm_status st = eval_chunk(c, t + done, nb, logits ? logits + rows * n_vocab : NULL);
+        if (st != MVM_OK) { /* every sequence as it was */
+            for (uint32_t i = 0; i < done + nb; i++)
+                c->n_past[t[i].seq]--;
+            return st;
+        }
+        for (uint32_t i = done; i < done + nb; i++)
+            rows += t[i].logits != 0;
         done += nb;
     }
     return MVM_OK;

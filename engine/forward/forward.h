@@ -1,7 +1,8 @@
 /*
  * The forward pass: an inference context (KV cache, scratch buffers, the residency manager
  * and the other policy modules) over a loaded model. Tokens are evaluated in batches of up
- * to n_batch (prefill) or one at a time (decode) through the same code; the experts of every
+ * to n_batch (prefill) or one at a time (decode) through the same code, and a batch may hold
+ * several sequences' tokens (a server's requests: mvm_ctx_eval_batch); the experts of every
  * MoE layer run through their fixed addresses in the expert space.
  *
  * The context computes where the model's expert space is: on the CPU, on the thread pool,
@@ -97,12 +98,31 @@ uint64_t mvm_ctx_kv_bytes(const mvm_ctx *c);
 const char *mvm_ctx_kv_type(const mvm_ctx *c);
 void mvm_ctx_set_route_observer(mvm_ctx *c, mvm_route_fn fn, void *fn_ctx);
 
-/* Evaluates n tokens at positions n_past.. (any n: batches of n_batch inside). logits:
- * n_vocab floats for the last token, or for every token when all_logits (n * n_vocab);
- * NULL for none. MVM_ERR_RANGE when the KV cache would overflow, MVM_ERR_INVALID for a
- * token id outside the vocabulary. */
+/* Evaluates n tokens of the selected sequence at its positions n_past.. (any n: batches of
+ * n_batch inside). logits: n_vocab floats for the last token, or for every token when
+ * all_logits (n * n_vocab); NULL for none. MVM_ERR_RANGE when the KV cache would overflow,
+ * MVM_ERR_INVALID for a token id outside the vocabulary; on any failure every sequence's
+ * cached positions are as before the call. */
 mvm_status mvm_ctx_eval(mvm_ctx *c, const int32_t *tokens, uint32_t n, float *logits,
                         int all_logits);
+
+/* One token of a batch of several sequences (mvm_ctx_eval_batch). */
+typedef struct mvm_ctx_token {
+    int32_t id;
+    uint32_t seq;    /* the sequence it extends: after its cached positions and the batch's
+                        earlier tokens of that sequence */
+    int32_t logits;  /* nonzero: its logits are wanted */
+} mvm_ctx_token;
+
+/* Evaluates n tokens of any sequences together (a server's requests: each one's next token,
+ * another's prompt), n_batch at a time: the matrix products read each weight once for the
+ * batch and the MoE steps route, place and run the experts of all its tokens at once.
+ * Whichever sequence is selected stays selected. logits: n_vocab floats for each token whose
+ * `logits` is set, in the batch's order (NULL: none wanted). Errors as mvm_ctx_eval's, and
+ * MVM_ERR_RANGE for a sequence out of range. A GPU context evaluates each run of one
+ * sequence's consecutive tokens by itself (its kernels take one sequence a batch): the same
+ * results, without the sharing. */
+mvm_status mvm_ctx_eval_batch(mvm_ctx *c, const mvm_ctx_token *t, uint32_t n, float *logits);
 /* The time of expert (layer, expert) on the device for n <= n_batch tokens, x their
  * inputs (n rows of n_embd floats): from the quantization of the input to the end of the
  * down kernel, launched and finished (what `moevm calibrate` fits t_gpu(n) to). The expert

@@ -6,6 +6,9 @@
  * with the architecture's variations (arch.c): deepseek2's latent attention (below),
  * deepseek2's and glm4moe's leading blocks with a dense FFN in place of the experts, and
  * gpt-oss's sinks, windows and biases.
+ * A batch may mix sequences (forward_impl.h's mvm_fwd_batch): the products and the MoE steps
+ * take its tokens together, and each token stores and attends over its own sequence's rows
+ * of the cache at its own position.
  * Matrix products are split by rows across the pool; attention by (token, heads that share
  * their KV rows: heads_per_unit); the keys and values are stored in the cache's type
  * (kv_cache.h: F16 by default); the experts as experts_cpu.h says. Work is handed out
@@ -159,8 +162,15 @@ static void matmul(struct cpu_fwd *c, const mvm_weight *w, const float *src, uin
 
 /* ---- attention ------------------------------------------------------------------------- */
 
-static void qk_norm_rope(struct cpu_fwd *c, const mvm_layer *L, uint32_t n, uint32_t pos0)
+/* Block blk's rows of sequence seq's cache. */
+static const mvm_kv_block *kv_block(const struct cpu_fwd *c, uint32_t seq, uint32_t blk)
 {
+    return &c->kv->all[(size_t)seq * c->kv->n_blocks + blk];
+}
+
+static void qk_norm_rope(struct cpu_fwd *c, const mvm_layer *L, const mvm_fwd_batch *b)
+{
+    const uint32_t n = b->n;
     const mvm_hparams *hp = &c->m->hp;
     const mvm_arch *a = c->m->arch;
     for (uint32_t i = 0; i < n; i++) {
@@ -184,8 +194,8 @@ static void qk_norm_rope(struct cpu_fwd *c, const mvm_layer *L, uint32_t n, uint
             mvm_k_rmsnorm(q, q, L->q_norm, c->q_dim, hp->rms_eps);
             mvm_k_rmsnorm(k, k, L->k_norm, c->kv_dim, hp->rms_eps);
         }
-        mvm_k_rope(q, hp->n_head, hp->head_dim, pos0 + i, &hp->rope);
-        mvm_k_rope(k, hp->n_head_kv, hp->head_dim, pos0 + i, &hp->rope);
+        mvm_k_rope(q, hp->n_head, hp->head_dim, b->pos[i], &hp->rope);
+        mvm_k_rope(k, hp->n_head_kv, hp->head_dim, b->pos[i], &hp->rope);
     }
 }
 
@@ -205,8 +215,8 @@ static uint32_t heads_per_unit(uint32_t group, size_t groups, int nth)
 struct attn_job {
     struct cpu_fwd *c;
     const mvm_layer *L;
-    const mvm_kv_block *b; /* this block's rows of the cache */
-    uint32_t n, pos0;
+    uint32_t blk;          /* the block (each token reads its sequence's rows of it) */
+    const mvm_fwd_batch *b;
     uint32_t n_q;          /* heads per unit (heads_per_unit) */
 };
 
@@ -217,14 +227,15 @@ static void attn_run(void *p, int t, int nth)
     const mvm_hparams *hp = &c->m->hp;
     const uint32_t group = hp->n_head / hp->n_head_kv, units = hp->n_head / j->n_q;
     size_t u0, u1;
-    mvm_pool_split((size_t)j->n * units, t, nth, &u0, &u1);
+    mvm_pool_split((size_t)j->b->n * units, t, nth, &u0, &u1);
     for (size_t u = u0; u < u1; u++) {
         const uint32_t i = (uint32_t)(u / units), h = (uint32_t)(u % units) * j->n_q;
-        /* positions first..pos0+i: all of them, or the window's last swa */
-        uint32_t n_pos = j->pos0 + i + 1, first = 0;
+        /* positions first..pos[i]: all of them, or the window's last swa */
+        uint32_t n_pos = j->b->pos[i] + 1, first = 0;
         if (j->L->swa && n_pos > j->L->swa)
             first = n_pos - j->L->swa;
-        size_t kvo = (mvm_kv_row(j->b, first) * c->kv_dim + (size_t)(h / group) * hp->head_dim)
+        const mvm_kv_block *kb = kv_block(c, j->b->seq[i], j->blk);
+        size_t kvo = (mvm_kv_row(kb, first) * c->kv_dim + (size_t)(h / group) * hp->head_dim)
                      * c->kv->elt;
         const size_t qo = (size_t)i * c->q_dim + (size_t)h * hp->head_dim;
         mvm_k_attn_heads(c->q + qo, j->n_q, c->kv->type, c->kc + kvo, c->vc + kvo, c->kv_dim,
@@ -242,9 +253,10 @@ static void attn_run(void *p, int t, int nth)
  * output is ignored) and wv_b_h takes the latent part out to v_dim values. */
 
 /* q, and the batch's latent rows into c->k, rotated. */
-static void mla_project(struct cpu_fwd *c, const mvm_layer *L, uint32_t n, uint32_t pos0)
+static void mla_project(struct cpu_fwd *c, const mvm_layer *L, const mvm_fwd_batch *b)
 {
     const mvm_hparams *hp = &c->m->hp;
+    const uint32_t n = b->n;
     const uint32_t R = hp->kv_lora, Q = hp->q_lora;
     if (Q) {
         matmul(c, &L->wq_a, c->xn, n, c->qa);
@@ -260,8 +272,8 @@ static void mla_project(struct cpu_fwd *c, const mvm_layer *L, uint32_t n, uint3
     for (uint32_t i = 0; i < n; i++) {
         float *row = rows + (size_t)i * c->lat;
         mvm_k_rmsnorm(row, row, L->kv_a_norm, R, hp->rms_eps);
-        mvm_k_rope(row + R, 1, hp->rope.n_rot, pos0 + i, &hp->rope);
-        mvm_k_rope(c->q + (size_t)i * c->q_dim + hp->nope, hp->n_head, hp->head_dim, pos0 + i,
+        mvm_k_rope(row + R, 1, hp->rope.n_rot, b->pos[i], &hp->rope);
+        mvm_k_rope(c->q + (size_t)i * c->q_dim + hp->nope, hp->n_head, hp->head_dim, b->pos[i],
                    &hp->rope);
     }
 }
@@ -269,8 +281,8 @@ static void mla_project(struct cpu_fwd *c, const mvm_layer *L, uint32_t n, uint3
 struct mla_job {
     struct cpu_fwd *c;
     const mvm_layer *L;
-    const uint8_t *cache;
-    uint32_t n, pos0;
+    uint32_t blk;          /* the block (each token reads its sequence's rows of it) */
+    const mvm_fwd_batch *b;
     uint32_t n_q;          /* heads per unit (heads_per_unit: every head reads every row) */
 };
 
@@ -285,9 +297,12 @@ static void mla_run(void *p, int t, int nth)
     const uint32_t H = hp->n_head, R = hp->kv_lora, V = hp->v_dim, units = H / j->n_q;
     uint8_t *act = c->hact + (size_t)t * c->act_stride;
     size_t u0, u1;
-    mvm_pool_split((size_t)j->n * units, t, nth, &u0, &u1);
+    mvm_pool_split((size_t)j->b->n * units, t, nth, &u0, &u1);
     for (size_t u = u0; u < u1; u++) {
         const uint32_t i = (uint32_t)(u / units), h0 = (uint32_t)(u % units) * j->n_q;
+        /* no window: n_ctx rows, position p in row row0 + p */
+        const uint8_t *cache = c->kc + kv_block(c, j->b->seq[i], j->blk)->row0 * c->kv_dim *
+                                       c->kv->elt;
         const size_t at = ((size_t)i * H + h0) * c->lat; /* head h0's of token i */
         for (uint32_t h = h0; h < h0 + j->n_q; h++) {
             const float *q = c->q + (size_t)i * c->q_dim + (size_t)h * hp->head_dim;
@@ -297,8 +312,8 @@ static void mla_run(void *p, int t, int nth)
                          (size_t)h * R, (size_t)(h + 1) * R);
             memcpy(ql + R, q + hp->nope, hp->rope.n_rot * sizeof *ql);
         }
-        mvm_k_attn_heads(c->qlat + at, j->n_q, c->kv->type, j->cache, j->cache, c->lat,
-                         j->pos0 + i + 1, c->lat, hp->kq_scale, NULL,
+        mvm_k_attn_heads(c->qlat + at, j->n_q, c->kv->type, cache, cache, c->lat,
+                         j->b->pos[i] + 1, c->lat, hp->kq_scale, NULL,
                          c->scratch + (size_t)t * MVM_ATTN_HEADS * c->n_ctx, c->olat + at);
         for (uint32_t h = h0; h < h0 + j->n_q; h++) {
             mvm_k_prepare_act(vb->type, c->olat + at + (size_t)(h - h0) * c->lat, act, R);
@@ -308,42 +323,45 @@ static void mla_run(void *p, int t, int nth)
     }
 }
 
-/* The batch's rows c->k and c->v (MLA: c->k) into block b's rows of the cache, rounded to
- * its type. */
-static void store(struct cpu_fwd *c, const mvm_kv_block *b, uint32_t n, uint32_t pos0)
+/* The batch's rows c->k and c->v (MLA: c->k) into block blk's rows of their sequences'
+ * caches, rounded to its type: each token's row, and a ring's second copy of it
+ * (kv_cache.h). */
+static void store(struct cpu_fwd *c, uint32_t blk, const mvm_fwd_batch *b)
 {
     const size_t row = c->kv_dim * c->kv->elt;
-    mvm_kv_run runs[MVM_KV_MAX_RUNS];
-    for (uint32_t r = 0, nr = mvm_kv_runs(b, pos0, n, runs); r < nr; r++) {
-        const size_t from = (size_t)runs[r].i0 * c->kv_dim, len = runs[r].n_rows * c->kv_dim;
-        mvm_k_quantize(c->kv->type, c->k + from, c->kc + runs[r].row * row, len);
-        if (c->v)
-            mvm_k_quantize(c->kv->type, c->v + from, c->vc + runs[r].row * row, len);
+    for (uint32_t i = 0; i < b->n; i++) {
+        const mvm_kv_block *kb = kv_block(c, b->seq[i], blk);
+        const size_t from = (size_t)i * c->kv_dim;
+        for (uint64_t r = mvm_kv_row(kb, b->pos[i]), copy = 0; copy < (kb->ring ? 2u : 1u);
+             copy++, r += kb->ring) {
+            mvm_k_quantize(c->kv->type, c->k + from, c->kc + r * row, c->kv_dim);
+            if (c->v)
+                mvm_k_quantize(c->kv->type, c->v + from, c->vc + r * row, c->kv_dim);
+        }
     }
 }
 
 /* x += attention(rms(x)) of block `blk` (its rows of the KV cache: kv_cache.h). */
-static void attention(struct cpu_fwd *c, const mvm_layer *L, uint32_t blk, uint32_t n,
-                      uint32_t pos0)
+static void attention(struct cpu_fwd *c, const mvm_layer *L, uint32_t blk,
+                      const mvm_fwd_batch *b)
 {
     const mvm_hparams *hp = &c->m->hp;
+    const uint32_t n = b->n;
     for (uint32_t i = 0; i < n; i++)
         mvm_k_rmsnorm(c->xn + (size_t)i * hp->n_embd, c->x + (size_t)i * hp->n_embd,
                       L->attn_norm, hp->n_embd, hp->rms_eps);
-    const mvm_kv_block *b = &c->kv->blocks[blk];
-    if (hp->kv_lora) { /* no window: n_ctx rows */
-        mla_project(c, L, n, pos0);
-        store(c, b, n, pos0);
-        struct mla_job j = {c, L, c->kc + b->row0 * c->kv_dim * c->kv->elt, n, pos0,
-                            heads_per_unit(hp->n_head, n, c->nth)};
+    if (hp->kv_lora) {
+        mla_project(c, L, b);
+        store(c, blk, b);
+        struct mla_job j = {c, L, blk, b, heads_per_unit(hp->n_head, n, c->nth)};
         mvm_pool_run(c->pool, mla_run, &j);
     } else {
         matmul(c, &L->wq, c->xn, n, c->q);
         matmul(c, &L->wk, c->xn, n, c->k);
         matmul(c, &L->wv, c->xn, n, c->v);
-        qk_norm_rope(c, L, n, pos0);
-        store(c, b, n, pos0);
-        struct attn_job j = {c, L, b, n, pos0,
+        qk_norm_rope(c, L, b);
+        store(c, blk, b);
+        struct attn_job j = {c, L, blk, b,
                              heads_per_unit(hp->n_head / hp->n_head_kv,
                                             (size_t)n * hp->n_head_kv, c->nth)};
         mvm_pool_run(c->pool, attn_run, &j);
@@ -389,8 +407,9 @@ static void dense_ffn(struct cpu_fwd *c, const mvm_layer *L, uint32_t n)
     ffn(c, &L->ffn_w1, &L->ffn_w3, &L->ffn_w2, NULL, n);
 }
 
-static mvm_status moe(struct cpu_fwd *c, uint32_t il, uint32_t n, uint32_t pos0)
+static mvm_status moe(struct cpu_fwd *c, uint32_t il, const mvm_fwd_batch *b)
 {
+    const uint32_t n = b->n;
     const mvm_hparams *hp = &c->m->hp;
     const mvm_layer *L = &c->m->layers[il];
     for (uint32_t i = 0; i < n; i++)
@@ -400,7 +419,7 @@ static mvm_status moe(struct cpu_fwd *c, uint32_t il, uint32_t n, uint32_t pos0)
     for (uint32_t i = 0; L->router_bias && i < n; i++)
         for (uint32_t e = 0; e < hp->n_expert; e++)
             c->moe->probs[(size_t)i * hp->n_expert + e] += L->router_bias[e];
-    mvm_moe_route(c->moe, il, pos0, n, c->xn);
+    mvm_moe_route(c->moe, il, b->pos, n, c->xn);
     mvm_status st = mvm_moe_begin(c->moe);
     if (st != MVM_OK)
         return st;
@@ -423,32 +442,28 @@ static mvm_status moe(struct cpu_fwd *c, uint32_t il, uint32_t n, uint32_t pos0)
 
 /* ---- the whole pass -------------------------------------------------------------------- */
 
-static mvm_status cpu_eval(mvm_ctx *ctx, const int32_t *tokens, uint32_t n, float *logits,
-                           int all_logits)
+static mvm_status cpu_eval(mvm_ctx *ctx, const mvm_fwd_batch *b, float *logits)
 {
     struct cpu_fwd *c = ctx->state;
     const mvm_model *m = c->m;
     const mvm_hparams *hp = &m->hp;
-    uint32_t pos0 = ctx->n_past;
-    mvm_embed_tokens(m, tokens, n, c->x);
-    for (uint32_t b = 0; b < hp->n_dense; b++) {
-        attention(c, &m->dense[b], b, n, pos0);
-        dense_ffn(c, &m->dense[b], n);
+    mvm_embed_tokens(m, b->tokens, b->n, c->x);
+    for (uint32_t blk = 0; blk < hp->n_dense; blk++) {
+        attention(c, &m->dense[blk], blk, b);
+        dense_ffn(c, &m->dense[blk], b->n);
     }
     for (uint32_t il = 0; il < hp->n_layer; il++) {
-        attention(c, &m->layers[il], hp->n_dense + il, n, pos0);
-        mvm_status st = moe(c, il, n, pos0);
+        attention(c, &m->layers[il], hp->n_dense + il, b);
+        mvm_status st = moe(c, il, b);
         if (st != MVM_OK)
             return st;
     }
-    if (!logits)
-        return MVM_OK;
-    uint32_t first = all_logits ? 0 : n - 1, nl = n - first;
-    for (uint32_t i = first; i < n; i++)
-        mvm_k_rmsnorm(c->xn + (size_t)(i - first) * hp->n_embd, c->x + (size_t)i * hp->n_embd,
+    for (uint32_t o = 0; o < b->n_out; o++)
+        mvm_k_rmsnorm(c->xn + (size_t)o * hp->n_embd, c->x + (size_t)b->out[o] * hp->n_embd,
                       m->output_norm, hp->n_embd, hp->rms_eps);
-    matmul(c, &m->output, c->xn, nl, logits);
+    if (b->n_out)
+        matmul(c, &m->output, c->xn, b->n_out, logits);
     return MVM_OK;
 }
 
-const struct mvm_fwd_backend mvm_fwd_cpu = {"cpu", cpu_create, cpu_destroy, cpu_eval, NULL};
+const struct mvm_fwd_backend mvm_fwd_cpu = {"cpu", 1, cpu_create, cpu_destroy, cpu_eval, NULL};

@@ -442,7 +442,7 @@ static mvm_status dense_ffn(struct cuda_fwd *f, const struct dev_block *L, uint3
     return ffn(f, &L->ffn_w1, &L->ffn_w3, &L->ffn_w2, NULL, n);
 }
 
-static mvm_status moe(struct cuda_fwd *f, uint32_t il, uint32_t n, uint32_t pos0)
+static mvm_status moe(struct cuda_fwd *f, uint32_t il, uint32_t n, const uint32_t *pos)
 {
     const mvm_hparams *hp = &f->m->hp;
     const struct dev_block *L = &f->layers[il];
@@ -454,7 +454,7 @@ static mvm_status moe(struct cuda_fwd *f, uint32_t il, uint32_t n, uint32_t pos0
     TRY(mvm_gpu_download(f->g, f->host, f->xn, (size_t)n * D * sizeof(float)));
     TRY(mvm_gpu_download(f->g, f->moe->probs, f->probs,
                          (size_t)n * hp->n_expert * sizeof(float)));
-    mvm_moe_route(f->moe, il, pos0, n, f->host);
+    mvm_moe_route(f->moe, il, pos, n, f->host);
     TRY(upload_rows(f, n));
     TRY(mvm_moe_begin(f->moe));
     mvm_status st = experts(f, il, n);
@@ -528,31 +528,39 @@ static mvm_status cuda_time_expert(mvm_ctx *ctx, uint32_t il, int32_t e, const f
 
 /* ---- the whole pass -------------------------------------------------------------------- */
 
-static mvm_status cuda_eval(mvm_ctx *ctx, const int32_t *tokens, uint32_t n, float *logits,
-                            int all_logits)
+/* The batch is one sequence's (the backend is not mixed: forward_impl.h), the selected one,
+ * at positions pos[0].. */
+static mvm_status cuda_eval(mvm_ctx *ctx, const mvm_fwd_batch *b, float *logits)
 {
     struct cuda_fwd *f = ctx->state;
     const mvm_model *m = f->m;
     const mvm_hparams *hp = &m->hp;
-    uint32_t D = hp->n_embd, pos0 = ctx->n_past;
-    mvm_embed_tokens(m, tokens, n, f->host);
+    const uint32_t D = hp->n_embd, n = b->n, pos0 = b->pos[0];
+    mvm_embed_tokens(m, b->tokens, n, f->host);
     TRY(mvm_gpu_upload(f->g, f->x, f->host, (size_t)n * D * sizeof(float)));
-    for (uint32_t b = 0; b < hp->n_dense; b++) {
-        TRY(mvm_cuda_fwd_attention(f, &f->dense[b], b, n, pos0));
-        TRY(dense_ffn(f, &f->dense[b], n));
+    for (uint32_t blk = 0; blk < hp->n_dense; blk++) {
+        TRY(mvm_cuda_fwd_attention(f, &f->dense[blk], blk, n, pos0));
+        TRY(dense_ffn(f, &f->dense[blk], n));
     }
     for (uint32_t il = 0; il < hp->n_layer; il++) {
         TRY(mvm_cuda_fwd_attention(f, &f->layers[il], hp->n_dense + il, n, pos0));
-        TRY(moe(f, il, n, pos0));
+        TRY(moe(f, il, n, b->pos));
     }
-    if (!logits)
+    if (!b->n_out)
         return MVM_OK;
-    uint32_t first = all_logits ? 0 : n - 1, nl = n - first;
+    /* the rows from the first wanted one on (most often the last, or all), then those wanted */
+    const uint32_t first = b->out[0], nl = n - first;
+    const size_t row = (size_t)hp->n_vocab * sizeof(float);
     TRY(mvm_cuda_fwd_rmsnorm(f, f->x + (uint64_t)first * D * sizeof(float), f->xn, D,
                              f->output_norm, D, nl));
     TRY(mvm_cuda_fwd_matmul(f, &f->output, NULL, f->xn, D, nl, f->logits, hp->n_vocab));
-    return mvm_gpu_download(f->g, logits, f->logits, (size_t)nl * hp->n_vocab * sizeof(float));
+    if (b->n_out == nl)
+        return mvm_gpu_download(f->g, logits, f->logits, nl * row);
+    for (uint32_t o = 0; o < b->n_out; o++)
+        TRY(mvm_gpu_download(f->g, (char *)logits + o * row, f->logits + (b->out[o] - first) * row,
+                             row));
+    return MVM_OK;
 }
 
-const struct mvm_fwd_backend mvm_fwd_cuda = {"cuda", cuda_create, cuda_destroy, cuda_eval,
+const struct mvm_fwd_backend mvm_fwd_cuda = {"cuda", 0, cuda_create, cuda_destroy, cuda_eval,
                                              cuda_time_expert};

@@ -16,22 +16,37 @@ struct mvm_ctx {
     mvm_model *m;
     mvm_pool *pool;
     mvm_moe *moe;
-    uint32_t n_ctx, n_batch, n_past;
+    uint32_t n_ctx, n_batch;
     mvm_kv_layout kv;           /* the KV cache's rows, which the backend allocates */
-    uint32_t seq;               /* the sequence selected: n_past and kv.blocks are its */
-    uint32_t *seq_past;         /* [kv.n_seq] the others' n_past (the selected one's is stale) */
+    uint32_t seq;               /* the sequence selected: kv.blocks are its */
+    uint32_t *n_past;           /* [kv.n_seq] the positions each sequence has cached */
+    uint32_t *n_new;            /* [kv.n_seq] scratch: a call's tokens of each sequence */
+    /* scratch of one batch (mvm_fwd_batch's arrays) and of mvm_ctx_eval's tokens */
+    int32_t *b_tok;
+    uint32_t *b_pos, *b_seq, *b_out;
+    mvm_ctx_token *b_in;
     const struct mvm_fwd_backend *be;
     void *state;                /* the backend's */
 };
 
+/* One batch as a backend takes it: n <= n_batch tokens, token i of sequence seq[i] at
+ * position pos[i] (a sequence's tokens in order, at consecutive positions); the logits of
+ * rows out[0 .. n_out), ascending, are wanted, in consecutive rows of n_vocab floats. A
+ * backend that is not `mixed` is given the tokens of one sequence, the selected one (its
+ * rows are kv.blocks), at positions pos[0] ... */
+typedef struct mvm_fwd_batch {
+    const int32_t *tokens;
+    const uint32_t *pos, *seq, *out;
+    uint32_t n, n_out;
+} mvm_fwd_batch;
+
 struct mvm_fwd_backend {
     const char *name;           /* mvm_ctx_backend() */
+    int mixed;                  /* eval takes tokens of several sequences in one batch */
     mvm_status (*create)(mvm_ctx *c, void **state);
     void (*destroy)(void *state);
-    /* n <= n_batch tokens at positions n_past..; logits of the last token, or of every
-     * token with all_logits, when logits is not NULL. */
-    mvm_status (*eval)(mvm_ctx *c, const int32_t *tokens, uint32_t n, float *logits,
-                       int all_logits);
+    /* logits: NULL when b->n_out is 0 */
+    mvm_status (*eval)(mvm_ctx *c, const mvm_fwd_batch *b, float *logits);
     /* mvm_ctx_time_expert, checked; NULL where the backend has no device to time */
     mvm_status (*time_expert)(mvm_ctx *c, uint32_t layer, int32_t expert, const float *x,
                               uint32_t n, double *seconds);

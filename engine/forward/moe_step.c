@@ -160,7 +160,7 @@ static void route_token(mvm_moe *s, float *p, int *sel, float *w)
 }
 
 /* Every token's top-k, then what the route module makes of them, shown to the observer. */
-static void route(mvm_moe *s, uint32_t pos0)
+static void route(mvm_moe *s, const uint32_t *pos)
 {
     const mvm_hparams *hp = &s->m->hp;
     uint32_t E = hp->n_expert, K = hp->n_expert_used, n = s->step.n_tok;
@@ -168,7 +168,7 @@ static void route(mvm_moe *s, uint32_t pos0)
         route_token(s, s->probs + (size_t)i * E, s->sel + (size_t)i * K,
                     s->selw + (size_t)i * K);
         if (s->route_override)
-            s->route_override(s->route_override_ctx, s->step.layer, pos0 + i,
+            s->route_override(s->route_override_ctx, s->step.layer, pos ? pos[i] : i,
                               s->sel + (size_t)i * K, s->selw + (size_t)i * K);
     }
     size_t nk = (size_t)n * K;
@@ -181,7 +181,7 @@ static void route(mvm_moe *s, uint32_t pos0)
         const int *sel = s->sel + (size_t)i * K, *s0 = changed ? s->sel0 + (size_t)i * K : sel;
         const float *w = s->selw + (size_t)i * K, *w0 = changed ? s->selw0 + (size_t)i * K : w;
         int same = memcmp(sel, s0, K * sizeof *sel) == 0;
-        mvm_route_record r = {.pos = pos0 + i, .layer = s->step.layer, .n_expert = E, .k = K,
+        mvm_route_record r = {.pos = pos ? pos[i] : i, .layer = s->step.layer, .n_expert = E, .k = K,
                               .n_embd = hp->n_embd, .probs = s->probs + (size_t)i * E,
                               .selected = s0, .weights = w0, .ran = same ? NULL : sel,
                               .ran_weights = same ? NULL : w,
@@ -227,12 +227,12 @@ static void group(mvm_moe *s)
         }
 }
 
-void mvm_moe_route(mvm_moe *s, uint32_t layer, uint32_t pos0, uint32_t n,
+void mvm_moe_route(mvm_moe *s, uint32_t layer, const uint32_t *pos, uint32_t n,
                    const float *hidden)
 {
     s->step = (mvm_pstep){.layer = layer, .n_tok = n, .scores = s->probs, .experts = s->sel,
                           .weights = s->selw, .hidden = hidden, .counts = s->cnt};
-    route(s, pos0);
+    route(s, pos);
     group(s);
 }
 

@@ -88,9 +88,10 @@ mvm_status mvm_moe_create(mvm_model *m, uint32_t n_batch, const mvm_ctx_policies
                           int on_device, int home_mapped, mvm_moe **out);
 void mvm_moe_free(mvm_moe *s);
 
-/* Step 2, with probs holding the router's logits of n tokens; hidden: their router input
- * ([n][n_embd] floats on the host, for observers and predictors), valid until the end. */
-void mvm_moe_route(mvm_moe *s, uint32_t layer, uint32_t pos0, uint32_t n,
+/* Step 2, with probs holding the router's logits of n tokens at positions pos[0..n) (what
+ * observers see; NULL: 0 .. n - 1); hidden: their router input ([n][n_embd] floats on the
+ * host, for observers and predictors), valid until the end. */
+void mvm_moe_route(mvm_moe *s, uint32_t layer, const uint32_t *pos, uint32_t n,
                    const float *hidden);
 /* Step 3. On failure nothing stays pinned (mvm_moe_end then does nothing). */
 mvm_status mvm_moe_begin(mvm_moe *s);

@@ -95,6 +95,22 @@ const char *mvm_engine_token_text(const mvm_engine *e, int32_t id);
  * MVM_ERR_INVALID for a token outside the vocabulary; the cache is then as before. */
 mvm_status mvm_engine_eval(mvm_engine *e, uint32_t seq, const int32_t *tokens, uint32_t n,
                            float *logits);
+/* One token of a batch (mvm_engine_eval_batch). */
+typedef struct mvm_engine_token {
+    int32_t id;
+    uint32_t seq;    /* the sequence it extends: after its cached positions and the batch's
+                        earlier tokens of that sequence */
+    int32_t logits;  /* nonzero: its logits are wanted */
+} mvm_engine_token;
+
+/* Evaluates n tokens of any sequences in one pass (continuous batching: each running
+ * request's next token and a new request's prompt together): every weight is read once for
+ * the batch, and the experts its tokens share are placed and run once. logits: n_vocab
+ * floats for each token whose `logits` is set, in the batch's order, or NULL. Errors as
+ * mvm_engine_eval's, MVM_ERR_RANGE for a sequence out of range; on failure every sequence
+ * is as before. */
+mvm_status mvm_engine_eval_batch(mvm_engine *e, const mvm_engine_token *tokens, uint32_t n,
+                                 float *logits);
 /* The positions cached in sequence seq (0 for seq out of range). */
 uint32_t mvm_engine_n_past(const mvm_engine *e, uint32_t seq);
 /* Keeps the first n positions of sequence seq (0: forget it all): a prompt that starts with
