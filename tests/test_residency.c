@@ -740,6 +740,81 @@ static void test_gate_prefetches(void)
     mvm_pool_destroy(pool);
 }
 
+/* ---- repeatable runs (MOEVM_DETERMINISTIC) ------------------------------------------------ */
+
+/* The statistics of 32 positions evaluated at 30% of the experts' pages, steps not waiting
+ * for their copies (the CPU's default), copies in order when MOEVM_DETERMINISTIC is on. */
+static void run_unwaited(const char *model, mvm_pool *pool, const mvm_ctx_policies *p,
+                         mvm_resid_stats *rs, mvm_stats *vs)
+{
+    *rs = (mvm_resid_stats){0};
+    *vs = (mvm_stats){0};
+    mvm_model *m;
+    mvm_ctx *c;
+    open_ctx(model, pool, 0.3, p, &m, &c);
+    if (c) {
+        int32_t tok[32];
+        for (int t = 0; t < 32; t++)
+            tok[t] = (int32_t)((t * 53 + 11) % m->hp.n_vocab);
+        CHECK_ST(mvm_ctx_eval(c, tok, 32, NULL, 0), MVM_OK);
+        mvm_resid_get_stats(mvm_ctx_residency(c), rs);
+        mvm_space_get_stats(m->space, vs);
+    }
+    mvm_ctx_free(c);
+    mvm_model_free(m);
+}
+
+/* With MOEVM_DETERMINISTIC=on the same run repeats exactly (hits, evictions, prefetches,
+ * admissions, bytes moved), whatever the migration worker's speed, and every prediction
+ * that came true had landed in time; for modules that prefetch by prediction (gate), by
+ * their own wishes (DALI's workload) and with admission. The timing-driven default is not
+ * checked for variation: on an idle machine it may repeat too. */
+static void test_deterministic(void)
+{
+    mvm_pool *pool = NULL;
+    CHECK_ST(mvm_pool_create(2, NULL, &pool), MVM_OK);
+    const char *model = make_model(pool);
+    static const mvm_ctx_policies runs[] = {
+        {.residency = {.evict = "lru"}, .prefetch = {.predict = "gate"}},
+        {.residency = {.evict = "reuse"}, .prefetch = {.predict = "gate"}},
+        {.residency = {.evict = "workload", .evict_args = "w_size=4"},
+         .prefetch = {.predict = "none"}}};
+    setenv("MOEVM_DETERMINISTIC", "on", 1);
+    for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
+        mvm_resid_stats first, again;
+        mvm_stats vs_first, vs_again;
+        run_unwaited(model, pool, &runs[i], &first, &vs_first);
+        CHECK(first.accesses == 32 * 4 * 4 && first.hits > 0 && first.evictions > 0 &&
+              first.prefetches > 0);
+        CHECK(first.prefetch_hits == first.prefetch_used);
+        for (int r = 0; r < 3; r++) {
+            run_unwaited(model, pool, &runs[i], &again, &vs_again);
+            CHECK(memcmp(&first, &again, sizeof first) == 0);
+            CHECK(vs_first.bytes_moved == vs_again.bytes_moved &&
+                  vs_first.pages_loaded == vs_again.pages_loaded &&
+                  vs_first.pages_evicted == vs_again.pages_evicted);
+        }
+    }
+    setenv("MOEVM_DETERMINISTIC", "maybe", 1);
+    mvm_model *m;
+    mvm_ctx *c;
+    mvm_space_desc d;
+    mvm_space_desc_init(&d);
+    d.backend = MVM_BACKEND_HOST;
+    d.page_size = PAGE;
+    d.device_budget = 0;
+    d.device_budget_frac = 0.3;
+    CHECK_ST(mvm_model_load(model, &(mvm_load_args){.desc = &d, .pool = pool}, &m), MVM_OK);
+    c = NULL;
+    if (m)
+        CHECK_ST(mvm_ctx_create(m, pool, 64, 1, NULL, &c), MVM_ERR_OPTION);
+    CHECK(strstr(mvm_last_error(), "MOEVM_DETERMINISTIC"));
+    mvm_ctx_free(c);
+    mvm_model_free(m);
+    unsetenv("MOEVM_DETERMINISTIC");
+    mvm_pool_destroy(pool);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/moevm-test-residency-XXXXXX");
@@ -762,6 +837,7 @@ int main(void)
     RUN(test_engine_matches_sim);
     RUN(test_sim_routers);
     RUN(test_gate_prefetches);
+    RUN(test_deterministic);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)

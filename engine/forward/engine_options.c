@@ -23,8 +23,15 @@ const mvm_option_desc mvm_opt_admit = {
     "afterwards when the evict module would keep it over its victim "
     "and no other copy is queued (docs/policies.md)"};
 
+const mvm_option_desc mvm_opt_deterministic = {
+    "MOEVM_DETERMINISTIC", MVM_OPT_CHOICE, "off", "off|on",
+    "engine: each expert copy completes before the next residency decision, "
+    "in order, so hit rates and moves repeat exactly from run to run (tests, "
+    "comparisons with `moevm sim`); off lets copies overlap the computation"};
+
 static const mvm_option_desc *const list[] = {
     &mvm_opt_threads, &mvm_opt_cpu_simd, &mvm_opt_kv_type, &mvm_opt_admit,
+    &mvm_opt_deterministic,
 };
 
 const mvm_option_table mvm_engine_options = {list, sizeof list / sizeof *list};

@@ -1,6 +1,7 @@
 /*
  * The engine's MOEVM_* options (vmm/options.h has the table they join): its CPU threads
- * and kernels, the KV cache's type, and admission into the device cache.
+ * and kernels, the KV cache's type, admission into the device cache, and whether copies
+ * complete in order (repeatable runs).
  */
 #ifndef MVM_ENGINE_FORWARD_ENGINE_OPTIONS_H
 #define MVM_ENGINE_FORWARD_ENGINE_OPTIONS_H
@@ -10,6 +11,7 @@
 /* For mvm_options_register. */
 extern const mvm_option_table mvm_engine_options;
 
-extern const mvm_option_desc mvm_opt_threads, mvm_opt_cpu_simd, mvm_opt_kv_type, mvm_opt_admit;
+extern const mvm_option_desc mvm_opt_threads, mvm_opt_cpu_simd, mvm_opt_kv_type, mvm_opt_admit,
+    mvm_opt_deterministic;
 
 #endif

@@ -40,6 +40,8 @@ struct mvm_resid {
     void *assign_self;
     int at_home;            /* nothing moves: every expert is read at its home */
     int admit;              /* MOEVM_ADMIT: home runs are offered to the cache afterwards */
+    int ordered;            /* MOEVM_DETERMINISTIC: each copy lands before the next
+                               decision (ordered_wait) */
     uint8_t *home_run;      /* [L*E] run from its home by the current step */
     uint32_t *plan;         /* [L*E] the assign module's prefetches */
     uint64_t *layer_pages;  /* [L] the config module's budgets (UINT64_MAX: none) */
@@ -86,9 +88,11 @@ mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_res
     mvm_status st = mvm_space_get_info(space, &info);
     struct modules mods = {0};
     mvm_machine machine;
-    mvm_option_value admit;
+    mvm_option_value admit, ordered;
     if (st == MVM_OK)
         st = mvm_option_read(&mvm_opt_admit, &admit);
+    if (st == MVM_OK)
+        st = mvm_option_read(&mvm_opt_deterministic, &ordered);
     if (st == MVM_OK)
         st = find_modules(p, &mods);
     if (st == MVM_OK && !p->machine)
@@ -101,6 +105,7 @@ mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_res
     r->space = space;
     r->at_home = p->at_home;
     r->admit = admit.i == 1;
+    r->ordered = ordered.i == 1;
     r->landed_layer = UINT32_MAX;
     r->n_experts = info.n_experts;
     r->n_total = info.n_layers * info.n_experts;
@@ -296,13 +301,32 @@ static void split(mvm_resid *r, uint32_t l, const int32_t *experts, uint32_t n)
     }
 }
 
-/* Requests x resident (on demand, or as a prefetch), evicting while there is no room. */
+/* MOEVM_DETERMINISTIC: waits for a copy just queued, so that no copy is ever in flight when
+ * the next hit is judged, the next victim chosen or the next admission offered: what each
+ * finds then depends on the order of the requests alone, not on how fast the migration
+ * worker ran. An expert pinned (a step running it from its home) lands once unpinned: it is
+ * not waited for (it would wait on its own step). */
+static mvm_status ordered_wait(mvm_resid *r, uint32_t l, uint32_t e, mvm_move *move)
+{
+    mvm_residency res = {0};
+    mvm_status st = mvm_expert_residency(r->space, l, e, &res);
+    if (st == MVM_OK && !res.pins)
+        st = mvm_move_wait(move, -1);
+    mvm_move_release(move);
+    return st;
+}
+
+/* Requests x resident (on demand, or as a prefetch), evicting while there is no room;
+ * *move (move not NULL) completes when it has landed. */
 static mvm_status request(mvm_resid *r, uint32_t x, int demand, mvm_move **move)
 {
     uint32_t l = x / r->n_experts, e = x % r->n_experts;
+    mvm_move *own = NULL;
+    if (r->ordered && !move)
+        move = &own;
     mvm_status st;
     while ((st = demand ? mvm_make_resident_async(r->space, l, e, MVM_ALL_PAGES, move)
-                        : mvm_prefetch(r->space, l, e, MVM_ALL_PAGES, NULL)) == MVM_ERR_NOSPACE) {
+                        : mvm_prefetch(r->space, l, e, MVM_ALL_PAGES, move)) == MVM_ERR_NOSPACE) {
         mvm_status ev = evict_one(r, l, 0);
         if (ev != MVM_OK) {
             st = ev; /* MVM_ERR_NOSPACE when nothing can go, else the eviction's failure */
@@ -311,6 +335,8 @@ static mvm_status request(mvm_resid *r, uint32_t x, int demand, mvm_move **move)
     }
     if (st == MVM_OK)
         r->resident[x] = r->ppe;
+    if (own)
+        st = st == MVM_OK ? ordered_wait(r, l, e, own) : (mvm_move_release(own), st);
     return st;
 }
 
