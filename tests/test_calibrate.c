@@ -3,7 +3,7 @@
  * values worked out by hand; the rates written from a measurement give back, through the
  * cost model (policy/cost.h), the times measured; the CPU and copy measurements on a model
  * on the host backend (their structure, never their speed); the loader of MOEVM_COST
- * (policy/cost_load.h).
+ * (policy/cost_load.h); the warnings for figures no machine gives.
  */
 #include <math.h>
 #include <stdio.h>
@@ -277,6 +277,52 @@ static void test_cost_load(void)
     unlink(path);
 }
 
+/* The output of mvm_calib_warn_implausible for m at `threads` into buf; its count. */
+static uint32_t warnings(const mvm_machine *m, uint32_t threads, char *buf, size_t cap)
+{
+    FILE *f = tmpfile();
+    CHECK(f != NULL);
+    if (!f)
+        return 0;
+    uint32_t n = mvm_calib_warn_implausible(m, threads, f);
+    rewind(f);
+    size_t got = fread(buf, 1, cap - 1, f);
+    buf[got] = '\0';
+    fclose(f);
+    return n;
+}
+
+/* Every preset is plausible; the figure a calibration once reported (125,337 GB/s of CPU
+ * memory bandwidth) is not, nor a rate too fast for the threads or one near zero: each
+ * named with its value and range, one line each. */
+static void test_implausible(void)
+{
+    static const char *presets[] = {"rtx3090", "a6000", "a100", "h100"};
+    char out[4096];
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
+        CHECK(warnings(mvm_machine_preset(presets[i]), 16, out, sizeof out) == 0);
+        CHECK(out[0] == '\0');
+    }
+    mvm_machine m = *mvm_machine_preset("h100");
+    m.cpu_mem_bw = 125337e9;
+    CHECK(warnings(&m, 16, out, sizeof out) == 1);
+    CHECK(strstr(out, "moevm calibrate: warning: cpu_mem_bw is 1.253e+05 GB/s, outside the "
+                      "plausible 0.1 to 2000 GB/s: the cost file may mislead the planner") == out);
+    CHECK(strchr(out, '\n') == out + strlen(out) - 1);
+    /* 512 GFLOP/s is 16 threads' worth, not one's; a copy at 1e-3 GB/s is no copy */
+    m = *mvm_machine_preset("h100");
+    m.cpu_flops = 2000e9;
+    m.pcie_bw = 1e6;
+    CHECK(warnings(&m, 16, out, sizeof out) == 1 && strstr(out, "pcie_bw is 0.001 GB/s"));
+    CHECK(warnings(&m, 1, out, sizeof out) == 2);
+    CHECK(strstr(out, "cpu_flops is 2000 GFLOP/s, outside the plausible 0.05 to 1000 GFLOP/s "
+                      "for 1 thread:") != NULL);
+    /* the table holds every rate calibrate writes, each range the right way round */
+    CHECK(mvm_calib_n_figures == 8);
+    for (size_t i = 0; i < mvm_calib_n_figures; i++)
+        CHECK(mvm_calib_figures[i].lo > 0 && mvm_calib_figures[i].lo < mvm_calib_figures[i].hi);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/moevm-test-calibrate-XXXXXX");
@@ -289,6 +335,7 @@ int main(void)
     RUN(test_apply_copy);
     RUN(test_measure);
     RUN(test_cost_load);
+    RUN(test_implausible);
     char path[128];
     snprintf(path, sizeof path, "%s/m.gguf", dir);
     unlink(path);

@@ -204,7 +204,7 @@ if [ -n "$fake_driver" ]; then
         if cmp -s "$tmp/gv.host" "$tmp/gv.auto" && grep -q 'computing on the CPU: the GPU cannot take this model: .*the device has 40.0 MiB free' "$tmp/gv.auto.err" && grep -q 'space: host backend' "$tmp/gv.auto.err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: auto on a GPU too small for the context" >&2; cat "$tmp/gv.auto.err" >&2; fi
         # Without HOST_NUMA VMM, a budget below a step's experts: the steps run in rounds.
         env FAKECUDA_HOST_NUMA=0 FAKECUDA_GRANULARITY=4096 MOEVM_PAGE_SIZE=4K MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 --gpu-budget 10% >"$tmp/d" 2>"$tmp/d.err"
-        if cmp -s "$tmp/a" "$tmp/d" && grep -Eq '0 from host, [1-9][0-9]* extra rounds' "$tmp/d.err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: the device without HOST_NUMA, in rounds" >&2; cat "$tmp/d.err" >&2; fi
+        if cmp -s "$tmp/a" "$tmp/d" && grep -Eq '\(hit [0-9.]+%, [1-9][0-9]* extra rounds' "$tmp/d.err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: the device without HOST_NUMA, in rounds" >&2; cat "$tmp/d.err" >&2; fi
         # The assign module runs some experts on the CPU threads beside the GPU: same text.
         env FAKECUDA_GRANULARITY=4096 MOEVM_PAGE_SIZE=4K MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 --gpu-budget 30% --assign greedy >"$tmp/g" 2>"$tmp/g.err"
         if cmp -s "$tmp/a" "$tmp/g" && grep -Eq 'assign greedy: [1-9][0-9]* on CPU' "$tmp/g.err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: --assign greedy on the device" >&2; cat "$tmp/g.err" >&2; fi
@@ -221,7 +221,7 @@ if [ -n "$fake_driver" ]; then
         "$moevm" mkmodel --preset tiny --arch qwen3moe --expert-ff 2048 -o "$tmp/wide.gguf" >/dev/null
         expect 0 'pcie_bw .* measured' -- $dev "$moevm" calibrate -m "$tmp/wide.gguf" -t 1 --time 0.01 -o "$tmp/dev.json"
         expect 0 'gpu_flops .* GFLOP/s +measured' -- $dev "$moevm" calibrate -m "$tmp/wide.gguf" -t 1 --time 0.05 --tokens 4
-        expect 1 '^moevm: the inference context: CUDA device 0 for the forward pass: cuModuleGetFunction \(mvm_g_' -- env MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" "$moevm" run -m "$m" -p "x" -n 2
+        expect 1 '^moevm run: the inference context: CUDA device 0 for the forward pass: cuModuleGetFunction \(mvm_g_' -- env MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" "$moevm" run -m "$m" -p "x" -n 2
     fi
 fi
 expect 1 'assign greedy: the assign role places experts between the GPU and the CPU, and this run computes on the CPU only' -- "$moevm" run -m "$m" -p "x" -n 2 --assign greedy
@@ -290,7 +290,9 @@ expect 1 'predict oracle: an offline bound .*only `moevm sim`' -- env MOEVM_PRED
 expect 1 "the inference context: evict lfu: unknown parameter 'x'" -- "$moevm" run -m "$m" -p "x" --evict 'lfu{x=1}'
 expect 2 '--evict lfu\{x: expected NAME or NAME\{k=v' -- "$moevm" run -m "$m" -p "x" --evict 'lfu{x'
 # The route module: the exact model by default; SMoE's substitution by flag or option.
-expect 0 'route none: 0 substituted' -- "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 100%
+# The statistics line names the modules in use only: evict wherever there is a budget, the
+# others when chosen.
+expect 0 'expert accesses [0-9]+ \(hit [0-9.]+%[^;]*; evict reuse: [0-9]+ out\) \| moved' -- "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 100%
 expect 0 'route importance: [1-9][0-9]* substituted' -- env MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p "Once upon a time" -n 16 --gpu-budget 30% --route 'importance{alpha=1}'
 expect 0 'route importance: [0-9]+ substituted' -- env MOEVM_PAGE_SIZE=64K MOEVM_ROUTE=importance MOEVM_ROUTE_ARGS=alpha=0.5 "$moevm" run -m "$m" -p "x" -n 4 --gpu-budget 30%
 expect 1 '--route: smoe: no such route policy \(available: none, importance' -- "$moevm" run -m "$m" -p "x" --route smoe
@@ -298,7 +300,6 @@ expect 1 'MOEVM_ROUTE=smoe: no such route policy' -- env MOEVM_ROUTE=smoe "$moev
 expect 1 'route importance: alpha=2 is not in \[0, 1\]' -- "$moevm" run -m "$m" -p "x" --route 'importance{alpha=2}'
 expect 1 "route none: unknown parameter 'alpha'" -- "$moevm" run -m "$m" -p "x" --route 'none{alpha=1}'
 # The config module: one budget by default; per-layer budgets and MoEpic's splits on request.
-expect 0 'config none: 0 changes, 0 split' -- "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 100%
 expect 0 'config fixedpoint: [1-9][0-9]* changes, [1-9][0-9]* split' -- env MOEVM_PAGE_SIZE=4K "$moevm" run -m "$m" -p "Once upon a time" -n 24 --gpu-budget 40% --evict lcp --config 'fixedpoint{tau=4}'
 expect 0 'config hot: [0-9]+ changes' -- env MOEVM_PAGE_SIZE=64K MOEVM_CONFIG=hot MOEVM_CONFIG_ARGS=profile=4 "$moevm" run -m "$m" -p "x" -n 8 --gpu-budget 50%
 expect 1 '--config: moepic: no such config policy \(available: none, ' -- "$moevm" run -m "$m" -p "x" --config moepic
@@ -308,6 +309,7 @@ expect 1 "config fixedpoint: unknown parameter 'x'" -- "$moevm" run -m "$m" -p "
 expect 0 '"ran":\[[0-9]+,[0-9]+\],"ran_weights":\[' -- sh -c "MOEVM_PAGE_SIZE=64K \"$moevm\" run -m \"$m\" -p 'Once upon a time there' -n 24 --gpu-budget 30% --route 'importance{alpha=1}' --trace-out \"$tmp/r.jsonl\" >/dev/null 2>&1 && cat \"$tmp/r.jsonl\""
 expect 0 'importance +[0-9.]+' -- "$moevm" sim --trace "$tmp/r.jsonl" --budget 30% --compare 'route=importance'
 expect 0 'predict gate: [1-9][0-9]* prefetched' -- env MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p "Once upon a time" -n 8 --gpu-budget 60% --predict gate
+expect 0 '; evict reuse: [0-9]+ out; predict gate: [0-9]+ prefetched, [0-9]+ used, [0-9]+ in time\) \| moved' -- env MOEVM_PAGE_SIZE=64K MOEVM_PREDICT=gate "$moevm" run -m "$m" -p "x" -n 4 --gpu-budget 60%
 expect 0 'predict residual: ' -- env MOEVM_PAGE_SIZE=64K MOEVM_PREDICT=residual "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 50%
 expect 1 '--predict: clairvoyant: no such predict policy \(available: none, gate' -- "$moevm" run -m "$m" -p "x" --predict clairvoyant
 expect 1 'MOEVM_PREDICT=clairvoyant: no such predict policy' -- env MOEVM_PREDICT=clairvoyant "$moevm" run -m "$m" -p "x"
@@ -347,6 +349,14 @@ expect 2 'calibrate: --time needs a value' -- "$moevm" calibrate -m "$m" --time
 expect 2 'sim: --trace needs a value \(see --servers --help\)' -- "$moevm" sim --servers 2 --trace
 expect 0 'usage: moevm train-predictor' -- "$moevm" train-predictor --out x --help
 expect 0 'usage: moevm sim' -- "$moevm" sim --zerocopy --budget 1G --help
+# every column of sim's tables is explained in its --help
+for col in 'hit %' 'part %' 'moved GB' pf-pr pf-rc 'cpu %' ms/token attn gpu stall cpu-w; do
+    expect 0 "^  $col +[a-z]" -- "$moevm" sim --help
+done
+for col in 'local %' ms/token migrations 'migrated GB'; do
+    expect 0 "^  $col +[a-z]" -- "$moevm" sim --servers 2 --help
+done
+expect 2 '^moevm trace stats: FILE.jsonl is required \(see --help\)$' -- "$moevm" trace stats
 expect 2 '--temp -1: expected a number' -- "$moevm" run -m "$m" --temp -1
 expect 2 '--tokens 1,x: expected comma-separated' -- "$moevm" run -m "$m" --tokens 1,x
 expect 1 'token id 99999 is outside the vocabulary' -- "$moevm" run -m "$m" --tokens 1,99999 -n 1
@@ -421,10 +431,10 @@ expect 0 '^\{' -- sh -c "\"$moevm\" calibrate -m \"$m\" -t 1 --time 0.01 2>/dev/
 expect 2 '-m MODEL.gguf is required' -- "$moevm" calibrate
 expect 2 '--tokens 1: ' -- "$moevm" calibrate -m "$m" --tokens 1
 expect 2 '--name: 1 to 63 characters' -- "$moevm" calibrate -m "$m" --name ""
-expect 1 '^moevm: calibrate: --base tpu: neither a preset' -- "$moevm" calibrate -m "$m" --base tpu
+expect 1 '^moevm calibrate: --base tpu: neither a preset' -- "$moevm" calibrate -m "$m" --base tpu
 expect 1 'loading the model: ' -- "$moevm" calibrate -m "$tmp/none.gguf"
 expect 1 'calibrate: MOEVM_COST=/nonexistent: neither a preset' -- env MOEVM_COST=/nonexistent "$moevm" calibrate -m "$m"
-expect 1 "^moevm: run: --cost $tmp/r.jsonl: line 1: not valid JSON|^moevm: run: --cost $tmp/r.jsonl: " -- "$moevm" run -m "$m" -p "x" --cost "$tmp/r.jsonl"
+expect 1 "^moevm run: --cost $tmp/r.jsonl: line 1: not valid JSON|^moevm run: --cost $tmp/r.jsonl: " -- "$moevm" run -m "$m" -p "x" --cost "$tmp/r.jsonl"
 expect 1 'no evict policy .clairvoyant.' -- "$moevm" sim --trace "$tmp/g.jsonl" --evict clairvoyant
 # every table ends with the offline bound, which hits at least as often as LRU
 expect 0 'bound: evict=belady \(offline\) +[0-9.]+' -- "$moevm" sim --trace "$tmp/g.jsonl" --budget 20%
@@ -455,19 +465,138 @@ expect 0 'predict=gate +[0-9.]+' -- "$moevm" sim --trace "$tmp/h3.jsonl" --model
     -o "$tmp/shape.gguf" >/dev/null
 expect 0 '512 tokens, 3 layers x 6 experts \(top-3\) of 1\.5 MiB' -- "$moevm" sim --model "$tmp/shape.gguf" --budget 50%
 head -c 1000 "$m" >"$tmp/cut.gguf"
-expect 1 '^moevm: --model: .*cut.gguf: ' -- "$moevm" sim --model "$tmp/cut.gguf"
+expect 1 '^moevm sim: --model: .*cut.gguf: ' -- "$moevm" sim --model "$tmp/cut.gguf"
 expect 1 'has no hidden states' -- "$moevm" train-predictor --trace "$tmp/t.jsonl" --out "$tmp/p.bin"
 expect 0 'held-out' -- "$moevm" train-predictor --trace "$tmp/h.jsonl" --out "$tmp/p.bin"
 expect 0 'predict=learned +[0-9.]+' -- "$moevm" sim --trace "$tmp/h.jsonl" --predictor "$tmp/p.bin" --compare 'predict=learned'
 head -c 100 "$tmp/p.bin" >"$tmp/cut.bin"
 expect 1 'predictor' -- "$moevm" sim --trace "$tmp/h.jsonl" --predictor "$tmp/cut.bin" --predict learned
-expect 1 '^moevm: --model: .*the trace has 16 x 64, 2048 wide \(is this the model that recorded it\?\)' -- "$moevm" sim --trace "$tmp/g.jsonl" --model "$m" --predict gate
+expect 1 '^moevm sim: --model: .*the trace has 16 x 64, 2048 wide \(is this the model that recorded it\?\)' -- "$moevm" sim --trace "$tmp/g.jsonl" --model "$m" --predict gate
 
 # several servers
 expect 0 'prism +[0-9.]+' -- "$moevm" sim --trace "$tmp/g.jsonl" --servers 2
 expect 2 '--servers 1' -- "$moevm" sim --trace "$tmp/g.jsonl" --servers 1
 expect 1 'every expert must be on some server' -- "$moevm" sim --trace "$tmp/g.jsonl" --servers 2 --server-mem 10%
 expect 2 'does not apply with --servers' -- "$moevm" sim --trace "$tmp/g.jsonl" --servers 2 --evict lru
+
+# Output for scripts (docs/engine.md): run -o json, one object on stdout with the text, the
+# counts (as many tokens as -n asked, --ignore-eos masking end-of-text), the timings and the
+# memory manager's counters and modules; bench -o csv/json, one record per row with every
+# column; a format neither knows is one line and exit 2.
+py=${PYTHON:-python3}
+# check_py LABEL FILE PROGRAM [ARG...]: the Python program (stdin: FILE) exits 0
+check_py() {
+    local label=$1 file=$2 prog=$3
+    shift 3
+    if "$py" -c "$prog" "$@" <"$file" 2>"$tmp/py.err"; then
+        pass=$((pass + 1))
+    else
+        fail=$((fail + 1))
+        echo "FAIL: $label:" >&2
+        sed 's/^/    /' "$tmp/py.err" "$file" >&2
+    fi
+}
+"$moevm" run -m "$m" -p "It was the best" -n 12 --ignore-eos -o json >"$tmp/run.json" 2>"$tmp/run.err"
+check_py 'run -o json' "$tmp/run.json" '
+import json, sys
+d = json.load(sys.stdin)
+assert d["prompt"].startswith("It was the best") and isinstance(d["text"], str), d["prompt"]
+assert d["n_generated"] == 12 == len(d["tokens"]) == d["decode"]["tokens"], d["n_generated"]
+assert d["n_prompt"] == d["prefill"]["tokens"] > 0 and d["interrupted"] is False
+assert d["stop"] == "n_predict" and d["arch"] == "qwen3moe"
+assert d["prefill"]["tokens_per_second"] > 0 and d["decode"]["seconds"] > 0
+m = d["memory"]
+assert m["experts_at_home"] is True and m["hit_rate"] is None and m["modules"] == {}
+assert m["accesses"] > 0 and m["bytes_moved"] == 0 and m["budget_bytes"] == 0'
+if grep -q '^prefill\|expert accesses' "$tmp/run.err"; then fail=$((fail + 1)); echo "FAIL: run -o json also wrote the statistics line" >&2; else pass=$((pass + 1)); fi
+# the same greedy tokens as the text mode, and a budget's counters and modules
+MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 --gpu-budget 60% --predict gate --output-format=json >"$tmp/run2.json" 2>/dev/null
+"$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 -o text >"$tmp/run2.txt" 2>/dev/null
+check_py 'run -o json with a budget' "$tmp/run2.json" '
+import json, sys
+d = json.load(sys.stdin)
+m = d["memory"]
+assert m["modules"] == {"evict": "reuse", "predict": "gate"}, m["modules"]
+assert m["hits"] + m["misses"] == m["accesses"] > 0 and 0 <= m["hit_rate"] <= 1
+assert m["budget_bytes"] == 9 * 65536 and m["page_size"] == 65536 and m["prefetched"] > 0
+def valid(b):  # each byte that does not begin a valid character: U+FFFD, as run -o json
+    out, i = [], 0
+    while i < len(b):
+        for k in (1, 2, 3, 4):
+            try:
+                out.append(b[i:i + k].decode("utf-8"))
+                i += k
+                break
+            except UnicodeDecodeError:
+                pass
+        else:
+            out.append("\ufffd")
+            i += 1
+    return "".join(out)
+text = valid(open(sys.argv[1], "rb").read())
+assert text == d["prompt"] + d["text"] + "\n", (text, d["prompt"], d["text"])
+assert d["n_generated"] == len(d["tokens"]) <= 12' "$tmp/run2.txt"
+if cmp -s "$tmp/a" "$tmp/run2.txt"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: -o text is not the default's text" >&2; fi
+expect 2 '^moevm run: -o xml: expected text or json$' -- "$moevm" run -m "$m" -p x -o xml
+if [ "$(wc -l <"$tmp/out")" -eq 1 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: run -o xml: more than one line" >&2; fi
+"$moevm" bench -m "$m" -p 8 -n 4 -r 2 -t 1 --gpu-budget 50%,100% -o csv >"$tmp/bench.csv" 2>/dev/null
+check_py 'bench -o csv' "$tmp/bench.csv" '
+import csv, sys
+rows = list(csv.reader(sys.stdin))
+head = rows[0]
+assert head == ["model_filename", "arch", "experts_type", "experts_gib", "backend", "n_threads",
+                "budget_gib", "routing", "test", "n_prompt", "n_gen", "repetitions", "avg_ts",
+                "stddev_ts", "hit_rate", "mib_moved_per_token"], head
+rows = [dict(zip(head, r)) for r in rows[1:]]
+assert [r["test"] for r in rows] == ["pp8", "tg4", "pp8", "tg4"], rows
+for r in rows:
+    for k in ("experts_gib", "n_threads", "budget_gib", "n_prompt", "n_gen", "repetitions",
+              "avg_ts", "stddev_ts", "hit_rate", "mib_moved_per_token"):
+        float(r[k])
+    assert r["arch"] == "qwen3moe" and r["n_threads"] == "1" and float(r["avg_ts"]) > 0
+    assert 0 <= float(r["hit_rate"]) <= 1 and r["repetitions"] == "2"
+assert (rows[0]["n_prompt"], rows[0]["n_gen"], rows[1]["n_prompt"], rows[1]["n_gen"]) == ("8", "0", "0", "4")
+assert float(rows[0]["budget_gib"]) < float(rows[2]["budget_gib"])'
+"$moevm" bench -m "$m" -p 0 -n 4 -r 3 -t 1,2 --output json >"$tmp/bench.json" 2>/dev/null
+check_py 'bench -o json' "$tmp/bench.json" '
+import json, sys
+rows = json.load(sys.stdin)
+assert [(r["n_threads"], r["test"]) for r in rows] == [(1, "tg4"), (2, "tg4")], rows
+for r in rows:
+    assert r["budget_gib"] is None and r["hit_rate"] is None  # read at their homes
+    assert len(r["samples_ts"]) == r["repetitions"] == 3 and r["avg_ts"] > 0
+    assert abs(sum(r["samples_ts"]) / 3 - r["avg_ts"]) <= 1e-6 * r["avg_ts"]'
+expect 0 '^\{"model_filename":.*"test":"tg2"' -- "$moevm" bench -m "$m" -p 0 -n 2 -r 1 -o jsonl
+expect 2 '^moevm bench: -o xml: expected text, csv, json, jsonl or md$' -- "$moevm" bench -m "$m" -o xml
+# Ctrl-C stops a run's generation: the report still comes, the exit code is 130
+ctrl_c() { # ctrl_c OUT ERR run-args...: a long run signalled once it generates
+    local out=$1 err=$2
+    shift 2
+    "$moevm" run -m "$m" -p "Once upon" -n 59000 -c 60000 --ignore-eos "$@" >"$out" 2>"$err" &
+    local pid=$!
+    for _ in $(seq 300); do grep -aq '^context:' "$err" && break; sleep 0.1; done
+    sleep 0.3
+    kill -INT "$pid"
+    for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null
+    wait "$pid"
+}
+ctrl_c "$tmp/int.txt" "$tmp/int.err"
+rc=$?
+if [ "$rc" -eq 130 ] && grep -q '^moevm run: interrupted: [0-9]* of 59000 tokens generated$' "$tmp/int.err" &&
+   grep -q '^prefill [0-9]* tokens .* | decode [0-9]* tokens .* | expert accesses' "$tmp/int.err"; then
+    pass=$((pass + 1))
+else
+    fail=$((fail + 1)); echo "FAIL: Ctrl-C in run (exit $rc):" >&2; sed 's/^/    /' "$tmp/int.err" >&2
+fi
+ctrl_c "$tmp/int.json" "$tmp/int.err" -o json
+rc=$?
+check_py "Ctrl-C in run -o json (exit $rc)" "$tmp/int.json" '
+import json, sys
+d = json.load(sys.stdin)
+assert d["interrupted"] is True and d["stop"] == "interrupted"
+assert 0 < d["n_generated"] == len(d["tokens"]) < 59000
+assert sys.argv[1] == "130", sys.argv[1]' "$rc"
 
 # chat (docs/chat.md): every architecture's tiny model converses from piped turns, the second
 # turn reusing the first's cache; the template renders the system message and the history;

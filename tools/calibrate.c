@@ -376,3 +376,42 @@ int mvm_calib_apply_copy(mvm_machine *m, const mvm_calib_copy *c)
     m->pcie_bw = bw;
     return 0;
 }
+
+/* The plausible ranges are wide on purpose: they catch measurements off by orders of
+ * magnitude, not a slow machine. pcie_bw: PCIe 6.0 x16 gives 128 GB/s a direction,
+ * GH200's NVLink-C2C 450. gpu_mem_bw: B200's HBM3e 8 TB/s, and an expert read from the
+ * L2 a little more. cpu_mem_bw: a two-socket server's DRAM gives about 1 TB/s. cpu_flops
+ * per thread: a core's AVX-512 VNNI byte products at 4 GHz reach about 1 TFLOP/s counted
+ * as FP32 (calibrate counts 6·n_embd·n_ff per token, whatever the weight type). */
+const mvm_calib_figure mvm_calib_figures[] = {
+    {"pcie_bw", "GB/s", offsetof(mvm_machine, pcie_bw), 1e-9, 0.1, 500, 0},
+    {"load_setup", "us", offsetof(mvm_machine, load_setup), 1e6, 0.1, 1e4, 0},
+    {"gpu_mem_bw", "GB/s", offsetof(mvm_machine, gpu_mem_bw), 1e-9, 1, 2e4, 0},
+    {"gpu_flops", "GFLOP/s", offsetof(mvm_machine, gpu_flops), 1e-9, 1, 1e7, 0},
+    {"gpu_launch", "us", offsetof(mvm_machine, gpu_launch), 1e6, 0.1, 1e4, 0},
+    {"cpu_mem_bw", "GB/s", offsetof(mvm_machine, cpu_mem_bw), 1e-9, 0.1, 2000, 0},
+    {"cpu_flops", "GFLOP/s", offsetof(mvm_machine, cpu_flops), 1e-9, 0.05, 1000, 1},
+    {"cpu_setup", "us", offsetof(mvm_machine, cpu_setup), 1e6, 0.01, 1e4, 0},
+};
+const size_t mvm_calib_n_figures = sizeof mvm_calib_figures / sizeof *mvm_calib_figures;
+
+uint32_t mvm_calib_warn_implausible(const mvm_machine *m, uint32_t threads, FILE *out)
+{
+    uint32_t n = 0;
+    for (size_t i = 0; i < mvm_calib_n_figures; i++) {
+        const mvm_calib_figure *f = &mvm_calib_figures[i];
+        double v = *(const double *)((const char *)m + f->off) * f->scale;
+        double k = f->per_thread ? (double)(threads ? threads : 1) : 1;
+        if (v >= f->lo * k && v <= f->hi * k)
+            continue;
+        char per[48] = "";
+        if (f->per_thread)
+            snprintf(per, sizeof per, " for %u thread%s", threads, threads == 1 ? "" : "s");
+        fprintf(out, "moevm calibrate: warning: %s is %.4g %s, outside the plausible %g to %g "
+                "%s%s: the cost file may mislead the planner (was the machine busy, or do the "
+                "experts fit the CPU caches? calibrate again with a longer --time and the model "
+                "you run)\n", f->key, v, f->unit, f->lo * k, f->hi * k, f->unit, per);
+        n++;
+    }
+    return n;
+}

@@ -30,6 +30,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "engine/compute/pool.h"
 #include "engine/model/model.h"
@@ -106,5 +107,25 @@ int mvm_calib_apply_gpu(mvm_machine *m, const mvm_calib_experts *c, uint64_t exp
  * the base's load_setup if under half of it, and the expert's time. -1 (m untouched) when
  * the times do not grow with the bytes. */
 int mvm_calib_apply_copy(mvm_machine *m, const mvm_calib_copy *c);
+
+/* The figures calibrate reports, in a cost file's units (docs/cost-format.md), each with
+ * the range real machines span (per thread where per_thread: the threads' sum). A figure
+ * outside it is a measurement gone wrong — a busy machine, experts small enough to stay in
+ * the CPU caches (one calibration reported 125,337 GB/s of CPU memory bandwidth) — and a
+ * cost file holding it would mislead the policies that plan with it. */
+typedef struct mvm_calib_figure {
+    const char *key, *unit;
+    size_t off;         /* the mvm_machine field, a double */
+    double scale;       /* field -> unit */
+    double lo, hi;      /* plausible, in unit */
+    int per_thread;
+} mvm_calib_figure;
+extern const mvm_calib_figure mvm_calib_figures[];
+extern const size_t mvm_calib_n_figures;
+
+/* One line on `out` for each of m's figures outside its range, for `threads` CPU threads:
+ * "moevm calibrate: warning: cpu_mem_bw is 1.253e+05 GB/s, outside the plausible 0.1 to
+ * 2000 GB/s: ..."; how many. */
+uint32_t mvm_calib_warn_implausible(const mvm_machine *m, uint32_t threads, FILE *out);
 
 #endif

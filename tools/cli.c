@@ -14,10 +14,35 @@
 #include "policy/choose.h"
 #include "vmm/options.h"
 
-int mvm_cli_error(const char *what)
+int mvm_cli_error(const char *cmd, const char *what)
 {
-    fprintf(stderr, "moevm: %s: %s\n", what, mvm_last_error());
+    /* Some messages already start with the command's name ("train-predictor: ..."): once
+     * is enough. */
+    const char *msg = mvm_last_error();
+    size_t n = strlen(cmd);
+    if (!strncmp(msg, cmd, n) && !strncmp(msg + n, ": ", 2))
+        msg += n + 2;
+    fprintf(stderr, "moevm %s: %s%s%s\n", cmd, what ? what : "", what ? ": " : "", msg);
     return 1;
+}
+
+int mvm_cli_choice(const char *cmd, const char *flag, const char *value,
+                   const char *const *names, int *out)
+{
+    int n = 0;
+    while (names[n])
+        n++;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(value, names[i])) {
+            *out = i;
+            return 0;
+        }
+    char list[256] = "";
+    for (int i = 0, o = 0; i < n && o < (int)sizeof list; i++)
+        o += snprintf(list + o, sizeof list - (size_t)o, "%s%s", names[i],
+                      i + 2 < n ? ", " : i + 1 < n ? " or " : "");
+    fprintf(stderr, "moevm %s: %s %s: expected %s\n", cmd, flag, value, list);
+    return 2;
 }
 
 /* getopt_long's val for a long option: CLI_LONG + its row; --help's is CLI_HELP. */
@@ -186,11 +211,11 @@ int mvm_cli_float(const char *cmd, const char *flag, const char *value, double l
 
 int mvm_cli_kv_type(const char *cmd, const char *value, const char **out)
 {
-    if (strcmp(value, "f16") && strcmp(value, "f32")) {
-        fprintf(stderr, "moevm %s: --kv-type %s: expected f16 or f32\n", cmd, value);
+    static const char *const types[] = {"f16", "f32", NULL};
+    int i;
+    if (mvm_cli_choice(cmd, "--kv-type", value, types, &i))
         return 2;
-    }
-    *out = value;
+    *out = types[i];
     return 0;
 }
 
@@ -298,7 +323,7 @@ int mvm_cli_space_desc(const char *cmd, const char *flag, const char *budget,
                        mvm_space_desc *desc)
 {
     if (mvm_space_desc_init(desc) != MVM_OK)
-        return mvm_cli_error("options");
+        return mvm_cli_error(cmd, "options");
     if (budget && mvm_parse_budget(budget, &desc->device_budget, &desc->device_budget_frac)) {
         fprintf(stderr, "moevm %s: %s %s: expected a size (8G), a percentage (25%%) or auto\n",
                 cmd, flag, budget);
@@ -337,4 +362,41 @@ int mvm_cli_capacities(const char *cmd, const char *text, uint32_t n, uint64_t a
         return 2;
     }
     return 0;
+}
+
+size_t mvm_cli_utf8_char(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    if (c < 0x80)
+        return 1;
+    size_t len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3
+               : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    if (!len || len > n)
+        return 0;
+    /* the second byte's range narrows for E0, ED, F0 and F4 (RFC 3629's table) */
+    unsigned lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
+    unsigned hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+    if (s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t i = 2; i < len; i++)
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+    return len;
+}
+
+char *mvm_cli_valid_utf8(const char *text, size_t n)
+{
+    char *out = malloc(3 * n + 1), *o = out;
+    const unsigned char *s = (const unsigned char *)(text ? text : "");
+    for (size_t i = 0; out && i < n;) {
+        size_t k = mvm_cli_utf8_char(s + i, n - i);
+        if (k) {
+            memcpy(o, s + i, k), o += k, i += k;
+        } else {
+            memcpy(o, "\xEF\xBF\xBD", 3), o += 3, i++;
+        }
+    }
+    if (out)
+        *o = '\0';
+    return out;
 }

@@ -95,8 +95,10 @@ enum { MVM_CLI_OPTION = -2, MVM_CLI_END = -1, MVM_CLI_HELP = 0, MVM_CLI_BAD = 2 
  * getopt's state is global: a walk starts afresh at each new iterator, one at a time. */
 int mvm_cli_next(mvm_cli_iter *it);
 
-/* "moevm: <what>: <mvm_last_error()>" on stderr; returns 1. */
-int mvm_cli_error(const char *what);
+/* Every message of the commands is one line "moevm <cmd>: ...". This one is
+ * "moevm <cmd>: <what>: <mvm_last_error()>" on stderr ("moevm <cmd>: <mvm_last_error()>"
+ * for a NULL what; the error's own leading "<cmd>: " dropped); returns 1. */
+int mvm_cli_error(const char *cmd, const char *what);
 
 /* Parses `value` of option `flag` of command `cmd` as an integer in [lo, hi]; on failure
  * prints "moevm <cmd>: <flag> <value>: ..." and returns 2, else 0. */
@@ -119,6 +121,10 @@ int mvm_cli_cpu_moe(const char *cmd, uint32_t n_cpu_moe, uint32_t n_moe_layers,
  * in *len; NULL after "moevm <cmd>: <path>: ..." on stderr. */
 char *mvm_cli_read_text(const char *cmd, const char *path, size_t *len);
 
+/* `value` of option `flag` one of names[] (NULL-terminated): its index into *out, 0; else
+ * "moevm <cmd>: <flag> <value>: expected a, b or c" and 2. */
+int mvm_cli_choice(const char *cmd, const char *flag, const char *value,
+                   const char *const *names, int *out);
 /* --kv-type's value: "f16" or "f32" into *out, 0; else "moevm <cmd>: --kv-type <value>:
  * expected f16 or f32" and 2. */
 int mvm_cli_kv_type(const char *cmd, const char *value, const char **out);
@@ -150,5 +156,13 @@ int mvm_cli_threads(const char *cmd, uint32_t threads, mvm_pool **out);
  * percentage on stderr — redrawn in place on a terminal, every 10% otherwise — and only
  * for work over 64 MiB, so small runs stay quiet. */
 void mvm_cli_progress(void *label, uint64_t done, uint64_t total);
+
+/* The length of the valid UTF-8 character at s[0..n) (n >= 1), 0 when it is not one (a
+ * stray continuation byte, an overlong form, a surrogate, past U+10FFFF, cut short). */
+size_t mvm_cli_utf8_char(const unsigned char *s, size_t n);
+/* text[0..n) as valid UTF-8, NUL-terminated (malloc'd; NULL when out of memory): a model
+ * may emit bytes that are not (byte tokens of a character it never finished), and JSON
+ * must be; each bad byte becomes U+FFFD, as Python's errors="replace" does. */
+char *mvm_cli_valid_utf8(const char *text, size_t n);
 
 #endif

@@ -109,12 +109,6 @@ void mvm_cli_engine_usage(FILE *f)
             "  --ignore-eos    never sample an end-of-generation token (replies run to -n)\n");
 }
 
-int mvm_cli_engine_error(const char *cmd, const char *what)
-{
-    fprintf(stderr, "moevm %s: %s: %s\n", cmd, what, mvm_last_error());
-    return 1;
-}
-
 int mvm_cli_engine_load(const char *cmd, mvm_cli_engine *e, mvm_engine **out)
 {
     char label[600];
@@ -122,7 +116,7 @@ int mvm_cli_engine_load(const char *cmd, mvm_cli_engine *e, mvm_engine **out)
     e->p.progress = mvm_cli_progress;
     e->p.progress_ctx = label;
     if (mvm_engine_load(&e->p, out) != MVM_OK)
-        return mvm_cli_engine_error(cmd, "loading the model");
+        return mvm_cli_error(cmd, "loading the model");
     mvm_engine_info in;
     mvm_engine_get_info(*out, &in);
     char budget[64] = "experts read at their homes";

@@ -60,7 +60,5 @@ uint32_t mvm_cli_common_prefix(const int32_t *a, uint32_t na, const int32_t *b, 
  * *reused: the prompt's tokens not evaluated. */
 mvm_status mvm_cli_prefill(mvm_engine *e, uint32_t seq, int32_t *cached, uint32_t *n_cached,
                            const int32_t *prompt, uint32_t n, float *logits, uint32_t *reused);
-/* "moevm <cmd>: <what>: <mvm_last_error()>"; 1. */
-int mvm_cli_engine_error(const char *cmd, const char *what);
 
 #endif

@@ -16,6 +16,8 @@
  * says which routing each row used. The replay runs on through the trace across
  * repetitions (wrapping at its end), so the timed repetitions do not repeat the warm-up's
  * tokens.
+ *
+ * -o chooses how the rows come out (tools/bench_out.h): the markdown table, CSV, JSON.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -28,11 +30,13 @@
 #include "engine/forward/forward.h"
 #include "engine/plan/plan.h"
 #include "policy/cost_load.h"
+#include "tools/bench_out.h"
 #include "tools/cli.h"
 #include "tools/trace.h"
 #include "vmm/error.h"
 
-#define BENCH_MAX_AXIS 16 /* values of -t and of --gpu-budget */
+#define BENCH_MAX_AXIS 16  /* values of -t and of --gpu-budget */
+#define BENCH_MAX_REPS 1000 /* -r */
 
 struct bench_args {
     const char *model, *evict, *evict_args, *kv_type, *routing;
@@ -42,6 +46,7 @@ struct bench_args {
     uint32_t n_budgets;
     uint32_t cpu_moe[BENCH_MAX_AXIS]; /* --n-cpu-moe's, the budgets instead when n_cpu_moe */
     uint32_t n_cpu_moe;
+    int format; /* -o: mvm_bench_formats */
 };
 
 static void usage(FILE *f)
@@ -49,7 +54,7 @@ static void usage(FILE *f)
     fputs("usage: moevm bench -m MODEL.gguf [-p N] [-n N] [-r REPS] [-t THREADS[,...]]\n"
           "                   [--gpu-budget SIZE|PCT[,...] | --n-cpu-moe N[,...]]\n"
           "                   [--evict NAME[{k=v,...}]] [-b N] [--kv-type f16|f32]\n"
-          "                   [--routing TRACE.jsonl]\n"
+          "                   [--routing TRACE.jsonl] [-o text|csv|json|jsonl]\n"
           "  -m, --model   the GGUF model\n"
           "  -p, --n-prompt  prompt tokens evaluated at once: the ppN test (default 512; 0:\n"
           "                none)\n"
@@ -71,8 +76,13 @@ static void usage(FILE *f)
           "  --routing     benchmark mode: replay this routing trace's expert choices (moevm\n"
           "                run --trace-out of a real model, or moevm trace gen) instead of\n"
           "                the router's; the trace must have the model's layers, experts, top-k\n"
-          "A markdown table on stdout: tokens/s as mean +- standard deviation over the\n"
-          "repetitions, the expert hit rate and the MiB moved into the budget per token.\n",
+          "  -o, --output, --output-format  how the rows come out on stdout, one per test of\n"
+          "                a configuration: text (default; md, its llama-bench name): a\n"
+          "                markdown table; csv: a header line, then the rows; json: an array\n"
+          "                of objects; jsonl: an object a line. Their fields: docs/engine.md\n"
+          "The table: tokens/s as mean +- standard deviation over the repetitions, the expert\n"
+          "hit rate and the MiB moved into the budget per token. CSV and JSON give the hit\n"
+          "rate as a fraction, and JSON each repetition's tokens/s too.\n",
           f);
 }
 
@@ -107,7 +117,7 @@ static int parse_u32_list(const char *flag, char *v, uint32_t lo, uint32_t hi, u
 
 enum {
     O_MODEL = 1, O_PROMPT, O_GEN, O_REPS, O_THREADS, O_BUDGET, O_CPU_MOE, O_NGL, O_EVICT,
-    O_BATCH, O_KV_TYPE, O_ROUTING
+    O_BATCH, O_KV_TYPE, O_ROUTING, O_OUTPUT
 };
 
 /* The options, llama-bench's spellings among them where they mean the same. */
@@ -120,6 +130,7 @@ static const mvm_cli_opt bench_opts[] = {
     {"n-gpu-layers", 0, 1, O_NGL},    {"evict", 0, 1, O_EVICT},
     {"batch", 'b', 1, O_BATCH},       {"batch-size", 0, 1, O_BATCH},
     {"kv-type", 0, 1, O_KV_TYPE},     {"routing", 0, 1, O_ROUTING},
+    {"output", 'o', 1, O_OUTPUT},     {"output-format", 0, 1, O_OUTPUT},
     {0}};
 
 static int parse_option(struct bench_args *a, int id, const char *f, char *v)
@@ -130,13 +141,14 @@ static int parse_option(struct bench_args *a, int id, const char *f, char *v)
     case O_NGL: mvm_cli_gpu_layers("bench", f); return 0;
     case O_PROMPT: return mvm_cli_u32("bench", f, v, 0, 1u << 16, &a->n_prompt);
     case O_GEN: return mvm_cli_u32("bench", f, v, 0, 1u << 16, &a->n_gen);
-    case O_REPS: return mvm_cli_u32("bench", f, v, 1, 1000, &a->reps);
+    case O_REPS: return mvm_cli_u32("bench", f, v, 1, BENCH_MAX_REPS, &a->reps);
     case O_THREADS: return parse_u32_list(f, v, 1, 1024, a->threads, &a->n_threads);
     case O_BUDGET: return split_list(f, v, a->budgets, &a->n_budgets);
     case O_CPU_MOE: return parse_u32_list(f, v, 0, 1u << 16, a->cpu_moe, &a->n_cpu_moe);
     case O_EVICT: return mvm_cli_policy("bench", f, v, &a->evict, &a->evict_args);
     case O_BATCH: return mvm_cli_u32("bench", f, v, 1, 4096, &a->batch);
     case O_KV_TYPE: return mvm_cli_kv_type("bench", v, &a->kv_type);
+    case O_OUTPUT: return mvm_cli_choice("bench", f, v, mvm_bench_formats, &a->format);
     }
     return 0;
 }
@@ -221,6 +233,7 @@ struct bench_run {
     uint64_t rng;
     int32_t *tokens; /* max(n_prompt, 1) ids */
     int progress;    /* stderr is a terminal */
+    mvm_bench_out *out;
 };
 
 static int32_t random_token(struct bench_run *r)
@@ -272,24 +285,26 @@ static mvm_status run_test(struct bench_run *r, int gen, double *seconds, uint64
     return st;
 }
 
-/* The warm-up and the repetitions of test `gen` (see run_test), and its table row. */
-static int bench_test(struct bench_run *r, int gen, const char *prefix)
+/* The warm-up and the repetitions of test `gen` (see run_test), and its row: `row` holds
+ * the configuration's columns. */
+static int bench_test(struct bench_run *r, int gen, mvm_bench_row row)
 {
     const struct bench_args *a = r->a;
     uint32_t n = gen ? a->n_gen : a->n_prompt;
-    double sum = 0, sum2 = 0;
+    double sum = 0, sum2 = 0, samples[BENCH_MAX_REPS];
     uint64_t accesses = 0, hits = 0, moved = 0;
     for (uint32_t rep = 0; rep <= a->reps; rep++) {
         double s;
         uint64_t ac, h, mv;
         if (run_test(r, gen, &s, &ac, &h, &mv) != MVM_OK)
-            return mvm_cli_error(gen ? "bench: generation" : "bench: prompt");
+            return mvm_cli_error("bench", gen ? "generation" : "prompt");
         if (r->progress) /* on a terminal only: a log would fill with the redraws */
             fprintf(stderr, "\r%s%u: %s %u of %u", gen ? "tg" : "pp", n,
                     rep ? "repetition" : "warm-up", rep ? rep : 1, rep ? a->reps : 1);
         if (rep == 0)
             continue;
         double tps = s > 0 ? n / s : 0;
+        samples[rep - 1] = tps;
         sum += tps;
         sum2 += tps * tps;
         accesses += ac;
@@ -300,13 +315,17 @@ static int bench_test(struct bench_run *r, int gen, const char *prefix)
         fprintf(stderr, "\r%*s\r", 40, "");
     double mean = sum / a->reps;
     double var = a->reps > 1 ? (sum2 - sum * mean) / (a->reps - 1) : 0;
-    char hit[16] = "-"; /* experts read at their homes: no residency to report */
-    if (!r->model->experts_at_home)
-        snprintf(hit, sizeof hit, "%.1f%%",
-                 accesses ? 100.0 * (double)hits / (double)accesses : 0.0);
-    printf("%s| %s%u | %.2f +- %.2f | %s | %.2f |\n", prefix, gen ? "tg" : "pp", n, mean,
-           var > 0 ? sqrt(var) : 0.0, hit, (double)moved / 1048576.0 / ((double)n * a->reps));
-    fflush(stdout);
+    row.gen = gen;
+    row.n_tokens = n;
+    row.reps = a->reps;
+    row.samples_ts = samples;
+    row.avg_ts = mean;
+    row.stddev_ts = var > 0 ? sqrt(var) : 0.0;
+    /* experts read at their homes: no residency to report */
+    row.hit_rate = r->model->experts_at_home ? -1
+                 : accesses ? (double)hits / (double)accesses : 0.0;
+    row.mib_per_token = (double)moved / 1048576.0 / ((double)n * a->reps);
+    mvm_bench_out_row(r->out, &row);
     return 0;
 }
 
@@ -319,7 +338,7 @@ static int bench_load(const struct bench_args *a, mvm_pool *pool, uint32_t b, mv
                                 &desc);
     mvm_model *m = NULL;
     if (rc || mvm_model_open(a->model, &m) != MVM_OK)
-        return rc ? rc : mvm_cli_error("loading the model");
+        return rc ? rc : mvm_cli_error("bench", "loading the model");
     if (a->n_cpu_moe && (rc = mvm_cli_cpu_moe("bench", a->cpu_moe[b], m->hp.n_layer, &desc))) {
         mvm_model_free(m);
         return rc;
@@ -334,7 +353,7 @@ static int bench_load(const struct bench_args *a, mvm_pool *pool, uint32_t b, mv
     if (st == MVM_OK)
         st = mvm_model_load_experts(m, space, pool, NULL, mvm_cli_progress, label);
     if (st != MVM_OK) {
-        rc = mvm_cli_error("loading the model");
+        rc = mvm_cli_error("bench", "loading the model");
         mvm_model_free(m);
         return rc;
     }
@@ -344,10 +363,10 @@ static int bench_load(const struct bench_args *a, mvm_pool *pool, uint32_t b, mv
 
 /* Loads the model for one budget on `pool` and runs both tests. */
 static int bench_config(const struct bench_args *a, const mvm_machine *machine, mvm_pool *pool,
-                        uint32_t b, struct replay *replay)
+                        uint32_t b, struct replay *replay, mvm_bench_out *out)
 {
     struct bench_run r = {.a = a, .pool = pool, .machine = machine, .rng = 42,
-                          .progress = isatty(STDERR_FILENO), .replay = replay};
+                          .progress = isatty(STDERR_FILENO), .replay = replay, .out = out};
     int rc = bench_load(a, pool, b, &r.model);
     if (rc)
         return rc;
@@ -357,23 +376,24 @@ static int bench_config(const struct bench_args *a, const mvm_machine *machine, 
     }
     if (!(r.tokens = malloc((a->n_prompt ? a->n_prompt : 1) * sizeof *r.tokens))) {
         mvm_model_free(r.model);
-        return mvm_cli_error("bench");
+        return mvm_cli_error("bench", NULL);
     }
     mvm_space_info info;
     mvm_space_get_info(r.model->space, &info);
-    char types[64], prefix[512], budget[16] = "home";
-    double gib = (double)r.model->expert_bytes * r.model->hp.n_layer * r.model->hp.n_expert /
-                 1073741824.0;
-    if (!r.model->experts_at_home)
-        snprintf(budget, sizeof budget, "%.2f",
-                 (double)info.device_pages * (double)info.page_size / 1073741824.0);
-    snprintf(prefix, sizeof prefix, "| %s | %s | %.2f | %s | %d | %s | %s ",
-             r.model->arch->name, mvm_model_expert_types(r.model, types, sizeof types), gib,
-             info.backend, mvm_pool_size(pool), budget, replay ? "replay" : "own");
+    char types[64];
+    const mvm_bench_row row = {
+        .model = a->model, .arch = r.model->arch->name,
+        .experts = mvm_model_expert_types(r.model, types, sizeof types),
+        .experts_gib = (double)r.model->expert_bytes * r.model->hp.n_layer *
+                       r.model->hp.n_expert / 1073741824.0,
+        .backend = info.backend, .threads = mvm_pool_size(pool),
+        .budget_gib = r.model->experts_at_home
+            ? -1 : (double)info.device_pages * (double)info.page_size / 1073741824.0,
+        .routing = replay ? "replay" : "own"};
     if (a->n_prompt)
-        rc = bench_test(&r, 0, prefix);
+        rc = bench_test(&r, 0, row);
     if (!rc && a->n_gen)
-        rc = bench_test(&r, 1, prefix);
+        rc = bench_test(&r, 1, row);
     free(r.tokens);
     mvm_model_free(r.model);
     return rc;
@@ -388,23 +408,23 @@ int mvm_cmd_bench(int argc, char **argv)
     rc = 0;
     mvm_machine machine;
     if (mvm_machine_load(NULL, "MOEVM_COST", &machine) != MVM_OK)
-        return mvm_cli_error("bench");
+        return mvm_cli_error("bench", NULL);
     struct replay replay = {0};
     mvm_trace *trace = NULL;
     if (a.routing && mvm_trace_load(a.routing, &trace) != MVM_OK)
-        return mvm_cli_error("bench: --routing");
+        return mvm_cli_error("bench", "--routing");
     replay.t = trace;
-    printf("| arch | experts | experts GiB | backend | threads | budget GiB | routing | test "
-           "| t/s | expert hits | MiB moved/token |\n"
-           "|---|---|---|---|---|---|---|---|---|---|---|\n");
+    mvm_bench_out out = {.format = a.format, .f = stdout};
+    mvm_bench_out_begin(&out);
     for (uint32_t t = 0; !rc && t < a.n_threads; t++) {
         mvm_pool *pool;
         if ((rc = mvm_cli_threads("bench", a.threads[t], &pool)))
             break;
         for (uint32_t b = 0; !rc && b < a.n_budgets; b++)
-            rc = bench_config(&a, &machine, pool, b, trace ? &replay : NULL);
+            rc = bench_config(&a, &machine, pool, b, trace ? &replay : NULL, &out);
         mvm_pool_destroy(pool);
     }
+    mvm_bench_out_end(&out);
     mvm_trace_free(trace);
     return rc;
 }

@@ -4,6 +4,7 @@
  * `moevm run --cost`, `moevm sim --cost` or MOEVM_COST. What it cannot measure keeps the
  * --base preset's value; the table it prints says which is which.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -38,7 +39,9 @@ static void usage(FILE *f)
             "                near the GPU): calibrate with those the runs will use\n"
             "  --tokens      the most tokens per expert timed (default 32)\n"
             "  --time        seconds per measured point (default 0.25)\n"
-            "  --gpu-budget  device budget (default MOEVM_GPU_BUDGET); one expert must fit\n");
+            "  --gpu-budget  device budget (default MOEVM_GPU_BUDGET); one expert must fit\n"
+            "A figure outside what machines give (CPU memory above 2000 GB/s, say) is written\n"
+            "but warned about on stderr: measure again before the policies plan with it.\n");
 }
 
 static int parse_args(int argc, char **argv, struct cal_args *a)
@@ -82,27 +85,14 @@ static int parse_args(int argc, char **argv, struct cal_args *a)
     return -1;
 }
 
-/* The fields the table shows, in the file's units, and whether they were measured. */
+/* The figures, in the file's units, and whether they were measured. */
 static void print_table(const mvm_machine *m, const mvm_machine *base, const char *base_name)
 {
-    static const struct {
-        const char *key, *unit;
-        size_t off;
-        double scale;
-    } rows[] = {
-        {"pcie_bw", "GB/s", offsetof(mvm_machine, pcie_bw), 1e-9},
-        {"load_setup", "us", offsetof(mvm_machine, load_setup), 1e6},
-        {"gpu_mem_bw", "GB/s", offsetof(mvm_machine, gpu_mem_bw), 1e-9},
-        {"gpu_flops", "GFLOP/s", offsetof(mvm_machine, gpu_flops), 1e-9},
-        {"gpu_launch", "us", offsetof(mvm_machine, gpu_launch), 1e6},
-        {"cpu_mem_bw", "GB/s", offsetof(mvm_machine, cpu_mem_bw), 1e-9},
-        {"cpu_flops", "GFLOP/s", offsetof(mvm_machine, cpu_flops), 1e-9},
-        {"cpu_setup", "us", offsetof(mvm_machine, cpu_setup), 1e6},
-    };
-    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
-        double v = *(const double *)((const char *)m + rows[i].off);
-        double b = *(const double *)((const char *)base + rows[i].off);
-        fprintf(stderr, "  %-11s %12.4g %-8s %s\n", rows[i].key, v * rows[i].scale, rows[i].unit,
+    for (size_t i = 0; i < mvm_calib_n_figures; i++) {
+        const mvm_calib_figure *f = &mvm_calib_figures[i];
+        double v = *(const double *)((const char *)m + f->off);
+        double b = *(const double *)((const char *)base + f->off);
+        fprintf(stderr, "  %-11s %12.4g %-8s %s\n", f->key, v * f->scale, f->unit,
                 v == b ? "(base)" : "measured");
     }
     fprintf(stderr, "  the zero-copy, attention and network rates: %s's\n", base_name);
@@ -125,7 +115,7 @@ static int write_file(const struct cal_args *a, const mvm_machine *m, const char
     if (f)
         bad |= fclose(f) != 0;
     if (bad) {
-        perror(a->out);
+        fprintf(stderr, "moevm calibrate: %s: %s\n", a->out, strerror(errno));
         return 1;
     }
     fprintf(stderr, "wrote %s: use it with `moevm run --cost %s` or MOEVM_COST=%s\n", a->out,
@@ -154,12 +144,12 @@ static int measure(const struct cal_args *a, mvm_model *model, mvm_pool *pool, m
             a->model, hp->n_layer, hp->n_expert, (double)model->expert_bytes / 1048576.0,
             mvm_pool_size(pool), info.backend);
     if (total < 256.0 * 1048576.0)
-        fprintf(stderr, "note: the experts (%.0f MiB in all) may stay in the CPU caches: the "
-                "CPU rates are those of warm caches (calibrate with the model you run)\n",
-                total / 1048576.0);
+        fprintf(stderr, "moevm calibrate: note: the experts (%.0f MiB in all) may stay in the "
+                "CPU caches: the CPU rates are those of warm caches (calibrate with the model "
+                "you run)\n", total / 1048576.0);
     mvm_calib_experts cpu;
     if (mvm_calib_cpu_experts(model, pool, a->tokens, a->time, &cpu) != MVM_OK)
-        return mvm_cli_error("calibrate");
+        return mvm_cli_error("calibrate", NULL);
     print_points("cpu", &cpu);
     fprintf(stderr, "; fork/join %.1f us\n", cpu.floor_s * 1e6);
     mvm_calib_apply_cpu(m, &cpu, model->expert_bytes, hp->n_embd, hp->n_ff_exp);
@@ -169,7 +159,7 @@ static int measure(const struct cal_args *a, mvm_model *model, mvm_pool *pool, m
     }
     mvm_calib_copy cp;
     if (mvm_calib_copies(model->space, a->time, &cp) != MVM_OK)
-        return mvm_cli_error("calibrate");
+        return mvm_cli_error("calibrate", NULL);
     fprintf(stderr, "copies: %u page(s) %.1f us, %u pages %.1f us\n", cp.pages_small,
             cp.t_small * 1e6, cp.pages_full, cp.t_full * 1e6);
     if (mvm_calib_apply_copy(m, &cp)) {
@@ -184,7 +174,7 @@ static int measure(const struct cal_args *a, mvm_model *model, mvm_pool *pool, m
     }
     mvm_calib_experts gpu;
     if (mvm_calib_gpu_experts(model, pool, a->tokens, a->time, m->gpu_launch, &gpu) != MVM_OK)
-        return mvm_cli_error("calibrate");
+        return mvm_cli_error("calibrate", NULL);
     print_points("gpu", &gpu);
     fputc('\n', stderr);
     mvm_calib_apply_gpu(m, &gpu, model->expert_bytes, hp->n_embd, hp->n_ff_exp);
@@ -199,7 +189,7 @@ int mvm_cmd_calibrate(int argc, char **argv)
         return rc;
     mvm_machine base, m;
     if (mvm_machine_load(a.base, "--base", &base) != MVM_OK)
-        return mvm_cli_error("calibrate");
+        return mvm_cli_error("calibrate", NULL);
     /* A file's base is its own "base" field's preset, not written back; presets stand for
      * themselves. */
     const char *base_name = mvm_machine_preset(base.name) ? base.name : "h100";
@@ -213,7 +203,7 @@ int mvm_cmd_calibrate(int argc, char **argv)
     const mvm_load_args load = {.desc = &desc, .pool = pool, .progress = mvm_cli_progress,
                                 .progress_ctx = "loading"};
     if (mvm_model_load(a.model, &load, &model) != MVM_OK)
-        rc = mvm_cli_error("loading the model");
+        rc = mvm_cli_error("calibrate", "loading the model");
     m = base;
     if (!rc)
         rc = measure(&a, model, pool, &m);
@@ -224,6 +214,7 @@ int mvm_cmd_calibrate(int argc, char **argv)
             snprintf(m.name, sizeof m.name, "calibrated");
         m.name[sizeof m.name - 1] = '\0';
         print_table(&m, &base, base.name);
+        mvm_calib_warn_implausible(&m, (uint32_t)mvm_pool_size(pool), stderr);
         rc = write_file(&a, &m, base_name);
     }
     mvm_model_free(model);

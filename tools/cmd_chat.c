@@ -111,7 +111,7 @@ static int render(struct chat *c, size_t *n)
     mvm_status st = mvm_engine_chat_format(c->e, json, NULL, 1, &text);
     free(json);
     if (st != MVM_OK)
-        return mvm_cli_engine_error("chat", "chat template");
+        return mvm_cli_error("chat", "chat template");
     size_t len = strlen(text);
     if (c->verbose)
         fprintf(stderr, "prompt: %s\n", text);
@@ -127,7 +127,7 @@ static int render(struct chat *c, size_t *n)
     /* at most a token a byte, plus BOS/EOS (a vocabulary needing more: RANGE, an error) */
     st = mvm_engine_tokenize(c->e, text, len, 1, 1, c->prompt, c->cap, n);
     free(text);
-    return st == MVM_OK ? 0 : mvm_cli_engine_error("chat", "tokenizing the conversation");
+    return st == MVM_OK ? 0 : mvm_cli_error("chat", "tokenizing the conversation");
 }
 
 /* Renders the conversation so that it leaves room for a reply, dropping its oldest turns
@@ -162,7 +162,7 @@ static int prefill(struct chat *c, size_t n)
                                     c->logits, &reused);
     c->t_prompt += mvm_now_s() - t0;
     if (st != MVM_OK)
-        return mvm_cli_engine_error("chat", "prompt");
+        return mvm_cli_error("chat", "prompt");
     c->evaluated += n - reused;
     c->reused += reused;
     return 0;
@@ -200,7 +200,7 @@ static int reply(struct chat *c, char **reply)
         }
         memcpy(text + len, piece, np), len += np;
         if (mvm_engine_eval(c->e, 0, &next, 1, c->logits) != MVM_OK) {
-            rc = mvm_cli_engine_error("chat", "decode");
+            rc = mvm_cli_error("chat", "decode");
             break;
         }
         c->cached[c->n_cached++] = next;
@@ -317,15 +317,15 @@ static int open_chat(struct chat *c)
         mvm_status st = mvm_engine_set_chat_template(c->e, src, len);
         free(src);
         if (st != MVM_OK)
-            return mvm_cli_engine_error("chat", c->template_file);
+            return mvm_cli_error("chat", c->template_file);
     }
     mvm_engine_info in;
     mvm_engine_get_info(c->e, &in);
     if (!in.chat_template && !c->template_file)
-        fprintf(stderr, "chat: the model has no chat template (tokenizer.chat_template): "
-                "using ChatML\n");
+        fprintf(stderr, "moevm chat: note: the model has no chat template "
+                "(tokenizer.chat_template): using ChatML\n");
     if (mvm_sampler_create(&c->o.s, in.n_vocab, &c->sampler) != MVM_OK)
-        return mvm_cli_engine_error("chat", "sampler");
+        return mvm_cli_error("chat", "sampler");
     if (!(c->logits = malloc(in.n_vocab * sizeof *c->logits)) ||
         !(c->cached = malloc(in.n_ctx * sizeof *c->cached)) || reset(c)) {
         fprintf(stderr, "moevm chat: out of memory\n");

@@ -123,7 +123,7 @@ static void fill_weights(struct demo *d)
 static int use_experts(struct demo *d, uint32_t l, const int32_t *chosen)
 {
     if (mvm_resid_begin(d->resid, l, chosen, d->a.topk, 1) != MVM_OK)
-        return mvm_cli_error("make-resident");
+        return mvm_cli_error("demo", "make-resident");
     int rc = 0;
     for (uint32_t k = 0; k < d->a.topk && rc == 0 && d->info.host_readable; k++) {
         uint32_t e = (uint32_t)chosen[k], i = l * d->a.experts + e;
@@ -140,7 +140,7 @@ static int use_experts(struct demo *d, uint32_t l, const int32_t *chosen)
                       .counts = d->counts};
     if (mvm_resid_end(d->resid, &step, chosen, d->a.topk, l + 1 == d->a.layers) != MVM_OK &&
         rc == 0)
-        rc = mvm_cli_error("unpin");
+        rc = mvm_cli_error("demo", "unpin");
     for (uint32_t k = 0; k < d->a.topk; k++)
         d->counts[chosen[k]] = 0;
     return rc;
@@ -220,13 +220,13 @@ int mvm_cmd_demo(int argc, char **argv)
     desc.expert_bytes = d.a.expert_bytes / 8 * 8;
     d.a.expert_bytes = desc.expert_bytes;
     if (mvm_space_create(&desc, &d.sp) != MVM_OK)
-        return mvm_cli_error("creating the expert space");
+        return mvm_cli_error("demo", "creating the expert space");
     mvm_space_get_info(d.sp, &d.info);
     mvm_resid_params rp = {.evict = d.a.evict, .evict_args = d.a.evict_args,
                            .top_k = d.a.topk};
     if (mvm_resid_create(d.sp, &rp, &d.resid) != MVM_OK) {
         mvm_space_destroy(d.sp);
-        return mvm_cli_error(d.a.evict ? "--evict" : "residency");
+        return mvm_cli_error("demo", d.a.evict ? "--evict" : "residency");
     }
     printf("demo: %u layers x %u experts of %.1f MiB, top-%u, %u tokens; budget %u pages of "
            "%llu KiB on %s; evict %s\n", d.a.layers, d.a.experts,

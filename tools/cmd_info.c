@@ -30,20 +30,20 @@ int mvm_cmd_info(int argc, char **argv)
      * size, where homes live and whether non-resident experts stay readable. */
     mvm_space_desc d;
     if (mvm_space_desc_init(&d) != MVM_OK)
-        return mvm_cli_error("options");
+        return mvm_cli_error("info", "options");
     d.n_layers = d.n_experts = 1;
     d.expert_bytes = 1;
     d.device_budget = MVM_BUDGET_AUTO;
     mvm_space *sp;
     if (mvm_space_create(&d, &sp) != MVM_OK)
-        return mvm_cli_error("opening the backend");
+        return mvm_cli_error("info", "opening the backend");
     mvm_space_info info;
     mvm_space_get_info(sp, &info);
     mvm_space_destroy(sp);
 
     mvm_topo topo;
     if (mvm_topo_probe(info.pci_bus_id, &topo) != MVM_OK)
-        return mvm_cli_error("probing the topology");
+        return mvm_cli_error("info", "probing the topology");
     printf("topology:   %s\n", topo.summary);
     printf("cpu:        %s kernels, the best this CPU has (MOEVM_CPU_SIMD picks a lower one)\n",
            mvm_k_simd_name(mvm_k_simd_detect()));
@@ -52,7 +52,7 @@ int mvm_cmd_info(int argc, char **argv)
     printf("page size:  %llu KiB\n", (unsigned long long)(info.page_size >> 10));
     mvm_option_value budget;
     if (mvm_option_read(&mvm_opt_gpu_budget, &budget) != MVM_OK)
-        return mvm_cli_error("options");
+        return mvm_cli_error("info", "options");
     if ((uint64_t)budget.i == MVM_BUDGET_AUTO && info.device_free)
         printf("budget:     auto = 90%% of the %llu MiB free on the device less what the "
                "engine's context needs beside the experts, capped at the experts' size\n",

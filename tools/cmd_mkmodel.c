@@ -118,10 +118,10 @@ static int write_model(const mvm_preset *p, const mvm_model_spec *spec, const ch
     mvm_pool *pool;
     if (mvm_topo_probe(NULL, &topo) != MVM_OK ||
         mvm_pool_create(topo.n_cores > 0 ? topo.n_cores : 1, &topo, &pool) != MVM_OK)
-        return mvm_cli_error("mkmodel");
+        return mvm_cli_error("mkmodel", NULL);
     mvm_status st = mvm_mkmodel_write(&s, out, pool, mvm_cli_progress, label);
     mvm_pool_destroy(pool);
-    return st == MVM_OK ? 0 : mvm_cli_error("mkmodel");
+    return st == MVM_OK ? 0 : mvm_cli_error("mkmodel", NULL);
 }
 
 int mvm_cmd_mkmodel(int argc, char **argv)
@@ -201,7 +201,7 @@ int mvm_cmd_mkmodel(int argc, char **argv)
             s.n_ff = ov[k].val;
     }
     if (mvm_spec_check(&s) != MVM_OK)
-        return mvm_cli_error("mkmodel");
+        return mvm_cli_error("mkmodel", NULL);
     char path[512], tn[16];
     if (!out) {
         snprintf(path, sizeof path, "%s-%s-%s.gguf", preset, s.arch, type_name(&s, tn, sizeof tn));

@@ -1,11 +1,14 @@
 /*
  * `moevm run`: load a GGUF MoE model (experts into a moevm space), prefill a prompt,
- * generate, print the text as it comes and a closing statistics line on stderr.
- * --trace-out records the routing for the simulator; --logits-out writes every evaluated
- * position's logits (the numerical tests compare them with tests/ref).
+ * generate, print the text as it comes and a closing statistics line on stderr — or, with
+ * -o json, one JSON object at the end (tools/run_report.h). Ctrl-C stops the generation,
+ * and the report still comes (exit 130). --trace-out records the routing for the
+ * simulator; --logits-out writes every evaluated position's logits (the numerical tests
+ * compare them with tests/ref).
  */
 #include <errno.h>
-#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +22,7 @@
 #include "policy/choose.h"
 #include "policy/cost_load.h"
 #include "tools/cli.h"
+#include "tools/run_report.h"
 #include "tools/sim_inputs.h"
 #include "tools/trace_out.h"
 #include "vmm/error.h"
@@ -41,6 +45,8 @@ struct run_args {
     uint32_t n_cpu_moe;
     float temp, top_p, min_p, repeat_penalty;
     int trace_hidden, cpu_moe_given, dist_flag;
+    int json;       /* -o json: the report as one JSON object on stdout, not the text */
+    int ignore_eos; /* end-of-generation tokens are never sampled */
 };
 
 static void usage(FILE *f)
@@ -55,6 +61,7 @@ static void usage(FILE *f)
             "                 [--route NAME[{k=v,...}]] [--config NAME[{k=v,...}]]\n"
             "                 [--assign NAME[{k=v,...}]] [--cost PRESET|FILE.json]\n"
             "                 [--trace-out FILE.jsonl [--trace-hidden]] [--logits-out FILE]\n"
+            "                 [--ignore-eos] [-o text|json]\n"
             "       mpirun -n RANKS moevm run ... [--place NAME[{k=v,...}]]\n"
             "                 [--server-mem SIZE|PCT[,...]] [--period TOKENS]\n"
             "  -m, --model   the GGUF model (or its first split part)\n"
@@ -63,6 +70,7 @@ static void usage(FILE *f)
             "                newline (as llama.cpp's -f)\n"
             "  --tokens      the prompt as token ids (a model without a vocabulary prints ids)\n"
             "  -n, --n-predict  tokens to generate (default 64); stops early at end-of-text\n"
+            "  --ignore-eos  never sample an end-of-generation token: always -n tokens\n"
             "  -t, --threads threads (default: the cores near the GPU, or all)\n"
             "  --temp        0 = greedy (deterministic); default 0.8, top-k 40, top-p 0.95\n"
             "  --top-k, --top-p, --min-p  the sampling filters (0, 1 and 0 are off; min-p\n"
@@ -102,6 +110,13 @@ static void usage(FILE *f)
             "  --trace-hidden  with --trace-out: also each layer's router input, for\n"
             "                `moevm train-predictor` and the gate/residual predictors (large)\n"
             "  --logits-out  every evaluated position's logits (binary, see docs/engine.md)\n"
+            "  -o, --output-format  text (default): the text as it is generated, and a\n"
+            "                statistics line on stderr (the modules the run used); json: one\n"
+            "                JSON object on stdout at the end instead: the prompt and text,\n"
+            "                token counts, prefill and decode speeds, the memory manager's\n"
+            "                counters and modules (docs/engine.md)\n"
+            "Ctrl-C stops the generation; the statistics (or the JSON, \"interrupted\": true)\n"
+            "still come, and the exit code is 130.\n"
             "Under mpirun the experts are spread over the ranks; rank 0 runs the request and\n"
             "the others compute the experts they hold (docs/distributed.md):\n"
             "  --place       the place module: prism (default; Prism's placement) or uniform\n"
@@ -115,7 +130,8 @@ enum {
     O_MODEL = 1, O_PROMPT, O_FILE, O_TOKENS, O_N, O_THREADS, O_TEMP, O_TOP_K, O_TOP_P,
     O_MIN_P, O_REPEAT_PENALTY, O_REPEAT_LAST_N, O_SEED, O_CTX, O_BATCH, O_KV_TYPE, O_BUDGET,
     O_CPU_MOE, O_NGL, O_EVICT, O_PREDICT, O_PREDICTOR, O_ROUTE, O_CONFIG, O_ASSIGN, O_COST,
-    O_TRACE_OUT, O_TRACE_HIDDEN, O_LOGITS_OUT, O_PLACE, O_SERVER_MEM, O_PERIOD
+    O_TRACE_OUT, O_TRACE_HIDDEN, O_LOGITS_OUT, O_PLACE, O_SERVER_MEM, O_PERIOD, O_OUTPUT,
+    O_IGNORE_EOS
 };
 
 /* The options, llama.cpp's spellings among them where they mean the same. */
@@ -138,7 +154,8 @@ static const mvm_cli_opt run_opts[] = {
     {"cost", 0, 1, O_COST},             {"trace-out", 0, 1, O_TRACE_OUT},
     {"trace-hidden", 0, 0, O_TRACE_HIDDEN}, {"logits-out", 0, 1, O_LOGITS_OUT},
     {"place", 0, 1, O_PLACE},           {"server-mem", 0, 1, O_SERVER_MEM},
-    {"period", 0, 1, O_PERIOD},         {0}};
+    {"period", 0, 1, O_PERIOD},         {"output-format", 'o', 1, O_OUTPUT},
+    {"ignore-eos", 0, 0, O_IGNORE_EOS}, {0}};
 
 /* One option into a; 0, or 2 after its one-line error. */
 static int parse_option(struct run_args *a, int id, const char *f, char *v)
@@ -151,6 +168,7 @@ static int parse_option(struct run_args *a, int id, const char *f, char *v)
     case O_TOKENS: a->tokens = v; return 0;
     case O_TRACE_OUT: a->trace_out = v; return 0;
     case O_TRACE_HIDDEN: a->trace_hidden = 1; return 0;
+    case O_IGNORE_EOS: a->ignore_eos = 1; return 0;
     case O_LOGITS_OUT: a->logits_out = v; return 0;
     case O_BUDGET: a->budget = v; return 0;
     case O_NGL: mvm_cli_gpu_layers("run", f); return 0;
@@ -179,6 +197,10 @@ static int parse_option(struct run_args *a, int id, const char *f, char *v)
     case O_CPU_MOE:
         a->cpu_moe_given = 1;
         return mvm_cli_u32("run", f, v, 0, 1u << 16, &a->n_cpu_moe);
+    case O_OUTPUT: {
+        static const char *const formats[] = {"text", "json", NULL};
+        return mvm_cli_choice("run", f, v, formats, &a->json);
+    }
     }
     return 0;
 }
@@ -313,6 +335,13 @@ static int logits_close(struct logits_file *lf, const char *path)
     return bad;
 }
 
+/* What the generation printed, kept for -o json: the prompt's pieces, then the text's. */
+struct text_out {
+    char *p;
+    size_t n, cap, prompt_len;
+    int failed; /* out of memory: the rest was dropped */
+};
+
 struct session {
     struct run_args a;
     mvm_dist *dist;      /* under mpirun (dist.h), else NULL */
@@ -330,17 +359,48 @@ struct session {
     int32_t *prompt; /* then the tokens generated after it */
     uint32_t n_prompt;
     float *logits;
+    struct text_out out;
+    int32_t *eog;    /* --ignore-eos: the vocabulary's end-of-generation tokens */
+    uint32_t n_eog;
 };
 
-static void print_piece(const struct session *s, int32_t id)
+/* Token id's piece (its id without a vocabulary): on stdout as it comes, or kept for the
+ * JSON report. */
+static void emit_piece(struct session *s, int32_t id)
 {
-    if (!s->tok) {
-        printf(" %d", id);
+    char buf[256];
+    size_t n = s->tok ? mvm_tokenizer_piece(s->tok, id, buf, sizeof buf)
+                      : (size_t)snprintf(buf, sizeof buf, " %d", id);
+    n = n < sizeof buf ? n : sizeof buf;
+    struct text_out *o = &s->out;
+    if (!s->a.json) {
+        fwrite(buf, 1, n, stdout);
         return;
     }
-    char buf[256];
-    size_t n = mvm_tokenizer_piece(s->tok, id, buf, sizeof buf);
-    fwrite(buf, 1, n < sizeof buf ? n : sizeof buf, stdout);
+    if (o->n + n > o->cap) {
+        char *grown = o->failed ? NULL : realloc(o->p, o->cap = 2 * o->cap + n + 256);
+        if (!grown) {
+            o->failed = 1;
+            return;
+        }
+        o->p = grown;
+    }
+    memcpy(o->p + o->n, buf, n);
+    o->n += n;
+}
+
+/* --ignore-eos: the ids to mask before each sample. 0, or 1 after an error. */
+static int find_eog(struct session *s)
+{
+    uint32_t n_vocab = s->model->hp.n_vocab;
+    if (!(s->eog = malloc(n_vocab * sizeof *s->eog))) {
+        fprintf(stderr, "moevm run: out of memory\n");
+        return 1;
+    }
+    for (uint32_t id = 0; id < n_vocab; id++)
+        if (mvm_tokenizer_is_eog(s->tok, (int32_t)id))
+            s->eog[s->n_eog++] = (int32_t)id;
+    return 0;
 }
 
 /* The positions the run takes: --ctx, else the prompt's and -n's, the prompt counted as a
@@ -382,12 +442,12 @@ static int prepare(struct session *s, mvm_space_desc *desc)
         const void *ops;
         const char *args;
         if (mvm_engine_choose(roles[i].role, roles[i].name, roles[i].args, &ops, &args))
-            return mvm_cli_error(roles[i].name ? roles[i].flag : "options");
+            return mvm_cli_error("run", roles[i].name ? roles[i].flag : "options");
     }
     if (mvm_machine_load(a->cost, "--cost", &s->machine) != MVM_OK)
-        return mvm_cli_error("run");
+        return mvm_cli_error("run", NULL);
     if (a->predictor && mvm_sim_load_predictor(a->predictor, &s->inputs) != MVM_OK)
-        return mvm_cli_error("--predictor");
+        return mvm_cli_error("run", "--predictor");
     return mvm_cli_threads("run", a->threads, &s->pool);
 }
 
@@ -397,11 +457,11 @@ static int place(struct session *s, mvm_status st, const uint8_t **held)
 {
     const struct run_args *a = &s->a;
     if ((st = mvm_dist_agree(s->dist, st)) != MVM_OK)
-        return s->server ? 1 : mvm_cli_error("distributed mode");
+        return s->server ? 1 : mvm_cli_error("run", "distributed mode");
     const mvm_model *m = s->model;
     uint32_t n = mvm_dist_size(s->dist);
     const mvm_hparams *hp = &m->hp;
-    int rc = !(s->capacity = calloc(n, sizeof *s->capacity)) ? mvm_cli_error("run")
+    int rc = !(s->capacity = calloc(n, sizeof *s->capacity)) ? mvm_cli_error("run", NULL)
         : mvm_cli_capacities("run", a->server_mem, n,
                              m->expert_bytes * hp->n_layer * hp->n_expert, s->capacity);
     if (!rc) {
@@ -409,7 +469,7 @@ static int place(struct session *s, mvm_status st, const uint8_t **held)
                              .capacity_bytes = s->capacity, .period = a->period,
                              .machine = &s->machine};
         if (mvm_dist_plan(s->dist, m, &p, held) != MVM_OK)
-            rc = s->server ? 1 : mvm_cli_error("distributed mode");
+            rc = s->server ? 1 : mvm_cli_error("run", "distributed mode");
     }
     return rc;
 }
@@ -432,7 +492,7 @@ static int load(struct session *s)
     if (s->dist && (rc = place(s, st, &held)))
         return rc;
     if (!s->dist && st != MVM_OK)
-        return mvm_cli_error("loading the model");
+        return mvm_cli_error("run", "loading the model");
     if (a->cpu_moe_given && /* every rank alike: the same shape */
         (rc = mvm_cli_cpu_moe("run", a->n_cpu_moe, s->model->hp.n_layer, &desc)))
         return rc;
@@ -449,7 +509,7 @@ static int load(struct session *s)
     if (s->dist)
         st = mvm_dist_agree(s->dist, st);
     if (st != MVM_OK)
-        return s->server ? 1 : mvm_cli_error("loading the model");
+        return s->server ? 1 : mvm_cli_error("run", "loading the model");
     if (s->server)
         return 0; /* it needs no tokenizer, and the leader speaks for the job */
     const mvm_hparams *hp = &s->model->hp;
@@ -491,7 +551,7 @@ static int load(struct session *s)
             mvm_now_s() - t0, info.backend, budget, compute, s->machine.name);
     if (mvm_tokenizer_load(s->model->gguf, &s->tok) != MVM_OK) {
         if (!a->tokens)
-            return mvm_cli_error("tokenizer");
+            return mvm_cli_error("run", "tokenizer");
         s->tok = NULL; /* token ids in, token ids out */
     } else if (mvm_tokenizer_n_vocab(s->tok) != hp->n_vocab) {
         fprintf(stderr, "moevm run: %s: the tokenizer has %u tokens but token_embd has %u rows\n",
@@ -520,7 +580,7 @@ static int make_prompt(struct session *s)
         st = mvm_tokenizer_encode(s->tok, text, len, 1, s->prompt, n, &n);
     }
     if (st != MVM_OK)
-        return mvm_cli_error("tokenizing the prompt");
+        return mvm_cli_error("run", "tokenizing the prompt");
     s->n_prompt = (uint32_t)n;
     if (n == 0) {
         fprintf(stderr, "moevm run: the prompt is empty and the model adds no BOS token: give "
@@ -528,54 +588,6 @@ static int make_prompt(struct session *s)
         return 2;
     }
     return 0;
-}
-
-static void print_dist_stats(const mvm_dist *d)
-{
-    mvm_dist_stats ds;
-    mvm_dist_get_stats(d, &ds);
-    char held[256] = "";
-    for (uint32_t r = 0, o = 0; r < ds.ranks && o < sizeof held - 16; r++)
-        o += (uint32_t)snprintf(held + o, sizeof held - o, "%s%u", r ? "/" : "", ds.held[r]);
-    fprintf(stderr, "distributed: %u ranks holding %s experts | remote %" PRIu64 " of %" PRIu64
-            " expert rows (%.1f%%) in %" PRIu64 " requests, %.2f MiB out, %.2f MiB back, "
-            "leader waited %.3f s | %u placements, %u migrations moving %.2f MiB\n",
-            ds.ranks, held, ds.remote_rows, ds.rows,
-            ds.rows ? 100.0 * (double)ds.remote_rows / (double)ds.rows : 0.0, ds.messages,
-            (double)ds.bytes_sent / 1048576.0, (double)ds.bytes_back / 1048576.0, ds.waited_s,
-            ds.placements, ds.migrations, (double)ds.migrated_bytes / 1048576.0);
-}
-
-/* The run's statistics line on stderr: speeds, and what the memory manager's modules did. */
-static void print_stats(const struct session *s, uint32_t generated, double t_prefill,
-                        double t_decode)
-{
-    mvm_stats vs;
-    mvm_resid_stats rs;
-    mvm_space_get_stats(s->model->space, &vs);
-    mvm_resid_get_stats(mvm_ctx_residency(s->ctx), &rs);
-    fprintf(stderr, "prefill %u tokens %.1f tok/s | decode %u tokens %.2f tok/s | expert "
-            "accesses %" PRIu64, s->n_prompt, t_prefill > 0 ? s->n_prompt / t_prefill : 0.0,
-            generated, t_decode > 0 ? generated / t_decode : 0.0, rs.accesses);
-    if (s->model->experts_at_home) /* nothing moved: no residency to report */
-        fprintf(stderr, ", all read at their homes\n");
-    else
-        fprintf(stderr, " (hit %.1f%%, %.1f%% partial, %" PRIu64 " from host, %" PRIu64
-                " extra rounds; evict %s: %" PRIu64 " out; predict %s: %" PRIu64
-                " prefetched, %" PRIu64 " used, %" PRIu64 " in time; route %s: %" PRIu64
-                " substituted; config %s: %" PRIu64 " changes, %" PRIu64 " split; assign %s: %"
-                PRIu64 " on CPU, %" PRIu64 " zero-copy, %" PRIu64 " planned) | moved %.1f MiB\n",
-                rs.accesses ? 100.0 * (double)rs.hits / (double)rs.accesses : 0.0,
-                rs.accesses ? 100.0 * (double)rs.partial_hits / (double)rs.accesses : 0.0,
-                rs.bypassed, rs.extra_rounds,
-                mvm_resid_evict_name(mvm_ctx_residency(s->ctx)), rs.evictions,
-                mvm_prefetcher_name(mvm_ctx_prefetcher(s->ctx)), rs.prefetches,
-                rs.prefetch_used, rs.prefetch_hits,
-                mvm_substitutor_name(mvm_ctx_substitutor(s->ctx)),
-                mvm_substitutor_count(mvm_ctx_substitutor(s->ctx)),
-                mvm_resid_config_name(mvm_ctx_residency(s->ctx)), rs.reconfigs, rs.splits,
-                mvm_resid_assign_name(mvm_ctx_residency(s->ctx)), rs.cpu_runs,
-                rs.zerocopy_runs, rs.planned, (double)vs.bytes_moved / 1048576.0);
 }
 
 /* The context of n_ctx positions and what the generation writes and samples with: the
@@ -595,14 +607,14 @@ static int prepare_generation(struct session *s, uint32_t n_ctx)
         .routing = {.route = a->route, .route_args = a->route_args},
         .kv_type = a->kv_type};
     if (mvm_ctx_create(s->model, s->pool, n_ctx, a->batch, &pol, &s->ctx) != MVM_OK)
-        return mvm_cli_error("the inference context");
+        return mvm_cli_error("run", "the inference context");
     fprintf(stderr, "context: %u positions, batches of %u, KV cache %.1f MiB (%s)\n", n_ctx,
             a->batch, (double)mvm_ctx_kv_bytes(s->ctx) / 1048576.0, mvm_ctx_kv_type(s->ctx));
     if (s->dist && mvm_dist_attach(s->dist, s->ctx) != MVM_OK)
-        return mvm_cli_error("distributed mode");
+        return mvm_cli_error("run", "distributed mode");
     if (a->trace_out) {
         if (mvm_trace_open(a->trace_out, s->model, a->trace_hidden, &s->trace) != MVM_OK)
-            return mvm_cli_error("--trace-out");
+            return mvm_cli_error("run", "--trace-out");
         mvm_ctx_set_route_observer(s->ctx, mvm_trace_route, s->trace);
     }
     if (a->logits_out && logits_open(&s->lf, a->logits_out, hp->n_vocab))
@@ -612,7 +624,9 @@ static int prepare_generation(struct session *s, uint32_t n_ctx)
                              .repeat_penalty = a->repeat_penalty,
                              .repeat_last_n = a->repeat_last_n};
     if (mvm_sampler_create(&sp, hp->n_vocab, &s->sampler) != MVM_OK)
-        return mvm_cli_error("sampler");
+        return mvm_cli_error("run", "sampler");
+    if (a->ignore_eos && s->tok && find_eog(s))
+        return 1;
     size_t rows = a->logits_out ? s->n_prompt : 1;
     int32_t *tokens = realloc(s->prompt, ((size_t)s->n_prompt + a->n_predict) * sizeof *tokens);
     if (tokens)
@@ -622,6 +636,56 @@ static int prepare_generation(struct session *s, uint32_t n_ctx)
         return 1;
     }
     return 0;
+}
+
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    interrupted = 1;
+}
+
+/* Ctrl-C from now on stops the generation, not the program: the report still comes. A
+ * second one (the handler reset) ends it at once, as in a long prefill. SA_RESTART: the
+ * trace's and the logits' writes must not fail with EINTR. */
+static void catch_sigint(void)
+{
+    struct sigaction sa = {.sa_handler = on_sigint, .sa_flags = SA_RESTART | SA_RESETHAND};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+}
+
+/* The closing report; the exit code: 130 after Ctrl-C, as a shell reports it. */
+static int report(const struct session *s, uint32_t generated, double t_prefill,
+                  double t_decode)
+{
+    const struct run_args *a = &s->a;
+    const struct text_out *o = &s->out;
+    if (o->failed) {
+        fprintf(stderr, "moevm run: out of memory for the text\n");
+        return 1;
+    }
+    mvm_run_report r = {.model_path = a->model, .model = s->model, .ctx = s->ctx,
+                        .dist = s->dist, .prompt = o->p, .prompt_len = o->prompt_len,
+                        .text = o->p ? o->p + o->prompt_len : NULL,
+                        .text_len = o->n - o->prompt_len,
+                        .generated = s->prompt + s->n_prompt, .n_prompt = s->n_prompt,
+                        .n_generated = generated, .n_predict = a->n_predict,
+                        .t_prefill = t_prefill, .t_decode = t_decode,
+                        .interrupted = interrupted};
+    if (!a->json) {
+        printf("\n");
+        fflush(stdout); /* the text before the statistics on a terminal showing both */
+    }
+    if (interrupted)
+        fprintf(stderr, "moevm run: interrupted: %u of %u tokens generated\n", generated,
+                a->n_predict);
+    if (a->json && mvm_run_report_json(&r, stdout))
+        return 1;
+    if (!a->json)
+        mvm_run_report_text(&r);
+    return interrupted ? 130 : 0;
 }
 
 static int generate(struct session *s)
@@ -642,12 +706,13 @@ static int generate(struct session *s)
         return rc;
     size_t rows = a->logits_out ? s->n_prompt : 1;
     for (uint32_t i = 0; i < s->n_prompt; i++)
-        print_piece(s, s->prompt[i]);
+        emit_piece(s, s->prompt[i]);
+    s->out.prompt_len = s->out.n;
     fflush(stdout);
 
     double t0 = mvm_now_s();
     if (mvm_ctx_eval(s->ctx, s->prompt, s->n_prompt, s->logits, a->logits_out != NULL) != MVM_OK)
-        return mvm_cli_error("prefill");
+        return mvm_cli_error("run", "prefill");
     double t_prefill = mvm_now_s() - t0;
     logits_add(&s->lf, s->prompt, 0, a->logits_out ? s->n_prompt : 0, s->logits);
     const float *last = s->logits + (rows - 1) * hp->n_vocab;
@@ -655,27 +720,22 @@ static int generate(struct session *s)
 
     uint32_t generated = 0;
     t0 = mvm_now_s();
-    while (generated < a->n_predict) {
+    while (generated < a->n_predict && !interrupted) {
+        for (uint32_t i = 0; i < s->n_eog; i++)
+            s->logits[s->eog[i]] = -INFINITY;
         int32_t next = mvm_sampler_sample_after(s->sampler, s->logits, hp->n_vocab, s->prompt,
                                                 s->n_prompt + generated);
         if (s->tok && mvm_tokenizer_is_eog(s->tok, next))
             break;
-        print_piece(s, next);
+        emit_piece(s, next);
         fflush(stdout);
         uint32_t pos = mvm_ctx_n_past(s->ctx);
         if (mvm_ctx_eval(s->ctx, &next, 1, s->logits, 0) != MVM_OK)
-            return mvm_cli_error("decode");
+            return mvm_cli_error("run", "decode");
         logits_add(&s->lf, &next, pos, a->logits_out ? 1 : 0, s->logits);
         s->prompt[s->n_prompt + generated++] = next;
     }
-    double t_decode = mvm_now_s() - t0;
-    printf("\n");
-    fflush(stdout); /* the text before the statistics on a terminal showing both */
-
-    print_stats(s, generated, t_prefill, t_decode);
-    if (s->dist)
-        print_dist_stats(s->dist);
-    return 0;
+    return report(s, generated, t_prefill, mvm_now_s() - t0);
 }
 
 int mvm_cmd_run(int argc, char **argv)
@@ -685,12 +745,14 @@ int mvm_cmd_run(int argc, char **argv)
     if (rc >= 0)
         return rc;
     if (mvm_dist_init(&s.dist) != MVM_OK)
-        return mvm_cli_error("distributed mode");
+        return mvm_cli_error("run", "distributed mode");
     s.server = s.dist && mvm_dist_rank(s.dist) != 0;
     rc = load(&s);
+    if (!rc)
+        catch_sigint();
     int serving = !rc && s.server;
     if (serving && mvm_dist_serve(s.dist, s.model, s.pool, s.a.batch) != MVM_OK)
-        rc = mvm_cli_error("expert server");
+        rc = mvm_cli_error("run", "expert server");
     if (!rc && !s.server)
         rc = make_prompt(&s);
     if (!rc && !s.server)
@@ -698,7 +760,7 @@ int mvm_cmd_run(int argc, char **argv)
     if (s.dist && !s.server)
         mvm_dist_stop(s.dist);
     if (mvm_trace_close(s.trace) != MVM_OK && !rc)
-        rc = mvm_cli_error("--trace-out");
+        rc = mvm_cli_error("run", "--trace-out");
     if (logits_close(&s.lf, s.a.logits_out) && !rc)
         rc = 1;
     mvm_sampler_free(s.sampler);
@@ -711,6 +773,8 @@ int mvm_cmd_run(int argc, char **argv)
     free(s.a.file_text);
     free(s.logits);
     free(s.capacity);
+    free(s.out.p);
+    free(s.eog);
     mvm_dist_finish(s.dist, serving && rc);
     return rc;
 }

@@ -77,7 +77,27 @@ static void usage(FILE *f)
             "  --alpha-for MS  choose route importance's alpha for MS ms/token (SMoE §V-C):\n"
             "               --steps alphas over [0, 1] (default 11) and a polynomial fit of\n"
             "               --alpha-degree D (default 2)\n"
-            "  --servers N  the multi-server model of the place role instead (--servers --help)\n",
+            "  --servers N  the multi-server model of the place role instead (--servers --help)\n"
+            "The table: a row per policy set, modelled over every token of the trace.\n"
+            "  hit %%       expert accesses whose expert was wholly resident when routed\n"
+            "  part %%      accesses that found only a page prefix resident (a config split:\n"
+            "               the prefix computes while the rest loads)\n"
+            "  moved GB    bytes copied into the budget, on demand and prefetched (10^9)\n"
+            "  pf-pr       prefetch precision: of the experts prefetched, the share used before\n"
+            "               being evicted\n"
+            "  pf-rc       prefetch recall: of the accesses that would have missed but for the\n"
+            "               prefetches (the misses, and the hits on prefetched experts), the\n"
+            "               share a prefetch made hits\n"
+            "  cpu %%       accesses run on the CPU threads (the assign module's choice, or no\n"
+            "               room and no --zerocopy)\n"
+            "  ms/token    modelled time per token, the sum of the four columns after it:\n"
+            "  attn        attention and the rest of a layer that is not experts (the cost's\n"
+            "               attn_time)\n"
+            "  gpu         experts computing on the GPU (zero-copy reads included)\n"
+            "  stall       the GPU waiting for copies to land\n"
+            "  cpu-w       waiting for the CPU's experts after the GPU's were done\n"
+            "--alpha-for prints alpha, ms/token, hit %% and substitutions per token for each\n"
+            "alpha, then the alpha to use.\n",
             mvm_machine_preset_names());
 }
 
@@ -321,7 +341,7 @@ int mvm_sim_cli_cost(const char *spec, const mvm_trace *t, mvm_cost *cost)
 {
     mvm_machine m;
     if (mvm_machine_load(spec, "--cost", &m) != MVM_OK)
-        return mvm_cli_error("sim");
+        return mvm_cli_error("sim", NULL);
     mvm_cost_init(cost, &m, t->hdr.expert_bytes, t->hdr.n_embd, t->hdr.n_ff_exp);
     return 0;
 }
@@ -364,7 +384,7 @@ static int sweep(const struct sim_args *a, const mvm_trace *t, const mvm_cost *c
             mvm_sim_result r;
             if (mvm_sim_run(t, cost, cfg, &r) != MVM_OK) {
                 free(ms), free(x), fclose(csv);
-                return mvm_cli_error("sim");
+                return mvm_cli_error("sim", NULL);
             }
             char label[200];
             snprintf(label, sizeof label, "%s @ %.0f%%", a->sets[s].label, pct);
@@ -434,7 +454,7 @@ int mvm_cmd_sim(int argc, char **argv)
     mvm_trace *t;
     if (a.trace ? mvm_trace_load(a.trace, &t) != MVM_OK
                 : synthetic(a.shape, a.shape ? NULL : a.model, &t) != MVM_OK)
-        return mvm_cli_error(a.trace ? "--trace" : a.shape ? "--model-shape" : "--model");
+        return mvm_cli_error("sim", a.trace ? "--trace" : a.shape ? "--model-shape" : "--model");
     if (!a.trace)
         a.trace = a.shape ? a.shape : a.model;
     mvm_sim_config cfg;
@@ -444,7 +464,7 @@ int mvm_cmd_sim(int argc, char **argv)
         (a.predictor && mvm_sim_load_predictor(a.predictor, &in) != MVM_OK)) {
         mvm_sim_inputs_free(&in);
         mvm_trace_free(t);
-        return mvm_cli_error(a.model ? "--model" : "--predictor");
+        return mvm_cli_error("sim", a.model ? "--model" : "--predictor");
     }
     cfg.router = in.model ? &in.router.r : NULL;
     cfg.predictor = in.predictor;
@@ -477,7 +497,7 @@ int mvm_cmd_sim(int argc, char **argv)
             apply_set(&a.sets[s], &cfg);
             mvm_sim_result r;
             if (mvm_sim_run(t, &cost, &cfg, &r) != MVM_OK)
-                rc = mvm_cli_error("sim");
+                rc = mvm_cli_error("sim", NULL);
             else
                 print_row(a.sets[s].label, &r);
         }

@@ -36,7 +36,7 @@ int mvm_sim_alpha_cli(const mvm_trace *t, const mvm_cost *cost, mvm_sim_config *
         cfg->params[MVM_ROLE_ROUTE] = params;
         mvm_sim_result r;
         if (mvm_sim_run(t, cost, cfg, &r) != MVM_OK) {
-            rc = mvm_cli_error("sim");
+            rc = mvm_cli_error("sim", NULL);
             break;
         }
         double tok = r.tokens ? (double)r.tokens : 1;

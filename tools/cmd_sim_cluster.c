@@ -41,7 +41,14 @@ static void usage(FILE *f)
             "                (default 'uniform;prism')\n"
             "  --period      tokens between placement decisions (default 256; 0: never again)\n"
             "  --rtt, --link-bw  every link's round trip and bandwidth (default: the cost's;\n"
-            "                Prism's 500 Mbit/s testbed link when the cost has no network)\n",
+            "                Prism's 500 Mbit/s testbed link when the cost has no network)\n"
+            "The table: a row per place module.\n"
+            "  local %%      expert calls served on the token's home server\n"
+            "  ms/token     modelled latency per token: over its layers, attention and the\n"
+            "                slowest of its expert calls (Prism's Eq. 1)\n"
+            "  migrations   placements adopted after the first\n"
+            "  migrated GB  bytes their copies moved over the links (10^9)\n"
+            "  then ms/token of the tokens whose home is each server, server 0 first\n",
             MAX_SERVERS);
 }
 
@@ -117,7 +124,7 @@ static int run_one(const mvm_trace *t, const mvm_cost *cost, const mvm_cluster *
     }
     mvm_sim_cluster_result r;
     if (mvm_sim_cluster_run(t, cost, c, name, params, period, &r) != MVM_OK)
-        return mvm_cli_error("sim");
+        return mvm_cli_error("sim", NULL);
     printf("%-28.28s %7.1f %9.3f %10u %11.2f", label, 100.0 * r.local_share,
            1e3 * r.mean_latency, r.migrations, (double)r.bytes_migrated / 1e9);
     for (uint32_t s = 0; s < r.n_servers && s < 8; s++)
@@ -135,13 +142,13 @@ int mvm_sim_cluster_cli(int argc, char **argv)
         return rc;
     mvm_trace *t;
     if (mvm_trace_load(a.trace, &t) != MVM_OK)
-        return mvm_cli_error("--trace");
+        return mvm_cli_error("sim", "--trace");
     mvm_cost cost;
     uint32_t n = a.servers;
     uint64_t all = (uint64_t)t->hdr.n_layers * t->hdr.n_experts * t->hdr.expert_bytes;
     uint64_t *cap = malloc(n * sizeof *cap);
     double *rtt = malloc((size_t)n * n * sizeof *rtt), *bw = malloc((size_t)n * n * sizeof *bw);
-    rc = !cap || !rtt || !bw ? mvm_cli_error("sim") : mvm_sim_cli_cost(a.cost, t, &cost);
+    rc = !cap || !rtt || !bw ? mvm_cli_error("sim", NULL) : mvm_sim_cli_cost(a.cost, t, &cost);
     if (!rc)
         rc = mvm_cli_capacities("sim", a.mem, n, all, cap);
     if (!rc) {

@@ -24,18 +24,6 @@ static void usage(FILE *f)
             "escapes (a control token such as BOS: its name, unquoted).\n");
 }
 
-/* The length of the UTF-8 character at s[0..n) when it is whole and valid, else 0. */
-static size_t utf8_char(const unsigned char *s, size_t n)
-{
-    size_t len = s[0] >= 0xF0 && s[0] < 0xF5 ? 4 : s[0] >= 0xE0 ? 3 : s[0] >= 0xC2 ? 2 : 0;
-    if (len == 0 || len > n)
-        return 0;
-    for (size_t i = 1; i < len; i++)
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-    return len;
-}
-
 /* A piece in quotes: whole UTF-8 characters as they are, anything else (control bytes, a
  * byte of a character the next token finishes) as a C escape. */
 static void print_quoted(const char *piece, size_t n)
@@ -43,7 +31,7 @@ static void print_quoted(const char *piece, size_t n)
     const unsigned char *s = (const unsigned char *)piece;
     putchar('\'');
     for (size_t i = 0; i < n;) {
-        size_t len = s[i] >= 0x80 ? utf8_char(s + i, n - i) : 1;
+        size_t len = s[i] >= 0x80 ? mvm_cli_utf8_char(s + i, n - i) : 1;
         if (len > 1)
             fwrite(s + i, 1, len, stdout);
         else if (s[i] == '\n')
@@ -66,11 +54,11 @@ static int tokenize(const char *model, const char *text, size_t len, int ids_onl
     mvm_gguf *g;
     mvm_tokenizer *t = NULL;
     if (mvm_gguf_open(model, &g) != MVM_OK)
-        return mvm_cli_error("tokenize");
+        return mvm_cli_error("tokenize", NULL);
     mvm_status st = mvm_tokenizer_load(g, &t);
     mvm_gguf_close(g);
     if (st != MVM_OK)
-        return mvm_cli_error(model);
+        return mvm_cli_error("tokenize", model);
     size_t n = 0, cap = len + 8;
     int32_t *ids = malloc(cap * sizeof *ids);
     st = ids ? mvm_tokenizer_encode(t, text, len, special, ids, cap, &n) : MVM_ERR_NOMEM;
@@ -84,7 +72,7 @@ static int tokenize(const char *model, const char *text, size_t len, int ids_onl
     if (st != MVM_OK) {
         free(ids);
         mvm_tokenizer_free(t);
-        return mvm_cli_error("tokenize");
+        return mvm_cli_error("tokenize", NULL);
     }
     char piece[256];
     for (size_t i = 0; i < n; i++) {

@@ -116,11 +116,11 @@ static int cmd_gen(int argc, char **argv)
     }
     mvm_trace *t;
     if (mvm_trace_generate(&g, &t) != MVM_OK)
-        return mvm_cli_error(cmd);
+        return mvm_cli_error(cmd, NULL);
     mvm_status st = mvm_trace_save(t, out);
     mvm_trace_free(t);
     if (st != MVM_OK)
-        return mvm_cli_error(cmd);
+        return mvm_cli_error(cmd, NULL);
     printf("%s: %u tokens in %u request%s, %s (%u layers, %u experts, top-%u)\n", out, g.tokens,
            g.requests, g.requests == 1 ? "" : "s", g.shape, g.hdr.n_layers, g.hdr.n_experts,
            g.hdr.top_k);
@@ -145,20 +145,20 @@ static int cmd_stats(int argc, char **argv)
     if (next != MVM_CLI_END)
         return next;
     if (it.n_args != 1) {
-        fprintf(stderr, "usage: moevm trace stats FILE.jsonl\n");
+        fprintf(stderr, "moevm trace stats: FILE.jsonl is required (see --help)\n");
         return 2;
     }
     const char *path = it.args[0];
     mvm_trace *t;
     if (mvm_trace_load(path, &t) != MVM_OK)
-        return mvm_cli_error("trace stats");
+        return mvm_cli_error("trace stats", NULL);
     const mvm_trace_header *h = &t->hdr;
     mvm_trace_layer_stats mean;
     mvm_trace_layer_stats *per = malloc(h->n_layers * sizeof *per);
     if (!per || mvm_trace_stats(t, per, &mean) != MVM_OK) {
-        int rc = per ? mvm_cli_error("trace stats") : 1;
+        int rc = per ? mvm_cli_error("trace stats", NULL) : 1;
         if (!per)
-            fprintf(stderr, "moevm: trace stats: out of memory\n");
+            fprintf(stderr, "moevm trace stats: out of memory\n");
         free(per);
         mvm_trace_free(t);
         return rc;

@@ -166,12 +166,12 @@ static int write_file(const char *path, const void *bytes, size_t size)
 {
     mvm_file_replace file;
     if (mvm_file_replace_open(&file, path, "wb") != MVM_OK)
-        return mvm_cli_error(cmd);
+        return mvm_cli_error(cmd, NULL);
     mvm_status st = MVM_OK;
     if (fwrite(bytes, 1, size, file.f) != size)
         st = mvm_fail(MVM_ERR_BACKEND, "%s: writing failed: %s", file.tmp, strerror(errno));
     if (mvm_file_replace_commit(&file, st) != MVM_OK)
-        return mvm_cli_error(cmd);
+        return mvm_cli_error(cmd, NULL);
     return 0;
 }
 
@@ -183,7 +183,7 @@ int mvm_cmd_train_predictor(int argc, char **argv)
         return rc;
     mvm_trace *t;
     if (mvm_trace_load(a.trace, &t) != MVM_OK)
-        return mvm_cli_error(cmd);
+        return mvm_cli_error(cmd, NULL);
     if (!t->hidden) {
         fprintf(stderr, "moevm %s: %s: has no hidden states; record with `moevm run --trace-out "
                 "FILE --trace-hidden`\n", cmd, a.trace);
@@ -208,8 +208,7 @@ int mvm_cmd_train_predictor(int argc, char **argv)
     fprintf(stderr, "%s: %s: %u tokens, %u layers, %u experts, top-%u, n_embd %u\n", cmd,
             a.trace, t->n_tokens, h->n_layers, h->n_experts, h->top_k, h->n_embd);
     if (mvm_predictor_train(&d, &a.o, ev, &blob, &size) != MVM_OK) {
-        fprintf(stderr, "moevm: %s\n", mvm_last_error()); /* "train-predictor: ..." */
-        rc = 1;
+        rc = mvm_cli_error(cmd, NULL);
     } else {
         rc = write_file(a.out, blob, size);
         if (!rc)

@@ -73,7 +73,7 @@ int main(int argc, char **argv)
         /* Options are validated up front, so a typo fails here with its name rather than
          * deep inside a run. */
         if (mvm_options_check() != MVM_OK)
-            return mvm_cli_error("environment");
+            return mvm_cli_error(commands[i].name, "environment");
         return commands[i].run(argc - 1, argv + 1);
     }
     fprintf(stderr, "moevm: unknown command '%s'\n\n", argv[1]);
