@@ -1,26 +1,36 @@
 # Thin wrapper over CMake. The two commands of the README:
-#   make run   installs what is missing, builds, and runs the default job
-#   make test  installs what is missing, builds and runs every test: a plain build, then
+#   make run   installs what is missing to build and run the demo (not what only the tests
+#              and the distributed mode use: Open MPI, NumPy...), builds, runs the default job
+#   make test  installs everything missing, builds and runs every test: a plain build, then
 #              AddressSanitizer+UBSan and ThreadSanitizer builds
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build run test bench install clean
+.PHONY: all deps deps-run build run test bench install clean
 
 all: build
 
 deps:
 	@bash scripts/install-deps.sh
 
-build: deps
+deps-run:
+	@bash scripts/install-deps.sh --run
+
+# The plain build, after whichever deps target asked for it.
+define configure_and_build
 	@cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) >/dev/null
 	@cmake --build build -j$(JOBS)
+endef
+
+build: deps
+	$(configure_and_build)
 
 # The default job: a tiny Qwen3-MoE-shaped model (random weights, trained vocabulary) made
 # once, then generated from, every expert read through the virtual expert address space.
 DEFAULT_MODEL = build/tiny-qwen3moe-f32.gguf
 
-run: build
+run: deps-run
+	$(configure_and_build)
 	@test -f $(DEFAULT_MODEL) || ./build/moevm mkmodel --preset tiny --arch qwen3moe -o $(DEFAULT_MODEL)
 	./build/moevm run -m $(DEFAULT_MODEL) -p "Once upon a time" -n 48 --seed 1
 

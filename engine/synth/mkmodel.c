@@ -533,6 +533,11 @@ static enum mvm_vocab_style vocab_style(const mvm_model_spec *s)
     return strcmp(s->arch, "olmoe") == 0 ? MVM_VOCAB_OLMO : MVM_VOCAB_QWEN2;
 }
 
+mvm_status mvm_spec_vocab(const mvm_model_spec *s, mvm_vocab *out)
+{
+    return mvm_vocab_build(vocab_style(s), s->n_vocab, out);
+}
+
 mvm_status mvm_mkmodel_write(const mvm_model_spec *s, const char *path, mvm_pool *pool,
                              mvm_mkmodel_progress progress, void *progress_ctx)
 {
@@ -561,7 +566,7 @@ mvm_status mvm_mkmodel_write(const mvm_model_spec *s, const char *path, mvm_pool
         goto out;
     }
     if ((st = mvm_gguf_writer_new(&w)) || (st = set_keys(s, w)) ||
-        (st = mvm_vocab_build(vocab_style(s), s->n_vocab, &vocab)))
+        (st = mvm_spec_vocab(s, &vocab)))
         goto out;
     have_vocab = 1;
     if ((st = mvm_vocab_write(&vocab, w)))

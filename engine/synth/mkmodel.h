@@ -8,9 +8,11 @@
 #ifndef MVM_ENGINE_SYNTH_MKMODEL_H
 #define MVM_ENGINE_SYNTH_MKMODEL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "engine/compute/pool.h"
+#include "engine/synth/vocab_build.h"
 #include "kernels/cpu/kernels.h"
 #include "moevm/moevm.h"
 
@@ -63,6 +65,9 @@ typedef struct mvm_preset {
 const mvm_preset *mvm_preset_find(const char *name, const char *arch);
 /* Prints the presets with their shapes and sizes at `type`. */
 void mvm_preset_list(enum mvm_wtype type);
+/* The i-th preset in --list's order (from 0), NULL past the last: for tests that want
+ * every one. */
+const mvm_preset *mvm_preset_at(size_t i);
 
 /* The experts' intermediate size of a spec (n_ff or n_ff_exp by architecture). */
 uint32_t mvm_spec_expert_ff(const mvm_model_spec *s);
@@ -73,6 +78,10 @@ mvm_status mvm_spec_check(const mvm_model_spec *s);
 void mvm_spec_bytes(const mvm_model_spec *s, uint64_t *total, uint64_t *experts);
 
 typedef void (*mvm_mkmodel_progress)(void *ctx, uint64_t done, uint64_t total);
+
+/* Builds the vocabulary a model of s's kind carries (its family's style, s->n_vocab
+ * tokens: vocab_build.h); free it with mvm_vocab_free. */
+mvm_status mvm_spec_vocab(const mvm_model_spec *s, mvm_vocab *out);
 
 /* The chat template (Jinja) a model of s's architecture carries as tokenizer.chat_template:
  * its family's format (engine/synth/chat_templates.c); NULL for none. */

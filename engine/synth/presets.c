@@ -173,6 +173,11 @@ const mvm_preset *mvm_preset_find(const char *name, const char *arch)
     return NULL;
 }
 
+const mvm_preset *mvm_preset_at(size_t i)
+{
+    return i < sizeof presets / sizeof *presets ? &presets[i] : NULL;
+}
+
 void mvm_preset_list(enum mvm_wtype type)
 {
     printf("%-18s %-9s %8s %8s  %s\n", "preset", "arch", "total", "experts", "shape");

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/synth/vocab_fill.h"
 #include "engine/tokenizer/tokenizer_impl.h"
 #include "vmm/error.h"
 
@@ -16,9 +17,40 @@ struct mvm_vocab_store {
 
 static const char space_mark[3] = {'\xE2', '\x96', '\x81'}; /* U+2581 */
 
-/* DeepSeek's BOS and EOS, "<｜begin▁of▁sentence｜>" and "<｜end▁of▁sentence｜>". */
-#define DS_BOS "<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"
-#define DS_EOS "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"
+/* DeepSeek's special tokens are spelled with full-width bars and "▁": "<｜User｜>". */
+#define DS(name) "<\xEF\xBD\x9C" name "\xEF\xBD\x9C>"
+#define SP "\xE2\x96\x81"
+#define DS_BOS DS("begin" SP "of" SP "sentence")
+#define DS_EOS DS("end" SP "of" SP "sentence")
+/* The turn and tool-call delimiters of DeepSeek-V3's chat format (templates/deepseek3.jinja). */
+#define DS_CHAT DS("User"), DS("Assistant"), DS("tool" SP "calls" SP "begin"), \
+    DS("tool" SP "calls" SP "end"), DS("tool" SP "call" SP "begin"), \
+    DS("tool" SP "call" SP "end"), DS("tool" SP "sep"), DS("tool" SP "outputs" SP "begin"), \
+    DS("tool" SP "outputs" SP "end"), DS("tool" SP "output" SP "begin"), \
+    DS("tool" SP "output" SP "end")
+
+/* s[0..n) with its spaces spelled "▁", as SentencePiece writes them, into buf (3n bytes at
+ * most); returns the length. */
+static size_t spm_escape(const uint8_t *s, size_t n, char *buf)
+{
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == ' ')
+            memcpy(buf + len, space_mark, 3), len += 3;
+        else
+            buf[len++] = (char)s[i];
+    }
+    return len;
+}
+
+/* s[0..n) in GPT-2's byte-level alphabet into buf (2n bytes at most); returns the length. */
+static size_t spell_bytes(const uint8_t *s, size_t n, char *buf)
+{
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++)
+        len += tok_byte_symbol(s[i], buf + len);
+    return len;
+}
 
 /* The corpus's words as `pre` cuts them, with their counts; `escape` spells spaces "▁". */
 static mvm_status count_words(enum tok_pre pre, int escape, tok_strtab *words,
@@ -41,13 +73,11 @@ static mvm_status count_words(enum tok_pre pre, int escape, tok_strtab *words,
         if ((st = tok_pretok_split(pre, s, n, &pieces)) != MVM_OK)
             break;
         for (size_t i = 0, pos = 0; i < pieces.n && st == MVM_OK; pos = pieces.end[i++]) {
-            size_t len = 0;
-            for (size_t j = pos; j < pieces.end[i]; j++) {
-                if (escape && s[j] == ' ')
-                    memcpy(buf + len, space_mark, 3), len += 3;
-                else
-                    buf[len++] = (char)s[j];
-            }
+            size_t len = pieces.end[i] - pos;
+            if (escape)
+                len = spm_escape(s + pos, len, buf);
+            else
+                memcpy(buf, s + pos, len);
             int32_t id = tok_strtab_find(words, buf, len);
             if (id < 0) {
                 id = (int32_t)words->n;
@@ -88,14 +118,32 @@ static mvm_status add_token(mvm_vocab *v, const char *s, size_t n, int32_t type,
     return MVM_OK;
 }
 
-/* Fills the vocabulary up to n_vocab with "[PAD<id>]" tokens. */
-static mvm_status pad(mvm_vocab *v, uint32_t n_vocab)
+/* Fills the vocabulary up to n_vocab with words (vocab_fill.h) spelled as its tokens are:
+ * NORMAL tokens that no BPE merge makes; SentencePiece, which merges any pair that is a
+ * token, gets them scored below every other, so that the learned pieces come first and a
+ * fill token only joins what they leave. n_vocab texts are enough: at most as many as the
+ * vocabulary holds are in it already. */
+static mvm_status fill(mvm_vocab *v, uint32_t n_vocab)
 {
-    mvm_status st = MVM_OK;
-    for (uint32_t id = v->store->tokens.n; id < n_vocab && st == MVM_OK; id++) {
-        char s[24];
-        st = add_token(v, s, (size_t)snprintf(s, sizeof s, "[PAD%u]", id), MVM_TOKEN_UNUSED, 0);
+    tok_strtab texts = {0};
+    mvm_status st = mvm_vocab_fill_texts(n_vocab, &texts);
+    size_t longest = 0;
+    for (uint32_t i = 0; st == MVM_OK && i < texts.n; i++)
+        longest = texts.len[i] > longest ? texts.len[i] : longest;
+    char *buf = st == MVM_OK ? malloc(3 * longest + 1) : NULL;
+    if (st == MVM_OK && !buf)
+        st = mvm_fail(MVM_ERR_NOMEM, "vocabulary: no memory for a token");
+    float score = 0;
+    for (uint32_t i = 0; v->scores && i < v->store->tokens.n; i++)
+        score = v->scores[i] < score ? v->scores[i] : score;
+    for (uint32_t i = 0; i < texts.n && v->store->tokens.n < n_vocab && st == MVM_OK; i++) {
+        const uint8_t *s = (const uint8_t *)tok_strtab_str(&texts, i);
+        size_t n = v->scores ? spm_escape(s, texts.len[i], buf) : spell_bytes(s, texts.len[i], buf);
+        if (tok_strtab_find(&v->store->tokens, buf, n) < 0)
+            st = add_token(v, buf, n, MVM_TOKEN_NORMAL, --score);
     }
+    free(buf);
+    tok_strtab_free(&texts);
     return st;
 }
 
@@ -121,9 +169,14 @@ static uint64_t (*char_order(const tok_bpe_model *m))[2]
     return order;
 }
 
+/* Mistral's chat delimiters, CONTROL tokens in its later (v3) tokenizers, which Mixtral's
+ * chat template (templates/mixtral.jinja) writes around each user turn. */
+static const char *const llama_chat[] = {"[INST]", "[/INST]"};
+#define N_LLAMA_CHAT (sizeof llama_chat / sizeof *llama_chat)
+
 /* SentencePiece style: specials, byte tokens, learned pieces (score -rank), then the
  * corpus's characters, which SentencePiece always keeps, so learned pieces get the room
- * the characters leave. */
+ * the characters leave, and the chat delimiters. */
 static mvm_status build_llama(mvm_vocab *v, uint32_t n_vocab, const tok_bpe_model *m)
 {
     static const char *const specials[3] = {"<unk>", "<s>", "</s>"};
@@ -136,7 +189,7 @@ static mvm_status build_llama(mvm_vocab *v, uint32_t n_vocab, const tok_bpe_mode
         char s[8];
         st = add_token(v, s, (size_t)snprintf(s, sizeof s, "<0x%02X>", b), MVM_TOKEN_BYTE, 0);
     }
-    uint32_t room = n_vocab - v->store->tokens.n, learned = m->sym.n - m->n_base;
+    uint32_t room = n_vocab - v->store->tokens.n - N_LLAMA_CHAT, learned = m->sym.n - m->n_base;
     uint32_t chars = m->n_base < room ? m->n_base : room;
     v->n_learned = learned < room - chars ? learned : room - chars;
     float rank = 0;
@@ -149,6 +202,8 @@ static mvm_status build_llama(mvm_vocab *v, uint32_t n_vocab, const tok_bpe_mode
         st = add_token(v, tok_strtab_str(&m->sym, (uint32_t)order[i][1]),
                        m->sym.len[order[i][1]], MVM_TOKEN_NORMAL, -rank++);
     free(order);
+    for (size_t i = 0; i < N_LLAMA_CHAT && st == MVM_OK; i++)
+        st = add_token(v, llama_chat[i], strlen(llama_chat[i]), MVM_TOKEN_CONTROL, 0);
     v->unk = 0;
     v->bos = 1;
     v->eos = 2;
@@ -160,42 +215,57 @@ static mvm_status build_llama(mvm_vocab *v, uint32_t n_vocab, const tok_bpe_mode
 /* The byte-level spelling of symbol `id` in buf (2 bytes per byte at most). */
 static size_t spell(const tok_bpe_model *m, uint32_t id, char *buf)
 {
-    const uint8_t *s = (const uint8_t *)tok_strtab_str(&m->sym, id);
-    size_t n = 0;
-    for (uint32_t i = 0; i < m->sym.len[id]; i++)
-        n += tok_byte_symbol(s[i], buf + n);
-    return n;
+    return spell_bytes((const uint8_t *)tok_strtab_str(&m->sym, id), m->sym.len[id], buf);
 }
 
-/* The byte-level styles: the pre-tokenizer, the special tokens after the learned ones, and
- * which of them are BOS, EOS and padding. */
+/* The byte-level styles: the pre-tokenizer, the special tokens after the learned ones
+ * (CONTROL; each family's chat delimiters after its BOS and EOS), which of them are BOS,
+ * EOS and padding, and which texts end a turn and a message where the EOS does not (NULL:
+ * none). Kimi's models carry DeepSeek-V3's chat template, so they have its delimiters and
+ * its end of a turn, <｜end▁of▁sentence｜>. */
+#define MAX_SPECIALS 16
 static const struct byte_style {
     const char *pre;
     enum tok_pre split;
-    const char *specials[3];
+    const char *specials[MAX_SPECIALS];
     int bos, eos, pad, add_bos;
+    const char *eot, *eom;
 } byte_styles[] = {
     [MVM_VOCAB_QWEN2] = {"qwen2", TOK_PRE_QWEN2,
                          {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}, 0, 0, 0, 0},
-    [MVM_VOCAB_OLMO] = {"olmo", TOK_PRE_GPT2, {"<|endoftext|>", "<|padding|>"}, 0, 0, 1, 0},
+    [MVM_VOCAB_OLMO] = {"olmo", TOK_PRE_GPT2,
+                        {"<|endoftext|>", "<|padding|>", "<|system|>", "<|user|>",
+                         "<|assistant|>"}, 0, 0, 1, 0},
     [MVM_VOCAB_DEEPSEEK] = {"deepseek-llm", TOK_PRE_DEEPSEEK_LLM,
-                            {DS_BOS, DS_EOS}, 0, 1, 1, 1},
-    [MVM_VOCAB_DEEPSEEK3] = {"deepseek-v3", TOK_PRE_DEEPSEEK3, {DS_BOS, DS_EOS}, 0, 1, 1, 1},
+                            {DS_BOS, DS_EOS, DS_CHAT}, 0, 1, 1, 1},
+    [MVM_VOCAB_DEEPSEEK3] = {"deepseek-v3", TOK_PRE_DEEPSEEK3, {DS_BOS, DS_EOS, DS_CHAT},
+                             0, 1, 1, 1},
     [MVM_VOCAB_KIMI] = {"kimi-k2", TOK_PRE_KIMI_K2,
-                        {"[BOS]", "[EOS]", "<|im_end|>"}, 0, 1, 1, 0},
-    [MVM_VOCAB_GLM4] = {"glm4", TOK_PRE_LLAMA3, {"<|endoftext|>", "[gMASK]", "<sop>"}, 1, 0, 0, 0},
+                        {"[BOS]", "[EOS]", "<|im_end|>", DS_EOS, DS_CHAT}, 0, 1, 1, 0, DS_EOS},
+    /* GLM-4.5's turn ends where the next one's role starts, as its converted files say */
+    [MVM_VOCAB_GLM4] = {"glm4", TOK_PRE_LLAMA3,
+                        {"<|endoftext|>", "[gMASK]", "<sop>", "<|system|>", "<|user|>",
+                         "<|assistant|>", "<|observation|>"}, 1, 0, 0, 0,
+                        "<|user|>", "<|observation|>"},
     [MVM_VOCAB_MINIMAX] = {"minimax-m2", TOK_PRE_O200K,
-                           {"]~!b[", "[e~[", "]!d~["}, 0, 1, 1, 0},
+                           {"]~!b[", "[e~[", "]!d~[", "]~b]"}, 0, 1, 1, 0},
     [MVM_VOCAB_GPTOSS] = {"gpt-4o", TOK_PRE_O200K,
-                          {"<|startoftext|>", "<|endoftext|>", "<|return|>"}, 0, 2, 1, 0},
+                          {"<|startoftext|>", "<|endoftext|>", "<|return|>", "<|start|>",
+                           "<|message|>", "<|end|>", "<|channel|>", "<|call|>"}, 0, 2, 1, 0},
 };
 
 static uint32_t n_specials(enum mvm_vocab_style style)
 {
     uint32_t n = 0;
-    while (n < 3 && byte_styles[style].specials[n])
+    while (n < MAX_SPECIALS && byte_styles[style].specials[n])
         n++;
     return n;
+}
+
+/* The id of special token `text` (NULL: none), -1 when there is none. */
+static int32_t special_id(const mvm_vocab *v, const char *text)
+{
+    return text ? tok_strtab_find(&v->store->tokens, text, strlen(text)) : -1;
 }
 
 /* Byte-level BPE: the byte symbols in GPT-2's order (by code point), learned tokens and
@@ -227,11 +297,13 @@ static mvm_status build_bytes(mvm_vocab *v, enum mvm_vocab_style style,
     free(buf);
     const struct byte_style *bs = &byte_styles[style];
     int32_t first = (int32_t)v->store->tokens.n;
-    for (int i = 0; i < 3 && bs->specials[i] && st == MVM_OK; i++)
+    for (uint32_t i = 0; i < n_specials(style) && st == MVM_OK; i++)
         st = add_token(v, bs->specials[i], strlen(bs->specials[i]), MVM_TOKEN_CONTROL, 0);
     v->bos = first + bs->bos;
     v->eos = first + bs->eos;
     v->pad = first + bs->pad;
+    v->eot = special_id(v, bs->eot);
+    v->eom = special_id(v, bs->eom);
     v->unk = -1;
     v->add_bos = bs->add_bos;
     v->n_learned = m->sym.n - m->n_base;
@@ -276,11 +348,12 @@ mvm_status mvm_vocab_build(enum mvm_vocab_style style, uint32_t n_vocab, mvm_voc
     memset(out, 0, sizeof *out);
     int llama = style == MVM_VOCAB_LLAMA;
     const char *name = llama ? "llama" : byte_styles[style].pre;
-    uint32_t fixed = llama ? 3 + 256 + 1 : 256 + n_specials(style);
+    uint32_t fixed = llama ? 3 + 256 + 1 + N_LLAMA_CHAT : 256 + n_specials(style);
     if (n_vocab < fixed || n_vocab > MVM_GGUF_MAX_ARRAY)
         return mvm_fail(MVM_ERR_INVALID, "vocabulary of %u tokens: the %s style needs %u to "
                         "%llu", n_vocab, name, fixed, (unsigned long long)MVM_GGUF_MAX_ARRAY);
-    mvm_vocab v = {.model = llama ? "llama" : "gpt2", .pre = llama ? "default" : name};
+    mvm_vocab v = {.model = llama ? "llama" : "gpt2", .pre = llama ? "default" : name,
+                   .eot = -1, .eom = -1};
     v.store = calloc(1, sizeof *v.store);
     v.types = malloc((size_t)n_vocab * sizeof *v.types);
     v.scores = llama ? malloc((size_t)n_vocab * sizeof *v.scores) : NULL;
@@ -295,7 +368,7 @@ mvm_status mvm_vocab_build(enum mvm_vocab_style style, uint32_t n_vocab, mvm_voc
         st = llama ? build_llama(&v, n_vocab, &m) : build_bytes(&v, style, &m);
     tok_bpe_model_free(&m);
     if (st == MVM_OK)
-        st = pad(&v, n_vocab);
+        st = fill(&v, n_vocab);
     if (st == MVM_OK)
         st = publish(&v);
     if (st != MVM_OK) {
@@ -319,10 +392,11 @@ mvm_status mvm_vocab_write(const mvm_vocab *v, mvm_gguf_writer *w)
         st = mvm_gguf_writer_set_arr_i32(w, KEY("token_type"), v->types, v->n_tokens);
     if (st == MVM_OK && v->merges)
         st = mvm_gguf_writer_set_arr_str(w, KEY("merges"), v->merges, v->n_merges);
-    const char *const id_keys[4] = {KEY("bos_token_id"), KEY("eos_token_id"),
-                                    KEY("unknown_token_id"), KEY("padding_token_id")};
-    const int32_t ids[4] = {v->bos, v->eos, v->unk, v->pad};
-    for (int i = 0; i < 4 && st == MVM_OK; i++)
+    const char *const id_keys[6] = {KEY("bos_token_id"), KEY("eos_token_id"),
+                                    KEY("unknown_token_id"), KEY("padding_token_id"),
+                                    KEY("eot_token_id"), KEY("eom_token_id")};
+    const int32_t ids[6] = {v->bos, v->eos, v->unk, v->pad, v->eot, v->eom};
+    for (int i = 0; i < 6 && st == MVM_OK; i++)
         if (ids[i] >= 0)
             st = mvm_gguf_writer_set_u32(w, id_keys[i], (uint32_t)ids[i]);
     if (st == MVM_OK)
