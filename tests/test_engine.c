@@ -627,6 +627,29 @@ static void test_ctx_errors(void)
     mvm_model_free(m);
 }
 
+/* The logits each of S sequences of L tokens (token(s, t)) gets alone, token by token in a
+ * context of its own of n_ctx positions, into alone[s][t][n_vocab]. */
+static void eval_alone(mvm_model *m, uint32_t n_ctx, uint32_t S, uint32_t L,
+                       int32_t (*token)(uint32_t, uint32_t), float *alone)
+{
+    const size_t V = m->hp.n_vocab;
+    for (uint32_t s = 0; s < S && alone; s++) {
+        mvm_ctx *c = NULL;
+        CHECK_ST(mvm_ctx_create(m, pool, n_ctx, 4, NULL, &c), MVM_OK);
+        for (uint32_t t = 0; c && t < L; t++) {
+            const int32_t id = token(s, t);
+            CHECK_ST(mvm_ctx_eval(c, &id, 1, alone + ((size_t)s * L + t) * V, 0), MVM_OK);
+        }
+        mvm_ctx_free(c);
+    }
+}
+
+/* Sequence s's token t in test_sequences. */
+static int32_t seq_token(uint32_t s, uint32_t t)
+{
+    return prompt[(t * (s + 1) + s) % N_PROMPT];
+}
+
 /* Sequences of one context (mvm_ctx_policies.n_seq): three requests interleaved token by
  * token, over a budget so experts move, give each the logits it gets alone in a context of
  * its own; truncating a sequence and evaluating its tail again reproduces them; a sequence
@@ -646,17 +669,11 @@ static void test_sequences(void)
         int32_t toks[3][N_PROMPT];
         for (uint32_t s = 0; s < S; s++)
             for (uint32_t t = 0; t < n; t++)
-                toks[s][t] = prompt[(t * (s + 1) + s) % n];
-        for (size_t k = 0; k < (size_t)S * n * V; k++)
+                toks[s][t] = seq_token(s, t);
+        for (size_t k = 0; alone && mixed && k < (size_t)S * n * V; k++)
             alone[k] = mixed[k] = NAN;
+        eval_alone(m, n, S, n, seq_token, alone);
         mvm_ctx *c = NULL;
-        for (uint32_t s = 0; s < S && alone; s++) {
-            CHECK_ST(mvm_ctx_create(m, pool, n, 4, NULL, &c), MVM_OK);
-            for (uint32_t t = 0; c && t < n; t++)
-                CHECK_ST(mvm_ctx_eval(c, &toks[s][t], 1, alone + ((size_t)s * n + t) * V, 0),
-                         MVM_OK);
-            mvm_ctx_free(c);
-        }
         mvm_ctx_policies pol = {.n_seq = S};
         CHECK_ST(mvm_ctx_create(m, pool, n, 4, &pol, &c), MVM_OK);
         CHECK(c && mvm_ctx_n_seq(c) == S);
@@ -775,14 +792,7 @@ static void test_batch_sequences(void)
         mvm_ctx_token t[3 * BATCH_LEN];
         uint32_t pos[3 * BATCH_LEN], done[3] = {0}, n;
         mvm_ctx *c = NULL;
-        for (uint32_t s = 0; s < S && alone; s++) {
-            CHECK_ST(mvm_ctx_create(m, pool, 64, 4, NULL, &c), MVM_OK);
-            for (uint32_t k = 0; c && k < L; k++) {
-                const int32_t id = batch_token(s, k);
-                CHECK_ST(mvm_ctx_eval(c, &id, 1, alone + ((size_t)s * L + k) * V, 0), MVM_OK);
-            }
-            mvm_ctx_free(c);
-        }
+        eval_alone(m, 64, S, L, batch_token, alone);
         mvm_ctx_policies pol = {.n_seq = S};
         CHECK_ST(mvm_ctx_create(m, pool, 24, 5, &pol, &c), MVM_OK);
         uint64_t pos_seen = 0, pos_want = 0;

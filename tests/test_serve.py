@@ -155,7 +155,7 @@ def errors(s, arch):
              ("POST", "/v1/completions", json.dumps({"prompt": "x", "max_tokens": -5}), 400),
              ("POST", "/v1/completions", json.dumps({"prompt": "x", "stop": [""]}), 400),
              ("POST", "/v1/completions", json.dumps({"prompt": "x", "n": 2}), 400),
-             ("POST", "/v1/completions", json.dumps({"prompt": "word " * 3000}), 400),
+             ("POST", "/v1/completions", json.dumps({"prompt": "word " * 9000}), 400),
              ("GET", "/v1/chat/completions", None, 405),
              ("POST", "/health", "{}", 405),
              ("GET", "/nope", None, 404),
@@ -263,7 +263,9 @@ def main():
         if not os.path.exists(model):
             subprocess.run([moevm, "mkmodel", "--preset", "tiny", "--arch", arch, "-o", model],
                            check=True, capture_output=True)
-        s = Server(moevm, model, "-np", "3", "-c", "256", "-t", "2")
+        # a context long enough that the disconnected stream cannot reach its end (and be
+        # completed rather than cancelled) before the server notices the client is gone
+        s = Server(moevm, model, "-np", "3", "-c", "4096", "-t", "2")
         try:
             reply = basics(s, arch)
             errors(s, arch)

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "tools/cli.h"
 #include "vmm/error.h"
 
 char *serve_api_error(const char *message, const char *type)
@@ -231,48 +232,6 @@ static void usage(cJSON *o, const serve_req *r)
     cJSON_AddNumberToObject(u, "total_tokens", (double)r->n_prompt + r->n_gen);
 }
 
-/* The length of the valid UTF-8 character at s[0..n), 0 when it is not one (a stray
- * continuation byte, an overlong form, a surrogate, past U+10FFFF, cut short). */
-static size_t utf8_char(const unsigned char *s, size_t n)
-{
-    unsigned c = s[0];
-    if (c < 0x80)
-        return 1;
-    size_t len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3
-               : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
-    if (!len || len > n)
-        return 0;
-    /* the second byte's range narrows for E0, ED, F0 and F4 (RFC 3629's table) */
-    unsigned lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
-    unsigned hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
-    if (s[1] < lo || s[1] > hi)
-        return 0;
-    for (size_t i = 2; i < len; i++)
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-    return len;
-}
-
-/* text[0..n) as valid UTF-8, NUL-terminated (malloc'd): a model may emit bytes that are
- * not (byte tokens of a character it never finished), and JSON must be; each bad byte
- * becomes U+FFFD, as Python's errors="replace" does. */
-static char *valid_utf8(const char *text, size_t n)
-{
-    char *out = malloc(3 * n + 1), *o = out;
-    const unsigned char *s = (const unsigned char *)(text ? text : "");
-    for (size_t i = 0; out && i < n;) {
-        size_t k = utf8_char(s + i, n - i);
-        if (k) {
-            memcpy(o, s + i, k), o += k, i += k;
-        } else {
-            memcpy(o, "\xEF\xBF\xBD", 3), o += 3, i++;
-        }
-    }
-    if (out)
-        *o = '\0';
-    return out;
-}
-
 /* One choice: a message (chat), a delta (chat chunk) or text (completions). */
 static void choice(cJSON *o, const serve_req *r, const char *text, size_t n, int chunk,
                    int first, const char *finish)
@@ -280,7 +239,9 @@ static void choice(cJSON *o, const serve_req *r, const char *text, size_t n, int
     cJSON *c = cJSON_CreateObject();
     cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), c);
     cJSON_AddNumberToObject(c, "index", 0);
-    char *t = valid_utf8(text, n);
+    /* a model may emit bytes that are not UTF-8 (byte tokens of a character it never
+     * finished), and JSON must be: each bad byte becomes U+FFFD */
+    char *t = mvm_cli_valid_utf8(text, n);
     if (r->chat) {
         cJSON *m = cJSON_AddObjectToObject(c, chunk ? "delta" : "message");
         if (!chunk || first)
