@@ -324,19 +324,19 @@ static void mla_run(void *p, int t, int nth)
 }
 
 /* The batch's rows c->k and c->v (MLA: c->k) into block blk's rows of their sequences'
- * caches, rounded to its type: each token's row, and a ring's second copy of it
- * (kv_cache.h). */
+ * caches, rounded to its type: each token where kv_cache.h's runs put its position (a
+ * ring's row twice). */
 static void store(struct cpu_fwd *c, uint32_t blk, const mvm_fwd_batch *b)
 {
     const size_t row = c->kv_dim * c->kv->elt;
+    mvm_kv_run runs[MVM_KV_MAX_RUNS];
     for (uint32_t i = 0; i < b->n; i++) {
-        const mvm_kv_block *kb = kv_block(c, b->seq[i], blk);
         const size_t from = (size_t)i * c->kv_dim;
-        for (uint64_t r = mvm_kv_row(kb, b->pos[i]), copy = 0; copy < (kb->ring ? 2u : 1u);
-             copy++, r += kb->ring) {
-            mvm_k_quantize(c->kv->type, c->k + from, c->kc + r * row, c->kv_dim);
+        const mvm_kv_block *kb = kv_block(c, b->seq[i], blk);
+        for (uint32_t r = 0, nr = mvm_kv_runs(kb, b->pos[i], 1, runs); r < nr; r++) {
+            mvm_k_quantize(c->kv->type, c->k + from, c->kc + runs[r].row * row, c->kv_dim);
             if (c->v)
-                mvm_k_quantize(c->kv->type, c->v + from, c->vc + r * row, c->kv_dim);
+                mvm_k_quantize(c->kv->type, c->v + from, c->vc + runs[r].row * row, c->kv_dim);
         }
     }
 }
