@@ -157,11 +157,12 @@ int mvm_calib_fit(mvm_calib_experts *c)
 }
 
 /* The points of *out at 1, 2, 4, ... tokens up to max_tokens (>= 2), fn timing one expert
- * of *n tokens; then the fit. `where` names the side in the error of a failed fit. */
-static mvm_status sweep(timed_fn fn, void *ctx, uint32_t *n, uint32_t max_tokens,
-                        double seconds_per_point, const char *where, mvm_calib_experts *out)
+ * of *n tokens. */
+static mvm_status sweep_once(timed_fn fn, void *ctx, uint32_t *n, uint32_t max_tokens,
+                             double seconds_per_point, mvm_calib_experts *out)
 {
     mvm_status st = MVM_OK;
+    out->n_points = 0;
     for (*n = 1; st == MVM_OK; *n = *n * 2 > max_tokens ? max_tokens : *n * 2) {
         uint32_t i = out->n_points++;
         double warm;
@@ -172,7 +173,22 @@ static mvm_status sweep(timed_fn fn, void *ctx, uint32_t *n, uint32_t max_tokens
         if (*n == max_tokens || out->n_points == MVM_CALIB_MAX_POINTS)
             break;
     }
-    if (st == MVM_OK && mvm_calib_fit(out))
+    return st;
+}
+
+/* sweep_once, then the fit; a line that does not rise (a burst of other work during the
+ * first points) is measured once more before it is refused. `where` names the side in the
+ * error of a failed fit. */
+static mvm_status sweep(timed_fn fn, void *ctx, uint32_t *n, uint32_t max_tokens,
+                        double seconds_per_point, const char *where, mvm_calib_experts *out)
+{
+    mvm_status st = MVM_OK;
+    for (int attempt = 0; attempt < 2 && st == MVM_OK; attempt++) {
+        st = sweep_once(fn, ctx, n, max_tokens, seconds_per_point, out);
+        if (st == MVM_OK && !mvm_calib_fit(out))
+            return MVM_OK;
+    }
+    if (st == MVM_OK)
         return mvm_fail(MVM_ERR_INVALID, "calibration: the %s experts' times did not grow "
                         "with their tokens (%.3g s at 1, %.3g s at %u): the machine was too "
                         "busy to measure; try again, or a longer --time", where,
