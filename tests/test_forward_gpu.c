@@ -204,8 +204,10 @@ static void test_matches_cpu(void)
 
 /* The logits batch_sequences wants, from three sequences' tokens evaluated with
  * mvm_ctx_eval_batch on `backend`, with experts moving (budget 0.5): a call of prompts, one
- * of a sequence's tokens apart in the batch, decode steps; NULL on failure. *rows: how many. */
-static float *run_batches(const char *path, mvm_backend_kind backend, size_t *rows)
+ * of a sequence's tokens apart in the batch, decode steps; NULL on failure. *rows: how many;
+ * *accesses: the experts the layer steps asked for. */
+static float *run_batches(const char *path, mvm_backend_kind backend, size_t *rows,
+                          uint64_t *accesses)
 {
     static const mvm_ctx_token calls_[][7] = {
         {{5, 0, 0}, {77, 0, 0}, {300, 0, 1}, {12, 1, 1}, {9, 1, 1}, {410, 2, 1}},
@@ -228,26 +230,33 @@ static float *run_batches(const char *path, mvm_backend_kind backend, size_t *ro
     }
     CHECK(!c || (mvm_ctx_seq_n_past(c, 0) == 7 && mvm_ctx_seq_n_past(c, 1) == 5 &&
                  mvm_ctx_seq_n_past(c, 2) == 4));
+    mvm_resid_stats st = {0};
+    if (c)
+        mvm_resid_get_stats(mvm_ctx_residency(c), &st);
+    *accesses = st.accesses;
     mvm_ctx_free(c);
     mvm_model_free(m);
     return out;
 }
 
-/* Batches of several sequences (mvm_ctx_eval_batch): the device pass evaluates each run of
- * one sequence's tokens by itself, with its rows; its logits are the CPU pass's, which
- * evaluates the batch whole (test_engine checks that against each sequence alone). Grouped
- * attention, gpt-oss's windows, MLA. */
+/* Batches of several sequences (mvm_ctx_eval_batch): the device pass takes each batch whole
+ * (one MoE step per layer for all its sequences: the steps ask for the experts the CPU
+ * pass's do, not those of each sequence's run apart), each sequence's tokens with its rows
+ * of the cache; its logits are the CPU pass's (test_engine checks those against each
+ * sequence alone). Grouped attention, gpt-oss's windows, MLA. */
 static void test_batch_sequences(void)
 {
     static const char *arches[] = {"llama", "gpt-oss", "deepseek2"};
     for (size_t i = 0; i < 3; i++) {
         const char *path = model_path(arches[i], MVM_W_F32);
         size_t rows_cpu, rows_gpu;
-        float *cpu = run_batches(path, MVM_BACKEND_HOST, &rows_cpu);
-        float *gpu = run_batches(path, MVM_BACKEND_CUDA, &rows_gpu);
+        uint64_t acc_cpu, acc_gpu;
+        float *cpu = run_batches(path, MVM_BACKEND_HOST, &rows_cpu, &acc_cpu);
+        float *gpu = run_batches(path, MVM_BACKEND_CUDA, &rows_gpu, &acc_gpu);
         const size_t n = rows_cpu * mvm_preset_find("tiny", arches[i])->spec.n_vocab;
         CHECK(cpu && gpu && rows_cpu == 11 && rows_gpu == rows_cpu &&
               check_rel_l2(gpu, cpu, n) < 1e-5);
+        CHECK(acc_gpu == acc_cpu && acc_cpu > 0);
         free(cpu), free(gpu);
     }
 }

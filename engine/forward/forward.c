@@ -241,8 +241,7 @@ static mvm_status eval_backend(mvm_ctx *c, const mvm_fwd_batch *b, float *logits
 
 /* Evaluates t[0..n) (n <= n_batch, checked) at the positions that follow each sequence's
  * cached ones, which advance (the caller takes them back on failure). logits: n_vocab floats
- * for each token that wants them, or NULL. A backend that is not mixed is given the runs of
- * one sequence's consecutive tokens, each with its sequence selected. */
+ * for each token that wants them, or NULL. */
 static mvm_status eval_chunk(mvm_ctx *c, const mvm_ctx_token *t, uint32_t n, float *logits)
 {
     uint32_t n_out = 0;
@@ -253,26 +252,8 @@ static mvm_status eval_chunk(mvm_ctx *c, const mvm_ctx_token *t, uint32_t n, flo
         if (t[i].logits && logits)
             c->b_out[n_out++] = i;
     }
-    if (c->be->mixed)
-        return eval_backend(c, &(mvm_fwd_batch){c->b_tok, c->b_pos, c->b_seq, c->b_out, n,
-                                                n_out}, logits);
-    const size_t n_vocab = c->m->hp.n_vocab;
-    const uint32_t selected = c->seq;
-    mvm_status st = MVM_OK;
-    for (uint32_t i0 = 0, o0 = 0; i0 < n && st == MVM_OK;) {
-        uint32_t i1 = i0 + 1, o1 = o0;
-        while (i1 < n && c->b_seq[i1] == c->b_seq[i0])
-            i1++;
-        for (; o1 < n_out && c->b_out[o1] < i1; o1++)
-            c->b_out[o1] -= i0; /* the run's rows */
-        mvm_ctx_select_seq(c, c->b_seq[i0]);
-        mvm_fwd_batch b = {c->b_tok + i0, c->b_pos + i0, c->b_seq + i0, c->b_out + o0, i1 - i0,
-                           o1 - o0};
-        st = eval_backend(c, &b, logits ? logits + o0 * n_vocab : NULL);
-        i0 = i1, o0 = o1;
-    }
-    mvm_ctx_select_seq(c, selected);
-    return st;
+    return eval_backend(c, &(mvm_fwd_batch){c->b_tok, c->b_pos, c->b_seq, c->b_out, n, n_out},
+                        logits);
 }
 
 static mvm_status check_id(const mvm_ctx *c, int32_t id)

@@ -162,12 +162,6 @@ static void matmul(struct cpu_fwd *c, const mvm_weight *w, const float *src, uin
 
 /* ---- attention ------------------------------------------------------------------------- */
 
-/* Block blk's rows of sequence seq's cache. */
-static const mvm_kv_block *kv_block(const struct cpu_fwd *c, uint32_t seq, uint32_t blk)
-{
-    return &c->kv->all[(size_t)seq * c->kv->n_blocks + blk];
-}
-
 static void qk_norm_rope(struct cpu_fwd *c, const mvm_layer *L, const mvm_fwd_batch *b)
 {
     const uint32_t n = b->n;
@@ -234,7 +228,7 @@ static void attn_run(void *p, int t, int nth)
         uint32_t n_pos = j->b->pos[i] + 1, first = 0;
         if (j->L->swa && n_pos > j->L->swa)
             first = n_pos - j->L->swa;
-        const mvm_kv_block *kb = kv_block(c, j->b->seq[i], j->blk);
+        const mvm_kv_block *kb = mvm_kv_seq_block(c->kv, j->b->seq[i], j->blk);
         size_t kvo = (mvm_kv_row(kb, first) * c->kv_dim + (size_t)(h / group) * hp->head_dim)
                      * c->kv->elt;
         const size_t qo = (size_t)i * c->q_dim + (size_t)h * hp->head_dim;
@@ -301,8 +295,8 @@ static void mla_run(void *p, int t, int nth)
     for (size_t u = u0; u < u1; u++) {
         const uint32_t i = (uint32_t)(u / units), h0 = (uint32_t)(u % units) * j->n_q;
         /* no window: n_ctx rows, position p in row row0 + p */
-        const uint8_t *cache = c->kc + kv_block(c, j->b->seq[i], j->blk)->row0 * c->kv_dim *
-                                       c->kv->elt;
+        const mvm_kv_block *seq_rows = mvm_kv_seq_block(c->kv, j->b->seq[i], j->blk);
+        const uint8_t *cache = c->kc + seq_rows->row0 * c->kv_dim * c->kv->elt;
         const size_t at = ((size_t)i * H + h0) * c->lat; /* head h0's of token i */
         for (uint32_t h = h0; h < h0 + j->n_q; h++) {
             const float *q = c->q + (size_t)i * c->q_dim + (size_t)h * hp->head_dim;
@@ -332,7 +326,7 @@ static void store(struct cpu_fwd *c, uint32_t blk, const mvm_fwd_batch *b)
     mvm_kv_run runs[MVM_KV_MAX_RUNS];
     for (uint32_t i = 0; i < b->n; i++) {
         const size_t from = (size_t)i * c->kv_dim;
-        const mvm_kv_block *kb = kv_block(c, b->seq[i], blk);
+        const mvm_kv_block *kb = mvm_kv_seq_block(c->kv, b->seq[i], blk);
         for (uint32_t r = 0, nr = mvm_kv_runs(kb, b->pos[i], 1, runs); r < nr; r++) {
             mvm_k_quantize(c->kv->type, c->k + from, c->kc + runs[r].row * row, c->kv_dim);
             if (c->v)
@@ -466,4 +460,4 @@ static mvm_status cpu_eval(mvm_ctx *ctx, const mvm_fwd_batch *b, float *logits)
     return MVM_OK;
 }
 
-const struct mvm_fwd_backend mvm_fwd_cpu = {"cpu", 1, cpu_create, cpu_destroy, cpu_eval, NULL};
+const struct mvm_fwd_backend mvm_fwd_cpu = {"cpu", cpu_create, cpu_destroy, cpu_eval, NULL};

@@ -23,6 +23,11 @@
  * the sum in each token's routing order comes after the last, so the result does not
  * depend on how the step was cut.
  *
+ * A batch may hold the tokens of several sequences (a server's requests): its products,
+ * norms and MoE steps take it whole, so each layer's weights and experts are read once for
+ * all of them; the rotary embedding, the KV store and attention take each sequence's run of
+ * tokens (forward_cuda_attn.c), with its rows of the cache.
+ *
  * Scratch: the KV cache takes 2 x blocks x n_ctx x kv_dim elements of device memory (MLA:
  * 1 x blocks x n_ctx x (kv_lora + rope); F16 by default, kv_cache.h); attention's split
  * parts (n_batch + 256 / units) x n_head x (head_dim + 3) floats, whatever the context
@@ -208,6 +213,7 @@ static void cuda_destroy(void *state)
     free(f->layers);
     free(f->dense);
     free(f->host);
+    free(f->runs);
     free(f);
 }
 
@@ -224,7 +230,8 @@ static mvm_status cuda_create(mvm_ctx *ctx, void **state)
     TRY(mvm_space_get_info(f->m->space, &info));
     f->expert_stride = info.expert_stride;
     f->host = malloc((size_t)f->n_batch * hp->n_embd * sizeof *f->host);
-    if (!f->host)
+    f->runs = malloc(f->n_batch * sizeof *f->runs);
+    if (!f->host || !f->runs)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the device context");
     f->pool = ctx->pool;
     char why[256];
@@ -528,22 +535,33 @@ static mvm_status cuda_time_expert(mvm_ctx *ctx, uint32_t il, int32_t e, const f
 
 /* ---- the whole pass -------------------------------------------------------------------- */
 
-/* The batch is one sequence's (the backend is not mixed: forward_impl.h), the selected one,
- * at positions pos[0].. */
+/* f->runs: b's tokens in runs of one sequence's consecutive ones. */
+static void split_runs(struct cuda_fwd *f, const mvm_fwd_batch *b)
+{
+    f->n_runs = 0;
+    for (uint32_t i = 0; i < b->n; i++) {
+        if (f->n_runs && b->seq[i] == f->runs[f->n_runs - 1].seq)
+            f->runs[f->n_runs - 1].n++;
+        else
+            f->runs[f->n_runs++] = (struct cuda_run){i, 1, b->pos[i], b->seq[i]};
+    }
+}
+
 static mvm_status cuda_eval(mvm_ctx *ctx, const mvm_fwd_batch *b, float *logits)
 {
     struct cuda_fwd *f = ctx->state;
     const mvm_model *m = f->m;
     const mvm_hparams *hp = &m->hp;
-    const uint32_t D = hp->n_embd, n = b->n, pos0 = b->pos[0];
+    const uint32_t D = hp->n_embd, n = b->n;
+    split_runs(f, b);
     mvm_embed_tokens(m, b->tokens, n, f->host);
     TRY(mvm_gpu_upload(f->g, f->x, f->host, (size_t)n * D * sizeof(float)));
     for (uint32_t blk = 0; blk < hp->n_dense; blk++) {
-        TRY(mvm_cuda_fwd_attention(f, &f->dense[blk], blk, n, pos0));
+        TRY(mvm_cuda_fwd_attention(f, &f->dense[blk], blk, n));
         TRY(dense_ffn(f, &f->dense[blk], n));
     }
     for (uint32_t il = 0; il < hp->n_layer; il++) {
-        TRY(mvm_cuda_fwd_attention(f, &f->layers[il], hp->n_dense + il, n, pos0));
+        TRY(mvm_cuda_fwd_attention(f, &f->layers[il], hp->n_dense + il, n));
         TRY(moe(f, il, n, b->pos));
     }
     if (!b->n_out)
@@ -562,5 +580,5 @@ static mvm_status cuda_eval(mvm_ctx *ctx, const mvm_fwd_batch *b, float *logits)
     return MVM_OK;
 }
 
-const struct mvm_fwd_backend mvm_fwd_cuda = {"cuda", 0, cuda_create, cuda_destroy, cuda_eval,
+const struct mvm_fwd_backend mvm_fwd_cuda = {"cuda", cuda_create, cuda_destroy, cuda_eval,
                                              cuda_time_expert};

@@ -62,7 +62,7 @@ mvm_status mvm_cuda_fwd_alloc_attention(struct cuda_fwd *f)
     TRY(mvm_cuda_fwd_alloc(f, mvm_g_attention_part_bytes(f->n_batch, hp->n_head, hkv, hd),
                            &f->part));
     /* the batch's new rows in F32 where they cannot be written straight into the cache */
-    int staged = f->kv->type != MVM_W_F32;
+    int staged = f->kv->type != MVM_W_F32 || f->kv->n_seq > 1;
     for (uint32_t b = 0; b < hp->n_dense + hp->n_layer; b++)
         staged |= f->kv->blocks[b].ring != 0;
     if (staged)
@@ -80,11 +80,55 @@ mvm_status mvm_cuda_fwd_alloc_attention(struct cuda_fwd *f)
     return mvm_cuda_fwd_alloc(f, B * H * f->hact_stride, &f->hact);
 }
 
+/* ---- the batch's runs ------------------------------------------------------------------ */
+
+/* Run r's rows of block blk. */
+static const mvm_kv_block *run_block(const struct cuda_fwd *f, const struct cuda_run *r,
+                                     uint32_t blk)
+{
+    return mvm_kv_seq_block(f->kv, r->seq, blk);
+}
+
+/* Whether the batch's new rows go straight from the products into the cache: one run (a
+ * sequence's rows are consecutive) into an F32 cache's block without a ring. Otherwise they
+ * are computed into f->k (and f->v) and stored (store), as the batch may wrap a ring, whose
+ * rows are written twice, an F16 cache takes them rounded, and the runs of several
+ * sequences go to rows of their own. */
+static int direct(const struct cuda_fwd *f, uint32_t blk)
+{
+    return f->n_runs == 1 && f->kv->type == MVM_W_F32 && !run_block(f, f->runs, blk)->ring;
+}
+
+/* Run r's new rows in f->k and f->v (MLA: f->k) into its rows of block blk (kv_cache.h says
+ * where), rounded to the cache's type. */
+static mvm_status store(struct cuda_fwd *f, uint32_t blk, const struct cuda_run *r)
+{
+    const size_t row = f->kv_dim * f->kv->elt, src = f->kv_dim * sizeof(float);
+    mvm_kv_run runs[MVM_KV_MAX_RUNS];
+    const mvm_kv_block *b = run_block(f, r, blk);
+    for (uint32_t k = 0, nk = mvm_kv_runs(b, r->pos0, r->n, runs); k < nk; k++) {
+        const mvm_kv_run *u = &runs[k];
+        mvm_g_store_rows_args a = {.dst = f->kc + u->row * row,
+                                   .src = f->k + (r->i0 + u->i0) * src,
+                                   .dst_stride = f->kv_dim, .src_stride = f->kv_dim,
+                                   .n = f->kv_dim, .n_rows = u->n_rows,
+                                   .f16 = f->kv->type == MVM_W_F16};
+        TRY(mvm_gpu_store_rows(f->g, 0, &a));
+        if (f->v) {
+            a.dst = f->vc + u->row * row;
+            a.src = f->v + (r->i0 + u->i0) * src;
+            TRY(mvm_gpu_store_rows(f->g, 0, &a));
+        }
+    }
+    return MVM_OK;
+}
+
 /* ---- grouped-query attention ----------------------------------------------------------- */
 
-/* q, and k and v straight into the cache, with the architecture's bias and norm, rotated. */
+/* q, and k and v into k, v (the cache's rows, or staging), with the architecture's bias and
+ * norm; not rotated. */
 static mvm_status qkv(struct cuda_fwd *f, const struct dev_block *L, mvm_dptr k, mvm_dptr v,
-                      uint32_t n, uint32_t pos0)
+                      uint32_t n)
 {
     const mvm_hparams *hp = &f->m->hp;
     uint32_t D = hp->n_embd, hd = hp->head_dim;
@@ -104,67 +148,54 @@ static mvm_status qkv(struct cuda_fwd *f, const struct dev_block *L, mvm_dptr k,
         TRY(mvm_cuda_fwd_rmsnorm(f, f->q, f->q, f->q_dim, L->q_norm, f->q_dim, n));
         TRY(mvm_cuda_fwd_rmsnorm(f, k, k, f->kv_dim, L->k_norm, f->kv_dim, n));
     }
-    TRY(mvm_cuda_fwd_rope(f, f->q, f->q_dim, hp->n_head, hd, n, pos0));
-    return mvm_cuda_fwd_rope(f, k, f->kv_dim, hp->n_head_kv, hd, n, pos0);
+    return MVM_OK;
 }
 
-/* Whether block b's new rows go straight from the products into its rows of the cache:
- * an F32 cache's block without a ring. Otherwise they are computed into f->k (and f->v)
- * and stored (store), as the batch may wrap a ring, whose rows are written twice, and an
- * F16 cache takes them rounded. */
-static int direct(const struct cuda_fwd *f, const mvm_kv_block *b)
+/* Run r's queries and keys rotated; its keys at k (their first row). */
+static mvm_status rope_run(struct cuda_fwd *f, mvm_dptr k, const struct cuda_run *r)
 {
-    return f->kv->type == MVM_W_F32 && !b->ring;
+    const mvm_hparams *hp = &f->m->hp;
+    const uint32_t hd = hp->head_dim;
+    TRY(mvm_cuda_fwd_rope(f, f->q + (uint64_t)r->i0 * f->q_dim * sizeof(float), f->q_dim,
+                          hp->n_head, hd, r->n, r->pos0));
+    return mvm_cuda_fwd_rope(f, k, f->kv_dim, hp->n_head_kv, hd, r->n, r->pos0);
 }
 
-/* The batch's new rows f->k and f->v (MLA: f->k) into block b's rows (kv_cache.h says
- * where), rounded to the cache's type. */
-static mvm_status store(struct cuda_fwd *f, const mvm_kv_block *b, uint32_t n, uint32_t pos0)
+static mvm_status gqa(struct cuda_fwd *f, const struct dev_block *L, uint32_t blk, uint32_t n)
 {
-    const size_t row = f->kv_dim * f->kv->elt, src = f->kv_dim * sizeof(float);
-    mvm_kv_run runs[MVM_KV_MAX_RUNS];
-    for (uint32_t r = 0, nr = mvm_kv_runs(b, pos0, n, runs); r < nr; r++) {
-        const mvm_kv_run *u = &runs[r];
-        mvm_g_store_rows_args a = {.dst = f->kc + u->row * row, .src = f->k + u->i0 * src,
-                                   .dst_stride = f->kv_dim, .src_stride = f->kv_dim,
-                                   .n = f->kv_dim, .n_rows = u->n_rows,
-                                   .f16 = f->kv->type == MVM_W_F16};
-        TRY(mvm_gpu_store_rows(f->g, 0, &a));
-        if (f->v) {
-            a.dst = f->vc + u->row * row;
-            a.src = f->v + u->i0 * src;
-            TRY(mvm_gpu_store_rows(f->g, 0, &a));
+    const mvm_hparams *hp = &f->m->hp;
+    const uint64_t row = f->kv_dim * f->kv->elt, src = f->kv_dim * sizeof(float);
+    if (direct(f, blk)) {
+        const uint64_t at = mvm_kv_row(run_block(f, f->runs, blk), f->runs->pos0) * row;
+        TRY(qkv(f, L, f->kc + at, f->vc + at, n));
+        TRY(rope_run(f, f->kc + at, f->runs));
+    } else {
+        TRY(qkv(f, L, f->k, f->v, n));
+        for (const struct cuda_run *r = f->runs; r < f->runs + f->n_runs; r++) {
+            TRY(rope_run(f, f->k + r->i0 * src, r));
+            TRY(store(f, blk, r));
         }
+    }
+    for (const struct cuda_run *r = f->runs; r < f->runs + f->n_runs; r++) {
+        const mvm_kv_block *b = run_block(f, r, blk);
+        mvm_g_attention_args a = {.q = f->q + (uint64_t)r->i0 * f->q_dim * sizeof(float),
+                                  .kc = f->kc + b->row0 * row, .vc = f->vc + b->row0 * row,
+                                  .out = f->att + (uint64_t)r->i0 * f->q_dim * sizeof(float),
+                                  .part = f->part, .sinks = L->sinks, .n_tok = r->n,
+                                  .pos0 = r->pos0, .n_head = hp->n_head,
+                                  .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
+                                  .n_ctx = f->n_ctx, .window = L->swa, .ring = b->ring,
+                                  .kv_f16 = f->kv->type == MVM_W_F16, .scale = hp->kq_scale};
+        TRY(mvm_gpu_attention(f->g, 0, &a));
     }
     return MVM_OK;
 }
 
-static mvm_status gqa(struct cuda_fwd *f, const struct dev_block *L, const mvm_kv_block *b,
-                      uint32_t n, uint32_t pos0)
-{
-    const mvm_hparams *hp = &f->m->hp;
-    const uint64_t row = f->kv_dim * f->kv->elt, at = mvm_kv_row(b, pos0) * row;
-    if (direct(f, b)) {
-        TRY(qkv(f, L, f->kc + at, f->vc + at, n, pos0));
-    } else {
-        TRY(qkv(f, L, f->k, f->v, n, pos0));
-        TRY(store(f, b, n, pos0));
-    }
-    mvm_g_attention_args a = {.q = f->q, .kc = f->kc + b->row0 * row,
-                              .vc = f->vc + b->row0 * row, .out = f->att, .part = f->part,
-                              .sinks = L->sinks, .n_tok = n, .pos0 = pos0,
-                              .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
-                              .head_dim = hp->head_dim, .n_ctx = f->n_ctx, .window = L->swa,
-                              .ring = b->ring, .kv_f16 = f->kv->type == MVM_W_F16,
-                              .scale = hp->kq_scale};
-    return mvm_gpu_attention(f->g, 0, &a);
-}
-
 /* ---- multi-head latent attention (deepseek2) ------------------------------------------- */
 
-/* q, and the batch's latent rows into the cache at `rows`, rotated. */
+/* q, and the batch's latent rows into `rows`, normed; not rotated. */
 static mvm_status mla_project(struct cuda_fwd *f, const struct dev_block *L, mvm_dptr rows,
-                              uint32_t n, uint32_t pos0)
+                              uint32_t n)
 {
     const mvm_hparams *hp = &f->m->hp;
     const uint32_t D = hp->n_embd, R = hp->kv_lora, Q = hp->q_lora;
@@ -177,47 +208,62 @@ static mvm_status mla_project(struct cuda_fwd *f, const struct dev_block *L, mvm
         TRY(mvm_cuda_fwd_matmul(f, &L->wq, NULL, f->xn, D, n, f->q, f->q_dim));
         TRY(mvm_cuda_fwd_matmul(f, &L->wkv_a, &L->wq, f->xn, D, n, rows, f->lat));
     }
-    TRY(mvm_cuda_fwd_rmsnorm(f, rows, rows, f->lat, L->kv_a_norm, R, n));
-    TRY(mvm_cuda_fwd_rope(f, rows + R * sizeof(float), f->lat, 1, hp->rope.n_rot, n, pos0));
-    return mvm_cuda_fwd_rope(f, f->q + hp->nope * sizeof(float), f->q_dim, hp->n_head, hp->head_dim,
-                             n, pos0);
+    return mvm_cuda_fwd_rmsnorm(f, rows, rows, f->lat, L->kv_a_norm, R, n);
 }
 
-static mvm_status mla(struct cuda_fwd *f, const struct dev_block *L, const mvm_kv_block *b,
-                      uint32_t n, uint32_t pos0)
+/* Run r's latent rows (at `rows`, their first) and queries rotated: their rope parts. */
+static mvm_status mla_rope_run(struct cuda_fwd *f, mvm_dptr rows, const struct cuda_run *r)
+{
+    const mvm_hparams *hp = &f->m->hp;
+    const uint64_t q = ((uint64_t)r->i0 * f->q_dim + hp->nope) * sizeof(float);
+    TRY(mvm_cuda_fwd_rope(f, rows + hp->kv_lora * sizeof(float), f->lat, 1, hp->rope.n_rot,
+                          r->n, r->pos0));
+    return mvm_cuda_fwd_rope(f, f->q + q, f->q_dim, hp->n_head, hp->head_dim, r->n, r->pos0);
+}
+
+static mvm_status mla(struct cuda_fwd *f, const struct dev_block *L, uint32_t blk, uint32_t n)
 {
     const mvm_hparams *hp = &f->m->hp;
     const uint32_t H = hp->n_head, R = hp->kv_lora, lat = f->lat;
-    mvm_dptr cache = f->kc + b->row0 * lat * f->kv->elt; /* no window: n_ctx rows */
-    if (direct(f, b)) {
-        TRY(mla_project(f, L, cache + (uint64_t)pos0 * lat * sizeof(float), n, pos0));
+    const uint64_t lat_bytes = (uint64_t)lat * sizeof(float);
+    if (direct(f, blk)) { /* no window: n_ctx rows, position p in row row0 + p */
+        mvm_dptr rows = f->kc + mvm_kv_row(run_block(f, f->runs, blk), f->runs->pos0) * lat_bytes;
+        TRY(mla_project(f, L, rows, n));
+        TRY(mla_rope_run(f, rows, f->runs));
     } else {
-        TRY(mla_project(f, L, f->k, n, pos0));
-        TRY(store(f, b, n, pos0));
+        TRY(mla_project(f, L, f->k, n));
+        for (const struct cuda_run *r = f->runs; r < f->runs + f->n_runs; r++) {
+            TRY(mla_rope_run(f, f->k + r->i0 * lat_bytes, r));
+            TRY(store(f, blk, r));
+        }
     }
     /* the absorbed queries: [wk_b_h · q_nope_h, q_pe_h] per (token, head) */
     TRY(mvm_cuda_fwd_matmul_heads(f, &L->wk_b, H, f->q, hp->head_dim, n, f->qlat, lat));
-    TRY(mvm_gpu_copy_rows(f->g, f->qlat + R * sizeof(float), lat * sizeof(float),
+    TRY(mvm_gpu_copy_rows(f->g, f->qlat + R * sizeof(float), lat_bytes,
                           f->q + hp->nope * sizeof(float), hp->head_dim * sizeof(float),
                           hp->rope.n_rot * sizeof(float), (size_t)n * H));
-    mvm_g_attention_args a = {.q = f->qlat, .kc = cache, .vc = cache, .out = f->olat,
-                              .part = f->part, .n_tok = n, .pos0 = pos0, .n_head = H,
-                              .n_head_kv = 1, .head_dim = lat, .n_ctx = f->n_ctx,
-                              .kv_f16 = f->kv->type == MVM_W_F16, .scale = hp->kq_scale};
-    TRY(mvm_gpu_attention(f->g, 0, &a));
+    for (const struct cuda_run *r = f->runs; r < f->runs + f->n_runs; r++) {
+        mvm_dptr cache = f->kc + run_block(f, r, blk)->row0 * lat * f->kv->elt;
+        const uint64_t at = (uint64_t)r->i0 * H * lat_bytes;
+        mvm_g_attention_args a = {.q = f->qlat + at, .kc = cache, .vc = cache,
+                                  .out = f->olat + at, .part = f->part, .n_tok = r->n,
+                                  .pos0 = r->pos0, .n_head = H, .n_head_kv = 1,
+                                  .head_dim = lat, .n_ctx = f->n_ctx,
+                                  .kv_f16 = f->kv->type == MVM_W_F16, .scale = hp->kq_scale};
+        TRY(mvm_gpu_attention(f->g, 0, &a));
+    }
     /* the values: wv_b_h over the latent part of each head's output (its k_pe part unused) */
     return mvm_cuda_fwd_matmul_heads(f, &L->wv_b, H, f->olat, lat, n, f->att, hp->v_dim);
 }
 
 mvm_status mvm_cuda_fwd_attention(struct cuda_fwd *f, const struct dev_block *L, uint32_t blk,
-                                  uint32_t n, uint32_t pos0)
+                                  uint32_t n)
 {
     const mvm_hparams *hp = &f->m->hp;
     const uint32_t D = hp->n_embd;
     const uint32_t values = hp->kv_lora ? hp->n_head * hp->v_dim : f->q_dim;
-    const mvm_kv_block *b = &f->kv->blocks[blk];
     TRY(mvm_cuda_fwd_rmsnorm(f, f->x, f->xn, D, L->attn_norm, D, n));
-    TRY(hp->kv_lora ? mla(f, L, b, n, pos0) : gqa(f, L, b, n, pos0));
+    TRY(hp->kv_lora ? mla(f, L, blk, n) : gqa(f, L, blk, n));
     TRY(mvm_cuda_fwd_matmul(f, &L->wo, NULL, f->att, values, n, f->tmp, D));
     if (L->bo) /* into the product first, as the CPU adds it */
         TRY(mvm_cuda_fwd_add(f, f->tmp, L->bo, 0, 0, D, n));

@@ -40,6 +40,14 @@ struct dev_block {
     uint32_t swa;               /* gpt-oss: the attention's window, 0 for none */
 };
 
+/* A run of the batch: its tokens i0 .. i0 + n - 1, of sequence seq at positions pos0 ..
+ * (forward_impl.h: a sequence's tokens come in order). The products, norms and MoE steps take
+ * the whole batch; what depends on the position or reads a sequence's cache (the rotary
+ * embedding, the KV store, attention) takes each run. */
+struct cuda_run {
+    uint32_t i0, n, pos0, seq;
+};
+
 struct cuda_fwd {
     mvm_gpu *g;
     mvm_model *m;
@@ -56,7 +64,9 @@ struct cuda_fwd {
                                    latent rows */
     mvm_dptr k, v;              /* [n_batch][kv_dim] floats: the batch's new rows before
                                    they are stored (forward_cuda_attn.c); 0 where none is
-                                   (an F32 cache without rings); MLA: k only */
+                                   (one sequence's F32 cache without rings); MLA: k only */
+    struct cuda_run *runs;      /* [n_batch]: the batch's (cuda_eval) */
+    uint32_t n_runs;
     mvm_dptr x, xn, q, att, tmp, probs, logits, sh1, sh3, shg; /* [n_batch][...] */
     mvm_dptr part; /* attention's split parts (mvm_g_attention_part_bytes) */
     mvm_dptr qa, qlat, olat;    /* MLA: q_a; [n_head][lat] absorbed queries, their outputs */
@@ -119,9 +129,9 @@ mvm_status mvm_cuda_fwd_upload_attention(struct cuda_fwd *f, const mvm_layer *L,
                                          struct dev_block *d);
 /* The KV cache of every block and the attention's scratch. */
 mvm_status mvm_cuda_fwd_alloc_attention(struct cuda_fwd *f);
-/* x += attention(rms(x)) of block L, whose rows of the KV cache are blocks[blk] of the
- * layout; leaves rms(x) nowhere. */
+/* x += attention(rms(x)) of block L over the batch's n tokens, f->runs' of them; each
+ * run's rows of the KV cache are block blk of its sequence; leaves rms(x) nowhere. */
 mvm_status mvm_cuda_fwd_attention(struct cuda_fwd *f, const struct dev_block *L, uint32_t blk,
-                                  uint32_t n, uint32_t pos0);
+                                  uint32_t n);
 
 #endif

@@ -31,9 +31,8 @@ struct mvm_ctx {
 
 /* One batch as a backend takes it: n <= n_batch tokens, token i of sequence seq[i] at
  * position pos[i] (a sequence's tokens in order, at consecutive positions); the logits of
- * rows out[0 .. n_out), ascending, are wanted, in consecutive rows of n_vocab floats. A
- * backend that is not `mixed` is given the tokens of one sequence, the selected one (its
- * rows are kv.blocks), at positions pos[0] ... */
+ * rows out[0 .. n_out), ascending, are wanted, in consecutive rows of n_vocab floats.
+ * Sequence s's rows of the cache are mvm_kv_seq_block(&kv, s, ...), whichever is selected. */
 typedef struct mvm_fwd_batch {
     const int32_t *tokens;
     const uint32_t *pos, *seq, *out;
@@ -42,7 +41,6 @@ typedef struct mvm_fwd_batch {
 
 struct mvm_fwd_backend {
     const char *name;           /* mvm_ctx_backend() */
-    int mixed;                  /* eval takes tokens of several sequences in one batch */
     mvm_status (*create)(mvm_ctx *c, void **state);
     void (*destroy)(void *state);
     /* logits: NULL when b->n_out is 0 */

@@ -55,6 +55,14 @@ static inline void mvm_kv_layout_select(mvm_kv_layout *l, uint32_t s)
 }
 void mvm_kv_layout_free(mvm_kv_layout *l);
 
+/* Block blk's rows of sequence s's cache (whichever is selected): for a backend that takes
+ * the tokens of several sequences in one batch. */
+static inline const mvm_kv_block *mvm_kv_seq_block(const mvm_kv_layout *l, uint32_t s,
+                                                   uint32_t blk)
+{
+    return &l->all[(size_t)s * l->n_blocks + blk];
+}
+
 /* The row of position p, the first of its window's consecutive rows when it starts one. */
 static inline uint64_t mvm_kv_row(const mvm_kv_block *b, uint32_t p)
 {
