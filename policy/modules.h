@@ -33,6 +33,7 @@ extern const mvm_predict_ops mvm_predict_gate;
 extern const mvm_predict_ops mvm_predict_learned;
 extern const mvm_predict_ops mvm_predict_oracle;
 extern const mvm_predict_ops mvm_predict_residual;
+extern const mvm_predict_ops mvm_predict_speculative;
 
 /* config */
 extern const mvm_config_ops mvm_config_fixedpoint;

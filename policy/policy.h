@@ -46,6 +46,9 @@ typedef struct mvm_pstep {
     float *weights;                 /* [n_tok][K] */
     const float *hidden;            /* [n_tok][n_embd] the layer's MoE input; NULL if unknown */
     const uint32_t *counts;         /* [E] tokens per expert after route (caller fills) */
+    const float *next_hidden;       /* [n_tok][n_embd] the next layer's MoE input as the
+                                       engine's speculative pass estimates it (SMoE §IV-C),
+                                       for a predict module that is `speculative`; else NULL */
 } mvm_pstep;
 
 /* A model's routers and how they choose, for the modules that recompute a routing (the gate
@@ -168,6 +171,10 @@ typedef struct mvm_predict_ops {
     int (*predict)(void *self, const mvm_pstep *step, uint32_t target, float *out);
     /* Optional: the actual routing of a layer, for predictors that learn online. */
     void (*observe)(void *self, const mvm_pstep *step);
+    /* The module predicts from step->next_hidden: the engine then runs a partial forward
+     * pass for it once the step's resident experts have run (forward_cpu.c), and asks for
+     * its forecast only then. */
+    int speculative;
 } mvm_predict_ops;
 
 /* ---- config: budget per layer and split θ ----------------------------------------------- */

@@ -33,7 +33,7 @@ static const entry config[] = {MODULE(mvm_config_uniform), MODULE(mvm_config_hot
                                MODULE(mvm_config_fixedpoint)};
 static const entry predict[] = {MODULE(mvm_predict_gate), MODULE(mvm_predict_residual),
                                 MODULE(mvm_predict_learned),
-                                MODULE(mvm_predict_oracle)};
+                                MODULE(mvm_predict_oracle), MODULE(mvm_predict_speculative)};
 static const entry place[] = {MODULE(mvm_place_uniform), MODULE(mvm_place_prism)};
 
 #define ROLE(role_name, list) {role_name, list, sizeof list / sizeof *list}

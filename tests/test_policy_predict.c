@@ -99,6 +99,66 @@ static void test_gate_hand(void)
     }
 }
 
+/* ---- speculative (SMoE §IV-C): the top-score experts of the next layer's input -----------
+ * The same router (softmax). Next-layer inputs, their probabilities and S_{k+1} (the third):
+ *   (2, .1)   logits (2, .1, -2, -.1): top-2 {e0, e1}; p1/p3 = e^.2 = 1.22, p0/p3 = e^2.1
+ *   (.1, -3)  logits (.1, -3, -.1, 3): top-2 {e3, e0}; p0/p2 = e^.2, p3/p2 = e^3.1
+ * so at α 0.3 only e0 of the first and e3 of the second are top-score; at α 0.2 all four
+ * selections are. step->hidden (the layer's own input) plays no part. */
+static mvm_status make_speculative(const char *args, void **self)
+{
+    static const mvm_pshape sh = {.n_layers = 3, .n_experts = 4, .top_k = 2, .n_embd = 2};
+    static const float *routers[3] = {cross, cross, cross};
+    static const mvm_router rt = {.weights = routers};
+    mvm_pinit in = {.shape = &sh, .cost = &no_cost, .router = &rt, .params = {args}};
+    *self = NULL;
+    return mvm_predict_speculative.create(&in, self);
+}
+
+static void test_speculative_hand(void)
+{
+    const float next[4] = {2, .1f, .1f, -3}, own[4] = {-5, 0, 0, 5};
+    void *sp = NULL;
+    float out[4] = {7, 7, 7, 7};
+    CHECK(mvm_predict_speculative.speculative && !mvm_predict_gate.speculative);
+    CHECK_ST(make_speculative(NULL, &sp), MVM_OK); /* α 0.3 */
+    mvm_pstep st = step_of(0, 2, own, NULL, NULL);
+    st.next_hidden = next;
+    CHECK(sp && mvm_predict_speculative.predict(sp, &st, 1, out) == 1);
+    CHECK(out[0] == 0.5f && out[1] == 0 && out[2] == 0 && out[3] == 0.5f);
+    st.n_tok = 1;
+    CHECK(sp && mvm_predict_speculative.predict(sp, &st, 1, out) == 1);
+    CHECK(out[0] == 1 && out[1] == 0 && out[2] == 0 && out[3] == 0);
+    /* cannot predict, out untouched: no speculative pass ran, a layer other than the next,
+     * no tokens */
+    float poison[4] = {7, 7, 7, 7};
+    st = step_of(0, 2, own, NULL, NULL);
+    CHECK(sp && mvm_predict_speculative.predict(sp, &st, 1, poison) == 0);
+    st.next_hidden = next;
+    CHECK(sp && mvm_predict_speculative.predict(sp, &st, 2, poison) == 0);
+    CHECK(sp && mvm_predict_speculative.predict(sp, &st, 0, poison) == 0);
+    st.n_tok = 0;
+    CHECK(sp && mvm_predict_speculative.predict(sp, &st, 1, poison) == 0);
+    CHECK(poison[0] == 7 && poison[1] == 7 && poison[2] == 7 && poison[3] == 7);
+    mvm_predict_speculative.destroy(sp);
+
+    CHECK_ST(make_speculative("alpha=0.2", &sp), MVM_OK);
+    st = step_of(1, 2, own, NULL, NULL);
+    st.next_hidden = next;
+    CHECK(sp && mvm_predict_speculative.predict(sp, &st, 2, out) == 1);
+    CHECK(out[0] == 1 && out[1] == 0.5f && out[2] == 0 && out[3] == 0.5f);
+    mvm_predict_speculative.destroy(sp);
+
+    CHECK_ST(make_speculative("alpha=1.5", &sp), MVM_ERR_INVALID);
+    CHECK(has("alpha=1.5 is not in [0, 1]"));
+    CHECK_ST(make_speculative("beta=1", &sp), MVM_ERR_INVALID);
+    CHECK(has("beta"));
+    const mvm_pshape sh = {.n_layers = 3, .n_experts = 4, .top_k = 2, .n_embd = 2};
+    mvm_pinit in = {.shape = &sh, .cost = &no_cost};
+    CHECK_ST(mvm_predict_speculative.create(&in, &sp), MVM_ERR_INVALID);
+    CHECK(has("router weights"));
+}
+
 /* gate, and residual before its warm-up, on layer 0's three tokens h[3][2] for layer 1:
  * out must be want. */
 static void predicts_both(const mvm_pinit *in, const float *h, const float want[4])
@@ -724,6 +784,7 @@ static void test_random_invariants(void)
 int main(void)
 {
     RUN(test_gate_hand);
+    RUN(test_speculative_hand);
     RUN(test_router_bias);
     RUN(test_create_errors);
     RUN(test_residual_constant);

@@ -7,6 +7,7 @@
  * decisions are the simulator's: a trace recorded by the engine, replayed by tools/sim with
  * the same module, budget and page size, counts the same accesses and hits.
  */
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -815,6 +816,101 @@ static void test_deterministic(void)
     mvm_pool_destroy(pool);
 }
 
+/* ---- SMoE's speculative prefetch (policy/predict_speculative.c) ------------------------- */
+
+/* A tiny model of `arch` (F32) in dir, by name. */
+static const char *arch_model(mvm_pool *pool, const char *arch)
+{
+    static char path[128];
+    snprintf(path, sizeof path, "%s/%s.gguf", dir, arch);
+    mvm_model_spec s = mvm_preset_find("tiny", arch)->spec;
+    s.type = MVM_W_F32;
+    s.seed = 3;
+    CHECK_ST(mvm_mkmodel_write(&s, path, pool, NULL, NULL), MVM_OK);
+    return path;
+}
+
+/* 24 tokens in batches of `batch` under `predict` at `frac` of the experts' pages, every
+ * copy in order (MOEVM_DETERMINISTIC): every token's logits into logits (NULL: none), then,
+ * with `again`, the same tokens once more from position 0; *ps: the prefetcher's statistics
+ * over that second pass (over the first without it). */
+static void run_speculative(const char *model, mvm_pool *pool, const char *predict, double frac,
+                            uint32_t batch, float *logits, int again, mvm_prefetch_stats *ps)
+{
+    mvm_space_desc d;
+    mvm_space_desc_init(&d);
+    d.backend = MVM_BACKEND_HOST;
+    d.page_size = PAGE;
+    d.device_budget = 0;
+    d.device_budget_frac = frac;
+    mvm_model *m = NULL;
+    mvm_ctx *c = NULL;
+    /* α 0.05: a forecast names most of the top-k (0.3 names a few), still by a margin that
+     * no rounding of the router's product can cross */
+    mvm_ctx_policies p = {.residency = {.evict = "lru"},
+                          .prefetch = {.predict = predict,
+                                       .predict_args = strcmp(predict, "none") ? "alpha=0.05" : NULL}};
+    *ps = (mvm_prefetch_stats){0};
+    CHECK_ST(mvm_model_load(model, &(mvm_load_args){.desc = &d, .pool = pool}, &m), MVM_OK);
+    if (m)
+        CHECK_ST(mvm_ctx_create(m, pool, 64, batch, &p, &c), MVM_OK);
+    if (c) {
+        int32_t tok[24];
+        for (int t = 0; t < 24; t++)
+            tok[t] = (int32_t)((t * 41 + 7) % m->hp.n_vocab);
+        CHECK_ST(mvm_ctx_eval(c, tok, 24, logits, logits != NULL), MVM_OK);
+        mvm_prefetch_stats first;
+        mvm_prefetcher_get_stats(mvm_ctx_prefetcher(c), &first);
+        *ps = first;
+        if (again) {
+            mvm_ctx_reset(c);
+            CHECK_ST(mvm_ctx_eval(c, tok, 24, NULL, 0), MVM_OK);
+            mvm_prefetcher_get_stats(mvm_ctx_prefetcher(c), ps);
+            ps->forecasts -= first.forecasts;
+            ps->named -= first.named;
+            ps->named_used -= first.named_used;
+        }
+    }
+    mvm_ctx_free(c);
+    mvm_model_free(m);
+}
+
+/* The speculative pass (forward_cpu.c) changes nothing the model computes: every logit is
+ * bitwise the run's without a predictor, with experts moving (30%), in batches of 4. And it
+ * estimates what it should: with every expert resident and landed (the second pass over the
+ * same tokens at 100%, a token a batch), the partial hidden state is the whole one, the pass
+ * through the next layer's attention is that layer's real one, and every expert it
+ * forecasts is then routed to.
+ * Grouped attention without shared experts (qwen3moe), with gpt-oss's windows and sinks,
+ * and deepseek2's latent attention, dense first block and shared experts. */
+static void test_speculative(void)
+{
+    mvm_pool *pool = NULL;
+    CHECK_ST(mvm_pool_create(2, NULL, &pool), MVM_OK);
+    setenv("MOEVM_DETERMINISTIC", "on", 1);
+    static const char *arches[] = {"qwen3moe", "gpt-oss", "deepseek2"};
+    for (size_t i = 0; i < sizeof arches / sizeof *arches; i++) {
+        const char *model = arch_model(pool, arches[i]);
+        const size_t n = 24 * (size_t)mvm_preset_find("tiny", arches[i])->spec.n_vocab;
+        float *plain = malloc(n * sizeof *plain), *spec = malloc(n * sizeof *spec);
+        for (size_t k = 0; plain && spec && k < n; k++)
+            plain[k] = spec[k] = NAN;
+        mvm_prefetch_stats ps;
+        run_speculative(model, pool, "none", 0.3, 4, plain, 0, &ps);
+        run_speculative(model, pool, "speculative", 0.3, 4, spec, 0, &ps);
+        CHECK(plain && spec && memcmp(plain, spec, n * sizeof *plain) == 0 && plain[0] == plain[0]);
+        CHECK(ps.forecasts > 0 && ps.named > 0);
+        run_speculative(model, pool, "speculative", 1.0, 1, NULL, 1, &ps);
+        CHECK(ps.named > 0 && ps.named_used == ps.named);
+        if (ps.named_used != ps.named)
+            fprintf(stderr, "  %s: %llu of %llu forecast experts used\n", arches[i],
+                    (unsigned long long)ps.named_used, (unsigned long long)ps.named);
+        free(plain), free(spec);
+    }
+    unsetenv("MOEVM_DETERMINISTIC");
+    mvm_pool_destroy(pool);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/moevm-test-residency-XXXXXX");
@@ -838,6 +934,7 @@ int main(void)
     RUN(test_sim_routers);
     RUN(test_gate_prefetches);
     RUN(test_deterministic);
+    RUN(test_speculative);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)

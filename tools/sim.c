@@ -427,6 +427,10 @@ static mvm_status make_modules(struct sim *s, const mvm_pinit *base)
             return mvm_fail(MVM_ERR_INVALID, "no %s policy '%s' (available: %s)",
                             mvm_role_name((enum mvm_role)r), name, names[0] ? names : "none");
         }
+        if (r == MVM_ROLE_PREDICT && ((const mvm_predict_ops *)ops)->speculative)
+            return mvm_fail(MVM_ERR_INVALID, "predict %s: it forecasts from a pass through the "
+                            "next layer's attention, which a trace cannot replay (the engine "
+                            "runs it: moevm run --predict %s)", name, name);
         /* Every ops table starts with MVM_POLICY_HEADER: create is at the same place. */
         const mvm_evict_ops *any = ops;
         mvm_pinit init = *base;

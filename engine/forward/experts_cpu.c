@@ -27,6 +27,9 @@ struct mvm_cpu_experts {
     const int32_t *experts;
     uint32_t n_experts, layer;
     int from_home;
+    const uint8_t *take;        /* [E] of a run in two parts (run_first): the first's */
+    uint8_t part;               /* the part under way: 1 those taken, 0 the rest */
+    uint8_t *row_take;          /* [n_batch*K] scratch: the rows mvm_cpu_experts_add_some adds */
 };
 
 mvm_status mvm_cpu_experts_create(const mvm_model *m, mvm_pool *pool, uint32_t n_batch,
@@ -52,7 +55,8 @@ mvm_status mvm_cpu_experts_create(const mvm_model *m, mvm_pool *pool, uint32_t n
     x->gact = mvm_buf64(rows * x->act_stride, &ok);
     x->tout = mvm_buf64((size_t)x->nth * rows * hp->n_embd * sizeof(float), &ok);
     x->tstamp = calloc((size_t)x->nth * rows, sizeof *x->tstamp);
-    if (!ok || !x->tstamp) {
+    x->row_take = malloc(rows);
+    if (!ok || !x->tstamp || !x->row_take) {
         mvm_cpu_experts_free(x);
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the CPU experts' scratch (%.1f MiB)",
                         (double)x->nth * (double)rows * hp->n_embd * 4 / 1048576.0);
@@ -69,6 +73,7 @@ void mvm_cpu_experts_free(mvm_cpu_experts *x)
     free(x->gact);
     free(x->tout);
     free(x->tstamp);
+    free(x->row_take);
     free(x);
 }
 
@@ -105,6 +110,8 @@ static void experts_run(void *p, int t, int nth)
     uint32_t n_units = x->n_experts * x->units_per_expert;
     for (uint32_t u = (uint32_t)t; u < n_units; u += (uint32_t)nth) {
         uint32_t e = (uint32_t)x->experts[u / x->units_per_expert];
+        if (x->take && (x->take[e] != 0) != x->part)
+            continue; /* the other part's: the units keep their threads either way */
         uint32_t g0 = (u % x->units_per_expert) * x->groups_per_unit;
         uint32_t g1 = g0 + x->groups_per_unit < x->n_groups ? g0 + x->groups_per_unit
                                                             : x->n_groups;
@@ -131,8 +138,9 @@ static void experts_run(void *p, int t, int nth)
     }
 }
 
-void mvm_cpu_experts_run(mvm_cpu_experts *x, const mvm_moe *s, const float *xn, uint32_t n,
-                         const int32_t *experts, uint32_t n_experts, int from_home)
+void mvm_cpu_experts_run_first(mvm_cpu_experts *x, const mvm_moe *s, const float *xn,
+                               uint32_t n, const int32_t *experts, uint32_t n_experts,
+                               int from_home, const uint8_t *take)
 {
     x->s = s;
     x->experts = experts;
@@ -141,11 +149,27 @@ void mvm_cpu_experts_run(mvm_cpu_experts *x, const mvm_moe *s, const float *xn, 
     x->fmt = x->m->layers[x->layer].expert_fmt;
     x->n_groups = x->m->layers[x->layer].expert_groups;
     x->from_home = from_home;
+    x->take = take;
+    x->part = 1;
     x->stamp++;
     if (!n_experts)
         return;
     dispatch(x, xn, n);
     mvm_pool_run(x->pool, experts_run, x);
+}
+
+void mvm_cpu_experts_run(mvm_cpu_experts *x, const mvm_moe *s, const float *xn, uint32_t n,
+                         const int32_t *experts, uint32_t n_experts, int from_home)
+{
+    mvm_cpu_experts_run_first(x, s, xn, n, experts, n_experts, from_home, NULL);
+}
+
+void mvm_cpu_experts_run_rest(mvm_cpu_experts *x)
+{
+    x->part = 0;
+    if (x->n_experts)
+        mvm_pool_run(x->pool, experts_run, x);
+    x->take = NULL;
 }
 
 /* The partials of row r, added into out[0..n_embd) over columns [d0, d1). */
@@ -165,6 +189,7 @@ struct add_job {
     mvm_cpu_experts *x;
     float *xs;
     uint32_t n;
+    const uint8_t *rows;        /* [n*K] the rows to add; NULL: all */
 };
 
 /* xs[token] += the rows' partial outputs of every thread; split by columns. */
@@ -175,13 +200,27 @@ static void add_run(void *p, int t, int nth)
     size_t d0, d1;
     mvm_pool_split(hp->n_embd, t, nth, &d0, &d1);
     for (uint32_t r = 0; r < j->n * hp->n_expert_used; r++)
-        add_row(j->x, r, j->xs + (size_t)j->x->s->row_tok[r] * hp->n_embd, d0, d1);
+        if (!j->rows || j->rows[r])
+            add_row(j->x, r, j->xs + (size_t)j->x->s->row_tok[r] * hp->n_embd, d0, d1);
 }
 
 void mvm_cpu_experts_add(mvm_cpu_experts *x, const mvm_moe *s, float *xs, uint32_t n)
 {
     x->s = s;
-    struct add_job j = {x, xs, n};
+    struct add_job j = {x, xs, n, NULL};
+    mvm_pool_run(x->pool, add_run, &j);
+}
+
+void mvm_cpu_experts_add_some(mvm_cpu_experts *x, const mvm_moe *s, float *xs, uint32_t n,
+                              const uint8_t *take)
+{
+    const uint32_t E = x->m->hp.n_expert;
+    memset(x->row_take, 0, (size_t)n * x->m->hp.n_expert_used);
+    for (uint32_t e = 0; e < E; e++)
+        if (take[e])
+            memset(x->row_take + s->off[e], 1, s->cnt[e]);
+    x->s = s;
+    struct add_job j = {x, xs, n, x->row_take};
     mvm_pool_run(x->pool, add_run, &j);
 }
 

@@ -29,8 +29,20 @@ void mvm_cpu_experts_free(mvm_cpu_experts *x);
  * weights are read at its fixed address, or from its host home when from_home. */
 void mvm_cpu_experts_run(mvm_cpu_experts *x, const mvm_moe *s, const float *xn, uint32_t n,
                          const int32_t *experts, uint32_t n_experts, int from_home);
+/* The same run in two parts (SMoE's speculative pass reads the first one's results): the
+ * experts e with take[e] set, then the rest. The work units and their threads are the
+ * whole run's, so the results are bitwise those of mvm_cpu_experts_run. take: [n_expert],
+ * the caller's, until run_rest. */
+void mvm_cpu_experts_run_first(mvm_cpu_experts *x, const mvm_moe *s, const float *xn,
+                               uint32_t n, const int32_t *experts, uint32_t n_experts,
+                               int from_home, const uint8_t *take);
+void mvm_cpu_experts_run_rest(mvm_cpu_experts *x);
 /* After a run: xs[token] += every row of the token that ran, for n tokens. */
 void mvm_cpu_experts_add(mvm_cpu_experts *x, const mvm_moe *s, float *xs, uint32_t n);
+/* The same for the rows of the experts e with take[e] set only, in the same order (so with
+ * every expert taken, the same floats). */
+void mvm_cpu_experts_add_some(mvm_cpu_experts *x, const mvm_moe *s, float *xs, uint32_t n,
+                              const uint8_t *take);
 /* After a run: rows[r] = the output of row r, for the rows of expert e ([n_embd] floats
  * each, at rows + r * n_embd). */
 void mvm_cpu_experts_rows(mvm_cpu_experts *x, const mvm_moe *s, uint32_t e, float *rows);

@@ -43,6 +43,7 @@ struct cpu_fwd {
     size_t act_stride;
     float *sh1, *sh3, *shg;     /* shared expert: [n_batch][n_ff_shexp] x2, [n_batch] */
     float *scratch;             /* [nth][MVM_ATTN_HEADS x n_ctx] attention scores */
+    float *spec_x, *spec_xn;    /* [n_batch][n_embd]: SMoE's speculative pass (speculate) */
     mvm_cpu_experts *experts;          /* the routed experts' threads */
 };
 
@@ -101,6 +102,10 @@ static mvm_status cpu_create(mvm_ctx *ctx, void **state)
         c->sh3 = mvm_buf64(B * ffn * 4, &ok);
         c->shg = mvm_buf64(B * 4, &ok);
     }
+    if (mvm_prefetcher_speculative(c->moe->prefetch)) {
+        c->spec_x = mvm_buf64(B * D * 4, &ok);
+        c->spec_xn = mvm_buf64(B * D * 4, &ok);
+    }
     if (!ok)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for a context of %u positions (KV cache "
                         "%.1f MiB)", c->n_ctx, (double)c->kv->bytes / 1048576.0);
@@ -112,7 +117,7 @@ static void cpu_destroy(void *state)
     struct cpu_fwd *c = state;
     void *bufs[] = {c->kc, c->vc, c->x, c->xn, c->tmp, c->tmp2, c->q, c->att, c->k, c->v,
                     c->act, c->scratch, c->sh1, c->sh3, c->shg, c->qa, c->qlat, c->olat,
-                    c->hact};
+                    c->hact, c->spec_x, c->spec_xn};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
     mvm_cpu_experts_free(c->experts);
@@ -367,8 +372,9 @@ static void attention(struct cpu_fwd *c, const mvm_layer *L, uint32_t blk,
 
 /* ---- mixture of experts ---------------------------------------------------------------- */
 
-/* x += [sigmoid(gate · h) ·] w2 · (silu(w1 · h) * (w3 · h)), h = xn: a shared expert (gated
- * in qwen2moe, not in deepseek2 and glm4moe) or a dense block's FFN. */
+/* tmp2 = w2 · (silu(w1 · h) * (w3 · h)), shg = [sigmoid(gate · h)], h = xn: a shared expert
+ * (gated in qwen2moe, not in deepseek2 and glm4moe) or a dense block's FFN, to be added
+ * (add_ffn). */
 static void ffn(struct cpu_fwd *c, const mvm_weight *w1, const mvm_weight *w3,
                 const mvm_weight *w2, const float *gate, uint32_t n)
 {
@@ -386,9 +392,15 @@ static void ffn(struct cpu_fwd *c, const mvm_weight *w1, const mvm_weight *w3,
     for (uint32_t i = 0; i < n; i++)
         mvm_k_swiglu(c->sh1 + (size_t)i * F, c->sh3 + (size_t)i * F, F);
     matmul(c, w2, c->sh1, n, c->tmp2);
+}
+
+/* dst += the FFN's output, gated, for n tokens. */
+static void add_ffn(const struct cpu_fwd *c, float *dst, uint32_t n)
+{
+    const uint32_t D = c->m->hp.n_embd;
     for (uint32_t i = 0; i < n; i++)
-        for (uint32_t d = 0; d < hp->n_embd; d++)
-            c->x[(size_t)i * hp->n_embd + d] += c->shg[i] * c->tmp2[(size_t)i * hp->n_embd + d];
+        for (uint32_t d = 0; d < D; d++)
+            dst[(size_t)i * D + d] += c->shg[i] * c->tmp2[(size_t)i * D + d];
 }
 
 /* A dense block's FFN (deepseek2's and glm4moe's leading blocks). */
@@ -399,6 +411,32 @@ static void dense_ffn(struct cpu_fwd *c, const mvm_layer *L, uint32_t n)
         mvm_k_rmsnorm(c->xn + (size_t)i * hp->n_embd, c->x + (size_t)i * hp->n_embd,
                       L->ffn_norm, hp->n_embd, hp->rms_eps);
     ffn(c, &L->ffn_w1, &L->ffn_w3, &L->ffn_w2, NULL, n);
+    add_ffn(c, c->x, n);
+}
+
+/* SMoE's speculative pass (§IV-C; policy/predict_speculative.c), once the step's shared
+ * expert (tmp2, when the model has one) and the experts that were resident (moe->landed)
+ * have run: x plus their outputs through layer il+1's attention and FFN norm into spec_xn,
+ * the forecast's input. The attention writes layer il+1's KV rows of these positions,
+ * which its real pass writes again before any query reads them (a ring's too: kv_cache.h),
+ * and works on spec_x and spec_xn so that x and xn (the step's input, which observers
+ * read at its end) stay as they are. */
+static void speculate(struct cpu_fwd *c, uint32_t il, const mvm_fwd_batch *b)
+{
+    const mvm_hparams *hp = &c->m->hp;
+    const uint32_t n = b->n, D = hp->n_embd;
+    memcpy(c->spec_x, c->x, (size_t)n * D * sizeof *c->x);
+    mvm_cpu_experts_add_some(c->experts, c->moe, c->spec_x, n, c->moe->landed);
+    if (hp->n_ff_shexp)
+        add_ffn(c, c->spec_x, n);
+    float *x = c->x, *xn = c->xn;
+    c->x = c->spec_x, c->xn = c->spec_xn;
+    attention(c, &c->m->layers[il + 1], hp->n_dense + il + 1, b);
+    c->x = x, c->xn = xn;
+    for (uint32_t i = 0; i < n; i++)
+        mvm_k_rmsnorm(c->spec_xn + (size_t)i * D, c->spec_x + (size_t)i * D,
+                      c->m->layers[il + 1].ffn_norm, D, hp->rms_eps);
+    mvm_moe_speculate(c->moe, c->spec_xn);
 }
 
 static mvm_status moe(struct cpu_fwd *c, uint32_t il, const mvm_fwd_batch *b)
@@ -422,15 +460,22 @@ static mvm_status moe(struct cpu_fwd *c, uint32_t il, const mvm_fwd_batch *b)
         st = e->send(e->self, c->moe, c->xn, n);
     /* At home, the home's own view: the expert address maps the same pages a second time,
      * whose first reads would fault them in again (and count them twice in the RSS). */
-    mvm_cpu_experts_run(c->experts, c->moe, c->xn, n, c->moe->active, c->moe->n_active,
-                        c->m->experts_at_home);
+    const int spec = mvm_moe_speculates(c->moe);
+    mvm_cpu_experts_run_first(c->experts, c->moe, c->xn, n, c->moe->active, c->moe->n_active,
+                              c->m->experts_at_home, spec ? c->moe->landed : NULL);
+    if (hp->n_ff_shexp) /* added after the routed experts, as the models do */
+        ffn(c, &L->shexp_w1, &L->shexp_w3, &L->shexp_w2, L->shexp_gate, n);
+    if (spec) {
+        speculate(c, il, b);
+        mvm_cpu_experts_run_rest(c->experts);
+    }
     mvm_cpu_experts_add(c->experts, c->moe, c->x, n);
     if (e && st == MVM_OK)
         st = e->gather(e->self, c->moe, c->x, n);
     mvm_status end = mvm_moe_end(c->moe);
     st = st != MVM_OK ? st : end;
     if (st == MVM_OK && hp->n_ff_shexp)
-        ffn(c, &L->shexp_w1, &L->shexp_w3, &L->shexp_w2, L->shexp_gate, n);
+        add_ffn(c, c->x, n);
     return st;
 }
 

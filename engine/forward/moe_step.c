@@ -66,6 +66,10 @@ static mvm_status create_policies(mvm_moe *s, const mvm_ctx_policies *policies)
         st = mvm_substitutor_create(s->resid, &pol.routing, &s->subst);
     if (st == MVM_OK && pol.residency.at_home)
         st = check_at_home(s);
+    if (st == MVM_OK && s->on_device && mvm_prefetcher_speculative(s->prefetch))
+        st = mvm_fail(MVM_ERR_UNSUPPORTED, "predict %s: the device pass does not run SMoE's "
+                      "speculative pass yet (the CPU's does: MOEVM_BACKEND=host with a budget)",
+                      mvm_prefetcher_name(s->prefetch));
     s->wait = pol.wait_loads;
     s->route_override = pol.route_override;
     s->route_override_ctx = pol.route_override_ctx;
@@ -100,13 +104,15 @@ mvm_status mvm_moe_create(mvm_model *m, uint32_t n_batch, const mvm_ctx_policies
     s->todo = malloc(E * sizeof *s->todo);
     s->cpu = malloc(E * sizeof *s->cpu);
     s->where = malloc(E);
+    s->landed = malloc(E);
     s->row_tok = malloc(B * K * sizeof *s->row_tok);
     s->tok_rows = malloc(B * K * sizeof *s->tok_rows);
     s->row_w = malloc(B * K * sizeof *s->row_w);
     s->choose = malloc(2 * E * sizeof *s->choose);
     mvm_status st = MVM_OK;
     if (!s->probs || !s->sel || !s->selw || !s->sel0 || !s->selw0 || !s->cnt || !s->off ||
-        !s->active || !s->todo || !s->cpu || !s->where || !s->row_tok || !s->tok_rows ||
+        !s->active || !s->todo || !s->cpu || !s->where || !s->landed || !s->row_tok ||
+        !s->tok_rows ||
         !s->row_w || !s->choose)
         st = mvm_fail(MVM_ERR_NOMEM, "out of memory for the MoE step of %u tokens", n_batch);
     if (st == MVM_OK)
@@ -128,7 +134,8 @@ void mvm_moe_free(mvm_moe *s)
     mvm_resid_destroy(s->resid);
     mvm_model_router_free(&s->router);
     void *bufs[] = {s->probs, s->sel, s->selw, s->sel0, s->selw0, s->cnt, s->off, s->active,
-                    s->todo, s->cpu, s->where, s->row_tok, s->tok_rows, s->row_w, s->choose};
+                    s->todo, s->cpu, s->where, s->landed, s->row_tok, s->tok_rows, s->row_w,
+                    s->choose};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
     free(s);
@@ -241,7 +248,9 @@ void mvm_moe_route(mvm_moe *s, uint32_t layer, const uint32_t *pos, uint32_t n,
  * compute and take no room it needs. */
 static void start_ahead(mvm_moe *s)
 {
-    s->ahead = s->n_plan ? MVM_OK : mvm_prefetcher_ahead(s->prefetch, &s->step);
+    /* a speculative module's forecast waits for the backend's pass (mvm_moe_speculate) */
+    s->ahead = s->n_plan || mvm_moe_speculates(s) ? MVM_OK
+                                                  : mvm_prefetcher_ahead(s->prefetch, &s->step);
     mvm_status st = MVM_OK;
     for (uint32_t i = 0; i < s->n_plan && st == MVM_OK && s->ahead == MVM_OK; i++) {
         uint32_t E = s->m->hp.n_expert;
@@ -293,10 +302,25 @@ static void place(mvm_moe *s, uint32_t *n_home)
             s->todo[s->n_todo + (*n_home)++] = s->active[i];
 }
 
+/* s->landed: which of the step's experts are resident, whole and landed, before it moves
+ * any (SMoE's "experts in GPU memory", whose outputs its speculative pass reads). */
+static void note_landed(mvm_moe *s)
+{
+    const uint32_t E = s->m->hp.n_expert, layer = s->step.layer;
+    const mvm_pview *v = mvm_resid_landed_view(s->resid, layer);
+    memset(s->landed, 0, E);
+    for (uint32_t i = 0; i < s->n_active; i++) {
+        uint32_t e = (uint32_t)s->active[i];
+        s->landed[e] = v->resident[(size_t)layer * E + e] >= v->shape->pages_per_expert;
+    }
+}
+
 mvm_status mvm_moe_begin(mvm_moe *s)
 {
     s->n_run = 0;
     s->ahead = MVM_OK;
+    if (mvm_moe_speculates(s))
+        note_landed(s);
     uint32_t n_home, layer = s->step.layer;
     place(s, &n_home);
     mvm_status st = mvm_resid_begin_home(s->resid, layer, s->cpu, s->n_cpu, 0);
@@ -320,6 +344,18 @@ mvm_status mvm_moe_begin(mvm_moe *s)
         mvm_resid_release(s->resid, layer, s->todo + s->n_todo, n_home);
     }
     return st;
+}
+
+int mvm_moe_speculates(const mvm_moe *s)
+{
+    return mvm_prefetcher_speculative(s->prefetch) && s->step.layer + 1 < s->m->hp.n_layer;
+}
+
+void mvm_moe_speculate(mvm_moe *s, const float *next_hidden)
+{
+    s->step.next_hidden = next_hidden;
+    s->ahead = mvm_prefetcher_ahead(s->prefetch, &s->step);
+    s->step.next_hidden = NULL;
 }
 
 mvm_status mvm_moe_next_round(mvm_moe *s)

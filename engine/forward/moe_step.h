@@ -69,6 +69,8 @@ typedef struct mvm_moe {
     uint32_t n_todo;
     const int32_t *round;       /* those of them pinned to be computed now */
     uint32_t n_round, n_run;    /* their number; the todo experts computed before them */
+    uint8_t *landed;            /* [n_expert] when the step speculates (mvm_moe_speculates):
+                                   1 for its experts that were resident as it began */
     int32_t *cpu;               /* [n_expert] the experts the device pass runs on the CPU */
     uint32_t n_cpu;
     const uint32_t *plan;       /* the assign module's prefetches (mvm_resid_assign) */
@@ -95,6 +97,13 @@ void mvm_moe_route(mvm_moe *s, uint32_t layer, const uint32_t *pos, uint32_t n,
                    const float *hidden);
 /* Step 3. On failure nothing stays pinned (mvm_moe_end then does nothing). */
 mvm_status mvm_moe_begin(mvm_moe *s);
+/* Between steps 3 and 4, with a speculative predict module (SMoE, policy.h): whether this
+ * step wants the backend's speculative pass (a later MoE layer exists) ... */
+int mvm_moe_speculates(const mvm_moe *s);
+/* ... and its result once the shared experts and those resident at the step's start have
+ * run: next_hidden ([n][n_embd]), the next layer's MoE input estimated from them; the
+ * forecast made from it is prefetched (a failed copy is reported by mvm_moe_end). */
+void mvm_moe_speculate(mvm_moe *s, const float *next_hidden);
 /* Step 4, after the round's experts have been computed: unpins them and pins the next
  * round; n_round 0 when every expert of the step has run. On failure as mvm_moe_begin. */
 mvm_status mvm_moe_next_round(mvm_moe *s);

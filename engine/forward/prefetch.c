@@ -15,6 +15,9 @@ struct mvm_prefetcher {
     float *ahead;               /* [MVM_ASSIGN_AHEAD][E] the module's forecasts */
     uint32_t n_ahead;           /* of them, made for the step of layer `for_layer` */
     uint32_t for_layer;
+    uint32_t *named;            /* [depth] the experts the last forecast named, best first */
+    uint32_t n_named, named_layer; /* their number, and the layer they are of */
+    mvm_prefetch_stats stats;
 };
 
 mvm_status mvm_prefetcher_create(const mvm_model *m, mvm_resid *resid, const mvm_router *router,
@@ -34,7 +37,8 @@ mvm_status mvm_prefetcher_create(const mvm_model *m, mvm_resid *resid, const mvm
     f->n_experts = m->hp.n_expert;
     f->depth = m->hp.n_expert_used;
     f->ahead = calloc((size_t)MVM_ASSIGN_AHEAD * f->n_experts, sizeof *f->ahead);
-    if (!f->ahead)
+    f->named = calloc(f->depth, sizeof *f->named);
+    if (!f->ahead || !f->named)
         st = mvm_fail(MVM_ERR_NOMEM, "out of memory for the prefetcher");
     mvm_pinit in;
     mvm_resid_pinit(resid, &in);
@@ -59,6 +63,7 @@ void mvm_prefetcher_destroy(mvm_prefetcher *p)
     if (p->ops)
         p->ops->destroy(p->self);
     free(p->ahead);
+    free(p->named);
     free(p);
 }
 
@@ -86,18 +91,30 @@ uint32_t mvm_prefetcher_predict(mvm_prefetcher *p, const mvm_pstep *step, uint32
     return n;
 }
 
+/* Once the layer the last forecast named experts of has routed (step): how many it used.
+ * At that step's start, before its own forecast replaces them, or at its end. */
+static void score_named(mvm_prefetcher *p, const mvm_pstep *step)
+{
+    if (step->layer != p->named_layer)
+        return;
+    for (uint32_t i = 0; i < p->n_named; i++)
+        p->stats.named_used += step->counts[p->named[i]] > 0;
+    p->n_named = 0;
+}
+
 mvm_status mvm_prefetcher_ahead(mvm_prefetcher *p, const mvm_pstep *step)
 {
     if (!p)
         return MVM_OK;
+    score_named(p, step);
     const float *forecast;
     if (!(p->n_ahead && p->for_layer == step->layer) &&
         !mvm_prefetcher_predict(p, step, 1, &forecast))
         return MVM_OK;
     p->n_ahead = 0; /* used up: the next step predicts afresh */
-    uint32_t next = step->layer + 1;
+    p->named_layer = step->layer + 1;
     /* The `depth` most likely, best first (ties to the lower id), never a zero forecast. */
-    for (uint32_t d = 0; d < p->depth; d++) {
+    for (p->n_named = 0; p->n_named < p->depth; p->n_named++) {
         uint32_t best = 0;
         for (uint32_t e = 1; e < p->n_experts; e++)
             if (p->ahead[e] > p->ahead[best])
@@ -105,7 +122,12 @@ mvm_status mvm_prefetcher_ahead(mvm_prefetcher *p, const mvm_pstep *step)
         if (!(p->ahead[best] > 0))
             break;
         p->ahead[best] = -INFINITY;
-        mvm_status st = mvm_resid_prefetch(p->resid, next, best);
+        p->named[p->n_named] = best;
+    }
+    p->stats.forecasts++;
+    p->stats.named += p->n_named;
+    for (uint32_t i = 0; i < p->n_named; i++) {
+        mvm_status st = mvm_resid_prefetch(p->resid, p->named_layer, p->named[i]);
         if (st == MVM_ERR_NOSPACE) /* nothing can make room: the rest would not fit either */
             break;
         if (st != MVM_OK)
@@ -116,6 +138,19 @@ mvm_status mvm_prefetcher_ahead(mvm_prefetcher *p, const mvm_pstep *step)
 
 void mvm_prefetcher_observe(mvm_prefetcher *p, const mvm_pstep *step)
 {
-    if (p && p->ops->observe)
+    if (!p)
+        return;
+    score_named(p, step);
+    if (p->ops->observe)
         p->ops->observe(p->self, step);
+}
+
+int mvm_prefetcher_speculative(const mvm_prefetcher *p)
+{
+    return p && p->ops->speculative;
+}
+
+void mvm_prefetcher_get_stats(const mvm_prefetcher *p, mvm_prefetch_stats *out)
+{
+    *out = p ? p->stats : (mvm_prefetch_stats){0};
 }

@@ -48,5 +48,17 @@ uint32_t mvm_prefetcher_predict(mvm_prefetcher *p, const mvm_pstep *step, uint32
                                 const float **ahead);
 /* The layer's real routing, after it ran. */
 void mvm_prefetcher_observe(mvm_prefetcher *p, const mvm_pstep *step);
+/* Whether the module predicts from step->next_hidden (policy.h: SMoE's speculative pass,
+ * which the backend runs before asking mvm_prefetcher_ahead); 0 without a module. */
+int mvm_prefetcher_speculative(const mvm_prefetcher *p);
+
+/* How good the forecasts were, whatever the residency: of the experts named (the most
+ * likely, up to top_k per forecast), how many the next layer's routing then used. */
+typedef struct mvm_prefetch_stats {
+    uint64_t forecasts;         /* forecasts made (mvm_prefetcher_ahead) */
+    uint64_t named;             /* experts they named */
+    uint64_t named_used;        /* of them, routed to by that layer's step */
+} mvm_prefetch_stats;
+void mvm_prefetcher_get_stats(const mvm_prefetcher *p, mvm_prefetch_stats *out);
 
 #endif
