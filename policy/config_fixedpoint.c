@@ -46,7 +46,10 @@
  * U_b; Eq. 10's P(y, C) is P(y). Counters are 32-bit: 4·10^9 steps per layer before they wrap.
  *
  * Parameters: tau (tokens, >= 1) 5000; zeta in (0, 1) 0.01; omega (> 0) 128; rho in (0, 1]
- * 0.25; buffer (whole experts, >= 0) top_k — all the paper's defaults (§4.1).
+ * 0.25; buffer (whole experts, >= 0) top_k — all the paper's defaults (§4.1); theta in
+ * (0, 1], default 0 (searched): a fixed split for every layer, with the start's uniform
+ * budgets and no search, the configuration of the paper's θ sweep (its U-curve: θ near 0 is
+ * "prefetch only", 1 "cache only").
  */
 #include <math.h>
 #include <stdlib.h>
@@ -64,6 +67,7 @@ typedef struct fixedpoint {
     mvm_cost cost;
     const mvm_router *router;    /* model data, alive as long as the model (policy.h) */
     double tau, zeta, omega, rho, buffer;
+    double theta;                /* a fixed split (0: searched) */
     /* LCP priority, Eq. 4, as a ranking key (see observe) */
     uint64_t *mu;                /* [L*E] token-weighted activations */
     double *lcp_key;             /* [L*E] log μ - ν-free decay; -inf never activated */
@@ -119,7 +123,7 @@ static void fixedpoint_destroy(void *self)
 
 static mvm_status read_params(const mvm_pinit *init, fixedpoint *f, const char *me)
 {
-    static const char *const known[] = {"tau", "zeta", "omega", "rho", "buffer", NULL};
+    static const char *const known[] = {"tau", "zeta", "omega", "rho", "buffer", "theta", NULL};
     const mvm_pparams *p = &init->params;
     mvm_status st = mvm_pparams_check(p, known, me);
     if (st == MVM_OK)
@@ -132,6 +136,8 @@ static mvm_status read_params(const mvm_pinit *init, fixedpoint *f, const char *
         st = mvm_pparam_double(p, "rho", 0.25, &f->rho);
     if (st == MVM_OK)
         st = mvm_pparam_double(p, "buffer", init->shape->top_k, &f->buffer);
+    if (st == MVM_OK)
+        st = mvm_pparam_double(p, "theta", 0, &f->theta);
     if (st != MVM_OK)
         return st;
     if (!(f->tau >= 1 && f->tau == floor(f->tau) && f->tau < 1e15))
@@ -145,6 +151,9 @@ static mvm_status read_params(const mvm_pinit *init, fixedpoint *f, const char *
     if (!(f->buffer >= 0 && f->buffer == floor(f->buffer) && f->buffer < 1e9))
         return mvm_fail(MVM_ERR_INVALID, "%s: buffer=%g is not a whole number of experts", me,
                         f->buffer);
+    if (!(f->theta >= 0 && f->theta <= 1))
+        return mvm_fail(MVM_ERR_INVALID, "%s: theta=%g is not in (0, 1] (or 0: searched)", me,
+                        f->theta);
     return MVM_OK;
 }
 
@@ -330,10 +339,13 @@ static uint64_t expert_budget(const fixedpoint *f, uint64_t capacity)
     return capacity > buffer ? capacity - buffer : 0;
 }
 
-/* Algorithm 1 line 4: uniform budgets, θ = 0.5 on whole pages. */
+/* Algorithm 1 line 4: uniform budgets, θ = 0.5 on whole pages (the parameter's θ instead,
+ * rounded to whole pages, at least one). */
 static void start(fixedpoint *f, uint64_t *layer_pages, float *theta)
 {
     uint32_t p = f->ppe > 1 ? (f->ppe + 1) / 2 : 1;
+    if (f->theta > 0)
+        p = (uint32_t)fmax(1, round(f->theta * f->ppe));
     for (uint32_t i = 0; i < f->L; i++) {
         uint64_t c = f->budget[i] / p < f->E ? f->budget[i] / p : f->E;
         layer_pages[i] = c * p;
@@ -365,7 +377,7 @@ static int fixedpoint_configure(void *self, const mvm_pview *v, uint64_t *layer_
             f->budget[i] = expert_budget(f, f->capacity) / f->L;
         f->epoch = 0;
     }
-    if (epoch > f->epoch && f->observed) {
+    if (epoch > f->epoch && f->observed && f->theta == 0) {
         f->epoch = epoch;
         f->searched = 1;
         search(f, layer_pages, theta);

@@ -443,7 +443,7 @@ static void test_fixedpoint_params(void)
     fx f;
     fx_init(&f, 2, 8, 2, 2, 36);
     const char *bad[] = {"tau=0", "tau=2.5", "zeta=1", "zeta=0", "omega=0", "rho=0", "rho=2",
-                         "buffer=-1", "buffer=0.5", "window=3"};
+                         "buffer=-1", "buffer=0.5", "window=3", "theta=1.5", "theta=-0.1"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         mvm_pinit init = {.shape = &f.sh, .cost = &f.cost, .params = {bad[i]}};
         void *self;
@@ -456,6 +456,32 @@ static void test_fixedpoint_params(void)
     mvm_config_fixedpoint.destroy(fp);
 }
 
+/* theta=X fixes every layer's split (the paper's θ sweep): the start's uniform budgets cut
+ * in prefixes of round(X·pages) pages, at least one, and no search, however many τ pass.
+ * 4 pages an expert, 24 pages = a buffer of 2 experts + 8 pages a layer. */
+static void test_fixedpoint_theta(void)
+{
+    static const struct { const char *params; uint64_t pages; float theta; } cases[] = {
+        {"tau=100,theta=1", 8, 1.0f},      /* 2 whole experts */
+        {"tau=100,theta=0.6", 8, 0.5f},    /* 2.4 pages -> 2: 4 halves */
+        {"tau=100,theta=0.25", 8, 0.25f},  /* 1 page each of all 8 */
+        {"tau=100,theta=0.01", 8, 0.25f}}; /* at least a page */
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        fx f;
+        fx_init(&f, 2, 8, 2, 4, 24);
+        void *fp = fx_create(&f, &mvm_config_fixedpoint, cases[i].params, NULL);
+        CHECK(mvm_config_fixedpoint.configure(fp, &f.v, f.pages, f.theta) == 1);
+        for (int round = 0; round < 2; round++) {
+            CHECK(f.pages[0] == cases[i].pages && f.pages[1] == cases[i].pages);
+            CHECK(f.theta[0] == cases[i].theta && f.theta[1] == cases[i].theta);
+            check_config(&f);
+            feed(&f, fp, 300, 1); /* three τ of routing a search would act on */
+            CHECK(mvm_config_fixedpoint.configure(fp, &f.v, f.pages, f.theta) == 0);
+        }
+        mvm_config_fixedpoint.destroy(fp);
+    }
+}
+
 int main(void)
 {
     RUN(test_uniform);
@@ -466,5 +492,6 @@ int main(void)
     RUN(test_fixedpoint_moves_budget);
     RUN(test_fixedpoint_prediction);
     RUN(test_fixedpoint_params);
+    RUN(test_fixedpoint_theta);
     TEST_END();
 }
