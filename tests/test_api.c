@@ -7,7 +7,8 @@
  * template renders and its control tokens are parsed; two sequences evaluate independently,
  * and a sequence truncated and extended gives the logits of evaluating it whole (the prefix
  * reuse that chat and serve rely on); a failed evaluation leaves the cache as it was; the
- * sampler at temperature 0 picks the highest logit.
+ * sampler at temperature 0 picks the highest logit; llama.cpp's --n-cpu-moe is a budget, none
+ * when it covers every layer.
  */
 #include <math.h>
 #include <stdio.h>
@@ -42,6 +43,7 @@ static void test_load_errors(void)
         {{.model = model, .evict = "lru{n=1"}, MVM_ERR_INVALID, "lru{n=1"},
         {{.model = model, .n_batch = 5000}, MVM_ERR_INVALID, "5000"},
         {{.model = model, .kv_type = "q4"}, MVM_ERR_INVALID, "q4"},
+        {{.model = model, .gpu_budget = "50%", .cpu_moe = 1}, MVM_ERR_INVALID, "n_cpu_moe"},
         {{0}, MVM_ERR_INVALID, "no model"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -168,6 +170,42 @@ static void test_batch(mvm_engine *e)
     free(alone_a), free(alone_b), free(got);
 }
 
+/* The budget of a model loaded with p (threads 2, 16 positions); ~0 when it fails. */
+static uint64_t budget_of(mvm_engine_params p)
+{
+    p.n_ctx = 16;
+    mvm_engine *e = load(p);
+    mvm_engine_info in = {.budget_bytes = ~0ull};
+    if (e)
+        mvm_engine_get_info(e, &in);
+    mvm_engine_free(e);
+    return in.budget_bytes;
+}
+
+/* n_cpu_moe: the experts of all but N of the 2 layers on the device, a share of their pages
+ * as gpu_budget gives it; N covering every layer, none: the CPU reads them at their homes,
+ * and the model still computes. */
+static void test_cpu_moe(void)
+{
+    uint64_t half = budget_of((mvm_engine_params){.gpu_budget = "50%"});
+    uint64_t all = budget_of((mvm_engine_params){.gpu_budget = "100%"});
+    CHECK(half > 0 && all == 2 * half);
+    CHECK(budget_of((mvm_engine_params){.cpu_moe = 1, .n_cpu_moe = 1}) == half);
+    CHECK(budget_of((mvm_engine_params){.cpu_moe = 1, .n_cpu_moe = 0}) == all);
+    mvm_engine *e = load((mvm_engine_params){.n_ctx = 16, .cpu_moe = 1, .n_cpu_moe = 99});
+    if (!e)
+        return;
+    mvm_engine_info in;
+    mvm_engine_get_info(e, &in);
+    const int32_t t[3] = {11, 300, 42};
+    float *l = eval(e, 0, t, 3);
+    mvm_engine_stats st;
+    mvm_engine_get_stats(e, &st);
+    CHECK(in.budget_bytes == 0 && st.budget_bytes == 0 && st.accesses > 0 && l && !isnan(l[0]));
+    free(l);
+    mvm_engine_free(e);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3) {
@@ -184,6 +222,7 @@ int main(int argc, char **argv)
     }
     setenv("MOEVM_BACKEND", "host", 1);
     RUN(test_load_errors);
+    RUN(test_cpu_moe);
     mvm_engine *e = load((mvm_engine_params){.n_ctx = 64, .n_seq = 2, .gpu_budget = "30%"});
     if (e) {
         mvm_engine_info in;

@@ -134,7 +134,9 @@ same_text '--repeat-last-n 0' "$tmp/a" "$moevm" run -m "$m" -p "It was the best"
 expect 2 'run: --repeat-penalty 0: expected a number' -- "$moevm" run -m "$m" -p x --repeat-penalty 0
 # llama.cpp's GPU options: -ngl is accepted and said to mean nothing more, once; --n-cpu-moe
 # is the budget of all but N MoE layers' experts (a third of a three-layer model's 24
-# pages of 64 KiB is 8 of them), and not with --gpu-budget.
+# pages of 64 KiB is 8 of them), and not with --gpu-budget; N >= the layers (99, as
+# llama.cpp users type it) keeps no expert on the GPU: one line says so, the CPU computes,
+# reading every expert at its home, to the same text; a GPU backend asked for is refused.
 expect 0 '^1$' -- sh -c "'$moevm' run -m '$m' -p x -n 1 -ngl 99 --n-gpu-layers=0 2>&1 >/dev/null | grep -c 'ngl: accepted and ignored'"
 "$moevm" mkmodel --arch qwen3moe --layers 3 -o "$tmp/l3.gguf" >/dev/null
 budget_line() { MOEVM_PAGE_SIZE=64K "$moevm" run -m "$tmp/l3.gguf" -p x -n 1 "$@" 2>&1 | grep -o 'budget [0-9]* pages of [0-9]* KiB'; }
@@ -145,7 +147,10 @@ else
     fail=$((fail + 1)); echo "FAIL: --n-cpu-moe's budget: '$(budget_line --n-cpu-moe 1)' for 1, '$(budget_line -ncmoe 2)' for 2" >&2
 fi
 expect 2 'run: give --gpu-budget or --n-cpu-moe, not both' -- "$moevm" run -m "$m" -p x --gpu-budget 50% --n-cpu-moe 1
-expect 2 'run: --n-cpu-moe 2: the model has 2 MoE layers' -- "$moevm" run -m "$m" -p x --n-cpu-moe 2
+expect 0 '^moevm run: --n-cpu-moe 2: the experts of all 2 MoE layers stay on the CPU, so no expert budget' -- "$moevm" run -m "$m" -p x -n 1 --n-cpu-moe 2
+expect 0 'space: host backend, experts read at their homes \(no budget\)' -- env MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p x -n 1 -ncmoe 99
+same_text '--n-cpu-moe 99' "$tmp/a" "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 --n-cpu-moe 99 -ngl 99
+expect 2 "^moevm run: --n-cpu-moe 99: .*tiny.gguf: all 2 MoE layers' experts on the CPU leave none on the GPU, where MOEVM_BACKEND=cuda computes" -- env MOEVM_BACKEND=cuda "$moevm" run -m "$m" -p x --n-cpu-moe 99
 expect 2 'run: give -p or -f, not both' -- "$moevm" run -m "$m" -p x -f "$tmp/prompt.txt"
 expect 1 '^moevm run: .*nope.txt: cannot open it' -- "$moevm" run -m "$m" -f "$tmp/nope.txt"
 # A K-quant mix (llama.cpp's Q4_K_M: Q6_K down in some layers) runs, on the host and below
@@ -179,6 +184,12 @@ if [ -n "$fake_driver" ]; then
         expect 0 'space: cuda backend.*computing on' -- env MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "x" -n 2
         env MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 >"$tmp/c" 2>/dev/null
         if cmp -s "$tmp/a" "$tmp/c"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: greedy output differs on the device" >&2; fi
+        # --n-cpu-moe on a GPU: 1 of the 2 layers, half the experts' pages on the device, to
+        # the same text; 99, none there, so the CPU computes
+        gpu="MOEVM_BACKEND=auto MOEVM_CUDA_LIBRARY=$fake_driver FAKECUDA_KERNELS=$fake_kernels"
+        env $gpu "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 --n-cpu-moe 1 >"$tmp/cm1" 2>"$tmp/cm1.err"
+        if cmp -s "$tmp/a" "$tmp/cm1" && grep -q 'space: cuda backend, budget 8 pages of 2048 KiB' "$tmp/cm1.err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: --n-cpu-moe 1 on the device" >&2; cat "$tmp/cm1.err" >&2; fi
+        expect 0 'space: host backend, experts read at their homes \(no budget\)' -- env $gpu "$moevm" run -m "$m" -p x -n 2 --n-cpu-moe 99
         # The K-quant mixes, the Qwen2-MoE fallbacks among them (IQ4_XS's too), and gpt-oss
         # (windows, sinks, biases, MXFP4 experts; a run longer than its window) on the
         # device: the CPU's text.
@@ -197,7 +208,7 @@ if [ -n "$fake_driver" ]; then
         small_gpu="MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY=$fake_driver FAKECUDA_KERNELS=$fake_kernels FAKECUDA_MEM=40M"
         env $small_gpu "$moevm" run -m "$tmp/gv.gguf" -p "It was the best" -n 12 --temp 0 >"$tmp/gv.cuda" 2>"$tmp/gv.err"
         if cmp -s "$tmp/gv.host" "$tmp/gv.cuda" && [ -s "$tmp/gv.host" ] && grep -Eq 'budget (1[0-9]|2[0-9]) pages of 2048 KiB \(auto: [1-9][0-9]* MiB of the device kept for the context\)' "$tmp/gv.err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: an automatic budget on a device smaller than the experts" >&2; cat "$tmp/gv.err" >&2; fi
-        expect 1 'device context of 16 positions .*OUT_OF_MEMORY.*the experts. budget holds 36 MiB' -- env $small_gpu "$moevm" run -m "$tmp/gv.gguf" -p "It was the best" -n 12 --temp 0 --gpu-budget 36M
+        expect 1 'device context of [0-9]+ positions .*OUT_OF_MEMORY.*the experts. budget holds 36 MiB' -- env $small_gpu "$moevm" run -m "$tmp/gv.gguf" -p "It was the best" -n 12 --temp 0 --gpu-budget 36M
         expect 1 'the device has 40.0 MiB free and .* needed beside the expert space' -- env $small_gpu "$moevm" run -m "$tmp/gv.gguf" -p "x" -n 2 --ctx 100000
         # ... unless the GPU was auto's choice: then the CPU computes, with a warning.
         env ${small_gpu/MOEVM_BACKEND=cuda/MOEVM_BACKEND=auto} "$moevm" run -m "$tmp/gv.gguf" -p "It was the best" -n 12 --temp 0 --ctx 100000 >"$tmp/gv.auto" 2>"$tmp/gv.auto.err"
@@ -261,6 +272,13 @@ expect 0 '\| host \| 2 \| home \| own \| tg4 \| [0-9.]+ \+- [0-9.]+ \| - \| 0\.0
 # llama-bench's spellings; --n-cpu-moe 1 of 2 layers is the 50% budget, 0.02 GiB
 expect 0 '\| host \| 1 \| 0\.02 \| own \| tg4 \| ' -- "$moevm" bench -m "$m" --n-prompt 0 --n-gen=4 --repetitions 1 --threads 1 -b 8 --n-cpu-moe 1 -ngl 99
 expect 2 'bench: give --gpu-budget or --n-cpu-moe, not both' -- "$moevm" bench -m "$m" --gpu-budget 50% --n-cpu-moe 1
+"$moevm" bench -m "$m" -p 0 -n 2 -r 1 -t 1 --n-cpu-moe 1,99 >"$tmp/bench.cm" 2>"$tmp/bench.cm.err"
+if grep -Eq '\| host \| 1 \| 0\.02 \| own \| tg2 \| ' "$tmp/bench.cm" && grep -Eq '\| host \| 1 \| home \| own \| tg2 \| ' "$tmp/bench.cm" &&
+   grep -q 'bench: --n-cpu-moe 99: the experts of all 2 MoE layers stay on the CPU' "$tmp/bench.cm.err"; then
+    pass=$((pass + 1))
+else
+    fail=$((fail + 1)); echo "FAIL: bench --n-cpu-moe 1,99: half the experts, then none on the GPU" >&2; sed 's/^/    /' "$tmp/bench.cm" "$tmp/bench.cm.err" >&2
+fi
 # --routing replays a trace's choices (its rows say so); a trace of another shape is refused,
 # naming both. (Whether the replayed experts are the ones that run: test_engine.)
 {
@@ -470,6 +488,7 @@ head -c 1000 "$m" >"$tmp/cut.gguf"
 expect 1 '^moevm sim: --model: .*cut.gguf: ' -- "$moevm" sim --model "$tmp/cut.gguf"
 expect 1 'has no hidden states' -- "$moevm" train-predictor --trace "$tmp/t.jsonl" --out "$tmp/p.bin"
 expect 0 'held-out' -- "$moevm" train-predictor --trace "$tmp/h.jsonl" --out "$tmp/p.bin"
+expect 0 'predict learned: [1-9][0-9]* prefetched' -- env MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p "Once upon a time" -n 8 --gpu-budget 50% --predict learned --predictor "$tmp/p.bin"
 expect 0 'predict=learned +[0-9.]+' -- "$moevm" sim --trace "$tmp/h.jsonl" --predictor "$tmp/p.bin" --compare 'predict=learned'
 head -c 100 "$tmp/p.bin" >"$tmp/cut.bin"
 expect 1 'predictor' -- "$moevm" sim --trace "$tmp/h.jsonl" --predictor "$tmp/cut.bin" --predict learned
@@ -541,6 +560,11 @@ assert d["n_generated"] == len(d["tokens"]) <= 12' "$tmp/run2.txt"
 if cmp -s "$tmp/a" "$tmp/run2.txt"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: -o text is not the default's text" >&2; fi
 expect 2 '^moevm run: -o xml: expected text or json$' -- "$moevm" run -m "$m" -p x -o xml
 if [ "$(wc -l <"$tmp/out")" -eq 1 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: run -o xml: more than one line" >&2; fi
+# A model whose vocabulary cannot be read (here its pre-tokenizer unknown) runs on token ids
+# alone and prints ids; a text prompt needs the vocabulary.
+"$py" -c 'import sys; b = open(sys.argv[1], "rb").read(); i = b.index(b"qwen2", b.index(b"tokenizer.ggml.pre")); open(sys.argv[2], "wb").write(b[:i] + b"qwenX" + b[i + 5:])' "$m" "$tmp/novocab.gguf"
+expect 0 '^ 1 5 9( [0-9]+){4}$' -- "$moevm" run -m "$tmp/novocab.gguf" --tokens 1,5,9 -n 4 --temp 0 --ignore-eos
+expect 1 "^moevm run: .*novocab.gguf: tokenizer: tokenizer.ggml.pre 'qwenX' is not supported" -- "$moevm" run -m "$tmp/novocab.gguf" -p x -n 2
 "$moevm" bench -m "$m" -p 8 -n 4 -r 2 -t 1 --gpu-budget 50%,100% -o csv >"$tmp/bench.csv" 2>/dev/null
 check_py 'bench -o csv' "$tmp/bench.csv" '
 import csv, sys
@@ -571,19 +595,20 @@ for r in rows:
 expect 0 '^\{"model_filename":.*"test":"tg2"' -- "$moevm" bench -m "$m" -p 0 -n 2 -r 1 -o jsonl
 expect 2 '^moevm bench: -o xml: expected text, csv, json, jsonl or md$' -- "$moevm" bench -m "$m" -o xml
 # Ctrl-C stops a run's generation: the report still comes, the exit code is 130
-ctrl_c() { # ctrl_c OUT ERR run-args...: a long run signalled once it generates
-    local out=$1 err=$2
-    shift 2
-    "$moevm" run -m "$m" -p "Once upon" -n 59000 -c 60000 --ignore-eos "$@" >"$out" 2>"$err" &
+ctrl_c() { # ctrl_c OUT ERR PAUSE run-args...: a long run signalled PAUSE s into its prompt
+    local out=$1 err=$2 pause=$3
+    shift 3
+    "$moevm" run -m "$m" "$@" >"$out" 2>"$err" &
     local pid=$!
-    for _ in $(seq 300); do grep -aq '^context:' "$err" && break; sleep 0.1; done
-    sleep 0.3
+    for _ in $(seq 600); do grep -aqs '^context:' "$err" && break; sleep 0.05; done
+    sleep "$pause"
     kill -INT "$pid"
     for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -KILL "$pid" 2>/dev/null
     wait "$pid"
 }
-ctrl_c "$tmp/int.txt" "$tmp/int.err"
+generating=(-p "Once upon" -n 59000 -c 60000 --ignore-eos)
+ctrl_c "$tmp/int.txt" "$tmp/int.err" 0.3 "${generating[@]}"
 rc=$?
 if [ "$rc" -eq 130 ] && grep -q '^moevm run: interrupted: [0-9]* of 59000 tokens generated$' "$tmp/int.err" &&
    grep -q '^prefill [0-9]* tokens .* | decode [0-9]* tokens .* | expert accesses' "$tmp/int.err"; then
@@ -591,13 +616,33 @@ if [ "$rc" -eq 130 ] && grep -q '^moevm run: interrupted: [0-9]* of 59000 tokens
 else
     fail=$((fail + 1)); echo "FAIL: Ctrl-C in run (exit $rc):" >&2; sed 's/^/    /' "$tmp/int.err" >&2
 fi
-ctrl_c "$tmp/int.json" "$tmp/int.err" -o json
+ctrl_c "$tmp/int.json" "$tmp/int.err" 0.3 "${generating[@]}" -o json
 rc=$?
 check_py "Ctrl-C in run -o json (exit $rc)" "$tmp/int.json" '
 import json, sys
 d = json.load(sys.stdin)
 assert d["interrupted"] is True and d["stop"] == "interrupted"
 assert 0 < d["n_generated"] == len(d["tokens"]) < 59000
+assert sys.argv[1] == "130", sys.argv[1]' "$rc"
+# ... and a long prompt's evaluation (12002 tokens a batch of one at a time: seconds), between
+# two batches, signalled as it begins: the report says how far it got
+printf 'the sea and the ship %.0s' $(seq 1500) >"$tmp/long.txt"
+prompting=(-f "$tmp/long.txt" -n 4 -b 1 -t 1)
+ctrl_c "$tmp/intp.txt" "$tmp/intp.err" 0 "${prompting[@]}"
+rc=$?
+if [ "$rc" -eq 130 ] && grep -q '^moevm run: interrupted: [0-9]* of the prompt.s 12002 tokens evaluated, none generated$' "$tmp/intp.err" &&
+   grep -Eq '^prefill [0-9]+ tokens .* \| decode 0 tokens' "$tmp/intp.err" && ! grep -q '^prefill 12002 tokens' "$tmp/intp.err"; then
+    pass=$((pass + 1))
+else
+    fail=$((fail + 1)); echo "FAIL: Ctrl-C in run's prompt (exit $rc):" >&2; sed 's/^/    /' "$tmp/intp.err" >&2
+fi
+ctrl_c "$tmp/intp.json" "$tmp/intp.err" 0 "${prompting[@]}" -o json
+rc=$?
+check_py "Ctrl-C in run's prompt, -o json (exit $rc)" "$tmp/intp.json" '
+import json, sys
+d = json.load(sys.stdin)
+assert d["interrupted"] is True and d["stop"] == "interrupted" and d["n_generated"] == 0
+assert d["prefill"]["tokens"] < d["n_prompt"] == 12002, (d["prefill"], d["n_prompt"])
 assert sys.argv[1] == "130", sys.argv[1]' "$rc"
 
 # chat (docs/chat.md): every architecture's tiny model converses from piped turns, the second
@@ -624,6 +669,17 @@ expect 0 'usage: moevm chat' -- "$moevm" chat --help
 expect 0 'usage: moevm serve' -- "$moevm" serve --help
 expect 2 'moevm serve: --port 70000: expected an integer' -- "$moevm" serve -m "$m" --port 70000
 expect 2 'moevm serve: --host nowhere: expected an IPv4 address' -- "$moevm" serve -m "$m" --host nowhere
+# llama.cpp's GPU options, as run takes them (the server's: test_serve.py)
+expect 0 '^model: .*expert budget 16\.0 MiB' -- sh -c "printf 'hi\n' | \"$moevm\" chat -m \"$m\" --n-cpu-moe 1 -ngl 99 --temp 0 -n 2"
+expect 0 '^moevm chat: --n-cpu-moe 99: the experts of all 2 MoE layers stay on the CPU' -- sh -c "printf 'hi\n' | \"$moevm\" chat -m \"$m\" -ncmoe 99 --temp 0 -n 2"
+expect 0 '^model: .*experts read at their homes' -- sh -c "printf 'hi\n' | \"$moevm\" chat -m \"$m\" --n-cpu-moe=99 --temp 0 -n 2"
+expect 2 '^moevm chat: give --gpu-budget or --n-cpu-moe, not both' -- "$moevm" chat -m "$m" --gpu-budget 50% --n-cpu-moe 1
+expect 2 '^moevm serve: give --gpu-budget or --n-cpu-moe, not both' -- "$moevm" serve -m "$m" -ncmoe 1 --gpu-budget 1G
+expect 2 '^moevm serve: --n-cpu-moe x: expected an integer' -- "$moevm" serve -m "$m" --n-cpu-moe x
+for cmd in chat serve; do
+    expect 0 '^  --n-cpu-moe, -ncmoe N +llama.cpp.s' -- "$moevm" $cmd --help
+    expect 0 '^  -ngl, --n-gpu-layers N +llama.cpp.s' -- "$moevm" $cmd --help
+done
 # Ctrl-C mid-reply: the reply stops, the chat reads on (to the end of input) and exits 0
 ( { printf 'Hello\n'; sleep 20; } | "$moevm" chat -m "$m" -c 60000 -n 59000 --ignore-eos --temp 0 --verbose-prompt >"$tmp/int.out" 2>&1 ) &
 chat_pid=$!
@@ -640,6 +696,26 @@ else
     fail=$((fail + 1))
     echo "FAIL: Ctrl-C in a reply (exit $rc):" >&2
     sed 's/^/    /' "$tmp/int.out" >&2
+fi
+# Ctrl-C while a long message is being read (12000 tokens a batch of one at a time): that
+# turn is dropped, the cache back where it began, and the chat goes on to the next line,
+# whose prompt holds the conversation without it
+{ cat "$tmp/long.txt"; printf '\nhi\n'; } >"$tmp/turns.txt"
+"$moevm" chat -m "$m" -c 16384 -b 1 -t 1 --temp 0 -n 3 --verbose-prompt <"$tmp/turns.txt" >"$tmp/intc.out" 2>"$tmp/intc.err" &
+chat_pid=$!
+for _ in $(seq 600); do grep -aqs '^prompt:' "$tmp/intc.err" && break; sleep 0.05; done
+kill -INT "$chat_pid"
+wait "$chat_pid"
+rc=$?
+last_prompt=$(tr '\n' ' ' <"$tmp/intc.err" | sed 's/.*prompt://')
+if [ "$rc" -eq 0 ] && grep -aq '^moevm chat: interrupted while reading the message: it is dropped$' "$tmp/intc.err" &&
+   [ "$(grep -ac '^prompt:' "$tmp/intc.err")" -eq 2 ] && [[ $last_prompt == *user*hi* && $last_prompt != *ship* ]] &&
+   ! grep -aq '\[stopped\]' "$tmp/intc.out" && grep -aq 'replies [0-9]* tokens' "$tmp/intc.err"; then
+    pass=$((pass + 1))
+else
+    fail=$((fail + 1))
+    echo "FAIL: Ctrl-C while a message is read (exit $rc):" >&2
+    cut -c1-300 "$tmp/intc.err" "$tmp/intc.out" | sed 's/^/    /' >&2
 fi
 
 echo "$pass passed, $fail failed"

@@ -8,7 +8,8 @@ several streaming clients at once against each alone; a client that leaves mid-s
 slot freed, counted as cancelled, the server still serving); stop strings; malformed JSON,
 wrong field types, an unknown route or method, a body over the limit, a prompt longer than
 the context, each an OpenAI error object with its status; the OpenAI Python client's
-streamed chat where the package is installed; SIGTERM ends the server with its statistics.
+streamed chat where the package is installed; SIGTERM ends the server with its statistics;
+llama.cpp's --n-cpu-moe and -ngl taken as `moevm run` takes them.
 
     test_serve.py MOEVM WORKDIR [ARCH ...]
 Prints "N passed, M failed" last; exit 1 on a failure.
@@ -254,6 +255,27 @@ def openai_client(s, arch):
     print(f"{arch}: openai client streamed {len(parts)} pieces")
 
 
+def cpu_moe(moevm, model, arch):
+    """--n-cpu-moe 1 of the model's layers: a budget (gpu_budget's share of the other
+    layers' experts); 99: none on the GPU, said in one line, the CPU reading every expert at
+    its home. The server serves either way, to the same greedy text."""
+    budget, text, log = {}, {}, {}
+    for n in ("1", "99"):
+        s = Server(moevm, model, "--n-cpu-moe", n, "-ngl", "99", "-t", "2")
+        try:
+            status, body = s.post("/v1/completions", dict(GREEDY, prompt="Once upon a time"))
+            text[n] = body["choices"][0]["text"] if status == 200 else None
+            budget[n] = s.metrics().get("moevm_budget_bytes")
+        finally:
+            rc, log[n] = s.stop()
+        check(rc == 0 and text[n] is not None, f"{arch}: --n-cpu-moe {n}: rc {rc}, {body}")
+    check(budget["1"] and budget["1"] > 0 and budget["99"] == 0,
+          f"{arch}: --n-cpu-moe budgets {budget}")
+    check(text["1"] == text["99"], f"{arch}: --n-cpu-moe 1 and 99 differ: {text}")
+    check("moevm serve: --n-cpu-moe 99: the experts of all" in log["99"] and
+          "experts read at their homes" in log["99"], f"{arch}: --n-cpu-moe 99: {log['99']}")
+
+
 def main():
     moevm, work = sys.argv[1], sys.argv[2]
     arches = sys.argv[3:] or ["qwen3moe"]
@@ -280,6 +302,8 @@ def main():
             rc, log = s.stop()
         check(rc == 0 and "served" in log and "requests" in log, f"{arch}: SIGTERM: rc {rc}, "
                                                                  f"log {log[-300:]!r}")
+        if arch == arches[0]:
+            cpu_moe(moevm, model, arch)
     print(f"{passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)
 

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "engine/api/threads.h"
+#include "engine/plan/plan.h"
 #include "moevm/moevm.h"
 #include "policy/choose.h"
 #include "vmm/options.h"
@@ -229,23 +230,52 @@ void mvm_cli_gpu_layers(const char *cmd, const char *flag)
             "go to the GPU when there is one\n", cmd, flag);
 }
 
-int mvm_cli_cpu_moe(const char *cmd, uint32_t n_cpu_moe, uint32_t n_moe_layers,
+int mvm_cli_n_cpu_moe(const char *cmd, const char *flag, const char *value, uint32_t *n)
+{
+    return mvm_cli_u32(cmd, flag, value, 0, 1u << 16, n);
+}
+
+int mvm_cli_budget_or_cpu_moe(const char *cmd, int budget_given, int cpu_moe_given)
+{
+    if (!budget_given || !cpu_moe_given)
+        return 0;
+    fprintf(stderr, "moevm %s: give --gpu-budget or --n-cpu-moe, not both (both set the "
+            "experts' device budget)\n", cmd);
+    return 2;
+}
+
+int mvm_cli_cpu_moe(const char *cmd, uint32_t n_cpu_moe, const mvm_model *m,
                     mvm_space_desc *desc)
 {
-    if (n_cpu_moe >= n_moe_layers) {
-        fprintf(stderr, "moevm %s: --n-cpu-moe %u: the model has %u MoE layers, so that leaves "
-                "no expert on the GPU, and an expert space needs one page (give fewer; on the "
-                "CPU alone leave it out: the experts are read at their homes)\n", cmd,
-                n_cpu_moe, n_moe_layers);
+    if (mvm_plan_cpu_moe(m, n_cpu_moe, desc) != MVM_OK) {
+        fprintf(stderr, "moevm %s: --n-cpu-moe %u: %s\n", cmd, n_cpu_moe, mvm_last_error());
         return 2;
     }
-    /* A fraction of the experts' pages, as a percentage budget: each expert whole pages, so
-     * the budget holds exactly the layers' experts. The quotient can round a hair below the
-     * product's exact page count; a billionth of a layer more cannot reach another page. */
-    double frac = ((double)(n_moe_layers - n_cpu_moe) + 1e-9) / (double)n_moe_layers;
-    desc->device_budget = 0;
-    desc->device_budget_frac = frac < 1 ? frac : 1;
+    mvm_cli_cpu_moe_note(cmd, n_cpu_moe, m->hp.n_layer);
     return 0;
+}
+
+void mvm_cli_cpu_moe_note(const char *cmd, uint32_t n_cpu_moe, uint32_t n_layer)
+{
+    if (n_cpu_moe >= n_layer)
+        fprintf(stderr, "moevm %s: --n-cpu-moe %u: the experts of all %u MoE layers stay on the "
+                "CPU, so no expert budget: the model computes on the CPU, reading every "
+                "expert in host memory\n", cmd, n_cpu_moe, n_layer);
+}
+
+volatile sig_atomic_t mvm_cli_interrupted;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    mvm_cli_interrupted = 1;
+}
+
+void mvm_cli_catch_sigint(int flags)
+{
+    struct sigaction sa = {.sa_handler = on_sigint, .sa_flags = flags};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
 }
 
 char *mvm_cli_read_text(const char *cmd, const char *path, size_t *len)
@@ -293,6 +323,20 @@ int mvm_cli_policy(const char *cmd, const char *flag, char *value, const char **
         return 0;
     fprintf(stderr, "moevm %s: %s %s: expected NAME or NAME{k=v,...}\n", cmd, flag, value);
     return 2;
+}
+
+int mvm_cli_module(const char *cmd, const char *flag, const char *value, const char **out)
+{
+    char *copy = strdup(value);
+    const char *name, *params;
+    if (!copy) {
+        fprintf(stderr, "moevm %s: out of memory\n", cmd);
+        return 1;
+    }
+    int bad = mvm_cli_policy(cmd, flag, copy, &name, &params);
+    free(copy);
+    *out = value;
+    return bad;
 }
 
 void mvm_cli_progress(void *label, uint64_t done, uint64_t total)

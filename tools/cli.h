@@ -3,10 +3,12 @@
 #ifndef MVM_TOOLS_CLI_H
 #define MVM_TOOLS_CLI_H
 
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #include "engine/compute/pool.h"
+#include "engine/model/model.h"
 
 int mvm_cmd_info(int argc, char **argv);
 int mvm_cmd_demo(int argc, char **argv);
@@ -107,16 +109,37 @@ int mvm_cli_u32(const char *cmd, const char *flag, const char *value, uint32_t l
 int mvm_cli_float(const char *cmd, const char *flag, const char *value, double lo, double hi,
                   float *out);
 
+/* llama.cpp's GPU options, spelled alike in every command that loads a model, for its
+ * option table: -ngl, --gpu-layers, --n-gpu-layers N (mvm_cli_gpu_layers) and --n-cpu-moe,
+ * -ncmoe N (mvm_cli_cpu_moe); ngl and cpu_moe are the command's ids for them. */
+#define MVM_CLI_GPU_OPTS(ngl, cpu_moe)                                                        \
+    {"-ngl", 0, 1, ngl}, {"gpu-layers", 0, 1, ngl}, {"n-gpu-layers", 0, 1, ngl},             \
+    {"n-cpu-moe", 0, 1, cpu_moe}, {"-ncmoe", 0, 1, cpu_moe}
 /* -ngl / --n-gpu-layers N of llama.cpp, accepted with any value: moevm places experts by a
  * byte budget, and attention and dense weights always go to the GPU when there is one. The
  * first call says so on stderr, once per process. */
 void mvm_cli_gpu_layers(const char *cmd, const char *flag);
-/* --n-cpu-moe N of llama.cpp, once the model's shape is known: desc's budget becomes the
- * experts of all but N of its n_moe_layers MoE layers, (n_moe_layers - N) / n_moe_layers of
- * the experts' pages. 0; or 2 after "moevm <cmd>: ..." when N leaves no layer (a budget of
- * 0, which the expert space cannot be). */
-int mvm_cli_cpu_moe(const char *cmd, uint32_t n_cpu_moe, uint32_t n_moe_layers,
+/* --n-cpu-moe's value N, 0..65536 (llama.cpp users type 99 for "every layer"): into *n, 0;
+ * else 2 after "moevm <cmd>: <flag> <value>: ...". */
+int mvm_cli_n_cpu_moe(const char *cmd, const char *flag, const char *value, uint32_t *n);
+/* 0 unless both --gpu-budget and --n-cpu-moe were given: then 2 after one line saying so. */
+int mvm_cli_budget_or_cpu_moe(const char *cmd, int budget_given, int cpu_moe_given);
+/* --n-cpu-moe N of llama.cpp into desc once model m is open (plan.h's mvm_plan_cpu_moe): the
+ * budget of the experts of all but N of its MoE layers; N >= its layers, none on the GPU,
+ * with mvm_cli_cpu_moe_note. 0; or 2 after "moevm <cmd>: --n-cpu-moe N: ..." (no expert on
+ * the GPU with MOEVM_BACKEND=cuda). */
+int mvm_cli_cpu_moe(const char *cmd, uint32_t n_cpu_moe, const mvm_model *m,
                     mvm_space_desc *desc);
+/* When --n-cpu-moe N keeps the experts of every one of n_layer MoE layers on the CPU, one
+ * line on stderr saying what that means: no expert budget, the model computed on the CPU. */
+void mvm_cli_cpu_moe_note(const char *cmd, uint32_t n_cpu_moe, uint32_t n_layer);
+
+/* Ctrl-C for the commands it stops rather than ends (run, chat): set by SIGINT once
+ * mvm_cli_catch_sigint has run; the command clears it when it has stopped. */
+extern volatile sig_atomic_t mvm_cli_interrupted;
+/* From now on SIGINT sets mvm_cli_interrupted. flags: sigaction's (SA_RESTART: reads and
+ * writes are not cut short; SA_RESETHAND: a second Ctrl-C ends the program). */
+void mvm_cli_catch_sigint(int flags);
 /* The whole of `path` (stdin for "-"), NUL-terminated, in a malloc'ed buffer, its length
  * in *len; NULL after "moevm <cmd>: <path>: ..." on stderr. */
 char *mvm_cli_read_text(const char *cmd, const char *path, size_t *len);
@@ -135,6 +158,9 @@ int mvm_cli_need_model(const char *cmd, const char *model);
  * "moevm <cmd>: <flag> <value>: expected NAME or NAME{k=v,...}" and returns 2, else 0. */
 int mvm_cli_policy(const char *cmd, const char *flag, char *value, const char **name,
                    const char **params);
+/* The same check on a copy, the value kept whole into *out, as the engine API takes a
+ * module (moevm/engine.h's mvm_engine_params). */
+int mvm_cli_module(const char *cmd, const char *flag, const char *value, const char **out);
 
 /* --server-mem of `moevm sim --servers` and of distributed runs: one value, or one per
  * server (n), each a size or a percentage of `all` (every expert's bytes), into cap[n].

@@ -2,9 +2,10 @@
 #include "tools/cli_engine.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "policy/choose.h"
+#include "vmm/error.h"
 
 void mvm_cli_engine_init(mvm_cli_engine *e)
 {
@@ -12,20 +13,6 @@ void mvm_cli_engine_init(mvm_cli_engine *e)
         .s = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .seed = 42,
               .repeat_penalty = 1.0f, .repeat_last_n = 64},
         .n_predict = -1};
-}
-
-static int policy(const mvm_cli_iter *it, const char **field)
-{
-    const char *name, *params;
-    char copy[512];
-    snprintf(copy, sizeof copy, "%s", it->value);
-    if (mvm_policy_split(copy, &name, &params)) {
-        fprintf(stderr, "moevm %s: %s %s: expected NAME or NAME{k=v,...}\n", it->cmd, it->flag,
-                it->value);
-        return 2;
-    }
-    *field = it->value; /* the engine splits its own copy */
-    return 0;
 }
 
 static int sampling_option(const mvm_cli_iter *it, mvm_cli_engine *e)
@@ -73,15 +60,24 @@ int mvm_cli_engine_option(const mvm_cli_iter *it, mvm_cli_engine *e)
     case MVM_CLI_E_BATCH: return mvm_cli_u32(c, f, v, 1, 4096, &p->n_batch);
     case MVM_CLI_E_BUDGET: p->gpu_budget = v; return 0;
     case MVM_CLI_E_NGL: mvm_cli_gpu_layers(c, f); return 0;
+    case MVM_CLI_E_CPU_MOE: p->cpu_moe = 1; return mvm_cli_n_cpu_moe(c, f, v, &p->n_cpu_moe);
     case MVM_CLI_E_KV: return mvm_cli_kv_type(c, v, &p->kv_type);
-    case MVM_CLI_E_EVICT: return policy(it, &p->evict);
-    case MVM_CLI_E_PREDICT: return policy(it, &p->predict);
-    case MVM_CLI_E_ROUTE: return policy(it, &p->route);
-    case MVM_CLI_E_CONFIG: return policy(it, &p->config);
-    case MVM_CLI_E_ASSIGN: return policy(it, &p->assign);
+    case MVM_CLI_E_EVICT: return mvm_cli_module(c, f, v, &p->evict);
+    case MVM_CLI_E_PREDICT: return mvm_cli_module(c, f, v, &p->predict);
+    case MVM_CLI_E_ROUTE: return mvm_cli_module(c, f, v, &p->route);
+    case MVM_CLI_E_CONFIG: return mvm_cli_module(c, f, v, &p->config);
+    case MVM_CLI_E_ASSIGN: return mvm_cli_module(c, f, v, &p->assign);
     case MVM_CLI_E_COST: p->cost = v; return 0;
     default: return sampling_option(it, e);
     }
+}
+
+int mvm_cli_engine_check(const char *cmd, const mvm_cli_engine *e)
+{
+    if (mvm_cli_need_model(cmd, e->p.model) ||
+        mvm_cli_budget_or_cpu_moe(cmd, e->p.gpu_budget != NULL, e->p.cpu_moe))
+        return 2;
+    return -1;
 }
 
 void mvm_cli_engine_usage(FILE *f)
@@ -93,9 +89,14 @@ void mvm_cli_engine_usage(FILE *f)
             "                  training context, at most 4096)\n"
             "  -b, --batch-size  prompt tokens per forward pass (default 32)\n"
             "  --gpu-budget    device memory for experts: a size (8G), a percentage of all\n"
-            "                  experts (25%%) or auto (default MOEVM_GPU_BUDGET); -ngl N is\n"
-            "                  accepted and means nothing more: attention and the dense\n"
-            "                  weights always go to the GPU when there is one\n"
+            "                  experts (25%%) or auto (default MOEVM_GPU_BUDGET)\n"
+            "  --n-cpu-moe, -ncmoe N  llama.cpp's, as a budget: the experts of all but N MoE\n"
+            "                  layers, (layers - N) / layers of their pages (not with\n"
+            "                  --gpu-budget); N >= the layers (99): none on the GPU, the\n"
+            "                  model computed on the CPU\n"
+            "  -ngl, --n-gpu-layers N  llama.cpp's, accepted with any value and ignored:\n"
+            "                  attention and the dense weights always go to the GPU when\n"
+            "                  there is one\n"
             "  --kv-type       f16 or f32 (default MOEVM_KV_TYPE, f16)\n"
             "  --evict, --predict, --route, --config, --assign  NAME[{k=v,...}]: the policy\n"
             "                  modules (docs/policies.md; default their MOEVM_* options)\n"
@@ -119,6 +120,8 @@ int mvm_cli_engine_load(const char *cmd, mvm_cli_engine *e, mvm_engine **out)
         return mvm_cli_error(cmd, "loading the model");
     mvm_engine_info in;
     mvm_engine_get_info(*out, &in);
+    if (e->p.cpu_moe)
+        mvm_cli_cpu_moe_note(cmd, e->p.n_cpu_moe, in.n_layer);
     char budget[64] = "experts read at their homes";
     if (in.budget_bytes)
         snprintf(budget, sizeof budget, "expert budget %.1f MiB",
@@ -140,6 +143,37 @@ uint32_t mvm_cli_common_prefix(const int32_t *a, uint32_t na, const int32_t *b, 
     return k;
 }
 
+/* Tokens t[0..n) of sequence seq, each one's logits into logits' rows: one batch. */
+static mvm_status eval_rows(mvm_engine *e, uint32_t seq, const int32_t *t, uint32_t n,
+                            float *logits)
+{
+    mvm_engine_token *b = malloc(n * sizeof *b);
+    if (!b)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory");
+    for (uint32_t i = 0; i < n; i++)
+        b[i] = (mvm_engine_token){t[i], seq, 1};
+    mvm_status st = mvm_engine_eval_batch(e, b, n, logits);
+    free(b);
+    return st;
+}
+
+mvm_status mvm_cli_eval_prompt(mvm_engine *e, uint32_t seq, const int32_t *tokens, uint32_t n,
+                               float *logits, int all_logits, uint32_t *done)
+{
+    mvm_engine_info in;
+    mvm_engine_get_info(e, &in);
+    mvm_status st = MVM_OK;
+    for (*done = 0; *done < n && !mvm_cli_interrupted && st == MVM_OK;) {
+        uint32_t nb = n - *done < in.n_batch ? n - *done : in.n_batch;
+        if (all_logits)
+            st = eval_rows(e, seq, tokens + *done, nb, logits + (size_t)*done * in.n_vocab);
+        else
+            st = mvm_engine_eval(e, seq, tokens + *done, nb, *done + nb == n ? logits : NULL);
+        *done += st == MVM_OK ? nb : 0;
+    }
+    return st;
+}
+
 mvm_status mvm_cli_prefill(mvm_engine *e, uint32_t seq, int32_t *cached, uint32_t *n_cached,
                            const int32_t *prompt, uint32_t n, float *logits, uint32_t *reused)
 {
@@ -148,9 +182,14 @@ mvm_status mvm_cli_prefill(mvm_engine *e, uint32_t seq, int32_t *cached, uint32_
         k--;
     mvm_engine_truncate(e, seq, k);
     *n_cached = *reused = k;
-    mvm_status st = mvm_engine_eval(e, seq, prompt + k, n - k, logits);
-    if (st != MVM_OK)
+    uint32_t done;
+    mvm_status st = mvm_cli_eval_prompt(e, seq, prompt + k, n - k, logits, 0, &done);
+    if (st == MVM_OK && done < n - k)
+        st = MVM_ERR_CANCELLED;
+    if (st != MVM_OK) { /* the batches done go too: the cache holds what cached says */
+        mvm_engine_truncate(e, seq, k);
         return st;
+    }
     memcpy(cached + k, prompt + k, (n - k) * sizeof *prompt);
     *n_cached = n;
     return MVM_OK;

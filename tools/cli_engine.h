@@ -16,7 +16,8 @@ enum {
     MVM_CLI_E_BUDGET, MVM_CLI_E_NGL, MVM_CLI_E_KV, MVM_CLI_E_EVICT, MVM_CLI_E_PREDICT,
     MVM_CLI_E_ROUTE, MVM_CLI_E_CONFIG, MVM_CLI_E_ASSIGN, MVM_CLI_E_COST,
     MVM_CLI_E_NPREDICT, MVM_CLI_E_TEMP, MVM_CLI_E_TOPK, MVM_CLI_E_TOPP, MVM_CLI_E_MINP,
-    MVM_CLI_E_SEED, MVM_CLI_E_REPEAT, MVM_CLI_E_REPEAT_N, MVM_CLI_E_IGNORE_EOS, MVM_CLI_E_LAST
+    MVM_CLI_E_SEED, MVM_CLI_E_REPEAT, MVM_CLI_E_REPEAT_N, MVM_CLI_E_IGNORE_EOS,
+    MVM_CLI_E_CPU_MOE, MVM_CLI_E_LAST
 };
 
 /* The rows, for a command's mvm_cli_opt table. */
@@ -24,8 +25,8 @@ enum {
     {"model", 'm', 1, MVM_CLI_E_MODEL}, {"threads", 't', 1, MVM_CLI_E_THREADS},                 \
     {"ctx-size", 'c', 1, MVM_CLI_E_CTX}, {"ctx", 0, 1, MVM_CLI_E_CTX},                          \
     {"batch-size", 'b', 1, MVM_CLI_E_BATCH}, {"batch", 0, 1, MVM_CLI_E_BATCH},                  \
-    {"gpu-budget", 0, 1, MVM_CLI_E_BUDGET}, {"-ngl", 0, 1, MVM_CLI_E_NGL},                      \
-    {"n-gpu-layers", 0, 1, MVM_CLI_E_NGL}, {"kv-type", 0, 1, MVM_CLI_E_KV},                     \
+    {"gpu-budget", 0, 1, MVM_CLI_E_BUDGET}, MVM_CLI_GPU_OPTS(MVM_CLI_E_NGL, MVM_CLI_E_CPU_MOE),  \
+    {"kv-type", 0, 1, MVM_CLI_E_KV},                                                            \
     {"evict", 0, 1, MVM_CLI_E_EVICT}, {"predict", 0, 1, MVM_CLI_E_PREDICT},                     \
     {"route", 0, 1, MVM_CLI_E_ROUTE}, {"config", 0, 1, MVM_CLI_E_CONFIG},                       \
     {"assign", 0, 1, MVM_CLI_E_ASSIGN}, {"cost", 0, 1, MVM_CLI_E_COST},                         \
@@ -47,6 +48,9 @@ typedef struct mvm_cli_engine {
 void mvm_cli_engine_init(mvm_cli_engine *e);
 /* it->id one of the rows: applied, 0; 2 after a one-line error; -1 when it is not one. */
 int mvm_cli_engine_option(const mvm_cli_iter *it, mvm_cli_engine *e);
+/* After the last option: -1 to go on; 2 after a one-line error (no -m, or both
+ * --gpu-budget and --n-cpu-moe). */
+int mvm_cli_engine_check(const char *cmd, const mvm_cli_engine *e);
 /* The rows' help lines. */
 void mvm_cli_engine_usage(FILE *f);
 /* Loads e->p's model with a progress line, and says on stderr what was loaded. 0, or 1
@@ -54,10 +58,18 @@ void mvm_cli_engine_usage(FILE *f);
 int mvm_cli_engine_load(const char *cmd, mvm_cli_engine *e, mvm_engine **out);
 /* The tokens a[0..na) and b[0..nb) share at their start. */
 uint32_t mvm_cli_common_prefix(const int32_t *a, uint32_t na, const int32_t *b, uint32_t nb);
+/* Evaluates tokens[0..n) after sequence seq's cached positions a batch (-b) at a time, so
+ * that Ctrl-C stops it between two (mvm_cli_interrupted; engine.h evaluates a call whole):
+ * *done, the tokens evaluated, is n unless it did, and the batches done stay cached.
+ * logits: the last token's n_vocab floats, or with all_logits every token's (n rows, as
+ * far as *done); NULL for none. On a failure *done counts the batches before it. */
+mvm_status mvm_cli_eval_prompt(mvm_engine *e, uint32_t seq, const int32_t *tokens, uint32_t n,
+                               float *logits, int all_logits, uint32_t *done);
 /* Evaluates prompt[0..n) (n >= 1) in sequence seq of e, whose cache holds
  * cached[0..*n_cached): only what follows their common prefix, and at least the last token
- * (its logits are wanted); cached then holds the prompt (on failure, its common prefix).
- * *reused: the prompt's tokens not evaluated. */
+ * (its logits are wanted), by mvm_cli_eval_prompt; cached then holds the prompt. *reused:
+ * the prompt's tokens not evaluated. On a failure, and after Ctrl-C (MVM_ERR_CANCELLED), the
+ * sequence and cached hold the common prefix alone: the prompt's own tokens are dropped. */
 mvm_status mvm_cli_prefill(mvm_engine *e, uint32_t seq, int32_t *cached, uint32_t *n_cached,
                            const int32_t *prompt, uint32_t n, float *logits, uint32_t *reused);
 

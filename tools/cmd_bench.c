@@ -67,7 +67,8 @@ static void usage(FILE *f)
           "                device)\n"
           "  --n-cpu-moe, -ncmoe  llama-bench's, as budgets to try: the experts of all but N\n"
           "                MoE layers, (layers - N) / layers of their pages (not with\n"
-          "                --gpu-budget)\n"
+          "                --gpu-budget); N >= the layers (99): none on the GPU, the model\n"
+          "                computed on the CPU (the budget column's 'home')\n"
           "  -ngl, --n-gpu-layers  llama-bench's, accepted with any value and ignored:\n"
           "                attention and dense weights always go to the GPU when there is one\n"
           "  --evict       the evict policy module (default MOEVM_EVICT; docs/policies.md)\n"
@@ -125,9 +126,7 @@ static const mvm_cli_opt bench_opts[] = {
     {"model", 'm', 1, O_MODEL},       {"n-prompt", 'p', 1, O_PROMPT},
     {"n-gen", 'n', 1, O_GEN},         {"repetitions", 'r', 1, O_REPS},
     {"threads", 't', 1, O_THREADS},   {"gpu-budget", 0, 1, O_BUDGET},
-    {"n-cpu-moe", 0, 1, O_CPU_MOE},   {"-ncmoe", 0, 1, O_CPU_MOE},
-    {"-ngl", 0, 1, O_NGL},            {"gpu-layers", 0, 1, O_NGL},
-    {"n-gpu-layers", 0, 1, O_NGL},    {"evict", 0, 1, O_EVICT},
+    MVM_CLI_GPU_OPTS(O_NGL, O_CPU_MOE), {"evict", 0, 1, O_EVICT},
     {"batch", 'b', 1, O_BATCH},       {"batch-size", 0, 1, O_BATCH},
     {"kv-type", 0, 1, O_KV_TYPE},     {"routing", 0, 1, O_ROUTING},
     {"output", 'o', 1, O_OUTPUT},     {"output-format", 0, 1, O_OUTPUT},
@@ -173,11 +172,8 @@ static int parse_args(int argc, char **argv, struct bench_args *a)
         fprintf(stderr, "moevm bench: -p 0 and -n 0 leave nothing to measure\n");
         return 2;
     }
-    if (budget_given && a->n_cpu_moe) {
-        fprintf(stderr, "moevm bench: give --gpu-budget or --n-cpu-moe, not both (both set the "
-                "experts' device budgets)\n");
+    if (mvm_cli_budget_or_cpu_moe("bench", budget_given, a->n_cpu_moe != 0))
         return 2;
-    }
     /* every budget before the first measurement, not after minutes of them */
     for (uint32_t b = 0; b < a->n_budgets; b++) {
         mvm_space_desc desc;
@@ -339,7 +335,7 @@ static int bench_load(const struct bench_args *a, mvm_pool *pool, uint32_t b, mv
     mvm_model *m = NULL;
     if (rc || mvm_model_open(a->model, &m) != MVM_OK)
         return rc ? rc : mvm_cli_error("bench", "loading the model");
-    if (a->n_cpu_moe && (rc = mvm_cli_cpu_moe("bench", a->cpu_moe[b], m->hp.n_layer, &desc))) {
+    if (a->n_cpu_moe && (rc = mvm_cli_cpu_moe("bench", a->cpu_moe[b], m, &desc))) {
         mvm_model_free(m);
         return rc;
     }

@@ -4,13 +4,13 @@
  * what the KV cache does not already hold (the longest common prefix of the new prompt's
  * tokens and the cached ones), so history costs nothing twice. Lines from stdin are the
  * user's turns — typed at a terminal, or piped. Ctrl-C stops a reply (the part written so
- * far stays in the conversation, as llama.cpp keeps it); at the prompt it ends the program,
- * as end of input does. The statistics line comes last on stderr either way.
+ * far stays in the conversation, as llama.cpp keeps it) and, while a turn's prompt is being
+ * evaluated, drops that turn; either way the chat goes back to the prompt. At the prompt it
+ * ends the program, as end of input does. The statistics line comes last on stderr.
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +26,8 @@ static void usage(FILE *f)
     fprintf(f, "usage: moevm chat -m MODEL.gguf [--system TEXT] [options]\n"
                "A conversation in the model's own chat template (tokenizer.chat_template;\n"
                "ChatML when the model has none). Each line of input is a turn; /reset forgets\n"
-               "the conversation, /exit or end of input ends it. Ctrl-C stops a reply.\n"
+               "the conversation, /exit or end of input ends it. Ctrl-C stops a reply (or\n"
+               "drops a message still being read) and returns to the prompt.\n"
                "  --system TEXT   the system message\n"
                "  --chat-template-file FILE  a Jinja template to use instead of the model's\n"
                "  --verbose-prompt  each turn's rendered prompt on stderr\n");
@@ -48,14 +49,6 @@ struct chat {
     uint64_t evaluated, reused, generated;
     double t_prompt, t_reply;
 };
-
-static volatile sig_atomic_t interrupted;
-
-static void on_sigint(int sig)
-{
-    (void)sig;
-    interrupted = 1;
-}
 
 static int parse_args(int argc, char **argv, struct chat *c)
 {
@@ -79,7 +72,7 @@ static int parse_args(int argc, char **argv, struct chat *c)
     }
     if (next != MVM_CLI_END)
         return next;
-    return mvm_cli_need_model("chat", c->o.p.model) ? 2 : -1;
+    return mvm_cli_engine_check("chat", &c->o);
 }
 
 /* messages = [system?] */
@@ -153,7 +146,8 @@ static int fit(struct chat *c, size_t *n)
     }
 }
 
-/* Evaluates what of the prompt the cache lacks; c->logits then follow its last token. */
+/* Evaluates what of the prompt the cache lacks; c->logits then follow its last token. -1
+ * after Ctrl-C: the cache is back where the turn began. */
 static int prefill(struct chat *c, size_t n)
 {
     uint32_t reused;
@@ -161,6 +155,8 @@ static int prefill(struct chat *c, size_t n)
     mvm_status st = mvm_cli_prefill(c->e, 0, c->cached, &c->n_cached, c->prompt, (uint32_t)n,
                                     c->logits, &reused);
     c->t_prompt += mvm_now_s() - t0;
+    if (st == MVM_ERR_CANCELLED)
+        return -1;
     if (st != MVM_OK)
         return mvm_cli_error("chat", "prompt");
     c->evaluated += n - reused;
@@ -179,7 +175,8 @@ static int reply(struct chat *c, char **reply)
         return 1;
     double t0 = mvm_now_s();
     int rc = 0;
-    for (int32_t made = 0; !interrupted && (c->o.n_predict < 0 || made < c->o.n_predict); made++) {
+    for (int32_t made = 0; !mvm_cli_interrupted && (c->o.n_predict < 0 || made < c->o.n_predict);
+         made++) {
         if (c->o.ignore_eos)
             mvm_engine_mask_eog(c->e, c->logits);
         int32_t next = mvm_sampler_sample_after(c->sampler, c->logits, in.n_vocab, c->cached,
@@ -208,9 +205,9 @@ static int reply(struct chat *c, char **reply)
     }
     c->t_reply += mvm_now_s() - t0;
     text[len] = '\0';
-    printf(interrupted ? " [stopped]\n" : "\n");
+    printf(mvm_cli_interrupted ? " [stopped]\n" : "\n");
     fflush(stdout);
-    interrupted = 0;
+    mvm_cli_interrupted = 0;
     *reply = text;
     return rc;
 }
@@ -221,10 +218,17 @@ static int turn(struct chat *c, const char *line)
     add_message(c, "user", line);
     if (fit(c, &n))
         return 0; /* said why; the conversation goes on without that message */
-    if (prefill(c, n))
+    int rc = prefill(c, n);
+    if (rc < 0) { /* Ctrl-C before the reply: the turn goes, as if never typed */
+        cJSON_DeleteItemFromArray(c->messages, cJSON_GetArraySize(c->messages) - 1);
+        fprintf(stderr, "moevm chat: interrupted while reading the message: it is dropped\n");
+        mvm_cli_interrupted = 0;
+        return 0;
+    }
+    if (rc)
         return 1;
     char *text = NULL;
-    int rc = reply(c, &text);
+    rc = reply(c, &text);
     if (text)
         add_message(c, "assistant", text);
     free(text);
@@ -257,9 +261,9 @@ static char *read_turn(int tty)
         if (tty)
             fprintf(stderr, all ? ". " : "> ");
         ssize_t n = getline(&line, &cap, stdin);
-        if (n < 0 || interrupted) {
+        if (n < 0 || mvm_cli_interrupted) {
             free(line);
-            if (n < 0 && !interrupted && all)
+            if (n < 0 && !mvm_cli_interrupted && all)
                 return all; /* a last line without a newline */
             free(all);
             return NULL;
@@ -341,9 +345,7 @@ int mvm_cmd_chat(int argc, char **argv)
     int rc = parse_args(argc, argv, &c);
     if (rc >= 0)
         return rc;
-    struct sigaction sa = {.sa_handler = on_sigint}; /* no SA_RESTART: Ctrl-C ends a read */
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
+    mvm_cli_catch_sigint(0); /* no SA_RESTART: Ctrl-C ends a read */
     rc = open_chat(&c);
     if (!rc)
         rc = converse(&c);

@@ -1,27 +1,30 @@
 /*
  * `moevm run`: load a GGUF MoE model (experts into a moevm space), prefill a prompt,
  * generate, print the text as it comes and a closing statistics line on stderr — or, with
- * -o json, one JSON object at the end (tools/run_report.h). Ctrl-C stops the generation,
- * and the report still comes (exit 130). --trace-out records the routing for the
- * simulator; --logits-out writes every evaluated position's logits (the numerical tests
- * compare them with tests/ref).
+ * -o json, one JSON object at the end (tools/run_report.h). Ctrl-C stops the prompt's
+ * evaluation (between two batches) or the generation, and the report still comes (exit
+ * 130). --trace-out records the routing for the simulator; --logits-out writes every
+ * evaluated position's logits (the numerical tests compare them with tests/ref).
+ *
+ * From the filled model on, run is a client of the engine API (moevm/engine.h), as chat and
+ * serve are: tokenizing, evaluating, sampling. Its load up to the filled model is its own,
+ * and its report, trace and distributed mode read the engine's model and context
+ * (engine/api/engine_parts.h says why the public API cannot serve those).
  */
 #include <errno.h>
-#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/api/engine_parts.h"
 #include "engine/compute/clock.h"
 #include "engine/dist/dist.h"
-#include "engine/forward/forward.h"
-#include "engine/forward/sampler.h"
 #include "engine/plan/plan.h"
-#include "engine/tokenizer/tokenizer.h"
 #include "policy/choose.h"
 #include "policy/cost_load.h"
 #include "tools/cli.h"
+#include "tools/cli_engine.h"
 #include "tools/run_report.h"
 #include "tools/sim_inputs.h"
 #include "tools/trace_out.h"
@@ -31,11 +34,8 @@
 
 struct run_args {
     const char *model, *prompt, *file, *tokens, *trace_out, *logits_out, *budget;
-    const char *evict, *evict_args;     /* NULL: the MOEVM_EVICT options */
-    const char *predict, *predict_args; /* NULL: the MOEVM_PREDICT options */
-    const char *route, *route_args;     /* NULL: the MOEVM_ROUTE options */
-    const char *config, *config_args;   /* NULL: the MOEVM_CONFIG options */
-    const char *assign, *assign_args;   /* NULL: the MOEVM_ASSIGN options */
+    /* the modules, "name" or "name{k=v,...}"; NULL: their MOEVM_* options */
+    const char *evict, *predict, *route, *config, *assign;
     const char *predictor;
     const char *cost;                   /* NULL: MOEVM_COST */
     const char *kv_type;                /* NULL: MOEVM_KV_TYPE */
@@ -87,7 +87,9 @@ static void usage(FILE *f)
             "                CPU, auto reads every expert at its home and a budget emulates a\n"
             "                device: policies to study, copies to pay)\n"
             "  --n-cpu-moe, -ncmoe  llama.cpp's, as a budget: the experts of all but N MoE\n"
-            "                layers, (layers - N) / layers of their pages (not with --gpu-budget)\n"
+            "                layers, (layers - N) / layers of their pages (not with\n"
+            "                --gpu-budget); N >= the layers (99): none on the GPU, the model\n"
+            "                computed on the CPU\n"
             "  -ngl, --n-gpu-layers  llama.cpp's, accepted with any value and ignored:\n"
             "                attention and dense weights always go to the GPU when there is one\n"
             "  --evict       the evict policy module and its parameters, e.g. lru or\n"
@@ -115,8 +117,8 @@ static void usage(FILE *f)
             "                JSON object on stdout at the end instead: the prompt and text,\n"
             "                token counts, prefill and decode speeds, the memory manager's\n"
             "                counters and modules (docs/engine.md)\n"
-            "Ctrl-C stops the generation; the statistics (or the JSON, \"interrupted\": true)\n"
-            "still come, and the exit code is 130.\n"
+            "Ctrl-C stops the prompt's evaluation or the generation; the statistics (or the\n"
+            "JSON, \"interrupted\": true) still come, and the exit code is 130.\n"
             "Under mpirun the experts are spread over the ranks; rank 0 runs the request and\n"
             "the others compute the experts they hold (docs/distributed.md):\n"
             "  --place       the place module: prism (default; Prism's placement) or uniform\n"
@@ -145,9 +147,7 @@ static const mvm_cli_opt run_opts[] = {
     {"seed", 's', 1, O_SEED},           {"ctx", 'c', 1, O_CTX},
     {"ctx-size", 0, 1, O_CTX},          {"batch", 'b', 1, O_BATCH},
     {"batch-size", 0, 1, O_BATCH},      {"kv-type", 0, 1, O_KV_TYPE},
-    {"gpu-budget", 0, 1, O_BUDGET},     {"n-cpu-moe", 0, 1, O_CPU_MOE},
-    {"-ncmoe", 0, 1, O_CPU_MOE},        {"-ngl", 0, 1, O_NGL},
-    {"gpu-layers", 0, 1, O_NGL},        {"n-gpu-layers", 0, 1, O_NGL},
+    {"gpu-budget", 0, 1, O_BUDGET},     MVM_CLI_GPU_OPTS(O_NGL, O_CPU_MOE),
     {"evict", 0, 1, O_EVICT},           {"predict", 0, 1, O_PREDICT},
     {"predictor", 0, 1, O_PREDICTOR},   {"route", 0, 1, O_ROUTE},
     {"config", 0, 1, O_CONFIG},         {"assign", 0, 1, O_ASSIGN},
@@ -175,11 +175,11 @@ static int parse_option(struct run_args *a, int id, const char *f, char *v)
     case O_PREDICTOR: a->predictor = v; return 0;
     case O_COST: a->cost = v; return 0;
     case O_SERVER_MEM: a->server_mem = v; return 0;
-    case O_EVICT: return mvm_cli_policy("run", f, v, &a->evict, &a->evict_args);
-    case O_PREDICT: return mvm_cli_policy("run", f, v, &a->predict, &a->predict_args);
-    case O_ROUTE: return mvm_cli_policy("run", f, v, &a->route, &a->route_args);
-    case O_CONFIG: return mvm_cli_policy("run", f, v, &a->config, &a->config_args);
-    case O_ASSIGN: return mvm_cli_policy("run", f, v, &a->assign, &a->assign_args);
+    case O_EVICT: return mvm_cli_module("run", f, v, &a->evict);
+    case O_PREDICT: return mvm_cli_module("run", f, v, &a->predict);
+    case O_ROUTE: return mvm_cli_module("run", f, v, &a->route);
+    case O_CONFIG: return mvm_cli_module("run", f, v, &a->config);
+    case O_ASSIGN: return mvm_cli_module("run", f, v, &a->assign);
     case O_PLACE: return mvm_cli_policy("run", f, v, &a->place, &a->place_args);
     case O_PERIOD: return mvm_cli_u32("run", f, v, 0, UINT32_MAX, &a->period);
     case O_N: return mvm_cli_u32("run", f, v, 0, 1u << 20, &a->n_predict);
@@ -196,7 +196,7 @@ static int parse_option(struct run_args *a, int id, const char *f, char *v)
     case O_REPEAT_LAST_N: return mvm_cli_u32("run", f, v, 0, UINT32_MAX, &a->repeat_last_n);
     case O_CPU_MOE:
         a->cpu_moe_given = 1;
-        return mvm_cli_u32("run", f, v, 0, 1u << 16, &a->n_cpu_moe);
+        return mvm_cli_n_cpu_moe("run", f, v, &a->n_cpu_moe);
     case O_OUTPUT: {
         static const char *const formats[] = {"text", "json", NULL};
         return mvm_cli_choice("run", f, v, formats, &a->json);
@@ -235,11 +235,8 @@ static int check_args(struct run_args *a)
         fprintf(stderr, "moevm run: give %s or %s, not both\n", given[0], given[1]);
         return 2;
     }
-    if (a->budget && a->cpu_moe_given) {
-        fprintf(stderr, "moevm run: give --gpu-budget or --n-cpu-moe, not both (both set the "
-                "experts' device budget)\n");
+    if (mvm_cli_budget_or_cpu_moe("run", a->budget != NULL, a->cpu_moe_given))
         return 2;
-    }
     if (a->dist_flag && !mvm_dist_launched()) {
         fprintf(stderr, "moevm run: --place, --server-mem and --period apply to a run started "
                 "by mpirun with several ranks (docs/distributed.md)\n");
@@ -350,18 +347,16 @@ struct session {
     mvm_machine machine; /* --cost */
     mvm_pool *pool;
     mvm_model *model;
-    mvm_tokenizer *tok;
-    mvm_ctx *ctx;
+    mvm_engine *e;       /* over model and pool (the leader's) */
     mvm_trace_out *trace;
     mvm_sampler *sampler;
     struct logits_file lf;
     mvm_sim_inputs inputs; /* --predictor's bytes */
     int32_t *prompt; /* then the tokens generated after it */
-    uint32_t n_prompt;
+    uint32_t n_prompt, prefilled, generated; /* prefilled < n_prompt: Ctrl-C in the prompt */
+    double t_prefill, t_decode;
     float *logits;
     struct text_out out;
-    int32_t *eog;    /* --ignore-eos: the vocabulary's end-of-generation tokens */
-    uint32_t n_eog;
 };
 
 /* Token id's piece (its id without a vocabulary): on stdout as it comes, or kept for the
@@ -369,8 +364,8 @@ struct session {
 static void emit_piece(struct session *s, int32_t id)
 {
     char buf[256];
-    size_t n = s->tok ? mvm_tokenizer_piece(s->tok, id, buf, sizeof buf)
-                      : (size_t)snprintf(buf, sizeof buf, " %d", id);
+    size_t n = mvm_engine_has_vocab(s->e) ? mvm_engine_token_piece(s->e, id, buf, sizeof buf)
+                                          : (size_t)snprintf(buf, sizeof buf, " %d", id);
     n = n < sizeof buf ? n : sizeof buf;
     struct text_out *o = &s->out;
     if (!s->a.json) {
@@ -389,24 +384,12 @@ static void emit_piece(struct session *s, int32_t id)
     o->n += n;
 }
 
-/* --ignore-eos: the ids to mask before each sample. 0, or 1 after an error. */
-static int find_eog(struct session *s)
-{
-    uint32_t n_vocab = s->model->hp.n_vocab;
-    if (!(s->eog = malloc(n_vocab * sizeof *s->eog))) {
-        fprintf(stderr, "moevm run: out of memory\n");
-        return 1;
-    }
-    for (uint32_t id = 0; id < n_vocab; id++)
-        if (mvm_tokenizer_is_eog(s->tok, (int32_t)id))
-            s->eog[s->n_eog++] = (int32_t)id;
-    return 0;
-}
-
 /* The positions the run takes: --ctx, else the prompt's and -n's, the prompt counted as a
- * token a byte plus 8 (BOS and the like). A vocabulary that needs more tokens than bytes
- * (make_prompt allows it) leaves the reserve a few rows short, within the tenth of the
- * free memory the automatic budget leaves anyway. */
+ * token a byte plus 8 (BOS and the like): the context is made with the engine, before the
+ * engine's tokenizer reads the prompt. The rows past the tokens are address space the CPU
+ * never touches, and on a GPU the automatic budget keeps room for them anyway. A vocabulary
+ * that needs more tokens than bytes (make_prompt allows it) can outgrow the bound:
+ * check_context says so. */
 static uint32_t ctx_bound(const struct run_args *a)
 {
     if (a->ctx)
@@ -432,17 +415,17 @@ static int prepare(struct session *s, mvm_space_desc *desc)
         return bad;
     /* The modules' names before the model loads (their parameters are checked once it has:
      * the modules need its shape). */
-    const struct { enum mvm_role role; const char *name, *args, *flag; } roles[] = {
-        {MVM_ROLE_EVICT, a->evict, a->evict_args, "--evict"},
-        {MVM_ROLE_PREDICT, a->predict, a->predict_args, "--predict"},
-        {MVM_ROLE_ROUTE, a->route, a->route_args, "--route"},
-        {MVM_ROLE_CONFIG, a->config, a->config_args, "--config"},
-        {MVM_ROLE_ASSIGN, a->assign, a->assign_args, "--assign"}};
+    const struct { enum mvm_role role; const char *value, *flag; } roles[] = {
+        {MVM_ROLE_EVICT, a->evict, "--evict"}, {MVM_ROLE_PREDICT, a->predict, "--predict"},
+        {MVM_ROLE_ROUTE, a->route, "--route"}, {MVM_ROLE_CONFIG, a->config, "--config"},
+        {MVM_ROLE_ASSIGN, a->assign, "--assign"}};
     for (size_t i = 0; i < sizeof roles / sizeof *roles; i++) {
+        const char *v = roles[i].value, *args;
+        char name[256];
+        snprintf(name, sizeof name, "%.*s", v ? (int)strcspn(v, "{") : 0, v ? v : "");
         const void *ops;
-        const char *args;
-        if (mvm_engine_choose(roles[i].role, roles[i].name, roles[i].args, &ops, &args))
-            return mvm_cli_error("run", roles[i].name ? roles[i].flag : "options");
+        if (mvm_engine_choose(roles[i].role, v ? name : NULL, NULL, &ops, &args))
+            return mvm_cli_error("run", v ? roles[i].flag : "options");
     }
     if (mvm_machine_load(a->cost, "--cost", &s->machine) != MVM_OK)
         return mvm_cli_error("run", NULL);
@@ -474,6 +457,63 @@ static int place(struct session *s, mvm_status st, const uint8_t **held)
     return rc;
 }
 
+/* What was loaded and where it computes, on stderr. */
+static void print_model(const struct session *s, const mvm_space_desc *desc, double seconds)
+{
+    const mvm_hparams *hp = &s->model->hp;
+    mvm_space_info info;
+    mvm_space_get_info(s->model->space, &info);
+    char compute[192]; /* where the forward pass runs: the space's device, or the CPU */
+    if (strcmp(info.backend, "cuda") == 0)
+        snprintf(compute, sizeof compute, "computing on %s", info.device);
+    else
+        snprintf(compute, sizeof compute, "%d threads, %s kernels", mvm_pool_size(s->pool),
+                 mvm_k_simd_name(mvm_k_simd_current()));
+    double eb = (double)s->model->expert_bytes;
+    char types[64], rope[48] = "", dense[64] = "";
+    /* deepseek2's and glm4moe's leading dense blocks, glm4moe's NextN blocks: not layers
+     * of the expert space */
+    if (hp->n_dense || hp->n_nextn)
+        snprintf(dense, sizeof dense, " (+%u dense%s)", hp->n_dense,
+                 hp->n_nextn ? ", NextN not computed" : "");
+    if (hp->rope.freq_scale != 1.0f)
+        snprintf(rope, sizeof rope, ", RoPE %s x%g", hp->rope.ext_factor != 0 ? "YaRN" : "linear",
+                 1.0 / hp->rope.freq_scale);
+    char budget[128];
+    if (s->model->experts_at_home)
+        snprintf(budget, sizeof budget, "experts read at their homes (no budget)");
+    else
+        snprintf(budget, sizeof budget, "budget %u pages of %llu KiB", info.device_pages,
+                 (unsigned long long)(info.page_size >> 10));
+    /* an automatic budget on a GPU: what it left beside itself */
+    if (desc->device_reserve && strcmp(info.backend, "cuda") == 0)
+        snprintf(budget + strlen(budget), sizeof budget - strlen(budget),
+                 " (auto: %.0f MiB of the device kept for the context)",
+                 (double)desc->device_reserve / 1048576.0);
+    fprintf(stderr, "model: %s (%s), %u layers%s, %u experts top-%u of %.1f %s (%s), vocab %u%s; "
+            "loaded in %.2f s\nspace: %s backend, %s; %s; cost model %s\n",
+            s->model->name, s->model->arch->name, hp->n_layer, dense, hp->n_expert,
+            hp->n_expert_used,
+            eb >= 1048576 ? eb / 1048576 : eb / 1024, eb >= 1048576 ? "MiB" : "KiB",
+            mvm_model_expert_types(s->model, types, sizeof types), hp->n_vocab, rope,
+            seconds, info.backend, budget, compute, s->machine.name);
+}
+
+/* The engine over the filled model: its tokenizer (a model without one runs on --tokens'
+ * ids), and the context of ctx_bound's positions with the run's modules. */
+static int make_engine(struct session *s)
+{
+    const struct run_args *a = &s->a;
+    const mvm_engine_params p = {
+        .model = a->model, .n_ctx = ctx_bound(a), .n_batch = a->batch, .kv_type = a->kv_type,
+        .evict = a->evict, .predict = a->predict, .route = a->route, .config = a->config,
+        .assign = a->assign, .cost = a->cost, .predictor = s->inputs.predictor,
+        .predictor_size = s->inputs.predictor_size};
+    if (mvm_engine_adopt(&p, s->pool, s->model, a->tokens != NULL, &s->e) != MVM_OK)
+        return mvm_cli_error("run", NULL);
+    return 0;
+}
+
 static int load(struct session *s)
 {
     const struct run_args *a = &s->a;
@@ -494,9 +534,8 @@ static int load(struct session *s)
     if (!s->dist && st != MVM_OK)
         return mvm_cli_error("run", "loading the model");
     if (a->cpu_moe_given && /* every rank alike: the same shape */
-        (rc = mvm_cli_cpu_moe("run", a->n_cpu_moe, s->model->hp.n_layer, &desc)))
+        (rc = mvm_cli_cpu_moe("run", a->n_cpu_moe, s->model, &desc)))
         return rc;
-    int threads = mvm_pool_size(s->pool);
     char label[600];
     snprintf(label, sizeof label, "loading %s", a->model);
     /* on a GPU with an automatic budget, room for this run's context beside the experts */
@@ -511,54 +550,9 @@ static int load(struct session *s)
     if (st != MVM_OK)
         return s->server ? 1 : mvm_cli_error("run", "loading the model");
     if (s->server)
-        return 0; /* it needs no tokenizer, and the leader speaks for the job */
-    const mvm_hparams *hp = &s->model->hp;
-    mvm_space_info info;
-    mvm_space_get_info(s->model->space, &info);
-    char compute[192]; /* where the forward pass runs: the space's device, or the CPU */
-    if (strcmp(info.backend, "cuda") == 0)
-        snprintf(compute, sizeof compute, "computing on %s", info.device);
-    else
-        snprintf(compute, sizeof compute, "%d threads, %s kernels", threads,
-                 mvm_k_simd_name(mvm_k_simd_current()));
-    double eb = (double)s->model->expert_bytes;
-    char types[64], rope[48] = "", dense[64] = "";
-    /* deepseek2's and glm4moe's leading dense blocks, glm4moe's NextN blocks: not layers
-     * of the expert space */
-    if (hp->n_dense || hp->n_nextn)
-        snprintf(dense, sizeof dense, " (+%u dense%s)", hp->n_dense,
-                 hp->n_nextn ? ", NextN not computed" : "");
-    if (hp->rope.freq_scale != 1.0f)
-        snprintf(rope, sizeof rope, ", RoPE %s x%g", hp->rope.ext_factor != 0 ? "YaRN" : "linear",
-                 1.0 / hp->rope.freq_scale);
-    char budget[128];
-    if (s->model->experts_at_home)
-        snprintf(budget, sizeof budget, "experts read at their homes (no budget)");
-    else
-        snprintf(budget, sizeof budget, "budget %u pages of %llu KiB", info.device_pages,
-                 (unsigned long long)(info.page_size >> 10));
-    /* an automatic budget on a GPU: what it left beside itself */
-    if (desc.device_reserve && strcmp(info.backend, "cuda") == 0)
-        snprintf(budget + strlen(budget), sizeof budget - strlen(budget),
-                 " (auto: %.0f MiB of the device kept for the context)",
-                 (double)desc.device_reserve / 1048576.0);
-    fprintf(stderr, "model: %s (%s), %u layers%s, %u experts top-%u of %.1f %s (%s), vocab %u%s; "
-            "loaded in %.2f s\nspace: %s backend, %s; %s; cost model %s\n",
-            s->model->name, s->model->arch->name, hp->n_layer, dense, hp->n_expert,
-            hp->n_expert_used,
-            eb >= 1048576 ? eb / 1048576 : eb / 1024, eb >= 1048576 ? "MiB" : "KiB",
-            mvm_model_expert_types(s->model, types, sizeof types), hp->n_vocab, rope,
-            mvm_now_s() - t0, info.backend, budget, compute, s->machine.name);
-    if (mvm_tokenizer_load(s->model->gguf, &s->tok) != MVM_OK) {
-        if (!a->tokens)
-            return mvm_cli_error("run", "tokenizer");
-        s->tok = NULL; /* token ids in, token ids out */
-    } else if (mvm_tokenizer_n_vocab(s->tok) != hp->n_vocab) {
-        fprintf(stderr, "moevm run: %s: the tokenizer has %u tokens but token_embd has %u rows\n",
-                a->model, mvm_tokenizer_n_vocab(s->tok), hp->n_vocab);
-        return 1;
-    }
-    return 0;
+        return 0; /* it needs no engine, and the leader speaks for the job */
+    print_model(s, &desc, mvm_now_s() - t0);
+    return make_engine(s);
 }
 
 static int make_prompt(struct session *s)
@@ -571,13 +565,13 @@ static int make_prompt(struct session *s)
     if (!(s->prompt = malloc(cap * sizeof *s->prompt)))
         return 1;
     size_t n;
-    mvm_status st = mvm_tokenizer_encode(s->tok, text, len, 1, s->prompt, cap, &n);
+    mvm_status st = mvm_engine_tokenize(s->e, text, len, 1, 0, s->prompt, cap, &n);
     if (st == MVM_ERR_RANGE) { /* a vocabulary that needs more tokens than bytes */
         int32_t *bigger = realloc(s->prompt, n * sizeof *s->prompt);
         if (!bigger)
             return 1;
         s->prompt = bigger;
-        st = mvm_tokenizer_encode(s->tok, text, len, 1, s->prompt, n, &n);
+        st = mvm_engine_tokenize(s->e, text, len, 1, 0, s->prompt, n, &n);
     }
     if (st != MVM_OK)
         return mvm_cli_error("run", "tokenizing the prompt");
@@ -590,75 +584,66 @@ static int make_prompt(struct session *s)
     return 0;
 }
 
-/* The context of n_ctx positions and what the generation writes and samples with: the
- * trace, the logits file, the sampler, the logits' rows, room after the prompt for the
- * tokens generated (the repetition penalty looks back over both). */
-static int prepare_generation(struct session *s, uint32_t n_ctx)
+/* The prompt and -n must fit the context; positions past the model's training context get
+ * a warning, as llama.cpp gives. 0, or 2 after a one-line error. */
+static int check_context(const struct session *s)
 {
     const struct run_args *a = &s->a;
-    const mvm_hparams *hp = &s->model->hp;
-    mvm_ctx_policies pol = {
-        .residency = {.evict = a->evict, .evict_args = a->evict_args, .config = a->config,
-                      .config_args = a->config_args, .assign = a->assign,
-                      .assign_args = a->assign_args, .machine = &s->machine},
-        .prefetch = {.predict = a->predict, .predict_args = a->predict_args,
-                     .predictor = s->inputs.predictor,
-                     .predictor_size = s->inputs.predictor_size},
-        .routing = {.route = a->route, .route_args = a->route_args},
-        .kv_type = a->kv_type};
-    if (mvm_ctx_create(s->model, s->pool, n_ctx, a->batch, &pol, &s->ctx) != MVM_OK)
-        return mvm_cli_error("run", "the inference context");
-    fprintf(stderr, "context: %u positions, batches of %u, KV cache %.1f MiB (%s)\n", n_ctx,
-            a->batch, (double)mvm_ctx_kv_bytes(s->ctx) / 1048576.0, mvm_ctx_kv_type(s->ctx));
-    if (s->dist && mvm_dist_attach(s->dist, s->ctx) != MVM_OK)
+    mvm_engine_info in;
+    mvm_engine_get_info(s->e, &in);
+    const uint32_t need = s->n_prompt + a->n_predict, used = a->ctx ? a->ctx : need;
+    if (need > in.n_ctx) { /* --ctx's, or a vocabulary needing more tokens than ctx_bound's */
+        fprintf(stderr, "moevm run: --ctx %u is less than the prompt (%u tokens) + -n %u%s\n",
+                in.n_ctx, s->n_prompt, a->n_predict,
+                a->ctx ? "" : " (the default, sized by the prompt's bytes: give --ctx)");
+        return 2;
+    }
+    if (used > in.n_ctx_train) /* as llama.cpp warns: positions the model never saw */
+        fprintf(stderr, "moevm run: warning: %u positions exceed the %u the model was trained "
+                "on (context_length): expect worse output past them\n", used, in.n_ctx_train);
+    return 0;
+}
+
+/* What the generation writes and samples with: the trace, the logits file, the sampler,
+ * the logits' rows, room after the prompt for the tokens generated (the repetition penalty
+ * looks back over both). The trace and the distributed mode hook into the context itself:
+ * the public API has neither. */
+static int prepare_generation(struct session *s)
+{
+    const struct run_args *a = &s->a;
+    mvm_ctx *ctx = mvm_engine_ctx(s->e);
+    mvm_engine_info in;
+    mvm_engine_get_info(s->e, &in);
+    fprintf(stderr, "context: %u positions, batches of %u, KV cache %.1f MiB (%s)\n", in.n_ctx,
+            in.n_batch, (double)mvm_ctx_kv_bytes(ctx) / 1048576.0, mvm_ctx_kv_type(ctx));
+    if (s->dist && mvm_dist_attach(s->dist, ctx) != MVM_OK)
         return mvm_cli_error("run", "distributed mode");
     if (a->trace_out) {
         if (mvm_trace_open(a->trace_out, s->model, a->trace_hidden, &s->trace) != MVM_OK)
             return mvm_cli_error("run", "--trace-out");
-        mvm_ctx_set_route_observer(s->ctx, mvm_trace_route, s->trace);
+        mvm_ctx_set_route_observer(ctx, mvm_trace_route, s->trace);
     }
-    if (a->logits_out && logits_open(&s->lf, a->logits_out, hp->n_vocab))
+    if (a->logits_out && logits_open(&s->lf, a->logits_out, in.n_vocab))
         return 1;
     mvm_sampler_params sp = {.temperature = a->temp, .top_k = (int32_t)a->top_k,
                              .top_p = a->top_p, .min_p = a->min_p, .seed = a->seed,
                              .repeat_penalty = a->repeat_penalty,
                              .repeat_last_n = a->repeat_last_n};
-    if (mvm_sampler_create(&sp, hp->n_vocab, &s->sampler) != MVM_OK)
+    if (mvm_sampler_create(&sp, in.n_vocab, &s->sampler) != MVM_OK)
         return mvm_cli_error("run", "sampler");
-    if (a->ignore_eos && s->tok && find_eog(s))
-        return 1;
     size_t rows = a->logits_out ? s->n_prompt : 1;
     int32_t *tokens = realloc(s->prompt, ((size_t)s->n_prompt + a->n_predict) * sizeof *tokens);
     if (tokens)
         s->prompt = tokens;
-    if (!tokens || !(s->logits = malloc(rows * hp->n_vocab * sizeof(float)))) {
+    if (!tokens || !(s->logits = malloc(rows * in.n_vocab * sizeof(float)))) {
         fprintf(stderr, "moevm run: out of memory for the logits\n");
         return 1;
     }
     return 0;
 }
 
-static volatile sig_atomic_t interrupted;
-
-static void on_sigint(int sig)
-{
-    (void)sig;
-    interrupted = 1;
-}
-
-/* Ctrl-C from now on stops the generation, not the program: the report still comes. A
- * second one (the handler reset) ends it at once, as in a long prefill. SA_RESTART: the
- * trace's and the logits' writes must not fail with EINTR. */
-static void catch_sigint(void)
-{
-    struct sigaction sa = {.sa_handler = on_sigint, .sa_flags = SA_RESTART | SA_RESETHAND};
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-}
-
 /* The closing report; the exit code: 130 after Ctrl-C, as a shell reports it. */
-static int report(const struct session *s, uint32_t generated, double t_prefill,
-                  double t_decode)
+static int report(const struct session *s)
 {
     const struct run_args *a = &s->a;
     const struct text_out *o = &s->out;
@@ -666,76 +651,82 @@ static int report(const struct session *s, uint32_t generated, double t_prefill,
         fprintf(stderr, "moevm run: out of memory for the text\n");
         return 1;
     }
-    mvm_run_report r = {.model_path = a->model, .model = s->model, .ctx = s->ctx,
+    mvm_run_report r = {.model_path = a->model, .model = s->model, .ctx = mvm_engine_ctx(s->e),
                         .dist = s->dist, .prompt = o->p, .prompt_len = o->prompt_len,
                         .text = o->p ? o->p + o->prompt_len : NULL,
                         .text_len = o->n - o->prompt_len,
                         .generated = s->prompt + s->n_prompt, .n_prompt = s->n_prompt,
-                        .n_generated = generated, .n_predict = a->n_predict,
-                        .t_prefill = t_prefill, .t_decode = t_decode,
-                        .interrupted = interrupted};
+                        .n_prefilled = s->prefilled, .n_generated = s->generated,
+                        .n_predict = a->n_predict, .t_prefill = s->t_prefill,
+                        .t_decode = s->t_decode, .interrupted = mvm_cli_interrupted};
     if (!a->json) {
         printf("\n");
         fflush(stdout); /* the text before the statistics on a terminal showing both */
     }
-    if (interrupted)
-        fprintf(stderr, "moevm run: interrupted: %u of %u tokens generated\n", generated,
+    if (mvm_cli_interrupted && s->prefilled < s->n_prompt)
+        fprintf(stderr, "moevm run: interrupted: %u of the prompt's %u tokens evaluated, none "
+                "generated\n", s->prefilled, s->n_prompt);
+    else if (mvm_cli_interrupted)
+        fprintf(stderr, "moevm run: interrupted: %u of %u tokens generated\n", s->generated,
                 a->n_predict);
     if (a->json && mvm_run_report_json(&r, stdout))
         return 1;
     if (!a->json)
         mvm_run_report_text(&r);
-    return interrupted ? 130 : 0;
+    return mvm_cli_interrupted ? 130 : 0;
+}
+
+/* The prompt, a batch at a time until Ctrl-C; s->logits then follow its last token. */
+static int prefill(struct session *s)
+{
+    const struct run_args *a = &s->a;
+    const uint32_t n_vocab = mvm_engine_n_vocab(s->e);
+    double t0 = mvm_now_s();
+    mvm_status st = mvm_cli_eval_prompt(s->e, 0, s->prompt, s->n_prompt, s->logits,
+                                        a->logits_out != NULL, &s->prefilled);
+    s->t_prefill = mvm_now_s() - t0;
+    if (st != MVM_OK)
+        return mvm_cli_error("run", "prefill");
+    logits_add(&s->lf, s->prompt, 0, a->logits_out ? s->prefilled : 0, s->logits);
+    if (a->logits_out && s->prefilled == s->n_prompt) /* the last row, for the first sample */
+        memmove(s->logits, s->logits + (size_t)(s->n_prompt - 1) * n_vocab,
+                n_vocab * sizeof(float));
+    return 0;
 }
 
 static int generate(struct session *s)
 {
     const struct run_args *a = &s->a;
-    const mvm_hparams *hp = &s->model->hp;
-    uint32_t n_ctx = a->ctx ? a->ctx : s->n_prompt + a->n_predict;
-    if (n_ctx < s->n_prompt + a->n_predict) {
-        fprintf(stderr, "moevm run: --ctx %u is less than the prompt (%u tokens) + -n %u\n",
-                n_ctx, s->n_prompt, a->n_predict);
-        return 2;
-    }
-    if (n_ctx > hp->n_ctx_train) /* as llama.cpp warns: positions the model never saw */
-        fprintf(stderr, "moevm run: warning: %u positions exceed the %u the model was trained "
-                "on (context_length): expect worse output past them\n", n_ctx, hp->n_ctx_train);
-    int rc = prepare_generation(s, n_ctx);
+    int rc = check_context(s);
+    if (!rc)
+        rc = prepare_generation(s);
     if (rc)
         return rc;
-    size_t rows = a->logits_out ? s->n_prompt : 1;
     for (uint32_t i = 0; i < s->n_prompt; i++)
         emit_piece(s, s->prompt[i]);
     s->out.prompt_len = s->out.n;
     fflush(stdout);
-
+    if ((rc = prefill(s)))
+        return rc;
+    const uint32_t n_vocab = mvm_engine_n_vocab(s->e);
     double t0 = mvm_now_s();
-    if (mvm_ctx_eval(s->ctx, s->prompt, s->n_prompt, s->logits, a->logits_out != NULL) != MVM_OK)
-        return mvm_cli_error("run", "prefill");
-    double t_prefill = mvm_now_s() - t0;
-    logits_add(&s->lf, s->prompt, 0, a->logits_out ? s->n_prompt : 0, s->logits);
-    const float *last = s->logits + (rows - 1) * hp->n_vocab;
-    memmove(s->logits, last, hp->n_vocab * sizeof(float));
-
-    uint32_t generated = 0;
-    t0 = mvm_now_s();
-    while (generated < a->n_predict && !interrupted) {
-        for (uint32_t i = 0; i < s->n_eog; i++)
-            s->logits[s->eog[i]] = -INFINITY;
-        int32_t next = mvm_sampler_sample_after(s->sampler, s->logits, hp->n_vocab, s->prompt,
-                                                s->n_prompt + generated);
-        if (s->tok && mvm_tokenizer_is_eog(s->tok, next))
+    while (s->generated < a->n_predict && !mvm_cli_interrupted) {
+        if (a->ignore_eos)
+            mvm_engine_mask_eog(s->e, s->logits);
+        int32_t next = mvm_sampler_sample_after(s->sampler, s->logits, n_vocab, s->prompt,
+                                                s->n_prompt + s->generated);
+        if (mvm_engine_is_eog(s->e, next))
             break;
         emit_piece(s, next);
         fflush(stdout);
-        uint32_t pos = mvm_ctx_n_past(s->ctx);
-        if (mvm_ctx_eval(s->ctx, &next, 1, s->logits, 0) != MVM_OK)
+        uint32_t pos = mvm_engine_n_past(s->e, 0);
+        if (mvm_engine_eval(s->e, 0, &next, 1, s->logits) != MVM_OK)
             return mvm_cli_error("run", "decode");
         logits_add(&s->lf, &next, pos, a->logits_out ? 1 : 0, s->logits);
-        s->prompt[s->n_prompt + generated++] = next;
+        s->prompt[s->n_prompt + s->generated++] = next;
     }
-    return report(s, generated, t_prefill, mvm_now_s() - t0);
+    s->t_decode = mvm_now_s() - t0;
+    return report(s);
 }
 
 int mvm_cmd_run(int argc, char **argv)
@@ -748,8 +739,11 @@ int mvm_cmd_run(int argc, char **argv)
         return mvm_cli_error("run", "distributed mode");
     s.server = s.dist && mvm_dist_rank(s.dist) != 0;
     rc = load(&s);
+    /* Ctrl-C from now on stops the prompt or the generation, not the program: the report
+     * still comes. A second one (the handler reset) ends it at once, when one batch takes
+     * long. SA_RESTART: the trace's and the logits' writes must not fail with EINTR. */
     if (!rc)
-        catch_sigint();
+        mvm_cli_catch_sigint(SA_RESTART | SA_RESETHAND);
     int serving = !rc && s.server;
     if (serving && mvm_dist_serve(s.dist, s.model, s.pool, s.a.batch) != MVM_OK)
         rc = mvm_cli_error("run", "expert server");
@@ -764,8 +758,7 @@ int mvm_cmd_run(int argc, char **argv)
     if (logits_close(&s.lf, s.a.logits_out) && !rc)
         rc = 1;
     mvm_sampler_free(s.sampler);
-    mvm_ctx_free(s.ctx);
-    mvm_tokenizer_free(s.tok);
+    mvm_engine_free(s.e); /* before the model and the pool it uses */
     mvm_model_free(s.model);
     mvm_pool_destroy(s.pool);
     mvm_sim_inputs_free(&s.inputs);
@@ -774,7 +767,6 @@ int mvm_cmd_run(int argc, char **argv)
     free(s.logits);
     free(s.capacity);
     free(s.out.p);
-    free(s.eog);
     mvm_dist_finish(s.dist, serving && rc);
     return rc;
 }

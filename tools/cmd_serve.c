@@ -81,7 +81,7 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
     }
     if (next != MVM_CLI_END)
         return next;
-    return mvm_cli_need_model("serve", a->o.p.model) ? 2 : -1;
+    return mvm_cli_engine_check("serve", &a->o);
 }
 
 static void *engine_thread(void *s)

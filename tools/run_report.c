@@ -115,7 +115,7 @@ void mvm_run_report_text(const mvm_run_report *r)
     struct memory m;
     get_memory(r, &m);
     fprintf(stderr, "prefill %u tokens %.1f tok/s | decode %u tokens %.2f tok/s | expert "
-            "accesses %" PRIu64, r->n_prompt, per_second(r->n_prompt, r->t_prefill),
+            "accesses %" PRIu64, r->n_prefilled, per_second(r->n_prefilled, r->t_prefill),
             r->n_generated, per_second(r->n_generated, r->t_decode), m.rs.accesses);
     if (r->model->experts_at_home) /* nothing moved: no residency to report */
         fprintf(stderr, ", all read at their homes\n");
@@ -213,7 +213,7 @@ int mvm_run_report_json(const mvm_run_report *r, FILE *out)
         cJSON *ids = cJSON_AddArrayToObject(o, "tokens");
         for (uint32_t i = 0; ids && i < r->n_generated; i++)
             cJSON_AddItemToArray(ids, cJSON_CreateNumber(r->generated[i]));
-        add_phase(o, "prefill", r->n_prompt, r->t_prefill);
+        add_phase(o, "prefill", r->n_prefilled, r->t_prefill);
         add_phase(o, "decode", r->n_generated, r->t_decode);
         add_memory(o, r);
         if (r->dist)

@@ -26,8 +26,10 @@ typedef struct mvm_run_report {
     size_t text_len;
     const int32_t *generated;    /* [n_generated] their ids */
     uint32_t n_prompt, n_generated, n_predict;
+    uint32_t n_prefilled;        /* of the prompt's tokens, those evaluated: fewer when Ctrl-C
+                                    stopped the prompt */
     double t_prefill, t_decode;  /* seconds */
-    int interrupted;             /* Ctrl-C stopped the generation */
+    int interrupted;             /* Ctrl-C stopped the prompt or the generation */
 } mvm_run_report;
 
 /* The statistics line, and under mpirun the distributed mode's, on stderr. */

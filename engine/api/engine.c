@@ -1,7 +1,8 @@
 /*
- * The engine API (include/moevm/engine.h): the steps `moevm run` takes — options checked,
+ * The engine API (include/moevm/engine.h): the steps of loading a model — options checked,
  * threads, the model opened, its space planned and filled, the tokenizer, the chat template,
- * one inference context of n_seq sequences — behind one handle.
+ * one inference context of n_seq sequences — behind one handle; and the parts `moevm run`
+ * reads beyond it (engine_parts.h).
  */
 #include "moevm/engine.h"
 
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/api/engine_parts.h"
 #include "engine/api/threads.h"
 #include "engine/chat/chat_template.h"
 #include "engine/forward/engine_options.h"
@@ -32,9 +34,10 @@ struct module {
 struct mvm_engine {
     mvm_pool *pool;
     mvm_model *model;
-    mvm_tokenizer *tok;
+    int borrowed;          /* pool and model are the caller's (mvm_engine_adopt) */
+    mvm_tokenizer *tok;    /* NULL: a model without a vocabulary (mvm_engine_adopt) */
     mvm_chat_template *tmpl;
-    char *tmpl_error;      /* why the model's template did not compile; NULL when it did */
+    char *tmpl_error;      /* why there is no template; NULL when it compiled */
     mvm_ctx *ctx;
     int32_t *eog;          /* the end-of-generation tokens */
     uint32_t n_eog;
@@ -64,21 +67,13 @@ static const char *role_value(const mvm_engine_params *p, enum mvm_role r)
     }
 }
 
-/* The checks before the model is read: the modules' names, the cost model, the budget. */
-static mvm_status check_params(mvm_engine *e, const mvm_engine_params *p, mvm_space_desc *desc)
+/* The checks of what the context takes: the batch, the modules' names, the cost model. */
+static mvm_status check_context(mvm_engine *e, const mvm_engine_params *p)
 {
-    if (!p || !p->model)
-        return mvm_fail(MVM_ERR_INVALID, "engine: no model file given");
     if (p->n_batch > 4096)
         return mvm_fail(MVM_ERR_INVALID, "engine: a batch of %u tokens (at most 4096)",
                         p->n_batch);
-    mvm_status st = mvm_space_desc_init(desc);
-    if (st != MVM_OK)
-        return st;
-    if (p->gpu_budget &&
-        mvm_parse_budget(p->gpu_budget, &desc->device_budget, &desc->device_budget_frac))
-        return mvm_fail(MVM_ERR_INVALID, "GPU budget '%s': expected a size (8G), a "
-                        "percentage (25%%) or auto", p->gpu_budget);
+    mvm_status st;
     for (size_t i = 0; i < N_ROLES; i++) {
         struct module *m = &e->mod[roles[i].role];
         const char *v = role_value(p, roles[i].role);
@@ -97,15 +92,41 @@ static mvm_status check_params(mvm_engine *e, const mvm_engine_params *p, mvm_sp
     return mvm_machine_load(p->cost, "cost", &e->machine);
 }
 
-static mvm_status open_model(mvm_engine *e, const mvm_engine_params *p, mvm_space_desc *desc)
+/* The checks before the model is read: the budget, and the context's. */
+static mvm_status check_params(mvm_engine *e, const mvm_engine_params *p, mvm_space_desc *desc)
 {
-    mvm_status st = mvm_model_open(p->model, &e->model);
+    if (!p || !p->model)
+        return mvm_fail(MVM_ERR_INVALID, "engine: no model file given");
+    if (p->cpu_moe && p->gpu_budget)
+        return mvm_fail(MVM_ERR_INVALID, "engine: give gpu_budget or n_cpu_moe, not both "
+                        "(both set the experts' device budget)");
+    mvm_status st = mvm_space_desc_init(desc);
     if (st != MVM_OK)
         return st;
+    if (p->gpu_budget &&
+        mvm_parse_budget(p->gpu_budget, &desc->device_budget, &desc->device_budget_frac))
+        return mvm_fail(MVM_ERR_INVALID, "GPU budget '%s': expected a size (8G), a "
+                        "percentage (25%%) or auto", p->gpu_budget);
+    return check_context(e, p);
+}
+
+/* Each sequence's positions and the batch, once the model's training context is known. */
+static void size_context(mvm_engine *e, const mvm_engine_params *p)
+{
     const mvm_hparams *hp = &e->model->hp;
     e->n_ctx = p->n_ctx ? p->n_ctx : hp->n_ctx_train && hp->n_ctx_train < 4096 ? hp->n_ctx_train
                                                                                : 4096;
     e->n_batch = p->n_batch ? p->n_batch : 32;
+}
+
+static mvm_status open_model(mvm_engine *e, const mvm_engine_params *p, mvm_space_desc *desc)
+{
+    mvm_status st = mvm_model_open(p->model, &e->model);
+    if (st == MVM_OK && p->cpu_moe)
+        st = mvm_plan_cpu_moe(e->model, p->n_cpu_moe, desc);
+    if (st != MVM_OK)
+        return st;
+    size_context(e, p);
     const uint32_t n_seq = p->n_seq ? p->n_seq : 1;
     /* an automatic GPU budget leaves room for every sequence's cache (rings counted as full
      * rows: a little more than they take) */
@@ -120,11 +141,18 @@ static mvm_status open_model(mvm_engine *e, const mvm_engine_params *p, mvm_spac
     return st;
 }
 
-static mvm_status open_text(mvm_engine *e)
+static mvm_status open_text(mvm_engine *e, int vocab_optional)
 {
     mvm_status st = mvm_tokenizer_load(e->model->gguf, &e->tok);
     if (st != MVM_OK)
-        return mvm_fail_prefix(st, "%s: tokenizer", e->model->path);
+        st = mvm_fail_prefix(st, "%s: tokenizer", e->model->path);
+    if (st != MVM_OK && vocab_optional) { /* token ids in and out; text calls say why not */
+        e->tok = NULL;
+        e->tmpl_error = strdup(mvm_last_error());
+        return e->tmpl_error ? MVM_OK : mvm_fail(MVM_ERR_NOMEM, "out of memory");
+    }
+    if (st != MVM_OK)
+        return st;
     if (mvm_tokenizer_n_vocab(e->tok) != e->model->hp.n_vocab)
         return mvm_fail(MVM_ERR_INVALID, "%s: the tokenizer has %u tokens but token_embd has "
                         "%u rows", e->model->path, mvm_tokenizer_n_vocab(e->tok),
@@ -155,11 +183,30 @@ static mvm_status make_ctx(mvm_engine *e, const mvm_engine_params *p)
                       .assign = m[MVM_ROLE_ASSIGN].name,
                       .assign_args = m[MVM_ROLE_ASSIGN].args, .machine = &e->machine},
         .prefetch = {.predict = m[MVM_ROLE_PREDICT].name,
-                     .predict_args = m[MVM_ROLE_PREDICT].args},
+                     .predict_args = m[MVM_ROLE_PREDICT].args, .predictor = p->predictor,
+                     .predictor_size = p->predictor_size},
         .routing = {.route = m[MVM_ROLE_ROUTE].name, .route_args = m[MVM_ROLE_ROUTE].args},
         .kv_type = p->kv_type,
         .n_seq = p->n_seq};
-    return mvm_ctx_create(e->model, e->pool, e->n_ctx, e->n_batch, &pol, &e->ctx);
+    mvm_status st = mvm_ctx_create(e->model, e->pool, e->n_ctx, e->n_batch, &pol, &e->ctx);
+    return st == MVM_OK ? st : mvm_fail_prefix(st, "the inference context");
+}
+
+/* The text and the context once the model is filled (st: how the steps before went); the
+ * engine into *out, or freed. */
+static mvm_status finish(mvm_engine *e, const mvm_engine_params *p, int vocab_optional,
+                         mvm_status st, mvm_engine **out)
+{
+    if (st == MVM_OK)
+        st = open_text(e, vocab_optional);
+    if (st == MVM_OK)
+        st = make_ctx(e, p);
+    if (st != MVM_OK) {
+        mvm_engine_free(e);
+        return st;
+    }
+    *out = e;
+    return MVM_OK;
 }
 
 mvm_status mvm_engine_load(const mvm_engine_params *p, mvm_engine **out)
@@ -179,17 +226,26 @@ mvm_status mvm_engine_load(const mvm_engine_params *p, mvm_engine **out)
         st = mvm_threads_pool(p->threads, &e->pool);
     if (st == MVM_OK)
         st = open_model(e, p, &desc);
-    if (st == MVM_OK)
-        st = open_text(e);
-    if (st == MVM_OK)
-        st = make_ctx(e, p);
-    if (st != MVM_OK) {
-        mvm_engine_free(e);
-        return st;
-    }
-    *out = e;
-    return MVM_OK;
+    return finish(e, p, 0, st, out);
 }
+
+mvm_status mvm_engine_adopt(const mvm_engine_params *p, mvm_pool *pool, mvm_model *m,
+                            int vocab_optional, mvm_engine **out)
+{
+    *out = NULL;
+    mvm_engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for the engine");
+    e->pool = pool, e->model = m, e->borrowed = 1;
+    size_context(e, p);
+    return finish(e, p, vocab_optional, check_context(e, p), out);
+}
+
+mvm_model *mvm_engine_model(const mvm_engine *e) { return e->model; }
+
+mvm_ctx *mvm_engine_ctx(const mvm_engine *e) { return e->ctx; }
+
+int mvm_engine_has_vocab(const mvm_engine *e) { return e->tok != NULL; }
 
 void mvm_engine_free(mvm_engine *e)
 {
@@ -200,8 +256,10 @@ void mvm_engine_free(mvm_engine *e)
     free(e->tmpl_error);
     free(e->eog);
     mvm_tokenizer_free(e->tok);
-    mvm_model_free(e->model);
-    mvm_pool_destroy(e->pool);
+    if (!e->borrowed) {
+        mvm_model_free(e->model);
+        mvm_pool_destroy(e->pool);
+    }
     for (size_t i = 0; i < MVM_ROLE_COUNT; i++)
         free(e->mod[i].buf);
     free(e);
@@ -228,16 +286,21 @@ mvm_status mvm_engine_tokenize(const mvm_engine *e, const char *text, size_t len
                                int add_special, int parse_special, int32_t *out, size_t cap,
                                size_t *n)
 {
+    if (!e->tok)
+        return mvm_fail(MVM_ERR_UNSUPPORTED, "%s", e->tmpl_error);
     return parse_special ? mvm_tokenizer_encode_special(e->tok, text, len, add_special, out, cap, n)
                          : mvm_tokenizer_encode(e->tok, text, len, add_special, out, cap, n);
 }
 
 size_t mvm_engine_token_piece(const mvm_engine *e, int32_t id, char *buf, size_t cap)
 {
-    return mvm_tokenizer_piece(e->tok, id, buf, cap);
+    return e->tok ? mvm_tokenizer_piece(e->tok, id, buf, cap) : 0;
 }
 
-int mvm_engine_is_eog(const mvm_engine *e, int32_t id) { return mvm_tokenizer_is_eog(e->tok, id); }
+int mvm_engine_is_eog(const mvm_engine *e, int32_t id)
+{
+    return e->tok && mvm_tokenizer_is_eog(e->tok, id);
+}
 
 void mvm_engine_mask_eog(const mvm_engine *e, float *logits)
 {
@@ -247,7 +310,7 @@ void mvm_engine_mask_eog(const mvm_engine *e, float *logits)
 
 const char *mvm_engine_token_text(const mvm_engine *e, int32_t id)
 {
-    return mvm_tokenizer_text(e->tok, id);
+    return e->tok ? mvm_tokenizer_text(e->tok, id) : NULL;
 }
 
 mvm_status mvm_engine_eval(mvm_engine *e, uint32_t seq, const int32_t *tokens, uint32_t n,
@@ -306,6 +369,8 @@ mvm_status mvm_engine_chat_format(const mvm_engine *e, const char *messages_json
 
 mvm_status mvm_engine_set_chat_template(mvm_engine *e, const char *src, size_t len)
 {
+    if (!e->tok)
+        return mvm_fail(MVM_ERR_UNSUPPORTED, "%s", e->tmpl_error);
     mvm_chat_template *t;
     mvm_status st = mvm_chat_template_from_text(src, len, e->tok, &t);
     if (st != MVM_OK)

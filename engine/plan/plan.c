@@ -90,6 +90,30 @@ mvm_status mvm_plan_space(mvm_model *m, const mvm_ctx_shape *ctx, mvm_space_desc
     return st;
 }
 
+mvm_status mvm_plan_cpu_moe(const mvm_model *m, uint32_t n_cpu_moe, mvm_space_desc *desc)
+{
+    const uint32_t layers = m->hp.n_layer;
+    if (n_cpu_moe < layers) {
+        /* A fraction of the experts' pages, as a percentage budget: each expert whole pages,
+         * so the budget holds exactly the layers' experts. The quotient can round a hair
+         * below the product's exact page count; a billionth of a layer more cannot reach
+         * another page. */
+        double frac = ((double)(layers - n_cpu_moe) + 1e-9) / (double)layers;
+        desc->device_budget = 0;
+        desc->device_budget_frac = frac < 1 ? frac : 1;
+        return MVM_OK;
+    }
+    if (desc->backend == MVM_BACKEND_CUDA)
+        return mvm_fail(MVM_ERR_INVALID, "%s: all %u MoE layers' experts on the CPU leave none "
+                        "on the GPU, where MOEVM_BACKEND=cuda computes (an expert space holds "
+                        "one page at least): keep fewer layers' experts there, or let the CPU "
+                        "compute (MOEVM_BACKEND=auto or host)", m->path, layers);
+    desc->backend = MVM_BACKEND_HOST;
+    desc->device_budget = MVM_BUDGET_AUTO;
+    desc->device_budget_frac = 0;
+    return MVM_OK;
+}
+
 mvm_status mvm_model_load(const char *path, const mvm_load_args *a, mvm_model **out)
 {
     mvm_model *m;

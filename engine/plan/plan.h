@@ -37,6 +37,18 @@ typedef struct mvm_ctx_shape {
 mvm_status mvm_plan_space(mvm_model *m, const mvm_ctx_shape *ctx, mvm_space_desc *desc,
                           mvm_space **out);
 
+/*
+ * llama.cpp's --n-cpu-moe N for opened model m, into desc before mvm_plan_space: the experts
+ * of N of its MoE layers stay in host memory. moevm budgets bytes, not layers (the routing
+ * decides which experts fill the budget), so N < n_layer is the budget of the other layers'
+ * experts: (n_layer - N) / n_layer of their pages, each expert whole pages. N >= n_layer
+ * leaves the experts no device memory, which an expert space cannot be (it holds one page at
+ * least): the model computes on the CPU and reads every expert at its home, the host backend
+ * with no budget (m->experts_at_home): backend auto becomes host, and a cuda backend the
+ * caller chose is MVM_ERR_INVALID.
+ */
+mvm_status mvm_plan_cpu_moe(const mvm_model *m, uint32_t n_cpu_moe, mvm_space_desc *desc);
+
 /* What mvm_model_load needs besides the path. */
 typedef struct mvm_load_args {
     mvm_space_desc *desc;  /* mvm_plan_space's */

@@ -50,6 +50,17 @@ typedef struct mvm_engine_params {
     /* progress of the load (bytes done of total), called a few times a second; NULL: none */
     void (*progress)(void *ctx, uint64_t done, uint64_t total);
     void *progress_ctx;
+    /* llama.cpp's --n-cpu-moe, in place of gpu_budget when cpu_moe is set: the experts of
+     * n_cpu_moe MoE layers stay in host memory, and the budget is that of the others',
+     * (n_layer - n_cpu_moe) / n_layer of the experts' pages (the routing decides which
+     * experts fill it). n_cpu_moe >= n_layer: no expert on the GPU; the model then computes
+     * on the CPU, reading every expert in host memory (budget_bytes 0). */
+    int cpu_moe;
+    uint32_t n_cpu_moe;
+    /* the "learned" predict module's weights: a `moevm train-predictor` file's bytes, read
+     * while the engine loads; NULL: none */
+    const void *predictor;
+    size_t predictor_size;
 } mvm_engine_params;
 
 /* Loads the model, makes its expert space and the inference context. MVM_ERR_INVALID for a
