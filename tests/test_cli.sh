@@ -224,6 +224,7 @@ if [ -n "$fake_driver" ]; then
         dev="env FAKECUDA_GRANULARITY=4096 MOEVM_PAGE_SIZE=4K MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY=$fake_driver FAKECUDA_KERNELS=$fake_kernels"
         echo '{"name": "slow cpu", "cpu_flops": 0.001, "cpu_mem_bw": 0.001}' >"$tmp/slow.json"
         echo '{"name": "fast cpu", "cpu_flops": 1e9, "cpu_mem_bw": 1e9, "cpu_setup": 0.001, "pcie_bw": 0.001}' >"$tmp/fast.json"
+        expect 1 "predict speculative: the device pass does not run SMoE's speculative pass yet" -- $dev "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 30% --predict speculative
         expect 0 'assign greedy: 0 on CPU' -- $dev "$moevm" run -m "$m" -p "It was" -n 8 --gpu-budget 30% --assign greedy --cost "$tmp/slow.json"
         expect 0 'assign greedy: [1-9][0-9]* on CPU' -- $dev MOEVM_COST="$tmp/fast.json" "$moevm" run -m "$m" -p "It was" -n 8 --gpu-budget 30% --assign greedy
         # Experts of 1.5 MiB (384 pages of 4 KiB): a whole expert's copy must clearly outlast one
@@ -329,7 +330,12 @@ expect 1 "config fixedpoint: unknown parameter 'x'" -- "$moevm" run -m "$m" -p "
 expect 0 '"ran":\[[0-9]+,[0-9]+\],"ran_weights":\[' -- sh -c "MOEVM_PAGE_SIZE=64K \"$moevm\" run -m \"$m\" -p 'Once upon a time there' -n 24 --gpu-budget 30% --route 'importance{alpha=1}' --trace-out \"$tmp/r.jsonl\" >/dev/null 2>&1 && cat \"$tmp/r.jsonl\""
 expect 0 'importance +[0-9.]+' -- "$moevm" sim --trace "$tmp/r.jsonl" --budget 30% --compare 'route=importance'
 expect 0 'predict gate: [1-9][0-9]* prefetched' -- env MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p "Once upon a time" -n 8 --gpu-budget 60% --predict gate
-expect 0 '; evict reuse: [0-9]+ out; predict gate: [0-9]+ prefetched, [0-9]+ used, [0-9]+ in time\) \| moved' -- env MOEVM_PAGE_SIZE=64K MOEVM_PREDICT=gate "$moevm" run -m "$m" -p "x" -n 4 --gpu-budget 60%
+expect 0 '; evict reuse: [0-9]+ out; predict gate: [0-9]+ prefetched, [0-9]+ used, [0-9]+ in time(, [0-9]+% of [0-9]+ named used)?\) \| moved' -- env MOEVM_PAGE_SIZE=64K MOEVM_PREDICT=gate "$moevm" run -m "$m" -p "x" -n 4 --gpu-budget 60%
+# SMoE's speculative prefetch: the same text as without a predictor, forecasts named
+MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p "Once upon a time" -n 12 --temp 0 --gpu-budget 40% >"$tmp/nospec" 2>/dev/null
+MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p "Once upon a time" -n 12 --temp 0 --gpu-budget 40% --predict 'speculative{alpha=0.1}' >"$tmp/spec" 2>"$tmp/spec.err"
+if cmp -s "$tmp/nospec" "$tmp/spec" && grep -Eq 'predict speculative: [0-9]+ prefetched, [0-9]+ used, [0-9]+ in time, [0-9]+% of [1-9][0-9]* named used' "$tmp/spec.err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: --predict speculative" >&2; cat "$tmp/spec.err" >&2; fi
+expect 1 'predict speculative: alpha=2 is not in \[0, 1\]' -- "$moevm" run -m "$m" -p "x" --gpu-budget 40% --predict 'speculative{alpha=2}'
 expect 0 'predict residual: ' -- env MOEVM_PAGE_SIZE=64K MOEVM_PREDICT=residual "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 50%
 expect 1 '--predict: clairvoyant: no such predict policy \(available: none, gate' -- "$moevm" run -m "$m" -p "x" --predict clairvoyant
 expect 1 'MOEVM_PREDICT=clairvoyant: no such predict policy' -- env MOEVM_PREDICT=clairvoyant "$moevm" run -m "$m" -p "x"
@@ -477,6 +483,7 @@ expect 2 'needs --trace-out' -- "$moevm" run -m "$m" -p hi --trace-hidden
 expect 0 '"hidden":\[' -- sh -c "\"$moevm\" run -m \"$m\" -p 'a b c d e f g h' -n 40 --temp 1 --trace-out \"$tmp/h.jsonl\" --trace-hidden >/dev/null 2>&1 && sed -n 2p \"$tmp/h.jsonl\""
 expect 0 'predict=residual +[0-9.]+' -- "$moevm" sim --trace "$tmp/h.jsonl" --model "$m" --budget 40% --compare 'predict=gate; predict=residual'
 expect 1 "router weights" -- "$moevm" sim --trace "$tmp/h.jsonl" --predict gate
+expect 1 "predict speculative: it forecasts from a pass through the next layer's attention, which a trace cannot replay" -- "$moevm" sim --trace "$tmp/h.jsonl" --model "$m" --predict speculative
 # DeepSeek-V3's kind: sigmoid scores, and MoE layer 0 is the file's blk.1 (after a dense one).
 expect 0 '"scores":"sigmoid"' -- sh -c "\"$moevm\" run -m \"$tmp/ds3.gguf\" -p 'a b c' -n 12 --trace-out \"$tmp/h3.jsonl\" --trace-hidden >/dev/null 2>&1 && head -n 1 \"$tmp/h3.jsonl\""
 expect 0 'predict=gate +[0-9.]+' -- "$moevm" sim --trace "$tmp/h3.jsonl" --model "$tmp/ds3.gguf" --compare 'predict=gate'
@@ -540,6 +547,7 @@ m = d["memory"]
 assert m["modules"] == {"evict": "reuse", "predict": "gate"}, m["modules"]
 assert m["hits"] + m["misses"] == m["accesses"] > 0 and 0 <= m["hit_rate"] <= 1
 assert m["budget_bytes"] == 9 * 65536 and m["page_size"] == 65536 and m["prefetched"] > 0
+assert 0 <= m["forecast_used"] <= m["forecast_named"] and m["forecast_named"] > 0
 def valid(b):  # each byte that does not begin a valid character: U+FFFD, as run -o json
     out, i = [], 0
     while i < len(b):

@@ -20,6 +20,7 @@ struct memory {
     mvm_resid_stats rs;
     mvm_stats vs;
     mvm_space_info info;
+    mvm_prefetch_stats ps;
     uint64_t substituted;
     const char *module[MOD_COUNT]; /* NULL: not in use */
 };
@@ -38,6 +39,7 @@ static void get_memory(const mvm_run_report *r, struct memory *m)
     m->substituted = mvm_substitutor_count(mvm_ctx_substitutor(r->ctx));
     m->module[MOD_EVICT] = r->model->experts_at_home ? NULL : mvm_resid_evict_name(res);
     m->module[MOD_PREDICT] = mvm_prefetcher_name(mvm_ctx_prefetcher(r->ctx));
+    mvm_prefetcher_get_stats(mvm_ctx_prefetcher(r->ctx), &m->ps);
     m->module[MOD_ROUTE] = mvm_substitutor_name(mvm_ctx_substitutor(r->ctx));
     m->module[MOD_CONFIG] = mvm_resid_config_name(res);
     m->module[MOD_ASSIGN] = mvm_resid_assign_name(res);
@@ -81,8 +83,12 @@ static void print_residency(const struct memory *m)
         fprintf(stderr, "; %s %s: ", role_names[i], m->module[i]);
         if (i == MOD_EVICT)
             fprintf(stderr, "%" PRIu64 " out", rs->evictions);
-        else if (i == MOD_PREDICT)
+        else if (i == MOD_PREDICT) {
             print_prefetches(rs);
+            if (m->ps.named) /* the forecasts themselves, resident or not */
+                fprintf(stderr, ", %.0f%% of %" PRIu64 " named used",
+                        100.0 * (double)m->ps.named_used / (double)m->ps.named, m->ps.named);
+        }
         else if (i == MOD_ROUTE)
             fprintf(stderr, "%" PRIu64 " substituted", m->substituted);
         else if (i == MOD_CONFIG)
@@ -155,7 +161,8 @@ static void add_memory(cJSON *o, const mvm_run_report *r)
         {"prefetch_in_time", rs->prefetch_hits}, {"substituted", m.substituted},
         {"config_changes", rs->reconfigs}, {"splits", rs->splits},
         {"cpu_runs", rs->cpu_runs}, {"zerocopy_runs", rs->zerocopy_runs},
-        {"planned", rs->planned}, {"bytes_moved", m.vs.bytes_moved}};
+        {"planned", rs->planned}, {"bytes_moved", m.vs.bytes_moved},
+        {"forecast_named", m.ps.named}, {"forecast_used", m.ps.named_used}};
     for (size_t i = 0; i < sizeof counts / sizeof *counts; i++)
         cJSON_AddNumberToObject(j, counts[i].key, (double)counts[i].v);
     if (r->model->experts_at_home || !rs->accesses) /* no residency, or nothing to rate */
