@@ -528,9 +528,9 @@ static void test_sim_routers(void)
 }
 
 /* The model on the host backend with `frac` of its expert bytes as budget, and a context
- * of 64 positions evaluating one token per step. */
-static void open_ctx(const char *model, mvm_pool *pool, double frac, const mvm_ctx_policies *p,
-                     mvm_model **m, mvm_ctx **c)
+ * of 64 positions evaluating `batch` tokens per step. */
+static void open_ctx_batch(const char *model, mvm_pool *pool, double frac, uint32_t batch,
+                           const mvm_ctx_policies *p, mvm_model **m, mvm_ctx **c)
 {
     mvm_space_desc d;
     mvm_space_desc_init(&d);
@@ -542,7 +542,14 @@ static void open_ctx(const char *model, mvm_pool *pool, double frac, const mvm_c
     *c = NULL;
     CHECK_ST(mvm_model_load(model, &(mvm_load_args){.desc = &d, .pool = pool}, m), MVM_OK);
     if (*m)
-        CHECK_ST(mvm_ctx_create(*m, pool, 64, 1, p, c), MVM_OK);
+        CHECK_ST(mvm_ctx_create(*m, pool, 64, batch, p, c), MVM_OK);
+}
+
+/* The same, a token per step. */
+static void open_ctx(const char *model, mvm_pool *pool, double frac, const mvm_ctx_policies *p,
+                     mvm_model **m, mvm_ctx **c)
+{
+    open_ctx_batch(model, pool, frac, 1, p, m, c);
 }
 
 /* Runs 40 positions one at a time under policies p at `frac` of the experts' pages,
@@ -837,12 +844,6 @@ static const char *arch_model(mvm_pool *pool, const char *arch)
 static void run_speculative(const char *model, mvm_pool *pool, const char *predict, double frac,
                             uint32_t batch, float *logits, int again, mvm_prefetch_stats *ps)
 {
-    mvm_space_desc d;
-    mvm_space_desc_init(&d);
-    d.backend = MVM_BACKEND_HOST;
-    d.page_size = PAGE;
-    d.device_budget = 0;
-    d.device_budget_frac = frac;
     mvm_model *m = NULL;
     mvm_ctx *c = NULL;
     /* α 0.05: a forecast names most of the top-k (0.3 names a few), still by a margin that
@@ -851,9 +852,7 @@ static void run_speculative(const char *model, mvm_pool *pool, const char *predi
                           .prefetch = {.predict = predict,
                                        .predict_args = strcmp(predict, "none") ? "alpha=0.05" : NULL}};
     *ps = (mvm_prefetch_stats){0};
-    CHECK_ST(mvm_model_load(model, &(mvm_load_args){.desc = &d, .pool = pool}, &m), MVM_OK);
-    if (m)
-        CHECK_ST(mvm_ctx_create(m, pool, 64, batch, &p, &c), MVM_OK);
+    open_ctx_batch(model, pool, frac, batch, &p, &m, &c);
     if (c) {
         int32_t tok[24];
         for (int t = 0; t < 24; t++)
