@@ -13,6 +13,7 @@ extern const mvm_route_ops mvm_route_importance;
 extern const mvm_route_ops mvm_route_none;
 
 /* evict */
+extern const mvm_evict_ops mvm_evict_adaptive;
 extern const mvm_evict_ops mvm_evict_affinity;
 extern const mvm_evict_ops mvm_evict_belady;
 extern const mvm_evict_ops mvm_evict_lcp;

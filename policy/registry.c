@@ -26,7 +26,8 @@ static const entry route[] = {MODULE(mvm_route_none), MODULE(mvm_route_importanc
 static const entry evict[] = {MODULE(mvm_evict_lru), MODULE(mvm_evict_lfu),
                               MODULE(mvm_evict_score), MODULE(mvm_evict_workload),
                               MODULE(mvm_evict_lcp), MODULE(mvm_evict_reuse),
-                              MODULE(mvm_evict_affinity), MODULE(mvm_evict_belady)};
+                              MODULE(mvm_evict_affinity), MODULE(mvm_evict_adaptive),
+                              MODULE(mvm_evict_belady)};
 static const entry assign[] = {MODULE(mvm_assign_gpu), MODULE(mvm_assign_twoptr),
                                MODULE(mvm_assign_greedy), MODULE(mvm_assign_presched)};
 static const entry config[] = {MODULE(mvm_config_uniform), MODULE(mvm_config_hot),

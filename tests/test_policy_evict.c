@@ -630,7 +630,7 @@ static double ref_key(const sim *s, uint32_t x)
             sum += s->hist[l][i][x % SE];
         return n ? sum / n : 0;
     }
-    return NAN; /* workload: checked by hand above */
+    return NAN; /* workload: checked by hand above; adaptive: in test_policy_adaptive.c */
 }
 
 /* Evict until `pages` more fit; 0 when nothing evictable is left. */
@@ -787,6 +787,7 @@ static void test_random_sequences(void)
     simulate(&mvm_evict_reuse, "", 0, 0, 0, 0, 0);
     simulate(&mvm_evict_affinity, "", 0, 0, 0, 0, 0.2f);
     simulate(&mvm_evict_affinity, "alpha=0.6", 0, 0, 0, 0, 0.6f);
+    simulate(&mvm_evict_adaptive, "", 0, 0, 0, 0, 0);
 }
 
 /* The driver every front end makes room with (policy/evict_driver.h): the candidates are the

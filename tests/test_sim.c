@@ -168,7 +168,7 @@ static void test_policies_run(void)
         return;
     mvm_cost cost;
     mvm_cost_init(&cost, mvm_machine_preset("rtx3090"), 3u << 20, 2048, 768);
-    static const char *const evicts[] = {"lru", "lfu", "score", "workload", "lcp"};
+    static const char *const evicts[] = {"lru", "lfu", "score", "workload", "lcp", "adaptive"};
     static const char *const assigns[] = {"gpu", "twoptr", "greedy", "presched"};
     for (size_t i = 0; i < sizeof evicts / sizeof *evicts; i++)
         for (size_t j = 0; j < sizeof assigns / sizeof *assigns; j++) {
@@ -209,7 +209,8 @@ static void test_oracles(void)
     mvm_sim_result bound, r;
     c.policy[MVM_ROLE_EVICT] = "belady";
     CHECK_ST(mvm_sim_run(t, &cost, &c, &bound), MVM_OK);
-    static const char *const online[] = {"lru", "lfu", "score", "workload", "lcp", "reuse"};
+    static const char *const online[] = {"lru", "lfu", "score", "workload", "lcp", "reuse",
+                                         "adaptive"};
     for (size_t i = 0; i < sizeof online / sizeof *online; i++) {
         c.policy[MVM_ROLE_EVICT] = online[i];
         CHECK_ST(mvm_sim_run(t, &cost, &c, &r), MVM_OK);

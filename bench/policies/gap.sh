@@ -3,6 +3,7 @@
 # closes (docs/perf/policies.md, "Eviction against the bound"), in one call from the
 # repository root:
 #   bash bench/policies/gap.sh [OUT.txt]        (default docs/perf/policies/gap.txt)
+# MOEVM=path/to/moevm runs another build's CLI (default ./build/moevm).
 # Part 1: every shape `moevm trace gen` knows, its default (published-statistics) routing,
 # budgets 25% and 50%. Part 2: trace gen's other routing regimes on three shapes, where no
 # module may lose to LRU. Each row also has the online bound: the same selections with the
@@ -10,18 +11,20 @@
 # evict=affinity{alpha=1}: what a policy that knew the context exactly, but not the
 # per-token draws, would hit. Prints a table and one RESULT line per row:
 #   RESULT gap shape=S routing=R budget=B lru=H ... belady=H online=H closed_<m>=F
-# where F = (hit_m - hit_lru) / (hit_belady - hit_lru). Modelled, deterministic: one run.
+# where F = (hit_m - hit_lru) / (hit_belady - hit_lru); the table's last columns are the
+# gap closed by affinity, by adaptive (its ghosts choosing between affinity and LRU) and by
+# the online bound. Modelled, deterministic: one run.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-docs/perf/policies/gap.txt}
 mkdir -p "$(dirname "$out")"
-moevm=./build/moevm
-[ -x $moevm ] || { echo "build first: make build" >&2; exit 1; }
+moevm=${MOEVM:-./build/moevm}
+[ -x "$moevm" ] || { echo "build first: make build (or set MOEVM)" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-modules="lru lfu reuse score affinity"
-sets="evict=lru; evict=lfu; evict=reuse; evict=score; evict=affinity"
+modules="lru lfu reuse score affinity adaptive"
+sets="evict=lru; evict=lfu; evict=reuse; evict=score; evict=affinity; evict=adaptive"
 
 # hit % of the row whose label starts with $2 in sim output $1
 hit() { awk -v l="$2" 'index($0, l) == 1 { print $(NF - 10); exit }' "$1"; }
@@ -51,8 +54,10 @@ row() { # shape routing-label budget gen-args...
             'BEGIN { printf "%.2f", (b > a ? (h - a) / (b - a) : 0) }')"
     done
     line+=$(printf ' %6s %6s' "$online" "$belady")
-    line+=$(awk -v h="$(hit "$tmp/s.txt" "evict=affinity ")" -v o="$online" -v a="$lru" \
-        -v b="$belady" 'BEGIN { if (b > a) printf "   %5.0f%% %5.0f%%", 100 * (h - a) / (b - a), 100 * (o - a) / (b - a) }')
+    line+=$(awk -v h="$(hit "$tmp/s.txt" "evict=affinity ")" \
+        -v d="$(hit "$tmp/s.txt" "evict=adaptive ")" -v o="$online" -v a="$lru" -v b="$belady" \
+        'BEGIN { if (b > a) printf "   %5.0f%% %5.0f%% %5.0f%%", 100 * (h - a) / (b - a),
+                 100 * (d - a) / (b - a), 100 * (o - a) / (b - a) }')
     echo "$line"
     echo "$res online=$online belady=$belady$closed"
 }
@@ -60,10 +65,10 @@ row() { # shape routing-label budget gen-args...
 {
     echo "# bash bench/policies/gap.sh  ($(date -u +%F), $(git rev-parse --short HEAD))"
     echo "# hit % per evict module; online: the latent-logit bound; belady: the offline bound;"
-    echo "# closed: share of the LRU-to-belady gap closed by affinity, and by the online bound"
+    echo "# closed: share of the LRU-to-belady gap closed by affinity, adaptive and the online bound"
     printf '%-18s %-22s %4s' shape routing budget
     for m in $modules; do printf ' %6s' "$m"; done
-    printf ' %6s %6s   %6s %6s\n' online belady closed online
+    printf ' %6s %6s   %6s %6s %6s\n' online belady affin. adapt. online
     shapes=$($moevm trace gen --help 2>&1 | sed -n 's/^  --shape *//p' | tr -d ',')
     for shape in $shapes; do
         for b in 25 50; do row "$shape" default "$b"; done
