@@ -1,5 +1,5 @@
 /*
- * predict "speculative": SMoE's top-score expert prefetching (seed 000, §IV-C, Fig. 7). Once
+ * predict "speculative": SMoE's top-score expert prefetching (§IV-C, Fig. 7). Once
  * the step of layer l has computed its shared experts and the routed experts that were
  * resident, the engine runs the rest of a forward pass speculatively: that partial hidden
  * state through layer l+1's attention (against its KV cache, whose rows for these positions

@@ -58,6 +58,27 @@ static inline uint64_t check_rng_next(uint64_t *s)
     return z ^ (z >> 31);
 }
 
+/* One token of a router whose logits drift (the eviction tests' routing: popular experts, a
+ * slowly moving token stream): its E scores at layer l from the uniforms u[E], into sc, and
+ * its top two into ex. */
+static inline void check_drift_route(const double *u, uint32_t E, uint32_t l, uint64_t tok,
+                                     float *sc, int32_t ex[2])
+{
+    double sum = 0;
+    for (uint32_t e = 0; e < E; e++)
+        sum += exp(1.5 * sin(0.05 * (double)tok + e + 2.0 * l) - 0.3 * e + 2 * u[e]);
+    for (uint32_t e = 0; e < E; e++)
+        sc[e] = (float)(exp(1.5 * sin(0.05 * (double)tok + e + 2.0 * l) - 0.3 * e + 2 * u[e]) /
+                        sum);
+    for (uint32_t j = 0; j < 2; j++) {
+        int32_t best = -1;
+        for (uint32_t e = 0; e < E; e++)
+            if ((j == 0 || e != (uint32_t)ex[0]) && (best < 0 || sc[e] > sc[best]))
+                best = (int32_t)e;
+        ex[j] = best;
+    }
+}
+
 /* ||a - b||_2 / ||b||_2 over n floats; infinite when either holds a non-finite value (a
  * poisoned output left unwritten). */
 static inline double check_rel_l2(const float *a, const float *b, size_t n)

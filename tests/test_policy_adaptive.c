@@ -209,21 +209,10 @@ static uint64_t budget_experts(uint64_t tok)
 /* One token's scores and top-2 at layer l. */
 static void route_token(uint64_t *rng, uint32_t l, uint64_t tok, float *sc, int32_t *ex)
 {
-    double z[SE], sum = 0;
-    for (uint32_t e = 0; e < SE; e++) {
-        double u = (double)(check_rng_next(rng) >> 11) / 9007199254740992.0;
-        z[e] = exp(1.5 * sin(0.05 * (double)tok + e + 2.0 * l) - 0.3 * e + 2 * u);
-        sum += z[e];
-    }
+    double u[SE];
     for (uint32_t e = 0; e < SE; e++)
-        sc[e] = (float)(z[e] / sum);
-    for (uint32_t j = 0; j < SK; j++) {
-        int32_t best = -1;
-        for (uint32_t e = 0; e < SE; e++)
-            if ((j == 0 || e != (uint32_t)ex[0]) && (best < 0 || sc[e] > sc[best]))
-                best = (int32_t)e;
-        ex[j] = best;
-    }
+        u[e] = (double)(check_rng_next(rng) >> 11) / 9007199254740992.0;
+    check_drift_route(u, SE, l, tok, sc, ex);
 }
 
 /* An LRU cache of whole experts as a ghost should be: the step's missing experts go in,

@@ -705,20 +705,10 @@ static void record(sim *s, const mvm_pstep *st)
 /* Top-k of a router whose logits drift: popular experts, a slowly moving token stream. */
 static void route_token(sim *s, uint32_t l, uint64_t tok, float *sc, int32_t *ex)
 {
-    double z[SE], sum = 0;
-    for (uint32_t e = 0; e < SE; e++) {
-        z[e] = exp(1.5 * sin(0.05 * (double)tok + e + 2.0 * l) - 0.3 * e + 2 * rnd(s));
-        sum += z[e];
-    }
+    double u[SE];
     for (uint32_t e = 0; e < SE; e++)
-        sc[e] = (float)(z[e] / sum);
-    for (uint32_t j = 0; j < SK; j++) {
-        int32_t best = -1;
-        for (uint32_t e = 0; e < SE; e++)
-            if ((j == 0 || (e != (uint32_t)ex[0])) && (best < 0 || sc[e] > sc[best]))
-                best = (int32_t)e;
-        ex[j] = best;
-    }
+        u[e] = rnd(s);
+    check_drift_route(u, SE, l, tok, sc, ex);
 }
 
 static void simulate(const mvm_evict_ops *ops, const char *params, uint32_t lfu_period,
