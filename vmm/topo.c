@@ -49,6 +49,13 @@ static mvm_status load_topology(hwloc_topology_t *topo)
         return mvm_fail(MVM_ERR_BACKEND, "hwloc_topology_set_io_types_filter failed: %s",
                         strerror(err));
     }
+    /* The PCI bus ids come from sysfs; hwloc's plugins for GPU APIs would only name the same
+     * devices again, and cost every start: "gl" tries ten X displays, "opencl", "cuda" and
+     * "nvml" initialise those runtimes in this process (on a GPU machine, a context). */
+    static const char *const unused[] = {"gl", "opencl", "cuda", "nvml", "rsmi", "levelzero"};
+    for (size_t i = 0; i < sizeof unused / sizeof *unused; i++)
+        (void)hwloc_topology_set_components(*topo, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST,
+                                            unused[i]);
     if (hwloc_topology_load(*topo) < 0) {
         int err = errno;
         hwloc_topology_destroy(*topo);
