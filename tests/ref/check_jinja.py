@@ -79,11 +79,22 @@ class Renderer:
         self.tpl = os.path.join(workdir, "template.jinja")
         self.vars = os.path.join(workdir, "vars.json")
         self.cached = None
+        self.compiled = {}   # source: jinja2's template, or the error compiling it raised
 
     def python(self, source, variables):
+        # jinja2 compiles a template to Python: once per source, not per render (that was
+        # nine tenths of this check's time)
+        if source not in self.compiled:
+            try:
+                self.compiled[source] = ENV.from_string(source)
+            except Exception as e:  # jinja2 raises many kinds; any of them is a failure
+                self.compiled[source] = e
+        template = self.compiled[source]
+        if isinstance(template, Exception):
+            return False, f"{type(template).__name__}: {template}"
         try:
-            return True, ENV.from_string(source).render(**variables)
-        except Exception as e:  # jinja2 raises many kinds; any of them is a failure
+            return True, template.render(**variables)
+        except Exception as e:
             return False, f"{type(e).__name__}: {e}"
 
     def c(self, source, text_vars):
