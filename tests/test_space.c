@@ -661,6 +661,45 @@ static void test_priority_and_promotion(void)
     fake_set_copy_delay_us(0);
 }
 
+/* MoEpic's window closing: a queued prefetch is taken back, its pages home; a landed one,
+ * a promoted one and one never asked are left alone. The worker takes one prefetch a
+ * batch, 20 ms a page: the sixth has not started when it is cancelled. */
+static void test_prefetch_cancel(void)
+{
+    fake_set_copy_delay_us(20000);
+    mvm_space *sp = make_space(1, 8, 2 * PAGE, 16);
+    fill(sp, 1, 8, 2 * PAGE);
+    mvm_move *m[6], *demand;
+    for (uint32_t e = 0; e < 6; e++)
+        CHECK_ST(mvm_prefetch(sp, 0, e, MVM_ALL_PAGES, &m[e]), MVM_OK);
+    CHECK_ST(mvm_make_resident_async(sp, 0, 4, MVM_ALL_PAGES, &demand), MVM_OK);
+    uint32_t n = 99;
+    CHECK_ST(mvm_prefetch_cancel(sp, 0, 5, &n), MVM_OK);
+    CHECK(n == 2);
+    CHECK_ST(mvm_move_test(m[5]), MVM_ERR_CANCELLED);
+    mvm_residency r;
+    CHECK_ST(mvm_expert_residency(sp, 0, 5, &r), MVM_OK);
+    CHECK(r.resident == 0 && r.loading == 0);
+    CHECK_ST(mvm_prefetch_cancel(sp, 0, 4, &n), MVM_OK); /* promoted: on demand now */
+    CHECK(n == 0);
+    CHECK_ST(mvm_move_wait(m[0], -1), MVM_OK);
+    CHECK_ST(mvm_prefetch_cancel(sp, 0, 0, &n), MVM_OK); /* landed */
+    CHECK(n == 0);
+    CHECK_ST(mvm_prefetch_cancel(sp, 0, 7, NULL), MVM_OK); /* never asked */
+    CHECK_ST(mvm_prefetch_cancel(sp, 1, 0, &n), MVM_ERR_RANGE);
+    CHECK_ST(mvm_move_wait(demand, -1), MVM_OK);
+    mvm_move_release(demand);
+    for (uint32_t e = 0; e < 6; e++) {
+        CHECK_ST(mvm_move_wait(m[e], -1), e == 5 ? MVM_ERR_CANCELLED : MVM_OK);
+        mvm_move_release(m[e]);
+    }
+    for (uint32_t e = 0; e < 8; e++)
+        CHECK(reads_match(sp, 0, e, 2 * PAGE));
+    CHECK(stats_of(sp).free_pages == 16 - 5 * 2);
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+    fake_set_copy_delay_us(0);
+}
+
 static void test_cancel_and_destroy_in_flight(void)
 {
     fake_set_copy_delay_us(20000);
@@ -1032,6 +1071,7 @@ int main(int argc, char **argv)
     if (on_fake) {
         RUN(test_auto_budget_reserve);
         RUN(test_priority_and_promotion);
+        RUN(test_prefetch_cancel);
         RUN(test_cancel_and_destroy_in_flight);
         RUN(test_unpin_after_stream);
         RUN(test_driver_failures);

@@ -540,6 +540,32 @@ mvm_status mvm_discard(mvm_space *sp, uint32_t l, uint32_t e, uint32_t keep_page
     return evict_pages(sp, l, e, keep_pages, false);
 }
 
+mvm_status mvm_prefetch_cancel(mvm_space *sp, uint32_t l, uint32_t e, uint32_t *n_pages)
+{
+    uint32_t idx, n = 0;
+    if (n_pages)
+        *n_pages = 0;
+    mvm_status st = mvm_lock_expert(sp, l, e, &idx);
+    if (st != MVM_OK)
+        return st;
+    for (uint32_t p = 0; p < sp->ppe; p++) {
+        struct page *pg = page_at(sp, idx, p);
+        if (pg->state == MVM_PAGE_LOADING && !pg->job->started && pg->job->prio == PRIO_PREFETCH) {
+            uint32_t loading = 0;
+            for (uint32_t q = p; q < sp->ppe; q++)
+                loading += page_at(sp, idx, q)->state == MVM_PAGE_LOADING;
+            mvm_cancel_page(sp, idx, p); /* its whole run goes home */
+            for (uint32_t q = p; q < sp->ppe; q++)
+                loading -= page_at(sp, idx, q)->state == MVM_PAGE_LOADING;
+            n += loading;
+        }
+    }
+    pthread_mutex_unlock(&sp->mu);
+    if (n_pages)
+        *n_pages = n;
+    return MVM_OK;
+}
+
 mvm_status mvm_pin(mvm_space *sp, uint32_t l, uint32_t e)
 {
     uint32_t idx;

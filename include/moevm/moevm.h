@@ -183,6 +183,12 @@ mvm_status mvm_make_resident_async(mvm_space *space, uint32_t layer, uint32_t ex
  * first, and an on-demand request for a page a prefetch is loading promotes that prefetch. */
 mvm_status mvm_prefetch(mvm_space *space, uint32_t layer, uint32_t expert, uint32_t n_pages,
                         mvm_move **move);
+/* Takes back the expert's prefetches whose copies have not started (MoEpic's prefetch
+ * window closing at the router): their pages stay home, their moves complete with
+ * MVM_ERR_CANCELLED. A copy already running lands, and a prefetch an on-demand request
+ * promoted is not a prefetch any more. *n_pages (may be NULL): the pages taken back. */
+mvm_status mvm_prefetch_cancel(mvm_space *space, uint32_t layer, uint32_t expert,
+                               uint32_t *n_pages);
 
 /* timeout_ns < 0: wait forever. Returns the move's result, or MVM_ERR_TIMEOUT. */
 mvm_status mvm_move_wait(mvm_move *move, int64_t timeout_ns);
