@@ -169,6 +169,11 @@ typedef struct mvm_predict_ops {
      * predicted probabilities for layer `target` (> step->layer) into out[E]. Returns 0
      * when it cannot predict (e.g. no hidden state): the caller prefetches nothing. */
     int (*predict)(void *self, const mvm_pstep *step, uint32_t target, float *out);
+    /* Optional: every expert of layer `target` ranked, higher out[e] first, for a caller that
+     * prefetches beyond the likely top_k (MoEpic's window: the simulator's and the engine's
+     * `window` prefetch); 0 when it cannot. Without it such a caller ranks by predict's
+     * shares, and takes only the experts they name. */
+    int (*rank)(void *self, const mvm_pstep *step, uint32_t target, float *out);
     /* Optional: the actual routing of a layer, for predictors that learn online. */
     void (*observe)(void *self, const mvm_pstep *step);
     /* The module predicts from step->next_hidden: the engine then runs a partial forward

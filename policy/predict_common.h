@@ -132,4 +132,31 @@ static inline void mvm_predict_route(const mvm_router *r, uint32_t l, const mvm_
         out[e] /= (float)n_tok; /* whole counts first: exactly count / n_tok */
 }
 
+/* The ranking mvm_predict_route's routing comes from (the predict ops' rank): each token's
+ * router probabilities, MoEpic's Eq. 3 (for a router that chooses by a key, the key as a
+ * ranking: router.h), averaged over the tokens into out[E]. logits: [E] and scratch: [2E]
+ * floats. */
+static inline void mvm_predict_rank_route(const mvm_router *r, uint32_t l, const mvm_pshape *sh,
+                                          const float *hidden, uint32_t n_tok,
+                                          const float *bias, float *logits, float *scratch,
+                                          float *out)
+{
+    const uint32_t E = sh->n_experts, D = sh->n_embd;
+    for (uint32_t e = 0; e < E; e++)
+        out[e] = 0;
+    for (uint32_t t = 0; t < n_tok; t++) {
+        mvm_predict_matvec(r->weights[l], E, D, hidden + (uint64_t)t * D, logits);
+        for (uint32_t e = 0; bias && e < E; e++)
+            logits[e] += bias[e];
+        mvm_router_probs(r, logits, E);
+        const float *key = logits;
+        if (mvm_router_keyed(r, l)) {
+            mvm_router_rank_key(r, l, logits, E, scratch, scratch + E);
+            key = scratch;
+        }
+        for (uint32_t e = 0; e < E; e++)
+            out[e] += key[e] / (float)n_tok;
+    }
+}
+
 #endif

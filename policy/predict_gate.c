@@ -14,6 +14,9 @@
  * the gate inputs. The papers' models (Mixtral, Qwen, DeepSeek-V2-Lite) choose by softmax;
  * choosing by the router's own rule is the reading that extends the scheme to the others.
  *
+ * rank(step, target, out): the same router's probabilities, averaged over the tokens: MoEpic's
+ * speculative prediction (Eq. 3), the order its prefetch window takes every expert in.
+ *
  * Returns 0, out untouched, when it cannot predict: no hidden state in the step (a
  * synthetic trace), no tokens, target not in (step->layer, n_layers), or no router for
  * that layer (weights[target] NULL). Without routers at all (no init->router weights)
@@ -80,6 +83,19 @@ static int gate_predict(void *self, const mvm_pstep *step, uint32_t target, floa
     return 1;
 }
 
+static int gate_rank(void *self, const mvm_pstep *step, uint32_t target, float *out)
+{
+    gate *g = self;
+    const mvm_pshape *sh = &g->shape;
+    if (!step->hidden || !step->n_tok || target <= step->layer || target >= sh->n_layers ||
+        !g->router->weights[target])
+        return 0;
+    mvm_predict_rank_route(g->router, target, sh, step->hidden, step->n_tok,
+                           mvm_predict_logit_bias(g->router, target), g->logits,
+                           g->logits + sh->n_experts, out);
+    return 1;
+}
+
 const mvm_predict_ops mvm_predict_gate = {
     .name = "gate",
     .about = "gate-based (PreScope Fig. 6 baseline, DALI §4.2 without residual): layer "
@@ -87,5 +103,6 @@ const mvm_predict_ops mvm_predict_gate = {
     .create = gate_create,
     .destroy = gate_destroy,
     .predict = gate_predict,
+    .rank = gate_rank,
     .observe = NULL,
 };

@@ -12,7 +12,8 @@
  * (predict_common.h), the same scale as gate and residual; the mean of the sigmoid
  * probabilities would be the other reading, but the trainer's inverse-frequency weights
  * (predictor_train.c) leave them uncalibrated as shares, while their per-token order is what
- * the loss trains.
+ * the loss trains. rank(step, target, out): the model's scores themselves, averaged over
+ * the tokens: that order is the one the loss trains, and MoEpic's window takes it.
  *
  * LLaPor predicts one layer ahead ("while layer l executes, the predictor for l+1 is fed
  * layer-l features"), so only target = step->layer + 1 is served. Returns 0, out untouched,
@@ -75,9 +76,10 @@ static mvm_status learned_create(const mvm_pinit *init, void **self)
     return MVM_OK;
 }
 
-static int learned_predict(void *self, const mvm_pstep *step, uint32_t target, float *out)
+/* Each of the step's tokens through target's model: its top_k's token shares (vote), or
+ * every expert's score averaged over the tokens (the ranking of MoEpic's window). */
+static int learned_run(learned *s, const mvm_pstep *step, uint32_t target, int vote, float *out)
 {
-    learned *s = self;
     const uint32_t E = s->shape.n_experts, K = s->shape.top_k, D = s->shape.n_embd;
     if (!step->hidden || !step->weights || !step->n_tok || target != step->layer + 1 ||
         target >= s->shape.n_layers)
@@ -87,11 +89,24 @@ static int learned_predict(void *self, const mvm_pstep *step, uint32_t target, f
         const float *logits = mvm_predictor_logits(
             s->model, target, step->hidden + (size_t)t * D, step->experts + (size_t)t * K,
             step->weights + (size_t)t * K, s->work);
-        mvm_predict_vote(logits, E, K, 1, out);
+        if (vote)
+            mvm_predict_vote(logits, E, K, 1, out);
+        for (uint32_t e = 0; !vote && e < E; e++)
+            out[e] += logits[e];
     }
     for (uint32_t e = 0; e < E; e++)
         out[e] /= (float)step->n_tok;
     return 1;
+}
+
+static int learned_predict(void *self, const mvm_pstep *step, uint32_t target, float *out)
+{
+    return learned_run(self, step, target, 1, out);
+}
+
+static int learned_rank(void *self, const mvm_pstep *step, uint32_t target, float *out)
+{
+    return learned_run(self, step, target, 0, out);
 }
 
 const mvm_predict_ops mvm_predict_learned = {
@@ -101,5 +116,6 @@ const mvm_predict_ops mvm_predict_learned = {
     .create = learned_create,
     .destroy = learned_destroy,
     .predict = learned_predict,
+    .rank = learned_rank,
     .observe = NULL,
 };

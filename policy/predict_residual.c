@@ -8,7 +8,8 @@
  * further ahead the residuals of every layer in between add up:
  *     h~ = h_l + res_l + res_{l+1} + ... + res_{target-1}.
  * out[e] is then, as in gate, the share of the step's tokens whose top_k holds e
- * (predict_common.h), chosen as the model chooses (policy/router.h). Returns 0 exactly
+ * (predict_common.h), chosen as the model chooses (policy/router.h); rank, the router's
+ * probabilities on h~ averaged (gate's rank on the corrected state). Returns 0 exactly
  * when gate would (no hidden state, no tokens, target not in (step->layer, n_layers), no
  * router for it); create fails without routers.
  *
@@ -138,14 +139,12 @@ static void residual_observe(void *self, const mvm_pstep *step)
     r->have_prev = 1;
 }
 
-static int residual_predict(void *self, const mvm_pstep *step, uint32_t target, float *out)
+/* The logit bias of layer target's router on h + the mean residuals from step->layer to
+ * target (router · offset plus the router's own bias); NULL for none. */
+static const float *residual_bias(residual *r, const mvm_pstep *step, uint32_t target)
 {
-    residual *r = self;
     const mvm_pshape *sh = &r->shape;
     const uint32_t D = sh->n_embd, E = sh->n_experts;
-    if (!step->hidden || !step->n_tok || target <= step->layer || target >= sh->n_layers ||
-        !r->router->weights[target])
-        return 0;
     int any = 0;
     memset(r->offset, 0, D * sizeof *r->offset);
     for (uint32_t l = step->layer; l < target; l++) {
@@ -159,13 +158,40 @@ static int residual_predict(void *self, const mvm_pstep *step, uint32_t target, 
     /* router · (h + offset) + b = router · h + (router · offset + b): the second term once
      * per step. */
     const float *b = mvm_predict_logit_bias(r->router, target);
-    if (any) {
-        mvm_predict_matvec(r->router->weights[target], E, D, r->offset, r->bias);
-        for (uint32_t e = 0; b && e < E; e++)
-            r->bias[e] += b[e];
-    }
-    mvm_predict_route(r->router, target, sh, step->hidden, step->n_tok, any ? r->bias : b,
-                      r->logits, r->logits + E, out);
+    if (!any)
+        return b;
+    mvm_predict_matvec(r->router->weights[target], E, D, r->offset, r->bias);
+    for (uint32_t e = 0; b && e < E; e++)
+        r->bias[e] += b[e];
+    return r->bias;
+}
+
+static int residual_can(const residual *r, const mvm_pstep *step, uint32_t target)
+{
+    return step->hidden && step->n_tok && target > step->layer && target < r->shape.n_layers &&
+           r->router->weights[target];
+}
+
+static int residual_predict(void *self, const mvm_pstep *step, uint32_t target, float *out)
+{
+    residual *r = self;
+    if (!residual_can(r, step, target))
+        return 0;
+    mvm_predict_route(r->router, target, &r->shape, step->hidden, step->n_tok,
+                      residual_bias(r, step, target), r->logits,
+                      r->logits + r->shape.n_experts, out);
+    return 1;
+}
+
+/* predict's router probabilities, averaged: the order of MoEpic's window. */
+static int residual_rank(void *self, const mvm_pstep *step, uint32_t target, float *out)
+{
+    residual *r = self;
+    if (!residual_can(r, step, target))
+        return 0;
+    mvm_predict_rank_route(r->router, target, &r->shape, step->hidden, step->n_tok,
+                           residual_bias(r, step, target), r->logits,
+                           r->logits + r->shape.n_experts, out);
     return 1;
 }
 
@@ -176,5 +202,6 @@ const mvm_predict_ops mvm_predict_residual = {
     .create = residual_create,
     .destroy = residual_destroy,
     .predict = residual_predict,
+    .rank = residual_rank,
     .observe = residual_observe,
 };

@@ -331,6 +331,13 @@ expect 0 '"ran":\[[0-9]+,[0-9]+\],"ran_weights":\[' -- sh -c "MOEVM_PAGE_SIZE=64
 expect 0 'importance +[0-9.]+' -- "$moevm" sim --trace "$tmp/r.jsonl" --budget 30% --compare 'route=importance'
 expect 0 'predict gate: [1-9][0-9]* prefetched' -- env MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p "Once upon a time" -n 8 --gpu-budget 60% --predict gate
 expect 0 '; evict reuse: [0-9]+ out; predict gate: [0-9]+ prefetched, [0-9]+ used, [0-9]+ in time(, [0-9]+% of [0-9]+ named used)?\) \| moved' -- env MOEVM_PAGE_SIZE=64K MOEVM_PREDICT=gate "$moevm" run -m "$m" -p "x" -n 4 --gpu-budget 60%
+# MoEpic's window: the same text as top-k; its copies go to the buffer MoEpic's configurator
+# leaves (in order, so that the counts do not depend on the machine's speed)
+for mode in top-k window; do
+    MOEVM_PAGE_SIZE=64K MOEVM_PREFETCH=$mode MOEVM_DETERMINISTIC=on "$moevm" run -m "$m" -p "Once upon a time" -n 12 --temp 0 --gpu-budget 60% --predict gate --evict lcp --config 'fixedpoint{tau=4}' -o json >"$tmp/$mode.json" 2>/dev/null
+done
+if python3 -c 'import json,sys; a,b=(json.load(open(p)) for p in sys.argv[1:]); m=b["memory"]; sys.exit(not (a["tokens"] == b["tokens"] and m["prefetched"] > 0 and 0 <= m["prefetches_cut"] <= m["prefetched"]))' "$tmp/top-k.json" "$tmp/window.json"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: MOEVM_PREFETCH=window" >&2; cat "$tmp/window.json" >&2; fi
+expect 1 'MOEVM_PREFETCH=all: not valid \(expected one of top-k\|window\)' -- env MOEVM_PREFETCH=all "$moevm" run -m "$m" -p "x" -n 1 --gpu-budget 40% --predict gate
 # SMoE's speculative prefetch: the same text as without a predictor, forecasts named
 MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p "Once upon a time" -n 12 --temp 0 --gpu-budget 40% >"$tmp/nospec" 2>/dev/null
 MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p "Once upon a time" -n 12 --temp 0 --gpu-budget 40% --predict 'speculative{alpha=0.1}' >"$tmp/spec" 2>"$tmp/spec.err"
@@ -483,6 +490,8 @@ expect 2 'needs --trace-out' -- "$moevm" run -m "$m" -p hi --trace-hidden
 expect 0 '"hidden":\[' -- sh -c "\"$moevm\" run -m \"$m\" -p 'a b c d e f g h' -n 40 --temp 1 --trace-out \"$tmp/h.jsonl\" --trace-hidden >/dev/null 2>&1 && sed -n 2p \"$tmp/h.jsonl\""
 expect 0 'predict=residual +[0-9.]+' -- "$moevm" sim --trace "$tmp/h.jsonl" --model "$m" --budget 40% --compare 'predict=gate; predict=residual'
 expect 1 "router weights" -- "$moevm" sim --trace "$tmp/h.jsonl" --predict gate
+expect 0 'predict=gate +[0-9.]+' -- "$moevm" sim --trace "$tmp/h.jsonl" --model "$m" --budget 40% --prefetch window --compare 'predict=gate'
+expect 2 '^moevm sim: --prefetch all: expected top-k or window$' -- "$moevm" sim --trace "$tmp/h.jsonl" --prefetch all
 expect 1 "predict speculative: it forecasts from a pass through the next layer's attention, which a trace cannot replay" -- "$moevm" sim --trace "$tmp/h.jsonl" --model "$m" --predict speculative
 # DeepSeek-V3's kind: sigmoid scores, and MoE layer 0 is the file's blk.1 (after a dense one).
 expect 0 '"scores":"sigmoid"' -- sh -c "\"$moevm\" run -m \"$tmp/ds3.gguf\" -p 'a b c' -n 12 --trace-out \"$tmp/h3.jsonl\" --trace-hidden >/dev/null 2>&1 && head -n 1 \"$tmp/h3.jsonl\""

@@ -823,6 +823,83 @@ static void test_deterministic(void)
     mvm_pool_destroy(pool);
 }
 
+/* ---- MoEpic's prefetch window (MOEVM_PREFETCH=window, engine/forward/prefetch.h) ------- */
+
+/* 32 positions at 30% of the experts' pages, steps not waiting for their copies, predict
+ * gate, under MOEVM_PREFETCH=mode: the residency's, the space's and the forecasts'
+ * statistics, and whether the pages add up (resident, loading and free: the budget). */
+static int run_window(const char *model, mvm_pool *pool, const char *mode, mvm_resid_stats *rs,
+                      mvm_prefetch_stats *ps)
+{
+    setenv("MOEVM_PREFETCH", mode, 1);
+    mvm_ctx_policies p = {.residency = {.evict = "lru"}, .prefetch = {.predict = "gate"}};
+    mvm_model *m;
+    mvm_ctx *c;
+    open_ctx(model, pool, 0.3, &p, &m, &c);
+    int adds_up = 0;
+    if (c) {
+        int32_t tok[32];
+        for (int t = 0; t < 32; t++)
+            tok[t] = (int32_t)((t * 53 + 11) % m->hp.n_vocab);
+        CHECK_ST(mvm_ctx_eval(c, tok, 32, NULL, 0), MVM_OK);
+        mvm_resid_get_stats(mvm_ctx_residency(c), rs);
+        mvm_prefetcher_get_stats(mvm_ctx_prefetcher(c), ps);
+        mvm_stats vs;
+        mvm_space_info info;
+        mvm_space_get_stats(m->space, &vs);
+        mvm_space_get_info(m->space, &info);
+        adds_up = vs.resident_pages + vs.loading_pages + vs.free_pages == info.device_pages;
+    }
+    mvm_ctx_free(c);
+    mvm_model_free(m);
+    unsetenv("MOEVM_PREFETCH");
+    return adds_up;
+}
+
+/* In order (MOEVM_DETERMINISTIC) every copy lands before the next layer routes: nothing is
+ * cut, and the window asks for every expert the forecast ranks, so more prefetches than
+ * top-k from the same forecasts (the same experts named, the same used). Timing-driven,
+ * whatever the router cuts, the space's pages add up. A value not in the list is an error
+ * naming the variable. */
+static void test_prefetch_window(void)
+{
+    mvm_pool *pool = NULL;
+    CHECK_ST(mvm_pool_create(2, NULL, &pool), MVM_OK);
+    const char *model = make_model(pool);
+    mvm_resid_stats top, win;
+    mvm_prefetch_stats ptop, pwin;
+    setenv("MOEVM_DETERMINISTIC", "on", 1);
+    CHECK(run_window(model, pool, "top-k", &top, &ptop));
+    CHECK(run_window(model, pool, "window", &win, &pwin));
+    CHECK(win.accesses == top.accesses && win.prefetches > top.prefetches);
+    CHECK(win.prefetches_cut == 0 && top.prefetches_cut == 0);
+    CHECK(pwin.forecasts == ptop.forecasts && pwin.named == ptop.named &&
+          pwin.named_used == ptop.named_used && ptop.named > 0);
+    unsetenv("MOEVM_DETERMINISTIC");
+    for (int i = 0; i < 3; i++) {
+        CHECK(run_window(model, pool, "window", &win, &pwin));
+        CHECK(win.prefetches_cut <= win.prefetches && win.prefetch_used <= win.prefetches);
+    }
+    setenv("MOEVM_PREFETCH", "all", 1);
+    mvm_model *m;
+    mvm_space_desc d;
+    mvm_space_desc_init(&d);
+    d.backend = MVM_BACKEND_HOST;
+    d.page_size = PAGE;
+    d.device_budget = 0;
+    d.device_budget_frac = 0.3;
+    CHECK_ST(mvm_model_load(model, &(mvm_load_args){.desc = &d, .pool = pool}, &m), MVM_OK);
+    mvm_ctx *c = NULL;
+    mvm_ctx_policies p = {.residency = {.evict = "lru"}, .prefetch = {.predict = "gate"}};
+    if (m)
+        CHECK_ST(mvm_ctx_create(m, pool, 64, 1, &p, &c), MVM_ERR_OPTION);
+    CHECK(strstr(mvm_last_error(), "MOEVM_PREFETCH"));
+    mvm_ctx_free(c);
+    mvm_model_free(m);
+    unsetenv("MOEVM_PREFETCH");
+    mvm_pool_destroy(pool);
+}
+
 /* ---- SMoE's speculative prefetch (policy/predict_speculative.c) ------------------------- */
 
 /* A tiny model of `arch` (F32) in dir, by name. */
@@ -933,6 +1010,7 @@ int main(void)
     RUN(test_sim_routers);
     RUN(test_gate_prefetches);
     RUN(test_deterministic);
+    RUN(test_prefetch_window);
     RUN(test_speculative);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

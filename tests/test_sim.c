@@ -4,7 +4,8 @@
  * byte moves; the serial copy engine's busy time is bytes ÷ bandwidth (plus the per-copy
  * setup); the time breakdown sums to the total; the capacity is never exceeded; a larger
  * budget never hits less under LRU on the same trace (LRU is a stack algorithm); a split
- * expert (MoEpic) computes its resident prefix while the rest loads, to the closed form; the
+ * expert (MoEpic) computes its resident prefix while the rest loads, to the closed form;
+ * MoEpic's prefetch window starts what fits before the layer routes and drops the rest; the
  * offline oracles bound the online modules.
  */
 #include <math.h>
@@ -286,8 +287,75 @@ static void test_split_overlap(void)
     mvm_trace_free(t);
 }
 
+/* MoEpic's window (--prefetch window): one token, two layers of 8 experts, top-1. Layer 0
+ * loads expert 0 on demand; the gate predictor ranks all of layer 1's experts (its router
+ * on the token's hidden state: logits 8 - e), so the window queues them, most likely first,
+ * while a buffer of 6 experts (prefetch_depth) holds them, behind that load; each starts when
+ * the copy engine is free, back to back, until layer 1 routes at A + d + g + A (attention A,
+ * a load d, expert compute g): ceil((A + g) / d) of them start, the rest are dropped. The
+ * routed expert, the most likely, hits. top-k mode prefetches the top_k most likely: the one
+ * routed. With the default buffer, top_k experts, the window takes one. */
+static void test_prefetch_window(void)
+{
+    const uint32_t E = 8, D = 4;
+    const uint64_t eb = 4u << 20;
+    mvm_trace_header h = {.model = "test", .arch = "test", .n_layers = 2, .n_experts = E,
+                          .top_k = 1, .expert_bytes = eb, .n_embd = D, .n_ff_exp = 768,
+                          .weights_renormalised = 1};
+    mvm_trace *t;
+    CHECK_ST(mvm_trace_new(&h, 1, 1, &t), MVM_OK);
+    float w0[8 * 4] = {0}, w1[8 * 4] = {0};
+    for (uint32_t l = 0; l < 2; l++) {
+        for (uint32_t e = 0; e < E; e++)
+            mvm_trace_scores(t, 0, l)[e] = e == 0 ? 0.5f : 0.5f / 7;
+        mvm_trace_experts(t, 0, l)[0] = 0;
+        mvm_trace_weights(t, 0, l)[0] = 1.0f;
+        mvm_trace_hidden(t, 0, l)[0] = 1.0f;
+    }
+    for (uint32_t e = 0; e < E; e++)
+        w1[e * D] = (float)(E - e);
+    const float *routers[2] = {w0, w1};
+    mvm_router rt = {.weights = routers};
+    mvm_cost cost;
+    mvm_cost_init(&cost, mvm_machine_preset("h100"), eb, 2048, 768);
+    double d = mvm_cost_load_bytes(&cost, eb), g = mvm_cost_gpu(&cost, 1);
+    cost.m.attn_time = 3.5 * d - g; /* A + g = 3.5 loads: 4 start */
+    CHECK(cost.m.attn_time > 0);
+    mvm_sim_config c;
+    mvm_sim_config_init(&c);
+    c.budget_pages = 2 * E * 2;
+    c.router = &rt;
+    c.policy[MVM_ROLE_PREDICT] = "gate";
+    c.admit = 0;
+    mvm_sim_result r;
+    for (int window = 0; window < 2; window++) {
+        c.prefetch_window = window;
+        c.prefetch_depth = window ? 6 : 0;
+        CHECK_ST(mvm_sim_run(t, &cost, &c, &r), MVM_OK);
+        uint64_t want = window ? 4 : 1;
+        CHECK(r.prefetches == want && r.bytes_prefetched == want * eb);
+        CHECK(r.loads == 1 && r.hits == 1 && r.prefetch_used == 1 && r.prefetch_hits == 1);
+        check_breakdown(&r);
+    }
+    /* a window shorter than one load: only the first starts */
+    cost.m.attn_time = 0.5 * d - g;
+    CHECK(cost.m.attn_time > 0);
+    CHECK_ST(mvm_sim_run(t, &cost, &c, &r), MVM_OK);
+    CHECK(r.prefetches == 1 && r.prefetch_used == 1);
+    /* a long window, the default buffer: one expert's pages */
+    cost.m.attn_time = 10 * d;
+    c.prefetch_depth = 0;
+    CHECK_ST(mvm_sim_run(t, &cost, &c, &r), MVM_OK);
+    CHECK(r.prefetches == 1);
+    c.prefetch_depth = 6; /* and a buffer of 6: 6 start */
+    CHECK_ST(mvm_sim_run(t, &cost, &c, &r), MVM_OK);
+    CHECK(r.prefetches == 6 && r.hits == 1);
+    mvm_trace_free(t);
+}
+
 int main(void)
 {
+    RUN(test_prefetch_window);
     RUN(test_closed_forms);
     RUN(test_policies_run);
     RUN(test_split_overlap);

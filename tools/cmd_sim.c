@@ -3,7 +3,8 @@
  *
  *   moevm sim --trace T.jsonl [--budget SIZE|PCT] [--cost PRESET|FILE.json]
  *             [--route NAME] [--evict NAME] [--assign NAME] [--predict NAME] [--config NAME]
- *             [--page-size SIZE] [--zerocopy] [--no-admit] [--compare SETS] [--sweep budget=A..B]
+ *             [--page-size SIZE] [--zerocopy] [--no-admit] [--prefetch top-k|window]
+ *             [--compare SETS] [--sweep budget=A..B]
  *             [--steps N] [--out PREFIX] [--alpha-for MS [--alpha-degree D]]
  *
  * A policy is NAME or NAME{k=v,k=v}. A policy set for --compare is role=policy items
@@ -41,7 +42,7 @@ struct policy_set {
 struct sim_args {
     const char *trace, *cost, *budget, *compare, *sweep, *out, *page;
     const char *model, *predictor, *shape;
-    int zerocopy, no_admit;
+    int zerocopy, no_admit, prefetch_window;
     uint32_t steps, alpha_degree;
     int steps_given;
     float alpha_for;                    /* ms per token; 0 = not asked */
@@ -55,7 +56,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: moevm sim --trace T.jsonl [--budget SIZE|PCT] [--cost PRESET|FILE.json]\n"
             "                 [--route P] [--evict P] [--assign P] [--predict P] [--config P]\n"
-            "                 [--page-size SIZE] [--zerocopy] [--no-admit] [--compare SETS]\n"
+            "                 [--page-size SIZE] [--zerocopy] [--no-admit] [--prefetch top-k|window]\n"
+            "                 [--compare SETS]\n"
             "                 [--sweep budget=A%%..B%%] [--steps N] [--out PREFIX]\n"
             "                 [--model M.gguf] [--predictor P.bin]\n"
             "       moevm sim --model-shape NAME|L,E,K ...   (a synthetic trace, trace gen's defaults)\n"
@@ -66,6 +68,10 @@ static void usage(FILE *f)
             "               default MOEVM_COST (h100)\n"
             "  --no-admit   experts run from their homes (CPU, zero-copy) are not loaded into\n"
             "               the cache in the background afterwards (docs/policies.md)\n"
+            "  --prefetch   what a prediction prefetches: top-k (default), the next layer's top_k\n"
+            "               most likely experts; window, MoEpic's (§3.3): every expert it ranks,\n"
+            "               most likely first, each its pages not resident, until that layer\n"
+            "               routes (what has not started then is dropped)\n"
             "  --compare    policy sets 'evict=lru; evict=score,route=importance{alpha=0.4}'\n"
             "               (every table ends with the bound: the base policies with\n"
             "               evict=belady, the offline optimum read from the trace)\n"
@@ -170,7 +176,8 @@ static int add_bound(struct sim_args *a)
 
 enum {
     O_ROLE = 1, O_ZEROCOPY, O_NO_ADMIT, O_TRACE, O_MODEL, O_PREDICTOR, O_SHAPE, O_COST,
-    O_BUDGET, O_COMPARE, O_SWEEP, O_OUT, O_PAGE, O_STEPS, O_ALPHA_FOR, O_ALPHA_DEGREE
+    O_BUDGET, O_COMPARE, O_SWEEP, O_OUT, O_PAGE, O_STEPS, O_ALPHA_FOR, O_ALPHA_DEGREE,
+    O_PREFETCH
 };
 
 /* The single-run options; cmd_sim_cluster.c names them as not applying with --servers. */
@@ -182,7 +189,7 @@ const mvm_cli_opt mvm_sim_opts[] = {
     {"cost", 0, 1, O_COST},        {"budget", 0, 1, O_BUDGET},       {"compare", 0, 1, O_COMPARE},
     {"sweep", 0, 1, O_SWEEP},      {"out", 0, 1, O_OUT},             {"page-size", 0, 1, O_PAGE},
     {"steps", 0, 1, O_STEPS},      {"alpha-for", 0, 1, O_ALPHA_FOR},
-    {"alpha-degree", 0, 1, O_ALPHA_DEGREE}, {0}};
+    {"alpha-degree", 0, 1, O_ALPHA_DEGREE}, {"prefetch", 0, 1, O_PREFETCH}, {0}};
 
 /* --route, --evict, ...: the base set's module of that role, copied into its buffer. */
 static int parse_role(struct sim_args *a, char **bp, const char *f, const char *v)
@@ -208,6 +215,13 @@ static int parse_option(struct sim_args *a, char **bp, int id, const char *f, co
     case O_ROLE: return parse_role(a, bp, f, v);
     case O_ZEROCOPY: a->zerocopy = 1; return 0;
     case O_NO_ADMIT: a->no_admit = 1; return 0;
+    case O_PREFETCH:
+        if (strcmp(v, "top-k") != 0 && strcmp(v, "window") != 0) {
+            fprintf(stderr, "moevm sim: --prefetch %s: expected top-k or window\n", v);
+            return 2;
+        }
+        a->prefetch_window = strcmp(v, "window") == 0;
+        return 0;
     case O_TRACE: a->trace = v; return 0;
     case O_MODEL: a->model = v; return 0;
     case O_PREDICTOR: a->predictor = v; return 0;
@@ -471,6 +485,7 @@ int mvm_cmd_sim(int argc, char **argv)
     cfg.predictor_size = in.predictor_size;
     cfg.zerocopy = a.zerocopy;
     cfg.admit = !a.no_admit;
+    cfg.prefetch_window = a.prefetch_window;
     uint64_t page = 0;
     mvm_cost cost;
     if (a.page && (mvm_parse_size(a.page, &page) != 0 || page == 0 || page > (1u << 30))) {

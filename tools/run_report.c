@@ -57,6 +57,8 @@ static void print_prefetches(const mvm_resid_stats *rs)
 {
     fprintf(stderr, "%" PRIu64 " prefetched, %" PRIu64 " used, %" PRIu64 " in time",
             rs->prefetches, rs->prefetch_used, rs->prefetch_hits);
+    if (rs->prefetches_cut)
+        fprintf(stderr, ", %" PRIu64 " cut at the router", rs->prefetches_cut);
 }
 
 /* " (hit ...; evict lru: 3 out; ...)": the hit rate and the counts beside it that are not
@@ -158,7 +160,8 @@ static void add_memory(cJSON *o, const mvm_run_report *r)
         {"partial_hits", rs->partial_hits}, {"from_host", rs->bypassed},
         {"extra_rounds", rs->extra_rounds}, {"evictions", rs->evictions},
         {"prefetched", rs->prefetches}, {"prefetch_used", rs->prefetch_used},
-        {"prefetch_in_time", rs->prefetch_hits}, {"substituted", m.substituted},
+        {"prefetch_in_time", rs->prefetch_hits}, {"prefetches_cut", rs->prefetches_cut},
+        {"substituted", m.substituted},
         {"config_changes", rs->reconfigs}, {"splits", rs->splits},
         {"cpu_runs", rs->cpu_runs}, {"zerocopy_runs", rs->zerocopy_runs},
         {"planned", rs->planned}, {"bytes_moved", m.vs.bytes_moved},

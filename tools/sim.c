@@ -45,6 +45,9 @@ struct sim {
     uint32_t *landed;        /* [L*E] the route module's residency: `resident` where it is
                                 there when the layer routes, the routing layer's row only */
     uint8_t *by_prefetch;    /* [L*E] brought by a prefetch, not yet used */
+    uint8_t *spec;           /* [L*E] asked for by the window (queued or copied) */
+    uint32_t *spec_keep;     /* [L*E] its pages before the window's copy: what its layer
+                                keeps when it does not use it (the buffer is not cache) */
     uint32_t *cand;          /* [L*E + 1] candidates for eviction */
     mvm_evict_driver victims; /* the evict module over resident, busy and cand */
     struct pending *queue;   /* prefetches not started, FIFO */
@@ -132,10 +135,15 @@ static void run_prefetches(struct sim *s, double until)
         uint32_t x = p->x;
         s->queued[x] = 0;
         done++;
-        if (make_room(s, x / s->E, ppe(s) - s->resident[x], start, 1) != 0)
+        /* The window's copies go to its buffer, the free pages: they evict nothing. */
+        if (s->spec[x] ? s->view.used_pages + ppe(s) - s->resident[x] > s->view.capacity_pages
+                       : make_room(s, x / s->E, ppe(s) - s->resident[x], start, 1) != 0) {
+            s->spec[x] = 0;
             continue; /* no room now: the prefetch is dropped */
+        }
         uint64_t bytes = (uint64_t)(ppe(s) - s->resident[x]) * s->cfg->page_bytes;
         double d = mvm_cost_load_bytes(s->cost, bytes);
+        s->spec_keep[x] = s->resident[x];
         s->view.used_pages += ppe(s) - s->resident[x];
         s->resident[x] = ppe(s);
         s->ready[x] = start + d;
@@ -346,8 +354,17 @@ static void end_step(struct sim *s, const mvm_pstep *step, const mvm_assignment 
                      uint32_t n_ahead, double t_attn_end, double end)
 {
     const uint32_t l = step->layer;
-    /* Prefetches: the assign module's plan, else the prediction's top experts. */
+    /* Prefetches: the assign module's plan, else the prediction's top experts; in the
+     * window, the experts the module ranks (its shares' where it does not rank), as many as
+     * the buffer's pages hold, until cut_prefetches ends them. */
+    const int window = s->cfg->prefetch_window;
     uint32_t depth = s->cfg->prefetch_depth ? s->cfg->prefetch_depth : s->K;
+    uint64_t buffer = (uint64_t)depth * ppe(s);
+    if (window)
+        depth = s->E;
+    const mvm_predict_ops *po = s->mod[MVM_ROLE_PREDICT].ops;
+    int ranked = window && n_ahead && po->rank &&
+                 po->rank(s->mod[MVM_ROLE_PREDICT].self, step, l + 1, s->next_scores);
     for (uint32_t i = 0; i < a->n_prefetch; i++)
         queue_prefetch(s, a->prefetch[i], t_attn_end);
     if (n_ahead && a->n_prefetch == 0)
@@ -356,14 +373,22 @@ static void end_step(struct sim *s, const mvm_pstep *step, const mvm_assignment 
             for (uint32_t e = 1; e < s->E; e++)
                 if (s->next_scores[e] > s->next_scores[best])
                     best = e;
-            queue_prefetch(s, (l + 1) * s->E + best, t_attn_end);
+            if (window && !(ranked ? s->next_scores[best] > -INFINITY
+                                   : s->next_scores[best] > 0))
+                break; /* the rest are predicted unused */
+            uint32_t x = (l + 1) * s->E + best, need = ppe(s) - s->resident[x];
+            if (window && need > buffer)
+                break; /* the buffer is full */
+            if (window)
+                buffer -= need;
+            if (queue_prefetch(s, x, t_attn_end))
+                s->spec[x] = (uint8_t)window;
             s->next_scores[best] = -INFINITY;
         }
 
     const mvm_evict_ops *ev = s->mod[MVM_ROLE_EVICT].ops;
     s->view.now = end;
     ev->observe(s->mod[MVM_ROLE_EVICT].self, &s->view, step);
-    const mvm_predict_ops *po = s->mod[MVM_ROLE_PREDICT].ops;
     if (po && po->observe)
         po->observe(s->mod[MVM_ROLE_PREDICT].self, step);
     const mvm_config_ops *co = s->mod[MVM_ROLE_CONFIG].ops;
@@ -372,6 +397,12 @@ static void end_step(struct sim *s, const mvm_pstep *step, const mvm_assignment 
     for (uint32_t e = 0; e < s->E; e++) {
         uint32_t x = l * s->E + e;
         s->busy[x] = 0;
+        /* The window's copies the layer did not use leave with its buffer. */
+        if (s->spec[x] && !s->counts[e]) {
+            drop(s, x, s->spec_keep[x]);
+            s->by_prefetch[x] = 0;
+        }
+        s->spec[x] = 0;
         /* The split: only θ of an expert's pages stay cached (MoEpic). */
         if (s->counts[e] && s->theta[l] < 1.0f)
             drop(s, x, (uint32_t)ceilf(s->theta[l] * (float)ppe(s)));
@@ -386,6 +417,22 @@ static void end_step(struct sim *s, const mvm_pstep *step, const mvm_assignment 
     }
     admit(s, l, end);
     run_prefetches(s, end);
+}
+
+/* MoEpic's window ends when layer l routes at `now` (§3.3, step 2): its prefetches that
+ * have started go on (a copy cannot be taken back), the rest are dropped; the experts the
+ * router chose then load on demand. */
+static void cut_prefetches(struct sim *s, uint32_t l, double now)
+{
+    run_prefetches(s, now);
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < s->n_queue; i++) {
+        if (s->queue[i].x / s->E == l)
+            s->queued[s->queue[i].x] = s->spec[s->queue[i].x] = 0;
+        else
+            s->queue[kept++] = s->queue[i];
+    }
+    s->n_queue = kept;
 }
 
 static mvm_status sim_layer(struct sim *s, uint32_t tok, uint32_t l, double *clock)
@@ -403,6 +450,8 @@ static mvm_status sim_layer(struct sim *s, uint32_t tok, uint32_t l, double *clo
                       .experts = s->experts, .weights = s->weights,
                       .hidden = t->hidden ? t->hidden + rec * t->hdr.n_embd : NULL,
                       .counts = s->counts};
+    if (s->cfg->prefetch_window)
+        cut_prefetches(s, l, t_attn_end);
     route_step(s, &step, t_attn_end);
     mvm_assignment a;
     uint32_t n_ahead = assign_step(s, &step, &a);
@@ -448,7 +497,8 @@ static void free_sim(struct sim *s)
     for (int r = 0; r < MVM_ROLE_COUNT; r++)
         if (s->mod[r].ops)
             ((const mvm_evict_ops *)s->mod[r].ops)->destroy(s->mod[r].self);
-    void *p[] = {s->resident, s->busy, s->ready, s->landed, s->by_prefetch, s->cand, s->queue,
+    void *p[] = {s->resident, s->busy, s->ready, s->landed, s->by_prefetch, s->spec,
+                 s->spec_keep, s->cand, s->queue,
                  s->queued, s->experts, s->weights, s->next_scores, s->counts, s->where,
                  s->load_ready, s->top_share, s->prefetch, s->layer_pages, s->theta};
     for (size_t i = 0; i < sizeof p / sizeof *p; i++)
@@ -477,6 +527,8 @@ mvm_status mvm_sim_run(const mvm_trace *t, const mvm_cost *cost, const mvm_sim_c
     s.ready = calloc(s.n_total, sizeof *s.ready);
     s.landed = calloc(s.n_total, sizeof *s.landed);
     s.by_prefetch = calloc(s.n_total, 1);
+    s.spec = calloc(s.n_total, 1);
+    s.spec_keep = calloc(s.n_total, sizeof *s.spec_keep);
     s.cand = calloc(s.n_total + 1, sizeof *s.cand);
     s.queue = calloc(s.cap_queue, sizeof *s.queue);
     s.queued = calloc(s.n_total, 1);
@@ -490,7 +542,8 @@ mvm_status mvm_sim_run(const mvm_trace *t, const mvm_cost *cost, const mvm_sim_c
     s.prefetch = calloc(MVM_ASSIGN_AHEAD * (size_t)s.E, sizeof *s.prefetch);
     s.layer_pages = malloc(s.L * sizeof *s.layer_pages);
     s.theta = malloc(s.L * sizeof *s.theta);
-    if (!s.resident || !s.busy || !s.ready || !s.landed || !s.by_prefetch || !s.cand ||
+    if (!s.resident || !s.busy || !s.ready || !s.landed || !s.by_prefetch || !s.spec ||
+        !s.spec_keep || !s.cand ||
         !s.queue || !s.queued || !s.experts || !s.weights || !s.next_scores || !s.counts ||
         !s.where || !s.load_ready || !s.top_share || !s.prefetch || !s.layer_pages || !s.theta) {
         free_sim(&s);

@@ -28,7 +28,16 @@ typedef struct mvm_sim_config {
     const char *params[MVM_ROLE_COUNT];  /* "a=1,b=2" per role; NULL = none */
     uint64_t budget_pages;               /* device budget in pages of the trace's shape */
     uint32_t page_bytes;                 /* residency granularity (2 MiB) */
-    uint32_t prefetch_depth;             /* experts prefetched per layer from a prediction */
+    uint32_t prefetch_depth;             /* experts prefetched per layer from a prediction
+                                            (0: top_k); in the window, its buffer in whole
+                                            experts' pages (MoEpic's U_b = K) */
+    int prefetch_window;                 /* 1: MoEpic's speculative prefetcher (§3.3): the
+                                            experts the predict module ranks (its rank op;
+                                            else those its shares name), most likely first,
+                                            each its pages not resident (a split expert's
+                                            bottom), while the buffer holds them, until the
+                                            layer routes; what has not started by then is
+                                            dropped */
     int zerocopy;                        /* 1: the device reads host homes (HOST_NUMA) */
     int admit;                           /* 1 (default): experts run from their homes are
                                             admitted in the background (policy/admit.h) */

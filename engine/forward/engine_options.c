@@ -29,9 +29,16 @@ const mvm_option_desc mvm_opt_deterministic = {
     "in order, so hit rates and moves repeat exactly from run to run (tests, "
     "comparisons with `moevm sim`); off lets copies overlap the computation"};
 
+const mvm_option_desc mvm_opt_prefetch = {
+    "MOEVM_PREFETCH", MVM_OPT_CHOICE, "top-k", "top-k|window",
+    "engine: what the predict module's forecast of the next layer "
+    "prefetches: top-k, its top_k most likely experts; window, MoEpic's "
+    "(§3.3): every expert it ranks, most likely first, until that layer "
+    "routes, when the copies not started are taken back (docs/policies.md)"};
+
 static const mvm_option_desc *const list[] = {
     &mvm_opt_threads, &mvm_opt_cpu_simd, &mvm_opt_kv_type, &mvm_opt_admit,
-    &mvm_opt_deterministic,
+    &mvm_opt_deterministic, &mvm_opt_prefetch,
 };
 
 const mvm_option_table mvm_engine_options = {list, sizeof list / sizeof *list};

@@ -12,6 +12,6 @@
 extern const mvm_option_table mvm_engine_options;
 
 extern const mvm_option_desc mvm_opt_threads, mvm_opt_cpu_simd, mvm_opt_kv_type, mvm_opt_admit,
-    mvm_opt_deterministic;
+    mvm_opt_deterministic, mvm_opt_prefetch;
 
 #endif

@@ -321,6 +321,7 @@ mvm_status mvm_moe_begin(mvm_moe *s)
     s->ahead = MVM_OK;
     if (mvm_moe_speculates(s))
         note_landed(s);
+    mvm_prefetcher_cut(s->prefetch, &s->step);
     uint32_t n_home, layer = s->step.layer;
     place(s, &n_home);
     mvm_status st = mvm_resid_begin_home(s->resid, layer, s->cpu, s->n_cpu, 0);

@@ -3,7 +3,9 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "engine/forward/engine_options.h"
 #include "policy/choose.h"
 #include "vmm/error.h"
 
@@ -11,12 +13,17 @@ struct mvm_prefetcher {
     mvm_resid *resid;
     const mvm_predict_ops *ops;
     void *self;
-    uint32_t n_layers, n_experts, depth;
+    uint32_t n_layers, n_experts, top_k;
+    int window;                 /* MoEpic's window (MOEVM_PREFETCH=window) */
+    uint64_t buffer;            /* its pages: top_k experts' (MoEpic's U_b = K) */
     float *ahead;               /* [MVM_ASSIGN_AHEAD][E] the module's forecasts */
     uint32_t n_ahead;           /* of them, made for the step of layer `for_layer` */
     uint32_t for_layer;
-    uint32_t *named;            /* [depth] the experts the last forecast named, best first */
+    uint32_t *named;            /* [top_k] the experts the last forecast named, best first */
     uint32_t n_named, named_layer; /* their number, and the layer they are of */
+    float *rank;                /* [E] the window's ranking of that layer's experts */
+    uint32_t *order;            /* [E] the experts asked for, in order: named, or the window's */
+    uint32_t n_order;
     mvm_prefetch_stats stats;
 };
 
@@ -26,7 +33,10 @@ mvm_status mvm_prefetcher_create(const mvm_model *m, mvm_resid *resid, const mvm
     *out = NULL;
     const void *ops = NULL;
     const char *args = NULL;
+    mvm_option_value mode;
     mvm_status st = mvm_engine_choose(MVM_ROLE_PREDICT, p->predict, p->predict_args, &ops, &args);
+    if (st == MVM_OK)
+        st = mvm_option_read(&mvm_opt_prefetch, &mode);
     if (st != MVM_OK || !ops)
         return st;
     mvm_prefetcher *f = calloc(1, sizeof *f);
@@ -35,13 +45,17 @@ mvm_status mvm_prefetcher_create(const mvm_model *m, mvm_resid *resid, const mvm
     f->resid = resid;
     f->n_layers = m->hp.n_layer;
     f->n_experts = m->hp.n_expert;
-    f->depth = m->hp.n_expert_used;
+    f->top_k = m->hp.n_expert_used;
+    f->window = mode.i == 1;
     f->ahead = calloc((size_t)MVM_ASSIGN_AHEAD * f->n_experts, sizeof *f->ahead);
-    f->named = calloc(f->depth, sizeof *f->named);
-    if (!f->ahead || !f->named)
+    f->named = calloc(f->top_k, sizeof *f->named);
+    f->rank = calloc(f->n_experts, sizeof *f->rank);
+    f->order = calloc(f->n_experts, sizeof *f->order);
+    if (!f->ahead || !f->named || !f->rank || !f->order)
         st = mvm_fail(MVM_ERR_NOMEM, "out of memory for the prefetcher");
     mvm_pinit in;
     mvm_resid_pinit(resid, &in);
+    f->buffer = (uint64_t)f->top_k * in.shape->pages_per_expert;
     in.params.text = args;
     in.router = router;
     in.predictor = p->predictor;
@@ -64,6 +78,8 @@ void mvm_prefetcher_destroy(mvm_prefetcher *p)
         p->ops->destroy(p->self);
     free(p->ahead);
     free(p->named);
+    free(p->rank);
+    free(p->order);
     free(p);
 }
 
@@ -102,6 +118,33 @@ static void score_named(mvm_prefetcher *p, const mvm_pstep *step)
     p->n_named = 0;
 }
 
+void mvm_prefetcher_cut(mvm_prefetcher *p, const mvm_pstep *step)
+{
+    if (!p || !p->window || step->layer != p->named_layer)
+        return;
+    for (uint32_t i = 0; i < p->n_order; i++)
+        if (!step->counts[p->order[i]])
+            (void)mvm_resid_cancel_prefetch(p->resid, step->layer, p->order[i]);
+}
+
+/* The `depth` best entries of v[E] into out, best first (ties to the lower id): of those
+ * above 0 (a forecast's shares: 0 is "unused"), or above -inf (a ranking). Consumes v. */
+static uint32_t best_of(float *v, uint32_t E, uint32_t depth, int ranking, uint32_t *out)
+{
+    uint32_t n = 0;
+    for (; n < depth && n < E; n++) {
+        uint32_t best = 0;
+        for (uint32_t e = 1; e < E; e++)
+            if (v[e] > v[best])
+                best = e;
+        if (!(ranking ? v[best] > -INFINITY : v[best] > 0))
+            break;
+        v[best] = -INFINITY;
+        out[n] = best;
+    }
+    return n;
+}
+
 mvm_status mvm_prefetcher_ahead(mvm_prefetcher *p, const mvm_pstep *step)
 {
     if (!p)
@@ -113,21 +156,29 @@ mvm_status mvm_prefetcher_ahead(mvm_prefetcher *p, const mvm_pstep *step)
         return MVM_OK;
     p->n_ahead = 0; /* used up: the next step predicts afresh */
     p->named_layer = step->layer + 1;
-    /* The `depth` most likely, best first (ties to the lower id), never a zero forecast. */
-    for (p->n_named = 0; p->n_named < p->depth; p->n_named++) {
-        uint32_t best = 0;
-        for (uint32_t e = 1; e < p->n_experts; e++)
-            if (p->ahead[e] > p->ahead[best])
-                best = e;
-        if (!(p->ahead[best] > 0))
-            break;
-        p->ahead[best] = -INFINITY;
-        p->named[p->n_named] = best;
-    }
+    const uint32_t E = p->n_experts;
+    /* The window ranks every expert where the module can (else by the forecast's shares),
+     * asks for them in that order while the buffer holds their missing pages, and the copy
+     * engine takes them until the layer routes. */
+    int ranked = p->window && p->ops->rank && p->ops->rank(p->self, step, p->named_layer, p->rank);
+    if (p->window && !ranked)
+        memcpy(p->rank, p->ahead, E * sizeof *p->rank);
+    p->n_named = best_of(p->ahead, E, p->top_k, 0, p->named);
+    p->n_order = p->window ? best_of(p->rank, E, E, ranked, p->order) : p->n_named;
+    if (!p->window)
+        memcpy(p->order, p->named, p->n_named * sizeof *p->order);
     p->stats.forecasts++;
     p->stats.named += p->n_named;
-    for (uint32_t i = 0; i < p->n_named; i++) {
-        mvm_status st = mvm_resid_prefetch(p->resid, p->named_layer, p->named[i]);
+    uint64_t room = p->buffer;
+    for (uint32_t i = 0; i < p->n_order; i++) {
+        uint32_t need = mvm_resid_missing(p->resid, p->named_layer, p->order[i]);
+        if (p->window && need > room) {
+            p->n_order = i; /* the buffer is full: the rest are not asked for */
+            break;
+        }
+        if (p->window)
+            room -= need;
+        mvm_status st = mvm_resid_prefetch(p->resid, p->named_layer, p->order[i]);
         if (st == MVM_ERR_NOSPACE) /* nothing can make room: the rest would not fit either */
             break;
         if (st != MVM_OK)

@@ -6,6 +6,15 @@
  * Experts no token is predicted to use are never prefetched. After the layer, the module
  * observes the real routing (the residual predictor calibrates on it).
  *
+ * MOEVM_PREFETCH=window is MoEpic's speculative prefetcher (§3.3, the protocol of its
+ * Fig. 3d): the experts the module ranks (its rank op, the router's probabilities: Eq. 3;
+ * else those its forecast names) are asked for, most likely first, each only its pages not
+ * resident (under config fixedpoint's split, the bottom), while the buffer holds them:
+ * top_k experts' pages, MoEpic's U_b = K (so more than top_k bottoms fit); when the layer
+ * routes (mvm_prefetcher_cut) the copies that have not started are taken back, and the
+ * experts the router chose load on demand. "Terminate prefetching" is read as issuing no
+ * more: a copy already running lands.
+ *
  * As the simulator does when no assign module plans prefetches (tools/sim.c), one layer
  * ahead, from the layer's MoE input (its router's input). On the GPU pass the assign
  * module sees the forecasts first, up to MVM_ASSIGN_AHEAD layers ahead, and a module that
@@ -46,6 +55,9 @@ mvm_status mvm_prefetcher_ahead(mvm_prefetcher *p, const mvm_pstep *step);
  * probabilities, valid until the next call; returns n (0 and NULL without a module). */
 uint32_t mvm_prefetcher_predict(mvm_prefetcher *p, const mvm_pstep *step, uint32_t max_ahead,
                                 const float **ahead);
+/* Layer step->layer has routed (before its experts are requested): in the window, the
+ * forecast's copies for it that have not started and that it does not use are taken back. */
+void mvm_prefetcher_cut(mvm_prefetcher *p, const mvm_pstep *step);
 /* The layer's real routing, after it ran. */
 void mvm_prefetcher_observe(mvm_prefetcher *p, const mvm_pstep *step);
 /* Whether the module predicts from step->next_hidden (policy.h: SMoE's speculative pass,
@@ -53,7 +65,8 @@ void mvm_prefetcher_observe(mvm_prefetcher *p, const mvm_pstep *step);
 int mvm_prefetcher_speculative(const mvm_prefetcher *p);
 
 /* How good the forecasts were, whatever the residency: of the experts named (the most
- * likely, up to top_k per forecast), how many the next layer's routing then used. */
+ * likely, up to top_k per forecast, in the window too), how many the next layer's routing
+ * then used. */
 typedef struct mvm_prefetch_stats {
     uint64_t forecasts;         /* forecasts made (mvm_prefetcher_ahead) */
     uint64_t named;             /* experts they named */

@@ -30,6 +30,8 @@ struct mvm_resid {
     const uint8_t *remote;  /* [L*E] held by another rank (mvm_resid_set_remote) or NULL */
     uint8_t *by_prefetch;   /* [L*E] loaded ahead of its layer's next step, which has not
                                ended yet */
+    uint8_t *spec;          /* [L*E] a copy of MoEpic's window, in its buffer (free pages) */
+    uint32_t *spec_keep;    /* [L*E] its pages before: what stays if its layer does not use it */
     uint32_t *cand, *want;  /* [L*E + 1] eviction candidates, [L*E] the module's wishes */
     const mvm_evict_ops *evict;
     void *evict_self;
@@ -115,14 +117,16 @@ mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_res
     r->held = calloc(r->n_total, 1);
     r->plan = calloc(r->n_total, sizeof *r->plan);
     r->by_prefetch = calloc(r->n_total, 1);
+    r->spec = calloc(r->n_total, 1);
+    r->spec_keep = calloc(r->n_total, sizeof *r->spec_keep);
     r->home_run = calloc(r->n_total, 1);
     r->cand = calloc(r->n_total + 1, sizeof *r->cand);
     r->want = calloc(r->n_total, sizeof *r->want);
     r->landed = calloc(r->n_total, sizeof *r->landed);
     r->layer_pages = malloc(info.n_layers * sizeof *r->layer_pages);
     r->theta = malloc(info.n_layers * sizeof *r->theta);
-    if (!r->resident || !r->busy || !r->held || !r->plan || !r->by_prefetch || !r->home_run ||
-        !r->cand ||
+    if (!r->resident || !r->busy || !r->held || !r->plan || !r->by_prefetch || !r->spec ||
+        !r->spec_keep || !r->home_run || !r->cand ||
         !r->want || !r->landed || !r->layer_pages || !r->theta) {
         mvm_resid_destroy(r);
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the residency table");
@@ -179,6 +183,8 @@ void mvm_resid_destroy(mvm_resid *r)
     free(r->held);
     free(r->plan);
     free(r->by_prefetch);
+    free(r->spec);
+    free(r->spec_keep);
     free(r->home_run);
     free(r->cand);
     free(r->want);
@@ -285,6 +291,21 @@ static mvm_status fit_layer(mvm_resid *r, uint32_t l, uint64_t need)
     return st;
 }
 
+/* The window's copies for the step's layer that it did not use leave with their buffer
+ * (MoEpic's buffer is not cache): back to the pages they had before. */
+static void drop_window(mvm_resid *r, const mvm_pstep *step)
+{
+    for (uint32_t e = 0; e < r->n_experts; e++) {
+        uint32_t x = step->layer * r->n_experts + e;
+        if (!r->spec[x])
+            continue;
+        r->spec[x] = 0;
+        if (!step->counts[e] && r->resident[x] > r->spec_keep[x] &&
+            mvm_evict(r->space, step->layer, e, r->spec_keep[x]) == MVM_OK)
+            r->resident[x] = r->spec_keep[x];
+    }
+}
+
 /* MoEpic's split: a used expert of layer l keeps only its first θ of pages cached. */
 static void split(mvm_resid *r, uint32_t l, const int32_t *experts, uint32_t n)
 {
@@ -316,9 +337,9 @@ static mvm_status ordered_wait(mvm_resid *r, uint32_t l, uint32_t e, mvm_move *m
     return st;
 }
 
-/* Requests x resident (on demand, or as a prefetch), evicting while there is no room;
- * *move (move not NULL) completes when it has landed. */
-static mvm_status request(mvm_resid *r, uint32_t x, int demand, mvm_move **move)
+/* Requests x resident (on demand, or as a prefetch), evicting while there is no room
+ * (unless !may_evict: MVM_ERR_NOSPACE); *move (move not NULL) completes when it has landed. */
+static mvm_status request(mvm_resid *r, uint32_t x, int demand, int may_evict, mvm_move **move)
 {
     uint32_t l = x / r->n_experts, e = x % r->n_experts;
     mvm_move *own = NULL;
@@ -326,7 +347,8 @@ static mvm_status request(mvm_resid *r, uint32_t x, int demand, mvm_move **move)
         move = &own;
     mvm_status st;
     while ((st = demand ? mvm_make_resident_async(r->space, l, e, MVM_ALL_PAGES, move)
-                        : mvm_prefetch(r->space, l, e, MVM_ALL_PAGES, move)) == MVM_ERR_NOSPACE) {
+                        : mvm_prefetch(r->space, l, e, MVM_ALL_PAGES, move)) == MVM_ERR_NOSPACE &&
+           may_evict) {
         mvm_status ev = evict_one(r, l, 0);
         if (ev != MVM_OK) {
             st = ev; /* MVM_ERR_NOSPACE when nothing can go, else the eviction's failure */
@@ -381,7 +403,7 @@ static mvm_status access_expert(mvm_resid *r, uint32_t x, int wait)
     mvm_residency res = {0};
     mvm_expert_residency(r->space, l, e, &res);
     mvm_move *move = NULL;
-    mvm_status st = request(r, x, 1, wait ? &move : NULL);
+    mvm_status st = request(r, x, 1, 1, wait ? &move : NULL);
     if (st != MVM_OK)
         return st;
     count_access(r, x, &res);
@@ -561,7 +583,8 @@ mvm_status mvm_resid_begin_home(mvm_resid *r, uint32_t layer, const int32_t *exp
     return st;
 }
 
-static mvm_status prefetch(mvm_resid *r, uint32_t layer, uint32_t expert, int planned);
+static mvm_status prefetch(mvm_resid *r, uint32_t layer, uint32_t expert, int planned,
+                           int window);
 
 /* Admission (policy/admit.h): an expert the step ran from its home is offered to the cache,
  * one a step at most, and only while the space has no other copy queued or in flight
@@ -580,7 +603,7 @@ static void admit(mvm_resid *r, uint32_t layer)
             continue;
         mvm_evict_collect(&r->victims, 0, r->n_total, x, NULL, NULL);
         if (mvm_evict_admit(&r->victims, view(r), x, r->ppe - r->resident[x]) &&
-            prefetch(r, layer, e, 0) == MVM_OK)
+            prefetch(r, layer, e, 0, 0) == MVM_OK)
             r->stats.admitted++;
     }
 }
@@ -592,6 +615,7 @@ mvm_status mvm_resid_end(mvm_resid *r, const mvm_pstep *step, const int32_t *exp
     if (r->config)
         r->config->observe(r->config_self, view(r), step);
     unpin(r, step->layer, experts, n);
+    drop_window(r, step);
     split(r, step->layer, experts, n);
     (void)fit_layer(r, step->layer, 0); /* still over: what is over is loading; it waits */
     /* Prefetches for this step that it did not request were wrong forecasts. */
@@ -619,32 +643,60 @@ mvm_status mvm_resid_end(mvm_resid *r, const mvm_pstep *step, const int32_t *exp
     return st;
 }
 
-static mvm_status prefetch(mvm_resid *r, uint32_t layer, uint32_t expert, int planned)
+static mvm_status prefetch(mvm_resid *r, uint32_t layer, uint32_t expert, int planned,
+                           int window)
 {
     if (layer >= r->shape.n_layers || expert >= r->n_experts)
         return mvm_fail(MVM_ERR_RANGE, "expert (%u, %u) is outside the space", layer, expert);
-    uint32_t x = layer * r->n_experts + expert;
+    uint32_t x = layer * r->n_experts + expert, before = r->resident[x];
     if (r->at_home || r->resident[x] == r->ppe || (r->remote && r->remote[x]))
         return MVM_OK;
-    mvm_status st = fit_layer(r, layer, r->ppe - r->resident[x]);
+    /* A window copy goes to its buffer, the free pages: it evicts nothing, and it is not
+     * in its layer's budget. */
+    mvm_status st = window ? MVM_OK : fit_layer(r, layer, r->ppe - r->resident[x]);
     if (st == MVM_OK)
-        st = request(r, x, 0, NULL);
+        st = request(r, x, 0, !window, NULL);
     if (st == MVM_OK) {
         r->by_prefetch[x] = 1;
         r->stats.prefetches++;
         r->stats.planned += planned;
+        r->spec[x] = (uint8_t)window;
+        r->spec_keep[x] = before;
     }
     return st;
 }
 
 mvm_status mvm_resid_prefetch(mvm_resid *r, uint32_t layer, uint32_t expert)
 {
-    return prefetch(r, layer, expert, 0);
+    return prefetch(r, layer, expert, 0, 0);
 }
 
 mvm_status mvm_resid_prefetch_planned(mvm_resid *r, uint32_t layer, uint32_t expert)
 {
-    return prefetch(r, layer, expert, 1);
+    return prefetch(r, layer, expert, 1, 0);
+}
+
+mvm_status mvm_resid_prefetch_window(mvm_resid *r, uint32_t layer, uint32_t expert)
+{
+    return prefetch(r, layer, expert, 0, 1);
+}
+
+uint32_t mvm_resid_missing(const mvm_resid *r, uint32_t layer, uint32_t expert)
+{
+    return r->ppe - r->resident[layer * r->n_experts + expert];
+}
+
+int mvm_resid_cancel_prefetch(mvm_resid *r, uint32_t layer, uint32_t expert)
+{
+    uint32_t x = layer * r->n_experts + expert, n = 0;
+    if (layer >= r->shape.n_layers || expert >= r->n_experts || !r->by_prefetch[x] ||
+        mvm_prefetch_cancel(r->space, layer, expert, &n) != MVM_OK || n == 0)
+        return 0; /* not a prefetch, or its copy had started: it lands */
+    r->resident[x] -= n; /* what stays is what was there before: a split's top */
+    r->by_prefetch[x] = 0;
+    r->spec[x] = 0;
+    r->stats.prefetches_cut++;
+    return 1;
 }
 
 void mvm_resid_get_stats(const mvm_resid *r, mvm_resid_stats *out)

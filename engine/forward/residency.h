@@ -83,6 +83,8 @@ typedef struct mvm_resid_stats {
     uint64_t prefetch_used; /* of them, requested by their layer's next step (a forecast
                                that came true; a later use is not counted) */
     uint64_t prefetch_hits; /* of those, found resident (their copy had landed) */
+    uint64_t prefetches_cut; /* of them, taken back before their copy started: MoEpic's
+                                window closing at the router (mvm_resid_cancel_prefetch) */
     uint64_t splits;        /* used experts cut back to their config split θ */
     uint64_t reconfigs;     /* times the config module changed budgets or splits */
 } mvm_resid_stats;
@@ -150,6 +152,12 @@ mvm_status mvm_resid_end(mvm_resid *r, const mvm_pstep *step, const int32_t *exp
 /* Loads expert (layer, e) ahead of its use, at prefetch priority, making room as a request
  * does (never from the current step's experts). MVM_OK when queued or already resident,
  * MVM_ERR_NOSPACE when nothing can make room (the prediction is dropped). */
+/* Pages of (layer, expert) a request would move: neither resident nor loading. */
+uint32_t mvm_resid_missing(const mvm_resid *r, uint32_t layer, uint32_t expert);
+/* Takes back the prefetch of (layer, expert) if its copy has not started (MoEpic's window
+ * closing at the router, MOEVM_PREFETCH=window: engine/forward/prefetch.h); its pages stay
+ * home. Returns 1 if it did. */
+int mvm_resid_cancel_prefetch(mvm_resid *r, uint32_t layer, uint32_t expert);
 mvm_status mvm_resid_prefetch(mvm_resid *r, uint32_t layer, uint32_t expert);
 /* The same for an expert of the assign module's plan (counted in `planned` too). */
 mvm_status mvm_resid_prefetch_planned(mvm_resid *r, uint32_t layer, uint32_t expert);
