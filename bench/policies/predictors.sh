@@ -6,8 +6,9 @@
 # PreScope's learned one, MoEpic's speculative gate) are compared on a random-weight
 # Qwen3-MoE-shaped model that records its own traces: 20 sampled generations train
 # `moevm train-predictor`, 5 others are replayed by `moevm sim` at a 40% budget (64 KiB
-# pages, so that the model's 384 KiB experts can be split).
-# Writes OUTDIR/predictors.txt; the model and traces stay in a temporary directory.
+# pages, so that the model's 384 KiB experts can be split), with the predictors' copies
+# as top-k (the default) and as MoEpic's window (--prefetch window).
+# Writes OUTDIR/predictors.txt (with `RESULT bench=prefetch_window` lines); the model and traces stay in a temporary directory.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-docs/perf/policies}
@@ -45,16 +46,30 @@ done
 merge "$work/train.jsonl" $(for ((i = 0; i < n_train; i++)); do echo "$work/t$i.jsonl"; done)
 merge "$work/eval.jsonl" $(for ((i = n_train; i < n; i++)); do echo "$work/t$i.jsonl"; done)
 
+result() { # RESULT lines from a sim table: result MODE < table
+    awk -v m=$1 '/^(evict|config)=/ { printf "RESULT bench=prefetch_window prefetch=%s policies=%s hit_pct=%s pf_precision=%s pf_recall=%s ms_per_token=%s\n", m, $1, $2, $5, $6, $8 }'
+}
+sim() {
+    $moevm sim --trace "$work/eval.jsonl" --model "$model" --predictor "$work/p.bin" \
+        --budget 40% --cost rtx3090 --page-size 64K "$@"
+}
+window_sets='evict=lru,predict=gate; evict=lru,predict=residual; evict=lru,predict=learned;
+    config=fixedpoint{tau=64},evict=lcp,predict=gate'
 {
     echo "# moevm train-predictor on $n_train generations"
     $moevm train-predictor --trace "$work/train.jsonl" --out "$work/p.bin"
     echo
     echo "# moevm sim on $n_eval other generations, budget 40%, rtx3090, 64 KiB pages"
-    $moevm sim --trace "$work/eval.jsonl" --model "$model" --predictor "$work/p.bin" \
-        --budget 40% --cost rtx3090 --page-size 64K --compare 'evict=lru;
+    sim --compare 'evict=lru;
             evict=lru,predict=gate; evict=lru,predict=residual; evict=lru,predict=learned;
             config=fixedpoint{tau=64},evict=lcp;
             config=fixedpoint{tau=64},evict=lcp,predict=gate;
             config=hot,assign=presched,predict=learned;
-            config=hot,assign=presched,predict=residual'
+            config=hot,assign=presched,predict=residual' | tee "$work/top-k.txt"
+    echo
+    echo "# the same, MoEpic's prefetch window (--prefetch window): every expert ranked, most"
+    echo "# likely first, into a free buffer of top_k experts' pages, cut when the layer routes"
+    sim --prefetch window --compare "$window_sets" | tee "$work/window.txt"
+    result top-k <"$work/top-k.txt"
+    result window <"$work/window.txt"
 } | sed "s|$work/||g" | tee "$out/predictors.txt"
