@@ -306,6 +306,32 @@ static void test_wanted_prefetched(void)
     mvm_space_destroy(sp);
 }
 
+/* MoEpic's window copies (mvm_resid_prefetch_window) take free pages only, and the ones
+ * their layer's step does not use leave when it ends: layer 0's expert 0 holds 2 of the 6
+ * pages; layer 1's experts 1 and 2 fill the other 4; expert 3 finds none, and evicts
+ * nothing for it; the step of layer 1 uses expert 1, so expert 2 goes. */
+static void test_window_copies(void)
+{
+    mvm_space *sp = small_space();
+    mvm_resid *r = resid_for(sp, "lru", NULL);
+    CHECK_ST(use1(r, 0, 0), MVM_OK);
+    CHECK_ST(mvm_resid_prefetch_window(r, 1, 1), MVM_OK);
+    CHECK_ST(mvm_resid_prefetch_window(r, 1, 2), MVM_OK);
+    CHECK_ST(mvm_resid_prefetch_window(r, 1, 3), MVM_ERR_NOSPACE);
+    CHECK(resident_pages(sp, 0, 0) == 2);
+    CHECK(mvm_resid_missing(r, 1, 3) == 2 && mvm_resid_missing(r, 1, 1) == 0);
+    CHECK_ST(use1(r, 1, 1), MVM_OK);
+    mvm_residency res = {0};
+    mvm_expert_residency(sp, 1, 2, &res);
+    CHECK(res.resident == 0 && res.loading == 0);
+    CHECK(resident_pages(sp, 1, 1) == 2 && resident_pages(sp, 0, 0) == 2);
+    mvm_resid_stats rs;
+    mvm_resid_get_stats(r, &rs);
+    CHECK(rs.prefetches == 2 && rs.prefetch_used == 1 && rs.evictions == 0);
+    mvm_resid_destroy(r);
+    mvm_space_destroy(sp);
+}
+
 /* A step that runs expert e of layer l from its home (on the CPU), as the assign role
  * places a miss there. */
 static mvm_status home_step(mvm_resid *r, uint32_t l, int32_t e)
@@ -826,13 +852,17 @@ static void test_deterministic(void)
 /* ---- MoEpic's prefetch window (MOEVM_PREFETCH=window, engine/forward/prefetch.h) ------- */
 
 /* 32 positions at 30% of the experts' pages, steps not waiting for their copies, predict
- * gate, under MOEVM_PREFETCH=mode: the residency's, the space's and the forecasts'
- * statistics, and whether the pages add up (resident, loading and free: the budget). */
+ * gate and config fixedpoint, under MOEVM_PREFETCH=mode: the residency's, the space's and
+ * the forecasts' statistics, and whether the pages add up (resident, loading and free: the
+ * budget). */
 static int run_window(const char *model, mvm_pool *pool, const char *mode, mvm_resid_stats *rs,
                       mvm_prefetch_stats *ps)
 {
     setenv("MOEVM_PREFETCH", mode, 1);
-    mvm_ctx_policies p = {.residency = {.evict = "lru"}, .prefetch = {.predict = "gate"}};
+    /* MoEpic's configurator leaves the window its buffer */
+    mvm_ctx_policies p = {.residency = {.evict = "lcp", .config = "fixedpoint",
+                                        .config_args = "tau=8"},
+                          .prefetch = {.predict = "gate"}};
     mvm_model *m;
     mvm_ctx *c;
     open_ctx(model, pool, 0.3, &p, &m, &c);
@@ -857,10 +887,10 @@ static int run_window(const char *model, mvm_pool *pool, const char *mode, mvm_r
 }
 
 /* In order (MOEVM_DETERMINISTIC) every copy lands before the next layer routes: nothing is
- * cut, and the window asks for every expert the forecast ranks, so more prefetches than
- * top-k from the same forecasts (the same experts named, the same used). Timing-driven,
- * whatever the router cuts, the space's pages add up. A value not in the list is an error
- * naming the variable. */
+ * cut, the window copies into its buffer, and the forecasts are top-k's (the same experts
+ * named, the same used: they do not depend on what is resident). Timing-driven, whatever the
+ * router cuts, the space's pages add up. A value not in the list is an error naming the
+ * variable. (tests/test_residency.c test_window_copies has the buffer's rules.) */
 static void test_prefetch_window(void)
 {
     mvm_pool *pool = NULL;
@@ -871,7 +901,7 @@ static void test_prefetch_window(void)
     setenv("MOEVM_DETERMINISTIC", "on", 1);
     CHECK(run_window(model, pool, "top-k", &top, &ptop));
     CHECK(run_window(model, pool, "window", &win, &pwin));
-    CHECK(win.accesses == top.accesses && win.prefetches > top.prefetches);
+    CHECK(win.accesses == top.accesses && win.prefetches > 0 && top.prefetches > 0);
     CHECK(win.prefetches_cut == 0 && top.prefetches_cut == 0);
     CHECK(pwin.forecasts == ptop.forecasts && pwin.named == ptop.named &&
           pwin.named_used == ptop.named_used && ptop.named > 0);
@@ -1003,6 +1033,7 @@ int main(void)
     RUN(test_round_without_room);
     RUN(test_landed_view);
     RUN(test_wanted_prefetched);
+    RUN(test_window_copies);
     RUN(test_admission);
     RUN(test_at_home_moves_nothing);
     RUN(test_choice_and_errors);

@@ -353,9 +353,62 @@ static void test_prefetch_window(void)
     mvm_trace_free(t);
 }
 
+/* The window's buffer is not cache. Two tokens of the same state (layer 1 routes to its
+ * most likely expert, then to its second), a long window, a buffer of 6 experts: token 0
+ * copies layer 1's experts 0-5 and uses 0; the five unused leave when the layer ends, so
+ * token 1 copies 1-6 again (0 stays: used). Kept as cache, token 1 would copy 6 and 7 only.
+ * With no free pages (a budget of the one expert layer 0 needs) the window copies nothing,
+ * where top-k evicts for its copy. */
+static void test_prefetch_window_buffer(void)
+{
+    const uint32_t E = 8, D = 4;
+    const uint64_t eb = 4u << 20;
+    mvm_trace_header h = {.model = "test", .arch = "test", .n_layers = 2, .n_experts = E,
+                          .top_k = 1, .expert_bytes = eb, .n_embd = D, .n_ff_exp = 768,
+                          .weights_renormalised = 1};
+    mvm_trace *t;
+    CHECK_ST(mvm_trace_new(&h, 2, 1, &t), MVM_OK);
+    float w0[8 * 4] = {0}, w1[8 * 4] = {0};
+    for (uint32_t i = 0; i < 2; i++)
+        for (uint32_t l = 0; l < 2; l++) {
+            for (uint32_t e = 0; e < E; e++)
+                mvm_trace_scores(t, i, l)[e] = 1.0f / (float)E;
+            mvm_trace_experts(t, i, l)[0] = l == 1 ? (int32_t)i : 0;
+            mvm_trace_weights(t, i, l)[0] = 1.0f;
+            mvm_trace_hidden(t, i, l)[0] = 1.0f;
+        }
+    for (uint32_t e = 0; e < E; e++)
+        w1[e * D] = (float)(E - e);
+    const float *routers[2] = {w0, w1};
+    mvm_router rt = {.weights = routers};
+    mvm_cost cost;
+    mvm_cost_init(&cost, mvm_machine_preset("h100"), eb, 2048, 768);
+    cost.m.attn_time = 20 * mvm_cost_load_bytes(&cost, eb);
+    mvm_sim_config c;
+    mvm_sim_config_init(&c);
+    c.budget_pages = 2 * E * 2;
+    c.router = &rt;
+    c.policy[MVM_ROLE_PREDICT] = "gate";
+    c.admit = 0;
+    c.prefetch_window = 1;
+    c.prefetch_depth = 6;
+    mvm_sim_result r;
+    CHECK_ST(mvm_sim_run(t, &cost, &c, &r), MVM_OK);
+    CHECK(r.prefetches == 12 && r.hits == 3 && r.loads == 1);
+    c.budget_pages = 2;
+    CHECK_ST(mvm_sim_run(t, &cost, &c, &r), MVM_OK);
+    CHECK(r.prefetches == 0);
+    c.prefetch_window = 0;
+    c.prefetch_depth = 0;
+    CHECK_ST(mvm_sim_run(t, &cost, &c, &r), MVM_OK);
+    CHECK(r.prefetches > 0);
+    mvm_trace_free(t);
+}
+
 int main(void)
 {
     RUN(test_prefetch_window);
+    RUN(test_prefetch_window_buffer);
     RUN(test_closed_forms);
     RUN(test_policies_run);
     RUN(test_split_overlap);

@@ -178,7 +178,8 @@ mvm_status mvm_prefetcher_ahead(mvm_prefetcher *p, const mvm_pstep *step)
         }
         if (p->window)
             room -= need;
-        mvm_status st = mvm_resid_prefetch(p->resid, p->named_layer, p->order[i]);
+        mvm_status st = p->window ? mvm_resid_prefetch_window(p->resid, p->named_layer, p->order[i])
+                                  : mvm_resid_prefetch(p->resid, p->named_layer, p->order[i]);
         if (st == MVM_ERR_NOSPACE) /* nothing can make room: the rest would not fit either */
             break;
         if (st != MVM_OK)

@@ -10,10 +10,11 @@
  * Fig. 3d): the experts the module ranks (its rank op, the router's probabilities: Eq. 3;
  * else those its forecast names) are asked for, most likely first, each only its pages not
  * resident (under config fixedpoint's split, the bottom), while the buffer holds them:
- * top_k experts' pages, MoEpic's U_b = K (so more than top_k bottoms fit); when the layer
- * routes (mvm_prefetcher_cut) the copies that have not started are taken back, and the
- * experts the router chose load on demand. "Terminate prefetching" is read as issuing no
- * more: a copy already running lands.
+ * top_k experts' pages, MoEpic's U_b = K (so more than top_k bottoms fit), taken from the
+ * free pages (the buffer is not cache: a window copy evicts nothing, and one its layer does
+ * not use goes when the layer ends); when the layer routes (mvm_prefetcher_cut) the copies
+ * that have not started are taken back, and the experts the router chose load on demand.
+ * "Terminate prefetching" is read as issuing no more: a copy already running lands.
  *
  * As the simulator does when no assign module plans prefetches (tools/sim.c), one layer
  * ahead, from the layer's MoE input (its router's input). On the GPU pass the assign

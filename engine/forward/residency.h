@@ -152,6 +152,10 @@ mvm_status mvm_resid_end(mvm_resid *r, const mvm_pstep *step, const int32_t *exp
 /* Loads expert (layer, e) ahead of its use, at prefetch priority, making room as a request
  * does (never from the current step's experts). MVM_OK when queued or already resident,
  * MVM_ERR_NOSPACE when nothing can make room (the prediction is dropped). */
+/* A copy of MoEpic's window (MOEVM_PREFETCH=window, engine/forward/prefetch.h): into the
+ * free pages only (its buffer: it evicts nothing, MVM_ERR_NOSPACE when they are too few),
+ * and when its layer's step ends without using it, it goes (back to the pages it had). */
+mvm_status mvm_resid_prefetch_window(mvm_resid *r, uint32_t layer, uint32_t expert);
 /* Pages of (layer, expert) a request would move: neither resident nor loading. */
 uint32_t mvm_resid_missing(const mvm_resid *r, uint32_t layer, uint32_t expert);
 /* Takes back the prefetch of (layer, expert) if its copy has not started (MoEpic's window
