@@ -70,12 +70,17 @@ static mvm_status gate_create(const mvm_pinit *init, void **self)
     return MVM_OK;
 }
 
+static int gate_can(const gate *g, const mvm_pstep *step, uint32_t target)
+{
+    return step->hidden && step->n_tok && target > step->layer && target < g->shape.n_layers &&
+           g->router->weights[target];
+}
+
 static int gate_predict(void *self, const mvm_pstep *step, uint32_t target, float *out)
 {
     gate *g = self;
     const mvm_pshape *sh = &g->shape;
-    if (!step->hidden || !step->n_tok || target <= step->layer || target >= sh->n_layers ||
-        !g->router->weights[target])
+    if (!gate_can(g, step, target))
         return 0;
     mvm_predict_route(g->router, target, sh, step->hidden, step->n_tok,
                       mvm_predict_logit_bias(g->router, target), g->logits,
@@ -87,8 +92,7 @@ static int gate_rank(void *self, const mvm_pstep *step, uint32_t target, float *
 {
     gate *g = self;
     const mvm_pshape *sh = &g->shape;
-    if (!step->hidden || !step->n_tok || target <= step->layer || target >= sh->n_layers ||
-        !g->router->weights[target])
+    if (!gate_can(g, step, target))
         return 0;
     mvm_predict_rank_route(g->router, target, sh, step->hidden, step->n_tok,
                            mvm_predict_logit_bias(g->router, target), g->logits,

@@ -53,6 +53,43 @@ static mvm_pstep step_of(uint32_t layer, uint32_t n, const float *hidden, int32_
  * Counts e0 2, e1 2, e2 1, e3 1 of 3 tokens: out = (2/3, 2/3, 1/3, 1/3). */
 static const float cross[8] = {1, 0, 0, 1, -1, 0, 0, -1};
 
+/* rank (MoEpic's window order): the router's softmax per token, averaged, worked by hand for
+ * gate and residual (before its warm-up: gate's). Tokens (1, .5) and (-2, 1): logits
+ * (1, .5, -1, -.5) and (-2, 1, 2, -1). The oracle and speculative modules do not rank. */
+static void test_rank_hand(void)
+{
+    const mvm_pshape sh = {.n_layers = 2, .n_experts = 4, .top_k = 2, .n_embd = 2};
+    const float *routers[2] = {cross, cross};
+    mvm_router rt = {.weights = routers};
+    mvm_pinit in = {.shape = &sh, .cost = &no_cost, .router = &rt};
+    const float h[4] = {1, .5f, -2, 1};
+    const double z[2][4] = {{1, .5, -1, -.5}, {-2, 1, 2, -1}};
+    double want[4] = {0};
+    for (int t = 0; t < 2; t++) {
+        double sum = 0;
+        for (int e = 0; e < 4; e++)
+            sum += exp(z[t][e]);
+        for (int e = 0; e < 4; e++)
+            want[e] += exp(z[t][e]) / sum / 2;
+    }
+    const mvm_predict_ops *ops[] = {&mvm_predict_gate, &mvm_predict_residual};
+    for (size_t i = 0; i < 2; i++) {
+        void *g = make(ops[i], &in);
+        if (!g)
+            continue;
+        float out[4] = {7, 7, 7, 7};
+        mvm_pstep st = step_of(0, 2, h, NULL, NULL);
+        CHECK(ops[i]->rank(g, &st, 1, out) == 1);
+        for (int e = 0; e < 4; e++)
+            CHECK(fabs(out[e] - want[e]) < 1e-6);
+        float poison[4] = {7, 7, 7, 7};
+        st = step_of(0, 2, NULL, NULL, NULL);
+        CHECK(ops[i]->rank(g, &st, 1, poison) == 0 && poison[0] == 7); /* no hidden state */
+        ops[i]->destroy(g);
+    }
+    CHECK(mvm_predict_oracle.rank == NULL && mvm_predict_speculative.rank == NULL);
+}
+
 static void test_gate_hand(void)
 {
     const mvm_pshape sh = {.n_layers = 2, .n_experts = 4, .top_k = 2, .n_embd = 2};
@@ -784,6 +821,7 @@ static void test_random_invariants(void)
 int main(void)
 {
     RUN(test_gate_hand);
+    RUN(test_rank_hand);
     RUN(test_speculative_hand);
     RUN(test_router_bias);
     RUN(test_create_errors);

@@ -774,6 +774,29 @@ static void test_gate_prefetches(void)
     mvm_pool_destroy(pool);
 }
 
+/* With `var`=`value` in the environment, the context (policies p) is refused with an
+ * MVM_ERR_OPTION that names the variable. */
+static void check_refused(const char *model, mvm_pool *pool, const char *var, const char *value,
+                          const mvm_ctx_policies *p)
+{
+    setenv(var, value, 1);
+    mvm_model *m;
+    mvm_space_desc d;
+    mvm_space_desc_init(&d);
+    d.backend = MVM_BACKEND_HOST;
+    d.page_size = PAGE;
+    d.device_budget = 0;
+    d.device_budget_frac = 0.3;
+    CHECK_ST(mvm_model_load(model, &(mvm_load_args){.desc = &d, .pool = pool}, &m), MVM_OK);
+    mvm_ctx *c = NULL;
+    if (m)
+        CHECK_ST(mvm_ctx_create(m, pool, 64, 1, p, &c), MVM_ERR_OPTION);
+    CHECK(strstr(mvm_last_error(), var));
+    mvm_ctx_free(c);
+    mvm_model_free(m);
+    unsetenv(var);
+}
+
 /* ---- repeatable runs (MOEVM_DETERMINISTIC) ------------------------------------------------ */
 
 /* The statistics of 32 positions evaluated at 30% of the experts' pages, steps not waiting
@@ -829,23 +852,7 @@ static void test_deterministic(void)
                   vs_first.pages_evicted == vs_again.pages_evicted);
         }
     }
-    setenv("MOEVM_DETERMINISTIC", "maybe", 1);
-    mvm_model *m;
-    mvm_ctx *c;
-    mvm_space_desc d;
-    mvm_space_desc_init(&d);
-    d.backend = MVM_BACKEND_HOST;
-    d.page_size = PAGE;
-    d.device_budget = 0;
-    d.device_budget_frac = 0.3;
-    CHECK_ST(mvm_model_load(model, &(mvm_load_args){.desc = &d, .pool = pool}, &m), MVM_OK);
-    c = NULL;
-    if (m)
-        CHECK_ST(mvm_ctx_create(m, pool, 64, 1, NULL, &c), MVM_ERR_OPTION);
-    CHECK(strstr(mvm_last_error(), "MOEVM_DETERMINISTIC"));
-    mvm_ctx_free(c);
-    mvm_model_free(m);
-    unsetenv("MOEVM_DETERMINISTIC");
+    check_refused(model, pool, "MOEVM_DETERMINISTIC", "maybe", NULL);
     mvm_pool_destroy(pool);
 }
 
@@ -910,23 +917,8 @@ static void test_prefetch_window(void)
         CHECK(run_window(model, pool, "window", &win, &pwin));
         CHECK(win.prefetches_cut <= win.prefetches && win.prefetch_used <= win.prefetches);
     }
-    setenv("MOEVM_PREFETCH", "all", 1);
-    mvm_model *m;
-    mvm_space_desc d;
-    mvm_space_desc_init(&d);
-    d.backend = MVM_BACKEND_HOST;
-    d.page_size = PAGE;
-    d.device_budget = 0;
-    d.device_budget_frac = 0.3;
-    CHECK_ST(mvm_model_load(model, &(mvm_load_args){.desc = &d, .pool = pool}, &m), MVM_OK);
-    mvm_ctx *c = NULL;
     mvm_ctx_policies p = {.residency = {.evict = "lru"}, .prefetch = {.predict = "gate"}};
-    if (m)
-        CHECK_ST(mvm_ctx_create(m, pool, 64, 1, &p, &c), MVM_ERR_OPTION);
-    CHECK(strstr(mvm_last_error(), "MOEVM_PREFETCH"));
-    mvm_ctx_free(c);
-    mvm_model_free(m);
-    unsetenv("MOEVM_PREFETCH");
+    check_refused(model, pool, "MOEVM_PREFETCH", "all", &p);
     mvm_pool_destroy(pool);
 }
 

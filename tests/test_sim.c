@@ -287,122 +287,120 @@ static void test_split_overlap(void)
     mvm_trace_free(t);
 }
 
-/* MoEpic's window (--prefetch window): one token, two layers of 8 experts, top-1. Layer 0
- * loads expert 0 on demand; the gate predictor ranks all of layer 1's experts (its router
- * on the token's hidden state: logits 8 - e), so the window queues them, most likely first,
- * while a buffer of 6 experts (prefetch_depth) holds them, behind that load; each starts when
- * the copy engine is free, back to back, until layer 1 routes at A + d + g + A (attention A,
- * a load d, expert compute g): ceil((A + g) / d) of them start, the rest are dropped. The
- * routed expert, the most likely, hits. top-k mode prefetches the top_k most likely: the one
- * routed. With the default buffer, top_k experts, the window takes one. */
+/* MoEpic's window: n_tok tokens over two layers of 8 experts of 4 MiB, top-1, whose gate
+ * predictor ranks layer 1's experts 0, 1, ... 7 (its router on every token's hidden state:
+ * logits 8 - e); layer 0 routes to expert 0, layer 1 token i to expert i. Budget: 32 pages,
+ * every expert; no admissions. */
+#define WIN_E 8
+#define WIN_D 4
+struct window_case {
+    mvm_trace *t;
+    float w0[WIN_E * WIN_D], w1[WIN_E * WIN_D];
+    const float *routers[2];
+    mvm_router rt;
+    mvm_cost cost;
+    mvm_sim_config c;
+};
+
+static int window_case_init(struct window_case *w, uint32_t n_tok)
+{
+    const uint64_t eb = 4u << 20;
+    mvm_trace_header h = {.model = "test", .arch = "test", .n_layers = 2, .n_experts = WIN_E,
+                          .top_k = 1, .expert_bytes = eb, .n_embd = WIN_D, .n_ff_exp = 768,
+                          .weights_renormalised = 1};
+    memset(w, 0, sizeof *w);
+    CHECK_ST(mvm_trace_new(&h, n_tok, 1, &w->t), MVM_OK);
+    if (!w->t)
+        return 0;
+    for (uint32_t i = 0; i < n_tok; i++)
+        for (uint32_t l = 0; l < 2; l++) {
+            for (uint32_t e = 0; e < WIN_E; e++)
+                mvm_trace_scores(w->t, i, l)[e] = 1.0f / WIN_E;
+            mvm_trace_experts(w->t, i, l)[0] = l == 1 ? (int32_t)i : 0;
+            mvm_trace_weights(w->t, i, l)[0] = 1.0f;
+            mvm_trace_hidden(w->t, i, l)[0] = 1.0f;
+        }
+    for (uint32_t e = 0; e < WIN_E; e++)
+        w->w1[e * WIN_D] = (float)(WIN_E - e);
+    w->routers[0] = w->w0;
+    w->routers[1] = w->w1;
+    w->rt = (mvm_router){.weights = w->routers};
+    mvm_cost_init(&w->cost, mvm_machine_preset("h100"), eb, 2048, 768);
+    mvm_sim_config_init(&w->c);
+    w->c.budget_pages = 2 * WIN_E * 2;
+    w->c.router = &w->rt;
+    w->c.policy[MVM_ROLE_PREDICT] = "gate";
+    w->c.admit = 0;
+    return 1;
+}
+
+/* One token. Layer 0 loads its expert on demand; the window queues layer 1's experts, most
+ * likely first, while a buffer of 6 experts (prefetch_depth) holds them, behind that load;
+ * each starts when the copy engine is free, back to back, until layer 1 routes at
+ * A + d + g + A (attention A, a load d, expert compute g): ceil((A + g) / d) of them start,
+ * the rest are dropped. The routed expert, the most likely, hits. top-k mode prefetches the
+ * top_k most likely: the one routed. With the default buffer, top_k experts, the window
+ * takes one. */
 static void test_prefetch_window(void)
 {
-    const uint32_t E = 8, D = 4;
-    const uint64_t eb = 4u << 20;
-    mvm_trace_header h = {.model = "test", .arch = "test", .n_layers = 2, .n_experts = E,
-                          .top_k = 1, .expert_bytes = eb, .n_embd = D, .n_ff_exp = 768,
-                          .weights_renormalised = 1};
-    mvm_trace *t;
-    CHECK_ST(mvm_trace_new(&h, 1, 1, &t), MVM_OK);
-    float w0[8 * 4] = {0}, w1[8 * 4] = {0};
-    for (uint32_t l = 0; l < 2; l++) {
-        for (uint32_t e = 0; e < E; e++)
-            mvm_trace_scores(t, 0, l)[e] = e == 0 ? 0.5f : 0.5f / 7;
-        mvm_trace_experts(t, 0, l)[0] = 0;
-        mvm_trace_weights(t, 0, l)[0] = 1.0f;
-        mvm_trace_hidden(t, 0, l)[0] = 1.0f;
-    }
-    for (uint32_t e = 0; e < E; e++)
-        w1[e * D] = (float)(E - e);
-    const float *routers[2] = {w0, w1};
-    mvm_router rt = {.weights = routers};
-    mvm_cost cost;
-    mvm_cost_init(&cost, mvm_machine_preset("h100"), eb, 2048, 768);
-    double d = mvm_cost_load_bytes(&cost, eb), g = mvm_cost_gpu(&cost, 1);
-    cost.m.attn_time = 3.5 * d - g; /* A + g = 3.5 loads: 4 start */
-    CHECK(cost.m.attn_time > 0);
-    mvm_sim_config c;
-    mvm_sim_config_init(&c);
-    c.budget_pages = 2 * E * 2;
-    c.router = &rt;
-    c.policy[MVM_ROLE_PREDICT] = "gate";
-    c.admit = 0;
+    struct window_case w;
+    if (!window_case_init(&w, 1))
+        return;
+    const uint64_t eb = w.t->hdr.expert_bytes;
+    double d = mvm_cost_load_bytes(&w.cost, eb), g = mvm_cost_gpu(&w.cost, 1);
+    w.cost.m.attn_time = 3.5 * d - g; /* A + g = 3.5 loads: 4 start */
+    CHECK(w.cost.m.attn_time > 0);
     mvm_sim_result r;
     for (int window = 0; window < 2; window++) {
-        c.prefetch_window = window;
-        c.prefetch_depth = window ? 6 : 0;
-        CHECK_ST(mvm_sim_run(t, &cost, &c, &r), MVM_OK);
+        w.c.prefetch_window = window;
+        w.c.prefetch_depth = window ? 6 : 0;
+        CHECK_ST(mvm_sim_run(w.t, &w.cost, &w.c, &r), MVM_OK);
         uint64_t want = window ? 4 : 1;
         CHECK(r.prefetches == want && r.bytes_prefetched == want * eb);
         CHECK(r.loads == 1 && r.hits == 1 && r.prefetch_used == 1 && r.prefetch_hits == 1);
         check_breakdown(&r);
     }
     /* a window shorter than one load: only the first starts */
-    cost.m.attn_time = 0.5 * d - g;
-    CHECK(cost.m.attn_time > 0);
-    CHECK_ST(mvm_sim_run(t, &cost, &c, &r), MVM_OK);
+    w.cost.m.attn_time = 0.5 * d - g;
+    CHECK(w.cost.m.attn_time > 0);
+    CHECK_ST(mvm_sim_run(w.t, &w.cost, &w.c, &r), MVM_OK);
     CHECK(r.prefetches == 1 && r.prefetch_used == 1);
     /* a long window, the default buffer: one expert's pages */
-    cost.m.attn_time = 10 * d;
-    c.prefetch_depth = 0;
-    CHECK_ST(mvm_sim_run(t, &cost, &c, &r), MVM_OK);
+    w.cost.m.attn_time = 10 * d;
+    w.c.prefetch_depth = 0;
+    CHECK_ST(mvm_sim_run(w.t, &w.cost, &w.c, &r), MVM_OK);
     CHECK(r.prefetches == 1);
-    c.prefetch_depth = 6; /* and a buffer of 6: 6 start */
-    CHECK_ST(mvm_sim_run(t, &cost, &c, &r), MVM_OK);
+    w.c.prefetch_depth = 6; /* and a buffer of 6: 6 start */
+    CHECK_ST(mvm_sim_run(w.t, &w.cost, &w.c, &r), MVM_OK);
     CHECK(r.prefetches == 6 && r.hits == 1);
-    mvm_trace_free(t);
+    mvm_trace_free(w.t);
 }
 
-/* The window's buffer is not cache. Two tokens of the same state (layer 1 routes to its
- * most likely expert, then to its second), a long window, a buffer of 6 experts: token 0
- * copies layer 1's experts 0-5 and uses 0; the five unused leave when the layer ends, so
- * token 1 copies 1-6 again (0 stays: used). Kept as cache, token 1 would copy 6 and 7 only.
- * With no free pages (a budget of the one expert layer 0 needs) the window copies nothing,
- * where top-k evicts for its copy. */
+/* The window's buffer is not cache. Two tokens (layer 1 routes to its most likely expert,
+ * then to its second), a long window, a buffer of 6 experts: token 0 copies layer 1's
+ * experts 0-5 and uses 0; the five unused leave when the layer ends, so token 1 copies 1-6
+ * again (0 stays: used). Kept as cache, token 1 would copy 6 and 7 only. With no free pages
+ * (a budget of the one expert layer 0 needs) the window copies nothing, where top-k evicts
+ * for its copy. */
 static void test_prefetch_window_buffer(void)
 {
-    const uint32_t E = 8, D = 4;
-    const uint64_t eb = 4u << 20;
-    mvm_trace_header h = {.model = "test", .arch = "test", .n_layers = 2, .n_experts = E,
-                          .top_k = 1, .expert_bytes = eb, .n_embd = D, .n_ff_exp = 768,
-                          .weights_renormalised = 1};
-    mvm_trace *t;
-    CHECK_ST(mvm_trace_new(&h, 2, 1, &t), MVM_OK);
-    float w0[8 * 4] = {0}, w1[8 * 4] = {0};
-    for (uint32_t i = 0; i < 2; i++)
-        for (uint32_t l = 0; l < 2; l++) {
-            for (uint32_t e = 0; e < E; e++)
-                mvm_trace_scores(t, i, l)[e] = 1.0f / (float)E;
-            mvm_trace_experts(t, i, l)[0] = l == 1 ? (int32_t)i : 0;
-            mvm_trace_weights(t, i, l)[0] = 1.0f;
-            mvm_trace_hidden(t, i, l)[0] = 1.0f;
-        }
-    for (uint32_t e = 0; e < E; e++)
-        w1[e * D] = (float)(E - e);
-    const float *routers[2] = {w0, w1};
-    mvm_router rt = {.weights = routers};
-    mvm_cost cost;
-    mvm_cost_init(&cost, mvm_machine_preset("h100"), eb, 2048, 768);
-    cost.m.attn_time = 20 * mvm_cost_load_bytes(&cost, eb);
-    mvm_sim_config c;
-    mvm_sim_config_init(&c);
-    c.budget_pages = 2 * E * 2;
-    c.router = &rt;
-    c.policy[MVM_ROLE_PREDICT] = "gate";
-    c.admit = 0;
-    c.prefetch_window = 1;
-    c.prefetch_depth = 6;
+    struct window_case w;
+    if (!window_case_init(&w, 2))
+        return;
+    w.cost.m.attn_time = 20 * mvm_cost_load_bytes(&w.cost, w.t->hdr.expert_bytes);
+    w.c.prefetch_window = 1;
+    w.c.prefetch_depth = 6;
     mvm_sim_result r;
-    CHECK_ST(mvm_sim_run(t, &cost, &c, &r), MVM_OK);
+    CHECK_ST(mvm_sim_run(w.t, &w.cost, &w.c, &r), MVM_OK);
     CHECK(r.prefetches == 12 && r.hits == 3 && r.loads == 1);
-    c.budget_pages = 2;
-    CHECK_ST(mvm_sim_run(t, &cost, &c, &r), MVM_OK);
+    w.c.budget_pages = 2;
+    CHECK_ST(mvm_sim_run(w.t, &w.cost, &w.c, &r), MVM_OK);
     CHECK(r.prefetches == 0);
-    c.prefetch_window = 0;
-    c.prefetch_depth = 0;
-    CHECK_ST(mvm_sim_run(t, &cost, &c, &r), MVM_OK);
+    w.c.prefetch_window = 0;
+    w.c.prefetch_depth = 0;
+    CHECK_ST(mvm_sim_run(w.t, &w.cost, &w.c, &r), MVM_OK);
     CHECK(r.prefetches > 0);
-    mvm_trace_free(t);
+    mvm_trace_free(w.t);
 }
 
 int main(void)
