@@ -29,13 +29,22 @@
 
 #define PAGE 4096u
 
-/* 2 layers x 4 experts of two pages, a budget of three experts. */
-static mvm_space *small_space(void)
+/* A host space of PAGE pages with a budget of `frac` of the experts' pages. */
+static mvm_space_desc host_desc(double frac)
 {
     mvm_space_desc d;
     mvm_space_desc_init(&d);
     d.backend = MVM_BACKEND_HOST;
     d.page_size = PAGE;
+    d.device_budget = 0;
+    d.device_budget_frac = frac;
+    return d;
+}
+
+/* 2 layers x 4 experts of two pages, a budget of three experts. */
+static mvm_space *small_space(void)
+{
+    mvm_space_desc d = host_desc(0);
     d.n_layers = 2;
     d.n_experts = 4;
     d.expert_bytes = 2 * PAGE;
@@ -558,12 +567,7 @@ static void test_sim_routers(void)
 static void open_ctx_batch(const char *model, mvm_pool *pool, double frac, uint32_t batch,
                            const mvm_ctx_policies *p, mvm_model **m, mvm_ctx **c)
 {
-    mvm_space_desc d;
-    mvm_space_desc_init(&d);
-    d.backend = MVM_BACKEND_HOST;
-    d.page_size = PAGE;
-    d.device_budget = 0;
-    d.device_budget_frac = frac;
+    mvm_space_desc d = host_desc(frac);
     *m = NULL;
     *c = NULL;
     CHECK_ST(mvm_model_load(model, &(mvm_load_args){.desc = &d, .pool = pool}, m), MVM_OK);
@@ -781,12 +785,7 @@ static void check_refused(const char *model, mvm_pool *pool, const char *var, co
 {
     setenv(var, value, 1);
     mvm_model *m;
-    mvm_space_desc d;
-    mvm_space_desc_init(&d);
-    d.backend = MVM_BACKEND_HOST;
-    d.page_size = PAGE;
-    d.device_budget = 0;
-    d.device_budget_frac = 0.3;
+    mvm_space_desc d = host_desc(0.3);
     CHECK_ST(mvm_model_load(model, &(mvm_load_args){.desc = &d, .pool = pool}, &m), MVM_OK);
     mvm_ctx *c = NULL;
     if (m)
