@@ -799,15 +799,18 @@ static void check_refused(const char *model, mvm_pool *pool, const char *var, co
 /* ---- repeatable runs (MOEVM_DETERMINISTIC) ------------------------------------------------ */
 
 /* The statistics of 32 positions evaluated at 30% of the experts' pages, steps not waiting
- * for their copies (the CPU's default), copies in order when MOEVM_DETERMINISTIC is on. */
-static void run_unwaited(const char *model, mvm_pool *pool, const mvm_ctx_policies *p,
-                         mvm_resid_stats *rs, mvm_stats *vs)
+ * for their copies (the CPU's default), copies in order when MOEVM_DETERMINISTIC is on; the
+ * forecasts' too (ps, may be NULL). Returns whether the space's pages add up (resident,
+ * loading and free: the budget). */
+static int run_unwaited(const char *model, mvm_pool *pool, const mvm_ctx_policies *p,
+                        mvm_resid_stats *rs, mvm_stats *vs, mvm_prefetch_stats *ps)
 {
     *rs = (mvm_resid_stats){0};
     *vs = (mvm_stats){0};
     mvm_model *m;
     mvm_ctx *c;
     open_ctx(model, pool, 0.3, p, &m, &c);
+    int adds_up = 0;
     if (c) {
         int32_t tok[32];
         for (int t = 0; t < 32; t++)
@@ -815,9 +818,15 @@ static void run_unwaited(const char *model, mvm_pool *pool, const mvm_ctx_polici
         CHECK_ST(mvm_ctx_eval(c, tok, 32, NULL, 0), MVM_OK);
         mvm_resid_get_stats(mvm_ctx_residency(c), rs);
         mvm_space_get_stats(m->space, vs);
+        if (ps)
+            mvm_prefetcher_get_stats(mvm_ctx_prefetcher(c), ps);
+        mvm_space_info info;
+        mvm_space_get_info(m->space, &info);
+        adds_up = vs->resident_pages + vs->loading_pages + vs->free_pages == info.device_pages;
     }
     mvm_ctx_free(c);
     mvm_model_free(m);
+    return adds_up;
 }
 
 /* With MOEVM_DETERMINISTIC=on the same run repeats exactly (hits, evictions, prefetches,
@@ -839,12 +848,12 @@ static void test_deterministic(void)
     for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
         mvm_resid_stats first, again;
         mvm_stats vs_first, vs_again;
-        run_unwaited(model, pool, &runs[i], &first, &vs_first);
+        run_unwaited(model, pool, &runs[i], &first, &vs_first, NULL);
         CHECK(first.accesses == 32 * 4 * 4 && first.hits > 0 && first.evictions > 0 &&
               first.prefetches > 0);
         CHECK(first.prefetch_hits == first.prefetch_used);
         for (int r = 0; r < 3; r++) {
-            run_unwaited(model, pool, &runs[i], &again, &vs_again);
+            run_unwaited(model, pool, &runs[i], &again, &vs_again, NULL);
             CHECK(memcmp(&first, &again, sizeof first) == 0);
             CHECK(vs_first.bytes_moved == vs_again.bytes_moved &&
                   vs_first.pages_loaded == vs_again.pages_loaded &&
@@ -857,10 +866,7 @@ static void test_deterministic(void)
 
 /* ---- MoEpic's prefetch window (MOEVM_PREFETCH=window, engine/forward/prefetch.h) ------- */
 
-/* 32 positions at 30% of the experts' pages, steps not waiting for their copies, predict
- * gate and config fixedpoint, under MOEVM_PREFETCH=mode: the residency's, the space's and
- * the forecasts' statistics, and whether the pages add up (resident, loading and free: the
- * budget). */
+/* run_unwaited with predict gate and config fixedpoint under MOEVM_PREFETCH=mode. */
 static int run_window(const char *model, mvm_pool *pool, const char *mode, mvm_resid_stats *rs,
                       mvm_prefetch_stats *ps)
 {
@@ -869,25 +875,8 @@ static int run_window(const char *model, mvm_pool *pool, const char *mode, mvm_r
     mvm_ctx_policies p = {.residency = {.evict = "lcp", .config = "fixedpoint",
                                         .config_args = "tau=8"},
                           .prefetch = {.predict = "gate"}};
-    mvm_model *m;
-    mvm_ctx *c;
-    open_ctx(model, pool, 0.3, &p, &m, &c);
-    int adds_up = 0;
-    if (c) {
-        int32_t tok[32];
-        for (int t = 0; t < 32; t++)
-            tok[t] = (int32_t)((t * 53 + 11) % m->hp.n_vocab);
-        CHECK_ST(mvm_ctx_eval(c, tok, 32, NULL, 0), MVM_OK);
-        mvm_resid_get_stats(mvm_ctx_residency(c), rs);
-        mvm_prefetcher_get_stats(mvm_ctx_prefetcher(c), ps);
-        mvm_stats vs;
-        mvm_space_info info;
-        mvm_space_get_stats(m->space, &vs);
-        mvm_space_get_info(m->space, &info);
-        adds_up = vs.resident_pages + vs.loading_pages + vs.free_pages == info.device_pages;
-    }
-    mvm_ctx_free(c);
-    mvm_model_free(m);
+    mvm_stats vs;
+    int adds_up = run_unwaited(model, pool, &p, rs, &vs, ps);
     unsetenv("MOEVM_PREFETCH");
     return adds_up;
 }
