@@ -817,9 +817,16 @@ static int run_unwaited(const char *model, mvm_pool *pool, const mvm_ctx_policie
             tok[t] = (int32_t)((t * 53 + 11) % m->hp.n_vocab);
         CHECK_ST(mvm_ctx_eval(c, tok, 32, NULL, 0), MVM_OK);
         mvm_resid_get_stats(mvm_ctx_residency(c), rs);
-        mvm_space_get_stats(m->space, vs);
         if (ps)
             mvm_prefetcher_get_stats(mvm_ctx_prefetcher(c), ps);
+        /* A copy taken back while running holds its chunks until it lands: the pages add
+         * up once the worker is idle (at most 10 s). */
+        for (int i = 0; i < 10000; i++) {
+            mvm_space_get_stats(m->space, vs);
+            if (!vs->moves_queued && !vs->moves_in_flight)
+                break;
+            usleep(1000);
+        }
         mvm_space_info info;
         mvm_space_get_info(m->space, &info);
         adds_up = vs->resident_pages + vs->loading_pages + vs->free_pages == info.device_pages;
