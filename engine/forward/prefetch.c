@@ -125,6 +125,8 @@ void mvm_prefetcher_cut(mvm_prefetcher *p, const mvm_pstep *step)
     for (uint32_t i = 0; i < p->n_order; i++)
         if (!step->counts[p->order[i]])
             (void)mvm_resid_cancel_prefetch(p->resid, step->layer, p->order[i]);
+    p->n_order = 0; /* used up: a later step of this layer (the next token's) cuts only the
+                       copies a forecast made for it */
 }
 
 /* The `depth` best entries of v[E] into out, best first (ties to the lower id): of those
