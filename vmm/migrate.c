@@ -278,16 +278,25 @@ static uint64_t run_va(const mvm_space *sp, const struct job *j, uint32_t r)
     return page_va(sp, j->expert, j->pages[j->runs[r].at]);
 }
 
+/* Unmaps run r's slab from the run's address where it was mapped ahead of its copy. */
+static void unmap_ahead(mvm_space *sp, struct job *j, uint32_t r)
+{
+    struct slab *s = &sp->slabs[j->runs[r].slab];
+    uint64_t bytes = (uint64_t)j->runs[r].n * sp->page_size;
+    if (!s->mapped)
+        return;
+    if (sp->be->ops->unmap(sp->be, run_va(sp, j, r), bytes, bytes) != MVM_OK)
+        mvm_log(MVM_LOG_WARN, "unmapping a cancelled load: %s", mvm_last_error());
+    s->mapped = false;
+}
+
 /* Returns run r's slab to the pool, once; mapped ahead of its copy, it is unmapped first. */
 static void release_run(mvm_space *sp, struct job *j, uint32_t r)
 {
     struct job_run *run = &j->runs[r];
     if (run->done)
         return;
-    struct slab *s = &sp->slabs[run->slab];
-    uint64_t bytes = (uint64_t)run->n * sp->page_size;
-    if (s->mapped && sp->be->ops->unmap(sp->be, run_va(sp, j, r), bytes, bytes) != MVM_OK)
-        mvm_log(MVM_LOG_WARN, "unmapping a cancelled load: %s", mvm_last_error());
+    unmap_ahead(sp, j, r);
     mvm_slab_release(sp, run->slab);
     run->done = true;
 }
@@ -397,8 +406,13 @@ void mvm_cancel_page(mvm_space *sp, uint32_t expert, uint32_t page)
     while (page >= j->pages[j->runs[r].at] + j->runs[r].n)
         r++;
     abandon_run(sp, j, r);
-    if (j->started)
-        return; /* its copy may be running: the slab is freed when the job lands */
+    if (j->started) {
+        /* Its copy may be running (into the pool's own view): the slab is freed when the
+         * job lands. Its mapping at the pages' address goes now, or a new load of them,
+         * mapping there ahead of its own copy, would find it (and fail) until then. */
+        unmap_ahead(sp, j, r);
+        return;
+    }
     release_run(sp, j, r);
     for (uint32_t k = 0; k < j->n_runs; k++)
         if (run_owned(sp, j, k))
