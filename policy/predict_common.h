@@ -72,6 +72,18 @@ static inline uint32_t mvm_predict_topk(const float *v, uint32_t n, uint32_t k, 
     return got;
 }
 
+/* A prefetch order from forecast or ranking v[0..n): its `depth` best entries into
+ * idx, best first (mvm_predict_topk's order), up to the first that is not above `above` (0
+ * for token shares, where 0 means unused; -INFINITY for a ranking). Returns how many. */
+static inline uint32_t mvm_predict_order(const float *v, uint32_t n, uint32_t depth, float above,
+                                         uint32_t *idx)
+{
+    uint32_t got = mvm_predict_topk(v, n, depth, idx), k = 0;
+    while (k < got && v[idx[k]] > above)
+        k++;
+    return k;
+}
+
 /* The largest top_k the predict modules take (create checks it): a vote's picks live on the
  * stack. Real models route to 8 or fewer. */
 #define MVM_PREDICT_MAX_K 64

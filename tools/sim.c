@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "policy/evict_driver.h"
+#include "policy/predict_common.h"
 #include "vmm/error.h"
 
 static const char *const default_policy[MVM_ROLE_COUNT] = {
@@ -367,24 +368,20 @@ static void end_step(struct sim *s, const mvm_pstep *step, const mvm_assignment 
                  po->rank(s->mod[MVM_ROLE_PREDICT].self, step, l + 1, s->next_scores);
     for (uint32_t i = 0; i < a->n_prefetch; i++)
         queue_prefetch(s, a->prefetch[i], t_attn_end);
-    if (n_ahead && a->n_prefetch == 0)
-        for (uint32_t d = 0; d < depth && d < s->E; d++) {
-            uint32_t best = 0;
-            for (uint32_t e = 1; e < s->E; e++)
-                if (s->next_scores[e] > s->next_scores[best])
-                    best = e;
-            if (window && !(ranked ? s->next_scores[best] > -INFINITY
-                                   : s->next_scores[best] > 0))
-                break; /* the rest are predicted unused */
-            uint32_t x = (l + 1) * s->E + best, need = ppe(s) - s->resident[x];
-            if (window && need > buffer)
-                break; /* the buffer is full */
-            if (window)
-                buffer -= need;
-            if (queue_prefetch(s, x, t_attn_end))
-                s->spec[x] = (uint8_t)window;
-            s->next_scores[best] = -INFINITY;
-        }
+    /* the scratch of the assign module's plan, which is empty here */
+    uint32_t n = n_ahead && a->n_prefetch == 0
+                     ? mvm_predict_order(s->next_scores, s->E, depth,
+                                         window && !ranked ? 0 : -INFINITY, s->prefetch)
+                     : 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t x = (l + 1) * s->E + s->prefetch[i], need = ppe(s) - s->resident[x];
+        if (window && need > buffer)
+            break; /* the buffer is full */
+        if (window)
+            buffer -= need;
+        if (queue_prefetch(s, x, t_attn_end))
+            s->spec[x] = (uint8_t)window;
+    }
 
     const mvm_evict_ops *ev = s->mod[MVM_ROLE_EVICT].ops;
     s->view.now = end;

@@ -7,6 +7,7 @@
 
 #include "engine/forward/engine_options.h"
 #include "policy/choose.h"
+#include "policy/predict_common.h"
 #include "vmm/error.h"
 
 struct mvm_prefetcher {
@@ -129,24 +130,6 @@ void mvm_prefetcher_cut(mvm_prefetcher *p, const mvm_pstep *step)
                        copies a forecast made for it */
 }
 
-/* The `depth` best entries of v[E] into out, best first (ties to the lower id): of those
- * above 0 (a forecast's shares: 0 is "unused"), or above -inf (a ranking). Consumes v. */
-static uint32_t best_of(float *v, uint32_t E, uint32_t depth, int ranking, uint32_t *out)
-{
-    uint32_t n = 0;
-    for (; n < depth && n < E; n++) {
-        uint32_t best = 0;
-        for (uint32_t e = 1; e < E; e++)
-            if (v[e] > v[best])
-                best = e;
-        if (!(ranking ? v[best] > -INFINITY : v[best] > 0))
-            break;
-        v[best] = -INFINITY;
-        out[n] = best;
-    }
-    return n;
-}
-
 mvm_status mvm_prefetcher_ahead(mvm_prefetcher *p, const mvm_pstep *step)
 {
     if (!p)
@@ -163,10 +146,10 @@ mvm_status mvm_prefetcher_ahead(mvm_prefetcher *p, const mvm_pstep *step)
      * asks for them in that order while the buffer holds their missing pages, and the copy
      * engine takes them until the layer routes. */
     int ranked = p->window && p->ops->rank && p->ops->rank(p->self, step, p->named_layer, p->rank);
-    if (p->window && !ranked)
-        memcpy(p->rank, p->ahead, E * sizeof *p->rank);
-    p->n_named = best_of(p->ahead, E, p->top_k, 0, p->named);
-    p->n_order = p->window ? best_of(p->rank, E, E, ranked, p->order) : p->n_named;
+    p->n_named = mvm_predict_order(p->ahead, E, p->top_k, 0, p->named);
+    p->n_order = p->window ? mvm_predict_order(ranked ? p->rank : p->ahead, E, E,
+                                               ranked ? -INFINITY : 0, p->order)
+                           : p->n_named;
     if (!p->window)
         memcpy(p->order, p->named, p->n_named * sizeof *p->order);
     p->stats.forecasts++;
