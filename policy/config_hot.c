@@ -3,36 +3,40 @@
  * expert) pairs are ranked by the tokens they processed, one global ranking across layers,
  * and the device memory left after the buffers is filled with the top of the ranking, whole
  * experts (θ = 1): (capacity_pages - buffer·pages_per_expert) / pages_per_expert of them.
- * Layers get unequal shares; the table is static, with no replacement.
+ * Layers get unequal shares. The table is static: its experts are held resident (`hold`),
+ * loaded at init and never offered to the evict module, which caches in the pages left (the
+ * buffer) whatever on-demand loads and prefetches bring. A global ranking restricted to one
+ * layer is that layer's own ranking, so the table is, in every layer, its most-counted
+ * experts.
  *
- * The contract speaks in per-layer budgets, so the table is expressed as them:
- * layer_pages[l] = pages_per_expert · (number of layer l's experts in the table). A global
- * ranking restricted to one layer is that layer's own ranking, so the table is exactly, in
- * every layer l, its layer_pages[l] / pages_per_expert experts with the most tokens. What
- * the caller must do: hold layer l to layer_pages[l] pages and keep in it that layer's
- * most-counted experts, e.g. evict "lfu" without ageing (a period longer than the run),
- * which counts the same token-weighted activations; and load on-demand experts and
- * prefetches into the pages the table leaves (capacity - Σ layer_pages, at least `buffer`
- * experts), evicting those first, so that the table stays resident.
- *
- * Readings: the paper profiles offline (128 batches × 512 tokens) and then keeps the table
- * fixed. Here the profile is the run's first `profile` tokens (Σ n_tok of layer 0's
+ * The profile: the paper profiles offline (128 batches × 512 tokens) and then keeps the
+ * table fixed. Given an offline profile (init->profile: `--hot-profile TRACE`, the tokens each
+ * expert processed in a recorded run), the table is built from it and held from the first
+ * token. Without one the profile is the run's first `profile` tokens (Σ n_tok of layer 0's
  * steps): counting stops at the first layer-0 step after them, so a token counts in every
- * layer or in none, and from then on every configure gives the same table (it still
- * follows capacity_pages). Ties go to the expert with the lower index within its
- * layer, then to the lower layer, so with no counts at all the table is spread evenly over
- * the layers rather than piled into the first ones.
+ * layer or in none, and the table is held from then on. While that profile runs, nothing is
+ * held yet: the module gives each layer the budget its share of the table-to-be would have
+ * (layer_pages[l] = pages_per_expert · its experts in the ranking so far), which an evict
+ * module that counts the same activations (lfu without ageing) fills with those experts.
+ * Once held, no layer has a budget of its own (UINT64_MAX): the held experts are the table.
+ * Ties go to the expert with the lower index within its layer, then to the lower layer, so
+ * with no counts at all the table is spread evenly over the layers rather than piled into
+ * the first ones.
  *
  * The buffer: PreScope sizes the table "after accounting for ... buffer pools" (its
  * on-demand double buffer and prefetch groups, sizes not given); here `buffer` whole
  * experts, by default top_k, the most one token's layer can need to load (U_b = K in MoEpic
- * §4.1).
+ * §4.1). The paper's buffers hold no cache; here the evict module keeps what the buffer's
+ * pages last loaded until it needs them again (an LRU over `buffer` experts by default),
+ * which can only add hits.
  *
- * Parameters: profile (tokens, >= 0; 0 = never stop counting), default 65536, the paper's
- * 128 × 512-token profile; buffer (whole experts, >= 0), default top_k.
+ * Parameters: profile (tokens of the online profile, >= 0; 0 = never stop counting, so
+ * nothing is ever held), default 65536, the paper's 128 × 512-token profile; not used with
+ * an offline profile; buffer (whole experts, >= 0), default top_k.
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "policy/config_common.h"
 #include "policy/modules.h"
@@ -48,6 +52,7 @@ typedef struct hot {
     uint64_t *count;          /* [L*E] tokens processed */
     mvm_rank *order;          /* [L*E] each layer's experts, most tokens first */
     uint32_t *taken;          /* [L] experts of each layer in the table */
+    uint64_t held;            /* experts in the table the last configure held (frozen) */
 } hot;
 
 static void hot_destroy(void *self)
@@ -83,6 +88,11 @@ static mvm_status hot_create(const mvm_pinit *init, void **self)
                         buffer);
     if (!sh->n_experts || !sh->pages_per_expert)
         return mvm_fail(MVM_ERR_INVALID, "%s: a shape needs experts and pages", me);
+    const mvm_pprofile *pr = init->profile;
+    if (pr && (pr->n_layers != sh->n_layers || pr->n_experts != sh->n_experts))
+        return mvm_fail(MVM_ERR_INVALID,
+                        "%s: the profile has %u layers of %u experts, the model %u of %u", me,
+                        pr->n_layers, pr->n_experts, sh->n_layers, sh->n_experts);
     hot *h = calloc(1, sizeof *h);
     if (!h)
         return mvm_fail(MVM_ERR_NOMEM, "%s: out of memory", me);
@@ -103,6 +113,11 @@ static mvm_status hot_create(const mvm_pinit *init, void **self)
     if (!h->count || !h->order || !h->taken) {
         hot_destroy(h);
         return mvm_fail(MVM_ERR_NOMEM, "%s: out of memory", me);
+    }
+    if (pr) { /* the offline profile: the table is final before the first token */
+        memcpy(h->count, pr->counts, n * sizeof *h->count);
+        h->profiled = (double)pr->n_tokens;
+        h->frozen = 1;
     }
     *self = h;
     return MVM_OK;
@@ -153,18 +168,33 @@ static int hot_configure(void *self, const mvm_pview *v, uint64_t *layer_pages, 
         h->taken[best]++;
     }
     for (uint32_t l = 0; l < h->L; l++) {
-        layer_pages[l] = (uint64_t)h->taken[l] * h->ppe;
+        layer_pages[l] = h->frozen ? UINT64_MAX : (uint64_t)h->taken[l] * h->ppe;
         theta[l] = 1;
     }
-    return mvm_config_last_update(&h->last, layer_pages, theta);
+    /* Once frozen the ranking is fixed, so the table changes only with its size. */
+    int resized = h->frozen && table != h->held;
+    h->held = h->frozen ? table : 0;
+    return mvm_config_last_update(&h->last, layer_pages, theta) | resized;
+}
+
+static uint32_t hot_hold(void *self, uint8_t *held)
+{
+    hot *h = self;
+    memset(held, 0, (size_t)h->L * h->E);
+    uint32_t n = 0;
+    for (uint32_t l = 0; h->held && l < h->L; l++)
+        for (uint32_t i = 0; i < h->taken[l]; i++, n++)
+            held[(size_t)l * h->E + h->order[(size_t)l * h->E + i].id] = 1;
+    return n;
 }
 
 const mvm_config_ops mvm_config_hot = {
     .name = "hot",
-    .about = "PreScope hot-expert table: one global ranking by tokens processed, filled to "
-             "the budget and expressed as per-layer budgets",
+    .about = "PreScope hot-expert table: one global ranking by tokens processed (an offline "
+             "profile, or the run's first tokens), filled to the budget and held resident",
     .create = hot_create,
     .destroy = hot_destroy,
     .observe = hot_observe,
     .configure = hot_configure,
+    .hold = hot_hold,
 };

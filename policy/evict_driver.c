@@ -10,7 +10,8 @@ uint32_t mvm_evict_collect(mvm_evict_driver *d, uint32_t lo, uint32_t hi, uint32
 {
     uint32_t n = 0;
     for (uint32_t x = lo; x < hi; x++)
-        if (d->resident[x] && !d->busy[x] && x != except && (!usable || usable(ctx, x)))
+        if (d->resident[x] && !d->busy[x] && !(d->held && d->held[x]) && x != except &&
+            (!usable || usable(ctx, x)))
             d->cand[n++] = x;
     return d->n_cand = n;
 }

@@ -19,12 +19,14 @@ typedef struct mvm_evict_driver {
     void *self;
     const uint32_t *resident; /* [items] pages resident (the module's view's array) */
     const uint8_t *busy;      /* [items] used by the current step: never a candidate */
+    const uint8_t *held;      /* [items] held by the config module: never a candidate; NULL:
+                                 none */
     uint32_t *cand;           /* [items + 1] the candidates, in item order (one entry more:
                                  admission appends the newcomer) */
     uint32_t n_cand;
 } mvm_evict_driver;
 
-/* The candidates: the items of [lo, hi) that are resident and not busy, but `except`
+/* The candidates: the items of [lo, hi) that are resident, not busy and not held, but `except`
  * (UINT32_MAX: none), and for which usable(ctx, x) holds (usable NULL: all). Their number. */
 uint32_t mvm_evict_collect(mvm_evict_driver *d, uint32_t lo, uint32_t hi, uint32_t except,
                            bool (*usable)(void *ctx, uint32_t x), void *ctx);

@@ -91,6 +91,15 @@ typedef struct mvm_pfuture {
     const int32_t *experts;         /* [n_tokens][n_layers][top_k], as the steps select */
 } mvm_pfuture;
 
+/* An offline profile of the routing (PreScope's Profiler and Counter, §5): the tokens each
+ * (layer, expert) processed over a profiling run, e.g. counted from a `moevm run
+ * --trace-out` trace. The config module "hot" builds its table from it. */
+typedef struct mvm_pprofile {
+    uint32_t n_layers, n_experts;
+    uint64_t n_tokens;              /* tokens profiled (each counted once per layer) */
+    const uint64_t *counts;         /* [n_layers][n_experts] */
+} mvm_pprofile;
+
 /* Everything a module may need at create time. */
 typedef struct mvm_pinit {
     const mvm_pshape *shape;
@@ -103,6 +112,7 @@ typedef struct mvm_pinit {
     const void *predictor;
     size_t predictor_size;
     const mvm_pfuture *future;      /* NULL but in the simulator (the oracles need it) */
+    const mvm_pprofile *profile;    /* an offline routing profile; NULL when none was given */
 } mvm_pinit;
 
 #define MVM_POLICY_HEADER                                                                   \
@@ -187,10 +197,17 @@ typedef struct mvm_config_ops {
     MVM_POLICY_HEADER;
     void (*observe)(void *self, const mvm_pview *v, const mvm_pstep *step);
     /* Called after every token; the module decides when to recompute (fixedpoint: every
-     * τ tokens). Writes per-layer budgets in pages [L] summing to at most capacity_pages,
-     * and per-layer split θ in (0, 1] (the resident prefix of cached experts, as a fraction
-     * of pages). Returns 1 if it changed anything. */
+     * τ tokens). Writes per-layer budgets in pages [L] summing to at most capacity_pages
+     * (UINT64_MAX: that layer has none, only the device's capacity bounds it), and per-layer
+     * split θ in (0, 1] (the resident prefix of cached experts, as a fraction of pages).
+     * Returns 1 if it changed anything. */
     int (*configure)(void *self, const mvm_pview *v, uint64_t *layer_pages, float *theta);
+    /* Optional: the experts the module holds resident, held[L*E] = 1 (PreScope's static
+     * hot-expert table); their number. The caller asks after every configure that returned
+     * 1, and once before the first token (a table from an offline profile is filled at
+     * init); it loads them, and no evict module is ever offered them as victims, so only
+     * the pages they leave are cached by the evict module. */
+    uint32_t (*hold)(void *self, uint8_t *held);
 } mvm_config_ops;
 
 /* ---- place: which server holds which experts? ------------------------------------------- */

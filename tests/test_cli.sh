@@ -509,6 +509,16 @@ expect 0 'predict=learned +[0-9.]+' -- "$moevm" sim --trace "$tmp/h.jsonl" --pre
 head -c 100 "$tmp/p.bin" >"$tmp/cut.bin"
 expect 1 'predictor' -- "$moevm" sim --trace "$tmp/h.jsonl" --predictor "$tmp/cut.bin" --predict learned
 expect 1 '^moevm sim: --model: .*the trace has 16 x 64, 2048 wide \(is this the model that recorded it\?\)' -- "$moevm" sim --trace "$tmp/g.jsonl" --model "$m" --predict gate
+# PreScope's hot table from a profiling run's trace: held from the start, in the engine and
+# the simulator; a profile of another shape, or for no module that reads one, is refused.
+expect 0 'config hot: 0 changes, 0 split, [1-9][0-9]* held' -- env MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p "Once upon a time" -n 8 --gpu-budget 50% --config hot --hot-profile "$tmp/h.jsonl"
+expect 0 '"held":[[:space:]]*[1-9]' -- env MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p "Once upon a time" -n 4 --gpu-budget 50% --config hot --hot-profile "$tmp/h.jsonl" -o json
+expect 0 'config=hot +[0-9.]+' -- "$moevm" sim --trace "$tmp/h.jsonl" --hot-profile "$tmp/h.jsonl" --budget 40% --compare 'evict=lru; config=hot'
+expect 1 'config hot: the profile has 16 layers of 64 experts, the model' -- "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 50% --config hot --hot-profile "$tmp/g.jsonl"
+expect 1 'a hot-expert profile was given, but config none does not read one' -- "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 50% --hot-profile "$tmp/h.jsonl"
+expect 1 '^moevm run: --hot-profile: .*nope.jsonl: ' -- "$moevm" run -m "$m" -p "x" --config hot --hot-profile "$tmp/nope.jsonl"
+expect 2 '^moevm sim: --hot-profile: no policy set has config hot' -- "$moevm" sim --trace "$tmp/h.jsonl" --hot-profile "$tmp/h.jsonl"
+expect 1 '^moevm sim: --hot-profile: .*cut.bin' -- "$moevm" sim --trace "$tmp/h.jsonl" --hot-profile "$tmp/cut.bin" --config hot
 
 # several servers
 expect 0 'prism +[0-9.]+' -- "$moevm" sim --trace "$tmp/g.jsonl" --servers 2

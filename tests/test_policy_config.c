@@ -1,7 +1,9 @@
 /*
  * The config modules (policy/config_*.c) and MoEpic's exposed-time model
  * (policy/moepic_model.c): budgets never exceed the capacity and θ stays in (0, 1];
- * uniform is exact; hot fills the budget in the order of its global ranking; MoEpic's
+ * uniform is exact; hot fills the budget in the order of its global ranking, as per-layer
+ * budgets while it profiles and as the experts it holds once the profile is over (at once
+ * from an offline profile, whose table stays put whatever the run routes); MoEpic's
  * sub-problem (Eq. 11) on a hand-worked layer where the split beats whole experts; the
  * budget search on a two-layer case with a known optimum (it converges there and stays);
  * through the module, budget moves toward the layer with the worse exposed time, toward
@@ -121,6 +123,11 @@ static void test_hot(void)
     /* With no counts the table is spread over the layers: 2, 2, 1 experts. */
     CHECK(mvm_config_hot.configure(h, &f.v, f.pages, f.theta) == 1);
     CHECK(f.pages[0] == 4 && f.pages[1] == 4 && f.pages[2] == 2);
+    uint8_t held[MAXL * MAXE];
+    memset(held, 7, sizeof held);
+    CHECK(mvm_config_hot.hold(h, held) == 0); /* still profiling: nothing held */
+    for (uint32_t x = 0; x < 12; x++)
+        CHECK(held[x] == 0);
     /* Token counts: L0 e0 100, e1 50, e2 1; L1 e3 80, e0 70; L2 e1 60. Global ranking:
      * L0e0 100, L1e3 80, L1e0 70, L2e1 60, L0e1 50 | L0e2 1: per layer 2, 2, 1. */
     struct { uint32_t layer, e, n; } obs[] = {{0, 0, 100}, {0, 1, 50}, {0, 2, 1},
@@ -174,13 +181,62 @@ static void test_hot(void)
         fx_observe(&f, &mvm_config_hot, h, 0, &c, 1);
         fx_observe(&f, &mvm_config_hot, h, 1, &b, 1);
     }
-    mvm_config_hot.configure(h, &f.v, f.pages, f.theta);
-    CHECK(f.pages[0] == 1 && f.pages[1] == 0); /* 4 vs 4: the tie goes to layer 0 */
+    /* Over: the table is held, and no layer has a budget of its own. */
+    CHECK(mvm_config_hot.configure(h, &f.v, f.pages, f.theta) == 1);
+    CHECK(f.pages[0] == UINT64_MAX && f.pages[1] == UINT64_MAX);
+    CHECK(mvm_config_hot.hold(h, held) == 1);
+    /* 4 vs 4 tokens: the tie goes to layer 0's e0 (later counts ignored: not L0e1) */
+    for (uint32_t x = 0; x < 8; x++)
+        CHECK(held[x] == (x == 0));
+    CHECK(mvm_config_hot.configure(h, &f.v, f.pages, f.theta) == 0);
     mvm_config_hot.destroy(h);
     mvm_pinit init = {.shape = &f.sh, .cost = &f.cost, .params = {"profile=-1"}};
     CHECK_ST(mvm_config_hot.create(&init, &h), MVM_ERR_INVALID);
     init.params.text = "buffer=1.5";
     CHECK_ST(mvm_config_hot.create(&init, &h), MVM_ERR_INVALID);
+}
+
+/* The offline profile: the table from its counts, held before the first token, the same
+ * whatever the run then routes; it follows only the capacity. */
+static void test_hot_offline(void)
+{
+    fx f;
+    fx_init(&f, 3, 4, 1, 2, 7); /* 7 pages, no buffer: a table of 3 whole experts */
+    /* L0 e0 100, e1 50, e2 1; L1 e3 80, e0 70; L2 e1 60 (test_hot's ranking) */
+    const uint64_t counts[12] = {100, 50, 1, 0, 70, 0, 0, 80, 0, 60, 0, 0};
+    const mvm_pprofile prof = {.n_layers = 3, .n_experts = 4, .n_tokens = 200,
+                               .counts = counts};
+    mvm_pinit init = {.shape = &f.sh, .cost = &f.cost, .params = {"buffer=0"},
+                      .profile = &prof};
+    void *h = NULL;
+    CHECK_ST(mvm_config_hot.create(&init, &h), MVM_OK);
+    uint8_t held[MAXL * MAXE];
+    CHECK(mvm_config_hot.configure(h, &f.v, f.pages, f.theta) == 1);
+    for (uint32_t l = 0; l < 3; l++)
+        CHECK(f.pages[l] == UINT64_MAX && f.theta[l] == 1);
+    CHECK(mvm_config_hot.hold(h, held) == 3); /* L0e0, L1e3, L1e0 */
+    for (uint32_t x = 0; x < 12; x++)
+        CHECK(held[x] == (x == 0 || x == 7 || x == 4));
+    /* The run routes elsewhere: the table stays. */
+    uint32_t e2 = 2;
+    for (int t = 0; t < 500; t++)
+        for (uint32_t l = 0; l < 3; l++)
+            fx_observe(&f, &mvm_config_hot, h, l, &e2, 1);
+    CHECK(mvm_config_hot.configure(h, &f.v, f.pages, f.theta) == 0);
+    CHECK(mvm_config_hot.hold(h, held) == 3);
+    CHECK(held[0] && held[7] && held[4] && !held[2] && !held[6] && !held[10]);
+    /* More room: the ranking's next two, L2e1 and L0e1, join. */
+    f.v.capacity_pages = 10;
+    CHECK(mvm_config_hot.configure(h, &f.v, f.pages, f.theta) == 1);
+    CHECK(mvm_config_hot.hold(h, held) == 5);
+    for (uint32_t x = 0; x < 12; x++)
+        CHECK(held[x] == (x == 0 || x == 1 || x == 7 || x == 4 || x == 9));
+    mvm_config_hot.destroy(h);
+    /* A profile of another shape is refused, naming both. */
+    const mvm_pprofile other = {.n_layers = 3, .n_experts = 8, .n_tokens = 1, .counts = counts};
+    init.profile = &other;
+    CHECK_ST(mvm_config_hot.create(&init, &h), MVM_ERR_INVALID);
+    CHECK(strstr(mvm_last_error(), "3 layers of 8 experts, the model 3 of 4") != NULL);
 }
 
 /* ---- MoEpic's model --------------------------------------------------------------------- */
@@ -486,6 +542,7 @@ int main(void)
 {
     RUN(test_uniform);
     RUN(test_hot);
+    RUN(test_hot_offline);
     RUN(test_moepic_layer);
     RUN(test_moepic_windows);
     RUN(test_moepic_allocate);

@@ -3,7 +3,8 @@
  * module it is given decides what makes room, a step's own experts are never evicted for
  * each other, a step that cannot fit runs what does not from its home or, for a reader
  * that cannot read the homes, in rounds that fit, and leaves nothing pinned, modules that
- * ask for experts get them, bad modules and parameters are clear errors; and the engine's
+ * ask for experts get them, a config module's held table loads at create and is never
+ * evicted, bad modules and parameters are clear errors; and the engine's
  * decisions are the simulator's: a trace recorded by the engine, replayed by tools/sim with
  * the same module, budget and page size, counts the same accesses and hits.
  */
@@ -399,6 +400,51 @@ static void test_admission(void)
         mvm_space_destroy(sp);
     }
     unsetenv("MOEVM_ADMIT");
+}
+
+/* Waits (up to 2 s) until no copy is queued or in flight. */
+static void wait_idle(mvm_space *sp)
+{
+    for (int spin = 0; spin < 2000; spin++) {
+        mvm_stats ss;
+        mvm_space_get_stats(sp, &ss);
+        if (!ss.moves_queued && !ss.moves_in_flight)
+            return;
+        usleep(1000);
+    }
+}
+
+/* PreScope's table from an offline profile (config hot): with a buffer of one expert, the
+ * budget of three holds the profile's top two, (0,0) and (1,3), loaded at create. A stream
+ * over every other expert of both layers then evicts only in the buffer: the two stay, and
+ * hit when used. A profile for a module that does not read one is an error. */
+static void test_hot_table(void)
+{
+    const uint64_t counts[8] = {10, 1, 0, 0, 0, 2, 0, 9};
+    const mvm_pprofile prof = {.n_layers = 2, .n_experts = 4, .n_tokens = 10, .counts = counts};
+    mvm_space *sp = small_space();
+    mvm_resid_params p = {.evict = "lru", .config = "hot", .config_args = "buffer=1",
+                          .top_k = 2, .profile = &prof};
+    mvm_resid *r = NULL;
+    CHECK_ST(mvm_resid_create(sp, &p, &r), MVM_OK);
+    wait_idle(sp);
+    CHECK(resident_pages(sp, 0, 0) == 2 && resident_pages(sp, 1, 3) == 2);
+    for (int rep = 0; rep < 3; rep++)
+        for (int32_t e = 0; e < 3; e++) {
+            CHECK_ST(use1(r, 0, e + 1), MVM_OK);
+            CHECK_ST(use1(r, 1, e), MVM_OK);
+            CHECK(resident_pages(sp, 0, 0) == 2 && resident_pages(sp, 1, 3) == 2);
+        }
+    CHECK_ST(use1(r, 0, 0), MVM_OK);
+    CHECK_ST(use1(r, 1, 3), MVM_OK);
+    mvm_resid_stats rs;
+    mvm_resid_get_stats(r, &rs);
+    CHECK(rs.held == 2 && rs.evictions >= 17 && rs.accesses == 20 && rs.hits == 2);
+    mvm_resid_destroy(r);
+    p.config = "uniform";
+    CHECK_ST(mvm_resid_create(sp, &p, &r), MVM_ERR_INVALID);
+    CHECK(strstr(mvm_last_error(), "config uniform does not read one") != NULL);
+    mvm_space_destroy(sp);
 }
 
 /* At home the same steps move nothing: every access runs from the home (cpu_runs), and
@@ -1030,6 +1076,7 @@ int main(void)
     RUN(test_deterministic);
     RUN(test_prefetch_window);
     RUN(test_speculative);
+    RUN(test_hot_table);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)

@@ -5,8 +5,9 @@
  * setup); the time breakdown sums to the total; the capacity is never exceeded; a larger
  * budget never hits less under LRU on the same trace (LRU is a stack algorithm); a split
  * expert (MoEpic) computes its resident prefix while the rest loads, to the closed form;
- * MoEpic's prefetch window starts what fits before the layer routes and drops the rest; the
- * offline oracles bound the online modules.
+ * MoEpic's prefetch window starts what fits before the layer routes and drops the rest;
+ * PreScope's hot table is there from the first token and never evicted, however the stream
+ * around it churns; the offline oracles bound the online modules.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -403,8 +404,58 @@ static void test_prefetch_window_buffer(void)
     mvm_trace_free(w.t);
 }
 
+/* PreScope's hot table: two layers of 8 one-page experts, top-1; every even token routes
+ * expert 0 in both layers, every odd one the next of experts 1..7 in turn. 3 pages: with
+ * the default buffer (top_k = 1 expert) a table of 2, L0e0 and L1e0 by the profile. LRU
+ * evicts expert 0 between its uses (four accesses between them, three pages) and never
+ * hits. The table, filled at init, hits every even access and only those: the odd ones
+ * cycle through the one page left. From the run's own first 4 tokens (no offline profile)
+ * it is held from token 5 on. */
+static void test_hot_table(void)
+{
+    const uint32_t n = 60;
+    mvm_trace *t = make_trace(n, 2, 8, 1, 2u << 20);
+    if (!t)
+        return;
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t l = 0; l < 2; l++)
+            mvm_trace_experts(t, i, l)[0] = i % 2 ? (int32_t)(1 + (i / 2) % 7) : 0;
+    mvm_cost cost;
+    mvm_cost_init(&cost, mvm_machine_preset("rtx3090"), 2u << 20, 2048, 768);
+    mvm_sim_config c;
+    mvm_sim_config_init(&c);
+    c.budget_pages = 3;
+    mvm_sim_result lru, hot, online;
+    CHECK_ST(mvm_sim_run(t, &cost, &c, &lru), MVM_OK);
+    CHECK(lru.hits == 0);
+    uint64_t counts[16] = {0};
+    counts[0] = counts[8] = 30;
+    counts[3] = 5; /* less than the expert 0s: not in the table */
+    const mvm_pprofile prof = {.n_layers = 2, .n_experts = 8, .n_tokens = 60, .counts = counts};
+    c.policy[MVM_ROLE_CONFIG] = "hot";
+    c.profile = &prof;
+    CHECK_ST(mvm_sim_run(t, &cost, &c, &hot), MVM_OK);
+    CHECK(hot.hits == n && hot.misses == n); /* the 30 even tokens x 2 layers */
+    CHECK(hot.loads == n && hot.prefetches == 0); /* the table's copies were at init */
+    CHECK(hot.peak_pages <= 3);
+    check_breakdown(&hot);
+    CHECK(hot.time < lru.time);
+    c.profile = NULL;
+    c.params[MVM_ROLE_CONFIG] = "profile=4";
+    CHECK_ST(mvm_sim_run(t, &cost, &c, &online), MVM_OK);
+    CHECK(online.hits >= 2 * 27 && online.hits <= 2 * 30); /* tokens 6, 8, ..., 58 at least */
+    CHECK(online.peak_pages <= 3);
+    /* A profile of another shape: the module says so. */
+    const mvm_pprofile other = {.n_layers = 3, .n_experts = 8, .n_tokens = 1, .counts = counts};
+    c.profile = &other;
+    CHECK_ST(mvm_sim_run(t, &cost, &c, &online), MVM_ERR_INVALID);
+    CHECK(strstr(mvm_last_error(), "config hot: the profile has 3 layers") != NULL);
+    mvm_trace_free(t);
+}
+
 int main(void)
 {
+    RUN(test_hot_table);
     RUN(test_prefetch_window);
     RUN(test_prefetch_window_buffer);
     RUN(test_closed_forms);

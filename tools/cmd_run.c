@@ -36,7 +36,7 @@ struct run_args {
     const char *model, *prompt, *file, *tokens, *trace_out, *logits_out, *budget;
     /* the modules, "name" or "name{k=v,...}"; NULL: their MOEVM_* options */
     const char *evict, *predict, *route, *config, *assign;
-    const char *predictor;
+    const char *predictor, *hot_profile;
     const char *cost;                   /* NULL: MOEVM_COST */
     const char *kv_type;                /* NULL: MOEVM_KV_TYPE */
     const char *place, *place_args, *server_mem; /* the distributed mode's (dist.h) */
@@ -58,7 +58,8 @@ static void usage(FILE *f)
             "                 [--kv-type f16|f32] [--gpu-budget SIZE|PCT | --n-cpu-moe N]\n"
             "                 [--evict NAME[{k=v,...}]]\n"
             "                 [--predict NAME[{k=v,...}] [--predictor FILE]]\n"
-            "                 [--route NAME[{k=v,...}]] [--config NAME[{k=v,...}]]\n"
+            "                 [--route NAME[{k=v,...}]]\n"
+            "                 [--config NAME[{k=v,...}] [--hot-profile TRACE.jsonl]]\n"
             "                 [--assign NAME[{k=v,...}]] [--cost PRESET|FILE.json]\n"
             "                 [--trace-out FILE.jsonl [--trace-hidden]] [--logits-out FILE]\n"
             "                 [--ignore-eos] [-o text|json]\n"
@@ -102,7 +103,9 @@ static void usage(FILE *f)
             "                importance{alpha=A}: a resident expert may stand in for a selected\n"
             "                one that is not, when the router barely preferred it (SMoE)\n"
             "  --config      the config module: none (default MOEVM_CONFIG: one budget), or\n"
-            "                per-layer budgets and splits: uniform, hot, fixedpoint (MoEpic)\n"
+            "                per-layer budgets and splits: uniform, hot, fixedpoint (MoEpic);\n"
+            "                --hot-profile: hot's table from a profiling run's --trace-out,\n"
+            "                loaded at start and held (PreScope; else the run's first tokens)\n"
             "  --assign      on a GPU, where each expert runs: gpu (default MOEVM_ASSIGN: all\n"
             "                on the GPU), or also on the CPU threads from the host copy:\n"
             "                twoptr (SMoE), greedy (DALI), presched (PreScope)\n"
@@ -134,7 +137,7 @@ enum {
     O_MIN_P, O_REPEAT_PENALTY, O_REPEAT_LAST_N, O_SEED, O_CTX, O_BATCH, O_KV_TYPE, O_BUDGET,
     O_CPU_MOE, O_NGL, O_EVICT, O_PREDICT, O_PREDICTOR, O_ROUTE, O_CONFIG, O_ASSIGN, O_COST,
     O_TRACE_OUT, O_TRACE_HIDDEN, O_LOGITS_OUT, O_PLACE, O_SERVER_MEM, O_PERIOD, O_OUTPUT,
-    O_IGNORE_EOS
+    O_IGNORE_EOS, O_HOT_PROFILE
 };
 
 /* The options, llama.cpp's spellings among them where they mean the same. */
@@ -156,7 +159,7 @@ static const mvm_cli_opt run_opts[] = {
     {"trace-hidden", 0, 0, O_TRACE_HIDDEN}, {"logits-out", 0, 1, O_LOGITS_OUT},
     {"place", 0, 1, O_PLACE},           {"server-mem", 0, 1, O_SERVER_MEM},
     {"period", 0, 1, O_PERIOD},         {"output-format", 'o', 1, O_OUTPUT},
-    {"ignore-eos", 0, 0, O_IGNORE_EOS}, {0}};
+    {"ignore-eos", 0, 0, O_IGNORE_EOS}, {"hot-profile", 0, 1, O_HOT_PROFILE}, {0}};
 
 /* One option into a; 0, or 2 after its one-line error. */
 static int parse_option(struct run_args *a, int id, const char *f, char *v)
@@ -174,6 +177,7 @@ static int parse_option(struct run_args *a, int id, const char *f, char *v)
     case O_BUDGET: a->budget = v; return 0;
     case O_NGL: mvm_cli_gpu_layers("run", f); return 0;
     case O_PREDICTOR: a->predictor = v; return 0;
+    case O_HOT_PROFILE: a->hot_profile = v; return 0;
     case O_COST: a->cost = v; return 0;
     case O_SERVER_MEM: a->server_mem = v; return 0;
     case O_EVICT: return mvm_cli_module("run", f, v, &a->evict);
@@ -352,7 +356,7 @@ struct session {
     mvm_trace_out *trace;
     mvm_sampler *sampler;
     struct logits_file lf;
-    mvm_sim_inputs inputs; /* --predictor's bytes */
+    mvm_sim_inputs inputs; /* --predictor's bytes, --hot-profile's counts */
     int32_t *prompt; /* then the tokens generated after it */
     uint32_t n_prompt, prefilled, generated; /* prefilled < n_prompt: Ctrl-C in the prompt */
     double t_prefill, t_decode;
@@ -432,6 +436,8 @@ static int prepare(struct session *s, mvm_space_desc *desc)
         return mvm_cli_error("run", NULL);
     if (a->predictor && mvm_sim_load_predictor(a->predictor, &s->inputs) != MVM_OK)
         return mvm_cli_error("run", "--predictor");
+    if (a->hot_profile && mvm_sim_load_profile(a->hot_profile, &s->inputs) != MVM_OK)
+        return mvm_cli_error("run", "--hot-profile");
     return mvm_cli_threads("run", a->threads, &s->pool);
 }
 
@@ -509,7 +515,9 @@ static int make_engine(struct session *s)
         .model = a->model, .n_ctx = ctx_bound(a), .n_batch = a->batch, .kv_type = a->kv_type,
         .evict = a->evict, .predict = a->predict, .route = a->route, .config = a->config,
         .assign = a->assign, .cost = a->cost, .predictor = s->inputs.predictor,
-        .predictor_size = s->inputs.predictor_size};
+        .predictor_size = s->inputs.predictor_size, .hot_counts = s->inputs.profile.counts,
+        .hot_layers = s->inputs.profile.n_layers, .hot_experts = s->inputs.profile.n_experts,
+        .hot_tokens = s->inputs.profile.n_tokens};
     if (mvm_engine_adopt(&p, s->pool, s->model, a->tokens != NULL, &s->e) != MVM_OK)
         return mvm_cli_error("run", NULL);
     return 0;

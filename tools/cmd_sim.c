@@ -41,7 +41,7 @@ struct policy_set {
 
 struct sim_args {
     const char *trace, *cost, *budget, *compare, *sweep, *out, *page;
-    const char *model, *predictor, *shape;
+    const char *model, *predictor, *shape, *hot_profile;
     int zerocopy, no_admit, prefetch_window;
     uint32_t steps, alpha_degree;
     int steps_given;
@@ -59,7 +59,7 @@ static void usage(FILE *f)
             "                 [--page-size SIZE] [--zerocopy] [--no-admit] [--prefetch top-k|window]\n"
             "                 [--compare SETS]\n"
             "                 [--sweep budget=A%%..B%%] [--steps N] [--out PREFIX]\n"
-            "                 [--model M.gguf] [--predictor P.bin]\n"
+            "                 [--model M.gguf] [--predictor P.bin] [--hot-profile T.jsonl]\n"
             "       moevm sim --model-shape NAME|L,E,K ...   (a synthetic trace, trace gen's defaults)\n"
             "       moevm sim --model M.gguf ...             (the same, of that model's shape)\n"
             "  P            a module, optionally with parameters: score{n=8}\n"
@@ -80,6 +80,8 @@ static void usage(FILE *f)
             "  --model      the GGUF that recorded the trace: routers for predict gate/residual;\n"
             "               alone, a synthetic trace of its shape\n"
             "  --predictor  a `moevm train-predictor` file for predict learned\n"
+            "  --hot-profile  a trace of a profiling run (`moevm run --trace-out`): config hot\n"
+            "               builds its table from its counts and holds it from the start\n"
             "  --alpha-for MS  choose route importance's alpha for MS ms/token (SMoE §V-C):\n"
             "               --steps alphas over [0, 1] (default 11) and a polynomial fit of\n"
             "               --alpha-degree D (default 2)\n"
@@ -177,7 +179,8 @@ static int add_bound(struct sim_args *a)
 enum {
     O_ROLE = 1, O_ZEROCOPY, O_NO_ADMIT, O_TRACE, O_MODEL, O_PREDICTOR, O_SHAPE, O_COST,
     O_BUDGET, O_COMPARE, O_SWEEP, O_OUT, O_PAGE, O_STEPS, O_ALPHA_FOR, O_ALPHA_DEGREE,
-    O_PREFETCH
+    O_PREFETCH,
+    O_HOT_PROFILE
 };
 
 /* The single-run options; cmd_sim_cluster.c names them as not applying with --servers. */
@@ -189,7 +192,8 @@ const mvm_cli_opt mvm_sim_opts[] = {
     {"cost", 0, 1, O_COST},        {"budget", 0, 1, O_BUDGET},       {"compare", 0, 1, O_COMPARE},
     {"sweep", 0, 1, O_SWEEP},      {"out", 0, 1, O_OUT},             {"page-size", 0, 1, O_PAGE},
     {"steps", 0, 1, O_STEPS},      {"alpha-for", 0, 1, O_ALPHA_FOR},
-    {"alpha-degree", 0, 1, O_ALPHA_DEGREE}, {"prefetch", 0, 1, O_PREFETCH}, {0}};
+    {"alpha-degree", 0, 1, O_ALPHA_DEGREE}, {"prefetch", 0, 1, O_PREFETCH},
+    {"hot-profile", 0, 1, O_HOT_PROFILE}, {0}};
 
 /* --route, --evict, ...: the base set's module of that role, copied into its buffer. */
 static int parse_role(struct sim_args *a, char **bp, const char *f, const char *v)
@@ -225,6 +229,7 @@ static int parse_option(struct sim_args *a, char **bp, int id, const char *f, co
     case O_TRACE: a->trace = v; return 0;
     case O_MODEL: a->model = v; return 0;
     case O_PREDICTOR: a->predictor = v; return 0;
+    case O_HOT_PROFILE: a->hot_profile = v; return 0;
     case O_SHAPE: a->shape = v; return 0;
     case O_COST: a->cost = v; return 0;
     case O_BUDGET: a->budget = v; return 0;
@@ -471,15 +476,29 @@ int mvm_cmd_sim(int argc, char **argv)
         return mvm_cli_error("sim", a.trace ? "--trace" : a.shape ? "--model-shape" : "--model");
     if (!a.trace)
         a.trace = a.shape ? a.shape : a.model;
+    int hot = 0; /* a set that reads --hot-profile */
+    for (int s = 0; s < a.n_sets; s++)
+        hot |= a.sets[s].policy[MVM_ROLE_CONFIG] &&
+               strcmp(a.sets[s].policy[MVM_ROLE_CONFIG], "hot") == 0;
+    if (a.hot_profile && !hot) {
+        mvm_trace_free(t);
+        fprintf(stderr, "moevm sim: --hot-profile: no policy set has config hot, the only "
+                        "module that reads a profile\n");
+        return 2;
+    }
     mvm_sim_config cfg;
     mvm_sim_config_init(&cfg);
     mvm_sim_inputs in = {0};
-    if ((a.model && mvm_sim_load_routers(a.model, t, &in) != MVM_OK) ||
-        (a.predictor && mvm_sim_load_predictor(a.predictor, &in) != MVM_OK)) {
+    const char *bad = a.model && mvm_sim_load_routers(a.model, t, &in) != MVM_OK ? "--model"
+        : a.predictor && mvm_sim_load_predictor(a.predictor, &in) != MVM_OK ? "--predictor"
+        : a.hot_profile && mvm_sim_load_profile(a.hot_profile, &in) != MVM_OK ? "--hot-profile"
+        : NULL;
+    if (bad) {
         mvm_sim_inputs_free(&in);
         mvm_trace_free(t);
-        return mvm_cli_error("sim", a.model ? "--model" : "--predictor");
+        return mvm_cli_error("sim", bad);
     }
+    cfg.profile = in.profile.counts ? &in.profile : NULL;
     cfg.router = in.model ? &in.router.r : NULL;
     cfg.predictor = in.predictor;
     cfg.predictor_size = in.predictor_size;

@@ -94,7 +94,11 @@ static void print_residency(const struct memory *m)
         else if (i == MOD_ROUTE)
             fprintf(stderr, "%" PRIu64 " substituted", m->substituted);
         else if (i == MOD_CONFIG)
+        {
             fprintf(stderr, "%" PRIu64 " changes, %" PRIu64 " split", rs->reconfigs, rs->splits);
+            if (rs->held)
+                fprintf(stderr, ", %" PRIu64 " held", rs->held);
+        }
         else
             fprintf(stderr, "%" PRIu64 " on CPU, %" PRIu64 " zero-copy, %" PRIu64 " planned",
                     rs->cpu_runs, rs->zerocopy_runs, rs->planned);
@@ -162,7 +166,7 @@ static void add_memory(cJSON *o, const mvm_run_report *r)
         {"prefetched", rs->prefetches}, {"prefetch_used", rs->prefetch_used},
         {"prefetch_in_time", rs->prefetch_hits}, {"prefetches_cut", rs->prefetches_cut},
         {"substituted", m.substituted},
-        {"config_changes", rs->reconfigs}, {"splits", rs->splits},
+        {"config_changes", rs->reconfigs}, {"splits", rs->splits}, {"held", rs->held},
         {"cpu_runs", rs->cpu_runs}, {"zerocopy_runs", rs->zerocopy_runs},
         {"planned", rs->planned}, {"bytes_moved", m.vs.bytes_moved},
         {"forecast_named", m.ps.named}, {"forecast_used", m.ps.named_used}};

@@ -42,6 +42,7 @@ struct sim {
     uint32_t L, E, K, n_total;
     uint32_t *resident;      /* [L*E] pages resident (or reserved by a load in flight) */
     uint8_t *busy;           /* [L*E] used by the current layer, or loading */
+    uint8_t *held;           /* [L*E] held by the config module (its table): never evicted */
     double *ready;           /* [L*E] when the pages in `resident` are all there */
     uint32_t *landed;        /* [L*E] the route module's residency: `resident` where it is
                                 there when the layer routes, the routing layer's row only */
@@ -218,6 +219,33 @@ static void admit(struct sim *s, uint32_t l, double now)
         mvm_evict_collect(&s->victims, 0, s->n_total, x, landed_by_now, s);
         if (mvm_evict_admit(&s->victims, &s->view, x, ppe(s) - s->resident[x]))
             s->r.admitted += (uint64_t)queue_prefetch(s, x, now);
+    }
+}
+
+/* The config module's table (PreScope's hot experts), asked for after a configure that
+ * changed something: each of its experts not resident is copied in, making room among what
+ * is not held. At init (before the first token) that takes no time, as a table from an
+ * offline profile is filled before serving; later, the copy engine carries it after what
+ * is queued. An expert no room can be made for loads when next used, and stays. */
+static void hold_table(struct sim *s, double now, int at_init)
+{
+    const mvm_config_ops *co = s->mod[MVM_ROLE_CONFIG].ops;
+    co->hold(s->mod[MVM_ROLE_CONFIG].self, s->held);
+    for (uint32_t x = 0; x < s->n_total; x++) {
+        uint32_t need = ppe(s) - s->resident[x];
+        if (!s->held[x] || !need || s->queued[x] || make_room(s, x / s->E, need, now, 0))
+            continue;
+        double start = fmax(s->copy_free, now);
+        double d = at_init ? 0 : mvm_cost_load_bytes(s->cost, (uint64_t)need * s->cfg->page_bytes);
+        s->view.used_pages += need;
+        s->resident[x] = ppe(s);
+        s->ready[x] = at_init ? 0 : start + d;
+        if (!at_init) {
+            s->copy_free = start + d;
+            s->r.copy_busy += d;
+            s->r.prefetches++;
+            s->r.bytes_prefetched += (uint64_t)need * s->cfg->page_bytes;
+        }
     }
 }
 
@@ -494,7 +522,7 @@ static void free_sim(struct sim *s)
     for (int r = 0; r < MVM_ROLE_COUNT; r++)
         if (s->mod[r].ops)
             ((const mvm_evict_ops *)s->mod[r].ops)->destroy(s->mod[r].self);
-    void *p[] = {s->resident, s->busy, s->ready, s->landed, s->by_prefetch, s->spec,
+    void *p[] = {s->resident, s->busy, s->held, s->ready, s->landed, s->by_prefetch, s->spec,
                  s->spec_keep, s->cand, s->queue,
                  s->queued, s->experts, s->weights, s->next_scores, s->counts, s->where,
                  s->load_ready, s->top_share, s->prefetch, s->layer_pages, s->theta};
@@ -521,6 +549,7 @@ mvm_status mvm_sim_run(const mvm_trace *t, const mvm_cost *cost, const mvm_sim_c
     s.cap_queue = 4 * s.E;
     s.resident = calloc(s.n_total, sizeof *s.resident);
     s.busy = calloc(s.n_total, 1);
+    s.held = calloc(s.n_total, 1);
     s.ready = calloc(s.n_total, sizeof *s.ready);
     s.landed = calloc(s.n_total, sizeof *s.landed);
     s.by_prefetch = calloc(s.n_total, 1);
@@ -539,7 +568,7 @@ mvm_status mvm_sim_run(const mvm_trace *t, const mvm_cost *cost, const mvm_sim_c
     s.prefetch = calloc(MVM_ASSIGN_AHEAD * (size_t)s.E, sizeof *s.prefetch);
     s.layer_pages = malloc(s.L * sizeof *s.layer_pages);
     s.theta = malloc(s.L * sizeof *s.theta);
-    if (!s.resident || !s.busy || !s.ready || !s.landed || !s.by_prefetch || !s.spec ||
+    if (!s.resident || !s.busy || !s.held || !s.ready || !s.landed || !s.by_prefetch || !s.spec ||
         !s.spec_keep || !s.cand ||
         !s.queue || !s.queued || !s.experts || !s.weights || !s.next_scores || !s.counts ||
         !s.where || !s.load_ready || !s.top_share || !s.prefetch || !s.layer_pages || !s.theta) {
@@ -555,21 +584,29 @@ mvm_status mvm_sim_run(const mvm_trace *t, const mvm_cost *cost, const mvm_sim_c
     mvm_pfuture future = {.n_tokens = t->n_tokens, .experts = t->experts};
     mvm_pinit init = {.shape = &s.shape, .cost = cost, .router = c->router,
                       .predictor = c->predictor, .predictor_size = c->predictor_size,
-                      .future = &future};
+                      .future = &future, .profile = c->profile};
     mvm_status st = make_modules(&s, &init);
     s.victims = (mvm_evict_driver){.ops = s.mod[MVM_ROLE_EVICT].ops,
                                    .self = s.mod[MVM_ROLE_EVICT].self, .resident = s.resident,
-                                   .busy = s.busy, .cand = s.cand};
+                                   .busy = s.busy, .held = s.held, .cand = s.cand};
     const mvm_config_ops *co = s.mod[MVM_ROLE_CONFIG].ops;
     double clock = 0;
+    /* A module that holds experts is configured before the first token: a table from an
+     * offline profile is there from the start. */
+    if (st == MVM_OK && co && co->hold &&
+        co->configure(s.mod[MVM_ROLE_CONFIG].self, &s.view, s.layer_pages, s.theta))
+        hold_table(&s, 0, 1);
     for (uint32_t tok = 0; tok < t->n_tokens && st == MVM_OK; tok++) {
         for (uint32_t l = 0; l < s.L && st == MVM_OK; l++)
             st = sim_layer(&s, tok, l, &clock);
         s.view.tokens++;
         s.r.tokens++;
-        if (co && co->configure(s.mod[MVM_ROLE_CONFIG].self, &s.view, s.layer_pages, s.theta))
+        if (co && co->configure(s.mod[MVM_ROLE_CONFIG].self, &s.view, s.layer_pages, s.theta)) {
             for (uint32_t l = 0; l < s.L; l++)
                 make_room(&s, l, 0, clock, 1); /* shrinks a layer over its new budget */
+            if (co->hold)
+                hold_table(&s, clock, 0);
+        }
     }
     s.r.time = clock;
     *out = s.r;

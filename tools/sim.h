@@ -46,6 +46,7 @@ typedef struct mvm_sim_config {
     const mvm_router *router;
     const void *predictor;
     size_t predictor_size;
+    const mvm_pprofile *profile;         /* config hot's offline profile, or NULL */
 } mvm_sim_config;
 
 typedef struct mvm_sim_result {

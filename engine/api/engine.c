@@ -176,12 +176,15 @@ static mvm_status open_text(mvm_engine *e, int vocab_optional)
 static mvm_status make_ctx(mvm_engine *e, const mvm_engine_params *p)
 {
     const struct module *m = e->mod;
+    const mvm_pprofile profile = {.n_layers = p->hot_layers, .n_experts = p->hot_experts,
+                                  .n_tokens = p->hot_tokens, .counts = p->hot_counts};
     mvm_ctx_policies pol = {
         .residency = {.evict = m[MVM_ROLE_EVICT].name, .evict_args = m[MVM_ROLE_EVICT].args,
                       .config = m[MVM_ROLE_CONFIG].name,
                       .config_args = m[MVM_ROLE_CONFIG].args,
                       .assign = m[MVM_ROLE_ASSIGN].name,
-                      .assign_args = m[MVM_ROLE_ASSIGN].args, .machine = &e->machine},
+                      .assign_args = m[MVM_ROLE_ASSIGN].args, .machine = &e->machine,
+                      .profile = p->hot_counts ? &profile : NULL},
         .prefetch = {.predict = m[MVM_ROLE_PREDICT].name,
                      .predict_args = m[MVM_ROLE_PREDICT].args, .predictor = p->predictor,
                      .predictor_size = p->predictor_size},

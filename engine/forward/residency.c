@@ -26,7 +26,8 @@ struct mvm_resid {
                                layer asked for last; other rows stay 0) */
     uint32_t landed_layer;  /* that layer, UINT32_MAX before the first */
     uint8_t *busy;          /* [L*E] the view's: used by the current step (shielded) */
-    uint8_t *held;          /* [L*E] pinned by the current step */
+    uint8_t *pinned;        /* [L*E] pinned by the current step */
+    uint8_t *held;          /* [L*E] held by the config module (its table): never evicted */
     const uint8_t *remote;  /* [L*E] held by another rank (mvm_resid_set_remote) or NULL */
     uint8_t *by_prefetch;   /* [L*E] loaded ahead of its layer's next step, which has not
                                ended yet */
@@ -50,6 +51,9 @@ struct mvm_resid {
     float *theta;           /* [L] its splits: the share of a used expert's pages kept */
     mvm_resid_stats stats;
 };
+
+static mvm_status hold_table(mvm_resid *r);
+static const mvm_pview *view(mvm_resid *r);
 
 struct modules {
     const mvm_evict_ops *evict;
@@ -114,6 +118,7 @@ mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_res
     r->ppe = (uint32_t)((info.expert_bytes + info.page_size - 1) / info.page_size);
     r->resident = calloc(r->n_total, sizeof *r->resident);
     r->busy = calloc(r->n_total, 1);
+    r->pinned = calloc(r->n_total, 1);
     r->held = calloc(r->n_total, 1);
     r->plan = calloc(r->n_total, sizeof *r->plan);
     r->by_prefetch = calloc(r->n_total, 1);
@@ -125,7 +130,7 @@ mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_res
     r->landed = calloc(r->n_total, sizeof *r->landed);
     r->layer_pages = malloc(info.n_layers * sizeof *r->layer_pages);
     r->theta = malloc(info.n_layers * sizeof *r->theta);
-    if (!r->resident || !r->busy || !r->held || !r->plan || !r->by_prefetch || !r->spec ||
+    if (!r->resident || !r->busy || !r->pinned || !r->held || !r->plan || !r->by_prefetch || !r->spec ||
         !r->spec_keep || !r->home_run || !r->cand ||
         !r->want || !r->landed || !r->layer_pages || !r->theta) {
         mvm_resid_destroy(r);
@@ -150,7 +155,8 @@ mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_res
     }
     r->evict = mods.evict;
     r->victims = (mvm_evict_driver){.ops = r->evict, .self = r->evict_self,
-                                    .resident = r->resident, .busy = r->busy, .cand = r->cand};
+                                    .resident = r->resident, .busy = r->busy, .held = r->held,
+                                    .cand = r->cand};
     in.params.text = mods.assign_args;
     if (mods.assign && (st = mods.assign->create(&in, &r->assign_self)) != MVM_OK) {
         mvm_resid_destroy(r);
@@ -159,11 +165,25 @@ mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_res
     r->assign = mods.assign;
     in.params.text = mods.config_args;
     in.router = p->router;
+    in.profile = p->profile;
+    if (p->profile && (!mods.config || strcmp(mods.config->name, "hot") != 0)) {
+        mvm_resid_destroy(r);
+        return mvm_fail(MVM_ERR_INVALID, "a hot-expert profile was given, but config %s does "
+                        "not read one (config hot does)", mods.config ? mods.config->name
+                                                                       : "none");
+    }
     if (mods.config && (st = mods.config->create(&in, &r->config_self)) != MVM_OK) {
         mvm_resid_destroy(r);
         return st;
     }
     r->config = mods.config;
+    /* A table from an offline profile is filled at init, as PreScope does. */
+    if (r->config && r->config->hold &&
+        r->config->configure(r->config_self, view(r), r->layer_pages, r->theta) &&
+        (st = hold_table(r)) != MVM_OK) {
+        mvm_resid_destroy(r);
+        return st;
+    }
     *out = r;
     return MVM_OK;
 }
@@ -180,6 +200,7 @@ void mvm_resid_destroy(mvm_resid *r)
         r->assign->destroy(r->assign_self);
     free(r->resident);
     free(r->busy);
+    free(r->pinned);
     free(r->held);
     free(r->plan);
     free(r->by_prefetch);
@@ -362,24 +383,38 @@ static mvm_status request(mvm_resid *r, uint32_t x, int demand, int may_evict, m
     return st;
 }
 
+/* The config module's table (PreScope's hot experts), asked for after a configure that
+ * changed something: each of its experts not resident is loaded as a prefetch that may evict
+ * what is not held. No room (the step's experts and the copies in flight fill the rest) is
+ * not an error: such an expert loads when next used, and stays. */
+static mvm_status hold_table(mvm_resid *r)
+{
+    r->stats.held = r->config->hold(r->config_self, r->held);
+    mvm_status st = MVM_OK;
+    for (uint32_t x = 0; x < r->n_total && !r->at_home && st == MVM_OK; x++)
+        if (r->held[x] && r->resident[x] < r->ppe && !(r->remote && r->remote[x]))
+            st = request(r, x, 0, 1, NULL);
+    return st == MVM_ERR_NOSPACE ? MVM_OK : st;
+}
+
 /* Unpins the experts the step still holds (a round released earlier, or an expert run on
  * the CPU, holds none) and unshields them. */
 static void unpin(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n)
 {
     for (uint32_t i = 0; i < n; i++) {
         uint32_t x = layer * r->n_experts + (uint32_t)experts[i];
-        if (r->held[x])
+        if (r->pinned[x])
             mvm_unpin(r->space, layer, (uint32_t)experts[i]);
-        r->held[x] = 0;
+        r->pinned[x] = 0;
         r->busy[x] = 0;
     }
 }
 
 /* The step's pin of expert x. */
-static mvm_status hold(mvm_resid *r, uint32_t x)
+static mvm_status pin_one(mvm_resid *r, uint32_t x)
 {
     mvm_status st = mvm_pin(r->space, x / r->n_experts, x % r->n_experts);
-    r->held[x] = st == MVM_OK;
+    r->pinned[x] = st == MVM_OK;
     return st;
 }
 
@@ -413,7 +448,7 @@ static mvm_status access_expert(mvm_resid *r, uint32_t x, int wait)
         if (st != MVM_OK)
             return st;
     }
-    return hold(r, x);
+    return pin_one(r, x);
 }
 
 static mvm_status check_step(const mvm_resid *r, uint32_t layer, const int32_t *experts,
@@ -459,7 +494,7 @@ mvm_status mvm_resid_begin(mvm_resid *r, uint32_t layer, const int32_t *experts,
             mvm_expert_residency(r->space, layer, e, &res);
             count_access(r, x, &res);
             r->stats.bypassed++;
-            st = hold(r, x);
+            st = pin_one(r, x);
         }
         if (st != MVM_OK)
             break;
@@ -575,7 +610,7 @@ mvm_status mvm_resid_begin_home(mvm_resid *r, uint32_t layer, const int32_t *exp
         r->stats.cpu_runs += !pin;
         r->stats.zerocopy_runs += pin;
         r->home_run[x] = 1;
-        if (pin && (st = hold(r, x)) != MVM_OK)
+        if (pin && (st = pin_one(r, x)) != MVM_OK)
             break;
     }
     if (st != MVM_OK)
@@ -638,6 +673,8 @@ mvm_status mvm_resid_end(mvm_resid *r, const mvm_pstep *step, const int32_t *exp
             r->stats.reconfigs++;
             for (uint32_t l = 0; l < r->shape.n_layers; l++)
                 (void)fit_layer(r, l, 0); /* a layer over its new budget shrinks now */
+            if (r->config->hold && st == MVM_OK)
+                st = hold_table(r);
         }
     }
     return st;

@@ -23,7 +23,10 @@
  * batch it may set new per-layer budgets and split ratios θ. What stays cached in a layer
  * must then fit its budget (evictions within the layer make room for a prefetch or after a
  * step), an on-demand load only room on the device; an expert a step used keeps only its
- * first ⌈θ·pages⌉ pages, and its next use loads the rest. The simulator does the same.
+ * first ⌈θ·pages⌉ pages, and its next use loads the rest. A module may also hold experts
+ * resident (hot: PreScope's static table): they load when it names them (at create for an
+ * offline profile) and are never evicted; the evict module caches in the pages they leave.
+ * The simulator does the same.
  *
  * When nothing can be evicted (every resident expert is pinned by the current step) an
  * expert runs from where it is: through its fixed address, which on the host backend and on
@@ -63,6 +66,7 @@ typedef struct mvm_resid_params {
     uint32_t top_k, n_embd, n_ff; /* the model's, for the modules' shape (0: unknown) */
     const mvm_router *router;   /* the routers (F32 weights) for fixedpoint's predictions,
                                    or NULL (it then models the cache only) */
+    const mvm_pprofile *profile; /* config hot's offline profile, or NULL */
 } mvm_resid_params;
 
 typedef struct mvm_resid_stats {
@@ -87,6 +91,8 @@ typedef struct mvm_resid_stats {
                                 window closing at the router (mvm_resid_cancel_prefetch) */
     uint64_t splits;        /* used experts cut back to their config split θ */
     uint64_t reconfigs;     /* times the config module changed budgets or splits */
+    uint64_t held;          /* experts the config module holds resident (PreScope's hot
+                               table; never evicted) */
 } mvm_resid_stats;
 
 /* MVM_ERR_INVALID (naming the module or the parameter) for an evict or config module that

@@ -61,6 +61,15 @@ typedef struct mvm_engine_params {
      * while the engine loads; NULL: none */
     const void *predictor;
     size_t predictor_size;
+    /* the "hot" config module's offline profile (PreScope's Counter): the tokens each
+     * expert of each MoE layer processed in a profiling run, hot_counts[layer * hot_experts
+     * + expert], over hot_tokens tokens (`moevm run --hot-profile` counts them from a
+     * `--trace-out` trace); hot_layers and hot_experts must be the model's MoE layers and
+     * experts. Read while the engine loads. NULL: the module profiles the run's first
+     * tokens */
+    const uint64_t *hot_counts;
+    uint32_t hot_layers, hot_experts;
+    uint64_t hot_tokens;
 } mvm_engine_params;
 
 /* Loads the model, makes its expert space and the inference context. MVM_ERR_INVALID for a
