@@ -116,4 +116,30 @@ void mvm_predictor_train_defaults(mvm_predictor_train_opts *o);
 mvm_status mvm_predictor_train(const mvm_predictor_data *d, const mvm_predictor_train_opts *o,
                                mvm_predictor_eval *eval, void **blob, size_t *size);
 
+/* ---- online fine-tuning ------------------------------------------------------------------ */
+
+/* LLaPor's continual learning (§4.2: "collect new samples and perform online gradient
+ * updates", period, sample count and rate not given): samples of each target layer as the
+ * run routes, in a ring, and a few AdamW steps on random minibatches of them now and then.
+ * Only the MLP is tuned; the PCA stays the offline one. */
+typedef struct mvm_predictor_tuner mvm_predictor_tuner;
+
+/* Room for `capacity` samples of every target layer of p, minibatches of `batch` (<=
+ * capacity), draws from `seed`; NULL when out of memory. Allocates all it will use. */
+mvm_predictor_tuner *mvm_predictor_tuner_new(const mvm_predictor *p, uint32_t capacity,
+                                             uint32_t batch, uint64_t seed);
+/* NULL is a no-op. */
+void mvm_predictor_tuner_free(mvm_predictor_tuner *tu);
+/* One sample of target layer t (1 <= t < L): layer t-1's hidden state h [D], its experts and
+ * gate weights [K], and layer t's experts [K] (the labels; ids outside 0..E-1 are left out).
+ * The oldest sample goes when the ring is full. */
+void mvm_predictor_tuner_add(mvm_predictor_tuner *tu, const mvm_predictor *p, uint32_t t,
+                             const float *h, const int32_t *prev, const float *w,
+                             const int32_t *next);
+/* `steps` AdamW steps at rate lr on every target layer holding at least `batch` samples,
+ * each on `batch` of its samples drawn at random: the offline trainer's losses, decay and
+ * middle-group factors, every expert weighing 1 and no schedule; the moments carry over
+ * from one call to the next. A step whose gradient is not finite is skipped. */
+void mvm_predictor_tune(mvm_predictor_tuner *tu, mvm_predictor *p, uint32_t steps, float lr);
+
 #endif

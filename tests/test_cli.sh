@@ -506,6 +506,10 @@ expect 1 'has no hidden states' -- "$moevm" train-predictor --trace "$tmp/t.json
 expect 0 'held-out' -- "$moevm" train-predictor --trace "$tmp/h.jsonl" --out "$tmp/p.bin"
 expect 0 'predict learned: [1-9][0-9]* prefetched' -- env MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p "Once upon a time" -n 8 --gpu-budget 50% --predict learned --predictor "$tmp/p.bin"
 expect 0 'predict=learned +[0-9.]+' -- "$moevm" sim --trace "$tmp/h.jsonl" --predictor "$tmp/p.bin" --compare 'predict=learned'
+# LLaPor's online fine-tuning, in the engine and the simulator
+expect 0 'predict learned: [1-9][0-9]* prefetched' -- env MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p "Once upon a time" -n 8 --gpu-budget 50% --predict 'learned{tune=2,batch=4}' --predictor "$tmp/p.bin"
+expect 0 'predict=learned\{tune=8\} +[0-9.]+' -- "$moevm" sim --trace "$tmp/h.jsonl" --predictor "$tmp/p.bin" --compare 'predict=learned; predict=learned{tune=8}'
+expect 1 "predict learned: batch=64 is not a whole number in \[1, 32\]" -- "$moevm" sim --trace "$tmp/h.jsonl" --predictor "$tmp/p.bin" --predict 'learned{tune=8,samples=32,batch=64}'
 head -c 100 "$tmp/p.bin" >"$tmp/cut.bin"
 expect 1 'predictor' -- "$moevm" sim --trace "$tmp/h.jsonl" --predictor "$tmp/cut.bin" --predict learned
 expect 1 '^moevm sim: --model: .*the trace has 16 x 64, 2048 wide \(is this the model that recorded it\?\)' -- "$moevm" sim --trace "$tmp/g.jsonl" --model "$m" --predict gate

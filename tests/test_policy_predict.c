@@ -447,7 +447,8 @@ typedef struct synth {
     float weights[SN][SL][SK];
 } synth;
 
-static void synth_fill(synth *s, uint32_t n, uint64_t seed)
+/* The rule with shifts `up` (h_l[0] > 0) and `down` instead of 1 and 4. */
+static void synth_fill_rule(synth *s, uint32_t n, uint64_t seed, int up, int down)
 {
     uint64_t rng = seed;
     for (uint32_t t = 0; t < n; t++)
@@ -462,10 +463,15 @@ static void synth_fill(synth *s, uint32_t n, uint64_t seed)
                 s->experts[t][0][1] = (a + 1 + (int)(rnd(&rng) * (SE - 1))) % SE;
                 continue;
             }
-            int shift = s->hidden[t][l - 1][0] > 0 ? 1 : 4;
+            int shift = s->hidden[t][l - 1][0] > 0 ? up : down;
             for (int j = 0; j < SK; j++)
                 s->experts[t][l][j] = (s->experts[t][l - 1][j] + shift) % SE;
         }
+}
+
+static void synth_fill(synth *s, uint32_t n, uint64_t seed)
+{
+    synth_fill_rule(s, n, seed, 1, 4);
 }
 
 static mvm_predictor_data synth_data(const synth *s, uint32_t n)
@@ -730,6 +736,60 @@ static void test_file(void)
     free(blob);
 }
 
+/* LLaPor's online fine-tuning: a predictor trained on the rule of shifts (1, 4) meets a run
+ * whose rule is now (3, 6). Frozen (tune=0, the default) it keeps predicting the old
+ * shifts; tuning every 8 tokens (8 steps at rate 0.003) on the run's own routing, it learns
+ * the new rule within the first 600 tokens, and on the rule it was trained on, tuning keeps
+ * what it had. Bad parameters are named. */
+static void test_learned_tuning(void)
+{
+    static synth train, drift;
+    synth_fill(&train, SN, 3);
+    synth_fill_rule(&drift, SN, 5, 3, 6);
+    mvm_predictor_data d = synth_data(&train, SN);
+    mvm_predictor_train_opts o;
+    synth_opts(&o);
+    void *blob = NULL;
+    size_t size = 0;
+    CHECK_ST(mvm_predictor_train(&d, &o, NULL, &blob, &size), MVM_OK);
+    if (!blob)
+        return;
+    const mvm_pshape sh = {.n_layers = SL, .n_experts = SE, .top_k = SK, .n_embd = SD};
+    static const char *const params[] = {"", "tune=8,steps=8,lr=0.003"};
+    double hit[2][2]; /* [params][drift, trained rule] */
+    for (int k = 0; k < 2; k++)
+        for (int r = 0; r < 2; r++) {
+            synth *s = r == 0 ? &drift : &train;
+            mvm_pinit in = {.shape = &sh, .cost = &no_cost, .params = {params[k]},
+                            .predictor = blob, .predictor_size = size};
+            void *m = make(&mvm_predict_learned, &in);
+            for (uint32_t tok = 0; tok < 600; tok++)
+                for (uint32_t l = 0; l < SL; l++) {
+                    mvm_pstep st = step_of(l, 1, s->hidden[tok][l], s->experts[tok][l],
+                                           s->weights[tok][l]);
+                    mvm_predict_learned.observe(m, &st);
+                }
+            hit[k][r] = 0;
+            for (uint32_t t = 1; t < SL; t++)
+                hit[k][r] += module_hit(m, s, 600, SN, t) / (SL - 1);
+            mvm_predict_learned.destroy(m);
+        }
+    fprintf(stderr, "  new rule: frozen %.3f, tuned %.3f; trained rule: frozen %.3f, tuned %.3f\n",
+            hit[0][0], hit[1][0], hit[0][1], hit[1][1]);
+    CHECK(hit[0][0] < 0.2 && hit[1][0] > 0.8);
+    CHECK(hit[0][1] > 0.9 && hit[1][1] > 0.9);
+    static const char *const bad[] = {"tune=-1", "tune=1.5", "samples=0", "batch=300",
+                                      "steps=0", "lr=0", "lr=2"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        mvm_pinit in = {.shape = &sh, .cost = &no_cost, .params = {bad[i]},
+                        .predictor = blob, .predictor_size = size};
+        void *self = NULL;
+        CHECK_ST(mvm_predict_learned.create(&in, &self), MVM_ERR_INVALID);
+        CHECK(self == NULL && has("predict learned: "));
+    }
+    free(blob);
+}
+
 /* The trainer rejects what it cannot train on. */
 static void test_train_errors(void)
 {
@@ -828,6 +888,7 @@ int main(void)
     RUN(test_residual_constant);
     RUN(test_residual_pairing);
     RUN(test_learned_synthetic);
+    RUN(test_learned_tuning);
     RUN(test_file);
     RUN(test_train_errors);
     RUN(test_random_invariants);
