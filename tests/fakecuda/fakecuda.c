@@ -695,9 +695,19 @@ static CUresult mem_map(uintptr_t va, size_t size, size_t offset,
                         CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
     struct fk_alloc *a = alloc_find(handle);
-    if (!a || a->released || flags || offset || !gran_range_ok(va, size) || size > a->size ||
-        !resv_containing(va, size) || mapped_within(va, size))
+    /* A real driver says only INVALID_VALUE; the fake says which rule refused, so that a
+     * refusal a test did not expect (a race in the caller) can be told apart. */
+    const char *why = !a ? "no such allocation" : a->released ? "allocation released"
+        : flags ? "flags not 0" : offset ? "offset not 0"
+        : !gran_range_ok(va, size) ? "address or size not granule-aligned"
+        : size > a->size ? "larger than the allocation"
+        : !resv_containing(va, size) ? "outside every reservation"
+        : mapped_within(va, size) ? "overlaps a mapping" : NULL;
+    if (why) {
+        fprintf(stderr, "fakecuda: cuMemMap(0x%llx, %zu) refused: %s\n",
+                (unsigned long long)va, size, why);
         return CUDA_ERROR_INVALID_VALUE;
+    }
     struct fk_piece *p = calloc(1, sizeof *p);
     if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
     /* PROT_NONE: a new mapping is inaccessible until cuMemSetAccess. */
