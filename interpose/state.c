@@ -15,6 +15,7 @@
 
 #include "interpose/options.h"
 #include "interpose/preload.h"
+#include "policy/choose.h"
 #include "policy/policy_options.h"
 #include "vmm/error.h"
 #include "vmm/options.h"
@@ -84,6 +85,8 @@ static bool read_options(void)
         fprintf(stderr, "moevm: preload: %s; the program runs unmanaged\n", msg);
         return false;
     }
+    if (strcmp(ev.s, "auto") == 0)
+        ev.s = MVM_INTERPOSE_EVICT_DEFAULT;
     if (!mvm_policy_find(MVM_ROLE_EVICT, ev.s)) {
         char names[256];
         mvm_policy_names(MVM_ROLE_EVICT, names, sizeof names);

@@ -137,7 +137,8 @@ uint32_t mvm_assign_scan(mvm_assign_base *b, const mvm_pview *v, const mvm_pstep
         for (uint32_t k = 0; k < K; k++) {
             int32_t e = step->experts[(size_t)t * K + k];
             if (e >= 0 && (uint32_t)e < E && step->counts[e])
-                b->ex[b->slot[e]].score += step->weights[(size_t)t * K + k];
+                b->ex[b->slot[e]].score +=
+                    step->weights ? step->weights[(size_t)t * K + k] : 1.0f / (float)K;
         }
     return n;
 }

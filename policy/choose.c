@@ -35,6 +35,8 @@ mvm_status mvm_engine_choose(enum mvm_role role, const char *name, const char *a
         st = mvm_option_read(roles[role].args, &a);
     if (st != MVM_OK)
         return st;
+    if (role == MVM_ROLE_EVICT && strcmp(n.s, "auto") == 0)
+        n.s = MVM_ENGINE_EVICT_DEFAULT;
     *args_out = a.s;
     if (roles[role].none_ok && strcmp(n.s, "none") == 0)
         return MVM_OK;

@@ -89,7 +89,7 @@ static float look(const affinity *s, const mvm_pstep *step, uint32_t e)
         } else {
             for (uint32_t k = 0; k < K; k++)
                 if (step->experts[(size_t)t * K + k] == (int32_t)e)
-                    p = step->weights[(size_t)t * K + k];
+                    p = step->weights ? step->weights[(size_t)t * K + k] : 1.0f / (float)K;
             if (!(p > 0))
                 p = expf(UNSEEN_LOOK);
         }

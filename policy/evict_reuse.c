@@ -1,7 +1,8 @@
 /*
  * evict "reuse": evict the expert whose next use is predicted furthest away (Belady's rule,
  * with the future guessed from the past). Not from the five papers: it is the interposer's
- * (and so the engine's: one MOEVM_EVICT default) because of what the interposer sees. A
+ * default (MOEVM_EVICT=auto there; the engine's auto is adaptive, of which this is one
+ * candidate) because of what the interposer sees. A
  * program whose weights exceed the budget walks them in the same order at every token (layer
  * after layer), and LRU then evicts exactly the page needed next: every access misses.
  * Predicting each page's next use from its reuse interval keeps a fixed part of the loop

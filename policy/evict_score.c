@@ -92,7 +92,7 @@ static void step_scores(const score *s, const mvm_pstep *step, float *row)
         for (uint32_t j = 0; j < K; j++) {
             int32_t e = step->experts[(size_t)t * K + j];
             if (e >= 0 && (uint32_t)e < E)
-                row[e] += step->weights ? step->weights[(size_t)t * K + j] : 1.0f;
+                row[e] += step->weights ? step->weights[(size_t)t * K + j] : 1.0f / (float)K;
         }
     }
     for (uint32_t e = 0; e < E; e++)

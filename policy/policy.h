@@ -43,7 +43,9 @@ typedef struct mvm_pstep {
     uint32_t layer, n_tok;
     const float *scores;            /* [n_tok][E] router probabilities; NULL if unknown */
     int32_t *experts;               /* [n_tok][K] selected, best first (route may rewrite) */
-    float *weights;                 /* [n_tok][K] */
+    float *weights;                 /* [n_tok][K] their gate weights; NULL if unknown (a
+                                       caller that knows only the ids: each then weighs
+                                       1/K) */
     const float *hidden;            /* [n_tok][n_embd] the layer's MoE input; NULL if unknown */
     const uint32_t *counts;         /* [E] tokens per expert after route (caller fills) */
     const float *next_hidden;       /* [n_tok][n_embd] the next layer's MoE input as the

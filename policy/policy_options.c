@@ -2,9 +2,10 @@
 #include "policy/policy_options.h"
 
 const mvm_option_desc mvm_opt_evict = {
-    "MOEVM_EVICT", MVM_OPT_STRING, "reuse", NULL,
-    "engine and interposer: the evict policy module (reuse, lru, lfu, "
-    "score, workload, lcp; docs/policies.md)"};
+    "MOEVM_EVICT", MVM_OPT_STRING, "auto", NULL,
+    "engine and interposer: the evict policy module (auto: adaptive in "
+    "the engine, reuse in the interposer; adaptive, reuse, lru, lfu, "
+    "affinity, score, workload, lcp; docs/policies.md)"};
 
 const mvm_option_desc mvm_opt_evict_args = {
     "MOEVM_EVICT_ARGS", MVM_OPT_STRING, "", NULL,

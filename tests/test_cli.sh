@@ -302,7 +302,7 @@ expect 1 'loading the model: .*trunc.gguf' -- "$moevm" bench -m "$tmp/trunc.gguf
 # The evict module: chosen by flag or option, named in the statistics; mistakes are errors.
 expect 0 'evict lfu: [0-9]+ out' -- env MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p "x" -n 8 --gpu-budget 40% --evict 'lfu{period=8}'
 expect 0 'evict lcp: ' -- env MOEVM_PAGE_SIZE=64K MOEVM_EVICT=lcp "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 50%
-expect 0 'evict reuse: ' -- "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 100%
+expect 0 'evict adaptive: ' -- "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 100%
 expect 1 '--evict: clairvoyant: no such evict policy \(available: lru' -- "$moevm" run -m "$m" -p "x" --evict clairvoyant
 expect 1 'MOEVM_EVICT=clairvoyant: no such evict policy' -- env MOEVM_EVICT=clairvoyant "$moevm" run -m "$m" -p "x"
 # The offline bounds need a trace's future: the engine refuses them, naming where they run.
@@ -313,7 +313,7 @@ expect 2 '--evict lfu\{x: expected NAME or NAME\{k=v' -- "$moevm" run -m "$m" -p
 # The route module: the exact model by default; SMoE's substitution by flag or option.
 # The statistics line names the modules in use only: evict wherever there is a budget, the
 # others when chosen.
-expect 0 'expert accesses [0-9]+ \(hit [0-9.]+%[^;]*; evict reuse: [0-9]+ out\) \| moved' -- "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 100%
+expect 0 'expert accesses [0-9]+ \(hit [0-9.]+%[^;]*; evict adaptive: [0-9]+ out\) \| moved' -- "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 100%
 expect 0 'route importance: [1-9][0-9]* substituted' -- env MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p "Once upon a time" -n 16 --gpu-budget 30% --route 'importance{alpha=1}'
 expect 0 'route importance: [0-9]+ substituted' -- env MOEVM_PAGE_SIZE=64K MOEVM_ROUTE=importance MOEVM_ROUTE_ARGS=alpha=0.5 "$moevm" run -m "$m" -p "x" -n 4 --gpu-budget 30%
 expect 1 '--route: smoe: no such route policy \(available: none, importance' -- "$moevm" run -m "$m" -p "x" --route smoe
@@ -330,7 +330,7 @@ expect 1 "config fixedpoint: unknown parameter 'x'" -- "$moevm" run -m "$m" -p "
 expect 0 '"ran":\[[0-9]+,[0-9]+\],"ran_weights":\[' -- sh -c "MOEVM_PAGE_SIZE=64K \"$moevm\" run -m \"$m\" -p 'Once upon a time there' -n 24 --gpu-budget 30% --route 'importance{alpha=1}' --trace-out \"$tmp/r.jsonl\" >/dev/null 2>&1 && cat \"$tmp/r.jsonl\""
 expect 0 'importance +[0-9.]+' -- "$moevm" sim --trace "$tmp/r.jsonl" --budget 30% --compare 'route=importance'
 expect 0 'predict gate: [1-9][0-9]* prefetched' -- env MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p "Once upon a time" -n 8 --gpu-budget 60% --predict gate
-expect 0 '; evict reuse: [0-9]+ out; predict gate: [0-9]+ prefetched, [0-9]+ used, [0-9]+ in time(, [0-9]+% of [0-9]+ named used)?\) \| moved' -- env MOEVM_PAGE_SIZE=64K MOEVM_PREDICT=gate "$moevm" run -m "$m" -p "x" -n 4 --gpu-budget 60%
+expect 0 '; evict adaptive: [0-9]+ out; predict gate: [0-9]+ prefetched, [0-9]+ used, [0-9]+ in time(, [0-9]+% of [0-9]+ named used)?\) \| moved' -- env MOEVM_PAGE_SIZE=64K MOEVM_PREDICT=gate "$moevm" run -m "$m" -p "x" -n 4 --gpu-budget 60%
 # MoEpic's window: the same text as top-k; its copies go to the buffer MoEpic's configurator
 # leaves (in order, so that the counts do not depend on the machine's speed)
 for mode in top-k window; do
@@ -567,7 +567,7 @@ check_py 'run -o json with a budget' "$tmp/run2.json" '
 import json, sys
 d = json.load(sys.stdin)
 m = d["memory"]
-assert m["modules"] == {"evict": "reuse", "predict": "gate"}, m["modules"]
+assert m["modules"] == {"evict": "adaptive", "predict": "gate"}, m["modules"]
 assert m["hits"] + m["misses"] == m["accesses"] > 0 and 0 <= m["hit_rate"] <= 1
 assert m["budget_bytes"] == 9 * 65536 and m["page_size"] == 65536 and m["prefetched"] > 0
 assert 0 <= m["forecast_used"] <= m["forecast_named"] and m["forecast_named"] > 0

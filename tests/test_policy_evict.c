@@ -9,7 +9,9 @@
  * victim pure, wanted experts belong to the layer and are missing) and, for the modules
  * with a closed-form key, that the victim minimises the key recomputed here from the
  * whole history. The offline bound, belady, against the fewest misses found by trying every
- * choice. Last, the driver the front ends make room with (policy/evict_driver.c).
+ * choice. Every online module fed steps that know only the ids (no scores, no weights, as the
+ * demo and the interposer give) chooses as when each selected expert weighs 1/K. Last, the
+ * driver the front ends make room with (policy/evict_driver.c).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -780,6 +782,59 @@ static void test_random_sequences(void)
     simulate(&mvm_evict_adaptive, "", 0, 0, 0, 0, 0);
 }
 
+/* Ids only (scores and weights NULL): the contract's reading is that each selected expert
+ * weighs 1/K, so every online module in the registry chooses the same victims as a twin fed
+ * those weights, over a random multi-token sequence with evictions at every step. */
+static void test_ids_only(void)
+{
+    static const mvm_pshape sh = {.n_layers = 2, .n_experts = 8, .top_k = 2,
+                                  .pages_per_expert = 1};
+    char names[512];
+    mvm_policy_names(MVM_ROLE_EVICT, names, sizeof names);
+    uint32_t tried = 0;
+    for (char *name = strtok(names, ", "); name; name = strtok(NULL, ", ")) {
+        const mvm_evict_ops *ops = mvm_policy_find(MVM_ROLE_EVICT, name);
+        void *a = NULL, *b = NULL;
+        mvm_pinit in = {.shape = &sh, .cost = &no_cost};
+        if (!ops || ops->create(&in, &a) != MVM_OK)
+            continue; /* belady: it needs the future */
+        CHECK_ST(ops->create(&in, &b), MVM_OK);
+        tried++;
+        uint32_t resident[16] = {0};
+        uint8_t busy[16] = {0};
+        mvm_pview v = {.shape = &sh, .resident = resident, .busy = busy, .capacity_pages = 16};
+        uint64_t rng = 7;
+        for (uint32_t tok = 0; tok < 200; tok++) {
+            v.tokens = tok;
+            for (uint32_t l = 0; l < 2; l++) {
+                int32_t ex[3 * 2];
+                uint32_t n = 1 + (uint32_t)((rng = rng * 6364136223846793005ull + 1) >> 62) % 3;
+                for (uint32_t t = 0; t < n; t++) {
+                    ex[t * 2] = (int32_t)((rng = rng * 6364136223846793005ull + 1) >> 61);
+                    ex[t * 2 + 1] = (ex[t * 2] + 1 + (int32_t)((rng >> 40) % 7)) % 8;
+                }
+                step_buf sb;
+                const mvm_pstep *with = fill(&sb, &sh, l, n, NULL, ex);
+                mvm_pstep ids = *with;
+                ids.weights = NULL;
+                ops->observe(a, &v, with);
+                ops->observe(b, &v, &ids);
+                for (uint32_t x = 0; x < 16; x++)
+                    resident[x] = (x + tok) % 3 != 0; /* a changing set of candidates */
+                uint32_t cand[16], nc = 0;
+                for (uint32_t x = 0; x < 16; x++)
+                    if (resident[x])
+                        cand[nc++] = x;
+                uint32_t va = ops->victim(a, &v, l, cand, nc), vb = ops->victim(b, &v, l, cand, nc);
+                CHECK(va == vb && va < nc);
+            }
+        }
+        ops->destroy(a);
+        ops->destroy(b);
+    }
+    CHECK(tried >= 8); /* every module but belady */
+}
+
 /* The driver every front end makes room with (policy/evict_driver.h): the candidates are the
  * resident, idle items of the range but the excluded one and those the filter rejects, in
  * item order; each pick is the module's choice (a scripted module here), taken out with the
@@ -851,6 +906,7 @@ int main(void)
     RUN(test_affinity);
     RUN(test_params);
     RUN(test_random_sequences);
+    RUN(test_ids_only);
     RUN(test_driver);
     TEST_END();
 }
