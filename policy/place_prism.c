@@ -59,10 +59,23 @@
  * connected, as the simulator checks. Remote calls and copies use the link of their
  * direction (n→r for a call, both ways; r→n for a copy).
  *
+ * A migration that lands (the paper moves to P' at once, however long the copies take; a
+ * move of tens of GB over a 500 Mbit/s link then outlasts the workload it was for): with
+ * `land` > 0 and the caller's period_s known, a migration copies for at most land ·
+ * period_s seconds, about one period of the statistics. When T_mig(P, P') is longer, the
+ * adopted placement is the part of the way to P' that fits: each server's additions in
+ * order of what they save (f_n(x) times the remote call they replace, most first) while
+ * its copies fit the bound; then a full server drops, least counted first, experts P'
+ * drops there and another server keeps (holds in P' too, so no drop can uncover them,
+ * whatever the order), and one that cannot drop enough gives back its least saving
+ * additions. Every expert stays on some server, every server within its capacity. The
+ * gate then weighs that part, and later calls take the rest as their statistics confirm it.
+ *
  * Parameters: horizon (tokens served by the cluster over which a saving must repay its
  * migration, >= 0), default 10000 — about the paper's 5-minute re-plan period at its
  * arrival rates (3 servers, a request every 10 s each, a few hundred tokens per request);
- * 0 never migrates after the first placement. servers (the largest cluster accepted,
+ * 0 never migrates after the first placement. land (>= 0, default 1; 0: no bound, the
+ * paper's all at once). servers (the largest cluster accepted,
  * whole, 1..65536), default 256 (the scratch is sized at create; Prism simulates up to 256
  * GPUs).
  */
@@ -82,9 +95,14 @@ typedef struct prism {
     uint32_t L, E, K, max_servers;
     uint64_t expert_bytes;
     mvm_cost cost;
-    double horizon;
+    double horizon, land;
     double *acc;          /* [max_servers][L*E] f_n(x) since the last placement change */
     uint8_t *cand;        /* [max_servers][L*E] the candidate placement P' */
+    uint8_t *goal;        /* [max_servers][L*E] P' while cand holds the part that lands */
+    uint32_t *keepers;    /* [L*E] servers that keep each expert through bound_move's drops */
+    uint32_t *used;       /* [max_servers] experts each server holds in that part */
+    uint32_t *last;       /* [L*E] the holder that keeps an expert nobody else keeps */
+    mvm_rank *moves;      /* [L*E] one server's additions, most saving first */
     uint32_t *count;      /* [max_servers][L] Algorithm 1's N_{n,l} */
     uint32_t *slots;      /* [max_servers] S_n */
     mvm_rank *by_slots;   /* [max_servers] servers, most slots first */
@@ -103,8 +121,9 @@ static void prism_destroy(void *self)
     prism *p = self;
     if (!p)
         return;
-    void *a[] = {p->acc, p->cand, p->count, p->slots, p->by_slots, p->link, p->recv,
-                 p->q, p->total, p->rank, p->grank, p->byg, p->held};
+    void *a[] = {p->acc,  p->cand,  p->goal,  p->keepers, p->used, p->last, p->moves, p->count,
+                 p->slots, p->by_slots, p->link, p->recv, p->q, p->total,
+                 p->rank, p->grank, p->byg, p->held};
     for (size_t i = 0; i < sizeof a / sizeof *a; i++)
         free(a[i]);
     free(p);
@@ -112,18 +131,23 @@ static void prism_destroy(void *self)
 
 static mvm_status prism_create(const mvm_pinit *init, void **self)
 {
-    static const char *const known[] = {"horizon", "servers", NULL};
+    static const char *const known[] = {"horizon", "servers", "land", NULL};
     const char *me = "place prism";
     const mvm_pshape *sh = init->shape;
-    double horizon, servers;
+    double horizon, servers, land;
     *self = NULL;
     mvm_status st = mvm_pparams_check(&init->params, known, me);
     if (st == MVM_OK)
         st = mvm_pparam_double(&init->params, "horizon", 10000, &horizon);
     if (st == MVM_OK)
         st = mvm_pparam_double(&init->params, "servers", 256, &servers);
+    if (st == MVM_OK)
+        st = mvm_pparam_double(&init->params, "land", 1, &land);
     if (st != MVM_OK)
         return st;
+    if (!(land >= 0 && isfinite(land)))
+        return mvm_fail(MVM_ERR_INVALID, "%s: land=%g is not a multiple >= 0 of the period", me,
+                        land);
     if (!(horizon >= 0))
         return mvm_fail(MVM_ERR_INVALID, "%s: horizon=%g is not a token count >= 0", me,
                         horizon);
@@ -144,8 +168,14 @@ static mvm_status prism_create(const mvm_pinit *init, void **self)
     p->expert_bytes = sh->expert_bytes;
     p->cost = *init->cost;
     p->horizon = horizon;
+    p->land = land;
     p->acc = calloc(S * L * E, sizeof *p->acc);
     p->cand = calloc(S * L * E, 1);
+    p->goal = calloc(S * L * E, 1);
+    p->keepers = calloc(L * E, sizeof *p->keepers);
+    p->used = calloc(S, sizeof *p->used);
+    p->last = calloc(L * E, sizeof *p->last);
+    p->moves = calloc(L * E, sizeof *p->moves);
     p->count = calloc(S * L, sizeof *p->count);
     p->slots = calloc(S, sizeof *p->slots);
     p->by_slots = calloc(S, sizeof *p->by_slots);
@@ -157,8 +187,10 @@ static mvm_status prism_create(const mvm_pinit *init, void **self)
     p->grank = calloc(E, sizeof *p->grank);
     p->byg = calloc(E, sizeof *p->byg);
     p->held = calloc(E, sizeof *p->held);
-    if (!p->acc || !p->cand || !p->count || !p->slots || !p->by_slots || !p->link ||
-        !p->recv || !p->q || !p->total || !p->rank || !p->grank || !p->byg || !p->held) {
+    if (!p->acc || !p->cand || !p->goal || !p->keepers || !p->used || !p->last || !p->moves ||
+        !p->count ||
+        !p->slots || !p->by_slots || !p->link || !p->recv || !p->q || !p->total || !p->rank ||
+        !p->grank || !p->byg || !p->held) {
         prism_destroy(p);
         return mvm_fail(MVM_ERR_NOMEM, "%s: out of memory", me);
     }
@@ -387,31 +419,147 @@ static double call_cost(const prism *p, uint32_t S, const uint8_t *P)
     return sum;
 }
 
+/* The copy of x into server n from its nearest holder in P, seconds. */
+static double copy_time(const prism *p, const mvm_cluster *c, const uint8_t *P, uint32_t n,
+                        uint32_t x)
+{
+    const uint32_t S = c->n_servers, LE = p->L * p->E;
+    double best = INFINITY;
+    for (uint32_t r = 0; r < S; r++)
+        if (P[(size_t)r * LE + x]) {
+            double t = c->rtt[(size_t)r * S + n] +
+                       (double)p->expert_bytes / c->bw[(size_t)r * S + n];
+            best = t < best ? t : best;
+        }
+    return best;
+}
+
 /* T_mig(P, P') in seconds, additions copied from their nearest holder in P (which covers
  * every expert); *added counts them. */
 static double migration_time(prism *p, const mvm_cluster *c, const uint8_t *P, uint64_t *added)
 {
     const uint32_t S = c->n_servers, LE = p->L * p->E;
-    const double eb = (double)p->expert_bytes;
     double worst = 0;
     *added = 0;
     for (uint32_t n = 0; n < S; n++) {
         p->recv[n] = 0;
-        for (uint32_t x = 0; x < LE; x++) {
-            if (!p->cand[(size_t)n * LE + x] || P[(size_t)n * LE + x])
-                continue;
-            double best = INFINITY;
-            for (uint32_t r = 0; r < S; r++)
-                if (P[(size_t)r * LE + x]) {
-                    double t = c->rtt[(size_t)r * S + n] + eb / c->bw[(size_t)r * S + n];
-                    best = t < best ? t : best;
-                }
-            p->recv[n] += best;
-            (*added)++;
-        }
+        for (uint32_t x = 0; x < LE; x++)
+            if (p->cand[(size_t)n * LE + x] && !P[(size_t)n * LE + x]) {
+                p->recv[n] += copy_time(p, c, P, n, x);
+                (*added)++;
+            }
         worst = p->recv[n] > worst ? p->recv[n] : worst;
     }
     return worst;
+}
+
+/* What adding x to server n saves per the statistics: its calls from n, each the remote call
+ * to its nearest holder in P made local. */
+static double saving(const prism *p, uint32_t S, const uint8_t *P, uint32_t n, uint32_t x)
+{
+    const uint32_t LE = p->L * p->E;
+    double remote = INFINITY;
+    for (uint32_t r = 0; r < S; r++)
+        if (P[(size_t)r * LE + x] && p->link[(size_t)n * S + r] < remote)
+            remote = p->link[(size_t)n * S + r];
+    return p->acc[(size_t)n * LE + x] * (remote - mvm_cost_gpu(&p->cost, 1));
+}
+
+/* Experts on server n in cand that the goal does not keep there and another server keeps
+ * (p->keepers, p->last: see count_keepers): what n may drop without uncovering anything. With
+ * `pick`, the least counted of them (LE: none); else their number. */
+static uint32_t droppable(const prism *p, uint32_t n, int pick)
+{
+    const uint32_t LE = p->L * p->E;
+    const uint8_t *have = p->cand + (size_t)n * LE, *want = p->goal + (size_t)n * LE;
+    const double *f = p->acc + (size_t)n * LE;
+    uint32_t best = LE, count = 0;
+    for (uint32_t x = 0; x < LE; x++)
+        if (have[x] && !want[x] && (p->keepers[x] > 0 || p->last[x] != n)) {
+            count++;
+            if (best == LE || f[x] < f[best])
+                best = x;
+        }
+    return pick ? best : count;
+}
+
+/* p->used[n] for every server, and p->keepers[x]: the servers whose holding of x in cand no
+ * drop will take, because the goal keeps it there or the server has room (drops nothing).
+ * Where x has no keeper, p->last[x] is the holder that must keep it, the one that calls it
+ * most (then the lower index): the others may drop it. */
+static void count_keepers(prism *p, uint32_t S)
+{
+    const uint32_t LE = p->L * p->E;
+    for (uint32_t n = 0; n < S; n++) {
+        p->used[n] = 0;
+        for (uint32_t x = 0; x < LE; x++)
+            p->used[n] += p->cand[(size_t)n * LE + x];
+    }
+    for (uint32_t x = 0; x < LE; x++) {
+        p->keepers[x] = 0;
+        p->last[x] = S;
+        for (uint32_t n = 0; n < S; n++) {
+            if (!p->cand[(size_t)n * LE + x])
+                continue;
+            p->keepers[x] += p->goal[(size_t)n * LE + x] || p->used[n] <= p->slots[n];
+            if (p->last[x] == S ||
+                p->acc[(size_t)n * LE + x] > p->acc[(size_t)p->last[x] * LE + x])
+                p->last[x] = n;
+        }
+    }
+}
+
+/* cand := the part of the way from P to the goal P' (in cand on entry) whose copies into
+ * each server take at most `limit` seconds (the header's "migration that lands"). First
+ * each server's additions, most saving first, while they fit the bound. Then room on the
+ * servers over their slots: such a server may drop an expert the goal does not keep there
+ * when another server keeps it, holding it in the goal too or having room, or, where none
+ * does, when it is not the holder named to keep it (a server with room drops nothing, no
+ * drop takes a holding the goal keeps, and the named holder keeps its own, so what is
+ * dropped stays covered whatever the order); one that cannot drop enough gives back its
+ * least saving addition, and the counts are made again until every server can. */
+static void bound_move(prism *p, const mvm_cluster *c, const uint8_t *P, double limit)
+{
+    const uint32_t S = c->n_servers, LE = p->L * p->E;
+    memcpy(p->goal, p->cand, (size_t)S * LE);
+    memcpy(p->cand, P, (size_t)S * LE);
+    for (uint32_t n = 0; n < S; n++) {
+        uint32_t n_moves = 0;
+        for (uint32_t x = 0; x < LE; x++)
+            if (p->goal[(size_t)n * LE + x] && !P[(size_t)n * LE + x])
+                p->moves[n_moves++] = (mvm_rank){.key = saving(p, S, P, n, x), .id = x};
+        mvm_rank_sort(p->moves, n_moves);
+        double recv = 0;
+        for (uint32_t i = 0; i < n_moves; i++) {
+            uint32_t x = p->moves[i].id;
+            double t = copy_time(p, c, P, n, x);
+            if (recv + t <= limit) {
+                p->cand[(size_t)n * LE + x] = 1;
+                recv += t;
+            }
+        }
+    }
+    for (int again = 1; again;) { /* each round gives back one addition: it ends */
+        again = 0;
+        count_keepers(p, S);
+        for (uint32_t n = 0; n < S && !again; n++) {
+            if (p->used[n] <= p->slots[n] || p->used[n] - p->slots[n] <= droppable(p, n, 0))
+                continue;
+            uint32_t worst = LE; /* there is one: n holds more than P gave it */
+            double w = INFINITY;
+            for (uint32_t x = 0; x < LE; x++)
+                if (p->cand[(size_t)n * LE + x] && !P[(size_t)n * LE + x]) {
+                    double v = saving(p, S, P, n, x);
+                    if (worst == LE || v < w)
+                        worst = x, w = v;
+                }
+            p->cand[(size_t)n * LE + worst] = 0;
+            again = 1;
+        }
+    }
+    for (uint32_t n = 0; n < S; n++)
+        for (uint32_t u = p->used[n]; u > p->slots[n]; u--)
+            p->cand[(size_t)n * LE + droppable(p, n, 1)] = 0;
 }
 
 static uint64_t adopt(prism *p, uint32_t S, uint8_t *placement, uint64_t added)
@@ -461,6 +609,11 @@ static uint64_t prism_place(void *self, const mvm_cluster *c, const double *freq
     }
     uint64_t added;
     double t_mig = migration_time(p, c, placement, &added);
+    const double limit = p->land > 0 && c->period_s > 0 ? p->land * c->period_s : INFINITY;
+    if (t_mig > limit) {
+        bound_move(p, c, placement, limit);
+        t_mig = migration_time(p, c, placement, &added);
+    }
     double tokens = 0;
     for (size_t i = 0; i < (size_t)S * LE; i++)
         tokens += p->acc[i];

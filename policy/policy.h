@@ -218,6 +218,8 @@ typedef struct mvm_cluster {
     const uint64_t *capacity_bytes;  /* [S] expert memory per server */
     const double *rtt;               /* [S][S] seconds */
     const double *bw;                /* [S][S] bytes/s */
+    double period_s;                 /* seconds the call's statistics span (the time since
+                                        the last call); 0: unknown */
 } mvm_cluster;
 
 typedef struct mvm_place_ops {

@@ -4,7 +4,9 @@
  * policy/place_prism.c, each with its arithmetic in the comment; the migration gate (Eqs. 3–4
  * in time units) at its break-even horizon, worked out by hand; the contract and the
  * invariants (every expert on some server, capacity kept, Prism uses every slot, 0 leaves the
- * placement alone, the bytes returned are the additions) on random instances; the simulation
+ * placement alone, the bytes returned are the additions, a bounded migration copies within
+ * its bound) on random instances; a migration bounded to land within a period, worked out by
+ * hand; the simulation
  * against closed forms, and Prism against Uniform on a workload whose servers each have their
  * own hot experts.
  */
@@ -311,6 +313,83 @@ static void test_prism_nearest_copy(void)
     }
 }
 
+/* The copies from `from` to `to` into each server, from the nearest holder in `from`, one
+ * after another: the longest server's sum (T_mig). */
+static double move_time(const mvm_cluster *c, const uint8_t *from, const uint8_t *to,
+                        uint32_t LE, uint64_t eb)
+{
+    const uint32_t S = c->n_servers;
+    double worst = 0;
+    for (uint32_t n = 0; n < S; n++) {
+        double sum = 0;
+        for (uint32_t x = 0; x < LE; x++) {
+            if (!to[(size_t)n * LE + x] || from[(size_t)n * LE + x])
+                continue;
+            double best = INFINITY;
+            for (uint32_t r = 0; r < S; r++)
+                if (from[(size_t)r * LE + x])
+                    best = fmin(best, c->rtt[(size_t)r * S + n] +
+                                          (double)eb / c->bw[(size_t)r * S + n]);
+            sum += best;
+        }
+        worst = fmax(worst, sum);
+    }
+    return worst;
+}
+
+/* A migration that lands: test_prism_gate's cluster (2 servers of 2 slots, 100 MB experts,
+ * each copy 1e-4 + 0.1 s) moving from PA = s0 {0,1}, s1 {2,3} toward PB = s0 {2,3},
+ * s1 {0,1} on workload B (W = 36 tokens; a remote call costs t_r = 108.192 µs more than a
+ * local one). The whole move: 4 copies, T_mig = 0.2002 s, 32 calls made local; break-even
+ * H = 0.2002 / (32 · t_r / 36) = 2081.7. Bounded to 0.15 s (period 0.15 s, land 1), each
+ * server copies once, its most saving addition: s0 expert 3 (9 calls), s1 expert 0 (9).
+ * Both are then over their 2 slots. Keepers: 0 by s1 and 3 by s0 (PB keeps them there); 1
+ * and 2 have none, so their holders keep them. s0 may drop 0 only, s1 3 only: the part is
+ * s0 {1,3}, s1 {0,2}, covering all four. T_mig = 0.1001 s, 18 calls made local and none
+ * made remote (s0 calls 0 and s1 calls 3 zero times): break-even 0.1001 / (18 · t_r / 36) =
+ * 1850.4. So at H = 2000 the bounded part migrates where the whole move does not, at 1800
+ * neither does; a bound that the whole move fits (0.25 s) changes nothing, and land=0.5
+ * halves it back to the part. */
+static void test_prism_land(void)
+{
+    const mvm_pshape sh = {.n_layers = 1, .n_experts = 4, .top_k = 1, .n_embd = 2048,
+                           .n_ff = 768, .pages_per_expert = 1, .expert_bytes = 100000000};
+    const mvm_cost cost = test_cost(sh.expert_bytes);
+    cluster_buf cb;
+    const mvm_cluster *c = cluster(&cb, 2, (const uint32_t[]){2, 2}, sh.expert_bytes, 1e-4,
+                                   1e9);
+    const double A[8] = {9, 8, 1, 0, 0, 1, 8, 9}, B[8] = {0, 1, 8, 9, 9, 8, 1, 0};
+    const uint8_t PA[8] = {1, 1, 0, 0, 0, 0, 1, 1}, PB[8] = {0, 0, 1, 1, 1, 1, 0, 0};
+    const uint8_t part[8] = {0, 1, 0, 1, 1, 0, 1, 0};
+    const struct {
+        const char *params;
+        double period_s;
+        uint64_t ret;
+        const uint8_t *after;
+    } cases[] = {
+        {"horizon=2000", 0, 0, PA},                   /* no period known: unbounded */
+        {"horizon=2000", 0.15, 2 * 100000000ull, part},
+        {"horizon=1800", 0.15, 0, PA},
+        {"horizon=2000,land=0", 0.15, 0, PA},         /* bound off: the whole move */
+        {"horizon=2200", 0.25, 4 * 100000000ull, PB}, /* the whole move fits */
+        {"horizon=2200,land=0.5", 0.25, 2 * 100000000ull, part},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        void *p = make(&mvm_place_prism, &sh, &cost, cases[i].params);
+        if (!p)
+            return;
+        uint8_t P[8] = {0};
+        cb.c.period_s = 0;
+        CHECK(mvm_place_prism.place(p, c, A, P) == 4 * sh.expert_bytes);
+        CHECK(memcmp(P, PA, 8) == 0);
+        cb.c.period_s = cases[i].period_s;
+        CHECK(mvm_place_prism.place(p, c, B, P) == cases[i].ret);
+        CHECK(memcmp(P, cases[i].after, 8) == 0);
+        mvm_place_prism.destroy(p);
+    }
+    cb.c.period_s = 0;
+}
+
 /* ---- Uniform -------------------------------------------------------------------------- */
 
 /* Round-robin: expert x = l·E + e on server x mod S. 3 servers with room, 2 layers of 4:
@@ -425,7 +504,8 @@ static void test_random(void)
         for (uint32_t n = 0; n < S * S; n++) /* heterogeneous links */
             cb.rtt[n] *= 1 + rnd(3), cb.bw[n] *= 1 + rnd(3);
         char params[64];
-        snprintf(params, sizeof params, "horizon=%u", rnd(3) ? rnd(100000) : 0);
+        const uint32_t land = rnd(3); /* 0: unbounded */
+        snprintf(params, sizeof params, "horizon=%u,land=%u", rnd(3) ? rnd(100000) : 0, land);
         const mvm_place_ops *ops = rnd(4) ? &mvm_place_prism : &mvm_place_uniform;
         void *p = make(ops, &sh, &cost, ops == &mvm_place_prism ? params : NULL);
         if (!p)
@@ -435,6 +515,7 @@ static void test_random(void)
             for (uint32_t i = 0; i < S * L; i++)
                 random_counts(freq + (size_t)i * E, E);
             memcpy(before, P, (size_t)S * LE);
+            cb.c.period_s = call && rnd(2) ? 1e-6 * rnd(5000) : 0;
             uint64_t ret = ops->place(p, c, freq, P), added = 0;
             for (uint32_t i = 0; i < S * LE; i++)
                 added += P[i] && !before[i];
@@ -442,6 +523,12 @@ static void test_random(void)
                 CHECK(memcmp(P, before, (size_t)S * LE) == 0);
             } else {
                 CHECK(ret == added * sh.expert_bytes);
+                int covered = 1; /* else nothing was kept: no gate, no bound */
+                for (uint32_t x = 0; x < LE; x++)
+                    covered &= held_by(before, S, LE, x) >= 1;
+                if (ops == &mvm_place_prism && covered && land && cb.c.period_s > 0)
+                    CHECK(move_time(c, before, P, LE, sh.expert_bytes) <=
+                          land * cb.c.period_s * (1 + 1e-12));
             }
             if (total < LE) { /* infeasible: never any placement */
                 CHECK(ret == 0);
@@ -635,6 +722,41 @@ static void test_sim_migration_delay(void)
     mvm_trace_free(t);
 }
 
+/* The simulator tells the module the simulated seconds since its last call, so prism's
+ * bound applies there too: test_sim_migration_delay's workload with 8 MB experts, each copy
+ * 8.1 ms, a period of 100 tokens about 8–11 ms. Unbounded (land=0), one migration copies
+ * all four (2 into each server, 16.2 ms, landing late); bounded, each migration copies one
+ * expert into each server, which lands within the next period, and more calls are local
+ * (0.375 against 0.335). */
+static void test_sim_migration_bounded(void)
+{
+    const uint64_t eb = 8000000;
+    const uint32_t n_tok = 400, P = 100;
+    mvm_trace *t = new_trace(n_tok, 1, 4, 1, eb);
+    if (!t)
+        return;
+    for (uint32_t i = 0; i < n_tok; i++)
+        set_token(t, i, i % 2, 0, (const uint32_t[]){(i % 2) * 2 + (i / 2) % 2});
+    mvm_cost cost = test_cost(eb);
+    cluster_buf cb;
+    const mvm_cluster *c = cluster(&cb, 2, (const uint32_t[]){2, 2}, eb, 1e-4, 1e9);
+    const double one = 1e-4 + eb / 1e9;
+    mvm_sim_cluster_result whole, part;
+    CHECK_ST(mvm_sim_cluster_run(t, &cost, c, "prism", "horizon=1000000000,land=0", P, &whole),
+             MVM_OK);
+    CHECK(whole.migrations == 1 && whole.bytes_migrated == 4 * eb);
+    CHECK(fabs(whole.t_migration - 2 * one) < 1e-12);
+    CHECK_ST(mvm_sim_cluster_run(t, &cost, c, "prism", "horizon=1000000000", P, &part), MVM_OK);
+    CHECK(part.migrations >= 1 && part.bytes_migrated >= 2 * eb);
+    CHECK(fabs(part.t_migration - part.migrations * one) < 1e-12); /* one copy a server */
+    CHECK(part.local_share > whole.local_share);
+    fprintf(stderr, "  local share: whole move %.3f, bounded %.3f (%u migrations)\n",
+            whole.local_share, part.local_share, part.migrations);
+    mvm_sim_cluster_result_free(&whole);
+    mvm_sim_cluster_result_free(&part);
+    mvm_trace_free(t);
+}
+
 /* A remote call goes to the nearest holder. 3 servers, server 0 without room; 1 layer of
  * 2 experts, both on servers 1 and 2 (Prism fills their 2 slots each). Every token is
  * homed on server 0 and runs remotely on server 2, whose link is faster (rtt 100 µs
@@ -694,12 +816,14 @@ int main(void)
     RUN(test_prism_cap);
     RUN(test_prism_gate);
     RUN(test_prism_nearest_copy);
+    RUN(test_prism_land);
     RUN(test_uniform);
     RUN(test_params);
     RUN(test_random);
     RUN(test_sim_closed_form);
     RUN(test_sim_prism_vs_uniform);
     RUN(test_sim_migration_delay);
+    RUN(test_sim_migration_bounded);
     RUN(test_sim_nearest);
     RUN(test_sim_errors);
     TEST_END();

@@ -26,6 +26,7 @@ struct csim {
     double *clock;       /* [S] when each server finishes its last token */
     double *recv;        /* [S] copy seconds into each server */
     int pending;         /* a migration is copying */
+    double last_call;    /* when the module was last called */
     double switch_at;    /* when it is done */
     double local;        /* mvm_cost_gpu(1) */
     mvm_sim_cluster_result r;
@@ -124,7 +125,10 @@ static mvm_status call_place(struct csim *s, double now)
     const size_t n = (size_t)s->S * s->LE;
     const int first = s->r.placements == 0;
     memcpy(s->work, s->active, n);
-    uint64_t ret = s->ops->place(s->self, s->c, s->freq, s->work);
+    mvm_cluster c = *s->c; /* with the time the statistics span */
+    c.period_s = first ? 0 : now - s->last_call;
+    s->last_call = now;
+    uint64_t ret = s->ops->place(s->self, &c, s->freq, s->work);
     memset(s->freq, 0, n * sizeof *s->freq);
     s->r.placements++;
     int changed = memcmp(s->work, s->active, n) != 0;

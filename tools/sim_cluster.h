@@ -25,7 +25,9 @@
  *    [S][L][E] of the home servers' selections since its last call. A placement that adds
  *    experts is a migration: each addition is copied from its nearest holder in the old
  *    placement (rtt[r][n] + expert_bytes / bw[r][n]), one after another into a server,
- *    servers in parallel, so it takes T_mig = the largest per-server sum; the old placement
+ *    servers in parallel, so it takes T_mig = the largest per-server sum (the module is told
+ *    the simulated seconds since its last call, mvm_cluster.period_s, with which prism
+ *    bounds its migrations: `land`); the old placement
  *    serves every token that starts before (call time + T_mig), the new one every token
  *    after (copy first, then switch). A call due while a migration is still copying waits for
  *    the next period boundary after it ends; the counts keep accumulating meanwhile. Migration

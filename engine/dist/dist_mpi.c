@@ -57,6 +57,7 @@ struct mvm_dist {
     void *self;
     mvm_cost cost;
     uint32_t period, since;
+    double last_place;          /* mvm_now_s() of the module's last call */
     struct peer *peer;          /* [S] */
     uint32_t *load;             /* [S] rows of the step so far */
     uint32_t *choice;           /* [E] the rank computing each remote expert of the step */
@@ -250,8 +251,10 @@ static void count_held(mvm_dist *d)
  * current one (the first call always adopts: nothing was placed). */
 static int choose_placement(mvm_dist *d, mvm_status *st)
 {
+    const double now = mvm_now_s();
     mvm_cluster c = {.n_servers = (uint32_t)d->size, .capacity_bytes = d->cap, .rtt = d->rtt,
-                     .bw = d->bw};
+                     .bw = d->bw, .period_s = d->stats.placements ? now - d->last_place : 0};
+    d->last_place = now;
     size_t n = (size_t)d->size * d->LE;
     memcpy(d->next, d->placement, n);
     uint64_t added = d->ops->place(d->self, &c, d->freq, d->next);
