@@ -16,7 +16,8 @@ const mvm_option_desc mvm_opt_predict = {
     "MOEVM_PREDICT", MVM_OPT_STRING, "none", NULL,
     "engine: the predict policy module whose forecast of the next "
     "layer's experts is prefetched (none, gate, residual, learned, "
-    "speculative: SMoE's, on the CPU pass; docs/policies.md)"};
+    "speculative: SMoE's partial pass through the next layer; "
+    "docs/policies.md)"};
 
 const mvm_option_desc mvm_opt_predict_args = {
     "MOEVM_PREDICT_ARGS", MVM_OPT_STRING, "", NULL,

@@ -224,7 +224,9 @@ if [ -n "$fake_driver" ]; then
         dev="env FAKECUDA_GRANULARITY=4096 MOEVM_PAGE_SIZE=4K MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY=$fake_driver FAKECUDA_KERNELS=$fake_kernels"
         echo '{"name": "slow cpu", "cpu_flops": 0.001, "cpu_mem_bw": 0.001}' >"$tmp/slow.json"
         echo '{"name": "fast cpu", "cpu_flops": 1e9, "cpu_mem_bw": 1e9, "cpu_setup": 0.001, "pcie_bw": 0.001}' >"$tmp/fast.json"
-        expect 1 "predict speculative: the device pass does not run SMoE's speculative pass yet" -- $dev "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 30% --predict speculative
+        # SMoE's speculative pass on the device: the same text, forecasts named.
+        $dev "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 --gpu-budget 30% --predict 'speculative{alpha=0.1}' >"$tmp/ds" 2>"$tmp/ds.err"
+        if cmp -s "$tmp/a" "$tmp/ds" && grep -Eq 'predict speculative: [0-9]+ prefetched, [0-9]+ used, [0-9]+ in time, [0-9]+% of [1-9][0-9]* named used' "$tmp/ds.err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: --predict speculative on the device" >&2; cat "$tmp/ds.err" >&2; fi
         expect 0 'assign greedy: 0 on CPU' -- $dev "$moevm" run -m "$m" -p "It was" -n 8 --gpu-budget 30% --assign greedy --cost "$tmp/slow.json"
         expect 0 'assign greedy: [1-9][0-9]* on CPU' -- $dev MOEVM_COST="$tmp/fast.json" "$moevm" run -m "$m" -p "It was" -n 8 --gpu-budget 30% --assign greedy
         # Experts of 1.5 MiB (384 pages of 4 KiB): a whole expert's copy must clearly outlast one

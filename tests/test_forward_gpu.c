@@ -3,8 +3,9 @@
  * (FAKECUDA_KERNELS) and its experts in a cuda expert space: the logits of every prompt
  * position against the CPU engine's (itself checked against NumPy: tests/ref), for every
  * architecture, in batches and token by token; the same whatever the experts' residency;
- * the policy modules and observers seeing the same routing; driver failures named and
- * leaving nothing pinned.
+ * the policy modules and observers seeing the same routing; SMoE's speculative pass changing
+ * nothing computed and forecasting the next layer exactly when every expert is resident;
+ * driver failures named and leaving nothing pinned.
  *
  * Run twice by CTest: with HOST_NUMA VMM (experts with no room run from their host homes)
  * and without it (FAKECUDA_HOST_NUMA=0: a non-resident expert is unmapped, a read of it a
@@ -347,6 +348,81 @@ static void test_residency(void)
     free_run(all), free_run(half), free_run(eighth);
 }
 
+/* The device's logits of the prompt (poisoned first; NULL: not kept) with predict module
+ * `pred` at `budget`, `batch` tokens a call, and its forecasts' statistics; with `again`,
+ * those of a second pass over the same tokens, once the first has made every expert that
+ * fits resident. */
+static void run_spec(const char *path, const char *pred, double budget, uint32_t batch,
+                     float *logits, int again, mvm_prefetch_stats *ps)
+{
+    mvm_model *m = NULL;
+    mvm_ctx *c = NULL;
+    /* α 0.05: a forecast names most of the top-k, by a margin no rounding can cross */
+    mvm_ctx_policies pol = {.residency = {.evict = "lru"},
+                            .prefetch = {.predict = pred,
+                                         .predict_args = strcmp(pred, "none") ? "alpha=0.05"
+                                                                              : NULL},
+                            .wait_loads = 1};
+    *ps = (mvm_prefetch_stats){0};
+    CHECK_ST(load(path, MVM_BACKEND_CUDA, budget, &m), MVM_OK);
+    if (m)
+        CHECK_ST(mvm_ctx_create(m, pool, 32, batch, &pol, &c), MVM_OK);
+    size_t nv = m ? m->hp.n_vocab : 0;
+    for (size_t i = 0; logits && i < N_PROMPT * nv; i++)
+        logits[i] = NAN;
+    mvm_status st = c ? MVM_OK : MVM_ERR_INVALID;
+    for (uint32_t done = 0; done < N_PROMPT && st == MVM_OK; done += batch) {
+        uint32_t n = N_PROMPT - done < batch ? N_PROMPT - done : batch;
+        st = mvm_ctx_eval(c, prompt + done, n, logits ? logits + done * nv : NULL, logits != NULL);
+    }
+    if (c && again) {
+        mvm_prefetch_stats first;
+        mvm_prefetcher_get_stats(mvm_ctx_prefetcher(c), &first);
+        mvm_ctx_reset(c);
+        for (uint32_t done = 0; done < N_PROMPT && st == MVM_OK; done += batch) {
+            uint32_t n = N_PROMPT - done < batch ? N_PROMPT - done : batch;
+            st = mvm_ctx_eval(c, prompt + done, n, NULL, 0);
+        }
+        mvm_prefetcher_get_stats(mvm_ctx_prefetcher(c), ps);
+        ps->forecasts -= first.forecasts;
+        ps->named -= first.named;
+        ps->named_used -= first.named_used;
+    } else if (c) {
+        mvm_prefetcher_get_stats(mvm_ctx_prefetcher(c), ps);
+    }
+    CHECK_ST(st, MVM_OK);
+    mvm_ctx_free(c);
+    mvm_model_free(m);
+}
+
+/* SMoE's speculative pass on the device (forward_cuda.c, speculate) changes nothing the model
+ * computes: every logit is bitwise the run's without a predictor, with experts moving (30%
+ * of their pages), in batches of 4; its forecasts are made. And it estimates what it should:
+ * with every expert resident and landed (a second pass at 100%, a token a batch), its input
+ * is the next layer's own MoE input, so every expert it forecasts is routed to. Grouped
+ * attention without shared experts (llama), a gated shared expert (qwen2moe), and
+ * deepseek2's latent attention, dense first block and ungated shared experts. */
+static void test_speculative(void)
+{
+    static const char *arches[] = {"llama", "qwen2moe", "deepseek2"};
+    for (size_t i = 0; i < sizeof arches / sizeof *arches; i++) {
+        const char *path = model_path(arches[i], MVM_W_F32);
+        const size_t n = N_PROMPT * (size_t)mvm_preset_find("tiny", arches[i])->spec.n_vocab;
+        float *plain = malloc(n * sizeof *plain), *spec = malloc(n * sizeof *spec);
+        mvm_prefetch_stats ps;
+        run_spec(path, "none", 0.3, 4, plain, 0, &ps);
+        run_spec(path, "speculative", 0.3, 4, spec, 0, &ps);
+        CHECK(plain && spec && memcmp(plain, spec, n * sizeof *plain) == 0 && plain[0] == plain[0]);
+        CHECK(ps.forecasts > 0 && ps.named > 0);
+        run_spec(path, "speculative", 1.0, 1, NULL, 1, &ps);
+        CHECK(ps.named > 0 && ps.named_used == ps.named);
+        if (ps.named_used != ps.named)
+            fprintf(stderr, "  %s: %llu of %llu forecast experts used\n", arches[i],
+                    (unsigned long long)ps.named_used, (unsigned long long)ps.named);
+        free(plain), free(spec);
+    }
+}
+
 /* The assign module runs experts on the CPU threads from their homes, beside the GPU's
  * (admission, on by default, loads some of them afterwards; off for the runs below that
  * check what the modules alone move):
@@ -567,6 +643,7 @@ int main(int argc, char **argv)
     RUN(test_batch_sequences);
     RUN(test_context_bytes);
     RUN(test_residency);
+    RUN(test_speculative);
     RUN(test_assign);
     RUN(test_failures);
     RUN(test_quantize_once);

@@ -136,7 +136,18 @@ static mvm_status alloc_scratch(struct cuda_fwd *f)
     TRY(mvm_cuda_fwd_alloc(f, B * hp->n_vocab * 4, &f->logits));
     TRY(mvm_cuda_fwd_alloc(f, B * f->act_stride, &f->act));
     TRY(mvm_cuda_fwd_alloc(f, BK * f->h_stride, &f->h));
-    TRY(mvm_cuda_fwd_alloc(f, BK * D * 4, &f->out));
+    TRY(mvm_cuda_fwd_alloc(f, (BK + 1) * D * 4, &f->out));
+    TRY(mvm_cuda_fwd_alloc(f, B * D * 4, &f->spec_x));
+    TRY(mvm_cuda_fwd_alloc(f, B * D * 4, &f->spec_xn));
+    TRY(mvm_cuda_fwd_alloc(f, BK * 4, &f->spec_rows));
+    if (!f->sizing) { /* out's last row: zeros, what speculate's masked rows add */
+        float *zero = calloc(D, sizeof *zero);
+        if (!zero)
+            return mvm_fail(MVM_ERR_NOMEM, "out of memory for the device context");
+        mvm_status st = mvm_gpu_upload(f->g, f->out + BK * D * 4, zero, D * 4);
+        free(zero);
+        TRY(st);
+    }
     mvm_dptr *per_expert[] = {&f->active, &f->off, &f->cnt};
     for (size_t i = 0; i < sizeof per_expert / sizeof *per_expert; i++)
         TRY(mvm_cuda_fwd_alloc(f, E * 4, per_expert[i]));
@@ -213,6 +224,8 @@ static void cuda_destroy(void *state)
     free(f->layers);
     free(f->dense);
     free(f->host);
+    free(f->spec_rows_host);
+    free(f->spec_host);
     free(f->runs);
     free(f);
 }
@@ -230,8 +243,11 @@ static mvm_status cuda_create(mvm_ctx *ctx, void **state)
     TRY(mvm_space_get_info(f->m->space, &info));
     f->expert_stride = info.expert_stride;
     f->host = malloc((size_t)f->n_batch * hp->n_embd * sizeof *f->host);
+    f->spec_host = malloc((size_t)f->n_batch * hp->n_embd * sizeof *f->spec_host);
+    f->spec_rows_host = malloc((size_t)f->n_batch * hp->n_expert_used *
+                               sizeof *f->spec_rows_host);
     f->runs = malloc(f->n_batch * sizeof *f->runs);
-    if (!f->host || !f->runs)
+    if (!f->host || !f->spec_host || !f->spec_rows_host || !f->runs)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the device context");
     f->pool = ctx->pool;
     char why[256];
@@ -449,6 +465,45 @@ static mvm_status dense_ffn(struct cuda_fwd *f, const struct dev_block *L, uint3
     return ffn(f, &L->ffn_w1, &L->ffn_w3, &L->ffn_w2, NULL, n);
 }
 
+/* SMoE's speculative pass (§IV-C; policy/predict_speculative.c), as the CPU's (forward_cpu.c,
+ * speculate) computes it: x before the step's experts (spec_x, copied then) plus the rows of
+ * the experts that were resident when it began (moe->landed; the others' rows read out's
+ * zero row) and the shared expert's output (tmp, gated as ffn gated it), through layer
+ * il+1's attention and FFN norm, down to the host for the forecast. Reading: on the device
+ * it runs once the whole step has, not while the step's other experts load as on the CPU
+ * (the device step waits for its copies before it computes), so its forecast goes out when
+ * the gate predictor's would; what it forecasts from is SMoE's. The attention writes layer
+ * il+1's KV rows of these positions, which its real pass writes again before any query
+ * reads them, and works on spec_x and spec_xn so that x and xn stay as they are. */
+static mvm_status speculate(struct cuda_fwd *f, uint32_t il, uint32_t n, int shared)
+{
+    const mvm_hparams *hp = &f->m->hp;
+    const mvm_moe *s = f->moe;
+    const uint32_t D = hp->n_embd, K = hp->n_expert_used, zero = f->n_batch * K;
+    for (uint32_t r = 0; r < n * K; r++) {
+        uint32_t row = s->tok_rows[r], e = 0;
+        while (!(row >= s->off[e] && row < s->off[e] + s->cnt[e]))
+            e++; /* the expert whose rows hold it: every row is some expert's */
+        f->spec_rows_host[r] = s->landed[e] ? row : zero;
+    }
+    TRY(mvm_gpu_upload(f->g, f->spec_rows, f->spec_rows_host, (size_t)n * K * 4));
+    mvm_g_expert_sum_args a = {.x = f->spec_x, .out = f->out, .tok_rows = f->spec_rows,
+                               .n_embd = D, .n_tok = n, .top_k = K};
+    TRY(mvm_gpu_expert_sum(f->g, 0, &a));
+    if (shared)
+        TRY(mvm_cuda_fwd_add(f, f->spec_x, f->tmp, D,
+                             f->layers[il].shexp_gate.p ? f->shg : 0, D, n));
+    mvm_dptr x = f->x, xn = f->xn;
+    f->x = f->spec_x, f->xn = f->spec_xn;
+    mvm_status st = mvm_cuda_fwd_attention(f, &f->layers[il + 1], hp->n_dense + il + 1, n);
+    f->x = x, f->xn = xn;
+    TRY(st);
+    TRY(mvm_cuda_fwd_rmsnorm(f, f->spec_x, f->spec_xn, D, f->layers[il + 1].ffn_norm, D, n));
+    TRY(mvm_gpu_download(f->g, f->spec_host, f->spec_xn, (size_t)n * D * sizeof(float)));
+    mvm_moe_speculate(f->moe, f->spec_host);
+    return MVM_OK;
+}
+
 static mvm_status moe(struct cuda_fwd *f, uint32_t il, uint32_t n, const uint32_t *pos)
 {
     const mvm_hparams *hp = &f->m->hp;
@@ -464,9 +519,15 @@ static mvm_status moe(struct cuda_fwd *f, uint32_t il, uint32_t n, const uint32_
     mvm_moe_route(f->moe, il, pos, n, f->host);
     TRY(upload_rows(f, n));
     TRY(mvm_moe_begin(f->moe));
-    mvm_status st = experts(f, il, n);
+    const int spec = mvm_moe_speculates(f->moe);
+    mvm_status st = spec ? mvm_gpu_copy(f->g, f->spec_x, f->x, (size_t)n * D * sizeof(float))
+                         : MVM_OK;
+    if (st == MVM_OK)
+        st = experts(f, il, n);
     if (st == MVM_OK && hp->n_ff_shexp)
         st = ffn(f, &L->shexp_w1, &L->shexp_w3, &L->shexp_w2, &L->shexp_gate, n);
+    if (st == MVM_OK && spec)
+        st = speculate(f, il, n, hp->n_ff_shexp != 0);
     /* Whatever failed, the kernels already queued may still read the pinned experts (a
      * failed round pinned nothing, and the step's end then does nothing). */
     mvm_status synced = mvm_gpu_sync(f->g);

@@ -75,10 +75,15 @@ struct cuda_fwd {
     uint64_t act_stride;
     mvm_dptr hact;              /* MLA: [n_batch][n_head][hact_stride], per-head inputs */
     uint64_t hact_stride;
-    mvm_dptr h, out;            /* [n_batch * K][h_stride bytes], [n_batch * K][n_embd] */
+    mvm_dptr h, out;            /* [n_batch * K][h_stride bytes], [n_batch * K + 1][n_embd]:
+                                   the last row of out stays zero (speculate's masked rows) */
     uint64_t h_stride;
     mvm_dptr active, off, cnt, row_tok, tok_rows, row_w; /* the step's rows (moe_step.h) */
     float *host;                /* [n_batch][n_embd]: embeddings up, the router's input down */
+    mvm_dptr spec_x, spec_xn, spec_rows; /* SMoE's speculative pass (forward_cuda.c,
+                                   speculate): [n_batch][n_embd] x2, [n_batch * K] rows */
+    uint32_t *spec_rows_host;   /* [n_batch * K] */
+    float *spec_host;           /* [n_batch][n_embd]: its forecast's input, down */
     mvm_pool *pool;
     mvm_cpu_experts *cpu;              /* the experts the assign module runs on the CPU; made at
                                    the first (many runs have none) */

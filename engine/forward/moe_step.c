@@ -66,10 +66,6 @@ static mvm_status create_policies(mvm_moe *s, const mvm_ctx_policies *policies)
         st = mvm_substitutor_create(s->resid, &pol.routing, &s->subst);
     if (st == MVM_OK && pol.residency.at_home)
         st = check_at_home(s);
-    if (st == MVM_OK && s->on_device && mvm_prefetcher_speculative(s->prefetch))
-        st = mvm_fail(MVM_ERR_UNSUPPORTED, "predict %s: the device pass does not run SMoE's "
-                      "speculative pass yet (the CPU's does: MOEVM_BACKEND=host with a budget)",
-                      mvm_prefetcher_name(s->prefetch));
     s->wait = pol.wait_loads;
     s->route_override = pol.route_override;
     s->route_override_ctx = pol.route_override_ctx;
