@@ -17,14 +17,7 @@
 # the profile; each with assign=presched (PreScope's scheduler); and Belady's bound. Budgets
 # 10%, 26% and 50%, cost rtx3090.
 # Writes OUTDIR/hot.txt and prints `RESULT bench=hot_table ...` lines.
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-out=${1:-docs/perf/policies}
-moevm=${2:-./build/moevm}
-[ -x "$moevm" ] || { echo "build first: make build" >&2; exit 1; }
-mkdir -p "$out"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/common.sh" "$@"
 
 # one RESULT line per row of a sim table (hit %, ms/token)
 results() {

@@ -7,14 +7,7 @@
 # migrations bounded to one period's time (land=1, the default); prism moving to each
 # candidate at once (land=0, the paper's).
 # Writes OUTDIR/prism.txt and prints `RESULT bench=prism_land ...` lines.
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-out=${1:-docs/perf/policies}
-moevm=${2:-./build/moevm}
-[ -x "$moevm" ] || { echo "build first: make build" >&2; exit 1; }
-mkdir -p "$out"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/common.sh" "$@"
 "$moevm" trace gen --shape deepseek-v2-lite --tokens 4096 --requests 3 --shift-every 1024 \
     --seed 3 -o "$tmp/trace.jsonl" >/dev/null
 {

@@ -8,14 +8,7 @@
 # default alpha) and with alpha = 0 (no substitution); substitution and score eviction
 # without the assignment.
 # Writes OUTDIR/smoe.txt and prints `RESULT bench=smoe_parts ...` lines.
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-out=${1:-docs/perf/policies}
-moevm=${2:-./build/moevm}
-[ -x "$moevm" ] || { echo "build first: make build" >&2; exit 1; }
-mkdir -p "$out"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/common.sh" "$@"
 
 sets='evict=lru; evict=lru,assign=twoptr; evict=score,assign=twoptr;'
 sets="$sets route=importance,evict=score,assign=twoptr;"

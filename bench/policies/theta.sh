@@ -8,14 +8,7 @@
 # (theta free, tau 64 as in run.sh), LRU and LCP over one pool, LRU in uniform per-layer
 # budgets, and Belady's bound, at budgets of 26% and 59%, cost rtx3090.
 # Writes OUTDIR/theta.txt and prints `RESULT bench=moepic_theta ...` lines.
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-out=${1:-docs/perf/policies}
-moevm=${2:-./build/moevm}
-[ -x "$moevm" ] || { echo "build first: make build" >&2; exit 1; }
-mkdir -p "$out"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/common.sh" "$@"
 
 thetas="0.125 0.25 0.375 0.5 0.625 0.75 0.875 1"
 # LRU and LCP over one pool, and LRU in per-layer uniform budgets: what separates the
