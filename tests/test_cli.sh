@@ -538,6 +538,19 @@ expect 2 'does not apply with --servers' -- "$moevm" sim --trace "$tmp/g.jsonl" 
 # column; a format neither knows is one line and exit 2.
 py=${PYTHON:-python3}
 # check_py LABEL FILE PROGRAM [ARG...]: the Python program (stdin: FILE) exits 0
+# check LABEL CONDITION FILE...: CONDITION (shell text, evaluated here) counts as passed or
+# failed; a failure is named, with the files shown indented (their first 300 columns).
+check() {
+    local label=$1 cond=$2
+    shift 2
+    if eval "$cond"; then
+        pass=$((pass + 1))
+    else
+        fail=$((fail + 1))
+        echo "FAIL: $label:" >&2
+        cut -c1-300 "$@" | sed 's/^/    /' >&2
+    fi
+}
 check_py() {
     local label=$1 file=$2 prog=$3
     shift 3
@@ -643,12 +656,10 @@ ctrl_c() { # ctrl_c OUT ERR PAUSE run-args...: a long run signalled PAUSE s into
 generating=(-p "Once upon" -n 59000 -c 60000 --ignore-eos)
 ctrl_c "$tmp/int.txt" "$tmp/int.err" 0.3 "${generating[@]}"
 rc=$?
-if [ "$rc" -eq 130 ] && grep -q '^moevm run: interrupted: [0-9]* of 59000 tokens generated$' "$tmp/int.err" &&
-   grep -q '^prefill [0-9]* tokens .* | decode [0-9]* tokens .* | expert accesses' "$tmp/int.err"; then
-    pass=$((pass + 1))
-else
-    fail=$((fail + 1)); echo "FAIL: Ctrl-C in run (exit $rc):" >&2; sed 's/^/    /' "$tmp/int.err" >&2
-fi
+check "Ctrl-C in run (exit $rc)" '[ "$rc" -eq 130 ] &&
+    grep -q "^moevm run: interrupted: [0-9]* of 59000 tokens generated$" "$tmp/int.err" &&
+    grep -q "^prefill [0-9]* tokens .* | decode [0-9]* tokens .* | expert accesses" "$tmp/int.err"' \
+    "$tmp/int.err"
 ctrl_c "$tmp/int.json" "$tmp/int.err" 0.3 "${generating[@]}" -o json
 rc=$?
 check_py "Ctrl-C in run -o json (exit $rc)" "$tmp/int.json" '
@@ -663,12 +674,10 @@ printf 'the sea and the ship %.0s' $(seq 1500) >"$tmp/long.txt"
 prompting=(-f "$tmp/long.txt" -n 4 -b 1 -t 1)
 ctrl_c "$tmp/intp.txt" "$tmp/intp.err" 0 "${prompting[@]}"
 rc=$?
-if [ "$rc" -eq 130 ] && grep -q '^moevm run: interrupted: [0-9]* of the prompt.s 12002 tokens evaluated, none generated$' "$tmp/intp.err" &&
-   grep -Eq '^prefill [0-9]+ tokens .* \| decode 0 tokens' "$tmp/intp.err" && ! grep -q '^prefill 12002 tokens' "$tmp/intp.err"; then
-    pass=$((pass + 1))
-else
-    fail=$((fail + 1)); echo "FAIL: Ctrl-C in run's prompt (exit $rc):" >&2; sed 's/^/    /' "$tmp/intp.err" >&2
-fi
+check "Ctrl-C in run's prompt (exit $rc)" '[ "$rc" -eq 130 ] &&
+    grep -q "^moevm run: interrupted: [0-9]* of the prompt.s 12002 tokens evaluated, none generated$" "$tmp/intp.err" &&
+    grep -Eq "^prefill [0-9]+ tokens .* \| decode 0 tokens" "$tmp/intp.err" &&
+    ! grep -q "^prefill 12002 tokens" "$tmp/intp.err"' "$tmp/intp.err"
 ctrl_c "$tmp/intp.json" "$tmp/intp.err" 0 "${prompting[@]}" -o json
 rc=$?
 check_py "Ctrl-C in run's prompt, -o json (exit $rc)" "$tmp/intp.json" '
@@ -723,13 +732,8 @@ pkill -INT -f "chat -m $m -c 60000 -n 59000" 2>/dev/null
 pkill -f "sleep 20" 2>/dev/null # end of input: the chat exits after the stopped reply
 wait "$chat_pid"
 rc=$?
-if [ "$rc" -eq 0 ] && grep -aq '\[stopped\]' "$tmp/int.out" && grep -aq 'replies [0-9]* tokens' "$tmp/int.out"; then
-    pass=$((pass + 1))
-else
-    fail=$((fail + 1))
-    echo "FAIL: Ctrl-C in a reply (exit $rc):" >&2
-    sed 's/^/    /' "$tmp/int.out" >&2
-fi
+check "Ctrl-C in a reply (exit $rc)" '[ "$rc" -eq 0 ] && grep -aq "\[stopped\]" "$tmp/int.out" &&
+    grep -aq "replies [0-9]* tokens" "$tmp/int.out"' "$tmp/int.out"
 # Ctrl-C while a long message is being read (12000 tokens a batch of one at a time): that
 # turn is dropped, the cache back where it began, and the chat goes on to the next line,
 # whose prompt holds the conversation without it
@@ -741,15 +745,12 @@ kill -INT "$chat_pid"
 wait "$chat_pid"
 rc=$?
 last_prompt=$(tr '\n' ' ' <"$tmp/intc.err" | sed 's/.*prompt://')
-if [ "$rc" -eq 0 ] && grep -aq '^moevm chat: interrupted while reading the message: it is dropped$' "$tmp/intc.err" &&
-   [ "$(grep -ac '^prompt:' "$tmp/intc.err")" -eq 2 ] && [[ $last_prompt == *user*hi* && $last_prompt != *ship* ]] &&
-   ! grep -aq '\[stopped\]' "$tmp/intc.out" && grep -aq 'replies [0-9]* tokens' "$tmp/intc.err"; then
-    pass=$((pass + 1))
-else
-    fail=$((fail + 1))
-    echo "FAIL: Ctrl-C while a message is read (exit $rc):" >&2
-    cut -c1-300 "$tmp/intc.err" "$tmp/intc.out" | sed 's/^/    /' >&2
-fi
+check "Ctrl-C while a message is read (exit $rc)" '[ "$rc" -eq 0 ] &&
+    grep -aq "^moevm chat: interrupted while reading the message: it is dropped$" "$tmp/intc.err" &&
+    [ "$(grep -ac "^prompt:" "$tmp/intc.err")" -eq 2 ] &&
+    [[ $last_prompt == *user*hi* && $last_prompt != *ship* ]] &&
+    ! grep -aq "\[stopped\]" "$tmp/intc.out" && grep -aq "replies [0-9]* tokens" "$tmp/intc.err"' \
+    "$tmp/intc.err" "$tmp/intc.out"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
