@@ -10,8 +10,9 @@
  * change and the current moment"); Eq. 2 is then the expected number of remote token-expert
  * invocations. Entropy (log base 2) normalises per (n, l) as Algorithm 1 needs.
  *
- * Algorithm 1, fixed: a server has S_n = min(capacity / expert_bytes, L·E) slots (one GPU per
- * server: the cluster gives bytes per server). q_l = S_n · v_{n,l} / Σ_l v_{n,l}, with v
+ * Algorithm 1, fixed: a server has S_n = min(Σ_g ⌊mem_{n,g} / expert_bytes⌋, L·E) slots, its
+ * GPUs' whole experts (mvm_cluster_slots: its bytes shared equally by its GPUs; the paper
+ * pools them as M_n, which counts up to G_n − 1 experts that no GPU can hold). q_l = S_n · v_{n,l} / Σ_l v_{n,l}, with v
  * replaced by 1 in every layer when Σ_l v = 0 (no traffic yet, or every layer one-hot: no
  * divide-by-zero); N_{n,l} = min(E, ⌊q_l⌋); the slots flooring dropped go one at a time to the
  * layer with the largest q_l − N_{n,l} among those below E (largest remainder, then
@@ -581,7 +582,7 @@ static uint64_t prism_place(void *self, const mvm_cluster *c, const double *freq
         p->acc[i] += freq[i];
     uint64_t total = 0;
     for (uint32_t n = 0; n < S; n++) {
-        uint64_t s = c->capacity_bytes[n] / p->expert_bytes;
+        uint64_t s = mvm_cluster_slots(c, n, p->expert_bytes);
         p->slots[n] = (uint32_t)(s < LE ? s : LE);
         p->by_slots[n] = (mvm_rank){.key = (double)p->slots[n], .id = n};
         total += p->slots[n];

@@ -8,7 +8,7 @@
  * server (l·E + e) mod S, which is as even and, where expert ids carry no meaning, as
  * unbiased, and is the same on every run. Round-robin rather than a contiguous split
  * because synthetic traces make low ids popular: a contiguous split would pile every
- * layer's hot experts onto server 0. A server whose slots (capacity_bytes / expert_bytes)
+ * layer's hot experts onto server 0. A server whose slots (mvm_cluster_slots)
  * are full passes its turn to the next server with room (s+1, s+2, ... mod S), so capacity
  * is respected and heterogeneous servers still take equal shares as far as they can.
  * Memory beyond the share stays unused: the baseline does not replicate (Redundance and
@@ -97,14 +97,14 @@ static uint64_t uniform_place(void *self, const mvm_cluster *c, const double *fr
         return 0;
     uint64_t slots = 0;
     for (uint32_t s = 0; s < S; s++) {
-        slots += c->capacity_bytes[s] / u->expert_bytes;
+        slots += mvm_cluster_slots(c, s, u->expert_bytes);
         u->used[s] = 0;
     }
     if (slots < n)
         return 0; /* not every expert fits once */
     for (uint32_t x = 0; x < n; x++) {
         uint32_t s = x % S;
-        while (u->used[s] >= c->capacity_bytes[s] / u->expert_bytes)
+        while (u->used[s] >= mvm_cluster_slots(c, s, u->expert_bytes))
             s = (s + 1) % S; /* terminates: fewer than `slots` experts are placed so far */
         placement[(size_t)s * n + x] = 1;
         u->used[s]++;

@@ -215,7 +215,9 @@ typedef struct mvm_config_ops {
 /* ---- place: which server holds which experts? ------------------------------------------- */
 typedef struct mvm_cluster {
     uint32_t n_servers;
-    const uint64_t *capacity_bytes;  /* [S] expert memory per server */
+    const uint64_t *capacity_bytes;  /* [S] expert memory per server, over all its GPUs */
+    const uint32_t *gpus;            /* [S] GPUs per server, each with an equal share of
+                                        its memory; NULL: one each */
     const double *rtt;               /* [S][S] seconds */
     const double *bw;                /* [S][S] bytes/s */
     double period_s;                 /* seconds the call's statistics span (the time since
@@ -229,6 +231,15 @@ typedef struct mvm_place_ops {
      * placement comes in). Returns bytes to migrate, or 0 when the change does not pay. */
     uint64_t (*place)(void *self, const mvm_cluster *c, const double *freq, uint8_t *placement);
 } mvm_place_ops;
+
+/* The whole experts server n holds at most: each of its GPUs its own, from its share of the
+ * server's memory (Prism's per-GPU constraint: an expert is never split between GPUs, so
+ * G GPUs can hold up to G - 1 fewer than the pooled bytes would). */
+static inline uint64_t mvm_cluster_slots(const mvm_cluster *c, uint32_t n, uint64_t expert_bytes)
+{
+    uint64_t g = c->gpus && c->gpus[n] ? c->gpus[n] : 1;
+    return g * (c->capacity_bytes[n] / g / expert_bytes);
+}
 
 /* ---- the registry ----------------------------------------------------------------------- */
 enum mvm_role { MVM_ROLE_ROUTE, MVM_ROLE_EVICT, MVM_ROLE_ASSIGN, MVM_ROLE_PREDICT,

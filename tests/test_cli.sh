@@ -528,6 +528,8 @@ expect 1 '^moevm sim: --hot-profile: .*cut.bin' -- "$moevm" sim --trace "$tmp/h.
 
 # several servers
 expect 0 'prism +[0-9.]+' -- "$moevm" sim --trace "$tmp/g.jsonl" --servers 2
+expect 0 'servers of [0-9.]+ GB expert memory on 4 GPUs \([0-9]+ experts' -- "$moevm" sim --trace "$tmp/g.jsonl" --servers 2 --gpus 4
+expect 2 'sim: --gpus 0: ' -- "$moevm" sim --trace "$tmp/g.jsonl" --servers 2 --gpus 0
 expect 2 '--servers 1' -- "$moevm" sim --trace "$tmp/g.jsonl" --servers 1
 expect 1 'every expert must be on some server' -- "$moevm" sim --trace "$tmp/g.jsonl" --servers 2 --server-mem 10%
 expect 2 'does not apply with --servers' -- "$moevm" sim --trace "$tmp/g.jsonl" --servers 2 --evict lru

@@ -390,6 +390,39 @@ static void test_prism_land(void)
     cb.c.period_s = 0;
 }
 
+/* Several GPUs per server (Prism's per-GPU memory): server 0 has 3.5 experts' bytes on 2
+ * GPUs, 1.75 each, so 1 expert each: 2 slots, where its bytes pooled would hold 3; server 1
+ * 2.5 on one GPU: 2. One layer of 4 experts: exactly room for each once. Prism fills
+ * server 0's 2 slots with its two GPUs (3 with one); Uniform, which places each expert
+ * once, never holds more there than the slots. */
+static void test_gpus(void)
+{
+    const mvm_pshape sh = {.n_layers = 1, .n_experts = 4, .top_k = 1, .n_embd = 2048,
+                           .n_ff = 768, .pages_per_expert = 1, .expert_bytes = 1000};
+    const mvm_cost cost = test_cost(sh.expert_bytes);
+    cluster_buf cb;
+    cluster(&cb, 2, (const uint32_t[]){3, 2}, 1000, 1e-4, 1e9); /* 3500 and 2500 bytes */
+    const uint32_t two[2] = {2, 1};
+    const double freq[8] = {9, 8, 7, 6, 1, 1, 1, 1};
+    const mvm_place_ops *ops[2] = {&mvm_place_prism, &mvm_place_uniform};
+    for (int m = 0; m < 2; m++)
+        for (int g = 0; g < 2; g++) {
+            cb.c.gpus = g ? two : NULL;
+            CHECK(mvm_cluster_slots(&cb.c, 0, 1000) == (g ? 2u : 3u));
+            void *p = make(ops[m], &sh, &cost, NULL);
+            if (!p)
+                return;
+            uint8_t P[8] = {0};
+            CHECK(ops[m]->place(p, &cb.c, freq, P) > 0);
+            CHECK(held_by(P, 2, 4, 0) + held_by(P, 2, 4, 1) + held_by(P, 2, 4, 2) +
+                  held_by(P, 2, 4, 3) >= 4);
+            uint32_t on0 = layer_count(P, &sh, 0, 0);
+            CHECK(m == 0 ? on0 == (g ? 2u : 3u) : on0 <= (g ? 2u : 3u)); /* prism fills */
+            ops[m]->destroy(p);
+        }
+    cb.c.gpus = NULL;
+}
+
 /* ---- Uniform -------------------------------------------------------------------------- */
 
 /* Round-robin: expert x = l·E + e on server x mod S. 3 servers with room, 2 layers of 4:
@@ -804,6 +837,15 @@ static void test_sim_errors(void)
     CHECK(strstr(mvm_last_error(), "servers") != NULL);
     c = cluster(&cb, 2, (const uint32_t[]){1, 0}, eb, 1e-4, 1e9); /* 1 slot, 2 experts */
     CHECK_ST(mvm_sim_cluster_run(t, &cost, c, "prism", NULL, 1, &r), MVM_ERR_INVALID);
+    /* 1.5 experts' bytes each: room for both experts, but not once server 0's are split
+     * over 2 GPUs (0.75 each: none). */
+    c = cluster(&cb, 2, (const uint32_t[]){1, 1}, eb, 1e-4, 1e9);
+    CHECK_ST(mvm_sim_cluster_run(t, &cost, c, "prism", NULL, 1, &r), MVM_OK);
+    mvm_sim_cluster_result_free(&r);
+    cb.c.gpus = (const uint32_t[]){2, 1};
+    CHECK_ST(mvm_sim_cluster_run(t, &cost, c, "prism", NULL, 1, &r), MVM_ERR_INVALID);
+    CHECK(strstr(mvm_last_error(), "room for 1 experts in all") != NULL);
+    cb.c.gpus = NULL;
     c = cluster(&cb, 2, (const uint32_t[]){1, 1}, eb, 1e-4, 0); /* no bandwidth */
     CHECK_ST(mvm_sim_cluster_run(t, &cost, c, "prism", NULL, 1, &r), MVM_ERR_INVALID);
     mvm_trace_free(t);
@@ -817,6 +859,7 @@ int main(void)
     RUN(test_prism_gate);
     RUN(test_prism_nearest_copy);
     RUN(test_prism_land);
+    RUN(test_gpus);
     RUN(test_uniform);
     RUN(test_params);
     RUN(test_random);

@@ -1,7 +1,7 @@
 /*
  * `moevm sim --servers N`: the place role's multi-server model (tools/sim_cluster.h).
  *
- *   moevm sim --trace T.jsonl --servers N [--server-mem SIZE|PCT[,SIZE|PCT...]]
+ *   moevm sim --trace T.jsonl --servers N [--gpus G] [--server-mem SIZE|PCT[,SIZE|PCT...]]
  *             [--place P[;P...]] [--period TOKENS] [--rtt MS] [--link-bw GB/s]
  *             [--cost PRESET|FILE.json]
  *
@@ -24,17 +24,20 @@
 
 struct cluster_args {
     const char *trace, *cost, *mem, *place;
-    uint32_t servers, period;
+    uint32_t servers, gpus, period;
     float rtt_ms, bw_gbs;
 };
 
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: moevm sim --trace T.jsonl --servers N [--server-mem SIZE|PCT[,...]]\n"
+            "usage: moevm sim --trace T.jsonl --servers N [--gpus G] [--server-mem SIZE|PCT[,...]]\n"
             "                 [--place P[;P...]] [--period TOKENS] [--rtt MS] [--link-bw GB/s]\n"
             "                 [--cost PRESET|FILE.json]\n"
             "  --servers     servers, 2..%d; request r lives on server r mod N\n"
+            "  --gpus        GPUs per server, 1..64 (default 1), sharing its memory equally:\n"
+            "                each holds whole experts (Prism's per-GPU memory), so a server\n"
+            "                may hold fewer experts than its bytes pooled would\n"
             "  --server-mem  expert memory per server: bytes or %% of all expert bytes, one value\n"
             "                for all or one per server (default: 1.5x an even share)\n"
             "  --place       place modules to compare, ';'-separated, each NAME or NAME{k=v}\n"
@@ -52,7 +55,8 @@ static void usage(FILE *f)
             MAX_SERVERS);
 }
 
-enum { O_TRACE = 1, O_COST, O_MEM, O_PLACE, O_SERVERS, O_PERIOD, O_RTT, O_BW, O_NOT_HERE };
+enum { O_TRACE = 1, O_COST, O_MEM, O_PLACE, O_SERVERS, O_GPUS, O_PERIOD, O_RTT, O_BW,
+       O_NOT_HERE };
 
 /* Its options, then `moevm sim`'s others into opts[cap], which are refused by name rather
  * than as unknown. */
@@ -61,7 +65,7 @@ static void options(mvm_cli_opt *opts, size_t cap)
     static const mvm_cli_opt own[] = {
         {"trace", 0, 1, O_TRACE},     {"cost", 0, 1, O_COST},     {"server-mem", 0, 1, O_MEM},
         {"place", 0, 1, O_PLACE},     {"servers", 0, 1, O_SERVERS}, {"period", 0, 1, O_PERIOD},
-        {"rtt", 0, 1, O_RTT},         {"link-bw", 0, 1, O_BW}};
+        {"rtt", 0, 1, O_RTT},         {"link-bw", 0, 1, O_BW},    {"gpus", 0, 1, O_GPUS}};
     size_t n = 0;
     for (; n < sizeof own / sizeof *own; n++)
         opts[n] = own[n];
@@ -77,7 +81,7 @@ static void options(mvm_cli_opt *opts, size_t cap)
 
 static int parse(int argc, char **argv, struct cluster_args *a)
 {
-    *a = (struct cluster_args){.period = 256, .rtt_ms = -1, .bw_gbs = -1};
+    *a = (struct cluster_args){.period = 256, .gpus = 1, .rtt_ms = -1, .bw_gbs = -1};
     mvm_cli_opt opts[64];
     options(opts, sizeof opts / sizeof *opts);
     mvm_cli_iter it = {.cmd = "sim", .help = "--servers --help", .usage = usage, .opts = opts,
@@ -92,6 +96,7 @@ static int parse(int argc, char **argv, struct cluster_args *a)
         case O_MEM: a->mem = v; break;
         case O_PLACE: a->place = v; break;
         case O_SERVERS: bad = mvm_cli_u32("sim", f, v, 2, MAX_SERVERS, &a->servers); break;
+        case O_GPUS: bad = mvm_cli_u32("sim", f, v, 1, 64, &a->gpus); break;
         case O_PERIOD: bad = mvm_cli_u32("sim", f, v, 0, 1u << 30, &a->period); break;
         case O_RTT: bad = mvm_cli_float("sim", f, v, 0, 1e6, &a->rtt_ms); break;
         case O_BW: bad = mvm_cli_float("sim", f, v, 1e-6, 1e6, &a->bw_gbs); break;
@@ -147,8 +152,10 @@ int mvm_sim_cluster_cli(int argc, char **argv)
     uint32_t n = a.servers;
     uint64_t all = (uint64_t)t->hdr.n_layers * t->hdr.n_experts * t->hdr.expert_bytes;
     uint64_t *cap = malloc(n * sizeof *cap);
+    uint32_t *gpus = malloc(n * sizeof *gpus);
     double *rtt = malloc((size_t)n * n * sizeof *rtt), *bw = malloc((size_t)n * n * sizeof *bw);
-    rc = !cap || !rtt || !bw ? mvm_cli_error("sim", NULL) : mvm_sim_cli_cost(a.cost, t, &cost);
+    rc = !cap || !gpus || !rtt || !bw ? mvm_cli_error("sim", NULL)
+                                      : mvm_sim_cli_cost(a.cost, t, &cost);
     if (!rc)
         rc = mvm_cli_capacities("sim", a.mem, n, all, cap);
     if (!rc) {
@@ -162,12 +169,17 @@ int mvm_sim_cluster_cli(int argc, char **argv)
             rtt[i] = i / n == i % n ? 0 : r;
             bw[i] = b;
         }
-        mvm_cluster c = {.n_servers = n, .capacity_bytes = cap, .rtt = rtt, .bw = bw};
+        for (uint32_t i = 0; i < n; i++)
+            gpus[i] = a.gpus;
+        mvm_cluster c = {.n_servers = n, .capacity_bytes = cap, .gpus = gpus, .rtt = rtt,
+                         .bw = bw};
         printf("trace %s: %u tokens, %u layers x %u experts (top-%u); %u servers of %.2f GB "
-               "expert memory (all experts: %.2f GB); links %.3f ms, %.1f GB/s; placement "
-               "every %u tokens\n", a.trace, t->n_tokens, t->hdr.n_layers, t->hdr.n_experts,
-               t->hdr.top_k, n, (double)cap[0] / 1e9, (double)all / 1e9, r * 1e3, b / 1e9,
-               a.period);
+               "expert memory on %u GPU%s (%llu experts; all experts: %.2f GB); links %.3f ms, "
+               "%.1f GB/s; placement every %u tokens\n", a.trace, t->n_tokens,
+               t->hdr.n_layers, t->hdr.n_experts, t->hdr.top_k, n, (double)cap[0] / 1e9, a.gpus,
+               a.gpus > 1 ? "s" : "",
+               (unsigned long long)mvm_cluster_slots(&c, 0, t->hdr.expert_bytes),
+               (double)all / 1e9, r * 1e3, b / 1e9, a.period);
         printf("%-28s %7s %9s %10s %11s  ms/token by home server\n", "place", "local %",
                "ms/token", "migrations", "migrated GB");
         char list[1024];
@@ -177,6 +189,7 @@ int mvm_sim_cluster_cli(int argc, char **argv)
             rc = run_one(t, &cost, &c, tok, a.period);
     }
     free(cap);
+    free(gpus);
     free(rtt);
     free(bw);
     mvm_trace_free(t);

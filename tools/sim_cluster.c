@@ -48,7 +48,7 @@ static mvm_status check_cluster(const mvm_cluster *c, uint64_t expert_bytes, uin
                         "rtt and bw");
     uint64_t slots = 0;
     for (uint32_t n = 0; n < S; n++) {
-        slots += c->capacity_bytes[n] / expert_bytes;
+        slots += mvm_cluster_slots(c, n, expert_bytes);
         for (uint32_t r = 0; r < S; r++) {
             double rtt = c->rtt[(size_t)n * S + r], bw = c->bw[(size_t)n * S + r];
             if (r != n && !(rtt >= 0 && isfinite(rtt) && bw > 0 && isfinite(bw)))
@@ -83,10 +83,10 @@ static mvm_status check_placement(const struct csim *s, const uint8_t *P)
         uint64_t held = 0;
         for (uint32_t x = 0; x < s->LE; x++)
             held += P[(size_t)n * s->LE + x];
-        if (held > s->c->capacity_bytes[n] / eb)
+        if (held > mvm_cluster_slots(s->c, n, eb))
             return mvm_fail(MVM_ERR_INVALID, "place %s: server %u holds %llu experts, room for "
                             "%llu", s->name, n, (unsigned long long)held,
-                            (unsigned long long)(s->c->capacity_bytes[n] / eb));
+                            (unsigned long long)mvm_cluster_slots(s->c, n, eb));
     }
     return MVM_OK;
 }
