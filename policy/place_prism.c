@@ -518,7 +518,7 @@ static void count_keepers(prism *p, uint32_t S)
  * does, when it is not the holder named to keep it (a server with room drops nothing, no
  * drop takes a holding the goal keeps, and the named holder keeps its own, so what is
  * dropped stays covered whatever the order); one that cannot drop enough gives back its
- * least saving addition, and the counts are made again until every server can. */
+ * least saving additions, and the counts are made again until every server can. */
 static void bound_move(prism *p, const mvm_cluster *c, const uint8_t *P, double limit)
 {
     const uint32_t S = c->n_servers, LE = p->L * p->E;
@@ -540,21 +540,23 @@ static void bound_move(prism *p, const mvm_cluster *c, const uint8_t *P, double 
             }
         }
     }
-    for (int again = 1; again;) { /* each round gives back one addition: it ends */
+    /* Rounds until every full server can drop enough: each gives back, least saving first,
+     * as many additions as it lacks droppable experts. A give-back can take a keeper away
+     * from another server's drop, which the next round's counts see; each round gives
+     * something back until none has to, so it ends. */
+    for (int again = 1; again;) {
         again = 0;
         count_keepers(p, S);
-        for (uint32_t n = 0; n < S && !again; n++) {
-            if (p->used[n] <= p->slots[n] || p->used[n] - p->slots[n] <= droppable(p, n, 0))
+        for (uint32_t n = 0; n < S; n++) {
+            uint32_t can = droppable(p, n, 0), n_add = 0;
+            if (p->used[n] <= p->slots[n] + can)
                 continue;
-            uint32_t worst = LE; /* there is one: n holds more than P gave it */
-            double w = INFINITY;
             for (uint32_t x = 0; x < LE; x++)
-                if (p->cand[(size_t)n * LE + x] && !P[(size_t)n * LE + x]) {
-                    double v = saving(p, S, P, n, x);
-                    if (worst == LE || v < w)
-                        worst = x, w = v;
-                }
-            p->cand[(size_t)n * LE + worst] = 0;
+                if (p->cand[(size_t)n * LE + x] && !P[(size_t)n * LE + x])
+                    p->moves[n_add++] = (mvm_rank){.key = -saving(p, S, P, n, x), .id = x};
+            mvm_rank_sort(p->moves, n_add); /* least saving first */
+            for (uint32_t i = 0; i < p->used[n] - p->slots[n] - can && i < n_add; i++)
+                p->cand[(size_t)n * LE + p->moves[i].id] = 0;
             again = 1;
         }
     }
