@@ -7,7 +7,8 @@
 # Qwen3-MoE-shaped model that records its own traces: 20 sampled generations train
 # `moevm train-predictor`, 5 others are replayed by `moevm sim` at a 40% budget (64 KiB
 # pages, so that the model's 384 KiB experts can be split), with the predictors' copies
-# as top-k (the default) and as MoEpic's window (--prefetch window).
+# as top-k (the default) and as MoEpic's window (--prefetch window); the learned one also
+# fine-tuned online on the replayed routing (LLaPor's continual learning, learned{tune=N}).
 # Writes OUTDIR/predictors.txt (with `RESULT bench=prefetch_window` lines); the model and traces stay in a temporary directory.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -62,6 +63,7 @@ window_sets='evict=lru,predict=gate; evict=lru,predict=residual; evict=lru,predi
     echo "# moevm sim on $n_eval other generations, budget 40%, rtx3090, 64 KiB pages"
     sim --compare 'evict=lru;
             evict=lru,predict=gate; evict=lru,predict=residual; evict=lru,predict=learned;
+            evict=lru,predict=learned{tune=16}; evict=lru,predict=learned{tune=64};
             config=fixedpoint{tau=64},evict=lcp;
             config=fixedpoint{tau=64},evict=lcp,predict=gate;
             config=hot,assign=presched,predict=learned;
