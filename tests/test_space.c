@@ -661,6 +661,38 @@ static void test_priority_and_promotion(void)
     fake_set_copy_delay_us(0);
 }
 
+/* An on-demand load overtakes a prefetch on the bus (MOEVM_COPY_PIECE): with pieces of a
+ * page, a 16-page prefetch goes out in 16 copies of 20 ms each; a make-resident of another
+ * expert asked once the first has begun is copied and lands next, so when it returns the
+ * prefetch has not landed (15 pieces to go). With the expert one piece (0) the prefetch is
+ * one copy, which the make-resident waits for: it has landed by then. Both read their
+ * weights either way. */
+static void test_prefetch_overtaken(void)
+{
+    fake_set_copy_delay_us(20000);
+    for (int whole = 0; whole < 2; whole++) {
+        setenv("MOEVM_COPY_PIECE", whole ? "0" : "1", 1); /* 1 byte: a page */
+        mvm_space *sp = make_space(1, 2, 16 * PAGE, 32);
+        fill(sp, 1, 2, 16 * PAGE);
+        unsigned long begun = fake_copies_begun();
+        mvm_move *pf;
+        CHECK_ST(mvm_prefetch(sp, 0, 0, MVM_ALL_PAGES, &pf), MVM_OK);
+        while (fake_copies_begun() == begun)
+            usleep(1000); /* the prefetch's first copy is on the bus */
+        CHECK_ST(mvm_make_resident(sp, 0, 1, MVM_ALL_PAGES), MVM_OK);
+        mvm_residency r;
+        CHECK_ST(mvm_expert_residency(sp, 0, 0, &r), MVM_OK);
+        CHECK(whole ? r.resident == 16 : r.resident == 0 && r.loading == 16);
+        CHECK_ST(mvm_move_wait(pf, -1), MVM_OK);
+        mvm_move_release(pf);
+        CHECK(reads_match(sp, 0, 0, 16 * PAGE) && reads_match(sp, 0, 1, 16 * PAGE));
+        CHECK(stats_of(sp).pages_loaded == 32 && stats_of(sp).overtakes == (whole ? 0u : 1u));
+        CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+    }
+    unsetenv("MOEVM_COPY_PIECE");
+    fake_set_copy_delay_us(0);
+}
+
 /* MoEpic's window closing: a queued prefetch is taken back, its pages home; a landed one,
  * a promoted one and one never asked are left alone. The worker takes one prefetch a
  * batch, 20 ms a page: the sixth has not started when it is cancelled. */
@@ -1072,6 +1104,7 @@ int main(int argc, char **argv)
         RUN(test_auto_budget_reserve);
         RUN(test_priority_and_promotion);
         RUN(test_prefetch_cancel);
+        RUN(test_prefetch_overtaken);
         RUN(test_cancel_and_destroy_in_flight);
         RUN(test_unpin_after_stream);
         RUN(test_driver_failures);

@@ -506,6 +506,99 @@ struct copy {
     size_t len;
 };
 
+/* The copies of the runs each job of the batch still owns into *copies (grown as needed,
+ * *cap entries), n_copies[k] of them for job k, in order. Under the lock. -1 when out of
+ * memory: then every job of the batch has landed failed. */
+static int list_copies(mvm_space *sp, struct job **batch, uint32_t n, struct copy **copies,
+                       size_t *cap, uint32_t *n_copies)
+{
+    size_t want = 0;
+    for (uint32_t k = 0; k < n; k++)
+        want += batch[k]->n_runs;
+    if (want > *cap) {
+        struct copy *c = realloc(*copies, want * sizeof *c);
+        if (!c) {
+            for (uint32_t k = 0; k < n; k++) {
+                snprintf(batch[k]->why, sizeof batch[k]->why,
+                         "out of memory in the migration worker");
+                land_job(sp, batch[k], MVM_ERR_NOMEM);
+            }
+            return -1;
+        }
+        *copies = c;
+        *cap = want;
+    }
+    uint32_t nc = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        struct job *j = batch[k];
+        n_copies[k] = 0;
+        for (uint32_t r = 0; r < j->n_runs; r++) {
+            if (!run_owned(sp, j, r))
+                continue;
+            uint32_t first = j->pages[j->runs[r].at], last = first + j->runs[r].n - 1;
+            (*copies)[nc++] = (struct copy){
+                .chunk = j->runs[r].slab,
+                .src = sp->home_host + j->expert * sp->stride + (uint64_t)first * sp->page_size,
+                .len = (size_t)(last - first) * sp->page_size + page_bytes(sp, last)};
+            n_copies[k]++;
+        }
+    }
+    return 0;
+}
+
+static void copy_and_land(mvm_space *sp, struct job **batch, uint32_t n, const struct copy *c,
+                          const uint32_t *n_copies, mvm_status st, const char *why);
+
+/* Between two pieces of a prefetch: an on-demand batch queued meanwhile is copied and
+ * landed now, behind the pieces on the bus, rather than after the whole prefetch. */
+static void overtake(mvm_space *sp)
+{
+    struct job *batch[MAX_BATCH];
+    struct copy *copies = NULL;
+    size_t cap = 0;
+    uint32_t n_copies[MAX_BATCH];
+    pthread_mutex_lock(&sp->mu);
+    uint32_t n = sp->demand.head ? take_batch(sp, batch) : 0;
+    int ok = n && list_copies(sp, batch, n, &copies, &cap, n_copies) == 0;
+    if (ok)
+        sp->stats.overtakes++;
+    pthread_mutex_unlock(&sp->mu);
+    if (ok)
+        copy_and_land(sp, batch, n, copies, n_copies, MVM_OK, NULL);
+    free(copies);
+}
+
+/* A prefetch's copies, a piece (piece_pages) at a time with at most two pieces on the bus,
+ * an on-demand batch asked for meanwhile overtaking between two (overtake). Returns with the
+ * last piece started, not waited for: the job's fence follows, as for any job. */
+static mvm_status copy_in_pieces(mvm_space *sp, const struct copy *c, uint32_t n)
+{
+    mvm_backend *be = sp->be;
+    const size_t piece = (size_t)sp->piece_pages * sp->page_size;
+    mvm_event *prev = NULL;
+    mvm_status st = MVM_OK;
+    for (uint32_t i = 0; i < n && st == MVM_OK; i++)
+        for (size_t off = 0; off < c[i].len && st == MVM_OK; off += piece) {
+            size_t len = c[i].len - off < piece ? c[i].len - off : piece;
+            st = be->ops->copy_start(be, sp->pool, (size_t)c[i].chunk + off / sp->page_size,
+                                     (const uint8_t *)c[i].src + off, len);
+            if (st != MVM_OK || (i + 1 == n && off + len == c[i].len))
+                break; /* failed, or the last piece: the caller fences it */
+            mvm_event *ev = NULL;
+            st = be->ops->copy_fence(be, &ev);
+            if (st == MVM_OK && prev)
+                st = be->ops->event_wait(be, prev);
+            if (prev)
+                be->ops->event_destroy(be, prev);
+            prev = ev;
+            if (st == MVM_OK)
+                overtake(sp);
+        }
+    if (prev)
+        be->ops->event_destroy(be, prev);
+    return st;
+}
+
 /* Copies the pages each job of the batch still owns (n_copies[k] of them for job k, in
  * order in c), then lands the jobs one by one as their copies complete: job k is remapped
  * while the copies of the jobs after it are still on the bus. A remap is driver work on the
@@ -522,7 +615,13 @@ static void copy_and_land(mvm_space *sp, struct job **batch, uint32_t n, const s
     mvm_status job_st[MAX_BATCH];
     bool started = false;
     for (uint32_t k = 0; k < n; k++) {
-        for (uint32_t i = 0; i < n_copies[k] && st == MVM_OK; i++, c++, started = true)
+        if (batch[k]->prio == PRIO_PREFETCH && st == MVM_OK && n_copies[k]) {
+            st = copy_in_pieces(sp, c, n_copies[k]);
+            c += n_copies[k];
+            started = true;
+        }
+        for (uint32_t i = 0; i < n_copies[k] && st == MVM_OK && batch[k]->prio != PRIO_PREFETCH;
+             i++, c++, started = true)
             st = be->ops->copy_start(be, sp->pool, (size_t)c->chunk, c->src, c->len);
         if (st == MVM_OK)
             st = be->ops->copy_fence(be, &fence[k]);
@@ -601,38 +700,9 @@ static void *worker_main(void *arg)
             }
             continue;
         }
-        size_t want = 0;
-        for (uint32_t k = 0; k < n; k++)
-            want += batch[k]->n_runs;
-        if (want > cap) {
-            struct copy *c = realloc(copies, want * sizeof *c);
-            if (!c) {
-                for (uint32_t k = 0; k < n; k++) {
-                    snprintf(batch[k]->why, sizeof batch[k]->why,
-                             "out of memory in the migration worker");
-                    land_job(sp, batch[k], MVM_ERR_NOMEM);
-                }
-                continue;
-            }
-            copies = c;
-            cap = want;
-        }
-        uint32_t nc = 0, n_copies[MAX_BATCH];
-        for (uint32_t k = 0; k < n; k++) {
-            struct job *j = batch[k];
-            n_copies[k] = 0;
-            for (uint32_t r = 0; r < j->n_runs; r++) {
-                if (!run_owned(sp, j, r))
-                    continue;
-                uint32_t first = j->pages[j->runs[r].at], last = first + j->runs[r].n - 1;
-                copies[nc++] = (struct copy){
-                    .chunk = j->runs[r].slab,
-                    .src = sp->home_host + j->expert * sp->stride +
-                           (uint64_t)first * sp->page_size,
-                    .len = (size_t)(last - first) * sp->page_size + page_bytes(sp, last)};
-                n_copies[k]++;
-            }
-        }
+        uint32_t n_copies[MAX_BATCH];
+        if (list_copies(sp, batch, n, &copies, &cap, n_copies) != 0)
+            continue;
         pthread_mutex_unlock(&sp->mu);
         if (init_st != MVM_OK) /* a passing driver failure must not fail every later move */
             init_st = worker_init(sp, init_why, sizeof init_why);

@@ -48,6 +48,13 @@ const mvm_option_desc mvm_opt_home_map = {
     "kernel reads must be resident (the interposer keeps them "
     "mapped)"};
 
+const mvm_option_desc mvm_opt_copy_piece = {
+    "MOEVM_COPY_PIECE", MVM_OPT_SIZE, "4M", NULL,
+    "a prefetch's copy goes out in pieces of this many bytes (whole "
+    "pages), two at most on the bus, and an on-demand load asked for "
+    "meanwhile is copied before the next piece: it waits behind two "
+    "pieces, not the whole expert; 0 = one piece"};
+
 const mvm_option_desc mvm_opt_log = {
     "MOEVM_LOG", MVM_OPT_CHOICE, "warn", "off|warn|info|debug",
     "what libmoevm prints to stderr"};
@@ -58,7 +65,8 @@ const mvm_option_desc mvm_opt_cuda_library = {
 
 static const mvm_option_desc *const vmm_list[] = {
     &mvm_opt_gpu_budget, &mvm_opt_backend, &mvm_opt_device, &mvm_opt_page_size,
-    &mvm_opt_clean_evict, &mvm_opt_home_map, &mvm_opt_log, &mvm_opt_cuda_library,
+    &mvm_opt_clean_evict, &mvm_opt_home_map, &mvm_opt_copy_piece, &mvm_opt_log,
+    &mvm_opt_cuda_library,
 };
 
 static const mvm_option_table vmm_options = {vmm_list, sizeof vmm_list / sizeof *vmm_list};

@@ -223,6 +223,11 @@ mvm_status mvm_space_create(const mvm_space_desc *d, mvm_space **out)
     be->track_clean = sp->write_back && d->clean_evict && be->ops->unchanged;
     if (d->unmapped_homes && !be->host_readable) /* the CPU reads host-backend addresses */
         be->home_mappable = false;
+    mvm_option_value piece;
+    if ((st = mvm_option_read(&mvm_opt_copy_piece, &piece)) != MVM_OK) {
+        teardown(sp);
+        return st;
+    }
     if ((st = plan_layout(sp, d)) || (st = alloc_tables(sp)) ||
         (st = mvm_topo_probe(be->pci_bus_id, &sp->topo)) ||
         (st = be->ops->reserve(be, sp->reserved, sp->page_size, &sp->base)) ||
@@ -234,7 +239,12 @@ mvm_status mvm_space_create(const mvm_space_desc *d, mvm_space **out)
         (be->home_mappable &&
          (st = be->ops->map_home(be, sp->base, sp->home, 0, (size_t)sp->n_total * sp->ppe,
                                  false))) ||
-        ((sp->homes_mapped = be->home_mappable), (st = mvm_migrate_start(sp)))) {
+        ((sp->homes_mapped = be->home_mappable),
+         (sp->piece_pages = piece.i && (uint64_t)piece.i < (uint64_t)sp->ppe * sp->page_size
+                                ? (uint32_t)(((uint64_t)piece.i + sp->page_size - 1) /
+                                             sp->page_size)
+                                : sp->ppe),
+         (st = mvm_migrate_start(sp)))) {
         teardown(sp);
         return st;
     }

@@ -237,6 +237,8 @@ typedef struct mvm_stats {
                                   as loaded (mvm_space_desc.clean_evict) */
     uint64_t prefetch_pages;   /* pages loaded at prefetch priority */
     uint64_t prefetch_used;    /* of those, pages later asked for on demand before eviction */
+    uint64_t overtakes;        /* on-demand batches copied between two pieces of a prefetch
+                                  (MOEVM_COPY_PIECE) instead of after it */
     uint64_t wait_ns;          /* time callers spent blocked waiting for moves */
     uint32_t moves_queued;     /* move jobs not yet started */
     uint32_t moves_in_flight;  /* move jobs being copied or waiting for a remap */
