@@ -16,16 +16,19 @@
  *      the device held;
  *   7. where a make-resident's time goes: the cuda backend's steps for 64 pages of 2 MiB
  *      (per-page copies from the HOST_NUMA homes and from pinned memory, the load's and the
- *      eviction's remaps), and whether the remaps overlap the copies' DMA.
+ *      eviction's remaps), and whether the remaps overlap the copies' DMA;
+ *   8. an on-demand load asked while a prefetch of another expert is on the bus: how long
+ *      it waits with the prefetch in one piece and in MOEVM_COPY_PIECE's pieces, which it
+ *      overtakes (vmm/migrate.c), and what the pieces cost the prefetch.
  *
  * Output: per section, a markdown table and one machine-readable line per result:
  *   RESULT <name> <value> <unit>
  * Every CUDA call is checked; a failure exits with one line naming the call.
  *
  * The code: vmm_costs.h (shared parts), this file (them and main), vmm_costs_driver.cu
- * (sections 1-4), vmm_costs_space.cu (sections 5-7).
+ * (sections 1-4), vmm_costs_space.cu (sections 5-8).
  *
- * Usage: vmm_costs [--device N] [--reps N] [--only 1,2,3,4,5,6,7]
+ * Usage: vmm_costs [--device N] [--reps N] [--only 1,2,3,4,5,6,7,8]
  * Build and run: bash bench/gpu/run.sh (docs/perf/vmm.md).
  */
 #include <cuda.h>
@@ -352,7 +355,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--only") && i + 1 < argc)
             only = argv[++i];
         else
-            die("usage: vmm_costs [--device N] [--reps N (>= 20)] [--only 1,2,3,4,5,6,7]");
+            die("usage: vmm_costs [--device N] [--reps N (>= 20)] [--only 1,2,3,4,5,6,7,8]");
     }
     if (g_reps < 20)
         die("--reps %d: at least 20 repetitions are needed for a stable median", g_reps);
@@ -409,6 +412,12 @@ int main(int argc, char **argv)
     if (wanted(only, 7)) {
         section_begin("7. Where a make-resident's time goes: the cuda backend's steps, 64 pages");
         bench_make_resident_steps();
+        section_end();
+    }
+    if (wanted(only, 8)) {
+        section_begin("8. An on-demand load asked while a prefetch is on the bus");
+        bench_overtake(32 * MiB);
+        bench_overtake(128 * MiB);
         section_end();
     }
 

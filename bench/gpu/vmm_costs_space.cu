@@ -1,4 +1,4 @@
-/* vmm_costs sections 5-7: moevm's space on the cuda backend against the bare driver
+/* vmm_costs sections 5-8: moevm's space on the cuda backend against the bare driver
  * (vmm_costs.cu says what each measures). */
 #include <cuda.h>
 #include <cuda_runtime.h> /* only for <<<>>> launches and cudaGetLastError */
@@ -394,4 +394,58 @@ void bench_make_resident_steps(void)
     CU(cuMemAddressFree(expert, bytes));
     page_set_destroy(&home);
     page_set_destroy(&pool);
+}
+
+/* Section 8: an on-demand load asked for while a prefetch of another expert is on the bus.
+ * With the prefetch one piece (MOEVM_COPY_PIECE=0) it waits for the rest of the prefetch;
+ * in pieces (the default, 4 MiB) it overtakes after at most two of them (docs/architecture.md,
+ * "On-demand loads overtake prefetches"). Times the make-resident, and the prefetch's own
+ * time to land, which the pieces lengthen by one event wait each. */
+void bench_overtake(uint64_t expert_bytes)
+{
+    unsigned mib = (unsigned)(expert_bytes / MiB);
+    static const char *const pieces[2] = {"0", "4M"};
+    for (int k = 0; k < 2; k++) {
+        setenv("MOEVM_COPY_PIECE", pieces[k], 1);
+        mvm_space_desc d = one_layer(2, expert_bytes);
+        mvm_space *space;
+        MVM(mvm_space_create(&d, &space));
+        for (uint32_t e = 0; e < 2; e++)
+            fill_random(mvm_expert_home(space, 0, e), expert_bytes, 200 + e);
+        void *scratch = xmalloc(expert_bytes);
+        double *demand = (double *)xmalloc(sizeof(double) * (size_t)g_reps);
+        double *pf = (double *)xmalloc(sizeof(double) * (size_t)g_reps);
+        for (int i = -WARMUP; i < g_reps; i++) {
+            mvm_move *m;
+            double t0 = now_us();
+            MVM(mvm_prefetch(space, 0, 0, MVM_ALL_PAGES, &m));
+            MVM(mvm_make_resident(space, 0, 1, MVM_ALL_PAGES));
+            double t1 = now_us();
+            MVM(mvm_move_wait(m, -1));
+            double t2 = now_us();
+            MVM(mvm_move_release(m));
+            for (uint32_t e = 0; e < 2; e++) {
+                check_residency(space, e, 1);
+                if (i == g_reps - 1)
+                    verify_expert(space, e, expert_bytes, scratch);
+                MVM(mvm_evict(space, 0, e, 0));
+            }
+            if (i >= 0) {
+                demand[i] = t1 - t0;
+                pf[i] = t2 - t0;
+            }
+        }
+        MVM(mvm_space_destroy(space));
+        own_context();
+        add_sized_row(k ? "demand_behind_prefetch_pieces" : "demand_behind_prefetch_whole", mib,
+                      "us", summarize(demand, g_reps),
+                      k ? "make_resident asked as a prefetch starts, prefetch in 4 MiB pieces"
+                        : "make_resident asked as a prefetch starts, prefetch one piece");
+        add_sized_row(k ? "prefetch_pieces" : "prefetch_whole", mib, "us",
+                      summarize(pf, g_reps), "the prefetch until it landed");
+        free(demand);
+        free(pf);
+        free(scratch);
+    }
+    unsetenv("MOEVM_COPY_PIECE");
 }
