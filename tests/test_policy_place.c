@@ -237,17 +237,38 @@ static void test_prism_cap(void)
  *   1e8 / 1e9) = 0.2002 s; the servers in parallel: 0.2002 s.
  *   Break-even horizon H = 0.2002 / (3.462144e-3 / 36) = 2081.7 tokens: H = 2000 keeps the
  *   placement, H = 2200 migrates (4 experts added: 400 MB); H = 1 keeps it. */
+/* The gate's cluster and workloads, which test_prism_land moves over too. */
+static const mvm_pshape gate_sh = {.n_layers = 1, .n_experts = 4, .top_k = 1, .n_embd = 2048,
+                                   .n_ff = 768, .pages_per_expert = 1,
+                                   .expert_bytes = 100000000};
+static const double gate_A[8] = {9, 8, 1, 0, 0, 1, 8, 9}, gate_B[8] = {0, 1, 8, 9, 9, 8, 1, 0};
+static const uint8_t gate_PA[8] = {1, 1, 0, 0, 0, 0, 1, 1}, gate_PB[8] = {0, 0, 1, 1, 1, 1, 0, 0};
+
+static const mvm_cluster *gate_cluster(cluster_buf *cb)
+{
+    return cluster(cb, 2, (const uint32_t[]){2, 2}, gate_sh.expert_bytes, 1e-4, 1e9);
+}
+
+/* A prism placing gate_A over an empty cluster (PA), for a second call to judge. */
+static void *gate_first(const mvm_cost *cost, const mvm_cluster *c, const char *params,
+                        uint8_t *P)
+{
+    void *p = make(&mvm_place_prism, &gate_sh, cost, params);
+    if (!p)
+        return NULL;
+    memset(P, 0, 8);
+    CHECK(mvm_place_prism.place(p, c, gate_A, P) == 4 * gate_sh.expert_bytes);
+    CHECK(memcmp(P, gate_PA, 8) == 0);
+    return p;
+}
+
 static void test_prism_gate(void)
 {
-    const mvm_pshape sh = {.n_layers = 1, .n_experts = 4, .top_k = 1, .n_embd = 2048,
-                           .n_ff = 768, .pages_per_expert = 1, .expert_bytes = 100000000};
-    const mvm_cost cost = test_cost(sh.expert_bytes);
+    const mvm_cost cost = test_cost(gate_sh.expert_bytes);
     cluster_buf cb;
-    const mvm_cluster *c = cluster(&cb, 2, (const uint32_t[]){2, 2}, sh.expert_bytes, 1e-4,
-                                   1e9);
-    const double A[8] = {9, 8, 1, 0, 0, 1, 8, 9}, A3[8] = {27, 24, 3, 0, 0, 3, 24, 27};
-    const double B[8] = {0, 1, 8, 9, 9, 8, 1, 0}, none[8] = {0};
-    const uint8_t PA[8] = {1, 1, 0, 0, 0, 0, 1, 1}, PB[8] = {0, 0, 1, 1, 1, 1, 0, 0};
+    const mvm_cluster *c = gate_cluster(&cb);
+    const double *A = gate_A, *B = gate_B, A3[8] = {27, 24, 3, 0, 0, 3, 24, 27}, none[8] = {0};
+    const uint8_t *PA = gate_PA, *PB = gate_PB;
     const struct {
         const char *params;
         const double *second;
@@ -263,12 +284,10 @@ static void test_prism_gate(void)
         {"horizon=0", B, 0, PA},            /* horizon 0: never migrates */
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        void *p = make(&mvm_place_prism, &sh, &cost, cases[i].params);
+        uint8_t P[8];
+        void *p = gate_first(&cost, c, cases[i].params, P);
         if (!p)
             return;
-        uint8_t P[8] = {0};
-        CHECK(mvm_place_prism.place(p, c, A, P) == 4 * sh.expert_bytes);
-        CHECK(memcmp(P, PA, 8) == 0);
         CHECK(mvm_place_prism.place(p, c, cases[i].second, P) == cases[i].ret);
         CHECK(memcmp(P, cases[i].after, 8) == 0);
         if (cases[i].ret) { /* statistics restart at a change: B again is no change */
@@ -352,15 +371,10 @@ static double move_time(const mvm_cluster *c, const uint8_t *from, const uint8_t
  * halves it back to the part. */
 static void test_prism_land(void)
 {
-    const mvm_pshape sh = {.n_layers = 1, .n_experts = 4, .top_k = 1, .n_embd = 2048,
-                           .n_ff = 768, .pages_per_expert = 1, .expert_bytes = 100000000};
-    const mvm_cost cost = test_cost(sh.expert_bytes);
+    const mvm_cost cost = test_cost(gate_sh.expert_bytes);
     cluster_buf cb;
-    const mvm_cluster *c = cluster(&cb, 2, (const uint32_t[]){2, 2}, sh.expert_bytes, 1e-4,
-                                   1e9);
-    const double A[8] = {9, 8, 1, 0, 0, 1, 8, 9}, B[8] = {0, 1, 8, 9, 9, 8, 1, 0};
-    const uint8_t PA[8] = {1, 1, 0, 0, 0, 0, 1, 1}, PB[8] = {0, 0, 1, 1, 1, 1, 0, 0};
-    const uint8_t part[8] = {0, 1, 0, 1, 1, 0, 1, 0};
+    const mvm_cluster *c = gate_cluster(&cb);
+    const uint8_t *PA = gate_PA, *PB = gate_PB, part[8] = {0, 1, 0, 1, 1, 0, 1, 0};
     const struct {
         const char *params;
         double period_s;
@@ -375,15 +389,13 @@ static void test_prism_land(void)
         {"horizon=2200,land=0.5", 0.25, 2 * 100000000ull, part},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        void *p = make(&mvm_place_prism, &sh, &cost, cases[i].params);
+        uint8_t P[8];
+        cb.c.period_s = 0;
+        void *p = gate_first(&cost, c, cases[i].params, P);
         if (!p)
             return;
-        uint8_t P[8] = {0};
-        cb.c.period_s = 0;
-        CHECK(mvm_place_prism.place(p, c, A, P) == 4 * sh.expert_bytes);
-        CHECK(memcmp(P, PA, 8) == 0);
         cb.c.period_s = cases[i].period_s;
-        CHECK(mvm_place_prism.place(p, c, B, P) == cases[i].ret);
+        CHECK(mvm_place_prism.place(p, c, gate_B, P) == cases[i].ret);
         CHECK(memcmp(P, cases[i].after, 8) == 0);
         mvm_place_prism.destroy(p);
     }
@@ -718,6 +730,17 @@ static void test_sim_prism_vs_uniform(void)
     mvm_trace_free(t);
 }
 
+/* The workload of the migration tests: 400 tokens of 1 layer of 4 experts of eb bytes,
+ * top-1, alternating between the homes (request i mod 2); server 0's pick experts 0 and 1
+ * in turn, server 1's 2 and 3. */
+static mvm_trace *alternating_trace(uint64_t eb)
+{
+    mvm_trace *t = new_trace(400, 1, 4, 1, eb);
+    for (uint32_t i = 0; t && i < 400; i++)
+        set_token(t, i, i % 2, 0, (const uint32_t[]){(i % 2) * 2 + (i / 2) % 2});
+    return t;
+}
+
 /* A migration takes effect only when its copies are done. 2 servers × 2 slots, 1 layer
  * of 4 experts, top-1; tokens alternate between the homes (request i mod 2); server 0's
  * pick experts 0 and 1 in turn, server 1's 2 and 3. With no statistics Prism's first
@@ -732,11 +755,9 @@ static void test_sim_migration_delay(void)
 {
     const uint64_t eb = 909000;
     const uint32_t n_tok = 400, P = 100;
-    mvm_trace *t = new_trace(n_tok, 1, 4, 1, eb);
+    mvm_trace *t = alternating_trace(eb);
     if (!t)
         return;
-    for (uint32_t i = 0; i < n_tok; i++)
-        set_token(t, i, i % 2, 0, (const uint32_t[]){(i % 2) * 2 + (i / 2) % 2});
     mvm_cost cost = test_cost(eb);
     cluster_buf cb;
     const mvm_cluster *c = cluster(&cb, 2, (const uint32_t[]){2, 2}, eb, 1e-4, 1e9);
@@ -764,12 +785,10 @@ static void test_sim_migration_delay(void)
 static void test_sim_migration_bounded(void)
 {
     const uint64_t eb = 8000000;
-    const uint32_t n_tok = 400, P = 100;
-    mvm_trace *t = new_trace(n_tok, 1, 4, 1, eb);
+    const uint32_t P = 100;
+    mvm_trace *t = alternating_trace(eb);
     if (!t)
         return;
-    for (uint32_t i = 0; i < n_tok; i++)
-        set_token(t, i, i % 2, 0, (const uint32_t[]){(i % 2) * 2 + (i / 2) % 2});
     mvm_cost cost = test_cost(eb);
     cluster_buf cb;
     const mvm_cluster *c = cluster(&cb, 2, (const uint32_t[]){2, 2}, eb, 1e-4, 1e9);
