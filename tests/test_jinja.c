@@ -340,6 +340,8 @@ static void test_globals(void)
     mvm_status st;
     free(render("{{ raise_exception('exact') }}", NULL, &st));
     CHECK(st == MVM_ERR_INVALID && strcmp(mvm_last_error(), "exact") == 0);
+    /* an empty message still names the failure (found by fuzz_inputs) */
+    F("{{ raise_exception('') }}", NULL, MVM_ERR_INVALID, "raised an exception without a message");
     F("{{ range(0) }}{{ range(1, 2, 0) }}", NULL, MVM_ERR_INVALID, "must not be zero");
     F("{{ nosuch(1) }}", NULL, MVM_ERR_INVALID, "'nosuch' is undefined");
     F("{{ 'abc'() }}", NULL, MVM_ERR_INVALID, "not callable");

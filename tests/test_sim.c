@@ -184,8 +184,16 @@ static void test_policies_run(void)
             CHECK(r.peak_pages <= c.budget_pages && r.accesses == 40 * 3 * 4);
             check_breakdown(&r);
         }
+    /* "auto" is what the engine runs by default: adaptive, to the last hit */
+    mvm_sim_result ra, rb;
     mvm_sim_config c;
     mvm_sim_config_init(&c);
+    c.budget_pages = 3 * 32 * 2 / 4;
+    c.policy[MVM_ROLE_EVICT] = "auto";
+    CHECK_ST(mvm_sim_run(t, &cost, &c, &ra), MVM_OK);
+    c.policy[MVM_ROLE_EVICT] = "adaptive";
+    CHECK_ST(mvm_sim_run(t, &cost, &c, &rb), MVM_OK);
+    CHECK(ra.hits == rb.hits && ra.time == rb.time && ra.hits > 0);
     c.policy[MVM_ROLE_EVICT] = "clairvoyant";
     mvm_sim_result r;
     CHECK_ST(mvm_sim_run(t, &cost, &c, &r), MVM_ERR_INVALID);

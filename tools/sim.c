@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "policy/choose.h"
 #include "policy/evict_driver.h"
 #include "policy/predict_common.h"
 #include "vmm/error.h"
@@ -494,6 +495,8 @@ static mvm_status make_modules(struct sim *s, const mvm_pinit *base)
         const char *name = s->cfg->policy[r] ? s->cfg->policy[r] : default_policy[r];
         if (!name || (r == MVM_ROLE_PREDICT && strcmp(name, "none") == 0))
             continue;
+        if (r == MVM_ROLE_EVICT && strcmp(name, "auto") == 0)
+            name = MVM_ENGINE_EVICT_DEFAULT; /* what the engine runs by default */
         const void *ops = mvm_policy_find((enum mvm_role)r, name);
         if (!ops) {
             char names[256];

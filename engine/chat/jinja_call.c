@@ -156,7 +156,9 @@ static mvm_status call_raise(jx *st, const jargs *a)
     for (char *c = line; *c; c++) /* one line, as every message */
         if (*c == '\n' || *c == '\r')
             *c = ' ';
-    return mvm_fail(MVM_ERR_INVALID, "%s", line);
+    /* an empty message (or one that starts with a NUL) must still say what failed */
+    return mvm_fail(MVM_ERR_INVALID, "%s", line[0] ? line : "the template raised an exception "
+                                                           "without a message");
 }
 
 static mvm_status call_strftime(jx *st, const jargs *a, jv *out)
