@@ -53,6 +53,8 @@ typedef struct hot {
     mvm_rank *order;          /* [L*E] each layer's experts, most tokens first */
     uint32_t *taken;          /* [L] experts of each layer in the table */
     uint64_t held;            /* experts in the table the last configure held (frozen) */
+    uint64_t capacity;        /* the capacity_pages that table was made for */
+    int made;                 /* a table was made since the profile ended */
 } hot;
 
 static void hot_destroy(void *self)
@@ -140,6 +142,12 @@ static void hot_observe(void *self, const mvm_pview *v, const mvm_pstep *step)
 static int hot_configure(void *self, const mvm_pview *v, uint64_t *layer_pages, float *theta)
 {
     hot *h = self;
+    if (h->made && v->capacity_pages == h->capacity) {
+        mvm_config_last_copy(&h->last, layer_pages, theta); /* static: nothing to redo */
+        return 0;
+    }
+    h->capacity = v->capacity_pages;
+    h->made = h->frozen;
     uint64_t table = v->capacity_pages > h->buffer ? (v->capacity_pages - h->buffer) / h->ppe : 0;
     if (table > (uint64_t)h->L * h->E)
         table = (uint64_t)h->L * h->E;
