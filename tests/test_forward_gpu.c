@@ -423,6 +423,26 @@ static void test_speculative(void)
     }
 }
 
+/* MoEpic's prefetch window (MOEVM_PREFETCH=window) on the device pass, where its copies
+ * must land before a kernel reads them: the logits are the all-resident run's, bit for bit,
+ * copies were made and nothing stays pinned (the window's order and its cut are
+ * tests/test_residency.c's to check). */
+static void test_window(void)
+{
+    const char *path = model_path("llama", MVM_W_Q8_0);
+    size_t n = N_PROMPT * mvm_preset_find("tiny", "llama")->spec.n_vocab;
+    struct run *all = run_prompt(path, MVM_BACKEND_CUDA, 1, 4, 1);
+    setenv("MOEVM_PREFETCH", "window", 1);
+    struct run *win = run_prompt(path, MVM_BACKEND_CUDA, 0.5, 4, 1);
+    unsetenv("MOEVM_PREFETCH");
+    if (all && win) {
+        CHECK(memcmp(all->logits, win->logits, n * sizeof *all->logits) == 0);
+        CHECK(win->resid.prefetches > 0 && win->resid.prefetches_cut <= win->resid.prefetches);
+        CHECK(win->space.pinned_experts == 0);
+    }
+    free_run(all), free_run(win);
+}
+
 /* The assign module runs experts on the CPU threads from their homes, beside the GPU's
  * (admission, on by default, loads some of them afterwards; off for the runs below that
  * check what the modules alone move):
@@ -644,6 +664,7 @@ int main(int argc, char **argv)
     RUN(test_context_bytes);
     RUN(test_residency);
     RUN(test_speculative);
+    RUN(test_window);
     RUN(test_assign);
     RUN(test_failures);
     RUN(test_quantize_once);
