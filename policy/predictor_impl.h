@@ -67,6 +67,23 @@ void mvm_pred_fuse(mvm_pred_acts *a, uint32_t r, uint32_t E, uint32_t K, const i
 /* From a->x to a->logit; train: keep the GELU derivatives (see mvm_pred_acts). */
 void mvm_pred_forward(const mvm_pred_model *m, uint32_t E, mvm_pred_acts *a, int train);
 
+/* ---- training primitives (predictor_train.c), shared with the online tuner ---- */
+
+/* splitmix64: the next of the stream in *s. */
+uint64_t mvm_pred_splitmix(uint64_t *s);
+/* One token's loss, the mean over experts of ω_e·BCE + λ·focal (γ), and its gradient in
+ * the logits into dlogit[E]; y[E] the labels. */
+double mvm_pred_token_loss(const float *logit, const uint8_t *y, const float *omega,
+                           float lambda, float gamma, uint32_t E, float *dlogit);
+/* Adds one token's gradient (dlogit, the activations a of its training forward pass) into
+ * g, a model of m's layout over the gradient buffer. back: [3H] scratch. */
+void mvm_pred_backward(const mvm_pred_model *m, const mvm_pred_model *g, const mvm_pred_acts *a,
+                       const float *dlogit, float *back, uint32_t E);
+/* AdamW (β 0.9, 0.999, ε 1e-8) on n floats; grad is a sum over `scale`^-1 tokens; step
+ * from 1. */
+void mvm_pred_adamw(float *p, const float *grad, float *m1, float *m2, uint64_t n, float lr,
+                    float wd, float scale, uint64_t step);
+
 /* The file's bytes (malloc'd) of p, every target layer trained. MVM_ERR_NOMEM. */
 mvm_status mvm_pred_serialize(const mvm_predictor *p, void **blob, size_t *size);
 

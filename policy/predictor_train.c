@@ -36,14 +36,8 @@
  *   the expert frequencies use the training tokens only. The held-out hit rates come from
  *   the same forward pass as predict "learned" (predictor_impl.h).
  * Deterministic: one splitmix64 stream from the seed, fixed loop orders, no threads.
- *
- * The online fine-tuning (mvm_predictor_tune, LLaPor's continual learning) is the same
- * training on few samples: each target layer's last `capacity` tokens, minibatches drawn at
- * random, the same losses, decay and middle-group factors, at a constant rate (a run has no
- * end to anneal towards) with moments that carry over between rounds. Every expert weighs 1
- * in L_bal: a ring of a few hundred tokens says little about rare experts' frequencies. The
- * PCA is not refitted: its directions come from the offline profile's 1,024 tokens, and
- * moving them would invalidate every weight behind them.
+ * predictor_tune.c fine-tunes online with the same loss, backward pass and AdamW
+ * (predictor_impl.h, "training primitives").
  */
 #include "policy/predictor_mlp.h"
 
@@ -66,7 +60,7 @@ void mvm_predictor_train_defaults(mvm_predictor_train_opts *o)
                                     .holdout = 0.1, .seed = 1};
 }
 
-static uint64_t splitmix(uint64_t *s)
+uint64_t mvm_pred_splitmix(uint64_t *s)
 {
     uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -75,7 +69,7 @@ static uint64_t splitmix(uint64_t *s)
 }
 
 /* Uniform in [-1, 1). */
-static float uniform(uint64_t *s) { return (float)((double)(splitmix(s) >> 11) * 0x1p-52 - 1); }
+static float uniform(uint64_t *s) { return (float)((double)(mvm_pred_splitmix(s) >> 11) * 0x1p-52 - 1); }
 
 static mvm_status check_data(const mvm_predictor_data *d, const mvm_predictor_train_opts *o)
 {
@@ -265,7 +259,7 @@ static float log_sigmoid(float b) { return b >= 0 ? -log1pf(expf(-b)) : b - log1
  * logits into dlogit[E]. With b = ±logit (the sign of the label), p_t = σ(b), q = 1 - p_t:
  *     BCE = -log p_t,  d/dlogit = p - y;
  *     focal = -q^γ·log p_t,  d/db = γ·q^γ·p_t·log p_t - q^(γ+1),  d/dlogit = ±d/db. */
-static double token_loss(const float *logit, const uint8_t *y, const float *omega, float lambda,
+double mvm_pred_token_loss(const float *logit, const uint8_t *y, const float *omega, float lambda,
                          float gamma, uint32_t E, float *dlogit)
 {
     double loss = 0;
@@ -297,7 +291,7 @@ static void axpy(float *restrict y, float c, const float *restrict x, uint32_t n
 
 /* Adds one token's gradient (dlogit, the activations a of its training forward pass) into
  * g, a model of m's layout over the gradient buffer. back: [3H] scratch. */
-static void backward(const mvm_pred_model *m, const mvm_pred_model *g, const mvm_pred_acts *a,
+void mvm_pred_backward(const mvm_pred_model *m, const mvm_pred_model *g, const mvm_pred_acts *a,
                      const float *dlogit, float *back, uint32_t E)
 {
     const uint32_t H = m->H, r = m->r, X = r + E;
@@ -340,7 +334,7 @@ static void backward(const mvm_pred_model *m, const mvm_pred_model *g, const mvm
 }
 
 /* AdamW (β 0.9, 0.999, ε 1e-8) on n floats; grad is a sum over `scale`^-1 tokens. */
-static void adamw(float *p, const float *grad, float *m1, float *m2, uint64_t n, float lr,
+void mvm_pred_adamw(float *p, const float *grad, float *m1, float *m2, uint64_t n, float lr,
                   float wd, float scale, uint64_t step)
 {
     const float b1 = 0.9f, b2 = 0.999f;
@@ -493,7 +487,7 @@ static mvm_status train_layer(const mvm_predictor_data *d, const mvm_predictor_t
     for (uint32_t ep = 0; ep < o->epochs; ep++) {
         double loss = 0;
         for (uint32_t i = n_train - 1; i > 0; i--) { /* Fisher-Yates */
-            uint32_t j = (uint32_t)(splitmix(rng) % (i + 1)), tmp = b.order[i];
+            uint32_t j = (uint32_t)(mvm_pred_splitmix(rng) % (i + 1)), tmp = b.order[i];
             b.order[i] = b.order[j];
             b.order[j] = tmp;
         }
@@ -508,12 +502,12 @@ static mvm_status train_layer(const mvm_predictor_data *d, const mvm_predictor_t
                 memset(b.y, 0, E);
                 for (uint32_t j = 0; j < K; j++)
                     b.y[next[j]] = 1;
-                loss += token_loss(a.logit, b.y, b.omega, lambda, gamma, E, b.dlogit);
-                backward(m, &g, &a, b.dlogit, b.back, E);
+                loss += mvm_pred_token_loss(a.logit, b.y, b.omega, lambda, gamma, E, b.dlogit);
+                mvm_pred_backward(m, &g, &a, b.dlogit, b.back, E);
             }
             float rate = schedule(lr, step, per_epoch * warm_epochs, total);
             step++;
-            adamw(m->p + off, b.grad + off, b.m1 + off, b.m2 + off, nt, rate, wd,
+            mvm_pred_adamw(m->p + off, b.grad + off, b.m1 + off, b.m2 + off, nt, rate, wd,
                   1.0f / (float)bn, step);
         }
         ev->loss = loss / n_train;
@@ -571,153 +565,4 @@ mvm_status mvm_predictor_train(const mvm_predictor_data *d, const mvm_predictor_
         st = mvm_pred_serialize(p, blob, size);
     mvm_predictor_free(p);
     return st;
-}
-
-/* ---- online fine-tuning (predictor_mlp.h) ------------------------------------------------ */
-
-/* One target layer's samples, a ring, and its optimiser's state. */
-typedef struct tune_layer {
-    float *z;              /* [cap][r] PCA features of layer t-1's hidden states */
-    int32_t *prev;         /* [cap][K] layer t-1's experts */
-    float *w;              /* [cap][K] their gate weights */
-    int32_t *next;         /* [cap][K] layer t's experts: the labels */
-    uint32_t n, head;      /* samples held; the slot the next one takes */
-    float *grad, *m1, *m2; /* the model's layout (only the trainable tail is used) */
-    uint64_t step;
-} tune_layer;
-
-struct mvm_predictor_tuner {
-    uint32_t L, cap, batch;
-    tune_layer *t;         /* [L]; t[0] unused */
-    float *work, *dlogit, *back, *centred, *omega;
-    uint8_t *y;
-    uint64_t rng;
-};
-
-void mvm_predictor_tuner_free(mvm_predictor_tuner *tu)
-{
-    if (!tu)
-        return;
-    for (uint32_t t = 1; tu->t && t < tu->L; t++) {
-        tune_layer *tl = &tu->t[t];
-        void *all[] = {tl->z, tl->prev, tl->w, tl->next, tl->grad, tl->m1, tl->m2};
-        for (size_t i = 0; i < sizeof all / sizeof *all; i++)
-            free(all[i]);
-    }
-    void *all[] = {tu->t, tu->work, tu->dlogit, tu->back, tu->centred, tu->omega, tu->y, tu};
-    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
-        free(all[i]);
-}
-
-mvm_predictor_tuner *mvm_predictor_tuner_new(const mvm_predictor *p, uint32_t capacity,
-                                             uint32_t batch, uint64_t seed)
-{
-    if (!capacity || !batch || batch > capacity)
-        return NULL;
-    mvm_predictor_tuner *tu = calloc(1, sizeof *tu);
-    if (!tu)
-        return NULL;
-    const uint32_t E = p->E, K = p->K;
-    *tu = (mvm_predictor_tuner){.L = p->L, .cap = capacity, .batch = batch, .rng = seed};
-    int ok = (tu->t = calloc(p->L, sizeof *tu->t)) != NULL;
-    uint64_t work = 0, H = 0;
-    for (uint32_t t = 1; ok && t < p->L; t++) {
-        const mvm_pred_model *m = &p->m[t];
-        tune_layer *tl = &tu->t[t];
-        tl->z = malloc((size_t)capacity * m->r * sizeof *tl->z);
-        tl->prev = malloc((size_t)capacity * K * sizeof *tl->prev);
-        tl->w = malloc((size_t)capacity * K * sizeof *tl->w);
-        tl->next = malloc((size_t)capacity * K * sizeof *tl->next);
-        tl->grad = calloc((size_t)m->n, sizeof *tl->grad);
-        tl->m1 = calloc((size_t)m->n, sizeof *tl->m1);
-        tl->m2 = calloc((size_t)m->n, sizeof *tl->m2);
-        ok = tl->z && tl->prev && tl->w && tl->next && tl->grad && tl->m1 && tl->m2;
-        uint64_t f = mvm_pred_acts_floats(m->r, E, m->H);
-        work = f > work ? f : work;
-        H = m->H > H ? m->H : H;
-    }
-    ok = ok && (tu->work = calloc(work ? work : 1, sizeof *tu->work)) &&
-         (tu->dlogit = calloc(E, sizeof *tu->dlogit)) &&
-         (tu->back = calloc(3 * (H ? H : 1), sizeof *tu->back)) &&
-         (tu->centred = calloc(p->D, sizeof *tu->centred)) &&
-         (tu->omega = malloc(E * sizeof *tu->omega)) && (tu->y = calloc(E, 1));
-    if (!ok) {
-        mvm_predictor_tuner_free(tu);
-        return NULL;
-    }
-    for (uint32_t e = 0; e < E; e++)
-        tu->omega[e] = 1;
-    return tu;
-}
-
-void mvm_predictor_tuner_add(mvm_predictor_tuner *tu, const mvm_predictor *p, uint32_t t,
-                             const float *h, const int32_t *prev, const float *w,
-                             const int32_t *next)
-{
-    if (t == 0 || t >= tu->L)
-        return;
-    const mvm_pred_model *m = &p->m[t];
-    const uint32_t K = p->K;
-    tune_layer *tl = &tu->t[t];
-    uint32_t i = tl->head;
-    mvm_pred_project(m, p->D, h, tu->centred, tl->z + (size_t)i * m->r);
-    memcpy(tl->prev + (size_t)i * K, prev, K * sizeof *prev);
-    memcpy(tl->w + (size_t)i * K, w, K * sizeof *w);
-    memcpy(tl->next + (size_t)i * K, next, K * sizeof *next);
-    tl->head = (i + 1) % tu->cap;
-    tl->n += tl->n < tu->cap;
-}
-
-/* The gradient of one minibatch of target layer t into tl->grad; 0 if it is not finite. */
-static int tune_gradient(mvm_predictor_tuner *tu, const mvm_pred_model *m, tune_layer *tl,
-                         const mvm_predictor_train_opts *o, uint32_t E, uint32_t K, uint32_t D)
-{
-    const int gated = m->kind == MVM_PREDICTOR_GATED;
-    const float lambda = gated ? 0 : (float)o->lambda, gamma = (float)o->gamma;
-    mvm_pred_model g = {.kind = m->kind, .r = m->r, .H = m->H};
-    mvm_pred_layout(&g, tl->grad, E, D);
-    const uint64_t off = (uint64_t)(m->w1 - m->p);
-    memset(tl->grad + off, 0, (m->n - off) * sizeof *tl->grad);
-    mvm_pred_acts a;
-    mvm_pred_acts_bind(&a, tu->work, m->r, E, m->H);
-    for (uint32_t b = 0; b < tu->batch; b++) {
-        uint32_t j = (uint32_t)(splitmix(&tu->rng) % tl->n);
-        memcpy(a.x, tl->z + (size_t)j * m->r, m->r * sizeof *a.x);
-        mvm_pred_fuse(&a, m->r, E, K, tl->prev + (size_t)j * K, tl->w + (size_t)j * K);
-        mvm_pred_forward(m, E, &a, 1);
-        memset(tu->y, 0, E);
-        for (uint32_t k = 0; k < K; k++) {
-            int32_t e = tl->next[(size_t)j * K + k];
-            if (e >= 0 && (uint32_t)e < E)
-                tu->y[e] = 1;
-        }
-        token_loss(a.logit, tu->y, tu->omega, lambda, gamma, E, tu->dlogit);
-        backward(m, &g, &a, tu->dlogit, tu->back, E);
-    }
-    for (uint64_t i = off; i < m->n; i++)
-        if (!isfinite(tl->grad[i]))
-            return 0;
-    return 1;
-}
-
-void mvm_predictor_tune(mvm_predictor_tuner *tu, mvm_predictor *p, uint32_t steps, float lr)
-{
-    mvm_predictor_train_opts o;
-    mvm_predictor_train_defaults(&o);
-    for (uint32_t t = 1; t < tu->L; t++) {
-        mvm_pred_model *m = &p->m[t];
-        tune_layer *tl = &tu->t[t];
-        if (tl->n < tu->batch)
-            continue;
-        const int gated = m->kind == MVM_PREDICTOR_GATED;
-        const float rate = lr * (gated ? 3 : 1), wd = (float)o.weight_decay * (gated ? 5 : 1);
-        const uint64_t off = (uint64_t)(m->w1 - m->p);
-        for (uint32_t s = 0; s < steps; s++) {
-            if (!tune_gradient(tu, m, tl, &o, p->E, p->K, p->D))
-                continue;
-            tl->step++;
-            adamw(m->p + off, tl->grad + off, tl->m1 + off, tl->m2 + off, m->n - off, rate, wd,
-                  1.0f / (float)tu->batch, tl->step);
-        }
-    }
 }
