@@ -211,6 +211,33 @@ static mvm_status act_load_batch(struct rig *r)
     return first;
 }
 
+/* A prefetch in pieces (MOEVM_COPY_PIECE, a page: main sets it) overtaken by an on-demand
+ * load asked once its first piece is on the bus: each piece's copy, fence and wait, and the
+ * load's between them. */
+static mvm_status act_prefetch_overtaken(struct rig *r)
+{
+    mvm_move *pf = NULL, *d = NULL;
+    fake_set_copy_delay_us(20000);
+    unsigned long begun = fake_copies_begun();
+    mvm_status first = mvm_prefetch(r->sp, 0, 2, MVM_ALL_PAGES, &pf), st;
+    if (first == MVM_OK) /* until its first piece is on the bus, or its move failed */
+        while (fake_copies_begun() == begun && mvm_move_wait(pf, 0) == MVM_ERR_TIMEOUT)
+            sched_yield();
+    if ((st = mvm_make_resident_async(r->sp, 0, 0, MVM_ALL_PAGES, &d)) != MVM_OK &&
+        first == MVM_OK)
+        first = st;
+    fake_set_copy_delay_us(0);
+    mvm_move *both[2] = {pf, d};
+    for (int i = 0; i < 2; i++) {
+        if (!both[i])
+            continue;
+        if ((st = mvm_move_wait(both[i], -1)) != MVM_OK && first == MVM_OK)
+            first = st;
+        mvm_move_release(both[i]);
+    }
+    return first;
+}
+
 static mvm_status act_evict(struct rig *r) { return mvm_evict(r->sp, 0, 0, 0); }
 static mvm_status act_evict_many(struct rig *r)
 {
@@ -223,6 +250,7 @@ static mvm_status act_discard(struct rig *r) { return mvm_discard(r->sp, 0, 0, 0
 static const struct op ops[] = {
     {"load", setup_none, act_load},
     {"load_batch", setup_none, act_load_batch},
+    {"prefetch_overtaken", setup_none, act_prefetch_overtaken},
     {"evict", setup_one_written, act_evict},
     {"evict_many", setup_two_written, act_evict_many},
     {"cut", setup_one_written, act_cut},
@@ -332,6 +360,7 @@ int main(void)
         fprintf(stderr, "test_space_faults: needs tests/fakecuda as MOEVM_CUDA_LIBRARY\n");
         return 2;
     }
+    setenv("MOEVM_COPY_PIECE", "1", 1); /* prefetches copy a page at a time */
     RUN(test_fault_sweep);
     TEST_END();
 }
