@@ -12,9 +12,9 @@
  *
  * Algorithm 1, fixed: a server has S_n = min(Σ_g ⌊mem_{n,g} / expert_bytes⌋, L·E) slots, its
  * GPUs' whole experts (mvm_cluster_slots: its bytes shared equally by its GPUs; the paper
- * pools them as M_n, which counts up to G_n − 1 experts that no GPU can hold). q_l = S_n · v_{n,l} / Σ_l v_{n,l}, with v
- * replaced by 1 in every layer when Σ_l v = 0 (no traffic yet, or every layer one-hot: no
- * divide-by-zero); N_{n,l} = min(E, ⌊q_l⌋); the slots flooring dropped go one at a time to the
+ * pools them as M_n, which counts up to G_n − 1 experts that no GPU can hold).
+ * q_l = S_n · v_{n,l} / Σ_l v_{n,l}, with v replaced by 1 in every layer when Σ_l v = 0 (no
+ * traffic yet, or every layer one-hot: no divide-by-zero); N_{n,l} = min(E, ⌊q_l⌋); the slots flooring dropped go one at a time to the
  * layer with the largest q_l − N_{n,l} among those below E (largest remainder, then
  * water-filling), so every server uses all S_n slots and never more than E per layer. Coverage
  * Σ_n N_{n,l} ≥ E is then restored layer by layer by moving one slot at a time on one server

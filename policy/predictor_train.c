@@ -69,7 +69,10 @@ uint64_t mvm_pred_splitmix(uint64_t *s)
 }
 
 /* Uniform in [-1, 1). */
-static float uniform(uint64_t *s) { return (float)((double)(mvm_pred_splitmix(s) >> 11) * 0x1p-52 - 1); }
+static float uniform(uint64_t *s)
+{
+    return (float)((double)(mvm_pred_splitmix(s) >> 11) * 0x1p-52 - 1);
+}
 
 static mvm_status check_data(const mvm_predictor_data *d, const mvm_predictor_train_opts *o)
 {

@@ -159,8 +159,8 @@ void mvm_predictor_tune(mvm_predictor_tuner *tu, mvm_predictor *p, uint32_t step
             if (!tune_gradient(tu, m, tl, &o, p->E, p->K, p->D))
                 continue;
             tl->step++;
-            mvm_pred_adamw(m->p + off, tl->grad + off, tl->m1 + off, tl->m2 + off, m->n - off, rate, wd,
-                  1.0f / (float)tu->batch, tl->step);
+            mvm_pred_adamw(m->p + off, tl->grad + off, tl->m1 + off, tl->m2 + off, m->n - off,
+                           rate, wd, 1.0f / (float)tu->batch, tl->step);
         }
     }
 }

@@ -31,7 +31,8 @@ struct cluster_args {
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: moevm sim --trace T.jsonl --servers N [--gpus G] [--server-mem SIZE|PCT[,...]]\n"
+            "usage: moevm sim --trace T.jsonl --servers N [--gpus G]\n"
+            "                 [--server-mem SIZE|PCT[,...]]\n"
             "                 [--place P[;P...]] [--period TOKENS] [--rtt MS] [--link-bw GB/s]\n"
             "                 [--cost PRESET|FILE.json]\n"
             "  --servers     servers, 2..%d; request r lives on server r mod N\n"

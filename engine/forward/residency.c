@@ -130,9 +130,9 @@ mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_res
     r->landed = calloc(r->n_total, sizeof *r->landed);
     r->layer_pages = malloc(info.n_layers * sizeof *r->layer_pages);
     r->theta = malloc(info.n_layers * sizeof *r->theta);
-    if (!r->resident || !r->busy || !r->pinned || !r->held || !r->plan || !r->by_prefetch || !r->spec ||
-        !r->spec_keep || !r->home_run || !r->cand ||
-        !r->want || !r->landed || !r->layer_pages || !r->theta) {
+    if (!r->resident || !r->busy || !r->pinned || !r->held || !r->plan || !r->by_prefetch ||
+        !r->spec || !r->spec_keep || !r->home_run || !r->cand || !r->want || !r->landed ||
+        !r->layer_pages || !r->theta) {
         mvm_resid_destroy(r);
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the residency table");
     }
