@@ -397,25 +397,29 @@ static int covers(const uint8_t *placement, uint32_t S, uint32_t LE)
     return 1;
 }
 
+/* One call of expert x from home n under placement P: local, or to its nearest holder. */
+static double call_time(const prism *p, uint32_t S, const uint8_t *P, uint32_t n, uint32_t x)
+{
+    const uint32_t LE = p->L * p->E;
+    if (P[(size_t)n * LE + x])
+        return mvm_cost_gpu(&p->cost, 1);
+    double t = INFINITY;
+    for (uint32_t r = 0; r < S; r++)
+        if (P[(size_t)r * LE + x] && p->link[(size_t)n * S + r] < t)
+            t = p->link[(size_t)n * S + r];
+    return t;
+}
+
 /* C(P): the statistics' token-expert calls under placement P, in seconds. */
 static double call_cost(const prism *p, uint32_t S, const uint8_t *P)
 {
     const uint32_t LE = p->L * p->E;
-    const double local = mvm_cost_gpu(&p->cost, 1);
     double sum = 0;
     for (uint32_t n = 0; n < S; n++)
         for (uint32_t x = 0; x < LE; x++) {
             double f = p->acc[(size_t)n * LE + x];
-            if (!(f > 0))
-                continue;
-            double t = INFINITY;
-            if (P[(size_t)n * LE + x])
-                t = local;
-            else
-                for (uint32_t r = 0; r < S; r++)
-                    if (P[(size_t)r * LE + x] && p->link[(size_t)n * S + r] < t)
-                        t = p->link[(size_t)n * S + r];
-            sum += f * t;
+            if (f > 0)
+                sum += f * call_time(p, S, P, n, x);
         }
     return sum;
 }
@@ -454,16 +458,12 @@ static double migration_time(prism *p, const mvm_cluster *c, const uint8_t *P, u
     return worst;
 }
 
-/* What adding x to server n saves per the statistics: its calls from n, each the remote call
- * to its nearest holder in P made local. */
+/* What adding x (not on n in P) to server n saves per the statistics: its calls from n,
+ * each the remote call to its nearest holder in P made local. */
 static double saving(const prism *p, uint32_t S, const uint8_t *P, uint32_t n, uint32_t x)
 {
-    const uint32_t LE = p->L * p->E;
-    double remote = INFINITY;
-    for (uint32_t r = 0; r < S; r++)
-        if (P[(size_t)r * LE + x] && p->link[(size_t)n * S + r] < remote)
-            remote = p->link[(size_t)n * S + r];
-    return p->acc[(size_t)n * LE + x] * (remote - mvm_cost_gpu(&p->cost, 1));
+    return p->acc[(size_t)n * p->L * p->E + x] *
+           (call_time(p, S, P, n, x) - mvm_cost_gpu(&p->cost, 1));
 }
 
 /* Experts on server n in cand that the goal does not keep there and another server keeps

@@ -97,6 +97,21 @@ static void record(void *ctx, const mvm_route_record *r)
         memcpy(run->sel[r->pos][r->layer], r->selected, sizeof run->sel[0][0]);
 }
 
+/* The prompt through c, batch tokens a call: every position's logits into logits (poisoned
+ * first; NULL: none kept). */
+static mvm_status eval_prompt(mvm_ctx *c, size_t n_vocab, uint32_t batch, float *logits)
+{
+    for (size_t i = 0; logits && i < N_PROMPT * n_vocab; i++)
+        logits[i] = NAN;
+    mvm_status st = MVM_OK;
+    for (uint32_t done = 0; done < N_PROMPT && st == MVM_OK; done += batch) {
+        uint32_t n = N_PROMPT - done < batch ? N_PROMPT - done : batch;
+        st = mvm_ctx_eval(c, prompt + done, n, logits ? logits + done * n_vocab : NULL,
+                          logits != NULL);
+    }
+    return st;
+}
+
 /* Every position's logits (poisoned first), batch tokens a call. NULL on failure. */
 static struct run *run_prompt(const char *path, mvm_backend_kind backend, double budget,
                               uint32_t batch, int wait)
@@ -120,14 +135,7 @@ static struct run *run_prompt(const char *path, mvm_backend_kind backend, double
     mvm_ctx_set_route_observer(c, record, run);
     size_t nv = m->hp.n_vocab;
     run->logits = malloc(N_PROMPT * nv * sizeof *run->logits);
-    for (size_t i = 0; i < N_PROMPT * nv; i++)
-        run->logits[i] = NAN;
-    mvm_status st = MVM_OK;
-    for (uint32_t done = 0; done < N_PROMPT && st == MVM_OK; done += batch) {
-        uint32_t n = N_PROMPT - done < batch ? N_PROMPT - done : batch;
-        st = mvm_ctx_eval(c, prompt + done, n, run->logits + done * nv, 1);
-    }
-    CHECK_ST(st, MVM_OK);
+    CHECK_ST(eval_prompt(c, nv, batch, run->logits), MVM_OK);
     mvm_space_get_stats(m->space, &run->space);
     mvm_resid_get_stats(mvm_ctx_residency(c), &run->resid);
     mvm_ctx_free(c);
@@ -368,21 +376,13 @@ static void run_spec(const char *path, const char *pred, double budget, uint32_t
     if (m)
         CHECK_ST(mvm_ctx_create(m, pool, 32, batch, &pol, &c), MVM_OK);
     size_t nv = m ? m->hp.n_vocab : 0;
-    for (size_t i = 0; logits && i < N_PROMPT * nv; i++)
-        logits[i] = NAN;
-    mvm_status st = c ? MVM_OK : MVM_ERR_INVALID;
-    for (uint32_t done = 0; done < N_PROMPT && st == MVM_OK; done += batch) {
-        uint32_t n = N_PROMPT - done < batch ? N_PROMPT - done : batch;
-        st = mvm_ctx_eval(c, prompt + done, n, logits ? logits + done * nv : NULL, logits != NULL);
-    }
+    mvm_status st = c ? eval_prompt(c, nv, batch, logits) : MVM_ERR_INVALID;
     if (c && again) {
         mvm_prefetch_stats first;
         mvm_prefetcher_get_stats(mvm_ctx_prefetcher(c), &first);
         mvm_ctx_reset(c);
-        for (uint32_t done = 0; done < N_PROMPT && st == MVM_OK; done += batch) {
-            uint32_t n = N_PROMPT - done < batch ? N_PROMPT - done : batch;
-            st = mvm_ctx_eval(c, prompt + done, n, NULL, 0);
-        }
+        if (st == MVM_OK)
+            st = eval_prompt(c, nv, batch, NULL);
         mvm_prefetcher_get_stats(mvm_ctx_prefetcher(c), ps);
         ps->forecasts -= first.forecasts;
         ps->named -= first.named;

@@ -126,6 +126,28 @@ static int make_room(struct sim *s, uint32_t l, uint32_t need, double now, int c
 
 /* ---- the copy engine --------------------------------------------------------------------- */
 
+/* x's missing pages over the serial copy engine from `start`, into room already made: an
+ * on-demand load or not (a prefetch, a table's copy); returns when they have landed. */
+static double copy_in(struct sim *s, uint32_t x, double start, int demand)
+{
+    uint32_t need = ppe(s) - s->resident[x];
+    uint64_t bytes = (uint64_t)need * s->cfg->page_bytes;
+    double d = mvm_cost_load_bytes(s->cost, bytes);
+    s->view.used_pages += need;
+    s->resident[x] = ppe(s);
+    s->ready[x] = start + d;
+    s->copy_free = start + d;
+    s->r.copy_busy += d;
+    if (demand) {
+        s->r.loads++;
+        s->r.bytes_loaded += bytes;
+    } else {
+        s->r.prefetches++;
+        s->r.bytes_prefetched += bytes;
+    }
+    return start + d;
+}
+
 /* Starts queued prefetches that begin before `until` (FIFO, each when the engine is free). */
 static void run_prefetches(struct sim *s, double until)
 {
@@ -144,16 +166,8 @@ static void run_prefetches(struct sim *s, double until)
             s->spec[x] = 0;
             continue; /* no room now: the prefetch is dropped */
         }
-        uint64_t bytes = (uint64_t)(ppe(s) - s->resident[x]) * s->cfg->page_bytes;
-        double d = mvm_cost_load_bytes(s->cost, bytes);
         s->spec_keep[x] = s->resident[x];
-        s->view.used_pages += ppe(s) - s->resident[x];
-        s->resident[x] = ppe(s);
-        s->ready[x] = start + d;
-        s->copy_free = start + d;
-        s->r.copy_busy += d;
-        s->r.prefetches++;
-        s->r.bytes_prefetched += bytes;
+        copy_in(s, x, start, 0);
         /* A prefetch that starts while the step that uses it runs (its access counted as a
          * miss at routing, the copy still queued) was used, late; else it waits for one. */
         if (s->busy[x])
@@ -183,17 +197,10 @@ static double load_now(struct sim *s, uint32_t x, double now)
     uint32_t need = ppe(s) - s->resident[x];
     if (make_room(s, x / s->E, need, now, 0) != 0)
         return -1;
-    double start = fmax(s->copy_free, now), d = mvm_cost_load_bytes(s->cost, (uint64_t)need * s->cfg->page_bytes);
-    s->view.used_pages += need;
-    s->resident[x] = ppe(s);
-    s->ready[x] = start + d;
-    s->copy_free = start + d;
-    s->r.copy_busy += d;
-    s->r.loads++;
-    s->r.bytes_loaded += (uint64_t)need * s->cfg->page_bytes;
+    double ready = copy_in(s, x, fmax(s->copy_free, now), 1);
     if (s->view.used_pages > s->r.peak_pages)
         s->r.peak_pages = s->view.used_pages;
-    return start + d;
+    return ready;
 }
 
 static int queue_prefetch(struct sim *s, uint32_t x, double now)
@@ -236,16 +243,12 @@ static void hold_table(struct sim *s, double now, int at_init)
         uint32_t need = ppe(s) - s->resident[x];
         if (!s->held[x] || !need || s->queued[x] || make_room(s, x / s->E, need, now, 0))
             continue;
-        double start = fmax(s->copy_free, now);
-        double d = at_init ? 0 : mvm_cost_load_bytes(s->cost, (uint64_t)need * s->cfg->page_bytes);
-        s->view.used_pages += need;
-        s->resident[x] = ppe(s);
-        s->ready[x] = at_init ? 0 : start + d;
         if (!at_init) {
-            s->copy_free = start + d;
-            s->r.copy_busy += d;
-            s->r.prefetches++;
-            s->r.bytes_prefetched += (uint64_t)need * s->cfg->page_bytes;
+            copy_in(s, x, fmax(s->copy_free, now), 0);
+        } else { /* there before the clock starts */
+            s->view.used_pages += need;
+            s->resident[x] = ppe(s);
+            s->ready[x] = 0;
         }
     }
 }

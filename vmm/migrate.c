@@ -614,15 +614,16 @@ static void copy_and_land(mvm_space *sp, struct job **batch, uint32_t n, const s
     mvm_event *fence[MAX_BATCH] = {0};
     mvm_status job_st[MAX_BATCH];
     bool started = false;
-    for (uint32_t k = 0; k < n; k++) {
-        if (batch[k]->prio == PRIO_PREFETCH && st == MVM_OK && n_copies[k]) {
-            st = copy_in_pieces(sp, c, n_copies[k]);
-            c += n_copies[k];
+    for (uint32_t k = 0; k < n; c += n_copies[k], k++) {
+        if (st == MVM_OK && n_copies[k]) {
             started = true;
+            if (batch[k]->prio == PRIO_PREFETCH)
+                st = copy_in_pieces(sp, c, n_copies[k]);
+            else
+                for (uint32_t i = 0; i < n_copies[k] && st == MVM_OK; i++)
+                    st = be->ops->copy_start(be, sp->pool, (size_t)c[i].chunk, c[i].src,
+                                             c[i].len);
         }
-        for (uint32_t i = 0; i < n_copies[k] && st == MVM_OK && batch[k]->prio != PRIO_PREFETCH;
-             i++, c++, started = true)
-            st = be->ops->copy_start(be, sp->pool, (size_t)c->chunk, c->src, c->len);
         if (st == MVM_OK)
             st = be->ops->copy_fence(be, &fence[k]);
         if (st == MVM_OK && !sp->homes_mapped) {

@@ -200,6 +200,14 @@ static void teardown(mvm_space *sp)
     free(sp);
 }
 
+/* Pages of a prefetch's piece (MOEVM_COPY_PIECE bytes in whole pages); 0, or a piece as
+ * large as an expert: the whole expert. */
+static uint32_t piece_pages(const mvm_space *sp, uint64_t bytes)
+{
+    uint64_t n = (bytes + sp->page_size - 1) / sp->page_size;
+    return bytes && n < sp->ppe ? (uint32_t)n : sp->ppe;
+}
+
 mvm_status mvm_space_create(const mvm_space_desc *d, mvm_space **out)
 {
     mvm_status st = check_desc(d);
@@ -240,10 +248,7 @@ mvm_status mvm_space_create(const mvm_space_desc *d, mvm_space **out)
          (st = be->ops->map_home(be, sp->base, sp->home, 0, (size_t)sp->n_total * sp->ppe,
                                  false))) ||
         ((sp->homes_mapped = be->home_mappable),
-         (sp->piece_pages = piece.i && (uint64_t)piece.i < (uint64_t)sp->ppe * sp->page_size
-                                ? (uint32_t)(((uint64_t)piece.i + sp->page_size - 1) /
-                                             sp->page_size)
-                                : sp->ppe),
+         (sp->piece_pages = piece_pages(sp, (uint64_t)piece.i)),
          (st = mvm_migrate_start(sp)))) {
         teardown(sp);
         return st;
