@@ -1047,15 +1047,17 @@ static void test_matvec(void)
 }
 
 /* matmul equals matvec token by token, bitwise, and leaves the stride gaps alone, for every
- * count of tokens the multi-token kernels take (1..MVM_K_NT) and the remainders after them;
- * the rows are long enough for the Q kernels' 8-block steps and their tails; 20 tokens of
+ * count of tokens the multi-token kernels take (1..MVM_K_NT) and the remainders after them
+ * (the multi-row kernels' 4 x 4 tiles cut short by 7 rows and 5, 7, 9 tokens); the rows are
+ * long enough for the Q kernels' 8-block steps and their tails, and the K types' 17
+ * super-blocks for gemm_avx512vnni.c's panels of 16 and the piece after them; 20 tokens of
  * 4096 floats exceed the 256 KiB token tile, so the tiling is crossed too. */
 static void test_matmul(void)
 {
     static const size_t counts[] = {1, 2, 3, 4, 5, 7, 9};
     const size_t rows = 9, r0 = 1, r1 = 8;
     for (int t = 0; t < MVM_W_COUNT; t++) {
-        const size_t n = t == MVM_W_F32 ? 4096 : is_k((enum mvm_wtype)t) ? 512 : 288;
+        const size_t n = t == MVM_W_F32 ? 4096 : is_k((enum mvm_wtype)t) ? 17 * 256 : 288;
         problem p = make_problem((enum mvm_wtype)t, rows, n);
         for (size_t c = 0; c < sizeof counts / sizeof *counts + (t == MVM_W_F32); c++) {
             const size_t n_tok = c < sizeof counts / sizeof *counts ? counts[c] : 20;
@@ -1295,11 +1297,11 @@ static void check_expert_batch(size_t fi, size_t n_tok)
     free_expert(&e);
 }
 
-/* 1..MVM_K_NT tokens (each count of the multi-token kernels) and 11 (two full steps of
- * them and a remainder of 3). */
+/* 1..MVM_K_NT tokens (each count of the multi-token kernels), 11 (two full steps of them
+ * and a remainder of 3) and 21 (expert.c's 16 tokens at once, then 5: a tile cut short). */
 static void test_expert_batch(void)
 {
-    static const size_t counts[] = {1, 2, 3, 4, 11};
+    static const size_t counts[] = {1, 2, 3, 4, 11, 21};
     for (size_t fi = 0; fi < sizeof expert_fmts / sizeof *expert_fmts; fi++)
         for (size_t c = 0; c < sizeof counts / sizeof *counts; c++)
             check_expert_batch(fi, counts[c]);

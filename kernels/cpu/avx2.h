@@ -401,12 +401,32 @@ AVX2_INLINE int32_t avx2_hsum_i32(__m256i v)
 /* The K kernels below take each token's Q8_K block of the super-block in a[k] and leave
  * token k's float in r[k]. */
 
+/* Q4_K/Q5_K's packed six-bit scales as ggml unpacks them: bytes 0-7 of u, the mins 8-15. */
+AVX2_INLINE void avx2_k45_scales(const uint8_t *scales, uint32_t u[4])
+{
+    memcpy(u, scales, 12);
+    u[3] = ((u[2] >> 4) & 0x0F0F0F0F) | (((u[1] >> 6) & 0x03030303) << 4);
+    const uint32_t mins_lo = u[1] & 0x3F3F3F3F;
+    u[1] = (u[2] & 0x0F0F0F0F) | (((u[0] >> 6) & 0x03030303) << 4);
+    u[2] = mins_lo;
+    u[0] &= 0x3F3F3F3F;
+}
+
+/* A Q4_K/Q5_K super-block's float, ad·(d·sum - dmin·msum), rounded as every x86 level and
+ * gemm_avx512vnni.c's tiles do: fused with d·sum, spelled out (a compiler contracts the plain
+ * expression as it chooses). */
+AVX2_INLINE float avx2_k45_finish(float ad, uint16_t d, uint16_t dmin, int32_t sum, int32_t msum)
+{
+    const __m128 m = _mm_mul_ss(_mm_set_ss(mvm_k_h2f(dmin)), _mm_set_ss((float)msum));
+    const __m128 s = _mm_fmsub_ss(_mm_set_ss(mvm_k_h2f(d)), _mm_set_ss((float)sum), m);
+    return _mm_cvtss_f32(_mm_mul_ss(_mm_set_ss(ad), s));
+}
+
 /* Q4_K / Q5_K (qh non-NULL): kernels/blocks.h's Q4_K/Q5_K chunks with the 32-element sums
  * done by maddubs (quants unsigned, at most 2·31·127 a pair: no int16 saturation) and madd
  * with the sub-block's scale; the same integers, so the same float result as every level.
- * The 8 six-bit scales and mins are unpacked together as ggml does (bytes 0-7 of u the
- * scales, 8-15 the mins: mvm_k_scale_min for all sub-blocks), and the mins' term is one madd
- * of them, each twice, with the 16 bsums. */
+ * The 8 six-bit scales and mins are unpacked together (avx2_k45_scales), and the mins'
+ * term is one madd of them, each twice, with the 16 bsums. */
 AVX2_INLINE void avx2_kblock_q45(const uint8_t *scales, uint16_t d, uint16_t dmin,
                                  const uint8_t *qs, const uint8_t *qh,
                                  const mvm_block_q8_K *const a[], const int nt, float r[])
@@ -414,12 +434,7 @@ AVX2_INLINE void avx2_kblock_q45(const uint8_t *scales, uint16_t d, uint16_t dmi
     const __m256i nib = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
     const __m256i hbits = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
     uint32_t u[4];
-    memcpy(u, scales, 12);
-    u[3] = ((u[2] >> 4) & 0x0F0F0F0F) | (((u[1] >> 6) & 0x03030303) << 4);
-    const uint32_t mins_lo = u[1] & 0x3F3F3F3F;
-    u[1] = (u[2] & 0x0F0F0F0F) | (((u[0] >> 6) & 0x03030303) << 4);
-    u[2] = mins_lo;
-    u[0] &= 0x3F3F3F3F;
+    avx2_k45_scales(scales, u);
     const __m128i each_min_twice =
         _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
     const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(
@@ -452,8 +467,7 @@ AVX2_INLINE void avx2_kblock_q45(const uint8_t *scales, uint16_t d, uint16_t dmi
         }
     }
     for (int i = 0; i < nt; i++)
-        r[i] = a[i]->d * (mvm_k_h2f(d) * (float)avx2_hsum_i32(acc[i]) -
-                          mvm_k_h2f(dmin) * (float)msum[i]);
+        r[i] = avx2_k45_finish(a[i]->d, d, dmin, avx2_hsum_i32(acc[i]), msum[i]);
 }
 
 /* Q6_K: kernels/blocks.h's Q6_K chunks; each 32 quants are two sub-blocks of 16, one per

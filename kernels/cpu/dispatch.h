@@ -135,11 +135,22 @@ typedef void (*mvm_k_downn_fn)(const void *down, const void *a, size_t a_stride,
  * cache keeps as F32 or F16 (F32 and F16 only; the other entries are NULL). */
 typedef void (*mvm_k_axpy_fn)(const void *row, float s, float *out, size_t n);
 
+/* A block of a matrix product, for levels and types that have a kernel taking several rows
+ * and tokens at once: y[i * ys + r] = dot(w + r * row_bytes, act + i * act_stride) for
+ * r < n_rows, i < n_tok (add: y[...] += that dot instead, as the down loop adds each block's
+ * product into its output), each float bit for bit the level's dotn (add: downn) with that
+ * row and token, whatever the tile it was computed in. */
+typedef void (*mvm_k_gemm_fn)(const void *w, size_t row_bytes, size_t n_rows, const void *act,
+                              size_t act_stride, size_t n_tok, size_t n, float *y, size_t ys,
+                              int add);
+
 struct mvm_k_level {
     mvm_k_dot_fn dot[MVM_W_COUNT];
     mvm_k_dotn_fn dotn[MVM_W_COUNT];
     mvm_k_downn_fn downn[MVM_W_COUNT];
     mvm_k_axpy_fn axpy[MVM_W_COUNT];
+    /* NULL, or the types' multi-row kernels (NULL entries: none for that type) */
+    const mvm_k_gemm_fn *gemm;
 };
 
 /* Defines `name` as a generic multi-token kernel that runs the single-token `one` for each
@@ -238,7 +249,7 @@ struct mvm_k_level {
      [MVM_W_IQ1_S] = pre##_iq1_s,                                                                  \
      [MVM_W_IQ1_M] = pre##_iq1_m}
 #define MVM_K_LEVEL(name, attr, dotn_float, dotn_q, downn_float, downn_q, dotn_k, downn_k,         \
-                    axpy_float)                                                                    \
+                    axpy_float, gemm_table)                                                        \
     MVM_K_LEVEL_AXPY(attr, axpy_float, MVM_W_F32, f32)                                             \
     MVM_K_LEVEL_AXPY(attr, axpy_float, MVM_W_F16, f16)                                             \
     MVM_K_LEVEL_TYPE(attr, dotn_float, downn_float, MVM_W_F32, f32)                                \
@@ -266,13 +277,14 @@ struct mvm_k_level {
     MVM_K_LEVEL_TYPE(attr, dotn_k, downn_k, MVM_W_IQ1_M, iq1_m)                                    \
     const struct mvm_k_level name = {                                                              \
         .dot = MVM_K_TABLE(dot), .dotn = MVM_K_TABLE(dotn), .downn = MVM_K_TABLE(downn),          \
-        .axpy = {[MVM_W_F32] = axpy_f32, [MVM_W_F16] = axpy_f16}};
+        .axpy = {[MVM_W_F32] = axpy_f32, [MVM_W_F16] = axpy_f16}, .gemm = gemm_table};
 
 extern const struct mvm_k_level mvm_k_level_scalar; /* dot_scalar.c */
 #if defined(__x86_64__) || defined(__i386__)
 extern const struct mvm_k_level mvm_k_level_avx2;   /* dot_avx2.c */
 extern const struct mvm_k_level mvm_k_level_avx512;     /* dot_avx512.c */
 extern const struct mvm_k_level mvm_k_level_avx512vnni; /* dot_avx512vnni.c */
+extern const mvm_k_gemm_fn mvm_k_gemm_avx512vnni[MVM_W_COUNT]; /* gemm_avx512vnni.c */
 #endif
 #if defined(__aarch64__)
 extern const struct mvm_k_level mvm_k_level_neon;    /* dot_neon.c */
@@ -281,5 +293,12 @@ extern const struct mvm_k_level mvm_k_level_dotprod; /* dot_dotprod.c */
 
 /* The table of the level in use (simd.c); set before any thread runs a kernel. */
 extern const struct mvm_k_level *mvm_k_kernels;
+
+/* The level's multi-row kernel for type t when a product of n_tok tokens should take it, or
+ * NULL: with fewer than MVM_K_NT tokens a 4 x 4 tile would compute mostly padding. */
+static inline mvm_k_gemm_fn mvm_k_gemm(enum mvm_wtype t, size_t n_tok)
+{
+    return n_tok >= MVM_K_NT && mvm_k_kernels->gemm ? mvm_k_kernels->gemm[t] : NULL;
+}
 
 #endif

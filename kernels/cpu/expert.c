@@ -5,7 +5,9 @@
  * biases) with the routing weight folded in (the down product is linear in it), then the
  * down product over all n_embd outputs, which reads a third of the group's bytes, one block
  * per output, and is the level's dedicated down kernel. A batch goes through a group
- * MVM_K_NT tokens at a time, each weight block unpacked once for them.
+ * GROUP_TOKENS at a time: its gate and up rows as matrix products (mvm_k_matmul), its down
+ * blocks by the level's multi-row kernel where it has one, else MVM_K_NT tokens at a time,
+ * each weight block unpacked once for them.
  */
 #include <math.h>
 #include <string.h>
@@ -32,41 +34,51 @@ static const void *down_acts(enum mvm_wtype t, const float h[][MVM_QK_K], size_t
     return buf;
 }
 
+/* Tokens a group takes at once: its gate, up and down bytes (864 KiB for a Q4_K group of
+ * OLMoE's shape) are read from L2 once for this many tokens, and the multi-row kernels get
+ * whole tiles; 16 keeps the intermediate activations (2 x 16 KiB) on the stack. */
+#define GROUP_TOKENS 16
+
 void mvm_k_expert_ffn_batch(mvm_k_expert_fmt f, const void *expert, size_t n_embd,
                             const void *act, size_t act_stride, const float *weights,
                             size_t n_tok, float *out, size_t out_stride, size_t g0, size_t g1)
 {
-    const mvm_k_dotn_fn dotn = mvm_k_kernels->dotn[f.gate_up];
     const mvm_k_downn_fn downn = mvm_k_kernels->downn[f.down];
     const size_t G = mvm_k_expert_group_channels(f);
-    const size_t row = mvm_k_row_bytes(f.gate_up, n_embd);
+    const size_t row = mvm_k_row_bytes(f.gate_up, n_embd), slot = mvm_k_row_bytes(f.down, G);
     const size_t group = mvm_k_expert_group_bytes(f, n_embd);
     for (size_t g = g0; g < g1; g++) {
         const uint8_t *gate = (const uint8_t *)expert + g * group;
         const uint8_t *up = gate + G * row, *dn = up + G * row;
         float bias[2 * MVM_QK_K]; /* MVM_GLU_OAI: gate's, then up's (unaligned in the group) */
         if (f.glu == MVM_GLU_OAI)
-            memcpy(bias, dn + n_embd * mvm_k_row_bytes(f.down, G), 2 * G * sizeof *bias);
-        for (size_t t0 = 0; t0 < n_tok; t0 += MVM_K_NT) {
-            const size_t nt = n_tok - t0 < MVM_K_NT ? n_tok - t0 : MVM_K_NT;
+            memcpy(bias, dn + n_embd * slot, 2 * G * sizeof *bias);
+        for (size_t t0 = 0; t0 < n_tok; t0 += GROUP_TOKENS) {
+            const size_t nt = n_tok - t0 < GROUP_TOKENS ? n_tok - t0 : GROUP_TOKENS;
             const uint8_t *a = (const uint8_t *)act + t0 * act_stride;
-            float h[MVM_K_NT][MVM_QK_K], u[MVM_K_NT];
-            for (size_t c = 0; c < G; c++)
-                dotn(gate + c * row, a, act_stride, nt, n_embd, &h[0][c], MVM_QK_K);
-            for (size_t c = 0; c < G; c++) {
-                dotn(up + c * row, a, act_stride, nt, n_embd, u, 1);
-                if (f.glu == MVM_GLU_OAI)
-                    for (size_t i = 0; i < nt; i++)
-                        h[i][c] = mvm_k_glu_oai(h[i][c] + bias[c], u[i] + bias[G + c]) *
+            float h[GROUP_TOKENS][MVM_QK_K], u[GROUP_TOKENS][MVM_QK_K];
+            mvm_k_matmul(f.gate_up, gate, row, n_embd, a, act_stride, nt, h[0], MVM_QK_K, 0, G);
+            mvm_k_matmul(f.gate_up, up, row, n_embd, a, act_stride, nt, u[0], MVM_QK_K, 0, G);
+            for (size_t i = 0; i < nt; i++)
+                for (size_t c = 0; c < G; c++) {
+                    if (f.glu == MVM_GLU_OAI)
+                        h[i][c] = mvm_k_glu_oai(h[i][c] + bias[c], u[i][c] + bias[G + c]) *
                                   weights[t0 + i];
-                else
-                    for (size_t i = 0; i < nt; i++)
-                        h[i][c] = h[i][c] / (1.0f + expf(-h[i][c])) * u[i] * weights[t0 + i];
-            }
-            mvm_block_q8_K buf[MVM_K_NT];
+                    else
+                        h[i][c] = h[i][c] / (1.0f + expf(-h[i][c])) * u[i][c] * weights[t0 + i];
+                }
+            mvm_block_q8_K buf[GROUP_TOKENS];
             size_t stride;
-            const void *da = down_acts(f.down, (const float(*)[MVM_QK_K])h, nt, buf, &stride);
-            downn(dn, da, stride, nt, out + t0 * out_stride, out_stride, n_embd);
+            const uint8_t *da = down_acts(f.down, (const float(*)[MVM_QK_K])h, nt, buf, &stride);
+            float *o = out + t0 * out_stride;
+            const mvm_k_gemm_fn gemm = mvm_k_gemm(f.down, nt);
+            if (gemm) {
+                gemm(dn, slot, n_embd, da, stride, nt, G, o, out_stride, 1);
+                continue;
+            }
+            for (size_t i = 0; i < nt; i += MVM_K_NT)
+                downn(dn, da + i * stride, stride, nt - i < MVM_K_NT ? nt - i : MVM_K_NT,
+                      o + i * out_stride, out_stride, n_embd);
         }
     }
 }
