@@ -353,7 +353,10 @@ static void test_forward_properties(void)
                 CHECK(memcmp(base, again, n * sizeof *base) == 0);
                 CHECK(memcmp(base, small, n * sizeof *base) == 0);
                 CHECK(check_rel_l2(serial, base, n) < 1e-5);
-                CHECK(check_rel_l2(three, base, n) < 1e-5);
+                /* 3 threads split the experts' groups otherwise than 2, so each output's
+                 * partial sums add in another order: rounding, which gpt-oss's and olmoe's
+                 * tiny models amplify to 1e-5 (a wrong sum is of order 1) */
+                CHECK(check_rel_l2(three, base, n) < 1e-4);
                 /* (F32 weights: with Q8_0 ones the rounding may move an activation across a
                  * Q8_0 step and a token's routing with it) */
                 const double e = check_rel_l2(kv32, base, n);

@@ -8,6 +8,11 @@
 #include "engine/model/model.h"
 #include "vmm/error.h"
 
+struct unit_cost {
+    uint64_t cost;
+    uint32_t unit;
+};
+
 struct mvm_cpu_experts {
     const mvm_model *m;
     mvm_pool *pool;
@@ -19,6 +24,9 @@ struct mvm_cpu_experts {
     size_t act_stride;
     /* the experts split in work units: each expert's channel groups in ranges */
     uint32_t units_per_expert, groups_per_unit;
+    struct unit_cost *by_cost;  /* [E * max groups] scratch: units by decreasing cost */
+    int *unit_thread;           /* [E * max groups] the thread that runs each unit */
+    uint64_t *thread_load;      /* [nth] scratch: the cost given to each thread so far */
     float *tout;                /* [nth][n_batch*K][n_embd] */
     uint32_t *tstamp;           /* [nth][n_batch*K]: row valid in tout when == stamp */
     uint32_t stamp;
@@ -56,7 +64,14 @@ mvm_status mvm_cpu_experts_create(const mvm_model *m, mvm_pool *pool, uint32_t n
     x->tout = mvm_buf64((size_t)x->nth * rows * hp->n_embd * sizeof(float), &ok);
     x->tstamp = calloc((size_t)x->nth * rows, sizeof *x->tstamp);
     x->row_take = malloc(rows);
-    if (!ok || !x->tstamp || !x->row_take) {
+    uint32_t groups = 1;
+    for (uint32_t il = 0; il < hp->n_layer; il++)
+        groups = m->layers[il].expert_groups > groups ? m->layers[il].expert_groups : groups;
+    x->by_cost = malloc((size_t)hp->n_expert * groups * sizeof *x->by_cost);
+    x->unit_thread = malloc((size_t)hp->n_expert * groups * sizeof *x->unit_thread);
+    x->thread_load = malloc((size_t)x->nth * sizeof *x->thread_load);
+    if (!ok || !x->tstamp || !x->row_take || !x->by_cost || !x->unit_thread ||
+        !x->thread_load) {
         mvm_cpu_experts_free(x);
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the CPU experts' scratch (%.1f MiB)",
                         (double)x->nth * (double)rows * hp->n_embd * 4 / 1048576.0);
@@ -74,12 +89,50 @@ void mvm_cpu_experts_free(mvm_cpu_experts *x)
     free(x->tout);
     free(x->tstamp);
     free(x->row_take);
+    free(x->by_cost);
+    free(x->unit_thread);
+    free(x->thread_load);
     free(x);
 }
 
+/* Units in decreasing cost, ties by index. */
+static int costlier(const void *a, const void *b)
+{
+    const struct unit_cost *u = a, *v = b;
+    if (u->cost != v->cost)
+        return u->cost > v->cost ? -1 : 1;
+    return u->unit < v->unit ? -1 : 1;
+}
+
+/* Each unit to a thread: the costliest first, each onto the thread with the least so far
+ * (ties: the lower thread). In a prefill batch the experts' token counts differ several
+ * times over, and handing units out round-robin left threads waiting for the one with the
+ * popular experts. A unit costs its groups times (its tokens + 2): a group's bytes are read
+ * and unpacked even for one token. The assignment follows from the routing and the thread
+ * count alone, so a run stays bitwise reproducible. */
+static void assign_units(mvm_cpu_experts *x, uint32_t n_units)
+{
+    for (uint32_t u = 0; u < n_units; u++) {
+        const uint32_t e = (uint32_t)x->experts[u / x->units_per_expert];
+        const uint32_t g0 = (u % x->units_per_expert) * x->groups_per_unit;
+        const uint32_t g1 = g0 + x->groups_per_unit < x->n_groups ? g0 + x->groups_per_unit
+                                                                : x->n_groups;
+        x->by_cost[u] = (struct unit_cost){(uint64_t)(g1 - g0) * (x->s->cnt[e] + 2), u};
+    }
+    qsort(x->by_cost, n_units, sizeof *x->by_cost, costlier);
+    memset(x->thread_load, 0, (size_t)x->nth * sizeof *x->thread_load);
+    for (uint32_t i = 0; i < n_units; i++) {
+        int best = 0;
+        for (int t = 1; t < x->nth; t++)
+            best = x->thread_load[t] < x->thread_load[best] ? t : best;
+        x->unit_thread[x->by_cost[i].unit] = best;
+        x->thread_load[best] += x->by_cost[i].cost;
+    }
+}
+
 /* The rows' inputs in the experts' format, and the work units: each expert's groups in
- * equal ranges, about 8 units per thread in all, interleaved over threads so that experts
- * with many tokens spread over all. */
+ * equal ranges, about 8 units per thread in all, balanced over the threads
+ * (assign_units). */
 static void dispatch(mvm_cpu_experts *x, const float *xn, uint32_t n)
 {
     const mvm_moe *s = x->s;
@@ -97,6 +150,7 @@ static void dispatch(mvm_cpu_experts *x, const float *xn, uint32_t n)
     x->units_per_expert = want < x->n_groups ? want : x->n_groups;
     x->groups_per_unit = (x->n_groups + x->units_per_expert - 1) / x->units_per_expert;
     x->units_per_expert = (x->n_groups + x->groups_per_unit - 1) / x->groups_per_unit;
+    assign_units(x, x->n_experts * x->units_per_expert);
 }
 
 static void experts_run(void *p, int t, int nth)
@@ -108,7 +162,10 @@ static void experts_run(void *p, int t, int nth)
     uint32_t *stamp = x->tstamp + (size_t)t * rows;
     const mvm_moe *s = x->s;
     uint32_t n_units = x->n_experts * x->units_per_expert;
-    for (uint32_t u = (uint32_t)t; u < n_units; u += (uint32_t)nth) {
+    (void)nth; /* assign_units gave each unit one of the pool's x->nth threads */
+    for (uint32_t u = 0; u < n_units; u++) {
+        if (x->unit_thread[u] != t)
+            continue;
         uint32_t e = (uint32_t)x->experts[u / x->units_per_expert];
         if (x->take && (x->take[e] != 0) != x->part)
             continue; /* the other part's: the units keep their threads either way */
