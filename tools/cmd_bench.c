@@ -72,7 +72,7 @@ static void usage(FILE *f)
           "  -ngl, --n-gpu-layers  llama-bench's, accepted with any value and ignored:\n"
           "                attention and dense weights always go to the GPU when there is one\n"
           "  --evict       the evict policy module (default MOEVM_EVICT; docs/policies.md)\n"
-          "  -b, --batch, --batch-size  prompt tokens per forward pass (default 32)\n"
+          "  -b, --batch, --batch-size  prompt tokens per forward pass (default 256)\n"
           "  --kv-type     the KV cache's elements (default MOEVM_KV_TYPE, f16)\n"
           "  --routing     benchmark mode: replay this routing trace's expert choices (moevm\n"
           "                run --trace-out of a real model, or moevm trace gen) instead of\n"
@@ -154,8 +154,8 @@ static int parse_option(struct bench_args *a, int id, const char *f, char *v)
 
 static int parse_args(int argc, char **argv, struct bench_args *a)
 {
-    *a = (struct bench_args){.n_prompt = 512, .n_gen = 128, .reps = 5, .batch = 32,
-                             .n_threads = 1, .n_budgets = 1};
+    *a = (struct bench_args){.n_prompt = 512, .n_gen = 128, .reps = 5,
+                             .batch = MVM_DEFAULT_BATCH, .n_threads = 1, .n_budgets = 1};
     mvm_cli_iter it = {.cmd = "bench", .usage = usage, .opts = bench_opts, .argc = argc,
                        .argv = argv};
     int next, budget_given = 0;

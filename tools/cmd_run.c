@@ -81,7 +81,7 @@ static void usage(FILE *f)
             "                (default 1 = off; --repeat-last-n default 64, 0 = off)\n"
             "  -s, --seed    the sampling seed (default 42)\n"
             "  -c, --ctx, --ctx-size  KV cache positions (default or 0: prompt + n)\n"
-            "  -b, --batch, --batch-size  prompt tokens per forward pass (default 32)\n"
+            "  -b, --batch, --batch-size  prompt tokens per forward pass (default 256)\n"
             "  --kv-type     the KV cache's elements: f16 (half the memory) or f32 (default\n"
             "                MOEVM_KV_TYPE, f16)\n"
             "  --gpu-budget  device budget for expert pages (default MOEVM_GPU_BUDGET; on the\n"
@@ -256,9 +256,9 @@ static int check_args(struct run_args *a)
 
 static int parse_args(int argc, char **argv, struct run_args *a)
 {
-    *a = (struct run_args){.n_predict = 64, .batch = 32, .seed = 42, .top_k = 40, .temp = 0.8f,
-                           .top_p = 0.95f, .period = 256, .repeat_penalty = 1,
-                           .repeat_last_n = 64};
+    *a = (struct run_args){.n_predict = 64, .batch = MVM_DEFAULT_BATCH, .seed = 42,
+                           .top_k = 40, .temp = 0.8f, .top_p = 0.95f, .period = 256,
+                           .repeat_penalty = 1, .repeat_last_n = 64};
     mvm_cli_iter it = {.cmd = "run", .usage = usage, .opts = run_opts, .argc = argc,
                        .argv = argv};
     int next;

@@ -11,7 +11,6 @@
 /* The context an automatic GPU budget leaves room for when the caller sizes none: `moevm
  * run`'s default. */
 #define MVM_DEFAULT_CTX 4096
-#define MVM_DEFAULT_BATCH 32
 
 /* desc->device_reserve for a GPU with an automatic budget: the weights besides the experts,
  * and the caller's reserve or else the KV cache and scratch of ctx. */
@@ -21,6 +20,7 @@ static mvm_status size_reserve(mvm_model *m, const mvm_ctx_shape *ctx, mvm_space
     uint32_t n_ctx = ctx && ctx->n_ctx ? ctx->n_ctx
                      : train && train < MVM_DEFAULT_CTX ? train : MVM_DEFAULT_CTX;
     uint32_t n_batch = ctx && ctx->n_batch ? ctx->n_batch : MVM_DEFAULT_BATCH;
+    n_batch = n_batch < n_ctx ? n_batch : n_ctx; /* no more tokens a pass than positions */
     uint64_t weights, rest;
     mvm_status st = mvm_ctx_device_bytes(m, n_ctx, n_batch, ctx ? ctx->kv_type : NULL,
                                          &weights, &rest);

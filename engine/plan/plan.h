@@ -10,9 +10,15 @@
 
 #include "engine/model/model.h"
 
+/* Prompt tokens per forward pass when the caller says none (run, chat, serve, bench and the
+ * engine API): llama.cpp's micro-batch is 512; 256 gets within 3% of 512's prefill speed on
+ * the CPU (the experts' tiles fill with a batch's tokens; docs/perf/cpu.md) at half the
+ * scratch, which grows with threads x batch x top-k x hidden size. */
+#define MVM_DEFAULT_BATCH 256
+
 /* The context the caller will make of the model (forward.h's mvm_ctx_create): what an
  * automatic GPU budget leaves room for. n_ctx 0: the model's training context, at most 4096
- * positions; n_batch 0: 32; kv_type NULL: MOEVM_KV_TYPE. */
+ * positions; n_batch 0: MVM_DEFAULT_BATCH; kv_type NULL: MOEVM_KV_TYPE. */
 typedef struct mvm_ctx_shape {
     uint32_t n_ctx, n_batch;
     const char *kv_type;
