@@ -368,7 +368,9 @@ static mvm_status select_items(jx *st, int id, jv v, const jargs *a, jv *out)
                                          a->pos[off].t == JV_STR ? a->pos[off].u.s->s : "?"));
     }
     int keep_if = id == JFS_SELECT || id == JFS_SELECTATTR;
-    jargs rest = {a->pos + off + 1, a->npos > off ? a->npos - off - 1 : 0, a->kwv, a->kwn, a->nkw};
+    /* the test's own arguments; none (and no pointer arithmetic on a NULL pos) without one */
+    jargs rest = {a->npos > off ? a->pos + off + 1 : NULL, a->npos > off ? a->npos - off - 1 : 0,
+                  a->kwv, a->kwn, a->nkw};
     jlist *items;
     mvm_status rc = jx_iter(st, v, &items);
     if (rc != MVM_OK)

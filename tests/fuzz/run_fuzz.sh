@@ -95,6 +95,7 @@ for f in "$root"/engine/synth/templates/*.jinja; do seed 6 "chat-$(basename "$f"
 printf '%s' "{% macro m(a, b=1) %}{{ a ~ b }}{% endmacro %}{% for x in messages|selectattr('role', 'eq', 'user') if x.content %}{{ m(x.content|upper, loop.index) }}{% else %}{{ raise_exception('none') }}{% endfor %}{{ tools|tojson(indent=2) }}" |
     seed 6 chat-constructs
 printf '%s' "{{ raise_exception('') }}" | seed 6 chat-raise-empty # once crashed the target
+printf '%s' "{{ [1]|select|list }}" | seed 6 chat-select-bare # once NULL + 0 (clang's UBSan)
 
 half=$(( (secs + 1) / 2 ))
 for target in gguf inputs; do
