@@ -51,12 +51,15 @@ configure_build() {
         -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON "$@" >"$b.configure.log" 2>&1 ||
         { tail -20 "$b.configure.log" >&2; die "cmake configure ($kind) failed: $b.configure.log"; }
     # llama-bench, llama-batched-bench (several sequences decoding together: what a server's
-    # continuous batching is measured against) and every backend module the loader may pick.
+    # continuous batching is measured against), llama-quantize (the Q4_K_M files users
+    # download are its output: bench/cpu/llamacpp.sh makes them) and every backend module the
+    # loader may pick.
     local targets
     targets=$(cmake --build "$b" --target help | sed -n 's/^\.\.\. \(ggml-[a-z0-9_-]*\).*/\1/p' |
         grep -E '^ggml-(cpu|cuda)' | grep -v -- '-feats$' | tr '\n' ' ')
-    echo "building llama-bench llama-batched-bench $targets($kind, $jobs jobs; log $b.build.log)"
-    cmake --build "$b" -j "$jobs" --target llama-bench llama-batched-bench $targets \
+    echo "building llama-bench llama-batched-bench llama-quantize $targets($kind, $jobs jobs;" \
+         "log $b.build.log)"
+    cmake --build "$b" -j "$jobs" --target llama-bench llama-batched-bench llama-quantize $targets \
         >"$b.build.log" 2>&1 ||
         { tail -30 "$b.build.log" >&2; die "build ($kind) failed: $b.build.log"; }
     [ -x "$b/bin/llama-bench" ] || die "no $b/bin/llama-bench after the build"

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# moevm's CPU engine against llama.cpp's CPU build, side by side on the same files and
+# threads, in one call (issue "Kernels at the hardware's limits", its CPU part):
+#   - OLMoE-1B-7B's shape cut to a few layers, at Q8_0 (moevm mkmodel) and at Q4_K_M made by
+#     llama.cpp's own llama-quantize from an F16 file (the format most people download);
+#   - prompt processing of 64 and 512 tokens and generation of 128, each engine at its
+#     defaults but for the threads (moevm's prompt batch as llama.cpp's micro-batch: 512);
+#   - rounds interleaved (llama.cpp, then moevm, REPS times), each test's best round kept,
+#     since this VM's speed drifts between minutes.
+# Prints a table and, per model and test, one line docs/perf/cpu.md records:
+#   RESULT bench=cpu_vs_llamacpp model=olmoe-3l type=q4_k_m test=pp512 threads=2
+#          moevm_tok_s=.. llamacpp_tok_s=.. ratio=..            (on one line)
+# usage: bash bench/cpu/llamacpp.sh [threads (2)] [rounds (3)] [layers (3)] [types ("q8_0 q4_k_m")]
+# Needs llama.cpp's CPU build (bash bench/llamacpp/build.sh cpu, git-ignored in .llamacpp/).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+threads=${1:-2}
+rounds=${2:-3}
+layers=${3:-3}
+types=${4:-"q8_0 q4_k_m"}
+bin=.llamacpp/build-cpu/bin
+die() { echo "bench/cpu/llamacpp.sh: $*" >&2; exit 1; }
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j"$(nproc)" --target moevm_cli >/dev/null
+[ -x "$bin/llama-bench" ] && [ -x "$bin/llama-quantize" ] || bash bench/llamacpp/build.sh cpu
+[ -x "$bin/llama-quantize" ] || die "no $bin/llama-quantize after the llama.cpp build"
+export LD_LIBRARY_PATH=$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+
+mkdir -p build/bench-models
+model() { # type -> path, made once
+    local f=build/bench-models/olmoe-${layers}l-$1.gguf
+    if [ ! -f "$f" ]; then
+        case $1 in
+        q4_k_m)
+            local f16=build/bench-models/olmoe-${layers}l-f16.tmp.gguf
+            ./build/moevm mkmodel --preset olmoe-1b-7b --type f16 --layers "$layers" -o "$f16" >&2
+            "$bin/llama-quantize" "$f16" "$f" Q4_K_M "$threads" >/dev/null 2>&1 ||
+                die "llama-quantize $f16 -> Q4_K_M failed"
+            rm -f "$f16" ;;
+        *) ./build/moevm mkmodel --preset olmoe-1b-7b --type "$1" --layers "$layers" -o "$f" >&2 ;;
+        esac
+    fi
+    echo "$f"
+}
+
+echo "== $(date -u +%Y-%m-%d) $(uname -m), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+echo "== $threads threads, $rounds rounds, OLMoE-1B-7B's shape with $layers layers"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+for t in $types; do
+    m=$(model "$t")
+    for r in $(seq "$rounds"); do
+        echo "-- $t round $r/$rounds" >&2
+        "$bin/llama-bench" -m "$m" -p 64,512 -n 128 -r 1 -t "$threads" -o jsonl 2>/dev/null \
+            >>"$tmp/llama-$t.jsonl" || die "llama-bench on $m failed"
+        for p in 64 512; do # one -p per run: moevm bench takes one prompt length
+            ./build/moevm bench -m "$m" -p "$p" -n 0 -r 1 -t "$threads" -b 512 -o jsonl \
+                2>/dev/null >>"$tmp/moevm-$t.jsonl" || die "moevm bench on $m failed"
+        done
+        ./build/moevm bench -m "$m" -p 0 -n 128 -r 1 -t "$threads" -o jsonl 2>/dev/null \
+            >>"$tmp/moevm-$t.jsonl" || die "moevm bench on $m failed"
+    done
+done
+python3 - "$tmp" "$threads" "$layers" $types <<'EOF'
+import json, sys
+tmp, threads, layers, types = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+def best(path):
+    out = {}
+    for line in open(path):
+        o = json.loads(line)
+        test = f"pp{o['n_prompt']}" if o["n_prompt"] else f"tg{o['n_gen']}"
+        out[test] = max(out.get(test, 0.0), float(o["avg_ts"]))
+    return out
+print(f"| type | test | llama.cpp tok/s | moevm tok/s | moevm / llama.cpp |")
+print(f"|---|---|---|---|---|")
+results = []
+for t in types:
+    ll, mv = best(f"{tmp}/llama-{t}.jsonl"), best(f"{tmp}/moevm-{t}.jsonl")
+    for test in ("pp64", "pp512", "tg128"):
+        l, m = ll[test], mv[test]
+        print(f"| {t} | {test} | {l:.1f} | {m:.1f} | {m / l:.2f}x |")
+        results.append(f"RESULT bench=cpu_vs_llamacpp model=olmoe-{layers}l type={t} test={test} "
+                       f"threads={threads} moevm_tok_s={m:.2f} llamacpp_tok_s={l:.2f} "
+                       f"ratio={m / l:.3f}")
+print("\n".join(results))
+EOF
