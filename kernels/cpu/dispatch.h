@@ -137,9 +137,9 @@ typedef void (*mvm_k_axpy_fn)(const void *row, float s, float *out, size_t n);
 
 /* A block of a matrix product, for levels and types that have a kernel taking several rows
  * and tokens at once: y[i * ys + r] = dot(w + r * row_bytes, act + i * act_stride) for
- * r < n_rows, i < n_tok (add: y[...] += that dot instead, as the down loop adds each block's
- * product into its output), each float bit for bit the level's dotn (add: downn) with that
- * row and token, whatever the tile it was computed in. */
+ * r < n_rows, i < n_tok, each float bit for bit the level's dotn with that row and token,
+ * whatever the tile it was computed in. add: the down loop instead (each row one block,
+ * n_rows % 32 == 0 as mvm_k_downn_fn has it): y[...] as the level's downn leaves it. */
 typedef void (*mvm_k_gemm_fn)(const void *w, size_t row_bytes, size_t n_rows, const void *act,
                               size_t act_stride, size_t n_tok, size_t n, float *y, size_t ys,
                               int add);
