@@ -1535,6 +1535,44 @@ static void test_attn_heads(void)
     }
 }
 
+/* A prompt's 4 tokens at positions 3..6 (and, in a second call, one token alone) with 2 heads
+ * each over shared rows of an F16 cache, with sinks: each query bit for bit what
+ * mvm_k_attn_heads gives it alone over its own first positions (the reference above); the
+ * rows beyond a token's position are poisoned, so reading them shows. */
+static void test_attn_block(void)
+{
+    enum { NT = 4, NQ = 2, HD = 24, ROWS = 7, STRIDE = NQ * HD + 3 };
+    const uint32_t n_pos[NT] = {4, 5, 6, 7};
+    const float sinks[NQ] = {0.5f, -1.0f};
+    float k[ROWS * STRIDE], v[ROWS * STRIDE], q[NT * NQ * HD], out[NT * NQ * HD], one[NQ * HD];
+    float scratch[NT * NQ * ROWS];
+    uint16_t kc[ROWS * STRIDE], vc[ROWS * STRIDE];
+    fill(k, ROWS * STRIDE, 1.0f);
+    fill(v, ROWS * STRIDE, 1.0f);
+    fill(q, NT * NQ * HD, 1.0f);
+    mvm_k_quantize(MVM_W_F16, k, kc, ROWS * STRIDE);
+    mvm_k_quantize(MVM_W_F16, v, vc, ROWS * STRIDE);
+    for (int shared = 0; shared < 2; shared++) {
+        const size_t nt = shared ? NT : 1;
+        fill(out, NT * NQ * HD, 1e3f); /* poisoned: every element must be written */
+        mvm_k_attn_block(q, NQ * HD, nt, NQ, n_pos, MVM_W_F16, kc, vc, STRIDE, HD, 0.2f, sinks,
+                         scratch, out);
+        int differs = 0;
+        for (size_t i = 0; i < nt; i++) {
+            /* the rows past this token's last position poisoned for its own call */
+            uint16_t kp[ROWS * STRIDE], vp[ROWS * STRIDE];
+            memcpy(kp, kc, sizeof kp);
+            memcpy(vp, vc, sizeof vp);
+            for (size_t e = n_pos[i] * STRIDE; e < ROWS * STRIDE; e++)
+                kp[e] = vp[e] = 0x7E00; /* an f16 NaN */
+            mvm_k_attn_heads(q + i * NQ * HD, NQ, MVM_W_F16, kp, vp, STRIDE, n_pos[i], HD, 0.2f,
+                             sinks, scratch, one);
+            differs += memcmp(one, out + i * NQ * HD, sizeof one) != 0;
+        }
+        CHECK(differs == 0);
+    }
+}
+
 /* ---- the levels against each other -------------------------------------------------------- */
 
 /* Levels that compute the same integers agree bit for bit:
@@ -1671,6 +1709,7 @@ int main(void)
         RUN(test_expert);
         RUN(test_expert_batch);
         RUN(test_attn_heads);
+        RUN(test_attn_block);
     }
     TEST_END();
 }

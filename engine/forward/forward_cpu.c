@@ -44,6 +44,7 @@ struct cpu_fwd {
     float *sh1, *sh3, *shg;     /* shared expert: [n_batch][n_ff_shexp] x2, [n_batch] */
     float *scratch;             /* [nth][MVM_ATTN_HEADS x n_ctx] attention scores */
     float *spec_x, *spec_xn;    /* [n_batch][n_embd]: SMoE's speculative pass (speculate) */
+    uint32_t *run_start;        /* [n_batch + 1]: the attention's runs of tokens (token_runs) */
     mvm_cpu_experts *experts;          /* the routed experts' threads */
 };
 
@@ -96,6 +97,7 @@ static mvm_status cpu_create(mvm_ctx *ctx, void **state)
     c->v = hp->kv_lora ? NULL : mvm_buf64(B * c->kv_dim * 4, &ok);
     c->act = mvm_buf64(B * c->act_stride, &ok);
     c->scratch = mvm_buf64((size_t)c->nth * MVM_ATTN_HEADS * c->n_ctx * 4, &ok);
+    c->run_start = mvm_buf64((B + 1) * sizeof *c->run_start, &ok);
     uint32_t ffn = hp->n_ff > hp->n_ff_shexp ? hp->n_ff : hp->n_ff_shexp;
     if (ffn) {
         c->sh1 = mvm_buf64(B * ffn * 4, &ok);
@@ -117,7 +119,7 @@ static void cpu_destroy(void *state)
     struct cpu_fwd *c = state;
     void *bufs[] = {c->kc, c->vc, c->x, c->xn, c->tmp, c->tmp2, c->q, c->att, c->k, c->v,
                     c->act, c->scratch, c->sh1, c->sh3, c->shg, c->qa, c->qlat, c->olat,
-                    c->hact, c->spec_x, c->spec_xn};
+                    c->hact, c->spec_x, c->spec_xn, c->run_start};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
     mvm_cpu_experts_free(c->experts);
@@ -217,28 +219,52 @@ struct attn_job {
     uint32_t blk;          /* the block (each token reads its sequence's rows of it) */
     const mvm_fwd_batch *b;
     uint32_t n_q;          /* heads per unit (heads_per_unit) */
+    uint32_t n_runs;       /* runs of tokens that attend together (token_runs) */
 };
 
+/* The batch's tokens in runs that attend together (mvm_k_attn_block), into c->run_start:
+ * consecutive tokens of one sequence, at most MVM_ATTN_HEADS / n_q of them (a thread's
+ * scratch holds that many queries' scores); a windowed layer's one by one (each token's
+ * window starts at its own row). A prompt's 8 tokens then read each row once, not 8 times. */
+static uint32_t token_runs(struct cpu_fwd *c, const mvm_layer *L, const mvm_fwd_batch *b,
+                           uint32_t n_q)
+{
+    const uint32_t most = L->swa ? 1 : MVM_ATTN_HEADS / n_q;
+    uint32_t n_runs = 0;
+    for (uint32_t i = 0, e; i < b->n; i = e) {
+        for (e = i + 1; e < b->n && e - i < most && b->seq[e] == b->seq[i]; e++)
+            ;
+        c->run_start[n_runs++] = i;
+    }
+    c->run_start[n_runs] = b->n;
+    return n_runs;
+}
+
+/* Units (a run of tokens, n_q heads) dealt round-robin: a prompt's later tokens attend over
+ * more positions, and contiguous ranges of units would give them all to one thread. */
 static void attn_run(void *p, int t, int nth)
 {
     const struct attn_job *j = p;
     struct cpu_fwd *c = j->c;
     const mvm_hparams *hp = &c->m->hp;
     const uint32_t group = hp->n_head / hp->n_head_kv, units = hp->n_head / j->n_q;
-    size_t u0, u1;
-    mvm_pool_split((size_t)j->b->n * units, t, nth, &u0, &u1);
-    for (size_t u = u0; u < u1; u++) {
-        const uint32_t i = (uint32_t)(u / units), h = (uint32_t)(u % units) * j->n_q;
-        /* positions first..pos[i]: all of them, or the window's last swa */
-        uint32_t n_pos = j->b->pos[i] + 1, first = 0;
-        if (j->L->swa && n_pos > j->L->swa)
-            first = n_pos - j->L->swa;
-        const mvm_kv_block *kb = mvm_kv_seq_block(c->kv, j->b->seq[i], j->blk);
+    for (size_t u = (size_t)t; u < (size_t)j->n_runs * units; u += (size_t)nth) {
+        const uint32_t r = (uint32_t)(u / units), h = (uint32_t)(u % units) * j->n_q;
+        const uint32_t i0 = c->run_start[r], nt = c->run_start[r + 1] - i0;
+        uint32_t n_pos[MVM_ATTN_HEADS], first = 0;
+        for (uint32_t k = 0; k < nt; k++)
+            n_pos[k] = j->b->pos[i0 + k] + 1;
+        /* a windowed layer's token (alone in its run): the window's last swa positions */
+        if (j->L->swa && n_pos[0] > j->L->swa) {
+            first = n_pos[0] - j->L->swa;
+            n_pos[0] -= first;
+        }
+        const mvm_kv_block *kb = mvm_kv_seq_block(c->kv, j->b->seq[i0], j->blk);
         size_t kvo = (mvm_kv_row(kb, first) * c->kv_dim + (size_t)(h / group) * hp->head_dim)
                      * c->kv->elt;
-        const size_t qo = (size_t)i * c->q_dim + (size_t)h * hp->head_dim;
-        mvm_k_attn_heads(c->q + qo, j->n_q, c->kv->type, c->kc + kvo, c->vc + kvo, c->kv_dim,
-                         n_pos - first, hp->head_dim, hp->kq_scale,
+        const size_t qo = (size_t)i0 * c->q_dim + (size_t)h * hp->head_dim;
+        mvm_k_attn_block(c->q + qo, c->q_dim, nt, j->n_q, n_pos, c->kv->type, c->kc + kvo,
+                         c->vc + kvo, c->kv_dim, hp->head_dim, hp->kq_scale,
                          j->L->sinks ? j->L->sinks + h : NULL,
                          c->scratch + (size_t)t * MVM_ATTN_HEADS * c->n_ctx, c->att + qo);
     }
@@ -363,6 +389,7 @@ static void attention(struct cpu_fwd *c, const mvm_layer *L, uint32_t blk,
         struct attn_job j = {c, L, blk, b,
                              heads_per_unit(hp->n_head / hp->n_head_kv,
                                             (size_t)n * hp->n_head_kv, c->nth)};
+        j.n_runs = token_runs(c, L, b, j.n_q);
         mvm_pool_run(c->pool, attn_run, &j);
     }
     matmul(c, &L->wo, c->att, n, c->tmp);

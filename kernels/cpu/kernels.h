@@ -186,4 +186,13 @@ void mvm_k_swiglu(float *x, const float *y, size_t n);
 void mvm_k_attn_heads(const float *q, size_t n_q, enum mvm_wtype kv, const void *k,
                       const void *v, size_t kv_stride, size_t n_pos, size_t head_dim,
                       float scale, const float *sinks, float *scratch, float *out);
+/* The same for n_tok tokens of one sequence at once (a prompt's): token i's n_q queries at
+ * q + i*q_stride (head j's at + j*head_dim; out alike) attend over its first n_pos[i]
+ * positions of the shared rows, so each row is read once for every query that reaches it,
+ * not once per token. scratch holds n_tok * n_q * max(n_pos) floats. Each query's
+ * arithmetic is mvm_k_attn_heads', bit for bit. */
+void mvm_k_attn_block(const float *q, size_t q_stride, size_t n_tok, size_t n_q,
+                      const uint32_t *n_pos, enum mvm_wtype kv, const void *k, const void *v,
+                      size_t kv_stride, size_t head_dim, float scale, const float *sinks,
+                      float *scratch, float *out);
 #endif

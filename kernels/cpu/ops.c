@@ -119,24 +119,43 @@ void mvm_k_swiglu(float *x, const float *y, size_t n)
         x[i] = x[i] / (1.0f + expf(-x[i])) * y[i];
 }
 
-void mvm_k_attn_heads(const float *q, size_t n_q, enum mvm_wtype kv, const void *k,
-                      const void *v, size_t kv_stride, size_t n_pos, size_t head_dim,
-                      float scale, const float *sinks, float *scratch, float *restrict out)
+void mvm_k_attn_block(const float *q, size_t q_stride, size_t n_tok, size_t n_q,
+                      const uint32_t *n_pos, enum mvm_wtype kv, const void *k, const void *v,
+                      size_t kv_stride, size_t head_dim, float scale, const float *sinks,
+                      float *scratch, float *restrict out)
 {
     const mvm_k_dot_fn dot = mvm_k_kernels->dot[kv];
     const mvm_k_axpy_fn axpy = mvm_k_kernels->axpy[kv];
     const size_t stride = kv_stride * (kv == MVM_W_F16 ? 2 : 4);
-    /* position by position, each row used by every head while it is in L1 */
-    for (size_t p = 0; p < n_pos; p++)
-        for (size_t j = 0; j < n_q; j++)
-            scratch[j * n_pos + p] =
-                dot((const uint8_t *)k + p * stride, q + j * head_dim, head_dim) * scale;
-    for (size_t j = 0; j < n_q; j++)
-        softmax_sink(scratch + j * n_pos, n_pos, sinks ? sinks[j] : -INFINITY);
-    for (size_t d = 0; d < n_q * head_dim; d++)
-        out[d] = 0;
-    for (size_t p = 0; p < n_pos; p++)
-        for (size_t j = 0; j < n_q; j++)
-            axpy((const uint8_t *)v + p * stride, scratch[j * n_pos + p], out + j * head_dim,
-                 head_dim);
+    size_t rows = 0; /* the longest query's */
+    for (size_t i = 0; i < n_tok; i++)
+        rows = n_pos[i] > rows ? n_pos[i] : rows;
+    /* position by position, each row used by every query that reaches it while it is in L1;
+     * query (i, j)'s scores at scratch + (i * n_q + j) * rows */
+    for (size_t p = 0; p < rows; p++)
+        for (size_t i = 0; i < n_tok; i++)
+            for (size_t j = 0; p < n_pos[i] && j < n_q; j++)
+                scratch[(i * n_q + j) * rows + p] =
+                    dot((const uint8_t *)k + p * stride, q + i * q_stride + j * head_dim,
+                        head_dim) * scale;
+    for (size_t i = 0; i < n_tok; i++)
+        for (size_t j = 0; j < n_q; j++) {
+            softmax_sink(scratch + (i * n_q + j) * rows, n_pos[i], sinks ? sinks[j] : -INFINITY);
+            for (size_t d = 0; d < head_dim; d++)
+                out[i * q_stride + j * head_dim + d] = 0;
+        }
+    for (size_t p = 0; p < rows; p++)
+        for (size_t i = 0; i < n_tok; i++)
+            for (size_t j = 0; p < n_pos[i] && j < n_q; j++)
+                axpy((const uint8_t *)v + p * stride, scratch[(i * n_q + j) * rows + p],
+                     out + i * q_stride + j * head_dim, head_dim);
+}
+
+void mvm_k_attn_heads(const float *q, size_t n_q, enum mvm_wtype kv, const void *k,
+                      const void *v, size_t kv_stride, size_t n_pos, size_t head_dim,
+                      float scale, const float *sinks, float *scratch, float *restrict out)
+{
+    const uint32_t n = (uint32_t)n_pos;
+    mvm_k_attn_block(q, 0, 1, n_q, &n, kv, k, v, kv_stride, head_dim, scale, sinks, scratch,
+                     out);
 }
