@@ -1573,6 +1573,41 @@ static void test_attn_block(void)
     }
 }
 
+/* mvm_k_prepare_act at this level (the AVX-512 levels' vector quantizers) against blocks.h's
+ * scalar blocks, bit for bit: random blocks; halves after scaling (Q8_0 rounds them away
+ * from zero, Q8_K to even: 127 sets a scale of 1); two elements of the largest magnitude
+ * with opposite signs (the first sets Q8_K's sign); an all-zero block; a NaN and an
+ * infinity (the scalar code's own handling). */
+static void test_act_quantizers(void)
+{
+    enum { NB = 7 };
+    float x[NB * MVM_QK_K];
+    fill(x, NB * MVM_QK_K, 3.0f);
+    const float halves[] = {127, 2.5f, -3.5f, 0.5f, -0.5f, 1.5f, -2.5f, 126.5f};
+    memcpy(x + MVM_QK_K, halves, sizeof halves);               /* block 1 (Q8_0 block 8) */
+    x[2 * MVM_QK_K + 5] = -9.0f, x[2 * MVM_QK_K + 200] = 9.0f; /* block 2's ties */
+    memset(x + 3 * MVM_QK_K, 0, MVM_QK_K * sizeof *x);          /* block 3 */
+    x[4 * MVM_QK_K + 17] = NAN;
+    x[5 * MVM_QK_K + 40] = -INFINITY;
+    x[6 * MVM_QK_K] = -127.0f; /* block 6: Q8_K's scale 1, its halves to even */
+    memcpy(x + 6 * MVM_QK_K + 1, halves + 1, sizeof halves - sizeof *halves);
+    mvm_block_q8_K k[NB], kref[NB];
+    mvm_block_q8_0 q[NB * 8], qref[NB * 8];
+    memset(k, 0x5A, sizeof k), memset(q, 0x5A, sizeof q);
+    mvm_k_prepare_act(MVM_W_Q4_K, x, k, NB * MVM_QK_K);
+    mvm_k_prepare_act(MVM_W_Q8_0, x, q, NB * MVM_QK_K);
+    memset(kref, 0x5A, sizeof kref), memset(qref, 0x5A, sizeof qref);
+    for (int b = 0; b < NB; b++)
+        mvm_k_q8_K_block(x + b * MVM_QK_K, &kref[b]);
+    for (int b = 0; b < NB * 8; b++)
+        mvm_k_q8_0_block(x + b * MVM_QBLOCK, &qref[b]);
+    /* NaN-holding blocks give the scalar code's bytes, whatever they are */
+    CHECK(memcmp(k, kref, sizeof k) == 0);
+    CHECK(memcmp(q, qref, sizeof q) == 0);
+    CHECK(q[8].qs[1] == 3 && q[8].qs[2] == -4 && q[8].qs[3] == 1 && q[8].qs[4] == -1);
+    CHECK(k[6].qs[1] == 2 && k[6].qs[2] == -4 && k[6].qs[3] == 0 && k[6].qs[5] == 2);
+}
+
 /* ---- the levels against each other -------------------------------------------------------- */
 
 /* Levels that compute the same integers agree bit for bit:
@@ -1710,6 +1745,7 @@ int main(void)
         RUN(test_expert_batch);
         RUN(test_attn_heads);
         RUN(test_attn_block);
+        RUN(test_act_quantizers);
     }
     TEST_END();
 }

@@ -71,4 +71,95 @@ AVX512_INLINE float dot_float(enum mvm_wtype t, const uint8_t *w, const float *a
 
 MVM_K_DOTN_ONE_BY_ONE(AVX512_TARGET, dotn_float, dot_float, float)
 
+/* ---- the activations' quantizers: blocks.h's, 16 floats a register ---------------------- */
+
+/* One Q8_0 block as mvm_k_q8_0_block makes it; 0 (nothing written) when the block holds a
+ * NaN, whose handling there is sequential, or an infinity. roundf (half away from zero) as truncation plus
+ * one where the exact remainder is at least a half. */
+AVX512_INLINE int q8_0_block16(const float *x, mvm_block_q8_0 *y)
+{
+    const __m512 a = _mm512_loadu_ps(x), b = _mm512_loadu_ps(x + 16);
+    if (_mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(b, b, _CMP_UNORD_Q))
+        return 0;
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
+    if (__builtin_isinf(amax)) /* inf · 0: the scalar code's NaN to int8 */
+        return 0;
+    const float d = amax / 127, id = d ? 1.0f / d : 0.0f;
+    y->d = mvm_k_f2h(d);
+    const __m512 one = _mm512_set1_ps(1.0f), half = _mm512_set1_ps(0.5f);
+    const __m512 v[2] = {_mm512_mul_ps(a, _mm512_set1_ps(id)), _mm512_mul_ps(b, _mm512_set1_ps(id))};
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        const __m512 t = _mm512_roundscale_ps(v[h], _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+        const __mmask16 up = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(v[h], t)), half,
+                                                _CMP_GE_OQ);
+        const __m512 r = _mm512_mask_add_ps(t, up, t,
+                                            _mm512_or_ps(one, _mm512_and_ps(v[h], _mm512_set1_ps(-0.0f))));
+        _mm_storeu_si128((__m128i *)(y->qs + 16 * h), _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(r)));
+    }
+    return 1;
+}
+
+/* One Q8_K block as mvm_k_q8_K_block makes it (lrintf is the vector conversion's rounding,
+ * nearest even); 0 when it holds a NaN or an infinity. The largest magnitude's first element sets the
+ * scale, as mvm_k_signed_max picks it. */
+AVX512_INLINE int q8_K_block16(const float *x, mvm_block_q8_K *y)
+{
+    __m512 m = _mm512_setzero_ps();
+    __mmask16 nan = 0;
+#pragma GCC unroll 16
+    for (int i = 0; i < MVM_QK_K / 16; i++) {
+        const __m512 v = _mm512_loadu_ps(x + 16 * i);
+        nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+        m = _mm512_max_ps(m, _mm512_abs_ps(v));
+    }
+    if (nan)
+        return 0;
+    const float amax = _mm512_reduce_max_ps(m);
+    if (__builtin_isinf(amax))
+        return 0;
+    if (amax == 0) {
+        memset(y, 0, sizeof *y);
+        return 1;
+    }
+    float max = 0;
+    for (int i = 0; i < MVM_QK_K / 16; i++) {
+        const __mmask16 at = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(x + 16 * i)),
+                                                _mm512_set1_ps(amax), _CMP_EQ_OQ);
+        if (at) {
+            max = x[16 * i + __builtin_ctz(at)];
+            break;
+        }
+    }
+    const float iscale = -127.f / max;
+#pragma GCC unroll 16
+    for (int i = 0; i < MVM_QK_K / 16; i++) {
+        const __m512i q = _mm512_min_epi32(
+            _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_set1_ps(iscale), _mm512_loadu_ps(x + 16 * i))),
+            _mm512_set1_epi32(127));
+        _mm_storeu_si128((__m128i *)(y->qs + 16 * i), _mm512_cvtepi32_epi8(q));
+        y->bsums[i] = (int16_t)_mm512_reduce_add_epi32(q);
+    }
+    y->d = 1 / iscale;
+    return 1;
+}
+
+/* dispatch.h's quantize_act: n floats into Q8_K (k) or Q8_0 blocks; the scalar quantizer
+ * for a block with a NaN or an infinity. */
+AVX512_TARGET __attribute__((unused)) static void quantize_act(int k, const float *x, void *act,
+                                                          size_t n)
+{
+    if (k) {
+        mvm_block_q8_K *y = act;
+        for (size_t b = 0; b < n / MVM_QK_K; b++)
+            if (!q8_K_block16(x + b * MVM_QK_K, y + b))
+                mvm_k_q8_K_block(x + b * MVM_QK_K, y + b);
+        return;
+    }
+    mvm_block_q8_0 *y = act;
+    for (size_t b = 0; b < n / MVM_QBLOCK; b++)
+        if (!q8_0_block16(x + b * MVM_QBLOCK, y + b))
+            mvm_k_q8_0_block(x + b * MVM_QBLOCK, y + b);
+}
+
 #endif

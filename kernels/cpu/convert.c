@@ -52,6 +52,10 @@ const char *mvm_k_wtype_name(enum mvm_wtype t)
 
 void mvm_k_prepare_act(enum mvm_wtype t, const float *x, void *act, size_t n)
 {
+    if ((mvm_k_is_k(t) || mvm_k_is_q(t)) && mvm_k_kernels->quantize_act) {
+        mvm_k_kernels->quantize_act(mvm_k_is_k(t), x, act, n);
+        return;
+    }
     if (mvm_k_is_k(t)) {
         for (size_t b = 0; b < n / MVM_QK_K; b++)
             mvm_k_q8_K_block(x + b * MVM_QK_K, (mvm_block_q8_K *)act + b);

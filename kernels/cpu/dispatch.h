@@ -151,6 +151,9 @@ struct mvm_k_level {
     mvm_k_axpy_fn axpy[MVM_W_COUNT];
     /* NULL, or the types' multi-row kernels (NULL entries: none for that type) */
     const mvm_k_gemm_fn *gemm;
+    /* NULL, or the activations' quantizer: n floats (a multiple of the block) into Q8_K
+     * blocks (k) or Q8_0 blocks, bit for bit blocks.h's mvm_k_q8_K_block / _q8_0_block */
+    void (*quantize_act)(int k, const float *x, void *act, size_t n);
 };
 
 /* Defines `name` as a generic multi-token kernel that runs the single-token `one` for each
@@ -249,7 +252,7 @@ struct mvm_k_level {
      [MVM_W_IQ1_S] = pre##_iq1_s,                                                                  \
      [MVM_W_IQ1_M] = pre##_iq1_m}
 #define MVM_K_LEVEL(name, attr, dotn_float, dotn_q, downn_float, downn_q, dotn_k, downn_k,         \
-                    axpy_float, gemm_table)                                                        \
+                    axpy_float, gemm_table, quant_act)                                             \
     MVM_K_LEVEL_AXPY(attr, axpy_float, MVM_W_F32, f32)                                             \
     MVM_K_LEVEL_AXPY(attr, axpy_float, MVM_W_F16, f16)                                             \
     MVM_K_LEVEL_TYPE(attr, dotn_float, downn_float, MVM_W_F32, f32)                                \
@@ -277,7 +280,8 @@ struct mvm_k_level {
     MVM_K_LEVEL_TYPE(attr, dotn_k, downn_k, MVM_W_IQ1_M, iq1_m)                                    \
     const struct mvm_k_level name = {                                                              \
         .dot = MVM_K_TABLE(dot), .dotn = MVM_K_TABLE(dotn), .downn = MVM_K_TABLE(downn),          \
-        .axpy = {[MVM_W_F32] = axpy_f32, [MVM_W_F16] = axpy_f16}, .gemm = gemm_table};
+        .axpy = {[MVM_W_F32] = axpy_f32, [MVM_W_F16] = axpy_f16}, .gemm = gemm_table,           \
+        .quantize_act = quant_act};
 
 extern const struct mvm_k_level mvm_k_level_scalar; /* dot_scalar.c */
 #if defined(__x86_64__) || defined(__i386__)

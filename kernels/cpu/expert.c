@@ -24,12 +24,8 @@ static const void *down_acts(enum mvm_wtype t, const float h[][MVM_QK_K], size_t
         *stride = sizeof h[0];
         return h;
     }
-    for (size_t i = 0; i < n_tok; i++) {
-        if (mvm_k_is_k(t))
-            mvm_k_q8_K_block(h[i], &buf[i]);
-        else
-            mvm_k_q8_0_block(h[i], (mvm_block_q8_0 *)&buf[i]);
-    }
+    for (size_t i = 0; i < n_tok; i++) /* one block of the G channels */
+        mvm_k_prepare_act(t, h[i], &buf[i], mvm_k_is_k(t) ? MVM_QK_K : MVM_QBLOCK);
     *stride = sizeof *buf; /* the larger of the two formats */
     return buf;
 }
