@@ -693,6 +693,38 @@ static void test_prefetch_overtaken(void)
     fake_set_copy_delay_us(0);
 }
 
+/* A demand that waits on a prefetch already on the bus hurries it: the prefetch's pieces no
+ * longer let another demand overtake, which would delay the first by its whole copy. A
+ * 16-page prefetch of expert 0 (a page a piece, 20 ms each) is asked for on demand once
+ * begun; a make-resident of expert 1 asked then waits behind it: when it returns, expert 0
+ * has landed and nothing overtook. (Without the hurry, expert 1 lands first:
+ * test_prefetch_overtaken.) */
+static void test_prefetch_hurried(void)
+{
+    fake_set_copy_delay_us(20000);
+    setenv("MOEVM_COPY_PIECE", "1", 1);
+    mvm_space *sp = make_space(1, 2, 16 * PAGE, 32);
+    fill(sp, 1, 2, 16 * PAGE);
+    unsigned long begun = fake_copies_begun();
+    mvm_move *pf, *demand;
+    CHECK_ST(mvm_prefetch(sp, 0, 0, MVM_ALL_PAGES, &pf), MVM_OK);
+    while (fake_copies_begun() == begun)
+        usleep(1000);
+    CHECK_ST(mvm_make_resident_async(sp, 0, 0, MVM_ALL_PAGES, &demand), MVM_OK);
+    CHECK_ST(mvm_make_resident(sp, 0, 1, MVM_ALL_PAGES), MVM_OK);
+    mvm_residency r;
+    CHECK_ST(mvm_expert_residency(sp, 0, 0, &r), MVM_OK);
+    CHECK(r.resident == 16 && stats_of(sp).overtakes == 0);
+    CHECK_ST(mvm_move_wait(demand, -1), MVM_OK);
+    CHECK_ST(mvm_move_wait(pf, -1), MVM_OK);
+    mvm_move_release(demand);
+    mvm_move_release(pf);
+    CHECK(reads_match(sp, 0, 0, 16 * PAGE) && reads_match(sp, 0, 1, 16 * PAGE));
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+    unsetenv("MOEVM_COPY_PIECE");
+    fake_set_copy_delay_us(0);
+}
+
 /* MoEpic's window closing: a queued prefetch is taken back, its pages home; a landed one,
  * a promoted one and one never asked are left alone. The worker takes one prefetch a
  * batch, 20 ms a page: the sixth has not started when it is cancelled. */
@@ -1105,6 +1137,7 @@ int main(int argc, char **argv)
         RUN(test_priority_and_promotion);
         RUN(test_prefetch_cancel);
         RUN(test_prefetch_overtaken);
+        RUN(test_prefetch_hurried);
         RUN(test_cancel_and_destroy_in_flight);
         RUN(test_unpin_after_stream);
         RUN(test_driver_failures);

@@ -207,6 +207,8 @@ static mvm_status request(mvm_space *sp, uint32_t l, uint32_t e, uint32_t n_page
             mvm_job_list_remove(&sp->prefetch, j);
             j->prio = PRIO_DEMAND;
             mvm_job_list_push(&sp->demand, j);
+        } else if (prio == PRIO_DEMAND && j->prio == PRIO_PREFETCH) {
+            j->hurried = true; /* on the bus already: it stops yielding (overtake) */
         }
         if (m && !mvm_job_add_waiter(j, m))
             st = mvm_fail(MVM_ERR_NOMEM, "out of memory queueing a move");
@@ -549,16 +551,17 @@ static int list_copies(mvm_space *sp, struct job **batch, uint32_t n, struct cop
 static void copy_and_land(mvm_space *sp, struct job **batch, uint32_t n, const struct copy *c,
                           const uint32_t *n_copies, mvm_status st, const char *why);
 
-/* Between two pieces of a prefetch: an on-demand batch queued meanwhile is copied and
- * landed now, behind the pieces on the bus, rather than after the whole prefetch. */
-static void overtake(mvm_space *sp)
+/* Between two pieces of prefetch j: an on-demand batch queued meanwhile is copied and
+ * landed now, behind the pieces on the bus, rather than after the whole prefetch — unless a
+ * demand waits on j itself (hurried), which would then wait for the other's copy too. */
+static void overtake(mvm_space *sp, const struct job *j)
 {
     struct job *batch[MAX_BATCH];
     struct copy *copies = NULL;
     size_t cap = 0;
     uint32_t n_copies[MAX_BATCH];
     pthread_mutex_lock(&sp->mu);
-    uint32_t n = sp->demand.head ? take_batch(sp, batch) : 0;
+    uint32_t n = sp->demand.head && !j->hurried ? take_batch(sp, batch) : 0;
     int ok = n && list_copies(sp, batch, n, &copies, &cap, n_copies) == 0;
     if (ok)
         sp->stats.overtakes++;
@@ -568,10 +571,11 @@ static void overtake(mvm_space *sp)
     free(copies);
 }
 
-/* A prefetch's copies, a piece (piece_pages) at a time with at most two pieces on the bus,
+/* Prefetch j's copies, a piece (piece_pages) at a time with at most two pieces on the bus,
  * an on-demand batch asked for meanwhile overtaking between two (overtake). Returns with the
  * last piece started, not waited for: the job's fence follows, as for any job. */
-static mvm_status copy_in_pieces(mvm_space *sp, const struct copy *c, uint32_t n)
+static mvm_status copy_in_pieces(mvm_space *sp, const struct job *j, const struct copy *c,
+                                 uint32_t n)
 {
     mvm_backend *be = sp->be;
     const size_t piece = (size_t)sp->piece_pages * sp->page_size;
@@ -592,7 +596,7 @@ static mvm_status copy_in_pieces(mvm_space *sp, const struct copy *c, uint32_t n
                 be->ops->event_destroy(be, prev);
             prev = ev;
             if (st == MVM_OK)
-                overtake(sp);
+                overtake(sp, j);
         }
     if (prev)
         be->ops->event_destroy(be, prev);
@@ -618,7 +622,7 @@ static void copy_and_land(mvm_space *sp, struct job **batch, uint32_t n, const s
         if (st == MVM_OK && n_copies[k]) {
             started = true;
             if (batch[k]->prio == PRIO_PREFETCH)
-                st = copy_in_pieces(sp, c, n_copies[k]);
+                st = copy_in_pieces(sp, batch[k], c, n_copies[k]);
             else
                 for (uint32_t i = 0; i < n_copies[k] && st == MVM_OK; i++)
                     st = be->ops->copy_start(be, sp->pool, (size_t)c[i].chunk, c[i].src,

@@ -47,6 +47,8 @@ struct job {
     uint32_t n_runs;
     int prio;
     bool started;
+    bool hurried;            /* a started prefetch an on-demand request now waits on: its
+                                pieces no longer let other demands overtake (migrate.c) */
     char why[160];           /* its failure's message, for the moves waiting on it */
     mvm_move **waiters;
     uint32_t n_waiters, cap_waiters;
