@@ -1298,10 +1298,10 @@ static void check_expert_batch(size_t fi, size_t n_tok)
 }
 
 /* 1..MVM_K_NT tokens (each count of the multi-token kernels), 11 (two full steps of them
- * and a remainder of 3) and 21 (expert.c's 16 tokens at once, then 5: a tile cut short). */
+ * and a remainder of 3) and 37 (expert.c's 32 tokens at once, then 5: a tile cut short). */
 static void test_expert_batch(void)
 {
-    static const size_t counts[] = {1, 2, 3, 4, 11, 21};
+    static const size_t counts[] = {1, 2, 3, 4, 11, 37};
     for (size_t fi = 0; fi < sizeof expert_fmts / sizeof *expert_fmts; fi++)
         for (size_t c = 0; c < sizeof counts / sizeof *counts; c++)
             check_expert_batch(fi, counts[c]);
