@@ -167,7 +167,7 @@ AVX512_INLINE __m512i lanes4(const __m128i v[TILE])
 
 AVX512_INLINE void panel_fill(enum mvm_wtype t, const uint8_t *const b[TILE], panel *P)
 {
-    float d[TILE], dmin[TILE] = {0};
+    uint16_t dh[2 * TILE] = {0}; /* the rows' f16 scales, then their mins' */
     __m128i mins[TILE];
 #pragma GCC unroll 4
     for (int r = 0; r < TILE; r++) {
@@ -184,7 +184,7 @@ AVX512_INLINE void panel_fill(enum mvm_wtype t, const uint8_t *const b[TILE], pa
                 _mm512_castsi256_si512(
                     _mm256_mullo_epi16(_mm256_cvtepi8_epi16(s8), _mm256_set1_epi16(-32))),
                 _mm256_setzero_si256(), 1);
-            d[r] = mvm_k_h2f(x->d);
+            dh[r] = x->d;
             continue;
         }
         const mvm_block_q4_K *x4 = (const mvm_block_q4_K *)b[r];
@@ -199,8 +199,8 @@ AVX512_INLINE void panel_fill(enum mvm_wtype t, const uint8_t *const b[TILE], pa
             P->sc[c][r] = chunk_scales(s, 2 * c, 8);
         }
         mins[r] = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)u[3], (int)u[2]));
-        d[r] = mvm_k_h2f(x4->d);
-        dmin[r] = mvm_k_h2f(x4->dmin);
+        dh[r] = x4->d;
+        dh[TILE + r] = x4->dmin;
     }
     if (t != MVM_W_Q6_K) {
         const __m512i m = lanes4(mins);
@@ -208,8 +208,11 @@ AVX512_INLINE void panel_fill(enum mvm_wtype t, const uint8_t *const b[TILE], pa
         for (int j = 0; j < 4; j++)
             P->mins[j] = rows_j(m, j);
     }
-    P->d = by_row(d);
-    P->dmin = by_row(dmin);
+    /* the 8 halves in one conversion (exact, as mvm_k_h2f's) */
+    float f[2 * TILE];
+    _mm256_storeu_ps(f, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh)));
+    P->d = by_row(f);
+    P->dmin = by_row(f + TILE);
 }
 
 /* The 16 pairs' floats of one super-block: the panel's rows against the tokens' Q8_K blocks
