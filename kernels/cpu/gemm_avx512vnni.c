@@ -289,7 +289,7 @@ AVX512_INLINE void gemm_k(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t 
                           size_t ys, int add)
 {
     const size_t nb = n / MVM_QK_K, bytes = mvm_k_block_bytes(t);
-    panel P[PANEL_SB];
+    panel P[nb < PANEL_SB ? (nb ? nb : 1) : PANEL_SB]; /* the stack a row's length needs */
     for (size_t r0 = 0; r0 < n_rows; r0 += TILE) {
         const int nr = n_rows - r0 < TILE ? (int)(n_rows - r0) : TILE;
         const uint8_t *rows[TILE];
@@ -414,7 +414,8 @@ AVX512_INLINE void qstep_sums(const qstep *S, const qtok *T, __m512 v[2])
     }
 }
 
-/* Tokens whose steps are prepared once for all the row tiles (16 x 16 steps: 96 KiB). */
+/* Tokens whose steps are prepared once for all the row tiles (16 tokens x 16 steps: 96 KiB
+ * of stack at most, for rows of 4096 and more). */
 #define Q8_TOKENS 16
 
 /* Matmul: rows of Q8_0 blocks against tokens' Q8_0 activations, avx2_dotn_q's floats: per
@@ -426,8 +427,9 @@ AVX512_INLINE void gemm_q8_rows(const uint8_t *w, size_t rb, size_t n_rows, cons
                                 size_t as, size_t n_tok, size_t n, float *y, size_t ys)
 {
     const size_t nb = n / MVM_QBLOCK, steps = nb / Q8_STEP_BLOCKS, bs = sizeof(mvm_block_q8_0);
-    qstep S[PANEL_SB];
-    qtok T[Q8_TOKENS][PANEL_SB];
+    const size_t held = steps < PANEL_SB ? (steps ? steps : 1) : PANEL_SB;
+    qstep S[held]; /* the stack a row's length needs: 2 x 9 KiB for n_embd 2048 */
+    qtok T[Q8_TOKENS][held];
     for (size_t tb = 0; tb < n_tok; tb += Q8_TOKENS) {
         const size_t ntb = n_tok - tb < Q8_TOKENS ? n_tok - tb : Q8_TOKENS;
         for (size_t r0 = 0; r0 < n_rows; r0 += TILE) {
