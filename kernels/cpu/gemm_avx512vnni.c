@@ -127,9 +127,10 @@ AVX512_INLINE __m512i q6_chunk(const mvm_block_q6_K *x, int c)
 }
 
 /* One super-block of a tile's 4 rows, unpacked once for every tile of tokens that meets it:
- * chunk c's quants and scale vectors per row (the quants in a register for vpdpbusd's
- * unsigned side, the scales a memory operand of vpdpwssd), the mins as pair_dots' row side
- * (Q4_K, Q5_K) or -32·scale for the offset (Q6_K), and the f16 scales by row. */
+ * chunk c's quants and scale vectors per row (the quants in a register for vpmaddubsw's
+ * unsigned side, the scales a memory operand of vpdpwssd), the mins as the rows' side of
+ * the mins' products (rows_j: Q4_K, Q5_K) or -32·scale for the offset (Q6_K), and the f16
+ * scales by row. */
 typedef struct {
     __m512i w[4][TILE], sc[4][TILE];
     __m512i mins[4]; /* Q4_K, Q5_K: j = 0..3: lane p has row p % 4's mins 2j, 2j+1 (int16) */
