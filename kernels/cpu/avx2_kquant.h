@@ -1,0 +1,424 @@
+/*
+ * avx2.h's K-quant blocks (Q2_K .. Q6_K, IQ4_XS and the lattice-grid types) against Q8_K
+ * activations: the dot product and the down loop of the K types, and the scale unpacking and
+ * float rounding that gemm_avx512vnni.c's tiles share. Part of avx2.h, which includes it
+ * after the blocks it uses (the target attributes, avx2_dpbusd, AVX2_TOK, the prefetch);
+ * not a header of its own.
+ */
+#ifndef MVM_KERNELS_CPU_AVX2_H
+#error "kernels/cpu/avx2_kquant.h is part of kernels/cpu/avx2.h: include that"
+#endif
+#ifndef MVM_KERNELS_CPU_AVX2_KQUANT_H
+#define MVM_KERNELS_CPU_AVX2_KQUANT_H
+
+/* ---- K-quant super-blocks against Q8_K activations ------------------------------------ */
+
+/* The exact integer sum of the 8 int32 lanes. */
+AVX2_INLINE int32_t avx2_hsum_i32(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* The K kernels below take each token's Q8_K block of the super-block in a[k] and leave
+ * token k's float in r[k]. */
+
+/* Q4_K/Q5_K's packed six-bit scales as ggml unpacks them: bytes 0-7 of u, the mins 8-15. */
+AVX2_INLINE void avx2_k45_scales(const uint8_t *scales, uint32_t u[4])
+{
+    memcpy(u, scales, 12);
+    u[3] = ((u[2] >> 4) & 0x0F0F0F0F) | (((u[1] >> 6) & 0x03030303) << 4);
+    const uint32_t mins_lo = u[1] & 0x3F3F3F3F;
+    u[1] = (u[2] & 0x0F0F0F0F) | (((u[0] >> 6) & 0x03030303) << 4);
+    u[2] = mins_lo;
+    u[0] &= 0x3F3F3F3F;
+}
+
+/* A Q4_K/Q5_K super-block's float, ad·(d·sum - dmin·msum), rounded as every x86 level and
+ * gemm_avx512vnni.c's tiles do: fused with d·sum, spelled out (a compiler contracts the plain
+ * expression as it chooses). */
+AVX2_INLINE float avx2_k45_finish(float ad, uint16_t d, uint16_t dmin, int32_t sum, int32_t msum)
+{
+    const __m128 m = _mm_mul_ss(_mm_set_ss(mvm_k_h2f(dmin)), _mm_set_ss((float)msum));
+    const __m128 s = _mm_fmsub_ss(_mm_set_ss(mvm_k_h2f(d)), _mm_set_ss((float)sum), m);
+    return _mm_cvtss_f32(_mm_mul_ss(_mm_set_ss(ad), s));
+}
+
+/* Q4_K / Q5_K (qh non-NULL): kernels/blocks.h's Q4_K/Q5_K chunks with the 32-element sums
+ * done by maddubs (quants unsigned, at most 2·31·127 a pair: no int16 saturation) and madd
+ * with the sub-block's scale; the same integers, so the same float result as every level.
+ * The 8 six-bit scales and mins are unpacked together (avx2_k45_scales), and the mins'
+ * term is one madd of them, each twice, with the 16 bsums. */
+AVX2_INLINE void avx2_kblock_q45(const uint8_t *scales, uint16_t d, uint16_t dmin,
+                                 const uint8_t *qs, const uint8_t *qh,
+                                 const mvm_block_q8_K *const a[], const int nt, float r[])
+{
+    const __m256i nib = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    const __m256i hbits = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+    uint32_t u[4];
+    avx2_k45_scales(scales, u);
+    const __m128i each_min_twice =
+        _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+    const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(
+        _mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]), each_min_twice));
+    __m256i acc[MVM_K_NT];
+    int32_t msum[MVM_K_NT];
+    for (int i = 0; i < nt; i++) {
+        acc[i] = _mm256_setzero_si256();
+        msum[i] = avx2_hsum_i32(
+            _mm256_madd_epi16(mins16, _mm256_loadu_si256((const __m256i *)a[i]->bsums)));
+    }
+    for (int k = 0; k < 4; k++) {
+        const uint8_t sc0 = (uint8_t)(u[k >> 1] >> (16 * (k & 1)));
+        const uint8_t sc1 = (uint8_t)(u[k >> 1] >> (16 * (k & 1) + 8));
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * k));
+        __m256i lo = _mm256_and_si256(q, nib), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), nib);
+        if (qh) {
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(
+                                         _mm256_and_si256(_mm256_srli_epi16(hbits, 2 * k), one), 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(
+                                         _mm256_and_si256(_mm256_srli_epi16(hbits, 2 * k + 1), one),
+                                         4));
+        }
+        const __m256i s0 = _mm256_set1_epi16(sc0), s1 = _mm256_set1_epi16(sc1);
+        for (int i = 0; i < nt; i++) {
+            const __m256i alo = _mm256_loadu_si256((const __m256i *)(a[i]->qs + 64 * k));
+            const __m256i ahi = _mm256_loadu_si256((const __m256i *)(a[i]->qs + 64 * k + 32));
+            acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(_mm256_maddubs_epi16(lo, alo), s0));
+            acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(_mm256_maddubs_epi16(hi, ahi), s1));
+        }
+    }
+    for (int i = 0; i < nt; i++)
+        r[i] = avx2_k45_finish(a[i]->d, d, dmin, avx2_hsum_i32(acc[i]), msum[i]);
+}
+
+/* Q6_K: kernels/blocks.h's Q6_K chunks; each 32 quants are two sub-blocks of 16, one per
+ * 128-bit lane, so one madd applies both scales (int8, signed: madd takes int16 on both
+ * sides). */
+AVX2_INLINE void avx2_kblock_q6(const mvm_block_q6_K *x, const mvm_block_q8_K *const a[],
+                                const int nt, float r[])
+{
+    const __m256i nib = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(3);
+    __m256i acc[MVM_K_NT];
+    int32_t offset[MVM_K_NT];
+    for (int i = 0; i < nt; i++) {
+        acc[i] = _mm256_setzero_si256();
+        offset[i] = 0;
+        for (int j = 0; j < 16; j++)
+            offset[i] += x->scales[j] * a[i]->bsums[j];
+    }
+    for (int h = 0; h < 2; h++) {
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
+        for (int k = 0; k < 4; k++) {
+            const __m256i ql = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32 * (k & 1)));
+            const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(ql, 4 * (k >> 1)), nib);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), two);
+            const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+            const int j = 8 * h + 2 * k;
+            const __m256i sc = _mm256_set_m128i(_mm_set1_epi16(x->scales[j + 1]),
+                                                _mm_set1_epi16(x->scales[j]));
+            for (int i = 0; i < nt; i++) {
+                const __m256i aq =
+                    _mm256_loadu_si256((const __m256i *)(a[i]->qs + 128 * h + 32 * k));
+                acc[i] =
+                    _mm256_add_epi32(acc[i], _mm256_madd_epi16(_mm256_maddubs_epi16(q, aq), sc));
+            }
+        }
+    }
+    for (int i = 0; i < nt; i++)
+        r[i] = a[i]->d * (mvm_k_h2f(x->d) * (float)(avx2_hsum_i32(acc[i]) - 32 * offset[i]));
+}
+
+/* Q3_K's 16 six-bit scales less 32, as int8: mvm_k_q3_scales's four words, each shifted
+ * and masked in its own 32-bit lane. */
+AVX2_INLINE __m128i avx2_q3_scales(const uint8_t *scales)
+{
+    uint32_t w[3];
+    memcpy(w, scales, sizeof w);
+    const __m128i lo = _mm_and_si128(
+        _mm_srlv_epi32(_mm_set_epi32((int)w[1], (int)w[0], (int)w[1], (int)w[0]),
+                       _mm_set_epi32(4, 4, 0, 0)),
+        _mm_set1_epi8(0x0F));
+    const __m128i hi = _mm_and_si128(
+        _mm_srlv_epi32(_mm_set1_epi32((int)w[2]), _mm_set_epi32(6, 4, 2, 0)), _mm_set1_epi8(3));
+    return _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi32(hi, 4)), _mm_set1_epi8(32));
+}
+
+/* Q2_K (hmask NULL) / Q3_K: kernels/blocks.h's Q2_K/Q3_K chunks; the bits 2j of
+ * qs[32h..32h+31] are sub-blocks i = 8h+2j and i+1, one per 128-bit lane, so one madd applies
+ * both scales (quants at most 7: no int16 saturation in maddubs). The scales are widened once
+ * with the even sub-blocks' in the low lane and the odd ones' in the high lane, and each pair
+ * is broadcast within the lanes by one byte shuffle. The mins of Q2_K and the -4 of Q3_K
+ * come from bsums. */
+AVX2_INLINE void avx2_kblock_q23(const uint8_t *qs, const uint8_t *hmask, const uint8_t *scales,
+                                 uint16_t d, uint16_t dmin, const mvm_block_q8_K *const a[],
+                                 const int nt, float r[])
+{
+    const __m256i three = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
+    const __m256i hbits =
+        hmask ? _mm256_loadu_si256((const __m256i *)hmask) : _mm256_setzero_si256();
+    /* Q2_K's 16 bytes of scale and min; Q3_K's 12 are read as words (no load past them) */
+    const __m128i raw = hmask ? _mm_setzero_si128() : _mm_loadu_si128((const __m128i *)scales);
+    const __m128i sc8 = hmask ? avx2_q3_scales(scales) : _mm_and_si128(raw, _mm_set1_epi8(15));
+    const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+    const __m256i mins16 =
+        _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(15)));
+    const __m256i pairs = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(
+        sc8, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15)));
+    __m256i acc[MVM_K_NT];
+    int32_t offset[MVM_K_NT], msum[MVM_K_NT];
+    for (int i = 0; i < nt; i++) {
+        /* madd does the 16 products of scales (or mins) and sub-block sums and the pair sums */
+        const __m256i bsums = _mm256_loadu_si256((const __m256i *)a[i]->bsums);
+        offset[i] = hmask ? avx2_hsum_i32(_mm256_madd_epi16(sc16, bsums)) : 0;
+        msum[i] = hmask ? 0 : avx2_hsum_i32(_mm256_madd_epi16(mins16, bsums));
+        acc[i] = _mm256_setzero_si256();
+    }
+    for (int h = 0; h < 2; h++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * h));
+        for (int j = 0; j < 4; j++) {
+            __m256i v = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), three);
+            const int b = 4 * h + j; /* Q3_K's high bit, moved to bit 2 */
+            if (hmask)
+                v = _mm256_or_si256(v, _mm256_and_si256(b >= 2 ? _mm256_srli_epi16(hbits, b - 2)
+                                                               : _mm256_slli_epi16(hbits, 2 - b),
+                                                        four));
+            const __m256i s = _mm256_shuffle_epi8(pairs, _mm256_set1_epi16((short)(0x0100 +
+                                                                               0x0202 * b)));
+            for (int i = 0; i < nt; i++) {
+                const __m256i aq =
+                    _mm256_loadu_si256((const __m256i *)(a[i]->qs + 128 * h + 32 * j));
+                acc[i] =
+                    _mm256_add_epi32(acc[i], _mm256_madd_epi16(_mm256_maddubs_epi16(v, aq), s));
+            }
+        }
+    }
+    for (int i = 0; i < nt; i++) {
+        const int32_t sum = avx2_hsum_i32(acc[i]) - 4 * offset[i];
+        r[i] = hmask ? a[i]->d * (mvm_k_h2f(d) * (float)sum)
+                     : a[i]->d * (mvm_k_h2f(d) * (float)sum - mvm_k_h2f(dmin) * (float)msum[i]);
+    }
+}
+
+/* IQ4_XS's 8 sub-block scales less 32, as int16 in both 128-bit lanes: the nibbles of
+ * scales_l and the bit pairs of scales_h spread to a byte each by shifts and masks, rather
+ * than each scale unpacked by itself (mvm_k_iq4xs_scale) and broadcast. A first kernel did
+ * that, one sub-block a step: 0.75x this one's speed (docs/perf/cpu.md, "IQ4_XS"). */
+AVX2_INLINE __m256i avx2_iq4xs_scales(const mvm_block_iq4_xs *x)
+{
+    uint32_t l;
+    memcpy(&l, x->scales_l, sizeof l);
+    uint64_t lo = l, hi = x->scales_h;
+    lo = (lo | lo << 16) & 0x0000FFFF0000FFFFull;
+    lo = (lo | lo << 8) & 0x00FF00FF00FF00FFull;
+    lo = (lo | lo << 4) & 0x0F0F0F0F0F0F0F0Full;
+    hi = (hi | hi << 24) & 0x000000FF000000FFull;
+    hi = (hi | hi << 12) & 0x000F000F000F000Full;
+    hi = (hi | hi << 6) & 0x0303030303030303ull;
+    const __m128i s8 =
+        _mm_sub_epi8(_mm_cvtsi64_si128((long long)(lo | hi << 4)), _mm_set1_epi8(32));
+    return _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(s8));
+}
+
+/* IQ4_XS: kernels/blocks.h's IQ4_XS chunks, two sub-blocks a step: the 32 bytes of qs of
+ * sub-blocks 2k and 2k+1 give their low nibbles (elements 0..15 of each, one sub-block per
+ * 128-bit lane) and their high ones (16..31), each a byte shuffle of IQ4_NL's table, and
+ * the activations are loaded in the same lanes. The products are the 32-element table
+ * types' (|w| by a with w's sign; maddubs pairs at most 2·127·127: no int16 saturation), and
+ * one madd applies both lanes' signed scales. */
+AVX2_INLINE void avx2_kblock_iq4xs(const mvm_block_iq4_xs *x, const mvm_block_q8_K *const a[],
+                                   const int nt, float r[])
+{
+    const __m256i table = _mm256_broadcastsi128_si256(
+        _mm_set_epi64x((long long)MVM_K_IQ4NL_HI, (long long)MVM_K_IQ4NL_LO));
+    const __m256i nib = _mm256_set1_epi8(0x0F), scales = avx2_iq4xs_scales(x);
+    __m256i acc[MVM_K_NT];
+    for (int i = 0; i < nt; i++)
+        acc[i] = _mm256_setzero_si256();
+    for (int k = 0; k < 4; k++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * k));
+        const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(q, nib));
+        const __m256i hi =
+            _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), nib));
+        const __m256i lo_abs = _mm256_sign_epi8(lo, lo), hi_abs = _mm256_sign_epi8(hi, hi);
+        const __m256i sc = _mm256_shuffle_epi8(
+            scales, _mm256_set_m128i(_mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * k + 1))),
+                                     _mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * k)))));
+        for (int i = 0; i < nt; i++) {
+            const int8_t *aq = a[i]->qs + 64 * k;
+            const __m256i alo = _mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)aq)),
+                _mm_loadu_si128((const __m128i *)(aq + 32)), 1);
+            const __m256i ahi = _mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(aq + 16))),
+                _mm_loadu_si128((const __m128i *)(aq + 48)), 1);
+            const __m256i plo = _mm256_maddubs_epi16(lo_abs, _mm256_sign_epi8(alo, lo));
+            const __m256i phi = _mm256_maddubs_epi16(hi_abs, _mm256_sign_epi8(ahi, hi));
+            acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(plo, sc));
+            acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(phi, sc));
+        }
+    }
+    for (int i = 0; i < nt; i++)
+        r[i] = a[i]->d * (mvm_k_h2f(x->d) * (float)avx2_hsum_i32(acc[i]));
+}
+
+/* The sign vector (bytes < 0 where q < 0) of a chunk of the types with 7 stored sign bits a
+ * group, from the word that holds them (kernels/iqgrid.h's sw): each element's bit picked by
+ * a byte shuffle of the broadcast word and a bit mask, the eighth of each group (shuffle index
+ * 0x80: no bit) set by the parity of the seven, which vpsadbw counts per 8-byte group (255
+ * per set element: the sum's low bit is the parity) and a shift moves to byte 7's sign bit.
+ * Against completing them by scalar code (mvm_k_ksign4 and its gathering) and spreading
+ * neg: IQ2_XS 1.5x, IQ2_XXS 1.3x, IQ3_XXS 1.1x in L2 (docs/perf/cpu.md). */
+AVX2_INLINE __m256i avx2_iq_ksigns(enum mvm_wtype t, uint64_t sw)
+{
+    /* x: a shuffle index that gives 0 (no bit: a group's eighth); h: the bit 0x80 */
+    const char x = (char)0x80, h = (char)0x80;
+    /* IQ2_XS: group l's element j is bit j + 1 of byte 2l + 1 */
+    const __m256i xs_idx = _mm256_setr_epi8(1, 1, 1, 1, 1, 1, 1, x, 3, 3, 3, 3, 3, 3, 3, x, 5,
+                                            5, 5, 5, 5, 5, 5, x, 7, 7, 7, 7, 7, 7, 7, x);
+    const __m256i xs_bit = _mm256_setr_epi8(2, 4, 8, 16, 32, 64, h, 1, 2, 4, 8, 16, 32, 64, h,
+                                            1, 2, 4, 8, 16, 32, 64, h, 1, 2, 4, 8, 16, 32, 64,
+                                            h, 1);
+    /* IQ2_XXS, IQ3_XXS: group l's element j is bit 7l + j of the word */
+    const __m256i xxs_idx = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, x, 0, 1, 1, 1, 1, 1, 1, x,
+                                             1, 1, 2, 2, 2, 2, 2, x, 2, 2, 2, 3, 3, 3, 3, x);
+    const __m256i xxs_bit = _mm256_setr_epi8(1, 2, 4, 8, 16, 32, 64, 1, h, 1, 2, 4, 8, 16, 32,
+                                             1, 64, h, 1, 2, 4, 8, 16, 1, 32, 64, h, 1, 2, 4, 8,
+                                             1);
+    const int xs = t == MVM_W_IQ2_XS;
+    const __m256i bit = xs ? xs_bit : xxs_bit;
+    const __m256i pick = _mm256_shuffle_epi8(_mm256_set1_epi64x((long long)sw),
+                                             xs ? xs_idx : xxs_idx);
+    const __m256i neg = _mm256_cmpeq_epi8(_mm256_and_si256(pick, bit), bit);
+    const __m256i odd = _mm256_slli_epi64(_mm256_sad_epu8(neg, _mm256_setzero_si256()), 63);
+    return _mm256_or_si256(_mm256_or_si256(neg, odd), _mm256_set1_epi8(1));
+}
+
+/* Chunk c of a lattice-grid super-block as 32 signed bytes q, given as |q| (*mag) and a
+ * vector with q's signs (returned; maddubs takes the activations with these signs).
+ * kernels/iqgrid.h decodes the grid entries, signs and deltas with scalar loads (the entries
+ * are table lookups); the expansion is vector code. IQ2/IQ3, whose grids are positive: |q|
+ * is the grid entries, and each sign bit is picked out of a broadcast of the 32 by a byte
+ * shuffle, a bit mask and a compare (the types with 7 stored bits a group: avx2_iq_ksigns).
+ * IQ1: q = 8·g + delta by byte adds. */
+AVX2_INLINE __m256i avx2_iq_chunk(enum mvm_wtype t, const uint8_t *blk, int c, __m256i *scale,
+                                  __m256i *mag)
+{
+    const mvm_k_iq_raw r = mvm_k_iq_decode(t, blk, c);
+    *scale = _mm256_set_m128i(_mm_set1_epi16((short)r.sc[1]), _mm_set1_epi16((short)r.sc[0]));
+    const __m256i g = _mm256_set_epi64x((long long)r.g[3], (long long)r.g[2],
+                                        (long long)r.g[1], (long long)r.g[0]);
+    const __m256i one = _mm256_set1_epi8(1);
+    if (mvm_k_is_iq1(t)) {
+        /* -1 in the bytes of group l where bit l of dneg is set, else 1: a compare, as
+         * branches on the (random) delta bits were mispredicted at half the chunks */
+        const __m256i gbit = _mm256_set_epi64x(8, 4, 2, 1);
+        const __m256i neg = _mm256_cmpeq_epi64(
+            _mm256_and_si256(_mm256_set1_epi64x((long long)r.dneg), gbit), gbit);
+        const __m256i g2 = _mm256_add_epi8(g, g), g4 = _mm256_add_epi8(g2, g2);
+        const __m256i q = _mm256_add_epi8(_mm256_add_epi8(g4, g4), _mm256_or_si256(neg, one));
+        *mag = _mm256_sign_epi8(q, q);
+        return q;
+    }
+    *mag = g;
+    if (t == MVM_W_IQ2_XXS || t == MVM_W_IQ3_XXS || t == MVM_W_IQ2_XS)
+        return avx2_iq_ksigns(t, r.sw);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    const __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32((int)r.neg),
+        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
+    return _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), one);
+}
+
+/* The lattice-grid types: kernels/blocks.h's chunks, each expanded once (avx2_iq_chunk) and
+ * multiplied with every token's activations as the K-quants' are, maddubs of |q| with the
+ * activations given q's signs (pairs at most 2·62·127: no int16 saturation), then madd with
+ * the halves' scales. */
+AVX2_INLINE void avx2_kblock_iqgrid(enum mvm_wtype t, const uint8_t *blk,
+                                    const mvm_block_q8_K *const a[], const int nt, float r[])
+{
+    __m256i acc[MVM_K_NT];
+    for (int i = 0; i < nt; i++)
+        acc[i] = _mm256_setzero_si256();
+    for (int c = 0; c < 8; c++) {
+        __m256i scale, mag;
+        const __m256i sgn = avx2_iq_chunk(t, blk, c, &scale, &mag);
+        for (int i = 0; i < nt; i++) {
+            const __m256i av = _mm256_loadu_si256((const __m256i *)(a[i]->qs + 32 * c));
+            const __m256i p = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(av, sgn));
+            acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(p, scale));
+        }
+    }
+    for (int i = 0; i < nt; i++)
+        r[i] = mvm_k_kscale(t, blk, a[i], avx2_hsum_i32(acc[i]), 0);
+}
+
+AVX2_INLINE void avx2_kblock(enum mvm_wtype t, const uint8_t *blk, const mvm_block_q8_K *const a[],
+                             const int nt, float r[])
+{
+    switch (t) {
+    case MVM_W_Q2_K: {
+        const mvm_block_q2_K *x = (const mvm_block_q2_K *)blk;
+        avx2_kblock_q23(x->qs, NULL, x->scales, x->d, x->dmin, a, nt, r);
+        break;
+    }
+    case MVM_W_Q3_K: {
+        const mvm_block_q3_K *x = (const mvm_block_q3_K *)blk;
+        avx2_kblock_q23(x->qs, x->hmask, x->scales, x->d, 0, a, nt, r);
+        break;
+    }
+    case MVM_W_Q4_K: {
+        const mvm_block_q4_K *x = (const mvm_block_q4_K *)blk;
+        avx2_kblock_q45(x->scales, x->d, x->dmin, x->qs, NULL, a, nt, r);
+        break;
+    }
+    case MVM_W_Q5_K: {
+        const mvm_block_q5_K *x = (const mvm_block_q5_K *)blk;
+        avx2_kblock_q45(x->scales, x->d, x->dmin, x->qs, x->qh, a, nt, r);
+        break;
+    }
+    case MVM_W_IQ4_XS: avx2_kblock_iq4xs((const mvm_block_iq4_xs *)blk, a, nt, r); break;
+    case MVM_W_Q6_K: avx2_kblock_q6((const mvm_block_q6_K *)blk, a, nt, r); break;
+    default: avx2_kblock_iqgrid(t, blk, a, nt, r); break;
+    }
+}
+
+AVX2_INLINE void avx2_dotn_k(enum mvm_wtype t, const uint8_t *w, const uint8_t *act, size_t as,
+                             const int nt, size_t n, float *y, size_t ys)
+{
+    const size_t bytes = mvm_k_block_bytes(t);
+    float s[MVM_K_NT], r[MVM_K_NT];
+    const mvm_block_q8_K *a[MVM_K_NT];
+    for (int i = 0; i < nt; i++)
+        s[i] = 0;
+    for (size_t b = 0; b < n / MVM_QK_K; b++) {
+        avx2_prefetch(w + b * bytes, bytes);
+        for (int i = 0; i < nt; i++)
+            a[i] = AVX2_TOK(mvm_block_q8_K, act, as, i) + b;
+        avx2_kblock(t, w + b * bytes, a, nt, r);
+        for (int i = 0; i < nt; i++)
+            s[i] += r[i];
+    }
+    for (int i = 0; i < nt; i++)
+        y[i * ys] = s[i];
+}
+
+AVX2_INLINE void avx2_downn_k(enum mvm_wtype t, const uint8_t *w, const uint8_t *act, size_t as,
+                              const int nt, float *out, size_t os, size_t n)
+{
+    const size_t bytes = mvm_k_block_bytes(t);
+    const mvm_block_q8_K *a[MVM_K_NT];
+    float r[MVM_K_NT];
+    for (int i = 0; i < nt; i++)
+        a[i] = AVX2_TOK(mvm_block_q8_K, act, as, i);
+    for (size_t j = 0; j < n; j++) {
+        avx2_prefetch(w + j * bytes, bytes);
+        avx2_kblock(t, w + j * bytes, a, nt, r);
+        for (int i = 0; i < nt; i++)
+            out[i * os + j] += r[i];
+    }
+}
+
+#endif
