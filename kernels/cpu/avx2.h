@@ -304,6 +304,19 @@ AVX2_INLINE __m256 avx2_qblock(enum mvm_wtype t, const uint8_t *blk, const mvm_b
     return acc;
 }
 
+/* 8 blocks of type t at p, bytes apart: quants (avx2_qload), scales, mins (else scales). */
+AVX2_INLINE void avx2_qload8(enum mvm_wtype t, const uint8_t *p, size_t bytes, __m256i wq[8],
+                             __m256 *ws, __m256 *wm)
+{
+    const mvm_k_qlayout L = mvm_k_qlay(t);
+    avx2_prefetch(p, 8 * bytes);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++)
+        wq[j] = avx2_qload(t, p + j * bytes);
+    *ws = avx2_wscales8(t, p, bytes);
+    *wm = L.m ? avx2_scales8(p + L.m, bytes) : *ws;
+}
+
 AVX2_INLINE void avx2_dotn_q(enum mvm_wtype t, const uint8_t *w, const uint8_t *act, size_t as,
                              const int nt, size_t n, float *y, size_t ys)
 {
@@ -316,14 +329,9 @@ AVX2_INLINE void avx2_dotn_q(enum mvm_wtype t, const uint8_t *w, const uint8_t *
         acc[k] = _mm256_setzero_ps();
     size_t b = 0;
     for (; b + 8 <= nb; b += 8) {
-        const uint8_t *p = w + b * bytes;
-        avx2_prefetch(p, 8 * bytes);
         __m256i wq[8];
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; j++)
-            wq[j] = avx2_qload(t, p + j * bytes);
-        const __m256 ws = avx2_wscales8(t, p, bytes);
-        const __m256 wm = L.m ? avx2_scales8(p + L.m, bytes) : ws;
+        __m256 ws, wm;
+        avx2_qload8(t, w + b * bytes, bytes, wq, &ws, &wm);
         for (int k = 0; k < nt; k++) {
             const mvm_block_q8_0 *a = AVX2_TOK(mvm_block_q8_0, act, as, k) + b;
             __m256i qa[8];
@@ -366,14 +374,9 @@ AVX2_INLINE void avx2_downn_q(enum mvm_wtype t, const uint8_t *w, const uint8_t 
     }
     const size_t bytes = mvm_k_block_bytes(t);
     for (size_t j = 0; j < n; j += 8) { /* n % 32 == 0 for Q types (mvm_k_downn_fn) */
-        const uint8_t *p = w + j * bytes;
-        avx2_prefetch(p, 8 * bytes);
         __m256i wq[8];
-#pragma GCC unroll 8
-        for (int c = 0; c < 8; c++)
-            wq[c] = avx2_qload(t, p + c * bytes);
-        const __m256 ws = avx2_wscales8(t, p, bytes);
-        const __m256 wm = L.m ? avx2_scales8(p + L.m, bytes) : ws;
+        __m256 ws, wm;
+        avx2_qload8(t, w + j * bytes, bytes, wq, &ws, &wm);
         for (int k = 0; k < nt; k++) {
             __m256 v[8];
 #pragma GCC unroll 8
