@@ -191,7 +191,8 @@ struct mvm_k_level {
  *   void downn_float(t, const uint8_t *w, const uint8_t *a, size_t a_stride, int n_tok,
  *                    float *out, size_t out_stride, size_t n)
  *   void downn_q(...), downn_k(...)
- * The single-token dot product is dotn's with one token. */
+ * The single-token dot product is dotn's with one token. MVM_K_LEVEL's last two arguments are
+ * the level's gemm table and quantize_act, or NULL where it has none. */
 #define MVM_K_LEVEL_TYPE(attr, dotn, downn, type, sfx)                                             \
     attr static void dotn_##sfx(const void *w, const void *act, size_t act_stride, size_t n_tok,   \
                                 size_t n, float *y, size_t y_stride)                               \

@@ -159,6 +159,15 @@ AVX512_INLINE __m512i toks_j(__m512i v, int j)
         v);
 }
 
+/* A tile's row pointers from row r0 of w (rows rb bytes apart), the last of the nr rows the
+ * matrix has left repeated into the slots past it (computed, never stored). */
+AVX512_INLINE void tile_rows(const uint8_t *w, size_t rb, size_t r0, int nr,
+                             const uint8_t *rows[TILE])
+{
+    for (int r = 0; r < TILE; r++)
+        rows[r] = w + (r0 + (size_t)(r < nr ? r : nr - 1)) * rb;
+}
+
 /* Four 128-bit values as the 128-bit lanes of one vector. */
 AVX512_INLINE __m512i lanes4(const __m128i v[TILE])
 {
@@ -294,8 +303,7 @@ AVX512_INLINE void gemm_k(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t 
     for (size_t r0 = 0; r0 < n_rows; r0 += TILE) {
         const int nr = n_rows - r0 < TILE ? (int)(n_rows - r0) : TILE;
         const uint8_t *rows[TILE];
-        for (int r = 0; r < TILE; r++)
-            rows[r] = w + (r0 + (size_t)(r < nr ? r : nr - 1)) * rb;
+        tile_rows(w, rb, r0, nr, rows);
         for (size_t k0 = 0; k0 < nb; k0 += PANEL_SB) {
             const size_t kn = nb - k0 < PANEL_SB ? nb - k0 : PANEL_SB;
             for (size_t k = 0; k < kn; k++) {
@@ -323,8 +331,8 @@ AVX512_INLINE void gemm_k(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t 
 
 /* A step of a tile's 4 weight sets: a row's blocks 8s..8s+7 (matmul) or one block of each of
  * 8 outputs (the down loop), each byte + 128 (vpdpbusd's unsigned side; the 128·Σa this
- * adds is taken off by starting each sum at -128·Σa), and their scales paired as the
- * results are: rows 0 and 1 in ws2[0], 2 and 3 in ws2[1]. */
+ * adds is taken off each block's sum: qtok.corr2), and their scales paired as the results
+ * are: rows 0 and 1 in ws2[0], 2 and 3 in ws2[1]. */
 typedef struct {
     __m512i w[TILE][4]; /* set r: blocks 2k, 2k + 1 in vector k */
     __m512 ws2[2];
@@ -360,7 +368,7 @@ AVX512_INLINE void qstep_fill(const uint8_t *const set[TILE], size_t stride, qst
     S->ws2[1] = _mm512_insertf32x8(_mm512_castps256_ps512(ws[2]), ws[3], 1);
 }
 
-/* A token's step: blocks a[0..7] (stride 0: one block for all 8). */
+/* A token's step: its blocks a[0..7], or (one_block, the down loop) block a for all 8. */
 AVX512_INLINE void qtok_fill(const mvm_block_q8_0 *a, int one_block, qtok *T)
 {
     const __m256i c80 = _mm256_set1_epi8((char)0x80), zero = _mm256_setzero_si256();
@@ -436,8 +444,7 @@ AVX512_INLINE void gemm_q8_rows(const uint8_t *w, size_t rb, size_t n_rows, cons
         for (size_t r0 = 0; r0 < n_rows; r0 += TILE) {
             const int nr = n_rows - r0 < TILE ? (int)(n_rows - r0) : TILE;
             const uint8_t *rows[TILE];
-            for (int r = 0; r < TILE; r++)
-                rows[r] = w + (r0 + (size_t)(r < nr ? r : nr - 1)) * rb;
+            tile_rows(w, rb, r0, nr, rows);
             __m512 acc[Q8_TOKENS][2];
             for (size_t i = 0; i < ntb; i++)
                 acc[i][0] = acc[i][1] = _mm512_setzero_ps();
