@@ -55,6 +55,58 @@ expect 0 'distributed: 2 ranks .* remote [1-9]' -- "${mpi[@]}" 2 "${run[@]}" --p
 if cmp -s "$tmp/one.txt" "$tmp/three.txt"; then pass=$((pass + 1)); else
     fail=$((fail + 1)); echo "FAIL: the distributed text differs from one process's" >&2
     diff "$tmp/one.txt" "$tmp/three.txt" | sed 's/^/    /' >&2; fi
+# Several homes (Prism's home servers): ranks 0 and 1 each run the request, serving each
+# other, and every period's counts from both decide the placement. Each text is one
+# process's.
+"${mpi[@]}" 3 --output-filename "$tmp/homes" "${run[@]}" --homes 2 --period 1 >/dev/null 2>&1
+for r in 0 1; do
+    if cmp -s "$tmp/one.txt" "$tmp/homes/1/rank.$r/stdout" &&
+        grep -q "home $r of 2 | remote [1-9]" "$tmp/homes/1/rank.$r/stderr"; then
+        pass=$((pass + 1)); else fail=$((fail + 1))
+        echo "FAIL: home $r of 2: its text is not one process's, or no report" >&2
+        cat "$tmp/homes/1/rank.$r/stdout" "$tmp/homes/1/rank.$r/stderr" | sed 's/^/    /' >&2; fi
+done
+# The leader's module is given both homes' rows.
+expect 0 'placement [0-9]+ from [1-9][0-9]*/[1-9][0-9]* expert rows at the 2 homes' \
+    -- env MOEVM_LOG=info "${mpi[@]}" 3 "${run[@]}" --homes 2 --period 4
+# Streams of different lengths (rank r generates 5 + 11r tokens) end apart: the homes
+# done serve on until every home is.
+cat >"$tmp/uneven.sh" <<EOF
+#!/bin/sh
+r=\${OMPI_COMM_WORLD_RANK:-\$R}
+exec "$moevm" run -m "$model" -p "Once upon a time" -n \$((5 + 11 * r)) --ignore-eos \
+    --temp 0 -t 1 -b 3 "\$@"
+EOF
+chmod +x "$tmp/uneven.sh"
+expect 0 'home 2 of 3 \| remote [1-9].* [1-9][0-9]* migrations' \
+    -- "${mpi[@]}" 4 --output-filename "$tmp/uneven" "$tmp/uneven.sh" --homes 3 --period 2
+for r in 0 1 2; do
+    env -u OMPI_COMM_WORLD_RANK R=$r "$tmp/uneven.sh" >"$tmp/alone.txt" 2>/dev/null
+    if cmp -s "$tmp/alone.txt" "$tmp/uneven/1/rank.$r/stdout"; then pass=$((pass + 1)); else
+        fail=$((fail + 1)); echo "FAIL: home $r of 3 wrote another text than alone" >&2; fi
+done
+# mpirun's MPMD form gives each home its own prompt (and batch: servers answer the largest).
+other=("$moevm" run -m "$model" -p "The expert address space" -n 12 --temp 0 -t 1)
+"${other[@]}" >"$tmp/other.txt" 2>/dev/null
+"${mpi[@]}" 1 --output-filename "$tmp/mpmd" "${run[@]}" --homes 2 --period 3 -b 2 \
+    : -n 1 "${other[@]}" --homes 2 --period 3 : -n 1 "${run[@]}" --homes 2 >/dev/null 2>&1
+if cmp -s "$tmp/one.txt" "$tmp/mpmd/1/rank.0/stdout" &&
+    cmp -s "$tmp/other.txt" "$tmp/mpmd/1/rank.1/stdout"; then pass=$((pass + 1)); else
+    fail=$((fail + 1)); echo "FAIL: two homes with their own prompts: not one process's texts" >&2
+    cat "$tmp/mpmd/1/rank.1/stdout" "$tmp/mpmd/1/rank.1/stderr" | sed 's/^/    /' >&2; fi
+expect fail 'the ranks disagree on --homes \(1 to 2\): give every rank the same model' \
+    -- "${mpi[@]}" 1 "${run[@]}" --homes 2 : -n 2 "${run[@]}"
+# A home that fails on its own (its prompt does not fit its context) lets the others end.
+cat >"$tmp/short.sh" <<EOF
+#!/bin/sh
+c=64
+[ "\$OMPI_COMM_WORLD_RANK" = 1 ] && c=4
+exec "$moevm" run -m "$model" -p "Once upon a time" -n 12 --temp 0 -t 1 -c \$c "\$@"
+EOF
+chmod +x "$tmp/short.sh"
+expect fail 'ctx 4 is less than the prompt' -- "${mpi[@]}" 3 "$tmp/short.sh" --homes 2 --period 1
+grep -q 'home 0 of 2 | remote' "$tmp/out" && pass=$((pass + 1)) ||
+    { fail=$((fail + 1)); echo "FAIL: the other home did not end its stream" >&2; }
 # mpirun -n 1 is a single process.
 expect 0 'prefill' -- "${mpi[@]}" 1 "${run[@]}"
 
@@ -67,6 +119,8 @@ expect fail 'server-mem: 2 values for 3 servers' -- "${mpi[@]}" 3 "${run[@]}" --
 expect fail 'distributed mode: its ranks compute on the CPU: MOEVM_BACKEND=cuda' -- env MOEVM_BACKEND=cuda "${mpi[@]}" 2 "${run[@]}"
 expect 2 'apply to a run started by mpirun' -- "${run[@]}" --place prism
 expect 2 '--period x: ' -- "${mpi[@]}" 2 "${run[@]}" --period x
+expect fail 'homes 4: the job has 3 ranks' -- "${mpi[@]}" 3 "${run[@]}" --homes 4
+expect 2 'apply to a run started by mpirun' -- "${run[@]}" --homes 2
 # One rank without the model file: the others do not wait for it.
 cat >"$tmp/rank2.sh" <<EOF
 #!/bin/sh

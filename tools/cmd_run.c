@@ -41,7 +41,7 @@ struct run_args {
     const char *kv_type;                /* NULL: MOEVM_KV_TYPE */
     const char *place, *place_args, *server_mem; /* the distributed mode's (dist.h) */
     char *file_text;                    /* -f's, which prompt points to */
-    uint32_t n_predict, threads, ctx, batch, seed, top_k, period, repeat_last_n;
+    uint32_t n_predict, threads, ctx, batch, seed, top_k, period, homes, repeat_last_n;
     uint32_t n_cpu_moe;
     float temp, top_p, min_p, repeat_penalty;
     int trace_hidden, cpu_moe_given, dist_flag;
@@ -64,7 +64,7 @@ static void usage(FILE *f)
             "                 [--trace-out FILE.jsonl [--trace-hidden]] [--logits-out FILE]\n"
             "                 [--ignore-eos] [-o text|json]\n"
             "       mpirun -n RANKS moevm run ... [--place NAME[{k=v,...}]]\n"
-            "                 [--server-mem SIZE|PCT[,...]] [--period TOKENS]\n"
+            "                 [--server-mem SIZE|PCT[,...]] [--period TOKENS] [--homes N]\n"
             "  -m, --model   the GGUF model (or its first split part)\n"
             "  -p, --prompt  the prompt\n"
             "  -f, --file    the prompt from a file ('-': standard input), less one final\n"
@@ -125,6 +125,9 @@ static void usage(FILE *f)
             "JSON, \"interrupted\": true) still come, and the exit code is 130.\n"
             "Under mpirun the experts are spread over the ranks; rank 0 runs the request and\n"
             "the others compute the experts they hold (docs/distributed.md):\n"
+            "  --homes       ranks 0..N-1 each run the request, seeded -s + rank, and serve\n"
+            "                the others (Prism's home servers; default 1); mpirun's\n"
+            "                --tag-output tells their texts apart\n"
             "  --place       the place module: prism (default; Prism's placement) or uniform\n"
             "  --server-mem  expert memory per rank: a size or a percentage of all experts,\n"
             "                one or one per rank (default: 1.5x an even share)\n"
@@ -137,7 +140,7 @@ enum {
     O_MIN_P, O_REPEAT_PENALTY, O_REPEAT_LAST_N, O_SEED, O_CTX, O_BATCH, O_KV_TYPE, O_BUDGET,
     O_CPU_MOE, O_NGL, O_EVICT, O_PREDICT, O_PREDICTOR, O_ROUTE, O_CONFIG, O_ASSIGN, O_COST,
     O_TRACE_OUT, O_TRACE_HIDDEN, O_LOGITS_OUT, O_PLACE, O_SERVER_MEM, O_PERIOD, O_OUTPUT,
-    O_IGNORE_EOS, O_HOT_PROFILE
+    O_IGNORE_EOS, O_HOT_PROFILE, O_HOMES
 };
 
 /* The options, llama.cpp's spellings among them where they mean the same. */
@@ -158,13 +161,14 @@ static const mvm_cli_opt run_opts[] = {
     {"cost", 0, 1, O_COST},             {"trace-out", 0, 1, O_TRACE_OUT},
     {"trace-hidden", 0, 0, O_TRACE_HIDDEN}, {"logits-out", 0, 1, O_LOGITS_OUT},
     {"place", 0, 1, O_PLACE},           {"server-mem", 0, 1, O_SERVER_MEM},
-    {"period", 0, 1, O_PERIOD},         {"output-format", 'o', 1, O_OUTPUT},
+    {"period", 0, 1, O_PERIOD},         {"homes", 0, 1, O_HOMES},
+    {"output-format", 'o', 1, O_OUTPUT},
     {"ignore-eos", 0, 0, O_IGNORE_EOS}, {"hot-profile", 0, 1, O_HOT_PROFILE}, {0}};
 
 /* One option into a; 0, or 2 after its one-line error. */
 static int parse_option(struct run_args *a, int id, const char *f, char *v)
 {
-    a->dist_flag |= id == O_PLACE || id == O_SERVER_MEM || id == O_PERIOD;
+    a->dist_flag |= id == O_PLACE || id == O_SERVER_MEM || id == O_PERIOD || id == O_HOMES;
     switch (id) {
     case O_MODEL: a->model = v; return 0;
     case O_PROMPT: a->prompt = v; return 0;
@@ -187,6 +191,7 @@ static int parse_option(struct run_args *a, int id, const char *f, char *v)
     case O_ASSIGN: return mvm_cli_module("run", f, v, &a->assign);
     case O_PLACE: return mvm_cli_policy("run", f, v, &a->place, &a->place_args);
     case O_PERIOD: return mvm_cli_u32("run", f, v, 0, UINT32_MAX, &a->period);
+    case O_HOMES: return mvm_cli_u32("run", f, v, 1, 1u << 16, &a->homes);
     case O_N: return mvm_cli_u32("run", f, v, 0, 1u << 20, &a->n_predict);
     case O_THREADS: return mvm_cli_u32("run", f, v, 1, 1024, &a->threads);
     case O_CTX: return mvm_cli_u32("run", f, v, 0, 1u << 22, &a->ctx);
@@ -243,8 +248,8 @@ static int check_args(struct run_args *a)
     if (mvm_cli_budget_or_cpu_moe("run", a->budget != NULL, a->cpu_moe_given))
         return 2;
     if (a->dist_flag && !mvm_dist_launched()) {
-        fprintf(stderr, "moevm run: --place, --server-mem and --period apply to a run started "
-                "by mpirun with several ranks (docs/distributed.md)\n");
+        fprintf(stderr, "moevm run: --place, --server-mem, --period and --homes apply to a run "
+                "started by mpirun with several ranks (docs/distributed.md)\n");
         return 2;
     }
     if (a->trace_hidden && !a->trace_out) {
@@ -257,7 +262,7 @@ static int check_args(struct run_args *a)
 static int parse_args(int argc, char **argv, struct run_args *a)
 {
     *a = (struct run_args){.n_predict = 64, .batch = MVM_DEFAULT_BATCH, .seed = 42,
-                           .top_k = 40, .temp = 0.8f, .top_p = 0.95f, .period = 256,
+                           .top_k = 40, .temp = 0.8f, .top_p = 0.95f, .period = 256, .homes = 1,
                            .repeat_penalty = 1, .repeat_last_n = 64};
     mvm_cli_iter it = {.cmd = "run", .usage = usage, .opts = run_opts, .argc = argc,
                        .argv = argv};
@@ -457,6 +462,7 @@ static int place(struct session *s, mvm_status st, const uint8_t **held)
     if (!rc) {
         mvm_dist_params p = {.place = a->place, .place_args = a->place_args,
                              .capacity_bytes = s->capacity, .period = a->period,
+                             .homes = a->homes, .n_batch = a->batch,
                              .machine = &s->machine};
         if (mvm_dist_plan(s->dist, m, &p, held) != MVM_OK)
             rc = s->server ? 1 : mvm_cli_error("run", "distributed mode");
@@ -561,7 +567,15 @@ static int load(struct session *s)
     if (s->server)
         return 0; /* it needs no engine, and the leader speaks for the job */
     print_model(s, &desc, mvm_now_s() - t0);
-    return make_engine(s);
+    if ((rc = make_engine(s)) || !s->dist)
+        return rc;
+    /* a home from now on: it serves the others until every home's stream has ended */
+    mvm_engine_info in;
+    mvm_engine_get_info(s->e, &in);
+    if (mvm_dist_attach(s->dist, mvm_engine_ctx(s->e), s->model, s->pool, in.n_batch) !=
+        MVM_OK)
+        return mvm_cli_error("run", "distributed mode");
+    return 0;
 }
 
 static int make_prompt(struct session *s)
@@ -625,8 +639,6 @@ static int prepare_generation(struct session *s)
     mvm_engine_get_info(s->e, &in);
     fprintf(stderr, "context: %u positions, batches of %u, KV cache %.1f MiB (%s)\n", in.n_ctx,
             in.n_batch, (double)mvm_ctx_kv_bytes(ctx) / 1048576.0, mvm_ctx_kv_type(ctx));
-    if (s->dist && mvm_dist_attach(s->dist, ctx) != MVM_OK)
-        return mvm_cli_error("run", "distributed mode");
     if (a->trace_out) {
         if (mvm_trace_open(a->trace_out, s->model, a->trace_hidden, &s->trace) != MVM_OK)
             return mvm_cli_error("run", "--trace-out");
@@ -635,7 +647,8 @@ static int prepare_generation(struct session *s)
     if (a->logits_out && logits_open(&s->lf, a->logits_out, in.n_vocab))
         return 1;
     mvm_sampler_params sp = {.temperature = a->temp, .top_k = (int32_t)a->top_k,
-                             .top_p = a->top_p, .min_p = a->min_p, .seed = a->seed,
+                             .top_p = a->top_p, .min_p = a->min_p,
+                             .seed = a->seed + (s->dist ? mvm_dist_rank(s->dist) : 0),
                              .repeat_penalty = a->repeat_penalty,
                              .repeat_last_n = a->repeat_last_n};
     if (mvm_sampler_create(&sp, in.n_vocab, &s->sampler) != MVM_OK)
@@ -746,22 +759,26 @@ int mvm_cmd_run(int argc, char **argv)
         return rc;
     if (mvm_dist_init(&s.dist) != MVM_OK)
         return mvm_cli_error("run", "distributed mode");
-    s.server = s.dist && mvm_dist_rank(s.dist) != 0;
+    s.server = s.dist && mvm_dist_rank(s.dist) >= s.a.homes;
     rc = load(&s);
+    const int loaded = !rc;
     /* Ctrl-C from now on stops the prompt or the generation, not the program: the report
      * still comes. A second one (the handler reset) ends it at once, when one batch takes
      * long. SA_RESTART: the trace's and the logits' writes must not fail with EINTR. */
     if (!rc)
         mvm_cli_catch_sigint(SA_RESTART | SA_RESETHAND);
     int serving = !rc && s.server;
-    if (serving && mvm_dist_serve(s.dist, s.model, s.pool, s.a.batch) != MVM_OK)
+    if (serving && mvm_dist_serve(s.dist, s.model, s.pool) != MVM_OK)
         rc = mvm_cli_error("run", "expert server");
     if (!rc && !s.server)
         rc = make_prompt(&s);
     if (!rc && !s.server)
         rc = generate(&s);
-    if (s.dist && !s.server)
-        mvm_dist_stop(s.dist);
+    /* a home's failure of its own still lets the others finish; one in the exchange that
+     * stops the job (they may wait for this rank) ends every rank */
+    int dist_failed = 0;
+    if (s.dist && !s.server && loaded && mvm_dist_stop(s.dist) != MVM_OK)
+        dist_failed = 1, rc = rc ? rc : mvm_cli_error("run", "distributed mode");
     if (mvm_trace_close(s.trace) != MVM_OK && !rc)
         rc = mvm_cli_error("run", "--trace-out");
     if (logits_close(&s.lf, s.a.logits_out) && !rc)
@@ -776,6 +793,6 @@ int mvm_cmd_run(int argc, char **argv)
     free(s.logits);
     free(s.capacity);
     free(s.out.p);
-    mvm_dist_finish(s.dist, serving && rc);
+    mvm_dist_finish(s.dist, (serving || dist_failed) && rc);
     return rc;
 }

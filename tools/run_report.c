@@ -113,10 +113,13 @@ static void print_dist(const mvm_dist *d)
     char held[256] = "";
     for (uint32_t r = 0, o = 0; r < ds.ranks && o < sizeof held - 16; r++)
         o += (uint32_t)snprintf(held + o, sizeof held - o, "%s%u", r ? "/" : "", ds.held[r]);
-    fprintf(stderr, "distributed: %u ranks holding %s experts | remote %" PRIu64 " of %" PRIu64
+    char homes[48] = ""; /* Prism's several home servers: which one this report is */
+    if (ds.homes > 1)
+        snprintf(homes, sizeof homes, ", home %u of %u", ds.rank, ds.homes);
+    fprintf(stderr, "distributed: %u ranks holding %s experts%s | remote %" PRIu64 " of %" PRIu64
             " expert rows (%.1f%%) in %" PRIu64 " requests, %.2f MiB out, %.2f MiB back, "
-            "leader waited %.3f s | %u placements, %u migrations moving %.2f MiB\n",
-            ds.ranks, held, ds.remote_rows, ds.rows,
+            "waited %.3f s | %u placements, %u migrations moving %.2f MiB\n",
+            ds.ranks, held, homes, ds.remote_rows, ds.rows,
             ds.rows ? 100.0 * (double)ds.remote_rows / (double)ds.rows : 0.0, ds.messages,
             (double)ds.bytes_sent / 1048576.0, (double)ds.bytes_back / 1048576.0, ds.waited_s,
             ds.placements, ds.migrations, (double)ds.migrated_bytes / 1048576.0);
@@ -191,7 +194,7 @@ static void add_dist(cJSON *o, const mvm_dist *d)
     for (uint32_t r = 0; r < ds.ranks; r++)
         cJSON_AddItemToArray(held, cJSON_CreateNumber(ds.held[r]));
     const struct { const char *key; double v; } fields[] = {
-        {"ranks", ds.ranks}, {"rows", (double)ds.rows}, {"remote_rows", (double)ds.remote_rows},
+        {"ranks", ds.ranks}, {"homes", ds.homes}, {"rank", ds.rank}, {"rows", (double)ds.rows}, {"remote_rows", (double)ds.remote_rows},
         {"requests", (double)ds.messages}, {"bytes_sent", (double)ds.bytes_sent},
         {"bytes_back", (double)ds.bytes_back}, {"waited_seconds", ds.waited_s},
         {"placements", ds.placements}, {"migrations", ds.migrations},

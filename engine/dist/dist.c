@@ -37,7 +37,7 @@ int mvm_dist_agree_rc(mvm_dist *d, int rc) { (void)d; return rc; }
 uint32_t mvm_dist_rank(const mvm_dist *d) { (void)d; return 0; }
 uint32_t mvm_dist_size(const mvm_dist *d) { (void)d; return 1; }
 mvm_status mvm_dist_agree(mvm_dist *d, mvm_status mine) { (void)d; return mine; }
-void mvm_dist_stop(mvm_dist *d) { (void)d; }
+mvm_status mvm_dist_stop(mvm_dist *d) { (void)d; return MVM_OK; }
 
 static mvm_status no_mpi(void)
 {
@@ -51,21 +51,22 @@ mvm_status mvm_dist_plan(mvm_dist *d, const mvm_model *probe, const mvm_dist_par
     return no_mpi();
 }
 
-mvm_status mvm_dist_serve(mvm_dist *d, mvm_model *m, mvm_pool *pool, uint32_t n_batch)
+mvm_status mvm_dist_serve(mvm_dist *d, mvm_model *m, mvm_pool *pool)
 {
-    (void)d, (void)m, (void)pool, (void)n_batch;
+    (void)d, (void)m, (void)pool;
     return no_mpi();
 }
 
-mvm_status mvm_dist_attach(mvm_dist *d, mvm_ctx *c)
+mvm_status mvm_dist_attach(mvm_dist *d, mvm_ctx *c, mvm_model *m, mvm_pool *pool,
+                           uint32_t n_batch)
 {
-    (void)d, (void)c;
+    (void)d, (void)c, (void)m, (void)pool, (void)n_batch;
     return no_mpi();
 }
 
 void mvm_dist_get_stats(const mvm_dist *d, mvm_dist_stats *out)
 {
     (void)d;
-    *out = (mvm_dist_stats){.ranks = 1};
+    *out = (mvm_dist_stats){.ranks = 1, .homes = 1};
 }
 #endif

@@ -3,21 +3,24 @@
  * a model's experts over N processes (MPI ranks, Open MPI), each holding the experts its
  * placement gives it, so a model whose experts do not fit one machine's memory runs.
  *
- * Rank 0, the leader, runs the whole request: tokenizer, attention, routers, sampling and
- * the experts it holds. The others are expert servers. In every MoE step the leader sends
- * each server that holds some of the step's experts one non-blocking message (the rows'
- * experts, tokens and weights, and the tokens' hidden states), computes its own experts
- * meanwhile, and adds the servers' replies: per token, the weighted sum of its rows there.
+ * The first `homes` ranks are home servers: each runs a request stream of its own
+ * (tokenizer, attention, routers, sampling and the experts it holds); rank 0, the leader,
+ * is always one and decides the placements. The other ranks only serve. In every MoE step a
+ * home sends each rank that holds some of the step's other experts one non-blocking message
+ * (the rows' experts, tokens and weights, and the tokens' hidden states), computes its own
+ * experts meanwhile, and adds the replies: per token, the weighted sum of its rows there.
+ * While it waits it answers the other homes' requests.
  *
  * Placement is the place role (policy.h: prism by default) over a cluster this mode
  * measures: the links by ping-pong between every pair of ranks at start, the capacities
- * from --server-mem. Every `period` tokens the leader hands the module the step counts
- * since its last call (the leader is the only home server: requests arrive there); a
- * placement it adopts is carried out at once, each added expert's weights sent by its
- * nearest holder (point-to-point, all transfers in flight together), dropped experts'
- * memory released. Only the chosen holder of an expert computes it: among the ranks that
- * hold it, the one with the smallest round trip from the leader, ties to the one with the
- * fewest rows of the step so far.
+ * from --server-mem. Every `period` of its tokens a home sends the leader its step counts
+ * and waits for the round; once every home still running has, the leader hands the module
+ * the counts per home (Prism's requests arriving at each server); a placement it adopts is
+ * carried out at once, each added expert's weights sent by its nearest holder (point-to-
+ * point, all transfers in flight together), dropped experts' memory released. Only the
+ * chosen holder of an expert computes it: among the ranks that hold it, the one with the
+ * smallest round trip from the asking home, ties to the one with the fewest rows of the
+ * step so far.
  *
  * Bad input (a placement that cannot hold the model, a module that does not exist, a rank
  * that cannot load the model) is agreed on by every rank: all stop with the failing rank's
@@ -43,16 +46,19 @@ typedef struct mvm_dist_params {
     const char *place, *place_args; /* the place module; NULL: "prism" */
     const uint64_t *capacity_bytes; /* [ranks] expert memory of each rank */
     uint32_t period;                /* tokens between placements; 0: the first one stays */
+    uint32_t homes;                 /* ranks running request streams (0: 1, the leader) */
+    uint32_t n_batch;               /* this rank's batch (servers answer the largest) */
     const mvm_machine *machine;     /* the cost model (the expert's compute time) */
 } mvm_dist_params;
 
 typedef struct mvm_dist_stats {
-    uint32_t ranks;
-    uint64_t rows, remote_rows;     /* (token, expert) rows of the leader's steps; remote */
+    uint32_t ranks, homes, rank;    /* the job's; this process's rank */
+    uint64_t rows, remote_rows;     /* (token, expert) rows of this home's steps; remote */
     uint64_t messages;              /* expert requests sent */
     uint64_t bytes_sent, bytes_back;
-    double waited_s;                /* the leader waiting for replies after its own experts */
-    uint32_t placements, migrations; /* module calls; adopted changes after the first */
+    double waited_s;                /* this home waiting for replies after its own experts */
+    uint32_t placements, migrations; /* rounds (the leader: module calls); adopted changes
+                                        after the first */
     uint64_t migrated_bytes;
     const uint32_t *held;           /* [ranks] experts each holds now */
 } mvm_dist_stats;
@@ -84,17 +90,19 @@ mvm_status mvm_dist_agree(mvm_dist *d, mvm_status mine);
 mvm_status mvm_dist_plan(mvm_dist *d, const mvm_model *probe, const mvm_dist_params *p,
                          const uint8_t **held);
 
-/* Server ranks: answers the leader with m's experts on the pool's threads until it stops
- * (n_batch: the leader's batch). */
-mvm_status mvm_dist_serve(mvm_dist *d, mvm_model *m, mvm_pool *pool, uint32_t n_batch);
+/* Server ranks: answers the homes with m's experts on the pool's threads until the leader
+ * stops them. */
+mvm_status mvm_dist_serve(mvm_dist *d, mvm_model *m, mvm_pool *pool);
 
-/* The leader: context c computes the experts other ranks hold there (forward.h's
- * mvm_ctx_set_elsewhere): each step sends their rows and gathers the replies, and after
- * each batch of tokens a placement is made when `period` tokens have passed, with the
- * migration it asks for. */
-mvm_status mvm_dist_attach(mvm_dist *d, mvm_ctx *c);
-/* The leader: tells every server to stop (idempotent). */
-void mvm_dist_stop(mvm_dist *d);
+/* A home: context c (of batches up to n_batch) computes the experts other ranks hold there
+ * (forward.h's mvm_ctx_set_elsewhere): each step sends their rows and gathers the replies,
+ * answering the other homes' requests meanwhile with m's experts on the pool; after each
+ * batch of tokens, when `period` tokens have passed, the placement round. */
+mvm_status mvm_dist_attach(mvm_dist *d, mvm_ctx *c, mvm_model *m, mvm_pool *pool,
+                           uint32_t n_batch);
+/* A home whose stream has ended: serves the others until every home's has, and then the
+ * leader stops every rank (idempotent; nothing for a rank that is not a home). */
+mvm_status mvm_dist_stop(mvm_dist *d);
 void mvm_dist_get_stats(const mvm_dist *d, mvm_dist_stats *out);
 
 #endif
