@@ -1048,13 +1048,14 @@ static void test_matvec(void)
 
 /* matmul equals matvec token by token, bitwise, and leaves the stride gaps alone, for every
  * count of tokens the multi-token kernels take (1..MVM_K_NT) and the remainders after them
- * (the multi-row kernels' 4 x 4 tiles cut short by 7 rows and 5, 7, 9 tokens); the rows are
+ * (the Q8_0 tiles of 4 x 4 cut short by 7 rows and 5, 7, 9 tokens; the K-quants' 8 rows by
+ * 16 tokens and 4 rows by 32, cut short by 7 rows and 9, 16, 17, 33 tokens); the rows are
  * long enough for the Q kernels' 8-block steps and their tails, and the K types' 17
- * super-blocks for gemm_avx512vnni.c's panels of 16 and the piece after them; 20 tokens of
+ * super-blocks for gemm_avx512vnni.c's pieces of 8 and the one after them; 20 tokens of
  * 4096 floats exceed the 256 KiB token tile, so the tiling is crossed too. */
 static void test_matmul(void)
 {
-    static const size_t counts[] = {1, 2, 3, 4, 5, 7, 9};
+    static const size_t counts[] = {1, 2, 3, 4, 5, 7, 9, 16, 17, 33};
     const size_t rows = 9, r0 = 1, r1 = 8;
     for (int t = 0; t < MVM_W_COUNT; t++) {
         const size_t n = t == MVM_W_F32 ? 4096 : is_k((enum mvm_wtype)t) ? 17 * 256 : 288;

@@ -1,28 +1,32 @@
 /*
  * The AVX-512 VNNI level's multi-row kernels (dispatch.h's mvm_k_gemm_fn) for the types most
  * files are made of (Q8_0, and the K-quants of llama.cpp's Q4_K_M and Q5_K_M: Q4_K, Q5_K,
- * Q6_K): prefill's matrix products and an expert's batch, in tiles of 4 rows by 4 tokens.
+ * Q6_K): prefill's matrix products and an expert's batch.
  *
- * Why tiles: the dotn kernels (avx2.h) unpack a row's block once for up to 4 tokens, but each
- * token then spends 8 instructions per 64 weights (maddubs, madd with the sub-block's scale,
- * add, two loads) and two horizontal sums per super-block. Here a 64-weight chunk costs one
- * vpmaddubsw and one vpdpwssd per (row, token) pair (the scale in both halves of each int32
- * lane: pair sums of at most 2·63·128 do not saturate), each weight chunk is unpacked once
- * per row tile into a panel that every token tile reads, and each activation chunk is
- * loaded once for 4 rows; the 16 pairs' sums are reduced together at the end of the
- * super-block (hsum16: 45 instructions for 16 horizontal sums), and the mins (Q4_K, Q5_K)
- * and Q6_K's -32 offset come from the activations' block sums as ever. (vpdpbusd into a
- * zeroed register, then vpdpwssd with the scale in the low half, measured the same.)
- * Q8_0 keeps its 8-block steps: each pair's 8 block sums come from 4 vpdpbusd (weights + 128,
- * the activations' 128·Σa taken off) and a transposing reduction shared by two rows, then
- * one multiply-add of the 8 scales' products, as avx2_dotn_q does it; the down loop's
- * "rows" are 8 outputs' blocks, as avx2_downn_q takes them.
+ * K-quants: a vector's 16 lanes are 16 tokens. The tokens' Q8_K quants are interleaved once
+ * per call (kacts: one load gives the same 4 quants of 16 tokens), a row's super-block is
+ * unpacked once per token group (krow), and each step of 4 quants is one vpdpbusd per row:
+ * the row's 4 quants broadcast (unsigned) against the 16 tokens' (signed), 64 products into
+ * int32 lanes that are already the pairs' sums. A sub-block's sum then takes its scale
+ * (vpmulld, exact), the mins' or offset's term comes from the tokens' block sums (vpdpwssd
+ * with the row's pairs), and the float work per super-block is done for 16 pairs at once,
+ * with no horizontal sums at all. Against the earlier tiles of 4 rows by 4 tokens (one
+ * vpmaddubsw and one vpdpwssd per 64 products, and a 45-instruction reduction of 16 pairs
+ * per super-block) this halves the multiplies: +17% at pp64 and +29% at pp512 on Q4_K_M
+ * (docs/perf/cpu.md). y's block of rows by tokens is moved through an 8 x 8 transpose.
+ *
+ * Q8_0 keeps tiles of 4 rows by 4 tokens in 8-block steps: each pair's 8 block sums come
+ * from 4 vpdpbusd (weights + 128, the activations' 128·Σa taken off) and a transposing
+ * reduction shared by two rows, then one multiply-add of the 8 scales' products, as
+ * avx2_dotn_q does it; the down loop's "rows" are 8 outputs' blocks, as avx2_downn_q takes
+ * them.
  *
  * The results are bitwise dotn's (dispatch.h's contract; test_kernels checks it at every
  * size and tail): the integer sums are exact in any order, and the float work per
  * super-block is avx2.h's, in the same order, 16 lanes at once (avx2_k45_finish for Q4_K and
- * Q5_K; ad·(d·sum) for Q6_K), added into each pair's sum in super-block order. A tile cut
- * short by the matrix's edge repeats its last row or token and does not store them.
+ * Q5_K; ad·(d·sum) for Q6_K), added into each pair's sum in super-block order. A block cut
+ * short by the matrix's edge repeats its last row (computed, never stored) and leaves its
+ * missing tokens' lanes zero.
  */
 #include "kernels/cpu/dispatch.h"
 
@@ -30,71 +34,90 @@
 #define MVM_K_VNNI 1
 #include "kernels/cpu/avx512.h"
 
-/* Rows and tokens of a tile: 16 accumulators, half of the 32 vector registers. Pair p of a
- * tile is lane p = 4·token + row of the 16-lane vectors, so a token's 4 rows are adjacent
- * floats of its output. */
-#define TILE 4
+/* ---- K-quants: a vector's lanes are 16 tokens ------------------------------------------- */
 
-/* Lane p of the result: the sum of v[p]'s 16 lanes. Pairs of vectors are interleaved and
- * added (32-bit, then 64-bit), which leaves each 128-bit lane with 4 vectors' partial sums,
- * and the 128-bit lanes are then added across by two rounds of shuffles. */
-AVX512_INLINE __m512i hsum16(const __m512i v[16])
+/* A token group's activations for one super-block, interleaved so that one load gives the
+ * same 4 quants of 16 tokens: q[g] lane i = token i's qs[4g .. 4g+3]; bs[j] lane i = a pair
+ * of its int16 sums (Q4_K, Q5_K: the 32-quant sub-blocks 2j, 2j + 1, j < 4; Q6_K: bsums 2j,
+ * 2j + 1, j < 8); d lane i = its scale. Lanes past the group's tokens are zero. */
+typedef struct {
+    __m512i q[MVM_QK_K / 4];
+    __m512i bs[8];
+    __m512 d;
+} kacts;
+
+/* The super-blocks a token group's kacts hold at once (37 KiB of the stack); a longer row
+ * is taken in pieces, each pair's sum carried in y between them. */
+#define KPIECE_SB 8
+
+/* 16 vectors' 16 int32 lanes transposed: lane j of out[i] is lane i of in[j]. */
+AVX512_INLINE void transpose16(const __m512i in[16], __m512i out[16])
 {
-    __m512i s1[8], s2[4];
+    __m512i t[16], u[16];
 #pragma GCC unroll 8
-    for (int i = 0; i < 8; i++)
-        s1[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]),
-                                 _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(in[2 * i], in[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(in[2 * i], in[2 * i + 1]);
+    }
 #pragma GCC unroll 4
-    for (int i = 0; i < 4; i++)
-        s2[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(s1[2 * i], s1[2 * i + 1]),
-                                 _mm512_unpackhi_epi64(s1[2 * i], s1[2 * i + 1]));
-    const __m512i a = _mm512_add_epi32(_mm512_shuffle_i32x4(s2[0], s2[1], 0x88),
-                                       _mm512_shuffle_i32x4(s2[0], s2[1], 0xDD));
-    const __m512i b = _mm512_add_epi32(_mm512_shuffle_i32x4(s2[2], s2[3], 0x88),
-                                       _mm512_shuffle_i32x4(s2[2], s2[3], 0xDD));
-    return _mm512_add_epi32(_mm512_shuffle_i32x4(a, b, 0x88), _mm512_shuffle_i32x4(a, b, 0xDD));
-}
-
-/* Lane p of the result: v4[p % 4] (a row's value in each pair) or v4[p / 4] (a token's). */
-AVX512_INLINE __m512 by_row(const float v4[TILE])
-{
-    return _mm512_permutexvar_ps(_mm512_set_epi32(3, 2, 1, 0, 3, 2, 1, 0, 3, 2, 1, 0, 3, 2, 1, 0),
-                                 _mm512_castps128_ps512(_mm_loadu_ps(v4)));
-}
-AVX512_INLINE __m512 by_token(const float v4[TILE])
-{
-    return _mm512_permutexvar_ps(_mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
-                                 _mm512_castps128_ps512(_mm_loadu_ps(v4)));
-}
-
-/* The scale vector of a 64-weight chunk: lane l gets s[base + l / per] in both of its int16
- * halves (s: 16 int32 lanes, high halves zero), vpdpwssd's factor for vpmaddubsw's pairs. */
-AVX512_INLINE __m512i chunk_scales(__m512i s, int base, int per)
-{
-    __m512i idx = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-    idx = per == 8 ? _mm512_srli_epi32(idx, 3) : _mm512_srli_epi32(idx, 2);
-    const __m512i lo = _mm512_permutexvar_epi32(_mm512_add_epi32(idx, _mm512_set1_epi32(base)), s);
-    return _mm512_or_si512(lo, _mm512_slli_epi32(lo, 16));
-}
-
-/* acc[p] += the tile's products of chunk c (64 weights each: w[r]) with the tokens' 64
- * activations, scaled by sc[r]. */
-AVX512_INLINE void tile_chunk(__m512i acc[16], const __m512i w[TILE], const __m512i sc[TILE],
-                              const mvm_block_q8_K *const a[TILE], int c)
-{
+    for (int i = 0; i < 4; i++) {
+        u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    /* u[4i + m]'s 128-bit lane L: rows 4i..4i+3 of column 4L + m */
 #pragma GCC unroll 4
-    for (int t = 0; t < TILE; t++) {
-        const __m512i av = _mm512_loadu_si512(a[t]->qs + 64 * c);
-#pragma GCC unroll 4
-        for (int r = 0; r < TILE; r++)
-            acc[TILE * t + r] =
-                _mm512_dpwssd_epi32(acc[TILE * t + r], _mm512_maddubs_epi16(w[r], av), sc[r]);
+    for (int m = 0; m < 4; m++) {
+        const __m512i v1 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0x88);
+        const __m512i v2 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0xDD);
+        const __m512i w1 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0x88);
+        const __m512i w2 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0xDD);
+        out[m] = _mm512_shuffle_i32x4(v1, w1, 0x88);
+        out[4 + m] = _mm512_shuffle_i32x4(v2, w2, 0x88);
+        out[8 + m] = _mm512_shuffle_i32x4(v1, w1, 0xDD);
+        out[12 + m] = _mm512_shuffle_i32x4(v2, w2, 0xDD);
     }
 }
 
-/* Chunk c of a Q4_K/Q5_K super-block: sub-block 2c from the low nibbles of qs[32c..], 2c+1
- * from the high ones, the fifth bits of Q5_K from bits 2c and 2c+1 of qh. */
+/* A group's kacts for super-blocks k0 .. k0 + kn - 1 of tokens a[0 .. nt - 1]. */
+AVX512_INLINE void kacts_fill(enum mvm_wtype t, const uint8_t *act, size_t as, int nt,
+                              size_t k0, size_t kn, kacts *A)
+{
+    const __mmask16 some = (__mmask16)((1u << nt) - 1);
+    for (size_t k = 0; k < kn; k++) {
+        const mvm_block_q8_K *a[16];
+        for (int i = 0; i < 16; i++)
+            a[i] = AVX2_TOK(mvm_block_q8_K, act, as, i < nt ? i : 0) + k0 + k;
+        for (int c = 0; c < 4; c++) {
+            __m512i in[16];
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++)
+                in[i] = i < nt ? _mm512_loadu_si512(a[i]->qs + 64 * c) : _mm512_setzero_si512();
+            transpose16(in, A[k].q + 16 * c);
+        }
+        int32_t bs[8][16] = {{0}};
+        float d[16];
+        for (int i = 0; i < 16; i++) {
+            d[i] = a[i]->d;
+            const int16_t *b = a[i]->bsums;
+            for (int j = 0; j < 8 && i < nt; j++) {
+                const int lo = t == MVM_W_Q6_K ? b[2 * j] : b[4 * j] + b[4 * j + 1];
+                const int hi = t == MVM_W_Q6_K ? b[2 * j + 1] : b[4 * j + 2] + b[4 * j + 3];
+                bs[j][i] = j < 4 || t == MVM_W_Q6_K ? (int32_t)((uint32_t)(uint16_t)lo |
+                                                                (uint32_t)(uint16_t)hi << 16)
+                                                    : 0;
+            }
+        }
+        for (int j = 0; j < 8; j++)
+            A[k].bs[j] = _mm512_loadu_si512(bs[j]);
+        A[k].d = _mm512_maskz_loadu_ps(some, d);
+    }
+}
+
+/* Chunk c of a Q4_K/Q5_K super-block, quants 64c .. 64c + 63 in order: sub-block 2c from
+ * the low nibbles of qs[32c..], 2c+1 from the high ones, the fifth bits of Q5_K from bits
+ * 2c and 2c+1 of qh. */
 AVX512_INLINE __m512i q45_chunk(const uint8_t *qs, const uint8_t *qh, int c)
 {
     const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
@@ -112,8 +135,9 @@ AVX512_INLINE __m512i q45_chunk(const uint8_t *qs, const uint8_t *qh, int c)
     return w;
 }
 
-/* Chunk c of a Q6_K super-block, quants 0..63 (the -32 is the offset term): ql[64h..] nibbles
- * (low for even c, high for odd), bits 4(c & 1) and 4(c & 1) + 2 of qh[32h..], h = c / 2. */
+/* Chunk c of a Q6_K super-block, quants 64c .. 64c + 63 (the -32 is the offset term):
+ * ql[64h..] nibbles (low for even c, high for odd), bits 4(c & 1) and 4(c & 1) + 2 of
+ * qh[32h..], h = c / 2. */
 AVX512_INLINE __m512i q6_chunk(const mvm_block_q6_K *x, int c)
 {
     const int h = c >> 1, s = 4 * (c & 1);
@@ -126,38 +150,272 @@ AVX512_INLINE __m512i q6_chunk(const mvm_block_q6_K *x, int c)
     return _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));
 }
 
-/* One super-block of a tile's 4 rows, unpacked once for every tile of tokens that meets it:
- * chunk c's quants and scale vectors per row (the quants in a register for vpmaddubsw's
- * unsigned side, the scales a memory operand of vpdpwssd), the mins as the rows' side of
- * the mins' products (rows_j: Q4_K, Q5_K) or -32·scale for the offset (Q6_K), and the f16
- * scales by row. */
+/* A row's super-block unpacked: its 256 quants in order, unsigned (vpdpbusd's unsigned
+ * side, broadcast 4 at a time), the sub-blocks' scales, the pairs the mins' (Q4_K, Q5_K) or
+ * offset's (Q6_K) products take, and the f16 scales as floats. */
 typedef struct {
-    __m512i w[4][TILE], sc[4][TILE];
-    __m512i mins[4]; /* Q4_K, Q5_K: j = 0..3: lane p has row p % 4's mins 2j, 2j+1 (int16) */
-    __m512i off[TILE]; /* Q6_K: row r's -32·scale (16 int16; |.| <= 4096), high half zero */
-    __m512 d, dmin;
-} panel;
+    uint8_t q[MVM_QK_K];
+    int32_t sc[16];   /* Q4_K, Q5_K: 8 sub-blocks of 32; Q6_K: 16 of 16 (signed) */
+    int32_t pair[8];  /* int16 pairs: mins 2j, 2j + 1 (j < 4); Q6_K: scales 2j, 2j + 1 */
+    float d, dmin;
+} krow;
 
-/* The super-blocks a panel holds at most: 16 of them take 43 KiB of the stack, and a row
- * longer than 4096 weights is taken in pieces of this many super-blocks. */
+AVX512_INLINE void krow_fill(enum mvm_wtype t, const uint8_t *b, krow *R)
+{
+    if (t == MVM_W_Q6_K) {
+        const mvm_block_q6_K *x = (const mvm_block_q6_K *)b;
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++)
+            _mm512_storeu_si512(R->q + 64 * c, q6_chunk(x, c));
+        for (int j = 0; j < 16; j++)
+            R->sc[j] = x->scales[j];
+        for (int j = 0; j < 8; j++)
+            R->pair[j] = (int32_t)((uint32_t)(uint16_t)x->scales[2 * j] |
+                                   (uint32_t)(uint16_t)x->scales[2 * j + 1] << 16);
+        R->d = mvm_k_h2f(x->d);
+        return;
+    }
+    const mvm_block_q4_K *x4 = (const mvm_block_q4_K *)b;
+    const mvm_block_q5_K *x5 = (const mvm_block_q5_K *)b;
+    const int q5 = t == MVM_W_Q5_K;
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++)
+        _mm512_storeu_si512(R->q + 64 * c, q45_chunk(q5 ? x5->qs : x4->qs, q5 ? x5->qh : NULL, c));
+    uint32_t u[4];
+    avx2_k45_scales(x4->scales, u);
+    const uint8_t *sm = (const uint8_t *)u; /* the 8 scales, then the 8 mins */
+    for (int j = 0; j < 8; j++)
+        R->sc[j] = sm[j];
+    for (int j = 0; j < 4; j++)
+        R->pair[j] = (int32_t)(sm[8 + 2 * j] | (uint32_t)sm[9 + 2 * j] << 16);
+    R->d = mvm_k_h2f(x4->d);
+    R->dmin = mvm_k_h2f(x4->dmin);
+}
+
+/* One super-block of NR rows against NV groups of 16 tokens: s[r][v] += each pair's float,
+ * avx2.h's per super-block (avx2_k45_finish for Q4_K and Q5_K; ad·(d·sum) for Q6_K). A
+ * sub-block's products gather in an int32 lane per token (vpdpbusd, 4 quants a step), then
+ * take the sub-block's scale (an exact product: |sum| < 2^16 · 64); the same integers as
+ * every level's, so the same floats. */
+AVX512_INLINE void ksb(enum mvm_wtype t, int NR, int NV, const krow *const R[], const kacts *A[],
+                       __m512 s[][2])
+{
+    const int sub = t == MVM_W_Q6_K ? 4 : 8; /* steps of 4 quants per sub-block */
+    __m512i tot[8][2];
+    #pragma GCC unroll 8
+    for (int r = 0; r < NR; r++)
+        #pragma GCC unroll 2
+        for (int v = 0; v < NV; v++)
+            tot[r][v] = _mm512_setzero_si512();
+    for (int j = 0; j < MVM_QK_K / 4 / sub; j++) {
+        __m512i acc[8][2];
+        #pragma GCC unroll 8
+        for (int r = 0; r < NR; r++)
+            #pragma GCC unroll 2
+            for (int v = 0; v < NV; v++)
+                acc[r][v] = _mm512_setzero_si512();
+        #pragma GCC unroll 8
+        for (int g = sub * j; g < sub * (j + 1); g++) {
+            __m512i a[2];
+            #pragma GCC unroll 2
+            for (int v = 0; v < NV; v++)
+                a[v] = A[v]->q[g];
+            #pragma GCC unroll 8
+            for (int r = 0; r < NR; r++) {
+                int32_t w4;
+                memcpy(&w4, R[r]->q + 4 * g, 4);
+                const __m512i w = _mm512_set1_epi32(w4);
+                #pragma GCC unroll 2
+                for (int v = 0; v < NV; v++)
+                    acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], w, a[v]);
+            }
+        }
+        #pragma GCC unroll 8
+        for (int r = 0; r < NR; r++) {
+            const __m512i sc = _mm512_set1_epi32(R[r]->sc[j]);
+            #pragma GCC unroll 2
+            for (int v = 0; v < NV; v++)
+                tot[r][v] = _mm512_add_epi32(tot[r][v], _mm512_mullo_epi32(acc[r][v], sc));
+        }
+    }
+    const int pairs = t == MVM_W_Q6_K ? 8 : 4;
+    #pragma GCC unroll 8
+    for (int r = 0; r < NR; r++)
+        #pragma GCC unroll 2
+        for (int v = 0; v < NV; v++) {
+            __m512i ms = _mm512_setzero_si512();
+            #pragma GCC unroll 8
+            for (int j = 0; j < pairs; j++)
+                ms = _mm512_dpwssd_epi32(ms, _mm512_set1_epi32(R[r]->pair[j]), A[v]->bs[j]);
+            __m512 f;
+            if (t == MVM_W_Q6_K) { /* the offset: -32 · Σ scale · bsum */
+                const __m512i sum = _mm512_sub_epi32(tot[r][v], _mm512_slli_epi32(ms, 5));
+                f = _mm512_mul_ps(A[v]->d,
+                                  _mm512_mul_ps(_mm512_set1_ps(R[r]->d), _mm512_cvtepi32_ps(sum)));
+            } else {
+                const __m512 m = _mm512_mul_ps(_mm512_set1_ps(R[r]->dmin), _mm512_cvtepi32_ps(ms));
+                f = _mm512_mul_ps(A[v]->d, _mm512_fmsub_ps(_mm512_set1_ps(R[r]->d),
+                                                           _mm512_cvtepi32_ps(tot[r][v]), m));
+            }
+            s[r][v] = _mm512_add_ps(s[r][v], f);
+        }
+}
+
+/* 8 vectors of 8 floats transposed in place (the classic unpack, shuffle, permute). */
+AVX512_INLINE void transpose8(__m256 r[8])
+{
+    __m256 t[8], u[8];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+#pragma GCC unroll 2
+    for (int i = 0; i < 2; i++) {
+        u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+        u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+        u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x20);
+        r[4 + i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x31);
+    }
+}
+
+/* y's block of 8 rows by 16 tokens ([token][row], ys apart) as s[r] (lane i: token i), and
+ * back: the rows and tokens past nr and nt are zero and never stored. */
+AVX512_INLINE void ylanes_load(const float *y, size_t ys, int nr, int nt, __m512 s[8])
+{
+    const __mmask8 rows = (__mmask8)((1u << nr) - 1);
+    __m256 lo[8], hi[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        lo[i] = i < nt ? _mm256_maskz_loadu_ps(rows, y + (size_t)i * ys) : _mm256_setzero_ps();
+        hi[i] = 8 + i < nt ? _mm256_maskz_loadu_ps(rows, y + (size_t)(8 + i) * ys)
+                           : _mm256_setzero_ps();
+    }
+    transpose8(lo);
+    transpose8(hi);
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; r++)
+        s[r] = _mm512_insertf32x8(_mm512_castps256_ps512(lo[r]), hi[r], 1);
+}
+AVX512_INLINE void ylanes_store(float *y, size_t ys, int nr, int nt, const __m512 s[8])
+{
+    const __mmask8 rows = (__mmask8)((1u << nr) - 1);
+    __m256 lo[8], hi[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; r++) {
+        lo[r] = _mm512_castps512_ps256(s[r]);
+        hi[r] = _mm512_extractf32x8_ps(s[r], 1);
+    }
+    transpose8(lo);
+    transpose8(hi);
+    for (int i = 0; i < nt; i++)
+        _mm256_mask_storeu_ps(y + (size_t)i * ys, rows, i < 8 ? lo[i] : hi[i - 8]);
+}
+
+/* NR rows from rows[] (kn super-blocks from k0) against NV token groups' kacts A[v]: each
+ * pair's sum starts at its y (from_y) or 0. Taken as 8 rows by 16 tokens, or 4 rows by 32
+ * tokens (one block of 8 rows whose halves are two groups' tokens: y's block is read and
+ * written as 8 x 16 either way). */
+AVX512_INLINE void krows(enum mvm_wtype t, int NR, int NV, const uint8_t *const rows[],
+                         size_t bytes, size_t k0, size_t kn, kacts *const A[2], float *y,
+                         size_t ys, int nr, int nt, int from_y)
+{
+    __m512 s[8][2];
+    if (NV == 1) {
+        __m512 b[8];
+        if (from_y)
+            ylanes_load(y, ys, nr, nt, b);
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++)
+            s[r][0] = from_y ? b[r] : _mm512_setzero_ps();
+    } else {
+#pragma GCC unroll 2
+        for (int v = 0; v < 2; v++) {
+            const int n = nt - 16 * v < 16 ? nt - 16 * v : 16;
+            __m512 b[8];
+            if (from_y)
+                ylanes_load(y + (size_t)(16 * v) * ys, ys, nr, n, b);
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++)
+                s[r][v] = from_y ? b[r] : _mm512_setzero_ps();
+        }
+    }
+    for (size_t k = 0; k < kn; k++) {
+        krow R[8];
+        const krow *Rp[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++) {
+            avx2_prefetch(rows[r] + (k0 + k + 1) * bytes, bytes);
+            krow_fill(t, rows[r] + (k0 + k) * bytes, &R[r]);
+            Rp[r] = &R[r];
+        }
+        const kacts *Ak[2] = {A[0] + k, A[NV - 1] + k};
+        ksb(t, NR, NV, Rp, Ak, s);
+    }
+    if (NV == 1) {
+        __m512 b[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++)
+            b[r] = s[r][0];
+        ylanes_store(y, ys, nr, nt, b);
+        return;
+    }
+#pragma GCC unroll 2
+    for (int v = 0; v < 2; v++) {
+        const int n = nt - 16 * v < 16 ? nt - 16 * v : 16;
+        __m512 b[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++)
+            b[r] = r < 4 ? s[r][v] : _mm512_setzero_ps();
+        ylanes_store(y + (size_t)(16 * v) * ys, ys, nr, n, b);
+    }
+}
+
+/* Up to 32 tokens at a time (two groups: 4 rows a block), or 16 (8 rows): 8 pairs of
+ * accumulators either way, enough to hide vpdpbusd's latency. */
+AVX512_INLINE void gemm_k(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t n_rows,
+                          const uint8_t *act, size_t as, size_t n_tok, size_t n, float *y,
+                          size_t ys, int add)
+{
+    const size_t nb = n / MVM_QK_K, bytes = mvm_k_block_bytes(t);
+    kacts A[2][KPIECE_SB];
+    for (size_t t0 = 0; t0 < n_tok; t0 += 32) {
+        const int nt = n_tok - t0 < 32 ? (int)(n_tok - t0) : 32, NV = nt > 16 ? 2 : 1;
+        const int NR = NV == 2 ? 4 : 8;
+        const uint8_t *a = act + t0 * as;
+        for (size_t k0 = 0; k0 < nb; k0 += KPIECE_SB) {
+            const size_t kn = nb - k0 < KPIECE_SB ? nb - k0 : KPIECE_SB;
+            kacts_fill(t, a, as, nt < 16 ? nt : 16, k0, kn, A[0]);
+            if (NV == 2)
+                kacts_fill(t, a + 16 * as, as, nt - 16, k0, kn, A[1]);
+            kacts *const Av[2] = {A[0], A[1]};
+            for (size_t r0 = 0; r0 < n_rows; r0 += (size_t)NR) {
+                const int nr = n_rows - r0 < (size_t)NR ? (int)(n_rows - r0) : NR;
+                const uint8_t *rows[8];
+                for (int r = 0; r < NR; r++)
+                    rows[r] = w + (r0 + (size_t)(r < nr ? r : nr - 1)) * rb;
+                float *yt = y + t0 * ys + r0;
+                if (NV == 2)
+                    krows(t, 4, 2, rows, bytes, k0, kn, Av, yt, ys, nr, nt, add || k0 > 0);
+                else
+                    krows(t, 8, 1, rows, bytes, k0, kn, Av, yt, ys, nr, nt, add || k0 > 0);
+            }
+        }
+    }
+}
+
+/* ---- shared by the Q8_0 tiles ----------------------------------------------------------- */
+
+/* Rows and tokens of a Q8_0 tile. */
+#define TILE 4
+
+/* The steps a Q8_0 panel holds at most; a longer row is taken in pieces. */
 #define PANEL_SB 16
-
-/* Lane p: row p % 4's (rows) or token p / 4's (toks) int32 lane 4·(its index) + j, of the
- * 128-bit lanes of v (row or token i in 128-bit lane i). */
-AVX512_INLINE __m512i rows_j(__m512i v, int j)
-{
-    return _mm512_permutexvar_epi32(
-        _mm512_add_epi32(_mm512_set_epi32(12, 8, 4, 0, 12, 8, 4, 0, 12, 8, 4, 0, 12, 8, 4, 0),
-                         _mm512_set1_epi32(j)),
-        v);
-}
-AVX512_INLINE __m512i toks_j(__m512i v, int j)
-{
-    return _mm512_permutexvar_epi32(
-        _mm512_add_epi32(_mm512_set_epi32(12, 12, 12, 12, 8, 8, 8, 8, 4, 4, 4, 4, 0, 0, 0, 0),
-                         _mm512_set1_epi32(j)),
-        v);
-}
 
 /* A tile's row pointers from row r0 of w (rows rb bytes apart), the last of the nr rows the
  * matrix has left repeated into the slots past it (computed, never stored). */
@@ -166,165 +424,6 @@ AVX512_INLINE void tile_rows(const uint8_t *w, size_t rb, size_t r0, int nr,
 {
     for (int r = 0; r < TILE; r++)
         rows[r] = w + (r0 + (size_t)(r < nr ? r : nr - 1)) * rb;
-}
-
-/* Four 128-bit values as the 128-bit lanes of one vector. */
-AVX512_INLINE __m512i lanes4(const __m128i v[TILE])
-{
-    const __m512i r = _mm512_inserti32x4(_mm512_castsi128_si512(v[0]), v[1], 1);
-    return _mm512_inserti32x4(_mm512_inserti32x4(r, v[2], 2), v[3], 3);
-}
-
-AVX512_INLINE void panel_fill(enum mvm_wtype t, const uint8_t *const b[TILE], panel *P)
-{
-    uint16_t dh[2 * TILE] = {0}; /* the rows' f16 scales, then their mins' */
-    __m128i mins[TILE];
-#pragma GCC unroll 4
-    for (int r = 0; r < TILE; r++) {
-        if (t == MVM_W_Q6_K) {
-            const mvm_block_q6_K *x = (const mvm_block_q6_K *)b[r];
-            const __m128i s8 = _mm_loadu_si128((const __m128i *)x->scales);
-            const __m512i s = _mm512_and_si512(_mm512_cvtepi8_epi32(s8), _mm512_set1_epi32(0xFFFF));
-#pragma GCC unroll 4
-            for (int c = 0; c < 4; c++) {
-                P->w[c][r] = q6_chunk(x, c);
-                P->sc[c][r] = chunk_scales(s, 4 * c, 4);
-            }
-            P->off[r] = _mm512_inserti64x4(
-                _mm512_castsi256_si512(
-                    _mm256_mullo_epi16(_mm256_cvtepi8_epi16(s8), _mm256_set1_epi16(-32))),
-                _mm256_setzero_si256(), 1);
-            dh[r] = x->d;
-            continue;
-        }
-        const mvm_block_q4_K *x4 = (const mvm_block_q4_K *)b[r];
-        const mvm_block_q5_K *x5 = (const mvm_block_q5_K *)b[r];
-        const int q5 = t == MVM_W_Q5_K;
-        uint32_t u[4];
-        avx2_k45_scales(x4->scales, u);
-        const __m512i s = _mm512_cvtepu8_epi32(_mm_set_epi32(0, 0, (int)u[1], (int)u[0]));
-#pragma GCC unroll 4
-        for (int c = 0; c < 4; c++) {
-            P->w[c][r] = q45_chunk(q5 ? x5->qs : x4->qs, q5 ? x5->qh : NULL, c);
-            P->sc[c][r] = chunk_scales(s, 2 * c, 8);
-        }
-        mins[r] = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)u[3], (int)u[2]));
-        dh[r] = x4->d;
-        dh[TILE + r] = x4->dmin;
-    }
-    if (t != MVM_W_Q6_K) {
-        const __m512i m = lanes4(mins);
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++)
-            P->mins[j] = rows_j(m, j);
-    }
-    /* the 8 halves in one conversion (exact, as mvm_k_h2f's) */
-    float f[2 * TILE];
-    _mm256_storeu_ps(f, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh)));
-    P->d = by_row(f);
-    P->dmin = by_row(f + TILE);
-}
-
-/* The 16 pairs' floats of one super-block: the panel's rows against the tokens' Q8_K blocks
- * a[t]. Q4_K/Q5_K: avx2_k45_finish, 16 lanes at once; Q6_K: ad·(d·sum), the offset joining
- * each pair's integer sum first. */
-AVX512_INLINE __m512 tile_sb(enum mvm_wtype t, const panel *P, const mvm_block_q8_K *const a[TILE])
-{
-    __m512i acc[16];
-    float ad[TILE];
-#pragma GCC unroll 4
-    for (int i = 0; i < TILE; i++) {
-        ad[i] = a[i]->d;
-        if (t == MVM_W_Q6_K) {
-            const __m512i bs = _mm512_inserti64x4(
-                _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a[i]->bsums)),
-                _mm256_setzero_si256(), 1);
-#pragma GCC unroll 4
-            for (int r = 0; r < TILE; r++)
-                acc[TILE * i + r] = _mm512_dpwssd_epi32(_mm512_setzero_si512(), P->off[r], bs);
-        } else {
-#pragma GCC unroll 4
-            for (int r = 0; r < TILE; r++)
-                acc[TILE * i + r] = _mm512_setzero_si512();
-        }
-    }
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; c++)
-        tile_chunk(acc, P->w[c], P->sc[c], a, c);
-    const __m512 sum = _mm512_cvtepi32_ps(hsum16(acc));
-    if (t == MVM_W_Q6_K)
-        return _mm512_mul_ps(by_token(ad), _mm512_mul_ps(P->d, sum));
-    /* sub-block j's activation sum: bsums 2j and 2j + 1 (at most 32·128: an int16) */
-    __m128i sums[TILE];
-#pragma GCC unroll 4
-    for (int i = 0; i < TILE; i++)
-        sums[i] = _mm256_cvtepi32_epi16(_mm256_madd_epi16(
-            _mm256_loadu_si256((const __m256i *)a[i]->bsums), _mm256_set1_epi16(1)));
-    const __m512i tv = lanes4(sums);
-    __m512i ms = _mm512_setzero_si512();
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; j++)
-        ms = _mm512_dpwssd_epi32(ms, P->mins[j], toks_j(tv, j));
-    const __m512 m = _mm512_mul_ps(P->dmin, _mm512_cvtepi32_ps(ms));
-    return _mm512_mul_ps(by_token(ad), _mm512_fmsub_ps(P->d, sum, m));
-}
-
-/* One tile of tokens a[t] (Q8_K blocks from the panels' first super-block on) against n
- * panels: each pair's sum starts at its y (add, or a later piece of the row) or 0 and takes
- * the super-blocks in order. */
-AVX512_INLINE void tile(enum mvm_wtype t, const panel *P, size_t n,
-                        const mvm_block_q8_K *const a[TILE], float *y, size_t ys, int n_rows,
-                        int n_tok, int from_y)
-{
-    /* a token's n_rows outputs by masked moves (a loop of scalars became a memcpy call) */
-    const __mmask8 rows = (__mmask8)((1u << n_rows) - 1);
-    float v[16] = {0};
-    for (int i = 0; i < n_tok && from_y; i++)
-        _mm_storeu_ps(v + TILE * i, _mm_maskz_loadu_ps(rows, y + i * ys));
-    __m512 s = _mm512_loadu_ps(v);
-    for (size_t k = 0; k < n; k++) {
-        const mvm_block_q8_K *ak[TILE];
-#pragma GCC unroll 4
-        for (int i = 0; i < TILE; i++)
-            ak[i] = a[i] + k;
-        s = _mm512_add_ps(s, tile_sb(t, &P[k], ak));
-    }
-    _mm512_storeu_ps(v, s);
-    for (int i = 0; i < n_tok; i++)
-        _mm_mask_storeu_ps(y + i * ys, rows, _mm_loadu_ps(v + TILE * i));
-}
-
-AVX512_INLINE void gemm_k(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t n_rows,
-                          const uint8_t *act, size_t as, size_t n_tok, size_t n, float *y,
-                          size_t ys, int add)
-{
-    const size_t nb = n / MVM_QK_K, bytes = mvm_k_block_bytes(t);
-    panel P[nb < PANEL_SB ? (nb ? nb : 1) : PANEL_SB]; /* the stack a row's length needs */
-    for (size_t r0 = 0; r0 < n_rows; r0 += TILE) {
-        const int nr = n_rows - r0 < TILE ? (int)(n_rows - r0) : TILE;
-        const uint8_t *rows[TILE];
-        tile_rows(w, rb, r0, nr, rows);
-        for (size_t k0 = 0; k0 < nb; k0 += PANEL_SB) {
-            const size_t kn = nb - k0 < PANEL_SB ? nb - k0 : PANEL_SB;
-            for (size_t k = 0; k < kn; k++) {
-                const uint8_t *b[TILE];
-#pragma GCC unroll 4
-                for (int r = 0; r < TILE; r++) {
-                    b[r] = rows[r] + (k0 + k) * bytes;
-                    avx2_prefetch(b[r], bytes);
-                }
-                panel_fill(t, b, &P[k]);
-            }
-            for (size_t t0 = 0; t0 < n_tok; t0 += TILE) {
-                const int nt = n_tok - t0 < TILE ? (int)(n_tok - t0) : TILE;
-                const mvm_block_q8_K *toks[TILE];
-                for (int i = 0; i < TILE; i++)
-                    toks[i] = AVX2_TOK(mvm_block_q8_K, act, as,
-                                       t0 + (size_t)(i < nt ? i : nt - 1)) + k0;
-                tile(t, P, kn, toks, y + t0 * ys + r0, ys, nr, nt, add || k0 > 0);
-            }
-        }
-    }
 }
 
 /* ---- Q8_0: steps of 8 blocks, as avx2_dotn_q and avx2_downn_q take them ---------------- */
