@@ -10,10 +10,12 @@
  * int32 lanes that are already the pairs' sums. A sub-block's sum then takes its scale
  * (vpmulld, exact), the mins' or offset's term comes from the tokens' block sums (vpdpwssd
  * with the row's pairs), and the float work per super-block is done for 16 pairs at once,
- * with no horizontal sums at all. Against the earlier tiles of 4 rows by 4 tokens (one
- * vpmaddubsw and one vpdpwssd per 64 products, and a 45-instruction reduction of 16 pairs
- * per super-block) this halves the multiplies: +17% at pp64 and +29% at pp512 on Q4_K_M
- * (docs/perf/cpu.md). y's block of rows by tokens is moved through an 8 x 8 transpose.
+ * with no horizontal sums at all. A group of up to 8 tokens, which would leave half the
+ * lanes idle, gives each token two lanes, one per half of the super-block (split), added
+ * before the float work. Against the earlier tiles of 4 rows by 4 tokens (one vpmaddubsw
+ * and one vpdpwssd per 64 products, and a 45-instruction reduction of 16 pairs per
+ * super-block) this halves the multiplies: Q4_K_M prefill +30% at pp64 and +37% at pp512
+ * (docs/perf/cpu.md). y's block of rows by tokens is moved through 8 x 8 transposes.
  *
  * Q8_0 keeps tiles of 4 rows by 4 tokens in 8-block steps: each pair's 8 block sums come
  * from 4 vpdpbusd (weights + 128, the activations' 128·Σa taken off) and a transposing
@@ -39,7 +41,11 @@
 /* A token group's activations for one super-block, interleaved so that one load gives the
  * same 4 quants of 16 tokens: q[g] lane i = token i's qs[4g .. 4g+3]; bs[j] lane i = a pair
  * of its int16 sums (Q4_K, Q5_K: the 32-quant sub-blocks 2j, 2j + 1, j < 4; Q6_K: bsums 2j,
- * 2j + 1, j < 8); d lane i = its scale. Lanes past the group's tokens are zero. */
+ * 2j + 1, j < 8); d lane i = its scale. Lanes past the group's tokens are zero.
+ * Split, for groups of up to 8 tokens, whose lanes would otherwise idle: the pair of lanes
+ * 2i, 2i + 1 is token i's two halves of the super-block, q[g] (g < 32) holding quants 4g..
+ * and 128 + 4g.., bs[p] the pairs P·h + p of half h (P: the pairs per half), d its scale in
+ * both; the two lanes' sums are added before the float work. */
 typedef struct {
     __m512i q[MVM_QK_K / 4];
     __m512i bs[8];
@@ -80,38 +86,42 @@ AVX512_INLINE void transpose16(const __m512i in[16], __m512i out[16])
     }
 }
 
-/* A group's kacts for super-blocks k0 .. k0 + kn - 1 of tokens a[0 .. nt - 1]. */
-AVX512_INLINE void kacts_fill(enum mvm_wtype t, const uint8_t *act, size_t as, int nt,
+/* A group's kacts (split: up to 8 tokens) for super-blocks k0 .. k0 + kn - 1 of tokens
+ * a[0 .. nt - 1]. */
+AVX512_INLINE void kacts_fill(enum mvm_wtype t, int split, const uint8_t *act, size_t as, int nt,
                               size_t k0, size_t kn, kacts *A)
 {
-    const __mmask16 some = (__mmask16)((1u << nt) - 1);
+    const int P = (t == MVM_W_Q6_K ? 8 : 4) >> split; /* pairs per lane */
     for (size_t k = 0; k < kn; k++) {
         const mvm_block_q8_K *a[16];
         for (int i = 0; i < 16; i++)
             a[i] = AVX2_TOK(mvm_block_q8_K, act, as, i < nt ? i : 0) + k0 + k;
-        for (int c = 0; c < 4; c++) {
+        /* lane l: token l >> split's chunk c, or (split) chunk c + 2 (l & 1) */
+        for (int c = 0; c < 4 >> split; c++) {
             __m512i in[16];
 #pragma GCC unroll 16
-            for (int i = 0; i < 16; i++)
-                in[i] = i < nt ? _mm512_loadu_si512(a[i]->qs + 64 * c) : _mm512_setzero_si512();
+            for (int l = 0; l < 16; l++)
+                in[l] = (l >> split) < nt
+                    ? _mm512_loadu_si512(a[l >> split]->qs + 64 * (c + 2 * (l & split)))
+                    : _mm512_setzero_si512();
             transpose16(in, A[k].q + 16 * c);
         }
         int32_t bs[8][16] = {{0}};
-        float d[16];
-        for (int i = 0; i < 16; i++) {
-            d[i] = a[i]->d;
+        float d[16] = {0};
+        for (int l = 0; l < 16 && (l >> split) < nt; l++) {
+            const int i = l >> split, h = l & split;
             const int16_t *b = a[i]->bsums;
-            for (int j = 0; j < 8 && i < nt; j++) {
+            d[l] = a[i]->d;
+            for (int p = 0; p < P; p++) {
+                const int j = P * h + p; /* the pair's index in the whole super-block */
                 const int lo = t == MVM_W_Q6_K ? b[2 * j] : b[4 * j] + b[4 * j + 1];
                 const int hi = t == MVM_W_Q6_K ? b[2 * j + 1] : b[4 * j + 2] + b[4 * j + 3];
-                bs[j][i] = j < 4 || t == MVM_W_Q6_K ? (int32_t)((uint32_t)(uint16_t)lo |
-                                                                (uint32_t)(uint16_t)hi << 16)
-                                                    : 0;
+                bs[p][l] = (int32_t)((uint32_t)(uint16_t)lo | (uint32_t)(uint16_t)hi << 16);
             }
         }
-        for (int j = 0; j < 8; j++)
-            A[k].bs[j] = _mm512_loadu_si512(bs[j]);
-        A[k].d = _mm512_maskz_loadu_ps(some, d);
+        for (int p = 0; p < 8; p++)
+            A[k].bs[p] = _mm512_loadu_si512(bs[p]);
+        A[k].d = _mm512_loadu_ps(d);
     }
 }
 
@@ -150,112 +160,161 @@ AVX512_INLINE __m512i q6_chunk(const mvm_block_q6_K *x, int c)
     return _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));
 }
 
-/* A row's super-block unpacked: its 256 quants in order, unsigned (vpdpbusd's unsigned
- * side, broadcast 4 at a time), the sub-blocks' scales, the pairs the mins' (Q4_K, Q5_K) or
- * offset's (Q6_K) products take, and the f16 scales as floats. */
+/* A row's super-block unpacked: its 256 quants, unsigned (vpdpbusd's unsigned side), in
+ * order (broadcast 4 at a time) or, split, as 32 pairs of 4 from the two halves (broadcast
+ * 8 at a time: quants 4g.. and 128 + 4g..); the sub-blocks' scales and the pairs the mins'
+ * (Q4_K, Q5_K) or offset's (Q6_K) products take, as int32 (split: as int64 of the two
+ * halves' lanes); and the f16 scales as floats. */
 typedef struct {
     uint8_t q[MVM_QK_K];
     int32_t sc[16];   /* Q4_K, Q5_K: 8 sub-blocks of 32; Q6_K: 16 of 16 (signed) */
     int32_t pair[8];  /* int16 pairs: mins 2j, 2j + 1 (j < 4); Q6_K: scales 2j, 2j + 1 */
+    int64_t sc2[8], pair2[4];
     float d, dmin;
 } krow;
 
-AVX512_INLINE void krow_fill(enum mvm_wtype t, const uint8_t *b, krow *R)
+/* Quants 64c.. (c < 4) in order, or split: 4 at a time from chunks c and c + 2 alternately. */
+AVX512_INLINE void krow_quants(int split, const __m512i c[4], uint8_t *q)
 {
+    if (!split) {
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++)
+            _mm512_storeu_si512(q + 64 * i, c[i]);
+        return;
+    }
+    const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
+#pragma GCC unroll 2
+    for (int i = 0; i < 2; i++) {
+        _mm512_storeu_si512(q + 128 * i, _mm512_permutex2var_epi32(c[i], lo, c[i + 2]));
+        _mm512_storeu_si512(q + 128 * i + 64, _mm512_permutex2var_epi32(c[i], hi, c[i + 2]));
+    }
+}
+
+/* Lane pairs of two int32 (split): a's in the low lane, b's in the high one. */
+static inline int64_t lane_pair(int32_t a, int32_t b)
+{
+    return (int64_t)((uint64_t)(uint32_t)a | (uint64_t)(uint32_t)b << 32);
+}
+
+AVX512_INLINE void krow_fill(enum mvm_wtype t, int split, const uint8_t *b, krow *R)
+{
+    __m512i c[4];
+    const int n_sc = t == MVM_W_Q6_K ? 16 : 8, n_pair = n_sc / 2;
     if (t == MVM_W_Q6_K) {
         const mvm_block_q6_K *x = (const mvm_block_q6_K *)b;
 #pragma GCC unroll 4
-        for (int c = 0; c < 4; c++)
-            _mm512_storeu_si512(R->q + 64 * c, q6_chunk(x, c));
+        for (int i = 0; i < 4; i++)
+            c[i] = q6_chunk(x, i);
         for (int j = 0; j < 16; j++)
             R->sc[j] = x->scales[j];
         for (int j = 0; j < 8; j++)
             R->pair[j] = (int32_t)((uint32_t)(uint16_t)x->scales[2 * j] |
                                    (uint32_t)(uint16_t)x->scales[2 * j + 1] << 16);
         R->d = mvm_k_h2f(x->d);
-        return;
-    }
-    const mvm_block_q4_K *x4 = (const mvm_block_q4_K *)b;
-    const mvm_block_q5_K *x5 = (const mvm_block_q5_K *)b;
-    const int q5 = t == MVM_W_Q5_K;
+    } else {
+        const mvm_block_q4_K *x4 = (const mvm_block_q4_K *)b;
+        const mvm_block_q5_K *x5 = (const mvm_block_q5_K *)b;
+        const int q5 = t == MVM_W_Q5_K;
 #pragma GCC unroll 4
-    for (int c = 0; c < 4; c++)
-        _mm512_storeu_si512(R->q + 64 * c, q45_chunk(q5 ? x5->qs : x4->qs, q5 ? x5->qh : NULL, c));
-    uint32_t u[4];
-    avx2_k45_scales(x4->scales, u);
-    const uint8_t *sm = (const uint8_t *)u; /* the 8 scales, then the 8 mins */
-    for (int j = 0; j < 8; j++)
-        R->sc[j] = sm[j];
-    for (int j = 0; j < 4; j++)
-        R->pair[j] = (int32_t)(sm[8 + 2 * j] | (uint32_t)sm[9 + 2 * j] << 16);
-    R->d = mvm_k_h2f(x4->d);
-    R->dmin = mvm_k_h2f(x4->dmin);
+        for (int i = 0; i < 4; i++)
+            c[i] = q45_chunk(q5 ? x5->qs : x4->qs, q5 ? x5->qh : NULL, i);
+        uint32_t u[4];
+        avx2_k45_scales(x4->scales, u);
+        const uint8_t *sm = (const uint8_t *)u; /* the 8 scales, then the 8 mins */
+        for (int j = 0; j < 8; j++)
+            R->sc[j] = sm[j];
+        for (int j = 0; j < 4; j++)
+            R->pair[j] = (int32_t)(sm[8 + 2 * j] | (uint32_t)sm[9 + 2 * j] << 16);
+        R->d = mvm_k_h2f(x4->d);
+        R->dmin = mvm_k_h2f(x4->dmin);
+    }
+    krow_quants(split, c, R->q);
+    for (int j = 0; split && j < n_sc / 2; j++)
+        R->sc2[j] = lane_pair(R->sc[j], R->sc[j + n_sc / 2]);
+    for (int j = 0; split && j < n_pair / 2; j++)
+        R->pair2[j] = lane_pair(R->pair[j], R->pair[j + n_pair / 2]);
 }
 
-/* One super-block of NR rows against NV groups of 16 tokens: s[r][v] += each pair's float,
- * avx2.h's per super-block (avx2_k45_finish for Q4_K and Q5_K; ad·(d·sum) for Q6_K). A
- * sub-block's products gather in an int32 lane per token (vpdpbusd, 4 quants a step), then
- * take the sub-block's scale (an exact product: |sum| < 2^16 · 64); the same integers as
- * every level's, so the same floats. */
-AVX512_INLINE void ksb(enum mvm_wtype t, int NR, int NV, const krow *const R[], const kacts *A[],
-                       __m512 s[][2])
+/* One super-block of NR rows against NV groups of 16 tokens (split: 8 tokens, each in a
+ * pair of lanes): s[r][v] += each pair's float, avx2.h's per super-block (avx2_k45_finish
+ * for Q4_K and Q5_K; ad·(d·sum) for Q6_K). A sub-block's products gather in an int32 lane
+ * per token (vpdpbusd, 4 quants a step), then take the sub-block's scale (an exact product:
+ * |sum| < 2^16 · 64); the same integers as every level's, so the same floats. */
+AVX512_INLINE void ksb(enum mvm_wtype t, int split, int NR, int NV, const krow *const R[],
+                       const kacts *A[], __m512 s[][2])
 {
     const int sub = t == MVM_W_Q6_K ? 4 : 8; /* steps of 4 quants per sub-block */
+    const int n_sub = (MVM_QK_K / 4 / sub) >> split, P = (t == MVM_W_Q6_K ? 8 : 4) >> split;
     __m512i tot[8][2];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int r = 0; r < NR; r++)
-        #pragma GCC unroll 2
+#pragma GCC unroll 2
         for (int v = 0; v < NV; v++)
             tot[r][v] = _mm512_setzero_si512();
-    for (int j = 0; j < MVM_QK_K / 4 / sub; j++) {
+    for (int j = 0; j < n_sub; j++) {
         __m512i acc[8][2];
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int r = 0; r < NR; r++)
-            #pragma GCC unroll 2
+#pragma GCC unroll 2
             for (int v = 0; v < NV; v++)
                 acc[r][v] = _mm512_setzero_si512();
-        #pragma GCC unroll 8
-        for (int g = sub * j; g < sub * (j + 1); g++) {
+#pragma GCC unroll 8
+        for (int gg = 0; gg < sub; gg++) {
+            const int g = sub * j + gg;
             __m512i a[2];
-            #pragma GCC unroll 2
+#pragma GCC unroll 2
             for (int v = 0; v < NV; v++)
                 a[v] = A[v]->q[g];
-            #pragma GCC unroll 8
+#pragma GCC unroll 8
             for (int r = 0; r < NR; r++) {
-                int32_t w4;
-                memcpy(&w4, R[r]->q + 4 * g, 4);
-                const __m512i w = _mm512_set1_epi32(w4);
-                #pragma GCC unroll 2
+                __m512i w;
+                if (split) {
+                    int64_t w8;
+                    memcpy(&w8, R[r]->q + 8 * g, 8);
+                    w = _mm512_set1_epi64(w8);
+                } else {
+                    int32_t w4;
+                    memcpy(&w4, R[r]->q + 4 * g, 4);
+                    w = _mm512_set1_epi32(w4);
+                }
+#pragma GCC unroll 2
                 for (int v = 0; v < NV; v++)
                     acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], w, a[v]);
             }
         }
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int r = 0; r < NR; r++) {
-            const __m512i sc = _mm512_set1_epi32(R[r]->sc[j]);
-            #pragma GCC unroll 2
+            const __m512i sc = split ? _mm512_set1_epi64(R[r]->sc2[j])
+                                     : _mm512_set1_epi32(R[r]->sc[j]);
+#pragma GCC unroll 2
             for (int v = 0; v < NV; v++)
                 tot[r][v] = _mm512_add_epi32(tot[r][v], _mm512_mullo_epi32(acc[r][v], sc));
         }
     }
-    const int pairs = t == MVM_W_Q6_K ? 8 : 4;
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int r = 0; r < NR; r++)
-        #pragma GCC unroll 2
+#pragma GCC unroll 2
         for (int v = 0; v < NV; v++) {
-            __m512i ms = _mm512_setzero_si512();
-            #pragma GCC unroll 8
-            for (int j = 0; j < pairs; j++)
-                ms = _mm512_dpwssd_epi32(ms, _mm512_set1_epi32(R[r]->pair[j]), A[v]->bs[j]);
+            __m512i ms = _mm512_setzero_si512(), sum = tot[r][v];
+#pragma GCC unroll 8
+            for (int p = 0; p < P; p++)
+                ms = _mm512_dpwssd_epi32(ms, split ? _mm512_set1_epi64(R[r]->pair2[p])
+                                                   : _mm512_set1_epi32(R[r]->pair[p]),
+                                         A[v]->bs[p]);
+            if (split) { /* the token's two halves */
+                sum = _mm512_add_epi32(sum, _mm512_shuffle_epi32(sum, _MM_PERM_CDAB));
+                ms = _mm512_add_epi32(ms, _mm512_shuffle_epi32(ms, _MM_PERM_CDAB));
+            }
             __m512 f;
             if (t == MVM_W_Q6_K) { /* the offset: -32 · Σ scale · bsum */
-                const __m512i sum = _mm512_sub_epi32(tot[r][v], _mm512_slli_epi32(ms, 5));
+                sum = _mm512_sub_epi32(sum, _mm512_slli_epi32(ms, 5));
                 f = _mm512_mul_ps(A[v]->d,
                                   _mm512_mul_ps(_mm512_set1_ps(R[r]->d), _mm512_cvtepi32_ps(sum)));
             } else {
                 const __m512 m = _mm512_mul_ps(_mm512_set1_ps(R[r]->dmin), _mm512_cvtepi32_ps(ms));
                 f = _mm512_mul_ps(A[v]->d, _mm512_fmsub_ps(_mm512_set1_ps(R[r]->d),
-                                                           _mm512_cvtepi32_ps(tot[r][v]), m));
+                                                           _mm512_cvtepi32_ps(sum), m));
             }
             s[r][v] = _mm512_add_ps(s[r][v], f);
         }
@@ -321,10 +380,13 @@ AVX512_INLINE void ylanes_store(float *y, size_t ys, int nr, int nt, const __m51
  * pair's sum starts at its y (from_y) or 0. Taken as 8 rows by 16 tokens, or 4 rows by 32
  * tokens (one block of 8 rows whose halves are two groups' tokens: y's block is read and
  * written as 8 x 16 either way). */
-AVX512_INLINE void krows(enum mvm_wtype t, int NR, int NV, const uint8_t *const rows[],
+AVX512_INLINE void krows(enum mvm_wtype t, int split, int NR, int NV, const uint8_t *const rows[],
                          size_t bytes, size_t k0, size_t kn, kacts *const A[2], float *y,
                          size_t ys, int nr, int nt, int from_y)
 {
+    /* split: token i in lanes 2i and 2i + 1 */
+    const __m512i twice = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    const __m512i once = _mm512_set_epi32(15, 13, 11, 9, 7, 5, 3, 1, 14, 12, 10, 8, 6, 4, 2, 0);
     __m512 s[8][2];
     if (NV == 1) {
         __m512 b[8];
@@ -332,7 +394,8 @@ AVX512_INLINE void krows(enum mvm_wtype t, int NR, int NV, const uint8_t *const 
             ylanes_load(y, ys, nr, nt, b);
 #pragma GCC unroll 8
         for (int r = 0; r < 8; r++)
-            s[r][0] = from_y ? b[r] : _mm512_setzero_ps();
+            s[r][0] = !from_y ? _mm512_setzero_ps()
+                      : split ? _mm512_permutexvar_ps(twice, b[r]) : b[r];
     } else {
 #pragma GCC unroll 2
         for (int v = 0; v < 2; v++) {
@@ -351,17 +414,17 @@ AVX512_INLINE void krows(enum mvm_wtype t, int NR, int NV, const uint8_t *const 
 #pragma GCC unroll 8
         for (int r = 0; r < NR; r++) {
             avx2_prefetch(rows[r] + (k0 + k + 1) * bytes, bytes);
-            krow_fill(t, rows[r] + (k0 + k) * bytes, &R[r]);
+            krow_fill(t, split, rows[r] + (k0 + k) * bytes, &R[r]);
             Rp[r] = &R[r];
         }
         const kacts *Ak[2] = {A[0] + k, A[NV - 1] + k};
-        ksb(t, NR, NV, Rp, Ak, s);
+        ksb(t, split, NR, NV, Rp, Ak, s);
     }
     if (NV == 1) {
         __m512 b[8];
 #pragma GCC unroll 8
         for (int r = 0; r < 8; r++)
-            b[r] = s[r][0];
+            b[r] = split ? _mm512_permutexvar_ps(once, s[r][0]) : s[r][0];
         ylanes_store(y, ys, nr, nt, b);
         return;
     }
@@ -376,8 +439,8 @@ AVX512_INLINE void krows(enum mvm_wtype t, int NR, int NV, const uint8_t *const 
     }
 }
 
-/* Up to 32 tokens at a time (two groups: 4 rows a block), or 16 (8 rows): 8 pairs of
- * accumulators either way, enough to hide vpdpbusd's latency. */
+/* Up to 32 tokens at a time (two groups: 4 rows a block), or 16 (8 rows), or up to 8 (8
+ * rows, split): 8 pairs of accumulators each way, enough to hide vpdpbusd's latency. */
 AVX512_INLINE void gemm_k(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t n_rows,
                           const uint8_t *act, size_t as, size_t n_tok, size_t n, float *y,
                           size_t ys, int add)
@@ -386,13 +449,16 @@ AVX512_INLINE void gemm_k(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t 
     kacts A[2][KPIECE_SB];
     for (size_t t0 = 0; t0 < n_tok; t0 += 32) {
         const int nt = n_tok - t0 < 32 ? (int)(n_tok - t0) : 32, NV = nt > 16 ? 2 : 1;
-        const int NR = NV == 2 ? 4 : 8;
+        const int NR = NV == 2 ? 4 : 8, split = nt <= 8;
         const uint8_t *a = act + t0 * as;
         for (size_t k0 = 0; k0 < nb; k0 += KPIECE_SB) {
             const size_t kn = nb - k0 < KPIECE_SB ? nb - k0 : KPIECE_SB;
-            kacts_fill(t, a, as, nt < 16 ? nt : 16, k0, kn, A[0]);
+            if (split)
+                kacts_fill(t, 1, a, as, nt, k0, kn, A[0]);
+            else
+                kacts_fill(t, 0, a, as, nt < 16 ? nt : 16, k0, kn, A[0]);
             if (NV == 2)
-                kacts_fill(t, a + 16 * as, as, nt - 16, k0, kn, A[1]);
+                kacts_fill(t, 0, a + 16 * as, as, nt - 16, k0, kn, A[1]);
             kacts *const Av[2] = {A[0], A[1]};
             for (size_t r0 = 0; r0 < n_rows; r0 += (size_t)NR) {
                 const int nr = n_rows - r0 < (size_t)NR ? (int)(n_rows - r0) : NR;
@@ -401,9 +467,11 @@ AVX512_INLINE void gemm_k(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t 
                     rows[r] = w + (r0 + (size_t)(r < nr ? r : nr - 1)) * rb;
                 float *yt = y + t0 * ys + r0;
                 if (NV == 2)
-                    krows(t, 4, 2, rows, bytes, k0, kn, Av, yt, ys, nr, nt, add || k0 > 0);
+                    krows(t, 0, 4, 2, rows, bytes, k0, kn, Av, yt, ys, nr, nt, add || k0 > 0);
+                else if (split)
+                    krows(t, 1, 8, 1, rows, bytes, k0, kn, Av, yt, ys, nr, nt, add || k0 > 0);
                 else
-                    krows(t, 8, 1, rows, bytes, k0, kn, Av, yt, ys, nr, nt, add || k0 > 0);
+                    krows(t, 0, 8, 1, rows, bytes, k0, kn, Av, yt, ys, nr, nt, add || k0 > 0);
             }
         }
     }
