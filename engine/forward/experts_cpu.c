@@ -1,4 +1,14 @@
-/* The routed experts of an MoE step on the CPU threads (experts_cpu.h). */
+/* The routed experts of an MoE step on the CPU threads (experts_cpu.h).
+ *
+ * The partial outputs: a thread that runs some of an expert's channel groups writes its
+ * share of the expert's rows into a block of its own (a slot: the expert's rows, n_embd
+ * floats each), zeroed when it takes its first unit of the expert; the rows' outputs are
+ * then the sum over the threads that have a slot for the expert, in thread order. Slots are
+ * handed out per step for the (expert, thread) pairs that occur, from one buffer of
+ * SLOT_COPIES x n_batch x top-k rows, and an expert is cut into at most as many units as
+ * the buffer has copies for the step's rows: per-thread copies of every row (threads x
+ * n_batch x top-k x n_embd floats: 268 MiB for OLMoE's shape on 16 threads at a batch of
+ * 256, 940 for DeepSeek-V3's) would grow with the threads for nothing. */
 #include "engine/forward/experts_cpu.h"
 
 #include <stdlib.h>
@@ -12,6 +22,9 @@ struct unit_cost {
     uint64_t cost;
     uint32_t unit;
 };
+
+/* The copies of the step's rows the slots' buffer holds at most (fewer on fewer threads). */
+#define SLOT_COPIES 4
 
 struct mvm_cpu_experts {
     const mvm_model *m;
@@ -27,9 +40,9 @@ struct mvm_cpu_experts {
     struct unit_cost *by_cost;  /* [E * max groups] scratch: units by decreasing cost */
     int *unit_thread;           /* [E * max groups] the thread that runs each unit */
     uint64_t *thread_load;      /* [nth] scratch: the cost given to each thread so far */
-    float *tout;                /* [nth][n_batch*K][n_embd] */
-    uint32_t *tstamp;           /* [nth][n_batch*K]: row valid in tout when == stamp */
-    uint32_t stamp;
+    float *slots;               /* [slot_rows][n_embd] the threads' partial outputs */
+    size_t slot_rows;           /* copies x n_batch x K */
+    int32_t *slot_of;           /* [E][nth] the first slot row of (expert, thread), or -1 */
     /* the run under way */
     const mvm_moe *s;
     const int32_t *experts;
@@ -61,8 +74,9 @@ mvm_status mvm_cpu_experts_create(const mvm_model *m, mvm_pool *pool, uint32_t n
     int ok = 1;
     x->act = mvm_buf64(n_batch * x->act_stride, &ok);
     x->gact = mvm_buf64(rows * x->act_stride, &ok);
-    x->tout = mvm_buf64((size_t)x->nth * rows * hp->n_embd * sizeof(float), &ok);
-    x->tstamp = calloc((size_t)x->nth * rows, sizeof *x->tstamp);
+    x->slot_rows = (size_t)(x->nth < SLOT_COPIES ? x->nth : SLOT_COPIES) * rows;
+    x->slots = mvm_buf64(x->slot_rows * hp->n_embd * sizeof(float), &ok);
+    x->slot_of = malloc((size_t)hp->n_expert * x->nth * sizeof *x->slot_of);
     x->row_take = malloc(rows);
     uint32_t groups = 1;
     for (uint32_t il = 0; il < hp->n_layer; il++)
@@ -70,12 +84,14 @@ mvm_status mvm_cpu_experts_create(const mvm_model *m, mvm_pool *pool, uint32_t n
     x->by_cost = malloc((size_t)hp->n_expert * groups * sizeof *x->by_cost);
     x->unit_thread = malloc((size_t)hp->n_expert * groups * sizeof *x->unit_thread);
     x->thread_load = malloc((size_t)x->nth * sizeof *x->thread_load);
-    if (!ok || !x->tstamp || !x->row_take || !x->by_cost || !x->unit_thread ||
+    if (!ok || !x->slot_of || !x->row_take || !x->by_cost || !x->unit_thread ||
         !x->thread_load) {
+        const double mib = (double)x->slot_rows * hp->n_embd * 4 / 1048576.0;
         mvm_cpu_experts_free(x);
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the CPU experts' scratch (%.1f MiB)",
-                        (double)x->nth * (double)rows * hp->n_embd * 4 / 1048576.0);
+                        mib);
     }
+    memset(x->slot_of, 0xFF, (size_t)hp->n_expert * x->nth * sizeof *x->slot_of);
     *out = x;
     return MVM_OK;
 }
@@ -86,8 +102,8 @@ void mvm_cpu_experts_free(mvm_cpu_experts *x)
         return;
     free(x->act);
     free(x->gact);
-    free(x->tout);
-    free(x->tstamp);
+    free(x->slots);
+    free(x->slot_of);
     free(x->row_take);
     free(x->by_cost);
     free(x->unit_thread);
@@ -146,22 +162,36 @@ static void dispatch(mvm_cpu_experts *x, const float *xn, uint32_t n)
         for (uint32_t r = s->off[e]; r < s->off[e] + s->cnt[e]; r++)
             memcpy(x->gact + r * x->act_stride, x->act + s->row_tok[r] * x->act_stride, ab);
     }
+    /* an expert's units, each on one thread, take at most that many copies of its rows */
+    size_t step_rows = 0;
+    for (uint32_t i = 0; i < x->n_experts; i++)
+        step_rows += s->cnt[x->experts[i]];
+    const size_t copies = step_rows ? x->slot_rows / step_rows : 1;
     uint32_t want = (uint32_t)x->nth * 8 / x->n_experts + 1;
+    want = want < copies ? want : (uint32_t)(copies ? copies : 1);
     x->units_per_expert = want < x->n_groups ? want : x->n_groups;
     x->groups_per_unit = (x->n_groups + x->units_per_expert - 1) / x->units_per_expert;
     x->units_per_expert = (x->n_groups + x->groups_per_unit - 1) / x->groups_per_unit;
-    assign_units(x, x->n_experts * x->units_per_expert);
+    const uint32_t n_units = x->n_experts * x->units_per_expert;
+    assign_units(x, n_units);
+    size_t next = 0; /* the slots, in unit order: (expert, thread) pairs as they occur */
+    for (uint32_t u = 0; u < n_units; u++) {
+        const uint32_t e = (uint32_t)x->experts[u / x->units_per_expert];
+        int32_t *slot = &x->slot_of[(size_t)e * x->nth + x->unit_thread[u]];
+        if (*slot < 0) {
+            *slot = (int32_t)next;
+            next += s->cnt[e];
+        }
+    }
 }
 
 static void experts_run(void *p, int t, int nth)
 {
     mvm_cpu_experts *x = p;
     const mvm_hparams *hp = &x->m->hp;
-    size_t rows = (size_t)x->n_batch * hp->n_expert_used;
-    float *tout = x->tout + (size_t)t * rows * hp->n_embd;
-    uint32_t *stamp = x->tstamp + (size_t)t * rows;
     const mvm_moe *s = x->s;
     uint32_t n_units = x->n_experts * x->units_per_expert;
+    int32_t zeroed = -1; /* a thread's units of an expert are consecutive in unit order */
     (void)nth; /* assign_units gave each unit one of the pool's x->nth threads */
     for (uint32_t u = 0; u < n_units; u++) {
         if (x->unit_thread[u] != t)
@@ -173,11 +203,13 @@ static void experts_run(void *p, int t, int nth)
         uint32_t g1 = g0 + x->groups_per_unit < x->n_groups ? g0 + x->groups_per_unit
                                                             : x->n_groups;
         uint32_t r0 = s->off[e], nr = s->cnt[e];
-        for (uint32_t r = r0; r < r0 + nr; r++)
-            if (stamp[r] != x->stamp) {
-                stamp[r] = x->stamp;
-                memset(tout + (size_t)r * hp->n_embd, 0, hp->n_embd * sizeof(float));
-            }
+        /* the slot holds the expert's rows from r0: tout is where row 0 would be */
+        float *tout = x->slots + ((size_t)x->slot_of[(size_t)e * x->nth + t] - (size_t)r0) *
+                                     hp->n_embd;
+        if (zeroed != (int32_t)e) {
+            zeroed = (int32_t)e;
+            memset(tout + (size_t)r0 * hp->n_embd, 0, (size_t)nr * hp->n_embd * sizeof(float));
+        }
         const void *w = x->from_home ? mvm_expert_home(x->m->space, x->layer, e)
                                      : mvm_expert_addr(x->m->space, x->layer, e);
         if (nr == 1)
@@ -208,7 +240,7 @@ void mvm_cpu_experts_run_first(mvm_cpu_experts *x, const mvm_moe *s, const float
     x->from_home = from_home;
     x->take = take;
     x->part = 1;
-    x->stamp++;
+    memset(x->slot_of, 0xFF, (size_t)x->m->hp.n_expert * x->nth * sizeof *x->slot_of);
     if (!n_experts)
         return;
     dispatch(x, xn, n);
@@ -229,14 +261,17 @@ void mvm_cpu_experts_run_rest(mvm_cpu_experts *x)
     x->take = NULL;
 }
 
-/* The partials of row r, added into out[0..n_embd) over columns [d0, d1). */
-static void add_row(const mvm_cpu_experts *x, uint32_t r, float *out, size_t d0, size_t d1)
+/* The partials of row r of expert e, added into out[0..n_embd) over columns [d0, d1), in
+ * thread order. */
+static void add_row(const mvm_cpu_experts *x, uint32_t e, uint32_t r, float *out, size_t d0,
+                    size_t d1)
 {
-    size_t rows = (size_t)x->n_batch * x->m->hp.n_expert_used, D = x->m->hp.n_embd;
+    const size_t D = x->m->hp.n_embd;
+    const int32_t *slot = x->slot_of + (size_t)e * x->nth;
     for (int t = 0; t < x->nth; t++) {
-        if (x->tstamp[(size_t)t * rows + r] != x->stamp)
+        if (slot[t] < 0)
             continue;
-        const float *o = x->tout + ((size_t)t * rows + r) * D;
+        const float *o = x->slots + ((size_t)slot[t] + r - x->s->off[e]) * D;
         for (size_t d = d0; d < d1; d++)
             out[d] += o[d];
     }
@@ -254,11 +289,13 @@ static void add_run(void *p, int t, int nth)
 {
     const struct add_job *j = p;
     const mvm_hparams *hp = &j->x->m->hp;
+    const mvm_moe *s = j->x->s;
     size_t d0, d1;
     mvm_pool_split(hp->n_embd, t, nth, &d0, &d1);
-    for (uint32_t r = 0; r < j->n * hp->n_expert_used; r++)
-        if (!j->rows || j->rows[r])
-            add_row(j->x, r, j->xs + (size_t)j->x->s->row_tok[r] * hp->n_embd, d0, d1);
+    for (uint32_t e = 0; e < hp->n_expert; e++) /* rows in order: off[] ascends with e */
+        for (uint32_t r = s->off[e]; r < s->off[e] + s->cnt[e]; r++)
+            if (!j->rows || j->rows[r])
+                add_row(j->x, e, r, j->xs + (size_t)s->row_tok[r] * hp->n_embd, d0, d1);
 }
 
 void mvm_cpu_experts_add(mvm_cpu_experts *x, const mvm_moe *s, float *xs, uint32_t n)
@@ -284,8 +321,9 @@ void mvm_cpu_experts_add_some(mvm_cpu_experts *x, const mvm_moe *s, float *xs, u
 void mvm_cpu_experts_rows(mvm_cpu_experts *x, const mvm_moe *s, uint32_t e, float *rows)
 {
     size_t D = x->m->hp.n_embd;
+    x->s = s;
     for (uint32_t r = s->off[e]; r < s->off[e] + s->cnt[e]; r++) {
         memset(rows + r * D, 0, D * sizeof *rows);
-        add_row(x, r, rows + r * D, 0, D);
+        add_row(x, e, r, rows + r * D, 0, D);
     }
 }

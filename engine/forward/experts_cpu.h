@@ -3,10 +3,11 @@
  * (forward_cpu.c), the experts the assign module gives the CPU on the device pass
  * (forward_cuda.c), which reads them from their host homes while the GPU computes the rest.
  *
- * The work is split by (expert, channel-group range), handed out dynamically because the
- * number of tokens per expert varies, with per-thread output rows added up at the end so
- * no two threads ever add into the same floats. Units go to threads statically (unit u to
- * thread u mod n), so results are bitwise reproducible for a given thread count.
+ * The work is split by (expert, channel-group range), the units given to threads by cost
+ * (the number of tokens per expert varies), each thread writing its share of an expert's
+ * rows into a slot of its own, added up at the end in thread order so no two threads ever
+ * add into the same floats. The units' threads follow from the routing and the thread
+ * count alone, so results are bitwise reproducible for a given thread count.
  */
 #ifndef MVM_ENGINE_FORWARD_EXPERTS_CPU_H
 #define MVM_ENGINE_FORWARD_EXPERTS_CPU_H
@@ -18,8 +19,8 @@
 
 typedef struct mvm_cpu_experts mvm_cpu_experts;
 
-/* Scratch for steps of up to n_batch tokens: per thread, n_batch * top_k rows of n_embd
- * floats. */
+/* Scratch for steps of up to n_batch tokens: min(threads, 4) x n_batch x top_k rows of
+ * n_embd floats (experts_cpu.c). */
 mvm_status mvm_cpu_experts_create(const mvm_model *m, mvm_pool *pool, uint32_t n_batch,
                                   mvm_cpu_experts **out);
 void mvm_cpu_experts_free(mvm_cpu_experts *x);
