@@ -110,17 +110,14 @@ static mvm_status check_params(mvm_engine *e, const mvm_engine_params *p, mvm_sp
     return check_context(e, p);
 }
 
-/* Each sequence's positions and the batch, once the model's training context is known: a
- * batch never larger than all the sequences' positions, whose scratch (and device memory)
- * would never be used. */
+/* Each sequence's positions and the batch, once the model's training context is known
+ * (plan.h's mvm_plan_ctx). */
 static void size_context(mvm_engine *e, const mvm_engine_params *p)
 {
-    const mvm_hparams *hp = &e->model->hp;
-    e->n_ctx = p->n_ctx ? p->n_ctx : hp->n_ctx_train && hp->n_ctx_train < 4096 ? hp->n_ctx_train
-                                                                               : 4096;
-    e->n_batch = p->n_batch ? p->n_batch : MVM_DEFAULT_BATCH;
-    const uint64_t rows = (uint64_t)e->n_ctx * (p->n_seq ? p->n_seq : 1);
-    e->n_batch = rows < e->n_batch ? (uint32_t)rows : e->n_batch;
+    const mvm_ctx_shape asked = {p->n_ctx, p->n_batch, NULL};
+    const mvm_ctx_shape s = mvm_plan_ctx(e->model, &asked, p->n_seq);
+    e->n_ctx = s.n_ctx;
+    e->n_batch = s.n_batch;
 }
 
 static mvm_status open_model(mvm_engine *e, const mvm_engine_params *p, mvm_space_desc *desc)

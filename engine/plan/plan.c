@@ -8,22 +8,30 @@
 #include "engine/forward/forward.h"
 #include "vmm/error.h"
 
-/* The context an automatic GPU budget leaves room for when the caller sizes none: `moevm
- * run`'s default. */
+/* The positions of a context whose caller sizes none (mvm_plan_ctx: the training context up to
+ * this many), for the automatic GPU budget and the engine API alike. */
 #define MVM_DEFAULT_CTX 4096
+
+mvm_ctx_shape mvm_plan_ctx(const mvm_model *m, const mvm_ctx_shape *ctx, uint32_t n_seq)
+{
+    const uint32_t train = m->hp.n_ctx_train;
+    mvm_ctx_shape s = ctx ? *ctx : (mvm_ctx_shape){0};
+    if (!s.n_ctx)
+        s.n_ctx = train && train < MVM_DEFAULT_CTX ? train : MVM_DEFAULT_CTX;
+    if (!s.n_batch)
+        s.n_batch = MVM_DEFAULT_BATCH;
+    const uint64_t rows = (uint64_t)s.n_ctx * (n_seq ? n_seq : 1);
+    s.n_batch = rows < s.n_batch ? (uint32_t)rows : s.n_batch;
+    return s;
+}
 
 /* desc->device_reserve for a GPU with an automatic budget: the weights besides the experts,
  * and the caller's reserve or else the KV cache and scratch of ctx. */
 static mvm_status size_reserve(mvm_model *m, const mvm_ctx_shape *ctx, mvm_space_desc *desc)
 {
-    const uint32_t train = m->hp.n_ctx_train;
-    uint32_t n_ctx = ctx && ctx->n_ctx ? ctx->n_ctx
-                     : train && train < MVM_DEFAULT_CTX ? train : MVM_DEFAULT_CTX;
-    uint32_t n_batch = ctx && ctx->n_batch ? ctx->n_batch : MVM_DEFAULT_BATCH;
-    n_batch = n_batch < n_ctx ? n_batch : n_ctx; /* no more tokens a pass than positions */
+    const mvm_ctx_shape s = mvm_plan_ctx(m, ctx, 1);
     uint64_t weights, rest;
-    mvm_status st = mvm_ctx_device_bytes(m, n_ctx, n_batch, ctx ? ctx->kv_type : NULL,
-                                         &weights, &rest);
+    mvm_status st = mvm_ctx_device_bytes(m, s.n_ctx, s.n_batch, s.kv_type, &weights, &rest);
     if (st != MVM_OK) {
         char why[256];
         snprintf(why, sizeof why, "%s", mvm_last_error());

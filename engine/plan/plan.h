@@ -12,8 +12,8 @@
 
 /* Prompt tokens per forward pass when the caller says none (run, chat, serve, bench and the
  * engine API): llama.cpp's micro-batch is 512; 256 gets within 3% of 512's prefill speed on
- * the CPU (the experts' tiles fill with a batch's tokens; docs/perf/cpu.md) at half the
- * scratch, which grows with threads x batch x top-k x hidden size. */
+ * the CPU (the experts' kernels fill with a batch's tokens; docs/perf/cpu.md) at half the
+ * scratch, which grows with min(threads, 4) x batch x top-k x hidden size. */
 #define MVM_DEFAULT_BATCH 256
 
 /* The context the caller will make of the model (forward.h's mvm_ctx_create): what an
@@ -23,6 +23,11 @@ typedef struct mvm_ctx_shape {
     uint32_t n_ctx, n_batch;
     const char *kv_type;
 } mvm_ctx_shape;
+
+/* ctx (NULL: every field 0) with its zeros resolved for model m, as above, and the batch
+ * never more than the positions of n_seq sequences (0: 1) of n_ctx each: a batch's scratch
+ * beyond them (and its device memory) would never be used. */
+mvm_ctx_shape mvm_plan_ctx(const mvm_model *m, const mvm_ctx_shape *ctx, uint32_t n_seq);
 
 /*
  * The expert space for opened model m (mvm_model_open), into *out; desc's shape fields
