@@ -1048,9 +1048,9 @@ static void test_matvec(void)
 
 /* matmul equals matvec token by token, bitwise, and leaves the stride gaps alone, for every
  * count of tokens the multi-token kernels take (1..MVM_K_NT) and the remainders after them
- * (the Q8_0 tiles of 4 x 4 cut short by 7 rows and 5, 7, 9 tokens; the K-quants' 8 rows by
- * 16 tokens and 4 rows by 32, cut short by 7 rows and 9, 16, 17, 33 tokens); the rows are
- * long enough for the Q kernels' 8-block steps and their tails, and the K types' 17
+ * (the multi-row kernels' blocks of 8 rows by 16 tokens, and the K-quants' 4 by 32, cut
+ * short by 7 rows and 5, 7, 9, 16, 17, 33 tokens); the rows are long enough for the Q
+ * kernels' 8-block steps and their tails (9 blocks), and the K types' 17
  * super-blocks for gemm_avx512vnni.c's pieces of 8 and the one after them; 20 tokens of
  * 4096 floats exceed the 256 KiB token tile, so the tiling is crossed too. */
 static void test_matmul(void)

@@ -300,7 +300,8 @@ extern const struct mvm_k_level mvm_k_level_dotprod; /* dot_dotprod.c */
 extern const struct mvm_k_level *mvm_k_kernels;
 
 /* The level's multi-row kernel for type t when a product of n_tok tokens should take it, or
- * NULL: with fewer than MVM_K_NT tokens a 4 x 4 tile would compute mostly padding. */
+ * NULL: fewer than MVM_K_NT tokens are the dotn kernels' (a row's blocks unpacked once for
+ * up to MVM_K_NT tokens), as fast there as the multi-row kernels' mostly empty lanes. */
 static inline mvm_k_gemm_fn mvm_k_gemm(enum mvm_wtype t, size_t n_tok)
 {
     return n_tok >= MVM_K_NT && mvm_k_kernels->gemm ? mvm_k_kernels->gemm[t] : NULL;

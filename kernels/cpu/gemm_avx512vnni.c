@@ -1,7 +1,8 @@
 /*
  * The AVX-512 VNNI level's multi-row kernels (dispatch.h's mvm_k_gemm_fn) for the types most
  * files are made of (Q8_0, and the K-quants of llama.cpp's Q4_K_M and Q5_K_M: Q4_K, Q5_K,
- * Q6_K): prefill's matrix products and an expert's batch.
+ * Q6_K): prefill's matrix products and an expert's batch. This file has the K-quants and
+ * the level's table; Q8_0 is gemm_q8_avx512vnni.c's, the lanes' helpers gemm_lanes.h's.
  *
  * K-quants: a vector's 16 lanes are 16 tokens. The tokens' Q8_K quants are interleaved once
  * per call (kacts: one load gives the same 4 quants of 16 tokens), a row's super-block is
@@ -17,12 +18,6 @@
  * super-block) this halves the multiplies: Q4_K_M prefill +30% at pp64 and +37% at pp512
  * (docs/perf/cpu.md). y's block of rows by tokens is moved through 8 x 8 transposes.
  *
- * Q8_0 keeps tiles of 4 rows by 4 tokens in 8-block steps: each pair's 8 block sums come
- * from 4 vpdpbusd (weights + 128, the activations' 128·Σa taken off) and a transposing
- * reduction shared by two rows, then one multiply-add of the 8 scales' products, as
- * avx2_dotn_q does it; the down loop's "rows" are 8 outputs' blocks, as avx2_downn_q takes
- * them.
- *
  * The results are bitwise dotn's (dispatch.h's contract; test_kernels checks it at every
  * size and tail): the integer sums are exact in any order, and the float work per
  * super-block is avx2.h's, in the same order, 16 lanes at once (avx2_k45_finish for Q4_K and
@@ -30,11 +25,14 @@
  * short by the matrix's edge repeats its last row (computed, never stored) and leaves its
  * missing tokens' lanes zero.
  */
+#include <stdlib.h>
+#include <string.h>
+
 #include "kernels/cpu/dispatch.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #define MVM_K_VNNI 1
-#include "kernels/cpu/avx512.h"
+#include "kernels/cpu/gemm_lanes.h"
 
 /* ---- K-quants: a vector's lanes are 16 tokens ------------------------------------------- */
 
@@ -55,36 +53,6 @@ typedef struct {
 /* The super-blocks a token group's kacts hold at once (37 KiB of the stack); a longer row
  * is taken in pieces, each pair's sum carried in y between them. */
 #define KPIECE_SB 8
-
-/* 16 vectors' 16 int32 lanes transposed: lane j of out[i] is lane i of in[j]. */
-AVX512_INLINE void transpose16(const __m512i in[16], __m512i out[16])
-{
-    __m512i t[16], u[16];
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_epi32(in[2 * i], in[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_epi32(in[2 * i], in[2 * i + 1]);
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; i++) {
-        u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-    }
-    /* u[4i + m]'s 128-bit lane L: rows 4i..4i+3 of column 4L + m */
-#pragma GCC unroll 4
-    for (int m = 0; m < 4; m++) {
-        const __m512i v1 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0x88);
-        const __m512i v2 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0xDD);
-        const __m512i w1 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0x88);
-        const __m512i w2 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0xDD);
-        out[m] = _mm512_shuffle_i32x4(v1, w1, 0x88);
-        out[4 + m] = _mm512_shuffle_i32x4(v2, w2, 0x88);
-        out[8 + m] = _mm512_shuffle_i32x4(v1, w1, 0xDD);
-        out[12 + m] = _mm512_shuffle_i32x4(v2, w2, 0xDD);
-    }
-}
 
 /* A group's kacts (split: up to 8 tokens) for super-blocks k0 .. k0 + kn - 1 of tokens
  * a[0 .. nt - 1]. */
@@ -320,62 +288,6 @@ AVX512_INLINE void ksb(enum mvm_wtype t, int split, int NR, int NV, const krow *
         }
 }
 
-/* 8 vectors of 8 floats transposed in place (the classic unpack, shuffle, permute). */
-AVX512_INLINE void transpose8(__m256 r[8])
-{
-    __m256 t[8], u[8];
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; i++) {
-        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-#pragma GCC unroll 2
-    for (int i = 0; i < 2; i++) {
-        u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
-        u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
-        u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-        u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; i++) {
-        r[i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x20);
-        r[4 + i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x31);
-    }
-}
-
-/* y's block of 8 rows by 16 tokens ([token][row], ys apart) as s[r] (lane i: token i), and
- * back: the rows and tokens past nr and nt are zero and never stored. */
-AVX512_INLINE void ylanes_load(const float *y, size_t ys, int nr, int nt, __m512 s[8])
-{
-    const __mmask8 rows = (__mmask8)((1u << nr) - 1);
-    __m256 lo[8], hi[8];
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++) {
-        lo[i] = i < nt ? _mm256_maskz_loadu_ps(rows, y + (size_t)i * ys) : _mm256_setzero_ps();
-        hi[i] = 8 + i < nt ? _mm256_maskz_loadu_ps(rows, y + (size_t)(8 + i) * ys)
-                           : _mm256_setzero_ps();
-    }
-    transpose8(lo);
-    transpose8(hi);
-#pragma GCC unroll 8
-    for (int r = 0; r < 8; r++)
-        s[r] = _mm512_insertf32x8(_mm512_castps256_ps512(lo[r]), hi[r], 1);
-}
-AVX512_INLINE void ylanes_store(float *y, size_t ys, int nr, int nt, const __m512 s[8])
-{
-    const __mmask8 rows = (__mmask8)((1u << nr) - 1);
-    __m256 lo[8], hi[8];
-#pragma GCC unroll 8
-    for (int r = 0; r < 8; r++) {
-        lo[r] = _mm512_castps512_ps256(s[r]);
-        hi[r] = _mm512_extractf32x8_ps(s[r], 1);
-    }
-    transpose8(lo);
-    transpose8(hi);
-    for (int i = 0; i < nt; i++)
-        _mm256_mask_storeu_ps(y + (size_t)i * ys, rows, i < 8 ? lo[i] : hi[i - 8]);
-}
-
 /* NR rows from rows[] (kn super-blocks from k0) against NV token groups' kacts A[v]: each
  * pair's sum starts at its y (from_y) or 0. Taken as 8 rows by 16 tokens, or 4 rows by 32
  * tokens (one block of 8 rows whose halves are two groups' tokens: y's block is read and
@@ -477,226 +389,6 @@ AVX512_INLINE void gemm_k(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t 
     }
 }
 
-/* ---- shared by the Q8_0 tiles ----------------------------------------------------------- */
-
-/* Rows and tokens of a Q8_0 tile. */
-#define TILE 4
-
-/* The steps a Q8_0 panel holds at most; a longer row is taken in pieces. */
-#define PANEL_SB 16
-
-/* A tile's row pointers from row r0 of w (rows rb bytes apart), the last of the nr rows the
- * matrix has left repeated into the slots past it (computed, never stored). */
-AVX512_INLINE void tile_rows(const uint8_t *w, size_t rb, size_t r0, int nr,
-                             const uint8_t *rows[TILE])
-{
-    for (int r = 0; r < TILE; r++)
-        rows[r] = w + (r0 + (size_t)(r < nr ? r : nr - 1)) * rb;
-}
-
-/* ---- Q8_0: steps of 8 blocks, as avx2_dotn_q and avx2_downn_q take them ---------------- */
-
-/* A step of a tile's 4 weight sets: a row's blocks 8s..8s+7 (matmul) or one block of each of
- * 8 outputs (the down loop), each byte + 128 (vpdpbusd's unsigned side; the 128·Σa this
- * adds is taken off each block's sum: qtok.corr2), and their scales paired as the results
- * are: rows 0 and 1 in ws2[0], 2 and 3 in ws2[1]. */
-typedef struct {
-    __m512i w[TILE][4]; /* set r: blocks 2k, 2k + 1 in vector k */
-    __m512 ws2[2];
-} qstep;
-
-/* A token's side of a step: its 8 blocks' quants (the same block 8 times in the down loop),
- * 128·Σa of each block and the 8 scales, each twice (for a pair of sets). */
-typedef struct {
-    __m512i a[4], corr2;
-    __m512 da2;
-} qtok;
-
-#define Q8_STEP_BLOCKS 8
-
-AVX512_INLINE void qstep_fill(const uint8_t *const set[TILE], size_t stride, qstep *S)
-{
-    __m256 ws[TILE];
-#pragma GCC unroll 4
-    for (int r = 0; r < TILE; r++) {
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) {
-            const mvm_block_q8_0 *b0 = (const mvm_block_q8_0 *)(set[r] + 2 * k * stride);
-            const mvm_block_q8_0 *b1 = (const mvm_block_q8_0 *)(set[r] + (2 * k + 1) * stride);
-            S->w[r][k] = _mm512_xor_si512(
-                _mm512_inserti64x4(
-                    _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)b0->qs)),
-                    _mm256_loadu_si256((const __m256i *)b1->qs), 1),
-                _mm512_set1_epi8((char)0x80));
-        }
-        ws[r] = avx2_scales8(set[r], stride);
-    }
-    S->ws2[0] = _mm512_insertf32x8(_mm512_castps256_ps512(ws[0]), ws[1], 1);
-    S->ws2[1] = _mm512_insertf32x8(_mm512_castps256_ps512(ws[2]), ws[3], 1);
-}
-
-/* A token's step: its blocks a[0..7], or (one_block, the down loop) block a for all 8. */
-AVX512_INLINE void qtok_fill(const mvm_block_q8_0 *a, int one_block, qtok *T)
-{
-    const __m256i c80 = _mm256_set1_epi8((char)0x80), zero = _mm256_setzero_si256();
-    __m256i c[Q8_STEP_BLOCKS];
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; k++) {
-        const mvm_block_q8_0 *b0 = one_block ? a : a + 2 * k, *b1 = one_block ? a : a + 2 * k + 1;
-        const __m256i q0 = _mm256_loadu_si256((const __m256i *)b0->qs);
-        const __m256i q1 = _mm256_loadu_si256((const __m256i *)b1->qs);
-        T->a[k] = _mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1);
-        c[2 * k] = _mm256_dpbusd_epi32(zero, c80, q0);
-        c[2 * k + 1] = _mm256_dpbusd_epi32(zero, c80, q1);
-    }
-    /* block j's 128·Σa in lane j: a transposing sum of the 8 vectors of lane sums */
-    const __m256i h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(c[0], c[1]), _mm256_hadd_epi32(c[2], c[3]));
-    const __m256i h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(c[4], c[5]), _mm256_hadd_epi32(c[6], c[7]));
-    const __m256i corr = _mm256_add_epi32(_mm256_permute2x128_si256(h0, h1, 0x20),
-                                          _mm256_permute2x128_si256(h0, h1, 0x31));
-    T->corr2 = _mm512_inserti64x4(_mm512_castsi256_si512(corr), corr, 1);
-    const __m256 da = one_block ? _mm256_set1_ps(_cvtsh_ss(a->d))
-                                : avx2_scales8((const uint8_t *)a, sizeof *a);
-    T->da2 = _mm512_insertf32x8(_mm512_castps256_ps512(da), da, 1);
-}
-
-/* The step's exact block sums for one token against the 4 sets, as floats: v[0] has set 0's
- * 8 blocks in lanes 0-7 and set 1's in 8-15, v[1] sets 2 and 3. Each set's 4 vectors of
- * lane sums are folded in pairs (32-bit, then 64-bit interleaves), two sets' results then
- * added across 128-bit lanes, the blocks put in order by one permute and the +128's
- * products taken off. */
-AVX512_INLINE void qstep_sums(const qstep *S, const qtok *T, __m512 v[2])
-{
-    __m512i u[TILE];
-#pragma GCC unroll 4
-    for (int r = 0; r < TILE; r++) {
-        __m512i z[4];
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; k++)
-            z[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), S->w[r][k], T->a[k]);
-        const __m512i s01 = _mm512_add_epi32(_mm512_unpacklo_epi32(z[0], z[1]),
-                                             _mm512_unpackhi_epi32(z[0], z[1]));
-        const __m512i s23 = _mm512_add_epi32(_mm512_unpacklo_epi32(z[2], z[3]),
-                                             _mm512_unpackhi_epi32(z[2], z[3]));
-        /* 128-bit lanes 0, 1: halves of blocks 0, 2, 4, 6; lanes 2, 3: of 1, 3, 5, 7 */
-        u[r] = _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
-    }
-    const __m512i order = _mm512_set_epi32(15, 11, 14, 10, 13, 9, 12, 8, 7, 3, 6, 2, 5, 1, 4, 0);
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; h++) {
-        const __m512i x = _mm512_add_epi32(_mm512_shuffle_i32x4(u[2 * h], u[2 * h + 1], 0x88),
-                                           _mm512_shuffle_i32x4(u[2 * h], u[2 * h + 1], 0xDD));
-        v[h] = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_permutexvar_epi32(order, x), T->corr2));
-    }
-}
-
-/* Tokens whose steps are prepared once for all the row tiles (16 tokens x 16 steps: 96 KiB
- * of stack at most, for rows of 4096 and more). */
-#define Q8_TOKENS 16
-
-/* Matmul: rows of Q8_0 blocks against tokens' Q8_0 activations, avx2_dotn_q's floats: per
- * (row, token) 8 lanes, each step's block sums times ws·da added lane-wise, the blocks after
- * the last whole step by avx2_qblock, then avx2_hsum. Tokens go Q8_TOKENS at a time, their
- * steps prepared once; each row tile's steps are prepared once for them. A row of more than
- * PANEL_SB steps is taken in pieces, the tokens' steps then prepared again for each. */
-AVX512_INLINE void gemm_q8_rows(const uint8_t *w, size_t rb, size_t n_rows, const uint8_t *act,
-                                size_t as, size_t n_tok, size_t n, float *y, size_t ys)
-{
-    const size_t nb = n / MVM_QBLOCK, steps = nb / Q8_STEP_BLOCKS, bs = sizeof(mvm_block_q8_0);
-    const size_t held = steps < PANEL_SB ? (steps ? steps : 1) : PANEL_SB;
-    qstep S[held]; /* the stack a row's length needs: 2 x 9 KiB for n_embd 2048 */
-    qtok T[Q8_TOKENS][held];
-    for (size_t tb = 0; tb < n_tok; tb += Q8_TOKENS) {
-        const size_t ntb = n_tok - tb < Q8_TOKENS ? n_tok - tb : Q8_TOKENS;
-        for (size_t r0 = 0; r0 < n_rows; r0 += TILE) {
-            const int nr = n_rows - r0 < TILE ? (int)(n_rows - r0) : TILE;
-            const uint8_t *rows[TILE];
-            tile_rows(w, rb, r0, nr, rows);
-            __m512 acc[Q8_TOKENS][2];
-            for (size_t i = 0; i < ntb; i++)
-                acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-            for (size_t k0 = 0; k0 < steps; k0 += PANEL_SB) {
-                const size_t kn = steps - k0 < PANEL_SB ? steps - k0 : PANEL_SB;
-                for (size_t k = 0; k < kn; k++) {
-                    const uint8_t *set[TILE];
-                    for (int r = 0; r < TILE; r++) {
-                        set[r] = rows[r] + (k0 + k) * Q8_STEP_BLOCKS * bs;
-                        avx2_prefetch(set[r], Q8_STEP_BLOCKS * bs);
-                    }
-                    qstep_fill(set, bs, &S[k]);
-                }
-                if (r0 == 0 || steps > PANEL_SB)
-                    for (size_t i = 0; i < ntb; i++)
-                        for (size_t k = 0; k < kn; k++)
-                            qtok_fill(AVX2_TOK(mvm_block_q8_0, act, as, tb + i) +
-                                          (k0 + k) * Q8_STEP_BLOCKS, 0, &T[i][k]);
-                for (size_t i = 0; i < ntb; i++)
-                    for (size_t k = 0; k < kn; k++) {
-                        __m512 v[2];
-                        qstep_sums(&S[k], &T[i][k], v);
-                        acc[i][0] = _mm512_fmadd_ps(v[0], _mm512_mul_ps(S[k].ws2[0], T[i][k].da2),
-                                                    acc[i][0]);
-                        acc[i][1] = _mm512_fmadd_ps(v[1], _mm512_mul_ps(S[k].ws2[1], T[i][k].da2),
-                                                    acc[i][1]);
-                    }
-            }
-            for (size_t i = 0; i < ntb; i++) {
-                const mvm_block_q8_0 *a = AVX2_TOK(mvm_block_q8_0, act, as, tb + i);
-                for (int r = 0; r < nr; r++) {
-                    const __m512 a2 = acc[i][r >> 1];
-                    __m256 s = (r & 1) ? _mm512_extractf32x8_ps(a2, 1) : _mm512_castps512_ps256(a2);
-                    for (size_t c = steps * Q8_STEP_BLOCKS; c < nb; c++)
-                        s = avx2_qblock(MVM_W_Q8_0, rows[r] + c * bs, a + c, s);
-                    y[(tb + i) * ys + r0 + r] = avx2_hsum(s);
-                }
-            }
-        }
-    }
-}
-
-/* The down loop: n_rows outputs (n_rows % 32 == 0, as the down kernels' contract has it) of
- * one Q8_0 block each against tokens' single blocks, avx2_downn_q's floats: out += the block
- * sum times ws·da, 8 outputs a set, 32 a tile. */
-AVX512_INLINE void gemm_q8_down(const uint8_t *w, size_t rb, size_t n_rows, const uint8_t *act,
-                                size_t as, size_t n_tok, float *y, size_t ys)
-{
-    qstep S;
-    qtok T[Q8_TOKENS];
-    for (size_t tb = 0; tb < n_tok; tb += Q8_TOKENS) {
-        const size_t ntb = n_tok - tb < Q8_TOKENS ? n_tok - tb : Q8_TOKENS;
-        for (size_t i = 0; i < ntb; i++)
-            qtok_fill(AVX2_TOK(mvm_block_q8_0, act, as, tb + i), 1, &T[i]);
-        for (size_t r0 = 0; r0 < n_rows; r0 += TILE * Q8_STEP_BLOCKS) {
-            const uint8_t *set[TILE];
-            for (int r = 0; r < TILE; r++) {
-                set[r] = w + (r0 + (size_t)r * Q8_STEP_BLOCKS) * rb;
-                avx2_prefetch(set[r], Q8_STEP_BLOCKS * rb);
-            }
-            qstep_fill(set, rb, &S);
-            for (size_t i = 0; i < ntb; i++) {
-                __m512 v[2];
-                qstep_sums(&S, &T[i], v);
-                float *o = y + (tb + i) * ys + r0;
-#pragma GCC unroll 2
-                for (int h = 0; h < 2; h++)
-                    _mm512_storeu_ps(o + 16 * h,
-                                     _mm512_fmadd_ps(v[h], _mm512_mul_ps(S.ws2[h], T[i].da2),
-                                                     _mm512_loadu_ps(o + 16 * h)));
-            }
-        }
-    }
-}
-
-AVX512_TARGET static void gemm_q8_0(const void *w, size_t rb, size_t n_rows, const void *act,
-                                    size_t as, size_t n_tok, size_t n, float *y, size_t ys,
-                                    int add)
-{
-    if (add)
-        gemm_q8_down(w, rb, n_rows, act, as, n_tok, y, ys);
-    else
-        gemm_q8_rows(w, rb, n_rows, act, as, n_tok, n, y, ys);
-}
-
 #define GEMM_K(sfx, type)                                                                          \
     AVX512_TARGET static void gemm_##sfx(const void *w, size_t rb, size_t n_rows, const void *act, \
                                          size_t as, size_t n_tok, size_t n, float *y, size_t ys,   \
@@ -708,7 +400,7 @@ GEMM_K(q4_K, MVM_W_Q4_K)
 GEMM_K(q5_K, MVM_W_Q5_K)
 GEMM_K(q6_K, MVM_W_Q6_K)
 
-const mvm_k_gemm_fn mvm_k_gemm_avx512vnni[MVM_W_COUNT] = {[MVM_W_Q8_0] = gemm_q8_0,
+const mvm_k_gemm_fn mvm_k_gemm_avx512vnni[MVM_W_COUNT] = {[MVM_W_Q8_0] = mvm_k_gemm_q8_0_vnni,
                                                           [MVM_W_Q4_K] = gemm_q4_K,
                                                           [MVM_W_Q5_K] = gemm_q5_K,
                                                           [MVM_W_Q6_K] = gemm_q6_K};

@@ -1,0 +1,346 @@
+/*
+ * The AVX-512 VNNI level's Q8_0 multi-row kernel (dispatch.h's mvm_k_gemm_fn; the table is
+ * gemm_avx512vnni.c's), bitwise avx2_dotn_q's and avx2_downn_q's floats (test_kernels).
+ *
+ * Matrix products: a vector's 16 lanes are 16 tokens, as for the K-quants. The tokens'
+ * blocks are interleaved once per call (qacts, on the heap: a row of any length), 8 rows'
+ * blocks a step + 128 (the unsigned side) once per group, and each block is 8 vpdpbusd per
+ * row (the row's 4 quants broadcast against 16 tokens'), its +128's products taken off
+ * (128·Σa, per token), then S·(ws·da) fused into lane j = block mod 8 of the pair's 8-lane
+ * accumulator as avx2_dotn_q does, and the 8 lanes added as avx2_hsum adds them. Against the
+ * 4 x 4 tiles before (a transposing reduction of each pair's step), twice the products a
+ * second in L2 (bench_cpu_kernels: 81 -> 157 GB/s at 32 tokens), Q8_0 pp512 +31%.
+ *
+ * The down loop keeps tiles of 4 x 8 outputs by one token: its rows are single blocks, and
+ * moving y through the lanes' transposes cost more than their arithmetic.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/dispatch.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#define MVM_K_VNNI 1
+#include "kernels/cpu/gemm_lanes.h"
+
+/* ---- Q8_0's down loop: tiles of 4 x 8 outputs by one token, as avx2_downn_q takes them -- */
+
+/* Weight sets a tile holds. */
+#define TILE 4
+
+/* A step of a tile's 4 weight sets: one block of each of 8 outputs, each byte + 128
+ * (vpdpbusd's unsigned side; the 128·Σa this adds is taken off each block's sum:
+ * qtok.corr2), and their scales paired as the results are: sets 0 and 1 in ws2[0], 2 and 3
+ * in ws2[1]. */
+typedef struct {
+    __m512i w[TILE][4]; /* set r: blocks 2k, 2k + 1 in vector k */
+    __m512 ws2[2];
+} qstep;
+
+/* A token's side of a step: its block's quants 8 times, 128·Σa and the scale, each in every
+ * lane (for a pair of sets). */
+typedef struct {
+    __m512i a[4], corr2;
+    __m512 da2;
+} qtok;
+
+#define Q8_STEP_BLOCKS 8
+
+AVX512_INLINE void qstep_fill(const uint8_t *const set[TILE], size_t stride, qstep *S)
+{
+    __m256 ws[TILE];
+#pragma GCC unroll 4
+    for (int r = 0; r < TILE; r++) {
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            const mvm_block_q8_0 *b0 = (const mvm_block_q8_0 *)(set[r] + 2 * k * stride);
+            const mvm_block_q8_0 *b1 = (const mvm_block_q8_0 *)(set[r] + (2 * k + 1) * stride);
+            S->w[r][k] = _mm512_xor_si512(
+                _mm512_inserti64x4(
+                    _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)b0->qs)),
+                    _mm256_loadu_si256((const __m256i *)b1->qs), 1),
+                _mm512_set1_epi8((char)0x80));
+        }
+        ws[r] = avx2_scales8(set[r], stride);
+    }
+    S->ws2[0] = _mm512_insertf32x8(_mm512_castps256_ps512(ws[0]), ws[1], 1);
+    S->ws2[1] = _mm512_insertf32x8(_mm512_castps256_ps512(ws[2]), ws[3], 1);
+}
+
+/* A token's step: its block a for all 8 outputs. */
+AVX512_INLINE void qtok_fill(const mvm_block_q8_0 *a, qtok *T)
+{
+    const __m256i c80 = _mm256_set1_epi8((char)0x80), zero = _mm256_setzero_si256();
+    __m256i c[Q8_STEP_BLOCKS];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        const __m256i q0 = _mm256_loadu_si256((const __m256i *)a->qs), q1 = q0;
+        T->a[k] = _mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1);
+        c[2 * k] = _mm256_dpbusd_epi32(zero, c80, q0);
+        c[2 * k + 1] = _mm256_dpbusd_epi32(zero, c80, q1);
+    }
+    /* block j's 128·Σa in lane j: a transposing sum of the 8 vectors of lane sums */
+    const __m256i h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(c[0], c[1]), _mm256_hadd_epi32(c[2], c[3]));
+    const __m256i h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(c[4], c[5]), _mm256_hadd_epi32(c[6], c[7]));
+    const __m256i corr = _mm256_add_epi32(_mm256_permute2x128_si256(h0, h1, 0x20),
+                                          _mm256_permute2x128_si256(h0, h1, 0x31));
+    T->corr2 = _mm512_inserti64x4(_mm512_castsi256_si512(corr), corr, 1);
+    const __m256 da = _mm256_set1_ps(_cvtsh_ss(a->d));
+    T->da2 = _mm512_insertf32x8(_mm512_castps256_ps512(da), da, 1);
+}
+
+/* The step's exact block sums for one token against the 4 sets, as floats: v[0] has set 0's
+ * 8 blocks in lanes 0-7 and set 1's in 8-15, v[1] sets 2 and 3. Each set's 4 vectors of
+ * lane sums are folded in pairs (32-bit, then 64-bit interleaves), two sets' results then
+ * added across 128-bit lanes, the blocks put in order by one permute and the +128's
+ * products taken off. */
+AVX512_INLINE void qstep_sums(const qstep *S, const qtok *T, __m512 v[2])
+{
+    __m512i u[TILE];
+#pragma GCC unroll 4
+    for (int r = 0; r < TILE; r++) {
+        __m512i z[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++)
+            z[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), S->w[r][k], T->a[k]);
+        const __m512i s01 = _mm512_add_epi32(_mm512_unpacklo_epi32(z[0], z[1]),
+                                             _mm512_unpackhi_epi32(z[0], z[1]));
+        const __m512i s23 = _mm512_add_epi32(_mm512_unpacklo_epi32(z[2], z[3]),
+                                             _mm512_unpackhi_epi32(z[2], z[3]));
+        /* 128-bit lanes 0, 1: halves of blocks 0, 2, 4, 6; lanes 2, 3: of 1, 3, 5, 7 */
+        u[r] = _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
+    }
+    const __m512i order = _mm512_set_epi32(15, 11, 14, 10, 13, 9, 12, 8, 7, 3, 6, 2, 5, 1, 4, 0);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        const __m512i x = _mm512_add_epi32(_mm512_shuffle_i32x4(u[2 * h], u[2 * h + 1], 0x88),
+                                           _mm512_shuffle_i32x4(u[2 * h], u[2 * h + 1], 0xDD));
+        v[h] = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_permutexvar_epi32(order, x), T->corr2));
+    }
+}
+
+/* Tokens whose steps are prepared once for all the output tiles (6 KiB of stack). */
+#define Q8_TOKENS 16
+
+/* The down loop: n_rows outputs (n_rows % 32 == 0, as the down kernels' contract has it) of
+ * one Q8_0 block each against tokens' single blocks, avx2_downn_q's floats: out += the block
+ * sum times ws·da, 8 outputs a set, 32 a tile. */
+AVX512_INLINE void gemm_q8_down(const uint8_t *w, size_t rb, size_t n_rows, const uint8_t *act,
+                                size_t as, size_t n_tok, float *y, size_t ys)
+{
+    qstep S;
+    qtok T[Q8_TOKENS];
+    for (size_t tb = 0; tb < n_tok; tb += Q8_TOKENS) {
+        const size_t ntb = n_tok - tb < Q8_TOKENS ? n_tok - tb : Q8_TOKENS;
+        for (size_t i = 0; i < ntb; i++)
+            qtok_fill(AVX2_TOK(mvm_block_q8_0, act, as, tb + i), &T[i]);
+        for (size_t r0 = 0; r0 < n_rows; r0 += TILE * Q8_STEP_BLOCKS) {
+            const uint8_t *set[TILE];
+            for (int r = 0; r < TILE; r++) {
+                set[r] = w + (r0 + (size_t)r * Q8_STEP_BLOCKS) * rb;
+                avx2_prefetch(set[r], Q8_STEP_BLOCKS * rb);
+            }
+            qstep_fill(set, rb, &S);
+            for (size_t i = 0; i < ntb; i++) {
+                __m512 v[2];
+                qstep_sums(&S, &T[i], v);
+                float *o = y + (tb + i) * ys + r0;
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; h++)
+                    _mm512_storeu_ps(o + 16 * h,
+                                     _mm512_fmadd_ps(v[h], _mm512_mul_ps(S.ws2[h], T[i].da2),
+                                                     _mm512_loadu_ps(o + 16 * h)));
+            }
+        }
+    }
+}
+
+/* ---- Q8_0: a vector's lanes are 16 tokens, as the K-quants' ---------------------------- */
+
+/* A token group's activations for one block: q[g] lane i = token i's qs[4g .. 4g+3]
+ * (signed); corr lane i = 128·Σ its 32 quants, what the weights' + 128 adds to a block's sum
+ * (they are vpdpbusd's unsigned side); d lane i = its scale. Lanes past the group's tokens
+ * are zero. */
+typedef struct {
+    __m512i q[8], corr;
+    __m512 d;
+} qacts;
+
+/* The group's qacts for blocks 0 .. nb - 1 of tokens a[0 .. nt - 1], two blocks a transpose. */
+AVX512_INLINE void qacts_fill(const uint8_t *act, size_t as, int nt, size_t nb, qacts *A)
+{
+    const __m512i v128 = _mm512_set1_epi8((char)0x80);
+    for (size_t b = 0; b < nb; b += 2) {
+        const int two = b + 1 < nb;
+        __m512i in[16], out[16];
+        uint16_t dh[2][16] = {{0}};
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) {
+            if (i >= nt) {
+                in[i] = _mm512_setzero_si512();
+                continue;
+            }
+            const mvm_block_q8_0 *x = AVX2_TOK(mvm_block_q8_0, act, as, i) + b;
+            const __m256i lo = _mm256_loadu_si256((const __m256i *)x[0].qs);
+            const __m256i hi = two ? _mm256_loadu_si256((const __m256i *)x[1].qs)
+                                   : _mm256_setzero_si256();
+            in[i] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+            dh[0][i] = x[0].d;
+            dh[1][i] = two ? x[1].d : 0;
+        }
+        transpose16(in, out);
+        for (int h = 0; h < 1 + two; h++) {
+            qacts *Q = &A[b + (size_t)h];
+            Q->corr = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int g = 0; g < 8; g++) {
+                Q->q[g] = out[8 * h + g];
+                Q->corr = _mm512_dpbusd_epi32(Q->corr, v128, Q->q[g]);
+            }
+            Q->d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)dh[h]));
+        }
+    }
+}
+
+/* 8 rows' blocks j0 .. j0 + n - 1 (n <= 8): quants + 128 (unsigned) and scales. */
+typedef struct {
+    uint8_t q[8][8][MVM_QBLOCK]; /* [row][block] */
+    float d[8][8];
+} qrows;
+
+AVX512_INLINE void qrows_fill(const uint8_t *const rows[8], size_t j0, int n, qrows *R)
+{
+    const __m256i v128 = _mm256_set1_epi8((char)0x80);
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; r++) {
+        const mvm_block_q8_0 *x = (const mvm_block_q8_0 *)rows[r] + j0;
+        avx2_prefetch((const uint8_t *)(x + 8), 8 * sizeof *x);
+        uint16_t dh[8] = {0};
+#pragma GCC unroll 8
+        for (int j = 0; j < n; j++) {
+            _mm256_storeu_si256((__m256i *)R->q[r][j],
+                                _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)x[j].qs), v128));
+            dh[j] = x[j].d;
+        }
+        _mm256_storeu_ps(R->d[r], _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh)));
+    }
+}
+
+/* The 8 rows' exact sums of block j against the group's block (lanes: tokens). */
+AVX512_INLINE void qblock_sums(const qrows *R, int j, const qacts *A, __m512i acc[8])
+{
+    const uint8_t *w = R->q[0][j]; /* row r's block j at w + r·sizeof R->q[0] */
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; r++)
+        acc[r] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; g++) {
+        const __m512i a = _mm512_load_si512(&A->q[g]);
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++)
+            acc[r] = _mm512_dpbusd_epi32(
+                acc[r], _mm512_set1_epi32(*(const int32_t *)(w + r * sizeof R->q[0] + 4 * g)), a);
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; r++)
+        acc[r] = _mm512_sub_epi32(acc[r], A->corr);
+}
+
+/* Rows r0.. (nr of them, 8 computed) of a matrix product, avx2_dotn_q's floats: lane j of its
+ * accumulator (F[j]) takes blocks j, j + 8, ... (S·(ws·da) fused into it), a last partial
+ * step's blocks go a 4-quant group g to lane g (avx2_qblock), and the 8 lanes are added as
+ * avx2_hsum adds them. */
+AVX512_INLINE void q8_rows(const uint8_t *const rows[8], size_t nb, const qacts *A, float *y,
+                           size_t ys, int nr, int nt)
+{
+    __m512 F[8][8]; /* [lane j][row] */
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++)
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++)
+            F[j][r] = _mm512_setzero_ps();
+    qrows R;
+    size_t b = 0;
+    for (; b + 8 <= nb; b += 8) {
+        qrows_fill(rows, b, 8, &R);
+        for (int j = 0; j < 8; j++) {
+            const qacts *Q = &A[b + (size_t)j];
+            __m512i acc[8];
+            qblock_sums(&R, j, Q, acc);
+            __m512 *Fj = F[j];
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; r++)
+                Fj[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r]),
+                                        _mm512_mul_ps(_mm512_set1_ps(R.d[r][j]), Q->d), Fj[r]);
+        }
+    }
+    if (b < nb) {
+        const __m512i v128 = _mm512_set1_epi8((char)0x80);
+        qrows_fill(rows, b, (int)(nb - b), &R);
+        for (int j = 0; b + (size_t)j < nb; j++) {
+            const qacts *Q = &A[b + (size_t)j];
+            for (int g = 0; g < 8; g++) {
+                const __m512i c4 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v128, Q->q[g]);
+#pragma GCC unroll 8
+                for (int r = 0; r < 8; r++) {
+                    int32_t w4;
+                    memcpy(&w4, R.q[r][j] + 4 * g, 4);
+                    const __m512i s = _mm512_sub_epi32(
+                        _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi32(w4), Q->q[g]),
+                        c4);
+                    F[g][r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(R.d[r][j]), Q->d),
+                                              _mm512_cvtepi32_ps(s), F[g][r]);
+                }
+            }
+        }
+    }
+    __m512 out[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; r++)
+        out[r] = _mm512_add_ps(
+            _mm512_add_ps(_mm512_add_ps(F[0][r], F[4][r]), _mm512_add_ps(F[2][r], F[6][r])),
+            _mm512_add_ps(_mm512_add_ps(F[1][r], F[5][r]), _mm512_add_ps(F[3][r], F[7][r])));
+    ylanes_store(y, ys, nr, nt, out);
+}
+
+/* 16 tokens a group; the group's activations on the heap (a row of any length), or, where
+ * that fails, the level's dotn kernel (the same floats). */
+AVX512_INLINE void gemm_q8_rows(const uint8_t *w, size_t rb, size_t n_rows, const uint8_t *act,
+                                size_t as, size_t n_tok, size_t n, float *y, size_t ys)
+{
+    const size_t nb = n / MVM_QBLOCK;
+    qacts *A = aligned_alloc(64, nb * sizeof *A);
+    for (size_t t0 = 0; A && t0 < n_tok; t0 += 16) {
+        const int nt = n_tok - t0 < 16 ? (int)(n_tok - t0) : 16;
+        qacts_fill(act + t0 * as, as, nt, nb, A);
+        for (size_t r0 = 0; r0 < n_rows; r0 += 8) {
+            const int nr = n_rows - r0 < 8 ? (int)(n_rows - r0) : 8;
+            const uint8_t *rows[8];
+            for (int r = 0; r < 8; r++)
+                rows[r] = w + (r0 + (size_t)(r < nr ? r : nr - 1)) * rb;
+            q8_rows(rows, nb, A, y + t0 * ys + r0, ys, nr, nt);
+        }
+    }
+    if (A) {
+        free(A);
+        return;
+    }
+    for (size_t t0 = 0; t0 < n_tok; t0 += MVM_K_NT) {
+        const int nt = n_tok - t0 < MVM_K_NT ? (int)(n_tok - t0) : MVM_K_NT;
+        for (size_t r = 0; r < n_rows; r++)
+            mvm_k_kernels->dotn[MVM_W_Q8_0](w + r * rb, act + t0 * as, as, (size_t)nt, n,
+                                            y + t0 * ys + r, ys);
+    }
+}
+
+AVX512_TARGET void mvm_k_gemm_q8_0_vnni(const void *w, size_t rb, size_t n_rows, const void *act,
+                                         size_t as, size_t n_tok, size_t n, float *y, size_t ys,
+                                         int add)
+{
+    if (add)
+        gemm_q8_down(w, rb, n_rows, act, as, n_tok, y, ys);
+    else
+        gemm_q8_rows(w, rb, n_rows, act, as, n_tok, n, y, ys);
+}
+
+#endif
