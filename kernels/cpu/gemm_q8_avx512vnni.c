@@ -215,14 +215,17 @@ AVX512_INLINE void qrows_fill(const uint8_t *const rows[8], size_t j0, int n, qr
     for (int r = 0; r < 8; r++) {
         const mvm_block_q8_0 *x = (const mvm_block_q8_0 *)rows[r] + j0;
         avx2_prefetch((const uint8_t *)(x + 8), 8 * sizeof *x);
-        uint16_t dh[8] = {0};
 #pragma GCC unroll 8
-        for (int j = 0; j < n; j++) {
+        for (int j = 0; j < n; j++)
             _mm256_storeu_si256((__m256i *)R->q[r][j],
                                 _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)x[j].qs), v128));
-            dh[j] = x[j].d;
-        }
-        _mm256_storeu_ps(R->d[r], _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh)));
+        /* the n scales by one gather (each dword's low half; past n, lanes masked off):
+         * halves stored one by one and loaded as a vector would wait for the stores */
+        const __m256i at = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                              _mm256_set1_epi32((int)sizeof *x));
+        const __m256i d32 = _mm256_mmask_i32gather_epi32(_mm256_setzero_si256(),
+                                                         (__mmask8)((1u << n) - 1), at, x, 1);
+        _mm256_storeu_ps(R->d[r], _mm256_cvtph_ps(_mm256_cvtepi32_epi16(d32)));
     }
 }
 
