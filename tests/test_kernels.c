@@ -1057,8 +1057,16 @@ static void test_matmul(void)
 {
     static const size_t counts[] = {1, 2, 3, 4, 5, 7, 9, 16, 17, 33};
     const size_t rows = 9, r0 = 1, r1 = 8;
-    for (int t = 0; t < MVM_W_COUNT; t++) {
-        const size_t n = t == MVM_W_F32 ? 4096 : is_k((enum mvm_wtype)t) ? 17 * 256 : 288;
+    for (int tl = 0; tl < 2 * MVM_W_COUNT; tl++) {
+        /* the Q types twice: 9 blocks (a step and a tail), and 16 (whole steps: the Q8_0
+         * kernel's split groups of up to 8 tokens) */
+        const int t = tl % MVM_W_COUNT;
+        const int whole = tl >= MVM_W_COUNT;
+        if (whole && (t == MVM_W_F32 || t == MVM_W_F16 || is_k((enum mvm_wtype)t)))
+            continue;
+        const size_t n = t == MVM_W_F32 ? 4096 : is_k((enum mvm_wtype)t) ? 17 * 256
+                                               : whole                  ? 512
+                                                                        : 288;
         problem p = make_problem((enum mvm_wtype)t, rows, n);
         for (size_t c = 0; c < sizeof counts / sizeof *counts + (t == MVM_W_F32); c++) {
             const size_t n_tok = c < sizeof counts / sizeof *counts ? counts[c] : 20;

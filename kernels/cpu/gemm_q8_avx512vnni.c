@@ -9,7 +9,9 @@
  * (128·Σa, per token), then S·(ws·da) fused into lane j = block mod 8 of the pair's 8-lane
  * accumulator as avx2_dotn_q does, and the 8 lanes added as avx2_hsum adds them. Against the
  * 4 x 4 tiles before (a transposing reduction of each pair's step), twice the products a
- * second in L2 (bench_cpu_kernels: 81 -> 157 GB/s at 32 tokens), Q8_0 pp512 +31%.
+ * second in L2 (bench_cpu_kernels: 81 -> 157 GB/s at 32 tokens), Q8_0 pp512 +31%. A group
+ * of up to 8 tokens (a short prompt's experts) gives each token two lanes, the blocks of a
+ * pair, the lanes of each parity summed as avx2_hsum's two halves and then added: pp64 +10%.
  *
  * The down loop keeps tiles of 4 x 8 outputs by one token: its rows are single blocks, and
  * moving y through the lanes' transposes cost more than their arithmetic.
@@ -160,37 +162,43 @@ AVX512_INLINE void gemm_q8_down(const uint8_t *w, size_t rb, size_t n_rows, cons
 /* A token group's activations for one block: q[g] lane i = token i's qs[4g .. 4g+3]
  * (signed); corr lane i = 128·Σ its 32 quants, what the weights' + 128 adds to a block's sum
  * (they are vpdpbusd's unsigned side); d lane i = its scale. Lanes past the group's tokens
- * are zero. */
+ * are zero. Split, for up to 8 tokens: an entry is a pair of blocks 2m, 2m + 1, lane 2i + h
+ * token i's block 2m + h. */
 typedef struct {
     __m512i q[8], corr;
     __m512 d;
 } qacts;
 
-/* The group's qacts for blocks 0 .. nb - 1 of tokens a[0 .. nt - 1], two blocks a transpose. */
-AVX512_INLINE void qacts_fill(const uint8_t *act, size_t as, int nt, size_t nb, qacts *A)
+/* The group's ne qacts entries (blocks, or split: pairs of blocks) of tokens a[0 .. nt - 1],
+ * two entries a transpose. */
+AVX512_INLINE void qacts_fill(int split, const uint8_t *act, size_t as, int nt, size_t ne,
+                              qacts *A)
 {
     const __m512i v128 = _mm512_set1_epi8((char)0x80);
-    for (size_t b = 0; b < nb; b += 2) {
-        const int two = b + 1 < nb;
+    for (size_t e = 0; e < ne; e += 2) {
+        const int two = e + 1 < ne;
         __m512i in[16], out[16];
         uint16_t dh[2][16] = {{0}};
 #pragma GCC unroll 16
-        for (int i = 0; i < 16; i++) {
-            if (i >= nt) {
-                in[i] = _mm512_setzero_si512();
+        for (int l = 0; l < 16; l++) {
+            if ((l >> split) >= nt) {
+                in[l] = _mm512_setzero_si512();
                 continue;
             }
-            const mvm_block_q8_0 *x = AVX2_TOK(mvm_block_q8_0, act, as, i) + b;
+            /* lane l's blocks in entries e and e + 1 */
+            const mvm_block_q8_0 *x = AVX2_TOK(mvm_block_q8_0, act, as, l >> split) +
+                                      (split ? 2 * e + (size_t)(l & 1) : e);
+            const size_t next = split ? 2 : 1;
             const __m256i lo = _mm256_loadu_si256((const __m256i *)x[0].qs);
-            const __m256i hi = two ? _mm256_loadu_si256((const __m256i *)x[1].qs)
+            const __m256i hi = two ? _mm256_loadu_si256((const __m256i *)x[next].qs)
                                    : _mm256_setzero_si256();
-            in[i] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-            dh[0][i] = x[0].d;
-            dh[1][i] = two ? x[1].d : 0;
+            in[l] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+            dh[0][l] = x[0].d;
+            dh[1][l] = two ? x[next].d : 0;
         }
         transpose16(in, out);
         for (int h = 0; h < 1 + two; h++) {
-            qacts *Q = &A[b + (size_t)h];
+            qacts *Q = &A[e + (size_t)h];
             Q->corr = _mm512_setzero_si512();
 #pragma GCC unroll 8
             for (int g = 0; g < 8; g++) {
@@ -202,13 +210,15 @@ AVX512_INLINE void qacts_fill(const uint8_t *act, size_t as, int nt, size_t nb, 
     }
 }
 
-/* 8 rows' blocks j0 .. j0 + n - 1 (n <= 8): quants + 128 (unsigned) and scales. */
+/* 8 rows' blocks j0 .. j0 + n - 1 (n <= 8): quants + 128 (unsigned) and scales; split
+ * (n = 8), as 4 pairs of blocks whose 4-quant groups alternate (broadcast 8 at a time). */
 typedef struct {
-    uint8_t q[8][8][MVM_QBLOCK]; /* [row][block] */
+    uint8_t q[8][8][MVM_QBLOCK]; /* [row][block], or [row][pair][group g of 2m, of 2m + 1] */
     float d[8][8];
 } qrows;
 
-AVX512_INLINE void qrows_fill(const uint8_t *const rows[8], size_t j0, int n, qrows *R)
+AVX512_INLINE void qrows_fill(int split, const uint8_t *const rows[8], size_t j0, int n,
+                              qrows *R)
 {
     const __m256i v128 = _mm256_set1_epi8((char)0x80);
 #pragma GCC unroll 8
@@ -216,9 +226,19 @@ AVX512_INLINE void qrows_fill(const uint8_t *const rows[8], size_t j0, int n, qr
         const mvm_block_q8_0 *x = (const mvm_block_q8_0 *)rows[r] + j0;
         avx2_prefetch((const uint8_t *)(x + 8), 8 * sizeof *x);
 #pragma GCC unroll 8
-        for (int j = 0; j < n; j++)
+        for (int j = 0; j < n && !split; j++)
             _mm256_storeu_si256((__m256i *)R->q[r][j],
                                 _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)x[j].qs), v128));
+#pragma GCC unroll 4
+        for (int m = 0; m < 4 && split; m++) {
+            const __m256i a = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)x[2 * m].qs), v128);
+            const __m256i b =
+                _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)x[2 * m + 1].qs), v128);
+            const __m256i lo = _mm256_unpacklo_epi32(a, b), hi = _mm256_unpackhi_epi32(a, b);
+            _mm256_storeu_si256((__m256i *)R->q[r][2 * m], _mm256_permute2x128_si256(lo, hi, 0x20));
+            _mm256_storeu_si256((__m256i *)R->q[r][2 * m + 1],
+                                _mm256_permute2x128_si256(lo, hi, 0x31));
+        }
         /* the n scales by one gather (each dword's low half; past n, lanes masked off):
          * halves stored one by one and loaded as a vector would wait for the stores */
         const __m256i at = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
@@ -229,10 +249,11 @@ AVX512_INLINE void qrows_fill(const uint8_t *const rows[8], size_t j0, int n, qr
     }
 }
 
-/* The 8 rows' exact sums of block j against the group's block (lanes: tokens). */
-AVX512_INLINE void qblock_sums(const qrows *R, int j, const qacts *A, __m512i acc[8])
+/* The 8 rows' exact sums of entry j (block j, or split: pair j) against the group's entry
+ * (lanes: tokens, or split: tokens' blocks). */
+AVX512_INLINE void qblock_sums(int split, const qrows *R, int j, const qacts *A, __m512i acc[8])
 {
-    const uint8_t *w = R->q[0][j]; /* row r's block j at w + r·sizeof R->q[0] */
+    const uint8_t *w = R->q[0][j << split]; /* row r's entry j at w + r·sizeof R->q[0] */
 #pragma GCC unroll 8
     for (int r = 0; r < 8; r++)
         acc[r] = _mm512_setzero_si512();
@@ -240,9 +261,13 @@ AVX512_INLINE void qblock_sums(const qrows *R, int j, const qacts *A, __m512i ac
     for (int g = 0; g < 8; g++) {
         const __m512i a = _mm512_load_si512(&A->q[g]);
 #pragma GCC unroll 8
-        for (int r = 0; r < 8; r++)
-            acc[r] = _mm512_dpbusd_epi32(
-                acc[r], _mm512_set1_epi32(*(const int32_t *)(w + r * sizeof R->q[0] + 4 * g)), a);
+        for (int r = 0; r < 8; r++) {
+            const uint8_t *p = w + r * sizeof R->q[0];
+            acc[r] = _mm512_dpbusd_epi32(acc[r],
+                                         split ? _mm512_set1_epi64(*(const int64_t *)(p + 8 * g))
+                                               : _mm512_set1_epi32(*(const int32_t *)(p + 4 * g)),
+                                         a);
+        }
     }
 #pragma GCC unroll 8
     for (int r = 0; r < 8; r++)
@@ -253,10 +278,11 @@ AVX512_INLINE void qblock_sums(const qrows *R, int j, const qacts *A, __m512i ac
  * accumulator (F[j]) takes blocks j, j + 8, ... (S·(ws·da) fused into it), a last partial
  * step's blocks go a 4-quant group g to lane g (avx2_qblock), and the 8 lanes are added as
  * avx2_hsum adds them. */
-AVX512_INLINE void q8_rows(const uint8_t *const rows[8], size_t nb, const qacts *A, float *y,
-                           size_t ys, int nr, int nt)
+AVX512_INLINE void q8_rows(int split, const uint8_t *const rows[8], size_t nb, const qacts *A,
+                           float *y, size_t ys, int nr, int nt)
 {
-    __m512 F[8][8]; /* [lane j][row] */
+    __m512 F[8][8]; /* [lane j][row]; split: [pair m][row], lane 2i + h holding lane 2m + h */
+    const int E = 8 >> split; /* entries a step */
 #pragma GCC unroll 8
     for (int j = 0; j < 8; j++)
 #pragma GCC unroll 8
@@ -265,21 +291,26 @@ AVX512_INLINE void q8_rows(const uint8_t *const rows[8], size_t nb, const qacts 
     qrows R;
     size_t b = 0;
     for (; b + 8 <= nb; b += 8) {
-        qrows_fill(rows, b, 8, &R);
-        for (int j = 0; j < 8; j++) {
-            const qacts *Q = &A[b + (size_t)j];
+        qrows_fill(split, rows, b, 8, &R);
+        for (int j = 0; j < E; j++) {
+            const qacts *Q = &A[(b >> split) + (size_t)j];
             __m512i acc[8];
-            qblock_sums(&R, j, Q, acc);
+            qblock_sums(split, &R, j, Q, acc);
             __m512 *Fj = F[j];
 #pragma GCC unroll 8
-            for (int r = 0; r < 8; r++)
-                Fj[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r]),
-                                        _mm512_mul_ps(_mm512_set1_ps(R.d[r][j]), Q->d), Fj[r]);
+            for (int r = 0; r < 8; r++) {
+                int64_t pair; /* split: the pair's two scales, alternating in the lanes */
+                memcpy(&pair, &R.d[r][2 * j], sizeof pair);
+                const __m512 ws = split ? _mm512_castsi512_ps(_mm512_set1_epi64(pair))
+                                        : _mm512_set1_ps(R.d[r][j]);
+                Fj[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r]), _mm512_mul_ps(ws, Q->d),
+                                        Fj[r]);
+            }
         }
     }
-    if (b < nb) {
+    if (b < nb) { /* never split */
         const __m512i v128 = _mm512_set1_epi8((char)0x80);
-        qrows_fill(rows, b, (int)(nb - b), &R);
+        qrows_fill(0, rows, b, (int)(nb - b), &R);
         for (int j = 0; b + (size_t)j < nb; j++) {
             const qacts *Q = &A[b + (size_t)j];
             for (int g = 0; g < 8; g++) {
@@ -298,11 +329,22 @@ AVX512_INLINE void q8_rows(const uint8_t *const rows[8], size_t nb, const qacts 
         }
     }
     __m512 out[8];
+    /* split: lane 2i + h sums the lanes of parity h, as avx2_hsum's two halves, then lane 2i
+     * takes 2i + 1's (the token's (F0 + F4 + F2 + F6) + (F1 + F5 + F3 + F7)) */
+    const __m512i once = _mm512_set_epi32(15, 13, 11, 9, 7, 5, 3, 1, 14, 12, 10, 8, 6, 4, 2, 0);
 #pragma GCC unroll 8
-    for (int r = 0; r < 8; r++)
+    for (int r = 0; r < 8; r++) {
+        if (split) {
+            const __m512 h = _mm512_add_ps(_mm512_add_ps(F[0][r], F[2][r]),
+                                           _mm512_add_ps(F[1][r], F[3][r]));
+            out[r] = _mm512_permutexvar_ps(
+                once, _mm512_add_ps(h, _mm512_permute_ps(h, _MM_SHUFFLE(2, 3, 0, 1))));
+            continue;
+        }
         out[r] = _mm512_add_ps(
             _mm512_add_ps(_mm512_add_ps(F[0][r], F[4][r]), _mm512_add_ps(F[2][r], F[6][r])),
             _mm512_add_ps(_mm512_add_ps(F[1][r], F[5][r]), _mm512_add_ps(F[3][r], F[7][r])));
+    }
     ylanes_store(y, ys, nr, nt, out);
 }
 
@@ -315,13 +357,18 @@ AVX512_INLINE void gemm_q8_rows(const uint8_t *w, size_t rb, size_t n_rows, cons
     qacts *A = aligned_alloc(64, nb * sizeof *A);
     for (size_t t0 = 0; A && t0 < n_tok; t0 += 16) {
         const int nt = n_tok - t0 < 16 ? (int)(n_tok - t0) : 16;
-        qacts_fill(act + t0 * as, as, nt, nb, A);
+        /* up to 8 tokens: two lanes each, a block pair's (rows of whole steps only) */
+        const int split = nt <= 8 && nb % 8 == 0;
+        qacts_fill(split, act + t0 * as, as, nt, nb >> split, A);
         for (size_t r0 = 0; r0 < n_rows; r0 += 8) {
             const int nr = n_rows - r0 < 8 ? (int)(n_rows - r0) : 8;
             const uint8_t *rows[8];
             for (int r = 0; r < 8; r++)
                 rows[r] = w + (r0 + (size_t)(r < nr ? r : nr - 1)) * rb;
-            q8_rows(rows, nb, A, y + t0 * ys + r0, ys, nr, nt);
+            if (split)
+                q8_rows(1, rows, nb, A, y + t0 * ys + r0, ys, nr, nt);
+            else
+                q8_rows(0, rows, nb, A, y + t0 * ys + r0, ys, nr, nt);
         }
     }
     if (A) {
