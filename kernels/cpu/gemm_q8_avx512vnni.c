@@ -299,10 +299,12 @@ AVX512_INLINE void q8_rows(int split, const uint8_t *const rows[8], size_t nb, c
             __m512 *Fj = F[j];
 #pragma GCC unroll 8
             for (int r = 0; r < 8; r++) {
-                int64_t pair; /* split: the pair's two scales, alternating in the lanes */
-                memcpy(&pair, &R.d[r][2 * j], sizeof pair);
-                const __m512 ws = split ? _mm512_castsi512_ps(_mm512_set1_epi64(pair))
-                                        : _mm512_set1_ps(R.d[r][j]);
+                __m512 ws = _mm512_set1_ps(R.d[r][j]);
+                if (split) { /* the pair's two scales, alternating in the lanes */
+                    int64_t pair;
+                    memcpy(&pair, &R.d[r][2 * j], sizeof pair);
+                    ws = _mm512_castsi512_ps(_mm512_set1_epi64(pair));
+                }
                 Fj[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r]), _mm512_mul_ps(ws, Q->d),
                                         Fj[r]);
             }
