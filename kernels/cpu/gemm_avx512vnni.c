@@ -159,27 +159,23 @@ AVX512_INLINE void krow_quants(int split, const __m512i c[4], uint8_t *q)
     }
 }
 
-/* Lane pairs of two int32 (split): a's in the low lane, b's in the high one. */
-static inline int64_t lane_pair(int32_t a, int32_t b)
-{
-    return (int64_t)((uint64_t)(uint32_t)a | (uint64_t)(uint32_t)b << 32);
-}
-
 AVX512_INLINE void krow_fill(enum mvm_wtype t, int split, const uint8_t *b, krow *R)
 {
     __m512i c[4];
-    const int n_sc = t == MVM_W_Q6_K ? 16 : 8, n_pair = n_sc / 2;
+    /* the scales and the pairs as int32 vectors (Q6_K: 16 and 8; Q4_K, Q5_K: 8 and 4, the
+     * upper lanes zero), and split, each lane j next to lane j + half */
+    __m512i sc, pair;
+    int half_sc, half_pair;
     if (t == MVM_W_Q6_K) {
         const mvm_block_q6_K *x = (const mvm_block_q6_K *)b;
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++)
             c[i] = q6_chunk(x, i);
-        for (int j = 0; j < 16; j++)
-            R->sc[j] = x->scales[j];
-        for (int j = 0; j < 8; j++)
-            R->pair[j] = (int32_t)((uint32_t)(uint16_t)x->scales[2 * j] |
-                                   (uint32_t)(uint16_t)x->scales[2 * j + 1] << 16);
-        R->d = mvm_k_h2f(x->d);
+        const __m128i s8 = _mm_loadu_si128((const __m128i *)x->scales);
+        sc = _mm512_cvtepi8_epi32(s8);
+        pair = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(s8)); /* int16 pairs */
+        half_sc = 8, half_pair = 4;
+        R->d = _cvtsh_ss(x->d);
     } else {
         const mvm_block_q4_K *x4 = (const mvm_block_q4_K *)b;
         const mvm_block_q5_K *x5 = (const mvm_block_q5_K *)b;
@@ -188,20 +184,39 @@ AVX512_INLINE void krow_fill(enum mvm_wtype t, int split, const uint8_t *b, krow
         for (int i = 0; i < 4; i++)
             c[i] = q45_chunk(q5 ? x5->qs : x4->qs, q5 ? x5->qh : NULL, i);
         uint32_t u[4];
-        avx2_k45_scales(x4->scales, u);
-        const uint8_t *sm = (const uint8_t *)u; /* the 8 scales, then the 8 mins */
-        for (int j = 0; j < 8; j++)
-            R->sc[j] = sm[j];
-        for (int j = 0; j < 4; j++)
-            R->pair[j] = (int32_t)(sm[8 + 2 * j] | (uint32_t)sm[9 + 2 * j] << 16);
-        R->d = mvm_k_h2f(x4->d);
-        R->dmin = mvm_k_h2f(x4->dmin);
+        avx2_k45_scales(x4->scales, u); /* the 8 scales, then the 8 mins */
+        sc = _mm512_cvtepu8_epi32(_mm_set_epi32(0, 0, (int)u[1], (int)u[0]));
+        pair = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)u[3], (int)u[2])));
+        half_sc = 4, half_pair = 2;
+        R->d = _cvtsh_ss(x4->d);
+        R->dmin = _cvtsh_ss(x4->dmin);
     }
     krow_quants(split, c, R->q);
-    for (int j = 0; split && j < n_sc / 2; j++)
-        R->sc2[j] = lane_pair(R->sc[j], R->sc[j + n_sc / 2]);
-    for (int j = 0; split && j < n_pair / 2; j++)
-        R->pair2[j] = lane_pair(R->pair[j], R->pair[j + n_pair / 2]);
+    _mm512_storeu_si512(R->sc, sc);
+    _mm256_storeu_si256((__m256i *)R->pair, _mm512_castsi512_si256(pair));
+    if (split) { /* lane pairs (j, j + half) */
+        const __m512i by_half = _mm512_set_epi32(15, 7, 14, 6, 13, 5, 12, 4, 11, 3, 10, 2, 9, 1,
+                                                 8, 0);
+        const __m512i by_quarter = _mm512_set_epi32(15, 7, 14, 6, 13, 5, 12, 4, 7, 3, 6, 2, 5, 1,
+                                                    4, 0);
+        _mm512_storeu_si512(R->sc2, _mm512_permutexvar_epi32(half_sc == 8 ? by_half : by_quarter,
+                                                             sc));
+        const __m512i pidx = half_pair == 4 ? by_quarter
+                                            : _mm512_set_epi32(15, 7, 14, 6, 13, 5, 12, 4, 7, 3,
+                                                               6, 2, 3, 1, 2, 0);
+        _mm256_storeu_si256((__m256i *)R->pair2,
+                            _mm512_castsi512_si256(_mm512_permutexvar_epi32(pidx, pair)));
+    }
+}
+
+/* NR rows by NV token groups of int32 accumulators, zeroed (unrolled: they stay registers). */
+AVX512_INLINE void zero_pairs(int NR, int NV, __m512i a[8][2])
+{
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++)
+            a[r][v] = _mm512_setzero_si512();
 }
 
 /* One super-block of NR rows against NV groups of 16 tokens (split: 8 tokens, each in a
@@ -215,18 +230,10 @@ AVX512_INLINE void ksb(enum mvm_wtype t, int split, int NR, int NV, const krow *
     const int sub = t == MVM_W_Q6_K ? 4 : 8; /* steps of 4 quants per sub-block */
     const int n_sub = (MVM_QK_K / 4 / sub) >> split, P = (t == MVM_W_Q6_K ? 8 : 4) >> split;
     __m512i tot[8][2];
-#pragma GCC unroll 8
-    for (int r = 0; r < NR; r++)
-#pragma GCC unroll 2
-        for (int v = 0; v < NV; v++)
-            tot[r][v] = _mm512_setzero_si512();
+    zero_pairs(NR, NV, tot);
     for (int j = 0; j < n_sub; j++) {
         __m512i acc[8][2];
-#pragma GCC unroll 8
-        for (int r = 0; r < NR; r++)
-#pragma GCC unroll 2
-            for (int v = 0; v < NV; v++)
-                acc[r][v] = _mm512_setzero_si512();
+        zero_pairs(NR, NV, acc);
 #pragma GCC unroll 8
         for (int gg = 0; gg < sub; gg++) {
             const int g = sub * j + gg;
