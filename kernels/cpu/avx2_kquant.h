@@ -1,7 +1,7 @@
 /*
  * avx2.h's K-quant blocks (Q2_K .. Q6_K, IQ4_XS and the lattice-grid types) against Q8_K
  * activations: the dot product and the down loop of the K types, and the scale unpacking and
- * float rounding that gemm_avx512vnni.c's tiles share. Part of avx2.h, which includes it
+ * float rounding that gemm_avx512vnni.c's kernels share. Part of avx2.h, which includes it
  * after the blocks it uses (the target attributes, avx2_dpbusd, AVX2_TOK, the prefetch);
  * not a header of its own.
  */
@@ -37,7 +37,7 @@ AVX2_INLINE void avx2_k45_scales(const uint8_t *scales, uint32_t u[4])
 }
 
 /* A Q4_K/Q5_K super-block's float, ad·(d·sum - dmin·msum), rounded as every x86 level and
- * gemm_avx512vnni.c's tiles do: fused with d·sum, spelled out (a compiler contracts the plain
+ * gemm_avx512vnni.c's kernels do: fused with d·sum, spelled out (a compiler contracts the plain
  * expression as it chooses). */
 AVX2_INLINE float avx2_k45_finish(float ad, uint16_t d, uint16_t dmin, int32_t sum, int32_t msum)
 {

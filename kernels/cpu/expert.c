@@ -31,10 +31,10 @@ static const void *down_acts(enum mvm_wtype t, const float h[][MVM_QK_K], size_t
 }
 
 /* Tokens a group takes at once: its gate, up and down bytes (864 KiB for a Q4_K group of
- * OLMoE's shape) are read from L2 once for this many tokens, and the multi-row kernels'
- * panels, unpacked once a call, serve this many tokens' tiles. 32 against 16: +12% Q4_K_M
- * prefill on a 2-core EPYC (3 alternating runs of each; 64 no better), for 73 KiB of
- * stack (the intermediate activations). */
+ * OLMoE's shape) are read from L2 once for this many tokens, and the multi-row kernels take
+ * them as two groups of 16 lanes, each row unpacked once for both. 32 against 16: +12%
+ * Q4_K_M prefill on a 2-core EPYC (3 alternating runs of each; 64 no better, measured with
+ * the earlier tiles), for 73 KiB of stack (the intermediate activations). */
 #define GROUP_TOKENS 32
 
 void mvm_k_expert_ffn_batch(mvm_k_expert_fmt f, const void *expert, size_t n_embd,
