@@ -300,8 +300,8 @@ AVX512_INLINE void ksb(enum mvm_wtype t, int split, int NR, int NV, const krow *
  * tokens (one block of 8 rows whose halves are two groups' tokens: y's block is read and
  * written as 8 x 16 either way). */
 AVX512_INLINE void krows(enum mvm_wtype t, int split, int NR, int NV, const uint8_t *const rows[],
-                         size_t bytes, size_t k0, size_t kn, kacts *const A[2], float *y,
-                         size_t ys, int nr, int nt, int from_y)
+                         size_t rb, size_t bytes, size_t k0, size_t kn, kacts *const A[2],
+                         float *y, size_t ys, int nr, int nt, int from_y)
 {
     /* split: token i in lanes 2i and 2i + 1 */
     const __m512i twice = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
@@ -332,7 +332,9 @@ AVX512_INLINE void krows(enum mvm_wtype t, int split, int NR, int NV, const uint
         const krow *Rp[8];
 #pragma GCC unroll 8
         for (int r = 0; r < NR; r++) {
-            avx2_prefetch(rows[r] + (k0 + k + 1) * bytes, bytes);
+            /* the next block of rows' super-block: a block's time ahead of its use (one
+             * super-block ahead came too late for weights read from memory) */
+            avx2_prefetch(rows[r] + (size_t)NR * rb + (k0 + k) * bytes, bytes);
             krow_fill(t, split, rows[r] + (k0 + k) * bytes, &R[r]);
             Rp[r] = &R[r];
         }
@@ -386,11 +388,11 @@ AVX512_INLINE void gemm_k(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t 
                     rows[r] = w + (r0 + (size_t)(r < nr ? r : nr - 1)) * rb;
                 float *yt = y + t0 * ys + r0;
                 if (NV == 2)
-                    krows(t, 0, 4, 2, rows, bytes, k0, kn, Av, yt, ys, nr, nt, add || k0 > 0);
+                    krows(t, 0, 4, 2, rows, rb, bytes, k0, kn, Av, yt, ys, nr, nt, add || k0 > 0);
                 else if (split)
-                    krows(t, 1, 8, 1, rows, bytes, k0, kn, Av, yt, ys, nr, nt, add || k0 > 0);
+                    krows(t, 1, 8, 1, rows, rb, bytes, k0, kn, Av, yt, ys, nr, nt, add || k0 > 0);
                 else
-                    krows(t, 0, 8, 1, rows, bytes, k0, kn, Av, yt, ys, nr, nt, add || k0 > 0);
+                    krows(t, 0, 8, 1, rows, rb, bytes, k0, kn, Av, yt, ys, nr, nt, add || k0 > 0);
             }
         }
     }
