@@ -217,14 +217,15 @@ typedef struct {
     float d[8][8];
 } qrows;
 
-AVX512_INLINE void qrows_fill(int split, const uint8_t *const rows[8], size_t j0, int n,
-                              qrows *R)
+AVX512_INLINE void qrows_fill(int split, const uint8_t *const rows[8], size_t rb, size_t j0,
+                              int n, qrows *R)
 {
     const __m256i v128 = _mm256_set1_epi8((char)0x80);
 #pragma GCC unroll 8
     for (int r = 0; r < 8; r++) {
         const mvm_block_q8_0 *x = (const mvm_block_q8_0 *)rows[r] + j0;
-        avx2_prefetch((const uint8_t *)(x + 8), 8 * sizeof *x);
+        /* the next block of rows' step: a block's time ahead of its use */
+        avx2_prefetch((const uint8_t *)x + 8 * rb, (size_t)n * sizeof *x);
 #pragma GCC unroll 8
         for (int j = 0; j < n && !split; j++)
             _mm256_storeu_si256((__m256i *)R->q[r][j],
@@ -278,8 +279,8 @@ AVX512_INLINE void qblock_sums(int split, const qrows *R, int j, const qacts *A,
  * accumulator (F[j]) takes blocks j, j + 8, ... (S·(ws·da) fused into it), a last partial
  * step's blocks go a 4-quant group g to lane g (avx2_qblock), and the 8 lanes are added as
  * avx2_hsum adds them. */
-AVX512_INLINE void q8_rows(int split, const uint8_t *const rows[8], size_t nb, const qacts *A,
-                           float *y, size_t ys, int nr, int nt)
+AVX512_INLINE void q8_rows(int split, const uint8_t *const rows[8], size_t rb, size_t nb,
+                           const qacts *A, float *y, size_t ys, int nr, int nt)
 {
     __m512 F[8][8]; /* [lane j][row]; split: [pair m][row], lane 2i + h holding lane 2m + h */
     const int E = 8 >> split; /* entries a step */
@@ -291,7 +292,7 @@ AVX512_INLINE void q8_rows(int split, const uint8_t *const rows[8], size_t nb, c
     qrows R;
     size_t b = 0;
     for (; b + 8 <= nb; b += 8) {
-        qrows_fill(split, rows, b, 8, &R);
+        qrows_fill(split, rows, rb, b, 8, &R);
         for (int j = 0; j < E; j++) {
             const qacts *Q = &A[(b >> split) + (size_t)j];
             __m512i acc[8];
@@ -312,7 +313,7 @@ AVX512_INLINE void q8_rows(int split, const uint8_t *const rows[8], size_t nb, c
     }
     if (b < nb) { /* never split */
         const __m512i v128 = _mm512_set1_epi8((char)0x80);
-        qrows_fill(0, rows, b, (int)(nb - b), &R);
+        qrows_fill(0, rows, rb, b, (int)(nb - b), &R);
         for (int j = 0; b + (size_t)j < nb; j++) {
             const qacts *Q = &A[b + (size_t)j];
             for (int g = 0; g < 8; g++) {
@@ -368,9 +369,9 @@ AVX512_INLINE void gemm_q8_rows(const uint8_t *w, size_t rb, size_t n_rows, cons
             for (int r = 0; r < 8; r++)
                 rows[r] = w + (r0 + (size_t)(r < nr ? r : nr - 1)) * rb;
             if (split)
-                q8_rows(1, rows, nb, A, y + t0 * ys + r0, ys, nr, nt);
+                q8_rows(1, rows, rb, nb, A, y + t0 * ys + r0, ys, nr, nt);
             else
-                q8_rows(0, rows, nb, A, y + t0 * ys + r0, ys, nr, nt);
+                q8_rows(0, rows, rb, nb, A, y + t0 * ys + r0, ys, nr, nt);
         }
     }
     if (A) {
