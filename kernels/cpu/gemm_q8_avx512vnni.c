@@ -140,7 +140,8 @@ AVX512_INLINE void gemm_q8_down(const uint8_t *w, size_t rb, size_t n_rows, cons
             const uint8_t *set[TILE];
             for (int r = 0; r < TILE; r++) {
                 set[r] = w + (r0 + (size_t)r * Q8_STEP_BLOCKS) * rb;
-                avx2_prefetch(set[r], Q8_STEP_BLOCKS * rb);
+                /* the next tile's: the blocks read right after this are already on their way */
+                avx2_prefetch(set[r] + TILE * Q8_STEP_BLOCKS * rb, Q8_STEP_BLOCKS * rb);
             }
             qstep_fill(set, rb, &S);
             for (size_t i = 0; i < ntb; i++) {
