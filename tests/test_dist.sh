@@ -89,13 +89,17 @@ done
 other=("$moevm" run -m "$model" -p "The expert address space" -n 12 --temp 0 -t 1)
 "${other[@]}" >"$tmp/other.txt" 2>/dev/null
 "${mpi[@]}" 1 --output-filename "$tmp/mpmd" "${run[@]}" --homes 2 --period 3 -b 2 \
-    : -n 1 "${other[@]}" --homes 2 --period 3 : -n 1 "${run[@]}" --homes 2 >/dev/null 2>&1
+    : -n 1 "${other[@]}" --homes 2 --period 3 : -n 1 "${run[@]}" --homes 2 --period 3 \
+    >/dev/null 2>&1
 if cmp -s "$tmp/one.txt" "$tmp/mpmd/1/rank.0/stdout" &&
     cmp -s "$tmp/other.txt" "$tmp/mpmd/1/rank.1/stdout"; then pass=$((pass + 1)); else
     fail=$((fail + 1)); echo "FAIL: two homes with their own prompts: not one process's texts" >&2
     cat "$tmp/mpmd/1/rank.1/stdout" "$tmp/mpmd/1/rank.1/stderr" | sed 's/^/    /' >&2; fi
 expect fail 'the ranks disagree on --homes \(1 to 2\): give every rank the same model' \
     -- "${mpi[@]}" 1 "${run[@]}" --homes 2 : -n 2 "${run[@]}"
+# a home that never reported would hold every round until its stream ended
+expect fail 'the ranks disagree on --period \(0 to 4\)' \
+    -- "${mpi[@]}" 1 "${run[@]}" --homes 2 --period 4 : -n 1 "${run[@]}" --homes 2 --period 0
 # A home that fails on its own (its prompt does not fit its context) lets the others end.
 cat >"$tmp/short.sh" <<EOF
 #!/bin/sh

@@ -261,18 +261,23 @@ static mvm_status setup(mvm_dist *d, const mvm_model *m, const mvm_dist_params *
  * agree; a server answers the largest batch of any home. Collective. */
 static mvm_status check_same(mvm_dist *d, uint32_t n_batch)
 {
-    static const char *const what[] = {"--homes", "the model's layers", "the model's experts",
-                                       "the model's n_embd", "the model's expert bytes"};
-    long v[5] = {(long)d->homes, (long)d->L, (long)d->E, (long)d->D, (long)d->slot_bytes};
-    long lo[5], hi[5], batch = n_batch, most;
-    MPI_Allreduce(v, lo, 5, MPI_LONG, MPI_MIN, MPI_COMM_WORLD);
-    MPI_Allreduce(v, hi, 5, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
+    /* --period too: a home that never reports would hold every round until its end */
+    static const char *const what[] = {"--homes", "--period", "the model's layers",
+                                       "the model's experts", "the model's n_embd",
+                                       "the model's expert bytes"};
+    enum { N = sizeof what / sizeof *what };
+    long v[N] = {(long)d->homes, (long)d->period, (long)d->L, (long)d->E, (long)d->D,
+                 (long)d->slot_bytes};
+    long lo[N], hi[N], batch = n_batch, most;
+    MPI_Allreduce(v, lo, N, MPI_LONG, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(v, hi, N, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
     MPI_Allreduce(&batch, &most, 1, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
     d->serve_batch = (uint32_t)most;
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < N; i++)
         if (lo[i] != hi[i])
             return mvm_fail(MVM_ERR_INVALID, "the ranks disagree on %s (%ld to %ld): give "
-                            "every rank the same model and --homes", what[i], lo[i], hi[i]);
+                            "every rank the same model, --homes and --period", what[i], lo[i],
+                            hi[i]);
     return MVM_OK;
 }
 
