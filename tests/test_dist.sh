@@ -125,6 +125,11 @@ expect 2 'apply to a run started by mpirun' -- "${run[@]}" --place prism
 expect 2 '--period x: ' -- "${mpi[@]}" 2 "${run[@]}" --period x
 expect fail 'homes 4: the job has 3 ranks' -- "${mpi[@]}" 3 "${run[@]}" --homes 4
 expect 2 'apply to a run started by mpirun' -- "${run[@]}" --homes 2
+# A parameter only the engine checks (after every rank has loaded): the servers are told to
+# stop, or with several homes the job ends, instead of waiting for a home that never began.
+expect fail "evict lru: unknown parameter 'bogus'" -- "${mpi[@]}" 3 "${run[@]}" --evict 'lru{bogus=1}'
+expect fail "evict lru: unknown parameter 'bogus'" \
+    -- "${mpi[@]}" 3 "${run[@]}" --evict 'lru{bogus=1}' --homes 2
 # One rank without the model file: the others do not wait for it.
 cat >"$tmp/rank2.sh" <<EOF
 #!/bin/sh

@@ -352,7 +352,8 @@ struct text_out {
 struct session {
     struct run_args a;
     mvm_dist *dist;      /* under mpirun (dist.h), else NULL */
-    int server;          /* a rank that computes experts for the leader, rank 0 */
+    int server;          /* a rank that only computes experts for the homes (dist.h) */
+    int placed;          /* every rank has loaded its experts: the job runs from here */
     uint64_t *capacity;  /* [ranks] the distributed mode's expert memory per rank */
     mvm_machine machine; /* --cost */
     mvm_pool *pool;
@@ -564,6 +565,7 @@ static int load(struct session *s)
         st = mvm_dist_agree(s->dist, st);
     if (st != MVM_OK)
         return s->server ? 1 : mvm_cli_error("run", "loading the model");
+    s->placed = 1; /* a failure from here on is this rank's alone */
     if (s->server)
         return 0; /* it needs no engine, and the leader speaks for the job */
     print_model(s, &desc, mvm_now_s() - t0);
@@ -761,7 +763,6 @@ int mvm_cmd_run(int argc, char **argv)
         return mvm_cli_error("run", "distributed mode");
     s.server = s.dist && mvm_dist_rank(s.dist) >= s.a.homes;
     rc = load(&s);
-    const int loaded = !rc;
     /* Ctrl-C from now on stops the prompt or the generation, not the program: the report
      * still comes. A second one (the handler reset) ends it at once, when one batch takes
      * long. SA_RESTART: the trace's and the logits' writes must not fail with EINTR. */
@@ -774,10 +775,11 @@ int mvm_cmd_run(int argc, char **argv)
         rc = make_prompt(&s);
     if (!rc && !s.server)
         rc = generate(&s);
-    /* a home's failure of its own still lets the others finish; one in the exchange that
-     * stops the job (they may wait for this rank) ends every rank */
+    /* a home's failure of its own (a parameter its engine refused, a prompt too long)
+     * still lets the others finish; one in the exchange, or a home that never began
+     * serving while others may wait for it, ends every rank */
     int dist_failed = 0;
-    if (s.dist && !s.server && loaded && mvm_dist_stop(s.dist) != MVM_OK)
+    if (s.dist && !s.server && s.placed && mvm_dist_stop(s.dist) != MVM_OK)
         dist_failed = 1, rc = rc ? rc : mvm_cli_error("run", "distributed mode");
     if (mvm_trace_close(s.trace) != MVM_OK && !rc)
         rc = mvm_cli_error("run", "--trace-out");
