@@ -360,6 +360,32 @@ AVX512_INLINE void krows(enum mvm_wtype t, int split, int NR, int NV, const uint
     }
 }
 
+/* y's block of up to 32 tokens by YTILE_ROWS rows is staged in a buffer of YTILE_STRIDE
+ * floats a token. y's tokens are often a power of two of floats apart (n_embd: 8 KiB for
+ * OLMoE), which puts a block's 16 to 32 token lines in one L1 set of 8 ways: written 8 rows
+ * (half a line) at a time, each line was evicted before its other half came and fetched
+ * twice. Staged, each token's YTILE_ROWS floats move once, whole lines in a row: the
+ * expert's Q6_K down product +34% at 32 tokens (bench_cpu_expert_tokens, docs/perf/cpu.md).
+ * The stride's 16 extra floats spread the tokens over the sets. */
+#define YTILE_ROWS 64
+#define YTILE_STRIDE (YTILE_ROWS + 16)
+
+/* tile[i][0 .. nr) <-> y[i * ys + 0 .. nr) for nt tokens. */
+AVX512_INLINE void ytile_move(float *y, size_t ys, float *tile, int nr, int nt, int to_y)
+{
+    const __mmask16 tail = (__mmask16)((1u << (nr % 16)) - 1);
+    for (int i = 0; i < nt; i++) {
+        float *a = y + (size_t)i * ys, *b = tile + (size_t)i * YTILE_STRIDE;
+        float *dst = to_y ? a : b;
+        const float *src = to_y ? b : a;
+        int c = 0;
+        for (; c + 16 <= nr; c += 16)
+            _mm512_storeu_ps(dst + c, _mm512_loadu_ps(src + c));
+        if (c < nr)
+            _mm512_mask_storeu_ps(dst + c, tail, _mm512_maskz_loadu_ps(tail, src + c));
+    }
+}
+
 /* Up to 32 tokens at a time (two groups: 4 rows a block), or 16 (8 rows), or up to 8 (8
  * rows, split): 8 pairs of accumulators each way, enough to hide vpdpbusd's latency. */
 AVX512_INLINE void gemm_k(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t n_rows,
@@ -368,6 +394,7 @@ AVX512_INLINE void gemm_k(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t 
 {
     const size_t nb = n / MVM_QK_K, bytes = mvm_k_block_bytes(t);
     kacts A[2][KPIECE_SB];
+    float tile[32 * YTILE_STRIDE];
     for (size_t t0 = 0; t0 < n_tok; t0 += 32) {
         const int nt = n_tok - t0 < 32 ? (int)(n_tok - t0) : 32, NV = nt > 16 ? 2 : 1;
         const int NR = NV == 2 ? 4 : 8, split = nt <= 8;
@@ -381,18 +408,29 @@ AVX512_INLINE void gemm_k(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t 
             if (NV == 2)
                 kacts_fill(t, 0, a + 16 * as, as, nt - 16, k0, kn, A[1]);
             kacts *const Av[2] = {A[0], A[1]};
-            for (size_t r0 = 0; r0 < n_rows; r0 += (size_t)NR) {
-                const int nr = n_rows - r0 < (size_t)NR ? (int)(n_rows - r0) : NR;
-                const uint8_t *rows[8];
-                for (int r = 0; r < NR; r++)
-                    rows[r] = w + (r0 + (size_t)(r < nr ? r : nr - 1)) * rb;
-                float *yt = y + t0 * ys + r0;
-                if (NV == 2)
-                    krows(t, 0, 4, 2, rows, rb, bytes, k0, kn, Av, yt, ys, nr, nt, add || k0 > 0);
-                else if (split)
-                    krows(t, 1, 8, 1, rows, rb, bytes, k0, kn, Av, yt, ys, nr, nt, add || k0 > 0);
-                else
-                    krows(t, 0, 8, 1, rows, rb, bytes, k0, kn, Av, yt, ys, nr, nt, add || k0 > 0);
+            const int from_y = add || k0 > 0;
+            for (size_t y0 = 0; y0 < n_rows; y0 += YTILE_ROWS) {
+                const int ny = n_rows - y0 < YTILE_ROWS ? (int)(n_rows - y0) : YTILE_ROWS;
+                float *yt = y + t0 * ys + y0;
+                if (from_y)
+                    ytile_move(yt, ys, tile, ny, nt, 0);
+                for (int b = 0; b < ny; b += NR) {
+                    const int nr = ny - b < NR ? ny - b : NR;
+                    const uint8_t *rows[8];
+                    for (int r = 0; r < NR; r++)
+                        rows[r] = w + (y0 + (size_t)(b + (r < nr ? r : nr - 1))) * rb;
+                    float *tb = tile + b;
+                    if (NV == 2)
+                        krows(t, 0, 4, 2, rows, rb, bytes, k0, kn, Av, tb, YTILE_STRIDE, nr, nt,
+                              from_y);
+                    else if (split)
+                        krows(t, 1, 8, 1, rows, rb, bytes, k0, kn, Av, tb, YTILE_STRIDE, nr, nt,
+                              from_y);
+                    else
+                        krows(t, 0, 8, 1, rows, rb, bytes, k0, kn, Av, tb, YTILE_STRIDE, nr, nt,
+                              from_y);
+                }
+                ytile_move(yt, ys, tile, ny, nt, 1);
             }
         }
     }

@@ -1,0 +1,139 @@
+/*
+ * The experts' share of MoE prefill, by the tokens each expert receives: a prompt of P tokens
+ * routed top-k among E experts gives each about P·k/E (OLMoE at pp64: 8, at pp512: 64), so
+ * the batch kernels live or die at a handful of tokens, not at the 32 a dense matmul has.
+ *
+ *   bench_cpu_expert_tokens [reps [format [counts]]]
+ *       reps    best of reps (default 3)
+ *       format  q4_K (gate/up Q4_K, down Q6_K: llama.cpp's Q4_K_M), q4_K/q4_K, q8_0 (default
+ *               q4_K)
+ *       counts  comma list of tokens per expert (default 1,2,4,6,8,12,16,24,32,64)
+ *
+ * One thread runs mvm_k_expert_ffn_batch over experts of OLMoE-1B-7B's shape (n_embd 2048,
+ * n_ff 1024) that fill 256 MiB, so that the weights stream from memory as they do in
+ * prefill, each with `count` tokens of distinct random activations. Prints GMAC/s (three
+ * n_embd x n_ff products per token) and the weight bytes read per second; times are the
+ * thread's CPU time. docs/perf/cpu.md records runs.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/cpu/kernels.h"
+
+#define N_EMBD 2048
+#define N_FF 1024
+#define WEIGHT_BYTES (256ull << 20)
+#define MAX_TOK 256
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static float frand(void) /* uniform in [-1, 1) */
+{
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)(rng >> 40) / (float)(1 << 23) - 1.0f;
+}
+
+/* n rows of n_row random weights of type t at w. */
+static void fill_rows(enum mvm_wtype t, uint8_t *w, size_t n, size_t n_row)
+{
+    float *row = malloc(n_row * sizeof *row);
+    for (size_t r = 0; r < n; r++, w += mvm_k_row_bytes(t, n_row)) {
+        for (size_t i = 0; i < n_row; i++)
+            row[i] = frand() * 0.05f;
+        mvm_k_quantize(t, row, w, n_row);
+    }
+    free(row);
+}
+
+/* Whether `s` names a format; *f set. */
+static int parse_format(const char *s, mvm_k_expert_fmt *f)
+{
+    static const struct {
+        const char *name;
+        enum mvm_wtype gate_up, down;
+    } known[] = {{"q4_K", MVM_W_Q4_K, MVM_W_Q6_K},
+                 {"q4_K/q4_K", MVM_W_Q4_K, MVM_W_Q4_K},
+                 {"q8_0", MVM_W_Q8_0, MVM_W_Q8_0}};
+    for (size_t i = 0; i < sizeof known / sizeof *known; i++)
+        if (strcmp(s, known[i].name) == 0) {
+            *f = (mvm_k_expert_fmt){known[i].gate_up, known[i].down, MVM_GLU_SILU};
+            return 1;
+        }
+    return 0;
+}
+
+static volatile float sink;
+
+int main(int argc, char **argv)
+{
+    const int reps = argc > 1 ? atoi(argv[1]) : 3;
+    mvm_k_expert_fmt f;
+    if (reps < 1 || !parse_format(argc > 2 ? argv[2] : "q4_K", &f)) {
+        fprintf(stderr, "usage: bench_cpu_expert_tokens [reps >= 1 [q4_K|q4_K/q4_K|q8_0 "
+                        "[counts, e.g. 1,8,32]]]\n");
+        return 1;
+    }
+    const char *counts = argc > 3 ? argv[3] : "1,2,4,6,8,12,16,24,32,64";
+    const size_t G = mvm_k_expert_group_channels(f), groups = N_FF / G;
+    const size_t group = mvm_k_expert_group_bytes(f, N_EMBD), eb = group * groups;
+    const size_t experts = WEIGHT_BYTES / eb;
+    const size_t as = mvm_k_act_bytes(f.gate_up, N_EMBD);
+    uint8_t *w = aligned_alloc(64, experts * eb);
+    uint8_t *acts = aligned_alloc(64, MAX_TOK * as);
+    float *out = malloc(MAX_TOK * (N_EMBD) * sizeof *out), weights[MAX_TOK], x[N_EMBD];
+    if (!w || !acts || !out) {
+        fprintf(stderr, "bench_cpu_expert_tokens: out of memory\n");
+        return 1;
+    }
+    for (size_t e = 0; e < experts; e++) /* each group: gate, up, then down's slots */
+        for (size_t g = 0; g < groups; g++) {
+            uint8_t *p = w + e * eb + g * group;
+            const size_t rows = 2 * G * mvm_k_row_bytes(f.gate_up, N_EMBD);
+            fill_rows(f.gate_up, p, 2 * G, N_EMBD);
+            fill_rows(f.down, p + rows, N_EMBD, G);
+        }
+    for (size_t i = 0; i < MAX_TOK; i++) {
+        for (size_t j = 0; j < N_EMBD; j++)
+            x[j] = frand();
+        mvm_k_prepare_act(f.gate_up, x, acts + i * as, N_EMBD);
+        weights[i] = 0.125f;
+    }
+    printf("expert %s/%s, n_embd %d, n_ff %d, %zu experts (%.0f MiB), 1 thread, level %s\n\n",
+           mvm_k_wtype_name(f.gate_up), mvm_k_wtype_name(f.down), N_EMBD, N_FF, experts,
+           (double)(experts * eb) / (1 << 20), mvm_k_simd_name(mvm_k_simd_current()));
+    printf("| tokens per expert | GMAC/s | weight GB/s |\n|---|---|---|\n");
+    for (const char *p = counts; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
+        const long n = strtol(p, NULL, 10);
+        if (n < 1 || n > MAX_TOK) {
+            fprintf(stderr, "bench_cpu_expert_tokens: tokens per expert '%ld' outside 1..%d\n", n,
+                    MAX_TOK);
+            return 1;
+        }
+        double best = 1e30;
+        for (int r = 0; r < reps; r++) {
+            memset(out, 0, (size_t)n * (N_EMBD) * sizeof *out);
+            double s = now_s();
+            for (size_t e = 0; e < experts; e++)
+                mvm_k_expert_ffn_batch(f, w + e * eb, N_EMBD, acts, as, weights, (size_t)n, out,
+                                       N_EMBD, 0, groups);
+            s = now_s() - s;
+            best = s < best ? s : best;
+        }
+        sink = out[N_EMBD / 2];
+        printf("| %ld | %.1f | %.2f |\n", n,
+               3.0 * N_EMBD * N_FF * (double)n * (double)experts / best / 1e9,
+               (double)(experts * eb) / best / 1e9);
+        fflush(stdout);
+    }
+    free(w), free(acts), free(out);
+    return 0;
+}
