@@ -1052,18 +1052,22 @@ static void test_matvec(void)
  * short by 7 rows and 5, 7, 9, 16, 17, 33 tokens); the rows are long enough for the Q
  * kernels' 8-block steps and their tails (9 blocks), and the K types' 17
  * super-blocks for gemm_avx512vnni.c's pieces of 8 and the one after them; 20 tokens of
- * 4096 floats exceed the 256 KiB token tile, so the tiling is crossed too. */
+ * 4096 floats exceed the 256 KiB token tile, so the tiling is crossed too. The K types have
+ * 37 rows besides (35 computed): gemm_rows_avx512vnni.c's blocks of 16 rows, two whole and
+ * one cut short, and its prefetches across them. */
 static void test_matmul(void)
 {
     static const size_t counts[] = {1, 2, 3, 4, 5, 7, 9, 16, 17, 33};
-    const size_t rows = 9, r0 = 1, r1 = 8;
-    for (int tl = 0; tl < 2 * MVM_W_COUNT; tl++) {
+    for (int tl = 0; tl < 3 * MVM_W_COUNT; tl++) {
         /* the Q types twice: 9 blocks (a step and a tail), and 16 (whole steps: the Q8_0
          * kernel's split groups of up to 8 tokens) */
         const int t = tl % MVM_W_COUNT;
-        const int whole = tl >= MVM_W_COUNT;
+        const int whole = tl >= MVM_W_COUNT && tl < 2 * MVM_W_COUNT, tall = tl >= 2 * MVM_W_COUNT;
         if (whole && (t == MVM_W_F32 || t == MVM_W_F16 || is_k((enum mvm_wtype)t)))
             continue;
+        if (tall && !is_k((enum mvm_wtype)t))
+            continue;
+        const size_t rows = tall ? 37 : 9, r0 = 1, r1 = rows - 1;
         const size_t n = t == MVM_W_F32 ? 4096 : is_k((enum mvm_wtype)t) ? 17 * 256
                                                : whole                  ? 512
                                                                         : 288;
@@ -1072,7 +1076,7 @@ static void test_matmul(void)
             const size_t n_tok = c < sizeof counts / sizeof *counts ? counts[c] : 20;
             const size_t ab = mvm_k_act_bytes(p.t, n), act_stride = ab + 8, y_stride = rows + 3;
             uint8_t *acts = malloc(n_tok * act_stride);
-            float *x = malloc(n * sizeof *x), *y = malloc(n_tok * y_stride * sizeof *y), yv[9];
+            float *x = malloc(n * sizeof *x), *y = malloc(n_tok * y_stride * sizeof *y), yv[37];
             for (size_t i = 0; i < n_tok; i++) {
                 fill(x, n, 1.0f);
                 mvm_k_prepare_act(p.t, x, acts + i * act_stride, n);
@@ -1274,12 +1278,12 @@ static void test_expert(void)
     }
 }
 
-/* The batch of n_tok tokens equals one call per token, bitwise. */
-static void check_expert_batch(size_t fi, size_t n_tok)
+/* The batch of n_tok tokens equals one call per token, bitwise; expert_embd's size s. */
+static void check_expert_batch(size_t fi, size_t n_tok, int s)
 {
     const size_t groups = 2;
     const mvm_k_expert_fmt f = expert_fmts[fi];
-    const size_t n_embd = expert_embd(f, 0), n_ff = groups * mvm_k_expert_group_channels(f);
+    const size_t n_embd = expert_embd(f, s), n_ff = groups * mvm_k_expert_group_channels(f);
     expert e = make_expert(f, n_embd, n_ff);
     const size_t act_stride = mvm_k_act_bytes(e.t, n_embd) + 12, out_stride = n_embd + 5;
     uint8_t *acts = malloc(n_tok * act_stride);
@@ -1307,13 +1311,16 @@ static void check_expert_batch(size_t fi, size_t n_tok)
 }
 
 /* 1..MVM_K_NT tokens (each count of the multi-token kernels), 11 (two full steps of them
- * and a remainder of 3) and 37 (expert.c's 32 tokens at once, then 5: a tile cut short). */
+ * and a remainder of 3; with the rows in the lanes, 8 + 2 + 1) and 37 (expert.c's 32 tokens
+ * at once, then 5: a tile cut short), at both of expert_embd's sizes (the K types' gate and
+ * up rows of one super-block and of three, the two kernels for few tokens). */
 static void test_expert_batch(void)
 {
     static const size_t counts[] = {1, 2, 3, 4, 11, 37};
     for (size_t fi = 0; fi < sizeof expert_fmts / sizeof *expert_fmts; fi++)
         for (size_t c = 0; c < sizeof counts / sizeof *counts; c++)
-            check_expert_batch(fi, counts[c]);
+            for (int s = 0; s < 2; s++)
+                check_expert_batch(fi, counts[c], s);
 }
 
 /* ---- small ops -------------------------------------------------------------------------- */

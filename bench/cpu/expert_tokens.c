@@ -3,15 +3,17 @@
  * routed top-k among E experts gives each about P·k/E (OLMoE at pp64: 8, at pp512: 64), so
  * the batch kernels live or die at a handful of tokens, not at the 32 a dense matmul has.
  *
- *   bench_cpu_expert_tokens [reps [format [counts]]]
+ *   bench_cpu_expert_tokens [reps [format [counts [MiB]]]]
  *       reps    best of reps (default 3)
- *       format  q4_K (gate/up Q4_K, down Q6_K: llama.cpp's Q4_K_M), q4_K/q4_K, q8_0 (default
- *               q4_K)
+ *       format  q4_K (gate/up Q4_K, down Q6_K: llama.cpp's Q4_K_M), q4_K/q4_K, q5_K (down
+ *               Q6_K: Q5_K_M), q6_K, q8_0 (default q4_K)
  *       counts  comma list of tokens per expert (default 1,2,4,6,8,12,16,24,32,64)
+ *       MiB     the experts' bytes (default 256: the weights stream from memory, as in
+ *               prefill; 1 keeps them in L2, which measures the arithmetic alone)
  *
  * One thread runs mvm_k_expert_ffn_batch over experts of OLMoE-1B-7B's shape (n_embd 2048,
- * n_ff 1024) that fill 256 MiB, so that the weights stream from memory as they do in
- * prefill, each with `count` tokens of distinct random activations. Prints GMAC/s (three
+ * n_ff 1024) that fill MiB (at least one expert), each with `count` tokens of distinct
+ * random activations, enough passes over them for a tenth of a second. Prints GMAC/s (three
  * n_embd x n_ff products per token) and the weight bytes read per second; times are the
  * thread's CPU time. docs/perf/cpu.md records runs.
  */
@@ -24,7 +26,6 @@
 
 #define N_EMBD 2048
 #define N_FF 1024
-#define WEIGHT_BYTES (256ull << 20)
 #define MAX_TOK 256
 
 static double now_s(void)
@@ -62,6 +63,8 @@ static int parse_format(const char *s, mvm_k_expert_fmt *f)
         enum mvm_wtype gate_up, down;
     } known[] = {{"q4_K", MVM_W_Q4_K, MVM_W_Q6_K},
                  {"q4_K/q4_K", MVM_W_Q4_K, MVM_W_Q4_K},
+                 {"q5_K", MVM_W_Q5_K, MVM_W_Q6_K},
+                 {"q6_K", MVM_W_Q6_K, MVM_W_Q6_K},
                  {"q8_0", MVM_W_Q8_0, MVM_W_Q8_0}};
     for (size_t i = 0; i < sizeof known / sizeof *known; i++)
         if (strcmp(s, known[i].name) == 0) {
@@ -78,14 +81,20 @@ int main(int argc, char **argv)
     const int reps = argc > 1 ? atoi(argv[1]) : 3;
     mvm_k_expert_fmt f;
     if (reps < 1 || !parse_format(argc > 2 ? argv[2] : "q4_K", &f)) {
-        fprintf(stderr, "usage: bench_cpu_expert_tokens [reps >= 1 [q4_K|q4_K/q4_K|q8_0 "
+        fprintf(stderr, "usage: bench_cpu_expert_tokens [reps >= 1 [q4_K|q4_K/q4_K|q5_K|q6_K|q8_0 "
                         "[counts, e.g. 1,8,32]]]\n");
         return 1;
     }
     const char *counts = argc > 3 ? argv[3] : "1,2,4,6,8,12,16,24,32,64";
     const size_t G = mvm_k_expert_group_channels(f), groups = N_FF / G;
     const size_t group = mvm_k_expert_group_bytes(f, N_EMBD), eb = group * groups;
-    const size_t experts = WEIGHT_BYTES / eb;
+    const long mib = argc > 4 ? strtol(argv[4], NULL, 10) : 256;
+    if (mib < 1 || mib > 65536) {
+        fprintf(stderr, "bench_cpu_expert_tokens: MiB '%s' outside 1..65536\n", argv[4]);
+        return 1;
+    }
+    const size_t experts = ((size_t)mib << 20) / eb ? ((size_t)mib << 20) / eb : 1;
+    const size_t passes = (256ull << 20) / (experts * eb) ? (256ull << 20) / (experts * eb) : 1;
     const size_t as = mvm_k_act_bytes(f.gate_up, N_EMBD);
     uint8_t *w = aligned_alloc(64, experts * eb);
     uint8_t *acts = aligned_alloc(64, MAX_TOK * as);
@@ -122,16 +131,16 @@ int main(int argc, char **argv)
         for (int r = 0; r < reps; r++) {
             memset(out, 0, (size_t)n * (N_EMBD) * sizeof *out);
             double s = now_s();
-            for (size_t e = 0; e < experts; e++)
-                mvm_k_expert_ffn_batch(f, w + e * eb, N_EMBD, acts, as, weights, (size_t)n, out,
+            for (size_t e = 0; e < experts * passes; e++)
+                mvm_k_expert_ffn_batch(f, w + e % experts * eb, N_EMBD, acts, as, weights, (size_t)n, out,
                                        N_EMBD, 0, groups);
             s = now_s() - s;
             best = s < best ? s : best;
         }
         sink = out[N_EMBD / 2];
         printf("| %ld | %.1f | %.2f |\n", n,
-               3.0 * N_EMBD * N_FF * (double)n * (double)experts / best / 1e9,
-               (double)(experts * eb) / best / 1e9);
+               3.0 * N_EMBD * N_FF * (double)n * (double)(experts * passes) / best / 1e9,
+               (double)(experts * passes * eb) / best / 1e9);
         fflush(stdout);
     }
     free(w), free(acts), free(out);

@@ -392,6 +392,10 @@ AVX512_INLINE void gemm_k(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t 
                           const uint8_t *act, size_t as, size_t n_tok, size_t n, float *y,
                           size_t ys, int add)
 {
+    if (n_tok < MVM_K_ROWS_TOKENS && n > MVM_QK_K) {
+        mvm_k_gemm_rows_vnni(t, w, rb, n_rows, act, as, n_tok, n, y, ys, add);
+        return;
+    }
     const size_t nb = n / MVM_QK_K, bytes = mvm_k_block_bytes(t);
     kacts A[2][KPIECE_SB];
     float tile[32 * YTILE_STRIDE];

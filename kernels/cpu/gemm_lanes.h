@@ -96,6 +96,20 @@ AVX512_INLINE void ylanes_store(float *y, size_t ys, int nr, int nt, const __m51
         _mm256_mask_storeu_ps(y + (size_t)i * ys, rows, i < 8 ? lo[i] : hi[i - 8]);
 }
 
+/* Below this many tokens the K-quant products over rows of several super-blocks have the
+ * rows in the lanes instead (gemm_rows_avx512vnni.c: no lane idle at any count); at it and
+ * above, the tokens. An OLMoE expert streamed from memory (bench_cpu_expert_tokens, its gate
+ * and up products so, GMAC/s against the tokens in the lanes): Q4_K at 4 tokens 52 against
+ * 40, at 8 82 against 78, at 12 89 against 76, at 15 96 against 99; Q5_K ahead up to 12,
+ * behind from 13. */
+#define MVM_K_ROWS_TOKENS 13
+
+/* The K-quants' products of fewer than MVM_K_ROWS_TOKENS tokens (gemm_rows_avx512vnni.c),
+ * t Q4_K, Q5_K or Q6_K; mvm_k_gemm_fn's arguments otherwise. */
+void mvm_k_gemm_rows_vnni(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t n_rows,
+                          const uint8_t *act, size_t as, size_t n_tok, size_t n, float *y,
+                          size_t ys, int add);
+
 /* The table's Q8_0 entry (gemm_q8_avx512vnni.c). */
 void mvm_k_gemm_q8_0_vnni(const void *w, size_t rb, size_t n_rows, const void *act, size_t as,
                           size_t n_tok, size_t n, float *y, size_t ys, int add);
