@@ -18,22 +18,10 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "bench/cpu/bench_util.h"
 #include "kernels/cpu/kernels.h"
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
-
-static float frand(void) /* uniform in [-1, 1) */
-{
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (float)(rng >> 40) / (float)(1 << 23) - 1.0f;
-}
 
 struct shape {
     const char *name;
@@ -49,14 +37,14 @@ static double step_s(const struct shape *s, enum mvm_wtype kv, const void *kc, c
     const float scale = 1.0f / sqrtf((float)s->head_dim);
     double best = INFINITY, spent = 0;
     for (int r = 0; r < 3 || spent < 0.2; r++) {
-        const double t0 = now_s();
+        const double t0 = mvm_bench_thread_s();
         for (size_t h = 0; h < s->n_head; h += s->n_q) {
             const size_t off = (h / group) * s->head_dim * es;
             mvm_k_attn_heads(q + h * s->head_dim, s->n_q, kv, (const uint8_t *)kc + off,
                              (const uint8_t *)vc + off, kv_dim, n_pos, s->head_dim, scale,
                              NULL, scratch, out + h * s->head_dim);
         }
-        const double t = now_s() - t0;
+        const double t = mvm_bench_thread_s() - t0;
         best = t < best ? t : best;
         spent += t;
     }
@@ -95,10 +83,10 @@ int main(int argc, char **argv)
                 return 1;
             }
             for (size_t i = 0; i < s->n_head * s->head_dim; i++)
-                q[i] = frand();
+                q[i] = mvm_bench_frand(&rng);
             for (int which = 0; which < 2; which++) {
                 for (size_t i = 0; i < n; i++)
-                    x[i] = frand();
+                    x[i] = mvm_bench_frand(&rng);
                 mvm_k_quantize(MVM_W_F32, x, which ? v32 : k32, n);
                 mvm_k_quantize(MVM_W_F16, x, which ? v16 : k16, n);
             }

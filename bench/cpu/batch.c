@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "bench/cpu/bench_util.h"
 #include "engine/compute/pool.h"
 #include "engine/forward/forward.h"
 #include "engine/model/model.h"
@@ -26,13 +27,6 @@
 #include "vmm/topo.h"
 
 #define PROMPT 16 /* each sequence's prompt before decoding */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int32_t token(uint64_t *rng, uint32_t n_vocab)
 {
@@ -44,7 +38,7 @@ static int32_t token(uint64_t *rng, uint32_t n_vocab)
 static double decode(mvm_ctx *c, uint32_t S, uint32_t T, int batched, uint64_t *rng,
                      uint32_t n_vocab, mvm_ctx_token *t, float *logits)
 {
-    double t0 = now_s();
+    double t0 = mvm_bench_wall_s();
     for (uint32_t step = 0; step < T; step++) {
         for (uint32_t s = 0; s < S; s++)
             t[s] = (mvm_ctx_token){token(rng, n_vocab), s, 1};
@@ -59,7 +53,7 @@ static double decode(mvm_ctx *c, uint32_t S, uint32_t T, int batched, uint64_t *
             exit(1);
         }
     }
-    return now_s() - t0;
+    return mvm_bench_wall_s() - t0;
 }
 
 int main(int argc, char **argv)

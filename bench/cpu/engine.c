@@ -19,19 +19,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/cpu/bench_util.h"
 #include "bench/cpu/membw.h"
 #include "engine/compute/pool.h"
 #include "engine/forward/forward.h"
 #include "engine/model/model.h"
 #include "engine/plan/plan.h"
 #include "vmm/topo.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 struct bw_job {
     const float *buf;
@@ -58,9 +52,9 @@ static double read_bandwidth(mvm_pool *pool)
     struct bw_job j = {buf, bytes / sizeof *buf, {0}};
     double best = 0;
     for (int r = 0; r < 5; r++) {
-        double t0 = now_s();
+        double t0 = mvm_bench_wall_s();
         mvm_pool_run(pool, bw_run, &j);
-        double bw = (double)bytes / (now_s() - t0);
+        double bw = (double)bytes / (mvm_bench_wall_s() - t0);
         best = bw > best ? bw : best;
     }
     free(buf);
@@ -73,13 +67,13 @@ static mvm_status timed_run(mvm_ctx *c, const int32_t *tok, uint32_t n_prompt, u
                             float *logits, double *prefill_tps, double *decode_tps)
 {
     mvm_ctx_reset(c);
-    double t0 = now_s();
+    double t0 = mvm_bench_wall_s();
     mvm_status st = mvm_ctx_eval(c, tok, n_prompt, logits, 0);
-    *prefill_tps = n_prompt / (now_s() - t0);
-    t0 = now_s();
+    *prefill_tps = n_prompt / (mvm_bench_wall_s() - t0);
+    t0 = mvm_bench_wall_s();
     for (uint32_t i = 0; i < n_decode && st == MVM_OK; i++)
         st = mvm_ctx_eval(c, tok + n_prompt + i, 1, logits, 0);
-    *decode_tps = n_decode / (now_s() - t0);
+    *decode_tps = n_decode / (mvm_bench_wall_s() - t0);
     return st;
 }
 

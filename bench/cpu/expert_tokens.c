@@ -22,26 +22,14 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/cpu/bench_util.h"
 #include "kernels/cpu/kernels.h"
 
 #define N_EMBD 2048
 #define N_FF 1024
 #define MAX_TOK 256
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
-
-static float frand(void) /* uniform in [-1, 1) */
-{
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (float)(rng >> 40) / (float)(1 << 23) - 1.0f;
-}
 
 /* n rows of n_row random weights of type t at w. */
 static void fill_rows(enum mvm_wtype t, uint8_t *w, size_t n, size_t n_row)
@@ -49,7 +37,7 @@ static void fill_rows(enum mvm_wtype t, uint8_t *w, size_t n, size_t n_row)
     float *row = malloc(n_row * sizeof *row);
     for (size_t r = 0; r < n; r++, w += mvm_k_row_bytes(t, n_row)) {
         for (size_t i = 0; i < n_row; i++)
-            row[i] = frand() * 0.05f;
+            row[i] = mvm_bench_frand(&rng) * 0.05f;
         mvm_k_quantize(t, row, w, n_row);
     }
     free(row);
@@ -112,7 +100,7 @@ int main(int argc, char **argv)
         }
     for (size_t i = 0; i < MAX_TOK; i++) {
         for (size_t j = 0; j < N_EMBD; j++)
-            x[j] = frand();
+            x[j] = mvm_bench_frand(&rng);
         mvm_k_prepare_act(f.gate_up, x, acts + i * as, N_EMBD);
         weights[i] = 0.125f;
     }
@@ -130,11 +118,11 @@ int main(int argc, char **argv)
         double best = 1e30;
         for (int r = 0; r < reps; r++) {
             memset(out, 0, (size_t)n * (N_EMBD) * sizeof *out);
-            double s = now_s();
+            double s = mvm_bench_thread_s();
             for (size_t e = 0; e < experts * passes; e++)
                 mvm_k_expert_ffn_batch(f, w + e % experts * eb, N_EMBD, acts, as, weights, (size_t)n, out,
                                        N_EMBD, 0, groups);
-            s = now_s() - s;
+            s = mvm_bench_thread_s() - s;
             best = s < best ? s : best;
         }
         sink = out[N_EMBD / 2];

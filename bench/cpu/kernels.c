@@ -24,6 +24,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/cpu/bench_util.h"
 #include "bench/cpu/membw.h"
 #include "kernels/cpu/kernels.h"
 
@@ -35,13 +36,6 @@
 #define N_FF 768
 #define N_TOK 32
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* 64-byte aligned, as the engine places weights: AVX-512 loads then never split lines. */
 static void *alloc64(size_t bytes)
 {
@@ -50,12 +44,6 @@ static void *alloc64(size_t bytes)
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
-static float frand(void) /* uniform in [-1, 1) */
-{
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (float)(rng >> 40) / (float)(1 << 23) - 1.0f;
-}
-
 /* Fills bytes of weights of type t with random values (n_row elements at a time). */
 static void fill(enum mvm_wtype t, void *w, size_t bytes, size_t n_row)
 {
@@ -63,7 +51,7 @@ static void fill(enum mvm_wtype t, void *w, size_t bytes, size_t n_row)
     const size_t rb = mvm_k_row_bytes(t, n_row);
     for (size_t off = 0; off + rb <= bytes; off += rb) {
         for (size_t i = 0; i < n_row; i++)
-            row[i] = frand() * 0.05f;
+            row[i] = mvm_bench_frand(&rng) * 0.05f;
         mvm_k_quantize(t, row, (uint8_t *)w + off, n_row);
     }
     free(row);
@@ -75,9 +63,9 @@ static double read_gbs(const float *a, int reps, int prefetch)
 {
     double best = 0;
     for (int r = 0; r < reps; r++) {
-        double t = now_s();
+        double t = mvm_bench_thread_s();
         sink = mvm_bench_sum_floats(a, READ_BYTES / sizeof *a, prefetch);
-        t = now_s() - t;
+        t = mvm_bench_thread_s() - t;
         best = fmax(best, (double)READ_BYTES / t / 1e9);
     }
     return best;
@@ -89,10 +77,10 @@ static double matvec_gbs(enum mvm_wtype t, const void *w, size_t bytes, int pass
                          const void *act, float *y)
 {
     const size_t rb = mvm_k_row_bytes(t, N_IN), rows = bytes / rb;
-    double s = now_s();
+    double s = mvm_bench_thread_s();
     for (int p = 0; p < passes; p++)
         mvm_k_matvec(t, w, rb, N_IN, act, y, 0, rows);
-    s = now_s() - s;
+    s = mvm_bench_thread_s() - s;
     sink = y[rows / 2];
     return (double)(rows * rb) * passes / s / 1e9;
 }
@@ -105,7 +93,7 @@ static double matmul_gbs(enum mvm_wtype t, const void *w, size_t bytes, int pass
 {
     const size_t rb = mvm_k_row_bytes(t, N_IN), rows = bytes / rb;
     const size_t as = mvm_k_act_bytes(t, N_IN);
-    double s = now_s();
+    double s = mvm_bench_thread_s();
     for (int p = 0; p < passes; p++) {
         if (!one_by_one) {
             mvm_k_matmul(t, w, rb, N_IN, acts, as, N_TOK, y, rows, 0, rows);
@@ -116,7 +104,7 @@ static double matmul_gbs(enum mvm_wtype t, const void *w, size_t bytes, int pass
                 mvm_k_matvec(t, w, rb, N_IN, (const uint8_t *)acts + i * as, y + i * rows, r,
                              r + 1);
     }
-    s = now_s() - s;
+    s = mvm_bench_thread_s() - s;
     sink = y[rows / 2];
     return (double)(rows * rb) * N_TOK * passes / s / 1e9;
 }
@@ -128,10 +116,10 @@ static double expert_gbs(enum mvm_wtype t, const void *w, const void *act, float
     const size_t groups = N_FF / mvm_k_expert_group_channels(f);
     const size_t eb = mvm_k_expert_group_bytes(f, N_EMBD) * groups;
     const size_t experts = WEIGHT_BYTES / eb;
-    double s = now_s();
+    double s = mvm_bench_thread_s();
     for (size_t e = 0; e < experts; e++)
         mvm_k_expert_ffn(f, (const uint8_t *)w + e * eb, N_EMBD, act, 0.125f, out, 0, groups);
-    s = now_s() - s;
+    s = mvm_bench_thread_s() - s;
     sink = out[7];
     return (double)(experts * eb) / s / 1e9;
 }
@@ -179,7 +167,7 @@ int main(int argc, char **argv)
            N_TOK, N_TOK);
     printf("|---|---|---|---|---|---|---|---|---|---|\n");
     for (size_t i = 0; i < N_IN; i++)
-        x[i] = frand();
+        x[i] = mvm_bench_frand(&rng);
     for (int t = 0; t < MVM_W_COUNT; t++) {
         const enum mvm_wtype wt = (enum mvm_wtype)t;
         if (only && !listed(only, mvm_k_wtype_name(wt)))
@@ -192,7 +180,7 @@ int main(int argc, char **argv)
         const size_t as = mvm_k_act_bytes(wt, N_IN);
         for (size_t i = 0; i < N_TOK; i++) {
             for (size_t j = 0; j < N_IN; j++)
-                x[j] = frand();
+                x[j] = mvm_bench_frand(&rng);
             mvm_k_prepare_act(wt, x, (uint8_t *)acts + i * as, N_IN);
         }
         /* The levels take turns within each rep, so that all see the same machine state. */

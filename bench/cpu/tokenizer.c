@@ -12,16 +12,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/cpu/bench_util.h"
 #include "engine/gguf/gguf_write.h"
 #include "engine/synth/vocab_build.h"
 #include "engine/tokenizer/tokenizer_impl.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static mvm_tokenizer *load(enum mvm_vocab_style style, uint32_t n_vocab)
 {
@@ -77,7 +71,7 @@ int main(int argc, char **argv)
             return 1;
         size_t tokens = 0, n;
         tok_pieces pieces = {0};
-        double t0 = now_s();
+        double t0 = mvm_bench_wall_s();
         for (int r = 0; r < rounds; r++)
             for (size_t p = 0; p < mvm_vocab_corpus_n; p++) {
                 const char *text = mvm_vocab_corpus[p];
@@ -85,14 +79,14 @@ int main(int argc, char **argv)
                     return 1;
                 tokens += n;
             }
-        double t1 = now_s();
+        double t1 = mvm_bench_wall_s();
         for (int r = 0; r < rounds && t->model == TOK_MODEL_BPE; r++)
             for (size_t p = 0; p < mvm_vocab_corpus_n; p++) {
                 const char *text = mvm_vocab_corpus[p];
                 if (tok_pretok_split(t->pre, (const uint8_t *)text, strlen(text), &pieces))
                     return 1;
             }
-        double t2 = now_s(), mb = (double)bytes * rounds / 1e6;
+        double t2 = mvm_bench_wall_s(), mb = (double)bytes * rounds / 1e6;
         printf("%-13s %10zu %12.1f", styles[s].name, tokens / (size_t)rounds, mb / (t1 - t0));
         if (t->model == TOK_MODEL_BPE)
             printf(" %14.1f\n", mb / (t2 - t1));
