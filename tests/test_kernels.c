@@ -1278,36 +1278,34 @@ static void test_expert(void)
     }
 }
 
-/* The batch of n_tok tokens equals one call per token, bitwise; expert_embd's size s. */
-static void check_expert_batch(size_t fi, size_t n_tok, int s)
+/* The batch of n_tok tokens through e (expert_fmts[fi], groups groups of n_embd) equals one
+ * call per token, bitwise. */
+static void check_expert_batch(size_t fi, const expert *e, size_t n_embd, size_t groups,
+                               size_t n_tok)
 {
-    const size_t groups = 2;
     const mvm_k_expert_fmt f = expert_fmts[fi];
-    const size_t n_embd = expert_embd(f, s), n_ff = groups * mvm_k_expert_group_channels(f);
-    expert e = make_expert(f, n_embd, n_ff);
-    const size_t act_stride = mvm_k_act_bytes(e.t, n_embd) + 12, out_stride = n_embd + 5;
+    const size_t act_stride = mvm_k_act_bytes(e->t, n_embd) + 12, out_stride = n_embd + 5;
     uint8_t *acts = malloc(n_tok * act_stride);
     float *x = malloc(n_embd * sizeof *x), *weights = malloc(n_tok * sizeof *weights);
     float *out = malloc(n_tok * out_stride * sizeof *out);
     float *one = malloc(n_tok * out_stride * sizeof *one);
     for (size_t i = 0; i < n_tok; i++) {
         fill(x, n_embd, 1.0f);
-        mvm_k_prepare_act(e.t, x, acts + i * act_stride, n_embd);
+        mvm_k_prepare_act(e->t, x, acts + i * act_stride, n_embd);
         weights[i] = 0.1f * (float)(i + 1);
     }
     fill(out, n_tok * out_stride, 0.1f);
     memcpy(one, out, n_tok * out_stride * sizeof *out);
-    mvm_k_expert_ffn_batch(f, e.packed, n_embd, acts, act_stride, weights, n_tok, out,
+    mvm_k_expert_ffn_batch(f, e->packed, n_embd, acts, act_stride, weights, n_tok, out,
                            out_stride, 0, groups);
     for (size_t i = 0; i < n_tok; i++)
-        mvm_k_expert_ffn(f, e.packed, n_embd, acts + i * act_stride, weights[i],
+        mvm_k_expert_ffn(f, e->packed, n_embd, acts + i * act_stride, weights[i],
                          one + i * out_stride, 0, groups);
     const int same = memcmp(out, one, n_tok * out_stride * sizeof *out) == 0;
     CHECK(same);
     if (!same)
         fprintf(stderr, "  expert batch: format %zu, %zu tokens differ\n", fi, n_tok);
     free(acts), free(x), free(weights), free(out), free(one);
-    free_expert(&e);
 }
 
 /* 1..MVM_K_NT tokens (each count of the multi-token kernels), 11 (two full steps of them
@@ -1317,10 +1315,16 @@ static void check_expert_batch(size_t fi, size_t n_tok, int s)
 static void test_expert_batch(void)
 {
     static const size_t counts[] = {1, 2, 3, 4, 11, 37};
+    const size_t groups = 2;
     for (size_t fi = 0; fi < sizeof expert_fmts / sizeof *expert_fmts; fi++)
-        for (size_t c = 0; c < sizeof counts / sizeof *counts; c++)
-            for (int s = 0; s < 2; s++)
-                check_expert_batch(fi, counts[c], s);
+        for (int s = 0; s < 2; s++) {
+            const mvm_k_expert_fmt f = expert_fmts[fi];
+            const size_t n_embd = expert_embd(f, s);
+            expert e = make_expert(f, n_embd, groups * mvm_k_expert_group_channels(f));
+            for (size_t c = 0; c < sizeof counts / sizeof *counts; c++)
+                check_expert_batch(fi, &e, n_embd, groups, counts[c]);
+            free_expert(&e);
+        }
 }
 
 /* ---- small ops -------------------------------------------------------------------------- */
