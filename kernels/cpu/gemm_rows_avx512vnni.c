@@ -233,6 +233,23 @@ AVX512_INLINE void rblock_tokens(int q6, const rblock *R, const uint8_t *act, si
     }
 }
 
+/* Super-block k of the 16 rows from r0 (the matrix's last repeated past its edge) on its way
+ * into L1, or L2. */
+AVX512_INLINE void prefetch_block(const uint8_t *w, size_t rb, size_t n_rows, size_t r0, size_t k,
+                                  size_t bytes, int to_l2)
+{
+    for (int i = 0; i < 16; i++) {
+        const size_t r = r0 + (size_t)i < n_rows ? r0 + (size_t)i : n_rows - 1;
+        const char *b = (const char *)(w + r * rb + k * bytes);
+        for (size_t o = 0; o < bytes; o += 64) {
+            if (to_l2)
+                _mm_prefetch(b + o, _MM_HINT_T1);
+            else
+                _mm_prefetch(b + o, _MM_HINT_T0);
+        }
+    }
+}
+
 /* Sixteen rows read a super-block at a time are more streams than the hardware's
  * prefetchers follow: the super-block after this one (the next rows' first after the last)
  * into L1, and the next rows' same super-block into L2, a row block ahead. Without them the
@@ -242,15 +259,10 @@ AVX512_INLINE void rows_prefetch(const uint8_t *w, size_t rb, size_t n_rows, siz
                                  size_t nb, size_t bytes)
 {
     const size_t next = r0 / 16 * nb + k + 1, pr = next / nb * 16, pk = next % nb;
-    for (int i = 0; i < 16 && pr < n_rows; i++) {
-        const size_t r = pr + (size_t)i < n_rows ? pr + (size_t)i : n_rows - 1;
-        avx2_prefetch(w + r * rb + pk * bytes - MVM_K_PREFETCH, bytes);
-    }
-    for (int i = 0; i < 16 && nb > 1 && r0 + 16 < n_rows; i++) {
-        const size_t r = r0 + 16 + (size_t)i < n_rows ? r0 + 16 + (size_t)i : n_rows - 1;
-        for (size_t o = 0; o < bytes; o += 64)
-            _mm_prefetch((const char *)(w + r * rb + k * bytes + o), _MM_HINT_T1);
-    }
+    if (pr < n_rows)
+        prefetch_block(w, rb, n_rows, pr, pk, bytes, 0);
+    if (nb > 1 && r0 + 16 < n_rows)
+        prefetch_block(w, rb, n_rows, r0 + 16, k, bytes, 1);
 }
 
 AVX512_INLINE void gemm_rows(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t n_rows,
