@@ -312,10 +312,13 @@ enum mvm_k_glu { MVM_GLU_SILU, MVM_GLU_OAI };
 #define MVM_K_OAI_LIMIT 7.0f
 
 /* The types of a channel-major expert (kernels/cpu/kernels.h has the layout): gate and up
- * share one, down may have another; and its gated linear unit. */
+ * share one, down may have another; its gated linear unit; and whether its groups' rows are
+ * in the CPU's tiles (kernels/cpu/kernels.h, "Expert tiles"; the device kernels never see
+ * a tiled expert). */
 typedef struct mvm_k_expert_fmt {
     enum mvm_wtype gate_up, down;
     enum mvm_k_glu glu;
+    int tiles;
 } mvm_k_expert_fmt;
 
 /* Channels per group: 32, or 256 when down is a K-quant, whose blocks span 256 channels. */

@@ -297,7 +297,7 @@ static void test_experts(void)
     }
     /* down of another type, as llama.cpp's K-quant files have it: Q4_K_M's Q6_K down, and
      * the fallbacks where the expert's channels are not whole super-blocks (Qwen2-MoE) */
-#define MIX(g, d) {MVM_W_##g, MVM_W_##d, MVM_GLU_SILU}
+#define MIX(g, d) {MVM_W_##g, MVM_W_##d, MVM_GLU_SILU, 0}
     static const mvm_k_expert_fmt mixed[] = {MIX(Q4_K, Q6_K), MIX(Q4_K, Q5_0), MIX(Q4_K, Q8_0),
                                              MIX(Q5_K, Q5_1), MIX(Q3_K, IQ4_NL), MIX(F16, Q4_K)};
 #undef MIX
@@ -307,9 +307,9 @@ static void test_experts(void)
                      two_groups ? 9 : 3);
     }
     /* gpt-oss's unit and biases: its MXFP4 experts, floats, and 256-channel groups */
-    static const mvm_k_expert_fmt oai[] = {{MVM_W_MXFP4, MVM_W_MXFP4, MVM_GLU_OAI},
-                                           {MVM_W_F32, MVM_W_F32, MVM_GLU_OAI},
-                                           {MVM_W_Q4_K, MVM_W_Q6_K, MVM_GLU_OAI}};
+    static const mvm_k_expert_fmt oai[] = {{MVM_W_MXFP4, MVM_W_MXFP4, MVM_GLU_OAI, 0},
+                                           {MVM_W_F32, MVM_W_F32, MVM_GLU_OAI, 0},
+                                           {MVM_W_Q4_K, MVM_W_Q6_K, MVM_GLU_OAI, 0}};
     for (const mvm_k_expert_fmt &f : oai) {
         const int k = mvm_k_is_k(f.down);
         experts_case(f, k ? 256 : 160, k ? 512 : 96, 11);

@@ -1110,6 +1110,7 @@ typedef struct {
     enum mvm_wtype t; /* f.gate_up: the activations' format */
     size_t n_embd, n_ff;
     uint8_t *packed;
+    uint8_t *tiled;           /* the same, tiled, where this level has the tile kernels */
     double *gate, *up, *down; /* dequantized, row-major as llama.cpp stores them */
     float *gate_b, *up_b;     /* MVM_GLU_OAI: the biases, wide enough to reach the clamps */
 } expert;
@@ -1135,7 +1136,7 @@ static const mvm_k_expert_fmt expert_fmts[] = {
 static expert make_expert(mvm_k_expert_fmt f, size_t n_embd, size_t n_ff)
 {
     const enum mvm_wtype t = f.gate_up;
-    expert e = {f, t, n_embd, n_ff, NULL, NULL, NULL, NULL, NULL, NULL};
+    expert e = {f, t, n_embd, n_ff, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     const size_t rb = mvm_k_row_bytes(t, n_embd), drb = mvm_k_row_bytes(f.down, n_ff);
     uint8_t *g = malloc(n_ff * rb), *u = malloc(n_ff * rb), *d = malloc(n_embd * drb);
     float *row = malloc((n_embd > n_ff ? n_embd : n_ff) * sizeof *row);
@@ -1155,13 +1156,23 @@ static expert make_expert(mvm_k_expert_fmt f, size_t n_embd, size_t n_ff)
         mvm_k_quantize(f.down, row, d + j * drb, n_ff);
         ref_dequant(f.down, d + j * drb, e.down + j * n_ff, n_ff);
     }
-    e.packed = malloc(n_ff / mvm_k_expert_group_channels(f) * mvm_k_expert_group_bytes(f, n_embd));
+    const size_t bytes = n_ff / mvm_k_expert_group_channels(f) * mvm_k_expert_group_bytes(f, n_embd);
+    e.packed = malloc(bytes);
     mvm_k_expert_pack(f, g, u, d, n_embd, n_ff, e.packed);
+    mvm_k_expert_fmt ft = f;
+    ft.tiles = 1;
+    if (mvm_k_expert_tiles_ok(ft, n_embd)) {
+        e.tiled = malloc(bytes);
+        mvm_k_expert_pack(ft, g, u, d, n_embd, n_ff, e.tiled);
+        CHECK(memcmp(e.tiled, e.packed, bytes) != 0); /* the same bytes, in another order */
+    }
     if (f.glu == MVM_GLU_OAI) { /* g and u are about ±1: biases of ±9 clamp many */
         e.gate_b = malloc(n_ff * sizeof *e.gate_b), e.up_b = malloc(n_ff * sizeof *e.up_b);
         fill(e.gate_b, n_ff, 9.0f);
         fill(e.up_b, n_ff, 9.0f);
         mvm_k_expert_pack_bias(f, e.gate_b, e.up_b, n_embd, n_ff, e.packed);
+        if (e.tiled)
+            mvm_k_expert_pack_bias(ft, e.gate_b, e.up_b, n_embd, n_ff, e.tiled);
     }
     free(g), free(u), free(d), free(row);
     return e;
@@ -1169,7 +1180,8 @@ static expert make_expert(mvm_k_expert_fmt f, size_t n_embd, size_t n_ff)
 
 static void free_expert(expert *e)
 {
-    free(e->packed), free(e->gate), free(e->up), free(e->down), free(e->gate_b), free(e->up_b);
+    free(e->packed), free(e->tiled), free(e->gate), free(e->up), free(e->down), free(e->gate_b);
+    free(e->up_b);
 }
 
 /* out0 + weight * FFN(x) over all groups, with the terms' magnitude for the tolerance and,
@@ -1305,13 +1317,31 @@ static void check_expert_batch(size_t fi, const expert *e, size_t n_embd, size_t
     CHECK(same);
     if (!same)
         fprintf(stderr, "  expert batch: format %zu, %zu tokens differ\n", fi, n_tok);
+    if (e->tiled) { /* tiled: the batch and each group range, bitwise the channel-major's */
+        mvm_k_expert_fmt ft = f;
+        ft.tiles = 1;
+        fill(out, n_tok * out_stride, 0.1f);
+        memcpy(one, out, n_tok * out_stride * sizeof *out);
+        mvm_k_expert_ffn_batch(f, e->packed, n_embd, acts, act_stride, weights, n_tok, out,
+                               out_stride, 0, groups);
+        mvm_k_expert_ffn_batch(ft, e->tiled, n_embd, acts, act_stride, weights, n_tok, one,
+                               out_stride, 0, 1);
+        mvm_k_expert_ffn_batch(ft, e->tiled, n_embd, acts, act_stride, weights, n_tok, one,
+                               out_stride, 1, groups);
+        const int tiled_same = memcmp(out, one, n_tok * out_stride * sizeof *out) == 0;
+        CHECK(tiled_same);
+        if (!tiled_same)
+            fprintf(stderr, "  expert batch, tiled: format %zu, %zu tokens differ\n", fi, n_tok);
+    }
     free(acts), free(x), free(weights), free(out), free(one);
 }
 
 /* 1..MVM_K_NT tokens (each count of the multi-token kernels), 11 (two full steps of them
  * and a remainder of 3; with the rows in the lanes, 8 + 2 + 1) and 37 (expert.c's 32 tokens
  * at once, then 5: a tile cut short), at both of expert_embd's sizes (the K types' gate and
- * up rows of one super-block and of three, the two kernels for few tokens). */
+ * up rows of one super-block and of three, the two kernels for few tokens). Where the level
+ * tiles the format, the tiled expert too, group by group (each count of the tile kernel's
+ * token steps: 8, 4, 2, 1). */
 static void test_expert_batch(void)
 {
     static const size_t counts[] = {1, 2, 3, 4, 11, 37};

@@ -6,7 +6,8 @@
  *   bench_cpu_expert_tokens [reps [format [counts [MiB]]]]
  *       reps    best of reps (default 3)
  *       format  q4_K (gate/up Q4_K, down Q6_K: llama.cpp's Q4_K_M), q4_K/q4_K, q5_K (down
- *               Q6_K: Q5_K_M), q6_K, q8_0 (default q4_K)
+ *               Q6_K: Q5_K_M), q6_K, q8_0 (default q4_K); a K format + "+tiles" (q4_K+tiles)
+ *               in the tiled layout a CPU-only run gets (kernels/cpu/kernels.h)
  *       counts  comma list of tokens per expert (default 1,2,4,6,8,12,16,24,32,64)
  *       MiB     the experts' bytes (default 256: the weights stream from memory, as in
  *               prefill; 1 keeps them in L2, which measures the arithmetic alone)
@@ -43,9 +44,15 @@ static void fill_rows(enum mvm_wtype t, uint8_t *w, size_t n, size_t n_row)
     free(row);
 }
 
-/* Whether `s` names a format; *f set. */
+/* Whether `s` names a format, with "+tiles" for the CPU's tiled layout; *f set. */
 static int parse_format(const char *s, mvm_k_expert_fmt *f)
 {
+    char name[32];
+    const char *plus = strchr(s, '+');
+    const int tiles = plus && strcmp(plus, "+tiles") == 0;
+    if (plus && !tiles)
+        return 0;
+    snprintf(name, sizeof name, "%.*s", plus ? (int)(plus - s) : (int)strlen(s), s);
     static const struct {
         const char *name;
         enum mvm_wtype gate_up, down;
@@ -55,9 +62,9 @@ static int parse_format(const char *s, mvm_k_expert_fmt *f)
                  {"q6_K", MVM_W_Q6_K, MVM_W_Q6_K},
                  {"q8_0", MVM_W_Q8_0, MVM_W_Q8_0}};
     for (size_t i = 0; i < sizeof known / sizeof *known; i++)
-        if (strcmp(s, known[i].name) == 0) {
-            *f = (mvm_k_expert_fmt){known[i].gate_up, known[i].down, MVM_GLU_SILU};
-            return 1;
+        if (strcmp(name, known[i].name) == 0) {
+            *f = (mvm_k_expert_fmt){known[i].gate_up, known[i].down, MVM_GLU_SILU, tiles};
+            return !tiles || mvm_k_expert_tiles_ok(*f, N_EMBD);
         }
     return 0;
 }
@@ -69,7 +76,7 @@ int main(int argc, char **argv)
     const int reps = argc > 1 ? atoi(argv[1]) : 3;
     mvm_k_expert_fmt f;
     if (reps < 1 || !parse_format(argc > 2 ? argv[2] : "q4_K", &f)) {
-        fprintf(stderr, "usage: bench_cpu_expert_tokens [reps >= 1 [q4_K|q4_K/q4_K|q5_K|q6_K|q8_0 "
+        fprintf(stderr, "usage: bench_cpu_expert_tokens [reps >= 1 [q4_K|q4_K/q4_K|q5_K|q6_K|q8_0[+tiles] "
                         "[counts, e.g. 1,8,32]]]\n");
         return 1;
     }

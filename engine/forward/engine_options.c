@@ -1,6 +1,8 @@
 /* The engine's MOEVM_* options (engine_options.h). */
 #include "engine/forward/engine_options.h"
 
+#include "engine/model/model.h"
+
 const mvm_option_desc mvm_opt_threads = {
     "MOEVM_THREADS", MVM_OPT_INT, "0", NULL,
     "CPU threads of the engine (`moevm run -t`); 0 = one per core near "
@@ -38,7 +40,7 @@ const mvm_option_desc mvm_opt_prefetch = {
 
 static const mvm_option_desc *const list[] = {
     &mvm_opt_threads, &mvm_opt_cpu_simd, &mvm_opt_kv_type, &mvm_opt_admit,
-    &mvm_opt_deterministic, &mvm_opt_prefetch,
+    &mvm_opt_deterministic, &mvm_opt_prefetch, &mvm_opt_expert_tiles,
 };
 
 const mvm_option_table mvm_engine_options = {list, sizeof list / sizeof *list};

@@ -230,11 +230,42 @@ static void pack_experts(void *ctx, int t, int nth)
     }
 }
 
+const mvm_option_desc mvm_opt_expert_tiles = {
+    "MOEVM_EXPERT_TILES", MVM_OPT_CHOICE, "auto", "auto|off",
+    "engine: auto stores the K-quant experts (Q4_K_M, Q5_K_M files) in the "
+    "CPU's tiles of 16 rows where only the CPU computes them (a host space, "
+    "an AVX-512 VNNI CPU); off keeps the layout the GPU kernels read"};
+
+/* Each layer's experts tiled where mvm_opt_expert_tiles allows, the space is the host's (a
+ * cuda space's homes are copied to the device, whose kernels read the portable layout),
+ * the experts stay in this process (the distributed mode's share, `held`, moves between
+ * ranks byte for byte, and theirs may lack the kernels), and the CPU's level has the
+ * kernels for the types. */
+static mvm_status choose_tiles(mvm_model *m, mvm_space *space, const uint8_t *held)
+{
+    mvm_space_info info;
+    mvm_option_value v;
+    mvm_status st = mvm_space_get_info(space, &info);
+    if (st == MVM_OK)
+        st = mvm_option_read(&mvm_opt_expert_tiles, &v);
+    if (st != MVM_OK)
+        return st;
+    const int want = v.i == 0 && !held && strcmp(info.backend, "host") == 0;
+    for (uint32_t il = 0; il < m->hp.n_layer; il++) {
+        mvm_k_expert_fmt *f = &m->layers[il].expert_fmt;
+        f->tiles = want && mvm_k_expert_tiles_ok(*f, m->hp.n_embd);
+    }
+    return MVM_OK;
+}
+
 mvm_status mvm_model_load_experts(mvm_model *m, mvm_space *space, mvm_pool *pool,
                                   const uint8_t *held, mvm_progress_fn progress, void *pctx)
 {
     m->space = space;
     const mvm_hparams *hp = &m->hp;
+    mvm_status st = choose_tiles(m, space, held);
+    if (st != MVM_OK)
+        return st;
     /* every tensor was found and checked by open_model: nothing below fails */
     struct loader ld_ = {.path = m->path, .g = m->gguf, .arch = m->arch}, *ld = &ld_;
     uint64_t total = m->expert_bytes * hp->n_expert * hp->n_layer;

@@ -13,6 +13,7 @@
 #include "kernels/cpu/kernels.h"
 #include "moevm/moevm.h"
 #include "policy/policy.h"
+#include "vmm/options.h"
 
 enum mvm_qk_norm {
     MVM_QK_NORM_NONE,
@@ -147,6 +148,10 @@ typedef void (*mvm_progress_fn)(void *ctx, uint64_t done, uint64_t total);
  * mvm_model_load_experts fills it. Non-expert weights stay in the read-only file mapping.
  */
 mvm_status mvm_model_open(const char *path, mvm_model **out);
+/* Whether the CPU's tiled experts (kernels/cpu/kernels.h) may be used: auto (where only the
+ * CPU reads the experts) or off. Joins the engine's options table. */
+extern const mvm_option_desc mvm_opt_expert_tiles;
+
 /* Converts m's experts into the homes of `space` (made for m: n_layers, n_experts and
  * expert_bytes are m's) on the pool's threads; only those with held[layer * n_expert + e]
  * set when held is not NULL (the distributed mode's share, dist.h): the others' homes are

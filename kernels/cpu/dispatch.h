@@ -151,6 +151,9 @@ struct mvm_k_level {
     mvm_k_axpy_fn axpy[MVM_W_COUNT];
     /* NULL, or the types' multi-row kernels (NULL entries: none for that type) */
     const mvm_k_gemm_fn *gemm;
+    /* NULL, or the types' kernels over tiled rows (kernels.h, "Expert tiles"), for any
+     * number of tokens (NULL entries: the type is never tiled) */
+    const mvm_k_gemm_fn *tiles;
     /* NULL, or the activations' quantizer: n floats (a multiple of the block) into Q8_K
      * blocks (k) or Q8_0 blocks, bit for bit blocks.h's mvm_k_q8_K_block / _q8_0_block */
     void (*quantize_act)(int k, const float *x, void *act, size_t n);
@@ -192,7 +195,7 @@ struct mvm_k_level {
  *                    float *out, size_t out_stride, size_t n)
  *   void downn_q(...), downn_k(...)
  * The single-token dot product is dotn's with one token. MVM_K_LEVEL's last two arguments are
- * the level's gemm table and quantize_act, or NULL where it has none. */
+ * the level's gemm and tiles tables and quantize_act, or NULL where it has none. */
 #define MVM_K_LEVEL_TYPE(attr, dotn, downn, type, sfx)                                             \
     attr static void dotn_##sfx(const void *w, const void *act, size_t act_stride, size_t n_tok,   \
                                 size_t n, float *y, size_t y_stride)                               \
@@ -253,7 +256,7 @@ struct mvm_k_level {
      [MVM_W_IQ1_S] = pre##_iq1_s,                                                                  \
      [MVM_W_IQ1_M] = pre##_iq1_m}
 #define MVM_K_LEVEL(name, attr, dotn_float, dotn_q, downn_float, downn_q, dotn_k, downn_k,         \
-                    axpy_float, gemm_table, quant_act)                                             \
+                    axpy_float, gemm_table, tiles_table, quant_act)                                \
     MVM_K_LEVEL_AXPY(attr, axpy_float, MVM_W_F32, f32)                                             \
     MVM_K_LEVEL_AXPY(attr, axpy_float, MVM_W_F16, f16)                                             \
     MVM_K_LEVEL_TYPE(attr, dotn_float, downn_float, MVM_W_F32, f32)                                \
@@ -282,7 +285,7 @@ struct mvm_k_level {
     const struct mvm_k_level name = {                                                              \
         .dot = MVM_K_TABLE(dot), .dotn = MVM_K_TABLE(dotn), .downn = MVM_K_TABLE(downn),          \
         .axpy = {[MVM_W_F32] = axpy_f32, [MVM_W_F16] = axpy_f16}, .gemm = gemm_table,           \
-        .quantize_act = quant_act};
+        .tiles = tiles_table, .quantize_act = quant_act};
 
 extern const struct mvm_k_level mvm_k_level_scalar; /* dot_scalar.c */
 #if defined(__x86_64__) || defined(__i386__)
@@ -290,6 +293,7 @@ extern const struct mvm_k_level mvm_k_level_avx2;   /* dot_avx2.c */
 extern const struct mvm_k_level mvm_k_level_avx512;     /* dot_avx512.c */
 extern const struct mvm_k_level mvm_k_level_avx512vnni; /* dot_avx512vnni.c */
 extern const mvm_k_gemm_fn mvm_k_gemm_avx512vnni[MVM_W_COUNT]; /* gemm_avx512vnni.c */
+extern const mvm_k_gemm_fn mvm_k_tiles_avx512vnni[MVM_W_COUNT]; /* gemm_rows_avx512vnni.c */
 #endif
 #if defined(__aarch64__)
 extern const struct mvm_k_level mvm_k_level_neon;    /* dot_neon.c */

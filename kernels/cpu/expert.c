@@ -37,6 +37,24 @@ static const void *down_acts(enum mvm_wtype t, const float h[][MVM_QK_K], size_t
  * the earlier tiles), for 73 KiB of stack (the intermediate activations). */
 #define GROUP_TOKENS 32
 
+int mvm_k_expert_tiles_ok(mvm_k_expert_fmt f, size_t n_embd)
+{
+    const mvm_k_gemm_fn *tiles = mvm_k_kernels->tiles;
+    return tiles && tiles[f.gate_up] && tiles[f.down] && n_embd % 16 == 0 &&
+           mvm_k_expert_group_channels(f) % 16 == 0;
+}
+
+/* n_tok tokens' gate or up products of a group (G rows), into y (MVM_QK_K floats a token). */
+static void gate_up_rows(mvm_k_expert_fmt f, const uint8_t *w, size_t row, size_t n_embd,
+                         const uint8_t *a, size_t as, size_t nt, float *y)
+{
+    const size_t G = mvm_k_expert_group_channels(f);
+    if (f.tiles)
+        mvm_k_kernels->tiles[f.gate_up](w, row, G, a, as, nt, n_embd, y, MVM_QK_K, 0);
+    else
+        mvm_k_matmul(f.gate_up, w, row, n_embd, a, as, nt, y, MVM_QK_K, 0, G);
+}
+
 void mvm_k_expert_ffn_batch(mvm_k_expert_fmt f, const void *expert, size_t n_embd,
                             const void *act, size_t act_stride, const float *weights,
                             size_t n_tok, float *out, size_t out_stride, size_t g0, size_t g1)
@@ -55,8 +73,8 @@ void mvm_k_expert_ffn_batch(mvm_k_expert_fmt f, const void *expert, size_t n_emb
             const size_t nt = n_tok - t0 < GROUP_TOKENS ? n_tok - t0 : GROUP_TOKENS;
             const uint8_t *a = (const uint8_t *)act + t0 * act_stride;
             float h[GROUP_TOKENS][MVM_QK_K], u[GROUP_TOKENS][MVM_QK_K];
-            mvm_k_matmul(f.gate_up, gate, row, n_embd, a, act_stride, nt, h[0], MVM_QK_K, 0, G);
-            mvm_k_matmul(f.gate_up, up, row, n_embd, a, act_stride, nt, u[0], MVM_QK_K, 0, G);
+            gate_up_rows(f, gate, row, n_embd, a, act_stride, nt, h[0]);
+            gate_up_rows(f, up, row, n_embd, a, act_stride, nt, u[0]);
             for (size_t i = 0; i < nt; i++)
                 for (size_t c = 0; c < G; c++) {
                     if (f.glu == MVM_GLU_OAI)
@@ -69,7 +87,7 @@ void mvm_k_expert_ffn_batch(mvm_k_expert_fmt f, const void *expert, size_t n_emb
             size_t stride;
             const uint8_t *da = down_acts(f.down, (const float(*)[MVM_QK_K])h, nt, buf, &stride);
             float *o = out + t0 * out_stride;
-            const mvm_k_gemm_fn gemm = mvm_k_gemm(f.down, nt);
+            const mvm_k_gemm_fn gemm = f.tiles ? mvm_k_kernels->tiles[f.down] : mvm_k_gemm(f.down, nt);
             if (gemm) {
                 gemm(dn, slot, n_embd, da, stride, nt, G, o, out_stride, 1);
                 continue;
@@ -87,6 +105,27 @@ void mvm_k_expert_ffn(mvm_k_expert_fmt f, const void *expert, size_t n_embd, con
     mvm_k_expert_ffn_batch(f, expert, n_embd, act, 0, &weight, 1, out, 0, g0, g1);
 }
 
+/* 16 rows of nb blocks of type t (row i at src + i * stride) as nb tiles at dst. */
+static void tile16(enum mvm_wtype t, const uint8_t *src, size_t stride, size_t nb, uint8_t *dst)
+{
+    const size_t bytes = mvm_k_block_bytes(t), nw = bytes / 4, tail = bytes % 4;
+    for (size_t k = 0; k < nb; k++, dst += 16 * bytes)
+        for (size_t i = 0; i < 16; i++) {
+            const uint8_t *b = src + i * stride + k * bytes;
+            for (size_t w = 0; w < nw; w++)
+                memcpy(dst + 64 * w + 4 * i, b + 4 * w, 4);
+            memcpy(dst + 64 * nw + tail * i, b + 4 * nw, tail);
+        }
+}
+
+/* Group g's G rows of n elements from the row-major slice m (rb bytes a row) at d, tiled. */
+static void tile_rows(enum mvm_wtype t, const uint8_t *m, size_t rb, size_t G, size_t g,
+                      size_t n, uint8_t *d)
+{
+    for (size_t c = 0; c < G; c += 16)
+        tile16(t, m + (g * G + c) * rb, rb, n / MVM_QK_K, d + c * rb);
+}
+
 /* Gate and up rows c..c+G-1 are already contiguous in the row-major slices; down's G-element
  * slot for output j and group g is the g-th G elements of down row j, whole blocks of its
  * type (G is a multiple of the block), so packing is copying and never re-quantizes. */
@@ -98,6 +137,16 @@ void mvm_k_expert_pack(mvm_k_expert_fmt f, const void *gate, const void *up, con
     const size_t down_row = mvm_k_row_bytes(f.down, n_ff), slot = mvm_k_row_bytes(f.down, G);
     uint8_t *d = dst;
     for (size_t g = 0; g < n_ff / G; g++) {
+        if (f.tiles) {
+            const size_t rb = mvm_k_row_bytes(f.gate_up, n_embd);
+            tile_rows(f.gate_up, gate, rb, G, g, n_embd, d);
+            tile_rows(f.gate_up, up, rb, G, g, n_embd, d + rows);
+            d += 2 * rows;
+            for (size_t j = 0; j < n_embd; j += 16, d += 16 * slot)
+                tile16(f.down, (const uint8_t *)down + j * down_row + g * slot, down_row, 1, d);
+            d += f.glu == MVM_GLU_OAI ? 2 * G * sizeof(float) : 0;
+            continue;
+        }
         memcpy(d, (const uint8_t *)gate + g * rows, rows);
         memcpy(d + rows, (const uint8_t *)up + g * rows, rows);
         d += 2 * rows;

@@ -15,6 +15,14 @@
  * the tokens' quants and y's block went through transposes. bench_cpu_expert_tokens
  * (docs/perf/cpu.md) measured the two.
  *
+ * Tiled experts (kernels.h, "Expert tiles") store each 16 rows' super-block transposed
+ * already, so their kernel (gemm_tiles, the level's tiles table) loads a word of 16 rows and
+ * splits its nibbles as the products use it: no transposes, no unpacked copy, and every
+ * token count goes through it. An OLMoE Q4_K_M expert streamed from memory, GMAC/s against
+ * the untiled kernels: 1 token 18 -> 32, 4 tokens 50 -> 81, 8 tokens 80 -> 85, 16 100 -> 95,
+ * 32 126 -> 106 (bench_cpu_expert_tokens); in the engine prefill of 512 tokens (about 64 an
+ * expert) came out even, shorter prompts and decode faster (docs/perf/cpu.md).
+ *
  * The results are bitwise dotn's (dispatch.h's contract; test_kernels checks every count):
  * the integer sums are exact in any order, and each lane's float work per super-block is
  * avx2.h's in the same order (avx2_k45_finish for Q4_K and Q5_K; ad·(d·sum) for Q6_K),
@@ -64,6 +72,44 @@ AVX512_INLINE __m512 half_lo(__m512i v)
     return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
 }
 
+/* avx2_k45_scales, 16 rows at a time, from each row's first four dwords (dd: d and dmin;
+ * u0 .. u2: the 12 bytes of 6-bit scales and mins). */
+AVX512_INLINE void rblock_q45_scales(__m512i dd, __m512i u0, __m512i u1, __m512i u2, rblock *R)
+{
+    const __m512i nib = _mm512_set1_epi8(0x0F);
+    /* U[0], U[1] the scales 0-3, 4-7, U[2], U[3] the mins */
+    const __m512i m6 = _mm512_set1_epi8(0x3F), top = _mm512_set1_epi8(0x03);
+    const __m512i U[4] = {
+        _mm512_and_si512(u0, m6),
+        _mm512_or_si512(_mm512_and_si512(u2, nib),
+                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), top), 4)),
+        _mm512_and_si512(u1, m6),
+        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), nib),
+                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), top), 4))};
+    const __m512i byte = _mm512_set1_epi32(0xFF);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {
+        R->sc[j] = _mm512_and_si512(_mm512_srli_epi32(U[j / 4], 8 * (j % 4)), byte);
+        const __m512i mn = _mm512_and_si512(_mm512_srli_epi32(U[2 + j / 4], 8 * (j % 4)), byte);
+        R->mp[j] = _mm512_or_si512(mn, _mm512_slli_epi32(mn, 16));
+    }
+    R->d = half_lo(dd);
+    R->dmin = half_lo(_mm512_srli_epi32(dd, 16));
+}
+
+/* Q6_K's 16 int8 scales of each row (S[i]: its dword i). */
+AVX512_INLINE void rblock_q6_scales(const __m512i S[4], rblock *R)
+{
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; j++) /* the int8 scale j, sign-extended */
+        R->sc[j] = _mm512_srai_epi32(_mm512_slli_epi32(S[j / 4], 24 - 8 * (j % 4)), 24);
+    const __m512i low16 = _mm512_set1_epi32(0xFFFF);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++)
+        R->mp[j] = _mm512_or_si512(_mm512_and_si512(R->sc[2 * j], low16),
+                                   _mm512_slli_epi32(R->sc[2 * j + 1], 16));
+}
+
 AVX512_INLINE void rblock_q45(int q5, const uint8_t *const p[16], const uint8_t *base, __m512i idx,
                               rblock *R)
 {
@@ -94,27 +140,8 @@ AVX512_INLINE void rblock_q45(int q5, const uint8_t *const p[16], const uint8_t 
             R->q[g + 8] = hi;
         }
     }
-    /* avx2_k45_scales, 16 rows at a time: U[0], U[1] the scales 0-3, 4-7, U[2], U[3] the mins */
-    const __m512i dd = rows_field(base, idx, 0);
-    const __m512i u0 = rows_field(base, idx, 4), u1 = rows_field(base, idx, 8);
-    const __m512i u2 = rows_field(base, idx, 12);
-    const __m512i m6 = _mm512_set1_epi8(0x3F), top = _mm512_set1_epi8(0x03);
-    const __m512i U[4] = {
-        _mm512_and_si512(u0, m6),
-        _mm512_or_si512(_mm512_and_si512(u2, nib),
-                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), top), 4)),
-        _mm512_and_si512(u1, m6),
-        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), nib),
-                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), top), 4))};
-    const __m512i byte = _mm512_set1_epi32(0xFF);
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; j++) {
-        R->sc[j] = _mm512_and_si512(_mm512_srli_epi32(U[j / 4], 8 * (j % 4)), byte);
-        const __m512i mn = _mm512_and_si512(_mm512_srli_epi32(U[2 + j / 4], 8 * (j % 4)), byte);
-        R->mp[j] = _mm512_or_si512(mn, _mm512_slli_epi32(mn, 16));
-    }
-    R->d = half_lo(dd);
-    R->dmin = half_lo(_mm512_srli_epi32(dd, 16));
+    rblock_q45_scales(rows_field(base, idx, 0), rows_field(base, idx, 4),
+                      rows_field(base, idx, 8), rows_field(base, idx, 12), R);
 }
 
 AVX512_INLINE void rblock_q6(const uint8_t *const p[16], const uint8_t *base, __m512i idx,
@@ -144,16 +171,35 @@ AVX512_INLINE void rblock_q6(const uint8_t *const p[16], const uint8_t *base, __
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++)
         S[i] = rows_field(base, idx, offsetof(mvm_block_q6_K, scales) + 4 * (size_t)i);
-#pragma GCC unroll 16
-    for (int j = 0; j < 16; j++) /* the int8 scale j, sign-extended */
-        R->sc[j] = _mm512_srai_epi32(_mm512_slli_epi32(S[j / 4], 24 - 8 * (j % 4)), 24);
-    const __m512i low16 = _mm512_set1_epi32(0xFFFF);
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; j++)
-        R->mp[j] = _mm512_or_si512(_mm512_and_si512(R->sc[2 * j], low16),
-                                   _mm512_slli_epi32(R->sc[2 * j + 1], 16));
+    rblock_q6_scales(S, R);
     /* d is the block's last 2 bytes: read from 2 earlier, so as not to read past the block */
     R->d = half_lo(_mm512_srli_epi32(rows_field(base, idx, offsetof(mvm_block_q6_K, d) - 2), 16));
+}
+
+/* A token's super-block against 16 rows, its scaled sub-block sums in tot's lanes: s (the
+ * rows' sums) += each pair's float, avx2.h's per super-block (avx2_k45_finish for Q4_K and
+ * Q5_K, the mins' term from the token's bsums; ad·(d·sum) for Q6_K, its -32 offset from
+ * them). */
+AVX512_INLINE void rfinish(int q6, const rblock *R, __m512i tot, const mvm_block_q8_K *a,
+                           float s[16])
+{
+    __m512i ms = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int p = 0; p < 8; p++) {
+        int32_t b;
+        memcpy(&b, a->bsums + 2 * p, 4);
+        ms = _mm512_dpwssd_epi32(ms, R->mp[p], _mm512_set1_epi32(b));
+    }
+    const __m512 ad = _mm512_set1_ps(a->d);
+    __m512 f;
+    if (q6) { /* the offset: -32 · Σ scale · bsum */
+        const __m512i sum = _mm512_sub_epi32(tot, _mm512_slli_epi32(ms, 5));
+        f = _mm512_mul_ps(ad, _mm512_mul_ps(R->d, _mm512_cvtepi32_ps(sum)));
+    } else {
+        const __m512 m = _mm512_mul_ps(R->dmin, _mm512_cvtepi32_ps(ms));
+        f = _mm512_mul_ps(ad, _mm512_fmsub_ps(R->d, _mm512_cvtepi32_ps(tot), m));
+    }
+    _mm512_storeu_ps(s, _mm512_add_ps(_mm512_loadu_ps(s), f));
 }
 
 /* NT tokens a[0 .. NT - 1] against a super-block of 16 rows: s[i] (the 16 rows' sums of
@@ -190,25 +236,8 @@ AVX512_INLINE void rtokens(int q6, int NT, const rblock *R, const mvm_block_q8_K
                 tot[i], _mm512_mullo_epi32(_mm512_add_epi32(acc[0][i], acc[1][i]), R->sc[j]));
     }
 #pragma GCC unroll 8
-    for (int i = 0; i < NT; i++) {
-        __m512i ms = _mm512_setzero_si512();
-#pragma GCC unroll 8
-        for (int p = 0; p < 8; p++) {
-            int32_t b;
-            memcpy(&b, a[i]->bsums + 2 * p, 4);
-            ms = _mm512_dpwssd_epi32(ms, R->mp[p], _mm512_set1_epi32(b));
-        }
-        const __m512 ad = _mm512_set1_ps(a[i]->d);
-        __m512 f;
-        if (q6) { /* the offset: -32 · Σ scale · bsum */
-            const __m512i sum = _mm512_sub_epi32(tot[i], _mm512_slli_epi32(ms, 5));
-            f = _mm512_mul_ps(ad, _mm512_mul_ps(R->d, _mm512_cvtepi32_ps(sum)));
-        } else {
-            const __m512 m = _mm512_mul_ps(R->dmin, _mm512_cvtepi32_ps(ms));
-            f = _mm512_mul_ps(ad, _mm512_fmsub_ps(R->d, _mm512_cvtepi32_ps(tot[i]), m));
-        }
-        _mm512_storeu_ps(s[i], _mm512_add_ps(_mm512_loadu_ps(s[i]), f));
-    }
+    for (int i = 0; i < NT; i++)
+        rfinish(q6, R, tot[i], a[i], s[i]);
 }
 
 /* All n_tok tokens against R, 8, 4, 2 and 1 at a time. */
@@ -298,6 +327,174 @@ AVX512_INLINE void gemm_rows(enum mvm_wtype t, const uint8_t *w, size_t rb, size
             _mm512_mask_storeu_ps(y + i * ys + r0, keep, _mm512_loadu_ps(s[i]));
     }
 }
+
+/* ---- tiles: 16 rows' super-blocks stored transposed (kernels.h, "Expert tiles") ---------- */
+
+/* The two quant vectors of step st of sub-block pair P of a tile, and the positions (in 4s)
+ * of the token quants they meet: Q4_K, Q5_K pair P = chunk P, sub-blocks 2P (low nibbles of
+ * qs words 8P + st) and 2P + 1 (their high nibbles), the fifth bits from qh word st; Q6_K
+ * pair P = (h, mq), sub-blocks 8h + mq and 8h + 4 + mq from ql word 16h + 4mq + st, low and
+ * high nibbles, their top bits from qh word 8h + (4mq + st) % 8 (rblock_q45's and
+ * rblock_q6's unpacking, one word at a time). */
+AVX512_INLINE void tile_quants(enum mvm_wtype t, const uint8_t *tile, int P, int st, __m512i *lo,
+                               __m512i *hi, int *glo, int *ghi)
+{
+    const __m512i nib = _mm512_set1_epi8(0x0F);
+    if (t == MVM_W_Q6_K) {
+        const int h = P / 4, m = 4 * (P % 4) + st, sh = 2 * (m / 8);
+        const __m512i three = _mm512_set1_epi8(3);
+        const __m512i L = _mm512_loadu_si512(tile + 64 * (16 * h + m));
+        const __m512i H = _mm512_loadu_si512(tile + 64 * (32 + 8 * h + m % 8));
+        *lo = _mm512_or_si512(_mm512_and_si512(L, nib),
+                              _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(H, sh), three), 4));
+        *hi = _mm512_or_si512(
+            _mm512_and_si512(_mm512_srli_epi16(L, 4), nib),
+            _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(H, 4 + sh), three), 4));
+        *glo = 32 * h + m;
+        *ghi = *glo + 16;
+        return;
+    }
+    const int q5 = t == MVM_W_Q5_K, D = 8 * P + st;
+    const __m512i T = _mm512_loadu_si512(tile + 64 * ((q5 ? 12 : 4) + D));
+    *lo = _mm512_and_si512(T, nib);
+    *hi = _mm512_and_si512(_mm512_srli_epi16(T, 4), nib);
+    if (q5) {
+        const __m512i b = _mm512_loadu_si512(tile + 64 * (4 + st)), one = _mm512_set1_epi8(1);
+        *lo = _mm512_or_si512(
+            *lo, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(b, 2 * P), one), 4));
+        *hi = _mm512_or_si512(
+            *hi, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(b, 2 * P + 1), one), 4));
+    }
+    *glo = 16 * P + st;
+    *ghi = *glo + 8;
+}
+
+/* A tile's scales: Q4_K, Q5_K from words 0-3, Q6_K from words 48-51 and d after word 52. */
+AVX512_INLINE void tile_scales(enum mvm_wtype t, const uint8_t *tile, rblock *R)
+{
+    if (t == MVM_W_Q6_K) {
+        __m512i S[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++)
+            S[i] = _mm512_loadu_si512(tile + 64 * (48 + i));
+        rblock_q6_scales(S, R);
+        R->d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(tile + 64 * 52)));
+        return;
+    }
+    rblock_q45_scales(_mm512_loadu_si512(tile), _mm512_loadu_si512(tile + 64),
+                      _mm512_loadu_si512(tile + 128), _mm512_loadu_si512(tile + 192), R);
+}
+
+/* rtokens over a tile: the quants unpacked as they are used, a word at a time, into the
+ * two sub-blocks it holds, each with its own sums (below 4 tokens two chains each). */
+AVX512_INLINE void ttokens(enum mvm_wtype t, int NT, const rblock *R, const uint8_t *tile,
+                           const mvm_block_q8_K *const a[], float (*s)[16])
+{
+    const int q6 = t == MVM_W_Q6_K, pairs = q6 ? 8 : 4, steps = q6 ? 4 : 8, C = NT >= 4 ? 1 : 2;
+    __m512i tot[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < NT; i++)
+        tot[i] = _mm512_setzero_si512();
+    for (int P = 0; P < pairs; P++) {
+        __m512i al[2][8], ah[2][8];
+#pragma GCC unroll 8
+        for (int i = 0; i < NT; i++)
+            al[0][i] = al[1][i] = ah[0][i] = ah[1][i] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int st = 0; st < steps; st++) {
+            __m512i lo, hi;
+            int glo, ghi;
+            tile_quants(t, tile, P, st, &lo, &hi, &glo, &ghi);
+#pragma GCC unroll 8
+            for (int i = 0; i < NT; i++) {
+                int32_t x, y;
+                memcpy(&x, a[i]->qs + 4 * glo, 4);
+                memcpy(&y, a[i]->qs + 4 * ghi, 4);
+                al[st % C][i] = _mm512_dpbusd_epi32(al[st % C][i], lo, _mm512_set1_epi32(x));
+                ah[st % C][i] = _mm512_dpbusd_epi32(ah[st % C][i], hi, _mm512_set1_epi32(y));
+            }
+        }
+        const int jlo = q6 ? 8 * (P / 4) + P % 4 : 2 * P, jhi = q6 ? jlo + 4 : jlo + 1;
+#pragma GCC unroll 8
+        for (int i = 0; i < NT; i++) {
+            const __m512i l = _mm512_mullo_epi32(_mm512_add_epi32(al[0][i], al[1][i]), R->sc[jlo]);
+            const __m512i h = _mm512_mullo_epi32(_mm512_add_epi32(ah[0][i], ah[1][i]), R->sc[jhi]);
+            tot[i] = _mm512_add_epi32(tot[i], _mm512_add_epi32(l, h));
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < NT; i++)
+        rfinish(q6, R, tot[i], a[i], s[i]);
+}
+
+/* Tokens a tile's sums are kept for at once (the rest in further passes over the rows). */
+#define TILE_TOKENS 32
+/* How many tiles ahead the next is sent to L2: the hardware's prefetchers alone left 4 to 8
+ * tokens streamed from memory at 0.6 of their speed from L2; one tile ahead into L1 was
+ * too late; 2 to 8 into L2 about alike, 4 the best (bench_cpu_expert_tokens). */
+#define TILE_AHEAD 4
+
+/* mvm_k_gemm_fn over a tiled matrix: n_rows (a multiple of 16) rows of rb bytes, each 16
+ * rows nb = n / 256 tiles in order. Each tile's scales are decoded once and its quants
+ * unpacked once for every 8 tokens. */
+AVX512_INLINE void gemm_tiles(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t n_rows,
+                              const uint8_t *act, size_t as, size_t n_tok, size_t n, float *y,
+                              size_t ys, int add)
+{
+    const size_t nb = n / MVM_QK_K, tb = 16 * mvm_k_block_bytes(t);
+    const uint8_t *end = w + n_rows * rb;
+    float s[TILE_TOKENS][16];
+    rblock R;
+    for (size_t t0 = 0; t0 < n_tok; t0 += TILE_TOKENS) {
+        const size_t nt = n_tok - t0 < TILE_TOKENS ? n_tok - t0 : TILE_TOKENS;
+        const uint8_t *at = act + t0 * as;
+        float *yt = y + t0 * ys;
+        for (size_t r0 = 0; r0 < n_rows; r0 += 16) {
+            for (size_t i = 0; i < nt; i++)
+                _mm512_storeu_ps(s[i], add ? _mm512_loadu_ps(yt + i * ys + r0)
+                                           : _mm512_setzero_ps());
+            for (size_t k = 0; k < nb; k++) {
+                const uint8_t *tile = w + r0 * rb + k * tb;
+                if (tile + (TILE_AHEAD + 1) * tb <= end)
+                    for (size_t o = 0; o < tb; o += 64)
+                        _mm_prefetch((const char *)tile + TILE_AHEAD * tb + o, _MM_HINT_T1);
+                tile_scales(t, tile, &R);
+                for (size_t i0 = 0; i0 < nt;) {
+                    const size_t left = nt - i0;
+                    const int NT = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+                    const mvm_block_q8_K *a[8];
+                    for (int i = 0; i < NT; i++)
+                        a[i] = AVX2_TOK(mvm_block_q8_K, at, as, i0 + (size_t)i) + k;
+                    if (NT == 8)
+                        ttokens(t, 8, &R, tile, a, s + i0);
+                    else if (NT == 4)
+                        ttokens(t, 4, &R, tile, a, s + i0);
+                    else if (NT == 2)
+                        ttokens(t, 2, &R, tile, a, s + i0);
+                    else
+                        ttokens(t, 1, &R, tile, a, s + i0);
+                    i0 += (size_t)NT;
+                }
+            }
+            for (size_t i = 0; i < nt; i++)
+                _mm512_storeu_ps(yt + i * ys + r0, _mm512_loadu_ps(s[i]));
+        }
+    }
+}
+
+#define GEMM_TILES(sfx, type)                                                                      \
+    AVX512_TARGET static void tiles_##sfx(const void *w, size_t rb, size_t n_rows,                 \
+                                          const void *act, size_t as, size_t n_tok, size_t n,      \
+                                          float *y, size_t ys, int add)                            \
+    {                                                                                              \
+        gemm_tiles(type, w, rb, n_rows, act, as, n_tok, n, y, ys, add);                            \
+    }
+GEMM_TILES(q4_K, MVM_W_Q4_K)
+GEMM_TILES(q5_K, MVM_W_Q5_K)
+GEMM_TILES(q6_K, MVM_W_Q6_K)
+
+const mvm_k_gemm_fn mvm_k_tiles_avx512vnni[MVM_W_COUNT] = {
+    [MVM_W_Q4_K] = tiles_q4_K, [MVM_W_Q5_K] = tiles_q5_K, [MVM_W_Q6_K] = tiles_q6_K};
 
 #define GEMM_ROWS(sfx, type)                                                                       \
     AVX512_TARGET static void gemm_rows_##sfx(const uint8_t *w, size_t rb, size_t n_rows,          \

@@ -123,10 +123,24 @@ void mvm_k_matmul(enum mvm_wtype t, const void *w, size_t row_bytes, size_t n_in
  * group's sizes (mvm_k_expert_group_channels, _bytes) are in kernels/blocks.h, as the device
  * kernels read the layout too. */
 
+/* ---- Expert tiles ------------------------------------------------------------------------
+ * Where the CPU computes the experts (a host space) and its level has the kernels (AVX-512
+ * VNNI; Q4_K, Q5_K and Q6_K, so Q4_K_M and Q5_K_M files), each group's gate rows, up rows
+ * and down slots are stored in tiles of 16 rows rather than row after row: the 16 rows'
+ * blocks of one super-block interleaved by 4-byte word (word w of row i at 64w + 4i, and a
+ * block's last bytes % 4 bytes, Q6_K's d, after its words, row by row), the tiles of a
+ * 16-row chunk in super-block order. One load then gives a word of 16 rows, which is what the
+ * kernels that keep 16 rows in a vector's lanes multiply, without the transposes each
+ * product would otherwise repeat (kernels/cpu/gemm_rows_avx512vnni.c). Each group, and so
+ * each prefix of groups, keeps its bytes and its place; only the order within it changes. */
+/* Whether the level in use has the tile kernels for f's types, and the shape allows them
+ * (n_embd and the group's channels multiples of 16). */
+int mvm_k_expert_tiles_ok(mvm_k_expert_fmt f, size_t n_embd);
+
 /* One type for all three matrices, SwiGLU. */
 static inline mvm_k_expert_fmt mvm_k_expert_uniform(enum mvm_wtype t)
 {
-    return (mvm_k_expert_fmt){t, t, MVM_GLU_SILU};
+    return (mvm_k_expert_fmt){t, t, MVM_GLU_SILU, 0};
 }
 /* out[j] += weight * sum over groups g in [g0, g1) of the group's output, j < n_embd.
  * act: x prepared for f.gate_up and n_embd. For Q and K types the G intermediate
@@ -145,7 +159,8 @@ void mvm_k_expert_ffn_batch(mvm_k_expert_fmt f, const void *expert, size_t n_emb
 /* Row-major (llama.cpp) expert slices -> one channel-major expert: gate and up are
  * [n_embd x n_ff] (n_ff rows of n_embd, type f.gate_up), down is [n_ff x n_embd] (n_embd
  * rows of n_ff, type f.down), each given by its first row. Writes n_ff/G groups to dst
- * (n_ff % G == 0). Used at load. */
+ * (n_ff % G == 0), tiled if f.tiles (which mvm_k_expert_tiles_ok must allow). Used at
+ * load. */
 void mvm_k_expert_pack(mvm_k_expert_fmt f, const void *gate, const void *up, const void *down,
                        size_t n_embd, size_t n_ff, void *dst);
 /* With MVM_GLU_OAI: the gate and up biases (n_ff floats each) into each group's slots of a

@@ -43,7 +43,7 @@ static __device__ void store_h(enum mvm_wtype down, float (*hs)[MVM_QK_K], uint3
 
 template <enum mvm_wtype GU> static __device__ void expert_up(const mvm_g_expert_args &a)
 {
-    const mvm_k_expert_fmt f = {GU, (enum mvm_wtype)a.down, (enum mvm_k_glu)a.glu};
+    const mvm_k_expert_fmt f = {GU, (enum mvm_wtype)a.down, (enum mvm_k_glu)a.glu, 0};
     const uint32_t e = U32(a.active)[blockIdx.y], g = blockIdx.x;
     const uint32_t r0 = U32(a.off)[e], nr = U32(a.cnt)[e];
     const uint32_t G = (uint32_t)mvm_k_expert_group_channels(f);
@@ -85,7 +85,7 @@ template <enum mvm_wtype GU> static __device__ void expert_up(const mvm_g_expert
 
 template <enum mvm_wtype DN> static __device__ void expert_down(const mvm_g_expert_args &a)
 {
-    const mvm_k_expert_fmt f = {(enum mvm_wtype)a.gate_up, DN, (enum mvm_k_glu)a.glu};
+    const mvm_k_expert_fmt f = {(enum mvm_wtype)a.gate_up, DN, (enum mvm_k_glu)a.glu, 0};
     const uint32_t e = U32(a.active)[blockIdx.y];
     const uint32_t j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= a.n_embd)
