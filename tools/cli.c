@@ -210,6 +210,16 @@ int mvm_cli_float(const char *cmd, const char *flag, const char *value, double l
     return 0;
 }
 
+int mvm_cli_float_to_double(const char *cmd, const char *flag, const char *value, double lo,
+                            double hi, double *out)
+{
+    float f;
+    int rc = mvm_cli_float(cmd, flag, value, lo, hi, &f);
+    if (!rc)
+        *out = f;
+    return rc;
+}
+
 int mvm_cli_kv_type(const char *cmd, const char *value, const char **out)
 {
     static const char *const types[] = {"f16", "f32", NULL};

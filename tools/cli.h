@@ -108,6 +108,11 @@ int mvm_cli_u32(const char *cmd, const char *flag, const char *value, uint32_t l
                 uint32_t *out);
 int mvm_cli_float(const char *cmd, const char *flag, const char *value, double lo, double hi,
                   float *out);
+/* mvm_cli_float into a double: the value keeps float's precision, as these options have
+ * always been read (a run given the same flags computes the same). *out is left alone on
+ * failure. */
+int mvm_cli_float_to_double(const char *cmd, const char *flag, const char *value, double lo,
+                            double hi, double *out);
 
 /* llama.cpp's GPU options, spelled alike in every command that loads a model, for its
  * option table: -ngl, --gpu-layers, --n-gpu-layers N (mvm_cli_gpu_layers) and --n-cpu-moe,

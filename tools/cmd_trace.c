@@ -63,7 +63,6 @@ static int cmd_gen(int argc, char **argv)
     int next;
     while ((next = mvm_cli_next(&it)) == MVM_CLI_OPTION) {
         const char *a = it.flag, *v = it.value;
-        float f = 0;
         uint32_t u = 0;
         int rc = 0;
         switch (it.id) {
@@ -78,22 +77,10 @@ static int cmd_gen(int argc, char **argv)
             rc = mvm_cli_u32(cmd, a, v, 0, UINT32_MAX, &u);
             g.seed = u;
             break;
-        case O_SKEW:
-            rc = mvm_cli_float(cmd, a, v, 0, 8, &f);
-            g.skew = f;
-            break;
-        case O_REUSE:
-            rc = mvm_cli_float(cmd, a, v, 0, 1, &f);
-            g.reuse = f;
-            break;
-        case O_DRIFT:
-            rc = mvm_cli_float(cmd, a, v, 0, 8, &f);
-            g.drift = f;
-            break;
-        case O_LAYER_CORR:
-            rc = mvm_cli_float(cmd, a, v, 0, 1, &f);
-            g.layer_corr = f;
-            break;
+        case O_SKEW: rc = mvm_cli_float_to_double(cmd, a, v, 0, 8, &g.skew); break;
+        case O_REUSE: rc = mvm_cli_float_to_double(cmd, a, v, 0, 1, &g.reuse); break;
+        case O_DRIFT: rc = mvm_cli_float_to_double(cmd, a, v, 0, 8, &g.drift); break;
+        case O_LAYER_CORR: rc = mvm_cli_float_to_double(cmd, a, v, 0, 1, &g.layer_corr); break;
         }
         if (rc)
             return rc;

@@ -68,7 +68,6 @@ static int parse(int argc, char **argv, args *a)
     while ((next = mvm_cli_next(&it)) == MVM_CLI_OPTION) {
         const char *f = it.flag, *v = it.value;
         uint32_t u = 0;
-        float x = 0;
         int rc = 0;
         switch (it.id) {
         case O_TRACE: a->trace = v; break;
@@ -83,22 +82,10 @@ static int parse(int argc, char **argv, args *a)
             rc = mvm_cli_u32(cmd, f, v, 0, UINT32_MAX, &u);
             a->o.seed = u;
             break;
-        case O_LR:
-            rc = mvm_cli_float(cmd, f, v, 1e-9, 1, &x);
-            a->o.lr = x;
-            break;
-        case O_LAMBDA:
-            rc = mvm_cli_float(cmd, f, v, 0, 1000, &x);
-            a->o.lambda = x;
-            break;
-        case O_GAMMA:
-            rc = mvm_cli_float(cmd, f, v, 0, 10, &x);
-            a->o.gamma = x;
-            break;
-        case O_HOLDOUT:
-            rc = mvm_cli_float(cmd, f, v, 0, 0.9, &x);
-            a->o.holdout = x;
-            break;
+        case O_LR: rc = mvm_cli_float_to_double(cmd, f, v, 1e-9, 1, &a->o.lr); break;
+        case O_LAMBDA: rc = mvm_cli_float_to_double(cmd, f, v, 0, 1000, &a->o.lambda); break;
+        case O_GAMMA: rc = mvm_cli_float_to_double(cmd, f, v, 0, 10, &a->o.gamma); break;
+        case O_HOLDOUT: rc = mvm_cli_float_to_double(cmd, f, v, 0, 0.9, &a->o.holdout); break;
         }
         if (rc)
             return rc;

@@ -136,10 +136,7 @@ static mvm_status eval_concat(jx *st, const jnode *n, jv *out)
             jv_drop(v);
         }
     }
-    if (rc == MVM_OK)
-        return jbuf_value(st, &b, out);
-    free(b.p);
-    return rc;
+    return jbuf_finish(st, &b, rc, out);
 }
 
 static mvm_status eval_cmp(jx *st, const jnode *n, jv *out)

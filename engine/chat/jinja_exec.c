@@ -106,10 +106,7 @@ mvm_status mvm_jinja_capture(jx *st, const jnode *body, jv *out)
     st->out = saved_out;
     st->cur = saved_cur;
     frame_free(&f);
-    if (rc == MVM_OK)
-        return jbuf_value(st, &b, out);
-    free(b.p);
-    return rc;
+    return jbuf_finish(st, &b, rc, out);
 }
 
 /* The items a loop runs over: the iterable's, less those its `if` rejects (evaluated with
@@ -286,10 +283,7 @@ mvm_status mvm_jinja_call_macro(jx *st, const jnode *m, jframe *scope, const jar
     st->cur = saved;
     st->calls--;
     frame_free(&f);
-    if (rc == MVM_OK)
-        return jbuf_value(st, &b, out);
-    free(b.p);
-    return rc;
+    return jbuf_finish(st, &b, rc, out);
 }
 
 static mvm_status exec_print(jx *st, const jnode *n)

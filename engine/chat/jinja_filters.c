@@ -50,14 +50,6 @@ int mvm_jinja_filter_id(const char *name)
 /* soft_str: a string as it is, anything else as str() makes it. */
 static mvm_status soft_str(jx *st, jv v, jv *out) { return jx_to_str(st, v, out); }
 
-static mvm_status finish(jx *st, jbuf *b, mvm_status rc, jv *out)
-{
-    if (rc == MVM_OK)
-        return jbuf_value(st, b, out);
-    free(b->p);
-    return rc;
-}
-
 static mvm_status escape(jx *st, jv v, jv *out)
 {
     if (v.t == JV_STR && v.u.s->markup) {
@@ -86,7 +78,7 @@ static mvm_status escape(jx *st, jv v, jv *out)
             rc = jbuf_puts(st, &b, rep);
     }
     jv_drop(s);
-    rc = finish(st, &b, rc, out);
+    rc = jbuf_finish(st, &b, rc, out);
     if (rc == MVM_OK)
         out->u.s->markup = 1;
     return rc;
@@ -98,12 +90,9 @@ static mvm_status case_filter(jx *st, jv v, int how, jv *out)
     mvm_status rc = soft_str(st, v, &s);
     if (rc != MVM_OK)
         return rc;
-    jbuf b = {0};
-    rc = jbuf_put(st, &b, "", 0);
-    if (rc == MVM_OK)
-        rc = mvm_jinja_case(st, &b, s.u.s->s, s.u.s->len, how);
+    rc = mvm_jinja_case_value(st, s.u.s->s, s.u.s->len, how, out);
     jv_drop(s);
-    return finish(st, &b, rc, out);
+    return rc;
 }
 
 /* Python's float(str): whitespace around, a sign, digits with single '_' between them, a
@@ -212,7 +201,7 @@ static mvm_status indent(jx *st, jv v, jv width, jv first, jv blank, jv *out)
         rc = jbuf_put(st, &sp, "", 0);
         for (int64_t k = 0; rc == MVM_OK && k < w; k++)
             rc = jbuf_put(st, &sp, " ", 1);
-        rc = finish(st, &sp, rc, &ind);
+        rc = jbuf_finish(st, &sp, rc, &ind);
     }
     if (rc != MVM_OK)
         return rc;
@@ -248,7 +237,7 @@ static mvm_status indent(jx *st, jv v, jv width, jv first, jv blank, jv *out)
         jv_drop(lines);
     }
     jv_drop(ind);
-    return finish(st, &b, rc, out);
+    return jbuf_finish(st, &b, rc, out);
 }
 
 static mvm_status do_round(jx *st, jv v, jv prec, const char *m, jv *out)
@@ -315,7 +304,7 @@ static mvm_status tojson(jx *st, jv v, const jv *a, uint32_t given, jv *out)
     mvm_status rc = jbuf_put(st, &b, "", 0);
     if (rc == MVM_OK)
         rc = mvm_jinja_write_json(st, &b, v, &o);
-    return finish(st, &b, rc, out);
+    return jbuf_finish(st, &b, rc, out);
 }
 
 static mvm_status center(jx *st, jv v, jv width, jv *out)
@@ -344,7 +333,7 @@ static mvm_status center(jx *st, jv v, jv width, jv *out)
     if (rc == MVM_OK && left == marg)
         rc = jbuf_put(st, &b, s.u.s->s, s.u.s->len);
     jv_drop(s);
-    return finish(st, &b, rc, out);
+    return jbuf_finish(st, &b, rc, out);
 }
 
 static mvm_status wordcount(jx *st, jv v, jv *out)

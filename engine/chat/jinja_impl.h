@@ -223,6 +223,10 @@ static inline mvm_status jbuf_puts(jx *st, jbuf *b, const char *s);
 /* The buffer as a string value; the buffer is emptied. */
 mvm_status mvm_jinja_buf_value(jx *st, jbuf *b, jv *out);
 #define jbuf_value mvm_jinja_buf_value
+/* Ends a buffer written under status rc: its string value when rc is MVM_OK, else the
+ * buffer freed and rc returned. */
+mvm_status mvm_jinja_buf_finish(jx *st, jbuf *b, mvm_status rc, jv *out);
+#define jbuf_finish mvm_jinja_buf_finish
 
 /* ---- lists and dicts ---------------------------------------------------------------------- */
 
@@ -305,6 +309,8 @@ int mvm_jinja_printable(uint32_t cp); /* str.isprintable */
 enum { JCASE_UPPER, JCASE_LOWER, JCASE_TITLE, JCASE_CAPITALIZE, JCASE_TITLE_WORDS };
 /* str.upper/lower/title/capitalize of s[0..n) appended to b. */
 mvm_status mvm_jinja_case(jx *st, jbuf *b, const char *s, size_t n, int how);
+/* The same as a new string value. */
+mvm_status mvm_jinja_case_value(jx *st, const char *s, size_t n, int how, jv *out);
 /* The str method of that name (-1: none here), then Python's str.method(args) on s. */
 int mvm_jinja_str_method_id(const char *name);
 struct jargs;

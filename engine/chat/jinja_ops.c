@@ -154,10 +154,7 @@ static mvm_status repeat(jx *st, jv seq, int64_t n, jv *out)
         mvm_status rc = jbuf_put(st, &b, "", 0);
         for (int64_t i = 0; rc == MVM_OK && i < n; i++)
             rc = jbuf_put(st, &b, s->s, s->len);
-        if (rc == MVM_OK)
-            return jbuf_value(st, &b, out);
-        free(b.p);
-        return rc;
+        return jbuf_finish(st, &b, rc, out);
     }
     const jlist *l = seq.u.l;
     if (l->n && (uint64_t)n > JX_MAX_ITEMS / l->n)
@@ -429,10 +426,7 @@ mvm_status mvm_jinja_slice(jx *st, jv obj, const jv *b, jv *out)
             uint32_t cp;
             rc = jbuf_put(st, &buf, s->s + a, mvm_jinja_utf8_next(s->s + a, s->len - a, &cp));
         }
-        if (rc == MVM_OK)
-            return jbuf_value(st, &buf, out);
-        free(buf.p);
-        return rc;
+        return jbuf_finish(st, &buf, rc, out);
     }
     const jlist *l = obj.u.l;
     jlist *r = jlist_new(l->kind, (size_t)n);

@@ -199,10 +199,7 @@ mvm_status mvm_jinja_to_str(jx *st, jv v, jv *out)
     }
     jbuf b = {0};
     mvm_status rc = write_value(st, &b, v, 0);
-    if (rc == MVM_OK)
-        return jbuf_value(st, &b, out);
-    free(b.p);
-    return rc;
+    return jbuf_finish(st, &b, rc, out);
 }
 
 /* ---- json.dumps ------------------------------------------------------------------------------ */

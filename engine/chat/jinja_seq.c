@@ -16,14 +16,7 @@ mvm_status mvm_jinja_fold(jx *st, jv v, jv *out)
         *out = jv_ref(v);
         return MVM_OK;
     }
-    jbuf b = {0};
-    mvm_status rc = jbuf_put(st, &b, "", 0);
-    if (rc == MVM_OK)
-        rc = mvm_jinja_case(st, &b, v.u.s->s, v.u.s->len, JCASE_LOWER);
-    if (rc == MVM_OK)
-        return jbuf_value(st, &b, out);
-    free(b.p);
-    return rc;
+    return mvm_jinja_case_value(st, v.u.s->s, v.u.s->len, JCASE_LOWER, out);
 }
 
 /* An error after *out was made: it is released, *out left holding nothing. */
@@ -416,10 +409,7 @@ static mvm_status join(jx *st, const jlist *items, const jv *a, uint32_t given, 
         }
     }
     jv_drop(sep);
-    if (rc == MVM_OK)
-        return jbuf_value(st, &b, out);
-    free(b.p);
-    return rc;
+    return jbuf_finish(st, &b, rc, out);
 }
 
 static mvm_status sum(jx *st, const jlist *items, const jv *a, uint32_t given, jv *out)

@@ -109,10 +109,7 @@ mvm_status mvm_jinja_replace(jx *st, jstr *s, const jstr *old, const jstr *new_,
         if (rc == MVM_OK)
             rc = jbuf_put(st, &b, s->s + at, s->len - at);
     }
-    if (rc == MVM_OK)
-        return jbuf_value(st, &b, out);
-    free(b.p);
-    return rc;
+    return jbuf_finish(st, &b, rc, out);
 }
 
 static mvm_status push_str(jx *st, jlist *l, const char *s, size_t n)
@@ -312,23 +309,13 @@ static mvm_status join(jx *st, const jstr *sep, jv items, jv *out)
             rc = jbuf_put(st, &b, l->v[i].u.s->s, l->v[i].u.s->len);
     }
     jv_drop(jv_of_list(l));
-    if (rc == MVM_OK)
-        return jbuf_value(st, &b, out);
-    free(b.p);
-    return rc;
+    return jbuf_finish(st, &b, rc, out);
 }
 
 static mvm_status case_of(jx *st, int id, const jstr *s, jv *out)
 {
     static const int how[] = {JCASE_UPPER, JCASE_LOWER, JCASE_TITLE, JCASE_CAPITALIZE};
-    jbuf b = {0};
-    mvm_status rc = jbuf_put(st, &b, "", 0);
-    if (rc == MVM_OK)
-        rc = mvm_jinja_case(st, &b, s->s, s->len, how[id - SM_UPPER]);
-    if (rc == MVM_OK)
-        return jbuf_value(st, &b, out);
-    free(b.p);
-    return rc;
+    return mvm_jinja_case_value(st, s->s, s->len, how[id - SM_UPPER], out);
 }
 
 /* The arguments' count against [lo, hi], and strings where a method wants them. */

@@ -321,3 +321,12 @@ mvm_status mvm_jinja_case(jx *st, jbuf *b, const char *s, size_t n, int how)
     free(c.cp), free(c.at);
     return rc;
 }
+
+mvm_status mvm_jinja_case_value(jx *st, const char *s, size_t n, int how, jv *out)
+{
+    jbuf b = {0};
+    mvm_status rc = jbuf_put(st, &b, "", 0);
+    if (rc == MVM_OK)
+        rc = mvm_jinja_case(st, &b, s, n, how);
+    return jbuf_finish(st, &b, rc, out);
+}

@@ -83,6 +83,14 @@ mvm_status mvm_jinja_buf_value(jx *st, jbuf *b, jv *out)
     return rc;
 }
 
+mvm_status mvm_jinja_buf_finish(jx *st, jbuf *b, mvm_status rc, jv *out)
+{
+    if (rc == MVM_OK)
+        return jbuf_value(st, b, out);
+    free(b->p);
+    return rc;
+}
+
 /* ---- containers ------------------------------------------------------------------------------- */
 
 jlist *mvm_jinja_list_new(int kind, size_t cap)

@@ -137,6 +137,14 @@ static mvm_status rd_str(parser *p, const char *what, uint64_t idx, mvm_gguf_str
                (ull)n, (ull)p->pos, (ull)p->g->len);
 }
 
+/* The name that opens the i-th key or tensor info (`what`: "key", "tensor"); until it is
+ * read, messages place the error at "<what> <i>". */
+static mvm_status rd_name(parser *p, const char *what, uint64_t i, mvm_gguf_str *name)
+{
+    snprintf(p->where, sizeof p->where, "%s %llu", what, (ull)i);
+    return rd_str(p, "name", UINT64_MAX, name);
+}
+
 /* The array `arr` grown to hold `need` entries (doubling), or NULL with `arr` intact. The
  * counts were checked against the file size, but growing as entries parse means a bogus
  * count in a large file fails at its first bad entry rather than with a huge allocation. */
@@ -283,9 +291,8 @@ static mvm_status parse_value(parser *p, kv *e)
 static mvm_status parse_kv(parser *p, uint64_t i, kv *e)
 {
     char s[72];
-    snprintf(p->where, sizeof p->where, "key %llu", (ull)i);
     mvm_gguf_str name;
-    mvm_status st = rd_str(p, "name", UINT64_MAX, &name);
+    mvm_status st = rd_name(p, "key", i, &name);
     if (st != MVM_OK)
         return st;
     if (name.len == 0)
@@ -340,9 +347,8 @@ static mvm_status parse_alignment(parser *p)
 static mvm_status parse_tensor_info(parser *p, uint64_t i, tensor *t)
 {
     char s[72];
-    snprintf(p->where, sizeof p->where, "tensor %llu", (ull)i);
     mvm_gguf_str name;
-    mvm_status st = rd_str(p, "name", UINT64_MAX, &name);
+    mvm_status st = rd_name(p, "tensor", i, &name);
     if (st != MVM_OK)
         return st;
     if (name.len >= MVM_GGUF_MAX_NAME)

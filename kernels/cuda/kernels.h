@@ -55,6 +55,14 @@ typedef struct mvm_g_shape {
 
 MVM_G_FN uint32_t mvm_g_div_up(uint64_t n, uint32_t d) { return (uint32_t)((n + d - 1) / d); }
 
+/* A thread per element of `rows` rows of `per_row`: blocks of MVM_G_THREADS along a row (x),
+ * a row per y. */
+MVM_G_FN mvm_g_shape mvm_g_rows_shape(uint64_t per_row, uint32_t rows)
+{
+    mvm_g_shape s = {mvm_g_div_up(per_row, MVM_G_THREADS), rows, MVM_G_THREADS};
+    return s;
+}
+
 /* ---- mvm_g_quantize: rows of F32 -> the activation blocks of weight type `type` (Q8_0 for
  * the 32-element Q types, Q8_K for the K-quants). Row i: n floats at x + i * x_stride floats
  * -> mvm_k_act_bytes(type, n) bytes at q + i * q_stride (a multiple of 4 for Q8_K, whose
@@ -67,10 +75,7 @@ typedef struct mvm_g_quantize_args {
 
 MVM_G_FN mvm_g_shape mvm_g_quantize_shape(const mvm_g_quantize_args *a)
 {
-    mvm_g_shape s = {mvm_g_div_up(a->n / mvm_k_block_elems((enum mvm_wtype)a->type),
-                                  MVM_G_THREADS),
-                     a->n_rows, MVM_G_THREADS};
-    return s;
+    return mvm_g_rows_shape(a->n / mvm_k_block_elems((enum mvm_wtype)a->type), a->n_rows);
 }
 
 /* ---- mvm_g_matvec_<type>: y[i][r] = row r of w . act[i] for r < n_out, i < n_tok.
@@ -136,8 +141,7 @@ MVM_G_FN mvm_g_shape mvm_g_expert_up_shape(const mvm_g_expert_args *a)
 
 MVM_G_FN mvm_g_shape mvm_g_expert_down_shape(const mvm_g_expert_args *a)
 {
-    mvm_g_shape s = {mvm_g_div_up(a->n_embd, MVM_G_THREADS), a->n_active, MVM_G_THREADS};
-    return s;
+    return mvm_g_rows_shape(a->n_embd, a->n_active);
 }
 
 typedef struct mvm_g_expert_sum_args {
@@ -147,8 +151,7 @@ typedef struct mvm_g_expert_sum_args {
 
 MVM_G_FN mvm_g_shape mvm_g_expert_sum_shape(const mvm_g_expert_sum_args *a)
 {
-    mvm_g_shape s = {mvm_g_div_up(a->n_embd, MVM_G_THREADS), a->n_tok, MVM_G_THREADS};
-    return s;
+    return mvm_g_rows_shape(a->n_embd, a->n_tok);
 }
 
 /* ---- small F32 ops ----------------------------------------------------------------------
@@ -180,9 +183,7 @@ typedef struct mvm_g_rope_args {
 
 MVM_G_FN mvm_g_shape mvm_g_rope_shape(const mvm_g_rope_args *a)
 {
-    mvm_g_shape s = {mvm_g_div_up((uint64_t)a->n_heads * (a->rope.n_rot / 2), MVM_G_THREADS),
-                     a->n_tok, MVM_G_THREADS};
-    return s;
+    return mvm_g_rows_shape((uint64_t)a->n_heads * (a->rope.n_rot / 2), a->n_tok);
 }
 
 /* mvm_g_attention: causal attention of n_tok queries at positions pos0.. over the KV cache.
@@ -305,8 +306,7 @@ typedef struct mvm_g_store_rows_args {
 
 MVM_G_FN mvm_g_shape mvm_g_store_rows_shape(const mvm_g_store_rows_args *a)
 {
-    mvm_g_shape s = {mvm_g_div_up(a->n, MVM_G_THREADS), a->n_rows, MVM_G_THREADS};
-    return s;
+    return mvm_g_rows_shape(a->n, a->n_rows);
 }
 
 /* mvm_g_add: x[i][j] += g(i) * y[i][j] for n_tok rows of n floats, x[i] at x + i * n,
@@ -321,8 +321,7 @@ typedef struct mvm_g_add_args {
 
 MVM_G_FN mvm_g_shape mvm_g_add_shape(const mvm_g_add_args *a)
 {
-    mvm_g_shape s = {mvm_g_div_up(a->n, MVM_G_THREADS), a->n_tok, MVM_G_THREADS};
-    return s;
+    return mvm_g_rows_shape(a->n, a->n_tok);
 }
 
 #endif
