@@ -24,7 +24,7 @@ echo "== $(date -u +%Y-%m-%d) $(uname -m), $(nproc) cores, $(grep -m1 'model nam
 echo "== kernels (one thread)"
 ./build/bench_cpu_kernels
 echo "== an expert's batch by tokens per expert (one thread; prefill's experts get a few each)"
-for f in q4_K q8_0; do ./build/bench_cpu_expert_tokens 3 "$f"; done
+for f in q4_K q4_K+tiles q8_0; do ./build/bench_cpu_expert_tokens 3 "$f"; done
 for m in "$q8" "$f16" "$q4"; do
   echo "== engine: $m"
   ./build/bench_cpu_engine "$m" "${threads:-0}" 64 128
