@@ -240,94 +240,6 @@ AVX512_INLINE void rtokens(int q6, int NT, const rblock *R, const mvm_block_q8_K
         rfinish(q6, R, tot[i], a[i], s[i]);
 }
 
-/* All n_tok tokens against R, 8, 4, 2 and 1 at a time. */
-AVX512_INLINE void rblock_tokens(int q6, const rblock *R, const uint8_t *act, size_t as,
-                                 size_t k, size_t n_tok, float (*s)[16])
-{
-    for (size_t i0 = 0; i0 < n_tok;) {
-        const size_t left = n_tok - i0;
-        const int NT = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
-        const mvm_block_q8_K *a[8];
-        for (int i = 0; i < NT; i++)
-            a[i] = AVX2_TOK(mvm_block_q8_K, act, as, i0 + (size_t)i) + k;
-        if (NT == 8)
-            rtokens(q6, 8, R, a, s + i0);
-        else if (NT == 4)
-            rtokens(q6, 4, R, a, s + i0);
-        else if (NT == 2)
-            rtokens(q6, 2, R, a, s + i0);
-        else
-            rtokens(q6, 1, R, a, s + i0);
-        i0 += (size_t)NT;
-    }
-}
-
-/* Super-block k of the 16 rows from r0 (the matrix's last repeated past its edge) on its way
- * into L1, or L2. */
-AVX512_INLINE void prefetch_block(const uint8_t *w, size_t rb, size_t n_rows, size_t r0, size_t k,
-                                  size_t bytes, int to_l2)
-{
-    for (int i = 0; i < 16; i++) {
-        const size_t r = r0 + (size_t)i < n_rows ? r0 + (size_t)i : n_rows - 1;
-        const char *b = (const char *)(w + r * rb + k * bytes);
-        for (size_t o = 0; o < bytes; o += 64) {
-            if (to_l2)
-                _mm_prefetch(b + o, _MM_HINT_T1);
-            else
-                _mm_prefetch(b + o, _MM_HINT_T0);
-        }
-    }
-}
-
-/* Sixteen rows read a super-block at a time are more streams than the hardware's
- * prefetchers follow: the super-block after this one (the next rows' first after the last)
- * into L1, and the next rows' same super-block into L2, a row block ahead. Without them the
- * products of 8 tokens streamed from memory ran at 0.65 of their speed from L3; the L2 step
- * alone took 4 tokens from 45 to 55 GMAC/s (bench_cpu_expert_tokens). */
-AVX512_INLINE void rows_prefetch(const uint8_t *w, size_t rb, size_t n_rows, size_t r0, size_t k,
-                                 size_t nb, size_t bytes)
-{
-    const size_t next = r0 / 16 * nb + k + 1, pr = next / nb * 16, pk = next % nb;
-    if (pr < n_rows)
-        prefetch_block(w, rb, n_rows, pr, pk, bytes, 0);
-    if (nb > 1 && r0 + 16 < n_rows)
-        prefetch_block(w, rb, n_rows, r0 + 16, k, bytes, 1);
-}
-
-AVX512_INLINE void gemm_rows(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t n_rows,
-                             const uint8_t *act, size_t as, size_t n_tok, size_t n, float *y,
-                             size_t ys, int add)
-{
-    const size_t nb = n / MVM_QK_K, bytes = mvm_k_block_bytes(t);
-    const int q6 = t == MVM_W_Q6_K;
-    float s[MVM_K_ROWS_TOKENS][16];
-    rblock R;
-    for (size_t r0 = 0; r0 < n_rows; r0 += 16) {
-        const int nr = n_rows - r0 < 16 ? (int)(n_rows - r0) : 16;
-        const __mmask16 keep = (__mmask16)((1u << nr) - 1);
-        int32_t off[16];
-        for (int i = 0; i < 16; i++)
-            off[i] = (int32_t)((size_t)(i < nr ? i : nr - 1) * rb);
-        const __m512i idx = _mm512_loadu_si512(off);
-        for (size_t i = 0; i < n_tok; i++)
-            _mm512_storeu_ps(s[i], add ? _mm512_maskz_loadu_ps(keep, y + i * ys + r0)
-                                       : _mm512_setzero_ps());
-        for (size_t k = 0; k < nb; k++) {
-            rows_prefetch(w, rb, n_rows, r0, k, nb, bytes);
-            const uint8_t *base = w + r0 * rb + k * bytes, *p[16];
-            for (int i = 0; i < 16; i++)
-                p[i] = base + off[i];
-            if (t == MVM_W_Q6_K)
-                rblock_q6(p, base, idx, &R);
-            else
-                rblock_q45(t == MVM_W_Q5_K, p, base, idx, &R);
-            rblock_tokens(q6, &R, act, as, k, n_tok, s);
-        }
-        for (size_t i = 0; i < n_tok; i++)
-            _mm512_mask_storeu_ps(y + i * ys + r0, keep, _mm512_loadu_ps(s[i]));
-    }
-}
-
 /* ---- tiles: 16 rows' super-blocks stored transposed (kernels.h, "Expert tiles") ---------- */
 
 /* The two quant vectors of step st of sub-block pair P of a tile, and the positions (in 4s)
@@ -345,8 +257,9 @@ AVX512_INLINE void tile_quants(enum mvm_wtype t, const uint8_t *tile, int P, int
         const __m512i three = _mm512_set1_epi8(3);
         const __m512i L = _mm512_loadu_si512(tile + 64 * (16 * h + m));
         const __m512i H = _mm512_loadu_si512(tile + 64 * (32 + 8 * h + m % 8));
-        *lo = _mm512_or_si512(_mm512_and_si512(L, nib),
-                              _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(H, sh), three), 4));
+        *lo = _mm512_or_si512(
+            _mm512_and_si512(L, nib),
+            _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(H, sh), three), 4));
         *hi = _mm512_or_si512(
             _mm512_and_si512(_mm512_srli_epi16(L, 4), nib),
             _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(H, 4 + sh), three), 4));
@@ -427,6 +340,104 @@ AVX512_INLINE void ttokens(enum mvm_wtype t, int NT, const rblock *R, const uint
         rfinish(q6, R, tot[i], a[i], s[i]);
 }
 
+/* All n_tok tokens against the 16 rows' super-block k, 8, 4, 2 and 1 at a time: R's stored
+ * quants, or (tiled, a constant) the tile's as they are used. */
+AVX512_INLINE void rblock_tokens(enum mvm_wtype t, const rblock *R, int tiled, const uint8_t *tile,
+                                 const uint8_t *act, size_t as, size_t k, size_t n_tok,
+                                 float (*s)[16])
+{
+    const int q6 = t == MVM_W_Q6_K;
+    for (size_t i0 = 0; i0 < n_tok;) {
+        const size_t left = n_tok - i0;
+        const int NT = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+        const mvm_block_q8_K *a[8];
+        for (int i = 0; i < NT; i++)
+            a[i] = AVX2_TOK(mvm_block_q8_K, act, as, i0 + (size_t)i) + k;
+#define RBLOCK_NT(n)                                                                               \
+    if (tiled)                                                                                     \
+        ttokens(t, n, R, tile, a, s + i0);                                                         \
+    else                                                                                           \
+        rtokens(q6, n, R, a, s + i0)
+        if (NT == 8)
+            RBLOCK_NT(8);
+        else if (NT == 4)
+            RBLOCK_NT(4);
+        else if (NT == 2)
+            RBLOCK_NT(2);
+        else
+            RBLOCK_NT(1);
+#undef RBLOCK_NT
+        i0 += (size_t)NT;
+    }
+}
+
+/* Super-block k of the 16 rows from r0 (the matrix's last repeated past its edge) on its way
+ * into L1, or L2. */
+AVX512_INLINE void prefetch_block(const uint8_t *w, size_t rb, size_t n_rows, size_t r0, size_t k,
+                                  size_t bytes, int to_l2)
+{
+    for (int i = 0; i < 16; i++) {
+        const size_t r = r0 + (size_t)i < n_rows ? r0 + (size_t)i : n_rows - 1;
+        const char *b = (const char *)(w + r * rb + k * bytes);
+        for (size_t o = 0; o < bytes; o += 64) {
+            if (to_l2)
+                _mm_prefetch(b + o, _MM_HINT_T1);
+            else
+                _mm_prefetch(b + o, _MM_HINT_T0);
+        }
+    }
+}
+
+/* Sixteen rows read a super-block at a time are more streams than the hardware's
+ * prefetchers follow: the super-block after this one (the next rows' first after the last)
+ * into L1, and the next rows' same super-block into L2, a row block ahead. Without them the
+ * products of 8 tokens streamed from memory ran at 0.65 of their speed from L3; the L2 step
+ * alone took 4 tokens from 45 to 55 GMAC/s (bench_cpu_expert_tokens). */
+AVX512_INLINE void rows_prefetch(const uint8_t *w, size_t rb, size_t n_rows, size_t r0, size_t k,
+                                 size_t nb, size_t bytes)
+{
+    const size_t next = r0 / 16 * nb + k + 1, pr = next / nb * 16, pk = next % nb;
+    if (pr < n_rows)
+        prefetch_block(w, rb, n_rows, pr, pk, bytes, 0);
+    if (nb > 1 && r0 + 16 < n_rows)
+        prefetch_block(w, rb, n_rows, r0 + 16, k, bytes, 1);
+}
+
+AVX512_INLINE void gemm_rows(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t n_rows,
+                             const uint8_t *act, size_t as, size_t n_tok, size_t n, float *y,
+                             size_t ys, int add)
+{
+    const size_t nb = n / MVM_QK_K, bytes = mvm_k_block_bytes(t);
+    float s[MVM_K_ROWS_TOKENS][16];
+    rblock R;
+    for (size_t r0 = 0; r0 < n_rows; r0 += 16) {
+        const int nr = n_rows - r0 < 16 ? (int)(n_rows - r0) : 16;
+        const __mmask16 keep = (__mmask16)((1u << nr) - 1);
+        int32_t off[16];
+        for (int i = 0; i < 16; i++)
+            off[i] = (int32_t)((size_t)(i < nr ? i : nr - 1) * rb);
+        const __m512i idx = _mm512_loadu_si512(off);
+        for (size_t i = 0; i < n_tok; i++)
+            _mm512_storeu_ps(s[i], add ? _mm512_maskz_loadu_ps(keep, y + i * ys + r0)
+                                       : _mm512_setzero_ps());
+        for (size_t k = 0; k < nb; k++) {
+            rows_prefetch(w, rb, n_rows, r0, k, nb, bytes);
+            const uint8_t *base = w + r0 * rb + k * bytes, *p[16];
+            for (int i = 0; i < 16; i++)
+                p[i] = base + off[i];
+            if (t == MVM_W_Q6_K)
+                rblock_q6(p, base, idx, &R);
+            else
+                rblock_q45(t == MVM_W_Q5_K, p, base, idx, &R);
+            rblock_tokens(t, &R, 0, NULL, act, as, k, n_tok, s);
+        }
+        for (size_t i = 0; i < n_tok; i++)
+            _mm512_mask_storeu_ps(y + i * ys + r0, keep, _mm512_loadu_ps(s[i]));
+    }
+}
+
+/* ---- the tiled product -------------------------------------------------------------- */
+
 /* Tokens a tile's sums are kept for at once (the rest in further passes over the rows). */
 #define TILE_TOKENS 32
 /* How many tiles ahead the next is sent to L2: the hardware's prefetchers alone left 4 to 8
@@ -459,22 +470,7 @@ AVX512_INLINE void gemm_tiles(enum mvm_wtype t, const uint8_t *w, size_t rb, siz
                     for (size_t o = 0; o < tb; o += 64)
                         _mm_prefetch((const char *)tile + TILE_AHEAD * tb + o, _MM_HINT_T1);
                 tile_scales(t, tile, &R);
-                for (size_t i0 = 0; i0 < nt;) {
-                    const size_t left = nt - i0;
-                    const int NT = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
-                    const mvm_block_q8_K *a[8];
-                    for (int i = 0; i < NT; i++)
-                        a[i] = AVX2_TOK(mvm_block_q8_K, at, as, i0 + (size_t)i) + k;
-                    if (NT == 8)
-                        ttokens(t, 8, &R, tile, a, s + i0);
-                    else if (NT == 4)
-                        ttokens(t, 4, &R, tile, a, s + i0);
-                    else if (NT == 2)
-                        ttokens(t, 2, &R, tile, a, s + i0);
-                    else
-                        ttokens(t, 1, &R, tile, a, s + i0);
-                    i0 += (size_t)NT;
-                }
+                rblock_tokens(t, &R, 1, tile, at, as, k, nt, s);
             }
             for (size_t i = 0; i < nt; i++)
                 _mm512_storeu_ps(yt + i * ys + r0, _mm512_loadu_ps(s[i]));
