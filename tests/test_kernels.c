@@ -1156,7 +1156,8 @@ static expert make_expert(mvm_k_expert_fmt f, size_t n_embd, size_t n_ff)
         mvm_k_quantize(f.down, row, d + j * drb, n_ff);
         ref_dequant(f.down, d + j * drb, e.down + j * n_ff, n_ff);
     }
-    const size_t bytes = n_ff / mvm_k_expert_group_channels(f) * mvm_k_expert_group_bytes(f, n_embd);
+    const size_t bytes =
+        n_ff / mvm_k_expert_group_channels(f) * mvm_k_expert_group_bytes(f, n_embd);
     e.packed = malloc(bytes);
     mvm_k_expert_pack(f, g, u, d, n_embd, n_ff, e.packed);
     mvm_k_expert_fmt ft = f;

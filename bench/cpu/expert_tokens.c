@@ -76,8 +76,8 @@ int main(int argc, char **argv)
     const int reps = argc > 1 ? atoi(argv[1]) : 3;
     mvm_k_expert_fmt f;
     if (reps < 1 || !parse_format(argc > 2 ? argv[2] : "q4_K", &f)) {
-        fprintf(stderr, "usage: bench_cpu_expert_tokens [reps >= 1 [q4_K|q4_K/q4_K|q5_K|q6_K|q8_0[+tiles] "
-                        "[counts, e.g. 1,8,32]]]\n");
+        fprintf(stderr, "usage: bench_cpu_expert_tokens [reps >= 1 "
+                        "[q4_K|q4_K/q4_K|q5_K|q6_K|q8_0[+tiles] [counts, e.g. 1,8,32]]]\n");
         return 1;
     }
     const char *counts = argc > 3 ? argv[3] : "1,2,4,6,8,12,16,24,32,64";

@@ -87,7 +87,8 @@ void mvm_k_expert_ffn_batch(mvm_k_expert_fmt f, const void *expert, size_t n_emb
             size_t stride;
             const uint8_t *da = down_acts(f.down, (const float(*)[MVM_QK_K])h, nt, buf, &stride);
             float *o = out + t0 * out_stride;
-            const mvm_k_gemm_fn gemm = f.tiles ? mvm_k_kernels->tiles[f.down] : mvm_k_gemm(f.down, nt);
+            const mvm_k_gemm_fn gemm =
+                f.tiles ? mvm_k_kernels->tiles[f.down] : mvm_k_gemm(f.down, nt);
             if (gemm) {
                 gemm(dn, slot, n_embd, da, stride, nt, G, o, out_stride, 1);
                 continue;
@@ -132,27 +133,24 @@ static void tile_rows(enum mvm_wtype t, const uint8_t *m, size_t rb, size_t G, s
 void mvm_k_expert_pack(mvm_k_expert_fmt f, const void *gate, const void *up, const void *down,
                        size_t n_embd, size_t n_ff, void *dst)
 {
-    const size_t G = mvm_k_expert_group_channels(f);
-    const size_t rows = G * mvm_k_row_bytes(f.gate_up, n_embd);
+    const size_t G = mvm_k_expert_group_channels(f), group = mvm_k_expert_group_bytes(f, n_embd);
+    const size_t rb = mvm_k_row_bytes(f.gate_up, n_embd), rows = G * rb;
     const size_t down_row = mvm_k_row_bytes(f.down, n_ff), slot = mvm_k_row_bytes(f.down, G);
+    const uint8_t *gm = gate, *um = up, *dm = down;
     uint8_t *d = dst;
-    for (size_t g = 0; g < n_ff / G; g++) {
+    for (size_t g = 0; g < n_ff / G; g++, d += group) {
+        uint8_t *dn = d + 2 * rows; /* the slots; MVM_GLU_OAI's biases after them (pack_bias) */
         if (f.tiles) {
-            const size_t rb = mvm_k_row_bytes(f.gate_up, n_embd);
-            tile_rows(f.gate_up, gate, rb, G, g, n_embd, d);
-            tile_rows(f.gate_up, up, rb, G, g, n_embd, d + rows);
-            d += 2 * rows;
-            for (size_t j = 0; j < n_embd; j += 16, d += 16 * slot)
-                tile16(f.down, (const uint8_t *)down + j * down_row + g * slot, down_row, 1, d);
-            d += f.glu == MVM_GLU_OAI ? 2 * G * sizeof(float) : 0;
+            tile_rows(f.gate_up, gm, rb, G, g, n_embd, d);
+            tile_rows(f.gate_up, um, rb, G, g, n_embd, d + rows);
+            for (size_t j = 0; j < n_embd; j += 16)
+                tile16(f.down, dm + j * down_row + g * slot, down_row, 1, dn + j * slot);
             continue;
         }
-        memcpy(d, (const uint8_t *)gate + g * rows, rows);
-        memcpy(d + rows, (const uint8_t *)up + g * rows, rows);
-        d += 2 * rows;
-        for (size_t j = 0; j < n_embd; j++, d += slot)
-            memcpy(d, (const uint8_t *)down + j * down_row + g * slot, slot);
-        d += f.glu == MVM_GLU_OAI ? 2 * G * sizeof(float) : 0; /* mvm_k_expert_pack_bias */
+        memcpy(d, gm + g * rows, rows);
+        memcpy(d + rows, um + g * rows, rows);
+        for (size_t j = 0; j < n_embd; j++)
+            memcpy(dn + j * slot, dm + j * down_row + g * slot, slot);
     }
 }
 
