@@ -156,7 +156,16 @@ expect 1 '^moevm run: .*nope.txt: cannot open it' -- "$moevm" run -m "$m" -f "$t
 # A K-quant mix (llama.cpp's Q4_K_M: Q6_K down in some layers) runs, on the host and below
 # on the device.
 "$moevm" mkmodel --type q4_K_M --embd 256 --expert-ff 256 -o "$tmp/k.gguf" >/dev/null
-expect 0 'of 124.5 KiB \(q4_K, down q4_K/q6_K\)' -- "$moevm" run -m "$tmp/k.gguf" -p "It was" -n 4
+expect 0 'of 124.5 KiB \(q4_K, down q4_K/q6_K(, tiled)?\)' -- "$moevm" run -m "$tmp/k.gguf" -p "It was" -n 4
+# The CPU's expert tiles (kernels/cpu/kernels.h): taken on a CPU with the VNNI kernels, never
+# with MOEVM_EXPERT_TILES=off; the same logits either way, bit for bit.
+expect 0 'q4_K/q6_K\)' -- env MOEVM_EXPERT_TILES=off "$moevm" run -m "$tmp/k.gguf" \
+    -p "It was the best" -n 6 --temp 0 --logits-out "$tmp/k_off.logits"
+if "$moevm" info 2>&1 | grep -q '^cpu: *avx512vnni kernels'; then tiled=', tiled\)'; else tiled='q6_K\)'; fi
+expect 0 "$tiled" -- "$moevm" run -m "$tmp/k.gguf" -p "It was the best" -n 6 --temp 0 \
+    --logits-out "$tmp/k_on.logits"
+same_text 'tiled and portable experts: the same logits' "$tmp/k_off.logits" cat "$tmp/k_on.logits"
+expect 1 'MOEVM_EXPERT_TILES=yes: not valid \(expected one of auto\|off\)' -- env MOEVM_EXPERT_TILES=yes "$moevm" run -m "$tmp/k.gguf" -p x -n 1
 # Expert channels that are not whole super-blocks (Qwen2-MoE's 1408): the down experts fall
 # back to q5_0, and to q8_0 where the mix asks for q6_K, as llama-quantize writes them.
 "$moevm" mkmodel --arch qwen2moe --type q4_K_M --embd 256 --expert-ff 96 -o "$tmp/kq.gguf" >/dev/null

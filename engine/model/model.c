@@ -45,9 +45,11 @@ enum mvm_ggml_type mvm_wtype_to_ggml(enum mvm_wtype t)
 const char *mvm_model_expert_types(const mvm_model *m, char *buf, size_t size)
 {
     unsigned gate_up = 0, down = 0;
+    uint32_t tiled = 0;
     for (uint32_t il = 0; il < m->hp.n_layer; il++) {
         gate_up |= 1u << m->layers[il].expert_fmt.gate_up;
         down |= 1u << m->layers[il].expert_fmt.down;
+        tiled += m->layers[il].expert_fmt.tiles != 0;
     }
     buf[0] = 0;
     mvm_ld_append_types(buf, size, gate_up, "/");
@@ -56,6 +58,11 @@ const char *mvm_model_expert_types(const mvm_model *m, char *buf, size_t size)
         snprintf(buf + n, size - n, ", down ");
         mvm_ld_append_types(buf, size, down, "/");
     }
+    size_t n = strlen(buf);
+    if (tiled == m->hp.n_layer)
+        snprintf(buf + n, size - n, ", tiled");
+    else if (tiled)
+        snprintf(buf + n, size - n, ", tiled in %u of %u layers", tiled, m->hp.n_layer);
     return buf;
 }
 

@@ -182,7 +182,8 @@ int mvm_wtype_from_ggml(enum mvm_ggml_type t);
 /* The ggml type of a kernel weight type. */
 enum mvm_ggml_type mvm_wtype_to_ggml(enum mvm_wtype t);
 /* The experts' types for a summary line, in buf: "q8_0", or "q4_K, down q4_K/q6_K" when
- * the down matrices differ from gate/up or by layer. */
+ * the down matrices differ from gate/up or by layer; ", tiled" after them where the CPU's
+ * tiles hold the experts (", tiled in N of L layers" where some layers' types have none). */
 const char *mvm_model_expert_types(const mvm_model *m, char *buf, size_t size);
 
 #endif
