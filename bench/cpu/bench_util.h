@@ -4,7 +4,10 @@
 #define MVM_BENCH_CPU_BENCH_UTIL_H
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <time.h>
+
+#include "kernels/cpu/kernels.h"
 
 static inline double mvm_bench_clock_s(clockid_t clock)
 {
@@ -33,6 +36,21 @@ static inline float mvm_bench_frand(uint64_t *state)
     r ^= r << 13, r ^= r >> 7, r ^= r << 17;
     *state = r;
     return (float)(r >> 40) / (float)(1 << 23) - 1.0f;
+}
+
+/* n_rows rows of n_row random weights (within ±0.05, the scale of real ones) quantized to
+ * type t, one after another at w. */
+static inline void mvm_bench_fill_rows(enum mvm_wtype t, void *w, size_t n_rows, size_t n_row,
+                                       uint64_t *state)
+{
+    float *row = malloc(n_row * sizeof *row);
+    const size_t rb = mvm_k_row_bytes(t, n_row);
+    for (size_t r = 0; r < n_rows; r++) {
+        for (size_t i = 0; i < n_row; i++)
+            row[i] = mvm_bench_frand(state) * 0.05f;
+        mvm_k_quantize(t, row, (uint8_t *)w + r * rb, n_row);
+    }
+    free(row);
 }
 
 #endif

@@ -32,18 +32,6 @@
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
-/* n rows of n_row random weights of type t at w. */
-static void fill_rows(enum mvm_wtype t, uint8_t *w, size_t n, size_t n_row)
-{
-    float *row = malloc(n_row * sizeof *row);
-    for (size_t r = 0; r < n; r++, w += mvm_k_row_bytes(t, n_row)) {
-        for (size_t i = 0; i < n_row; i++)
-            row[i] = mvm_bench_frand(&rng) * 0.05f;
-        mvm_k_quantize(t, row, w, n_row);
-    }
-    free(row);
-}
-
 /* Whether `s` names a format, with "+tiles" for the CPU's tiled layout; *f set. */
 static int parse_format(const char *s, mvm_k_expert_fmt *f)
 {
@@ -102,8 +90,8 @@ int main(int argc, char **argv)
         for (size_t g = 0; g < groups; g++) {
             uint8_t *p = w + e * eb + g * group;
             const size_t rows = 2 * G * mvm_k_row_bytes(f.gate_up, N_EMBD);
-            fill_rows(f.gate_up, p, 2 * G, N_EMBD);
-            fill_rows(f.down, p + rows, N_EMBD, G);
+            mvm_bench_fill_rows(f.gate_up, p, 2 * G, N_EMBD, &rng);
+            mvm_bench_fill_rows(f.down, p + rows, N_EMBD, G, &rng);
         }
     for (size_t i = 0; i < MAX_TOK; i++) {
         for (size_t j = 0; j < N_EMBD; j++)

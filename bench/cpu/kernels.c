@@ -44,19 +44,6 @@ static void *alloc64(size_t bytes)
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
-/* Fills bytes of weights of type t with random values (n_row elements at a time). */
-static void fill(enum mvm_wtype t, void *w, size_t bytes, size_t n_row)
-{
-    float *row = malloc(n_row * sizeof *row);
-    const size_t rb = mvm_k_row_bytes(t, n_row);
-    for (size_t off = 0; off + rb <= bytes; off += rb) {
-        for (size_t i = 0; i < n_row; i++)
-            row[i] = mvm_bench_frand(&rng) * 0.05f;
-        mvm_k_quantize(t, row, (uint8_t *)w + off, n_row);
-    }
-    free(row);
-}
-
 static volatile float sink;
 
 static double read_gbs(const float *a, int reps, int prefetch)
@@ -174,7 +161,7 @@ int main(int argc, char **argv)
             continue;
         /* One fill serves both shapes: it is a run of whole blocks from the start, and
          * matvec rows and expert groups are whole blocks too. */
-        fill(wt, w, WEIGHT_BYTES, N_IN);
+        mvm_bench_fill_rows(wt, w, WEIGHT_BYTES / mvm_k_row_bytes(wt, N_IN), N_IN, &rng);
         mvm_k_prepare_act(wt, x, act, N_IN);
         mvm_k_prepare_act(wt, x, act_ex, N_EMBD);
         const size_t as = mvm_k_act_bytes(wt, N_IN);
