@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # `make install`'s result builds an application: the build installed under a temporary
 # prefix, a program using both public headers compiled with `pkg-config --cflags --libs
-# moevm` alone, and run against the installed libmoevm.so.
-# usage: test_install.sh BUILD_DIR
+# moevm` alone, and run against the installed libmoevm.so. A cross build gives its compiler
+# and the emulator that runs its programs (tests/cross/aarch64.sh: qemu-aarch64 -L /).
+# usage: test_install.sh BUILD_DIR [CC [RUNNER...]]
 set -u
 build=$1
+cc=${2:-cc}
+runner=("${@:3}")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; echo "0 passed, 1 failed"; exit 1; }
@@ -27,8 +30,10 @@ int main(void)
 C
 export PKG_CONFIG_PATH=$(dirname "$pc")
 flags=$(pkg-config --cflags --libs moevm) || fail "pkg-config moevm"
-cc -std=c11 -Wall -Werror "$tmp/app.c" -o "$tmp/app" $flags 2>"$tmp/log" || fail "cc: $(cat "$tmp/log")"
+"$cc" -std=c11 -Wall -Werror "$tmp/app.c" -o "$tmp/app" $flags 2>"$tmp/log" ||
+    fail "$cc: $(cat "$tmp/log")"
 libdir=$(pkg-config --variable=libdir moevm)
-LD_LIBRARY_PATH=$libdir "$tmp/app" >"$tmp/out" 2>&1 || fail "the application: $(cat "$tmp/out")"
+LD_LIBRARY_PATH=$libdir "${runner[@]}" "$tmp/app" >"$tmp/out" 2>&1 ||
+    fail "the application: $(cat "$tmp/out")"
 echo "$(cat "$tmp/out")"
 echo "1 passed, 0 failed"

@@ -18,12 +18,13 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 if ! command -v aarch64-linux-gnu-gcc >/dev/null || ! command -v aarch64-linux-gnu-g++ >/dev/null ||
    ! command -v qemu-aarch64 >/dev/null ||
-   [ ! -e /usr/lib/aarch64-linux-gnu/libhwloc.so ]; then
+   [ ! -e /usr/lib/aarch64-linux-gnu/libhwloc.so ] ||
+   [ ! -e /usr/lib/aarch64-linux-gnu/libmicrohttpd.so ]; then
   dpkg --add-architecture arm64
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc-aarch64-linux-gnu \
     g++-aarch64-linux-gnu qemu-user libhwloc-dev:arm64 libnuma-dev:arm64 libcjson-dev:arm64 \
-    libunwind-dev:arm64 >/dev/null
+    libunwind-dev:arm64 libmicrohttpd-dev:arm64 >/dev/null
 fi
 cmake -S . -B build-aarch64 -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOEVM_SANITIZE= >/dev/null
