@@ -52,7 +52,7 @@ static int parse_format(const char *s, mvm_k_expert_fmt *f)
     for (size_t i = 0; i < sizeof known / sizeof *known; i++)
         if (strcmp(name, known[i].name) == 0) {
             *f = (mvm_k_expert_fmt){known[i].gate_up, known[i].down, MVM_GLU_SILU, tiles};
-            return !tiles || mvm_k_expert_tiles_ok(*f, N_EMBD);
+            return !tiles || mvm_k_expert_tiles_ok(*f);
         }
     return 0;
 }

@@ -260,7 +260,7 @@ static mvm_status choose_tiles(mvm_model *m, mvm_space *space, const uint8_t *he
     const int want = v.i == 0 && !held && strcmp(info.backend, "host") == 0;
     for (uint32_t il = 0; il < m->hp.n_layer; il++) {
         mvm_k_expert_fmt *f = &m->layers[il].expert_fmt;
-        f->tiles = want && mvm_k_expert_tiles_ok(*f, m->hp.n_embd);
+        f->tiles = want && mvm_k_expert_tiles_ok(*f);
     }
     return MVM_OK;
 }

@@ -37,11 +37,10 @@ static const void *down_acts(enum mvm_wtype t, const float h[][MVM_QK_K], size_t
  * the earlier tiles), for 73 KiB of stack (the intermediate activations). */
 #define GROUP_TOKENS 32
 
-int mvm_k_expert_tiles_ok(mvm_k_expert_fmt f, size_t n_embd)
+int mvm_k_expert_tiles_ok(mvm_k_expert_fmt f)
 {
     const mvm_k_gemm_fn *tiles = mvm_k_kernels->tiles;
-    return tiles && tiles[f.gate_up] && tiles[f.down] && n_embd % 16 == 0 &&
-           mvm_k_expert_group_channels(f) % 16 == 0;
+    return tiles && tiles[f.gate_up] && tiles[f.down];
 }
 
 /* n_tok tokens' gate or up products of a group (G rows), into y (MVM_QK_K floats a token). */

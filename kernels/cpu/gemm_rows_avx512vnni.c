@@ -441,8 +441,8 @@ AVX512_INLINE void gemm_rows(enum mvm_wtype t, const uint8_t *w, size_t rb, size
 /* Tokens a tile's sums are kept for at once (the rest in further passes over the rows). */
 #define TILE_TOKENS 32
 /* How many tiles ahead the next is sent to L2: the hardware's prefetchers alone left 4 to 8
- * tokens streamed from memory at 0.6 of their speed from L2; one tile ahead into L1 was
- * too late; 2 to 8 into L2 about alike, 4 the best (bench_cpu_expert_tokens). */
+ * tokens streamed from memory at about half their speed from L2; one tile ahead into L1
+ * was too late; 2 to 8 into L2 about alike, 4 the best (docs/perf/cpu.md). */
 #define TILE_AHEAD 4
 
 /* mvm_k_gemm_fn over a tiled matrix: n_rows (a multiple of 16) rows of rb bytes, each 16

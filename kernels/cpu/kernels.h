@@ -133,9 +133,10 @@ void mvm_k_matmul(enum mvm_wtype t, const void *w, size_t row_bytes, size_t n_in
  * kernels that keep 16 rows in a vector's lanes multiply, without the transposes each
  * product would otherwise repeat (kernels/cpu/gemm_rows_avx512vnni.c). Each group, and so
  * each prefix of groups, keeps its bytes and its place; only the order within it changes. */
-/* Whether the level in use has the tile kernels for f's types, and the shape allows them
- * (n_embd and the group's channels multiples of 16). */
-int mvm_k_expert_tiles_ok(mvm_k_expert_fmt f, size_t n_embd);
+/* Whether the level in use has the tile kernels for f's types. Every shape of those types
+ * tiles: only K-quants have them, so n_embd (a K row) is whole super-blocks and a group is
+ * 256 channels, both multiples of 16. */
+int mvm_k_expert_tiles_ok(mvm_k_expert_fmt f);
 
 /* One type for all three matrices, SwiGLU. */
 static inline mvm_k_expert_fmt mvm_k_expert_uniform(enum mvm_wtype t)
