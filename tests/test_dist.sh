@@ -3,10 +3,14 @@
 # ranks, placements changed and carried out while a request runs, and bad input stopping
 # every rank with one message instead of a hang. Its numbers are checked against the NumPy
 # reference by ref_forward_dist (tests/ref/check_forward.py --launcher).
-# usage: test_dist.sh path/to/moevm path/to/mpirun
+# With the fake driver and its device kernels (tests/fakecuda), the ranks compute on their
+# GPUs too.
+# usage: test_dist.sh path/to/moevm path/to/mpirun [fake libcuda.so.1 fake kernels plugin]
 set -u
 moevm=$1
 mpirun=$2
+fake=${3:-}
+kernels=${4:-}
 pass=0 fail=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -114,6 +118,50 @@ chmod +x "$tmp/short.sh"
 expect fail 'ctx 4 is less than the prompt' -- "${mpi[@]}" 3 "$tmp/short.sh" --homes 2 --period 1
 grep -q 'home 0 of 2 | remote' "$tmp/out" && pass=$((pass + 1)) ||
     { fail=$((fail + 1)); echo "FAIL: the other home did not end its stream" >&2; }
+# Ranks computing on their GPUs (the fake driver, its kernels emulated on the CPU): each
+# rank's experts are cached on its device by its residency policies, for its own steps
+# and for the rows it serves. The text is one process's, on the GPU and on the CPU.
+if [ -n "$fake" ] && [ -n "$kernels" ]; then
+    gpu=(env MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake" FAKECUDA_KERNELS="$kernels")
+    "${gpu[@]}" "${run[@]}" >"$tmp/gpu_one.txt" 2>/dev/null
+    same_text() { # <what> <file>
+        if cmp -s "$tmp/one.txt" "$2" && cmp -s "$tmp/gpu_one.txt" "$2"; then
+            pass=$((pass + 1)); else fail=$((fail + 1))
+            echo "FAIL: $1: the text is not one process's" >&2
+            diff "$tmp/one.txt" "$2" | sed 's/^/    /' >&2; fi
+    }
+    expect 0 'space: cuda backend' -- "${gpu[@]}" "${mpi[@]}" 3 "${run[@]}" --period 1
+    grep -q 'distributed: 3 ranks .* remote [1-9].* [1-9][0-9]* migrations' "$tmp/out" &&
+        pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: no rows or moves on GPUs" >&2; }
+    "${gpu[@]}" "${mpi[@]}" 3 "${run[@]}" --period 1 >"$tmp/gpu3.txt" 2>/dev/null
+    same_text "three ranks on GPUs" "$tmp/gpu3.txt"
+    # Two homes serving each other on their GPUs, two devices taken in turn, and budgets of
+    # a quarter of the experts: the served steps load and evict too. Then the same without
+    # HOST_NUMA, where every step runs in rounds that fit the budget.
+    for numa in 1 0; do
+        rm -rf "$tmp/gh"
+        "${gpu[@]}" FAKECUDA_DEVICES=2 FAKECUDA_HOST_NUMA=$numa "${mpi[@]}" 3 \
+            --output-filename "$tmp/gh" "${run[@]}" --homes 2 --period 1 --gpu-budget 25% \
+            >/dev/null 2>&1
+        for r in 0 1; do
+            same_text "home $r of 2 on GPUs (HOST_NUMA $numa)" "$tmp/gh/1/rank.$r/stdout"
+            grep -q "computing on fakecuda device $r .*" "$tmp/gh/1/rank.$r/stderr" &&
+                grep -q "home $r of 2 | remote [1-9]" "$tmp/gh/1/rank.$r/stderr" &&
+                pass=$((pass + 1)) || { fail=$((fail + 1))
+                echo "FAIL: home $r: not on device $r, or no rows sent" >&2
+                sed 's/^/    /' "$tmp/gh/1/rank.$r/stderr" >&2; }
+        done
+        grep -Eq 'evict [a-z]+: [1-9][0-9]* out' "$tmp/gh/1/rank.0/stderr" \
+            "$tmp/gh/1/rank.1/stderr" && pass=$((pass + 1)) ||
+            { fail=$((fail + 1)); echo "FAIL: a quarter's budget evicted nothing" >&2; }
+    done
+    # MOEVM_DEVICE names one device for every rank.
+    expect 0 'computing on fakecuda device 0' -- "${gpu[@]}" FAKECUDA_DEVICES=2 MOEVM_DEVICE=0 \
+        "${mpi[@]}" 2 "${run[@]}" --homes 2
+    grep -q 'computing on fakecuda device 1' "$tmp/out" &&
+        { fail=$((fail + 1)); echo "FAIL: MOEVM_DEVICE=0 was not kept" >&2; } || pass=$((pass + 1))
+fi
+
 # mpirun -n 1 is a single process.
 expect 0 'prefill' -- "${mpi[@]}" 1 "${run[@]}"
 
@@ -123,7 +171,6 @@ expect fail 'room for 15 experts of 0\.05 MiB, the model has 16: every expert mu
 expect fail "no place policy 'nosuch' \(available: " -- "${mpi[@]}" 3 "${run[@]}" --place nosuch
 expect fail "place prism: unknown parameter 'bogus'" -- "${mpi[@]}" 3 "${run[@]}" --place 'prism{bogus=1}'
 expect fail 'server-mem: 2 values for 3 servers' -- "${mpi[@]}" 3 "${run[@]}" --server-mem 1M,1M
-expect fail 'distributed mode: its ranks compute on the CPU: MOEVM_BACKEND=cuda' -- env MOEVM_BACKEND=cuda "${mpi[@]}" 2 "${run[@]}"
 expect 2 'apply to a run started by mpirun' -- "${run[@]}" --place prism
 expect 2 '--period x: ' -- "${mpi[@]}" 2 "${run[@]}" --period x
 expect fail 'homes 4: the job has 3 ranks' -- "${mpi[@]}" 3 "${run[@]}" --homes 4

@@ -21,7 +21,9 @@
 #include <unistd.h>
 
 #include "engine/compute/pool.h"
+#include "engine/forward/experts_cpu.h"
 #include "engine/forward/forward.h"
+#include "engine/forward/moe_step.h"
 #include "engine/model/model.h"
 #include "engine/plan/plan.h"
 #include "engine/synth/mkmodel.h"
@@ -579,6 +581,122 @@ static void test_quantize_once(void)
     }
 }
 
+/* A request as the distributed mode's server takes it (dist_serve.c): 5 tokens, the rows of
+ * experts 1, 3 and 6 of a layer, grouped by expert in expert order; tokens 0, 2 and 4 have
+ * both their top-2 rows here, 1 and 3 one. */
+static const int32_t req_experts[] = {1, 3, 6};
+static const uint32_t req_tok[] = {0, 2, 4, 1, 2, 0, 3, 4};
+static uint32_t req_cnt[8] = {0, 3, 0, 2, 0, 0, 3, 0}, req_off[8] = {0, 0, 3, 3, 5, 5, 5, 8};
+
+static mvm_expert_rows request(uint32_t layer, const float *hidden, const float *w)
+{
+    return (mvm_expert_rows){.layer = layer, .n_tok = 5, .n_exp = 3, .experts = req_experts,
+                             .cnt = req_cnt, .off = req_off, .row_tok = req_tok, .row_w = w,
+                             .hidden = hidden};
+}
+
+/* The same sums on the CPU, from the host backend's experts (experts_cpu.h), as the CPU's
+ * server computes them. */
+static void rows_on_cpu(mvm_model *m, uint32_t layer, const float *hidden, const float *w,
+                        float *out)
+{
+    mvm_cpu_experts *x = NULL;
+    CHECK_ST(mvm_cpu_experts_create(m, pool, 8, &x), MVM_OK);
+    mvm_moe s = {.cnt = req_cnt, .off = req_off, .row_tok = (uint32_t *)req_tok,
+                 .row_w = (float *)w};
+    s.step.layer = layer;
+    memset(out, 0, 5 * m->hp.n_embd * sizeof *out);
+    if (x) {
+        mvm_cpu_experts_run(x, &s, hidden, 5, req_experts, 3, 1);
+        mvm_cpu_experts_add(x, &s, out, 5);
+    }
+    mvm_cpu_experts_free(x);
+}
+
+/* mvm_ctx_expert_rows: another rank's rows on the GPU equal the CPU's, on a budget of a
+ * quarter of the pages (the step's experts loaded and evicted by the residency policies,
+ * which count it); between the context's own batches it changes nothing of theirs; bad
+ * requests and a CPU context are refused. */
+static void test_expert_rows(void)
+{
+    const char *path = model_path("qwen3moe", MVM_W_Q8_0);
+    mvm_model *host = NULL, *m = NULL;
+    mvm_ctx *c = NULL;
+    CHECK_ST(load(path, MVM_BACKEND_HOST, 1, &host), MVM_OK);
+    CHECK_ST(load(path, MVM_BACKEND_CUDA, 0.25, &m), MVM_OK);
+    mvm_ctx_policies pol = {.residency = {.evict = "lru"}, .prefetch = {.predict = predict}};
+    if (m)
+        CHECK_ST(mvm_ctx_create(m, pool, 32, 5, &pol, &c), MVM_OK);
+    if (!host || !c) {
+        mvm_model_free(host), mvm_ctx_free(c), mvm_model_free(m);
+        return;
+    }
+    const size_t D = m->hp.n_embd, V = m->hp.n_vocab;
+    float *hidden = malloc(5 * D * sizeof *hidden), *got = malloc(5 * D * sizeof *got);
+    float *want = malloc(5 * D * sizeof *want), w[8];
+    unsigned seed = 7;
+    for (size_t i = 0; i < 5 * D; i++)
+        hidden[i] = (float)rand_r(&seed) / RAND_MAX * 2.0f - 1.0f;
+    for (size_t i = 0; i < 8; i++)
+        w[i] = 0.25f + (float)rand_r(&seed) / RAND_MAX;
+    mvm_resid_stats before, after;
+    for (uint32_t layer = 0; layer < 2; layer++) {
+        mvm_resid_get_stats(mvm_ctx_residency(c), &before);
+        for (size_t i = 0; i < 5 * D; i++)
+            got[i] = NAN;
+        mvm_expert_rows r = request(layer, hidden, w);
+        CHECK_ST(mvm_ctx_expert_rows(c, &r, got), MVM_OK);
+        rows_on_cpu(host, layer, hidden, w, want);
+        double err = 0, norm = 0;
+        for (size_t i = 0; i < 5 * D; i++) {
+            err += (got[i] - want[i]) * (double)(got[i] - want[i]);
+            norm += want[i] * (double)want[i];
+        }
+        CHECK(norm > 0 && sqrt(err / norm) < 1e-4); /* NaN fails too */
+        mvm_resid_get_stats(mvm_ctx_residency(c), &after);
+        CHECK(after.accesses == before.accesses + 3);
+    }
+    mvm_stats sp;
+    mvm_space_get_stats(m->space, &sp);
+    CHECK(sp.pages_evicted > 0); /* two layers' experts through a quarter's budget */
+
+    /* Served between the context's own batches: the same logits as without. */
+    float *alone = malloc(N_PROMPT * V * sizeof *alone);
+    float *served = malloc(N_PROMPT * V * sizeof *served);
+    CHECK_ST(eval_prompt(c, V, 4, alone), MVM_OK);
+    mvm_ctx_reset(c);
+    for (size_t i = 0; i < N_PROMPT * V; i++)
+        served[i] = NAN;
+    mvm_expert_rows r = request(1, hidden, w);
+    for (uint32_t done = 0; done < N_PROMPT; done += 4) {
+        uint32_t n = N_PROMPT - done < 4 ? N_PROMPT - done : 4;
+        CHECK_ST(mvm_ctx_eval(c, prompt + done, n, served + done * V, 1), MVM_OK);
+        CHECK_ST(mvm_ctx_expert_rows(c, &r, got), MVM_OK);
+    }
+    CHECK(memcmp(alone, served, N_PROMPT * V * sizeof *alone) == 0);
+
+    /* Refused: a token with three rows of a top-2 model, more tokens than the batch. */
+    static const uint32_t three_tok[] = {0, 2, 4, 1, 2, 0, 2, 4};
+    mvm_expert_rows bad = request(0, hidden, w);
+    bad.row_tok = three_tok;
+    CHECK_ST(mvm_ctx_expert_rows(c, &bad, got), MVM_ERR_INVALID);
+    CHECK(strstr(mvm_last_error(), "more than 2 rows of token 2") != NULL);
+    bad = request(0, hidden, w);
+    bad.n_tok = 6; /* the context's batches are 5 */
+    CHECK_ST(mvm_ctx_expert_rows(c, &bad, got), MVM_ERR_INVALID);
+    CHECK(strstr(mvm_last_error(), "batches of up to 5") != NULL);
+    mvm_ctx_free(c);
+    c = NULL;
+    CHECK_ST(mvm_ctx_create(host, pool, 32, 8, NULL, &c), MVM_OK);
+    r = request(0, hidden, w);
+    if (c)
+        CHECK_ST(mvm_ctx_expert_rows(c, &r, got), MVM_ERR_UNSUPPORTED);
+    mvm_ctx_free(c);
+    free(alone), free(served), free(hidden), free(got), free(want);
+    mvm_model_free(m);
+    mvm_model_free(host);
+}
+
 /* mvm_ctx_time_expert: a positive time, the expert evicted after unless it was resident,
  * the context still computing the same logits; refused on the CPU and out of range. */
 static void test_time_expert(void)
@@ -669,6 +787,7 @@ int main(int argc, char **argv)
     RUN(test_failures);
     RUN(test_quantize_once);
     RUN(test_time_expert);
+    RUN(test_expert_rows);
     mvm_pool_destroy(pool);
     char cmd[96];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -414,16 +414,26 @@ static uint32_t ctx_bound(const struct run_args *a)
     return n < UINT32_MAX ? (uint32_t)n : UINT32_MAX;
 }
 
+/* The distributed mode's ranks on one machine take its GPUs in turn (the first rank the
+ * first device), unless MOEVM_DEVICE names one. 0 where no device answers. */
+static int rank_device(const mvm_dist *d)
+{
+    int n = 0;
+    while (n < 64 && mvm_cuda_probe(n) == MVM_OK)
+        n++;
+    return n ? (int)(mvm_dist_local_rank(d) % (uint32_t)n) : 0;
+}
+
 /* The checks before the model is read: the space's options, the modules' names, the cost
  * model, the predictor file, the threads. */
 static int prepare(struct session *s, mvm_space_desc *desc)
 {
     const struct run_args *a = &s->a;
     int bad = mvm_cli_space_desc("run", "--gpu-budget", a->budget, desc);
-    if (!bad && s->dist && desc->backend == MVM_BACKEND_AUTO)
-        desc->backend = MVM_BACKEND_HOST; /* the distributed mode's ranks compute on the CPU */
     if (bad)
         return bad;
+    if (s->dist && desc->backend != MVM_BACKEND_HOST && !getenv("MOEVM_DEVICE"))
+        desc->device = rank_device(s->dist);
     /* The modules' names before the model loads (their parameters are checked once it has:
      * the modules need its shape). */
     const struct { enum mvm_role role; const char *value, *flag; } roles[] = {
@@ -518,8 +528,11 @@ static void print_model(const struct session *s, const mvm_space_desc *desc, dou
 static int make_engine(struct session *s)
 {
     const struct run_args *a = &s->a;
+    /* a context that serves the other homes on its GPU takes their batches too */
+    uint32_t serve = s->dist ? mvm_dist_serve_batch(s->dist) : 0;
     const mvm_engine_params p = {
-        .model = a->model, .n_ctx = ctx_bound(a), .n_batch = a->batch, .kv_type = a->kv_type,
+        .model = a->model, .n_ctx = ctx_bound(a), .n_batch = a->batch > serve ? a->batch : serve,
+        .kv_type = a->kv_type,
         .evict = a->evict, .predict = a->predict, .route = a->route, .config = a->config,
         .assign = a->assign, .cost = a->cost, .predictor = s->inputs.predictor,
         .predictor_size = s->inputs.predictor_size, .hot_counts = s->inputs.profile.counts,
@@ -540,10 +553,7 @@ static int load(struct session *s)
     if (rc)
         return rc;
     double t0 = mvm_now_s();
-    mvm_status st = s->dist && desc.backend == MVM_BACKEND_CUDA
-        ? mvm_fail(MVM_ERR_UNSUPPORTED, "its ranks compute on the CPU: MOEVM_BACKEND=cuda "
-                   "is not supported (use host)")
-        : mvm_model_open(a->model, &s->model);
+    mvm_status st = mvm_model_open(a->model, &s->model);
     const uint8_t *held = NULL;
     if (s->dist && (rc = place(s, st, &held)))
         return rc;
@@ -566,8 +576,10 @@ static int load(struct session *s)
     if (st != MVM_OK)
         return s->server ? 1 : mvm_cli_error("run", "loading the model");
     s->placed = 1; /* a failure from here on is this rank's alone */
-    if (s->server)
-        return 0; /* it needs no engine, and the leader speaks for the job */
+    mvm_space_info info;
+    mvm_space_get_info(s->model->space, &info);
+    if (s->server) /* the leader speaks for the job; an engine only to compute on a GPU */
+        return strcmp(info.backend, "cuda") ? 0 : make_engine(s);
     print_model(s, &desc, mvm_now_s() - t0);
     if ((rc = make_engine(s)) || !s->dist)
         return rc;
@@ -769,7 +781,8 @@ int mvm_cmd_run(int argc, char **argv)
     if (!rc)
         mvm_cli_catch_sigint(SA_RESTART | SA_RESETHAND);
     int serving = !rc && s.server;
-    if (serving && mvm_dist_serve(s.dist, s.model, s.pool) != MVM_OK)
+    if (serving && mvm_dist_serve(s.dist, s.model, s.pool, s.e ? mvm_engine_ctx(s.e) : NULL) !=
+                   MVM_OK)
         rc = mvm_cli_error("run", "expert server");
     if (!rc && !s.server)
         rc = make_prompt(&s);

@@ -36,6 +36,8 @@ void mvm_dist_finish(mvm_dist *d, int abort_job) { (void)d, (void)abort_job; }
 int mvm_dist_agree_rc(mvm_dist *d, int rc) { (void)d; return rc; }
 uint32_t mvm_dist_rank(const mvm_dist *d) { (void)d; return 0; }
 uint32_t mvm_dist_size(const mvm_dist *d) { (void)d; return 1; }
+uint32_t mvm_dist_local_rank(const mvm_dist *d) { (void)d; return 0; }
+uint32_t mvm_dist_serve_batch(const mvm_dist *d) { (void)d; return 0; }
 mvm_status mvm_dist_agree(mvm_dist *d, mvm_status mine) { (void)d; return mine; }
 mvm_status mvm_dist_stop(mvm_dist *d) { (void)d; return MVM_OK; }
 
@@ -51,9 +53,9 @@ mvm_status mvm_dist_plan(mvm_dist *d, const mvm_model *probe, const mvm_dist_par
     return no_mpi();
 }
 
-mvm_status mvm_dist_serve(mvm_dist *d, mvm_model *m, mvm_pool *pool)
+mvm_status mvm_dist_serve(mvm_dist *d, mvm_model *m, mvm_pool *pool, mvm_ctx *c)
 {
-    (void)d, (void)m, (void)pool;
+    (void)d, (void)m, (void)pool, (void)c;
     return no_mpi();
 }
 

@@ -26,8 +26,11 @@
  * that cannot load the model) is agreed on by every rank: all stop with the failing rank's
  * message, none waits forever.
  *
- * Limits: the ranks compute on the CPU (a cuda space is refused); each rank reads the
- * experts it starts with from its own copy of the model file.
+ * Each rank computes where its space is: on the CPU (host backend), or on its GPU (cuda
+ * backend: one device per rank, by default the rank's index among those on its machine),
+ * whose residency policies then cache the experts the rank holds, for its own steps and
+ * for those it serves. Each rank reads the experts it starts with from its own copy of the
+ * model file.
  */
 #ifndef MVM_ENGINE_DIST_DIST_H
 #define MVM_ENGINE_DIST_DIST_H
@@ -73,6 +76,11 @@ mvm_status mvm_dist_init(mvm_dist **out);
 void mvm_dist_finish(mvm_dist *d, int abort_job);
 uint32_t mvm_dist_rank(const mvm_dist *d);
 uint32_t mvm_dist_size(const mvm_dist *d);
+/* This rank's index among the job's ranks on its machine (its GPU by default). */
+uint32_t mvm_dist_local_rank(const mvm_dist *d);
+/* After mvm_dist_plan: the largest batch of any home, which servers answer (a context that
+ * serves on a GPU takes batches of that many tokens). */
+uint32_t mvm_dist_serve_batch(const mvm_dist *d);
 
 /* Collective: the largest of the ranks' exit codes (a command's checks before the ranks
  * share anything; each rank has printed its own complaint). */
@@ -90,14 +98,16 @@ mvm_status mvm_dist_agree(mvm_dist *d, mvm_status mine);
 mvm_status mvm_dist_plan(mvm_dist *d, const mvm_model *probe, const mvm_dist_params *p,
                          const uint8_t **held);
 
-/* Server ranks: answers the homes with m's experts on the pool's threads until the leader
- * stops them. */
-mvm_status mvm_dist_serve(mvm_dist *d, mvm_model *m, mvm_pool *pool);
+/* Server ranks: answers the homes with m's experts until the leader stops them: on the
+ * pool's threads, or, c not NULL, on context c's GPU (mvm_ctx_expert_rows; batches of
+ * mvm_dist_serve_batch tokens). */
+mvm_status mvm_dist_serve(mvm_dist *d, mvm_model *m, mvm_pool *pool, mvm_ctx *c);
 
 /* A home: context c (of batches up to n_batch) computes the experts other ranks hold there
  * (forward.h's mvm_ctx_set_elsewhere): each step sends their rows and gathers the replies,
- * answering the other homes' requests meanwhile with m's experts on the pool; after each
- * batch of tokens, when `period` tokens have passed, the placement round. */
+ * answering the other homes' requests meanwhile with m's experts (on the pool, or on c's
+ * GPU when c computes on one); after each batch of tokens, when `period` tokens have
+ * passed, the placement round. */
 mvm_status mvm_dist_attach(mvm_dist *d, mvm_ctx *c, mvm_model *m, mvm_pool *pool,
                            uint32_t n_batch);
 /* A home whose stream has ended: serves the others until every home's has, and then the

@@ -134,15 +134,15 @@ static mvm_status send_rows(void *self, mvm_moe *s, const float *xn, uint32_t n)
     return MVM_OK;
 }
 
-/* Holder p's reply, added into x. */
-static mvm_status add_reply(mvm_dist *d, const mvm_moe *s, uint32_t p, float *x)
+/* Holder p's reply to the step of `layer`, added into x. */
+static mvm_status add_reply(mvm_dist *d, uint32_t layer, uint32_t p, float *x)
 {
     struct peer *q = &d->peer[p];
     uint32_t hdr[2];
     memcpy(hdr, q->rep, 8);
     if (hdr[0] != MVM_OK || hdr[1] != q->n_tok)
         return mvm_fail(MVM_ERR_BACKEND, "rank %u could not compute experts of layer %u "
-                        "(status %u)", p, s->step.layer, hdr[0]);
+                        "(status %u)", p, layer, hdr[0]);
     const float *y = (const float *)(q->rep + 8);
     for (uint32_t j = 0; j < q->n_tok; j++) {
         float *xt = x + (size_t)q->toks[j] * d->D;
@@ -170,6 +170,9 @@ static mvm_status gather_rows(void *self, mvm_moe *s, float *x, uint32_t n)
     (void)n;
     if (!s->n_remote)
         return MVM_OK;
+    /* on a GPU the other homes' rows served meanwhile go through s (forward.h): only the
+     * peers' state is read from here on */
+    const uint32_t layer = s->step.layer;
     double t0 = mvm_now_s();
     mvm_status st = MVM_OK;
     for (uint32_t spins = 0;;) {
@@ -188,7 +191,7 @@ static mvm_status gather_rows(void *self, mvm_moe *s, float *x, uint32_t n)
                 continue;
             }
             q->rows = 0;
-            mvm_status r = add_reply(d, s, p, x);
+            mvm_status r = add_reply(d, layer, p, x);
             st = st != MVM_OK ? st : r;
         }
         if (!waiting)
@@ -261,7 +264,7 @@ mvm_status mvm_dist_attach(mvm_dist *d, mvm_ctx *c, mvm_model *m, mvm_pool *pool
     mvm_status st = alloc_peers(d, n_batch);
     /* a home among several answers the others; the leader alone is never asked */
     if (st == MVM_OK && d->homes > 1)
-        st = mvm_dist_server(d, m, pool);
+        st = mvm_dist_server(d, m, pool, strcmp(mvm_ctx_backend(c), "cpu") ? c : NULL);
     if (st != MVM_OK)
         return st;
     d->model = m;

@@ -52,9 +52,10 @@ struct peer {
     MPI_Request r[2];           /* the request's send, the reply's receive */
 };
 
-/* What computes the requests of other ranks here. */
+/* What computes the requests of other ranks here: the CPU (xcpu), or a context's GPU. */
 struct server {
     mvm_model *m;
+    mvm_ctx *ctx;
     mvm_cpu_experts *xcpu;
     mvm_moe s;                  /* only the rows: what mvm_cpu_experts reads */
     int32_t *experts;
@@ -66,7 +67,7 @@ struct server {
 };
 
 struct mvm_dist {
-    int rank, size;
+    int rank, size, local_rank; /* local: among the ranks on this machine */
     uint32_t homes;             /* ranks 0 .. homes-1 run request streams */
     uint32_t L, E, D, LE, n_batch;
     uint32_t serve_batch;       /* the largest batch of any home: what a server answers */
@@ -107,7 +108,7 @@ mvm_status mvm_dist_migrate(mvm_dist *d, const mvm_model *m, const uint32_t *mov
 mvm_status mvm_dist_round(mvm_dist *d, const mvm_model *m);
 
 /* dist_serve.c: this rank's server for m's experts, made once. */
-mvm_status mvm_dist_server(mvm_dist *d, mvm_model *m, mvm_pool *pool);
+mvm_status mvm_dist_server(mvm_dist *d, mvm_model *m, mvm_pool *pool, mvm_ctx *c);
 void mvm_dist_server_free(mvm_dist *d);
 /* Handles one TAG_OP message if one has come (block: waits for one); *op: what it was, 0
  * for none. */

@@ -30,6 +30,12 @@ mvm_status mvm_dist_init(mvm_dist **out)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the distributed mode");
     MPI_Comm_rank(MPI_COMM_WORLD, &d->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &d->size);
+    MPI_Comm node; /* the ranks on this machine */
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, d->rank, MPI_INFO_NULL,
+                            &node) == MPI_SUCCESS) {
+        MPI_Comm_rank(node, &d->local_rank);
+        MPI_Comm_free(&node);
+    }
     d->stats.ranks = (uint32_t)d->size;
     d->stats.rank = (uint32_t)d->rank;
     *out = d;
@@ -61,6 +67,8 @@ void mvm_dist_finish(mvm_dist *d, int abort_job)
 
 uint32_t mvm_dist_rank(const mvm_dist *d) { return (uint32_t)d->rank; }
 uint32_t mvm_dist_size(const mvm_dist *d) { return (uint32_t)d->size; }
+uint32_t mvm_dist_local_rank(const mvm_dist *d) { return (uint32_t)d->local_rank; }
+uint32_t mvm_dist_serve_batch(const mvm_dist *d) { return d->serve_batch; }
 
 int mvm_dist_agree_rc(mvm_dist *d, int rc)
 {
@@ -307,12 +315,17 @@ mvm_status mvm_dist_plan(mvm_dist *d, const mvm_model *probe, const mvm_dist_par
 /* ---- migration: every rank, the leader's OP_MIGRATE in hand ------------------------------ */
 
 /* Releases a dropped expert's home memory (host homes are shared memfd pages; on a home
- * that cannot be released the memory only stays). */
+ * that cannot be released the memory only stays). Not while a copy of it is on the device
+ * or on its way there: a copy still reading the home would take zeros, and a device copy
+ * kept by the budget is what a later migration back would compute from. */
 static void release_home(const mvm_model *m, uint32_t x)
 {
-    uint8_t *home = mvm_expert_home(m->space, x / m->hp.n_expert, x % m->hp.n_expert);
+    const uint32_t l = x / m->hp.n_expert, e = x % m->hp.n_expert;
+    uint8_t *home = mvm_expert_home(m->space, l, e);
     size_t page = (size_t)sysconf(_SC_PAGESIZE), n = m->expert_bytes / page * page;
-    if (home && n)
+    mvm_residency r;
+    if (home && n && mvm_expert_residency(m->space, l, e, &r) == MVM_OK && !r.resident &&
+        !r.loading)
         (void)madvise(home, n, MADV_REMOVE);
 }
 

@@ -67,11 +67,17 @@ static mvm_status compute(mvm_dist *d, const uint8_t *msg, size_t len, uint32_t 
         }
     }
     const float *hidden = (const float *)(rows + 8 * (size_t)total);
+    *n_tok = n;
+    if (v->ctx) {
+        mvm_expert_rows r = {.layer = layer, .n_tok = n, .n_exp = n_exp,
+                             .experts = v->experts, .cnt = v->s.cnt, .off = v->s.off,
+                             .row_tok = v->s.row_tok, .row_w = v->s.row_w, .hidden = hidden};
+        return mvm_ctx_expert_rows(v->ctx, &r, v->out);
+    }
     v->s.step.layer = layer;
     mvm_cpu_experts_run(v->xcpu, &v->s, hidden, n, v->experts, n_exp, 1);
     memset(v->out, 0, (size_t)n * d->D * sizeof *v->out);
     mvm_cpu_experts_add(v->xcpu, &v->s, v->out, n);
-    *n_tok = n;
     return MVM_OK;
 }
 
@@ -86,7 +92,7 @@ static void server_free(struct server *v)
         free(a[i]);
 }
 
-mvm_status mvm_dist_server(mvm_dist *d, mvm_model *m, mvm_pool *pool)
+mvm_status mvm_dist_server(mvm_dist *d, mvm_model *m, mvm_pool *pool, mvm_ctx *c)
 {
     if (d->srv)
         return MVM_OK;
@@ -95,7 +101,7 @@ mvm_status mvm_dist_server(mvm_dist *d, mvm_model *m, mvm_pool *pool)
     if (!v)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for an expert server");
     const uint32_t E = d->E, rows = n_batch * m->hp.n_expert_used;
-    *v = (struct server){.m = m, .n_batch = n_batch, .K = m->hp.n_expert_used};
+    *v = (struct server){.m = m, .ctx = c, .n_batch = n_batch, .K = m->hp.n_expert_used};
     v->s.cnt = calloc(E, sizeof *v->s.cnt);
     v->s.off = calloc(E, sizeof *v->s.off);
     v->s.row_tok = calloc(rows, sizeof *v->s.row_tok);
@@ -103,9 +109,9 @@ mvm_status mvm_dist_server(mvm_dist *d, mvm_model *m, mvm_pool *pool)
     v->experts = calloc(E, sizeof *v->experts);
     v->reply = malloc(8 + (size_t)n_batch * d->D * sizeof(float));
     v->out = (float *)(v->reply + 8);
-    mvm_status st = v->s.cnt && v->s.off && v->s.row_tok && v->s.row_w && v->experts && v->reply
-        ? mvm_cpu_experts_create(m, pool, n_batch, &v->xcpu)
-        : mvm_fail(MVM_ERR_NOMEM, "out of memory for an expert server");
+    mvm_status st = !(v->s.cnt && v->s.off && v->s.row_tok && v->s.row_w && v->experts &&
+                      v->reply) ? mvm_fail(MVM_ERR_NOMEM, "out of memory for an expert server")
+        : c ? MVM_OK : mvm_cpu_experts_create(m, pool, n_batch, &v->xcpu);
     if (st != MVM_OK) {
         server_free(v);
         return st;
@@ -191,9 +197,13 @@ mvm_status mvm_dist_take(mvm_dist *d, int block, uint32_t *op)
                     src);
 }
 
-mvm_status mvm_dist_serve(mvm_dist *d, mvm_model *m, mvm_pool *pool)
+mvm_status mvm_dist_serve(mvm_dist *d, mvm_model *m, mvm_pool *pool, mvm_ctx *c)
 {
-    mvm_status st = mvm_dist_server(d, m, pool);
+    /* the context's residency keeps to this rank's experts (it runs no steps of its own) */
+    d->elsewhere = (mvm_elsewhere){.self = d, .remote = d->remote};
+    mvm_status st = c ? mvm_ctx_set_elsewhere(c, &d->elsewhere) : MVM_OK;
+    if (st == MVM_OK)
+        st = mvm_dist_server(d, m, pool, c);
     uint32_t op;
     while (st == MVM_OK && !d->stop)
         st = mvm_dist_take(d, 1, &op);

@@ -180,13 +180,22 @@ mvm_status mvm_ctx_time_expert(mvm_ctx *c, uint32_t layer, int32_t expert, const
 
 mvm_status mvm_ctx_set_elsewhere(mvm_ctx *c, const mvm_elsewhere *e)
 {
-    if (c->be != &mvm_fwd_cpu)
-        return mvm_fail(MVM_ERR_UNSUPPORTED, "the distributed mode computes on the CPU; this "
-                        "context computes on the %s (use MOEVM_BACKEND=host)", c->be->name);
-    c->moe->elsewhere = e;
+    c->moe->elsewhere = e && e->send ? e : NULL;
     c->moe->remote = e ? e->remote : NULL;
     mvm_resid_set_remote(c->moe->resid, c->moe->remote);
     return MVM_OK;
+}
+
+mvm_status mvm_ctx_expert_rows(mvm_ctx *c, const mvm_expert_rows *r, float *out)
+{
+    if (!c->be->expert_rows)
+        return mvm_fail(MVM_ERR_UNSUPPORTED, "computing another rank's rows in a context: "
+                        "this one computes on the %s", c->be->name);
+    if (r->n_tok == 0 || r->n_tok > c->n_batch || r->layer >= c->m->hp.n_layer)
+        return mvm_fail(MVM_ERR_INVALID, "rows of %u tokens of layer %u: the context takes "
+                        "batches of up to %u, %u layers", r->n_tok, r->layer, c->n_batch,
+                        c->m->hp.n_layer);
+    return c->be->expert_rows(c, r, out);
 }
 
 uint32_t mvm_ctx_n_past(const mvm_ctx *c) { return c->n_past[c->seq]; }

@@ -146,9 +146,28 @@ typedef struct mvm_elsewhere {
     mvm_status (*gather)(void *self, struct mvm_moe *s, float *x, uint32_t n);
     mvm_status (*tokens)(void *self, const mvm_model *m, uint32_t n);
 } mvm_elsewhere;
-/* e NULL: every expert is computed here. MVM_ERR_UNSUPPORTED on a context computing on a
- * GPU. */
+/* e NULL: every expert is computed here. On a GPU the step ends (its experts unpinned)
+ * before `gather`, which may meanwhile call mvm_ctx_expert_rows on the same context. A
+ * server that runs no steps of its own gives send and gather NULL: only the marks. */
 mvm_status mvm_ctx_set_elsewhere(mvm_ctx *c, const mvm_elsewhere *e);
+/* Rows another rank routed, for the distributed mode's server: n_tok tokens' expert input
+ * `hidden` ([n_tok][n_embd], host), the rows of experts[0..n_exp) of `layer` (distinct, held
+ * here), expert e's at off[e] .. off[e] + cnt[e] - 1 of row_tok (< n_tok) and row_w. */
+typedef struct mvm_expert_rows {
+    uint32_t layer, n_tok, n_exp;
+    const int32_t *experts;
+    const uint32_t *cnt, *off;  /* [n_expert] */
+    const uint32_t *row_tok;
+    const float *row_w;
+    const float *hidden;
+} mvm_expert_rows;
+/* Each token's weighted sum of its rows into out ([n_tok][n_embd], host), computed on the
+ * context's GPU as a step of its own: its experts made resident by the context's residency
+ * policies, which observe it (without router scores); the predictor does not. Between the
+ * context's own steps only (mvm_elsewhere's gather is). MVM_ERR_UNSUPPORTED on a context
+ * computing on the CPU (whose caller computes from the addresses: experts_cpu.h);
+ * MVM_ERR_INVALID for more tokens than its batch or a token with more than top-k rows. */
+mvm_status mvm_ctx_expert_rows(mvm_ctx *c, const mvm_expert_rows *r, float *out);
 /* The positions cached in the selected sequence. */
 uint32_t mvm_ctx_n_past(const mvm_ctx *c);
 /* Forgets the selected sequence's cached positions (a new request). */

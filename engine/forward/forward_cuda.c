@@ -23,6 +23,13 @@
  * the sum in each token's routing order comes after the last, so the result does not
  * depend on how the step was cut.
  *
+ * In the distributed mode (dist.h) a home sends the rows of other ranks' experts once its
+ * step has begun, computes its own, ends the step, and only then waits for the replies,
+ * which go up and are added to x: while it waits it may serve another home's rows on this
+ * same context (mvm_ctx_expert_rows), a step of their own through the same buffers, so
+ * nothing of its step may still be needed then. A served step's experts are made
+ * resident by the same residency policies; their per-token sums come back to the host.
+ *
  * A batch may hold the tokens of several sequences (a server's requests): its products,
  * norms and MoE steps take it whole, so each layer's weights and experts are read once for
  * all of them; the rotary embedding, the KV store and attention take each sequence's run of
@@ -37,6 +44,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "engine/compute/clock.h"
 #include "engine/forward/forward_cuda_impl.h"
@@ -226,6 +234,10 @@ static void cuda_destroy(void *state)
     free(f->host);
     free(f->spec_rows_host);
     free(f->spec_host);
+    free(f->rows_up);
+    free(f->row_far);
+    free(f->far);
+    free(f->zeros);
     free(f->runs);
     free(f);
 }
@@ -246,8 +258,12 @@ static mvm_status cuda_create(mvm_ctx *ctx, void **state)
     f->spec_host = malloc((size_t)f->n_batch * hp->n_embd * sizeof *f->spec_host);
     f->spec_rows_host = malloc((size_t)f->n_batch * hp->n_expert_used *
                                sizeof *f->spec_rows_host);
+    f->rows_up = malloc((size_t)f->n_batch * hp->n_expert_used * sizeof *f->rows_up);
+    f->row_far = malloc((size_t)f->n_batch * hp->n_expert_used);
+    f->far = malloc((size_t)f->n_batch * hp->n_embd * sizeof *f->far);
     f->runs = malloc(f->n_batch * sizeof *f->runs);
-    if (!f->host || !f->spec_host || !f->spec_rows_host || !f->runs)
+    if (!f->host || !f->spec_host || !f->spec_rows_host || !f->rows_up || !f->row_far ||
+        !f->far || !f->runs)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the device context");
     f->pool = ctx->pool;
     char why[256];
@@ -346,15 +362,27 @@ mvm_status mvm_cuda_fwd_rope(struct cuda_fwd *f, mvm_dptr x, uint64_t stride, ui
 
 /* ---- mixture of experts ---------------------------------------------------------------- */
 
-/* The step's grouped rows (moe_step.h) to the device. */
+/* The step's grouped rows (moe_step.h) up; a token's rows that are not computed here (another rank's experts,
+ * or none: a served step's tokens have fewer than K rows here) read out's zero row, so
+ * that the sum adds only this device's. */
 static mvm_status upload_rows(struct cuda_fwd *f, uint32_t n)
 {
     const mvm_moe *s = f->moe;
-    size_t E = f->m->hp.n_expert, nk = (size_t)n * f->m->hp.n_expert_used;
+    const uint32_t K = f->m->hp.n_expert_used, zero = f->n_batch * K;
+    size_t E = f->m->hp.n_expert, nk = (size_t)n * K;
+    memset(f->row_far, 0, nk);
+    for (uint32_t i = 0; i < s->n_remote; i++) {
+        uint32_t e = (uint32_t)s->active[s->n_active + i];
+        memset(f->row_far + s->off[e], 1, s->cnt[e]);
+    }
+    for (size_t r = 0; r < nk; r++) {
+        uint32_t row = s->tok_rows[r];
+        f->rows_up[r] = row == MVM_MOE_NO_ROW || f->row_far[row] ? zero : row;
+    }
     TRY(mvm_gpu_upload(f->g, f->off, s->off, E * sizeof *s->off));
     TRY(mvm_gpu_upload(f->g, f->cnt, s->cnt, E * sizeof *s->cnt));
     TRY(mvm_gpu_upload(f->g, f->row_tok, s->row_tok, nk * sizeof *s->row_tok));
-    TRY(mvm_gpu_upload(f->g, f->tok_rows, s->tok_rows, nk * sizeof *s->tok_rows));
+    TRY(mvm_gpu_upload(f->g, f->tok_rows, f->rows_up, nk * sizeof *f->rows_up));
     return mvm_gpu_upload(f->g, f->row_w, s->row_w, nk * sizeof *s->row_w);
 }
 
@@ -419,9 +447,10 @@ static mvm_status cpu_experts(struct cuda_fwd *f, uint32_t n)
 }
 
 /* The routed experts: the GPU's round by round (each waited for before its experts are
- * unpinned), the CPU's beside the first; then added to x in each token's routing order.
- * Returns with the step's last round pinned, its kernels maybe still running. */
-static mvm_status experts(struct cuda_fwd *f, uint32_t il, uint32_t n)
+ * unpinned), the CPU's beside the first; then added to x ([n][n_embd] floats) in each
+ * token's routing order. Returns with the step's last round pinned, its kernels maybe
+ * still running. */
+static mvm_status experts(struct cuda_fwd *f, uint32_t il, uint32_t n, mvm_dptr x)
 {
     const mvm_hparams *hp = &f->m->hp;
     if (experts_quantized(f, il))
@@ -435,7 +464,7 @@ static mvm_status experts(struct cuda_fwd *f, uint32_t il, uint32_t n)
         TRY(expert_round(f, il));
     }
     TRY(mvm_moe_next_round(f->moe)); /* nothing left: the last round stays pinned */
-    mvm_g_expert_sum_args s = {.x = f->x, .out = f->out, .tok_rows = f->tok_rows,
+    mvm_g_expert_sum_args s = {.x = x, .out = f->out, .tok_rows = f->tok_rows,
                                .n_embd = hp->n_embd, .n_tok = n, .top_k = hp->n_expert_used};
     return mvm_gpu_expert_sum(f->g, 0, &s);
 }
@@ -504,6 +533,19 @@ static mvm_status speculate(struct cuda_fwd *f, uint32_t il, uint32_t n, int sha
     return MVM_OK;
 }
 
+/* The other ranks' sums of this step's rows, waited for (the step over: see the top) and
+ * added to x; st: the step's status so far, returned unless it is MVM_OK. */
+static mvm_status gather(struct cuda_fwd *f, const mvm_elsewhere *e, uint32_t n, mvm_status st)
+{
+    const uint32_t D = f->m->hp.n_embd;
+    memset(f->far, 0, (size_t)n * D * sizeof *f->far);
+    mvm_status got = e->gather(e->self, f->moe, f->far, n);
+    if (st != MVM_OK || got != MVM_OK)
+        return st != MVM_OK ? st : got;
+    TRY(mvm_gpu_upload(f->g, f->tmp, f->far, (size_t)n * D * sizeof *f->far));
+    return mvm_cuda_fwd_add(f, f->x, f->tmp, D, 0, D, n);
+}
+
 static mvm_status moe(struct cuda_fwd *f, uint32_t il, uint32_t n, const uint32_t *pos)
 {
     const mvm_hparams *hp = &f->m->hp;
@@ -522,8 +564,11 @@ static mvm_status moe(struct cuda_fwd *f, uint32_t il, uint32_t n, const uint32_
     const int spec = mvm_moe_speculates(f->moe);
     mvm_status st = spec ? mvm_gpu_copy(f->g, f->spec_x, f->x, (size_t)n * D * sizeof(float))
                          : MVM_OK;
+    const mvm_elsewhere *e = f->moe->elsewhere;
+    if (e && st == MVM_OK) /* the other ranks' experts run there meanwhile */
+        st = e->send(e->self, f->moe, f->host, n);
     if (st == MVM_OK)
-        st = experts(f, il, n);
+        st = experts(f, il, n, f->x);
     if (st == MVM_OK && hp->n_ff_shexp)
         st = ffn(f, &L->shexp_w1, &L->shexp_w3, &L->shexp_w2, &L->shexp_gate, n);
     if (st == MVM_OK && spec)
@@ -533,7 +578,34 @@ static mvm_status moe(struct cuda_fwd *f, uint32_t il, uint32_t n, const uint32_
     mvm_status synced = mvm_gpu_sync(f->g);
     st = st != MVM_OK ? st : synced;
     mvm_status ended = mvm_moe_end(f->moe);
-    return st != MVM_OK ? st : ended;
+    st = st != MVM_OK ? st : ended;
+    if (e) /* requests sent are waited for whatever failed here */
+        st = gather(f, e, n, st);
+    return st;
+}
+
+/* ---- another rank's rows (mvm_ctx_expert_rows) ------------------------------------------ */
+
+static mvm_status cuda_expert_rows(mvm_ctx *ctx, const mvm_expert_rows *r, float *out)
+{
+    struct cuda_fwd *f = ctx->state;
+    const uint32_t n = r->n_tok, D = f->m->hp.n_embd;
+    const size_t bytes = (size_t)n * D * sizeof(float);
+    TRY(mvm_moe_take_rows(f->moe, r->layer, n, r->hidden, r->experts, r->n_exp, r->cnt,
+                          r->off, r->row_tok, r->row_w));
+    if (!f->zeros && !(f->zeros = calloc((size_t)f->n_batch * D, sizeof *f->zeros)))
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for serving rows on the device");
+    memcpy(f->host, r->hidden, bytes); /* what the CPU's share reads (cpu_experts) */
+    TRY(mvm_gpu_upload(f->g, f->xn, r->hidden, bytes));
+    TRY(mvm_gpu_upload(f->g, f->tmp, f->zeros, bytes));
+    TRY(upload_rows(f, n));
+    TRY(mvm_moe_begin(f->moe));
+    mvm_status st = experts(f, r->layer, n, f->tmp);
+    mvm_status synced = mvm_gpu_sync(f->g); /* as in moe: nothing reads them after */
+    st = st != MVM_OK ? st : synced;
+    mvm_status ended = mvm_moe_end(f->moe);
+    st = st != MVM_OK ? st : ended;
+    return st != MVM_OK ? st : mvm_gpu_download(f->g, out, f->tmp, bytes);
 }
 
 /* ---- timing one expert (mvm_ctx_time_expert) ------------------------------------------- */
@@ -642,4 +714,4 @@ static mvm_status cuda_eval(mvm_ctx *ctx, const mvm_fwd_batch *b, float *logits)
 }
 
 const struct mvm_fwd_backend mvm_fwd_cuda = {"cuda", cuda_create, cuda_destroy, cuda_eval,
-                                             cuda_time_expert};
+                                             cuda_time_expert, cuda_expert_rows};

@@ -84,6 +84,13 @@ struct cuda_fwd {
                                    speculate): [n_batch][n_embd] x2, [n_batch * K] rows */
     uint32_t *spec_rows_host;   /* [n_batch * K] */
     float *spec_host;           /* [n_batch][n_embd]: its forecast's input, down */
+    uint32_t *rows_up;          /* [n_batch * K] tok_rows as uploaded: rows computed
+                                   elsewhere, or none, read out's zero row */
+    uint8_t *row_far;           /* [n_batch * K] scratch: 1 for a row computed elsewhere */
+    float *far;                 /* [n_batch][n_embd]: the other ranks' sums (the
+                                   distributed mode), gathered while it serves them */
+    float *zeros;               /* [n_batch][n_embd]: what a served step's sums start from
+                                   (made at the first) */
     mvm_pool *pool;
     mvm_cpu_experts *cpu;              /* the experts the assign module runs on the CPU; made at
                                    the first (many runs have none) */

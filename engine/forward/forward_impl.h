@@ -48,6 +48,8 @@ struct mvm_fwd_backend {
     /* mvm_ctx_time_expert, checked; NULL where the backend has no device to time */
     mvm_status (*time_expert)(mvm_ctx *c, uint32_t layer, int32_t expert, const float *x,
                               uint32_t n, double *seconds);
+    /* mvm_ctx_expert_rows, its batch checked; NULL on the CPU */
+    mvm_status (*expert_rows)(mvm_ctx *c, const mvm_expert_rows *r, float *out);
 };
 
 /* Host buffers of the CPU code: 64-byte aligned, for the SIMD kernels. *ok is cleared

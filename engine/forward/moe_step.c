@@ -235,8 +235,60 @@ void mvm_moe_route(mvm_moe *s, uint32_t layer, const uint32_t *pos, uint32_t n,
 {
     s->step = (mvm_pstep){.layer = layer, .n_tok = n, .scores = s->probs, .experts = s->sel,
                           .weights = s->selw, .hidden = hidden, .counts = s->cnt};
+    s->serving = 0;
     route(s, pos);
     group(s);
+}
+
+mvm_status mvm_moe_take_rows(mvm_moe *s, uint32_t layer, uint32_t n, const float *hidden,
+                             const int32_t *experts, uint32_t n_exp, const uint32_t *cnt,
+                             const uint32_t *off, const uint32_t *row_tok, const float *row_w)
+{
+    const uint32_t E = s->m->hp.n_expert, K = s->m->hp.n_expert_used;
+    s->step = (mvm_pstep){.layer = layer, .n_tok = n, .experts = s->sel, .weights = s->selw,
+                          .hidden = hidden, .counts = s->cnt};
+    s->serving = 1;
+    s->n_remote = 0;
+    memset(s->cnt, 0, E * sizeof *s->cnt);
+    for (uint32_t i = 0; i < n_exp; i++)
+        s->cnt[experts[i]] = cnt[experts[i]];
+    s->n_active = 0;
+    for (uint32_t e = 0, o = 0; e < E; e++) { /* regrouped in expert order */
+        s->off[e] = o;
+        for (uint32_t j = 0; j < s->cnt[e]; j++, o++) {
+            s->row_tok[o] = row_tok[off[e] + j];
+            s->row_w[o] = row_w[off[e] + j];
+        }
+        if (s->cnt[e])
+            s->active[s->n_active++] = (int32_t)e;
+    }
+    for (uint32_t r = 0; r < n * K; r++) {
+        s->sel[r] = -1;
+        s->selw[r] = 0;
+        s->tok_rows[r] = MVM_MOE_NO_ROW;
+    }
+    for (uint32_t i = 0; i < s->n_active; i++) {
+        uint32_t e = (uint32_t)s->active[i];
+        for (uint32_t r = s->off[e]; r < s->off[e] + s->cnt[e]; r++) {
+            uint32_t t = s->row_tok[r], k = 0;
+            while (k < K && s->sel[t * K + k] >= 0)
+                k++;
+            if (k == K)
+                return mvm_fail(MVM_ERR_INVALID, "more than %u rows of token %u in a step of "
+                                "layer %u", K, t, layer);
+            s->sel[t * K + k] = (int32_t)e;
+            s->selw[t * K + k] = s->row_w[r];
+            s->tok_rows[t * K + k] = r;
+        }
+    }
+    return MVM_OK;
+}
+
+/* The predictor of this step: none for one served to another rank (mvm_moe_take_rows),
+ * whose tokens are another request stream's, at one layer only. */
+static mvm_prefetcher *forecaster(const mvm_moe *s)
+{
+    return s->serving ? NULL : s->prefetch;
 }
 
 /* Once the step's experts are all pinned: the assign module's plan, or without one the
@@ -246,7 +298,7 @@ static void start_ahead(mvm_moe *s)
 {
     /* a speculative module's forecast waits for the backend's pass (mvm_moe_speculate) */
     s->ahead = s->n_plan || mvm_moe_speculates(s) ? MVM_OK
-                                                  : mvm_prefetcher_ahead(s->prefetch, &s->step);
+                                                  : mvm_prefetcher_ahead(forecaster(s), &s->step);
     mvm_status st = MVM_OK;
     for (uint32_t i = 0; i < s->n_plan && st == MVM_OK && s->ahead == MVM_OK; i++) {
         uint32_t E = s->m->hp.n_expert;
@@ -281,7 +333,7 @@ static void place(mvm_moe *s, uint32_t *n_home)
         return;
     }
     const float *ahead;
-    uint32_t n_ahead = mvm_prefetcher_predict(s->prefetch, &s->step, s->n_forecast, &ahead);
+    uint32_t n_ahead = mvm_prefetcher_predict(forecaster(s), &s->step, s->n_forecast, &ahead);
     s->n_plan = mvm_resid_assign(s->resid, &s->step, ahead, n_ahead, s->where, &s->plan);
     for (uint32_t i = 0; i < s->n_active; i++) {
         int32_t e = s->active[i];
@@ -317,7 +369,7 @@ mvm_status mvm_moe_begin(mvm_moe *s)
     s->ahead = MVM_OK;
     if (mvm_moe_speculates(s))
         note_landed(s);
-    mvm_prefetcher_cut(s->prefetch, &s->step);
+    mvm_prefetcher_cut(forecaster(s), &s->step);
     uint32_t n_home, layer = s->step.layer;
     place(s, &n_home);
     mvm_status st = mvm_resid_begin_home(s->resid, layer, s->cpu, s->n_cpu, 0);
@@ -345,7 +397,7 @@ mvm_status mvm_moe_begin(mvm_moe *s)
 
 int mvm_moe_speculates(const mvm_moe *s)
 {
-    return mvm_prefetcher_speculative(s->prefetch) && s->step.layer + 1 < s->m->hp.n_layer;
+    return mvm_prefetcher_speculative(forecaster(s)) && s->step.layer + 1 < s->m->hp.n_layer;
 }
 
 void mvm_moe_speculate(mvm_moe *s, const float *next_hidden)
@@ -377,6 +429,6 @@ mvm_status mvm_moe_end(mvm_moe *s)
     uint32_t layer = s->step.layer;
     mvm_status st = mvm_resid_end(s->resid, &s->step, s->active, s->n_active,
                                   layer + 1 == s->m->hp.n_layer);
-    mvm_prefetcher_observe(s->prefetch, &s->step);
+    mvm_prefetcher_observe(forecaster(s), &s->step);
     return st == MVM_OK ? s->ahead : st;
 }

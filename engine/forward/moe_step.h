@@ -78,6 +78,7 @@ typedef struct mvm_moe {
     int begun;                  /* the step's experts are pinned, until it ends */
     mvm_pstep step;             /* the step as the policy modules see it */
     mvm_status ahead;           /* the prefetcher's status, reported at the step's end */
+    int serving;                /* the step is another rank's (mvm_moe_take_rows) */
     mvm_route_fn obs;
     void *obs_ctx;
 } mvm_moe;
@@ -95,6 +96,17 @@ void mvm_moe_free(mvm_moe *s);
  * host, for observers and predictors), valid until the end. */
 void mvm_moe_route(mvm_moe *s, uint32_t layer, const uint32_t *pos, uint32_t n,
                    const float *hidden);
+/* Step 2 for a step another rank routed (the distributed mode's server, dist.h): the rows
+ * of experts[0..n_exp) of `layer` for n tokens whose expert input is hidden ([n][n_embd],
+ * host, valid until the end), expert e's rows at off[e] .. off[e] + cnt[e] - 1 of row_tok
+ * and row_w. A token's k-th choice past its rows here is -1 in sel, MVM_MOE_NO_ROW in
+ * tok_rows. The evict and config modules see the step without router scores; the predictor
+ * does not (another stream's tokens, at one layer). The experts must be this process's and
+ * distinct, the tokens < n: MVM_ERR_INVALID for a token with more than K rows. */
+#define MVM_MOE_NO_ROW UINT32_MAX
+mvm_status mvm_moe_take_rows(mvm_moe *s, uint32_t layer, uint32_t n, const float *hidden,
+                             const int32_t *experts, uint32_t n_exp, const uint32_t *cnt,
+                             const uint32_t *off, const uint32_t *row_tok, const float *row_w);
 /* Step 3. On failure nothing stays pinned (mvm_moe_end then does nothing). */
 mvm_status mvm_moe_begin(mvm_moe *s);
 /* Between steps 3 and 4, with a speculative predict module (SMoE, policy.h): whether this
