@@ -25,6 +25,7 @@
 #include "policy/cost_load.h"
 #include "tools/cli.h"
 #include "tools/cli_engine.h"
+#include "tools/logits_out.h"
 #include "tools/run_report.h"
 #include "tools/sim_inputs.h"
 #include "tools/trace_out.h"
@@ -298,50 +299,6 @@ static int parse_tokens(const char *s, int32_t **ids, uint32_t *n)
     return 1;
 }
 
-/* --logits-out: "MVML", u32 version 1, u32 n_vocab, u32 n_rows; rows of
- * {i32 token, i32 pos, f32 logits[n_vocab]}. n_rows is patched in at the end. */
-struct logits_file {
-    FILE *f;
-    uint32_t n_vocab, rows;
-};
-
-static int logits_open(struct logits_file *lf, const char *path, uint32_t n_vocab)
-{
-    lf->n_vocab = n_vocab;
-    lf->rows = 0;
-    if (!(lf->f = fopen(path, "wb"))) {
-        fprintf(stderr, "moevm run: --logits-out %s: %s\n", path, strerror(errno));
-        return 1;
-    }
-    uint32_t hdr[4] = {0, 1, n_vocab, 0};
-    memcpy(hdr, "MVML", 4);
-    fwrite(hdr, sizeof hdr, 1, lf->f);
-    return 0;
-}
-
-static void logits_add(struct logits_file *lf, const int32_t *tokens, uint32_t pos0, uint32_t n,
-                       const float *logits)
-{
-    for (uint32_t i = 0; i < n && lf->f; i++) {
-        int32_t rec[2] = {tokens[i], (int32_t)(pos0 + i)};
-        fwrite(rec, sizeof rec, 1, lf->f);
-        fwrite(logits + (size_t)i * lf->n_vocab, sizeof(float), lf->n_vocab, lf->f);
-        lf->rows++;
-    }
-}
-
-static int logits_close(struct logits_file *lf, const char *path)
-{
-    if (!lf->f)
-        return 0;
-    int bad = fseek(lf->f, 12, SEEK_SET) != 0 || fwrite(&lf->rows, 4, 1, lf->f) != 1;
-    bad |= ferror(lf->f) != 0;
-    bad |= fclose(lf->f) != 0;
-    if (bad)
-        fprintf(stderr, "moevm run: --logits-out %s: write failed\n", path);
-    return bad;
-}
-
 /* What the generation printed, kept for -o json: the prompt's pieces, then the text's. */
 struct text_out {
     char *p;
@@ -361,7 +318,7 @@ struct session {
     mvm_engine *e;       /* over model and pool (the leader's) */
     mvm_trace_out *trace;
     mvm_sampler *sampler;
-    struct logits_file lf;
+    mvm_logits_out lf;
     mvm_sim_inputs inputs; /* --predictor's bytes, --hot-profile's counts */
     int32_t *prompt; /* then the tokens generated after it */
     uint32_t n_prompt, prefilled, generated; /* prefilled < n_prompt: Ctrl-C in the prompt */
@@ -658,7 +615,7 @@ static int prepare_generation(struct session *s)
             return mvm_cli_error("run", "--trace-out");
         mvm_ctx_set_route_observer(ctx, mvm_trace_route, s->trace);
     }
-    if (a->logits_out && logits_open(&s->lf, a->logits_out, in.n_vocab))
+    if (a->logits_out && mvm_logits_open(&s->lf, a->logits_out, in.n_vocab))
         return 1;
     mvm_sampler_params sp = {.temperature = a->temp, .top_k = (int32_t)a->top_k,
                              .top_p = a->top_p, .min_p = a->min_p,
@@ -723,7 +680,7 @@ static int prefill(struct session *s)
     s->t_prefill = mvm_now_s() - t0;
     if (st != MVM_OK)
         return mvm_cli_error("run", "prefill");
-    logits_add(&s->lf, s->prompt, 0, a->logits_out ? s->prefilled : 0, s->logits);
+    mvm_logits_add(&s->lf, s->prompt, 0, a->logits_out ? s->prefilled : 0, s->logits);
     if (a->logits_out && s->prefilled == s->n_prompt) /* the last row, for the first sample */
         memmove(s->logits, s->logits + (size_t)(s->n_prompt - 1) * n_vocab,
                 n_vocab * sizeof(float));
@@ -758,7 +715,7 @@ static int generate(struct session *s)
         uint32_t pos = mvm_engine_n_past(s->e, 0);
         if (mvm_engine_eval(s->e, 0, &next, 1, s->logits) != MVM_OK)
             return mvm_cli_error("run", "decode");
-        logits_add(&s->lf, &next, pos, a->logits_out ? 1 : 0, s->logits);
+        mvm_logits_add(&s->lf, &next, pos, a->logits_out ? 1 : 0, s->logits);
         s->prompt[s->n_prompt + s->generated++] = next;
     }
     s->t_decode = mvm_now_s() - t0;
@@ -796,7 +753,7 @@ int mvm_cmd_run(int argc, char **argv)
         dist_failed = 1, rc = rc ? rc : mvm_cli_error("run", "distributed mode");
     if (mvm_trace_close(s.trace) != MVM_OK && !rc)
         rc = mvm_cli_error("run", "--trace-out");
-    if (logits_close(&s.lf, s.a.logits_out) && !rc)
+    if (mvm_logits_close(&s.lf, s.a.logits_out) && !rc)
         rc = 1;
     mvm_sampler_free(s.sampler);
     mvm_engine_free(s.e); /* before the model and the pool it uses */

@@ -4,7 +4,7 @@
 # on 2 ranks (--homes 2: two streams at once), taking turns, three rounds. The
 # ranks share this machine's cores (the threads are split between them) and talk through
 # shared memory, so this measures the mode's own cost: the messages, the waits, the moves.
-# usage: bash bench/dist/run.sh [tokens] [model]
+# usage: [MOEVM_BACKEND=cuda] bash bench/dist/run.sh [tokens] [model]
 #        (default 32 tokens, build/bench-models/olmoe-4l-q4_K_M.gguf, made if missing)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -15,7 +15,9 @@ cmake --build build -j"$(nproc)" --target moevm_cli >/dev/null
 mkdir -p "$(dirname "$m")"
 [ -f "$m" ] || ./build/moevm mkmodel --preset olmoe-1b-7b --type q4_K_M --layers 4 -o "$m" >&2
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
-export MOEVM_BACKEND=host
+# the CPU unless MOEVM_BACKEND says otherwise (cuda: every rank on a GPU, the machine's
+# GPUs taken in turn)
+export MOEVM_BACKEND=${MOEVM_BACKEND:-host}
 cores=$(nproc)
 run=(./build/moevm run -m "$m" -p "Once upon a time" -n "$n" --temp 0)
 
