@@ -624,7 +624,10 @@ static void test_expert_rows(void)
     mvm_ctx *c = NULL;
     CHECK_ST(load(path, MVM_BACKEND_HOST, 1, &host), MVM_OK);
     CHECK_ST(load(path, MVM_BACKEND_CUDA, 0.25, &m), MVM_OK);
-    mvm_ctx_policies pol = {.residency = {.evict = "lru"}, .prefetch = {.predict = predict}};
+    /* each step waits for its copies: the evictions below do not depend on timing (with
+     * loads still in flight the module has fewer candidates, and runs experts at home) */
+    mvm_ctx_policies pol = {.residency = {.evict = "lru"}, .prefetch = {.predict = predict},
+                            .wait_loads = 1};
     if (m)
         CHECK_ST(mvm_ctx_create(m, pool, 32, 5, &pol, &c), MVM_OK);
     if (!host || !c) {
