@@ -362,9 +362,9 @@ mvm_status mvm_cuda_fwd_rope(struct cuda_fwd *f, mvm_dptr x, uint64_t stride, ui
 
 /* ---- mixture of experts ---------------------------------------------------------------- */
 
-/* The step's grouped rows (moe_step.h) up; a token's rows that are not computed here (another rank's experts,
- * or none: a served step's tokens have fewer than K rows here) read out's zero row, so
- * that the sum adds only this device's. */
+/* The step's grouped rows (moe_step.h) up; a token's rows that are not computed here
+ * (another rank's experts, or none: a served step's tokens have fewer than K rows here)
+ * read out's zero row, so that the sum adds only this device's. */
 static mvm_status upload_rows(struct cuda_fwd *f, uint32_t n)
 {
     const mvm_moe *s = f->moe;
