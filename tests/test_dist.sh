@@ -155,6 +155,18 @@ if [ -n "$fake" ] && [ -n "$kernels" ]; then
             "$tmp/gh/1/rank.1/stderr" && pass=$((pass + 1)) ||
             { fail=$((fail + 1)); echo "FAIL: a quarter's budget evicted nothing" >&2; }
     done
+    # A server whose driver fails mid-run (every launch from its fifth on): it names the
+    # call, the leader names the rank and the layer, and the job ends instead of waiting.
+    cat >"$tmp/faulty.sh" <<EOF
+#!/bin/sh
+[ "\$OMPI_COMM_WORLD_RANK" = 2 ] && export FAKECUDA_FAIL_FROM=cuLaunchKernel:5
+exec "$moevm" run -m "$model" -p "Once upon a time" -n 12 --temp 0 -t 1 "\$@"
+EOF
+    chmod +x "$tmp/faulty.sh"
+    expect fail 'rank 2 could not compute experts of layer [01]' \
+        -- "${gpu[@]}" "${mpi[@]}" 3 "$tmp/faulty.sh"
+    grep -q 'moevm (rank 2): cuLaunchKernel (mvm_g_expert_[a-z_0-9]*) failed' "$tmp/out" &&
+        pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL: the server named no call" >&2; }
     # MOEVM_DEVICE names one device for every rank.
     expect 0 'computing on fakecuda device 0' -- "${gpu[@]}" FAKECUDA_DEVICES=2 MOEVM_DEVICE=0 \
         "${mpi[@]}" 2 "${run[@]}" --homes 2
