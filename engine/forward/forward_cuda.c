@@ -533,6 +533,17 @@ static mvm_status speculate(struct cuda_fwd *f, uint32_t il, uint32_t n, int sha
     return MVM_OK;
 }
 
+/* A begun step's end once its kernels are done: whatever failed (st), the kernels already
+ * queued may still read the pinned experts (a failed round pinned nothing, and the end then
+ * does nothing). Returns st, or else the first failure of the two. */
+static mvm_status end_step(struct cuda_fwd *f, mvm_status st)
+{
+    mvm_status synced = mvm_gpu_sync(f->g);
+    st = st != MVM_OK ? st : synced;
+    mvm_status ended = mvm_moe_end(f->moe);
+    return st != MVM_OK ? st : ended;
+}
+
 /* The other ranks' sums of this step's rows, waited for (the step over: see the top) and
  * added to x; st: the step's status so far, returned unless it is MVM_OK. */
 static mvm_status gather(struct cuda_fwd *f, const mvm_elsewhere *e, uint32_t n, mvm_status st)
@@ -573,12 +584,7 @@ static mvm_status moe(struct cuda_fwd *f, uint32_t il, uint32_t n, const uint32_
         st = ffn(f, &L->shexp_w1, &L->shexp_w3, &L->shexp_w2, &L->shexp_gate, n);
     if (st == MVM_OK && spec)
         st = speculate(f, il, n, hp->n_ff_shexp != 0);
-    /* Whatever failed, the kernels already queued may still read the pinned experts (a
-     * failed round pinned nothing, and the step's end then does nothing). */
-    mvm_status synced = mvm_gpu_sync(f->g);
-    st = st != MVM_OK ? st : synced;
-    mvm_status ended = mvm_moe_end(f->moe);
-    st = st != MVM_OK ? st : ended;
+    st = end_step(f, st);
     if (e) /* requests sent are waited for whatever failed here */
         st = gather(f, e, n, st);
     return st;
@@ -600,11 +606,7 @@ static mvm_status cuda_expert_rows(mvm_ctx *ctx, const mvm_expert_rows *r, float
     TRY(mvm_gpu_upload(f->g, f->tmp, f->zeros, bytes));
     TRY(upload_rows(f, n));
     TRY(mvm_moe_begin(f->moe));
-    mvm_status st = experts(f, r->layer, n, f->tmp);
-    mvm_status synced = mvm_gpu_sync(f->g); /* as in moe: nothing reads them after */
-    st = st != MVM_OK ? st : synced;
-    mvm_status ended = mvm_moe_end(f->moe);
-    st = st != MVM_OK ? st : ended;
+    mvm_status st = end_step(f, experts(f, r->layer, n, f->tmp));
     return st != MVM_OK ? st : mvm_gpu_download(f->g, out, f->tmp, bytes);
 }
 
