@@ -165,6 +165,12 @@ mvm_status mvm_gpu_copy(mvm_gpu *g, mvm_dptr dst, mvm_dptr src, size_t bytes)
     return MVM_OK;
 }
 
+mvm_status mvm_gpu_zero(mvm_gpu *g, mvm_dptr dst, size_t bytes)
+{
+    CU(g, g->cu.MemsetD8Async(dst, 0, bytes, g->stream), "cuMemsetD8Async");
+    return MVM_OK;
+}
+
 mvm_status mvm_gpu_copy_rows(mvm_gpu *g, mvm_dptr dst, size_t dst_pitch, mvm_dptr src,
                              size_t src_pitch, size_t width, size_t rows)
 {

@@ -50,6 +50,8 @@ mvm_status mvm_gpu_upload(mvm_gpu *g, mvm_dptr dst, const void *src, size_t byte
 /* Device -> host, after everything queued before. */
 mvm_status mvm_gpu_download(mvm_gpu *g, void *dst, mvm_dptr src, size_t bytes);
 mvm_status mvm_gpu_copy(mvm_gpu *g, mvm_dptr dst, mvm_dptr src, size_t bytes);
+/* bytes of zeros at dst, in stream order (no host buffer to make or keep). */
+mvm_status mvm_gpu_zero(mvm_gpu *g, mvm_dptr dst, size_t bytes);
 /* Device -> device, `rows` rows of `width` bytes from src (src_pitch bytes apart) to dst
  * (dst_pitch apart). */
 mvm_status mvm_gpu_copy_rows(mvm_gpu *g, mvm_dptr dst, size_t dst_pitch, mvm_dptr src,

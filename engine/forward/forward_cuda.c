@@ -148,14 +148,8 @@ static mvm_status alloc_scratch(struct cuda_fwd *f)
     TRY(mvm_cuda_fwd_alloc(f, B * D * 4, &f->spec_x));
     TRY(mvm_cuda_fwd_alloc(f, B * D * 4, &f->spec_xn));
     TRY(mvm_cuda_fwd_alloc(f, BK * 4, &f->spec_rows));
-    if (!f->sizing) { /* out's last row: zeros, what speculate's masked rows add */
-        float *zero = calloc(D, sizeof *zero);
-        if (!zero)
-            return mvm_fail(MVM_ERR_NOMEM, "out of memory for the device context");
-        mvm_status st = mvm_gpu_upload(f->g, f->out + BK * D * 4, zero, D * 4);
-        free(zero);
-        TRY(st);
-    }
+    if (!f->sizing) /* out's last row: zeros, what speculate's masked rows add */
+        TRY(mvm_gpu_zero(f->g, f->out + BK * D * 4, D * 4));
     mvm_dptr *per_expert[] = {&f->active, &f->off, &f->cnt};
     for (size_t i = 0; i < sizeof per_expert / sizeof *per_expert; i++)
         TRY(mvm_cuda_fwd_alloc(f, E * 4, per_expert[i]));
@@ -237,7 +231,6 @@ static void cuda_destroy(void *state)
     free(f->rows_up);
     free(f->row_far);
     free(f->far);
-    free(f->zeros);
     free(f->runs);
     free(f);
 }
@@ -599,11 +592,9 @@ static mvm_status cuda_expert_rows(mvm_ctx *ctx, const mvm_expert_rows *r, float
     const size_t bytes = (size_t)n * D * sizeof(float);
     TRY(mvm_moe_take_rows(f->moe, r->layer, n, r->hidden, r->experts, r->n_exp, r->cnt,
                           r->off, r->row_tok, r->row_w));
-    if (!f->zeros && !(f->zeros = calloc((size_t)f->n_batch * D, sizeof *f->zeros)))
-        return mvm_fail(MVM_ERR_NOMEM, "out of memory for serving rows on the device");
     memcpy(f->host, r->hidden, bytes); /* what the CPU's share reads (cpu_experts) */
     TRY(mvm_gpu_upload(f->g, f->xn, r->hidden, bytes));
-    TRY(mvm_gpu_upload(f->g, f->tmp, f->zeros, bytes));
+    TRY(mvm_gpu_zero(f->g, f->tmp, bytes));
     TRY(upload_rows(f, n));
     TRY(mvm_moe_begin(f->moe));
     mvm_status st = end_step(f, experts(f, r->layer, n, f->tmp));

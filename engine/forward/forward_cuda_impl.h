@@ -89,8 +89,6 @@ struct cuda_fwd {
     uint8_t *row_far;           /* [n_batch * K] scratch: 1 for a row computed elsewhere */
     float *far;                 /* [n_batch][n_embd]: the other ranks' sums (the
                                    distributed mode), gathered while it serves them */
-    float *zeros;               /* [n_batch][n_embd]: what a served step's sums start from
-                                   (made at the first) */
     mvm_pool *pool;
     mvm_cpu_experts *cpu;              /* the experts the assign module runs on the CPU; made at
                                    the first (many runs have none) */

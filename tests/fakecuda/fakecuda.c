@@ -14,6 +14,7 @@
  * reservation, and cuMemSetAccess turns access flags into mprotect, so a test can read and
  * write mapped "device" memory through its address. Copies and memsets (fake_copies.c) and the
  * few fake kernels (fake_kernels.c) run inside the call. "Stream-ordered" allocation is immediate.
+ * cuMemAlloc memory starts as 0xff bytes, not zeros, as a real device's holds stale data.
  * One mutex guards all state; a condition variable wakes waiters on held streams.
  *
  * Where the real library exports per-thread-default-stream variants (_ptsz, _ptds) of a
@@ -825,6 +826,10 @@ static CUresult mem_alloc(CUdeviceptr *dptr, size_t size)
         if (p != MAP_FAILED) munmap(p, size);
         return free(r), CUDA_ERROR_OUT_OF_MEMORY;
     }
+    /* A real device hands back whatever the memory held: fill it with 0xff bytes (NaN as
+     * floats, -1 as integers), so a reader of memory it never wrote fails its test rather
+     * than finding the zeros a fresh mapping would give. */
+    memset(p, 0xff, size);
     r->va = (uintptr_t)p;
     r->size = size;
     r->ctx = t_ctx;
