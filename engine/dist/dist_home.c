@@ -264,7 +264,7 @@ mvm_status mvm_dist_attach(mvm_dist *d, mvm_ctx *c, mvm_model *m, mvm_pool *pool
     mvm_status st = alloc_peers(d, n_batch);
     /* a home among several answers the others; the leader alone is never asked */
     if (st == MVM_OK && d->homes > 1)
-        st = mvm_dist_server(d, m, pool, strcmp(mvm_ctx_backend(c), "cpu") ? c : NULL);
+        st = mvm_dist_server(d, m, pool, c);
     if (st != MVM_OK)
         return st;
     d->model = m;

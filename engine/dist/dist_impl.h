@@ -107,7 +107,8 @@ mvm_status mvm_dist_migrate(mvm_dist *d, const mvm_model *m, const uint32_t *mov
  * releasing the homes that wait for the round. */
 mvm_status mvm_dist_round(mvm_dist *d, const mvm_model *m);
 
-/* dist_serve.c: this rank's server for m's experts, made once. */
+/* dist_serve.c: this rank's server for m's experts, made once; it computes on c where c
+ * serves rows (a context on a GPU), else on the CPU threads from the homes (c may be NULL). */
 mvm_status mvm_dist_server(mvm_dist *d, mvm_model *m, mvm_pool *pool, mvm_ctx *c);
 void mvm_dist_server_free(mvm_dist *d);
 /* Handles one TAG_OP message if one has come (block: waits for one); *op: what it was, 0

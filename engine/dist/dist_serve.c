@@ -101,7 +101,9 @@ mvm_status mvm_dist_server(mvm_dist *d, mvm_model *m, mvm_pool *pool, mvm_ctx *c
     if (!v)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for an expert server");
     const uint32_t E = d->E, rows = n_batch * m->hp.n_expert_used;
-    *v = (struct server){.m = m, .ctx = c, .n_batch = n_batch, .K = m->hp.n_expert_used};
+    /* a context that computes on a GPU serves there; else the CPU threads do, from the homes */
+    *v = (struct server){.m = m, .ctx = c && mvm_ctx_serves_rows(c) ? c : NULL,
+                         .n_batch = n_batch, .K = m->hp.n_expert_used};
     v->s.cnt = calloc(E, sizeof *v->s.cnt);
     v->s.off = calloc(E, sizeof *v->s.off);
     v->s.row_tok = calloc(rows, sizeof *v->s.row_tok);
@@ -111,7 +113,7 @@ mvm_status mvm_dist_server(mvm_dist *d, mvm_model *m, mvm_pool *pool, mvm_ctx *c
     v->out = (float *)(v->reply + 8);
     mvm_status st = !(v->s.cnt && v->s.off && v->s.row_tok && v->s.row_w && v->experts &&
                       v->reply) ? mvm_fail(MVM_ERR_NOMEM, "out of memory for an expert server")
-        : c ? MVM_OK : mvm_cpu_experts_create(m, pool, n_batch, &v->xcpu);
+        : v->ctx ? MVM_OK : mvm_cpu_experts_create(m, pool, n_batch, &v->xcpu);
     if (st != MVM_OK) {
         server_free(v);
         return st;

@@ -186,6 +186,8 @@ mvm_status mvm_ctx_set_elsewhere(mvm_ctx *c, const mvm_elsewhere *e)
     return MVM_OK;
 }
 
+bool mvm_ctx_serves_rows(const mvm_ctx *c) { return c->be->expert_rows != NULL; }
+
 mvm_status mvm_ctx_expert_rows(mvm_ctx *c, const mvm_expert_rows *r, float *out)
 {
     if (!c->be->expert_rows)

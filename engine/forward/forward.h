@@ -14,6 +14,7 @@
 #ifndef MVM_ENGINE_FORWARD_FORWARD_H
 #define MVM_ENGINE_FORWARD_FORWARD_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "engine/compute/pool.h"
@@ -168,6 +169,9 @@ typedef struct mvm_expert_rows {
  * computing on the CPU (whose caller computes from the addresses: experts_cpu.h);
  * MVM_ERR_INVALID for more tokens than its batch or a token with more than top-k rows. */
 mvm_status mvm_ctx_expert_rows(mvm_ctx *c, const mvm_expert_rows *r, float *out);
+/* Whether mvm_ctx_expert_rows computes on this context (it does where the context computes
+ * on a GPU). */
+bool mvm_ctx_serves_rows(const mvm_ctx *c);
 /* The positions cached in the selected sequence. */
 uint32_t mvm_ctx_n_past(const mvm_ctx *c);
 /* Forgets the selected sequence's cached positions (a new request). */
