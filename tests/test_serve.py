@@ -156,6 +156,15 @@ def errors(s, arch):
              ("POST", "/v1/completions", json.dumps({"prompt": "x", "max_tokens": -5}), 400),
              ("POST", "/v1/completions", json.dumps({"prompt": "x", "stop": [""]}), 400),
              ("POST", "/v1/completions", json.dumps({"prompt": "x", "n": 2}), 400),
+             ("POST", "/v1/completions", json.dumps({"prompt": "x", "stream": "yes"}), 400),
+             ("POST", "/v1/completions", json.dumps({"prompt": "x", "stream": 1}), 400),
+             ("POST", "/v1/completions", json.dumps({"prompt": "x", "ignore_eos": "x"}), 400),
+             ("POST", "/v1/completions", json.dumps({"prompt": "x", "max_tokens": 1.5}), 400),
+             ("POST", "/v1/chat/completions",
+              json.dumps({"messages": MSGS, "chat_template_kwargs": 5}), 400),
+             ("POST", "/v1/completions", json.dumps({"prompt": "x"}) + " xyz", 400),
+             ("POST", "/v1/completions", '{"prompt": "a\tb"}', 400),
+             ("POST", "/v1/completions", json.dumps({"prompt": "a\u0000" + "b" * 40}), 400),
              ("POST", "/v1/completions", json.dumps({"prompt": "word " * 9000}), 400),
              ("GET", "/v1/chat/completions", None, 405),
              ("POST", "/health", "{}", 405),
@@ -226,6 +235,34 @@ def disconnect(s, arch):
     check(status == 200, f"{arch}: the server serves after a disconnect")
 
 
+def half_close(s, arch):
+    """A client that shuts down its sending side once the request is out still reads: it gets
+    a whole reply, or an error, never text cut short under a 200."""
+    sock = socket.create_connection(("127.0.0.1", s.port), timeout=60)
+    body = json.dumps({"prompt": "Once", "max_tokens": 3000, "ignore_eos": True}).encode()
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                 b"Content-Type: application/json\r\nContent-Length: " +
+                 str(len(body)).encode() + b"\r\n\r\n" + body)
+    sock.shutdown(socket.SHUT_WR)
+    got = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        got += chunk
+    sock.close()
+    head, _, payload = got.partition(b"\r\n\r\n")
+    status = int(head.split()[1]) if head.startswith(b"HTTP/") else 0
+    try:
+        reply = json.loads(payload)
+    except ValueError:
+        reply = {}
+    whole = status == 200 and reply["choices"][0]["finish_reason"] == "length" and \
+        reply["usage"]["completion_tokens"] == 3000
+    check(whole or (status == 499 and "closed its end" in reply["error"]["message"]),
+          f"{arch}: a half-closed client: {head[:40]!r} {payload[:200]!r}")
+
+
 def stop_strings(s, arch, reply):
     """A stop string taken from the greedy reply cuts it there."""
     words = [w for w in reply.split()[1:] if w.isascii() and w.isalpha()]
@@ -293,6 +330,7 @@ def main():
             errors(s, arch)
             concurrent(s, arch)
             disconnect(s, arch)
+            half_close(s, arch)
             stop_strings(s, arch, reply)
             openai_client(s, arch)
             m = s.metrics()

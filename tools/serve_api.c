@@ -29,18 +29,35 @@ char *serve_api_error(const char *message, const char *type)
     return out;
 }
 
-/* A number field in [lo, hi] into *out when present; else *out stays. A message in bad. */
-static int number(const cJSON *body, const char *key, double lo, double hi, double *out,
-                  char *bad, size_t cap)
+/* A number field in [lo, hi] (a whole one where `whole`) into *out when present; else *out
+ * stays. A message in bad. */
+static int number(const cJSON *body, const char *key, double lo, double hi, int whole,
+                  double *out, char *bad, size_t cap)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, key);
     if (!v || cJSON_IsNull(v))
         return 0;
-    if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi)) {
-        snprintf(bad, cap, "'%s' must be a number in [%g, %g]", key, lo, hi);
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi) ||
+        (whole && v->valuedouble != floor(v->valuedouble))) {
+        snprintf(bad, cap, "'%s' must be %s in [%g, %g]", key, whole ? "an integer" : "a number",
+                 lo, hi);
         return -1;
     }
     *out = v->valuedouble;
+    return 0;
+}
+
+/* A boolean field into *out when present; else *out stays. */
+static int flag(const cJSON *body, const char *key, int *out, char *bad, size_t cap)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, key);
+    if (!v || cJSON_IsNull(v))
+        return 0;
+    if (!cJSON_IsBool(v)) {
+        snprintf(bad, cap, "'%s' must be true or false", key);
+        return -1;
+    }
+    *out = cJSON_IsTrue(v);
     return 0;
 }
 
@@ -50,15 +67,15 @@ static int sampling(const serve_api *a, const cJSON *body, serve_req *r, char *b
     double mp = a->defaults.min_p, rp = a->defaults.repeat_penalty;
     double seed = (double)(a->defaults.seed & 0xFFFFFFFF), max = a->default_max_tokens;
     double mct = -2;
-    int bad_any = number(body, "temperature", 0, 100, &t, bad, cap) |
-                  number(body, "top_p", 1e-6, 1, &p, bad, cap) |
-                  number(body, "top_k", 0, 1 << 24, &k, bad, cap) |
-                  number(body, "min_p", 0, 1, &mp, bad, cap) |
-                  number(body, "repeat_penalty", 1e-3, 100, &rp, bad, cap) |
-                  number(body, "seed", -9.2e18, 9.2e18, &seed, bad, cap) |
-                  number(body, "max_tokens", -1, 1 << 24, &max, bad, cap) |
-                  number(body, "max_completion_tokens", -1, 1 << 24, &mct, bad, cap) |
-                  number(body, "n", 1, 1, &(double){1}, bad, cap);
+    int bad_any = number(body, "temperature", 0, 100, 0, &t, bad, cap) |
+                  number(body, "top_p", 1e-6, 1, 0, &p, bad, cap) |
+                  number(body, "top_k", 0, 1 << 24, 1, &k, bad, cap) |
+                  number(body, "min_p", 0, 1, 0, &mp, bad, cap) |
+                  number(body, "repeat_penalty", 1e-3, 100, 0, &rp, bad, cap) |
+                  number(body, "seed", -9.2e18, 9.2e18, 1, &seed, bad, cap) |
+                  number(body, "max_tokens", -1, 1 << 24, 1, &max, bad, cap) |
+                  number(body, "max_completion_tokens", -1, 1 << 24, 1, &mct, bad, cap) |
+                  number(body, "n", 1, 1, 1, &(double){1}, bad, cap);
     if (bad_any)
         return -1;
     r->sp = a->defaults;
@@ -142,8 +159,12 @@ static char *prompt_text(const serve_api *a, int chat, cJSON *body, char *bad, s
     for (cJSON *m = msgs->child; m; m = m->next, i++)
         if (flatten_content(m, i, bad, cap))
             return NULL;
-    char *json = cJSON_PrintUnformatted(msgs), *text = NULL;
     const cJSON *kw = cJSON_GetObjectItemCaseSensitive(body, "chat_template_kwargs");
+    if (kw && !cJSON_IsNull(kw) && !cJSON_IsObject(kw)) {
+        snprintf(bad, cap, "'chat_template_kwargs' must be an object");
+        return NULL;
+    }
+    char *json = cJSON_PrintUnformatted(msgs), *text = NULL;
     char *extra = cJSON_IsObject(kw) ? cJSON_PrintUnformatted(kw) : NULL;
     if (json && mvm_engine_chat_format(a->e, json, extra, 1, &text) != MVM_OK)
         snprintf(bad, cap, "%s", mvm_last_error());
@@ -175,6 +196,44 @@ static int tokenize(const serve_api *a, const char *text, int chat, serve_req *r
     return 0;
 }
 
+/* What JSON forbids in a string and cJSON lets through: a raw control character; and what a
+ * C string cannot hold: an escaped U+0000 (cJSON would cut the text there). NULL if none. */
+static const char *string_problem(const char *s, size_t len)
+{
+    int in = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (!in) {
+            in = ch == '"';
+        } else if (ch == '"') {
+            in = 0;
+        } else if (ch < 0x20) {
+            return "a string holds a raw control character (JSON wants it escaped)";
+        } else if (ch == '\\' && i + 1 < len) {
+            if (s[++i] == 'u' && i + 4 < len && !strncmp(s + i + 1, "0000", 4))
+                return "a string holds U+0000, which the server does not take";
+        }
+    }
+    return NULL;
+}
+
+/* The body as a JSON object, nothing but white space after it; NULL with bad set. */
+static cJSON *parse_body(const char *body, size_t len, char *bad, size_t cap)
+{
+    const char *end = NULL, *why = string_problem(body, len);
+    cJSON *root = why ? NULL : cJSON_ParseWithLengthOpts(body, len, &end, 0);
+    while (root && end < body + len && strchr(" \t\r\n", *end) && *end)
+        end++;
+    if (root && (!cJSON_IsObject(root) || end < body + len)) {
+        why = cJSON_IsObject(root) ? "the body has more after its JSON object" : NULL;
+        cJSON_Delete(root);
+        root = NULL;
+    }
+    if (!root)
+        snprintf(bad, cap, "%s", why ? why : "the body is not a JSON object");
+    return root;
+}
+
 serve_req *serve_api_request(const serve_api *a, int chat, const char *body, size_t len,
                              int *status, char **error)
 {
@@ -182,21 +241,19 @@ serve_req *serve_api_request(const serve_api *a, int chat, const char *body, siz
     char bad[512] = "";
     *status = 400;
     *error = NULL;
-    cJSON *root = cJSON_ParseWithLength(body, len);
-    serve_req *r = root && cJSON_IsObject(root) ? serve_req_new() : NULL;
+    cJSON *root = parse_body(body, len, bad, sizeof bad);
+    serve_req *r = root ? serve_req_new() : NULL;
     char *text = NULL;
-    int ok = r != NULL;
-    if (!root || !cJSON_IsObject(root))
-        snprintf(bad, sizeof bad, "the body is not a JSON object");
+    int ok = r != NULL, stream = 0, ignore_eos = a->default_ignore_eos;
     ok = ok && !sampling(a, root, r, bad, sizeof bad) && !stops(root, r, bad, sizeof bad);
+    ok = ok && !flag(root, "stream", &stream, bad, sizeof bad) &&
+         !flag(root, "ignore_eos", &ignore_eos, bad, sizeof bad);
     ok = ok && (text = prompt_text(a, chat, root, bad, sizeof bad)) != NULL;
     ok = ok && !tokenize(a, text, chat, r, bad, sizeof bad);
     if (ok) {
-        const cJSON *st = cJSON_GetObjectItemCaseSensitive(root, "stream");
         r->chat = chat;
-        r->stream = cJSON_IsTrue(st);
-        const cJSON *ie = cJSON_GetObjectItemCaseSensitive(root, "ignore_eos");
-        r->ignore_eos = cJSON_IsBool(ie) ? cJSON_IsTrue(ie) : a->default_ignore_eos;
+        r->stream = stream;
+        r->ignore_eos = ignore_eos;
         r->created = (long)time(NULL);
         snprintf(r->id, sizeof r->id, "%s-%u", chat ? "chatcmpl" : "cmpl",
                  atomic_fetch_add(&counter, 1));

@@ -238,9 +238,17 @@ static enum MHD_Result whole(struct serve_http *h, struct MHD_Connection *c, ser
         if (!r->done && !r->cancelled && client_gone(c))
             r->cancelled = 1; /* the engine thread frees the slot and says done */
     }
+    /* Cancelled because the client closed its end: gone, most likely, but a client that
+     * only shut down its sending side still reads, and must not take the text cut short
+     * for a whole reply. (A socket's half-close and its close look the same from here.) */
+    const int gone = r->cancelled && !r->error;
     char *body = r->error ? serve_api_error(r->error, "server_error")
-                          : serve_api_response(&h->api, r);
-    unsigned status = r->error ? 500 : MHD_HTTP_OK;
+                 : gone ? serve_api_error("the client closed its end of the connection before "
+                                          "the reply, so the request was cancelled (keep the "
+                                          "sending side open until the reply comes)",
+                                          "invalid_request_error")
+                        : serve_api_response(&h->api, r);
+    unsigned status = r->error ? 500 : gone ? 499 : MHD_HTTP_OK;
     pthread_mutex_unlock(&r->mu);
     serve_req_release(r);
     return reply(c, status, "application/json", body);
