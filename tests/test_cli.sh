@@ -441,6 +441,11 @@ expect 2 '--layers 0: expected an integer' -- "$moevm" mkmodel --layers 0
 if [ ! -e "$tmp/x.gguf" ] && [ ! -e "$tmp/x.gguf.tmp" ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: a refused mkmodel left a file" >&2; fi
 expect 0 '"experts":\[' -- sh -c "\"$moevm\" run -m \"$m\" --tokens 1,2,3 -n 2 --trace-out \"$tmp/t.jsonl\" >/dev/null 2>&1 && head -2 \"$tmp/t.jsonl\""
 expect 1 'cannot create' -- "$moevm" run -m "$m" -p hi --trace-out /nonexistent/dir/t.jsonl
+# output that does not reach its file is a failure, not a silent success
+if [ -w /dev/full ]; then
+    expect 1 'run: writing standard output failed' -- sh -c "\"$moevm\" run -m \"$m\" -p hi -n 2 >/dev/full"
+    expect 1 'run: writing standard output failed' -- sh -c "\"$moevm\" run -m \"$m\" -p hi -n 2 -o json >/dev/full"
+fi
 
 # traces and the simulator
 expect 0 'olmoe-1b-7b \(16 layers, 64 experts, top-8\)' -- "$moevm" trace gen --shape olmoe-1b-7b --tokens 24 -o "$tmp/g.jsonl"

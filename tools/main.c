@@ -1,4 +1,5 @@
 /* `moevm`: the command-line front end. One subcommand per file (tools/cmd_*.c). */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -53,6 +54,19 @@ static void usage(FILE *f)
                "variables (`moevm options`).\n");
 }
 
+/* A command's output that did not reach its file (a full disk, /dev/full) is a failure, or
+ * a script would take a missing result for a success. */
+static int flush_output(const char *cmd, int rc)
+{
+    errno = 0;
+    int failed = fflush(stdout) != 0;
+    if (!failed && !ferror(stdout))
+        return rc;
+    fprintf(stderr, "moevm %s: writing standard output failed%s%s\n", cmd, errno ? ": " : "",
+            errno ? strerror(errno) : "");
+    return rc ? rc : 1;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
@@ -74,7 +88,7 @@ int main(int argc, char **argv)
          * deep inside a run. */
         if (mvm_options_check() != MVM_OK)
             return mvm_cli_error(commands[i].name, "environment");
-        return commands[i].run(argc - 1, argv + 1);
+        return flush_output(commands[i].name, commands[i].run(argc - 1, argv + 1));
     }
     fprintf(stderr, "moevm: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
