@@ -441,6 +441,10 @@ expect 2 '--layers 0: expected an integer' -- "$moevm" mkmodel --layers 0
 if [ ! -e "$tmp/x.gguf" ] && [ ! -e "$tmp/x.gguf.tmp" ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: a refused mkmodel left a file" >&2; fi
 expect 0 '"experts":\[' -- sh -c "\"$moevm\" run -m \"$m\" --tokens 1,2,3 -n 2 --trace-out \"$tmp/t.jsonl\" >/dev/null 2>&1 && head -2 \"$tmp/t.jsonl\""
 expect 1 'cannot create' -- "$moevm" run -m "$m" -p hi --trace-out /nonexistent/dir/t.jsonl
+printf 'hello\0world' >"$tmp/nul.txt"
+expect 1 'run: .*nul.txt: a NUL byte at offset 5: expected text' -- "$moevm" run -m "$m" -f "$tmp/nul.txt" -n 2
+expect 1 'tokenize: .*nul.txt: a NUL byte at offset 5' -- "$moevm" tokenize -m "$m" -f "$tmp/nul.txt"
+expect 1 'run: .*: cannot read it: Is a directory' -- "$moevm" run -m "$m" -f "$tmp" -n 2
 # output that does not reach its file is a failure, not a silent success
 if [ -w /dev/full ]; then
     expect 1 'run: writing standard output failed' -- sh -c "\"$moevm\" run -m \"$m\" -p hi -n 2 >/dev/full"

@@ -297,6 +297,7 @@ char *mvm_cli_read_text(const char *cmd, const char *path, size_t *len)
     }
     size_t cap = 1 << 16, n = 0, got;
     char *buf = malloc(cap);
+    errno = 0;
     while (buf && (got = fread(buf + n, 1, cap - 1 - n, f)) > 0)
         if ((n += got) == cap - 1) {
             char *grown = realloc(buf, cap *= 2);
@@ -304,11 +305,20 @@ char *mvm_cli_read_text(const char *cmd, const char *path, size_t *len)
                 free(buf);
             buf = grown;
         }
-    int failed = !buf || ferror(f);
+    int failed = !buf || ferror(f), err = errno;
     if (f != stdin)
         fclose(f);
     if (failed) {
-        fprintf(stderr, "moevm %s: %s: %s\n", cmd, path, buf ? "read error" : "out of memory");
+        fprintf(stderr, "moevm %s: %s: %s%s\n", cmd, path, buf ? "cannot read it: " : "out of memory",
+                buf ? strerror(err) : "");
+        free(buf);
+        return NULL;
+    }
+    /* a text stops at its first NUL for everything that reads it after this */
+    const char *nul = memchr(buf, '\0', n);
+    if (nul) {
+        fprintf(stderr, "moevm %s: %s: a NUL byte at offset %zu: expected text\n", cmd, path,
+                (size_t)(nul - buf));
         free(buf);
         return NULL;
     }

@@ -146,7 +146,8 @@ extern volatile sig_atomic_t mvm_cli_interrupted;
  * writes are not cut short; SA_RESETHAND: a second Ctrl-C ends the program). */
 void mvm_cli_catch_sigint(int flags);
 /* The whole of `path` (stdin for "-"), NUL-terminated, in a malloc'ed buffer, its length
- * in *len; NULL after "moevm <cmd>: <path>: ..." on stderr. */
+ * in *len; NULL after "moevm <cmd>: <path>: ..." on stderr, also for a file holding a NUL
+ * byte (not text: whatever reads it would stop there). */
 char *mvm_cli_read_text(const char *cmd, const char *path, size_t *len);
 
 /* `value` of option `flag` one of names[] (NULL-terminated): its index into *out, 0; else
