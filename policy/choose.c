@@ -38,8 +38,16 @@ mvm_status mvm_engine_choose(enum mvm_role role, const char *name, const char *a
     if (role == MVM_ROLE_EVICT && strcmp(n.s, "auto") == 0)
         n.s = MVM_ENGINE_EVICT_DEFAULT;
     *args_out = a.s;
-    if (roles[role].none_ok && strcmp(n.s, "none") == 0)
-        return MVM_OK;
+    if (roles[role].none_ok && strcmp(n.s, "none") == 0) {
+        if (!a.s[0])
+            return MVM_OK;
+        *args_out = NULL;
+        if (name)
+            return mvm_fail(MVM_ERR_INVALID, "%s none{%s}: none takes no parameters",
+                            mvm_role_name(role), a.s);
+        return mvm_fail(MVM_ERR_INVALID, "%s=%s: %s none takes no parameters",
+                        roles[role].args->name, a.s, mvm_role_name(role));
+    }
     if ((*ops = mvm_policy_find(role, n.s)))
         return MVM_OK;
     char names[256];

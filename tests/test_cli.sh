@@ -264,6 +264,8 @@ expect 0 'expert accesses [1-9][0-9]*, all read at their homes$' -- "$moevm" run
 "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 --gpu-budget 30% >"$tmp/emulated" 2>/dev/null
 if cmp -s "$tmp/a" "$tmp/emulated" && [ -s "$tmp/a" ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: greedy output differs at home and through a budget" >&2; fi
 expect 1 'predict gate: on the host backend with no budget .* nothing to prefetch; give a budget' -- "$moevm" run -m "$m" -p "x" --predict gate
+expect 1 'MOEVM_PREDICT_ARGS=abc: predict none takes no parameters' -- env MOEVM_PREDICT_ARGS=abc "$moevm" run -m "$m" -p "x" -n 1
+expect 1 'config none\{x=1\}: none takes no parameters' -- "$moevm" run -m "$m" -p "x" -n 1 --config 'none{x=1}'
 expect 1 'route importance: on the host backend with no budget .* nothing to substitute' -- env MOEVM_ROUTE=importance "$moevm" run -m "$m" -p "x"
 expect 1 'config hot: on the host backend with no budget .* nothing to divide' -- "$moevm" run -m "$m" -p "x" --config hot
 
