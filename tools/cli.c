@@ -309,8 +309,8 @@ char *mvm_cli_read_text(const char *cmd, const char *path, size_t *len)
     if (f != stdin)
         fclose(f);
     if (failed) {
-        fprintf(stderr, "moevm %s: %s: %s%s\n", cmd, path, buf ? "cannot read it: " : "out of memory",
-                buf ? strerror(err) : "");
+        fprintf(stderr, "moevm %s: %s: %s%s\n", cmd, path,
+                buf ? "cannot read it: " : "out of memory", buf ? strerror(err) : "");
         free(buf);
         return NULL;
     }
