@@ -222,7 +222,7 @@ static cJSON *parse_body(const char *body, size_t len, char *bad, size_t cap)
 {
     const char *end = NULL, *why = string_problem(body, len);
     cJSON *root = why ? NULL : cJSON_ParseWithLengthOpts(body, len, &end, 0);
-    while (root && end < body + len && strchr(" \t\r\n", *end) && *end)
+    while (root && end < body + len && *end && strchr(" \t\r\n", *end))
         end++;
     if (root && (!cJSON_IsObject(root) || end < body + len)) {
         why = cJSON_IsObject(root) ? "the body has more after its JSON object" : NULL;
