@@ -16,7 +16,12 @@
 # under test (PyTorch's among them).
 
 MOEVM_DEPS_PKGS=(libhwloc-dev libhwloc15 libnuma-dev libnuma1 libunwind-dev libunwind8
-                 libcjson-dev libcjson1 libudev1 pkgconf pkgconf-bin libpkgconf3)
+                 libcjson-dev libcjson1 libudev1 pkgconf pkgconf-bin libpkgconf3
+                 libmicrohttpd-dev libmicrohttpd12
+                 # libmicrohttpd.pc requires gnutls.pc, and that one these .pc files
+                 libgnutls28-dev nettle-dev libtasn1-6-dev libidn2-dev libp11-kit-dev
+                 libgnutls30 libgmp10 libhogweed6 libnettle8 libidn2-0 libp11-kit0
+                 libtasn1-6 libunistring2 libffi8)
 
 moevm_deps_fetch() {
     local dir=.gpudeps
@@ -43,7 +48,7 @@ moevm_out_log() {
 # cJSON (CMakeLists.txt's pkg_check_modules), the compiler and linker for numa.h and -lnuma.
 moevm_deps_present() {
     command -v pkg-config >/dev/null &&
-        pkg-config --exists hwloc libunwind libcjson &&
+        pkg-config --exists hwloc libunwind libcjson libmicrohttpd &&
         printf '#include <numa.h>\nint main(void) { return numa_available(); }\n' |
             ${CC:-cc} -x c - -lnuma -o /dev/null 2>/dev/null
 }
