@@ -244,6 +244,33 @@ static void *unpin_later(void *arg)
     return NULL;
 }
 
+/* A second table over a space the first left full (bench's repetitions, a server's
+ * requests each make one): it sees those experts as resident, so a round evicts one of them
+ * for its own instead of finding no victim on a full device (2026-11-24, the H100:
+ * "no room on the device for one expert" at a 10% budget with the homes unmapped). */
+static void test_second_table_sees_resident(void)
+{
+    mvm_space *sp = small_space();
+    mvm_resid *r = resid_for(sp, "lru", "");
+    for (int32_t e = 0; e < 3; e++)
+        CHECK_ST(use1(r, 0, e), MVM_OK);
+    mvm_resid_destroy(r);
+    for (int32_t e = 0; e < 3; e++)
+        CHECK(resident_pages(sp, 0, (uint32_t)e) == 2);
+    r = resid_for(sp, "lru", "");
+    int32_t todo[] = {3};
+    uint32_t k = 0;
+    CHECK_ST(mvm_resid_begin_round(r, 1, todo, 1, &k), MVM_OK);
+    CHECK(k == 1 && resident_pages(sp, 1, 3) == 2 && pins_of(sp, 1, 3) == 1);
+    uint32_t left = 0;
+    for (uint32_t e = 0; e < 3; e++)
+        left += resident_pages(sp, 0, e) == 2;
+    CHECK(left == 2);
+    mvm_resid_release(r, 1, todo, k);
+    mvm_resid_destroy(r);
+    mvm_space_destroy(sp);
+}
+
 /* A round finds the whole budget held by another reader: by copies in flight, it waits for
  * one to land and proceeds (how many land before each round is timing: every round takes
  * at least one expert, resident and pinned, until the step has run); by pinned experts, it
@@ -1063,6 +1090,7 @@ int main(void)
     RUN(test_step_shield);
     RUN(test_no_room);
     RUN(test_rounds);
+    RUN(test_second_table_sees_resident);
     RUN(test_round_without_room);
     RUN(test_landed_view);
     RUN(test_wanted_prefetched);

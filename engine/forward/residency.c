@@ -87,6 +87,22 @@ static mvm_status find_modules(const mvm_resid_params *p, struct modules *out)
     return st;
 }
 
+/* No layer budgets yet, and the mirror as the space is: a context made after another
+ * (bench's repetitions, a server's requests) finds that one's experts still resident, and a
+ * mirror that thought the device empty would find no victim for a device that is full. */
+static void initial_state(mvm_resid *r, uint32_t n_layers)
+{
+    for (uint32_t l = 0; l < n_layers; l++) {
+        r->layer_pages[l] = UINT64_MAX;
+        r->theta[l] = 1.0f;
+    }
+    for (uint32_t x = 0; x < r->n_total; x++) {
+        mvm_residency res = {0};
+        if (mvm_expert_residency(r->space, x / r->n_experts, x % r->n_experts, &res) == MVM_OK)
+            r->resident[x] = res.resident + res.loading;
+    }
+}
+
 mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_resid **out)
 {
     *out = NULL;
@@ -144,10 +160,7 @@ mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_res
                   p->n_ff);
     r->view = (mvm_pview){.shape = &r->shape, .resident = r->resident, .busy = r->busy,
                           .capacity_pages = info.device_pages};
-    for (uint32_t l = 0; l < info.n_layers; l++) {
-        r->layer_pages[l] = UINT64_MAX;
-        r->theta[l] = 1.0f;
-    }
+    initial_state(r, info.n_layers);
     mvm_pinit in = {.shape = &r->shape, .cost = &r->cost, .params = {mods.evict_args}};
     if ((st = mods.evict->create(&in, &r->evict_self)) != MVM_OK) {
         mvm_resid_destroy(r);
