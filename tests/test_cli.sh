@@ -228,6 +228,9 @@ if [ -n "$fake_driver" ]; then
         # The assign module runs some experts on the CPU threads beside the GPU: same text.
         env FAKECUDA_GRANULARITY=4096 MOEVM_PAGE_SIZE=4K MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 --gpu-budget 30% --assign greedy >"$tmp/g" 2>"$tmp/g.err"
         if cmp -s "$tmp/a" "$tmp/g" && grep -Eq 'assign greedy: [1-9][0-9]* on CPU' "$tmp/g.err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: --assign greedy on the device" >&2; cat "$tmp/g.err" >&2; fi
+        # Reading experts in place needs the homes mapped, which is not the default.
+        expect 1 'assign gpu zerocopy=1 reads experts in place at their host homes, which this space leaves unmapped: set MOEVM_HOME_MAP=on' -- env FAKECUDA_GRANULARITY=4096 MOEVM_PAGE_SIZE=4K MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "It was" -n 4 --gpu-budget 30% --assign 'gpu{zerocopy=1}'
+        expect 0 'prefill' -- env MOEVM_HOME_MAP=on FAKECUDA_GRANULARITY=4096 MOEVM_PAGE_SIZE=4K MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "It was" -n 4 --gpu-budget 30% --assign 'gpu{zerocopy=1}'
         # The cost model steers the assign module: a CPU too slow to matter, then one that
         # beats any copy. calibrate on a device backend measures the copies too.
         dev="env FAKECUDA_GRANULARITY=4096 MOEVM_PAGE_SIZE=4K MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY=$fake_driver FAKECUDA_KERNELS=$fake_kernels"

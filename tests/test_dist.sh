@@ -140,7 +140,7 @@ if [ -n "$fake" ] && [ -n "$kernels" ]; then
     # HOST_NUMA, where every step runs in rounds that fit the budget.
     for numa in 1 0; do
         rm -rf "$tmp/gh"
-        "${gpu[@]}" FAKECUDA_DEVICES=2 FAKECUDA_HOST_NUMA=$numa "${mpi[@]}" 3 \
+        "${gpu[@]}" FAKECUDA_DEVICES=2 FAKECUDA_HOST_NUMA=$numa MOEVM_HOME_MAP=on "${mpi[@]}" 3 \
             --output-filename "$tmp/gh" "${run[@]}" --homes 2 --period 1 --gpu-budget 25% \
             >/dev/null 2>&1
         for r in 0 1; do

@@ -7,10 +7,11 @@
  * nothing computed and forecasting the next layer exactly when every expert is resident;
  * driver failures named and leaving nothing pinned.
  *
- * Run twice by CTest: with HOST_NUMA VMM (experts with no room run from their host homes)
- * and without it (FAKECUDA_HOST_NUMA=0: a non-resident expert is unmapped, a read of it a
- * crash, so every step must wait for its copies, and a step that cannot fit runs in
- * rounds).
+ * Run three times by CTest: with the homes mapped (MOEVM_HOME_MAP=on on a device with
+ * HOST_NUMA VMM: experts with no room run from their host homes), on a device without it
+ * (FAKECUDA_HOST_NUMA=0), and with the default MOEVM_HOME_MAP=off. In the last two a
+ * non-resident expert is unmapped, a read of it a crash, so every step must wait for its
+ * copies, and a step that cannot fit runs in rounds.
  *
  * usage: test_forward_gpu path/to/fake/libcuda.so.1 (FAKECUDA_KERNELS set by the caller)
  */

@@ -168,10 +168,10 @@ static void test_layout(void)
     CHECK(info.device_pages == 6);
     CHECK(info.reserved_bytes == 15 * info.expert_stride);
     CHECK(strcmp(info.backend, backend == MVM_BACKEND_HOST ? "host" : "cuda") == 0);
-    /* Homes are mapped on host and on devices with HOST_NUMA VMM; not where the fake
-     * plays a device without it, nor where MOEVM_HOME_MAP=off asks a device not to. */
+    /* Homes are mapped on host, and on devices with HOST_NUMA VMM where MOEVM_HOME_MAP=on
+     * asks for it (off is the default); never where the fake plays a device without it. */
     const char *host_numa = getenv("FAKECUDA_HOST_NUMA"), *home_map = getenv("MOEVM_HOME_MAP");
-    bool unmapped = (host_numa && !strcmp(host_numa, "0")) || (home_map && !strcmp(home_map, "off"));
+    bool unmapped = (host_numa && !strcmp(host_numa, "0")) || !home_map || strcmp(home_map, "on");
     CHECK(info.home_mapped == !(backend == MVM_BACKEND_CUDA && unmapped));
     for (uint32_t l = 0; l < 3; l++)
         for (uint32_t e = 0; e < 5; e++) {

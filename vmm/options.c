@@ -40,13 +40,14 @@ const mvm_option_desc mvm_opt_clean_evict = {
     "equals the one taken when it was loaded (cuda backend)"};
 
 const mvm_option_desc mvm_opt_home_map = {
-    "MOEVM_HOME_MAP", MVM_OPT_CHOICE, "on", "off|on",
-    "cuda backend, devices with HOST_NUMA VMM: map non-resident "
+    "MOEVM_HOME_MAP", MVM_OPT_CHOICE, "off", "off|on",
+    "cuda backend, devices with HOST_NUMA VMM: on maps non-resident "
     "pages to their host homes, so kernels can read any expert in "
-    "place; off leaves them unmapped: loads and evictions remap "
-    "about half as much (docs/perf/vmm.md), but every expert a "
-    "kernel reads must be resident (the interposer keeps them "
-    "mapped)"};
+    "place (assign zerocopy=1 needs it), but each page of a move "
+    "is then its own remap; off (the default) leaves them "
+    "unmapped, so a move is one map of a slab: 2-3x faster moves "
+    "and offloaded decode on an H100 (docs/perf/vmm.md). The "
+    "interposer always maps them"};
 
 const mvm_option_desc mvm_opt_copy_piece = {
     "MOEVM_COPY_PIECE", MVM_OPT_SIZE, "4M", NULL,

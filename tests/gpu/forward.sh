@@ -7,11 +7,12 @@
 #   2. the same greedy text on the CPU and the GPU for a prompt;
 #   3. speed: `moevm run` of a real-shaped model (random weights, made here by mkmodel) on the
 #      CPU, on the GPU with every expert resident, and on the GPU with half the experts'
-#      bytes as its budget (HOST_NUMA devices run the others from their homes, the rest wait),
-#      then with the homes unmapped (MOEVM_HOME_MAP=off: rounds instead of reads in place,
-#      half the remapping), with the assign modules greedy (experts also on the CPU threads)
-#      and gpu's zero-copy, and at a tenth of the bytes (rounds without HOST_NUMA) with and
-#      without the homes mapped, and with greedy; and the same model as Q4_K_M on the CPU and the GPU (full and half budget);
+#      bytes as its budget (homes unmapped, the default: every step waits for its copies,
+#      in rounds where they do not fit), then with the homes mapped (MOEVM_HOME_MAP=on:
+#      reads in place, each page of a move its own remap), with the assign modules greedy
+#      (experts also on the CPU threads) and gpu's zero-copy (homes mapped), and at a tenth
+#      of the bytes with and without the homes mapped, and with greedy; and the same model
+#      as Q4_K_M on the CPU and the GPU (full and half budget);
 #      then DeepSeek-V2-Lite's shape (8 blocks), GLM-4.5-Air's (3), MiniMax-M2's (3) and
 #      gpt-oss-20b's (3, MXFP4 experts) on the CPU and the GPU;
 #      Then the defaults (backend and budget automatic) on a device another process fills but
@@ -71,12 +72,13 @@ mkdir -p "$work"
         run MOEVM_BACKEND=host
         run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=100%
         run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=50%
-        run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=50% MOEVM_HOME_MAP=off
+        run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=50% MOEVM_HOME_MAP=on
         run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=50% MOEVM_PREDICT=gate
         run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=50% MOEVM_ASSIGN=greedy
-        run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=50% MOEVM_ASSIGN=gpu MOEVM_ASSIGN_ARGS=zerocopy=1
+        run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=50% MOEVM_HOME_MAP=on MOEVM_ASSIGN=gpu \
+            MOEVM_ASSIGN_ARGS=zerocopy=1
         run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=10%
-        run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=10% MOEVM_HOME_MAP=off
+        run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=10% MOEVM_HOME_MAP=on
         run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=10% MOEVM_ASSIGN=greedy
     fi
     if want 3b; then
