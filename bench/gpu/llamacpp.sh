@@ -22,12 +22,18 @@
 # where nvcc is, no GPU needed), else built here from a carried .llamacpp/src (a few minutes
 # on 16 cores). REPS (default 3), PROMPT (512), GEN (128), THREADS (the machine's cores)
 # change the runs; WORK (default /tmp/moevm-offload) keeps the models between calls.
+# ROUTINGS ("own replay") picks the routings; VARIANTS ("default") runs moevm once per
+# variant, each a comma-separated list of MOEVM_* settings or "default", e.g.
+#   VARIANTS="default MOEVM_HOME_MAP=off MOEVM_HOME_MAP=off,MOEVM_ASSIGN=greedy"
+# and the RESULT line ends in variant=...
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source bench/gpu/deps.sh || exit 1
 log=$(moevm_out_log llamacpp.txt)
 models=${MODELS:-olmoe-1b-7b:q8_0}
 budgets=${BUDGETS:-10 25 50 100}
+routings=${ROUTINGS:-own replay}
+variants=${VARIANTS:-default}
 reps=${REPS:-3} pp=${PROMPT:-512} tg=${GEN:-128} threads=${THREADS:-$(nproc)}
 work=${WORK:-/tmp/moevm-offload}
 mkdir -p "$work"
@@ -107,14 +113,20 @@ result() { echo "RESULT offload model=$1 type=$2 budget=$3 engine=$4 routing=$5 
             "$(echo "$out" | llama_speeds)"
 
         for b in $budgets; do
-            for routing in own replay; do
+            for routing in $routings; do
                 extra=()
                 [[ $routing == replay ]] && extra=(--routing "$trace")
-                out=$(MOEVM_BACKEND=cuda with_vram build-gpu/moevm bench -m "$model" -p "$pp" \
-                      -n "$tg" -r "$reps" -t "$threads" --gpu-budget "$b%" "${extra[@]}")
-                echo "$out"
-                result "$name" "$type" "$b" moevm "$routing" \
-                    "$(echo "$out" | sed -n 's/^VRAM_MIB //p')" "$(echo "$out" | moevm_speeds "$routing")"
+                for variant in $variants; do
+                    env=(MOEVM_BACKEND=cuda)
+                    [[ $variant != default ]] && env+=(${variant//,/ })
+                    echo "-- ${env[*]}"
+                    out=$(with_vram env "${env[@]}" build-gpu/moevm bench -m "$model" -p "$pp" \
+                          -n "$tg" -r "$reps" -t "$threads" --gpu-budget "$b%" "${extra[@]}")
+                    echo "$out"
+                    result "$name" "$type" "$b" moevm "$routing" \
+                        "$(echo "$out" | sed -n 's/^VRAM_MIB //p')" \
+                        "$(echo "$out" | moevm_speeds "$routing")variant=$variant"
+                done
             done
             ncmoe=$(( (layers * (100 - b) + 50) / 100 ))
             out=$(with_vram "$lb" -m "$model" -ngl 99 --n-cpu-moe "$ncmoe" -p "$pp" -n "$tg" \
