@@ -34,6 +34,7 @@ struct mvm_resid {
     uint8_t *spec;          /* [L*E] a copy of MoEpic's window, in its buffer (free pages) */
     uint32_t *spec_keep;    /* [L*E] its pages before: what stays if its layer does not use it */
     uint32_t *cand, *want;  /* [L*E + 1] eviction candidates, [L*E] the module's wishes */
+    mvm_move **moves;       /* [E] a step's copies, all asked before any is waited for */
     const mvm_evict_ops *evict;
     void *evict_self;
     mvm_evict_driver victims; /* the evict module over resident, busy and cand */
@@ -151,11 +152,12 @@ mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_res
     r->cand = calloc(r->n_total + 1, sizeof *r->cand);
     r->want = calloc(r->n_total, sizeof *r->want);
     r->landed = calloc(r->n_total, sizeof *r->landed);
+    r->moves = calloc(r->n_experts, sizeof *r->moves);
     r->layer_pages = malloc(info.n_layers * sizeof *r->layer_pages);
     r->theta = malloc(info.n_layers * sizeof *r->theta);
     if (!r->resident || !r->busy || !r->pinned || !r->held || !r->plan || !r->by_prefetch ||
         !r->spec || !r->spec_keep || !r->home_run || !r->cand || !r->want || !r->landed ||
-        !r->layer_pages || !r->theta) {
+        !r->moves || !r->layer_pages || !r->theta) {
         mvm_resid_destroy(r);
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the residency table");
     }
@@ -230,6 +232,7 @@ void mvm_resid_destroy(mvm_resid *r)
     free(r->cand);
     free(r->want);
     free(r->landed);
+    free(r->moves);
     free(r->layer_pages);
     free(r->theta);
     free(r);
@@ -450,25 +453,53 @@ static void count_access(mvm_resid *r, uint32_t x, const mvm_residency *res)
     r->by_prefetch[x] = 0;
 }
 
-/* A step's access to expert x (shielded): requested resident, waited for when asked,
- * pinned. MVM_ERR_NOSPACE, counting and pinning nothing, when no room can be made. */
-static mvm_status access_expert(mvm_resid *r, uint32_t x, int wait)
+/* A step's access to expert x (shielded): requested resident and counted. *move (move not
+ * NULL): the copy to wait for before x is pinned, NULL when there is none (a hit, or
+ * MOEVM_DETERMINISTIC's copies, landed in order). A step asks for all its experts before it
+ * waits for any, so the migration worker copies them as one batch: each job's remaps overlap
+ * the next one's copy (docs/perf/vmm.md, section 5: eight experts at once cost eight bare
+ * copies, one alone up to 1.6x its copy). */
+static mvm_status ask_expert(mvm_resid *r, uint32_t x, mvm_move **move)
 {
     uint32_t l = x / r->n_experts, e = x % r->n_experts;
     mvm_residency res = {0};
     mvm_expert_residency(r->space, l, e, &res);
-    mvm_move *move = NULL;
-    mvm_status st = request(r, x, 1, 1, wait ? &move : NULL);
-    if (st != MVM_OK)
-        return st;
-    count_access(r, x, &res);
+    if (move)
+        *move = NULL;
+    mvm_status st = request(r, x, 1, 1, r->ordered ? NULL : move);
+    if (st == MVM_OK)
+        count_access(r, x, &res);
+    return st;
+}
+
+/* Pins what ask_expert asked for, once its copy (move, released here; may be NULL) has
+ * landed: a page pinned while its copy lands would wait for the pin to go (vmm/migrate.c). */
+static mvm_status hold_expert(mvm_resid *r, uint32_t x, mvm_move *move)
+{
+    mvm_status st = MVM_OK;
     if (move) {
         st = mvm_move_wait(move, -1);
         mvm_move_release(move);
-        if (st != MVM_OK)
-            return st;
     }
-    return pin_one(r, x);
+    return st == MVM_OK ? pin_one(r, x) : st;
+}
+
+/* Pins experts[0..n), asked for with r->moves[i] (NULL: nothing to wait for), each once its
+ * copy has landed; those pinned already (run from their homes) stay as they are. After a
+ * failure (st, or a copy's) the other copies are released unwaited. */
+static mvm_status hold_all(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n,
+                           mvm_status st)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t x = layer * r->n_experts + (uint32_t)experts[i];
+        mvm_move *move = r->moves[i];
+        r->moves[i] = NULL;
+        if (st == MVM_OK && !r->pinned[x])
+            st = hold_expert(r, x, move);
+        else if (move)
+            mvm_move_release(move);
+    }
+    return st;
 }
 
 static mvm_status check_step(const mvm_resid *r, uint32_t layer, const int32_t *experts,
@@ -505,22 +536,23 @@ mvm_status mvm_resid_begin(mvm_resid *r, uint32_t layer, const int32_t *experts,
     if (st != MVM_OK)
         return st;
     shield(r, layer, experts, n);
-    uint32_t pinned = 0;
-    for (; pinned < n; pinned++) {
-        uint32_t e = (uint32_t)experts[pinned], x = layer * r->n_experts + e;
-        st = access_expert(r, x, wait);
+    uint32_t k = 0;
+    for (; k < n && st == MVM_OK; k++) {
+        uint32_t e = (uint32_t)experts[k], x = layer * r->n_experts + e;
+        st = ask_expert(r, x, wait ? &r->moves[k] : NULL);
         if (st == MVM_ERR_NOSPACE) { /* no room: it runs from its home, which stays put */
             mvm_residency res = {0};
             mvm_expert_residency(r->space, layer, e, &res);
             count_access(r, x, &res);
             r->stats.bypassed++;
             st = pin_one(r, x);
+        } else if (st == MVM_OK && !wait) { /* read through its address as it lands */
+            st = pin_one(r, x);
         }
-        if (st != MVM_OK)
-            break;
     }
+    st = hold_all(r, layer, experts, k, st);
     if (st != MVM_OK)
-        abandon(r, layer, experts, n, pinned);
+        unpin(r, layer, experts, n);
     return st;
 }
 
@@ -565,7 +597,7 @@ mvm_status mvm_resid_begin_round(mvm_resid *r, uint32_t layer, int32_t *experts,
     resident_first(r, layer, experts, n);
     uint32_t k = 0;
     while (k < n) {
-        st = access_expert(r, layer * r->n_experts + (uint32_t)experts[k], 1);
+        st = ask_expert(r, layer * r->n_experts + (uint32_t)experts[k], &r->moves[k]);
         if (st == MVM_OK)
             k++;
         else if (st != MVM_ERR_NOSPACE || k > 0 || (st = wait_for_landing(r)) != MVM_OK)
@@ -573,6 +605,7 @@ mvm_status mvm_resid_begin_round(mvm_resid *r, uint32_t layer, int32_t *experts,
     }
     if (st == MVM_ERR_NOSPACE && k > 0)
         st = MVM_OK; /* the round is full: the rest wait for the next */
+    st = hold_all(r, layer, experts, k, st);
     if (st != MVM_OK) {
         abandon(r, layer, experts, n, k);
         if (st == MVM_ERR_NOSPACE)
