@@ -18,7 +18,8 @@
 MOEVM_DEPS_PKGS=(libhwloc-dev libhwloc15 libnuma-dev libnuma1 libunwind-dev libunwind8
                  libcjson-dev libcjson1 libudev1 pkgconf pkgconf-bin libpkgconf3
                  libmicrohttpd-dev libmicrohttpd12
-                 # libmicrohttpd.pc requires gnutls.pc, and that one these .pc files
+                 # pkg-config's check of libmicrohttpd reads gnutls.pc (Requires.private),
+                 # and that one reads nettle's, libtasn1's, libidn2's and p11-kit's
                  libgnutls28-dev nettle-dev libtasn1-6-dev libidn2-dev libp11-kit-dev
                  libgnutls30 libgmp10 libhogweed6 libnettle8 libidn2-0 libp11-kit0
                  libtasn1-6 libunistring2 libffi8)

@@ -24,7 +24,7 @@
 # change the runs; WORK (default /tmp/moevm-offload) keeps the models between calls.
 # ROUTINGS ("own replay") picks the routings; VARIANTS ("default") runs moevm once per
 # variant, each a comma-separated list of MOEVM_* settings or "default", e.g.
-#   VARIANTS="default MOEVM_HOME_MAP=off MOEVM_HOME_MAP=off,MOEVM_ASSIGN=greedy"
+#   VARIANTS="default MOEVM_HOME_MAP=on MOEVM_ASSIGN=greedy,MOEVM_COST=cost.json"
 # and the RESULT line ends in variant=...
 set -uo pipefail
 cd "$(dirname "$0")/../.."
