@@ -45,7 +45,7 @@ static void test_budgets(void)
     CHECK(mvm_parse_budget("100%", &b, &f) == 0 && f == 1.0);
     CHECK(mvm_parse_budget("12.5%", &b, &f) == 0 && f == 0.125);
     CHECK(mvm_parse_budget("8G", &b, &f) == 0 && b == 8ull << 30 && f == 0);
-    const char *bad[] = {"0%", "101%", "%", "-5%", "x%", "12Q", "Auto!", " 5%"};
+    const char *bad[] = {"0%", "101%", "%", "-5%", "x%", "12Q", "Auto!", " 5%", "0", "0G"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         CHECK(mvm_parse_budget(bad[i], &b, &f) != 0);
 }

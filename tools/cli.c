@@ -181,6 +181,15 @@ int mvm_cli_next(mvm_cli_iter *it)
     return MVM_CLI_OPTION;
 }
 
+int mvm_cli_list(const char *cmd, const char *flag, const char *value)
+{
+    size_t n = strlen(value);
+    if (n && value[0] != ',' && value[n - 1] != ',' && !strstr(value, ",,"))
+        return 0;
+    fprintf(stderr, "moevm %s: %s %s: an empty item in the list\n", cmd, flag, value);
+    return 2;
+}
+
 int mvm_cli_u32(const char *cmd, const char *flag, const char *value, uint32_t lo, uint32_t hi,
                 uint32_t *out)
 {
@@ -389,8 +398,8 @@ int mvm_cli_space_desc(const char *cmd, const char *flag, const char *budget,
     if (mvm_space_desc_init(desc) != MVM_OK)
         return mvm_cli_error(cmd, "options");
     if (budget && mvm_parse_budget(budget, &desc->device_budget, &desc->device_budget_frac)) {
-        fprintf(stderr, "moevm %s: %s %s: expected a size (8G), a percentage (25%%) or auto\n",
-                cmd, flag, budget);
+        fprintf(stderr, "moevm %s: %s %s: expected a size above 0 (8G), a percentage in "
+                "(0,100] (25%%) or auto\n", cmd, flag, budget);
         return 2;
     }
     return 0;
@@ -404,6 +413,8 @@ int mvm_cli_capacities(const char *cmd, const char *text, uint32_t n, uint64_t a
             cap[s] = all / n + all / n / 2;
         return 0;
     }
+    if (mvm_cli_list(cmd, "--server-mem", text))
+        return 2;
     char buf[1024];
     snprintf(buf, sizeof buf, "%s", text);
     uint32_t k = 0;

@@ -102,6 +102,10 @@ int mvm_cli_next(mvm_cli_iter *it);
  * for a NULL what; the error's own leading "<cmd>: " dropped); returns 1. */
 int mvm_cli_error(const char *cmd, const char *what);
 
+/* A comma-separated list's text: no item empty ("1,,2", ",1", "1,"), which strtok would
+ * silently skip. Else prints "moevm <cmd>: <flag> <value>: an empty item" and returns 2. */
+int mvm_cli_list(const char *cmd, const char *flag, const char *value);
+
 /* Parses `value` of option `flag` of command `cmd` as an integer in [lo, hi]; on failure
  * prints "moevm <cmd>: <flag> <value>: ..." and returns 2, else 0. */
 int mvm_cli_u32(const char *cmd, const char *flag, const char *value, uint32_t lo, uint32_t hi,

@@ -91,6 +91,8 @@ static void usage(FILE *f)
 static int split_list(const char *flag, char *v, char **out, uint32_t *n)
 {
     *n = 0;
+    if (*v && mvm_cli_list("bench", flag, v))
+        return 2;
     for (char *save = NULL, *p = strtok_r(v, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
         if (*n == BENCH_MAX_AXIS) {
             fprintf(stderr, "moevm bench: %s: at most %d values\n", flag, BENCH_MAX_AXIS);

@@ -173,7 +173,8 @@ int mvm_parse_budget(const char *s, uint64_t *bytes, double *frac)
         *frac = p / 100;
         return 0;
     }
-    if (mvm_parse_size(s, bytes) != 0 || *bytes == MVM_BUDGET_AUTO)
+    /* 0 bytes is refused here, as 0% is, so the message names the option or flag. */
+    if (mvm_parse_size(s, bytes) != 0 || *bytes == MVM_BUDGET_AUTO || *bytes == 0)
         return -1;
     return 0;
 }
@@ -212,11 +213,13 @@ static const char *expectation(const mvm_option_desc *d, char *buf, size_t len)
     switch (d->type) {
     case MVM_OPT_SIZE: return "a size in bytes with an optional K/M/G/T suffix, e.g. 2M";
     case MVM_OPT_BUDGET:
-        return "a size with an optional K/M/G/T suffix (8G), a percentage in (0,100] (25%), "
-               "or auto";
+        return "a size above 0 with an optional K/M/G/T suffix (8G), a percentage in (0,100] "
+               "(25%), or auto";
     case MVM_OPT_INT: return "a non-negative integer";
     case MVM_OPT_CHOICE: snprintf(buf, len, "one of %s", d->choices); return buf;
-    case MVM_OPT_STRING: return "a string";
+    case MVM_OPT_STRING: /* only an empty one fails: unset, the default applies */
+        snprintf(buf, len, "a value, not an empty one; unset it for the default, %s", d->def);
+        return buf;
     }
     return "?";
 }
