@@ -69,7 +69,13 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
             a->host = it.value;
             break;
         }
-        case O_ALIAS: a->alias = it.value; break;
+        case O_ALIAS:
+            a->alias = it.value;
+            if (!*it.value) { /* the name clients ask for in "model" */
+                fprintf(stderr, "moevm serve: --alias: expected a name, not an empty one\n");
+                return 2;
+            }
+            break;
         case O_PORT: bad = mvm_cli_u32("serve", it.flag, it.value, 0, 65535, &a->port); break;
         case O_PARALLEL:
             bad = mvm_cli_u32("serve", it.flag, it.value, 1, 256, &a->parallel);

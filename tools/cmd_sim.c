@@ -507,8 +507,11 @@ int mvm_cmd_sim(int argc, char **argv)
     cfg.prefetch_window = a.prefetch_window;
     uint64_t page = 0;
     mvm_cost cost;
-    if (a.page && (mvm_parse_size(a.page, &page) != 0 || page == 0 || page > (1u << 30))) {
-        fprintf(stderr, "moevm sim: --page-size %s: expected a size up to 1G\n", a.page);
+    /* Whole 4 KiB pages, as every backend's granularity is (the host's smallest). */
+    if (a.page && (mvm_parse_size(a.page, &page) != 0 || page == 0 || page % 4096 ||
+                   page > (1u << 30))) {
+        fprintf(stderr, "moevm sim: --page-size %s: expected a multiple of 4K up to 1G\n",
+                a.page);
         rc = 2;
     } else {
         if (page)
