@@ -13,6 +13,7 @@
 typedef struct mvm_logits_out {
     FILE *f;                    /* NULL: not writing */
     uint32_t n_vocab, rows;
+    int err;                    /* errno of the first write that failed, 0 while none has */
 } mvm_logits_out;
 
 /* Creates `path` with the header; 1 after a one-line error ("moevm run: --logits-out ..."). */
