@@ -312,6 +312,11 @@ expect 2 '-r 0: expected an integer in 1\.\.1000' -- "$moevm" bench -m "$m" -r 0
 expect 2 '-t 0: expected an integer' -- "$moevm" bench -m "$m" -t 1,0
 expect 2 '-p 0 and -n 0 leave nothing to measure' -- "$moevm" bench -m "$m" -p 0 -n 0
 expect 2 '^moevm bench: --gpu-budget 12Q: expected a size' -- "$moevm" bench -m "$m" --gpu-budget 50%,12Q -r 1
+expect 2 '^moevm bench: -t 1,,2: an empty item in the list' -- "$moevm" bench -m "$m" -t 1,,2
+expect 2 '^moevm bench: --gpu-budget 50%,: an empty item in the list' -- "$moevm" bench -m "$m" --gpu-budget 50%,
+expect 2 '^moevm bench: --gpu-budget 0: expected a size above 0' -- "$moevm" bench -m "$m" --gpu-budget 0
+expect 1 'MOEVM_GPU_BUDGET=0: not valid \(expected a size above 0' -- env MOEVM_GPU_BUDGET=0 "$moevm" run -m "$m" -p x -n 1
+expect 1 'MOEVM_EVICT=: not valid \(expected a value, not an empty one; unset it for the default, auto\)' -- env MOEVM_EVICT= "$moevm" run -m "$m" -p x -n 1
 expect 2 '-m MODEL.gguf is required' -- "$moevm" bench -p 8
 expect 2 '--kv-type f8: expected f16 or f32' -- "$moevm" bench -m "$m" --kv-type f8
 expect 1 'loading the model: .*trunc.gguf' -- "$moevm" bench -m "$tmp/trunc.gguf" -r 1
@@ -454,6 +459,7 @@ expect 1 'run: .*: cannot read it: Is a directory' -- "$moevm" run -m "$m" -f "$
 if [ -w /dev/full ]; then
     expect 1 'run: writing standard output failed' -- sh -c "\"$moevm\" run -m \"$m\" -p hi -n 2 >/dev/full"
     expect 1 'run: writing standard output failed' -- sh -c "\"$moevm\" run -m \"$m\" -p hi -n 2 -o json >/dev/full"
+    expect 1 'run: --logits-out /dev/full: write failed: No space left on device' -- "$moevm" run -m "$m" -p hi -n 2 --logits-out /dev/full
 fi
 
 # traces and the simulator
@@ -461,6 +467,7 @@ expect 0 'olmoe-1b-7b \(16 layers, 64 experts, top-8\)' -- "$moevm" trace gen --
 expect 0 'top-1/8' -- "$moevm" trace stats "$tmp/g.jsonl"
 expect 0 'evict=lcp +[0-9.]+' -- "$moevm" sim --trace "$tmp/g.jsonl" --budget 20% --compare 'evict=lru; evict=lcp'
 expect 0 'default +[0-9.]+' -- "$moevm" sim --trace "$tmp/t.jsonl" --budget 50% --page-size 64K
+expect 2 '^moevm sim: --page-size 3: expected a multiple of 4K up to 1G' -- "$moevm" sim --trace "$tmp/t.jsonl" --budget 50% --page-size 3
 expect 0 'wrote .*sw.csv' -- "$moevm" sim --trace "$tmp/g.jsonl" --sweep budget=10%..50% --steps 3 --out "$tmp/sw"
 if grep -q '<svg' "$tmp/sw.svg" 2>/dev/null && [ "$(wc -l <"$tmp/sw.csv")" -eq 7 ] && grep -q '^"bound: evict=belady' "$tmp/sw.csv"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: sweep files" >&2; fi
 # --alpha-for: the chosen alpha, replayed, meets a target halfway between alpha 0 and 1
@@ -555,6 +562,7 @@ expect 0 'servers of [0-9.]+ GB expert memory on 4 GPUs \([0-9]+ experts' -- "$m
 expect 2 'sim: --gpus 0: ' -- "$moevm" sim --trace "$tmp/g.jsonl" --servers 2 --gpus 0
 expect 2 '--servers 1' -- "$moevm" sim --trace "$tmp/g.jsonl" --servers 1
 expect 1 'every expert must be on some server' -- "$moevm" sim --trace "$tmp/g.jsonl" --servers 2 --server-mem 10%
+expect 2 '^moevm sim: --server-mem 10%,,10%: an empty item in the list' -- "$moevm" sim --trace "$tmp/g.jsonl" --servers 2 --server-mem 10%,,10%
 expect 2 'does not apply with --servers' -- "$moevm" sim --trace "$tmp/g.jsonl" --servers 2 --evict lru
 
 # Output for scripts (docs/engine.md): run -o json, one object on stdout with the text, the
@@ -736,6 +744,7 @@ expect 0 'usage: moevm chat' -- "$moevm" chat --help
 expect 0 'usage: moevm serve' -- "$moevm" serve --help
 expect 2 'moevm serve: --port 70000: expected an integer' -- "$moevm" serve -m "$m" --port 70000
 expect 2 'moevm serve: --host nowhere: expected an IPv4 address' -- "$moevm" serve -m "$m" --host nowhere
+expect 2 '^moevm serve: --alias: expected a name, not an empty one' -- "$moevm" serve -m "$m" --alias ""
 # llama.cpp's GPU options, as run takes them (the server's: test_serve.py)
 expect 0 '^model: .*expert budget 16\.0 MiB' -- sh -c "printf 'hi\n' | \"$moevm\" chat -m \"$m\" --n-cpu-moe 1 -ngl 99 --temp 0 -n 2"
 expect 0 '^moevm chat: --n-cpu-moe 99: the experts of all 2 MoE layers stay on the CPU' -- sh -c "printf 'hi\n' | \"$moevm\" chat -m \"$m\" -ncmoe 99 --temp 0 -n 2"
