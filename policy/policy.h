@@ -115,6 +115,9 @@ typedef struct mvm_pinit {
     size_t predictor_size;
     const mvm_pfuture *future;      /* NULL but in the simulator (the oracles need it) */
     const mvm_pprofile *profile;    /* an offline routing profile; NULL when none was given */
+    int homes_unmapped;             /* the device cannot read a non-resident expert in place
+                                       (MOEVM_HOME_MAP=off, no HOST_NUMA VMM): the assign
+                                       modules refuse zerocopy=1 */
 } mvm_pinit;
 
 #define MVM_POLICY_HEADER                                                                   \

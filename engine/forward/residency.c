@@ -66,7 +66,7 @@ struct modules {
 /* Each role's module and its parameters: p's, else the options'. The assign role only on
  * a device: on the CPU every expert runs where the CPU reads it, and choosing a module
  * there is an error rather than a choice silently ignored. */
-static mvm_status find_modules(const mvm_resid_params *p, int home_mapped, struct modules *out)
+static mvm_status find_modules(const mvm_resid_params *p, struct modules *out)
 {
     const void *e = NULL, *c = NULL, *a = NULL;
     mvm_status st = mvm_engine_choose(MVM_ROLE_EVICT, p->evict, p->evict_args, &e,
@@ -82,13 +82,6 @@ static mvm_status find_modules(const mvm_resid_params *p, int home_mapped, struc
         return mvm_fail(MVM_ERR_INVALID, "assign %s: the assign role places experts between "
                         "the GPU and the CPU, and this run computes on the CPU only (the "
                         "engine's GPU pass: MOEVM_BACKEND=cuda)", assign);
-    double zc = 0;
-    if (assign && p->on_device && !home_mapped &&
-        mvm_pparam_double(&(mvm_pparams){out->assign_args}, "zerocopy", 0, &zc) == MVM_OK &&
-        zc == 1)
-        return mvm_fail(MVM_ERR_INVALID, "assign %s zerocopy=1 reads experts in place at their "
-                        "host homes, which this space leaves unmapped: set MOEVM_HOME_MAP=on "
-                        "(a device with HOST_NUMA VMM)", assign);
     out->evict = e;
     out->config = c;
     out->assign = p->on_device ? a : NULL;
@@ -124,7 +117,7 @@ mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_res
     if (st == MVM_OK)
         st = mvm_option_read(&mvm_opt_deterministic, &ordered);
     if (st == MVM_OK)
-        st = find_modules(p, info.home_mapped, &mods);
+        st = find_modules(p, &mods);
     if (st == MVM_OK && !p->machine)
         st = mvm_machine_load(NULL, NULL, &machine);
     if (st != MVM_OK)
@@ -180,6 +173,7 @@ mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_res
                                     .resident = r->resident, .busy = r->busy, .held = r->held,
                                     .cand = r->cand};
     in.params.text = mods.assign_args;
+    in.homes_unmapped = !info.home_mapped;
     if (mods.assign && (st = mods.assign->create(&in, &r->assign_self)) != MVM_OK) {
         mvm_resid_destroy(r);
         return st;
