@@ -1,6 +1,6 @@
-/* Expert residency for the engine: on-demand requests, pins, and the evict policy module's
- * choices (residency.h). */
-#include "engine/forward/residency.h"
+/* Expert residency for the engine (residency.h): the policy modules, requests and
+ * prefetches, and a step's end; a step's begin, its rounds and pins are residency_step.c's. */
+#include "engine/forward/residency_impl.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -15,43 +15,6 @@
 #include "vmm/error.h"
 #include "vmm/options.h"
 
-struct mvm_resid {
-    mvm_space *space;
-    uint32_t n_experts, n_total, ppe;
-    mvm_pshape shape;
-    mvm_cost cost;
-    mvm_pview view, landed_view;
-    uint32_t *resident;     /* [L*E] the view's: ppe once requested, 0 once evicted */
-    uint32_t *landed;       /* [L*E] landed_view's: ppe where the copy has landed (the
-                               layer asked for last; other rows stay 0) */
-    uint32_t landed_layer;  /* that layer, UINT32_MAX before the first */
-    uint8_t *busy;          /* [L*E] the view's: used by the current step (shielded) */
-    uint8_t *pinned;        /* [L*E] pinned by the current step */
-    uint8_t *held;          /* [L*E] held by the config module (its table): never evicted */
-    const uint8_t *remote;  /* [L*E] held by another rank (mvm_resid_set_remote) or NULL */
-    uint8_t *by_prefetch;   /* [L*E] loaded ahead of its layer's next step, which has not
-                               ended yet */
-    uint8_t *spec;          /* [L*E] a copy of MoEpic's window, in its buffer (free pages) */
-    uint32_t *spec_keep;    /* [L*E] its pages before: what stays if its layer does not use it */
-    uint32_t *cand, *want;  /* [L*E + 1] eviction candidates, [L*E] the module's wishes */
-    mvm_move **moves;       /* [E] a step's copies, all asked before any is waited for */
-    const mvm_evict_ops *evict;
-    void *evict_self;
-    mvm_evict_driver victims; /* the evict module over resident, busy and cand */
-    const mvm_config_ops *config; /* NULL: one budget for all layers, whole experts */
-    void *config_self;
-    const mvm_assign_ops *assign; /* NULL: not on a device, every expert where it is read */
-    void *assign_self;
-    int at_home;            /* nothing moves: every expert is read at its home */
-    int admit;              /* MOEVM_ADMIT: home runs are offered to the cache afterwards */
-    int ordered;            /* MOEVM_DETERMINISTIC: each copy lands before the next
-                               decision (ordered_wait) */
-    uint8_t *home_run;      /* [L*E] run from its home by the current step */
-    uint32_t *plan;         /* [L*E] the assign module's prefetches */
-    uint64_t *layer_pages;  /* [L] the config module's budgets (UINT64_MAX: none) */
-    float *theta;           /* [L] its splits: the share of a used expert's pages kept */
-    mvm_resid_stats stats;
-};
 
 static mvm_status hold_table(mvm_resid *r);
 static const mvm_pview *view(mvm_resid *r);
@@ -377,7 +340,8 @@ static mvm_status ordered_wait(mvm_resid *r, uint32_t l, uint32_t e, mvm_move *m
 
 /* Requests x resident (on demand, or as a prefetch), evicting while there is no room
  * (unless !may_evict: MVM_ERR_NOSPACE); *move (move not NULL) completes when it has landed. */
-static mvm_status request(mvm_resid *r, uint32_t x, int demand, int may_evict, mvm_move **move)
+mvm_status mvm_resid_request(mvm_resid *r, uint32_t x, int demand, int may_evict,
+                             mvm_move **move)
 {
     uint32_t l = x / r->n_experts, e = x % r->n_experts;
     mvm_move *own = NULL;
@@ -410,213 +374,8 @@ static mvm_status hold_table(mvm_resid *r)
     mvm_status st = MVM_OK;
     for (uint32_t x = 0; x < r->n_total && !r->at_home && st == MVM_OK; x++)
         if (r->held[x] && r->resident[x] < r->ppe && !(r->remote && r->remote[x]))
-            st = request(r, x, 0, 1, NULL);
+            st = mvm_resid_request(r, x, 0, 1, NULL);
     return st == MVM_ERR_NOSPACE ? MVM_OK : st;
-}
-
-/* Unpins the experts the step still holds (a round released earlier, or an expert run on
- * the CPU, holds none) and unshields them. */
-static void unpin(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n)
-{
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t x = layer * r->n_experts + (uint32_t)experts[i];
-        if (r->pinned[x])
-            mvm_unpin(r->space, layer, (uint32_t)experts[i]);
-        r->pinned[x] = 0;
-        r->busy[x] = 0;
-    }
-}
-
-/* The step's pin of expert x. */
-static mvm_status pin_one(mvm_resid *r, uint32_t x)
-{
-    mvm_status st = mvm_pin(r->space, x / r->n_experts, x % r->n_experts);
-    r->pinned[x] = st == MVM_OK;
-    return st;
-}
-
-/* Counts a step's access to expert x, which found `res` when requested. */
-static void count_access(mvm_resid *r, uint32_t x, const mvm_residency *res)
-{
-    int hit = res->resident == res->n_pages && !res->loading;
-    r->stats.accesses++;
-    r->stats.hits += hit;
-    r->stats.partial_hits += !hit && res->resident > 0 && !res->loading;
-    r->stats.prefetch_used += r->by_prefetch[x];
-    r->stats.prefetch_hits += hit && r->by_prefetch[x];
-    r->by_prefetch[x] = 0;
-}
-
-/* A step's access to expert x (shielded): requested resident and counted. *move (move not
- * NULL): the copy to wait for before x is pinned, NULL when there is none (a hit, or
- * MOEVM_DETERMINISTIC's copies, landed in order). A step asks for all its experts before it
- * waits for any, so the migration worker copies them as one batch: each job's remaps overlap
- * the next one's copy (docs/perf/vmm.md, section 5: eight experts at once cost eight bare
- * copies, one alone up to 1.6x its copy). */
-static mvm_status ask_expert(mvm_resid *r, uint32_t x, mvm_move **move)
-{
-    uint32_t l = x / r->n_experts, e = x % r->n_experts;
-    mvm_residency res = {0};
-    mvm_expert_residency(r->space, l, e, &res);
-    if (move)
-        *move = NULL;
-    mvm_status st = request(r, x, 1, 1, r->ordered ? NULL : move);
-    if (st == MVM_OK)
-        count_access(r, x, &res);
-    return st;
-}
-
-/* Pins what ask_expert asked for, once its copy (move, released here; may be NULL) has
- * landed: a page pinned while its copy lands would wait for the pin to go (vmm/migrate.c). */
-static mvm_status hold_expert(mvm_resid *r, uint32_t x, mvm_move *move)
-{
-    mvm_status st = MVM_OK;
-    if (move) {
-        st = mvm_move_wait(move, -1);
-        mvm_move_release(move);
-    }
-    return st == MVM_OK ? pin_one(r, x) : st;
-}
-
-/* Pins experts[0..n), asked for with r->moves[i] (NULL: nothing to wait for), each once its
- * copy has landed; those pinned already (run from their homes) stay as they are. After a
- * failure (st, or a copy's) the other copies are released unwaited. */
-static mvm_status hold_all(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n,
-                           mvm_status st)
-{
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t x = layer * r->n_experts + (uint32_t)experts[i];
-        mvm_move *move = r->moves[i];
-        r->moves[i] = NULL;
-        if (st == MVM_OK && !r->pinned[x])
-            st = hold_expert(r, x, move);
-        else if (move)
-            mvm_move_release(move);
-    }
-    return st;
-}
-
-static mvm_status check_step(const mvm_resid *r, uint32_t layer, const int32_t *experts,
-                             uint32_t n)
-{
-    for (uint32_t i = 0; i < n; i++)
-        if (experts[i] < 0 || (uint32_t)experts[i] >= r->n_experts || layer >= r->shape.n_layers)
-            return mvm_fail(MVM_ERR_RANGE, "expert (%u, %d) is outside the space", layer,
-                            experts[i]);
-    return MVM_OK;
-}
-
-static void shield(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n)
-{
-    for (uint32_t i = 0; i < n; i++)
-        r->busy[layer * r->n_experts + (uint32_t)experts[i]] = 1;
-}
-
-/* After a failure: unpins the first `pinned` experts, unshields them all. */
-static void abandon(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n,
-                    uint32_t pinned)
-{
-    unpin(r, layer, experts, pinned);
-    for (uint32_t i = pinned; i < n; i++)
-        r->busy[layer * r->n_experts + (uint32_t)experts[i]] = 0;
-}
-
-mvm_status mvm_resid_begin(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n,
-                           int wait)
-{
-    if (r->at_home)
-        return mvm_resid_begin_home(r, layer, experts, n, 0);
-    mvm_status st = check_step(r, layer, experts, n);
-    if (st != MVM_OK)
-        return st;
-    shield(r, layer, experts, n);
-    uint32_t k = 0;
-    for (; k < n && st == MVM_OK; k++) {
-        uint32_t e = (uint32_t)experts[k], x = layer * r->n_experts + e;
-        st = ask_expert(r, x, wait ? &r->moves[k] : NULL);
-        if (st == MVM_ERR_NOSPACE) { /* no room: it runs from its home, which stays put */
-            mvm_residency res = {0};
-            mvm_expert_residency(r->space, layer, e, &res);
-            count_access(r, x, &res);
-            r->stats.bypassed++;
-            st = pin_one(r, x);
-        } else if (st == MVM_OK && !wait) { /* read through its address as it lands */
-            st = pin_one(r, x);
-        }
-    }
-    st = hold_all(r, layer, experts, k, st);
-    if (st != MVM_OK)
-        unpin(r, layer, experts, n);
-    return st;
-}
-
-/* Room held by copies still in flight (prefetches the step does not use) is free once they
- * land: waits for the first of them. MVM_ERR_NOSPACE when none is in flight. */
-static mvm_status wait_for_landing(mvm_resid *r)
-{
-    for (uint32_t x = 0; x < r->n_total; x++) {
-        uint32_t l = x / r->n_experts, e = x % r->n_experts;
-        mvm_residency res = {0};
-        mvm_move *move = NULL;
-        if (!r->resident[x] || r->busy[x] || mvm_expert_residency(r->space, l, e, &res) !=
-            MVM_OK || !res.loading || mvm_make_resident_async(r->space, l, e, MVM_ALL_PAGES,
-                                                               &move) != MVM_OK)
-            continue;
-        mvm_status st = mvm_move_wait(move, -1);
-        mvm_move_release(move);
-        return st;
-    }
-    return MVM_ERR_NOSPACE;
-}
-
-/* Moves the experts with pages on the device (or on their way) to the front, in order. */
-static void resident_first(const mvm_resid *r, uint32_t layer, int32_t *experts, uint32_t n)
-{
-    for (uint32_t i = 0, front = 0; i < n; i++)
-        if (r->resident[layer * r->n_experts + (uint32_t)experts[i]]) {
-            int32_t e = experts[i];
-            memmove(experts + front + 1, experts + front, (i - front) * sizeof *experts);
-            experts[front++] = e;
-        }
-}
-
-mvm_status mvm_resid_begin_round(mvm_resid *r, uint32_t layer, int32_t *experts, uint32_t n,
-                                 uint32_t *n_round)
-{
-    *n_round = 0;
-    mvm_status st = check_step(r, layer, experts, n);
-    if (st != MVM_OK)
-        return st;
-    shield(r, layer, experts, n);
-    resident_first(r, layer, experts, n);
-    uint32_t k = 0;
-    while (k < n) {
-        st = ask_expert(r, layer * r->n_experts + (uint32_t)experts[k], &r->moves[k]);
-        if (st == MVM_OK)
-            k++;
-        else if (st != MVM_ERR_NOSPACE || k > 0 || (st = wait_for_landing(r)) != MVM_OK)
-            break;
-    }
-    if (st == MVM_ERR_NOSPACE && k > 0)
-        st = MVM_OK; /* the round is full: the rest wait for the next */
-    st = hold_all(r, layer, experts, k, st);
-    if (st != MVM_OK) {
-        abandon(r, layer, experts, n, k);
-        if (st == MVM_ERR_NOSPACE)
-            return mvm_fail(st, "no room on the device for one expert of layer %u (%u pages): "
-                            "the budget holds %u pages and none can be freed (raise "
-                            "MOEVM_GPU_BUDGET)", layer, r->ppe,
-                            (unsigned)r->view.capacity_pages);
-        return st;
-    }
-    *n_round = k;
-    r->stats.extra_rounds += k < n;
-    return MVM_OK;
-}
-
-void mvm_resid_release(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n)
-{
-    unpin(r, layer, experts, n);
 }
 
 uint32_t mvm_resid_assign(mvm_resid *r, const mvm_pstep *step, const float *ahead,
@@ -639,30 +398,6 @@ uint32_t mvm_resid_assign(mvm_resid *r, const mvm_pstep *step, const float *ahea
     }
     *plan = r->plan;
     return a.n_prefetch < r->n_total ? a.n_prefetch : r->n_total;
-}
-
-mvm_status mvm_resid_begin_home(mvm_resid *r, uint32_t layer, const int32_t *experts,
-                                uint32_t n, int pin)
-{
-    mvm_status st = check_step(r, layer, experts, n);
-    if (st != MVM_OK)
-        return st;
-    shield(r, layer, experts, n);
-    uint32_t done = 0;
-    for (; done < n && st == MVM_OK; done++) {
-        uint32_t x = layer * r->n_experts + (uint32_t)experts[done];
-        mvm_residency res = {0};
-        mvm_expert_residency(r->space, layer, (uint32_t)experts[done], &res);
-        count_access(r, x, &res);
-        r->stats.cpu_runs += !pin;
-        r->stats.zerocopy_runs += pin;
-        r->home_run[x] = 1;
-        if (pin && (st = pin_one(r, x)) != MVM_OK)
-            break;
-    }
-    if (st != MVM_OK)
-        abandon(r, layer, experts, n, done);
-    return st;
 }
 
 static mvm_status prefetch(mvm_resid *r, uint32_t layer, uint32_t expert, int planned,
@@ -696,7 +431,7 @@ mvm_status mvm_resid_end(mvm_resid *r, const mvm_pstep *step, const int32_t *exp
     r->evict->observe(r->evict_self, view(r), step);
     if (r->config)
         r->config->observe(r->config_self, view(r), step);
-    unpin(r, step->layer, experts, n);
+    mvm_resid_release(r, step->layer, experts, n);
     drop_window(r, step);
     split(r, step->layer, experts, n);
     (void)fit_layer(r, step->layer, 0); /* still over: what is over is loading; it waits */
@@ -739,7 +474,7 @@ static mvm_status prefetch(mvm_resid *r, uint32_t layer, uint32_t expert, int pl
      * in its layer's budget. */
     mvm_status st = window ? MVM_OK : fit_layer(r, layer, r->ppe - r->resident[x]);
     if (st == MVM_OK)
-        st = request(r, x, 0, !window, NULL);
+        st = mvm_resid_request(r, x, 0, !window, NULL);
     if (st == MVM_OK) {
         r->by_prefetch[x] = 1;
         r->stats.prefetches++;

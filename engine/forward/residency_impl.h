@@ -1,0 +1,56 @@
+/*
+ * The residency manager's state, shared by its two files: residency.c (the modules, the
+ * requests and prefetches, a step's end) and residency_step.c (a step's begin: its
+ * requests, rounds, copies waited for and pins).
+ */
+#ifndef MVM_ENGINE_FORWARD_RESIDENCY_IMPL_H
+#define MVM_ENGINE_FORWARD_RESIDENCY_IMPL_H
+
+#include "engine/forward/residency.h"
+#include "policy/evict_driver.h"
+
+struct mvm_resid {
+    mvm_space *space;
+    uint32_t n_experts, n_total, ppe;
+    mvm_pshape shape;
+    mvm_cost cost;
+    mvm_pview view, landed_view;
+    uint32_t *resident;     /* [L*E] the view's: ppe once requested, 0 once evicted */
+    uint32_t *landed;       /* [L*E] landed_view's: ppe where the copy has landed (the
+                               layer asked for last; other rows stay 0) */
+    uint32_t landed_layer;  /* that layer, UINT32_MAX before the first */
+    uint8_t *busy;          /* [L*E] the view's: used by the current step (shielded) */
+    uint8_t *pinned;        /* [L*E] pinned by the current step */
+    uint8_t *held;          /* [L*E] held by the config module (its table): never evicted */
+    const uint8_t *remote;  /* [L*E] held by another rank (mvm_resid_set_remote) or NULL */
+    uint8_t *by_prefetch;   /* [L*E] loaded ahead of its layer's next step, which has not
+                               ended yet */
+    uint8_t *spec;          /* [L*E] a copy of MoEpic's window, in its buffer (free pages) */
+    uint32_t *spec_keep;    /* [L*E] its pages before: what stays if its layer does not use it */
+    uint32_t *cand, *want;  /* [L*E + 1] eviction candidates, [L*E] the module's wishes */
+    mvm_move **moves;       /* [E] a step's copies, all asked before any is waited for */
+    const mvm_evict_ops *evict;
+    void *evict_self;
+    mvm_evict_driver victims; /* the evict module over resident, busy and cand */
+    const mvm_config_ops *config; /* NULL: one budget for all layers, whole experts */
+    void *config_self;
+    const mvm_assign_ops *assign; /* NULL: not on a device, every expert where it is read */
+    void *assign_self;
+    int at_home;            /* nothing moves: every expert is read at its home */
+    int admit;              /* MOEVM_ADMIT: home runs are offered to the cache afterwards */
+    int ordered;            /* MOEVM_DETERMINISTIC: each copy lands before the next
+                               decision (ordered_wait) */
+    uint8_t *home_run;      /* [L*E] run from its home by the current step */
+    uint32_t *plan;         /* [L*E] the assign module's prefetches */
+    uint64_t *layer_pages;  /* [L] the config module's budgets (UINT64_MAX: none) */
+    float *theta;           /* [L] its splits: the share of a used expert's pages kept */
+    mvm_resid_stats stats;
+};
+
+/* residency.c: requests x (layer * n_experts + expert) resident, on demand or as a
+ * prefetch, evicting while there is no room (unless !may_evict: MVM_ERR_NOSPACE); *move
+ * (move not NULL) completes when it has landed. */
+mvm_status mvm_resid_request(mvm_resid *r, uint32_t x, int demand, int may_evict,
+                             mvm_move **move);
+
+#endif

@@ -1,0 +1,236 @@
+/* A step's begin in the engine's residency (residency.h): its experts shielded, requested
+ * and counted, their copies asked together and waited for, in rounds that fit the budget
+ * for a reader that cannot read the homes, and pinned; and its release. */
+#include <string.h>
+
+#include "engine/forward/residency_impl.h"
+#include "vmm/error.h"
+
+/* Unpins the experts the step still holds (a round released earlier, or an expert run on
+ * the CPU, holds none) and unshields them. */
+static void unpin(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t x = layer * r->n_experts + (uint32_t)experts[i];
+        if (r->pinned[x])
+            mvm_unpin(r->space, layer, (uint32_t)experts[i]);
+        r->pinned[x] = 0;
+        r->busy[x] = 0;
+    }
+}
+
+/* The step's pin of expert x. */
+static mvm_status pin_one(mvm_resid *r, uint32_t x)
+{
+    mvm_status st = mvm_pin(r->space, x / r->n_experts, x % r->n_experts);
+    r->pinned[x] = st == MVM_OK;
+    return st;
+}
+
+/* Counts a step's access to expert x, which found `res` when requested. */
+static void count_access(mvm_resid *r, uint32_t x, const mvm_residency *res)
+{
+    int hit = res->resident == res->n_pages && !res->loading;
+    r->stats.accesses++;
+    r->stats.hits += hit;
+    r->stats.partial_hits += !hit && res->resident > 0 && !res->loading;
+    r->stats.prefetch_used += r->by_prefetch[x];
+    r->stats.prefetch_hits += hit && r->by_prefetch[x];
+    r->by_prefetch[x] = 0;
+}
+
+/* A step's access to expert x (shielded): requested resident and counted. *move (move not
+ * NULL): the copy to wait for before x is pinned, NULL when there is none (a hit, or
+ * MOEVM_DETERMINISTIC's copies, landed in order). A step asks for all its experts before it
+ * waits for any, so the migration worker copies them as one batch: each job's remaps overlap
+ * the next one's copy (docs/perf/vmm.md, section 5: eight experts at once cost eight bare
+ * copies, one alone up to 1.6x its copy). */
+static mvm_status ask_expert(mvm_resid *r, uint32_t x, mvm_move **move)
+{
+    uint32_t l = x / r->n_experts, e = x % r->n_experts;
+    mvm_residency res = {0};
+    mvm_expert_residency(r->space, l, e, &res);
+    if (move)
+        *move = NULL;
+    mvm_status st = mvm_resid_request(r, x, 1, 1, r->ordered ? NULL : move);
+    if (st == MVM_OK)
+        count_access(r, x, &res);
+    return st;
+}
+
+/* Pins what ask_expert asked for, once its copy (move, released here; may be NULL) has
+ * landed: a page pinned while its copy lands would wait for the pin to go (vmm/migrate.c). */
+static mvm_status hold_expert(mvm_resid *r, uint32_t x, mvm_move *move)
+{
+    mvm_status st = MVM_OK;
+    if (move) {
+        st = mvm_move_wait(move, -1);
+        mvm_move_release(move);
+    }
+    return st == MVM_OK ? pin_one(r, x) : st;
+}
+
+/* Pins experts[0..n), asked for with r->moves[i] (NULL: nothing to wait for), each once its
+ * copy has landed; those pinned already (run from their homes) stay as they are. After a
+ * failure (st, or a copy's) the other copies are released unwaited. */
+static mvm_status hold_all(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n,
+                           mvm_status st)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t x = layer * r->n_experts + (uint32_t)experts[i];
+        mvm_move *move = r->moves[i];
+        r->moves[i] = NULL;
+        if (st == MVM_OK && !r->pinned[x])
+            st = hold_expert(r, x, move);
+        else if (move)
+            mvm_move_release(move);
+    }
+    return st;
+}
+
+static mvm_status check_step(const mvm_resid *r, uint32_t layer, const int32_t *experts,
+                             uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (experts[i] < 0 || (uint32_t)experts[i] >= r->n_experts || layer >= r->shape.n_layers)
+            return mvm_fail(MVM_ERR_RANGE, "expert (%u, %d) is outside the space", layer,
+                            experts[i]);
+    return MVM_OK;
+}
+
+static void shield(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        r->busy[layer * r->n_experts + (uint32_t)experts[i]] = 1;
+}
+
+/* After a failure: unpins the first `pinned` experts, unshields them all. */
+static void abandon(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n,
+                    uint32_t pinned)
+{
+    unpin(r, layer, experts, pinned);
+    for (uint32_t i = pinned; i < n; i++)
+        r->busy[layer * r->n_experts + (uint32_t)experts[i]] = 0;
+}
+
+mvm_status mvm_resid_begin(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n,
+                           int wait)
+{
+    if (r->at_home)
+        return mvm_resid_begin_home(r, layer, experts, n, 0);
+    mvm_status st = check_step(r, layer, experts, n);
+    if (st != MVM_OK)
+        return st;
+    shield(r, layer, experts, n);
+    uint32_t k = 0;
+    for (; k < n && st == MVM_OK; k++) {
+        uint32_t e = (uint32_t)experts[k], x = layer * r->n_experts + e;
+        st = ask_expert(r, x, wait ? &r->moves[k] : NULL);
+        if (st == MVM_ERR_NOSPACE) { /* no room: it runs from its home, which stays put */
+            mvm_residency res = {0};
+            mvm_expert_residency(r->space, layer, e, &res);
+            count_access(r, x, &res);
+            r->stats.bypassed++;
+            st = pin_one(r, x);
+        } else if (st == MVM_OK && !wait) { /* read through its address as it lands */
+            st = pin_one(r, x);
+        }
+    }
+    st = hold_all(r, layer, experts, k, st);
+    if (st != MVM_OK)
+        unpin(r, layer, experts, n);
+    return st;
+}
+
+/* Room held by copies still in flight (prefetches the step does not use) is free once they
+ * land: waits for the first of them. MVM_ERR_NOSPACE when none is in flight. */
+static mvm_status wait_for_landing(mvm_resid *r)
+{
+    for (uint32_t x = 0; x < r->n_total; x++) {
+        uint32_t l = x / r->n_experts, e = x % r->n_experts;
+        mvm_residency res = {0};
+        mvm_move *move = NULL;
+        if (!r->resident[x] || r->busy[x] || mvm_expert_residency(r->space, l, e, &res) !=
+            MVM_OK || !res.loading || mvm_make_resident_async(r->space, l, e, MVM_ALL_PAGES,
+                                                               &move) != MVM_OK)
+            continue;
+        mvm_status st = mvm_move_wait(move, -1);
+        mvm_move_release(move);
+        return st;
+    }
+    return MVM_ERR_NOSPACE;
+}
+
+/* Moves the experts with pages on the device (or on their way) to the front, in order. */
+static void resident_first(const mvm_resid *r, uint32_t layer, int32_t *experts, uint32_t n)
+{
+    for (uint32_t i = 0, front = 0; i < n; i++)
+        if (r->resident[layer * r->n_experts + (uint32_t)experts[i]]) {
+            int32_t e = experts[i];
+            memmove(experts + front + 1, experts + front, (i - front) * sizeof *experts);
+            experts[front++] = e;
+        }
+}
+
+mvm_status mvm_resid_begin_round(mvm_resid *r, uint32_t layer, int32_t *experts, uint32_t n,
+                                 uint32_t *n_round)
+{
+    *n_round = 0;
+    mvm_status st = check_step(r, layer, experts, n);
+    if (st != MVM_OK)
+        return st;
+    shield(r, layer, experts, n);
+    resident_first(r, layer, experts, n);
+    uint32_t k = 0;
+    while (k < n) {
+        st = ask_expert(r, layer * r->n_experts + (uint32_t)experts[k], &r->moves[k]);
+        if (st == MVM_OK)
+            k++;
+        else if (st != MVM_ERR_NOSPACE || k > 0 || (st = wait_for_landing(r)) != MVM_OK)
+            break;
+    }
+    if (st == MVM_ERR_NOSPACE && k > 0)
+        st = MVM_OK; /* the round is full: the rest wait for the next */
+    st = hold_all(r, layer, experts, k, st);
+    if (st != MVM_OK) {
+        abandon(r, layer, experts, n, k);
+        if (st == MVM_ERR_NOSPACE)
+            return mvm_fail(st, "no room on the device for one expert of layer %u (%u pages): "
+                            "the budget holds %u pages and none can be freed (raise "
+                            "MOEVM_GPU_BUDGET)", layer, r->ppe,
+                            (unsigned)r->view.capacity_pages);
+        return st;
+    }
+    *n_round = k;
+    r->stats.extra_rounds += k < n;
+    return MVM_OK;
+}
+
+void mvm_resid_release(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n)
+{
+    unpin(r, layer, experts, n);
+}
+
+mvm_status mvm_resid_begin_home(mvm_resid *r, uint32_t layer, const int32_t *experts,
+                                uint32_t n, int pin)
+{
+    mvm_status st = check_step(r, layer, experts, n);
+    if (st != MVM_OK)
+        return st;
+    shield(r, layer, experts, n);
+    uint32_t done = 0;
+    for (; done < n && st == MVM_OK; done++) {
+        uint32_t x = layer * r->n_experts + (uint32_t)experts[done];
+        mvm_residency res = {0};
+        mvm_expert_residency(r->space, layer, (uint32_t)experts[done], &res);
+        count_access(r, x, &res);
+        r->stats.cpu_runs += !pin;
+        r->stats.zerocopy_runs += pin;
+        r->home_run[x] = 1;
+        if (pin && (st = pin_one(r, x)) != MVM_OK)
+            break;
+    }
+    if (st != MVM_OK)
+        abandon(r, layer, experts, n, done);
+    return st;
+}
