@@ -38,6 +38,7 @@ static void *driver_lib; /* the fake libcuda.so.1 */
 static fakecuda_set_fail_fn set_fail;
 static fakecuda_calls_fn calls;
 static fakecuda_reset_counters_fn reset_counters;
+static fakecuda_set_copy_delay_us_fn copy_delay;
 static int home_mapped;                 /* the fake's HOST_NUMA support, as the space saw it */
 static const char *assign, *assign_args; /* run_prompt's assign module (NULL: the default) */
 static const char *predict = "gate";    /* and its predict module */
@@ -418,24 +419,31 @@ static void run_spec(const char *path, const char *pred, double budget, uint32_t
  * of their pages), in batches of 4; its forecasts are made. And it estimates what it should:
  * with every expert resident and landed (a second pass at 100%, a token a batch), its input
  * is the next layer's own MoE input, so every expert it forecasts is routed to. Grouped
- * attention without shared experts (llama), a gated shared expert (qwen2moe), and
- * deepseek2's latent attention, dense first block and ungated shared experts. */
+ * attention without shared experts (llama), a gated shared expert (qwen2moe, also in Q8_0,
+ * whose experts read a quantized input that the pass's own products must not leave
+ * changed), and deepseek2's latent attention, dense first block and ungated shared
+ * experts. */
 static void test_speculative(void)
 {
-    static const char *arches[] = {"llama", "qwen2moe", "deepseek2"};
-    for (size_t i = 0; i < sizeof arches / sizeof *arches; i++) {
-        const char *path = model_path(arches[i], MVM_W_F32);
-        const size_t n = N_PROMPT * (size_t)mvm_preset_find("tiny", arches[i])->spec.n_vocab;
+    static const struct { const char *arch; enum mvm_wtype type; } models[] = {
+        {"llama", MVM_W_F32}, {"qwen2moe", MVM_W_F32}, {"deepseek2", MVM_W_F32},
+        {"qwen2moe", MVM_W_Q8_0}}; /* the pass's products must leave the experts' input */
+    for (size_t i = 0; i < sizeof models / sizeof *models; i++) {
+        const char *arch = models[i].arch;
+        const char *path = model_path(arch, models[i].type);
+        const size_t n = N_PROMPT * (size_t)mvm_preset_find("tiny", arch)->spec.n_vocab;
         float *plain = malloc(n * sizeof *plain), *spec = malloc(n * sizeof *spec);
         mvm_prefetch_stats ps;
         run_spec(path, "none", 0.3, 4, plain, 0, &ps);
+        copy_delay(1000); /* copies still landing when the pass runs and the rounds begin */
         run_spec(path, "speculative", 0.3, 4, spec, 0, &ps);
+        copy_delay(0);
         CHECK(plain && spec && memcmp(plain, spec, n * sizeof *plain) == 0 && plain[0] == plain[0]);
         CHECK(ps.forecasts > 0 && ps.named > 0);
         run_spec(path, "speculative", 1.0, 1, NULL, 1, &ps);
         CHECK(ps.named > 0 && ps.named_used == ps.named);
         if (ps.named_used != ps.named)
-            fprintf(stderr, "  %s: %llu of %llu forecast experts used\n", arches[i],
+            fprintf(stderr, "  %s: %llu of %llu forecast experts used\n", arch,
                     (unsigned long long)ps.named_used, (unsigned long long)ps.named);
         free(plain), free(spec);
     }
@@ -468,14 +476,17 @@ static void test_window(void)
  * from the predictor's forecasts (none without a predictor); gpu{zerocopy=1}, which never loads, reads
  * every expert in place where the homes are mapped (bit for bit the resident run's logits)
  * and is refused by name where they are not. The CPU's rows agree with the GPU's to float
- * rounding; the routing is the same; nothing stays pinned. */
+ * rounding, greedy's computed while the GPU's copies are still landing; the routing is the
+ * same; nothing stays pinned. */
 static void test_assign(void)
 {
     const char *path = model_path("llama", MVM_W_F32);
     size_t n = N_PROMPT * mvm_preset_find("tiny", "llama")->spec.n_vocab;
     struct run *all = run_prompt(path, MVM_BACKEND_CUDA, 1, 4, 0);
     assign = "greedy";
+    copy_delay(1000); /* the CPU's experts run while the GPU's copies land */
     struct run *greedy = run_prompt(path, MVM_BACKEND_CUDA, 0.5, 4, 0);
+    copy_delay(0);
     /* The modules' own decisions: no admission (policy/admit.h) of what they ran from the
      * homes. */
     setenv("MOEVM_ADMIT", "off", 1);
@@ -548,15 +559,19 @@ static void test_failures(void)
 }
 
 /* Kernel launches of one decode step (a token after the prompt, its logits), and the
- * model's layers and whether it has a shared expert. */
+ * model's layers and whether it has a shared expert. Each copy lands before the next is
+ * asked (MOEVM_DETERMINISTIC): a round whose copies are still landing when it begins runs
+ * its landed experts in a launch of their own, which would count here. */
 static unsigned long step_launches(const char *path, uint32_t *n_layer, int *shexp)
 {
     mvm_model *m = NULL;
     mvm_ctx *c = NULL;
     unsigned long n = 0;
     CHECK_ST(load(path, MVM_BACKEND_CUDA, 1, &m), MVM_OK);
+    setenv("MOEVM_DETERMINISTIC", "on", 1);
     if (m)
         CHECK_ST(mvm_ctx_create(m, pool, 32, 4, NULL, &c), MVM_OK);
+    unsetenv("MOEVM_DETERMINISTIC");
     if (c) {
         float *logits = malloc(m->hp.n_vocab * sizeof *logits);
         CHECK_ST(mvm_ctx_eval(c, prompt, 3, NULL, 0), MVM_OK);
@@ -807,10 +822,13 @@ int main(int argc, char **argv)
     calls = driver ? (fakecuda_calls_fn)dlsym(driver, "fakecuda_calls") : NULL;
     reset_counters =
         driver ? (fakecuda_reset_counters_fn)dlsym(driver, "fakecuda_reset_counters") : NULL;
-    CHECK(set_fail && calls && reset_counters);
+    copy_delay = driver ? (fakecuda_set_copy_delay_us_fn)dlsym(driver,
+                                                              "fakecuda_set_copy_delay_us")
+                        : NULL;
+    CHECK(set_fail && calls && reset_counters && copy_delay);
     mvm_model *m = NULL;
     CHECK_ST(load(model_path("llama", MVM_W_F32), MVM_BACKEND_CUDA, 1, &m), MVM_OK);
-    if (!m || !set_fail || !calls || !reset_counters)
+    if (!m || !set_fail || !calls || !reset_counters || !copy_delay)
         TEST_END();
     mvm_space_info info;
     mvm_space_get_info(m->space, &info);

@@ -8,7 +8,7 @@
  * decisions are the simulator's: a trace recorded by the engine, replayed by tools/sim with
  * the same module, budget and page size, counts the same accesses and hits.
  * `test_residency cuda` (over tests/fakecuda): a step asks for all its copies before it
- * waits for any.
+ * waits for any, and a round returns before its copies land.
  */
 #include <dlfcn.h>
 #include <math.h>
@@ -200,6 +200,17 @@ static uint32_t pins_of(mvm_space *sp, uint32_t l, uint32_t e)
     return res.pins;
 }
 
+/* A round begun and its copies waited for, as the engine's device pass does between its
+ * landed experts and the rest. */
+static mvm_status whole_round(mvm_resid *r, uint32_t l, int32_t *experts, uint32_t n,
+                              uint32_t *k)
+{
+    uint32_t ready = 0;
+    mvm_status st = mvm_resid_begin_round(r, l, experts, n, k, &ready);
+    CHECK(ready <= *k);
+    return st == MVM_OK ? mvm_resid_hold_round(r, l, experts, ready, *k) : st;
+}
+
 /* A reader that cannot read the homes runs a step of four experts in a budget of three in
  * rounds: the resident one first with two loaded beside it, then the fourth in the room
  * the released round leaves; every expert is counted once, the step's end reports all four
@@ -210,14 +221,18 @@ static void test_rounds(void)
     mvm_resid *r = resid_for(sp, "lru", "");
     CHECK_ST(use1(r, 1, 2), MVM_OK);
     int32_t todo[] = {0, 1, 2, 3};
-    uint32_t k = 0;
-    CHECK_ST(mvm_resid_begin_round(r, 1, todo, 4, &k), MVM_OK);
-    CHECK(k == 3 && todo[0] == 2 && todo[1] == 0 && todo[2] == 1 && todo[3] == 3);
+    uint32_t k = 0, ready = 0;
+    CHECK_ST(mvm_resid_begin_round(r, 1, todo, 4, &k, &ready), MVM_OK);
+    CHECK(k == 3 && todo[0] == 2 && todo[3] == 3 && ready >= 1);
+    CHECK((todo[1] == 0 && todo[2] == 1) || (todo[1] == 1 && todo[2] == 0));
+    for (uint32_t i = 0; i < ready; i++) /* landed: pinned at once */
+        CHECK(pins_of(sp, 1, (uint32_t)todo[i]) == 1);
+    CHECK_ST(mvm_resid_hold_round(r, 1, todo, ready, k), MVM_OK);
     for (uint32_t i = 0; i < 4; i++)
         CHECK(pins_of(sp, 1, (uint32_t)todo[i]) == (i < 3));
     CHECK(resident_pages(sp, 1, 3) == 0);
     mvm_resid_release(r, 1, todo, k);
-    CHECK_ST(mvm_resid_begin_round(r, 1, todo + 3, 1, &k), MVM_OK);
+    CHECK_ST(whole_round(r, 1, todo + 3, 1, &k), MVM_OK);
     CHECK(k == 1 && resident_pages(sp, 1, 3) == 2 && pins_of(sp, 1, 3) == 1);
     /* lru: the step's experts are reported used at its end; before it, (1,0) and (1,1)
      * count as never used, older than (1,2), and the first of them offered goes. */
@@ -265,7 +280,7 @@ static void test_second_table_sees_resident(void)
     r = resid_for(sp, "lru", "");
     int32_t todo[] = {3};
     uint32_t k = 0;
-    CHECK_ST(mvm_resid_begin_round(r, 1, todo, 1, &k), MVM_OK);
+    CHECK_ST(whole_round(r, 1, todo, 1, &k), MVM_OK);
     CHECK(k == 1 && resident_pages(sp, 1, 3) == 2 && pins_of(sp, 1, 3) == 1);
     uint32_t left = 0;
     for (uint32_t e = 0; e < 3; e++)
@@ -294,7 +309,7 @@ static void test_round_without_room(void)
     int32_t todo[] = {1, 3};
     uint32_t k = 0, done = 0;
     while (done < 2) {
-        CHECK_ST(mvm_resid_begin_round(r, 1, todo + done, 2 - done, &k), MVM_OK);
+        CHECK_ST(whole_round(r, 1, todo + done, 2 - done, &k), MVM_OK);
         if (k == 0)
             break;
         for (uint32_t i = done; i < done + k; i++)
@@ -315,7 +330,7 @@ static void test_round_without_room(void)
         CHECK_ST(mvm_pin(sp, 0, (uint32_t)e), MVM_OK);
     }
     int32_t one[] = {0};
-    CHECK_ST(mvm_resid_begin_round(r, 1, one, 1, &k), MVM_ERR_NOSPACE);
+    CHECK_ST(whole_round(r, 1, one, 1, &k), MVM_ERR_NOSPACE);
     CHECK(k == 0 && strstr(mvm_last_error(), "no room on the device for one expert") != NULL);
     CHECK(pins_of(sp, 1, 0) == 0 && pins_of(sp, 0, 0) == 1);
     for (uint32_t e = 0; e < 3; e++)
@@ -939,6 +954,7 @@ static void test_deterministic(void)
         CHECK(first.prefetch_hits == first.prefetch_used);
         for (int r = 0; r < 3; r++) {
             run_unwaited(model, pool, &runs[i], &again, &vs_again, NULL);
+            again.wait_s = first.wait_s; /* a time: the counts are what repeats */
             CHECK(memcmp(&first, &again, sizeof first) == 0);
             CHECK(vs_first.bytes_moved == vs_again.bytes_moved &&
                   vs_first.pages_loaded == vs_again.pages_loaded &&
@@ -1100,33 +1116,49 @@ static void *ask_step(void *p)
 {
     struct asker *a = p;
     a->k = 3;
-    a->st = a->round ? mvm_resid_begin_round(a->r, 0, a->todo, 3, &a->k)
+    a->st = a->round ? whole_round(a->r, 0, a->todo, 3, &a->k)
                      : mvm_resid_begin(a->r, 0, a->todo, 3, 1);
     atomic_store(&a->done, 1);
     return NULL;
 }
 
-static void test_step_asks_all_first(void)
+typedef void (*copy_delay_fn)(unsigned long long us);
+
+/* The fake driver's fakecuda_set_copy_delay_us, through *lib (dlclose it after). */
+static copy_delay_fn copy_delay(void **lib)
 {
     const char *lib_path = getenv("MOEVM_CUDA_LIBRARY");
-    void *lib = lib_path ? dlopen(lib_path, RTLD_NOW) : NULL;
-    void (*delay)(unsigned long long) =
-        lib ? (void (*)(unsigned long long))dlsym(lib, "fakecuda_set_copy_delay_us") : NULL;
+    *lib = lib_path ? dlopen(lib_path, RTLD_NOW) : NULL;
+    copy_delay_fn delay = *lib ? (copy_delay_fn)dlsym(*lib, "fakecuda_set_copy_delay_us") : NULL;
     CHECK(delay != NULL);
+    return delay;
+}
+
+/* A cuda space of one layer of four one-page experts, a budget of all four. */
+static mvm_space *fake_device_space(void)
+{
+    const uint64_t page = 65536; /* the fake's granularity in this test's environment */
+    mvm_space_desc d;
+    CHECK_ST(mvm_space_desc_init(&d), MVM_OK);
+    d.backend = MVM_BACKEND_CUDA;
+    d.n_layers = 1;
+    d.n_experts = 4;
+    d.expert_bytes = page;
+    d.page_size = page;
+    d.device_budget = 4 * page;
+    mvm_space *sp = NULL;
+    CHECK_ST(mvm_space_create(&d, &sp), MVM_OK);
+    return sp;
+}
+
+static void test_step_asks_all_first(void)
+{
+    void *lib;
+    copy_delay_fn delay = copy_delay(&lib);
     if (!delay)
         return;
-    const uint64_t page = 65536; /* the fake's granularity in this test's environment */
     for (int round = 0; round < 2; round++) {
-        mvm_space_desc d;
-        CHECK_ST(mvm_space_desc_init(&d), MVM_OK);
-        d.backend = MVM_BACKEND_CUDA;
-        d.n_layers = 1;
-        d.n_experts = 4;
-        d.expert_bytes = page;
-        d.page_size = page;
-        d.device_budget = 4 * page;
-        mvm_space *sp = NULL;
-        CHECK_ST(mvm_space_create(&d, &sp), MVM_OK);
+        mvm_space *sp = fake_device_space();
         if (!sp)
             return;
         mvm_resid *r = resid_for(sp, "lru", "");
@@ -1155,10 +1187,53 @@ static void test_step_asks_all_first(void)
     dlclose(lib);
 }
 
+/* A round returns once its copies are asked: its landed expert is pinned at once and the
+ * others are still loading, so that the reader computes the landed one (and the CPU's
+ * share) while they land; hold_round then waits for them, the wait counted. A round let go
+ * before its hold lets its copies' handles go, and they land all the same. */
+static void test_round_lands_behind(void)
+{
+    void *lib;
+    copy_delay_fn delay = copy_delay(&lib);
+    mvm_space *sp = delay ? fake_device_space() : NULL;
+    if (!sp)
+        return;
+    mvm_resid *r = resid_for(sp, "lru", "");
+    int32_t first[] = {0}, todo[] = {1, 0, 2}, last[] = {3};
+    uint32_t k = 0, ready = 0;
+    CHECK_ST(whole_round(r, 0, first, 1, &k), MVM_OK);
+    mvm_resid_release(r, 0, first, 1);
+    delay(300000);
+    CHECK_ST(mvm_resid_begin_round(r, 0, todo, 3, &k, &ready), MVM_OK);
+    mvm_residency res = {0};
+    mvm_expert_residency(sp, 0, 1, &res);
+    CHECK(res.loading && k == 3 && ready == 1 && todo[0] == 0);
+    CHECK(pins_of(sp, 0, 0) == 1 && pins_of(sp, 0, 1) == 0 && pins_of(sp, 0, 2) == 0);
+    CHECK_ST(mvm_resid_hold_round(r, 0, todo, ready, k), MVM_OK);
+    for (uint32_t e = 0; e < 3; e++)
+        CHECK(pins_of(sp, 0, e) == 1 && resident_pages(sp, 0, e) == 1);
+    mvm_resid_stats rs;
+    mvm_resid_get_stats(r, &rs);
+    CHECK(rs.wait_s > 0.1 && rs.accesses == 4 && rs.hits == 1);
+    mvm_resid_release(r, 0, todo, 3);
+    CHECK_ST(mvm_resid_begin_round(r, 0, last, 1, &k, &ready), MVM_OK);
+    CHECK(k == 1 && ready == 0 && pins_of(sp, 0, 3) == 0);
+    mvm_resid_release(r, 0, last, 1);
+    for (int i = 0; i < 200 && mvm_expert_residency(sp, 0, 3, &res) == MVM_OK && res.loading;
+         i++)
+        usleep(10000);
+    CHECK(res.resident == 1 && !res.loading && res.pins == 0);
+    delay(0);
+    mvm_resid_destroy(r);
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+    dlclose(lib);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "cuda") == 0) {
         RUN(test_step_asks_all_first);
+        RUN(test_round_lands_behind);
         TEST_END();
     }
     snprintf(dir, sizeof dir, "/tmp/moevm-test-residency-XXXXXX");

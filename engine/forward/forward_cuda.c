@@ -147,6 +147,7 @@ static mvm_status alloc_scratch(struct cuda_fwd *f)
     TRY(mvm_cuda_fwd_alloc(f, (BK + 1) * D * 4, &f->out));
     TRY(mvm_cuda_fwd_alloc(f, B * D * 4, &f->spec_x));
     TRY(mvm_cuda_fwd_alloc(f, B * D * 4, &f->spec_xn));
+    TRY(mvm_cuda_fwd_alloc(f, B * D * 4, &f->spec_tmp));
     TRY(mvm_cuda_fwd_alloc(f, BK * 4, &f->spec_rows));
     if (!f->sizing) /* out's last row: zeros, what speculate's masked rows add */
         TRY(mvm_gpu_zero(f->g, f->out + BK * D * 4, D * 4));
@@ -401,22 +402,33 @@ static mvm_g_expert_args expert_args(const struct cuda_fwd *f, uint32_t il)
                                .down = L->expert_fmt.down, .glu = L->expert_fmt.glu};
 }
 
-/* The rows of the round's experts (moe_step.h), each into its own slot of f->out. */
-static mvm_status expert_round(struct cuda_fwd *f, uint32_t il)
+/* The rows of the round's experts round[from..to) (moe_step.h), each into its own slot of
+ * f->out. */
+static mvm_status expert_launch(struct cuda_fwd *f, uint32_t il, uint32_t from, uint32_t to)
 {
     const mvm_moe *s = f->moe;
-    if (!s->n_round)
-        return MVM_OK; /* every expert of the step on the CPU */
+    if (from == to)
+        return MVM_OK; /* none landed yet, or every expert of the step on the CPU */
     mvm_g_expert_args a = expert_args(f, il);
-    a.n_active = s->n_round;
-    TRY(mvm_gpu_upload(f->g, f->active, s->round, s->n_round * sizeof *s->round));
+    a.n_active = to - from;
+    a.active = f->active + from * sizeof *s->round;
+    TRY(mvm_gpu_upload(f->g, a.active, s->round + from, (to - from) * sizeof *s->round));
     TRY(mvm_gpu_expert_up(f->g, (int)a.gate_up, &a));
     return mvm_gpu_expert_down(f->g, (int)a.down, &a);
 }
 
+/* A round whose landed part may be running: waits for the rest to land, then runs it. */
+static mvm_status expert_round_rest(struct cuda_fwd *f, uint32_t il)
+{
+    uint32_t ready = f->moe->n_ready;
+    TRY(mvm_moe_hold(f->moe));
+    return expert_launch(f, il, ready, f->moe->n_round);
+}
+
 /* The rows of the experts the assign module gave the CPU, computed from their homes on
- * the thread pool (the router's input is on the host already) while the GPU runs its
- * first round, then sent up into their slots of f->out. */
+ * the thread pool (the router's input is on the host already) while the GPU runs the
+ * first round's landed experts and the others' copies land, then sent up into their slots
+ * of f->out. */
 static mvm_status cpu_experts(struct cuda_fwd *f, uint32_t n)
 {
     const mvm_moe *s = f->moe;
@@ -439,22 +451,39 @@ static mvm_status cpu_experts(struct cuda_fwd *f, uint32_t n)
     return MVM_OK;
 }
 
-/* The routed experts: the GPU's round by round (each waited for before its experts are
- * unpinned), the CPU's beside the first; then added to x ([n][n_embd] floats) in each
- * token's routing order. Returns with the step's last round pinned, its kernels maybe
- * still running. */
-static mvm_status experts(struct cuda_fwd *f, uint32_t il, uint32_t n, mvm_dptr x)
+/* The routed experts' input for layer il's types (f->act), unless they read floats. */
+static mvm_status quantize_input(struct cuda_fwd *f, uint32_t il, uint32_t n)
 {
     const mvm_hparams *hp = &f->m->hp;
-    if (experts_quantized(f, il))
-        TRY(quantize(f, f->m->layers[il].expert_fmt.gate_up, f->xn, hp->n_embd, hp->n_embd, n,
-                     f->act, f->act_stride));
-    TRY(expert_round(f, il));
-    TRY(cpu_experts(f, n));
+    if (!experts_quantized(f, il))
+        return MVM_OK;
+    return quantize(f, f->m->layers[il].expert_fmt.gate_up, f->xn, hp->n_embd, hp->n_embd, n,
+                    f->act, f->act_stride);
+}
+
+/* The routed experts, first part: the first round's landed experts on the GPU and the
+ * CPU's share on the threads, while the round's other copies land (DALI's CPU/GPU split:
+ * neither side waits for the other's work, nor the CPU for the loads). */
+static mvm_status experts_begin(struct cuda_fwd *f, uint32_t il, uint32_t n)
+{
+    TRY(quantize_input(f, il, n));
+    TRY(expert_launch(f, il, 0, f->moe->n_ready));
+    return cpu_experts(f, n);
+}
+
+/* The rest: the first round's other experts once they have landed, then round by round
+ * (each waited for before its experts are unpinned); then every row added to x
+ * ([n][n_embd] floats) in each token's routing order. Returns with the step's last round
+ * pinned, its kernels maybe still running. */
+static mvm_status experts_end(struct cuda_fwd *f, uint32_t il, uint32_t n, mvm_dptr x)
+{
+    const mvm_hparams *hp = &f->m->hp;
+    TRY(expert_round_rest(f, il));
     while (f->moe->n_run + f->moe->n_round < f->moe->n_todo) {
         TRY(mvm_gpu_sync(f->g));
         TRY(mvm_moe_next_round(f->moe));
-        TRY(expert_round(f, il));
+        TRY(expert_launch(f, il, 0, f->moe->n_ready));
+        TRY(expert_round_rest(f, il));
     }
     TRY(mvm_moe_next_round(f->moe)); /* nothing left: the last round stays pinned */
     mvm_g_expert_sum_args s = {.x = x, .out = f->out, .tok_rows = f->tok_rows,
@@ -462,21 +491,35 @@ static mvm_status experts(struct cuda_fwd *f, uint32_t il, uint32_t n, mvm_dptr 
     return mvm_gpu_expert_sum(f->g, 0, &s);
 }
 
-/* x += [sigmoid(gate . h) *] w2 . (silu(w1 . h) * (w3 . h)), h = xn: a shared expert (gated
- * in qwen2moe, not in deepseek2 and glm4moe: gate NULL or none) or a dense block's FFN. */
-static mvm_status ffn(struct cuda_fwd *f, const struct dev_weight *w1, const struct dev_weight *w3,
-                      const struct dev_weight *w2, const struct dev_weight *gate, uint32_t n)
+/* tmp = w2 . (silu(w1 . h) * (w3 . h)), h = xn, and shg = gate . h when gated: a shared
+ * expert's output (gated in qwen2moe, not in deepseek2 and glm4moe: gate NULL or none) or
+ * a dense block's FFN's, before it is added (ffn). */
+static mvm_status ffn_out(struct cuda_fwd *f, const struct dev_weight *w1,
+                          const struct dev_weight *w3, const struct dev_weight *w2,
+                          const struct dev_weight *gate, uint32_t n)
 {
     uint32_t D = f->m->hp.n_embd, F = w1->rows;
-    gate = gate && gate->p ? gate : NULL;
-    if (gate)
+    if (gate && gate->p)
         TRY(mvm_cuda_fwd_matmul(f, gate, NULL, f->xn, D, n, f->shg, 1));
     TRY(mvm_cuda_fwd_matmul(f, w1, NULL, f->xn, D, n, f->sh1, F));
     TRY(mvm_cuda_fwd_matmul(f, w3, w1, f->xn, D, n, f->sh3, F));
     mvm_g_add_args sw = {.x = f->sh1, .y = f->sh3, .y_stride = F, .n = F, .n_tok = n};
     TRY(mvm_gpu_swiglu(f->g, 0, &sw));
-    TRY(mvm_cuda_fwd_matmul(f, w2, NULL, f->sh1, F, n, f->tmp, D));
-    return mvm_cuda_fwd_add(f, f->x, f->tmp, D, gate ? f->shg : 0, D, n);
+    return mvm_cuda_fwd_matmul(f, w2, NULL, f->sh1, F, n, f->tmp, D);
+}
+
+/* x += [sigmoid(shg) *] tmp: ffn_out's result added. */
+static mvm_status add_ffn(struct cuda_fwd *f, const struct dev_weight *gate, uint32_t n)
+{
+    uint32_t D = f->m->hp.n_embd;
+    return mvm_cuda_fwd_add(f, f->x, f->tmp, D, gate && gate->p ? f->shg : 0, D, n);
+}
+
+static mvm_status ffn(struct cuda_fwd *f, const struct dev_weight *w1, const struct dev_weight *w3,
+                      const struct dev_weight *w2, const struct dev_weight *gate, uint32_t n)
+{
+    TRY(ffn_out(f, w1, w3, w2, gate, n));
+    return add_ffn(f, gate, n);
 }
 
 /* A dense block's FFN (deepseek2's and glm4moe's leading blocks). */
@@ -488,18 +531,21 @@ static mvm_status dense_ffn(struct cuda_fwd *f, const struct dev_block *L, uint3
 }
 
 /* SMoE's speculative pass (§IV-C; policy/predict_speculative.c), as the CPU's (forward_cpu.c,
- * speculate) computes it: x before the step's experts (spec_x, copied then) plus the rows of
- * the experts that were resident when it began (moe->landed; the others' rows read out's
- * zero row) and the shared expert's output (tmp, gated as ffn gated it), through layer
- * il+1's attention and FFN norm, down to the host for the forecast. Reading: on the device
- * it runs once the whole step has, not while the step's other experts load as on the CPU
- * (the device step waits for its copies before it computes), so its forecast goes out when
- * the gate predictor's would; what it forecasts from is SMoE's. The attention writes layer
- * il+1's KV rows of these positions, which its real pass writes again before any query
- * reads them, and works on spec_x and spec_xn so that x and xn stay as they are. */
-static mvm_status speculate(struct cuda_fwd *f, uint32_t il, uint32_t n, int shared)
+ * speculate) computes it, once experts_begin has run: x before the step's experts (spec_x,
+ * copied then) plus the rows of the experts that were resident when it began (moe->landed,
+ * all of them among the first round's landed ones or the CPU's: computed; the others'
+ * rows read out's zero row) and the shared expert's output (ffn_out's, left in tmp and shg
+ * for the step to add after its routed experts, as the models do), through layer il+1's
+ * attention and FFN norm, down to the host for the forecast, whose copies then queue while
+ * the step's other experts are still landing, as the paper's timeline has it. The
+ * attention writes layer il+1's KV rows of these positions, which its real pass writes
+ * again before any query reads them, and works on spec_x, spec_xn and spec_tmp so that x,
+ * xn and tmp stay as they are; its products and the shared expert's quantize into act,
+ * which is made the routed experts' input again after. */
+static mvm_status speculate(struct cuda_fwd *f, uint32_t il, uint32_t n)
 {
     const mvm_hparams *hp = &f->m->hp;
+    const struct dev_block *L = &f->layers[il];
     const mvm_moe *s = f->moe;
     const uint32_t D = hp->n_embd, K = hp->n_expert_used, zero = f->n_batch * K;
     for (uint32_t r = 0; r < n * K; r++) {
@@ -512,18 +558,19 @@ static mvm_status speculate(struct cuda_fwd *f, uint32_t il, uint32_t n, int sha
     mvm_g_expert_sum_args a = {.x = f->spec_x, .out = f->out, .tok_rows = f->spec_rows,
                                .n_embd = D, .n_tok = n, .top_k = K};
     TRY(mvm_gpu_expert_sum(f->g, 0, &a));
-    if (shared)
-        TRY(mvm_cuda_fwd_add(f, f->spec_x, f->tmp, D,
-                             f->layers[il].shexp_gate.p ? f->shg : 0, D, n));
-    mvm_dptr x = f->x, xn = f->xn;
-    f->x = f->spec_x, f->xn = f->spec_xn;
+    if (hp->n_ff_shexp) {
+        TRY(ffn_out(f, &L->shexp_w1, &L->shexp_w3, &L->shexp_w2, &L->shexp_gate, n));
+        TRY(mvm_cuda_fwd_add(f, f->spec_x, f->tmp, D, L->shexp_gate.p ? f->shg : 0, D, n));
+    }
+    mvm_dptr x = f->x, xn = f->xn, tmp = f->tmp;
+    f->x = f->spec_x, f->xn = f->spec_xn, f->tmp = f->spec_tmp;
     mvm_status st = mvm_cuda_fwd_attention(f, &f->layers[il + 1], hp->n_dense + il + 1, n);
-    f->x = x, f->xn = xn;
+    f->x = x, f->xn = xn, f->tmp = tmp;
     TRY(st);
     TRY(mvm_cuda_fwd_rmsnorm(f, f->spec_x, f->spec_xn, D, f->layers[il + 1].ffn_norm, D, n));
     TRY(mvm_gpu_download(f->g, f->spec_host, f->spec_xn, (size_t)n * D * sizeof(float)));
     mvm_moe_speculate(f->moe, f->spec_host);
-    return MVM_OK;
+    return quantize_input(f, il, n);
 }
 
 /* A begun step's end once its kernels are done: whatever failed (st), the kernels already
@@ -572,11 +619,14 @@ static mvm_status moe(struct cuda_fwd *f, uint32_t il, uint32_t n, const uint32_
     if (e && st == MVM_OK) /* the other ranks' experts run there meanwhile */
         st = e->send(e->self, f->moe, f->host, n);
     if (st == MVM_OK)
-        st = experts(f, il, n, f->x);
-    if (st == MVM_OK && hp->n_ff_shexp)
-        st = ffn(f, &L->shexp_w1, &L->shexp_w3, &L->shexp_w2, &L->shexp_gate, n);
-    if (st == MVM_OK && spec)
-        st = speculate(f, il, n, hp->n_ff_shexp != 0);
+        st = experts_begin(f, il, n);
+    if (st == MVM_OK && spec) /* its shared expert's output too: added below */
+        st = speculate(f, il, n);
+    if (st == MVM_OK)
+        st = experts_end(f, il, n, f->x);
+    if (st == MVM_OK && hp->n_ff_shexp) /* added after the routed experts, as the models do */
+        st = spec ? add_ffn(f, &L->shexp_gate, n)
+                  : ffn(f, &L->shexp_w1, &L->shexp_w3, &L->shexp_w2, &L->shexp_gate, n);
     st = end_step(f, st);
     if (e) /* requests sent are waited for whatever failed here */
         st = gather(f, e, n, st);
@@ -597,7 +647,8 @@ static mvm_status cuda_expert_rows(mvm_ctx *ctx, const mvm_expert_rows *r, float
     TRY(mvm_gpu_zero(f->g, f->tmp, bytes));
     TRY(upload_rows(f, n));
     TRY(mvm_moe_begin(f->moe));
-    mvm_status st = end_step(f, experts(f, r->layer, n, f->tmp));
+    mvm_status st = experts_begin(f, r->layer, n);
+    st = end_step(f, st == MVM_OK ? experts_end(f, r->layer, n, f->tmp) : st);
     return st != MVM_OK ? st : mvm_gpu_download(f->g, out, f->tmp, bytes);
 }
 

@@ -80,8 +80,9 @@ struct cuda_fwd {
     uint64_t h_stride;
     mvm_dptr active, off, cnt, row_tok, tok_rows, row_w; /* the step's rows (moe_step.h) */
     float *host;                /* [n_batch][n_embd]: embeddings up, the router's input down */
-    mvm_dptr spec_x, spec_xn, spec_rows; /* SMoE's speculative pass (forward_cuda.c,
-                                   speculate): [n_batch][n_embd] x2, [n_batch * K] rows */
+    mvm_dptr spec_x, spec_xn, spec_tmp, spec_rows; /* SMoE's speculative pass
+                                   (forward_cuda.c, speculate): [n_batch][n_embd] x3,
+                                   [n_batch * K] rows */
     uint32_t *spec_rows_host;   /* [n_batch * K] */
     float *spec_host;           /* [n_batch][n_embd]: its forecast's input, down */
     uint32_t *rows_up;          /* [n_batch * K] tok_rows as uploaded: rows computed

@@ -308,12 +308,14 @@ static void start_ahead(mvm_moe *s)
     }
 }
 
-/* Pins the next round of a step in rounds (the last one starts the copies ahead). */
+/* Asks for the next round of a step in rounds and pins its landed part (the last round
+ * starts the copies ahead: queued behind the round's, at prefetch priority, and in room
+ * the step no longer needs). */
 static mvm_status begin_round(mvm_moe *s)
 {
     s->round = s->todo + s->n_run;
     mvm_status st = mvm_resid_begin_round(s->resid, s->step.layer, s->todo + s->n_run,
-                                          s->n_todo - s->n_run, &s->n_round);
+                                          s->n_todo - s->n_run, &s->n_round, &s->n_ready);
     if (st == MVM_OK && s->n_run + s->n_round == s->n_todo)
         start_ahead(s);
     s->begun = st == MVM_OK;
@@ -384,7 +386,7 @@ mvm_status mvm_moe_begin(mvm_moe *s)
     else if ((st = mvm_resid_begin(s->resid, layer, s->todo, s->n_todo, s->wait)) == MVM_OK) {
         s->n_todo += n_home;
         s->round = s->todo;
-        s->n_round = s->n_todo;
+        s->n_round = s->n_ready = s->n_todo;
         start_ahead(s);
     }
     s->begun = st == MVM_OK;
@@ -407,11 +409,21 @@ void mvm_moe_speculate(mvm_moe *s, const float *next_hidden)
     s->step.next_hidden = NULL;
 }
 
+mvm_status mvm_moe_hold(mvm_moe *s)
+{
+    if (s->n_ready == s->n_round)
+        return MVM_OK;
+    mvm_status st = mvm_resid_hold_round(s->resid, s->step.layer, s->round, s->n_ready,
+                                         s->n_round);
+    s->n_ready = s->n_round;
+    return st;
+}
+
 mvm_status mvm_moe_next_round(mvm_moe *s)
 {
     s->n_run += s->n_round;
     if (s->n_run == s->n_todo) {
-        s->n_round = 0; /* the last round stays pinned until the step ends */
+        s->n_round = s->n_ready = 0; /* the last round stays pinned until the step ends */
         return MVM_OK;
     }
     mvm_resid_release(s->resid, s->step.layer, s->round, s->n_round);

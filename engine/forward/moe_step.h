@@ -11,10 +11,12 @@
  *   3. mvm_moe_begin() places the experts (on a device, by the assign module: the GPU
  *      computes todo, the CPU cpu), makes the GPU's resident (or not, see wait) and pins
  *      them: all of them, or on a device that cannot read the homes, whose budget may not
- *      hold them together, the first round of them (round[0..n_round));
- *   4. the backend computes the round's experts through their fixed addresses (and the
- *      CPU's from their homes); in rounds it then, once they are done, calls
- *      mvm_moe_next_round() until n_round is 0;
+ *      hold them together, the first round of them (round[0..n_round)), of which only
+ *      round[0..n_ready) need be landed: the others' copies are asked, not waited for;
+ *   4. the backend computes the round's ready experts through their fixed addresses and
+ *      the CPU's from their homes while the others land, calls mvm_moe_hold(), computes
+ *      the rest; in rounds it then, once they are done, calls mvm_moe_next_round() until
+ *      n_round is 0;
  *   5. mvm_moe_end(), once that computation is over, reports the step and unpins them.
  */
 #ifndef MVM_ENGINE_FORWARD_MOE_STEP_H
@@ -69,6 +71,8 @@ typedef struct mvm_moe {
     uint32_t n_todo;
     const int32_t *round;       /* those of them pinned to be computed now */
     uint32_t n_round, n_run;    /* their number; the todo experts computed before them */
+    uint32_t n_ready;           /* round[0..n_ready) landed and pinned; the rest once
+                                   mvm_moe_hold returns */
     uint8_t *landed;            /* [n_expert] when the step speculates (mvm_moe_speculates):
                                    1 for its experts that were resident as it began */
     int32_t *cpu;               /* [n_expert] the experts the device pass runs on the CPU */
@@ -116,8 +120,13 @@ int mvm_moe_speculates(const mvm_moe *s);
  * run: next_hidden ([n][n_embd]), the next layer's MoE input estimated from them; the
  * forecast made from it is prefetched (a failed copy is reported by mvm_moe_end). */
 void mvm_moe_speculate(mvm_moe *s, const float *next_hidden);
+/* Step 4, before the backend reads round[n_ready..n_round): waits for their copies and
+ * pins them (n_ready becomes n_round). On failure the step stays begun: mvm_moe_end,
+ * once what was queued is done, unpins it. */
+mvm_status mvm_moe_hold(mvm_moe *s);
 /* Step 4, after the round's experts have been computed: unpins them and pins the next
- * round; n_round 0 when every expert of the step has run. On failure as mvm_moe_begin. */
+ * round (its ready part, as mvm_moe_begin); n_round 0 when every expert of the step has
+ * run. On failure as mvm_moe_begin. */
 mvm_status mvm_moe_next_round(mvm_moe *s);
 /* Step 5: the first failure of the step (a failed prefetch included: the pass ends). */
 mvm_status mvm_moe_end(mvm_moe *s);

@@ -171,6 +171,7 @@ void mvm_resid_destroy(mvm_resid *r)
 {
     if (!r)
         return;
+    mvm_resid_drop_moves(r);
     if (r->evict)
         r->evict->destroy(r->evict_self);
     if (r->config)

@@ -93,6 +93,7 @@ typedef struct mvm_resid_stats {
     uint64_t reconfigs;     /* times the config module changed budgets or splits */
     uint64_t held;          /* experts the config module holds resident (PreScope's hot
                                table; never evicted) */
+    double wait_s;          /* seconds the steps waited for their copies to land */
 } mvm_resid_stats;
 
 /* MVM_ERR_INVALID (naming the module or the parameter) for an evict or config module that
@@ -128,9 +129,17 @@ mvm_status mvm_resid_begin(mvm_resid *r, uint32_t layer, const int32_t *experts,
  * (mvm_resid_release) so their room serves the next round, called with the rest; the last
  * round is unpinned by mvm_resid_end, which reports the whole step. A round of all n when
  * they fit. MVM_ERR_NOSPACE when not even one expert fits; on failure nothing of the step
- * stays pinned. */
+ * stays pinned.
+ * It returns once the round's copies are asked, not landed: only the first *n_ready,
+ * whose copies had landed, are pinned; the reader may compute them (and the CPU's share)
+ * while the others land, and must call mvm_resid_hold_round before it reads those. */
 mvm_status mvm_resid_begin_round(mvm_resid *r, uint32_t layer, int32_t *experts, uint32_t n,
-                                 uint32_t *n_round);
+                                 uint32_t *n_round, uint32_t *n_ready);
+/* Waits for the copies of the round's experts[n_ready..n_round) (as begin_round left
+ * experts) and pins them. On failure the copies not waited for are let go; what is pinned
+ * stays so until mvm_resid_release or mvm_resid_end, as after a round that began. */
+mvm_status mvm_resid_hold_round(mvm_resid *r, uint32_t layer, const int32_t *experts,
+                                uint32_t n_ready, uint32_t n_round);
 void mvm_resid_release(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n);
 /* Where each active expert of the step (step->counts[e] > 0) runs, by the assign module
  * (policy.h enum mvm_where; ahead: [n_ahead][E] forecasts of the next layers, or NULL)

@@ -52,5 +52,8 @@ struct mvm_resid {
  * (move not NULL) completes when it has landed. */
 mvm_status mvm_resid_request(mvm_resid *r, uint32_t x, int demand, int may_evict,
                              mvm_move **move);
+/* residency_step.c: lets go of the copies a round asked for and never waited for (it
+ * failed, or was released before mvm_resid_hold_round); they land as they would. */
+void mvm_resid_drop_moves(mvm_resid *r);
 
 #endif

@@ -3,6 +3,7 @@
  * for a reader that cannot read the homes, and pinned; and its release. */
 #include <string.h>
 
+#include "engine/compute/clock.h"
 #include "engine/forward/residency_impl.h"
 #include "vmm/error.h"
 
@@ -70,16 +71,16 @@ static mvm_status hold_expert(mvm_resid *r, uint32_t x, mvm_move *move)
     return st == MVM_OK ? pin_one(r, x) : st;
 }
 
-/* Pins experts[0..n), asked for with r->moves[i] (NULL: nothing to wait for), each once its
+/* Pins experts[0..n), asked for with moves[i] (NULL: nothing to wait for), each once its
  * copy has landed; those pinned already (run from their homes) stay as they are. After a
  * failure (st, or a copy's) the other copies are released unwaited. */
-static mvm_status hold_all(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n,
-                           mvm_status st)
+static mvm_status hold_all(mvm_resid *r, uint32_t layer, const int32_t *experts,
+                           mvm_move **moves, uint32_t n, mvm_status st)
 {
     for (uint32_t i = 0; i < n; i++) {
         uint32_t x = layer * r->n_experts + (uint32_t)experts[i];
-        mvm_move *move = r->moves[i];
-        r->moves[i] = NULL;
+        mvm_move *move = moves[i];
+        moves[i] = NULL;
         if (st == MVM_OK && !r->pinned[x])
             st = hold_expert(r, x, move);
         else if (move)
@@ -136,10 +137,21 @@ mvm_status mvm_resid_begin(mvm_resid *r, uint32_t layer, const int32_t *experts,
             st = pin_one(r, x);
         }
     }
-    st = hold_all(r, layer, experts, k, st);
+    double t0 = mvm_now_s();
+    st = hold_all(r, layer, experts, r->moves, k, st);
+    r->stats.wait_s += mvm_now_s() - t0;
     if (st != MVM_OK)
         unpin(r, layer, experts, n);
     return st;
+}
+
+void mvm_resid_drop_moves(mvm_resid *r)
+{
+    for (uint32_t i = 0; r->moves && i < r->n_experts; i++)
+        if (r->moves[i]) {
+            mvm_move_release(r->moves[i]);
+            r->moves[i] = NULL;
+        }
 }
 
 /* Room held by copies still in flight (prefetches the step does not use) is free once they
@@ -172,10 +184,32 @@ static void resident_first(const mvm_resid *r, uint32_t layer, int32_t *experts,
         }
 }
 
-mvm_status mvm_resid_begin_round(mvm_resid *r, uint32_t layer, int32_t *experts, uint32_t n,
-                                 uint32_t *n_round)
+/* Moves the asked experts[0..k) whose copies have landed (or that had none) to the
+ * front, in order, r->moves beside them (NULL for those): returns their number. */
+static uint32_t landed_first(mvm_resid *r, int32_t *experts, uint32_t k)
 {
-    *n_round = 0;
+    uint32_t front = 0;
+    for (uint32_t i = 0; i < k; i++) {
+        if (r->moves[i] && mvm_move_test(r->moves[i]) == MVM_OK) {
+            mvm_move_release(r->moves[i]);
+            r->moves[i] = NULL;
+        }
+        if (!r->moves[i]) {
+            int32_t e = experts[i];
+            memmove(experts + front + 1, experts + front, (i - front) * sizeof *experts);
+            memmove(r->moves + front + 1, r->moves + front, (i - front) * sizeof *r->moves);
+            experts[front] = e;
+            r->moves[front++] = NULL;
+        }
+    }
+    return front;
+}
+
+mvm_status mvm_resid_begin_round(mvm_resid *r, uint32_t layer, int32_t *experts, uint32_t n,
+                                 uint32_t *n_round, uint32_t *n_ready)
+{
+    *n_round = *n_ready = 0;
+    mvm_resid_drop_moves(r);
     mvm_status st = check_step(r, layer, experts, n);
     if (st != MVM_OK)
         return st;
@@ -191,8 +225,10 @@ mvm_status mvm_resid_begin_round(mvm_resid *r, uint32_t layer, int32_t *experts,
     }
     if (st == MVM_ERR_NOSPACE && k > 0)
         st = MVM_OK; /* the round is full: the rest wait for the next */
-    st = hold_all(r, layer, experts, k, st);
+    uint32_t ready = st == MVM_OK ? landed_first(r, experts, k) : k;
+    st = hold_all(r, layer, experts, r->moves, ready, st);
     if (st != MVM_OK) {
+        mvm_resid_drop_moves(r);
         abandon(r, layer, experts, n, k);
         if (st == MVM_ERR_NOSPACE)
             return mvm_fail(st, "no room on the device for one expert of layer %u (%u pages): "
@@ -202,12 +238,24 @@ mvm_status mvm_resid_begin_round(mvm_resid *r, uint32_t layer, int32_t *experts,
         return st;
     }
     *n_round = k;
+    *n_ready = ready;
     r->stats.extra_rounds += k < n;
     return MVM_OK;
 }
 
+mvm_status mvm_resid_hold_round(mvm_resid *r, uint32_t layer, const int32_t *experts,
+                                uint32_t n_ready, uint32_t n_round)
+{
+    double t0 = mvm_now_s();
+    mvm_status st = hold_all(r, layer, experts + n_ready, r->moves + n_ready,
+                             n_round - n_ready, MVM_OK);
+    r->stats.wait_s += mvm_now_s() - t0;
+    return st;
+}
+
 void mvm_resid_release(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n)
 {
+    mvm_resid_drop_moves(r);
     unpin(r, layer, experts, n);
 }
 
