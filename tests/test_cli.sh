@@ -274,7 +274,7 @@ expect 1 'config hot: on the host backend with no budget .* nothing to divide' -
 
 # bench: a row per thread count, budget and test, each with its figures; then bad input.
 "$moevm" bench -m "$m" -p 8 -n 4 -r 2 -t 1,2 --gpu-budget 50%,100% >"$tmp/bench" 2>"$tmp/bench.err"
-row='^\| qwen3moe \| f32 \| 0\.00 \| host \| [12] \| 0\.0[0-9] \| own \| (pp8|tg4) \| [0-9.]+ \+- [0-9.]+ \| [0-9.]+% \| [0-9.]+ \|$'
+row='^\| qwen3moe \| f32 \| 0\.00 \| host \| [12] \| 0\.0[0-9] \| own \| (pp8|tg4) \| [0-9.]+ \+- [0-9.]+ \| [0-9.]+% \| [0-9.]+ \| [0-9.]+% \|$'
 if [ "$(grep -Ec "$row" "$tmp/bench")" -eq 8 ] && [ "$(wc -l <"$tmp/bench")" -eq 10 ] &&
    [ "$(grep -Ec '\| 1 \| 0\.03 \| own \| pp8 ' "$tmp/bench")" -eq 1 ] &&
    [ "$(grep -Ec '\| 2 \| 0\.03 \| own \| tg4 ' "$tmp/bench")" -eq 1 ]; then
@@ -285,7 +285,7 @@ else
     sed 's/^/    /' "$tmp/bench" "$tmp/bench.err" >&2
 fi
 expect 0 '\| tg4 \| ' -- "$moevm" bench -m "$m" -p 0 -n 4 -r 1
-expect 0 '\| host \| 2 \| home \| own \| tg4 \| [0-9.]+ \+- [0-9.]+ \| - \| 0\.00 \|$' -- "$moevm" bench -m "$m" -p 0 -n 4 -r 1 -t 2
+expect 0 '\| host \| 2 \| home \| own \| tg4 \| [0-9.]+ \+- [0-9.]+ \| - \| 0\.00 \| - \|$' -- "$moevm" bench -m "$m" -p 0 -n 4 -r 1 -t 2
 # llama-bench's spellings; --n-cpu-moe 1 of 2 layers is the 50% budget, 0.02 GiB
 expect 0 '\| host \| 1 \| 0\.02 \| own \| tg4 \| ' -- "$moevm" bench -m "$m" --n-prompt 0 --n-gen=4 --repetitions 1 --threads 1 -b 8 --n-cpu-moe 1 -ngl 99
 expect 2 'bench: give --gpu-budget or --n-cpu-moe, not both' -- "$moevm" bench -m "$m" --gpu-budget 50% --n-cpu-moe 1
@@ -304,7 +304,7 @@ fi
         echo "{\"req\":0,\"tok\":$t,\"layer\":$l,\"scores\":[0.4,0.3,0.05,0.05,0.05,0.05,0.05,0.05],\"experts\":[0,1],\"weights\":[0.57142857,0.42857143]}"
     done; done
 } >"$tmp/two.jsonl"
-expect 0 '\| 0\.01 \| replay \| tg8 \| [0-9.]+ \+- [0-9.]+ \| [0-9.]+% \| [0-9.]+ \|$' -- "$moevm" bench -m "$m" -p 0 -n 8 -r 2 --gpu-budget 25% --routing "$tmp/two.jsonl"
+expect 0 '\| 0\.01 \| replay \| tg8 \| [0-9.]+ \+- [0-9.]+ \| [0-9.]+% \| [0-9.]+ \| [0-9.]+% \|$' -- "$moevm" bench -m "$m" -p 0 -n 8 -r 2 --gpu-budget 25% --routing "$tmp/two.jsonl"
 "$moevm" trace gen --shape 3,8,2 --tokens 8 -o "$tmp/three.jsonl" >/dev/null
 expect 2 'routing .*three.jsonl: the trace routes 3 layers of 8 experts, top 2 \(8 tokens\); the model has 2 MoE layers of 8 experts, top 2' -- "$moevm" bench -m "$m" -n 2 -r 1 --routing "$tmp/three.jsonl"
 expect 1 'bench: --routing: .*nope.jsonl' -- "$moevm" bench -m "$m" -n 2 -r 1 --routing "$tmp/nope.jsonl"
@@ -651,15 +651,16 @@ rows = list(csv.reader(sys.stdin))
 head = rows[0]
 assert head == ["model_filename", "arch", "experts_type", "experts_gib", "backend", "n_threads",
                 "budget_gib", "routing", "test", "n_prompt", "n_gen", "repetitions", "avg_ts",
-                "stddev_ts", "hit_rate", "mib_moved_per_token"], head
+                "stddev_ts", "hit_rate", "mib_moved_per_token", "load_wait"], head
 rows = [dict(zip(head, r)) for r in rows[1:]]
 assert [r["test"] for r in rows] == ["pp8", "tg4", "pp8", "tg4"], rows
 for r in rows:
     for k in ("experts_gib", "n_threads", "budget_gib", "n_prompt", "n_gen", "repetitions",
-              "avg_ts", "stddev_ts", "hit_rate", "mib_moved_per_token"):
+              "avg_ts", "stddev_ts", "hit_rate", "mib_moved_per_token", "load_wait"):
         float(r[k])
     assert r["arch"] == "qwen3moe" and r["n_threads"] == "1" and float(r["avg_ts"]) > 0
     assert 0 <= float(r["hit_rate"]) <= 1 and r["repetitions"] == "2"
+    assert 0 <= float(r["load_wait"]) <= 1
 assert (rows[0]["n_prompt"], rows[0]["n_gen"], rows[1]["n_prompt"], rows[1]["n_gen"]) == ("8", "0", "0", "4")
 assert float(rows[0]["budget_gib"]) < float(rows[2]["budget_gib"])'
 "$moevm" bench -m "$m" -p 0 -n 4 -r 3 -t 1,2 --output json >"$tmp/bench.json" 2>/dev/null
@@ -669,6 +670,7 @@ rows = json.load(sys.stdin)
 assert [(r["n_threads"], r["test"]) for r in rows] == [(1, "tg4"), (2, "tg4")], rows
 for r in rows:
     assert r["budget_gib"] is None and r["hit_rate"] is None  # read at their homes
+    assert r["load_wait"] is None
     assert len(r["samples_ts"]) == r["repetitions"] == 3 and r["avg_ts"] > 0
     assert abs(sum(r["samples_ts"]) / 3 - r["avg_ts"]) <= 1e-6 * r["avg_ts"]'
 expect 0 '^\{"model_filename":.*"test":"tg2"' -- "$moevm" bench -m "$m" -p 0 -n 2 -r 1 -o jsonl

@@ -10,7 +10,7 @@ const char *const mvm_bench_formats[] = {"text", "csv", "json", "jsonl", "md", N
  * them (a test's name, the hit rate in percent, the budget "home"). */
 static const char csv_header[] =
     "model_filename,arch,experts_type,experts_gib,backend,n_threads,budget_gib,routing,test,"
-    "n_prompt,n_gen,repetitions,avg_ts,stddev_ts,hit_rate,mib_moved_per_token\n";
+    "n_prompt,n_gen,repetitions,avg_ts,stddev_ts,hit_rate,mib_moved_per_token,load_wait\n";
 
 static void test_name(const mvm_bench_row *r, char *buf, size_t cap)
 {
@@ -54,7 +54,8 @@ static void write_csv(FILE *f, const mvm_bench_row *r)
     csv_number(f, r->avg_ts, ",");
     csv_number(f, r->stddev_ts, ",");
     csv_number(f, r->hit_rate, ",");
-    csv_number(f, r->mib_per_token, "\n");
+    csv_number(f, r->mib_per_token, ",");
+    csv_number(f, r->load_wait, "\n");
 }
 
 /* A number of a JSON record; null where it does not apply (negative). */
@@ -92,6 +93,7 @@ static char *json_record(const mvm_bench_row *r, int one_line)
         cJSON_AddItemToArray(samples, cJSON_CreateNumber(r->samples_ts[i]));
     json_number(o, "hit_rate", r->hit_rate);
     cJSON_AddNumberToObject(o, "mib_moved_per_token", r->mib_per_token);
+    json_number(o, "load_wait", r->load_wait);
     char *text = o ? (one_line ? cJSON_PrintUnformatted(o) : cJSON_Print(o)) : NULL;
     cJSON_Delete(o);
     return text;
@@ -99,23 +101,25 @@ static char *json_record(const mvm_bench_row *r, int one_line)
 
 static void write_text(FILE *f, const mvm_bench_row *r)
 {
-    char budget[32] = "home", hit[16] = "-", test[16];
+    char budget[32] = "home", hit[16] = "-", wait[16] = "-", test[16];
     if (r->budget_gib >= 0)
         snprintf(budget, sizeof budget, "%.2f", r->budget_gib);
     if (r->hit_rate >= 0)
         snprintf(hit, sizeof hit, "%.1f%%", 100 * r->hit_rate);
+    if (r->load_wait >= 0)
+        snprintf(wait, sizeof wait, "%.1f%%", 100 * r->load_wait);
     test_name(r, test, sizeof test);
-    fprintf(f, "| %s | %s | %.2f | %s | %d | %s | %s | %s | %.2f +- %.2f | %s | %.2f |\n",
+    fprintf(f, "| %s | %s | %.2f | %s | %d | %s | %s | %s | %.2f +- %.2f | %s | %.2f | %s |\n",
             r->arch, r->experts, r->experts_gib, r->backend, r->threads, budget, r->routing,
-            test, r->avg_ts, r->stddev_ts, hit, r->mib_per_token);
+            test, r->avg_ts, r->stddev_ts, hit, r->mib_per_token, wait);
 }
 
 void mvm_bench_out_begin(mvm_bench_out *o)
 {
     if (o->format == MVM_BENCH_TEXT || o->format == MVM_BENCH_MD)
         fputs("| arch | experts | experts GiB | backend | threads | budget GiB | routing | test "
-              "| t/s | expert hits | MiB moved/token |\n"
-              "|---|---|---|---|---|---|---|---|---|---|---|\n", o->f);
+              "| t/s | expert hits | MiB moved/token | load wait |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|---|\n", o->f);
     else if (o->format == MVM_BENCH_CSV)
         fputs(csv_header, o->f);
     else if (o->format == MVM_BENCH_JSON)

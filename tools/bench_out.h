@@ -27,6 +27,8 @@ typedef struct mvm_bench_row {
     double avg_ts, stddev_ts;
     double hit_rate;          /* of the expert accesses, 0..1; < 0 without a budget */
     double mib_per_token;     /* moved into the budget */
+    double load_wait;         /* the share of the time the steps waited for their copies,
+                                 0..1; < 0 without a budget */
 } mvm_bench_row;
 
 typedef struct mvm_bench_out {

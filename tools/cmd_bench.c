@@ -240,10 +240,16 @@ static int32_t random_token(struct bench_run *r)
     return (int32_t)((r->rng >> 33) % r->model->hp.n_vocab);
 }
 
-/* One repetition of a test: *seconds for n_prompt tokens at once (gen 0) or n_gen one at a
- * time (gen 1), from an empty KV cache; *accesses and *hits of the experts, *moved bytes. */
-static mvm_status run_test(struct bench_run *r, int gen, double *seconds, uint64_t *accesses,
-                           uint64_t *hits, uint64_t *moved)
+/* What one repetition of a test measured. */
+struct rep_result {
+    double seconds;      /* n_prompt tokens at once, or n_gen one at a time */
+    uint64_t accesses, hits, moved; /* the experts', and the bytes moved */
+    double waited;       /* seconds the steps waited for their copies */
+};
+
+/* One repetition of a test: n_prompt tokens at once (gen 0) or n_gen one at a time (gen 1),
+ * from an empty KV cache. */
+static mvm_status run_test(struct bench_run *r, int gen, struct rep_result *out)
 {
     const struct bench_args *a = r->a;
     uint32_t n = gen ? a->n_gen : a->n_prompt;
@@ -269,14 +275,15 @@ static mvm_status run_test(struct bench_run *r, int gen, double *seconds, uint64
         int32_t t = random_token(r); /* drawn while timed: a few ns against a forward pass */
         st = mvm_ctx_eval(ctx, &t, 1, NULL, 0);
     }
-    *seconds = mvm_now_s() - t0;
+    out->seconds = mvm_now_s() - t0;
     mvm_stats after;
     mvm_resid_stats rs;
     mvm_space_get_stats(r->model->space, &after);
     mvm_resid_get_stats(mvm_ctx_residency(ctx), &rs);
-    *accesses = rs.accesses;
-    *hits = rs.hits;
-    *moved = after.bytes_moved - before.bytes_moved;
+    out->accesses = rs.accesses;
+    out->hits = rs.hits;
+    out->moved = after.bytes_moved - before.bytes_moved;
+    out->waited = rs.wait_s;
     if (r->replay)
         r->replay->base += n;
     mvm_ctx_free(ctx);
@@ -289,25 +296,26 @@ static int bench_test(struct bench_run *r, int gen, mvm_bench_row row)
 {
     const struct bench_args *a = r->a;
     uint32_t n = gen ? a->n_gen : a->n_prompt;
-    double sum = 0, sum2 = 0, samples[BENCH_MAX_REPS];
+    double sum = 0, sum2 = 0, samples[BENCH_MAX_REPS], seconds = 0, waited = 0;
     uint64_t accesses = 0, hits = 0, moved = 0;
     for (uint32_t rep = 0; rep <= a->reps; rep++) {
-        double s;
-        uint64_t ac, h, mv;
-        if (run_test(r, gen, &s, &ac, &h, &mv) != MVM_OK)
+        struct rep_result res;
+        if (run_test(r, gen, &res) != MVM_OK)
             return mvm_cli_error("bench", gen ? "generation" : "prompt");
         if (r->progress) /* on a terminal only: a log would fill with the redraws */
             fprintf(stderr, "\r%s%u: %s %u of %u", gen ? "tg" : "pp", n,
                     rep ? "repetition" : "warm-up", rep ? rep : 1, rep ? a->reps : 1);
         if (rep == 0)
             continue;
-        double tps = s > 0 ? n / s : 0;
+        double tps = res.seconds > 0 ? n / res.seconds : 0;
         samples[rep - 1] = tps;
         sum += tps;
         sum2 += tps * tps;
-        accesses += ac;
-        hits += h;
-        moved += mv;
+        accesses += res.accesses;
+        hits += res.hits;
+        moved += res.moved;
+        seconds += res.seconds;
+        waited += res.waited;
     }
     if (r->progress)
         fprintf(stderr, "\r%*s\r", 40, "");
@@ -323,6 +331,7 @@ static int bench_test(struct bench_run *r, int gen, mvm_bench_row row)
     row.hit_rate = r->model->experts_at_home ? -1
                  : accesses ? (double)hits / (double)accesses : 0.0;
     row.mib_per_token = (double)moved / 1048576.0 / ((double)n * a->reps);
+    row.load_wait = r->model->experts_at_home ? -1 : seconds > 0 ? waited / seconds : 0.0;
     mvm_bench_out_row(r->out, &row);
     return 0;
 }

@@ -103,7 +103,8 @@ static void print_residency(const struct memory *m)
             fprintf(stderr, "%" PRIu64 " on CPU, %" PRIu64 " zero-copy, %" PRIu64 " planned",
                     rs->cpu_runs, rs->zerocopy_runs, rs->planned);
     }
-    fprintf(stderr, ") | moved %.1f MiB\n", (double)m->vs.bytes_moved / 1048576.0);
+    fprintf(stderr, ") | moved %.1f MiB, waited %.3f s for it\n",
+            (double)m->vs.bytes_moved / 1048576.0, rs->wait_s);
 }
 
 static void print_dist(const mvm_dist *d)
@@ -175,6 +176,7 @@ static void add_memory(cJSON *o, const mvm_run_report *r)
         {"forecast_named", m.ps.named}, {"forecast_used", m.ps.named_used}};
     for (size_t i = 0; i < sizeof counts / sizeof *counts; i++)
         cJSON_AddNumberToObject(j, counts[i].key, (double)counts[i].v);
+    cJSON_AddNumberToObject(j, "load_wait_seconds", rs->wait_s);
     if (r->model->experts_at_home || !rs->accesses) /* no residency, or nothing to rate */
         cJSON_AddNullToObject(j, "hit_rate");
     else

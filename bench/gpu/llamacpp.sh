@@ -71,9 +71,13 @@ with_vram() {
     echo "VRAM_MIB $peak"
 }
 
-# moevm bench's table rows -> "pp512=.. tg128=.." for the routing asked.
+# moevm bench's table rows -> "pp512=.. tg128=.." for the routing asked, then each test's
+# share of time waiting for copies ("pp512_wait=0.123 tg128_wait=..").
 moevm_speeds() {
-    awk -F'|' -v r="$1" '$8 ~ " "r" " { gsub(/ /, "", $9); split($10, v, " "); printf "%s=%s ", $9, v[1] }'
+    awk -F'|' -v r="$1" '$8 ~ " "r" " { gsub(/ /, "", $9); split($10, v, " "); printf "%s=%s ", $9, v[1];
+                                          w = $13; gsub(/[ %]/, "", w);
+                                          if (w != "-") waits = waits sprintf("%s_wait=%.3f ", $9, w / 100) }
+                         END { printf "%s", waits }'
 }
 
 # llama-bench's markdown rows -> "pp512=.. tg128=..".
