@@ -263,6 +263,51 @@ def half_close(s, arch):
           f"{arch}: a half-closed client: {head[:40]!r} {payload[:200]!r}")
 
 
+def raw_reply(s, request):
+    """The status and JSON error of a request sent as raw bytes, read to the close."""
+    sock = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+    sock.sendall(request)
+    got = b""
+    try:
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+    except socket.timeout:
+        pass
+    sock.close()
+    head, _, payload = got.partition(b"\r\n\r\n")
+    status = int(head.split()[1]) if head.startswith(b"HTTP/") else 0
+    try:
+        return status, json.loads(payload)["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        return status, payload[:200]
+
+
+def framing(s, arch):
+    """Bodies the server cannot delimit for sure are refused at the headers, by name: two
+    Content-Lengths that differ (request smuggling behind a proxy), a transfer coding other
+    than chunked (which would otherwise wait for a body it never ends). A chunked body is
+    read."""
+    head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+    body = json.dumps({"prompt": "x", "max_tokens": 1}).encode()
+    length = str(len(body)).encode()
+    status, msg = raw_reply(s, head + b"Content-Length: " + length + b"\r\nContent-Length: 2"
+                            b"\r\n\r\n" + body)
+    check(status == 400 and "conflicting Content-Length" in str(msg),
+          f"{arch}: two Content-Lengths: {status} {msg!r}")
+    status, msg = raw_reply(s, head + b"Transfer-Encoding: gzip\r\n\r\n" + body)
+    check(status == 501 and "Transfer-Encoding gzip" in str(msg),
+          f"{arch}: Transfer-Encoding gzip: {status} {msg!r}")
+    chunked = hex(len(body))[2:].encode() + b"\r\n" + body + b"\r\n0\r\n\r\n"
+    status, msg = raw_reply(s, head + b"Transfer-Encoding: chunked\r\n\r\n" + chunked)
+    check(status == 200, f"{arch}: a chunked body: {status} {msg!r}")
+    status, msg = raw_reply(s, head + b"Content-Length: " + length + b"\r\nContent-Length: " +
+                            length + b"\r\n\r\n" + body)
+    check(status == 200, f"{arch}: the same Content-Length twice: {status} {msg!r}")
+
+
 def stop_strings(s, arch, reply):
     """A stop string taken from the greedy reply cuts it there."""
     words = [w for w in reply.split()[1:] if w.isascii() and w.isalpha()]
@@ -328,6 +373,7 @@ def main():
         try:
             reply = basics(s, arch)
             errors(s, arch)
+            framing(s, arch)
             concurrent(s, arch)
             disconnect(s, arch)
             half_close(s, arch)

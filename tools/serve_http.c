@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <arpa/inet.h>
 #include <time.h>
@@ -295,6 +296,55 @@ static enum MHD_Result route(struct serve_http *h, struct MHD_Connection *c, con
     return error(c, 404, msg, "not_found_error");
 }
 
+/* What the framing headers say of a request, gathered by framing(). */
+struct framing {
+    const char *length;    /* the first Content-Length */
+    int conflict;          /* another Content-Length differs from it */
+    const char *encoding;  /* a Transfer-Encoding other than chunked, or NULL */
+};
+
+static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                      const char *value)
+{
+    (void)kind;
+    struct framing *fr = cls;
+    value = value ? value : "";
+    if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
+        if (!fr->length)
+            fr->length = value;
+        else if (strcmp(fr->length, value) != 0)
+            fr->conflict = 1;
+    } else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) &&
+               strcasecmp(value, "chunked") != 0) {
+        fr->encoding = value;
+    }
+    return MHD_YES;
+}
+
+/* A request whose body cannot be read for sure is answered at its headers, before MHD
+ * reads (or waits for) the body: two Content-Lengths that differ (which one a proxy in
+ * front used is unknown: request smuggling), or a transfer coding MHD does not decode (it
+ * would wait for a body it never delimits). MHD_YES when the request may go on. */
+static enum MHD_Result check_framing(struct MHD_Connection *c, int *refused)
+{
+    struct framing fr = {0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, framing_header, &fr);
+    char msg[200];
+    *refused = 1;
+    if (fr.conflict) {
+        snprintf(msg, sizeof msg, "conflicting Content-Length headers (%.40s and another): "
+                 "send one", fr.length);
+        return error(c, 400, msg, "invalid_request_error");
+    }
+    if (fr.encoding) {
+        snprintf(msg, sizeof msg, "Transfer-Encoding %.60s is not supported: send the body "
+                 "as it is, with a Content-Length, or chunked", fr.encoding);
+        return error(c, 501, msg, "invalid_request_error");
+    }
+    *refused = 0;
+    return MHD_YES;
+}
+
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
                               const char *method, const char *version, const char *upload,
                               size_t *upload_size, void **con_cls)
@@ -302,6 +352,10 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     (void)version;
     struct conn *cn = *con_cls;
     if (!cn) { /* the headers: the body (if any) comes in the next calls */
+        int refused;
+        enum MHD_Result framed = check_framing(c, &refused);
+        if (refused)
+            return framed;
         if (!(cn = calloc(1, sizeof *cn)))
             return MHD_NO;
         *con_cls = cn;
