@@ -149,6 +149,7 @@ fi
 expect 2 'run: give --gpu-budget or --n-cpu-moe, not both' -- "$moevm" run -m "$m" -p x --gpu-budget 50% --n-cpu-moe 1
 expect 0 '^moevm run: --n-cpu-moe 2: the experts of all 2 MoE layers stay on the CPU, so no expert budget' -- "$moevm" run -m "$m" -p x -n 1 --n-cpu-moe 2
 expect 0 'space: host backend, experts read at their homes \(no budget\)' -- env MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p x -n 1 -ncmoe 99
+expect 1 'expert space: page size 8.0 TiB: each expert takes whole pages, and [0-9]+ x 8.0 TiB exceed the 64.0 TiB a space can address' -- env MOEVM_PAGE_SIZE=8T "$moevm" run -m "$m" -p x -n 1 --gpu-budget 50%
 same_text '--n-cpu-moe 99' "$tmp/a" "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 --n-cpu-moe 99 -ngl 99
 expect 2 "^moevm run: --n-cpu-moe 99: .*tiny.gguf: all 2 MoE layers' experts on the CPU leave none on the GPU, where MOEVM_BACKEND=cuda computes" -- env MOEVM_BACKEND=cuda "$moevm" run -m "$m" -p x --n-cpu-moe 99
 expect 2 'run: give -p or -f, not both' -- "$moevm" run -m "$m" -p x -f "$tmp/prompt.txt"
@@ -422,6 +423,8 @@ expect 1 'loading the model: .*trunc.gguf' -- "$moevm" run -m "$tmp/trunc.gguf" 
 printf 'not a gguf file at all' >"$tmp/junk.gguf"
 expect 1 'junk.gguf' -- "$moevm" run -m "$tmp/junk.gguf" -p hi
 expect 1 'MOEVM_CPU_SIMD=avx3: not valid' -- env MOEVM_CPU_SIMD=avx3 "$moevm" run -m "$m" -p hi
+expect 1 '^moevm run: threads: MOEVM_THREADS=1000000: more than 1024 threads$' -- env MOEVM_THREADS=1000000 "$moevm" run -m "$m" -p hi
+expect 2 '^moevm run: -t 2000: expected an integer in 1..1024$' -- "$moevm" run -m "$m" -p hi -t 2000
 expect 0 'scalar kernels' -- env MOEVM_CPU_SIMD=scalar "$moevm" run -m "$m" -p hi -n 2
 # The VNNI level where the CPU has it, else a one-line error naming the best level it has.
 # The binary's own detection decides, not /proc/cpuinfo (under qemu-user that is the host's).

@@ -88,6 +88,18 @@ static mvm_status plan_layout(mvm_space *sp, const mvm_space_desc *d)
     sp->stride = (d->expert_bytes + page - 1) / page * page;
     sp->ppe = (uint32_t)(sp->stride / page);
     sp->n_total = d->n_layers * d->n_experts;
+    /* the experts would fit in the space, but not in pages this large */
+    const uint64_t n_exp = (uint64_t)d->n_layers * d->n_experts;
+    if (page > MAX_SPACE_BYTES ||
+        (d->expert_bytes && n_exp <= MAX_SPACE_BYTES / d->expert_bytes &&
+         n_exp > MAX_SPACE_BYTES / sp->stride)) {
+        char b[32], p[32];
+        fmt_bytes(b, sizeof b, MAX_SPACE_BYTES);
+        fmt_bytes(p, sizeof p, page);
+        return mvm_fail(MVM_ERR_INVALID, "page size %s: each expert takes whole pages, and %u "
+                        "x %s exceed the %s a space can address (MOEVM_PAGE_SIZE: pages of "
+                        "about an expert's size or less)", p, (unsigned)n_exp, p, b);
+    }
     if ((uint64_t)d->n_layers * d->n_experts > UINT32_MAX / 2 || d->expert_bytes > MAX_SPACE_BYTES ||
         sp->n_total > MAX_SPACE_BYTES / sp->stride) {
         char b[32];

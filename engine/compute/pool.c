@@ -122,8 +122,9 @@ static void publish(mvm_pool *p)
 mvm_status mvm_pool_create(int n_threads, const mvm_topo *topo, mvm_pool **out)
 {
     *out = NULL;
-    if (n_threads < 1 || n_threads > 1024)
-        return mvm_fail(MVM_ERR_INVALID, "thread count %d is not in 1..1024", n_threads);
+    if (n_threads < 1 || n_threads > MVM_POOL_MAX_THREADS)
+        return mvm_fail(MVM_ERR_INVALID, "thread count %d is not in 1..%d", n_threads,
+                        MVM_POOL_MAX_THREADS);
     mvm_pool *p = calloc(1, sizeof *p);
     if (!p || !(p->workers = calloc((size_t)n_threads, sizeof *p->workers))) {
         free(p);

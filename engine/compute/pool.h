@@ -15,8 +15,12 @@
 typedef struct mvm_pool mvm_pool;
 typedef void (*mvm_pool_fn)(void *ctx, int thread, int n_threads);
 
-/* n_threads >= 1 (the caller counts as one). topo may be NULL: no pinning; the pool keeps
- * a copy. */
+/* The most threads a pool takes: more than any machine's cores, so that a typo (an
+ * extra zero) is an error rather than a million threads. */
+#define MVM_POOL_MAX_THREADS 1024
+
+/* n_threads in 1..MVM_POOL_MAX_THREADS (the caller counts as one). topo may be NULL: no
+ * pinning; the pool keeps a copy. */
 mvm_status mvm_pool_create(int n_threads, const mvm_topo *topo, mvm_pool **out);
 void mvm_pool_destroy(mvm_pool *p);
 int mvm_pool_size(const mvm_pool *p);
