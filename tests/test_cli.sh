@@ -254,6 +254,7 @@ if [ -n "$fake_driver" ]; then
     fi
 fi
 expect 1 'assign greedy: the assign role places experts between the GPU and the CPU, and this run computes on the CPU only' -- "$moevm" run -m "$m" -p "x" -n 2 --assign greedy
+expect 1 'assign gpu\{x=1\}: the assign role places experts between the GPU and the CPU' -- "$moevm" run -m "$m" -p "x" -n 2 --assign 'gpu{x=1}'
 expect 1 'MOEVM_ASSIGN=dali: no such assign policy \(available: gpu, twoptr, greedy, presched\)' -- env MOEVM_ASSIGN=dali "$moevm" run -m "$m" -p "x" -n 2
 # A percentage is of the experts' pages, each expert whole ones: 30% of the 16 experts of
 # 48 KiB in pages of 64 KiB is 4 pages (of their bytes it would be 3); 100% holds them all,

@@ -28,7 +28,8 @@ struct modules {
 
 /* Each role's module and its parameters: p's, else the options'. The assign role only on
  * a device: on the CPU every expert runs where the CPU reads it, and choosing a module
- * there is an error rather than a choice silently ignored. */
+ * (or giving the default one parameters) there is an error rather than a choice silently
+ * ignored. */
 static mvm_status find_modules(const mvm_resid_params *p, struct modules *out)
 {
     const void *e = NULL, *c = NULL, *a = NULL;
@@ -41,10 +42,12 @@ static mvm_status find_modules(const mvm_resid_params *p, struct modules *out)
         st = mvm_engine_choose(MVM_ROLE_ASSIGN, p->assign, p->assign_args, &a,
                                &out->assign_args);
     const char *assign = st == MVM_OK ? ((const mvm_assign_ops *)a)->name : NULL;
-    if (assign && !p->on_device && strcmp(assign, "gpu") != 0)
-        return mvm_fail(MVM_ERR_INVALID, "assign %s: the assign role places experts between "
-                        "the GPU and the CPU, and this run computes on the CPU only (the "
-                        "engine's GPU pass: MOEVM_BACKEND=cuda)", assign);
+    const char *args = out->assign_args && *out->assign_args ? out->assign_args : NULL;
+    if (assign && !p->on_device && (strcmp(assign, "gpu") != 0 || args))
+        return mvm_fail(MVM_ERR_INVALID, "assign %s%s%s%s: the assign role places experts "
+                        "between the GPU and the CPU, and this run computes on the CPU only "
+                        "(the engine's GPU pass: MOEVM_BACKEND=cuda)", assign,
+                        args ? "{" : "", args ? args : "", args ? "}" : "");
     out->evict = e;
     out->config = c;
     out->assign = p->on_device ? a : NULL;
