@@ -229,6 +229,11 @@ if [ -n "$fake_driver" ]; then
         # The assign module runs some experts on the CPU threads beside the GPU: same text.
         env FAKECUDA_GRANULARITY=4096 MOEVM_PAGE_SIZE=4K MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 --gpu-budget 30% --assign greedy >"$tmp/g" 2>"$tmp/g.err"
         if cmp -s "$tmp/a" "$tmp/g" && grep -Eq 'assign greedy: [1-9][0-9]* on CPU' "$tmp/g.err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: --assign greedy on the device" >&2; cat "$tmp/g.err" >&2; fi
+        # MOEVM_GPU_PROFILE: the same text, and a table of where the device pass's time went.
+        env MOEVM_GPU_PROFILE=on FAKECUDA_GRANULARITY=4096 MOEVM_PAGE_SIZE=4K MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 --gpu-budget 30% --assign greedy >"$tmp/p" 2>"$tmp/p.err"
+        if cmp -s "$tmp/a" "$tmp/p" && grep -Eq '^gpu profile: [0-9.]+ ms from the first operation to the last sync, the device busy [0-9.]+ ms \([0-9]+%\); [1-9][0-9]* syncs' "$tmp/p.err" &&
+           grep -Eq '^  mvm_g_expert_up +[1-9][0-9]* +[0-9.]+ +[0-9.]+ +[0-9.]+%$' "$tmp/p.err" && grep -Eq '^  copy device -> host +[1-9][0-9]* ' "$tmp/p.err" &&
+           ! grep -q 'gpu profile' "$tmp/g.err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: MOEVM_GPU_PROFILE=on" >&2; cat "$tmp/p.err" >&2; fi
         # Reading experts in place needs the homes mapped, which is not the default.
         expect 1 'assign gpu zerocopy=1 reads experts in place at their host homes, which this space leaves unmapped: set MOEVM_HOME_MAP=on' -- env FAKECUDA_GRANULARITY=4096 MOEVM_PAGE_SIZE=4K MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "It was" -n 4 --gpu-budget 30% --assign 'gpu{zerocopy=1}'
         expect 0 'prefill' -- env MOEVM_HOME_MAP=on FAKECUDA_GRANULARITY=4096 MOEVM_PAGE_SIZE=4K MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "It was" -n 4 --gpu-budget 30% --assign 'gpu{zerocopy=1}'

@@ -13,6 +13,7 @@
  */
 #include <dlfcn.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -224,6 +225,55 @@ static void test_copy_rows(void)
     free(x);
 }
 
+/* The count of `name`'s row in a profile report, -1 without one. */
+static long prof_calls(const char *report, const char *name)
+{
+    char key[64];
+    snprintf(key, sizeof key, "\n  %s ", name);
+    const char *row = strstr(report, key);
+    return row ? strtol(row + strlen(key), NULL, 10) : -1;
+}
+
+/* MOEVM_GPU_PROFILE's timing (engine/compute/gpu_profile.c) on a device of its own: every
+ * launch and copy counted under its kind, across more operations between two syncs than
+ * the profile has slots (it then syncs by itself), and the device's busy time reported. */
+static void test_profile(void)
+{
+    mvm_gpu *p = NULL;
+    CHECK_ST(mvm_gpu_open(0, &p), MVM_OK);
+    if (!p)
+        return;
+    CHECK_ST(mvm_gpu_profile(p), MVM_OK);
+    const uint32_t n = 64;
+    float *x = randoms(n), got[64];
+    mvm_dptr dx = 0, dy = 0;
+    CHECK_ST(mvm_gpu_alloc(p, n * 4, &dx), MVM_OK);
+    CHECK_ST(mvm_gpu_alloc(p, n * 4, &dy), MVM_OK);
+    for (int i = 0; i < 700; i++)
+        CHECK_ST(mvm_gpu_upload(p, dx, x, n * 4), MVM_OK);
+    mvm_g_rmsnorm_args ra = {dx, dy, 0, n, n, n, 1, 1e-5f};
+    for (int i = 0; i < 3; i++)
+        CHECK_ST(mvm_gpu_rmsnorm(p, 0, &ra), MVM_OK);
+    CHECK_ST(mvm_gpu_copy(p, dx, dy, n * 4), MVM_OK);
+    CHECK_ST(mvm_gpu_download(p, got, dx, n * 4), MVM_OK);
+    char *report = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&report, &len);
+    mvm_gpu_profile_report(p, f);
+    fclose(f);
+    CHECK(report && strstr(report, "gpu profile: ") == report &&
+          strstr(report, "the device busy") && strstr(report, "; 2 syncs"));
+    CHECK(prof_calls(report, "copy host -> device") == 700);
+    CHECK(prof_calls(report, "mvm_g_rmsnorm") == 3);
+    CHECK(prof_calls(report, "copy or zero on the device") == 1);
+    CHECK(prof_calls(report, "copy device -> host") == 1);
+    CHECK(prof_calls(report, "mvm_g_matvec") == -1); /* none: no row */
+    free(report);
+    mvm_gpu_free(p, dx), mvm_gpu_free(p, dy);
+    mvm_gpu_close(p);
+    free(x);
+}
+
 /* Attention through mvm_gpu_attention (the splits, then their combination) against the CPU's
  * mvm_k_attn_heads: Qwen3-30B-A3B's heads (32 over 4 kv heads of 128) at 1024 positions of
  * an F16 cache, one query and two, each launch in several splits (test_cuda_kernels checks
@@ -316,6 +366,7 @@ int main(int argc, char **argv)
     RUN(test_stream_order);
     RUN(test_copy_rows);
     RUN(test_attention);
+    RUN(test_profile);
     void *driver = dlopen(argv[1], RTLD_NOW | RTLD_NOLOAD);
     set_fail = driver ? (fakecuda_set_fail_fn)dlsym(driver, "fakecuda_set_fail") : NULL;
     CHECK(!fake || set_fail != NULL);

@@ -64,6 +64,7 @@
     X(EventQuery, "cuEventQuery", (CUevent))                                                       \
     X(EventSynchronize, "cuEventSynchronize", (CUevent))                                           \
     X(EventDestroy, "cuEventDestroy_v2", (CUevent))                                                \
+    X(EventElapsedTime, "cuEventElapsedTime_v2", (float *, CUevent, CUevent))                      \
     X(GetErrorName, "cuGetErrorName", (CUresult, const char **))
 
 struct cu_api {

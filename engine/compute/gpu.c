@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "engine/compute/clock.h"
+#include "engine/compute/gpu_profile.h"
 #include "kernels/cpu/kernels.h"
 #include "vmm/backend_cuda.h"
 #include "vmm/error.h"
@@ -45,7 +47,12 @@ static const struct {
     [MVM_GK_SWIGLU] = {MOD_OPS, "mvm_g_swiglu", 0},
 };
 
+/* What the profile (gpu_profile.h) times beside the kernels: the copies, by direction. */
+enum { PROF_UPLOAD = MVM_GK_COUNT, PROF_DOWNLOAD, PROF_ON_DEVICE, PROF_KINDS };
+
 struct mvm_gpu {
+    mvm_gpu_prof *prof; /* MOEVM_GPU_PROFILE, or NULL */
+    const char *prof_names[PROF_KINDS];
     struct cu_api cu;
     CUdevice dev;
     CUcontext ctx;
@@ -117,6 +124,7 @@ void mvm_gpu_close(mvm_gpu *g)
 {
     if (!g)
         return;
+    mvm_gpu_prof_free(g->prof);
     if (g->ctx) {
         g->cu.CtxSetCurrent(g->ctx);
         for (int m = 0; m < MOD_COUNT; m++)
@@ -130,6 +138,36 @@ void mvm_gpu_close(mvm_gpu *g)
 }
 
 void *mvm_gpu_stream(const mvm_gpu *g) { return g->stream; }
+
+mvm_status mvm_gpu_profile(mvm_gpu *g)
+{
+    for (int k = 0; k < MVM_GK_COUNT; k++)
+        g->prof_names[k] = kernels[k].name;
+    g->prof_names[PROF_UPLOAD] = "copy host -> device";
+    g->prof_names[PROF_DOWNLOAD] = "copy device -> host";
+    g->prof_names[PROF_ON_DEVICE] = "copy or zero on the device";
+    return g->prof ? MVM_OK
+                   : mvm_gpu_prof_create(&g->cu, g->stream, PROF_KINDS, g->prof_names,
+                                         &g->prof);
+}
+
+void mvm_gpu_profile_report(const mvm_gpu *g, FILE *f)
+{
+    if (g->prof)
+        mvm_gpu_prof_report(g->prof, f);
+}
+
+/* Around each queued operation, when profiling (prof_end: st, else the profile's own). */
+static mvm_status prof_begin(mvm_gpu *g, int kind)
+{
+    return g->prof ? mvm_gpu_prof_begin(g->prof, kind) : MVM_OK;
+}
+
+static mvm_status prof_end(mvm_gpu *g, mvm_status st)
+{
+    mvm_status end = g->prof ? mvm_gpu_prof_end(g->prof) : MVM_OK;
+    return st != MVM_OK ? st : end;
+}
 
 mvm_status mvm_gpu_alloc(mvm_gpu *g, size_t bytes, mvm_dptr *out)
 {
@@ -149,26 +187,35 @@ mvm_status mvm_gpu_upload(mvm_gpu *g, mvm_dptr dst, const void *src, size_t byte
 {
     /* From pageable memory an async copy is staged before it returns, so src is free again;
      * it stays in stream order with the launches around it. */
-    CU(g, g->cu.MemcpyHtoDAsync(dst, src, bytes, g->stream), "cuMemcpyHtoDAsync");
-    return MVM_OK;
+    mvm_status st = prof_begin(g, PROF_UPLOAD);
+    if (st == MVM_OK)
+        CU(g, g->cu.MemcpyHtoDAsync(dst, src, bytes, g->stream), "cuMemcpyHtoDAsync");
+    return prof_end(g, st);
 }
 
 mvm_status mvm_gpu_download(mvm_gpu *g, void *dst, mvm_dptr src, size_t bytes)
 {
-    CU(g, g->cu.MemcpyDtoHAsync(dst, src, bytes, g->stream), "cuMemcpyDtoHAsync");
-    return mvm_gpu_sync(g);
+    mvm_status st = prof_begin(g, PROF_DOWNLOAD);
+    if (st == MVM_OK)
+        CU(g, g->cu.MemcpyDtoHAsync(dst, src, bytes, g->stream), "cuMemcpyDtoHAsync");
+    st = prof_end(g, st);
+    return st == MVM_OK ? mvm_gpu_sync(g) : st;
 }
 
 mvm_status mvm_gpu_copy(mvm_gpu *g, mvm_dptr dst, mvm_dptr src, size_t bytes)
 {
-    CU(g, g->cu.MemcpyDtoDAsync(dst, src, bytes, g->stream), "cuMemcpyDtoDAsync");
-    return MVM_OK;
+    mvm_status st = prof_begin(g, PROF_ON_DEVICE);
+    if (st == MVM_OK)
+        CU(g, g->cu.MemcpyDtoDAsync(dst, src, bytes, g->stream), "cuMemcpyDtoDAsync");
+    return prof_end(g, st);
 }
 
 mvm_status mvm_gpu_zero(mvm_gpu *g, mvm_dptr dst, size_t bytes)
 {
-    CU(g, g->cu.MemsetD8Async(dst, 0, bytes, g->stream), "cuMemsetD8Async");
-    return MVM_OK;
+    mvm_status st = prof_begin(g, PROF_ON_DEVICE);
+    if (st == MVM_OK)
+        CU(g, g->cu.MemsetD8Async(dst, 0, bytes, g->stream), "cuMemsetD8Async");
+    return prof_end(g, st);
 }
 
 mvm_status mvm_gpu_copy_rows(mvm_gpu *g, mvm_dptr dst, size_t dst_pitch, mvm_dptr src,
@@ -178,14 +225,17 @@ mvm_status mvm_gpu_copy_rows(mvm_gpu *g, mvm_dptr dst, size_t dst_pitch, mvm_dpt
                        .srcPitch = src_pitch, .dstMemoryType = CU_MEMORYTYPE_DEVICE,
                        .dstDevice = dst, .dstPitch = dst_pitch, .WidthInBytes = width,
                        .Height = rows};
-    CU(g, g->cu.Memcpy2DAsync(&p, g->stream), "cuMemcpy2DAsync");
-    return MVM_OK;
+    mvm_status st = prof_begin(g, PROF_ON_DEVICE);
+    if (st == MVM_OK)
+        CU(g, g->cu.Memcpy2DAsync(&p, g->stream), "cuMemcpy2DAsync");
+    return prof_end(g, st);
 }
 
 mvm_status mvm_gpu_sync(mvm_gpu *g)
 {
+    double t = g->prof ? mvm_now_s() : 0;
     CU(g, g->cu.StreamSynchronize(g->stream), "cuStreamSynchronize");
-    return MVM_OK;
+    return g->prof ? mvm_gpu_prof_synced(g->prof, mvm_now_s() - t) : MVM_OK;
 }
 
 mvm_status mvm_gpu_launch(mvm_gpu *g, enum mvm_gpu_kernel k, int type, const void *args,
@@ -199,10 +249,13 @@ mvm_status mvm_gpu_launch(mvm_gpu *g, enum mvm_gpu_kernel k, int type, const voi
     if (!shape.gx || !shape.gy) /* nothing to do: an empty grid is invalid for the driver */
         return MVM_OK;
     char what[96];
+    mvm_status st = prof_begin(g, k);
+    if (st != MVM_OK)
+        return st;
     CUresult r = g->cu.LaunchKernel(f, shape.gx, shape.gy, 1, shape.block, 1, 1, 0, g->stream,
                                     params, NULL);
     if (r == CUDA_SUCCESS)
-        return MVM_OK;
+        return prof_end(g, MVM_OK);
     const char *sfx = kernels[k].typed ? mvm_k_wtype_name((enum mvm_wtype)type) : "";
     snprintf(what, sizeof what, "cuLaunchKernel (%s%s%s)", kernels[k].name,
              kernels[k].typed ? "_" : "", sfx);

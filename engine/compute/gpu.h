@@ -14,6 +14,7 @@
 #define MVM_ENGINE_COMPUTE_GPU_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "kernels/cuda/kernels.h"
 #include "moevm/moevm.h"
@@ -42,6 +43,10 @@ mvm_status mvm_gpu_open(int device, mvm_gpu **out);
 void mvm_gpu_close(mvm_gpu *g);
 /* The compute stream (a CUstream), for mvm_unpin_after. */
 void *mvm_gpu_stream(const mvm_gpu *g);
+/* From now on each launch and copy is timed (engine/compute/gpu_profile.h); the report
+ * says where the time went. */
+mvm_status mvm_gpu_profile(mvm_gpu *g);
+void mvm_gpu_profile_report(const mvm_gpu *g, FILE *f);
 
 mvm_status mvm_gpu_alloc(mvm_gpu *g, size_t bytes, mvm_dptr *out);
 void mvm_gpu_free(mvm_gpu *g, mvm_dptr p);

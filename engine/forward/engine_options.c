@@ -38,9 +38,16 @@ const mvm_option_desc mvm_opt_prefetch = {
     "(§3.3): every expert it ranks, most likely first, until that layer "
     "routes, when the copies not started are taken back (docs/policies.md)"};
 
+const mvm_option_desc mvm_opt_gpu_profile = {
+    "MOEVM_GPU_PROFILE", MVM_OPT_CHOICE, "off", "off|on",
+    "engine on a GPU: time every kernel and copy of the device pass and, "
+    "when its context ends, print to stderr how long each kind took and "
+    "how much of the time the device was busy at all (the rest is the "
+    "host's: routing, launches, round trips)"};
+
 static const mvm_option_desc *const list[] = {
     &mvm_opt_threads, &mvm_opt_cpu_simd, &mvm_opt_kv_type, &mvm_opt_admit,
-    &mvm_opt_deterministic, &mvm_opt_prefetch, &mvm_opt_expert_tiles,
+    &mvm_opt_deterministic, &mvm_opt_prefetch, &mvm_opt_expert_tiles, &mvm_opt_gpu_profile,
 };
 
 const mvm_option_table mvm_engine_options = {list, sizeof list / sizeof *list};

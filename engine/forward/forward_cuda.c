@@ -47,6 +47,7 @@
 #include <string.h>
 
 #include "engine/compute/clock.h"
+#include "engine/forward/engine_options.h"
 #include "engine/forward/forward_cuda_impl.h"
 #include "vmm/error.h"
 
@@ -218,6 +219,8 @@ mvm_status mvm_cuda_fwd_context_bytes(mvm_model *m, uint32_t n_ctx, uint32_t n_b
 static void cuda_destroy(void *state)
 {
     struct cuda_fwd *f = state;
+    if (f->g)
+        mvm_gpu_profile_report(f->g, stderr); /* MOEVM_GPU_PROFILE's, when on */
     for (size_t i = 0; i < f->n_owned; i++)
         mvm_gpu_free(f->g, f->owned[i]);
     mvm_gpu_close(f->g);
@@ -274,7 +277,9 @@ static mvm_status cuda_create(mvm_ctx *ctx, void **state)
                         "device (a smaller --gpu-budget or context leaves more)", f->n_ctx, why,
                         (double)info.device_pages * (double)info.page_size / 1048576.0);
     }
-    return MVM_OK;
+    mvm_option_value profile; /* from here on: the weights' upload is not the pass's */
+    TRY(mvm_option_read(&mvm_opt_gpu_profile, &profile));
+    return profile.i == 1 ? mvm_gpu_profile(f->g) : MVM_OK;
 }
 
 /* ---- launches -------------------------------------------------------------------------- */

@@ -128,7 +128,17 @@ struct CUevent_st {
     struct CUctx_st *ctx;
     struct CUstream_st *stream; /* while pending: the held stream it waits for */
     int pending;
+    unsigned flags;
+    int recorded;
+    double at;                  /* seconds (CLOCK_MONOTONIC) when it completed */
 };
+
+static double event_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 struct fk_alloc { /* the physical memory behind one cuMemCreate handle */
     struct fk_alloc *next;
@@ -1140,6 +1150,7 @@ static CUresult event_create(CUevent *pe, unsigned flags)
     struct CUevent_st *e = calloc(1, sizeof *e);
     if (!e) return CUDA_ERROR_OUT_OF_MEMORY;
     e->ctx = t_ctx;
+    e->flags = flags;
     e->next = g_events;
     g_events = e;
     *pe = e;
@@ -1156,6 +1167,23 @@ static CUresult event_record(CUevent e, CUstream s)
     if (!e || !event_live(e) || !st) return CUDA_ERROR_INVALID_HANDLE;
     e->pending = st->held;
     e->stream = st->held ? st : NULL;
+    e->recorded = 1;
+    e->at = event_now();
+    return CUDA_SUCCESS;
+}
+
+/* The milliseconds between two completed events, as their completion times on this clock
+ * (work is done at launch, so a kernel's time is between the events around it). */
+static CUresult event_elapsed(float *ms, CUevent start, CUevent end)
+{
+    CUresult rc = fk_need_ctx();
+    if (rc) return rc;
+    if (!ms) return CUDA_ERROR_INVALID_VALUE;
+    if (!start || !end || !event_live(start) || !event_live(end)) return CUDA_ERROR_INVALID_HANDLE;
+    if ((start->flags | end->flags) & CU_EVENT_DISABLE_TIMING) return CUDA_ERROR_INVALID_HANDLE;
+    if (!start->recorded || !end->recorded) return CUDA_ERROR_INVALID_HANDLE;
+    if (start->pending || end->pending) return CUDA_ERROR_NOT_READY;
+    *ms = (float)((end->at - start->at) * 1e3);
     return CUDA_SUCCESS;
 }
 
@@ -1368,6 +1396,8 @@ CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
 CUresult CUDAAPI cuEventQuery(CUevent hEvent) FK_CALL(cuEventQuery, 1, event_query(hEvent, 0))
 CUresult CUDAAPI cuEventSynchronize(CUevent hEvent)
     FK_CALL(cuEventSynchronize, 1, event_query(hEvent, 1))
+CUresult CUDAAPI cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
+    FK_CALL(cuEventElapsedTime, 1, event_elapsed(pMilliseconds, hStart, hEnd))
 CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent) FK_CALL(cuEventDestroy, 1, event_destroy(hEvent))
 
 CUresult CUDAAPI cuCtxSynchronize(void) FK_CALL(cuCtxSynchronize, 1, ctx_sync(NULL))
@@ -1511,7 +1541,7 @@ void fakecuda_stream_hold(struct CUstream_st *stream, int hold)
     } else if (st->held) { /* the held work finishes: complete the events waiting for it */
         st->held = 0;
         for (struct CUevent_st *e = g_events; e; e = e->next)
-            if (e->stream == st) e->pending = 0, e->stream = NULL;
+            if (e->stream == st) e->pending = 0, e->stream = NULL, e->at = event_now();
         pthread_cond_broadcast(&g_cond);
         stream_maybe_free(st);
     }

@@ -34,7 +34,7 @@
     X(cuMemsetD8) X(cuMemsetD16) X(cuMemsetD32) X(cuMemsetD8Async) X(cuMemsetD16Async)         \
     X(cuMemsetD32Async) X(cuMemsetD2D8) X(cuMemsetD2D16) X(cuMemsetD2D32) X(cuMemsetD2D8Async) \
     X(cuMemsetD2D16Async) X(cuMemsetD2D32Async)                                                \
-    X(cuEventCreate) X(cuEventRecord)                                                          \
+    X(cuEventCreate) X(cuEventRecord) X(cuEventElapsedTime)                                    \
     X(cuEventQuery) X(cuEventSynchronize) X(cuEventDestroy) X(cuModuleLoadData)                \
     X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncGetParamInfo) X(cuLaunchKernel) X(cuLaunchCooperativeKernel)           \
     X(cuLaunchKernelEx) X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuStreamIsCapturing)   \
