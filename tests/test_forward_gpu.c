@@ -558,15 +558,20 @@ static void test_failures(void)
     mvm_model_free(m);
 }
 
-/* Kernel launches of one decode step (a token after the prompt, its logits), and the
+/* The driver calls of one decode step. */
+struct step_calls {
+    unsigned long launches, syncs, uploads, downloads;
+};
+
+/* The driver calls of one decode step (a token after the prompt, its logits), and the
  * model's layers and whether it has a shared expert. Each copy lands before the next is
  * asked (MOEVM_DETERMINISTIC): a round whose copies are still landing when it begins runs
  * its landed experts in a launch of their own, which would count here. */
-static unsigned long step_launches(const char *path, uint32_t *n_layer, int *shexp)
+static struct step_calls step_calls(const char *path, uint32_t *n_layer, int *shexp)
 {
     mvm_model *m = NULL;
     mvm_ctx *c = NULL;
-    unsigned long n = 0;
+    struct step_calls n = {0};
     CHECK_ST(load(path, MVM_BACKEND_CUDA, 1, &m), MVM_OK);
     setenv("MOEVM_DETERMINISTIC", "on", 1);
     if (m)
@@ -577,7 +582,8 @@ static unsigned long step_launches(const char *path, uint32_t *n_layer, int *she
         CHECK_ST(mvm_ctx_eval(c, prompt, 3, NULL, 0), MVM_OK);
         reset_counters();
         CHECK_ST(mvm_ctx_eval(c, prompt + 3, 1, logits, 0), MVM_OK);
-        n = calls("cuLaunchKernel");
+        n = (struct step_calls){calls("cuLaunchKernel"), calls("cuStreamSynchronize"),
+                                calls("cuMemcpyHtoDAsync"), calls("cuMemcpyDtoHAsync")};
         *n_layer = m->hp.n_layer;
         *shexp = m->hp.n_ff_shexp > 0;
         free(logits);
@@ -599,8 +605,10 @@ static void test_quantize_once(void)
     for (size_t i = 0; i < 2; i++) {
         uint32_t layers = 0;
         int shexp = 0;
-        unsigned long f32 = step_launches(model_path(archs[i], MVM_W_F32), &layers, &shexp);
-        unsigned long q8 = step_launches(model_path(archs[i], MVM_W_Q8_0), &layers, &shexp);
+        unsigned long f32 = step_calls(model_path(archs[i], MVM_W_F32), &layers,
+                                       &shexp).launches;
+        unsigned long q8 = step_calls(model_path(archs[i], MVM_W_Q8_0), &layers,
+                                      &shexp).launches;
         const unsigned long want = layers * (3u + (shexp ? 2u : 0u)) + 1u;
         CHECK(shexp == (i == 1));
         CHECK(q8 - f32 == want);
@@ -608,6 +616,22 @@ static void test_quantize_once(void)
             fprintf(stderr, "%s: %lu quantizations in a step, not %lu\n", archs[i], q8 - f32,
                     want);
     }
+}
+
+/* The host's round trips of a decode step, with every expert resident: a layer waits for
+ * the device twice (the router's input and logits, downloaded together; the step's end),
+ * the logits once; a layer sends its rows in one copy and its experts' list in one, after
+ * the token's embedding. */
+static void test_round_trips(void)
+{
+    uint32_t layers = 0;
+    int shexp = 0;
+    struct step_calls n = step_calls(model_path("llama", MVM_W_F32), &layers, &shexp);
+    CHECK(layers > 0 && n.syncs == 2 * layers + 1);
+    CHECK(n.uploads == 2 * layers + 1 && n.downloads == 2 * layers + 1);
+    if (n.syncs != 2 * layers + 1 || n.uploads != 2 * layers + 1)
+        fprintf(stderr, "%u layers: %lu syncs, %lu uploads, %lu downloads\n", layers, n.syncs,
+                n.uploads, n.downloads);
 }
 
 /* A request as the distributed mode's server takes it (dist_serve.c): 5 tokens, the rows of
@@ -844,6 +868,7 @@ int main(int argc, char **argv)
     RUN(test_assign);
     RUN(test_failures);
     RUN(test_quantize_once);
+    RUN(test_round_trips);
     RUN(test_time_expert);
     RUN(test_expert_rows);
     mvm_pool_destroy(pool);

@@ -202,6 +202,39 @@ mvm_status mvm_gpu_download(mvm_gpu *g, void *dst, mvm_dptr src, size_t bytes)
     return st == MVM_OK ? mvm_gpu_sync(g) : st;
 }
 
+mvm_status mvm_gpu_download_async(mvm_gpu *g, void *dst, mvm_dptr src, size_t bytes)
+{
+    mvm_status st = prof_begin(g, PROF_DOWNLOAD);
+    if (st == MVM_OK)
+        CU(g, g->cu.MemcpyDtoHAsync(dst, src, bytes, g->stream), "cuMemcpyDtoHAsync");
+    return prof_end(g, st);
+}
+
+mvm_status mvm_gpu_host_alloc(mvm_gpu *g, size_t bytes, void **out)
+{
+    *out = NULL;
+    size_t page = 4096, len = (bytes + page - 1) / page * page;
+    void *p = NULL;
+    if (posix_memalign(&p, page, len ? len : page) != 0)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for %zu bytes of pinned host memory",
+                        bytes);
+    CUresult r = g->cu.MemHostRegister(p, len ? len : page, 0);
+    if (r != CUDA_SUCCESS) {
+        free(p);
+        return mvm_cu_fail(&g->cu, r, "cuMemHostRegister (the engine's staging memory)");
+    }
+    *out = p;
+    return MVM_OK;
+}
+
+void mvm_gpu_host_free(mvm_gpu *g, void *p)
+{
+    if (!p)
+        return;
+    g->cu.MemHostUnregister(p);
+    free(p);
+}
+
 mvm_status mvm_gpu_copy(mvm_gpu *g, mvm_dptr dst, mvm_dptr src, size_t bytes)
 {
     mvm_status st = prof_begin(g, PROF_ON_DEVICE);

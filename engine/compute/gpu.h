@@ -54,6 +54,13 @@ void mvm_gpu_free(mvm_gpu *g, mvm_dptr p);
 mvm_status mvm_gpu_upload(mvm_gpu *g, mvm_dptr dst, const void *src, size_t bytes);
 /* Device -> host, after everything queued before. */
 mvm_status mvm_gpu_download(mvm_gpu *g, void *dst, mvm_dptr src, size_t bytes);
+/* Device -> host, queued: dst holds the bytes once mvm_gpu_sync returns. With dst from
+ * mvm_gpu_host_alloc several go behind one wait (pageable memory makes each its own). */
+mvm_status mvm_gpu_download_async(mvm_gpu *g, void *dst, mvm_dptr src, size_t bytes);
+/* Host memory pinned for the device's copies (page-aligned); free with mvm_gpu_host_free
+ * (NULL is ignored). */
+mvm_status mvm_gpu_host_alloc(mvm_gpu *g, size_t bytes, void **out);
+void mvm_gpu_host_free(mvm_gpu *g, void *p);
 mvm_status mvm_gpu_copy(mvm_gpu *g, mvm_dptr dst, mvm_dptr src, size_t bytes);
 /* bytes of zeros at dst, in stream order (no host buffer to make or keep). */
 mvm_status mvm_gpu_zero(mvm_gpu *g, mvm_dptr dst, size_t bytes);

@@ -152,12 +152,8 @@ static mvm_status alloc_scratch(struct cuda_fwd *f)
     TRY(mvm_cuda_fwd_alloc(f, BK * 4, &f->spec_rows));
     if (!f->sizing) /* out's last row: zeros, what speculate's masked rows add */
         TRY(mvm_gpu_zero(f->g, f->out + BK * D * 4, D * 4));
-    mvm_dptr *per_expert[] = {&f->active, &f->off, &f->cnt};
-    for (size_t i = 0; i < sizeof per_expert / sizeof *per_expert; i++)
-        TRY(mvm_cuda_fwd_alloc(f, E * 4, per_expert[i]));
-    mvm_dptr *per_row[] = {&f->row_tok, &f->tok_rows, &f->row_w};
-    for (size_t i = 0; i < sizeof per_row / sizeof *per_row; i++)
-        TRY(mvm_cuda_fwd_alloc(f, BK * 4, per_row[i]));
+    TRY(mvm_cuda_fwd_alloc(f, E * 4, &f->active));
+    TRY(mvm_cuda_fwd_alloc(f, (2 * E + 3 * BK) * 4, &f->rows));
     if (F) {
         TRY(mvm_cuda_fwd_alloc(f, B * F * 4, &f->sh1));
         TRY(mvm_cuda_fwd_alloc(f, B * F * 4, &f->sh3));
@@ -223,16 +219,19 @@ static void cuda_destroy(void *state)
         mvm_gpu_profile_report(f->g, stderr); /* MOEVM_GPU_PROFILE's, when on */
     for (size_t i = 0; i < f->n_owned; i++)
         mvm_gpu_free(f->g, f->owned[i]);
+    if (f->g) {
+        mvm_gpu_host_free(f->g, f->host);
+        mvm_gpu_host_free(f->g, f->probs_host);
+    }
     mvm_gpu_close(f->g);
     mvm_cpu_experts_free(f->cpu);
     free(f->cpu_rows);
     free(f->owned);
     free(f->layers);
     free(f->dense);
-    free(f->host);
+    free(f->rows_host);
     free(f->spec_rows_host);
     free(f->spec_host);
-    free(f->rows_up);
     free(f->row_far);
     free(f->far);
     free(f->runs);
@@ -251,16 +250,15 @@ static mvm_status cuda_create(mvm_ctx *ctx, void **state)
     mvm_space_info info;
     TRY(mvm_space_get_info(f->m->space, &info));
     f->expert_stride = info.expert_stride;
-    f->host = malloc((size_t)f->n_batch * hp->n_embd * sizeof *f->host);
+    const size_t BK = (size_t)f->n_batch * hp->n_expert_used;
     f->spec_host = malloc((size_t)f->n_batch * hp->n_embd * sizeof *f->spec_host);
-    f->spec_rows_host = malloc((size_t)f->n_batch * hp->n_expert_used *
-                               sizeof *f->spec_rows_host);
-    f->rows_up = malloc((size_t)f->n_batch * hp->n_expert_used * sizeof *f->rows_up);
-    f->row_far = malloc((size_t)f->n_batch * hp->n_expert_used);
+    f->spec_rows_host = malloc(BK * sizeof *f->spec_rows_host);
+    f->rows_host = malloc((2 * hp->n_expert + 3 * BK) * sizeof *f->rows_host);
+    f->row_far = malloc(BK);
     f->far = malloc((size_t)f->n_batch * hp->n_embd * sizeof *f->far);
     f->runs = malloc(f->n_batch * sizeof *f->runs);
-    if (!f->host || !f->spec_host || !f->spec_rows_host || !f->rows_up || !f->row_far ||
-        !f->far || !f->runs)
+    if (!f->spec_host || !f->spec_rows_host || !f->rows_host || !f->row_far || !f->far ||
+        !f->runs)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the device context");
     f->pool = ctx->pool;
     char why[256];
@@ -269,6 +267,10 @@ static mvm_status cuda_create(mvm_ctx *ctx, void **state)
         snprintf(why, sizeof why, "%s", mvm_last_error());
         return mvm_fail(st, "CUDA device %d for the forward pass: %s", f->m->device, why);
     }
+    TRY(mvm_gpu_host_alloc(f->g, (size_t)f->n_batch * hp->n_embd * sizeof *f->host,
+                           (void **)&f->host));
+    TRY(mvm_gpu_host_alloc(f->g, (size_t)f->n_batch * hp->n_expert * sizeof *f->probs_host,
+                           (void **)&f->probs_host));
     st = upload_model(f);
     if (st != MVM_OK) {
         snprintf(why, sizeof why, "%s", mvm_last_error());
@@ -361,14 +363,29 @@ mvm_status mvm_cuda_fwd_rope(struct cuda_fwd *f, mvm_dptr x, uint64_t stride, ui
 
 /* ---- mixture of experts ---------------------------------------------------------------- */
 
-/* The step's grouped rows (moe_step.h) up; a token's rows that are not computed here
- * (another rank's experts, or none: a served step's tokens have fewer than K rows here)
- * read out's zero row, so that the sum adds only this device's. */
+/* Where the rows of a step of nk (token, expert) rows lie in f->rows, and in f->rows_host
+ * at the same offsets: off, cnt, then row_tok, tok_rows and row_w packed for nk. Returns the
+ * host side. */
+static uint32_t *lay_rows(struct cuda_fwd *f, size_t nk)
+{
+    const size_t E = f->m->hp.n_expert;
+    f->off = f->rows;
+    f->cnt = f->off + E * 4;
+    f->row_tok = f->cnt + E * 4;
+    f->tok_rows = f->row_tok + nk * 4;
+    f->row_w = f->tok_rows + nk * 4;
+    return f->rows_host;
+}
+
+/* The step's grouped rows (moe_step.h) up, in one copy; a token's rows that are not
+ * computed here (another rank's experts, or none: a served step's tokens have fewer than K
+ * rows here) read out's zero row, so that the sum adds only this device's. */
 static mvm_status upload_rows(struct cuda_fwd *f, uint32_t n)
 {
     const mvm_moe *s = f->moe;
     const uint32_t K = f->m->hp.n_expert_used, zero = f->n_batch * K;
     size_t E = f->m->hp.n_expert, nk = (size_t)n * K;
+    uint32_t *h = lay_rows(f, nk), *tok_rows = h + 2 * E + nk;
     memset(f->row_far, 0, nk);
     for (uint32_t i = 0; i < s->n_remote; i++) {
         uint32_t e = (uint32_t)s->active[s->n_active + i];
@@ -376,13 +393,13 @@ static mvm_status upload_rows(struct cuda_fwd *f, uint32_t n)
     }
     for (size_t r = 0; r < nk; r++) {
         uint32_t row = s->tok_rows[r];
-        f->rows_up[r] = row == MVM_MOE_NO_ROW || f->row_far[row] ? zero : row;
+        tok_rows[r] = row == MVM_MOE_NO_ROW || f->row_far[row] ? zero : row;
     }
-    TRY(mvm_gpu_upload(f->g, f->off, s->off, E * sizeof *s->off));
-    TRY(mvm_gpu_upload(f->g, f->cnt, s->cnt, E * sizeof *s->cnt));
-    TRY(mvm_gpu_upload(f->g, f->row_tok, s->row_tok, nk * sizeof *s->row_tok));
-    TRY(mvm_gpu_upload(f->g, f->tok_rows, f->rows_up, nk * sizeof *f->rows_up));
-    return mvm_gpu_upload(f->g, f->row_w, s->row_w, nk * sizeof *s->row_w);
+    memcpy(h, s->off, E * sizeof *h);
+    memcpy(h + E, s->cnt, E * sizeof *h);
+    memcpy(h + 2 * E, s->row_tok, nk * sizeof *h);
+    memcpy(h + 2 * E + 2 * nk, s->row_w, nk * sizeof *h); /* floats, as their bits */
+    return mvm_gpu_upload(f->g, f->rows, h, (2 * E + 3 * nk) * sizeof *h);
 }
 
 /* Whether the experts of layer il read their input quantized (f->act), not as floats. */
@@ -611,9 +628,12 @@ static mvm_status moe(struct cuda_fwd *f, uint32_t il, uint32_t n, const uint32_
     TRY(mvm_cuda_fwd_matmul(f, &L->router, NULL, f->xn, D, n, f->probs, hp->n_expert));
     if (L->router_bias) /* gpt-oss: the logits biased before the routing */
         TRY(mvm_cuda_fwd_add(f, f->probs, L->router_bias, 0, 0, hp->n_expert, n));
-    TRY(mvm_gpu_download(f->g, f->host, f->xn, (size_t)n * D * sizeof(float)));
-    TRY(mvm_gpu_download(f->g, f->moe->probs, f->probs,
-                         (size_t)n * hp->n_expert * sizeof(float)));
+    /* both into pinned memory, waited for together: one round trip a layer */
+    TRY(mvm_gpu_download_async(f->g, f->host, f->xn, (size_t)n * D * sizeof(float)));
+    TRY(mvm_gpu_download_async(f->g, f->probs_host, f->probs,
+                               (size_t)n * hp->n_expert * sizeof(float)));
+    TRY(mvm_gpu_sync(f->g));
+    memcpy(f->moe->probs, f->probs_host, (size_t)n * hp->n_expert * sizeof(float));
     mvm_moe_route(f->moe, il, pos, n, f->host);
     TRY(upload_rows(f, n));
     TRY(mvm_moe_begin(f->moe));
@@ -674,6 +694,7 @@ static mvm_status one_expert_rows(struct cuda_fwd *f, int32_t e, const float *x,
     cnt[e] = n;
     for (uint32_t i = 0; i < n; i++)
         row_tok[i] = i, row_w[i] = 1.0f;
+    lay_rows(f, n);
     mvm_status st = mvm_gpu_upload(f->g, f->xn, x, n * D * sizeof(float));
     st = st ? st : mvm_gpu_upload(f->g, f->off, off, E * sizeof *off);
     st = st ? st : mvm_gpu_upload(f->g, f->cnt, cnt, E * sizeof *cnt);

@@ -78,15 +78,20 @@ struct cuda_fwd {
     mvm_dptr h, out;            /* [n_batch * K][h_stride bytes], [n_batch * K + 1][n_embd]:
                                    the last row of out stays zero (speculate's masked rows) */
     uint64_t h_stride;
-    mvm_dptr active, off, cnt, row_tok, tok_rows, row_w; /* the step's rows (moe_step.h) */
-    float *host;                /* [n_batch][n_embd]: embeddings up, the router's input down */
+    mvm_dptr active;            /* the round's experts */
+    mvm_dptr rows;              /* the step's rows (moe_step.h) in one buffer, so one upload
+                                   sends them (forward_cuda.c, lay_rows): off, cnt [n_expert],
+                                   row_tok, tok_rows, row_w [n_batch * K] ... */
+    mvm_dptr off, cnt, row_tok, tok_rows, row_w; /* ... at these places in it */
+    uint32_t *rows_host;        /* [2 n_expert + 3 n_batch K]: the same, on the host */
+    float *host;                /* [n_batch][n_embd], pinned: embeddings up, the router's
+                                   input down */
+    float *probs_host;          /* [n_batch][n_expert], pinned: the router's logits down */
     mvm_dptr spec_x, spec_xn, spec_tmp, spec_rows; /* SMoE's speculative pass
                                    (forward_cuda.c, speculate): [n_batch][n_embd] x3,
                                    [n_batch * K] rows */
     uint32_t *spec_rows_host;   /* [n_batch * K] */
     float *spec_host;           /* [n_batch][n_embd]: its forecast's input, down */
-    uint32_t *rows_up;          /* [n_batch * K] tok_rows as uploaded: rows computed
-                                   elsewhere, or none, read out's zero row */
     uint8_t *row_far;           /* [n_batch * K] scratch: 1 for a row computed elsewhere */
     float *far;                 /* [n_batch][n_embd]: the other ranks' sums (the
                                    distributed mode), gathered while it serves them */
