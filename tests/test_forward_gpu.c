@@ -473,11 +473,11 @@ static void test_window(void)
  * (admission, on by default, loads some of them afterwards; off for the runs below that
  * check what the modules alone move):
  * greedy (DALI) at half the experts' bytes; presched (PreScope), which plans prefetches
- * from the predictor's forecasts (none without a predictor); gpu{zerocopy=1}, which never loads, reads
- * every expert in place where the homes are mapped (bit for bit the resident run's logits)
- * and is refused by name where they are not. The CPU's rows agree with the GPU's to float
- * rounding, greedy's computed while the GPU's copies are still landing; the routing is the
- * same; nothing stays pinned. */
+ * from the predictor's forecasts (none without a predictor); gpu{zerocopy=1}, which never
+ * loads, reads every expert in place where the homes are mapped (bit for bit the resident
+ * run's logits) and is refused by name where they are not. The CPU's rows agree with the
+ * GPU's to float rounding, greedy's computed while the GPU's copies are still landing; the
+ * routing is the same; nothing stays pinned. */
 static void test_assign(void)
 {
     const char *path = model_path("llama", MVM_W_F32);
