@@ -151,7 +151,6 @@ expect 0 '^moevm run: --n-cpu-moe 2: the experts of all 2 MoE layers stay on the
 expect 0 'space: host backend, experts read at their homes \(no budget\)' -- env MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p x -n 1 -ncmoe 99
 expect 1 'expert space: page size 8.0 TiB: each expert takes whole pages, and [0-9]+ x 8.0 TiB exceed the 64.0 TiB a space can address' -- env MOEVM_PAGE_SIZE=8T "$moevm" run -m "$m" -p x -n 1 --gpu-budget 50%
 same_text '--n-cpu-moe 99' "$tmp/a" "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 --n-cpu-moe 99 -ngl 99
-expect 2 "^moevm run: --n-cpu-moe 99: .*tiny.gguf: all 2 MoE layers' experts on the CPU leave none on the GPU, where MOEVM_BACKEND=cuda computes" -- env MOEVM_BACKEND=cuda "$moevm" run -m "$m" -p x --n-cpu-moe 99
 expect 2 'run: give -p or -f, not both' -- "$moevm" run -m "$m" -p x -f "$tmp/prompt.txt"
 expect 1 '^moevm run: .*nope.txt: cannot open it' -- "$moevm" run -m "$m" -f "$tmp/nope.txt"
 # A K-quant mix (llama.cpp's Q4_K_M: Q6_K down in some layers) runs, on the host and below
@@ -195,11 +194,15 @@ if [ -n "$fake_driver" ]; then
         env MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 >"$tmp/c" 2>/dev/null
         if cmp -s "$tmp/a" "$tmp/c"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: greedy output differs on the device" >&2; fi
         # --n-cpu-moe on a GPU: 1 of the 2 layers, half the experts' pages on the device, to
-        # the same text; 99, none there, so the CPU computes
+        # the same text; 99, none there: the CPU computes every expert at its home, the GPU
+        # the rest (llama.cpp's -ngl 99 --cpu-moe), to the same text, nothing moved
         gpu="MOEVM_BACKEND=auto MOEVM_CUDA_LIBRARY=$fake_driver FAKECUDA_KERNELS=$fake_kernels"
         env $gpu "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 --n-cpu-moe 1 >"$tmp/cm1" 2>"$tmp/cm1.err"
         if cmp -s "$tmp/a" "$tmp/cm1" && grep -q 'space: cuda backend, budget 8 pages of 2048 KiB' "$tmp/cm1.err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: --n-cpu-moe 1 on the device" >&2; cat "$tmp/cm1.err" >&2; fi
-        expect 0 'space: host backend, experts read at their homes \(no budget\)' -- env $gpu "$moevm" run -m "$m" -p x -n 2 --n-cpu-moe 99
+        env $gpu "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 --n-cpu-moe 99 >"$tmp/cm99" 2>"$tmp/cm99.err"
+        if cmp -s "$tmp/a" "$tmp/cm99" && grep -Eq 'space: cuda backend, every expert computed on [0-9]+ CPU threads at its home; computing on fakecuda' "$tmp/cm99.err" &&
+           grep -Eq 'expert accesses [1-9][0-9]*, all read at their homes$' "$tmp/cm99.err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: --n-cpu-moe 99 on the device" >&2; cat "$tmp/cm99.err" >&2; fi
+        expect 1 'assign greedy: with --n-cpu-moe at least the layers the CPU computes every expert at its home and nothing moves, so there is nothing to place' -- env $gpu "$moevm" run -m "$m" -p x -n 2 --n-cpu-moe 99 --assign greedy
         # The K-quant mixes, the Qwen2-MoE fallbacks among them (IQ4_XS's too), and gpt-oss
         # (windows, sinks, biases, MXFP4 experts; a run longer than its window) on the
         # device: the CPU's text.

@@ -42,6 +42,7 @@ static fakecuda_set_copy_delay_us_fn copy_delay;
 static int home_mapped;                 /* the fake's HOST_NUMA support, as the space saw it */
 static const char *assign, *assign_args; /* run_prompt's assign module (NULL: the default) */
 static const char *predict = "gate";    /* and its predict module */
+static uint32_t cpu_moe;                  /* load's --n-cpu-moe (0: a budget instead) */
 static const char *kv_type;               /* and KV cache type (NULL: the default, f16) */
 
 static const int32_t prompt[] = {5, 77, 300, 12, 9, 410, 3, 128, 64, 200, 17, 42, 250, 8};
@@ -84,7 +85,18 @@ static mvm_status load(const char *path, mvm_backend_kind backend, double budget
     d.page_size = 4096;
     d.device_budget = 0;
     d.device_budget_frac = budget;
-    return mvm_model_load(path, &(mvm_load_args){.desc = &d, .pool = pool}, m);
+    if (!cpu_moe)
+        return mvm_model_load(path, &(mvm_load_args){.desc = &d, .pool = pool}, m);
+    mvm_space *space = NULL;
+    mvm_status st = mvm_model_open(path, m);
+    if (st == MVM_OK && (st = mvm_plan_cpu_moe(*m, cpu_moe, &d)) == MVM_OK &&
+        (st = mvm_plan_space(*m, NULL, &d, &space)) == MVM_OK)
+        st = mvm_model_load_experts(*m, space, pool, NULL, NULL, NULL);
+    if (st != MVM_OK) {
+        mvm_model_free(*m);
+        *m = NULL;
+    }
+    return st;
 }
 
 struct run {
@@ -618,6 +630,46 @@ static void test_quantize_once(void)
     }
 }
 
+/* llama.cpp's -ngl 99 --cpu-moe (--n-cpu-moe at least the layers) on a GPU: the CPU
+ * computes every expert from its home, the GPU the rest, to the logits of the run with every
+ * expert on the GPU (to float rounding, as the assign module's CPU rows); nothing loads into
+ * the space, which holds one expert's pages; a module that would move or place experts is
+ * refused by name. */
+static void test_cpu_moe(void)
+{
+    const char *path = model_path("qwen2moe", MVM_W_Q8_0); /* a shared expert on the GPU */
+    size_t n = N_PROMPT * mvm_preset_find("tiny", "qwen2moe")->spec.n_vocab;
+    const char *keep = predict;
+    predict = "none"; /* refused where nothing moves, as below */
+    struct run *all = run_prompt(path, MVM_BACKEND_CUDA, 1, 4, 0);
+    cpu_moe = 99;
+    struct run *cpu = run_prompt(path, MVM_BACKEND_CUDA, 1, 4, 0);
+    predict = keep;
+    if (all && cpu) {
+        CHECK(check_rel_l2(cpu->logits, all->logits, n) < 1e-5);
+        CHECK(memcmp(all->sel, cpu->sel, sizeof all->sel) == 0);
+        CHECK(cpu->resid.accesses > 0 && cpu->resid.cpu_runs == cpu->resid.accesses);
+        CHECK(cpu->space.pages_loaded == 0 && cpu->space.pinned_experts == 0);
+    }
+    mvm_model *m = NULL;
+    CHECK_ST(load(path, MVM_BACKEND_CUDA, 1, &m), MVM_OK);
+    mvm_space_info info;
+    if (m && mvm_space_get_info(m->space, &info) == MVM_OK) {
+        CHECK(m->experts_at_home && strcmp(info.backend, "cuda") == 0);
+        CHECK(info.device_pages * info.page_size >= m->expert_bytes &&
+              (info.device_pages - 1) * info.page_size < m->expert_bytes);
+    }
+    mvm_ctx *c = NULL;
+    mvm_ctx_policies pol = {.residency = {.assign = "greedy"}};
+    CHECK_ST(m ? mvm_ctx_create(m, pool, 32, 4, &pol, &c) : MVM_ERR_INVALID, MVM_ERR_INVALID);
+    CHECK(strstr(mvm_last_error(), "assign greedy: with --n-cpu-moe at least the layers") !=
+          NULL);
+    mvm_ctx_free(c);
+    mvm_model_free(m);
+    cpu_moe = 0;
+    free_run(all), free_run(cpu);
+}
+
 /* The host's round trips of a decode step, with every expert resident: a layer waits for
  * the device twice (the router's input and logits, downloaded together; the step's end),
  * the logits once; a layer sends its rows in one copy and its experts' list in one, after
@@ -869,6 +921,7 @@ int main(int argc, char **argv)
     RUN(test_failures);
     RUN(test_quantize_once);
     RUN(test_round_trips);
+    RUN(test_cpu_moe);
     RUN(test_time_expert);
     RUN(test_expert_rows);
     mvm_pool_destroy(pool);

@@ -263,8 +263,7 @@ int mvm_cli_budget_or_cpu_moe(const char *cmd, int budget_given, int cpu_moe_giv
     return 2;
 }
 
-int mvm_cli_cpu_moe(const char *cmd, uint32_t n_cpu_moe, const mvm_model *m,
-                    mvm_space_desc *desc)
+int mvm_cli_cpu_moe(const char *cmd, uint32_t n_cpu_moe, mvm_model *m, mvm_space_desc *desc)
 {
     if (mvm_plan_cpu_moe(m, n_cpu_moe, desc) != MVM_OK) {
         fprintf(stderr, "moevm %s: --n-cpu-moe %u: %s\n", cmd, n_cpu_moe, mvm_last_error());
@@ -278,8 +277,8 @@ void mvm_cli_cpu_moe_note(const char *cmd, uint32_t n_cpu_moe, uint32_t n_layer)
 {
     if (n_cpu_moe >= n_layer)
         fprintf(stderr, "moevm %s: --n-cpu-moe %u: the experts of all %u MoE layers stay on the "
-                "CPU, so no expert budget: the model computes on the CPU, reading every "
-                "expert in host memory\n", cmd, n_cpu_moe, n_layer);
+                "CPU, so no expert budget: the CPU computes every expert, reading it in host "
+                "memory, and a GPU (where one computes) the rest\n", cmd, n_cpu_moe, n_layer);
 }
 
 volatile sig_atomic_t mvm_cli_interrupted;

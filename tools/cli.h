@@ -134,13 +134,11 @@ int mvm_cli_n_cpu_moe(const char *cmd, const char *flag, const char *value, uint
 /* 0 unless both --gpu-budget and --n-cpu-moe were given: then 2 after one line saying so. */
 int mvm_cli_budget_or_cpu_moe(const char *cmd, int budget_given, int cpu_moe_given);
 /* --n-cpu-moe N of llama.cpp into desc once model m is open (plan.h's mvm_plan_cpu_moe): the
- * budget of the experts of all but N of its MoE layers; N >= its layers, none on the GPU,
- * with mvm_cli_cpu_moe_note. 0; or 2 after "moevm <cmd>: --n-cpu-moe N: ..." (no expert on
- * the GPU with MOEVM_BACKEND=cuda). */
-int mvm_cli_cpu_moe(const char *cmd, uint32_t n_cpu_moe, const mvm_model *m,
-                    mvm_space_desc *desc);
+ * budget of the experts of all but N of its MoE layers; N >= its layers, every expert on
+ * the CPU, with mvm_cli_cpu_moe_note. 0; or 2 after "moevm <cmd>: --n-cpu-moe N: ...". */
+int mvm_cli_cpu_moe(const char *cmd, uint32_t n_cpu_moe, mvm_model *m, mvm_space_desc *desc);
 /* When --n-cpu-moe N keeps the experts of every one of n_layer MoE layers on the CPU, one
- * line on stderr saying what that means: no expert budget, the model computed on the CPU. */
+ * line on stderr saying what that means: the CPU computes every expert, a GPU the rest. */
 void mvm_cli_cpu_moe_note(const char *cmd, uint32_t n_cpu_moe, uint32_t n_layer);
 
 /* Ctrl-C for the commands it stops rather than ends (run, chat): set by SIGINT once

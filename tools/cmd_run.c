@@ -90,8 +90,8 @@ static void usage(FILE *f)
             "                device: policies to study, copies to pay)\n"
             "  --n-cpu-moe, -ncmoe  llama.cpp's, as a budget: the experts of all but N MoE\n"
             "                layers, (layers - N) / layers of their pages (not with\n"
-            "                --gpu-budget); N >= the layers (99): none on the GPU, the model\n"
-            "                computed on the CPU\n"
+            "                --gpu-budget); N >= the layers (99): every expert computed on\n"
+            "                the CPU, the rest on a GPU where there is one\n"
             "  -ngl, --n-gpu-layers  llama.cpp's, accepted with any value and ignored:\n"
             "                attention and dense weights always go to the GPU when there is one\n"
             "  --evict       the evict policy module and its parameters, e.g. lru or\n"
@@ -462,7 +462,10 @@ static void print_model(const struct session *s, const mvm_space_desc *desc, dou
         snprintf(rope, sizeof rope, ", RoPE %s x%g", hp->rope.ext_factor != 0 ? "YaRN" : "linear",
                  1.0 / hp->rope.freq_scale);
     char budget[128];
-    if (s->model->experts_at_home)
+    if (s->model->experts_at_home && strcmp(info.backend, "cuda") == 0) /* --n-cpu-moe 99 */
+        snprintf(budget, sizeof budget, "every expert computed on %d CPU threads at its home",
+                 mvm_pool_size(s->pool));
+    else if (s->model->experts_at_home)
         snprintf(budget, sizeof budget, "experts read at their homes (no budget)");
     else
         snprintf(budget, sizeof budget, "budget %u pages of %llu KiB", info.device_pages,

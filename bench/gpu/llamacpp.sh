@@ -6,7 +6,8 @@
 #       bash bench/gpu/llamacpp.sh
 #
 # For each model (mkmodel preset:type, made here; random weights, real shapes) and budget
-# (% of the experts' bytes):
+# (% of the experts' bytes; 0: every expert on the CPU, moevm's --n-cpu-moe 99 against
+# llama.cpp's --n-cpu-moe at the layers):
 #   - moevm bench -p 512 -n 128 on the GPU with that budget, with the model's own routing and
 #     with a replayed realistic trace (moevm trace gen, published statistics: --routing);
 #   - llama-bench -ngl 99 --n-cpu-moe N, N the layers whose experts stay on the CPU, chosen
@@ -124,8 +125,10 @@ result() { echo "RESULT offload model=$1 type=$2 budget=$3 engine=$4 routing=$5 
                     env=(MOEVM_BACKEND=cuda)
                     [[ $variant != default ]] && env+=(${variant//,/ })
                     echo "-- ${env[*]}"
+                    share=(--gpu-budget "$b%") # 0: every expert on the CPU, the rest on the GPU
+                    [[ $b == 0 ]] && share=(--n-cpu-moe 99)
                     out=$(with_vram env "${env[@]}" build-gpu/moevm bench -m "$model" -p "$pp" \
-                          -n "$tg" -r "$reps" -t "$threads" --gpu-budget "$b%" "${extra[@]}")
+                          -n "$tg" -r "$reps" -t "$threads" "${share[@]}" "${extra[@]}")
                     echo "$out"
                     result "$name" "$type" "$b" moevm "$routing" \
                         "$(echo "$out" | sed -n 's/^VRAM_MIB //p')" \

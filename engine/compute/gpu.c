@@ -185,8 +185,9 @@ void mvm_gpu_free(mvm_gpu *g, mvm_dptr p)
 
 mvm_status mvm_gpu_upload(mvm_gpu *g, mvm_dptr dst, const void *src, size_t bytes)
 {
-    /* From pageable memory an async copy is staged before it returns, so src is free again;
-     * it stays in stream order with the launches around it. */
+    /* From pageable memory an async copy is staged before it returns, so src is free again
+     * (from pinned memory it is read in stream order: gpu.h); it stays in stream order with
+     * the launches around it. */
     mvm_status st = prof_begin(g, PROF_UPLOAD);
     if (st == MVM_OK)
         CU(g, g->cu.MemcpyHtoDAsync(dst, src, bytes, g->stream), "cuMemcpyHtoDAsync");

@@ -50,7 +50,9 @@ void mvm_gpu_profile_report(const mvm_gpu *g, FILE *f);
 
 mvm_status mvm_gpu_alloc(mvm_gpu *g, size_t bytes, mvm_dptr *out);
 void mvm_gpu_free(mvm_gpu *g, mvm_dptr p);
-/* Host -> device; the host buffer may be reused when it returns. */
+/* Host -> device, in stream order. From pageable memory the bytes are staged before it
+ * returns, so src may be reused then; from pinned memory (mvm_gpu_host_alloc) the device
+ * reads src when the stream gets there: src must not change until a sync. */
 mvm_status mvm_gpu_upload(mvm_gpu *g, mvm_dptr dst, const void *src, size_t bytes);
 /* Device -> host, after everything queued before. */
 mvm_status mvm_gpu_download(mvm_gpu *g, void *dst, mvm_dptr src, size_t bytes);

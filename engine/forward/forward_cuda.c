@@ -757,6 +757,8 @@ static mvm_status cuda_eval(mvm_ctx *ctx, const mvm_fwd_batch *b, float *logits)
     const mvm_hparams *hp = &m->hp;
     const uint32_t D = hp->n_embd, n = b->n;
     split_runs(f, b);
+    /* host is pinned: the device reads it in stream order, before the first MoE layer's
+     * download writes it, and the host writes it again only after that layer's sync */
     mvm_embed_tokens(m, b->tokens, n, f->host);
     TRY(mvm_gpu_upload(f->g, f->x, f->host, (size_t)n * D * sizeof(float)));
     for (uint32_t blk = 0; blk < hp->n_dense; blk++) {

@@ -26,20 +26,30 @@ static mvm_status wants_routers(const mvm_ctx_policies *p, int *yes)
 }
 
 /* With every expert read at its home nothing moves, so a module whose only effect is on
- * moves would be a choice silently ignored: refused, naming it. */
+ * moves (or, beside a GPU, on where experts run) would be a choice silently ignored:
+ * refused, naming it. */
 static mvm_status check_at_home(mvm_moe *s)
 {
-    const struct { const char *role, *name; } roles[] = {
-        {"predict", mvm_prefetcher_name(s->prefetch)},
-        {"route", mvm_substitutor_name(s->subst)},
-        {"config", mvm_resid_config_name(s->resid)}};
-    for (size_t i = 0; i < sizeof roles / sizeof *roles; i++)
-        if (strcmp(roles[i].name, "none") != 0)
-            return mvm_fail(MVM_ERR_INVALID, "%s %s: on the host backend with no budget every "
-                            "expert is read at its home and nothing moves, so there is nothing "
-                            "to %s; give a budget to emulate a device (--gpu-budget or "
-                            "MOEVM_GPU_BUDGET, e.g. 100%%)", roles[i].role, roles[i].name,
-                            i == 0 ? "prefetch" : i == 1 ? "substitute" : "divide");
+    const struct { const char *role, *name, *what; } roles[] = {
+        {"predict", mvm_prefetcher_name(s->prefetch), "prefetch"},
+        {"route", mvm_substitutor_name(s->subst), "substitute"},
+        {"config", mvm_resid_config_name(s->resid), "divide"},
+        {"assign", s->on_device ? mvm_resid_assign_name(s->resid) : "gpu", "place"}};
+    for (size_t i = 0; i < sizeof roles / sizeof *roles; i++) {
+        if (!strcmp(roles[i].name, i == 3 ? "gpu" : "none"))
+            continue;
+        if (s->on_device) /* --n-cpu-moe at least the layers, beside a GPU */
+            return mvm_fail(MVM_ERR_INVALID, "%s %s: with --n-cpu-moe at least the layers the "
+                            "CPU computes every expert at its home and nothing moves, so there "
+                            "is nothing to %s; keep fewer layers' experts on the CPU, or give a "
+                            "budget (--gpu-budget)", roles[i].role, roles[i].name,
+                            roles[i].what);
+        return mvm_fail(MVM_ERR_INVALID, "%s %s: on the host backend with no budget every "
+                        "expert is read at its home and nothing moves, so there is nothing to "
+                        "%s; give a budget to emulate a device (--gpu-budget or "
+                        "MOEVM_GPU_BUDGET, e.g. 100%%)", roles[i].role, roles[i].name,
+                        roles[i].what);
+    }
     return MVM_OK;
 }
 
@@ -51,7 +61,7 @@ static mvm_status create_policies(mvm_moe *s, const mvm_ctx_policies *policies)
     pol.residency.n_embd = hp->n_embd;
     pol.residency.n_ff = hp->n_ff_exp;
     pol.residency.on_device = s->on_device;
-    pol.residency.at_home = !s->on_device && s->m->experts_at_home;
+    pol.residency.at_home = s->m->experts_at_home; /* beside a GPU too (cpu_moe) */
     int routers = 0;
     mvm_status st = wants_routers(&pol, &routers);
     if (st == MVM_OK)
@@ -332,6 +342,11 @@ static void place(mvm_moe *s, uint32_t *n_home)
     if (!s->on_device) {
         memcpy(s->todo, s->active, s->n_active * sizeof *s->todo);
         s->n_todo = s->n_active;
+        return;
+    }
+    if (s->m->experts_at_home) { /* beside a GPU (cpu_moe): every expert on the CPU */
+        memcpy(s->cpu, s->active, s->n_active * sizeof *s->cpu);
+        s->n_cpu = s->n_active;
         return;
     }
     const float *ahead;

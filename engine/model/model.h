@@ -131,8 +131,12 @@ typedef struct mvm_model {
      * expert_bytes is the largest layer's (the space's slots are all one size). */
     mvm_space *space;
     uint64_t expert_bytes;
-    int experts_at_home;        /* the CPU reads every expert at its home and nothing moves:
-                                   the host backend with no budget asked for (plan.c) */
+    int experts_at_home;        /* the CPU computes every expert, reading it at its home, and
+                                   nothing moves: the host backend with no budget asked for,
+                                   or --n-cpu-moe at least the layers (cpu_moe), where a GPU
+                                   computes the rest (plan.c) */
+    int cpu_moe;                /* every MoE layer's experts stay on the CPU, whatever
+                                   computes the rest (mvm_plan_cpu_moe) */
     int device;                 /* the CUDA device of a cuda space (its desc's) */
     char name[128];             /* general.name, or the file name */
     char *path;                 /* the file, as opened: messages name it */

@@ -45,8 +45,15 @@ static mvm_status size_reserve(mvm_model *m, const mvm_ctx_shape *ctx, mvm_space
 static mvm_status make_space(mvm_model *m, const mvm_ctx_shape *ctx, mvm_space_desc *desc,
                              mvm_space **out)
 {
-    m->experts_at_home = desc->backend == MVM_BACKEND_HOST &&
-                         desc->device_budget == MVM_BUDGET_AUTO;
+    if (m->cpu_moe && desc->backend == MVM_BACKEND_CUDA) {
+        /* llama.cpp's -ngl 99 --cpu-moe: the GPU computes the rest, the CPU every expert.
+         * A space holds a page at least: the least it can be, one expert's pages (its
+         * share of them all, a hair up against rounding), which nothing loads into. */
+        desc->device_budget = 0;
+        desc->device_budget_frac = (1 + 1e-9) / ((double)m->hp.n_layer * m->hp.n_expert);
+    }
+    m->experts_at_home = m->cpu_moe || (desc->backend == MVM_BACKEND_HOST &&
+                                        desc->device_budget == MVM_BUDGET_AUTO);
     if (desc->backend == MVM_BACKEND_CUDA && !mvm_ctx_device_available())
         return mvm_fail(MVM_ERR_UNSUPPORTED, "%s: expert space: MOEVM_BACKEND=cuda, but this "
                         "moevm was built without nvcc, so it has no device kernels to compute "
@@ -98,9 +105,10 @@ mvm_status mvm_plan_space(mvm_model *m, const mvm_ctx_shape *ctx, mvm_space_desc
     return st;
 }
 
-mvm_status mvm_plan_cpu_moe(const mvm_model *m, uint32_t n_cpu_moe, mvm_space_desc *desc)
+mvm_status mvm_plan_cpu_moe(mvm_model *m, uint32_t n_cpu_moe, mvm_space_desc *desc)
 {
     const uint32_t layers = m->hp.n_layer;
+    m->cpu_moe = n_cpu_moe >= layers;
     if (n_cpu_moe < layers) {
         /* A fraction of the experts' pages, as a percentage budget: each expert whole pages,
          * so the budget holds exactly the layers' experts. The quotient can round a hair
@@ -111,13 +119,7 @@ mvm_status mvm_plan_cpu_moe(const mvm_model *m, uint32_t n_cpu_moe, mvm_space_de
         desc->device_budget_frac = frac < 1 ? frac : 1;
         return MVM_OK;
     }
-    if (desc->backend == MVM_BACKEND_CUDA)
-        return mvm_fail(MVM_ERR_INVALID, "%s: all %u MoE layers' experts on the CPU leave none "
-                        "on the GPU, where MOEVM_BACKEND=cuda computes (an expert space holds "
-                        "one page at least): keep fewer layers' experts there, or let the CPU "
-                        "compute (MOEVM_BACKEND=auto or host)", m->path, layers);
-    desc->backend = MVM_BACKEND_HOST;
-    desc->device_budget = MVM_BUDGET_AUTO;
+    desc->device_budget = MVM_BUDGET_AUTO; /* make_space's, on a GPU */
     desc->device_budget_frac = 0;
     return MVM_OK;
 }

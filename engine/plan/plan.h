@@ -40,6 +40,8 @@ mvm_ctx_shape mvm_plan_ctx(const mvm_model *m, const mvm_ctx_shape *ctx, uint32_
  *   so the budget leaves room for the context;
  * - on the CPU with an automatic budget, m->experts_at_home: the CPU reads the homes and no
  *   device page is used (a device page there would be a second copy in the same memory);
+ * - with m->cpu_moe (mvm_plan_cpu_moe), m->experts_at_home on either backend: on a GPU it
+ *   computes the rest and the space is the least it can be, one expert's pages;
  * - a GPU that auto chose but that cannot hold the model beside its context (or whose
  *   pinned homes the host cannot give) leaves the model to the CPU with a warning; a
  *   backend or budget the user gave is theirs, and its failure an error.
@@ -53,12 +55,11 @@ mvm_status mvm_plan_space(mvm_model *m, const mvm_ctx_shape *ctx, mvm_space_desc
  * of N of its MoE layers stay in host memory. moevm budgets bytes, not layers (the routing
  * decides which experts fill the budget), so N < n_layer is the budget of the other layers'
  * experts: (n_layer - N) / n_layer of their pages, each expert whole pages. N >= n_layer
- * leaves the experts no device memory, which an expert space cannot be (it holds one page at
- * least): the model computes on the CPU and reads every expert at its home, the host backend
- * with no budget (m->experts_at_home): backend auto becomes host, and a cuda backend the
- * caller chose is MVM_ERR_INVALID.
+ * keeps every expert on the CPU (m->cpu_moe), as llama.cpp's -ngl 99 --cpu-moe: the CPU
+ * computes them from their homes (m->experts_at_home) and, where the plan takes the GPU
+ * (auto on a usable device, or cuda), the GPU computes the rest.
  */
-mvm_status mvm_plan_cpu_moe(const mvm_model *m, uint32_t n_cpu_moe, mvm_space_desc *desc);
+mvm_status mvm_plan_cpu_moe(mvm_model *m, uint32_t n_cpu_moe, mvm_space_desc *desc);
 
 /* What mvm_model_load needs besides the path. */
 typedef struct mvm_load_args {
