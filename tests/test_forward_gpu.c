@@ -565,6 +565,30 @@ static void test_failures(void)
         set_fail(NULL);
         CHECK(mvm_ctx_n_past(c) == 0);
         CHECK_ST(mvm_ctx_eval(c, prompt, 2, NULL, 0), MVM_OK);
+        /* the first layer's router input and logits, coming down together */
+        CHECK(set_fail("cuMemcpyDtoHAsync:1") == 0);
+        CHECK(mvm_ctx_eval(c, prompt + 2, 1, NULL, 0) != MVM_OK);
+        CHECK(strstr(mvm_last_error(), "cuMemcpyDtoHAsync") != NULL);
+        mvm_space_get_stats(m->space, &s);
+        CHECK(s.pinned_experts == 0);
+        set_fail(NULL);
+    }
+    mvm_ctx_free(c);
+    c = NULL;
+    /* the context's pinned staging memory refused: named, nothing left behind */
+    CHECK(set_fail("cuMemHostRegister:1") == 0);
+    CHECK(mvm_ctx_create(m, pool, 32, 4, NULL, &c) != MVM_OK && c == NULL);
+    CHECK(strstr(mvm_last_error(), "cuMemHostRegister (the engine's staging memory)") != NULL);
+    set_fail(NULL);
+    /* the profile's timing failing is the pass's failure, named */
+    setenv("MOEVM_GPU_PROFILE", "on", 1);
+    CHECK_ST(mvm_ctx_create(m, pool, 32, 4, NULL, &c), MVM_OK);
+    unsetenv("MOEVM_GPU_PROFILE");
+    if (c) {
+        CHECK(set_fail("cuEventElapsedTime:1") == 0);
+        CHECK(mvm_ctx_eval(c, prompt, 2, NULL, 0) != MVM_OK);
+        CHECK(strstr(mvm_last_error(), "cuEventElapsedTime (profile)") != NULL);
+        set_fail(NULL);
     }
     mvm_ctx_free(c);
     mvm_model_free(m);
