@@ -194,15 +194,6 @@ mvm_status mvm_gpu_upload(mvm_gpu *g, mvm_dptr dst, const void *src, size_t byte
     return prof_end(g, st);
 }
 
-mvm_status mvm_gpu_download(mvm_gpu *g, void *dst, mvm_dptr src, size_t bytes)
-{
-    mvm_status st = prof_begin(g, PROF_DOWNLOAD);
-    if (st == MVM_OK)
-        CU(g, g->cu.MemcpyDtoHAsync(dst, src, bytes, g->stream), "cuMemcpyDtoHAsync");
-    st = prof_end(g, st);
-    return st == MVM_OK ? mvm_gpu_sync(g) : st;
-}
-
 mvm_status mvm_gpu_download_async(mvm_gpu *g, void *dst, mvm_dptr src, size_t bytes)
 {
     mvm_status st = prof_begin(g, PROF_DOWNLOAD);
@@ -211,15 +202,21 @@ mvm_status mvm_gpu_download_async(mvm_gpu *g, void *dst, mvm_dptr src, size_t by
     return prof_end(g, st);
 }
 
+mvm_status mvm_gpu_download(mvm_gpu *g, void *dst, mvm_dptr src, size_t bytes)
+{
+    mvm_status st = mvm_gpu_download_async(g, dst, src, bytes);
+    return st == MVM_OK ? mvm_gpu_sync(g) : st;
+}
+
 mvm_status mvm_gpu_host_alloc(mvm_gpu *g, size_t bytes, void **out)
 {
     *out = NULL;
-    size_t page = 4096, len = (bytes + page - 1) / page * page;
+    const size_t page = 4096, len = bytes ? (bytes + page - 1) / page * page : page;
     void *p = NULL;
-    if (posix_memalign(&p, page, len ? len : page) != 0)
+    if (posix_memalign(&p, page, len) != 0)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for %zu bytes of pinned host memory",
                         bytes);
-    CUresult r = g->cu.MemHostRegister(p, len ? len : page, 0);
+    CUresult r = g->cu.MemHostRegister(p, len, 0);
     if (r != CUDA_SUCCESS) {
         free(p);
         return mvm_cu_fail(&g->cu, r, "cuMemHostRegister (the engine's staging memory)");

@@ -30,26 +30,24 @@ static mvm_status wants_routers(const mvm_ctx_policies *p, int *yes)
  * refused, naming it. */
 static mvm_status check_at_home(mvm_moe *s)
 {
-    const struct { const char *role, *name, *what; } roles[] = {
-        {"predict", mvm_prefetcher_name(s->prefetch), "prefetch"},
-        {"route", mvm_substitutor_name(s->subst), "substitute"},
-        {"config", mvm_resid_config_name(s->resid), "divide"},
-        {"assign", s->on_device ? mvm_resid_assign_name(s->resid) : "gpu", "place"}};
-    for (size_t i = 0; i < sizeof roles / sizeof *roles; i++) {
-        if (!strcmp(roles[i].name, i == 3 ? "gpu" : "none"))
-            continue;
-        if (s->on_device) /* --n-cpu-moe at least the layers, beside a GPU */
-            return mvm_fail(MVM_ERR_INVALID, "%s %s: with --n-cpu-moe at least the layers the "
-                            "CPU computes every expert at its home and nothing moves, so there "
-                            "is nothing to %s; keep fewer layers' experts on the CPU, or give a "
-                            "budget (--gpu-budget)", roles[i].role, roles[i].name,
-                            roles[i].what);
-        return mvm_fail(MVM_ERR_INVALID, "%s %s: on the host backend with no budget every "
-                        "expert is read at its home and nothing moves, so there is nothing to "
-                        "%s; give a budget to emulate a device (--gpu-budget or "
-                        "MOEVM_GPU_BUDGET, e.g. 100%%)", roles[i].role, roles[i].name,
-                        roles[i].what);
-    }
+    const struct { const char *role, *name, *idle, *what; } roles[] = {
+        {"predict", mvm_prefetcher_name(s->prefetch), "none", "prefetch"},
+        {"route", mvm_substitutor_name(s->subst), "none", "substitute"},
+        {"config", mvm_resid_config_name(s->resid), "none", "divide"},
+        {"assign", s->on_device ? mvm_resid_assign_name(s->resid) : "gpu", "gpu", "place"}};
+    /* beside a GPU: --n-cpu-moe at least the layers */
+    const char *why = s->on_device ? "with --n-cpu-moe at least the layers the CPU computes "
+                                     "every expert at its home"
+                                   : "on the host backend with no budget every expert is read "
+                                     "at its home";
+    const char *fix = s->on_device ? "keep fewer layers' experts on the CPU, or give a budget "
+                                     "(--gpu-budget)"
+                                   : "give a budget to emulate a device (--gpu-budget or "
+                                     "MOEVM_GPU_BUDGET, e.g. 100%)";
+    for (size_t i = 0; i < sizeof roles / sizeof *roles; i++)
+        if (strcmp(roles[i].name, roles[i].idle) != 0)
+            return mvm_fail(MVM_ERR_INVALID, "%s %s: %s and nothing moves, so there is nothing "
+                            "to %s; %s", roles[i].role, roles[i].name, why, roles[i].what, fix);
     return MVM_OK;
 }
 

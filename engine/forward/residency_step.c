@@ -73,10 +73,12 @@ static mvm_status hold_expert(mvm_resid *r, uint32_t x, mvm_move *move)
 
 /* Pins experts[0..n), asked for with moves[i] (NULL: nothing to wait for), each once its
  * copy has landed; those pinned already (run from their homes) stay as they are. After a
- * failure (st, or a copy's) the other copies are released unwaited. */
+ * failure (st, or a copy's) the other copies are released unwaited. The time it takes is
+ * the steps' wait for their copies. */
 static mvm_status hold_all(mvm_resid *r, uint32_t layer, const int32_t *experts,
                            mvm_move **moves, uint32_t n, mvm_status st)
 {
+    const double t0 = mvm_now_s();
     for (uint32_t i = 0; i < n; i++) {
         uint32_t x = layer * r->n_experts + (uint32_t)experts[i];
         mvm_move *move = moves[i];
@@ -86,23 +88,21 @@ static mvm_status hold_all(mvm_resid *r, uint32_t layer, const int32_t *experts,
         else if (move)
             mvm_move_release(move);
     }
+    r->stats.wait_s += mvm_now_s() - t0;
     return st;
 }
 
-static mvm_status check_step(const mvm_resid *r, uint32_t layer, const int32_t *experts,
-                             uint32_t n)
+/* The start of a step's begin over experts[0..n) of `layer`: checked, then all shielded
+ * from eviction before any of them loads. */
+static mvm_status enter_step(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n)
 {
     for (uint32_t i = 0; i < n; i++)
         if (experts[i] < 0 || (uint32_t)experts[i] >= r->n_experts || layer >= r->shape.n_layers)
             return mvm_fail(MVM_ERR_RANGE, "expert (%u, %d) is outside the space", layer,
                             experts[i]);
-    return MVM_OK;
-}
-
-static void shield(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n)
-{
     for (uint32_t i = 0; i < n; i++)
         r->busy[layer * r->n_experts + (uint32_t)experts[i]] = 1;
+    return MVM_OK;
 }
 
 /* After a failure: unpins the first `pinned` experts, unshields them all. */
@@ -119,10 +119,9 @@ mvm_status mvm_resid_begin(mvm_resid *r, uint32_t layer, const int32_t *experts,
 {
     if (r->at_home)
         return mvm_resid_begin_home(r, layer, experts, n, 0);
-    mvm_status st = check_step(r, layer, experts, n);
+    mvm_status st = enter_step(r, layer, experts, n);
     if (st != MVM_OK)
         return st;
-    shield(r, layer, experts, n);
     uint32_t k = 0;
     for (; k < n && st == MVM_OK; k++) {
         uint32_t e = (uint32_t)experts[k], x = layer * r->n_experts + e;
@@ -137,9 +136,7 @@ mvm_status mvm_resid_begin(mvm_resid *r, uint32_t layer, const int32_t *experts,
             st = pin_one(r, x);
         }
     }
-    double t0 = mvm_now_s();
     st = hold_all(r, layer, experts, r->moves, k, st);
-    r->stats.wait_s += mvm_now_s() - t0;
     if (st != MVM_OK)
         unpin(r, layer, experts, n);
     return st;
@@ -173,15 +170,26 @@ static mvm_status wait_for_landing(mvm_resid *r)
     return MVM_ERR_NOSPACE;
 }
 
+/* Moves experts[i] to experts[front], those between one on, keeping their order; moves
+ * (NULL: none) beside them. */
+static void to_front(int32_t *experts, mvm_move **moves, uint32_t i, uint32_t front)
+{
+    int32_t e = experts[i];
+    mvm_move *m = moves ? moves[i] : NULL;
+    memmove(experts + front + 1, experts + front, (i - front) * sizeof *experts);
+    experts[front] = e;
+    if (moves) {
+        memmove(moves + front + 1, moves + front, (i - front) * sizeof *moves);
+        moves[front] = m;
+    }
+}
+
 /* Moves the experts with pages on the device (or on their way) to the front, in order. */
 static void resident_first(const mvm_resid *r, uint32_t layer, int32_t *experts, uint32_t n)
 {
     for (uint32_t i = 0, front = 0; i < n; i++)
-        if (r->resident[layer * r->n_experts + (uint32_t)experts[i]]) {
-            int32_t e = experts[i];
-            memmove(experts + front + 1, experts + front, (i - front) * sizeof *experts);
-            experts[front++] = e;
-        }
+        if (r->resident[layer * r->n_experts + (uint32_t)experts[i]])
+            to_front(experts, NULL, i, front++);
 }
 
 /* Moves the asked experts[0..k) whose copies have landed (or that had none) to the
@@ -194,13 +202,8 @@ static uint32_t landed_first(mvm_resid *r, int32_t *experts, uint32_t k)
             mvm_move_release(r->moves[i]);
             r->moves[i] = NULL;
         }
-        if (!r->moves[i]) {
-            int32_t e = experts[i];
-            memmove(experts + front + 1, experts + front, (i - front) * sizeof *experts);
-            memmove(r->moves + front + 1, r->moves + front, (i - front) * sizeof *r->moves);
-            experts[front] = e;
-            r->moves[front++] = NULL;
-        }
+        if (!r->moves[i])
+            to_front(experts, r->moves, i, front++);
     }
     return front;
 }
@@ -210,10 +213,9 @@ mvm_status mvm_resid_begin_round(mvm_resid *r, uint32_t layer, int32_t *experts,
 {
     *n_round = *n_ready = 0;
     mvm_resid_drop_moves(r);
-    mvm_status st = check_step(r, layer, experts, n);
+    mvm_status st = enter_step(r, layer, experts, n);
     if (st != MVM_OK)
         return st;
-    shield(r, layer, experts, n);
     resident_first(r, layer, experts, n);
     uint32_t k = 0;
     while (k < n) {
@@ -246,11 +248,8 @@ mvm_status mvm_resid_begin_round(mvm_resid *r, uint32_t layer, int32_t *experts,
 mvm_status mvm_resid_hold_round(mvm_resid *r, uint32_t layer, const int32_t *experts,
                                 uint32_t n_ready, uint32_t n_round)
 {
-    double t0 = mvm_now_s();
-    mvm_status st = hold_all(r, layer, experts + n_ready, r->moves + n_ready,
-                             n_round - n_ready, MVM_OK);
-    r->stats.wait_s += mvm_now_s() - t0;
-    return st;
+    return hold_all(r, layer, experts + n_ready, r->moves + n_ready, n_round - n_ready,
+                    MVM_OK);
 }
 
 void mvm_resid_release(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t n)
@@ -262,10 +261,9 @@ void mvm_resid_release(mvm_resid *r, uint32_t layer, const int32_t *experts, uin
 mvm_status mvm_resid_begin_home(mvm_resid *r, uint32_t layer, const int32_t *experts,
                                 uint32_t n, int pin)
 {
-    mvm_status st = check_step(r, layer, experts, n);
+    mvm_status st = enter_step(r, layer, experts, n);
     if (st != MVM_OK)
         return st;
-    shield(r, layer, experts, n);
     uint32_t done = 0;
     for (; done < n && st == MVM_OK; done++) {
         uint32_t x = layer * r->n_experts + (uint32_t)experts[done];
