@@ -13,6 +13,8 @@ sigma (CPython's handle_capital_sigma).
 import sys
 import unicodedata
 
+from codepoint_runs import runs
+
 SIGMA = "\u03a3"
 
 
@@ -30,18 +32,6 @@ def case_ignorable(c):
     if cased(c):
         return ("A" + SIGMA + c).lower()[1] == "\u03c2"
     return ("A" + c + SIGMA).lower()[-1] == "\u03c2"
-
-
-def runs(pred):
-    out, start = [], None
-    for cp in range(0x110001):
-        inside = cp < 0x110000 and not 0xD800 <= cp <= 0xDFFF and pred(chr(cp))
-        if inside and start is None:
-            start = cp
-        elif not inside and start is not None:
-            out.append((start, cp - 1))
-            start = None
-    return out
 
 
 def mapping(fn):
@@ -87,7 +77,8 @@ def main():
     emit("jcase_title", *mapping(str.title), out)
     for name, pred in (("jcase_cased", cased), ("jcase_ignorable", case_ignorable)):
         out.append(f"static const jcase_span {name}[] = {{")
-        out.extend(f"    {{0x{lo:04X}, 0x{hi:04X}}}," for lo, hi in runs(pred))
+        out.extend(f"    {{0x{lo:04X}, 0x{hi:04X}}}," for lo, hi in runs(
+            lambda cp: not 0xD800 <= cp <= 0xDFFF and pred(chr(cp))))
         out.append("};")
     sys.stdout.write("\n".join(out) + "\n")
 

@@ -13,6 +13,8 @@ import subprocess
 import sys
 import unicodedata
 
+from codepoint_runs import runs
+
 CATEGORIES = [("letters", "L", "\\p{L}"), ("numbers", "N", "\\p{N}"), ("marks", "M", "\\p{M}"),
               ("punctuation", "P", "\\p{P}"), ("symbols", "S", "\\p{S}"),
               ("upper_letters", ("Lu", "Lt"), "\\p{Lu} and \\p{Lt}"),
@@ -29,18 +31,6 @@ def perl_han():
     out = subprocess.run(["perl", "-e", PERL_HAN], capture_output=True, text=True,
                          check=True).stdout.split()
     return out[0], {int(cp) for cp in out[1:]}
-
-
-def ranges(inside):
-    out, start = [], None
-    for cp in range(0x80, 0x110001):
-        now = cp <= 0x10FFFF and inside(cp)
-        if now and start is None:
-            start = cp
-        elif not now and start is not None:
-            out.append((start, cp - 1))
-            start = None
-    return out
 
 
 def table(w, name, about, rs):
@@ -66,11 +56,11 @@ def main():
       f"{unicodedata.unidata_version}: do not edit. */\n")
     for name, cats, about in CATEGORIES:
         if isinstance(cats, str):
-            rs = ranges(lambda cp: unicodedata.category(chr(cp))[0] == cats)
+            rs = runs(first=0x80, inside=lambda cp: unicodedata.category(chr(cp))[0] == cats)
         else:
-            rs = ranges(lambda cp: unicodedata.category(chr(cp)) in cats)
+            rs = runs(first=0x80, inside=lambda cp: unicodedata.category(chr(cp)) in cats)
         table(w, name, about, rs)
-    table(w, "han", "Script=Han", ranges(lambda cp: cp in han))
+    table(w, "han", "Script=Han", runs(first=0x80, inside=lambda cp: cp in han))
 
 
 if __name__ == "__main__":

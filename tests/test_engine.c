@@ -730,14 +730,14 @@ static int batch_wants(uint32_t s, uint32_t t) { return (t + s) % 3 != 1; }
  * where (r + s) % 3 is 0, a prompt's chunk; else 1, a decode step), the sequences in an order
  * that changes from call to call; pos[k]: token k's position. The number of tokens; done[s]
  * advances. */
-static uint32_t batch_call(uint32_t r, uint32_t S, uint32_t *done, mvm_ctx_token *t,
+static uint32_t batch_call(uint32_t r, uint32_t S, uint32_t *done, mvm_engine_token *t,
                            uint32_t *pos)
 {
     uint32_t n = 0;
     for (uint32_t k = 0; k < S; k++) {
         const uint32_t s = (k + r) % S, len = (r + s) % 3 == 0 ? 3 : 1;
         for (uint32_t j = 0; j < len && done[s] < BATCH_LEN; j++, done[s]++, n++) {
-            t[n] = (mvm_ctx_token){batch_token(s, done[s]), s, batch_wants(s, done[s])};
+            t[n] = (mvm_engine_token){batch_token(s, done[s]), s, batch_wants(s, done[s])};
             pos[n] = done[s];
         }
     }
@@ -746,7 +746,7 @@ static uint32_t batch_call(uint32_t r, uint32_t S, uint32_t *done, mvm_ctx_token
 
 /* The rows of one call of batch_sequences (poisoned: a row not wanted stays NaN) against
  * the logits each sequence has alone; 1 when all match. */
-static int batch_rows_match(const float *got, const float *alone, const mvm_ctx_token *t,
+static int batch_rows_match(const float *got, const float *alone, const mvm_engine_token *t,
                             const uint32_t *pos, uint32_t n, uint32_t V)
 {
     uint32_t o = 0;
@@ -766,15 +766,15 @@ static void batch_errors(mvm_ctx *c, const mvm_model *m)
 {
     const uint32_t before[3] = {mvm_ctx_seq_n_past(c, 0), mvm_ctx_seq_n_past(c, 1),
                                 mvm_ctx_seq_n_past(c, 2)};
-    mvm_ctx_token bad[3] = {{5, 0, 1}, {6, 3, 1}, {7, 1, 0}};
+    mvm_engine_token bad[3] = {{5, 0, 1}, {6, 3, 1}, {7, 1, 0}};
     CHECK_ST(mvm_ctx_eval_batch(c, bad, 3, NULL), MVM_ERR_RANGE);
     CHECK(strstr(mvm_last_error(), "sequence 3"));
-    bad[1] = (mvm_ctx_token){(int32_t)m->hp.n_vocab, 2, 1};
+    bad[1] = (mvm_engine_token){(int32_t)m->hp.n_vocab, 2, 1};
     CHECK_ST(mvm_ctx_eval_batch(c, bad, 3, NULL), MVM_ERR_INVALID);
-    mvm_ctx_token full[32]; /* two tokens of sequence 0, one too many of sequence 2 */
+    mvm_engine_token full[32]; /* two tokens of sequence 0, one too many of sequence 2 */
     const uint32_t n_full = 2 + 24 - before[2] + 1;
     for (uint32_t k = 0; k < n_full; k++)
-        full[k] = (mvm_ctx_token){9, k < 2 ? 0 : 2, 0};
+        full[k] = (mvm_engine_token){9, k < 2 ? 0 : 2, 0};
     CHECK_ST(mvm_ctx_eval_batch(c, full, n_full, NULL), MVM_ERR_RANGE);
     CHECK(strstr(mvm_last_error(), "sequence 2"));
     for (uint32_t s = 0; s < 3; s++)
@@ -797,7 +797,7 @@ static void test_batch_sequences(void)
         const uint32_t V = m->hp.n_vocab, S = 3, L = BATCH_LEN;
         float *alone = malloc((size_t)S * L * V * sizeof *alone);
         float *got = malloc((size_t)S * L * V * sizeof *got);
-        mvm_ctx_token t[3 * BATCH_LEN];
+        mvm_engine_token t[3 * BATCH_LEN];
         uint32_t pos[3 * BATCH_LEN], done[3] = {0}, n;
         mvm_ctx *c = NULL;
         eval_alone(m, 64, S, L, batch_token, alone);

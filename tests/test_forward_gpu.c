@@ -249,7 +249,7 @@ static void test_matches_cpu(void)
 static float *run_batches(const char *path, mvm_backend_kind backend, size_t *rows,
                           uint64_t *accesses)
 {
-    static const mvm_ctx_token calls_[][7] = {
+    static const mvm_engine_token calls_[][7] = {
         {{5, 0, 0}, {77, 0, 0}, {300, 0, 1}, {12, 1, 1}, {9, 1, 1}, {410, 2, 1}},
         {{3, 1, 1}, {128, 0, 0}, {64, 1, 0}, {200, 0, 1}, {17, 2, 0}, {42, 2, 1}, {8, 0, 1}},
         {{250, 2, 1}, {8, 1, 1}, {5, 0, 1}}};

@@ -36,12 +36,12 @@ static int32_t token(uint64_t *rng, uint32_t n_vocab)
 
 /* T steps of S tokens, one sequence at a time or batched; seconds. */
 static double decode(mvm_ctx *c, uint32_t S, uint32_t T, int batched, uint64_t *rng,
-                     uint32_t n_vocab, mvm_ctx_token *t, float *logits)
+                     uint32_t n_vocab, mvm_engine_token *t, float *logits)
 {
     double t0 = mvm_bench_wall_s();
     for (uint32_t step = 0; step < T; step++) {
         for (uint32_t s = 0; s < S; s++)
-            t[s] = (mvm_ctx_token){token(rng, n_vocab), s, 1};
+            t[s] = (mvm_engine_token){token(rng, n_vocab), s, 1};
         mvm_status st = MVM_OK;
         if (batched)
             st = mvm_ctx_eval_batch(c, t, S, logits);
@@ -80,12 +80,12 @@ int main(int argc, char **argv)
         return 1;
     }
     const uint32_t V = m->hp.n_vocab;
-    mvm_ctx_token *t = malloc((S > PROMPT ? S : PROMPT) * sizeof *t);
+    mvm_engine_token *t = malloc((S > PROMPT ? S : PROMPT) * sizeof *t);
     float *logits = malloc((size_t)S * V * sizeof *logits);
     uint64_t rng = 12345;
     for (uint32_t s = 0; s < S; s++) { /* the prompts */
         for (uint32_t i = 0; i < PROMPT; i++)
-            t[i] = (mvm_ctx_token){token(&rng, V), s, i == PROMPT - 1};
+            t[i] = (mvm_engine_token){token(&rng, V), s, i == PROMPT - 1};
         if (mvm_ctx_eval_batch(c, t, PROMPT, logits) != MVM_OK) {
             fprintf(stderr, "bench_cpu_batch: %s\n", mvm_last_error());
             return 1;

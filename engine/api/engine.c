@@ -326,17 +326,10 @@ mvm_status mvm_engine_eval(mvm_engine *e, uint32_t seq, const int32_t *tokens, u
     return st;
 }
 
-/* The public token is the context's, field for field: the batch is passed as it is. */
-_Static_assert(sizeof(mvm_engine_token) == sizeof(mvm_ctx_token) &&
-               offsetof(mvm_engine_token, id) == offsetof(mvm_ctx_token, id) &&
-               offsetof(mvm_engine_token, seq) == offsetof(mvm_ctx_token, seq) &&
-               offsetof(mvm_engine_token, logits) == offsetof(mvm_ctx_token, logits),
-               "mvm_engine_token and mvm_ctx_token differ");
-
 mvm_status mvm_engine_eval_batch(mvm_engine *e, const mvm_engine_token *tokens, uint32_t n,
                                  float *logits)
 {
-    mvm_status st = mvm_ctx_eval_batch(e->ctx, (const mvm_ctx_token *)tokens, n, logits);
+    mvm_status st = mvm_ctx_eval_batch(e->ctx, tokens, n, logits);
     if (st == MVM_OK)
         e->tokens += n;
     return st;

@@ -253,7 +253,7 @@ static mvm_status eval_backend(mvm_ctx *c, const mvm_fwd_batch *b, float *logits
 /* Evaluates t[0..n) (n <= n_batch, checked) at the positions that follow each sequence's
  * cached ones, which advance (the caller takes them back on failure). logits: n_vocab floats
  * for each token that wants them, or NULL. */
-static mvm_status eval_chunk(mvm_ctx *c, const mvm_ctx_token *t, uint32_t n, float *logits)
+static mvm_status eval_chunk(mvm_ctx *c, const mvm_engine_token *t, uint32_t n, float *logits)
 {
     uint32_t n_out = 0;
     for (uint32_t i = 0; i < n; i++) {
@@ -291,7 +291,7 @@ mvm_status mvm_ctx_eval(mvm_ctx *c, const int32_t *tokens, uint32_t n, float *lo
     for (uint32_t done = 0; done < n;) {
         const uint32_t nb = n - done < c->n_batch ? n - done : c->n_batch;
         for (uint32_t i = 0; i < nb; i++)
-            c->b_in[i] = (mvm_ctx_token){tokens[done + i], c->seq,
+            c->b_in[i] = (mvm_engine_token){tokens[done + i], c->seq,
                                          all_logits || done + i == n - 1};
         float *lg = logits && all_logits ? logits + (size_t)done * c->m->hp.n_vocab : logits;
         mvm_status st = eval_chunk(c, c->b_in, nb, lg);
@@ -304,7 +304,7 @@ mvm_status mvm_ctx_eval(mvm_ctx *c, const int32_t *tokens, uint32_t n, float *lo
     return MVM_OK;
 }
 
-mvm_status mvm_ctx_eval_batch(mvm_ctx *c, const mvm_ctx_token *t, uint32_t n, float *logits)
+mvm_status mvm_ctx_eval_batch(mvm_ctx *c, const mvm_engine_token *t, uint32_t n, float *logits)
 {
     const uint32_t n_vocab = c->m->hp.n_vocab;
     memset(c->n_new, 0, c->kv.n_seq * sizeof *c->n_new);

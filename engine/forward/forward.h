@@ -22,6 +22,7 @@
 #include "engine/forward/residency.h"
 #include "engine/forward/substitute.h"
 #include "engine/model/model.h"
+#include "moevm/engine.h" /* mvm_engine_token: a batch's token, the API's and the context's */
 
 /* One (token, MoE layer) as routed: what mvm_route_fn observers see. */
 typedef struct mvm_route_record {
@@ -53,7 +54,8 @@ typedef struct mvm_ctx_policies {
      * cannot read the homes (no HOST_NUMA VMM: mvm_space_info.home_mapped 0) steps always
      * wait, and a step whose experts do not all fit the budget runs in rounds. */
     int wait_loads;
-    const char *kv_type;          /* "f16" or "f32" (engine/forward/kv_cache.h); NULL: MOEVM_KV_TYPE */
+    /* "f16" or "f32" (engine/forward/kv_cache.h); NULL: MOEVM_KV_TYPE */
+    const char *kv_type;
     /* Sequences the context holds (0: 1), each its own n_ctx positions of KV cache: a
      * server's requests share one context, so one residency manager sees all their
      * routing and one budget holds their experts (mvm_ctx_select_seq). */
@@ -107,13 +109,6 @@ void mvm_ctx_set_route_observer(mvm_ctx *c, mvm_route_fn fn, void *fn_ctx);
 mvm_status mvm_ctx_eval(mvm_ctx *c, const int32_t *tokens, uint32_t n, float *logits,
                         int all_logits);
 
-/* One token of a batch of several sequences (mvm_ctx_eval_batch). */
-typedef struct mvm_ctx_token {
-    int32_t id;
-    uint32_t seq;    /* the sequence it extends: after its cached positions and the batch's
-                        earlier tokens of that sequence */
-    int32_t logits;  /* nonzero: its logits are wanted */
-} mvm_ctx_token;
 
 /* Evaluates n tokens of any sequences together (a server's requests: each one's next token,
  * another's prompt), n_batch at a time: the matrix products read each weight once for the
@@ -123,7 +118,7 @@ typedef struct mvm_ctx_token {
  * MVM_ERR_RANGE for a sequence out of range. A GPU context evaluates each run of one
  * sequence's consecutive tokens by itself (its kernels take one sequence a batch): the same
  * results, without the sharing. */
-mvm_status mvm_ctx_eval_batch(mvm_ctx *c, const mvm_ctx_token *t, uint32_t n, float *logits);
+mvm_status mvm_ctx_eval_batch(mvm_ctx *c, const mvm_engine_token *t, uint32_t n, float *logits);
 /* The time of expert (layer, expert) on the device for n <= n_batch tokens, x their
  * inputs (n rows of n_embd floats): from the quantization of the input to the end of the
  * down kernel, launched and finished (what `moevm calibrate` fits t_gpu(n) to). The expert

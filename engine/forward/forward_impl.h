@@ -24,7 +24,7 @@ struct mvm_ctx {
     /* scratch of one batch (mvm_fwd_batch's arrays) and of mvm_ctx_eval's tokens */
     int32_t *b_tok;
     uint32_t *b_pos, *b_seq, *b_out;
-    mvm_ctx_token *b_in;
+    mvm_engine_token *b_in;
     const struct mvm_fwd_backend *be;
     void *state;                /* the backend's */
 };
