@@ -325,6 +325,17 @@ expect 2 '^moevm bench: --gpu-budget 12Q: expected a size' -- "$moevm" bench -m 
 expect 2 '^moevm bench: -t 1,,2: an empty item in the list' -- "$moevm" bench -m "$m" -t 1,,2
 expect 2 '^moevm bench: --gpu-budget 50%,: an empty item in the list' -- "$moevm" bench -m "$m" --gpu-budget 50%,
 expect 2 '^moevm bench: --gpu-budget 0: expected a size above 0' -- "$moevm" bench -m "$m" --gpu-budget 0
+# a budget the model cannot take: its error alone, no table's header before it; JSON stays JSON
+"$moevm" bench -m "$m" -n 2 -r 1 --gpu-budget 1K >"$tmp/bench.bad" 2>&1
+rc=$?
+"$moevm" bench -m "$m" -n 2 -r 1 --gpu-budget 1K -o json 2>/dev/null >>"$tmp/bench.bad"
+if [ $rc -eq 1 ] && [ "$(wc -l <"$tmp/bench.bad")" -eq 2 ] && [ "$(tail -n 1 "$tmp/bench.bad")" = "[]" ] &&
+   grep -Eq '^moevm bench: loading the model: .*smaller than one page' "$tmp/bench.bad"; then
+    pass=$((pass + 1))
+else
+    fail=$((fail + 1)); echo "FAIL: bench --gpu-budget 1K: wanted its error alone (exit 1), and [] with -o json" >&2
+    sed 's/^/    /' "$tmp/bench.bad" >&2
+fi
 expect 1 'MOEVM_GPU_BUDGET=0: not valid \(expected a size above 0' -- env MOEVM_GPU_BUDGET=0 "$moevm" run -m "$m" -p x -n 1
 expect 1 'MOEVM_EVICT=: not valid \(expected a value, not an empty one; unset it for the default, auto\)' -- env MOEVM_EVICT= "$moevm" run -m "$m" -p x -n 1
 expect 2 '-m MODEL.gguf is required' -- "$moevm" bench -p 8
@@ -519,6 +530,8 @@ expect 1 'lru' -- "$moevm" sim --trace "$tmp/g.jsonl" --evict 'lru{window=3}'
 expect 2 'give --trace FILE' -- "$moevm" sim --budget 10%
 expect 2 'not both' -- "$moevm" sim --trace "$tmp/g.jsonl" --model-shape mixtral-8x7b
 expect 0 'default +[0-9.]+' -- "$moevm" sim --model-shape 4,16,2 --budget 30%
+expect 0 'budget 384 of 384 pages' -- "$moevm" sim --model-shape 4,16,2 --budget 100T
+expect 0 'more than every expert takes .*simulating 100%' -- "$moevm" sim --model-shape 4,16,2 --budget 100T
 expect 1 'model-shape' -- "$moevm" sim --model-shape gpt-5
 expect 2 "'route' .*expected role=policy|expected role=policy" -- "$moevm" sim --trace "$tmp/g.jsonl" --compare 'routing=none'
 expect 1 'cost' -- "$moevm" sim --trace "$tmp/g.jsonl" --cost tpu-v9

@@ -114,7 +114,10 @@ static void write_text(FILE *f, const mvm_bench_row *r)
             test, r->avg_ts, r->stddev_ts, hit, r->mib_per_token, wait);
 }
 
-void mvm_bench_out_begin(mvm_bench_out *o)
+/* The table's header, the CSV's header line, or the JSON array's opening: written with the
+ * first record, so that a configuration that fails before any (an impossible budget) leaves
+ * its one-line error alone. */
+static void begin(mvm_bench_out *o)
 {
     if (o->format == MVM_BENCH_TEXT || o->format == MVM_BENCH_MD)
         fputs("| arch | experts | experts GiB | backend | threads | budget GiB | routing | test "
@@ -129,6 +132,8 @@ void mvm_bench_out_begin(mvm_bench_out *o)
 
 void mvm_bench_out_row(mvm_bench_out *o, const mvm_bench_row *r)
 {
+    if (!o->rows)
+        begin(o);
     if (o->format == MVM_BENCH_CSV) {
         write_csv(o->f, r);
     } else if (o->format == MVM_BENCH_JSON || o->format == MVM_BENCH_JSONL) {
@@ -147,6 +152,6 @@ void mvm_bench_out_row(mvm_bench_out *o, const mvm_bench_row *r)
 void mvm_bench_out_end(mvm_bench_out *o)
 {
     if (o->format == MVM_BENCH_JSON)
-        fputs("\n]\n", o->f);
+        fputs(o->rows ? "\n]\n" : "[]\n", o->f);
     fflush(o->f);
 }

@@ -37,11 +37,11 @@ typedef struct mvm_bench_out {
     uint32_t rows; /* written so far */
 } mvm_bench_out;
 
-/* The table's header, the CSV's header line, or the JSON array's opening. */
-void mvm_bench_out_begin(mvm_bench_out *o);
-/* One record, flushed (a long sweep shows its rows as they come). */
+/* One record, flushed (a long sweep shows its rows as they come); the first comes after the
+ * table's header, the CSV's header line or the JSON array's opening. */
 void mvm_bench_out_row(mvm_bench_out *o, const mvm_bench_row *r);
-/* The JSON array's closing (also after a failure: the rows so far stay valid JSON). */
+/* The JSON array's closing (also after a failure: the rows so far, or none, stay valid
+ * JSON). */
 void mvm_bench_out_end(mvm_bench_out *o);
 
 #endif

@@ -422,7 +422,6 @@ int mvm_cmd_bench(int argc, char **argv)
         return mvm_cli_error("bench", "--routing");
     replay.t = trace;
     mvm_bench_out out = {.format = a.format, .f = stdout};
-    mvm_bench_out_begin(&out);
     for (uint32_t t = 0; !rc && t < a.n_threads; t++) {
         mvm_pool *pool;
         if ((rc = mvm_cli_threads("bench", a.threads[t], &pool)))

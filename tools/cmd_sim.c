@@ -332,7 +332,13 @@ static int budget_pages(const char *text, const mvm_trace *t, uint32_t page, uin
                 text);
         return 2;
     }
-    *out = bytes ? bytes / page : (uint64_t)(frac * (double)total_pages(t, page));
+    uint64_t total = total_pages(t, page);
+    *out = bytes ? bytes / page : (uint64_t)(frac * (double)total);
+    if (*out > total) { /* a device larger than the model: say so, and simulate 100% */
+        fprintf(stderr, "moevm sim: --budget %s is more than every expert takes (%.1f GiB): "
+                "simulating 100%%\n", text, (double)total * page / 1073741824.0);
+        *out = total;
+    }
     return 0;
 }
 
