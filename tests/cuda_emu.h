@@ -203,6 +203,14 @@ static inline void __syncthreads(void) { emu_barrier_wait(&emu_block_barrier, bl
 
 static inline void __threadfence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 
+/* The four signed bytes of a times those of b, plus c. */
+static inline int __dp4a(int a, int b, int c)
+{
+    for (int k = 0; k < 32; k += 8)
+        c += (int8_t)((uint32_t)a >> k) * (int8_t)((uint32_t)b >> k);
+    return c;
+}
+
 /* A warp shuffle: every lane of the warp must call it, as the full mask says; a lane gets
  * lane `from`'s value, or its own when from is outside the warp. One barrier, with the slots
  * double-buffered by the parity of the warp barrier's generation (k: the shuffles the warp
