@@ -443,7 +443,7 @@ expect 1 'loading the model: .*trunc.gguf' -- "$moevm" run -m "$tmp/trunc.gguf" 
 printf 'not a gguf file at all' >"$tmp/junk.gguf"
 expect 1 'junk.gguf' -- "$moevm" run -m "$tmp/junk.gguf" -p hi
 expect 1 'MOEVM_CPU_SIMD=avx3: not valid' -- env MOEVM_CPU_SIMD=avx3 "$moevm" run -m "$m" -p hi
-expect 1 '^moevm run: threads: MOEVM_THREADS=1000000: more than 1024 threads$' -- env MOEVM_THREADS=1000000 "$moevm" run -m "$m" -p hi
+expect 1 '^moevm run: environment: MOEVM_THREADS=1000000: not valid \(expected an integer in 0\.\.1024\)$' -- env MOEVM_THREADS=1000000 "$moevm" run -m "$m" -p hi
 expect 2 '^moevm run: -t 2000: expected an integer in 1..1024$' -- "$moevm" run -m "$m" -p hi -t 2000
 expect 0 'scalar kernels' -- env MOEVM_CPU_SIMD=scalar "$moevm" run -m "$m" -p hi -n 2
 # The VNNI level where the CPU has it, else a one-line error naming the best level it has.

@@ -75,6 +75,15 @@ static void test_env(void)
     setenv("MOEVM_DEVICE", "99999999999", 1);
     CHECK(mvm_option_get(&mvm_opt_device, &v, msg, sizeof msg) == MVM_ERR_OPTION);
     unsetenv("MOEVM_DEVICE");
+    /* an integer with a range: its ends in, past them out, and the range named */
+    setenv("MOEVM_THREADS", "1024", 1);
+    CHECK(mvm_option_get(&mvm_opt_threads, &v, msg, sizeof msg) == MVM_OK && v.i == 1024);
+    setenv("MOEVM_THREADS", "0", 1);
+    CHECK(mvm_option_get(&mvm_opt_threads, &v, msg, sizeof msg) == MVM_OK && v.i == 0);
+    setenv("MOEVM_THREADS", "1025", 1);
+    CHECK(mvm_option_get(&mvm_opt_threads, &v, msg, sizeof msg) == MVM_ERR_OPTION);
+    CHECK(strstr(msg, "MOEVM_THREADS=1025: not valid (expected an integer in 0..1024)") != NULL);
+    unsetenv("MOEVM_THREADS");
     setenv("MOEVM_CUDA_LIBRARY", "", 1);
     CHECK(mvm_option_get(&mvm_opt_cuda_library, &v, msg, sizeof msg) == MVM_ERR_OPTION);
     unsetenv("MOEVM_CUDA_LIBRARY");

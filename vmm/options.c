@@ -179,14 +179,17 @@ int mvm_parse_budget(const char *s, uint64_t *bytes, double *frac)
     return 0;
 }
 
-static int parse_int(const char *s, int64_t *out)
+/* A non-negative integer, within `range` ("LO..HI") when there is one. */
+static int parse_int(const char *s, const char *range, int64_t *out)
 {
     if (!s || !isdigit((unsigned char)*s))
         return -1;
     errno = 0;
     char *end;
-    long long v = strtoll(s, &end, 10);
-    if (*end || errno || v > INT32_MAX)
+    long long v = strtoll(s, &end, 10), lo = 0, hi = INT32_MAX;
+    if (range && sscanf(range, "%lld..%lld", &lo, &hi) != 2)
+        return -1; /* a table's mistake: every value fails, named */
+    if (*end || errno || v < lo || v > hi)
         return -1;
     *out = v;
     return 0;
@@ -215,7 +218,11 @@ static const char *expectation(const mvm_option_desc *d, char *buf, size_t len)
     case MVM_OPT_BUDGET:
         return "a size above 0 with an optional K/M/G/T suffix (8G), a percentage in (0,100] "
                "(25%), or auto";
-    case MVM_OPT_INT: return "a non-negative integer";
+    case MVM_OPT_INT:
+        if (!d->choices)
+            return "a non-negative integer";
+        snprintf(buf, len, "an integer in %s", d->choices);
+        return buf;
     case MVM_OPT_CHOICE: snprintf(buf, len, "one of %s", d->choices); return buf;
     case MVM_OPT_STRING: /* only an empty one fails: unset, the default applies */
         snprintf(buf, len, "a value, not an empty one; unset it for the default, %s", d->def);
@@ -242,7 +249,7 @@ static int parse_value(const mvm_option_desc *d, const char *s, mvm_option_value
         v->i = (int64_t)b; /* MVM_BUDGET_AUTO reads back as -1 through the cast */
         return 0;
     }
-    case MVM_OPT_INT: return parse_int(s, &v->i);
+    case MVM_OPT_INT: return parse_int(s, d->choices, &v->i);
     case MVM_OPT_CHOICE: return parse_choice(s, d->choices, &v->i);
     case MVM_OPT_STRING:
         v->s = s;
@@ -345,6 +352,8 @@ void mvm_options_print_markdown(FILE *f)
         char type[96];
         if (d->type == MVM_OPT_CHOICE)
             snprintf(type, sizeof type, "%s", d->choices);
+        else if (d->type == MVM_OPT_INT && d->choices)
+            snprintf(type, sizeof type, "integer %s", d->choices);
         else
             snprintf(type, sizeof type, "%s", type_name(d->type));
         /* '|' inside a cell must be escaped in markdown tables. */

@@ -30,7 +30,8 @@ typedef struct mvm_option_desc {
     const char *name;      /* MOEVM_... */
     mvm_option_type type;
     const char *def;       /* default, as it would be written in the environment */
-    const char *choices;   /* MVM_OPT_CHOICE: "auto|host|cuda" */
+    const char *choices;   /* MVM_OPT_CHOICE: "auto|host|cuda"; MVM_OPT_INT: its range,
+                              "0..1024", or NULL for any non-negative one */
     const char *doc;       /* one line */
 } mvm_option_desc;
 

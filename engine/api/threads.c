@@ -26,9 +26,6 @@ mvm_status mvm_threads_pool(uint32_t threads, mvm_pool **out)
         return mvm_fail(MVM_ERR_UNSUPPORTED, "MOEVM_CPU_SIMD=%s: this CPU does not support it "
                         "(best: %s)", mvm_k_simd_name(levels[simd.i]),
                         mvm_k_simd_name(mvm_k_simd_detect()));
-    if (!threads && env_threads.i > MVM_POOL_MAX_THREADS)
-        return mvm_fail(MVM_ERR_OPTION, "MOEVM_THREADS=%lld: more than %d threads",
-                        (long long)env_threads.i, MVM_POOL_MAX_THREADS);
     int n = threads ? (int)threads
             : env_threads.i > 0 ? (int)env_threads.i
             : topo.n_cores > 0 ? topo.n_cores : 1;

@@ -1,10 +1,14 @@
 /* The engine's MOEVM_* options (engine_options.h). */
 #include "engine/forward/engine_options.h"
 
+#include "engine/compute/pool.h"
 #include "engine/model/model.h"
 
+#define TEXT_OF(x) #x
+#define TEXT(x) TEXT_OF(x)
+
 const mvm_option_desc mvm_opt_threads = {
-    "MOEVM_THREADS", MVM_OPT_INT, "0", NULL,
+    "MOEVM_THREADS", MVM_OPT_INT, "0", "0.." TEXT(MVM_POOL_MAX_THREADS),
     "CPU threads of the engine (`moevm run -t`); 0 = one per core near "
     "the GPU, or per core of the caller's NUMA node"};
 
