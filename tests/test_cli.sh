@@ -765,6 +765,15 @@ expect 0 'prompt: <\|start\|>system<\|message\|>.*<\|start\|>developer<\|message
 expect 0 'the message takes [0-9]+ tokens with the template, the context holds 24' -- sh -c "printf '%s\nshort\n' \"\$(printf 'word %.0s' \$(seq 60))\" | \"$moevm\" chat -m \"$m\" -c 24 --temp 0 -n 2"
 printf '{%% if %%}' >"$tmp/bad.jinja"
 expect 1 'moevm chat: .*bad.jinja: .*template line 1' -- sh -c "printf 'hi\n' | \"$moevm\" chat -m \"$m\" --chat-template-file \"$tmp/bad.jinja\""
+# a chat that cannot start says why in one line, with no statistics of a conversation after it
+printf 'hi\n' | "$moevm" chat -m "$m" --chat-template-file "$tmp/none.jinja" >"$tmp/chat.bad" 2>&1
+rc=$?
+if [ $rc -eq 2 ] && [ "$(wc -l <"$tmp/chat.bad")" -eq 1 ] && grep -q 'none.jinja: cannot open it' "$tmp/chat.bad"; then
+    pass=$((pass + 1))
+else
+    fail=$((fail + 1)); echo "FAIL: chat --chat-template-file missing: wanted one line, exit 2 (exit $rc)" >&2
+    sed 's/^/    /' "$tmp/chat.bad" >&2
+fi
 expect 2 'moevm chat: -m MODEL.gguf is required' -- "$moevm" chat
 expect 2 'unknown option --frob' -- "$moevm" chat -m "$m" --frob
 expect 0 'usage: moevm chat' -- "$moevm" chat --help

@@ -358,6 +358,31 @@ def cpu_moe(moevm, model, arch):
           "experts read at their homes" in log["99"], f"{arch}: --n-cpu-moe 99: {log['99']}")
 
 
+def template_file(moevm, model, arch, work):
+    """--chat-template-file: the server renders chat messages with that template (one that
+    raises on a given message shows it is the one in use); a missing file is one line and
+    exit 2, before the model loads."""
+    path = os.path.join(work, "raising.jinja")
+    with open(path, "w") as f:
+        f.write("{% if messages[0].content == 'boom' %}{{ raise_exception('from the file "
+                "template') }}{% endif %}{% for m in messages %}{{ m.content }}{% endfor %}")
+    s = Server(moevm, model, "--chat-template-file", path, "-t", "2")
+    try:
+        chat = dict(GREEDY, messages=[{"role": "user", "content": "boom"}])
+        status, body = s.post("/v1/chat/completions", chat)
+        check(status == 400 and "from the file template" in body["error"]["message"],
+              f"{arch}: --chat-template-file not in use: {status} {body}")
+        chat["messages"][0]["content"] = "hello"
+        status, body = s.post("/v1/chat/completions", chat)
+        check(status == 200, f"{arch}: --chat-template-file, a plain message: {status} {body}")
+    finally:
+        s.stop()
+    p = subprocess.run([moevm, "serve", "-m", model, "--port", "0", "--chat-template-file",
+                        path + ".none"], capture_output=True, text=True, timeout=60)
+    check(p.returncode == 2 and p.stderr.count("\n") == 1 and "cannot open it" in p.stderr,
+          f"{arch}: --chat-template-file missing: rc {p.returncode} {p.stderr!r}")
+
+
 def main():
     moevm, work = sys.argv[1], sys.argv[2]
     arches = sys.argv[3:] or ["qwen3moe"]
@@ -388,6 +413,7 @@ def main():
                                                                  f"log {log[-300:]!r}")
         if arch == arches[0]:
             cpu_moe(moevm, model, arch)
+            template_file(moevm, model, arch, work)
     print(f"{passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)
 

@@ -68,6 +68,7 @@ int mvm_cli_engine_option(const mvm_cli_iter *it, mvm_cli_engine *e)
     case MVM_CLI_E_CONFIG: return mvm_cli_module(c, f, v, &p->config);
     case MVM_CLI_E_ASSIGN: return mvm_cli_module(c, f, v, &p->assign);
     case MVM_CLI_E_COST: p->cost = v; return 0;
+    case MVM_CLI_E_TEMPLATE: e->template_file = v; return 0;
     default: return sampling_option(it, e);
     }
 }
@@ -107,16 +108,30 @@ void mvm_cli_engine_usage(FILE *f)
             "  --repeat-penalty P  the logits of the last --repeat-last-n tokens (default 64)\n"
             "                  divided by P (default 1: off)\n"
             "  -s, --seed N    the sampler's random stream (default 42)\n"
-            "  --ignore-eos    never sample an end-of-generation token (replies run to -n)\n");
+            "  --ignore-eos    never sample an end-of-generation token (replies run to -n)\n"
+            "  --chat-template-file FILE  a Jinja chat template to use instead of the model's\n");
 }
 
 int mvm_cli_engine_load(const char *cmd, mvm_cli_engine *e, mvm_engine **out)
 {
+    size_t len = 0;
+    char *tmpl = e->template_file ? mvm_cli_read_text(cmd, e->template_file, &len) : NULL;
+    if (e->template_file && !tmpl)
+        return 2;
     char label[600];
     snprintf(label, sizeof label, "loading %s", e->p.model);
     e->p.progress = mvm_cli_progress;
     e->p.progress_ctx = label;
-    if (mvm_engine_load(&e->p, out) != MVM_OK)
+    mvm_status st = mvm_engine_load(&e->p, out);
+    if (st == MVM_OK && tmpl && (st = mvm_engine_set_chat_template(*out, tmpl, len)) != MVM_OK) {
+        int rc = mvm_cli_error(cmd, e->template_file);
+        mvm_engine_free(*out);
+        *out = NULL;
+        free(tmpl);
+        return rc;
+    }
+    free(tmpl);
+    if (st != MVM_OK)
         return mvm_cli_error(cmd, "loading the model");
     mvm_engine_info in;
     mvm_engine_get_info(*out, &in);

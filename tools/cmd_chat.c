@@ -19,7 +19,7 @@
 #include "engine/compute/clock.h"
 #include "tools/cli_engine.h"
 
-enum { O_SYSTEM = 1, O_TEMPLATE, O_VERBOSE };
+enum { O_SYSTEM = 1, O_VERBOSE };
 
 static void usage(FILE *f)
 {
@@ -29,14 +29,13 @@ static void usage(FILE *f)
                "the conversation, /exit or end of input ends it. Ctrl-C stops a reply (or\n"
                "drops a message still being read) and returns to the prompt.\n"
                "  --system TEXT   the system message\n"
-               "  --chat-template-file FILE  a Jinja template to use instead of the model's\n"
                "  --verbose-prompt  each turn's rendered prompt on stderr\n");
     mvm_cli_engine_usage(f);
 }
 
 struct chat {
     mvm_cli_engine o;
-    const char *system, *template_file;
+    const char *system;
     int verbose;
     mvm_engine *e;
     mvm_sampler *sampler;
@@ -54,7 +53,6 @@ static int parse_args(int argc, char **argv, struct chat *c)
 {
     static const mvm_cli_opt opts[] = {MVM_CLI_ENGINE_OPTS,
                                        {"system", 0, 1, O_SYSTEM},
-                                       {"chat-template-file", 0, 1, O_TEMPLATE},
                                        {"verbose-prompt", 0, 0, O_VERBOSE},
                                        {0}};
     mvm_cli_iter it = {.cmd = "chat", .usage = usage, .opts = opts, .argc = argc, .argv = argv};
@@ -63,8 +61,6 @@ static int parse_args(int argc, char **argv, struct chat *c)
         int bad = mvm_cli_engine_option(&it, &c->o);
         if (bad < 0 && it.id == O_SYSTEM)
             c->system = it.value, bad = 0;
-        else if (bad < 0 && it.id == O_TEMPLATE)
-            c->template_file = it.value, bad = 0;
         else if (bad < 0 && it.id == O_VERBOSE)
             c->verbose = 1, bad = 0;
         if (bad)
@@ -311,21 +307,12 @@ static int converse(struct chat *c)
 
 static int open_chat(struct chat *c)
 {
-    if (mvm_cli_engine_load("chat", &c->o, &c->e))
-        return 1;
-    if (c->template_file) {
-        size_t len;
-        char *src = mvm_cli_read_text("chat", c->template_file, &len);
-        if (!src)
-            return 2;
-        mvm_status st = mvm_engine_set_chat_template(c->e, src, len);
-        free(src);
-        if (st != MVM_OK)
-            return mvm_cli_error("chat", c->template_file);
-    }
+    int rc = mvm_cli_engine_load("chat", &c->o, &c->e);
+    if (rc)
+        return rc;
     mvm_engine_info in;
     mvm_engine_get_info(c->e, &in);
-    if (!in.chat_template && !c->template_file)
+    if (!in.chat_template && !c->o.template_file)
         fprintf(stderr, "moevm chat: note: the model has no chat template "
                 "(tokenizer.chat_template): using ChatML\n");
     if (mvm_sampler_create(&c->o.s, in.n_vocab, &c->sampler) != MVM_OK)
@@ -347,10 +334,10 @@ int mvm_cmd_chat(int argc, char **argv)
         return rc;
     mvm_cli_catch_sigint(0); /* no SA_RESTART: Ctrl-C ends a read */
     rc = open_chat(&c);
-    if (!rc)
+    if (!rc) { /* statistics of a conversation, not after a failure to start one */
         rc = converse(&c);
-    if (c.e)
         print_stats(&c);
+    }
     mvm_sampler_free(c.sampler);
     mvm_engine_free(c.e);
     cJSON_Delete(c.messages);
