@@ -85,18 +85,9 @@ static mvm_status load(const char *path, mvm_backend_kind backend, double budget
     d.page_size = 4096;
     d.device_budget = 0;
     d.device_budget_frac = budget;
-    if (!cpu_moe)
-        return mvm_model_load(path, &(mvm_load_args){.desc = &d, .pool = pool}, m);
-    mvm_space *space = NULL;
-    mvm_status st = mvm_model_open(path, m);
-    if (st == MVM_OK && (st = mvm_plan_cpu_moe(*m, cpu_moe, &d)) == MVM_OK &&
-        (st = mvm_plan_space(*m, NULL, &d, &space)) == MVM_OK)
-        st = mvm_model_load_experts(*m, space, pool, NULL, NULL, NULL);
-    if (st != MVM_OK) {
-        mvm_model_free(*m);
-        *m = NULL;
-    }
-    return st;
+    return mvm_model_load(path, &(mvm_load_args){.desc = &d, .pool = pool,
+                                                 .cpu_moe = cpu_moe != 0, .n_cpu_moe = cpu_moe},
+                          m);
 }
 
 struct run {

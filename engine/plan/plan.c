@@ -133,7 +133,9 @@ mvm_status mvm_model_load(const char *path, const mvm_load_args *a, mvm_model **
         *out = NULL;
         return st;
     }
-    if ((st = mvm_plan_space(m, &a->ctx, a->desc, &space)) == MVM_OK)
+    if (a->cpu_moe)
+        st = mvm_plan_cpu_moe(m, a->n_cpu_moe, a->desc);
+    if (st == MVM_OK && (st = mvm_plan_space(m, &a->ctx, a->desc, &space)) == MVM_OK)
         st = mvm_model_load_experts(m, space, a->pool, a->held, a->progress, a->progress_ctx);
     if (st != MVM_OK) {
         mvm_model_free(m);

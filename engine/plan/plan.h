@@ -67,11 +67,14 @@ typedef struct mvm_load_args {
     mvm_ctx_shape ctx;
     mvm_pool *pool;        /* converts the experts */
     const uint8_t *held;   /* mvm_model_load_experts'; NULL: every expert */
+    int cpu_moe;           /* nonzero: mvm_plan_cpu_moe(n_cpu_moe) before the plan */
+    uint32_t n_cpu_moe;
     mvm_progress_fn progress;
     void *progress_ctx;
 } mvm_load_args;
 
-/* mvm_model_open, mvm_plan_space and mvm_model_load_experts in one call. */
+/* mvm_model_open, (mvm_plan_cpu_moe,) mvm_plan_space and mvm_model_load_experts in one
+ * call. */
 mvm_status mvm_model_load(const char *path, const mvm_load_args *a, mvm_model **out);
 
 #endif
