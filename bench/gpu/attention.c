@@ -13,10 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "engine/compute/gpu.h"
-#include "vmm/error.h"
+#include "bench/gpu/bench_gpu.h"
 
 struct shape {
     const char *name;
@@ -29,36 +27,28 @@ static const struct shape shapes[] = {
     {"DeepSeek-V3 MLA (128/1 x 576)", 128, 1, 576, 1},
 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static int fail(const char *what)
 {
     fprintf(stderr, "bench_gpu_attention: %s: %s\n", what, mvm_last_error());
     return 1;
 }
 
-/* Device memory of `bytes` filled with small F16 values (0x3000: 0.125), or F32 ones. */
+/* Small F16 values (0x3000: 0.125), or F32 ones. */
+static void fill_f16(void *h, size_t bytes)
+{
+    for (size_t i = 0; i < bytes / 2; i++)
+        ((uint16_t *)h)[i] = (uint16_t)(0x3000 + (i * 7919 % 512));
+}
+
+static void fill_f32(void *h, size_t bytes)
+{
+    for (size_t i = 0; i < bytes / 4; i++)
+        ((float *)h)[i] = (float)(i * 7919 % 1000) * 1e-3f - 0.5f;
+}
+
 static mvm_status filled(mvm_gpu *g, size_t bytes, int f16, mvm_dptr *out)
 {
-    void *h = malloc(bytes);
-    if (!h)
-        return mvm_fail(MVM_ERR_NOMEM, "%zu bytes of host memory", bytes);
-    if (f16)
-        for (size_t i = 0; i < bytes / 2; i++)
-            ((uint16_t *)h)[i] = (uint16_t)(0x3000 + (i * 7919 % 512));
-    else
-        for (size_t i = 0; i < bytes / 4; i++)
-            ((float *)h)[i] = (float)(i * 7919 % 1000) * 1e-3f - 0.5f;
-    mvm_status st = mvm_gpu_alloc(g, bytes, out);
-    if (st == MVM_OK)
-        st = mvm_gpu_upload(g, *out, h, bytes);
-    free(h);
-    return st;
+    return bench_filled(g, bytes, f16 ? fill_f16 : fill_f32, out);
 }
 
 /* Seconds per call of mvm_gpu_attention(a), the best of reps after one warm-up. */
@@ -66,12 +56,12 @@ static double time_attention(mvm_gpu *g, const mvm_g_attention_args *a, int reps
 {
     double best = 1e30;
     for (int r = -1; r < reps && *st == MVM_OK; r++) {
-        const double t0 = now_s();
+        const double t0 = mvm_now_s();
         *st = mvm_gpu_attention(g, 0, a);
         if (*st == MVM_OK)
             *st = mvm_gpu_sync(g);
-        if (r >= 0 && now_s() - t0 < best)
-            best = now_s() - t0;
+        if (r >= 0 && mvm_now_s() - t0 < best)
+            best = mvm_now_s() - t0;
     }
     return best;
 }

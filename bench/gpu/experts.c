@@ -22,11 +22,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "engine/compute/gpu.h"
+#include "bench/gpu/bench_gpu.h"
 #include "kernels/cpu/kernels.h"
-#include "vmm/error.h"
 
 #define SETS 4      /* copies of the active experts, read in turn */
 #define MATRICES 16 /* copies of the matrix */
@@ -46,33 +44,24 @@ static const struct shape shapes[] = {
 static const enum mvm_wtype types[][2] = {
     {MVM_W_Q8_0, MVM_W_Q8_0}, {MVM_W_Q4_K, MVM_W_Q4_K}, {MVM_W_Q4_K, MVM_W_Q6_K}};
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static int fail(const char *what)
 {
     fprintf(stderr, "bench_gpu_experts: %s: %s\n", what, mvm_last_error());
     return 1;
 }
 
-/* Device memory of `bytes` bytes of 0x11, or, with u32, the words 0, 1, 2, ... */
-static mvm_status filled(mvm_gpu *g, size_t bytes, int u32, mvm_dptr *out)
+/* Bytes of 0x11 (the weights: finite scales in every type), or the words 0, 1, 2, ... */
+static void fill_11(void *h, size_t bytes) { memset(h, 0x11, bytes); }
+
+static void fill_ids(void *h, size_t bytes)
 {
-    uint8_t *h = malloc(bytes);
-    if (!h)
-        return mvm_fail(MVM_ERR_NOMEM, "%zu bytes of host memory", bytes);
-    memset(h, 0x11, bytes);
-    for (size_t i = 0; u32 && i < bytes / 4; i++)
+    for (size_t i = 0; i < bytes / 4; i++)
         ((uint32_t *)h)[i] = (uint32_t)i;
-    mvm_status st = mvm_gpu_alloc(g, bytes, out);
-    if (st == MVM_OK && (st = mvm_gpu_upload(g, *out, h, bytes)) != MVM_OK)
-        mvm_gpu_free(g, *out);
-    free(h);
-    return st;
+}
+
+static mvm_status filled(mvm_gpu *g, size_t bytes, int ids, mvm_dptr *out)
+{
+    return bench_filled(g, bytes, ids ? fill_ids : fill_11, out);
 }
 
 /* The launches of one repetition r: what `which` names, over copy r of the weights. */
@@ -111,12 +100,12 @@ static double time_launches(struct rig *r, enum which w, int reps, mvm_status *s
         *st = launch(r, w, i);
     if (*st == MVM_OK)
         *st = mvm_gpu_sync(r->g);
-    const double t0 = now_s();
+    const double t0 = mvm_now_s();
     for (int i = 0; i < reps && *st == MVM_OK; i++)
         *st = launch(r, w, i);
     if (*st == MVM_OK)
         *st = mvm_gpu_sync(r->g);
-    return (now_s() - t0) / reps;
+    return (mvm_now_s() - t0) / reps;
 }
 
 static void report(const struct shape *s, const enum mvm_wtype *t, const char *kernel,
