@@ -183,12 +183,18 @@ def errors(s, arch):
 
 def concurrent(s, arch):
     prompts = ["The king", "In the morning", "A ship sailed", "Four"]
-    alone = {p: s.post("/v1/completions", dict(GREEDY, prompt=p))[1]["choices"][0]["text"]
+    # replies long enough, and started together, that they overlap however slowly the
+    # clients' threads start (a sanitized build decodes a tiny model's token in well under
+    # a millisecond, so 12-token replies could each end before the next began)
+    ask = dict(GREEDY, max_tokens=64, ignore_eos=True)
+    alone = {p: s.post("/v1/completions", dict(ask, prompt=p))[1]["choices"][0]["text"]
              for p in prompts}
     got = {}
+    start = threading.Barrier(2 * len(prompts))
 
     def client(p):
-        status, events, done = s.stream("/v1/completions", dict(GREEDY, prompt=p))
+        start.wait()
+        status, events, done = s.stream("/v1/completions", dict(ask, prompt=p))
         got[p] = "".join(e["choices"][0]["text"] for e in events) if done else None
 
     before = s.metrics()

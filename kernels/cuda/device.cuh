@@ -71,8 +71,11 @@ static __device__ __forceinline__ float block_q(const uint8_t *blk, const mvm_bl
         }
         sum -= L.bias * asum;
     }
-    return mvm_k_qfloat(L.m != 0, sum, asum, mvm_k_block_scale(T, blk),
-                        L.m ? mvm_k_h2f(mvm_k_block_h(blk, L.m)) : 0, mvm_k_h2f(a->d));
+    /* the f16 scale at 0 and min at L.m, as 16-bit loads (the shared code's memcpy is two
+     * byte loads) */
+    const uint16_t *h = (const uint16_t *)blk;
+    return mvm_k_qfloat(L.m != 0, sum, asum, mvm_k_h2f(h[0]), L.m ? mvm_k_h2f(h[L.m / 2]) : 0,
+                        mvm_k_h2f(a->d));
 }
 
 /* Chunk c (< 8) of super-block blk of K type T against its Q8_K block: kernels/blocks.h's
