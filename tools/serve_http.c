@@ -296,7 +296,7 @@ static enum MHD_Result route(struct serve_http *h, struct MHD_Connection *c, con
     return error(c, 404, msg, "not_found_error");
 }
 
-/* What the framing headers say of a request, gathered by framing(). */
+/* What the framing headers say of a request, gathered by framing_header(). */
 struct framing {
     const char *length;    /* the first Content-Length */
     int conflict;          /* another Content-Length differs from it */

@@ -64,7 +64,7 @@ static mvm_status filled(mvm_gpu *g, size_t bytes, int ids, mvm_dptr *out)
     return bench_filled(g, bytes, ids ? fill_ids : fill_11, out);
 }
 
-/* The launches of one repetition r: what `which` names, over copy r of the weights. */
+/* The launches of repetition i: what `which` names, over copy i of the weights. */
 enum which { UP, DOWN, EXPERTS, MATVEC };
 
 struct rig {
@@ -147,7 +147,7 @@ static mvm_status rig_up(struct rig *r, const struct shape *s, const enum mvm_wt
         return mvm_fail(MVM_ERR_NOMEM, "the rows' tables");
     for (uint32_t e = 0; e < SETS * k; e++)
         meta[e] = e % k, meta[SETS * k + e] = 1;
-    mvm_dptr tables;
+    mvm_dptr tables = 0;
     mvm_status st = mvm_gpu_alloc(r->g, ((size_t)SETS * k * 2 + k) * 4, &tables);
     if (st == MVM_OK)
         st = mvm_gpu_upload(r->g, tables, meta, ((size_t)SETS * k * 2 + k) * 4);

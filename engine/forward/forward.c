@@ -292,7 +292,7 @@ mvm_status mvm_ctx_eval(mvm_ctx *c, const int32_t *tokens, uint32_t n, float *lo
         const uint32_t nb = n - done < c->n_batch ? n - done : c->n_batch;
         for (uint32_t i = 0; i < nb; i++)
             c->b_in[i] = (mvm_engine_token){tokens[done + i], c->seq,
-                                         all_logits || done + i == n - 1};
+                                            all_logits || done + i == n - 1};
         float *lg = logits && all_logits ? logits + (size_t)done * c->m->hp.n_vocab : logits;
         mvm_status st = eval_chunk(c, c->b_in, nb, lg);
         if (st != MVM_OK) {

@@ -126,6 +126,21 @@ static __device__ __forceinline__ void kchunk(const uint8_t *blk, const uint8_t 
     }
 }
 
+/* Chunks [c0, c1) of super-block blk of K type T against its Q8_K block, scaled:
+ * kernels/blocks.h's mvm_k_kblock (all eight chunks) with kchunk. */
+template <enum mvm_wtype T>
+static __device__ __forceinline__ float kchunks(const uint8_t *blk, const mvm_block_q8_K *a,
+                                                int c0, int c1)
+{
+    uint8_t s[16];
+    const uint8_t *s16 = mvm_k_kscales(T, blk, s);
+    int32_t sum = 0, msum = 0;
+#pragma unroll
+    for (int c = c0; c < c1; c++)
+        kchunk<T>(blk, s16, a, c, &sum, &msum);
+    return mvm_k_kscale(T, blk, a, sum, msum);
+}
+
 /* Unit u (32 elements) of a row of Q or K type T against the row's activations: the Q
  * block u, or chunk u % 8 of super-block u / 8, so that a warp's lanes can share a
  * super-block. */
@@ -134,13 +149,9 @@ static __device__ __forceinline__ float unit_dot(const uint8_t *w, const uint8_t
 {
     if (mvm_k_is_q(T))
         return block_q<T>(w + (uint64_t)u * mvm_k_block_bytes(T), (const mvm_block_q8_0 *)act + u);
-    const uint8_t *blk = w + (uint64_t)(u / 8) * mvm_k_block_bytes(T);
-    const mvm_block_q8_K *a = (const mvm_block_q8_K *)act + u / 8;
-    uint8_t s[16];
-    const uint8_t *s16 = mvm_k_kscales(T, blk, s);
-    int32_t sum = 0, msum = 0;
-    kchunk<T>(blk, s16, a, (int)(u % 8), &sum, &msum);
-    return mvm_k_kscale(T, blk, a, sum, msum);
+    const int c = (int)(u % 8);
+    return kchunks<T>(w + (uint64_t)(u / 8) * mvm_k_block_bytes(T),
+                      (const mvm_block_q8_K *)act + u / 8, c, c + 1);
 }
 
 /* One block of type T as the expert's down slot holds it (32 elements of a float type, a Q
@@ -150,16 +161,8 @@ static __device__ __forceinline__ float block_dot(const uint8_t *w, const uint8_
 {
     if (mvm_k_is_q(T))
         return block_q<T>(w, (const mvm_block_q8_0 *)a);
-    if (mvm_k_is_k(T)) { /* kernels/blocks.h's mvm_k_kblock, with kchunk */
-        const mvm_block_q8_K *ak = (const mvm_block_q8_K *)a;
-        uint8_t s[16];
-        const uint8_t *s16 = mvm_k_kscales(T, w, s);
-        int32_t sum = 0, msum = 0;
-#pragma unroll
-        for (int c = 0; c < 8; c++)
-            kchunk<T>(w, s16, ak, c, &sum, &msum);
-        return mvm_k_kscale(T, w, ak, sum, msum);
-    }
+    if (mvm_k_is_k(T))
+        return kchunks<T>(w, (const mvm_block_q8_K *)a, 0, 8);
     float s = 0;
     for (int j = 0; j < MVM_QBLOCK; j++)
         s += mvm_k_elem(T, w, j) * ((const float *)a)[j];
