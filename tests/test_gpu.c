@@ -90,7 +90,7 @@ static void test_matvec(void)
     const uint32_t n_out = 7, n_tok = 2;
     for (int i = 0; i < MVM_W_COUNT; i++) {
         const enum mvm_wtype t = (enum mvm_wtype)i;
-        const uint32_t n_in = mvm_k_is_k(t) ? 512 : 96;
+        const uint32_t n_in = mvm_k_is_k(t) ? 768 : 320; /* several warp steps */
         const size_t rb = mvm_k_row_bytes(t, n_in);
         const size_t ab = mvm_k_act_bytes(t, n_in);
         float *wf = randoms((size_t)n_out * n_in), *x = randoms((size_t)n_tok * n_in);
@@ -123,7 +123,8 @@ static void test_matvec(void)
 /* The largest argument struct: one expert for 3 tokens, up, down and sum, against the CPU. */
 static void expert_case(mvm_k_expert_fmt f)
 {
-    const uint32_t D = mvm_k_is_k(f.gate_up) ? 256 : 64, F = mvm_k_is_k(f.down) ? 256 : 64;
+    /* more units than a warp step of the device kernels takes (row_dot_tile) */
+    const uint32_t D = mvm_k_is_k(f.gate_up) ? 768 : 320, F = mvm_k_is_k(f.down) ? 512 : 96;
     const uint32_t G = F / (uint32_t)mvm_k_expert_group_channels(f), T = 3;
     const size_t row = mvm_k_row_bytes(f.gate_up, D), drow = mvm_k_row_bytes(f.down, F);
     const size_t ebytes = G * mvm_k_expert_group_bytes(f, D);

@@ -35,57 +35,88 @@ static __device__ __forceinline__ int fifth_bits(uint32_t b)
                  (b << 25 & 0x10000000u));
 }
 
-/* One Q block (type T) against one Q8_0 activation block: kernels/blocks.h's
- * mvm_k_block_q, computed a word at a time. The shared code reads a byte per quant and sums
- * the activations even where the type has no use for the sum; here four quants are one
- * load pair and one __dp4a (nibbles unpacked four at a time, Q5's fifth bits added by
- * shifts), and the activations' sum (also a __dp4a) only for the types with a min or a
- * bias. The same integer sums and the same float formula: the CPU's result bit for bit.
- * The table types (IQ4_NL, MXFP4: a lookup per nibble) keep the shared code. */
-template <enum mvm_wtype T>
-static __device__ __forceinline__ float block_q(const uint8_t *blk, const mvm_block_q8_0 *a)
+/* Lanes of a warp that share one 32-element unit of type T (a Q block, or a chunk of a K
+ * super-block) in a row's dot product, each taking 32 / unit_lanes of its quants: Q8_0's
+ * eight words a lane each; the 4- and 5-bit types' 16 bytes of nibbles a word a lane (its 8
+ * quants); Q4_K's, Q5_K's and Q6_K's chunks 8 quants a lane, so that the 32 lanes take one
+ * super-block. A warp's load then reads 4 to 8 neighbouring units in one contiguous run; a
+ * lane per unit read 32 units 34 bytes apart, a run over 9 cache lines per load, for each
+ * of a Q8_0 block's 16 loads. The table types (IQ4_NL, MXFP4: a lookup per nibble) and the
+ * other K types keep a lane per unit and the shared code. */
+template <enum mvm_wtype T> static __device__ __forceinline__ uint32_t unit_lanes()
 {
-    if (mvm_k_is_table(T))
-        return mvm_k_block_q(T, blk, a);
-    const mvm_k_qlayout L = mvm_k_qlay(T);
-    const uint8_t *aq = (const uint8_t *)a->qs;
-    int sum = 0, asum = 0;
-    if (T == MVM_W_Q8_0) {
-#pragma unroll
-        for (int j = 0; j < MVM_QBLOCK; j += 4)
-            sum = __dp4a(word_at(blk + L.qs + j), word_at(aq + j), sum);
-    } else {
-        const uint32_t qh = L.qh ? (uint32_t)word_at(blk + L.qh) : 0;
-#pragma unroll
-        for (int j = 0; j < MVM_QBLOCK / 2; j += 4) {
-            const int q = word_at(blk + L.qs + j), a_lo = word_at(aq + j);
-            const int a_hi = word_at(aq + j + MVM_QBLOCK / 2);
-            int lo = q & 0x0F0F0F0F, hi = q >> 4 & 0x0F0F0F0F;
-            if (L.qh) {
-                lo |= fifth_bits(qh >> j);
-                hi |= fifth_bits(qh >> (j + MVM_QBLOCK / 2));
-            }
-            sum = __dp4a(hi, a_hi, __dp4a(lo, a_lo, sum));
-            if (L.m || L.bias)
-                asum = __dp4a(0x01010101, a_hi, __dp4a(0x01010101, a_lo, asum));
-        }
-        sum -= L.bias * asum;
-    }
-    /* the f16 scale at 0 and min at L.m, as 16-bit loads (the shared code's memcpy is two
-     * byte loads) */
-    const uint16_t *h = (const uint16_t *)blk;
-    return mvm_k_qfloat(L.m != 0, sum, asum, mvm_k_h2f(h[0]), L.m ? mvm_k_h2f(h[L.m / 2]) : 0,
-                        mvm_k_h2f(a->d));
+    if (T == MVM_W_Q8_0)
+        return 8;
+    if ((mvm_k_is_q(T) && !mvm_k_is_table(T)) || T == MVM_W_Q4_K || T == MVM_W_Q5_K ||
+        T == MVM_W_Q6_K)
+        return 4;
+    return 1;
 }
 
-/* Chunk c (< 8) of super-block blk of K type T against its Q8_K block: kernels/blocks.h's
- * mvm_k_kchunk a word at a time for Q4_K, Q5_K and Q6_K (the types of a Q4_K_M file): the
- * nibbles, fifth and high bits of four quants unpacked by shifts and masks, one __dp4a. The
- * same integer sums. The other K types keep the shared code. */
+/* Quants j..j+3 of Q block blk (not a table type) against the activations' quants aq, into
+ * the integer sums: Q8_0's bytes j..j+3; for the 4- and 5-bit types byte j..j+3's nibbles,
+ * quants j..j+3 and j+16..j+19, with Q5's fifth bits from qh (asum: the activations' sum,
+ * for the types with a min or a bias). kernels/blocks.h's mvm_k_block_q a word at a time:
+ * one load pair and one __dp4a per four quants, nibbles unpacked four at a time. */
 template <enum mvm_wtype T>
-static __device__ __forceinline__ void kchunk(const uint8_t *blk, const uint8_t *s16,
-                                              const mvm_block_q8_K *a, int c, int32_t *sum,
-                                              int32_t *msum)
+static __device__ __forceinline__ void q_word(const uint8_t *blk, const uint8_t *aq, int j,
+                                              uint32_t qh, int *sum, int *asum)
+{
+    const mvm_k_qlayout L = mvm_k_qlay(T);
+    if (T == MVM_W_Q8_0) {
+        *sum = __dp4a(word_at(blk + L.qs + j), word_at(aq + j), *sum);
+        return;
+    }
+    const int q = word_at(blk + L.qs + j), a_lo = word_at(aq + j);
+    const int a_hi = word_at(aq + j + MVM_QBLOCK / 2);
+    int lo = q & 0x0F0F0F0F, hi = q >> 4 & 0x0F0F0F0F;
+    if (L.qh) {
+        lo |= fifth_bits(qh >> j);
+        hi |= fifth_bits(qh >> (j + MVM_QBLOCK / 2));
+    }
+    *sum = __dp4a(hi, a_hi, __dp4a(lo, a_lo, *sum));
+    if (L.m || L.bias)
+        *asum = __dp4a(0x01010101, a_hi, __dp4a(0x01010101, a_lo, *asum));
+}
+
+/* Part k (< unit_lanes<T>) of Q block blk (not a table type) against its Q8_0
+ * activation block, into the integer sums. */
+template <enum mvm_wtype T>
+static __device__ __forceinline__ void q_part(const uint8_t *blk, const mvm_block_q8_0 *a,
+                                              uint32_t k, int *sum, int *asum)
+{
+    const mvm_k_qlayout L = mvm_k_qlay(T);
+    const uint32_t qh = L.qh ? (uint32_t)word_at(blk + L.qh) : 0;
+    const int words = (T == MVM_W_Q8_0 ? MVM_QBLOCK : MVM_QBLOCK / 2) / 4;
+    const int per = words / (int)unit_lanes<T>();
+#pragma unroll
+    for (int w = 0; w < per; w++)
+        q_word<T>(blk, (const uint8_t *)a->qs, 4 * ((int)k * per + w), qh, sum, asum);
+}
+
+/* Q block blk's float from its integer sums: mvm_k_block_q's, the f16 scale at 0 and min
+ * at L.m read as 16-bit loads (the shared code's memcpy is two byte loads). */
+template <enum mvm_wtype T>
+static __device__ __forceinline__ float q_scale(const uint8_t *blk, const mvm_block_q8_0 *a,
+                                                int sum, int asum)
+{
+    const mvm_k_qlayout L = mvm_k_qlay(T);
+    const uint16_t *h = (const uint16_t *)blk;
+    return mvm_k_qfloat(L.m != 0, sum - L.bias * asum, asum, mvm_k_h2f(h[0]),
+                        L.m ? mvm_k_h2f(h[L.m / 2]) : 0, mvm_k_h2f(a->d));
+}
+
+/* Quants l0..l0+nl-1 (multiples of 4) of chunk c (< 8) of super-block blk of K type T
+ * against its Q8_K block, into the integer sums: kernels/blocks.h's mvm_k_kchunk a word at
+ * a time for Q4_K, Q5_K and Q6_K (the types of a Q4_K_M file), the nibbles, fifth and high
+ * bits of four quants unpacked by shifts and masks, one __dp4a. A chunk-wide term (Q4_K's
+ * and Q5_K's min, Q6_K's offset of 32 per 16 quants) is added by the part that holds its
+ * first quant, so the parts of a chunk add up to its sums. The other K types keep the
+ * shared code, a whole chunk at a time (l0 = 0, nl = 32). */
+template <enum mvm_wtype T>
+static __device__ __forceinline__ void kpart(const uint8_t *blk, const uint8_t *s16,
+                                             const mvm_block_q8_K *a, int c, int l0, int nl,
+                                             int32_t *sum, int32_t *msum)
 {
     const uint8_t *aq = (const uint8_t *)(a->qs + 32 * c);
     if (T == MVM_W_Q4_K || T == MVM_W_Q5_K) {
@@ -95,7 +126,7 @@ static __device__ __forceinline__ void kchunk(const uint8_t *blk, const uint8_t 
         const int shift = 4 * (c % 2);
         int s = 0;
 #pragma unroll
-        for (int l = 0; l < 32; l += 4) {
+        for (int l = l0; l < l0 + nl; l += 4) {
             int v = word_at(qs + l) >> shift & 0x0F0F0F0F;
             if (T == MVM_W_Q5_K)
                 v |= (word_at(x5->qh + l) >> c & 0x01010101) << 4;
@@ -104,95 +135,105 @@ static __device__ __forceinline__ void kchunk(const uint8_t *blk, const uint8_t 
         uint8_t sc, m;
         mvm_k_scale_min(x4->scales, c, &sc, &m); /* at the same offset in both */
         *sum += sc * s;
-        *msum += m * (a->bsums[2 * c] + a->bsums[2 * c + 1]);
+        if (l0 == 0)
+            *msum += m * (a->bsums[2 * c] + a->bsums[2 * c + 1]);
     } else if (T == MVM_W_Q6_K) {
         const mvm_block_q6_K *x = (const mvm_block_q6_K *)blk;
         const int h = c / 4, k = c % 4;
         const uint8_t *ql = x->ql + 64 * h + 32 * (k & 1), *qh = x->qh + 32 * h;
         const int shift = 4 * (k >> 1);
+        int s0 = 0, s1 = 0; /* the chunk's two halves, a scale each */
 #pragma unroll
-        for (int half = 0; half < 2; half++) {
-            int s = 0;
-#pragma unroll
-            for (int l = 16 * half; l < 16 * half + 16; l += 4) {
-                const int v = (word_at(ql + l) >> shift & 0x0F0F0F0F) |
-                              (word_at(qh + l) >> (2 * k) & 0x03030303) << 4;
-                s = __dp4a(v, word_at(aq + l), s);
-            }
-            *sum += x->scales[2 * c + half] * (s - 32 * a->bsums[2 * c + half]);
+        for (int l = l0; l < l0 + nl; l += 4) {
+            const int v = (word_at(ql + l) >> shift & 0x0F0F0F0F) |
+                          (word_at(qh + l) >> (2 * k) & 0x03030303) << 4;
+            const int d = __dp4a(v, word_at(aq + l), 0);
+            s0 += l < 16 ? d : 0;
+            s1 += l < 16 ? 0 : d;
         }
+        if (l0 == 0)
+            s0 -= 32 * a->bsums[2 * c];
+        if (l0 <= 16 && 16 < l0 + nl)
+            s1 -= 32 * a->bsums[2 * c + 1];
+        *sum += x->scales[2 * c] * s0 + x->scales[2 * c + 1] * s1;
     } else {
         mvm_k_kchunk(T, blk, s16, a, c, sum, msum);
     }
 }
 
-/* Chunks [c0, c1) of super-block blk of K type T against its Q8_K block, scaled:
- * kernels/blocks.h's mvm_k_kblock (all eight chunks) with kchunk. */
-template <enum mvm_wtype T>
-static __device__ __forceinline__ float kchunks(const uint8_t *blk, const mvm_block_q8_K *a,
-                                                int c0, int c1)
+/* The bytes of one block (Q, K) or of 32 elements (float types) of type T: row_dot_tile's
+ * stride in a row-major row. */
+template <enum mvm_wtype T> static __device__ __forceinline__ uint64_t run_bytes()
 {
-    uint8_t s[16];
-    const uint8_t *s16 = mvm_k_kscales(T, blk, s);
-    int32_t sum = 0, msum = 0;
-#pragma unroll
-    for (int c = c0; c < c1; c++)
-        kchunk<T>(blk, s16, a, c, &sum, &msum);
-    return mvm_k_kscale(T, blk, a, sum, msum);
-}
-
-/* Unit u (32 elements) of a row of Q or K type T against the row's activations: the Q
- * block u, or chunk u % 8 of super-block u / 8, so that a warp's lanes can share a
- * super-block. */
-template <enum mvm_wtype T>
-static __device__ __forceinline__ float unit_dot(const uint8_t *w, const uint8_t *act, uint32_t u)
-{
-    if (mvm_k_is_q(T))
-        return block_q<T>(w + (uint64_t)u * mvm_k_block_bytes(T), (const mvm_block_q8_0 *)act + u);
-    const int c = (int)(u % 8);
-    return kchunks<T>(w + (uint64_t)(u / 8) * mvm_k_block_bytes(T),
-                      (const mvm_block_q8_K *)act + u / 8, c, c + 1);
-}
-
-/* One block of type T as the expert's down slot holds it (32 elements of a float type, a Q
- * block, a K super-block) against its activations (floats, a Q8_0 or a Q8_K block). */
-template <enum mvm_wtype T>
-static __device__ __forceinline__ float block_dot(const uint8_t *w, const uint8_t *a)
-{
-    if (mvm_k_is_q(T))
-        return block_q<T>(w, (const mvm_block_q8_0 *)a);
-    if (mvm_k_is_k(T))
-        return kchunks<T>(w, (const mvm_block_q8_K *)a, 0, 8);
-    float s = 0;
-    for (int j = 0; j < MVM_QBLOCK; j++)
-        s += mvm_k_elem(T, w, j) * ((const float *)a)[j];
-    return s;
+    return mvm_k_row_bytes(T, mvm_k_block_elems(T) > 1 ? mvm_k_block_elems(T) : MVM_QBLOCK);
 }
 
 /* This lane's part of the dot products of one weight row (n elements of type T) with the
- * activations act[0..nt) (the weights' activation format): acc[i] += its terms. The lanes of
- * a warp split the row, elements (float types) or 32-element units (unit_dot) in turn, so
- * the warp reads it in contiguous runs; each weight read serves every activation of the
- * tile. */
+ * activations act[0..nt) (the weights' activation format): acc[i] += its terms. The row's
+ * blocks (Q), super-blocks (K) or 32-element runs (float types) are `stride` bytes apart:
+ * their size in a row-major matrix, a group's size in an expert's down slot. The lanes of
+ * a warp split the row, 32-element units (unit_lanes lanes each) or elements (float types)
+ * in turn, so the warp reads it in contiguous runs; each weight read serves every
+ * activation of the tile. */
 template <enum mvm_wtype T>
-static __device__ __forceinline__ void row_dot_tile(const uint8_t *w, const uint8_t *const *act,
-                                                    uint32_t nt, uint32_t n, float *acc)
+static __device__ __forceinline__ void row_dot_tile(const uint8_t *w, uint64_t stride,
+                                                    const uint8_t *const *act, uint32_t nt,
+                                                    uint32_t n, float *acc)
 {
     const uint32_t lane = threadIdx.x & 31;
-    if (mvm_k_block_elems(T) > 1) {
-        for (uint32_t u = lane; u < n / MVM_QBLOCK; u += 32)
-#pragma unroll
-            for (int i = 0; i < MVM_G_TILE; i++)
-                if ((uint32_t)i < nt)
-                    acc[i] += unit_dot<T>(w, act[i], u);
-    } else {
+    if (mvm_k_block_elems(T) == 1) {
         for (uint32_t e = lane; e < n; e += 32) {
-            const float wv = mvm_k_elem(T, w, e);
+            const float wv = mvm_k_elem(T, w + e / MVM_QBLOCK * stride, e % MVM_QBLOCK);
 #pragma unroll
             for (int i = 0; i < MVM_G_TILE; i++)
                 if ((uint32_t)i < nt)
                     acc[i] += wv * ((const float *)act[i])[e];
         }
+        return;
+    }
+    if (mvm_k_is_table(T)) { /* a lane per block, the shared code's lookups */
+        for (uint32_t u = lane; u < n / MVM_QBLOCK; u += 32)
+#pragma unroll
+            for (int i = 0; i < MVM_G_TILE; i++)
+                if ((uint32_t)i < nt)
+                    acc[i] += mvm_k_block_q(T, w + u * stride, (const mvm_block_q8_0 *)act[i] + u);
+        return;
+    }
+    /* The lanes of a block (Q) or super-block (K) add up their integer sums, and its first
+     * lane scales them: the CPU's float for the block (mvm_k_block_q, mvm_k_kblock), bit
+     * for bit. With a float per lane the row's sum would round differently from the CPU's
+     * in the last bits, and the next layer's activations, quantized, can then round a value
+     * the other way (test_forward_gpu saw 1e-2 in a tiny model's logits). Every lane runs
+     * every round, for the shuffles. */
+    const uint32_t per = unit_lanes<T>(), k = lane % per;
+    const uint32_t bl = mvm_k_is_q(T) ? per : 8 * per; /* lanes per block */
+    const uint32_t nb = n / (uint32_t)mvm_k_block_elems(T);
+    for (uint32_t b0 = 0; b0 < nb; b0 += 32 / bl) {
+        const uint32_t b = b0 + lane / bl < nb ? b0 + lane / bl : 0;
+        const uint8_t *blk = w + b * stride;
+        uint8_t s[16];
+        const uint8_t *s16 = mvm_k_is_k(T) ? mvm_k_kscales(T, blk, s) : NULL;
+#pragma unroll
+        for (int i = 0; i < MVM_G_TILE; i++)
+            if ((uint32_t)i < nt) {
+                int32_t sum = 0, asum = 0; /* asum: Q's activation sum, K's min sum */
+                if (mvm_k_is_q(T))
+                    q_part<T>(blk, (const mvm_block_q8_0 *)act[i] + b, k, &sum, &asum);
+                else
+                    kpart<T>(blk, s16, (const mvm_block_q8_K *)act[i] + b,
+                             (int)(lane % bl / per), (int)(k * 32 / per), (int)(32 / per), &sum,
+                             &asum);
+                for (uint32_t o = 1; o < bl; o <<= 1) {
+                    sum += __shfl_xor_sync(FULL_MASK, sum, (int)o);
+                    if (T != MVM_W_Q8_0 && T != MVM_W_Q6_K) /* the types that have none */
+                        asum += __shfl_xor_sync(FULL_MASK, asum, (int)o);
+                }
+                if (b0 + lane / bl < nb && lane % bl == 0)
+                    acc[i] += mvm_k_is_q(T)
+                                  ? q_scale<T>(blk, (const mvm_block_q8_0 *)act[i] + b, sum, asum)
+                                  : mvm_k_kscale(T, blk, (const mvm_block_q8_K *)act[i] + b,
+                                                 sum, asum);
+            }
     }
 }
 

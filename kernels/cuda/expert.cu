@@ -9,9 +9,10 @@
  *       with the group's biases), then the block writes the tile's G intermediate
  *       activations per row in down's activation format (G / 32 Q8_0 blocks for a Q type,
  *       one Q8_K block for a K-quant, floats for a float type).
- * down: a thread per output (consecutive threads read consecutive down blocks of a group)
- *       sums the groups in order, as the CPU does, for a tile of rows, and adds gpt-oss's
- *       down bias weighted, as the CPU does after the groups.
+ * down: a warp per output, whose row is its block of each group's down slot: the lanes
+ *       split it as they split a row-major row (kernels/cuda/device.cuh, row_dot_tile), for
+ *       a tile of rows, then add gpt-oss's down bias weighted, as the CPU does after the
+ *       groups.
  * sum:  each token adds its experts' rows in routing order: no atomics, so a run is
  *       reproducible.
  * The split into up and down keeps the intermediate activations (n_ff per row) in memory
@@ -63,8 +64,8 @@ template <enum mvm_wtype GU> static __device__ void expert_up(const mvm_g_expert
                      U32(a.row_tok)[r0 + t0 + ((uint32_t)i < nt ? i : 0)] * a.act_stride;
         for (uint32_t c = threadIdx.x >> 5; c < G; c += MVM_G_WARPS) {
             float ag[MVM_G_TILE] = {0}, au[MVM_G_TILE] = {0};
-            row_dot_tile<GU>(gate + c * row, act, nt, a.n_embd, ag);
-            row_dot_tile<GU>(up + c * row, act, nt, a.n_embd, au);
+            row_dot_tile<GU>(gate + c * row, run_bytes<GU>(), act, nt, a.n_embd, ag);
+            row_dot_tile<GU>(up + c * row, run_bytes<GU>(), act, nt, a.n_embd, au);
 #pragma unroll
             for (int i = 0; i < MVM_G_TILE; i++)
                 if ((uint32_t)i < nt) {
@@ -87,33 +88,35 @@ template <enum mvm_wtype DN> static __device__ void expert_down(const mvm_g_expe
 {
     const mvm_k_expert_fmt f = {(enum mvm_wtype)a.gate_up, DN, (enum mvm_k_glu)a.glu, 0};
     const uint32_t e = U32(a.active)[blockIdx.y];
-    const uint32_t j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= a.n_embd)
+    const uint32_t j = blockIdx.x * MVM_G_WARPS + (threadIdx.x >> 5);
+    if (j >= a.n_embd) /* the whole warp: no block-wide barrier below */
         return;
     const uint32_t r0 = U32(a.off)[e], nr = U32(a.cnt)[e];
     const uint32_t G = (uint32_t)mvm_k_expert_group_channels(f);
     const uint64_t group = mvm_k_expert_group_bytes(f, a.n_embd);
-    /* output j's block of a group's down slot, and a group's G activations in h */
-    const uint64_t bw = mvm_k_row_bytes(DN, G), hw = mvm_k_act_bytes(DN, G);
+    /* output j's row: its block of each group's down slot, a group apart */
     const uint8_t *down = (const uint8_t *)a.experts + e * a.expert_stride +
-                          2 * G * mvm_k_row_bytes(f.gate_up, a.n_embd) + (uint64_t)j * bw;
+                          2 * G * mvm_k_row_bytes(f.gate_up, a.n_embd) +
+                          (uint64_t)j * mvm_k_row_bytes(DN, G);
+    /* gpt-oss's down bias, weighted by the row's routing weight, after the groups */
+    const float b = a.down_bias ? ((const float *)a.down_bias)[(uint64_t)e * a.n_embd + j] : 0;
     for (uint32_t t0 = 0; t0 < nr; t0 += MVM_G_TILE) {
         const uint32_t nt = nr - t0 < MVM_G_TILE ? nr - t0 : MVM_G_TILE;
-        const uint8_t *h = (const uint8_t *)a.h + (uint64_t)(r0 + t0) * a.h_stride;
-        float acc[MVM_G_TILE] = {0};
-        for (uint32_t g = 0; g < a.n_groups; g++) {
-            const uint8_t *w = down + g * group;
+        const uint8_t *h[MVM_G_TILE];
 #pragma unroll
-            for (int i = 0; i < MVM_G_TILE; i++)
-                if ((uint32_t)i < nt)
-                    acc[i] += block_dot<DN>(w, h + i * a.h_stride + g * hw);
-        }
-        /* gpt-oss's down bias, weighted by the row's routing weight, after the groups */
-        const float b = a.down_bias ? ((const float *)a.down_bias)[(uint64_t)e * a.n_embd + j]
-                                    : 0.0f;
-        for (uint32_t i = 0; i < nt; i++)
-            ((float *)a.out)[(uint64_t)(r0 + t0 + i) * a.n_embd + j] =
-                a.down_bias ? acc[i] + ((const float *)a.row_w)[r0 + t0 + i] * b : acc[i];
+        for (int i = 0; i < MVM_G_TILE; i++)
+            h[i] = (const uint8_t *)a.h + (uint64_t)(r0 + t0 + ((uint32_t)i < nt ? i : 0)) *
+                                              a.h_stride;
+        float acc[MVM_G_TILE] = {0};
+        row_dot_tile<DN>(down, group, h, nt, a.n_groups * G, acc);
+#pragma unroll
+        for (int i = 0; i < MVM_G_TILE; i++)
+            if ((uint32_t)i < nt) {
+                const float s = warp_sum(acc[i]);
+                if ((threadIdx.x & 31) == 0)
+                    ((float *)a.out)[(uint64_t)(r0 + t0 + i) * a.n_embd + j] =
+                        a.down_bias ? s + ((const float *)a.row_w)[r0 + t0 + i] * b : s;
+            }
     }
 }
 

@@ -123,7 +123,7 @@ MVM_G_FN mvm_g_shape mvm_g_matvec_shape(const mvm_g_matvec_args *a)
  * mvm_g_expert_down_<down type>: out[r][j] = sum over groups of down_g[j] . h[r]_g, plus
  *   row_w[r] * down_bias[e][j] with a down bias (gpt-oss: n_embd floats per expert at
  *   down_bias + e * n_embd; 0: none), j < n_embd, out[r] at out + r * n_embd floats.
- *   Grid: (output range, active expert).
+ *   Grid: (outputs, a warp each; active expert).
  * mvm_g_expert_sum: x[i][j] += sum over k < top_k of out[tok_rows[i * top_k + k]][j]: each
  *   token adds its experts' outputs in its own order, so the sum is deterministic (no
  *   atomics). Grid: (output range, token). */
@@ -141,7 +141,8 @@ MVM_G_FN mvm_g_shape mvm_g_expert_up_shape(const mvm_g_expert_args *a)
 
 MVM_G_FN mvm_g_shape mvm_g_expert_down_shape(const mvm_g_expert_args *a)
 {
-    return mvm_g_rows_shape(a->n_embd, a->n_active);
+    mvm_g_shape s = {mvm_g_div_up(a->n_embd, MVM_G_WARPS), a->n_active, MVM_G_THREADS};
+    return s;
 }
 
 typedef struct mvm_g_expert_sum_args {
@@ -190,11 +191,11 @@ MVM_G_FN mvm_g_shape mvm_g_rope_shape(const mvm_g_rope_args *a)
  * Query i, head h: q + i * q_dim + h * head_dim; keys and values of position p for kv head
  * h / (n_head / n_head_kv) at kc, vc + row(p) * kv_dim + that head's offset (floats); the
  * output like the query in out. With a window (gpt-oss: 0 for none), query i sees its last
- * `window` positions only, from `first`; with a ring (engine/forward/kv_cache.h: 0 for none) they are
- * the consecutive rows from first % ring, else row(p) = p. With sinks (n_head floats; 0 for
- * none), head h's softmax has the extra logit sinks[h] in its denominator (kernels/cpu's
- * mvm_k_attn_heads). The cache's elements are F16 with kv_f16, else F32 (offsets above count
- * elements).
+ * `window` positions only, from `first`; with a ring (engine/forward/kv_cache.h: 0 for none)
+ * they are the consecutive rows from first % ring, else row(p) = p. With sinks (n_head
+ * floats; 0 for none), head h's softmax has the extra logit sinks[h] in its denominator
+ * (kernels/cpu's mvm_k_attn_heads). The cache's elements are F16 with kv_f16, else F32
+ * (offsets above count elements).
  *
  * Split as flash-decoding does, so that a long context's decode fills the device and reads
  * the cache once per group of heads:
