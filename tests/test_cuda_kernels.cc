@@ -254,12 +254,15 @@ static void experts_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_ff, uin
     const size_t rows = n_tok * K;
     std::vector<uint8_t> h(rows * h_stride, 0xFF);
     std::vector<float> out(rows * n_embd, POISON);
+    std::vector<float> hf(mvm_k_is_k(f.down) ? rows * n_ff : 0, POISON);
     mvm_g_expert_args a = {dp(experts.data()), dp(act.data()), dp(active.data()), dp(off.data()),
                            dp(cnt.data()), dp(row_tok.data()), dp(row_w.data()), dp(h.data()),
-                           dp(out.data()), oai ? dp(down_bias.data()) : 0, stride,
-                           act_stride, h_stride, n_embd, G, (uint32_t)active.size(), f.gate_up,
-                           f.down, f.glu};
+                           dp(out.data()), oai ? dp(down_bias.data()) : 0, dp(hf.data()),
+                           stride, act_stride, h_stride, n_embd, G, (uint32_t)active.size(),
+                           f.gate_up, f.down, f.glu};
     launch(up_fn[f.gate_up], a, mvm_g_expert_up_shape(&a));
+    if (mvm_k_is_k(f.down))
+        launch(mvm_g_expert_quantize, a, mvm_g_expert_quantize_shape(&a));
     launch(down_fn[f.down], a, mvm_g_expert_down_shape(&a));
     mvm_g_expert_sum_args s = {dp(x.data()), dp(out.data()), dp(tok_rows.data()), n_embd, n_tok,
                                K};

@@ -154,11 +154,13 @@ static void expert_case(mvm_k_expert_fmt f)
     mvm_dptr dact = device_act(f.gate_up, dxa, x, D, T, &as);
     CHECK_ST(mvm_gpu_alloc(g, T * hs, &dh), MVM_OK);
     CHECK_ST(mvm_gpu_alloc(g, T * D * 4, &dout), MVM_OK);
-    mvm_g_expert_args ea = {de, dact, da, doff, dcnt, drt, drw, dh, dout, 0, ebytes, as, hs,
-                            D, G, 1, f.gate_up, f.down, f.glu};
+    mvm_dptr dhf = 0; /* up's floats with a K-quant down */
+    if (mvm_k_is_k(f.down))
+        CHECK_ST(mvm_gpu_alloc(g, T * F * 4, &dhf), MVM_OK);
+    mvm_g_expert_args ea = {de, dact, da, doff, dcnt, drt, drw, dh, dout, 0, dhf, ebytes, as,
+                            hs, D, G, 1, f.gate_up, f.down, f.glu};
     mvm_g_expert_sum_args sa = {dx, dout, dtr, D, T, 1};
-    CHECK_ST(mvm_gpu_expert_up(g, f.gate_up, &ea), MVM_OK);
-    CHECK_ST(mvm_gpu_expert_down(g, f.down, &ea), MVM_OK);
+    CHECK_ST(mvm_gpu_experts(g, &ea), MVM_OK);
     CHECK_ST(mvm_gpu_expert_sum(g, 0, &sa), MVM_OK);
     CHECK_ST(mvm_gpu_download(g, got, dx, T * D * 4), MVM_OK);
     for (uint32_t i = 0; i < T * D; i++) /* the experts' part: x0 would hide it */
@@ -168,7 +170,7 @@ static void expert_case(mvm_k_expert_fmt f)
         fprintf(stderr, "experts %s/%s: relative error %g\n", mvm_k_wtype_name(f.gate_up),
                 mvm_k_wtype_name(f.down), e);
     CHECK(e < 1e-4);
-    mvm_dptr all[] = {de, dx, dxa, da, doff, dcnt, drt, drw, dtr, dh, dout,
+    mvm_dptr all[] = {de, dx, dxa, da, doff, dcnt, drt, drw, dtr, dh, dout, dhf,
                       dact != dxa ? dact : 0};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         mvm_gpu_free(g, all[i]);

@@ -82,12 +82,9 @@ static mvm_status launch(struct rig *r, enum which w, int i)
     mvm_g_matvec_args m = r->m;
     m.w += (uint64_t)(i % MATRICES) * r->matrix_bytes;
     switch (w) {
-    case UP: return mvm_gpu_expert_up(r->g, (int)e.gate_up, &e);
+    case UP: return mvm_gpu_experts_up(r->g, &e);
     case DOWN: return mvm_gpu_expert_down(r->g, (int)e.down, &e);
-    case EXPERTS: {
-        mvm_status st = mvm_gpu_expert_up(r->g, (int)e.gate_up, &e);
-        return st == MVM_OK ? mvm_gpu_expert_down(r->g, (int)e.down, &e) : st;
-    }
+    case EXPERTS: return mvm_gpu_experts(r->g, &e);
     case MATVEC: return mvm_gpu_matvec(r->g, (int)e.gate_up, &m);
     }
     return MVM_ERR_INVALID;
@@ -163,6 +160,8 @@ static mvm_status rig_up(struct rig *r, const struct shape *s, const enum mvm_wt
         st = filled(r->g, (size_t)k * 4, 0, &r->e.row_w);
     if (st == MVM_OK)
         st = mvm_gpu_alloc(r->g, (size_t)k * h_stride, &r->e.h);
+    if (st == MVM_OK && mvm_k_is_k(t[1])) /* up's floats, before their Q8_K blocks */
+        st = mvm_gpu_alloc(r->g, (size_t)k * s->n_ff * 4, &r->e.hf);
     if (st == MVM_OK)
         st = mvm_gpu_alloc(r->g, (size_t)k * s->n_embd * 4, &r->e.out);
     if (st == MVM_OK)
@@ -176,7 +175,7 @@ static mvm_status rig_up(struct rig *r, const struct shape *s, const enum mvm_wt
 static void rig_down(struct rig *r)
 {
     mvm_dptr bufs[] = {r->e.off, r->ids, r->e.experts, r->e.act, r->e.row_w, r->e.h,
-                       r->e.out, r->m.w, r->m.y};
+                       r->e.hf, r->e.out, r->m.w, r->m.y};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i])
             mvm_gpu_free(r->g, bufs[i]);

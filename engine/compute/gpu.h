@@ -26,6 +26,7 @@ enum mvm_gpu_kernel {
     MVM_GK_MATVEC,
     MVM_GK_EXPERT_UP,
     MVM_GK_EXPERT_DOWN,
+    MVM_GK_EXPERT_QUANTIZE,
     MVM_GK_EXPERT_SUM,
     MVM_GK_RMSNORM,
     MVM_GK_ROPE,
@@ -88,6 +89,8 @@ MVM_GPU_LAUNCHER(mvm_gpu_matvec, MVM_GK_MATVEC, mvm_g_matvec_args, mvm_g_matvec_
 MVM_GPU_LAUNCHER(mvm_gpu_expert_up, MVM_GK_EXPERT_UP, mvm_g_expert_args, mvm_g_expert_up_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_expert_down, MVM_GK_EXPERT_DOWN, mvm_g_expert_args,
                  mvm_g_expert_down_shape)
+MVM_GPU_LAUNCHER(mvm_gpu_expert_quantize, MVM_GK_EXPERT_QUANTIZE, mvm_g_expert_args,
+                 mvm_g_expert_quantize_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_expert_sum, MVM_GK_EXPERT_SUM, mvm_g_expert_sum_args,
                  mvm_g_expert_sum_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_rmsnorm, MVM_GK_RMSNORM, mvm_g_rmsnorm_args, mvm_g_rmsnorm_shape)
@@ -101,6 +104,22 @@ MVM_GPU_LAUNCHER(mvm_gpu_store_rows, MVM_GK_STORE_ROWS, mvm_g_store_rows_args,
 MVM_GPU_LAUNCHER(mvm_gpu_add, MVM_GK_ADD, mvm_g_add_args, mvm_g_add_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_swiglu, MVM_GK_SWIGLU, mvm_g_add_args, mvm_g_add_shape)
 #undef MVM_GPU_LAUNCHER
+
+/* Up, then down, of the routed experts of a->active (kernels.h): with a K-quant down, up's
+ * floats made Q8_K blocks between them. */
+static inline mvm_status mvm_gpu_experts_up(mvm_gpu *g, const mvm_g_expert_args *a)
+{
+    mvm_status st = mvm_gpu_expert_up(g, (int)a->gate_up, a);
+    if (st == MVM_OK && mvm_k_is_k((enum mvm_wtype)a->down))
+        st = mvm_gpu_expert_quantize(g, 0, a);
+    return st;
+}
+
+static inline mvm_status mvm_gpu_experts(mvm_gpu *g, const mvm_g_expert_args *a)
+{
+    mvm_status st = mvm_gpu_experts_up(g, a);
+    return st == MVM_OK ? mvm_gpu_expert_down(g, (int)a->down, a) : st;
+}
 
 /* Attention: the splits, then their combination where there are several (kernels.h). */
 static inline mvm_status mvm_gpu_attention(mvm_gpu *g, int type, const mvm_g_attention_args *a)

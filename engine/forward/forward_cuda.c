@@ -132,9 +132,12 @@ static mvm_status alloc_scratch(struct cuda_fwd *f)
     f->act_stride = mvm_cuda_fwd_act_bytes(widest); /* a row of inputs in any format */
     /* an expert row's intermediate activations in its down matrix's format */
     f->h_stride = 0;
+    int k_down = 0; /* a K-quant down: up's floats go through f->hf */
     for (uint32_t il = 0; il < hp->n_layer; il++) {
-        uint64_t h = mvm_k_act_bytes(f->m->layers[il].expert_fmt.down, hp->n_ff_exp);
+        enum mvm_wtype down = f->m->layers[il].expert_fmt.down;
+        uint64_t h = mvm_k_act_bytes(down, hp->n_ff_exp);
         f->h_stride = h > f->h_stride ? h : f->h_stride;
+        k_down |= hp->n_expert && mvm_k_is_k(down);
     }
     f->h_stride = (f->h_stride + 15) & ~(uint64_t)15;
     TRY(mvm_cuda_fwd_alloc_attention(f));
@@ -145,6 +148,8 @@ static mvm_status alloc_scratch(struct cuda_fwd *f)
     TRY(mvm_cuda_fwd_alloc(f, B * hp->n_vocab * 4, &f->logits));
     TRY(mvm_cuda_fwd_alloc(f, B * f->act_stride, &f->act));
     TRY(mvm_cuda_fwd_alloc(f, BK * f->h_stride, &f->h));
+    if (k_down)
+        TRY(mvm_cuda_fwd_alloc(f, BK * hp->n_ff_exp * 4, &f->hf));
     TRY(mvm_cuda_fwd_alloc(f, (BK + 1) * D * 4, &f->out));
     TRY(mvm_cuda_fwd_alloc(f, B * D * 4, &f->spec_x));
     TRY(mvm_cuda_fwd_alloc(f, B * D * 4, &f->spec_xn));
@@ -416,6 +421,7 @@ static mvm_g_expert_args expert_args(const struct cuda_fwd *f, uint32_t il)
     return (mvm_g_expert_args){.experts = f->layers[il].experts, .act = q ? f->act : f->xn,
                                .active = f->active, .off = f->off, .cnt = f->cnt,
                                .row_tok = f->row_tok, .row_w = f->row_w, .h = f->h,
+                               .hf = f->hf,
                                .out = f->out, .expert_stride = f->expert_stride,
                                .act_stride = q ? f->act_stride : hp->n_embd * sizeof(float),
                                .h_stride = f->h_stride, .n_embd = hp->n_embd,
@@ -435,8 +441,7 @@ static mvm_status expert_launch(struct cuda_fwd *f, uint32_t il, uint32_t from, 
     a.n_active = to - from;
     a.active = f->active + from * sizeof *s->round;
     TRY(mvm_gpu_upload(f->g, a.active, s->round + from, (to - from) * sizeof *s->round));
-    TRY(mvm_gpu_expert_up(f->g, (int)a.gate_up, &a));
-    return mvm_gpu_expert_down(f->g, (int)a.down, &a);
+    return mvm_gpu_experts(f->g, &a);
 }
 
 /* A round whose landed part may be running: waits for the rest to land, then runs it. */
@@ -723,8 +728,7 @@ static mvm_status cuda_time_expert(mvm_ctx *ctx, uint32_t il, int32_t e, const f
     if (st == MVM_OK && experts_quantized(f, il))
         st = quantize(f, f->m->layers[il].expert_fmt.gate_up, f->xn, f->m->hp.n_embd,
                       f->m->hp.n_embd, n, f->act, f->act_stride);
-    st = st ? st : mvm_gpu_expert_up(f->g, (int)a.gate_up, &a);
-    st = st ? st : mvm_gpu_expert_down(f->g, (int)a.down, &a);
+    st = st ? st : mvm_gpu_experts(f->g, &a);
     mvm_status synced = mvm_gpu_sync(f->g); /* whatever failed: nothing still reads it */
     *seconds = mvm_now_s() - t0;
     st = st ? st : synced;

@@ -78,6 +78,8 @@ struct cuda_fwd {
     mvm_dptr h, out;            /* [n_batch * K][h_stride bytes], [n_batch * K + 1][n_embd]:
                                    the last row of out stays zero (speculate's masked rows) */
     uint64_t h_stride;
+    mvm_dptr hf;                /* with a K-quant down: [n_batch * K][n_ff_exp] floats, up's
+                                   output before mvm_g_expert_quantize; else 0 */
     mvm_dptr active;            /* the round's experts */
     mvm_dptr rows;              /* the step's rows (moe_step.h) in one buffer, so one upload
                                    sends them (forward_cuda.c, lay_rows): off, cnt [n_expert],

@@ -1,14 +1,16 @@
 /*
  * The routed experts of one MoE layer on the device (kernels/cuda/kernels.h): the
- * channel-major expert FFN of kernels/cpu/expert.c in three kernels, reading every expert
+ * channel-major expert FFN of kernels/cpu/expert.c in three kernels (four with a K-quant
+ * down), reading every expert
  * through its fixed address in the expert space, whatever backs its pages (device memory,
  * or its host home mapped for the device).
  *
- * up:   a block per (channel group, active expert); a warp per channel computes its gate and
+ * up:   a block per (32 channels, active expert); a warp per channel computes its gate and
  *       up dot products for a tile of the expert's rows and their unit (SwiGLU, or gpt-oss's
- *       with the group's biases), then the block writes the tile's G intermediate
- *       activations per row in down's activation format (G / 32 Q8_0 blocks for a Q type,
- *       one Q8_K block for a K-quant, floats for a float type).
+ *       with the group's biases), then the block writes the tile's 32 intermediate
+ *       activations per row in down's activation format (a Q8_0 block for a Q type, floats
+ *       for a float type); for a K-quant down, whose Q8_K blocks span 256 channels, as
+ *       floats that mvm_g_expert_quantize then makes Q8_K blocks.
  * down: a warp per output, whose row is its block of each group's down slot: the lanes
  *       split it as they split a row-major row (kernels/cuda/device.cuh, row_dot_tile), for
  *       a tile of rows, then add gpt-oss's down bias weighted, as the CPU does after the
@@ -22,39 +24,45 @@
 
 #define U32(p) ((const uint32_t *)(p))
 
-/* The G activations of each of the tile's nt rows (hs) in down's activation format: one Q8_K
- * block (a thread per row), G / 32 Q8_0 blocks or G floats, for group g of h's rows. */
-static __device__ void store_h(enum mvm_wtype down, float (*hs)[MVM_QK_K], uint32_t nt,
-                               uint32_t G, uint32_t g, uint8_t *h, uint64_t h_stride)
+/* The 32 activations of each of the tile's nt rows (hs), channels c0.. of h's rows: one
+ * Q8_0 block or 32 floats in down's activation format, or with a K-quant down floats at
+ * c0 of hf's rows (n_ff floats each), which mvm_g_expert_quantize makes Q8_K blocks. */
+static __device__ void store_h(const mvm_g_expert_args &a, float (*hs)[MVM_QBLOCK],
+                               uint32_t r, uint32_t nt, uint32_t c0)
 {
-    h += g * mvm_k_act_bytes(down, G);
+    const enum mvm_wtype down = (enum mvm_wtype)a.down;
+    uint8_t *h = (uint8_t *)a.h + (uint64_t)r * a.h_stride + mvm_k_act_bytes(down, c0);
     if (mvm_k_is_k(down)) {
-        if (threadIdx.x < nt)
-            mvm_k_q8_K_block(hs[threadIdx.x], (mvm_block_q8_K *)(h + threadIdx.x * h_stride));
+        float *hf = (float *)a.hf + (uint64_t)r * a.n_groups * MVM_QK_K + c0;
+        for (uint32_t k = threadIdx.x; k < nt * MVM_QBLOCK; k += blockDim.x)
+            hf[k / MVM_QBLOCK * a.n_groups * MVM_QK_K + k % MVM_QBLOCK] =
+                hs[k / MVM_QBLOCK][k % MVM_QBLOCK];
     } else if (mvm_k_is_q(down)) {
-        const uint32_t nb = G / MVM_QBLOCK;
-        for (uint32_t k = threadIdx.x; k < nt * nb; k += blockDim.x)
-            mvm_k_q8_0_block(hs[k / nb] + k % nb * MVM_QBLOCK,
-                             (mvm_block_q8_0 *)(h + k / nb * h_stride) + k % nb);
+        if (threadIdx.x < nt)
+            mvm_k_q8_0_block(hs[threadIdx.x], (mvm_block_q8_0 *)(h + threadIdx.x * a.h_stride));
     } else {
-        for (uint32_t k = threadIdx.x; k < nt * G; k += blockDim.x)
-            ((float *)(h + k / G * h_stride))[k % G] = hs[k / G][k % G];
+        for (uint32_t k = threadIdx.x; k < nt * MVM_QBLOCK; k += blockDim.x)
+            ((float *)(h + k / MVM_QBLOCK * a.h_stride))[k % MVM_QBLOCK] =
+                hs[k / MVM_QBLOCK][k % MVM_QBLOCK];
     }
 }
 
+/* A block per 32 channels (a slice of a group) and active expert: with a K-quant down a
+ * group is 256 channels, and a block per group left most of the device idle (Qwen3-30B-A3B's
+ * decode: 24 blocks on 132 SMs). */
 template <enum mvm_wtype GU> static __device__ void expert_up(const mvm_g_expert_args &a)
 {
     const mvm_k_expert_fmt f = {GU, (enum mvm_wtype)a.down, (enum mvm_k_glu)a.glu, 0};
-    const uint32_t e = U32(a.active)[blockIdx.y], g = blockIdx.x;
+    const uint32_t e = U32(a.active)[blockIdx.y], c0 = blockIdx.x * MVM_QBLOCK;
     const uint32_t r0 = U32(a.off)[e], nr = U32(a.cnt)[e];
-    const uint32_t G = (uint32_t)mvm_k_expert_group_channels(f);
+    const uint32_t G = (uint32_t)mvm_k_expert_group_channels(f), g = c0 / G, s0 = c0 % G;
     const uint64_t row = mvm_k_row_bytes(GU, a.n_embd);
     const uint64_t group = mvm_k_expert_group_bytes(f, a.n_embd);
     const uint8_t *gate = (const uint8_t *)a.experts + e * a.expert_stride + g * group;
     const uint8_t *up = gate + G * row;
     /* MVM_GLU_OAI: the group's gate biases, then its up biases, at the group's end */
     const float *bias = (const float *)(gate + group - 2 * G * sizeof(float));
-    __shared__ float hs[MVM_G_TILE][MVM_QK_K];
+    __shared__ float hs[MVM_G_TILE][MVM_QBLOCK];
     for (uint32_t t0 = 0; t0 < nr; t0 += MVM_G_TILE) {
         const uint32_t nt = nr - t0 < MVM_G_TILE ? nr - t0 : MVM_G_TILE;
         const uint8_t *act[MVM_G_TILE];
@@ -62,10 +70,11 @@ template <enum mvm_wtype GU> static __device__ void expert_up(const mvm_g_expert
         for (int i = 0; i < MVM_G_TILE; i++)
             act[i] = (const uint8_t *)a.act +
                      U32(a.row_tok)[r0 + t0 + ((uint32_t)i < nt ? i : 0)] * a.act_stride;
-        for (uint32_t c = threadIdx.x >> 5; c < G; c += MVM_G_WARPS) {
+        for (uint32_t c = threadIdx.x >> 5; c < MVM_QBLOCK; c += MVM_G_WARPS) {
+            const uint32_t ch = s0 + c; /* in the group */
             float ag[MVM_G_TILE] = {0}, au[MVM_G_TILE] = {0};
-            row_dot_tile<GU>(gate + c * row, run_bytes<GU>(), act, nt, a.n_embd, ag);
-            row_dot_tile<GU>(up + c * row, run_bytes<GU>(), act, nt, a.n_embd, au);
+            row_dot_tile<GU>(gate + ch * row, run_bytes<GU>(), act, nt, a.n_embd, ag);
+            row_dot_tile<GU>(up + ch * row, run_bytes<GU>(), act, nt, a.n_embd, au);
 #pragma unroll
             for (int i = 0; i < MVM_G_TILE; i++)
                 if ((uint32_t)i < nt) {
@@ -73,15 +82,26 @@ template <enum mvm_wtype GU> static __device__ void expert_up(const mvm_g_expert
                     const float w = ((const float *)a.row_w)[r0 + t0 + i];
                     if ((threadIdx.x & 31) == 0)
                         hs[i][c] = a.glu == MVM_GLU_OAI
-                                       ? mvm_k_glu_oai(gs + bias[c], us + bias[G + c]) * w
+                                       ? mvm_k_glu_oai(gs + bias[ch], us + bias[G + ch]) * w
                                        : silu(gs) * us * w;
                 }
         }
         __syncthreads();
-        store_h(f.down, hs, nt, G, g, (uint8_t *)a.h + (uint64_t)(r0 + t0) * a.h_stride,
-                a.h_stride);
+        store_h(a, hs, r0 + t0, nt, c0);
         __syncthreads(); /* hs is the next tile's */
     }
+}
+
+/* With a K-quant down: each row's 256-channel group g of hf (up's floats) as its Q8_K block
+ * in h, a thread per row. A block per (group, active expert). */
+extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
+    mvm_g_expert_quantize(mvm_g_expert_args a)
+{
+    const uint32_t e = U32(a.active)[blockIdx.y], g = blockIdx.x;
+    const uint32_t r0 = U32(a.off)[e], nr = U32(a.cnt)[e];
+    for (uint32_t r = r0 + threadIdx.x; r < r0 + nr; r += blockDim.x)
+        mvm_k_q8_K_block((const float *)a.hf + ((uint64_t)r * a.n_groups + g) * MVM_QK_K,
+                         (mvm_block_q8_K *)((uint8_t *)a.h + (uint64_t)r * a.h_stride) + g);
 }
 
 template <enum mvm_wtype DN> static __device__ void expert_down(const mvm_g_expert_args &a)

@@ -117,9 +117,11 @@ MVM_G_FN mvm_g_shape mvm_g_matvec_shape(const mvm_g_matvec_args *a)
  * mvm_g_expert_up_<gate_up type>: h[r] = glu(gate . act, up . act) * row_w[r] for every
  *   channel, act = act + row_tok[r] * act_stride bytes (the token's activations in gate_up's
  *   format); glu: silu(g) * u, or MVM_GLU_OAI's on g and u plus the group's biases. h[r] at
- *   h + r * h_stride bytes in down's activation format, a group's G channels at a time:
- *   n_ff floats (float types), n_ff / 32 Q8_0 blocks (Q types) or n_ff / 256 Q8_K blocks
- *   (K-quants). Grid: (group, active expert).
+ *   h + r * h_stride bytes in down's activation format: n_ff floats (float types) or n_ff /
+ *   32 Q8_0 blocks (Q types); with a K-quant down, n_ff floats at hf + r * n_ff floats, for
+ *   mvm_g_expert_quantize. Grid: (32 channels, active expert).
+ * mvm_g_expert_quantize (K-quant down only, after up): h[r] = hf[r]'s n_ff / 256 Q8_K
+ *   blocks. Grid: (group, active expert).
  * mvm_g_expert_down_<down type>: out[r][j] = sum over groups of down_g[j] . h[r]_g, plus
  *   row_w[r] * down_bias[e][j] with a down bias (gpt-oss: n_embd floats per expert at
  *   down_bias + e * n_embd; 0: none), j < n_embd, out[r] at out + r * n_embd floats.
@@ -128,12 +130,20 @@ MVM_G_FN mvm_g_shape mvm_g_matvec_shape(const mvm_g_matvec_args *a)
  *   token adds its experts' outputs in its own order, so the sum is deterministic (no
  *   atomics). Grid: (output range, token). */
 typedef struct mvm_g_expert_args {
-    mvm_dptr experts, act, active, off, cnt, row_tok, row_w, h, out, down_bias;
+    mvm_dptr experts, act, active, off, cnt, row_tok, row_w, h, out, down_bias, hf;
     uint64_t expert_stride, act_stride, h_stride;
     uint32_t n_embd, n_groups, n_active, gate_up, down, glu;
 } mvm_g_expert_args;
 
 MVM_G_FN mvm_g_shape mvm_g_expert_up_shape(const mvm_g_expert_args *a)
+{
+    mvm_g_shape s = {a->n_groups * (mvm_k_is_k((enum mvm_wtype)a->down) ? MVM_QK_K / MVM_QBLOCK
+                                                                         : 1),
+                     a->n_active, MVM_G_THREADS};
+    return s;
+}
+
+MVM_G_FN mvm_g_shape mvm_g_expert_quantize_shape(const mvm_g_expert_args *a)
 {
     mvm_g_shape s = {a->n_groups, a->n_active, MVM_G_THREADS};
     return s;
