@@ -15,9 +15,10 @@
  * CPU kernels' (the kernels' header says how), so both backends agree to rounding, routing
  * included unless a token's top-k is a near tie.
  *
- * A step's experts are pinned until its kernels are done: the stream is synchronised before
- * mvm_moe_end. That costs little, as the next layer's step waits for its router's logits
- * anyway; what it gives up is only queueing the next attention while the experts run.
+ * A step's experts are pinned until its kernels are done, so mvm_moe_end comes after a
+ * sync: the next MoE layer's, which waits for its router's logits anyway (and so for every
+ * kernel queued before), or the batch's last. The next attention is queued behind the
+ * experts while they run, and a decode step waits for the device once a layer.
  * Without HOST_NUMA VMM a step runs in rounds that each fit the budget (moe_step.h), with a
  * sync between rounds: each round's rows land in their own slots of the rows' outputs, and
  * the sum in each token's routing order comes after the last, so the result does not
@@ -602,13 +603,22 @@ static mvm_status speculate(struct cuda_fwd *f, uint32_t il, uint32_t n)
 
 /* A begun step's end once its kernels are done: whatever failed (st), the kernels already
  * queued may still read the pinned experts (a failed round pinned nothing, and the end then
- * does nothing). Returns st, or else the first failure of the two. */
-static mvm_status end_step(struct cuda_fwd *f, mvm_status st)
+ * does nothing). `idle`: the stream was synchronised since they were queued. Returns st,
+ * or else the first failure of the two. */
+static mvm_status end_step(struct cuda_fwd *f, mvm_status st, int idle)
 {
-    mvm_status synced = mvm_gpu_sync(f->g);
+    f->step_open = 0;
+    mvm_status synced = idle ? MVM_OK : mvm_gpu_sync(f->g);
     st = st != MVM_OK ? st : synced;
     mvm_status ended = mvm_moe_end(f->moe);
     return st != MVM_OK ? st : ended;
+}
+
+/* The step left open by the last MoE layer, ended (see the top): after a sync, or with
+ * `idle` once one has come since. */
+static mvm_status end_open_step(struct cuda_fwd *f, mvm_status st, int idle)
+{
+    return f->step_open ? end_step(f, st, idle) : st;
 }
 
 /* The other ranks' sums of this step's rows, waited for (the step over: see the top) and
@@ -637,7 +647,7 @@ static mvm_status moe(struct cuda_fwd *f, uint32_t il, uint32_t n, const uint32_
     TRY(mvm_gpu_download_async(f->g, f->host, f->xn, (size_t)n * D * sizeof(float)));
     TRY(mvm_gpu_download_async(f->g, f->probs_host, f->probs,
                                (size_t)n * hp->n_expert * sizeof(float)));
-    TRY(mvm_gpu_sync(f->g));
+    TRY(end_open_step(f, mvm_gpu_sync(f->g), 1)); /* the last layer's kernels are done */
     memcpy(f->moe->probs, f->probs_host, (size_t)n * hp->n_expert * sizeof(float));
     mvm_moe_route(f->moe, il, pos, n, f->host);
     TRY(upload_rows(f, n));
@@ -657,10 +667,14 @@ static mvm_status moe(struct cuda_fwd *f, uint32_t il, uint32_t n, const uint32_
     if (st == MVM_OK && hp->n_ff_shexp) /* added after the routed experts, as the models do */
         st = spec ? add_ffn(f, &L->shexp_gate, n)
                   : ffn(f, &L->shexp_w1, &L->shexp_w3, &L->shexp_w2, &L->shexp_gate, n);
-    st = end_step(f, st);
-    if (e) /* requests sent are waited for whatever failed here */
-        st = gather(f, e, n, st);
-    return st;
+    if (st != MVM_OK || e) { /* ended before serving others' rows (see the top) */
+        st = end_step(f, st, 0);
+        if (e) /* requests sent are waited for whatever failed here */
+            st = gather(f, e, n, st);
+        return st;
+    }
+    f->step_open = 1; /* ended at the next sync */
+    return MVM_OK;
 }
 
 /* ---- another rank's rows (mvm_ctx_expert_rows) ------------------------------------------ */
@@ -678,7 +692,7 @@ static mvm_status cuda_expert_rows(mvm_ctx *ctx, const mvm_expert_rows *r, float
     TRY(upload_rows(f, n));
     TRY(mvm_moe_begin(f->moe));
     mvm_status st = experts_begin(f, r->layer, n);
-    st = end_step(f, st == MVM_OK ? experts_end(f, r->layer, n, f->tmp) : st);
+    st = end_step(f, st == MVM_OK ? experts_end(f, r->layer, n, f->tmp) : st, 0);
     return st != MVM_OK ? st : mvm_gpu_download(f->g, out, f->tmp, bytes);
 }
 
@@ -754,9 +768,10 @@ static void split_runs(struct cuda_fwd *f, const mvm_fwd_batch *b)
     }
 }
 
-static mvm_status cuda_eval(mvm_ctx *ctx, const mvm_fwd_batch *b, float *logits)
+/* The batch's layers and its logits; *idle: its last operation waited for the stream. */
+static mvm_status eval_batch(struct cuda_fwd *f, const mvm_fwd_batch *b, float *logits,
+                             int *idle)
 {
-    struct cuda_fwd *f = ctx->state;
     const mvm_model *m = f->m;
     const mvm_hparams *hp = &m->hp;
     const uint32_t D = hp->n_embd, n = b->n;
@@ -775,6 +790,7 @@ static mvm_status cuda_eval(mvm_ctx *ctx, const mvm_fwd_batch *b, float *logits)
     }
     if (!b->n_out)
         return MVM_OK;
+    *idle = 1; /* after the logits' download, unless it fails */
     /* the rows from the first wanted one on (most often the last, or all), then those wanted */
     const uint32_t first = b->out[0], nl = n - first;
     const size_t row = (size_t)hp->n_vocab * sizeof(float);
@@ -787,6 +803,14 @@ static mvm_status cuda_eval(mvm_ctx *ctx, const mvm_fwd_batch *b, float *logits)
         TRY(mvm_gpu_download(f->g, (char *)logits + o * row, f->logits + (b->out[o] - first) * row,
                              row));
     return MVM_OK;
+}
+
+static mvm_status cuda_eval(mvm_ctx *ctx, const mvm_fwd_batch *b, float *logits)
+{
+    struct cuda_fwd *f = ctx->state;
+    int idle = 0;
+    mvm_status st = eval_batch(f, b, logits, &idle);
+    return end_open_step(f, st, idle && st == MVM_OK);
 }
 
 const struct mvm_fwd_backend mvm_fwd_cuda = {"cuda", cuda_create, cuda_destroy, cuda_eval,

@@ -52,6 +52,8 @@ struct cuda_fwd {
     mvm_gpu *g;
     mvm_model *m;
     mvm_moe *moe;
+    int step_open;              /* the last MoE step's kernels may run: ended at the next
+                                   sync (forward_cuda.c, moe and cuda_eval) */
     uint32_t n_ctx, n_batch, q_dim, kv_dim;
     const mvm_kv_layout *kv;    /* the cache's rows and element type (kv_cache.h) */
     uint32_t lat;               /* MLA: kv_lora + rope, a cache row and an absorbed query */
