@@ -111,14 +111,19 @@ struct cuda_fwd {
     uint64_t need, need_weights;
 };
 
-/* ---- forward_cuda.c -------------------------------------------------------------------- */
+/* ---- forward_cuda_setup.c -------------------------------------------------------------- */
 
+/* The backend's create and destroy (forward_impl.h). */
+mvm_status mvm_cuda_fwd_create(mvm_ctx *ctx, void **state);
+void mvm_cuda_fwd_destroy(void *state);
 mvm_status mvm_cuda_fwd_alloc(struct cuda_fwd *f, size_t bytes, mvm_dptr *out);
 /* A device copy of bytes at src; none (0) when src is NULL. */
 mvm_status mvm_cuda_fwd_copy(struct cuda_fwd *f, const void *src, size_t bytes, mvm_dptr *out);
 mvm_status mvm_cuda_fwd_weight(struct cuda_fwd *f, const mvm_weight *w, struct dev_weight *out);
 /* Bytes of a row of n inputs of a Q or K type's product, whatever the type, rounded. */
 uint64_t mvm_cuda_fwd_act_bytes(uint32_t n);
+
+/* ---- forward_cuda.c -------------------------------------------------------------------- */
 
 /* y[i] = w . in[i] for n rows: in[i] at in + i * in_stride floats, y[i] at y + i * y_stride
  * floats. The Q and K types read their input quantized, as the CPU's matrix products do;
