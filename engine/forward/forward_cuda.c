@@ -37,7 +37,6 @@
  * tokens (forward_cuda_attn.c), with its rows of the cache.
  */
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
