@@ -120,6 +120,25 @@ static void test_matvec(void)
     }
 }
 
+/* Q8_K activations made by a warp per block, to the CPU's bytes where the lanes must agree:
+ * the largest magnitude twice with opposite signs in other lanes' floats (the first one
+ * sets the sign of the scale), in one lane's floats, a row of zeros, one nonzero float. */
+static void test_quantize_k(void)
+{
+    const uint32_t n = 4 * MVM_QK_K, rows = 2;
+    float *x = randoms((size_t)rows * n);
+    x[200] = 2.0f, x[40] = -2.0f;                         /* lanes 25 and 5: -2 first */
+    x[256 + 9] = 3.0f, x[256 + 12] = -3.0f;                /* one lane: 3 first */
+    memset(x + 512, 0, MVM_QK_K * sizeof *x);              /* all zeros */
+    memset(x + 768, 0, MVM_QK_K * sizeof *x), x[768 + 255] = -0.5f;
+    x[n + 100] = -1.5f, x[n + 101] = 1.5f;                 /* the same lane pair: -1.5 */
+    size_t stride = 0;
+    mvm_dptr dx = up(x, (size_t)rows * n * 4);
+    mvm_dptr dq = device_act(MVM_W_Q4_K, dx, x, n, rows, &stride); /* checks the bytes */
+    mvm_gpu_free(g, dq), mvm_gpu_free(g, dx);
+    free(x);
+}
+
 /* The largest argument struct: one expert for 3 tokens, up, down and sum, against the CPU. */
 static void expert_case(mvm_k_expert_fmt f)
 {
@@ -365,6 +384,7 @@ int main(int argc, char **argv)
     if (!g)
         TEST_END();
     RUN(test_matvec);
+    RUN(test_quantize_k);
     RUN(test_experts);
     RUN(test_stream_order);
     RUN(test_copy_rows);

@@ -279,6 +279,40 @@ static __device__ __forceinline__ float block_max(float v, float *tmp)
     return m;
 }
 
+/* kernels/blocks.h's mvm_k_q8_K_block by the 32 lanes of a warp, 8 floats a lane, to the
+ * same bytes: the value of largest magnitude, the first on ties (each lane's first, then
+ * the larger, or the earlier on equal magnitudes), each quant from it as there, and each
+ * 16 quants' sum from two lanes. A thread per block left a row's quantization to one
+ * thread per 256 floats. Every lane of the warp must call it. */
+static __device__ __forceinline__ void warp_q8_K_block(const float *x, mvm_block_q8_K *y)
+{
+    const uint32_t lane = threadIdx.x & 31, j0 = 8 * lane;
+    float amax = 0, max = 0;
+    uint32_t at = MVM_QK_K; /* where this lane's max is (none) */
+    for (uint32_t j = j0; j < j0 + 8; j++)
+        if (fabsf(x[j]) > amax)
+            amax = fabsf(x[j]), max = x[j], at = j;
+    for (int o = 16; o > 0; o >>= 1) {
+        const float a2 = __shfl_xor_sync(FULL_MASK, amax, o);
+        const float m2 = __shfl_xor_sync(FULL_MASK, max, o);
+        const uint32_t at2 = __shfl_xor_sync(FULL_MASK, at, o);
+        if (a2 > amax || (a2 == amax && at2 < at))
+            amax = a2, max = m2, at = at2;
+    }
+    const float iscale = max != 0 ? -127.f / max : 0;
+    int sum = 0;
+    for (uint32_t j = j0; j < j0 + 8; j++) {
+        const int v = max != 0 ? (int)lrintf(iscale * x[j]) : 0;
+        y->qs[j] = (int8_t)(v < 127 ? v : 127);
+        sum += y->qs[j];
+    }
+    sum += __shfl_xor_sync(FULL_MASK, sum, 1);
+    if (lane % 2 == 0)
+        y->bsums[lane / 2] = (int16_t)sum;
+    if (lane == 0)
+        y->d = max != 0 ? 1 / iscale : 0;
+}
+
 static __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 
 #endif

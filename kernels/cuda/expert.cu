@@ -93,15 +93,15 @@ template <enum mvm_wtype GU> static __device__ void expert_up(const mvm_g_expert
 }
 
 /* With a K-quant down: each row's 256-channel group g of hf (up's floats) as its Q8_K block
- * in h, a thread per row. A block per (group, active expert). */
+ * in h, a warp per row. A block per (group, active expert). */
 extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
     mvm_g_expert_quantize(mvm_g_expert_args a)
 {
     const uint32_t e = U32(a.active)[blockIdx.y], g = blockIdx.x;
     const uint32_t r0 = U32(a.off)[e], nr = U32(a.cnt)[e];
-    for (uint32_t r = r0 + threadIdx.x; r < r0 + nr; r += blockDim.x)
-        mvm_k_q8_K_block((const float *)a.hf + ((uint64_t)r * a.n_groups + g) * MVM_QK_K,
-                         (mvm_block_q8_K *)((uint8_t *)a.h + (uint64_t)r * a.h_stride) + g);
+    for (uint32_t r = r0 + (threadIdx.x >> 5); r < r0 + nr; r += MVM_G_WARPS)
+        warp_q8_K_block((const float *)a.hf + ((uint64_t)r * a.n_groups + g) * MVM_QK_K,
+                        (mvm_block_q8_K *)((uint8_t *)a.h + (uint64_t)r * a.h_stride) + g);
 }
 
 template <enum mvm_wtype DN> static __device__ void expert_down(const mvm_g_expert_args &a)

@@ -13,14 +13,16 @@
 extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_quantize(mvm_g_quantize_args a)
 {
     const enum mvm_wtype t = (enum mvm_wtype)a.type;
-    const uint32_t b = blockIdx.x * blockDim.x + threadIdx.x, row = blockIdx.y;
-    const uint32_t len = (uint32_t)mvm_k_block_elems(t);
-    if (b >= a.n / len)
+    const int k = mvm_k_is_k(t); /* a warp per Q8_K block, a thread per Q8_0 block */
+    const uint32_t b = k ? blockIdx.x * MVM_G_WARPS + (threadIdx.x >> 5)
+                         : blockIdx.x * blockDim.x + threadIdx.x;
+    const uint32_t row = blockIdx.y, len = (uint32_t)mvm_k_block_elems(t);
+    if (b >= a.n / len) /* for a Q8_K block, the whole warp */
         return;
     const float *x = (const float *)a.x + row * a.x_stride + (uint64_t)b * len;
     uint8_t *q = (uint8_t *)a.q + row * a.q_stride + mvm_k_act_bytes(t, (uint64_t)b * len);
-    if (mvm_k_is_k(t))
-        mvm_k_q8_K_block(x, (mvm_block_q8_K *)q);
+    if (k)
+        warp_q8_K_block(x, (mvm_block_q8_K *)q);
     else
         mvm_k_q8_0_block(x, (mvm_block_q8_0 *)q);
 }
