@@ -303,8 +303,9 @@ static __device__ __forceinline__ void warp_q8_K_block(const float *x, mvm_block
     int sum = 0;
     for (uint32_t j = j0; j < j0 + 8; j++) {
         const int v = max != 0 ? (int)lrintf(iscale * x[j]) : 0;
-        y->qs[j] = (int8_t)(v < 127 ? v : 127);
-        sum += y->qs[j];
+        const int8_t q = (int8_t)(v < 127 ? v : 127);
+        y->qs[j] = q;
+        sum += q;
     }
     sum += __shfl_xor_sync(FULL_MASK, sum, 1);
     if (lane % 2 == 0)
