@@ -127,11 +127,11 @@ static void test_quantize_k(void)
 {
     const uint32_t n = 4 * MVM_QK_K, rows = 2;
     float *x = randoms((size_t)rows * n);
-    x[200] = 2.0f, x[40] = -2.0f;                         /* lanes 25 and 5: -2 first */
-    x[256 + 9] = 3.0f, x[256 + 12] = -3.0f;                /* one lane: 3 first */
-    memset(x + 512, 0, MVM_QK_K * sizeof *x);              /* all zeros */
-    memset(x + 768, 0, MVM_QK_K * sizeof *x), x[768 + 255] = -0.5f;
-    x[n + 100] = -1.5f, x[n + 101] = 1.5f;                 /* the same lane pair: -1.5 */
+    x[200] = 2.0f, x[40] = -2.0f;           /* lanes 25 and 5: -2 first */
+    x[256 + 9] = 3.0f, x[256 + 12] = -3.0f;  /* one lane: 3 first */
+    memset(x + 512, 0, MVM_QK_K * sizeof *x); /* all zeros */
+    memset(x + 768, 0, MVM_QK_K * sizeof *x), x[768 + 255] = -0.5f; /* one float */
+    x[n + 100] = -1.5f, x[n + 101] = 1.5f;  /* one lane again: -1.5 */
     size_t stride = 0;
     mvm_dptr dx = up(x, (size_t)rows * n * 4);
     mvm_dptr dq = device_act(MVM_W_Q4_K, dx, x, n, rows, &stride); /* checks the bytes */

@@ -105,8 +105,8 @@ MVM_GPU_LAUNCHER(mvm_gpu_add, MVM_GK_ADD, mvm_g_add_args, mvm_g_add_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_swiglu, MVM_GK_SWIGLU, mvm_g_add_args, mvm_g_add_shape)
 #undef MVM_GPU_LAUNCHER
 
-/* Up, then down, of the routed experts of a->active (kernels.h): with a K-quant down, up's
- * floats made Q8_K blocks between them. */
+/* Up of the routed experts of a->active (kernels.h), to h in down's activation format:
+ * with a K-quant down, up's floats then made Q8_K blocks. */
 static inline mvm_status mvm_gpu_experts_up(mvm_gpu *g, const mvm_g_expert_args *a)
 {
     mvm_status st = mvm_gpu_expert_up(g, (int)a->gate_up, a);
@@ -115,6 +115,7 @@ static inline mvm_status mvm_gpu_experts_up(mvm_gpu *g, const mvm_g_expert_args 
     return st;
 }
 
+/* Their up, then their down. */
 static inline mvm_status mvm_gpu_experts(mvm_gpu *g, const mvm_g_expert_args *a)
 {
     mvm_status st = mvm_gpu_experts_up(g, a);

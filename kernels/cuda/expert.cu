@@ -31,13 +31,15 @@ static __device__ void store_h(const mvm_g_expert_args &a, float (*hs)[MVM_QBLOC
                                uint32_t r, uint32_t nt, uint32_t c0)
 {
     const enum mvm_wtype down = (enum mvm_wtype)a.down;
-    uint8_t *h = (uint8_t *)a.h + (uint64_t)r * a.h_stride + mvm_k_act_bytes(down, c0);
     if (mvm_k_is_k(down)) {
-        float *hf = (float *)a.hf + (uint64_t)r * a.n_groups * MVM_QK_K + c0;
+        const uint64_t n_ff = (uint64_t)a.n_groups * MVM_QK_K;
+        float *hf = (float *)a.hf + r * n_ff + c0;
         for (uint32_t k = threadIdx.x; k < nt * MVM_QBLOCK; k += blockDim.x)
-            hf[k / MVM_QBLOCK * a.n_groups * MVM_QK_K + k % MVM_QBLOCK] =
-                hs[k / MVM_QBLOCK][k % MVM_QBLOCK];
-    } else if (mvm_k_is_q(down)) {
+            hf[k / MVM_QBLOCK * n_ff + k % MVM_QBLOCK] = hs[k / MVM_QBLOCK][k % MVM_QBLOCK];
+        return;
+    }
+    uint8_t *h = (uint8_t *)a.h + (uint64_t)r * a.h_stride + mvm_k_act_bytes(down, c0);
+    if (mvm_k_is_q(down)) {
         if (threadIdx.x < nt)
             mvm_k_q8_0_block(hs[threadIdx.x], (mvm_block_q8_0 *)(h + threadIdx.x * a.h_stride));
     } else {
