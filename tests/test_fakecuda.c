@@ -52,6 +52,7 @@ static void check_rc(CUresult got, CUresult want, const char *what, int line)
     X(cuGetProcAddress_v2) X(cuMemGetAllocationGranularity) X(cuMemAddressReserve)             \
     X(cuMemAddressFree) X(cuMemCreate) X(cuMemRelease) X(cuMemMap) X(cuMemSetAccess)           \
     X(cuMemUnmap) X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemHostRegister_v2)                     \
+    X(cuMemHostAlloc) X(cuMemFreeHost)                                                         \
     X(cuMemHostUnregister) X(cuStreamCreate) X(cuStreamDestroy_v2) X(cuStreamSynchronize)      \
     X(cuMemcpyHtoDAsync_v2) X(cuMemcpyHtoD_v2) X(cuMemcpyDtoH_v2) X(cuEventCreate)             \
     X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize) X(cuEventDestroy_v2)                \
@@ -72,7 +73,7 @@ static void check_rc(CUresult got, CUresult want, const char *what, int line)
     X(cuMemsetD2D32_v2) X(cuMemsetD2D8Async) X(cuMemsetD2D16Async) X(cuMemsetD2D32Async)     \
     X(cuLaunchCooperativeKernel) X(cuGraphAddMemcpyNode) X(cuGraphAddMemsetNode)               \
     X(cuGraphMemcpyNodeGetParams) X(cuGraphMemsetNodeGetParams) X(cuGraphExecNodeSetParams)    \
-    X(cuGraphExecMemcpyNodeSetParams) X(cuGraphExecMemsetNodeSetParams)
+    X(cuGraphExecMemcpyNodeSetParams) X(cuGraphExecMemsetNodeSetParams) X(cuStreamWaitEvent)
 #define FK_FUNCS(X)                                                                            \
     X(fakecuda_calls) X(fakecuda_live_handles) X(fakecuda_mapped_bytes)                        \
     X(fakecuda_live_reservations) X(fakecuda_reset_counters) X(fakecuda_set_fail)              \
@@ -98,6 +99,7 @@ static void check_rc(CUresult got, CUresult want, const char *what, int line)
     X(cuMemFreeAsync_ptsz, __typeof__(cuMemFreeAsync) *)                                       \
     X(cuStreamSynchronize_ptsz, __typeof__(cuStreamSynchronize) *)                             \
     X(cuEventRecord_ptsz, __typeof__(cuEventRecord) *)                                         \
+    X(cuStreamWaitEvent_ptsz, __typeof__(cuStreamWaitEvent) *)                                 \
     DEPRECATED(X)
 /* The deprecated launch forms, typed by hand: cuda.h's deprecation would make naming their
  * declarations a warning. */
@@ -481,6 +483,19 @@ static void t_host_register(void)
     OK(p_cuMemHostUnregister(buf));
     RC(p_cuMemHostUnregister(buf), CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
     free(buf);
+
+    /* Pinned memory the driver allocates: registered, writable, freed once. */
+    void *pinned = NULL;
+    OK(p_cuMemHostAlloc(&pinned, 3 * 4096, CU_MEMHOSTALLOC_PORTABLE));
+    CHECK(pinned != NULL && (uintptr_t)pinned % 4096 == 0);
+    memset(pinned, 0x5a, 3 * 4096);
+    RC(p_cuMemHostRegister_v2((char *)pinned + 4096, 4096, 0),
+       CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
+    RC(p_cuMemHostAlloc(&pinned, 0, 0), CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuMemHostAlloc(&pinned, 4096, 0x80), CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuMemFreeHost((char *)pinned + 4096), CUDA_ERROR_INVALID_VALUE);
+    OK(p_cuMemFreeHost(pinned));
+    RC(p_cuMemFreeHost(pinned), CUDA_ERROR_INVALID_VALUE);
 }
 
 static void t_fault_injection(void)
@@ -571,6 +586,53 @@ static void check_blocks_until_release(struct waiter w, CUstream held, int line)
     check(w.done && w.rc == CUDA_SUCCESS, "waiter returns once released", line);
 }
 
+/* cuStreamWaitEvent: stream s's later work waits for what the event waits for. A wait on a
+ * completed or never-recorded event holds nothing; one on a pending event holds s's events
+ * and synchronisations until the held stream is released, and not after. */
+static void t_stream_waits(CUstream s)
+{
+    CUstream lane, other;
+    CUevent done, after, unused;
+    OK(p_cuStreamCreate(&lane, CU_STREAM_NON_BLOCKING));
+    OK(p_cuStreamCreate(&other, 0));
+    OK(p_cuEventCreate(&done, CU_EVENT_DISABLE_TIMING));
+    OK(p_cuEventCreate(&after, CU_EVENT_DISABLE_TIMING));
+    OK(p_cuEventCreate(&unused, 0));
+    OK(p_cuStreamWaitEvent(s, unused, 0)); /* never recorded: no wait */
+    OK(p_cuEventRecord(after, s));
+    OK(p_cuEventQuery(after));
+    RC(p_cuStreamWaitEvent(s, done, 4), CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuStreamWaitEvent(s, NULL, 0), CUDA_ERROR_INVALID_HANDLE);
+
+    p_fakecuda_stream_hold(lane, 1);
+    OK(p_cuEventRecord(done, lane));
+    OK(p_cuStreamWaitEvent(s, done, 0));
+    OK(p_cuEventRecord(after, s));
+    RC(p_cuEventQuery(after), CUDA_ERROR_NOT_READY);
+    OK(p_cuEventRecord(unused, other)); /* a stream that did not wait runs on */
+    OK(p_cuEventQuery(unused));
+    check_blocks_until_release((struct waiter){.stream = s}, lane, __LINE__);
+    OK(p_cuEventQuery(after));
+    OK(p_cuEventRecord(after, s)); /* the wait is over: no new hold */
+    OK(p_cuEventQuery(after));
+
+    /* The stream waited on goes away while held: the waiter is released with it. */
+    p_fakecuda_stream_hold(lane, 1);
+    OK(p_cuEventRecord(done, lane));
+    OK(p_cuStreamWaitEvent(other, done, 0));
+    OK(p_cuStreamDestroy_v2(lane));
+    OK(p_cuEventRecord(after, other));
+    RC(p_cuEventQuery(after), CUDA_ERROR_NOT_READY);
+    p_fakecuda_stream_hold(lane, 0);
+    OK(p_cuEventQuery(after));
+    OK(p_cuStreamSynchronize(other));
+    OK(p_cuStreamWaitEvent_ptsz(NULL, done, 0));
+    OK(p_cuEventDestroy_v2(done));
+    OK(p_cuEventDestroy_v2(after));
+    OK(p_cuEventDestroy_v2(unused));
+    OK(p_cuStreamDestroy_v2(other));
+}
+
 static void t_streams_events(void)
 {
     CUstream s, s2;
@@ -615,6 +677,8 @@ static void t_streams_events(void)
     RC(p_cuEventQuery(e3), CUDA_ERROR_NOT_READY);
     p_fakecuda_stream_hold(s2, 0);
     OK(p_cuEventQuery(e3));
+
+    t_stream_waits(s);
 
     RC(p_cuStreamDestroy_v2(NULL), CUDA_ERROR_INVALID_HANDLE);
     OK(p_cuEventDestroy_v2(e3));

@@ -48,6 +48,7 @@ static const char *const fallible[] = {
     "cuMemUnmap",      "cuMemcpyHtoDAsync", "cuMemcpyDtoH",      "cuMemcpyDtoHAsync",
     "cuMemsetD8Async", "cuMemAlloc",        "cuEventCreate",     "cuEventRecord",
     "cuEventQuery",    "cuEventSynchronize", "cuStreamSynchronize", "cuLaunchKernel",
+    "cuStreamWaitEvent",
 };
 enum { N_FALLIBLE = sizeof fallible / sizeof fallible[0] };
 

@@ -13,9 +13,11 @@
  *                and non-resident pages stay unmapped.
  *   map          cuMemUnmap (if replacing) + cuMemMap + cuMemSetAccess; callers guarantee no
  *                kernel reads the page meanwhile (pins, unpin_after events)
- *   copy         cuMemcpyHtoDAsync on a dedicated non-blocking stream; in write_back spaces
- *                a batch of copies is followed by one kernel that digests its chunks, so an
- *                eviction can tell whether the device changed them (vmm/cuda_digest.c)
+ *   copy         cuMemcpyHtoDAsync on a dedicated non-blocking stream, or split across
+ *                several (MOEVM_COPY_STREAMS, vmm/cuda_lanes.c) that join it before a fence;
+ *                in write_back spaces a batch of copies is followed by one kernel that
+ *                digests its chunks, so an eviction can tell whether the device changed
+ *                them (vmm/cuda_digest.c)
  *
  * The driver is loaded with dlopen (MOEVM_CUDA_LIBRARY, default libcuda.so.1) so libmoevm
  * loads and runs on machines with no GPU; in CI that library is tests/fakecuda. The library
@@ -112,6 +114,7 @@ static void cuda_destroy(mvm_backend *b)
     cuda_backend *c = cb(b);
     if (c->copy_stream) {
         c->cu.CtxSetCurrent(c->ctx);
+        mvm_cuda_lanes_close(c);
         c->cu.StreamDestroy(c->copy_stream);
     }
     if (c->ctx)
@@ -407,37 +410,46 @@ static mvm_status cuda_unmap(mvm_backend *b, uint64_t va, size_t bytes, size_t p
     return MVM_OK;
 }
 
+/* The marks of the chunks just loaded go after their copies, in one launch, on the copy
+ * stream once the lanes have joined it; the wait (or the fence) covers them, so each mark is
+ * complete before its page is mapped for the program's kernels. A failed join leaves the
+ * marks due: they go out at the next join that succeeds, after the loads they describe. */
+static mvm_status close_loads(cuda_backend *c)
+{
+    mvm_status st = mvm_cuda_lanes_join(c);
+    if (st != MVM_OK)
+        return st;
+    mvm_cuda_digest_flush(c, c->marks_due);
+    c->marks_due = NULL;
+    return MVM_OK;
+}
+
 static mvm_status cuda_copy_start(mvm_backend *b, mvm_pool *p, size_t chunk, const void *src,
                                   size_t len)
 {
     cuda_backend *c = cb(b);
-    CUdeviceptr dst = p->view + chunk * p->page;
     if (p->digest) { /* the chunk is "changed" until its mark, queued by copy_wait */
-        if (c->marks_due && c->marks_due != p->digest)
-            mvm_cuda_digest_flush(c, c->marks_due);
+        if (c->marks_due && c->marks_due != p->digest) {
+            mvm_status st = close_loads(c);
+            if (st != MVM_OK)
+                return st;
+        }
         c->marks_due = p->digest;
         for (size_t k = chunk; k < chunk + (len + p->page - 1) / p->page; k++)
             mvm_cuda_digest_loaded(p->digest, k);
     }
-    CU(c, c->cu.MemcpyHtoDAsync(dst, src, len, c->copy_stream), "cuMemcpyHtoDAsync");
-    return MVM_OK;
+    return mvm_cuda_lanes_copy(c, p->view + chunk * p->page, src, len, p->page);
 }
 
-/* The marks of the chunks just loaded go after their copies, in one launch; the wait (or
- * the fence) covers them, so each mark is complete before its page is mapped for the
- * program's kernels. */
-static void flush_marks(cuda_backend *c)
-{
-    mvm_cuda_digest_flush(c, c->marks_due);
-    c->marks_due = NULL;
-}
-
+/* After a failed join the lanes are waited for one by one, so that nothing is still landing
+ * when the caller gives the chunks back. */
 static mvm_status cuda_copy_wait(mvm_backend *b)
 {
     cuda_backend *c = cb(b);
-    flush_marks(c);
+    mvm_status st = close_loads(c);
+    mvm_status lanes = mvm_cuda_lanes_sync(c);
     CU(c, c->cu.StreamSynchronize(c->copy_stream), "cuStreamSynchronize (copy stream)");
-    return MVM_OK;
+    return st != MVM_OK ? st : lanes;
 }
 
 static mvm_status record_event(cuda_backend *c, CUstream stream, const char *what,
@@ -466,8 +478,8 @@ static mvm_status record_event(cuda_backend *c, CUstream stream, const char *wha
 static mvm_status cuda_copy_fence(mvm_backend *b, mvm_event **out)
 {
     cuda_backend *c = cb(b);
-    flush_marks(c);
-    return record_event(c, c->copy_stream, "copy fence", out);
+    mvm_status st = close_loads(c);
+    return st != MVM_OK ? st : record_event(c, c->copy_stream, "copy fence", out);
 }
 
 /* Synchronous: the page is about to be remapped to its home, so the bytes must be there. */
@@ -668,7 +680,7 @@ static mvm_status open_device(cuda_backend *c, int ordinal)
     CU(c, c->cu.MemGetInfo(&free_b, &total_b), "cuMemGetInfo");
     b->device_free = free_b;
     CU(c, c->cu.StreamCreate(&c->copy_stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
-    return MVM_OK;
+    return mvm_cuda_lanes_open(c);
 }
 
 mvm_status mvm_backend_cuda_open(int device, mvm_backend **out)

@@ -59,6 +59,7 @@
     X(StreamCreate, "cuStreamCreate", (CUstream *, unsigned))                                      \
     X(StreamDestroy, "cuStreamDestroy_v2", (CUstream))                                             \
     X(StreamSynchronize, "cuStreamSynchronize", (CUstream))                                        \
+    X(StreamWaitEvent, "cuStreamWaitEvent", (CUstream, CUevent, unsigned))                         \
     X(EventCreate, "cuEventCreate", (CUevent *, unsigned))                                         \
     X(EventRecord, "cuEventRecord", (CUevent, CUstream))                                           \
     X(EventQuery, "cuEventQuery", (CUevent))                                                       \
@@ -77,12 +78,23 @@ struct cu_api {
  * space skip the write-back of a page the device did not change. */
 typedef struct cuda_digest cuda_digest;
 
+/* PreScope's AsyncIO (vmm/cuda_lanes.c): the streams a load's bytes are split across. */
+#define MVM_COPY_LANES_MAX 8
+struct copy_lanes {
+    unsigned n;                      /* 1: every load goes on the copy stream */
+    unsigned next;                   /* the lane the next stripe goes on */
+    unsigned used;                   /* bit i: lane i has loads since the last join */
+    CUstream s[MVM_COPY_LANES_MAX];  /* n > 1: the lanes (the copy stream is none of them) */
+    CUevent end[MVM_COPY_LANES_MAX]; /* recorded on lane i at a join */
+};
+
 typedef struct cuda_backend {
     mvm_backend base; /* first: the space sees only this */
     struct cu_api cu;
     CUdevice dev;
     CUcontext ctx;
-    CUstream copy_stream;
+    CUstream copy_stream; /* the loads' stream; with several lanes, where they join */
+    struct copy_lanes lanes;
     int host_numa_id;  /* location id for HOST_NUMA homes */
     cuda_digest *marks_due; /* the pool digests whose loads await their marks (copy_wait) */
 } cuda_backend;
@@ -104,6 +116,18 @@ void mvm_cuda_digest_flush(cuda_backend *c, cuda_digest *d);
  * (the thread's error says which; same[] all false). Under the space's lock. */
 int mvm_cuda_digest_unchanged(cuda_backend *c, cuda_digest *d, const size_t *chunks, size_t n,
                               bool *same);
+
+/* The lanes of MOEVM_COPY_STREAMS, made on the open device's context; 1 makes none. */
+mvm_status mvm_cuda_lanes_open(cuda_backend *c);
+void mvm_cuda_lanes_close(cuda_backend *c);
+/* Starts copying len bytes from src to dst, a whole number of `page`s apart from the last
+ * one, split at page boundaries across the lanes. */
+mvm_status mvm_cuda_lanes_copy(cuda_backend *c, CUdeviceptr dst, const void *src, size_t len,
+                               size_t page);
+/* What goes on the copy stream from now on comes after every load started so far. */
+mvm_status mvm_cuda_lanes_join(cuda_backend *c);
+/* Returns once every lane's work has finished, whatever a failed join left unordered. */
+mvm_status mvm_cuda_lanes_sync(cuda_backend *c);
 
 /* Loads the driver (MOEVM_CUDA_LIBRARY) and every entry point of CU_API; the engine's
  * device code (engine/compute/gpu.c) shares it. */

@@ -56,6 +56,14 @@ const mvm_option_desc mvm_opt_copy_piece = {
     "meanwhile is copied before the next piece: it waits behind two "
     "pieces, not the whole expert; 0 = one piece"};
 
+const mvm_option_desc mvm_opt_copy_streams = {
+    "MOEVM_COPY_STREAMS", MVM_OPT_INT, "1", "1..8",
+    "cuda backend: the streams a load's bytes are split across, at "
+    "page boundaries (PreScope's AsyncIO uses 3, one per weight "
+    "matrix); 1 keeps every load on one stream. Whether more helps "
+    "depends on the device's copy engines: vmm_costs section 9 "
+    "(bench/gpu/run.sh --only 9) measures 1 to 4"};
+
 const mvm_option_desc mvm_opt_log = {
     "MOEVM_LOG", MVM_OPT_CHOICE, "warn", "off|warn|info|debug",
     "what libmoevm prints to stderr"};
@@ -66,7 +74,7 @@ const mvm_option_desc mvm_opt_cuda_library = {
 
 static const mvm_option_desc *const vmm_list[] = {
     &mvm_opt_gpu_budget, &mvm_opt_backend, &mvm_opt_device, &mvm_opt_page_size,
-    &mvm_opt_clean_evict, &mvm_opt_home_map, &mvm_opt_copy_piece, &mvm_opt_log,
+    &mvm_opt_clean_evict, &mvm_opt_home_map, &mvm_opt_copy_piece, &mvm_opt_copy_streams, &mvm_opt_log,
     &mvm_opt_cuda_library,
 };
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call, from the repository root on a machine with an NVIDIA GPU:
-#   bash bench/gpu/run.sh [vmm_costs options: --device N --reps N --only 1,2,3,4,5,6,7,8]
+#   bash bench/gpu/run.sh [vmm_costs options: --device N --reps N --only 1,2,3,4,5,6,7,8,9]
 # Builds the vmm_costs target in build-gpu/, prints the GPU list and runs the benchmark.
 # With $OUT set, the whole output is also written to $OUT/vmm_costs.txt.
 # On a device machine, carry .gpudeps (bench/gpu/deps.sh fetch) in case its image lacks the

@@ -19,16 +19,19 @@
  *      eviction's remaps), and whether the remaps overlap the copies' DMA;
  *   8. an on-demand load asked while a prefetch of another expert is on the bus: how long
  *      it waits with the prefetch in one piece and in MOEVM_COPY_PIECE's pieces, which it
- *      overtakes (vmm/migrate.c), and what the pieces cost the prefetch.
+ *      overtakes (vmm/migrate.c), and what the pieces cost the prefetch;
+ *   9. PreScope's AsyncIO: a load split across 1 to 4 copy lanes (MOEVM_COPY_STREAMS,
+ *      vmm/cuda_lanes.c), one expert and 8 at once, against the bare copy split the same way
+ *      (what decides the option's default).
  *
  * Output: per section, a markdown table and one machine-readable line per result:
  *   RESULT <name> <value> <unit>
  * Every CUDA call is checked; a failure exits with one line naming the call.
  *
  * The code: vmm_costs.h (shared parts), this file (them and main), vmm_costs_driver.cu
- * (sections 1-4), vmm_costs_space.cu (sections 5-8).
+ * (sections 1-4), vmm_costs_space.cu (sections 5-9).
  *
- * Usage: vmm_costs [--device N] [--reps N] [--only 1,2,3,4,5,6,7,8]
+ * Usage: vmm_costs [--device N] [--reps N] [--only 1,2,3,4,5,6,7,8,9]
  * Build and run: bash bench/gpu/run.sh (docs/perf/vmm.md).
  */
 #include <cuda.h>
@@ -355,7 +358,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--only") && i + 1 < argc)
             only = argv[++i];
         else
-            die("usage: vmm_costs [--device N] [--reps N (>= 20)] [--only 1,2,3,4,5,6,7,8]");
+            die("usage: vmm_costs [--device N] [--reps N (>= 20)] [--only 1,2,3,4,5,6,7,8,9]");
     }
     if (g_reps < 20)
         die("--reps %d: at least 20 repetitions are needed for a stable median", g_reps);
@@ -418,6 +421,13 @@ int main(int argc, char **argv)
         section_begin("8. An on-demand load asked while a prefetch is on the bus");
         bench_overtake(32 * MiB);
         bench_overtake(128 * MiB);
+        section_end();
+    }
+    if (wanted(only, 9)) {
+        section_begin("9. A load split across copy lanes (MOEVM_COPY_STREAMS)");
+        bench_copy_lanes(2 * MiB);
+        bench_copy_lanes(8 * MiB);
+        bench_copy_lanes(32 * MiB);
         section_end();
     }
 

@@ -2,7 +2,7 @@
  * vmm_costs's shared parts (vmm_costs.cu has the overview and main): failing loudly, the
  * device and timing globals, statistics, the result tables, VMM buffers, and the sections'
  * entry points (vmm_costs_driver.cu: sections 1-4, the driver's own costs;
- * vmm_costs_space.cu: sections 5-8, moevm's space on top of them).
+ * vmm_costs_space.cu: sections 5-9, moevm's space on top of them).
  */
 #ifndef MVM_BENCH_GPU_VMM_COSTS_H
 #define MVM_BENCH_GPU_VMM_COSTS_H
@@ -90,5 +90,6 @@ void bench_make_resident(uint64_t expert_bytes); /* 5 */
 void bench_clean_evict(uint64_t expert_bytes);   /* 6 */
 void bench_make_resident_steps(void);        /* 7 */
 void bench_overtake(uint64_t expert_bytes);  /* 8 */
+void bench_copy_lanes(uint64_t expert_bytes); /* 9 */
 
 #endif

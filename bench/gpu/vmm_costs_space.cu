@@ -1,4 +1,4 @@
-/* vmm_costs sections 5-8: moevm's space on the cuda backend against the bare driver
+/* vmm_costs sections 5-9: moevm's space on the cuda backend against the bare driver
  * (vmm_costs.cu says what each measures). */
 #include <cuda.h>
 #include <cuda_runtime.h> /* only for <<<>>> launches and cudaGetLastError */
@@ -54,59 +54,59 @@ static mvm_space_desc one_layer(uint32_t experts, uint64_t expert_bytes)
     return d;
 }
 
-void bench_make_resident(uint64_t expert_bytes)
+/* A one-layer space of `experts` experts of random bytes, all of which fit the budget. */
+static mvm_space *filled_space(uint32_t experts, uint64_t expert_bytes)
 {
-    enum { EXPERTS = 8 };
-    unsigned mib = (unsigned)(expert_bytes / MiB);
-    mvm_space_desc d = one_layer(EXPERTS, expert_bytes);
+    mvm_space_desc d = one_layer(experts, expert_bytes);
     mvm_space *space;
     MVM(mvm_space_create(&d, &space));
-    mvm_space_info info;
-    MVM(mvm_space_get_info(space, &info));
-    if (mib == 2)
-        printf("space: backend %s, device %s, page %llu KiB, home_mapped %d, numa node %d\n\n",
-               info.backend, info.device, (unsigned long long)(info.page_size / 1024),
-               info.home_mapped, info.numa_node);
-    for (uint32_t e = 0; e < EXPERTS; e++) {
+    for (uint32_t e = 0; e < experts; e++) {
         void *home = mvm_expert_home(space, 0, e);
         if (!home)
             die("mvm_expert_home(0, %u) returned NULL", e);
         fill_random(home, expert_bytes, 100 + e);
     }
+    return space;
+}
 
+enum { BATCH = 8 }; /* experts asked for at once, as an engine step's misses */
+
+/* Times g_reps moves in `space` (BATCH experts, none resident): one[i] a make-resident of
+ * one expert, hit[i] the same call once it is resident, all[i] BATCH experts asked for at
+ * once (async) and all waited for, as an engine step or a launch's misses do: the migration
+ * worker takes them as one batch and remaps each as its copies land. Every move is checked
+ * for residency, and the experts' bytes are read back from the device. */
+static void time_moves(mvm_space *space, uint64_t expert_bytes, double *one, double *hit,
+                       double *all)
+{
     void *scratch = xmalloc(expert_bytes);
-    double *mr = (double *)xmalloc(sizeof(double) * (size_t)g_reps);
-    double *hit = (double *)xmalloc(sizeof(double) * (size_t)g_reps);
-    double *all = (double *)xmalloc(sizeof(double) * (size_t)g_reps);
     for (int i = -WARMUP; i < g_reps; i++) {
-        uint32_t e = (uint32_t)(i + WARMUP) % EXPERTS;
+        uint32_t e = (uint32_t)(i + WARMUP) % BATCH;
         check_residency(space, e, 0);
         double t0 = now_us();
         MVM(mvm_make_resident(space, 0, e, MVM_ALL_PAGES));
         double t1 = now_us();
-        MVM(mvm_make_resident(space, 0, e, MVM_ALL_PAGES)); /* already resident: a hit */
+        MVM(mvm_make_resident(space, 0, e, MVM_ALL_PAGES));
         double t2 = now_us();
         check_residency(space, e, 1);
         verify_expert(space, e, expert_bytes, scratch);
         MVM(mvm_evict(space, 0, e, 0));
         if (i >= 0) {
-            mr[i] = t1 - t0;
+            one[i] = t1 - t0;
             hit[i] = t2 - t1;
         }
     }
-    /* All the experts asked for at once, as an engine step or a launch's misses do: the
-     * migration worker takes them as one batch and remaps each as its copies land. */
     for (int i = -WARMUP; i < g_reps; i++) {
-        mvm_move *moves[EXPERTS];
+        mvm_move *moves[BATCH];
         double t0 = now_us();
-        for (uint32_t e = 0; e < EXPERTS; e++)
+        for (uint32_t e = 0; e < BATCH; e++)
             MVM(mvm_make_resident_async(space, 0, e, MVM_ALL_PAGES, &moves[e]));
-        for (uint32_t e = 0; e < EXPERTS; e++) {
+        for (uint32_t e = 0; e < BATCH; e++) {
             MVM(mvm_move_wait(moves[e], -1));
             MVM(mvm_move_release(moves[e]));
         }
         double t1 = now_us();
-        for (uint32_t e = 0; e < EXPERTS; e++) {
+        for (uint32_t e = 0; e < BATCH; e++) {
             check_residency(space, e, 1);
             if (i == g_reps - 1)
                 verify_expert(space, e, expert_bytes, scratch);
@@ -115,25 +115,71 @@ void bench_make_resident(uint64_t expert_bytes)
         if (i >= 0)
             all[i] = t1 - t0;
     }
-    MVM(mvm_space_destroy(space));
-    own_context();
+    free(scratch);
+}
 
-    /* The bare copy: the floor any make-resident of this size is measured against. */
+/* Wall time of one copy split into `lanes` stripes on as many streams, as the backend's
+ * copy lanes split a load (vmm/cuda_lanes.c): enqueue them all, then wait for every one. */
+static double time_split_h2d_us(CUdeviceptr dst, const char *src, size_t bytes,
+                                const CUstream *streams, int lanes)
+{
+    double t0 = now_us();
+    size_t stripe = bytes / (size_t)lanes;
+    for (int k = 0; k < lanes; k++) {
+        size_t off = (size_t)k * stripe, len = k + 1 == lanes ? bytes - off : stripe;
+        CU(cuMemcpyHtoDAsync(dst + off, src + off, len, streams[k]));
+    }
+    for (int k = 0; k < lanes; k++)
+        CU(cuStreamSynchronize(streams[k]));
+    return now_us() - t0;
+}
+
+/* The bare copy of expert_bytes split over 1..lanes streams: g_reps times each, into bare[L]
+ * (bare[L][i], L = 1..lanes). */
+static void time_bare_copies(uint64_t expert_bytes, int lanes, double **bare)
+{
+    own_context();
     CUdeviceptr dst;
     void *pinned;
+    CUstream streams[8];
     CU(cuMemAlloc(&dst, expert_bytes));
     CU(cuMemHostAlloc(&pinned, expert_bytes, 0));
     fill_random(pinned, expert_bytes, 7);
-    double *bare = (double *)xmalloc(sizeof(double) * (size_t)g_reps);
-    for (int i = -WARMUP; i < g_reps; i++) {
-        double us = time_h2d_us(dst, pinned, expert_bytes);
-        if (i >= 0)
-            bare[i] = us;
-    }
+    for (int k = 0; k < lanes; k++)
+        CU(cuStreamCreate(&streams[k], CU_STREAM_NON_BLOCKING));
+    for (int L = 1; L <= lanes; L++)
+        for (int i = -WARMUP; i < g_reps; i++) {
+            double us = L == 1 ? time_h2d_us(dst, pinned, expert_bytes)
+                               : time_split_h2d_us(dst, (const char *)pinned, expert_bytes,
+                                                   streams, L);
+            if (i >= 0)
+                bare[L][i] = us;
+        }
+    for (int k = 0; k < lanes; k++)
+        CU(cuStreamDestroy(streams[k]));
     CU(cuMemFreeHost(pinned));
     CU(cuMemFree(dst));
+}
 
-    stats smr = summarize(mr, g_reps), sbare = summarize(bare, g_reps);
+void bench_make_resident(uint64_t expert_bytes)
+{
+    unsigned mib = (unsigned)(expert_bytes / MiB);
+    mvm_space *space = filled_space(BATCH, expert_bytes);
+    mvm_space_info info;
+    MVM(mvm_space_get_info(space, &info));
+    if (mib == 2)
+        printf("space: backend %s, device %s, page %llu KiB, home_mapped %d, numa node %d\n\n",
+               info.backend, info.device, (unsigned long long)(info.page_size / 1024),
+               info.home_mapped, info.numa_node);
+    double *mr = (double *)xmalloc(sizeof(double) * (size_t)g_reps);
+    double *hit = (double *)xmalloc(sizeof(double) * (size_t)g_reps);
+    double *all = (double *)xmalloc(sizeof(double) * (size_t)g_reps);
+    double *bare[2] = {NULL, (double *)xmalloc(sizeof(double) * (size_t)g_reps)};
+    time_moves(space, expert_bytes, mr, hit, all);
+    MVM(mvm_space_destroy(space));
+    time_bare_copies(expert_bytes, 1, bare); /* the floor any make-resident is measured against */
+
+    stats smr = summarize(mr, g_reps), sbare = summarize(bare[1], g_reps);
     add_sized_row("make_resident", mib, "us", smr, "mvm_make_resident of an expert");
     add_sized_row("bare_copy", mib, "us", sbare, "cuMemcpyHtoDAsync + sync");
     add_sized_row("make_resident_hit", mib, "us", summarize(hit, g_reps),
@@ -144,13 +190,57 @@ void bench_make_resident(uint64_t expert_bytes)
     add_sized_row("make_resident_8_at_once", mib, "us", sall,
                   "8 experts asked for at once (async), all waited for");
     add_sized_row("make_resident_8_at_once_over_copies", mib, "x",
-                  single(sall.med / (EXPERTS * sbare.med)),
+                  single(sall.med / (BATCH * sbare.med)),
                   "8 at once / 8 bare copies");
     free(all);
     free(mr);
     free(hit);
-    free(bare);
-    free(scratch);
+    free(bare[1]);
+}
+
+void bench_copy_lanes(uint64_t expert_bytes)
+{
+    enum { MAX_LANES = 4 };
+    unsigned mib = (unsigned)(expert_bytes / MiB);
+    double *bare[MAX_LANES + 1] = {NULL};
+    double *one = (double *)xmalloc(sizeof(double) * (size_t)g_reps);
+    double *hit = (double *)xmalloc(sizeof(double) * (size_t)g_reps);
+    double *all = (double *)xmalloc(sizeof(double) * (size_t)g_reps);
+    for (int L = 1; L <= MAX_LANES; L++)
+        bare[L] = (double *)xmalloc(sizeof(double) * (size_t)g_reps);
+    time_bare_copies(expert_bytes, MAX_LANES, bare);
+    double bare1 = summarize(bare[1], g_reps).med, one1 = 0, all1 = 0;
+    for (int L = 1; L <= MAX_LANES; L++) {
+        char lanes[4];
+        snprintf(lanes, sizeof lanes, "%d", L);
+        if (setenv("MOEVM_COPY_STREAMS", lanes, 1) != 0)
+            die("setenv MOEVM_COPY_STREAMS failed");
+        mvm_space *space = filled_space(BATCH, expert_bytes);
+        time_moves(space, expert_bytes, one, hit, all);
+        MVM(mvm_space_destroy(space));
+        stats sb = summarize(bare[L], g_reps), so = summarize(one, g_reps);
+        stats sa = summarize(all, g_reps);
+        if (L == 1)
+            one1 = so.med, all1 = sa.med;
+        char name[64];
+        snprintf(name, sizeof name, "lanes%d_bare_copy_%uMiB", L, mib);
+        add_row(name, "us", sb, "bare copy in %d stripe(s) on as many streams, %u MiB", L, mib);
+        snprintf(name, sizeof name, "lanes%d_bare_over_one_stream_%uMiB", L, mib);
+        add_row(name, "x", single(sb.med / bare1), "that / one stream");
+        snprintf(name, sizeof name, "lanes%d_make_resident_%uMiB", L, mib);
+        add_row(name, "us", so, "make_resident, MOEVM_COPY_STREAMS=%d", L);
+        snprintf(name, sizeof name, "lanes%d_make_resident_over_one_%uMiB", L, mib);
+        add_row(name, "x", single(so.med / one1), "that / MOEVM_COPY_STREAMS=1");
+        snprintf(name, sizeof name, "lanes%d_8_at_once_over_one_%uMiB", L, mib);
+        add_row(name, "x", single(sa.med / all1), "8 at once / MOEVM_COPY_STREAMS=1 (%.0f us)",
+                sa.med);
+    }
+    unsetenv("MOEVM_COPY_STREAMS");
+    for (int L = 1; L <= MAX_LANES; L++)
+        free(bare[L]);
+    free(one);
+    free(hit);
+    free(all);
 }
 
 /* The times of one pass of section 6. */

@@ -121,6 +121,8 @@ struct CUstream_st {
     int held;          /* fakecuda_stream_hold: its work does not finish */
     int dead;          /* destroyed while held: kept until released */
     unsigned waiters;  /* threads in cuStreamSynchronize */
+    struct CUstream_st *waits_on; /* cuStreamWaitEvent on a pending event: the held stream
+                                     whose work this one's later work waits for */
 };
 
 struct CUevent_st {
@@ -1045,6 +1047,31 @@ static CUresult host_unregister(void *p)
     return CUDA_SUCCESS;
 }
 
+/* Pinned host memory the driver allocates: registered memory that cuMemFreeHost frees. */
+static CUresult host_alloc(void **pp, size_t size, unsigned flags)
+{
+    const unsigned known = CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP |
+                           CU_MEMHOSTALLOC_WRITECOMBINED;
+    CUresult rc = fk_need_ctx();
+    if (rc) return rc;
+    if (!pp || !size || (flags & ~known)) return CUDA_ERROR_INVALID_VALUE;
+    void *p = NULL;
+    if (posix_memalign(&p, 4096, size)) return CUDA_ERROR_OUT_OF_MEMORY;
+    if ((rc = host_register(p, size, 0))) {
+        free(p);
+        return rc;
+    }
+    *pp = p;
+    return CUDA_SUCCESS;
+}
+
+static CUresult host_free(void *p)
+{
+    CUresult rc = host_unregister(p);
+    if (!rc) free(p);
+    return rc == CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED ? CUDA_ERROR_INVALID_VALUE : rc;
+}
+
 /* ---- streams, events, copies ---- */
 
 static struct CUstream_st *stream_find(CUstream s, int even_dead)
@@ -1055,9 +1082,21 @@ static struct CUstream_st *stream_find(CUstream s, int even_dead)
     return NULL;
 }
 
+/* The held stream that st's work waits for: st itself, or the one it waits on through an
+ * event (cuStreamWaitEvent); NULL when its work finishes at once. */
+static struct CUstream_st *stream_holder(struct CUstream_st *st)
+{
+    if (st->held) return st;
+    if (st->waits_on && !st->waits_on->held) st->waits_on = NULL;
+    return st->waits_on;
+}
+
 static void stream_maybe_free(struct CUstream_st *s)
 {
     if (!s->dead || s->held || s->waiters || s == &g_default_stream) return;
+    for (struct CUstream_st *x = g_streams; x; x = x->next)
+        if (x->waits_on == s) x->waits_on = NULL;
+    if (g_default_stream.waits_on == s) g_default_stream.waits_on = NULL;
     struct CUstream_st **ps = &g_streams;
     while (*ps != s) ps = &(*ps)->next;
     *ps = s->next;
@@ -1105,7 +1144,7 @@ static CUresult stream_sync(CUstream s)
     if (!st) return CUDA_ERROR_INVALID_HANDLE;
     if (st != &g_default_stream && (rc = fk_capture_sync_conflict(s))) return rc;
     st->waiters++; /* keeps st allocated even if destroyed meanwhile */
-    while (st->held) pthread_cond_wait(&g_cond, &g_lock);
+    while (stream_holder(st)) pthread_cond_wait(&g_cond, &g_lock);
     st->waiters--;
     stream_maybe_free(st);
     return CUDA_SUCCESS;
@@ -1165,10 +1204,27 @@ static CUresult event_record(CUevent e, CUstream s)
     if (rc) return rc;
     struct CUstream_st *st = stream_find(s, 0);
     if (!e || !event_live(e) || !st) return CUDA_ERROR_INVALID_HANDLE;
-    e->pending = st->held;
-    e->stream = st->held ? st : NULL;
+    e->stream = stream_holder(st);
+    e->pending = e->stream != NULL;
     e->recorded = 1;
     e->at = event_now();
+    return CUDA_SUCCESS;
+}
+
+/* s's later work waits for the work before e's last record (none recorded: no wait). Work
+ * runs at once here, so only the hold carries over: while e is pending, s's events and
+ * synchronisations wait for the held stream e waits for. Not modelled during a capture. */
+static CUresult stream_wait_event(CUstream s, CUevent e, unsigned flags)
+{
+    CUresult rc = fk_need_ctx();
+    if (rc) return rc;
+    struct CUstream_st *st = stream_find(s, 0);
+    if (!e || !event_live(e) || !st) return CUDA_ERROR_INVALID_HANDLE;
+    if (flags & ~(unsigned)CU_EVENT_WAIT_EXTERNAL) return CUDA_ERROR_INVALID_VALUE;
+    struct CUgraph_st *g = NULL;
+    if ((rc = fk_capture_graph(s, &g))) return rc;
+    if (g) return CUDA_ERROR_NOT_SUPPORTED;
+    if (e->pending && e->stream != st) st->waits_on = e->stream;
     return CUDA_SUCCESS;
 }
 
@@ -1383,12 +1439,17 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) FK_CALL(cuMemFree, 1, mem_free((
 CUresult CUDAAPI cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
     FK_CALL(cuMemHostRegister, 1, host_register(p, bytesize, Flags))
 CUresult CUDAAPI cuMemHostUnregister(void *p) FK_CALL(cuMemHostUnregister, 1, host_unregister(p))
+CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
+    FK_CALL(cuMemHostAlloc, 1, host_alloc(pp, bytesize, Flags))
+CUresult CUDAAPI cuMemFreeHost(void *p) FK_CALL(cuMemFreeHost, 1, host_free(p))
 CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags)
     FK_CALL(cuStreamCreate, 1, stream_create(phStream, Flags))
 CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream)
     FK_CALL(cuStreamDestroy, 1, stream_destroy(hStream))
 CUresult CUDAAPI cuStreamSynchronize(CUstream hStream)
     FK_CALL(cuStreamSynchronize, 1, stream_sync(hStream))
+CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
+    FK_CALL(cuStreamWaitEvent, 1, stream_wait_event(hStream, hEvent, Flags))
 CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int Flags)
     FK_CALL(cuEventCreate, 1, event_create(phEvent, Flags))
 CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
@@ -1437,6 +1498,7 @@ CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersio
 
 __typeof__(cuStreamSynchronize) cuStreamSynchronize_ptsz;
 __typeof__(cuEventRecord) cuEventRecord_ptsz;
+__typeof__(cuStreamWaitEvent) cuStreamWaitEvent_ptsz;
 __typeof__(cuMemAllocAsync) cuMemAllocAsync_ptsz;
 __typeof__(cuMemFreeAsync) cuMemFreeAsync_ptsz;
 
@@ -1444,6 +1506,8 @@ CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream)
     FK_CALL(cuStreamSynchronize, 1, stream_sync(hStream))
 CUresult CUDAAPI cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
     FK_CALL(cuEventRecord, 1, event_record(hEvent, hStream))
+CUresult CUDAAPI cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags)
+    FK_CALL(cuStreamWaitEvent, 1, stream_wait_event(hStream, hEvent, Flags))
 CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
     FK_CALL(cuMemAllocAsync, 1, mem_alloc_async(dptr, bytesize, hStream))
 CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)

@@ -26,9 +26,11 @@
     X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemCreate) X(cuMemRelease) X(cuMemMap)      \
     X(cuMemSetAccess) X(cuMemUnmap) X(cuMemAlloc) X(cuMemAllocPitch) X(cuMemAllocAsync)        \
     X(cuMemFree) X(cuMemFreeAsync) X(cuMemHostRegister) X(cuMemHostUnregister)                 \
+    X(cuMemHostAlloc) X(cuMemFreeHost)                                                        \
     X(cuIpcGetMemHandle) X(cuPointerGetAttribute) X(cuPointerGetAttributes)                   \
     X(cuMemGetAddressRange) X(cuStreamCreate) X(cuStreamDestroy)                               \
-    X(cuStreamSynchronize) X(cuMemcpyHtoDAsync) X(cuMemcpyHtoD) X(cuMemcpyDtoH)                \
+    X(cuStreamSynchronize) X(cuStreamWaitEvent) X(cuMemcpyHtoDAsync) X(cuMemcpyHtoD)           \
+    X(cuMemcpyDtoH)                                                                            \
     X(cuMemcpyDtoHAsync) X(cuMemcpyDtoD) X(cuMemcpyDtoDAsync) X(cuMemcpy) X(cuMemcpyAsync)     \
     X(cuMemcpy2D) X(cuMemcpy2DAsync) X(cuMemcpyBatchAsync)                                     \
     X(cuMemsetD8) X(cuMemsetD16) X(cuMemsetD32) X(cuMemsetD8Async) X(cuMemsetD16Async)         \
