@@ -2,7 +2,8 @@
  * Attribution and the report. Every allocation the interposer sees records its call site:
  * libunwind's unw_backtrace (raw instruction pointers, per-thread cache, as heaptrack does),
  * with the interposer's own frames dropped and the rest interned by hash in a bounded table.
- * Names are resolved only at exit, with dladdr. The frames of the libraries MOEVM_REPORT_SKIP
+ * Names are resolved only at exit, by libunwind from each object's symbol table (dladdr
+ * where that is stripped). The frames of the libraries MOEVM_REPORT_SKIP
  * names are dropped too (dladdr per frame, on allocations only): by default the CUDA runtime's
  * and PyTorch's caching allocator's, so that the site is the code that asked them for memory,
  * not their internals. Behind a caching allocator that is the operation that made its pool
@@ -141,7 +142,11 @@ void mvm_report_site_free(uint32_t i, uint64_t bytes)
     pthread_mutex_unlock(&sites_mu);
 }
 
-/* "libfoo.so!function+0x1c", "libfoo.so+0x1234" or "0x7f..." */
+/* "libfoo.so!function+0x1c", "libfoo.so+0x1234" or "0x7f...". The function's name comes
+ * from libunwind, which reads the object's full symbol table, so static functions and
+ * those of an executable that exports nothing are named too (dladdr sees only the dynamic
+ * symbols: a call from a static helper of a program read "program+0x1467"); dladdr's name
+ * is the fallback, for objects whose symbol table is stripped. */
 static void frame_name(void *ip, char *buf, size_t cap)
 {
     Dl_info info;
@@ -152,7 +157,15 @@ static void frame_name(void *ip, char *buf, size_t cap)
     }
     const char *lib = strrchr(info.dli_fname, '/');
     lib = lib ? lib + 1 : info.dli_fname;
-    if (info.dli_sname)
+    char fn[160];
+    unw_word_t off = 0;
+    unw_accessors_t *acc = unw_get_accessors(unw_local_addr_space);
+    int named = acc && acc->get_proc_name &&
+                acc->get_proc_name(unw_local_addr_space, (unw_word_t)at, fn, sizeof fn, &off,
+                                   NULL) == 0;
+    if (named)
+        snprintf(buf, cap, "%s!%s+0x%lx", lib, fn, (unsigned long)off);
+    else if (info.dli_sname)
         snprintf(buf, cap, "%s!%s+0x%lx", lib, info.dli_sname,
                  (unsigned long)(at - (uintptr_t)info.dli_saddr));
     else

@@ -9,9 +9,12 @@
  * (its copies of the parent's tables are dropped, not freed: they describe driver state
  * the child does not have).
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "interpose/options.h"
 #include "interpose/preload.h"
@@ -61,6 +64,35 @@ static bool copy_string(char *dst, size_t cap, const char *src, const char *what
     return true;
 }
 
+/* The report is written at exit as PATH.tmp, then renamed: say now, not after the run, when
+ * its folder will not take it. The program still runs managed. */
+static void check_report_path(const char *path)
+{
+    if (!path[0])
+        return;
+    char dir[sizeof mvm_interposer.report_path];
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        strcpy(dir, ".");
+    else if (slash == path)
+        strcpy(dir, "/");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    struct stat st;
+    const char *why = NULL;
+    if (stat(dir, &st) != 0)
+        why = strerror(errno);
+    else if (!S_ISDIR(st.st_mode))
+        why = "not a folder";
+    else if (access(dir, W_OK | X_OK) != 0)
+        why = "a folder this process cannot write in";
+    else if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        why = "the report's name is a folder's";
+    if (why)
+        fprintf(stderr, "moevm: preload: MOEVM_REPORT=%s: %s: %s; no report will be written\n",
+                path, dir, why);
+}
+
 /* Every option the interposer uses, validated up front. */
 static bool read_options(void)
 {
@@ -101,6 +133,7 @@ static bool read_options(void)
         !copy_string(p->report_skip, sizeof p->report_skip,
                      strcmp(skip.s, "none") == 0 ? "" : skip.s, "MOEVM_REPORT_SKIP"))
         return false;
+    check_report_path(p->report_path);
     mvm_interposer.min_bytes = min.i > 0 ? (uint64_t)min.i : 1;
     mvm_interposer.budget_bytes = budget.i == (int64_t)MVM_BUDGET_AUTO ? 0 : (uint64_t)budget.i;
     mvm_interposer.budget_frac = budget.frac;
@@ -123,6 +156,24 @@ void mvm_interposer_init_after_cuinit(void)
             atexit(mvm_report_at_exit);
             atomic_store_explicit(&on, true, memory_order_release);
         }
+        mvm_in_interposer--;
+    }
+    pthread_mutex_unlock(&init_mu);
+}
+
+/* A process that never initialised CUDA (a shell or a worker under the same LD_PRELOAD, a
+ * program whose CUDA never reached the driver) managed nothing. With MOEVM_LOG=info it says
+ * so as it ends, with the verdict on its MOEVM_* values, so that a typo or a program the
+ * interposer never saw shows without a GPU run. No driver call: the driver may be gone. */
+__attribute__((destructor)) static void report_if_never_initialised(void)
+{
+    pthread_mutex_lock(&init_mu);
+    if (!init_done && mvm_log_enabled(MVM_LOG_INFO)) {
+        init_done = true;
+        mvm_in_interposer++;
+        if (read_options())
+            MVM_PL_LOG(MVM_LOG_INFO, "CUDA was never initialised in this process (pid %d): "
+                       "nothing was managed; the MOEVM_* options are valid", (int)getpid());
         mvm_in_interposer--;
     }
     pthread_mutex_unlock(&init_mu);

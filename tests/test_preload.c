@@ -283,6 +283,14 @@ static uint64_t sum_kernel(CUfunction sum, CUdeviceptr out, CUdeviceptr in, uint
     return s;
 }
 
+/* A managed allocation made by a static function: not in the program's dynamic symbols
+ * (whatever ENABLE_EXPORTS exports), so the report must name it from the symbol table. */
+static __attribute__((noinline)) void alloc_from_static_helper(CUdeviceptr *p, size_t bytes)
+{
+    CU_OK(cu.MemAlloc(p, bytes));
+    __asm__ volatile("" ::: "memory"); /* not a tail call: this frame stays on the stack */
+}
+
 /* Buffers of 8 MiB, 6x the budget (MOEVM_GPU_BUDGET=8M, MOEVM_OVERSUBSCRIBE=56M). */
 SCENARIO void scenario_oversub(void)
 {
@@ -294,7 +302,7 @@ SCENARIO void scenario_oversub(void)
     uint32_t *host = malloc(bytes);
     uint64_t expect[N];
     for (int b = 0; b < N; b++) {
-        CU_OK(cu.MemAlloc(&buf[b], bytes));
+        alloc_from_static_helper(&buf[b], bytes);
         expect[b] = 0;
         for (uint64_t i = 0; i < n; i++) {
             host[i] = (uint32_t)(i * 2654435761u + (uint32_t)b * 977u);
@@ -1460,6 +1468,10 @@ int main(int argc, char **argv)
     char scenario[32];
     snprintf(scenario, sizeof scenario, "%.*s", (int)(dot - argv[1]), argv[1]);
     const char *how = dot + 1;
+    if (strcmp(scenario, "nocuda") == 0) { /* a process that never initialises CUDA */
+        printf("ok %s\n", argv[1]);
+        return 0;
+    }
     bind(how);
     start();
     if (strcmp(scenario, "oversub") == 0)

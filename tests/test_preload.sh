@@ -116,6 +116,8 @@ check(r["moves"]["bytes_written_back"] == 8 << 20 and r["moves"]["pages_clean"] 
 check(r["moves"]["pages_discarded"] == 8, "the two buffers freed while resident were dropped")
 site = r["allocations"][0]["site"]
 check(any("scenario_oversub" in f for f in site), "call site names the caller: %s" % site)
+check(any("!alloc_from_static_helper" in f for f in site),
+      "call site names a static function: %s" % site)
 check(r["allocations"][0]["managed_bytes"] == 6 * 8 << 20, "site bytes")
 print("ok   report contents")
 EOF
@@ -247,6 +249,34 @@ if not (m["overflows"] == 3 and m["misses"] == 3 and m["pages_in"] == 6):
     print("FAIL report overbudget: 3 overflows, 3 misses, 6 pages in:", json.dumps(m)); sys.exit(1)
 print("ok   report overbudget contents")
 EOF
+fi
+
+# A report that cannot be written is said at start (before the program's own output ends),
+# and the program still runs managed; the line names the folder.
+if run "report unwritable" 0 "${managed[@]}" MOEVM_REPORT="$tmp/none/r.json" -- oversub.link
+then
+    if ! head -n 1 "$tmp/err" | grep -q "MOEVM_REPORT=$tmp/none/r.json: $tmp/none: .*no report"
+    then
+        echo "FAIL report unwritable: the first line does not say it:"; head -3 "$tmp/err"
+        fails=$((fails + 1))
+    fi
+fi
+
+# A process that never initialises CUDA manages nothing and, with MOEVM_LOG=info, says so as
+# it ends, with the verdict on its options; a bad value is named there too; by default it
+# is silent.
+if run "never initialised" 0 MOEVM_LOG=info -- nocuda.link; then
+    grep -q "never initialised .*options are valid" "$tmp/err" ||
+        { echo "FAIL never initialised: no line with MOEVM_LOG=info"; fails=$((fails + 1)); }
+fi
+if run "never initialised, bad value" 0 MOEVM_LOG=info MOEVM_GPU_BUDGET=-3 -- nocuda.link; then
+    grep -q "MOEVM_GPU_BUDGET" "$tmp/err" ||
+        { echo "FAIL never initialised: the bad value is not named"; fails=$((fails + 1)); }
+fi
+if run "never initialised, quiet" 0 MOEVM_GPU_BUDGET=-3 -- nocuda.link; then
+    [ -s "$tmp/err" ] &&
+        { echo "FAIL never initialised: output without MOEVM_LOG=info:"; head -3 "$tmp/err";
+          fails=$((fails + 1)); }
 fi
 
 # Without LD_PRELOAD the same program sees a 32 MiB device: oversubscription is ours.
