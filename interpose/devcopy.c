@@ -11,6 +11,9 @@
  * device copy. With it, the copy is queued either before the miss (the drain waits for it)
  * or after (the page has its new backing).
  *
+ * While pages are being prefetched (prefetch.c), one that touches managed memory first lands
+ * them with the device drained: their copies read homes this call may write.
+ *
  * A call that touches no managed memory costs one range compare per pointer.
  */
 #include "interpose/preload.h"
@@ -50,6 +53,7 @@ static bool hold_off_misses(bool touches)
 {
     if (!touches)
         return false;
+    mvm_prefetch_settle(); /* a prefetch copy must not read a home this one changes */
     mvm_count(&mvm_counts_mine()->copies);
     pthread_rwlock_rdlock(&mvm_interposer.lock);
     return true;

@@ -69,12 +69,14 @@ static uintptr_t capture_key(CUstream s)
 }
 
 /* A capture is counted before it starts, under the write lock: a miss being served (which
- * drains the device) finishes first, and none is served from then on. */
+ * drains the device) finishes first, and none is served from then on; pages being
+ * prefetched land first, and none is asked for while any capture lasts. */
 static bool capture_announce(void)
 {
     if (!mvm_interposer_on())
         return false;
     pthread_rwlock_wrlock(&mvm_interposer.lock);
+    mvm_prefetch_settle_locked(); /* no drain may come once it has begun */
     atomic_fetch_add(&mvm_interposer.captures, 1);
     pthread_rwlock_unlock(&mvm_interposer.lock);
     return true;

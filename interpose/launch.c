@@ -205,6 +205,8 @@ bool mvm_launch_prepare(mvm_collect_fn collect, const void *what)
             mvm_paging_serve(set.obj, set.n);
         }
     }
+    if (!atomic_load_explicit(&mvm_interposer.captures, memory_order_acquire))
+        mvm_prefetch_learn(set.obj, set.n); /* a captured launch does not run now */
     for (uint32_t i = 0; i < set.n; i++)
         atomic_fetch_add_explicit(&set.obj[i]->uses, 1, memory_order_relaxed);
     mvm_objset_free(&set);

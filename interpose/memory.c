@@ -117,6 +117,7 @@ CUresult hk_cuMemFree_v2(CUdeviceptr va)
         return mvm_real_fn.cuMemFree_v2(va);
     pthread_rwlock_wrlock(&mvm_interposer.lock);
     mvm_paging_drain();
+    mvm_prefetch_settle_locked(); /* a pending page of the range is in no state to drop */
     CUresult r = mvm_heap_free(va);
     pthread_rwlock_unlock(&mvm_interposer.lock);
     return r;
@@ -312,6 +313,8 @@ static bool copy_prepare(CUdeviceptr dst, size_t n)
 {
     if (!mvm_interposer_on() || n == 0)
         return false;
+    if (mvm_heap_contains(dst))
+        mvm_prefetch_settle(); /* a prefetch copy must not read a home this one changes */
     pthread_rwlock_rdlock(&mvm_interposer.lock);
     mvm_alloc *a = mvm_heap_contains(dst) ? mvm_heap_find(dst) : NULL;
     if (!a) {
@@ -396,6 +399,7 @@ static bool unified_prepare(CUdeviceptr dst, CUdeviceptr src, size_t n)
         return copy_prepare(dst, n);
     if (!mvm_heap_contains(dst) && !mvm_heap_contains(src))
         return false;
+    mvm_prefetch_settle();
     mvm_count(&mvm_counts_mine()->copies);
     pthread_rwlock_rdlock(&mvm_interposer.lock);
     return true;

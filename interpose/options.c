@@ -18,6 +18,12 @@ const mvm_option_desc mvm_opt_preload_slices = {
     "of a page or more inside it (the experts of a fused MoE "
     "weight) into slices made resident one by one"};
 
+const mvm_option_desc mvm_opt_preload_prefetch = {
+    "MOEVM_PRELOAD_PREFETCH", MVM_OPT_CHOICE, "off", "off|on",
+    "interposer: learn the order of the program's launches and copy "
+    "the pages the next ones will use while the current ones run "
+    "(they land at the next drain); off until a GPU measures it"};
+
 const mvm_option_desc mvm_opt_report = {
     "MOEVM_REPORT", MVM_OPT_STRING, "", NULL,
     "interposer: write a JSON report (allocations by call site, moves, "
@@ -31,8 +37,8 @@ const mvm_option_desc mvm_opt_report_skip = {
     "the site names their caller; none: keep every frame"};
 
 static const mvm_option_desc *const list[] = {
-    &mvm_opt_preload_min, &mvm_opt_oversubscribe, &mvm_opt_preload_slices, &mvm_opt_report,
-    &mvm_opt_report_skip,
+    &mvm_opt_preload_min, &mvm_opt_oversubscribe, &mvm_opt_preload_slices,
+    &mvm_opt_preload_prefetch, &mvm_opt_report, &mvm_opt_report_skip,
 };
 
 const mvm_option_table mvm_interpose_options = {list, sizeof list / sizeof *list};

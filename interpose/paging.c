@@ -33,7 +33,7 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static void obj_pages(const mvm_obj *o, uint32_t *first, uint32_t *end)
+void mvm_obj_pages(const mvm_obj *o, uint32_t *first, uint32_t *end)
 {
     *first = mvm_page_of(o->va);
     *end = mvm_page_of(o->va + (o->len ? o->len : 1) - 1) + 1;
@@ -113,7 +113,7 @@ bool mvm_paging_resident(mvm_obj *const *objs, uint32_t n)
         if (atomic_load_explicit(&objs[i]->ok_gen, memory_order_relaxed) == g)
             continue;
         uint32_t p, end;
-        obj_pages(objs[i], &p, &end);
+        mvm_obj_pages(objs[i], &p, &end);
         for (; p < end; p++)
             if (!mvm_interposer.resident[p])
                 return false;
@@ -146,7 +146,7 @@ static void count_uses(mvm_obj *o, uint32_t *n_used)
     if (!u)
         return;
     uint32_t p, end;
-    obj_pages(o, &p, &end);
+    mvm_obj_pages(o, &p, &end);
     for (; p < end; p++) {
         if (!mvm_interposer.counts[p])
             mvm_interposer.used[(*n_used)++] = (int32_t)p;
@@ -180,7 +180,7 @@ static void observe(void)
 /* Evicts up to `room` pages, the policy's choice among resident pages not busy. The
  * victims go in one call, so the space checks them all for changes with one wait; a page
  * that failed to go is replaced by the next choice. */
-static void make_room(uint32_t room)
+void mvm_paging_make_room(uint32_t room)
 {
     uint32_t *victims = malloc(((size_t)room + 1) * sizeof *victims);
     if (!victims)
@@ -241,6 +241,25 @@ static void load(const uint32_t *needed, uint32_t n)
     free(pages);
 }
 
+/* The pages prefetched so far (prefetch.c) land now, with the device drained: those this
+ * launch needs count as the prefetch's hits. */
+static bool resolve_prefetches(mvm_obj *const *objs, uint32_t n, uint32_t *scratch)
+{
+    if (!mvm_prefetch_any())
+        return false;
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t p, end;
+        mvm_obj_pages(objs[i], &p, &end);
+        for (; p < end && k < mvm_interposer.n_pages; p++)
+            scratch[k++] = p;
+    }
+    mvm_paging_drain();
+    mvm_interposer.prefetch_useful += mvm_prefetch_pending_of(scratch, k);
+    mvm_prefetch_resolve();
+    return true;
+}
+
 void mvm_paging_serve(mvm_obj *const *objs, uint32_t n)
 {
     uint64_t t0 = now_ns();
@@ -248,9 +267,10 @@ void mvm_paging_serve(mvm_obj *const *objs, uint32_t n)
     uint32_t n_needed = 0, missing = 0;
     if (!needed)
         return;
+    bool drained = resolve_prefetches(objs, n, needed);
     for (uint32_t i = 0; i < n; i++) {
         uint32_t p, end;
-        obj_pages(objs[i], &p, &end);
+        mvm_obj_pages(objs[i], &p, &end);
         for (; p < end; p++)
             if (!mvm_interposer.busy[p]) {
                 mvm_interposer.busy[p] = 1;
@@ -271,13 +291,19 @@ void mvm_paging_serve(mvm_obj *const *objs, uint32_t n)
         mvm_paging_drain();
         observe();
         if (missing > s.free_pages)
-            make_room(missing - s.free_pages);
+            mvm_paging_make_room(missing - s.free_pages);
         load(needed, n_needed);
         mvm_interposer.misses++;
         mvm_interposer.wait_ns += now_ns() - t0;
         MVM_PL_LOG(MVM_LOG_DEBUG, "miss: %u of %u pages loaded in %.3f ms", missing, n_needed,
                    (double)(now_ns() - t0) * 1e-6);
+        drained = true;
+    } else if (drained) { /* its pages were all on their way: the wait for their landing */
+        mvm_interposer.misses++;
+        mvm_interposer.wait_ns += now_ns() - t0;
     }
+    if (drained)
+        mvm_prefetch_plan(objs, n, n_needed);
     for (uint32_t i = 0; i < n_needed; i++)
         mvm_interposer.busy[needed[i]] = 0;
     free(needed);

@@ -317,6 +317,7 @@ typedef struct mvm_preload {
     char report_skip[256]; /* MOEVM_REPORT_SKIP: name prefixes, comma-separated */
     bool clean_evict;          /* MOEVM_CLEAN_EVICT: unchanged pages are not written back */
     bool slices;               /* MOEVM_PRELOAD_SLICES: extents are cut into slices */
+    bool prefetch;             /* MOEVM_PRELOAD_PREFETCH: prefetch from the launch sequence */
     /* the space and its bookkeeping (created at the first managed allocation) */
     mvm_space *_Atomic space;  /* published last: base, capacity and device are set then */
     uint64_t base, capacity_bytes;
@@ -343,6 +344,10 @@ typedef struct mvm_preload {
     _Atomic uint64_t graphs_scanned, graph_kernel_nodes, graph_copy_nodes;
     uint64_t misses, pages_in, pages_out, wait_ns, drains;
     uint64_t overflows;        /* misses with nothing to move: the budget holds only them */
+    uint64_t prefetch_pages;   /* pages asked for ahead of their launch (prefetch.c) */
+    uint64_t prefetch_useful;  /* of those, pages the launch that resolved them needed */
+    uint64_t prefetch_failed;  /* asked for and refused, or failed to land */
+    uint64_t prefetch_settles; /* resolved early for a copy, a free or a capture */
     uint64_t managed_allocs, managed_bytes, peak_managed_bytes;
     _Atomic uint64_t native_allocs, native_bytes, async_allocs, async_bytes, ipc_refused;
 } mvm_preload;
@@ -441,6 +446,31 @@ bool mvm_paging_resident(mvm_obj *const *objs, uint32_t n);
 void mvm_paging_serve(mvm_obj *const *objs, uint32_t n);
 /* Drains the device (write lock held), counting it. */
 void mvm_paging_drain(void);
+/* Evicts up to `room` resident pages, the evict module's choice among those not busy
+ * (write lock held, device drained). */
+void mvm_paging_make_room(uint32_t room);
+/* The space pages [*first, *end) object o covers. */
+void mvm_obj_pages(const mvm_obj *o, uint32_t *first, uint32_t *end);
+
+/* prefetch.c: prefetch from the launch sequence (MOEVM_PRELOAD_PREFETCH) */
+/* Records a managed launch's objects and which launch came before it on this thread (read
+ * or write lock held; no-op when the option is off). */
+void mvm_prefetch_learn(mvm_obj *const *objs, uint32_t n);
+/* After serving the launch of objs (write lock, device drained, `held` pages busy): asks for
+ * the pages of the launches that followed it last time, as far as the budget allows. */
+void mvm_prefetch_plan(mvm_obj *const *objs, uint32_t n, uint32_t held);
+/* Whether pages are asked for and not resolved (any thread, no lock). */
+bool mvm_prefetch_any(void);
+/* How many of pages[0..n) are asked for and not resolved (write lock). */
+uint32_t mvm_prefetch_pending_of(const uint32_t *pages, uint32_t n);
+/* Lands every pending page (write lock held, device drained). */
+void mvm_prefetch_resolve(void);
+/* Drains and resolves if any page is pending (write lock held). */
+void mvm_prefetch_settle_locked(void);
+/* The same from a hook that holds no lock, before it touches managed memory. */
+void mvm_prefetch_settle(void);
+/* In a forked child: the parent's pending moves and sequence are not the child's. */
+void mvm_prefetch_forget(void);
 
 /* launch.c */
 /* Calls emit(ctx, v) for every 8-byte word v of a launch's parameters that lies in the

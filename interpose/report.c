@@ -308,6 +308,7 @@ static cJSON *report_json(const totals *t)
     cJSON_AddStringToObject(o, "evict", mvm_interposer.evict_name);
     cJSON_AddBoolToObject(o, "clean_evict", mvm_interposer.clean_evict);
     cJSON_AddBoolToObject(o, "slices", mvm_interposer.slices);
+    cJSON_AddBoolToObject(o, "prefetch", mvm_interposer.prefetch);
     cJSON_AddItemToObject(r, "space", o = cJSON_CreateObject());
     add_num(o, "device", mvm_interposer.space ? mvm_interposer.device : -1);
     add_num(o, "page_size", (double)mvm_interposer.page_size);
@@ -343,6 +344,10 @@ static cJSON *report_json(const totals *t)
     cJSON_AddItemToObject(r, "moves", o = cJSON_CreateObject());
     add_num(o, "misses", (double)mvm_interposer.misses);
     add_num(o, "overflows", (double)mvm_interposer.overflows);
+    add_num(o, "prefetch_pages", (double)mvm_interposer.prefetch_pages);
+    add_num(o, "prefetch_useful", (double)mvm_interposer.prefetch_useful);
+    add_num(o, "prefetch_failed", (double)mvm_interposer.prefetch_failed);
+    add_num(o, "prefetch_settles", (double)mvm_interposer.prefetch_settles);
     add_num(o, "pages_in", (double)mvm_interposer.pages_in);
     add_num(o, "bytes_in", (double)t->st.bytes_moved);
     add_num(o, "pages_out", (double)mvm_interposer.pages_out);

@@ -51,6 +51,7 @@ static void fork_child(void)
     pthread_rwlock_init(&mvm_interposer.lock, NULL);
     mvm_interposer.space = NULL;
     mvm_interposer.n_allocs = 0;
+    mvm_prefetch_forget();
 }
 
 static bool copy_string(char *dst, size_t cap, const char *src, const char *what)
@@ -103,7 +104,7 @@ static bool read_options(void)
         fprintf(stderr, "moevm: preload: %s; the program runs unmanaged\n", mvm_last_error());
         return false;
     }
-    mvm_option_value min, budget, over, page, ev, args, report, skip, clean, slices;
+    mvm_option_value min, budget, over, page, ev, args, report, skip, clean, slices, prefetch;
     if (mvm_option_get(&mvm_opt_preload_min, &min, msg, sizeof msg) ||
         mvm_option_get(&mvm_opt_gpu_budget, &budget, msg, sizeof msg) ||
         mvm_option_get(&mvm_opt_oversubscribe, &over, msg, sizeof msg) ||
@@ -113,7 +114,8 @@ static bool read_options(void)
         mvm_option_get(&mvm_opt_report, &report, msg, sizeof msg) ||
         mvm_option_get(&mvm_opt_report_skip, &skip, msg, sizeof msg) ||
         mvm_option_get(&mvm_opt_clean_evict, &clean, msg, sizeof msg) ||
-        mvm_option_get(&mvm_opt_preload_slices, &slices, msg, sizeof msg)) {
+        mvm_option_get(&mvm_opt_preload_slices, &slices, msg, sizeof msg) ||
+        mvm_option_get(&mvm_opt_preload_prefetch, &prefetch, msg, sizeof msg)) {
         fprintf(stderr, "moevm: preload: %s; the program runs unmanaged\n", msg);
         return false;
     }
@@ -140,6 +142,7 @@ static bool read_options(void)
     mvm_interposer.oversub_bytes = (uint64_t)over.i;
     mvm_interposer.clean_evict = clean.i == 1; /* "off|on" */
     mvm_interposer.slices = slices.i == 1;
+    mvm_interposer.prefetch = prefetch.i == 1;
     mvm_interposer.page_size = page.i ? (uint64_t)page.i : 2u << 20;
     return true;
 }

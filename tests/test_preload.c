@@ -29,6 +29,9 @@
  *               answer; a freed managed range is not found
  *   loop        twelve buffers, four fit, summed in order ten times: every sum right and
  *               read from device memory (test_preload.sh compares evict policies' hits)
+ *   prefetch    the same walk with MOEVM_PRELOAD_PREFETCH=on, then a host copy, a memset
+ *               and a device copy into buffers whose prefetch is under way, a free of one,
+ *               and a walk backwards: every sum reads what was last written
  *   faults      each driver call the program or the interposer makes fails once, in turn,
  *               while kernels write and read buffers six times the budget: the program
  *               gets success or the driver's own error, and every buffer keeps its data
@@ -769,6 +772,72 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
+/* The sum of 2 MiB of words from a seed, into host[]. */
+static uint64_t fill_words(uint32_t *host, uint32_t seed)
+{
+    uint64_t total = 0;
+    for (uint64_t i = 0; i < 2 * MiB / 4; i++) {
+        host[i] = (uint32_t)(i * 2246822519u + seed * 3266489917u);
+        total += host[i];
+    }
+    return total;
+}
+
+/* Prefetch from the launch sequence (MOEVM_PRELOAD_PREFETCH=on; test_preload.sh reads the
+ * report). Twelve 2 MiB buffers walked in order with room for four: once the order is
+ * learned, each launch's buffer is being copied while the launch before it runs. Between
+ * two launches the program then writes the buffer whose copy is under way (from the host,
+ * with a memset, with a device-side copy) and frees one: each write must be what the next
+ * sum reads, not the bytes the copy took before it. Last, the buffers are walked backwards,
+ * against the learned order. The pauses let the worker copy the old bytes first. */
+SCENARIO void scenario_prefetch(void)
+{
+    enum { N = 12, PASSES = 4 };
+    const uint64_t n = 2 * MiB / 4;
+    CUfunction sum = fake_kernel("fk_sum_u32");
+    CUdeviceptr buf[N], out;
+    uint64_t expect[N];
+    uint32_t *host = malloc(2 * MiB);
+    CU_OK(cu.MemAlloc(&out, 4096));
+    for (int b = 0; b < N; b++) {
+        CU_OK(cu.MemAlloc(&buf[b], 2 * MiB));
+        expect[b] = fill_words(host, (uint32_t)b);
+        CU_OK(cu.MemcpyHtoD(buf[b], host, 2 * MiB));
+    }
+    for (int pass = 0; pass < PASSES; pass++)
+        for (int b = 0; b < N; b++)
+            EXPECT(sum_kernel(sum, out, buf[b], n) == expect[b]);
+    EXPECT(sum_kernel(sum, out, buf[3], n) == expect[3]);
+    sleep_ms(30);
+    expect[4] = fill_words(host, 99);
+    CU_OK(cu.MemcpyHtoD(buf[4], host, 2 * MiB));
+    EXPECT(sum_kernel(sum, out, buf[4], n) == expect[4]);
+    EXPECT(sum_kernel(sum, out, buf[5], n) == expect[5]);
+    sleep_ms(30);
+    CU_OK(cu.MemsetD32(buf[6], 7, n));
+    expect[6] = 7 * n;
+    EXPECT(sum_kernel(sum, out, buf[6], n) == expect[6]);
+    EXPECT(sum_kernel(sum, out, buf[7], n) == expect[7]);
+    sleep_ms(30);
+    CU_OK(cu.MemcpyDtoDAsync(buf[8], buf[0], 2 * MiB, NULL));
+    expect[8] = expect[0];
+    EXPECT(sum_kernel(sum, out, buf[8], n) == expect[8]);
+    EXPECT(sum_kernel(sum, out, buf[9], n) == expect[9]);
+    sleep_ms(30);
+    CU_OK(cu.MemFree(buf[10]));
+    buf[10] = 0;
+    EXPECT(sum_kernel(sum, out, buf[11], n) == expect[11]);
+    for (int b = N - 1; b >= 0; b--)
+        if (buf[b])
+            EXPECT(sum_kernel(sum, out, buf[b], n) == expect[b]);
+    EXPECT(fakecuda_kernel_bytes(1) == 0); /* every sum read the device */
+    for (int b = 0; b < N; b++)
+        if (buf[b])
+            CU_OK(cu.MemFree(buf[b]));
+    CU_OK(cu.MemFree(out));
+    free(host);
+}
+
 /* A (8 MiB: the whole budget) and B (4 MiB) are managed; B is resident. A launch on A, from
  * another thread, must evict B and load A; a held stream keeps it in its drain, holding the
  * interposer's write lock. Copies and memsets of A and B from six more threads must wait
@@ -1494,6 +1563,8 @@ int main(int argc, char **argv)
         scenario_ranges();
     else if (strcmp(scenario, "loop") == 0)
         scenario_loop();
+    else if (strcmp(scenario, "prefetch") == 0)
+        scenario_prefetch();
     else if (strcmp(scenario, "faults") == 0)
         scenario_faults();
     else if (strcmp(scenario, "experts") == 0)

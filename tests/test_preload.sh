@@ -66,6 +66,12 @@ if [ -n "$cudart" ]; then
         sed -n 's/^runtime:/     runtime:/p' "$tmp/out"
 fi
 
+# Prefetch from the launch sequence (MOEVM_PRELOAD_PREFETCH): its writes-under-way walk and
+# the threads of `guarded`, here so that the ThreadSanitizer build runs them too.
+for sc in prefetch guarded; do
+    run "$sc.link prefetch" 0 "${managed[@]}" MOEVM_PRELOAD_PREFETCH=on -- "$sc.link"
+done
+
 finish() {
     [ "$fails" = 0 ] && echo "all preload checks passed" || echo "$fails preload check(s) failed"
     exit $((fails != 0))
@@ -238,6 +244,31 @@ if not (l["graph_copy_nodes"] == 4 and l["graph_kernel_nodes"] == 2 and l["graph
 print("ok   report graphcopy contents")
 EOF
 fi
+
+# Prefetch from the launch sequence: the pages of the next launch copied while the current
+# one runs (most of what the walk loads), writes into pages under way landing them first
+# (a host copy, a memset, a device copy, a free), nothing refused or lost.
+if run "report prefetch" 0 "${managed[@]}" MOEVM_PRELOAD_PREFETCH=on \
+       MOEVM_REPORT="$tmp/prefetch.json" -- prefetch.link; then
+    python3 - "$tmp/prefetch.json" <<'EOF' || fails=$((fails + 1))
+import json, sys
+r = json.load(open(sys.argv[1]))
+m = r["moves"]
+# Passes 2 to 4 walk 36 launches in the learned order: the misses among them (all but the
+# buffers the policy keeps) find their page under way, at least two rounds' worth; the four
+# writes and the free land what was pending.
+ok = (r["options"]["prefetch"] is True and m["prefetch_failed"] == 0 and
+      m["prefetch_useful"] >= 24 and m["prefetch_settles"] >= 4 and
+      m["prefetch_pages"] >= m["prefetch_useful"] + m["prefetch_settles"])
+print(("ok  " if ok else "FAIL") + " report prefetch: %s" %
+      {k: v for k, v in m.items() if k.startswith("prefetch") or k in ("misses", "pages_in")})
+sys.exit(0 if ok else 1)
+EOF
+fi
+# The other scenarios with prefetch on: loops, graphs, fused experts, the driver failing.
+for sc in loop graph experts faults; do
+    run "$sc.link prefetch" 0 "${managed[@]}" MOEVM_PRELOAD_PREFETCH=on -- "$sc.link"
+done
 
 # A buffer larger than the budget: misses that could move nothing are counted apart.
 if run "report overbudget" 0 "${managed[@]}" MOEVM_REPORT="$tmp/over.json" -- overbudget.link
