@@ -349,36 +349,73 @@ SCENARIO void scenario_oversub(void)
     free(host);
 }
 
+/* The sum of 2 MiB of words from a seed, into host[]. */
+static uint64_t fill_words(uint32_t *host, uint32_t seed)
+{
+    uint64_t total = 0;
+    for (uint64_t i = 0; i < 2 * MiB / 4; i++) {
+        host[i] = (uint32_t)(i * 2246822519u + seed * 3266489917u);
+        total += host[i];
+    }
+    return total;
+}
+
+/* Twelve 2 MiB managed buffers filled from their seeds, their sums, and a small native
+ * buffer for the sums' results: a program's layers, walked token after token. */
+enum { WALK_N = 12 };
+typedef struct walk {
+    CUfunction sum;
+    CUdeviceptr buf[WALK_N], out;
+    uint64_t expect[WALK_N];
+    uint32_t *host; /* 2 MiB of scratch */
+} walk;
+
+static void walk_open(walk *w)
+{
+    w->sum = fake_kernel("fk_sum_u32");
+    w->host = malloc(2 * MiB);
+    CU_OK(cu.MemAlloc(&w->out, 4096));
+    for (int b = 0; b < WALK_N; b++) {
+        CU_OK(cu.MemAlloc(&w->buf[b], 2 * MiB));
+        w->expect[b] = fill_words(w->host, (uint32_t)b);
+        CU_OK(cu.MemcpyHtoD(w->buf[b], w->host, 2 * MiB));
+    }
+}
+
+/* Sums buffer b, which must hold what w->expect says. */
+static void walk_sum(walk *w, int b)
+{
+    EXPECT(sum_kernel(w->sum, w->out, w->buf[b], 2 * MiB / 4) == w->expect[b]);
+}
+
+static void walk_passes(walk *w, int passes)
+{
+    for (int pass = 0; pass < passes; pass++)
+        for (int b = 0; b < WALK_N; b++)
+            walk_sum(w, b);
+}
+
+/* Checks that every sum read device memory, and frees what is left (freed buffers are 0). */
+static void walk_close(walk *w)
+{
+    EXPECT(fakecuda_kernel_bytes(1) == 0);
+    for (int b = 0; b < WALK_N; b++)
+        if (w->buf[b])
+            CU_OK(cu.MemFree(w->buf[b]));
+    CU_OK(cu.MemFree(w->out));
+    free(w->host);
+}
+
 /* Twelve 2 MiB buffers walked in order ten times, as a program walks its layers at every
  * token, with room for four: each sum must read device memory and be right. How many of
  * these launches hit depends on the evict policy (test_preload.sh compares them). */
 SCENARIO void scenario_loop(void)
 {
-    enum { N = 12, PASSES = 10 };
-    const uint64_t n = 2 * MiB / 4;
-    CUfunction sum = fake_kernel("fk_sum_u32");
-    CUdeviceptr buf[N], out;
-    uint64_t expect[N];
-    uint32_t *host = malloc(2 * MiB);
-    CU_OK(cu.MemAlloc(&out, 4096));
-    for (int b = 0; b < N; b++) {
-        CU_OK(cu.MemAlloc(&buf[b], 2 * MiB));
-        expect[b] = 0;
-        for (uint64_t i = 0; i < n; i++) {
-            host[i] = (uint32_t)(i * 2246822519u + (uint32_t)b * 3266489917u);
-            expect[b] += host[i];
-        }
-        CU_OK(cu.MemcpyHtoD(buf[b], host, 2 * MiB));
-    }
+    walk w;
+    walk_open(&w);
     fakecuda_reset_counters();
-    for (int pass = 0; pass < PASSES; pass++)
-        for (int b = 0; b < N; b++)
-            EXPECT(sum_kernel(sum, out, buf[b], n) == expect[b]);
-    EXPECT(fakecuda_kernel_bytes(1) == 0);
-    for (int b = 0; b < N; b++)
-        CU_OK(cu.MemFree(buf[b]));
-    CU_OK(cu.MemFree(out));
-    free(host);
+    walk_passes(&w, 10);
+    walk_close(&w);
 }
 
 /* The driver failing under the program, one call at a time: each of the calls the program
@@ -772,17 +809,6 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-/* The sum of 2 MiB of words from a seed, into host[]. */
-static uint64_t fill_words(uint32_t *host, uint32_t seed)
-{
-    uint64_t total = 0;
-    for (uint64_t i = 0; i < 2 * MiB / 4; i++) {
-        host[i] = (uint32_t)(i * 2246822519u + seed * 3266489917u);
-        total += host[i];
-    }
-    return total;
-}
-
 /* Prefetch from the launch sequence (MOEVM_PRELOAD_PREFETCH=on; test_preload.sh reads the
  * report). Twelve 2 MiB buffers walked in order with room for four: once the order is
  * learned, each launch's buffer is being copied while the launch before it runs. Between
@@ -792,50 +818,34 @@ static uint64_t fill_words(uint32_t *host, uint32_t seed)
  * against the learned order. The pauses let the worker copy the old bytes first. */
 SCENARIO void scenario_prefetch(void)
 {
-    enum { N = 12, PASSES = 4 };
     const uint64_t n = 2 * MiB / 4;
-    CUfunction sum = fake_kernel("fk_sum_u32");
-    CUdeviceptr buf[N], out;
-    uint64_t expect[N];
-    uint32_t *host = malloc(2 * MiB);
-    CU_OK(cu.MemAlloc(&out, 4096));
-    for (int b = 0; b < N; b++) {
-        CU_OK(cu.MemAlloc(&buf[b], 2 * MiB));
-        expect[b] = fill_words(host, (uint32_t)b);
-        CU_OK(cu.MemcpyHtoD(buf[b], host, 2 * MiB));
-    }
-    for (int pass = 0; pass < PASSES; pass++)
-        for (int b = 0; b < N; b++)
-            EXPECT(sum_kernel(sum, out, buf[b], n) == expect[b]);
-    EXPECT(sum_kernel(sum, out, buf[3], n) == expect[3]);
+    walk w;
+    walk_open(&w);
+    walk_passes(&w, 4);
+    walk_sum(&w, 3);
     sleep_ms(30);
-    expect[4] = fill_words(host, 99);
-    CU_OK(cu.MemcpyHtoD(buf[4], host, 2 * MiB));
-    EXPECT(sum_kernel(sum, out, buf[4], n) == expect[4]);
-    EXPECT(sum_kernel(sum, out, buf[5], n) == expect[5]);
+    w.expect[4] = fill_words(w.host, 99);
+    CU_OK(cu.MemcpyHtoD(w.buf[4], w.host, 2 * MiB));
+    walk_sum(&w, 4);
+    walk_sum(&w, 5);
     sleep_ms(30);
-    CU_OK(cu.MemsetD32(buf[6], 7, n));
-    expect[6] = 7 * n;
-    EXPECT(sum_kernel(sum, out, buf[6], n) == expect[6]);
-    EXPECT(sum_kernel(sum, out, buf[7], n) == expect[7]);
+    CU_OK(cu.MemsetD32(w.buf[6], 7, n));
+    w.expect[6] = 7 * n;
+    walk_sum(&w, 6);
+    walk_sum(&w, 7);
     sleep_ms(30);
-    CU_OK(cu.MemcpyDtoDAsync(buf[8], buf[0], 2 * MiB, NULL));
-    expect[8] = expect[0];
-    EXPECT(sum_kernel(sum, out, buf[8], n) == expect[8]);
-    EXPECT(sum_kernel(sum, out, buf[9], n) == expect[9]);
+    CU_OK(cu.MemcpyDtoDAsync(w.buf[8], w.buf[0], 2 * MiB, NULL));
+    w.expect[8] = w.expect[0];
+    walk_sum(&w, 8);
+    walk_sum(&w, 9);
     sleep_ms(30);
-    CU_OK(cu.MemFree(buf[10]));
-    buf[10] = 0;
-    EXPECT(sum_kernel(sum, out, buf[11], n) == expect[11]);
-    for (int b = N - 1; b >= 0; b--)
-        if (buf[b])
-            EXPECT(sum_kernel(sum, out, buf[b], n) == expect[b]);
-    EXPECT(fakecuda_kernel_bytes(1) == 0); /* every sum read the device */
-    for (int b = 0; b < N; b++)
-        if (buf[b])
-            CU_OK(cu.MemFree(buf[b]));
-    CU_OK(cu.MemFree(out));
-    free(host);
+    CU_OK(cu.MemFree(w.buf[10]));
+    w.buf[10] = 0;
+    walk_sum(&w, 11);
+    for (int b = WALK_N - 1; b >= 0; b--)
+        if (w.buf[b])
+            walk_sum(&w, b);
+    walk_close(&w);
 }
 
 /* A (8 MiB: the whole budget) and B (4 MiB) are managed; B is resident. A launch on A, from
