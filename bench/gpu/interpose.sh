@@ -8,7 +8,7 @@
 # tests/gpu/interpose_torch.py:
 #   1. unlimited       the MoE model on the GPU, no interposer (the reference)
 #   2. moevm           the same under LD_PRELOAD with MOEVM_GPU_BUDGET below the model's size:
-#                      outputs must equal the reference
+#                      outputs must equal the reference; again with MOEVM_PRELOAD_PREFETCH=on
 #   3. offload         the usual alternative under the same GPU cap: Accelerate's
 #                      dispatch_model (or the same by hand when accelerate is missing)
 #   4. launches        a launch-heavy loop that fits, without and with the interposer,
@@ -21,9 +21,10 @@
 # MOEVM_ name, which moevm would warn of as an unknown option) of the
 # start, so that one device call (10 minutes at most) returns the summary. What comes back
 # is in $OUT (or /tmp/moevm-interpose): results.jsonl (one JSON line per step, with its exit
-# status), report.json, report_eager.json and report_eager_whole.json (the moevm runs'
-# MOEVM_REPORTs) and log.txt (everything the steps printed). Exits non-zero when a step
-# failed or the outputs differ. docs/perf/interpose.md holds the numbers.
+# status), report.json, report_prefetch.json, report_eager.json and
+# report_eager_whole.json (the moevm runs' MOEVM_REPORTs) and log.txt (everything the steps
+# printed). Exits non-zero when a step failed or the outputs differ. docs/perf/interpose.md
+# holds the numbers.
 set -uo pipefail
 deadline=$((SECONDS + ${INTERPOSE_SECONDS:-540}))
 cd "$(dirname "$0")/../.."
@@ -87,6 +88,12 @@ step unlimited 300 python3 $py model "${extra[@]}" --out "$scratch/unlimited.npz
 step moevm 420 "${moevm_env[@]}" MOEVM_REPORT="$out/report.json" \
     python3 $py model "${extra[@]}" --out "$scratch/moevm.npz" || failed=1
 step compare 60 python3 $py compare "$scratch/unlimited.npz" "$scratch/moevm.npz" || failed=1
+# Prefetch from the launch sequence (interpose/prefetch.c, off by default until measured).
+step moevm_prefetch 420 "${moevm_env[@]}" MOEVM_PRELOAD_PREFETCH=on \
+    MOEVM_REPORT="$out/report_prefetch.json" \
+    python3 $py model "${extra[@]}" --out "$scratch/moevm_prefetch.npz" || failed=1
+step compare_prefetch 60 python3 $py compare "$scratch/unlimited.npz" \
+    "$scratch/moevm_prefetch.npz" || failed=1
 step offload 420 python3 $py offload "${extra[@]}" --budget-mib "$budget" \
     --out "$scratch/offload.npz" || failed=1
 # The baseline's outputs are recorded, not required: its fp16 path may differ in the last bits.
@@ -135,13 +142,15 @@ def digest(name):
                 "clean_evict": rep["space"]["clean_evict"],
                 "objects": rep["objects"],
                 "wait_s": rep["wait_ns"] * 1e-9,
+                "prefetch": {k: v for k, v in rep["moves"].items() if k.startswith("prefetch")},
                 "managed_peak_bytes": rep["managed"]["peak_bytes"],
                 "managed": (rep["managed"]["peak_bytes"] > int(sys.argv[3]) and
                             rep["moves"]["misses"] > 0)}
     except (OSError, KeyError, ValueError) as e:
         return "unreadable: %s" % e
 for key, name in (("moevm_report", "report.json"), ("moevm_eager_report", "report_eager.json"),
-                  ("moevm_eager_whole_report", "report_eager_whole.json")):
+                  ("moevm_eager_whole_report", "report_eager_whole.json"),
+                  ("moevm_prefetch_report", "report_prefetch.json")):
     summary[key] = digest(name)
 summary["managed"] = isinstance(summary["moevm_report"], dict) and \
     summary["moevm_report"]["managed"]
