@@ -243,19 +243,12 @@ static void load(const uint32_t *needed, uint32_t n)
 
 /* The pages prefetched so far (prefetch.c) land now, with the device drained: those this
  * launch needs count as the prefetch's hits. */
-static bool resolve_prefetches(mvm_obj *const *objs, uint32_t n, uint32_t *scratch)
+static bool resolve_prefetches(mvm_obj *const *objs, uint32_t n)
 {
     if (!mvm_prefetch_any())
         return false;
-    uint32_t k = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t p, end;
-        mvm_obj_pages(objs[i], &p, &end);
-        for (; p < end && k < mvm_interposer.n_pages; p++)
-            scratch[k++] = p;
-    }
     mvm_paging_drain();
-    mvm_interposer.prefetch_useful += mvm_prefetch_pending_of(scratch, k);
+    mvm_interposer.prefetch_useful += mvm_prefetch_pending_of(objs, n);
     mvm_prefetch_resolve();
     return true;
 }
@@ -267,7 +260,7 @@ void mvm_paging_serve(mvm_obj *const *objs, uint32_t n)
     uint32_t n_needed = 0, missing = 0;
     if (!needed)
         return;
-    bool drained = resolve_prefetches(objs, n, needed);
+    bool drained = resolve_prefetches(objs, n);
     for (uint32_t i = 0; i < n; i++) {
         uint32_t p, end;
         mvm_obj_pages(objs[i], &p, &end);

@@ -50,12 +50,12 @@ static seq_entry *seq;
 static pthread_mutex_t seq_mu = PTHREAD_MUTEX_INITIALIZER;
 static __thread uint64_t t_prev; /* the key of this thread's last managed launch */
 
-/* The pages asked for and not resolved yet (write lock), and how many (read without it). */
+/* The pages asked for and not resolved yet (write lock); how many is also read without it
+ * (mvm_prefetch_any). */
 static uint8_t *pending;       /* [n_pages] */
 static uint32_t *pend_page;    /* [n_pages] */
 static mvm_move **pend_move;   /* [n_pages] */
-static uint32_t n_pend;
-static _Atomic uint32_t n_pend_any;
+static _Atomic uint32_t n_pend;
 
 static uint64_t mix(uint64_t x)
 {
@@ -178,9 +178,11 @@ static bool ask(uint32_t p)
         mvm_interposer.prefetch_failed++;
         return false;
     }
+    uint32_t i = atomic_load_explicit(&n_pend, memory_order_relaxed);
     pending[p] = 1;
-    pend_page[n_pend] = p;
-    pend_move[n_pend++] = mv;
+    pend_page[i] = p;
+    pend_move[i] = mv;
+    atomic_store_explicit(&n_pend, i + 1, memory_order_release);
     mvm_interposer.prefetch_pages++;
     return true;
 }
@@ -202,25 +204,29 @@ void mvm_prefetch_plan(mvm_obj *const *objs, uint32_t n, uint32_t held)
             mvm_paging_make_room(n_want - (uint32_t)s.free_pages);
         for (uint32_t i = 0; i < n_want && ask(want[i]); i++)
             ;
-        atomic_store_explicit(&n_pend_any, n_pend, memory_order_release);
     }
     for (uint32_t i = 0; i < n_win; i++)
         mvm_interposer.busy[win[i]] = 0;
     free(win);
 }
 
-uint32_t mvm_prefetch_pending_of(const uint32_t *pages, uint32_t n)
+uint32_t mvm_prefetch_pending_of(mvm_obj *const *objs, uint32_t n)
 {
     uint32_t c = 0;
-    for (uint32_t i = 0; pending && n_pend && i < n; i++)
-        c += pending[pages[i]];
+    for (uint32_t i = 0; pending && i < n; i++) {
+        uint32_t p, end;
+        mvm_obj_pages(objs[i], &p, &end);
+        for (; p < end; p++)
+            c += pending[p];
+    }
     return c;
 }
 
 void mvm_prefetch_resolve(void)
 {
     mvm_space *sp = mvm_interposer.space;
-    for (uint32_t i = 0; i < n_pend; i++) {
+    const uint32_t n = atomic_load_explicit(&n_pend, memory_order_relaxed);
+    for (uint32_t i = 0; i < n; i++) {
         uint32_t p = pend_page[i];
         mvm_unpin(sp, 0, p); /* the worker may now remap it: nothing runs */
         if (mvm_move_wait(pend_move[i], -1) == MVM_OK) {
@@ -234,18 +240,17 @@ void mvm_prefetch_resolve(void)
         mvm_move_release(pend_move[i]);
         pending[p] = 0;
     }
-    n_pend = 0;
-    atomic_store_explicit(&n_pend_any, 0, memory_order_release);
+    atomic_store_explicit(&n_pend, 0, memory_order_release);
 }
 
 bool mvm_prefetch_any(void)
 {
-    return atomic_load_explicit(&n_pend_any, memory_order_acquire) != 0;
+    return atomic_load_explicit(&n_pend, memory_order_acquire) != 0;
 }
 
 void mvm_prefetch_settle_locked(void)
 {
-    if (!n_pend)
+    if (!mvm_prefetch_any())
         return;
     mvm_paging_drain();
     mvm_prefetch_resolve();
@@ -263,8 +268,7 @@ void mvm_prefetch_settle(void)
 
 void mvm_prefetch_forget(void)
 {
-    n_pend = 0;
-    atomic_store(&n_pend_any, 0);
+    atomic_store(&n_pend, 0);
     pending = NULL;
     pend_page = NULL;
     pend_move = NULL;

@@ -461,8 +461,8 @@ void mvm_prefetch_learn(mvm_obj *const *objs, uint32_t n);
 void mvm_prefetch_plan(mvm_obj *const *objs, uint32_t n, uint32_t held);
 /* Whether pages are asked for and not resolved (any thread, no lock). */
 bool mvm_prefetch_any(void);
-/* How many of pages[0..n) are asked for and not resolved (write lock). */
-uint32_t mvm_prefetch_pending_of(const uint32_t *pages, uint32_t n);
+/* How many pages of objs[0..n) are asked for and not resolved (write lock). */
+uint32_t mvm_prefetch_pending_of(mvm_obj *const *objs, uint32_t n);
 /* Lands every pending page (write lock held, device drained). */
 void mvm_prefetch_resolve(void);
 /* Drains and resolves if any page is pending (write lock held). */
