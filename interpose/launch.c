@@ -213,23 +213,34 @@ bool mvm_launch_prepare(mvm_collect_fn collect, const void *what)
     return true;
 }
 
+/* A _ptsz launch on stream 0 runs on the calling thread's per-thread stream. */
+#define PTSZ(s) ((s) ? (s) : CU_STREAM_PER_THREAD)
+
 typedef struct kernel_launch {
     CUfunction f;
     void **params, **extra;
+    mvm_route *route;          /* the routing ids, read at most once for this launch */
 } kernel_launch;
 
 static void collect_kernel(const void *what, mvm_objset *set)
 {
     const kernel_launch *k = what;
-    mvm_scan_params(k->f, k->params, k->extra, emit_object, set);
+    if (mvm_interposer.routing && !set->learn)
+        mvm_route_collect(k->route, k->f, k->params, k->extra, set);
+    else
+        mvm_scan_params(k->f, k->params, k->extra, emit_object, set);
 }
 
-bool mvm_launch_prepare_kernel(CUfunction f, void **params, void **extra)
+bool mvm_launch_prepare_kernel(CUfunction f, void **params, void **extra, CUstream s)
 {
     if (!mvm_interposer_on())
         return false;
     mvm_count(&mvm_counts_mine()->launches);
-    kernel_launch k = {f, params, extra};
+    mvm_route route;
+    route.stream = s;
+    route.read = false;
+    route.n = 0;
+    kernel_launch k = {f, params, extra, &route};
     return mvm_launch_prepare(collect_kernel, &k);
 }
 
@@ -239,7 +250,7 @@ CUresult hk_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, 
 {
     if (!mvm_real_load() || !mvm_real_fn.cuLaunchKernel)
         return CUDA_ERROR_NOT_SUPPORTED;
-    bool locked = mvm_launch_prepare_kernel(f, params, extra);
+    bool locked = mvm_launch_prepare_kernel(f, params, extra, s);
     CUresult r = mvm_real_fn.cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, s, params, extra);
     return mvm_launch_finish(locked, r);
 }
@@ -250,7 +261,7 @@ CUresult hk_cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned
 {
     if (!mvm_real_load() || !mvm_real_fn.cuLaunchKernel_ptsz)
         return CUDA_ERROR_NOT_SUPPORTED;
-    bool locked = mvm_launch_prepare_kernel(f, params, extra);
+    bool locked = mvm_launch_prepare_kernel(f, params, extra, PTSZ(s));
     CUresult r = mvm_real_fn.cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, shared, s, params,
                                                  extra);
     return mvm_launch_finish(locked, r);
@@ -262,7 +273,7 @@ CUresult hk_cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, un
 {
     if (!mvm_real_load() || !mvm_real_fn.cuLaunchCooperativeKernel)
         return CUDA_ERROR_NOT_SUPPORTED;
-    bool locked = mvm_launch_prepare_kernel(f, params, NULL);
+    bool locked = mvm_launch_prepare_kernel(f, params, NULL, s);
     CUresult r = mvm_real_fn.cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shared, s,
                                                        params);
     return mvm_launch_finish(locked, r);
@@ -274,7 +285,7 @@ CUresult hk_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned g
 {
     if (!mvm_real_load() || !mvm_real_fn.cuLaunchCooperativeKernel_ptsz)
         return CUDA_ERROR_NOT_SUPPORTED;
-    bool locked = mvm_launch_prepare_kernel(f, params, NULL);
+    bool locked = mvm_launch_prepare_kernel(f, params, NULL, PTSZ(s));
     CUresult r = mvm_real_fn.cuLaunchCooperativeKernel_ptsz(f, gx, gy, gz, bx, by, bz, shared,
                                                             s, params);
     return mvm_launch_finish(locked, r);
@@ -285,7 +296,7 @@ CUresult hk_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **
 {
     if (!mvm_real_load() || !mvm_real_fn.cuLaunchKernelEx)
         return CUDA_ERROR_NOT_SUPPORTED;
-    bool locked = mvm_launch_prepare_kernel(f, params, extra);
+    bool locked = mvm_launch_prepare_kernel(f, params, extra, config ? config->hStream : NULL);
     return mvm_launch_finish(locked, mvm_real_fn.cuLaunchKernelEx(config, f, params, extra));
 }
 
@@ -294,7 +305,7 @@ CUresult hk_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, vo
 {
     if (!mvm_real_load() || !mvm_real_fn.cuLaunchKernelEx_ptsz)
         return CUDA_ERROR_NOT_SUPPORTED;
-    bool locked = mvm_launch_prepare_kernel(f, params, extra);
+    bool locked = mvm_launch_prepare_kernel(f, params, extra, PTSZ(config ? config->hStream : NULL));
     return mvm_launch_finish(locked, mvm_real_fn.cuLaunchKernelEx_ptsz(config, f, params, extra));
 }
 

@@ -110,8 +110,9 @@ CUresult hk_cuParamSetv(CUfunction f, int offset, void *ptr, unsigned int n)
 }
 
 /* Scans f's parameters as they are now (a copy: the scan may run twice, and another thread
- * may set parameters meanwhile). Returns with the lock held as mvm_launch_prepare does. */
-static bool prepare(CUfunction f)
+ * may set parameters meanwhile), for a launch on stream s. Returns with the lock held as
+ * mvm_launch_prepare does. */
+static bool prepare(CUfunction f, CUstream s)
 {
     if (!mvm_interposer_on())
         return false;
@@ -128,14 +129,14 @@ static bool prepare(CUfunction f)
     pthread_mutex_unlock(&shadow_mu);
     void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, bytes, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
                      CU_LAUNCH_PARAM_END};
-    return mvm_launch_prepare_kernel(f, NULL, size ? extra : NULL);
+    return mvm_launch_prepare_kernel(f, NULL, size ? extra : NULL, s);
 }
 
 CUresult hk_cuLaunch(CUfunction f)
 {
     if (!mvm_real_load() || !mvm_real_fn.cuLaunch)
         return CUDA_ERROR_NOT_SUPPORTED;
-    bool locked = prepare(f);
+    bool locked = prepare(f, NULL);
     return mvm_launch_finish(locked, mvm_real_fn.cuLaunch(f));
 }
 
@@ -143,7 +144,7 @@ CUresult hk_cuLaunchGrid(CUfunction f, int width, int height)
 {
     if (!mvm_real_load() || !mvm_real_fn.cuLaunchGrid)
         return CUDA_ERROR_NOT_SUPPORTED;
-    bool locked = prepare(f);
+    bool locked = prepare(f, NULL);
     return mvm_launch_finish(locked, mvm_real_fn.cuLaunchGrid(f, width, height));
 }
 
@@ -151,6 +152,6 @@ CUresult hk_cuLaunchGridAsync(CUfunction f, int width, int height, CUstream s)
 {
     if (!mvm_real_load() || !mvm_real_fn.cuLaunchGridAsync)
         return CUDA_ERROR_NOT_SUPPORTED;
-    bool locked = prepare(f);
+    bool locked = prepare(f, s);
     return mvm_launch_finish(locked, mvm_real_fn.cuLaunchGridAsync(f, width, height, s));
 }

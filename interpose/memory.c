@@ -307,9 +307,10 @@ CUresult hk_cuPointerGetAttributes(unsigned int n, CUpointer_attribute *attrs, v
 /* ---- host-to-device copies -------------------------------------------------------------- */
 
 /* Learns the destination as an object (an extent: also one that covers its whole
- * allocation, which is then a tensor the program wrote, slices may cut); returns with the
- * read lock held when dst is managed (the caller copies, then unlocks). */
-static bool copy_prepare(CUdeviceptr dst, size_t n)
+ * allocation, which is then a tensor the program wrote, slices may cut), cut into its
+ * experts when src is a fused expert tensor in a mapped GGUF file; returns with the read
+ * lock held when dst is managed (the caller copies, then unlocks). */
+static bool copy_prepare(CUdeviceptr dst, const void *src, size_t n)
 {
     if (!mvm_interposer_on() || n == 0)
         return false;
@@ -326,10 +327,15 @@ static bool copy_prepare(CUdeviceptr dst, size_t n)
     if (o != &a->whole && o->va == dst && o->len == n)
         return true;
     pthread_rwlock_unlock(&mvm_interposer.lock);
+    uint32_t experts = mvm_interposer.routing ? mvm_gguf_src_experts(src, n) : 0;
     pthread_rwlock_wrlock(&mvm_interposer.lock); /* objects change: exclusive, briefly */
     a = mvm_heap_find(dst);
-    if (a)
+    if (a) {
         mvm_heap_learn(a, dst, n);
+        o = mvm_heap_extent(a, dst);
+        if (experts && o->va == dst && o->len == n)
+            mvm_slice_declare(o, experts);
+    }
     pthread_rwlock_unlock(&mvm_interposer.lock);
     pthread_rwlock_rdlock(&mvm_interposer.lock);
     return true;
@@ -346,7 +352,7 @@ CUresult hk_cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n)
 {
     if (!mvm_real_load() || !mvm_real_fn.cuMemcpyHtoD_v2)
         return CUDA_ERROR_NOT_INITIALIZED;
-    bool locked = copy_prepare(dst, n);
+    bool locked = copy_prepare(dst, src, n);
     return copy_finish(locked, mvm_real_fn.cuMemcpyHtoD_v2(dst, src, n));
 }
 
@@ -354,7 +360,7 @@ CUresult hk_cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void *src, size_t n)
 {
     if (!mvm_real_load() || !mvm_real_fn.cuMemcpyHtoD_v2_ptds)
         return CUDA_ERROR_NOT_SUPPORTED;
-    bool locked = copy_prepare(dst, n);
+    bool locked = copy_prepare(dst, src, n);
     return copy_finish(locked, mvm_real_fn.cuMemcpyHtoD_v2_ptds(dst, src, n));
 }
 
@@ -362,7 +368,7 @@ CUresult hk_cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUs
 {
     if (!mvm_real_load() || !mvm_real_fn.cuMemcpyHtoDAsync_v2)
         return CUDA_ERROR_NOT_INITIALIZED;
-    bool locked = copy_prepare(dst, n);
+    bool locked = copy_prepare(dst, src, n);
     return copy_finish(locked, mvm_real_fn.cuMemcpyHtoDAsync_v2(dst, src, n, s));
 }
 
@@ -370,7 +376,7 @@ CUresult hk_cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void *src, size_t n
 {
     if (!mvm_real_load() || !mvm_real_fn.cuMemcpyHtoDAsync_v2_ptsz)
         return CUDA_ERROR_NOT_SUPPORTED;
-    bool locked = copy_prepare(dst, n);
+    bool locked = copy_prepare(dst, src, n);
     return copy_finish(locked, mvm_real_fn.cuMemcpyHtoDAsync_v2_ptsz(dst, src, n, s));
 }
 
@@ -396,7 +402,7 @@ static bool unified_prepare(CUdeviceptr dst, CUdeviceptr src, size_t n)
     if (!mvm_interposer_on() || n == 0)
         return false;
     if (mvm_heap_contains(dst) && from_host(src))
-        return copy_prepare(dst, n);
+        return copy_prepare(dst, (const void *)(uintptr_t)src, n);
     if (!mvm_heap_contains(dst) && !mvm_heap_contains(src))
         return false;
     mvm_prefetch_settle();

@@ -24,6 +24,13 @@ const mvm_option_desc mvm_opt_preload_prefetch = {
     "the pages the next ones will use while the current ones run "
     "(they land at the next drain); off until a GPU measures it"};
 
+const mvm_option_desc mvm_opt_preload_routing = {
+    "MOEVM_PRELOAD_ROUTING", MVM_OPT_CHOICE, "on", "off|on",
+    "interposer: cut a fused expert tensor copied from a mapped GGUF "
+    "file (llama.cpp's *_exps) into its experts, and before a kernel "
+    "launch on its base read the routing ids from the kernel's "
+    "arguments (one stream sync) to load only the experts it uses"};
+
 const mvm_option_desc mvm_opt_report = {
     "MOEVM_REPORT", MVM_OPT_STRING, "", NULL,
     "interposer: write a JSON report (allocations by call site, moves, "
@@ -38,7 +45,7 @@ const mvm_option_desc mvm_opt_report_skip = {
 
 static const mvm_option_desc *const list[] = {
     &mvm_opt_preload_min, &mvm_opt_oversubscribe, &mvm_opt_preload_slices,
-    &mvm_opt_preload_prefetch, &mvm_opt_report, &mvm_opt_report_skip,
+    &mvm_opt_preload_prefetch, &mvm_opt_preload_routing, &mvm_opt_report, &mvm_opt_report_skip,
 };
 
 const mvm_option_table mvm_interpose_options = {list, sizeof list / sizeof *list};

@@ -11,6 +11,6 @@
 extern const mvm_option_table mvm_interpose_options;
 
 extern const mvm_option_desc mvm_opt_preload_min, mvm_opt_oversubscribe, mvm_opt_preload_slices,
-    mvm_opt_preload_prefetch, mvm_opt_report, mvm_opt_report_skip;
+    mvm_opt_preload_prefetch, mvm_opt_preload_routing, mvm_opt_report, mvm_opt_report_skip;
 
 #endif

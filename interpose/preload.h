@@ -7,7 +7,12 @@
  *   state.c    options, lazy initialisation after the real cuInit, fork and exit handling
  *   heap.c     managed allocations: ranges of one write-back moevm space, and the objects
  *              (extents) learned from host-to-device copies
- *   slice.c    expert slices: an extent cut at the stride its launches' pointers show
+ *   slice.c    expert slices: an extent cut at the stride its launches' pointers show, or
+ *              into the experts its GGUF file declares
+ *   gguf_src.c fused expert tensors recognised by the GGUF file their copy came from
+ *              (gguf_scan.c reads the file's tensor infos)
+ *   route.c    routed experts: the routing ids a kernel reads from device memory, read
+ *              before it runs, so only the experts it uses of a fused tensor are loaded
  *   paging.c   demand paging: making a launch's objects resident, with the evict policy
  *   launch.c   the kernel-launch hooks: parameter scanning over a per-function cache
  *   launch_legacy.c  the pre-CUDA-4 launch API: shadowed parameter buffers, scanned alike
@@ -223,6 +228,7 @@ typedef struct {
 /* Driver functions we call but do not hook (resolved from libcuda; NULL when missing). */
 #define MVM_CU_USED(X)                                                                        \
     X(cuCtxSynchronize, "cuCtxSynchronize", CUresult, (void))                                  \
+    X(cuStreamSynchronize, "cuStreamSynchronize", CUresult, (CUstream))                        \
     X(cuFuncGetParamInfo, "cuFuncGetParamInfo", CUresult,                                      \
       (CUfunction, size_t, size_t *, size_t *))                                                \
     X(cuKernelGetParamInfo, "cuKernelGetParamInfo", CUresult,                                  \
@@ -292,6 +298,8 @@ typedef struct mvm_obj {
     struct mvm_obj *slice;     /* n_slices of them, or NULL: the extent is one unit */
     uint64_t stride;
     uint32_t n_slices;
+    uint32_t experts;          /* a fused expert tensor of its GGUF file (gguf_src.c): cut
+                                  into these experts; a pointer to its base is routed */
     bool flat;                 /* launches pointed inside it off every page-sized stride */
 } mvm_obj;
 
@@ -318,6 +326,7 @@ typedef struct mvm_preload {
     bool clean_evict;          /* MOEVM_CLEAN_EVICT: unchanged pages are not written back */
     bool slices;               /* MOEVM_PRELOAD_SLICES: extents are cut into slices */
     bool prefetch;             /* MOEVM_PRELOAD_PREFETCH: prefetch from the launch sequence */
+    bool routing;              /* MOEVM_PRELOAD_ROUTING: GGUF experts, routing ids read */
     /* the space and its bookkeeping (created at the first managed allocation) */
     mvm_space *_Atomic space;  /* published last: base, capacity and device are set then */
     uint64_t base, capacity_bytes;
@@ -348,6 +357,10 @@ typedef struct mvm_preload {
     uint64_t prefetch_useful;  /* of those, pages the launch that resolved them needed */
     uint64_t prefetch_failed;  /* asked for and refused, or failed to land */
     uint64_t prefetch_settles; /* resolved early for a copy, a free or a capture */
+    uint64_t routed_extents;   /* extents cut into the experts of their GGUF file */
+    /* kernel launches that read their routing ids (route.c), the experts they found, reads
+     * that found none (the whole tensor was used), and the time the reads took */
+    _Atomic uint64_t routed_reads, routed_experts, routed_whole, routing_ns;
     uint64_t managed_allocs, managed_bytes, peak_managed_bytes;
     _Atomic uint64_t native_allocs, native_bytes, async_allocs, async_bytes, ipc_refused;
 } mvm_preload;
@@ -412,10 +425,16 @@ static inline uint32_t mvm_page_of(uint64_t va)
 void mvm_slice_learn(mvm_obj *o, uint64_t va);
 /* Frees o's slices (o is being dropped or moved out of use). */
 void mvm_slice_drop(mvm_obj *o);
-/* The slice of o that va (inside o) points into, or o itself (read lock enough). */
+/* Cuts o into `experts` equal slices, as its GGUF file declares (gguf_src.c): exact, so no
+ * launch pointer refines or flattens them; a slice may be smaller than a page (neighbours
+ * then share their boundary pages). */
+void mvm_slice_declare(mvm_obj *o, uint32_t experts);
+/* The slice of o that va (inside o) points into, or o itself (read lock enough). The base
+ * of a declared extent names all of it: kernels handed the base of a fused tensor find
+ * their experts through routing ids (route.c resolves those for kernel launches). */
 static inline mvm_obj *mvm_slice_of(mvm_obj *o, uint64_t va)
 {
-    if (!o->slice)
+    if (!o->slice || (o->experts && va == o->va))
         return o;
     uint64_t i = (va - o->va) / o->stride;
     return &o->slice[i < o->n_slices ? i : o->n_slices - 1];
@@ -472,6 +491,25 @@ void mvm_prefetch_settle(void);
 /* In a forked child: the parent's pending moves and sequence are not the child's. */
 void mvm_prefetch_forget(void);
 
+/* gguf_src.c: the experts of the fused expert tensor that [src, src + n) holds exactly, when
+ * src lies in a mapped GGUF file; 0 otherwise (any thread, no lock; reads /proc/self/maps
+ * and the file's header the first time a mapping is seen). */
+uint32_t mvm_gguf_src_experts(const void *src, uint64_t n);
+
+/* route.c: a kernel launch's objects when routing is on. A pointer to the base of a declared
+ * extent (a fused expert tensor) names only the experts the launch's routing ids list: the
+ * ids are read once per launch from the kernel's other pointers into managed memory that
+ * kernels wrote, after the launch's stream has finished what came before. */
+#define MVM_ROUTE_MAX_EXPERTS 1024
+typedef struct mvm_route {
+    CUstream stream;           /* the launch's stream: the ids are final once it is idle */
+    bool read;                 /* the ids were read for this launch */
+    uint32_t n;                /* distinct experts they named */
+    uint16_t expert[MVM_ROUTE_MAX_EXPERTS];
+} mvm_route;
+void mvm_route_collect(mvm_route *r, CUfunction f, void **params, void **extra,
+                       mvm_objset *set);
+
 /* launch.c */
 /* Calls emit(ctx, v) for every 8-byte word v of a launch's parameters that lies in the
  * managed range: pointer parameters, and pointers inside aggregate ones (a PyTorch
@@ -486,8 +524,9 @@ void mvm_scan_params(CUfunction f, void **params, void **extra, mvm_emit_fn emit
 typedef void (*mvm_collect_fn)(const void *what, mvm_objset *set);
 bool mvm_launch_prepare(mvm_collect_fn collect, const void *what);
 CUresult mvm_launch_finish(bool locked, CUresult r);
-/* mvm_launch_prepare for one kernel launch with these parameters, counted as a launch. */
-bool mvm_launch_prepare_kernel(CUfunction f, void **params, void **extra);
+/* mvm_launch_prepare for one kernel launch with these parameters on stream s, counted as a
+ * launch. */
+bool mvm_launch_prepare_kernel(CUfunction f, void **params, void **extra, CUstream s);
 
 /* report.c */
 void mvm_report_prime(void);

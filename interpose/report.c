@@ -277,16 +277,18 @@ static totals gather(void)
 }
 
 /* The objects demand paging knows now: extents learnt from copies, how many of them are
- * cut into slices (and into how many), and how many stay whole for good. */
+ * cut into slices (and into how many), how many of those into the experts their GGUF file
+ * declares, and how many stay whole for good. */
 static cJSON *objects_json(void)
 {
-    uint64_t extents = 0, sliced = 0, slices = 0, flat = 0;
+    uint64_t extents = 0, sliced = 0, slices = 0, routed = 0, flat = 0;
     for (uint32_t i = 0; i < mvm_interposer.n_allocs; i++) {
         const mvm_alloc *a = mvm_interposer.allocs[i];
         extents += a->n_ext;
         for (uint32_t k = 0; k < a->n_ext; k++) {
             sliced += a->ext[k].n_slices > 0;
             slices += a->ext[k].n_slices;
+            routed += a->ext[k].experts > 0;
             flat += a->ext[k].flat;
         }
     }
@@ -294,6 +296,7 @@ static cJSON *objects_json(void)
     add_num(o, "extents", (double)extents);
     add_num(o, "sliced", (double)sliced);
     add_num(o, "slices", (double)slices);
+    add_num(o, "routed", (double)routed);
     add_num(o, "flat", (double)flat);
     return o;
 }
@@ -309,6 +312,7 @@ static cJSON *report_json(const totals *t)
     cJSON_AddBoolToObject(o, "clean_evict", mvm_interposer.clean_evict);
     cJSON_AddBoolToObject(o, "slices", mvm_interposer.slices);
     cJSON_AddBoolToObject(o, "prefetch", mvm_interposer.prefetch);
+    cJSON_AddBoolToObject(o, "routing", mvm_interposer.routing);
     cJSON_AddItemToObject(r, "space", o = cJSON_CreateObject());
     add_num(o, "device", mvm_interposer.space ? mvm_interposer.device : -1);
     add_num(o, "page_size", (double)mvm_interposer.page_size);
@@ -341,6 +345,12 @@ static cJSON *report_json(const totals *t)
     add_num(o, "graph_copy_nodes", (double)atomic_load(&mvm_interposer.graph_copy_nodes));
     add_num(o, "deferred", (double)t->deferred);
     add_num(r, "managed_copies", (double)t->copies);
+    cJSON_AddItemToObject(r, "routing", o = cJSON_CreateObject());
+    add_num(o, "declared", (double)mvm_interposer.routed_extents);
+    add_num(o, "reads", (double)atomic_load(&mvm_interposer.routed_reads));
+    add_num(o, "experts", (double)atomic_load(&mvm_interposer.routed_experts));
+    add_num(o, "whole", (double)atomic_load(&mvm_interposer.routed_whole));
+    add_num(o, "ns", (double)atomic_load(&mvm_interposer.routing_ns));
     cJSON_AddItemToObject(r, "moves", o = cJSON_CreateObject());
     add_num(o, "misses", (double)mvm_interposer.misses);
     add_num(o, "overflows", (double)mvm_interposer.overflows);

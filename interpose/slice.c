@@ -20,6 +20,11 @@
  * program wrote from the host (weights), while a whole allocation holds what kernels
  * produced, tensors of any size side by side behind a caching allocator.
  *
+ * A fused expert tensor copied from a GGUF file is cut as the file declares it instead
+ * (mvm_slice_declare, from gguf_src.c): into its experts, exactly, even below a page, and
+ * launch pointers teach it nothing. Its base names the whole tensor, which route.c narrows
+ * to the experts a kernel's routing ids list.
+ *
  * A wrong cut costs speed, never data: a page a kernel reaches outside the slice it named is
  * read where it is (device, or its home through the mapping), as for any object larger than
  * the budget. MOEVM_PRELOAD_SLICES=off keeps every extent whole.
@@ -45,6 +50,7 @@ void mvm_slice_drop(mvm_obj *o)
     o->slice = NULL;
     o->n_slices = 0;
     o->stride = 0;
+    o->experts = 0;
 }
 
 /* Cuts o into len / stride slices. The uses counted on the old slices since the last miss
@@ -75,7 +81,7 @@ static void cut(mvm_obj *o, uint64_t stride)
 void mvm_slice_learn(mvm_obj *o, uint64_t va)
 {
     uint64_t off = va - o->va;
-    if (o->flat || off == 0 || off >= o->len)
+    if (o->experts || o->flat || off == 0 || off >= o->len)
         return;
     uint64_t stride = gcd(o->stride ? o->stride : o->len, off);
     if (stride == o->stride)
@@ -96,4 +102,16 @@ void mvm_slice_learn(mvm_obj *o, uint64_t va)
     MVM_PL_LOG(MVM_LOG_DEBUG, "extent 0x%llx (%.1f MiB) stays whole: a launch pointed at "
                "offset %llu", (unsigned long long)o->va, (double)o->len / 1048576.0,
                (unsigned long long)off);
+}
+
+void mvm_slice_declare(mvm_obj *o, uint32_t experts)
+{
+    if (experts < 2 || o->len % experts || o->experts == experts)
+        return;
+    cut(o, o->len / experts);
+    if (o->stride != o->len / experts)
+        return; /* out of memory: the extent stays as it was */
+    o->experts = experts;
+    o->flat = false;
+    mvm_interposer.routed_extents++;
 }

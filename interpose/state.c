@@ -104,7 +104,8 @@ static bool read_options(void)
         fprintf(stderr, "moevm: preload: %s; the program runs unmanaged\n", mvm_last_error());
         return false;
     }
-    mvm_option_value min, budget, over, page, ev, args, report, skip, clean, slices, prefetch;
+    mvm_option_value min, budget, over, page, ev, args, report, skip, clean, slices, prefetch,
+        routing;
     if (mvm_option_get(&mvm_opt_preload_min, &min, msg, sizeof msg) ||
         mvm_option_get(&mvm_opt_gpu_budget, &budget, msg, sizeof msg) ||
         mvm_option_get(&mvm_opt_oversubscribe, &over, msg, sizeof msg) ||
@@ -115,7 +116,8 @@ static bool read_options(void)
         mvm_option_get(&mvm_opt_report_skip, &skip, msg, sizeof msg) ||
         mvm_option_get(&mvm_opt_clean_evict, &clean, msg, sizeof msg) ||
         mvm_option_get(&mvm_opt_preload_slices, &slices, msg, sizeof msg) ||
-        mvm_option_get(&mvm_opt_preload_prefetch, &prefetch, msg, sizeof msg)) {
+        mvm_option_get(&mvm_opt_preload_prefetch, &prefetch, msg, sizeof msg) ||
+        mvm_option_get(&mvm_opt_preload_routing, &routing, msg, sizeof msg)) {
         fprintf(stderr, "moevm: preload: %s; the program runs unmanaged\n", msg);
         return false;
     }
@@ -143,6 +145,7 @@ static bool read_options(void)
     mvm_interposer.clean_evict = clean.i == 1; /* "off|on" */
     mvm_interposer.slices = slices.i == 1;
     mvm_interposer.prefetch = prefetch.i == 1;
+    mvm_interposer.routing = routing.i == 1;
     mvm_interposer.page_size = page.i ? (uint64_t)page.i : 2u << 20;
     return true;
 }

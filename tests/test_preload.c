@@ -38,6 +38,10 @@
  *   experts     kernels and a graph handed one expert at a time of fused expert tensors
  *               twice the budget: with slices they read device memory only, without they
  *               read the host
+ *   routed      llama.cpp's fused expert tensors, uploaded from the mapped GGUF file, and
+ *               kernels handed their base that read the routing ids from device memory:
+ *               with MOEVM_PRELOAD_ROUTING the interposer reads the ids first and only the
+ *               routed experts move, every kernel reads device memory (run at 12M)
  *   fork        a child process runs hooks unmanaged, without deadlock
  *   graph       kernels captured into a graph while their objects are not resident: the
  *               capture stays valid; launching the graph (and one built by hand with a
@@ -64,6 +68,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -631,6 +636,190 @@ SCENARIO void scenario_experts(void)
                expected_sum(3, odd_order[k], odd, 0));
     EXPECT(slices ? fakecuda_kernel_bytes(1) == 0 : fakecuda_kernel_bytes(1) > 0);
     CU_OK(cu.MemFree(out));
+    /* the tensors stay allocated: the report counts their objects at exit */
+}
+
+/* ---- routed experts: llama.cpp's fused tensors, uploaded from the mapped GGUF file ---- */
+
+/* A GGUF v3 file of F32 tensors (names, shapes) whose words are fused_word(tensor index,
+ * row-major word index / words per expert of ne[0]*ne[1], ...), written by hand: the
+ * interposer's scan (interpose/gguf_scan.c) must read what ggml's layout puts there. */
+typedef struct gtensor {
+    const char *name;
+    uint32_t n_dims;
+    uint64_t ne[3];
+} gtensor;
+
+static uint64_t gtensor_bytes(const gtensor *t)
+{
+    uint64_t n = 4;
+    for (uint32_t d = 0; d < t->n_dims; d++)
+        n *= t->ne[d];
+    return n;
+}
+
+static void put(FILE *f, const void *p, size_t n)
+{
+    EXPECT(fwrite(p, 1, n, f) == n);
+}
+
+static void put_str(FILE *f, const char *s)
+{
+    uint64_t n = strlen(s);
+    put(f, &n, 8);
+    put(f, s, n);
+}
+
+/* Writes the file; data_at[i] is tensor i's file offset. */
+static void write_gguf(const char *path, const gtensor *t, int n, uint64_t *data_at)
+{
+    FILE *f = fopen(path, "wb");
+    EXPECT(f != NULL);
+    if (!f)
+        return;
+    uint32_t version = 3, u32 = 4 /* type u32 */, str = 8, align = 32;
+    uint64_t n_tensors = (uint64_t)n, n_kv = 2, off = 0;
+    put(f, "GGUF", 4), put(f, &version, 4), put(f, &n_tensors, 8), put(f, &n_kv, 8);
+    put_str(f, "general.architecture"), put(f, &str, 4), put_str(f, "qwen3moe");
+    put_str(f, "general.alignment"), put(f, &u32, 4), put(f, &align, 4);
+    for (int i = 0; i < n; i++) {
+        uint32_t f32 = 0;
+        put_str(f, t[i].name), put(f, &t[i].n_dims, 4), put(f, t[i].ne, 8 * t[i].n_dims);
+        put(f, &f32, 4), put(f, &off, 8);
+        data_at[i] = off;
+        off += (gtensor_bytes(&t[i]) + align - 1) / align * align;
+    }
+    uint64_t data = ((uint64_t)ftell(f) + align - 1) / align * align;
+    for (int i = 0; i < n; i++) {
+        data_at[i] += data;
+        fseek(f, (long)data_at[i], SEEK_SET);
+        uint64_t per = t[i].n_dims == 3 ? t[i].ne[0] * t[i].ne[1] : gtensor_bytes(&t[i]) / 4;
+        uint32_t *v = malloc(per * 4);
+        for (uint64_t e = 0; v && e < gtensor_bytes(&t[i]) / 4 / per; e++) {
+            for (uint64_t w = 0; w < per; w++)
+                v[w] = fused_word(i, (int)e, w);
+            put(f, v, per * 4);
+        }
+        free(v);
+    }
+    EXPECT(fclose(f) == 0);
+}
+
+/* fk_routed_sum over the k experts whose ids the kernel reads from `ids` (device memory);
+ * out[0..k) checked against the expected sums of tensor `tensor`. */
+static void routed_sums(CUfunction routed, CUdeviceptr out, CUdeviceptr w, CUdeviceptr ids,
+                        const int32_t *expert, uint32_t k, uint64_t bytes, int tensor,
+                        CUstream s)
+{
+    void *params[] = {&out, &w, &ids, &k, &bytes};
+    EXPECT(cu.LaunchKernel(routed, 1, k, 1, 1, 1, 1, 0, s, params, NULL) == CUDA_SUCCESS);
+    uint64_t got[8] = {0};
+    CU_OK(cu.MemcpyDtoH(got, out, k * sizeof *got));
+    for (uint32_t j = 0; j < k; j++)
+        EXPECT(got[j] == expected_sum(tensor, expert[j], bytes, 0));
+}
+
+/* llama.cpp's decode under MOEVM_GPU_BUDGET=12M: two fused expert tensors of 16 experts
+ * (1 MiB experts, half a page, and 1.5 MiB ones), 16 and 24 MiB, and a 2 MiB attention
+ * weight, each uploaded by one copy from the mapped GGUF file. Every "token" a kernel writes
+ * two expert ids into a managed buffer (after them, words that are no ids), and routed
+ * kernels handed each tensor's base read them on the device. With MOEVM_PRELOAD_ROUTING on
+ * (the default) the interposer reads the ids first and loads only those experts, so every
+ * kernel reads device memory; off, each tensor is one object larger than the budget and
+ * kernels read the host. A capture of a routed launch (no ids read: the capture must stay
+ * valid) and a copy of the same bytes from ordinary memory (not a file: not cut) follow.
+ * test_preload.sh checks the report's counts. */
+SCENARIO void scenario_routed(void)
+{
+    enum { TOKENS = 30, K = 2 };
+    const char *env = getenv("MOEVM_PRELOAD_ROUTING");
+    bool routing = !env || strcmp(env, "off") != 0;
+    static const gtensor t[] = {
+        {"blk.0.ffn_up_exps.weight", 3, {512, 512, 16}},
+        {"blk.0.ffn_down_exps.weight", 3, {768, 512, 16}},
+        {"blk.0.attn_q.weight", 2, {1024, 512, 1}},
+    };
+    char path[] = "/tmp/test_preload_routed_XXXXXX";
+    int fd = mkstemp(path);
+    EXPECT(fd >= 0);
+    close(fd);
+    uint64_t at[3];
+    write_gguf(path, t, 3, at);
+    FILE *f = fopen(path, "rb");
+    EXPECT(f != NULL);
+    fseek(f, 0, SEEK_END);
+    size_t file_bytes = (size_t)ftell(f);
+    uint8_t *map = mmap(NULL, file_bytes, PROT_READ, MAP_PRIVATE, fileno(f), 0);
+    fclose(f);
+    EXPECT(map != MAP_FAILED);
+    CUdeviceptr w[3];
+    for (int i = 0; i < 3; i++) {
+        CU_OK(cu.MemAlloc(&w[i], gtensor_bytes(&t[i])));
+        CU_OK(cu.MemcpyHtoD(w[i], map + at[i], gtensor_bytes(&t[i])));
+    }
+    const uint64_t up = gtensor_bytes(&t[0]) / 16, down = gtensor_bytes(&t[1]) / 16;
+
+    CUfunction routed = fake_kernel("fk_routed_sum"), copy = fake_kernel("fk_copy");
+    CUfunction fill = fake_kernel("fk_fill_u32"), sum = fake_kernel("fk_sum_u32");
+    CUdeviceptr ids, staging, out;
+    CU_OK(cu.MemAlloc(&ids, 2 * MiB));             /* managed, as llama.cpp's compute buffer */
+    CU_OK(cu.MemAlloc(&staging, 64));              /* native */
+    CU_OK(cu.MemAlloc(&out, 4096));
+    uint32_t not_ids = 0xbf800000u;                /* -1.0f, as an activation */
+    uint64_t n_words = 2 * MiB / 4;
+    void *fill_params[] = {&ids, &not_ids, &n_words};
+    CU_OK(cu.LaunchKernel(fill, 1, 1, 1, 1, 1, 1, 0, NULL, fill_params, NULL));
+    EXPECT(sum_kernel(sum, out, w[2], gtensor_bytes(&t[2]) / 4) ==
+           expected_sum(2, 0, gtensor_bytes(&t[2]), 0));
+
+    fakecuda_reset_counters();
+    uint32_t rng = 777;
+    for (int tok = 0; tok < TOKENS; tok++) {
+        int32_t e[K];
+        rng = rng * 1103515245u + 12345u;
+        e[0] = (int32_t)((rng >> 16) % 16);
+        e[1] = (int32_t)((e[0] + 1 + (rng >> 8) % 15) % 16);
+        uint64_t bytes = sizeof e;
+        CU_OK(cu.MemcpyHtoD(staging, e, sizeof e));
+        void *copy_params[] = {&ids, &staging, &bytes};
+        CU_OK(cu.LaunchKernel(copy, 1, 1, 1, 1, 1, 1, 0, NULL, copy_params, NULL));
+        routed_sums(routed, out, w[0], ids, e, K, up, 0, NULL);
+        routed_sums(routed, out, w[1], ids, e, K, down, 1, NULL);
+    }
+    EXPECT(routing ? fakecuda_kernel_bytes(1) == 0 : fakecuda_kernel_bytes(1) > 0);
+
+    /* Captured: the ids are not read (a sync would invalidate the capture); the graph's
+     * launch names the tensor whole, and its kernel reads the right experts. */
+    CUstream s;
+    CUgraph g = NULL;
+    CUgraphExec x = NULL;
+    CU_OK(cu.StreamCreate(&s, 0));
+    CU_OK(cu.StreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    uint32_t k = K;
+    uint64_t bytes = up;
+    void *params[] = {&out, &w[0], &ids, &k, &bytes};
+    CU_OK(cu.LaunchKernel(routed, 1, k, 1, 1, 1, 1, 0, s, params, NULL));
+    CU_OK(cu.StreamEndCapture(s, &g));
+    CU_OK(cu.GraphInstantiate(&x, g, 0));
+    CU_OK(cu.GraphLaunch(x, s));
+    int32_t last[K];
+    CU_OK(cu.MemcpyDtoH(last, ids, sizeof last));
+    uint64_t got[K];
+    CU_OK(cu.MemcpyDtoH(got, out, sizeof got));
+    for (int j = 0; j < K; j++)
+        EXPECT(got[j] == expected_sum(0, last[j], up, 0));
+    CU_OK(cu.GraphExecDestroy(x));
+    CU_OK(cu.GraphDestroy(g));
+
+    /* The same bytes from ordinary memory name no file: that tensor is not cut. */
+    uint8_t *plain = malloc(gtensor_bytes(&t[0]));
+    memcpy(plain, map + at[0], gtensor_bytes(&t[0]));
+    CUdeviceptr copy_of_up;
+    CU_OK(cu.MemAlloc(&copy_of_up, gtensor_bytes(&t[0])));
+    CU_OK(cu.MemcpyHtoD(copy_of_up, plain, gtensor_bytes(&t[0])));
+    free(plain);
+    munmap(map, file_bytes);
+    unlink(path);
     /* the tensors stay allocated: the report counts their objects at exit */
 }
 
@@ -1579,6 +1768,8 @@ int main(int argc, char **argv)
         scenario_faults();
     else if (strcmp(scenario, "experts") == 0)
         scenario_experts();
+    else if (strcmp(scenario, "routed") == 0)
+        scenario_routed();
     else if (strcmp(scenario, "fork") == 0)
         scenario_fork();
     else if (strcmp(scenario, "graph") == 0)

@@ -58,6 +58,13 @@ for how in ${PRELOAD_WAYS:-link dlsym getproc}; do
     done
 done
 
+# llama.cpp's fused expert tensors (scenario routed): at 12 MiB, so that each routed launch's
+# experts fit while each tensor does not.
+routed_budget=(MOEVM_GPU_BUDGET=12M MOEVM_OVERSUBSCRIBE=56M)
+for how in ${PRELOAD_WAYS:-link dlsym getproc}; do
+    run "routed.$how" 0 "${routed_budget[@]}" -- "routed.$how"
+done
+
 # The driver failing mid-run (each call in turn): one way of reaching it is enough.
 run "faults.link" 0 "${managed[@]}" -- faults.link
 
@@ -83,7 +90,8 @@ finish() {
 
 # Bad values: one line naming the variable, and the program runs un-managed.
 for bad in MOEVM_PRELOAD_MIN=lots MOEVM_GPU_BUDGET=-3 MOEVM_OVERSUBSCRIBE=1Q MOEVM_EVICT=fifo \
-           MOEVM_LOG=loud MOEVM_CLEAN_EVICT=maybe MOEVM_PRELOAD_SLICES=2; do
+           MOEVM_LOG=loud MOEVM_CLEAN_EVICT=maybe MOEVM_PRELOAD_SLICES=2 \
+           MOEVM_PRELOAD_ROUTING=yes; do
     var=${bad%%=*}
     if run "bad $bad" 0 "${managed[@]}" "$bad" -- unmanaged.link; then
         if ! grep -q "$var" "$tmp/err" || ! grep -q "unmanaged" "$tmp/err"; then
@@ -221,13 +229,36 @@ if run "report experts" 0 "${managed[@]}" MOEVM_REPORT="$tmp/experts.json" -- ex
     python3 - "$tmp/experts.json" "$tmp/experts_off.json" <<'EOF' || fails=$((fails + 1))
 import json, sys
 on, off = (json.load(open(p)) for p in sys.argv[1:3])
-want_on = {"extents": 4, "sliced": 3, "slices": 20, "flat": 1}
-want_off = {"extents": 4, "sliced": 0, "slices": 0, "flat": 0}
+want_on = {"extents": 4, "sliced": 3, "slices": 20, "routed": 0, "flat": 1}
+want_off = {"extents": 4, "sliced": 0, "slices": 0, "routed": 0, "flat": 0}
 if not (on["objects"] == want_on and on["options"]["slices"] is True and
         off["objects"] == want_off and off["options"]["slices"] is False):
     print("FAIL report experts: objects", on["objects"], "and with slices off", off["objects"])
     sys.exit(1)
 print("ok   report experts: objects", on["objects"], "(none cut with slices off)")
+EOF
+fi
+
+# Routed experts: the two fused tensors uploaded from the GGUF mapping are cut into their 16
+# experts (the attention weight and the copy from ordinary memory are not); every one of the
+# 60 routed launches reads its two ids and loads only those experts. Off, nothing is cut and
+# each launch moves as much of the whole tensor as fits.
+if run "report routed" 0 "${routed_budget[@]}" MOEVM_REPORT="$tmp/routed.json" -- routed.link &&
+   run "routed routing off" 0 "${routed_budget[@]}" MOEVM_PRELOAD_ROUTING=off \
+       MOEVM_REPORT="$tmp/routed_off.json" -- routed.link; then
+    python3 - "$tmp/routed.json" "$tmp/routed_off.json" <<'EOF' || fails=$((fails + 1))
+import json, sys
+on, off = (json.load(open(p)) for p in sys.argv[1:3])
+ok = (on["options"]["routing"] is True and off["options"]["routing"] is False and
+      on["objects"] == {"extents": 4, "sliced": 2, "slices": 32, "routed": 2, "flat": 0} and
+      on["routing"]["declared"] == 2 and on["routing"]["reads"] == 60 and
+      on["routing"]["experts"] == 120 and on["routing"]["whole"] == 0 and
+      off["objects"]["routed"] == 0 and off["routing"]["reads"] == 0 and
+      on["moves"]["pages_in"] * 2 < off["moves"]["pages_in"])
+print(("ok  " if ok else "FAIL") + " report routed: objects %s, routing %s, pages in %d (off: %d)" %
+      (on["objects"], {k: v for k, v in on["routing"].items() if k != "ns"},
+       on["moves"]["pages_in"], off["moves"]["pages_in"]))
+sys.exit(0 if ok else 1)
 EOF
 fi
 

@@ -4,7 +4,7 @@
  * An interposer that makes memory resident at kernel launch has to be tested on launches
  * that really read and write "device" memory, through the parameter layout a real kernel
  * has. So any image loads (cuModuleLoadData and cuLibraryLoadData do not look at it) and
- * gives a module, or a library, with five fixed kernels, run synchronously on the host
+ * gives a module, or a library, with six fixed kernels, run synchronously on the host
  * inside the launch call:
  *   fk_fill_u32 (CUdeviceptr dst, uint32_t value, uint64_t n)   dst[i] = value, i < n
  *   fk_sum_u32  (CUdeviceptr out, CUdeviceptr in, uint64_t n)   *(uint64_t *)out = sum in[0..n)
@@ -12,6 +12,10 @@
  *   fk_scale_f32(CUdeviceptr x, float a, uint64_t n)            x[i] *= a
  *   fk_copy_args(struct { CUdeviceptr dst, src; uint64_t bytes; } a)   one 24-byte parameter,
  *               as PyTorch passes its tensors (Array<char *, N>) and CUTLASS its Params
+ *   fk_routed_sum(CUdeviceptr out, CUdeviceptr w, CUdeviceptr ids, uint32_t k, uint64_t bytes)
+ *               out[j] (uint64_t) = sum of the uint32_t words of expert ids[j] (int32_t, read
+ *               from device memory) of the fused tensor w, experts of `bytes` each, j < k <= 8:
+ *               handed the tensor's base, as llama.cpp's mul_mat_vec_q with `ids`
  * and, under the name and signature of libmoevm's own kernel (vmm/digest.cu), the page digest
  * of vmm/digest.h, so the cuda backend's clean evictions run here as on a GPU:
  *   mvm_digest_pages (mvm_digest_args a)   one 56-byte parameter (vmm/digest.h)
@@ -55,7 +59,8 @@
 #include "fakecuda_internal.h"
 #include "vmm/digest.h"
 
-#define FK_MAX_ACCESS 5
+#define FK_MAX_ACCESS (2 + FK_ROUTED_MAX)
+#define FK_ROUTED_MAX 8 /* experts one fk_routed_sum launch may route to */
 #define FK_MAX_SHARED (48u << 10) /* dynamic shared memory per block without opt-in */
 
 /* A range a kernel touches: `need` is CU_MEM_ACCESS_FLAGS_PROT_READ or _READWRITE. */
@@ -215,12 +220,44 @@ static void digest_run(const uint64_t *p)
     }
 }
 
+/* fk_routed_sum reads its expert ids from "device" memory: checked first, then each
+ * routed expert is a range of its own (so the bytes count by where each expert is). */
+static int routed_ranges(const uint64_t *p, struct fk_access *acc)
+{
+    size_t host_numa;
+    uint64_t k = p[3], bytes = p[4];
+    const int32_t *ids = (const int32_t *)(uintptr_t)p[2];
+    if (k > FK_ROUTED_MAX || p[2] % sizeof *ids ||
+        !fk_device_range(p[2], k * sizeof *ids, CU_MEM_ACCESS_FLAGS_PROT_READ, &host_numa))
+        return -1;
+    acc[0] = rw(p[0], k * sizeof(uint64_t), sizeof(uint64_t));
+    acc[1] = ro(p[2], k * sizeof *ids, sizeof *ids);
+    for (uint64_t j = 0; j < k; j++) {
+        if (ids[j] < 0 || (uint64_t)ids[j] > UINT64_MAX / (bytes ? bytes : 1) - 1) return -1;
+        acc[2 + j] = ro(p[1] + (uint64_t)ids[j] * bytes, bytes, sizeof(uint32_t));
+    }
+    return (int)(2 + k);
+}
+
+static void routed_run(const uint64_t *p)
+{
+    uint64_t *out = (uint64_t *)(uintptr_t)p[0];
+    const int32_t *ids = (const int32_t *)(uintptr_t)p[2];
+    for (uint64_t j = 0; j < p[3]; j++) {
+        const uint32_t *e = (const uint32_t *)(uintptr_t)(p[1] + (uint64_t)ids[j] * p[4]);
+        uint64_t sum = 0;
+        for (uint64_t i = 0; i < p[4] / sizeof *e; i++) sum += e[i];
+        out[j] = sum;
+    }
+}
+
 static const struct fk_kernel fk_kernels[] = {
     {"fk_fill_u32", 3, {8, 4, 8}, fill_ranges, fill_run},
     {"fk_sum_u32", 3, {8, 8, 8}, sum_ranges, sum_run},
     {"fk_copy", 3, {8, 8, 8}, copy_ranges, copy_run},
     {"fk_scale_f32", 3, {8, 4, 8}, scale_ranges, scale_run},
     {"fk_copy_args", 1, {24}, copy_ranges, copy_run},
+    {"fk_routed_sum", 5, {8, 8, 8, 4, 8}, routed_ranges, routed_run},
     {"mvm_digest_pages", 1, {sizeof(mvm_digest_args)}, digest_ranges, digest_run, 1},
 };
 #define FK_NKERNELS (sizeof fk_kernels / sizeof fk_kernels[0])

@@ -94,7 +94,7 @@ void fk_kernels_reset_counters(void);
 void fk_kernels_drop_ctx(CUcontext ctx);
 
 /* Kernels' parameters, packed in their layout (at most FK_MAX_PARAMS of them). */
-#define FK_MAX_PARAMS 4
+#define FK_MAX_PARAMS 5
 #define FK_PARAM_BYTES 192
 /* Checks a launch of f in the current context as cuLaunchKernel does (handle, shape,
  * parameters) and packs its parameters into raw. */

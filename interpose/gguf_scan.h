@@ -1,0 +1,29 @@
+/*
+ * The fused expert tensors of a GGUF file, as the interposer needs them: where each one's
+ * data lies in the file and how many experts it holds. A scan of the header only (keys are
+ * skipped, tensor data never read), with plain stdio, so that the preload library needs
+ * nothing of the engine (interpose/ and engine/ are siblings; engine/gguf/ is the full
+ * reader, and tests/test_gguf_scan.c checks this scan against it).
+ */
+#ifndef MVM_INTERPOSE_GGUF_SCAN_H
+#define MVM_INTERPOSE_GGUF_SCAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A fused expert tensor: a name with "_exps" (llama.cpp's blk.N.ffn_{gate,up,down,gate_up}
+ * _exps.weight) and three dimensions, the experts the outermost. Its data starts at file
+ * offset `offset`; `room` bytes follow before the next tensor's data or the end of the
+ * file (its size plus the alignment padding). */
+typedef struct mvm_gguf_fused {
+    uint64_t offset, room;
+    uint32_t experts;
+} mvm_gguf_fused;
+
+/* Scans the GGUF file at `path` (versions 2 and 3): *out (malloc'd, sorted by offset; NULL
+ * when there are none) and *n. Returns 0, or -1 with a one-line reason in err when the file
+ * is no GGUF or is malformed (what ggml's reader would refuse in the parts scanned). */
+int mvm_gguf_scan_fused(const char *path, mvm_gguf_fused **out, uint32_t *n, char *err,
+                        size_t cap);
+
+#endif
