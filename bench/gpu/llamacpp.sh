@@ -30,6 +30,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source bench/gpu/deps.sh || exit 1
+source bench/gpu/llamacpp_lib.sh || exit 1
 log=$(moevm_out_log llamacpp.txt)
 models=${MODELS:-olmoe-1b-7b:q8_0}
 budgets=${BUDGETS:-10 25 50 100}
@@ -41,37 +42,6 @@ mkdir -p "$work"
 
 die() { echo "llamacpp.sh: $*" >&2; exit 1; }
 
-# llama.cpp's llama-bench: unpacked or built once per machine.
-llama_bench() {
-    local bin=.llamacpp/build-cuda/bin/llama-bench
-    if [[ ! -x $bin && -f .llamacpp/cuda.tar.xz ]]; then
-        mkdir -p .llamacpp/build-cuda && tar -xJf .llamacpp/cuda.tar.xz -C .llamacpp/build-cuda
-    fi
-    if [[ ! -x $bin ]]; then
-        JOBS=$(nproc) bash bench/llamacpp/build.sh cuda 90 >&2 || return 1
-    fi
-    echo "$bin"
-}
-
-# Runs "$@" while sampling its GPU memory; prints the command's output, then "VRAM_MIB n".
-with_vram() {
-    local out=$work/run.out peak=0
-    "$@" >"$out" 2>"$work/run.err" &
-    local pid=$!
-    while kill -0 "$pid" 2>/dev/null; do
-        local mib
-        mib=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits |
-              awk -F', *' -v p="$pid" '$1 == p {print $2}')
-        [[ -n $mib && $mib -gt $peak ]] && peak=$mib
-        sleep 0.2
-    done
-    wait "$pid"
-    local rc=$?
-    cat "$out"
-    [[ $rc -ne 0 ]] && { tail -n 3 "$work/run.err" >&2; echo "VRAM_MIB failed"; return 1; }
-    echo "VRAM_MIB $peak"
-}
-
 # moevm bench's table rows -> "pp512=.. tg128=.." for the routing asked, then each test's
 # share of time waiting for copies ("pp512_wait=0.123 tg128_wait=..").
 moevm_speeds() {
@@ -81,30 +51,22 @@ moevm_speeds() {
                          END { printf "%s", waits }'
 }
 
-# llama-bench's markdown rows -> "pp512=.. tg128=..".
-llama_speeds() {
-    awk -F'|' 'NF > 3 && $(NF-2) ~ /(pp|tg)[0-9]+/ { t = $(NF-2); gsub(/ /, "", t); split($(NF-1), v, " ");
-               printf "%s=%s ", t, v[1] }'
-}
-
 result() { echo "RESULT offload model=$1 type=$2 budget=$3 engine=$4 routing=$5 vram_mib=$6 $7"; }
 
 {
     moevm_gpu_build moevm_cli >"$work/build.txt" 2>&1 ||
         { tail -n 20 "$work/build.txt"; die "the moevm build failed"; }
-    lb=$(llama_bench) || die "no llama-bench (carry .llamacpp/cuda.tar.xz or .llamacpp/src)"
+    lb=$(llama_tool llama-bench) ||
+        die "no llama-bench (carry .llamacpp/cuda.tar.xz or .llamacpp/src)"
     nvidia-smi -L
     echo "== llama.cpp $($lb --version 2>&1 | tail -n 1); $threads threads; -p $pp -n $tg -r $reps"
     for spec in $models; do
         IFS=: read -r name type <<<"$spec"
-        model=$work/$name-$type.gguf
-        [[ -f $model ]] || build-gpu/moevm mkmodel --preset "$name" --type "$type" -o "$model" \
-            >"$work/mkmodel.txt" 2>&1 || { tail -n 3 "$work/mkmodel.txt"; die "mkmodel $spec"; }
+        model=$(llama_model "$spec") || die "mkmodel $spec"
         trace=$work/$name.jsonl
         build-gpu/moevm trace gen --shape "$name" --tokens 4096 -o "$trace" >"$work/trace.txt" ||
             die "trace gen $name"
-        layers=$(sed -n 's/.*(\([0-9]*\) layers.*/\1/p' "$work/trace.txt")
-        [[ -n $layers ]] || die "cannot read the layer count of $name: $(cat "$work/trace.txt")"
+        layers=$(model_layers "$name") || die "cannot read the layer count of $name"
         echo "== $spec: $layers layers, $(du -h "$model" | cut -f1)"
 
         out=$(MOEVM_BACKEND=host with_vram build-gpu/moevm bench -m "$model" -p "$pp" -n "$tg" \

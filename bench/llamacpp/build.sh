@@ -52,14 +52,16 @@ configure_build() {
         { tail -20 "$b.configure.log" >&2; die "cmake configure ($kind) failed: $b.configure.log"; }
     # llama-bench, llama-batched-bench (several sequences decoding together: what a server's
     # continuous batching is measured against), llama-quantize (the Q4_K_M files users
-    # download are its output: bench/cpu/llamacpp.sh makes them) and every backend module the
-    # loader may pick.
+    # download are its output: bench/cpu/llamacpp.sh makes them), llama-completion (greedy
+    # text, which bench/gpu/llamacpp_preload.sh compares with and without the interposer) and
+    # every backend module the loader may pick.
     local targets
     targets=$(cmake --build "$b" --target help | sed -n 's/^\.\.\. \(ggml-[a-z0-9_-]*\).*/\1/p' |
         grep -E '^ggml-(cpu|cuda)' | grep -v -- '-feats$' | tr '\n' ' ')
-    echo "building llama-bench llama-batched-bench llama-quantize $targets($kind, $jobs jobs;" \
-         "log $b.build.log)"
-    cmake --build "$b" -j "$jobs" --target llama-bench llama-batched-bench llama-quantize $targets \
+    echo "building llama-bench llama-batched-bench llama-quantize llama-completion $targets($kind," \
+         "$jobs jobs; log $b.build.log)"
+    cmake --build "$b" -j "$jobs" --target llama-bench llama-batched-bench llama-quantize \
+        llama-completion $targets \
         >"$b.build.log" 2>&1 ||
         { tail -30 "$b.build.log" >&2; die "build ($kind) failed: $b.build.log"; }
     [ -x "$b/bin/llama-bench" ] || die "no $b/bin/llama-bench after the build"
@@ -80,7 +82,7 @@ cuda)
 pack)
     b="$top/build-cuda/bin"
     [ -x "$b/llama-bench" ] || die "no cuda build in $top/build-cuda (run: $0 cuda)"
-    (cd "$b" && strip --strip-unneeded ./*.so* llama-bench 2>/dev/null || true)
+    (cd "$b" && strip --strip-unneeded ./*.so* llama-bench llama-completion 2>/dev/null || true)
     tar -C "$top/build-cuda" -cJf "$top/cuda.tar.xz" bin
     echo "$top/cuda.tar.xz ($(du -h "$top/cuda.tar.xz" | cut -f1)): carry .llamacpp/cuda.tar.xz"
     ;;
