@@ -225,7 +225,7 @@ typedef struct kernel_launch {
 static void collect_kernel(const void *what, mvm_objset *set)
 {
     const kernel_launch *k = what;
-    if (mvm_interposer.routing && !set->learn)
+    if (mvm_interposer.routing && mvm_interposer.routed_extents && !set->learn)
         mvm_route_collect(k->route, k->f, k->params, k->extra, set);
     else
         mvm_scan_params(k->f, k->params, k->extra, emit_object, set);

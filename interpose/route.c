@@ -9,12 +9,19 @@
  * So when a kernel launch names the base of a declared extent (a fused expert tensor whose
  * experts its GGUF file gives, gguf_src.c), this reads the ids before the launch: the
  * launch's stream is synchronised (the ids are then final: the kernels that wrote them came
- * before on it), and the kernel's other pointers into managed memory that kernels wrote
- * (not tensors copied from the host: those are weights) are read, up to 16 KiB each. Each
- * is taken as int32 ids: its leading run of values below the tensor's expert count. A
- * decode step's ids are a token's k experts; a batch's are every token's; a pointer that
- * holds no ids (activations: floats, whose bit patterns are no small integers) ends its run
- * at once, or names a few experts needlessly. The launch then names those experts' slices.
+ * before on it), and the kernel's other pointers into managed memory (not into fused
+ * tensors) are read, up to 16 KiB each. Which one holds the ids is not known: llama.cpp's
+ * live in its compute buffer, where ggml's allocator may have reused the bytes of an input
+ * the program copied from the host, so no pointer is ruled out by how its bytes were
+ * written. Each is taken as int32 ids: its leading run of values below the tensor's expert
+ * count. A decode step's ids are a token's k experts; a batch's are every token's; a pointer
+ * that holds no ids (activations: floats, whose bit patterns are no small integers) ends its
+ * run at once, or names a few experts needlessly (zeros name expert 0). The launch then
+ * names those experts' slices.
+ *
+ * Kernels whose ids reach them only through buffers the interposer does not manage (llama.cpp's
+ * batched mmq gets per-expert bounds its helper kernel wrote into ggml's pool) find nothing:
+ * the tensor is named whole, as without routing.
  *
  * What it costs: one stream synchronisation and one small device-to-host copy per launch
  * that names a fused tensor not wholly resident (the report's routed_reads and routing_ns),
@@ -59,7 +66,7 @@ static void emit(void *ctx, uint64_t va)
         }
     }
     mvm_objset_add(s->set, va);
-    if (e == &a->whole && s->n_cand < MAX_CANDIDATES)
+    if (!e->experts && s->n_cand < MAX_CANDIDATES)
         s->cand[s->n_cand++] = va;
 }
 

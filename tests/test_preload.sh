@@ -250,7 +250,7 @@ if run "report routed" 0 "${routed_budget[@]}" MOEVM_REPORT="$tmp/routed.json" -
 import json, sys
 on, off = (json.load(open(p)) for p in sys.argv[1:3])
 ok = (on["options"]["routing"] is True and off["options"]["routing"] is False and
-      on["objects"] == {"extents": 4, "sliced": 2, "slices": 32, "routed": 2, "flat": 0} and
+      on["objects"] == {"extents": 5, "sliced": 2, "slices": 32, "routed": 2, "flat": 0} and
       on["routing"]["declared"] == 2 and on["routing"]["reads"] == 60 and
       on["routing"]["experts"] == 120 and on["routing"]["whole"] == 0 and
       off["objects"]["routed"] == 0 and off["routing"]["reads"] == 0 and
