@@ -201,8 +201,15 @@ int mvm_gguf_scan_fused(const char *path, mvm_gguf_fused **out, uint32_t *n, cha
 {
     *out = NULL;
     *n = 0;
-    scan s = {.f = fopen(path, "rb"), .err = err, .cap = cap};
+    scan s = {.err = err, .cap = cap};
     struct stat st;
+    /* Only regular files are opened: the mappings a program has include device files (the
+     * driver's pinned memory comes from /dev/nvidiactl), which must not be read. */
+    if (stat(path, &st) != 0)
+        return fail(&s, "cannot open it");
+    if (!S_ISREG(st.st_mode))
+        return fail(&s, "not a regular file");
+    s.f = fopen(path, "rb");
     if (!s.f || fstat(fileno(s.f), &st) != 0) {
         if (s.f)
             fclose(s.f);

@@ -21,8 +21,9 @@ typedef struct mvm_gguf_fused {
 } mvm_gguf_fused;
 
 /* Scans the GGUF file at `path` (versions 2 and 3): *out (malloc'd, sorted by offset; NULL
- * when there are none) and *n. Returns 0, or -1 with a one-line reason in err when the file
- * is no GGUF or is malformed (what ggml's reader would refuse in the parts scanned). */
+ * when there are none) and *n. Returns 0, or -1 with a one-line reason in err when the path
+ * is no regular file, or the file no GGUF or malformed (what ggml's reader would refuse in
+ * the parts scanned). */
 int mvm_gguf_scan_fused(const char *path, mvm_gguf_fused **out, uint32_t *n, char *err,
                         size_t cap);
 

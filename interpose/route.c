@@ -34,6 +34,7 @@
  * is read from its host home through the mapping.
  */
 #include <stdbool.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "interpose/preload.h"
@@ -94,20 +95,22 @@ static void take_ids(mvm_route *r, const int32_t *words, uint32_t n, uint32_t ma
 
 static void read_ids(mvm_route *r, const scan *s, uint32_t max_e)
 {
-    static _Thread_local int32_t words[ID_WORDS];
+    int32_t *words = malloc(ID_WORDS * sizeof *words); /* once per routed launch */
     uint8_t seen[MVM_ROUTE_MAX_EXPERTS / 8] = {0};
     uint64_t t0 = now_ns();
     r->read = true;
     r->n = 0;
-    bool synced = s->n_cand && mvm_real_fn.cuStreamSynchronize && mvm_real_fn.cuMemcpyDtoH_v2 &&
+    bool synced = words && s->n_cand && mvm_real_fn.cuStreamSynchronize &&
+                  mvm_real_fn.cuMemcpyDtoH_v2 &&
                   mvm_real_fn.cuStreamSynchronize(r->stream) == CUDA_SUCCESS;
     for (uint32_t i = 0; synced && i < s->n_cand; i++) {
         mvm_alloc *a = mvm_heap_find(s->cand[i]);
-        uint64_t left = a->va + a->bytes - s->cand[i], bytes = sizeof words;
+        uint64_t left = a->va + a->bytes - s->cand[i], bytes = ID_WORDS * sizeof *words;
         bytes = (left < bytes ? left : bytes) / sizeof *words * sizeof *words;
         if (bytes && mvm_real_fn.cuMemcpyDtoH_v2(words, s->cand[i], bytes) == CUDA_SUCCESS)
             take_ids(r, words, (uint32_t)(bytes / sizeof *words), max_e, seen);
     }
+    free(words);
     atomic_fetch_add_explicit(&mvm_interposer.routed_reads, 1, memory_order_relaxed);
     if (!r->n)
         atomic_fetch_add_explicit(&mvm_interposer.routed_whole, 1, memory_order_relaxed);

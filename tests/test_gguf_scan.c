@@ -118,7 +118,26 @@ static void compare(const char *path)
     mvm_gguf_close(g);
 }
 
-/* Every truncation, and random byte changes, of the file at `path`. */
+/* Writes bytes[0, n) to `scratch` and scans it: a table whose tensors lie inside those n
+ * bytes, or an error with a reason and no table. */
+static void scan_bytes(const char *scratch, const unsigned char *bytes, size_t n,
+                       const char *what, long which)
+{
+    FILE *o = fopen(scratch, "wb");
+    fwrite(bytes, 1, n, o);
+    fclose(o);
+    mvm_gguf_fused *f = NULL;
+    uint32_t k = 0;
+    char err[160] = "";
+    int rc = mvm_gguf_scan_fused(scratch, &f, &k, err, sizeof err);
+    CHECK(rc == 0 || (err[0] && !f && k == 0), "%s %ld: no reason", what, which);
+    for (uint32_t i = 0; rc == 0 && i < k; i++)
+        CHECK(f[i].offset + f[i].room <= n && f[i].experts >= 2,
+              "%s %ld: a tensor outside the file", what, which);
+    free(f);
+}
+
+/* Every truncation of the header, and random byte changes in it, of the file at `path`. */
 static void corrupt(const char *path, const char *scratch)
 {
     FILE *fp = fopen(path, "rb");
@@ -129,33 +148,13 @@ static void corrupt(const char *path, const char *scratch)
     CHECK(fread(bytes, 1, (size_t)size, fp) == (size_t)size, "read");
     fclose(fp);
     long header = size < 4096 ? size : 4096; /* the scan never reads past the infos */
-    for (long cut = 0; cut < header; cut++) {
-        FILE *o = fopen(scratch, "wb");
-        fwrite(bytes, 1, (size_t)cut, o);
-        fclose(o);
-        mvm_gguf_fused *f = NULL;
-        uint32_t n = 0;
-        char err[160] = "";
-        int rc = mvm_gguf_scan_fused(scratch, &f, &n, err, sizeof err);
-        CHECK(rc == 0 || (err[0] && !f && n == 0), "cut at %ld: no reason", cut);
-        free(f);
-    }
-    for (int round = 0; round < 3000; round++) {
+    for (long cut = 0; cut < header; cut++)
+        scan_bytes(scratch, bytes, (size_t)cut, "cut at", cut);
+    for (long round = 0; round < 3000; round++) {
         memcpy(copy, bytes, (size_t)size);
         for (int k = 0, m = 1 + (int)rnd(4); k < m; k++)
             copy[rnd((uint32_t)header)] = (unsigned char)rnd(256);
-        FILE *o = fopen(scratch, "wb");
-        fwrite(copy, 1, (size_t)size, o);
-        fclose(o);
-        mvm_gguf_fused *f = NULL;
-        uint32_t n = 0;
-        char err[160] = "";
-        int rc = mvm_gguf_scan_fused(scratch, &f, &n, err, sizeof err);
-        CHECK(rc == 0 || (err[0] && !f && n == 0), "corruption %d: no reason", round);
-        for (uint32_t k = 0; rc == 0 && k < n; k++)
-            CHECK(f[k].offset + f[k].room <= (uint64_t)size && f[k].experts >= 2,
-                  "corruption %d: a tensor outside the file", round);
-        free(f);
+        scan_bytes(scratch, copy, (size_t)size, "corruption", round);
     }
     free(bytes);
     free(copy);
@@ -177,7 +176,12 @@ int main(void)
     char err[160] = "";
     mvm_gguf_fused *f = NULL;
     uint32_t n = 0;
-    CHECK(mvm_gguf_scan_fused(dir, &f, &n, err, sizeof err) != 0 && err[0], "a folder");
+    CHECK(mvm_gguf_scan_fused(dir, &f, &n, err, sizeof err) != 0 &&
+              strstr(err, "not a regular file"),
+          "a folder: %s", err);
+    CHECK(mvm_gguf_scan_fused("/dev/null", &f, &n, err, sizeof err) != 0 &&
+              strstr(err, "not a regular file"),
+          "a device: %s", err);
     CHECK(mvm_gguf_scan_fused("/nonexistent.gguf", &f, &n, err, sizeof err) != 0 &&
               strstr(err, "cannot open"),
           "a missing file: %s", err);

@@ -726,8 +726,9 @@ static void routed_sums(CUfunction routed, CUdeviceptr out, CUdeviceptr w, CUdev
  * kernels handed each tensor's base read them on the device. With MOEVM_PRELOAD_ROUTING on
  * (the default) the interposer reads the ids first and loads only those experts, so every
  * kernel reads device memory; off, each tensor is one object larger than the budget and
- * kernels read the host. A capture of a routed launch (no ids read: the capture must stay
- * valid) and a copy of the same bytes from ordinary memory (not a file: not cut) follow.
+ * kernels read the host. The interposer's reads failing (the tensor is named whole), a
+ * capture of a routed launch (no ids read: the capture must stay valid) and a copy of the
+ * same bytes from ordinary memory (not a file: not cut) follow.
  * test_preload.sh checks the report's counts. */
 SCENARIO void scenario_routed(void)
 {
@@ -793,6 +794,22 @@ SCENARIO void scenario_routed(void)
         routed_sums(routed, out, w[1], ids, e, K, down, 1, NULL);
     }
     EXPECT(routing ? fakecuda_kernel_bytes(1) == 0 : fakecuda_kernel_bytes(1) > 0);
+
+    /* The interposer's own reads failing, its stream sync and then its copy of the ids: the
+     * launch names the tensor whole, and the kernel still reads the right experts. */
+    static const char *const fault[] = {"cuStreamSynchronize:1", "cuMemcpyDtoH:1"};
+    for (int i = 0; routing && i < 2; i++) {
+        int32_t e[K] = {3, 12 + i};
+        uint64_t bytes = sizeof e;
+        CU_OK(cu.MemcpyHtoD(staging, e, sizeof e));
+        void *copy_params[] = {&ids, &staging, &bytes};
+        CU_OK(cu.LaunchKernel(copy, 1, 1, 1, 1, 1, 1, 0, NULL, copy_params, NULL));
+        unsigned long syncs = fakecuda_calls("cuStreamSynchronize");
+        EXPECT(fakecuda_set_fail(fault[i]) == 0);
+        routed_sums(routed, out, w[0], ids, e, K, up, 0, NULL);
+        fakecuda_set_fail("");
+        EXPECT(fakecuda_calls("cuStreamSynchronize") > syncs);
+    }
 
     /* Captured: the ids are not read (a sync would invalidate the capture); the graph's
      * launch names the tensor whole, and its kernel reads the right experts. */
