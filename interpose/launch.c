@@ -305,7 +305,8 @@ CUresult hk_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, vo
 {
     if (!mvm_real_load() || !mvm_real_fn.cuLaunchKernelEx_ptsz)
         return CUDA_ERROR_NOT_SUPPORTED;
-    bool locked = mvm_launch_prepare_kernel(f, params, extra, PTSZ(config ? config->hStream : NULL));
+    bool locked =
+        mvm_launch_prepare_kernel(f, params, extra, PTSZ(config ? config->hStream : NULL));
     return mvm_launch_finish(locked, mvm_real_fn.cuLaunchKernelEx_ptsz(config, f, params, extra));
 }
 

@@ -68,8 +68,8 @@ PYEOF
             { tail -n 5 "$work/ref.err"; die "the reference run failed"; }
         echo "reference: $(head -c 200 "$work/ref.txt")"
         for b in $budgets; do
-            managed=(MOEVM_GPU_BUDGET=$(( bytes * b / 100 )) MOEVM_OVERSUBSCRIBE=$(( bytes + (2 << 30) ))
-                     MOEVM_LOG=info)
+            managed=(MOEVM_GPU_BUDGET=$(( bytes * b / 100 ))
+                     MOEVM_OVERSUBSCRIBE=$(( bytes + (2 << 30) )) MOEVM_LOG=info)
             for graphs in on off; do
                 genv=()
                 [[ $graphs == off ]] && genv=(GGML_CUDA_DISABLE_GRAPHS=1)
@@ -93,8 +93,9 @@ PYEOF
             res=$(with_vram "$lb" -m "$model" -ngl 99 --n-cpu-moe "$ncmoe" -p 0 -n 128 \
                   -r "$reps" -t "$threads" -o md)
             echo "$res"
+            vram=$(sed -n 's/^VRAM_MIB //p' <<<"$res")
             echo "RESULT preload model=$name type=$type budget=$b engine=llama.cpp" \
-                 "vram_mib=$(sed -n 's/^VRAM_MIB //p' <<<"$res") $(llama_speeds <<<"$res")n_cpu_moe=$ncmoe"
+                 "vram_mib=$vram $(llama_speeds <<<"$res")n_cpu_moe=$ncmoe"
         done
     done
 } 2>&1 | tee -a "$log"
