@@ -18,7 +18,6 @@
 
 #define MAX_STRING (64ull << 20) /* ggml's limits */
 #define MAX_ARRAY (64ull << 20)
-#define MAX_ALIGNMENT (1u << 20)
 #define MAX_NAME 64
 #define MAX_DIMS 4
 #define MIN_TENSOR_BYTES (8 + 4 + 8 + 4 + 8) /* the smallest tensor info */
@@ -120,7 +119,7 @@ static int skip_keys(scan *s, uint64_t n_kv, uint32_t *alignment)
             return fail(s, "general.alignment is not a u32");
         skip_value(s, type, is_align ? alignment : NULL);
     }
-    if (!s->failed && (*alignment == 0 || *alignment > MAX_ALIGNMENT ||
+    if (!s->failed && (*alignment == 0 || *alignment > MVM_GGUF_MAX_ALIGNMENT ||
                        (*alignment & (*alignment - 1))))
         return fail(s, "alignment %u", *alignment);
     return s->failed ? -1 : 0;

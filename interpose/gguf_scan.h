@@ -15,6 +15,9 @@
  * _exps.weight) and three dimensions, the experts the outermost. Its data starts at file
  * offset `offset`; `room` bytes follow before the next tensor's data or the end of the
  * file (its size plus the alignment padding). */
+/* ggml's largest general.alignment: the padding after a tensor's bytes is shorter. */
+#define MVM_GGUF_MAX_ALIGNMENT (1u << 20)
+
 typedef struct mvm_gguf_fused {
     uint64_t offset, room;
     uint32_t experts;

@@ -106,7 +106,7 @@ uint32_t mvm_gguf_src_experts(const void *src, uint64_t n)
         /* The copy must be the whole tensor: it starts at its data, and the padding that
          * may follow its bytes is all that is left of its room. */
         const mvm_gguf_fused *t = lo < r->n_fused ? &r->fused[lo] : NULL;
-        if (t && t->offset == at && n <= t->room && t->room - n < 1u << 20 &&
+        if (t && t->offset == at && n <= t->room && t->room - n < MVM_GGUF_MAX_ALIGNMENT &&
             n % t->experts == 0)
             experts = t->experts;
     }

@@ -26,7 +26,7 @@
 #include "interpose/preload.h"
 #include "vmm/error.h"
 
-static uint64_t now_ns(void)
+uint64_t mvm_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -77,6 +77,16 @@ static bool objset_reserve(mvm_objset *s, uint32_t need)
  * the same weights): checking the last few entries removes most repeats cheaply, and
  * small sets are checked whole. mvm_paging_serve and the use counts tolerate the rare
  * repeat that is left (a page is claimed once; a use is counted twice). */
+void mvm_objset_add_obj(mvm_objset *s, mvm_obj *o)
+{
+    uint32_t from = s->n > 32 ? s->n - 32 : 0;
+    for (uint32_t i = from; i < s->n; i++)
+        if (s->obj[i] == o)
+            return;
+    if (objset_reserve(s, s->n + 1))
+        s->obj[s->n++] = o;
+}
+
 void mvm_objset_add(mvm_objset *s, uint64_t va)
 {
     mvm_alloc *a = mvm_heap_find(va);
@@ -88,13 +98,7 @@ void mvm_objset_add(mvm_objset *s, uint64_t va)
             mvm_slice_learn(e, va);
         return;
     }
-    mvm_obj *o = mvm_heap_object(a, va);
-    uint32_t from = s->n > 32 ? s->n - 32 : 0;
-    for (uint32_t i = from; i < s->n; i++)
-        if (s->obj[i] == o)
-            return;
-    if (objset_reserve(s, s->n + 1))
-        s->obj[s->n++] = o;
+    mvm_objset_add_obj(s, mvm_heap_object(a, va));
 }
 
 bool mvm_objset_append(mvm_objset *s, mvm_obj *const *objs, uint32_t n)
@@ -136,7 +140,7 @@ static mvm_pview view(void)
     return (mvm_pview){.shape = &mvm_interposer.shape, .resident = mvm_interposer.resident,
                        .busy = mvm_interposer.busy, .capacity_pages = mvm_interposer.device_pages,
                        .used_pages = s.resident_pages + s.loading_pages,
-                       .tokens = mvm_interposer.misses, .now = (double)now_ns() * 1e-9};
+                       .tokens = mvm_interposer.misses, .now = (double)mvm_now_ns() * 1e-9};
 }
 
 /* Adds o's uses since the last miss to its pages' counts, and resets them. */
@@ -255,7 +259,7 @@ static bool resolve_prefetches(mvm_obj *const *objs, uint32_t n)
 
 void mvm_paging_serve(mvm_obj *const *objs, uint32_t n)
 {
-    uint64_t t0 = now_ns();
+    uint64_t t0 = mvm_now_ns();
     uint32_t *needed = malloc((size_t)mvm_interposer.n_pages * sizeof *needed);
     uint32_t n_needed = 0, missing = 0;
     if (!needed)
@@ -287,13 +291,13 @@ void mvm_paging_serve(mvm_obj *const *objs, uint32_t n)
             mvm_paging_make_room(missing - s.free_pages);
         load(needed, n_needed);
         mvm_interposer.misses++;
-        mvm_interposer.wait_ns += now_ns() - t0;
+        mvm_interposer.wait_ns += mvm_now_ns() - t0;
         MVM_PL_LOG(MVM_LOG_DEBUG, "miss: %u of %u pages loaded in %.3f ms", missing, n_needed,
-                   (double)(now_ns() - t0) * 1e-6);
+                   (double)(mvm_now_ns() - t0) * 1e-6);
         drained = true;
     } else if (drained) { /* its pages were all on their way: the wait for their landing */
         mvm_interposer.misses++;
-        mvm_interposer.wait_ns += now_ns() - t0;
+        mvm_interposer.wait_ns += mvm_now_ns() - t0;
     }
     if (drained)
         mvm_prefetch_plan(objs, n, n_needed);

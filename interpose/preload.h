@@ -454,6 +454,8 @@ void mvm_objset_init(mvm_objset *s);
  * that cannot be added (out of memory) is skipped: its pages are read where they are. In a
  * learning set, va teaches its extent's slices instead (mvm_slice_learn). */
 void mvm_objset_add(mvm_objset *s, uint64_t va);
+/* Adds o, found already (read lock), unless one of the last few entries is o. */
+void mvm_objset_add_obj(mvm_objset *s, mvm_obj *o);
 /* Appends objs[0..n) as they are; false (the set unchanged) when out of memory. */
 bool mvm_objset_append(mvm_objset *s, mvm_obj *const *objs, uint32_t n);
 void mvm_objset_free(mvm_objset *s);
@@ -463,6 +465,8 @@ bool mvm_paging_resident(mvm_obj *const *objs, uint32_t n);
  * policy, loads. Objects larger than the whole budget stay partly at home (still correct:
  * home pages are mapped). */
 void mvm_paging_serve(mvm_obj *const *objs, uint32_t n);
+/* CLOCK_MONOTONIC in nanoseconds: the time waited and spent reading routing ids. */
+uint64_t mvm_now_ns(void);
 /* Drains the device (write lock held), counting it. */
 void mvm_paging_drain(void);
 /* Evicts up to `room` resident pages, the evict module's choice among those not busy

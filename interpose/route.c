@@ -35,7 +35,6 @@
  */
 #include <stdbool.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "interpose/preload.h"
 
@@ -66,16 +65,9 @@ static void emit(void *ctx, uint64_t va)
             return;
         }
     }
-    mvm_objset_add(s->set, va);
+    mvm_objset_add_obj(s->set, mvm_slice_of(e, va));
     if (!e->experts && s->n_cand < MAX_CANDIDATES)
         s->cand[s->n_cand++] = va;
-}
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 /* The leading run of ids below max_e in words[0, n), each new one added to r. */
@@ -97,7 +89,7 @@ static void read_ids(mvm_route *r, const scan *s, uint32_t max_e)
 {
     int32_t *words = malloc(ID_WORDS * sizeof *words); /* once per routed launch */
     uint8_t seen[MVM_ROUTE_MAX_EXPERTS / 8] = {0};
-    uint64_t t0 = now_ns();
+    uint64_t t0 = mvm_now_ns();
     r->read = true;
     r->n = 0;
     bool synced = words && s->n_cand && mvm_real_fn.cuStreamSynchronize &&
@@ -115,7 +107,7 @@ static void read_ids(mvm_route *r, const scan *s, uint32_t max_e)
     if (!r->n)
         atomic_fetch_add_explicit(&mvm_interposer.routed_whole, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&mvm_interposer.routed_experts, r->n, memory_order_relaxed);
-    atomic_fetch_add_explicit(&mvm_interposer.routing_ns, now_ns() - t0, memory_order_relaxed);
+    atomic_fetch_add_explicit(&mvm_interposer.routing_ns, mvm_now_ns() - t0, memory_order_relaxed);
 }
 
 void mvm_route_collect(mvm_route *r, CUfunction f, void **params, void **extra,
