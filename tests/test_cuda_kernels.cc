@@ -11,6 +11,7 @@
 #include "tests/cuda_emu.h"
 
 #include "kernels/cuda/expert.cu"
+#include "kernels/cuda/gemm.cu"
 #include "kernels/cuda/matvec.cu"
 #include "kernels/cuda/ops.cu"
 
@@ -523,7 +524,7 @@ static void test_add_swiglu(void)
     for (uint32_t i = 0; i < n_tok; i++)
         for (uint32_t j = 0; j < n; j++)
             want[i * n + j] += y[i * (n + 7) + j];
-    mvm_g_add_args a = {dp(x.data()), dp(y.data()), 0, n + 7, n, n_tok};
+    mvm_g_add_args a = {dp(x.data()), dp(y.data()), 0, n + 7, n, n_tok, 0};
     launch(mvm_g_add, a, mvm_g_add_shape(&a));
     CHECK(x == want);
     /* bias: one row for every token */
@@ -539,16 +540,171 @@ static void test_add_swiglu(void)
     for (uint32_t i = 0; i < n_tok; i++)
         for (uint32_t j = 0; j < n; j++)
             want[i * n + j] += 1.0f / (1.0f + expf(-gate[i])) * y[i * n + j];
-    a = {dp(x.data()), dp(y.data()), dp(gate.data()), n, n, n_tok};
+    a = {dp(x.data()), dp(y.data()), dp(gate.data()), n, n, n_tok, 0};
+    launch(mvm_g_add, a, mvm_g_add_shape(&a));
+    CHECK(x == want);
+    /* routing weights: x += scale[i] * y (gpt-oss's down bias on the tensor-core path) */
+    x = x0, want = x0;
+    for (uint32_t i = 0; i < n_tok; i++)
+        for (uint32_t j = 0; j < n; j++)
+            want[i * n + j] += gate[i] * y[j];
+    a = {dp(x.data()), dp(y.data()), 0, 0, n, n_tok, dp(gate.data())};
     launch(mvm_g_add, a, mvm_g_add_shape(&a));
     CHECK(x == want);
     /* swiglu */
     x = x0, want = x0;
     for (uint32_t i = 0; i < n_tok; i++)
         mvm_k_swiglu(&want[i * n], &y[i * (n + 7)], n);
-    a = {dp(x.data()), dp(y.data()), 0, n + 7, n, n_tok};
+    a = {dp(x.data()), dp(y.data()), 0, n + 7, n, n_tok, 0};
     launch(mvm_g_swiglu, a, mvm_g_add_shape(&a));
     CHECK(rel_err(x.data(), want.data(), x.size()) < 1e-6);
+}
+
+/* ---- the tensor-core path's kernels (kernels/cuda/gemm.cu) ------------------------------- */
+
+#define KERNEL_FN(name, T) mvm_g_dequant_##name,
+static void (*const dequant_fn[MVM_W_COUNT])(mvm_g_dequant_args) = {MVM_G_FOR_TYPES(KERNEL_FN)};
+#undef KERNEL_FN
+
+static const uint16_t POISON_H = 0x7E00; /* an F16 NaN */
+
+/* rows x n F16 values of the CPU's dequantization (kernels/cpu: mvm_k_dequantize, itself
+ * checked against ggml's formulas) of type t's rows, row_bytes apart, rounded to F16 */
+static std::vector<uint16_t> dequantized(enum mvm_wtype t, const uint8_t *w, size_t rows,
+                                         size_t n, size_t row_bytes)
+{
+    std::vector<float> f(n);
+    std::vector<uint16_t> h(rows * n);
+    for (size_t r = 0; r < rows; r++) {
+        mvm_k_dequantize(t, w + r * row_bytes, f.data(), n);
+        for (size_t i = 0; i < n; i++)
+            h[r * n + i] = mvm_k_f2h(f[i]);
+    }
+    return h;
+}
+
+/* got's rows (stride halves apart) hold want's (rows x n) bit for bit, and the gaps after
+ * them their poison */
+static bool same_rows(const std::vector<uint16_t> &got, size_t stride,
+                      const std::vector<uint16_t> &want, size_t rows, size_t n)
+{
+    bool ok = true;
+    for (size_t r = 0; r < rows; r++)
+        for (size_t i = 0; i < stride; i++)
+            ok = ok && got[r * stride + i] == (i < n ? want[r * n + i] : POISON_H);
+    return ok;
+}
+
+/* A matrix of every type to F16, rows strided with gaps: the CPU's values bit for bit. */
+static void test_dequant_rows(void)
+{
+    for (int i = 0; i < MVM_W_COUNT; i++) {
+        const enum mvm_wtype t = (enum mvm_wtype)i;
+        const uint32_t n = mvm_k_block_elems(t) == MVM_QK_K ? 512 : 160, rows = 5;
+        const uint64_t row_bytes = mvm_k_row_bytes(t, n) + 8, stride = n + 16;
+        std::vector<uint8_t> w = weights(t, rows, n, row_bytes);
+        std::vector<uint16_t> dst(rows * stride, POISON_H);
+        mvm_g_dequant_args a = {dp(w.data()), dp(dst.data()), row_bytes, 0, stride, n, rows,
+                                rows, 0, 0};
+        launch(dequant_fn[t], a, mvm_g_dequant_shape(&a));
+        const bool ok = same_rows(dst, stride, dequantized(t, w.data(), rows, n, row_bytes),
+                                  rows, n);
+        if (!ok)
+            fprintf(stderr, "dequant %s: differs from the CPU's\n", mvm_k_wtype_name(t));
+        CHECK(ok);
+    }
+}
+
+/* A channel-major expert's gate, up and down parts as the row-major matrices it was packed
+ * from (kernels/cpu: mvm_k_expert_pack), one launch each, as forward_cuda_gemm.c reads
+ * them: the gate or up rows of every group; the down slots, each group's the next G
+ * columns. */
+static void dequant_expert_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_ff)
+{
+    const uint32_t G = (uint32_t)mvm_k_expert_group_channels(f);
+    const uint64_t row = mvm_k_row_bytes(f.gate_up, n_embd), down_row = mvm_k_row_bytes(f.down,
+                                                                                       n_ff);
+    const uint64_t gb = mvm_k_expert_group_bytes(f, n_embd);
+    std::vector<uint8_t> gate = weights(f.gate_up, n_ff, n_embd, row);
+    std::vector<uint8_t> up = weights(f.gate_up, n_ff, n_embd, row);
+    std::vector<uint8_t> down = weights(f.down, n_embd, n_ff, down_row);
+    std::vector<uint8_t> expert(gb * (n_ff / G));
+    mvm_k_expert_pack(f, gate.data(), up.data(), down.data(), n_embd, n_ff, expert.data());
+    std::vector<float> gate_b = randoms(n_ff), up_b = randoms(n_ff);
+    if (f.glu == MVM_GLU_OAI)
+        mvm_k_expert_pack_bias(f, gate_b.data(), up_b.data(), n_embd, n_ff, expert.data());
+    for (int part = 0; part < 2; part++) {
+        std::vector<uint16_t> dst(n_ff * (n_embd + 8), POISON_H);
+        mvm_g_dequant_args a = {dp(expert.data() + part * G * row), dp(dst.data()), row, gb,
+                                n_embd + 8, n_embd, n_ff, G, G, 0};
+        launch(dequant_fn[f.gate_up], a, mvm_g_dequant_shape(&a));
+        CHECK(same_rows(dst, n_embd + 8,
+                        dequantized(f.gate_up, (part ? up : gate).data(), n_ff, n_embd, row),
+                        n_ff, n_embd));
+    }
+    std::vector<uint16_t> dst(n_embd * (n_ff + 8), POISON_H);
+    mvm_g_dequant_args a = {dp(expert.data() + 2 * G * row), dp(dst.data()),
+                            mvm_k_row_bytes(f.down, G), gb, n_ff + 8, G, n_embd * (n_ff / G),
+                            n_embd, 0, G};
+    launch(dequant_fn[f.down], a, mvm_g_dequant_shape(&a));
+    CHECK(same_rows(dst, n_ff + 8, dequantized(f.down, down.data(), n_embd, n_ff, down_row),
+                    n_embd, n_ff));
+}
+
+static void test_dequant_expert(void)
+{
+    dequant_expert_case(mvm_k_expert_uniform(MVM_W_Q8_0), 96, 128);
+    dequant_expert_case(mvm_k_expert_uniform(MVM_W_Q4_K), 256, 512);
+    dequant_expert_case({MVM_W_Q4_K, MVM_W_Q6_K, MVM_GLU_SILU, 0}, 256, 512);
+    dequant_expert_case({MVM_W_Q3_K, MVM_W_IQ4_NL, MVM_GLU_SILU, 0}, 256, 96);
+    dequant_expert_case({MVM_W_MXFP4, MVM_W_MXFP4, MVM_GLU_OAI, 0}, 64, 96);
+}
+
+/* Rows of floats to F16, gathered through an index (an expert's tokens) and not. */
+static void test_to_half(void)
+{
+    const uint32_t n = 200, rows = 7, x_stride = n + 3, stride = n + 8;
+    std::vector<float> x = randoms(12 * x_stride, 40.0f);
+    const std::vector<uint32_t> idx = {11, 0, 5, 5, 9, 2, 7};
+    for (int gather = 0; gather < 2; gather++) {
+        std::vector<uint16_t> dst(rows * stride, POISON_H), want(rows * n);
+        for (uint32_t i = 0; i < rows; i++)
+            for (uint32_t j = 0; j < n; j++)
+                want[i * n + j] = mvm_k_f2h(x[(gather ? idx[i] : i) * x_stride + j]);
+        mvm_g_to_half_args a = {dp(x.data()), gather ? dp(idx.data()) : 0, dp(dst.data()),
+                                x_stride, stride, n, rows};
+        launch(mvm_g_to_half, a, mvm_g_to_half_shape(&a));
+        CHECK(same_rows(dst, stride, want, rows, n));
+    }
+}
+
+/* An expert's unit between its products: SwiGLU, and gpt-oss's with the biases of the
+ * chunk's channels (from the second group on) read from the packed expert. */
+static void test_glu_half(void)
+{
+    const uint32_t n_embd = 64, n_ff = 160, G = 32, c0 = 64, nc = 96, rows = 9;
+    const mvm_k_expert_fmt f = {MVM_W_F32, MVM_W_F32, MVM_GLU_OAI, 0};
+    const uint64_t gb = mvm_k_expert_group_bytes(f, n_embd);
+    std::vector<uint8_t> expert(gb * (n_ff / G), 0);
+    std::vector<float> gate_b = randoms(n_ff, 3.0f), up_b = randoms(n_ff, 3.0f);
+    mvm_k_expert_pack_bias(f, gate_b.data(), up_b.data(), n_embd, n_ff, expert.data());
+    const uint64_t gu_stride = 2 * nc + 5, stride = nc + 8;
+    std::vector<float> gu = randoms(rows * gu_stride, 9.0f), w = randoms(rows);
+    for (int oai = 0; oai < 2; oai++) {
+        std::vector<uint16_t> h(rows * stride, POISON_H), want(rows * nc);
+        for (uint32_t r = 0; r < rows; r++)
+            for (uint32_t c = 0; c < nc; c++) {
+                const float g = gu[r * gu_stride + c], u = gu[r * gu_stride + nc + c];
+                const float v = oai ? mvm_k_glu_oai(g + gate_b[c0 + c], u + up_b[c0 + c])
+                                    : g / (1.0f + expf(-g)) * u;
+                want[r * nc + c] = mvm_k_f2h(v * w[r]);
+            }
+        mvm_g_glu_half_args a = {dp(gu.data()), dp(h.data()), dp(w.data()), dp(expert.data()),
+                                 gu_stride, stride, gb, nc, rows, c0, G,
+                                 oai ? (uint32_t)MVM_GLU_OAI : (uint32_t)MVM_GLU_SILU};
+        launch(mvm_g_glu_half, a, mvm_g_glu_half_shape(&a));
+        CHECK(same_rows(h, stride, want, rows, nc));
+    }
 }
 
 int main(void)
@@ -562,5 +718,9 @@ int main(void)
     RUN(test_attention_part_bytes);
     RUN(test_store_rows);
     RUN(test_add_swiglu);
+    RUN(test_dequant_rows);
+    RUN(test_dequant_expert);
+    RUN(test_to_half);
+    RUN(test_glu_half);
     TEST_END();
 }

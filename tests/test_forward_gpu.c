@@ -897,6 +897,109 @@ static void test_time_expert(void)
     mvm_model_free(m);
 }
 
+/* The tensor-core path (forward_cuda_gemm.c) over the fake's cuBLAS (fake_cublas.c): with
+ * MOEVM_GEMM_ROWS=2 a batch's products and the experts with two or more of its tokens take
+ * it, the others the kernels. In F16 and BF16 models, whose weights F16 holds (almost)
+ * exactly, the logits are the CPU's to F16 rounding of the activations, in every layout:
+ * MLA's per-head products (deepseek2, with and without V3's q bottleneck), gpt-oss's unit,
+ * biases and windows, shared experts and a dense block (glm4moe). In quantized models the
+ * CPU rounds each product's input to 8 bits (Q8_0, Q8_K) where this path rounds it to F16,
+ * and the random tiny models amplify that difference through their layers, so the bound is
+ * looser: Q8_0 blocks, Q4_K's mix (a Q6_K down in some layers, 256-channel groups), Q4_0,
+ * and gpt-oss's MXFP4 experts (kernels/cuda/gemm.cu's dequantization is held bit for bit to
+ * the CPU's in tests/test_cuda_kernels.cc). A scratch of one row or group makes every
+ * product go in chunks, to the same logits. Without cuBLAS, or with one that will not start,
+ * the kernels take everything, as before; a product that fails is named and leaves nothing
+ * pinned. */
+static void test_gemm(void)
+{
+    static const struct {
+        const char *arch, *preset;
+        enum mvm_wtype type;
+    } cases[] = {{"deepseek2", "tiny", MVM_W_F16},   {"deepseek2", "tiny-v3", MVM_W_F16},
+                 {"gpt-oss", "tiny", MVM_W_F16},     {"glm4moe", "tiny", MVM_W_F16},
+                 {"qwen3moe", "tiny", MVM_W_BF16},   {"olmoe", "tiny", MVM_W_Q8_0},
+                 {"qwen2moe", "tiny", MVM_W_Q4_K},   {"gpt-oss", "tiny", MVM_W_MXFP4},
+                 {"llama", "tiny", MVM_W_Q4_0}};
+    setenv("MOEVM_GEMM_ROWS", "2", 1);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const char *path = preset_path(cases[i].arch, cases[i].preset, cases[i].type);
+        size_t n = N_PROMPT * mvm_preset_find(cases[i].preset, cases[i].arch)->spec.n_vocab;
+        struct run *cpu = run_prompt(path, MVM_BACKEND_HOST, 1, 4, 0);
+        reset_counters();
+        struct run *gpu = run_prompt(path, MVM_BACKEND_CUDA, 1, 4, 0);
+        CHECK(calls("cublasGemmEx") > 0);
+        if (cpu && gpu) {
+            double e = check_rel_l2(gpu->logits, cpu->logits, n);
+            fprintf(stderr, "  %s %s type %d on the tensor cores: relative error %.3g\n",
+                    cases[i].arch, cases[i].preset, (int)cases[i].type, e);
+            const int exact = cases[i].type == MVM_W_F16 || cases[i].type == MVM_W_BF16;
+            CHECK(e < (exact ? 3e-3 : 6e-2));
+        }
+        free_run(cpu), free_run(gpu);
+    }
+    /* a scratch for one row or channel group: every matrix and expert in chunks, the
+     * chunks of an expert's down adding up in its rows; the same logits but for the order
+     * of the F32 sums */
+    static const char *const chunked[][2] = {{"olmoe", "q"}, {"gpt-oss", "f16"},
+                                             {"deepseek2", "f16"}};
+    for (size_t i = 0; i < sizeof chunked / sizeof *chunked; i++) {
+        const char *path = model_path(chunked[i][0], chunked[i][1][0] == 'q' ? MVM_W_Q8_0
+                                                                            : MVM_W_F16);
+        size_t n = N_PROMPT * mvm_preset_find("tiny", chunked[i][0])->spec.n_vocab;
+        struct run *whole = run_prompt(path, MVM_BACKEND_CUDA, 1, 4, 0);
+        setenv("MOEVM_GEMM_SCRATCH", "1", 1);
+        struct run *parts = run_prompt(path, MVM_BACKEND_CUDA, 1, 4, 0);
+        unsetenv("MOEVM_GEMM_SCRATCH");
+        double e = whole && parts ? check_rel_l2(parts->logits, whole->logits, n) : 1;
+        fprintf(stderr, "  %s in chunks: relative error %.3g\n", chunked[i][0], e);
+        CHECK(e < 1e-4);
+        free_run(whole), free_run(parts);
+    }
+    /* no cuBLAS: the kernels take every product, with a warning */
+    const char *path = model_path("olmoe", MVM_W_Q8_0);
+    size_t n = N_PROMPT * mvm_preset_find("tiny", "olmoe")->spec.n_vocab;
+    setenv("MOEVM_GEMM_ROWS", "0", 1);
+    struct run *kernels = run_prompt(path, MVM_BACKEND_CUDA, 1, 4, 0);
+    setenv("MOEVM_GEMM_ROWS", "2", 1);
+    setenv("MOEVM_CUBLAS_LIBRARY", "/nonexistent/libcublas.so", 1);
+    reset_counters();
+    struct run *none = run_prompt(path, MVM_BACKEND_CUDA, 1, 4, 0);
+    CHECK(calls("cublasGemmEx") == 0);
+    CHECK(kernels && none && memcmp(kernels->logits, none->logits, n * sizeof(float)) == 0);
+    free_run(none);
+    setenv("MOEVM_CUBLAS_LIBRARY", getenv("MOEVM_CUDA_LIBRARY"), 1);
+    /* a cuBLAS that will not start (cublasCreate failing): the same */
+    CHECK(set_fail("cublasCreate:1") == 0);
+    reset_counters();
+    none = run_prompt(path, MVM_BACKEND_CUDA, 1, 4, 0);
+    set_fail(NULL);
+    CHECK(calls("cublasCreate") == 1 && calls("cublasGemmEx") == 0);
+    CHECK(kernels && none && memcmp(kernels->logits, none->logits, n * sizeof(float)) == 0);
+    free_run(kernels), free_run(none);
+    /* a product failing mid-step: the pass's error names it, nothing stays pinned, and the
+     * context goes on */
+    mvm_model *m = NULL;
+    mvm_ctx *c = NULL;
+    CHECK_ST(load(path, MVM_BACKEND_CUDA, 1, &m), MVM_OK);
+    if (m)
+        CHECK_ST(mvm_ctx_create(m, pool, 32, 4, NULL, &c), MVM_OK);
+    if (c) {
+        CHECK(set_fail("cublasGemmEx:6") == 0);
+        CHECK_ST(mvm_ctx_eval(c, prompt, 4, NULL, 0), MVM_ERR_BACKEND);
+        CHECK(strstr(mvm_last_error(), "cublasGemmEx") != NULL);
+        mvm_stats s;
+        mvm_space_get_stats(m->space, &s);
+        CHECK(s.pinned_experts == 0);
+        set_fail(NULL);
+        CHECK(mvm_ctx_n_past(c) == 0);
+        CHECK_ST(mvm_ctx_eval(c, prompt, 4, NULL, 0), MVM_OK);
+    }
+    mvm_ctx_free(c);
+    mvm_model_free(m);
+    unsetenv("MOEVM_GEMM_ROWS");
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -905,6 +1008,7 @@ int main(int argc, char **argv)
         return 2;
     }
     setenv("MOEVM_CUDA_LIBRARY", argv[1], 1);
+    setenv("MOEVM_CUBLAS_LIBRARY", argv[1], 1); /* its cuBLAS calls too (fake_cublas.c) */
     snprintf(dir, sizeof dir, "/tmp/moevm-fwdgpu-XXXXXX");
     if (!mkdtemp(dir) || mvm_pool_create(2, NULL, &pool) != MVM_OK)
         return 1;
@@ -939,6 +1043,7 @@ int main(int argc, char **argv)
     RUN(test_cpu_moe);
     RUN(test_time_expert);
     RUN(test_expert_rows);
+    RUN(test_gemm);
     mvm_pool_destroy(pool);
     char cmd[96];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

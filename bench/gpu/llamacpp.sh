@@ -26,6 +26,7 @@
 # ROUTINGS ("own replay") picks the routings; VARIANTS ("default") runs moevm once per
 # variant, each a comma-separated list of MOEVM_* settings or "default", e.g.
 #   VARIANTS="default MOEVM_HOME_MAP=on MOEVM_ASSIGN=greedy,MOEVM_COST=cost.json"
+#   VARIANTS="default MOEVM_GEMM_ROWS=0" (prefill on the tensor cores, and on the kernels)
 # and the RESULT line ends in variant=...
 set -uo pipefail
 cd "$(dirname "$0")/../.."

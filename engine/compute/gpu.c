@@ -4,15 +4,17 @@
  * context is the device's primary context, which the expert space's cuda backend retains
  * too, so expert addresses are valid in this engine's kernels.
  *
- * The kernels come as three PTX modules (matvec, expert, ops) generated from kernels/cuda at
- * build time; every function is looked up at open, so a driver that cannot JIT the PTX, or
- * a module missing a kernel, fails here with the module or kernel named, not mid-run.
+ * The kernels come as four PTX modules (matvec, expert, ops, gemm) generated from
+ * kernels/cuda at build time; every function is looked up at open, so a driver that cannot
+ * JIT the PTX, or a module missing a kernel, fails here with the module or kernel named, not
+ * mid-run. cuBLAS (blas.h) is loaded only when a product first wants the tensor cores.
  */
 #include "engine/compute/gpu.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "engine/compute/blas.h"
 #include "engine/compute/clock.h"
 #include "engine/compute/gpu_profile.h"
 #include "kernels/cpu/kernels.h"
@@ -21,11 +23,12 @@
 
 #ifdef MVM_ENGINE_PTX
 #include "mvm_g_expert_ptx.h"
+#include "mvm_g_gemm_ptx.h"
 #include "mvm_g_matvec_ptx.h"
 #include "mvm_g_ops_ptx.h"
 #endif
 
-enum { MOD_MATVEC, MOD_EXPERT, MOD_OPS, MOD_COUNT };
+enum { MOD_MATVEC, MOD_EXPERT, MOD_OPS, MOD_GEMM, MOD_COUNT };
 
 /* Each kernel: its module, base name, and whether it has one function per weight type. */
 static const struct {
@@ -46,10 +49,14 @@ static const struct {
     [MVM_GK_STORE_ROWS] = {MOD_OPS, "mvm_g_store_rows", 0},
     [MVM_GK_ADD] = {MOD_OPS, "mvm_g_add", 0},
     [MVM_GK_SWIGLU] = {MOD_OPS, "mvm_g_swiglu", 0},
+    [MVM_GK_DEQUANT] = {MOD_GEMM, "mvm_g_dequant", 1},
+    [MVM_GK_TO_HALF] = {MOD_GEMM, "mvm_g_to_half", 0},
+    [MVM_GK_GLU_HALF] = {MOD_GEMM, "mvm_g_glu_half", 0},
 };
 
-/* What the profile (gpu_profile.h) times beside the kernels: the copies, by direction. */
-enum { PROF_UPLOAD = MVM_GK_COUNT, PROF_DOWNLOAD, PROF_ON_DEVICE, PROF_KINDS };
+/* What the profile (gpu_profile.h) times beside the kernels: the copies, by direction, and
+ * cuBLAS's products. */
+enum { PROF_UPLOAD = MVM_GK_COUNT, PROF_DOWNLOAD, PROF_ON_DEVICE, PROF_GEMM, PROF_KINDS };
 
 struct mvm_gpu {
     mvm_gpu_prof *prof; /* MOEVM_GPU_PROFILE, or NULL */
@@ -60,14 +67,18 @@ struct mvm_gpu {
     CUstream stream;
     CUmodule modules[MOD_COUNT];
     CUfunction fn[MVM_GK_COUNT][MVM_W_COUNT]; /* untyped kernels: [k][0] */
+    mvm_blas *blas;      /* mvm_gpu_gemm_open's, or NULL */
+    mvm_status blas_st;  /* and its answer, once asked (blas_asked) */
+    char blas_why[256];
+    int blas_asked;
 };
 
 static mvm_status load_kernels(mvm_gpu *g)
 {
 #ifdef MVM_ENGINE_PTX
     static const char *const images[MOD_COUNT] = {mvm_g_matvec_ptx, mvm_g_expert_ptx,
-                                                  mvm_g_ops_ptx};
-    static const char *const names[MOD_COUNT] = {"matvec", "expert", "ops"};
+                                                  mvm_g_ops_ptx, mvm_g_gemm_ptx};
+    static const char *const names[MOD_COUNT] = {"matvec", "expert", "ops", "gemm"};
     char what[96];
     for (int m = 0; m < MOD_COUNT; m++) {
         snprintf(what, sizeof what, "cuModuleLoadData (kernels/cuda/%s.cu)", names[m]);
@@ -128,6 +139,7 @@ void mvm_gpu_close(mvm_gpu *g)
     mvm_gpu_prof_free(g->prof);
     if (g->ctx) {
         g->cu.CtxSetCurrent(g->ctx);
+        mvm_blas_close(g->blas);
         for (int m = 0; m < MOD_COUNT; m++)
             if (g->modules[m])
                 g->cu.ModuleUnload(g->modules[m]);
@@ -147,6 +159,7 @@ mvm_status mvm_gpu_profile(mvm_gpu *g)
     g->prof_names[PROF_UPLOAD] = "copy host -> device";
     g->prof_names[PROF_DOWNLOAD] = "copy device -> host";
     g->prof_names[PROF_ON_DEVICE] = "copy or zero on the device";
+    g->prof_names[PROF_GEMM] = "cublasGemmEx";
     return g->prof ? MVM_OK
                    : mvm_gpu_prof_create(&g->cu, g->stream, PROF_KINDS, g->prof_names,
                                          &g->prof);
@@ -268,6 +281,29 @@ mvm_status mvm_gpu_sync(mvm_gpu *g)
     double t = g->prof ? mvm_now_s() : 0;
     CU(g, g->cu.StreamSynchronize(g->stream), "cuStreamSynchronize");
     return g->prof ? mvm_gpu_prof_synced(g->prof, mvm_now_s() - t) : MVM_OK;
+}
+
+mvm_status mvm_gpu_gemm_open(mvm_gpu *g, const char *lib, mvm_dptr workspace, size_t ws_bytes)
+{
+    if (!g->blas_asked) {
+        g->blas_asked = 1;
+        g->blas_st = mvm_blas_open(lib, g->stream, workspace, ws_bytes, &g->blas);
+        if (g->blas_st != MVM_OK)
+            snprintf(g->blas_why, sizeof g->blas_why, "%s", mvm_last_error());
+    }
+    return g->blas_st == MVM_OK ? MVM_OK : mvm_fail(g->blas_st, "%s", g->blas_why);
+}
+
+mvm_status mvm_gpu_gemm(mvm_gpu *g, uint32_t m, uint32_t n, uint32_t k, mvm_dptr w,
+                        uint64_t ldw, mvm_dptr x, uint64_t ldx, mvm_dptr y, uint64_t ldy,
+                        float beta)
+{
+    if (!g->blas)
+        return mvm_fail(MVM_ERR_INVALID, "cublasGemmEx before cuBLAS was opened");
+    mvm_status st = prof_begin(g, PROF_GEMM);
+    if (st == MVM_OK)
+        st = mvm_blas_gemm(g->blas, m, n, k, w, ldw, x, ldx, y, ldy, beta);
+    return prof_end(g, st);
 }
 
 mvm_status mvm_gpu_launch(mvm_gpu *g, enum mvm_gpu_kernel k, int type, const void *args,

@@ -14,6 +14,7 @@
 #define MVM_ENGINE_COMPUTE_GPU_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "kernels/cuda/kernels.h"
@@ -35,6 +36,9 @@ enum mvm_gpu_kernel {
     MVM_GK_STORE_ROWS,
     MVM_GK_ADD,
     MVM_GK_SWIGLU,
+    MVM_GK_DEQUANT, /* the tensor-core path's (kernels/cuda/gemm.cu) */
+    MVM_GK_TO_HALF,
+    MVM_GK_GLU_HALF,
     MVM_GK_COUNT
 };
 
@@ -73,6 +77,16 @@ mvm_status mvm_gpu_copy_rows(mvm_gpu *g, mvm_dptr dst, size_t dst_pitch, mvm_dpt
                              size_t src_pitch, size_t width, size_t rows);
 mvm_status mvm_gpu_sync(mvm_gpu *g);
 
+/* The tensor-core products (engine/compute/blas.h), on the compute stream: the first call
+ * loads cuBLAS from `lib` (mvm_blas_open) and makes its handle, with `workspace` (ws_bytes of
+ * device memory) for it; later ones answer what the first did. MVM_ERR_UNSUPPORTED: no
+ * cuBLAS here (the caller then uses the kernels); anything else is a failure. */
+mvm_status mvm_gpu_gemm_open(mvm_gpu *g, const char *lib, mvm_dptr workspace, size_t ws_bytes);
+/* mvm_blas_gemm's product, once mvm_gpu_gemm_open succeeded. */
+mvm_status mvm_gpu_gemm(mvm_gpu *g, uint32_t m, uint32_t n, uint32_t k, mvm_dptr w,
+                        uint64_t ldw, mvm_dptr x, uint64_t ldx, mvm_dptr y, uint64_t ldy,
+                        float beta);
+
 /* Queues kernel k (of weight type `type` where it has one; ignored otherwise) with its
  * argument struct, in the shape given. */
 mvm_status mvm_gpu_launch(mvm_gpu *g, enum mvm_gpu_kernel k, int type, const void *args,
@@ -103,6 +117,9 @@ MVM_GPU_LAUNCHER(mvm_gpu_store_rows, MVM_GK_STORE_ROWS, mvm_g_store_rows_args,
                  mvm_g_store_rows_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_add, MVM_GK_ADD, mvm_g_add_args, mvm_g_add_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_swiglu, MVM_GK_SWIGLU, mvm_g_add_args, mvm_g_add_shape)
+MVM_GPU_LAUNCHER(mvm_gpu_dequant, MVM_GK_DEQUANT, mvm_g_dequant_args, mvm_g_dequant_shape)
+MVM_GPU_LAUNCHER(mvm_gpu_to_half, MVM_GK_TO_HALF, mvm_g_to_half_args, mvm_g_to_half_shape)
+MVM_GPU_LAUNCHER(mvm_gpu_glu_half, MVM_GK_GLU_HALF, mvm_g_glu_half_args, mvm_g_glu_half_shape)
 #undef MVM_GPU_LAUNCHER
 
 /* Up of the routed experts of a->active (kernels.h), to h in down's activation format:

@@ -49,9 +49,30 @@ const mvm_option_desc mvm_opt_gpu_profile = {
     "how much of the time the device was busy at all (the rest is the "
     "host's: routing, launches, round trips)"};
 
+const mvm_option_desc mvm_opt_gemm_rows = {
+    "MOEVM_GEMM_ROWS", MVM_OPT_INT, "32", "0..1048576",
+    "engine on a GPU: a product of at least this many rows (a batch's "
+    "tokens, or one expert's tokens in a MoE step) dequantizes its weights "
+    "to F16 and multiplies them on the tensor cores with cuBLAS; smaller "
+    "ones, and all of them with 0 or without cuBLAS, use the integer "
+    "kernels (decode)"};
+
+const mvm_option_desc mvm_opt_gemm_scratch = {
+    "MOEVM_GEMM_SCRATCH", MVM_OPT_SIZE, "32M", NULL,
+    "engine on a GPU: device memory for the F16 weights of MOEVM_GEMM_ROWS's "
+    "products; a larger matrix or expert goes in chunks of rows or channel "
+    "groups (at least one row or group, whatever this says)"};
+
+const mvm_option_desc mvm_opt_cublas_library = {
+    "MOEVM_CUBLAS_LIBRARY", MVM_OPT_STRING, "auto", NULL,
+    "engine on a GPU: the cuBLAS library to load for MOEVM_GEMM_ROWS's "
+    "products (a name or path for dlopen); auto = the first of "
+    "libcublas.so.13, libcublas.so.12 and libcublas.so that loads"};
+
 static const mvm_option_desc *const list[] = {
     &mvm_opt_threads, &mvm_opt_cpu_simd, &mvm_opt_kv_type, &mvm_opt_admit,
     &mvm_opt_deterministic, &mvm_opt_prefetch, &mvm_opt_expert_tiles, &mvm_opt_gpu_profile,
+    &mvm_opt_gemm_rows, &mvm_opt_gemm_scratch, &mvm_opt_cublas_library,
 };
 
 const mvm_option_table mvm_engine_options = {list, sizeof list / sizeof *list};

@@ -84,8 +84,14 @@ mvm_status mvm_cuda_fwd_matmul(struct cuda_fwd *f, const struct dev_weight *w,
                                const struct dev_weight *prev, mvm_dptr in, uint64_t in_stride,
                                uint32_t n, mvm_dptr y, uint64_t y_stride)
 {
+    int gemm, prev_gemm = 0;
+    TRY(mvm_cuda_fwd_gemm_wants(f, w, n, &gemm));
+    if (gemm)
+        return mvm_cuda_fwd_gemm_product(f, w, 1, in, in_stride, n, y, y_stride);
+    if (prev) /* which left f->act as it was */
+        TRY(mvm_cuda_fwd_gemm_wants(f, prev, n, &prev_gemm));
     const uint64_t block = mvm_k_block_elems((enum mvm_wtype)w->type);
-    int ready = prev && mvm_k_block_elems((enum mvm_wtype)prev->type) == block;
+    int ready = prev && !prev_gemm && mvm_k_block_elems((enum mvm_wtype)prev->type) == block;
     return product(f, w, 1, ready, in, in_stride, n, y, y_stride, f->act, f->act_stride);
 }
 
@@ -93,6 +99,10 @@ mvm_status mvm_cuda_fwd_matmul_heads(struct cuda_fwd *f, const struct dev_weight
                                      mvm_dptr in, uint64_t in_pitch, uint32_t n, mvm_dptr y,
                                      uint64_t y_pitch)
 {
+    int gemm;
+    TRY(mvm_cuda_fwd_gemm_wants(f, w, n, &gemm));
+    if (gemm)
+        return mvm_cuda_fwd_gemm_product(f, w, H, in, in_pitch, n, y, y_pitch);
     return product(f, w, H, 0, in, in_pitch, n, y, y_pitch, f->hact, f->hact_stride);
 }
 
@@ -190,12 +200,21 @@ static mvm_g_expert_args expert_args(const struct cuda_fwd *f, uint32_t il)
 static mvm_status expert_launch(struct cuda_fwd *f, uint32_t il, uint32_t from, uint32_t to)
 {
     const mvm_moe *s = f->moe;
-    if (from == to)
-        return MVM_OK; /* none landed yet, or every expert of the step on the CPU */
+    uint32_t n = 0; /* those the kernels take: the others' rows go to the tensor cores */
+    for (uint32_t i = from; i < to; i++) {
+        int gemm;
+        TRY(mvm_cuda_fwd_gemm_wants_expert(f, il, s->round[i], &gemm));
+        if (gemm)
+            TRY(mvm_cuda_fwd_gemm_expert(f, il, s->round[i]));
+        else
+            f->active_host[n++] = s->round[i];
+    }
+    if (!n)
+        return MVM_OK; /* none landed yet, every expert of the step on the CPU, or all taken */
     mvm_g_expert_args a = expert_args(f, il);
-    a.n_active = to - from;
+    a.n_active = n;
     a.active = f->active + from * sizeof *s->round;
-    TRY(mvm_gpu_upload(f->g, a.active, s->round + from, (to - from) * sizeof *s->round));
+    TRY(mvm_gpu_upload(f->g, a.active, f->active_host, n * sizeof *f->active_host));
     return mvm_gpu_experts(f->g, &a);
 }
 

@@ -99,6 +99,16 @@ struct cuda_fwd {
     uint8_t *row_far;           /* [n_batch * K] scratch: 1 for a row computed elsewhere */
     float *far;                 /* [n_batch][n_embd]: the other ranks' sums (the
                                    distributed mode), gathered while it serves them */
+    uint32_t gemm_rows;         /* forward_cuda_gemm.c: the fewest rows a product takes to
+                                   the tensor cores; 0: none does */
+    uint32_t gemm_ch;           /* an expert's channels per chunk there (0: no experts) */
+    uint32_t max_cols;          /* the widest matrix's row, in elements */
+    uint64_t max_f16_bytes;     /* the largest matrix's bytes as F16 */
+    uint64_t gemm_w16_bytes, gemm_ws_bytes; /* w16's, gemm_ws's */
+    mvm_dptr w16, a16, gu, h16, gemm_ws; /* F16 weights, F16 inputs [n_batch][max_cols], an
+                                   expert chunk's gate/up floats [n_batch][2 gemm_ch] and
+                                   unit [n_batch][gemm_ch] (F16), cuBLAS's workspace */
+    uint32_t *active_host;      /* [n_expert]: a round's experts that the kernels take */
     mvm_pool *pool;
     mvm_cpu_experts *cpu;              /* the experts the assign module runs on the CPU; made at
                                    the first (many runs have none) */
@@ -122,6 +132,23 @@ mvm_status mvm_cuda_fwd_copy(struct cuda_fwd *f, const void *src, size_t bytes, 
 mvm_status mvm_cuda_fwd_weight(struct cuda_fwd *f, const mvm_weight *w, struct dev_weight *out);
 /* Bytes of a row of n inputs of a Q or K type's product, whatever the type, rounded. */
 uint64_t mvm_cuda_fwd_act_bytes(uint32_t n);
+
+/* ---- forward_cuda_gemm.c --------------------------------------------------------------- */
+
+/* The tensor-core path's scratch (none unless a batch can reach MOEVM_GEMM_ROWS). */
+mvm_status mvm_cuda_fwd_gemm_alloc(struct cuda_fwd *f);
+/* Whether w's product of n rows (*use), or expert e's rows of the current step of layer il,
+ * takes the tensor cores; the first that could opens cuBLAS (without it, or if it will not
+ * start, the kernels take every product, with a warning). */
+mvm_status mvm_cuda_fwd_gemm_wants(struct cuda_fwd *f, const struct dev_weight *w, uint32_t n,
+                                   int *use);
+mvm_status mvm_cuda_fwd_gemm_wants_expert(struct cuda_fwd *f, uint32_t il, uint32_t e, int *use);
+/* mvm_cuda_fwd_matmul_heads's product (H = 1: mvm_cuda_fwd_matmul's) on the tensor cores. */
+mvm_status mvm_cuda_fwd_gemm_product(struct cuda_fwd *f, const struct dev_weight *w, uint32_t H,
+                                     mvm_dptr in, uint64_t in_pitch, uint32_t n, mvm_dptr y,
+                                     uint64_t y_pitch);
+/* Expert e's rows of the current step of layer il into their slots of f->out. */
+mvm_status mvm_cuda_fwd_gemm_expert(struct cuda_fwd *f, uint32_t il, uint32_t e);
 
 /* ---- forward_cuda.c -------------------------------------------------------------------- */
 

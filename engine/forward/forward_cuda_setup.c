@@ -8,7 +8,9 @@
  * 1 x blocks x n_ctx x (kv_lora + rope); F16 by default, kv_cache.h); attention's split
  * parts (n_batch + 256 / units) x n_head x (head_dim + 3) floats, whatever the context
  * (kernels/cuda/kernels.h); MLA's absorbed queries and their outputs 2 x n_batch x n_head x
- * (kv_lora + rope) floats.
+ * (kv_lora + rope) floats; where a batch can reach MOEVM_GEMM_ROWS, the tensor-core path's
+ * F16 weights (up to MOEVM_GEMM_SCRATCH), inputs and expert chunks, and cuBLAS's workspace
+ * (as large as the F16 weights' up to 32 MiB; forward_cuda_gemm.c).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -55,6 +57,11 @@ mvm_status mvm_cuda_fwd_copy(struct cuda_fwd *f, const void *src, size_t bytes, 
 mvm_status mvm_cuda_fwd_weight(struct cuda_fwd *f, const mvm_weight *w, struct dev_weight *out)
 {
     *out = (struct dev_weight){0, (int)w->type, w->rows, w->cols, w->row_bytes};
+    if (w->data) { /* the tensor-core path's scratch is sized by the largest */
+        const uint64_t f16 = (uint64_t)w->rows * w->cols * sizeof(uint16_t);
+        f->max_cols = w->cols > f->max_cols ? w->cols : f->max_cols;
+        f->max_f16_bytes = f16 > f->max_f16_bytes ? f16 : f->max_f16_bytes;
+    }
     return mvm_cuda_fwd_copy(f, w->data, (size_t)w->rows * w->row_bytes, &out->p);
 }
 
@@ -132,7 +139,7 @@ static mvm_status alloc_scratch(struct cuda_fwd *f)
         TRY(mvm_cuda_fwd_alloc(f, B * F * 4, &f->sh3));
         TRY(mvm_cuda_fwd_alloc(f, B * 4, &f->shg));
     }
-    return MVM_OK;
+    return mvm_cuda_fwd_gemm_alloc(f);
 }
 
 static mvm_status upload_model(struct cuda_fwd *f)
@@ -208,6 +215,7 @@ void mvm_cuda_fwd_destroy(void *state)
     free(f->row_far);
     free(f->far);
     free(f->runs);
+    free(f->active_host);
     free(f);
 }
 
@@ -230,8 +238,9 @@ mvm_status mvm_cuda_fwd_create(mvm_ctx *ctx, void **state)
     f->row_far = malloc(BK);
     f->far = malloc((size_t)f->n_batch * hp->n_embd * sizeof *f->far);
     f->runs = malloc(f->n_batch * sizeof *f->runs);
+    f->active_host = malloc((hp->n_expert ? hp->n_expert : 1) * sizeof *f->active_host);
     if (!f->spec_host || !f->spec_rows_host || !f->rows_host || !f->row_far || !f->far ||
-        !f->runs)
+        !f->runs || !f->active_host)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the device context");
     f->pool = ctx->pool;
     char why[256];

@@ -324,17 +324,71 @@ MVM_G_FN mvm_g_shape mvm_g_store_rows_shape(const mvm_g_store_rows_args *a)
 
 /* mvm_g_add: x[i][j] += g(i) * y[i][j] for n_tok rows of n floats, x[i] at x + i * n,
  *   y[i] at y + i * y_stride (0: one row for all, a bias), g(i) = sigmoid(gate[i]) with a
- *   gate (the shared expert's), else 1.
+ *   gate (the shared expert's), else scale[i] with a scale (floats: routing weights, for
+ *   gpt-oss's down bias on the tensor-core path), else 1.
  * mvm_g_swiglu (the same arguments, no gate): x[i][j] = silu(x[i][j]) * y[i][j]. */
 typedef struct mvm_g_add_args {
     mvm_dptr x, y, gate;
     uint64_t y_stride;
     uint32_t n, n_tok;
+    mvm_dptr scale;
 } mvm_g_add_args;
 
 MVM_G_FN mvm_g_shape mvm_g_add_shape(const mvm_g_add_args *a)
 {
     return mvm_g_rows_shape(a->n, a->n_tok);
+}
+
+/* ---- the tensor-core path (kernels/cuda/gemm.cu): a batch's products as F16 matrices that
+ * cuBLAS multiplies (engine/forward/forward_cuda_gemm.c says when) --------------------------
+ * mvm_g_dequant_<type>: weight rows to F16 (kernels/dequant.h). Source row
+ *   r < n_rows, n_in elements, at w + (r / per) * group_bytes + (r % per) * row_bytes; its
+ *   elements go to row (r / per) * dst_rows + r % per of dst (dst_stride halves apart), from
+ *   column (r / per) * dst_cols. A matrix: per = n_rows. A channel-major expert's gate (or
+ *   up) rows: per = G, group_bytes the group's, dst_rows = G. Its down slots (n_embd rows of
+ *   G per group): per = n_embd, n_in = G, dst_rows = 0, dst_cols = G, so that each group's
+ *   slots are the next G columns of one [n_embd][channels] matrix. A thread per 32
+ *   elements. */
+typedef struct mvm_g_dequant_args {
+    mvm_dptr w, dst;
+    uint64_t row_bytes, group_bytes, dst_stride;
+    uint32_t n_in, n_rows, per, dst_rows, dst_cols;
+} mvm_g_dequant_args;
+
+MVM_G_FN mvm_g_shape mvm_g_dequant_shape(const mvm_g_dequant_args *a)
+{
+    return mvm_g_rows_shape(a->n_in / MVM_QBLOCK, a->n_rows);
+}
+
+/* mvm_g_to_half: n_rows rows of n floats to F16, row i read at x + src(i) * x_stride floats
+ *   (src(i) = idx[i], a uint32, with idx: an expert's tokens; else i) and written at dst + i
+ *   * dst_stride halves. */
+typedef struct mvm_g_to_half_args {
+    mvm_dptr x, idx, dst;
+    uint64_t x_stride, dst_stride;
+    uint32_t n, n_rows;
+} mvm_g_to_half_args;
+
+MVM_G_FN mvm_g_shape mvm_g_to_half_shape(const mvm_g_to_half_args *a)
+{
+    return mvm_g_rows_shape(a->n, a->n_rows);
+}
+
+/* mvm_g_glu_half: an expert's unit between its two products, for channels c0 .. c0 + n_ch
+ *   - 1 of n_rows rows: row r's gate floats at gu + r * gu_stride, its up floats n_ch after
+ *   them; h[r][c] = glu(gate, up) * w[r] (the routing weights, floats) as F16 at h + r *
+ *   h_stride halves. With MVM_GLU_OAI gate and up are biased first, channel c's biases in
+ *   its group's slots (kernels/blocks.h: a group of G channels, group_bytes, the biases at
+ *   its end) of the expert at `expert`. */
+typedef struct mvm_g_glu_half_args {
+    mvm_dptr gu, h, w, expert;
+    uint64_t gu_stride, h_stride, group_bytes;
+    uint32_t n_ch, n_rows, c0, G, glu;
+} mvm_g_glu_half_args;
+
+MVM_G_FN mvm_g_shape mvm_g_glu_half_shape(const mvm_g_glu_half_args *a)
+{
+    return mvm_g_rows_shape(a->n_ch, a->n_rows);
 }
 
 #endif

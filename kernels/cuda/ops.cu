@@ -270,9 +270,11 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_add(mvm_g_add_
     const uint32_t j = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y;
     if (j >= a.n)
         return;
-    const float g = a.gate ? 1.0f / (1.0f + expf(-((const float *)a.gate)[i])) : 1.0f;
+    const float g = a.gate    ? 1.0f / (1.0f + expf(-((const float *)a.gate)[i]))
+                    : a.scale ? ((const float *)a.scale)[i]
+                              : 1.0f;
     const float y = ((const float *)a.y)[i * a.y_stride + j];
-    ((float *)a.x)[(uint64_t)i * a.n + j] += a.gate ? g * y : y;
+    ((float *)a.x)[(uint64_t)i * a.n + j] += a.gate || a.scale ? g * y : y;
 }
 
 /* x[i][j] = silu(x[i][j]) * y[i][j], y[i] at y + i * y_stride (mvm_g_add_args; no gate). */

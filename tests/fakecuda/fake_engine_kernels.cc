@@ -8,6 +8,7 @@
 #include "tests/cuda_emu.h"
 
 #include "kernels/cuda/expert.cu"
+#include "kernels/cuda/gemm.cu"
 #include "kernels/cuda/matvec.cu"
 #include "kernels/cuda/ops.cu"
 
@@ -28,7 +29,8 @@ static void run(const void *params, const unsigned grid[3], const unsigned block
 #define ADD_TYPED(name, T)                                                                     \
     ADD(mvm_g_matvec_##name, mvm_g_matvec_args);                                               \
     ADD(mvm_g_expert_up_##name, mvm_g_expert_args);                                            \
-    ADD(mvm_g_expert_down_##name, mvm_g_expert_args);
+    ADD(mvm_g_expert_down_##name, mvm_g_expert_args);                                          \
+    ADD(mvm_g_dequant_##name, mvm_g_dequant_args);
 
 extern "C" __attribute__((visibility("default"))) void
 fakecuda_register_kernels(fakecuda_add_kernel_fn add)
@@ -44,4 +46,6 @@ fakecuda_register_kernels(fakecuda_add_kernel_fn add)
     ADD(mvm_g_store_rows, mvm_g_store_rows_args);
     ADD(mvm_g_add, mvm_g_add_args);
     ADD(mvm_g_swiglu, mvm_g_add_args);
+    ADD(mvm_g_to_half, mvm_g_to_half_args);
+    ADD(mvm_g_glu_half, mvm_g_glu_half_args);
 }

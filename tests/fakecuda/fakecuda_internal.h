@@ -1,7 +1,8 @@
 /*
  * fakecuda_internal.h: what fakecuda.c (driver state, memory, streams) shares with
- * fake_kernels.c (modules, functions, launches), fake_graphs.c (capture, graphs) and
- * fake_copies.c (copies, memsets), and nothing else includes.
+ * fake_kernels.c (modules, functions, launches), fake_graphs.c (capture, graphs),
+ * fake_copies.c (copies, memsets) and fake_cublas.c (the few cuBLAS calls the engine makes),
+ * and nothing else includes.
  *
  * The split keeps each file readable; together they are one library. Everything declared here has
  * hidden visibility, so the library still exports only the cu* API and the fakecuda_*
@@ -48,7 +49,8 @@
     X(cuGraphExecMemcpyNodeSetParams) X(cuGraphExecMemsetNodeSetParams) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy) \
     X(cuLibraryLoadData) X(cuLibraryUnload) X(cuLibraryGetKernel) X(cuKernelGetParamInfo)     \
     X(cuFuncSetBlockShape) X(cuParamSetSize) X(cuParamSetv) X(cuLaunchGridAsync)               \
-    X(cuLaunchCooperativeKernelMultiDevice)
+    X(cuLaunchCooperativeKernelMultiDevice)                                                    \
+    X(cublasCreate) X(cublasDestroy) X(cublasSetStream) X(cublasSetWorkspace) X(cublasGemmEx)
 
 /* `##` keeps cuda.h's renaming macros (cuMemAlloc -> cuMemAlloc_v2) from expanding. */
 #define FK_ENUM(name) FN_##name,

@@ -4,7 +4,8 @@
 # The engine's forward pass on the GPU (engine/forward/forward_cuda.c) for real:
 #   1. tests/ref/check_forward.py with MOEVM_BACKEND=cuda: every architecture and weight type
 #      against the NumPy reference, as CI checks it over the fake driver;
-#   2. the same greedy text on the CPU and the GPU for a prompt;
+#   2. the same greedy text on the CPU and the GPU for a prompt; 2b, the same with a long
+#      prompt on the tensor cores (cuBLAS) and on the kernels;
 #   3. speed: `moevm run` of a real-shaped model (random weights, made here by mkmodel) on the
 #      CPU, on the GPU with every expert resident, and on the GPU with half the experts'
 #      bytes as its budget (homes unmapped, the default: every step waits for its copies,
@@ -19,7 +20,7 @@
 #      for 6 GiB: the GPU must be chosen, and the context must fit beside the budget;
 #   4. `moevm calibrate` of that model on the GPU, and greedy at half the budget again with
 #      the measured costs (--cost) instead of the h100 preset's.
-# FORWARD_STEPS picks steps (default "1 2 3 3b 3c 3d 4"). All of them took more than the
+# FORWARD_STEPS picks steps (default "1 2 2b 3 3b 3c 3d 4"). All of them took more than the
 # 10 minutes of one device call on an H100 (2026-11-23: the big models' mkmodel), so run
 # them in two calls there, "1 2 3 3b" then "3c 3d 4" (a warm machine keeps the build and
 # the models in between). With $OUT set, the output is also written to
@@ -29,7 +30,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 preset=${1:-olmoe-1b-7b}
-steps=" ${FORWARD_STEPS:-1 2 3 3b 3c 3d 4} "
+steps=" ${FORWARD_STEPS:-1 2 2b 3 3b 3c 3d 4} "
 want() { [[ $steps == *" $1 "* ]]; }
 source bench/gpu/deps.sh || exit 1
 log=$(moevm_out_log gpu_forward.txt)
@@ -66,6 +67,21 @@ mkdir -p "$work"
         done
         if cmp -s "$work/text.host" "$work/text.cuda"; then echo "same text"; else
             echo "TEXT DIFFERS"; diff "$work/text.host" "$work/text.cuda" || true; fi
+    fi
+    if want 2b; then
+        # real cuBLAS under the tensor-core path (forward_cuda_gemm.c): a 100-token prompt
+        # in one batch, with every product of 2+ rows on it and with none; F16 rounding
+        # may move a near tie, so it says where the greedy texts part, if they do
+        echo "== 2b. tensor-core prefill (MOEVM_GEMM_ROWS), greedy text against the kernels'"
+        [[ -f "$work/tiny.gguf" ]] ||
+            "$moevm" mkmodel --preset tiny --arch qwen2moe --type q8_0 -o "$work/tiny.gguf"
+        long=$(printf 'It was the best of times, it was the worst of times, %.0s' {1..9})
+        for rows in 0 2; do
+            MOEVM_BACKEND=cuda MOEVM_GEMM_ROWS=$rows "$moevm" run -m "$work/tiny.gguf" \
+                -p "$long" -n 24 --temp 0 --batch 128 >"$work/gemm.$rows" 2>"$work/gemm.$rows.err"
+            tail -n 1 "$work/gemm.$rows.err"
+        done
+        cmp "$work/gemm.0" "$work/gemm.2" && echo "same text" || echo "texts part there"
     fi
     if want 3; then
         echo "== 3. speed, $preset q8_0"

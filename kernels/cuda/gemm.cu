@@ -1,0 +1,64 @@
+/*
+ * The element-wise kernels around the tensor-core products (kernels/cuda/kernels.h): a
+ * batch's weights dequantized to F16 (a matrix's rows, or a channel-major expert's gate, up
+ * and down parts laid out as plain matrices), its activations converted to F16 (an expert's
+ * tokens gathered on the way), and an expert's unit between its gate/up and down products.
+ * cuBLAS multiplies the F16 matrices with F32 accumulation (engine/compute/blas.c); these
+ * kernels only move and convert, so they are bound by memory, a thread per 32 elements or
+ * per element.
+ */
+#include "kernels/cuda/device.cuh"
+#include "kernels/dequant.h"
+
+template <enum mvm_wtype T> static __device__ void dequant(const mvm_g_dequant_args &a)
+{
+    const uint32_t c = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;
+    if (c >= a.n_in / MVM_QBLOCK)
+        return;
+    const uint32_t grp = r / a.per, in = r % a.per;
+    float x[MVM_QBLOCK];
+    mvm_k_chunk_values(T, (const uint8_t *)a.w + grp * a.group_bytes + in * a.row_bytes, c, x);
+    uint16_t *d = (uint16_t *)a.dst + ((uint64_t)grp * a.dst_rows + in) * a.dst_stride +
+                  (uint64_t)grp * a.dst_cols + (uint64_t)c * MVM_QBLOCK;
+#pragma unroll
+    for (int l = 0; l < MVM_QBLOCK; l++)
+        d[l] = mvm_k_f2h(x[l]);
+}
+
+#define DEQUANT(name, T)                                                                   \
+    extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)                            \
+        mvm_g_dequant_##name(mvm_g_dequant_args a)                                         \
+    {                                                                                      \
+        dequant<T>(a);                                                                     \
+    }
+MVM_G_FOR_TYPES(DEQUANT)
+#undef DEQUANT
+
+extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_to_half(mvm_g_to_half_args a)
+{
+    const uint32_t j = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y;
+    if (j >= a.n)
+        return;
+    const uint64_t src = a.idx ? ((const uint32_t *)a.idx)[i] : i;
+    ((uint16_t *)a.dst)[i * a.dst_stride + j] =
+        mvm_k_f2h(((const float *)a.x)[src * a.x_stride + j]);
+}
+
+extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_glu_half(mvm_g_glu_half_args a)
+{
+    const uint32_t c = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;
+    if (c >= a.n_ch)
+        return;
+    const float *gu = (const float *)a.gu + r * a.gu_stride;
+    float g = gu[c], u = gu[a.n_ch + c], h;
+    if (a.glu == MVM_GLU_OAI) {
+        const uint32_t ch = a.c0 + c; /* the biases: the group's last 2 G floats */
+        const float *bias = (const float *)((const uint8_t *)a.expert +
+                                            (uint64_t)(ch / a.G + 1) * a.group_bytes) -
+                            2 * a.G;
+        h = mvm_k_glu_oai(g + bias[ch % a.G], u + bias[a.G + ch % a.G]);
+    } else {
+        h = silu(g) * u;
+    }
+    ((uint16_t *)a.h)[r * a.h_stride + c] = mvm_k_f2h(h * ((const float *)a.w)[r]);
+}
