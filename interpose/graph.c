@@ -362,14 +362,19 @@ static void forget(CUgraphExec e)
     pthread_mutex_unlock(&graph_mu);
 }
 
+/* What an instantiation or update returned; exec *e remembered as g's when it succeeded. */
+static CUresult remembered(CUresult r, const CUgraphExec *e, CUgraph g)
+{
+    if (r == CUDA_SUCCESS)
+        remember(*e, g);
+    return r;
+}
+
 CUresult hk_cuGraphInstantiateWithFlags(CUgraphExec *e, CUgraph g, unsigned long long flags)
 {
     if (!mvm_real_load() || !mvm_real_fn.cuGraphInstantiateWithFlags)
         return CUDA_ERROR_NOT_SUPPORTED;
-    CUresult r = mvm_real_fn.cuGraphInstantiateWithFlags(e, g, flags);
-    if (r == CUDA_SUCCESS)
-        remember(*e, g);
-    return r;
+    return remembered(mvm_real_fn.cuGraphInstantiateWithFlags(e, g, flags), e, g);
 }
 
 CUresult hk_cuGraphInstantiateWithParams(CUgraphExec *e, CUgraph g,
@@ -377,10 +382,7 @@ CUresult hk_cuGraphInstantiateWithParams(CUgraphExec *e, CUgraph g,
 {
     if (!mvm_real_load() || !mvm_real_fn.cuGraphInstantiateWithParams)
         return CUDA_ERROR_NOT_SUPPORTED;
-    CUresult r = mvm_real_fn.cuGraphInstantiateWithParams(e, g, params);
-    if (r == CUDA_SUCCESS)
-        remember(*e, g);
-    return r;
+    return remembered(mvm_real_fn.cuGraphInstantiateWithParams(e, g, params), e, g);
 }
 
 CUresult hk_cuGraphInstantiateWithParams_ptsz(CUgraphExec *e, CUgraph g,
@@ -388,20 +390,14 @@ CUresult hk_cuGraphInstantiateWithParams_ptsz(CUgraphExec *e, CUgraph g,
 {
     if (!mvm_real_load() || !mvm_real_fn.cuGraphInstantiateWithParams_ptsz)
         return CUDA_ERROR_NOT_SUPPORTED;
-    CUresult r = mvm_real_fn.cuGraphInstantiateWithParams_ptsz(e, g, params);
-    if (r == CUDA_SUCCESS)
-        remember(*e, g);
-    return r;
+    return remembered(mvm_real_fn.cuGraphInstantiateWithParams_ptsz(e, g, params), e, g);
 }
 
 CUresult hk_cuGraphExecUpdate_v2(CUgraphExec e, CUgraph g, CUgraphExecUpdateResultInfo *info)
 {
     if (!mvm_real_load() || !mvm_real_fn.cuGraphExecUpdate_v2)
         return CUDA_ERROR_NOT_SUPPORTED;
-    CUresult r = mvm_real_fn.cuGraphExecUpdate_v2(e, g, info);
-    if (r == CUDA_SUCCESS)
-        remember(e, g);
-    return r;
+    return remembered(mvm_real_fn.cuGraphExecUpdate_v2(e, g, info), &e, g);
 }
 
 /* One node of e has new parameters: its pointers replace what it had (exactly one of kp,

@@ -123,30 +123,27 @@ CUresult hk_cuMemFree_v2(CUdeviceptr va)
     return r;
 }
 
-static void count_async(CUresult r, size_t bytes)
+static CUresult counted_async(CUresult r, size_t bytes)
 {
     if (r == CUDA_SUCCESS) {
         atomic_fetch_add(&mvm_interposer.async_allocs, 1);
         atomic_fetch_add(&mvm_interposer.async_bytes, bytes);
     }
+    return r;
 }
 
 CUresult hk_cuMemAllocAsync(CUdeviceptr *p, size_t bytes, CUstream s)
 {
     if (!mvm_real_load() || !mvm_real_fn.cuMemAllocAsync)
         return CUDA_ERROR_NOT_SUPPORTED;
-    CUresult r = mvm_real_fn.cuMemAllocAsync(p, bytes, s);
-    count_async(r, bytes);
-    return r;
+    return counted_async(mvm_real_fn.cuMemAllocAsync(p, bytes, s), bytes);
 }
 
 CUresult hk_cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t bytes, CUstream s)
 {
     if (!mvm_real_load() || !mvm_real_fn.cuMemAllocAsync_ptsz)
         return CUDA_ERROR_NOT_SUPPORTED;
-    CUresult r = mvm_real_fn.cuMemAllocAsync_ptsz(p, bytes, s);
-    count_async(r, bytes);
-    return r;
+    return counted_async(mvm_real_fn.cuMemAllocAsync_ptsz(p, bytes, s), bytes);
 }
 
 CUresult hk_cuMemFreeAsync(CUdeviceptr va, CUstream s)

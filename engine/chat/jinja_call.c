@@ -4,6 +4,7 @@
  * strftime_now); the methods of dicts (items, keys, values, get, copy), lists and tuples
  * (index, count) and strings (jinja_str.c); loop.* and loop.cycle.
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,29 +16,25 @@ mvm_status mvm_jinja_eval_args(jx *st, const jnode *n, jargs *a)
 {
     memset(a, 0, sizeof *a);
     size_t total = n->nkids + n->nkw;
-    if (!total)
-        return MVM_OK;
-    a->pos = malloc(total * sizeof *a->pos);
-    if (!a->pos)
-        return jx_nomem();
-    a->kwv = a->pos + n->nkids;
-    a->kwn = n->kwname;
-    for (uint32_t i = 0; i < n->nkids; i++) {
-        mvm_status rc = jx_eval(st, n->kids[i], &a->pos[i]);
+    if (total) {
+        if (!(a->pos = malloc(total * sizeof *a->pos)))
+            return jx_nomem();
+        a->kwv = a->pos + n->nkids;
+        a->kwn = n->kwname;
+    }
+    /* Positional values, then keywords, into one array; a counts each once it holds it, so
+     * a failure drops exactly what was evaluated. */
+    for (size_t i = 0; i < total; i++) {
+        bool kw = i >= n->nkids;
+        const jnode *arg = kw ? n->kw[i - n->nkids] : n->kids[i];
+        mvm_status rc = jx_eval(st, arg, &a->pos[i]);
         if (rc != MVM_OK) {
             mvm_jinja_args_drop(a);
             return rc;
         }
-        a->npos++;
+        *(kw ? &a->nkw : &a->npos) += 1;
     }
-    for (uint32_t i = 0; i < n->nkw; i++) {
-        mvm_status rc = jx_eval(st, n->kw[i], &a->kwv[i]);
-        if (rc != MVM_OK) {
-            mvm_jinja_args_drop(a);
-            return rc;
-        }
-        a->nkw++;
-    }
+    st->line = n->line;
     return MVM_OK;
 }
 

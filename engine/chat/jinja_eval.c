@@ -67,7 +67,6 @@ static mvm_status eval_call(jx *st, const jnode *n, jv *out)
     jargs a;
     rc = mvm_jinja_eval_args(st, n, &a);
     if (rc == MVM_OK) {
-        st->line = n->line;
         if (f->kind == JN_ATTR)
             rc = mvm_jinja_call_method(st, obj, f->lit.u.s->s, &a, out);
         else if (obj.t == JV_MACRO)
@@ -97,7 +96,6 @@ mvm_status mvm_jinja_apply_filters(jx *st, const jnode *n, jv operand, jv *out)
     jargs a;
     rc = mvm_jinja_eval_args(st, n, &a);
     if (rc == MVM_OK) {
-        st->line = n->line;
         rc = mvm_jinja_filter(st, n->op, in, &a, out);
         mvm_jinja_args_drop(&a);
     }
@@ -115,7 +113,6 @@ static mvm_status eval_test(jx *st, const jnode *n, jv *out)
     rc = mvm_jinja_eval_args(st, n, &a);
     if (rc == MVM_OK) {
         int res = 0;
-        st->line = n->line;
         rc = mvm_jinja_test(st, n->op, in, &a, &res);
         *out = jv_bool(res);
         mvm_jinja_args_drop(&a);
@@ -180,7 +177,6 @@ static mvm_status eval_slice(jx *st, const jnode *n, jv *out)
         if (parts[i])
             rc = jx_eval(st, parts[i], &b[i]);
     if (rc == MVM_OK) {
-        st->line = n->line;
         rc = mvm_jinja_slice(st, obj, b, out);
     }
     for (int i = 0; i < 3; i++)

@@ -477,7 +477,8 @@ mvm_status mvm_jinja_eval(jx *st, const jnode *n, jv *out);
 #define jx_eval mvm_jinja_eval
 /* A filter node applied; a filter block's chain (its innermost operand NULL) to operand. */
 mvm_status mvm_jinja_apply_filters(jx *st, const jnode *n, jv operand, jv *out);
-/* Evaluates a call's arguments (kids, kw) into a; jx_args_drop releases them. */
+/* Evaluates a call's arguments (kids, kw) into a; jx_args_drop releases them. On success
+ * st->line is n's, so that what the call raises names the call's line. */
 mvm_status mvm_jinja_eval_args(jx *st, const jnode *n, jargs *a);
 void mvm_jinja_args_drop(jargs *a);
 /* Python's argument binding: positional, then by name; given bit i set for names[i]. Values
