@@ -5,13 +5,17 @@ The tree's structure as docs/architecture.md draws it, checked:
 - the include graph between top-level folders points down only: tools/ over engine/ and
   interpose/ (siblings: neither includes the other), over policy/, over vmm/ (with
   include/, the public header), over kernels/ at the bottom;
-- engine/'s sub-folders include each other without a cycle, and nothing lies loose in
-  engine/ itself;
+- engine/'s sub-folders include each other without a cycle, as the page's second picture
+  draws them: every arrow drawn exists, and every include follows the arrows (directly or
+  through others); nothing lies loose in engine/ itself;
+- every source file is named on the page (its name, `name.c/h`, or a pattern like
+  `evict_*.c`), so that its tables are the tree's;
 - no source file outside tests/ is over 800 lines, tables (*.inc) aside;
 - no function outside tests/ is over 100 lines.
 
 Usage: check_layout.py [SOURCE_DIR]. Prints every violation and exits 1 if there is any.
 """
+import fnmatch
 import os
 import re
 import sys
@@ -23,6 +27,8 @@ MAX_FILE, MAX_FUNC = 800, 100
 # Named exceptions, each with why; printed on every run so that none is forgotten.
 EXEMPT_SIZE = {}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+DOC = "docs/architecture.md"
+FENCE = re.compile(r"```.*?```", re.S)
 
 
 def sources(root):
@@ -95,6 +101,75 @@ def check_includes(root, files, bad):
     for n in sorted(edges):
         if not state.get(n):
             visit(n)
+    return edges
+
+
+def drawn_engine_edges(doc):
+    """The picture of engine/'s sub-folders: lines of 'a, b  ->  c  ->  d' chains, several
+    to a line split by ';', in the fenced block that draws them (the one naming 'api')."""
+    drawn = set()
+    for block in FENCE.findall(doc):
+        if "->" not in block or "api" not in block:
+            continue
+        for line in block.strip("`").splitlines():
+            for chain in line.split(";"):
+                steps = [[w.strip() for w in part.split(",") if w.strip()]
+                         for part in chain.split("->")]
+                for a, b in zip(steps, steps[1:]):
+                    drawn.update(("engine/" + x, "engine/" + y) for x in a for y in b)
+    return drawn
+
+
+def check_engine_picture(doc, edges, bad):
+    drawn = drawn_engine_edges(doc)
+    if not drawn:
+        bad.append(f"{DOC}: no picture of engine/'s sub-folders found")
+        return
+    reach = {}
+    for a, b in drawn:
+        reach.setdefault(a, set()).add(b)
+    changed = True
+    while changed:  # the transitive closure: an include may skip a drawn step
+        changed = False
+        for a in reach:
+            more = set().union(*(reach.get(b, set()) for b in reach[a])) - reach[a]
+            if more:
+                reach[a] |= more
+                changed = True
+    actual = {(a, b) for a, bs in edges.items() if a.startswith("engine/")
+              for b in bs if b.startswith("engine/")}
+    for a, b in sorted(actual):
+        if b not in reach.get(a, ()):
+            bad.append(f"{DOC}: engine picture lacks {a} -> {b}, which the code has")
+    for a, b in sorted(drawn - actual):
+        bad.append(f"{DOC}: engine picture draws {a} -> {b}, which no include makes")
+
+
+def named_patterns(doc):
+    """Every backticked word of the page outside its fenced blocks: a file name, a path,
+    'name.c/h' (both), or a pattern ('evict_*.c', 'templates/*.jinja')."""
+    pats = set()
+    for tick in re.findall(r"`([^`\n]+)`", FENCE.sub("", doc)):
+        for w in re.split(r"[,\s]+", tick):
+            w = w.strip("()")
+            m = re.match(r"^(.*)\.(\w+)/(\w+)$", w)
+            if m:
+                pats.update({f"{m.group(1)}.{m.group(2)}", f"{m.group(1)}.{m.group(3)}"})
+            elif w:
+                pats.add(w)
+    return pats
+
+
+def check_named(doc, files, bad):
+    pats = named_patterns(doc)
+    for rel in files:
+        if rel.startswith("bench/"):
+            continue
+        parts = rel.split("/")
+        # a pattern names a file by its last components: 'x.c', 'templates/x.jinja', ...
+        tails = {"/".join(parts[i:]) for i in range(len(parts))}
+        if not any(fnmatch.fnmatchcase(t, p) for p in pats for t in tails):
+            bad.append(f"{rel}: not named in {DOC} (add it to its folder's table)")
 
 
 def check_sizes(root, files, bad):
@@ -131,7 +206,10 @@ def main():
                                                               "..", "..")
     files = list(sources(root))
     bad = []
-    check_includes(root, files, bad)
+    edges = check_includes(root, files, bad)
+    doc = open(os.path.join(root, DOC), encoding="utf-8").read()
+    check_engine_picture(doc, edges, bad)
+    check_named(doc, files, bad)
     check_sizes(root, files, bad)
     for b in bad:
         print(b)
