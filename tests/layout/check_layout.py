@@ -10,6 +10,8 @@ The tree's structure as docs/architecture.md draws it, checked:
   through others); nothing lies loose in engine/ itself;
 - every source file is named on the page (its name, `name.c/h`, or a pattern like
   `evict_*.c`), so that its tables are the tree's;
+- every path of this tree that a comment or a document cites (`engine/forward/moe_step.c`,
+  `docs/policies.md`) exists, so that a move or a rename leaves no stale pointer;
 - no source file outside tests/ is over 800 lines, tables (*.inc) aside;
 - no function outside tests/ is over 100 lines.
 
@@ -42,7 +44,7 @@ def sources(root):
 
 
 def folder_of(path):
-    """The include's folder: 'engine/model' for engine/model/model.h, 'vmm' for vmm/x.h."""
+    """The include's folder: 'engine/model' for engine/model/model.h, 'vmm' for vmm/options.h."""
     parts = path.split("/")
     if parts[0] == "include":
         return "include"
@@ -172,6 +174,31 @@ def check_named(doc, files, bad):
             bad.append(f"{rel}: not named in {DOC} (add it to its folder's table)")
 
 
+CITED = re.compile(r"(?<![\w/.-])((?:vmm|policy|engine|interpose|kernels|tools|tests|docs|bench|"
+                   r"scripts|include|cmake)/[\w./-]+?\.(?:cuh|cu|cc|cmake|c|h|md|py|sh|inc|"
+                   r"txt|json|map|jinja))(?!\w)")
+CITING = ("tests", "docs", "scripts", "cmake", "README.md", "CMakeLists.txt", "Makefile")
+
+
+def check_cited(root, files, bad):
+    """Paths cited by the sources, tests, scripts and documents (not what a build made)."""
+    texts = list(files)
+    for top in CITING:
+        path = os.path.join(root, top)
+        if os.path.isfile(path):
+            texts.append(top)
+        for d, _, names in os.walk(path):
+            texts += [os.path.relpath(os.path.join(d, n), root) for n in sorted(names)]
+    for rel in texts:
+        try:
+            text = open(os.path.join(root, rel), encoding="utf-8").read()
+        except (UnicodeDecodeError, OSError):
+            continue  # binary files, the corpora's seeds among them
+        for cited in sorted(set(CITED.findall(text))):
+            if not os.path.exists(os.path.join(root, cited)):
+                bad.append(f"{rel}: cites {cited}, which is not in the tree")
+
+
 def check_sizes(root, files, bad):
     for rel in files:
         if not rel.endswith(CODE):
@@ -210,6 +237,7 @@ def main():
     doc = open(os.path.join(root, DOC), encoding="utf-8").read()
     check_engine_picture(doc, edges, bad)
     check_named(doc, files, bad)
+    check_cited(root, files, bad)
     check_sizes(root, files, bad)
     for b in bad:
         print(b)

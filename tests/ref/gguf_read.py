@@ -1,6 +1,6 @@
 """A minimal GGUF v2/v3 reader in pure Python + NumPy, the test reference's own.
 
-Written from the public GGUF specification (ggml, docs/gguf.md), independently of the
+Written from the public GGUF specification (gguf.md in ggml's docs), independently of the
 engine's C reader, so that a misreading in one is not silently shared by the other.
 
 File layout (all little-endian):
