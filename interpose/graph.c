@@ -419,15 +419,22 @@ static void rescan_node(CUgraphExec e, CUgraphNode node, const CUDA_KERNEL_NODE_
     pthread_rwlock_unlock(&mvm_interposer.lock);
 }
 
+/* What a node setter returned; the node rescanned when it succeeded. */
+static CUresult rescanned(CUresult r, CUgraphExec e, CUgraphNode node,
+                          const CUDA_KERNEL_NODE_PARAMS *kp, const CUDA_MEMCPY3D *c,
+                          const CUDA_MEMSET_NODE_PARAMS *m)
+{
+    if (r == CUDA_SUCCESS)
+        rescan_node(e, node, kp, c, m);
+    return r;
+}
+
 CUresult hk_cuGraphExecKernelNodeSetParams_v2(CUgraphExec e, CUgraphNode node,
                                               const CUDA_KERNEL_NODE_PARAMS *kp)
 {
     if (!mvm_real_load() || !mvm_real_fn.cuGraphExecKernelNodeSetParams_v2)
         return CUDA_ERROR_NOT_SUPPORTED;
-    CUresult r = mvm_real_fn.cuGraphExecKernelNodeSetParams_v2(e, node, kp);
-    if (r == CUDA_SUCCESS)
-        rescan_node(e, node, kp, NULL, NULL);
-    return r;
+    return rescanned(mvm_real_fn.cuGraphExecKernelNodeSetParams_v2(e, node, kp), e, node, kp, NULL, NULL);
 }
 
 CUresult hk_cuGraphExecMemcpyNodeSetParams(CUgraphExec e, CUgraphNode node,
@@ -435,10 +442,7 @@ CUresult hk_cuGraphExecMemcpyNodeSetParams(CUgraphExec e, CUgraphNode node,
 {
     if (!mvm_real_load() || !mvm_real_fn.cuGraphExecMemcpyNodeSetParams)
         return CUDA_ERROR_NOT_SUPPORTED;
-    CUresult r = mvm_real_fn.cuGraphExecMemcpyNodeSetParams(e, node, c, ctx);
-    if (r == CUDA_SUCCESS)
-        rescan_node(e, node, NULL, c, NULL);
-    return r;
+    return rescanned(mvm_real_fn.cuGraphExecMemcpyNodeSetParams(e, node, c, ctx), e, node, NULL, c, NULL);
 }
 
 CUresult hk_cuGraphExecMemsetNodeSetParams(CUgraphExec e, CUgraphNode node,
@@ -446,10 +450,7 @@ CUresult hk_cuGraphExecMemsetNodeSetParams(CUgraphExec e, CUgraphNode node,
 {
     if (!mvm_real_load() || !mvm_real_fn.cuGraphExecMemsetNodeSetParams)
         return CUDA_ERROR_NOT_SUPPORTED;
-    CUresult r = mvm_real_fn.cuGraphExecMemsetNodeSetParams(e, node, m, ctx);
-    if (r == CUDA_SUCCESS)
-        rescan_node(e, node, NULL, NULL, m);
-    return r;
+    return rescanned(mvm_real_fn.cuGraphExecMemsetNodeSetParams(e, node, m, ctx), e, node, NULL, NULL, m);
 }
 
 /* The generic setter (CUDA 12.2): its kernel, memcpy and memset forms, in the older
