@@ -2,9 +2,10 @@
  * The fused expert tensors of a GGUF file (gguf_scan.h). The layout, as ggml writes it:
  * magic "GGUF", version, tensor count, key count; the keys (name, type, value); the tensor
  * infos (name, dimensions, sizes, type, offset in the data section); padding to
- * general.alignment (32 by default); the data. Keys are skipped but for general.alignment;
- * every count and length is bounded by ggml's limits and by the file's size before it is
- * used, so a corrupt file fails with a reason and never allocates more than it holds.
+ * general.alignment (32 by default); the data. Keys are skipped but for general.alignment
+ * and the experts a token routes to; every count and length is bounded by ggml's limits and
+ * by the file's size before it is used, so a corrupt file fails with a reason and never
+ * allocates more than it holds.
  */
 #define _FILE_OFFSET_BITS 64
 #include "interpose/gguf_scan.h"
@@ -19,6 +20,7 @@
 #define MAX_STRING (64ull << 20) /* ggml's limits */
 #define MAX_ARRAY (64ull << 20)
 #define MAX_NAME 64
+#define MAX_KEY 64 /* the longest key name kept; longer ones are skipped */
 #define MAX_DIMS 4
 #define MIN_TENSOR_BYTES (8 + 4 + 8 + 4 + 8) /* the smallest tensor info */
 enum { T_U32 = 4, T_STR = 8, T_ARR = 9, T_COUNT = 13 };
@@ -82,16 +84,16 @@ static uint64_t str_len(scan *s)
     return s->failed ? 0 : n;
 }
 
-/* Skips one value of `type`; for general.alignment, *align takes its value. */
-static int skip_value(scan *s, uint32_t type, uint32_t *align)
+/* Skips one value of `type`; a u32 goes into *u32 instead when u32 is given. */
+static int skip_value(scan *s, uint32_t type, uint32_t *u32)
 {
     if (type >= T_COUNT)
         return fail(s, "value type %u", type);
     if (type == T_STR)
         return skip(s, str_len(s));
     if (type != T_ARR) {
-        if (align && type == T_U32)
-            return get(s, align, sizeof *align);
+        if (u32 && type == T_U32)
+            return get(s, u32, sizeof *u32);
         return skip(s, type_size[type]);
     }
     uint32_t elem = get_u32(s);
@@ -105,19 +107,29 @@ static int skip_value(scan *s, uint32_t type, uint32_t *align)
     return s->failed ? -1 : 0;
 }
 
-static int skip_keys(scan *s, uint64_t n_kv, uint32_t *alignment)
+static bool ends_with(const char *s, size_t n, const char *suffix)
+{
+    size_t k = strlen(suffix);
+    return n >= k && memcmp(s + n - k, suffix, k) == 0;
+}
+
+/* The keys, skipped but for two: general.alignment (a u32, or the file is refused, as ggml
+ * refuses it) and `<arch>.expert_used_count` (a u32, else ignored: only routing reads it). */
+static int skip_keys(scan *s, uint64_t n_kv, uint32_t *alignment, uint32_t *used)
 {
     for (uint64_t i = 0; i < n_kv && !s->failed; i++) {
         uint64_t len = str_len(s);
-        char key[32] = {0};
-        bool is_align = len == strlen("general.alignment");
-        if (is_align ? get(s, key, len) : skip(s, len))
+        char key[MAX_KEY] = {0};
+        bool kept = len < MAX_KEY; /* names longer than any of the two are skipped */
+        if (kept ? get(s, key, len) : skip(s, len))
             return -1;
-        is_align = is_align && memcmp(key, "general.alignment", len) == 0;
+        bool is_align = len == strlen("general.alignment") &&
+                        memcmp(key, "general.alignment", len) == 0;
+        bool is_used = kept && ends_with(key, len, ".expert_used_count");
         uint32_t type = get_u32(s);
         if (is_align && type != T_U32)
             return fail(s, "general.alignment is not a u32");
-        skip_value(s, type, is_align ? alignment : NULL);
+        skip_value(s, type, is_align ? alignment : is_used ? used : NULL);
     }
     if (!s->failed && (*alignment == 0 || *alignment > MVM_GGUF_MAX_ALIGNMENT ||
                        (*alignment & (*alignment - 1))))
@@ -158,8 +170,8 @@ static int read_tensor(scan *s, tinfo *t)
 }
 
 /* The infos, then the data section's start and each fused tensor's room. */
-static int read_tensors(scan *s, uint64_t n, uint32_t alignment, mvm_gguf_fused **out,
-                        uint32_t *n_out)
+static int read_tensors(scan *s, uint64_t n, uint32_t alignment, uint32_t used,
+                        mvm_gguf_fused **out, uint32_t *n_out)
 {
     if (n > s->size / MIN_TENSOR_BYTES)
         return fail(s, "%llu tensors in %llu bytes", (unsigned long long)n,
@@ -183,7 +195,7 @@ static int read_tensors(scan *s, uint64_t n, uint32_t alignment, mvm_gguf_fused 
             (i + 1 < n && t[i + 1].offset == t[i].offset))
             fail(s, "tensor data at offset %llu", (unsigned long long)t[i].offset);
         else if (t[i].experts)
-            f[k++] = (mvm_gguf_fused){at, end - at, t[i].experts};
+            f[k++] = (mvm_gguf_fused){at, end - at, t[i].experts, used};
     }
     free(t);
     if (s->failed || k == 0) {
@@ -223,9 +235,9 @@ int mvm_gguf_scan_fused(const char *path, mvm_gguf_fused **out, uint32_t *n, cha
     else if (!s.failed && version != 2 && version != 3)
         fail(&s, "GGUF version %u", version);
     uint64_t n_tensors = get_u64(&s), n_kv = get_u64(&s);
-    uint32_t alignment = 32;
-    if (!s.failed && skip_keys(&s, n_kv, &alignment) == 0)
-        read_tensors(&s, n_tensors, alignment, out, n);
+    uint32_t alignment = 32, used = 0;
+    if (!s.failed && skip_keys(&s, n_kv, &alignment, &used) == 0)
+        read_tensors(&s, n_tensors, alignment, used, out, n);
     fclose(s.f);
     return s.failed ? -1 : 0;
 }

@@ -14,13 +14,14 @@
 /* A fused expert tensor: a name with "_exps" (llama.cpp's blk.N.ffn_{gate,up,down,gate_up}
  * _exps.weight) and three dimensions, the experts the outermost. Its data starts at file
  * offset `offset`; `room` bytes follow before the next tensor's data or the end of the
- * file (its size plus the alignment padding). */
+ * file (its size plus the alignment padding). `used` is the experts a token routes to, the
+ * file's `<arch>.expert_used_count` (a u32; 0 when the file has none). */
 /* ggml's largest general.alignment: the padding after a tensor's bytes is shorter. */
 #define MVM_GGUF_MAX_ALIGNMENT (1u << 20)
 
 typedef struct mvm_gguf_fused {
     uint64_t offset, room;
-    uint32_t experts;
+    uint32_t experts, used;
 } mvm_gguf_fused;
 
 /* Scans the GGUF file at `path` (versions 2 and 3): *out (malloc'd, sorted by offset; NULL

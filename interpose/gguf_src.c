@@ -88,11 +88,12 @@ static const range *range_of(uintptr_t p)
     return &ranges[n_ranges++];
 }
 
-uint32_t mvm_gguf_src_experts(const void *src, uint64_t n)
+uint32_t mvm_gguf_src_experts(const void *src, uint64_t n, uint32_t *used)
 {
     pthread_mutex_lock(&lock);
     const range *r = range_of((uintptr_t)src);
     uint32_t experts = 0;
+    *used = 0;
     if (r && r->fused) {
         uint64_t at = r->file_off + ((uintptr_t)src - r->start);
         uint32_t lo = 0, hi = r->n_fused;
@@ -107,8 +108,10 @@ uint32_t mvm_gguf_src_experts(const void *src, uint64_t n)
          * may follow its bytes is all that is left of its room. */
         const mvm_gguf_fused *t = lo < r->n_fused ? &r->fused[lo] : NULL;
         if (t && t->offset == at && n <= t->room && t->room - n < MVM_GGUF_MAX_ALIGNMENT &&
-            n % t->experts == 0)
+            n % t->experts == 0) {
             experts = t->experts;
+            *used = t->used < experts ? t->used : 0;
+        }
     }
     pthread_mutex_unlock(&lock);
     return experts;

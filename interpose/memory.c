@@ -324,14 +324,15 @@ static bool copy_prepare(CUdeviceptr dst, const void *src, size_t n)
     if (o != &a->whole && o->va == dst && o->len == n)
         return true;
     pthread_rwlock_unlock(&mvm_interposer.lock);
-    uint32_t experts = mvm_interposer.routing ? mvm_gguf_src_experts(src, n) : 0;
+    uint32_t used = 0;
+    uint32_t experts = mvm_interposer.routing ? mvm_gguf_src_experts(src, n, &used) : 0;
     pthread_rwlock_wrlock(&mvm_interposer.lock); /* objects change: exclusive, briefly */
     a = mvm_heap_find(dst);
     if (a) {
         mvm_heap_learn(a, dst, n);
         o = mvm_heap_extent(a, dst);
         if (experts && o->va == dst && o->len == n)
-            mvm_slice_declare(o, experts);
+            mvm_slice_declare(o, experts, used);
     }
     pthread_rwlock_unlock(&mvm_interposer.lock);
     pthread_rwlock_rdlock(&mvm_interposer.lock);

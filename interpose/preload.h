@@ -300,6 +300,8 @@ typedef struct mvm_obj {
     uint32_t n_slices;
     uint32_t experts;          /* a fused expert tensor of its GGUF file (gguf_src.c): cut
                                   into these experts; a pointer to its base is routed */
+    uint32_t used;             /* the experts a token routes to, as the file says; 0: not
+                                  given (route.c then reads the ids without knowing it) */
     bool flat;                 /* launches pointed inside it off every page-sized stride */
 } mvm_obj;
 
@@ -427,8 +429,8 @@ void mvm_slice_learn(mvm_obj *o, uint64_t va);
 void mvm_slice_drop(mvm_obj *o);
 /* Cuts o into `experts` equal slices, as its GGUF file declares (gguf_src.c): exact, so no
  * launch pointer refines or flattens them; a slice may be smaller than a page (neighbours
- * then share their boundary pages). */
-void mvm_slice_declare(mvm_obj *o, uint32_t experts);
+ * then share their boundary pages). `used`: the experts a token routes to (0: unknown). */
+void mvm_slice_declare(mvm_obj *o, uint32_t experts, uint32_t used);
 /* The slice of o that va (inside o) points into, or o itself (read lock enough). The base
  * of a declared extent names all of it: kernels handed the base of a fused tensor find
  * their experts through routing ids (route.c resolves those for kernel launches). */
@@ -497,8 +499,10 @@ void mvm_prefetch_forget(void);
 
 /* gguf_src.c: the experts of the fused expert tensor that [src, src + n) holds exactly, when
  * src lies in a mapped GGUF file; 0 otherwise (any thread, no lock; reads /proc/self/maps
- * and the file's header the first time a mapping is seen). */
-uint32_t mvm_gguf_src_experts(const void *src, uint64_t n);
+ * and the file's header the first time a mapping is seen). *used: the experts a token
+ * routes to, from the file's `<arch>.expert_used_count` (0: not given, or not below the
+ * tensor's experts). */
+uint32_t mvm_gguf_src_experts(const void *src, uint64_t n, uint32_t *used);
 
 /* route.c: a kernel launch's objects when routing is on. A pointer to the base of a declared
  * extent (a fused expert tensor) names only the experts the launch's routing ids list: the

@@ -13,11 +13,14 @@
  * tensors) are read, up to 16 KiB each. Which one holds the ids is not known: llama.cpp's
  * live in its compute buffer, where ggml's allocator may have reused the bytes of an input
  * the program copied from the host, so no pointer is ruled out by how its bytes were
- * written. Each is taken as int32 ids: its leading run of values below the tensor's expert
- * count. A decode step's ids are a token's k experts; a batch's are every token's; a pointer
- * that holds no ids (activations: floats, whose bit patterns are no small integers) ends its
- * run at once, or names a few experts needlessly (zeros name expert 0). The launch then
- * names those experts' slices.
+ * written. Each is taken as int32 ids laid out as ggml lays them out: a row of E words (the
+ * tensor's experts) per token, whose first k (the file's expert_used_count) are the token's
+ * experts, distinct and below E; rows are read while they are such. So a decode step's row
+ * names its k experts even where the rest of the row holds the argsort's other experts, and
+ * a pointer that holds no ids (activations: floats, whose bit patterns are no small
+ * integers; zeros, which repeat) names none. A file that gives no k falls back to each
+ * pointer's leading run of values below E, which can name experts needlessly. The launch
+ * then names those experts' slices.
  *
  * Kernels whose ids reach them only through buffers the interposer does not manage (llama.cpp's
  * batched mmq gets per-expert bounds its helper kernel wrote into ggml's pool) find nothing:
@@ -70,22 +73,48 @@ static void emit(void *ctx, uint64_t va)
         s->cand[s->n_cand++] = va;
 }
 
-/* The leading run of ids below max_e in words[0, n), each new one added to r. */
-static void take_ids(mvm_route *r, const int32_t *words, uint32_t n, uint32_t max_e,
-                     uint8_t *seen)
+static void add_id(mvm_route *r, uint32_t v, uint8_t *seen)
 {
-    for (uint32_t w = 0; w < n; w++) {
-        int32_t v = words[w];
-        if (v < 0 || (uint32_t)v >= max_e)
-            return;
-        if (!(seen[v / 8u] & (1u << (v % 8u)))) {
-            seen[v / 8u] |= (uint8_t)(1u << (v % 8u));
-            r->expert[r->n++] = (uint16_t)v;
-        }
+    if (!(seen[v / 8u] & (1u << (v % 8u)))) {
+        seen[v / 8u] |= (uint8_t)(1u << (v % 8u));
+        r->expert[r->n++] = (uint16_t)v;
     }
 }
 
-static void read_ids(mvm_route *r, const scan *s, uint32_t max_e)
+/* Without the file's top-k: the leading run of ids below max_e in words[0, n). */
+static void take_run(mvm_route *r, const int32_t *words, uint32_t n, uint32_t max_e,
+                     uint8_t *seen)
+{
+    for (uint32_t w = 0; w < n && words[w] >= 0 && (uint32_t)words[w] < max_e; w++)
+        add_id(r, (uint32_t)words[w], seen);
+}
+
+/* With it: ggml's layout of the ids, a row of `experts` words per token whose first k are
+ * the token's experts (llama.cpp's top-k is a view of the first k columns of the argsort of
+ * every expert's score; its fused top-k kernel writes just those k of each row). Rows are
+ * taken while their k are distinct ids below `experts`; the rest of a row (the argsort's
+ * other experts, or whatever the fused kernel left there) is never read as ids, so a
+ * decode step names its k experts, not all of them, and a buffer of zeros names none. */
+static void take_rows(mvm_route *r, const int32_t *words, uint32_t n, uint32_t experts,
+                      uint32_t k, uint8_t *seen)
+{
+    for (uint64_t at = 0; at + k <= n; at += experts) {
+        const int32_t *id = words + at;
+        for (uint32_t j = 0; j < k; j++) {
+            if (id[j] < 0 || (uint32_t)id[j] >= experts)
+                return;
+            for (uint32_t i = 0; i < j; i++)
+                if (id[i] == id[j])
+                    return;
+        }
+        for (uint32_t j = 0; j < k; j++)
+            add_id(r, (uint32_t)id[j], seen);
+    }
+}
+
+/* The ids of the launch, from each candidate pointer: as rows of `experts` words when the
+ * file gave the top-k (`used`), else as a leading run of values below `experts`. */
+static void read_ids(mvm_route *r, const scan *s, uint32_t experts, uint32_t used)
 {
     int32_t *words = malloc(ID_WORDS * sizeof *words); /* once per routed launch */
     uint8_t seen[MVM_ROUTE_MAX_EXPERTS / 8] = {0};
@@ -99,8 +128,12 @@ static void read_ids(mvm_route *r, const scan *s, uint32_t max_e)
         mvm_alloc *a = mvm_heap_find(s->cand[i]);
         uint64_t left = a->va + a->bytes - s->cand[i], bytes = ID_WORDS * sizeof *words;
         bytes = (left < bytes ? left : bytes) / sizeof *words * sizeof *words;
-        if (bytes && mvm_real_fn.cuMemcpyDtoH_v2(words, s->cand[i], bytes) == CUDA_SUCCESS)
-            take_ids(r, words, (uint32_t)(bytes / sizeof *words), max_e, seen);
+        if (!bytes || mvm_real_fn.cuMemcpyDtoH_v2(words, s->cand[i], bytes) != CUDA_SUCCESS)
+            continue;
+        if (used)
+            take_rows(r, words, (uint32_t)(bytes / sizeof *words), experts, used, seen);
+        else
+            take_run(r, words, (uint32_t)(bytes / sizeof *words), experts, seen);
     }
     free(words);
     atomic_fetch_add_explicit(&mvm_interposer.routed_reads, 1, memory_order_relaxed);
@@ -123,11 +156,18 @@ void mvm_route_collect(mvm_route *r, CUfunction f, void **params, void **extra,
         mvm_objset_append(set, s.routed, s.n_routed);
         return;
     }
-    uint32_t max_e = 0;
-    for (uint32_t i = 0; i < s.n_routed; i++)
+    /* Rows need one shape: every routed tensor of the launch with the same experts and
+     * top-k (a layer's gate, up and down have), within what a route holds. */
+    uint32_t max_e = 0, used = s.routed[0]->used;
+    for (uint32_t i = 0; i < s.n_routed; i++) {
         max_e = s.routed[i]->experts > max_e ? s.routed[i]->experts : max_e;
+        if (s.routed[i]->used != used || s.routed[i]->experts != s.routed[0]->experts)
+            used = 0;
+    }
+    if (max_e > MVM_ROUTE_MAX_EXPERTS)
+        max_e = MVM_ROUTE_MAX_EXPERTS, used = 0;
     if (!r->read)
-        read_ids(r, &s, max_e < MVM_ROUTE_MAX_EXPERTS ? max_e : MVM_ROUTE_MAX_EXPERTS);
+        read_ids(r, &s, max_e, used);
     if (!r->n) {
         mvm_objset_append(set, s.routed, s.n_routed);
         return;

@@ -51,6 +51,7 @@ void mvm_slice_drop(mvm_obj *o)
     o->n_slices = 0;
     o->stride = 0;
     o->experts = 0;
+    o->used = 0;
 }
 
 /* Cuts o into len / stride slices. The uses counted on the old slices since the last miss
@@ -104,14 +105,17 @@ void mvm_slice_learn(mvm_obj *o, uint64_t va)
                (unsigned long long)off);
 }
 
-void mvm_slice_declare(mvm_obj *o, uint32_t experts)
+void mvm_slice_declare(mvm_obj *o, uint32_t experts, uint32_t used)
 {
-    if (experts < 2 || o->len % experts || o->experts == experts)
+    if (experts < 2 || o->len % experts)
         return;
-    cut(o, o->len / experts);
-    if (o->stride != o->len / experts)
-        return; /* out of memory: the extent stays as it was */
-    o->experts = experts;
-    o->flat = false;
-    mvm_interposer.routed_extents++;
+    if (o->experts != experts) {
+        cut(o, o->len / experts);
+        if (o->stride != o->len / experts)
+            return; /* out of memory: the extent stays as it was */
+        o->experts = experts;
+        o->flat = false;
+        mvm_interposer.routed_extents++;
+    }
+    o->used = used;
 }

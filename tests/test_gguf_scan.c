@@ -49,6 +49,15 @@ static void write_random(const char *path, int round)
     const char *vocab[] = {"a", "bb", "", "dddd"};
     mvm_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", vocab, 4);
     mvm_gguf_writer_set_u32(w, "qwen3moe.expert_count", 8);
+    /* The experts a token routes to: a u32 the scan reads, a string it must ignore, or none;
+     * and a key name longer than the scan keeps, ending the same way. */
+    if (round % 4 == 1)
+        mvm_gguf_writer_set_u32(w, "qwen3moe.expert_used_count", 1 + rnd(8));
+    else if (round % 4 == 2)
+        mvm_gguf_writer_set_str(w, "qwen3moe.expert_used_count", "eight");
+    if (round % 5 == 0)
+        mvm_gguf_writer_set_u32(w, "an.architecture.name.far.longer.than.sixty.four.bytes.of.key"
+                                   ".expert_used_count", 99);
     int n = 1 + (int)rnd(12);
     void *data[16];
     for (int i = 0; i < n; i++) {
@@ -87,7 +96,10 @@ static void compare(const char *path)
     fseek(fp, 0, SEEK_END);
     uint64_t size = (uint64_t)ftell(fp), base = mvm_gguf_data_offset(g);
     fclose(fp);
-    uint32_t want = 0;
+    uint32_t want = 0, used = 0;
+    if (mvm_gguf_find_key(g, "qwen3moe.expert_used_count") >= 0 &&
+        mvm_gguf_get_u32(g, "qwen3moe.expert_used_count", &used) != MVM_OK)
+        used = 0; /* not a number: the scan ignores it */
     for (uint64_t i = 0; i < mvm_gguf_n_tensors(g); i++) {
         const mvm_gguf_tensor *t = mvm_gguf_tensor_at(g, i);
         if (t->n_dims != 3 || !strstr(t->name, "_exps"))
@@ -103,9 +115,9 @@ static void compare(const char *path)
             if (f[k].offset == at) {
                 found = true;
                 CHECK(f[k].experts == t->ne[2] && f[k].room == next - at &&
-                          f[k].room >= t->nbytes,
-                      "%s: %u experts, room %llu (want %llu, %llu bytes)", t->name,
-                      f[k].experts, (unsigned long long)f[k].room,
+                          f[k].room >= t->nbytes && f[k].used == used,
+                      "%s: %u experts (%u used), room %llu (want %u used, %llu, %llu bytes)",
+                      t->name, f[k].experts, f[k].used, (unsigned long long)f[k].room, used,
                       (unsigned long long)(next - at), (unsigned long long)t->nbytes);
             }
         CHECK(found, "%s at %llu not found", t->name, (unsigned long long)at);

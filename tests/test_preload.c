@@ -670,18 +670,22 @@ static void put_str(FILE *f, const char *s)
     put(f, s, n);
 }
 
-/* Writes the file; data_at[i] is tensor i's file offset. */
-static void write_gguf(const char *path, const gtensor *t, int n, uint64_t *data_at)
+/* Writes the file; data_at[i] is tensor i's file offset. used: qwen3moe.expert_used_count,
+ * the experts a token routes to (0: no such key). */
+static void write_gguf(const char *path, const gtensor *t, int n, uint32_t used,
+                       uint64_t *data_at)
 {
     FILE *f = fopen(path, "wb");
     EXPECT(f != NULL);
     if (!f)
         return;
     uint32_t version = 3, u32 = 4 /* type u32 */, str = 8, align = 32;
-    uint64_t n_tensors = (uint64_t)n, n_kv = 2, off = 0;
+    uint64_t n_tensors = (uint64_t)n, n_kv = used ? 3 : 2, off = 0;
     put(f, "GGUF", 4), put(f, &version, 4), put(f, &n_tensors, 8), put(f, &n_kv, 8);
     put_str(f, "general.architecture"), put(f, &str, 4), put_str(f, "qwen3moe");
     put_str(f, "general.alignment"), put(f, &u32, 4), put(f, &align, 4);
+    if (used)
+        put_str(f, "qwen3moe.expert_used_count"), put(f, &u32, 4), put(f, &used, 4);
     for (int i = 0; i < n; i++) {
         uint32_t f32 = 0;
         put_str(f, t[i].name), put(f, &t[i].n_dims, 4), put(f, t[i].ne, 8 * t[i].n_dims);
@@ -705,6 +709,53 @@ static void write_gguf(const char *path, const gtensor *t, int n, uint64_t *data
     EXPECT(fclose(f) == 0);
 }
 
+/* A GGUF file of tensors t[0, n) written to a temporary path, mapped, and each tensor
+ * uploaded into its own allocation w[i] by one copy from the mapping, as llama.cpp loads. */
+typedef struct mapped_gguf {
+    char path[40];
+    uint8_t *map;
+    size_t bytes;
+    uint64_t at[4];
+} mapped_gguf;
+
+static void upload_gguf(mapped_gguf *m, const gtensor *t, int n, uint32_t used,
+                        CUdeviceptr *w)
+{
+    snprintf(m->path, sizeof m->path, "/tmp/test_preload_routed_XXXXXX");
+    int fd = mkstemp(m->path);
+    EXPECT(fd >= 0);
+    close(fd);
+    write_gguf(m->path, t, n, used, m->at);
+    FILE *f = fopen(m->path, "rb");
+    EXPECT(f != NULL);
+    fseek(f, 0, SEEK_END);
+    m->bytes = (size_t)ftell(f);
+    m->map = mmap(NULL, m->bytes, PROT_READ, MAP_PRIVATE, fileno(f), 0);
+    fclose(f);
+    EXPECT(m->map != MAP_FAILED);
+    for (int i = 0; i < n; i++) {
+        CU_OK(cu.MemAlloc(&w[i], gtensor_bytes(&t[i])));
+        CU_OK(cu.MemcpyHtoD(w[i], m->map + m->at[i], gtensor_bytes(&t[i])));
+    }
+}
+
+static void unmap_gguf(mapped_gguf *m)
+{
+    munmap(m->map, m->bytes);
+    unlink(m->path);
+}
+
+/* Writes one token's ids row into `ids` (device memory, through a kernel as the router's
+ * top-k would): the row's 16 words, e[0, k) first. */
+static void write_ids_row(CUfunction copy, CUdeviceptr ids, CUdeviceptr staging,
+                          const int32_t row[16])
+{
+    uint64_t bytes = 16 * sizeof *row;
+    CU_OK(cu.MemcpyHtoD(staging, row, bytes));
+    void *copy_params[] = {&ids, &staging, &bytes};
+    CU_OK(cu.LaunchKernel(copy, 1, 1, 1, 1, 1, 1, 0, NULL, copy_params, NULL));
+}
+
 /* fk_routed_sum over the k experts whose ids the kernel reads from `ids` (device memory);
  * out[0..k) checked against the expected sums of tensor `tensor`. */
 static void routed_sums(CUfunction routed, CUdeviceptr out, CUdeviceptr w, CUdeviceptr ids,
@@ -721,44 +772,31 @@ static void routed_sums(CUfunction routed, CUdeviceptr out, CUdeviceptr w, CUdev
 
 /* llama.cpp's decode under MOEVM_GPU_BUDGET=12M: two fused expert tensors of 16 experts
  * (1 MiB experts, half a page, and 1.5 MiB ones), 16 and 24 MiB, and a 2 MiB attention
- * weight, each uploaded by one copy from the mapped GGUF file. Every "token" a kernel writes
- * two expert ids into a managed buffer (after them, words that are no ids), and routed
- * kernels handed each tensor's base read them on the device. With MOEVM_PRELOAD_ROUTING on
- * (the default) the interposer reads the ids first and loads only those experts, so every
- * kernel reads device memory; off, each tensor is one object larger than the budget and
- * kernels read the host. The interposer's reads failing (the tensor is named whole), a
- * capture of a routed launch (no ids read: the capture must stay valid) and a copy of the
- * same bytes from ordinary memory (not a file: not cut) follow.
+ * weight, each uploaded by one copy from the mapped GGUF file, which says a token routes to
+ * K = 2 experts. Every "token" a kernel writes a row of 16 expert ids into a managed buffer
+ * as llama.cpp's top-k leaves it (the argsort of all 16 experts, the token's two first), and
+ * routed kernels handed each tensor's base read the first two on the device. With
+ * MOEVM_PRELOAD_ROUTING on (the default) the interposer reads the ids first and loads only
+ * those experts, so every kernel reads device memory; off, each tensor is one object larger
+ * than the budget and kernels read the host. The interposer's reads failing (the tensor is
+ * named whole), a capture of a routed launch (no ids read: the capture must stay valid), a
+ * file that gives no top-k (the ids then a leading run: two ids, then words that are no
+ * ids) and a copy of the same bytes from ordinary memory (not a file: not cut) follow.
  * test_preload.sh checks the report's counts. */
 SCENARIO void scenario_routed(void)
 {
-    enum { TOKENS = 30, K = 2 };
+    enum { TOKENS = 30, K = 2, E = 16 };
     const char *env = getenv("MOEVM_PRELOAD_ROUTING");
     bool routing = !env || strcmp(env, "off") != 0;
     static const gtensor t[] = {
-        {"blk.0.ffn_up_exps.weight", 3, {512, 512, 16}},
-        {"blk.0.ffn_down_exps.weight", 3, {768, 512, 16}},
+        {"blk.0.ffn_up_exps.weight", 3, {512, 512, E}},
+        {"blk.0.ffn_down_exps.weight", 3, {768, 512, E}},
         {"blk.0.attn_q.weight", 2, {1024, 512, 1}},
     };
-    char path[] = "/tmp/test_preload_routed_XXXXXX";
-    int fd = mkstemp(path);
-    EXPECT(fd >= 0);
-    close(fd);
-    uint64_t at[3];
-    write_gguf(path, t, 3, at);
-    FILE *f = fopen(path, "rb");
-    EXPECT(f != NULL);
-    fseek(f, 0, SEEK_END);
-    size_t file_bytes = (size_t)ftell(f);
-    uint8_t *map = mmap(NULL, file_bytes, PROT_READ, MAP_PRIVATE, fileno(f), 0);
-    fclose(f);
-    EXPECT(map != MAP_FAILED);
+    mapped_gguf file;
     CUdeviceptr w[3];
-    for (int i = 0; i < 3; i++) {
-        CU_OK(cu.MemAlloc(&w[i], gtensor_bytes(&t[i])));
-        CU_OK(cu.MemcpyHtoD(w[i], map + at[i], gtensor_bytes(&t[i])));
-    }
-    const uint64_t up = gtensor_bytes(&t[0]) / 16, down = gtensor_bytes(&t[1]) / 16;
+    upload_gguf(&file, t, 3, K, w);
+    const uint64_t up = gtensor_bytes(&t[0]) / E, down = gtensor_bytes(&t[1]) / E;
 
     CUfunction routed = fake_kernel("fk_routed_sum"), copy = fake_kernel("fk_copy");
     CUfunction fill = fake_kernel("fk_fill_u32"), sum = fake_kernel("fk_sum_u32");
@@ -781,17 +819,14 @@ SCENARIO void scenario_routed(void)
 
     fakecuda_reset_counters();
     uint32_t rng = 777;
+    int32_t row[E];
     for (int tok = 0; tok < TOKENS; tok++) {
-        int32_t e[K];
         rng = rng * 1103515245u + 12345u;
-        e[0] = (int32_t)((rng >> 16) % 16);
-        e[1] = (int32_t)((e[0] + 1 + (rng >> 8) % 15) % 16);
-        uint64_t bytes = sizeof e;
-        CU_OK(cu.MemcpyHtoD(staging, e, sizeof e));
-        void *copy_params[] = {&ids, &staging, &bytes};
-        CU_OK(cu.LaunchKernel(copy, 1, 1, 1, 1, 1, 1, 0, NULL, copy_params, NULL));
-        routed_sums(routed, out, w[0], ids, e, K, up, 0, NULL);
-        routed_sums(routed, out, w[1], ids, e, K, down, 1, NULL);
+        for (int j = 0; j < E; j++) /* a rotation of all experts: an argsort's row */
+            row[j] = (int32_t)(((rng >> 16) + (uint32_t)j * ((rng >> 8) % 2 ? 1 : 15)) % E);
+        write_ids_row(copy, ids, staging, row);
+        routed_sums(routed, out, w[0], ids, row, K, up, 0, NULL);
+        routed_sums(routed, out, w[1], ids, row, K, down, 1, NULL);
     }
     EXPECT(routing ? fakecuda_kernel_bytes(1) == 0 : fakecuda_kernel_bytes(1) > 0);
 
@@ -799,14 +834,11 @@ SCENARIO void scenario_routed(void)
      * launch names the tensor whole, and the kernel still reads the right experts. */
     static const char *const fault[] = {"cuStreamSynchronize:1", "cuMemcpyDtoH:1"};
     for (int i = 0; routing && i < 2; i++) {
-        int32_t e[K] = {3, 12 + i};
-        uint64_t bytes = sizeof e;
-        CU_OK(cu.MemcpyHtoD(staging, e, sizeof e));
-        void *copy_params[] = {&ids, &staging, &bytes};
-        CU_OK(cu.LaunchKernel(copy, 1, 1, 1, 1, 1, 1, 0, NULL, copy_params, NULL));
+        row[0] = 3, row[1] = 12 + i;
+        write_ids_row(copy, ids, staging, row);
         unsigned long syncs = fakecuda_calls("cuStreamSynchronize");
         EXPECT(fakecuda_set_fail(fault[i]) == 0);
-        routed_sums(routed, out, w[0], ids, e, K, up, 0, NULL);
+        routed_sums(routed, out, w[0], ids, row, K, up, 0, NULL);
         fakecuda_set_fail("");
         EXPECT(fakecuda_calls("cuStreamSynchronize") > syncs);
     }
@@ -834,15 +866,31 @@ SCENARIO void scenario_routed(void)
     CU_OK(cu.GraphExecDestroy(x));
     CU_OK(cu.GraphDestroy(g));
 
+    /* A file that does not say how many experts a token routes to: the ids are each
+     * pointer's leading run of values below 16, here the two a token's row starts with. */
+    mapped_gguf other;
+    CUdeviceptr w_other;
+    upload_gguf(&other, t, 1, 0, &w_other);
+    fakecuda_reset_counters();
+    for (int tok = 0; tok < 4; tok++) {
+        for (int j = 0; j < E; j++)
+            row[j] = (int32_t)not_ids;
+        row[0] = 2 * tok, row[1] = 2 * tok + 9;
+        write_ids_row(copy, ids, staging, row);
+        routed_sums(routed, out, w_other, ids, row, K, up, 0, NULL);
+    }
+    EXPECT(routing ? fakecuda_kernel_bytes(1) == 0 : fakecuda_kernel_bytes(1) > 0);
+    CU_OK(cu.MemFree(w_other)); /* room under MOEVM_OVERSUBSCRIBE for the copy below */
+    unmap_gguf(&other);
+
     /* The same bytes from ordinary memory name no file: that tensor is not cut. */
     uint8_t *plain = malloc(gtensor_bytes(&t[0]));
-    memcpy(plain, map + at[0], gtensor_bytes(&t[0]));
+    memcpy(plain, file.map + file.at[0], gtensor_bytes(&t[0]));
     CUdeviceptr copy_of_up;
     CU_OK(cu.MemAlloc(&copy_of_up, gtensor_bytes(&t[0])));
     CU_OK(cu.MemcpyHtoD(copy_of_up, plain, gtensor_bytes(&t[0])));
     free(plain);
-    munmap(map, file_bytes);
-    unlink(path);
+    unmap_gguf(&file);
     /* the tensors stay allocated: the report counts their objects at exit */
 }
 

@@ -241,9 +241,11 @@ fi
 
 # Routed experts: the two fused tensors uploaded from the GGUF mapping are cut into their 16
 # experts (the attention weight and the copy from ordinary memory are not); every one of the
-# 60 routed launches reads its two ids and loads only those experts, and the two whose reads
-# fail name the tensor whole. Off, nothing is cut and each launch moves as much of the whole
-# tensor as fits.
+# 60 routed launches reads its two ids (the first two of a row that lists all 16 experts)
+# and loads only those experts, and the two whose reads fail name the tensor whole; a third
+# tensor, from a file that gives no top-k (freed before exit), is cut too, and its 4 launches
+# read two ids each from a leading run. Off, nothing is cut and each launch moves as much of
+# the whole tensor as fits.
 if run "report routed" 0 "${routed_budget[@]}" MOEVM_REPORT="$tmp/routed.json" -- routed.link &&
    run "routed routing off" 0 "${routed_budget[@]}" MOEVM_PRELOAD_ROUTING=off \
        MOEVM_REPORT="$tmp/routed_off.json" -- routed.link; then
@@ -252,8 +254,8 @@ import json, sys
 on, off = (json.load(open(p)) for p in sys.argv[1:3])
 ok = (on["options"]["routing"] is True and off["options"]["routing"] is False and
       on["objects"] == {"extents": 5, "sliced": 2, "slices": 32, "routed": 2, "flat": 0} and
-      on["routing"]["declared"] == 2 and on["routing"]["reads"] == 62 and
-      on["routing"]["experts"] == 120 and on["routing"]["whole"] == 2 and
+      on["routing"]["declared"] == 3 and on["routing"]["reads"] == 66 and
+      on["routing"]["experts"] == 128 and on["routing"]["whole"] == 2 and
       off["objects"]["routed"] == 0 and off["routing"]["reads"] == 0 and
       on["moves"]["pages_in"] * 2 < off["moves"]["pages_in"])
 print(("ok  " if ok else "FAIL") + " report routed: objects %s, routing %s, pages in %d (off: %d)" %
