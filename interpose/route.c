@@ -18,9 +18,10 @@
  * experts, distinct and below E; rows are read while they are such. So a decode step's row
  * names its k experts even where the rest of the row holds the argsort's other experts, and
  * a pointer that holds no ids (activations: floats, whose bit patterns are no small
- * integers; zeros, which repeat) names none. A file that gives no k falls back to each
- * pointer's leading run of values below E, which can name experts needlessly. The launch
- * then names those experts' slices.
+ * integers; zeros, which repeat) names none. The first pointer that holds ids is the
+ * launch's (read_ids says why). A file that gives no k falls back to each pointer's leading
+ * run of values below E, which can name experts needlessly. The launch then names those
+ * experts' slices.
  *
  * Kernels whose ids reach them only through buffers the interposer does not manage (llama.cpp's
  * batched mmq gets per-expert bounds its helper kernel wrote into ggml's pool) find nothing:
@@ -112,8 +113,12 @@ static void take_rows(mvm_route *r, const int32_t *words, uint32_t n, uint32_t e
     }
 }
 
-/* The ids of the launch, from each candidate pointer: as rows of `experts` words when the
- * file gave the top-k (`used`), else as a leading run of values below `experts`. */
+/* The ids of the launch: the first candidate pointer, in parameter order, whose words are
+ * ids, read as rows of `experts` words when the file gave the top-k (`used`), else as a
+ * leading run of values below `experts`. The first, because ggml's kernels take their ids
+ * before their output (mul_mat_vec_q, mul_mat_vec_f and mul_mat_f: weights, activations,
+ * ids, ..., output), and an output's bytes are the compute buffer's reused ones, which may
+ * still hold an earlier layer's ids. */
 static void read_ids(mvm_route *r, const scan *s, uint32_t experts, uint32_t used)
 {
     int32_t *words = malloc(ID_WORDS * sizeof *words); /* once per routed launch */
@@ -124,12 +129,14 @@ static void read_ids(mvm_route *r, const scan *s, uint32_t experts, uint32_t use
     bool synced = words && s->n_cand && mvm_real_fn.cuStreamSynchronize &&
                   mvm_real_fn.cuMemcpyDtoH_v2 &&
                   mvm_real_fn.cuStreamSynchronize(r->stream) == CUDA_SUCCESS;
-    for (uint32_t i = 0; synced && i < s->n_cand; i++) {
+    for (uint32_t i = 0; synced && i < s->n_cand && !r->n; i++) {
         mvm_alloc *a = mvm_heap_find(s->cand[i]);
         uint64_t left = a->va + a->bytes - s->cand[i], bytes = ID_WORDS * sizeof *words;
         bytes = (left < bytes ? left : bytes) / sizeof *words * sizeof *words;
-        if (!bytes || mvm_real_fn.cuMemcpyDtoH_v2(words, s->cand[i], bytes) != CUDA_SUCCESS)
+        if (!bytes)
             continue;
+        if (mvm_real_fn.cuMemcpyDtoH_v2(words, s->cand[i], bytes) != CUDA_SUCCESS)
+            break; /* a later pointer might be the output's stale bytes: name it whole */
         if (used)
             take_rows(r, words, (uint32_t)(bytes / sizeof *words), experts, used, seen);
         else

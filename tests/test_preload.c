@@ -756,16 +756,20 @@ static void write_ids_row(CUfunction copy, CUdeviceptr ids, CUdeviceptr staging,
     CU_OK(cu.LaunchKernel(copy, 1, 1, 1, 1, 1, 1, 0, NULL, copy_params, NULL));
 }
 
-/* fk_routed_sum over the k experts whose ids the kernel reads from `ids` (device memory);
- * out[0..k) checked against the expected sums of tensor `tensor`. */
+/* fk_routed_sum over the k experts whose ids the kernel reads from `ids` (device memory),
+ * into the next 64 bytes of `out` not written yet (its bytes before the launch are whatever
+ * the buffer held, as an output's in llama.cpp's compute buffer); checked against the
+ * expected sums of tensor `tensor`. */
 static void routed_sums(CUfunction routed, CUdeviceptr out, CUdeviceptr w, CUdeviceptr ids,
                         const int32_t *expert, uint32_t k, uint64_t bytes, int tensor,
                         CUstream s)
 {
-    void *params[] = {&out, &w, &ids, &k, &bytes};
+    static uint32_t slot;
+    CUdeviceptr dst = out + 64 * (slot++ % 1024);
+    void *params[] = {&w, &ids, &dst, &k, &bytes};
     EXPECT(cu.LaunchKernel(routed, 1, k, 1, 1, 1, 1, 0, s, params, NULL) == CUDA_SUCCESS);
     uint64_t got[8] = {0};
-    CU_OK(cu.MemcpyDtoH(got, out, k * sizeof *got));
+    CU_OK(cu.MemcpyDtoH(got, dst, k * sizeof *got));
     for (uint32_t j = 0; j < k; j++)
         EXPECT(got[j] == expected_sum(tensor, expert[j], bytes, 0));
 }
@@ -782,6 +786,8 @@ static void routed_sums(CUfunction routed, CUdeviceptr out, CUdeviceptr w, CUdev
  * named whole), a capture of a routed launch (no ids read: the capture must stay valid), a
  * file that gives no top-k (the ids then a leading run: two ids, then words that are no
  * ids) and a copy of the same bytes from ordinary memory (not a file: not cut) follow.
+ * Every kernel writes its sums where an earlier layer's ids lie (ggml's allocator reuses
+ * bytes so), after its ids in its parameters: those must not be read as the launch's.
  * test_preload.sh checks the report's counts. */
 SCENARIO void scenario_routed(void)
 {
@@ -803,11 +809,19 @@ SCENARIO void scenario_routed(void)
     CUdeviceptr ids, staging, out;
     CU_OK(cu.MemAlloc(&ids, 2 * MiB)); /* managed, as llama.cpp's compute buffer */
     CU_OK(cu.MemAlloc(&staging, 64));  /* native */
-    CU_OK(cu.MemAlloc(&out, 4096));
+    CU_OK(cu.MemAlloc(&out, 2 * MiB)); /* managed too */
     uint32_t not_ids = 0xbf800000u;    /* -1.0f, as an activation */
     uint64_t n_words = 2 * MiB / 4;
     void *fill_params[] = {&ids, &not_ids, &n_words};
     CU_OK(cu.LaunchKernel(fill, 1, 1, 1, 1, 1, 1, 0, NULL, fill_params, NULL));
+    /* The outputs' bytes hold an earlier layer's ids, as the compute buffer's reused bytes
+     * may: rows that start with experts 5 and 6. The kernel takes its ids before its output
+     * (as ggml's kernels do), and those are the launch's. */
+    int32_t *stale = malloc(64 * 1024);
+    for (int j = 0; stale && j < 16 * 1024; j++)
+        stale[j] = (5 + j) % E;
+    CU_OK(cu.MemcpyHtoD(out, stale, 64 * 1024));
+    free(stale);
     /* An input the program copies from the host into the bytes the ids reuse later, as
      * ggml's allocator does in llama.cpp's compute buffer: no pointer is ruled out by it. */
     uint32_t input[1024];
@@ -852,7 +866,7 @@ SCENARIO void scenario_routed(void)
     CU_OK(cu.StreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
     uint32_t k = K;
     uint64_t bytes = up;
-    void *params[] = {&out, &w[0], &ids, &k, &bytes};
+    void *params[] = {&w[0], &ids, &out, &k, &bytes};
     CU_OK(cu.LaunchKernel(routed, 1, k, 1, 1, 1, 1, 0, s, params, NULL));
     CU_OK(cu.StreamEndCapture(s, &g));
     CU_OK(cu.GraphInstantiate(&x, g, 0));

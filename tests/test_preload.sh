@@ -242,7 +242,8 @@ fi
 # Routed experts: the two fused tensors uploaded from the GGUF mapping are cut into their 16
 # experts (the attention weight and the copy from ordinary memory are not); every one of the
 # 60 routed launches reads its two ids (the first two of a row that lists all 16 experts)
-# and loads only those experts, and the two whose reads fail name the tensor whole; a third
+# from the first pointer that holds ids (not the output, whose bytes hold stale ids) and
+# loads only those experts, and the two whose reads fail name the tensor whole; a third
 # tensor, from a file that gives no top-k (freed before exit), is cut too, and its 4 launches
 # read two ids each from a leading run. Off, nothing is cut and each launch moves as much of
 # the whole tensor as fits.
@@ -253,7 +254,7 @@ if run "report routed" 0 "${routed_budget[@]}" MOEVM_REPORT="$tmp/routed.json" -
 import json, sys
 on, off = (json.load(open(p)) for p in sys.argv[1:3])
 ok = (on["options"]["routing"] is True and off["options"]["routing"] is False and
-      on["objects"] == {"extents": 5, "sliced": 2, "slices": 32, "routed": 2, "flat": 0} and
+      on["objects"] == {"extents": 6, "sliced": 2, "slices": 32, "routed": 2, "flat": 1} and
       on["routing"]["declared"] == 3 and on["routing"]["reads"] == 66 and
       on["routing"]["experts"] == 128 and on["routing"]["whole"] == 2 and
       off["objects"]["routed"] == 0 and off["routing"]["reads"] == 0 and

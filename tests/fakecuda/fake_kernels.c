@@ -12,10 +12,11 @@
  *   fk_scale_f32(CUdeviceptr x, float a, uint64_t n)            x[i] *= a
  *   fk_copy_args(struct { CUdeviceptr dst, src; uint64_t bytes; } a)   one 24-byte parameter,
  *               as PyTorch passes its tensors (Array<char *, N>) and CUTLASS its Params
- *   fk_routed_sum(CUdeviceptr out, CUdeviceptr w, CUdeviceptr ids, uint32_t k, uint64_t bytes)
+ *   fk_routed_sum(CUdeviceptr w, CUdeviceptr ids, CUdeviceptr out, uint32_t k, uint64_t bytes)
  *               out[j] (uint64_t) = sum of the uint32_t words of expert ids[j] (int32_t, read
  *               from device memory) of the fused tensor w, experts of `bytes` each, j < k <= 8:
- *               handed the tensor's base, as llama.cpp's mul_mat_vec_q with `ids`
+ *               handed the tensor's base, the ids, then the output, as llama.cpp's
+ *               mul_mat_vec_q is
  * and, under the name and signature of libmoevm's own kernel (vmm/digest.cu), the page digest
  * of vmm/digest.h, so the cuda backend's clean evictions run here as on a GPU:
  *   mvm_digest_pages (mvm_digest_args a)   one 56-byte parameter (vmm/digest.h)
@@ -225,26 +226,26 @@ static void digest_run(const uint64_t *p)
 static int routed_ranges(const uint64_t *p, struct fk_access *acc)
 {
     size_t host_numa;
-    uint64_t k = p[3], bytes = p[4];
-    const int32_t *ids = (const int32_t *)(uintptr_t)p[2];
-    if (k > FK_ROUTED_MAX || p[2] % sizeof *ids ||
-        !fk_device_range(p[2], k * sizeof *ids, CU_MEM_ACCESS_FLAGS_PROT_READ, &host_numa))
+    uint64_t w = p[0], at = p[1], out = p[2], k = p[3], bytes = p[4];
+    const int32_t *ids = (const int32_t *)(uintptr_t)at;
+    if (k > FK_ROUTED_MAX || at % sizeof *ids ||
+        !fk_device_range(at, k * sizeof *ids, CU_MEM_ACCESS_FLAGS_PROT_READ, &host_numa))
         return -1;
-    acc[0] = rw(p[0], k * sizeof(uint64_t), sizeof(uint64_t));
-    acc[1] = ro(p[2], k * sizeof *ids, sizeof *ids);
+    acc[0] = rw(out, k * sizeof(uint64_t), sizeof(uint64_t));
+    acc[1] = ro(at, k * sizeof *ids, sizeof *ids);
     for (uint64_t j = 0; j < k; j++) {
         if (ids[j] < 0 || (uint64_t)ids[j] > UINT64_MAX / (bytes ? bytes : 1) - 1) return -1;
-        acc[2 + j] = ro(p[1] + (uint64_t)ids[j] * bytes, bytes, sizeof(uint32_t));
+        acc[2 + j] = ro(w + (uint64_t)ids[j] * bytes, bytes, sizeof(uint32_t));
     }
     return (int)(2 + k);
 }
 
 static void routed_run(const uint64_t *p)
 {
-    uint64_t *out = (uint64_t *)(uintptr_t)p[0];
-    const int32_t *ids = (const int32_t *)(uintptr_t)p[2];
+    const int32_t *ids = (const int32_t *)(uintptr_t)p[1];
+    uint64_t *out = (uint64_t *)(uintptr_t)p[2];
     for (uint64_t j = 0; j < p[3]; j++) {
-        const uint32_t *e = (const uint32_t *)(uintptr_t)(p[1] + (uint64_t)ids[j] * p[4]);
+        const uint32_t *e = (const uint32_t *)(uintptr_t)(p[0] + (uint64_t)ids[j] * p[4]);
         uint64_t sum = 0;
         for (uint64_t i = 0; i < p[4] / sizeof *e; i++) sum += e[i];
         out[j] = sum;
