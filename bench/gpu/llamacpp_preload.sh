@@ -16,7 +16,8 @@
 # The GPU memory of each run is the most nvidia-smi saw its process use. One line per run,
 #   RESULT preload model=qwen3-30b-a3b type=q8_0 budget=50 engine=moevm-preload graphs=off
 #          vram_mib=20480 tg128=35.2 same_tokens=yes routing_reads=6144 routing_ms=120.5
-#          hit_rate=0.61                                     (printed on one line)
+#          declared=144 routing_whole=0 experts_per_read=8.00 hit_rate=0.912 misses=512
+#                                                            (printed on one line)
 # (engine moevm-preload, or llama.cpp with n_cpu_moe=N), the MOEVM_REPORTs and the log in
 # $OUT (or $WORK). REPS (3), GEN_TOKENS (32), THREADS (the machine's cores), WORK
 # (/tmp/moevm-offload, shared with llamacpp.sh: the models are made once).
@@ -35,7 +36,9 @@ prompt="The experts of a mixture-of-experts model"
 
 die() { echo "llamacpp_preload.sh: $*" >&2; exit 1; }
 
-# The report's digest: "routing_reads=.. routing_ms=.. hit_rate=..".
+# The report's digest: "routing_reads=.. routing_ms=.. ... hit_rate=..". experts_per_read
+# is what the ids reads named on average: the model's top-k when they read ggml's rows right
+# (the reads that found none, routing_whole, left out).
 digest() {
     python3 - "$1" <<'PYEOF'
 import json, sys
@@ -43,9 +46,12 @@ try:
     r = json.load(open(sys.argv[1]))
 except (OSError, ValueError):
     print("report=missing"); sys.exit(0)
-print("routing_reads=%d routing_ms=%.1f declared=%d hit_rate=%.3f misses=%d" %
-      (r["routing"]["reads"], r["routing"]["ns"] / 1e6, r["routing"]["declared"],
-       r["launches"]["hit_rate"], r["moves"]["misses"]))
+g = r["routing"]
+found = g["reads"] - g["whole"]
+print("routing_reads=%d routing_ms=%.1f declared=%d routing_whole=%d experts_per_read=%.2f "
+      "hit_rate=%.3f misses=%d" %
+      (g["reads"], g["ns"] / 1e6, g["declared"], g["whole"],
+       g["experts"] / found if found else 0.0, r["launches"]["hit_rate"], r["moves"]["misses"]))
 PYEOF
 }
 
