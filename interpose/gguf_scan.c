@@ -46,10 +46,14 @@ static int fail(scan *s, const char *fmt, ...)
     return -1;
 }
 
+/* Reads n bytes into p; on failure p is zeros (a short read must not leave half a value
+ * for a caller to act on). */
 static int get(scan *s, void *p, size_t n)
 {
-    if (s->failed || fread(p, 1, n, s->f) != n)
+    if (s->failed || fread(p, 1, n, s->f) != n) {
+        memset(p, 0, n);
         return fail(s, "truncated at byte %lld", (long long)ftello(s->f));
+    }
     return 0;
 }
 
@@ -156,7 +160,9 @@ static int read_tensor(scan *s, tinfo *t)
         return fail(s, "a tensor name of %llu bytes", (unsigned long long)len);
     get(s, name, len);
     uint32_t n_dims = get_u32(s);
-    if (!s->failed && (n_dims == 0 || n_dims > MAX_DIMS))
+    if (s->failed)
+        return -1;
+    if (n_dims == 0 || n_dims > MAX_DIMS)
         return fail(s, "tensor '%s' has %u dimensions", name, n_dims);
     uint64_t ne[MAX_DIMS] = {1, 1, 1, 1};
     for (uint32_t d = 0; d < n_dims; d++)
@@ -207,26 +213,12 @@ static int read_tensors(scan *s, uint64_t n, uint32_t alignment, uint32_t used,
     return s->failed ? -1 : 0;
 }
 
-int mvm_gguf_scan_fused(const char *path, mvm_gguf_fused **out, uint32_t *n, char *err,
-                        size_t cap)
+int mvm_gguf_scan_fused_stream(FILE *f, uint64_t size, mvm_gguf_fused **out, uint32_t *n,
+                               char *err, size_t cap)
 {
     *out = NULL;
     *n = 0;
-    scan s = {.err = err, .cap = cap};
-    struct stat st;
-    /* Only regular files are opened: the mappings a program has include device files (the
-     * driver's pinned memory comes from /dev/nvidiactl), which must not be read. */
-    if (stat(path, &st) != 0)
-        return fail(&s, "cannot open it");
-    if (!S_ISREG(st.st_mode))
-        return fail(&s, "not a regular file");
-    s.f = fopen(path, "rb");
-    if (!s.f || fstat(fileno(s.f), &st) != 0) {
-        if (s.f)
-            fclose(s.f);
-        return fail(&s, "cannot open it");
-    }
-    s.size = (uint64_t)st.st_size;
+    scan s = {.f = f, .size = size, .err = err, .cap = cap};
     char magic[4] = {0};
     get(&s, magic, sizeof magic);
     uint32_t version = get_u32(&s);
@@ -238,6 +230,29 @@ int mvm_gguf_scan_fused(const char *path, mvm_gguf_fused **out, uint32_t *n, cha
     uint32_t alignment = 32, used = 0;
     if (!s.failed && skip_keys(&s, n_kv, &alignment, &used) == 0)
         read_tensors(&s, n_tensors, alignment, used, out, n);
-    fclose(s.f);
     return s.failed ? -1 : 0;
+}
+
+int mvm_gguf_scan_fused(const char *path, mvm_gguf_fused **out, uint32_t *n, char *err,
+                        size_t cap)
+{
+    *out = NULL;
+    *n = 0;
+    struct stat st;
+    /* Only regular files are opened: the mappings a program has include device files (the
+     * driver's pinned memory comes from /dev/nvidiactl), which must not be read. */
+    const char *why = stat(path, &st) != 0 ? "cannot open it"
+                      : !S_ISREG(st.st_mode) ? "not a regular file" : NULL;
+    FILE *f = why ? NULL : fopen(path, "rb");
+    if (!why && (!f || fstat(fileno(f), &st) != 0))
+        why = "cannot open it";
+    if (why) {
+        if (f)
+            fclose(f);
+        snprintf(err, cap, "%s", why);
+        return -1;
+    }
+    int rc = mvm_gguf_scan_fused_stream(f, (uint64_t)st.st_size, out, n, err, cap);
+    fclose(f);
+    return rc;
 }

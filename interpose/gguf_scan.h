@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* A fused expert tensor: a name with "_exps" (llama.cpp's blk.N.ffn_{gate,up,down,gate_up}
  * _exps.weight) and three dimensions, the experts the outermost. Its data starts at file
@@ -30,5 +31,8 @@ typedef struct mvm_gguf_fused {
  * the parts scanned). */
 int mvm_gguf_scan_fused(const char *path, mvm_gguf_fused **out, uint32_t *n, char *err,
                         size_t cap);
+/* The same over an open stream of `size` bytes from its start (the fuzzer's fmemopen). */
+int mvm_gguf_scan_fused_stream(FILE *f, uint64_t size, mvm_gguf_fused **out, uint32_t *n,
+                               char *err, size_t cap);
 
 #endif

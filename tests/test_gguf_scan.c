@@ -162,6 +162,13 @@ static void corrupt(const char *path, const char *scratch)
     long header = size < 4096 ? size : 4096; /* the scan never reads past the infos */
     for (long cut = 0; cut < header; cut++)
         scan_bytes(scratch, bytes, (size_t)cut, "cut at", cut);
+    /* The same cuts with the last byte left made large: a value read short must count for
+     * nothing (a dimension count of 0xff.. half read once indexed past the dimensions). */
+    for (long cut = 1; cut < header; cut++) {
+        memcpy(copy, bytes, (size_t)cut);
+        copy[cut - 1] = 0xff;
+        scan_bytes(scratch, copy, (size_t)cut, "cut, last byte 0xff, at", cut);
+    }
     for (long round = 0; round < 3000; round++) {
         memcpy(copy, bytes, (size_t)size);
         for (int k = 0, m = 1 + (int)rnd(4); k < m; k++)

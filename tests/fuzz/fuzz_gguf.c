@@ -3,12 +3,21 @@
  * accessor on every key and tensor, touching every byte they point to, so that ASan sees
  * any pointer the reader hands out past the input. What the reader promises once a file
  * opened (see gguf.h) is checked too, and a broken promise traps.
+ *
+ * The interposer's own scan of the same bytes (interpose/gguf_scan.c, which reads a
+ * program's model file with plain stdio) runs on every input too: it must never fail
+ * memory-wise, and on a file the reader accepts it must accept it and list exactly the
+ * fused expert tensors the reader has, at the same offsets, with the same experts and the
+ * top-k of the last `*.expert_used_count` u32 key it keeps (a name under 64 bytes).
  */
+#define _GNU_SOURCE /* fmemopen */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/gguf/gguf.h"
+#include "interpose/gguf_scan.h"
 
 static const uint8_t *lo, *hi; /* the input */
 static volatile uint8_t sink;  /* keeps the touching reads */
@@ -69,13 +78,68 @@ static void walk_array(const mvm_gguf *g, uint64_t k)
         touch(s.ptr, s.len);
 }
 
+/* The top-k the scan must report: the last key ending ".expert_used_count", named in under
+ * 64 bytes, whose value is a u32 (0: none). */
+static uint32_t used_count(const mvm_gguf *g)
+{
+    static const char suffix[] = ".expert_used_count";
+    uint32_t used = 0;
+    for (uint64_t k = 0; k < mvm_gguf_n_keys(g); k++) {
+        mvm_gguf_str name = mvm_gguf_key_name(g, k);
+        size_t n = sizeof suffix - 1;
+        uint32_t v;
+        char key[64];
+        if (name.len < 64 && name.len >= n && memcmp(name.ptr + name.len - n, suffix, n) == 0 &&
+            mvm_gguf_key_type(g, k) == MVM_GGUF_U32 &&
+            mvm_gguf_str_copy(name, key, sizeof key) == MVM_OK &&
+            mvm_gguf_get_u32(g, key, &v) == MVM_OK)
+            used = v;
+    }
+    return used;
+}
+
+/* The scan of the input; against the reader's view when g (the reader accepted it). */
+static void check_scan(const uint8_t *data, size_t size, const mvm_gguf *g)
+{
+    FILE *f = size ? fmemopen((void *)data, size, "rb") : NULL;
+    if (!f)
+        return;
+    mvm_gguf_fused *fused = NULL;
+    uint32_t n = 0;
+    char err[160];
+    int rc = mvm_gguf_scan_fused_stream(f, size, &fused, &n, err, sizeof err);
+    fclose(f);
+    require(rc == 0 || (n == 0 && !fused && err[0]));
+    if (g) {
+        require(rc == 0);
+        uint32_t want = 0, used = used_count(g);
+        for (uint64_t i = 0; i < mvm_gguf_n_tensors(g); i++) {
+            const mvm_gguf_tensor *t = mvm_gguf_tensor_at(g, i);
+            if (t->n_dims != 3 || !strstr(t->name, "_exps") || t->ne[2] < 2)
+                continue;
+            uint64_t at = mvm_gguf_data_offset(g) + t->offset;
+            uint32_t k = 0;
+            while (k < n && fused[k].offset != at)
+                k++;
+            require(k < n && fused[k].experts == t->ne[2] && fused[k].used == used &&
+                    fused[k].room >= t->nbytes && at + fused[k].room <= size);
+            want++;
+        }
+        require(n == want);
+    }
+    free(fused);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     mvm_gguf *g;
-    if (mvm_gguf_from_memory(data, size, &g) != MVM_OK)
+    if (mvm_gguf_from_memory(data, size, &g) != MVM_OK) {
+        check_scan(data, size, NULL);
         return 0;
+    }
+    check_scan(data, size, g);
     lo = data;
     hi = data + size;
     uint32_t a = mvm_gguf_alignment(g);

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets with ASan and UBSan — fuzz_gguf (the GGUF reader) and
+# Builds the libFuzzer targets with ASan and UBSan — fuzz_gguf (the GGUF reader, and the
+# interposer's scan of the same bytes against it) and
 # fuzz_inputs (cost files, routing traces, predictor files, module parameters, option
 # values, pre-tokenizer texts, chat templates) — writes their seed corpora, and fuzzes each for half of <seconds>. Exit 0 and
 # "1 passed, 0 failed" when nothing crashed; exit 1 and "0 passed, 1 failed" on a crash,
@@ -51,7 +52,8 @@ flags=(-std=c11 -g -O1 -Wall -Wextra -Werror -D_GNU_SOURCE= -I"$root/include" -I
 reader=("$root/engine/gguf/gguf.c" "$root/engine/gguf/gguf_get.c" "$root/engine/gguf/gguf_split.c" "$root/engine/gguf/ggml_types.c" "$root/vmm/error.c" "$root/vmm/options.c" "$root/vmm/file_replace.c")
 mkdir -p "$out/gguf/seeds" "$out/inputs/seeds"
 "$cc" "${flags[@]}" -fsanitize=fuzzer,address,undefined "$root/tests/fuzz/fuzz_gguf.c" \
-    "${reader[@]}" -lm -lpthread -o "$out/fuzz_gguf" || fail "building fuzz_gguf failed"
+    "$root/interpose/gguf_scan.c" "${reader[@]}" -lm -lpthread -o "$out/fuzz_gguf" ||
+    fail "building fuzz_gguf failed"
 "$cc" "${flags[@]}" -fsanitize=address,undefined "$root/tests/fuzz/gguf_seeds.c" \
     "$root/engine/gguf/gguf_write.c" "${reader[@]}" -lm -lpthread -o "$out/gguf_seeds" ||
     fail "building gguf_seeds failed"
