@@ -784,7 +784,7 @@ static void routed_sums(CUfunction routed, CUdeviceptr out, CUdeviceptr w, CUdev
  * those experts, so every kernel reads device memory; off, each tensor is one object larger
  * than the budget and kernels read the host. The interposer's reads failing (the tensor is
  * named whole), a capture of a routed launch (no ids read: the capture must stay valid), a
- * file that gives no top-k (the ids then a leading run: two ids, then words that are no
+ * batch's two rows, a file that gives no top-k (the ids then a leading run: two ids, then words that are no
  * ids) and a copy of the same bytes from ordinary memory (not a file: not cut) follow.
  * Every kernel writes its sums where an earlier layer's ids lie (ggml's allocator reuses
  * bytes so), after its ids in its parameters: those must not be read as the launch's.
@@ -879,6 +879,15 @@ SCENARIO void scenario_routed(void)
         EXPECT(got[j] == expected_sum(0, last[j], up, 0));
     CU_OK(cu.GraphExecDestroy(x));
     CU_OK(cu.GraphDestroy(g));
+
+    /* A batch of two tokens: two rows of 16, each naming its two first experts; the kernel
+     * reads the first token's, and the interposer names all four (the report counts them). */
+    int32_t rows[2 * E];
+    for (int j = 0; j < 2 * E; j++)
+        rows[j] = (int32_t)((j % E + (j < E ? 4 : 9)) % E);
+    write_ids_row(copy, ids, staging, rows);
+    write_ids_row(copy, ids + E * sizeof *rows, staging, rows + E);
+    routed_sums(routed, out, w[0], ids, rows, K, up, 0, NULL);
 
     /* A file that does not say how many experts a token routes to: the ids are each
      * pointer's leading run of values below 16, here the two a token's row starts with. */

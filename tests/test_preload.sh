@@ -243,7 +243,8 @@ fi
 # experts (the attention weight and the copy from ordinary memory are not); every one of the
 # 60 routed launches reads its two ids (the first two of a row that lists all 16 experts)
 # from the first pointer that holds ids (not the output, whose bytes hold stale ids) and
-# loads only those experts, and the two whose reads fail name the tensor whole; a third
+# loads only those experts, and the two whose reads fail name the tensor whole; a batch's
+# launch names both its tokens' two (4, from two rows); a third
 # tensor, from a file that gives no top-k (freed before exit), is cut too, and its 4 launches
 # read two ids each from a leading run. Off, nothing is cut and each launch moves as much of
 # the whole tensor as fits.
@@ -255,8 +256,8 @@ import json, sys
 on, off = (json.load(open(p)) for p in sys.argv[1:3])
 ok = (on["options"]["routing"] is True and off["options"]["routing"] is False and
       on["objects"] == {"extents": 6, "sliced": 2, "slices": 32, "routed": 2, "flat": 1} and
-      on["routing"]["declared"] == 3 and on["routing"]["reads"] == 66 and
-      on["routing"]["experts"] == 128 and on["routing"]["whole"] == 2 and
+      on["routing"]["declared"] == 3 and on["routing"]["reads"] == 67 and
+      on["routing"]["experts"] == 132 and on["routing"]["whole"] == 2 and
       off["objects"]["routed"] == 0 and off["routing"]["reads"] == 0 and
       on["moves"]["pages_in"] * 2 < off["moves"]["pages_in"])
 print(("ok  " if ok else "FAIL") + " report routed: objects %s, routing %s, pages in %d (off: %d)" %
