@@ -32,7 +32,10 @@ mvm_status mvm_jinja_eval_args(jx *st, const jnode *n, jargs *a)
             mvm_jinja_args_drop(a);
             return rc;
         }
-        *(kw ? &a->nkw : &a->npos) += 1;
+        if (kw)
+            a->nkw++;
+        else
+            a->npos++;
     }
     st->line = n->line;
     return MVM_OK;
