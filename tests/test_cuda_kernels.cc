@@ -514,6 +514,118 @@ static void test_store_rows(void)
     }
 }
 
+/* One token's routing as the host's (engine/forward/moe_step.c) computes it, written
+ * independently: groups and top-k by sorting, NaN lowest, ties to the lower index. */
+struct route_case {
+    uint32_t E, K, n_group, n_group_used, sigmoid, norm, bias;
+    float scale;
+};
+
+static float nan_low(float v) { return std::isnan(v) ? -INFINITY : v; }
+
+static void route_ref(const route_case &c, const std::vector<float> &logits,
+                      const std::vector<float> &bias, std::vector<int> &sel, std::vector<float> &w)
+{
+    std::vector<float> p = logits, key(c.E);
+    if (c.sigmoid)
+        for (float &v : p)
+            v = 1.0f / (1.0f + expf(-v));
+    else
+        mvm_k_softmax(p.data(), c.E);
+    for (uint32_t e = 0; e < c.E; e++)
+        key[e] = p[e] + (c.bias ? bias[e] : 0.0f);
+    if (c.n_group > 1) {
+        const uint32_t G = c.E / c.n_group;
+        std::vector<float> gk(c.n_group);
+        for (uint32_t g = 0; g < c.n_group; g++) {
+            std::vector<float> v(key.begin() + g * G, key.begin() + (g + 1) * G);
+            for (float &x : v)
+                x = nan_low(x);
+            std::sort(v.begin(), v.end(), std::greater<float>());
+            float k = c.sigmoid ? v[0] + v[1] : v[0];
+            gk[g] = std::isnan(k) ? -INFINITY : k;
+        }
+        std::vector<uint32_t> order(c.n_group);
+        for (uint32_t g = 0; g < c.n_group; g++)
+            order[g] = g;
+        std::stable_sort(order.begin(), order.end(),
+                         [&](uint32_t a, uint32_t b) { return gk[a] > gk[b]; });
+        for (uint32_t i = c.n_group_used; i < c.n_group; i++)
+            for (uint32_t e = order[i] * G; e < (order[i] + 1) * G; e++)
+                key[e] = -INFINITY;
+    }
+    std::vector<int> idx(c.E);
+    for (uint32_t e = 0; e < c.E; e++)
+        idx[e] = (int)e;
+    std::stable_sort(idx.begin(), idx.end(),
+                     [&](int a, int b) { return nan_low(key[a]) > nan_low(key[b]); });
+    sel.assign(idx.begin(), idx.begin() + c.K);
+    w.resize(c.K);
+    float sum = 0;
+    for (uint32_t k = 0; k < c.K; k++)
+        sum += w[k] = p[sel[k]];
+    for (uint32_t k = 0; k < c.K; k++) {
+        w[k] = c.norm ? w[k] / sum : w[k];
+        w[k] = c.scale != 1.0f ? w[k] * c.scale : w[k];
+    }
+}
+
+static bool same_float(float a, float b) { return a == b || (std::isnan(a) && std::isnan(b)); }
+
+/* mvm_g_route against route_ref on logits with ties, repeats across groups, -inf, and (in
+ * some) a NaN; the rows it lays out are one token's step: experts ascending, each its one
+ * row; what it must not write (other experts' off and cnt) keeps its poison. */
+static void test_route(void)
+{
+    static const route_case cases[] = {
+        {8, 2, 1, 0, 0, 0, 0, 1.0f},    {64, 8, 1, 0, 0, 1, 0, 1.0f},
+        {128, 8, 1, 0, 0, 1, 0, 1.0f},  {100, 6, 1, 0, 0, 0, 0, 2.5f},
+        {64, 6, 8, 3, 0, 0, 0, 1.0f},   {256, 8, 8, 4, 1, 1, 1, 2.5f},
+        {32, 4, 1, 0, 1, 1, 1, 1.0f},   {160, 32, 1, 0, 0, 1, 0, 1.0f},
+        {1024, 8, 32, 4, 1, 1, 1, 1.0f}, {4, 4, 1, 0, 0, 1, 0, 1.0f},
+    };
+    const uint32_t POISON_U = 0xDEADBEEF;
+    for (const route_case &c : cases)
+        for (int variant = 0; variant < 4; variant++) {
+            std::vector<float> logits = randoms(c.E, 4.0f), bias = randoms(c.E, 0.5f);
+            if (variant >= 1) /* ties: every value repeated elsewhere, -inf among them */
+                for (uint32_t e = c.E / 2; e < c.E; e++)
+                    logits[e] = logits[e - c.E / 2];
+            if (variant >= 2)
+                logits[c.E / 3] = -INFINITY;
+            if (variant == 3)
+                logits[c.E - 1] = NAN;
+            std::vector<int> want_sel;
+            std::vector<float> want_w;
+            route_ref(c, logits, bias, want_sel, want_w);
+            std::vector<uint32_t> active(c.K + 1, POISON_U), off(c.E, POISON_U),
+                cnt(c.E, POISON_U), row_tok(c.K + 1, POISON_U), tok_rows(c.K + 1, POISON_U);
+            std::vector<float> row_w(c.K + 1, POISON), w(c.K + 1, POISON);
+            std::vector<int32_t> sel(c.K + 1, -7);
+            mvm_g_route_args a = {dp(logits.data()), c.bias ? dp(bias.data()) : 0,
+                                  dp(active.data()), dp(off.data()), dp(cnt.data()),
+                                  dp(row_tok.data()), dp(tok_rows.data()), dp(row_w.data()),
+                                  dp(sel.data()), dp(w.data()), c.scale, c.E, c.K, c.n_group,
+                                  c.n_group_used, c.sigmoid, c.norm};
+            launch(mvm_g_route, a, mvm_g_route_shape(&a));
+            bool ok = sel[c.K] == -7 && same_float(w[c.K], POISON) && active[c.K] == POISON_U;
+            for (uint32_t k = 0; k < c.K; k++) {
+                ok = ok && sel[k] == want_sel[k] && same_float(w[k], want_w[k]);
+                const uint32_t r = tok_rows[k], e = (uint32_t)want_sel[k];
+                ok = ok && r < c.K && active[r] == e && off[e] == r && cnt[e] == 1 &&
+                     row_tok[r] == 0 && same_float(row_w[r], want_w[k]);
+                ok = ok && (k == 0 || active[k - 1] < active[k]);
+            }
+            for (uint32_t e = 0; e < c.E; e++)
+                if (std::find(want_sel.begin(), want_sel.end(), (int)e) == want_sel.end())
+                    ok = ok && off[e] == POISON_U && cnt[e] == POISON_U;
+            if (!ok)
+                fprintf(stderr, "route E %u K %u groups %u/%u sigmoid %u variant %d: differs\n",
+                        c.E, c.K, c.n_group, c.n_group_used, c.sigmoid, variant);
+            CHECK(ok);
+        }
+}
+
 static void test_add_swiglu(void)
 {
     const uint32_t n = 200, n_tok = 3;
@@ -712,6 +824,7 @@ int main(void)
     RUN(test_quantize);
     RUN(test_matvec);
     RUN(test_experts);
+    RUN(test_route);
     RUN(test_rmsnorm);
     RUN(test_rope);
     RUN(test_attention);

@@ -95,6 +95,7 @@ struct run {
     int sel[N_PROMPT][2][2]; /* the router's top-2, by position and layer */
     mvm_stats space;
     mvm_resid_stats resid;
+    uint32_t experts;       /* the model's routed experts, every MoE layer's */
 };
 
 static void record(void *ctx, const mvm_route_record *r)
@@ -145,6 +146,7 @@ static struct run *run_prompt(const char *path, mvm_backend_kind backend, double
     CHECK_ST(eval_prompt(c, nv, batch, run->logits), MVM_OK);
     mvm_space_get_stats(m->space, &run->space);
     mvm_resid_get_stats(mvm_ctx_residency(c), &run->resid);
+    run->experts = m->hp.n_layer * m->hp.n_expert;
     mvm_ctx_free(c);
     mvm_model_free(m);
     return run;
@@ -693,12 +695,98 @@ static void test_round_trips(void)
 {
     uint32_t layers = 0;
     int shexp = 0;
+    setenv("MOEVM_DEVICE_ROUTING", "off", 1); /* the host routes every step */
     struct step_calls n = step_calls(model_path("llama", MVM_W_F32), &layers, &shexp);
+    unsetenv("MOEVM_DEVICE_ROUTING");
     CHECK(layers > 0 && n.syncs == layers + 1);
     CHECK(n.uploads == 2 * layers + 1 && n.downloads == 2 * layers + 1);
     if (n.syncs != layers + 1 || n.uploads != 2 * layers + 1)
         fprintf(stderr, "%u layers: %lu syncs, %lu uploads, %lu downloads\n", layers, n.syncs,
                 n.uploads, n.downloads);
+}
+
+/* Decode routed on the device (engine/forward/forward_cuda_route.c), with every expert
+ * resident: once the budget holds them all, the first token asks them all resident; once
+ * they are, they stay pinned, and a token waits for the device once (its logits), sends
+ * its embedding and brings its logits and the steps' stage down: no layer waits. */
+static void test_device_round_trips(void)
+{
+    mvm_model *m = NULL;
+    mvm_ctx *c = NULL;
+    CHECK_ST(load(model_path("qwen2moe", MVM_W_Q8_0), MVM_BACKEND_CUDA, 1, &m), MVM_OK);
+    setenv("MOEVM_DETERMINISTIC", "on", 1);
+    if (m)
+        CHECK_ST(mvm_ctx_create(m, pool, 32, 4, NULL, &c), MVM_OK);
+    unsetenv("MOEVM_DETERMINISTIC");
+    if (!c) {
+        mvm_model_free(m);
+        return;
+    }
+    const uint32_t all = m->hp.n_layer * m->hp.n_expert;
+    float *logits = malloc(m->hp.n_vocab * sizeof *logits);
+    CHECK_ST(mvm_ctx_eval(c, prompt, 3, NULL, 0), MVM_OK);
+    mvm_stats st = {0};
+    uint32_t t = 3; /* tokens until every expert is resident and pinned: the copies land */
+    for (; t < N_PROMPT && st.pinned_experts < all; t++) {
+        CHECK_ST(mvm_ctx_eval(c, prompt + t, 1, logits, 0), MVM_OK);
+        mvm_space_get_stats(m->space, &st);
+    }
+    CHECK(st.pinned_experts == all && t < N_PROMPT);
+    reset_counters();
+    CHECK_ST(mvm_ctx_eval(c, prompt + t, 1, logits, 0), MVM_OK);
+    CHECK(calls("cuStreamSynchronize") == 1);
+    CHECK(calls("cuMemcpyHtoDAsync") == 1 && calls("cuMemcpyDtoHAsync") == 2);
+    if (calls("cuStreamSynchronize") != 1 || calls("cuMemcpyHtoDAsync") != 1)
+        fprintf(stderr, "a routed token: %lu syncs, %lu uploads, %lu downloads\n",
+                calls("cuStreamSynchronize"), calls("cuMemcpyHtoDAsync"),
+                calls("cuMemcpyDtoHAsync"));
+    free(logits);
+    mvm_ctx_free(c);
+    mvm_space_get_stats(m->space, &st);
+    CHECK(st.pinned_experts == 0); /* the context's end lets them go */
+    mvm_model_free(m);
+}
+
+/* The same tokens, one a call, routed by the host and on the device: the same logits to
+ * the bit, the same choices seen by the route observer, the same steps counted; routed on
+ * the device only where every expert fits (budget 1: all pinned at the end), never at 0.5.
+ * Softmax and sigmoid routers, a choosing bias, expert groups (V2's, V3's), gpt-oss's
+ * biased router, shared experts. */
+static void test_device_routing(void)
+{
+    static const struct {
+        const char *arch, *preset;
+        enum mvm_wtype type;
+    } cases[] = {{"llama", "tiny", MVM_W_Q8_0},       {"qwen2moe", "tiny", MVM_W_Q4_K},
+                 {"olmoe", "tiny", MVM_W_F32},        {"deepseek2", "tiny", MVM_W_Q8_0},
+                 {"deepseek2", "tiny-v3", MVM_W_Q8_0}, {"minimax-m2", "tiny", MVM_W_F16},
+                 {"gpt-oss", "tiny", MVM_W_MXFP4}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        for (int half = 0; half < 2; half++) {
+            const char *path = preset_path(cases[i].arch, cases[i].preset, cases[i].type);
+            const size_t n =
+                N_PROMPT * mvm_preset_find(cases[i].preset, cases[i].arch)->spec.n_vocab;
+            const double budget = half ? 0.5 : 1;
+            setenv("MOEVM_DETERMINISTIC", "on", 1); /* the copies asked land in time */
+            setenv("MOEVM_DEVICE_ROUTING", "off", 1);
+            struct run *host = run_prompt(path, MVM_BACKEND_CUDA, budget, 1, 0);
+            unsetenv("MOEVM_DEVICE_ROUTING");
+            struct run *dev = run_prompt(path, MVM_BACKEND_CUDA, budget, 1, 0);
+            unsetenv("MOEVM_DETERMINISTIC");
+            if (host && dev) {
+                const uint32_t all = dev->experts;
+                int same = memcmp(host->logits, dev->logits, n * sizeof *host->logits) == 0;
+                CHECK(same && memcmp(host->sel, dev->sel, sizeof host->sel) == 0);
+                CHECK(dev->resid.accesses == host->resid.accesses);
+                CHECK(host->space.pinned_experts == 0);
+                CHECK(dev->space.pinned_experts == (half ? 0 : all));
+                if (!same || dev->space.pinned_experts != (half ? 0 : all))
+                    fprintf(stderr, "  %s %s budget %.1f: logits %s, %u pinned\n",
+                            cases[i].arch, cases[i].preset, budget, same ? "same" : "differ",
+                            dev->space.pinned_experts);
+            }
+            free_run(host), free_run(dev);
+        }
 }
 
 /* A request as the distributed mode's server takes it (dist_serve.c): 5 tokens, the rows of
@@ -1040,6 +1128,8 @@ int main(int argc, char **argv)
     RUN(test_failures);
     RUN(test_quantize_once);
     RUN(test_round_trips);
+    RUN(test_device_round_trips);
+    RUN(test_device_routing);
     RUN(test_cpu_moe);
     RUN(test_time_expert);
     RUN(test_expert_rows);

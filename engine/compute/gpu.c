@@ -42,6 +42,7 @@ static const struct {
     [MVM_GK_EXPERT_DOWN] = {MOD_EXPERT, "mvm_g_expert_down", 1},
     [MVM_GK_EXPERT_QUANTIZE] = {MOD_EXPERT, "mvm_g_expert_quantize", 0},
     [MVM_GK_EXPERT_SUM] = {MOD_EXPERT, "mvm_g_expert_sum", 0},
+    [MVM_GK_ROUTE] = {MOD_EXPERT, "mvm_g_route", 0},
     [MVM_GK_RMSNORM] = {MOD_OPS, "mvm_g_rmsnorm", 0},
     [MVM_GK_ROPE] = {MOD_OPS, "mvm_g_rope", 0},
     [MVM_GK_ATTENTION] = {MOD_OPS, "mvm_g_attention", 0},

@@ -29,6 +29,7 @@ enum mvm_gpu_kernel {
     MVM_GK_EXPERT_DOWN,
     MVM_GK_EXPERT_QUANTIZE,
     MVM_GK_EXPERT_SUM,
+    MVM_GK_ROUTE,
     MVM_GK_RMSNORM,
     MVM_GK_ROPE,
     MVM_GK_ATTENTION,
@@ -107,6 +108,7 @@ MVM_GPU_LAUNCHER(mvm_gpu_expert_quantize, MVM_GK_EXPERT_QUANTIZE, mvm_g_expert_a
                  mvm_g_expert_quantize_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_expert_sum, MVM_GK_EXPERT_SUM, mvm_g_expert_sum_args,
                  mvm_g_expert_sum_shape)
+MVM_GPU_LAUNCHER(mvm_gpu_route, MVM_GK_ROUTE, mvm_g_route_args, mvm_g_route_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_rmsnorm, MVM_GK_RMSNORM, mvm_g_rmsnorm_args, mvm_g_rmsnorm_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_rope, MVM_GK_ROPE, mvm_g_rope_args, mvm_g_rope_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_attention_splits, MVM_GK_ATTENTION, mvm_g_attention_args,

@@ -69,10 +69,19 @@ const mvm_option_desc mvm_opt_cublas_library = {
     "products (a name or path for dlopen); auto = the first of "
     "libcublas.so.13, libcublas.so.12 and libcublas.so that loads"};
 
+const mvm_option_desc mvm_opt_device_routing = {
+    "MOEVM_DEVICE_ROUTING", MVM_OPT_CHOICE, "auto", "auto|off",
+    "engine on a GPU: auto = once every expert is resident (asked for as "
+    "soon as the budget holds them all), a decode step routes on the "
+    "device and no layer waits for the host; the policies see the "
+    "token's steps after it; off = every layer's routing goes through the "
+    "host (engine/forward/forward_cuda_route.c)"};
+
 static const mvm_option_desc *const list[] = {
     &mvm_opt_threads, &mvm_opt_cpu_simd, &mvm_opt_kv_type, &mvm_opt_admit,
     &mvm_opt_deterministic, &mvm_opt_prefetch, &mvm_opt_expert_tiles, &mvm_opt_gpu_profile,
     &mvm_opt_gemm_rows, &mvm_opt_gemm_scratch, &mvm_opt_cublas_library,
+    &mvm_opt_device_routing,
 };
 
 const mvm_option_table mvm_engine_options = {list, sizeof list / sizeof *list};

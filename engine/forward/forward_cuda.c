@@ -407,15 +407,60 @@ static mvm_status gather(struct cuda_fwd *f, const mvm_elsewhere *e, uint32_t n,
     return mvm_cuda_fwd_add(f, f->x, f->tmp, D, 0, D, n);
 }
 
+/* Layer il's router logits of its n tokens' input (f->xn) into y. */
+static mvm_status router_logits(struct cuda_fwd *f, const struct dev_block *L, uint32_t n,
+                                mvm_dptr y)
+{
+    const mvm_hparams *hp = &f->m->hp;
+    TRY(mvm_cuda_fwd_matmul(f, &L->router, NULL, f->xn, hp->n_embd, n, y, hp->n_expert));
+    if (L->router_bias) /* gpt-oss: the logits biased before the routing */
+        TRY(mvm_cuda_fwd_add(f, y, L->router_bias, 0, 0, hp->n_expert, n));
+    return MVM_OK;
+}
+
+/* A step of one token routed on the device, every expert resident and pinned
+ * (forward_cuda_route.c): the router's top-k laid out as the host lays out rows, the
+ * experts, their sum and the shared expert queued behind it; the logits, router input,
+ * choice and weights left in the layer's stage for the host's policies. Nothing waits. */
+static mvm_status moe_routed_here(struct cuda_fwd *f, uint32_t il)
+{
+    const mvm_hparams *hp = &f->m->hp;
+    const struct dev_block *L = &f->layers[il];
+    const uint32_t E = hp->n_expert, D = hp->n_embd, K = hp->n_expert_used;
+    const mvm_dptr logits = mvm_cuda_fwd_route_stage(f, il), hidden = logits + E * 4,
+                   sel = hidden + D * 4, w = sel + K * 4;
+    TRY(router_logits(f, L, 1, logits));
+    TRY(mvm_gpu_copy(f->g, hidden, f->xn, D * sizeof(float)));
+    lay_rows(f, K);
+    mvm_g_route_args r = {.logits = logits, .choose_bias = L->choose_bias, .active = f->active,
+                          .off = f->off, .cnt = f->cnt, .row_tok = f->row_tok,
+                          .tok_rows = f->tok_rows, .row_w = f->row_w, .sel = sel, .w = w,
+                          .scale = hp->expert_scale, .n_expert = E, .top_k = K,
+                          .n_group = hp->n_group, .n_group_used = hp->n_group_used,
+                          .sigmoid = (uint32_t)hp->sigmoid_gate,
+                          .norm_topk = (uint32_t)hp->norm_topk};
+    TRY(mvm_gpu_route(f->g, 0, &r));
+    TRY(quantize_input(f, il, 1));
+    mvm_g_expert_args a = expert_args(f, il);
+    a.n_active = K;
+    TRY(mvm_gpu_experts(f->g, &a));
+    mvm_g_expert_sum_args s = {.x = f->x, .out = f->out, .tok_rows = f->tok_rows, .n_embd = D,
+                               .n_tok = 1, .top_k = K};
+    TRY(mvm_gpu_expert_sum(f->g, 0, &s));
+    if (hp->n_ff_shexp) /* added after the routed experts, as the models do */
+        TRY(ffn(f, &L->shexp_w1, &L->shexp_w3, &L->shexp_w2, &L->shexp_gate, 1));
+    return MVM_OK;
+}
+
 static mvm_status moe(struct cuda_fwd *f, uint32_t il, uint32_t n, const uint32_t *pos)
 {
     const mvm_hparams *hp = &f->m->hp;
     const struct dev_block *L = &f->layers[il];
     uint32_t D = hp->n_embd;
     TRY(mvm_cuda_fwd_rmsnorm(f, f->x, f->xn, D, L->ffn_norm, D, n));
-    TRY(mvm_cuda_fwd_matmul(f, &L->router, NULL, f->xn, D, n, f->probs, hp->n_expert));
-    if (L->router_bias) /* gpt-oss: the logits biased before the routing */
-        TRY(mvm_cuda_fwd_add(f, f->probs, L->router_bias, 0, 0, hp->n_expert, n));
+    if (f->route_here)
+        return moe_routed_here(f, il);
+    TRY(router_logits(f, L, n, f->probs));
     /* both into pinned memory, waited for together: one round trip a layer */
     TRY(mvm_gpu_download_async(f->g, f->host, f->xn, (size_t)n * D * sizeof(float)));
     TRY(mvm_gpu_download_async(f->g, f->probs_host, f->probs,
@@ -561,6 +606,9 @@ static mvm_status eval_batch(struct cuda_fwd *f, const mvm_fwd_batch *b, float *
         TRY(mvm_cuda_fwd_attention(f, &f->layers[il], hp->n_dense + il, n));
         TRY(moe(f, il, n, b->pos));
     }
+    if (f->route_here) /* the steps' stage, for the policies (forward_cuda_route.c) */
+        TRY(mvm_gpu_download_async(f->g, f->stage_host, f->stage,
+                                   (size_t)hp->n_layer * f->stage_floats * sizeof(float)));
     if (!b->n_out)
         return MVM_OK;
     *idle = 1; /* after the logits' download, unless it fails */
@@ -582,7 +630,10 @@ static mvm_status cuda_eval(mvm_ctx *ctx, const mvm_fwd_batch *b, float *logits)
 {
     struct cuda_fwd *f = ctx->state;
     int idle = 0;
+    TRY(mvm_cuda_fwd_route_choose(f, b));
     mvm_status st = eval_batch(f, b, logits, &idle);
+    if (f->route_here)
+        return mvm_cuda_fwd_route_replay(f, b, st, idle && st == MVM_OK);
     return end_open_step(f, st, idle && st == MVM_OK);
 }
 

@@ -36,6 +36,7 @@ struct dev_block {
     struct dev_weight ffn_w1, ffn_w3, ffn_w2;        /* a dense block's FFN */
     struct dev_weight shexp_gate, shexp_w1, shexp_w3, shexp_w2; /* shared expert; gate: qwen2moe */
     mvm_dptr experts;           /* expert 0's fixed address; the others expert_stride apart */
+    mvm_dptr choose_bias;       /* exp_probs_b, for the device's routing (0: none) */
     mvm_dptr bo, sinks, router_bias, down_bias; /* gpt-oss (model.h says how) */
     uint32_t swa;               /* gpt-oss: the attention's window, 0 for none */
 };
@@ -109,6 +110,15 @@ struct cuda_fwd {
                                    expert chunk's gate/up floats [n_batch][2 gemm_ch] and
                                    unit [n_batch][gemm_ch] (F16), cuBLAS's workspace */
     uint32_t *active_host;      /* [n_expert]: a round's experts that the kernels take */
+    /* Steps routed on the device (forward_cuda_route.c): */
+    int route_here;             /* this batch's MoE steps route on the device */
+    int route_mode;             /* MOEVM_DEVICE_ROUTING: 0 off, 1 auto */
+    int all_pinned;             /* every expert pinned for them, until the context ends */
+    int all_asked;              /* every expert asked resident (once the budget holds all) */
+    mvm_dptr stage;             /* [n_layer][stage_floats]: each routed step's logits,
+                                   router input, choice and weights (route_stage) ... */
+    float *stage_host;          /* ... down to this pinned copy at the batch's end */
+    uint32_t stage_floats;
     mvm_pool *pool;
     mvm_cpu_experts *cpu;              /* the experts the assign module runs on the CPU; made at
                                    the first (many runs have none) */
@@ -149,6 +159,26 @@ mvm_status mvm_cuda_fwd_gemm_product(struct cuda_fwd *f, const struct dev_weight
                                      uint64_t y_pitch);
 /* Expert e's rows of the current step of layer il into their slots of f->out. */
 mvm_status mvm_cuda_fwd_gemm_expert(struct cuda_fwd *f, uint32_t il, uint32_t e);
+
+/* ---- forward_cuda_route.c -------------------------------------------------------------- */
+
+/* The stage of the device-routed steps, and MOEVM_DEVICE_ROUTING. */
+mvm_status mvm_cuda_fwd_route_alloc(struct cuda_fwd *f);
+/* Whether batch b's MoE steps route on the device (f->route_here): one token, every expert
+ * resident, and nothing the host decides between the router and the experts. Makes the
+ * first of those true by pinning every expert for the rest of the context, and asks every
+ * expert resident once the budget holds them all. */
+mvm_status mvm_cuda_fwd_route_choose(struct cuda_fwd *f, const mvm_fwd_batch *b);
+/* Where layer il's step leaves its logits (E floats), router input (n_embd floats), choice
+ * (K int32) and weights (K floats), one after the other, on the device. */
+mvm_dptr mvm_cuda_fwd_route_stage(const struct cuda_fwd *f, uint32_t il);
+/* Once a device-routed batch has run (st: how it went; idle: the stream has been waited
+ * for since): its steps shown to the host's policies (mvm_moe_replay). Returns st, or
+ * else the first failure. */
+mvm_status mvm_cuda_fwd_route_replay(struct cuda_fwd *f, const mvm_fwd_batch *b, mvm_status st,
+                                     int idle);
+/* The pins of mvm_cuda_fwd_route_choose, let go (the context's end). */
+void mvm_cuda_fwd_route_release(struct cuda_fwd *f);
 
 /* ---- forward_cuda.c -------------------------------------------------------------------- */
 

@@ -139,7 +139,8 @@ static mvm_status alloc_scratch(struct cuda_fwd *f)
         TRY(mvm_cuda_fwd_alloc(f, B * F * 4, &f->sh3));
         TRY(mvm_cuda_fwd_alloc(f, B * 4, &f->shg));
     }
-    return mvm_cuda_fwd_gemm_alloc(f);
+    TRY(mvm_cuda_fwd_gemm_alloc(f));
+    return mvm_cuda_fwd_route_alloc(f);
 }
 
 static mvm_status upload_model(struct cuda_fwd *f)
@@ -197,11 +198,13 @@ void mvm_cuda_fwd_destroy(void *state)
     struct cuda_fwd *f = state;
     if (f->g)
         mvm_gpu_profile_report(f->g, stderr); /* MOEVM_GPU_PROFILE's, when on */
+    mvm_cuda_fwd_route_release(f);
     for (size_t i = 0; i < f->n_owned; i++)
         mvm_gpu_free(f->g, f->owned[i]);
     if (f->g) {
         mvm_gpu_host_free(f->g, f->host);
         mvm_gpu_host_free(f->g, f->probs_host);
+        mvm_gpu_host_free(f->g, f->stage_host);
     }
     mvm_gpu_close(f->g);
     mvm_cpu_experts_free(f->cpu);

@@ -170,14 +170,19 @@ static void route_token(mvm_moe *s, float *p, int *sel, float *w)
         w[k] *= hp->expert_scale;
 }
 
-/* Every token's top-k, then what the route module makes of them, shown to the observer. */
-static void route(mvm_moe *s, const uint32_t *pos)
+/* Every token's top-k (given: the device's, [n][K] with their weights; else the host's),
+ * then what the route module makes of them, shown to the observer. */
+static void route(mvm_moe *s, const uint32_t *pos, const int32_t *given, const float *given_w)
 {
     const mvm_hparams *hp = &s->m->hp;
     uint32_t E = hp->n_expert, K = hp->n_expert_used, n = s->step.n_tok;
     for (uint32_t i = 0; i < n; i++) {
         route_token(s, s->probs + (size_t)i * E, s->sel + (size_t)i * K,
                     s->selw + (size_t)i * K);
+        if (given) { /* the probabilities stay the host's: the observer's */
+            memcpy(s->sel + (size_t)i * K, given + (size_t)i * K, K * sizeof *s->sel);
+            memcpy(s->selw + (size_t)i * K, given_w + (size_t)i * K, K * sizeof *s->selw);
+        }
         if (s->route_override)
             s->route_override(s->route_override_ctx, s->step.layer, pos ? pos[i] : i,
                               s->sel + (size_t)i * K, s->selw + (size_t)i * K);
@@ -244,8 +249,24 @@ void mvm_moe_route(mvm_moe *s, uint32_t layer, const uint32_t *pos, uint32_t n,
     s->step = (mvm_pstep){.layer = layer, .n_tok = n, .scores = s->probs, .experts = s->sel,
                           .weights = s->selw, .hidden = hidden, .counts = s->cnt};
     s->serving = 0;
-    route(s, pos);
+    route(s, pos, NULL, NULL);
     group(s);
+}
+
+void mvm_moe_route_as(mvm_moe *s, uint32_t layer, const uint32_t *pos, uint32_t n,
+                      const float *hidden, const int32_t *sel, const float *w)
+{
+    s->step = (mvm_pstep){.layer = layer, .n_tok = n, .scores = s->probs, .experts = s->sel,
+                          .weights = s->selw, .hidden = hidden, .counts = s->cnt};
+    s->serving = 0;
+    route(s, pos, sel, w);
+    group(s);
+}
+
+int mvm_moe_routes_alone(const mvm_moe *s)
+{
+    return !s->route_override && !s->elsewhere && !s->remote &&
+           !mvm_prefetcher_speculative(s->prefetch);
 }
 
 mvm_status mvm_moe_take_rows(mvm_moe *s, uint32_t layer, uint32_t n, const float *hidden,
@@ -444,6 +465,17 @@ mvm_status mvm_moe_next_round(mvm_moe *s)
     if (st != MVM_OK) /* nothing of the step stays pinned or shielded */
         mvm_resid_release(s->resid, s->step.layer, s->cpu, s->n_cpu);
     return st;
+}
+
+mvm_status mvm_moe_replay(mvm_moe *s)
+{
+    mvm_status st = mvm_moe_begin(s);
+    while (st == MVM_OK && s->n_round) {
+        st = mvm_moe_hold(s);
+        st = st == MVM_OK ? mvm_moe_next_round(s) : st;
+    }
+    mvm_status ended = mvm_moe_end(s);
+    return st != MVM_OK ? st : ended;
 }
 
 mvm_status mvm_moe_end(mvm_moe *s)

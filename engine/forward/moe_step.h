@@ -100,6 +100,20 @@ void mvm_moe_free(mvm_moe *s);
  * host, for observers and predictors), valid until the end. */
 void mvm_moe_route(mvm_moe *s, uint32_t layer, const uint32_t *pos, uint32_t n,
                    const float *hidden);
+/* Step 2 for a step the device routed (forward_cuda.c, moe_routed_here): as
+ * mvm_moe_route, but each token's experts and weights are sel and w ([n][K], best first),
+ * the device's; probs still hold the logits, from which the observer's probabilities come. */
+void mvm_moe_route_as(mvm_moe *s, uint32_t layer, const uint32_t *pos, uint32_t n,
+                      const float *hidden, const int32_t *sel, const float *w);
+/* Whether the router's choice is what a step runs, with nothing the host must decide
+ * between the router and the experts but their residency: no route override (a replayed
+ * trace), no speculative pass, no distributed mode. (A route module only substitutes
+ * for experts that are not resident.) */
+int mvm_moe_routes_alone(const mvm_moe *s);
+/* Steps 3 to 5 for a step whose experts have run already (the device routed it and every
+ * one was resident and pinned): begins it, takes its rounds and ends it, so that the
+ * policies, the statistics and the observers see it as any other. */
+mvm_status mvm_moe_replay(mvm_moe *s);
 /* Step 2 for a step another rank routed (the distributed mode's server, dist.h): the rows
  * of experts[0..n_exp) of `layer` for n tokens whose expert input is hidden ([n][n_embd],
  * host, valid until the end), expert e's rows at off[e] .. off[e] + cnt[e] - 1 of row_tok

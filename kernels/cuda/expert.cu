@@ -154,6 +154,124 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
     ((float *)a.x)[(uint64_t)i * a.n_embd + j] += s;
 }
 
+/* NaN ranks lowest (kernels/cpu/ops.c's key). */
+static __device__ __forceinline__ float rank_key(float v) { return isnan(v) ? -INFINITY : v; }
+
+/* Whether (v, i) ranks ahead of (bv, bi): the larger key, the lower index among equals;
+ * bi UINT32_MAX is no candidate. */
+static __device__ __forceinline__ bool ranks_ahead(float v, uint32_t i, float bv, uint32_t bi)
+{
+    return i != UINT32_MAX && (bi == UINT32_MAX || v > bv || (v == bv && i < bi));
+}
+
+/* p[e] = the probabilities of the logits x[e], as kernels/cpu/ops.c's softmax and
+ * policy/router.c's sigmoid compute them. */
+static __device__ void route_probs(const mvm_g_route_args &a, const float *x, float *p)
+{
+    const uint32_t lane = threadIdx.x, E = a.n_expert;
+    if (a.sigmoid) {
+        for (uint32_t e = lane; e < E; e += 32)
+            p[e] = 1.0f / (1.0f + expf(-x[e]));
+        return;
+    }
+    float top = -INFINITY;
+    for (uint32_t e = lane; e < E; e += 32)
+        top = x[e] > top ? x[e] : top;
+    top = warp_max(top);
+    double part = 0;
+    for (uint32_t e = lane; e < E; e += 32)
+        part += p[e] = expf(x[e] - top);
+    const float inv = (float)(1.0 / warp_sum(part));
+    for (uint32_t e = lane; e < E; e += 32)
+        p[e] *= inv;
+}
+
+/* key[e] = p[e] plus the choose bias, with the experts outside the n_group_used best groups
+ * at -inf (policy/router.c, mvm_router_key). */
+static __device__ void route_key(const mvm_g_route_args &a, const float *p, float *key)
+{
+    __shared__ float group[32];
+    const uint32_t lane = threadIdx.x, E = a.n_expert, n = a.n_group;
+    const float *b = (const float *)a.choose_bias;
+    for (uint32_t e = lane; e < E; e += 32)
+        key[e] = p[e] + (b ? b[e] : 0.0f);
+    __syncthreads();
+    if (n <= 1)
+        return;
+    const uint32_t G = E / n;
+    if (lane < n) {
+        float best = -INFINITY, second = -INFINITY;
+        for (uint32_t e = lane * G; e < (lane + 1) * G; e++) {
+            const float v = rank_key(key[e]);
+            if (v > best)
+                second = best, best = v;
+            else if (v > second)
+                second = v;
+        }
+        const float k = a.sigmoid ? best + second : best;
+        group[lane] = isnan(k) ? -INFINITY : k;
+    }
+    __syncthreads();
+    if (lane < n) {
+        uint32_t ahead = 0;
+        for (uint32_t h = 0; h < n; h++)
+            ahead += group[h] > group[lane] || (group[h] == group[lane] && h < lane);
+        for (uint32_t e = lane * G; ahead >= a.n_group_used && e < (lane + 1) * G; e++)
+            key[e] = -INFINITY;
+    }
+    __syncthreads();
+}
+
+extern "C" __global__ void __launch_bounds__(32) mvm_g_route(mvm_g_route_args a)
+{
+    __shared__ float p[MVM_G_ROUTE_MAX_E], key[MVM_G_ROUTE_MAX_E];
+    __shared__ uint8_t taken[MVM_G_ROUTE_MAX_E];
+    __shared__ uint32_t sel[32];
+    const uint32_t lane = threadIdx.x, E = a.n_expert, K = a.top_k;
+    route_probs(a, (const float *)a.logits, p);
+    __syncthreads();
+    route_key(a, p, key);
+    for (uint32_t e = lane; e < E; e += 32)
+        taken[e] = 0;
+    __syncthreads();
+    for (uint32_t k = 0; k < K; k++) { /* the best untaken, k times: mvm_k_topk's order */
+        float bv = -INFINITY;
+        uint32_t bi = UINT32_MAX;
+        for (uint32_t e = lane; e < E; e += 32)
+            if (!taken[e] && ranks_ahead(rank_key(key[e]), e, bv, bi))
+                bv = rank_key(key[e]), bi = e;
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(FULL_MASK, bv, o);
+            const uint32_t oi = __shfl_xor_sync(FULL_MASK, bi, o);
+            if (ranks_ahead(ov, oi, bv, bi))
+                bv = ov, bi = oi;
+        }
+        if (lane == 0)
+            sel[k] = bi, taken[bi] = 1;
+        __syncthreads();
+    }
+    if (lane != 0)
+        return;
+    float w[32], sum = 0;
+    for (uint32_t k = 0; k < K; k++)
+        sum += w[k] = p[sel[k]];
+    for (uint32_t k = 0; k < K; k++) {
+        w[k] = a.norm_topk ? w[k] / sum : w[k];
+        w[k] = a.scale != 1.0f ? w[k] * a.scale : w[k];
+        uint32_t r = 0; /* its place among the choice in expert order */
+        for (uint32_t j = 0; j < K; j++)
+            r += sel[j] < sel[k];
+        ((uint32_t *)a.active)[r] = sel[k];
+        ((uint32_t *)a.off)[sel[k]] = r;
+        ((uint32_t *)a.cnt)[sel[k]] = 1;
+        ((uint32_t *)a.row_tok)[r] = 0;
+        ((float *)a.row_w)[r] = w[k];
+        ((uint32_t *)a.tok_rows)[k] = r;
+        ((int32_t *)a.sel)[k] = (int32_t)sel[k];
+        ((float *)a.w)[k] = w[k];
+    }
+}
+
 #define EXPERT(name, T)                                                                    \
     extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)                            \
         mvm_g_expert_up_##name(mvm_g_expert_args a)                                        \

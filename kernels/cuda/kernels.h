@@ -167,6 +167,33 @@ MVM_G_FN mvm_g_shape mvm_g_expert_sum_shape(const mvm_g_expert_sum_args *a)
     return mvm_g_rows_shape(a->n_embd, a->n_tok);
 }
 
+/* ---- mvm_g_route: one token's routing on the device, the host's (engine/forward/moe_step.c,
+ * route_token and group) computed where the router's logits are, so that a decode step whose
+ * experts are all resident need not wait for the host (engine/forward/forward_cuda.c,
+ * moe_routed_here). From logits[E]: the probabilities (softmax summed in double, or
+ * sigmoid); the choosing key, plus choose_bias[E] (0: none), and with n_group > 1 groups of
+ * E / n_group experts those outside the n_group_used best groups at -inf (a group's key its
+ * best expert's, plus its second best's under sigmoid: policy/router.h); the top_k by key,
+ * NaN lowest and ties to the lower index (mvm_k_topk); their weights, the probabilities,
+ * divided by their sum with norm_topk, times scale. Out, as the host lays one token's step
+ * out: the experts ascending in active[0..top_k), expert e's one row at off[e] = its place
+ * there with cnt[e] = 1, row_tok[r] = 0, row_w[r] its weight, tok_rows[k] the k-th choice's
+ * row; and sel[k] (int32) and w[k], the choice best first, for the host's policies. One
+ * warp; n_expert <= MVM_G_ROUTE_MAX_E, top_k <= 32, n_group <= 32. */
+#define MVM_G_ROUTE_MAX_E 1024
+typedef struct mvm_g_route_args {
+    mvm_dptr logits, choose_bias, active, off, cnt, row_tok, tok_rows, row_w, sel, w;
+    float scale;
+    uint32_t n_expert, top_k, n_group, n_group_used, sigmoid, norm_topk;
+} mvm_g_route_args;
+
+MVM_G_FN mvm_g_shape mvm_g_route_shape(const mvm_g_route_args *a)
+{
+    (void)a;
+    mvm_g_shape s = {1, 1, 32};
+    return s;
+}
+
 /* ---- small F32 ops ----------------------------------------------------------------------
  * mvm_g_rmsnorm: out[i] = x[i] / sqrt(mean(x[i]^2) + eps) * w (w = 0: no scale) for n_rows
  *   rows of n floats, x[i] at x + i * x_stride, out[i] at out + i * out_stride floats (out

@@ -39,6 +39,7 @@ fakecuda_register_kernels(fakecuda_add_kernel_fn add)
     MVM_G_FOR_TYPES(ADD_TYPED)
     ADD(mvm_g_expert_quantize, mvm_g_expert_args);
     ADD(mvm_g_expert_sum, mvm_g_expert_sum_args);
+    ADD(mvm_g_route, mvm_g_route_args);
     ADD(mvm_g_rmsnorm, mvm_g_rmsnorm_args);
     ADD(mvm_g_rope, mvm_g_rope_args);
     ADD(mvm_g_attention, mvm_g_attention_args);

@@ -1,0 +1,143 @@
+/*
+ * Decode steps routed on the device (forward_cuda_impl.h; the step itself is forward_cuda.c's
+ * moe_routed_here). A MoE step of the host-routed pass waits for the device once a layer:
+ * the router's logits come down, the host routes, decides residency and sends the rows up.
+ * With one token and every expert resident there is nothing to decide: the router's top-k
+ * is what runs, at fixed addresses that are all backed. So such a step routes on the device
+ * (mvm_g_route, the host's rule to the bit where logits do not tie), and a decode token
+ * queues all its layers without waiting; its only round trip is its logits.
+ *
+ * The policies still see every step: each layer's logits, router input, choice and weights
+ * are left in a stage on the device, come down with the token's logits, and are replayed
+ * through the host's step (mvm_moe_route_as, mvm_moe_replay) in layer order, so that the
+ * statistics, the evict module's history, the observers (routing traces) and the predictor
+ * are what the host-routed pass would have made of the same token.
+ *
+ * "Every expert resident" is made to stay true by pinning every expert once all are, for
+ * the rest of the context: nothing may move one under a queued kernel, and with all of
+ * them on the device there is nothing to load, so the pins take nothing away. Until then,
+ * when the budget holds every expert (a budget of 100%, llama.cpp's -ngl 99), all of them
+ * are asked resident once at prefetch priority, as loading a model onto a GPU would; the
+ * host-routed pass runs while they land.
+ *
+ * Not routed here: a batch of several tokens (prefill, or a server's several sequences),
+ * a replayed routing trace (the host overrides the router), SMoE's speculative pass, the
+ * distributed mode, --n-cpu-moe (the experts stay home), routers wider than
+ * MVM_G_ROUTE_MAX_E experts or 32 chosen, and MOEVM_DEVICE_ROUTING=off.
+ */
+#include <string.h>
+
+#include "engine/forward/engine_options.h"
+#include "engine/forward/forward_cuda_impl.h"
+#include "engine/forward/moe_step.h"
+#include "engine/forward/residency.h"
+#include "vmm/error.h"
+
+/* Whether mvm_g_route takes this model's router. */
+static int routable(const mvm_hparams *hp)
+{
+    const uint32_t G = hp->n_group;
+    return hp->n_expert && hp->n_expert <= MVM_G_ROUTE_MAX_E && hp->n_expert_used <= 32 &&
+           (G <= 1 || (G <= 32 && hp->n_expert % G == 0));
+}
+
+mvm_status mvm_cuda_fwd_route_alloc(struct cuda_fwd *f)
+{
+    const mvm_hparams *hp = &f->m->hp;
+    mvm_option_value mode;
+    TRY(mvm_option_read(&mvm_opt_device_routing, &mode));
+    f->route_mode = mode.i == 0 && routable(hp); /* auto */
+    if (!f->route_mode)
+        return MVM_OK;
+    f->stage_floats = hp->n_expert + hp->n_embd + 2 * hp->n_expert_used;
+    const size_t bytes = (size_t)hp->n_layer * f->stage_floats * sizeof(float);
+    TRY(mvm_cuda_fwd_alloc(f, bytes, &f->stage));
+    for (uint32_t il = 0; il < hp->n_layer; il++)
+        TRY(mvm_cuda_fwd_copy(f, f->m->layers[il].expert_bias, hp->n_expert * sizeof(float),
+                              &f->layers[il].choose_bias));
+    return f->sizing ? MVM_OK : mvm_gpu_host_alloc(f->g, bytes, (void **)&f->stage_host);
+}
+
+mvm_dptr mvm_cuda_fwd_route_stage(const struct cuda_fwd *f, uint32_t il)
+{
+    return f->stage + (uint64_t)il * f->stage_floats * sizeof(float);
+}
+
+static void unpin_first(struct cuda_fwd *f, uint64_t n)
+{
+    const uint32_t E = f->m->hp.n_expert;
+    for (uint64_t x = 0; x < n; x++)
+        (void)mvm_unpin(f->m->space, (uint32_t)(x / E), (uint32_t)(x % E));
+}
+
+/* Every expert pinned if all are resident (f->all_pinned); else, once, every expert asked
+ * resident when the budget holds them all. */
+static mvm_status pin_all(struct cuda_fwd *f)
+{
+    mvm_space *sp = f->m->space;
+    const uint32_t L = f->m->hp.n_layer, E = f->m->hp.n_expert;
+    mvm_space_info info;
+    mvm_stats now;
+    TRY(mvm_space_get_info(sp, &info));
+    TRY(mvm_space_get_stats(sp, &now));
+    const uint64_t all = (uint64_t)L * E, pages = all * info.pages_per_expert;
+    if (now.resident_pages < pages) {
+        if (f->all_asked || info.device_pages < pages)
+            return MVM_OK;
+        f->all_asked = 1;
+        for (uint64_t x = 0; x < all; x++) {
+            mvm_status st = mvm_resid_prefetch(f->moe->resid, (uint32_t)(x / E),
+                                               (uint32_t)(x % E));
+            if (st == MVM_ERR_NOSPACE) /* a config module's layer budgets: they stay apart */
+                return MVM_OK;
+            TRY(st);
+        }
+        return MVM_OK;
+    }
+    for (uint64_t x = 0; x < all; x++) {
+        mvm_status st = mvm_pin(sp, (uint32_t)(x / E), (uint32_t)(x % E));
+        if (st != MVM_OK) {
+            unpin_first(f, x);
+            return st;
+        }
+    }
+    f->all_pinned = 1;
+    return MVM_OK;
+}
+
+mvm_status mvm_cuda_fwd_route_choose(struct cuda_fwd *f, const mvm_fwd_batch *b)
+{
+    f->route_here = 0;
+    if (!f->route_mode || b->n != 1 || f->m->experts_at_home || !mvm_moe_routes_alone(f->moe) ||
+        f->gemm_rows == 1) /* (a one-row product on the tensor cores is not the kernels') */
+        return MVM_OK;
+    if (!f->all_pinned)
+        TRY(pin_all(f));
+    f->route_here = f->all_pinned;
+    return MVM_OK;
+}
+
+mvm_status mvm_cuda_fwd_route_replay(struct cuda_fwd *f, const mvm_fwd_batch *b, mvm_status st,
+                                     int idle)
+{
+    const mvm_hparams *hp = &f->m->hp;
+    const uint32_t E = hp->n_expert, D = hp->n_embd, K = hp->n_expert_used;
+    mvm_status synced = idle ? MVM_OK : mvm_gpu_sync(f->g); /* the stage is down */
+    st = st != MVM_OK ? st : synced;
+    for (uint32_t il = 0; il < hp->n_layer && st == MVM_OK; il++) {
+        const float *s = f->stage_host + (size_t)il * f->stage_floats;
+        memcpy(f->moe->probs, s, E * sizeof *s);
+        int32_t sel[32];
+        memcpy(sel, s + E + D, K * sizeof *sel); /* the int32s as the device wrote them */
+        mvm_moe_route_as(f->moe, il, b->pos, 1, s + E, sel, s + E + D + K);
+        st = mvm_moe_replay(f->moe);
+    }
+    return st;
+}
+
+void mvm_cuda_fwd_route_release(struct cuda_fwd *f)
+{
+    if (f->all_pinned)
+        unpin_first(f, (uint64_t)f->m->hp.n_layer * f->m->hp.n_expert);
+    f->all_pinned = 0;
+}
