@@ -16,6 +16,7 @@
 
 #include "engine/compute/blas.h"
 #include "engine/compute/clock.h"
+#include "engine/compute/gpu_graph.h"
 #include "engine/compute/gpu_profile.h"
 #include "kernels/cpu/kernels.h"
 #include "vmm/backend_cuda.h"
@@ -72,6 +73,9 @@ struct mvm_gpu {
     mvm_status blas_st;  /* and its answer, once asked (blas_asked) */
     char blas_why[256];
     int blas_asked;
+    mvm_gpu_graph *graph; /* mvm_gpu_record's, opened at the first */
+    int graphs_off;       /* the driver has none, or refused one */
+    int recording;
 };
 
 static mvm_status load_kernels(mvm_gpu *g)
@@ -140,6 +144,7 @@ void mvm_gpu_close(mvm_gpu *g)
     mvm_gpu_prof_free(g->prof);
     if (g->ctx) {
         g->cu.CtxSetCurrent(g->ctx);
+        mvm_gpu_graph_close(g->graph);
         mvm_blas_close(g->blas);
         for (int m = 0; m < MOD_COUNT; m++)
             if (g->modules[m])
@@ -175,6 +180,9 @@ void mvm_gpu_profile_report(const mvm_gpu *g, FILE *f)
 /* Around each queued operation, when profiling (prof_end: st, else the profile's own). */
 static mvm_status prof_begin(mvm_gpu *g, int kind)
 {
+    if (g->recording) /* a launch or copy is recorded before it comes here */
+        return mvm_fail(MVM_ERR_INVALID, "a copy to or from the host, a zeroing or a cuBLAS "
+                        "product while a CUDA graph is recorded");
     return g->prof ? mvm_gpu_prof_begin(g->prof, kind) : MVM_OK;
 }
 
@@ -250,6 +258,8 @@ void mvm_gpu_host_free(mvm_gpu *g, void *p)
 
 mvm_status mvm_gpu_copy(mvm_gpu *g, mvm_dptr dst, mvm_dptr src, size_t bytes)
 {
+    if (g->recording)
+        return mvm_gpu_copy_rows(g, dst, bytes, src, bytes, bytes, 1);
     mvm_status st = prof_begin(g, PROF_ON_DEVICE);
     if (st == MVM_OK)
         CU(g, g->cu.MemcpyDtoDAsync(dst, src, bytes, g->stream), "cuMemcpyDtoDAsync");
@@ -271,6 +281,8 @@ mvm_status mvm_gpu_copy_rows(mvm_gpu *g, mvm_dptr dst, size_t dst_pitch, mvm_dpt
                        .srcPitch = src_pitch, .dstMemoryType = CU_MEMORYTYPE_DEVICE,
                        .dstDevice = dst, .dstPitch = dst_pitch, .WidthInBytes = width,
                        .Height = rows};
+    if (g->recording)
+        return mvm_gpu_graph_copy(g->graph, &p);
     mvm_status st = prof_begin(g, PROF_ON_DEVICE);
     if (st == MVM_OK)
         CU(g, g->cu.Memcpy2DAsync(&p, g->stream), "cuMemcpy2DAsync");
@@ -279,6 +291,8 @@ mvm_status mvm_gpu_copy_rows(mvm_gpu *g, mvm_dptr dst, size_t dst_pitch, mvm_dpt
 
 mvm_status mvm_gpu_sync(mvm_gpu *g)
 {
+    if (g->recording)
+        return mvm_fail(MVM_ERR_INVALID, "a synchronisation while a CUDA graph is recorded");
     double t = g->prof ? mvm_now_s() : 0;
     CU(g, g->cu.StreamSynchronize(g->stream), "cuStreamSynchronize");
     return g->prof ? mvm_gpu_prof_synced(g->prof, mvm_now_s() - t) : MVM_OK;
@@ -308,7 +322,7 @@ mvm_status mvm_gpu_gemm(mvm_gpu *g, uint32_t m, uint32_t n, uint32_t k, mvm_dptr
 }
 
 mvm_status mvm_gpu_launch(mvm_gpu *g, enum mvm_gpu_kernel k, int type, const void *args,
-                          mvm_g_shape shape)
+                          size_t args_bytes, mvm_g_shape shape)
 {
     if (kernels[k].typed && (type < 0 || type >= MVM_W_COUNT))
         return mvm_fail(MVM_ERR_INVALID, "%s: weight type %d", kernels[k].name, type);
@@ -317,6 +331,8 @@ mvm_status mvm_gpu_launch(mvm_gpu *g, enum mvm_gpu_kernel k, int type, const voi
                                         size from the kernel) */
     if (!shape.gx || !shape.gy) /* nothing to do: an empty grid is invalid for the driver */
         return MVM_OK;
+    if (g->recording)
+        return mvm_gpu_graph_kernel(g->graph, f, args, args_bytes, shape, kernels[k].name);
     char what[96];
     mvm_status st = prof_begin(g, k);
     if (st != MVM_OK)
@@ -329,4 +345,34 @@ mvm_status mvm_gpu_launch(mvm_gpu *g, enum mvm_gpu_kernel k, int type, const voi
     snprintf(what, sizeof what, "cuLaunchKernel (%s%s%s)", kernels[k].name,
              kernels[k].typed ? "_" : "", sfx);
     return mvm_cu_fail(&g->cu, r, what);
+}
+
+int mvm_gpu_graphs(mvm_gpu *g)
+{
+    if (g->graphs_off || g->prof) /* the profile times each kernel on its own */
+        return 0;
+    if (!g->graph && mvm_gpu_graph_open(&g->cu, g->ctx, g->stream, &g->graph) != MVM_OK) {
+        mvm_log(MVM_LOG_INFO, "%s: decode launches its kernels one by one", mvm_last_error());
+        g->graphs_off = 1;
+    }
+    return !g->graphs_off;
+}
+
+void mvm_gpu_record(mvm_gpu *g)
+{
+    mvm_gpu_graph_start(g->graph);
+    g->recording = 1;
+}
+
+void mvm_gpu_record_drop(mvm_gpu *g) { g->recording = 0; }
+
+mvm_status mvm_gpu_replay(mvm_gpu *g)
+{
+    g->recording = 0;
+    return mvm_gpu_graph_launch(g->graph, &g->graphs_off);
+}
+
+void mvm_gpu_graph_stats(const mvm_gpu *g, uint64_t *built, uint64_t *updated)
+{
+    mvm_gpu_graph_counts(g->graph, built, updated);
 }

@@ -89,15 +89,31 @@ mvm_status mvm_gpu_gemm(mvm_gpu *g, uint32_t m, uint32_t n, uint32_t k, mvm_dptr
                         float beta);
 
 /* Queues kernel k (of weight type `type` where it has one; ignored otherwise) with its
- * argument struct, in the shape given. */
+ * argument struct (args_bytes long), in the shape given. */
 mvm_status mvm_gpu_launch(mvm_gpu *g, enum mvm_gpu_kernel k, int type, const void *args,
-                          mvm_g_shape shape);
+                          size_t args_bytes, mvm_g_shape shape);
+
+/* CUDA graphs (engine/compute/gpu_graph.c): the launches and device-to-device copies made
+ * between mvm_gpu_record and mvm_gpu_replay are recorded, not queued, then queued together
+ * as one graph. A recording with the same kernels and copies in the same order as the graph
+ * built last replays that graph, with the kernels whose arguments or shape changed updated
+ * in it (a decode token's position and cache length); any other builds a new one. Between
+ * the two, a copy to or from the host, a zeroing, a cuBLAS product or a sync fails.
+ * mvm_gpu_graphs: whether to record at all (not with the profile on, nor where the driver
+ * has no graphs or refused one, which it logs). */
+int mvm_gpu_graphs(mvm_gpu *g);
+void mvm_gpu_record(mvm_gpu *g);
+mvm_status mvm_gpu_replay(mvm_gpu *g);
+/* A recording given up: nothing of it is queued. */
+void mvm_gpu_record_drop(mvm_gpu *g);
+/* The graphs built and the kernel nodes updated in them so far. */
+void mvm_gpu_graph_stats(const mvm_gpu *g, uint64_t *built, uint64_t *updated);
 
 /* The launches, each in the shape kernels/cuda/kernels.h computes from its arguments. */
 #define MVM_GPU_LAUNCHER(fn, kernel, A, shape)                                                 \
     static inline mvm_status fn(mvm_gpu *g, int type, const A *a)                              \
     {                                                                                          \
-        return mvm_gpu_launch(g, kernel, type, a, shape(a));                                   \
+        return mvm_gpu_launch(g, kernel, type, a, sizeof *a, shape(a));                        \
     }
 MVM_GPU_LAUNCHER(mvm_gpu_quantize, MVM_GK_QUANTIZE, mvm_g_quantize_args, mvm_g_quantize_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_matvec, MVM_GK_MATVEC, mvm_g_matvec_args, mvm_g_matvec_shape)

@@ -70,12 +70,13 @@ const mvm_option_desc mvm_opt_cublas_library = {
     "libcublas.so.13, libcublas.so.12 and libcublas.so that loads"};
 
 const mvm_option_desc mvm_opt_device_routing = {
-    "MOEVM_DEVICE_ROUTING", MVM_OPT_CHOICE, "auto", "auto|off",
-    "engine on a GPU: auto = once every expert is resident (asked for as "
-    "soon as the budget holds them all), a decode step routes on the "
-    "device and no layer waits for the host; the policies see the "
-    "token's steps after it; off = every layer's routing goes through the "
-    "host (engine/forward/forward_cuda_route.c)"};
+    "MOEVM_DEVICE_ROUTING", MVM_OPT_CHOICE, "graph", "graph|launches|off",
+    "engine on a GPU: once every expert is resident (asked for as soon as "
+    "the budget holds them all), a decode token routes on the device and "
+    "no layer waits for the host (the policies see its steps after it); "
+    "graph queues the token as one CUDA graph, updated in place from token "
+    "to token; launches queues its kernels one by one; off sends every "
+    "layer's routing through the host (engine/forward/forward_cuda_route.c)"};
 
 static const mvm_option_desc *const list[] = {
     &mvm_opt_threads, &mvm_opt_cpu_simd, &mvm_opt_kv_type, &mvm_opt_admit,

@@ -586,6 +586,43 @@ static void split_runs(struct cuda_fwd *f, const mvm_fwd_batch *b)
     }
 }
 
+/* The batch's blocks, then the output products of its rows first .. first + nl - 1. */
+static mvm_status blocks(struct cuda_fwd *f, const mvm_fwd_batch *b, uint32_t first,
+                         uint32_t nl)
+{
+    const mvm_hparams *hp = &f->m->hp;
+    const uint32_t D = hp->n_embd, n = b->n;
+    for (uint32_t blk = 0; blk < hp->n_dense; blk++) {
+        TRY(mvm_cuda_fwd_attention(f, &f->dense[blk], blk, n));
+        TRY(dense_ffn(f, &f->dense[blk], n));
+    }
+    for (uint32_t il = 0; il < hp->n_layer; il++) {
+        TRY(mvm_cuda_fwd_attention(f, &f->layers[il], hp->n_dense + il, n));
+        TRY(moe(f, il, n, b->pos));
+    }
+    if (!nl)
+        return MVM_OK;
+    TRY(mvm_cuda_fwd_rmsnorm(f, f->x + (uint64_t)first * D * sizeof(float), f->xn, D,
+                             f->output_norm, D, nl));
+    return mvm_cuda_fwd_matmul(f, &f->output, NULL, f->xn, D, nl, f->logits, hp->n_vocab);
+}
+
+/* blocks(), as one CUDA graph where the batch routes on the device and nothing in it waits
+ * for the host (forward_cuda_route.c; MOEVM_DEVICE_ROUTING=graph), else launch by launch. */
+static mvm_status queue_blocks(struct cuda_fwd *f, const mvm_fwd_batch *b, uint32_t first,
+                               uint32_t nl)
+{
+    if (!f->route_here || f->route_mode != MVM_ROUTE_GRAPH || !mvm_gpu_graphs(f->g))
+        return blocks(f, b, first, nl);
+    mvm_gpu_record(f->g);
+    mvm_status st = blocks(f, b, first, nl);
+    if (st != MVM_OK) {
+        mvm_gpu_record_drop(f->g);
+        return st;
+    }
+    return mvm_gpu_replay(f->g);
+}
+
 /* The batch's layers and its logits; *idle: its last operation waited for the stream. */
 static mvm_status eval_batch(struct cuda_fwd *f, const mvm_fwd_batch *b, float *logits,
                              int *idle)
@@ -598,26 +635,16 @@ static mvm_status eval_batch(struct cuda_fwd *f, const mvm_fwd_batch *b, float *
      * download writes it, and the host writes it again only after that layer's sync */
     mvm_embed_tokens(m, b->tokens, n, f->host);
     TRY(mvm_gpu_upload(f->g, f->x, f->host, (size_t)n * D * sizeof(float)));
-    for (uint32_t blk = 0; blk < hp->n_dense; blk++) {
-        TRY(mvm_cuda_fwd_attention(f, &f->dense[blk], blk, n));
-        TRY(dense_ffn(f, &f->dense[blk], n));
-    }
-    for (uint32_t il = 0; il < hp->n_layer; il++) {
-        TRY(mvm_cuda_fwd_attention(f, &f->layers[il], hp->n_dense + il, n));
-        TRY(moe(f, il, n, b->pos));
-    }
+    /* the rows from the first wanted one on (most often the last, or all), then those wanted */
+    const uint32_t first = b->n_out ? b->out[0] : n, nl = n - first;
+    TRY(queue_blocks(f, b, first, nl));
     if (f->route_here) /* the steps' stage, for the policies (forward_cuda_route.c) */
         TRY(mvm_gpu_download_async(f->g, f->stage_host, f->stage,
                                    (size_t)hp->n_layer * f->stage_floats * sizeof(float)));
     if (!b->n_out)
         return MVM_OK;
     *idle = 1; /* after the logits' download, unless it fails */
-    /* the rows from the first wanted one on (most often the last, or all), then those wanted */
-    const uint32_t first = b->out[0], nl = n - first;
     const size_t row = (size_t)hp->n_vocab * sizeof(float);
-    TRY(mvm_cuda_fwd_rmsnorm(f, f->x + (uint64_t)first * D * sizeof(float), f->xn, D,
-                             f->output_norm, D, nl));
-    TRY(mvm_cuda_fwd_matmul(f, &f->output, NULL, f->xn, D, nl, f->logits, hp->n_vocab));
     if (b->n_out == nl)
         return mvm_gpu_download(f->g, logits, f->logits, nl * row);
     for (uint32_t o = 0; o < b->n_out; o++)

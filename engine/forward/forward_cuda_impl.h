@@ -49,6 +49,9 @@ struct cuda_run {
     uint32_t i0, n, pos0, seq;
 };
 
+/* MOEVM_DEVICE_ROUTING, as f->route_mode holds it (its choices in reverse). */
+enum { MVM_ROUTE_OFF, MVM_ROUTE_LAUNCHES, MVM_ROUTE_GRAPH };
+
 struct cuda_fwd {
     mvm_gpu *g;
     mvm_model *m;
@@ -112,7 +115,7 @@ struct cuda_fwd {
     uint32_t *active_host;      /* [n_expert]: a round's experts that the kernels take */
     /* Steps routed on the device (forward_cuda_route.c): */
     int route_here;             /* this batch's MoE steps route on the device */
-    int route_mode;             /* MOEVM_DEVICE_ROUTING: 0 off, 1 auto */
+    int route_mode;             /* MOEVM_DEVICE_ROUTING (enum below) */
     int all_pinned;             /* every expert pinned for them, until the context ends */
     int all_asked;              /* every expert asked resident (once the budget holds all) */
     mvm_dptr stage;             /* [n_layer][stage_floats]: each routed step's logits,

@@ -46,8 +46,8 @@ mvm_status mvm_cuda_fwd_route_alloc(struct cuda_fwd *f)
     const mvm_hparams *hp = &f->m->hp;
     mvm_option_value mode;
     TRY(mvm_option_read(&mvm_opt_device_routing, &mode));
-    f->route_mode = mode.i == 0 && routable(hp); /* auto */
-    if (!f->route_mode)
+    f->route_mode = routable(hp) ? MVM_ROUTE_GRAPH - mode.i : MVM_ROUTE_OFF;
+    if (f->route_mode == MVM_ROUTE_OFF)
         return MVM_OK;
     f->stage_floats = hp->n_expert + hp->n_embd + 2 * hp->n_expert_used;
     const size_t bytes = (size_t)hp->n_layer * f->stage_floats * sizeof(float);
@@ -108,7 +108,7 @@ static mvm_status pin_all(struct cuda_fwd *f)
 mvm_status mvm_cuda_fwd_route_choose(struct cuda_fwd *f, const mvm_fwd_batch *b)
 {
     f->route_here = 0;
-    if (!f->route_mode || b->n != 1 || f->m->experts_at_home || !mvm_moe_routes_alone(f->moe) ||
+    if (f->route_mode == MVM_ROUTE_OFF || b->n != 1 || f->m->experts_at_home || !mvm_moe_routes_alone(f->moe) ||
         f->gemm_rows == 1) /* (a one-row product on the tensor cores is not the kernels') */
         return MVM_OK;
     if (!f->all_pinned)
