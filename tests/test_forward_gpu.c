@@ -766,6 +766,36 @@ static void test_device_round_trips(void)
     }
 }
 
+/* A driver that refuses a decode token's graph, at any of its calls: the token is queued
+ * launch by launch instead (the same logits to the bit), and so is every token after it:
+ * graph launches stop at the failure (counted with it, where it is cuGraphLaunch). */
+static void test_graph_faults(void)
+{
+    static const struct {
+        const char *fail;
+        unsigned long graph_launches;
+    } cases[] = {{"cuGraphAddKernelNode:3", 0}, {"cuGraphInstantiateWithFlags:1", 0},
+                 {"cuGraphExecKernelNodeSetParams:2", 1}, {"cuGraphLaunch:2", 2}};
+    const char *path = model_path("llama", MVM_W_Q8_0);
+    size_t n = N_PROMPT * mvm_preset_find("tiny", "llama")->spec.n_vocab;
+    setenv("MOEVM_DETERMINISTIC", "on", 1);
+    struct run *clean = run_prompt(path, MVM_BACKEND_CUDA, 1, 1, 0);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases && clean; i++) {
+        CHECK(set_fail(cases[i].fail) == 0);
+        reset_counters();
+        struct run *r = run_prompt(path, MVM_BACKEND_CUDA, 1, 1, 0);
+        unsigned long graphs = calls("cuGraphLaunch");
+        set_fail(NULL);
+        CHECK(r && memcmp(r->logits, clean->logits, n * sizeof *r->logits) == 0);
+        CHECK(graphs == cases[i].graph_launches);
+        if (graphs != cases[i].graph_launches)
+            fprintf(stderr, "  %s: %lu graph launches\n", cases[i].fail, graphs);
+        free_run(r);
+    }
+    unsetenv("MOEVM_DETERMINISTIC");
+    free_run(clean);
+}
+
 /* The same tokens, one a call, routed by the host and on the device (its kernels launched
  * one by one, and as a graph): the same logits to the bit, the same choices seen by the
  * route observer, the same steps counted; routed on
@@ -1158,6 +1188,7 @@ int main(int argc, char **argv)
     RUN(test_round_trips);
     RUN(test_device_round_trips);
     RUN(test_device_routing);
+    RUN(test_graph_faults);
     RUN(test_cpu_moe);
     RUN(test_time_expert);
     RUN(test_expert_rows);
