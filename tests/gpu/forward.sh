@@ -4,10 +4,12 @@
 # The engine's forward pass on the GPU (engine/forward/forward_cuda.c) for real:
 #   1. tests/ref/check_forward.py with MOEVM_BACKEND=cuda: every architecture and weight type
 #      against the NumPy reference, as CI checks it over the fake driver;
-#   2. the same greedy text on the CPU and the GPU for a prompt; 2b, the same with a long
-#      prompt on the tensor cores (cuBLAS) and on the kernels;
+#   2. the same greedy text on the CPU and the GPU for a prompt, and on the GPU with decode
+#      routed on the device (a CUDA graph, launch by launch) and by the host; 2b, the same
+#      with a long prompt on the tensor cores (cuBLAS) and on the kernels;
 #   3. speed: `moevm run` of a real-shaped model (random weights, made here by mkmodel) on the
-#      CPU, on the GPU with every expert resident, and on the GPU with half the experts'
+#      CPU, on the GPU with every expert resident (decode routed on the device as a graph,
+#      launch by launch, and by the host), and on the GPU with half the experts'
 #      bytes as its budget (homes unmapped, the default: every step waits for its copies,
 #      in rounds where they do not fit), then with the homes mapped (MOEVM_HOME_MAP=on:
 #      reads in place, each page of a move its own remap), with the assign modules greedy
@@ -67,6 +69,16 @@ mkdir -p "$work"
         done
         if cmp -s "$work/text.host" "$work/text.cuda"; then echo "same text"; else
             echo "TEXT DIFFERS"; diff "$work/text.host" "$work/text.cuda" || true; fi
+        # decode routed on the device (forward_cuda_route.c), as a CUDA graph and launch by
+        # launch, against the host's routing: the same text
+        for mode in graph launches off; do
+            MOEVM_BACKEND=cuda MOEVM_DEVICE_ROUTING=$mode "$moevm" run -m "$work/tiny.gguf" \
+                -p "It was the best of times" -n 24 --temp 0 >"$work/text.$mode"
+        done
+        for mode in graph launches; do
+            if cmp -s "$work/text.off" "$work/text.$mode"; then echo "same text ($mode)"; else
+                echo "TEXT DIFFERS ($mode)"; diff "$work/text.off" "$work/text.$mode" || true; fi
+        done
     fi
     if want 2b; then
         # real cuBLAS under the tensor-core path (forward_cuda_gemm.c): a 100-token prompt
@@ -87,6 +99,8 @@ mkdir -p "$work"
         echo "== 3. speed, $preset q8_0"
         run MOEVM_BACKEND=host
         run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=100%
+        run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=100% MOEVM_DEVICE_ROUTING=launches
+        run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=100% MOEVM_DEVICE_ROUTING=off
         run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=50%
         run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=50% MOEVM_HOME_MAP=on
         run MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=50% MOEVM_PREDICT=gate
