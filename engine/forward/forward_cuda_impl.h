@@ -122,6 +122,7 @@ struct cuda_fwd {
                                    router input, choice and weights (route_stage) ... */
     float *stage_host;          /* ... down to this pinned copy at the batch's end */
     uint32_t stage_floats;
+    uint64_t routed_tokens;     /* batches routed on the device, for the log at the end */
     mvm_pool *pool;
     mvm_cpu_experts *cpu;              /* the experts the assign module runs on the CPU; made at
                                    the first (many runs have none) */

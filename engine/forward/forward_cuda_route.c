@@ -124,6 +124,7 @@ mvm_status mvm_cuda_fwd_route_replay(struct cuda_fwd *f, const mvm_fwd_batch *b,
     const uint32_t E = hp->n_expert, D = hp->n_embd, K = hp->n_expert_used;
     mvm_status synced = idle ? MVM_OK : mvm_gpu_sync(f->g); /* the stage is down */
     st = st != MVM_OK ? st : synced;
+    f->routed_tokens += st == MVM_OK;
     for (uint32_t il = 0; il < hp->n_layer && st == MVM_OK; il++) {
         const float *s = f->stage_host + (size_t)il * f->stage_floats;
         memcpy(f->moe->probs, s, E * sizeof *s);
@@ -137,6 +138,13 @@ mvm_status mvm_cuda_fwd_route_replay(struct cuda_fwd *f, const mvm_fwd_batch *b,
 
 void mvm_cuda_fwd_route_release(struct cuda_fwd *f)
 {
+    uint64_t built, updated;
+    if (f->g && f->routed_tokens) {
+        mvm_gpu_graph_stats(f->g, &built, &updated);
+        mvm_log(MVM_LOG_INFO, "decode: %llu tokens routed on the device; CUDA graphs: %llu "
+                "built, %llu kernel nodes updated", (unsigned long long)f->routed_tokens,
+                (unsigned long long)built, (unsigned long long)updated);
+    }
     if (f->all_pinned)
         unpin_first(f, (uint64_t)f->m->hp.n_layer * f->m->hp.n_expert);
     f->all_pinned = 0;
