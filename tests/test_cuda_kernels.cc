@@ -573,8 +573,9 @@ static void route_ref(const route_case &c, const std::vector<float> &logits,
 static bool same_float(float a, float b) { return a == b || (std::isnan(a) && std::isnan(b)); }
 
 /* mvm_g_route against route_ref on logits with ties, repeats across groups, -inf, and (in
- * some) a NaN; the rows it lays out are one token's step: experts ascending, each its one
- * row; what it must not write (other experts' off and cnt) keeps its poison. */
+ * some) a NaN, or with a given choice (a replayed trace's: its experts and weights as they
+ * are); the rows it lays out are one token's step: experts ascending, each its one row;
+ * what it must not write (other experts' off and cnt) keeps its poison. */
 static void test_route(void)
 {
     static const route_case cases[] = {
@@ -586,7 +587,7 @@ static void test_route(void)
     };
     const uint32_t POISON_U = 0xDEADBEEF;
     for (const route_case &c : cases)
-        for (int variant = 0; variant < 4; variant++) {
+        for (int variant = 0; variant < 5; variant++) {
             std::vector<float> logits = randoms(c.E, 4.0f), bias = randoms(c.E, 0.5f);
             if (variant >= 1) /* ties: every value repeated elsewhere, -inf among them */
                 for (uint32_t e = c.E / 2; e < c.E; e++)
@@ -597,7 +598,24 @@ static void test_route(void)
                 logits[c.E - 1] = NAN;
             std::vector<int> want_sel;
             std::vector<float> want_w;
-            route_ref(c, logits, bias, want_sel, want_w);
+            std::vector<int32_t> given; /* variant 4 replays a given choice */
+            if (variant == 4) {
+                std::vector<int32_t> all(c.E);
+                for (uint32_t e = 0; e < c.E; e++)
+                    all[e] = (int32_t)e;
+                std::shuffle(all.begin(), all.end(), rng);
+                std::vector<float> gw = randoms(c.K);
+                given.assign(all.begin(), all.begin() + c.K);
+                for (float v : gw) {
+                    int32_t bits;
+                    memcpy(&bits, &v, sizeof bits);
+                    given.push_back(bits); /* the weights after the experts, as floats */
+                }
+                want_sel.assign(given.begin(), given.begin() + c.K);
+                want_w = gw;
+            } else {
+                route_ref(c, logits, bias, want_sel, want_w);
+            }
             std::vector<uint32_t> active(c.K + 1, POISON_U), off(c.E, POISON_U),
                 cnt(c.E, POISON_U), row_tok(c.K + 1, POISON_U), tok_rows(c.K + 1, POISON_U);
             std::vector<float> row_w(c.K + 1, POISON), w(c.K + 1, POISON);
@@ -605,7 +623,9 @@ static void test_route(void)
             mvm_g_route_args a = {dp(logits.data()), c.bias ? dp(bias.data()) : 0,
                                   dp(active.data()), dp(off.data()), dp(cnt.data()),
                                   dp(row_tok.data()), dp(tok_rows.data()), dp(row_w.data()),
-                                  dp(sel.data()), dp(w.data()), c.scale, c.E, c.K, c.n_group,
+                                  dp(sel.data()), dp(w.data()),
+                                  given.empty() ? 0 : dp(given.data()), c.scale, c.E, c.K,
+                                  c.n_group,
                                   c.n_group_used, c.sigmoid, c.norm};
             launch(mvm_g_route, a, mvm_g_route_shape(&a));
             bool ok = sel[c.K] == -7 && same_float(w[c.K], POISON) && active[c.K] == POISON_U;

@@ -44,6 +44,7 @@ static const char *assign, *assign_args; /* run_prompt's assign module (NULL: th
 static const char *predict = "gate";    /* and its predict module */
 static uint32_t cpu_moe;                  /* load's --n-cpu-moe (0: a budget instead) */
 static const char *kv_type;               /* and KV cache type (NULL: the default, f16) */
+static int replayed;                      /* and a benchmark's replayed routing (replay) */
 
 static const int32_t prompt[] = {5, 77, 300, 12, 9, 410, 3, 128, 64, 200, 17, 42, 250, 8};
 #define N_PROMPT (sizeof prompt / sizeof *prompt)
@@ -120,6 +121,17 @@ static mvm_status eval_prompt(mvm_ctx *c, size_t n_vocab, uint32_t batch, float 
     return st;
 }
 
+/* A routing trace as `moevm bench --routing` replays it (mvm_ctx_policies.route_override),
+ * the tiny models' top-2 of 8: two experts and weights from the position and layer alone. */
+static void replay(void *ctx, uint32_t layer, uint32_t pos, int *sel, float *w)
+{
+    (void)ctx;
+    sel[0] = (int)((pos * 3 + layer) % 8);
+    sel[1] = (int)((pos * 3 + layer + 1 + pos % 5) % 8);
+    w[0] = 0.75f - 0.05f * (float)(pos % 4);
+    w[1] = 1.0f - w[0];
+}
+
 /* Every position's logits (poisoned first), batch tokens a call. NULL on failure. */
 static struct run *run_prompt(const char *path, mvm_backend_kind backend, double budget,
                               uint32_t batch, int wait)
@@ -131,7 +143,7 @@ static struct run *run_prompt(const char *path, mvm_backend_kind backend, double
     mvm_ctx_policies pol = {.residency = {.evict = "lru", .assign = assign,
                                           .assign_args = assign_args},
                             .prefetch = {.predict = predict}, .wait_loads = wait,
-                            .kv_type = kv_type};
+                            .kv_type = kv_type, .route_override = replayed ? replay : NULL};
     if (m)
         CHECK_ST(mvm_ctx_create(m, pool, 32, batch, &pol, &c), MVM_OK);
     if (!c) {
@@ -798,7 +810,7 @@ static void test_graph_faults(void)
 
 /* The same tokens, one a call, routed by the host and on the device (its kernels launched
  * one by one, and as a graph): the same logits to the bit, the same choices seen by the
- * route observer, the same steps counted; routed on
+ * route observer (a replayed trace's, where one is), the same steps counted; routed on
  * the device only where every expert fits (budget 1: all pinned at the end), never at 0.5.
  * Softmax and sigmoid routers, a choosing bias, expert groups (V2's, V3's), gpt-oss's
  * biased router, shared experts. */
@@ -810,10 +822,13 @@ static void test_device_routing(void)
     } cases[] = {{"llama", "tiny", MVM_W_Q8_0},       {"qwen2moe", "tiny", MVM_W_Q4_K},
                  {"deepseek2", "tiny", MVM_W_Q8_0},   {"deepseek2", "tiny-v3", MVM_W_Q8_0},
                  {"minimax-m2", "tiny", MVM_W_F16},   {"gpt-oss", "tiny", MVM_W_MXFP4}};
-    /* every router once, where the homes are mapped; the first elsewhere (steps in rounds) */
+    /* every router once, where the homes are mapped; the first elsewhere (steps in rounds),
+     * at half the budget too, and with a replayed trace's routing (the last round) */
     const size_t n_cases = home_mapped ? sizeof cases / sizeof *cases : 1;
-    for (size_t i = 0; i < n_cases; i++)
-        for (int half = 0; half < (i == 0 ? 2 : 1); half++) {
+    for (size_t u = 0; u <= n_cases; u++)
+        for (int half = 0; half < (u == 0 ? 2 : 1); half++) {
+            const size_t i = u % n_cases;
+            replayed = u == n_cases;
             const char *path = preset_path(cases[i].arch, cases[i].preset, cases[i].type);
             const size_t n =
                 N_PROMPT * mvm_preset_find(cases[i].preset, cases[i].arch)->spec.n_vocab;
@@ -839,12 +854,24 @@ static void test_device_routing(void)
                 CHECK(host->space.pinned_experts == 0);
                 CHECK(dev->space.pinned_experts == (half ? 0 : all));
                 if (!same || dev->space.pinned_experts != (half ? 0 : all))
-                    fprintf(stderr, "  %s %s budget %.1f: logits %s, %u pinned\n",
-                            cases[i].arch, cases[i].preset, budget, same ? "same" : "differ",
+                    fprintf(stderr, "  %s %s budget %.1f%s: logits %s, %u pinned\n",
+                            cases[i].arch, cases[i].preset, budget,
+                            replayed ? ", replayed" : "", same ? "same" : "differ",
                             dev->space.pinned_experts);
+                if (replayed) { /* the trace's choice ran, not the router's */
+                    int as_replayed = 1;
+                    for (uint32_t p = 0; p < N_PROMPT; p++) {
+                        int sel[2];
+                        float w[2];
+                        replay(NULL, 1, p, sel, w);
+                        as_replayed &= dev->sel[p][1][0] == sel[0] && dev->sel[p][1][1] == sel[1];
+                    }
+                    CHECK(as_replayed);
+                }
             }
             free_run(host), free_run(dev);
         }
+    replayed = 0;
 }
 
 /* A request as the distributed mode's server takes it (dist_serve.c): 5 tokens, the rows of

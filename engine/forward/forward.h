@@ -60,9 +60,11 @@ typedef struct mvm_ctx_policies {
      * server's requests share one context, so one residency manager sees all their
      * routing and one budget holds their experts (mvm_ctx_select_seq). */
     uint32_t n_seq;
-    /* Benchmarks only (`moevm bench --routing`): after the router has chosen, the token at
-     * position pos of MoE layer `layer` runs the K experts sel[] with weights w[] that this
-     * writes instead (valid expert ids, distinct); NULL: the model's own routing. */
+    /* Benchmarks only (`moevm bench --routing`): the token at position pos of MoE layer
+     * `layer` runs the K experts sel[] with weights w[] that this writes instead of the
+     * router's (valid expert ids, distinct); NULL: the model's own routing. It is asked
+     * after the router has chosen, or before where decode routes on the device
+     * (docs/engine.md): what it writes must not depend on what sel[] and w[] hold. */
     void (*route_override)(void *ctx, uint32_t layer, uint32_t pos, int *sel, float *w);
     void *route_override_ctx;
 } mvm_ctx_policies;

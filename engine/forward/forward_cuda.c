@@ -435,6 +435,7 @@ static mvm_status moe_routed_here(struct cuda_fwd *f, uint32_t il)
     mvm_g_route_args r = {.logits = logits, .choose_bias = L->choose_bias, .active = f->active,
                           .off = f->off, .cnt = f->cnt, .row_tok = f->row_tok,
                           .tok_rows = f->tok_rows, .row_w = f->row_w, .sel = sel, .w = w,
+                          .given = f->route_given ? f->given + (uint64_t)il * 2 * K * 4 : 0,
                           .scale = hp->expert_scale, .n_expert = E, .top_k = K,
                           .n_group = hp->n_group, .n_group_used = hp->n_group_used,
                           .sigmoid = (uint32_t)hp->sigmoid_gate,
@@ -637,6 +638,8 @@ static mvm_status eval_batch(struct cuda_fwd *f, const mvm_fwd_batch *b, float *
     TRY(mvm_gpu_upload(f->g, f->x, f->host, (size_t)n * D * sizeof(float)));
     /* the rows from the first wanted one on (most often the last, or all), then those wanted */
     const uint32_t first = b->n_out ? b->out[0] : n, nl = n - first;
+    if (f->route_here) /* a replayed trace's choice, known before the routers run */
+        TRY(mvm_cuda_fwd_route_given(f, b));
     TRY(queue_blocks(f, b, first, nl));
     if (f->route_here) /* the steps' stage, for the policies (forward_cuda_route.c) */
         TRY(mvm_gpu_download_async(f->g, f->stage_host, f->stage,

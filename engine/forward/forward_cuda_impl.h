@@ -123,6 +123,10 @@ struct cuda_fwd {
     float *stage_host;          /* ... down to this pinned copy at the batch's end */
     uint32_t stage_floats;
     uint64_t routed_tokens;     /* batches routed on the device, for the log at the end */
+    mvm_dptr given;             /* [n_layer][2 K]: a replayed trace's choice for the token,
+                                   K experts then K weights (mvm_moe_override) ... */
+    int32_t *given_host;        /* ... sent up from here, pinned */
+    int route_given;            /* this batch's choice is given (the trace's) */
     mvm_pool *pool;
     mvm_cpu_experts *cpu;              /* the experts the assign module runs on the CPU; made at
                                    the first (many runs have none) */
@@ -173,6 +177,9 @@ mvm_status mvm_cuda_fwd_route_alloc(struct cuda_fwd *f);
  * first of those true by pinning every expert for the rest of the context, and asks every
  * expert resident once the budget holds them all. */
 mvm_status mvm_cuda_fwd_route_choose(struct cuda_fwd *f, const mvm_fwd_batch *b);
+/* A replayed trace's choice for the token of batch b (f->route_given), sent up: the
+ * route kernels then lay it out instead of the router's. */
+mvm_status mvm_cuda_fwd_route_given(struct cuda_fwd *f, const mvm_fwd_batch *b);
 /* Where layer il's step leaves its logits (E floats), router input (n_embd floats), choice
  * (K int32) and weights (K floats), one after the other, on the device. */
 mvm_dptr mvm_cuda_fwd_route_stage(const struct cuda_fwd *f, uint32_t il);

@@ -20,8 +20,12 @@
  * are asked resident once at prefetch priority, as loading a model onto a GPU would; the
  * host-routed pass runs while they land.
  *
+ * A benchmark's replayed routing trace (mvm_moe_override) is asked for the token's every
+ * layer before it runs and sent up with it; the route kernels lay it out instead of the
+ * router's choice.
+ *
  * Not routed here: a batch of several tokens (prefill, or a server's several sequences),
- * a replayed routing trace (the host overrides the router), SMoE's speculative pass, the
+ * SMoE's speculative pass, the
  * distributed mode, --n-cpu-moe (the experts stay home), routers wider than
  * MVM_G_ROUTE_MAX_E experts or 32 chosen, and MOEVM_DEVICE_ROUTING=off.
  */
@@ -55,7 +59,30 @@ mvm_status mvm_cuda_fwd_route_alloc(struct cuda_fwd *f)
     for (uint32_t il = 0; il < hp->n_layer; il++)
         TRY(mvm_cuda_fwd_copy(f, f->m->layers[il].expert_bias, hp->n_expert * sizeof(float),
                               &f->layers[il].choose_bias));
-    return f->sizing ? MVM_OK : mvm_gpu_host_alloc(f->g, bytes, (void **)&f->stage_host);
+    const size_t given = (size_t)hp->n_layer * 2 * hp->n_expert_used * sizeof(int32_t);
+    TRY(mvm_cuda_fwd_alloc(f, given, &f->given));
+    if (f->sizing)
+        return MVM_OK;
+    TRY(mvm_gpu_host_alloc(f->g, given, (void **)&f->given_host));
+    return mvm_gpu_host_alloc(f->g, bytes, (void **)&f->stage_host);
+}
+
+mvm_status mvm_cuda_fwd_route_given(struct cuda_fwd *f, const mvm_fwd_batch *b)
+{
+    const uint32_t L = f->m->hp.n_layer, K = f->m->hp.n_expert_used;
+    int sel[32];
+    float w[32];
+    f->route_given = 0;
+    for (uint32_t il = 0; il < L; il++) {
+        if (!mvm_moe_override(f->moe, il, b->pos ? b->pos[0] : 0, sel, w))
+            return MVM_OK;
+        int32_t *g = f->given_host + (size_t)il * 2 * K;
+        for (uint32_t k = 0; k < K; k++)
+            g[k] = sel[k];
+        memcpy(g + K, w, K * sizeof *w);
+    }
+    f->route_given = 1;
+    return mvm_gpu_upload(f->g, f->given, f->given_host, (size_t)L * 2 * K * sizeof(int32_t));
 }
 
 mvm_dptr mvm_cuda_fwd_route_stage(const struct cuda_fwd *f, uint32_t il)

@@ -205,6 +205,7 @@ void mvm_cuda_fwd_destroy(void *state)
         mvm_gpu_host_free(f->g, f->host);
         mvm_gpu_host_free(f->g, f->probs_host);
         mvm_gpu_host_free(f->g, f->stage_host);
+        mvm_gpu_host_free(f->g, f->given_host);
     }
     mvm_gpu_close(f->g);
     mvm_cpu_experts_free(f->cpu);

@@ -265,8 +265,17 @@ void mvm_moe_route_as(mvm_moe *s, uint32_t layer, const uint32_t *pos, uint32_t 
 
 int mvm_moe_routes_alone(const mvm_moe *s)
 {
-    return !s->route_override && !s->elsewhere && !s->remote &&
-           !mvm_prefetcher_speculative(s->prefetch);
+    return !s->elsewhere && !s->remote && !mvm_prefetcher_speculative(s->prefetch);
+}
+
+int mvm_moe_override(const mvm_moe *s, uint32_t layer, uint32_t pos, int *sel, float *w)
+{
+    if (!s->route_override)
+        return 0;
+    for (uint32_t k = 0; k < s->m->hp.n_expert_used; k++)
+        sel[k] = -1, w[k] = 0; /* the router's choice is not known yet */
+    s->route_override(s->route_override_ctx, layer, pos, sel, w);
+    return 1;
 }
 
 mvm_status mvm_moe_take_rows(mvm_moe *s, uint32_t layer, uint32_t n, const float *hidden,

@@ -105,11 +105,15 @@ void mvm_moe_route(mvm_moe *s, uint32_t layer, const uint32_t *pos, uint32_t n,
  * the device's; probs still hold the logits, from which the observer's probabilities come. */
 void mvm_moe_route_as(mvm_moe *s, uint32_t layer, const uint32_t *pos, uint32_t n,
                       const float *hidden, const int32_t *sel, const float *w);
-/* Whether the router's choice is what a step runs, with nothing the host must decide
- * between the router and the experts but their residency: no route override (a replayed
- * trace), no speculative pass, no distributed mode. (A route module only substitutes
- * for experts that are not resident.) */
+/* Whether nothing but their residency lies between a step's router and its experts for
+ * the host to decide: no speculative pass, no distributed mode. (A route module only
+ * substitutes for experts that are not resident; a replayed trace, mvm_moe_override, is
+ * known before the router runs.) */
 int mvm_moe_routes_alone(const mvm_moe *s);
+/* A benchmark's replayed routing (mvm_ctx_policies.route_override) of the token at pos
+ * in `layer`, asked before its router has run: its K experts and weights into sel and w,
+ * and 1; 0 (nothing written) without one. */
+int mvm_moe_override(const mvm_moe *s, uint32_t layer, uint32_t pos, int *sel, float *w);
 /* Steps 3 to 5 for a step whose experts have run already (the device routed it and every
  * one was resident and pinned): begins it, takes its rounds and ends it, so that the
  * policies, the statistics and the observers see it as any other. */

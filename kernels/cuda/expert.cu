@@ -222,22 +222,19 @@ static __device__ void route_key(const mvm_g_route_args &a, const float *p, floa
     __syncthreads();
 }
 
-extern "C" __global__ void __launch_bounds__(32) mvm_g_route(mvm_g_route_args a)
+/* sel[0..K): the K best by key, NaN lowest, ties to the lower index (mvm_k_topk's order):
+ * the best not yet taken, K times. */
+static __device__ void route_topk(const mvm_g_route_args &a, const float *key, uint8_t *taken,
+                                  uint32_t *sel)
 {
-    __shared__ float p[MVM_G_ROUTE_MAX_E], key[MVM_G_ROUTE_MAX_E];
-    __shared__ uint8_t taken[MVM_G_ROUTE_MAX_E];
-    __shared__ uint32_t sel[32];
-    const uint32_t lane = threadIdx.x, E = a.n_expert, K = a.top_k;
-    route_probs(a, (const float *)a.logits, p);
-    __syncthreads();
-    route_key(a, p, key);
-    for (uint32_t e = lane; e < E; e += 32)
+    const uint32_t lane = threadIdx.x;
+    for (uint32_t e = lane; e < a.n_expert; e += 32)
         taken[e] = 0;
     __syncthreads();
-    for (uint32_t k = 0; k < K; k++) { /* the best untaken, k times: mvm_k_topk's order */
+    for (uint32_t k = 0; k < a.top_k; k++) {
         float bv = -INFINITY;
         uint32_t bi = UINT32_MAX;
-        for (uint32_t e = lane; e < E; e += 32)
+        for (uint32_t e = lane; e < a.n_expert; e += 32)
             if (!taken[e] && ranks_ahead(rank_key(key[e]), e, bv, bi))
                 bv = rank_key(key[e]), bi = e;
         for (int o = 16; o > 0; o >>= 1) {
@@ -250,14 +247,33 @@ extern "C" __global__ void __launch_bounds__(32) mvm_g_route(mvm_g_route_args a)
             sel[k] = bi, taken[bi] = 1;
         __syncthreads();
     }
-    if (lane != 0)
+}
+
+extern "C" __global__ void __launch_bounds__(32) mvm_g_route(mvm_g_route_args a)
+{
+    __shared__ float p[MVM_G_ROUTE_MAX_E], key[MVM_G_ROUTE_MAX_E];
+    __shared__ uint8_t taken[MVM_G_ROUTE_MAX_E];
+    __shared__ uint32_t sel[32];
+    const uint32_t K = a.top_k;
+    const int32_t *given = (const int32_t *)a.given;
+    if (!given) {
+        route_probs(a, (const float *)a.logits, p);
+        __syncthreads();
+        route_key(a, p, key);
+        route_topk(a, key, taken, sel);
+    }
+    if (threadIdx.x != 0)
         return;
     float w[32], sum = 0;
-    for (uint32_t k = 0; k < K; k++)
-        sum += w[k] = p[sel[k]];
     for (uint32_t k = 0; k < K; k++) {
-        w[k] = a.norm_topk ? w[k] / sum : w[k];
-        w[k] = a.scale != 1.0f ? w[k] * a.scale : w[k];
+        sel[k] = given ? (uint32_t)given[k] : sel[k];
+        sum += w[k] = given ? ((const float *)a.given)[K + k] : p[sel[k]];
+    }
+    for (uint32_t k = 0; k < K; k++) {
+        if (!given) { /* a given choice comes with its weights */
+            w[k] = a.norm_topk ? w[k] / sum : w[k];
+            w[k] = a.scale != 1.0f ? w[k] * a.scale : w[k];
+        }
         uint32_t r = 0; /* its place among the choice in expert order */
         for (uint32_t j = 0; j < K; j++)
             r += sel[j] < sel[k];

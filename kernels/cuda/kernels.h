@@ -178,11 +178,13 @@ MVM_G_FN mvm_g_shape mvm_g_expert_sum_shape(const mvm_g_expert_sum_args *a)
  * divided by their sum with norm_topk, times scale. Out, as the host lays one token's step
  * out: the experts ascending in active[0..top_k), expert e's one row at off[e] = its place
  * there with cnt[e] = 1, row_tok[r] = 0, row_w[r] its weight, tok_rows[k] the k-th choice's
- * row; and sel[k] (int32) and w[k], the choice best first, for the host's policies. One
- * warp; n_expert <= MVM_G_ROUTE_MAX_E, top_k <= 32, n_group <= 32. */
+ * row; and sel[k] (int32) and w[k], the choice best first, for the host's policies. With
+ * `given` (top_k int32 experts, then their top_k float weights: a benchmark's replayed
+ * routing, mvm_ctx_policies.route_override) the choice is that one instead. One warp;
+ * n_expert <= MVM_G_ROUTE_MAX_E, top_k <= 32, n_group <= 32. */
 #define MVM_G_ROUTE_MAX_E 1024
 typedef struct mvm_g_route_args {
-    mvm_dptr logits, choose_bias, active, off, cnt, row_tok, tok_rows, row_w, sel, w;
+    mvm_dptr logits, choose_bias, active, off, cnt, row_tok, tok_rows, row_w, sel, w, given;
     float scale;
     uint32_t n_expert, top_k, n_group, n_group_used, sigmoid, norm_topk;
 } mvm_g_route_args;
