@@ -347,23 +347,34 @@ static void test_rmsnorm(void)
     CHECK(rel_err(y.data(), want.data(), y.size()) < 1e-6);
 }
 
+/* Alone, and with a second tensor of other heads, head size and stride in the same launch
+ * (a layer's queries and keys: 40 and 5 heads of 16, or MLA's 1 of n_rot beside them). */
 static void test_rope(void)
 {
-    const uint32_t n_tok = 3, heads = 40, hd = 16, pos0 = 7;
+    const uint32_t n_tok = 3, heads = 40, hd = 16, pos0 = 7, heads2 = 5;
     const uint64_t stride = heads * hd + 4;
     for (int yarn = 0; yarn < 2; yarn++)
         for (uint32_t neox = 0; neox < 2; neox++)
-            for (uint32_t n_rot : {12u, 16u}) { /* 40 heads x 6 pairs: more than 128 threads */
-                mvm_rope r = {n_rot, neox, 10000.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f};
-                if (yarn)
-                    mvm_k_rope_yarn(&r, 4.0f, 4096, 32.0f, 1.0f, 1.0f, 1.0f);
-                std::vector<float> x = randoms(n_tok * stride), want = x;
-                for (uint32_t i = 0; i < n_tok; i++)
-                    mvm_k_rope(&want[i * stride], heads, hd, pos0 + i, &r);
-                mvm_g_rope_args a = {dp(x.data()), stride, n_tok, heads, hd, pos0, r};
-                launch(mvm_g_rope, a, mvm_g_rope_shape(&a));
-                CHECK(rel_err(x.data(), want.data(), x.size()) < 1e-6);
-            }
+            for (uint32_t n_rot : {12u, 16u}) /* 40 heads x 6 pairs: more than 128 threads */
+                for (uint32_t hd2 : {0u, 16u, n_rot}) { /* 0: no second tensor */
+                    mvm_rope r = {n_rot, neox, 10000.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f};
+                    if (yarn)
+                        mvm_k_rope_yarn(&r, 4.0f, 4096, 32.0f, 1.0f, 1.0f, 1.0f);
+                    const uint32_t h2 = hd2 ? heads2 : 0;
+                    const uint64_t stride2 = h2 * hd2 + 3;
+                    std::vector<float> x = randoms(n_tok * stride), want = x;
+                    std::vector<float> x2 = randoms(n_tok * stride2 + 1), want2 = x2;
+                    for (uint32_t i = 0; i < n_tok; i++) {
+                        mvm_k_rope(&want[i * stride], heads, hd, pos0 + i, &r);
+                        if (h2)
+                            mvm_k_rope(&want2[i * stride2], h2, hd2, pos0 + i, &r);
+                    }
+                    mvm_g_rope_args a = {dp(x.data()), h2 ? dp(x2.data()) : 0, stride, stride2,
+                                         n_tok, heads, hd, h2, hd2, pos0, r};
+                    launch(mvm_g_rope, a, mvm_g_rope_shape(&a));
+                    CHECK(rel_err(x.data(), want.data(), x.size()) < 1e-6);
+                    CHECK(rel_err(x2.data(), want2.data(), x2.size()) < 1e-6);
+                }
 }
 
 /* The cache's n floats as elements of type kv (F16: rounded as the engine stores them). */
@@ -502,16 +513,23 @@ static void test_store_rows(void)
     const uint32_t n = 300, rows = 3, src_stride = n + 5, dst_stride = n + 9;
     std::vector<float> src = randoms(rows * src_stride, 4.0f);
     src[1] = 65520.0f, src[2] = 1e-6f, src[3] = -0.0f; /* overflow, a subnormal, a sign */
-    for (enum mvm_wtype t : {MVM_W_F16, MVM_W_F32}) {
-        const size_t es = t == MVM_W_F16 ? 2 : 4;
-        std::vector<uint8_t> dst(rows * dst_stride * es, 0xA5), want = dst;
-        for (uint32_t i = 0; i < rows; i++)
-            mvm_k_quantize(t, &src[i * src_stride], &want[i * dst_stride * es], n);
-        mvm_g_store_rows_args a = {dp(dst.data()), dp(src.data()), dst_stride, src_stride, n,
-                                   rows, t == MVM_W_F16};
-        launch(mvm_g_store_rows, a, mvm_g_store_rows_shape(&a));
-        CHECK(dst == want);
-    }
+    std::vector<float> src2 = randoms(rows * src_stride, 4.0f); /* the values, with both */
+    for (enum mvm_wtype t : {MVM_W_F16, MVM_W_F32})
+        for (int both = 0; both < 2; both++) {
+            const size_t es = t == MVM_W_F16 ? 2 : 4;
+            std::vector<uint8_t> dst(rows * dst_stride * es, 0xA5), want = dst;
+            std::vector<uint8_t> dst2 = dst, want2 = dst;
+            for (uint32_t i = 0; i < rows; i++) {
+                mvm_k_quantize(t, &src[i * src_stride], &want[i * dst_stride * es], n);
+                if (both)
+                    mvm_k_quantize(t, &src2[i * src_stride], &want2[i * dst_stride * es], n);
+            }
+            mvm_g_store_rows_args a = {dp(dst.data()), dp(src.data()),
+                                       both ? dp(dst2.data()) : 0, both ? dp(src2.data()) : 0,
+                                       dst_stride, src_stride, n, rows, t == MVM_W_F16};
+            launch(mvm_g_store_rows, a, mvm_g_store_rows_shape(&a));
+            CHECK(dst == want && dst2 == want2);
+        }
 }
 
 /* One token's routing as the host's (engine/forward/moe_step.c) computes it, written

@@ -123,12 +123,14 @@ mvm_status mvm_cuda_fwd_add(struct cuda_fwd *f, mvm_dptr x, mvm_dptr y, uint64_t
     return mvm_gpu_add(f->g, 0, &a);
 }
 
-mvm_status mvm_cuda_fwd_rope(struct cuda_fwd *f, mvm_dptr x, uint64_t stride, uint32_t n_heads,
-                             uint32_t head_dim, uint32_t n, uint32_t pos0)
+mvm_status mvm_cuda_fwd_rope(struct cuda_fwd *f, const struct cuda_heads *a,
+                             const struct cuda_heads *b, uint32_t n, uint32_t pos0)
 {
-    mvm_g_rope_args a = {.x = x, .stride = stride, .n_tok = n, .n_heads = n_heads,
-                         .head_dim = head_dim, .pos0 = pos0, .rope = f->m->hp.rope};
-    return mvm_gpu_rope(f->g, 0, &a);
+    mvm_g_rope_args r = {.x = a->x, .stride = a->stride, .n_heads = a->n_heads,
+                         .head_dim = a->head_dim, .x2 = b->x, .stride2 = b->stride,
+                         .n_heads2 = b->n_heads, .head_dim2 = b->head_dim, .n_tok = n,
+                         .pos0 = pos0, .rope = f->m->hp.rope};
+    return mvm_gpu_rope(f->g, 0, &r);
 }
 
 /* ---- mixture of experts ---------------------------------------------------------------- */

@@ -113,12 +113,11 @@ static mvm_status store(struct cuda_fwd *f, uint32_t blk, const struct cuda_run 
                                    .dst_stride = f->kv_dim, .src_stride = f->kv_dim,
                                    .n = f->kv_dim, .n_rows = u->n_rows,
                                    .f16 = f->kv->type == MVM_W_F16};
-        TRY(mvm_gpu_store_rows(f->g, 0, &a));
-        if (f->v) {
-            a.dst = f->vc + u->row * row;
-            a.src = f->v + (r->i0 + u->i0) * src;
-            TRY(mvm_gpu_store_rows(f->g, 0, &a));
+        if (f->v) { /* the values in the same launch */
+            a.dst2 = f->vc + u->row * row;
+            a.src2 = f->v + (r->i0 + u->i0) * src;
         }
+        TRY(mvm_gpu_store_rows(f->g, 0, &a));
     }
     return MVM_OK;
 }
@@ -155,10 +154,10 @@ static mvm_status qkv(struct cuda_fwd *f, const struct dev_block *L, mvm_dptr k,
 static mvm_status rope_run(struct cuda_fwd *f, mvm_dptr k, const struct cuda_run *r)
 {
     const mvm_hparams *hp = &f->m->hp;
-    const uint32_t hd = hp->head_dim;
-    TRY(mvm_cuda_fwd_rope(f, f->q + (uint64_t)r->i0 * f->q_dim * sizeof(float), f->q_dim,
-                          hp->n_head, hd, r->n, r->pos0));
-    return mvm_cuda_fwd_rope(f, k, f->kv_dim, hp->n_head_kv, hd, r->n, r->pos0);
+    const struct cuda_heads q = {f->q + (uint64_t)r->i0 * f->q_dim * sizeof(float), f->q_dim,
+                                 hp->n_head, hp->head_dim},
+                            kh = {k, f->kv_dim, hp->n_head_kv, hp->head_dim};
+    return mvm_cuda_fwd_rope(f, &q, &kh, r->n, r->pos0);
 }
 
 static mvm_status gqa(struct cuda_fwd *f, const struct dev_block *L, uint32_t blk, uint32_t n)
@@ -216,9 +215,9 @@ static mvm_status mla_rope_run(struct cuda_fwd *f, mvm_dptr rows, const struct c
 {
     const mvm_hparams *hp = &f->m->hp;
     const uint64_t q = ((uint64_t)r->i0 * f->q_dim + hp->nope) * sizeof(float);
-    TRY(mvm_cuda_fwd_rope(f, rows + hp->kv_lora * sizeof(float), f->lat, 1, hp->rope.n_rot,
-                          r->n, r->pos0));
-    return mvm_cuda_fwd_rope(f, f->q + q, f->q_dim, hp->n_head, hp->head_dim, r->n, r->pos0);
+    const struct cuda_heads pe = {rows + hp->kv_lora * sizeof(float), f->lat, 1, hp->rope.n_rot},
+                            qh = {f->q + q, f->q_dim, hp->n_head, hp->head_dim};
+    return mvm_cuda_fwd_rope(f, &pe, &qh, r->n, r->pos0);
 }
 
 static mvm_status mla(struct cuda_fwd *f, const struct dev_block *L, uint32_t blk, uint32_t n)

@@ -211,9 +211,17 @@ mvm_status mvm_cuda_fwd_rmsnorm(struct cuda_fwd *f, mvm_dptr x, mvm_dptr out, ui
 /* x[i] += g(i) * y[i] over rows of len floats (y_stride 0: one row y for all, a bias). */
 mvm_status mvm_cuda_fwd_add(struct cuda_fwd *f, mvm_dptr x, mvm_dptr y, uint64_t y_stride,
                             mvm_dptr gate, uint32_t len, uint32_t rows);
-/* The rotary embedding of n tokens (stride floats apart) of n_heads heads of head_dim. */
-mvm_status mvm_cuda_fwd_rope(struct cuda_fwd *f, mvm_dptr x, uint64_t stride, uint32_t n_heads,
-                             uint32_t head_dim, uint32_t n, uint32_t pos0);
+/* Heads of n tokens to rotate: token i's n_heads heads of head_dim floats at x + i * stride
+ * floats. */
+struct cuda_heads {
+    mvm_dptr x;
+    uint64_t stride;
+    uint32_t n_heads, head_dim;
+};
+/* The rotary embedding of n tokens at positions pos0.. of a's heads and b's, in one launch
+ * (a layer's queries and keys). */
+mvm_status mvm_cuda_fwd_rope(struct cuda_fwd *f, const struct cuda_heads *a,
+                             const struct cuda_heads *b, uint32_t n, uint32_t pos0);
 
 /* ---- forward_cuda_attn.c --------------------------------------------------------------- */
 

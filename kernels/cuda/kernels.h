@@ -215,17 +215,19 @@ MVM_G_FN mvm_g_shape mvm_g_rmsnorm_shape(const mvm_g_rmsnorm_args *a)
 
 /* mvm_g_rope: the rotary embedding of kernels/cpu (mvm_k_rope) in place on n_tok tokens of
  * n_heads heads of head_dim floats (token i at x + i * stride floats, at position pos0 + i),
- * as kernels/rope.h's `rope` says. */
+ * as kernels/rope.h's `rope` says; and in the same launch on a second such tensor (x2,
+ * stride2, n_heads2, head_dim2; n_heads2 0: none): a layer's queries and keys at once. */
 typedef struct mvm_g_rope_args {
-    mvm_dptr x;
-    uint64_t stride;
-    uint32_t n_tok, n_heads, head_dim, pos0;
+    mvm_dptr x, x2;
+    uint64_t stride, stride2;
+    uint32_t n_tok, n_heads, head_dim, n_heads2, head_dim2, pos0;
     mvm_rope rope;
 } mvm_g_rope_args;
 
 MVM_G_FN mvm_g_shape mvm_g_rope_shape(const mvm_g_rope_args *a)
 {
-    return mvm_g_rows_shape((uint64_t)a->n_heads * (a->rope.n_rot / 2), a->n_tok);
+    return mvm_g_rows_shape((uint64_t)(a->n_heads + a->n_heads2) * (a->rope.n_rot / 2),
+                            a->n_tok);
 }
 
 /* mvm_g_attention: causal attention of n_tok queries at positions pos0.. over the KV cache.
@@ -339,16 +341,17 @@ MVM_G_FN mvm_g_shape mvm_g_attention_combine_shape(const mvm_g_attention_args *a
 
 /* mvm_g_store_rows: n_rows rows of n floats, row i at src + i * src_stride floats, into the
  * KV cache's rows at dst + i * dst_stride elements, as F16 (rounded to nearest even) with
- * f16, else as F32. */
+ * f16, else as F32; and in the same launch as many from src2 to dst2 (0: none), with the
+ * same strides: a layer's keys and values at once. */
 typedef struct mvm_g_store_rows_args {
-    mvm_dptr dst, src;
+    mvm_dptr dst, src, dst2, src2;
     uint64_t dst_stride, src_stride;
     uint32_t n, n_rows, f16;
 } mvm_g_store_rows_args;
 
 MVM_G_FN mvm_g_shape mvm_g_store_rows_shape(const mvm_g_store_rows_args *a)
 {
-    return mvm_g_rows_shape(a->n, a->n_rows);
+    return mvm_g_rows_shape(a->n, a->dst2 ? 2 * a->n_rows : a->n_rows);
 }
 
 /* mvm_g_add: x[i][j] += g(i) * y[i][j] for n_tok rows of n floats, x[i] at x + i * n,

@@ -27,13 +27,15 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_rope(mvm_g_rop
 {
     const uint32_t half = a.rope.n_rot / 2;
     const uint32_t u = blockIdx.x * blockDim.x + threadIdx.x, tok = blockIdx.y;
-    if (u >= a.n_heads * half)
+    if (u >= (a.n_heads + a.n_heads2) * half)
         return;
     const uint32_t h = u / half, i = u % half;
     float c, s;
     mvm_rope_cos_sin(&a.rope, a.pos0 + tok, i, &c, &s);
     const uint32_t i0 = a.rope.neox ? i : 2 * i, i1 = a.rope.neox ? i + half : 2 * i + 1;
-    float *p = (float *)a.x + tok * a.stride + (uint64_t)h * a.head_dim;
+    float *p = h < a.n_heads ? (float *)a.x + tok * a.stride + (uint64_t)h * a.head_dim
+                             : (float *)a.x2 + tok * a.stride2 +
+                                   (uint64_t)(h - a.n_heads) * a.head_dim2;
     const float x0 = p[i0], x1 = p[i1];
     p[i0] = x0 * c - x1 * s;
     p[i1] = x0 * s + x1 * c;
@@ -255,14 +257,16 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
 extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
     mvm_g_store_rows(mvm_g_store_rows_args a)
 {
-    const uint32_t j = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y;
+    const uint32_t j = blockIdx.x * blockDim.x + threadIdx.x, second = blockIdx.y >= a.n_rows;
+    const uint32_t i = second ? blockIdx.y - a.n_rows : blockIdx.y;
     if (j >= a.n)
         return;
-    const float x = ((const float *)a.src)[i * a.src_stride + j];
+    const mvm_dptr src = second ? a.src2 : a.src, dst = second ? a.dst2 : a.dst;
+    const float x = ((const float *)src)[i * a.src_stride + j];
     if (a.f16)
-        ((uint16_t *)a.dst)[i * a.dst_stride + j] = mvm_k_f2h(x);
+        ((uint16_t *)dst)[i * a.dst_stride + j] = mvm_k_f2h(x);
     else
-        ((float *)a.dst)[i * a.dst_stride + j] = x;
+        ((float *)dst)[i * a.dst_stride + j] = x;
 }
 
 extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_add(mvm_g_add_args a)
