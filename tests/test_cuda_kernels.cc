@@ -125,7 +125,7 @@ static void (*const matvec_fn[MVM_W_COUNT])(mvm_g_matvec_args) = {MVM_G_FOR_TYPE
  * outputs interleaved by token ([token][head][...], gaps between heads' outputs). Each head
  * against mvm_k_matmul on its own rows. */
 static void matvec_case(enum mvm_wtype t, uint32_t n_in, uint32_t n_out, uint32_t n_tok,
-                        uint32_t n_head = 1)
+                        uint32_t n_head = 1, bool accumulate = false)
 {
     const uint64_t row_bytes = mvm_k_row_bytes(t, n_in) + 8;
     const uint64_t act_row = mvm_k_act_bytes(t, n_in) + 4, y_head = n_out + 3;
@@ -138,11 +138,17 @@ static void matvec_case(enum mvm_wtype t, uint32_t n_in, uint32_t n_out, uint32_
     for (uint32_t g = 0; g < n_head; g++)
         mvm_k_matmul(t, w.data() + g * w_head, row_bytes, n_in, act.data() + g * act_row,
                      act_stride, n_tok, want.data() + g * y_head, y_stride, 0, n_out);
+    if (accumulate) /* a residual in y, the product added to it (outside the rows: poison) */
+        for (uint32_t i = 0; i < n_tok * n_head; i++)
+            for (uint32_t r = 0; r < n_out; r++) {
+                y[i * y_head + r] = (float)(i + 1) - 0.25f * (float)r;
+                want[i * y_head + r] = y[i * y_head + r] + want[i * y_head + r];
+            }
     mvm_g_matvec_args a = {.w = dp(w.data()), .act = dp(act.data()), .y = dp(y.data()),
                            .row_bytes = row_bytes, .act_stride = act_stride,
                            .y_stride = y_stride, .w_head = w_head, .act_head = act_row,
                            .y_head = y_head, .n_in = n_in, .n_out = n_out, .n_tok = n_tok,
-                           .n_head = n_head};
+                           .n_head = n_head, .accumulate = accumulate};
     launch(matvec_fn[t], a, mvm_g_matvec_shape(&a));
     bool ok = true;
     for (uint32_t i = 0; i < n_tok * n_head; i++) {
@@ -169,6 +175,7 @@ static void test_matvec(void)
         matvec_case(t, short_in, 5, 8);
         matvec_case(t, short_in, 6, 11, 3);
         matvec_case(t, short_in, 5, 1, 4);
+        matvec_case(t, long_in, 13, 3, 1, true);
     }
 }
 

@@ -57,11 +57,12 @@ static mvm_status quantize(struct cuda_fwd *f, enum mvm_wtype t, mvm_dptr x, uin
 }
 
 /* n tokens of H heads through w's H slabs of rows (H = 1: a plain product): head h of token
- * i reads in + (i * H + h) * in_pitch floats and writes y + (i * H + h) * y_pitch floats.
- * A Q or K type's input is quantized into qbuf (q_pitch bytes a row) unless `ready`. */
+ * i reads in + (i * H + h) * in_pitch floats and writes (adds to, with accumulate) y + (i *
+ * H + h) * y_pitch floats. A Q or K type's input is quantized into qbuf (q_pitch bytes a
+ * row) unless `ready`. */
 static mvm_status product(struct cuda_fwd *f, const struct dev_weight *w, uint32_t H, int ready,
                           mvm_dptr in, uint64_t in_pitch, uint32_t n, mvm_dptr y, uint64_t y_pitch,
-                          mvm_dptr qbuf, uint64_t q_pitch)
+                          mvm_dptr qbuf, uint64_t q_pitch, int accumulate)
 {
     const enum mvm_wtype t = (enum mvm_wtype)w->type;
     const uint32_t rows = w->rows / H;
@@ -69,7 +70,7 @@ static mvm_status product(struct cuda_fwd *f, const struct dev_weight *w, uint32
                            .act_stride = H * in_pitch * sizeof(float), .y_stride = H * y_pitch,
                            .w_head = rows * w->row_bytes, .act_head = in_pitch * sizeof(float),
                            .y_head = y_pitch, .n_in = w->cols, .n_out = rows, .n_tok = n,
-                           .n_head = H};
+                           .n_head = H, .accumulate = (uint32_t)accumulate};
     if (mvm_k_block_elems(t) > 1) {
         if (!ready)
             TRY(quantize(f, t, in, in_pitch, w->cols, n * H, qbuf, q_pitch));
@@ -92,7 +93,19 @@ mvm_status mvm_cuda_fwd_matmul(struct cuda_fwd *f, const struct dev_weight *w,
         TRY(mvm_cuda_fwd_gemm_wants(f, prev, n, &prev_gemm));
     const uint64_t block = mvm_k_block_elems((enum mvm_wtype)w->type);
     int ready = prev && !prev_gemm && mvm_k_block_elems((enum mvm_wtype)prev->type) == block;
-    return product(f, w, 1, ready, in, in_stride, n, y, y_stride, f->act, f->act_stride);
+    return product(f, w, 1, ready, in, in_stride, n, y, y_stride, f->act, f->act_stride, 0);
+}
+
+mvm_status mvm_cuda_fwd_matmul_add(struct cuda_fwd *f, const struct dev_weight *w, mvm_dptr in,
+                                   uint64_t in_stride, uint32_t n, mvm_dptr x)
+{
+    const uint32_t D = f->m->hp.n_embd;
+    int gemm;
+    TRY(mvm_cuda_fwd_gemm_wants(f, w, n, &gemm));
+    if (!gemm) /* in the product's own pass: one kernel fewer, the same sums */
+        return product(f, w, 1, 0, in, in_stride, n, x, D, f->act, f->act_stride, 1);
+    TRY(mvm_cuda_fwd_gemm_product(f, w, 1, in, in_stride, n, f->tmp, D));
+    return mvm_cuda_fwd_add(f, x, f->tmp, D, 0, D, n);
 }
 
 mvm_status mvm_cuda_fwd_matmul_heads(struct cuda_fwd *f, const struct dev_weight *w, uint32_t H,
@@ -103,7 +116,7 @@ mvm_status mvm_cuda_fwd_matmul_heads(struct cuda_fwd *f, const struct dev_weight
     TRY(mvm_cuda_fwd_gemm_wants(f, w, n, &gemm));
     if (gemm)
         return mvm_cuda_fwd_gemm_product(f, w, H, in, in_pitch, n, y, y_pitch);
-    return product(f, w, H, 0, in, in_pitch, n, y, y_pitch, f->hact, f->hact_stride);
+    return product(f, w, H, 0, in, in_pitch, n, y, y_pitch, f->hact, f->hact_stride, 0);
 }
 
 mvm_status mvm_cuda_fwd_rmsnorm(struct cuda_fwd *f, mvm_dptr x, mvm_dptr out, uint64_t stride,
@@ -294,12 +307,11 @@ static mvm_status experts_end(struct cuda_fwd *f, uint32_t il, uint32_t n, mvm_d
     return mvm_gpu_expert_sum(f->g, 0, &s);
 }
 
-/* tmp = w2 . (silu(w1 . h) * (w3 . h)), h = xn, and shg = gate . h when gated: a shared
- * expert's output (gated in qwen2moe, not in deepseek2 and glm4moe: gate NULL or none) or
- * a dense block's FFN's, before it is added (ffn). */
-static mvm_status ffn_out(struct cuda_fwd *f, const struct dev_weight *w1,
-                          const struct dev_weight *w3, const struct dev_weight *w2,
-                          const struct dev_weight *gate, uint32_t n)
+/* sh1 = silu(w1 . h) * (w3 . h), h = xn, and shg = gate . h when gated: the unit of a
+ * shared expert (gated in qwen2moe, not in deepseek2 and glm4moe: gate NULL or none) or of a
+ * dense block's FFN. */
+static mvm_status ffn_unit(struct cuda_fwd *f, const struct dev_weight *w1,
+                           const struct dev_weight *w3, const struct dev_weight *gate, uint32_t n)
 {
     uint32_t D = f->m->hp.n_embd, F = w1->rows;
     if (gate && gate->p)
@@ -307,8 +319,16 @@ static mvm_status ffn_out(struct cuda_fwd *f, const struct dev_weight *w1,
     TRY(mvm_cuda_fwd_matmul(f, w1, NULL, f->xn, D, n, f->sh1, F));
     TRY(mvm_cuda_fwd_matmul(f, w3, w1, f->xn, D, n, f->sh3, F));
     mvm_g_add_args sw = {.x = f->sh1, .y = f->sh3, .y_stride = F, .n = F, .n_tok = n};
-    TRY(mvm_gpu_swiglu(f->g, 0, &sw));
-    return mvm_cuda_fwd_matmul(f, w2, NULL, f->sh1, F, n, f->tmp, D);
+    return mvm_gpu_swiglu(f->g, 0, &sw);
+}
+
+/* tmp = w2 . ffn_unit: the FFN's output before it is added (add_ffn). */
+static mvm_status ffn_out(struct cuda_fwd *f, const struct dev_weight *w1,
+                          const struct dev_weight *w3, const struct dev_weight *w2,
+                          const struct dev_weight *gate, uint32_t n)
+{
+    TRY(ffn_unit(f, w1, w3, gate, n));
+    return mvm_cuda_fwd_matmul(f, w2, NULL, f->sh1, w1->rows, n, f->tmp, f->m->hp.n_embd);
 }
 
 /* x += [sigmoid(shg) *] tmp: ffn_out's result added. */
@@ -318,11 +338,16 @@ static mvm_status add_ffn(struct cuda_fwd *f, const struct dev_weight *gate, uin
     return mvm_cuda_fwd_add(f, f->x, f->tmp, D, gate && gate->p ? f->shg : 0, D, n);
 }
 
+/* x += the FFN's output; without a gate, added by its down product itself. */
 static mvm_status ffn(struct cuda_fwd *f, const struct dev_weight *w1, const struct dev_weight *w3,
                       const struct dev_weight *w2, const struct dev_weight *gate, uint32_t n)
 {
-    TRY(ffn_out(f, w1, w3, w2, gate, n));
-    return add_ffn(f, gate, n);
+    if (gate && gate->p) {
+        TRY(ffn_out(f, w1, w3, w2, gate, n));
+        return add_ffn(f, gate, n);
+    }
+    TRY(ffn_unit(f, w1, w3, NULL, n));
+    return mvm_cuda_fwd_matmul_add(f, w2, f->sh1, w1->rows, n, f->x);
 }
 
 /* A dense block's FFN (deepseek2's and glm4moe's leading blocks). */

@@ -263,8 +263,10 @@ mvm_status mvm_cuda_fwd_attention(struct cuda_fwd *f, const struct dev_block *L,
     const uint32_t values = hp->kv_lora ? hp->n_head * hp->v_dim : f->q_dim;
     TRY(mvm_cuda_fwd_rmsnorm(f, f->x, f->xn, D, L->attn_norm, D, n));
     TRY(hp->kv_lora ? mla(f, L, blk, n) : gqa(f, L, blk, n));
+    if (!L->bo) /* the residual added by the product itself */
+        return mvm_cuda_fwd_matmul_add(f, &L->wo, f->att, values, n, f->x);
     TRY(mvm_cuda_fwd_matmul(f, &L->wo, NULL, f->att, values, n, f->tmp, D));
-    if (L->bo) /* into the product first, as the CPU adds it */
-        TRY(mvm_cuda_fwd_add(f, f->tmp, L->bo, 0, 0, D, n));
+    TRY(mvm_cuda_fwd_add(f, f->tmp, L->bo, 0, 0, D, n)); /* into the product first, as the
+                                                           CPU adds it */
     return mvm_cuda_fwd_add(f, f->x, f->tmp, D, 0, D, n);
 }

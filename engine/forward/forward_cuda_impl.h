@@ -200,6 +200,10 @@ void mvm_cuda_fwd_route_release(struct cuda_fwd *f);
 mvm_status mvm_cuda_fwd_matmul(struct cuda_fwd *f, const struct dev_weight *w,
                                const struct dev_weight *prev, mvm_dptr in, uint64_t in_stride,
                                uint32_t n, mvm_dptr y, uint64_t y_stride);
+/* x += w . in for n rows of n_embd floats (a residual added: the attention's output, an
+ * FFN's down product): in the product's own pass, or after it on the tensor cores. */
+mvm_status mvm_cuda_fwd_matmul_add(struct cuda_fwd *f, const struct dev_weight *w, mvm_dptr in,
+                                   uint64_t in_stride, uint32_t n, mvm_dptr x);
 /* The same per head, for n tokens of H heads: w's rows are H slabs of rows / H, head h's
  * input at in + (i * H + h) * in_pitch floats and its y at y + (i * H + h) * y_pitch. */
 mvm_status mvm_cuda_fwd_matmul_heads(struct cuda_fwd *f, const struct dev_weight *w, uint32_t H,

@@ -88,11 +88,12 @@ MVM_G_FN mvm_g_shape mvm_g_quantize_shape(const mvm_g_quantize_args *a)
  * are read once for a tile of MVM_G_TILE tokens (gy tiles).
  * With n_head > 1, n_head such products in one launch (MLA's per-head matrices): head g's
  * w, act and y are the above plus g * w_head bytes, g * act_head bytes and g * y_head
- * floats (gy: n_head x the tiles). 0 or 1: one. */
+ * floats (gy: n_head x the tiles). 0 or 1: one. With accumulate, y[i][r] += the product
+ * (a residual added in the product's own pass). */
 typedef struct mvm_g_matvec_args {
     mvm_dptr w, act, y;
     uint64_t row_bytes, act_stride, y_stride, w_head, act_head, y_head;
-    uint32_t n_in, n_out, n_tok, n_head;
+    uint32_t n_in, n_out, n_tok, n_head, accumulate;
 } mvm_g_matvec_args;
 
 MVM_G_FN uint32_t mvm_g_matvec_tiles(const mvm_g_matvec_args *a)

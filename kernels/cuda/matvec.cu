@@ -48,8 +48,9 @@ template <enum mvm_wtype T> static __device__ void matvec(const mvm_g_matvec_arg
     for (int i = 0; i < MVM_G_TILE; i++)
         if ((uint32_t)i < nt) {
             const float s = warp_sum(acc[i]);
+            float *out = &y[(t0 + i) * a.y_stride + r];
             if ((threadIdx.x & 31) == 0)
-                y[(t0 + i) * a.y_stride + r] = s;
+                *out = a.accumulate ? *out + s : s;
         }
 }
 
