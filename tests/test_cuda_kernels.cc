@@ -337,8 +337,10 @@ static void test_rmsnorm(void)
         std::vector<float> out(rows * os, POISON), want(rows * os, POISON);
         for (uint32_t r = 0; r < rows; r++)
             mvm_k_rmsnorm(&want[r * os], &x[r * xs], with_w ? w.data() : NULL, n, 1e-5f);
-        mvm_g_rmsnorm_args a = {dp(x.data()), dp(out.data()), with_w ? dp(w.data()) : 0, xs, os,
-                                n, rows, 1e-5f};
+        mvm_g_rmsnorm_args a = {.x = dp(x.data()), .out = dp(out.data()),
+                                .w = with_w ? dp(w.data()) : 0, .q = 0, .x_stride = xs,
+                                .out_stride = os, .q_stride = 0, .n = n, .n_rows = rows,
+                                .q_type = 0, .eps = 1e-5f};
         launch(mvm_g_rmsnorm, a, mvm_g_rmsnorm_shape(&a));
         for (uint32_t r = 0; r < rows; r++) {
             CHECK(rel_err(&out[r * os], &want[r * os], n) < 1e-6);
@@ -349,9 +351,35 @@ static void test_rmsnorm(void)
     std::vector<float> y = x, want = x;
     for (uint32_t r = 0; r < rows; r++)
         mvm_k_rmsnorm(&want[r * xs], &want[r * xs], w.data(), n, 1e-6f);
-    mvm_g_rmsnorm_args a = {dp(y.data()), dp(y.data()), dp(w.data()), xs, xs, n, rows, 1e-6f};
+    mvm_g_rmsnorm_args a = {.x = dp(y.data()), .out = dp(y.data()), .w = dp(w.data()),
+                            .q = 0, .x_stride = xs, .out_stride = xs, .q_stride = 0, .n = n,
+                            .n_rows = rows, .q_type = 0, .eps = 1e-6f};
     launch(mvm_g_rmsnorm, a, mvm_g_rmsnorm_shape(&a));
     CHECK(rel_err(y.data(), want.data(), y.size()) < 1e-6);
+}
+
+/* The norm's rows also quantized in its pass, for a Q type's product (Q8_0 blocks) and a
+ * K type's (Q8_K): the bytes mvm_g_quantize writes from the same floats (the CPU's rounding),
+ * the gaps between rows untouched. 1280 floats: 40 Q8_0 blocks, 5 Q8_K blocks a row, more
+ * than a block's threads or warps take in one round. */
+static void test_rmsnorm_quantize(void)
+{
+    const uint32_t n = 1280, rows = 3;
+    const uint64_t xs = n + 7;
+    std::vector<float> x = randoms(rows * xs, 2.0f), w = randoms(n);
+    for (enum mvm_wtype t : {MVM_W_Q8_0, MVM_W_Q4_0, MVM_W_Q4_K, MVM_W_Q6_K}) {
+        const uint64_t qs = mvm_k_act_bytes(t, n) + 12;
+        std::vector<float> out(rows * xs, POISON);
+        std::vector<uint8_t> q(rows * qs, 0xEE), want(rows * qs, 0xEE);
+        mvm_g_rmsnorm_args a = {.x = dp(x.data()), .out = dp(out.data()), .w = dp(w.data()),
+                                .q = dp(q.data()), .x_stride = xs, .out_stride = xs,
+                                .q_stride = qs, .n = n, .n_rows = rows, .q_type = t,
+                                .eps = 1e-5f};
+        launch(mvm_g_rmsnorm, a, mvm_g_rmsnorm_shape(&a));
+        for (uint32_t r = 0; r < rows; r++)
+            mvm_k_prepare_act(t, &out[r * xs], &want[r * qs], n);
+        CHECK(q == want);
+    }
 }
 
 /* Alone, and with a second tensor of other heads, head size and stride in the same launch
@@ -871,6 +899,7 @@ int main(void)
     RUN(test_experts);
     RUN(test_route);
     RUN(test_rmsnorm);
+    RUN(test_rmsnorm_quantize);
     RUN(test_rope);
     RUN(test_attention);
     RUN(test_attention_part_bytes);

@@ -217,7 +217,8 @@ static void test_stream_order(void)
     mvm_dptr dx = up(x, n * 4), dy = 0, dz = 0;
     CHECK_ST(mvm_gpu_alloc(g, n * 4, &dy), MVM_OK);
     CHECK_ST(mvm_gpu_alloc(g, n * 4, &dz), MVM_OK);
-    mvm_g_rmsnorm_args ra = {dx, dy, 0, n, n, n, 1, 1e-5f};
+    mvm_g_rmsnorm_args ra = {.x = dx, .out = dy, .x_stride = n, .out_stride = n, .n = n,
+                             .n_rows = 1, .eps = 1e-5f};
     mvm_g_add_args aa = {dy, dx, 0, n, n, 1};
     CHECK_ST(mvm_gpu_rmsnorm(g, 0, &ra), MVM_OK);
     CHECK_ST(mvm_gpu_add(g, 0, &aa), MVM_OK);
@@ -273,7 +274,8 @@ static void test_profile(void)
     CHECK_ST(mvm_gpu_alloc(p, n * 4, &dy), MVM_OK);
     for (int i = 0; i < 700; i++)
         CHECK_ST(mvm_gpu_upload(p, dx, x, n * 4), MVM_OK);
-    mvm_g_rmsnorm_args ra = {dx, dy, 0, n, n, n, 1, 1e-5f};
+    mvm_g_rmsnorm_args ra = {.x = dx, .out = dy, .x_stride = n, .out_stride = n, .n = n,
+                             .n_rows = 1, .eps = 1e-5f};
     for (int i = 0; i < 3; i++)
         CHECK_ST(mvm_gpu_rmsnorm(p, 0, &ra), MVM_OK);
     CHECK_ST(mvm_gpu_copy(p, dx, dy, n * 4), MVM_OK);
@@ -357,7 +359,8 @@ static void test_failures(void)
     CHECK_ST(mvm_gpu_open(0, &g), MVM_OK);
     float x[32] = {0};
     mvm_dptr dx = g ? up(x, sizeof x) : 0;
-    mvm_g_rmsnorm_args ra = {dx, dx, 0, 32, 32, 32, 1, 1e-5f};
+    mvm_g_rmsnorm_args ra = {.x = dx, .out = dx, .x_stride = 32, .out_stride = 32, .n = 32,
+                             .n_rows = 1, .eps = 1e-5f};
     if (g) {
         CHECK_ST(mvm_gpu_rmsnorm(g, 0, &ra), MVM_ERR_BACKEND);
         CHECK(strstr(mvm_last_error(), "cuLaunchKernel (mvm_g_rmsnorm) failed") != NULL);

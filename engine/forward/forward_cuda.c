@@ -72,6 +72,8 @@ static mvm_status product(struct cuda_fwd *f, const struct dev_weight *w, uint32
                            .y_head = y_pitch, .n_in = w->cols, .n_out = rows, .n_tok = n,
                            .n_head = H, .accumulate = (uint32_t)accumulate};
     if (mvm_k_block_elems(t) > 1) {
+        if (!ready && qbuf == f->act) /* what act held of xn is gone */
+            f->xn_act = NULL, f->xn_experts = 0;
         if (!ready)
             TRY(quantize(f, t, in, in_pitch, w->cols, n * H, qbuf, q_pitch));
         a.act = qbuf;
@@ -119,9 +121,21 @@ mvm_status mvm_cuda_fwd_matmul_heads(struct cuda_fwd *f, const struct dev_weight
     return product(f, w, H, 0, in, in_pitch, n, y, y_pitch, f->hact, f->hact_stride, 0);
 }
 
+mvm_status mvm_cuda_fwd_norm_input(struct cuda_fwd *f, mvm_dptr norm, int t, uint32_t n)
+{
+    const uint32_t D = f->m->hp.n_embd;
+    mvm_g_rmsnorm_args a = {.x = f->x, .out = f->xn, .w = norm, .x_stride = D,
+                            .out_stride = D, .n = D, .n_rows = n, .eps = f->m->hp.rms_eps};
+    if (t >= 0 && mvm_k_block_elems((enum mvm_wtype)t) > 1)
+        a.q = f->act, a.q_stride = f->act_stride, a.q_type = (uint32_t)t;
+    f->xn_act = NULL, f->xn_experts = 0;
+    return mvm_gpu_rmsnorm(f->g, 0, &a);
+}
+
 mvm_status mvm_cuda_fwd_rmsnorm(struct cuda_fwd *f, mvm_dptr x, mvm_dptr out, uint64_t stride,
                                 mvm_dptr w, uint32_t len, uint32_t rows)
 {
+    f->xn_act = NULL, f->xn_experts = 0; /* (conservative: out need not be xn) */
     mvm_g_rmsnorm_args a = {.x = x, .out = out, .w = w, .x_stride = stride,
                             .out_stride = stride, .n = len, .n_rows = rows,
                             .eps = f->m->hp.rms_eps};
@@ -271,6 +285,10 @@ static mvm_status cpu_experts(struct cuda_fwd *f, uint32_t n)
 static mvm_status quantize_input(struct cuda_fwd *f, uint32_t il, uint32_t n)
 {
     const mvm_hparams *hp = &f->m->hp;
+    if (f->xn_experts) { /* the FFN norm's pass quantized it (moe) */
+        f->xn_experts = 0;
+        return MVM_OK;
+    }
     if (!experts_quantized(f, il))
         return MVM_OK;
     return quantize(f, f->m->layers[il].expert_fmt.gate_up, f->xn, hp->n_embd, hp->n_embd, n,
@@ -316,7 +334,7 @@ static mvm_status ffn_unit(struct cuda_fwd *f, const struct dev_weight *w1,
     uint32_t D = f->m->hp.n_embd, F = w1->rows;
     if (gate && gate->p)
         TRY(mvm_cuda_fwd_matmul(f, gate, NULL, f->xn, D, n, f->shg, 1));
-    TRY(mvm_cuda_fwd_matmul(f, w1, NULL, f->xn, D, n, f->sh1, F));
+    TRY(mvm_cuda_fwd_matmul(f, w1, f->xn_act == w1 ? w1 : NULL, f->xn, D, n, f->sh1, F));
     TRY(mvm_cuda_fwd_matmul(f, w3, w1, f->xn, D, n, f->sh3, F));
     mvm_g_add_args sw = {.x = f->sh1, .y = f->sh3, .y_stride = F, .n = F, .n_tok = n};
     return mvm_gpu_swiglu(f->g, 0, &sw);
@@ -350,11 +368,23 @@ static mvm_status ffn(struct cuda_fwd *f, const struct dev_weight *w1, const str
     return mvm_cuda_fwd_matmul_add(f, w2, f->sh1, w1->rows, n, f->x);
 }
 
+/* xn = rms(x) for the product of w that follows, quantized for it in the same pass where its
+ * kernels will take it from act (xn_act: w), not where the tensor cores take the floats. */
+mvm_status mvm_cuda_fwd_norm_for(struct cuda_fwd *f, mvm_dptr norm, const struct dev_weight *w,
+                                 uint32_t n)
+{
+    int gemm;
+    TRY(mvm_cuda_fwd_gemm_wants(f, w, n, &gemm));
+    const int q = !gemm && mvm_k_block_elems((enum mvm_wtype)w->type) > 1;
+    TRY(mvm_cuda_fwd_norm_input(f, norm, q ? w->type : -1, n));
+    f->xn_act = q ? w : NULL;
+    return MVM_OK;
+}
+
 /* A dense block's FFN (deepseek2's and glm4moe's leading blocks). */
 static mvm_status dense_ffn(struct cuda_fwd *f, const struct dev_block *L, uint32_t n)
 {
-    uint32_t D = f->m->hp.n_embd;
-    TRY(mvm_cuda_fwd_rmsnorm(f, f->x, f->xn, D, L->ffn_norm, D, n));
+    TRY(mvm_cuda_fwd_norm_for(f, L->ffn_norm, &L->ffn_w1, n));
     return ffn(f, &L->ffn_w1, &L->ffn_w3, &L->ffn_w2, NULL, n);
 }
 
@@ -485,7 +515,13 @@ static mvm_status moe(struct cuda_fwd *f, uint32_t il, uint32_t n, const uint32_
     const mvm_hparams *hp = &f->m->hp;
     const struct dev_block *L = &f->layers[il];
     uint32_t D = hp->n_embd;
-    TRY(mvm_cuda_fwd_rmsnorm(f, f->x, f->xn, D, L->ffn_norm, D, n));
+    /* the experts' input quantized in the norm's pass, where the router reads floats (it
+     * leaves act as it is) */
+    const int qx = experts_quantized(f, il) &&
+                   mvm_k_block_elems((enum mvm_wtype)L->router.type) == 1;
+    const int t = qx ? (int)f->m->layers[il].expert_fmt.gate_up : -1;
+    TRY(mvm_cuda_fwd_norm_input(f, L->ffn_norm, t, n));
+    f->xn_experts = qx;
     if (f->route_here)
         return moe_routed_here(f, il);
     TRY(router_logits(f, L, n, f->probs));
@@ -534,6 +570,7 @@ static mvm_status cuda_expert_rows(mvm_ctx *ctx, const mvm_expert_rows *r, float
                           r->off, r->row_tok, r->row_w));
     memcpy(f->host, r->hidden, bytes); /* what the CPU's share reads (cpu_experts) */
     TRY(mvm_gpu_upload(f->g, f->xn, r->hidden, bytes));
+    f->xn_act = NULL, f->xn_experts = 0;
     TRY(mvm_gpu_zero(f->g, f->tmp, bytes));
     TRY(upload_rows(f, n));
     TRY(mvm_moe_begin(f->moe));
@@ -561,6 +598,7 @@ static mvm_status one_expert_rows(struct cuda_fwd *f, int32_t e, const float *x,
         row_tok[i] = i, row_w[i] = 1.0f;
     lay_rows(f, n);
     mvm_status st = mvm_gpu_upload(f->g, f->xn, x, n * D * sizeof(float));
+    f->xn_act = NULL, f->xn_experts = 0;
     st = st ? st : mvm_gpu_upload(f->g, f->off, off, E * sizeof *off);
     st = st ? st : mvm_gpu_upload(f->g, f->cnt, cnt, E * sizeof *cnt);
     st = st ? st : mvm_gpu_upload(f->g, f->row_tok, row_tok, n * sizeof *row_tok);

@@ -131,7 +131,7 @@ static mvm_status qkv(struct cuda_fwd *f, const struct dev_block *L, mvm_dptr k,
 {
     const mvm_hparams *hp = &f->m->hp;
     uint32_t D = hp->n_embd, hd = hp->head_dim;
-    TRY(mvm_cuda_fwd_matmul(f, &L->wq, NULL, f->xn, D, n, f->q, f->q_dim));
+    TRY(mvm_cuda_fwd_matmul(f, &L->wq, f->xn_act, f->xn, D, n, f->q, f->q_dim));
     TRY(mvm_cuda_fwd_matmul(f, &L->wk, &L->wq, f->xn, D, n, k, f->kv_dim));
     TRY(mvm_cuda_fwd_matmul(f, &L->wv, &L->wk, f->xn, D, n, v, f->kv_dim));
     if (f->m->arch->qkv_bias) {
@@ -199,12 +199,12 @@ static mvm_status mla_project(struct cuda_fwd *f, const struct dev_block *L, mvm
     const mvm_hparams *hp = &f->m->hp;
     const uint32_t D = hp->n_embd, R = hp->kv_lora, Q = hp->q_lora;
     if (Q) {
-        TRY(mvm_cuda_fwd_matmul(f, &L->wq_a, NULL, f->xn, D, n, f->qa, Q));
+        TRY(mvm_cuda_fwd_matmul(f, &L->wq_a, f->xn_act, f->xn, D, n, f->qa, Q));
         TRY(mvm_cuda_fwd_matmul(f, &L->wkv_a, &L->wq_a, f->xn, D, n, rows, f->lat));
         TRY(mvm_cuda_fwd_rmsnorm(f, f->qa, f->qa, Q, L->q_a_norm, Q, n));
         TRY(mvm_cuda_fwd_matmul(f, &L->wq_b, NULL, f->qa, Q, n, f->q, f->q_dim));
     } else {
-        TRY(mvm_cuda_fwd_matmul(f, &L->wq, NULL, f->xn, D, n, f->q, f->q_dim));
+        TRY(mvm_cuda_fwd_matmul(f, &L->wq, f->xn_act, f->xn, D, n, f->q, f->q_dim));
         TRY(mvm_cuda_fwd_matmul(f, &L->wkv_a, &L->wq, f->xn, D, n, rows, f->lat));
     }
     return mvm_cuda_fwd_rmsnorm(f, rows, rows, f->lat, L->kv_a_norm, R, n);
@@ -261,7 +261,9 @@ mvm_status mvm_cuda_fwd_attention(struct cuda_fwd *f, const struct dev_block *L,
     const mvm_hparams *hp = &f->m->hp;
     const uint32_t D = hp->n_embd;
     const uint32_t values = hp->kv_lora ? hp->n_head * hp->v_dim : f->q_dim;
-    TRY(mvm_cuda_fwd_rmsnorm(f, f->x, f->xn, D, L->attn_norm, D, n));
+    /* the input quantized for the first product in the norm's pass */
+    const struct dev_weight *first = hp->kv_lora && L->wq_a.p ? &L->wq_a : &L->wq;
+    TRY(mvm_cuda_fwd_norm_for(f, L->attn_norm, first, n));
     TRY(hp->kv_lora ? mla(f, L, blk, n) : gqa(f, L, blk, n));
     if (!L->bo) /* the residual added by the product itself */
         return mvm_cuda_fwd_matmul_add(f, &L->wo, f->att, values, n, f->x);

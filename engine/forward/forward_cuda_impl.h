@@ -78,6 +78,10 @@ struct cuda_fwd {
     mvm_dptr qa, qlat, olat;    /* MLA: q_a; [n_head][lat] absorbed queries, their outputs */
     mvm_dptr act;               /* [n_batch][act_stride]: a Q or K type's input as Q8_0 or
                                    Q8_K blocks */
+    const struct dev_weight *xn_act; /* act holds xn in this weight's format (the norm that
+                                   wrote xn quantized it: mvm_cuda_fwd_norm_input) ... */
+    int xn_experts;             /* ... or in the MoE layer's experts' format; both cleared by
+                                   any other write to xn or act */
     uint64_t act_stride;
     mvm_dptr hact;              /* MLA: [n_batch][n_head][hact_stride], per-head inputs */
     uint64_t hact_stride;
@@ -209,6 +213,14 @@ mvm_status mvm_cuda_fwd_matmul_add(struct cuda_fwd *f, const struct dev_weight *
 mvm_status mvm_cuda_fwd_matmul_heads(struct cuda_fwd *f, const struct dev_weight *w, uint32_t H,
                                      mvm_dptr in, uint64_t in_pitch, uint32_t n, mvm_dptr y,
                                      uint64_t y_pitch);
+/* xn = rms(x) of n rows of n_embd floats with the weights `norm`; with t a Q or K type (-1:
+ * none), also quantized into act in t's activation format in the same pass, for the product
+ * that follows (the caller then sets xn_act or xn_experts). */
+mvm_status mvm_cuda_fwd_norm_input(struct cuda_fwd *f, mvm_dptr norm, int t, uint32_t n);
+/* The same for the product of w that follows: quantized in w's format where its kernels
+ * take it from act (then xn_act = w), not where the tensor cores take the floats. */
+mvm_status mvm_cuda_fwd_norm_for(struct cuda_fwd *f, mvm_dptr norm, const struct dev_weight *w,
+                                 uint32_t n);
 /* rows of len floats, stride floats apart, normalised in place or into out (same stride). */
 mvm_status mvm_cuda_fwd_rmsnorm(struct cuda_fwd *f, mvm_dptr x, mvm_dptr out, uint64_t stride,
                                 mvm_dptr w, uint32_t len, uint32_t rows);

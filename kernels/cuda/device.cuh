@@ -314,6 +314,23 @@ static __device__ __forceinline__ void warp_q8_K_block(const float *x, mvm_block
         y->d = max != 0 ? 1 / iscale : 0;
 }
 
+/* Row x of n floats into q in the activation format of weight type t (a Q or K type), as
+ * mvm_g_quantize writes it, by the threads of one block: a thread per Q8_0 block, a warp per
+ * Q8_K block. Every thread of the block must call it. */
+static __device__ __forceinline__ void block_quantize_row(const float *x, uint8_t *q,
+                                                          enum mvm_wtype t, uint32_t n)
+{
+    const uint32_t len = (uint32_t)mvm_k_block_elems(t);
+    if (mvm_k_is_k(t))
+        for (uint32_t b = threadIdx.x >> 5; b < n / len; b += blockDim.x >> 5)
+            warp_q8_K_block(x + (uint64_t)b * len,
+                            (mvm_block_q8_K *)(q + mvm_k_act_bytes(t, (uint64_t)b * len)));
+    else
+        for (uint32_t b = threadIdx.x; b < n / len; b += blockDim.x)
+            mvm_k_q8_0_block(x + (uint64_t)b * len,
+                             (mvm_block_q8_0 *)(q + mvm_k_act_bytes(t, (uint64_t)b * len)));
+}
+
 static __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 
 #endif

@@ -1,6 +1,7 @@
 /*
  * The small F32 ops of the engine's forward pass on the device (kernels/cuda/kernels.h), as
- * kernels/cpu/ops.c computes them: RMSNorm with its squares summed in double, the rotary
+ * kernels/cpu/ops.c computes them: RMSNorm with its squares summed in double (and its
+ * output quantized for the next product in the same pass where asked), the rotary
  * embedding with the CPU's angle formula (kernels/rope.h), causal attention (windowed, with
  * sinks: gpt-oss) over an F16 or F32 KV cache whose softmax sums in double, split over the
  * positions as flash-decoding does (kernels.h), the stores into that cache, and the
@@ -21,6 +22,11 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_rmsnorm(mvm_g_
     const float scale = 1.0f / sqrtf(mean + a.eps);
     for (uint32_t i = threadIdx.x; i < a.n; i += blockDim.x)
         out[i] = x[i] * scale * (a.w ? ((const float *)a.w)[i] : 1.0f);
+    if (!a.q)
+        return;
+    __syncthreads(); /* the row's floats, written by the block, read back by it */
+    block_quantize_row(out, (uint8_t *)a.q + blockIdx.x * a.q_stride, (enum mvm_wtype)a.q_type,
+                       a.n);
 }
 
 extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_rope(mvm_g_rope_args a)
