@@ -402,6 +402,14 @@ static void test_limits(void)
     F(deep_ifs, NULL, MVM_ERR_INVALID, "nested deeper");
     F(deep_parens, NULL, MVM_ERR_INVALID, "deeper");
     free(ok_ifs), free(deep_ifs), free(deep_parens);
+    /* Parentheses left open at the end, under a binary operator: each level's failure once
+     * stepped one token further past the end (found by fuzz_inputs; ASan saw the read). */
+    char open_parens[200];
+    size_t k = (size_t)sprintf(open_parens, "{{ 1 + ");
+    for (int i = 0; i < 150; i++) /* past the token array's room, whatever it grew to */
+        open_parens[k++] = '(';
+    sprintf(open_parens + k, "1 +");
+    F(open_parens, NULL, MVM_ERR_INVALID, "unexpected end of template");
     /* Loops: the sandbox's range cap, then the render's count of iterations. */
     F("{{ range(100001)|length }}", NULL, MVM_ERR_RANGE, "Range too big");
     F("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", NULL,

@@ -604,7 +604,7 @@ static mvm_status parse_primary(jparser *p, jnode **out)
         mvm_status rc = tuple_ex(p, 1, 1, out);
         if (rc == MVM_OK && !is_op(jp_cur(p), JO_RPAREN))
             return jp_fail(p, "expected ')'");
-        p->at++;
+        p->at += rc == MVM_OK; /* a failure may have stopped at the end: no token past it */
         return rc;
     }
     jnode *n = mvm_jinja_node(p, JN_LIT, t->line);
