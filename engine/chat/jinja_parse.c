@@ -212,7 +212,7 @@ static mvm_status subparse(jparser *p, const char *const *ends, const char *what
             rc = n ? mvm_jinja_parse_tuple(p, 1, &n->a) : jx_nomem();
             if (rc == MVM_OK && jp_cur(p)->type != JT_VAR_END)
                 rc = jp_fail(p, "expected the end of the print statement");
-            p->at++;
+            p->at += rc == MVM_OK; /* never past the end */
         } else if (t->type == JT_BLOCK_BEGIN) {
             p->at++;
             int end = 0;
