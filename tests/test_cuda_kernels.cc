@@ -148,7 +148,9 @@ static void matvec_case(enum mvm_wtype t, uint32_t n_in, uint32_t n_out, uint32_
                            .row_bytes = row_bytes, .act_stride = act_stride,
                            .y_stride = y_stride, .w_head = w_head, .act_head = act_row,
                            .y_head = y_head, .n_in = n_in, .n_out = n_out, .n_tok = n_tok,
-                           .n_head = n_head, .accumulate = accumulate};
+                           .n_head = n_head, .accumulate = accumulate, .w2 = 0, .y2 = 0,
+                           .w3 = 0, .y3 = 0, .y_stride2 = 0, .y_stride3 = 0, .n_out2 = 0,
+                           .n_out3 = 0};
     launch(matvec_fn[t], a, mvm_g_matvec_shape(&a));
     bool ok = true;
     for (uint32_t i = 0; i < n_tok * n_head; i++) {
@@ -159,6 +161,44 @@ static void matvec_case(enum mvm_wtype t, uint32_t n_in, uint32_t n_out, uint32_
                     "error %g\n", mvm_k_wtype_name(t), n_in, n_out, n_tok, n_head, i, e);
     }
     CHECK(ok);
+}
+
+/* One launch of three matrices of the same type and width over the same activations (a
+ * layer's q, k and v: 13, 5 and 7 rows), each into its own outputs with its own stride,
+ * against mvm_k_matmul on each; the rows past each part's keep their poison. */
+static void matvec_parts_case(enum mvm_wtype t, uint32_t n_in, uint32_t n_tok)
+{
+    const uint32_t rows[3] = {13, 5, 7};
+    const uint64_t row_bytes = mvm_k_row_bytes(t, n_in) + 8, act_row = mvm_k_act_bytes(t, n_in);
+    std::vector<float> x;
+    std::vector<uint8_t> act = activations(t, n_tok, n_in, act_row, x);
+    std::vector<uint8_t> w[3];
+    std::vector<float> y[3], want[3];
+    uint64_t stride[3];
+    for (int p = 0; p < 3; p++) {
+        w[p] = weights(t, rows[p], n_in, row_bytes);
+        stride[p] = rows[p] + 2 + p;
+        y[p].assign(n_tok * stride[p], POISON);
+        want[p].assign(n_tok * stride[p], POISON);
+        mvm_k_matmul(t, w[p].data(), row_bytes, n_in, act.data(), act_row, n_tok,
+                     want[p].data(), stride[p], 0, rows[p]);
+    }
+    mvm_g_matvec_args a = {.w = dp(w[0].data()), .act = dp(act.data()), .y = dp(y[0].data()),
+                           .row_bytes = row_bytes, .act_stride = act_row, .y_stride = stride[0],
+                           .w_head = 0, .act_head = 0, .y_head = 0, .n_in = n_in,
+                           .n_out = rows[0], .n_tok = n_tok, .n_head = 1, .accumulate = 0,
+                           .w2 = dp(w[1].data()), .y2 = dp(y[1].data()), .w3 = dp(w[2].data()),
+                           .y3 = dp(y[2].data()), .y_stride2 = stride[1],
+                           .y_stride3 = stride[2], .n_out2 = rows[1], .n_out3 = rows[2]};
+    launch(matvec_fn[t], a, mvm_g_matvec_shape(&a));
+    for (int p = 0; p < 3; p++)
+        for (uint32_t i = 0; i < n_tok; i++) {
+            const double e = rel_err(&y[p][i * stride[p]], &want[p][i * stride[p]], rows[p]);
+            CHECK(e < 1e-5 && poisoned(&y[p][i * stride[p] + rows[p]], stride[p] - rows[p]));
+            if (e >= 1e-5)
+                fprintf(stderr, "matvec_%s, part %d of 3: relative error %g\n",
+                        mvm_k_wtype_name(t), p, e);
+        }
 }
 
 static void test_matvec(void)
@@ -176,6 +216,8 @@ static void test_matvec(void)
         matvec_case(t, short_in, 6, 11, 3);
         matvec_case(t, short_in, 5, 1, 4);
         matvec_case(t, long_in, 13, 3, 1, true);
+        matvec_parts_case(t, short_in, 1);
+        matvec_parts_case(t, long_in, 11);
     }
 }
 

@@ -56,13 +56,23 @@ static mvm_status quantize(struct cuda_fwd *f, enum mvm_wtype t, mvm_dptr x, uin
     return mvm_gpu_quantize(f->g, 0, &a);
 }
 
+/* Up to two more matrices of a product's input, of its type and width (mvm_g_matvec_args's
+ * w2 and w3): their weights, outputs and output strides. */
+struct more_products {
+    const struct dev_weight *w[2];
+    mvm_dptr y[2];
+    uint64_t y_stride[2];
+    uint32_t n;
+};
+
 /* n tokens of H heads through w's H slabs of rows (H = 1: a plain product): head h of token
  * i reads in + (i * H + h) * in_pitch floats and writes (adds to, with accumulate) y + (i *
- * H + h) * y_pitch floats. A Q or K type's input is quantized into qbuf (q_pitch bytes a
- * row) unless `ready`. */
+ * H + h) * y_pitch floats; with `more` (H = 1), its matrices too, in the same launch. A Q or
+ * K type's input is quantized into qbuf (q_pitch bytes a row) unless `ready`. */
 static mvm_status product(struct cuda_fwd *f, const struct dev_weight *w, uint32_t H, int ready,
                           mvm_dptr in, uint64_t in_pitch, uint32_t n, mvm_dptr y, uint64_t y_pitch,
-                          mvm_dptr qbuf, uint64_t q_pitch, int accumulate)
+                          mvm_dptr qbuf, uint64_t q_pitch, int accumulate,
+                          const struct more_products *more)
 {
     const enum mvm_wtype t = (enum mvm_wtype)w->type;
     const uint32_t rows = w->rows / H;
@@ -71,6 +81,12 @@ static mvm_status product(struct cuda_fwd *f, const struct dev_weight *w, uint32
                            .w_head = rows * w->row_bytes, .act_head = in_pitch * sizeof(float),
                            .y_head = y_pitch, .n_in = w->cols, .n_out = rows, .n_tok = n,
                            .n_head = H, .accumulate = (uint32_t)accumulate};
+    if (more && more->n > 0)
+        a.w2 = more->w[0]->p, a.y2 = more->y[0], a.y_stride2 = more->y_stride[0],
+        a.n_out2 = more->w[0]->rows;
+    if (more && more->n > 1)
+        a.w3 = more->w[1]->p, a.y3 = more->y[1], a.y_stride3 = more->y_stride[1],
+        a.n_out3 = more->w[1]->rows;
     if (mvm_k_block_elems(t) > 1) {
         if (!ready && qbuf == f->act) /* what act held of xn is gone */
             f->xn_act = NULL, f->xn_experts = 0;
@@ -83,19 +99,59 @@ static mvm_status product(struct cuda_fwd *f, const struct dev_weight *w, uint32
     return mvm_gpu_matvec(f->g, w->type, &a);
 }
 
+/* Whether f->act holds w's input already: the product before, prev's, took it from there in
+ * w's activation format (prev NULL: none did). */
+static mvm_status ready_after(struct cuda_fwd *f, const struct dev_weight *w,
+                              const struct dev_weight *prev, uint32_t n, int *ready)
+{
+    int prev_gemm = 0;
+    if (prev) /* which left f->act as it was */
+        TRY(mvm_cuda_fwd_gemm_wants(f, prev, n, &prev_gemm));
+    const uint64_t block = mvm_k_block_elems((enum mvm_wtype)w->type);
+    *ready = prev && !prev_gemm && mvm_k_block_elems((enum mvm_wtype)prev->type) == block;
+    return MVM_OK;
+}
+
 mvm_status mvm_cuda_fwd_matmul(struct cuda_fwd *f, const struct dev_weight *w,
                                const struct dev_weight *prev, mvm_dptr in, uint64_t in_stride,
                                uint32_t n, mvm_dptr y, uint64_t y_stride)
 {
-    int gemm, prev_gemm = 0;
+    int gemm, ready;
     TRY(mvm_cuda_fwd_gemm_wants(f, w, n, &gemm));
     if (gemm)
         return mvm_cuda_fwd_gemm_product(f, w, 1, in, in_stride, n, y, y_stride);
-    if (prev) /* which left f->act as it was */
-        TRY(mvm_cuda_fwd_gemm_wants(f, prev, n, &prev_gemm));
-    const uint64_t block = mvm_k_block_elems((enum mvm_wtype)w->type);
-    int ready = prev && !prev_gemm && mvm_k_block_elems((enum mvm_wtype)prev->type) == block;
-    return product(f, w, 1, ready, in, in_stride, n, y, y_stride, f->act, f->act_stride, 0);
+    TRY(ready_after(f, w, prev, n, &ready));
+    return product(f, w, 1, ready, in, in_stride, n, y, y_stride, f->act, f->act_stride, 0,
+                   NULL);
+}
+
+mvm_status mvm_cuda_fwd_matmul_many(struct cuda_fwd *f, const struct dev_weight *const *ws,
+                                    uint32_t k, const struct dev_weight *prev, mvm_dptr in,
+                                    uint64_t in_stride, uint32_t n, const mvm_dptr *ys,
+                                    const uint64_t *y_strides)
+{
+    struct more_products more = {.n = 0};
+    int gemm, ready;
+    TRY(mvm_cuda_fwd_gemm_wants(f, ws[0], n, &gemm));
+    uint32_t m = 1; /* those that go with the first: its type and width, on the kernels */
+    for (int g = gemm; !g && m < k && m <= 2 && ws[m]->type == ws[0]->type &&
+                       ws[m]->cols == ws[0]->cols;
+         m++) {
+        TRY(mvm_cuda_fwd_gemm_wants(f, ws[m], n, &g));
+        if (g)
+            break;
+        more.w[more.n] = ws[m], more.y[more.n] = ys[m], more.y_stride[more.n++] = y_strides[m];
+    }
+    if (m == 1) {
+        TRY(mvm_cuda_fwd_matmul(f, ws[0], prev, in, in_stride, n, ys[0], y_strides[0]));
+    } else {
+        TRY(ready_after(f, ws[0], prev, n, &ready));
+        TRY(product(f, ws[0], 1, ready, in, in_stride, n, ys[0], y_strides[0], f->act,
+                    f->act_stride, 0, &more));
+    }
+    for (uint32_t i = m; i < k; i++) /* the others, each its own launch */
+        TRY(mvm_cuda_fwd_matmul(f, ws[i], ws[i - 1], in, in_stride, n, ys[i], y_strides[i]));
+    return MVM_OK;
 }
 
 mvm_status mvm_cuda_fwd_matmul_add(struct cuda_fwd *f, const struct dev_weight *w, mvm_dptr in,
@@ -105,7 +161,7 @@ mvm_status mvm_cuda_fwd_matmul_add(struct cuda_fwd *f, const struct dev_weight *
     int gemm;
     TRY(mvm_cuda_fwd_gemm_wants(f, w, n, &gemm));
     if (!gemm) /* in the product's own pass: one kernel fewer, the same sums */
-        return product(f, w, 1, 0, in, in_stride, n, x, D, f->act, f->act_stride, 1);
+        return product(f, w, 1, 0, in, in_stride, n, x, D, f->act, f->act_stride, 1, NULL);
     TRY(mvm_cuda_fwd_gemm_product(f, w, 1, in, in_stride, n, f->tmp, D));
     return mvm_cuda_fwd_add(f, x, f->tmp, D, 0, D, n);
 }
@@ -118,7 +174,7 @@ mvm_status mvm_cuda_fwd_matmul_heads(struct cuda_fwd *f, const struct dev_weight
     TRY(mvm_cuda_fwd_gemm_wants(f, w, n, &gemm));
     if (gemm)
         return mvm_cuda_fwd_gemm_product(f, w, H, in, in_pitch, n, y, y_pitch);
-    return product(f, w, H, 0, in, in_pitch, n, y, y_pitch, f->hact, f->hact_stride, 0);
+    return product(f, w, H, 0, in, in_pitch, n, y, y_pitch, f->hact, f->hact_stride, 0, NULL);
 }
 
 mvm_status mvm_cuda_fwd_norm_input(struct cuda_fwd *f, mvm_dptr norm, int t, uint32_t n)
@@ -334,8 +390,11 @@ static mvm_status ffn_unit(struct cuda_fwd *f, const struct dev_weight *w1,
     uint32_t D = f->m->hp.n_embd, F = w1->rows;
     if (gate && gate->p)
         TRY(mvm_cuda_fwd_matmul(f, gate, NULL, f->xn, D, n, f->shg, 1));
-    TRY(mvm_cuda_fwd_matmul(f, w1, f->xn_act == w1 ? w1 : NULL, f->xn, D, n, f->sh1, F));
-    TRY(mvm_cuda_fwd_matmul(f, w3, w1, f->xn, D, n, f->sh3, F));
+    const struct dev_weight *const ws[] = {w1, w3};
+    const mvm_dptr ys[] = {f->sh1, f->sh3};
+    const uint64_t strides[] = {F, F};
+    TRY(mvm_cuda_fwd_matmul_many(f, ws, 2, f->xn_act == w1 ? w1 : NULL, f->xn, D, n, ys,
+                                 strides));
     mvm_g_add_args sw = {.x = f->sh1, .y = f->sh3, .y_stride = F, .n = F, .n_tok = n};
     return mvm_gpu_swiglu(f->g, 0, &sw);
 }

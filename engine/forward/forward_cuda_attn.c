@@ -131,9 +131,10 @@ static mvm_status qkv(struct cuda_fwd *f, const struct dev_block *L, mvm_dptr k,
 {
     const mvm_hparams *hp = &f->m->hp;
     uint32_t D = hp->n_embd, hd = hp->head_dim;
-    TRY(mvm_cuda_fwd_matmul(f, &L->wq, f->xn_act, f->xn, D, n, f->q, f->q_dim));
-    TRY(mvm_cuda_fwd_matmul(f, &L->wk, &L->wq, f->xn, D, n, k, f->kv_dim));
-    TRY(mvm_cuda_fwd_matmul(f, &L->wv, &L->wk, f->xn, D, n, v, f->kv_dim));
+    const struct dev_weight *const ws[] = {&L->wq, &L->wk, &L->wv};
+    const mvm_dptr ys[] = {f->q, k, v};
+    const uint64_t strides[] = {f->q_dim, f->kv_dim, f->kv_dim};
+    TRY(mvm_cuda_fwd_matmul_many(f, ws, 3, f->xn_act, f->xn, D, n, ys, strides));
     if (f->m->arch->qkv_bias) {
         TRY(mvm_cuda_fwd_add(f, f->q, L->bq, 0, 0, f->q_dim, n));
         TRY(mvm_cuda_fwd_add(f, k, L->bk, 0, 0, f->kv_dim, n));
@@ -198,14 +199,14 @@ static mvm_status mla_project(struct cuda_fwd *f, const struct dev_block *L, mvm
 {
     const mvm_hparams *hp = &f->m->hp;
     const uint32_t D = hp->n_embd, R = hp->kv_lora, Q = hp->q_lora;
+    /* the query's first product and the latent rows', one input */
+    const struct dev_weight *const ws[] = {Q ? &L->wq_a : &L->wq, &L->wkv_a};
+    const mvm_dptr ys[] = {Q ? f->qa : f->q, rows};
+    const uint64_t strides[] = {Q ? Q : f->q_dim, f->lat};
+    TRY(mvm_cuda_fwd_matmul_many(f, ws, 2, f->xn_act, f->xn, D, n, ys, strides));
     if (Q) {
-        TRY(mvm_cuda_fwd_matmul(f, &L->wq_a, f->xn_act, f->xn, D, n, f->qa, Q));
-        TRY(mvm_cuda_fwd_matmul(f, &L->wkv_a, &L->wq_a, f->xn, D, n, rows, f->lat));
         TRY(mvm_cuda_fwd_rmsnorm(f, f->qa, f->qa, Q, L->q_a_norm, Q, n));
         TRY(mvm_cuda_fwd_matmul(f, &L->wq_b, NULL, f->qa, Q, n, f->q, f->q_dim));
-    } else {
-        TRY(mvm_cuda_fwd_matmul(f, &L->wq, f->xn_act, f->xn, D, n, f->q, f->q_dim));
-        TRY(mvm_cuda_fwd_matmul(f, &L->wkv_a, &L->wq, f->xn, D, n, rows, f->lat));
     }
     return mvm_cuda_fwd_rmsnorm(f, rows, rows, f->lat, L->kv_a_norm, R, n);
 }

@@ -204,6 +204,14 @@ void mvm_cuda_fwd_route_release(struct cuda_fwd *f);
 mvm_status mvm_cuda_fwd_matmul(struct cuda_fwd *f, const struct dev_weight *w,
                                const struct dev_weight *prev, mvm_dptr in, uint64_t in_stride,
                                uint32_t n, mvm_dptr y, uint64_t y_stride);
+/* ys[i] = ws[i] . in for i < k (1 to 3), the products of one input (a layer's q, k and v;
+ * an FFN's gate and up), as mvm_cuda_fwd_matmul's with y_strides[i]: those of the first's
+ * type and width that the kernels take in the first's launch, the others each their own;
+ * prev as mvm_cuda_fwd_matmul's, for the first. */
+mvm_status mvm_cuda_fwd_matmul_many(struct cuda_fwd *f, const struct dev_weight *const *ws,
+                                    uint32_t k, const struct dev_weight *prev, mvm_dptr in,
+                                    uint64_t in_stride, uint32_t n, const mvm_dptr *ys,
+                                    const uint64_t *y_strides);
 /* x += w . in for n rows of n_embd floats (a residual added: the attention's output, an
  * FFN's down product): in the product's own pass, or after it on the tensor cores. */
 mvm_status mvm_cuda_fwd_matmul_add(struct cuda_fwd *f, const struct dev_weight *w, mvm_dptr in,

@@ -89,11 +89,17 @@ MVM_G_FN mvm_g_shape mvm_g_quantize_shape(const mvm_g_quantize_args *a)
  * With n_head > 1, n_head such products in one launch (MLA's per-head matrices): head g's
  * w, act and y are the above plus g * w_head bytes, g * act_head bytes and g * y_head
  * floats (gy: n_head x the tiles). 0 or 1: one. With accumulate, y[i][r] += the product
- * (a residual added in the product's own pass). */
+ * (a residual added in the product's own pass). With n_out2 (n_out3) rows more, one head,
+ * the same launch multiplies the same activations by a second (third) matrix of the same
+ * type and width at w2 (w3), into y2 (y3) with rows y_stride2 (y_stride3) floats apart: a
+ * layer's q, k and v, or an FFN's gate and up, in one launch. */
 typedef struct mvm_g_matvec_args {
     mvm_dptr w, act, y;
     uint64_t row_bytes, act_stride, y_stride, w_head, act_head, y_head;
     uint32_t n_in, n_out, n_tok, n_head, accumulate;
+    mvm_dptr w2, y2, w3, y3;
+    uint64_t y_stride2, y_stride3;
+    uint32_t n_out2, n_out3;
 } mvm_g_matvec_args;
 
 MVM_G_FN uint32_t mvm_g_matvec_tiles(const mvm_g_matvec_args *a)
@@ -103,7 +109,7 @@ MVM_G_FN uint32_t mvm_g_matvec_tiles(const mvm_g_matvec_args *a)
 
 MVM_G_FN mvm_g_shape mvm_g_matvec_shape(const mvm_g_matvec_args *a)
 {
-    mvm_g_shape s = {mvm_g_div_up(a->n_out, MVM_G_WARPS),
+    mvm_g_shape s = {mvm_g_div_up((uint64_t)a->n_out + a->n_out2 + a->n_out3, MVM_G_WARPS),
                      mvm_g_matvec_tiles(a) * (a->n_head > 1 ? a->n_head : 1), MVM_G_THREADS};
     return s;
 }

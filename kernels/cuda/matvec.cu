@@ -29,11 +29,17 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_quantize(mvm_g
 
 template <enum mvm_wtype T> static __device__ void matvec(const mvm_g_matvec_args &a)
 {
-    const uint32_t r = blockIdx.x * MVM_G_WARPS + (threadIdx.x >> 5);
+    uint32_t r = blockIdx.x * MVM_G_WARPS + (threadIdx.x >> 5);
     const uint32_t tiles = mvm_g_matvec_tiles(&a), g = blockIdx.y / tiles;
     const uint32_t t0 = blockIdx.y % tiles * MVM_G_TILE;
-    if (r >= a.n_out) /* the whole warp: no block-wide barrier below */
+    if (r >= a.n_out + a.n_out2 + a.n_out3) /* the whole warp: no block-wide barrier below */
         return;
+    mvm_dptr w = a.w, yp = a.y; /* the matrix the row is of: w's rows, then w2's, then w3's */
+    uint64_t y_stride = a.y_stride;
+    if (r >= a.n_out + a.n_out2)
+        r -= a.n_out + a.n_out2, w = a.w3, yp = a.y3, y_stride = a.y_stride3;
+    else if (r >= a.n_out)
+        r -= a.n_out, w = a.w2, yp = a.y2, y_stride = a.y_stride2;
     const uint32_t nt = a.n_tok - t0 < MVM_G_TILE ? a.n_tok - t0 : MVM_G_TILE;
     const uint8_t *act[MVM_G_TILE];
 #pragma unroll
@@ -41,14 +47,14 @@ template <enum mvm_wtype T> static __device__ void matvec(const mvm_g_matvec_arg
         act[i] = (const uint8_t *)a.act + g * a.act_head +
                  (uint64_t)(t0 + ((uint32_t)i < nt ? i : 0)) * a.act_stride;
     float acc[MVM_G_TILE] = {0};
-    row_dot_tile<T>((const uint8_t *)a.w + g * a.w_head + (uint64_t)r * a.row_bytes,
+    row_dot_tile<T>((const uint8_t *)w + g * a.w_head + (uint64_t)r * a.row_bytes,
                     run_bytes<T>(), act, nt, a.n_in, acc);
-    float *y = (float *)a.y + g * a.y_head;
+    float *y = (float *)yp + g * a.y_head;
 #pragma unroll
     for (int i = 0; i < MVM_G_TILE; i++)
         if ((uint32_t)i < nt) {
             const float s = warp_sum(acc[i]);
-            float *out = &y[(t0 + i) * a.y_stride + r];
+            float *out = &y[(t0 + i) * y_stride + r];
             if ((threadIdx.x & 31) == 0)
                 *out = a.accumulate ? *out + s : s;
         }

@@ -88,7 +88,8 @@ unsigned long fakecuda_copies_begun(void);
 typedef void (*fakecuda_kernel_fn)(const void *params, const unsigned grid[3],
                                    const unsigned block[3]);
 /* What fakecuda_register_kernels gets: adds a kernel; 0, or -1 when the table is full or
- * the size is above the fake's limit (128 bytes). `name` must outlive the library. */
+ * the size is above the fake's limit (192 bytes, FK_PARAM_BYTES). `name` must outlive the
+ * library. */
 typedef int (*fakecuda_add_kernel_fn)(const char *name, size_t param_bytes,
                                       fakecuda_kernel_fn run);
 
