@@ -380,7 +380,7 @@ static void test_rmsnorm(void)
         for (uint32_t r = 0; r < rows; r++)
             mvm_k_rmsnorm(&want[r * os], &x[r * xs], with_w ? w.data() : NULL, n, 1e-5f);
         mvm_g_rmsnorm_args a = {.x = dp(x.data()), .out = dp(out.data()),
-                                .w = with_w ? dp(w.data()) : 0, .q = 0, .x_stride = xs,
+                                .w = with_w ? dp(w.data()) : 0, .q = 0, .out2 = 0, .x_stride = xs,
                                 .out_stride = os, .q_stride = 0, .n = n, .n_rows = rows,
                                 .q_type = 0, .eps = 1e-5f};
         launch(mvm_g_rmsnorm, a, mvm_g_rmsnorm_shape(&a));
@@ -394,7 +394,7 @@ static void test_rmsnorm(void)
     for (uint32_t r = 0; r < rows; r++)
         mvm_k_rmsnorm(&want[r * xs], &want[r * xs], w.data(), n, 1e-6f);
     mvm_g_rmsnorm_args a = {.x = dp(y.data()), .out = dp(y.data()), .w = dp(w.data()),
-                            .q = 0, .x_stride = xs, .out_stride = xs, .q_stride = 0, .n = n,
+                            .q = 0, .out2 = 0, .x_stride = xs, .out_stride = xs, .q_stride = 0, .n = n,
                             .n_rows = rows, .q_type = 0, .eps = 1e-6f};
     launch(mvm_g_rmsnorm, a, mvm_g_rmsnorm_shape(&a));
     CHECK(rel_err(y.data(), want.data(), y.size()) < 1e-6);
@@ -402,7 +402,7 @@ static void test_rmsnorm(void)
 
 /* The norm's rows also quantized in its pass, for a Q type's product (Q8_0 blocks) and a
  * K type's (Q8_K): the bytes mvm_g_quantize writes from the same floats (the CPU's rounding),
- * the gaps between rows untouched. 1280 floats: 40 Q8_0 blocks, 5 Q8_K blocks a row, more
+ * the gaps between rows untouched; and copied to a second place, the same floats. 1280 floats: 40 Q8_0 blocks, 5 Q8_K blocks a row, more
  * than a block's threads or warps take in one round. */
 static void test_rmsnorm_quantize(void)
 {
@@ -411,15 +411,19 @@ static void test_rmsnorm_quantize(void)
     std::vector<float> x = randoms(rows * xs, 2.0f), w = randoms(n);
     for (enum mvm_wtype t : {MVM_W_Q8_0, MVM_W_Q4_0, MVM_W_Q4_K, MVM_W_Q6_K}) {
         const uint64_t qs = mvm_k_act_bytes(t, n) + 12;
-        std::vector<float> out(rows * xs, POISON);
+        std::vector<float> out(rows * xs, POISON), out2(rows * xs, POISON);
         std::vector<uint8_t> q(rows * qs, 0xEE), want(rows * qs, 0xEE);
         mvm_g_rmsnorm_args a = {.x = dp(x.data()), .out = dp(out.data()), .w = dp(w.data()),
-                                .q = dp(q.data()), .x_stride = xs, .out_stride = xs,
+                                .q = dp(q.data()), .out2 = dp(out2.data()), .x_stride = xs,
+                                .out_stride = xs,
                                 .q_stride = qs, .n = n, .n_rows = rows, .q_type = t,
                                 .eps = 1e-5f};
         launch(mvm_g_rmsnorm, a, mvm_g_rmsnorm_shape(&a));
-        for (uint32_t r = 0; r < rows; r++)
+        for (uint32_t r = 0; r < rows; r++) {
             mvm_k_prepare_act(t, &out[r * xs], &want[r * qs], n);
+            CHECK(memcmp(&out2[r * xs], &out[r * xs], n * sizeof(float)) == 0);
+            CHECK(poisoned(&out2[r * xs + n], xs - n));
+        }
         CHECK(q == want);
     }
 }

@@ -94,6 +94,7 @@ static mvm_status load(const char *path, mvm_backend_kind backend, double budget
 struct run {
     float *logits;          /* [N_PROMPT][n_vocab] */
     int sel[N_PROMPT][2][2]; /* the router's top-2, by position and layer */
+    double hidden[N_PROMPT][2]; /* and a sum of the router input the observer saw */
     mvm_stats space;
     mvm_resid_stats resid;
     uint32_t experts;       /* the model's routed experts, every MoE layer's */
@@ -102,8 +103,13 @@ struct run {
 static void record(void *ctx, const mvm_route_record *r)
 {
     struct run *run = ctx;
-    if (r->pos < N_PROMPT && r->layer < 2 && r->k == 2)
+    if (r->pos < N_PROMPT && r->layer < 2 && r->k == 2) {
         memcpy(run->sel[r->pos][r->layer], r->selected, sizeof run->sel[0][0]);
+        double h = 0;
+        for (uint32_t i = 0; i < r->n_embd; i++)
+            h = h * 1.000001 + r->hidden[i];
+        run->hidden[r->pos][r->layer] = h;
+    }
 }
 
 /* The prompt through c, batch tokens a call: every position's logits into logits (poisoned
@@ -812,8 +818,9 @@ static void test_graph_faults(void)
 }
 
 /* The same tokens, one a call, routed by the host and on the device (its kernels launched
- * one by one, and as a graph): the same logits to the bit, the same choices seen by the
- * route observer (a replayed trace's, where one is), the same steps counted; routed on
+ * one by one, and as a graph): the same logits to the bit, the same choices and router
+ * inputs seen by the route observer (a replayed trace's choices, where one is), the same
+ * steps counted; routed on
  * the device only where every expert fits (budget 1: all pinned at the end), never at 0.5.
  * Softmax and sigmoid routers, a choosing bias, expert groups (V2's, V3's), gpt-oss's
  * biased router, shared experts. */
@@ -853,6 +860,7 @@ static void test_device_routing(void)
                 const uint32_t all = dev->experts;
                 int same = memcmp(host->logits, dev->logits, n * sizeof *host->logits) == 0;
                 CHECK(same && memcmp(host->sel, dev->sel, sizeof host->sel) == 0);
+                CHECK(memcmp(host->hidden, dev->hidden, sizeof host->hidden) == 0);
                 CHECK(dev->resid.accesses == host->resid.accesses);
                 CHECK(host->space.pinned_experts == 0);
                 CHECK(dev->space.pinned_experts == (half ? 0 : all));

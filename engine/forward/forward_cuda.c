@@ -177,10 +177,11 @@ mvm_status mvm_cuda_fwd_matmul_heads(struct cuda_fwd *f, const struct dev_weight
     return product(f, w, H, 0, in, in_pitch, n, y, y_pitch, f->hact, f->hact_stride, 0, NULL);
 }
 
-mvm_status mvm_cuda_fwd_norm_input(struct cuda_fwd *f, mvm_dptr norm, int t, uint32_t n)
+mvm_status mvm_cuda_fwd_norm_input(struct cuda_fwd *f, mvm_dptr norm, int t, uint32_t n,
+                                   mvm_dptr copy)
 {
     const uint32_t D = f->m->hp.n_embd;
-    mvm_g_rmsnorm_args a = {.x = f->x, .out = f->xn, .w = norm, .x_stride = D,
+    mvm_g_rmsnorm_args a = {.x = f->x, .out = f->xn, .w = norm, .out2 = copy, .x_stride = D,
                             .out_stride = D, .n = D, .n_rows = n, .eps = f->m->hp.rms_eps};
     if (t >= 0 && mvm_k_block_elems((enum mvm_wtype)t) > 1)
         a.q = f->act, a.q_stride = f->act_stride, a.q_type = (uint32_t)t;
@@ -435,7 +436,7 @@ mvm_status mvm_cuda_fwd_norm_for(struct cuda_fwd *f, mvm_dptr norm, const struct
     int gemm;
     TRY(mvm_cuda_fwd_gemm_wants(f, w, n, &gemm));
     const int q = !gemm && mvm_k_block_elems((enum mvm_wtype)w->type) > 1;
-    TRY(mvm_cuda_fwd_norm_input(f, norm, q ? w->type : -1, n));
+    TRY(mvm_cuda_fwd_norm_input(f, norm, q ? w->type : -1, n, 0));
     f->xn_act = q ? w : NULL;
     return MVM_OK;
 }
@@ -543,10 +544,10 @@ static mvm_status moe_routed_here(struct cuda_fwd *f, uint32_t il)
     const mvm_hparams *hp = &f->m->hp;
     const struct dev_block *L = &f->layers[il];
     const uint32_t E = hp->n_expert, D = hp->n_embd, K = hp->n_expert_used;
-    const mvm_dptr logits = mvm_cuda_fwd_route_stage(f, il), hidden = logits + E * 4,
-                   sel = hidden + D * 4, w = sel + K * 4;
+    /* the stage: logits, the router input (its norm kept it there: moe), choice, weights */
+    const mvm_dptr logits = mvm_cuda_fwd_route_stage(f, il), sel = logits + (E + D) * 4,
+                   w = sel + K * 4;
     TRY(router_logits(f, L, 1, logits));
-    TRY(mvm_gpu_copy(f->g, hidden, f->xn, D * sizeof(float)));
     lay_rows(f, K);
     mvm_g_route_args r = {.logits = logits, .choose_bias = L->choose_bias, .active = f->active,
                           .off = f->off, .cnt = f->cnt, .row_tok = f->row_tok,
@@ -579,7 +580,10 @@ static mvm_status moe(struct cuda_fwd *f, uint32_t il, uint32_t n, const uint32_
     const int qx = experts_quantized(f, il) &&
                    mvm_k_block_elems((enum mvm_wtype)L->router.type) == 1;
     const int t = qx ? (int)f->m->layers[il].expert_fmt.gate_up : -1;
-    TRY(mvm_cuda_fwd_norm_input(f, L->ffn_norm, t, n));
+    /* a step routed on the device keeps its router input in the stage, for the host */
+    const mvm_dptr kept =
+        f->route_here ? mvm_cuda_fwd_route_stage(f, il) + hp->n_expert * sizeof(float) : 0;
+    TRY(mvm_cuda_fwd_norm_input(f, L->ffn_norm, t, n, kept));
     f->xn_experts = qx;
     if (f->route_here)
         return moe_routed_here(f, il);

@@ -223,8 +223,10 @@ mvm_status mvm_cuda_fwd_matmul_heads(struct cuda_fwd *f, const struct dev_weight
                                      uint64_t y_pitch);
 /* xn = rms(x) of n rows of n_embd floats with the weights `norm`; with t a Q or K type (-1:
  * none), also quantized into act in t's activation format in the same pass, for the product
- * that follows (the caller then sets xn_act or xn_experts). */
-mvm_status mvm_cuda_fwd_norm_input(struct cuda_fwd *f, mvm_dptr norm, int t, uint32_t n);
+ * that follows (the caller then sets xn_act or xn_experts); with copy (0: none), also
+ * written there. */
+mvm_status mvm_cuda_fwd_norm_input(struct cuda_fwd *f, mvm_dptr norm, int t, uint32_t n,
+                                   mvm_dptr copy);
 /* The same for the product of w that follows: quantized in w's format where its kernels
  * take it from act (then xn_act = w), not where the tensor cores take the floats. */
 mvm_status mvm_cuda_fwd_norm_for(struct cuda_fwd *f, mvm_dptr norm, const struct dev_weight *w,

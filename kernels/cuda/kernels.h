@@ -208,9 +208,11 @@ MVM_G_FN mvm_g_shape mvm_g_route_shape(const mvm_g_route_args *a)
  *   rows of n floats, x[i] at x + i * x_stride, out[i] at out + i * out_stride floats (out
  *   may be x); with q (0: none), out[i] also quantized to q + i * q_stride bytes in the
  *   activation format of weight type q_type (a Q or K type), as mvm_g_quantize writes it:
- *   the next product's input, in the same pass. One block per row. */
+ *   the next product's input, in the same pass; with out2 (0: none), out[i] also copied to
+ *   out2 + i * out_stride floats (a decode step's router input, kept for the host). One
+ *   block per row. */
 typedef struct mvm_g_rmsnorm_args {
-    mvm_dptr x, out, w, q;
+    mvm_dptr x, out, w, q, out2;
     uint64_t x_stride, out_stride, q_stride;
     uint32_t n, n_rows, q_type;
     float eps;

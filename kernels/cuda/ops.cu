@@ -14,14 +14,19 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_rmsnorm(mvm_g_
     __shared__ double tmp[MVM_G_WARPS];
     const float *x = (const float *)a.x + blockIdx.x * a.x_stride;
     float *out = (float *)a.out + blockIdx.x * a.out_stride;
+    float *out2 = a.out2 ? (float *)a.out2 + blockIdx.x * a.out_stride : NULL;
     double part = 0;
     for (uint32_t i = threadIdx.x; i < a.n; i += blockDim.x)
         part += (double)(x[i] * x[i]);
     const double sum = block_sum(part, tmp);
     const float mean = (float)(sum / (double)a.n);
     const float scale = 1.0f / sqrtf(mean + a.eps);
-    for (uint32_t i = threadIdx.x; i < a.n; i += blockDim.x)
-        out[i] = x[i] * scale * (a.w ? ((const float *)a.w)[i] : 1.0f);
+    for (uint32_t i = threadIdx.x; i < a.n; i += blockDim.x) {
+        const float v = x[i] * scale * (a.w ? ((const float *)a.w)[i] : 1.0f);
+        out[i] = v;
+        if (out2)
+            out2[i] = v;
+    }
     if (!a.q)
         return;
     __syncthreads(); /* the row's floats, written by the block, read back by it */
