@@ -1,8 +1,10 @@
 /*
- * The device forward pass's state and the helpers its two files share: forward_cuda.c (the
- * weights' upload, the products and small ops, the FFNs and the MoE step, the whole pass)
- * and forward_cuda_attn.c (attention: grouped-query, and deepseek2's latent attention).
- * Nothing here is part of forward.h's API.
+ * The device forward pass's state and the helpers its files share: forward_cuda.c (the FFNs
+ * and the MoE step, the whole pass), forward_cuda_ops.c (the products and small ops),
+ * forward_cuda_attn.c (attention: grouped-query, and deepseek2's latent attention),
+ * forward_cuda_setup.c (the weights' upload, the context's memory), forward_cuda_gemm.c
+ * (large batches on the tensor cores) and forward_cuda_route.c (decode routed on the
+ * device). Nothing here is part of forward.h's API.
  */
 #ifndef MVM_ENGINE_FORWARD_FORWARD_CUDA_IMPL_H
 #define MVM_ENGINE_FORWARD_FORWARD_CUDA_IMPL_H
@@ -195,8 +197,13 @@ mvm_status mvm_cuda_fwd_route_replay(struct cuda_fwd *f, const mvm_fwd_batch *b,
 /* The pins of mvm_cuda_fwd_route_choose, let go (the context's end). */
 void mvm_cuda_fwd_route_release(struct cuda_fwd *f);
 
-/* ---- forward_cuda.c -------------------------------------------------------------------- */
+/* ---- forward_cuda_ops.c ---------------------------------------------------------------- */
 
+/* x rows (n of `cols` floats, stride floats apart) -> q (rows q_stride bytes apart) in the
+ * activation format of weight type t (a Q or K type). */
+mvm_status mvm_cuda_fwd_quantize(struct cuda_fwd *f, enum mvm_wtype t, mvm_dptr x,
+                                 uint64_t stride, uint32_t cols, uint32_t n, mvm_dptr q,
+                                 uint64_t q_stride);
 /* y[i] = w . in[i] for n rows: in[i] at in + i * in_stride floats, y[i] at y + i * y_stride
  * floats. The Q and K types read their input quantized, as the CPU's matrix products do;
  * `prev` is the weight of the product just before on the same input, or NULL: when its
