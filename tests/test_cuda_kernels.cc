@@ -380,9 +380,10 @@ static void test_rmsnorm(void)
         for (uint32_t r = 0; r < rows; r++)
             mvm_k_rmsnorm(&want[r * os], &x[r * xs], with_w ? w.data() : NULL, n, 1e-5f);
         mvm_g_rmsnorm_args a = {.x = dp(x.data()), .out = dp(out.data()),
-                                .w = with_w ? dp(w.data()) : 0, .q = 0, .out2 = 0, .x_stride = xs,
-                                .out_stride = os, .q_stride = 0, .n = n, .n_rows = rows,
-                                .q_type = 0, .eps = 1e-5f};
+                                .w = with_w ? dp(w.data()) : 0, .q = 0, .out2 = 0, .x2 = 0,
+                                .w2 = 0, .x_stride = xs, .out_stride = os, .q_stride = 0,
+                                .n = n, .n_rows = rows, .q_type = 0, .n_rows2 = 0,
+                                .eps = 1e-5f};
         launch(mvm_g_rmsnorm, a, mvm_g_rmsnorm_shape(&a));
         for (uint32_t r = 0; r < rows; r++) {
             CHECK(rel_err(&out[r * os], &want[r * os], n) < 1e-6);
@@ -393,11 +394,19 @@ static void test_rmsnorm(void)
     std::vector<float> y = x, want = x;
     for (uint32_t r = 0; r < rows; r++)
         mvm_k_rmsnorm(&want[r * xs], &want[r * xs], w.data(), n, 1e-6f);
+    /* in place, with a second tensor of 5 rows and its own weights in the same launch (a
+     * layer's query and key heads) */
+    const uint32_t rows2 = 5;
+    std::vector<float> y2 = randoms(rows2 * xs, 3.0f), want2 = y2, w2 = randoms(n);
+    for (uint32_t r = 0; r < rows2; r++)
+        mvm_k_rmsnorm(&want2[r * xs], &want2[r * xs], w2.data(), n, 1e-6f);
     mvm_g_rmsnorm_args a = {.x = dp(y.data()), .out = dp(y.data()), .w = dp(w.data()),
-                            .q = 0, .out2 = 0, .x_stride = xs, .out_stride = xs, .q_stride = 0, .n = n,
-                            .n_rows = rows, .q_type = 0, .eps = 1e-6f};
+                            .q = 0, .out2 = 0, .x2 = dp(y2.data()), .w2 = dp(w2.data()),
+                            .x_stride = xs, .out_stride = xs, .q_stride = 0, .n = n,
+                            .n_rows = rows, .q_type = 0, .n_rows2 = rows2, .eps = 1e-6f};
     launch(mvm_g_rmsnorm, a, mvm_g_rmsnorm_shape(&a));
     CHECK(rel_err(y.data(), want.data(), y.size()) < 1e-6);
+    CHECK(rel_err(y2.data(), want2.data(), y2.size()) < 1e-6);
 }
 
 /* The norm's rows also quantized in its pass, for a Q type's product (Q8_0 blocks) and a
@@ -414,10 +423,9 @@ static void test_rmsnorm_quantize(void)
         std::vector<float> out(rows * xs, POISON), out2(rows * xs, POISON);
         std::vector<uint8_t> q(rows * qs, 0xEE), want(rows * qs, 0xEE);
         mvm_g_rmsnorm_args a = {.x = dp(x.data()), .out = dp(out.data()), .w = dp(w.data()),
-                                .q = dp(q.data()), .out2 = dp(out2.data()), .x_stride = xs,
-                                .out_stride = xs,
-                                .q_stride = qs, .n = n, .n_rows = rows, .q_type = t,
-                                .eps = 1e-5f};
+                                .q = dp(q.data()), .out2 = dp(out2.data()), .x2 = 0, .w2 = 0,
+                                .x_stride = xs, .out_stride = xs, .q_stride = qs, .n = n,
+                                .n_rows = rows, .q_type = t, .n_rows2 = 0, .eps = 1e-5f};
         launch(mvm_g_rmsnorm, a, mvm_g_rmsnorm_shape(&a));
         for (uint32_t r = 0; r < rows; r++) {
             mvm_k_prepare_act(t, &out[r * xs], &want[r * qs], n);

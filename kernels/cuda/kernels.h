@@ -209,18 +209,20 @@ MVM_G_FN mvm_g_shape mvm_g_route_shape(const mvm_g_route_args *a)
  *   may be x); with q (0: none), out[i] also quantized to q + i * q_stride bytes in the
  *   activation format of weight type q_type (a Q or K type), as mvm_g_quantize writes it:
  *   the next product's input, in the same pass; with out2 (0: none), out[i] also copied to
- *   out2 + i * out_stride floats (a decode step's router input, kept for the host). One
- *   block per row. */
+ *   out2 + i * out_stride floats (a decode step's router input, kept for the host). With
+ *   n_rows2 rows more, the same launch also normalises those of x2 in place (rows of n
+ *   floats x_stride apart, weights w2; no q or out2 for them): a layer's query and key
+ *   heads at once. One block per row. */
 typedef struct mvm_g_rmsnorm_args {
-    mvm_dptr x, out, w, q, out2;
+    mvm_dptr x, out, w, q, out2, x2, w2;
     uint64_t x_stride, out_stride, q_stride;
-    uint32_t n, n_rows, q_type;
+    uint32_t n, n_rows, q_type, n_rows2;
     float eps;
 } mvm_g_rmsnorm_args;
 
 MVM_G_FN mvm_g_shape mvm_g_rmsnorm_shape(const mvm_g_rmsnorm_args *a)
 {
-    mvm_g_shape s = {a->n_rows, 1, MVM_G_THREADS};
+    mvm_g_shape s = {a->n_rows + a->n_rows2, 1, MVM_G_THREADS};
     return s;
 }
 

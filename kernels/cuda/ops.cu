@@ -12,9 +12,12 @@
 extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_rmsnorm(mvm_g_rmsnorm_args a)
 {
     __shared__ double tmp[MVM_G_WARPS];
-    const float *x = (const float *)a.x + blockIdx.x * a.x_stride;
-    float *out = (float *)a.out + blockIdx.x * a.out_stride;
-    float *out2 = a.out2 ? (float *)a.out2 + blockIdx.x * a.out_stride : NULL;
+    const uint32_t second = blockIdx.x >= a.n_rows; /* a row of x2's, in place */
+    const uint64_t row = second ? blockIdx.x - a.n_rows : blockIdx.x;
+    const float *x = (const float *)(second ? a.x2 : a.x) + row * a.x_stride;
+    float *out = second ? (float *)a.x2 + row * a.x_stride : (float *)a.out + row * a.out_stride;
+    float *out2 = a.out2 && !second ? (float *)a.out2 + row * a.out_stride : NULL;
+    const float *w = (const float *)(second ? a.w2 : a.w);
     double part = 0;
     for (uint32_t i = threadIdx.x; i < a.n; i += blockDim.x)
         part += (double)(x[i] * x[i]);
@@ -22,16 +25,15 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_rmsnorm(mvm_g_
     const float mean = (float)(sum / (double)a.n);
     const float scale = 1.0f / sqrtf(mean + a.eps);
     for (uint32_t i = threadIdx.x; i < a.n; i += blockDim.x) {
-        const float v = x[i] * scale * (a.w ? ((const float *)a.w)[i] : 1.0f);
+        const float v = x[i] * scale * (w ? w[i] : 1.0f);
         out[i] = v;
         if (out2)
             out2[i] = v;
     }
-    if (!a.q)
+    if (!a.q || second)
         return;
     __syncthreads(); /* the row's floats, written by the block, read back by it */
-    block_quantize_row(out, (uint8_t *)a.q + blockIdx.x * a.q_stride, (enum mvm_wtype)a.q_type,
-                       a.n);
+    block_quantize_row(out, (uint8_t *)a.q + row * a.q_stride, (enum mvm_wtype)a.q_type, a.n);
 }
 
 extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_rope(mvm_g_rope_args a)
