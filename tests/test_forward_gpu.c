@@ -787,6 +787,54 @@ static void test_device_round_trips(void)
     }
 }
 
+/* A server's sequences decoded in turn, a token a call, every expert resident: each call
+ * routed on the device and replayed from the same graph, updated for the sequence's rows of
+ * the cache and its position; the logits those of the host's routing to the bit. Grouped
+ * attention with an F16 cache (keys and values staged, then stored), gpt-oss's windows
+ * (rings), MLA. */
+static float *run_sequences(const char *path, const char *routing, uint32_t *graphs)
+{
+    static const int32_t toks[] = {5, 77, 300, 12, 9, 410, 3, 128, 64, 200, 17, 42};
+    mvm_model *m = NULL;
+    mvm_ctx *c = NULL;
+    CHECK_ST(load(path, MVM_BACKEND_CUDA, 1, &m), MVM_OK);
+    setenv("MOEVM_DETERMINISTIC", "on", 1);
+    setenv("MOEVM_DEVICE_ROUTING", routing, 1);
+    mvm_ctx_policies pol = {.residency = {.evict = "lru"}, .kv_type = "f16", .n_seq = 3};
+    if (m)
+        CHECK_ST(mvm_ctx_create(m, pool, 32, 4, &pol, &c), MVM_OK);
+    unsetenv("MOEVM_DETERMINISTIC");
+    unsetenv("MOEVM_DEVICE_ROUTING");
+    const size_t n = sizeof toks / sizeof *toks, nv = m ? m->hp.n_vocab : 0;
+    float *out = c ? malloc(n * nv * sizeof *out) : NULL;
+    reset_counters();
+    for (size_t i = 0; out && i < n; i++) {
+        mvm_engine_token t = {toks[i], (uint32_t)(i % 3), 1};
+        CHECK_ST(mvm_ctx_eval_batch(c, &t, 1, out + i * nv), MVM_OK);
+    }
+    *graphs = (uint32_t)calls("cuGraphLaunch");
+    mvm_ctx_free(c);
+    mvm_model_free(m);
+    return out;
+}
+
+static void test_device_sequences(void)
+{
+    static const char *arches[] = {"llama", "gpt-oss", "deepseek2"};
+    for (size_t i = 0; i < 3; i++) {
+        const char *path = model_path(arches[i], MVM_W_F32);
+        uint32_t g_host = 0, g_dev = 0;
+        float *host = run_sequences(path, "off", &g_host);
+        float *dev = run_sequences(path, "graph", &g_dev);
+        const size_t n = 12 * mvm_preset_find("tiny", arches[i])->spec.n_vocab;
+        CHECK(host && dev && memcmp(host, dev, n * sizeof *host) == 0);
+        CHECK(g_host == 0 && g_dev > 6); /* routed once every expert was resident */
+        if (g_dev <= 6)
+            fprintf(stderr, "  %s: %u graph launches\n", arches[i], g_dev);
+        free(host), free(dev);
+    }
+}
+
 /* A driver that refuses a decode token's graph, at any of its calls: the token is queued
  * launch by launch instead (the same logits to the bit), and so is every token after it:
  * graph launches stop at the failure (counted with it, where it is cuGraphLaunch). */
@@ -1227,6 +1275,7 @@ int main(int argc, char **argv)
     RUN(test_device_round_trips);
     RUN(test_device_routing);
     RUN(test_graph_faults);
+    RUN(test_device_sequences);
     RUN(test_cpu_moe);
     RUN(test_time_expert);
     RUN(test_expert_rows);
