@@ -28,10 +28,16 @@ static mvm_status pin_one(mvm_resid *r, uint32_t x)
     return st;
 }
 
+/* Whether an expert was all there: every page resident, none loading. */
+static int all_there(const mvm_residency *res)
+{
+    return res->resident == res->n_pages && !res->loading;
+}
+
 /* Counts a step's access to expert x, which found `res` when requested. */
 static void count_access(mvm_resid *r, uint32_t x, const mvm_residency *res)
 {
-    int hit = res->resident == res->n_pages && !res->loading;
+    int hit = all_there(res);
     r->stats.accesses++;
     r->stats.hits += hit;
     r->stats.partial_hits += !hit && res->resident > 0 && !res->loading;
@@ -53,7 +59,8 @@ static mvm_status ask_expert(mvm_resid *r, uint32_t x, mvm_move **move)
     mvm_expert_residency(r->space, l, e, &res);
     if (move)
         *move = NULL;
-    mvm_status st = mvm_resid_request(r, x, 1, 1, r->ordered ? NULL : move);
+    /* a hit has nothing to wait for: no move handle (made, waited on and freed for nothing) */
+    mvm_status st = mvm_resid_request(r, x, 1, 1, r->ordered || all_there(&res) ? NULL : move);
     if (st == MVM_OK)
         count_access(r, x, &res);
     return st;
