@@ -216,8 +216,11 @@ static void test_matvec(void)
         matvec_case(t, short_in, 6, 11, 3);
         matvec_case(t, short_in, 5, 1, 4);
         matvec_case(t, long_in, 13, 3, 1, true);
-        matvec_parts_case(t, short_in, 1);
-        matvec_parts_case(t, long_in, 11);
+        if (t == MVM_W_F32 || t == MVM_W_Q8_0 || t == MVM_W_Q4_K || t == MVM_W_Q6_K ||
+            t == MVM_W_MXFP4) { /* which part a row is of does not depend on the type */
+            matvec_parts_case(t, short_in, 1);
+            matvec_parts_case(t, long_in, 11);
+        }
     }
 }
 

@@ -821,7 +821,8 @@ static float *run_sequences(const char *path, const char *routing, uint32_t *gra
 static void test_device_sequences(void)
 {
     static const char *arches[] = {"llama", "gpt-oss", "deepseek2"};
-    for (size_t i = 0; i < 3; i++) {
+    /* the graph's updates do not depend on how the homes are mapped: one variant runs it */
+    for (size_t i = 0; home_mapped && i < 3; i++) {
         const char *path = model_path(arches[i], MVM_W_F32);
         uint32_t g_host = 0, g_dev = 0;
         float *host = run_sequences(path, "off", &g_host);
@@ -847,6 +848,8 @@ static void test_graph_faults(void)
                  {"cuGraphExecKernelNodeSetParams:2", 1}, {"cuGraphLaunch:2", 2}};
     const char *path = model_path("llama", MVM_W_Q8_0);
     size_t n = N_PROMPT * mvm_preset_find("tiny", "llama")->spec.n_vocab;
+    if (!home_mapped) /* nor does a graph's failure: one variant runs it */
+        return;
     setenv("MOEVM_DETERMINISTIC", "on", 1);
     struct run *clean = run_prompt(path, MVM_BACKEND_CUDA, 1, 1, 0);
     for (size_t i = 0; i < sizeof cases / sizeof *cases && clean; i++) {
