@@ -191,8 +191,10 @@ static mvm_status update(mvm_gpu_graph *gr)
 {
     for (uint32_t i = 0; i < gr->n_ops; i++) {
         struct op *o = &gr->ops[i], *b = &gr->built[i];
-        if (!o->is_kernel || (o->bytes == b->bytes && memcmp(&o->shape, &b->shape, sizeof o->shape) == 0 &&
-                              memcmp(o->args, b->args, o->bytes) == 0))
+        const int same = o->bytes == b->bytes &&
+                         memcmp(&o->shape, &b->shape, sizeof o->shape) == 0 &&
+                         memcmp(o->args, b->args, o->bytes) == 0;
+        if (!o->is_kernel || same)
             continue;
         void *params[1];
         CUDA_KERNEL_NODE_PARAMS p = kernel_params(o, params);

@@ -4,8 +4,8 @@
  *
  * On the device: the non-expert weights (copied at creation, in the file's types), the KV
  * cache, every matrix product, norm and RoPE (forward_cuda_ops.c), attention
- * (forward_cuda_attn.c: grouped-query, or deepseek2's latent attention), the dense blocks before the MoE ones (deepseek2,
- * glm4moe), the shared experts, and the routed experts (gpt-oss's biased ones too), read
+ * (forward_cuda_attn.c: grouped-query, or deepseek2's latent attention), the dense blocks
+ * before the MoE ones (deepseek2, glm4moe), the shared experts, and the routed experts (gpt-oss's biased ones too), read
  * through their fixed addresses in the expert space. On the host: the token embeddings (a
  * dequantized row per token is uploaded) and each MoE step's host side (moe_step.h): the
  * router's logits and input come back, the routing, the policy modules, observers and
@@ -358,9 +358,10 @@ static mvm_status moe_routed_here(struct cuda_fwd *f, uint32_t il)
     const mvm_hparams *hp = &f->m->hp;
     const struct dev_block *L = &f->layers[il];
     const uint32_t E = hp->n_expert, D = hp->n_embd, K = hp->n_expert_used;
-    /* the stage: logits, the router input (its norm kept it there: moe), choice, weights */
-    const mvm_dptr logits = mvm_cuda_fwd_route_stage(f, il), sel = logits + (E + D) * 4,
-                   w = sel + K * 4;
+    /* the stage (its router input kept there by the norm: moe) */
+    const mvm_dptr logits = mvm_cuda_fwd_route_stage(f, il, MVM_STAGE_LOGITS),
+                   sel = mvm_cuda_fwd_route_stage(f, il, MVM_STAGE_SEL),
+                   w = mvm_cuda_fwd_route_stage(f, il, MVM_STAGE_W);
     TRY(router_logits(f, L, 1, logits));
     lay_rows(f, K);
     mvm_g_route_args r = {.logits = logits, .choose_bias = L->choose_bias, .active = f->active,
@@ -396,7 +397,7 @@ static mvm_status moe(struct cuda_fwd *f, uint32_t il, uint32_t n, const uint32_
     const int t = qx ? (int)f->m->layers[il].expert_fmt.gate_up : -1;
     /* a step routed on the device keeps its router input in the stage, for the host */
     const mvm_dptr kept =
-        f->route_here ? mvm_cuda_fwd_route_stage(f, il) + hp->n_expert * sizeof(float) : 0;
+        f->route_here ? mvm_cuda_fwd_route_stage(f, il, MVM_STAGE_HIDDEN) : 0;
     TRY(mvm_cuda_fwd_norm_input(f, L->ffn_norm, t, n, kept));
     f->xn_experts = qx;
     if (f->route_here)

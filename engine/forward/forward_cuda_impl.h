@@ -186,9 +186,12 @@ mvm_status mvm_cuda_fwd_route_choose(struct cuda_fwd *f, const mvm_fwd_batch *b)
 /* A replayed trace's choice for the token of batch b (f->route_given), sent up: the
  * route kernels then lay it out instead of the router's. */
 mvm_status mvm_cuda_fwd_route_given(struct cuda_fwd *f, const mvm_fwd_batch *b);
-/* Where layer il's step leaves its logits (E floats), router input (n_embd floats), choice
- * (K int32) and weights (K floats), one after the other, on the device. */
-mvm_dptr mvm_cuda_fwd_route_stage(const struct cuda_fwd *f, uint32_t il);
+/* A routed step's stage holds, one after the other, its logits (E floats), router input
+ * (n_embd floats), choice (K int32) and weights (K floats): where `part` starts, in floats
+ * from the stage of its layer; and that place on the device for layer il. */
+enum { MVM_STAGE_LOGITS, MVM_STAGE_HIDDEN, MVM_STAGE_SEL, MVM_STAGE_W };
+uint64_t mvm_cuda_fwd_stage_at(const struct cuda_fwd *f, int part);
+mvm_dptr mvm_cuda_fwd_route_stage(const struct cuda_fwd *f, uint32_t il, int part);
 /* Once a device-routed batch has run (st: how it went; idle: the stream has been waited
  * for since): its steps shown to the host's policies (mvm_moe_replay). Returns st, or
  * else the first failure. */

@@ -25,9 +25,8 @@
  * router's choice.
  *
  * Not routed here: a batch of several tokens (prefill, or a server's several sequences),
- * SMoE's speculative pass, the
- * distributed mode, --n-cpu-moe (the experts stay home), routers wider than
- * MVM_G_ROUTE_MAX_E experts or 32 chosen, and MOEVM_DEVICE_ROUTING=off.
+ * SMoE's speculative pass, the distributed mode, --n-cpu-moe (the experts stay home),
+ * routers wider than MVM_G_ROUTE_MAX_E experts or 32 chosen, and MOEVM_DEVICE_ROUTING=off.
  */
 #include <string.h>
 
@@ -85,9 +84,18 @@ mvm_status mvm_cuda_fwd_route_given(struct cuda_fwd *f, const mvm_fwd_batch *b)
     return mvm_gpu_upload(f->g, f->given, f->given_host, (size_t)L * 2 * K * sizeof(int32_t));
 }
 
-mvm_dptr mvm_cuda_fwd_route_stage(const struct cuda_fwd *f, uint32_t il)
+uint64_t mvm_cuda_fwd_stage_at(const struct cuda_fwd *f, int part)
 {
-    return f->stage + (uint64_t)il * f->stage_floats * sizeof(float);
+    const mvm_hparams *hp = &f->m->hp;
+    const uint64_t at[] = {0, hp->n_expert, hp->n_expert + hp->n_embd,
+                           hp->n_expert + hp->n_embd + hp->n_expert_used};
+    return at[part];
+}
+
+mvm_dptr mvm_cuda_fwd_route_stage(const struct cuda_fwd *f, uint32_t il, int part)
+{
+    return f->stage + ((uint64_t)il * f->stage_floats + mvm_cuda_fwd_stage_at(f, part)) *
+                          sizeof(float);
 }
 
 static void unpin_first(struct cuda_fwd *f, uint64_t n)
@@ -135,7 +143,8 @@ static mvm_status pin_all(struct cuda_fwd *f)
 mvm_status mvm_cuda_fwd_route_choose(struct cuda_fwd *f, const mvm_fwd_batch *b)
 {
     f->route_here = 0;
-    if (f->route_mode == MVM_ROUTE_OFF || b->n != 1 || f->m->experts_at_home || !mvm_moe_routes_alone(f->moe) ||
+    if (f->route_mode == MVM_ROUTE_OFF || b->n != 1 || f->m->experts_at_home ||
+        !mvm_moe_routes_alone(f->moe) ||
         f->gemm_rows == 1) /* (a one-row product on the tensor cores is not the kernels') */
         return MVM_OK;
     if (!f->all_pinned)
@@ -148,16 +157,17 @@ mvm_status mvm_cuda_fwd_route_replay(struct cuda_fwd *f, const mvm_fwd_batch *b,
                                      int idle)
 {
     const mvm_hparams *hp = &f->m->hp;
-    const uint32_t E = hp->n_expert, D = hp->n_embd, K = hp->n_expert_used;
+    const uint32_t E = hp->n_expert, K = hp->n_expert_used;
     mvm_status synced = idle ? MVM_OK : mvm_gpu_sync(f->g); /* the stage is down */
     st = st != MVM_OK ? st : synced;
     f->routed_tokens += st == MVM_OK;
     for (uint32_t il = 0; il < hp->n_layer && st == MVM_OK; il++) {
         const float *s = f->stage_host + (size_t)il * f->stage_floats;
-        memcpy(f->moe->probs, s, E * sizeof *s);
-        int32_t sel[32];
-        memcpy(sel, s + E + D, K * sizeof *sel); /* the int32s as the device wrote them */
-        mvm_moe_route_as(f->moe, il, b->pos, 1, s + E, sel, s + E + D + K);
+        memcpy(f->moe->probs, s + mvm_cuda_fwd_stage_at(f, MVM_STAGE_LOGITS), E * sizeof *s);
+        int32_t sel[32]; /* the int32s as the device wrote them */
+        memcpy(sel, s + mvm_cuda_fwd_stage_at(f, MVM_STAGE_SEL), K * sizeof *sel);
+        mvm_moe_route_as(f->moe, il, b->pos, 1, s + mvm_cuda_fwd_stage_at(f, MVM_STAGE_HIDDEN),
+                         sel, s + mvm_cuda_fwd_stage_at(f, MVM_STAGE_W));
         st = mvm_moe_replay(f->moe);
     }
     return st;

@@ -246,11 +246,7 @@ static void group(mvm_moe *s)
 void mvm_moe_route(mvm_moe *s, uint32_t layer, const uint32_t *pos, uint32_t n,
                    const float *hidden)
 {
-    s->step = (mvm_pstep){.layer = layer, .n_tok = n, .scores = s->probs, .experts = s->sel,
-                          .weights = s->selw, .hidden = hidden, .counts = s->cnt};
-    s->serving = 0;
-    route(s, pos, NULL, NULL);
-    group(s);
+    mvm_moe_route_as(s, layer, pos, n, hidden, NULL, NULL);
 }
 
 void mvm_moe_route_as(mvm_moe *s, uint32_t layer, const uint32_t *pos, uint32_t n,

@@ -102,7 +102,8 @@ void mvm_moe_route(mvm_moe *s, uint32_t layer, const uint32_t *pos, uint32_t n,
                    const float *hidden);
 /* Step 2 for a step the device routed (forward_cuda.c, moe_routed_here): as
  * mvm_moe_route, but each token's experts and weights are sel and w ([n][K], best first),
- * the device's; probs still hold the logits, from which the observer's probabilities come. */
+ * the device's (NULL: the host routes, which is mvm_moe_route); probs still hold the
+ * logits, from which the observer's probabilities come. */
 void mvm_moe_route_as(mvm_moe *s, uint32_t layer, const uint32_t *pos, uint32_t n,
                       const float *hidden, const int32_t *sel, const float *w);
 /* Whether nothing but their residency lies between a step's router and its experts for
