@@ -219,8 +219,12 @@ static mvm_status home_create_vmm(cuda_backend *c, mvm_home *h)
     mvm_status st = handle_view_create(c, &prop, h->n, h->page, access, 2, &h->hv);
     if (st != MVM_OK)
         return st;
+    /* Not zeroed: a home's bytes are unspecified until written, as cuMemCreate's and
+     * cuMemAlloc's are. The engine writes each expert before its first move, and a program
+     * under the interposer gets what a device allocation would give it. A memset here
+     * committed every home page at creation (the interposer's oversubscribed heap as a
+     * whole at its first allocation) and, under ThreadSanitizer, its shadow too. */
     h->host = (void *)(uintptr_t)h->hv.view;
-    memset(h->host, 0, h->n * h->page); /* cuMemCreate leaves contents unspecified */
     return MVM_OK;
 }
 

@@ -142,7 +142,8 @@ mvm_status mvm_space_get_info(const mvm_space *space, mvm_space_info *info);
 /* The fixed address of expert (layer, expert): a device address on cuda, a host pointer on
  * the host backend. Read-only: write weights through the home. NULL if out of range. */
 void *mvm_expert_addr(const mvm_space *space, uint32_t layer, uint32_t expert);
-/* The expert's host home, writable by the CPU; page_size-aligned, expert_bytes long.
+/* The expert's host home, writable by the CPU; page_size-aligned, expert_bytes long, its
+ * bytes unspecified until written (as a device allocation's are).
  * Write the weights here before the first move of the expert. NULL if out of range. */
 void *mvm_expert_home(const mvm_space *space, uint32_t layer, uint32_t expert);
 

@@ -14,7 +14,8 @@
  * reservation, and cuMemSetAccess turns access flags into mprotect, so a test can read and
  * write mapped "device" memory through its address. Copies and memsets (fake_copies.c) and the
  * few fake kernels (fake_kernels.c) run inside the call. "Stream-ordered" allocation is immediate.
- * cuMemAlloc memory starts as 0xff bytes, not zeros, as a real device's holds stale data.
+ * cuMemAlloc and cuMemCreate memory starts as 0xff bytes, not zeros, as a real device's holds
+ * stale data.
  * One mutex guards all state; a condition variable wakes waiters on held streams.
  *
  * Where the real library exports per-thread-default-stream variants (_ptsz, _ptds) of a
@@ -633,6 +634,23 @@ static CUresult mem_address_free(uintptr_t va, size_t size)
     return CUDA_SUCCESS;
 }
 
+/* cuMemCreate's contents are unspecified: the allocation starts as 0xff bytes, as cuMemAlloc's
+ * does, so a reader of bytes nobody wrote fails its test. Written through the file, not a
+ * mapping: ThreadSanitizer would shadow a memset of every allocation (it made the interposer's
+ * tests several times slower), and the kernel's writes are not memory accesses it watches. */
+static int poison_fd(int fd, size_t size)
+{
+    static unsigned char ones[1 << 16];
+    if (!ones[0]) memset(ones, 0xff, sizeof ones);
+    for (size_t off = 0; off < size;) {
+        size_t n = size - off < sizeof ones ? size - off : sizeof ones;
+        ssize_t w = pwrite(fd, ones, n, (off_t)off);
+        if (w <= 0) return -1;
+        off += (size_t)w;
+    }
+    return 0;
+}
+
 static CUresult mem_create(CUmemGenericAllocationHandle *handle, size_t size,
                            const CUmemAllocationProp *prop, unsigned long long flags)
 {
@@ -645,7 +663,7 @@ static CUresult mem_create(CUmemGenericAllocationHandle *handle, size_t size,
     struct fk_alloc *a = calloc(1, sizeof *a);
     if (!a) return CUDA_ERROR_OUT_OF_MEMORY;
     a->fd = memfd_create("fakecuda", MFD_CLOEXEC);
-    if (a->fd < 0 || ftruncate(a->fd, (off_t)size) != 0) {
+    if (a->fd < 0 || ftruncate(a->fd, (off_t)size) != 0 || poison_fd(a->fd, size) != 0) {
         if (a->fd >= 0) close(a->fd);
         free(a);
         return CUDA_ERROR_OUT_OF_MEMORY;
