@@ -68,9 +68,54 @@ configure_build() {
     echo "built $b/bin/llama-bench"
 }
 
+# A CPU that lists AMX may still not run llama.cpp's AMX kernels: on a 2-core VM of this
+# project its native build died of an invalid opcode (tileloadd, tile configuration lost) in
+# ggml_backend_amx_mul_mat at the first prompt batch, while a small program using the same
+# instructions ran. So the native build is tried on a batch (one layer of OLMoE's shape at
+# Q8_0, made by moevm mkmodel), and rebuilt with the same features but AMX if it crashes.
+amx_runs() {
+    grep -qw amx_tile /proc/cpuinfo || return 0
+    local moevm="$here/build/moevm" b="$top/build-cpu/bin" d rc
+    if [ ! -x "$moevm" ]; then
+        echo "llamacpp/build.sh: the CPU lists AMX; build moevm (build/moevm) to check llama.cpp's AMX kernels run" >&2
+        return 0
+    fi
+    d=$(mktemp -d)
+    "$moevm" mkmodel --preset olmoe-1b-7b --type q8_0 --layers 1 -o "$d/m.gguf" >/dev/null 2>&1 ||
+        { rm -rf "$d"; die "moevm mkmodel for the AMX check failed"; }
+    LD_LIBRARY_PATH="$b" "$b/llama-bench" -m "$d/m.gguf" -p 64 -n 0 -r 1 -t 1 >/dev/null 2>&1
+    rc=$?
+    rm -rf "$d"
+    [ "$rc" -lt 128 ] # killed by a signal: SIGILL or SIGSEGV
+}
+
+# GGML_NATIVE's features named one by one, AMX left out.
+flags_without_amx() {
+    local f out=-DGGML_NATIVE=OFF
+    f=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
+    has() { [[ $f == *" $1 "* ]]; }
+    has avx && out+=" -DGGML_AVX=ON"
+    has avx2 && out+=" -DGGML_AVX2=ON"
+    has fma && out+=" -DGGML_FMA=ON"
+    has f16c && out+=" -DGGML_F16C=ON"
+    has bmi2 && out+=" -DGGML_BMI2=ON"
+    has avx_vnni && out+=" -DGGML_AVX_VNNI=ON"
+    has avx512f && has avx512bw && has avx512dq && has avx512vl && out+=" -DGGML_AVX512=ON"
+    has avx512vbmi && out+=" -DGGML_AVX512_VBMI=ON"
+    has avx512_vnni && out+=" -DGGML_AVX512_VNNI=ON"
+    has avx512_bf16 && out+=" -DGGML_AVX512_BF16=ON"
+    echo "$out"
+}
+
 case "${1:-}" in
 fetch) fetch ;;
-cpu) fetch; configure_build cpu -DGGML_NATIVE=ON ;;
+cpu)
+    fetch
+    configure_build cpu -DGGML_NATIVE=ON
+    if ! amx_runs; then
+        echo "llama.cpp's AMX kernels crash on this machine: rebuilding for its CPU without AMX"
+        configure_build cpu $(flags_without_amx)
+    fi ;;
 cuda)
     fetch
     command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || die "nvcc not found"
