@@ -1,0 +1,172 @@
+/*
+ * `moevm serve`'s request reader (tools/serve_api.c) against malformed bodies: what a client
+ * can send to /v1/completions and /v1/chat/completions, valid requests first, then seeded
+ * mutations of them (bytes flipped, spans cut or repeated, JSON fragments and wrong types
+ * spliced in, truncation, NUL bytes). Every body must give either a request whose fields
+ * are in range or a 4xx whose error object is JSON with a one-line message; never a crash,
+ * a leak or undefined behaviour (the sanitizer builds run this too). test_serve.py checks
+ * the same reader over HTTP for each field it names; this walks the inputs no list names.
+ *
+ *   test_serve_api MOEVM_CLI WORKDIR
+ * (the CLI makes the tiny model whose tokenizer and chat template the reader uses)
+ */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "tools/serve_api.h"
+
+static const char *const seeds[] = {
+    "{\"prompt\": \"Once upon a time\", \"max_tokens\": 8, \"temperature\": 0.5, "
+    "\"top_p\": 0.9, \"top_k\": 20, \"min_p\": 0.05, \"seed\": 3, \"stop\": [\"\\n\", \".\"], "
+    "\"stream\": true, \"repeat_penalty\": 1.1, \"ignore_eos\": false, \"user\": \"x\"}",
+    "{\"model\": \"tiny\", \"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, "
+    "{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"Hi \\u00e9\"}]}], "
+    "\"max_tokens\": 4, \"stop\": \"x\", \"logit_bias\": {}}",
+    "{\"prompt\": [\"a\"], \"n\": 1}",
+    "{\"messages\": [{\"role\": \"user\", \"content\": \"\"}], \"stream\": false}",
+};
+
+/* Fragments a mutation splices in: structure, wrong types, extremes, escapes, field names. */
+static const char *const fragments[] = {
+    "{",   "}",     "[",     "]",           ",",        ":",           "\"",
+    "null", "true", "false", "-1",          "0",        "1e999",       "-1e999",
+    "0.5", "4294967296", "-0", "1.0e-400", "\\u0000", "\\ud800",      "\\",
+    "\"max_tokens\":", "\"messages\":", "\"prompt\":", "\"stop\":", "\"content\":",
+    "\"role\":",        "\"stream\":",   "\"top_k\":",  "\"seed\":", "[[[[[[[[[[[[[[[[",
+    "{\"a\":{\"a\":{\"a\":", "[\"\", \"\", \"\", \"\", \"\", \"\"]", "\"\\n\\n\\n\"",
+    "{\"type\": \"image_url\"}", "\xff\xfe", "\xc3",
+};
+
+static uint64_t rng = 7;
+static uint32_t next(uint32_t n) /* 0 .. n - 1 */
+{
+    return (uint32_t)(check_rng_next(&rng) % (n ? n : 1));
+}
+
+/* One to four edits of b (its length in *len, room for cap bytes). */
+static void mutate(char *b, size_t *len, size_t cap)
+{
+    for (uint32_t k = 1 + next(4); k--;) {
+        size_t n = *len, at = next((uint32_t)n + 1);
+        switch (next(6)) {
+        case 0: /* a byte, any value (NUL included) */
+            if (n)
+                b[next((uint32_t)n)] = (char)next(256);
+            break;
+        case 1: { /* a span cut */
+            size_t cut = next((uint32_t)(n - at) + 1);
+            memmove(b + at, b + at + cut, n - at - cut);
+            *len = n - cut;
+            break;
+        }
+        case 2: { /* a span repeated */
+            size_t span = next((uint32_t)(n - at) + 1);
+            if (n + span <= cap) {
+                memmove(b + at + span, b + at, n - at);
+                *len = n + span;
+            }
+            break;
+        }
+        case 3: /* truncated */
+            *len = at;
+            break;
+        default: { /* a fragment spliced in */
+            const char *f = fragments[next(sizeof fragments / sizeof *fragments)];
+            size_t fl = strlen(f);
+            if (n + fl <= cap) {
+                memmove(b + at + fl, b + at, n - at);
+                memcpy(b + at, f, fl);
+                *len = n + fl;
+            }
+        }
+        }
+    }
+}
+
+/* A request in range, or a 4xx with a JSON error object whose message is one line. */
+static int well_formed(serve_req *r, int status, char *error)
+{
+    if (r) {
+        int ok = !error && r->n_prompt > 0 && r->n_stop <= SERVE_MAX_STOP &&
+                 r->max_tokens >= -1 && r->sp.temperature >= 0 && r->sp.top_k >= 0 &&
+                 r->sp.top_p >= 0 && r->sp.top_p <= 1 && r->sp.min_p >= 0 && r->sp.min_p <= 1;
+        for (uint32_t i = 0; i < r->n_stop; i++)
+            ok &= r->stop[i] != NULL && r->stop[i][0] != 0;
+        return ok;
+    }
+    cJSON *o = error ? cJSON_Parse(error) : NULL;
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "error"),
+                                                      "message");
+    int ok = status >= 400 && status < 500 && cJSON_IsString(m) && m->valuestring[0] &&
+             !strchr(m->valuestring, '\n');
+    if (!ok)
+        fprintf(stderr, "  status %d, error %s\n", status, error ? error : "(none)");
+    cJSON_Delete(o);
+    return ok;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 3) {
+        fprintf(stderr, "usage: %s MOEVM_CLI WORKDIR\n", argv[0]);
+        return 2;
+    }
+    char model[512], cmd[1400];
+    snprintf(model, sizeof model, "%s/serve-api-tiny.gguf", argv[2]);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && '%s' mkmodel --arch qwen3moe -o '%s' >/dev/null",
+             argv[2], argv[1], model);
+    CHECK(system(cmd) == 0);
+    mvm_engine *e = NULL;
+    CHECK_ST(mvm_engine_load(&(mvm_engine_params){.model = model, .n_ctx = 256}, &e), MVM_OK);
+    if (!e)
+        TEST_END();
+    const serve_api a = {e, "tiny", {.temperature = 0.8f, .top_p = 1}, -1, 0, 256};
+
+    /* the seeds are valid requests, with the fields they give */
+    for (size_t i = 0; i < sizeof seeds / sizeof *seeds; i++) {
+        int status = 0;
+        char *error = NULL;
+        serve_req *r = serve_api_request(&a, strstr(seeds[i], "messages") != NULL, seeds[i],
+                                         strlen(seeds[i]), &status, &error);
+        CHECK(r && well_formed(r, status, error));
+        if (r && i == 0)
+            CHECK(r->max_tokens == 8 && r->stream && r->n_stop == 2 && r->sp.top_k == 20 &&
+                  r->sp.seed == 3 && !strcmp(r->stop[0], "\n"));
+        if (!r)
+            fprintf(stderr, "  seed %zu: %s\n", i, error ? error : "(no error)");
+        serve_req_release(r), free(error);
+    }
+
+    /* their mutations, each body read as both endpoints */
+    enum { ROUNDS = 20000, CAP = 4096 };
+    char *b = malloc(CAP);
+    int bad = 0, accepted = 0;
+    for (int round = 0; b && round < ROUNDS && bad < 5; round++) {
+        const char *s = seeds[next(sizeof seeds / sizeof *seeds)];
+        size_t len = strlen(s);
+        memcpy(b, s, len);
+        mutate(b, &len, CAP);
+        for (int chat = 0; chat < 2; chat++) {
+            int status = 0;
+            char *error = NULL;
+            serve_req *r = serve_api_request(&a, chat, b, len, &status, &error);
+            accepted += r != NULL;
+            if (!well_formed(r, status, error)) {
+                fprintf(stderr, "  round %d (%s): body %.*s\n", round,
+                        chat ? "chat" : "completions", (int)len, b);
+                bad++;
+            }
+            serve_req_release(r), free(error);
+        }
+    }
+    CHECK(bad == 0);
+    /* the mutations must not all be refused at the first byte: some stay requests */
+    CHECK(accepted > ROUNDS / 20);
+    printf("  %d mutated bodies read as both endpoints, %d accepted\n", ROUNDS, accepted);
+    free(b);
+    mvm_engine_free(e);
+    TEST_END();
+}
