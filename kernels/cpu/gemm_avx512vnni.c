@@ -1,7 +1,7 @@
 /*
  * The AVX-512 VNNI level's multi-row kernels (dispatch.h's mvm_k_gemm_fn) for the types most
- * files are made of (Q8_0, and the K-quants of llama.cpp's Q4_K_M and Q5_K_M: Q4_K, Q5_K,
- * Q6_K): prefill's matrix products and an expert's batch. This file has the K-quants and
+ * files are made of (Q8_0, the K-quants of llama.cpp's Q3_K_M, Q4_K_M and Q5_K_M: Q3_K, Q4_K,
+ * Q5_K, Q6_K, and IQ4_XS): prefill's matrix products and an expert's batch. This file has the K-quants and
  * the level's table; Q8_0 is gemm_q8_avx512vnni.c's, the lanes' helpers gemm_lanes.h's.
  *
  * K-quants: a vector's 16 lanes are 16 tokens. The tokens' Q8_K quants are interleaved once
@@ -36,6 +36,13 @@
 
 /* ---- K-quants: a vector's lanes are 16 tokens ------------------------------------------- */
 
+/* Q3_K and Q6_K: 16 sub-blocks of 16, each with a signed scale, and their quants offset (-4,
+ * -32); the others here (Q4_K, Q5_K, IQ4_XS) have 8 sub-blocks of 32. */
+AVX512_INLINE int k_sub16(enum mvm_wtype t)
+{
+    return t == MVM_W_Q6_K || t == MVM_W_Q3_K;
+}
+
 /* A token group's activations for one super-block, interleaved so that one load gives the
  * same 4 quants of 16 tokens: q[g] lane i = token i's qs[4g .. 4g+3]; bs[j] lane i = a pair
  * of its int16 sums (Q4_K, Q5_K: the 32-quant sub-blocks 2j, 2j + 1, j < 4; Q6_K: bsums 2j,
@@ -59,7 +66,7 @@ typedef struct {
 AVX512_INLINE void kacts_fill(enum mvm_wtype t, int split, const uint8_t *act, size_t as, int nt,
                               size_t k0, size_t kn, kacts *A)
 {
-    const int P = (t == MVM_W_Q6_K ? 8 : 4) >> split; /* pairs per lane */
+    const int P = (k_sub16(t) ? 8 : 4) >> split; /* pairs per lane */
     for (size_t k = 0; k < kn; k++) {
         const mvm_block_q8_K *a[16];
         for (int i = 0; i < 16; i++)
@@ -82,8 +89,8 @@ AVX512_INLINE void kacts_fill(enum mvm_wtype t, int split, const uint8_t *act, s
             d[l] = a[i]->d;
             for (int p = 0; p < P; p++) {
                 const int j = P * h + p; /* the pair's index in the whole super-block */
-                const int lo = t == MVM_W_Q6_K ? b[2 * j] : b[4 * j] + b[4 * j + 1];
-                const int hi = t == MVM_W_Q6_K ? b[2 * j + 1] : b[4 * j + 2] + b[4 * j + 3];
+                const int lo = k_sub16(t) ? b[2 * j] : b[4 * j] + b[4 * j + 1];
+                const int hi = k_sub16(t) ? b[2 * j + 1] : b[4 * j + 2] + b[4 * j + 3];
                 bs[p][l] = (int32_t)((uint32_t)(uint16_t)lo | (uint32_t)(uint16_t)hi << 16);
             }
         }
@@ -128,6 +135,39 @@ AVX512_INLINE __m512i q6_chunk(const mvm_block_q6_K *x, int c)
     return _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));
 }
 
+/* Chunk c of a Q3_K super-block, quants 64c .. 64c + 63 (the -4 is the offset term): the
+ * bit pairs 2j and 2j + 2 of qs[32h ..] (j = 2(c & 1), h = c / 2) and the high bits 4h + j
+ * and 4h + j + 1 of hmask, moved to bit 2. */
+AVX512_INLINE __m512i q3_chunk(const mvm_block_q3_K *x, int c)
+{
+    const int h = c >> 1, j = 2 * (c & 1);
+    const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->qs + 32 * h)));
+    const __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x->hmask));
+    const __m512i shift = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * j)),
+                                             _mm256_set1_epi16((short)(2 * j + 2)), 1);
+    const __m512i hshift = _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * h + j)),
+                                              _mm256_set1_epi16((short)(4 * h + j + 1)), 1);
+    const __m512i lo = _mm512_and_si512(_mm512_srlv_epi16(q, shift), _mm512_set1_epi8(3));
+    const __m512i hi = _mm512_and_si512(_mm512_srlv_epi16(hm, hshift), _mm512_set1_epi8(1));
+    return _mm512_or_si512(lo, _mm512_slli_epi16(hi, 2));
+}
+
+/* Chunk c of an IQ4_XS super-block, quants 64c .. 64c + 63 in order, each IQ4_NL's table
+ * value + 128 (the offset term takes the 128 off): sub-blocks 2c and 2c + 1 are the low,
+ * then the high, nibbles of qs[32c ..] and qs[32c + 16 ..]. */
+AVX512_INLINE __m512i iq4xs_chunk(const uint8_t *qs, int c)
+{
+    const __m512i table = _mm512_broadcast_i32x4(
+        _mm_set_epi64x((long long)MVM_K_IQ4NL_HI, (long long)MVM_K_IQ4NL_LO));
+    const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+    const __m512i n = _mm512_and_si512(
+        _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1),
+        _mm512_set1_epi8(0x0F));
+    /* 128-bit lanes low 2c, low 2c + 1, high 2c, high 2c + 1 -> low 2c, high 2c, ... */
+    const __m512i ordered = _mm512_shuffle_i64x2(n, n, _MM_SHUFFLE(3, 1, 2, 0));
+    return _mm512_xor_si512(_mm512_shuffle_epi8(table, ordered), _mm512_set1_epi8((char)0x80));
+}
+
 /* A row's super-block unpacked: its 256 quants, unsigned (vpdpbusd's unsigned side), in
  * order (broadcast 4 at a time) or, split, as 32 pairs of 4 from the two halves (broadcast
  * 8 at a time: quants 4g.. and 128 + 4g..); the sub-blocks' scales and the pairs the mins'
@@ -135,8 +175,8 @@ AVX512_INLINE __m512i q6_chunk(const mvm_block_q6_K *x, int c)
  * halves' lanes); and the f16 scales as floats. */
 typedef struct {
     uint8_t q[MVM_QK_K];
-    int32_t sc[16];   /* Q4_K, Q5_K: 8 sub-blocks of 32; Q6_K: 16 of 16 (signed) */
-    int32_t pair[8];  /* int16 pairs: mins 2j, 2j + 1 (j < 4); Q6_K: scales 2j, 2j + 1 */
+    int32_t sc[16];   /* Q4_K, Q5_K, IQ4_XS: 8 sub-blocks of 32; Q3_K, Q6_K: 16 of 16 */
+    int32_t pair[8];  /* int16 pairs: mins 2j, 2j + 1 (j < 4); Q3_K, Q6_K, IQ4_XS: scales */
     int64_t sc2[8], pair2[4];
     float d, dmin;
 } krow;
@@ -166,15 +206,28 @@ AVX512_INLINE void krow_fill(enum mvm_wtype t, int split, const uint8_t *b, krow
      * upper lanes zero), and split, each lane j next to lane j + half */
     __m512i sc, pair;
     int half_sc, half_pair;
-    if (t == MVM_W_Q6_K) {
+    if (k_sub16(t)) {
         const mvm_block_q6_K *x = (const mvm_block_q6_K *)b;
+        const mvm_block_q3_K *x3 = (const mvm_block_q3_K *)b;
+        const int q3 = t == MVM_W_Q3_K;
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++)
-            c[i] = q6_chunk(x, i);
-        const __m128i s8 = _mm_loadu_si128((const __m128i *)x->scales);
+            c[i] = q3 ? q3_chunk(x3, i) : q6_chunk(x, i);
+        const __m128i s8 = q3 ? avx2_q3_scales(x3->scales) /* less 32 */
+                              : _mm_loadu_si128((const __m128i *)x->scales);
         sc = _mm512_cvtepi8_epi32(s8);
         pair = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(s8)); /* int16 pairs */
         half_sc = 8, half_pair = 4;
+        R->d = _cvtsh_ss(q3 ? x3->d : x->d);
+    } else if (t == MVM_W_IQ4_XS) {
+        const mvm_block_iq4_xs *x = (const mvm_block_iq4_xs *)b;
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++)
+            c[i] = iq4xs_chunk(x->qs, i);
+        const __m128i s16 = _mm256_castsi256_si128(avx2_iq4xs_scales(x)); /* less 32 */
+        sc = _mm512_cvtepi16_epi32(_mm256_zextsi128_si256(s16));
+        pair = _mm512_zextsi128_si512(s16); /* int16 pairs */
+        half_sc = 4, half_pair = 2;
         R->d = _cvtsh_ss(x->d);
     } else {
         const mvm_block_q4_K *x4 = (const mvm_block_q4_K *)b;
@@ -221,14 +274,14 @@ AVX512_INLINE void zero_pairs(int NR, int NV, __m512i a[8][2])
 
 /* One super-block of NR rows against NV groups of 16 tokens (split: 8 tokens, each in a
  * pair of lanes): s[r][v] += each pair's float, avx2.h's per super-block (avx2_k45_finish
- * for Q4_K and Q5_K; ad·(d·sum) for Q6_K). A sub-block's products gather in an int32 lane
+ * for Q4_K and Q5_K; ad·(d·sum) for Q3_K, Q6_K and IQ4_XS). A sub-block's products gather in an int32 lane
  * per token (vpdpbusd, 4 quants a step), then take the sub-block's scale (an exact product:
  * |sum| < 2^16 · 64); the same integers as every level's, so the same floats. */
 AVX512_INLINE void ksb(enum mvm_wtype t, int split, int NR, int NV, const krow *const R[],
                        const kacts *A[], __m512 s[][2])
 {
-    const int sub = t == MVM_W_Q6_K ? 4 : 8; /* steps of 4 quants per sub-block */
-    const int n_sub = (MVM_QK_K / 4 / sub) >> split, P = (t == MVM_W_Q6_K ? 8 : 4) >> split;
+    const int sub = k_sub16(t) ? 4 : 8; /* steps of 4 quants per sub-block */
+    const int n_sub = (MVM_QK_K / 4 / sub) >> split, P = (k_sub16(t) ? 8 : 4) >> split;
     __m512i tot[8][2];
     zero_pairs(NR, NV, tot);
     for (int j = 0; j < n_sub; j++) {
@@ -282,8 +335,10 @@ AVX512_INLINE void ksb(enum mvm_wtype t, int split, int NR, int NV, const krow *
                 ms = _mm512_add_epi32(ms, _mm512_shuffle_epi32(ms, _MM_PERM_CDAB));
             }
             __m512 f;
-            if (t == MVM_W_Q6_K) { /* the offset: -32 · Σ scale · bsum */
-                sum = _mm512_sub_epi32(sum, _mm512_slli_epi32(ms, 5));
+            if (t != MVM_W_Q4_K && t != MVM_W_Q5_K) {
+                /* the offset: -4 (Q3_K), -32 (Q6_K) or -128 (IQ4_XS) · Σ scale · bsum */
+                const unsigned o = t == MVM_W_Q3_K ? 2 : t == MVM_W_Q6_K ? 5 : 7;
+                sum = _mm512_sub_epi32(sum, _mm512_slli_epi32(ms, o));
                 f = _mm512_mul_ps(A[v]->d,
                                   _mm512_mul_ps(_mm512_set1_ps(R[r]->d), _mm512_cvtepi32_ps(sum)));
             } else {
@@ -392,7 +447,8 @@ AVX512_INLINE void gemm_k(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t 
                           const uint8_t *act, size_t as, size_t n_tok, size_t n, float *y,
                           size_t ys, int add)
 {
-    if (n_tok < MVM_K_ROWS_TOKENS && n > MVM_QK_K) {
+    /* (the rows kernels are Q4_K's, Q5_K's and Q6_K's) */
+    if (n_tok < MVM_K_ROWS_TOKENS && n > MVM_QK_K && t != MVM_W_IQ4_XS && t != MVM_W_Q3_K) {
         mvm_k_gemm_rows_vnni(t, w, rb, n_rows, act, as, n_tok, n, y, ys, add);
         return;
     }
@@ -447,13 +503,17 @@ AVX512_INLINE void gemm_k(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t 
     {                                                                                              \
         gemm_k(type, w, rb, n_rows, act, as, n_tok, n, y, ys, add);                                \
     }
+GEMM_K(q3_K, MVM_W_Q3_K)
 GEMM_K(q4_K, MVM_W_Q4_K)
 GEMM_K(q5_K, MVM_W_Q5_K)
 GEMM_K(q6_K, MVM_W_Q6_K)
+GEMM_K(iq4_xs, MVM_W_IQ4_XS)
 
 const mvm_k_gemm_fn mvm_k_gemm_avx512vnni[MVM_W_COUNT] = {[MVM_W_Q8_0] = mvm_k_gemm_q8_0_vnni,
+                                                          [MVM_W_Q3_K] = gemm_q3_K,
                                                           [MVM_W_Q4_K] = gemm_q4_K,
                                                           [MVM_W_Q5_K] = gemm_q5_K,
-                                                          [MVM_W_Q6_K] = gemm_q6_K};
+                                                          [MVM_W_Q6_K] = gemm_q6_K,
+                                                          [MVM_W_IQ4_XS] = gemm_iq4_xs};
 
 #endif
