@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # moevm's CPU engine against llama.cpp's CPU build, side by side on the same files and
 # threads, in one call (issue "Kernels at the hardware's limits", its CPU part):
-#   - OLMoE-1B-7B's shape cut to a few layers, at Q8_0 (moevm mkmodel) and at Q4_K_M made by
-#     llama.cpp's own llama-quantize from an F16 file (the format most people download);
+#   - OLMoE-1B-7B's shape cut to a few layers, at Q8_0 (moevm mkmodel) and at Q4_K_M, or any
+#     other type llama-quantize makes (q5_k_m, q6_k, iq4_xs, ...), made by llama.cpp's own
+#     llama-quantize from an F16 file (the files most people download);
 #   - prompt processing of 64 and 512 tokens and generation of 128, each engine at its
 #     defaults but for the threads (moevm's prompt batch as llama.cpp's micro-batch: 512);
 #   - rounds interleaved (llama.cpp, then moevm, REPS times), each test's best round kept,
@@ -32,13 +33,13 @@ model() { # type -> path, made once
     local f=build/bench-models/olmoe-${layers}l-$1.gguf
     if [ ! -f "$f" ]; then
         case $1 in
-        q4_k_m)
-            local f16=build/bench-models/olmoe-${layers}l-f16.tmp.gguf
-            ./build/moevm mkmodel --preset olmoe-1b-7b --type f16 --layers "$layers" -o "$f16" >&2
-            "$bin/llama-quantize" "$f16" "$f" Q4_K_M "$threads" >/dev/null 2>&1 ||
-                die "llama-quantize $f16 -> Q4_K_M failed"
-            rm -f "$f16" ;;
-        *) ./build/moevm mkmodel --preset olmoe-1b-7b --type "$1" --layers "$layers" -o "$f" >&2 ;;
+        q8_0) ./build/moevm mkmodel --preset olmoe-1b-7b --type "$1" --layers "$layers" -o "$f" >&2 ;;
+        *) # what users download: llama-quantize's output from an F16 file
+            local f16=build/bench-models/olmoe-${layers}l-f16.tmp.gguf q=${1^^}
+            [ -f "$f16" ] ||
+                ./build/moevm mkmodel --preset olmoe-1b-7b --type f16 --layers "$layers" -o "$f16" >&2
+            "$bin/llama-quantize" "$f16" "$f" "$q" "$threads" >/dev/null 2>&1 ||
+                die "llama-quantize $f16 -> $q failed (a type llama-quantize --help lists?)" ;;
         esac
     fi
     echo "$f"
@@ -47,7 +48,7 @@ model() { # type -> path, made once
 echo "== $(date -u +%Y-%m-%d) $(uname -m), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 echo "== $threads threads, $rounds rounds, OLMoE-1B-7B's shape with $layers layers"
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+trap 'rm -rf "$tmp" build/bench-models/olmoe-${layers}l-f16.tmp.gguf' EXIT
 for t in $types; do
     m=$(model "$t")
     for r in $(seq "$rounds"); do
