@@ -1,6 +1,6 @@
 /*
  * The AVX-512 VNNI level's multi-row kernels (dispatch.h's mvm_k_gemm_fn) for the types most
- * files are made of (Q8_0, the K-quants of llama.cpp's Q3_K_M, Q4_K_M and Q5_K_M: Q3_K, Q4_K,
+ * files are made of (Q8_0, the K-quants of llama.cpp's Q2_K to Q6_K mixes: Q2_K, Q3_K, Q4_K,
  * Q5_K, Q6_K, and IQ4_XS): prefill's matrix products and an expert's batch. This file has the K-quants and
  * the level's table; Q8_0 is gemm_q8_avx512vnni.c's, the lanes' helpers gemm_lanes.h's.
  *
@@ -36,11 +36,11 @@
 
 /* ---- K-quants: a vector's lanes are 16 tokens ------------------------------------------- */
 
-/* Q3_K and Q6_K: 16 sub-blocks of 16, each with a signed scale, and their quants offset (-4,
- * -32); the others here (Q4_K, Q5_K, IQ4_XS) have 8 sub-blocks of 32. */
+/* Q2_K, Q3_K and Q6_K: 16 sub-blocks of 16, each with a scale (and Q2_K's a min), Q3_K's and
+ * Q6_K's quants offset (-4, -32); the others here (Q4_K, Q5_K, IQ4_XS) have 8 of 32. */
 AVX512_INLINE int k_sub16(enum mvm_wtype t)
 {
-    return t == MVM_W_Q6_K || t == MVM_W_Q3_K;
+    return t == MVM_W_Q6_K || t == MVM_W_Q3_K || t == MVM_W_Q2_K;
 }
 
 /* A token group's activations for one super-block, interleaved so that one load gives the
@@ -135,19 +135,21 @@ AVX512_INLINE __m512i q6_chunk(const mvm_block_q6_K *x, int c)
     return _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));
 }
 
-/* Chunk c of a Q3_K super-block, quants 64c .. 64c + 63 (the -4 is the offset term): the
- * bit pairs 2j and 2j + 2 of qs[32h ..] (j = 2(c & 1), h = c / 2) and the high bits 4h + j
- * and 4h + j + 1 of hmask, moved to bit 2. */
-AVX512_INLINE __m512i q3_chunk(const mvm_block_q3_K *x, int c)
+/* Chunk c of a Q2_K (hmask NULL) or Q3_K super-block, quants 64c .. 64c + 63 (Q3_K's -4 is
+ * the offset term): the bit pairs 2j and 2j + 2 of qs[32h ..] (j = 2(c & 1), h = c / 2), and
+ * Q3_K's high bits 4h + j and 4h + j + 1 of hmask, moved to bit 2. */
+AVX512_INLINE __m512i q23_chunk(const uint8_t *qs, const uint8_t *hmask, int c)
 {
     const int h = c >> 1, j = 2 * (c & 1);
-    const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->qs + 32 * h)));
-    const __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x->hmask));
+    const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * h)));
     const __m512i shift = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * j)),
                                              _mm256_set1_epi16((short)(2 * j + 2)), 1);
+    const __m512i lo = _mm512_and_si512(_mm512_srlv_epi16(q, shift), _mm512_set1_epi8(3));
+    if (!hmask)
+        return lo;
+    const __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)hmask));
     const __m512i hshift = _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * h + j)),
                                               _mm256_set1_epi16((short)(4 * h + j + 1)), 1);
-    const __m512i lo = _mm512_and_si512(_mm512_srlv_epi16(q, shift), _mm512_set1_epi8(3));
     const __m512i hi = _mm512_and_si512(_mm512_srlv_epi16(hm, hshift), _mm512_set1_epi8(1));
     return _mm512_or_si512(lo, _mm512_slli_epi16(hi, 2));
 }
@@ -175,8 +177,9 @@ AVX512_INLINE __m512i iq4xs_chunk(const uint8_t *qs, int c)
  * halves' lanes); and the f16 scales as floats. */
 typedef struct {
     uint8_t q[MVM_QK_K];
-    int32_t sc[16];   /* Q4_K, Q5_K, IQ4_XS: 8 sub-blocks of 32; Q3_K, Q6_K: 16 of 16 */
-    int32_t pair[8];  /* int16 pairs: mins 2j, 2j + 1 (j < 4); Q3_K, Q6_K, IQ4_XS: scales */
+    int32_t sc[16];   /* Q4_K, Q5_K, IQ4_XS: 8 sub-blocks of 32; Q2_K, Q3_K, Q6_K: 16 of 16 */
+    int32_t pair[8];  /* int16 pairs: mins 2j, 2j + 1 (Q4_K, Q5_K: j < 4; Q2_K: j < 8);
+                       * Q3_K, Q6_K, IQ4_XS: scales */
     int64_t sc2[8], pair2[4];
     float d, dmin;
 } krow;
@@ -206,13 +209,25 @@ AVX512_INLINE void krow_fill(enum mvm_wtype t, int split, const uint8_t *b, krow
      * upper lanes zero), and split, each lane j next to lane j + half */
     __m512i sc, pair;
     int half_sc, half_pair;
-    if (k_sub16(t)) {
+    if (t == MVM_W_Q2_K) {
+        const mvm_block_q2_K *x = (const mvm_block_q2_K *)b;
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++)
+            c[i] = q23_chunk(x->qs, NULL, i);
+        const __m128i raw = _mm_loadu_si128((const __m128i *)x->scales);
+        sc = _mm512_cvtepu8_epi32(_mm_and_si128(raw, _mm_set1_epi8(15)));
+        pair = _mm512_castsi256_si512(
+            _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(15))));
+        half_sc = 8, half_pair = 4;
+        R->d = _cvtsh_ss(x->d);
+        R->dmin = _cvtsh_ss(x->dmin);
+    } else if (k_sub16(t)) {
         const mvm_block_q6_K *x = (const mvm_block_q6_K *)b;
         const mvm_block_q3_K *x3 = (const mvm_block_q3_K *)b;
         const int q3 = t == MVM_W_Q3_K;
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++)
-            c[i] = q3 ? q3_chunk(x3, i) : q6_chunk(x, i);
+            c[i] = q3 ? q23_chunk(x3->qs, x3->hmask, i) : q6_chunk(x, i);
         const __m128i s8 = q3 ? avx2_q3_scales(x3->scales) /* less 32 */
                               : _mm_loadu_si128((const __m128i *)x->scales);
         sc = _mm512_cvtepi8_epi32(s8);
@@ -274,7 +289,8 @@ AVX512_INLINE void zero_pairs(int NR, int NV, __m512i a[8][2])
 
 /* One super-block of NR rows against NV groups of 16 tokens (split: 8 tokens, each in a
  * pair of lanes): s[r][v] += each pair's float, avx2.h's per super-block (avx2_k45_finish
- * for Q4_K and Q5_K; ad·(d·sum) for Q3_K, Q6_K and IQ4_XS). A sub-block's products gather in an int32 lane
+ * for Q4_K and Q5_K; ad·(d·sum − dmin·msum), unfused, for Q2_K; ad·(d·sum) for Q3_K, Q6_K
+ * and IQ4_XS). A sub-block's products gather in an int32 lane
  * per token (vpdpbusd, 4 quants a step), then take the sub-block's scale (an exact product:
  * |sum| < 2^16 · 64); the same integers as every level's, so the same floats. */
 AVX512_INLINE void ksb(enum mvm_wtype t, int split, int NR, int NV, const krow *const R[],
@@ -335,7 +351,12 @@ AVX512_INLINE void ksb(enum mvm_wtype t, int split, int NR, int NV, const krow *
                 ms = _mm512_add_epi32(ms, _mm512_shuffle_epi32(ms, _MM_PERM_CDAB));
             }
             __m512 f;
-            if (t != MVM_W_Q4_K && t != MVM_W_Q5_K) {
+            if (t == MVM_W_Q2_K) { /* avx2_kblock_q23's, each product rounded */
+                const __m512 m = _mm512_mul_ps(_mm512_set1_ps(R[r]->dmin), _mm512_cvtepi32_ps(ms));
+                f = _mm512_mul_ps(A[v]->d, _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(R[r]->d),
+                                                                       _mm512_cvtepi32_ps(sum)),
+                                                         m));
+            } else if (t != MVM_W_Q4_K && t != MVM_W_Q5_K) {
                 /* the offset: -4 (Q3_K), -32 (Q6_K) or -128 (IQ4_XS) · Σ scale · bsum */
                 const unsigned o = t == MVM_W_Q3_K ? 2 : t == MVM_W_Q6_K ? 5 : 7;
                 sum = _mm512_sub_epi32(sum, _mm512_slli_epi32(ms, o));
@@ -448,7 +469,8 @@ AVX512_INLINE void gemm_k(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t 
                           size_t ys, int add)
 {
     /* (the rows kernels are Q4_K's, Q5_K's and Q6_K's) */
-    if (n_tok < MVM_K_ROWS_TOKENS && n > MVM_QK_K && t != MVM_W_IQ4_XS && t != MVM_W_Q3_K) {
+    if (n_tok < MVM_K_ROWS_TOKENS && n > MVM_QK_K &&
+        (t == MVM_W_Q4_K || t == MVM_W_Q5_K || t == MVM_W_Q6_K)) {
         mvm_k_gemm_rows_vnni(t, w, rb, n_rows, act, as, n_tok, n, y, ys, add);
         return;
     }
@@ -503,6 +525,7 @@ AVX512_INLINE void gemm_k(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t 
     {                                                                                              \
         gemm_k(type, w, rb, n_rows, act, as, n_tok, n, y, ys, add);                                \
     }
+GEMM_K(q2_K, MVM_W_Q2_K)
 GEMM_K(q3_K, MVM_W_Q3_K)
 GEMM_K(q4_K, MVM_W_Q4_K)
 GEMM_K(q5_K, MVM_W_Q5_K)
@@ -510,6 +533,7 @@ GEMM_K(q6_K, MVM_W_Q6_K)
 GEMM_K(iq4_xs, MVM_W_IQ4_XS)
 
 const mvm_k_gemm_fn mvm_k_gemm_avx512vnni[MVM_W_COUNT] = {[MVM_W_Q8_0] = mvm_k_gemm_q8_0_vnni,
+                                                          [MVM_W_Q2_K] = gemm_q2_K,
                                                           [MVM_W_Q3_K] = gemm_q3_K,
                                                           [MVM_W_Q4_K] = gemm_q4_K,
                                                           [MVM_W_Q5_K] = gemm_q5_K,
