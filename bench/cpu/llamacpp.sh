@@ -33,11 +33,12 @@ model() { # type -> path, made once
     local f=build/bench-models/olmoe-${layers}l-$1.gguf
     if [ ! -f "$f" ]; then
         case $1 in
-        q8_0) ./build/moevm mkmodel --preset olmoe-1b-7b --type "$1" --layers "$layers" -o "$f" >&2 ;;
+        q8_0)
+            ./build/moevm mkmodel --preset olmoe-1b-7b --type "$1" --layers "$layers" -o "$f" >&2 ;;
         *) # what users download: llama-quantize's output from an F16 file
             local f16=build/bench-models/olmoe-${layers}l-f16.tmp.gguf q=${1^^}
-            [ -f "$f16" ] ||
-                ./build/moevm mkmodel --preset olmoe-1b-7b --type f16 --layers "$layers" -o "$f16" >&2
+            [ -f "$f16" ] || ./build/moevm mkmodel --preset olmoe-1b-7b --type f16 \
+                --layers "$layers" -o "$f16" >&2
             "$bin/llama-quantize" "$f16" "$f" "$q" "$threads" >/dev/null 2>&1 ||
                 die "llama-quantize $f16 -> $q failed (a type llama-quantize --help lists?)" ;;
         esac
