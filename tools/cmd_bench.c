@@ -247,27 +247,19 @@ struct rep_result {
     double waited;       /* seconds the steps waited for their copies */
 };
 
-/* One repetition of a test: n_prompt tokens at once (gen 0) or n_gen one at a time (gen 1),
- * from an empty KV cache. */
-static mvm_status run_test(struct bench_run *r, int gen, struct rep_result *out)
+/* One repetition of a test on ctx: n_prompt tokens at once (gen 0) or n_gen one at a time
+ * (gen 1), from an empty KV cache. */
+static mvm_status run_test(struct bench_run *r, mvm_ctx *ctx, int gen, struct rep_result *out)
 {
-    const struct bench_args *a = r->a;
-    uint32_t n = gen ? a->n_gen : a->n_prompt;
-    mvm_ctx_policies pol = {.residency = {.evict = a->evict, .evict_args = a->evict_args,
-                                          .machine = r->machine},
-                            .kv_type = a->kv_type};
-    if (r->replay) {
-        pol.route_override = replay_route;
-        pol.route_override_ctx = r->replay;
-    }
-    mvm_ctx *ctx;
-    mvm_status st = mvm_ctx_create(r->model, r->pool, n, a->batch, &pol, &ctx);
-    if (st != MVM_OK)
-        return st;
+    uint32_t n = gen ? r->a->n_gen : r->a->n_prompt;
+    mvm_ctx_reset(ctx);
     for (uint32_t i = 0; i < (gen ? 1 : n); i++)
         r->tokens[i] = random_token(r);
-    mvm_stats before;
+    mvm_stats before, after;
+    mvm_resid_stats rs0, rs1;
     mvm_space_get_stats(r->model->space, &before);
+    mvm_resid_get_stats(mvm_ctx_residency(ctx), &rs0);
+    mvm_status st = MVM_OK;
     double t0 = mvm_now_s();
     if (!gen)
         st = mvm_ctx_eval(ctx, r->tokens, n, NULL, 0);
@@ -276,32 +268,44 @@ static mvm_status run_test(struct bench_run *r, int gen, struct rep_result *out)
         st = mvm_ctx_eval(ctx, &t, 1, NULL, 0);
     }
     out->seconds = mvm_now_s() - t0;
-    mvm_stats after;
-    mvm_resid_stats rs;
     mvm_space_get_stats(r->model->space, &after);
-    mvm_resid_get_stats(mvm_ctx_residency(ctx), &rs);
-    out->accesses = rs.accesses;
-    out->hits = rs.hits;
+    mvm_resid_get_stats(mvm_ctx_residency(ctx), &rs1);
+    out->accesses = rs1.accesses - rs0.accesses;
+    out->hits = rs1.hits - rs0.hits;
     out->moved = after.bytes_moved - before.bytes_moved;
-    out->waited = rs.wait_s;
+    out->waited = rs1.wait_s - rs0.wait_s;
     if (r->replay)
         r->replay->base += n;
-    mvm_ctx_free(ctx);
     return st;
 }
 
 /* The warm-up and the repetitions of test `gen` (see run_test), and its row: `row` holds
- * the configuration's columns. */
+ * the configuration's columns. One context serves them all, as llama-bench's does: its
+ * buffers are touched by the warm-up, not by a timed run (a fresh context's first prompt of
+ * 512 spent about a quarter of its time in page faults: docs/perf/cpu.md), and its
+ * residency policy goes on learning from one repetition to the next, as a server's would. */
 static int bench_test(struct bench_run *r, int gen, mvm_bench_row row)
 {
     const struct bench_args *a = r->a;
     uint32_t n = gen ? a->n_gen : a->n_prompt;
     double sum = 0, sum2 = 0, samples[BENCH_MAX_REPS], seconds = 0, waited = 0;
     uint64_t accesses = 0, hits = 0, moved = 0;
+    mvm_ctx_policies pol = {.residency = {.evict = a->evict, .evict_args = a->evict_args,
+                                          .machine = r->machine},
+                            .kv_type = a->kv_type};
+    if (r->replay) {
+        pol.route_override = replay_route;
+        pol.route_override_ctx = r->replay;
+    }
+    mvm_ctx *ctx;
+    if (mvm_ctx_create(r->model, r->pool, n, a->batch, &pol, &ctx) != MVM_OK)
+        return mvm_cli_error("bench", "creating the context");
     for (uint32_t rep = 0; rep <= a->reps; rep++) {
         struct rep_result res;
-        if (run_test(r, gen, &res) != MVM_OK)
+        if (run_test(r, ctx, gen, &res) != MVM_OK) {
+            mvm_ctx_free(ctx);
             return mvm_cli_error("bench", gen ? "generation" : "prompt");
+        }
         if (r->progress) /* on a terminal only: a log would fill with the redraws */
             fprintf(stderr, "\r%s%u: %s %u of %u", gen ? "tg" : "pp", n,
                     rep ? "repetition" : "warm-up", rep ? rep : 1, rep ? a->reps : 1);
@@ -317,6 +321,7 @@ static int bench_test(struct bench_run *r, int gen, mvm_bench_row row)
         seconds += res.seconds;
         waited += res.waited;
     }
+    mvm_ctx_free(ctx);
     if (r->progress)
         fprintf(stderr, "\r%*s\r", 40, "");
     double mean = sum / a->reps;
