@@ -1586,14 +1586,44 @@ static void test_attn_heads(void)
     }
 }
 
-/* A prompt's 4 tokens at positions 3..6 (and, in a second call, one token alone) with 2 heads
- * each over shared rows of an F16 cache, with sinks: each query bit for bit what
+/* The softmax's exponentials across their range: one head whose scores fall from 0 to -82
+ * (e^-82 is near the smallest normal float) over one-hot values, so that the output is the
+ * softmax itself, against exp in double, each within 1e-6 of itself (a few ulp; the AVX-512
+ * level computes e^x with its own polynomial, attn_avx512.c). */
+static void test_attn_softmax(void)
+{
+    enum { N = 64 };
+    float k[N * N], v[N * N], q[N], out[N], scratch[N];
+    memset(k, 0, sizeof k);
+    memset(v, 0, sizeof v);
+    memset(q, 0, sizeof q);
+    q[0] = 1.0f;
+    for (size_t p = 0; p < N; p++) {
+        k[p * N] = -1.3f * (float)p;
+        v[p * N + p] = 1.0f;
+    }
+    fill(out, N, 1e3f); /* poisoned: every element must be written */
+    mvm_k_attn_heads(q, 1, MVM_W_F32, k, v, N, N, N, 1.0f, NULL, scratch, out);
+    double sum = 0;
+    for (size_t p = 0; p < N; p++)
+        sum += exp((double)k[p * N]);
+    int bad = 0;
+    for (size_t p = 0; p < N; p++) {
+        const double want = exp((double)k[p * N]) / sum;
+        bad += !close_to(out[p], want, want, 1e-6);
+    }
+    CHECK(bad == 0);
+}
+
+/* A prompt's 6 tokens at positions 34..39 (and, in a second call, one token alone) with 2
+ * heads each over shared rows of an F16 cache, with sinks: each query bit for bit what
  * mvm_k_attn_heads gives it alone over its own first positions (the reference above); the
- * rows beyond a token's position are poisoned, so reading them shows. */
+ * rows beyond a token's position are poisoned, so reading them shows. 12 queries over 40
+ * rows: more than attn_avx512.c's 8 queries summed together and its 16-row tiles. */
 static void test_attn_block(void)
 {
-    enum { NT = 4, NQ = 2, HD = 24, ROWS = 7, STRIDE = NQ * HD + 3 };
-    const uint32_t n_pos[NT] = {4, 5, 6, 7};
+    enum { NT = 6, NQ = 2, HD = 24, ROWS = 40, STRIDE = NQ * HD + 3 };
+    const uint32_t n_pos[NT] = {35, 36, 37, 38, 39, 40};
     const float sinks[NQ] = {0.5f, -1.0f};
     float k[ROWS * STRIDE], v[ROWS * STRIDE], q[NT * NQ * HD], out[NT * NQ * HD], one[NQ * HD];
     float scratch[NT * NQ * ROWS];
@@ -1796,6 +1826,7 @@ int main(void)
         RUN(test_expert_batch);
         RUN(test_attn_heads);
         RUN(test_attn_block);
+        RUN(test_attn_softmax);
         RUN(test_act_quantizers);
     }
     TEST_END();

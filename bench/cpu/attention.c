@@ -5,7 +5,9 @@
  * elements as the engine lays them out: OLMoE's 16 heads of 128 without grouping, and
  * Qwen3-30B-A3B's 32 query heads over 4 KV heads of 128, computed one head at a time and in
  * groups of 8 (mvm_k_attn_heads: each row read once for the group, as the engine does when
- * the threads have enough groups). Decode reads the whole cache once per step (or per head),
+ * the threads have enough groups); and a prompt's 32 tokens of OLMoE's shape at the end of
+ * the positions (mvm_k_attn_block: each row read once for the 32, as the engine's prefill
+ * does). Decode reads the whole cache once per step (or per head),
  * so at long contexts its speed is the bytes read over the memory bandwidth; short contexts
  * stay in cache and show the kernels' arithmetic. Ratios within one run are what mean
  * anything on these machines.
@@ -26,6 +28,7 @@ static uint64_t rng = 0x9e3779b97f4a7c15ull;
 struct shape {
     const char *name;
     size_t n_head, n_head_kv, head_dim, n_q; /* n_q: heads per call */
+    size_t n_tok;                             /* tokens per call: the step's last n_tok */
 };
 
 /* Seconds of one step over n_pos positions (best of enough repetitions for ~0.2 s). */
@@ -39,10 +42,13 @@ static double step_s(const struct shape *s, enum mvm_wtype kv, const void *kc, c
     for (int r = 0; r < 3 || spent < 0.2; r++) {
         const double t0 = mvm_bench_thread_s();
         for (size_t h = 0; h < s->n_head; h += s->n_q) {
-            const size_t off = (h / group) * s->head_dim * es;
-            mvm_k_attn_heads(q + h * s->head_dim, s->n_q, kv, (const uint8_t *)kc + off,
-                             (const uint8_t *)vc + off, kv_dim, n_pos, s->head_dim, scale,
-                             NULL, scratch, out + h * s->head_dim);
+            const size_t off = (h / group) * s->head_dim * es, qd = s->n_head * s->head_dim;
+            uint32_t pos[64];
+            for (size_t i = 0; i < s->n_tok; i++)
+                pos[i] = (uint32_t)(n_pos - s->n_tok + 1 + i);
+            mvm_k_attn_block(q + h * s->head_dim, qd, s->n_tok, s->n_q, pos, kv,
+                             (const uint8_t *)kc + off, (const uint8_t *)vc + off, kv_dim,
+                             s->head_dim, scale, NULL, scratch, out + h * s->head_dim);
         }
         const double t = mvm_bench_thread_s() - t0;
         best = t < best ? t : best;
@@ -59,9 +65,10 @@ int main(int argc, char **argv)
         return 2;
     }
     static const struct shape shapes[] = {
-        {"16 x 128 (OLMoE)", 16, 16, 128, 1},
-        {"32 / 4 x 128 (Qwen3-30B-A3B), a head at a time", 32, 4, 128, 1},
-        {"32 / 4 x 128 (Qwen3-30B-A3B), groups of 8", 32, 4, 128, 8}};
+        {"16 x 128 (OLMoE)", 16, 16, 128, 1, 1},
+        {"32 / 4 x 128 (Qwen3-30B-A3B), a head at a time", 32, 4, 128, 1, 1},
+        {"32 / 4 x 128 (Qwen3-30B-A3B), groups of 8", 32, 4, 128, 8, 1},
+        {"16 x 128 (OLMoE), a prompt's 32 tokens", 16, 16, 128, 1, 32}};
     printf("| level | heads (query / KV x dim) | positions | KV cache MiB f32 | f32 us | "
            "f16 us | f16 / f32 | f16 GB/s |\n|---|---|---:|---:|---:|---:|---:|---:|\n");
     /* every level but those whose float kernels are the level below's */
@@ -72,9 +79,9 @@ int main(int argc, char **argv)
         for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
             const struct shape *s = &shapes[si];
             const size_t kv_dim = s->n_head_kv * s->head_dim, n = max_pos * kv_dim;
-            float *x = malloc(n * sizeof *x), *q = malloc(s->n_head * s->head_dim * 4);
-            float *scratch = malloc(s->n_q * max_pos * 4);
-            float *out = malloc(s->n_head * s->head_dim * 4);
+            const size_t nq = s->n_tok * s->n_head * s->head_dim;
+            float *x = malloc(n * sizeof *x), *q = malloc(nq * 4);
+            float *scratch = malloc(s->n_tok * s->n_q * max_pos * 4), *out = malloc(nq * 4);
             void *k32 = aligned_alloc(64, n * 4), *v32 = aligned_alloc(64, n * 4);
             void *k16 = aligned_alloc(64, n * 2), *v16 = aligned_alloc(64, n * 2);
             if (!x || !q || !scratch || !out || !k32 || !v32 || !k16 || !v16) {
@@ -82,7 +89,7 @@ int main(int argc, char **argv)
                         max_pos);
                 return 1;
             }
-            for (size_t i = 0; i < s->n_head * s->head_dim; i++)
+            for (size_t i = 0; i < nq; i++)
                 q[i] = mvm_bench_frand(&rng);
             for (int which = 0; which < 2; which++) {
                 for (size_t i = 0; i < n; i++)

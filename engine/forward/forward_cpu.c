@@ -23,8 +23,14 @@
 #include "engine/forward/forward_impl.h"
 #include "vmm/error.h"
 
-/* The most query heads one unit of the attention's work takes (heads_per_unit). */
-#define MVM_ATTN_HEADS 8
+/* The most queries (heads times tokens) one unit of the attention's work takes: a prompt's
+ * keys and values are converted and transposed once per unit (attn_avx512.c), so the more
+ * the better (OLMoE's shape at pp512: 8 -> 32 took 1706 to 1788 tok/s), as long as a
+ * thread's scores for them, x n_ctx floats, stay within MVM_ATTN_SCRATCH floats; never fewer
+ * than MVM_ATTN_QUERIES_MIN (a long context's scratch grows beyond it instead). */
+#define MVM_ATTN_QUERIES 32
+#define MVM_ATTN_QUERIES_MIN 8
+#define MVM_ATTN_SCRATCH ((size_t)1 << 20)
 
 struct cpu_fwd {
     mvm_model *m;
@@ -42,7 +48,8 @@ struct cpu_fwd {
     uint8_t *act;               /* [n_batch][act_stride]: the current matmul input */
     size_t act_stride;
     float *sh1, *sh3, *shg;     /* shared expert: [n_batch][n_ff_shexp] x2, [n_batch] */
-    float *scratch;             /* [nth][MVM_ATTN_HEADS x n_ctx] attention scores */
+    uint32_t attn_q;            /* queries a unit of the attention takes at most */
+    float *scratch;             /* [nth][attn_q x n_ctx] attention scores */
     float *spec_x, *spec_xn;    /* [n_batch][n_embd]: SMoE's speculative pass (speculate) */
     uint32_t *run_start;        /* [n_batch + 1]: the attention's runs of tokens (token_runs) */
     mvm_cpu_experts *experts;          /* the routed experts' threads */
@@ -96,7 +103,10 @@ static mvm_status cpu_create(mvm_ctx *ctx, void **state)
     c->k = mvm_buf64(B * c->kv_dim * 4, &ok);
     c->v = hp->kv_lora ? NULL : mvm_buf64(B * c->kv_dim * 4, &ok);
     c->act = mvm_buf64(B * c->act_stride, &ok);
-    c->scratch = mvm_buf64((size_t)c->nth * MVM_ATTN_HEADS * c->n_ctx * 4, &ok);
+    const size_t fit = MVM_ATTN_SCRATCH / c->n_ctx;
+    c->attn_q = fit >= MVM_ATTN_QUERIES ? MVM_ATTN_QUERIES
+              : fit > MVM_ATTN_QUERIES_MIN ? (uint32_t)fit : MVM_ATTN_QUERIES_MIN;
+    c->scratch = mvm_buf64((size_t)c->nth * c->attn_q * c->n_ctx * 4, &ok);
     c->run_start = mvm_buf64((B + 1) * sizeof *c->run_start, &ok);
     uint32_t ffn = hp->n_ff > hp->n_ff_shexp ? hp->n_ff : hp->n_ff_shexp;
     if (ffn) {
@@ -201,14 +211,14 @@ static void qk_norm_rope(struct cpu_fwd *c, const mvm_layer *L, const mvm_fwd_ba
 }
 
 /* The heads of one unit of the attention's work, n_q: a divisor of `group` (the heads
- * that read the same KV rows), at most MVM_ATTN_HEADS (a thread's scratch holds n_q x n_ctx
+ * that read the same KV rows), at most c->attn_q (a thread's scratch holds n_q x n_ctx
  * scores), the largest that still leaves a unit for each of nth threads among the
  * groups x group / n_q units. A unit reads its rows once for its n_q heads: a long
  * context's cache, larger than the caches, n_q times less. */
-static uint32_t heads_per_unit(uint32_t group, size_t groups, int nth)
+static uint32_t heads_per_unit(const struct cpu_fwd *c, uint32_t group, size_t groups)
 {
-    for (uint32_t n_q = group < MVM_ATTN_HEADS ? group : MVM_ATTN_HEADS; n_q > 1; n_q--)
-        if (group % n_q == 0 && groups * (group / n_q) >= (size_t)nth)
+    for (uint32_t n_q = group < c->attn_q ? group : c->attn_q; n_q > 1; n_q--)
+        if (group % n_q == 0 && groups * (group / n_q) >= (size_t)c->nth)
             return n_q;
     return 1;
 }
@@ -223,13 +233,13 @@ struct attn_job {
 };
 
 /* The batch's tokens in runs that attend together (mvm_k_attn_block), into c->run_start:
- * consecutive tokens of one sequence, at most MVM_ATTN_HEADS / n_q of them (a thread's
+ * consecutive tokens of one sequence, at most c->attn_q / n_q of them (a thread's
  * scratch holds that many queries' scores); a windowed layer's one by one (each token's
  * window starts at its own row). A prompt's 8 tokens then read each row once, not 8 times. */
 static uint32_t token_runs(struct cpu_fwd *c, const mvm_layer *L, const mvm_fwd_batch *b,
                            uint32_t n_q)
 {
-    const uint32_t most = L->swa ? 1 : MVM_ATTN_HEADS / n_q;
+    const uint32_t most = L->swa ? 1 : c->attn_q / n_q;
     uint32_t n_runs = 0;
     for (uint32_t i = 0, e; i < b->n; i = e) {
         for (e = i + 1; e < b->n && e - i < most && b->seq[e] == b->seq[i]; e++)
@@ -251,7 +261,7 @@ static void attn_run(void *p, int t, int nth)
     for (size_t u = (size_t)t; u < (size_t)j->n_runs * units; u += (size_t)nth) {
         const uint32_t r = (uint32_t)(u / units), h = (uint32_t)(u % units) * j->n_q;
         const uint32_t i0 = c->run_start[r], nt = c->run_start[r + 1] - i0;
-        uint32_t n_pos[MVM_ATTN_HEADS], first = 0;
+        uint32_t n_pos[MVM_ATTN_QUERIES], first = 0;
         for (uint32_t k = 0; k < nt; k++)
             n_pos[k] = j->b->pos[i0 + k] + 1;
         /* a windowed layer's token (alone in its run): the window's last swa positions */
@@ -266,7 +276,7 @@ static void attn_run(void *p, int t, int nth)
         mvm_k_attn_block(c->q + qo, c->q_dim, nt, j->n_q, n_pos, c->kv->type, c->kc + kvo,
                          c->vc + kvo, c->kv_dim, hp->head_dim, hp->kq_scale,
                          j->L->sinks ? j->L->sinks + h : NULL,
-                         c->scratch + (size_t)t * MVM_ATTN_HEADS * c->n_ctx, c->att + qo);
+                         c->scratch + (size_t)t * c->attn_q * c->n_ctx, c->att + qo);
     }
 }
 
@@ -339,7 +349,7 @@ static void mla_run(void *p, int t, int nth)
         }
         mvm_k_attn_heads(c->qlat + at, j->n_q, c->kv->type, cache, cache, c->lat,
                          j->b->pos[i] + 1, c->lat, hp->kq_scale, NULL,
-                         c->scratch + (size_t)t * MVM_ATTN_HEADS * c->n_ctx, c->olat + at);
+                         c->scratch + (size_t)t * c->attn_q * c->n_ctx, c->olat + at);
         for (uint32_t h = h0; h < h0 + j->n_q; h++) {
             mvm_k_prepare_act(vb->type, c->olat + at + (size_t)(h - h0) * c->lat, act, R);
             mvm_k_matvec(vb->type, vb->data, vb->row_bytes, R, act, c->att + (size_t)i * H * V,
@@ -378,7 +388,7 @@ static void attention(struct cpu_fwd *c, const mvm_layer *L, uint32_t blk,
     if (hp->kv_lora) {
         mla_project(c, L, b);
         store(c, blk, b);
-        struct mla_job j = {c, L, blk, b, heads_per_unit(hp->n_head, n, c->nth)};
+        struct mla_job j = {c, L, blk, b, heads_per_unit(c, hp->n_head, n)};
         mvm_pool_run(c->pool, mla_run, &j);
     } else {
         matmul(c, &L->wq, c->xn, n, c->q);
@@ -387,8 +397,8 @@ static void attention(struct cpu_fwd *c, const mvm_layer *L, uint32_t blk,
         qk_norm_rope(c, L, b);
         store(c, blk, b);
         struct attn_job j = {c, L, blk, b,
-                             heads_per_unit(hp->n_head / hp->n_head_kv,
-                                            (size_t)n * hp->n_head_kv, c->nth)};
+                             heads_per_unit(c, hp->n_head / hp->n_head_kv,
+                                            (size_t)n * hp->n_head_kv)};
         j.n_runs = token_runs(c, L, b, j.n_q);
         mvm_pool_run(c->pool, attn_run, &j);
     }

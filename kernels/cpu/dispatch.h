@@ -144,6 +144,13 @@ typedef void (*mvm_k_gemm_fn)(const void *w, size_t row_bytes, size_t n_rows, co
                               size_t act_stride, size_t n_tok, size_t n, float *y, size_t ys,
                               int add);
 
+/* A level's mvm_k_attn_block (kernels.h), same arguments: 1 when it computed the block, 0
+ * when it leaves the case (a cache type or head size it does not take) to ops.c's. */
+typedef int (*mvm_k_attn_fn)(const float *q, size_t q_stride, size_t n_tok, size_t n_q,
+                             const uint32_t *n_pos, enum mvm_wtype kv, const void *k,
+                             const void *v, size_t kv_stride, size_t head_dim, float scale,
+                             const float *sinks, float *scratch, float *out);
+
 struct mvm_k_level {
     mvm_k_dot_fn dot[MVM_W_COUNT];
     mvm_k_dotn_fn dotn[MVM_W_COUNT];
@@ -157,6 +164,8 @@ struct mvm_k_level {
     /* NULL, or the activations' quantizer: n floats (a multiple of the block) into Q8_K
      * blocks (k) or Q8_0 blocks, bit for bit blocks.h's mvm_k_q8_K_block / _q8_0_block */
     void (*quantize_act)(int k, const float *x, void *act, size_t n);
+    /* NULL, or the level's attention (ops.c's otherwise) */
+    mvm_k_attn_fn attn;
 };
 
 /* Defines `name` as a generic multi-token kernel that runs the single-token `one` for each
@@ -194,8 +203,8 @@ struct mvm_k_level {
  *   void downn_float(t, const uint8_t *w, const uint8_t *a, size_t a_stride, int n_tok,
  *                    float *out, size_t out_stride, size_t n)
  *   void downn_q(...), downn_k(...)
- * The single-token dot product is dotn's with one token. MVM_K_LEVEL's last two arguments are
- * the level's gemm and tiles tables and quantize_act, or NULL where it has none. */
+ * The single-token dot product is dotn's with one token. MVM_K_LEVEL's last four arguments
+ * are the level's gemm and tiles tables, quantize_act and attn, or NULL where it has none. */
 #define MVM_K_LEVEL_TYPE(attr, dotn, downn, type, sfx)                                             \
     attr static void dotn_##sfx(const void *w, const void *act, size_t act_stride, size_t n_tok,   \
                                 size_t n, float *y, size_t y_stride)                               \
@@ -256,7 +265,7 @@ struct mvm_k_level {
      [MVM_W_IQ1_S] = pre##_iq1_s,                                                                  \
      [MVM_W_IQ1_M] = pre##_iq1_m}
 #define MVM_K_LEVEL(name, attr, dotn_float, dotn_q, downn_float, downn_q, dotn_k, downn_k,         \
-                    axpy_float, gemm_table, tiles_table, quant_act)                                \
+                    axpy_float, gemm_table, tiles_table, quant_act, attn_fn)                       \
     MVM_K_LEVEL_AXPY(attr, axpy_float, MVM_W_F32, f32)                                             \
     MVM_K_LEVEL_AXPY(attr, axpy_float, MVM_W_F16, f16)                                             \
     MVM_K_LEVEL_TYPE(attr, dotn_float, downn_float, MVM_W_F32, f32)                                \
@@ -285,7 +294,7 @@ struct mvm_k_level {
     const struct mvm_k_level name = {                                                              \
         .dot = MVM_K_TABLE(dot), .dotn = MVM_K_TABLE(dotn), .downn = MVM_K_TABLE(downn),          \
         .axpy = {[MVM_W_F32] = axpy_f32, [MVM_W_F16] = axpy_f16}, .gemm = gemm_table,           \
-        .tiles = tiles_table, .quantize_act = quant_act};
+        .tiles = tiles_table, .quantize_act = quant_act, .attn = attn_fn};
 
 extern const struct mvm_k_level mvm_k_level_scalar; /* dot_scalar.c */
 #if defined(__x86_64__) || defined(__i386__)
@@ -294,6 +303,10 @@ extern const struct mvm_k_level mvm_k_level_avx512;     /* dot_avx512.c */
 extern const struct mvm_k_level mvm_k_level_avx512vnni; /* dot_avx512vnni.c */
 extern const mvm_k_gemm_fn mvm_k_gemm_avx512vnni[MVM_W_COUNT]; /* gemm_avx512vnni.c */
 extern const mvm_k_gemm_fn mvm_k_tiles_avx512vnni[MVM_W_COUNT]; /* gemm_rows_avx512vnni.c */
+int mvm_k_attn_block_avx512(const float *q, size_t q_stride, size_t n_tok, size_t n_q,
+                            const uint32_t *n_pos, enum mvm_wtype kv, const void *k,
+                            const void *v, size_t kv_stride, size_t head_dim, float scale,
+                            const float *sinks, float *scratch, float *out); /* attn_avx512.c */
 #endif
 #if defined(__aarch64__)
 extern const struct mvm_k_level mvm_k_level_neon;    /* dot_neon.c */

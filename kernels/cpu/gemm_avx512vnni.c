@@ -469,9 +469,7 @@ AVX512_INLINE void gemm_k(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t 
                           const uint8_t *act, size_t as, size_t n_tok, size_t n, float *y,
                           size_t ys, int add)
 {
-    /* (the rows kernels are Q4_K's, Q5_K's and Q6_K's) */
-    if (n_tok < MVM_K_ROWS_TOKENS && n > MVM_QK_K &&
-        (t == MVM_W_Q4_K || t == MVM_W_Q5_K || t == MVM_W_Q6_K)) {
+    if (n_tok < MVM_K_ROWS_TOKENS && n > MVM_QK_K && mvm_k_has_rows_vnni(t)) {
         mvm_k_gemm_rows_vnni(t, w, rb, n_rows, act, as, n_tok, n, y, ys, add);
         return;
     }

@@ -29,6 +29,7 @@
  * added into its sum in super-block order. A block cut short by the matrix's edge repeats its
  * last row (computed, never stored).
  */
+#include <assert.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -507,11 +508,12 @@ void mvm_k_gemm_rows_vnni(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t 
                           const uint8_t *act, size_t as, size_t n_tok, size_t n, float *y,
                           size_t ys, int add)
 {
+    assert(mvm_k_has_rows_vnni(t));
     if (t == MVM_W_Q6_K)
         gemm_rows_q6_K(w, rb, n_rows, act, as, n_tok, n, y, ys, add);
     else if (t == MVM_W_Q5_K)
         gemm_rows_q5_K(w, rb, n_rows, act, as, n_tok, n, y, ys, add);
-    else
+    else if (t == MVM_W_Q4_K)
         gemm_rows_q4_K(w, rb, n_rows, act, as, n_tok, n, y, ys, add);
 }
 

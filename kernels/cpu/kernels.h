@@ -186,6 +186,9 @@ void mvm_k_rope_yarn(mvm_rope *r, float factor, uint32_t orig_ctx, float beta_fa
                      float beta_slow, float ext_factor, float attn_factor);
 /* Softmax in place over n floats (max-subtracted). */
 void mvm_k_softmax(float *x, size_t n);
+/* The same with an extra logit `sink` in the denominator (-INFINITY: none, which adds exactly
+ * 0), as ggml's soft_max with sinks. */
+void mvm_k_softmax_sink(float *x, size_t n, float sink);
 /* The k largest of x[0..n) (k <= n), indices in idx, largest first; ties go to the lower
  * index (deterministic routing). */
 void mvm_k_topk(const float *x, size_t n, size_t k, int *idx);

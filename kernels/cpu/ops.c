@@ -2,9 +2,9 @@
  * The small F32 ops around the matrix products. Each is linear in its input size and runs
  * once per token and layer (or per head), a fraction of a percent of a token's time, so plain
  * C suffices, written as llama.cpp computes them so that results match it closely. The
- * attention head, whose cost grows with the context, goes through the SIMD level's dot
- * product and a loop that gcc -O2 vectorizes, as is rmsnorm's sum of squares; the rest call
- * expf or are one short pass.
+ * attention, whose cost grows with the context, is the level's own where it has one
+ * (attn_avx512.c), else goes through the level's dot product and axpy; rmsnorm's sum of
+ * squares is a loop that gcc -O2 vectorizes; the rest call expf or are one short pass.
  */
 #include <math.h>
 
@@ -68,9 +68,7 @@ void mvm_k_rope_yarn(mvm_rope *r, float factor, uint32_t orig_ctx, float beta_fa
     r->mscale = attn_factor * (ext_factor != 0.0f ? 1.0f + 0.1f * logf(factor) : 1.0f);
 }
 
-/* Softmax of x with an extra logit `sink` in the denominator (-INFINITY: none, which adds
- * exactly 0), as ggml's soft_max with sinks. */
-static void softmax_sink(float *x, size_t n, float sink)
+void mvm_k_softmax_sink(float *x, size_t n, float sink)
 {
     float max = sink;
     for (size_t i = 0; i < n; i++)
@@ -87,7 +85,7 @@ static void softmax_sink(float *x, size_t n, float sink)
 
 void mvm_k_softmax(float *x, size_t n)
 {
-    softmax_sink(x, n, -INFINITY);
+    mvm_k_softmax_sink(x, n, -INFINITY);
 }
 
 /* The ranking key: nan ranks lowest, so that the order is total and k indices always come
@@ -124,6 +122,11 @@ void mvm_k_attn_block(const float *q, size_t q_stride, size_t n_tok, size_t n_q,
                       size_t kv_stride, size_t head_dim, float scale, const float *sinks,
                       float *scratch, float *restrict out)
 {
+    if (mvm_k_kernels->attn && mvm_k_kernels->attn(q, q_stride, n_tok, n_q, n_pos, kv, k, v,
+                                                   kv_stride, head_dim, scale, sinks, scratch,
+                                                   out))
+        return;
+    /* the portable way: the level's dot product per query and row, its axpy per weight */
     const mvm_k_dot_fn dot = mvm_k_kernels->dot[kv];
     const mvm_k_axpy_fn axpy = mvm_k_kernels->axpy[kv];
     const size_t stride = kv_stride * (kv == MVM_W_F16 ? 2 : 4);
@@ -140,7 +143,8 @@ void mvm_k_attn_block(const float *q, size_t q_stride, size_t n_tok, size_t n_q,
                         head_dim) * scale;
     for (size_t i = 0; i < n_tok; i++)
         for (size_t j = 0; j < n_q; j++) {
-            softmax_sink(scratch + (i * n_q + j) * rows, n_pos[i], sinks ? sinks[j] : -INFINITY);
+            mvm_k_softmax_sink(scratch + (i * n_q + j) * rows, n_pos[i],
+                               sinks ? sinks[j] : -INFINITY);
             for (size_t d = 0; d < head_dim; d++)
                 out[i * q_stride + j * head_dim + d] = 0;
         }
