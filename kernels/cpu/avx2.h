@@ -42,6 +42,11 @@
 #ifndef MVM_K_VNNI
 #define MVM_K_VNNI 0
 #endif
+/* 1 where the target has AVX-512 (avx512.h): the few blocks that gain from 512-bit vectors
+ * take them (avx512_kblock_q23). */
+#ifndef MVM_K_AVX512
+#define MVM_K_AVX512 0
+#endif
 #define AVX2_INLINE static inline __attribute__((always_inline)) AVX2_TARGET
 
 #define MVM_K_PREFETCH 4096

@@ -28,6 +28,7 @@
 #endif
 /* avx2.h's blocks are inlined into this level's functions, so they carry its target. */
 #define AVX2_TARGET AVX512_TARGET
+#define MVM_K_AVX512 1
 #include "kernels/cpu/avx2.h"
 
 #define AVX512_INLINE static inline __attribute__((always_inline)) AVX512_TARGET
