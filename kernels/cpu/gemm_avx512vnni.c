@@ -1,9 +1,9 @@
 /*
  * The AVX-512 VNNI level's multi-row kernels (dispatch.h's mvm_k_gemm_fn) for the types most
  * files are made of (Q8_0, the K-quants of llama.cpp's Q2_K to Q6_K mixes: Q2_K, Q3_K, Q4_K,
- * Q5_K, Q6_K, and IQ4_XS): prefill's matrix products and an expert's batch. This file has the
- * K-quants and the level's table; Q8_0 is gemm_q8_avx512vnni.c's, the lanes' helpers
- * gemm_lanes.h's.
+ * Q5_K, Q6_K, IQ4_XS, and the lattice-grid types IQ1_S .. IQ3_S of the smallest files):
+ * prefill's matrix products and an expert's batch. This file has the K-quants and the
+ * level's table; Q8_0 is gemm_q8_avx512vnni.c's, the lanes' helpers gemm_lanes.h's.
  *
  * K-quants: a vector's 16 lanes are 16 tokens. The tokens' Q8_K quants are interleaved once
  * per call (kacts: one load gives the same 4 quants of 16 tokens), a row's super-block is
@@ -37,11 +37,12 @@
 
 /* ---- K-quants: a vector's lanes are 16 tokens ------------------------------------------- */
 
-/* Q2_K, Q3_K and Q6_K: 16 sub-blocks of 16, each with a scale (and Q2_K's a min), Q3_K's and
- * Q6_K's quants offset (-4, -32); the others here (Q4_K, Q5_K, IQ4_XS) have 8 of 32. */
+/* Q2_K, Q3_K, Q6_K and the lattice-grid types: 16 sub-blocks of 16, each with a scale (and
+ * Q2_K's a min), the quants of all but Q2_K offset (-4, -32, -64); the others here (Q4_K,
+ * Q5_K, IQ4_XS) have 8 of 32. */
 AVX512_INLINE int k_sub16(enum mvm_wtype t)
 {
-    return t == MVM_W_Q6_K || t == MVM_W_Q3_K || t == MVM_W_Q2_K;
+    return t == MVM_W_Q6_K || t == MVM_W_Q3_K || t == MVM_W_Q2_K || mvm_k_is_iqgrid(t);
 }
 
 /* A token group's activations for one super-block, interleaved so that one load gives the
@@ -171,6 +172,23 @@ AVX512_INLINE __m512i iq4xs_chunk(const uint8_t *qs, int c)
     return _mm512_xor_si512(_mm512_shuffle_epi8(table, ordered), _mm512_set1_epi8((char)0x80));
 }
 
+/* Chunks 2c and 2c + 1 of a lattice-grid super-block (kernels/iqgrid.h), quants 64c .. 64c
+ * + 63 in order, each + 64 (the offset term takes the 64 off; |q| is at most 62), as
+ * avx2_iq_chunk expands them for the dot product; their four sub-blocks' scales in s[4c ..]. */
+AVX512_INLINE __m512i grid_chunk(enum mvm_wtype t, const uint8_t *blk, int c, int8_t s[16])
+{
+    __m256i q[2];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        __m256i scale, mag;
+        const __m256i sgn = avx2_iq_chunk(t, blk, 2 * c + h, &scale, &mag);
+        q[h] = _mm256_add_epi8(_mm256_sign_epi8(mag, sgn), _mm256_set1_epi8(64));
+        s[4 * c + 2 * h] = (int8_t)_mm256_extract_epi16(scale, 0);
+        s[4 * c + 2 * h + 1] = (int8_t)_mm256_extract_epi16(scale, 8);
+    }
+    return _mm512_inserti64x4(_mm512_castsi256_si512(q[0]), q[1], 1);
+}
+
 /* A row's super-block unpacked: its 256 quants, unsigned (vpdpbusd's unsigned side), in
  * order (broadcast 4 at a time) or, split, as 32 pairs of 4 from the two halves (broadcast
  * 8 at a time: quants 4g.. and 128 + 4g..); the sub-blocks' scales and the pairs the mins'
@@ -178,9 +196,9 @@ AVX512_INLINE __m512i iq4xs_chunk(const uint8_t *qs, int c)
  * halves' lanes); and the f16 scales as floats. */
 typedef struct {
     uint8_t q[MVM_QK_K];
-    int32_t sc[16];   /* Q4_K, Q5_K, IQ4_XS: 8 sub-blocks of 32; Q2_K, Q3_K, Q6_K: 16 of 16 */
+    int32_t sc[16];   /* Q4_K, Q5_K, IQ4_XS: 8 sub-blocks of 32; the others 16 of 16 */
     int32_t pair[8];  /* int16 pairs: mins 2j, 2j + 1 (Q4_K, Q5_K: j < 4; Q2_K: j < 8);
-                       * Q3_K, Q6_K, IQ4_XS: scales */
+                       * the offset types (Q3_K, Q6_K, IQ4_XS, the grid types): scales */
     int64_t sc2[8], pair2[4];
     float d, dmin;
 } krow;
@@ -222,6 +240,16 @@ AVX512_INLINE void krow_fill(enum mvm_wtype t, int split, const uint8_t *b, krow
         half_sc = 8, half_pair = 4;
         R->d = _cvtsh_ss(x->d);
         R->dmin = _cvtsh_ss(x->dmin);
+    } else if (mvm_k_is_iqgrid(t)) {
+        int8_t s8[16];
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++)
+            c[i] = grid_chunk(t, b, i, s8);
+        const __m128i sv = _mm_loadu_si128((const __m128i *)s8);
+        sc = _mm512_cvtepi8_epi32(sv);
+        pair = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(sv)); /* int16 pairs */
+        half_sc = 8, half_pair = 4;
+        R->d = _cvtsh_ss(mvm_k_iq_d(t, b));
     } else if (k_sub16(t)) {
         const mvm_block_q6_K *x = (const mvm_block_q6_K *)b;
         const mvm_block_q3_K *x3 = (const mvm_block_q3_K *)b;
@@ -291,9 +319,10 @@ AVX512_INLINE void zero_pairs(int NR, int NV, __m512i a[8][2])
 /* One super-block of NR rows against NV groups of 16 tokens (split: 8 tokens, each in a
  * pair of lanes): s[r][v] += each pair's float, avx2.h's per super-block (avx2_k45_finish
  * for Q4_K and Q5_K; ad·(d·sum − dmin·msum), unfused, for Q2_K; ad·(d·sum) for Q3_K, Q6_K
- * and IQ4_XS). A sub-block's products gather in an int32 lane
- * per token (vpdpbusd, 4 quants a step), then take the sub-block's scale (an exact product:
- * |sum| < 2^16 · 64); the same integers as every level's, so the same floats. */
+ * and IQ4_XS; ad·(d·sum)·f for the grid types, mvm_k_kscale's). A sub-block's products
+ * gather in an int32 lane per token (vpdpbusd, 4 quants a step), then take the sub-block's
+ * scale (an exact product: |sum| < 2^16 · 64); the same integers as every level's, so the
+ * same floats. */
 AVX512_INLINE void ksb(enum mvm_wtype t, int split, int NR, int NV, const krow *const R[],
                        const kacts *A[], __m512 s[][2])
 {
@@ -358,11 +387,15 @@ AVX512_INLINE void ksb(enum mvm_wtype t, int split, int NR, int NV, const krow *
                                                                        _mm512_cvtepi32_ps(sum)),
                                                          m));
             } else if (t != MVM_W_Q4_K && t != MVM_W_Q5_K) {
-                /* the offset: -4 (Q3_K), -32 (Q6_K) or -128 (IQ4_XS) · Σ scale · bsum */
-                const unsigned o = t == MVM_W_Q3_K ? 2 : t == MVM_W_Q6_K ? 5 : 7;
+                /* the offset: -4 (Q3_K), -32 (Q6_K), -64 (the grid types) or -128 (IQ4_XS)
+                 * · Σ scale · bsum */
+                const int grid = mvm_k_is_iqgrid(t);
+                const unsigned o = t == MVM_W_Q3_K ? 2 : t == MVM_W_Q6_K ? 5 : grid ? 6 : 7;
                 sum = _mm512_sub_epi32(sum, _mm512_slli_epi32(ms, o));
                 f = _mm512_mul_ps(A[v]->d,
                                   _mm512_mul_ps(_mm512_set1_ps(R[r]->d), _mm512_cvtepi32_ps(sum)));
+                if (grid) /* mvm_k_kscale's power of two, last */
+                    f = _mm512_mul_ps(f, _mm512_set1_ps(mvm_k_iq_factor(t)));
             } else {
                 const __m512 m = _mm512_mul_ps(_mm512_set1_ps(R[r]->dmin), _mm512_cvtepi32_ps(ms));
                 f = _mm512_mul_ps(A[v]->d, _mm512_fmsub_ps(_mm512_set1_ps(R[r]->d),
@@ -530,6 +563,13 @@ GEMM_K(q4_K, MVM_W_Q4_K)
 GEMM_K(q5_K, MVM_W_Q5_K)
 GEMM_K(q6_K, MVM_W_Q6_K)
 GEMM_K(iq4_xs, MVM_W_IQ4_XS)
+GEMM_K(iq2_xxs, MVM_W_IQ2_XXS)
+GEMM_K(iq2_xs, MVM_W_IQ2_XS)
+GEMM_K(iq2_s, MVM_W_IQ2_S)
+GEMM_K(iq3_xxs, MVM_W_IQ3_XXS)
+GEMM_K(iq3_s, MVM_W_IQ3_S)
+GEMM_K(iq1_s, MVM_W_IQ1_S)
+GEMM_K(iq1_m, MVM_W_IQ1_M)
 
 const mvm_k_gemm_fn mvm_k_gemm_avx512vnni[MVM_W_COUNT] = {[MVM_W_Q8_0] = mvm_k_gemm_q8_0_vnni,
                                                           [MVM_W_Q2_K] = gemm_q2_K,
@@ -537,6 +577,13 @@ const mvm_k_gemm_fn mvm_k_gemm_avx512vnni[MVM_W_COUNT] = {[MVM_W_Q8_0] = mvm_k_g
                                                           [MVM_W_Q4_K] = gemm_q4_K,
                                                           [MVM_W_Q5_K] = gemm_q5_K,
                                                           [MVM_W_Q6_K] = gemm_q6_K,
-                                                          [MVM_W_IQ4_XS] = gemm_iq4_xs};
+                                                          [MVM_W_IQ4_XS] = gemm_iq4_xs,
+                                                          [MVM_W_IQ2_XXS] = gemm_iq2_xxs,
+                                                          [MVM_W_IQ2_XS] = gemm_iq2_xs,
+                                                          [MVM_W_IQ2_S] = gemm_iq2_s,
+                                                          [MVM_W_IQ3_XXS] = gemm_iq3_xxs,
+                                                          [MVM_W_IQ3_S] = gemm_iq3_s,
+                                                          [MVM_W_IQ1_S] = gemm_iq1_s,
+                                                          [MVM_W_IQ1_M] = gemm_iq1_m};
 
 #endif
