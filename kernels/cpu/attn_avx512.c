@@ -185,6 +185,20 @@ AVX512_INLINE void softmax16(float *x, size_t n, float sink)
                               _mm512_mul_ps(_mm512_maskz_loadu_ps(first(n - i), x + i), inv));
 }
 
+/* The rows p0 .. p0 + nr - 1 of a cache (k or v: base, stride bytes a row) as the call
+ * reads them: converted into tile (F32 rows of hd rounded up to 16) when several queries
+ * share them, else in place; the tiles AHEAD prefetched either way. */
+AVX512_INLINE const uint8_t *rows_at(enum mvm_wtype kv, const void *base, size_t stride,
+                                     size_t p0, size_t nr, size_t hd, int shared, float *tile)
+{
+    const uint8_t *p = (const uint8_t *)base + p0 * stride;
+    prefetch_tile(p + AHEAD * TILE * stride, stride, hd * (kv == MVM_W_F32 ? 4 : 2));
+    if (!shared)
+        return p;
+    rows_tile(kv, p, stride, nr, hd, (hd + 15) & ~(size_t)15, tile);
+    return (const uint8_t *)tile;
+}
+
 AVX512_TARGET int mvm_k_attn_block_avx512(const float *q, size_t q_stride, size_t n_tok,
                                           size_t n_q, const uint32_t *n_pos, enum mvm_wtype kv,
                                           const void *k, const void *v, size_t kv_stride,
@@ -206,12 +220,7 @@ AVX512_TARGET int mvm_k_attn_block_avx512(const float *q, size_t q_stride, size_
     const __m512 sv = _mm512_set1_ps(scale);
     for (size_t p0 = 0; p0 < rows; p0 += TILE) {
         const size_t nr = rows - p0 < TILE ? rows - p0 : TILE;
-        const uint8_t *kt = (const uint8_t *)k + p0 * stride;
-        prefetch_tile(kt + AHEAD * TILE * stride, stride, hd * es);
-        if (shared) {
-            rows_tile(kv, kt, stride, nr, hd, hp, tile);
-            kt = (const uint8_t *)tile;
-        }
+        const uint8_t *kt = rows_at(kv, k, stride, p0, nr, hd, shared, tile);
         for (size_t qi = 0; qi < nq; qi++) {
             const size_t i = qi / n_q, reach = n_pos[i];
             if (reach <= p0) /* a prompt's early tokens stop before its later tiles */
@@ -228,12 +237,7 @@ AVX512_TARGET int mvm_k_attn_block_avx512(const float *q, size_t q_stride, size_
     }
     for (size_t p0 = 0; p0 < rows; p0 += TILE) {
         const size_t nr = rows - p0 < TILE ? rows - p0 : TILE;
-        const uint8_t *vt = (const uint8_t *)v + p0 * stride;
-        prefetch_tile(vt + AHEAD * TILE * stride, stride, hd * es);
-        if (shared) {
-            rows_tile(kv, vt, stride, nr, hd, hp, tile);
-            vt = (const uint8_t *)tile;
-        }
+        const uint8_t *vt = rows_at(kv, v, stride, p0, nr, hd, shared, tile);
         for (size_t qi = 0; qi < nq; qi++) {
             const size_t i = qi / n_q, reach = n_pos[i];
             if (reach > p0)
