@@ -23,8 +23,8 @@
 #include "engine/forward/forward_impl.h"
 #include "vmm/error.h"
 
-/* The most queries (heads times tokens) one unit of the attention's work takes: a prompt's
- * keys and values are converted and transposed once per unit (attn_avx512.c), so the more
+/* The most queries (heads times tokens) one unit of the attention's work takes: a unit's
+ * queries share each read and conversion of the cache's rows (attn_avx512.c), so the more
  * the better (OLMoE's shape at pp512: 8 -> 32 took 1706 to 1788 tok/s), as long as a
  * thread's scores for them, x n_ctx floats, stay within MVM_ATTN_SCRATCH floats; never fewer
  * than MVM_ATTN_QUERIES_MIN (a long context's scratch grows beyond it instead). */
@@ -235,7 +235,8 @@ struct attn_job {
 /* The batch's tokens in runs that attend together (mvm_k_attn_block), into c->run_start:
  * consecutive tokens of one sequence, at most c->attn_q / n_q of them (a thread's
  * scratch holds that many queries' scores); a windowed layer's one by one (each token's
- * window starts at its own row). A prompt's 8 tokens then read each row once, not 8 times. */
+ * window starts at its own row). A prompt's tokens then read each row once a run, not once
+ * a token. */
 static uint32_t token_runs(struct cpu_fwd *c, const mvm_layer *L, const mvm_fwd_batch *b,
                            uint32_t n_q)
 {
