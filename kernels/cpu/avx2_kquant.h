@@ -337,6 +337,49 @@ AVX2_INLINE void avx2_kblock_iq4xs(const mvm_block_iq4_xs *x, const mvm_block_q8
         r[i] = a[i]->d * (mvm_k_h2f(x->d) * (float)avx2_hsum_i32(acc[i]));
 }
 
+#if MVM_K_AVX512
+/* avx2_kblock_iq4xs in 512-bit vectors, for the AVX-512 levels, as avx512_kblock_q23 is
+ * Q2_K's and Q3_K's: sub-blocks 2c and 2c + 1 in vector c (the nibbles of qs[32c ..] spread
+ * and ordered as gemm_avx512vnni.c's iq4xs_chunk orders them), each quant IQ4_NL's table
+ * value by a byte shuffle, |w| times the token's quants given w's signs 4 at a time
+ * (vpdpbusd, or maddubs and madd: pairs at most 2·127·127, no int16 saturation), each int32
+ * lane then times its sub-block's scale (8 lanes a sub-block). The integers are the AVX2
+ * block's, so the results are bit for bit its. */
+AVX2_INLINE void avx512_kblock_iq4xs(const mvm_block_iq4_xs *x, const mvm_block_q8_K *const a[],
+                                     const int nt, float r[])
+{
+    const __m512i table = _mm512_broadcast_i32x4(
+        _mm_set_epi64x((long long)MVM_K_IQ4NL_HI, (long long)MVM_K_IQ4NL_LO));
+    const __m512i sc32 = _mm512_cvtepi16_epi32(avx2_iq4xs_scales(x)); /* lanes 0..7 */
+    __m512i w[4], mag[4], sc[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * c));
+        const __m512i n = _mm512_and_si512(
+            _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1),
+            _mm512_set1_epi8(0x0F));
+        /* 128-bit lanes low 2c, low 2c + 1, high 2c, high 2c + 1 -> low 2c, high 2c, ... */
+        w[c] = _mm512_shuffle_epi8(table, _mm512_shuffle_i64x2(n, n, _MM_SHUFFLE(3, 1, 2, 0)));
+        mag[c] = _mm512_abs_epi8(w[c]);
+        sc[c] = _mm512_permutexvar_epi32(
+            _mm512_inserti64x4(_mm512_set1_epi32(2 * c), _mm256_set1_epi32(2 * c + 1), 1), sc32);
+    }
+    for (int i = 0; i < nt; i++) {
+        __m512i acc = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            const __m512i aq = _mm512_loadu_si512(a[i]->qs + 64 * c);
+            /* a's sign flipped where w < 0 (IQ4_NL's table holds no 0) */
+            const __m512i as = _mm512_mask_sub_epi8(aq, _mm512_movepi8_mask(w[c]),
+                                                    _mm512_setzero_si512(), aq);
+            acc = _mm512_add_epi32(
+                acc, _mm512_mullo_epi32(avx512_dpbusd(_mm512_setzero_si512(), mag[c], as), sc[c]));
+        }
+        r[i] = a[i]->d * (mvm_k_h2f(x->d) * (float)_mm512_reduce_add_epi32(acc));
+    }
+}
+#endif
+
 /* The sign vector (bytes < 0 where q < 0) of a chunk of the types with 7 stored sign bits a
  * group, from the word that holds them (kernels/iqgrid.h's sw): each element's bit picked by
  * a byte shuffle of the broadcast word and a bit mask, the eighth of each group (shuffle index
@@ -458,7 +501,11 @@ AVX2_INLINE void avx2_kblock(enum mvm_wtype t, const uint8_t *blk, const mvm_blo
         avx2_kblock_q45(x->scales, x->d, x->dmin, x->qs, x->qh, a, nt, r);
         break;
     }
+#if MVM_K_AVX512
+    case MVM_W_IQ4_XS: avx512_kblock_iq4xs((const mvm_block_iq4_xs *)blk, a, nt, r); break;
+#else
     case MVM_W_IQ4_XS: avx2_kblock_iq4xs((const mvm_block_iq4_xs *)blk, a, nt, r); break;
+#endif
     case MVM_W_Q6_K: avx2_kblock_q6((const mvm_block_q6_K *)blk, a, nt, r); break;
     default: avx2_kblock_iqgrid(t, blk, a, nt, r); break;
     }
