@@ -186,16 +186,17 @@ AVX512_INLINE void softmax16(float *x, size_t n, float sink)
 }
 
 /* The rows p0 .. p0 + nr - 1 of a cache (k or v: base, stride bytes a row) as the call
- * reads them: converted into tile (F32 rows of hd rounded up to 16) when several queries
- * share them, else in place; the tiles AHEAD prefetched either way. */
+ * reads them: converted into tile (F32 rows hp floats apart: hd rounded up to 16) when
+ * several queries share them, else in place; the tiles AHEAD prefetched either way. */
 AVX512_INLINE const uint8_t *rows_at(enum mvm_wtype kv, const void *base, size_t stride,
-                                     size_t p0, size_t nr, size_t hd, int shared, float *tile)
+                                     size_t p0, size_t nr, size_t hd, size_t hp, int shared,
+                                     float *tile)
 {
     const uint8_t *p = (const uint8_t *)base + p0 * stride;
     prefetch_tile(p + AHEAD * TILE * stride, stride, hd * (kv == MVM_W_F32 ? 4 : 2));
     if (!shared)
         return p;
-    rows_tile(kv, p, stride, nr, hd, (hd + 15) & ~(size_t)15, tile);
+    rows_tile(kv, p, stride, nr, hd, hp, tile);
     return (const uint8_t *)tile;
 }
 
@@ -220,7 +221,7 @@ AVX512_TARGET int mvm_k_attn_block_avx512(const float *q, size_t q_stride, size_
     const __m512 sv = _mm512_set1_ps(scale);
     for (size_t p0 = 0; p0 < rows; p0 += TILE) {
         const size_t nr = rows - p0 < TILE ? rows - p0 : TILE;
-        const uint8_t *kt = rows_at(kv, k, stride, p0, nr, hd, shared, tile);
+        const uint8_t *kt = rows_at(kv, k, stride, p0, nr, hd, hp, shared, tile);
         for (size_t qi = 0; qi < nq; qi++) {
             const size_t i = qi / n_q, reach = n_pos[i];
             if (reach <= p0) /* a prompt's early tokens stop before its later tiles */
@@ -237,7 +238,7 @@ AVX512_TARGET int mvm_k_attn_block_avx512(const float *q, size_t q_stride, size_
     }
     for (size_t p0 = 0; p0 < rows; p0 += TILE) {
         const size_t nr = rows - p0 < TILE ? rows - p0 : TILE;
-        const uint8_t *vt = rows_at(kv, v, stride, p0, nr, hd, shared, tile);
+        const uint8_t *vt = rows_at(kv, v, stride, p0, nr, hd, hp, shared, tile);
         for (size_t qi = 0; qi < nq; qi++) {
             const size_t i = qi / n_q, reach = n_pos[i];
             if (reach > p0)

@@ -203,15 +203,28 @@ AVX2_INLINE void avx2_kblock_q23(const uint8_t *qs, const uint8_t *hmask, const 
 }
 
 #if MVM_K_AVX512
-/* avx2_kblock_q23 in 512-bit vectors, for the AVX-512 levels: a super-block's 256 quants in
- * four vectors of 64 (each 32 bytes of qs broadcast to both halves and shifted apart; Q3_K's
- * high bits added as 4 where a byte test of hmask finds them), multiplied with the token's
- * quants 4 at a time (vpdpbusd, or maddubs and madd without VNNI: the quants are at most 7,
- * so no int16 saturation), each int32 lane then times its sub-block's scale (every 4 lanes
- * one sub-block). The integers are the AVX2 block's exactly and the float work the same, so
- * the results are bit for bit its. A decode of OLMoE's shape at Q3_K_M spent 57% of its time
- * in the AVX2 block, which splits the quants 32 at a time and applies each pair of scales
- * by a shuffle and a madd (docs/perf/cpu.md). */
+/* Chunk c of a Q2_K (hmask NULL) or Q3_K super-block, quants 64c .. 64c + 63 (0 .. 7; Q3_K's
+ * -4 is the caller's): the bit pairs 2j and 2j + 2 of qs[32h ..] (j = 2(c & 1), h = c / 2),
+ * and Q3_K's high bits 4h + j and 4h + j + 1 of hmask, added as 4 where a byte test finds
+ * them. The dot product's block and gemm_avx512vnni.c's rows take it. */
+AVX2_INLINE __m512i avx512_q23_chunk(const uint8_t *qs, const uint8_t *hmask, int c)
+{
+    const int h = c >> 1, j = 2 * (c & 1);
+    const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * h)));
+    const __m512i shift = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * j)),
+                                             _mm256_set1_epi16((short)(2 * j + 2)), 1);
+    const __m512i lo = _mm512_and_si512(_mm512_srlv_epi16(q, shift), _mm512_set1_epi8(3));
+    if (!hmask)
+        return lo;
+    const __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)hmask));
+    const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (4 * h + j))),
+                                           _mm256_set1_epi8((char)(2 << (4 * h + j))), 1);
+    return _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(hm, bit), lo, _mm512_set1_epi8(4));
+}
+
+/* avx2_dpbusd 16 lanes wide: acc plus each int32 lane's 4 products of unsigned bytes of u
+ * with signed bytes of s (without VNNI, maddubs and madd: the callers' pairs stay within
+ * int16). */
 AVX2_INLINE __m512i avx512_dpbusd(__m512i acc, __m512i u, __m512i s)
 {
 #if MVM_K_VNNI
@@ -222,6 +235,14 @@ AVX2_INLINE __m512i avx512_dpbusd(__m512i acc, __m512i u, __m512i s)
 #endif
 }
 
+/* avx2_kblock_q23 in 512-bit vectors, for the AVX-512 levels: a super-block's 256 quants in
+ * four vectors of 64 (avx512_q23_chunk), multiplied with the token's quants 4 at a time
+ * (vpdpbusd, or maddubs and madd without VNNI: the quants are at most 7, so no int16
+ * saturation), each int32 lane then times its sub-block's scale (every 4 lanes one
+ * sub-block). The integers are the AVX2 block's exactly and the float work the same, so the
+ * results are bit for bit its. A decode of OLMoE's shape at Q3_K_M spent 57% of its time
+ * in the AVX2 block, which splits the quants 32 at a time and applies each pair of scales
+ * by a shuffle and a madd (docs/perf/cpu.md). */
 AVX2_INLINE void avx512_kblock_q23(const uint8_t *qs, const uint8_t *hmask,
                                    const uint8_t *scales, uint16_t d, uint16_t dmin,
                                    const mvm_block_q8_K *const a[], const int nt, float r[])
@@ -234,21 +255,8 @@ AVX2_INLINE void avx512_kblock_q23(const uint8_t *qs, const uint8_t *hmask,
     const __m512i sc32 = _mm512_cvtepi8_epi32(sc8);
     __m512i q[4], sc[4];
 #pragma GCC unroll 4
-    for (int k = 0; k < 4; k++) { /* elements 64k .. 64k+63: qs bits 2j, j = 2(k%2), +1 */
-        const __m512i src =
-            _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * (k / 2))));
-        const __m512i sh = _mm512_inserti64x4(
-            _mm512_set1_epi16((short)(4 * (k % 2))), _mm256_set1_epi16((short)(4 * (k % 2) + 2)),
-            1);
-        q[k] = _mm512_and_si512(_mm512_srlv_epi16(src, sh), _mm512_set1_epi8(3));
-        if (hmask) { /* element e's high bit: bit e / 32 of hmask[e % 32] */
-            const __m512i hb =
-                _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)hmask));
-            const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << (2 * k))),
-                                                   _mm256_set1_epi8((char)(2 << (2 * k))), 1);
-            q[k] = _mm512_mask_add_epi8(q[k], _mm512_test_epi8_mask(hb, bit), q[k],
-                                        _mm512_set1_epi8(4));
-        }
+    for (int k = 0; k < 4; k++) {
+        q[k] = avx512_q23_chunk(qs, hmask, k);
         sc[k] = _mm512_permutexvar_epi32(
             _mm512_add_epi32(_mm512_set1_epi32(4 * k),
                              _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3)),
@@ -338,28 +346,35 @@ AVX2_INLINE void avx2_kblock_iq4xs(const mvm_block_iq4_xs *x, const mvm_block_q8
 }
 
 #if MVM_K_AVX512
+/* Chunk c of an IQ4_XS super-block, quants 64c .. 64c + 63 in order, IQ4_NL's table values
+ * (signed): sub-blocks 2c and 2c + 1 are the low, then the high, nibbles of qs[32c ..] and
+ * qs[32c + 16 ..]. The dot product's block and gemm_avx512vnni.c's rows take it. */
+AVX2_INLINE __m512i avx512_iq4xs_chunk(const uint8_t *qs, int c)
+{
+    const __m512i table = _mm512_broadcast_i32x4(
+        _mm_set_epi64x((long long)MVM_K_IQ4NL_HI, (long long)MVM_K_IQ4NL_LO));
+    const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+    const __m512i n = _mm512_and_si512(
+        _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1),
+        _mm512_set1_epi8(0x0F));
+    /* 128-bit lanes low 2c, low 2c + 1, high 2c, high 2c + 1 -> low 2c, high 2c, ... */
+    return _mm512_shuffle_epi8(table, _mm512_shuffle_i64x2(n, n, _MM_SHUFFLE(3, 1, 2, 0)));
+}
+
 /* avx2_kblock_iq4xs in 512-bit vectors, for the AVX-512 levels, as avx512_kblock_q23 is
- * Q2_K's and Q3_K's: sub-blocks 2c and 2c + 1 in vector c (the nibbles of qs[32c ..] spread
- * and ordered as gemm_avx512vnni.c's iq4xs_chunk orders them), each quant IQ4_NL's table
- * value by a byte shuffle, |w| times the token's quants given w's signs 4 at a time
- * (vpdpbusd, or maddubs and madd: pairs at most 2·127·127, no int16 saturation), each int32
- * lane then times its sub-block's scale (8 lanes a sub-block). The integers are the AVX2
+ * Q2_K's and Q3_K's: sub-blocks 2c and 2c + 1 in vector c (avx512_iq4xs_chunk), |w| times
+ * the token's quants given w's signs 4 at a time (vpdpbusd, or maddubs and madd: pairs at
+ * most 2·127·127, no int16 saturation), each int32 lane then times its sub-block's scale (8
+ * lanes a sub-block). The integers are the AVX2
  * block's, so the results are bit for bit its. */
 AVX2_INLINE void avx512_kblock_iq4xs(const mvm_block_iq4_xs *x, const mvm_block_q8_K *const a[],
                                      const int nt, float r[])
 {
-    const __m512i table = _mm512_broadcast_i32x4(
-        _mm_set_epi64x((long long)MVM_K_IQ4NL_HI, (long long)MVM_K_IQ4NL_LO));
     const __m512i sc32 = _mm512_cvtepi16_epi32(avx2_iq4xs_scales(x)); /* lanes 0..7 */
     __m512i w[4], mag[4], sc[4];
 #pragma GCC unroll 4
     for (int c = 0; c < 4; c++) {
-        const __m256i q = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * c));
-        const __m512i n = _mm512_and_si512(
-            _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1),
-            _mm512_set1_epi8(0x0F));
-        /* 128-bit lanes low 2c, low 2c + 1, high 2c, high 2c + 1 -> low 2c, high 2c, ... */
-        w[c] = _mm512_shuffle_epi8(table, _mm512_shuffle_i64x2(n, n, _MM_SHUFFLE(3, 1, 2, 0)));
+        w[c] = avx512_iq4xs_chunk(x->qs, c);
         mag[c] = _mm512_abs_epi8(w[c]);
         sc[c] = _mm512_permutexvar_epi32(
             _mm512_inserti64x4(_mm512_set1_epi32(2 * c), _mm256_set1_epi32(2 * c + 1), 1), sc32);

@@ -51,36 +51,6 @@ AVX512_INLINE __m512 load16(enum mvm_wtype t, const uint8_t *p, __mmask16 m)
 
 #define ALL16 ((__mmask16)0xFFFF)
 
-/* 16 vectors' 16 int32 lanes transposed: lane j of out[i] is lane i of in[j]. */
-AVX512_INLINE void transpose16(const __m512i in[16], __m512i out[16])
-{
-    __m512i t[16], u[16];
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_epi32(in[2 * i], in[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_epi32(in[2 * i], in[2 * i + 1]);
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; i++) {
-        u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-    }
-    /* u[4i + m]'s 128-bit lane L: rows 4i..4i+3 of column 4L + m */
-#pragma GCC unroll 4
-    for (int m = 0; m < 4; m++) {
-        const __m512i v1 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0x88);
-        const __m512i v2 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0xDD);
-        const __m512i w1 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0x88);
-        const __m512i w2 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0xDD);
-        out[m] = _mm512_shuffle_i32x4(v1, w1, 0x88);
-        out[4 + m] = _mm512_shuffle_i32x4(v2, w2, 0x88);
-        out[8 + m] = _mm512_shuffle_i32x4(v1, w1, 0xDD);
-        out[12 + m] = _mm512_shuffle_i32x4(v2, w2, 0xDD);
-    }
-}
-
 AVX512_INLINE float dot_float(enum mvm_wtype t, const uint8_t *w, const float *a, size_t n)
 {
     const size_t es = t == MVM_W_F32 ? 4 : 2;

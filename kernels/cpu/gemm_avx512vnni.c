@@ -137,41 +137,6 @@ AVX512_INLINE __m512i q6_chunk(const mvm_block_q6_K *x, int c)
     return _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));
 }
 
-/* Chunk c of a Q2_K (hmask NULL) or Q3_K super-block, quants 64c .. 64c + 63 (Q3_K's -4 is
- * the offset term): the bit pairs 2j and 2j + 2 of qs[32h ..] (j = 2(c & 1), h = c / 2), and
- * Q3_K's high bits 4h + j and 4h + j + 1 of hmask, moved to bit 2. */
-AVX512_INLINE __m512i q23_chunk(const uint8_t *qs, const uint8_t *hmask, int c)
-{
-    const int h = c >> 1, j = 2 * (c & 1);
-    const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * h)));
-    const __m512i shift = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * j)),
-                                             _mm256_set1_epi16((short)(2 * j + 2)), 1);
-    const __m512i lo = _mm512_and_si512(_mm512_srlv_epi16(q, shift), _mm512_set1_epi8(3));
-    if (!hmask)
-        return lo;
-    const __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)hmask));
-    const __m512i hshift = _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * h + j)),
-                                              _mm256_set1_epi16((short)(4 * h + j + 1)), 1);
-    const __m512i hi = _mm512_and_si512(_mm512_srlv_epi16(hm, hshift), _mm512_set1_epi8(1));
-    return _mm512_or_si512(lo, _mm512_slli_epi16(hi, 2));
-}
-
-/* Chunk c of an IQ4_XS super-block, quants 64c .. 64c + 63 in order, each IQ4_NL's table
- * value + 128 (the offset term takes the 128 off): sub-blocks 2c and 2c + 1 are the low,
- * then the high, nibbles of qs[32c ..] and qs[32c + 16 ..]. */
-AVX512_INLINE __m512i iq4xs_chunk(const uint8_t *qs, int c)
-{
-    const __m512i table = _mm512_broadcast_i32x4(
-        _mm_set_epi64x((long long)MVM_K_IQ4NL_HI, (long long)MVM_K_IQ4NL_LO));
-    const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
-    const __m512i n = _mm512_and_si512(
-        _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1),
-        _mm512_set1_epi8(0x0F));
-    /* 128-bit lanes low 2c, low 2c + 1, high 2c, high 2c + 1 -> low 2c, high 2c, ... */
-    const __m512i ordered = _mm512_shuffle_i64x2(n, n, _MM_SHUFFLE(3, 1, 2, 0));
-    return _mm512_xor_si512(_mm512_shuffle_epi8(table, ordered), _mm512_set1_epi8((char)0x80));
-}
-
 /* Chunks 2c and 2c + 1 of a lattice-grid super-block (kernels/iqgrid.h), quants 64c .. 64c
  * + 63 in order, each + 64 (the offset term takes the 64 off; |q| is at most 62), as
  * avx2_iq_chunk expands them for the dot product; their four sub-blocks' scales in s[4c ..]. */
@@ -232,7 +197,7 @@ AVX512_INLINE void krow_fill(enum mvm_wtype t, int split, const uint8_t *b, krow
         const mvm_block_q2_K *x = (const mvm_block_q2_K *)b;
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++)
-            c[i] = q23_chunk(x->qs, NULL, i);
+            c[i] = avx512_q23_chunk(x->qs, NULL, i);
         const __m128i raw = _mm_loadu_si128((const __m128i *)x->scales);
         sc = _mm512_cvtepu8_epi32(_mm_and_si128(raw, _mm_set1_epi8(15)));
         pair = _mm512_castsi256_si512(
@@ -256,7 +221,7 @@ AVX512_INLINE void krow_fill(enum mvm_wtype t, int split, const uint8_t *b, krow
         const int q3 = t == MVM_W_Q3_K;
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++)
-            c[i] = q3 ? q23_chunk(x3->qs, x3->hmask, i) : q6_chunk(x, i);
+            c[i] = q3 ? avx512_q23_chunk(x3->qs, x3->hmask, i) : q6_chunk(x, i);
         const __m128i s8 = q3 ? avx2_q3_scales(x3->scales) /* less 32 */
                               : _mm_loadu_si128((const __m128i *)x->scales);
         sc = _mm512_cvtepi8_epi32(s8);
@@ -267,7 +232,8 @@ AVX512_INLINE void krow_fill(enum mvm_wtype t, int split, const uint8_t *b, krow
         const mvm_block_iq4_xs *x = (const mvm_block_iq4_xs *)b;
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++)
-            c[i] = iq4xs_chunk(x->qs, i);
+            c[i] = _mm512_xor_si512(avx512_iq4xs_chunk(x->qs, i), /* + 128: unsigned */
+                                    _mm512_set1_epi8((char)0x80));
         const __m128i s16 = _mm256_castsi256_si128(avx2_iq4xs_scales(x)); /* less 32 */
         sc = _mm512_cvtepi16_epi32(_mm256_zextsi128_si256(s16));
         pair = _mm512_zextsi128_si512(s16); /* int16 pairs */

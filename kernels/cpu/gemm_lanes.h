@@ -1,15 +1,44 @@
 /*
  * What the AVX-512 VNNI level's multi-row kernels share (gemm_avx512vnni.c for the K-quants,
  * gemm_q8_avx512vnni.c for Q8_0): a vector's 16 lanes are 16 tokens, so the tokens'
- * quants are interleaved once per call (avx512.h's transpose16) and a block of outputs,
- * [token][row] in y, is moved in and out of the lanes through 8 x 8 transposes
- * (ylanes_load/store).
+ * quants are interleaved once per call (transpose16) and a block of outputs, [token][row]
+ * in y, is moved in and out of the lanes through 8 x 8 transposes (ylanes_load/store).
  * Included by those files only, after they define MVM_K_VNNI.
  */
 #ifndef MVM_KERNELS_CPU_GEMM_LANES_H
 #define MVM_KERNELS_CPU_GEMM_LANES_H
 
 #include "kernels/cpu/avx512.h"
+
+/* 16 vectors' 16 int32 lanes transposed: lane j of out[i] is lane i of in[j]. */
+AVX512_INLINE void transpose16(const __m512i in[16], __m512i out[16])
+{
+    __m512i t[16], u[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(in[2 * i], in[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(in[2 * i], in[2 * i + 1]);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    /* u[4i + m]'s 128-bit lane L: rows 4i..4i+3 of column 4L + m */
+#pragma GCC unroll 4
+    for (int m = 0; m < 4; m++) {
+        const __m512i v1 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0x88);
+        const __m512i v2 = _mm512_shuffle_i32x4(u[m], u[4 + m], 0xDD);
+        const __m512i w1 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0x88);
+        const __m512i w2 = _mm512_shuffle_i32x4(u[8 + m], u[12 + m], 0xDD);
+        out[m] = _mm512_shuffle_i32x4(v1, w1, 0x88);
+        out[4 + m] = _mm512_shuffle_i32x4(v2, w2, 0x88);
+        out[8 + m] = _mm512_shuffle_i32x4(v1, w1, 0xDD);
+        out[12 + m] = _mm512_shuffle_i32x4(v2, w2, 0xDD);
+    }
+}
 
 /* 8 vectors of 8 floats transposed in place (the classic unpack, shuffle, permute). */
 AVX512_INLINE void transpose8(__m256 r[8])
