@@ -25,9 +25,10 @@
 
 /* The most queries (heads times tokens) one unit of the attention's work takes: a unit's
  * queries share each read and conversion of the cache's rows (attn_avx512.c), so the more
- * the better (OLMoE's shape at pp512: 8 -> 32 took 1706 to 1788 tok/s), as long as a
- * thread's scores for them, x n_ctx floats, stay within MVM_ATTN_SCRATCH floats; never fewer
- * than MVM_ATTN_QUERIES_MIN (a long context's scratch grows beyond it instead). */
+ * the better (OLMoE's shape at pp512, the kernel's first version: 8 -> 32 took 1706 to
+ * 1788 tok/s, docs/perf/cpu.md), as long as a thread's scores for them, x n_ctx floats,
+ * stay within MVM_ATTN_SCRATCH floats; never fewer than MVM_ATTN_QUERIES_MIN (a long
+ * context's scratch grows beyond it instead). */
 #define MVM_ATTN_QUERIES 32
 #define MVM_ATTN_QUERIES_MIN 8
 #define MVM_ATTN_SCRATCH ((size_t)1 << 20)
