@@ -3,7 +3,7 @@
  * files are made of (Q8_0, the K-quants of llama.cpp's Q2_K to Q6_K mixes: Q2_K, Q3_K, Q4_K,
  * Q5_K, Q6_K, IQ4_XS, and the lattice-grid types IQ1_S .. IQ3_S of the smallest files):
  * prefill's matrix products and an expert's batch. This file has the K-quants and the
- * level's table; Q8_0 is gemm_q8_avx512vnni.c's, the lanes' helpers gemm_lanes.h's.
+ * level's table; Q8_0 is gemm_q_avx512vnni.c's, the lanes' helpers gemm_lanes.h's.
  *
  * K-quants: a vector's 16 lanes are 16 tokens. The tokens' Q8_K quants are interleaved once
  * per call (kacts: one load gives the same 4 quants of 16 tokens), a row's super-block is
