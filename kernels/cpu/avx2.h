@@ -275,9 +275,18 @@ AVX2_INLINE __m256 avx2_scales8(const uint8_t *p, size_t bytes)
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d));
 }
 
-/* The scales of 8 blocks of Q type t at p, p + bytes, ...: MXFP4's E8M0 bytes as the floats
- * 2^(e - 128) (mvm_k_e8m0_half, built in the exponent field, the two subnormal cases
- * blended in), the others' f16s. */
+/* 8 E8M0 exponents (one in each int32 lane) as the floats 2^(e - 128) (mvm_k_e8m0_half),
+ * built in the exponent field, the two subnormal cases blended in. */
+AVX2_INLINE __m256 avx2_e8m0_half8(__m256i v)
+{
+    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(v, _mm256_set1_epi32(1)), 23);
+    const __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), v);
+    const __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), v);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, sub, small));
+}
+
+/* The scales of 8 blocks of Q type t at p, p + bytes, ...: MXFP4's E8M0 bytes
+ * (avx2_e8m0_half8), the others' f16s. */
 AVX2_INLINE __m256 avx2_wscales8(enum mvm_wtype t, const uint8_t *p, size_t bytes)
 {
     if (t != MVM_W_MXFP4)
@@ -286,12 +295,7 @@ AVX2_INLINE __m256 avx2_wscales8(enum mvm_wtype t, const uint8_t *p, size_t byte
 #pragma GCC unroll 8
     for (int k = 0; k < 8; k++)
         e[k] = p[k * bytes];
-    const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)e));
-    const __m256i one = _mm256_set1_epi32(1);
-    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(v, one), 23);
-    const __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), v);
-    const __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), v);
-    return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, sub, small));
+    return avx2_e8m0_half8(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)e)));
 }
 
 /* acc + one block of type t times one activation block, scaled (plus the min term). */

@@ -1,9 +1,10 @@
 /*
  * The AVX-512 VNNI level's multi-row kernels (dispatch.h's mvm_k_gemm_fn) for the types most
- * files are made of (Q8_0, the K-quants of llama.cpp's Q2_K to Q6_K mixes: Q2_K, Q3_K, Q4_K,
- * Q5_K, Q6_K, IQ4_XS, and the lattice-grid types IQ1_S .. IQ3_S of the smallest files):
- * prefill's matrix products and an expert's batch. This file has the K-quants and the
- * level's table; Q8_0 is gemm_q_avx512vnni.c's, the lanes' helpers gemm_lanes.h's.
+ * files are made of (the 32-element Q types Q8_0 to MXFP4, the K-quants of llama.cpp's Q2_K
+ * to Q6_K mixes: Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, and the lattice-grid types IQ1_S ..
+ * IQ3_S of the smallest files): prefill's matrix products and an expert's batch. This file
+ * has the K-quants and the level's table; the 32-element Q types are gemm_q_avx512vnni.c's,
+ * the lanes' helpers gemm_lanes.h's.
  *
  * K-quants: a vector's 16 lanes are 16 tokens. The tokens' Q8_K quants are interleaved once
  * per call (kacts: one load gives the same 4 quants of 16 tokens), a row's super-block is
@@ -537,7 +538,28 @@ GEMM_K(iq3_s, MVM_W_IQ3_S)
 GEMM_K(iq1_s, MVM_W_IQ1_S)
 GEMM_K(iq1_m, MVM_W_IQ1_M)
 
-const mvm_k_gemm_fn mvm_k_gemm_avx512vnni[MVM_W_COUNT] = {[MVM_W_Q8_0] = mvm_k_gemm_q8_0_vnni,
+#define GEMM_Q(sfx, type)                                                                          \
+    AVX512_TARGET static void gemm_##sfx(const void *w, size_t rb, size_t n_rows, const void *act, \
+                                         size_t as, size_t n_tok, size_t n, float *y, size_t ys,   \
+                                         int add)                                                  \
+    {                                                                                              \
+        mvm_k_gemm_q_vnni(type, w, rb, n_rows, act, as, n_tok, n, y, ys, add);                     \
+    }
+GEMM_Q(q8_0, MVM_W_Q8_0)
+GEMM_Q(q4_0, MVM_W_Q4_0)
+GEMM_Q(q4_1, MVM_W_Q4_1)
+GEMM_Q(q5_0, MVM_W_Q5_0)
+GEMM_Q(q5_1, MVM_W_Q5_1)
+GEMM_Q(iq4_nl, MVM_W_IQ4_NL)
+GEMM_Q(mxfp4, MVM_W_MXFP4)
+
+const mvm_k_gemm_fn mvm_k_gemm_avx512vnni[MVM_W_COUNT] = {[MVM_W_Q8_0] = gemm_q8_0,
+                                                          [MVM_W_Q4_0] = gemm_q4_0,
+                                                          [MVM_W_Q4_1] = gemm_q4_1,
+                                                          [MVM_W_Q5_0] = gemm_q5_0,
+                                                          [MVM_W_Q5_1] = gemm_q5_1,
+                                                          [MVM_W_IQ4_NL] = gemm_iq4_nl,
+                                                          [MVM_W_MXFP4] = gemm_mxfp4,
                                                           [MVM_W_Q2_K] = gemm_q2_K,
                                                           [MVM_W_Q3_K] = gemm_q3_K,
                                                           [MVM_W_Q4_K] = gemm_q4_K,

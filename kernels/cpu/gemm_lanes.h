@@ -1,6 +1,6 @@
 /*
  * What the AVX-512 VNNI level's multi-row kernels share (gemm_avx512vnni.c for the K-quants,
- * gemm_q_avx512vnni.c for Q8_0): a vector's 16 lanes are 16 tokens, so the tokens'
+ * gemm_q_avx512vnni.c for the 32-element Q types): a vector's 16 lanes are 16 tokens, so the tokens'
  * quants are interleaved once per call (transpose16) and a block of outputs, [token][row]
  * in y, is moved in and out of the lanes through 8 x 8 transposes (ylanes_load/store).
  * Included by those files only, after they define MVM_K_VNNI.
@@ -117,8 +117,10 @@ void mvm_k_gemm_rows_vnni(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t 
                           const uint8_t *act, size_t as, size_t n_tok, size_t n, float *y,
                           size_t ys, int add);
 
-/* The table's Q8_0 entry (gemm_q_avx512vnni.c). */
-void mvm_k_gemm_q8_0_vnni(const void *w, size_t rb, size_t n_rows, const void *act, size_t as,
-                          size_t n_tok, size_t n, float *y, size_t ys, int add);
+/* The 32-element Q types' products (gemm_q_avx512vnni.c): Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+ * IQ4_NL and MXFP4; mvm_k_gemm_fn's arguments otherwise. */
+void mvm_k_gemm_q_vnni(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t n_rows,
+                       const uint8_t *act, size_t as, size_t n_tok, size_t n, float *y, size_t ys,
+                       int add);
 
 #endif

@@ -1,6 +1,16 @@
 /*
- * The AVX-512 VNNI level's Q8_0 multi-row kernel (dispatch.h's mvm_k_gemm_fn; the table is
+ * The AVX-512 VNNI level's multi-row kernel for the 32-element Q types, Q8_0, Q4_0, Q4_1,
+ * Q5_0, Q5_1, IQ4_NL and MXFP4 (dispatch.h's mvm_k_gemm_fn; the table is
  * gemm_avx512vnni.c's), bitwise avx2_dotn_q's and avx2_downn_q's floats (test_kernels).
+ *
+ * Every type is Q8_0's kernel with another block decoder: a row's block is unpacked once
+ * into its 32 signed values + 128 (qblock_u8: nibbles less the bias, the fifth bits, or the
+ * table's values), and from there on the products, exact integers, are Q8_0's. The scales
+ * are the types' (MXFP4's power of two); Q4_1 and Q5_1 add their min term, the min times
+ * the token block's Σa (its 128·Σa, which the +128 needs anyway, shifted back), after the
+ * scale's, as avx2_dotn_q adds it. Before, these types went 4 tokens at a time through
+ * their dot products: Q4_0 prefill at 0.56-0.59x llama.cpp's CPU build, MXFP4_MOE 0.89x
+ * (docs/perf/cpu.md).
  *
  * Matrix products: a vector's 16 lanes are 16 tokens, as for the K-quants. The tokens'
  * blocks are interleaved once per call (qacts, on the heap: a row of any length), 8 rows'
@@ -16,6 +26,7 @@
  * The down loop keeps tiles of 4 x 8 outputs by one token: its rows are single blocks, and
  * moving y through the lanes' transposes cost more than their arithmetic.
  */
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,55 +36,86 @@
 #define MVM_K_VNNI 1
 #include "kernels/cpu/gemm_lanes.h"
 
-/* ---- Q8_0's down loop: tiles of 4 x 8 outputs by one token, as avx2_downn_q takes them -- */
+/* ---- a block's quants and the scales of 8 ------------------------------------------- */
+
+/* The 32 quants of a block of type t as unsigned bytes, each its signed value + 128
+ * (vpdpbusd's unsigned side), in the order of the activation's quants. */
+AVX512_INLINE __m256i qblock_u8(enum mvm_wtype t, const uint8_t *blk)
+{
+    const mvm_k_qlayout L = mvm_k_qlay(t);
+    const __m256i v128 = _mm256_set1_epi8((char)0x80);
+    if (t == MVM_W_Q8_0 || mvm_k_is_table(t)) /* signed bytes already */
+        return _mm256_xor_si256(avx2_qload(t, blk), v128);
+    /* unsigned quants (fifth bits in): their value is q - bias */
+    return _mm256_add_epi8(avx2_qload(t, blk), _mm256_set1_epi8((char)(128 - L.bias)));
+}
+
+/* The f16s at byte off of n blocks (n <= 8) at x, bytes apart, as floats (past n: zero), or
+ * MXFP4's E8M0 scales as avx2_wscales8 makes them: one gather, as halves stored one by one
+ * and loaded as a vector would wait for the stores. */
+AVX512_INLINE __m256 qscales8(enum mvm_wtype t, const uint8_t *x, size_t bytes, size_t off,
+                              int n)
+{
+    const __m256i at = _mm256_add_epi32(
+        _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)bytes)),
+        _mm256_set1_epi32((int)off));
+    const __m256i d32 = _mm256_mmask_i32gather_epi32(_mm256_setzero_si256(),
+                                                     (__mmask8)((1u << n) - 1), at, x, 1);
+    if (t != MVM_W_MXFP4 || off)
+        return _mm256_cvtph_ps(_mm256_cvtepi32_epi16(d32));
+    return _mm256_maskz_mov_ps((__mmask8)((1u << n) - 1),
+                               avx2_e8m0_half8(_mm256_and_si256(d32, _mm256_set1_epi32(0xFF))));
+}
+
+/* ---- the down loop: tiles of 4 x 8 outputs by one token, as avx2_downn_q takes them ---- */
 
 /* Weight sets a tile holds. */
 #define TILE 4
 
-/* A step of a tile's 4 weight sets: one block of each of 8 outputs, each byte + 128
- * (vpdpbusd's unsigned side; the 128·Σa this adds is taken off each block's sum:
- * qtok.corr2), and their scales paired as the results are: sets 0 and 1 in ws2[0], 2 and 3
- * in ws2[1]. */
+/* A step of a tile's 4 weight sets: one block of each of 8 outputs (qblock_u8; the 128·Σa
+ * its + 128 adds is taken off each block's sum: qtok.corr2), and their scales (mins: Q4_1,
+ * Q5_1) paired as the results are: sets 0 and 1 in ws2[0], 2 and 3 in ws2[1]. */
 typedef struct {
     __m512i w[TILE][4]; /* set r: blocks 2k, 2k + 1 in vector k */
-    __m512 ws2[2];
+    __m512 ws2[2], wm2[2];
 } qstep;
 
 /* A token's side of a step: its block's quants 8 times, 128·Σa and the scale, each in every
- * lane (for a pair of sets). */
+ * lane (for a pair of sets), and for the types with a min Σa·d, avx2_downn_q's min_scale. */
 typedef struct {
     __m512i a[4], corr2;
-    __m512 da2;
+    __m512 da2, ms2;
 } qtok;
 
-#define Q8_STEP_BLOCKS 8
+#define Q_STEP_BLOCKS 8
 
-AVX512_INLINE void qstep_fill(const uint8_t *const set[TILE], size_t stride, qstep *S)
+AVX512_INLINE void qstep_fill(enum mvm_wtype t, const uint8_t *const set[TILE], size_t stride,
+                              qstep *S)
 {
-    __m256 ws[TILE];
+    const mvm_k_qlayout L = mvm_k_qlay(t);
+    __m256 ws[TILE], wm[TILE];
 #pragma GCC unroll 4
     for (int r = 0; r < TILE; r++) {
 #pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) {
-            const mvm_block_q8_0 *b0 = (const mvm_block_q8_0 *)(set[r] + 2 * k * stride);
-            const mvm_block_q8_0 *b1 = (const mvm_block_q8_0 *)(set[r] + (2 * k + 1) * stride);
-            S->w[r][k] = _mm512_xor_si512(
-                _mm512_inserti64x4(
-                    _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)b0->qs)),
-                    _mm256_loadu_si256((const __m256i *)b1->qs), 1),
-                _mm512_set1_epi8((char)0x80));
-        }
-        ws[r] = avx2_scales8(set[r], stride);
+        for (int k = 0; k < 4; k++)
+            S->w[r][k] = _mm512_inserti64x4(
+                _mm512_castsi256_si512(qblock_u8(t, set[r] + 2 * k * stride)),
+                qblock_u8(t, set[r] + (2 * k + 1) * stride), 1);
+        ws[r] = avx2_wscales8(t, set[r], stride);
+        wm[r] = L.m ? avx2_scales8(set[r] + L.m, stride) : ws[r];
     }
-    S->ws2[0] = _mm512_insertf32x8(_mm512_castps256_ps512(ws[0]), ws[1], 1);
-    S->ws2[1] = _mm512_insertf32x8(_mm512_castps256_ps512(ws[2]), ws[3], 1);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        S->ws2[h] = _mm512_insertf32x8(_mm512_castps256_ps512(ws[2 * h]), ws[2 * h + 1], 1);
+        S->wm2[h] = _mm512_insertf32x8(_mm512_castps256_ps512(wm[2 * h]), wm[2 * h + 1], 1);
+    }
 }
 
 /* A token's step: its block a for all 8 outputs. */
 AVX512_INLINE void qtok_fill(const mvm_block_q8_0 *a, qtok *T)
 {
     const __m256i c80 = _mm256_set1_epi8((char)0x80), zero = _mm256_setzero_si256();
-    __m256i c[Q8_STEP_BLOCKS];
+    __m256i c[Q_STEP_BLOCKS];
 #pragma GCC unroll 4
     for (int k = 0; k < 4; k++) {
         const __m256i q0 = _mm256_loadu_si256((const __m256i *)a->qs), q1 = q0;
@@ -89,6 +131,8 @@ AVX512_INLINE void qtok_fill(const mvm_block_q8_0 *a, qtok *T)
     T->corr2 = _mm512_inserti64x4(_mm512_castsi256_si512(corr), corr, 1);
     const __m256 da = _mm256_set1_ps(_cvtsh_ss(a->d));
     T->da2 = _mm512_insertf32x8(_mm512_castps256_ps512(da), da, 1);
+    /* Σa exactly (128·Σa shifted back) times d, the one rounding avx2_downn_q's has */
+    T->ms2 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srai_epi32(T->corr2, 7)), T->da2);
 }
 
 /* The step's exact block sums for one token against the 4 sets, as floats: v[0] has set 0's
@@ -122,43 +166,47 @@ AVX512_INLINE void qstep_sums(const qstep *S, const qtok *T, __m512 v[2])
 }
 
 /* Tokens whose steps are prepared once for all the output tiles (6 KiB of stack). */
-#define Q8_TOKENS 16
+#define Q_TOKENS 16
 
 /* The down loop: n_rows outputs (n_rows % 32 == 0, as the down kernels' contract has it) of
- * one Q8_0 block each against tokens' single blocks, avx2_downn_q's floats: out += the block
- * sum times ws·da, 8 outputs a set, 32 a tile. */
-AVX512_INLINE void gemm_q8_down(const uint8_t *w, size_t rb, size_t n_rows, const uint8_t *act,
-                                size_t as, size_t n_tok, float *y, size_t ys)
+ * one block each against tokens' single blocks, avx2_downn_q's floats: out += the block sum
+ * times ws·da (then + wm times Σa·d), 8 outputs a set, 32 a tile. */
+AVX512_INLINE void gemm_q_down(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t n_rows,
+                               const uint8_t *act, size_t as, size_t n_tok, float *y, size_t ys)
 {
+    const int min = mvm_k_qlay(t).m != 0;
     qstep S;
-    qtok T[Q8_TOKENS];
-    for (size_t tb = 0; tb < n_tok; tb += Q8_TOKENS) {
-        const size_t ntb = n_tok - tb < Q8_TOKENS ? n_tok - tb : Q8_TOKENS;
+    qtok T[Q_TOKENS];
+    for (size_t tb = 0; tb < n_tok; tb += Q_TOKENS) {
+        const size_t ntb = n_tok - tb < Q_TOKENS ? n_tok - tb : Q_TOKENS;
         for (size_t i = 0; i < ntb; i++)
             qtok_fill(AVX2_TOK(mvm_block_q8_0, act, as, tb + i), &T[i]);
-        for (size_t r0 = 0; r0 < n_rows; r0 += TILE * Q8_STEP_BLOCKS) {
+        for (size_t r0 = 0; r0 < n_rows; r0 += TILE * Q_STEP_BLOCKS) {
             const uint8_t *set[TILE];
             for (int r = 0; r < TILE; r++) {
-                set[r] = w + (r0 + (size_t)r * Q8_STEP_BLOCKS) * rb;
+                set[r] = w + (r0 + (size_t)r * Q_STEP_BLOCKS) * rb;
                 /* the next tile's: the blocks read right after this are already on their way */
-                avx2_prefetch(set[r] + TILE * Q8_STEP_BLOCKS * rb, Q8_STEP_BLOCKS * rb);
+                avx2_prefetch(set[r] + TILE * Q_STEP_BLOCKS * rb, Q_STEP_BLOCKS * rb);
             }
-            qstep_fill(set, rb, &S);
+            qstep_fill(t, set, rb, &S);
             for (size_t i = 0; i < ntb; i++) {
                 __m512 v[2];
                 qstep_sums(&S, &T[i], v);
                 float *o = y + (tb + i) * ys + r0;
 #pragma GCC unroll 2
-                for (int h = 0; h < 2; h++)
-                    _mm512_storeu_ps(o + 16 * h,
-                                     _mm512_fmadd_ps(v[h], _mm512_mul_ps(S.ws2[h], T[i].da2),
-                                                     _mm512_loadu_ps(o + 16 * h)));
+                for (int h = 0; h < 2; h++) {
+                    __m512 r = _mm512_fmadd_ps(v[h], _mm512_mul_ps(S.ws2[h], T[i].da2),
+                                               _mm512_loadu_ps(o + 16 * h));
+                    if (min)
+                        r = _mm512_fmadd_ps(S.wm2[h], T[i].ms2, r);
+                    _mm512_storeu_ps(o + 16 * h, r);
+                }
             }
         }
     }
 }
 
-/* ---- Q8_0: a vector's lanes are 16 tokens, as the K-quants' ---------------------------- */
+/* ---- matrix products: a vector's lanes are 16 tokens, as the K-quants' ------------------ */
 
 /* A token group's activations for one block: q[g] lane i = token i's qs[4g .. 4g+3]
  * (signed); corr lane i = 128·Σ its 32 quants, what the weights' + 128 adds to a block's sum
@@ -211,43 +259,39 @@ AVX512_INLINE void qacts_fill(int split, const uint8_t *act, size_t as, int nt, 
     }
 }
 
-/* 8 rows' blocks j0 .. j0 + n - 1 (n <= 8): quants + 128 (unsigned) and scales; split
- * (n = 8), as 4 pairs of blocks whose 4-quant groups alternate (broadcast 8 at a time). */
+/* 8 rows' blocks j0 .. j0 + n - 1 (n <= 8): quants (qblock_u8), scales and, for Q4_1 and
+ * Q5_1, mins; split (n = 8), as 4 pairs of blocks whose 4-quant groups alternate (broadcast
+ * 8 at a time). */
 typedef struct {
     uint8_t q[8][8][MVM_QBLOCK]; /* [row][block], or [row][pair][group g of 2m, of 2m + 1] */
-    float d[8][8];
+    float d[8][8], m[8][8];
 } qrows;
 
-AVX512_INLINE void qrows_fill(int split, const uint8_t *const rows[8], size_t rb, size_t j0,
-                              int n, qrows *R)
+AVX512_INLINE void qrows_fill(enum mvm_wtype t, int split, const uint8_t *const rows[8],
+                              size_t rb, size_t j0, int n, qrows *R)
 {
-    const __m256i v128 = _mm256_set1_epi8((char)0x80);
+    const mvm_k_qlayout L = mvm_k_qlay(t);
+    const size_t bytes = mvm_k_block_bytes(t);
 #pragma GCC unroll 8
     for (int r = 0; r < 8; r++) {
-        const mvm_block_q8_0 *x = (const mvm_block_q8_0 *)rows[r] + j0;
+        const uint8_t *x = rows[r] + j0 * bytes;
         /* the next block of rows' step: a block's time ahead of its use */
-        avx2_prefetch((const uint8_t *)x + 8 * rb, (size_t)n * sizeof *x);
+        avx2_prefetch(x + 8 * rb, (size_t)n * bytes);
 #pragma GCC unroll 8
         for (int j = 0; j < n && !split; j++)
-            _mm256_storeu_si256((__m256i *)R->q[r][j],
-                                _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)x[j].qs), v128));
+            _mm256_storeu_si256((__m256i *)R->q[r][j], qblock_u8(t, x + j * bytes));
 #pragma GCC unroll 4
         for (int m = 0; m < 4 && split; m++) {
-            const __m256i a = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)x[2 * m].qs), v128);
-            const __m256i b =
-                _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)x[2 * m + 1].qs), v128);
+            const __m256i a = qblock_u8(t, x + 2 * m * bytes);
+            const __m256i b = qblock_u8(t, x + (2 * m + 1) * bytes);
             const __m256i lo = _mm256_unpacklo_epi32(a, b), hi = _mm256_unpackhi_epi32(a, b);
             _mm256_storeu_si256((__m256i *)R->q[r][2 * m], _mm256_permute2x128_si256(lo, hi, 0x20));
             _mm256_storeu_si256((__m256i *)R->q[r][2 * m + 1],
                                 _mm256_permute2x128_si256(lo, hi, 0x31));
         }
-        /* the n scales by one gather (each dword's low half; past n, lanes masked off):
-         * halves stored one by one and loaded as a vector would wait for the stores */
-        const __m256i at = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-                                              _mm256_set1_epi32((int)sizeof *x));
-        const __m256i d32 = _mm256_mmask_i32gather_epi32(_mm256_setzero_si256(),
-                                                         (__mmask8)((1u << n) - 1), at, x, 1);
-        _mm256_storeu_ps(R->d[r], _mm256_cvtph_ps(_mm256_cvtepi32_epi16(d32)));
+        _mm256_storeu_ps(R->d[r], qscales8(t, x, bytes, 0, n));
+        if (L.m)
+            _mm256_storeu_ps(R->m[r], qscales8(t, x, bytes, L.m, n));
     }
 }
 
@@ -276,13 +320,22 @@ AVX512_INLINE void qblock_sums(int split, const qrows *R, int j, const qacts *A,
         acc[r] = _mm512_sub_epi32(acc[r], A->corr);
 }
 
-/* Rows r0.. (nr of them, 8 computed) of a matrix product, avx2_dotn_q's floats: lane j of its
- * accumulator (F[j]) takes blocks j, j + 8, ... (S·(ws·da) fused into it), a last partial
- * step's blocks go a 4-quant group g to lane g (avx2_qblock), and the 8 lanes are added as
- * avx2_hsum adds them. */
-AVX512_INLINE void q8_rows(int split, const uint8_t *const rows[8], size_t rb, size_t nb,
-                           const qacts *A, float *y, size_t ys, int nr, int nt)
+/* A row's two floats at p (a pair's scales or mins) alternating in the lanes. */
+AVX512_INLINE __m512 pair_lanes(const float *p)
 {
+    int64_t pair;
+    memcpy(&pair, p, sizeof pair);
+    return _mm512_castsi512_ps(_mm512_set1_epi64(pair));
+}
+
+/* Rows r0.. (nr of them, 8 computed) of a matrix product, avx2_dotn_q's floats: lane j of its
+ * accumulator (F[j]) takes blocks j, j + 8, ... (S·(ws·da) fused into it, then for a type
+ * with a min Σa·(wm·da)), a last partial step's blocks go a 4-quant group g to lane g
+ * (avx2_qblock), and the 8 lanes are added as avx2_hsum adds them. */
+AVX512_INLINE void q_rows(enum mvm_wtype t, int split, const uint8_t *const rows[8], size_t rb,
+                          size_t nb, const qacts *A, float *y, size_t ys, int nr, int nt)
+{
+    const int min = mvm_k_qlay(t).m != 0;
     __m512 F[8][8]; /* [lane j][row]; split: [pair m][row], lane 2i + h holding lane 2m + h */
     const int E = 8 >> split; /* entries a step */
 #pragma GCC unroll 8
@@ -293,32 +346,36 @@ AVX512_INLINE void q8_rows(int split, const uint8_t *const rows[8], size_t rb, s
     qrows R;
     size_t b = 0;
     for (; b + 8 <= nb; b += 8) {
-        qrows_fill(split, rows, rb, b, 8, &R);
+        qrows_fill(t, split, rows, rb, b, 8, &R);
         for (int j = 0; j < E; j++) {
             const qacts *Q = &A[(b >> split) + (size_t)j];
             __m512i acc[8];
             qblock_sums(split, &R, j, Q, acc);
+            /* the entry's Σa (min types only: corr is 128·Σa exactly) */
+            const __m512 asum = _mm512_cvtepi32_ps(_mm512_srai_epi32(Q->corr, 7));
             __m512 *Fj = F[j];
 #pragma GCC unroll 8
             for (int r = 0; r < 8; r++) {
-                __m512 ws = _mm512_set1_ps(R.d[r][j]);
-                if (split) { /* the pair's two scales, alternating in the lanes */
-                    int64_t pair;
-                    memcpy(&pair, &R.d[r][2 * j], sizeof pair);
-                    ws = _mm512_castsi512_ps(_mm512_set1_epi64(pair));
-                }
+                /* split: the pair's two scales, alternating in the lanes */
+                const __m512 ws = split ? pair_lanes(&R.d[r][2 * j]) : _mm512_set1_ps(R.d[r][j]);
                 Fj[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r]), _mm512_mul_ps(ws, Q->d),
                                         Fj[r]);
+                if (min) {
+                    const __m512 wm = split ? pair_lanes(&R.m[r][2 * j])
+                                            : _mm512_set1_ps(R.m[r][j]);
+                    Fj[r] = _mm512_fmadd_ps(asum, _mm512_mul_ps(wm, Q->d), Fj[r]);
+                }
             }
         }
     }
     if (b < nb) { /* never split */
         const __m512i v128 = _mm512_set1_epi8((char)0x80);
-        qrows_fill(0, rows, rb, b, (int)(nb - b), &R);
+        qrows_fill(t, 0, rows, rb, b, (int)(nb - b), &R);
         for (int j = 0; b + (size_t)j < nb; j++) {
             const qacts *Q = &A[b + (size_t)j];
             for (int g = 0; g < 8; g++) {
                 const __m512i c4 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v128, Q->q[g]);
+                const __m512 asum4 = _mm512_cvtepi32_ps(_mm512_srai_epi32(c4, 7));
 #pragma GCC unroll 8
                 for (int r = 0; r < 8; r++) {
                     int32_t w4;
@@ -328,6 +385,9 @@ AVX512_INLINE void q8_rows(int split, const uint8_t *const rows[8], size_t rb, s
                         c4);
                     F[g][r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(R.d[r][j]), Q->d),
                                               _mm512_cvtepi32_ps(s), F[g][r]);
+                    if (min)
+                        F[g][r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(R.m[r][j]), Q->d),
+                                                  asum4, F[g][r]);
                 }
             }
         }
@@ -354,8 +414,9 @@ AVX512_INLINE void q8_rows(int split, const uint8_t *const rows[8], size_t rb, s
 
 /* 16 tokens a group; the group's activations on the heap (a row of any length), or, where
  * that fails, the level's dotn kernel (the same floats). */
-AVX512_INLINE void gemm_q8_rows(const uint8_t *w, size_t rb, size_t n_rows, const uint8_t *act,
-                                size_t as, size_t n_tok, size_t n, float *y, size_t ys)
+AVX512_INLINE void gemm_q_rows(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t n_rows,
+                               const uint8_t *act, size_t as, size_t n_tok, size_t n, float *y,
+                               size_t ys)
 {
     const size_t nb = n / MVM_QBLOCK;
     qacts *A = aligned_alloc(64, nb * sizeof *A);
@@ -370,9 +431,9 @@ AVX512_INLINE void gemm_q8_rows(const uint8_t *w, size_t rb, size_t n_rows, cons
             for (int r = 0; r < 8; r++)
                 rows[r] = w + (r0 + (size_t)(r < nr ? r : nr - 1)) * rb;
             if (split)
-                q8_rows(1, rows, rb, nb, A, y + t0 * ys + r0, ys, nr, nt);
+                q_rows(t, 1, rows, rb, nb, A, y + t0 * ys + r0, ys, nr, nt);
             else
-                q8_rows(0, rows, rb, nb, A, y + t0 * ys + r0, ys, nr, nt);
+                q_rows(t, 0, rows, rb, nb, A, y + t0 * ys + r0, ys, nr, nt);
         }
     }
     if (A) {
@@ -382,19 +443,35 @@ AVX512_INLINE void gemm_q8_rows(const uint8_t *w, size_t rb, size_t n_rows, cons
     for (size_t t0 = 0; t0 < n_tok; t0 += MVM_K_NT) {
         const int nt = n_tok - t0 < MVM_K_NT ? (int)(n_tok - t0) : MVM_K_NT;
         for (size_t r = 0; r < n_rows; r++)
-            mvm_k_kernels->dotn[MVM_W_Q8_0](w + r * rb, act + t0 * as, as, (size_t)nt, n,
-                                            y + t0 * ys + r, ys);
+            mvm_k_kernels->dotn[t](w + r * rb, act + t0 * as, as, (size_t)nt, n,
+                                   y + t0 * ys + r, ys);
     }
 }
 
-AVX512_TARGET void mvm_k_gemm_q8_0_vnni(const void *w, size_t rb, size_t n_rows, const void *act,
-                                         size_t as, size_t n_tok, size_t n, float *y, size_t ys,
-                                         int add)
+/* One instance per type, so that the decoders' branches fold away. */
+#define GEMM_Q_CASE(type)                                                                          \
+    case type:                                                                                     \
+        if (add)                                                                                   \
+            gemm_q_down(type, w, rb, n_rows, act, as, n_tok, y, ys);                               \
+        else                                                                                       \
+            gemm_q_rows(type, w, rb, n_rows, act, as, n_tok, n, y, ys);                            \
+        return;
+
+AVX512_TARGET void mvm_k_gemm_q_vnni(enum mvm_wtype t, const uint8_t *w, size_t rb,
+                                     size_t n_rows, const uint8_t *act, size_t as, size_t n_tok,
+                                     size_t n, float *y, size_t ys, int add)
 {
-    if (add)
-        gemm_q8_down(w, rb, n_rows, act, as, n_tok, y, ys);
-    else
-        gemm_q8_rows(w, rb, n_rows, act, as, n_tok, n, y, ys);
+    switch (t) {
+        GEMM_Q_CASE(MVM_W_Q8_0)
+        GEMM_Q_CASE(MVM_W_Q4_0)
+        GEMM_Q_CASE(MVM_W_Q4_1)
+        GEMM_Q_CASE(MVM_W_Q5_0)
+        GEMM_Q_CASE(MVM_W_Q5_1)
+        GEMM_Q_CASE(MVM_W_IQ4_NL)
+        GEMM_Q_CASE(MVM_W_MXFP4)
+    default:
+        assert(!"mvm_k_gemm_q_vnni: not a 32-element Q type");
+    }
 }
 
 #endif
