@@ -2,8 +2,10 @@
 # moevm's CPU engine against llama.cpp's CPU build, side by side on the same files and
 # threads, in one call (issue "Kernels at the hardware's limits", its CPU part):
 #   - OLMoE-1B-7B's shape cut to a few layers, at Q8_0 (moevm mkmodel) and at Q4_K_M, or any
-#     other type llama-quantize makes (q5_k_m, q6_k, iq4_xs, ...), made by llama.cpp's own
-#     llama-quantize from an F16 file (the files most people download);
+#     other type llama-quantize makes (q5_k_m, q6_k, iq4_xs, q4_0, mxfp4_moe, ...), made by
+#     llama.cpp's own llama-quantize from an F16 file (the files most people download); the
+#     lattice-grid types (iq1_s .. iq3_s), which it makes only with an importance matrix,
+#     by moevm mkmodel;
 #   - prompt processing of 64 and 512 tokens and generation of 128, each engine at its
 #     defaults but for the threads (moevm's prompt batch as llama.cpp's micro-batch: 512);
 #   - rounds interleaved (llama.cpp, then moevm, REPS times), each test's best round kept,
@@ -33,7 +35,9 @@ model() { # type -> path, made once
     local f=build/bench-models/olmoe-${layers}l-$1.gguf
     if [ ! -f "$f" ]; then
         case $1 in
-        q8_0)
+        q8_0 | iq1_* | iq2_xxs | iq2_xs | iq2_s | iq3_xxs | iq3_s)
+            # the lattice-grid types llama-quantize makes only with an importance matrix:
+            # moevm's plain quantizer writes valid files llama.cpp reads (kernels/cpu/iquant.c)
             ./build/moevm mkmodel --preset olmoe-1b-7b --type "$1" --layers "$layers" -o "$f" >&2 ;;
         *) # what users download: llama-quantize's output from an F16 file
             local f16=build/bench-models/olmoe-${layers}l-f16.tmp.gguf q=${1^^}
