@@ -1048,8 +1048,9 @@ static void test_matvec(void)
 
 /* matmul equals matvec token by token, bitwise, and leaves the stride gaps alone, for every
  * count of tokens the multi-token kernels take (1..MVM_K_NT) and the remainders after them
- * (the multi-row kernels' blocks of 8 rows by 16 tokens, and the K-quants' 4 by 32, cut
- * short by 7 rows and 5, 7, 9, 16, 17, 33 tokens); the rows are long enough for the Q
+ * (the multi-row kernels' blocks of 8 rows by 16 tokens, the K-quants' 4 by 32, and the
+ * lattice-grid types' 2 by 48 or 64, cut short by 7 rows and 5, 7, 9, 16, 17, 33, 50, 70
+ * tokens); the rows are long enough for the Q
  * kernels' 8-block steps and their tails (9 blocks), and the K types' 17
  * super-blocks for gemm_avx512vnni.c's pieces of 8 and the one after them; 20 tokens of
  * 4096 floats exceed the 256 KiB token tile, so the tiling is crossed too. The K types have
@@ -1057,7 +1058,7 @@ static void test_matvec(void)
  * one cut short, and its prefetches across them. */
 static void test_matmul(void)
 {
-    static const size_t counts[] = {1, 2, 3, 4, 5, 7, 9, 16, 17, 33};
+    static const size_t counts[] = {1, 2, 3, 4, 5, 7, 9, 16, 17, 33, 50, 70};
     for (int tl = 0; tl < 3 * MVM_W_COUNT; tl++) {
         /* the Q types twice: 9 blocks (a step and a tail), and 16 (whole steps: the Q8_0
          * kernel's split groups of up to 8 tokens) */
@@ -1119,7 +1120,8 @@ typedef struct {
  * write (a K-quant down under K or Q8_0 gate/up, and the reverse; the Q5_0 / Q5_1 down that
  * Q4_K / Q5_K fall back to when the expert's channels are not whole super-blocks, the
  * IQ4_NL of Q2_K, Q3_K and IQ4_XS); and
- * gpt-oss's unit over a float, an MXFP4 (its files') and a 256-channel K group. */
+ * gpt-oss's unit over a float, an MXFP4 (its files') and a 256-channel K group; and two
+ * lattice-grid types, which expert.c takes 64 tokens at a time. */
 static const mvm_k_expert_fmt expert_fmts[] = {
     {MVM_W_F32, MVM_W_F32},   {MVM_W_F16, MVM_W_F16},   {MVM_W_BF16, MVM_W_BF16},
     {MVM_W_Q8_0, MVM_W_Q8_0}, {MVM_W_Q4_0, MVM_W_Q4_0}, {MVM_W_Q4_K, MVM_W_Q4_K},
@@ -1130,7 +1132,7 @@ static const mvm_k_expert_fmt expert_fmts[] = {
     {MVM_W_Q3_K, MVM_W_Q3_K}, {MVM_W_Q3_K, MVM_W_IQ4_NL}, {MVM_W_MXFP4, MVM_W_MXFP4},
     {MVM_W_IQ4_XS, MVM_W_IQ4_XS}, {MVM_W_IQ4_XS, MVM_W_IQ4_NL}, {MVM_W_Q8_0, MVM_W_IQ4_XS},
     {MVM_W_F32, MVM_W_F32, MVM_GLU_OAI}, {MVM_W_MXFP4, MVM_W_MXFP4, MVM_GLU_OAI},
-    {MVM_W_Q4_K, MVM_W_Q6_K, MVM_GLU_OAI},
+    {MVM_W_Q4_K, MVM_W_Q6_K, MVM_GLU_OAI}, {MVM_W_IQ3_XXS, MVM_W_IQ2_XXS},
 };
 
 static expert make_expert(mvm_k_expert_fmt f, size_t n_embd, size_t n_ff)
@@ -1338,14 +1340,14 @@ static void check_expert_batch(size_t fi, const expert *e, size_t n_embd, size_t
 }
 
 /* 1..MVM_K_NT tokens (each count of the multi-token kernels), 11 (two full steps of them
- * and a remainder of 3; with the rows in the lanes, 8 + 2 + 1) and 37 (expert.c's 32 tokens
- * at once, then 5: a tile cut short), at both of expert_embd's sizes (the K types' gate and
+ * and a remainder of 3; with the rows in the lanes, 8 + 2 + 1), 37 (expert.c's 32 tokens
+ * at once, then 5: a tile cut short) and 70 (the grid types' 64, then 6), at both of expert_embd's sizes (the K types' gate and
  * up rows of one super-block and of three, the two kernels for few tokens). Where the level
  * tiles the format, the tiled expert too, group by group (each count of the tile kernel's
  * token steps: 8, 4, 2, 1). */
 static void test_expert_batch(void)
 {
-    static const size_t counts[] = {1, 2, 3, 4, 11, 37};
+    static const size_t counts[] = {1, 2, 3, 4, 11, 37, 70};
     const size_t groups = 2;
     for (size_t fi = 0; fi < sizeof expert_fmts / sizeof *expert_fmts; fi++)
         for (int s = 0; s < 2; s++) {

@@ -10,6 +10,7 @@
  * each weight block unpacked once for them.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu/dispatch.h"
@@ -34,8 +35,18 @@ static const void *down_acts(enum mvm_wtype t, const float h[][MVM_QK_K], size_t
  * OLMoE's shape) are read from L2 once for this many tokens, and the multi-row kernels take
  * them as two groups of 16 lanes, each row unpacked once for both. 32 against 16: +12%
  * Q4_K_M prefill on a 2-core EPYC (3 alternating runs of each; 64 no better, measured with
- * the earlier tiles), for 73 KiB of stack (the intermediate activations). */
+ * the earlier tiles), for 73 KiB of stack (the intermediate activations). The lattice-grid
+ * types, whose rows cost the most to unpack, take twice that (GRID_TOKENS, the multi-row
+ * kernel's four groups), their intermediate activations on the heap. */
 #define GROUP_TOKENS 32
+#define GRID_TOKENS 64
+
+/* A batch's intermediate activations: gate's (then the unit's) and up's outputs, and the
+ * former quantized for down, for up to n tokens. */
+typedef struct {
+    float (*h)[MVM_QK_K], (*u)[MVM_QK_K];
+    mvm_block_q8_K *q;
+} glu_bufs;
 
 int mvm_k_expert_tiles_ok(mvm_k_expert_fmt f)
 {
@@ -54,24 +65,26 @@ static void gate_up_rows(mvm_k_expert_fmt f, const uint8_t *w, size_t row, size_
         mvm_k_matmul(f.gate_up, w, row, n_embd, a, as, nt, y, MVM_QK_K, 0, G);
 }
 
-void mvm_k_expert_ffn_batch(mvm_k_expert_fmt f, const void *expert, size_t n_embd,
-                            const void *act, size_t act_stride, const float *weights,
-                            size_t n_tok, float *out, size_t out_stride, size_t g0, size_t g1)
+/* The batch's groups g0 .. g1 - 1, tok tokens at a time into b. */
+static void ffn_groups(mvm_k_expert_fmt f, const uint8_t *expert, size_t n_embd,
+                       const uint8_t *act, size_t act_stride, const float *weights, size_t n_tok,
+                       float *out, size_t out_stride, size_t g0, size_t g1, size_t tok,
+                       glu_bufs b)
 {
     const mvm_k_downn_fn downn = mvm_k_kernels->downn[f.down];
     const size_t G = mvm_k_expert_group_channels(f);
     const size_t row = mvm_k_row_bytes(f.gate_up, n_embd), slot = mvm_k_row_bytes(f.down, G);
     const size_t group = mvm_k_expert_group_bytes(f, n_embd);
     for (size_t g = g0; g < g1; g++) {
-        const uint8_t *gate = (const uint8_t *)expert + g * group;
+        const uint8_t *gate = expert + g * group;
         const uint8_t *up = gate + G * row, *dn = up + G * row;
         float bias[2 * MVM_QK_K]; /* MVM_GLU_OAI: gate's, then up's (unaligned in the group) */
         if (f.glu == MVM_GLU_OAI)
             memcpy(bias, dn + n_embd * slot, 2 * G * sizeof *bias);
-        for (size_t t0 = 0; t0 < n_tok; t0 += GROUP_TOKENS) {
-            const size_t nt = n_tok - t0 < GROUP_TOKENS ? n_tok - t0 : GROUP_TOKENS;
-            const uint8_t *a = (const uint8_t *)act + t0 * act_stride;
-            float h[GROUP_TOKENS][MVM_QK_K], u[GROUP_TOKENS][MVM_QK_K];
+        for (size_t t0 = 0; t0 < n_tok; t0 += tok) {
+            const size_t nt = n_tok - t0 < tok ? n_tok - t0 : tok;
+            const uint8_t *a = act + t0 * act_stride;
+            float(*h)[MVM_QK_K] = b.h, (*u)[MVM_QK_K] = b.u;
             gate_up_rows(f, gate, row, n_embd, a, act_stride, nt, h[0]);
             gate_up_rows(f, up, row, n_embd, a, act_stride, nt, u[0]);
             for (size_t i = 0; i < nt; i++)
@@ -82,9 +95,8 @@ void mvm_k_expert_ffn_batch(mvm_k_expert_fmt f, const void *expert, size_t n_emb
                     else
                         h[i][c] = h[i][c] / (1.0f + expf(-h[i][c])) * u[i][c] * weights[t0 + i];
                 }
-            mvm_block_q8_K buf[GROUP_TOKENS];
             size_t stride;
-            const uint8_t *da = down_acts(f.down, (const float(*)[MVM_QK_K])h, nt, buf, &stride);
+            const uint8_t *da = down_acts(f.down, (const float(*)[MVM_QK_K])h, nt, b.q, &stride);
             float *o = out + t0 * out_stride;
             const mvm_k_gemm_fn gemm =
                 f.tiles ? mvm_k_kernels->tiles[f.down] : mvm_k_gemm(f.down, nt);
@@ -97,6 +109,27 @@ void mvm_k_expert_ffn_batch(mvm_k_expert_fmt f, const void *expert, size_t n_emb
                       o + i * out_stride, out_stride, n_embd);
         }
     }
+}
+
+void mvm_k_expert_ffn_batch(mvm_k_expert_fmt f, const void *expert, size_t n_embd,
+                            const void *act, size_t act_stride, const float *weights,
+                            size_t n_tok, float *out, size_t out_stride, size_t g0, size_t g1)
+{
+    if (n_tok > GROUP_TOKENS && (mvm_k_is_iqgrid(f.gate_up) || mvm_k_is_iqgrid(f.down))) {
+        glu_bufs heap = {malloc(GRID_TOKENS * sizeof *heap.h), malloc(GRID_TOKENS * sizeof *heap.u),
+                         malloc(GRID_TOKENS * sizeof *heap.q)};
+        const int ok = heap.h && heap.u && heap.q;
+        if (ok)
+            ffn_groups(f, expert, n_embd, act, act_stride, weights, n_tok, out, out_stride, g0,
+                       g1, GRID_TOKENS, heap);
+        free(heap.h), free(heap.u), free(heap.q);
+        if (ok)
+            return;
+    }
+    float h[GROUP_TOKENS][MVM_QK_K], u[GROUP_TOKENS][MVM_QK_K];
+    mvm_block_q8_K q[GROUP_TOKENS];
+    ffn_groups(f, expert, n_embd, act, act_stride, weights, n_tok, out, out_stride, g0, g1,
+               GROUP_TOKENS, (glu_bufs){h, u, q});
 }
 
 void mvm_k_expert_ffn(mvm_k_expert_fmt f, const void *expert, size_t n_embd, const void *act,

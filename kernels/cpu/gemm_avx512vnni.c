@@ -273,12 +273,15 @@ AVX512_INLINE void krow_fill(enum mvm_wtype t, int split, const uint8_t *b, krow
     }
 }
 
+/* Token groups a block of rows takes at most (NR x NV <= 8 accumulators). */
+#define KGROUPS 4
+
 /* NR rows by NV token groups of int32 accumulators, zeroed (unrolled: they stay registers). */
-AVX512_INLINE void zero_pairs(int NR, int NV, __m512i a[8][2])
+AVX512_INLINE void zero_pairs(int NR, int NV, __m512i a[8][KGROUPS])
 {
 #pragma GCC unroll 8
     for (int r = 0; r < NR; r++)
-#pragma GCC unroll 2
+#pragma GCC unroll 4
         for (int v = 0; v < NV; v++)
             a[r][v] = _mm512_setzero_si512();
 }
@@ -291,20 +294,20 @@ AVX512_INLINE void zero_pairs(int NR, int NV, __m512i a[8][2])
  * scale (an exact product: |sum| < 2^16 · 64); the same integers as every level's, so the
  * same floats. */
 AVX512_INLINE void ksb(enum mvm_wtype t, int split, int NR, int NV, const krow *const R[],
-                       const kacts *A[], __m512 s[][2])
+                       const kacts *A[], __m512 s[][KGROUPS])
 {
     const int sub = k_sub16(t) ? 4 : 8; /* steps of 4 quants per sub-block */
     const int n_sub = (MVM_QK_K / 4 / sub) >> split, P = (k_sub16(t) ? 8 : 4) >> split;
-    __m512i tot[8][2];
+    __m512i tot[8][KGROUPS];
     zero_pairs(NR, NV, tot);
     for (int j = 0; j < n_sub; j++) {
-        __m512i acc[8][2];
+        __m512i acc[8][KGROUPS];
         zero_pairs(NR, NV, acc);
 #pragma GCC unroll 8
         for (int gg = 0; gg < sub; gg++) {
             const int g = sub * j + gg;
-            __m512i a[2];
-#pragma GCC unroll 2
+            __m512i a[KGROUPS];
+#pragma GCC unroll 4
             for (int v = 0; v < NV; v++)
                 a[v] = A[v]->q[g];
 #pragma GCC unroll 8
@@ -319,7 +322,7 @@ AVX512_INLINE void ksb(enum mvm_wtype t, int split, int NR, int NV, const krow *
                     memcpy(&w4, R[r]->q + 4 * g, 4);
                     w = _mm512_set1_epi32(w4);
                 }
-#pragma GCC unroll 2
+#pragma GCC unroll 4
                 for (int v = 0; v < NV; v++)
                     acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], w, a[v]);
             }
@@ -328,14 +331,14 @@ AVX512_INLINE void ksb(enum mvm_wtype t, int split, int NR, int NV, const krow *
         for (int r = 0; r < NR; r++) {
             const __m512i sc = split ? _mm512_set1_epi64(R[r]->sc2[j])
                                      : _mm512_set1_epi32(R[r]->sc[j]);
-#pragma GCC unroll 2
+#pragma GCC unroll 4
             for (int v = 0; v < NV; v++)
                 tot[r][v] = _mm512_add_epi32(tot[r][v], _mm512_mullo_epi32(acc[r][v], sc));
         }
     }
 #pragma GCC unroll 8
     for (int r = 0; r < NR; r++)
-#pragma GCC unroll 2
+#pragma GCC unroll 4
         for (int v = 0; v < NV; v++) {
             __m512i ms = _mm512_setzero_si512(), sum = tot[r][v];
 #pragma GCC unroll 8
@@ -373,17 +376,18 @@ AVX512_INLINE void ksb(enum mvm_wtype t, int split, int NR, int NV, const krow *
 }
 
 /* NR rows from rows[] (kn super-blocks from k0) against NV token groups' kacts A[v]: each
- * pair's sum starts at its y (from_y) or 0. Taken as 8 rows by 16 tokens, or 4 rows by 32
- * tokens (one block of 8 rows whose halves are two groups' tokens: y's block is read and
- * written as 8 x 16 either way). */
+ * pair's sum starts at its y (from_y) or 0. Taken as 8 rows by 16 tokens, 4 rows by 32
+ * tokens, or 2 rows by 48 or 64 (y's block is read and written as 8 x 16 a group, its rows
+ * past NR unused), so that a row's super-block is unpacked once for up to 64 tokens. */
 AVX512_INLINE void krows(enum mvm_wtype t, int split, int NR, int NV, const uint8_t *const rows[],
-                         size_t rb, size_t bytes, size_t k0, size_t kn, kacts *const A[2],
-                         float *y, size_t ys, int nr, int nt, int from_y)
+                         size_t rb, size_t bytes, size_t k0, size_t kn,
+                         kacts *const A[KGROUPS], float *y, size_t ys, int nr, int nt,
+                         int from_y)
 {
     /* split: token i in lanes 2i and 2i + 1 */
     const __m512i twice = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
     const __m512i once = _mm512_set_epi32(15, 13, 11, 9, 7, 5, 3, 1, 14, 12, 10, 8, 6, 4, 2, 0);
-    __m512 s[8][2];
+    __m512 s[8][KGROUPS];
     if (NV == 1) {
         __m512 b[8];
         if (from_y)
@@ -393,14 +397,14 @@ AVX512_INLINE void krows(enum mvm_wtype t, int split, int NR, int NV, const uint
             s[r][0] = !from_y ? _mm512_setzero_ps()
                       : split ? _mm512_permutexvar_ps(twice, b[r]) : b[r];
     } else {
-#pragma GCC unroll 2
-        for (int v = 0; v < 2; v++) {
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) {
             const int n = nt - 16 * v < 16 ? nt - 16 * v : 16;
             __m512 b[8];
             if (from_y)
                 ylanes_load(y + (size_t)(16 * v) * ys, ys, nr, n, b);
 #pragma GCC unroll 4
-            for (int r = 0; r < 4; r++)
+            for (int r = 0; r < NR; r++)
                 s[r][v] = from_y ? b[r] : _mm512_setzero_ps();
         }
     }
@@ -415,7 +419,10 @@ AVX512_INLINE void krows(enum mvm_wtype t, int split, int NR, int NV, const uint
             krow_fill(t, split, rows[r] + (k0 + k) * bytes, &R[r]);
             Rp[r] = &R[r];
         }
-        const kacts *Ak[2] = {A[0] + k, A[NV - 1] + k};
+        const kacts *Ak[KGROUPS];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++)
+            Ak[v] = A[v] + k;
         ksb(t, split, NR, NV, Rp, Ak, s);
     }
     if (NV == 1) {
@@ -426,18 +433,18 @@ AVX512_INLINE void krows(enum mvm_wtype t, int split, int NR, int NV, const uint
         ylanes_store(y, ys, nr, nt, b);
         return;
     }
-#pragma GCC unroll 2
-    for (int v = 0; v < 2; v++) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; v++) {
         const int n = nt - 16 * v < 16 ? nt - 16 * v : 16;
         __m512 b[8];
 #pragma GCC unroll 8
         for (int r = 0; r < 8; r++)
-            b[r] = r < 4 ? s[r][v] : _mm512_setzero_ps();
+            b[r] = r < NR ? s[r][v] : _mm512_setzero_ps();
         ylanes_store(y + (size_t)(16 * v) * ys, ys, nr, n, b);
     }
 }
 
-/* y's block of up to 32 tokens by YTILE_ROWS rows is staged in a buffer of YTILE_STRIDE
+/* y's block of up to 64 tokens by YTILE_ROWS rows is staged in a buffer of YTILE_STRIDE
  * floats a token. y's tokens are often a power of two of floats apart (n_embd: 8 KiB for
  * OLMoE), which puts a block's 16 to 32 token lines in one L1 set of 8 ways: written 8 rows
  * (half a line) at a time, each line was evicted before its other half came and fetched
@@ -464,7 +471,13 @@ AVX512_INLINE void ytile_move(float *y, size_t ys, float *tile, int nr, int nt, 
 }
 
 /* Up to 32 tokens at a time (two groups: 4 rows a block), or 16 (8 rows), or up to 8 (8
- * rows, split): 8 pairs of accumulators each way, enough to hide vpdpbusd's latency. */
+ * rows, split): at most 8 pairs of accumulators, enough to hide vpdpbusd's latency. Each
+ * row's super-block is unpacked once per krows, for the tokens of its groups. The
+ * lattice-grid types, whose unpacking (grid entries one scalar load at a time) costs about
+ * half what 32 tokens' products do, take up to 64 tokens (three or four groups, 2 rows a
+ * block), their activations on the heap (four groups' pieces, 150 KiB; where that fails,
+ * two groups at a time from the stack): IQ3_XXS 196 -> 230 GMAC/s at 64 tokens, IQ2_XXS
+ * 232 -> 245; the other types lost up to 9% so (docs/perf/cpu.md). */
 AVX512_INLINE void gemm_k(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t n_rows,
                           const uint8_t *act, size_t as, size_t n_tok, size_t n, float *y,
                           size_t ys, int add)
@@ -474,21 +487,26 @@ AVX512_INLINE void gemm_k(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t 
         return;
     }
     const size_t nb = n / MVM_QK_K, bytes = mvm_k_block_bytes(t);
-    kacts A[2][KPIECE_SB];
-    float tile[32 * YTILE_STRIDE];
-    for (size_t t0 = 0; t0 < n_tok; t0 += 32) {
-        const int nt = n_tok - t0 < 32 ? (int)(n_tok - t0) : 32, NV = nt > 16 ? 2 : 1;
-        const int NR = NV == 2 ? 4 : 8, split = nt <= 8;
+    kacts A_stack[2][KPIECE_SB];
+    kacts *const heap = n_tok > 32 && mvm_k_is_iqgrid(t)
+                            ? aligned_alloc(64, KGROUPS * KPIECE_SB * sizeof *heap)
+                            : NULL;
+    const int groups = heap ? KGROUPS : 2;
+    kacts *A[KGROUPS] = {A_stack[0], A_stack[1], NULL, NULL};
+    for (int v = 0; heap && v < KGROUPS; v++)
+        A[v] = heap + (size_t)v * KPIECE_SB;
+    float tile[16 * KGROUPS * YTILE_STRIDE];
+    for (size_t t0 = 0; t0 < n_tok; t0 += (size_t)(16 * groups)) {
+        const int nt = n_tok - t0 < (size_t)(16 * groups) ? (int)(n_tok - t0) : 16 * groups;
+        const int NV = (nt + 15) / 16, NR = NV == 1 ? 8 : NV == 2 ? 4 : 2, split = nt <= 8;
         const uint8_t *a = act + t0 * as;
         for (size_t k0 = 0; k0 < nb; k0 += KPIECE_SB) {
             const size_t kn = nb - k0 < KPIECE_SB ? nb - k0 : KPIECE_SB;
             if (split)
                 kacts_fill(t, 1, a, as, nt, k0, kn, A[0]);
-            else
-                kacts_fill(t, 0, a, as, nt < 16 ? nt : 16, k0, kn, A[0]);
-            if (NV == 2)
-                kacts_fill(t, 0, a + 16 * as, as, nt - 16, k0, kn, A[1]);
-            kacts *const Av[2] = {A[0], A[1]};
+            for (int v = 0; v < NV && !split; v++)
+                kacts_fill(t, 0, a + (size_t)(16 * v) * as, as,
+                           nt - 16 * v < 16 ? nt - 16 * v : 16, k0, kn, A[v]);
             const int from_y = add || k0 > 0;
             for (size_t y0 = 0; y0 < n_rows; y0 += YTILE_ROWS) {
                 const int ny = n_rows - y0 < YTILE_ROWS ? (int)(n_rows - y0) : YTILE_ROWS;
@@ -501,20 +519,27 @@ AVX512_INLINE void gemm_k(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t 
                     for (int r = 0; r < NR; r++)
                         rows[r] = w + (y0 + (size_t)(b + (r < nr ? r : nr - 1))) * rb;
                     float *tb = tile + b;
-                    if (NV == 2)
-                        krows(t, 0, 4, 2, rows, rb, bytes, k0, kn, Av, tb, YTILE_STRIDE, nr, nt,
+                    if (NV == 4)
+                        krows(t, 0, 2, 4, rows, rb, bytes, k0, kn, A, tb, YTILE_STRIDE, nr, nt,
+                              from_y);
+                    else if (NV == 3)
+                        krows(t, 0, 2, 3, rows, rb, bytes, k0, kn, A, tb, YTILE_STRIDE, nr, nt,
+                              from_y);
+                    else if (NV == 2)
+                        krows(t, 0, 4, 2, rows, rb, bytes, k0, kn, A, tb, YTILE_STRIDE, nr, nt,
                               from_y);
                     else if (split)
-                        krows(t, 1, 8, 1, rows, rb, bytes, k0, kn, Av, tb, YTILE_STRIDE, nr, nt,
+                        krows(t, 1, 8, 1, rows, rb, bytes, k0, kn, A, tb, YTILE_STRIDE, nr, nt,
                               from_y);
                     else
-                        krows(t, 0, 8, 1, rows, rb, bytes, k0, kn, Av, tb, YTILE_STRIDE, nr, nt,
+                        krows(t, 0, 8, 1, rows, rb, bytes, k0, kn, A, tb, YTILE_STRIDE, nr, nt,
                               from_y);
                 }
                 ytile_move(yt, ys, tile, ny, nt, 1);
             }
         }
     }
+    free(heap);
 }
 
 #define GEMM_K(sfx, type)                                                                          \
