@@ -1,7 +1,8 @@
 /*
  * `moevm bench`: prompt processing and generation speed of a model, as llama.cpp's
  * llama-bench measures them (ppN: N prompt tokens in one evaluation; tgN: N tokens one at a
- * time; random token ids, a fresh KV cache each repetition, one untimed warm-up first), over
+ * time; random token ids, a fresh KV cache each repetition, one untimed warm-up first; the
+ * logits of each evaluation's last token computed, as llama-bench's are), over
  * a grid of thread counts and device budgets, so that a budget sweep shows what the expert
  * space costs. Each row adds what llama-bench cannot: the share of expert accesses that
  * found the expert resident, and the bytes moved into the budget per token.
@@ -230,6 +231,7 @@ struct bench_run {
     const mvm_machine *machine;
     uint64_t rng;
     int32_t *tokens; /* max(n_prompt, 1) ids */
+    float *logits;   /* n_vocab: each evaluation's last token's, as llama-bench computes them */
     int progress;    /* stderr is a terminal */
     mvm_bench_out *out;
 };
@@ -262,10 +264,10 @@ static mvm_status run_test(struct bench_run *r, mvm_ctx *ctx, int gen, struct re
     mvm_status st = MVM_OK;
     double t0 = mvm_now_s();
     if (!gen)
-        st = mvm_ctx_eval(ctx, r->tokens, n, NULL, 0);
+        st = mvm_ctx_eval(ctx, r->tokens, n, r->logits, 0);
     for (uint32_t i = 0; gen && i < n && st == MVM_OK; i++) {
         int32_t t = random_token(r); /* drawn while timed: a few ns against a forward pass */
-        st = mvm_ctx_eval(ctx, &t, 1, NULL, 0);
+        st = mvm_ctx_eval(ctx, &t, 1, r->logits, 0);
     }
     out->seconds = mvm_now_s() - t0;
     mvm_space_get_stats(r->model->space, &after);
@@ -386,7 +388,10 @@ static int bench_config(const struct bench_args *a, const mvm_machine *machine, 
         mvm_model_free(r.model);
         return rc;
     }
-    if (!(r.tokens = malloc((a->n_prompt ? a->n_prompt : 1) * sizeof *r.tokens))) {
+    r.tokens = malloc((a->n_prompt ? a->n_prompt : 1) * sizeof *r.tokens);
+    r.logits = malloc(r.model->hp.n_vocab * sizeof *r.logits);
+    if (!r.tokens || !r.logits) {
+        free(r.tokens), free(r.logits);
         mvm_model_free(r.model);
         return mvm_cli_error("bench", NULL);
     }
@@ -406,7 +411,7 @@ static int bench_config(const struct bench_args *a, const mvm_machine *machine, 
         rc = bench_test(&r, 0, row);
     if (!rc && a->n_gen)
         rc = bench_test(&r, 1, row);
-    free(r.tokens);
+    free(r.tokens), free(r.logits);
     mvm_model_free(r.model);
     return rc;
 }

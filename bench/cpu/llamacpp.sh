@@ -14,6 +14,8 @@
 #   RESULT bench=cpu_vs_llamacpp model=olmoe-3l type=q4_k_m test=pp512 threads=2
 #          moevm_tok_s=.. llamacpp_tok_s=.. ratio=..            (on one line)
 # usage: bash bench/cpu/llamacpp.sh [threads (2)] [rounds (3)] [layers (3)] [types ("q8_0 q4_k_m")]
+#                                   [preset (olmoe-1b-7b; any of moevm mkmodel --list's)]
+# (gpt-oss's files, for one: bash bench/cpu/llamacpp.sh 2 2 3 mxfp4_moe gpt-oss-20b)
 # Needs llama.cpp's CPU build (bash bench/llamacpp/build.sh cpu, git-ignored in .llamacpp/).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -21,6 +23,8 @@ threads=${1:-2}
 rounds=${2:-3}
 layers=${3:-3}
 types=${4:-"q8_0 q4_k_m"}
+preset=${5:-olmoe-1b-7b}
+name=${preset/olmoe-1b-7b/olmoe}-${layers}l # the files' and the RESULT lines' model
 bin=.llamacpp/build-cpu/bin
 die() { echo "bench/cpu/llamacpp.sh: $*" >&2; exit 1; }
 
@@ -32,16 +36,16 @@ export LD_LIBRARY_PATH=$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
 mkdir -p build/bench-models
 model() { # type -> path, made once
-    local f=build/bench-models/olmoe-${layers}l-$1.gguf
+    local f=build/bench-models/$name-$1.gguf
     if [ ! -f "$f" ]; then
         case $1 in
         q8_0 | iq1_* | iq2_xxs | iq2_xs | iq2_s | iq3_xxs | iq3_s)
             # the lattice-grid types llama-quantize makes only with an importance matrix:
             # moevm's plain quantizer writes valid files llama.cpp reads (kernels/cpu/iquant.c)
-            ./build/moevm mkmodel --preset olmoe-1b-7b --type "$1" --layers "$layers" -o "$f" >&2 ;;
+            ./build/moevm mkmodel --preset "$preset" --type "$1" --layers "$layers" -o "$f" >&2 ;;
         *) # what users download: llama-quantize's output from an F16 file
-            local f16=build/bench-models/olmoe-${layers}l-f16.tmp.gguf q=${1^^}
-            [ -f "$f16" ] || ./build/moevm mkmodel --preset olmoe-1b-7b --type f16 \
+            local f16=build/bench-models/$name-f16.tmp.gguf q=${1^^}
+            [ -f "$f16" ] || ./build/moevm mkmodel --preset "$preset" --type f16 \
                 --layers "$layers" -o "$f16" >&2
             "$bin/llama-quantize" "$f16" "$f" "$q" "$threads" >/dev/null 2>&1 ||
                 die "llama-quantize $f16 -> $q failed (a type llama-quantize --help lists?)" ;;
@@ -51,9 +55,9 @@ model() { # type -> path, made once
 }
 
 echo "== $(date -u +%Y-%m-%d) $(uname -m), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-echo "== $threads threads, $rounds rounds, OLMoE-1B-7B's shape with $layers layers"
+echo "== $threads threads, $rounds rounds, $preset's shape with $layers layers"
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp" build/bench-models/olmoe-${layers}l-f16.tmp.gguf' EXIT
+trap 'rm -rf "$tmp" build/bench-models/$name-f16.tmp.gguf' EXIT
 for t in $types; do
     m=$(model "$t")
     for r in $(seq "$rounds"); do
@@ -68,9 +72,9 @@ for t in $types; do
             >>"$tmp/moevm-$t.jsonl" || die "moevm bench on $m failed"
     done
 done
-python3 - "$tmp" "$threads" "$layers" $types <<'EOF'
+python3 - "$tmp" "$threads" "$name" $types <<'EOF'
 import json, sys
-tmp, threads, layers, types = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+tmp, threads, name, types = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 def best(path):
     out = {}
     for line in open(path):
@@ -86,7 +90,7 @@ for t in types:
     for test in ("pp64", "pp512", "tg128"):
         l, m = ll[test], mv[test]
         print(f"| {t} | {test} | {l:.1f} | {m:.1f} | {m / l:.2f}x |")
-        results.append(f"RESULT bench=cpu_vs_llamacpp model=olmoe-{layers}l type={t} test={test} "
+        results.append(f"RESULT bench=cpu_vs_llamacpp model={name} type={t} test={test} "
                        f"threads={threads} moevm_tok_s={m:.2f} llamacpp_tok_s={l:.2f} "
                        f"ratio={m / l:.3f}")
 print("\n".join(results))
