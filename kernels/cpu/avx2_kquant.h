@@ -283,6 +283,122 @@ AVX2_INLINE void avx512_kblock_q23(const uint8_t *qs, const uint8_t *hmask,
 }
 #endif
 
+#if MVM_K_AVX512
+/* Chunk c of a Q4_K/Q5_K super-block, quants 64c .. 64c + 63 in order: sub-block 2c from
+ * the low nibbles of qs[32c..], 2c+1 from the high ones, the fifth bits of Q5_K from bits
+ * 2c and 2c+1 of qh. The dot product's block and gemm_avx512vnni.c's rows take it. */
+AVX2_INLINE __m512i avx512_q45_chunk(const uint8_t *qs, const uint8_t *qh, int c)
+{
+    const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+    __m512i w = _mm512_and_si512(
+        _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1),
+        _mm512_set1_epi8(0x0F));
+    if (qh) {
+        const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)qh));
+        const __m512i shift = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * c)),
+                                                 _mm256_set1_epi16((short)(2 * c + 1)), 1);
+        w = _mm512_or_si512(w, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(h, shift),
+                                                                  _mm512_set1_epi8(1)),
+                                                 4));
+    }
+    return w;
+}
+
+/* Chunk c of a Q6_K super-block, quants 64c .. 64c + 63 (the -32 is the offset term):
+ * ql[64h..] nibbles (low for even c, high for odd), bits 4(c & 1) and 4(c & 1) + 2 of
+ * qh[32h..], h = c / 2. The dot product's block and gemm_avx512vnni.c's rows take it. */
+AVX2_INLINE __m512i avx512_q6_chunk(const mvm_block_q6_K *x, int c)
+{
+    const int h = c >> 1, s = 4 * (c & 1);
+    const __m512i lo = _mm512_and_si512(
+        _mm512_srli_epi16(_mm512_loadu_si512(x->ql + 64 * h), (unsigned)s), _mm512_set1_epi8(0x0F));
+    const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->qh + 32 * h)));
+    const __m512i shift = _mm512_inserti64x4(_mm512_set1_epi16((short)s),
+                                             _mm256_set1_epi16((short)(s + 2)), 1);
+    const __m512i hi = _mm512_and_si512(_mm512_srlv_epi16(qh, shift), _mm512_set1_epi8(3));
+    return _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));
+}
+
+/* 16 int32 lanes of sc32 spread over a vector of 64 quants, each lane the scale of its 4
+ * quants' sub-block: lane i takes sc32's lane first + i / per (per: lanes a sub-block). */
+AVX2_INLINE __m512i avx512_lane_scales(__m512i sc32, int first, int per)
+{
+    const __m512i i = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(first),
+                                         per == 4 ? _mm512_srli_epi32(i, 2) : _mm512_srli_epi32(i, 3));
+    return _mm512_permutexvar_epi32(idx, sc32);
+}
+
+/* avx2_kblock_q45 in 512-bit vectors, for the AVX-512 levels, as avx512_kblock_q23 is Q2_K's
+ * and Q3_K's: two sub-blocks of 32 a vector (avx512_q45_chunk), the token's quants
+ * multiplied 4 at a time (vpdpbusd, or maddubs and madd: quants at most 31, no int16
+ * saturation), each int32 lane then times its sub-block's scale (8 lanes a sub-block), the
+ * mins' term as avx2_kblock_q45's. The same integers and avx2_k45_finish, so the AVX2
+ * block's floats bit for bit. A decode of a Q4_K_M file spent half its time in the AVX2
+ * blocks of Q4_K and Q6_K, bound by their unpacking (docs/perf/cpu.md). */
+AVX2_INLINE void avx512_kblock_q45(const uint8_t *scales, uint16_t d, uint16_t dmin,
+                                   const uint8_t *qs, const uint8_t *qh,
+                                   const mvm_block_q8_K *const a[], const int nt, float r[])
+{
+    uint32_t u[4];
+    avx2_k45_scales(scales, u);
+    const __m128i each_min_twice =
+        _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+    const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(
+        _mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]), each_min_twice));
+    const __m512i sc32 = _mm512_cvtepu8_epi32(_mm_set_epi32(0, 0, (int)u[1], (int)u[0]));
+    __m512i q[4], sc[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+        q[c] = avx512_q45_chunk(qs, qh, c);
+        sc[c] = avx512_lane_scales(sc32, 2 * c, 8);
+    }
+    for (int i = 0; i < nt; i++) {
+        __m512i acc = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            const __m512i aq = _mm512_loadu_si512(a[i]->qs + 64 * c);
+            acc = _mm512_add_epi32(
+                acc, _mm512_mullo_epi32(avx512_dpbusd(_mm512_setzero_si512(), q[c], aq), sc[c]));
+        }
+        const int32_t msum = avx2_hsum_i32(
+            _mm256_madd_epi16(mins16, _mm256_loadu_si256((const __m256i *)a[i]->bsums)));
+        r[i] = avx2_k45_finish(a[i]->d, d, dmin, _mm512_reduce_add_epi32(acc), msum);
+    }
+}
+
+/* avx2_kblock_q6 in 512-bit vectors, the same way: four sub-blocks of 16 a vector
+ * (avx512_q6_chunk, quants unsigned, at most 63: no int16 saturation without VNNI), each
+ * int32 lane times its sub-block's signed scale (4 lanes a sub-block), the -32 taken off
+ * through the scales against bsums; the AVX2 block's integers, so its floats. */
+AVX2_INLINE void avx512_kblock_q6(const mvm_block_q6_K *x, const mvm_block_q8_K *const a[],
+                                  const int nt, float r[])
+{
+    const __m128i s8 = _mm_loadu_si128((const __m128i *)x->scales);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(s8);
+    const __m512i sc32 = _mm512_cvtepi8_epi32(s8);
+    __m512i q[4], sc[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+        q[c] = avx512_q6_chunk(x, c);
+        sc[c] = avx512_lane_scales(sc32, 4 * c, 4);
+    }
+    for (int i = 0; i < nt; i++) {
+        __m512i acc = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            const __m512i aq = _mm512_loadu_si512(a[i]->qs + 64 * c);
+            acc = _mm512_add_epi32(
+                acc, _mm512_mullo_epi32(avx512_dpbusd(_mm512_setzero_si512(), q[c], aq), sc[c]));
+        }
+        const int32_t offset = avx2_hsum_i32(
+            _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)a[i]->bsums)));
+        r[i] = a[i]->d *
+               (mvm_k_h2f(x->d) * (float)(_mm512_reduce_add_epi32(acc) - 32 * offset));
+    }
+}
+#endif
+
 /* IQ4_XS's 8 sub-block scales less 32, as int16 in both 128-bit lanes: the nibbles of
  * scales_l and the bit pairs of scales_h spread to a byte each by shifts and masks, rather
  * than each scale unpacked by itself (mvm_k_iq4xs_scale) and broadcast. A first kernel did
@@ -506,22 +622,32 @@ AVX2_INLINE void avx2_kblock(enum mvm_wtype t, const uint8_t *blk, const mvm_blo
         break;
     }
 #undef KBLOCK_Q23
+#if MVM_K_AVX512
+#define KBLOCK_Q45 avx512_kblock_q45
+#else
+#define KBLOCK_Q45 avx2_kblock_q45
+#endif
     case MVM_W_Q4_K: {
         const mvm_block_q4_K *x = (const mvm_block_q4_K *)blk;
-        avx2_kblock_q45(x->scales, x->d, x->dmin, x->qs, NULL, a, nt, r);
+        KBLOCK_Q45(x->scales, x->d, x->dmin, x->qs, NULL, a, nt, r);
         break;
     }
     case MVM_W_Q5_K: {
         const mvm_block_q5_K *x = (const mvm_block_q5_K *)blk;
-        avx2_kblock_q45(x->scales, x->d, x->dmin, x->qs, x->qh, a, nt, r);
+        KBLOCK_Q45(x->scales, x->d, x->dmin, x->qs, x->qh, a, nt, r);
         break;
     }
+#undef KBLOCK_Q45
 #if MVM_K_AVX512
     case MVM_W_IQ4_XS: avx512_kblock_iq4xs((const mvm_block_iq4_xs *)blk, a, nt, r); break;
 #else
     case MVM_W_IQ4_XS: avx2_kblock_iq4xs((const mvm_block_iq4_xs *)blk, a, nt, r); break;
 #endif
+#if MVM_K_AVX512
+    case MVM_W_Q6_K: avx512_kblock_q6((const mvm_block_q6_K *)blk, a, nt, r); break;
+#else
     case MVM_W_Q6_K: avx2_kblock_q6((const mvm_block_q6_K *)blk, a, nt, r); break;
+#endif
     default: avx2_kblock_iqgrid(t, blk, a, nt, r); break;
     }
 }

@@ -103,41 +103,6 @@ AVX512_INLINE void kacts_fill(enum mvm_wtype t, int split, const uint8_t *act, s
     }
 }
 
-/* Chunk c of a Q4_K/Q5_K super-block, quants 64c .. 64c + 63 in order: sub-block 2c from
- * the low nibbles of qs[32c..], 2c+1 from the high ones, the fifth bits of Q5_K from bits
- * 2c and 2c+1 of qh. */
-AVX512_INLINE __m512i q45_chunk(const uint8_t *qs, const uint8_t *qh, int c)
-{
-    const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
-    __m512i w = _mm512_and_si512(
-        _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1),
-        _mm512_set1_epi8(0x0F));
-    if (qh) {
-        const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)qh));
-        const __m512i shift = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * c)),
-                                                 _mm256_set1_epi16((short)(2 * c + 1)), 1);
-        w = _mm512_or_si512(w, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(h, shift),
-                                                                  _mm512_set1_epi8(1)),
-                                                 4));
-    }
-    return w;
-}
-
-/* Chunk c of a Q6_K super-block, quants 64c .. 64c + 63 (the -32 is the offset term):
- * ql[64h..] nibbles (low for even c, high for odd), bits 4(c & 1) and 4(c & 1) + 2 of
- * qh[32h..], h = c / 2. */
-AVX512_INLINE __m512i q6_chunk(const mvm_block_q6_K *x, int c)
-{
-    const int h = c >> 1, s = 4 * (c & 1);
-    const __m512i lo = _mm512_and_si512(
-        _mm512_srli_epi16(_mm512_loadu_si512(x->ql + 64 * h), (unsigned)s), _mm512_set1_epi8(0x0F));
-    const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->qh + 32 * h)));
-    const __m512i shift = _mm512_inserti64x4(_mm512_set1_epi16((short)s),
-                                             _mm256_set1_epi16((short)(s + 2)), 1);
-    const __m512i hi = _mm512_and_si512(_mm512_srlv_epi16(qh, shift), _mm512_set1_epi8(3));
-    return _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));
-}
-
 /* Chunks 2c and 2c + 1 of a lattice-grid super-block (kernels/iqgrid.h), quants 64c .. 64c
  * + 63 in order, each + 64 (the offset term takes the 64 off; |q| is at most 62), as
  * avx2_iq_chunk expands them for the dot product; their four sub-blocks' scales in s[4c ..]. */
@@ -222,7 +187,7 @@ AVX512_INLINE void krow_fill(enum mvm_wtype t, int split, const uint8_t *b, krow
         const int q3 = t == MVM_W_Q3_K;
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++)
-            c[i] = q3 ? avx512_q23_chunk(x3->qs, x3->hmask, i) : q6_chunk(x, i);
+            c[i] = q3 ? avx512_q23_chunk(x3->qs, x3->hmask, i) : avx512_q6_chunk(x, i);
         const __m128i s8 = q3 ? avx2_q3_scales(x3->scales) /* less 32 */
                               : _mm_loadu_si128((const __m128i *)x->scales);
         sc = _mm512_cvtepi8_epi32(s8);
@@ -246,7 +211,7 @@ AVX512_INLINE void krow_fill(enum mvm_wtype t, int split, const uint8_t *b, krow
         const int q5 = t == MVM_W_Q5_K;
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++)
-            c[i] = q45_chunk(q5 ? x5->qs : x4->qs, q5 ? x5->qh : NULL, i);
+            c[i] = avx512_q45_chunk(q5 ? x5->qs : x4->qs, q5 ? x5->qh : NULL, i);
         uint32_t u[4];
         avx2_k45_scales(x4->scales, u); /* the 8 scales, then the 8 mins */
         sc = _mm512_cvtepu8_epi32(_mm_set_epi32(0, 0, (int)u[1], (int)u[0]));
