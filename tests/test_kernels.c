@@ -1048,9 +1048,9 @@ static void test_matvec(void)
 
 /* matmul equals matvec token by token, bitwise, and leaves the stride gaps alone, for every
  * count of tokens the multi-token kernels take (1..MVM_K_NT) and the remainders after them
- * (the multi-row kernels' blocks of 8 rows by 16 tokens, the K-quants' 4 by 32, and the
- * lattice-grid types' 2 by 48 or 64, cut short by 7 rows and 5, 7, 9, 16, 17, 33, 50, 70
- * tokens); the rows are long enough for the Q
+ * (the multi-row kernels' blocks of 8 rows by 16 tokens, the K-quants' 4 by 32, and
+ * gemm_k_wide's rows unpacked once for up to 128 tokens, cut short by 7 rows and 5, 7, 9,
+ * 16, 17, 33, 50, 70, 130 tokens); the rows are long enough for the Q
  * kernels' 8-block steps and their tails (9 blocks), and the K types' 17
  * super-blocks for gemm_avx512vnni.c's pieces of 8 and the one after them; 20 tokens of
  * 4096 floats exceed the 256 KiB token tile, so the tiling is crossed too. The K types have
@@ -1058,7 +1058,7 @@ static void test_matvec(void)
  * one cut short, and its prefetches across them. */
 static void test_matmul(void)
 {
-    static const size_t counts[] = {1, 2, 3, 4, 5, 7, 9, 16, 17, 33, 50, 70};
+    static const size_t counts[] = {1, 2, 3, 4, 5, 7, 9, 16, 17, 33, 50, 70, 130};
     for (int tl = 0; tl < 3 * MVM_W_COUNT; tl++) {
         /* the Q types twice: 9 blocks (a step and a tail), and 16 (whole steps: the Q8_0
          * kernel's split groups of up to 8 tokens) */
@@ -1082,22 +1082,34 @@ static void test_matmul(void)
                 fill(x, n, 1.0f);
                 mvm_k_prepare_act(p.t, x, acts + i * act_stride, n);
             }
-            for (size_t i = 0; i < n_tok * y_stride; i++)
-                y[i] = NAN;
-            mvm_k_matmul(p.t, p.w, p.row_bytes, n, acts, act_stride, n_tok, y, y_stride, r0, r1);
-            int bad = 0;
-            for (size_t i = 0; i < n_tok; i++) {
-                for (size_t r = 0; r < rows; r++)
-                    yv[r] = NAN;
-                mvm_k_matvec(p.t, p.w, p.row_bytes, n, acts + i * act_stride, yv, r0, r1);
-                for (size_t r = 0; r < y_stride; r++) {
-                    const float got = y[i * y_stride + r];
-                    bad += r >= r0 && r < r1 ? memcmp(&got, &yv[r], sizeof got) != 0 : !isnan(got);
+            /* matmul, then (where the level has one) its multi-row kernel on all the tokens
+             * at once, past matmul's tiling of them: gemm_k_wide's 128 at a time */
+            const mvm_k_gemm_fn gemm = mvm_k_gemm(p.t, n_tok);
+            for (int direct = 0; direct < 1 + (gemm != NULL); direct++) {
+                for (size_t i = 0; i < n_tok * y_stride; i++)
+                    y[i] = NAN;
+                if (direct)
+                    gemm(p.w + r0 * p.row_bytes, p.row_bytes, r1 - r0, acts, act_stride, n_tok, n,
+                         y + r0, y_stride, 0);
+                else
+                    mvm_k_matmul(p.t, p.w, p.row_bytes, n, acts, act_stride, n_tok, y, y_stride,
+                                 r0, r1);
+                int bad = 0;
+                for (size_t i = 0; i < n_tok; i++) {
+                    for (size_t r = 0; r < rows; r++)
+                        yv[r] = NAN;
+                    mvm_k_matvec(p.t, p.w, p.row_bytes, n, acts + i * act_stride, yv, r0, r1);
+                    for (size_t r = 0; r < y_stride; r++) {
+                        const float got = y[i * y_stride + r];
+                        bad += r >= r0 && r < r1 ? memcmp(&got, &yv[r], sizeof got) != 0
+                                                 : !isnan(got);
+                    }
                 }
+                CHECK(bad == 0);
+                if (bad)
+                    fprintf(stderr, "  %s %s, %zu tokens: %d bad\n",
+                            direct ? "level gemm" : "matmul", tname(t), n_tok, bad);
             }
-            CHECK(bad == 0);
-            if (bad)
-                fprintf(stderr, "  matmul %s, %zu tokens: %d bad\n", tname(t), n_tok, bad);
             free(acts), free(x), free(y);
         }
         free_problem(&p);
@@ -1121,7 +1133,7 @@ typedef struct {
  * Q4_K / Q5_K fall back to when the expert's channels are not whole super-blocks, the
  * IQ4_NL of Q2_K, Q3_K and IQ4_XS); and
  * gpt-oss's unit over a float, an MXFP4 (its files') and a 256-channel K group; and two
- * lattice-grid types, which expert.c takes 64 tokens at a time. */
+ * lattice-grid types (the untiled super-block types expert.c takes 64 tokens at a time). */
 static const mvm_k_expert_fmt expert_fmts[] = {
     {MVM_W_F32, MVM_W_F32},   {MVM_W_F16, MVM_W_F16},   {MVM_W_BF16, MVM_W_BF16},
     {MVM_W_Q8_0, MVM_W_Q8_0}, {MVM_W_Q4_0, MVM_W_Q4_0}, {MVM_W_Q4_K, MVM_W_Q4_K},
@@ -1341,7 +1353,7 @@ static void check_expert_batch(size_t fi, const expert *e, size_t n_embd, size_t
 
 /* 1..MVM_K_NT tokens (each count of the multi-token kernels), 11 (two full steps of them
  * and a remainder of 3; with the rows in the lanes, 8 + 2 + 1), 37 (expert.c's 32 tokens
- * at once, then 5: a tile cut short) and 70 (the grid types' 64, then 6), at both of expert_embd's sizes (the K types' gate and
+ * at once, then 5: a tile cut short) and 70 (the untiled K types' 64, then 6), at both of expert_embd's sizes (the K types' gate and
  * up rows of one super-block and of three, the two kernels for few tokens). Where the level
  * tiles the format, the tiled expert too, group by group (each count of the tile kernel's
  * token steps: 8, 4, 2, 1). */

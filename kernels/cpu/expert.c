@@ -35,11 +35,13 @@ static const void *down_acts(enum mvm_wtype t, const float h[][MVM_QK_K], size_t
  * OLMoE's shape) are read from L2 once for this many tokens, and the multi-row kernels take
  * them as two groups of 16 lanes, each row unpacked once for both. 32 against 16: +12%
  * Q4_K_M prefill on a 2-core EPYC (3 alternating runs of each; 64 no better, measured with
- * the earlier tiles), for 73 KiB of stack (the intermediate activations). The lattice-grid
- * types, whose rows cost the most to unpack, take twice that (GRID_TOKENS, the multi-row
- * kernel's four groups), their intermediate activations on the heap. */
+ * the earlier tiles), for 73 KiB of stack (the intermediate activations). The untiled
+ * super-block types take twice that (WIDE_TOKENS, their intermediate activations on the
+ * heap): the multi-row kernel then unpacks each row once for 64 tokens (gemm_k_wide in
+ * gemm_avx512vnni.c), which the lattice-grid types, whose rows cost the most to unpack,
+ * need most. */
 #define GROUP_TOKENS 32
-#define GRID_TOKENS 64
+#define WIDE_TOKENS 64
 
 /* A batch's intermediate activations: gate's (then the unit's) and up's outputs, and the
  * former quantized for down, for up to n tokens. */
@@ -115,13 +117,13 @@ void mvm_k_expert_ffn_batch(mvm_k_expert_fmt f, const void *expert, size_t n_emb
                             const void *act, size_t act_stride, const float *weights,
                             size_t n_tok, float *out, size_t out_stride, size_t g0, size_t g1)
 {
-    if (n_tok > GROUP_TOKENS && (mvm_k_is_iqgrid(f.gate_up) || mvm_k_is_iqgrid(f.down))) {
-        glu_bufs heap = {malloc(GRID_TOKENS * sizeof *heap.h), malloc(GRID_TOKENS * sizeof *heap.u),
-                         malloc(GRID_TOKENS * sizeof *heap.q)};
+    if (n_tok > GROUP_TOKENS && !f.tiles && (mvm_k_is_k(f.gate_up) || mvm_k_is_k(f.down))) {
+        glu_bufs heap = {malloc(WIDE_TOKENS * sizeof *heap.h), malloc(WIDE_TOKENS * sizeof *heap.u),
+                         malloc(WIDE_TOKENS * sizeof *heap.q)};
         const int ok = heap.h && heap.u && heap.q;
         if (ok)
             ffn_groups(f, expert, n_embd, act, act_stride, weights, n_tok, out, out_stride, g0,
-                       g1, GRID_TOKENS, heap);
+                       g1, WIDE_TOKENS, heap);
         free(heap.h), free(heap.u), free(heap.q);
         if (ok)
             return;

@@ -239,7 +239,7 @@ AVX512_INLINE void krow_fill(enum mvm_wtype t, int split, const uint8_t *b, krow
 }
 
 /* Token groups a block of rows takes at most (NR x NV <= 8 accumulators). */
-#define KGROUPS 4
+#define KGROUPS 2
 
 /* NR rows by NV token groups of int32 accumulators, zeroed (unrolled: they stay registers). */
 AVX512_INLINE void zero_pairs(int NR, int NV, __m512i a[8][KGROUPS])
@@ -340,12 +340,27 @@ AVX512_INLINE void ksb(enum mvm_wtype t, int split, int NR, int NV, const krow *
         }
 }
 
+/* The NR rows' super-blocks k0 .. k0 + kn - 1 unpacked into R[k·NR + r], each row's next
+ * block of rows prefetched (a block's time ahead of its use: one super-block ahead came too
+ * late for weights read from memory). */
+AVX512_INLINE void krows_fill(enum mvm_wtype t, int split, int NR, const uint8_t *const rows[],
+                              size_t rb, size_t bytes, size_t k0, size_t kn, krow *R)
+{
+    for (size_t k = 0; k < kn; k++)
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++) {
+            avx2_prefetch(rows[r] + (size_t)NR * rb + (k0 + k) * bytes, bytes);
+            krow_fill(t, split, rows[r] + (k0 + k) * bytes, &R[k * (size_t)NR + (size_t)r]);
+        }
+}
+
 /* NR rows from rows[] (kn super-blocks from k0) against NV token groups' kacts A[v]: each
- * pair's sum starts at its y (from_y) or 0. Taken as 8 rows by 16 tokens, 4 rows by 32
- * tokens, or 2 rows by 48 or 64 (y's block is read and written as 8 x 16 a group, its rows
- * past NR unused), so that a row's super-block is unpacked once for up to 64 tokens. */
+ * pair's sum starts at its y (from_y) or 0. Taken as 8 rows by 16 tokens, or 4 rows by 32
+ * tokens (y's block is read and written as 8 x 16 a group, its rows past NR unused). The
+ * rows are unpacked here, super-block by super-block, or come unpacked in Rc (krows_fill's
+ * R) when the caller reuses them for several calls. */
 AVX512_INLINE void krows(enum mvm_wtype t, int split, int NR, int NV, const uint8_t *const rows[],
-                         size_t rb, size_t bytes, size_t k0, size_t kn,
+                         size_t rb, size_t bytes, size_t k0, size_t kn, const krow *Rc,
                          kacts *const A[KGROUPS], float *y, size_t ys, int nr, int nt,
                          int from_y)
 {
@@ -376,14 +391,11 @@ AVX512_INLINE void krows(enum mvm_wtype t, int split, int NR, int NV, const uint
     for (size_t k = 0; k < kn; k++) {
         krow R[8];
         const krow *Rp[8];
+        if (!Rc)
+            krows_fill(t, split, NR, rows, rb, bytes, k0 + k, 1, R);
 #pragma GCC unroll 8
-        for (int r = 0; r < NR; r++) {
-            /* the next block of rows' super-block: a block's time ahead of its use (one
-             * super-block ahead came too late for weights read from memory) */
-            avx2_prefetch(rows[r] + (size_t)NR * rb + (k0 + k) * bytes, bytes);
-            krow_fill(t, split, rows[r] + (k0 + k) * bytes, &R[r]);
-            Rp[r] = &R[r];
-        }
+        for (int r = 0; r < NR; r++)
+            Rp[r] = Rc ? &Rc[k * (size_t)NR + (size_t)r] : &R[r];
         const kacts *Ak[KGROUPS];
 #pragma GCC unroll 4
         for (int v = 0; v < NV; v++)
@@ -409,7 +421,7 @@ AVX512_INLINE void krows(enum mvm_wtype t, int split, int NR, int NV, const uint
     }
 }
 
-/* y's block of up to 64 tokens by YTILE_ROWS rows is staged in a buffer of YTILE_STRIDE
+/* y's block of tokens by YTILE_ROWS rows is staged in a buffer of YTILE_STRIDE
  * floats a token. y's tokens are often a power of two of floats apart (n_embd: 8 KiB for
  * OLMoE), which puts a block's 16 to 32 token lines in one L1 set of 8 ways: written 8 rows
  * (half a line) at a time, each line was evicted before its other half came and fetched
@@ -435,14 +447,71 @@ AVX512_INLINE void ytile_move(float *y, size_t ys, float *tile, int nr, int nt, 
     }
 }
 
+/* Tokens a call of more than 32 takes at once (gemm_k_wide): their activations' pieces
+ * (4.7 KiB a token group and super-block) and y's tile on the heap, 300 KiB at most. */
+#define KWIDE_TOKENS 128
+
+/* More than 32 tokens: each block of 4 rows is unpacked once (krows_fill) for up to 128
+ * of them, then taken against 32 tokens at a time, as llama.cpp's tiled path unpacks a
+ * tile once for all its tokens. With the rows unpacked once per 32 tokens, as gemm_k takes
+ * them, the lattice-grid types (grid entries by scalar loads) spent about half as long
+ * unpacking as multiplying. One thread, 1024 rows x 2048, 112 tokens (a prompt's
+ * projection), GMAC/s: IQ3_XXS 221 -> 264, IQ2_XXS 238 -> 282, Q5_K 267 -> 349, Q6_K 255
+ * -> 314, Q4_K 308 -> 343 (docs/perf/cpu.md). 0 where the heap fails. */
+AVX512_INLINE int gemm_k_wide(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t n_rows,
+                              const uint8_t *act, size_t as, size_t n_tok, size_t n, float *y,
+                              size_t ys, int add)
+{
+    const size_t nb = n / MVM_QK_K, bytes = mvm_k_block_bytes(t);
+    kacts *A = aligned_alloc(64, KWIDE_TOKENS / 16 * KPIECE_SB * sizeof *A);
+    float *tile = aligned_alloc(64, KWIDE_TOKENS * YTILE_STRIDE * sizeof *tile);
+    krow *R = aligned_alloc(64, 4 * KPIECE_SB * sizeof *R);
+    const int ok = A && tile && R;
+    for (size_t c0 = 0; ok && c0 < n_tok; c0 += KWIDE_TOKENS) {
+        const int nc = n_tok - c0 < KWIDE_TOKENS ? (int)(n_tok - c0) : KWIDE_TOKENS;
+        const int ng = (nc + 15) / 16;
+        const uint8_t *a = act + c0 * as;
+        for (size_t k0 = 0; k0 < nb; k0 += KPIECE_SB) {
+            const size_t kn = nb - k0 < KPIECE_SB ? nb - k0 : KPIECE_SB;
+            for (int g = 0; g < ng; g++)
+                kacts_fill(t, 0, a + (size_t)(16 * g) * as, as,
+                           nc - 16 * g < 16 ? nc - 16 * g : 16, k0, kn, A + g * KPIECE_SB);
+            const int from_y = add || k0 > 0;
+            for (size_t y0 = 0; y0 < n_rows; y0 += YTILE_ROWS) {
+                const int ny = n_rows - y0 < YTILE_ROWS ? (int)(n_rows - y0) : YTILE_ROWS;
+                float *yt = y + c0 * ys + y0;
+                if (from_y)
+                    ytile_move(yt, ys, tile, ny, nc, 0);
+                for (int b = 0; b < ny; b += 4) {
+                    const int nr = ny - b < 4 ? ny - b : 4;
+                    const uint8_t *rows[4];
+                    for (int r = 0; r < 4; r++)
+                        rows[r] = w + (y0 + (size_t)(b + (r < nr ? r : nr - 1))) * rb;
+                    krows_fill(t, 0, 4, rows, rb, bytes, k0, kn, R);
+                    for (int g = 0; g < ng; g += 2) {
+                        kacts *const Av[KGROUPS] = {A + g * KPIECE_SB,
+                                                    A + (g + 1 < ng ? g + 1 : g) * KPIECE_SB};
+                        const int nt = nc - 16 * g < 32 ? nc - 16 * g : 32;
+                        float *tb = tile + (size_t)(16 * g) * YTILE_STRIDE + b;
+                        if (nt > 16)
+                            krows(t, 0, 4, 2, rows, rb, bytes, k0, kn, R, Av, tb, YTILE_STRIDE,
+                                  nr, nt, from_y);
+                        else
+                            krows(t, 0, 4, 1, rows, rb, bytes, k0, kn, R, Av, tb, YTILE_STRIDE,
+                                  nr, nt, from_y);
+                    }
+                }
+                ytile_move(yt, ys, tile, ny, nc, 1);
+            }
+        }
+    }
+    free(A), free(tile), free(R);
+    return ok;
+}
+
 /* Up to 32 tokens at a time (two groups: 4 rows a block), or 16 (8 rows), or up to 8 (8
- * rows, split): at most 8 pairs of accumulators, enough to hide vpdpbusd's latency. Each
- * row's super-block is unpacked once per krows, for the tokens of its groups. The
- * lattice-grid types, whose unpacking (grid entries one scalar load at a time) costs about
- * half what 32 tokens' products do, take up to 64 tokens (three or four groups, 2 rows a
- * block), their activations on the heap (four groups' pieces, 150 KiB; where that fails,
- * two groups at a time from the stack): IQ3_XXS 196 -> 230 GMAC/s at 64 tokens, IQ2_XXS
- * 232 -> 245; the other types lost up to 9% so (docs/perf/cpu.md). */
+ * rows, split): 8 pairs of accumulators each way, enough to hide vpdpbusd's latency; more
+ * than 32, gemm_k_wide. */
 AVX512_INLINE void gemm_k(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t n_rows,
                           const uint8_t *act, size_t as, size_t n_tok, size_t n, float *y,
                           size_t ys, int add)
@@ -451,27 +520,24 @@ AVX512_INLINE void gemm_k(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t 
         mvm_k_gemm_rows_vnni(t, w, rb, n_rows, act, as, n_tok, n, y, ys, add);
         return;
     }
+    if (n_tok > 32 && gemm_k_wide(t, w, rb, n_rows, act, as, n_tok, n, y, ys, add))
+        return;
     const size_t nb = n / MVM_QK_K, bytes = mvm_k_block_bytes(t);
-    kacts A_stack[2][KPIECE_SB];
-    kacts *const heap = n_tok > 32 && mvm_k_is_iqgrid(t)
-                            ? aligned_alloc(64, KGROUPS * KPIECE_SB * sizeof *heap)
-                            : NULL;
-    const int groups = heap ? KGROUPS : 2;
-    kacts *A[KGROUPS] = {A_stack[0], A_stack[1], NULL, NULL};
-    for (int v = 0; heap && v < KGROUPS; v++)
-        A[v] = heap + (size_t)v * KPIECE_SB;
-    float tile[16 * KGROUPS * YTILE_STRIDE];
-    for (size_t t0 = 0; t0 < n_tok; t0 += (size_t)(16 * groups)) {
-        const int nt = n_tok - t0 < (size_t)(16 * groups) ? (int)(n_tok - t0) : 16 * groups;
-        const int NV = (nt + 15) / 16, NR = NV == 1 ? 8 : NV == 2 ? 4 : 2, split = nt <= 8;
+    kacts A[KGROUPS][KPIECE_SB];
+    float tile[32 * YTILE_STRIDE];
+    for (size_t t0 = 0; t0 < n_tok; t0 += 32) {
+        const int nt = n_tok - t0 < 32 ? (int)(n_tok - t0) : 32, NV = nt > 16 ? 2 : 1;
+        const int NR = NV == 2 ? 4 : 8, split = nt <= 8;
         const uint8_t *a = act + t0 * as;
         for (size_t k0 = 0; k0 < nb; k0 += KPIECE_SB) {
             const size_t kn = nb - k0 < KPIECE_SB ? nb - k0 : KPIECE_SB;
             if (split)
                 kacts_fill(t, 1, a, as, nt, k0, kn, A[0]);
-            for (int v = 0; v < NV && !split; v++)
-                kacts_fill(t, 0, a + (size_t)(16 * v) * as, as,
-                           nt - 16 * v < 16 ? nt - 16 * v : 16, k0, kn, A[v]);
+            else
+                kacts_fill(t, 0, a, as, nt < 16 ? nt : 16, k0, kn, A[0]);
+            if (NV == 2)
+                kacts_fill(t, 0, a + 16 * as, as, nt - 16, k0, kn, A[1]);
+            kacts *const Av[KGROUPS] = {A[0], A[1]};
             const int from_y = add || k0 > 0;
             for (size_t y0 = 0; y0 < n_rows; y0 += YTILE_ROWS) {
                 const int ny = n_rows - y0 < YTILE_ROWS ? (int)(n_rows - y0) : YTILE_ROWS;
@@ -484,27 +550,20 @@ AVX512_INLINE void gemm_k(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t 
                     for (int r = 0; r < NR; r++)
                         rows[r] = w + (y0 + (size_t)(b + (r < nr ? r : nr - 1))) * rb;
                     float *tb = tile + b;
-                    if (NV == 4)
-                        krows(t, 0, 2, 4, rows, rb, bytes, k0, kn, A, tb, YTILE_STRIDE, nr, nt,
-                              from_y);
-                    else if (NV == 3)
-                        krows(t, 0, 2, 3, rows, rb, bytes, k0, kn, A, tb, YTILE_STRIDE, nr, nt,
-                              from_y);
-                    else if (NV == 2)
-                        krows(t, 0, 4, 2, rows, rb, bytes, k0, kn, A, tb, YTILE_STRIDE, nr, nt,
-                              from_y);
+                    if (NV == 2)
+                        krows(t, 0, 4, 2, rows, rb, bytes, k0, kn, NULL, Av, tb, YTILE_STRIDE,
+                              nr, nt, from_y);
                     else if (split)
-                        krows(t, 1, 8, 1, rows, rb, bytes, k0, kn, A, tb, YTILE_STRIDE, nr, nt,
-                              from_y);
+                        krows(t, 1, 8, 1, rows, rb, bytes, k0, kn, NULL, Av, tb, YTILE_STRIDE,
+                              nr, nt, from_y);
                     else
-                        krows(t, 0, 8, 1, rows, rb, bytes, k0, kn, A, tb, YTILE_STRIDE, nr, nt,
-                              from_y);
+                        krows(t, 0, 8, 1, rows, rb, bytes, k0, kn, NULL, Av, tb, YTILE_STRIDE,
+                              nr, nt, from_y);
                 }
                 ytile_move(yt, ys, tile, ny, nt, 1);
             }
         }
     }
-    free(heap);
 }
 
 #define GEMM_K(sfx, type)                                                                          \
