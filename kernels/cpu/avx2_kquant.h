@@ -235,6 +235,21 @@ AVX2_INLINE __m512i avx512_dpbusd(__m512i acc, __m512i u, __m512i s)
 #endif
 }
 
+/* A token's sum over a super-block of each sub-block's scale times its products: q[c] the
+ * quants 64c .. 64c + 63 (unsigned), sc[c] each int32 lane's scale, aqs the token's 256
+ * quants. */
+AVX2_INLINE int32_t avx512_ksum(const __m512i q[4], const __m512i sc[4], const int8_t *aqs)
+{
+    __m512i acc = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+        const __m512i aq = _mm512_loadu_si512(aqs + 64 * c);
+        acc = _mm512_add_epi32(
+            acc, _mm512_mullo_epi32(avx512_dpbusd(_mm512_setzero_si512(), q[c], aq), sc[c]));
+    }
+    return _mm512_reduce_add_epi32(acc);
+}
+
 /* avx2_kblock_q23 in 512-bit vectors, for the AVX-512 levels: a super-block's 256 quants in
  * four vectors of 64 (avx512_q23_chunk), multiplied with the token's quants 4 at a time
  * (vpdpbusd, or maddubs and madd without VNNI: the quants are at most 7, so no int16
@@ -264,14 +279,7 @@ AVX2_INLINE void avx512_kblock_q23(const uint8_t *qs, const uint8_t *hmask,
     }
     for (int i = 0; i < nt; i++) {
         const __m256i bsums = _mm256_loadu_si256((const __m256i *)a[i]->bsums);
-        __m512i acc = _mm512_setzero_si512();
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) {
-            const __m512i aq = _mm512_loadu_si512(a[i]->qs + 64 * k);
-            acc = _mm512_add_epi32(
-                acc, _mm512_mullo_epi32(avx512_dpbusd(_mm512_setzero_si512(), q[k], aq), sc[k]));
-        }
-        const int32_t sum = _mm512_reduce_add_epi32(acc);
+        const int32_t sum = avx512_ksum(q, sc, a[i]->qs);
         if (hmask) {
             const int32_t offset = avx2_hsum_i32(_mm256_madd_epi16(sc16, bsums));
             r[i] = a[i]->d * (mvm_k_h2f(d) * (float)(sum - 4 * offset));
@@ -354,16 +362,9 @@ AVX2_INLINE void avx512_kblock_q45(const uint8_t *scales, uint16_t d, uint16_t d
         sc[c] = avx512_lane_scales(sc32, 2 * c, 8);
     }
     for (int i = 0; i < nt; i++) {
-        __m512i acc = _mm512_setzero_si512();
-#pragma GCC unroll 4
-        for (int c = 0; c < 4; c++) {
-            const __m512i aq = _mm512_loadu_si512(a[i]->qs + 64 * c);
-            acc = _mm512_add_epi32(
-                acc, _mm512_mullo_epi32(avx512_dpbusd(_mm512_setzero_si512(), q[c], aq), sc[c]));
-        }
         const int32_t msum = avx2_hsum_i32(
             _mm256_madd_epi16(mins16, _mm256_loadu_si256((const __m256i *)a[i]->bsums)));
-        r[i] = avx2_k45_finish(a[i]->d, d, dmin, _mm512_reduce_add_epi32(acc), msum);
+        r[i] = avx2_k45_finish(a[i]->d, d, dmin, avx512_ksum(q, sc, a[i]->qs), msum);
     }
 }
 
@@ -384,17 +385,10 @@ AVX2_INLINE void avx512_kblock_q6(const mvm_block_q6_K *x, const mvm_block_q8_K 
         sc[c] = avx512_lane_scales(sc32, 4 * c, 4);
     }
     for (int i = 0; i < nt; i++) {
-        __m512i acc = _mm512_setzero_si512();
-#pragma GCC unroll 4
-        for (int c = 0; c < 4; c++) {
-            const __m512i aq = _mm512_loadu_si512(a[i]->qs + 64 * c);
-            acc = _mm512_add_epi32(
-                acc, _mm512_mullo_epi32(avx512_dpbusd(_mm512_setzero_si512(), q[c], aq), sc[c]));
-        }
         const int32_t offset = avx2_hsum_i32(
             _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)a[i]->bsums)));
         r[i] = a[i]->d *
-               (mvm_k_h2f(x->d) * (float)(_mm512_reduce_add_epi32(acc) - 32 * offset));
+               (mvm_k_h2f(x->d) * (float)(avx512_ksum(q, sc, a[i]->qs) - 32 * offset));
     }
 }
 #endif

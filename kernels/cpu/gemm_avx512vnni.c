@@ -566,41 +566,35 @@ AVX512_INLINE void gemm_k(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t 
     }
 }
 
-#define GEMM_K(sfx, type)                                                                          \
+/* The table's entry for one type: fn (gemm_k, or gemm_q_avx512vnni.c's) with it fixed. */
+#define GEMM(fn, sfx, type)                                                                        \
     AVX512_TARGET static void gemm_##sfx(const void *w, size_t rb, size_t n_rows, const void *act, \
                                          size_t as, size_t n_tok, size_t n, float *y, size_t ys,   \
                                          int add)                                                  \
     {                                                                                              \
-        gemm_k(type, w, rb, n_rows, act, as, n_tok, n, y, ys, add);                                \
+        fn(type, w, rb, n_rows, act, as, n_tok, n, y, ys, add);                                    \
     }
-GEMM_K(q2_K, MVM_W_Q2_K)
-GEMM_K(q3_K, MVM_W_Q3_K)
-GEMM_K(q4_K, MVM_W_Q4_K)
-GEMM_K(q5_K, MVM_W_Q5_K)
-GEMM_K(q6_K, MVM_W_Q6_K)
-GEMM_K(iq4_xs, MVM_W_IQ4_XS)
-GEMM_K(iq2_xxs, MVM_W_IQ2_XXS)
-GEMM_K(iq2_xs, MVM_W_IQ2_XS)
-GEMM_K(iq2_s, MVM_W_IQ2_S)
-GEMM_K(iq3_xxs, MVM_W_IQ3_XXS)
-GEMM_K(iq3_s, MVM_W_IQ3_S)
-GEMM_K(iq1_s, MVM_W_IQ1_S)
-GEMM_K(iq1_m, MVM_W_IQ1_M)
+GEMM(gemm_k, q2_K, MVM_W_Q2_K)
+GEMM(gemm_k, q3_K, MVM_W_Q3_K)
+GEMM(gemm_k, q4_K, MVM_W_Q4_K)
+GEMM(gemm_k, q5_K, MVM_W_Q5_K)
+GEMM(gemm_k, q6_K, MVM_W_Q6_K)
+GEMM(gemm_k, iq4_xs, MVM_W_IQ4_XS)
+GEMM(gemm_k, iq2_xxs, MVM_W_IQ2_XXS)
+GEMM(gemm_k, iq2_xs, MVM_W_IQ2_XS)
+GEMM(gemm_k, iq2_s, MVM_W_IQ2_S)
+GEMM(gemm_k, iq3_xxs, MVM_W_IQ3_XXS)
+GEMM(gemm_k, iq3_s, MVM_W_IQ3_S)
+GEMM(gemm_k, iq1_s, MVM_W_IQ1_S)
+GEMM(gemm_k, iq1_m, MVM_W_IQ1_M)
 
-#define GEMM_Q(sfx, type)                                                                          \
-    AVX512_TARGET static void gemm_##sfx(const void *w, size_t rb, size_t n_rows, const void *act, \
-                                         size_t as, size_t n_tok, size_t n, float *y, size_t ys,   \
-                                         int add)                                                  \
-    {                                                                                              \
-        mvm_k_gemm_q_vnni(type, w, rb, n_rows, act, as, n_tok, n, y, ys, add);                     \
-    }
-GEMM_Q(q8_0, MVM_W_Q8_0)
-GEMM_Q(q4_0, MVM_W_Q4_0)
-GEMM_Q(q4_1, MVM_W_Q4_1)
-GEMM_Q(q5_0, MVM_W_Q5_0)
-GEMM_Q(q5_1, MVM_W_Q5_1)
-GEMM_Q(iq4_nl, MVM_W_IQ4_NL)
-GEMM_Q(mxfp4, MVM_W_MXFP4)
+GEMM(mvm_k_gemm_q_vnni, q8_0, MVM_W_Q8_0)
+GEMM(mvm_k_gemm_q_vnni, q4_0, MVM_W_Q4_0)
+GEMM(mvm_k_gemm_q_vnni, q4_1, MVM_W_Q4_1)
+GEMM(mvm_k_gemm_q_vnni, q5_0, MVM_W_Q5_0)
+GEMM(mvm_k_gemm_q_vnni, q5_1, MVM_W_Q5_1)
+GEMM(mvm_k_gemm_q_vnni, iq4_nl, MVM_W_IQ4_NL)
+GEMM(mvm_k_gemm_q_vnni, mxfp4, MVM_W_MXFP4)
 
 const mvm_k_gemm_fn mvm_k_gemm_avx512vnni[MVM_W_COUNT] = {[MVM_W_Q8_0] = gemm_q8_0,
                                                           [MVM_W_Q4_0] = gemm_q4_0,
