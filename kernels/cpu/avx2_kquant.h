@@ -36,6 +36,16 @@ AVX2_INLINE void avx2_k45_scales(const uint8_t *scales, uint32_t u[4])
     u[0] &= 0x3F3F3F3F;
 }
 
+/* The 8 mins of avx2_k45_scales's u, each twice as int16: one madd with a token's 16 bsums
+ * gives the mins' term. */
+AVX2_INLINE __m256i avx2_k45_mins16(const uint32_t u[4])
+{
+    const __m128i each_min_twice =
+        _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+    return _mm256_cvtepu8_epi16(_mm_shuffle_epi8(
+        _mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]), each_min_twice));
+}
+
 /* A Q4_K/Q5_K super-block's float, ad·(d·sum - dmin·msum), rounded as every x86 level and
  * gemm_avx512vnni.c's kernels do: fused with d·sum, spelled out (a compiler contracts the plain
  * expression as it chooses). */
@@ -59,10 +69,7 @@ AVX2_INLINE void avx2_kblock_q45(const uint8_t *scales, uint16_t d, uint16_t dmi
     const __m256i hbits = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
     uint32_t u[4];
     avx2_k45_scales(scales, u);
-    const __m128i each_min_twice =
-        _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
-    const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(
-        _mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]), each_min_twice));
+    const __m256i mins16 = avx2_k45_mins16(u);
     __m256i acc[MVM_K_NT];
     int32_t msum[MVM_K_NT];
     for (int i = 0; i < nt; i++) {
@@ -350,10 +357,7 @@ AVX2_INLINE void avx512_kblock_q45(const uint8_t *scales, uint16_t d, uint16_t d
 {
     uint32_t u[4];
     avx2_k45_scales(scales, u);
-    const __m128i each_min_twice =
-        _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
-    const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(
-        _mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]), each_min_twice));
+    const __m256i mins16 = avx2_k45_mins16(u);
     const __m512i sc32 = _mm512_cvtepu8_epi32(_mm_set_epi32(0, 0, (int)u[1], (int)u[0]));
     __m512i q[4], sc[4];
 #pragma GCC unroll 4

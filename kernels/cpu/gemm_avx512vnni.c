@@ -421,6 +421,24 @@ AVX512_INLINE void krows(enum mvm_wtype t, int split, int NR, int NV, const uint
     }
 }
 
+/* krows for the shapes the callers take, each with its constants (so that its loops
+ * unroll and its accumulators stay registers): 4 rows by 2 groups or 1, 8 rows by 1, split
+ * or not. */
+AVX512_INLINE void krows_at(enum mvm_wtype t, int split, int NR, int NV,
+                            const uint8_t *const rows[], size_t rb, size_t bytes, size_t k0,
+                            size_t kn, const krow *Rc, kacts *const A[KGROUPS], float *y,
+                            size_t ys, int nr, int nt, int from_y)
+{
+    if (NV == 2)
+        krows(t, 0, 4, 2, rows, rb, bytes, k0, kn, Rc, A, y, ys, nr, nt, from_y);
+    else if (NR == 4)
+        krows(t, 0, 4, 1, rows, rb, bytes, k0, kn, Rc, A, y, ys, nr, nt, from_y);
+    else if (split)
+        krows(t, 1, 8, 1, rows, rb, bytes, k0, kn, Rc, A, y, ys, nr, nt, from_y);
+    else
+        krows(t, 0, 8, 1, rows, rb, bytes, k0, kn, Rc, A, y, ys, nr, nt, from_y);
+}
+
 /* y's block of tokens by YTILE_ROWS rows is staged in a buffer of YTILE_STRIDE
  * floats a token. y's tokens are often a power of two of floats apart (n_embd: 8 KiB for
  * OLMoE), which puts a block's 16 to 32 token lines in one L1 set of 8 ways: written 8 rows
@@ -493,12 +511,8 @@ AVX512_INLINE int gemm_k_wide(enum mvm_wtype t, const uint8_t *w, size_t rb, siz
                                                     A + (g + 1 < ng ? g + 1 : g) * KPIECE_SB};
                         const int nt = nc - 16 * g < 32 ? nc - 16 * g : 32;
                         float *tb = tile + (size_t)(16 * g) * YTILE_STRIDE + b;
-                        if (nt > 16)
-                            krows(t, 0, 4, 2, rows, rb, bytes, k0, kn, R, Av, tb, YTILE_STRIDE,
-                                  nr, nt, from_y);
-                        else
-                            krows(t, 0, 4, 1, rows, rb, bytes, k0, kn, R, Av, tb, YTILE_STRIDE,
-                                  nr, nt, from_y);
+                        krows_at(t, 0, 4, nt > 16 ? 2 : 1, rows, rb, bytes, k0, kn, R, Av, tb,
+                                 YTILE_STRIDE, nr, nt, from_y);
                     }
                 }
                 ytile_move(yt, ys, tile, ny, nc, 1);
@@ -549,16 +563,8 @@ AVX512_INLINE void gemm_k(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t 
                     const uint8_t *rows[8];
                     for (int r = 0; r < NR; r++)
                         rows[r] = w + (y0 + (size_t)(b + (r < nr ? r : nr - 1))) * rb;
-                    float *tb = tile + b;
-                    if (NV == 2)
-                        krows(t, 0, 4, 2, rows, rb, bytes, k0, kn, NULL, Av, tb, YTILE_STRIDE,
-                              nr, nt, from_y);
-                    else if (split)
-                        krows(t, 1, 8, 1, rows, rb, bytes, k0, kn, NULL, Av, tb, YTILE_STRIDE,
-                              nr, nt, from_y);
-                    else
-                        krows(t, 0, 8, 1, rows, rb, bytes, k0, kn, NULL, Av, tb, YTILE_STRIDE,
-                              nr, nt, from_y);
+                    krows_at(t, split, NR, NV, rows, rb, bytes, k0, kn, NULL, Av, tile + b,
+                             YTILE_STRIDE, nr, nt, from_y);
                 }
                 ytile_move(yt, ys, tile, ny, nt, 1);
             }
