@@ -129,7 +129,8 @@ static int skip_keys(scan *s, uint64_t n_kv, uint32_t *alignment, uint32_t *used
             return -1;
         bool is_align = len == strlen("general.alignment") &&
                         memcmp(key, "general.alignment", len) == 0;
-        bool is_used = kept && ends_with(key, len, ".expert_used_count");
+        /* a name with a NUL byte names nothing (the engine's reader refuses the file) */
+        bool is_used = kept && !memchr(key, 0, len) && ends_with(key, len, ".expert_used_count");
         uint32_t type = get_u32(s);
         if (is_align && type != T_U32)
             return fail(s, "general.alignment is not a u32");

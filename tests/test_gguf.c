@@ -448,8 +448,8 @@ typedef struct variant {
 
 /* Where the fields a case may patch lie in the base file. */
 typedef struct layout {
-    size_t version, n_tensors, arch_len, kv0_type, align_val, arr_type, ints_count, ndims0,
-        ne0[2], name1, ne1, type1, offset1, end;
+    size_t version, n_tensors, arch_len, kv0_type, align_val, key2, arr_type, ints_count,
+        ndims0, ne0[2], name1, ne1, type1, offset1, end;
 } layout;
 
 /* A valid file: 4 keys (a string, general.alignment = 32, a string array, an i32 array)
@@ -473,6 +473,7 @@ static void base_file(buf *b, layout *l, const variant *v)
     put_u32(b, v->align_type ? v->align_type : 4);
     l->align_val = b->n;
     put_u32(b, 32);
+    l->key2 = b->n + 8;
     put_str(b, v->key2 ? v->key2 : "tokenizer.ggml.tokens");
     put_u32(b, 9);
     l->arr_type = b->n;
@@ -655,6 +656,10 @@ static void test_corruption(void)
          "64 bytes, over ggml's limit of 63");
     CASE("NUL in name", ((variant){.name1 = "output.weight"}), b.p[l.name1 + 6] = 0,
          MVM_ERR_INVALID, "name 'output?weight' contains a NUL byte");
+    /* a fuzzer's find: "\0.expert_used_count" was a key the interposer's scan read and no
+     * lookup by name could reach */
+    CASE("NUL in key name", none, b.p[l.key2 + 9] = 0, MVM_ERR_INVALID,
+         "name 'tokenizer?ggml.tokens' contains a NUL byte");
 #undef CASE
 
     /* A 32-byte file claiming 2^60 tensors fails at once, allocating nothing large. */

@@ -297,6 +297,10 @@ static mvm_status parse_kv(parser *p, uint64_t i, kv *e)
         return st;
     if (name.len == 0)
         return bad(p, MVM_ERR_INVALID, "empty key name");
+    /* no lookup by name could reach it (nor can a tensor's, refused the same way) */
+    if (memchr(name.ptr, 0, name.len))
+        return bad(p, MVM_ERR_INVALID, "name '%s' contains a NUL byte",
+                   mvm_gguf_shown(name.ptr, name.len, s));
     e->key = name.ptr;
     e->key_len = name.len;
     snprintf(p->where, sizeof p->where, "key %llu '%s'", (ull)i, mvm_gguf_shown(name.ptr, name.len, s));
