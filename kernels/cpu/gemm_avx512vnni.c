@@ -246,7 +246,7 @@ AVX512_INLINE void zero_pairs(int NR, int NV, __m512i a[8][KGROUPS])
 {
 #pragma GCC unroll 8
     for (int r = 0; r < NR; r++)
-#pragma GCC unroll 4
+#pragma GCC unroll 2
         for (int v = 0; v < NV; v++)
             a[r][v] = _mm512_setzero_si512();
 }
@@ -272,7 +272,7 @@ AVX512_INLINE void ksb(enum mvm_wtype t, int split, int NR, int NV, const krow *
         for (int gg = 0; gg < sub; gg++) {
             const int g = sub * j + gg;
             __m512i a[KGROUPS];
-#pragma GCC unroll 4
+#pragma GCC unroll 2
             for (int v = 0; v < NV; v++)
                 a[v] = A[v]->q[g];
 #pragma GCC unroll 8
@@ -287,7 +287,7 @@ AVX512_INLINE void ksb(enum mvm_wtype t, int split, int NR, int NV, const krow *
                     memcpy(&w4, R[r]->q + 4 * g, 4);
                     w = _mm512_set1_epi32(w4);
                 }
-#pragma GCC unroll 4
+#pragma GCC unroll 2
                 for (int v = 0; v < NV; v++)
                     acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], w, a[v]);
             }
@@ -296,14 +296,14 @@ AVX512_INLINE void ksb(enum mvm_wtype t, int split, int NR, int NV, const krow *
         for (int r = 0; r < NR; r++) {
             const __m512i sc = split ? _mm512_set1_epi64(R[r]->sc2[j])
                                      : _mm512_set1_epi32(R[r]->sc[j]);
-#pragma GCC unroll 4
+#pragma GCC unroll 2
             for (int v = 0; v < NV; v++)
                 tot[r][v] = _mm512_add_epi32(tot[r][v], _mm512_mullo_epi32(acc[r][v], sc));
         }
     }
 #pragma GCC unroll 8
     for (int r = 0; r < NR; r++)
-#pragma GCC unroll 4
+#pragma GCC unroll 2
         for (int v = 0; v < NV; v++) {
             __m512i ms = _mm512_setzero_si512(), sum = tot[r][v];
 #pragma GCC unroll 8
@@ -356,7 +356,7 @@ AVX512_INLINE void krows_fill(enum mvm_wtype t, int split, int NR, const uint8_t
 
 /* NR rows from rows[] (kn super-blocks from k0) against NV token groups' kacts A[v]: each
  * pair's sum starts at its y (from_y) or 0. Taken as 8 rows by 16 tokens, or 4 rows by 32
- * tokens (y's block is read and written as 8 x 16 a group, its rows past NR unused). The
+ * or 16 (y's block is read and written as 8 x 16 a group, its rows past NR unused). The
  * rows are unpacked here, super-block by super-block, or come unpacked in Rc (krows_fill's
  * R) when the caller reuses them for several calls. */
 AVX512_INLINE void krows(enum mvm_wtype t, int split, int NR, int NV, const uint8_t *const rows[],
@@ -377,7 +377,7 @@ AVX512_INLINE void krows(enum mvm_wtype t, int split, int NR, int NV, const uint
             s[r][0] = !from_y ? _mm512_setzero_ps()
                       : split ? _mm512_permutexvar_ps(twice, b[r]) : b[r];
     } else {
-#pragma GCC unroll 4
+#pragma GCC unroll 2
         for (int v = 0; v < NV; v++) {
             const int n = nt - 16 * v < 16 ? nt - 16 * v : 16;
             __m512 b[8];
@@ -397,7 +397,7 @@ AVX512_INLINE void krows(enum mvm_wtype t, int split, int NR, int NV, const uint
         for (int r = 0; r < NR; r++)
             Rp[r] = Rc ? &Rc[k * (size_t)NR + (size_t)r] : &R[r];
         const kacts *Ak[KGROUPS];
-#pragma GCC unroll 4
+#pragma GCC unroll 2
         for (int v = 0; v < NV; v++)
             Ak[v] = A[v] + k;
         ksb(t, split, NR, NV, Rp, Ak, s);
@@ -410,7 +410,7 @@ AVX512_INLINE void krows(enum mvm_wtype t, int split, int NR, int NV, const uint
         ylanes_store(y, ys, nr, nt, b);
         return;
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 2
     for (int v = 0; v < NV; v++) {
         const int n = nt - 16 * v < 16 ? nt - 16 * v : 16;
         __m512 b[8];
