@@ -6,7 +6,8 @@
  *   bench_cpu_expert_tokens [reps [format [counts [MiB]]]]
  *       reps    best of reps (default 3)
  *       format  q4_K (gate/up Q4_K, down Q6_K: llama.cpp's Q4_K_M), q4_K/q4_K, q5_K (down
- *               Q6_K: Q5_K_M), q6_K, q8_0, q3_K, q2_K, iq4_xs (default q4_K); a K format +
+ *               Q6_K: Q5_K_M), q6_K, q8_0, q3_K, q2_K, iq4_xs, iq3_xxs, iq2_xxs (default
+ *               q4_K); a K format +
  *               "+tiles" (q4_K+tiles)
  *               in the tiled layout a CPU-only run gets (kernels/cpu/kernels.h)
  *       counts  comma list of tokens per expert (default 1,2,4,6,8,12,16,24,32,64)
@@ -52,7 +53,9 @@ static int parse_format(const char *s, mvm_k_expert_fmt *f)
                  {"q8_0", MVM_W_Q8_0, MVM_W_Q8_0},
                  {"q3_K", MVM_W_Q3_K, MVM_W_Q3_K},
                  {"q2_K", MVM_W_Q2_K, MVM_W_Q2_K},
-                 {"iq4_xs", MVM_W_IQ4_XS, MVM_W_IQ4_XS}};
+                 {"iq4_xs", MVM_W_IQ4_XS, MVM_W_IQ4_XS},
+                 {"iq3_xxs", MVM_W_IQ3_XXS, MVM_W_IQ3_XXS},
+                 {"iq2_xxs", MVM_W_IQ2_XXS, MVM_W_IQ2_XXS}};
     for (size_t i = 0; i < sizeof known / sizeof *known; i++)
         if (strcmp(name, known[i].name) == 0) {
             *f = (mvm_k_expert_fmt){known[i].gate_up, known[i].down, MVM_GLU_SILU, tiles};
@@ -69,7 +72,8 @@ int main(int argc, char **argv)
     mvm_k_expert_fmt f;
     if (reps < 1 || !parse_format(argc > 2 ? argv[2] : "q4_K", &f)) {
         fprintf(stderr, "usage: bench_cpu_expert_tokens [reps >= 1 "
-                        "[q4_K|q4_K/q4_K|q5_K|q6_K|q8_0|q3_K|q2_K|iq4_xs[+tiles] "
+                        "[q4_K|q4_K/q4_K|q5_K|q6_K|q8_0|q3_K|q2_K|iq4_xs|iq3_xxs|iq2_xxs"
+                        "[+tiles] "
                         "[counts, e.g. 1,8,32]]]\n");
         return 1;
     }
@@ -91,13 +95,20 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_cpu_expert_tokens: out of memory\n");
         return 1;
     }
-    for (size_t e = 0; e < experts; e++) /* each group: gate, up, then down's slots */
-        for (size_t g = 0; g < groups; g++) {
-            uint8_t *p = w + e * eb + g * group;
-            const size_t rows = 2 * G * mvm_k_row_bytes(f.gate_up, N_EMBD);
-            mvm_bench_fill_rows(f.gate_up, p, 2 * G, N_EMBD, &rng);
-            mvm_bench_fill_rows(f.down, p + rows, N_EMBD, G, &rng);
-        }
+    /* llama.cpp's row-major slices, packed as the engine packs them (tiled or not): random
+     * bytes in the tiled layout's place would give its scales garbage (inf, NaN) */
+    const size_t gb = N_FF * mvm_k_row_bytes(f.gate_up, N_EMBD);
+    uint8_t *slices = malloc(2 * gb + N_EMBD * mvm_k_row_bytes(f.down, N_FF));
+    if (!slices) {
+        fprintf(stderr, "bench_cpu_expert_tokens: out of memory\n");
+        return 1;
+    }
+    for (size_t e = 0; e < experts; e++) {
+        mvm_bench_fill_rows(f.gate_up, slices, 2 * N_FF, N_EMBD, &rng);
+        mvm_bench_fill_rows(f.down, slices + 2 * gb, N_EMBD, N_FF, &rng);
+        mvm_k_expert_pack(f, slices, slices + gb, slices + 2 * gb, N_EMBD, N_FF, w + e * eb);
+    }
+    free(slices);
     for (size_t i = 0; i < MAX_TOK; i++) {
         for (size_t j = 0; j < N_EMBD; j++)
             x[j] = mvm_bench_frand(&rng);
