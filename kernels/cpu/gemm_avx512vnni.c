@@ -38,12 +38,15 @@
 
 /* ---- K-quants: a vector's lanes are 16 tokens ------------------------------------------- */
 
-/* Q2_K, Q3_K, Q6_K and the lattice-grid types: 16 sub-blocks of 16, each with a scale (and
- * Q2_K's a min), the quants of all but Q2_K offset (-4, -32, -64); the others here (Q4_K,
- * Q5_K, IQ4_XS) have 8 of 32. */
+/* Q2_K, Q3_K, Q6_K and the lattice-grid types with a scale per 16 (IQ2_XS, IQ2_S, IQ1_M):
+ * 16 sub-blocks of 16, each with a scale (and Q2_K's a min), the quants of all but Q2_K
+ * offset (-4, -32, -64); the others here (Q4_K, Q5_K, IQ4_XS, and IQ2_XXS, IQ3_XXS, IQ3_S,
+ * IQ1_S, whose chunks of 32 have one scale) have 8 of 32, which halves the sub-block sums'
+ * scale products. */
 AVX512_INLINE int k_sub16(enum mvm_wtype t)
 {
-    return t == MVM_W_Q6_K || t == MVM_W_Q3_K || t == MVM_W_Q2_K || mvm_k_is_iqgrid(t);
+    return t == MVM_W_Q6_K || t == MVM_W_Q3_K || t == MVM_W_Q2_K || t == MVM_W_IQ2_XS ||
+           t == MVM_W_IQ2_S || t == MVM_W_IQ1_M;
 }
 
 /* A token group's activations for one super-block, interleaved so that one load gives the
@@ -127,7 +130,7 @@ AVX512_INLINE __m512i grid_chunk(enum mvm_wtype t, const uint8_t *blk, int c, in
  * halves' lanes); and the f16 scales as floats. */
 typedef struct {
     uint8_t q[MVM_QK_K];
-    int32_t sc[16];   /* Q4_K, Q5_K, IQ4_XS: 8 sub-blocks of 32; the others 16 of 16 */
+    int32_t sc[16];   /* 8 sub-blocks of 32, or 16 of 16 (k_sub16) */
     int32_t pair[8];  /* int16 pairs: mins 2j, 2j + 1 (Q4_K, Q5_K: j < 4; Q2_K: j < 8);
                        * the offset types (Q3_K, Q6_K, IQ4_XS, the grid types): scales */
     int64_t sc2[8], pair2[4];
@@ -176,10 +179,13 @@ AVX512_INLINE void krow_fill(enum mvm_wtype t, int split, const uint8_t *b, krow
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++)
             c[i] = grid_chunk(t, b, i, s8);
-        const __m128i sv = _mm_loadu_si128((const __m128i *)s8);
+        __m128i sv = _mm_loadu_si128((const __m128i *)s8);
+        if (!k_sub16(t)) /* a scale a chunk of 32, given twice: once, the upper lanes 0 */
+            sv = _mm_shuffle_epi8(sv, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1,
+                                                    -1, -1, -1, -1));
         sc = _mm512_cvtepi8_epi32(sv);
         pair = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(sv)); /* int16 pairs */
-        half_sc = 8, half_pair = 4;
+        half_sc = k_sub16(t) ? 8 : 4, half_pair = k_sub16(t) ? 4 : 2;
         R->d = _cvtsh_ss(mvm_k_iq_d(t, b));
     } else if (k_sub16(t)) {
         const mvm_block_q6_K *x = (const mvm_block_q6_K *)b;
