@@ -17,11 +17,12 @@
  *
  * Tiled experts (kernels.h, "Expert tiles") store each 16 rows' super-block transposed
  * already, so their kernel (gemm_tiles, the level's tiles table) loads a word of 16 rows and
- * splits its nibbles as the products use it: no transposes, no unpacked copy, and every
- * token count goes through it. An OLMoE Q4_K_M expert streamed from memory, GMAC/s against
- * the untiled kernels: 1 token 18 -> 32, 4 tokens 50 -> 81, 8 tokens 80 -> 85, 16 100 -> 95,
- * 32 126 -> 106 (bench_cpu_expert_tokens); in the engine prefill of 512 tokens (about 64 an
- * expert) came out even, shorter prompts and decode faster (docs/perf/cpu.md).
+ * splits its nibbles as the products use it: no transposes, no unpacked copy (but for Q5_K
+ * and Q6_K tiles with more than TILE_UNPACK_TOKENS tokens), and every token count goes
+ * through it. An OLMoE Q4_K_M expert streamed from memory, GMAC/s against the untiled
+ * kernels (bench_cpu_expert_tokens, 2026-11-25): 1 token 40-42 -> 37-40, 2 51 -> 81-85, 4
+ * 90 -> 166, 8 156 -> 196, 16 217 -> 227, 32 253 -> 232, 64 264 -> 245; Q5_K_M's 2 49 -> 85,
+ * 8 130 -> 179, 64 258 -> 223 (docs/perf/cpu.md).
  *
  * The results are bitwise dotn's (dispatch.h's contract; test_kernels checks every count):
  * the integer sums are exact in any order, and each lane's float work per super-block is
@@ -437,8 +438,33 @@ AVX512_INLINE void gemm_rows(enum mvm_wtype t, const uint8_t *w, size_t rb, size
     }
 }
 
+/* A tile's quants unpacked into R->q (rblock's layout), as ttokens unpacks them step by step. */
+AVX512_INLINE void tile_unpack(enum mvm_wtype t, const uint8_t *tile, rblock *R)
+{
+    const int q6 = t == MVM_W_Q6_K, pairs = q6 ? 8 : 4, steps = q6 ? 4 : 8;
+#pragma GCC unroll 8
+    for (int P = 0; P < pairs; P++)
+#pragma GCC unroll 8
+        for (int st = 0; st < steps; st++) {
+            __m512i lo, hi;
+            int glo, ghi;
+            tile_quants(t, tile, P, st, &lo, &hi, &glo, &ghi);
+            R->q[glo] = lo, R->q[ghi] = hi;
+        }
+}
+
 /* ---- the tiled product -------------------------------------------------------------- */
 
+/* Above this many tokens a Q5_K or Q6_K tile's quants are unpacked once for all of them
+ * (tile_unpack) and read back, rather than unpacked step by step for every 8 tokens: their
+ * fifth and sixth bits come from a second word, so unpacking is dearer than reading back.
+ * One thread, experts streamed (bench_cpu_expert_tokens, GMAC/s, two alternating runs):
+ * Q5_K_M's 12 tokens 161-164 -> 202-211, 64 204-209 -> 224-235; Q6_K's 12 136-147 ->
+ * 187-189, 64 186-193 -> 207-212; Q4_K_M's (Q4_K gate and up on the fly, Q6_K down
+ * unpacked) 12 174-186 -> 226-232, 64 221-233 -> 233-239. Q4_K's own nibbles are cheaper
+ * to split again than to read back (its gate and up at 64 tokens: 261 on the fly, 239
+ * unpacked). */
+#define TILE_UNPACK_TOKENS 8
 /* Tokens a tile's sums are kept for at once (the rest in further passes over the rows). */
 #define TILE_TOKENS 32
 /* How many tiles ahead the next is sent to L2: the hardware's prefetchers alone left 4 to 8
@@ -471,7 +497,11 @@ AVX512_INLINE void gemm_tiles(enum mvm_wtype t, const uint8_t *w, size_t rb, siz
                     for (size_t o = 0; o < tb; o += 64)
                         _mm_prefetch((const char *)tile + TILE_AHEAD * tb + o, _MM_HINT_T1);
                 tile_scales(t, tile, &R);
-                rblock_tokens(t, &R, 1, tile, at, as, k, nt, s);
+                if (t != MVM_W_Q4_K && nt > TILE_UNPACK_TOKENS) { /* unpacked once */
+                    tile_unpack(t, tile, &R);
+                    rblock_tokens(t, &R, 0, NULL, at, as, k, nt, s);
+                } else
+                    rblock_tokens(t, &R, 1, tile, at, as, k, nt, s);
             }
             for (size_t i = 0; i < nt; i++)
                 _mm512_storeu_ps(yt + i * ys + r0, _mm512_loadu_ps(s[i]));
