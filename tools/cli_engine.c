@@ -88,7 +88,7 @@ void mvm_cli_engine_usage(FILE *f)
             "  -t, --threads   CPU threads (default: the cores near the GPU, or all)\n"
             "  -c, --ctx-size  positions of a conversation's KV cache (default: the model's\n"
             "                  training context, at most 4096)\n"
-            "  -b, --batch-size  prompt tokens per forward pass (default 256)\n"
+            "  -b, --batch-size  prompt tokens per forward pass (default 512)\n"
             "  --gpu-budget    device memory for experts: a size (8G), a percentage of all\n"
             "                  experts (25%%) or auto (default MOEVM_GPU_BUDGET)\n"
             "  --n-cpu-moe, -ncmoe N  llama.cpp's, as a budget: the experts of all but N MoE\n"

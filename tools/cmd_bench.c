@@ -73,7 +73,7 @@ static void usage(FILE *f)
           "  -ngl, --n-gpu-layers  llama-bench's, accepted with any value and ignored:\n"
           "                attention and dense weights always go to the GPU when there is one\n"
           "  --evict       the evict policy module (default MOEVM_EVICT; docs/policies.md)\n"
-          "  -b, --batch, --batch-size  prompt tokens per forward pass (default 256)\n"
+          "  -b, --batch, --batch-size  prompt tokens per forward pass (default 512)\n"
           "  --kv-type     the KV cache's elements (default MOEVM_KV_TYPE, f16)\n"
           "  --routing     benchmark mode: replay this routing trace's expert choices (moevm\n"
           "                run --trace-out of a real model, or moevm trace gen) instead of\n"

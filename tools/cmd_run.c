@@ -82,7 +82,7 @@ static void usage(FILE *f)
             "                (default 1 = off; --repeat-last-n default 64, 0 = off)\n"
             "  -s, --seed    the sampling seed (default 42)\n"
             "  -c, --ctx, --ctx-size  KV cache positions (default or 0: prompt + n)\n"
-            "  -b, --batch, --batch-size  prompt tokens per forward pass (default 256)\n"
+            "  -b, --batch, --batch-size  prompt tokens per forward pass (default 512)\n"
             "  --kv-type     the KV cache's elements: f16 (half the memory) or f32 (default\n"
             "                MOEVM_KV_TYPE, f16)\n"
             "  --gpu-budget  device budget for expert pages (default MOEVM_GPU_BUDGET; on the\n"

@@ -7,7 +7,7 @@
 #     lattice-grid types (iq1_s .. iq3_s), which it makes only with an importance matrix,
 #     by moevm mkmodel;
 #   - prompt processing of 64 and 512 tokens and generation of 128, each engine at its
-#     defaults but for the threads (moevm's prompt batch as llama.cpp's micro-batch: 512);
+#     defaults but for the threads (both take a prompt 512 tokens a pass);
 #   - rounds interleaved (llama.cpp, then moevm, REPS times), each test's best round kept,
 #     since this VM's speed drifts between minutes.
 # Prints a table and, per model and test, one line docs/perf/cpu.md records:
@@ -65,7 +65,7 @@ for t in $types; do
         "$bin/llama-bench" -m "$m" -p 64,512 -n 128 -r 1 -t "$threads" -o jsonl 2>/dev/null \
             >>"$tmp/llama-$t.jsonl" || die "llama-bench on $m failed"
         for p in 64 512; do # one -p per run: moevm bench takes one prompt length
-            ./build/moevm bench -m "$m" -p "$p" -n 0 -r 1 -t "$threads" -b 512 -o jsonl \
+            ./build/moevm bench -m "$m" -p "$p" -n 0 -r 1 -t "$threads" -o jsonl \
                 2>/dev/null >>"$tmp/moevm-$t.jsonl" || die "moevm bench on $m failed"
         done
         ./build/moevm bench -m "$m" -p 0 -n 128 -r 1 -t "$threads" -o jsonl 2>/dev/null \

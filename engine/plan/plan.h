@@ -11,10 +11,11 @@
 #include "engine/model/model.h"
 
 /* Prompt tokens per forward pass when the caller says none (run, chat, serve, bench and the
- * engine API): llama.cpp's micro-batch is 512; 256 gets within 3% of 512's prefill speed on
- * the CPU (the experts' kernels fill with a batch's tokens; docs/perf/cpu.md) at half the
- * scratch, which grows with min(threads, 4) x batch x top-k x hidden size. */
-#define MVM_DEFAULT_BATCH 256
+ * engine API): llama.cpp's micro-batch, 512. The experts' kernels fill with a batch's tokens
+ * (an expert unpacks its rows once for up to 64 of them): on the CPU, pp512 at 512 against
+ * 256 is +4-7% for Q8_0, +3-5% for Q4_K_M and +14% for IQ3_XXS (docs/perf/cpu.md), for
+ * twice the scratch, which grows with min(threads, 4) x batch x top-k x hidden size. */
+#define MVM_DEFAULT_BATCH 512
 
 /* The context the caller will make of the model (forward.h's mvm_ctx_create): what an
  * automatic GPU budget leaves room for. n_ctx 0: the model's training context, at most 4096

@@ -41,7 +41,7 @@ typedef struct mvm_engine_params {
     const char *gpu_budget; /* "8G", "25%", "auto"; NULL: MOEVM_GPU_BUDGET */
     uint32_t n_ctx;         /* positions of each sequence; 0: the training context, at most
                                4096 */
-    uint32_t n_batch;       /* tokens per forward pass; 0: 256 */
+    uint32_t n_batch;       /* tokens per forward pass; 0: 512 */
     uint32_t n_seq;         /* sequences; 0: 1 */
     const char *kv_type;    /* "f16" or "f32"; NULL: MOEVM_KV_TYPE */
     /* the policy modules, "name" or "name{k=v,...}" (docs/policies.md); NULL: MOEVM_* */
