@@ -79,6 +79,28 @@ AVX2_INLINE __m256 avx2_hsum8(const __m256 v[8])
                          _mm256_permute2f128_ps(h0, h1, 0x31));
 }
 
+/* avx2_hsum8 of int32 lanes: lane k is the sum of the 8 lanes of v[k], by unpacks and adds
+ * (vphaddd, like vhaddps, is several micro-ops on current cores). The Q types' block sums go
+ * through it before their one conversion: their partial sums are integers below 2^24, so
+ * the floats are the same as summing converted lanes in any order. */
+AVX2_INLINE __m256i avx2_hsum8_i32(const __m256i v[8])
+{
+    __m256i q[2];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        const __m256i *x = v + 4 * h;
+        /* [x0 x1 pairs' sums] and [x2 x3 ...]: lanes 0+2 and 1+3 of each 128-bit half */
+        const __m256i s01 = _mm256_add_epi32(_mm256_unpacklo_epi32(x[0], x[1]),
+                                             _mm256_unpackhi_epi32(x[0], x[1]));
+        const __m256i s23 = _mm256_add_epi32(_mm256_unpacklo_epi32(x[2], x[3]),
+                                             _mm256_unpackhi_epi32(x[2], x[3]));
+        /* each half: x0 .. x3's sums of its four lanes */
+        q[h] = _mm256_add_epi32(_mm256_unpacklo_epi64(s01, s23), _mm256_unpackhi_epi64(s01, s23));
+    }
+    return _mm256_add_epi32(_mm256_permute2x128_si256(q[0], q[1], 0x20),
+                            _mm256_permute2x128_si256(q[0], q[1], 0x31));
+}
+
 /* Token i's activations, as `type`, of n_tok at base, stride bytes apart. */
 #define AVX2_TOK(type, base, stride, i) ((const type *)((const uint8_t *)(base) + (i) * (stride)))
 
@@ -231,37 +253,47 @@ AVX2_INLINE __m256i avx2_dpbusd(__m256i acc, __m256i u, __m256i s)
 #endif
 }
 
-/* 8 partial sums of one block's w·a (w from avx2_qload) as floats, exact: each is at most
- * 4·128·127. The products are of unsigned by signed bytes (avx2_dpbusd): Q8_0 and the table
+/* 8 partial sums of one block's w·a (w from avx2_qload), exact: each is at most 4·128·127. The products are of unsigned by signed bytes (avx2_dpbusd): Q8_0 and the table
  * types give |w| and a with w's sign (|w| rather than |a|: a weight of -128 stays exact as
  * 128 while a is in [-127, 127]); the others give the unsigned quants as they are (at most
  * 2·31·127 a pair: no int16 saturation), and Q4_0/Q5_0 subtract bias·a (in int16 before the
  * one madd, or in int32 after VNNI's products), which the down loop hoists since a is the
  * same for all its outputs. */
-AVX2_INLINE __m256 avx2_qdot(enum mvm_wtype t, __m256i w, __m256i a)
+AVX2_INLINE __m256i avx2_qdot_i32(enum mvm_wtype t, __m256i w, __m256i a)
 {
     const mvm_k_qlayout L = mvm_k_qlay(t);
     const __m256i zero = _mm256_setzero_si256();
     if (t == MVM_W_Q8_0 || mvm_k_is_table(t))
-        return _mm256_cvtepi32_ps(
-            avx2_dpbusd(zero, _mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w)));
+        return avx2_dpbusd(zero, _mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
     if (!L.bias)
-        return _mm256_cvtepi32_ps(avx2_dpbusd(zero, w, a));
+        return avx2_dpbusd(zero, w, a);
 #if MVM_K_VNNI
-    return _mm256_cvtepi32_ps(_mm256_sub_epi32(
-        avx2_dpbusd(zero, w, a), avx2_dpbusd(zero, _mm256_set1_epi8((char)L.bias), a)));
+    return _mm256_sub_epi32(avx2_dpbusd(zero, w, a),
+                            avx2_dpbusd(zero, _mm256_set1_epi8((char)L.bias), a));
 #else
     /* the bias's products subtracted in int16, before the one madd */
     const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(w, a),
                                        _mm256_maddubs_epi16(_mm256_set1_epi8((char)L.bias), a));
-    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 #endif
 }
 
-/* 8 partial sums of an activation block's quants as floats (the min term of Q4_1/Q5_1). */
+/* avx2_qdot_i32 as floats (exact). */
+AVX2_INLINE __m256 avx2_qdot(enum mvm_wtype t, __m256i w, __m256i a)
+{
+    return _mm256_cvtepi32_ps(avx2_qdot_i32(t, w, a));
+}
+
+/* 8 partial sums of an activation block's quants (the min term of Q4_1/Q5_1), exact. */
+AVX2_INLINE __m256i avx2_qsum_i32(__m256i a)
+{
+    return avx2_dpbusd(_mm256_setzero_si256(), _mm256_set1_epi8(1), a);
+}
+
+/* avx2_qsum_i32 as floats. */
 AVX2_INLINE __m256 avx2_qsum(__m256i a)
 {
-    return _mm256_cvtepi32_ps(avx2_dpbusd(_mm256_setzero_si256(), _mm256_set1_epi8(1), a));
+    return _mm256_cvtepi32_ps(avx2_qsum_i32(a));
 }
 
 /* The f16s at p, p + bytes, ..., p + 7·bytes as floats: 8 Q blocks' scales (p at the first
@@ -343,20 +375,21 @@ AVX2_INLINE void avx2_dotn_q(enum mvm_wtype t, const uint8_t *w, const uint8_t *
         avx2_qload8(t, w + b * bytes, bytes, wq, &ws, &wm);
         for (int k = 0; k < nt; k++) {
             const mvm_block_q8_0 *a = AVX2_TOK(mvm_block_q8_0, act, as, k) + b;
-            __m256i qa[8];
-            __m256 v[8];
+            __m256i qa[8], v[8];
 #pragma GCC unroll 8
             for (int j = 0; j < 8; j++) {
                 qa[j] = _mm256_loadu_si256((const __m256i *)a[j].qs);
-                v[j] = avx2_qdot(t, wq[j], qa[j]);
+                v[j] = avx2_qdot_i32(t, wq[j], qa[j]);
             }
             const __m256 da = avx2_scales8((const uint8_t *)a, sizeof *a);
-            acc[k] = _mm256_fmadd_ps(avx2_hsum8(v), _mm256_mul_ps(ws, da), acc[k]);
+            acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(avx2_hsum8_i32(v)), _mm256_mul_ps(ws, da),
+                                     acc[k]);
             if (L.m) {
 #pragma GCC unroll 8
                 for (int j = 0; j < 8; j++)
-                    v[j] = avx2_qsum(qa[j]);
-                acc[k] = _mm256_fmadd_ps(avx2_hsum8(v), _mm256_mul_ps(wm, da), acc[k]);
+                    v[j] = avx2_qsum_i32(qa[j]);
+                acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(avx2_hsum8_i32(v)),
+                                         _mm256_mul_ps(wm, da), acc[k]);
             }
         }
     }
@@ -387,12 +420,13 @@ AVX2_INLINE void avx2_downn_q(enum mvm_wtype t, const uint8_t *w, const uint8_t 
         __m256 ws, wm;
         avx2_qload8(t, w + j * bytes, bytes, wq, &ws, &wm);
         for (int k = 0; k < nt; k++) {
-            __m256 v[8];
+            __m256i v[8];
 #pragma GCC unroll 8
             for (int c = 0; c < 8; c++)
-                v[c] = avx2_qdot(t, wq[c], qa[k]);
+                v[c] = avx2_qdot_i32(t, wq[c], qa[k]);
             float *o = out + k * os + j;
-            __m256 r = _mm256_fmadd_ps(avx2_hsum8(v), _mm256_mul_ps(ws, da[k]), _mm256_loadu_ps(o));
+            __m256 r = _mm256_fmadd_ps(_mm256_cvtepi32_ps(avx2_hsum8_i32(v)),
+                                       _mm256_mul_ps(ws, da[k]), _mm256_loadu_ps(o));
             if (L.m)
                 r = _mm256_fmadd_ps(wm, min_scale[k], r);
             _mm256_storeu_ps(o, r);
