@@ -253,7 +253,8 @@ AVX2_INLINE __m256i avx2_dpbusd(__m256i acc, __m256i u, __m256i s)
 #endif
 }
 
-/* 8 partial sums of one block's w·a (w from avx2_qload), exact: each is at most 4·128·127. The products are of unsigned by signed bytes (avx2_dpbusd): Q8_0 and the table
+/* 8 partial sums of one block's w·a (w from avx2_qload), exact: each is at most 4·128·127.
+ * The products are of unsigned by signed bytes (avx2_dpbusd): Q8_0 and the table
  * types give |w| and a with w's sign (|w| rather than |a|: a weight of -128 stays exact as
  * 128 while a is in [-127, 127]); the others give the unsigned quants as they are (at most
  * 2·31·127 a pair: no int16 saturation), and Q4_0/Q5_0 subtract bias·a (in int16 before the

@@ -327,7 +327,8 @@ AVX2_INLINE __m512i avx512_q6_chunk(const mvm_block_q6_K *x, int c)
     const int h = c >> 1, s = 4 * (c & 1);
     const __m512i lo = _mm512_and_si512(
         _mm512_srli_epi16(_mm512_loadu_si512(x->ql + 64 * h), (unsigned)s), _mm512_set1_epi8(0x0F));
-    const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->qh + 32 * h)));
+    const __m512i qh =
+        _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->qh + 32 * h)));
     const __m512i shift = _mm512_inserti64x4(_mm512_set1_epi16((short)s),
                                              _mm256_set1_epi16((short)(s + 2)), 1);
     const __m512i hi = _mm512_and_si512(_mm512_srlv_epi16(qh, shift), _mm512_set1_epi8(3));
@@ -339,8 +340,8 @@ AVX2_INLINE __m512i avx512_q6_chunk(const mvm_block_q6_K *x, int c)
 AVX2_INLINE __m512i avx512_lane_scales(__m512i sc32, int first, int per)
 {
     const __m512i i = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(first),
-                                         per == 4 ? _mm512_srli_epi32(i, 2) : _mm512_srli_epi32(i, 3));
+    const __m512i idx = _mm512_add_epi32(
+        _mm512_set1_epi32(first), per == 4 ? _mm512_srli_epi32(i, 2) : _mm512_srli_epi32(i, 3));
     return _mm512_permutexvar_epi32(idx, sc32);
 }
 

@@ -509,8 +509,7 @@ AVX512_INLINE int gemm_k_wide(enum mvm_wtype t, const uint8_t *w, size_t rb, siz
                 for (int b = 0; b < ny; b += 4) {
                     const int nr = ny - b < 4 ? ny - b : 4;
                     const uint8_t *rows[4];
-                    for (int r = 0; r < 4; r++)
-                        rows[r] = w + (y0 + (size_t)(b + (r < nr ? r : nr - 1))) * rb;
+                    block_rows(w, rb, y0 + (size_t)b, 4, nr, rows);
                     krows_fill(t, 0, 4, rows, rb, bytes, k0, kn, R);
                     for (int g = 0; g < ng; g += 2) {
                         kacts *const Av[KGROUPS] = {A + g * KPIECE_SB,
@@ -567,8 +566,7 @@ AVX512_INLINE void gemm_k(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t 
                 for (int b = 0; b < ny; b += NR) {
                     const int nr = ny - b < NR ? ny - b : NR;
                     const uint8_t *rows[8];
-                    for (int r = 0; r < NR; r++)
-                        rows[r] = w + (y0 + (size_t)(b + (r < nr ? r : nr - 1))) * rb;
+                    block_rows(w, rb, y0 + (size_t)b, NR, nr, rows);
                     krows_at(t, split, NR, NV, rows, rb, bytes, k0, kn, NULL, Av, tile + b,
                              YTILE_STRIDE, nr, nt, from_y);
                 }

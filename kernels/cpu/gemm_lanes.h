@@ -40,6 +40,15 @@ AVX512_INLINE void transpose16(const __m512i in[16], __m512i out[16])
     }
 }
 
+/* A multi-row kernel's block of NR rows from `row` (rb bytes apart), nr of them in the
+ * matrix: the rest repeat its last (computed, never stored). */
+AVX512_INLINE void block_rows(const uint8_t *w, size_t rb, size_t row, int NR, int nr,
+                              const uint8_t *rows[])
+{
+    for (int r = 0; r < NR; r++)
+        rows[r] = w + (row + (size_t)(r < nr ? r : nr - 1)) * rb;
+}
+
 /* 8 vectors of 8 floats transposed in place (the classic unpack, shuffle, permute). */
 AVX512_INLINE void transpose8(__m256 r[8])
 {

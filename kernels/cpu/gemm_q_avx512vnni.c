@@ -428,8 +428,7 @@ AVX512_INLINE void gemm_q_rows(enum mvm_wtype t, const uint8_t *w, size_t rb, si
         for (size_t r0 = 0; r0 < n_rows; r0 += 8) {
             const int nr = n_rows - r0 < 8 ? (int)(n_rows - r0) : 8;
             const uint8_t *rows[8];
-            for (int r = 0; r < 8; r++)
-                rows[r] = w + (r0 + (size_t)(r < nr ? r : nr - 1)) * rb;
+            block_rows(w, rb, r0, 8, nr, rows);
             if (split)
                 q_rows(t, 1, rows, rb, nb, A, y + t0 * ys + r0, ys, nr, nt);
             else
