@@ -488,6 +488,8 @@ fi
 
 # traces and the simulator
 expect 0 'olmoe-1b-7b \(16 layers, 64 experts, top-8\)' -- "$moevm" trace gen --shape olmoe-1b-7b --tokens 24 -o "$tmp/g.jsonl"
+expect 0 'olmoe-1b-7b \(4 layers, 64 experts, top-8\)' -- "$moevm" trace gen --shape olmoe-1b-7b --layers 4 --tokens 24 -o "$tmp/g4.jsonl"
+expect 2 'trace gen: --layers: shape .4,16,2. names its layers itself' -- "$moevm" trace gen --shape 4,16,2 --layers 2 -o "$tmp/x.jsonl"
 expect 0 'top-1/8' -- "$moevm" trace stats "$tmp/g.jsonl"
 expect 0 'evict=lcp +[0-9.]+' -- "$moevm" sim --trace "$tmp/g.jsonl" --budget 20% --compare 'evict=lru; evict=lcp'
 expect 0 'default +[0-9.]+' -- "$moevm" sim --trace "$tmp/t.jsonl" --budget 50% --page-size 64K

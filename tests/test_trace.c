@@ -525,6 +525,18 @@ static void test_gen_shapes_and_args(void)
         CHECK(strstr(mvm_last_error(), "shape '") != NULL);
         CHECK(strcmp(g.shape, "qwen3-30b-a3b") == 0); /* left as it was */
     }
+    /* cut as mkmodel --layers cuts the model: deepseek-v2-lite's first block is dense */
+    CHECK_ST(mvm_trace_gen_set_shape(&g, "deepseek-v2-lite"), MVM_OK);
+    CHECK_ST(mvm_trace_gen_cut_layers(&g, 8), MVM_OK);
+    CHECK(g.hdr.n_layers == 7 && g.hdr.n_experts == 64 && g.hdr.top_k == 6);
+    CHECK_ST(mvm_trace_gen_cut_layers(&g, 1), MVM_ERR_INVALID);
+    CHECK(strstr(mvm_last_error(), "leads with 1 dense") != NULL && g.hdr.n_layers == 7);
+    CHECK_ST(mvm_trace_gen_set_shape(&g, "qwen3-30b-a3b"), MVM_OK);
+    CHECK_ST(mvm_trace_gen_cut_layers(&g, 12), MVM_OK);
+    CHECK(g.hdr.n_layers == 12 && g.hdr.n_experts == 128 && g.hdr.n_ff_exp == 768);
+    CHECK_ST(mvm_trace_gen_set_shape(&g, "12,128,8"), MVM_OK);
+    CHECK_ST(mvm_trace_gen_cut_layers(&g, 4), MVM_ERR_INVALID);
+    CHECK(strstr(mvm_last_error(), "names its layers itself") != NULL && g.hdr.n_layers == 12);
     static const char *const needles[] = {"tokens must be at least 1",
                                           "requests must be in 1..tokens",
                                           "requests must be in 1..tokens",

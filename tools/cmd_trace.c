@@ -13,13 +13,16 @@ static void usage(FILE *f)
     mvm_trace_gen d;
     mvm_trace_gen_init(&d);
     fprintf(f,
-            "usage: moevm trace gen --shape NAME|L,E,K[,EMBD,FF] [--tokens N] [--requests R]\n"
-            "                       [--skew S] [--reuse P] [--layer-corr C] [--shift-every N]\n"
+            "usage: moevm trace gen --shape NAME|L,E,K[,EMBD,FF] [--layers N] [--tokens N]\n"
+            "                       [--requests R] [--skew S] [--reuse P] [--layer-corr C]\n"
+            "                       [--shift-every N]\n"
             "                       [--drift S] [--drift-tokens T] [--seed N] -o OUT.jsonl\n"
             "       moevm trace stats FILE.jsonl\n"
             "gen writes a synthetic routing trace (docs/trace-format.md):\n"
             "  --shape        %s,\n"
             "                 or L layers, E experts, top-K (EMBD, FF default 2048, 1024)\n"
+            "  --layers       a named shape's first N blocks, as `moevm mkmodel --layers N`\n"
+            "                 makes the model (its MoE layers: those not leading dense blocks)\n"
             "  --tokens       tokens in all (default %u)\n"
             "  --requests     requests sharing them equally (default %u)\n"
             "  --skew         Zipf exponent of each layer's expert popularity, 0..8 (default %g)\n"
@@ -49,8 +52,9 @@ static int cmd_gen(int argc, char **argv)
     mvm_trace_gen g;
     mvm_trace_gen_init(&g);
     const char *shape = NULL, *out = NULL;
+    uint32_t blocks = 0; /* 0: the shape's own */
     enum { O_LATENT = 1, O_SHAPE, O_OUT, O_TOKENS, O_REQUESTS, O_SHIFT, O_SEED, O_SKEW,
-           O_REUSE, O_DRIFT, O_DRIFT_TOKENS, O_LAYER_CORR };
+           O_REUSE, O_DRIFT, O_DRIFT_TOKENS, O_LAYER_CORR, O_LAYERS };
     static const mvm_cli_opt opts[] = {
         {"latent-scores", 0, 0, O_LATENT}, {"shape", 0, 1, O_SHAPE},
         {"output", 'o', 1, O_OUT},         {"tokens", 0, 1, O_TOKENS},
@@ -58,7 +62,7 @@ static int cmd_gen(int argc, char **argv)
         {"seed", 0, 1, O_SEED},            {"skew", 0, 1, O_SKEW},
         {"reuse", 0, 1, O_REUSE},          {"drift", 0, 1, O_DRIFT},
         {"drift-tokens", 0, 1, O_DRIFT_TOKENS}, {"layer-corr", 0, 1, O_LAYER_CORR},
-        {0}};
+        {"layers", 0, 1, O_LAYERS},        {0}};
     mvm_cli_iter it = {.cmd = cmd, .usage = usage, .opts = opts, .argc = argc, .argv = argv};
     int next;
     while ((next = mvm_cli_next(&it)) == MVM_CLI_OPTION) {
@@ -69,6 +73,7 @@ static int cmd_gen(int argc, char **argv)
         case O_LATENT: g.latent_scores = 1; break;
         case O_SHAPE: shape = v; break;
         case O_OUT: out = v; break;
+        case O_LAYERS: rc = mvm_cli_u32(cmd, a, v, 1, UINT32_MAX, &blocks); break;
         case O_TOKENS: rc = mvm_cli_u32(cmd, a, v, 1, UINT32_MAX, &g.tokens); break;
         case O_REQUESTS: rc = mvm_cli_u32(cmd, a, v, 1, UINT32_MAX, &g.requests); break;
         case O_SHIFT: rc = mvm_cli_u32(cmd, a, v, 0, UINT32_MAX, &g.shift_every); break;
@@ -94,6 +99,10 @@ static int cmd_gen(int argc, char **argv)
     }
     if (mvm_trace_gen_set_shape(&g, shape) != MVM_OK) {
         fprintf(stderr, "moevm %s: --shape: %s\n", cmd, mvm_last_error());
+        return 2;
+    }
+    if (blocks && mvm_trace_gen_cut_layers(&g, blocks) != MVM_OK) {
+        fprintf(stderr, "moevm %s: --layers: %s\n", cmd, mvm_last_error());
         return 2;
     }
     if (g.requests > g.tokens) {

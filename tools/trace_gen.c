@@ -135,6 +135,21 @@ mvm_status mvm_trace_gen_set_shape(mvm_trace_gen *g, const char *shape)
     return MVM_OK;
 }
 
+mvm_status mvm_trace_gen_cut_layers(mvm_trace_gen *g, uint32_t blocks)
+{
+    const mvm_preset *p = mvm_preset_find(g->shape, NULL);
+    if (!p)
+        return mvm_fail(MVM_ERR_INVALID, "shape '%s' names its layers itself: only a named "
+                        "shape is cut to fewer blocks", g->shape);
+    const mvm_arch *a = mvm_arch_find(p->spec.arch);
+    const uint32_t dense = a->lead ? p->spec.ds.n_dense : 0;
+    if (blocks <= dense || blocks > (1u << 24))
+        return mvm_fail(MVM_ERR_INVALID, "%u blocks: %s leads with %u dense, so it takes "
+                        "%u..16777216 blocks", blocks, g->shape, dense, dense + 1);
+    g->hdr.n_layers = blocks - dense;
+    return MVM_OK;
+}
+
 void mvm_trace_gen_init(mvm_trace_gen *g)
 {
     memset(g, 0, sizeof *g);

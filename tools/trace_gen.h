@@ -35,6 +35,10 @@ void mvm_trace_gen_init(mvm_trace_gen *g);
 /* Sets the shape from a name (mvm_trace_gen_shape_names) or "L,E,K" with optional
  * ",EMBD,FF" (default 2048,1024); MVM_ERR_INVALID with a one-line message otherwise. */
 mvm_status mvm_trace_gen_set_shape(mvm_trace_gen *g, const char *shape);
+/* A named shape cut to its first `blocks` blocks, as `moevm mkmodel --layers` cuts the model
+ * (so that a benchmark's trace routes the smaller file): the MoE layers are the blocks past
+ * the leading dense ones. MVM_ERR_INVALID for an "L,E,K" shape or too few blocks. */
+mvm_status mvm_trace_gen_cut_layers(mvm_trace_gen *g, uint32_t blocks);
 /* "mixtral-8x7b, qwen3-30b-a3b, qwen1.5-moe-a2.7b, olmoe-1b-7b, deepseek-v2-lite" */
 const char *mvm_trace_gen_shape_names(void);
 /* A trace of g->tokens tokens; the same g gives the same trace. MVM_ERR_INVALID naming a

@@ -5,7 +5,8 @@
 #   MODELS="olmoe-1b-7b:q8_0 qwen3-30b-a3b:q8_0 qwen3-30b-a3b:q4_k_m" BUDGETS="10 25 50 100" \
 #       bash bench/gpu/llamacpp.sh
 #
-# For each model (mkmodel preset:type, made here; random weights, real shapes) and budget
+# For each model (mkmodel preset:type[:layers], made here; random weights, real shapes, cut
+# to its first layers blocks when given, e.g. qwen3-30b-a3b:q8_0:12) and budget
 # (% of the experts' bytes; 0: every expert on the CPU, moevm's --n-cpu-moe 99 against
 # llama.cpp's --n-cpu-moe at the layers):
 #   - moevm bench -p 512 -n 128 on the GPU with that budget, with the model's own routing and
@@ -17,12 +18,15 @@
 # One line per run that a script can read, and the whole log in $OUT/llamacpp.txt:
 #   RESULT offload model=olmoe-1b-7b type=q8_0 budget=25 engine=moevm routing=replay
 #          vram_mib=9120 pp512=812.4 tg128=95.1              (printed on one line)
-# engine: moevm, moevm-cpu (budget "cpu") or llama.cpp; routing: own or replay.
+# engine: moevm, moevm-cpu (budget "cpu") or llama.cpp; routing: own or replay. At budget
+# 100 the lines end in bw_frac=: tg x the bytes a token reads (bench/gpu/active_bytes.py) /
+# the GPU's read rate of its memory (vmm_costs section 3), the share of the bandwidth bound.
 #
 # llama.cpp: .llamacpp/cuda.tar.xz when carried (bench/llamacpp/build.sh cuda && pack, made
 # where nvcc is, no GPU needed), else built here from a carried .llamacpp/src (a few minutes
 # on 16 cores). REPS (default 3), PROMPT (512), GEN (128), THREADS (the machine's cores)
-# change the runs; WORK (default /tmp/moevm-offload) keeps the models between calls.
+# change the runs; CPU_BASELINE=0 leaves out the CPU-alone runs; WORK (default
+# /tmp/moevm-offload) keeps the models between calls.
 # ROUTINGS ("own replay") picks the routings; VARIANTS ("default") runs moevm once per
 # variant, each a comma-separated list of MOEVM_* settings or "default", e.g.
 #   VARIANTS="default MOEVM_HOME_MAP=on MOEVM_ASSIGN=greedy,MOEVM_COST=cost.json"
@@ -37,6 +41,7 @@ models=${MODELS:-olmoe-1b-7b:q8_0}
 budgets=${BUDGETS:-10 25 50 100}
 routings=${ROUTINGS:-own replay}
 variants=${VARIANTS:-default}
+cpu_baseline=${CPU_BASELINE:-1}
 reps=${REPS:-3} pp=${PROMPT:-512} tg=${GEN:-128} threads=${THREADS:-$(nproc)}
 work=${WORK:-/tmp/moevm-offload}
 mkdir -p "$work"
@@ -55,30 +60,38 @@ moevm_speeds() {
 result() { echo "RESULT offload model=$1 type=$2 budget=$3 engine=$4 routing=$5 vram_mib=$6 $7"; }
 
 {
-    moevm_gpu_build moevm_cli >"$work/build.txt" 2>&1 ||
+    moevm_gpu_build moevm_cli vmm_costs >"$work/build.txt" 2>&1 ||
         { tail -n 20 "$work/build.txt"; die "the moevm build failed"; }
     lb=$(llama_tool llama-bench) ||
         die "no llama-bench (carry .llamacpp/cuda.tar.xz or .llamacpp/src)"
     nvidia-smi -L
+    hbm=$(hbm_read_gbs)
+    echo "== the GPU reads its memory at ${hbm:-(not measured)} GB/s (vmm_costs section 3)"
     echo "== llama.cpp $($lb --version 2>&1 | tail -n 1); $threads threads; -p $pp -n $tg -r $reps"
     for spec in $models; do
-        IFS=: read -r name type <<<"$spec"
+        IFS=: read -r name type cut <<<"$spec"
         model=$(llama_model "$spec") || die "mkmodel $spec"
-        trace=$work/$name.jsonl
-        build-gpu/moevm trace gen --shape "$name" --tokens 4096 -o "$trace" >"$work/trace.txt" ||
-            die "trace gen $name"
-        layers=$(model_layers "$name") || die "cannot read the layer count of $name"
+        trace=$work/$name${cut:+-${cut}L}.jsonl
+        build-gpu/moevm trace gen --shape "$name" ${cut:+--layers "$cut"} --tokens 4096 \
+            -o "$trace" >"$work/trace.txt" || die "trace gen $name"
+        layers=$(model_layers "$name" "$cut") || die "cannot read the layer count of $name"
+        name=$name${cut:+-${cut}L} # the RESULT lines' model: qwen3-30b-a3b-12L, cut to 12
+        active=$(${MOEVM_PYTHON:-python3} bench/gpu/active_bytes.py "$model") || active=
+        echo "== a decode token reads ${active:-?} bytes of weights"
         echo "== $spec: $layers layers, $(du -h "$model" | cut -f1)"
 
-        out=$(MOEVM_BACKEND=host with_vram build-gpu/moevm bench -m "$model" -p "$pp" -n "$tg" \
-              -r "$reps" -t "$threads")
-        echo "$out"
-        result "$name" "$type" cpu moevm-cpu own "$(echo "$out" | sed -n 's/^VRAM_MIB //p')" \
-            "$(echo "$out" | moevm_speeds own)"
-        out=$(with_vram "$lb" -m "$model" -ngl 0 -p "$pp" -n "$tg" -r "$reps" -t "$threads" -o md)
-        echo "$out"
-        result "$name" "$type" cpu llama.cpp own "$(echo "$out" | sed -n 's/^VRAM_MIB //p')" \
-            "$(echo "$out" | llama_speeds)"
+        if [[ $cpu_baseline == 1 ]]; then
+            out=$(MOEVM_BACKEND=host with_vram build-gpu/moevm bench -m "$model" -p "$pp" \
+                  -n "$tg" -r "$reps" -t "$threads")
+            echo "$out"
+            result "$name" "$type" cpu moevm-cpu own "$(echo "$out" | sed -n 's/^VRAM_MIB //p')" \
+                "$(echo "$out" | moevm_speeds own)"
+            out=$(with_vram "$lb" -m "$model" -ngl 0 -p "$pp" -n "$tg" -r "$reps" -t "$threads" \
+                  -o md)
+            echo "$out"
+            result "$name" "$type" cpu llama.cpp own "$(echo "$out" | sed -n 's/^VRAM_MIB //p')" \
+                "$(echo "$out" | llama_speeds)"
+        fi
 
         for b in $budgets; do
             for routing in $routings; do
@@ -93,17 +106,20 @@ result() { echo "RESULT offload model=$1 type=$2 budget=$3 engine=$4 routing=$5 
                     out=$(with_vram env "${env[@]}" build-gpu/moevm bench -m "$model" -p "$pp" \
                           -n "$tg" -r "$reps" -t "$threads" "${share[@]}" "${extra[@]}")
                     echo "$out"
+                    speeds=$(echo "$out" | moevm_speeds "$routing")
+                    [[ $b == 100 ]] && speeds+=$(bw_frac "$speeds" "$active" "$hbm")" "
                     result "$name" "$type" "$b" moevm "$routing" \
-                        "$(echo "$out" | sed -n 's/^VRAM_MIB //p')" \
-                        "$(echo "$out" | moevm_speeds "$routing")variant=$variant"
+                        "$(echo "$out" | sed -n 's/^VRAM_MIB //p')" "${speeds}variant=$variant"
                 done
             done
             ncmoe=$(( (layers * (100 - b) + 50) / 100 ))
             out=$(with_vram "$lb" -m "$model" -ngl 99 --n-cpu-moe "$ncmoe" -p "$pp" -n "$tg" \
                   -r "$reps" -t "$threads" -o md)
             echo "$out"
+            speeds=$(echo "$out" | llama_speeds)
+            [[ $b == 100 ]] && speeds+=$(bw_frac "$speeds" "$active" "$hbm")
             result "$name" "$type" "$b" llama.cpp own "$(echo "$out" | sed -n 's/^VRAM_MIB //p')" \
-                "$(echo "$out" | llama_speeds) n_cpu_moe=$ncmoe"
+                "$speeds n_cpu_moe=$ncmoe"
         done
     done
 } 2>&1 | tee -a "$log"

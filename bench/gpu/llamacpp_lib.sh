@@ -40,19 +40,41 @@ llama_speeds() {
                printf "%s=%s ", t, v[1] }'
 }
 
-# The model file $work/NAME-TYPE.gguf for "NAME:TYPE" (mkmodel's preset and type), made once.
+# The model file $work/NAME-TYPE[-LAYERSL].gguf for "NAME:TYPE[:LAYERS]" (mkmodel's preset,
+# type and, when given, its first LAYERS blocks), made once.
 llama_model() {
-    local name=${1%%:*} type=${1##*:} model
-    model=$work/$name-$type.gguf
-    [[ -f $model ]] || build-gpu/moevm mkmodel --preset "$name" --type "$type" -o "$model" \
-        >"$work/mkmodel.txt" 2>&1 || { tail -n 3 "$work/mkmodel.txt" >&2; return 1; }
+    local name type layers model
+    IFS=: read -r name type layers <<<"$1"
+    model=$work/$name-$type${layers:+-${layers}L}.gguf
+    [[ -f $model ]] || build-gpu/moevm mkmodel --preset "$name" --type "$type" \
+        ${layers:+--layers "$layers"} -o "$model" >"$work/mkmodel.txt" 2>&1 ||
+        { tail -n 3 "$work/mkmodel.txt" >&2; return 1; }
     echo "$model"
 }
 
-# The layer count of mkmodel's preset NAME (from moevm trace gen's summary line).
+# The MoE layer count of mkmodel's preset NAME, cut to LAYERS blocks when given ($2), from
+# moevm trace gen's summary line.
 model_layers() {
     local n
-    n=$(build-gpu/moevm trace gen --shape "$1" --tokens 16 -o "$work/layers.jsonl" |
-        sed -n 's/.*(\([0-9]*\) layers.*/\1/p')
+    n=$(build-gpu/moevm trace gen --shape "$1" ${2:+--layers "$2"} --tokens 16 \
+        -o "$work/layers.jsonl" | sed -n 's/.*(\([0-9]*\) layers.*/\1/p')
     [[ -n $n ]] && echo "$n"
+}
+
+# The GPU's measured read rate of its own memory, GB/s: vmm_costs section 3, a kernel reading
+# 256 MiB of device memory (the bound of bw_frac). Nothing where it could not be measured.
+hbm_read_gbs() {
+    local bin
+    bin=$(find build-gpu -type f -name vmm_costs -perm -u+x | head -n 1)
+    [[ -n $bin ]] && "$bin" --only 3 --reps 20 2>/dev/null |
+        awk '$1 == "RESULT" && $2 == "kernel_read_device_256MiB" { print $3 }'
+}
+
+# " bw_frac=F" for a result's speeds ("pp512=.. tg128=.."): the decode's share of the
+# bandwidth bound, tg x the bytes a token reads ($2) / the read rate in GB/s ($3); nothing
+# when either is unknown.
+bw_frac() {
+    [[ -n $2 && -n $3 ]] || return 0
+    sed -n 's/.*tg[0-9]*=\([0-9.]*\).*/\1/p' <<<"$1" |
+        awk -v a="$2" -v h="$3" '$1 > 0 { printf " bw_frac=%.3f", $1 * a / (h * 1e9) }'
 }

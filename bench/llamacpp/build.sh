@@ -15,7 +15,8 @@
 # `cpu` builds for this machine's CPU (GGML_NATIVE). `cuda` builds the CPU code for every
 # x86-64 level (GGML_CPU_ALL_VARIANTS, loaded at run time by GGML_BACKEND_DL), so a build
 # made here computes the CPU's share of an --n-cpu-moe run on the device machine with its
-# best SIMD level, as a native build there would.
+# best SIMD level, as a native build there would. LLAMACPP_CPU_LEVELS="x64 haswell zen4"
+# builds only the levels named (on 2 cores the fourteen levels take as long as the CUDA code).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 top=${LLAMACPP_DIR:-$here/.llamacpp}
@@ -58,6 +59,14 @@ configure_build() {
     local targets
     targets=$(cmake --build "$b" --target help | sed -n 's/^\.\.\. \(ggml-[a-z0-9_-]*\).*/\1/p' |
         grep -E '^ggml-(cpu|cuda)' | grep -v -- '-feats$' | tr '\n' ' ')
+    if [ -n "${LLAMACPP_CPU_LEVELS:-}" ]; then
+        local t keep=""
+        for t in $targets; do
+            case " ${LLAMACPP_CPU_LEVELS} " in *" ${t#ggml-cpu-} "*) keep+="$t " ;; esac
+            [[ $t == ggml-cpu-* ]] || keep+="$t "
+        done
+        targets=$keep
+    fi
     echo "building llama-bench llama-batched-bench llama-quantize llama-completion $targets($kind," \
          "$jobs jobs; log $b.build.log)"
     cmake --build "$b" -j "$jobs" --target llama-bench llama-batched-bench llama-quantize \

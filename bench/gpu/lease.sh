@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# A short GPU lease's measurements in one device call, most needed first, from the
+# repository root of a GPU machine (carry .gpudeps and .llamacpp/cuda.tar.xz):
+#
+#   bash bench/gpu/lease.sh                    LEASE_S=540 LEASE_STEPS="build kernels ..."
+#
+# Every step runs under its own time limit, cut to what is left of LEASE_S seconds (default
+# 540: a 600 s call with room for the output to come back), so a slow step costs the steps
+# after it their time and never the whole call's output. A step that is cut says so, and the
+# steps after it still run if time is left. Steps, in this order (LEASE_STEPS picks):
+#   build      build-gpu/: moevm, test_gpu, bench_gpu_experts, bench_gpu_attention, vmm_costs
+#   kernels    test_gpu (the device kernels against the CPU's, every type) and
+#              bench_gpu_experts (GB/s of a decode step's expert kernels)
+#   text       tests/gpu/forward.sh step 2: the same greedy text on the CPU and the GPU, and
+#              with decode routed on the device (graph, launches) and by the host
+#   full       bench/gpu/llamacpp.sh at budget 100 (OLMoE-1B-7B q8_0, the model's own
+#              routing): moevm with decode routed on the device and by the host, against
+#              llama.cpp -ngl 99
+#   offload    llamacpp.sh on Qwen3-30B-A3B's shape in q8_0, cut to its first 12 blocks (the
+#              whole model's mkmodel and loads would take the lease), at budgets 100 and 25,
+#              with the model's own routing and a replayed trace, against -ngl 99
+#              --n-cpu-moe N; moevm and llama.cpp on the CPU alone
+#   vmm        vmm_costs sections 5 and 9 (make-resident against the copy; copy lanes)
+#   profile    bench/gpu/profile.sh at budgets 100 and 25 (where the decode's time goes)
+#   forward    tests/ref/check_forward.py on the GPU (every architecture and type)
+#   full_q4k   the budget-100 runs again on the same shape in Q4_K_M (the K-quant kernels)
+#   attention  bench_gpu_attention (split attention up to 131072 positions)
+# The whole log goes to $OUT/lease.txt; the scripts run under it write no $OUT files of their
+# own (a device call brings back at most 8). `grep -E '^(RESULT|== |step )'` reads it.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+
+lease=${LEASE_S:-540}
+steps=" ${LEASE_STEPS:-build kernels text full offload vmm profile forward full_q4k attention} "
+start=$SECONDS
+log=/dev/null
+if [[ -n ${OUT:-} ]]; then mkdir -p "$OUT" && log=$OUT/lease.txt && : >"$log"; fi
+export -n OUT
+work=/tmp/moevm-lease
+mkdir -p "$work"
+
+# step NAME LIMIT_S COMMAND...: runs COMMAND under min(LIMIT_S, what is left), in its own
+# process group (timeout's), so that a cut step leaves nothing of its own running.
+step() {
+    local name=$1 limit=$2; shift 2
+    [[ $steps == *" $name "* ]] || return 0
+    local left=$((lease - (SECONDS - start)))
+    if ((left < 10)); then
+        echo "step $name: skipped, ${left}s left of the lease"
+        return 0
+    fi
+    ((left < limit)) && limit=$left
+    echo "step $name: begins at $((SECONDS - start))s, limit ${limit}s"
+    local t0=$SECONDS rc=0
+    timeout -k 5 "$limit" "$@" || rc=$?
+    case $rc in
+    0) echo "step $name: done in $((SECONDS - t0))s" ;;
+    124 | 137) echo "step $name: CUT at its limit of ${limit}s" ;;
+    *) echo "step $name: FAILED (exit $rc) after $((SECONDS - t0))s" ;;
+    esac
+}
+
+# The libcuda.so.1 that the loader would pick (the test programs take its path).
+driver() { ldconfig -p | awk '/libcuda\.so\.1 /{print $NF; exit}'; }
+
+kernels() {
+    local d; d=$(driver)
+    [[ -n $d ]] || { echo "lease.sh: no libcuda.so.1 in the loader's cache"; return 1; }
+    echo "== test_gpu $d"
+    build-gpu/tests/test_gpu "$d" || echo "test_gpu FAILED"
+    echo "== bench_gpu_experts $d"
+    build-gpu/tests/bench_gpu_experts "$d" 20
+}
+
+attention() { build-gpu/tests/bench_gpu_attention "$(driver)"; }
+
+vmm() {
+    local bin; bin=$(find build-gpu -type f -name vmm_costs -perm -u+x | head -n 1)
+    [[ -n $bin ]] || { echo "lease.sh: no vmm_costs under build-gpu/"; return 1; }
+    "$bin" --only 5,9 --reps 20
+}
+
+forward() {
+    MOEVM_BACKEND=cuda python3 tests/ref/check_forward.py --moevm build-gpu/moevm \
+        --workdir "$work/ref"
+}
+
+{
+    source bench/gpu/deps.sh || exit 1
+    nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
+    echo "moevm $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null ||
+        echo ' + changes'), $(nproc) CPUs"
+    step build 240 bash -c 'source bench/gpu/deps.sh && moevm_gpu_build moevm_cli test_gpu \
+        bench_gpu_experts bench_gpu_attention vmm_costs >'"$work"'/build.txt 2>&1 ||
+        { tail -n 30 '"$work"'/build.txt; exit 1; }'
+    [[ -x build-gpu/moevm ]] || { echo "lease.sh: no build-gpu/moevm, nothing to run"; exit 1; }
+    step kernels 90 kernels
+    step text 60 env FORWARD_STEPS="2" bash tests/gpu/forward.sh
+    step full 150 env MODELS=olmoe-1b-7b:q8_0 BUDGETS=100 ROUTINGS=own REPS=2 CPU_BASELINE=0 \
+        VARIANTS="default MOEVM_DEVICE_ROUTING=off" bash bench/gpu/llamacpp.sh
+    step offload 200 env MODELS=qwen3-30b-a3b:q8_0:12 BUDGETS="100 25" ROUTINGS="own replay" \
+        REPS=2 bash bench/gpu/llamacpp.sh
+    step vmm 45 vmm
+    step profile 40 env MODELS=olmoe-1b-7b:q8_0 BUDGETS="100 25" bash bench/gpu/profile.sh
+    step forward 240 forward
+    step full_q4k 150 env MODELS=olmoe-1b-7b:q4_k_m BUDGETS=100 ROUTINGS=own REPS=2 \
+        CPU_BASELINE=0 VARIANTS=default bash bench/gpu/llamacpp.sh
+    step attention 60 attention
+    echo "lease.sh: $((SECONDS - start))s of ${lease}s"
+} 2>&1 | tee -a "$log"
