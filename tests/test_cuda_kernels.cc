@@ -36,6 +36,8 @@ static mvm_dptr dp(const void *p) { return (mvm_dptr)(uintptr_t)p; }
 /* Runs kernel k on a in the shape given, its blocks in a random order. */
 template <typename A> static void launch(void (*k)(A), const A &a, mvm_g_shape s)
 {
+    /* the device's limits (the emulator has none): a grid of 65535 rows at most */
+    CHECK(s.gx <= 0x7fffffffu && s.gy <= 65535 && s.block <= 1024);
     std::vector<unsigned> order(s.gx * s.gy);
     for (unsigned i = 0; i < order.size(); i++)
         order[i] = i;
@@ -900,6 +902,8 @@ static void test_dequant_expert(void)
     dequant_expert_case({MVM_W_Q4_K, MVM_W_Q6_K, MVM_GLU_SILU, 0}, 256, 512);
     dequant_expert_case({MVM_W_Q3_K, MVM_W_IQ4_NL, MVM_GLU_SILU, 0}, 256, 96);
     dequant_expert_case({MVM_W_MXFP4, MVM_W_MXFP4, MVM_GLU_OAI, 0}, 64, 96);
+    /* OLMoE's expert: its down's 2048 x 32 one-chunk slots, more than a grid has rows */
+    dequant_expert_case(mvm_k_expert_uniform(MVM_W_Q8_0), 2048, 1024);
 }
 
 /* Rows of floats to F16, gathered through an index (an expert's tokens) and not. */

@@ -25,8 +25,10 @@
 #   forward    tests/ref/check_forward.py on the GPU (every architecture and type)
 #   full_q4k   the budget-100 runs again on the same shape in Q4_K_M (the K-quant kernels)
 #   attention  bench_gpu_attention (split attention up to 131072 positions)
-# The whole log goes to $OUT/lease.txt; the scripts run under it write no $OUT files of their
-# own (a device call brings back at most 8). `grep -E '^(RESULT|== |step )'` reads it.
+# FULL_VARIANTS, OFFLOAD_MODELS, OFFLOAD_BUDGETS and OFFLOAD_CPU (0: no CPU-alone runs) change
+# those two steps. The whole log goes to $OUT/lease.txt; the scripts run under it write no
+# $OUT files of their own (a device call brings back at most 8).
+# `grep -E '^(RESULT|== |step )'` reads it.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -39,8 +41,9 @@ export -n OUT
 work=/tmp/moevm-lease
 mkdir -p "$work"
 
-# step NAME LIMIT_S COMMAND...: runs COMMAND under min(LIMIT_S, what is left), in its own
-# process group (timeout's), so that a cut step leaves nothing of its own running.
+# step NAME LIMIT_S COMMAND...: runs COMMAND (a program, or a function of this script:
+# they are exported) under min(LIMIT_S, what is left), in its own process group (timeout's),
+# so that a cut step leaves nothing of its own running.
 step() {
     local name=$1 limit=$2; shift 2
     [[ $steps == *" $name "* ]] || return 0
@@ -52,7 +55,7 @@ step() {
     ((left < limit)) && limit=$left
     echo "step $name: begins at $((SECONDS - start))s, limit ${limit}s"
     local t0=$SECONDS rc=0
-    timeout -k 5 "$limit" "$@" || rc=$?
+    timeout -k 5 "$limit" bash -c "$(printf '%q ' "$@")" || rc=$?
     case $rc in
     0) echo "step $name: done in $((SECONDS - t0))s" ;;
     124 | 137) echo "step $name: CUT at its limit of ${limit}s" ;;
@@ -85,6 +88,9 @@ forward() {
         --workdir "$work/ref"
 }
 
+export -f driver kernels attention vmm forward
+export work
+
 {
     source bench/gpu/deps.sh || exit 1
     nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
@@ -97,9 +103,10 @@ forward() {
     step kernels 90 kernels
     step text 60 env FORWARD_STEPS="2" bash tests/gpu/forward.sh
     step full 150 env MODELS=olmoe-1b-7b:q8_0 BUDGETS=100 ROUTINGS=own REPS=2 CPU_BASELINE=0 \
-        VARIANTS="default MOEVM_DEVICE_ROUTING=off" bash bench/gpu/llamacpp.sh
-    step offload 200 env MODELS=qwen3-30b-a3b:q8_0:12 BUDGETS="100 25" ROUTINGS="own replay" \
-        REPS=2 bash bench/gpu/llamacpp.sh
+        VARIANTS="${FULL_VARIANTS:-default MOEVM_DEVICE_ROUTING=off}" bash bench/gpu/llamacpp.sh
+    step offload 200 env MODELS="${OFFLOAD_MODELS:-qwen3-30b-a3b:q8_0:12}" \
+        BUDGETS="${OFFLOAD_BUDGETS:-100 25}" ROUTINGS="own replay" REPS=2 \
+        CPU_BASELINE="${OFFLOAD_CPU:-1}" bash bench/gpu/llamacpp.sh
     step vmm 45 vmm
     step profile 40 env MODELS=olmoe-1b-7b:q8_0 BUDGETS="100 25" bash bench/gpu/profile.sh
     step forward 240 forward

@@ -169,32 +169,39 @@ template <enum mvm_wtype T> static __device__ __forceinline__ uint64_t run_bytes
 }
 
 /* This lane's part of the dot products of one weight row (n elements of type T) with the
- * activations act[0..nt) (the weights' activation format): acc[i] += its terms. The row's
+ * activations act[0..nt) (nt <= NT; the weights' activation format): acc[i] += its terms.
+ * With NT 1 (decode) the rounds are unrolled four at a time, so that a warp has four
+ * rounds' loads in flight and not one: a decode product reads each weight once, and one
+ * round at a time left it waiting on the memory's latency (an H200 ran OLMoE's expert up
+ * at 222 GB/s of its 3,800, 2026-11-26). A tile of NT 8 reuses each load eight times
+ * already, and unrolled too it would take twice the registers. The row's
  * blocks (Q), super-blocks (K) or 32-element runs (float types) are `stride` bytes apart:
  * their size in a row-major matrix, a group's size in an expert's down slot. The lanes of
  * a warp split the row, 32-element units (unit_lanes lanes each) or elements (float types)
  * in turn, so the warp reads it in contiguous runs; each weight read serves every
  * activation of the tile. */
-template <enum mvm_wtype T>
+template <enum mvm_wtype T, int NT>
 static __device__ __forceinline__ void row_dot_tile(const uint8_t *w, uint64_t stride,
                                                     const uint8_t *const *act, uint32_t nt,
                                                     uint32_t n, float *acc)
 {
     const uint32_t lane = threadIdx.x & 31;
     if (mvm_k_block_elems(T) == 1) {
+#pragma unroll(NT == 1 ? 4 : 1)
         for (uint32_t e = lane; e < n; e += 32) {
             const float wv = mvm_k_elem(T, w + e / MVM_QBLOCK * stride, e % MVM_QBLOCK);
 #pragma unroll
-            for (int i = 0; i < MVM_G_TILE; i++)
+            for (int i = 0; i < NT; i++)
                 if ((uint32_t)i < nt)
                     acc[i] += wv * ((const float *)act[i])[e];
         }
         return;
     }
     if (mvm_k_is_table(T)) { /* a lane per block, the shared code's lookups */
+#pragma unroll(NT == 1 ? 4 : 1)
         for (uint32_t u = lane; u < n / MVM_QBLOCK; u += 32)
 #pragma unroll
-            for (int i = 0; i < MVM_G_TILE; i++)
+            for (int i = 0; i < NT; i++)
                 if ((uint32_t)i < nt)
                     acc[i] += mvm_k_block_q(T, w + u * stride, (const mvm_block_q8_0 *)act[i] + u);
         return;
@@ -208,13 +215,14 @@ static __device__ __forceinline__ void row_dot_tile(const uint8_t *w, uint64_t s
     const uint32_t per = unit_lanes<T>(), k = lane % per;
     const uint32_t bl = mvm_k_is_q(T) ? per : 8 * per; /* lanes per block */
     const uint32_t nb = n / (uint32_t)mvm_k_block_elems(T);
+#pragma unroll(NT == 1 ? 4 : 1)
     for (uint32_t b0 = 0; b0 < nb; b0 += 32 / bl) {
         const uint32_t b = b0 + lane / bl < nb ? b0 + lane / bl : 0;
         const uint8_t *blk = w + b * stride;
         uint8_t s[16];
         const uint8_t *s16 = mvm_k_is_k(T) ? mvm_k_kscales(T, blk, s) : NULL;
 #pragma unroll
-        for (int i = 0; i < MVM_G_TILE; i++)
+        for (int i = 0; i < NT; i++)
             if ((uint32_t)i < nt) {
                 int32_t sum = 0, asum = 0; /* asum: Q's activation sum, K's min sum */
                 if (mvm_k_is_q(T))
@@ -235,6 +243,18 @@ static __device__ __forceinline__ void row_dot_tile(const uint8_t *w, uint64_t s
                                                  sum, asum);
             }
     }
+}
+
+/* row_dot_tile for nt <= MVM_G_TILE activations: one (decode) on its own unrolled path. */
+template <enum mvm_wtype T>
+static __device__ __forceinline__ void row_dot(const uint8_t *w, uint64_t stride,
+                                               const uint8_t *const *act, uint32_t nt,
+                                               uint32_t n, float *acc)
+{
+    if (nt == 1)
+        row_dot_tile<T, 1>(w, stride, act, 1, n, acc);
+    else
+        row_dot_tile<T, MVM_G_TILE>(w, stride, act, nt, n, acc);
 }
 
 template <typename V> static __device__ __forceinline__ V warp_sum(V v)

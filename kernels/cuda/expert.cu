@@ -5,14 +5,15 @@
  * through its fixed address in the expert space, whatever backs its pages (device memory,
  * or its host home mapped for the device).
  *
- * up:   a block per (32 channels, active expert); a warp per channel computes its gate and
- *       up dot products for a tile of the expert's rows and their unit (SwiGLU, or gpt-oss's
- *       with the group's biases), then the block writes the tile's 32 intermediate
- *       activations per row in down's activation format (a Q8_0 block for a Q type, floats
- *       for a float type); for a K-quant down, whose Q8_K blocks span 256 channels, as
- *       floats that mvm_g_expert_quantize then makes Q8_K blocks.
+ * up:   a block per (32 channels, active expert); its 16 warps take the 64 weight rows
+ *       (32 gate, 32 up) four each and compute their dot products for a tile of the
+ *       expert's rows, then the block their unit (SwiGLU, or gpt-oss's with the group's
+ *       biases) and writes the tile's 32 intermediate activations per row in down's
+ *       activation format (a Q8_0 block for a Q type, floats for a float type); for a
+ *       K-quant down, whose Q8_K blocks span 256 channels, as floats that
+ *       mvm_g_expert_quantize then makes Q8_K blocks.
  * down: a warp per output, whose row is its block of each group's down slot: the lanes
- *       split it as they split a row-major row (kernels/cuda/device.cuh, row_dot_tile), for
+ *       split it as they split a row-major row (kernels/cuda/device.cuh, row_dot), for
  *       a tile of rows, then add gpt-oss's down bias weighted, as the CPU does after the
  *       groups.
  * sum:  each token adds its experts' rows in routing order: no atomics, so a run is
@@ -51,7 +52,10 @@ static __device__ void store_h(const mvm_g_expert_args &a, float (*hs)[MVM_QBLOC
 
 /* A block per 32 channels (a slice of a group) and active expert: with a K-quant down a
  * group is 256 channels, and a block per group left most of the device idle (Qwen3-30B-A3B's
- * decode: 24 blocks on 132 SMs). */
+ * decode: 24 blocks on 132 SMs). A decode step reads each row once, so its time is the
+ * memory's latency times the rounds a warp reads in turn: with a warp per channel (16 rows
+ * of 2 KiB in turn, 8 warps an SM on OLMoE) an H200 ran up at 222 GB/s of its 3,800
+ * (2026-11-26); with 16 warps taking four rows each, four times the rows are in flight. */
 template <enum mvm_wtype GU> static __device__ void expert_up(const mvm_g_expert_args &a)
 {
     const mvm_k_expert_fmt f = {GU, (enum mvm_wtype)a.down, (enum mvm_k_glu)a.glu, 0};
@@ -64,7 +68,7 @@ template <enum mvm_wtype GU> static __device__ void expert_up(const mvm_g_expert
     const uint8_t *up = gate + G * row;
     /* MVM_GLU_OAI: the group's gate biases, then its up biases, at the group's end */
     const float *bias = (const float *)(gate + group - 2 * G * sizeof(float));
-    __shared__ float hs[MVM_G_TILE][MVM_QBLOCK];
+    __shared__ float hs[MVM_G_TILE][MVM_QBLOCK], dots[2][MVM_G_TILE][MVM_QBLOCK];
     for (uint32_t t0 = 0; t0 < nr; t0 += MVM_G_TILE) {
         const uint32_t nt = nr - t0 < MVM_G_TILE ? nr - t0 : MVM_G_TILE;
         const uint8_t *act[MVM_G_TILE];
@@ -72,21 +76,27 @@ template <enum mvm_wtype GU> static __device__ void expert_up(const mvm_g_expert
         for (int i = 0; i < MVM_G_TILE; i++)
             act[i] = (const uint8_t *)a.act +
                      U32(a.row_tok)[r0 + t0 + ((uint32_t)i < nt ? i : 0)] * a.act_stride;
-        for (uint32_t c = threadIdx.x >> 5; c < MVM_QBLOCK; c += MVM_G_WARPS) {
-            const uint32_t ch = s0 + c; /* in the group */
-            float ag[MVM_G_TILE] = {0}, au[MVM_G_TILE] = {0};
-            row_dot_tile<GU>(gate + ch * row, run_bytes<GU>(), act, nt, a.n_embd, ag);
-            row_dot_tile<GU>(up + ch * row, run_bytes<GU>(), act, nt, a.n_embd, au);
+        /* rows j: gate's of channels 0..31 of the slice, then up's */
+        for (uint32_t j = threadIdx.x >> 5; j < 2 * MVM_QBLOCK; j += blockDim.x >> 5) {
+            const uint32_t c = j % MVM_QBLOCK, part = j / MVM_QBLOCK;
+            float acc[MVM_G_TILE] = {0};
+            row_dot<GU>((part ? up : gate) + (s0 + c) * row, run_bytes<GU>(), act, nt,
+                             a.n_embd, acc);
 #pragma unroll
             for (int i = 0; i < MVM_G_TILE; i++)
                 if ((uint32_t)i < nt) {
-                    const float gs = warp_sum(ag[i]), us = warp_sum(au[i]);
-                    const float w = ((const float *)a.row_w)[r0 + t0 + i];
+                    const float s = warp_sum(acc[i]);
                     if ((threadIdx.x & 31) == 0)
-                        hs[i][c] = a.glu == MVM_GLU_OAI
-                                       ? mvm_k_glu_oai(gs + bias[ch], us + bias[G + ch]) * w
-                                       : silu(gs) * us * w;
+                        dots[part][i][c] = s;
                 }
+        }
+        __syncthreads();
+        for (uint32_t k = threadIdx.x; k < nt * MVM_QBLOCK; k += blockDim.x) {
+            const uint32_t i = k / MVM_QBLOCK, c = k % MVM_QBLOCK, ch = s0 + c;
+            const float gs = dots[0][i][c], us = dots[1][i][c];
+            const float w = ((const float *)a.row_w)[r0 + t0 + i];
+            hs[i][c] = a.glu == MVM_GLU_OAI ? mvm_k_glu_oai(gs + bias[ch], us + bias[G + ch]) * w
+                                            : silu(gs) * us * w;
         }
         __syncthreads();
         store_h(a, hs, r0 + t0, nt, c0);
@@ -130,7 +140,7 @@ template <enum mvm_wtype DN> static __device__ void expert_down(const mvm_g_expe
             h[i] = (const uint8_t *)a.h + (uint64_t)(r0 + t0 + ((uint32_t)i < nt ? i : 0)) *
                                               a.h_stride;
         float acc[MVM_G_TILE] = {0};
-        row_dot_tile<DN>(down, group, h, nt, a.n_groups * G, acc);
+        row_dot<DN>(down, group, h, nt, a.n_groups * G, acc);
 #pragma unroll
         for (int i = 0; i < MVM_G_TILE; i++)
             if ((uint32_t)i < nt) {
@@ -289,7 +299,7 @@ extern "C" __global__ void __launch_bounds__(32) mvm_g_route(mvm_g_route_args a)
 }
 
 #define EXPERT(name, T)                                                                    \
-    extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)                            \
+    extern "C" __global__ void __launch_bounds__(MVM_G_UP_THREADS)                         \
         mvm_g_expert_up_##name(mvm_g_expert_args a)                                        \
     {                                                                                      \
         expert_up<T>(a);                                                                   \

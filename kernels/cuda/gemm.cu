@@ -12,9 +12,11 @@
 
 template <enum mvm_wtype T> static __device__ void dequant(const mvm_g_dequant_args &a)
 {
-    const uint32_t c = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;
-    if (c >= a.n_in / MVM_QBLOCK)
+    const uint32_t chunks = a.n_in / MVM_QBLOCK;
+    const uint64_t t = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (uint64_t)chunks * a.n_rows)
         return;
+    const uint32_t r = (uint32_t)(t / chunks), c = (uint32_t)(t % chunks);
     const uint32_t grp = r / a.per, in = r % a.per;
     float x[MVM_QBLOCK];
     mvm_k_chunk_values(T, (const uint8_t *)a.w + grp * a.group_bytes + in * a.row_bytes, c, x);

@@ -48,6 +48,7 @@ typedef uint64_t mvm_dptr;
 #define MVM_G_THREADS 128    /* threads per block, every kernel */
 #define MVM_G_WARPS (MVM_G_THREADS / 32)
 #define MVM_G_TILE 8         /* tokens (or expert rows) each weight read serves */
+#define MVM_G_UP_THREADS 512 /* mvm_g_expert_up's: a warp per 4 of its block's 64 rows */
 
 typedef struct mvm_g_shape {
     uint32_t gx, gy, block;
@@ -128,7 +129,7 @@ MVM_G_FN mvm_g_shape mvm_g_matvec_shape(const mvm_g_matvec_args *a)
  *   format); glu: silu(g) * u, or MVM_GLU_OAI's on g and u plus the group's biases. h[r] at
  *   h + r * h_stride bytes in down's activation format: n_ff floats (float types) or n_ff /
  *   32 Q8_0 blocks (Q types); with a K-quant down, n_ff floats at hf + r * n_ff floats, for
- *   mvm_g_expert_quantize. Grid: (32 channels, active expert).
+ *   mvm_g_expert_quantize. Grid: (32 channels, active expert), MVM_G_UP_THREADS a block.
  * mvm_g_expert_quantize (K-quant down only, after up): h[r] = hf[r]'s n_ff / 256 Q8_K
  *   blocks. Grid: (group, active expert).
  * mvm_g_expert_down_<down type>: out[r][j] = sum over groups of down_g[j] . h[r]_g, plus
@@ -148,7 +149,7 @@ MVM_G_FN mvm_g_shape mvm_g_expert_up_shape(const mvm_g_expert_args *a)
 {
     mvm_g_shape s = {a->n_groups * (mvm_k_is_k((enum mvm_wtype)a->down) ? MVM_QK_K / MVM_QBLOCK
                                                                          : 1),
-                     a->n_active, MVM_G_THREADS};
+                     a->n_active, MVM_G_UP_THREADS};
     return s;
 }
 
@@ -393,7 +394,9 @@ MVM_G_FN mvm_g_shape mvm_g_add_shape(const mvm_g_add_args *a)
  *   up) rows: per = G, group_bytes the group's, dst_rows = G. Its down slots (n_embd rows of
  *   G per group): per = n_embd, n_in = G, dst_rows = 0, dst_cols = G, so that each group's
  *   slots are the next G columns of one [n_embd][channels] matrix. A thread per 32
- *   elements. */
+ *   elements, the rows' chunks numbered in one run along x: a down's slots are rows of one
+ *   chunk, and more of them than a grid's 65535 rows (OLMoE: 2048 x 32 = 65536), so a
+ *   block of such rows would also leave 127 of its 128 threads idle. */
 typedef struct mvm_g_dequant_args {
     mvm_dptr w, dst;
     uint64_t row_bytes, group_bytes, dst_stride;
@@ -402,7 +405,7 @@ typedef struct mvm_g_dequant_args {
 
 MVM_G_FN mvm_g_shape mvm_g_dequant_shape(const mvm_g_dequant_args *a)
 {
-    return mvm_g_rows_shape(a->n_in / MVM_QBLOCK, a->n_rows);
+    return mvm_g_rows_shape((uint64_t)(a->n_in / MVM_QBLOCK) * a->n_rows, 1);
 }
 
 /* mvm_g_to_half: n_rows rows of n floats to F16, row i read at x + src(i) * x_stride floats

@@ -4,7 +4,7 @@
  * (kernels/cuda/kernels.h).
  *
  * A warp computes one output row for a tile of up to MVM_G_TILE tokens: its lanes split the
- * row (kernels/cuda/device.cuh, row_dot_tile) and reduce with shuffles, so each weight byte
+ * row (kernels/cuda/device.cuh, row_dot) and reduce with shuffles, so each weight byte
  * is read once per tile. Decode is one token: the kernel is then a matrix-vector product,
  * bound by reading the weights.
  */
@@ -47,7 +47,7 @@ template <enum mvm_wtype T> static __device__ void matvec(const mvm_g_matvec_arg
         act[i] = (const uint8_t *)a.act + g * a.act_head +
                  (uint64_t)(t0 + ((uint32_t)i < nt ? i : 0)) * a.act_stride;
     float acc[MVM_G_TILE] = {0};
-    row_dot_tile<T>((const uint8_t *)w + g * a.w_head + (uint64_t)r * a.row_bytes,
+    row_dot<T>((const uint8_t *)w + g * a.w_head + (uint64_t)r * a.row_bytes,
                     run_bytes<T>(), act, nt, a.n_in, acc);
     float *y = (float *)yp + g * a.y_head;
 #pragma unroll
