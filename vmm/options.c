@@ -60,9 +60,10 @@ const mvm_option_desc mvm_opt_copy_streams = {
     "MOEVM_COPY_STREAMS", MVM_OPT_INT, "1", "1..8",
     "cuda backend: the streams a load's bytes are split across, at "
     "page boundaries (PreScope's AsyncIO uses 3, one per weight "
-    "matrix); 1 keeps every load on one stream. Whether more helps "
-    "depends on the device's copy engines: vmm_costs section 9 "
-    "(bench/gpu/run.sh --only 9) measures 1 to 4"};
+    "matrix); 1 keeps every load on one stream. On an H200 over PCIe "
+    "Gen5 one stream fills the link and more gained nothing "
+    "(docs/perf/vmm.md); vmm_costs section 9 (bench/gpu/run.sh --only "
+    "9) measures 1 to 4 on a device"};
 
 const mvm_option_desc mvm_opt_log = {
     "MOEVM_LOG", MVM_OPT_CHOICE, "warn", "off|warn|info|debug",
