@@ -201,6 +201,15 @@ static inline void emu_barrier_wait(emu_barrier *b, unsigned count)
 
 static inline void __syncthreads(void) { emu_barrier_wait(&emu_block_barrier, blockDim.x); }
 
+/* A barrier of the calling lane's warp (all of its lanes: the full mask). It moves the warp
+ * barrier's generation as a shuffle does, which keeps emu_shuffle's double buffering safe:
+ * a lane passes it only after every lane has read its last shuffle. */
+static inline void __syncwarp(unsigned mask = 0xffffffffu)
+{
+    (void)mask;
+    emu_barrier_wait(&emu_warp_barrier[threadIdx.x / EMU_WARP], EMU_WARP);
+}
+
 static inline void __threadfence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 
 /* The four signed bytes of a times those of b, plus c. */

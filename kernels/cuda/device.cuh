@@ -169,25 +169,25 @@ template <enum mvm_wtype T> static __device__ __forceinline__ uint64_t run_bytes
 }
 
 /* This lane's part of the dot products of one weight row (n elements of type T) with the
- * activations act[0..nt) (nt <= NT; the weights' activation format): acc[i] += its terms.
- * With NT 1 (decode) the rounds are unrolled four at a time, so that a warp has four
- * rounds' loads in flight and not one: a decode product reads each weight once, and one
- * round at a time left it waiting on the memory's latency (an H200 ran OLMoE's expert up
- * at 222 GB/s of its 3,800, 2026-11-26). A tile of NT 8 reuses each load eight times
- * already, and unrolled too it would take twice the registers. The row's
+ * activations act[0..nt) (nt <= NT; the weights' activation format): acc[i] += its terms,
+ * the rounds unrolled U at a time. A decode product (NT 1) reads each weight once, and a
+ * round at a time left it waiting on the memory's latency (an H200 ran OLMoE's expert
+ * down at 578 GB/s of its 3,800, 2026-11-26; unrolled four, 997): row_dot says which
+ * path a product takes. A tile of NT 8 reuses each load eight times already, and unrolled
+ * too it would take twice the registers. The row's
  * blocks (Q), super-blocks (K) or 32-element runs (float types) are `stride` bytes apart:
  * their size in a row-major matrix, a group's size in an expert's down slot. The lanes of
  * a warp split the row, 32-element units (unit_lanes lanes each) or elements (float types)
  * in turn, so the warp reads it in contiguous runs; each weight read serves every
  * activation of the tile. */
-template <enum mvm_wtype T, int NT>
+template <enum mvm_wtype T, int NT, int U = 1>
 static __device__ __forceinline__ void row_dot_tile(const uint8_t *w, uint64_t stride,
                                                     const uint8_t *const *act, uint32_t nt,
                                                     uint32_t n, float *acc)
 {
     const uint32_t lane = threadIdx.x & 31;
     if (mvm_k_block_elems(T) == 1) {
-#pragma unroll(NT == 1 ? 4 : 1)
+#pragma unroll(U)
         for (uint32_t e = lane; e < n; e += 32) {
             const float wv = mvm_k_elem(T, w + e / MVM_QBLOCK * stride, e % MVM_QBLOCK);
 #pragma unroll
@@ -198,7 +198,7 @@ static __device__ __forceinline__ void row_dot_tile(const uint8_t *w, uint64_t s
         return;
     }
     if (mvm_k_is_table(T)) { /* a lane per block, the shared code's lookups */
-#pragma unroll(NT == 1 ? 4 : 1)
+#pragma unroll(U)
         for (uint32_t u = lane; u < n / MVM_QBLOCK; u += 32)
 #pragma unroll
             for (int i = 0; i < NT; i++)
@@ -215,7 +215,7 @@ static __device__ __forceinline__ void row_dot_tile(const uint8_t *w, uint64_t s
     const uint32_t per = unit_lanes<T>(), k = lane % per;
     const uint32_t bl = mvm_k_is_q(T) ? per : 8 * per; /* lanes per block */
     const uint32_t nb = n / (uint32_t)mvm_k_block_elems(T);
-#pragma unroll(NT == 1 ? 4 : 1)
+#pragma unroll(U)
     for (uint32_t b0 = 0; b0 < nb; b0 += 32 / bl) {
         const uint32_t b = b0 + lane / bl < nb ? b0 + lane / bl : 0;
         const uint8_t *blk = w + b * stride;
@@ -245,16 +245,56 @@ static __device__ __forceinline__ void row_dot_tile(const uint8_t *w, uint64_t s
     }
 }
 
-/* row_dot_tile for nt <= MVM_G_TILE activations: one (decode) on its own unrolled path. */
+/* One activation's dot product with a row-major row (its units one run) of a type whose
+ * lanes share a unit (unit_lanes > 1), through a warp's stage in shared memory (MVM_G_STAGE
+ * bytes, 2-byte aligned): the warp first copies as many whole units of the row as the stage
+ * holds, every lane issuing all its 16-bit loads before it stores any, the lanes on
+ * neighbouring halfwords; then row_dot_tile reads them from the stage. The same
+ * arithmetic, so the same floats, as reading the row in place; but there each round's
+ * loads waited for the last round's shuffles, so a warp had one round (136 bytes of Q8_0)
+ * in flight, and here a row of 2048 Q8_0 elements is all in flight at once. (A gather of
+ * units a group apart, an expert's down row, took twice the registers for its addresses,
+ * and keeps the unrolled rounds.) */
+template <enum mvm_wtype T>
+static __device__ __forceinline__ void row_dot_staged(const uint8_t *w, const uint8_t *act,
+                                                      uint32_t n, float *acc, uint16_t *stage)
+{
+    const uint32_t lane = threadIdx.x & 31, B = (uint32_t)run_bytes<T>(), hw = B / 2;
+    const uint32_t elems = (uint32_t)mvm_k_block_elems(T), nb = n / elems;
+    const uint32_t per_stage = MVM_G_STAGE / B;
+    for (uint32_t u0 = 0; u0 < nb; u0 += per_stage) {
+        const uint32_t nu = nb - u0 < per_stage ? nb - u0 : per_stage, total = nu * hw;
+        const uint16_t *run = (const uint16_t *)(w + (uint64_t)u0 * B);
+        uint16_t v[MVM_G_STAGE / 64];
+#pragma unroll
+        for (uint32_t k = 0; k < MVM_G_STAGE / 64; k++)
+            if (lane + 32 * k < total)
+                v[k] = run[lane + 32 * k];
+        __syncwarp(); /* the last stage's units are read */
+#pragma unroll
+        for (uint32_t k = 0; k < MVM_G_STAGE / 64; k++)
+            if (lane + 32 * k < total)
+                stage[lane + 32 * k] = v[k];
+        __syncwarp();
+        const uint8_t *a = act + mvm_k_act_bytes(T, (uint64_t)u0 * elems);
+        row_dot_tile<T, 1>((const uint8_t *)stage, B, &a, 1, nu * elems, acc);
+    }
+}
+
+/* row_dot_tile for nt <= MVM_G_TILE activations; one (decode) through the warp's stage
+ * (row_dot_staged) where the row is one run (stage given) and its type's lanes share a
+ * unit, else on its own path with four rounds unrolled. */
 template <enum mvm_wtype T>
 static __device__ __forceinline__ void row_dot(const uint8_t *w, uint64_t stride,
                                                const uint8_t *const *act, uint32_t nt,
-                                               uint32_t n, float *acc)
+                                               uint32_t n, float *acc, uint16_t *stage)
 {
-    if (nt == 1)
-        row_dot_tile<T, 1>(w, stride, act, 1, n, acc);
-    else
+    if (nt != 1)
         row_dot_tile<T, MVM_G_TILE>(w, stride, act, nt, n, acc);
+    else if (stage && unit_lanes<T>() > 1)
+        row_dot_staged<T>(w, act[0], n, acc, stage);
+    else
+        row_dot_tile<T, 1, 4>(w, stride, act, 1, n, acc);
 }
 
 template <typename V> static __device__ __forceinline__ V warp_sum(V v)

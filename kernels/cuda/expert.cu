@@ -55,7 +55,9 @@ static __device__ void store_h(const mvm_g_expert_args &a, float (*hs)[MVM_QBLOC
  * decode: 24 blocks on 132 SMs). A decode step reads each row once, so its time is the
  * memory's latency times the rounds a warp reads in turn: with a warp per channel (16 rows
  * of 2 KiB in turn, 8 warps an SM on OLMoE) an H200 ran up at 222 GB/s of its 3,800
- * (2026-11-26); with 16 warps taking four rows each, four times the rows are in flight. */
+ * (2026-11-26); with 16 warps taking four rows each, four times the rows were in flight
+ * (810 GB/s), and a decode row now goes through its warp's stage (device.cuh, row_dot),
+ * all of it in flight at once. */
 template <enum mvm_wtype GU> static __device__ void expert_up(const mvm_g_expert_args &a)
 {
     const mvm_k_expert_fmt f = {GU, (enum mvm_wtype)a.down, (enum mvm_k_glu)a.glu, 0};
@@ -69,6 +71,7 @@ template <enum mvm_wtype GU> static __device__ void expert_up(const mvm_g_expert
     /* MVM_GLU_OAI: the group's gate biases, then its up biases, at the group's end */
     const float *bias = (const float *)(gate + group - 2 * G * sizeof(float));
     __shared__ float hs[MVM_G_TILE][MVM_QBLOCK], dots[2][MVM_G_TILE][MVM_QBLOCK];
+    __shared__ uint16_t stage[MVM_G_UP_THREADS / 32][MVM_G_STAGE / 2];
     for (uint32_t t0 = 0; t0 < nr; t0 += MVM_G_TILE) {
         const uint32_t nt = nr - t0 < MVM_G_TILE ? nr - t0 : MVM_G_TILE;
         const uint8_t *act[MVM_G_TILE];
@@ -81,7 +84,7 @@ template <enum mvm_wtype GU> static __device__ void expert_up(const mvm_g_expert
             const uint32_t c = j % MVM_QBLOCK, part = j / MVM_QBLOCK;
             float acc[MVM_G_TILE] = {0};
             row_dot<GU>((part ? up : gate) + (s0 + c) * row, run_bytes<GU>(), act, nt,
-                             a.n_embd, acc);
+                        a.n_embd, acc, stage[threadIdx.x >> 5]);
 #pragma unroll
             for (int i = 0; i < MVM_G_TILE; i++)
                 if ((uint32_t)i < nt) {
@@ -140,7 +143,7 @@ template <enum mvm_wtype DN> static __device__ void expert_down(const mvm_g_expe
             h[i] = (const uint8_t *)a.h + (uint64_t)(r0 + t0 + ((uint32_t)i < nt ? i : 0)) *
                                               a.h_stride;
         float acc[MVM_G_TILE] = {0};
-        row_dot<DN>(down, group, h, nt, a.n_groups * G, acc);
+        row_dot<DN>(down, group, h, nt, a.n_groups * G, acc, NULL); /* a gather */
 #pragma unroll
         for (int i = 0; i < MVM_G_TILE; i++)
             if ((uint32_t)i < nt) {

@@ -49,6 +49,7 @@ typedef uint64_t mvm_dptr;
 #define MVM_G_WARPS (MVM_G_THREADS / 32)
 #define MVM_G_TILE 8         /* tokens (or expert rows) each weight read serves */
 #define MVM_G_UP_THREADS 512 /* mvm_g_expert_up's: a warp per 4 of its block's 64 rows */
+#define MVM_G_STAGE 2304     /* bytes of shared memory a warp stages a decode row through */
 
 typedef struct mvm_g_shape {
     uint32_t gx, gy, block;
