@@ -22,6 +22,7 @@
 #              --n-cpu-moe N; moevm and llama.cpp on the CPU alone
 #   vmm        vmm_costs sections 5 and 9 (make-resident against the copy; copy lanes)
 #   profile    bench/gpu/profile.sh at budgets 100 and 25 (where the decode's time goes)
+#   profile_pp the same for one prompt batch of 512 tokens at 100% (prefill's time)
 #   forward    tests/ref/check_forward.py on the GPU (every architecture and type)
 #   full_q4k   the budget-100 runs again on the same shape in Q4_K_M (the K-quant kernels)
 #   attention  bench_gpu_attention (split attention up to 131072 positions)
@@ -33,7 +34,8 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 
 lease=${LEASE_S:-540}
-steps=" ${LEASE_STEPS:-build kernels text full offload vmm profile forward full_q4k attention} "
+all="build kernels text full offload vmm profile profile_pp forward full_q4k attention"
+steps=" ${LEASE_STEPS:-$all} "
 start=$SECONDS
 log=/dev/null
 if [[ -n ${OUT:-} ]]; then mkdir -p "$OUT" && log=$OUT/lease.txt && : >"$log"; fi
@@ -109,6 +111,8 @@ export work
         CPU_BASELINE="${OFFLOAD_CPU:-1}" bash bench/gpu/llamacpp.sh
     step vmm 45 vmm
     step profile 40 env MODELS=olmoe-1b-7b:q8_0 BUDGETS="100 25" bash bench/gpu/profile.sh
+    step profile_pp 30 env MODELS=olmoe-1b-7b:q8_0 BUDGETS=100 PROMPT=512 \
+        bash bench/gpu/profile.sh
     step forward 240 forward
     step full_q4k 150 env MODELS=olmoe-1b-7b:q4_k_m BUDGETS=100 ROUTINGS=own REPS=2 \
         CPU_BASELINE=0 VARIANTS=default bash bench/gpu/llamacpp.sh
