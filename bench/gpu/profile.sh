@@ -51,7 +51,8 @@ die() { echo "profile.sh: $*" >&2; exit 1; }
                          END { printf "%s", t }' "$work/profile.err")
             echo "$table"
             [[ $rc -eq 0 && -n $table ]] || { tail -n 5 "$work/profile.err"; continue; }
-            speed=$(echo "$out" | awk -F'|' -v t="$test" '$9 ~ t { split($10, v, " "); print v[1] }')
+            speed=$(echo "$out" |
+                    awk -F'|' -v t="$test" '$9 ~ t { split($10, v, " "); print v[1] }')
             echo "$table" | head -n 1 | sed -E 's/^gpu profile: ([0-9.]+) ms .* busy ([0-9.]+) ms \(([0-9]+)%\); ([0-9]+) syncs, the host waited ([0-9.]+) ms.*/\1 \2 \4 \5/' |
                 while read -r wall busy syncs wait; do
                     frac=$(awk -v b="$busy" -v w="$wall" 'BEGIN { printf "%.3f", (w > 0 ? b / w : 0) }')
