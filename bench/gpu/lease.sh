@@ -18,17 +18,19 @@
 #              llama.cpp -ngl 99
 #   offload    llamacpp.sh on Qwen3-30B-A3B's shape in q8_0, cut to its first 12 blocks (the
 #              whole model's mkmodel and loads would take the lease), at budgets 100 and 25,
-#              with the model's own routing and a replayed trace, against -ngl 99
-#              --n-cpu-moe N; moevm and llama.cpp on the CPU alone
+#              with the model's own routing and a replayed trace, by default and with
+#              DALI's CPU/GPU split (MOEVM_ASSIGN=greedy: the simulator's h100 costs halve
+#              a token at 25% with it), against -ngl 99 --n-cpu-moe N; moevm and
+#              llama.cpp on the CPU alone
 #   vmm        vmm_costs sections 5 and 9 (make-resident against the copy; copy lanes)
 #   profile    bench/gpu/profile.sh at budgets 100 and 25 (where the decode's time goes)
 #   profile_pp the same for one prompt batch of 512 tokens at 100% (prefill's time)
 #   forward    tests/ref/check_forward.py on the GPU (every architecture and type)
 #   full_q4k   the budget-100 runs again on the same shape in Q4_K_M (the K-quant kernels)
 #   attention  bench_gpu_attention (split attention up to 131072 positions)
-# FULL_VARIANTS, OFFLOAD_MODELS, OFFLOAD_BUDGETS and OFFLOAD_CPU (0: no CPU-alone runs) change
-# those two steps. The whole log goes to $OUT/lease.txt; the scripts run under it write no
-# $OUT files of their own (a device call brings back at most 8).
+# FULL_VARIANTS, OFFLOAD_MODELS, OFFLOAD_BUDGETS, OFFLOAD_VARIANTS and OFFLOAD_CPU (0: no
+# CPU-alone runs) change those two steps. The whole log goes to $OUT/lease.txt; the scripts
+# run under it write no $OUT files of their own (a device call brings back at most 8).
 # `grep -E '^(RESULT|== |step )'` reads it.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -108,6 +110,7 @@ export work
         VARIANTS="${FULL_VARIANTS:-default MOEVM_DEVICE_ROUTING=off}" bash bench/gpu/llamacpp.sh
     step offload 200 env MODELS="${OFFLOAD_MODELS:-qwen3-30b-a3b:q8_0:12}" \
         BUDGETS="${OFFLOAD_BUDGETS:-100 25}" ROUTINGS="own replay" REPS=2 \
+        VARIANTS="${OFFLOAD_VARIANTS:-default MOEVM_ASSIGN=greedy}" \
         CPU_BASELINE="${OFFLOAD_CPU:-1}" bash bench/gpu/llamacpp.sh
     step vmm 45 vmm
     step profile 40 env MODELS=olmoe-1b-7b:q8_0 BUDGETS="100 25" bash bench/gpu/profile.sh
