@@ -47,6 +47,16 @@ struct dim3 {
 };
 
 static dim3 threadIdx, blockIdx; /* the running fiber's, set before it runs */
+
+/* CUDA's 16-byte vector, for the kernels' wide stores. */
+struct alignas(16) uint4 {
+    unsigned x, y, z, w;
+};
+
+static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w)
+{
+    return uint4{x, y, z, w};
+}
 static dim3 gridDim, blockDim;
 
 enum { EMU_MAX_THREADS = 1024, EMU_WARP = 32, EMU_STACK = 64 << 10 };

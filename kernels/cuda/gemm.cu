@@ -22,9 +22,19 @@ template <enum mvm_wtype T> static __device__ void dequant(const mvm_g_dequant_a
     mvm_k_chunk_values(T, (const uint8_t *)a.w + grp * a.group_bytes + in * a.row_bytes, c, x);
     uint16_t *d = (uint16_t *)a.dst + ((uint64_t)grp * a.dst_rows + in) * a.dst_stride +
                   (uint64_t)grp * a.dst_cols + (uint64_t)c * MVM_QBLOCK;
+    /* four 16-byte stores, not 32 of two bytes: a chunk starts 16-byte aligned (kernels.h) */
+#ifndef __CUDA_ARCH__
+    assert(((uintptr_t)d & 15) == 0);
+#endif
 #pragma unroll
-    for (int l = 0; l < MVM_QBLOCK; l++)
-        d[l] = mvm_k_f2h(x[l]);
+    for (int q = 0; q < MVM_QBLOCK / 8; q++) {
+        uint32_t h[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            h[j] = (uint32_t)mvm_k_f2h(x[8 * q + 2 * j]) |
+                   (uint32_t)mvm_k_f2h(x[8 * q + 2 * j + 1]) << 16;
+        ((uint4 *)d)[q] = make_uint4(h[0], h[1], h[2], h[3]);
+    }
 }
 
 #define DEQUANT(name, T)                                                                   \

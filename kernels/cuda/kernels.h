@@ -394,7 +394,8 @@ MVM_G_FN mvm_g_shape mvm_g_add_shape(const mvm_g_add_args *a)
  *   column (r / per) * dst_cols. A matrix: per = n_rows. A channel-major expert's gate (or
  *   up) rows: per = G, group_bytes the group's, dst_rows = G. Its down slots (n_embd rows of
  *   G per group): per = n_embd, n_in = G, dst_rows = 0, dst_cols = G, so that each group's
- *   slots are the next G columns of one [n_embd][channels] matrix. A thread per 32
+ *   slots are the next G columns of one [n_embd][channels] matrix. dst, dst_stride and
+ *   dst_cols make every chunk start 16-byte aligned (multiples of 8 halves). A thread per 32
  *   elements, the rows' chunks numbered in one run along x: a down's slots are rows of one
  *   chunk, and more of them than a grid's 65535 rows (OLMoE: 2048 x 32 = 65536), so a
  *   block of such rows would also leave 127 of its 128 threads idle. */
