@@ -289,6 +289,9 @@ static __device__ __forceinline__ void row_dot(const uint8_t *w, uint64_t stride
                                                const uint8_t *const *act, uint32_t nt,
                                                uint32_t n, float *acc, uint16_t *stage)
 {
+#ifndef __CUDA_ARCH__
+    assert(!stage || stride == run_bytes<T>()); /* a stage takes a row-major row */
+#endif
     if (nt != 1)
         row_dot_tile<T, MVM_G_TILE>(w, stride, act, nt, n, acc);
     else if (stage && unit_lanes<T>() > 1)
