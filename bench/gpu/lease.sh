@@ -17,7 +17,7 @@
 #              routing): moevm with decode routed on the device and by the host, against
 #              llama.cpp -ngl 99
 #   offload    llamacpp.sh on Qwen3-30B-A3B's shape in q8_0, cut to its first 12 blocks (the
-#              whole model's mkmodel and loads would take the lease), at budgets 100 and 25,
+#              whole model's mkmodel and loads would take the lease), at budgets 25 and 100,
 #              with the model's own routing and a replayed trace, by default and with
 #              DALI's CPU/GPU split (MOEVM_ASSIGN=greedy: the simulator's h100 costs halve
 #              a token at 25% with it), against -ngl 99 --n-cpu-moe N; moevm and
@@ -108,8 +108,8 @@ export work
     step text 60 env FORWARD_STEPS="2" bash tests/gpu/forward.sh
     step full 150 env MODELS=olmoe-1b-7b:q8_0 BUDGETS=100 ROUTINGS=own REPS=2 CPU_BASELINE=0 \
         VARIANTS="${FULL_VARIANTS:-default MOEVM_DEVICE_ROUTING=off}" bash bench/gpu/llamacpp.sh
-    step offload 200 env MODELS="${OFFLOAD_MODELS:-qwen3-30b-a3b:q8_0:12}" \
-        BUDGETS="${OFFLOAD_BUDGETS:-100 25}" ROUTINGS="own replay" REPS=2 \
+    step offload 240 env MODELS="${OFFLOAD_MODELS:-qwen3-30b-a3b:q8_0:12}" \
+        BUDGETS="${OFFLOAD_BUDGETS:-25 100}" ROUTINGS="own replay" REPS=2 \
         VARIANTS="${OFFLOAD_VARIANTS:-default MOEVM_ASSIGN=greedy}" \
         CPU_BASELINE="${OFFLOAD_CPU:-1}" bash bench/gpu/llamacpp.sh
     step vmm 45 vmm
