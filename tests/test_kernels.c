@@ -1355,9 +1355,8 @@ static void check_expert_batch(size_t fi, const expert *e, size_t n_embd, size_t
  * and a remainder of 3; with the rows in the lanes, 8 + 2 + 1), 37 (expert.c's 32 tokens
  * at once, then 5: a tile cut short) and 70 (the untiled K types' 64, then 6), at both of
  * expert_embd's sizes (the K types' gate and up rows of one super-block and of three, the
- * two kernels for few tokens). Where the level
- * tiles the format, the tiled expert too, group by group (each count of the tile kernel's
- * token steps: 8, 4, 2, 1). */
+ * two kernels for few tokens). Where the level tiles the format, the tiled expert too, group
+ * by group (each count of the tile kernel's token steps: 8, 4, 2, 1). */
 static void test_expert_batch(void)
 {
     static const size_t counts[] = {1, 2, 3, 4, 11, 37, 70};

@@ -15,8 +15,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: moevm trace gen --shape NAME|L,E,K[,EMBD,FF] [--layers N] [--tokens N]\n"
             "                       [--requests R] [--skew S] [--reuse P] [--layer-corr C]\n"
-            "                       [--shift-every N]\n"
-            "                       [--drift S] [--drift-tokens T] [--seed N] -o OUT.jsonl\n"
+            "                       [--shift-every N] [--drift S] [--drift-tokens T]\n"
+            "                       [--seed N] -o OUT.jsonl\n"
             "       moevm trace stats FILE.jsonl\n"
             "gen writes a synthetic routing trace (docs/trace-format.md):\n"
             "  --shape        %s,\n"

@@ -19,7 +19,7 @@
 #   RESULT offload model=olmoe-1b-7b type=q8_0 budget=25 engine=moevm routing=replay
 #          vram_mib=9120 pp512=812.4 tg128=95.1              (printed on one line)
 # engine: moevm, moevm-cpu (budget "cpu") or llama.cpp; routing: own or replay. At budget
-# 100 the lines end in bw_frac=: tg x the bytes a token reads (bench/gpu/active_bytes.py) /
+# 100 the lines carry bw_frac=: tg x the bytes a token reads (bench/gpu/active_bytes.py) /
 # the GPU's read rate of its memory (vmm_costs section 3), the share of the bandwidth bound.
 #
 # llama.cpp: .llamacpp/cuda.tar.xz when carried (bench/llamacpp/build.sh cuda && pack, made
@@ -107,7 +107,7 @@ result() { echo "RESULT offload model=$1 type=$2 budget=$3 engine=$4 routing=$5 
                           -n "$tg" -r "$reps" -t "$threads" "${share[@]}" "${extra[@]}")
                     echo "$out"
                     speeds=$(echo "$out" | moevm_speeds "$routing")
-                    [[ $b == 100 ]] && speeds+=$(bw_frac "$speeds" "$active" "$hbm")" "
+                    [[ $b == 100 ]] && speeds+=$(bw_frac "$speeds" "$active" "$hbm")
                     result "$name" "$type" "$b" moevm "$routing" \
                         "$(echo "$out" | sed -n 's/^VRAM_MIB //p')" "${speeds}variant=$variant"
                 done
@@ -119,7 +119,7 @@ result() { echo "RESULT offload model=$1 type=$2 budget=$3 engine=$4 routing=$5 
             speeds=$(echo "$out" | llama_speeds)
             [[ $b == 100 ]] && speeds+=$(bw_frac "$speeds" "$active" "$hbm")
             result "$name" "$type" "$b" llama.cpp own "$(echo "$out" | sed -n 's/^VRAM_MIB //p')" \
-                "$speeds n_cpu_moe=$ncmoe"
+                "${speeds}n_cpu_moe=$ncmoe"
         done
     done
 } 2>&1 | tee -a "$log"

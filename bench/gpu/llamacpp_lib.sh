@@ -70,11 +70,11 @@ hbm_read_gbs() {
         awk '$1 == "RESULT" && $2 == "kernel_read_device_256MiB" { print $3 }'
 }
 
-# " bw_frac=F" for a result's speeds ("pp512=.. tg128=.."): the decode's share of the
+# "bw_frac=F " for a result's speeds ("pp512=.. tg128=.."): the decode's share of the
 # bandwidth bound, tg x the bytes a token reads ($2) / the read rate in GB/s ($3); nothing
 # when either is unknown.
 bw_frac() {
     [[ -n $2 && -n $3 ]] || return 0
     sed -n 's/.*tg[0-9]*=\([0-9.]*\).*/\1/p' <<<"$1" |
-        awk -v a="$2" -v h="$3" '$1 > 0 { printf " bw_frac=%.3f", $1 * a / (h * 1e9) }'
+        awk -v a="$2" -v h="$3" '$1 > 0 { printf "bw_frac=%.3f ", $1 * a / (h * 1e9) }'
 }

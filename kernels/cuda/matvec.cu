@@ -48,8 +48,8 @@ template <enum mvm_wtype T> static __device__ void matvec(const mvm_g_matvec_arg
         act[i] = (const uint8_t *)a.act + g * a.act_head +
                  (uint64_t)(t0 + ((uint32_t)i < nt ? i : 0)) * a.act_stride;
     float acc[MVM_G_TILE] = {0};
-    row_dot<T>((const uint8_t *)w + g * a.w_head + (uint64_t)r * a.row_bytes,
-                    run_bytes<T>(), act, nt, a.n_in, acc, stage[threadIdx.x >> 5]);
+    row_dot<T>((const uint8_t *)w + g * a.w_head + (uint64_t)r * a.row_bytes, run_bytes<T>(),
+               act, nt, a.n_in, acc, stage[threadIdx.x >> 5]);
     float *y = (float *)yp + g * a.y_head;
 #pragma unroll
     for (int i = 0; i < MVM_G_TILE; i++)
