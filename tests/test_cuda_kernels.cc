@@ -381,10 +381,12 @@ static void test_experts(void)
     }
 }
 
-static void test_rmsnorm(void)
+/* Rows of n floats, x_stride xs and out_stride os apart; the kernel's threads take 8
+ * rounds of 128 floats at once, so 300 is one partial round and 2100 two whole and a
+ * partial one. */
+static void rmsnorm_case(uint32_t n, uint64_t xs, uint64_t os)
 {
-    const uint32_t n = 300, rows = 3;
-    const uint64_t xs = 310, os = 305;
+    const uint32_t rows = 3;
     std::vector<float> x = randoms(rows * xs, 2.0f), w = randoms(n);
     for (int with_w = 0; with_w < 2; with_w++) {
         std::vector<float> out(rows * os, POISON), want(rows * os, POISON);
@@ -418,6 +420,12 @@ static void test_rmsnorm(void)
     launch(mvm_g_rmsnorm, a, mvm_g_rmsnorm_shape(&a));
     CHECK(rel_err(y.data(), want.data(), y.size()) < 1e-6);
     CHECK(rel_err(y2.data(), want2.data(), y2.size()) < 1e-6);
+}
+
+static void test_rmsnorm(void)
+{
+    rmsnorm_case(300, 310, 305);
+    rmsnorm_case(2100, 2110, 2105);
 }
 
 /* The norm's rows also quantized in its pass, for a Q type's product (Q8_0 blocks) and a
@@ -563,6 +571,9 @@ static void test_attention(void)
     /* an F16 cache: full, windowed with sinks, a ring */
     attention_case(3, 5, 12, 0, false, false, MVM_W_F16);
     attention_case(2, 200, 300, 0, false, false, MVM_W_F16);
+    /* a head of 12 halves: the second kv head's rows are not 16-byte aligned, and the first
+     * one's end in 4 halves after its 16-byte load */
+    attention_case(2, 20, 30, 0, false, false, MVM_W_F16, {4, 2, 12});
     attention_case(4, 7, 16, 3, true, false, MVM_W_F16);
     attention_case(4, 7, 64, 5, true, true, MVM_W_F16);
     /* The splits: decode over a long context (many splits of several tiles, the last one

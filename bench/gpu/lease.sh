@@ -16,6 +16,8 @@
 #   full       bench/gpu/llamacpp.sh at budget 100 (OLMoE-1B-7B q8_0, the model's own
 #              routing): moevm with decode routed on the device and by the host, against
 #              llama.cpp -ngl 99
+#   ktrace     bench/gpu/ktrace.sh: each kernel's device time (CUPTI, graphs included) in
+#              moevm's and llama.cpp's decode and prompt batch of OLMoE-1B-7B q8_0
 #   offload    llamacpp.sh on Qwen3-30B-A3B's shape in q8_0, cut to its first 12 blocks (the
 #              whole model's mkmodel and loads would take the lease), at budgets 25 and 100,
 #              with the model's own routing and a replayed trace, by default and with
@@ -36,7 +38,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 
 lease=${LEASE_S:-540}
-all="build kernels text full offload vmm profile profile_pp forward full_q4k attention"
+all="build kernels text full ktrace offload vmm profile profile_pp forward full_q4k attention"
 steps=" ${LEASE_STEPS:-$all} "
 start=$SECONDS
 log=/dev/null
@@ -101,13 +103,14 @@ export work
     echo "moevm $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null ||
         echo ' + changes'), $(nproc) CPUs"
     step build 240 bash -c 'source bench/gpu/deps.sh && moevm_gpu_build moevm_cli test_gpu \
-        bench_gpu_experts bench_gpu_attention vmm_costs >'"$work"'/build.txt 2>&1 ||
+        bench_gpu_experts bench_gpu_attention vmm_costs moevm_ktrace >'"$work"'/build.txt 2>&1 ||
         { tail -n 30 '"$work"'/build.txt; exit 1; }'
     [[ -x build-gpu/moevm ]] || { echo "lease.sh: no build-gpu/moevm, nothing to run"; exit 1; }
     step kernels 90 kernels
     step text 60 env FORWARD_STEPS="2" bash tests/gpu/forward.sh
     step full 150 env MODELS=olmoe-1b-7b:q8_0 BUDGETS=100 ROUTINGS=own REPS=2 CPU_BASELINE=0 \
         VARIANTS="${FULL_VARIANTS:-default MOEVM_DEVICE_ROUTING=off}" bash bench/gpu/llamacpp.sh
+    step ktrace 90 bash bench/gpu/ktrace.sh
     step offload 240 env MODELS="${OFFLOAD_MODELS:-qwen3-30b-a3b:q8_0:12}" \
         BUDGETS="${OFFLOAD_BUDGETS:-25 100}" ROUTINGS="own replay" REPS=2 \
         VARIANTS="${OFFLOAD_VARIANTS:-default MOEVM_ASSIGN=greedy}" \

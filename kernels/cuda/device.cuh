@@ -283,7 +283,9 @@ static __device__ __forceinline__ void row_dot_staged(const uint8_t *w, const ui
 
 /* row_dot_tile for nt <= MVM_G_TILE activations; one (decode) through the warp's stage
  * (row_dot_staged) where the row is one run (stage given) and its type's lanes share a
- * unit, else on its own path with four rounds unrolled. */
+ * unit, else on its own path with four rounds unrolled, or sixteen for a float type: a
+ * router's F32 row of 2048 is 64 loads a lane, and four at a time it took 26 µs on an
+ * H200 for OLMoE's 64 rows (bench/gpu/ktrace.sh, 2026-11-26). */
 template <enum mvm_wtype T>
 static __device__ __forceinline__ void row_dot(const uint8_t *w, uint64_t stride,
                                                const uint8_t *const *act, uint32_t nt,
@@ -296,6 +298,8 @@ static __device__ __forceinline__ void row_dot(const uint8_t *w, uint64_t stride
         row_dot_tile<T, MVM_G_TILE>(w, stride, act, nt, n, acc);
     else if (stage && unit_lanes<T>() > 1)
         row_dot_staged<T>(w, act[0], n, acc, stage);
+    else if (mvm_k_block_elems(T) == 1) /* a float per lane a round: 16 rounds in flight */
+        row_dot_tile<T, 1, 16>(w, stride, act, 1, n, acc);
     else
         row_dot_tile<T, 1, 4>(w, stride, act, 1, n, acc);
 }
