@@ -281,11 +281,37 @@ static __device__ __forceinline__ void row_dot_staged(const uint8_t *w, const ui
     }
 }
 
+/* One F32 row (n elements at w, 16-byte aligned, n a multiple of 4) with one F32
+ * activation: 16-byte loads, eight of them in flight a lane, each lane's products added in
+ * its own order (the warp's sum then differs from the CPU's in the last bits, as any
+ * split of the row does). A router's rows are 64 of 2048 floats: a lane's 64 loads of 4
+ * bytes waited one at a time (26 µs on an H200, bench/gpu/ktrace.sh, 2026-11-26), unrolled
+ * or not. */
+static __device__ __forceinline__ void row_dot_f32x4(const uint8_t *w, const float *x,
+                                                     uint32_t n, float *acc)
+{
+    const uint32_t lane = threadIdx.x & 31, n4 = n / 4;
+    const float4 *w4 = (const float4 *)w, *x4 = (const float4 *)x;
+    for (uint32_t k0 = lane; k0 < n4; k0 += 32 * 8) {
+        float4 wv[8], xv[8];
+#pragma unroll
+        for (uint32_t j = 0; j < 8; j++)
+            if (k0 + 32 * j < n4) {
+                wv[j] = w4[k0 + 32 * j];
+                xv[j] = x4[k0 + 32 * j];
+            }
+#pragma unroll
+        for (uint32_t j = 0; j < 8; j++)
+            if (k0 + 32 * j < n4)
+                *acc += wv[j].x * xv[j].x + wv[j].y * xv[j].y + wv[j].z * xv[j].z +
+                        wv[j].w * xv[j].w;
+    }
+}
+
 /* row_dot_tile for nt <= MVM_G_TILE activations; one (decode) through the warp's stage
  * (row_dot_staged) where the row is one run (stage given) and its type's lanes share a
- * unit, else on its own path with four rounds unrolled, or sixteen for a float type: a
- * router's F32 row of 2048 is 64 loads a lane, and four at a time it took 26 µs on an
- * H200 for OLMoE's 64 rows (bench/gpu/ktrace.sh, 2026-11-26). */
+ * unit, an aligned F32 row by row_dot_f32x4, else on its own path with four rounds
+ * unrolled. */
 template <enum mvm_wtype T>
 static __device__ __forceinline__ void row_dot(const uint8_t *w, uint64_t stride,
                                                const uint8_t *const *act, uint32_t nt,
@@ -298,8 +324,9 @@ static __device__ __forceinline__ void row_dot(const uint8_t *w, uint64_t stride
         row_dot_tile<T, MVM_G_TILE>(w, stride, act, nt, n, acc);
     else if (stage && unit_lanes<T>() > 1)
         row_dot_staged<T>(w, act[0], n, acc, stage);
-    else if (mvm_k_block_elems(T) == 1) /* a float per lane a round: 16 rounds in flight */
-        row_dot_tile<T, 1, 16>(w, stride, act, 1, n, acc);
+    else if (T == MVM_W_F32 && stride == run_bytes<T>() && n % 4 == 0 &&
+             (uintptr_t)w % 16 == 0 && (uintptr_t)act[0] % 16 == 0)
+        row_dot_f32x4(w, (const float *)act[0], n, acc);
     else
         row_dot_tile<T, 1, 4>(w, stride, act, 1, n, acc);
 }
