@@ -232,8 +232,14 @@ static void test_matvec(void)
 #define KERNEL_FN(name, T) mvm_g_expert_up_##name,
 static void (*const up_fn[MVM_W_COUNT])(mvm_g_expert_args) = {MVM_G_FOR_TYPES(KERNEL_FN)};
 #undef KERNEL_FN
+#define KERNEL_FN(name, T) mvm_g_expert_up1_##name,
+static void (*const up1_fn[MVM_W_COUNT])(mvm_g_expert_args) = {MVM_G_FOR_TYPES(KERNEL_FN)};
+#undef KERNEL_FN
 #define KERNEL_FN(name, T) mvm_g_expert_down_##name,
 static void (*const down_fn[MVM_W_COUNT])(mvm_g_expert_args) = {MVM_G_FOR_TYPES(KERNEL_FN)};
+#undef KERNEL_FN
+#define KERNEL_FN(name, T) mvm_g_expert_down1_##name,
+static void (*const down1_fn[MVM_W_COUNT])(mvm_g_expert_args) = {MVM_G_FOR_TYPES(KERNEL_FN)};
 #undef KERNEL_FN
 
 /* One MoE layer's routed experts: the three kernels against mvm_k_expert_ffn per (token,
@@ -298,7 +304,7 @@ static void experts_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_ff, uin
         mvm_k_act_bytes(f.gate_up, n_embd) + (mvm_k_is_q(f.gate_up) ? 2 : 4);
     std::vector<float> xin;
     std::vector<uint8_t> act = activations(f.gate_up, n_tok, n_embd, act_stride, xin);
-    std::vector<float> x0 = randoms(n_tok * n_embd), want = x0, x = x0;
+    std::vector<float> x0 = randoms(n_tok * n_embd), want = x0;
     for (uint32_t i = 0; i < n_tok; i++)
         for (uint32_t k = 0; k < K; k++) {
             const uint32_t e = sel[i * K + k];
@@ -310,36 +316,47 @@ static void experts_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_ff, uin
         }
     const uint64_t h_stride = mvm_k_act_bytes(f.down, n_ff) + 8;
     const size_t rows = n_tok * K;
-    std::vector<uint8_t> h(rows * h_stride, 0xFF);
-    std::vector<float> out(rows * n_embd, POISON);
-    std::vector<float> hf(mvm_k_is_k(f.down) ? rows * n_ff : 0, POISON);
-    mvm_g_expert_args a = {dp(experts.data()), dp(act.data()), dp(active.data()), dp(off.data()),
-                           dp(cnt.data()), dp(row_tok.data()), dp(row_w.data()), dp(h.data()),
-                           dp(out.data()), oai ? dp(down_bias.data()) : 0, dp(hf.data()),
-                           stride, act_stride, h_stride, n_embd, G, (uint32_t)active.size(),
-                           f.gate_up, f.down, f.glu};
-    launch(up_fn[f.gate_up], a, mvm_g_expert_up_shape(&a));
-    if (mvm_k_is_k(f.down))
-        launch(mvm_g_expert_quantize, a, mvm_g_expert_quantize_shape(&a));
-    launch(down_fn[f.down], a, mvm_g_expert_down_shape(&a));
-    mvm_g_expert_sum_args s = {dp(x.data()), dp(out.data()), dp(tok_rows.data()), n_embd, n_tok,
-                               K};
-    launch(mvm_g_expert_sum, s, mvm_g_expert_sum_shape(&s));
-    /* compare the experts' contributions, not x: x0 would hide a small one */
-    std::vector<float> dg(x.size()), dw(x.size());
-    for (size_t i = 0; i < x.size(); i++)
-        dg[i] = x[i] - x0[i], dw[i] = want[i] - x0[i];
-    double e = rel_err(dg.data(), dw.data(), dg.size());
-    bool gaps = true;
-    for (size_t r = 0; r < rows; r++)
-        for (uint64_t b = h_stride - 8; b < h_stride; b++)
-            gaps = gaps && h[r * h_stride + b] == 0xFF;
-    if (e >= 1e-4)
-        fprintf(stderr, "experts %s/%s%s n_embd %u n_ff %u n_tok %u: relative error %g\n",
-                mvm_k_wtype_name(f.gate_up), mvm_k_wtype_name(f.down), oai ? " oai" : "",
-                n_embd, n_ff, n_tok, e);
-    CHECK(e < 1e-4);
-    CHECK(gaps);
+    /* a decode step (one token: an expert's one row) also through up1 and down1, as the
+     * engine runs it (mvm_gpu_experts), with the same data */
+    for (uint32_t one_row = 0; one_row <= (n_tok == 1); one_row++) {
+        std::vector<uint8_t> h(rows * h_stride, 0xFF);
+        std::vector<float> out(rows * n_embd, POISON);
+        std::vector<float> hf(rows * n_ff, POISON);
+        std::vector<float> x = x0;
+        mvm_g_expert_args a = {dp(experts.data()), dp(act.data()), dp(active.data()),
+                               dp(off.data()), dp(cnt.data()), dp(row_tok.data()), dp(row_w.data()), dp(h.data()),
+                               dp(out.data()), oai ? dp(down_bias.data()) : 0, dp(hf.data()),
+                               stride, act_stride, h_stride, n_embd, G, (uint32_t)active.size(),
+                               f.gate_up, f.down, f.glu, one_row};
+        if (one_row)
+            launch(up1_fn[f.gate_up], a, mvm_g_expert_up1_shape(&a));
+        else
+            launch(up_fn[f.gate_up], a, mvm_g_expert_up_shape(&a));
+        if (mvm_k_is_k(f.down) || (one_row && mvm_k_block_elems(f.down) > 1))
+            launch(mvm_g_expert_quantize, a, mvm_g_expert_quantize_shape(&a));
+        if (one_row)
+            launch(down1_fn[f.down], a, mvm_g_expert_down1_shape(&a));
+        else
+            launch(down_fn[f.down], a, mvm_g_expert_down_shape(&a));
+        mvm_g_expert_sum_args s = {dp(x.data()), dp(out.data()), dp(tok_rows.data()), n_embd, n_tok,
+                                   K};
+        launch(mvm_g_expert_sum, s, mvm_g_expert_sum_shape(&s));
+        /* compare the experts' contributions, not x: x0 would hide a small one */
+        std::vector<float> dg(x.size()), dw(x.size());
+        for (size_t i = 0; i < x.size(); i++)
+            dg[i] = x[i] - x0[i], dw[i] = want[i] - x0[i];
+        double e = rel_err(dg.data(), dw.data(), dg.size());
+        bool gaps = true;
+        for (size_t r = 0; r < rows; r++)
+            for (uint64_t b = h_stride - 8; b < h_stride; b++)
+                gaps = gaps && h[r * h_stride + b] == 0xFF;
+        if (e >= 1e-4)
+            fprintf(stderr, "experts %s/%s%s n_embd %u n_ff %u n_tok %u%s: relative error %g\n",
+                    mvm_k_wtype_name(f.gate_up), mvm_k_wtype_name(f.down), oai ? " oai" : "",
+                    n_embd, n_ff, n_tok, one_row ? " (up1, down1)" : "", e);
+        CHECK(e < 1e-4);
+        CHECK(gaps);
+    }
 }
 
 static void test_experts(void)

@@ -139,12 +139,13 @@ static void test_quantize_k(void)
     free(x);
 }
 
-/* The largest argument struct: one expert for 3 tokens, up, down and sum, against the CPU. */
-static void expert_case(mvm_k_expert_fmt f)
+/* The largest argument struct: one expert for T tokens (at most 3), up, down and sum,
+ * against the CPU; with one_row (T 1), decode's up (up1) and the blocks down reads. */
+static void expert_case(mvm_k_expert_fmt f, uint32_t T, uint32_t one_row)
 {
     /* more units than a warp step of the device kernels takes (row_dot_tile) */
     const uint32_t D = mvm_k_is_k(f.gate_up) ? 768 : 320, F = mvm_k_is_k(f.down) ? 512 : 96;
-    const uint32_t G = F / (uint32_t)mvm_k_expert_group_channels(f), T = 3;
+    const uint32_t G = F / (uint32_t)mvm_k_expert_group_channels(f);
     const size_t row = mvm_k_row_bytes(f.gate_up, D), drow = mvm_k_row_bytes(f.down, F);
     const size_t ebytes = G * mvm_k_expert_group_bytes(f, D);
     float *gate = randoms((size_t)F * D), *upw = randoms((size_t)F * D),
@@ -173,11 +174,10 @@ static void expert_case(mvm_k_expert_fmt f)
     mvm_dptr dact = device_act(f.gate_up, dxa, x, D, T, &as);
     CHECK_ST(mvm_gpu_alloc(g, T * hs, &dh), MVM_OK);
     CHECK_ST(mvm_gpu_alloc(g, T * D * 4, &dout), MVM_OK);
-    mvm_dptr dhf = 0; /* up's floats with a K-quant down */
-    if (mvm_k_is_k(f.down))
-        CHECK_ST(mvm_gpu_alloc(g, T * F * 4, &dhf), MVM_OK);
+    mvm_dptr dhf = 0; /* up's floats, before down's blocks */
+    CHECK_ST(mvm_gpu_alloc(g, T * F * 4, &dhf), MVM_OK);
     mvm_g_expert_args ea = {de, dact, da, doff, dcnt, drt, drw, dh, dout, 0, dhf, ebytes, as,
-                            hs, D, G, 1, f.gate_up, f.down, f.glu};
+                            hs, D, G, 1, f.gate_up, f.down, f.glu, one_row};
     mvm_g_expert_sum_args sa = {dx, dout, dtr, D, T, 1};
     CHECK_ST(mvm_gpu_experts(g, &ea), MVM_OK);
     CHECK_ST(mvm_gpu_expert_sum(g, 0, &sa), MVM_OK);
@@ -186,8 +186,8 @@ static void expert_case(mvm_k_expert_fmt f)
         got[i] -= x0[i], want[i] -= x0[i];
     double e = rel_err(got, want, T * D);
     if (e >= 1e-4)
-        fprintf(stderr, "experts %s/%s: relative error %g\n", mvm_k_wtype_name(f.gate_up),
-                mvm_k_wtype_name(f.down), e);
+        fprintf(stderr, "experts %s/%s%s: relative error %g\n", mvm_k_wtype_name(f.gate_up),
+                mvm_k_wtype_name(f.down), one_row ? " (up1)" : "", e);
     CHECK(e < 1e-4);
     mvm_dptr all[] = {de, dx, dxa, da, doff, dcnt, drt, drw, dtr, dh, dout, dhf,
                       dact != dxa ? dact : 0};
@@ -197,13 +197,17 @@ static void expert_case(mvm_k_expert_fmt f)
     free(gq), free(uq), free(dq), free(expert), free(act);
 }
 
-/* Every weight type, and a K-quant file's mixes (Q4_K_M's Q6_K down, the Q5_0 fallback). */
+/* Every weight type, and a K-quant file's mixes (Q4_K_M's Q6_K down, the Q5_0 fallback);
+ * three rows, and decode's one. */
 static void test_experts(void)
 {
-    for (int t = 0; t < MVM_W_COUNT; t++)
-        expert_case(mvm_k_expert_uniform((enum mvm_wtype)t));
-    expert_case((mvm_k_expert_fmt){MVM_W_Q4_K, MVM_W_Q6_K});
-    expert_case((mvm_k_expert_fmt){MVM_W_Q4_K, MVM_W_Q5_0});
+    for (uint32_t one_row = 0; one_row < 2; one_row++) {
+        const uint32_t T = one_row ? 1 : 3;
+        for (int t = 0; t < MVM_W_COUNT; t++)
+            expert_case(mvm_k_expert_uniform((enum mvm_wtype)t), T, one_row);
+        expert_case((mvm_k_expert_fmt){MVM_W_Q4_K, MVM_W_Q6_K}, T, one_row);
+        expert_case((mvm_k_expert_fmt){MVM_W_Q4_K, MVM_W_Q5_0}, T, one_row);
+    }
 }
 
 /* Launches and a device copy run in the order queued: y = rmsnorm(x); y += x; copy. */

@@ -8,13 +8,14 @@
  *
  *   bench_gpu_experts path/to/libcuda.so.1 [reps (50)]
  *
- * One token, the shape's top-k experts each with its one row (what `moevm bench -n` runs
- * per MoE layer). Each repetition reads other copies of the weights (4 sets of experts, 16
- * matrices), so that the 50 MB L2 of an H100 does not serve them; `reps` launches are queued
- * back to back and waited for once, as decode queues them, so a figure is the time between
- * two such launches (a kernel shorter than a launch shows the launch rate). The weights'
- * values do not matter: bytes of 0x11 (finite scales of every type). Prints a table and one
- * line a script reads per row:
+ * One token, the shape's top-k experts each with its one row (what `moevm bench -n` runs per
+ * MoE layer): up and down are decode's kernels (up1 and the blocks down reads, down1),
+ * up_tiled and down_tiled those of a step with several rows an expert, on the same rows. Each
+ * repetition reads other copies of the weights (4 sets of experts, 16 matrices), so that the
+ * 50 MB L2 of an H100 does not serve them; `reps` launches are queued back to back and waited
+ * for once, as decode queues them, so a figure is the time between two such launches (a kernel
+ * shorter than a launch shows the launch rate). The weights' values do not matter: bytes of
+ * 0x11 (finite scales of every type). Prints a table and one line a script reads per row:
  *   RESULT gpu_kernel shape=olmoe-1b-7b types=q8_0/q8_0 kernel=experts us=31.2 gbps=1712.4
  * Over tests/fakecuda (FAKECUDA_KERNELS set) the same launches run emulated: only the times
  * on a GPU mean anything.
@@ -65,7 +66,7 @@ static mvm_status filled(mvm_gpu *g, size_t bytes, int ids, mvm_dptr *out)
 }
 
 /* The launches of repetition i: what `which` names, over copy i of the weights. */
-enum which { UP, DOWN, EXPERTS, MATVEC };
+enum which { UP, UP_TILED, DOWN, DOWN_TILED, EXPERTS, MATVEC };
 
 struct rig {
     mvm_gpu *g;
@@ -83,7 +84,13 @@ static mvm_status launch(struct rig *r, enum which w, int i)
     m.w += (uint64_t)(i % MATRICES) * r->matrix_bytes;
     switch (w) {
     case UP: return mvm_gpu_experts_up(r->g, &e);
-    case DOWN: return mvm_gpu_expert_down(r->g, (int)e.down, &e);
+    case UP_TILED: /* the kernel of a step with several rows an expert, on the same one */
+        e.one_row = 0;
+        return mvm_gpu_experts_up(r->g, &e);
+    case DOWN: return mvm_gpu_experts_down(r->g, &e);
+    case DOWN_TILED:
+        e.one_row = 0;
+        return mvm_gpu_experts_down(r->g, &e);
     case EXPERTS: return mvm_gpu_experts(r->g, &e);
     case MATVEC: return mvm_gpu_matvec(r->g, (int)e.gate_up, &m);
     }
@@ -134,7 +141,7 @@ static mvm_status rig_up(struct rig *r, const struct shape *s, const enum mvm_wt
     r->e = (mvm_g_expert_args){.expert_stride = stride, .act_stride = act,
                                .h_stride = h_stride, .n_embd = s->n_embd,
                                .n_groups = n_groups, .n_active = k, .gate_up = t[0],
-                               .down = t[1], .glu = MVM_GLU_SILU};
+                               .down = t[1], .glu = MVM_GLU_SILU, .one_row = 1};
     r->m = (mvm_g_matvec_args){.row_bytes = mvm_k_row_bytes(t[0], s->n_embd),
                                .act_stride = act, .y_stride = s->n_embd, .n_in = s->n_embd,
                                .n_out = s->n_embd, .n_tok = 1, .n_head = 1};
@@ -160,7 +167,7 @@ static mvm_status rig_up(struct rig *r, const struct shape *s, const enum mvm_wt
         st = filled(r->g, (size_t)k * 4, 0, &r->e.row_w);
     if (st == MVM_OK)
         st = mvm_gpu_alloc(r->g, (size_t)k * h_stride, &r->e.h);
-    if (st == MVM_OK && mvm_k_is_k(t[1])) /* up's floats, before their Q8_K blocks */
+    if (st == MVM_OK) /* up's floats, before their Q8_K or Q8_0 blocks */
         st = mvm_gpu_alloc(r->g, (size_t)k * s->n_ff * 4, &r->e.hf);
     if (st == MVM_OK)
         st = mvm_gpu_alloc(r->g, (size_t)k * s->n_embd * 4, &r->e.out);
@@ -186,14 +193,16 @@ static int run(mvm_gpu *g, const struct shape *s, const enum mvm_wtype *t, int r
     struct rig r = {.g = g};
     uint64_t up, down;
     mvm_status st = rig_up(&r, s, t, &up, &down);
-    double secs[4] = {0};
+    double secs[MATVEC + 1] = {0};
     for (int w = UP; w <= MATVEC && st == MVM_OK; w++)
         secs[w] = time_launches(&r, (enum which)w, reps, &st);
     rig_down(&r);
     if (st != MVM_OK)
         return fail(s->name);
     report(s, t, "up", secs[UP], (double)up);
+    report(s, t, "up_tiled", secs[UP_TILED], (double)up);
     report(s, t, "down", secs[DOWN], (double)down);
+    report(s, t, "down_tiled", secs[DOWN_TILED], (double)down);
     report(s, t, "experts", secs[EXPERTS], (double)(up + down));
     report(s, t, "matvec", secs[MATVEC], (double)r.matrix_bytes);
     return 0;

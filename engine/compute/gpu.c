@@ -40,6 +40,8 @@ static const struct {
     [MVM_GK_QUANTIZE] = {MOD_MATVEC, "mvm_g_quantize", 0},
     [MVM_GK_MATVEC] = {MOD_MATVEC, "mvm_g_matvec", 1},
     [MVM_GK_EXPERT_UP] = {MOD_EXPERT, "mvm_g_expert_up", 1},
+    [MVM_GK_EXPERT_UP1] = {MOD_EXPERT, "mvm_g_expert_up1", 1},
+    [MVM_GK_EXPERT_DOWN1] = {MOD_EXPERT, "mvm_g_expert_down1", 1},
     [MVM_GK_EXPERT_DOWN] = {MOD_EXPERT, "mvm_g_expert_down", 1},
     [MVM_GK_EXPERT_QUANTIZE] = {MOD_EXPERT, "mvm_g_expert_quantize", 0},
     [MVM_GK_EXPERT_SUM] = {MOD_EXPERT, "mvm_g_expert_sum", 0},

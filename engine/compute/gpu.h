@@ -26,6 +26,8 @@ enum mvm_gpu_kernel {
     MVM_GK_QUANTIZE, /* mvm_g_quantize (type-free: the type is an argument) */
     MVM_GK_MATVEC,
     MVM_GK_EXPERT_UP,
+    MVM_GK_EXPERT_UP1,
+    MVM_GK_EXPERT_DOWN1,
     MVM_GK_EXPERT_DOWN,
     MVM_GK_EXPERT_QUANTIZE,
     MVM_GK_EXPERT_SUM,
@@ -118,8 +120,12 @@ void mvm_gpu_graph_stats(const mvm_gpu *g, uint64_t *built, uint64_t *updated);
 MVM_GPU_LAUNCHER(mvm_gpu_quantize, MVM_GK_QUANTIZE, mvm_g_quantize_args, mvm_g_quantize_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_matvec, MVM_GK_MATVEC, mvm_g_matvec_args, mvm_g_matvec_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_expert_up, MVM_GK_EXPERT_UP, mvm_g_expert_args, mvm_g_expert_up_shape)
+MVM_GPU_LAUNCHER(mvm_gpu_expert_up1, MVM_GK_EXPERT_UP1, mvm_g_expert_args,
+                 mvm_g_expert_up1_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_expert_down, MVM_GK_EXPERT_DOWN, mvm_g_expert_args,
                  mvm_g_expert_down_shape)
+MVM_GPU_LAUNCHER(mvm_gpu_expert_down1, MVM_GK_EXPERT_DOWN1, mvm_g_expert_args,
+                 mvm_g_expert_down1_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_expert_quantize, MVM_GK_EXPERT_QUANTIZE, mvm_g_expert_args,
                  mvm_g_expert_quantize_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_expert_sum, MVM_GK_EXPERT_SUM, mvm_g_expert_sum_args,
@@ -141,20 +147,30 @@ MVM_GPU_LAUNCHER(mvm_gpu_glu_half, MVM_GK_GLU_HALF, mvm_g_glu_half_args, mvm_g_g
 #undef MVM_GPU_LAUNCHER
 
 /* Up of the routed experts of a->active (kernels.h), to h in down's activation format:
- * with a K-quant down, up's floats then made Q8_K blocks. */
+ * with one row an expert (a->one_row) by up1, else by up; their floats then made Q8_K
+ * blocks (a K-quant down), or Q8_0 blocks (up1 and a Q type's down). */
 static inline mvm_status mvm_gpu_experts_up(mvm_gpu *g, const mvm_g_expert_args *a)
 {
-    mvm_status st = mvm_gpu_expert_up(g, (int)a->gate_up, a);
-    if (st == MVM_OK && mvm_k_is_k((enum mvm_wtype)a->down))
+    const enum mvm_wtype down = (enum mvm_wtype)a->down;
+    mvm_status st = a->one_row ? mvm_gpu_expert_up1(g, (int)a->gate_up, a)
+                               : mvm_gpu_expert_up(g, (int)a->gate_up, a);
+    if (st == MVM_OK && (mvm_k_is_k(down) || (a->one_row && mvm_k_block_elems(down) > 1)))
         st = mvm_gpu_expert_quantize(g, 0, a);
     return st;
+}
+
+/* Their down, from h: by down1 with one row an expert, else by down. */
+static inline mvm_status mvm_gpu_experts_down(mvm_gpu *g, const mvm_g_expert_args *a)
+{
+    return a->one_row ? mvm_gpu_expert_down1(g, (int)a->down, a)
+                      : mvm_gpu_expert_down(g, (int)a->down, a);
 }
 
 /* Their up, then their down. */
 static inline mvm_status mvm_gpu_experts(mvm_gpu *g, const mvm_g_expert_args *a)
 {
     mvm_status st = mvm_gpu_experts_up(g, a);
-    return st == MVM_OK ? mvm_gpu_expert_down(g, (int)a->down, a) : st;
+    return st == MVM_OK ? mvm_gpu_experts_down(g, a) : st;
 }
 
 /* Attention: the splits, then their combination where there are several (kernels.h). */

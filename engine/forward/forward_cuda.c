@@ -126,6 +126,9 @@ static mvm_status expert_launch(struct cuda_fwd *f, uint32_t il, uint32_t from, 
         return MVM_OK; /* none landed yet, every expert of the step on the CPU, or all taken */
     mvm_g_expert_args a = expert_args(f, il);
     a.n_active = n;
+    /* by the step, not by the launch's experts: a row's floats must not depend on which
+     * round it ran in (tests/test_forward_gpu.c, test_speculative) */
+    a.one_row = f->step_tok == 1;
     a.active = f->active + from * sizeof *s->round;
     TRY(mvm_gpu_upload(f->g, a.active, f->active_host, n * sizeof *f->active_host));
     return mvm_gpu_experts(f->g, &a);
@@ -184,6 +187,7 @@ static mvm_status quantize_input(struct cuda_fwd *f, uint32_t il, uint32_t n)
  * neither side waits for the other's work, nor the CPU for the loads). */
 static mvm_status experts_begin(struct cuda_fwd *f, uint32_t il, uint32_t n)
 {
+    f->step_tok = n;
     TRY(quantize_input(f, il, n));
     TRY(expert_launch(f, il, 0, f->moe->n_ready));
     return cpu_experts(f, n);
@@ -376,6 +380,7 @@ static mvm_status moe_routed_here(struct cuda_fwd *f, uint32_t il)
     TRY(quantize_input(f, il, 1));
     mvm_g_expert_args a = expert_args(f, il);
     a.n_active = K;
+    a.one_row = 1;
     TRY(mvm_gpu_experts(f->g, &a));
     mvm_g_expert_sum_args s = {.x = f->x, .out = f->out, .tok_rows = f->tok_rows, .n_embd = D,
                                .n_tok = 1, .top_k = K};
@@ -499,6 +504,7 @@ static mvm_status cuda_time_expert(mvm_ctx *ctx, uint32_t il, int32_t e, const f
     TRY(mvm_pin(sp, il, (uint32_t)e));
     mvm_g_expert_args a = expert_args(f, il);
     a.n_active = 1;
+    a.one_row = n == 1;
     mvm_status st = mvm_gpu_sync(f->g);
     double t0 = mvm_now_s();
     if (st == MVM_OK && experts_quantized(f, il))

@@ -60,6 +60,8 @@ struct cuda_fwd {
     mvm_moe *moe;
     int step_open;              /* the last MoE step's kernels may run: ended at the next
                                    sync (forward_cuda.c, moe and cuda_eval) */
+    uint32_t step_tok;          /* its tokens (experts_begin): with one, each expert's row
+                                   goes through decode's up (up1), whatever the rounds */
     uint32_t n_ctx, n_batch, q_dim, kv_dim;
     const mvm_kv_layout *kv;    /* the cache's rows and element type (kv_cache.h) */
     uint32_t lat;               /* MLA: kv_lora + rope, a cache row and an absorbed query */
@@ -90,8 +92,8 @@ struct cuda_fwd {
     mvm_dptr h, out;            /* [n_batch * K][h_stride bytes], [n_batch * K + 1][n_embd]:
                                    the last row of out stays zero (speculate's masked rows) */
     uint64_t h_stride;
-    mvm_dptr hf;                /* with a K-quant down: [n_batch * K][n_ff_exp] floats, up's
-                                   output before mvm_g_expert_quantize; else 0 */
+    mvm_dptr hf;                /* with experts: [n_batch * K][n_ff_exp] floats, up's output
+                                   before mvm_g_expert_quantize (a K-quant down, or up1) */
     mvm_dptr active;            /* the round's experts */
     mvm_dptr rows;              /* the step's rows (moe_step.h) in one buffer, so one upload
                                    sends them (forward_cuda.c, lay_rows): off, cnt [n_expert],

@@ -107,12 +107,10 @@ static mvm_status alloc_scratch(struct cuda_fwd *f)
     f->act_stride = mvm_cuda_fwd_act_bytes(widest); /* a row of inputs in any format */
     /* an expert row's intermediate activations in its down matrix's format */
     f->h_stride = 0;
-    int k_down = 0; /* a K-quant down: up's floats go through f->hf */
     for (uint32_t il = 0; il < hp->n_layer; il++) {
         enum mvm_wtype down = f->m->layers[il].expert_fmt.down;
         uint64_t h = mvm_k_act_bytes(down, hp->n_ff_exp);
         f->h_stride = h > f->h_stride ? h : f->h_stride;
-        k_down |= hp->n_expert && mvm_k_is_k(down);
     }
     f->h_stride = (f->h_stride + 15) & ~(uint64_t)15;
     TRY(mvm_cuda_fwd_alloc_attention(f));
@@ -123,7 +121,7 @@ static mvm_status alloc_scratch(struct cuda_fwd *f)
     TRY(mvm_cuda_fwd_alloc(f, B * hp->n_vocab * 4, &f->logits));
     TRY(mvm_cuda_fwd_alloc(f, B * f->act_stride, &f->act));
     TRY(mvm_cuda_fwd_alloc(f, BK * f->h_stride, &f->h));
-    if (k_down)
+    if (hp->n_expert) /* up's floats, for a K-quant down and for decode's up (up1) */
         TRY(mvm_cuda_fwd_alloc(f, BK * hp->n_ff_exp * 4, &f->hf));
     TRY(mvm_cuda_fwd_alloc(f, (BK + 1) * D * 4, &f->out));
     TRY(mvm_cuda_fwd_alloc(f, B * D * 4, &f->spec_x));

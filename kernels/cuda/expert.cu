@@ -5,6 +5,9 @@
  * through its fixed address in the expert space, whatever backs its pages (device memory,
  * or its host home mapped for the device).
  *
+ * up1, down1: a decode step's (one row an expert), a block per channel or output and
+ *       active expert, each row split over four warps (expert_up1, expert_down1); between
+ *       them mvm_g_expert_quantize where down reads blocks.
  * up:   a block per (32 channels, active expert); its 16 warps take the 64 weight rows
  *       (32 gate, 32 up) four each and compute their dot products for a tile of the
  *       expert's rows, then the block their unit (SwiGLU, or gpt-oss's with the group's
@@ -107,16 +110,74 @@ template <enum mvm_wtype GU> static __device__ void expert_up(const mvm_g_expert
     }
 }
 
-/* With a K-quant down: each row's 256-channel group g of hf (up's floats) as its Q8_K block
- * in h, a warp per row. A block per (group, active expert). */
+/* Decode's up: a block per (channel, active expert), whose 2 x MVM_G_UP1_SPLIT warps take
+ * a part of the gate row or of the up row each, a few rounds of it (kernels/cuda/device.cuh,
+ * row_dot_tile); the block adds the parts and its first thread computes the unit. With a
+ * block per 32 channels (expert_up) each warp read four whole rows in turn, one 512-thread
+ * block an SM (128 registers), and OLMoE's up took 39.5 µs on an H200 where llama.cpp's
+ * (a 128-thread block per row, many blocks an SM) took 14.6 (bench/gpu/ktrace.sh,
+ * 2026-11-26). Each block's float is the CPU's, as everywhere; the parts are added in
+ * another order than one warp adds a row, as any split of a row is. The unit's output is a
+ * float: where down reads Q8_0 or Q8_K blocks, mvm_g_expert_quantize makes them from hf
+ * once every channel is done. */
+template <enum mvm_wtype GU> static __device__ void expert_up1(const mvm_g_expert_args &a)
+{
+    const mvm_k_expert_fmt f = {GU, (enum mvm_wtype)a.down, (enum mvm_k_glu)a.glu, 0};
+    const uint32_t e = U32(a.active)[blockIdx.y], ch = blockIdx.x, r = U32(a.off)[e];
+    const uint32_t G = (uint32_t)mvm_k_expert_group_channels(f), g = ch / G, s = ch % G;
+    const uint32_t warp = threadIdx.x >> 5, part = warp / MVM_G_UP1_SPLIT;
+    const uint32_t q = warp % MVM_G_UP1_SPLIT;
+    const uint64_t row = mvm_k_row_bytes(GU, a.n_embd);
+    const uint64_t group = mvm_k_expert_group_bytes(f, a.n_embd);
+    const uint8_t *gate = (const uint8_t *)a.experts + e * a.expert_stride + g * group;
+    /* this warp's units (blocks, super-blocks, or 32-element runs) of its row */
+    const uint32_t elems = mvm_k_block_elems(GU) > 1 ? (uint32_t)mvm_k_block_elems(GU)
+                                                     : (uint32_t)MVM_QBLOCK;
+    const uint32_t nb = a.n_embd / elems, per = (nb + MVM_G_UP1_SPLIT - 1) / MVM_G_UP1_SPLIT;
+    const uint32_t u0 = q * per < nb ? q * per : nb, u1 = u0 + per < nb ? u0 + per : nb;
+    const uint8_t *w = gate + ((uint64_t)part * G + s) * row + (uint64_t)u0 * run_bytes<GU>();
+    const uint8_t *act = (const uint8_t *)a.act + U32(a.row_tok)[r] * a.act_stride +
+                         mvm_k_act_bytes(GU, (uint64_t)u0 * elems);
+    float acc = 0;
+    row_dot_tile<GU, 1, 4>(w, run_bytes<GU>(), &act, 1, (u1 - u0) * elems, &acc);
+    __shared__ float dots[2 * MVM_G_UP1_SPLIT];
+    acc = warp_sum(acc);
+    if ((threadIdx.x & 31) == 0)
+        dots[warp] = acc;
+    __syncthreads();
+    if (threadIdx.x != 0)
+        return;
+    float gs = 0, us = 0;
+    for (uint32_t k = 0; k < MVM_G_UP1_SPLIT; k++)
+        gs += dots[k], us += dots[MVM_G_UP1_SPLIT + k];
+    /* MVM_GLU_OAI: the group's gate biases, then its up biases, at the group's end */
+    const float *bias = (const float *)(gate + group - 2 * G * sizeof(float));
+    const float wr = ((const float *)a.row_w)[r];
+    const float v = a.glu == MVM_GLU_OAI ? mvm_k_glu_oai(gs + bias[s], us + bias[G + s]) * wr
+                                         : silu(gs) * us * wr;
+    if (mvm_k_block_elems(f.down) == 1)
+        ((float *)((uint8_t *)a.h + (uint64_t)r * a.h_stride))[ch] = v;
+    else
+        ((float *)a.hf)[(uint64_t)r * a.n_groups * G + ch] = v;
+}
+
+/* Each row's group g of hf (up's floats) in down's activation format in h: a K-quant
+ * down's 256 channels as a Q8_K block, a warp per row; a Q type's 32 as a Q8_0 block, a
+ * thread per row. A block per (group, active expert). */
 extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
     mvm_g_expert_quantize(mvm_g_expert_args a)
 {
     const uint32_t e = U32(a.active)[blockIdx.y], g = blockIdx.x;
     const uint32_t r0 = U32(a.off)[e], nr = U32(a.cnt)[e];
-    for (uint32_t r = r0 + (threadIdx.x >> 5); r < r0 + nr; r += MVM_G_WARPS)
-        warp_q8_K_block((const float *)a.hf + ((uint64_t)r * a.n_groups + g) * MVM_QK_K,
-                        (mvm_block_q8_K *)((uint8_t *)a.h + (uint64_t)r * a.h_stride) + g);
+    if (mvm_k_is_k((enum mvm_wtype)a.down)) {
+        for (uint32_t r = r0 + (threadIdx.x >> 5); r < r0 + nr; r += MVM_G_WARPS)
+            warp_q8_K_block((const float *)a.hf + ((uint64_t)r * a.n_groups + g) * MVM_QK_K,
+                            (mvm_block_q8_K *)((uint8_t *)a.h + (uint64_t)r * a.h_stride) + g);
+        return;
+    }
+    for (uint32_t r = r0 + threadIdx.x; r < r0 + nr; r += blockDim.x)
+        mvm_k_q8_0_block((const float *)a.hf + ((uint64_t)r * a.n_groups + g) * MVM_QBLOCK,
+                         (mvm_block_q8_0 *)((uint8_t *)a.h + (uint64_t)r * a.h_stride) + g);
 }
 
 template <enum mvm_wtype DN> static __device__ void expert_down(const mvm_g_expert_args &a)
@@ -153,6 +214,42 @@ template <enum mvm_wtype DN> static __device__ void expert_down(const mvm_g_expe
                         a.down_bias ? s + ((const float *)a.row_w)[r0 + t0 + i] * b : s;
             }
     }
+}
+
+/* Decode's down: a block per (output, active expert), whose MVM_G_DOWN1_SPLIT warps take a
+ * quarter of the output's row each (its blocks a group apart), for the same reason as
+ * expert_up1: a warp per output read its 32 blocks of OLMoE's row in two rounds of
+ * latency, 32 warps an SM (64 registers, the tile's code among them), 15.9 µs on an H200. */
+template <enum mvm_wtype DN> static __device__ void expert_down1(const mvm_g_expert_args &a)
+{
+    const mvm_k_expert_fmt f = {(enum mvm_wtype)a.gate_up, DN, (enum mvm_k_glu)a.glu, 0};
+    const uint32_t e = U32(a.active)[blockIdx.y], j = blockIdx.x, r = U32(a.off)[e];
+    const uint32_t G = (uint32_t)mvm_k_expert_group_channels(f), warp = threadIdx.x >> 5;
+    const uint64_t group = mvm_k_expert_group_bytes(f, a.n_embd);
+    /* the units of output j's row: its block of each group's down slot, one a group */
+    const uint32_t nb = a.n_groups, per = (nb + MVM_G_DOWN1_SPLIT - 1) / MVM_G_DOWN1_SPLIT;
+    const uint32_t u0 = warp * per < nb ? warp * per : nb, u1 = u0 + per < nb ? u0 + per : nb;
+    const uint8_t *down = (const uint8_t *)a.experts + e * a.expert_stride +
+                          2 * G * mvm_k_row_bytes(f.gate_up, a.n_embd) +
+                          (uint64_t)j * mvm_k_row_bytes(DN, G) + (uint64_t)u0 * group;
+    const uint8_t *h = (const uint8_t *)a.h + (uint64_t)r * a.h_stride +
+                       mvm_k_act_bytes(DN, (uint64_t)u0 * G);
+    float acc = 0;
+    row_dot_tile<DN, 1, 4>(down, group, &h, 1, (u1 - u0) * G, &acc);
+    __shared__ float parts[MVM_G_DOWN1_SPLIT];
+    acc = warp_sum(acc);
+    if ((threadIdx.x & 31) == 0)
+        parts[warp] = acc;
+    __syncthreads();
+    if (threadIdx.x != 0)
+        return;
+    float s = 0;
+    for (uint32_t k = 0; k < MVM_G_DOWN1_SPLIT; k++)
+        s += parts[k];
+    /* gpt-oss's down bias, weighted by the row's routing weight, after the groups */
+    if (a.down_bias)
+        s += ((const float *)a.row_w)[r] * ((const float *)a.down_bias)[(uint64_t)e * a.n_embd + j];
+    ((float *)a.out)[(uint64_t)r * a.n_embd + j] = s;
 }
 
 extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
@@ -307,10 +404,20 @@ extern "C" __global__ void __launch_bounds__(32) mvm_g_route(mvm_g_route_args a)
     {                                                                                      \
         expert_up<T>(a);                                                                   \
     }                                                                                      \
+    extern "C" __global__ void __launch_bounds__(MVM_G_UP1_THREADS)                        \
+        mvm_g_expert_up1_##name(mvm_g_expert_args a)                                       \
+    {                                                                                      \
+        expert_up1<T>(a);                                                                  \
+    }                                                                                      \
     extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)                            \
         mvm_g_expert_down_##name(mvm_g_expert_args a)                                      \
     {                                                                                      \
         expert_down<T>(a);                                                                 \
+    }                                                                                      \
+    extern "C" __global__ void __launch_bounds__(32 * MVM_G_DOWN1_SPLIT)                   \
+        mvm_g_expert_down1_##name(mvm_g_expert_args a)                                     \
+    {                                                                                      \
+        expert_down1<T>(a);                                                                \
     }
 MVM_G_FOR_TYPES(EXPERT)
 #undef EXPERT

@@ -50,6 +50,9 @@ typedef uint64_t mvm_dptr;
 #define MVM_G_TILE 8         /* tokens (or expert rows) each weight read serves */
 #define MVM_G_UP_THREADS 512 /* mvm_g_expert_up's: a warp per 4 of its block's 64 rows */
 #define MVM_G_STAGE 2304     /* bytes of shared memory a warp stages a decode row through */
+#define MVM_G_UP1_SPLIT 4    /* mvm_g_expert_up1: warps that split each of a channel's rows */
+#define MVM_G_UP1_THREADS (2 * MVM_G_UP1_SPLIT * 32) /* its block: the gate row's, the up's */
+#define MVM_G_DOWN1_SPLIT 4  /* mvm_g_expert_down1: warps that split an output's row (a block) */
 
 typedef struct mvm_g_shape {
     uint32_t gx, gy, block;
@@ -131,12 +134,21 @@ MVM_G_FN mvm_g_shape mvm_g_matvec_shape(const mvm_g_matvec_args *a)
  *   h + r * h_stride bytes in down's activation format: n_ff floats (float types) or n_ff /
  *   32 Q8_0 blocks (Q types); with a K-quant down, n_ff floats at hf + r * n_ff floats, for
  *   mvm_g_expert_quantize. Grid: (32 channels, active expert), MVM_G_UP_THREADS a block.
- * mvm_g_expert_quantize (K-quant down only, after up): h[r] = hf[r]'s n_ff / 256 Q8_K
- *   blocks. Grid: (group, active expert).
+ * mvm_g_expert_up1_<gate_up type>: the same for a step whose active experts have one row
+ *   each (a decode token's; one_row set), a block per (channel, active expert) and each of
+ *   its two rows split over MVM_G_UP1_SPLIT warps: h[r] as floats for a float down, else
+ *   hf[r] (n_ff floats) for mvm_g_expert_quantize. Grid: (n_ff, active expert),
+ *   MVM_G_UP1_THREADS a block.
+ * mvm_g_expert_quantize (after up with a K-quant down, after up1 with a Q or K one):
+ *   h[r] = hf[r]'s n_ff floats in down's activation format (Q8_K blocks, or Q8_0 blocks).
+ *   Grid: (group, active expert).
  * mvm_g_expert_down_<down type>: out[r][j] = sum over groups of down_g[j] . h[r]_g, plus
  *   row_w[r] * down_bias[e][j] with a down bias (gpt-oss: n_embd floats per expert at
  *   down_bias + e * n_embd; 0: none), j < n_embd, out[r] at out + r * n_embd floats.
  *   Grid: (outputs, a warp each; active expert).
+ * mvm_g_expert_down1_<down type>: the same for a step whose active experts have one row
+ *   each (one_row), a block per (output, active expert) whose MVM_G_DOWN1_SPLIT warps split
+ *   the output's row. Grid: (n_embd, active expert), 32 x MVM_G_DOWN1_SPLIT a block.
  * mvm_g_expert_sum: x[i][j] += sum over k < top_k of out[tok_rows[i * top_k + k]][j]: each
  *   token adds its experts' outputs in its own order, so the sum is deterministic (no
  *   atomics). Grid: (output range, token). */
@@ -144,6 +156,7 @@ typedef struct mvm_g_expert_args {
     mvm_dptr experts, act, active, off, cnt, row_tok, row_w, h, out, down_bias, hf;
     uint64_t expert_stride, act_stride, h_stride;
     uint32_t n_embd, n_groups, n_active, gate_up, down, glu;
+    uint32_t one_row; /* every active expert has one row: up1 (mvm_gpu_experts_up) */
 } mvm_g_expert_args;
 
 MVM_G_FN mvm_g_shape mvm_g_expert_up_shape(const mvm_g_expert_args *a)
@@ -151,6 +164,13 @@ MVM_G_FN mvm_g_shape mvm_g_expert_up_shape(const mvm_g_expert_args *a)
     mvm_g_shape s = {a->n_groups * (mvm_k_is_k((enum mvm_wtype)a->down) ? MVM_QK_K / MVM_QBLOCK
                                                                          : 1),
                      a->n_active, MVM_G_UP_THREADS};
+    return s;
+}
+
+MVM_G_FN mvm_g_shape mvm_g_expert_up1_shape(const mvm_g_expert_args *a)
+{
+    mvm_g_shape s = {a->n_groups * (mvm_k_is_k((enum mvm_wtype)a->down) ? MVM_QK_K : MVM_QBLOCK),
+                     a->n_active, MVM_G_UP1_THREADS};
     return s;
 }
 
@@ -163,6 +183,12 @@ MVM_G_FN mvm_g_shape mvm_g_expert_quantize_shape(const mvm_g_expert_args *a)
 MVM_G_FN mvm_g_shape mvm_g_expert_down_shape(const mvm_g_expert_args *a)
 {
     mvm_g_shape s = {mvm_g_div_up(a->n_embd, MVM_G_WARPS), a->n_active, MVM_G_THREADS};
+    return s;
+}
+
+MVM_G_FN mvm_g_shape mvm_g_expert_down1_shape(const mvm_g_expert_args *a)
+{
+    mvm_g_shape s = {a->n_embd, a->n_active, 32 * MVM_G_DOWN1_SPLIT};
     return s;
 }
 

@@ -29,7 +29,9 @@ static void run(const void *params, const unsigned grid[3], const unsigned block
 #define ADD_TYPED(name, T)                                                                     \
     ADD(mvm_g_matvec_##name, mvm_g_matvec_args);                                               \
     ADD(mvm_g_expert_up_##name, mvm_g_expert_args);                                            \
+    ADD(mvm_g_expert_up1_##name, mvm_g_expert_args);                                           \
     ADD(mvm_g_expert_down_##name, mvm_g_expert_args);                                          \
+    ADD(mvm_g_expert_down1_##name, mvm_g_expert_args);                                         \
     ADD(mvm_g_dequant_##name, mvm_g_dequant_args);
 
 extern "C" __attribute__((visibility("default"))) void
