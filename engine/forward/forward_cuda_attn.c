@@ -140,12 +140,15 @@ static mvm_status qkv(struct cuda_fwd *f, const struct dev_block *L, mvm_dptr k,
         TRY(mvm_cuda_fwd_add(f, k, L->bk, 0, 0, f->kv_dim, n));
         TRY(mvm_cuda_fwd_add(f, v, L->bv, 0, 0, f->kv_dim, n));
     }
-    /* glm4moe's QK norm is optional: a block without one has no q_norm */
-    if (L->q_norm && f->m->arch->qk_norm == MVM_QK_NORM_HEAD) { /* both in one launch */
+    /* glm4moe's QK norm is optional: a block without one has no q_norm. Per head, or over
+     * the whole rows where q and k are as wide (OLMoE's): both in one launch. */
+    const int head = f->m->arch->qk_norm == MVM_QK_NORM_HEAD;
+    if (L->q_norm && (head || f->q_dim == f->kv_dim)) {
+        const uint32_t w = head ? hd : f->q_dim;
         mvm_g_rmsnorm_args a = {.x = f->q, .out = f->q, .w = L->q_norm, .x2 = k,
-                                .w2 = L->k_norm, .x_stride = hd, .out_stride = hd, .n = hd,
-                                .n_rows = n * hp->n_head, .n_rows2 = n * hp->n_head_kv,
-                                .eps = hp->rms_eps};
+                                .w2 = L->k_norm, .x_stride = w, .out_stride = w, .n = w,
+                                .n_rows = n * (head ? hp->n_head : 1),
+                                .n_rows2 = n * (head ? hp->n_head_kv : 1), .eps = hp->rms_eps};
         TRY(mvm_gpu_rmsnorm(f->g, 0, &a));
     } else if (L->q_norm) {
         TRY(mvm_cuda_fwd_rmsnorm(f, f->q, f->q, f->q_dim, L->q_norm, f->q_dim, n));
