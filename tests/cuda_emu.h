@@ -269,6 +269,13 @@ template <typename V> static inline V __shfl_xor_sync(unsigned mask, V v, int la
     return emu_shuffle(v, (threadIdx.x % EMU_WARP) ^ (unsigned)lane_mask);
 }
 
+/* lane src's v, to every lane */
+template <typename V> static inline V __shfl_sync(unsigned mask, V v, int src)
+{
+    (void)mask;
+    return emu_shuffle(v, (unsigned)src % EMU_WARP);
+}
+
 static inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v)
 {
     return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);

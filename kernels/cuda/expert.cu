@@ -332,30 +332,47 @@ static __device__ void route_key(const mvm_g_route_args &a, const float *p, floa
     __syncthreads();
 }
 
+/* This lane's best not yet taken among its experts (lane, lane + 32, ...), by key.
+ * bi UINT32_MAX when it has none left. */
+static __device__ __forceinline__ void lane_best(const mvm_g_route_args &a, const float *key,
+                                                 const uint8_t *taken, float *bv,
+                                                 uint32_t *bi)
+{
+    *bv = -INFINITY, *bi = UINT32_MAX;
+    for (uint32_t e = threadIdx.x; e < a.n_expert; e += 32)
+        if (!taken[e] && ranks_ahead(rank_key(key[e]), e, *bv, *bi))
+            *bv = rank_key(key[e]), *bi = e;
+}
+
 /* sel[0..K): the K best by key, NaN lowest, ties to the lower index (mvm_k_topk's order):
- * the best not yet taken, K times. */
+ * the best not yet taken, K times. Each lane keeps its own best; a round is the warp's
+ * argmax of those, and only the lane that held the winner looks for its next one (a scan
+ * of every lane's experts a round, each round a block barrier, took most of 8.7 µs of
+ * OLMoE's decode step on an H200: bench/gpu/ktrace.sh, 2026-11-26). */
 static __device__ void route_topk(const mvm_g_route_args &a, const float *key, uint8_t *taken,
                                   uint32_t *sel)
 {
     const uint32_t lane = threadIdx.x;
     for (uint32_t e = lane; e < a.n_expert; e += 32)
         taken[e] = 0;
-    __syncthreads();
+    __syncwarp();
+    float mv;
+    uint32_t mi;
+    lane_best(a, key, taken, &mv, &mi);
     for (uint32_t k = 0; k < a.top_k; k++) {
-        float bv = -INFINITY;
-        uint32_t bi = UINT32_MAX;
-        for (uint32_t e = lane; e < a.n_expert; e += 32)
-            if (!taken[e] && ranks_ahead(rank_key(key[e]), e, bv, bi))
-                bv = rank_key(key[e]), bi = e;
+        float bv = mv;
+        uint32_t bi = mi;
         for (int o = 16; o > 0; o >>= 1) {
             const float ov = __shfl_xor_sync(FULL_MASK, bv, o);
             const uint32_t oi = __shfl_xor_sync(FULL_MASK, bi, o);
             if (ranks_ahead(ov, oi, bv, bi))
                 bv = ov, bi = oi;
         }
-        if (lane == 0)
-            sel[k] = bi, taken[bi] = 1;
-        __syncthreads();
+        sel[k] = bi; /* every lane: its own copy */
+        if (bi != UINT32_MAX && bi == mi) { /* the winner was this lane's: its next best */
+            taken[bi] = 1;
+            lane_best(a, key, taken, &mv, &mi);
+        }
     }
 }
 
@@ -363,39 +380,39 @@ extern "C" __global__ void __launch_bounds__(32) mvm_g_route(mvm_g_route_args a)
 {
     __shared__ float p[MVM_G_ROUTE_MAX_E], key[MVM_G_ROUTE_MAX_E];
     __shared__ uint8_t taken[MVM_G_ROUTE_MAX_E];
-    __shared__ uint32_t sel[32];
-    const uint32_t K = a.top_k;
+    const uint32_t K = a.top_k, lane = threadIdx.x;
     const int32_t *given = (const int32_t *)a.given;
+    uint32_t sel[32];
     if (!given) {
         route_probs(a, (const float *)a.logits, p);
         __syncthreads();
         route_key(a, p, key);
         route_topk(a, key, taken, sel);
     }
-    if (threadIdx.x != 0)
+    /* lane k < K writes the k-th choice; the sum of the weights in choice order, as the
+     * host adds them, by every lane */
+    const uint32_t mine = lane < K ? (given ? (uint32_t)given[lane] : sel[lane]) : 0;
+    float w = lane < K ? (given ? ((const float *)a.given)[K + lane] : p[mine]) : 0.0f;
+    float sum = 0;
+    uint32_t r = 0; /* its place among the choice in expert order */
+    for (uint32_t j = 0; j < K; j++) {
+        sum += __shfl_sync(FULL_MASK, w, (int)j);
+        r += __shfl_sync(FULL_MASK, mine, (int)j) < mine;
+    }
+    if (lane >= K)
         return;
-    float w[32], sum = 0;
-    for (uint32_t k = 0; k < K; k++) {
-        sel[k] = given ? (uint32_t)given[k] : sel[k];
-        sum += w[k] = given ? ((const float *)a.given)[K + k] : p[sel[k]];
+    if (!given) { /* a given choice comes with its weights */
+        w = a.norm_topk ? w / sum : w;
+        w = a.scale != 1.0f ? w * a.scale : w;
     }
-    for (uint32_t k = 0; k < K; k++) {
-        if (!given) { /* a given choice comes with its weights */
-            w[k] = a.norm_topk ? w[k] / sum : w[k];
-            w[k] = a.scale != 1.0f ? w[k] * a.scale : w[k];
-        }
-        uint32_t r = 0; /* its place among the choice in expert order */
-        for (uint32_t j = 0; j < K; j++)
-            r += sel[j] < sel[k];
-        ((uint32_t *)a.active)[r] = sel[k];
-        ((uint32_t *)a.off)[sel[k]] = r;
-        ((uint32_t *)a.cnt)[sel[k]] = 1;
-        ((uint32_t *)a.row_tok)[r] = 0;
-        ((float *)a.row_w)[r] = w[k];
-        ((uint32_t *)a.tok_rows)[k] = r;
-        ((int32_t *)a.sel)[k] = (int32_t)sel[k];
-        ((float *)a.w)[k] = w[k];
-    }
+    ((uint32_t *)a.active)[r] = mine;
+    ((uint32_t *)a.off)[mine] = r;
+    ((uint32_t *)a.cnt)[mine] = 1;
+    ((uint32_t *)a.row_tok)[r] = 0;
+    ((float *)a.row_w)[r] = w;
+    ((uint32_t *)a.tok_rows)[lane] = r;
+    ((int32_t *)a.sel)[lane] = (int32_t)mine;
+    ((float *)a.w)[lane] = w;
 }
 
 #define EXPERT(name, T)                                                                    \
