@@ -894,9 +894,9 @@ static void test_dequant_rows(void)
 }
 
 /* A channel-major expert's gate, up and down parts as the row-major matrices it was packed
- * from (kernels/cpu: mvm_k_expert_pack), one launch each, as forward_cuda_gemm.c reads
- * them: the gate or up rows of every group; the down slots, each group's the next G
- * columns. */
+ * from (kernels/cpu: mvm_k_expert_pack), as forward_cuda_gemm.c reads them: the gate and
+ * up rows of every group in one launch, group by group; the down slots, each group's the
+ * next G columns. */
 static void dequant_expert_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_ff)
 {
     const uint32_t G = (uint32_t)mvm_k_expert_group_channels(f);
@@ -911,14 +911,19 @@ static void dequant_expert_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_
     std::vector<float> gate_b = randoms(n_ff), up_b = randoms(n_ff);
     if (f.glu == MVM_GLU_OAI)
         mvm_k_expert_pack_bias(f, gate_b.data(), up_b.data(), n_embd, n_ff, expert.data());
-    for (int part = 0; part < 2; part++) {
-        std::vector<uint16_t> dst(n_ff * (n_embd + 8), POISON_H);
-        mvm_g_dequant_args a = {dp(expert.data() + part * G * row), dp(dst.data()), row, gb,
-                                n_embd + 8, n_embd, n_ff, G, G, 0};
+    {
+        /* gate and up in one launch: each group's G gate rows, then its G up rows */
+        std::vector<uint16_t> dst(2 * n_ff * (n_embd + 8), POISON_H), want;
+        const std::vector<uint16_t> g = dequantized(f.gate_up, gate.data(), n_ff, n_embd, row),
+                                    u = dequantized(f.gate_up, up.data(), n_ff, n_embd, row);
+        for (uint32_t c0 = 0; c0 < n_ff; c0 += G)
+            for (const std::vector<uint16_t> *part : {&g, &u})
+                want.insert(want.end(), part->begin() + (size_t)c0 * n_embd,
+                            part->begin() + (size_t)(c0 + G) * n_embd);
+        mvm_g_dequant_args a = {dp(expert.data()), dp(dst.data()), row, gb, n_embd + 8,
+                                n_embd, 2 * n_ff, 2 * G, 2 * G, 0};
         launch(dequant_fn[f.gate_up], a, mvm_g_dequant_shape(&a));
-        CHECK(same_rows(dst, n_embd + 8,
-                        dequantized(f.gate_up, (part ? up : gate).data(), n_ff, n_embd, row),
-                        n_ff, n_embd));
+        CHECK(same_rows(dst, n_embd + 8, want, 2 * n_ff, n_embd));
     }
     std::vector<uint16_t> dst(n_embd * (n_ff + 8), POISON_H);
     mvm_g_dequant_args a = {dp(expert.data() + 2 * G * row), dp(dst.data()),
@@ -974,7 +979,9 @@ static void test_glu_half(void)
         std::vector<uint16_t> h(rows * stride, POISON_H), want(rows * nc);
         for (uint32_t r = 0; r < rows; r++)
             for (uint32_t c = 0; c < nc; c++) {
-                const float g = gu[r * gu_stride + c], u = gu[r * gu_stride + nc + c];
+                /* group by group: its G gate floats, then its G up floats */
+                const uint64_t at = r * gu_stride + c / G * 2 * G + c % G;
+                const float g = gu[at], u = gu[at + G];
                 const float v = oai ? mvm_k_glu_oai(g + gate_b[c0 + c], u + up_b[c0 + c])
                                     : g / (1.0f + expf(-g)) * u;
                 want[r * nc + c] = mvm_k_f2h(v * w[r]);

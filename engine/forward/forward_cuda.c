@@ -188,6 +188,7 @@ static mvm_status quantize_input(struct cuda_fwd *f, uint32_t il, uint32_t n)
 static mvm_status experts_begin(struct cuda_fwd *f, uint32_t il, uint32_t n)
 {
     f->step_tok = n;
+    f->a16x_ready = 0;
     TRY(quantize_input(f, il, n));
     TRY(expert_launch(f, il, 0, f->moe->n_ready));
     return cpu_experts(f, n);

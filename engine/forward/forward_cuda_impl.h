@@ -117,6 +117,9 @@ struct cuda_fwd {
     uint32_t max_cols;          /* the widest matrix's row, in elements */
     uint64_t max_f16_bytes;     /* the largest matrix's bytes as F16 */
     uint64_t gemm_w16_bytes, gemm_ws_bytes; /* w16's, gemm_ws's */
+    mvm_dptr a16x;              /* [n_batch * K][n_embd] F16: a MoE step's rows' inputs for
+                                   the tensor cores (forward_cuda_gemm.c), made once a step */
+    int a16x_ready;             /*   made for this step (experts_begin clears it) */
     mvm_dptr w16, a16, gu, h16, gemm_ws; /* F16 weights, F16 inputs [n_batch][max_cols], an
                                    expert chunk's gate/up floats [n_batch][2 gemm_ch] and
                                    unit [n_batch][gemm_ch] (F16), cuBLAS's workspace */

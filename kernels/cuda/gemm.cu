@@ -61,8 +61,10 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_glu_half(mvm_g
     const uint32_t c = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;
     if (c >= a.n_ch)
         return;
-    const float *gu = (const float *)a.gu + r * a.gu_stride;
-    float g = gu[c], u = gu[a.n_ch + c], h;
+    /* group c / G's gate floats, then its up floats: the rows of the product, as one
+     * dequantization laid them out (kernels.h) */
+    const float *gu = (const float *)a.gu + r * a.gu_stride + (uint64_t)(c / a.G) * 2 * a.G;
+    float g = gu[c % a.G], u = gu[a.G + c % a.G], h;
     if (a.glu == MVM_GLU_OAI) {
         const uint32_t ch = a.c0 + c; /* the biases: the group's last 2 G floats */
         const float *bias = (const float *)((const uint8_t *)a.expert +

@@ -417,8 +417,9 @@ MVM_G_FN mvm_g_shape mvm_g_add_shape(const mvm_g_add_args *a)
  * mvm_g_dequant_<type>: weight rows to F16 (kernels/dequant.h). Source row
  *   r < n_rows, n_in elements, at w + (r / per) * group_bytes + (r % per) * row_bytes; its
  *   elements go to row (r / per) * dst_rows + r % per of dst (dst_stride halves apart), from
- *   column (r / per) * dst_cols. A matrix: per = n_rows. A channel-major expert's gate (or
- *   up) rows: per = G, group_bytes the group's, dst_rows = G. Its down slots (n_embd rows of
+ *   column (r / per) * dst_cols. A matrix: per = n_rows. A channel-major expert's gate and
+ *   up rows: per = 2 G (a group's gate rows, then its up rows), group_bytes the group's,
+ *   dst_rows = 2 G. Its down slots (n_embd rows of
  *   G per group): per = n_embd, n_in = G, dst_rows = 0, dst_cols = G, so that each group's
  *   slots are the next G columns of one [n_embd][channels] matrix. dst, dst_stride and
  *   dst_cols make every chunk start 16-byte aligned (multiples of 8 halves). A thread per 32
@@ -451,9 +452,10 @@ MVM_G_FN mvm_g_shape mvm_g_to_half_shape(const mvm_g_to_half_args *a)
 }
 
 /* mvm_g_glu_half: an expert's unit between its two products, for channels c0 .. c0 + n_ch
- *   - 1 of n_rows rows: row r's gate floats at gu + r * gu_stride, its up floats n_ch after
- *   them; h[r][c] = glu(gate, up) * w[r] (the routing weights, floats) as F16 at h + r *
- *   h_stride halves. With MVM_GLU_OAI gate and up are biased first, channel c's biases in
+ *   - 1 of n_rows rows (n_ch a multiple of G): row r's floats at gu + r * gu_stride, group
+ *   by group (G gate floats, then the group's G up floats: its gate and up rows dequantized
+ *   in one launch, per = 2 G); h[r][c] = glu(gate, up) * w[r] (the routing weights,
+ *   floats) as F16 at h + r * h_stride halves. With MVM_GLU_OAI gate and up are biased first, channel c's biases in
  *   its group's slots (kernels/blocks.h: a group of G channels, group_bytes, the biases at
  *   its end) of the expert at `expert`. */
 typedef struct mvm_g_glu_half_args {
