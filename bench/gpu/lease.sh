@@ -14,21 +14,22 @@
 #   text       tests/gpu/forward.sh step 2: the same greedy text on the CPU and the GPU, and
 #              with decode routed on the device (graph, launches) and by the host
 #   full       bench/gpu/llamacpp.sh at budget 100 (OLMoE-1B-7B q8_0, the model's own
-#              routing): moevm with decode routed on the device and by the host, against
-#              llama.cpp -ngl 99
+#              routing): moevm by default and with MOEVM_GEMM_ROWS=8 (more of a prompt's
+#              experts on the tensor cores), against llama.cpp -ngl 99
 #   ktrace     bench/gpu/ktrace.sh: each kernel's device time (CUPTI, graphs included) in
-#              moevm's and llama.cpp's decode and prompt batch of OLMoE-1B-7B q8_0
+#              moevm's decode and prompt batch of OLMoE-1B-7B q8_0 (KTRACE_ENGINES="moevm
+#              llama.cpp": llama.cpp's too)
 #   offload    llamacpp.sh on Qwen3-30B-A3B's shape in q8_0, cut to its first 12 blocks (the
 #              whole model's mkmodel and loads would take the lease), at budgets 25 and 100,
 #              with the model's own routing and a replayed trace, by default and with
 #              DALI's CPU/GPU split (MOEVM_ASSIGN=greedy: the simulator's h100 costs halve
 #              a token at 25% with it), against -ngl 99 --n-cpu-moe N; moevm and
 #              llama.cpp on the CPU alone
+#   full_q4k   the full step's runs on OLMoE-1B-7B in Q4_K_M (the K-quant kernels)
 #   vmm        vmm_costs sections 5 and 9 (make-resident against the copy; copy lanes)
 #   profile    bench/gpu/profile.sh at budgets 100 and 25 (where the decode's time goes)
 #   profile_pp the same for one prompt batch of 512 tokens at 100% (prefill's time)
 #   forward    tests/ref/check_forward.py on the GPU (every architecture and type)
-#   full_q4k   the budget-100 runs again on the same shape in Q4_K_M (the K-quant kernels)
 #   attention  bench_gpu_attention (split attention up to 131072 positions)
 # FULL_VARIANTS, OFFLOAD_MODELS, OFFLOAD_BUDGETS, OFFLOAD_VARIANTS and OFFLOAD_CPU (0: no
 # CPU-alone runs) change those two steps. The whole log goes to $OUT/lease.txt; the scripts
@@ -38,7 +39,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 
 lease=${LEASE_S:-540}
-all="build kernels text full ktrace offload vmm profile profile_pp forward full_q4k attention"
+all="build kernels text full ktrace offload full_q4k vmm profile profile_pp forward attention"
 steps=" ${LEASE_STEPS:-$all} "
 start=$SECONDS
 log=/dev/null
@@ -109,19 +110,19 @@ export work
     step kernels 90 kernels
     step text 60 env FORWARD_STEPS="2" bash tests/gpu/forward.sh
     step full 150 env MODELS=olmoe-1b-7b:q8_0 BUDGETS=100 ROUTINGS=own REPS=2 CPU_BASELINE=0 \
-        VARIANTS="${FULL_VARIANTS:-default MOEVM_DEVICE_ROUTING=off}" bash bench/gpu/llamacpp.sh
-    step ktrace 90 bash bench/gpu/ktrace.sh
+        VARIANTS="${FULL_VARIANTS:-default MOEVM_GEMM_ROWS=8}" bash bench/gpu/llamacpp.sh
+    step ktrace 90 env ENGINES="${KTRACE_ENGINES:-moevm}" bash bench/gpu/ktrace.sh
     step offload 240 env MODELS="${OFFLOAD_MODELS:-qwen3-30b-a3b:q8_0:12}" \
         BUDGETS="${OFFLOAD_BUDGETS:-25 100}" ROUTINGS="own replay" REPS=2 \
         VARIANTS="${OFFLOAD_VARIANTS:-default MOEVM_ASSIGN=greedy}" \
         CPU_BASELINE="${OFFLOAD_CPU:-1}" bash bench/gpu/llamacpp.sh
+    step full_q4k 150 env MODELS=olmoe-1b-7b:q4_k_m BUDGETS=100 ROUTINGS=own REPS=2 \
+        CPU_BASELINE=0 VARIANTS=default bash bench/gpu/llamacpp.sh
     step vmm 45 vmm
     step profile 40 env MODELS=olmoe-1b-7b:q8_0 BUDGETS="100 25" bash bench/gpu/profile.sh
     step profile_pp 30 env MODELS=olmoe-1b-7b:q8_0 BUDGETS=100 PROMPT=512 \
         bash bench/gpu/profile.sh
     step forward 240 forward
-    step full_q4k 150 env MODELS=olmoe-1b-7b:q4_k_m BUDGETS=100 ROUTINGS=own REPS=2 \
-        CPU_BASELINE=0 VARIANTS=default bash bench/gpu/llamacpp.sh
     step attention 60 attention
     echo "lease.sh: $((SECONDS - start))s of ${lease}s"
 } 2>&1 | tee -a "$log"
