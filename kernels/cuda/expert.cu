@@ -110,6 +110,27 @@ template <enum mvm_wtype GU> static __device__ void expert_up(const mvm_g_expert
     }
 }
 
+/* Units [*u0, *u1) of nb, part q of `parts` even ones (the first parts one more where they
+ * do not divide: a row shorter than `parts` units leaves the last parts idle). */
+static __device__ __forceinline__ void split_units(uint32_t nb, uint32_t q, uint32_t parts,
+                                                   uint32_t *u0, uint32_t *u1)
+{
+    const uint32_t per = (nb + parts - 1) / parts;
+    *u0 = q * per < nb ? q * per : nb;
+    *u1 = *u0 + per < nb ? *u0 + per : nb;
+}
+
+/* Each warp's sum of acc into sums[warp]; true for the block's first thread, which goes on
+ * with them (the others may return: no barrier follows). */
+static __device__ __forceinline__ bool warp_sums(float acc, float *sums)
+{
+    acc = warp_sum(acc);
+    if ((threadIdx.x & 31) == 0)
+        sums[threadIdx.x >> 5] = acc;
+    __syncthreads();
+    return threadIdx.x == 0;
+}
+
 /* Decode's up: a block per (channel, active expert), whose 2 x MVM_G_UP1_SPLIT warps take
  * a part of the gate row or of the up row each, a few rounds of it (kernels/cuda/device.cuh,
  * row_dot_tile); the block adds the parts and its first thread computes the unit. With a
@@ -133,19 +154,15 @@ template <enum mvm_wtype GU> static __device__ void expert_up1(const mvm_g_exper
     /* this warp's units (blocks, super-blocks, or 32-element runs) of its row */
     const uint32_t elems = mvm_k_block_elems(GU) > 1 ? (uint32_t)mvm_k_block_elems(GU)
                                                      : (uint32_t)MVM_QBLOCK;
-    const uint32_t nb = a.n_embd / elems, per = (nb + MVM_G_UP1_SPLIT - 1) / MVM_G_UP1_SPLIT;
-    const uint32_t u0 = q * per < nb ? q * per : nb, u1 = u0 + per < nb ? u0 + per : nb;
+    uint32_t u0, u1;
+    split_units(a.n_embd / elems, q, MVM_G_UP1_SPLIT, &u0, &u1);
     const uint8_t *w = gate + ((uint64_t)part * G + s) * row + (uint64_t)u0 * run_bytes<GU>();
     const uint8_t *act = (const uint8_t *)a.act + U32(a.row_tok)[r] * a.act_stride +
                          mvm_k_act_bytes(GU, (uint64_t)u0 * elems);
     float acc = 0;
     row_dot_tile<GU, 1, 4>(w, run_bytes<GU>(), &act, 1, (u1 - u0) * elems, &acc);
     __shared__ float dots[2 * MVM_G_UP1_SPLIT];
-    acc = warp_sum(acc);
-    if ((threadIdx.x & 31) == 0)
-        dots[warp] = acc;
-    __syncthreads();
-    if (threadIdx.x != 0)
+    if (!warp_sums(acc, dots))
         return;
     float gs = 0, us = 0;
     for (uint32_t k = 0; k < MVM_G_UP1_SPLIT; k++)
@@ -227,8 +244,8 @@ template <enum mvm_wtype DN> static __device__ void expert_down1(const mvm_g_exp
     const uint32_t G = (uint32_t)mvm_k_expert_group_channels(f), warp = threadIdx.x >> 5;
     const uint64_t group = mvm_k_expert_group_bytes(f, a.n_embd);
     /* the units of output j's row: its block of each group's down slot, one a group */
-    const uint32_t nb = a.n_groups, per = (nb + MVM_G_DOWN1_SPLIT - 1) / MVM_G_DOWN1_SPLIT;
-    const uint32_t u0 = warp * per < nb ? warp * per : nb, u1 = u0 + per < nb ? u0 + per : nb;
+    uint32_t u0, u1;
+    split_units(a.n_groups, warp, MVM_G_DOWN1_SPLIT, &u0, &u1);
     const uint8_t *down = (const uint8_t *)a.experts + e * a.expert_stride +
                           2 * G * mvm_k_row_bytes(f.gate_up, a.n_embd) +
                           (uint64_t)j * mvm_k_row_bytes(DN, G) + (uint64_t)u0 * group;
@@ -237,11 +254,7 @@ template <enum mvm_wtype DN> static __device__ void expert_down1(const mvm_g_exp
     float acc = 0;
     row_dot_tile<DN, 1, 4>(down, group, &h, 1, (u1 - u0) * G, &acc);
     __shared__ float parts[MVM_G_DOWN1_SPLIT];
-    acc = warp_sum(acc);
-    if ((threadIdx.x & 31) == 0)
-        parts[warp] = acc;
-    __syncthreads();
-    if (threadIdx.x != 0)
+    if (!warp_sums(acc, parts))
         return;
     float s = 0;
     for (uint32_t k = 0; k < MVM_G_DOWN1_SPLIT; k++)
