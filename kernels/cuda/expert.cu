@@ -110,8 +110,8 @@ template <enum mvm_wtype GU> static __device__ void expert_up(const mvm_g_expert
     }
 }
 
-/* Units [*u0, *u1) of nb, part q of `parts` even ones (the first parts one more where they
- * do not divide: a row shorter than `parts` units leaves the last parts idle). */
+/* Units [*u0, *u1) of nb for part q of `parts`: ceil(nb / parts) units a part, the last
+ * parts shorter or empty (a row shorter than `parts` units leaves them idle). */
 static __device__ __forceinline__ void split_units(uint32_t nb, uint32_t q, uint32_t parts,
                                                    uint32_t *u0, uint32_t *u1)
 {
