@@ -98,12 +98,19 @@ static std::vector<uint8_t> activations(int t, size_t n_tok, size_t n, size_t ac
 
 /* Rows of floats to Q8_0 (the Q types' activations) and Q8_K (the K-quants'): bit for bit
  * the CPU's rounding, the gaps between rows untouched. 150 Q8_0 blocks and 140 Q8_K blocks
- * a row: two blocks of threads, the second partial. */
+ * a row: two blocks of threads, the second partial. The first row's blocks 1 and 2 hold a
+ * NaN (within the block, and last: the CPU's running max restarts after one), block 3 is
+ * zeros, block 4's largest magnitude comes twice with both signs. */
 static void quantize_case(enum mvm_wtype t, uint32_t n)
 {
     const uint32_t rows = 3;
     const uint64_t x_stride = n + 5, q_stride = mvm_k_act_bytes(t, n) + 8;
     std::vector<float> x = randoms(rows * x_stride, 3.0f);
+    if (!mvm_k_is_k(t)) {
+        x[32 + 8] = NAN, x[64 + 31] = NAN;
+        std::fill(x.begin() + 96, x.begin() + 128, 0.0f);
+        x[128 + 3] = 7.0f, x[128 + 20] = -7.0f;
+    }
     std::vector<uint8_t> q(rows * q_stride, 0xEE), want(rows * q_stride, 0xEE);
     for (uint32_t r = 0; r < rows; r++)
         mvm_k_prepare_act(t, x.data() + r * x_stride, want.data() + r * q_stride, n);

@@ -71,7 +71,7 @@ MVM_G_FN mvm_g_shape mvm_g_rows_shape(uint64_t per_row, uint32_t rows)
 /* ---- mvm_g_quantize: rows of F32 -> the activation blocks of weight type `type` (Q8_0 for
  * the 32-element Q types, Q8_K for the K-quants). Row i: n floats at x + i * x_stride floats
  * -> mvm_k_act_bytes(type, n) bytes at q + i * q_stride (a multiple of 4 for Q8_K, whose
- * scale is an f32). A thread per Q8_0 block, a warp per Q8_K block. */
+ * scale is an f32). 8 lanes per Q8_0 block, a warp per Q8_K block. */
 typedef struct mvm_g_quantize_args {
     mvm_dptr x, q;
     uint64_t x_stride, q_stride;
@@ -82,7 +82,7 @@ MVM_G_FN mvm_g_shape mvm_g_quantize_shape(const mvm_g_quantize_args *a)
 {
     const enum mvm_wtype t = (enum mvm_wtype)a->type;
     const uint64_t blocks = a->n / mvm_k_block_elems(t);
-    return mvm_g_rows_shape(mvm_k_is_k(t) ? blocks * 32 : blocks, a->n_rows);
+    return mvm_g_rows_shape(blocks * (mvm_k_is_k(t) ? 32 : 8), a->n_rows);
 }
 
 /* ---- mvm_g_matvec_<type>: y[i][r] = row r of w . act[i] for r < n_out, i < n_tok.

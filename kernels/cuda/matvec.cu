@@ -13,18 +13,18 @@
 extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_quantize(mvm_g_quantize_args a)
 {
     const enum mvm_wtype t = (enum mvm_wtype)a.type;
-    const int k = mvm_k_is_k(t); /* a warp per Q8_K block, a thread per Q8_0 block */
+    const int k = mvm_k_is_k(t); /* a warp per Q8_K block, 8 lanes per Q8_0 block */
     const uint32_t b = k ? blockIdx.x * MVM_G_WARPS + (threadIdx.x >> 5)
-                         : blockIdx.x * blockDim.x + threadIdx.x;
-    const uint32_t row = blockIdx.y, len = (uint32_t)mvm_k_block_elems(t);
-    if (b >= a.n / len) /* for a Q8_K block, the whole warp */
+                         : (blockIdx.x * blockDim.x + threadIdx.x) / 8;
+    const uint32_t row = blockIdx.y, len = (uint32_t)mvm_k_block_elems(t), nb = a.n / len;
+    if (k ? b >= nb : b / 4 * 4 >= nb) /* whole warps: the rest take part in the shuffles */
         return;
     const float *x = (const float *)a.x + row * a.x_stride + (uint64_t)b * len;
     uint8_t *q = (uint8_t *)a.q + row * a.q_stride + mvm_k_act_bytes(t, (uint64_t)b * len);
     if (k)
         warp_q8_K_block(x, (mvm_block_q8_K *)q);
     else
-        mvm_k_q8_0_block(x, (mvm_block_q8_0 *)q);
+        group8_q8_0_block(x, (mvm_block_q8_0 *)q, b < nb);
 }
 
 template <enum mvm_wtype T> static __device__ void matvec(const mvm_g_matvec_args &a)
