@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int check_passed, check_failed;
+static int check_passed, check_failed, check_picked; /* picked: tests CHECK_ONLY named */
 
 #define CHECK(cond)                                                                             \
     do {                                                                                        \
@@ -40,7 +40,8 @@ static int check_passed, check_failed;
 
 /* Whether RUN runs `name`: every test, or with CHECK_ONLY set (names, comma-separated)
  * those it lists, so that a second configuration of the same program (CTest's variants)
- * runs only the tests that configuration changes. */
+ * runs only the tests that configuration changes. TEST_END fails a run where a listed name
+ * ran no test (a name misspelt, or a test renamed), which would otherwise pass unseen. */
 static inline int check_selected(const char *name)
 {
     const char *only = getenv("CHECK_ONLY");
@@ -48,9 +49,23 @@ static inline int check_selected(const char *name)
         return 1;
     const size_t n = strlen(name);
     for (const char *p = only; (p = strstr(p, name)) != NULL; p += n)
-        if ((p == only || p[-1] == ',') && (p[n] == ',' || p[n] == '\0'))
+        if ((p == only || p[-1] == ',') && (p[n] == ',' || p[n] == '\0')) {
+            check_picked++;
             return 1;
+        }
     return 0;
+}
+
+/* CHECK_ONLY's names that ran no test (0 without it). */
+static inline int check_unpicked(void)
+{
+    const char *only = getenv("CHECK_ONLY");
+    if (!only || !*only)
+        return 0;
+    int names = 1;
+    for (const char *p = only; *p; p++)
+        names += *p == ',';
+    return names - check_picked;
 }
 
 #define RUN(test)                                                                               \
@@ -64,6 +79,11 @@ static inline int check_selected(const char *name)
 
 #define TEST_END()                                                                              \
     do {                                                                                        \
+        if (check_unpicked()) {                                                                 \
+            check_failed++;                                                                     \
+            fprintf(stderr, "CHECK_ONLY names %d test(s) this program does not run\n",          \
+                    check_unpicked());                                                          \
+        }                                                                                       \
         printf("%d passed, %d failed\n", check_passed, check_failed);                           \
         return check_failed ? 1 : 0;                                                            \
     } while (0)

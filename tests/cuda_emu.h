@@ -47,6 +47,7 @@ struct dim3 {
 };
 
 static dim3 threadIdx, blockIdx; /* the running fiber's, set before it runs */
+static dim3 gridDim, blockDim;
 
 /* CUDA's 16-byte vectors, for the kernels' wide loads and stores. */
 struct alignas(16) uint4 {
@@ -62,7 +63,6 @@ static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w)
 struct alignas(16) float4 {
     float x, y, z, w;
 };
-static dim3 gridDim, blockDim;
 
 enum { EMU_MAX_THREADS = 1024, EMU_WARP = 32, EMU_STACK = 64 << 10 };
 

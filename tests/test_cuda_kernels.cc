@@ -331,8 +331,8 @@ static void experts_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_ff, uin
         std::vector<float> hf(rows * n_ff, POISON);
         std::vector<float> x = x0;
         mvm_g_expert_args a = {dp(experts.data()), dp(act.data()), dp(active.data()),
-                               dp(off.data()), dp(cnt.data()), dp(row_tok.data()), dp(row_w.data()), dp(h.data()),
-                               dp(out.data()), oai ? dp(down_bias.data()) : 0, dp(hf.data()),
+                               dp(off.data()), dp(cnt.data()), dp(row_tok.data()),
+                               dp(row_w.data()), dp(h.data()), dp(out.data()), oai ? dp(down_bias.data()) : 0, dp(hf.data()),
                                stride, act_stride, h_stride, n_embd, G, (uint32_t)active.size(),
                                f.gate_up, f.down, f.glu, one_row};
         if (one_row)

@@ -408,9 +408,6 @@ static __device__ __forceinline__ void warp_q8_K_block(const float *x, mvm_block
         y->d = max != 0 ? 1 / iscale : 0;
 }
 
-/* Row x of n floats into q in the activation format of weight type t (a Q or K type), as
- * mvm_g_quantize writes it, by the threads of one block: a thread per Q8_0 block, a warp per
- * Q8_K block. Every thread of the block must call it. */
 /* kernels/blocks.h's mvm_k_q8_0_block by 8 lanes (lane % 8 takes 4 floats), to the same
  * bytes: the largest magnitude (a max in any order, NaN aside), the scale and each quant
  * as there. A NaN among the 32 floats is rare and resets the CPU's running max (blocks.h):
@@ -450,6 +447,9 @@ static __device__ __forceinline__ void group8_q8_0_block(const float *x, mvm_blo
         y->qs[4 * sub + j] = (int8_t)roundf(v[j] * id);
 }
 
+/* Row x of n floats into q in the activation format of weight type t (a Q or K type), as
+ * mvm_g_quantize writes it, by the threads of one block: 8 lanes per Q8_0 block, a warp per
+ * Q8_K block. Every thread of the block must call it. */
 static __device__ __forceinline__ void block_quantize_row(const float *x, uint8_t *q,
                                                           enum mvm_wtype t, uint32_t n)
 {

@@ -233,7 +233,7 @@ template <enum mvm_wtype DN> static __device__ void expert_down(const mvm_g_expe
     }
 }
 
-/* Decode's down: a block per (output, active expert), whose MVM_G_DOWN1_SPLIT warps take a
+/* Decode's down: a block per (output, active expert), whose MVM_G_WARPS warps take a
  * quarter of the output's row each (its blocks a group apart), for the same reason as
  * expert_up1: a warp per output read its 32 blocks of OLMoE's row in two rounds of
  * latency, 32 warps an SM (64 registers, the tile's code among them), 15.9 µs on an H200. */
@@ -245,7 +245,7 @@ template <enum mvm_wtype DN> static __device__ void expert_down1(const mvm_g_exp
     const uint64_t group = mvm_k_expert_group_bytes(f, a.n_embd);
     /* the units of output j's row: its block of each group's down slot, one a group */
     uint32_t u0, u1;
-    split_units(a.n_groups, warp, MVM_G_DOWN1_SPLIT, &u0, &u1);
+    split_units(a.n_groups, warp, MVM_G_WARPS, &u0, &u1);
     const uint8_t *down = (const uint8_t *)a.experts + e * a.expert_stride +
                           2 * G * mvm_k_row_bytes(f.gate_up, a.n_embd) +
                           (uint64_t)j * mvm_k_row_bytes(DN, G) + (uint64_t)u0 * group;
@@ -253,15 +253,14 @@ template <enum mvm_wtype DN> static __device__ void expert_down1(const mvm_g_exp
                        mvm_k_act_bytes(DN, (uint64_t)u0 * G);
     float acc = 0;
     row_dot_tile<DN, 1, 4>(down, group, &h, 1, (u1 - u0) * G, &acc);
-    __shared__ float parts[MVM_G_DOWN1_SPLIT];
-    if (!warp_sums(acc, parts))
+    __shared__ float parts[MVM_G_WARPS];
+    float s = block_sum(acc, parts); /* the warps' sums in warp order */
+    if (threadIdx.x != 0)
         return;
-    float s = 0;
-    for (uint32_t k = 0; k < MVM_G_DOWN1_SPLIT; k++)
-        s += parts[k];
     /* gpt-oss's down bias, weighted by the row's routing weight, after the groups */
     if (a.down_bias)
-        s += ((const float *)a.row_w)[r] * ((const float *)a.down_bias)[(uint64_t)e * a.n_embd + j];
+        s += ((const float *)a.row_w)[r] *
+             ((const float *)a.down_bias)[(uint64_t)e * a.n_embd + j];
     ((float *)a.out)[(uint64_t)r * a.n_embd + j] = s;
 }
 
@@ -444,7 +443,7 @@ extern "C" __global__ void __launch_bounds__(32) mvm_g_route(mvm_g_route_args a)
     {                                                                                      \
         expert_down<T>(a);                                                                 \
     }                                                                                      \
-    extern "C" __global__ void __launch_bounds__(32 * MVM_G_DOWN1_SPLIT)                   \
+    extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)                            \
         mvm_g_expert_down1_##name(mvm_g_expert_args a)                                     \
     {                                                                                      \
         expert_down1<T>(a);                                                                \

@@ -52,7 +52,6 @@ typedef uint64_t mvm_dptr;
 #define MVM_G_STAGE 2304     /* bytes of shared memory a warp stages a decode row through */
 #define MVM_G_UP1_SPLIT 4    /* mvm_g_expert_up1: warps that split each of a channel's rows */
 #define MVM_G_UP1_THREADS (2 * MVM_G_UP1_SPLIT * 32) /* its block: the gate row's, the up's */
-#define MVM_G_DOWN1_SPLIT 4  /* mvm_g_expert_down1: warps that split an output's row (a block) */
 
 typedef struct mvm_g_shape {
     uint32_t gx, gy, block;
@@ -147,8 +146,8 @@ MVM_G_FN mvm_g_shape mvm_g_matvec_shape(const mvm_g_matvec_args *a)
  *   down_bias + e * n_embd; 0: none), j < n_embd, out[r] at out + r * n_embd floats.
  *   Grid: (outputs, a warp each; active expert).
  * mvm_g_expert_down1_<down type>: the same for a step whose active experts have one row
- *   each (one_row), a block per (output, active expert) whose MVM_G_DOWN1_SPLIT warps split
- *   the output's row. Grid: (n_embd, active expert), 32 x MVM_G_DOWN1_SPLIT a block.
+ *   each (one_row), a block per (output, active expert) whose MVM_G_WARPS warps split the
+ *   output's row. Grid: (n_embd, active expert), MVM_G_THREADS a block.
  * mvm_g_expert_sum: x[i][j] += sum over k < top_k of out[tok_rows[i * top_k + k]][j]: each
  *   token adds its experts' outputs in its own order, so the sum is deterministic (no
  *   atomics). Grid: (output range, token). */
@@ -188,7 +187,7 @@ MVM_G_FN mvm_g_shape mvm_g_expert_down_shape(const mvm_g_expert_args *a)
 
 MVM_G_FN mvm_g_shape mvm_g_expert_down1_shape(const mvm_g_expert_args *a)
 {
-    mvm_g_shape s = {a->n_embd, a->n_active, 32 * MVM_G_DOWN1_SPLIT};
+    mvm_g_shape s = {a->n_embd, a->n_active, MVM_G_THREADS};
     return s;
 }
 
@@ -455,9 +454,9 @@ MVM_G_FN mvm_g_shape mvm_g_to_half_shape(const mvm_g_to_half_args *a)
  *   - 1 of n_rows rows (n_ch a multiple of G): row r's floats at gu + r * gu_stride, group
  *   by group (G gate floats, then the group's G up floats: its gate and up rows dequantized
  *   in one launch, per = 2 G); h[r][c] = glu(gate, up) * w[r] (the routing weights,
- *   floats) as F16 at h + r * h_stride halves. With MVM_GLU_OAI gate and up are biased first, channel c's biases in
- *   its group's slots (kernels/blocks.h: a group of G channels, group_bytes, the biases at
- *   its end) of the expert at `expert`. */
+ *   floats) as F16 at h + r * h_stride halves. With MVM_GLU_OAI gate and up are biased
+ *   first, channel c's biases in its group's slots (kernels/blocks.h: a group of G
+ *   channels, group_bytes, the biases at its end) of the expert at `expert`. */
 typedef struct mvm_g_glu_half_args {
     mvm_dptr gu, h, w, expert;
     uint64_t gu_stride, h_stride, group_bytes;
