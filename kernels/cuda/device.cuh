@@ -36,17 +36,23 @@ static __device__ __forceinline__ int fifth_bits(uint32_t b)
 }
 
 /* Lanes of a warp that share one 32-element unit of type T (a Q block, or a chunk of a K
- * super-block) in a row's dot product, each taking 32 / unit_lanes of its quants: Q8_0's
- * eight words a lane each; the 4- and 5-bit types' 16 bytes of nibbles a word a lane (its 8
- * quants); Q4_K's, Q5_K's and Q6_K's chunks 8 quants a lane, so that the 32 lanes take one
- * super-block. A warp's load then reads 4 to 8 neighbouring units in one contiguous run; a
- * lane per unit read 32 units 34 bytes apart, a run over 9 cache lines per load, for each
- * of a Q8_0 block's 16 loads. The table types (IQ4_NL, MXFP4: a lookup per nibble) and the
- * other K types keep a lane per unit and the shared code. */
-template <enum mvm_wtype T> static __device__ __forceinline__ uint32_t unit_lanes()
+ * super-block) in a row's dot product, each taking 32 / unit_lanes of its quants. ROW: a
+ * decode row read in place, row-major (its units one run): Q8_0's block four lanes of two
+ * words; else (a tile's rows, or a gather of units a group apart: an expert's down row)
+ * eight lanes of one word. The 4- and 5-bit types' 16 bytes of nibbles a word a lane (its
+ * 8 quants); Q4_K's, Q5_K's and Q6_K's chunks 8 quants a lane, so that the 32 lanes take
+ * one super-block. A warp's load then reads 4 to 8 neighbouring units in one contiguous
+ * run; a lane per unit read 32 units 34 bytes apart, a run over 9 cache lines per load, for
+ * each of a Q8_0 block's 16 loads. On an H200 (bench/gpu/kernel_lab.cu, 2026-11-26) four
+ * lanes a Q8_0 block read OLMoE's decode rows 1.5x as fast as eight (up 16.9 against 24.7
+ * µs), and eight its down rows 1.2x as fast as four (15.6 against 18.5). The table types
+ * (IQ4_NL, MXFP4: a lookup per nibble) and the other K types keep a lane per unit and the
+ * shared code. */
+template <enum mvm_wtype T, bool ROW = false>
+static __device__ __forceinline__ uint32_t unit_lanes()
 {
     if (T == MVM_W_Q8_0)
-        return 8;
+        return ROW ? 4 : 8;
     if ((mvm_k_is_q(T) && !mvm_k_is_table(T)) || T == MVM_W_Q4_K || T == MVM_W_Q5_K ||
         T == MVM_W_Q6_K)
         return 4;
@@ -79,16 +85,16 @@ static __device__ __forceinline__ void q_word(const uint8_t *blk, const uint8_t 
         *asum = __dp4a(0x01010101, a_hi, __dp4a(0x01010101, a_lo, *asum));
 }
 
-/* Part k (< unit_lanes<T>) of Q block blk (not a table type) against its Q8_0
+/* Part k (< unit_lanes<T, ROW>) of Q block blk (not a table type) against its Q8_0
  * activation block, into the integer sums. */
-template <enum mvm_wtype T>
+template <enum mvm_wtype T, bool ROW>
 static __device__ __forceinline__ void q_part(const uint8_t *blk, const mvm_block_q8_0 *a,
                                               uint32_t k, int *sum, int *asum)
 {
     const mvm_k_qlayout L = mvm_k_qlay(T);
     const uint32_t qh = L.qh ? (uint32_t)word_at(blk + L.qh) : 0;
     const int words = (T == MVM_W_Q8_0 ? MVM_QBLOCK : MVM_QBLOCK / 2) / 4;
-    const int per = words / (int)unit_lanes<T>();
+    const int per = words / (int)unit_lanes<T, ROW>();
 #pragma unroll
     for (int w = 0; w < per; w++)
         q_word<T>(blk, (const uint8_t *)a->qs, 4 * ((int)k * per + w), qh, sum, asum);
@@ -180,7 +186,7 @@ template <enum mvm_wtype T> static __device__ __forceinline__ uint64_t run_bytes
  * a warp split the row, 32-element units (unit_lanes lanes each) or elements (float types)
  * in turn, so the warp reads it in contiguous runs; each weight read serves every
  * activation of the tile. */
-template <enum mvm_wtype T, int NT, int U = 1>
+template <enum mvm_wtype T, int NT, int U = 1, bool ROW = false>
 static __device__ __forceinline__ void row_dot_tile(const uint8_t *w, uint64_t stride,
                                                     const uint8_t *const *act, uint32_t nt,
                                                     uint32_t n, float *acc)
@@ -212,7 +218,7 @@ static __device__ __forceinline__ void row_dot_tile(const uint8_t *w, uint64_t s
      * in the last bits, and the next layer's activations, quantized, can then round a value
      * the other way (test_forward_gpu saw 1e-2 in a tiny model's logits). Every lane runs
      * every round, for the shuffles. */
-    const uint32_t per = unit_lanes<T>(), k = lane % per;
+    const uint32_t per = unit_lanes<T, ROW>(), k = lane % per;
     const uint32_t bl = mvm_k_is_q(T) ? per : 8 * per; /* lanes per block */
     const uint32_t nb = n / (uint32_t)mvm_k_block_elems(T);
 #pragma unroll(U)
@@ -226,7 +232,7 @@ static __device__ __forceinline__ void row_dot_tile(const uint8_t *w, uint64_t s
             if ((uint32_t)i < nt) {
                 int32_t sum = 0, asum = 0; /* asum: Q's activation sum, K's min sum */
                 if (mvm_k_is_q(T))
-                    q_part<T>(blk, (const mvm_block_q8_0 *)act[i] + b, k, &sum, &asum);
+                    q_part<T, ROW>(blk, (const mvm_block_q8_0 *)act[i] + b, k, &sum, &asum);
                 else
                     kpart<T>(blk, s16, (const mvm_block_q8_K *)act[i] + b,
                              (int)(lane % bl / per), (int)(k * 32 / per), (int)(32 / per), &sum,
@@ -242,42 +248,6 @@ static __device__ __forceinline__ void row_dot_tile(const uint8_t *w, uint64_t s
                                   : mvm_k_kscale(T, blk, (const mvm_block_q8_K *)act[i] + b,
                                                  sum, asum);
             }
-    }
-}
-
-/* One activation's dot product with a row-major row (its units one run) of a type whose
- * lanes share a unit (unit_lanes > 1), through a warp's stage in shared memory (MVM_G_STAGE
- * bytes, 2-byte aligned): the warp first copies as many whole units of the row as the stage
- * holds, every lane issuing all its 16-bit loads before it stores any, the lanes on
- * neighbouring halfwords; then row_dot_tile reads them from the stage. The same
- * arithmetic, so the same floats, as reading the row in place; but there each round's
- * loads waited for the last round's shuffles, so a warp had one round (136 bytes of Q8_0)
- * in flight, and here a row of 2048 Q8_0 elements is all in flight at once. (A gather of
- * units a group apart, an expert's down row, took twice the registers for its addresses,
- * and keeps the unrolled rounds.) */
-template <enum mvm_wtype T>
-static __device__ __forceinline__ void row_dot_staged(const uint8_t *w, const uint8_t *act,
-                                                      uint32_t n, float *acc, uint16_t *stage)
-{
-    const uint32_t lane = threadIdx.x & 31, B = (uint32_t)run_bytes<T>(), hw = B / 2;
-    const uint32_t elems = (uint32_t)mvm_k_block_elems(T), nb = n / elems;
-    const uint32_t per_stage = MVM_G_STAGE / B;
-    for (uint32_t u0 = 0; u0 < nb; u0 += per_stage) {
-        const uint32_t nu = nb - u0 < per_stage ? nb - u0 : per_stage, total = nu * hw;
-        const uint16_t *run = (const uint16_t *)(w + (uint64_t)u0 * B);
-        uint16_t v[MVM_G_STAGE / 64];
-#pragma unroll
-        for (uint32_t k = 0; k < MVM_G_STAGE / 64; k++)
-            if (lane + 32 * k < total)
-                v[k] = run[lane + 32 * k];
-        __syncwarp(); /* the last stage's units are read */
-#pragma unroll
-        for (uint32_t k = 0; k < MVM_G_STAGE / 64; k++)
-            if (lane + 32 * k < total)
-                stage[lane + 32 * k] = v[k];
-        __syncwarp();
-        const uint8_t *a = act + mvm_k_act_bytes(T, (uint64_t)u0 * elems);
-        row_dot_tile<T, 1>((const uint8_t *)stage, B, &a, 1, nu * elems, acc);
     }
 }
 
@@ -308,27 +278,26 @@ static __device__ __forceinline__ void row_dot_f32x4(const uint8_t *w, const flo
     }
 }
 
-/* row_dot_tile for nt <= MVM_G_TILE activations; one (decode) through the warp's stage
- * (row_dot_staged) where the row is one run (stage given) and its type's lanes share a
- * unit, an aligned F32 row by row_dot_f32x4, else on its own path with four rounds
- * unrolled. */
+/* row_dot_tile for nt <= MVM_G_TILE activations; one (decode) with four rounds unrolled,
+ * a row-major row (its units one run: stride run_bytes) with unit_lanes' ROW lanes, and an
+ * aligned F32 one by row_dot_f32x4. A decode row went through a warp's stage in shared
+ * memory until 2026-11-26: all of it in flight at once, but the copy in and out took
+ * longer than the loads it saved (bench/gpu/kernel_lab.cu: a q8_0 6144 x 2048 matvec 19.5
+ * µs staged, 8.9 read in place four lanes a block). */
 template <enum mvm_wtype T>
 static __device__ __forceinline__ void row_dot(const uint8_t *w, uint64_t stride,
                                                const uint8_t *const *act, uint32_t nt,
-                                               uint32_t n, float *acc, uint16_t *stage)
+                                               uint32_t n, float *acc)
 {
-#ifndef __CUDA_ARCH__
-    assert(!stage || stride == run_bytes<T>()); /* a stage takes a row-major row */
-#endif
     if (nt != 1)
         row_dot_tile<T, MVM_G_TILE>(w, stride, act, nt, n, acc);
-    else if (stage && unit_lanes<T>() > 1)
-        row_dot_staged<T>(w, act[0], n, acc, stage);
-    else if (T == MVM_W_F32 && stride == run_bytes<T>() && n % 4 == 0 &&
-             (uintptr_t)w % 16 == 0 && (uintptr_t)act[0] % 16 == 0)
+    else if (stride != run_bytes<T>())
+        row_dot_tile<T, 1, 4>(w, stride, act, 1, n, acc);
+    else if (T == MVM_W_F32 && n % 4 == 0 && (uintptr_t)w % 16 == 0 &&
+             (uintptr_t)act[0] % 16 == 0)
         row_dot_f32x4(w, (const float *)act[0], n, acc);
     else
-        row_dot_tile<T, 1, 4>(w, stride, act, 1, n, acc);
+        row_dot_tile<T, 1, 4, true>(w, stride, act, 1, n, acc);
 }
 
 template <typename V> static __device__ __forceinline__ V warp_sum(V v)

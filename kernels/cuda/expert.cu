@@ -5,9 +5,9 @@
  * through its fixed address in the expert space, whatever backs its pages (device memory,
  * or its host home mapped for the device).
  *
- * up1, down1: a decode step's (one row an expert), a block per channel or output and
- *       active expert, each row split over four warps (expert_up1, expert_down1); between
- *       them mvm_g_expert_quantize where down reads blocks.
+ * up1, down1: a decode step's (one row an expert), a warp per channel or output and
+ *       active expert, reading its rows in place (expert_up1, expert_down1); between them
+ *       mvm_g_expert_quantize where down reads blocks.
  * up:   a block per (32 channels, active expert); its 16 warps take the 64 weight rows
  *       (32 gate, 32 up) four each and compute their dot products for a tile of the
  *       expert's rows, then the block their unit (SwiGLU, or gpt-oss's with the group's
@@ -59,8 +59,7 @@ static __device__ void store_h(const mvm_g_expert_args &a, float (*hs)[MVM_QBLOC
  * memory's latency times the rounds a warp reads in turn: with a warp per channel (16 rows
  * of 2 KiB in turn, 8 warps an SM on OLMoE) an H200 ran up at 222 GB/s of its 3,800
  * (2026-11-26); with 16 warps taking four rows each, four times the rows were in flight
- * (810 GB/s), and a decode row now goes through its warp's stage (device.cuh, row_dot),
- * all of it in flight at once. */
+ * (810 GB/s). A decode step's experts take expert_up1. */
 template <enum mvm_wtype GU> static __device__ void expert_up(const mvm_g_expert_args &a)
 {
     const mvm_k_expert_fmt f = {GU, (enum mvm_wtype)a.down, (enum mvm_k_glu)a.glu, 0};
@@ -74,7 +73,6 @@ template <enum mvm_wtype GU> static __device__ void expert_up(const mvm_g_expert
     /* MVM_GLU_OAI: the group's gate biases, then its up biases, at the group's end */
     const float *bias = (const float *)(gate + group - 2 * G * sizeof(float));
     __shared__ float hs[MVM_G_TILE][MVM_QBLOCK], dots[2][MVM_G_TILE][MVM_QBLOCK];
-    __shared__ uint16_t stage[MVM_G_UP_THREADS / 32][MVM_G_STAGE / 2];
     for (uint32_t t0 = 0; t0 < nr; t0 += MVM_G_TILE) {
         const uint32_t nt = nr - t0 < MVM_G_TILE ? nr - t0 : MVM_G_TILE;
         const uint8_t *act[MVM_G_TILE];
@@ -87,7 +85,7 @@ template <enum mvm_wtype GU> static __device__ void expert_up(const mvm_g_expert
             const uint32_t c = j % MVM_QBLOCK, part = j / MVM_QBLOCK;
             float acc[MVM_G_TILE] = {0};
             row_dot<GU>((part ? up : gate) + (s0 + c) * row, run_bytes<GU>(), act, nt,
-                        a.n_embd, acc, stage[threadIdx.x >> 5]);
+                        a.n_embd, acc);
 #pragma unroll
             for (int i = 0; i < MVM_G_TILE; i++)
                 if ((uint32_t)i < nt) {
@@ -110,63 +108,31 @@ template <enum mvm_wtype GU> static __device__ void expert_up(const mvm_g_expert
     }
 }
 
-/* Units [*u0, *u1) of nb for part q of `parts`: ceil(nb / parts) units a part, the last
- * parts shorter or empty (a row shorter than `parts` units leaves them idle). */
-static __device__ __forceinline__ void split_units(uint32_t nb, uint32_t q, uint32_t parts,
-                                                   uint32_t *u0, uint32_t *u1)
-{
-    const uint32_t per = (nb + parts - 1) / parts;
-    *u0 = q * per < nb ? q * per : nb;
-    *u1 = *u0 + per < nb ? *u0 + per : nb;
-}
-
-/* Each warp's sum of acc into sums[warp]; true for the block's first thread, which goes on
- * with them (the others may return: no barrier follows). */
-static __device__ __forceinline__ bool warp_sums(float acc, float *sums)
-{
-    acc = warp_sum(acc);
-    if ((threadIdx.x & 31) == 0)
-        sums[threadIdx.x >> 5] = acc;
-    __syncthreads();
-    return threadIdx.x == 0;
-}
-
-/* Decode's up: a block per (channel, active expert), whose 2 x MVM_G_UP1_SPLIT warps take
- * a part of the gate row or of the up row each, a few rounds of it (kernels/cuda/device.cuh,
- * row_dot_tile); the block adds the parts and its first thread computes the unit. With a
- * block per 32 channels (expert_up) each warp read four whole rows in turn, one 512-thread
- * block an SM (128 registers), and OLMoE's up took 39.5 µs on an H200 where llama.cpp's
- * (a 128-thread block per row, many blocks an SM) took 14.6 (bench/gpu/ktrace.sh,
- * 2026-11-26). Each block's float is the CPU's, as everywhere; the parts are added in
- * another order than one warp adds a row, as any split of a row is. The unit's output is a
- * float: where down reads Q8_0 or Q8_K blocks, mvm_g_expert_quantize makes them from hf
- * once every channel is done. */
+/* Decode's up: a warp per (channel, active expert), its gate row and then its up row read
+ * in place (kernels/cuda/device.cuh, row_dot: four rounds in flight, a Q8_0 block four
+ * lanes of two words), the unit by its first lane. On an H200 (bench/gpu/kernel_lab.cu,
+ * 2026-11-26) this shape read OLMoE's decode up at 2.1-2.2 TB/s (16.3 µs), where a block
+ * per 32 channels of 16 warps (expert_up, 128 registers, a block an SM) took 42.4 and a
+ * block per channel whose eight warps split its two rows 41.4: with this little work a
+ * block, the blocks' start, barrier and sums cost more than their loads. The unit's output
+ * is a float: where down reads Q8_0 or Q8_K blocks, mvm_g_expert_quantize makes them from
+ * hf once every channel is done. */
 template <enum mvm_wtype GU> static __device__ void expert_up1(const mvm_g_expert_args &a)
 {
     const mvm_k_expert_fmt f = {GU, (enum mvm_wtype)a.down, (enum mvm_k_glu)a.glu, 0};
-    const uint32_t e = U32(a.active)[blockIdx.y], ch = blockIdx.x, r = U32(a.off)[e];
+    const uint32_t e = U32(a.active)[blockIdx.y], r = U32(a.off)[e];
+    const uint32_t ch = blockIdx.x * MVM_G_WARPS + (threadIdx.x >> 5);
     const uint32_t G = (uint32_t)mvm_k_expert_group_channels(f), g = ch / G, s = ch % G;
-    const uint32_t warp = threadIdx.x >> 5, part = warp / MVM_G_UP1_SPLIT;
-    const uint32_t q = warp % MVM_G_UP1_SPLIT;
     const uint64_t row = mvm_k_row_bytes(GU, a.n_embd);
     const uint64_t group = mvm_k_expert_group_bytes(f, a.n_embd);
     const uint8_t *gate = (const uint8_t *)a.experts + e * a.expert_stride + g * group;
-    /* this warp's units (blocks, super-blocks, or 32-element runs) of its row */
-    const uint32_t elems = mvm_k_block_elems(GU) > 1 ? (uint32_t)mvm_k_block_elems(GU)
-                                                     : (uint32_t)MVM_QBLOCK;
-    uint32_t u0, u1;
-    split_units(a.n_embd / elems, q, MVM_G_UP1_SPLIT, &u0, &u1);
-    const uint8_t *w = gate + ((uint64_t)part * G + s) * row + (uint64_t)u0 * run_bytes<GU>();
-    const uint8_t *act = (const uint8_t *)a.act + U32(a.row_tok)[r] * a.act_stride +
-                         mvm_k_act_bytes(GU, (uint64_t)u0 * elems);
-    float acc = 0;
-    row_dot_tile<GU, 1, 4>(w, run_bytes<GU>(), &act, 1, (u1 - u0) * elems, &acc);
-    __shared__ float dots[2 * MVM_G_UP1_SPLIT];
-    if (!warp_sums(acc, dots))
-        return;
+    const uint8_t *act = (const uint8_t *)a.act + U32(a.row_tok)[r] * a.act_stride;
     float gs = 0, us = 0;
-    for (uint32_t k = 0; k < MVM_G_UP1_SPLIT; k++)
-        gs += dots[k], us += dots[MVM_G_UP1_SPLIT + k];
+    row_dot<GU>(gate + s * row, run_bytes<GU>(), &act, 1, a.n_embd, &gs);
+    row_dot<GU>(gate + (G + s) * row, run_bytes<GU>(), &act, 1, a.n_embd, &us);
+    gs = warp_sum(gs), us = warp_sum(us);
+    if ((threadIdx.x & 31) != 0)
+        return;
     /* MVM_GLU_OAI: the group's gate biases, then its up biases, at the group's end */
     const float *bias = (const float *)(gate + group - 2 * G * sizeof(float));
     const float wr = ((const float *)a.row_w)[r];
@@ -221,7 +187,7 @@ template <enum mvm_wtype DN> static __device__ void expert_down(const mvm_g_expe
             h[i] = (const uint8_t *)a.h + (uint64_t)(r0 + t0 + ((uint32_t)i < nt ? i : 0)) *
                                               a.h_stride;
         float acc[MVM_G_TILE] = {0};
-        row_dot<DN>(down, group, h, nt, a.n_groups * G, acc, NULL); /* a gather */
+        row_dot<DN>(down, group, h, nt, a.n_groups * G, acc); /* a gather */
 #pragma unroll
         for (int i = 0; i < MVM_G_TILE; i++)
             if ((uint32_t)i < nt) {
@@ -233,29 +199,25 @@ template <enum mvm_wtype DN> static __device__ void expert_down(const mvm_g_expe
     }
 }
 
-/* Decode's down: a block per (output, active expert), whose MVM_G_WARPS warps take a
- * quarter of the output's row each (its blocks a group apart), for the same reason as
- * expert_up1: a warp per output read its 32 blocks of OLMoE's row in two rounds of
- * latency, 32 warps an SM (64 registers, the tile's code among them), 15.9 µs on an H200. */
+/* Decode's down: expert_down for one row an expert, without the tile's loop and its
+ * pointers (15.6 µs against 17.8 for OLMoE's on an H200, bench/gpu/kernel_lab.cu,
+ * 2026-11-26). A block per output whose warps split its row took 29.9. */
 template <enum mvm_wtype DN> static __device__ void expert_down1(const mvm_g_expert_args &a)
 {
     const mvm_k_expert_fmt f = {(enum mvm_wtype)a.gate_up, DN, (enum mvm_k_glu)a.glu, 0};
-    const uint32_t e = U32(a.active)[blockIdx.y], j = blockIdx.x, r = U32(a.off)[e];
-    const uint32_t G = (uint32_t)mvm_k_expert_group_channels(f), warp = threadIdx.x >> 5;
-    const uint64_t group = mvm_k_expert_group_bytes(f, a.n_embd);
-    /* the units of output j's row: its block of each group's down slot, one a group */
-    uint32_t u0, u1;
-    split_units(a.n_groups, warp, MVM_G_WARPS, &u0, &u1);
+    const uint32_t e = U32(a.active)[blockIdx.y], r = U32(a.off)[e];
+    const uint32_t j = blockIdx.x * MVM_G_WARPS + (threadIdx.x >> 5);
+    if (j >= a.n_embd)
+        return;
+    const uint32_t G = (uint32_t)mvm_k_expert_group_channels(f);
     const uint8_t *down = (const uint8_t *)a.experts + e * a.expert_stride +
                           2 * G * mvm_k_row_bytes(f.gate_up, a.n_embd) +
-                          (uint64_t)j * mvm_k_row_bytes(DN, G) + (uint64_t)u0 * group;
-    const uint8_t *h = (const uint8_t *)a.h + (uint64_t)r * a.h_stride +
-                       mvm_k_act_bytes(DN, (uint64_t)u0 * G);
-    float acc = 0;
-    row_dot_tile<DN, 1, 4>(down, group, &h, 1, (u1 - u0) * G, &acc);
-    __shared__ float parts[MVM_G_WARPS];
-    float s = block_sum(acc, parts); /* the warps' sums in warp order */
-    if (threadIdx.x != 0)
+                          (uint64_t)j * mvm_k_row_bytes(DN, G);
+    const uint8_t *h = (const uint8_t *)a.h + (uint64_t)r * a.h_stride;
+    float s = 0;
+    row_dot<DN>(down, mvm_k_expert_group_bytes(f, a.n_embd), &h, 1, a.n_groups * G, &s);
+    s = warp_sum(s);
+    if ((threadIdx.x & 31) != 0)
         return;
     /* gpt-oss's down bias, weighted by the row's routing weight, after the groups */
     if (a.down_bias)
@@ -433,7 +395,7 @@ extern "C" __global__ void __launch_bounds__(32) mvm_g_route(mvm_g_route_args a)
     {                                                                                      \
         expert_up<T>(a);                                                                   \
     }                                                                                      \
-    extern "C" __global__ void __launch_bounds__(MVM_G_UP1_THREADS)                        \
+    extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)                            \
         mvm_g_expert_up1_##name(mvm_g_expert_args a)                                       \
     {                                                                                      \
         expert_up1<T>(a);                                                                  \

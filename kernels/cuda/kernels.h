@@ -49,9 +49,6 @@ typedef uint64_t mvm_dptr;
 #define MVM_G_WARPS (MVM_G_THREADS / 32)
 #define MVM_G_TILE 8         /* tokens (or expert rows) each weight read serves */
 #define MVM_G_UP_THREADS 512 /* mvm_g_expert_up's: a warp per 4 of its block's 64 rows */
-#define MVM_G_STAGE 2304     /* bytes of shared memory a warp stages a decode row through */
-#define MVM_G_UP1_SPLIT 4    /* mvm_g_expert_up1: warps that split each of a channel's rows */
-#define MVM_G_UP1_THREADS (2 * MVM_G_UP1_SPLIT * 32) /* its block: the gate row's, the up's */
 
 typedef struct mvm_g_shape {
     uint32_t gx, gy, block;
@@ -134,10 +131,9 @@ MVM_G_FN mvm_g_shape mvm_g_matvec_shape(const mvm_g_matvec_args *a)
  *   32 Q8_0 blocks (Q types); with a K-quant down, n_ff floats at hf + r * n_ff floats, for
  *   mvm_g_expert_quantize. Grid: (32 channels, active expert), MVM_G_UP_THREADS a block.
  * mvm_g_expert_up1_<gate_up type>: the same for a step whose active experts have one row
- *   each (a decode token's; one_row set), a block per (channel, active expert) and each of
- *   its two rows split over MVM_G_UP1_SPLIT warps: h[r] as floats for a float down, else
- *   hf[r] (n_ff floats) for mvm_g_expert_quantize. Grid: (n_ff, active expert),
- *   MVM_G_UP1_THREADS a block.
+ *   each (a decode token's; one_row set), a warp per (channel, active expert): h[r] as
+ *   floats for a float down, else hf[r] (n_ff floats) for mvm_g_expert_quantize. Grid:
+ *   (channels, a warp each; active expert).
  * mvm_g_expert_quantize (after up with a K-quant down, after up1 with a Q or K one):
  *   h[r] = hf[r]'s n_ff floats in down's activation format (Q8_K blocks, or Q8_0 blocks).
  *   Grid: (group, active expert).
@@ -146,8 +142,7 @@ MVM_G_FN mvm_g_shape mvm_g_matvec_shape(const mvm_g_matvec_args *a)
  *   down_bias + e * n_embd; 0: none), j < n_embd, out[r] at out + r * n_embd floats.
  *   Grid: (outputs, a warp each; active expert).
  * mvm_g_expert_down1_<down type>: the same for a step whose active experts have one row
- *   each (one_row), a block per (output, active expert) whose MVM_G_WARPS warps split the
- *   output's row. Grid: (n_embd, active expert), MVM_G_THREADS a block.
+ *   each (one_row), without down's tile of rows. Grid: down's.
  * mvm_g_expert_sum: x[i][j] += sum over k < top_k of out[tok_rows[i * top_k + k]][j]: each
  *   token adds its experts' outputs in its own order, so the sum is deterministic (no
  *   atomics). Grid: (output range, token). */
@@ -168,8 +163,8 @@ MVM_G_FN mvm_g_shape mvm_g_expert_up_shape(const mvm_g_expert_args *a)
 
 MVM_G_FN mvm_g_shape mvm_g_expert_up1_shape(const mvm_g_expert_args *a)
 {
-    mvm_g_shape s = {a->n_groups * (mvm_k_is_k((enum mvm_wtype)a->down) ? MVM_QK_K : MVM_QBLOCK),
-                     a->n_active, MVM_G_UP1_THREADS};
+    const uint32_t G = mvm_k_is_k((enum mvm_wtype)a->down) ? MVM_QK_K : MVM_QBLOCK;
+    mvm_g_shape s = {a->n_groups * G / MVM_G_WARPS, a->n_active, MVM_G_THREADS};
     return s;
 }
 
@@ -187,8 +182,7 @@ MVM_G_FN mvm_g_shape mvm_g_expert_down_shape(const mvm_g_expert_args *a)
 
 MVM_G_FN mvm_g_shape mvm_g_expert_down1_shape(const mvm_g_expert_args *a)
 {
-    mvm_g_shape s = {a->n_embd, a->n_active, MVM_G_THREADS};
-    return s;
+    return mvm_g_expert_down_shape(a);
 }
 
 typedef struct mvm_g_expert_sum_args {

@@ -29,7 +29,6 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_quantize(mvm_g
 
 template <enum mvm_wtype T> static __device__ void matvec(const mvm_g_matvec_args &a)
 {
-    __shared__ uint16_t stage[MVM_G_WARPS][MVM_G_STAGE / 2];
     uint32_t r = blockIdx.x * MVM_G_WARPS + (threadIdx.x >> 5);
     const uint32_t tiles = mvm_g_matvec_tiles(&a), g = blockIdx.y / tiles;
     const uint32_t t0 = blockIdx.y % tiles * MVM_G_TILE;
@@ -49,7 +48,7 @@ template <enum mvm_wtype T> static __device__ void matvec(const mvm_g_matvec_arg
                  (uint64_t)(t0 + ((uint32_t)i < nt ? i : 0)) * a.act_stride;
     float acc[MVM_G_TILE] = {0};
     row_dot<T>((const uint8_t *)w + g * a.w_head + (uint64_t)r * a.row_bytes, run_bytes<T>(),
-               act, nt, a.n_in, acc, stage[threadIdx.x >> 5]);
+               act, nt, a.n_in, acc);
     float *y = (float *)yp + g * a.y_head;
 #pragma unroll
     for (int i = 0; i < MVM_G_TILE; i++)
