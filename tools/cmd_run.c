@@ -482,6 +482,21 @@ static void print_model(const struct session *s, const mvm_space_desc *desc, dou
             eb >= 1048576 ? eb / 1048576 : eb / 1024, eb >= 1048576 ? "MiB" : "KiB",
             mvm_model_expert_types(s->model, types, sizeof types), hp->n_vocab, rope,
             seconds, info.backend, budget, compute, s->machine.name);
+    /* A module that places experts by their costs, planning with a preset's: on the lent
+     * 16-vCPU H200 machine the h100 preset's CPU side halved greedy's decode
+     * (docs/perf/offload.md). Names only; a bad one is the engine's error, later. */
+    char spec[128];
+    const char *name, *params;
+    const void *ops;
+    snprintf(spec, sizeof spec, "%s", s->a.assign ? s->a.assign : "");
+    if (strcmp(info.backend, "cuda") == 0 && mvm_machine_preset(s->machine.name) &&
+        mvm_policy_split(spec, &name, &params) == 0 &&
+        mvm_engine_choose(MVM_ROLE_ASSIGN, s->a.assign ? name : NULL, NULL, &ops, &params) ==
+            MVM_OK &&
+        strcmp(((const mvm_assign_ops *)ops)->name, "gpu") != 0)
+        fprintf(stderr, "note: assign %s plans with the %s preset's costs, not this machine's "
+                        "(`moevm calibrate -m MODEL -o cost.json`, then --cost cost.json)\n",
+                ((const mvm_assign_ops *)ops)->name, s->machine.name);
 }
 
 /* The engine over the filled model: its tokenizer (a model without one runs on --tokens'

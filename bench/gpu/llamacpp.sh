@@ -31,7 +31,11 @@
 # variant, each a comma-separated list of MOEVM_* settings or "default", e.g.
 #   VARIANTS="default MOEVM_HOME_MAP=on MOEVM_ASSIGN=greedy,MOEVM_COST=cost.json"
 #   VARIANTS="default MOEVM_GEMM_ROWS=0" (prefill on the tensor cores, and on the kernels)
-# and the RESULT line ends in variant=...
+#   VARIANTS="default MOEVM_ASSIGN=greedy,MOEVM_COST=calibrated"
+# and the RESULT line ends in variant=... MOEVM_COST=calibrated stands for a cost file that
+# `moevm calibrate` measures on this machine with the model, once a model (the greedy CPU/GPU
+# split plans with the cost model: the h100 preset's CPU side is a 2-socket host's, and on a
+# 16-vCPU VM it halved decode, docs/perf/offload.md).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source bench/gpu/deps.sh || exit 1
@@ -93,6 +97,14 @@ result() { echo "RESULT offload model=$1 type=$2 budget=$3 engine=$4 routing=$5 
                 "$(echo "$out" | llama_speeds)"
         fi
 
+        cost=$work/cost-$name.json
+        if [[ $variants == *MOEVM_COST=calibrated* ]]; then
+            MOEVM_BACKEND=cuda build-gpu/moevm calibrate -m "$model" -o "$cost" -t "$threads" \
+                --gpu-budget 25% --time 0.1 >"$work/calibrate.txt" 2>&1 ||
+                { tail -n 5 "$work/calibrate.txt"; die "calibrate $spec"; }
+            grep -v '^$' "$work/calibrate.txt" | tail -n 20
+        fi
+
         for b in $budgets; do
             for routing in $routings; do
                 extra=()
@@ -100,6 +112,7 @@ result() { echo "RESULT offload model=$1 type=$2 budget=$3 engine=$4 routing=$5 
                 for variant in $variants; do
                     env=(MOEVM_BACKEND=cuda)
                     [[ $variant != default ]] && env+=(${variant//,/ })
+                    env=("${env[@]/#MOEVM_COST=calibrated/MOEVM_COST=$cost}")
                     echo "-- ${env[*]}"
                     share=(--gpu-budget "$b%") # 0: every expert on the CPU, the rest on the GPU
                     [[ $b == 0 ]] && share=(--n-cpu-moe 99)

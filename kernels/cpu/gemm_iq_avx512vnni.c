@@ -1,7 +1,8 @@
 /*
- * gemm_k (gemm_k_avx512vnni.h) for the lattice-grid types IQ1_S .. IQ3_S, the entries of
- * gemm_avx512vnni.c's table for them: a file of their own, so that the two halves of the
- * instances compile side by side (one file took 77 s under ASan+UBSan).
+ * gemm_k (gemm_k_avx512vnni.h) for the lattice-grid types IQ1_S, IQ2_XXS, IQ2_XS, IQ2_S and
+ * IQ3_XXS, the entries of gemm_avx512vnni.c's table for them: a file of their own, so that
+ * the two halves of the instances compile side by side (one file took 77 s under
+ * ASan+UBSan).
  */
 #include "kernels/cpu/gemm_k_avx512vnni.h"
 

@@ -3,11 +3,11 @@
  * files are made of (the 32-element Q types Q8_0 to MXFP4, the K-quants of llama.cpp's Q2_K
  * to Q6_K mixes: Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, and the lattice-grid types IQ1_S ..
  * IQ3_S of the smallest files): prefill's matrix products and an expert's batch. This header
- * has the K-quants' code (gemm_k), which gemm_avx512vnni.c instantiates for the K-quants
- * (with the level's table) and gemm_iq_avx512vnni.c for the lattice-grid types: in one file,
- * its 20 instances took 77 s to compile under ASan+UBSan, the longest step of `make test`'s
- * builds (docs/perf/tests.md). The 32-element Q types are gemm_q_avx512vnni.c's, the lanes'
- * helpers gemm_lanes.h's.
+ * has the K-quants' code (gemm_k), which gemm_avx512vnni.c instantiates for the K-quants,
+ * IQ3_S and IQ1_M (with the level's table) and gemm_iq_avx512vnni.c for the other
+ * lattice-grid types: in one file, its 13 instances took 77 s to compile under ASan+UBSan,
+ * the longest step of `make test`'s builds (docs/perf/tests.md). The 32-element Q types
+ * are gemm_q_avx512vnni.c's, the lanes' helpers gemm_lanes.h's.
  *
  * K-quants: a vector's 16 lanes are 16 tokens. The tokens' Q8_K quants are interleaved once
  * per call (kacts: one load gives the same 4 quants of 16 tokens), a row's super-block is
@@ -582,11 +582,12 @@ AVX512_INLINE void gemm_k(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t 
     }
 }
 
-/* gemm_k for the lattice-grid types, made in gemm_iq_avx512vnni.c (mvm_k_gemm_vnni_<type>),
- * for gemm_avx512vnni.c's table. */
+/* gemm_k for five of the lattice-grid types, made in gemm_iq_avx512vnni.c
+ * (mvm_k_gemm_vnni_<type>), for gemm_avx512vnni.c's table: the two files' instances take
+ * about as long to compile (at -O2 -g1 a K-quant's took 2 s, a lattice-grid type's 6-14). */
 #define MVM_K_VNNI_IQ_TYPES(X)                                                                     \
     X(iq2_xxs, MVM_W_IQ2_XXS) X(iq2_xs, MVM_W_IQ2_XS) X(iq2_s, MVM_W_IQ2_S)                      \
-    X(iq3_xxs, MVM_W_IQ3_XXS) X(iq3_s, MVM_W_IQ3_S) X(iq1_s, MVM_W_IQ1_S) X(iq1_m, MVM_W_IQ1_M)
+    X(iq3_xxs, MVM_W_IQ3_XXS) X(iq1_s, MVM_W_IQ1_S)
 #define MVM_K_VNNI_DECLARE(sfx, type)                                                              \
     void mvm_k_gemm_vnni_##sfx(const void *w, size_t rb, size_t n_rows, const void *act,          \
                                size_t as, size_t n_tok, size_t n, float *y, size_t ys, int add);
