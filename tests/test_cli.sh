@@ -250,6 +250,9 @@ if [ -n "$fake_driver" ]; then
         $dev "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 --gpu-budget 30% --predict 'speculative{alpha=0.1}' >"$tmp/ds" 2>"$tmp/ds.err"
         if cmp -s "$tmp/a" "$tmp/ds" && grep -Eq 'predict speculative: [0-9]+ prefetched, [0-9]+ used, [0-9]+ in time, [0-9]+% of [1-9][0-9]* named used' "$tmp/ds.err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: --predict speculative on the device" >&2; cat "$tmp/ds.err" >&2; fi
         expect 0 'assign greedy: 0 on CPU' -- $dev "$moevm" run -m "$m" -p "It was" -n 8 --gpu-budget 30% --assign greedy --cost "$tmp/slow.json"
+        # A cost file is this machine's: no note that a preset plans (the next run has one).
+        if grep -q '^note: assign' "$tmp/out"; then fail=$((fail + 1)); echo "FAIL: a preset's note with --cost FILE" >&2; else pass=$((pass + 1)); fi
+        expect 0 "^note: assign greedy plans with the h100 preset's costs, not this machine's \(\`moevm calibrate" -- $dev "$moevm" run -m "$m" -p "It was" -n 2 --gpu-budget 30% --assign greedy --cost h100
         expect 0 'assign greedy: [1-9][0-9]* on CPU' -- $dev MOEVM_COST="$tmp/fast.json" "$moevm" run -m "$m" -p "It was" -n 8 --gpu-budget 30% --assign greedy
         # Experts of 1.5 MiB (384 pages of 4 KiB): a whole expert's copy must clearly outlast one
         # page's, which a move of the tiny model's 12 pages (one copy, one mapping) need not do
