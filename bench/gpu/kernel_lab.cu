@@ -1,7 +1,8 @@
 /*
  * Decode's Q8_0 products in several shapes of kernel, side by side on the same rows, to
  * find what reads an expert's rows at HBM speed (llama.cpp's up ran at ~2.4 TB/s on an
- * H200 where moevm's up1 ran at ~0.9, bench/gpu/ktrace.sh, 2026-11-26):
+ * H200 where moevm's up1 ran at ~0.9, bench/gpu/ktrace.sh, 2026-11-26; the lab's first
+ * run and what it changed are in docs/perf/engine.md; bench/gpu/lease.sh's step `lab`):
  *
  *   nvcc -O3 -arch=sm_90 -I. bench/gpu/kernel_lab.cu -o /tmp/kernel_lab && /tmp/kernel_lab
  *
@@ -132,8 +133,10 @@ template <int P> static __device__ __forceinline__ float row_sum(float v, float 
 }
 
 /* up: a row group of P threads per channel, its gate row and up row together (llama.cpp
- * fuses them too); hf[r][ch] = silu(g) * u * row_w. */
-template <int P, int LPB, bool EXACT, int U> __global__ void lab_up(mvm_g_expert_args a)
+ * fuses them too), or with SEQ one after the other (moevm's up1 since 897f782);
+ * hf[r][ch] = silu(g) * u * row_w. */
+template <int P, int LPB, bool EXACT, int U, bool SEQ = false>
+__global__ void lab_up(mvm_g_expert_args a)
 {
     __shared__ float tmp[2][32];
     const uint32_t per_block = blockDim.x / P;
@@ -145,10 +148,14 @@ template <int P, int LPB, bool EXACT, int U> __global__ void lab_up(mvm_g_expert
     const uint8_t *w[2] = {gate, gate + G * row};
     const uint8_t *act = (const uint8_t *)a.act + U32(a.row_tok)[r] * a.act_stride;
     float acc[2] = {0, 0};
-    if (U < 0)
+    if (SEQ) {
+        lab_rows<P, LPB, EXACT, 1, (U > 0 ? U : 1)>(w, QB, act, D / MVM_QBLOCK, acc);
+        lab_rows<P, LPB, EXACT, 1, (U > 0 ? U : 1)>(w + 1, QB, act, D / MVM_QBLOCK, acc + 1);
+    } else if (U < 0) {
         lab_rows_pf<P, LPB, EXACT, 2, (U < 0 ? -U : 1)>(w, QB, act, D / MVM_QBLOCK, acc);
-    else
+    } else {
         lab_rows<P, LPB, EXACT, 2, (U > 0 ? U : 1)>(w, QB, act, D / MVM_QBLOCK, acc);
+    }
     const float gs = row_sum<P>(acc[0], tmp[0]), us = row_sum<P>(acc[1], tmp[1]);
     if (threadIdx.x % P == 0)
         ((float *)a.hf)[(uint64_t)r * a.n_groups * G + ch] =
@@ -336,6 +343,17 @@ static void experts_lab(const experts_case &c)
     UP(64, 4, 0, 4, 128) UP(64, 4, 1, 4, 128) UP(32, 4, 0, -8, 128) UP(32, 4, 1, -8, 128)
     UP(32, 4, 1, -4, 128) UP(32, 8, 1, -4, 128) UP(64, 4, 1, -4, 128) UP(128, 4, 1, -2, 128)
 #undef UP
+#define UP_SEQ(P, LPB, EX, U, T)                                                           \
+    CK(cudaMemset((void *)a.hf, 0xff, nf * 4));                                            \
+    {                                                                                      \
+        const double us = time_us([&](int i) {                                             \
+            lab_up<P, LPB, EX, U, true><<<dim3(c.F / (T / P), c.K), T>>>(at(i));           \
+        });                                                                                \
+        report(c.name, "up_seq_P" #P "_L" #LPB "_E" #EX "_U" #U "_T" #T, us, up_bytes,     \
+               rel_diff((float *)a.hf, ref, nf));                                          \
+    }
+    UP_SEQ(32, 4, 1, 4, 128) UP_SEQ(32, 4, 1, 8, 128) UP_SEQ(128, 4, 1, 2, 128)
+#undef UP_SEQ
     s = mvm_g_expert_down_shape(&a);
     report(c.name, "down_tiled", time_us([&](int i) {
                mvm_g_expert_down_q8_0<<<dim3(s.gx, s.gy), s.block>>>(at(i));

@@ -31,6 +31,8 @@
 #   profile_pp the same for one prompt batch of 512 tokens at 100% (prefill's time)
 #   forward    tests/ref/check_forward.py on the GPU (every architecture and type)
 #   attention  bench_gpu_attention (split attention up to 131072 positions)
+#   lab        bench/gpu/kernel_lab.cu: decode's Q8_0 kernels against variants of their
+#              row loop (nvcc, about a minute to compile)
 # FULL_VARIANTS, OFFLOAD_MODELS, OFFLOAD_BUDGETS, OFFLOAD_VARIANTS and OFFLOAD_CPU (0: no
 # CPU-alone runs) change those two steps. The whole log goes to $OUT/lease.txt; the scripts
 # run under it write no $OUT files of their own (a device call brings back at most 8).
@@ -39,7 +41,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 
 lease=${LEASE_S:-540}
-all="build kernels text full ktrace offload full_q4k vmm profile profile_pp forward attention"
+all="build kernels text full ktrace offload full_q4k vmm profile profile_pp forward attention lab"
 steps=" ${LEASE_STEPS:-$all} "
 start=$SECONDS
 log=/dev/null
@@ -84,6 +86,11 @@ kernels() {
 
 attention() { build-gpu/tests/bench_gpu_attention "$(driver)"; }
 
+lab() {
+    local nvcc; nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+    "$nvcc" -O3 -arch=sm_90 -I. bench/gpu/kernel_lab.cu -o "$work/kernel_lab" && "$work/kernel_lab"
+}
+
 vmm() {
     local bin; bin=$(find build-gpu -type f -name vmm_costs -perm -u+x | head -n 1)
     [[ -n $bin ]] || { echo "lease.sh: no vmm_costs under build-gpu/"; return 1; }
@@ -95,7 +102,7 @@ forward() {
         --workdir "$work/ref"
 }
 
-export -f driver kernels attention vmm forward
+export -f driver kernels attention vmm forward lab
 export work
 
 {
@@ -124,5 +131,6 @@ export work
         bash bench/gpu/profile.sh
     step forward 240 forward
     step attention 60 attention
+    step lab 120 lab
     echo "lease.sh: $((SECONDS - start))s of ${lease}s"
 } 2>&1 | tee -a "$log"
