@@ -166,6 +166,12 @@ mvm_status mvm_cuda_fwd_route_replay(struct cuda_fwd *f, const mvm_fwd_batch *b,
         memcpy(f->moe->probs, s + mvm_cuda_fwd_stage_at(f, MVM_STAGE_LOGITS), E * sizeof *s);
         int32_t sel[32]; /* the int32s as the device wrote them */
         memcpy(sel, s + mvm_cuda_fwd_stage_at(f, MVM_STAGE_SEL), K * sizeof *sel);
+        for (uint32_t k = 0; k < K && st == MVM_OK; k++) /* the policies index by them */
+            if (sel[k] < 0 || (uint32_t)sel[k] >= E)
+                st = mvm_fail(MVM_ERR_BACKEND, "layer %u: the device's routing chose expert "
+                              "%d of %u", il, sel[k], E);
+        if (st != MVM_OK)
+            break;
         mvm_moe_route_as(f->moe, il, b->pos, 1, s + mvm_cuda_fwd_stage_at(f, MVM_STAGE_HIDDEN),
                          sel, s + mvm_cuda_fwd_stage_at(f, MVM_STAGE_W));
         st = mvm_moe_replay(f->moe);
