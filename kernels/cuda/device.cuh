@@ -174,42 +174,50 @@ template <enum mvm_wtype T> static __device__ __forceinline__ uint64_t run_bytes
     return mvm_k_row_bytes(T, mvm_k_block_elems(T) > 1 ? mvm_k_block_elems(T) : MVM_QBLOCK);
 }
 
-/* This lane's part of the dot products of one weight row (n elements of type T) with the
- * activations act[0..nt) (nt <= NT; the weights' activation format): acc[i] += its terms,
- * the rounds unrolled U at a time. A decode product (NT 1) reads each weight once, and a
- * round at a time left it waiting on the memory's latency (an H200 ran OLMoE's expert
- * down at 578 GB/s of its 3,800, 2026-11-26; unrolled four, 997): row_dot says which
- * path a product takes. A tile of NT 8 reuses each load eight times already, and unrolled
- * too it would take twice the registers. The row's
+/* This lane's part of the dot products of WR weight rows (n elements of type T, wstep
+ * bytes apart: an expert's gate and up rows) with the activations act[0..nt) (nt <= NT;
+ * the weights' activation format): acc[r * NT + i] += its terms, the rounds unrolled U at a
+ * time. A decode product (NT 1) reads each weight once, and a round at a time left it
+ * waiting on the memory's latency (an H200 ran OLMoE's expert down at 578 GB/s of its
+ * 3,800, 2026-11-26; unrolled four, 997): row_dot says which path a product takes. A tile
+ * of NT 8 reuses each load eight times already, and unrolled too it would take twice the
+ * registers. Two rows in one loop have both rows' loads in flight at once and share each
+ * activation's (bench/gpu/kernel_lab.cu: OLMoE's decode up 16-17 µs so). The row's
  * blocks (Q), super-blocks (K) or 32-element runs (float types) are `stride` bytes apart:
  * their size in a row-major matrix, a group's size in an expert's down slot. The lanes of
  * a warp split the row, 32-element units (unit_lanes lanes each) or elements (float types)
  * in turn, so the warp reads it in contiguous runs; each weight read serves every
  * activation of the tile. */
-template <enum mvm_wtype T, int NT, int U = 1, bool ROW = false>
+template <enum mvm_wtype T, int NT, int U = 1, bool ROW = false, int WR = 1>
 static __device__ __forceinline__ void row_dot_tile(const uint8_t *w, uint64_t stride,
                                                     const uint8_t *const *act, uint32_t nt,
-                                                    uint32_t n, float *acc)
+                                                    uint32_t n, float *acc, uint64_t wstep = 0)
 {
     const uint32_t lane = threadIdx.x & 31;
     if (mvm_k_block_elems(T) == 1) {
 #pragma unroll(U)
-        for (uint32_t e = lane; e < n; e += 32) {
-            const float wv = mvm_k_elem(T, w + e / MVM_QBLOCK * stride, e % MVM_QBLOCK);
+        for (uint32_t e = lane; e < n; e += 32)
 #pragma unroll
-            for (int i = 0; i < NT; i++)
-                if ((uint32_t)i < nt)
-                    acc[i] += wv * ((const float *)act[i])[e];
-        }
+            for (int r = 0; r < WR; r++) {
+                const float wv =
+                    mvm_k_elem(T, w + r * wstep + e / MVM_QBLOCK * stride, e % MVM_QBLOCK);
+#pragma unroll
+                for (int i = 0; i < NT; i++)
+                    if ((uint32_t)i < nt)
+                        acc[r * NT + i] += wv * ((const float *)act[i])[e];
+            }
         return;
     }
     if (mvm_k_is_table(T)) { /* a lane per block, the shared code's lookups */
 #pragma unroll(U)
         for (uint32_t u = lane; u < n / MVM_QBLOCK; u += 32)
 #pragma unroll
-            for (int i = 0; i < NT; i++)
-                if ((uint32_t)i < nt)
-                    acc[i] += mvm_k_block_q(T, w + u * stride, (const mvm_block_q8_0 *)act[i] + u);
+            for (int r = 0; r < WR; r++)
+#pragma unroll
+                for (int i = 0; i < NT; i++)
+                    if ((uint32_t)i < nt)
+                        acc[r * NT + i] += mvm_k_block_q(T, w + r * wstep + u * stride,
+                                                         (const mvm_block_q8_0 *)act[i] + u);
         return;
     }
     /* The lanes of a block (Q) or super-block (K) add up their integer sums, and its first
@@ -224,30 +232,34 @@ static __device__ __forceinline__ void row_dot_tile(const uint8_t *w, uint64_t s
 #pragma unroll(U)
     for (uint32_t b0 = 0; b0 < nb; b0 += 32 / bl) {
         const uint32_t b = b0 + lane / bl < nb ? b0 + lane / bl : 0;
-        const uint8_t *blk = w + b * stride;
-        uint8_t s[16];
-        const uint8_t *s16 = mvm_k_is_k(T) ? mvm_k_kscales(T, blk, s) : NULL;
 #pragma unroll
-        for (int i = 0; i < NT; i++)
-            if ((uint32_t)i < nt) {
-                int32_t sum = 0, asum = 0; /* asum: Q's activation sum, K's min sum */
-                if (mvm_k_is_q(T))
-                    q_part<T, ROW>(blk, (const mvm_block_q8_0 *)act[i] + b, k, &sum, &asum);
-                else
-                    kpart<T>(blk, s16, (const mvm_block_q8_K *)act[i] + b,
-                             (int)(lane % bl / per), (int)(k * 32 / per), (int)(32 / per), &sum,
-                             &asum);
-                for (uint32_t o = 1; o < bl; o <<= 1) {
-                    sum += __shfl_xor_sync(FULL_MASK, sum, (int)o);
-                    if (T != MVM_W_Q8_0 && T != MVM_W_Q6_K) /* the types that have none */
-                        asum += __shfl_xor_sync(FULL_MASK, asum, (int)o);
+        for (int r = 0; r < WR; r++) {
+            const uint8_t *blk = w + r * wstep + b * stride;
+            uint8_t s[16];
+            const uint8_t *s16 = mvm_k_is_k(T) ? mvm_k_kscales(T, blk, s) : NULL;
+#pragma unroll
+            for (int i = 0; i < NT; i++)
+                if ((uint32_t)i < nt) {
+                    int32_t sum = 0, asum = 0; /* asum: Q's activation sum, K's min sum */
+                    if (mvm_k_is_q(T))
+                        q_part<T, ROW>(blk, (const mvm_block_q8_0 *)act[i] + b, k, &sum, &asum);
+                    else
+                        kpart<T>(blk, s16, (const mvm_block_q8_K *)act[i] + b,
+                                 (int)(lane % bl / per), (int)(k * 32 / per), (int)(32 / per),
+                                 &sum, &asum);
+                    for (uint32_t o = 1; o < bl; o <<= 1) {
+                        sum += __shfl_xor_sync(FULL_MASK, sum, (int)o);
+                        if (T != MVM_W_Q8_0 && T != MVM_W_Q6_K) /* the types that have none */
+                            asum += __shfl_xor_sync(FULL_MASK, asum, (int)o);
+                    }
+                    if (b0 + lane / bl < nb && lane % bl == 0)
+                        acc[r * NT + i] +=
+                            mvm_k_is_q(T)
+                                ? q_scale<T>(blk, (const mvm_block_q8_0 *)act[i] + b, sum, asum)
+                                : mvm_k_kscale(T, blk, (const mvm_block_q8_K *)act[i] + b, sum,
+                                               asum);
                 }
-                if (b0 + lane / bl < nb && lane % bl == 0)
-                    acc[i] += mvm_k_is_q(T)
-                                  ? q_scale<T>(blk, (const mvm_block_q8_0 *)act[i] + b, sum, asum)
-                                  : mvm_k_kscale(T, blk, (const mvm_block_q8_K *)act[i] + b,
-                                                 sum, asum);
-            }
+        }
     }
 }
 

@@ -108,15 +108,16 @@ template <enum mvm_wtype GU> static __device__ void expert_up(const mvm_g_expert
     }
 }
 
-/* Decode's up: a warp per (channel, active expert), its gate row and then its up row read
- * in place (kernels/cuda/device.cuh, row_dot: four rounds in flight, a Q8_0 block four
+/* Decode's up: a warp per (channel, active expert), its gate and up rows read in place in
+ * one loop (kernels/cuda/device.cuh, row_dot_tile: four rounds in flight, a Q8_0 block four
  * lanes of two words), the unit by its first lane. On an H200 (bench/gpu/kernel_lab.cu,
  * 2026-11-26) this shape read OLMoE's decode up at 2.1-2.2 TB/s (16.3 µs), where a block
  * per 32 channels of 16 warps (expert_up, 128 registers, a block an SM) took 42.4 and a
  * block per channel whose eight warps split its two rows 41.4: with this little work a
  * block, the blocks' start, barrier and sums cost more than their loads. The unit's output
  * is a float: where down reads Q8_0 or Q8_K blocks, mvm_g_expert_quantize makes them from
- * hf once every channel is done. */
+ * hf once every channel is done. (897f782 read the two rows one after the other: 21.0 µs
+ * in the engine, bench/gpu/ktrace.sh; this loop is not measured on a GPU yet.) */
 template <enum mvm_wtype GU> static __device__ void expert_up1(const mvm_g_expert_args &a)
 {
     const mvm_k_expert_fmt f = {GU, (enum mvm_wtype)a.down, (enum mvm_k_glu)a.glu, 0};
@@ -127,10 +128,10 @@ template <enum mvm_wtype GU> static __device__ void expert_up1(const mvm_g_exper
     const uint64_t group = mvm_k_expert_group_bytes(f, a.n_embd);
     const uint8_t *gate = (const uint8_t *)a.experts + e * a.expert_stride + g * group;
     const uint8_t *act = (const uint8_t *)a.act + U32(a.row_tok)[r] * a.act_stride;
-    float gs = 0, us = 0;
-    row_dot<GU>(gate + s * row, run_bytes<GU>(), &act, 1, a.n_embd, &gs);
-    row_dot<GU>(gate + (G + s) * row, run_bytes<GU>(), &act, 1, a.n_embd, &us);
-    gs = warp_sum(gs), us = warp_sum(us);
+    float acc[2] = {0, 0}; /* the gate row's, the up row's: one loop, G rows apart */
+    row_dot_tile<GU, 1, 4, true, 2>(gate + s * row, run_bytes<GU>(), &act, 1, a.n_embd, acc,
+                                    G * row);
+    const float gs = warp_sum(acc[0]), us = warp_sum(acc[1]);
     if ((threadIdx.x & 31) != 0)
         return;
     /* MVM_GLU_OAI: the group's gate biases, then its up biases, at the group's end */
