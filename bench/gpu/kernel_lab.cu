@@ -272,6 +272,26 @@ struct experts_case {
     uint32_t D, F, E, K;
 };
 
+/* SETS sets of K distinct experts on the device; per set: active[K], off[E], cnt[E]. */
+static uint32_t *expert_sets(const experts_case &c)
+{
+    uint32_t *h = (uint32_t *)calloc((size_t)SETS * (c.K + 2 * c.E), 4), *sets;
+    srand(7);
+    for (int s = 0; s < SETS; s++) {
+        uint32_t *act = h + s * (c.K + 2 * c.E), *off = act + c.K, *cnt = off + c.E;
+        for (uint32_t k = 0; k < c.K;) {
+            const uint32_t e = (uint32_t)rand() % c.E;
+            if (cnt[e])
+                continue;
+            cnt[e] = 1, off[e] = k, act[k++] = e;
+        }
+    }
+    CK(cudaMalloc(&sets, (size_t)SETS * (c.K + 2 * c.E) * 4));
+    CK(cudaMemcpy(sets, h, (size_t)SETS * (c.K + 2 * c.E) * 4, cudaMemcpyHostToDevice));
+    free(h);
+    return sets;
+}
+
 static void experts_lab(const experts_case &c)
 {
     const uint32_t G = MVM_QBLOCK, ng = c.F / G;
@@ -287,22 +307,8 @@ static void experts_lab(const experts_case &c)
     a.expert_stride = stride, a.act_stride = row, a.h_stride = ng * QB;
     a.n_embd = c.D, a.n_groups = ng, a.n_active = c.K, a.gate_up = MVM_W_Q8_0;
     a.down = MVM_W_Q8_0, a.glu = MVM_GLU_SILU, a.one_row = 1;
-    /* SETS sets of K distinct experts; per set: active[K], off[E], cnt[E] */
-    uint32_t *h = (uint32_t *)calloc((size_t)SETS * (c.K + 2 * c.E), 4);
-    srand(7);
-    for (int s = 0; s < SETS; s++) {
-        uint32_t *act = h + s * (c.K + 2 * c.E), *off = act + c.K, *cnt = off + c.E;
-        for (uint32_t k = 0; k < c.K;) {
-            const uint32_t e = (uint32_t)rand() % c.E;
-            if (cnt[e])
-                continue;
-            cnt[e] = 1, off[e] = k, act[k++] = e;
-        }
-    }
-    uint32_t *sets, *rows;
+    uint32_t *sets = expert_sets(c), *rows;
     float *rw;
-    CK(cudaMalloc(&sets, (size_t)SETS * (c.K + 2 * c.E) * 4));
-    CK(cudaMemcpy(sets, h, (size_t)SETS * (c.K + 2 * c.E) * 4, cudaMemcpyHostToDevice));
     CK(cudaMalloc(&rows, c.K * 4));
     CK(cudaMemset(rows, 0, c.K * 4));
     float *w1 = (float *)malloc(c.K * 4);
