@@ -220,8 +220,8 @@ static void test_matvec(void)
         const uint32_t short_in = mvm_k_is_k(t) ? 256 : mvm_k_is_q(t) ? 96 : 100;
         const uint32_t long_in = mvm_k_is_k(t) ? 1280 : mvm_k_is_q(t) ? 1088 : 1100;
         matvec_case(t, short_in, 13, 1);
-        /* a decode row through more than two of a warp's stages (device.cuh: MVM_G_STAGE
-         * bytes, 67 Q8_0 blocks or 16 Q4_K super-blocks) */
+        /* a long decode row: many rounds of the unrolled four, and a partial last one
+         * (device.cuh, row_dot_tile: 8 Q8_0 blocks a round, one Q4_K super-block) */
         matvec_case(t, mvm_k_is_k(t) ? 256 * 37 : 32 * 150, 13, 1);
         matvec_case(t, long_in, 13, 11);
         matvec_case(t, short_in, 5, 8);
@@ -391,7 +391,8 @@ static void test_experts(void)
         experts_case(f, 256, two_groups ? 512 : mvm_k_is_k(f.down) ? 256 : 96,
                      two_groups ? 9 : 3);
     }
-    /* decode: up's rows longer than a warp's stage (device.cuh, row_dot_staged) */
+    /* decode: up1's long rows, its two rows' rounds past the unrolled four (device.cuh,
+     * row_dot_tile) */
     experts_case(mvm_k_expert_uniform(MVM_W_Q8_0), 2400, 64, 1);
     experts_case(mixed[0], 4352, 512, 1); /* Q4_K, a Q6_K down */
     /* gpt-oss's unit and biases: its MXFP4 experts, floats, and 256-channel groups */
