@@ -130,31 +130,20 @@ static __device__ __forceinline__ void attn_tile_scores(const mvm_g_attention_ar
     uint32_t d = 0;
     const uint4 *kr = (const uint4 *)((const uint16_t *)a.kc + k);
     if (a.kv_f16 && (uintptr_t)kr % 16 == 0) {
-        /* 8 halves a 16-byte load, four loads issued before their products, in the same
-         * order: a thread's row of 128 was 128 loads of 2 bytes, each a round trip to the
-         * cache */
-        for (; d + 8 <= hd; d += 32) {
-            uint4 v[4];
+        /* 8 halves a 16-byte load, in the same order: a thread's row of 128 was 128 loads
+         * of 2 bytes, each a round trip to the cache */
+        for (; d + 8 <= hd; d += 8) {
+            const uint4 v = kr[d / 8];
+            const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-            for (uint32_t l = 0; l < 4; l++)
-                if (d + 8 * l + 8 <= hd)
-                    v[l] = kr[d / 8 + l];
+            for (uint32_t j = 0; j < 8; j++) {
+                const float kd = mvm_k_h2f((uint16_t)(w[j / 2] >> (16 * (j % 2))));
 #pragma unroll
-            for (uint32_t l = 0; l < 4; l++) {
-                if (d + 8 * l + 8 > hd)
-                    break;
-                const uint32_t w[4] = {v[l].x, v[l].y, v[l].z, v[l].w};
-#pragma unroll
-                for (uint32_t j = 0; j < 8; j++) {
-                    const float kd = mvm_k_h2f((uint16_t)(w[j / 2] >> (16 * (j % 2))));
-#pragma unroll
-                    for (uint32_t h = 0; h < MVM_G_ATTN_HEADS; h++)
-                        if (h < nh)
-                            acc[h] += kd * qs[h * hd + d + 8 * l + j];
-                }
+                for (uint32_t h = 0; h < MVM_G_ATTN_HEADS; h++)
+                    if (h < nh)
+                        acc[h] += kd * qs[h * hd + d + j];
             }
         }
-        d = hd / 8 * 8; /* the whole 16-byte loads' end */
     }
     for (; d < hd; d++) {
         const float kd = kv_elem(a.kc, k + d, a.kv_f16);
@@ -212,22 +201,12 @@ static __device__ __forceinline__ void attn_tile_values(const mvm_g_attention_ar
 #pragma unroll
         for (uint32_t h = 0; h < MVM_G_ATTN_HEADS; h++)
             o[h] = h < nh ? os[h * hd + d] * rescale[h] : 0;
-        /* eight positions' values loaded before their products, in the same order: one
-         * at a time, a tile's 128 were 128 waits */
-        for (uint32_t t0 = 0; t0 < nt; t0 += 8) {
-            float v[8];
+        for (uint32_t t = 0; t < nt; t++) {
+            const float v = kv_elem(a.vc, k0 + (uint64_t)t * kv_dim + d, a.kv_f16);
 #pragma unroll
-            for (uint32_t j = 0; j < 8; j++)
-                v[j] = t0 + j < nt ? kv_elem(a.vc, k0 + (uint64_t)(t0 + j) * kv_dim + d,
-                                             a.kv_f16)
-                                   : 0.0f;
-#pragma unroll
-            for (uint32_t j = 0; j < 8; j++)
-                if (t0 + j < nt)
-#pragma unroll
-                    for (uint32_t h = 0; h < MVM_G_ATTN_HEADS; h++)
-                        if (h < nh)
-                            o[h] += sc[h][t0 + j] * v[j];
+            for (uint32_t h = 0; h < MVM_G_ATTN_HEADS; h++)
+                if (h < nh)
+                    o[h] += sc[h][t] * v;
         }
 #pragma unroll
         for (uint32_t h = 0; h < MVM_G_ATTN_HEADS; h++)
