@@ -335,31 +335,26 @@ static void experts_lab(const experts_case &c)
     report(c.name, "up_tiled", time_us([&](int i) {
                mvm_g_expert_up_q8_0<<<dim3(s.gx, s.gy), s.block>>>(at(i));
            }), up_bytes, 0);
-#define UP(P, LPB, EX, U, T)                                                               \
+/* UPX: a variant of lab_up (SEQ: its rows one after the other), named tag_P.._L.._E.._U.._T.. */
+#define UPX(SEQ, tag, P, LPB, EX, U, T)                                                    \
     CK(cudaMemset((void *)a.hf, 0xff, nf * 4));                                            \
     {                                                                                      \
         const double us = time_us([&](int i) {                                             \
-            lab_up<P, LPB, EX, U><<<dim3(c.F / (T / P), c.K), T>>>(at(i));                 \
+            lab_up<P, LPB, EX, U, SEQ><<<dim3(c.F / (T / P), c.K), T>>>(at(i));            \
         });                                                                                \
-        report(c.name, "up_P" #P "_L" #LPB "_E" #EX "_U" #U "_T" #T, us, up_bytes,         \
+        report(c.name, tag "_P" #P "_L" #LPB "_E" #EX "_U" #U "_T" #T, us, up_bytes,       \
                rel_diff((float *)a.hf, ref, nf));                                          \
     }
+#define UP(P, LPB, EX, U, T) UPX(false, "up", P, LPB, EX, U, T)
+#define UP_SEQ(P, LPB, EX, U, T) UPX(true, "up_seq", P, LPB, EX, U, T)
     UP(32, 4, 0, 8, 128) UP(32, 4, 1, 8, 128) UP(32, 2, 0, 4, 128) UP(32, 8, 1, 8, 128)
     UP(32, 4, 0, 2, 128) UP(32, 4, 0, 8, 256) UP(128, 4, 0, 2, 128) UP(128, 4, 1, 2, 128)
     UP(64, 4, 0, 4, 128) UP(64, 4, 1, 4, 128) UP(32, 4, 0, -8, 128) UP(32, 4, 1, -8, 128)
     UP(32, 4, 1, -4, 128) UP(32, 8, 1, -4, 128) UP(64, 4, 1, -4, 128) UP(128, 4, 1, -2, 128)
-#undef UP
-#define UP_SEQ(P, LPB, EX, U, T)                                                           \
-    CK(cudaMemset((void *)a.hf, 0xff, nf * 4));                                            \
-    {                                                                                      \
-        const double us = time_us([&](int i) {                                             \
-            lab_up<P, LPB, EX, U, true><<<dim3(c.F / (T / P), c.K), T>>>(at(i));           \
-        });                                                                                \
-        report(c.name, "up_seq_P" #P "_L" #LPB "_E" #EX "_U" #U "_T" #T, us, up_bytes,     \
-               rel_diff((float *)a.hf, ref, nf));                                          \
-    }
     UP_SEQ(32, 4, 1, 4, 128) UP_SEQ(32, 4, 1, 8, 128) UP_SEQ(128, 4, 1, 2, 128)
+#undef UP
 #undef UP_SEQ
+#undef UPX
     s = mvm_g_expert_down_shape(&a);
     report(c.name, "down_tiled", time_us([&](int i) {
                mvm_g_expert_down_q8_0<<<dim3(s.gx, s.gy), s.block>>>(at(i));
