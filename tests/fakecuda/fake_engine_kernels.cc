@@ -25,6 +25,19 @@ static void run(const void *params, const unsigned grid[3], const unsigned block
     emu_launch(dim3{grid[0], grid[1], 1}, block[0], {}, [&] { K(a); });
 }
 
+/* The routing kernel, and with FAKECUDA_ROUTE_BAD=1 a device that answers wrongly: its first
+ * choice one past the last expert (the host must say so, not index by it). */
+static void route_run(const void *params, const unsigned grid[3], const unsigned block[3])
+{
+    run<mvm_g_route_args, mvm_g_route>(params, grid, block);
+    const char *bad = getenv("FAKECUDA_ROUTE_BAD");
+    if (bad && strcmp(bad, "1") == 0) {
+        mvm_g_route_args a;
+        memcpy(&a, params, sizeof a);
+        ((int32_t *)a.sel)[0] = (int32_t)a.n_expert;
+    }
+}
+
 #define ADD(name, A) add(#name, sizeof(A), run<A, name>)
 #define ADD_TYPED(name, T)                                                                     \
     ADD(mvm_g_matvec_##name, mvm_g_matvec_args);                                               \
@@ -41,7 +54,7 @@ fakecuda_register_kernels(fakecuda_add_kernel_fn add)
     MVM_G_FOR_TYPES(ADD_TYPED)
     ADD(mvm_g_expert_quantize, mvm_g_expert_args);
     ADD(mvm_g_expert_sum, mvm_g_expert_sum_args);
-    ADD(mvm_g_route, mvm_g_route_args);
+    add("mvm_g_route", sizeof(mvm_g_route_args), route_run);
     ADD(mvm_g_rmsnorm, mvm_g_rmsnorm_args);
     ADD(mvm_g_rope, mvm_g_rope_args);
     ADD(mvm_g_attention, mvm_g_attention_args);

@@ -22,6 +22,8 @@
  *                          that run(params, grid, block) computes on the host (the engine's
  *                          kernels through tests/cuda_emu.h). A plugin that does not load
  *                          fails every module load with CUDA_ERROR_INVALID_IMAGE.
+ *   FAKECUDA_ROUTE_BAD     1: the engine's plugin (fake_engine_kernels.cc) makes the
+ *                          routing kernel's first choice one past the last expert
  * A malformed variable is reported on stderr and makes cuInit fail (CUDA_ERROR_INVALID_VALUE).
  */
 #ifndef FAKECUDA_H
