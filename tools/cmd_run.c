@@ -486,12 +486,12 @@ static void print_model(const struct session *s, const mvm_space_desc *desc, dou
      * 16-vCPU H200 machine the h100 preset's CPU side halved greedy's decode
      * (docs/perf/offload.md). Names only; a bad one is the engine's error, later. */
     char spec[128];
-    const char *name, *params;
+    const char *name, *params, *args;
     const void *ops;
     snprintf(spec, sizeof spec, "%s", s->a.assign ? s->a.assign : "");
     if (strcmp(info.backend, "cuda") == 0 && mvm_machine_preset(s->machine.name) &&
         mvm_policy_split(spec, &name, &params) == 0 &&
-        mvm_engine_choose(MVM_ROLE_ASSIGN, s->a.assign ? name : NULL, NULL, &ops, &params) ==
+        mvm_engine_choose(MVM_ROLE_ASSIGN, s->a.assign ? name : NULL, NULL, &ops, &args) ==
             MVM_OK &&
         strcmp(((const mvm_assign_ops *)ops)->name, "gpu") != 0)
         fprintf(stderr, "note: assign %s plans with the %s preset's costs, not this machine's "

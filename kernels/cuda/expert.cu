@@ -164,6 +164,25 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
                          (mvm_block_q8_0 *)((uint8_t *)a.h + (uint64_t)r * a.h_stride) + g);
 }
 
+/* Output j's row of expert e's down (down and down1): its block of each group's down slot,
+ * the blocks a group apart. */
+static __device__ __forceinline__ const uint8_t *down_row(const mvm_g_expert_args &a,
+                                                          mvm_k_expert_fmt f, uint32_t e,
+                                                          uint32_t j)
+{
+    const uint64_t G = mvm_k_expert_group_channels(f);
+    return (const uint8_t *)a.experts + e * a.expert_stride +
+           2 * G * mvm_k_row_bytes(f.gate_up, a.n_embd) + (uint64_t)j * mvm_k_row_bytes(f.down, G);
+}
+
+/* gpt-oss's down bias of output j of expert e (0 without one), which each row adds weighted
+ * by its routing weight after the groups. */
+static __device__ __forceinline__ float down_bias(const mvm_g_expert_args &a, uint32_t e,
+                                                  uint32_t j)
+{
+    return a.down_bias ? ((const float *)a.down_bias)[(uint64_t)e * a.n_embd + j] : 0;
+}
+
 template <enum mvm_wtype DN> static __device__ void expert_down(const mvm_g_expert_args &a)
 {
     const mvm_k_expert_fmt f = {(enum mvm_wtype)a.gate_up, DN, (enum mvm_k_glu)a.glu, 0};
@@ -174,12 +193,8 @@ template <enum mvm_wtype DN> static __device__ void expert_down(const mvm_g_expe
     const uint32_t r0 = U32(a.off)[e], nr = U32(a.cnt)[e];
     const uint32_t G = (uint32_t)mvm_k_expert_group_channels(f);
     const uint64_t group = mvm_k_expert_group_bytes(f, a.n_embd);
-    /* output j's row: its block of each group's down slot, a group apart */
-    const uint8_t *down = (const uint8_t *)a.experts + e * a.expert_stride +
-                          2 * G * mvm_k_row_bytes(f.gate_up, a.n_embd) +
-                          (uint64_t)j * mvm_k_row_bytes(DN, G);
-    /* gpt-oss's down bias, weighted by the row's routing weight, after the groups */
-    const float b = a.down_bias ? ((const float *)a.down_bias)[(uint64_t)e * a.n_embd + j] : 0;
+    const uint8_t *down = down_row(a, f, e, j);
+    const float b = down_bias(a, e, j);
     for (uint32_t t0 = 0; t0 < nr; t0 += MVM_G_TILE) {
         const uint32_t nt = nr - t0 < MVM_G_TILE ? nr - t0 : MVM_G_TILE;
         const uint8_t *h[MVM_G_TILE];
@@ -211,19 +226,15 @@ template <enum mvm_wtype DN> static __device__ void expert_down1(const mvm_g_exp
     if (j >= a.n_embd)
         return;
     const uint32_t G = (uint32_t)mvm_k_expert_group_channels(f);
-    const uint8_t *down = (const uint8_t *)a.experts + e * a.expert_stride +
-                          2 * G * mvm_k_row_bytes(f.gate_up, a.n_embd) +
-                          (uint64_t)j * mvm_k_row_bytes(DN, G);
     const uint8_t *h = (const uint8_t *)a.h + (uint64_t)r * a.h_stride;
     float s = 0;
-    row_dot<DN>(down, mvm_k_expert_group_bytes(f, a.n_embd), &h, 1, a.n_groups * G, &s);
+    row_dot<DN>(down_row(a, f, e, j), mvm_k_expert_group_bytes(f, a.n_embd), &h, 1,
+                a.n_groups * G, &s);
     s = warp_sum(s);
     if ((threadIdx.x & 31) != 0)
         return;
-    /* gpt-oss's down bias, weighted by the row's routing weight, after the groups */
     if (a.down_bias)
-        s += ((const float *)a.row_w)[r] *
-             ((const float *)a.down_bias)[(uint64_t)e * a.n_embd + j];
+        s += ((const float *)a.row_w)[r] * down_bias(a, e, j);
     ((float *)a.out)[(uint64_t)r * a.n_embd + j] = s;
 }
 
