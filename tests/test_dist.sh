@@ -19,6 +19,9 @@ trap 'rm -rf "$tmp"' EXIT
 # against 0.36 s.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
 export OMPI_MCA_pml=ob1
+# its own session directory: another test's mpirun ending removes the shared one under
+# /tmp while this one starts (tests/CMakeLists.txt says more)
+export OMPI_MCA_orte_tmpdir_base=$tmp
 export MOEVM_BACKEND=host
 mpi=(timeout 120 "$mpirun" --oversubscribe -n)
 
