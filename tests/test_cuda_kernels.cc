@@ -891,7 +891,7 @@ static void test_dequant_rows(void)
         std::vector<uint8_t> w = weights(t, rows, n, row_bytes);
         std::vector<uint16_t> dst(rows * stride, POISON_H);
         mvm_g_dequant_args a = {dp(w.data()), dp(dst.data()), row_bytes, 0, stride, n, rows,
-                                rows, 0, 0};
+                                rows, 0, 0, 0, {}};
         launch(dequant_fn[t], a, mvm_g_dequant_shape(&a));
         const bool ok = same_rows(dst, stride, dequantized(t, w.data(), rows, n, row_bytes),
                                   rows, n);
@@ -929,14 +929,14 @@ static void dequant_expert_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_
                 want.insert(want.end(), part->begin() + (size_t)c0 * n_embd,
                             part->begin() + (size_t)(c0 + G) * n_embd);
         mvm_g_dequant_args a = {dp(expert.data()), dp(dst.data()), row, gb, n_embd + 8,
-                                n_embd, 2 * n_ff, 2 * G, 2 * G, 0};
+                                n_embd, 2 * n_ff, 2 * G, 2 * G, 0, 0, {}};
         launch(dequant_fn[f.gate_up], a, mvm_g_dequant_shape(&a));
         CHECK(same_rows(dst, n_embd + 8, want, 2 * n_ff, n_embd));
     }
     std::vector<uint16_t> dst(n_embd * (n_ff + 8), POISON_H);
     mvm_g_dequant_args a = {dp(expert.data() + 2 * G * row), dp(dst.data()),
                             mvm_k_row_bytes(f.down, G), gb, n_ff + 8, G, n_embd * (n_ff / G),
-                            n_embd, 0, G};
+                            n_embd, 0, G, 0, {}};
     launch(dequant_fn[f.down], a, mvm_g_dequant_shape(&a));
     CHECK(same_rows(dst, n_ff + 8, dequantized(f.down, down.data(), n_embd, n_ff, down_row),
                     n_embd, n_ff));
@@ -996,10 +996,99 @@ static void test_glu_half(void)
             }
         mvm_g_glu_half_args a = {dp(gu.data()), dp(h.data()), dp(w.data()), dp(expert.data()),
                                  gu_stride, stride, gb, nc, rows, c0, G,
-                                 oai ? (uint32_t)MVM_GLU_OAI : (uint32_t)MVM_GLU_SILU};
+                                 oai ? (uint32_t)MVM_GLU_OAI : (uint32_t)MVM_GLU_SILU, {}};
         launch(mvm_g_glu_half, a, mvm_g_glu_half_shape(&a));
         CHECK(same_rows(h, stride, want, rows, nc));
     }
+}
+
+/* Several experts at once (mvm_g_experts_list), as forward_cuda_gemm.c batches them: each
+ * slot's gate/up and down parts are what one expert's launch writes (test_dequant_expert
+ * holds those to the CPU's), each at its slot's place, the experts read through the list. */
+static void test_dequant_experts_list(void)
+{
+    const mvm_k_expert_fmt f = {MVM_W_Q4_K, MVM_W_Q6_K, MVM_GLU_SILU, 0};
+    const uint32_t D = 256, F = 512, G = (uint32_t)mvm_k_expert_group_channels(f);
+    const uint64_t row = mvm_k_row_bytes(f.gate_up, D), gb = mvm_k_expert_group_bytes(f, D);
+    const uint64_t stride = gb * (F / G) + 64; /* bytes between experts, with a gap */
+    std::vector<uint8_t> experts(3 * stride, 0xA5);
+    for (int e = 0; e < 3; e++) {
+        const uint64_t down_row = mvm_k_row_bytes(f.down, F);
+        std::vector<uint8_t> gate = weights(f.gate_up, F, D, row);
+        std::vector<uint8_t> up = weights(f.gate_up, F, D, row);
+        std::vector<uint8_t> down = weights(f.down, D, F, down_row);
+        mvm_k_expert_pack(f, gate.data(), up.data(), down.data(), D, F,
+                          experts.data() + e * stride);
+    }
+    const std::vector<uint32_t> ids = {2, 0}, off(3, 0), cnt(3, 1);
+    const mvm_g_experts_list list = {dp(ids.data()), dp(off.data()), dp(cnt.data()), stride, 2};
+    for (int down = 0; down < 2; down++) {
+        const uint32_t n_in = down ? G : D, rows = down ? D * (F / G) : 2 * F;
+        const uint64_t dst_stride = down ? F + 8 : D + 8, per_slot = (down ? D : 2 * F) *
+                                                                      dst_stride;
+        mvm_g_dequant_args a = {0, 0, down ? mvm_k_row_bytes(f.down, G) : row, gb, dst_stride,
+                                n_in, rows, down ? D : 2 * G, down ? 0 : 2 * G, down ? G : 0,
+                                0, {}};
+        const enum mvm_wtype t = down ? f.down : f.gate_up;
+        const uint64_t first = down ? 2 * G * row : 0;
+        std::vector<uint16_t> got(2 * per_slot, POISON_H), want(2 * per_slot, POISON_H);
+        for (size_t s = 0; s < ids.size(); s++) {
+            a.w = dp(experts.data() + ids[s] * stride + first);
+            a.dst = dp(want.data() + s * per_slot);
+            launch(dequant_fn[t], a, mvm_g_dequant_shape(&a));
+        }
+        a.w = dp(experts.data() + first), a.dst = dp(got.data());
+        a.dst_expert = per_slot, a.list = list;
+        launch(dequant_fn[t], a, mvm_g_dequant_shape(&a));
+        CHECK(mvm_g_dequant_shape(&a).gy == 2);
+        CHECK(got == want);
+    }
+}
+
+/* The unit and the rows put back for a batch of experts: slot s's first cnt[e] of its
+ * n_rows rows, with the routing weights (and gpt-oss's biases) of the step's rows off[e]
+ * on; the padding rows untouched. */
+static void test_experts_list_unit_rows(void)
+{
+    const uint32_t D = 64, F = 96, G = 32, n_rows = 4, step_rows = 9;
+    const mvm_k_expert_fmt f = {MVM_W_F32, MVM_W_F32, MVM_GLU_OAI, 0};
+    const uint64_t gb = mvm_k_expert_group_bytes(f, D), stride = gb * (F / G);
+    std::vector<uint8_t> experts(4 * stride, 0);
+    std::vector<std::vector<float>> gate_b, up_b;
+    for (int e = 0; e < 4; e++) {
+        gate_b.push_back(randoms(F, 3.0f)), up_b.push_back(randoms(F, 3.0f));
+        mvm_k_expert_pack_bias(f, gate_b[e].data(), up_b[e].data(), D, F,
+                               experts.data() + e * stride);
+    }
+    const std::vector<uint32_t> ids = {3, 1}, off = {0, 5, 0, 1}, cnt = {0, 4, 0, 3};
+    const mvm_g_experts_list list = {dp(ids.data()), dp(off.data()), dp(cnt.data()), stride, 2};
+    std::vector<float> gu = randoms(2 * n_rows * 2 * F, 9.0f), w = randoms(step_rows);
+    std::vector<uint16_t> h(2 * n_rows * F, POISON_H), want(2 * n_rows * F, POISON_H);
+    for (uint32_t s = 0; s < 2; s++)
+        for (uint32_t r = 0; r < cnt[ids[s]]; r++)
+            for (uint32_t c = 0; c < F; c++) {
+                const uint32_t e = ids[s];
+                const uint64_t at = (s * n_rows + r) * 2 * F + c / G * 2 * G + c % G;
+                const float v = mvm_k_glu_oai(gu[at] + gate_b[e][c], gu[at + G] + up_b[e][c]);
+                want[(s * n_rows + r) * F + c] = mvm_k_f2h(v * w[off[e] + r]);
+            }
+    mvm_g_glu_half_args u = {dp(gu.data()), dp(h.data()), dp(w.data()), dp(experts.data()),
+                             2 * F, F, gb, F, n_rows, 0, G, MVM_GLU_OAI, list};
+    launch(mvm_g_glu_half, u, mvm_g_glu_half_shape(&u));
+    CHECK(h == want);
+    /* the rows back, biased, into the step's rows; the others keep their poison */
+    std::vector<float> src = randoms(2 * n_rows * D), bias = randoms(4 * D);
+    std::vector<float> out(step_rows * D, NAN), expect(step_rows * D, NAN);
+    for (uint32_t s = 0; s < 2; s++)
+        for (uint32_t r = 0; r < cnt[ids[s]]; r++)
+            for (uint32_t j = 0; j < D; j++) {
+                const uint32_t e = ids[s], dst = off[e] + r;
+                expect[dst * D + j] = src[(s * n_rows + r) * D + j] + w[dst] * bias[e * D + j];
+            }
+    mvm_g_rows_out_args o = {dp(src.data()), dp(out.data()), dp(w.data()), dp(bias.data()), D,
+                             n_rows, list};
+    launch(mvm_g_rows_out, o, mvm_g_rows_out_shape(&o));
+    CHECK(memcmp(out.data(), expect.data(), out.size() * sizeof(float)) == 0);
 }
 
 int main(void)
@@ -1019,5 +1108,7 @@ int main(void)
     RUN(test_dequant_expert);
     RUN(test_to_half);
     RUN(test_glu_half);
+    RUN(test_dequant_experts_list);
+    RUN(test_experts_list_unit_rows);
     TEST_END();
 }

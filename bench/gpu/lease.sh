@@ -11,8 +11,9 @@
 #   build      build-gpu/: moevm, test_gpu, bench_gpu_experts, bench_gpu_attention, vmm_costs
 #   kernels    test_gpu (the device kernels against the CPU's, every type) and
 #              bench_gpu_experts (GB/s of a decode step's expert kernels)
-#   text       tests/gpu/forward.sh step 2: the same greedy text on the CPU and the GPU, and
-#              with decode routed on the device (graph, launches) and by the host
+#   text       tests/gpu/forward.sh steps 2 and 2b: the same greedy text on the CPU and the
+#              GPU, with decode routed on the device (graph, launches) and by the host, and
+#              with a long prompt's products on real cuBLAS (batched experts) and on the kernels
 #   full       bench/gpu/llamacpp.sh at budget 100 (OLMoE-1B-7B q8_0, the model's own
 #              routing): moevm by default and with MOEVM_GEMM_ROWS=8 (more of a prompt's
 #              experts on the tensor cores), against llama.cpp -ngl 99
@@ -115,7 +116,7 @@ export work
         { tail -n 30 '"$work"'/build.txt; exit 1; }'
     [[ -x build-gpu/moevm ]] || { echo "lease.sh: no build-gpu/moevm, nothing to run"; exit 1; }
     step kernels 90 kernels
-    step text 60 env FORWARD_STEPS="2" bash tests/gpu/forward.sh
+    step text 70 env FORWARD_STEPS="2 2b" bash tests/gpu/forward.sh
     step full 150 env MODELS=olmoe-1b-7b:q8_0 BUDGETS=100 ROUTINGS=own REPS=2 CPU_BASELINE=0 \
         VARIANTS="${FULL_VARIANTS:-default MOEVM_GEMM_ROWS=8}" bash bench/gpu/llamacpp.sh
     step ktrace 90 env ENGINES="${KTRACE_ENGINES:-moevm}" bash bench/gpu/ktrace.sh

@@ -19,7 +19,12 @@
     X(gemm_ex, "cublasGemmEx",                                                                 \
       (cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *,      \
        const void *, cudaDataType, int, const void *, cudaDataType, int, const void *, void *, \
-       cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t))
+       cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t))                             \
+    X(gemm_batched_ex, "cublasGemmBatchedEx",                                                  \
+      (cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *,      \
+       const void *const *, cudaDataType, int, const void *const *, cudaDataType, int,         \
+       const void *, void *const *, cudaDataType, int, int, cublasComputeType_t,               \
+       cublasGemmAlgo_t))
 
 struct mvm_blas {
     void *lib;
@@ -89,12 +94,18 @@ void mvm_blas_close(mvm_blas *b)
     free(b);
 }
 
+/* The engine's row-major shapes as cuBLAS's: whether they fit its ints. */
+static int fits(uint32_t m, uint32_t n, uint32_t k, uint64_t ldw, uint64_t ldx, uint64_t ldy)
+{
+    return m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && ldw <= INT_MAX && ldx <= INT_MAX &&
+           ldy <= INT_MAX;
+}
+
 mvm_status mvm_blas_gemm(mvm_blas *b, uint32_t m, uint32_t n, uint32_t k, mvm_dptr w,
                          uint64_t ldw, mvm_dptr x, uint64_t ldx, mvm_dptr y, uint64_t ldy,
                          float beta)
 {
-    if (m > INT_MAX || n > INT_MAX || k > INT_MAX || ldw > INT_MAX || ldx > INT_MAX ||
-        ldy > INT_MAX)
+    if (!fits(m, n, k, ldw, ldx, ldy))
         return mvm_fail(MVM_ERR_RANGE, "cublasGemmEx: a %u x %u x %u product is too large",
                         m, n, k);
     /* cuBLAS is column-major: y's rows are the columns of an m x n matrix C, w's those of a
@@ -106,4 +117,21 @@ mvm_status mvm_blas_gemm(mvm_blas *b, uint32_t m, uint32_t n, uint32_t k, mvm_dp
                                   (void *)(uintptr_t)y, CUDA_R_32F, (int)ldy,
                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     return s == CUBLAS_STATUS_SUCCESS ? MVM_OK : blas_fail(s, "cublasGemmEx");
+}
+
+mvm_status mvm_blas_gemm_batched(mvm_blas *b, uint32_t m, uint32_t n, uint32_t k, mvm_dptr w,
+                                 uint64_t ldw, mvm_dptr x, uint64_t ldx, mvm_dptr y,
+                                 uint64_t ldy, uint32_t count)
+{
+    if (!fits(m, n, k, ldw, ldx, ldy) || count > INT_MAX)
+        return mvm_fail(MVM_ERR_RANGE, "cublasGemmBatchedEx: %u products of %u x %u x %u are "
+                        "too large", count, m, n, k);
+    const float alpha = 1.0f, beta = 0.0f; /* as mvm_blas_gemm, each product on its own */
+    cublasStatus_t s = b->gemm_batched_ex(
+        b->handle, CUBLAS_OP_T, CUBLAS_OP_N, (int)m, (int)n, (int)k, &alpha,
+        (const void *const *)(uintptr_t)w, CUDA_R_16F, (int)ldw,
+        (const void *const *)(uintptr_t)x, CUDA_R_16F, (int)ldx, &beta,
+        (void *const *)(uintptr_t)y, CUDA_R_32F, (int)ldy, (int)count, CUBLAS_COMPUTE_32F,
+        CUBLAS_GEMM_DEFAULT);
+    return s == CUBLAS_STATUS_SUCCESS ? MVM_OK : blas_fail(s, "cublasGemmBatchedEx");
 }

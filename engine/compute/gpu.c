@@ -56,6 +56,7 @@ static const struct {
     [MVM_GK_DEQUANT] = {MOD_GEMM, "mvm_g_dequant", 1},
     [MVM_GK_TO_HALF] = {MOD_GEMM, "mvm_g_to_half", 0},
     [MVM_GK_GLU_HALF] = {MOD_GEMM, "mvm_g_glu_half", 0},
+    [MVM_GK_ROWS_OUT] = {MOD_GEMM, "mvm_g_rows_out", 0},
 };
 
 /* What the profile (gpu_profile.h) times beside the kernels: the copies, by direction, and
@@ -313,13 +314,14 @@ mvm_status mvm_gpu_gemm_open(mvm_gpu *g, const char *lib, mvm_dptr workspace, si
 
 mvm_status mvm_gpu_gemm(mvm_gpu *g, uint32_t m, uint32_t n, uint32_t k, mvm_dptr w,
                         uint64_t ldw, mvm_dptr x, uint64_t ldx, mvm_dptr y, uint64_t ldy,
-                        float beta)
+                        float beta, uint32_t count)
 {
     if (!g->blas)
-        return mvm_fail(MVM_ERR_INVALID, "cublasGemmEx before cuBLAS was opened");
+        return mvm_fail(MVM_ERR_INVALID, "a cuBLAS product before cuBLAS was opened");
     mvm_status st = prof_begin(g, PROF_GEMM);
     if (st == MVM_OK)
-        st = mvm_blas_gemm(g->blas, m, n, k, w, ldw, x, ldx, y, ldy, beta);
+        st = count ? mvm_blas_gemm_batched(g->blas, m, n, k, w, ldw, x, ldx, y, ldy, count)
+                   : mvm_blas_gemm(g->blas, m, n, k, w, ldw, x, ldx, y, ldy, beta);
     return prof_end(g, st);
 }
 

@@ -58,10 +58,11 @@ const mvm_option_desc mvm_opt_gemm_rows = {
     "kernels (decode)"};
 
 const mvm_option_desc mvm_opt_gemm_scratch = {
-    "MOEVM_GEMM_SCRATCH", MVM_OPT_SIZE, "32M", NULL,
+    "MOEVM_GEMM_SCRATCH", MVM_OPT_SIZE, "128M", NULL,
     "engine on a GPU: device memory for the F16 weights of MOEVM_GEMM_ROWS's "
-    "products; a larger matrix or expert goes in chunks of rows or channel "
-    "groups (at least one row or group, whatever this says)"};
+    "products; a MoE step's experts go in batches of as many as it holds, a "
+    "larger matrix or expert in chunks of rows or channel groups (at least "
+    "one row or group, whatever this says)"};
 
 const mvm_option_desc mvm_opt_cublas_library = {
     "MOEVM_CUBLAS_LIBRARY", MVM_OPT_STRING, "auto", NULL,

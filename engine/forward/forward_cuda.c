@@ -113,15 +113,16 @@ static mvm_g_expert_args expert_args(const struct cuda_fwd *f, uint32_t il)
 static mvm_status expert_launch(struct cuda_fwd *f, uint32_t il, uint32_t from, uint32_t to)
 {
     const mvm_moe *s = f->moe;
-    uint32_t n = 0; /* those the kernels take: the others' rows go to the tensor cores */
+    uint32_t n = 0, n_gemm = 0; /* those the kernels take, and the tensor cores */
     for (uint32_t i = from; i < to; i++) {
         int gemm;
         TRY(mvm_cuda_fwd_gemm_wants_expert(f, il, s->round[i], &gemm));
         if (gemm)
-            TRY(mvm_cuda_fwd_gemm_expert(f, il, s->round[i]));
+            f->gemm_list[n_gemm++] = s->round[i];
         else
             f->active_host[n++] = s->round[i];
     }
+    TRY(mvm_cuda_fwd_gemm_experts(f, il, f->gemm_list, n_gemm));
     if (!n)
         return MVM_OK; /* none landed yet, every expert of the step on the CPU, or all taken */
     mvm_g_expert_args a = expert_args(f, il);

@@ -15,16 +15,31 @@
  * the difference (tests/test_forward_gpu.c).
  *
  * The F16 weights live in one scratch buffer of at most MOEVM_GEMM_SCRATCH bytes, so a large
- * matrix goes in chunks of rows, and an expert in chunks of whole channel groups: each chunk
- * is dequantized, multiplied, and its buffer reused by the next in stream order. An expert's
- * chunk runs gate and up in one product (one dequantization of their rows, group by group),
- * the unit (mvm_g_glu_half, which folds in the routing weights), and down into the
- * expert's rows of f->out, each chunk after the first adding to them (beta = 1): the rows
- * land where the integer kernels put theirs, so the per-token sum and the speculative pass
- * are unchanged. The step's inputs are converted to F16 once, for all its experts (a16x):
- * a prompt batch of OLMoE-1B-7B ran about 4,000 launches, the device idle half the time
- * between them on an H200 (bench/gpu/ktrace.sh, 2026-11-26), and these were two of an
- * expert's seven.
+ * matrix goes in chunks of rows, each dequantized, multiplied, and its buffer reused by the
+ * next in stream order. The step's inputs are converted to F16 once, for all its experts
+ * (a16x).
+ *
+ * A MoE step's experts go in batches of as many whole experts as the scratch holds
+ * (gemm_per), so that launches are counted by the batch, not by the expert: a prompt batch
+ * of OLMoE-1B-7B ran about 4,000 launches, five or seven an expert, and the device was idle
+ * half the time between them on an H200 (bench/gpu/ktrace.sh, 2026-11-26). A batch is six:
+ * its gate and up rows dequantized for all its experts (one launch, the experts found
+ * through a list of ids: mvm_g_experts_list), their down parts likewise, gate and up
+ * multiplied for all of them by one cublasGemmBatchedEx, the unit (mvm_g_glu_half, which
+ * folds in the routing weights) into F16, down by a second, and the rows put back into
+ * f->out (mvm_g_rows_out, with gpt-oss's down bias) where the integer kernels put theirs,
+ * so the per-token sum and the speculative pass are unchanged. A batched product has one
+ * shape, so each expert is given as many rows as the batch's largest: the round's experts
+ * are sorted by their rows, the most first, so that a batch's pad little, and its padding
+ * rows (read past an expert's own, into the next's or a16x's spare n_batch rows at the end)
+ * are computed and never read. cublasGemmBatchedEx, not the grouped product that would
+ * take each expert's own row count (cublasGemmGroupedBatchedEx, cuBLAS 12.5): that one
+ * writes its output in its inputs' type, F16 here, which loses the F32 sums and overflows
+ * past 65504; this one writes F32, as cublasGemmEx does.
+ *
+ * An expert larger than the scratch goes alone, in chunks of whole channel groups: gate and
+ * up in one product (one dequantization of their rows, group by group), the unit, and down
+ * into the expert's rows of f->out, each chunk after the first adding to them (beta = 1).
  */
 #include <stdint.h>
 
@@ -46,6 +61,13 @@ static uint32_t expert_chunk(const struct cuda_fwd *f, uint32_t G, uint64_t cap)
     return (uint32_t)(ch < hp->n_ff_exp ? ch : (hp->n_ff_exp + G - 1) / G * G);
 }
 
+/* Whether experts of this format can take the tensor cores: F32 ones keep their precision
+ * on the kernels, as F32 matrices do. */
+static int expert_gemm_ok(mvm_k_expert_fmt fmt)
+{
+    return !fmt.tiles && fmt.gate_up != MVM_W_F32 && fmt.down != MVM_W_F32;
+}
+
 mvm_status mvm_cuda_fwd_gemm_alloc(struct cuda_fwd *f)
 {
     const mvm_hparams *hp = &f->m->hp;
@@ -56,9 +78,12 @@ mvm_status mvm_cuda_fwd_gemm_alloc(struct cuda_fwd *f)
     if (!f->gemm_rows)
         return MVM_OK; /* no batch reaches it: no scratch */
     uint32_t G = MVM_QBLOCK;
-    for (uint32_t il = 0; il < hp->n_layer && hp->n_expert; il++)
+    int batches = 0; /* some layer's experts take the tensor cores */
+    for (uint32_t il = 0; il < hp->n_layer && hp->n_expert; il++) {
         if (mvm_k_is_k(f->m->layers[il].expert_fmt.down))
             G = MVM_QK_K;
+        batches |= expert_gemm_ok(f->m->layers[il].expert_fmt);
+    }
     f->gemm_ch = hp->n_expert ? expert_chunk(f, G, (uint64_t)cap.i) : 0;
     /* as much as the largest matrix or expert chunk needs, up to MOEVM_GEMM_SCRATCH, but
      * always one expert chunk and one row of the widest matrix */
@@ -67,13 +92,27 @@ mvm_status mvm_cuda_fwd_gemm_alloc(struct cuda_fwd *f)
     uint64_t w16 = f->max_f16_bytes > chunk ? f->max_f16_bytes : chunk;
     w16 = w16 < (uint64_t)cap.i ? w16 : (uint64_t)cap.i;
     w16 = w16 > chunk ? w16 : chunk;
+    const uint64_t B = f->n_batch, BK = B * hp->n_expert_used, D = hp->n_embd;
+    const uint64_t F = hp->n_ff_exp, expert_f16 = 3 * F * D * sizeof(uint16_t);
+    /* whole experts: batches of as many as the scratch holds, up to a layer's */
+    if (f->gemm_ch >= F && batches) {
+        const uint64_t all = expert_f16 * hp->n_expert;
+        const uint64_t want = all < (uint64_t)cap.i ? all : (uint64_t)cap.i;
+        w16 = w16 > want ? w16 : want;
+        f->gemm_per = (uint32_t)(w16 / expert_f16);
+    }
     f->gemm_w16_bytes = w16 > row ? w16 : row;
-    const uint64_t B = f->n_batch;
     TRY(mvm_cuda_fwd_alloc(f, f->gemm_w16_bytes, &f->w16));
     TRY(mvm_cuda_fwd_alloc(f, B * f->max_cols * sizeof(uint16_t), &f->a16));
-    if (f->gemm_ch) {
-        TRY(mvm_cuda_fwd_alloc(f, B * hp->n_expert_used * hp->n_embd * sizeof(uint16_t),
-                               &f->a16x));
+    if (f->gemm_per) {
+        /* a batch's products read each expert's inputs for as many rows as its largest
+         * expert has (n_batch at most), past the step's last row */
+        TRY(mvm_cuda_fwd_alloc(f, (BK + B) * D * sizeof(uint16_t), &f->a16x));
+        TRY(mvm_cuda_fwd_alloc(f, BK * (2 * F > D ? 2 * F : D) * sizeof(float), &f->bgo));
+        TRY(mvm_cuda_fwd_alloc(f, BK * F * sizeof(uint16_t), &f->bgh));
+        TRY(mvm_cuda_fwd_alloc(f, 7 * hp->n_expert * sizeof(uint64_t), &f->bptr));
+    } else if (f->gemm_ch) {
+        TRY(mvm_cuda_fwd_alloc(f, BK * D * sizeof(uint16_t), &f->a16x));
         TRY(mvm_cuda_fwd_alloc(f, B * 2 * f->gemm_ch * sizeof(float), &f->gu));
         TRY(mvm_cuda_fwd_alloc(f, B * f->gemm_ch * sizeof(uint16_t), &f->h16));
     }
@@ -137,7 +176,7 @@ mvm_status mvm_cuda_fwd_gemm_product(struct cuda_fwd *f, const struct dev_weight
                                     .dst_stride = cols, .n_in = cols, .n_rows = nr, .per = nr};
             TRY(mvm_gpu_dequant(f->g, w->type, &d));
             TRY(mvm_gpu_gemm(f->g, nr, n, cols, f->w16, cols, f->a16, cols,
-                             y + (h * y_pitch + r0) * sizeof(float), H * y_pitch, 0.0f));
+                             y + (h * y_pitch + r0) * sizeof(float), H * y_pitch, 0.0f, 0));
         }
     }
     return MVM_OK;
@@ -161,7 +200,7 @@ static mvm_status expert_chunk_rows(struct cuda_fwd *f, uint32_t il, mvm_dptr ex
                             .dst_rows = 2 * G};
     TRY(mvm_gpu_dequant(f->g, fmt.gate_up, &d));
     TRY(mvm_gpu_gemm(f->g, 2 * nc, nr, D, f->w16, D, f->a16x + (uint64_t)r0 * D * 2, D, f->gu,
-                     2 * nc, 0.0f));
+                     2 * nc, 0.0f, 0));
     mvm_g_glu_half_args u = {.gu = f->gu, .h = f->h16, .w = f->row_w + (uint64_t)r0 * 4,
                              .expert = expert, .gu_stride = 2 * nc, .h_stride = nc,
                              .group_bytes = gb, .n_ch = nc, .n_rows = nr, .c0 = c0, .G = G,
@@ -174,21 +213,28 @@ static mvm_status expert_chunk_rows(struct cuda_fwd *f, uint32_t il, mvm_dptr ex
                              .dst_cols = G};
     TRY(mvm_gpu_dequant(f->g, fmt.down, &d));
     return mvm_gpu_gemm(f->g, D, nr, nc, w_down, nc, f->h16, nc,
-                        f->out + (uint64_t)r0 * D * sizeof(float), D, c0 ? 1.0f : 0.0f);
+                        f->out + (uint64_t)r0 * D * sizeof(float), D, c0 ? 1.0f : 0.0f, 0);
 }
 
-mvm_status mvm_cuda_fwd_gemm_expert(struct cuda_fwd *f, uint32_t il, uint32_t e)
+/* Every row of the step as F16 in a16x, in the step's row order, at its first expert here:
+ * one launch a step, where there was one an expert. */
+static mvm_status step_inputs(struct cuda_fwd *f)
+{
+    const mvm_hparams *hp = &f->m->hp;
+    if (f->a16x_ready)
+        return MVM_OK;
+    f->a16x_ready = 1;
+    return to_half(f, f->xn, f->row_tok, hp->n_embd, hp->n_embd,
+                   f->step_tok * hp->n_expert_used, f->a16x);
+}
+
+/* Expert e's rows, an expert larger than the scratch: in chunks of channels. */
+static mvm_status expert_in_chunks(struct cuda_fwd *f, uint32_t il, uint32_t e)
 {
     const mvm_hparams *hp = &f->m->hp;
     const mvm_moe *s = f->moe;
     const uint32_t r0 = s->off[e], nr = s->cnt[e], D = hp->n_embd;
     const mvm_dptr expert = f->layers[il].experts + (uint64_t)e * f->expert_stride;
-    /* every row of the step as F16 in a16x, in the step's row order, at its first expert
-     * here: one launch a step, where there was one an expert */
-    if (!f->a16x_ready) {
-        TRY(to_half(f, f->xn, f->row_tok, D, D, f->step_tok * hp->n_expert_used, f->a16x));
-        f->a16x_ready = 1;
-    }
     for (uint32_t c0 = 0; c0 < hp->n_ff_exp; c0 += f->gemm_ch) {
         const uint32_t nc = hp->n_ff_exp - c0 < f->gemm_ch ? hp->n_ff_exp - c0 : f->gemm_ch;
         TRY(expert_chunk_rows(f, il, expert, r0, nr, c0, nc));
@@ -203,11 +249,104 @@ mvm_status mvm_cuda_fwd_gemm_expert(struct cuda_fwd *f, uint32_t il, uint32_t e)
     return mvm_gpu_add(f->g, 0, &b);
 }
 
+/* A batch of k whole experts es[0 .. k) of layer il, each given n rows in the batch's
+ * buffers (its own first cnt of them): pointer arrays and ids up in one copy, then two
+ * dequantizations, two batched products, the unit and the rows put back, six launches
+ * for the k experts. */
+static mvm_status expert_batch(struct cuda_fwd *f, uint32_t il, const uint32_t *es, uint32_t k,
+                               uint32_t n)
+{
+    const mvm_hparams *hp = &f->m->hp;
+    const mvm_k_expert_fmt fmt = f->m->layers[il].expert_fmt;
+    const uint64_t D = hp->n_embd, F = hp->n_ff_exp, h = sizeof(uint16_t), fl = sizeof(float);
+    const uint32_t G = (uint32_t)mvm_k_expert_group_channels(fmt);
+    const uint64_t gb = mvm_k_expert_group_bytes(fmt, (uint32_t)D);
+    const uint64_t rb = mvm_k_row_bytes(fmt.gate_up, (uint32_t)D);
+    const mvm_dptr base = f->layers[il].experts, w_down = f->w16 + k * 2 * F * D * h;
+    uint64_t *p = f->bptr_host; /* [6][k] pointers, then k ids */
+    for (uint32_t i = 0; i < k; i++) {
+        const uint64_t off = f->moe->off[es[i]];
+        p[i] = f->w16 + i * 2 * F * D * h;
+        p[k + i] = f->a16x + off * D * h;
+        p[2 * k + i] = f->bgo + i * n * 2 * F * fl;
+        p[3 * k + i] = w_down + i * D * F * h;
+        p[4 * k + i] = f->bgh + i * n * F * h;
+        p[5 * k + i] = f->bgo + i * n * D * fl;
+        ((uint32_t *)(p + 6 * k))[i] = es[i];
+    }
+    const uint64_t P = sizeof *p;
+    const mvm_dptr ptr = f->bptr;
+    TRY(mvm_gpu_upload(f->g, ptr, p, 6 * k * P + k * sizeof *es));
+    const mvm_g_experts_list list = {.experts = ptr + 6 * k * P, .off = f->off, .cnt = f->cnt,
+                                     .w_stride = f->expert_stride, .n_exp = k};
+    mvm_g_dequant_args d = {.w = base, .dst = f->w16, .row_bytes = rb, .group_bytes = gb,
+                            .dst_stride = D, .n_in = (uint32_t)D, .n_rows = (uint32_t)(2 * F),
+                            .per = 2 * G, .dst_rows = 2 * G, .dst_expert = 2 * F * D,
+                            .list = list};
+    TRY(mvm_gpu_dequant(f->g, fmt.gate_up, &d));
+    d = (mvm_g_dequant_args){.w = base + 2 * G * rb, .dst = w_down,
+                             .row_bytes = mvm_k_row_bytes(fmt.down, G), .group_bytes = gb,
+                             .dst_stride = F, .n_in = G, .n_rows = (uint32_t)(D * (F / G)),
+                             .per = (uint32_t)D, .dst_cols = G, .dst_expert = D * F,
+                             .list = list};
+    TRY(mvm_gpu_dequant(f->g, fmt.down, &d));
+    TRY(mvm_gpu_gemm(f->g, 2 * F, n, D, ptr, D, ptr + k * P, D, ptr + 2 * k * P, 2 * F, 0, k));
+    mvm_g_glu_half_args u = {.gu = f->bgo, .h = f->bgh, .w = f->row_w, .expert = base,
+                             .gu_stride = 2 * F, .h_stride = F, .group_bytes = gb,
+                             .n_ch = (uint32_t)F, .n_rows = n, .G = G, .glu = fmt.glu,
+                             .list = list};
+    TRY(mvm_gpu_glu_half(f->g, 0, &u));
+    TRY(mvm_gpu_gemm(f->g, D, n, F, ptr + 3 * k * P, F, ptr + 4 * k * P, F, ptr + 5 * k * P, D,
+                     0, k));
+    mvm_g_rows_out_args o = {.src = f->bgo, .out = f->out, .w = f->row_w,
+                             .bias = f->layers[il].down_bias, .n = (uint32_t)D, .n_rows = n,
+                             .list = list};
+    return mvm_gpu_rows_out(f->g, 0, &o);
+}
+
+/* es sorted by their rows in step s, the most first, ties by id (a round's few experts, an
+ * insertion sort), so that a batch's experts pad little to its largest. */
+static void sort_by_rows(const mvm_moe *s, uint32_t *es, uint32_t n)
+{
+    for (uint32_t i = 1; i < n; i++) {
+        const uint32_t e = es[i];
+        uint32_t j = i;
+        for (; j && (s->cnt[es[j - 1]] < s->cnt[e] ||
+                     (s->cnt[es[j - 1]] == s->cnt[e] && es[j - 1] > e));
+             j--)
+            es[j] = es[j - 1];
+        es[j] = e;
+    }
+}
+
+mvm_status mvm_cuda_fwd_gemm_experts(struct cuda_fwd *f, uint32_t il, uint32_t *es, uint32_t n)
+{
+    if (!n)
+        return MVM_OK;
+    TRY(step_inputs(f));
+    if (!f->gemm_per) {
+        for (uint32_t i = 0; i < n; i++)
+            TRY(expert_in_chunks(f, il, es[i]));
+        return MVM_OK;
+    }
+    sort_by_rows(f->moe, es, n);
+    /* a batch: up to gemm_per experts whose rows, each padded to its first's, fit the
+     * step's n_batch * K rows of the batch's buffers */
+    const uint64_t cap = (uint64_t)f->n_batch * f->m->hp.n_expert_used;
+    for (uint32_t i = 0, k; i < n; i += k) {
+        const uint32_t rows = f->moe->cnt[es[i]];
+        for (k = 1; i + k < n && k < f->gemm_per && (uint64_t)(k + 1) * rows <= cap; k++)
+            ;
+        TRY(expert_batch(f, il, es + i, k, rows));
+    }
+    return MVM_OK;
+}
+
 mvm_status mvm_cuda_fwd_gemm_wants_expert(struct cuda_fwd *f, uint32_t il, uint32_t e, int *use)
 {
     const mvm_k_expert_fmt fmt = f->m->layers[il].expert_fmt;
     *use = 0;
-    if (!f->gemm_ch || fmt.tiles || fmt.gate_up == MVM_W_F32 || fmt.down == MVM_W_F32)
+    if (!f->gemm_ch || !expert_gemm_ok(fmt))
         return MVM_OK;
     return use_gemm(f, f->moe->cnt[e], use);
 }

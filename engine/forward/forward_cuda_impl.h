@@ -114,6 +114,8 @@ struct cuda_fwd {
     uint32_t gemm_rows;         /* forward_cuda_gemm.c: the fewest rows a product takes to
                                    the tensor cores; 0: none does */
     uint32_t gemm_ch;           /* an expert's channels per chunk there (0: no experts) */
+    uint32_t gemm_per;          /* whole experts the scratch holds, batched products for
+                                   them (0: an expert goes in chunks of gemm_ch channels) */
     uint32_t max_cols;          /* the widest matrix's row, in elements */
     uint64_t max_f16_bytes;     /* the largest matrix's bytes as F16 */
     uint64_t gemm_w16_bytes, gemm_ws_bytes; /* w16's, gemm_ws's */
@@ -123,6 +125,11 @@ struct cuda_fwd {
     mvm_dptr w16, a16, gu, h16, gemm_ws; /* F16 weights, F16 inputs [n_batch][max_cols], an
                                    expert chunk's gate/up floats [n_batch][2 gemm_ch] and
                                    unit [n_batch][gemm_ch] (F16), cuBLAS's workspace */
+    mvm_dptr bgo, bgh, bptr;    /* a batch of experts' (gemm_per): gate/up then down floats
+                                   [n_batch * K][max(2 n_ff_exp, n_embd)], unit F16
+                                   [n_batch * K][n_ff_exp], its pointer arrays and ids */
+    uint32_t *gemm_list;        /* [n_expert]: a round's experts for the tensor cores */
+    uint64_t *bptr_host;        /* [7 n_expert]: bptr's contents, sent up from here */
     uint32_t *active_host;      /* [n_expert]: a round's experts that the kernels take */
     /* Steps routed on the device (forward_cuda_route.c): */
     int route_here;             /* this batch's MoE steps route on the device */
@@ -176,8 +183,9 @@ mvm_status mvm_cuda_fwd_gemm_wants_expert(struct cuda_fwd *f, uint32_t il, uint3
 mvm_status mvm_cuda_fwd_gemm_product(struct cuda_fwd *f, const struct dev_weight *w, uint32_t H,
                                      mvm_dptr in, uint64_t in_pitch, uint32_t n, mvm_dptr y,
                                      uint64_t y_pitch);
-/* Expert e's rows of the current step of layer il into their slots of f->out. */
-mvm_status mvm_cuda_fwd_gemm_expert(struct cuda_fwd *f, uint32_t il, uint32_t e);
+/* The rows of experts es[0 .. n) (each wanting the tensor cores) of the current step of
+ * layer il into their slots of f->out; reorders es. */
+mvm_status mvm_cuda_fwd_gemm_experts(struct cuda_fwd *f, uint32_t il, uint32_t *es, uint32_t n);
 
 /* ---- forward_cuda_route.c -------------------------------------------------------------- */
 

@@ -9,7 +9,7 @@
  * parts (n_batch + 256 / units) x n_head x (head_dim + 3) floats, whatever the context
  * (kernels/cuda/kernels.h); MLA's absorbed queries and their outputs 2 x n_batch x n_head x
  * (kv_lora + rope) floats; where a batch can reach MOEVM_GEMM_ROWS, the tensor-core path's
- * F16 weights (up to MOEVM_GEMM_SCRATCH), inputs and expert chunks, and cuBLAS's workspace
+ * F16 weights (up to MOEVM_GEMM_SCRATCH), inputs and expert batches, and cuBLAS's workspace
  * (as large as the F16 weights' up to 32 MiB; forward_cuda_gemm.c).
  */
 #include <stdint.h>
@@ -218,6 +218,8 @@ void mvm_cuda_fwd_destroy(void *state)
     free(f->far);
     free(f->runs);
     free(f->active_host);
+    free(f->gemm_list);
+    free(f->bptr_host);
     free(f);
 }
 
@@ -240,9 +242,12 @@ mvm_status mvm_cuda_fwd_create(mvm_ctx *ctx, void **state)
     f->row_far = malloc(BK);
     f->far = malloc((size_t)f->n_batch * hp->n_embd * sizeof *f->far);
     f->runs = malloc(f->n_batch * sizeof *f->runs);
-    f->active_host = malloc((hp->n_expert ? hp->n_expert : 1) * sizeof *f->active_host);
+    const size_t E = hp->n_expert ? hp->n_expert : 1;
+    f->active_host = malloc(E * sizeof *f->active_host);
+    f->gemm_list = malloc(E * sizeof *f->gemm_list);
+    f->bptr_host = malloc(7 * E * sizeof *f->bptr_host);
     if (!f->spec_host || !f->spec_rows_host || !f->rows_host || !f->row_far || !f->far ||
-        !f->runs || !f->active_host)
+        !f->runs || !f->active_host || !f->gemm_list || !f->bptr_host)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the device context");
     f->pool = ctx->pool;
     char why[256];

@@ -2,13 +2,39 @@
  * The element-wise kernels around the tensor-core products (kernels/cuda/kernels.h): a
  * batch's weights dequantized to F16 (a matrix's rows, or a channel-major expert's gate, up
  * and down parts laid out as plain matrices), its activations converted to F16 (an expert's
- * tokens gathered on the way), and an expert's unit between its gate/up and down products.
+ * tokens gathered on the way), an expert's unit between its gate/up and down products, and
+ * the rows of several experts' batched products put back among the step's.
  * cuBLAS multiplies the F16 matrices with F32 accumulation (engine/compute/blas.c); these
  * kernels only move and convert, so they are bound by memory, a thread per 32 elements or
  * per element.
  */
 #include "kernels/cuda/device.cuh"
 #include "kernels/dequant.h"
+
+/* Slot blockIdx.y of a list of experts (kernels.h): its expert, where its rows begin among
+ * the step's and how many it has; without a list, one expert of n_rows rows from row 0. */
+struct list_slot {
+    uint32_t e, row0, n;
+};
+
+static __device__ list_slot slot_of(const mvm_g_experts_list &l, uint32_t n_rows)
+{
+    if (!l.experts)
+        return {0, 0, n_rows};
+    const uint32_t e = ((const uint32_t *)l.experts)[blockIdx.y];
+    return {e, ((const uint32_t *)l.off)[e], ((const uint32_t *)l.cnt)[e]};
+}
+
+/* The thread's element (row r, column c) of its slot, the slot's rows of `cols` elements
+ * numbered along x: false past the slot's own rows. */
+static __device__ bool slot_cell(const mvm_g_experts_list &l, uint32_t n_rows, uint32_t cols,
+                                 list_slot &sl, uint32_t &r, uint32_t &c)
+{
+    const uint64_t t = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    r = (uint32_t)(t / cols), c = (uint32_t)(t % cols);
+    sl = slot_of(l, n_rows);
+    return r < sl.n;
+}
 
 template <enum mvm_wtype T> static __device__ void dequant(const mvm_g_dequant_args &a)
 {
@@ -18,9 +44,12 @@ template <enum mvm_wtype T> static __device__ void dequant(const mvm_g_dequant_a
         return;
     const uint32_t r = (uint32_t)(t / chunks), c = (uint32_t)(t % chunks);
     const uint32_t grp = r / a.per, in = r % a.per;
+    const list_slot sl = slot_of(a.list, 0);
+    const uint8_t *w = (const uint8_t *)a.w + sl.e * a.list.w_stride;
     float x[MVM_QBLOCK];
-    mvm_k_chunk_values(T, (const uint8_t *)a.w + grp * a.group_bytes + in * a.row_bytes, c, x);
-    uint16_t *d = (uint16_t *)a.dst + ((uint64_t)grp * a.dst_rows + in) * a.dst_stride +
+    mvm_k_chunk_values(T, w + grp * a.group_bytes + in * a.row_bytes, c, x);
+    uint16_t *d = (uint16_t *)a.dst + blockIdx.y * a.dst_expert +
+                  ((uint64_t)grp * a.dst_rows + in) * a.dst_stride +
                   (uint64_t)grp * a.dst_cols + (uint64_t)c * MVM_QBLOCK;
     /* four 16-byte stores, not 32 of two bytes: a chunk starts 16-byte aligned (kernels.h) */
 #ifndef __CUDA_ARCH__
@@ -58,21 +87,37 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_to_half(mvm_g_
 
 extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_glu_half(mvm_g_glu_half_args a)
 {
-    const uint32_t c = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;
-    if (c >= a.n_ch)
+    list_slot sl;
+    uint32_t r, c;
+    if (!slot_cell(a.list, a.n_rows, a.n_ch, sl, r, c))
         return;
+    const uint64_t row = (uint64_t)blockIdx.y * a.n_rows + r;
     /* group c / G's gate floats, then its up floats: the rows of the product, as one
      * dequantization laid them out (kernels.h) */
-    const float *gu = (const float *)a.gu + r * a.gu_stride + (uint64_t)(c / a.G) * 2 * a.G;
+    const float *gu = (const float *)a.gu + row * a.gu_stride + (uint64_t)(c / a.G) * 2 * a.G;
     float g = gu[c % a.G], u = gu[a.G + c % a.G], h;
     if (a.glu == MVM_GLU_OAI) {
         const uint32_t ch = a.c0 + c; /* the biases: the group's last 2 G floats */
-        const float *bias = (const float *)((const uint8_t *)a.expert +
-                                            (uint64_t)(ch / a.G + 1) * a.group_bytes) -
-                            2 * a.G;
+        const uint8_t *expert = (const uint8_t *)a.expert + sl.e * a.list.w_stride;
+        const float *bias =
+            (const float *)(expert + (uint64_t)(ch / a.G + 1) * a.group_bytes) - 2 * a.G;
         h = mvm_k_glu_oai(g + bias[ch % a.G], u + bias[a.G + ch % a.G]);
     } else {
         h = silu(g) * u;
     }
-    ((uint16_t *)a.h)[r * a.h_stride + c] = mvm_k_f2h(h * ((const float *)a.w)[r]);
+    ((uint16_t *)a.h)[row * a.h_stride + c] =
+        mvm_k_f2h(h * ((const float *)a.w)[sl.row0 + r]);
+}
+
+extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_rows_out(mvm_g_rows_out_args a)
+{
+    list_slot sl;
+    uint32_t r, j;
+    if (!slot_cell(a.list, a.n_rows, a.n, sl, r, j))
+        return;
+    const uint64_t dst = (uint64_t)sl.row0 + r;
+    float y = ((const float *)a.src)[((uint64_t)blockIdx.y * a.n_rows + r) * a.n + j];
+    if (a.bias) /* as mvm_g_add adds it after the per-expert product */
+        y += ((const float *)a.w)[dst] * ((const float *)a.bias)[(uint64_t)sl.e * a.n + j];
+    ((float *)a.out)[dst * a.n + j] = y;
 }

@@ -418,16 +418,33 @@ MVM_G_FN mvm_g_shape mvm_g_add_shape(const mvm_g_add_args *a)
  *   dst_cols make every chunk start 16-byte aligned (multiples of 8 halves). A thread per 32
  *   elements, the rows' chunks numbered in one run along x: a down's slots are rows of one
  *   chunk, and more of them than a grid's 65535 rows (OLMoE: 2048 x 32 = 65536), so a
- *   block of such rows would also leave 127 of its 128 threads idle. */
+ *   block of such rows would also leave 127 of its 128 threads idle.
+ *   Several experts at once (mvm_g_experts_list): slot s (< n_exp, along y) reads from w +
+ *   experts[s] * w_stride bytes and writes from dst + s * dst_expert halves. */
+typedef struct mvm_g_experts_list {
+    mvm_dptr experts;      /* uint32 expert ids, one a slot; 0: one expert (slot 0, no list) */
+    mvm_dptr off, cnt;     /* with a list: the step's rows of each expert (by expert id) */
+    uint64_t w_stride;     /*   bytes between experts' weights */
+    uint32_t n_exp;        /*   slots (0 counts as 1) */
+} mvm_g_experts_list;
+
 typedef struct mvm_g_dequant_args {
     mvm_dptr w, dst;
     uint64_t row_bytes, group_bytes, dst_stride;
     uint32_t n_in, n_rows, per, dst_rows, dst_cols;
+    uint64_t dst_expert;
+    mvm_g_experts_list list;
 } mvm_g_dequant_args;
+
+MVM_G_FN uint32_t mvm_g_list_slots(const mvm_g_experts_list *l)
+{
+    return l->n_exp ? l->n_exp : 1;
+}
 
 MVM_G_FN mvm_g_shape mvm_g_dequant_shape(const mvm_g_dequant_args *a)
 {
-    return mvm_g_rows_shape((uint64_t)(a->n_in / MVM_QBLOCK) * a->n_rows, 1);
+    return mvm_g_rows_shape((uint64_t)(a->n_in / MVM_QBLOCK) * a->n_rows,
+                            mvm_g_list_slots(&a->list));
 }
 
 /* mvm_g_to_half: n_rows rows of n floats to F16, row i read at x + src(i) * x_stride floats
@@ -450,16 +467,37 @@ MVM_G_FN mvm_g_shape mvm_g_to_half_shape(const mvm_g_to_half_args *a)
  *   in one launch, per = 2 G); h[r][c] = glu(gate, up) * w[r] (the routing weights,
  *   floats) as F16 at h + r * h_stride halves. With MVM_GLU_OAI gate and up are biased
  *   first, channel c's biases in its group's slots (kernels/blocks.h: a group of G
- *   channels, group_bytes, the biases at its end) of the expert at `expert`. */
+ *   channels, group_bytes, the biases at its end) of the expert at `expert`.
+ *   Several experts at once (list): slot s's rows are n_rows apart in gu and h (row s *
+ *   n_rows + r), its first cnt[e] of them computed, e = experts[s], with the routing
+ *   weights w[off[e] + r] and the biases of the expert at expert + e * list.w_stride. A
+ *   thread per (row, channel), numbered along x, a slot per y. */
 typedef struct mvm_g_glu_half_args {
     mvm_dptr gu, h, w, expert;
     uint64_t gu_stride, h_stride, group_bytes;
     uint32_t n_ch, n_rows, c0, G, glu;
+    mvm_g_experts_list list;
 } mvm_g_glu_half_args;
 
 MVM_G_FN mvm_g_shape mvm_g_glu_half_shape(const mvm_g_glu_half_args *a)
 {
-    return mvm_g_rows_shape(a->n_ch, a->n_rows);
+    return mvm_g_rows_shape((uint64_t)a->n_ch * a->n_rows, mvm_g_list_slots(&a->list));
+}
+
+/* mvm_g_rows_out: the grouped products' rows back into the step's (several experts at
+ *   once, list set): out[off[e] + r][j] = src[s * n_rows + r][j] (+ w[off[e] + r] *
+ *   bias[e][j] with bias, gpt-oss's down bias) for r < cnt[e], j < n, e = experts[s]; src's
+ *   rows n floats apart, out's too, bias's (by expert id) n floats apart. A thread per
+ *   (row, float) along x, a slot per y. */
+typedef struct mvm_g_rows_out_args {
+    mvm_dptr src, out, w, bias;
+    uint32_t n, n_rows;
+    mvm_g_experts_list list;
+} mvm_g_rows_out_args;
+
+MVM_G_FN mvm_g_shape mvm_g_rows_out_shape(const mvm_g_rows_out_args *a)
+{
+    return mvm_g_rows_shape((uint64_t)a->n * a->n_rows, mvm_g_list_slots(&a->list));
 }
 
 #endif

@@ -2,8 +2,9 @@
  * The cuBLAS calls of the engine's tensor-core path (engine/compute/blas.c), answered by the
  * fake driver's library on its host memory, so that a test points MOEVM_CUBLAS_LIBRARY at
  * the fake libcuda.so.1 and the engine's F16 products run here: cublasCreate_v2,
- * cublasDestroy_v2, cublasSetStream_v2, cublasSetWorkspace_v2 and cublasGemmEx with F16
- * inputs, an F32 output and F32 accumulation (column-major, either operand transposed, as
+ * cublasDestroy_v2, cublasSetStream_v2, cublasSetWorkspace_v2, and cublasGemmEx and
+ * cublasGemmBatchedEx (its pointer arrays in device memory) with F16 inputs, an F32 output
+ * and F32 accumulation (column-major, either operand transposed, as
  * cuBLAS defines them). Like the fake's kernels, a product runs when it is queued. Calls are
  * counted and fail on request as the driver's are (fakecuda.h: "cublasGemmEx:3"); an
  * injected failure is CUBLAS_STATUS_EXECUTION_FAILED. An operand outside memory the device
@@ -93,9 +94,10 @@ static int operand_ok(const void *p, int rows, int cols, int ld, size_t elem, un
     return p && fk_device_range((uintptr_t)p, n, need, NULL);
 }
 
-static cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
-                           int n, int k, const float *alpha, const uint16_t *A, int lda,
-                           const uint16_t *B, int ldb, const float *beta, float *C, int ldc)
+/* A product's arguments as cuBLAS checks them, then its operands' memory. */
+static cublasStatus_t gemm_check(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
+                                 int m, int n, int k, const void *alpha, const void *A, int lda,
+                                 const void *B, int ldb, const void *beta, const void *C, int ldc)
 {
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
     if ((ta != CUBLAS_OP_N && ta != CUBLAS_OP_T) || (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T) ||
@@ -107,6 +109,13 @@ static cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
         !operand_ok(B, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb, 2, rd) ||
         !operand_ok(C, m, n, ldc, 4, rw))
         return CUBLAS_STATUS_EXECUTION_FAILED;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+static void gemm_run(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                     const float *alpha, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                     const float *beta, float *C, int ldc)
+{
     for (int j = 0; j < n; j++)
         for (int i = 0; i < m; i++) {
             double s = 0;
@@ -120,7 +129,12 @@ static cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
             /* beta = 0 ignores C, NaN or not, as cuBLAS does */
             *c = (float)(*alpha * s + (*beta != 0 ? (double)*beta * *c : 0));
         }
-    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* The types the engine asks for: F16 operands, an F32 result, F32 accumulation. */
+static int types_ok(cudaDataType at, cudaDataType bt, cudaDataType ct, cublasComputeType_t comp)
+{
+    return at == CUDA_R_16F && bt == CUDA_R_16F && ct == CUDA_R_32F && comp == CUBLAS_COMPUTE_32F;
 }
 
 static cublasStatus_t gemm_ex(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
@@ -129,9 +143,12 @@ static cublasStatus_t gemm_ex(cublasHandle_t h, cublasOperation_t ta, cublasOper
                               const void *beta, void *C, cudaDataType ct, int ldc,
                               cublasComputeType_t comp)
 {
-    if (at != CUDA_R_16F || bt != CUDA_R_16F || ct != CUDA_R_32F || comp != CUBLAS_COMPUTE_32F)
-        return CUBLAS_STATUS_NOT_SUPPORTED; /* all the engine asks for */
-    return gemm(h, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (!types_ok(at, bt, ct, comp))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    cublasStatus_t st = gemm_check(h, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        gemm_run(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    return st;
 }
 
 cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
@@ -141,3 +158,43 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
                             cublasComputeType_t comp, cublasGemmAlgo_t algo)
     FK_BLAS(cublasGemmEx, ((void)algo, gemm_ex(h, ta, tb, m, n, k, alpha, A, at, lda, B, bt,
                                                ldb, beta, C, ct, ldc, comp)))
+
+/* Every product checked (its pointer arrays in device memory, then its operands) before
+ * any is computed, so that a refused call writes nothing. */
+static cublasStatus_t gemm_batched_ex(cublasHandle_t h, cublasOperation_t ta,
+                                      cublasOperation_t tb, int m, int n, int k,
+                                      const void *alpha, const void *const A[], cudaDataType at,
+                                      int lda, const void *const B[], cudaDataType bt, int ldb,
+                                      const void *beta, void *const C[], cudaDataType ct,
+                                      int ldc, int count, cublasComputeType_t comp)
+{
+    if (!types_ok(at, bt, ct, comp))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (count < 0)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    const size_t bytes = (size_t)count * sizeof(void *);
+    const unsigned rd = CU_MEM_ACCESS_FLAGS_PROT_READ;
+    if (count && (!fk_device_range((uintptr_t)A, bytes, rd, NULL) ||
+                  !fk_device_range((uintptr_t)B, bytes, rd, NULL) ||
+                  !fk_device_range((uintptr_t)C, bytes, rd, NULL)))
+        return CUBLAS_STATUS_EXECUTION_FAILED;
+    for (int i = 0; i < count; i++) {
+        cublasStatus_t st =
+            gemm_check(h, ta, tb, m, n, k, alpha, A[i], lda, B[i], ldb, beta, C[i], ldc);
+        if (st != CUBLAS_STATUS_SUCCESS)
+            return st;
+    }
+    for (int i = 0; i < count; i++)
+        gemm_run(ta, tb, m, n, k, alpha, A[i], lda, B[i], ldb, beta, C[i], ldc);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGemmBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
+                                   int m, int n, int k, const void *alpha,
+                                   const void *const A[], cudaDataType at, int lda,
+                                   const void *const B[], cudaDataType bt, int ldb,
+                                   const void *beta, void *const C[], cudaDataType ct, int ldc,
+                                   int count, cublasComputeType_t comp, cublasGemmAlgo_t algo)
+    FK_BLAS(cublasGemmBatchedEx,
+            ((void)algo, gemm_batched_ex(h, ta, tb, m, n, k, alpha, A, at, lda, B, bt, ldb, beta,
+                                         C, ct, ldc, count, comp)))

@@ -50,7 +50,8 @@
     X(cuLibraryLoadData) X(cuLibraryUnload) X(cuLibraryGetKernel) X(cuKernelGetParamInfo)     \
     X(cuFuncSetBlockShape) X(cuParamSetSize) X(cuParamSetv) X(cuLaunchGridAsync)               \
     X(cuLaunchCooperativeKernelMultiDevice)                                                    \
-    X(cublasCreate) X(cublasDestroy) X(cublasSetStream) X(cublasSetWorkspace) X(cublasGemmEx)
+    X(cublasCreate) X(cublasDestroy) X(cublasSetStream) X(cublasSetWorkspace) X(cublasGemmEx)      \
+    X(cublasGemmBatchedEx)
 
 /* `##` keeps cuda.h's renaming macros (cuMemAlloc -> cuMemAlloc_v2) from expanding. */
 #define FK_ENUM(name) FN_##name,
