@@ -591,31 +591,44 @@ static mvm_status eval_batch(struct cuda_fwd *f, const mvm_fwd_batch *b, float *
     const uint32_t first = b->n_out ? b->out[0] : n, nl = n - first;
     if (f->route_here) /* a replayed trace's choice, known before the routers run */
         TRY(mvm_cuda_fwd_route_given(f, b));
+    const double t0 = mvm_now_s();
     TRY(queue_blocks(f, b, first, nl));
     if (f->route_here) /* the steps' stage, for the policies (forward_cuda_route.c) */
         TRY(mvm_gpu_download_async(f->g, f->stage_host, f->stage,
                                    (size_t)hp->n_layer * f->stage_floats * sizeof(float)));
-    if (!b->n_out)
-        return MVM_OK;
-    *idle = 1; /* after the logits' download, unless it fails */
+    const double t1 = mvm_now_s();
+    mvm_status st = MVM_OK;
     const size_t row = (size_t)hp->n_vocab * sizeof(float);
-    if (b->n_out == nl)
-        return mvm_gpu_download(f->g, logits, f->logits, nl * row);
-    for (uint32_t o = 0; o < b->n_out; o++)
-        TRY(mvm_gpu_download(f->g, (char *)logits + o * row, f->logits + (b->out[o] - first) * row,
-                             row));
-    return MVM_OK;
+    if (b->n_out == nl && nl)
+        st = mvm_gpu_download(f->g, logits, f->logits, nl * row);
+    for (uint32_t o = 0; o < b->n_out && nl != b->n_out && st == MVM_OK; o++)
+        st = mvm_gpu_download(f->g, (char *)logits + o * row,
+                              f->logits + (b->out[o] - first) * row, row);
+    *idle = b->n_out && st == MVM_OK; /* after the logits' download */
+    if (f->route_here)
+        f->route_time.queue += t1 - t0, f->route_time.wait += mvm_now_s() - t1;
+    return st;
 }
 
 static mvm_status cuda_eval(mvm_ctx *ctx, const mvm_fwd_batch *b, float *logits)
 {
     struct cuda_fwd *f = ctx->state;
     int idle = 0;
+    const double start = mvm_now_s();
     TRY(mvm_cuda_fwd_route_choose(f, b));
     mvm_status st = eval_batch(f, b, logits, &idle);
-    if (f->route_here)
-        return mvm_cuda_fwd_route_replay(f, b, st, idle && st == MVM_OK);
-    return end_open_step(f, st, idle && st == MVM_OK);
+    if (!f->route_here) {
+        f->route_time.last_end = 0;
+        return end_open_step(f, st, idle && st == MVM_OK);
+    }
+    const double replay = mvm_now_s();
+    st = mvm_cuda_fwd_route_replay(f, b, st, idle && st == MVM_OK);
+    const double end = mvm_now_s();
+    f->route_time.policies += end - replay;
+    if (f->route_time.last_end)
+        f->route_time.between += start - f->route_time.last_end;
+    f->route_time.last_end = st == MVM_OK ? end : 0;
+    return st;
 }
 
 const struct mvm_fwd_backend mvm_fwd_cuda = {"cuda", mvm_cuda_fwd_create, mvm_cuda_fwd_destroy,

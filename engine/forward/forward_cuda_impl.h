@@ -141,6 +141,12 @@ struct cuda_fwd {
     float *stage_host;          /* ... down to this pinned copy at the batch's end */
     uint32_t stage_floats;
     uint64_t routed_tokens;     /* batches routed on the device, for the log at the end */
+    struct {                    /* and the host's time in them, seconds summed: queueing */
+        double queue, wait;     /*   the layers (graph or launches), waiting for the logits, */
+        double policies, between; /* the policies' replay, and from one such token's end to
+                                   the next one's start (the caller: sampling, output) */
+        double last_end;        /*   when the last one ended; 0: the batch before was not */
+    } route_time;
     mvm_dptr given;             /* [n_layer][2 K]: a replayed trace's choice for the token,
                                    K experts then K weights (mvm_moe_override) ... */
     int32_t *given_host;        /* ... sent up from here, pinned */

@@ -184,9 +184,16 @@ void mvm_cuda_fwd_route_release(struct cuda_fwd *f)
     uint64_t built, updated;
     if (f->g && f->routed_tokens) {
         mvm_gpu_graph_stats(f->g, &built, &updated);
+        /* what the device waits for between tokens: all but the wait is host time in
+         * which it has nothing queued (bench/gpu: ktrace's busy time against the tokens') */
+        const double us = 1e6 / (double)f->routed_tokens;
         mvm_log(MVM_LOG_INFO, "decode: %llu tokens routed on the device; CUDA graphs: %llu "
-                "built, %llu kernel nodes updated", (unsigned long long)f->routed_tokens,
-                (unsigned long long)built, (unsigned long long)updated);
+                "built, %llu kernel nodes updated; host time a token: %.0f us queueing, %.0f "
+                "us waiting for the logits, %.0f us replaying the policies, %.0f us between "
+                "tokens", (unsigned long long)f->routed_tokens, (unsigned long long)built,
+                (unsigned long long)updated, f->route_time.queue * us,
+                f->route_time.wait * us, f->route_time.policies * us,
+                f->route_time.between * us);
     }
     if (f->all_pinned)
         unpin_first(f, (uint64_t)f->m->hp.n_layer * f->m->hp.n_expert);
