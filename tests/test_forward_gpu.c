@@ -1193,6 +1193,22 @@ static void test_gemm(void)
         CHECK(e < 1e-4);
         free_run(whole), free_run(parts);
     }
+    /* a scratch for one whole expert: every batch of one expert, to the same logits as
+     * batches of several, each padded to its largest (the fake's products are exact) */
+    {
+        const mvm_model_spec *sp = &mvm_preset_find("tiny", "olmoe")->spec;
+        const char *path = model_path("olmoe", MVM_W_Q8_0);
+        size_t n = N_PROMPT * sp->n_vocab;
+        char one[32];
+        snprintf(one, sizeof one, "%llu",
+                 3ull * sp->n_embd * mvm_spec_expert_ff(sp) * sizeof(uint16_t));
+        struct run *many = run_prompt(path, MVM_BACKEND_CUDA, 1, 4, 0);
+        setenv("MOEVM_GEMM_SCRATCH", one, 1);
+        struct run *single = run_prompt(path, MVM_BACKEND_CUDA, 1, 4, 0);
+        unsetenv("MOEVM_GEMM_SCRATCH");
+        CHECK(many && single && memcmp(many->logits, single->logits, n * sizeof(float)) == 0);
+        free_run(many), free_run(single);
+    }
     /* no cuBLAS: the kernels take every product, with a warning */
     const char *path = model_path("olmoe", MVM_W_Q8_0);
     size_t n = N_PROMPT * mvm_preset_find("tiny", "olmoe")->spec.n_vocab;

@@ -249,21 +249,34 @@ static mvm_status expert_in_chunks(struct cuda_fwd *f, uint32_t il, uint32_t e)
     return mvm_gpu_add(f->g, 0, &b);
 }
 
-/* A batch of k whole experts es[0 .. k) of layer il, each given n rows in the batch's
- * buffers (its own first cnt of them): pointer arrays and ids up in one copy, then two
- * dequantizations, two batched products, the unit and the rows put back, six launches
- * for the k experts. */
-static mvm_status expert_batch(struct cuda_fwd *f, uint32_t il, const uint32_t *es, uint32_t k,
-                               uint32_t n)
+/* The experts of the batch that begins at es (sorted by sort_by_rows; `left` from there):
+ * up to gemm_per, whose rows, each padded to the first's, fit the step's n_batch * K rows
+ * of the batch's buffers. */
+static uint32_t batch_size(const struct cuda_fwd *f, const uint32_t *es, uint32_t left)
 {
-    const mvm_hparams *hp = &f->m->hp;
-    const mvm_k_expert_fmt fmt = f->m->layers[il].expert_fmt;
-    const uint64_t D = hp->n_embd, F = hp->n_ff_exp, h = sizeof(uint16_t), fl = sizeof(float);
-    const uint32_t G = (uint32_t)mvm_k_expert_group_channels(fmt);
-    const uint64_t gb = mvm_k_expert_group_bytes(fmt, (uint32_t)D);
-    const uint64_t rb = mvm_k_row_bytes(fmt.gate_up, (uint32_t)D);
-    const mvm_dptr base = f->layers[il].experts, w_down = f->w16 + k * 2 * F * D * h;
-    uint64_t *p = f->bptr_host; /* [6][k] pointers, then k ids */
+    const uint64_t cap = (uint64_t)f->n_batch * f->m->hp.n_expert_used;
+    const uint32_t rows = f->moe->cnt[es[0]];
+    uint32_t k = 1;
+    while (k < left && k < f->gemm_per && (uint64_t)(k + 1) * rows <= cap)
+        k++;
+    return k;
+}
+
+/* 64-bit words of a batch of k experts' pointer arrays and ids (batch_pointers). */
+static uint64_t batch_words(uint32_t k)
+{
+    return 6ull * k + (k + 1) / 2;
+}
+
+/* A batch of k whole experts es[0 .. k), each given n rows in the batch's buffers (its own
+ * first cnt of them): its pointer arrays, as its products read them ([6][k]: gate/up's
+ * weights, inputs, outputs, then down's), then its k ids, into p (batch_words). */
+static void batch_pointers(const struct cuda_fwd *f, const uint32_t *es, uint32_t k,
+                           uint32_t n, uint64_t *p)
+{
+    const uint64_t D = f->m->hp.n_embd, F = f->m->hp.n_ff_exp;
+    const uint64_t h = sizeof(uint16_t), fl = sizeof(float);
+    const mvm_dptr w_down = f->w16 + k * 2 * F * D * h;
     for (uint32_t i = 0; i < k; i++) {
         const uint64_t off = f->moe->off[es[i]];
         p[i] = f->w16 + i * 2 * F * D * h;
@@ -274,9 +287,21 @@ static mvm_status expert_batch(struct cuda_fwd *f, uint32_t il, const uint32_t *
         p[5 * k + i] = f->bgo + i * n * D * fl;
         ((uint32_t *)(p + 6 * k))[i] = es[i];
     }
-    const uint64_t P = sizeof *p;
-    const mvm_dptr ptr = f->bptr;
-    TRY(mvm_gpu_upload(f->g, ptr, p, 6 * k * P + k * sizeof *es));
+}
+
+/* The batch of layer il whose pointer arrays and ids are at ptr on the device: two
+ * dequantizations, two batched products, the unit and the rows put back, six launches for
+ * its k experts. */
+static mvm_status expert_batch(struct cuda_fwd *f, uint32_t il, mvm_dptr ptr, uint32_t k,
+                               uint32_t n)
+{
+    const mvm_hparams *hp = &f->m->hp;
+    const mvm_k_expert_fmt fmt = f->m->layers[il].expert_fmt;
+    const uint64_t D = hp->n_embd, F = hp->n_ff_exp, P = sizeof(uint64_t);
+    const uint32_t G = (uint32_t)mvm_k_expert_group_channels(fmt);
+    const uint64_t gb = mvm_k_expert_group_bytes(fmt, (uint32_t)D);
+    const uint64_t rb = mvm_k_row_bytes(fmt.gate_up, (uint32_t)D);
+    const mvm_dptr base = f->layers[il].experts;
     const mvm_g_experts_list list = {.experts = ptr + 6 * k * P, .off = f->off, .cnt = f->cnt,
                                      .w_stride = f->expert_stride, .n_exp = k};
     mvm_g_dequant_args d = {.w = base, .dst = f->w16, .row_bytes = rb, .group_bytes = gb,
@@ -284,7 +309,8 @@ static mvm_status expert_batch(struct cuda_fwd *f, uint32_t il, const uint32_t *
                             .per = 2 * G, .dst_rows = 2 * G, .dst_expert = 2 * F * D,
                             .list = list};
     TRY(mvm_gpu_dequant(f->g, fmt.gate_up, &d));
-    d = (mvm_g_dequant_args){.w = base + 2 * G * rb, .dst = w_down,
+    d = (mvm_g_dequant_args){.w = base + 2 * G * rb,
+                             .dst = f->w16 + k * 2 * F * D * sizeof(uint16_t),
                              .row_bytes = mvm_k_row_bytes(fmt.down, G), .group_bytes = gb,
                              .dst_stride = F, .n_in = G, .n_rows = (uint32_t)(D * (F / G)),
                              .per = (uint32_t)D, .dst_cols = G, .dst_expert = D * F,
@@ -330,14 +356,17 @@ mvm_status mvm_cuda_fwd_gemm_experts(struct cuda_fwd *f, uint32_t il, uint32_t *
         return MVM_OK;
     }
     sort_by_rows(f->moe, es, n);
-    /* a batch: up to gemm_per experts whose rows, each padded to its first's, fit the
-     * step's n_batch * K rows of the batch's buffers */
-    const uint64_t cap = (uint64_t)f->n_batch * f->m->hp.n_expert_used;
-    for (uint32_t i = 0, k; i < n; i += k) {
-        const uint32_t rows = f->moe->cnt[es[i]];
-        for (k = 1; i + k < n && k < f->gemm_per && (uint64_t)(k + 1) * rows <= cap; k++)
-            ;
-        TRY(expert_batch(f, il, es + i, k, rows));
+    /* every batch's pointers go up in one copy, then the batches run */
+    uint64_t at = 0;
+    for (uint32_t i = 0, k; i < n; i += k, at += batch_words(k)) {
+        k = batch_size(f, es + i, n - i);
+        batch_pointers(f, es + i, k, f->moe->cnt[es[i]], f->bptr_host + at);
+    }
+    TRY(mvm_gpu_upload(f->g, f->bptr, f->bptr_host, at * sizeof(uint64_t)));
+    at = 0;
+    for (uint32_t i = 0, k; i < n; i += k, at += batch_words(k)) {
+        k = batch_size(f, es + i, n - i);
+        TRY(expert_batch(f, il, f->bptr + at * sizeof(uint64_t), k, f->moe->cnt[es[i]]));
     }
     return MVM_OK;
 }
