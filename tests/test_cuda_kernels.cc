@@ -1091,6 +1091,48 @@ static void test_experts_list_unit_rows(void)
     CHECK(memcmp(out.data(), expect.data(), out.size() * sizeof(float)) == 0);
 }
 
+/* The softmax between a prompt's attention products: each (head, query) row's visible keys
+ * (causal, with and without a window, from a first position lo) against kernels/cpu's
+ * mvm_k_softmax_sink on the same scaled scores, with and without sinks; the keys a query
+ * does not see get 0, and the row's padding is left alone. */
+static void test_attn_softmax(void)
+{
+    const uint32_t H = 3, nq = 5, n_k = 37, ld = 40, lo = 7, q0 = 38;
+    std::vector<float> s = randoms(H * nq * ld, 6.0f), sinks = randoms(H, 2.0f);
+    for (uint32_t window : {0u, 9u})
+        for (int sink = 0; sink < 2; sink++) {
+            std::vector<uint16_t> p(H * nq * ld, POISON_H);
+            mvm_g_attn_softmax_args a = {dp(s.data()), dp(p.data()),
+                                         sink ? dp(sinks.data()) : 0, ld, H, nq, n_k, lo, q0,
+                                         window, 0.3f};
+            launch(mvm_g_attn_softmax, a, mvm_g_attn_softmax_shape(&a));
+            bool ok = true;
+            for (uint32_t h = 0; h < H; h++)
+                for (uint32_t t = 0; t < nq; t++) {
+                    const uint32_t q = q0 + t, row = h * nq + t;
+                    const uint32_t first = window && q + 1 > window ? q + 1 - window : 0;
+                    const uint32_t j0 = first > lo ? first - lo : 0, j1 = q - lo + 1;
+                    std::vector<float> x(j1 - j0);
+                    for (uint32_t j = j0; j < j1; j++)
+                        x[j - j0] = s[row * ld + j] * 0.3f;
+                    mvm_k_softmax_sink(x.data(), x.size(), sink ? sinks[h] : -INFINITY);
+                    for (uint32_t j = 0; j < ld; j++) {
+                        const uint16_t got = p[row * ld + j];
+                        if (j >= n_k)
+                            ok = ok && got == POISON_H;
+                        else if (j < j0 || j >= j1)
+                            ok = ok && got == 0;
+                        else
+                            ok = ok && fabsf(mvm_k_h2f(got) - x[j - j0]) <=
+                                           1e-3f * x[j - j0] + 1e-7f;
+                    }
+                }
+            if (!ok)
+                fprintf(stderr, "attn_softmax: window %u, sinks %d differ\n", window, sink);
+            CHECK(ok);
+        }
+}
+
 int main(void)
 {
     RUN(test_quantize);
@@ -1110,5 +1152,6 @@ int main(void)
     RUN(test_glu_half);
     RUN(test_dequant_experts_list);
     RUN(test_experts_list_unit_rows);
+    RUN(test_attn_softmax);
     TEST_END();
 }

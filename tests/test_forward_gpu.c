@@ -1176,17 +1176,18 @@ static void test_gemm(void)
         free_run(cpu), free_run(gpu);
     }
     /* a scratch for one row or channel group: every matrix and expert in chunks, the
-     * chunks of an expert's down adding up in its rows; the same logits but for the order
-     * of the F32 sums */
+     * chunks of an expert's down adding up in its rows, and a batch's attention in chunks
+     * of queries (the second batch of 8: 6 queries, 4 a chunk over its 16 positions); the
+     * same logits but for the order of the F32 sums */
     static const char *const chunked[][2] = {{"olmoe", "q"}, {"gpt-oss", "f16"},
                                              {"deepseek2", "f16"}};
     for (size_t i = 0; i < sizeof chunked / sizeof *chunked; i++) {
         const char *path = model_path(chunked[i][0], chunked[i][1][0] == 'q' ? MVM_W_Q8_0
                                                                             : MVM_W_F16);
         size_t n = N_PROMPT * mvm_preset_find("tiny", chunked[i][0])->spec.n_vocab;
-        struct run *whole = run_prompt(path, MVM_BACKEND_CUDA, 1, 4, 0);
+        struct run *whole = run_prompt(path, MVM_BACKEND_CUDA, 1, 8, 0);
         setenv("MOEVM_GEMM_SCRATCH", "1", 1);
-        struct run *parts = run_prompt(path, MVM_BACKEND_CUDA, 1, 4, 0);
+        struct run *parts = run_prompt(path, MVM_BACKEND_CUDA, 1, 8, 0);
         unsetenv("MOEVM_GEMM_SCRATCH");
         double e = whole && parts ? check_rel_l2(parts->logits, whole->logits, n) : 1;
         fprintf(stderr, "  %s in chunks: relative error %.3g\n", chunked[i][0], e);

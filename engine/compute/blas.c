@@ -119,19 +119,17 @@ mvm_status mvm_blas_gemm(mvm_blas *b, uint32_t m, uint32_t n, uint32_t k, mvm_dp
     return s == CUBLAS_STATUS_SUCCESS ? MVM_OK : blas_fail(s, "cublasGemmEx");
 }
 
-mvm_status mvm_blas_gemm_batched(mvm_blas *b, uint32_t m, uint32_t n, uint32_t k, mvm_dptr w,
-                                 uint64_t ldw, mvm_dptr x, uint64_t ldx, mvm_dptr y,
-                                 uint64_t ldy, uint32_t count)
+mvm_status mvm_blas_gemm_batched(mvm_blas *b, const mvm_blas_batch *p)
 {
-    if (!fits(m, n, k, ldw, ldx, ldy) || count > INT_MAX)
+    if (!fits(p->m, p->n, p->k, p->ldw, p->ldx, p->ldy) || p->count > INT_MAX)
         return mvm_fail(MVM_ERR_RANGE, "cublasGemmBatchedEx: %u products of %u x %u x %u are "
-                        "too large", count, m, n, k);
+                        "too large", p->count, p->m, p->n, p->k);
     const float alpha = 1.0f, beta = 0.0f; /* as mvm_blas_gemm, each product on its own */
     cublasStatus_t s = b->gemm_batched_ex(
-        b->handle, CUBLAS_OP_T, CUBLAS_OP_N, (int)m, (int)n, (int)k, &alpha,
-        (const void *const *)(uintptr_t)w, CUDA_R_16F, (int)ldw,
-        (const void *const *)(uintptr_t)x, CUDA_R_16F, (int)ldx, &beta,
-        (void *const *)(uintptr_t)y, CUDA_R_32F, (int)ldy, (int)count, CUBLAS_COMPUTE_32F,
-        CUBLAS_GEMM_DEFAULT);
+        b->handle, p->w_by_k ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, (int)p->m, (int)p->n,
+        (int)p->k, &alpha, (const void *const *)(uintptr_t)p->w, CUDA_R_16F, (int)p->ldw,
+        (const void *const *)(uintptr_t)p->x, CUDA_R_16F, (int)p->ldx, &beta,
+        (void *const *)(uintptr_t)p->y, CUDA_R_32F, (int)p->ldy, (int)p->count,
+        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     return s == CUBLAS_STATUS_SUCCESS ? MVM_OK : blas_fail(s, "cublasGemmBatchedEx");
 }

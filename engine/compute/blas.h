@@ -36,12 +36,19 @@ mvm_status mvm_blas_gemm(mvm_blas *b, uint32_t m, uint32_t n, uint32_t k, mvm_dp
                          uint64_t ldw, mvm_dptr x, uint64_t ldx, mvm_dptr y, uint64_t ldy,
                          float beta);
 
-/* `count` products of mvm_blas_gemm's shape (beta 0) at once: product i multiplies the
- * matrices at w[i] and x[i] into y[i], w, x and y device arrays of `count` device pointers
- * (mvm_dptr) in memory the stream's work may read (one kernel for all: several experts of a
- * MoE step, forward_cuda_gemm.c). */
-mvm_status mvm_blas_gemm_batched(mvm_blas *b, uint32_t m, uint32_t n, uint32_t k, mvm_dptr w,
-                                 uint64_t ldw, mvm_dptr x, uint64_t ldx, mvm_dptr y,
-                                 uint64_t ldy, uint32_t count);
+/* `count` products of mvm_blas_gemm's shape (beta 0) at once, one kernel for all (several
+ * experts of a MoE step, a prompt's attention heads: forward_cuda_gemm.c): product i
+ * multiplies the matrices at w[i] and x[i] into y[i], w, x and y device arrays of `count`
+ * device pointers (mvm_dptr) that the stream's work may read. With w_by_k, w's rows are its
+ * k inputs, w[j][r] (rows of m elements, ldw halves apart: attention's values), else its m
+ * outputs as in mvm_blas_gemm. */
+typedef struct mvm_blas_batch {
+    mvm_dptr w, x, y;
+    uint64_t ldw, ldx, ldy;
+    uint32_t m, n, k, count;
+    int w_by_k;
+} mvm_blas_batch;
+
+mvm_status mvm_blas_gemm_batched(mvm_blas *b, const mvm_blas_batch *p);
 
 #endif

@@ -57,6 +57,7 @@ static const struct {
     [MVM_GK_TO_HALF] = {MOD_GEMM, "mvm_g_to_half", 0},
     [MVM_GK_GLU_HALF] = {MOD_GEMM, "mvm_g_glu_half", 0},
     [MVM_GK_ROWS_OUT] = {MOD_GEMM, "mvm_g_rows_out", 0},
+    [MVM_GK_ATTN_SOFTMAX] = {MOD_GEMM, "mvm_g_attn_softmax", 0},
 };
 
 /* What the profile (gpu_profile.h) times beside the kernels: the copies, by direction, and
@@ -314,15 +315,22 @@ mvm_status mvm_gpu_gemm_open(mvm_gpu *g, const char *lib, mvm_dptr workspace, si
 
 mvm_status mvm_gpu_gemm(mvm_gpu *g, uint32_t m, uint32_t n, uint32_t k, mvm_dptr w,
                         uint64_t ldw, mvm_dptr x, uint64_t ldx, mvm_dptr y, uint64_t ldy,
-                        float beta, uint32_t count)
+                        float beta)
 {
     if (!g->blas)
-        return mvm_fail(MVM_ERR_INVALID, "a cuBLAS product before cuBLAS was opened");
+        return mvm_fail(MVM_ERR_INVALID, "cublasGemmEx before cuBLAS was opened");
     mvm_status st = prof_begin(g, PROF_GEMM);
     if (st == MVM_OK)
-        st = count ? mvm_blas_gemm_batched(g->blas, m, n, k, w, ldw, x, ldx, y, ldy, count)
-                   : mvm_blas_gemm(g->blas, m, n, k, w, ldw, x, ldx, y, ldy, beta);
+        st = mvm_blas_gemm(g->blas, m, n, k, w, ldw, x, ldx, y, ldy, beta);
     return prof_end(g, st);
+}
+
+mvm_status mvm_gpu_gemm_batched(mvm_gpu *g, const mvm_blas_batch *p)
+{
+    if (!g->blas)
+        return mvm_fail(MVM_ERR_INVALID, "cublasGemmBatchedEx before cuBLAS was opened");
+    mvm_status st = prof_begin(g, PROF_GEMM);
+    return prof_end(g, st == MVM_OK ? mvm_blas_gemm_batched(g->blas, p) : st);
 }
 
 mvm_status mvm_gpu_launch(mvm_gpu *g, enum mvm_gpu_kernel k, int type, const void *args,

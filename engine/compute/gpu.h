@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "engine/compute/blas.h"
 #include "kernels/cuda/kernels.h"
 #include "moevm/moevm.h"
 
@@ -43,6 +44,7 @@ enum mvm_gpu_kernel {
     MVM_GK_TO_HALF,
     MVM_GK_GLU_HALF,
     MVM_GK_ROWS_OUT,
+    MVM_GK_ATTN_SOFTMAX,
     MVM_GK_COUNT
 };
 
@@ -86,12 +88,12 @@ mvm_status mvm_gpu_sync(mvm_gpu *g);
  * device memory) for it; later ones answer what the first did. MVM_ERR_UNSUPPORTED: no
  * cuBLAS here (the caller then uses the kernels); anything else is a failure. */
 mvm_status mvm_gpu_gemm_open(mvm_gpu *g, const char *lib, mvm_dptr workspace, size_t ws_bytes);
-/* Once mvm_gpu_gemm_open succeeded: with count 0, mvm_blas_gemm's product of the matrices
- * at w, x and y; else mvm_blas_gemm_batched's `count` products, w, x and y device arrays of
- * pointers (beta ignored: 0). */
+/* Once mvm_gpu_gemm_open succeeded: mvm_blas_gemm's product, and mvm_blas_gemm_batched's
+ * products. */
 mvm_status mvm_gpu_gemm(mvm_gpu *g, uint32_t m, uint32_t n, uint32_t k, mvm_dptr w,
                         uint64_t ldw, mvm_dptr x, uint64_t ldx, mvm_dptr y, uint64_t ldy,
-                        float beta, uint32_t count);
+                        float beta);
+mvm_status mvm_gpu_gemm_batched(mvm_gpu *g, const mvm_blas_batch *p);
 
 /* Queues kernel k (of weight type `type` where it has one; ignored otherwise) with its
  * argument struct (args_bytes long), in the shape given. */
@@ -148,6 +150,8 @@ MVM_GPU_LAUNCHER(mvm_gpu_dequant, MVM_GK_DEQUANT, mvm_g_dequant_args, mvm_g_dequ
 MVM_GPU_LAUNCHER(mvm_gpu_to_half, MVM_GK_TO_HALF, mvm_g_to_half_args, mvm_g_to_half_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_glu_half, MVM_GK_GLU_HALF, mvm_g_glu_half_args, mvm_g_glu_half_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_rows_out, MVM_GK_ROWS_OUT, mvm_g_rows_out_args, mvm_g_rows_out_shape)
+MVM_GPU_LAUNCHER(mvm_gpu_attn_softmax, MVM_GK_ATTN_SOFTMAX, mvm_g_attn_softmax_args,
+                 mvm_g_attn_softmax_shape)
 #undef MVM_GPU_LAUNCHER
 
 /* Up of the routed experts of a->active (kernels.h), to h in down's activation format:

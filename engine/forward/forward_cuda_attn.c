@@ -122,6 +122,15 @@ static mvm_status store(struct cuda_fwd *f, uint32_t blk, const struct cuda_run 
     return MVM_OK;
 }
 
+/* a's attention: by products on the tensor cores where they take it (a prompt's batch),
+ * else by the kernel */
+static mvm_status attend(struct cuda_fwd *f, const mvm_g_attention_args *a)
+{
+    int done;
+    TRY(mvm_cuda_fwd_gemm_attention(f, a, &done));
+    return done ? MVM_OK : mvm_gpu_attention(f->g, 0, a);
+}
+
 /* ---- grouped-query attention ----------------------------------------------------------- */
 
 /* q, and k and v into k, v (the cache's rows, or staging), with the architecture's bias and
@@ -192,7 +201,7 @@ static mvm_status gqa(struct cuda_fwd *f, const struct dev_block *L, uint32_t bl
                                   .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
                                   .n_ctx = f->n_ctx, .window = L->swa, .ring = b->ring,
                                   .kv_f16 = f->kv->type == MVM_W_F16, .scale = hp->kq_scale};
-        TRY(mvm_gpu_attention(f->g, 0, &a));
+        TRY(attend(f, &a));
     }
     return MVM_OK;
 }
@@ -256,7 +265,7 @@ static mvm_status mla(struct cuda_fwd *f, const struct dev_block *L, uint32_t bl
                                   .pos0 = r->pos0, .n_head = H, .n_head_kv = 1,
                                   .head_dim = lat, .n_ctx = f->n_ctx,
                                   .kv_f16 = f->kv->type == MVM_W_F16, .scale = hp->kq_scale};
-        TRY(mvm_gpu_attention(f->g, 0, &a));
+        TRY(attend(f, &a));
     }
     /* the values: wv_b_h over the latent part of each head's output (its k_pe part unused) */
     return mvm_cuda_fwd_matmul_heads(f, &L->wv_b, H, f->olat, lat, n, f->att, hp->v_dim);

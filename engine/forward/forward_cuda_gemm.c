@@ -40,6 +40,17 @@
  * An expert larger than the scratch goes alone, in chunks of whole channel groups: gate and
  * up in one product (one dequantization of their rows, group by group), the unit, and down
  * into the expert's rows of f->out, each chunk after the first adding to them (beta = 1).
+ *
+ * A prompt's attention (a batch of MOEVM_GEMM_ROWS queries or more, an F16 cache without a
+ * ring) is three launches a chunk of queries instead of the attention kernel, which reads
+ * every key and value once per query (760 us a layer for OLMoE-1B-7B's pp512 on an H200,
+ * 2% of its CUDA cores' rate): the scores of every head as one batched product (queries
+ * in F16, the cached keys as they are), the softmax (mvm_g_attn_softmax: causal, windows
+ * and gpt-oss's sinks, the CPU's order of operations), its weights in F16, and the
+ * weighted values as a second batched product into the output. The scores take six bytes
+ * a (head, query, position) of the scratch (up to MOEVM_GEMM_SCRATCH; a chunk is as many
+ * queries as it holds over every position they see). Numerics: as the products', keys,
+ * queries and weights in F16 with F32 sums, where the kernel keeps the queries in F32.
  */
 #include <stdint.h>
 
@@ -59,6 +70,28 @@ static uint32_t expert_chunk(const struct cuda_fwd *f, uint32_t G, uint64_t cap)
     uint64_t ch = cap / per_ch / G * G;
     ch = ch ? ch : G;
     return (uint32_t)(ch < hp->n_ff_exp ? ch : (hp->n_ff_exp + G - 1) / G * G);
+}
+
+/* A prompt's attention by products (mvm_cuda_fwd_gemm_attention): where the cache is F16
+ * and some block's has no ring, its queries in F16 and scratch for its scores and weights,
+ * six bytes a (head, query, position) of n_batch queries over n_ctx positions, up to `cap`
+ * but for two queries at least (a batch's queries then go in chunks). Rows of 16 bytes for
+ * cuBLAS. */
+static mvm_status attention_alloc(struct cuda_fwd *f, uint64_t cap)
+{
+    const mvm_hparams *hp = &f->m->hp;
+    const uint64_t d = hp->kv_lora ? f->lat : hp->head_dim, H = hp->n_head;
+    int plain = 0;
+    for (uint32_t b = 0; b < hp->n_dense + hp->n_layer; b++)
+        plain |= !f->kv->blocks[b].ring;
+    if (f->kv->type != MVM_W_F16 || !plain || d % 8 || f->kv_dim % 8)
+        return MVM_OK;
+    const uint64_t per_q = H * ((f->n_ctx + 7) / 8 * 8) * 6, all = per_q * f->n_batch;
+    f->att_bytes = all < cap ? all : cap;
+    f->att_bytes = f->att_bytes > 2 * per_q ? f->att_bytes : 2 * per_q;
+    TRY(mvm_cuda_fwd_alloc(f, (uint64_t)f->n_batch * H * d * sizeof(uint16_t), &f->att_q16));
+    TRY(mvm_cuda_fwd_alloc(f, f->att_bytes, &f->att_s));
+    return mvm_cuda_fwd_alloc(f, 6 * H * sizeof(uint64_t), &f->att_ptr);
 }
 
 /* Whether experts of this format can take the tensor cores: F32 ones keep their precision
@@ -116,6 +149,7 @@ mvm_status mvm_cuda_fwd_gemm_alloc(struct cuda_fwd *f)
         TRY(mvm_cuda_fwd_alloc(f, B * 2 * f->gemm_ch * sizeof(float), &f->gu));
         TRY(mvm_cuda_fwd_alloc(f, B * f->gemm_ch * sizeof(uint16_t), &f->h16));
     }
+    TRY(attention_alloc(f, (uint64_t)cap.i));
     /* cuBLAS's workspace: as large as the F16 weights, up to what NVIDIA advises; a small
      * model's products are small, and a small device keeps room for its experts */
     f->gemm_ws_bytes = f->gemm_w16_bytes < MVM_GEMM_WORKSPACE ? f->gemm_w16_bytes
@@ -176,7 +210,7 @@ mvm_status mvm_cuda_fwd_gemm_product(struct cuda_fwd *f, const struct dev_weight
                                     .dst_stride = cols, .n_in = cols, .n_rows = nr, .per = nr};
             TRY(mvm_gpu_dequant(f->g, w->type, &d));
             TRY(mvm_gpu_gemm(f->g, nr, n, cols, f->w16, cols, f->a16, cols,
-                             y + (h * y_pitch + r0) * sizeof(float), H * y_pitch, 0.0f, 0));
+                             y + (h * y_pitch + r0) * sizeof(float), H * y_pitch, 0.0f));
         }
     }
     return MVM_OK;
@@ -200,7 +234,7 @@ static mvm_status expert_chunk_rows(struct cuda_fwd *f, uint32_t il, mvm_dptr ex
                             .dst_rows = 2 * G};
     TRY(mvm_gpu_dequant(f->g, fmt.gate_up, &d));
     TRY(mvm_gpu_gemm(f->g, 2 * nc, nr, D, f->w16, D, f->a16x + (uint64_t)r0 * D * 2, D, f->gu,
-                     2 * nc, 0.0f, 0));
+                     2 * nc, 0.0f));
     mvm_g_glu_half_args u = {.gu = f->gu, .h = f->h16, .w = f->row_w + (uint64_t)r0 * 4,
                              .expert = expert, .gu_stride = 2 * nc, .h_stride = nc,
                              .group_bytes = gb, .n_ch = nc, .n_rows = nr, .c0 = c0, .G = G,
@@ -213,7 +247,7 @@ static mvm_status expert_chunk_rows(struct cuda_fwd *f, uint32_t il, mvm_dptr ex
                              .dst_cols = G};
     TRY(mvm_gpu_dequant(f->g, fmt.down, &d));
     return mvm_gpu_gemm(f->g, D, nr, nc, w_down, nc, f->h16, nc,
-                        f->out + (uint64_t)r0 * D * sizeof(float), D, c0 ? 1.0f : 0.0f, 0);
+                        f->out + (uint64_t)r0 * D * sizeof(float), D, c0 ? 1.0f : 0.0f);
 }
 
 /* Every row of the step as F16 in a16x, in the step's row order, at its first expert here:
@@ -316,14 +350,19 @@ static mvm_status expert_batch(struct cuda_fwd *f, uint32_t il, mvm_dptr ptr, ui
                              .per = (uint32_t)D, .dst_cols = G, .dst_expert = D * F,
                              .list = list};
     TRY(mvm_gpu_dequant(f->g, fmt.down, &d));
-    TRY(mvm_gpu_gemm(f->g, 2 * F, n, D, ptr, D, ptr + k * P, D, ptr + 2 * k * P, 2 * F, 0, k));
+    const mvm_blas_batch gate_up = {.w = ptr, .x = ptr + k * P, .y = ptr + 2 * k * P,
+                                    .ldw = D, .ldx = D, .ldy = 2 * F, .m = (uint32_t)(2 * F),
+                                    .n = n, .k = (uint32_t)D, .count = k};
+    TRY(mvm_gpu_gemm_batched(f->g, &gate_up));
     mvm_g_glu_half_args u = {.gu = f->bgo, .h = f->bgh, .w = f->row_w, .expert = base,
                              .gu_stride = 2 * F, .h_stride = F, .group_bytes = gb,
                              .n_ch = (uint32_t)F, .n_rows = n, .G = G, .glu = fmt.glu,
                              .list = list};
     TRY(mvm_gpu_glu_half(f->g, 0, &u));
-    TRY(mvm_gpu_gemm(f->g, D, n, F, ptr + 3 * k * P, F, ptr + 4 * k * P, F, ptr + 5 * k * P, D,
-                     0, k));
+    const mvm_blas_batch down = {.w = ptr + 3 * k * P, .x = ptr + 4 * k * P,
+                                 .y = ptr + 5 * k * P, .ldw = F, .ldx = F, .ldy = D,
+                                 .m = (uint32_t)D, .n = n, .k = (uint32_t)F, .count = k};
+    TRY(mvm_gpu_gemm_batched(f->g, &down));
     mvm_g_rows_out_args o = {.src = f->bgo, .out = f->out, .w = f->row_w,
                              .bias = f->layers[il].down_bias, .n = (uint32_t)D, .n_rows = n,
                              .list = list};
@@ -378,4 +417,67 @@ mvm_status mvm_cuda_fwd_gemm_wants_expert(struct cuda_fwd *f, uint32_t il, uint3
     if (!f->gemm_ch || !expert_gemm_ok(fmt))
         return MVM_OK;
     return use_gemm(f, f->moe->cnt[e], use);
+}
+
+/* ---- a prompt's attention by products -------------------------------------------------- */
+
+/* Queries t0 .. t0 + nq - 1 of a's (their F16 copy in att_q16) against the keys they see,
+ * from position lo: per head, the scores as one batched product, the softmax, and the
+ * weighted values as a second, into a's output. */
+static mvm_status attention_chunk(struct cuda_fwd *f, const mvm_g_attention_args *a,
+                                  uint32_t t0, uint32_t nq)
+{
+    const uint32_t H = a->n_head, G = H / a->n_head_kv, d = a->head_dim;
+    const uint64_t qs = (uint64_t)H * d, kvs = (uint64_t)a->n_head_kv * d, h16 = 2, fl = 4;
+    const uint32_t q0 = a->pos0 + t0, hi = q0 + nq;
+    const uint32_t lo = a->window && q0 + 1 > a->window ? q0 + 1 - a->window : 0;
+    const uint32_t n_k = hi - lo, ld = (n_k + 7) / 8 * 8;
+    const mvm_dptr s = f->att_s, p = f->att_s + (uint64_t)H * nq * ld * fl;
+    uint64_t *ptr = f->att_ptr_host; /* [6][H]: the scores' w, x, y, then the values' */
+    for (uint32_t h = 0; h < H; h++) {
+        const uint64_t kv = (lo * kvs + (uint64_t)(h / G) * d) * h16;
+        ptr[h] = a->kc + kv;
+        ptr[H + h] = f->att_q16 + ((uint64_t)t0 * qs + (uint64_t)h * d) * h16;
+        ptr[2 * H + h] = s + (uint64_t)h * nq * ld * fl;
+        ptr[3 * H + h] = a->vc + kv;
+        ptr[4 * H + h] = p + (uint64_t)h * nq * ld * h16;
+        ptr[5 * H + h] = a->out + ((uint64_t)t0 * qs + (uint64_t)h * d) * fl;
+    }
+    const mvm_dptr dp = f->att_ptr, P = H * sizeof *ptr;
+    TRY(mvm_gpu_upload(f->g, dp, ptr, 6 * P));
+    const mvm_blas_batch scores = {.w = dp, .x = dp + P, .y = dp + 2 * P, .ldw = kvs,
+                                   .ldx = qs, .ldy = ld, .m = n_k, .n = nq, .k = d,
+                                   .count = H};
+    TRY(mvm_gpu_gemm_batched(f->g, &scores));
+    mvm_g_attn_softmax_args sm = {.s = s, .p = p, .sinks = a->sinks, .ld = ld, .n_head = H,
+                                  .n_q = nq, .n_k = n_k, .lo = lo, .q0 = q0,
+                                  .window = a->window, .scale = a->scale};
+    TRY(mvm_gpu_attn_softmax(f->g, 0, &sm));
+    const mvm_blas_batch values = {.w = dp + 3 * P, .x = dp + 4 * P, .y = dp + 5 * P,
+                                   .ldw = kvs, .ldx = ld, .ldy = qs, .m = d, .n = nq,
+                                   .k = n_k, .count = H, .w_by_k = 1};
+    return mvm_gpu_gemm_batched(f->g, &values);
+}
+
+mvm_status mvm_cuda_fwd_gemm_attention(struct cuda_fwd *f, const mvm_g_attention_args *a,
+                                       int *done)
+{
+    *done = 0;
+    if (!f->att_s || !a->kv_f16 || a->ring)
+        return MVM_OK;
+    /* as many queries a chunk as the scratch holds over all the positions any sees (two at
+     * least: attention_alloc), and as a grid has rows for the softmax */
+    const uint64_t ld = ((uint64_t)a->pos0 + a->n_tok + 7) / 8 * 8;
+    uint64_t nq = f->att_bytes / ((uint64_t)a->n_head * ld * 6);
+    nq = nq < 65535 / a->n_head ? nq : 65535 / a->n_head;
+    int use;
+    TRY(use_gemm(f, a->n_tok, &use));
+    if (!use)
+        return MVM_OK;
+    const uint64_t qs = (uint64_t)a->n_head * a->head_dim;
+    TRY(to_half(f, a->q, 0, qs, (uint32_t)qs, a->n_tok, f->att_q16));
+    for (uint32_t t0 = 0; t0 < a->n_tok; t0 += (uint32_t)nq)
+        TRY(attention_chunk(f, a, t0, a->n_tok - t0 < nq ? a->n_tok - t0 : (uint32_t)nq));
+    *done = 1;
+    return MVM_OK;
 }

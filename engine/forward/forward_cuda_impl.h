@@ -129,6 +129,11 @@ struct cuda_fwd {
                                    [n_batch * K][max(2 n_ff_exp, n_embd)], unit F16
                                    [n_batch * K][n_ff_exp], its pointer arrays and ids */
     uint32_t *gemm_list;        /* [n_expert]: a round's experts for the tensor cores */
+    mvm_dptr att_q16, att_s, att_ptr; /* a prompt's attention by products: its queries in
+                                   F16, its scores and weights (att_bytes), [6][n_head]
+                                   pointers; 0: the attention kernel takes every batch */
+    uint64_t att_bytes;
+    uint64_t *att_ptr_host;     /* [6 n_head] */
     uint64_t *bptr_host;        /* [7 n_expert]: bptr's contents, sent up from here */
     uint32_t *active_host;      /* [n_expert]: a round's experts that the kernels take */
     /* Steps routed on the device (forward_cuda_route.c): */
@@ -192,6 +197,10 @@ mvm_status mvm_cuda_fwd_gemm_product(struct cuda_fwd *f, const struct dev_weight
 /* The rows of experts es[0 .. n) (each wanting the tensor cores) of the current step of
  * layer il into their slots of f->out; reorders es. */
 mvm_status mvm_cuda_fwd_gemm_experts(struct cuda_fwd *f, uint32_t il, uint32_t *es, uint32_t n);
+/* mvm_g_attention's work for a's queries (*done), by products on the tensor cores where the
+ * batch is large enough and the cache is F16 without a ring; else *done = 0, nothing queued. */
+mvm_status mvm_cuda_fwd_gemm_attention(struct cuda_fwd *f, const mvm_g_attention_args *a,
+                                       int *done);
 
 /* ---- forward_cuda_route.c -------------------------------------------------------------- */
 

@@ -220,6 +220,7 @@ void mvm_cuda_fwd_destroy(void *state)
     free(f->active_host);
     free(f->gemm_list);
     free(f->bptr_host);
+    free(f->att_ptr_host);
     free(f);
 }
 
@@ -246,8 +247,9 @@ mvm_status mvm_cuda_fwd_create(mvm_ctx *ctx, void **state)
     f->active_host = malloc(E * sizeof *f->active_host);
     f->gemm_list = malloc(E * sizeof *f->gemm_list);
     f->bptr_host = malloc(7 * E * sizeof *f->bptr_host);
+    f->att_ptr_host = malloc(6 * (size_t)hp->n_head * sizeof *f->att_ptr_host);
     if (!f->spec_host || !f->spec_rows_host || !f->rows_host || !f->row_far || !f->far ||
-        !f->runs || !f->active_host || !f->gemm_list || !f->bptr_host)
+        !f->runs || !f->active_host || !f->gemm_list || !f->bptr_host || !f->att_ptr_host)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the device context");
     f->pool = ctx->pool;
     char why[256];

@@ -3,7 +3,8 @@
  * batch's weights dequantized to F16 (a matrix's rows, or a channel-major expert's gate, up
  * and down parts laid out as plain matrices), its activations converted to F16 (an expert's
  * tokens gathered on the way), an expert's unit between its gate/up and down products, and
- * the rows of several experts' batched products put back among the step's.
+ * the rows of several experts' batched products put back among the step's; and the
+ * softmax between a prompt's attention products.
  * cuBLAS multiplies the F16 matrices with F32 accumulation (engine/compute/blas.c); these
  * kernels only move and convert, so they are bound by memory, a thread per 32 elements or
  * per element.
@@ -120,4 +121,30 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_rows_out(mvm_g
     if (a.bias) /* as mvm_g_add adds it after the per-expert product */
         y += ((const float *)a.w)[dst] * ((const float *)a.bias)[(uint64_t)sl.e * a.n + j];
     ((float *)a.out)[dst * a.n + j] = y;
+}
+
+extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
+    mvm_g_attn_softmax(mvm_g_attn_softmax_args a)
+{
+    __shared__ float tmp[MVM_G_WARPS];
+    __shared__ double dtmp[MVM_G_WARPS];
+    const uint32_t row = blockIdx.y, h = row / a.n_q, q = a.q0 + row % a.n_q;
+    const float *s = (const float *)a.s + row * a.ld;
+    uint16_t *p = (uint16_t *)a.p + row * a.ld;
+    /* the keys it sees: j0 .. j1 - 1 of the row (itself at least: lo <= q < lo + n_k) */
+    const uint32_t first = a.window && q + 1 > a.window ? q + 1 - a.window : 0;
+    const uint32_t j0 = first > a.lo ? first - a.lo : 0;
+    const uint32_t j1 = q - a.lo + 1 < a.n_k ? q - a.lo + 1 : a.n_k;
+    const float sink = a.sinks ? ((const float *)a.sinks)[h] : -INFINITY;
+    float mx = sink;
+    for (uint32_t j = j0 + threadIdx.x; j < j1; j += blockDim.x)
+        mx = fmaxf(mx, s[j] * a.scale);
+    mx = block_max(mx, tmp);
+    double sum = 0;
+    for (uint32_t j = j0 + threadIdx.x; j < j1; j += blockDim.x)
+        sum += expf(s[j] * a.scale - mx);
+    sum = block_sum(sum, dtmp) + expf(sink - mx);
+    const float inv = (float)(1.0 / sum);
+    for (uint32_t j = threadIdx.x; j < a.n_k; j += blockDim.x)
+        p[j] = j >= j0 && j < j1 ? mvm_k_f2h(expf(s[j] * a.scale - mx) * inv) : 0;
 }

@@ -500,4 +500,24 @@ MVM_G_FN mvm_g_shape mvm_g_rows_out_shape(const mvm_g_rows_out_args *a)
     return mvm_g_rows_shape((uint64_t)a->n * a->n_rows, mvm_g_list_slots(&a->list));
 }
 
+/* mvm_g_attn_softmax: the weights of a prompt's attention by products (forward_cuda_gemm.c):
+ *   row h * n_q + t of s (h < n_head, t < n_q; rows ld floats apart) holds query t's
+ *   scores against keys at positions lo .. lo + n_k - 1. Query t is at position q0 + t and
+ *   sees the keys at p <= q0 + t, with a window (0: none) only those at p > q0 + t -
+ *   window. Its weights, scores times `scale`, head h's sink logit in the denominator with
+ *   sinks (n_head floats; 0: none), in mvm_k_softmax_sink's order of operations (kernels/cpu),
+ *   go to the same place of p as F16; the keys it does not see get 0. A block per row. */
+typedef struct mvm_g_attn_softmax_args {
+    mvm_dptr s, p, sinks;
+    uint64_t ld;
+    uint32_t n_head, n_q, n_k, lo, q0, window;
+    float scale;
+} mvm_g_attn_softmax_args;
+
+MVM_G_FN mvm_g_shape mvm_g_attn_softmax_shape(const mvm_g_attn_softmax_args *a)
+{
+    mvm_g_shape s = {1, a->n_head * a->n_q, MVM_G_THREADS};
+    return s;
+}
+
 #endif

@@ -65,4 +65,5 @@ fakecuda_register_kernels(fakecuda_add_kernel_fn add)
     ADD(mvm_g_to_half, mvm_g_to_half_args);
     ADD(mvm_g_glu_half, mvm_g_glu_half_args);
     ADD(mvm_g_rows_out, mvm_g_rows_out_args);
+    ADD(mvm_g_attn_softmax, mvm_g_attn_softmax_args);
 }
