@@ -110,7 +110,8 @@ result() { echo "RESULT offload model=$1 type=$2 budget=$3 engine=$4 routing=$5 
                 extra=()
                 [[ $routing == replay ]] && extra=(--routing "$trace")
                 for variant in $variants; do
-                    env=(MOEVM_BACKEND=cuda)
+                    # info: decode's host time a token, where it routes on the device
+                    env=(MOEVM_BACKEND=cuda MOEVM_LOG=info)
                     [[ $variant != default ]] && env+=(${variant//,/ })
                     env=("${env[@]/#MOEVM_COST=calibrated/MOEVM_COST=$cost}")
                     echo "-- ${env[*]}"
