@@ -1210,6 +1210,24 @@ static void test_gemm(void)
         CHECK(many && single && memcmp(many->logits, single->logits, n * sizeof(float)) == 0);
         free_run(many), free_run(single);
     }
+    /* MOEVM_GEMM_BATCH=off, the way before: an expert at a time and attention by the
+     * kernel, no batched product; the logits those of the batches to the attention's F16
+     * rounding (queries and weights) */
+    static const char *const unbatched[] = {"gpt-oss", "deepseek2"};
+    for (size_t i = 0; i < sizeof unbatched / sizeof *unbatched; i++) {
+        const char *path = model_path(unbatched[i], MVM_W_F16);
+        size_t n = N_PROMPT * mvm_preset_find("tiny", unbatched[i])->spec.n_vocab;
+        struct run *on = run_prompt(path, MVM_BACKEND_CUDA, 1, 8, 0);
+        setenv("MOEVM_GEMM_BATCH", "off", 1);
+        reset_counters();
+        struct run *off = run_prompt(path, MVM_BACKEND_CUDA, 1, 8, 0);
+        CHECK(calls("cublasGemmEx") > 0 && calls("cublasGemmBatchedEx") == 0);
+        unsetenv("MOEVM_GEMM_BATCH");
+        double e = on && off ? check_rel_l2(off->logits, on->logits, n) : 1;
+        fprintf(stderr, "  %s unbatched: relative error %.3g\n", unbatched[i], e);
+        CHECK(e < 3e-3);
+        free_run(on), free_run(off);
+    }
     /* no cuBLAS: the kernels take every product, with a warning */
     const char *path = model_path("olmoe", MVM_W_Q8_0);
     size_t n = N_PROMPT * mvm_preset_find("tiny", "olmoe")->spec.n_vocab;

@@ -15,8 +15,10 @@
 #              GPU, with decode routed on the device (graph, launches) and by the host, and
 #              with a long prompt's products on real cuBLAS (batched experts) and on the kernels
 #   full       bench/gpu/llamacpp.sh at budget 100 (OLMoE-1B-7B q8_0, the model's own
-#              routing): moevm by default and with MOEVM_GEMM_ROWS=8 (more of a prompt's
-#              experts on the tensor cores), against llama.cpp -ngl 99
+#              routing): moevm by default, with MOEVM_GEMM_ROWS=8 (more of a prompt's
+#              experts on the tensor cores) and with MOEVM_GEMM_BATCH=off (an expert at a
+#              time, attention by the kernel: the prompt path before session 73), against
+#              llama.cpp -ngl 99
 #   ktrace     bench/gpu/ktrace.sh: each kernel's device time (CUPTI, graphs included) in
 #              moevm's decode and prompt batch of OLMoE-1B-7B q8_0 (KTRACE_ENGINES="moevm
 #              llama.cpp": llama.cpp's too)
@@ -118,7 +120,8 @@ export work
     step kernels 90 kernels
     step text 70 env FORWARD_STEPS="2 2b" bash tests/gpu/forward.sh
     step full 150 env MODELS=olmoe-1b-7b:q8_0 BUDGETS=100 ROUTINGS=own REPS=2 CPU_BASELINE=0 \
-        VARIANTS="${FULL_VARIANTS:-default MOEVM_GEMM_ROWS=8}" bash bench/gpu/llamacpp.sh
+        VARIANTS="${FULL_VARIANTS:-default MOEVM_GEMM_ROWS=8 MOEVM_GEMM_BATCH=off}" \
+            bash bench/gpu/llamacpp.sh
     step ktrace 90 env ENGINES="${KTRACE_ENGINES:-moevm}" bash bench/gpu/ktrace.sh
     step offload 240 env MODELS="${OFFLOAD_MODELS:-qwen3-30b-a3b:q8_0:12}" \
         BUDGETS="${OFFLOAD_BUDGETS:-25 100}" ROUTINGS="own replay" REPS=2 \

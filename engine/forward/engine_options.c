@@ -65,6 +65,13 @@ const mvm_option_desc mvm_opt_gemm_scratch = {
     "one row or group, whatever this says); as much again at most for a "
     "prompt's attention scores"};
 
+const mvm_option_desc mvm_opt_gemm_batch = {
+    "MOEVM_GEMM_BATCH", MVM_OPT_CHOICE, "on", "off|on",
+    "engine on a GPU: a MoE step's experts on the tensor cores in batches, "
+    "six launches a batch, and a prompt's attention as batched products "
+    "(on); off, an expert at a time, five launches each, and the attention "
+    "kernel (the way before, to compare)"};
+
 const mvm_option_desc mvm_opt_cublas_library = {
     "MOEVM_CUBLAS_LIBRARY", MVM_OPT_STRING, "auto", NULL,
     "engine on a GPU: the cuBLAS library to load for MOEVM_GEMM_ROWS's "
@@ -83,7 +90,7 @@ const mvm_option_desc mvm_opt_device_routing = {
 static const mvm_option_desc *const list[] = {
     &mvm_opt_threads, &mvm_opt_cpu_simd, &mvm_opt_kv_type, &mvm_opt_admit,
     &mvm_opt_deterministic, &mvm_opt_prefetch, &mvm_opt_expert_tiles, &mvm_opt_gpu_profile,
-    &mvm_opt_gemm_rows, &mvm_opt_gemm_scratch, &mvm_opt_cublas_library,
+    &mvm_opt_gemm_rows, &mvm_opt_gemm_scratch, &mvm_opt_gemm_batch, &mvm_opt_cublas_library,
     &mvm_opt_device_routing,
 };
 

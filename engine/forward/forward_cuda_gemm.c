@@ -104,18 +104,19 @@ static int expert_gemm_ok(mvm_k_expert_fmt fmt)
 mvm_status mvm_cuda_fwd_gemm_alloc(struct cuda_fwd *f)
 {
     const mvm_hparams *hp = &f->m->hp;
-    mvm_option_value rows, cap;
+    mvm_option_value rows, cap, batch;
     TRY(mvm_option_read(&mvm_opt_gemm_rows, &rows));
     TRY(mvm_option_read(&mvm_opt_gemm_scratch, &cap));
+    TRY(mvm_option_read(&mvm_opt_gemm_batch, &batch));
     f->gemm_rows = rows.i > 0 && (uint64_t)rows.i <= f->n_batch ? (uint32_t)rows.i : 0;
     if (!f->gemm_rows)
         return MVM_OK; /* no batch reaches it: no scratch */
     uint32_t G = MVM_QBLOCK;
-    int batches = 0; /* some layer's experts take the tensor cores */
+    int batches = 0; /* some layer's experts take the tensor cores, in batches */
     for (uint32_t il = 0; il < hp->n_layer && hp->n_expert; il++) {
         if (mvm_k_is_k(f->m->layers[il].expert_fmt.down))
             G = MVM_QK_K;
-        batches |= expert_gemm_ok(f->m->layers[il].expert_fmt);
+        batches |= expert_gemm_ok(f->m->layers[il].expert_fmt) && batch.i;
     }
     f->gemm_ch = hp->n_expert ? expert_chunk(f, G, (uint64_t)cap.i) : 0;
     /* as much as the largest matrix or expert chunk needs, up to MOEVM_GEMM_SCRATCH, but
@@ -149,7 +150,8 @@ mvm_status mvm_cuda_fwd_gemm_alloc(struct cuda_fwd *f)
         TRY(mvm_cuda_fwd_alloc(f, B * 2 * f->gemm_ch * sizeof(float), &f->gu));
         TRY(mvm_cuda_fwd_alloc(f, B * f->gemm_ch * sizeof(uint16_t), &f->h16));
     }
-    TRY(attention_alloc(f, (uint64_t)cap.i));
+    if (batch.i)
+        TRY(attention_alloc(f, (uint64_t)cap.i));
     /* cuBLAS's workspace: as large as the F16 weights, up to what NVIDIA advises; a small
      * model's products are small, and a small device keeps room for its experts */
     f->gemm_ws_bytes = f->gemm_w16_bytes < MVM_GEMM_WORKSPACE ? f->gemm_w16_bytes
