@@ -502,11 +502,18 @@ static void test_rope(void)
                         if (h2)
                             mvm_k_rope(&want2[i * stride2], h2, hd2, pos0 + i, &r);
                     }
+                    std::vector<float> xd = x, x2d = x2; /* for the position on the device */
                     mvm_g_rope_args a = {dp(x.data()), h2 ? dp(x2.data()) : 0, stride, stride2,
-                                         n_tok, heads, hd, h2, hd2, pos0, r};
+                                         n_tok, heads, hd, h2, hd2, pos0, r, 0};
                     launch(mvm_g_rope, a, mvm_g_rope_shape(&a));
                     CHECK(rel_err(x.data(), want.data(), x.size()) < 1e-6);
                     CHECK(rel_err(x2.data(), want2.data(), x2.size()) < 1e-6);
+                    /* the position read from the device (a decode graph's), pos0 ignored */
+                    const uint32_t on_device = pos0;
+                    a.x = dp(xd.data()), a.x2 = h2 ? dp(x2d.data()) : 0;
+                    a.pos0 = 12345, a.pos = dp(&on_device);
+                    launch(mvm_g_rope, a, mvm_g_rope_shape(&a));
+                    CHECK(xd == x && x2d == x2);
                 }
 }
 
@@ -562,11 +569,21 @@ static uint32_t attention_case(uint32_t n_tok, uint32_t pos0, uint32_t n_ctx, ui
     mvm_g_attention_args a = {dp(q.data()), dp(ring ? rk.data() : kc.data()),
                               dp(ring ? rv.data() : vc.data()), dp(out.data()),
                               dp(part.data()), with_sinks ? dp(sinks.data()) : 0, n_tok,
-                              pos0, nh, nkv, hd, n_ctx, window, R, kv == MVM_W_F16, scale};
+                              pos0, nh, nkv, hd, n_ctx, window, R, kv == MVM_W_F16, scale, 0};
     const uint32_t splits = mvm_g_attention_splits(&a);
     launch(mvm_g_attention, a, mvm_g_attention_shape(&a));
     if (splits > 1)
         launch(mvm_g_attention_combine, a, mvm_g_attention_combine_shape(&a));
+    /* the position read from the device, as mvm_gpu_attention launches it: pos0 0 in the
+     * arguments, the shape of the real one; the same floats */
+    std::vector<float> out_d(out.size(), POISON);
+    std::fill(part.begin(), part.end(), 0xFF);
+    mvm_g_attention_args d = a;
+    d.out = dp(out_d.data()), d.pos0 = 0, d.pos = dp(&pos0);
+    launch(mvm_g_attention, d, mvm_g_attention_shape(&a));
+    if (splits > 1)
+        launch(mvm_g_attention_combine, d, mvm_g_attention_combine_shape(&a));
+    CHECK(memcmp(out_d.data(), out.data(), out.size() * sizeof(float)) == 0);
     double e = rel_err(out.data(), want.data(), out.size());
     if (e >= 1e-5)
         fprintf(stderr, "attention n_tok %u pos0 %u window %u sinks %d ring %u %s heads %u/%u x "
@@ -662,9 +679,16 @@ static void test_store_rows(void)
             }
             mvm_g_store_rows_args a = {dp(dst.data()), dp(src.data()),
                                        both ? dp(dst2.data()) : 0, both ? dp(src2.data()) : 0,
-                                       dst_stride, src_stride, n, rows, t == MVM_W_F16};
+                                       dst_stride, src_stride, n, rows, t == MVM_W_F16, 0};
             launch(mvm_g_store_rows, a, mvm_g_store_rows_shape(&a));
             CHECK(dst == want && dst2 == want2);
+            /* the rows from the position on the device (a decode graph's): 2 rows on */
+            const uint32_t on_device = 2;
+            std::vector<uint8_t> shifted((rows + 2) * dst_stride * es, 0xA5), want_s = shifted;
+            std::copy(want.begin(), want.end(), want_s.begin() + 2 * dst_stride * es);
+            a.dst = dp(shifted.data()), a.dst2 = 0, a.src2 = 0, a.pos = dp(&on_device);
+            launch(mvm_g_store_rows, a, mvm_g_store_rows_shape(&a));
+            CHECK(shifted == want_s);
         }
 }
 

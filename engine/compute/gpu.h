@@ -138,10 +138,6 @@ MVM_GPU_LAUNCHER(mvm_gpu_expert_sum, MVM_GK_EXPERT_SUM, mvm_g_expert_sum_args,
 MVM_GPU_LAUNCHER(mvm_gpu_route, MVM_GK_ROUTE, mvm_g_route_args, mvm_g_route_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_rmsnorm, MVM_GK_RMSNORM, mvm_g_rmsnorm_args, mvm_g_rmsnorm_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_rope, MVM_GK_ROPE, mvm_g_rope_args, mvm_g_rope_shape)
-MVM_GPU_LAUNCHER(mvm_gpu_attention_splits, MVM_GK_ATTENTION, mvm_g_attention_args,
-                 mvm_g_attention_shape)
-MVM_GPU_LAUNCHER(mvm_gpu_attention_combine, MVM_GK_ATTENTION_COMBINE, mvm_g_attention_args,
-                 mvm_g_attention_combine_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_store_rows, MVM_GK_STORE_ROWS, mvm_g_store_rows_args,
                  mvm_g_store_rows_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_add, MVM_GK_ADD, mvm_g_add_args, mvm_g_add_shape)
@@ -181,12 +177,18 @@ static inline mvm_status mvm_gpu_experts(mvm_gpu *g, const mvm_g_expert_args *a)
     return st == MVM_OK ? mvm_gpu_experts_down(g, a) : st;
 }
 
-/* Attention: the splits, then their combination where there are several (kernels.h). */
+/* Attention: the splits, then their combination where there are several (kernels.h). With
+ * a->pos, in the shape of a->pos0 (which *pos holds when it runs), its arguments without it:
+ * the same from token to token. */
 static inline mvm_status mvm_gpu_attention(mvm_gpu *g, int type, const mvm_g_attention_args *a)
 {
-    mvm_status st = mvm_gpu_attention_splits(g, type, a);
+    mvm_g_attention_args b = *a;
+    b.pos0 = a->pos ? 0 : a->pos0;
+    mvm_status st = mvm_gpu_launch(g, MVM_GK_ATTENTION, type, &b, sizeof b,
+                                   mvm_g_attention_shape(a));
     if (st == MVM_OK && mvm_g_attention_splits(a) > 1)
-        st = mvm_gpu_attention_combine(g, type, a);
+        st = mvm_gpu_launch(g, MVM_GK_ATTENTION_COMBINE, type, &b, sizeof b,
+                            mvm_g_attention_combine_shape(a));
     return st;
 }
 

@@ -4,14 +4,15 @@
  * between kernels. Queued as a graph, the token is one call and the device runs the kernels
  * back to back.
  *
- * A token's kernels are the last token's with other arguments where the position enters
- * (the rotary embedding, the KV store, attention and its length), so the graph is built
+ * A token's kernels are the last token's, most of them with the same arguments (those that
+ * take the position read it on the device: kernels.h, mvm_g_pos0), so the graph is built
  * once and each recording after it is compared with it operation by operation: the kernels
- * whose arguments or shape changed are updated in the executable graph
- * (cuGraphExecKernelNodeSetParams), the rest is left as it was. A recording that differs in
- * its sequence (another kernel, a copy, one more or fewer: attention growing a split,
- * another model of batch) builds a new graph. Nodes are chained in recording order, the
- * order the stream would have run them in.
+ * whose arguments or shape changed (attention's splits as its length grows, another
+ * sequence's rows of the cache, an F32 cache written in place) are updated in the
+ * executable graph (cuGraphExecKernelNodeSetParams), the rest is left as it was. A
+ * recording that differs in its sequence (another kernel, a copy, one more or fewer:
+ * attention growing a split, another model of batch) builds a new graph. Nodes are chained
+ * in recording order, the order the stream would have run them in.
  */
 #include "engine/compute/gpu_graph.h"
 

@@ -586,7 +586,12 @@ static mvm_status eval_batch(struct cuda_fwd *f, const mvm_fwd_batch *b, float *
     /* host is pinned: the device reads it in stream order, before the first MoE layer's
      * download writes it, and the host writes it again only after that layer's sync */
     mvm_embed_tokens(m, b->tokens, n, f->host);
-    TRY(mvm_gpu_upload(f->g, f->x, f->host, (size_t)n * D * sizeof(float)));
+    size_t up = (size_t)n * D * sizeof(float);
+    if (f->route_here) { /* and its position after its row (mvm_cuda_fwd_pos) */
+        memcpy(f->host + D, &f->runs[0].pos0, sizeof f->runs[0].pos0);
+        up += sizeof f->runs[0].pos0;
+    }
+    TRY(mvm_gpu_upload(f->g, f->x, f->host, up));
     /* the rows from the first wanted one on (most often the last, or all), then those wanted */
     const uint32_t first = b->n_out ? b->out[0] : n, nl = n - first;
     if (f->route_here) /* a replayed trace's choice, known before the routers run */

@@ -106,15 +106,17 @@ static mvm_status store(struct cuda_fwd *f, uint32_t blk, const struct cuda_run 
     const size_t row = f->kv_dim * f->kv->elt, src = f->kv_dim * sizeof(float);
     mvm_kv_run runs[MVM_KV_MAX_RUNS];
     const mvm_kv_block *b = run_block(f, r, blk);
+    /* a decode graph's token: its row from the position on the device (no ring) */
+    const mvm_dptr pos = b->ring ? 0 : mvm_cuda_fwd_pos(f);
     for (uint32_t k = 0, nk = mvm_kv_runs(b, r->pos0, r->n, runs); k < nk; k++) {
         const mvm_kv_run *u = &runs[k];
-        mvm_g_store_rows_args a = {.dst = f->kc + u->row * row,
-                                   .src = f->k + (r->i0 + u->i0) * src,
+        const uint64_t at = (pos ? b->row0 : u->row) * row;
+        mvm_g_store_rows_args a = {.dst = f->kc + at, .src = f->k + (r->i0 + u->i0) * src,
                                    .dst_stride = f->kv_dim, .src_stride = f->kv_dim,
                                    .n = f->kv_dim, .n_rows = u->n_rows,
-                                   .f16 = f->kv->type == MVM_W_F16};
+                                   .f16 = f->kv->type == MVM_W_F16, .pos = pos};
         if (f->v) { /* the values in the same launch */
-            a.dst2 = f->vc + u->row * row;
+            a.dst2 = f->vc + at;
             a.src2 = f->v + (r->i0 + u->i0) * src;
         }
         TRY(mvm_gpu_store_rows(f->g, 0, &a));
@@ -200,7 +202,8 @@ static mvm_status gqa(struct cuda_fwd *f, const struct dev_block *L, uint32_t bl
                                   .pos0 = r->pos0, .n_head = hp->n_head,
                                   .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
                                   .n_ctx = f->n_ctx, .window = L->swa, .ring = b->ring,
-                                  .kv_f16 = f->kv->type == MVM_W_F16, .scale = hp->kq_scale};
+                                  .kv_f16 = f->kv->type == MVM_W_F16, .scale = hp->kq_scale,
+                                  .pos = mvm_cuda_fwd_pos(f)};
         TRY(attend(f, &a));
     }
     return MVM_OK;
@@ -264,7 +267,8 @@ static mvm_status mla(struct cuda_fwd *f, const struct dev_block *L, uint32_t bl
                                   .out = f->olat + at, .part = f->part, .n_tok = r->n,
                                   .pos0 = r->pos0, .n_head = H, .n_head_kv = 1,
                                   .head_dim = lat, .n_ctx = f->n_ctx,
-                                  .kv_f16 = f->kv->type == MVM_W_F16, .scale = hp->kq_scale};
+                                  .kv_f16 = f->kv->type == MVM_W_F16, .scale = hp->kq_scale,
+                                  .pos = mvm_cuda_fwd_pos(f)};
         TRY(attend(f, &a));
     }
     /* the values: wv_b_h over the latent part of each head's output (its k_pe part unused) */

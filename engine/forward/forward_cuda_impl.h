@@ -282,6 +282,13 @@ struct cuda_heads {
     uint64_t stride;
     uint32_t n_heads, head_dim;
 };
+/* Where a decode token routed on the device has its position on the device (kernels.h,
+ * mvm_g_pos0): the float after its row of x, which its upload writes (forward_cuda.c,
+ * eval_batch); 0 for any other batch. */
+static inline mvm_dptr mvm_cuda_fwd_pos(const struct cuda_fwd *f)
+{
+    return f->route_here ? f->x + (uint64_t)f->m->hp.n_embd * sizeof(float) : 0;
+}
 /* The rotary embedding of n tokens at positions pos0.. of a's heads and b's, in one launch
  * (a layer's queries and keys). */
 mvm_status mvm_cuda_fwd_rope(struct cuda_fwd *f, const struct cuda_heads *a,

@@ -175,10 +175,12 @@ mvm_status mvm_cuda_fwd_add(struct cuda_fwd *f, mvm_dptr x, mvm_dptr y, uint64_t
 mvm_status mvm_cuda_fwd_rope(struct cuda_fwd *f, const struct cuda_heads *a,
                              const struct cuda_heads *b, uint32_t n, uint32_t pos0)
 {
+    /* a decode graph's reads its position on the device: its arguments do not change */
+    const mvm_dptr pos = mvm_cuda_fwd_pos(f);
     mvm_g_rope_args r = {.x = a->x, .stride = a->stride, .n_heads = a->n_heads,
                          .head_dim = a->head_dim, .x2 = b->x, .stride2 = b->stride,
                          .n_heads2 = b->n_heads, .head_dim2 = b->head_dim, .n_tok = n,
-                         .pos0 = pos0, .rope = f->m->hp.rope};
+                         .pos0 = pos ? 0 : pos0, .rope = f->m->hp.rope, .pos = pos};
     return mvm_gpu_rope(f->g, 0, &r);
 }
 

@@ -115,8 +115,8 @@ static mvm_status alloc_scratch(struct cuda_fwd *f)
     f->h_stride = (f->h_stride + 15) & ~(uint64_t)15;
     TRY(mvm_cuda_fwd_alloc_attention(f));
     mvm_dptr *rows[] = {&f->x, &f->xn, &f->tmp};
-    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
-        TRY(mvm_cuda_fwd_alloc(f, B * D * 4, rows[i]));
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) /* x: a position after a row */
+        TRY(mvm_cuda_fwd_alloc(f, B * D * 4 + (i ? 0 : 4), rows[i]));
     TRY(mvm_cuda_fwd_alloc(f, B * E * 4, &f->probs));
     TRY(mvm_cuda_fwd_alloc(f, B * hp->n_vocab * 4, &f->logits));
     TRY(mvm_cuda_fwd_alloc(f, B * f->act_stride, &f->act));
@@ -258,7 +258,7 @@ mvm_status mvm_cuda_fwd_create(mvm_ctx *ctx, void **state)
         snprintf(why, sizeof why, "%s", mvm_last_error());
         return mvm_fail(st, "CUDA device %d for the forward pass: %s", f->m->device, why);
     }
-    TRY(mvm_gpu_host_alloc(f->g, (size_t)f->n_batch * hp->n_embd * sizeof *f->host,
+    TRY(mvm_gpu_host_alloc(f->g, ((size_t)f->n_batch * hp->n_embd + 1) * sizeof *f->host,
                            (void **)&f->host));
     TRY(mvm_gpu_host_alloc(f->g, (size_t)f->n_batch * hp->n_expert * sizeof *f->probs_host,
                            (void **)&f->probs_host));

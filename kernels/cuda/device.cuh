@@ -312,6 +312,12 @@ static __device__ __forceinline__ void row_dot(const uint8_t *w, uint64_t stride
         row_dot_tile<T, 1, 4, true>(w, stride, act, 1, n, acc);
 }
 
+/* A kernel's first position: pos0, or the uint32 at pos where it is set (kernels.h). */
+static __device__ __forceinline__ uint32_t mvm_g_pos0(mvm_dptr pos, uint32_t pos0)
+{
+    return pos ? *(const uint32_t *)pos : pos0;
+}
+
 template <typename V> static __device__ __forceinline__ V warp_sum(V v)
 {
     for (int o = 16; o > 0; o >>= 1)

@@ -247,15 +247,23 @@ MVM_G_FN mvm_g_shape mvm_g_rmsnorm_shape(const mvm_g_rmsnorm_args *a)
     return s;
 }
 
+/* A decode graph's position (engine/forward/forward_cuda_route.c): where the kernels that
+ * take one (rope, store_rows, attention) have `pos` set, they read pos0 from that uint32 on
+ * the device (kernels/cuda/device.cuh, mvm_g_pos0), which the token's upload writes, so
+ * that their arguments stay the same from token to token and the graph needs no update
+ * (0: pos0 as given). */
+
 /* mvm_g_rope: the rotary embedding of kernels/cpu (mvm_k_rope) in place on n_tok tokens of
  * n_heads heads of head_dim floats (token i at x + i * stride floats, at position pos0 + i),
  * as kernels/rope.h's `rope` says; and in the same launch on a second such tensor (x2,
- * stride2, n_heads2, head_dim2; n_heads2 0: none): a layer's queries and keys at once. */
+ * stride2, n_heads2, head_dim2; n_heads2 0: none): a layer's queries and keys at once.
+ * pos: mvm_g_pos0. */
 typedef struct mvm_g_rope_args {
     mvm_dptr x, x2;
     uint64_t stride, stride2;
     uint32_t n_tok, n_heads, head_dim, n_heads2, head_dim2, pos0;
     mvm_rope rope;
+    mvm_dptr pos;
 } mvm_g_rope_args;
 
 MVM_G_FN mvm_g_shape mvm_g_rope_shape(const mvm_g_rope_args *a)
@@ -289,6 +297,8 @@ typedef struct mvm_g_attention_args {
     mvm_dptr q, kc, vc, out, part, sinks;
     uint32_t n_tok, pos0, n_head, n_head_kv, head_dim, n_ctx, window, ring, kv_f16;
     float scale;
+    mvm_dptr pos; /* mvm_g_pos0; the host launches it with pos0 0 and the shape of its own
+                     pos0 (mvm_gpu_attention), which the kernel's read matches */
 } mvm_g_attention_args;
 
 #define MVM_G_ATTN_HEADS 8      /* heads a block computes at most */
@@ -376,11 +386,13 @@ MVM_G_FN mvm_g_shape mvm_g_attention_combine_shape(const mvm_g_attention_args *a
 /* mvm_g_store_rows: n_rows rows of n floats, row i at src + i * src_stride floats, into the
  * KV cache's rows at dst + i * dst_stride elements, as F16 (rounded to nearest even) with
  * f16, else as F32; and in the same launch as many from src2 to dst2 (0: none), with the
- * same strides: a layer's keys and values at once. */
+ * same strides: a layer's keys and values at once. With pos (mvm_g_pos0), row i goes to
+ * row *pos + i from dst (a cache block without a ring, from its first row). */
 typedef struct mvm_g_store_rows_args {
     mvm_dptr dst, src, dst2, src2;
     uint64_t dst_stride, src_stride;
     uint32_t n, n_rows, f16;
+    mvm_dptr pos;
 } mvm_g_store_rows_args;
 
 MVM_G_FN mvm_g_shape mvm_g_store_rows_shape(const mvm_g_store_rows_args *a)

@@ -72,7 +72,7 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_rope(mvm_g_rop
         return;
     const uint32_t h = u / half, i = u % half;
     float c, s;
-    mvm_rope_cos_sin(&a.rope, a.pos0 + tok, i, &c, &s);
+    mvm_rope_cos_sin(&a.rope, mvm_g_pos0(a.pos, a.pos0) + tok, i, &c, &s);
     const uint32_t i0 = a.rope.neox ? i : 2 * i, i1 = a.rope.neox ? i + half : 2 * i + 1;
     float *p = h < a.n_heads ? (float *)a.x + tok * a.stride + (uint64_t)h * a.head_dim
                              : (float *)a.x2 + tok * a.stride2 +
@@ -218,6 +218,7 @@ static __device__ __forceinline__ void attn_tile_values(const mvm_g_attention_ar
 extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
     mvm_g_attention(mvm_g_attention_args a)
 {
+    a.pos0 = mvm_g_pos0(a.pos, a.pos0);
     __shared__ float qs[MVM_G_ATTN_QFLOATS], os[MVM_G_ATTN_QFLOATS];
     __shared__ float sc[MVM_G_ATTN_HEADS][MVM_G_ATTN_TILE];
     __shared__ float run_max[MVM_G_ATTN_HEADS], rescale[MVM_G_ATTN_HEADS];
@@ -284,6 +285,7 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
 extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
     mvm_g_attention_combine(mvm_g_attention_args a)
 {
+    a.pos0 = mvm_g_pos0(a.pos, a.pos0);
     const uint32_t h = blockIdx.x, i = blockIdx.y, hd = a.head_dim;
     const uint32_t n_split = mvm_g_attention_splits(&a);
     const attn_parts p = attn_parts_of(a);
@@ -322,10 +324,11 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
         return;
     const mvm_dptr src = second ? a.src2 : a.src, dst = second ? a.dst2 : a.dst;
     const float x = ((const float *)src)[i * a.src_stride + j];
+    const uint64_t at = ((uint64_t)mvm_g_pos0(a.pos, 0) + i) * a.dst_stride + j;
     if (a.f16)
-        ((uint16_t *)dst)[i * a.dst_stride + j] = mvm_k_f2h(x);
+        ((uint16_t *)dst)[at] = mvm_k_f2h(x);
     else
-        ((float *)dst)[i * a.dst_stride + j] = x;
+        ((float *)dst)[at] = x;
 }
 
 extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_add(mvm_g_add_args a)
