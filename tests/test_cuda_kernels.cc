@@ -114,7 +114,7 @@ static void quantize_case(enum mvm_wtype t, uint32_t n)
     std::vector<uint8_t> q(rows * q_stride, 0xEE), want(rows * q_stride, 0xEE);
     for (uint32_t r = 0; r < rows; r++)
         mvm_k_prepare_act(t, x.data() + r * x_stride, want.data() + r * q_stride, n);
-    mvm_g_quantize_args a = {dp(x.data()), dp(q.data()), x_stride, q_stride, n, rows, t};
+    mvm_g_quantize_args a = {dp(x.data()), dp(q.data()), x_stride, q_stride, n, rows, t, 0};
     launch(mvm_g_quantize, a, mvm_g_quantize_shape(&a));
     CHECK(q == want);
 }
@@ -157,7 +157,7 @@ static void matvec_case(enum mvm_wtype t, uint32_t n_in, uint32_t n_out, uint32_
                            .row_bytes = row_bytes, .act_stride = act_stride,
                            .y_stride = y_stride, .w_head = w_head, .act_head = act_row,
                            .y_head = y_head, .n_in = n_in, .n_out = n_out, .n_tok = n_tok,
-                           .n_head = n_head, .accumulate = accumulate, .w2 = 0, .y2 = 0,
+                           .n_head = n_head, .accumulate = accumulate, .pad = 0, .w2 = 0, .y2 = 0,
                            .w3 = 0, .y3 = 0, .y_stride2 = 0, .y_stride3 = 0, .n_out2 = 0,
                            .n_out3 = 0};
     launch(matvec_fn[t], a, mvm_g_matvec_shape(&a));
@@ -196,7 +196,8 @@ static void matvec_parts_case(enum mvm_wtype t, uint32_t n_in, uint32_t n_tok)
                            .row_bytes = row_bytes, .act_stride = act_row, .y_stride = stride[0],
                            .w_head = 0, .act_head = 0, .y_head = 0, .n_in = n_in,
                            .n_out = rows[0], .n_tok = n_tok, .n_head = 1, .accumulate = 0,
-                           .w2 = dp(w[1].data()), .y2 = dp(y[1].data()), .w3 = dp(w[2].data()),
+                           .pad = 0, .w2 = dp(w[1].data()), .y2 = dp(y[1].data()),
+                           .w3 = dp(w[2].data()),
                            .y3 = dp(y[2].data()), .y_stride2 = stride[1],
                            .y_stride3 = stride[2], .n_out2 = rows[1], .n_out3 = rows[2]};
     launch(matvec_fn[t], a, mvm_g_matvec_shape(&a));
@@ -334,7 +335,7 @@ static void experts_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_ff, uin
                                dp(off.data()), dp(cnt.data()), dp(row_tok.data()),
                                dp(row_w.data()), dp(h.data()), dp(out.data()), oai ? dp(down_bias.data()) : 0, dp(hf.data()),
                                stride, act_stride, h_stride, n_embd, G, (uint32_t)active.size(),
-                               f.gate_up, f.down, f.glu, one_row};
+                               f.gate_up, f.down, f.glu, one_row, 0};
         if (one_row)
             launch(up1_fn[f.gate_up], a, mvm_g_expert_up1_shape(&a));
         else
@@ -346,7 +347,7 @@ static void experts_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_ff, uin
         else
             launch(down_fn[f.down], a, mvm_g_expert_down_shape(&a));
         mvm_g_expert_sum_args s = {dp(x.data()), dp(out.data()), dp(tok_rows.data()), n_embd, n_tok,
-                                   K};
+                                   K, 0};
         launch(mvm_g_expert_sum, s, mvm_g_expert_sum_shape(&s));
         /* compare the experts' contributions, not x: x0 would hide a small one */
         std::vector<float> dg(x.size()), dw(x.size());
@@ -421,7 +422,7 @@ static void rmsnorm_case(uint32_t n, uint64_t xs, uint64_t os)
                                 .w = with_w ? dp(w.data()) : 0, .q = 0, .out2 = 0, .x2 = 0,
                                 .w2 = 0, .x_stride = xs, .out_stride = os, .q_stride = 0,
                                 .n = n, .n_rows = rows, .q_type = 0, .n_rows2 = 0,
-                                .eps = 1e-5f};
+                                .eps = 1e-5f, .pad = 0};
         launch(mvm_g_rmsnorm, a, mvm_g_rmsnorm_shape(&a));
         for (uint32_t r = 0; r < rows; r++) {
             CHECK(rel_err(&out[r * os], &want[r * os], n) < 1e-6);
@@ -441,7 +442,8 @@ static void rmsnorm_case(uint32_t n, uint64_t xs, uint64_t os)
     mvm_g_rmsnorm_args a = {.x = dp(y.data()), .out = dp(y.data()), .w = dp(w.data()),
                             .q = 0, .out2 = 0, .x2 = dp(y2.data()), .w2 = dp(w2.data()),
                             .x_stride = xs, .out_stride = xs, .q_stride = 0, .n = n,
-                            .n_rows = rows, .q_type = 0, .n_rows2 = rows2, .eps = 1e-6f};
+                            .n_rows = rows, .q_type = 0, .n_rows2 = rows2, .eps = 1e-6f,
+                            .pad = 0};
     launch(mvm_g_rmsnorm, a, mvm_g_rmsnorm_shape(&a));
     CHECK(rel_err(y.data(), want.data(), y.size()) < 1e-6);
     CHECK(rel_err(y2.data(), want2.data(), y2.size()) < 1e-6);
@@ -469,7 +471,8 @@ static void test_rmsnorm_quantize(void)
         mvm_g_rmsnorm_args a = {.x = dp(x.data()), .out = dp(out.data()), .w = dp(w.data()),
                                 .q = dp(q.data()), .out2 = dp(out2.data()), .x2 = 0, .w2 = 0,
                                 .x_stride = xs, .out_stride = xs, .q_stride = qs, .n = n,
-                                .n_rows = rows, .q_type = t, .n_rows2 = 0, .eps = 1e-5f};
+                                .n_rows = rows, .q_type = t, .n_rows2 = 0, .eps = 1e-5f,
+                                .pad = 0};
         launch(mvm_g_rmsnorm, a, mvm_g_rmsnorm_shape(&a));
         for (uint32_t r = 0; r < rows; r++) {
             mvm_k_prepare_act(t, &out[r * xs], &want[r * qs], n);
@@ -679,7 +682,7 @@ static void test_store_rows(void)
             }
             mvm_g_store_rows_args a = {dp(dst.data()), dp(src.data()),
                                        both ? dp(dst2.data()) : 0, both ? dp(src2.data()) : 0,
-                                       dst_stride, src_stride, n, rows, t == MVM_W_F16, 0};
+                                       dst_stride, src_stride, n, rows, t == MVM_W_F16, 0, 0};
             launch(mvm_g_store_rows, a, mvm_g_store_rows_shape(&a));
             CHECK(dst == want && dst2 == want2);
             /* the rows from the position on the device (a decode graph's): 2 rows on */
@@ -804,7 +807,7 @@ static void test_route(void)
                                   dp(sel.data()), dp(w.data()),
                                   given.empty() ? 0 : dp(given.data()), c.scale, c.E, c.K,
                                   c.n_group,
-                                  c.n_group_used, c.sigmoid, c.norm};
+                                  c.n_group_used, c.sigmoid, c.norm, 0};
             launch(mvm_g_route, a, mvm_g_route_shape(&a));
             bool ok = sel[c.K] == -7 && same_float(w[c.K], POISON) && active[c.K] == POISON_U;
             for (uint32_t k = 0; k < c.K; k++) {
@@ -915,7 +918,7 @@ static void test_dequant_rows(void)
         std::vector<uint8_t> w = weights(t, rows, n, row_bytes);
         std::vector<uint16_t> dst(rows * stride, POISON_H);
         mvm_g_dequant_args a = {dp(w.data()), dp(dst.data()), row_bytes, 0, stride, n, rows,
-                                rows, 0, 0, 0, {}};
+                                rows, 0, 0, 0, 0, {}};
         launch(dequant_fn[t], a, mvm_g_dequant_shape(&a));
         const bool ok = same_rows(dst, stride, dequantized(t, w.data(), rows, n, row_bytes),
                                   rows, n);
@@ -953,14 +956,14 @@ static void dequant_expert_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_
                 want.insert(want.end(), part->begin() + (size_t)c0 * n_embd,
                             part->begin() + (size_t)(c0 + G) * n_embd);
         mvm_g_dequant_args a = {dp(expert.data()), dp(dst.data()), row, gb, n_embd + 8,
-                                n_embd, 2 * n_ff, 2 * G, 2 * G, 0, 0, {}};
+                                n_embd, 2 * n_ff, 2 * G, 2 * G, 0, 0, 0, {}};
         launch(dequant_fn[f.gate_up], a, mvm_g_dequant_shape(&a));
         CHECK(same_rows(dst, n_embd + 8, want, 2 * n_ff, n_embd));
     }
     std::vector<uint16_t> dst(n_embd * (n_ff + 8), POISON_H);
     mvm_g_dequant_args a = {dp(expert.data() + 2 * G * row), dp(dst.data()),
                             mvm_k_row_bytes(f.down, G), gb, n_ff + 8, G, n_embd * (n_ff / G),
-                            n_embd, 0, G, 0, {}};
+                            n_embd, 0, G, 0, 0, {}};
     launch(dequant_fn[f.down], a, mvm_g_dequant_shape(&a));
     CHECK(same_rows(dst, n_ff + 8, dequantized(f.down, down.data(), n_embd, n_ff, down_row),
                     n_embd, n_ff));
@@ -1020,7 +1023,7 @@ static void test_glu_half(void)
             }
         mvm_g_glu_half_args a = {dp(gu.data()), dp(h.data()), dp(w.data()), dp(expert.data()),
                                  gu_stride, stride, gb, nc, rows, c0, G,
-                                 oai ? (uint32_t)MVM_GLU_OAI : (uint32_t)MVM_GLU_SILU, {}};
+                                 oai ? (uint32_t)MVM_GLU_OAI : (uint32_t)MVM_GLU_SILU, 0, {}};
         launch(mvm_g_glu_half, a, mvm_g_glu_half_shape(&a));
         CHECK(same_rows(h, stride, want, rows, nc));
     }
@@ -1045,14 +1048,15 @@ static void test_dequant_experts_list(void)
                           experts.data() + e * stride);
     }
     const std::vector<uint32_t> ids = {2, 0}, off(3, 0), cnt(3, 1);
-    const mvm_g_experts_list list = {dp(ids.data()), dp(off.data()), dp(cnt.data()), stride, 2};
+    const mvm_g_experts_list list = {dp(ids.data()), dp(off.data()), dp(cnt.data()), stride, 2,
+                                     0};
     for (int down = 0; down < 2; down++) {
         const uint32_t n_in = down ? G : D, rows = down ? D * (F / G) : 2 * F;
         const uint64_t dst_stride = down ? F + 8 : D + 8, per_slot = (down ? D : 2 * F) *
                                                                       dst_stride;
         mvm_g_dequant_args a = {0, 0, down ? mvm_k_row_bytes(f.down, G) : row, gb, dst_stride,
                                 n_in, rows, down ? D : 2 * G, down ? 0 : 2 * G, down ? G : 0,
-                                0, {}};
+                                0, 0, {}};
         const enum mvm_wtype t = down ? f.down : f.gate_up;
         const uint64_t first = down ? 2 * G * row : 0;
         std::vector<uint16_t> got(2 * per_slot, POISON_H), want(2 * per_slot, POISON_H);
@@ -1085,7 +1089,8 @@ static void test_experts_list_unit_rows(void)
                                experts.data() + e * stride);
     }
     const std::vector<uint32_t> ids = {3, 1}, off = {0, 5, 0, 1}, cnt = {0, 4, 0, 3};
-    const mvm_g_experts_list list = {dp(ids.data()), dp(off.data()), dp(cnt.data()), stride, 2};
+    const mvm_g_experts_list list = {dp(ids.data()), dp(off.data()), dp(cnt.data()), stride, 2,
+                                     0};
     std::vector<float> gu = randoms(2 * n_rows * 2 * F, 9.0f), w = randoms(step_rows);
     std::vector<uint16_t> h(2 * n_rows * F, POISON_H), want(2 * n_rows * F, POISON_H);
     for (uint32_t s = 0; s < 2; s++)
@@ -1097,7 +1102,7 @@ static void test_experts_list_unit_rows(void)
                 want[(s * n_rows + r) * F + c] = mvm_k_f2h(v * w[off[e] + r]);
             }
     mvm_g_glu_half_args u = {dp(gu.data()), dp(h.data()), dp(w.data()), dp(experts.data()),
-                             2 * F, F, gb, F, n_rows, 0, G, MVM_GLU_OAI, list};
+                             2 * F, F, gb, F, n_rows, 0, G, MVM_GLU_OAI, 0, list};
     launch(mvm_g_glu_half, u, mvm_g_glu_half_shape(&u));
     CHECK(h == want);
     /* the rows back, biased, into the step's rows; the others keep their poison */
@@ -1128,7 +1133,7 @@ static void test_attn_softmax(void)
             std::vector<uint16_t> p(H * nq * ld, POISON_H);
             mvm_g_attn_softmax_args a = {dp(s.data()), dp(p.data()),
                                          sink ? dp(sinks.data()) : 0, ld, H, nq, n_k, lo, q0,
-                                         window, 0.3f};
+                                         window, 0.3f, 0};
             launch(mvm_g_attn_softmax, a, mvm_g_attn_softmax_shape(&a));
             bool ok = true;
             for (uint32_t h = 0; h < H; h++)

@@ -76,7 +76,7 @@ static mvm_dptr device_act(enum mvm_wtype t, mvm_dptr dx, const float *x, uint32
     for (uint32_t i = 0; i < n_tok; i++)
         mvm_k_prepare_act(t, x + (size_t)i * n, want + i * *stride, n);
     CHECK_ST(mvm_gpu_alloc(g, n_tok * *stride, &dq), MVM_OK);
-    mvm_g_quantize_args qa = {dx, dq, n, *stride, n, n_tok, t};
+    mvm_g_quantize_args qa = {dx, dq, n, *stride, n, n_tok, t, 0};
     CHECK_ST(mvm_gpu_quantize(g, 0, &qa), MVM_OK);
     CHECK_ST(mvm_gpu_download(g, got, dq, n_tok * *stride), MVM_OK);
     CHECK(memcmp(got, want, n_tok * *stride) == 0); /* the same rounding, bit for bit */
@@ -177,8 +177,8 @@ static void expert_case(mvm_k_expert_fmt f, uint32_t T, uint32_t one_row)
     mvm_dptr dhf = 0; /* up's floats, before down's blocks */
     CHECK_ST(mvm_gpu_alloc(g, T * F * 4, &dhf), MVM_OK);
     mvm_g_expert_args ea = {de, dact, da, doff, dcnt, drt, drw, dh, dout, 0, dhf, ebytes, as,
-                            hs, D, G, 1, f.gate_up, f.down, f.glu, one_row};
-    mvm_g_expert_sum_args sa = {dx, dout, dtr, D, T, 1};
+                            hs, D, G, 1, f.gate_up, f.down, f.glu, one_row, 0};
+    mvm_g_expert_sum_args sa = {dx, dout, dtr, D, T, 1, 0};
     CHECK_ST(mvm_gpu_experts(g, &ea), MVM_OK);
     CHECK_ST(mvm_gpu_expert_sum(g, 0, &sa), MVM_OK);
     CHECK_ST(mvm_gpu_download(g, got, dx, T * D * 4), MVM_OK);

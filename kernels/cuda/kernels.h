@@ -19,6 +19,11 @@
  * Kernel names: mvm_g_<kernel> for the type-free ones; mvm_g_<kernel>_<type> with <type> the
  * ggml name of a weight type (mvm_k_wtype_name: f32 ... q6_K) for those that read weights,
  * one function per type (MVM_G_FOR_TYPES).
+ *
+ * No argument struct has padding: each names its spare bytes (`pad`, zero), because a CUDA
+ * graph (engine/compute/gpu_graph.c) compares a token's arguments with the last token's
+ * byte for byte, and a complete initializer leaves padding as the stack had it, which
+ * would update the node every token. The host compilers are told to refuse padding here.
  */
 #ifndef MVM_KERNELS_CUDA_KERNELS_H
 #define MVM_KERNELS_CUDA_KERNELS_H
@@ -32,6 +37,11 @@
 #define MVM_G_FN static __host__ __device__ __forceinline__
 #else
 #define MVM_G_FN static inline
+#endif
+
+#if defined(__GNUC__) && !defined(__CUDACC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic error "-Wpadded"
 #endif
 
 typedef uint64_t mvm_dptr;
@@ -71,7 +81,7 @@ MVM_G_FN mvm_g_shape mvm_g_rows_shape(uint64_t per_row, uint32_t rows)
 typedef struct mvm_g_quantize_args {
     mvm_dptr x, q;
     uint64_t x_stride, q_stride;
-    uint32_t n, n_rows, type;
+    uint32_t n, n_rows, type, pad;
 } mvm_g_quantize_args;
 
 MVM_G_FN mvm_g_shape mvm_g_quantize_shape(const mvm_g_quantize_args *a)
@@ -97,7 +107,7 @@ MVM_G_FN mvm_g_shape mvm_g_quantize_shape(const mvm_g_quantize_args *a)
 typedef struct mvm_g_matvec_args {
     mvm_dptr w, act, y;
     uint64_t row_bytes, act_stride, y_stride, w_head, act_head, y_head;
-    uint32_t n_in, n_out, n_tok, n_head, accumulate;
+    uint32_t n_in, n_out, n_tok, n_head, accumulate, pad;
     mvm_dptr w2, y2, w3, y3;
     uint64_t y_stride2, y_stride3;
     uint32_t n_out2, n_out3;
@@ -151,6 +161,7 @@ typedef struct mvm_g_expert_args {
     uint64_t expert_stride, act_stride, h_stride;
     uint32_t n_embd, n_groups, n_active, gate_up, down, glu;
     uint32_t one_row; /* every active expert has one row: up1 (mvm_gpu_experts_up) */
+    uint32_t pad;
 } mvm_g_expert_args;
 
 MVM_G_FN mvm_g_shape mvm_g_expert_up_shape(const mvm_g_expert_args *a)
@@ -187,7 +198,7 @@ MVM_G_FN mvm_g_shape mvm_g_expert_down1_shape(const mvm_g_expert_args *a)
 
 typedef struct mvm_g_expert_sum_args {
     mvm_dptr x, out, tok_rows;
-    uint32_t n_embd, n_tok, top_k;
+    uint32_t n_embd, n_tok, top_k, pad;
 } mvm_g_expert_sum_args;
 
 MVM_G_FN mvm_g_shape mvm_g_expert_sum_shape(const mvm_g_expert_sum_args *a)
@@ -214,7 +225,7 @@ MVM_G_FN mvm_g_shape mvm_g_expert_sum_shape(const mvm_g_expert_sum_args *a)
 typedef struct mvm_g_route_args {
     mvm_dptr logits, choose_bias, active, off, cnt, row_tok, tok_rows, row_w, sel, w, given;
     float scale;
-    uint32_t n_expert, top_k, n_group, n_group_used, sigmoid, norm_topk;
+    uint32_t n_expert, top_k, n_group, n_group_used, sigmoid, norm_topk, pad;
 } mvm_g_route_args;
 
 MVM_G_FN mvm_g_shape mvm_g_route_shape(const mvm_g_route_args *a)
@@ -239,6 +250,7 @@ typedef struct mvm_g_rmsnorm_args {
     uint64_t x_stride, out_stride, q_stride;
     uint32_t n, n_rows, q_type, n_rows2;
     float eps;
+    uint32_t pad;
 } mvm_g_rmsnorm_args;
 
 MVM_G_FN mvm_g_shape mvm_g_rmsnorm_shape(const mvm_g_rmsnorm_args *a)
@@ -391,7 +403,7 @@ MVM_G_FN mvm_g_shape mvm_g_attention_combine_shape(const mvm_g_attention_args *a
 typedef struct mvm_g_store_rows_args {
     mvm_dptr dst, src, dst2, src2;
     uint64_t dst_stride, src_stride;
-    uint32_t n, n_rows, f16;
+    uint32_t n, n_rows, f16, pad;
     mvm_dptr pos;
 } mvm_g_store_rows_args;
 
@@ -438,12 +450,13 @@ typedef struct mvm_g_experts_list {
     mvm_dptr off, cnt;     /* with a list: the step's rows of each expert (by expert id) */
     uint64_t w_stride;     /*   bytes between experts' weights */
     uint32_t n_exp;        /*   slots (0 counts as 1) */
+    uint32_t pad;
 } mvm_g_experts_list;
 
 typedef struct mvm_g_dequant_args {
     mvm_dptr w, dst;
     uint64_t row_bytes, group_bytes, dst_stride;
-    uint32_t n_in, n_rows, per, dst_rows, dst_cols;
+    uint32_t n_in, n_rows, per, dst_rows, dst_cols, pad;
     uint64_t dst_expert;
     mvm_g_experts_list list;
 } mvm_g_dequant_args;
@@ -487,7 +500,7 @@ MVM_G_FN mvm_g_shape mvm_g_to_half_shape(const mvm_g_to_half_args *a)
 typedef struct mvm_g_glu_half_args {
     mvm_dptr gu, h, w, expert;
     uint64_t gu_stride, h_stride, group_bytes;
-    uint32_t n_ch, n_rows, c0, G, glu;
+    uint32_t n_ch, n_rows, c0, G, glu, pad;
     mvm_g_experts_list list;
 } mvm_g_glu_half_args;
 
@@ -524,6 +537,7 @@ typedef struct mvm_g_attn_softmax_args {
     uint64_t ld;
     uint32_t n_head, n_q, n_k, lo, q0, window;
     float scale;
+    uint32_t pad;
 } mvm_g_attn_softmax_args;
 
 MVM_G_FN mvm_g_shape mvm_g_attn_softmax_shape(const mvm_g_attn_softmax_args *a)
@@ -531,5 +545,9 @@ MVM_G_FN mvm_g_shape mvm_g_attn_softmax_shape(const mvm_g_attn_softmax_args *a)
     mvm_g_shape s = {1, a->n_head * a->n_q, MVM_G_THREADS};
     return s;
 }
+
+#if defined(__GNUC__) && !defined(__CUDACC__)
+#pragma GCC diagnostic pop
+#endif
 
 #endif
