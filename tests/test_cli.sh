@@ -195,7 +195,7 @@ if [ -n "$fake_driver" ]; then
         if cmp -s "$tmp/a" "$tmp/c"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: greedy output differs on the device" >&2; fi
         # decode routed on the device: the log says how many tokens, and where the host's
         # time a token went (what the device may wait for between tokens)
-        expect 0 'decode: 1[01] tokens routed on the device; CUDA graphs: 1 built, [0-9]+ kernel nodes updated; host time a token: [0-9]+ us queueing, [0-9]+ us waiting for the logits, [0-9]+ us replaying the policies, [0-9]+ us between tokens' -- env MOEVM_LOG=info MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0
+        expect 0 'decode: 1[01] tokens routed on the device; CUDA graphs: 1 built, [0-9]+ kernel nodes updated; host time a token: [0-9]+ us queueing, [0-9]+ us replaying the policies [(]the token before, while the device computes[)], [0-9]+ us waiting for the logits, [0-9]+ us between tokens' -- env MOEVM_LOG=info MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0
         # --n-cpu-moe on a GPU: 1 of the 2 layers, half the experts' pages on the device, to
         # the same text; 99, none there: the CPU computes every expert at its home, the GPU
         # the rest (llama.cpp's -ngl 99 --cpu-moe), to the same text, nothing moved

@@ -734,7 +734,23 @@ static void test_round_trips(void)
  * stage down: no layer waits. Queued as a CUDA graph (`graph`, the default), its kernels
  * are one graph launch, the graph built once and launched as it is after: the kernels that
  * take the position read it on the device, so no node changes (an F16 cache here: the
- * keys and values staged, then stored); `launches` queues them one by one. */
+ * keys and values staged, then stored); `launches` queues them one by one. The policies
+ * see a routed token's steps once the next token is queued, or at mvm_ctx_settle, in
+ * order: the route observer's last position lags by one until then. */
+struct seen_steps {
+    uint32_t n, last_pos, last_layer;
+    int in_order;
+};
+
+static void see_step(void *ctx, const mvm_route_record *r)
+{
+    struct seen_steps *s = ctx;
+    if (s->n)
+        s->in_order &= r->pos > s->last_pos || r->layer > s->last_layer; /* a batch's go
+                                                                          layer by layer */
+    s->n++, s->last_pos = r->pos, s->last_layer = r->layer;
+}
+
 static void test_device_round_trips(void)
 {
     static const char *const modes[] = {"graph", "launches"};
@@ -754,6 +770,8 @@ static void test_device_round_trips(void)
         }
         const uint32_t all = m->hp.n_layer * m->hp.n_expert;
         float *logits = malloc(m->hp.n_vocab * sizeof *logits);
+        struct seen_steps seen = {.in_order = 1};
+        mvm_ctx_set_route_observer(c, see_step, &seen);
         CHECK_ST(mvm_ctx_eval(c, prompt, 3, NULL, 0), MVM_OK);
         mvm_stats st = {0};
         uint32_t t = 3; /* tokens until every expert is resident and pinned: the copies land */
@@ -780,7 +798,21 @@ static void test_device_round_trips(void)
                 fprintf(stderr, "a routed token (%s): %lu syncs, %lu uploads, %lu downloads, "
                         "%lu launches, %lu graph launches, %lu nodes, %lu updated\n", modes[g],
                         syncs, up, down, launches, graphs, built, set);
+            CHECK(seen.last_pos + 1 == t && seen.last_layer + 1 == m->hp.n_layer);
+            const uint32_t n_seen = seen.n;
+            CHECK_ST(mvm_ctx_settle(c), MVM_OK);
+            CHECK(seen.last_pos == t && seen.n == n_seen + m->hp.n_layer);
+            CHECK_ST(mvm_ctx_settle(c), MVM_OK); /* nothing owed twice */
+            CHECK(seen.n == n_seen + m->hp.n_layer && seen.in_order);
         }
+        mvm_resid_stats r0, r1; /* a reader settles: the last token's steps counted */
+        mvm_resid_get_stats(mvm_ctx_residency(c), &r0);
+        CHECK_ST(mvm_ctx_eval(c, prompt + t, 1, logits, 0), MVM_OK);
+        mvm_resid_get_stats(mvm_ctx_residency(c), &r1);
+        CHECK(seen.last_pos == t && seen.in_order);
+        CHECK(r1.accesses - r0.accesses == (uint64_t)m->hp.n_layer * m->hp.n_expert_used);
+        CHECK_ST(mvm_ctx_eval(c, prompt + t + 1, 3, NULL, 0), MVM_OK); /* routed by the host */
+        CHECK(seen.last_pos == t + 3 && seen.in_order);
         free(logits);
         mvm_ctx_free(c);
         mvm_space_get_stats(m->space, &st);

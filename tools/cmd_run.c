@@ -770,6 +770,8 @@ int mvm_cmd_run(int argc, char **argv)
     int dist_failed = 0;
     if (s.dist && !s.server && s.placed && mvm_dist_stop(s.dist) != MVM_OK)
         dist_failed = 1, rc = rc ? rc : mvm_cli_error("run", "distributed mode");
+    if (s.trace && s.e) /* the steps a decode token still owes it first (mvm_ctx_settle) */
+        mvm_ctx_set_route_observer(mvm_engine_ctx(s.e), NULL, NULL);
     if (mvm_trace_close(s.trace) != MVM_OK && !rc)
         rc = mvm_cli_error("run", "--trace-out");
     if (mvm_logits_close(&s.lf, s.a.logits_out) && !rc)

@@ -152,8 +152,19 @@ void mvm_ctx_free(mvm_ctx *c)
     free(c);
 }
 
+/* mvm_ctx_settle for the readers, whose type says they change nothing: the policies' state
+ * they show is what it would have been without the deferral (the backend keeps a failure
+ * for the next evaluation). */
+static mvm_status settle(const mvm_ctx *c)
+{
+    return c->be->settle ? c->be->settle(c) : MVM_OK;
+}
+
+mvm_status mvm_ctx_settle(mvm_ctx *c) { return settle(c); }
+
 void mvm_ctx_set_route_observer(mvm_ctx *c, mvm_route_fn fn, void *fn_ctx)
 {
+    (void)settle(c); /* the old observer sees the steps owed to it */
     c->moe->obs = fn;
     c->moe->obs_ctx = fn_ctx;
 }
@@ -175,11 +186,15 @@ mvm_status mvm_ctx_time_expert(mvm_ctx *c, uint32_t layer, int32_t expert, const
         return mvm_fail(MVM_ERR_INVALID, "timing expert %d of layer %u for %u tokens: out of "
                         "range (%u layers, %u experts, batches of up to %u)", expert, layer, n,
                         hp->n_layer, hp->n_expert, c->n_batch);
-    return c->be->time_expert(c, layer, expert, x, n, seconds);
+    mvm_status st = settle(c);
+    return st != MVM_OK ? st : c->be->time_expert(c, layer, expert, x, n, seconds);
 }
 
 mvm_status mvm_ctx_set_elsewhere(mvm_ctx *c, const mvm_elsewhere *e)
 {
+    mvm_status st = settle(c);
+    if (st != MVM_OK)
+        return st;
     c->moe->elsewhere = e && e->send ? e : NULL;
     c->moe->remote = e ? e->remote : NULL;
     mvm_resid_set_remote(c->moe->resid, c->moe->remote);
@@ -197,7 +212,8 @@ mvm_status mvm_ctx_expert_rows(mvm_ctx *c, const mvm_expert_rows *r, float *out)
         return mvm_fail(MVM_ERR_INVALID, "rows of %u tokens of layer %u: the context takes "
                         "batches of up to %u, %u layers", r->n_tok, r->layer, c->n_batch,
                         c->m->hp.n_layer);
-    return c->be->expert_rows(c, r, out);
+    mvm_status st = settle(c);
+    return st != MVM_OK ? st : c->be->expert_rows(c, r, out);
 }
 
 uint32_t mvm_ctx_n_past(const mvm_ctx *c) { return c->n_past[c->seq]; }
@@ -233,9 +249,23 @@ void mvm_embed_tokens(const mvm_model *m, const int32_t *tokens, uint32_t n, flo
                          out + (size_t)i * D, D);
 }
 
-const mvm_resid *mvm_ctx_residency(const mvm_ctx *c) { return c->moe->resid; }
-const mvm_prefetcher *mvm_ctx_prefetcher(const mvm_ctx *c) { return c->moe->prefetch; }
-const mvm_substitutor *mvm_ctx_substitutor(const mvm_ctx *c) { return c->moe->subst; }
+const mvm_resid *mvm_ctx_residency(const mvm_ctx *c)
+{
+    (void)settle(c);
+    return c->moe->resid;
+}
+
+const mvm_prefetcher *mvm_ctx_prefetcher(const mvm_ctx *c)
+{
+    (void)settle(c);
+    return c->moe->prefetch;
+}
+
+const mvm_substitutor *mvm_ctx_substitutor(const mvm_ctx *c)
+{
+    (void)settle(c);
+    return c->moe->subst;
+}
 
 /* ---- evaluation ------------------------------------------------------------------------ */
 

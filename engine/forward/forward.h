@@ -101,7 +101,17 @@ const char *mvm_ctx_backend(const mvm_ctx *c);
 uint64_t mvm_ctx_kv_bytes(const mvm_ctx *c);
 /* "f16" or "f32": the type of its elements. */
 const char *mvm_ctx_kv_type(const mvm_ctx *c);
+/* The observer is called from the policies' steps (mvm_ctx_settle's note): set it to NULL
+ * before freeing what it writes to, which settles first. */
 void mvm_ctx_set_route_observer(mvm_ctx *c, mvm_route_fn fn, void *fn_ctx);
+/* A decode token routed on the device (engine/forward/forward_cuda_route.c) shows its
+ * steps to the policies (residency, prefetch, route modules, the route observer) while the
+ * device computes the next token, or when this is called: the policies as they would be
+ * had every step been shown in its batch. The readers below, the observer's setter and a
+ * host-routed batch call it; mvm_ctx_free does not, so what the last token showed is lost
+ * unless they, or this, ran after it. Returns the failure of a replay, which the next
+ * evaluation also returns. */
+mvm_status mvm_ctx_settle(mvm_ctx *c);
 
 /* Evaluates n tokens of the selected sequence at its positions n_past.. (any n: batches of
  * n_batch inside). logits: n_vocab floats for the last token, or for every token when
@@ -181,6 +191,7 @@ mvm_status mvm_ctx_select_seq(mvm_ctx *c, uint32_t s);
 uint32_t mvm_ctx_n_seq(const mvm_ctx *c);
 /* The positions cached in sequence s (selected or not); 0 for s out of range. */
 uint32_t mvm_ctx_seq_n_past(const mvm_ctx *c, uint32_t s);
+/* The context's policies, settled first (mvm_ctx_settle). */
 const mvm_resid *mvm_ctx_residency(const mvm_ctx *c);
 /* NULL when no predict module runs. */
 const mvm_prefetcher *mvm_ctx_prefetcher(const mvm_ctx *c);

@@ -545,4 +545,4 @@ static mvm_status cpu_eval(mvm_ctx *ctx, const mvm_fwd_batch *b, float *logits)
 }
 
 const struct mvm_fwd_backend mvm_fwd_cpu = {"cpu", cpu_create, cpu_destroy, cpu_eval, NULL,
-                                            NULL};
+                                            NULL, NULL};

@@ -599,20 +599,26 @@ static mvm_status eval_batch(struct cuda_fwd *f, const mvm_fwd_batch *b, float *
     const double t0 = mvm_now_s();
     TRY(queue_blocks(f, b, first, nl));
     if (f->route_here) /* the steps' stage, for the policies (forward_cuda_route.c) */
-        TRY(mvm_gpu_download_async(f->g, f->stage_host, f->stage,
+        TRY(mvm_gpu_download_async(f->g, mvm_cuda_fwd_stage_take(f), f->stage,
                                    (size_t)hp->n_layer * f->stage_floats * sizeof(float)));
     const double t1 = mvm_now_s();
-    mvm_status st = MVM_OK;
+    /* the token before's steps shown to the policies while the device computes this one;
+     * its logits are waited for whatever that gives */
+    mvm_status st = f->route_here ? mvm_cuda_fwd_route_settle(f) : MVM_OK;
+    const double t2 = mvm_now_s();
     const size_t row = (size_t)hp->n_vocab * sizeof(float);
+    mvm_status got = MVM_OK;
     if (b->n_out == nl && nl)
-        st = mvm_gpu_download(f->g, logits, f->logits, nl * row);
-    for (uint32_t o = 0; o < b->n_out && nl != b->n_out && st == MVM_OK; o++)
-        st = mvm_gpu_download(f->g, (char *)logits + o * row,
-                              f->logits + (b->out[o] - first) * row, row);
-    *idle = b->n_out && st == MVM_OK; /* after the logits' download */
-    if (f->route_here)
-        f->route_time.queue += t1 - t0, f->route_time.wait += mvm_now_s() - t1;
-    return st;
+        got = mvm_gpu_download(f->g, logits, f->logits, nl * row);
+    for (uint32_t o = 0; o < b->n_out && nl != b->n_out && got == MVM_OK; o++)
+        got = mvm_gpu_download(f->g, (char *)logits + o * row,
+                               f->logits + (b->out[o] - first) * row, row);
+    *idle = b->n_out && got == MVM_OK; /* after the logits' download */
+    if (f->route_here) {
+        f->route_time.queue += t1 - t0, f->route_time.policies += t2 - t1;
+        f->route_time.wait += mvm_now_s() - t2;
+    }
+    return st != MVM_OK ? st : got;
 }
 
 static mvm_status cuda_eval(mvm_ctx *ctx, const mvm_fwd_batch *b, float *logits)
@@ -621,21 +627,31 @@ static mvm_status cuda_eval(mvm_ctx *ctx, const mvm_fwd_batch *b, float *logits)
     int idle = 0;
     const double start = mvm_now_s();
     TRY(mvm_cuda_fwd_route_choose(f, b));
-    mvm_status st = eval_batch(f, b, logits, &idle);
-    if (!f->route_here) {
+    if (!f->route_here) { /* its policies come after the tokens' before */
+        TRY(mvm_cuda_fwd_route_settle(f));
         f->route_time.last_end = 0;
+        mvm_status st = eval_batch(f, b, logits, &idle);
         return end_open_step(f, st, idle && st == MVM_OK);
     }
-    const double replay = mvm_now_s();
-    st = mvm_cuda_fwd_route_replay(f, b, st, idle && st == MVM_OK);
+    mvm_status st = eval_batch(f, b, logits, &idle);
+    const double done = mvm_now_s();
+    st = mvm_cuda_fwd_route_done(f, b, st, idle && st == MVM_OK);
     const double end = mvm_now_s();
-    f->route_time.policies += end - replay;
+    f->route_time.policies += end - done; /* a replay that could not wait */
     if (f->route_time.last_end)
         f->route_time.between += start - f->route_time.last_end;
     f->route_time.last_end = st == MVM_OK ? end : 0;
     return st;
 }
 
+/* Outside a batch a failed replay is also the next batch's failure: the policies missed
+ * a token's steps. */
+static mvm_status cuda_settle(const mvm_ctx *ctx)
+{
+    struct cuda_fwd *f = ctx->state;
+    return f->replay.failed = mvm_cuda_fwd_route_settle(f);
+}
+
 const struct mvm_fwd_backend mvm_fwd_cuda = {"cuda", mvm_cuda_fwd_create, mvm_cuda_fwd_destroy,
-                                             cuda_eval,
+                                             cuda_eval, cuda_settle,
                                              cuda_time_expert, cuda_expert_rows};

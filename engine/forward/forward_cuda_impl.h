@@ -143,8 +143,17 @@ struct cuda_fwd {
     int all_asked;              /* every expert asked resident (once the budget holds all) */
     mvm_dptr stage;             /* [n_layer][stage_floats]: each routed step's logits,
                                    router input, choice and weights (route_stage) ... */
-    float *stage_host;          /* ... down to this pinned copy at the batch's end */
+    float *stage_host;          /* ... down to one half of this pinned copy at the batch's
+                                   end ([2][n_layer][stage_floats]) */
     uint32_t stage_floats;
+    uint32_t stage_half;        /* the half the last batch's stage went to */
+    struct {                    /* a batch's replay deferred to the next batch's time on the
+                                   device (mvm_cuda_fwd_route_settle) */
+        int pending;            /*   one waits, its stage in this half: */
+        uint32_t half;
+        uint32_t pos;           /*   its token's position */
+        mvm_status failed;      /*   a replay run outside a batch failed: the next says so */
+    } replay;
     uint64_t routed_tokens;     /* batches routed on the device, for the log at the end */
     struct {                    /* and the host's time in them, seconds summed: queueing */
         double queue, wait;     /*   the layers (graph or launches), waiting for the logits, */
@@ -220,11 +229,19 @@ mvm_status mvm_cuda_fwd_route_given(struct cuda_fwd *f, const mvm_fwd_batch *b);
 enum { MVM_STAGE_LOGITS, MVM_STAGE_HIDDEN, MVM_STAGE_SEL, MVM_STAGE_W };
 uint64_t mvm_cuda_fwd_stage_at(const struct cuda_fwd *f, int part);
 mvm_dptr mvm_cuda_fwd_route_stage(const struct cuda_fwd *f, uint32_t il, int part);
-/* Once a device-routed batch has run (st: how it went; idle: the stream has been waited
- * for since): its steps shown to the host's policies (mvm_moe_replay). Returns st, or
- * else the first failure. */
-mvm_status mvm_cuda_fwd_route_replay(struct cuda_fwd *f, const mvm_fwd_batch *b, mvm_status st,
-                                     int idle);
+/* The half of f->stage_host that the batch's stage comes down to (the batch queues it):
+ * the one a replay still owed does not read. */
+float *mvm_cuda_fwd_stage_take(struct cuda_fwd *f);
+/* Once a device-routed batch b has run (st: how it went; idle: the stream has been waited
+ * for since): its steps are owed to the host's policies (mvm_moe_replay). With idle they
+ * wait for the next batch's time on the device (mvm_cuda_fwd_route_settle), which they
+ * then take none of; else they are replayed now, after a sync. Returns st, or else the
+ * first failure. */
+mvm_status mvm_cuda_fwd_route_done(struct cuda_fwd *f, const mvm_fwd_batch *b, mvm_status st,
+                                   int idle);
+/* The steps owed (mvm_cuda_fwd_route_done), replayed in layer order, and the failure of a
+ * replay run by mvm_ctx_settle since the last batch; MVM_OK with none. */
+mvm_status mvm_cuda_fwd_route_settle(struct cuda_fwd *f);
 /* The pins of mvm_cuda_fwd_route_choose, let go (the context's end). */
 void mvm_cuda_fwd_route_release(struct cuda_fwd *f);
 

@@ -45,6 +45,9 @@ struct mvm_fwd_backend {
     void (*destroy)(void *state);
     /* logits: NULL when b->n_out is 0 */
     mvm_status (*eval)(mvm_ctx *c, const mvm_fwd_batch *b, float *logits);
+    /* mvm_ctx_settle: the policies' work that eval left for later, done; NULL where it
+     * leaves none */
+    mvm_status (*settle)(const mvm_ctx *c);
     /* mvm_ctx_time_expert, checked; NULL where the backend has no device to time */
     mvm_status (*time_expert)(mvm_ctx *c, uint32_t layer, int32_t expert, const float *x,
                               uint32_t n, double *seconds);
