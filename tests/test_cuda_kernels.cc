@@ -520,6 +520,88 @@ static void test_rope(void)
                 }
 }
 
+/* mvm_g_qk_rope against the kernels it stands for, one after the other (the QK norm by
+ * mvm_g_rmsnorm as the engine launches it, mvm_g_rope, mvm_g_store_rows): the same query
+ * floats and cache bytes to the bit; and its queries against the CPU's norm and rotation
+ * (kernels/cpu). Each norm, both pair layouts, a partial rotation, grouped heads (rows of
+ * more than a block's threads too), both cache types, the position given and on the
+ * device; the cache's other rows untouched. */
+static void qk_rope_case(uint32_t norm, uint32_t nh, uint32_t nkv, uint32_t neox, uint32_t n_rot,
+                         enum mvm_wtype t, int on_dev)
+{
+    const uint32_t n_tok = 3, hd = 16, pos0 = 5, n_ctx = 12, q_dim = nh * hd, kv_dim = nkv * hd;
+    const size_t es = t == MVM_W_F16 ? 2 : 4;
+    const float eps = 1e-5f;
+    const mvm_rope r = {n_rot, neox, 10000.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f};
+    const int rows = norm == MVM_G_QK_NORM_ROWS;
+    const std::vector<float> q = randoms(n_tok * q_dim, 3.0f), k = randoms(n_tok * kv_dim, 3.0f),
+                             v = randoms(n_tok * kv_dim, 3.0f);
+    const std::vector<float> qn = randoms(rows ? q_dim : hd), kn = randoms(rows ? kv_dim : hd);
+    const uint32_t on_device = pos0;
+    const mvm_dptr pos = on_dev ? dp(&on_device) : 0;
+    const size_t first = on_dev ? 0 : (size_t)pos0 * kv_dim * es; /* where the rows go */
+    /* one after the other */
+    std::vector<float> q1 = q, k1 = k;
+    if (norm == MVM_G_QK_NORM_HEAD) {
+        mvm_g_rmsnorm_args a = {.x = dp(q1.data()), .out = dp(q1.data()), .w = dp(qn.data()),
+                                .q = 0, .out2 = 0, .x2 = dp(k1.data()), .w2 = dp(kn.data()),
+                                .x_stride = hd, .out_stride = hd, .q_stride = 0, .n = hd,
+                                .n_rows = n_tok * nh, .q_type = 0, .n_rows2 = n_tok * nkv,
+                                .eps = eps, .pad = 0};
+        launch(mvm_g_rmsnorm, a, mvm_g_rmsnorm_shape(&a));
+    }
+    for (int key = 0; rows && key < 2; key++) { /* q and k as wide or not: two launches */
+        std::vector<float> &x = key ? k1 : q1;
+        const uint32_t n = key ? kv_dim : q_dim;
+        mvm_g_rmsnorm_args a = {.x = dp(x.data()), .out = dp(x.data()),
+                                .w = dp((key ? kn : qn).data()), .q = 0, .out2 = 0, .x2 = 0,
+                                .w2 = 0, .x_stride = n, .out_stride = n, .q_stride = 0, .n = n,
+                                .n_rows = n_tok, .q_type = 0, .n_rows2 = 0, .eps = eps,
+                                .pad = 0};
+        launch(mvm_g_rmsnorm, a, mvm_g_rmsnorm_shape(&a));
+    }
+    mvm_g_rope_args ra = {dp(q1.data()), dp(k1.data()), q_dim, kv_dim, n_tok, nh, hd, nkv, hd,
+                          on_dev ? 0 : pos0, r, pos};
+    launch(mvm_g_rope, ra, mvm_g_rope_shape(&ra));
+    std::vector<uint8_t> kc1(n_ctx * kv_dim * es, 0xA5), vc1 = kc1, kc2 = kc1, vc2 = kc1;
+    mvm_g_store_rows_args sa = {dp(kc1.data() + first), dp(k1.data()), dp(vc1.data() + first),
+                                dp(v.data()), kv_dim, kv_dim, kv_dim, n_tok, t == MVM_W_F16, 0,
+                                pos};
+    launch(mvm_g_store_rows, sa, mvm_g_store_rows_shape(&sa));
+    /* in one launch */
+    std::vector<float> q2 = q, k2 = k;
+    mvm_g_qk_rope_args a = {.q = dp(q2.data()), .k = dp(k2.data()), .v = dp(v.data()),
+                            .q_norm = norm ? dp(qn.data()) : 0,
+                            .k_norm = norm ? dp(kn.data()) : 0, .kc = dp(kc2.data() + first),
+                            .vc = dp(vc2.data() + first), .pos = pos, .q_stride = q_dim,
+                            .kv_stride = kv_dim, .cache_stride = kv_dim, .n_tok = n_tok,
+                            .n_head = nh, .n_head_kv = nkv, .head_dim = hd, .norm = norm,
+                            .kv_f16 = t == MVM_W_F16, .pos0 = on_dev ? 12345 : pos0,
+                            .eps = eps, .rope = r};
+    launch(mvm_g_qk_rope, a, mvm_g_qk_rope_shape(&a));
+    CHECK(q2 == q1 && kc2 == kc1 && vc2 == vc1);
+    /* the CPU's */
+    std::vector<float> want = q;
+    for (uint32_t i = 0; i < n_tok; i++) {
+        float *x = &want[i * q_dim];
+        for (uint32_t h = 0; norm && h < (rows ? 1 : nh); h++)
+            mvm_k_rmsnorm(x + h * hd, x + h * hd, qn.data(), rows ? q_dim : hd, eps);
+        mvm_k_rope(x, nh, hd, pos0 + i, &r);
+    }
+    CHECK(rel_err(q2.data(), want.data(), want.size()) < 1e-6);
+}
+
+static void test_qk_rope(void)
+{
+    for (uint32_t norm : {MVM_G_QK_NORM_NONE, MVM_G_QK_NORM_HEAD, MVM_G_QK_NORM_ROWS})
+        for (uint32_t heads : {4u, 40u}) /* 40 x 16: a row of more floats than threads */
+            for (uint32_t neox = 0; neox < 2; neox++)
+                for (uint32_t n_rot : {12u, 16u})
+                    for (enum mvm_wtype t : {MVM_W_F16, MVM_W_F32})
+                        for (int on_dev = 0; on_dev < 2; on_dev++)
+                            qk_rope_case(norm, heads, heads / 2, neox, n_rot, t, on_dev);
+}
+
 /* The cache's n floats as elements of type kv (F16: rounded as the engine stores them). */
 static std::vector<uint8_t> cache_of(const std::vector<float> &x, enum mvm_wtype kv)
 {
@@ -1171,6 +1253,7 @@ int main(void)
     RUN(test_rmsnorm);
     RUN(test_rmsnorm_quantize);
     RUN(test_rope);
+    RUN(test_qk_rope);
     RUN(test_attention);
     RUN(test_attention_part_bytes);
     RUN(test_store_rows);

@@ -564,11 +564,11 @@ static void test_failures(void)
     set_fail(NULL);
     CHECK_ST(mvm_ctx_create(m, pool, 32, 4, NULL, &c), MVM_OK);
     if (c) {
-        /* The first expert kernel of the first step: after 8 launches, the attention's
-         * (q, k and v in one, keys and values stored into the F16 cache in one, its output
-         * product adding the residual) and the FFN norm's and router's of a llama layer
-         * with F32 weights. */
-        CHECK(set_fail("cuLaunchKernel:9") == 0);
+        /* The first expert kernel of the first step: after 7 launches, the attention's
+         * (q, k and v in one, the rotation and the keys and values stored into the F16
+         * cache in one, its output product adding the residual) and the FFN norm's and
+         * router's of a llama layer with F32 weights. */
+        CHECK(set_fail("cuLaunchKernel:8") == 0);
         CHECK_ST(mvm_ctx_eval(c, prompt, 2, NULL, 0), MVM_ERR_BACKEND);
         CHECK(strstr(mvm_last_error(), "mvm_g_expert_up_") != NULL);
         mvm_stats s;

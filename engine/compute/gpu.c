@@ -48,6 +48,7 @@ static const struct {
     [MVM_GK_ROUTE] = {MOD_EXPERT, "mvm_g_route", 0},
     [MVM_GK_RMSNORM] = {MOD_OPS, "mvm_g_rmsnorm", 0},
     [MVM_GK_ROPE] = {MOD_OPS, "mvm_g_rope", 0},
+    [MVM_GK_QK_ROPE] = {MOD_OPS, "mvm_g_qk_rope", 0},
     [MVM_GK_ATTENTION] = {MOD_OPS, "mvm_g_attention", 0},
     [MVM_GK_ATTENTION_COMBINE] = {MOD_OPS, "mvm_g_attention_combine", 0},
     [MVM_GK_STORE_ROWS] = {MOD_OPS, "mvm_g_store_rows", 0},

@@ -35,6 +35,7 @@ enum mvm_gpu_kernel {
     MVM_GK_ROUTE,
     MVM_GK_RMSNORM,
     MVM_GK_ROPE,
+    MVM_GK_QK_ROPE,
     MVM_GK_ATTENTION,
     MVM_GK_ATTENTION_COMBINE,
     MVM_GK_STORE_ROWS,
@@ -138,6 +139,7 @@ MVM_GPU_LAUNCHER(mvm_gpu_expert_sum, MVM_GK_EXPERT_SUM, mvm_g_expert_sum_args,
 MVM_GPU_LAUNCHER(mvm_gpu_route, MVM_GK_ROUTE, mvm_g_route_args, mvm_g_route_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_rmsnorm, MVM_GK_RMSNORM, mvm_g_rmsnorm_args, mvm_g_rmsnorm_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_rope, MVM_GK_ROPE, mvm_g_rope_args, mvm_g_rope_shape)
+MVM_GPU_LAUNCHER(mvm_gpu_qk_rope, MVM_GK_QK_ROPE, mvm_g_qk_rope_args, mvm_g_qk_rope_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_store_rows, MVM_GK_STORE_ROWS, mvm_g_store_rows_args,
                  mvm_g_store_rows_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_add, MVM_GK_ADD, mvm_g_add_args, mvm_g_add_shape)

@@ -135,10 +135,10 @@ static mvm_status attend(struct cuda_fwd *f, const mvm_g_attention_args *a)
 
 /* ---- grouped-query attention ----------------------------------------------------------- */
 
-/* q, and k and v into k, v (the cache's rows, or staging), with the architecture's bias and
- * norm; not rotated. */
+/* q, and k and v into k, v (the cache's rows, or staging), with the architecture's bias and,
+ * with `norm`, its QK norm; not rotated. */
 static mvm_status qkv(struct cuda_fwd *f, const struct dev_block *L, mvm_dptr k, mvm_dptr v,
-                      uint32_t n)
+                      uint32_t n, int norm)
 {
     const mvm_hparams *hp = &f->m->hp;
     uint32_t D = hp->n_embd, hd = hp->head_dim;
@@ -154,6 +154,8 @@ static mvm_status qkv(struct cuda_fwd *f, const struct dev_block *L, mvm_dptr k,
     /* glm4moe's QK norm is optional: a block without one has no q_norm. Per head, or over
      * the whole rows where q and k are as wide (OLMoE's): both in one launch. */
     const int head = f->m->arch->qk_norm == MVM_QK_NORM_HEAD;
+    if (!norm)
+        return MVM_OK;
     if (L->q_norm && (head || f->q_dim == f->kv_dim)) {
         const uint32_t w = head ? hd : f->q_dim;
         mvm_g_rmsnorm_args a = {.x = f->q, .out = f->q, .w = L->q_norm, .x2 = k,
@@ -178,16 +180,56 @@ static mvm_status rope_run(struct cuda_fwd *f, mvm_dptr k, const struct cuda_run
     return mvm_cuda_fwd_rope(f, &q, &kh, r->n, r->pos0);
 }
 
+/* The QK norm mvm_g_qk_rope takes for L's staged rows (MVM_G_QK_NORM_*), or -1 where the
+ * batch goes through the kernels one after the other: the runs of several sequences, a
+ * block with a ring (its rows may wrap; gpt-oss's windowed layers), rows too wide for one
+ * block. */
+static int qk_rope_norm(const struct cuda_fwd *f, const struct dev_block *L, uint32_t blk)
+{
+    if (f->n_runs != 1 || !f->v || run_block(f, f->runs, blk)->ring)
+        return -1;
+    if (!L->q_norm)
+        return MVM_G_QK_NORM_NONE;
+    if (f->m->arch->qk_norm == MVM_QK_NORM_HEAD)
+        return MVM_G_QK_NORM_HEAD;
+    return f->q_dim <= MVM_G_QK_ROW_MAX && f->kv_dim <= MVM_G_QK_ROW_MAX ? MVM_G_QK_NORM_ROWS
+                                                                          : -1;
+}
+
+/* The one run's staged rows (qkv's, without the norm) normed, rotated and stored in one
+ * launch, as rope_run and store would after qkv's norm (a decode token's: 3 launches a
+ * layer, or 2, where this is one). */
+static mvm_status qk_rope(struct cuda_fwd *f, const struct dev_block *L, uint32_t blk, int norm)
+{
+    const mvm_hparams *hp = &f->m->hp;
+    const struct cuda_run *r = f->runs;
+    const mvm_kv_block *b = run_block(f, r, blk);
+    const mvm_dptr pos = mvm_cuda_fwd_pos(f); /* a decode graph's, on the device */
+    const uint64_t at = (pos ? b->row0 : mvm_kv_row(b, r->pos0)) * f->kv_dim * f->kv->elt;
+    mvm_g_qk_rope_args a = {.q = f->q, .k = f->k, .v = f->v, .q_norm = L->q_norm,
+                            .k_norm = L->k_norm, .kc = f->kc + at, .vc = f->vc + at,
+                            .pos = pos, .q_stride = f->q_dim, .kv_stride = f->kv_dim,
+                            .cache_stride = f->kv_dim, .n_tok = r->n, .n_head = hp->n_head,
+                            .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
+                            .norm = (uint32_t)norm, .kv_f16 = f->kv->type == MVM_W_F16,
+                            .pos0 = pos ? 0 : r->pos0, .eps = hp->rms_eps, .rope = hp->rope};
+    return mvm_gpu_qk_rope(f->g, 0, &a);
+}
+
 static mvm_status gqa(struct cuda_fwd *f, const struct dev_block *L, uint32_t blk, uint32_t n)
 {
     const mvm_hparams *hp = &f->m->hp;
     const uint64_t row = f->kv_dim * f->kv->elt, src = f->kv_dim * sizeof(float);
+    const int fused = direct(f, blk) ? -1 : qk_rope_norm(f, L, blk);
     if (direct(f, blk)) {
         const uint64_t at = mvm_kv_row(run_block(f, f->runs, blk), f->runs->pos0) * row;
-        TRY(qkv(f, L, f->kc + at, f->vc + at, n));
+        TRY(qkv(f, L, f->kc + at, f->vc + at, n, 1));
         TRY(rope_run(f, f->kc + at, f->runs));
+    } else if (fused >= 0) {
+        TRY(qkv(f, L, f->k, f->v, n, 0));
+        TRY(qk_rope(f, L, blk, fused));
     } else {
-        TRY(qkv(f, L, f->k, f->v, n));
+        TRY(qkv(f, L, f->k, f->v, n, 1));
         for (const struct cuda_run *r = f->runs; r < f->runs + f->n_runs; r++) {
             TRY(rope_run(f, f->k + r->i0 * src, r));
             TRY(store(f, blk, r));

@@ -284,6 +284,33 @@ MVM_G_FN mvm_g_shape mvm_g_rope_shape(const mvm_g_rope_args *a)
                             a->n_tok);
 }
 
+/* mvm_g_qk_rope: a layer's new rows made ready for attention in one launch, what mvm_g_rmsnorm
+ * (the QK norm), mvm_g_rope and mvm_g_store_rows do one after the other, the same floats:
+ * for n_tok tokens (token i at position pos0 + i: mvm_g_pos0) with queries at q + i *
+ * q_stride floats (n_head heads of head_dim) and keys and values at k, v + i * kv_stride
+ * (n_head_kv heads): the queries and keys normed (norm: MVM_G_QK_NORM_NONE; _HEAD, each
+ * head by the head_dim weights q_norm or k_norm; _ROWS, each row by its row's weights, at
+ * most MVM_G_QK_ROW_MAX floats), then rotated; the queries written back in place, the keys
+ * and values into the cache, row i at kc, vc + (i + *pos, or i without pos) * cache_stride
+ * elements, as F16 with kv_f16 else F32. A block per query row or head, key row or head,
+ * and one for the values, per token. */
+enum { MVM_G_QK_NORM_NONE, MVM_G_QK_NORM_HEAD, MVM_G_QK_NORM_ROWS };
+#define MVM_G_QK_ROW_MAX 8192
+typedef struct mvm_g_qk_rope_args {
+    mvm_dptr q, k, v, q_norm, k_norm, kc, vc, pos;
+    uint64_t q_stride, kv_stride, cache_stride;
+    uint32_t n_tok, n_head, n_head_kv, head_dim, norm, kv_f16, pos0;
+    float eps;
+    mvm_rope rope;
+} mvm_g_qk_rope_args;
+
+MVM_G_FN mvm_g_shape mvm_g_qk_rope_shape(const mvm_g_qk_rope_args *a)
+{
+    const uint32_t rows = a->norm == MVM_G_QK_NORM_ROWS ? 2 : a->n_head + a->n_head_kv;
+    mvm_g_shape s = {rows + 1, a->n_tok, MVM_G_THREADS};
+    return s;
+}
+
 /* mvm_g_attention: causal attention of n_tok queries at positions pos0.. over the KV cache.
  * Query i, head h: q + i * q_dim + h * head_dim; keys and values of position p for kv head
  * h / (n_head / n_head_kv) at kc, vc + row(p) * kv_dim + that head's offset (floats); the

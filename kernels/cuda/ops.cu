@@ -2,7 +2,9 @@
  * The small F32 ops of the engine's forward pass on the device (kernels/cuda/kernels.h), as
  * kernels/cpu/ops.c computes them: RMSNorm with its squares summed in double (and its
  * output quantized for the next product in the same pass where asked), the rotary
- * embedding with the CPU's angle formula (kernels/rope.h), causal attention (windowed, with
+ * embedding with the CPU's angle formula (kernels/rope.h), a layer's new queries, keys and
+ * values made ready in one launch (QK norm, rotary embedding, the keys and values into the
+ * cache: mvm_g_qk_rope, the three kernels' arithmetic), causal attention (windowed, with
  * sinks: gpt-oss) over an F16 or F32 KV cache whose softmax sums in double, split over the
  * positions as flash-decoding does (kernels.h), the stores into that cache, and the
  * element-wise adds (residual, bias, gated shared expert) and SwiGLU.
@@ -10,6 +12,31 @@
 #include "kernels/cuda/device.cuh"
 
 #define RMS_ROUND 8u /* elements a thread loads at once in mvm_g_rmsnorm */
+
+/* The factor that normalises row x of n floats: 1 / sqrt(mean(x^2) + eps), the squares
+ * summed in double. A thread's elements in rounds of RMS_ROUND, each round's loads issued
+ * before any is used: one at a time, a row of 2048 floats was 16 waits on the memory a
+ * loop, and the kernel took 12 µs on an H200 (bench/gpu/ktrace.sh, 2026-11-26). The same
+ * order of additions wherever it runs, so the same sum. */
+static __device__ __forceinline__ float rms_scale(const float *x, uint32_t n, float eps,
+                                                  double *tmp)
+{
+    const uint32_t step = blockDim.x;
+    double part = 0;
+    for (uint32_t i0 = threadIdx.x; i0 < n; i0 += RMS_ROUND * step) {
+        float v[RMS_ROUND];
+#pragma unroll
+        for (uint32_t k = 0; k < RMS_ROUND; k++)
+            v[k] = i0 + k * step < n ? x[i0 + k * step] : 0.0f;
+#pragma unroll
+        for (uint32_t k = 0; k < RMS_ROUND; k++)
+            if (i0 + k * step < n)
+                part += (double)(v[k] * v[k]);
+    }
+    const double sum = block_sum(part, tmp);
+    const float mean = (float)(sum / (double)n);
+    return 1.0f / sqrtf(mean + eps);
+}
 
 extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_rmsnorm(mvm_g_rmsnorm_args a)
 {
@@ -20,25 +47,8 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_rmsnorm(mvm_g_
     float *out = second ? (float *)a.x2 + row * a.x_stride : (float *)a.out + row * a.out_stride;
     float *out2 = a.out2 && !second ? (float *)a.out2 + row * a.out_stride : NULL;
     const float *w = (const float *)(second ? a.w2 : a.w);
-    /* A thread's elements in rounds of RMS_ROUND, each round's loads issued before any is
-     * used: one at a time, a row of 2048 floats was 16 waits on the memory a loop, and the
-     * kernel took 12 µs on an H200 (bench/gpu/ktrace.sh, 2026-11-26). The same order of
-     * additions, so the same sum. (out may be x: the loads go first.) */
     const uint32_t step = blockDim.x;
-    double part = 0;
-    for (uint32_t i0 = threadIdx.x; i0 < a.n; i0 += RMS_ROUND * step) {
-        float v[RMS_ROUND];
-#pragma unroll
-        for (uint32_t k = 0; k < RMS_ROUND; k++)
-            v[k] = i0 + k * step < a.n ? x[i0 + k * step] : 0.0f;
-#pragma unroll
-        for (uint32_t k = 0; k < RMS_ROUND; k++)
-            if (i0 + k * step < a.n)
-                part += (double)(v[k] * v[k]);
-    }
-    const double sum = block_sum(part, tmp);
-    const float mean = (float)(sum / (double)a.n);
-    const float scale = 1.0f / sqrtf(mean + a.eps);
+    const float scale = rms_scale(x, a.n, a.eps, tmp); /* (out may be x: the loads go first) */
     for (uint32_t i0 = threadIdx.x; i0 < a.n; i0 += RMS_ROUND * step) {
         float v[RMS_ROUND], g[RMS_ROUND];
 #pragma unroll
@@ -64,22 +74,74 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_rmsnorm(mvm_g_
     block_quantize_row(out, (uint8_t *)a.q + row * a.q_stride, (enum mvm_wtype)a.q_type, a.n);
 }
 
+/* Pair i of the head at p rotated for position pos (kernels/rope.h's `rope`). */
+static __device__ __forceinline__ void rope_pair(const mvm_rope &r, uint32_t pos, uint32_t i,
+                                                 float *p)
+{
+    const uint32_t half = r.n_rot / 2;
+    float c, s;
+    mvm_rope_cos_sin(&r, pos, i, &c, &s);
+    const uint32_t i0 = r.neox ? i : 2 * i, i1 = r.neox ? i + half : 2 * i + 1;
+    const float x0 = p[i0], x1 = p[i1];
+    p[i0] = x0 * c - x1 * s;
+    p[i1] = x0 * s + x1 * c;
+}
+
+/* Element `at` of a KV cache's rows: F16 (rounded to nearest even) or F32. */
+static __device__ __forceinline__ void kv_put(mvm_dptr dst, uint64_t at, float x, uint32_t f16)
+{
+    if (f16)
+        ((uint16_t *)dst)[at] = mvm_k_f2h(x);
+    else
+        ((float *)dst)[at] = x;
+}
+
 extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_rope(mvm_g_rope_args a)
 {
     const uint32_t half = a.rope.n_rot / 2;
     const uint32_t u = blockIdx.x * blockDim.x + threadIdx.x, tok = blockIdx.y;
     if (u >= (a.n_heads + a.n_heads2) * half)
         return;
-    const uint32_t h = u / half, i = u % half;
-    float c, s;
-    mvm_rope_cos_sin(&a.rope, mvm_g_pos0(a.pos, a.pos0) + tok, i, &c, &s);
-    const uint32_t i0 = a.rope.neox ? i : 2 * i, i1 = a.rope.neox ? i + half : 2 * i + 1;
+    const uint32_t h = u / half;
     float *p = h < a.n_heads ? (float *)a.x + tok * a.stride + (uint64_t)h * a.head_dim
                              : (float *)a.x2 + tok * a.stride2 +
                                    (uint64_t)(h - a.n_heads) * a.head_dim2;
-    const float x0 = p[i0], x1 = p[i1];
-    p[i0] = x0 * c - x1 * s;
-    p[i1] = x0 * s + x1 * c;
+    rope_pair(a.rope, mvm_g_pos0(a.pos, a.pos0) + tok, u % half, p);
+}
+
+extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_qk_rope(mvm_g_qk_rope_args a)
+{
+    __shared__ float row[MVM_G_QK_ROW_MAX];
+    __shared__ double tmp[MVM_G_WARPS];
+    const uint32_t hd = a.head_dim, tok = blockIdx.y, b = blockIdx.x;
+    const uint32_t whole = a.norm == MVM_G_QK_NORM_ROWS, kv_dim = a.n_head_kv * hd;
+    const uint32_t nq = whole ? 1 : a.n_head, nk = whole ? 1 : a.n_head_kv;
+    const uint64_t at = ((uint64_t)mvm_g_pos0(a.pos, 0) + tok) * a.cache_stride;
+    if (b == nq + nk) { /* the values, as they are */
+        for (uint32_t j = threadIdx.x; j < kv_dim; j += blockDim.x)
+            kv_put(a.vc, at + j, ((const float *)a.v)[tok * a.kv_stride + j], a.kv_f16);
+        return;
+    }
+    const uint32_t key = b >= nq, unit = key ? b - nq : b;
+    const uint32_t heads = whole ? (key ? a.n_head_kv : a.n_head) : 1, n = heads * hd;
+    float *x = (float *)(key ? a.k : a.q) + tok * (key ? a.kv_stride : a.q_stride) +
+               (uint64_t)unit * hd;
+    const float *w = (const float *)(key ? a.k_norm : a.q_norm);
+    /* normed as mvm_g_rmsnorm norms a row (every head's weights the same with a norm a
+     * head), into the block's copy */
+    const float scale = a.norm ? rms_scale(x, n, a.eps, tmp) : 1.0f;
+    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x)
+        row[i] = a.norm ? x[i] * scale * w[i] : x[i];
+    __syncthreads();
+    const uint32_t half = a.rope.n_rot / 2, pos = mvm_g_pos0(a.pos, a.pos0) + tok;
+    for (uint32_t u = threadIdx.x; u < heads * half; u += blockDim.x)
+        rope_pair(a.rope, pos, u % half, row + (uint64_t)(u / half) * hd);
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x)
+        if (key)
+            kv_put(a.kc, at + (uint64_t)unit * hd + i, row[i], a.kv_f16);
+        else
+            x[i] = row[i];
 }
 
 /* Element i of the KV cache's rows at p: F16 or F32. */
@@ -324,11 +386,7 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
         return;
     const mvm_dptr src = second ? a.src2 : a.src, dst = second ? a.dst2 : a.dst;
     const float x = ((const float *)src)[i * a.src_stride + j];
-    const uint64_t at = ((uint64_t)mvm_g_pos0(a.pos, 0) + i) * a.dst_stride + j;
-    if (a.f16)
-        ((uint16_t *)dst)[at] = mvm_k_f2h(x);
-    else
-        ((float *)dst)[at] = x;
+    kv_put(dst, ((uint64_t)mvm_g_pos0(a.pos, 0) + i) * a.dst_stride + j, x, a.f16);
 }
 
 extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_add(mvm_g_add_args a)

@@ -57,6 +57,7 @@ fakecuda_register_kernels(fakecuda_add_kernel_fn add)
     add("mvm_g_route", sizeof(mvm_g_route_args), route_run);
     ADD(mvm_g_rmsnorm, mvm_g_rmsnorm_args);
     ADD(mvm_g_rope, mvm_g_rope_args);
+    ADD(mvm_g_qk_rope, mvm_g_qk_rope_args);
     ADD(mvm_g_attention, mvm_g_attention_args);
     ADD(mvm_g_attention_combine, mvm_g_attention_args);
     ADD(mvm_g_store_rows, mvm_g_store_rows_args);
