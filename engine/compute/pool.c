@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "vmm/error.h"
 
@@ -22,21 +23,45 @@
 #endif
 
 /* Waiting: first PAUSE_ROUNDS pauses (tens of microseconds: the gap between the parallel
- * regions of one decode step), then YIELD_ROUNDS sched_yield()s — which matter when there
- * are more threads than free cores: a spinning thread would otherwise hold the core the
- * thread it waits for needs — and then, for workers, sleep on the condition variable. */
+ * regions of one decode step), then sched_yield()s, and then, for workers, sleep on the
+ * condition variable. A wake-up from there cost a run 18-30 us on the development VM (2
+ * threads; bench/cpu/pool_wake.c), which a decode on the GPU with experts on the CPU
+ * (--n-cpu-moe, the assign module's share) paid at every MoE layer, its CPU steps a layer's
+ * device work apart (100-500 us), and a CPU decode at every token (the sampler's and the
+ * output's time between them). Where each thread has a core of its own, the yields go on
+ * until SPIN_NS have passed: 2 ms cover those gaps, and an idle pool still sleeps as soon
+ * as that. Where threads share cores (more threads than the cores picked, or none picked),
+ * only YIELD_ROUNDS: a thread that yields does not reliably give its core to the one it
+ * waits for (a run took 49 us with both on one core and a long spin), so it soon sleeps. */
 #define PAUSE_ROUNDS 1000
 #define YIELD_ROUNDS 200
+#define SPIN_NS 2000000u
 
-/* One round of waiting; returns 0 once the rounds for spinning are used up. */
-static int backoff(int *round)
+static uint64_t now_ns(void)
 {
-    if (*round < PAUSE_ROUNDS)
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* One round of waiting (*round 0 and *since unset at the start of a wait); returns 0 once
+ * the spinning is over: after spin_ns of yields, or YIELD_ROUNDS of them (spin_ns 0). */
+static int backoff(uint64_t spin_ns, int *round, uint64_t *since)
+{
+    if (*round < PAUSE_ROUNDS) {
         cpu_relax();
-    else if (*round < PAUSE_ROUNDS + YIELD_ROUNDS)
+    } else if (spin_ns) {
+        const uint64_t t = now_ns();
+        if (*round == PAUSE_ROUNDS)
+            *since = t;
+        else if (t - *since > spin_ns)
+            return 0;
         sched_yield();
-    else
+    } else if (*round < PAUSE_ROUNDS + YIELD_ROUNDS) {
+        sched_yield();
+    } else {
         return 0;
+    }
     (*round)++;
     return 1;
 }
@@ -60,6 +85,7 @@ struct mvm_pool {
     int sleepers;
     mvm_topo topo;              /* a copy: the workers pin themselves after create returns */
     int pinned;                 /* a topology was given */
+    uint64_t spin_ns;           /* backoff's: SPIN_NS where each thread has a core */
 };
 
 static void pin_worker(const mvm_topo *topo, int index)
@@ -90,8 +116,9 @@ static void *worker_main(void *arg)
     for (;;) {
         unsigned gen;
         int round = 0;
+        uint64_t since = 0;
         while ((gen = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen) {
-            if (backoff(&round))
+            if (backoff(p->spin_ns, &round, &since))
                 continue;
             pthread_mutex_lock(&p->lock);
             p->sleepers++;
@@ -133,6 +160,7 @@ mvm_status mvm_pool_create(int n_threads, const mvm_topo *topo, mvm_pool **out)
     p->n = n_threads;
     if ((p->pinned = topo != NULL))
         p->topo = *topo;
+    p->spin_ns = topo && topo->n_cores >= n_threads ? SPIN_NS : 0;
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->wake, NULL);
     pin_worker(topo, 0);
@@ -181,8 +209,9 @@ void mvm_pool_run(mvm_pool *p, mvm_pool_fn fn, void *ctx)
     publish(p);
     fn(ctx, 0, p->n);
     int round = 0;
+    uint64_t since = 0;
     while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0)
-        if (!backoff(&round))
+        if (!backoff(p->spin_ns, &round, &since))
             sched_yield();
 }
 

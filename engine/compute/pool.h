@@ -1,9 +1,10 @@
 /*
  * A fixed pool of worker threads for the forward pass. mvm_pool_run(fn) runs fn on every
  * thread — the caller is thread 0 — and returns when all have finished, so a parallel
- * region is one call. A decode step makes hundreds of these calls, so workers spin briefly
- * on an atomic generation counter before sleeping: a wake-up through a condition variable
- * alone costs tens of microseconds. Workers are pinned one per core within the cores the
+ * region is one call. A decode step makes hundreds of these calls, so workers spin on an
+ * atomic generation counter before sleeping (up to 2 ms where each thread has a core of its
+ * own: pool.c says why): a wake-up through a condition variable alone costs tens of
+ * microseconds. Workers are pinned one per core within the cores the
  * topology module picked (near the GPU, or the caller's node).
  */
 #ifndef MVM_ENGINE_COMPUTE_POOL_H
