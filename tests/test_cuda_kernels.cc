@@ -420,9 +420,10 @@ static void rmsnorm_case(uint32_t n, uint64_t xs, uint64_t os)
             mvm_k_rmsnorm(&want[r * os], &x[r * xs], with_w ? w.data() : NULL, n, 1e-5f);
         mvm_g_rmsnorm_args a = {.x = dp(x.data()), .out = dp(out.data()),
                                 .w = with_w ? dp(w.data()) : 0, .q = 0, .out2 = 0, .x2 = 0,
-                                .w2 = 0, .x_stride = xs, .out_stride = os, .q_stride = 0,
+                                .w2 = 0, .sum_out = 0, .sum_rows = 0, .x_stride = xs,
+                                .out_stride = os, .q_stride = 0,
                                 .n = n, .n_rows = rows, .q_type = 0, .n_rows2 = 0,
-                                .eps = 1e-5f, .pad = 0};
+                                .eps = 1e-5f, .sum_k = 0};
         launch(mvm_g_rmsnorm, a, mvm_g_rmsnorm_shape(&a));
         for (uint32_t r = 0; r < rows; r++) {
             CHECK(rel_err(&out[r * os], &want[r * os], n) < 1e-6);
@@ -441,9 +442,10 @@ static void rmsnorm_case(uint32_t n, uint64_t xs, uint64_t os)
         mvm_k_rmsnorm(&want2[r * xs], &want2[r * xs], w2.data(), n, 1e-6f);
     mvm_g_rmsnorm_args a = {.x = dp(y.data()), .out = dp(y.data()), .w = dp(w.data()),
                             .q = 0, .out2 = 0, .x2 = dp(y2.data()), .w2 = dp(w2.data()),
+                            .sum_out = 0, .sum_rows = 0,
                             .x_stride = xs, .out_stride = xs, .q_stride = 0, .n = n,
                             .n_rows = rows, .q_type = 0, .n_rows2 = rows2, .eps = 1e-6f,
-                            .pad = 0};
+                            .sum_k = 0};
     launch(mvm_g_rmsnorm, a, mvm_g_rmsnorm_shape(&a));
     CHECK(rel_err(y.data(), want.data(), y.size()) < 1e-6);
     CHECK(rel_err(y2.data(), want2.data(), y2.size()) < 1e-6);
@@ -459,6 +461,46 @@ static void test_rmsnorm(void)
  * K type's (Q8_K): the bytes mvm_g_quantize writes from the same floats (the CPU's rounding),
  * the gaps between rows untouched; and copied to a second place, the same floats. 1280 floats: 40 Q8_0 blocks, 5 Q8_K blocks a row, more
  * than a block's threads or warps take in one round. */
+/* The norm taking the routed experts' rows first (sum_out): x after it is what
+ * mvm_g_expert_sum leaves, and its output what the norm makes of that, to the bit; and the
+ * CPU's norm of the CPU's sum, near. 3 tokens of top-4 rows among 10, a row of more floats
+ * than the block has threads. */
+static void test_rmsnorm_sum(void)
+{
+    const uint32_t n = 300, n_tok = 3, K = 4, n_rows = 10;
+    const std::vector<float> x = randoms(n_tok * n, 2.0f), rows = randoms(n_rows * n, 2.0f);
+    const std::vector<float> w = randoms(n);
+    std::vector<uint32_t> tok_rows(n_tok * K);
+    for (uint32_t i = 0; i < n_tok * K; i++)
+        tok_rows[i] = (i * 7 + 3) % n_rows;
+    std::vector<float> x1 = x, out1(n_tok * n, POISON), x2 = x, out2(n_tok * n, POISON);
+    mvm_g_expert_sum_args s = {dp(x1.data()), dp(rows.data()), dp(tok_rows.data()), n, n_tok, K,
+                               0};
+    launch(mvm_g_expert_sum, s, mvm_g_expert_sum_shape(&s));
+    mvm_g_rmsnorm_args a = {.x = dp(x1.data()), .out = dp(out1.data()), .w = dp(w.data()),
+                            .q = 0, .out2 = 0, .x2 = 0, .w2 = 0, .sum_out = 0, .sum_rows = 0,
+                            .x_stride = n, .out_stride = n, .q_stride = 0, .n = n,
+                            .n_rows = n_tok, .q_type = 0, .n_rows2 = 0, .eps = 1e-5f,
+                            .sum_k = 0};
+    launch(mvm_g_rmsnorm, a, mvm_g_rmsnorm_shape(&a));
+    a.x = dp(x2.data()), a.out = dp(out2.data());
+    a.sum_out = dp(rows.data()), a.sum_rows = dp(tok_rows.data()), a.sum_k = K;
+    launch(mvm_g_rmsnorm, a, mvm_g_rmsnorm_shape(&a));
+    CHECK(x2 == x1 && out2 == out1);
+    std::vector<float> want = x, normed(n_tok * n);
+    for (uint32_t i = 0; i < n_tok; i++) {
+        for (uint32_t j = 0; j < n; j++) {
+            float sum = 0;
+            for (uint32_t k = 0; k < K; k++)
+                sum += rows[tok_rows[i * K + k] * n + j];
+            want[i * n + j] += sum;
+        }
+        mvm_k_rmsnorm(&normed[i * n], &want[i * n], w.data(), n, 1e-5f);
+    }
+    CHECK(rel_err(x2.data(), want.data(), want.size()) < 1e-6);
+    CHECK(rel_err(out2.data(), normed.data(), normed.size()) < 1e-6);
+}
+
 static void test_rmsnorm_quantize(void)
 {
     const uint32_t n = 1280, rows = 3;
@@ -470,9 +512,10 @@ static void test_rmsnorm_quantize(void)
         std::vector<uint8_t> q(rows * qs, 0xEE), want(rows * qs, 0xEE);
         mvm_g_rmsnorm_args a = {.x = dp(x.data()), .out = dp(out.data()), .w = dp(w.data()),
                                 .q = dp(q.data()), .out2 = dp(out2.data()), .x2 = 0, .w2 = 0,
+                                .sum_out = 0, .sum_rows = 0,
                                 .x_stride = xs, .out_stride = xs, .q_stride = qs, .n = n,
                                 .n_rows = rows, .q_type = t, .n_rows2 = 0, .eps = 1e-5f,
-                                .pad = 0};
+                                .sum_k = 0};
         launch(mvm_g_rmsnorm, a, mvm_g_rmsnorm_shape(&a));
         for (uint32_t r = 0; r < rows; r++) {
             mvm_k_prepare_act(t, &out[r * xs], &want[r * qs], n);
@@ -545,9 +588,10 @@ static void qk_rope_case(uint32_t norm, uint32_t nh, uint32_t nkv, uint32_t neox
     if (norm == MVM_G_QK_NORM_HEAD) {
         mvm_g_rmsnorm_args a = {.x = dp(q1.data()), .out = dp(q1.data()), .w = dp(qn.data()),
                                 .q = 0, .out2 = 0, .x2 = dp(k1.data()), .w2 = dp(kn.data()),
+                                .sum_out = 0, .sum_rows = 0,
                                 .x_stride = hd, .out_stride = hd, .q_stride = 0, .n = hd,
                                 .n_rows = n_tok * nh, .q_type = 0, .n_rows2 = n_tok * nkv,
-                                .eps = eps, .pad = 0};
+                                .eps = eps, .sum_k = 0};
         launch(mvm_g_rmsnorm, a, mvm_g_rmsnorm_shape(&a));
     }
     for (int key = 0; rows && key < 2; key++) { /* q and k as wide or not: two launches */
@@ -555,9 +599,9 @@ static void qk_rope_case(uint32_t norm, uint32_t nh, uint32_t nkv, uint32_t neox
         const uint32_t n = key ? kv_dim : q_dim;
         mvm_g_rmsnorm_args a = {.x = dp(x.data()), .out = dp(x.data()),
                                 .w = dp((key ? kn : qn).data()), .q = 0, .out2 = 0, .x2 = 0,
-                                .w2 = 0, .x_stride = n, .out_stride = n, .q_stride = 0, .n = n,
-                                .n_rows = n_tok, .q_type = 0, .n_rows2 = 0, .eps = eps,
-                                .pad = 0};
+                                .w2 = 0, .sum_out = 0, .sum_rows = 0, .x_stride = n,
+                                .out_stride = n, .q_stride = 0, .n = n, .n_rows = n_tok,
+                                .q_type = 0, .n_rows2 = 0, .eps = eps, .sum_k = 0};
         launch(mvm_g_rmsnorm, a, mvm_g_rmsnorm_shape(&a));
     }
     mvm_g_rope_args ra = {dp(q1.data()), dp(k1.data()), q_dim, kv_dim, n_tok, nh, hd, nkv, hd,
@@ -1252,6 +1296,7 @@ int main(void)
     RUN(test_route);
     RUN(test_rmsnorm);
     RUN(test_rmsnorm_quantize);
+    RUN(test_rmsnorm_sum);
     RUN(test_rope);
     RUN(test_qk_rope);
     RUN(test_attention);

@@ -357,8 +357,10 @@ static mvm_status router_logits(struct cuda_fwd *f, const struct dev_block *L, u
 
 /* A step of one token routed on the device, every expert resident and pinned
  * (forward_cuda_route.c): the router's top-k laid out as the host lays out rows, the
- * experts, their sum and the shared expert queued behind it; the logits, router input,
- * choice and weights left in the layer's stage for the host's policies. Nothing waits. */
+ * experts, their sum and the shared expert queued behind it (without a shared expert the
+ * sum is left to the next norm of x, in its launch: f->sum_owed); the logits, router
+ * input, choice and weights left in the layer's stage for the host's policies. Nothing
+ * waits. */
 static mvm_status moe_routed_here(struct cuda_fwd *f, uint32_t il)
 {
     const mvm_hparams *hp = &f->m->hp;
@@ -386,10 +388,14 @@ static mvm_status moe_routed_here(struct cuda_fwd *f, uint32_t il)
     TRY(mvm_gpu_experts(f->g, &a));
     mvm_g_expert_sum_args s = {.x = f->x, .out = f->out, .tok_rows = f->tok_rows, .n_embd = D,
                                .n_tok = 1, .top_k = K};
+    if (!hp->n_ff_shexp) { /* added by the next norm of x, in the same launch */
+        f->owed = s;
+        f->sum_owed = 1;
+        return MVM_OK;
+    }
     TRY(mvm_gpu_expert_sum(f->g, 0, &s));
-    if (hp->n_ff_shexp) /* added after the routed experts, as the models do */
-        TRY(ffn(f, &L->shexp_w1, &L->shexp_w3, &L->shexp_w2, &L->shexp_gate, 1));
-    return MVM_OK;
+    /* the shared expert added after the routed experts, as the models do */
+    return ffn(f, &L->shexp_w1, &L->shexp_w3, &L->shexp_w2, &L->shexp_gate, 1);
 }
 
 static mvm_status moe(struct cuda_fwd *f, uint32_t il, uint32_t n, const uint32_t *pos)
@@ -544,6 +550,7 @@ static mvm_status blocks(struct cuda_fwd *f, const mvm_fwd_batch *b, uint32_t fi
 {
     const mvm_hparams *hp = &f->m->hp;
     const uint32_t D = hp->n_embd, n = b->n;
+    f->sum_owed = 0; /* (a batch that failed may have left one) */
     for (uint32_t blk = 0; blk < hp->n_dense; blk++) {
         TRY(mvm_cuda_fwd_attention(f, &f->dense[blk], blk, n));
         TRY(dense_ffn(f, &f->dense[blk], n));
@@ -553,7 +560,7 @@ static mvm_status blocks(struct cuda_fwd *f, const mvm_fwd_batch *b, uint32_t fi
         TRY(moe(f, il, n, b->pos));
     }
     if (!nl)
-        return MVM_OK;
+        return mvm_cuda_fwd_settle_sum(f);
     TRY(mvm_cuda_fwd_rmsnorm(f, f->x + (uint64_t)first * D * sizeof(float), f->xn, D,
                              f->output_norm, D, nl));
     return mvm_cuda_fwd_matmul(f, &f->output, NULL, f->xn, D, nl, f->logits, hp->n_vocab);

@@ -60,6 +60,11 @@ struct cuda_fwd {
     mvm_moe *moe;
     int step_open;              /* the last MoE step's kernels may run: ended at the next
                                    sync (forward_cuda.c, moe and cuda_eval) */
+    int sum_owed;               /* a device-routed step's expert sum (owed) left to the next
+                                   norm of x, which adds it first (mvm_cuda_fwd_norm_input,
+                                   mvm_cuda_fwd_rmsnorm; mvm_cuda_fwd_settle_sum where none
+                                   follows) */
+    mvm_g_expert_sum_args owed;
     uint32_t step_tok;          /* its tokens (experts_begin): with one, each expert's row
                                    goes through decode's up (up1), whatever the rounds */
     uint32_t n_ctx, n_batch, q_dim, kv_dim;
@@ -286,9 +291,12 @@ mvm_status mvm_cuda_fwd_norm_input(struct cuda_fwd *f, mvm_dptr norm, int t, uin
  * take it from act (then xn_act = w), not where the tensor cores take the floats. */
 mvm_status mvm_cuda_fwd_norm_for(struct cuda_fwd *f, mvm_dptr norm, const struct dev_weight *w,
                                  uint32_t n);
-/* rows of len floats, stride floats apart, normalised in place or into out (same stride). */
+/* rows of len floats, stride floats apart, normalised in place or into out (same stride);
+ * x's owed expert sum (f->sum_owed) added first where these are its rows, else launched. */
 mvm_status mvm_cuda_fwd_rmsnorm(struct cuda_fwd *f, mvm_dptr x, mvm_dptr out, uint64_t stride,
                                 mvm_dptr w, uint32_t len, uint32_t rows);
+/* The owed expert sum (f->sum_owed), launched; MVM_OK where none is owed. */
+mvm_status mvm_cuda_fwd_settle_sum(struct cuda_fwd *f);
 /* x[i] += g(i) * y[i] over rows of len floats (y_stride 0: one row y for all, a bias). */
 mvm_status mvm_cuda_fwd_add(struct cuda_fwd *f, mvm_dptr x, mvm_dptr y, uint64_t y_stride,
                             mvm_dptr gate, uint32_t len, uint32_t rows);

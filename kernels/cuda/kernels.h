@@ -244,13 +244,17 @@ MVM_G_FN mvm_g_shape mvm_g_route_shape(const mvm_g_route_args *a)
  *   out2 + i * out_stride floats (a decode step's router input, kept for the host). With
  *   n_rows2 rows more, the same launch also normalises those of x2 in place (rows of n
  *   floats x_stride apart, weights w2; no q or out2 for them): a layer's query and key
- *   heads at once. One block per row. */
+ *   heads at once. With sum_out (0: none), x's rows first take the routed experts' rows
+ *   as mvm_g_expert_sum adds them, x[i] += the sum over k < sum_k of sum_out's row
+ *   sum_rows[i * sum_k + k] (rows of n floats; uint32 indices), written back to x, then
+ *   normed: a decode token's MoE step and the next norm in one launch. One block per
+ *   row. */
 typedef struct mvm_g_rmsnorm_args {
-    mvm_dptr x, out, w, q, out2, x2, w2;
+    mvm_dptr x, out, w, q, out2, x2, w2, sum_out, sum_rows;
     uint64_t x_stride, out_stride, q_stride;
     uint32_t n, n_rows, q_type, n_rows2;
     float eps;
-    uint32_t pad;
+    uint32_t sum_k;
 } mvm_g_rmsnorm_args;
 
 MVM_G_FN mvm_g_shape mvm_g_rmsnorm_shape(const mvm_g_rmsnorm_args *a)

@@ -48,6 +48,16 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_rmsnorm(mvm_g_
     float *out2 = a.out2 && !second ? (float *)a.out2 + row * a.out_stride : NULL;
     const float *w = (const float *)(second ? a.w2 : a.w);
     const uint32_t step = blockDim.x;
+    if (a.sum_out && !second) { /* mvm_g_expert_sum's additions, in its order */
+        const uint32_t *rows = (const uint32_t *)a.sum_rows + row * a.sum_k;
+        for (uint32_t j = threadIdx.x; j < a.n; j += step) {
+            float s = 0;
+            for (uint32_t k = 0; k < a.sum_k; k++)
+                s += ((const float *)a.sum_out)[(uint64_t)rows[k] * a.n + j];
+            ((float *)a.x)[row * a.x_stride + j] += s;
+        }
+        __syncthreads();
+    }
     const float scale = rms_scale(x, a.n, a.eps, tmp); /* (out may be x: the loads go first) */
     for (uint32_t i0 = threadIdx.x; i0 < a.n; i0 += RMS_ROUND * step) {
         float v[RMS_ROUND], g[RMS_ROUND];
