@@ -61,6 +61,7 @@ struct mvm_pool {
 
 struct mvm_event {
     CUevent ev;
+    struct mvm_event *next; /* in c->events_free */
 };
 
 static cuda_backend *cb(mvm_backend *b) { return (cuda_backend *)b; }
@@ -117,6 +118,12 @@ static void cuda_destroy(mvm_backend *b)
         mvm_cuda_lanes_close(c);
         c->cu.StreamDestroy(c->copy_stream);
     }
+    for (mvm_event *e = c->events_free, *next; e; e = next) {
+        next = e->next;
+        c->cu.EventDestroy(e->ev);
+        free(e);
+    }
+    pthread_mutex_destroy(&c->events_lock);
     if (c->ctx)
         c->cu.PrimaryCtxRelease(c->dev);
     free(c);
@@ -456,19 +463,26 @@ static mvm_status cuda_copy_wait(mvm_backend *b)
     return st != MVM_OK ? st : lanes;
 }
 
+/* An event recorded on stream: one given back before (cuda_event_destroy), else a new one. */
 static mvm_status record_event(cuda_backend *c, CUstream stream, const char *what,
                                mvm_event **out)
 {
-    mvm_event *e = malloc(sizeof *e);
-    if (!e)
-        return mvm_fail(MVM_ERR_NOMEM, "out of memory for an event");
-    const char *call = "cuEventCreate";
-    CUresult r = c->cu.EventCreate(&e->ev, CU_EVENT_DISABLE_TIMING);
-    if (r == CUDA_SUCCESS) {
-        call = "cuEventRecord";
-        if ((r = c->cu.EventRecord(e->ev, stream)) != CUDA_SUCCESS)
-            c->cu.EventDestroy(e->ev);
+    pthread_mutex_lock(&c->events_lock);
+    mvm_event *e = c->events_free;
+    if (e)
+        c->events_free = e->next;
+    pthread_mutex_unlock(&c->events_lock);
+    const char *call = "cuEventRecord";
+    CUresult r = CUDA_SUCCESS;
+    if (!e) {
+        if (!(e = malloc(sizeof *e)))
+            return mvm_fail(MVM_ERR_NOMEM, "out of memory for an event");
+        call = "cuEventCreate";
+        r = c->cu.EventCreate(&e->ev, CU_EVENT_DISABLE_TIMING);
+        call = r == CUDA_SUCCESS ? "cuEventRecord" : call;
     }
+    if (r == CUDA_SUCCESS && (r = c->cu.EventRecord(e->ev, stream)) != CUDA_SUCCESS)
+        c->cu.EventDestroy(e->ev);
     if (r != CUDA_SUCCESS) {
         free(e);
         char named[64];
@@ -538,12 +552,17 @@ static mvm_status cuda_event_wait(mvm_backend *b, mvm_event *e)
     return MVM_OK;
 }
 
+/* Kept for the next record_event: the event's last record is done or no longer waited for,
+ * and recording it again replaces it. */
 static void cuda_event_destroy(mvm_backend *b, mvm_event *e)
 {
     if (!e)
         return;
-    cb(b)->cu.EventDestroy(e->ev);
-    free(e);
+    cuda_backend *c = cb(b);
+    pthread_mutex_lock(&c->events_lock);
+    e->next = c->events_free;
+    c->events_free = e;
+    pthread_mutex_unlock(&c->events_lock);
 }
 
 static const mvm_backend_ops cuda_ops = {
@@ -695,6 +714,7 @@ mvm_status mvm_backend_cuda_open(int device, mvm_backend **out)
     c->base.ops = &cuda_ops;
     strcpy(c->base.name, "cuda");
     c->host_numa_id = -1;
+    pthread_mutex_init(&c->events_lock, NULL);
     mvm_status st = mvm_cu_load(&c->cu);
     if (st == MVM_OK)
         st = open_device(c, device);

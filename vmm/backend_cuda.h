@@ -6,6 +6,7 @@
 #define MVM_VMM_BACKEND_CUDA_H
 
 #include <cuda.h>
+#include <pthread.h>
 
 #include "vmm/backend.h"
 
@@ -97,6 +98,9 @@ typedef struct cuda_backend {
     struct copy_lanes lanes;
     int host_numa_id;  /* location id for HOST_NUMA homes */
     cuda_digest *marks_due; /* the pool digests whose loads await their marks (copy_wait) */
+    pthread_mutex_t events_lock; /* events given back, kept for the next ones (record_event): */
+    struct mvm_event *events_free; /* a move's fence created and destroyed each time cost two
+                                      driver calls a move (FAKECUDA_CALLS) */
 } cuda_backend;
 
 /* NULL where the device cannot run the digest kernel (the reason logged at debug level):

@@ -1585,6 +1585,20 @@ int fakecuda_live_reservations(void)
     return n;
 }
 
+/* FAKECUDA_CALLS=1: every API function called, with its count, on stderr at exit: what a
+ * run asked of the driver (the copies, mappings and launches of a decode at a budget). */
+__attribute__((destructor)) static void report_calls(void)
+{
+    const char *want = getenv("FAKECUDA_CALLS");
+    if (!want || strcmp(want, "1") != 0)
+        return;
+    fk_lock();
+    for (int fn = 0; fn < FN_COUNT; fn++)
+        if (g_calls[fn])
+            fprintf(stderr, "fakecuda: %s called %lu times\n", fk_fn_names[fn], g_calls[fn]);
+    pthread_mutex_unlock(&g_lock);
+}
+
 void fakecuda_reset_counters(void)
 {
     fk_lock();
