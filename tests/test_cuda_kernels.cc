@@ -698,7 +698,8 @@ static uint32_t attention_case(uint32_t n_tok, uint32_t pos0, uint32_t n_ctx, ui
     mvm_g_attention_args a = {dp(q.data()), dp(ring ? rk.data() : kc.data()),
                               dp(ring ? rv.data() : vc.data()), dp(out.data()),
                               dp(part.data()), with_sinks ? dp(sinks.data()) : 0, n_tok,
-                              pos0, nh, nkv, hd, n_ctx, window, R, kv == MVM_W_F16, scale, 0};
+                              pos0, nh, nkv, hd, n_ctx, window, R, kv == MVM_W_F16, scale, 0,
+                              0, 0, 0, 0};
     const uint32_t splits = mvm_g_attention_splits(&a);
     launch(mvm_g_attention, a, mvm_g_attention_shape(&a));
     if (splits > 1)
@@ -713,6 +714,19 @@ static uint32_t attention_case(uint32_t n_tok, uint32_t pos0, uint32_t n_ctx, ui
     if (splits > 1)
         launch(mvm_g_attention_combine, d, mvm_g_attention_combine_shape(&a));
     CHECK(memcmp(out_d.data(), out.data(), out.size() * sizeof(float)) == 0);
+    if (hd % MVM_QBLOCK == 0) { /* the output also quantized for a Q type's product: the
+                                   CPU's bytes of the same floats, rows act_stride apart */
+        const size_t qb = mvm_k_act_bytes(MVM_W_Q4_0, q_dim), as = qb + 6;
+        std::vector<uint8_t> act(n_tok * as, 0xEE), want_act(n_tok * as, 0xEE);
+        for (uint32_t i = 0; i < n_tok; i++)
+            mvm_k_prepare_act(MVM_W_Q4_0, &out[i * q_dim], &want_act[i * as], q_dim);
+        std::fill(part.begin(), part.end(), 0xFF);
+        d.act = dp(act.data()), d.act_stride = as, d.act_type = MVM_W_Q4_0;
+        launch(mvm_g_attention, d, mvm_g_attention_shape(&a));
+        if (splits > 1)
+            launch(mvm_g_attention_combine, d, mvm_g_attention_combine_shape(&a));
+        CHECK(act == want_act);
+    }
     double e = rel_err(out.data(), want.data(), out.size());
     if (e >= 1e-5)
         fprintf(stderr, "attention n_tok %u pos0 %u window %u sinks %d ring %u %s heads %u/%u x "
@@ -761,6 +775,9 @@ static void test_attention(void)
     attention_case(2, 300, 302, 0, true, false, MVM_W_F32, {20, 2, 16});
     attention_case(1, 200, 201, 0, false, false, MVM_W_F16, {16, 1, 576});
     attention_case(2, 90, 92, 0, false, false, MVM_W_F32, {3, 1, 1600});
+    /* OLMoE's heads, decode in one split and over splits: the output quantized too */
+    attention_case(1, 100, 128, 0, false, false, MVM_W_F16, {16, 16, 128});
+    CHECK(attention_case(1, 1499, 1500, 0, false, false, MVM_W_F16, {16, 16, 128}) > 1);
 }
 
 /* The bound of the parts' bytes holds for every batch up to n_batch, whatever the context,

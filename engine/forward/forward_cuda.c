@@ -258,7 +258,7 @@ static mvm_status ffn(struct cuda_fwd *f, const struct dev_weight *w1, const str
         return add_ffn(f, gate, n);
     }
     TRY(ffn_unit(f, w1, w3, NULL, n));
-    return mvm_cuda_fwd_matmul_add(f, w2, f->sh1, w1->rows, n, f->x);
+    return mvm_cuda_fwd_matmul_add(f, w2, f->sh1, w1->rows, n, f->x, 0);
 }
 
 /* A dense block's FFN (deepseek2's and glm4moe's leading blocks). */

@@ -125,12 +125,27 @@ static mvm_status store(struct cuda_fwd *f, uint32_t blk, const struct cuda_run 
 }
 
 /* a's attention: by products on the tensor cores where they take it (a prompt's batch),
- * else by the kernel */
-static mvm_status attend(struct cuda_fwd *f, const mvm_g_attention_args *a)
+ * else by the kernel; *by_kernel (NULL: not asked) says which. */
+static mvm_status attend(struct cuda_fwd *f, const mvm_g_attention_args *a, int *by_kernel)
 {
     int done;
     TRY(mvm_cuda_fwd_gemm_attention(f, a, &done));
+    if (by_kernel)
+        *by_kernel = !done;
     return done ? MVM_OK : mvm_gpu_attention(f->g, 0, a);
+}
+
+/* Whether the attention's kernels should leave their output quantized in f->act for L's
+ * output product (mvm_g_attention_args.act): a Q type's, on the kernels, where it adds the
+ * residual in its own pass (no bias), and heads of whole 32-element blocks. */
+static mvm_status wants_att_act(struct cuda_fwd *f, const struct dev_block *L, uint32_t n,
+                                int *wants)
+{
+    int gemm;
+    TRY(mvm_cuda_fwd_gemm_wants(f, &L->wo, n, &gemm));
+    *wants = !gemm && !L->bo && mvm_k_is_q((enum mvm_wtype)L->wo.type) &&
+             f->m->hp.head_dim % MVM_QBLOCK == 0;
+    return MVM_OK;
 }
 
 /* ---- grouped-query attention ----------------------------------------------------------- */
@@ -235,6 +250,10 @@ static mvm_status gqa(struct cuda_fwd *f, const struct dev_block *L, uint32_t bl
             TRY(store(f, blk, r));
         }
     }
+    int act;
+    TRY(wants_att_act(f, L, n, &act));
+    if (act) /* what act held of xn is overwritten */
+        f->xn_act = NULL, f->xn_experts = 0;
     for (const struct cuda_run *r = f->runs; r < f->runs + f->n_runs; r++) {
         const mvm_kv_block *b = run_block(f, r, blk);
         mvm_g_attention_args a = {.q = f->q + (uint64_t)r->i0 * f->q_dim * sizeof(float),
@@ -245,9 +264,14 @@ static mvm_status gqa(struct cuda_fwd *f, const struct dev_block *L, uint32_t bl
                                   .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
                                   .n_ctx = f->n_ctx, .window = L->swa, .ring = b->ring,
                                   .kv_f16 = f->kv->type == MVM_W_F16, .scale = hp->kq_scale,
-                                  .pos = mvm_cuda_fwd_pos(f)};
-        TRY(attend(f, &a));
+                                  .pos = mvm_cuda_fwd_pos(f),
+                                  .act = act ? f->act + r->i0 * f->act_stride : 0,
+                                  .act_stride = f->act_stride, .act_type = L->wo.type};
+        int by_kernel;
+        TRY(attend(f, &a, &by_kernel));
+        act &= by_kernel; /* the products leave act as it was: the output is quantized after */
     }
+    f->att_act = act;
     return MVM_OK;
 }
 
@@ -311,7 +335,7 @@ static mvm_status mla(struct cuda_fwd *f, const struct dev_block *L, uint32_t bl
                                   .head_dim = lat, .n_ctx = f->n_ctx,
                                   .kv_f16 = f->kv->type == MVM_W_F16, .scale = hp->kq_scale,
                                   .pos = mvm_cuda_fwd_pos(f)};
-        TRY(attend(f, &a));
+        TRY(attend(f, &a, NULL));
     }
     /* the values: wv_b_h over the latent part of each head's output (its k_pe part unused) */
     return mvm_cuda_fwd_matmul_heads(f, &L->wv_b, H, f->olat, lat, n, f->att, hp->v_dim);
@@ -326,9 +350,10 @@ mvm_status mvm_cuda_fwd_attention(struct cuda_fwd *f, const struct dev_block *L,
     /* the input quantized for the first product in the norm's pass */
     const struct dev_weight *first = hp->kv_lora && L->wq_a.p ? &L->wq_a : &L->wq;
     TRY(mvm_cuda_fwd_norm_for(f, L->attn_norm, first, n));
+    f->att_act = 0;
     TRY(hp->kv_lora ? mla(f, L, blk, n) : gqa(f, L, blk, n));
     if (!L->bo) /* the residual added by the product itself */
-        return mvm_cuda_fwd_matmul_add(f, &L->wo, f->att, values, n, f->x);
+        return mvm_cuda_fwd_matmul_add(f, &L->wo, f->att, values, n, f->x, f->att_act);
     TRY(mvm_cuda_fwd_matmul(f, &L->wo, NULL, f->att, values, n, f->tmp, D));
     TRY(mvm_cuda_fwd_add(f, f->tmp, L->bo, 0, 0, D, n)); /* into the product first, as the
                                                            CPU adds it */

@@ -65,6 +65,8 @@ struct cuda_fwd {
                                    mvm_cuda_fwd_rmsnorm; mvm_cuda_fwd_settle_sum where none
                                    follows) */
     mvm_g_expert_sum_args owed;
+    int att_act;                /* the attention's kernels left its output in f->act, in the
+                                   output product's format too (forward_cuda_attn.c) */
     uint32_t step_tok;          /* its tokens (experts_begin): with one, each expert's row
                                    goes through decode's up (up1), whatever the rounds */
     uint32_t n_ctx, n_batch, q_dim, kv_dim;
@@ -273,9 +275,11 @@ mvm_status mvm_cuda_fwd_matmul_many(struct cuda_fwd *f, const struct dev_weight 
                                     uint64_t in_stride, uint32_t n, const mvm_dptr *ys,
                                     const uint64_t *y_strides);
 /* x += w . in for n rows of n_embd floats (a residual added: the attention's output, an
- * FFN's down product): in the product's own pass, or after it on the tensor cores. */
+ * FFN's down product): in the product's own pass, or after it on the tensor cores. With
+ * `ready`, f->act holds in already in w's activation format (the attention's kernels wrote
+ * it: f->att_act). */
 mvm_status mvm_cuda_fwd_matmul_add(struct cuda_fwd *f, const struct dev_weight *w, mvm_dptr in,
-                                   uint64_t in_stride, uint32_t n, mvm_dptr x);
+                                   uint64_t in_stride, uint32_t n, mvm_dptr x, int ready);
 /* The same per head, for n tokens of H heads: w's rows are H slabs of rows / H, head h's
  * input at in + (i * H + h) * in_pitch floats and its y at y + (i * H + h) * y_pitch. */
 mvm_status mvm_cuda_fwd_matmul_heads(struct cuda_fwd *f, const struct dev_weight *w, uint32_t H,

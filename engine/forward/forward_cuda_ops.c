@@ -120,13 +120,13 @@ mvm_status mvm_cuda_fwd_matmul_many(struct cuda_fwd *f, const struct dev_weight 
 }
 
 mvm_status mvm_cuda_fwd_matmul_add(struct cuda_fwd *f, const struct dev_weight *w, mvm_dptr in,
-                                   uint64_t in_stride, uint32_t n, mvm_dptr x)
+                                   uint64_t in_stride, uint32_t n, mvm_dptr x, int ready)
 {
     const uint32_t D = f->m->hp.n_embd;
     int gemm;
     TRY(mvm_cuda_fwd_gemm_wants(f, w, n, &gemm));
     if (!gemm) /* in the product's own pass: one kernel fewer, the same sums */
-        return product(f, w, 1, 0, in, in_stride, n, x, D, f->act, f->act_stride, 1, NULL);
+        return product(f, w, 1, ready, in, in_stride, n, x, D, f->act, f->act_stride, 1, NULL);
     TRY(mvm_cuda_fwd_gemm_product(f, w, 1, in, in_stride, n, f->tmp, D));
     return mvm_cuda_fwd_add(f, x, f->tmp, D, 0, D, n);
 }

@@ -335,13 +335,20 @@ MVM_G_FN mvm_g_shape mvm_g_qk_rope_shape(const mvm_g_qk_rope_args *a)
  *   and unnormalised output in `part` (mvm_g_attention_part_bytes), and
  *   mvm_g_attention_combine (a block per (head, query)) rescales and adds them.
  * n_split (mvm_g_attention_splits) gives about MVM_G_ATTN_BLOCKS blocks, never a range
- * shorter than a tile. */
+ * shorter than a tile.
+ * With act (0: none), whichever kernel writes a head's output also quantizes it, query i's
+ * row at act + i * act_stride bytes in the activation format of the Q type act_type (blocks
+ * of 32: head_dim a multiple of 32), as mvm_g_quantize writes it: the output product's
+ * input, without a launch of its own. */
 typedef struct mvm_g_attention_args {
     mvm_dptr q, kc, vc, out, part, sinks;
     uint32_t n_tok, pos0, n_head, n_head_kv, head_dim, n_ctx, window, ring, kv_f16;
     float scale;
     mvm_dptr pos; /* mvm_g_pos0; the host launches it with pos0 0 and the shape of its own
                      pos0 (mvm_gpu_attention), which the kernel's read matches */
+    mvm_dptr act;
+    uint64_t act_stride;
+    uint32_t act_type, pad;
 } mvm_g_attention_args;
 
 #define MVM_G_ATTN_HEADS 8      /* heads a block computes at most */

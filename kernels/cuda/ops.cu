@@ -287,6 +287,21 @@ static __device__ __forceinline__ void attn_tile_values(const mvm_g_attention_ar
     }
 }
 
+/* Query i's output of n floats from head h0 on (out, written by this block), quantized for
+ * the output product where a.act asks (kernels.h). Every thread of the block calls it. */
+static __device__ __forceinline__ void attn_quantize(const mvm_g_attention_args &a, uint32_t i,
+                                                     uint32_t h0, const float *out, uint32_t n)
+{
+    if (!a.act)
+        return;
+    const enum mvm_wtype t = (enum mvm_wtype)a.act_type;
+    __syncthreads(); /* the block's floats, written to memory, read back by it */
+    block_quantize_row(out,
+                       (uint8_t *)a.act + (uint64_t)i * a.act_stride +
+                           mvm_k_act_bytes(t, (uint64_t)h0 * a.head_dim),
+                       t, n);
+}
+
 extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
     mvm_g_attention(mvm_g_attention_args a)
 {
@@ -349,9 +364,10 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
         inv_total[h] = (float)(1.0 / (run_sum[h] * w + (double)expf(sink - mx)));
     }
     __syncthreads();
+    float *out = (float *)a.out + (uint64_t)i * q_dim + (uint64_t)h0 * hd;
     for (uint32_t e = threadIdx.x; e < nh * hd; e += blockDim.x)
-        ((float *)a.out)[(uint64_t)i * q_dim + (uint64_t)h0 * hd + e] =
-            os[e] * rescale[e / hd] * inv_total[e / hd];
+        out[e] = os[e] * rescale[e / hd] * inv_total[e / hd];
+    attn_quantize(a, i, h0, out, nh * hd);
 }
 
 extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
@@ -379,12 +395,14 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
     }
     /* block_sum's barrier also makes every weight visible to the whole block */
     const float inv = (float)(1.0 / block_sum(part, dsum_tmp));
+    float *out = (float *)a.out + (uint64_t)i * a.n_head * hd + (uint64_t)h * hd;
     for (uint32_t d = threadIdx.x; d < hd; d += blockDim.x) {
         float o = 0;
         for (uint32_t c = 0; c < n_split; c++)
             o += p.out[(r0 + (uint64_t)c * a.n_head) * hd + d] * weight[c];
-        ((float *)a.out)[(uint64_t)i * a.n_head * hd + (uint64_t)h * hd + d] = o * inv;
+        out[d] = o * inv;
     }
+    attn_quantize(a, i, h, out, hd);
 }
 
 extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
