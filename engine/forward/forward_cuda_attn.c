@@ -196,12 +196,12 @@ static mvm_status rope_run(struct cuda_fwd *f, mvm_dptr k, const struct cuda_run
 }
 
 /* The QK norm mvm_g_qk_rope takes for L's staged rows (MVM_G_QK_NORM_*), or -1 where the
- * batch goes through the kernels one after the other: the runs of several sequences, a
- * block with a ring (its rows may wrap; gpt-oss's windowed layers), rows too wide for one
- * block. */
+ * batch goes another way: straight into an F32 cache (direct), the runs of several
+ * sequences, a block with a ring (its rows may wrap; gpt-oss's windowed layers), rows too
+ * wide for one block, each through the kernels one after the other. */
 static int qk_rope_norm(const struct cuda_fwd *f, const struct dev_block *L, uint32_t blk)
 {
-    if (f->n_runs != 1 || !f->v || run_block(f, f->runs, blk)->ring)
+    if (direct(f, blk) || f->n_runs != 1 || !f->v || run_block(f, f->runs, blk)->ring)
         return -1;
     if (!L->q_norm)
         return MVM_G_QK_NORM_NONE;
@@ -235,7 +235,7 @@ static mvm_status gqa(struct cuda_fwd *f, const struct dev_block *L, uint32_t bl
 {
     const mvm_hparams *hp = &f->m->hp;
     const uint64_t row = f->kv_dim * f->kv->elt, src = f->kv_dim * sizeof(float);
-    const int fused = direct(f, blk) ? -1 : qk_rope_norm(f, L, blk);
+    const int fused = qk_rope_norm(f, L, blk);
     if (direct(f, blk)) {
         const uint64_t at = mvm_kv_row(run_block(f, f->runs, blk), f->runs->pos0) * row;
         TRY(qkv(f, L, f->kc + at, f->vc + at, n, 1));

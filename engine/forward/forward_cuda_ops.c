@@ -142,6 +142,19 @@ mvm_status mvm_cuda_fwd_matmul_heads(struct cuda_fwd *f, const struct dev_weight
     return product(f, w, H, 0, in, in_pitch, n, y, y_pitch, f->hact, f->hact_stride, 0, NULL);
 }
 
+/* The norm a takes the owed expert sum (f->sum_owed) first where its rows are all of the
+ * sum's, x's; else the sum is launched before it. */
+static mvm_status take_owed_sum(struct cuda_fwd *f, mvm_g_rmsnorm_args *a)
+{
+    const mvm_g_expert_sum_args *o = &f->owed;
+    if (!f->sum_owed || a->x != o->x || a->n_rows != o->n_tok || a->n != o->n_embd ||
+        a->x_stride != a->n)
+        return mvm_cuda_fwd_settle_sum(f);
+    a->sum_out = o->out, a->sum_rows = o->tok_rows, a->sum_k = o->top_k;
+    f->sum_owed = 0;
+    return MVM_OK;
+}
+
 mvm_status mvm_cuda_fwd_norm_input(struct cuda_fwd *f, mvm_dptr norm, int t, uint32_t n,
                                    mvm_dptr copy)
 {
@@ -151,11 +164,7 @@ mvm_status mvm_cuda_fwd_norm_input(struct cuda_fwd *f, mvm_dptr norm, int t, uin
     if (t >= 0 && mvm_k_block_elems((enum mvm_wtype)t) > 1)
         a.q = f->act, a.q_stride = f->act_stride, a.q_type = (uint32_t)t;
     f->xn_act = NULL, f->xn_experts = 0;
-    if (f->sum_owed && f->owed.n_tok == n) /* x's rows, all of them: the step's sum first */
-        a.sum_out = f->owed.out, a.sum_rows = f->owed.tok_rows, a.sum_k = f->owed.top_k;
-    else
-        TRY(mvm_cuda_fwd_settle_sum(f));
-    f->sum_owed = 0;
+    TRY(take_owed_sum(f, &a));
     return mvm_gpu_rmsnorm(f->g, 0, &a);
 }
 
@@ -166,12 +175,7 @@ mvm_status mvm_cuda_fwd_rmsnorm(struct cuda_fwd *f, mvm_dptr x, mvm_dptr out, ui
     mvm_g_rmsnorm_args a = {.x = x, .out = out, .w = w, .x_stride = stride,
                             .out_stride = stride, .n = len, .n_rows = rows,
                             .eps = f->m->hp.rms_eps};
-    const mvm_g_expert_sum_args *o = &f->owed;
-    if (f->sum_owed && x == o->x && rows == o->n_tok && len == o->n_embd && stride == len)
-        a.sum_out = o->out, a.sum_rows = o->tok_rows, a.sum_k = o->top_k;
-    else
-        TRY(mvm_cuda_fwd_settle_sum(f));
-    f->sum_owed = 0;
+    TRY(take_owed_sum(f, &a));
     return mvm_gpu_rmsnorm(f->g, 0, &a);
 }
 
