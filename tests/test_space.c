@@ -226,6 +226,14 @@ static void test_reads_follow_backing(void)
     CHECK(s.bytes_moved == 3 * bytes + PAGE + 2 * PAGE);
     CHECK(s.pages_evicted == 3);
     CHECK(s.resident_pages == 9 && s.free_pages == 0);
+    /* the mappings' and the evictions' times: each counted where it happens */
+    CHECK(s.remap_ns > 0 && s.evict_ns > 0);
+    CHECK_ST(mvm_make_resident(sp, 1, 2, MVM_ALL_PAGES), MVM_OK); /* a hit maps nothing */
+    mvm_stats t = stats_of(sp);
+    CHECK(t.remap_ns == s.remap_ns && t.evict_ns == s.evict_ns);
+    CHECK_ST(mvm_evict(sp, 1, 2, 0), MVM_OK);
+    t = stats_of(sp);
+    CHECK(t.remap_ns == s.remap_ns && t.evict_ns > s.evict_ns);
     CHECK_ST(mvm_space_destroy(sp), MVM_OK);
 }
 

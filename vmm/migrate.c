@@ -321,8 +321,10 @@ static void abandon_run(mvm_space *sp, struct job *j, uint32_t r)
 static mvm_status map_slab(mvm_space *sp, struct job *j, uint32_t r, bool replace)
 {
     struct job_run *run = &j->runs[r];
+    const uint64_t start = mvm_clock_ns();
     mvm_status st = sp->be->ops->map_chunks(sp->be, run_va(sp, j, r), sp->pool, run->slab,
                                             run->n, replace);
+    sp->stats.remap_ns += mvm_clock_ns() - start;
     if (st == MVM_OK)
         sp->slabs[run->slab].mapped = true;
     return st;

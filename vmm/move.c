@@ -12,13 +12,6 @@
 #include "vmm/registry.h"
 #include "vmm/space_impl.h"
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 void mvm_shared_release(struct space_shared *s)
 {
     if (atomic_fetch_sub(&s->refs, 1) == 1)
@@ -92,7 +85,7 @@ mvm_status mvm_move_wait(mvm_move *m, int64_t timeout_ns)
 {
     if (!m || !mvm_registry_contains(m))
         return mvm_fail(MVM_ERR_INVALID, "%p is not a live move", (void *)m);
-    uint64_t start = now_ns();
+    uint64_t start = mvm_clock_ns();
     struct timespec deadline;
     clock_gettime(CLOCK_MONOTONIC, &deadline);
     if (timeout_ns >= 0) {
@@ -107,7 +100,7 @@ mvm_status mvm_move_wait(mvm_move *m, int64_t timeout_ns)
                             : pthread_cond_timedwait(&m->cv, &m->mu, &deadline);
     mvm_status st = m->pending > 0 ? MVM_ERR_TIMEOUT : m->result;
     pthread_mutex_unlock(&m->mu);
-    atomic_fetch_add(&m->shared->wait_ns, now_ns() - start);
+    atomic_fetch_add(&m->shared->wait_ns, mvm_clock_ns() - start);
     if (st == MVM_ERR_TIMEOUT)
         return mvm_fail(st, "move not finished within %lld ns", (long long)timeout_ns);
     if (st != MVM_OK)

@@ -69,6 +69,14 @@ struct job_list {
     uint32_t n;
 };
 
+/* A monotonic clock in nanoseconds, for the stats' times. */
+static inline uint64_t mvm_clock_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 struct unpin_event {
     struct unpin_event *next;
     uint32_t expert;

@@ -140,6 +140,7 @@ static mvm_status expert_round_rest(struct cuda_fwd *f, uint32_t il)
 {
     uint32_t ready = f->moe->n_ready;
     TRY(mvm_moe_hold(f->moe));
+    mvm_cuda_fwd_lap(f, MVM_LAP_COPIES);
     return expert_launch(f, il, ready, f->moe->n_round);
 }
 
@@ -192,7 +193,10 @@ static mvm_status experts_begin(struct cuda_fwd *f, uint32_t il, uint32_t n)
     f->a16x_ready = 0;
     TRY(quantize_input(f, il, n));
     TRY(expert_launch(f, il, 0, f->moe->n_ready));
-    return cpu_experts(f, n);
+    mvm_cuda_fwd_lap(f, MVM_LAP_QUEUE);
+    mvm_status st = cpu_experts(f, n);
+    mvm_cuda_fwd_lap(f, MVM_LAP_CPU);
+    return st;
 }
 
 /* The rest: the first round's other experts once they have landed, then round by round
@@ -204,8 +208,11 @@ static mvm_status experts_end(struct cuda_fwd *f, uint32_t il, uint32_t n, mvm_d
     const mvm_hparams *hp = &f->m->hp;
     TRY(expert_round_rest(f, il));
     while (f->moe->n_run + f->moe->n_round < f->moe->n_todo) {
+        mvm_cuda_fwd_lap(f, MVM_LAP_QUEUE);
         TRY(mvm_gpu_sync(f->g));
+        mvm_cuda_fwd_lap(f, MVM_LAP_DEVICE);
         TRY(mvm_moe_next_round(f->moe));
+        mvm_cuda_fwd_lap(f, MVM_LAP_ASK);
         TRY(expert_launch(f, il, 0, f->moe->n_ready));
         TRY(expert_round_rest(f, il));
     }
@@ -420,11 +427,16 @@ static mvm_status moe(struct cuda_fwd *f, uint32_t il, uint32_t n, const uint32_
     TRY(mvm_gpu_download_async(f->g, f->host, f->xn, (size_t)n * D * sizeof(float)));
     TRY(mvm_gpu_download_async(f->g, f->probs_host, f->probs,
                                (size_t)n * hp->n_expert * sizeof(float)));
-    TRY(end_open_step(f, mvm_gpu_sync(f->g), 1)); /* the last layer's kernels are done */
+    mvm_cuda_fwd_lap(f, MVM_LAP_QUEUE);
+    const mvm_status synced = mvm_gpu_sync(f->g);
+    mvm_cuda_fwd_lap(f, MVM_LAP_DEVICE);
+    TRY(end_open_step(f, synced, 1)); /* the last layer's kernels are done */
     memcpy(f->moe->probs, f->probs_host, (size_t)n * hp->n_expert * sizeof(float));
     mvm_moe_route(f->moe, il, pos, n, f->host);
     TRY(upload_rows(f, n));
+    mvm_cuda_fwd_lap(f, MVM_LAP_POLICIES);
     TRY(mvm_moe_begin(f->moe));
+    mvm_cuda_fwd_lap(f, MVM_LAP_ASK);
     const int spec = mvm_moe_speculates(f->moe);
     mvm_status st = spec ? mvm_gpu_copy(f->g, f->spec_x, f->x, (size_t)n * D * sizeof(float))
                          : MVM_OK;
@@ -614,6 +626,7 @@ static mvm_status eval_batch(struct cuda_fwd *f, const mvm_fwd_batch *b, float *
     mvm_status st = f->route_here ? mvm_cuda_fwd_route_settle(f) : MVM_OK;
     const double t2 = mvm_now_s();
     const size_t row = (size_t)hp->n_vocab * sizeof(float);
+    mvm_cuda_fwd_lap(f, MVM_LAP_QUEUE);
     mvm_status got = MVM_OK;
     if (b->n_out == nl && nl)
         got = mvm_gpu_download(f->g, logits, f->logits, nl * row);
@@ -621,6 +634,7 @@ static mvm_status eval_batch(struct cuda_fwd *f, const mvm_fwd_batch *b, float *
         got = mvm_gpu_download(f->g, (char *)logits + o * row,
                                f->logits + (b->out[o] - first) * row, row);
     *idle = b->n_out && got == MVM_OK; /* after the logits' download */
+    mvm_cuda_fwd_lap(f, MVM_LAP_DEVICE);
     if (f->route_here) {
         f->route_time.queue += t1 - t0, f->route_time.policies += t2 - t1;
         f->route_time.wait += mvm_now_s() - t2;
@@ -637,8 +651,11 @@ static mvm_status cuda_eval(mvm_ctx *ctx, const mvm_fwd_batch *b, float *logits)
     if (!f->route_here) { /* its policies come after the tokens' before */
         TRY(mvm_cuda_fwd_route_settle(f));
         f->route_time.last_end = 0;
+        mvm_cuda_fwd_laps_begin(f, b);
         mvm_status st = eval_batch(f, b, logits, &idle);
-        return end_open_step(f, st, idle && st == MVM_OK);
+        st = end_open_step(f, st, idle && st == MVM_OK);
+        mvm_cuda_fwd_laps_end(f, st); /* that end: the last step's policies */
+        return st;
     }
     mvm_status st = eval_batch(f, b, logits, &idle);
     const double done = mvm_now_s();

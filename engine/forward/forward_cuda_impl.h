@@ -51,6 +51,29 @@ struct cuda_run {
     uint32_t i0, n, pos0, seq;
 };
 
+/* The phases of a host-routed decode token's host time (forward_cuda_laps.c). */
+enum mvm_lap {
+    MVM_LAP_QUEUE,    /* queueing kernels and copies */
+    MVM_LAP_DEVICE,   /* waiting for the device: a layer's router logits, the logits */
+    MVM_LAP_POLICIES, /* the step before ended (the evict module, prefetches, admission),
+                         this one routed, its rows up */
+    MVM_LAP_ASK,      /* the assign module and the requests (evictions for room) */
+    MVM_LAP_COPIES,   /* waiting for the copies a round needs */
+    MVM_LAP_CPU,      /* the assign module's experts on the CPU */
+    MVM_LAP_N
+};
+
+struct cuda_laps {
+    int on;                     /* this batch is a host-routed decode token */
+    double at;                  /* the last mark */
+    double cur[MVM_LAP_N];      /* this token's phases, seconds */
+    uint64_t cur_syncs;
+    double t[MVM_LAP_N];        /* summed over the tokens that ran */
+    uint64_t syncs, tokens;
+    uint64_t space0[3], space[3]; /* the space's evict_ns, remap_ns and bytes_moved at the
+                                   token's start; their growth over the tokens */
+};
+
 /* MOEVM_DEVICE_ROUTING, as f->route_mode holds it (its choices in reverse). */
 enum { MVM_ROUTE_OFF, MVM_ROUTE_LAUNCHES, MVM_ROUTE_GRAPH };
 
@@ -172,6 +195,7 @@ struct cuda_fwd {
                                    K experts then K weights (mvm_moe_override) ... */
     int32_t *given_host;        /* ... sent up from here, pinned */
     int route_given;            /* this batch's choice is given (the trace's) */
+    struct cuda_laps laps;      /* a host-routed decode token's host time */
     mvm_pool *pool;
     mvm_cpu_experts *cpu;              /* the experts the assign module runs on the CPU; made at
                                    the first (many runs have none) */
@@ -217,6 +241,17 @@ mvm_status mvm_cuda_fwd_gemm_experts(struct cuda_fwd *f, uint32_t il, uint32_t *
  * batch is large enough and the cache is F16 without a ring; else *done = 0, nothing queued. */
 mvm_status mvm_cuda_fwd_gemm_attention(struct cuda_fwd *f, const mvm_g_attention_args *a,
                                        int *done);
+
+/* ---- forward_cuda_laps.c --------------------------------------------------------------- */
+
+/* A batch begins: its laps are timed if it is a host-routed decode token. */
+void mvm_cuda_fwd_laps_begin(struct cuda_fwd *f, const mvm_fwd_batch *b);
+/* The time since the last mark, to `phase`. */
+void mvm_cuda_fwd_lap(struct cuda_fwd *f, enum mvm_lap phase);
+/* The batch ended (st: how); its logits' wait is the last phase. */
+void mvm_cuda_fwd_laps_end(struct cuda_fwd *f, mvm_status st);
+/* The split, at MOEVM_LOG=info (the context's end). */
+void mvm_cuda_fwd_laps_report(const struct cuda_fwd *f);
 
 /* ---- forward_cuda_route.c -------------------------------------------------------------- */
 

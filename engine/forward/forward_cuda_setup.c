@@ -197,6 +197,7 @@ void mvm_cuda_fwd_destroy(void *state)
     if (f->g)
         mvm_gpu_profile_report(f->g, stderr); /* MOEVM_GPU_PROFILE's, when on */
     mvm_cuda_fwd_route_release(f);
+    mvm_cuda_fwd_laps_report(f);
     for (size_t i = 0; i < f->n_owned; i++)
         mvm_gpu_free(f->g, f->owned[i]);
     if (f->g) {

@@ -241,6 +241,12 @@ typedef struct mvm_stats {
     uint64_t overtakes;        /* on-demand batches copied between two pieces of a prefetch
                                   (MOEVM_COPY_PIECE) instead of after it */
     uint64_t wait_ns;          /* time callers spent blocked waiting for moves */
+    uint64_t evict_ns;         /* time evictions took on their callers' threads: the
+                                  write-backs, unmaps and homes mapped back (mvm_evict, and
+                                  the evictions a request makes for room) */
+    uint64_t remap_ns;         /* time the loads' mappings took (map and access grant,
+                                  homes unmapped first where mapped), on the migration
+                                  worker, or the caller's thread for a reload */
     uint32_t moves_queued;     /* move jobs not yet started */
     uint32_t moves_in_flight;  /* move jobs being copied or waiting for a remap */
     uint32_t resident_pages;

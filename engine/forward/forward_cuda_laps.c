@@ -1,0 +1,99 @@
+/*
+ * Where a host-routed decode token's host time goes (forward_cuda_impl.h, struct
+ * cuda_laps). A decode token at a budget waits for the host once a layer: its router's
+ * logits come down, the host routes, asks for residency and waits for the copies it needs,
+ * then queues the experts. On an H100 such a token of Qwen3-30B-A3B's shape (12 blocks,
+ * 25%) took 6.1 ms where the device's own work is about half of that (docs/perf/offload.md),
+ * and the rest could not be told apart: this splits it, token by token, into the phases
+ * below, and adds the space's own clocks over the same tokens (the evictions' unmaps paid
+ * on this thread, the mappings the migration worker makes). MOEVM_LOG=info prints the
+ * split at the context's end; bench/gpu/llamacpp.sh runs moevm at info.
+ *
+ * A phase is timed from the mark before it (mvm_cuda_fwd_lap), so the phases add up to the
+ * token's whole host time in the backend, whatever is not marked falling into the next
+ * mark.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/compute/clock.h"
+#include "engine/forward/forward_cuda_impl.h"
+#include "vmm/error.h"
+
+static const char *const lap_names[MVM_LAP_N] = {
+    [MVM_LAP_QUEUE] = "queueing kernels and copies",
+    [MVM_LAP_DEVICE] = "waiting for the device",
+    [MVM_LAP_POLICIES] = "routing and the policies",
+    [MVM_LAP_ASK] = "asking for residency",
+    [MVM_LAP_COPIES] = "waiting for copies",
+    [MVM_LAP_CPU] = "the CPU's experts",
+};
+
+static void space_clocks(const struct cuda_fwd *f, uint64_t out[3])
+{
+    mvm_stats s = {0};
+    (void)mvm_space_get_stats(f->m->space, &s);
+    out[0] = s.evict_ns, out[1] = s.remap_ns, out[2] = s.bytes_moved;
+}
+
+void mvm_cuda_fwd_laps_begin(struct cuda_fwd *f, const mvm_fwd_batch *b)
+{
+    struct cuda_laps *l = &f->laps;
+    l->on = !f->route_here && b->n == 1 && f->m->space && !f->m->experts_at_home;
+    if (!l->on)
+        return;
+    space_clocks(f, l->space0);
+    memset(l->cur, 0, sizeof l->cur);
+    l->cur_syncs = 0;
+    l->at = mvm_now_s();
+}
+
+void mvm_cuda_fwd_lap(struct cuda_fwd *f, enum mvm_lap phase)
+{
+    struct cuda_laps *l = &f->laps;
+    if (!l->on)
+        return;
+    const double now = mvm_now_s();
+    l->cur[phase] += now - l->at;
+    l->at = now;
+    l->cur_syncs += phase == MVM_LAP_DEVICE;
+}
+
+void mvm_cuda_fwd_laps_end(struct cuda_fwd *f, mvm_status st)
+{
+    struct cuda_laps *l = &f->laps;
+    if (!l->on)
+        return;
+    mvm_cuda_fwd_lap(f, MVM_LAP_POLICIES); /* the last step's end */
+    l->on = 0;
+    if (st != MVM_OK) /* its phases may not have run: not counted */
+        return;
+    for (int i = 0; i < MVM_LAP_N; i++)
+        l->t[i] += l->cur[i];
+    l->syncs += l->cur_syncs;
+    uint64_t now[3];
+    space_clocks(f, now);
+    for (int i = 0; i < 3; i++)
+        l->space[i] += now[i] - l->space0[i];
+    l->tokens++;
+}
+
+void mvm_cuda_fwd_laps_report(const struct cuda_fwd *f)
+{
+    const struct cuda_laps *l = &f->laps;
+    if (!l->tokens)
+        return;
+    const double us = 1e6 / (double)l->tokens;
+    char line[512];
+    int at = 0;
+    for (int i = 0; i < MVM_LAP_N; i++)
+        at += snprintf(line + at, sizeof line - (size_t)at, "%s%.0f us %s", i ? ", " : "",
+                       l->t[i] * us, lap_names[i]);
+    mvm_log(MVM_LOG_INFO, "decode: %llu tokens routed by the host; host time a token: %s (%.1f "
+            "syncs); the space a token: %.0f us evicting on this thread (in the asking and "
+            "the policies), %.0f us of the migration worker's mappings, %.1f MiB copied",
+            (unsigned long long)l->tokens, line,
+            (double)l->syncs / (double)l->tokens, (double)l->space[0] / 1e3 / (double)l->tokens,
+            (double)l->space[1] / 1e3 / (double)l->tokens,
+            (double)l->space[2] / (1 << 20) / (double)l->tokens);
+}
