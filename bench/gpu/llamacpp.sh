@@ -18,6 +18,11 @@
 # One line per run that a script can read, and the whole log in $OUT/llamacpp.txt:
 #   RESULT offload model=olmoe-1b-7b type=q8_0 budget=25 engine=moevm routing=replay
 #          vram_mib=9120 pp512=812.4 tg128=95.1              (printed on one line)
+# and, for moevm at a budget, where a host-routed decode token's host time went
+# (MOEVM_LOG=info's line, forward_cuda_laps.c), in us a token:
+#   RESULT decode_host model=.. budget=25 routing=replay tokens=.. queue_us=.. device_us=..
+#          policies_us=.. ask_us=.. copies_us=.. cpu_us=.. syncs=.. evict_us=.. remap_us=..
+#          mib=.. variant=..
 # engine: moevm, moevm-cpu (budget "cpu") or llama.cpp; routing: own or replay. At budget
 # 100 the lines carry bw_frac=: tg x the bytes a token reads (bench/gpu/active_bytes.py) /
 # the GPU's read rate of its memory (vmm_costs section 3), the share of the bandwidth bound.
@@ -124,6 +129,9 @@ result() { echo "RESULT offload model=$1 type=$2 budget=$3 engine=$4 routing=$5 
                     [[ $b == 100 ]] && speeds+=$(bw_frac "$speeds" "$active" "$hbm")
                     result "$name" "$type" "$b" moevm "$routing" \
                         "$(echo "$out" | sed -n 's/^VRAM_MIB //p')" "${speeds}variant=$variant"
+                    laps=$(decode_laps "$work/run.err")
+                    [[ -n $laps ]] && echo "RESULT decode_host model=$name type=$type" \
+                        "budget=$b routing=$routing $laps variant=$variant"
                 done
             done
             ncmoe=$(( (layers * (100 - b) + 50) / 100 ))
