@@ -398,6 +398,37 @@ static void test_residency(void)
     free_run(all), free_run(half), free_run(eighth);
 }
 
+/* At a budget, with copies still on the bus when a step needs them (a copy delay): where
+ * the homes are unmapped, MOEVM_LOAD_WAIT=device orders the compute stream after each copy
+ * (cuStreamWaitEvent) instead of the host waiting for it to land, host does not; both give
+ * the unlimited run's logits bit for bit, and leave nothing pinned. With homes mapped
+ * neither orders a stream: the host waits. */
+static void test_load_wait(void)
+{
+    const char *path = model_path("llama", MVM_W_Q8_0);
+    size_t n = N_PROMPT * mvm_preset_find("tiny", "llama")->spec.n_vocab;
+    struct run *all = run_prompt(path, MVM_BACKEND_CUDA, 1, 1, 0);
+    const char *modes[] = {"device", "host"};
+    for (int i = 0; i < 2; i++) {
+        setenv("MOEVM_LOAD_WAIT", modes[i], 1);
+        setenv("MOEVM_DEVICE_ROUTING", "off", 1); /* every step through the host */
+        copy_delay(1000);
+        const unsigned long waits = calls("cuStreamWaitEvent");
+        struct run *half = run_prompt(path, MVM_BACKEND_CUDA, 0.5, 1, 0);
+        const unsigned long ordered = calls("cuStreamWaitEvent") - waits;
+        copy_delay(0);
+        unsetenv("MOEVM_DEVICE_ROUTING");
+        unsetenv("MOEVM_LOAD_WAIT");
+        if (all && half) {
+            CHECK(memcmp(all->logits, half->logits, n * sizeof *all->logits) == 0);
+            CHECK(half->space.pages_loaded > 0 && half->space.pinned_experts == 0);
+            CHECK(i == 0 && !home_mapped ? ordered > 0 : ordered == 0);
+        }
+        free_run(half);
+    }
+    free_run(all);
+}
+
 /* The device's logits of the prompt (poisoned first; NULL: not kept) with predict module
  * `pred` at `budget`, `batch` tokens a call, and its forecasts' statistics; with `again`,
  * those of a second pass over the same tokens, once the first has made every expert that
@@ -1346,6 +1377,7 @@ int main(int argc, char **argv)
     RUN(test_batch_sequences);
     RUN(test_context_bytes);
     RUN(test_residency);
+    RUN(test_load_wait);
     RUN(test_speculative);
     RUN(test_window);
     RUN(test_assign);

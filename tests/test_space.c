@@ -999,6 +999,99 @@ static void test_calls_per_move(void)
     CHECK(fake_live_handles() == 0);
 }
 
+/* Whether the expert's address reads its weights, whatever its pages' states. */
+static bool address_reads(mvm_space *sp, uint32_t l, uint32_t e, uint64_t bytes)
+{
+    uint8_t *want = malloc(bytes);
+    if (!want)
+        return false;
+    weights_of(l, e, want, bytes);
+    bool ok = memcmp(mvm_expert_addr(sp, l, e), want, bytes) == 0;
+    free(want);
+    return ok;
+}
+
+/* A reader that pins an expert while it loads orders its stream after the copy, on the
+ * device, instead of waiting on the host for the landing (mvm_expert_wait_on): it returns
+ * with the copy queued and the slab mapped at the expert's address, the move still
+ * unfinished (a pin holds the landing off, so a host wait there would never end); after
+ * the last unpin it lands with no driver call. A copy that fails after the stream was ordered keeps its
+ * mapping until then; one that fails before is reported, and its move says why. With homes
+ * mapped the address shows the home until the copy lands: the host waits. */
+static void test_wait_on_stream(void)
+{
+    enum { P = 2 };
+    mvm_space *sp = make_space(1, 3, P * PAGE, 3 * P);
+    fill(sp, 1, 3, P * PAGE);
+    mvm_space_info info;
+    CHECK_ST(mvm_space_get_info(sp, &info), MVM_OK);
+    void *stream = NULL; /* the default stream */
+    CHECK_ST(mvm_pin(sp, 0, 0), MVM_OK);
+    if (info.home_mapped) {
+        CHECK_ST(mvm_expert_wait_on(sp, 0, 0, stream), MVM_ERR_UNSUPPORTED);
+        CHECK_ST(mvm_unpin(sp, 0, 0), MVM_OK);
+        CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+        return;
+    }
+    CHECK_ST(mvm_expert_wait_on(sp, 0, 1, stream), MVM_ERR_INVALID); /* not pinned */
+    CHECK_ST(mvm_expert_wait_on(sp, 0, 0, stream), MVM_ERR_CANCELLED); /* never asked */
+    mvm_move *m;
+    CHECK_ST(mvm_make_resident_async(sp, 0, 0, MVM_ALL_PAGES, &m), MVM_OK);
+    unsigned long waits = fake_calls("cuStreamWaitEvent"), syncs = fake_calls("cuEventSynchronize");
+    CHECK_ST(mvm_expert_wait_on(sp, 0, 0, stream), MVM_OK);
+    /* one stream wait (the fence is kept while the job lives), and no host wait on this
+     * thread: the move cannot finish while the pin holds its landing */
+    CHECK(fake_calls("cuStreamWaitEvent") - waits == 1);
+    CHECK_ST(mvm_move_test(m), MVM_ERR_BUSY);
+    mvm_residency r;
+    CHECK_ST(mvm_expert_residency(sp, 0, 0, &r), MVM_OK);
+    CHECK(r.loading == P && r.resident == 0 && address_reads(sp, 0, 0, P * PAGE));
+    CHECK_ST(mvm_evict(sp, 0, 0, 0), MVM_ERR_PINNED); /* nor can it be cancelled */
+    /* the worker's wait for the fence (not this thread's) lands it, once unpinned, with no
+     * driver call: its slab was mapped before its copy was done */
+    while (fake_calls("cuEventSynchronize") == syncs)
+        sched_yield();
+    struct calls c = calls_now();
+    CHECK_ST(mvm_unpin(sp, 0, 0), MVM_OK);
+    CHECK_ST(mvm_move_wait(m, -1), MVM_OK);
+    c = calls_since(c);
+    CHECK_ST(mvm_move_release(m), MVM_OK);
+    CHECK_ST(mvm_expert_residency(sp, 0, 0, &r), MVM_OK);
+    CHECK(r.resident == P && r.loading == 0 && reads_match(sp, 0, 0, P * PAGE));
+    CHECK(c.map == 0 && c.access == 0 && c.unmap == 0);
+
+    /* the fence's wait fails after the stream was ordered: mapped and readable until the
+     * unpin, then home, its slab back, the move naming the call */
+    CHECK_ST(mvm_pin(sp, 0, 1), MVM_OK);
+    fake_set_fail("cuEventSynchronize:1");
+    CHECK_ST(mvm_make_resident_async(sp, 0, 1, MVM_ALL_PAGES, &m), MVM_OK);
+    CHECK_ST(mvm_expert_wait_on(sp, 0, 1, stream), MVM_OK);
+    CHECK_ST(mvm_move_test(m), MVM_ERR_BUSY);
+    CHECK(address_reads(sp, 0, 1, P * PAGE));
+    CHECK_ST(mvm_unpin(sp, 0, 1), MVM_OK);
+    CHECK_ST(mvm_move_wait(m, -1), MVM_ERR_BACKEND);
+    CHECK(strstr(mvm_last_error(), "cuEventSynchronize") != NULL);
+    CHECK_ST(mvm_move_release(m), MVM_OK);
+    fake_set_fail("");
+    CHECK_ST(mvm_expert_residency(sp, 0, 1, &r), MVM_OK);
+    CHECK(r.resident == 0 && r.loading == 0 && reads_match(sp, 0, 1, P * PAGE));
+    CHECK(stats_of(sp).free_pages == 2 * P);
+
+    /* the copy fails before any stream is ordered: the reader is told, and the move why */
+    CHECK_ST(mvm_pin(sp, 0, 2), MVM_OK);
+    fake_set_fail("cuMemcpyHtoDAsync:1");
+    CHECK_ST(mvm_make_resident_async(sp, 0, 2, MVM_ALL_PAGES, &m), MVM_OK);
+    CHECK_ST(mvm_expert_wait_on(sp, 0, 2, stream), MVM_ERR_CANCELLED);
+    CHECK_ST(mvm_unpin(sp, 0, 2), MVM_OK);
+    CHECK_ST(mvm_move_wait(m, -1), MVM_ERR_BACKEND);
+    CHECK(strstr(mvm_last_error(), "cuMemcpyHtoDAsync") != NULL);
+    CHECK_ST(mvm_move_release(m), MVM_OK);
+    fake_set_fail("");
+    CHECK(stats_of(sp).free_pages == 2 * P && reads_match(sp, 0, 2, P * PAGE));
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+    CHECK(fake_live_handles() == 0);
+}
+
 /* A failed unmap or home mapping during an eviction leaves the run resident and readable,
  * with an error naming the call; the eviction succeeds once the driver does. */
 static void test_evict_failures(void)
@@ -1257,6 +1350,7 @@ int main(int argc, char **argv)
         RUN(test_prefetch_overtaken);
         RUN(test_prefetch_hurried);
         RUN(test_cancel_and_destroy_in_flight);
+        RUN(test_wait_on_stream);
         RUN(test_reload_overtakes_cancelled_prefetch);
         RUN(test_reload_while_cancelled_load_deferred);
         RUN(test_unpin_after_stream);

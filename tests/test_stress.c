@@ -32,6 +32,7 @@ static mvm_space_info info;
 /* The experts' weights as the test made them: what every read is compared with, never the
  * space's own home. */
 static uint8_t weights[LAYERS][EXPERTS][BYTES];
+static atomic_int ordered_reads; /* ordered_read's streams ordered (mvm_expert_wait_on) */
 static atomic_bool stop;
 static atomic_int failures, reads_checked, moves_done;
 
@@ -98,6 +99,31 @@ static void check_move(mvm_move *m, uint32_t l, uint32_t e)
     atomic_fetch_add(&moves_done, 1);
 }
 
+/* A reader that pins an expert, asks for it and orders its stream after the copies
+ * (mvm_expert_wait_on) rather than waiting for them: the address then reads the weights
+ * (the fake driver's copies are done when queued), whatever the other threads do. */
+static void ordered_read(uint32_t l, uint32_t e)
+{
+    if (mvm_pin(sp, l, e) != MVM_OK)
+        return fail("pin", l, e);
+    mvm_move *m = NULL;
+    mvm_status st = mvm_make_resident_async(sp, l, e, MVM_ALL_PAGES, &m);
+    if (st == MVM_OK) {
+        st = mvm_expert_wait_on(sp, l, e, NULL);
+        atomic_fetch_add(&ordered_reads, st == MVM_OK);
+        if (st == MVM_OK && memcmp(mvm_expert_addr(sp, l, e), weights[l][e], BYTES) != 0)
+            fail("an expert read after its ordered copy differs from its weights", l, e);
+        if (st != MVM_OK && st != MVM_ERR_UNSUPPORTED && st != MVM_ERR_CANCELLED)
+            fail("mvm_expert_wait_on failed", l, e);
+    } else if (st != MVM_ERR_NOSPACE) {
+        fail("a request failed", l, e);
+    }
+    if (mvm_unpin(sp, l, e) != MVM_OK)
+        fail("unpin", l, e);
+    if (m)
+        check_move(m, l, e);
+}
+
 static void *worker(void *arg)
 {
     uint64_t rng = (uint64_t)(uintptr_t)arg;
@@ -106,7 +132,7 @@ static void *worker(void *arg)
         uint32_t pages = 1 + check_rng_next(&rng) % info.pages_per_expert;
         mvm_move *m = NULL;
         mvm_status st = MVM_OK;
-        switch (check_rng_next(&rng) % 6) {
+        switch (check_rng_next(&rng) % 7) {
         case 0: st = mvm_make_resident(sp, l, e, pages); break;
         case 1:
             if ((st = mvm_make_resident_async(sp, l, e, pages, &m)) == MVM_OK)
@@ -117,6 +143,7 @@ static void *worker(void *arg)
                 check_move(m, l, e);
             break;
         case 3: st = mvm_evict(sp, l, e, (uint32_t)(check_rng_next(&rng) % 2 ? 0 : 1)); break;
+        case 4: ordered_read(l, e); break;
         default: pinned_read(l, e); break;
         }
         if (st != MVM_OK && st != MVM_ERR_NOSPACE && st != MVM_ERR_PINNED &&
@@ -223,10 +250,13 @@ int main(int argc, char **argv)
         }
     CHECK(atomic_load(&failures) == 0);
     CHECK(atomic_load(&reads_checked) > 100);
+    /* where the space orders readers' streams (cuda, homes unmapped) it did */
+    CHECK((atomic_load(&ordered_reads) > 0) == (d.backend == MVM_BACKEND_CUDA &&
+                                               !info.home_mapped));
     CHECK(s.pages_loaded > 50 && s.pages_evicted > 20);
-    fprintf(stderr, "stress %s: %d reads checked, %d async moves, %llu pages loaded, %llu "
-            "evicted, %llu hits, %llu misses\n", argv[1], atomic_load(&reads_checked),
-            atomic_load(&moves_done), (unsigned long long)s.pages_loaded,
+    fprintf(stderr, "stress %s: %d reads checked (%d after ordered copies), %d async moves, "
+            "%llu pages loaded, %llu evicted, %llu hits, %llu misses\n", argv[1],
+            atomic_load(&reads_checked), atomic_load(&ordered_reads), atomic_load(&moves_done), (unsigned long long)s.pages_loaded,
             (unsigned long long)s.pages_evicted, (unsigned long long)s.hits,
             (unsigned long long)s.misses);
     CHECK_ST(mvm_space_destroy(sp), MVM_OK);

@@ -94,6 +94,9 @@ typedef struct mvm_backend_ops {
     int (*event_done)(mvm_backend *b, mvm_event *ev);
     /* Returns once the work before the event finished (NULL: at once). */
     mvm_status (*event_wait)(mvm_backend *b, mvm_event *ev);
+    /* Optional (NULL: readers wait on the host): `stream`'s later work waits, on the device,
+     * for the work before the event. */
+    mvm_status (*stream_wait)(mvm_backend *b, mvm_event *ev, void *stream);
     void (*event_destroy)(mvm_backend *b, mvm_event *ev);
 } mvm_backend_ops;
 

@@ -552,6 +552,18 @@ static mvm_status cuda_event_wait(mvm_backend *b, mvm_event *e)
     return MVM_OK;
 }
 
+static mvm_status cuda_stream_wait(mvm_backend *b, mvm_event *e, void *stream)
+{
+    cuda_backend *c = cb(b);
+    mvm_status st = e ? use_ctx(c) : MVM_OK;
+    if (st != MVM_OK)
+        return st;
+    if (e)
+        CU(c, c->cu.StreamWaitEvent((CUstream)stream, e->ev, 0),
+           "cuStreamWaitEvent (a reader's stream after a copy fence)");
+    return MVM_OK;
+}
+
 /* Kept for the next record_event: the event's last record is done or no longer waited for,
  * and recording it again replaces it. */
 static void cuda_event_destroy(mvm_backend *b, mvm_event *e)
@@ -587,6 +599,7 @@ static const mvm_backend_ops cuda_ops = {
     .event_record = cuda_event_record,
     .event_done = cuda_event_done,
     .event_wait = cuda_event_wait,
+    .stream_wait = cuda_stream_wait,
     .event_destroy = cuda_event_destroy,
 };
 

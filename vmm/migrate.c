@@ -365,6 +365,18 @@ static void premap_job(mvm_space *sp, struct job *j)
     }
 }
 
+/* Where every run job j still owns is mapped ahead of its copy, a reader's stream may now
+ * be ordered after the job's fence (kept until the job finishes) instead of its host
+ * waiting for the landing (mvm_expert_wait_on). */
+static void order_job(mvm_space *sp, struct job *j)
+{
+    for (uint32_t r = 0; r < j->n_runs; r++)
+        if (run_owned(sp, j, r) && !sp->slabs[j->runs[r].slab].mapped)
+            return;
+    j->ordered = true;
+    pthread_cond_broadcast(&sp->moved);
+}
+
 /* Makes every run the job still owns resident (mapping those not mapped yet); frees the
  * slabs of cancelled runs. */
 static mvm_status remap_job(mvm_space *sp, struct job *j)
@@ -434,23 +446,42 @@ static void drop_job(mvm_space *sp, struct job *j)
     }
 }
 
-/* After the copies of a batch: remap now, or defer while the expert is pinned (a pin
- * promises no change of backing until the last unpin). */
-static void land_job(mvm_space *sp, struct job *j, mvm_status copy_st)
+/* The job's copy fence, given back to the backend: no stream is ordered after it now. */
+static void release_fence(mvm_space *sp, struct job *j)
 {
-    if (copy_st != MVM_OK) {
+    if (j->fence)
+        sp->be->ops->event_destroy(sp->be, j->fence);
+    j->fence = NULL;
+}
+
+/* A landed job (j->copy_st: how its copies went) made resident, or dropped if they failed. */
+static void finish_landing(mvm_space *sp, struct job *j)
+{
+    release_fence(sp, j);
+    mvm_status st = j->copy_st;
+    if (st != MVM_OK)
         drop_job(sp, j);
-        sp->in_flight--;
-        mvm_job_finish(j, copy_st);
-        return;
-    }
-    if (sp->pins[j->expert]) {
-        mvm_job_list_push(&sp->deferred, j);
-        return;
-    }
-    mvm_status st = remap_job(sp, j);
+    else
+        st = remap_job(sp, j);
     sp->in_flight--;
     mvm_job_finish(j, st);
+    pthread_cond_broadcast(&sp->moved);
+}
+
+/* After the copies of a batch: remap now, or defer while the expert is pinned (a pin
+ * promises no change of backing until the last unpin). A failed job is dropped at once,
+ * unless a reader's stream was ordered after it (mvm_expert_wait_on): its work may be
+ * queued on the mapping, which stays until the readers unpin. */
+static void land_job(mvm_space *sp, struct job *j, mvm_status copy_st)
+{
+    j->copy_st = copy_st;
+    j->landed = true;
+    if (sp->pins[j->expert] && (copy_st == MVM_OK || j->ordered)) {
+        mvm_job_list_push(&sp->deferred, j);
+        pthread_cond_broadcast(&sp->moved);
+        return;
+    }
+    finish_landing(sp, j);
 }
 
 static void run_deferred(mvm_space *sp)
@@ -460,11 +491,10 @@ static void run_deferred(mvm_space *sp)
         if (sp->pins[j->expert])
             continue;
         mvm_job_list_remove(&sp->deferred, j);
-        mvm_status st = remap_job(sp, j);
-        sp->in_flight--;
-        mvm_job_finish(j, st);
+        finish_landing(sp, j);
     }
 }
+
 
 static void poll_unpins(mvm_space *sp)
 {
@@ -632,9 +662,13 @@ static void copy_and_land(mvm_space *sp, struct job **batch, uint32_t n, const s
         }
         if (st == MVM_OK)
             st = be->ops->copy_fence(be, &fence[k]);
-        if (st == MVM_OK && !sp->homes_mapped) {
+        if (st == MVM_OK) {
             pthread_mutex_lock(&sp->mu);
-            premap_job(sp, batch[k]);
+            batch[k]->fence = fence[k]; /* the job's from now on (release_fence) */
+            if (!sp->homes_mapped) {
+                premap_job(sp, batch[k]);
+                order_job(sp, batch[k]);
+            }
             pthread_mutex_unlock(&sp->mu);
         }
         if (st != MVM_OK && !why) { /* this job's copy failed */
@@ -657,7 +691,6 @@ static void copy_and_land(mvm_space *sp, struct job **batch, uint32_t n, const s
                 mvm_job_note_error(batch[k]);
                 be->ops->copy_wait(be);
             }
-            be->ops->event_destroy(be, fence[k]);
             if (job_st[k] == MVM_OK)
                 job_st[k] = wst;
         }
@@ -735,6 +768,7 @@ static void cancel_list(mvm_space *sp, struct job_list *l, bool in_flight)
     while (l->head) {
         struct job *j = l->head;
         mvm_job_list_remove(l, j);
+        release_fence(sp, j);
         drop_job(sp, j);
         if (in_flight)
             sp->in_flight--;
@@ -756,5 +790,6 @@ void mvm_migrate_stop(mvm_space *sp)
     cancel_list(sp, &sp->demand, false);
     cancel_list(sp, &sp->prefetch, false);
     cancel_list(sp, &sp->deferred, true);
+    pthread_cond_broadcast(&sp->moved);
     pthread_mutex_unlock(&sp->mu);
 }

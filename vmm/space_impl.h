@@ -49,6 +49,12 @@ struct job {
     bool started;
     bool hurried;            /* a started prefetch an on-demand request now waits on: its
                                 pieces no longer let other demands overtake (migrate.c) */
+    bool ordered;            /* a reader's stream may be ordered after it (mvm_expert_wait_on):
+                                its copies are queued, behind `fence` (NULL once they have
+                                landed), and every run it owns is mapped at its address */
+    mvm_event *fence;
+    bool landed;             /* its copies are done (it waits on the deferred list) */
+    mvm_status copy_st;      /* how they went */
     char why[160];           /* its failure's message, for the moves waiting on it */
     mvm_move **waiters;
     uint32_t n_waiters, cap_waiters;
@@ -103,6 +109,7 @@ struct mvm_move {
 struct mvm_space {
     pthread_mutex_t mu;
     pthread_cond_t work; /* wakes the worker */
+    pthread_cond_t moved; /* a job became ordered, landed or failed (mvm_expert_wait_on) */
     mvm_backend *be;
     mvm_topo topo;
 

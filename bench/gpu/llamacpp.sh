@@ -37,7 +37,9 @@
 #   VARIANTS="default MOEVM_HOME_MAP=on MOEVM_ASSIGN=greedy,MOEVM_COST=cost.json"
 #   VARIANTS="default MOEVM_GEMM_ROWS=0" (prefill on the tensor cores, and on the kernels)
 #   VARIANTS="default MOEVM_ASSIGN=greedy,MOEVM_COST=calibrated"
-# and the RESULT line ends in variant=... MOEVM_COST=calibrated stands for a cost file that
+# and the RESULT line ends in variant=...; VARIANTS_100 (default: VARIANTS) are those run at
+# budget 100, where settings of the move path or the CPU/GPU split change nothing.
+# MOEVM_COST=calibrated stands for a cost file that
 # `moevm calibrate` measures on this machine with the model, once a model (the greedy CPU/GPU
 # split plans with the cost model: the h100 preset's CPU side is a 2-socket host's, and on a
 # 16-vCPU VM it halved decode, docs/perf/offload.md).
@@ -50,6 +52,7 @@ models=${MODELS:-olmoe-1b-7b:q8_0}
 budgets=${BUDGETS:-10 25 50 100}
 routings=${ROUTINGS:-own replay}
 variants=${VARIANTS:-default}
+variants_100=${VARIANTS_100:-$variants} # at budget 100, where what a budget changes is moot
 cpu_baseline=${CPU_BASELINE:-1}
 reps=${REPS:-3} pp=${PROMPT:-512} tg=${GEN:-128} threads=${THREADS:-$(nproc)}
 work=${WORK:-/tmp/moevm-offload}
@@ -114,7 +117,7 @@ result() { echo "RESULT offload model=$1 type=$2 budget=$3 engine=$4 routing=$5 
             for routing in $routings; do
                 extra=()
                 [[ $routing == replay ]] && extra=(--routing "$trace")
-                for variant in $variants; do
+                for variant in $([[ $b == 100 ]] && echo "$variants_100" || echo "$variants"); do
                     # info: decode's host time a token, where it routes on the device
                     env=(MOEVM_BACKEND=cuda MOEVM_LOG=info)
                     [[ $variant != default ]] && env+=(${variant//,/ })

@@ -87,11 +87,19 @@ const mvm_option_desc mvm_opt_device_routing = {
     "to token; launches queues its kernels one by one; off sends every "
     "layer's routing through the host (engine/forward/forward_cuda_route.c)"};
 
+const mvm_option_desc mvm_opt_load_wait = {
+    "MOEVM_LOAD_WAIT", MVM_OPT_CHOICE, "device", "device|host",
+    "engine on a GPU at a budget, homes unmapped (MOEVM_HOME_MAP=off): how a "
+    "step's experts wait for their copies; device: the compute stream waits "
+    "for each copy once it is queued and mapped, and the host queues on "
+    "(mvm_expert_wait_on); host: the host waits for each copy to land before "
+    "it queues the experts that read it"};
+
 static const mvm_option_desc *const list[] = {
     &mvm_opt_threads, &mvm_opt_cpu_simd, &mvm_opt_kv_type, &mvm_opt_admit,
     &mvm_opt_deterministic, &mvm_opt_prefetch, &mvm_opt_expert_tiles, &mvm_opt_gpu_profile,
     &mvm_opt_gemm_rows, &mvm_opt_gemm_scratch, &mvm_opt_gemm_batch, &mvm_opt_cublas_library,
-    &mvm_opt_device_routing,
+    &mvm_opt_device_routing, &mvm_opt_load_wait,
 };
 
 const mvm_option_table mvm_engine_options = {list, sizeof list / sizeof *list};

@@ -531,3 +531,11 @@ void mvm_resid_set_remote(mvm_resid *r, const uint8_t *remote)
 {
     r->remote = remote;
 }
+
+void mvm_resid_set_reader_stream(mvm_resid *r, void *stream)
+{
+    mvm_space_info info;
+    const int able = mvm_space_get_info(r->space, &info) == MVM_OK && !info.home_mapped &&
+                     !info.host_readable && !r->ordered;
+    r->reader_stream = able ? stream : NULL;
+}

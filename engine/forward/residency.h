@@ -184,5 +184,10 @@ void mvm_resid_get_stats(const mvm_resid *r, mvm_resid_stats *out);
 /* The distributed mode: remote ([L*E], the caller's, NULL: none) marks experts this process
  * does not hold, whose prefetches are dropped (MVM_OK: there is nothing to load). */
 void mvm_resid_set_remote(mvm_resid *r, const uint8_t *remote);
+/* A reader on a device stream (a CUstream; NULL: none, the default): a round's copies are
+ * then not waited for on the host but ordered before that stream's later work
+ * (mvm_resid_hold_round, mvm_expert_wait_on), where the space can (the cuda backend with its
+ * homes unmapped) and copies are not ordered (MOEVM_DETERMINISTIC). */
+void mvm_resid_set_reader_stream(mvm_resid *r, void *stream);
 
 #endif

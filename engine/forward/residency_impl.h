@@ -40,6 +40,8 @@ struct mvm_resid {
     int admit;              /* MOEVM_ADMIT: home runs are offered to the cache afterwards */
     int ordered;            /* MOEVM_DETERMINISTIC: each copy lands before the next
                                decision (ordered_wait) */
+    void *reader_stream;    /* the device stream a round's copies are ordered before
+                               (mvm_resid_set_reader_stream), or NULL: waited for here */
     uint8_t *home_run;      /* [L*E] run from its home by the current step */
     uint32_t *plan;         /* [L*E] the assign module's prefetches */
     uint64_t *layer_pages;  /* [L] the config module's budgets (UINT64_MAX: none) */

@@ -78,6 +78,26 @@ static mvm_status hold_expert(mvm_resid *r, uint32_t x, mvm_move *move)
     return st == MVM_OK ? pin_one(r, x) : st;
 }
 
+/* hold_expert for a reader on a device stream: x pinned, then that stream ordered after
+ * x's copy (mvm_expert_wait_on) where the host would have waited for it to land; the host
+ * goes on queueing. A copy that failed before it could be ordered (or one that landed
+ * unmapped) is left to hold_expert, which waits and says why. A failure after it was ordered
+ * is the driver's, which the stream's next synchronisation reports. */
+static mvm_status hold_expert_on(mvm_resid *r, uint32_t x, mvm_move *move)
+{
+    const uint32_t l = x / r->n_experts, e = x % r->n_experts;
+    mvm_status st = pin_one(r, x);
+    if (st != MVM_OK || !move)
+        return st;
+    if (mvm_expert_wait_on(r->space, l, e, r->reader_stream) == MVM_OK) {
+        mvm_move_release(move);
+        return MVM_OK;
+    }
+    mvm_unpin(r->space, l, e); /* a pin would hold off the landing waited for below */
+    r->pinned[x] = 0;
+    return hold_expert(r, x, move);
+}
+
 /* Pins experts[0..n), asked for with moves[i] (NULL: nothing to wait for), each once its
  * copy has landed; those pinned already (run from their homes) stay as they are. After a
  * failure (st, or a copy's) the other copies are released unwaited. The time it takes is
@@ -91,7 +111,7 @@ static mvm_status hold_all(mvm_resid *r, uint32_t layer, const int32_t *experts,
         mvm_move *move = moves[i];
         moves[i] = NULL;
         if (st == MVM_OK && !r->pinned[x])
-            st = hold_expert(r, x, move);
+            st = r->reader_stream ? hold_expert_on(r, x, move) : hold_expert(r, x, move);
         else if (move)
             mvm_move_release(move);
     }

@@ -224,6 +224,19 @@ mvm_status mvm_unpin(mvm_space *space, uint32_t layer, uint32_t expert);
 /* Unpins once the work queued so far on `stream` (a CUstream on cuda; ignored on host,
  * where it unpins at once) has finished: the last reader's event. */
 mvm_status mvm_unpin_after(mvm_space *space, uint32_t layer, uint32_t expert, void *stream);
+/* For a reader that has pinned the expert while pages of it are loading: orders `stream` (a
+ * CUstream) after their copies, on the device, instead of waiting on the host for them to
+ * land. Returns once each loading page's copy is queued and its device memory mapped at the
+ * expert's address (the migration worker's start, not the copy's end); work queued on
+ * `stream` afterwards reads the copied bytes. The pages stay LOADING until the last unpin
+ * (a pin keeps the backing), then land with no driver call. A copy that fails after the stream was
+ * ordered keeps its mapping until that unpin, then the move reports the failure: the
+ * caller waits for its move after its work, as for any reader, to learn it. Fails with
+ * MVM_ERR_INVALID if the expert is not pinned, MVM_ERR_CANCELLED if a page is neither
+ * resident nor loading (its load failed or was never asked: the move says why), and
+ * MVM_ERR_UNSUPPORTED where readers must wait on the host: the host backend, or homes
+ * mapped at non-resident pages (the address shows the home until the copy lands). */
+mvm_status mvm_expert_wait_on(mvm_space *space, uint32_t layer, uint32_t expert, void *stream);
 
 typedef struct mvm_stats {
     uint64_t hits;             /* on-demand requests whose pages were all resident */
