@@ -484,6 +484,29 @@ static void land_job(mvm_space *sp, struct job *j, mvm_status copy_st)
     finish_landing(sp, j);
 }
 
+/* Whether landing job j calls no driver: its copies went and each run it still owns is
+ * mapped at its address (mapped ahead of its copy). */
+static bool lands_mapped(mvm_space *sp, struct job *j)
+{
+    if (j->copy_st != MVM_OK)
+        return false;
+    for (uint32_t r = 0; r < j->n_runs; r++)
+        if (!j->runs[r].done && run_owned(sp, j, r) && !sp->slabs[j->runs[r].slab].mapped)
+            return false;
+    return true;
+}
+
+void mvm_land_deferred_locked(mvm_space *sp, uint32_t idx)
+{
+    for (struct job *j = sp->deferred.head, *next; j; j = next) {
+        next = j->next;
+        if (j->expert == idx && lands_mapped(sp, j)) {
+            mvm_job_list_remove(&sp->deferred, j);
+            finish_landing(sp, j);
+        }
+    }
+}
+
 static void run_deferred(mvm_space *sp)
 {
     for (struct job *j = sp->deferred.head, *next; j; j = next) {

@@ -621,6 +621,7 @@ void mvm_unpin_locked(mvm_space *sp, uint32_t idx)
 {
     if (--sp->pins[idx] == 0) {
         sp->n_pinned--;
+        mvm_land_deferred_locked(sp, idx);
         pthread_cond_signal(&sp->work); /* deferred remaps may proceed */
     }
 }

@@ -197,6 +197,11 @@ void mvm_job_note_error(struct job *j);
  * started frees its chunk now, and finishes (CANCELLED) if it has no page left. */
 void mvm_cancel_page(mvm_space *sp, uint32_t expert, uint32_t page);
 
+/* Lands, lock held, the deferred jobs of expert idx (its last pin just went) whose landing
+ * calls no driver (mapped ahead of their copies): its next reader finds it resident, and the
+ * space's in-flight count is right at once; the others wait for the worker. */
+void mvm_land_deferred_locked(mvm_space *sp, uint32_t idx);
+
 /* Queues the HOME pages of [lo, hi) of the expert (all HOME, and that many chunks free) at
  * on-demand priority, with the lock held; *out is a move to wait for and release. */
 mvm_status mvm_reload_locked(mvm_space *sp, uint32_t idx, uint32_t lo, uint32_t hi,

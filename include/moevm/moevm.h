@@ -229,7 +229,7 @@ mvm_status mvm_unpin_after(mvm_space *space, uint32_t layer, uint32_t expert, vo
  * land. Returns once each loading page's copy is queued and its device memory mapped at the
  * expert's address (the migration worker's start, not the copy's end); work queued on
  * `stream` afterwards reads the copied bytes. The pages stay LOADING until the last unpin
- * (a pin keeps the backing), then land with no driver call. A copy that fails after the stream was
+ * (a pin keeps the backing), then land at once, with no driver call. A copy that fails after the stream was
  * ordered keeps its mapping until that unpin, then the move reports the failure: the
  * caller waits for its move after its work, as for any reader, to learn it. Fails with
  * MVM_ERR_INVALID if the expert is not pinned, MVM_ERR_CANCELLED if a page is neither

@@ -189,6 +189,8 @@ static struct {
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 /* The copy delay in effect: FAKECUDA_COPY_DELAY_US, or fakecuda_set_copy_delay_us. */
 static _Atomic unsigned long long g_copy_delay_us;
+/* What each cuEventSynchronize sleeps first (fakecuda_set_event_sync_delay_us). */
+static _Atomic unsigned long long g_event_delay_us;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cond = PTHREAD_COND_INITIALIZER; /* a held stream was released */
 static int g_initialized;
@@ -1474,8 +1476,16 @@ CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int Flags)
 CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
     FK_CALL(cuEventRecord, 1, event_record(hEvent, hStream))
 CUresult CUDAAPI cuEventQuery(CUevent hEvent) FK_CALL(cuEventQuery, 1, event_query(hEvent, 0))
+/* Sleeps the event-wait delay first, outside the library's lock (other threads' calls go on
+ * meanwhile), as a wait for a copy still on the bus would. */
 CUresult CUDAAPI cuEventSynchronize(CUevent hEvent)
+{
+    pthread_once(&g_once, load_config);
+    unsigned long long delay = atomic_load(&g_event_delay_us);
+    struct timespec ts = {(time_t)(delay / 1000000), (long)(delay % 1000000) * 1000};
+    while (delay && nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
     FK_CALL(cuEventSynchronize, 1, event_query(hEvent, 1))
+}
 CUresult CUDAAPI cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
     FK_CALL(cuEventElapsedTime, 1, event_elapsed(pMilliseconds, hStart, hEnd))
 CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent) FK_CALL(cuEventDestroy, 1, event_destroy(hEvent))
@@ -1608,6 +1618,11 @@ void fakecuda_reset_counters(void)
 }
 
 unsigned long fakecuda_copies_begun(void) { return atomic_load(&g_copies_begun); }
+
+void fakecuda_set_event_sync_delay_us(unsigned long long us)
+{
+    atomic_store(&g_event_delay_us, us);
+}
 
 void fakecuda_set_copy_delay_us(unsigned long long us)
 {
