@@ -842,6 +842,16 @@ static void test_reload_overtakes_cancelled_prefetch(void)
     fake_set_copy_delay_us(0);
 }
 
+/* make_space with every expert's weights at home, and its info. */
+static mvm_space *filled_space(uint32_t layers, uint32_t experts, uint64_t bytes,
+                               uint32_t budget_pages, mvm_space_info *info)
+{
+    mvm_space *sp = make_space(layers, experts, bytes, budget_pages);
+    fill(sp, layers, experts, bytes);
+    CHECK_ST(mvm_space_get_info(sp, info), MVM_OK);
+    return sp;
+}
+
 /* The fake driver's mapping, allocation and copy calls, and the copy lanes' joins: a
  * snapshot, and what a step added. */
 struct calls {
@@ -873,10 +883,8 @@ static void test_reload_while_mapped_load_cancelled(void)
 {
     enum { P = 4 };
     /* room for the cancelled load's slab, back only when its copy lands, and the reload */
-    mvm_space *sp = make_space(1, 2, P * PAGE, 2 * P);
-    fill(sp, 1, 2, P * PAGE);
     mvm_space_info info;
-    CHECK_ST(mvm_space_get_info(sp, &info), MVM_OK);
+    mvm_space *sp = filled_space(1, 2, P * PAGE, 2 * P, &info);
     if (info.home_mapped) {
         CHECK_ST(mvm_space_destroy(sp), MVM_OK);
         return;
@@ -914,10 +922,8 @@ static void test_unpin_lands_deferred_load(void)
     enum { P = 4, OTHER = 8 }; /* pages of expert 0; of expert 1, the prefetch overtaken */
     fake_set_copy_delay_us(25000);
     setenv("MOEVM_COPY_PIECE", "1", 1);
-    mvm_space *sp = make_space(1, 2, OTHER * PAGE, P + OTHER + P);
-    fill(sp, 1, 2, OTHER * PAGE);
     mvm_space_info info;
-    CHECK_ST(mvm_space_get_info(sp, &info), MVM_OK);
+    mvm_space *sp = filled_space(1, 2, OTHER * PAGE, P + OTHER + P, &info);
     CHECK_ST(mvm_pin(sp, 0, 0), MVM_OK);
     unsigned long begun = fake_copies_begun();
     mvm_move *old, *other;
@@ -999,10 +1005,8 @@ static bool one_load(struct calls c, unsigned long pages)
 static void test_calls_per_move(void)
 {
     enum { N = 8 };
-    mvm_space *sp = make_space(2, 2, N * PAGE, 2 * N);
-    fill(sp, 2, 2, N * PAGE);
     mvm_space_info info;
-    CHECK_ST(mvm_space_get_info(sp, &info), MVM_OK);
+    mvm_space *sp = filled_space(2, 2, N * PAGE, 2 * N, &info);
     unsigned long homes = info.home_mapped ? N : 0;
     struct calls c = calls_now();
     CHECK_ST(mvm_make_resident(sp, 0, 0, MVM_ALL_PAGES), MVM_OK);
@@ -1013,7 +1017,10 @@ static void test_calls_per_move(void)
     CHECK_ST(mvm_make_resident(sp, 1, 0, MVM_ALL_PAGES), MVM_ERR_NOSPACE);
     CHECK_ST(mvm_evict(sp, 0, 1, 0), MVM_OK);
     c = calls_since(c);
-    CHECK(c.unmap == 1 && c.map == homes && c.access == (info.home_mapped ? 1u : 0u));
+    /* where homes are unmapped the unmap is the worker's, when idle (vmm/slab.c): by now,
+     * or later */
+    CHECK(info.home_mapped ? c.unmap == 1 : c.unmap <= 1);
+    CHECK(c.map == homes && c.access == (info.home_mapped ? 1u : 0u));
     CHECK(reads_match(sp, 0, 0, N * PAGE));
 
     /* MoEpic's split in layer 0, twice: the first cut at page 3 drops the run and reloads 3
@@ -1024,8 +1031,9 @@ static void test_calls_per_move(void)
         c = calls_now();
         CHECK_ST(mvm_evict(sp, 0, 0, 3), MVM_OK);
         c = calls_since(c);
+        const unsigned long cut_unmaps = c.unmap;
         CHECK(round == 0 ? one_load(c, 3) : c.copy == 0);
-        CHECK(round == 0 || (c.unmap == 1 && c.create == 0));
+        CHECK(round == 0 || ((info.home_mapped ? c.unmap == 1 : c.unmap <= 1) && c.create == 0));
         CHECK_ST(mvm_expert_residency(sp, 0, 0, &r), MVM_OK);
         CHECK(r.resident == 3 && r.resident_prefix == 3);
         CHECK(stats_of(sp).free_pages == 2 * N - 3);
@@ -1033,6 +1041,9 @@ static void test_calls_per_move(void)
         CHECK_ST(mvm_make_resident(sp, 0, 0, MVM_ALL_PAGES), MVM_OK);
         c = calls_since(c);
         CHECK(one_load(c, N - 3) && (round == 0 || (c.map == 1 && c.access == 1 && c.create == 0)));
+        /* the second round's cut left its run's mapping (where homes are unmapped): the
+         * worker's, or the growing load's first call, once either way */
+        CHECK(round == 0 || info.home_mapped || cut_unmaps + c.unmap == 1);
         CHECK(round == 0 || c.event == 0);
         CHECK(reads_match(sp, 0, 0, N * PAGE));
     }
@@ -1069,10 +1080,8 @@ static bool address_reads(mvm_space *sp, uint32_t l, uint32_t e, uint64_t bytes)
 static void test_wait_on_stream(void)
 {
     enum { P = 2 };
-    mvm_space *sp = make_space(1, 3, P * PAGE, 3 * P);
-    fill(sp, 1, 3, P * PAGE);
     mvm_space_info info;
-    CHECK_ST(mvm_space_get_info(sp, &info), MVM_OK);
+    mvm_space *sp = filled_space(1, 3, P * PAGE, 3 * P, &info);
     void *stream = NULL; /* the default stream */
     CHECK_ST(mvm_pin(sp, 0, 0), MVM_OK);
     if (info.home_mapped) {
@@ -1141,7 +1150,10 @@ static void test_wait_on_stream(void)
 }
 
 /* A failed unmap or home mapping during an eviction leaves the run resident and readable,
- * with an error naming the call; the eviction succeeds once the driver does. */
+ * with an error naming the call; the eviction succeeds once the driver does. Where homes
+ * are unmapped the eviction does not unmap (the worker does, later: vmm/slab.c), and a
+ * failed unmap then fails the next load at that address, naming the call, or none if the
+ * worker's try took the failure; the load after it succeeds. */
 static void test_evict_failures(void)
 {
     enum { N = 4 };
@@ -1151,9 +1163,19 @@ static void test_evict_failures(void)
     CHECK_ST(mvm_space_get_info(sp, &info), MVM_OK);
     mvm_residency r;
     const char *fails[] = {"cuMemUnmap:1", "cuMemSetAccess:1", "cuMemMap:2"};
-    for (int f = 0; f < 3; f++) {
-        if (f > 0 && !info.home_mapped)
-            break; /* without homes an eviction only unmaps */
+    if (!info.home_mapped) {
+        CHECK_ST(mvm_make_resident(sp, 0, 0, MVM_ALL_PAGES), MVM_OK);
+        fake_set_fail("cuMemUnmap:1");
+        CHECK_ST(mvm_evict(sp, 0, 0, 0), MVM_OK);
+        mvm_status st = mvm_make_resident(sp, 0, 0, MVM_ALL_PAGES);
+        fake_set_fail("");
+        CHECK(st == MVM_OK || (st == MVM_ERR_BACKEND &&
+                               strstr(mvm_last_error(), "cuMemUnmap") != NULL));
+        CHECK_ST(mvm_make_resident(sp, 0, 0, MVM_ALL_PAGES), MVM_OK);
+        CHECK(reads_match(sp, 0, 0, N * PAGE) && stats_of(sp).free_pages == 0);
+        CHECK_ST(mvm_evict(sp, 0, 0, 0), MVM_OK);
+    }
+    for (int f = 0; f < 3 && info.home_mapped; f++) { /* without homes only the unmap */
         CHECK_ST(mvm_make_resident(sp, 0, 0, MVM_ALL_PAGES), MVM_OK);
         mvm_stats before = stats_of(sp);
         fake_set_fail(fails[f]);

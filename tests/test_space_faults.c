@@ -323,6 +323,7 @@ static void test_fault_sweep(void)
             for (int c = 0; c < N_FALLIBLE; c++)
                 made[c] = fake_calls(fallible[c]) - made[c];
             CHECK(pages_intact(r, ops[o].name));
+            const bool homes_mapped = r->homes_mapped;
             rig_close(r);
             char made_line[512] = "";
             for (int c = 0, at = 0; c < N_FALLIBLE && at < (int)sizeof made_line; c++)
@@ -334,7 +335,10 @@ static void test_fault_sweep(void)
             for (int c = 0; c < N_FALLIBLE; c++)
                 for (unsigned long k = 1; k <= made[c]; k++, total++, cells++)
                     fired += run_cell(&ops[o], wb, fallible[c], k);
-            CHECK(total > 0); /* every operation calls the driver */
+            /* every operation calls the driver, but an eviction where homes are unmapped,
+             * whose unmap is the worker's, later (vmm/slab.c; test_space's
+             * test_evict_failures fails it) */
+            CHECK(total > 0 || !homes_mapped);
         }
     fprintf(stderr, "  %u cells, %u with the fault fired\n", cells, fired);
     /* A batch's call counts can differ run to run (how the worker groups jobs); most cells

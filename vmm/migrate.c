@@ -1,13 +1,8 @@
 /*
- * Moves: make-resident and prefetch requests, their queues, and the migration worker that
- * executes their jobs (the handles and jobs themselves are move.c).
- *
- * A request claims free chunks at once (so "no space" is answered by the call, not later),
- * marks the pages LOADING and queues one job. The worker takes on-demand jobs before
- * prefetch jobs, copies each page from its home into its chunk outside the lock, waits for
- * the copies, and remaps the pages in place under the lock. A request for pages that an
- * earlier job is already loading waits on that job instead of loading twice; an on-demand
- * request promotes a queued prefetch job to on-demand priority.
+ * The migration worker that executes the requests' jobs (request.c; the handles and jobs
+ * themselves are move.c): it takes on-demand jobs before prefetch jobs, copies each page
+ * from its home into its chunk outside the lock, waits for the copies, and remaps the pages
+ * in place under the lock, or leaves them for the last unpin while a reader pins them.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,249 +12,8 @@
 #include "vmm/error.h"
 #include "vmm/space_impl.h"
 
-/* Jobs per worker batch: enough to keep a copy engine busy while the previous remaps run,
- * few enough that a newly queued on-demand job waits at most one batch. */
-#define MAX_BATCH 8
 /* How often the worker polls unpin events while any are pending. */
 #define UNPIN_POLL_NS 100000
-
-/* ---- requests ---------------------------------------------------------------------------- */
-
-static struct job *job_new(uint32_t expert, uint32_t n, int prio)
-{
-    struct job *j = calloc(1, sizeof *j);
-    if (!j)
-        return NULL;
-    j->pages = malloc(n * sizeof *j->pages);
-    j->runs = malloc(n * sizeof *j->runs);
-    if (!j->pages || !j->runs) {
-        mvm_job_free(j);
-        return NULL;
-    }
-    j->expert = expert;
-    j->prio = prio;
-    return j;
-}
-
-/* What a request finds in the prefix it asks for. */
-struct survey {
-    uint32_t home, loading, resident;
-    struct job *jobs[MAX_BATCH]; /* distinct jobs already loading pages of the prefix */
-    uint32_t n_jobs;
-    bool jobs_overflow;
-};
-
-static void survey_prefix(mvm_space *sp, uint32_t idx, uint32_t n, struct survey *s)
-{
-    memset(s, 0, sizeof *s);
-    for (uint32_t p = 0; p < n; p++) {
-        struct page *pg = page_at(sp, idx, p);
-        if (pg->state == MVM_PAGE_HOME) {
-            s->home++;
-            continue;
-        }
-        if (pg->state == MVM_PAGE_RESIDENT) {
-            s->resident++;
-            continue;
-        }
-        s->loading++;
-        bool seen = false;
-        for (uint32_t k = 0; k < s->n_jobs && !seen; k++)
-            seen = s->jobs[k] == pg->job;
-        if (!seen && s->n_jobs < MAX_BATCH)
-            s->jobs[s->n_jobs++] = pg->job;
-        else if (!seen)
-            s->jobs_overflow = true;
-    }
-}
-
-/* Counts on-demand use of prefetched pages (prefetch precision) and clears the marks. */
-static void note_demand(mvm_space *sp, uint32_t idx, uint32_t n)
-{
-    for (uint32_t p = 0; p < n; p++) {
-        struct page *pg = page_at(sp, idx, p);
-        if (pg->prefetched && pg->state != MVM_PAGE_HOME) {
-            sp->stats.prefetch_used++;
-            pg->prefetched = 0;
-        }
-    }
-}
-
-static void release_run(mvm_space *sp, struct job *j, uint32_t r);
-static void abandon_run(mvm_space *sp, struct job *j, uint32_t r);
-
-/* Claims slabs for pages [p, q) of the expert (all HOME) and adds them to j as runs. */
-static mvm_status claim_pages(mvm_space *sp, struct job *j, uint32_t p, uint32_t q, int prio)
-{
-    while (p < q) {
-        uint32_t first, got;
-        mvm_status st = mvm_slab_claim(sp, q - p, &first, &got);
-        if (st != MVM_OK)
-            return st;
-        sp->slabs[first].expert = (int32_t)j->expert;
-        sp->slabs[first].page = p;
-        j->runs[j->n_runs++] = (struct job_run){.at = j->n, .n = got, .slab = first};
-        for (uint32_t i = 0; i < got; i++, p++) {
-            struct page *pg = page_at(sp, j->expert, p);
-            j->pages[j->n++] = p;
-            pg->state = MVM_PAGE_LOADING;
-            pg->job = j;
-            pg->prefetched = prio == PRIO_PREFETCH;
-            sp->n_loading++;
-        }
-    }
-    return MVM_OK;
-}
-
-/* Queues a job loading every HOME page of the prefix: each stretch of consecutive HOME pages
- * is a run (split where the layer's experts were last cut, so that the next such eviction
- * drops a whole run), backed by a slab claimed now. */
-static mvm_status queue_job(mvm_space *sp, uint32_t idx, uint32_t lo, uint32_t n,
-                            uint32_t count, int prio, mvm_move *m)
-{
-    struct job *j = job_new(idx, count, prio);
-    if (!j || (m && !mvm_job_add_waiter(j, m))) {
-        if (j)
-            mvm_job_free(j);
-        return mvm_fail(MVM_ERR_NOMEM, "out of memory queueing a move");
-    }
-    uint32_t cut = sp->cut[idx / sp->n_experts];
-    mvm_status st = MVM_OK;
-    for (uint32_t p = lo, q; p < n && st == MVM_OK; p = q) {
-        q = p + 1;
-        if (page_at(sp, idx, p)->state != MVM_PAGE_HOME)
-            continue;
-        while (q < n && q != cut && page_at(sp, idx, q)->state == MVM_PAGE_HOME)
-            q++;
-        st = claim_pages(sp, j, p, q, prio);
-    }
-    if (st != MVM_OK) { /* as it was: the pages home, the slabs free */
-        for (uint32_t r = 0; r < j->n_runs; r++) {
-            abandon_run(sp, j, r);
-            release_run(sp, j, r);
-        }
-        j->n_waiters = 0; /* the move's reference is dropped by the caller's release */
-        if (m) {
-            pthread_mutex_lock(&m->mu);
-            m->pending--;
-            mvm_move_unref_locked(m);
-        }
-        mvm_job_free(j);
-        return st;
-    }
-    if (prio == PRIO_PREFETCH)
-        sp->stats.prefetch_pages += j->n;
-    mvm_job_list_push(prio == PRIO_DEMAND ? &sp->demand : &sp->prefetch, j);
-    pthread_cond_signal(&sp->work);
-    return MVM_OK;
-}
-
-static mvm_status request(mvm_space *sp, uint32_t l, uint32_t e, uint32_t n_pages, int prio,
-                          bool sync, mvm_move **out)
-{
-    if (out)
-        *out = NULL;
-    uint32_t idx;
-    mvm_status st = mvm_lock_expert(sp, l, e, &idx);
-    if (st != MVM_OK)
-        return st;
-    if (n_pages != MVM_ALL_PAGES && n_pages > sp->ppe) {
-        pthread_mutex_unlock(&sp->mu);
-        return mvm_fail(MVM_ERR_RANGE, "%u pages asked for: experts have %u", n_pages, sp->ppe);
-    }
-    uint32_t n = n_pages == MVM_ALL_PAGES ? sp->ppe : n_pages;
-    struct survey s;
-    survey_prefix(sp, idx, n, &s);
-    if (sync && sp->pins[idx] && s.resident < n)
-        st = mvm_fail(MVM_ERR_PINNED, "expert (%u, %u) is pinned: its pages cannot move until "
-                      "it is unpinned (use mvm_make_resident_async)", l, e);
-    else if (s.home > sp->n_free)
-        st = mvm_fail(MVM_ERR_NOSPACE, "device budget full: expert (%u, %u) needs %u more "
-                      "pages, %u of %u are free (%u experts pinned); evict first", l, e, s.home,
-                      sp->n_free, sp->n_chunks, sp->n_pinned);
-    else if (s.jobs_overflow)
-        st = mvm_fail(MVM_ERR_BUSY, "expert (%u, %u) has more than %d moves in progress", l, e,
-                      MAX_BATCH);
-    if (st != MVM_OK) {
-        pthread_mutex_unlock(&sp->mu);
-        return st;
-    }
-    if (prio == PRIO_DEMAND) {
-        if (s.resident == n)
-            sp->stats.hits++;
-        else
-            sp->stats.misses++;
-        note_demand(sp, idx, n);
-    } else if (s.home) {
-        sp->stats.prefetches++;
-    }
-
-    mvm_move *m = NULL;
-    if ((out || sync) && !(m = mvm_move_new(sp))) {
-        pthread_mutex_unlock(&sp->mu);
-        return mvm_fail(MVM_ERR_NOMEM, "out of memory for a move handle");
-    }
-    if (s.home)
-        st = queue_job(sp, idx, 0, n, s.home, prio, m);
-    for (uint32_t k = 0; st == MVM_OK && k < s.n_jobs; k++) {
-        struct job *j = s.jobs[k];
-        if (prio == PRIO_DEMAND && j->prio == PRIO_PREFETCH && !j->started) {
-            mvm_job_list_remove(&sp->prefetch, j);
-            j->prio = PRIO_DEMAND;
-            mvm_job_list_push(&sp->demand, j);
-        } else if (prio == PRIO_DEMAND && j->prio == PRIO_PREFETCH) {
-            j->hurried = true; /* on the bus already: it stops yielding (overtake) */
-        }
-        if (m && !mvm_job_add_waiter(j, m))
-            st = mvm_fail(MVM_ERR_NOMEM, "out of memory queueing a move");
-    }
-    pthread_mutex_unlock(&sp->mu);
-
-    if (sync) {
-        mvm_status rc = st == MVM_OK ? mvm_move_wait(m, -1) : st;
-        mvm_move_release(m);
-        return rc;
-    }
-    if (st != MVM_OK) {
-        if (m)
-            mvm_move_release(m);
-        return st;
-    }
-    if (out)
-        *out = m;
-    return MVM_OK;
-}
-
-mvm_status mvm_make_resident(mvm_space *sp, uint32_t l, uint32_t e, uint32_t n_pages)
-{
-    return request(sp, l, e, n_pages, PRIO_DEMAND, true, NULL);
-}
-
-mvm_status mvm_make_resident_async(mvm_space *sp, uint32_t l, uint32_t e, uint32_t n_pages,
-                                   mvm_move **move)
-{
-    return request(sp, l, e, n_pages, PRIO_DEMAND, false, move);
-}
-
-mvm_status mvm_prefetch(mvm_space *sp, uint32_t l, uint32_t e, uint32_t n_pages, mvm_move **move)
-{
-    return request(sp, l, e, n_pages, PRIO_PREFETCH, false, move);
-}
-
-mvm_status mvm_reload_locked(mvm_space *sp, uint32_t idx, uint32_t lo, uint32_t hi,
-                             mvm_move **out)
-{
-    mvm_move *m = mvm_move_new(sp);
-    if (!m)
-        return mvm_fail(MVM_ERR_NOMEM, "out of memory for a move handle");
-    mvm_status st = queue_job(sp, idx, lo, hi, hi - lo, PRIO_DEMAND, m);
-    if (st != MVM_OK) {
-        mvm_move_release(m);
-        return st;
-    }
-    *out = m;
-    return MVM_OK;
-}
 
 /* ---- the worker -------------------------------------------------------------------------- */
 
@@ -293,7 +47,7 @@ static void unmap_ahead(mvm_space *sp, struct job *j, uint32_t r)
 }
 
 /* Returns run r's slab to the pool, once; mapped ahead of its copy, it is unmapped first. */
-static void release_run(mvm_space *sp, struct job *j, uint32_t r)
+void mvm_run_release(mvm_space *sp, struct job *j, uint32_t r)
 {
     struct job_run *run = &j->runs[r];
     if (run->done)
@@ -304,7 +58,7 @@ static void release_run(mvm_space *sp, struct job *j, uint32_t r)
 }
 
 /* Run r's pages go back to their home state (cancelled, or a failed copy or remap). */
-static void abandon_run(mvm_space *sp, struct job *j, uint32_t r)
+void mvm_run_abandon(mvm_space *sp, struct job *j, uint32_t r)
 {
     for (uint32_t i = j->runs[r].at; i < j->runs[r].at + j->runs[r].n; i++) {
         if (!owns(sp, j, i))
@@ -321,9 +75,12 @@ static void abandon_run(mvm_space *sp, struct job *j, uint32_t r)
 static mvm_status map_slab(mvm_space *sp, struct job *j, uint32_t r, bool replace)
 {
     struct job_run *run = &j->runs[r];
+    /* an evicted run's mapping still there goes first (slab.c) */
+    mvm_status st = mvm_stale_clear(sp, run_va(sp, j, r), (uint64_t)run->n * sp->page_size);
     const uint64_t start = mvm_clock_ns();
-    mvm_status st = sp->be->ops->map_chunks(sp->be, run_va(sp, j, r), sp->pool, run->slab,
-                                            run->n, replace);
+    if (st == MVM_OK)
+        st = sp->be->ops->map_chunks(sp->be, run_va(sp, j, r), sp->pool, run->slab, run->n,
+                                     replace);
     sp->stats.remap_ns += mvm_clock_ns() - start;
     if (st == MVM_OK)
         sp->slabs[run->slab].mapped = true;
@@ -387,15 +144,15 @@ static mvm_status remap_job(mvm_space *sp, struct job *j)
         if (run->done)
             continue;
         if (!run_owned(sp, j, r)) {
-            release_run(sp, j, r);
+            mvm_run_release(sp, j, r);
             if (result == MVM_OK)
                 result = MVM_ERR_CANCELLED;
             continue;
         }
         mvm_status st = sp->slabs[run->slab].mapped ? MVM_OK : map_run(sp, j, r, sp->homes_mapped);
         if (st != MVM_OK) {
-            abandon_run(sp, j, r);
-            release_run(sp, j, r);
+            mvm_run_abandon(sp, j, r);
+            mvm_run_release(sp, j, r);
             result = st;
             continue;
         }
@@ -421,7 +178,7 @@ void mvm_cancel_page(mvm_space *sp, uint32_t expert, uint32_t page)
     uint32_t r = 0;
     while (page >= j->pages[j->runs[r].at] + j->runs[r].n)
         r++;
-    abandon_run(sp, j, r);
+    mvm_run_abandon(sp, j, r);
     if (j->started) {
         /* Its copy may be running (into the pool's own view): the slab is freed when the
          * job lands. Its mapping at the pages' address goes now, or a new load of them,
@@ -429,7 +186,7 @@ void mvm_cancel_page(mvm_space *sp, uint32_t expert, uint32_t page)
         unmap_ahead(sp, j, r);
         return;
     }
-    release_run(sp, j, r);
+    mvm_run_release(sp, j, r);
     for (uint32_t k = 0; k < j->n_runs; k++)
         if (run_owned(sp, j, k))
             return;
@@ -441,8 +198,8 @@ void mvm_cancel_page(mvm_space *sp, uint32_t expert, uint32_t page)
 static void drop_job(mvm_space *sp, struct job *j)
 {
     for (uint32_t r = 0; r < j->n_runs; r++) {
-        abandon_run(sp, j, r);
-        release_run(sp, j, r);
+        mvm_run_abandon(sp, j, r);
+        mvm_run_release(sp, j, r);
     }
 }
 
@@ -542,7 +299,7 @@ static void poll_unpins(mvm_space *sp)
 static uint32_t take_batch(mvm_space *sp, struct job **batch)
 {
     uint32_t n = 0;
-    while (n < MAX_BATCH && sp->demand.head) {
+    while (n < MVM_MAX_BATCH && sp->demand.head) {
         batch[n] = sp->demand.head;
         mvm_job_list_remove(&sp->demand, batch[n++]);
     }
@@ -611,10 +368,10 @@ static void copy_and_land(mvm_space *sp, struct job **batch, uint32_t n, const s
  * demand waits on j itself (hurried), which would then wait for the other's copy too. */
 static void overtake(mvm_space *sp, const struct job *j)
 {
-    struct job *batch[MAX_BATCH];
+    struct job *batch[MVM_MAX_BATCH];
     struct copy *copies = NULL;
     size_t cap = 0;
-    uint32_t n_copies[MAX_BATCH];
+    uint32_t n_copies[MVM_MAX_BATCH];
     pthread_mutex_lock(&sp->mu);
     uint32_t n = sp->demand.head && !j->hurried ? take_batch(sp, batch) : 0;
     int ok = n && list_copies(sp, batch, n, &copies, &cap, n_copies) == 0;
@@ -670,8 +427,8 @@ static void copy_and_land(mvm_space *sp, struct job **batch, uint32_t n, const s
                           const uint32_t *n_copies, mvm_status st, const char *why)
 {
     mvm_backend *be = sp->be;
-    mvm_event *fence[MAX_BATCH] = {0};
-    mvm_status job_st[MAX_BATCH];
+    mvm_event *fence[MVM_MAX_BATCH] = {0};
+    mvm_status job_st[MVM_MAX_BATCH];
     bool started = false;
     for (uint32_t k = 0; k < n; c += n_copies[k], k++) {
         if (st == MVM_OK && n_copies[k]) {
@@ -746,8 +503,10 @@ static void *worker_main(void *arg)
     while (!sp->stopping) {
         poll_unpins(sp);
         run_deferred(sp);
-        struct job *batch[MAX_BATCH];
+        struct job *batch[MVM_MAX_BATCH];
         uint32_t n = take_batch(sp, batch);
+        if (n == 0 && mvm_stale_unmap_one(sp)) /* idle: an eviction's unmap (slab.c) */
+            continue;
         if (n == 0) {
             if (sp->unpins) {
                 struct timespec ts;
@@ -763,7 +522,7 @@ static void *worker_main(void *arg)
             }
             continue;
         }
-        uint32_t n_copies[MAX_BATCH];
+        uint32_t n_copies[MVM_MAX_BATCH];
         if (list_copies(sp, batch, n, &copies, &cap, n_copies) != 0)
             continue;
         pthread_mutex_unlock(&sp->mu);

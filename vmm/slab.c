@@ -26,6 +26,8 @@
 
 #define NO_SLAB UINT32_MAX
 
+static mvm_status unmap_stale(mvm_space *sp, uint32_t i, bool drop);
+
 static void free_push(mvm_space *sp, uint32_t first)
 {
     struct slab *s = &sp->slabs[first];
@@ -58,12 +60,15 @@ static mvm_status slab_make(mvm_space *sp, uint32_t first, uint32_t n)
     return MVM_OK;
 }
 
-/* A free slab's memory goes back to the device; its chunks have none until a new slab. One
- * the backend cannot take apart stays a free slab. */
+/* A free slab's memory goes back to the device (once no evicted run's address maps it
+ * still); its chunks have none until a new slab. One the backend cannot take apart stays a
+ * free slab. */
 static mvm_status slab_unmake(mvm_space *sp, uint32_t first)
 {
     uint32_t n = sp->slabs[first].n;
-    mvm_status st = sp->be->ops->slab_destroy(sp->be, sp->pool, first, n);
+    mvm_status st = mvm_stale_clear_slab(sp, first);
+    if (st == MVM_OK)
+        st = sp->be->ops->slab_destroy(sp->be, sp->pool, first, n);
     if (st != MVM_OK)
         return st;
     free_remove(sp, first);
@@ -98,6 +103,10 @@ mvm_status mvm_slabs_init(mvm_space *sp)
 
 void mvm_slabs_destroy(mvm_space *sp)
 {
+    while (sp->n_stale)
+        (void)unmap_stale(sp, sp->n_stale - 1, true);
+    free(sp->stale);
+    sp->stale = NULL, sp->n_stale = sp->cap_stale = 0;
     if (!sp->slabs || !sp->pool)
         return;
     for (uint32_t k = 0; k < sp->n_chunks; k++)
@@ -181,6 +190,71 @@ mvm_status mvm_slab_claim(mvm_space *sp, uint32_t want, uint32_t *first, uint32_
     *first = k;
     *got = sp->slabs[k].n;
     return MVM_OK;
+}
+
+/* ---- stale mappings ----------------------------------------------------------------------
+ * An eviction where homes are unmapped leaves its run's mapping in place: nothing reads a
+ * page that is not resident there, and a slab may be mapped at several addresses at once
+ * (the pool view is one), so its chunks are free for the next load at once. The unmap
+ * (17 us on an H100, 123 while a kernel runs: docs/perf/vmm.md) then leaves the evicting
+ * thread, most often a decode step making room for its misses before their copies can be
+ * queued, for the worker's idle time; a map at that address, or the slab's destruction,
+ * unmaps it first. The list holds at most one entry an evicted run's address. */
+
+bool mvm_stale_keep(mvm_space *sp, uint64_t va, uint64_t bytes, uint32_t slab)
+{
+    if (sp->n_stale == sp->cap_stale) {
+        uint32_t cap = sp->cap_stale ? 2 * sp->cap_stale : 64;
+        struct stale_map *s = realloc(sp->stale, cap * sizeof *s);
+        if (!s)
+            return false;
+        sp->stale = s, sp->cap_stale = cap;
+    }
+    sp->stale[sp->n_stale++] = (struct stale_map){va, bytes, slab};
+    return true;
+}
+
+/* Unmaps entry i and drops it (the last entry takes its place); a failed one stays, to be
+ * tried again, unless `drop` (teardown: nothing more to try, said in the log). */
+static mvm_status unmap_stale(mvm_space *sp, uint32_t i, bool drop)
+{
+    const struct stale_map m = sp->stale[i];
+    const uint64_t start = mvm_clock_ns();
+    mvm_status st = sp->be->ops->unmap(sp->be, m.va, m.bytes, m.bytes);
+    sp->stats.remap_ns += mvm_clock_ns() - start;
+    if (st != MVM_OK)
+        mvm_log(MVM_LOG_WARN, "unmapping an evicted run%s: %s", drop ? " (left mapped)" : "",
+                mvm_last_error());
+    if (st == MVM_OK || drop)
+        sp->stale[i] = sp->stale[--sp->n_stale];
+    return st;
+}
+
+mvm_status mvm_stale_clear(mvm_space *sp, uint64_t va, uint64_t bytes)
+{
+    mvm_status st = MVM_OK;
+    for (uint32_t i = sp->n_stale; i-- > 0;)
+        if (sp->stale[i].va < va + bytes && va < sp->stale[i].va + sp->stale[i].bytes) {
+            mvm_status got = unmap_stale(sp, i, false);
+            st = st != MVM_OK ? st : got;
+        }
+    return st;
+}
+
+mvm_status mvm_stale_clear_slab(mvm_space *sp, uint32_t slab)
+{
+    mvm_status st = MVM_OK;
+    for (uint32_t i = sp->n_stale; i-- > 0;)
+        if (sp->stale[i].slab == slab) {
+            mvm_status got = unmap_stale(sp, i, false);
+            st = st != MVM_OK ? st : got;
+        }
+    return st;
+}
+
+bool mvm_stale_unmap_one(mvm_space *sp)
+{
+    return sp->n_stale && unmap_stale(sp, sp->n_stale - 1, false) == MVM_OK;
 }
 
 void mvm_slab_release(mvm_space *sp, uint32_t first)

@@ -415,9 +415,12 @@ static mvm_status put_run_home(mvm_space *sp, uint32_t first, bool keep,
             return st; /* still resident, nothing lost */
         sp->stats.bytes_written_back += page_bytes(sp, a + i);
     }
-    /* Where the backend swaps mappings in one step (host), readers never see a hole. */
+    /* Where the backend swaps mappings in one step (host), readers never see a hole; where
+     * homes are unmapped nobody reads here now, and the worker unmaps it later (slab.c),
+     * unless the caller loads kept pages here again at once (a cut). */
     bool swap = sp->homes_mapped && be->atomic_remap;
-    if (!swap && (st = be->ops->unmap(be, va, bytes, bytes)) != MVM_OK)
+    bool later = !sp->homes_mapped && from <= a && mvm_stale_keep(sp, va, bytes, first);
+    if (!swap && !later && (st = be->ops->unmap(be, va, bytes, bytes)) != MVM_OK)
         return st;
     if (sp->homes_mapped && (st = be->ops->map_home(be, va, sp->home, home, n, swap))) {
         char why[200];

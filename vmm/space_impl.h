@@ -25,6 +25,11 @@
 
 enum { PRIO_DEMAND = 0, PRIO_PREFETCH = 1 };
 
+/* Jobs per worker batch (migrate.c): enough to keep a copy engine busy while the previous
+ * remaps run, few enough that a newly queued on-demand job waits at most one batch. Also
+ * the most jobs a request joins (request.c). */
+#define MVM_MAX_BATCH 8
+
 struct page {
     int32_t chunk;      /* the device chunk when RESIDENT, else -1 */
     uint8_t state;      /* mvm_page_state */
@@ -68,6 +73,12 @@ struct slab {
     uint32_t next_free; /* the next free slab of this length */
     bool mapped;        /* mapped at the run's address (a load maps it before its copy
                            lands where homes are unmapped: nothing reads there yet) */
+};
+
+/* A slab still mapped at the address of a run evicted from it (vmm/slab.c, "stale"). */
+struct stale_map {
+    uint64_t va, bytes;
+    uint32_t slab;
 };
 
 struct job_list {
@@ -130,6 +141,8 @@ struct mvm_space {
     uint32_t *free_slabs;        /* [ppe + 1] free slabs by length, linked by next_free */
     uint32_t *cut;               /* [n_layers] where the layer's last partial eviction cut
                                     its experts (0: none): loads split their runs there */
+    struct stale_map *stale;     /* evicted runs' mappings left for the worker to unmap */
+    uint32_t n_stale, cap_stale;
 
     struct page *pages;  /* n_total * ppe */
     uint32_t *pins;      /* per expert */
@@ -175,6 +188,11 @@ static inline uint64_t page_bytes(const mvm_space *sp, uint32_t page)
 
 /* migrate.c */
 mvm_status mvm_migrate_start(mvm_space *sp);
+/* Run r of job j: its slab back to the pool, once (unmapped first where it was mapped ahead
+ * of its copy); its pages back to their home state (cancelled, or a failed copy or remap).
+ * Lock held. request.c takes them back from a job it cannot queue whole. */
+void mvm_run_release(mvm_space *sp, struct job *j, uint32_t r);
+void mvm_run_abandon(mvm_space *sp, struct job *j, uint32_t r);
 /* Stops the worker and cancels every queued or deferred job (their moves report
  * MVM_ERR_CANCELLED). Called by destroy without the lock held. */
 void mvm_migrate_stop(mvm_space *sp);
@@ -196,6 +214,19 @@ void mvm_job_note_error(struct job *j);
 /* Evict of a LOADING page (lock held): the page goes back to HOME at once; a job not yet
  * started frees its chunk now, and finishes (CANCELLED) if it has no page left. */
 void mvm_cancel_page(mvm_space *sp, uint32_t expert, uint32_t page);
+
+/* slab.c: an evicted run's mapping left in place, where homes are unmapped (nothing reads a
+ * non-resident page there), for the worker to unmap when it has nothing to copy: the
+ * evicting thread, often a step about to load, skips the unmap. false: not kept (out of
+ * memory for the list), unmap it now. */
+bool mvm_stale_keep(mvm_space *sp, uint64_t va, uint64_t bytes, uint32_t slab);
+/* Unmaps the stale mappings overlapping [va, va + bytes) (before a map there), or those of
+ * slab `slab` (before it is destroyed). Returns the first failure; a failed entry stays, to
+ * be tried again (the map, or the destruction, does not happen meanwhile). */
+mvm_status mvm_stale_clear(mvm_space *sp, uint64_t va, uint64_t bytes);
+mvm_status mvm_stale_clear_slab(mvm_space *sp, uint32_t slab);
+/* Unmaps one stale mapping, if any (the worker's idle time): whether it did. */
+bool mvm_stale_unmap_one(mvm_space *sp);
 
 /* Lands, lock held, the deferred jobs of expert idx (its last pin just went) whose landing
  * calls no driver (mapped ahead of their copies): its next reader finds it resident, and the

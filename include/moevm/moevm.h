@@ -258,8 +258,9 @@ typedef struct mvm_stats {
                                   write-backs, unmaps and homes mapped back (mvm_evict, and
                                   the evictions a request makes for room) */
     uint64_t remap_ns;         /* time the loads' mappings took (map and access grant,
-                                  homes unmapped first where mapped), on the migration
-                                  worker, or the caller's thread for a reload */
+                                  homes unmapped first where mapped) and, where homes are
+                                  unmapped, the evicted runs' unmaps left to the migration
+                                  worker (its thread, mostly) */
     uint32_t moves_queued;     /* move jobs not yet started */
     uint32_t moves_in_flight;  /* move jobs being copied or waiting for a remap */
     uint32_t resident_pages;
