@@ -397,8 +397,8 @@ mvm_status mvm_page_get_state(const mvm_space *csp, uint32_t l, uint32_t e, uint
  * mapped back where the backend maps them. A failure before the unmap leaves the run
  * resident and readable. If the homes cannot be mapped back, the slab is mapped back and the
  * run stays resident; only if that fails too do its pages go home unmapped (logged). */
-static mvm_status put_run_home(mvm_space *sp, uint32_t first, bool keep,
-                                 const bool *clean, uint32_t from)
+static mvm_status put_run_home(mvm_space *sp, uint32_t first, bool keep, const bool *clean,
+                               uint32_t from)
 {
     mvm_backend *be = sp->be;
     struct slab *s = &sp->slabs[first];
