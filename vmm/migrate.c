@@ -499,14 +499,18 @@ static void *worker_main(void *arg)
     mvm_status init_st = worker_init(sp, init_why, sizeof init_why);
     struct copy *copies = NULL;
     size_t cap = 0;
+    bool unmap_failed = false; /* an eviction's unmap failed: not tried again until a batch */
     pthread_mutex_lock(&sp->mu);
     while (!sp->stopping) {
         poll_unpins(sp);
         run_deferred(sp);
         struct job *batch[MVM_MAX_BATCH];
         uint32_t n = take_batch(sp, batch);
-        if (n == 0 && mvm_stale_unmap_one(sp)) /* idle: an eviction's unmap (slab.c) */
+        if (n == 0 && sp->n_stale && !unmap_failed) { /* idle: an eviction's unmap */
+            unmap_failed = mvm_stale_unmap_one(sp) != MVM_OK;
             continue;
+        }
+        unmap_failed = unmap_failed && n == 0;
         if (n == 0) {
             if (sp->unpins) {
                 struct timespec ts;

@@ -198,8 +198,9 @@ mvm_status mvm_slab_claim(mvm_space *sp, uint32_t want, uint32_t *first, uint32_
  * (the pool view is one), so its chunks are free for the next load at once. The unmap
  * (17 us on an H100, 123 while a kernel runs: docs/perf/vmm.md) then leaves the evicting
  * thread, most often a decode step making room for its misses before their copies can be
- * queued, for the worker's idle time; a map at that address, or the slab's destruction,
- * unmaps it first. The list holds at most one entry an evicted run's address. */
+ * queued, for the worker's idle time (the eviction wakes it); a map at that address, or the
+ * slab's destruction, unmaps it first. The list holds at most one entry an evicted run's
+ * address. */
 
 bool mvm_stale_keep(mvm_space *sp, uint64_t va, uint64_t bytes, uint32_t slab)
 {
@@ -252,9 +253,26 @@ mvm_status mvm_stale_clear_slab(mvm_space *sp, uint32_t slab)
     return st;
 }
 
-bool mvm_stale_unmap_one(mvm_space *sp)
+mvm_status mvm_stale_unmap_one(mvm_space *sp)
 {
-    return sp->n_stale && unmap_stale(sp, sp->n_stale - 1, false) == MVM_OK;
+    if (!sp->n_stale)
+        return MVM_OK;
+    /* Without the lock: nothing else maps at an expert's address but this thread (the
+     * worker) and evictions where homes are mapped (none here); a slab destroyed meanwhile
+     * is freed by the driver once this unmap is done. */
+    const struct stale_map m = sp->stale[--sp->n_stale];
+    pthread_mutex_unlock(&sp->mu);
+    const uint64_t start = mvm_clock_ns();
+    mvm_status st = sp->be->ops->unmap(sp->be, m.va, m.bytes, m.bytes);
+    const uint64_t took = mvm_clock_ns() - start;
+    pthread_mutex_lock(&sp->mu);
+    sp->stats.remap_ns += took;
+    if (st != MVM_OK) {
+        mvm_log(MVM_LOG_WARN, "unmapping an evicted run: %s", mvm_last_error());
+        if (!mvm_stale_keep(sp, m.va, m.bytes, m.slab)) /* tried again later */
+            mvm_log(MVM_LOG_WARN, "an evicted run's mapping is left: out of memory");
+    }
+    return st;
 }
 
 void mvm_slab_release(mvm_space *sp, uint32_t first)

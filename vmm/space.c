@@ -420,6 +420,8 @@ static mvm_status put_run_home(mvm_space *sp, uint32_t first, bool keep, const b
      * unless the caller loads kept pages here again at once (a cut). */
     bool swap = sp->homes_mapped && be->atomic_remap;
     bool later = !sp->homes_mapped && from <= a && mvm_stale_keep(sp, va, bytes, first);
+    if (later)
+        pthread_cond_signal(&sp->work); /* the worker unmaps it when it has nothing to copy */
     if (!swap && !later && (st = be->ops->unmap(be, va, bytes, bytes)) != MVM_OK)
         return st;
     if (sp->homes_mapped && (st = be->ops->map_home(be, va, sp->home, home, n, swap))) {

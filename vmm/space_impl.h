@@ -225,8 +225,9 @@ bool mvm_stale_keep(mvm_space *sp, uint64_t va, uint64_t bytes, uint32_t slab);
  * be tried again (the map, or the destruction, does not happen meanwhile). */
 mvm_status mvm_stale_clear(mvm_space *sp, uint64_t va, uint64_t bytes);
 mvm_status mvm_stale_clear_slab(mvm_space *sp, uint32_t slab);
-/* Unmaps one stale mapping, if any (the worker's idle time): whether it did. */
-bool mvm_stale_unmap_one(mvm_space *sp);
+/* Unmaps one stale mapping, if any: the worker's, in its idle time, the lock held on entry
+ * and on return but not during the driver's call. A failed one stays in the list. */
+mvm_status mvm_stale_unmap_one(mvm_space *sp);
 
 /* Lands, lock held, the deferred jobs of expert idx (its last pin just went) whose landing
  * calls no driver (mapped ahead of their copies): its next reader finds it resident, and the
