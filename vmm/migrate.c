@@ -76,7 +76,8 @@ static mvm_status map_slab(mvm_space *sp, struct job *j, uint32_t r, bool replac
 {
     struct job_run *run = &j->runs[r];
     /* an evicted run's mapping still there goes first (slab.c) */
-    mvm_status st = mvm_stale_clear(sp, run_va(sp, j, r), (uint64_t)run->n * sp->page_size);
+    mvm_status st = mvm_stale_clear(sp, run_va(sp, j, r), (uint64_t)run->n * sp->page_size,
+                                    UINT32_MAX);
     const uint64_t start = mvm_clock_ns();
     if (st == MVM_OK)
         st = sp->be->ops->map_chunks(sp->be, run_va(sp, j, r), sp->pool, run->slab, run->n,
@@ -125,11 +126,19 @@ static void premap_job(mvm_space *sp, struct job *j)
 /* Where every run job j still owns is mapped ahead of its copy, a reader's stream may now
  * be ordered after the job's fence (kept until the job finishes) instead of its host
  * waiting for the landing (mvm_expert_wait_on). */
-static void order_job(mvm_space *sp, struct job *j)
+/* Whether every run job j still owns is mapped at its address. */
+static bool runs_mapped(mvm_space *sp, struct job *j)
 {
     for (uint32_t r = 0; r < j->n_runs; r++)
         if (run_owned(sp, j, r) && !sp->slabs[j->runs[r].slab].mapped)
-            return;
+            return false;
+    return true;
+}
+
+static void order_job(mvm_space *sp, struct job *j)
+{
+    if (!runs_mapped(sp, j))
+        return;
     j->ordered = true;
     pthread_cond_broadcast(&sp->moved);
 }
@@ -245,12 +254,7 @@ static void land_job(mvm_space *sp, struct job *j, mvm_status copy_st)
  * mapped at its address (mapped ahead of its copy). */
 static bool lands_mapped(mvm_space *sp, struct job *j)
 {
-    if (j->copy_st != MVM_OK)
-        return false;
-    for (uint32_t r = 0; r < j->n_runs; r++)
-        if (!j->runs[r].done && run_owned(sp, j, r) && !sp->slabs[j->runs[r].slab].mapped)
-            return false;
-    return true;
+    return j->copy_st == MVM_OK && runs_mapped(sp, j);
 }
 
 void mvm_land_deferred_locked(mvm_space *sp, uint32_t idx)

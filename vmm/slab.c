@@ -66,7 +66,7 @@ static mvm_status slab_make(mvm_space *sp, uint32_t first, uint32_t n)
 static mvm_status slab_unmake(mvm_space *sp, uint32_t first)
 {
     uint32_t n = sp->slabs[first].n;
-    mvm_status st = mvm_stale_clear_slab(sp, first);
+    mvm_status st = mvm_stale_clear(sp, 0, 0, first);
     if (st == MVM_OK)
         st = sp->be->ops->slab_destroy(sp->be, sp->pool, first, n);
     if (st != MVM_OK)
@@ -215,41 +215,39 @@ bool mvm_stale_keep(mvm_space *sp, uint64_t va, uint64_t bytes, uint32_t slab)
     return true;
 }
 
+/* The driver's unmap of m, its time in *took, a failure logged. */
+static mvm_status unmap_mapping(mvm_space *sp, const struct stale_map *m, uint64_t *took)
+{
+    const uint64_t start = mvm_clock_ns();
+    mvm_status st = sp->be->ops->unmap(sp->be, m->va, m->bytes, m->bytes);
+    *took = mvm_clock_ns() - start;
+    if (st != MVM_OK)
+        mvm_log(MVM_LOG_WARN, "unmapping an evicted run: %s", mvm_last_error());
+    return st;
+}
+
 /* Unmaps entry i and drops it (the last entry takes its place); a failed one stays, to be
  * tried again, unless `drop` (teardown: nothing more to try, said in the log). */
 static mvm_status unmap_stale(mvm_space *sp, uint32_t i, bool drop)
 {
-    const struct stale_map m = sp->stale[i];
-    const uint64_t start = mvm_clock_ns();
-    mvm_status st = sp->be->ops->unmap(sp->be, m.va, m.bytes, m.bytes);
-    sp->stats.remap_ns += mvm_clock_ns() - start;
-    if (st != MVM_OK)
-        mvm_log(MVM_LOG_WARN, "unmapping an evicted run%s: %s", drop ? " (left mapped)" : "",
-                mvm_last_error());
+    uint64_t took;
+    mvm_status st = unmap_mapping(sp, &sp->stale[i], &took);
+    sp->stats.remap_ns += took;
     if (st == MVM_OK || drop)
         sp->stale[i] = sp->stale[--sp->n_stale];
     return st;
 }
 
-mvm_status mvm_stale_clear(mvm_space *sp, uint64_t va, uint64_t bytes)
+mvm_status mvm_stale_clear(mvm_space *sp, uint64_t va, uint64_t bytes, uint32_t slab)
 {
     mvm_status st = MVM_OK;
-    for (uint32_t i = sp->n_stale; i-- > 0;)
-        if (sp->stale[i].va < va + bytes && va < sp->stale[i].va + sp->stale[i].bytes) {
-            mvm_status got = unmap_stale(sp, i, false);
-            st = st != MVM_OK ? st : got;
-        }
-    return st;
-}
-
-mvm_status mvm_stale_clear_slab(mvm_space *sp, uint32_t slab)
-{
-    mvm_status st = MVM_OK;
-    for (uint32_t i = sp->n_stale; i-- > 0;)
-        if (sp->stale[i].slab == slab) {
-            mvm_status got = unmap_stale(sp, i, false);
-            st = st != MVM_OK ? st : got;
-        }
+    for (uint32_t i = sp->n_stale; i-- > 0;) {
+        const struct stale_map *m = &sp->stale[i];
+        if (m->slab != slab && !(m->va < va + bytes && va < m->va + m->bytes))
+            continue;
+        mvm_status got = unmap_stale(sp, i, false);
+        st = st != MVM_OK ? st : got;
+    }
     return st;
 }
 
@@ -262,16 +260,12 @@ mvm_status mvm_stale_unmap_one(mvm_space *sp)
      * is freed by the driver once this unmap is done. */
     const struct stale_map m = sp->stale[--sp->n_stale];
     pthread_mutex_unlock(&sp->mu);
-    const uint64_t start = mvm_clock_ns();
-    mvm_status st = sp->be->ops->unmap(sp->be, m.va, m.bytes, m.bytes);
-    const uint64_t took = mvm_clock_ns() - start;
+    uint64_t took;
+    mvm_status st = unmap_mapping(sp, &m, &took);
     pthread_mutex_lock(&sp->mu);
     sp->stats.remap_ns += took;
-    if (st != MVM_OK) {
-        mvm_log(MVM_LOG_WARN, "unmapping an evicted run: %s", mvm_last_error());
-        if (!mvm_stale_keep(sp, m.va, m.bytes, m.slab)) /* tried again later */
-            mvm_log(MVM_LOG_WARN, "an evicted run's mapping is left: out of memory");
-    }
+    if (st != MVM_OK && !mvm_stale_keep(sp, m.va, m.bytes, m.slab)) /* tried again later */
+        mvm_log(MVM_LOG_WARN, "an evicted run's mapping is left: out of memory");
     return st;
 }
 

@@ -220,11 +220,11 @@ void mvm_cancel_page(mvm_space *sp, uint32_t expert, uint32_t page);
  * evicting thread, often a step about to load, skips the unmap. false: not kept (out of
  * memory for the list), unmap it now. */
 bool mvm_stale_keep(mvm_space *sp, uint64_t va, uint64_t bytes, uint32_t slab);
-/* Unmaps the stale mappings overlapping [va, va + bytes) (before a map there), or those of
- * slab `slab` (before it is destroyed). Returns the first failure; a failed entry stays, to
- * be tried again (the map, or the destruction, does not happen meanwhile). */
-mvm_status mvm_stale_clear(mvm_space *sp, uint64_t va, uint64_t bytes);
-mvm_status mvm_stale_clear_slab(mvm_space *sp, uint32_t slab);
+/* Unmaps the stale mappings overlapping [va, va + bytes) (before a map there; bytes 0:
+ * none) and those of slab `slab` (before it is destroyed; UINT32_MAX: none). Returns the
+ * first failure; a failed entry stays, to be tried again (the map, or the destruction, does
+ * not happen meanwhile). */
+mvm_status mvm_stale_clear(mvm_space *sp, uint64_t va, uint64_t bytes, uint32_t slab);
 /* Unmaps one stale mapping, if any: the worker's, in its idle time, the lock held on entry
  * and on return but not during the driver's call. A failed one stays in the list. */
 mvm_status mvm_stale_unmap_one(mvm_space *sp);

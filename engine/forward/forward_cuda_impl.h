@@ -248,7 +248,8 @@ mvm_status mvm_cuda_fwd_gemm_attention(struct cuda_fwd *f, const mvm_g_attention
 void mvm_cuda_fwd_laps_begin(struct cuda_fwd *f, const mvm_fwd_batch *b);
 /* The time since the last mark, to `phase`. */
 void mvm_cuda_fwd_lap(struct cuda_fwd *f, enum mvm_lap phase);
-/* The batch ended (st: how); its logits' wait is the last phase. */
+/* The batch ended (st: how): the time since the last mark is the last step's end (its
+ * policies); a failed batch's phases are not counted. */
 void mvm_cuda_fwd_laps_end(struct cuda_fwd *f, mvm_status st);
 /* The split, at MOEVM_LOG=info (the context's end). */
 void mvm_cuda_fwd_laps_report(const struct cuda_fwd *f);

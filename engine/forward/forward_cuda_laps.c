@@ -2,9 +2,9 @@
  * Where a host-routed decode token's host time goes (forward_cuda_impl.h, struct
  * cuda_laps). A decode token at a budget waits for the host once a layer: its router's
  * logits come down, the host routes, asks for residency and waits for the copies it needs,
- * then queues the experts. On an H100 such a token of Qwen3-30B-A3B's shape (12 blocks,
- * 25%) took 6.1 ms where the device's own work is about half of that (docs/perf/offload.md),
- * and the rest could not be told apart: this splits it, token by token, into the phases
+ * then queues the experts. On an H200 such a token of Qwen3-30B-A3B's shape (12 blocks,
+ * 25%) took 6.1 ms, 1.1 of it waiting for copies (docs/perf/offload.md, run I), and the
+ * rest could not be told apart: this splits it, token by token, into the phases
  * below, and adds the space's own clocks over the same tokens (the evictions' unmaps paid
  * on this thread, the mappings the migration worker makes). MOEVM_LOG=info prints the
  * split at the context's end; bench/gpu/llamacpp.sh runs moevm at info.
