@@ -2,7 +2,9 @@
  * The cost of a make-resident on the host backend, against a bare memcpy of the same bytes:
  * what the mechanism adds (queueing to the migration worker, the hand-off back, the remap
  * of each page with mmap(MAP_FIXED)) on top of the copy itself. Ratios are taken in one run
- * because this machine's absolute numbers are noisy.
+ * because this machine's absolute numbers are noisy. Then the hand-off alone: a 64 KiB load
+ * after a gap, with the worker and the waiter sleeping at once or spinning first
+ * (MOEVM_MOVE_SPIN), one RESULT line each.
  *
  *   bench_vmm_host [reps]      (default 30; prints a markdown table)
  *
@@ -90,6 +92,54 @@ static int measure(uint64_t mib, int reps)
     return 0;
 }
 
+/* Busy for us microseconds, as a host computing a step's routing between two requests. */
+static void busy_us(double us)
+{
+    for (double t0 = now_us(); now_us() - t0 < us;)
+        ;
+}
+
+/* A lone load of a 64 KiB expert after the caller has been busy for gap_us: the hand-off to
+ * the migration worker and back with almost no copy in it, with the waiters spinning for
+ * spin_us (MOEVM_MOVE_SPIN) before they sleep. Prints the median and 90th percentile. */
+static int measure_handoff(int gap_us, int spin_us, int reps)
+{
+    char spin[16];
+    snprintf(spin, sizeof spin, "%d", spin_us);
+    setenv("MOEVM_MOVE_SPIN", spin, 1);
+    const uint64_t bytes = 64 << 10;
+    mvm_space_desc d;
+    if (mvm_space_desc_init(&d) != MVM_OK)
+        return die("options");
+    d.backend = MVM_BACKEND_HOST;
+    d.n_layers = 1, d.n_experts = 2, d.expert_bytes = bytes, d.page_size = bytes;
+    d.device_budget = bytes;
+    mvm_space *sp;
+    if (mvm_space_create(&d, &sp) != MVM_OK)
+        return die("mvm_space_create");
+    double *t = malloc(sizeof(double) * (size_t)reps);
+    if (!t)
+        return die("malloc");
+    for (int r = -3; r < reps; r++) {
+        uint32_t e = (uint32_t)(r + 3) % 2;
+        busy_us(gap_us);
+        double t0 = now_us();
+        if (mvm_make_resident(sp, 0, e, MVM_ALL_PAGES) != MVM_OK)
+            return die("mvm_make_resident");
+        if (r >= 0)
+            t[r] = now_us() - t0;
+        if (mvm_evict(sp, 0, e, 0) != MVM_OK)
+            return die("mvm_evict");
+    }
+    double m = median(t, reps), p90 = t[reps * 9 / 10]; /* sorted by median */
+    printf("| %5d | %5d | %8.1f | %8.1f |\n", gap_us, spin_us, m, p90);
+    printf("RESULT bench=vmm_handoff gap_us=%d spin_us=%d median_us=%.1f p90_us=%.1f\n",
+           gap_us, spin_us, m, p90);
+    free(t);
+    mvm_space_destroy(sp);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int reps = argc > 1 ? atoi(argv[1]) : 30;
@@ -103,5 +153,12 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
         if (measure(sizes[i], reps) != 0)
             return 1;
+    printf("\n| gap (us) | spin (us) | 64 KiB load, median (us) | 90th percentile (us) |\n"
+           "|---|---|---|---|\n");
+    const int gaps[] = {0, 100, 500, 3000};
+    for (size_t i = 0; i < sizeof gaps / sizeof *gaps; i++)
+        for (int spin = 0; spin <= 2000; spin += 2000) /* one space at a time: none spins */
+            if (measure_handoff(gaps[i], spin, reps) != 0) /* beside the one measured */
+                return 1;
     return 0;
 }

@@ -83,7 +83,16 @@ static void test_env(void)
     setenv("MOEVM_THREADS", "1025", 1);
     CHECK(mvm_option_get(&mvm_opt_threads, &v, msg, sizeof msg) == MVM_ERR_OPTION);
     CHECK(strstr(msg, "MOEVM_THREADS=1025: not valid (expected an integer in 0..1024)") != NULL);
+    setenv("MOEVM_THREADS", "auto", 1); /* auto only where it is the default */
+    CHECK(mvm_option_get(&mvm_opt_threads, &v, msg, sizeof msg) == MVM_ERR_OPTION);
     unsetenv("MOEVM_THREADS");
+    CHECK(mvm_option_get(&mvm_opt_move_spin, &v, msg, sizeof msg) == MVM_OK && v.i == -1);
+    setenv("MOEVM_MOVE_SPIN", "100000", 1);
+    CHECK(mvm_option_get(&mvm_opt_move_spin, &v, msg, sizeof msg) == MVM_OK && v.i == 100000);
+    setenv("MOEVM_MOVE_SPIN", "100001", 1);
+    CHECK(mvm_option_get(&mvm_opt_move_spin, &v, msg, sizeof msg) == MVM_ERR_OPTION);
+    CHECK(strstr(msg, "(expected an integer in 0..100000, or auto)") != NULL);
+    unsetenv("MOEVM_MOVE_SPIN");
     setenv("MOEVM_CUDA_LIBRARY", "", 1);
     CHECK(mvm_option_get(&mvm_opt_cuda_library, &v, msg, sizeof msg) == MVM_ERR_OPTION);
     unsetenv("MOEVM_CUDA_LIBRARY");

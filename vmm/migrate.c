@@ -140,7 +140,7 @@ static void order_job(mvm_space *sp, struct job *j)
     if (!runs_mapped(sp, j))
         return;
     j->ordered = true;
-    pthread_cond_broadcast(&sp->moved);
+    mvm_signal_moved(sp);
 }
 
 /* Makes every run the job still owns resident (mapping those not mapped yet); frees the
@@ -231,7 +231,7 @@ static void finish_landing(mvm_space *sp, struct job *j)
         st = remap_job(sp, j);
     sp->in_flight--;
     mvm_job_finish(j, st);
-    pthread_cond_broadcast(&sp->moved);
+    mvm_signal_moved(sp);
 }
 
 /* After the copies of a batch: remap now, or defer while the expert is pinned (a pin
@@ -244,7 +244,7 @@ static void land_job(mvm_space *sp, struct job *j, mvm_status copy_st)
     j->landed = true;
     if (sp->pins[j->expert] && (copy_st == MVM_OK || j->ordered)) {
         mvm_job_list_push(&sp->deferred, j);
-        pthread_cond_broadcast(&sp->moved);
+        mvm_signal_moved(sp);
         return;
     }
     finish_landing(sp, j);
@@ -496,6 +496,24 @@ static mvm_status worker_init(mvm_space *sp, char *why, size_t cap)
     return st;
 }
 
+/* The worker idle (lock held): spins without the lock for new work until spin_ns after its
+ * last batch (busy_at), an unpin poll's interval at most while unpins wait. Returns false,
+ * not having spun, once that time has passed: then it sleeps. */
+static bool spin_idle(mvm_space *sp, uint64_t busy_at)
+{
+    const uint64_t now = mvm_clock_ns();
+    uint64_t until = busy_at + sp->spin_ns;
+    if (!sp->spin_ns || until <= now)
+        return false;
+    if (sp->unpins && until > now + UNPIN_POLL_NS)
+        until = now + UNPIN_POLL_NS;
+    const unsigned seen = atomic_load_explicit(&sp->work_seq, memory_order_acquire);
+    pthread_mutex_unlock(&sp->mu);
+    mvm_spin_until(&sp->work_seq, seen, until);
+    pthread_mutex_lock(&sp->mu);
+    return true;
+}
+
 static void *worker_main(void *arg)
 {
     mvm_space *sp = arg;
@@ -504,6 +522,7 @@ static void *worker_main(void *arg)
     struct copy *copies = NULL;
     size_t cap = 0;
     bool unmap_failed = false; /* an eviction's unmap failed: not tried again until a batch */
+    uint64_t busy_at = 0;      /* when the last batch landed */
     pthread_mutex_lock(&sp->mu);
     while (!sp->stopping) {
         poll_unpins(sp);
@@ -515,6 +534,8 @@ static void *worker_main(void *arg)
             continue;
         }
         unmap_failed = unmap_failed && n == 0;
+        if (n == 0 && spin_idle(sp, busy_at))
+            continue;
         if (n == 0) {
             if (sp->unpins) {
                 struct timespec ts;
@@ -538,6 +559,7 @@ static void *worker_main(void *arg)
             init_st = worker_init(sp, init_why, sizeof init_why);
         copy_and_land(sp, batch, n, copies, n_copies, init_st, init_st ? init_why : NULL);
         pthread_mutex_lock(&sp->mu);
+        busy_at = mvm_clock_ns();
     }
     pthread_mutex_unlock(&sp->mu);
     free(copies);
@@ -572,7 +594,7 @@ void mvm_migrate_stop(mvm_space *sp)
         return;
     pthread_mutex_lock(&sp->mu);
     sp->stopping = true;
-    pthread_cond_signal(&sp->work);
+    mvm_wake_worker(sp);
     pthread_mutex_unlock(&sp->mu);
     pthread_join(sp->worker, NULL); /* the batch in progress lands first */
     sp->worker_running = false;
@@ -580,6 +602,6 @@ void mvm_migrate_stop(mvm_space *sp)
     cancel_list(sp, &sp->demand, false);
     cancel_list(sp, &sp->prefetch, false);
     cancel_list(sp, &sp->deferred, true);
-    pthread_cond_broadcast(&sp->moved);
+    mvm_signal_moved(sp);
     pthread_mutex_unlock(&sp->mu);
 }

@@ -32,6 +32,7 @@ mvm_move *mvm_move_new(mvm_space *sp)
     pthread_mutex_init(&m->mu, NULL);
     cond_init_monotonic(&m->cv);
     m->refs = 1;
+    m->spin_ns = sp->spin_ns;
     m->shared = sp->shared;
     atomic_fetch_add(&sp->shared->refs, 1);
     return m;
@@ -58,6 +59,7 @@ static void move_settle(mvm_move *m, mvm_status st, const char *why)
         m->result = st;
         snprintf(m->why, sizeof m->why, "%s", why);
     }
+    atomic_fetch_add_explicit(&m->settled, 1, memory_order_release);
     if (--m->pending == 0)
         pthread_cond_broadcast(&m->cv);
     mvm_move_unref_locked(m);
@@ -93,11 +95,23 @@ mvm_status mvm_move_wait(mvm_move *m, int64_t timeout_ns)
         deadline.tv_sec += (time_t)(ns / 1000000000ull);
         deadline.tv_nsec = (long)(ns % 1000000000ull);
     }
+    /* spun first (vmm/spin.h), within the timeout */
+    uint64_t spin_until = start + m->spin_ns;
+    if (timeout_ns >= 0 && spin_until > start + (uint64_t)timeout_ns)
+        spin_until = start + (uint64_t)timeout_ns;
     pthread_mutex_lock(&m->mu);
     int rc = 0;
-    while (m->pending > 0 && rc != ETIMEDOUT)
+    while (m->pending > 0 && rc != ETIMEDOUT) {
+        const unsigned seen = atomic_load_explicit(&m->settled, memory_order_acquire);
+        if (mvm_clock_ns() < spin_until) {
+            pthread_mutex_unlock(&m->mu);
+            mvm_spin_until(&m->settled, seen, spin_until);
+            pthread_mutex_lock(&m->mu);
+            continue;
+        }
         rc = timeout_ns < 0 ? pthread_cond_wait(&m->cv, &m->mu)
                             : pthread_cond_timedwait(&m->cv, &m->mu, &deadline);
+    }
     mvm_status st = m->pending > 0 ? MVM_ERR_TIMEOUT : m->result;
     pthread_mutex_unlock(&m->mu);
     atomic_fetch_add(&m->shared->wait_ns, mvm_clock_ns() - start);

@@ -65,6 +65,15 @@ const mvm_option_desc mvm_opt_copy_streams = {
     "(docs/perf/vmm.md); vmm_costs section 9 (bench/gpu/run.sh --only "
     "9) measures 1 to 4 on a device"};
 
+const mvm_option_desc mvm_opt_move_spin = {
+    "MOEVM_MOVE_SPIN", MVM_OPT_INT, "auto", "0..100000",
+    "microseconds the migration worker, idle after a batch, and a "
+    "thread waiting for it (a step's misses, a move) spin before they "
+    "sleep: a wake-up from a sleep costs tens of microseconds on a VM, "
+    "and a step with misses waits for the worker at least twice; auto "
+    "is 2000 on the cuda backend where the process may run on 4 CPUs "
+    "or more, else 0 (sleep at once)"};
+
 const mvm_option_desc mvm_opt_log = {
     "MOEVM_LOG", MVM_OPT_CHOICE, "warn", "off|warn|info|debug",
     "what libmoevm prints to stderr"};
@@ -75,8 +84,8 @@ const mvm_option_desc mvm_opt_cuda_library = {
 
 static const mvm_option_desc *const vmm_list[] = {
     &mvm_opt_gpu_budget, &mvm_opt_backend, &mvm_opt_device, &mvm_opt_page_size,
-    &mvm_opt_clean_evict, &mvm_opt_home_map, &mvm_opt_copy_piece, &mvm_opt_copy_streams, &mvm_opt_log,
-    &mvm_opt_cuda_library,
+    &mvm_opt_clean_evict, &mvm_opt_home_map, &mvm_opt_copy_piece, &mvm_opt_copy_streams,
+    &mvm_opt_move_spin, &mvm_opt_log, &mvm_opt_cuda_library,
 };
 
 static const mvm_option_table vmm_options = {vmm_list, sizeof vmm_list / sizeof *vmm_list};
@@ -228,9 +237,8 @@ static const char *expectation(const mvm_option_desc *d, char *buf, size_t len)
         return "a size above 0 with an optional K/M/G/T suffix (8G), a percentage in (0,100] "
                "(25%), or auto";
     case MVM_OPT_INT:
-        if (!d->choices)
-            return "a non-negative integer";
-        snprintf(buf, len, "an integer in %s", d->choices);
+        snprintf(buf, len, "%s%s%s", d->choices ? "an integer in " : "a non-negative integer",
+                 d->choices ? d->choices : "", strcmp(d->def, "auto") == 0 ? ", or auto" : "");
         return buf;
     case MVM_OPT_CHOICE: snprintf(buf, len, "one of %s", d->choices); return buf;
     case MVM_OPT_STRING: /* only an empty one fails: unset, the default applies */
@@ -258,7 +266,12 @@ static int parse_value(const mvm_option_desc *d, const char *s, mvm_option_value
         v->i = (int64_t)b; /* MVM_BUDGET_AUTO reads back as -1 through the cast */
         return 0;
     }
-    case MVM_OPT_INT: return parse_int(s, d->choices, &v->i);
+    case MVM_OPT_INT:
+        if (strcmp(d->def, "auto") == 0 && strcmp(s, "auto") == 0) {
+            v->i = -1;
+            return 0;
+        }
+        return parse_int(s, d->choices, &v->i);
     case MVM_OPT_CHOICE: return parse_choice(s, d->choices, &v->i);
     case MVM_OPT_STRING:
         v->s = s;

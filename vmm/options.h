@@ -21,7 +21,7 @@
 typedef enum mvm_option_type {
     MVM_OPT_SIZE,      /* bytes: 123, 64K, 1.5G, 2MiB (binary multiples) */
     MVM_OPT_BUDGET,    /* a size, a percentage of the experts' pages ("25%"), or "auto" */
-    MVM_OPT_INT,       /* a non-negative integer */
+    MVM_OPT_INT,       /* a non-negative integer; "auto" too where that is the default (-1) */
     MVM_OPT_CHOICE,    /* one of a |-separated list; the value is its index */
     MVM_OPT_STRING,
 } mvm_option_type;
@@ -51,7 +51,7 @@ typedef struct mvm_option_table {
 /* vmm's own: always part of the table. */
 extern const mvm_option_desc mvm_opt_gpu_budget, mvm_opt_backend, mvm_opt_device,
     mvm_opt_page_size, mvm_opt_clean_evict, mvm_opt_home_map, mvm_opt_copy_piece,
-    mvm_opt_copy_streams, mvm_opt_log, mvm_opt_cuda_library;
+    mvm_opt_copy_streams, mvm_opt_move_spin, mvm_opt_log, mvm_opt_cuda_library;
 
 /* Adds a layer's table (again: a no-op). Call from one thread at start, before the checks
  * and listings below run; MVM_ERR_INVALID past 8 tables. */

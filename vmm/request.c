@@ -134,7 +134,7 @@ static mvm_status queue_job(mvm_space *sp, uint32_t idx, uint32_t lo, uint32_t n
     if (prio == PRIO_PREFETCH)
         sp->stats.prefetch_pages += j->n;
     mvm_job_list_push(prio == PRIO_DEMAND ? &sp->demand : &sp->prefetch, j);
-    pthread_cond_signal(&sp->work);
+    mvm_wake_worker(sp);
     return MVM_OK;
 }
 

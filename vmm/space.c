@@ -6,6 +6,7 @@
  * up to the page size. Its host home sits at the same offset in the home allocation, so
  * page p of any expert is home page (expert * ppe + p).
  */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -215,6 +216,22 @@ static void teardown(mvm_space *sp)
 
 /* Pages of a prefetch's piece (MOEVM_COPY_PIECE bytes in whole pages); 0, or a piece as
  * large as an expert: the whole expert. */
+/* MOEVM_MOVE_SPIN in nanoseconds for a space on backend be (options.c says why). */
+static mvm_status move_spin_ns(const mvm_backend *be, uint64_t *out)
+{
+    mvm_option_value v;
+    mvm_status st = mvm_option_read(&mvm_opt_move_spin, &v);
+    if (st != MVM_OK)
+        return st;
+    if (v.i < 0) { /* auto */
+        cpu_set_t set;
+        int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+        v.i = strcmp(be->name, "cuda") == 0 && cpus >= 4 ? 2000 : 0;
+    }
+    *out = (uint64_t)v.i * 1000;
+    return MVM_OK;
+}
+
 static uint32_t piece_pages(const mvm_space *sp, uint64_t bytes)
 {
     uint64_t n = (bytes + sp->page_size - 1) / sp->page_size;
@@ -246,7 +263,8 @@ mvm_status mvm_space_create(const mvm_space_desc *d, mvm_space **out)
     if (d->unmapped_homes && !be->host_readable) /* the CPU reads host-backend addresses */
         be->home_mappable = false;
     mvm_option_value piece;
-    if ((st = mvm_option_read(&mvm_opt_copy_piece, &piece)) != MVM_OK) {
+    if ((st = mvm_option_read(&mvm_opt_copy_piece, &piece)) != MVM_OK ||
+        (st = move_spin_ns(be, &sp->spin_ns)) != MVM_OK) {
         teardown(sp);
         return st;
     }
@@ -421,7 +439,7 @@ static mvm_status put_run_home(mvm_space *sp, uint32_t first, bool keep, const b
     bool swap = sp->homes_mapped && be->atomic_remap;
     bool later = !sp->homes_mapped && from <= a && mvm_stale_keep(sp, va, bytes, first);
     if (later)
-        pthread_cond_signal(&sp->work); /* the worker unmaps it when it has nothing to copy */
+        mvm_wake_worker(sp); /* the worker unmaps it when it has nothing to copy */
     if (!swap && !later && (st = be->ops->unmap(be, va, bytes, bytes)) != MVM_OK)
         return st;
     if (sp->homes_mapped && (st = be->ops->map_home(be, va, sp->home, home, n, swap))) {
@@ -627,7 +645,7 @@ void mvm_unpin_locked(mvm_space *sp, uint32_t idx)
     if (--sp->pins[idx] == 0) {
         sp->n_pinned--;
         mvm_land_deferred_locked(sp, idx);
-        pthread_cond_signal(&sp->work); /* deferred remaps may proceed */
+        mvm_wake_worker(sp); /* deferred remaps may proceed */
     }
 }
 
@@ -651,7 +669,7 @@ static mvm_status unpin(mvm_space *sp, uint32_t l, uint32_t e, bool now, void *s
     if (st == MVM_OK && u) {
         *u = (struct unpin_event){.next = sp->unpins, .expert = idx, .ev = ev};
         sp->unpins = u;
-        pthread_cond_signal(&sp->work);
+        mvm_wake_worker(sp);
     } else if (st == MVM_OK) {
         mvm_unpin_locked(sp, idx);
     }
@@ -704,8 +722,9 @@ mvm_status mvm_expert_wait_on(mvm_space *sp, uint32_t l, uint32_t e, void *strea
     else if (!sp->pins[idx])
         st = mvm_fail(MVM_ERR_INVALID, "mvm_expert_wait_on: expert (%u, %u) is not pinned",
                       l, e);
+    const uint64_t spin_until = mvm_clock_ns() + sp->spin_ns;
     while (st == MVM_OK && (st = loads_ordered(sp, idx, &ordered)) == MVM_OK && !ordered)
-        pthread_cond_wait(&sp->moved, &sp->mu);
+        mvm_spin_then_wait(&sp->mu, &sp->moved, &sp->moved_seq, spin_until);
     const struct job *last = NULL;
     for (uint32_t p = 0; p < sp->ppe && st == MVM_OK; p++) {
         const struct page *pg = page_at(sp, idx, p);

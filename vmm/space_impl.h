@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "vmm/backend.h"
+#include "vmm/spin.h"
 #include "vmm/topo.h"
 
 enum { PRIO_DEMAND = 0, PRIO_PREFETCH = 1 };
@@ -86,14 +87,6 @@ struct job_list {
     uint32_t n;
 };
 
-/* A monotonic clock in nanoseconds, for the stats' times. */
-static inline uint64_t mvm_clock_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 struct unpin_event {
     struct unpin_event *next;
     uint32_t expert;
@@ -112,6 +105,8 @@ struct mvm_move {
     pthread_cond_t cv;
     int refs;        /* the user's (until released) + one per job it waits on */
     int pending;     /* jobs not finished */
+    atomic_uint settled; /* bumped as each job settles, for a waiter's spin (vmm/spin.h) */
+    uint64_t spin_ns;    /* the space's spin_ns */
     mvm_status result;
     char why[160];   /* the first failed job's message */
     struct space_shared *shared;
@@ -151,11 +146,31 @@ struct mvm_space {
 
     pthread_t worker;
     bool worker_running, stopping;
+    /* MOEVM_MOVE_SPIN: how long the worker, idle after a batch, and a thread waiting for the
+     * worker spin before they sleep; the counts change (under mu) with each signal of work
+     * and of moved, for the spins to watch (vmm/spin.h) */
+    uint64_t spin_ns;
+    atomic_uint work_seq, moved_seq;
 
     mvm_stats stats; /* counters; gauges are filled in by mvm_space_get_stats */
     uint32_t n_resident, n_loading, n_pinned, in_flight;
     struct space_shared *shared;
 };
+
+/* Wakes the migration worker (lock held), spinning or asleep. */
+static inline void mvm_wake_worker(mvm_space *sp)
+{
+    atomic_fetch_add_explicit(&sp->work_seq, 1, memory_order_release);
+    pthread_cond_signal(&sp->work);
+}
+
+/* Tells the threads waiting on moved (lock held) that a job became ordered, landed or
+ * failed. */
+static inline void mvm_signal_moved(mvm_space *sp)
+{
+    atomic_fetch_add_explicit(&sp->moved_seq, 1, memory_order_release);
+    pthread_cond_broadcast(&sp->moved);
+}
 
 /* Condition variables here time out on CLOCK_MONOTONIC: wall-clock jumps must not stretch
  * or cut a wait. */

@@ -25,8 +25,10 @@
 #   offload    llamacpp.sh on Qwen3-30B-A3B's shape in q8_0, cut to its first 12 blocks (the
 #              whole model's mkmodel and loads would take the lease), at budgets 25 and 100,
 #              with the model's own routing and a replayed trace, by default, with the
-#              host waiting for each copy (MOEVM_LOAD_WAIT=host, the way before the device
-#              waited) and with DALI's CPU/GPU split planned with costs measured here
+#              migration worker and its waiters sleeping at once (MOEVM_MOVE_SPIN=0, the
+#              way before session 76), with the host waiting for each copy
+#              (MOEVM_LOAD_WAIT=host, the way before the device waited) and with DALI's
+#              CPU/GPU split planned with costs measured here
 #              (MOEVM_ASSIGN=greedy, MOEVM_COST=calibrated: with the h100 preset's it
 #              halved decode), the variants at 25% only, against -ngl
 #              99 --n-cpu-moe N; moevm and llama.cpp on the CPU alone
@@ -127,7 +129,8 @@ export work
     step ktrace 90 env ENGINES="${KTRACE_ENGINES:-moevm}" bash bench/gpu/ktrace.sh
     step offload 240 env MODELS="${OFFLOAD_MODELS:-qwen3-30b-a3b:q8_0:12}" \
         BUDGETS="${OFFLOAD_BUDGETS:-25 100}" ROUTINGS="own replay" REPS=2 \
-        VARIANTS="${OFFLOAD_VARIANTS:-default MOEVM_LOAD_WAIT=host MOEVM_ASSIGN=greedy,MOEVM_COST=calibrated}" \
+        VARIANTS="${OFFLOAD_VARIANTS:-default MOEVM_MOVE_SPIN=0 MOEVM_LOAD_WAIT=host \
+MOEVM_ASSIGN=greedy,MOEVM_COST=calibrated}" \
         VARIANTS_100=default \
         CPU_BASELINE="${OFFLOAD_CPU:-1}" bash bench/gpu/llamacpp.sh
     step full_q4k 150 env MODELS=olmoe-1b-7b:q4_k_m BUDGETS=100 ROUTINGS=own REPS=2 \

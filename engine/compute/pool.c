@@ -5,22 +5,9 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "vmm/error.h"
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define cpu_relax() _mm_pause()
-#elif defined(__aarch64__)
-/* AArch64 has no PAUSE, and YIELD is a no-op on cores without SMT (every Neoverse): with it,
- * or nothing, the rounds below would pass in about a microsecond. ISB stalls the front end
- * for a few tens of cycles, the nearest to PAUSE; Arm advises it, and Rust's spin_loop hint
- * emits it. Not measured here (no ARM machine). */
-#define cpu_relax() __asm__ volatile("isb" ::: "memory")
-#else
-#define cpu_relax() ((void)0)
-#endif
+#include "vmm/spin.h"
 
 /* Waiting: first PAUSE_ROUNDS pauses (tens of microseconds: the gap between the parallel
  * regions of one decode step), then sched_yield()s, and then, for workers, sleep on the
@@ -37,21 +24,14 @@
 #define YIELD_ROUNDS 200
 #define SPIN_NS 2000000u
 
-static uint64_t now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
 /* One round of waiting (*round 0 and *since unset at the start of a wait); returns 0 once
  * the spinning is over: after spin_ns of yields, or YIELD_ROUNDS of them (spin_ns 0). */
 static int backoff(uint64_t spin_ns, int *round, uint64_t *since)
 {
     if (*round < PAUSE_ROUNDS) {
-        cpu_relax();
+        mvm_cpu_relax();
     } else if (spin_ns) {
-        const uint64_t t = now_ns();
+        const uint64_t t = mvm_clock_ns();
         if (*round == PAUSE_ROUNDS)
             *since = t;
         else if (t - *since > spin_ns)
