@@ -11,6 +11,7 @@
 #   build      build-gpu/: moevm, test_gpu, bench_gpu_experts, bench_gpu_attention, vmm_costs
 #   kernels    test_gpu (the device kernels against the CPU's, every type) and
 #              bench_gpu_experts (GB/s of a decode step's expert kernels)
+#   vmm        vmm_costs sections 5 and 9 (make-resident against the copy; copy lanes)
 #   text       tests/gpu/forward.sh steps 2 and 2b: the same greedy text on the CPU and the
 #              GPU, with decode routed on the device (graph, launches) and by the host, and
 #              with a long prompt's products on real cuBLAS (batched experts) and on the kernels
@@ -33,7 +34,6 @@
 #              halved decode), the variants at 25% only, against -ngl
 #              99 --n-cpu-moe N; moevm and llama.cpp on the CPU alone
 #   full_q4k   the full step's runs on OLMoE-1B-7B in Q4_K_M (the K-quant kernels)
-#   vmm        vmm_costs sections 5 and 9 (make-resident against the copy; copy lanes)
 #   profile    bench/gpu/profile.sh at budgets 100 and 25 (where the decode's time goes)
 #   profile_pp the same for one prompt batch of 512 tokens at 100% (prefill's time)
 #   forward    tests/ref/check_forward.py on the GPU (every architecture and type)
@@ -48,7 +48,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 
 lease=${LEASE_S:-540}
-all="build kernels text full ktrace offload full_q4k vmm profile profile_pp forward attention lab"
+all="build kernels vmm text full ktrace offload full_q4k profile profile_pp forward attention lab"
 steps=" ${LEASE_STEPS:-$all} "
 start=$SECONDS
 log=/dev/null
@@ -122,6 +122,7 @@ export work
         { tail -n 30 '"$work"'/build.txt; exit 1; }'
     [[ -x build-gpu/moevm ]] || { echo "lease.sh: no build-gpu/moevm, nothing to run"; exit 1; }
     step kernels 90 kernels
+    step vmm 45 vmm
     step text 70 env FORWARD_STEPS="2 2b" bash tests/gpu/forward.sh
     step full 150 env MODELS=olmoe-1b-7b:q8_0 BUDGETS=100 ROUTINGS=own REPS=2 CPU_BASELINE=0 \
         VARIANTS="${FULL_VARIANTS:-default MOEVM_GEMM_ROWS=8 MOEVM_GEMM_BATCH=off}" \
@@ -135,7 +136,6 @@ MOEVM_ASSIGN=greedy,MOEVM_COST=calibrated}" \
         CPU_BASELINE="${OFFLOAD_CPU:-1}" bash bench/gpu/llamacpp.sh
     step full_q4k 150 env MODELS=olmoe-1b-7b:q4_k_m BUDGETS=100 ROUTINGS=own REPS=2 \
         CPU_BASELINE=0 VARIANTS=default bash bench/gpu/llamacpp.sh
-    step vmm 45 vmm
     step profile 40 env MODELS=olmoe-1b-7b:q8_0 BUDGETS="100 25" bash bench/gpu/profile.sh
     step profile_pp 30 env MODELS=olmoe-1b-7b:q8_0 BUDGETS=100 PROMPT=512 \
         bash bench/gpu/profile.sh
