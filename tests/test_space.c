@@ -992,6 +992,13 @@ static unsigned long copy_lanes(void)
     return v ? strtoul(v, NULL, 10) : 1;
 }
 
+/* The driver call the migration worker waits for a copy's fence with: asleep in
+ * cuEventSynchronize, or polling cuEventQuery where it spins (MOEVM_MOVE_SPIN). */
+static const char *fence_wait_call(const mvm_space_info *info)
+{
+    return info->move_spin_us ? "cuEventQuery" : "cuEventSynchronize";
+}
+
 /* Whether c is one load of a run of `pages` pages: a copy per lane it was split across (one
  * lane: a single copy), and each of those lanes joined once for the load's fence. */
 static bool one_load(struct calls c, unsigned long pages)
@@ -1086,6 +1093,7 @@ static void test_wait_on_stream(void)
     enum { P = 2 };
     mvm_space_info info;
     mvm_space *sp = filled_space(1, 3, P * PAGE, 3 * P, &info);
+    const char *fence_call = fence_wait_call(&info);
     void *stream = NULL; /* the default stream */
     CHECK_ST(mvm_pin(sp, 0, 0), MVM_OK);
     if (info.home_mapped) {
@@ -1099,7 +1107,7 @@ static void test_wait_on_stream(void)
     mvm_move *m;
     /* counted before the request: the worker may wait for the fence before this thread
      * gets back */
-    const unsigned long syncs = fake_calls("cuEventSynchronize");
+    const unsigned long syncs = fake_calls(fence_call);
     CHECK_ST(mvm_make_resident_async(sp, 0, 0, MVM_ALL_PAGES, &m), MVM_OK);
     const unsigned long waits = fake_calls("cuStreamWaitEvent");
     CHECK_ST(mvm_expert_wait_on(sp, 0, 0, stream), MVM_OK);
@@ -1114,7 +1122,7 @@ static void test_wait_on_stream(void)
     CHECK_ST(mvm_evict(sp, 0, 0, 0), MVM_ERR_PINNED); /* nor can it be cancelled */
     /* the worker's wait for the fence (not this thread's) lands it, once unpinned, with no
      * driver call: its slab was mapped before its copy was done */
-    while (fake_calls("cuEventSynchronize") == syncs)
+    while (fake_calls(fence_call) == syncs)
         sched_yield();
     struct calls c = calls_now();
     CHECK_ST(mvm_unpin(sp, 0, 0), MVM_OK);
@@ -1128,14 +1136,16 @@ static void test_wait_on_stream(void)
     /* the fence's wait fails after the stream was ordered: mapped and readable until the
      * unpin, then home, its slab back, the move naming the call */
     CHECK_ST(mvm_pin(sp, 0, 1), MVM_OK);
-    fake_set_fail("cuEventSynchronize:1");
+    char rule[40];
+    snprintf(rule, sizeof rule, "%s:1", fence_call);
+    fake_set_fail(rule);
     CHECK_ST(mvm_make_resident_async(sp, 0, 1, MVM_ALL_PAGES, &m), MVM_OK);
     CHECK_ST(mvm_expert_wait_on(sp, 0, 1, stream), MVM_OK);
     CHECK_ST(mvm_move_test(m), MVM_ERR_BUSY);
     CHECK(address_reads(sp, 0, 1, P * PAGE));
     CHECK_ST(mvm_unpin(sp, 0, 1), MVM_OK);
     CHECK_ST(mvm_move_wait(m, -1), MVM_ERR_BACKEND);
-    CHECK(strstr(mvm_last_error(), "cuEventSynchronize") != NULL);
+    CHECK(strstr(mvm_last_error(), fence_call) != NULL);
     CHECK_ST(mvm_move_release(m), MVM_OK);
     fake_set_fail("");
     CHECK_ST(mvm_expert_residency(sp, 0, 1, &r), MVM_OK);
@@ -1272,6 +1282,8 @@ static void test_driver_failures(void)
      * that cannot be waited for fails its job. */
     sp = make_space(1, 4, PAGE, 4);
     fill(sp, 1, 4, PAGE);
+    mvm_space_info info;
+    CHECK_ST(mvm_space_get_info(sp, &info), MVM_OK);
     mvm_move *mv[4];
     fake_set_copy_delay_us(500000);
     unsigned long begun = fake_copies_begun();
@@ -1293,9 +1305,10 @@ static void test_driver_failures(void)
     for (uint32_t e = 0; e < 4; e++)
         mvm_move_release(mv[e]);
     CHECK_ST(mvm_evict(sp, 0, 3, 0), MVM_OK);
-    fake_set_fail("cuEventSynchronize:1");
+    snprintf(rule, sizeof rule, "%s:1", fence_wait_call(&info));
+    fake_set_fail(rule);
     CHECK_ST(mvm_make_resident(sp, 0, 1, MVM_ALL_PAGES), MVM_ERR_BACKEND);
-    CHECK(strstr(mvm_last_error(), "cuEventSynchronize") != NULL);
+    CHECK(strstr(mvm_last_error(), fence_wait_call(&info)) != NULL);
     fake_set_fail("");
     CHECK(stats_of(sp).free_pages == 3); /* only expert 0 is resident */
     for (uint32_t e = 0; e < 4; e++)
@@ -1313,7 +1326,6 @@ static void test_driver_failures(void)
     fake_set_fail("cuModuleLoadData:1:CUDA_ERROR_UNSUPPORTED_PTX_VERSION");
     CHECK_ST(mvm_space_create(&d, &sp), MVM_OK);
     fake_set_fail("");
-    mvm_space_info info;
     mvm_space_get_info(sp, &info);
     CHECK(info.clean_evict == 0);
     fill(sp, 1, 4, 2 * PAGE);

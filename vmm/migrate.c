@@ -1,8 +1,10 @@
 /*
  * The migration worker that executes the requests' jobs (request.c; the handles and jobs
- * themselves are move.c): it takes on-demand jobs before prefetch jobs, copies each page
- * from its home into its chunk outside the lock, waits for the copies, and remaps the pages
- * in place under the lock, or leaves them for the last unpin while a reader pins them.
+ * themselves are move.c): it takes on-demand jobs before prefetch jobs, queues the copy of
+ * each page from its home into its chunk outside the lock, and lands the jobs in the copy
+ * stream's order as their copies complete, remapping the pages in place under the lock (or
+ * leaving them for the last unpin while a reader pins them). Jobs asked for while copies
+ * are in flight have theirs queued at once, behind them on the bus, not after they land.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -299,15 +301,17 @@ static void poll_unpins(mvm_space *sp)
     }
 }
 
-/* On-demand jobs first; a prefetch job only when no on-demand job waits. */
-static uint32_t take_batch(mvm_space *sp, struct job **batch)
+/* On-demand jobs first; a prefetch job only when no on-demand job waits and, `prefetch`
+ * false, none: nothing is in flight, so that the bus holds at most one prefetch ahead of
+ * the next on-demand job (whose pieces it overtakes). */
+static uint32_t take_batch(mvm_space *sp, struct job **batch, bool prefetch)
 {
     uint32_t n = 0;
     while (n < MVM_MAX_BATCH && sp->demand.head) {
         batch[n] = sp->demand.head;
         mvm_job_list_remove(&sp->demand, batch[n++]);
     }
-    if (n == 0 && sp->prefetch.head) {
+    if (n == 0 && prefetch && sp->prefetch.head) {
         batch[n] = sp->prefetch.head;
         mvm_job_list_remove(&sp->prefetch, batch[n++]);
     }
@@ -364,35 +368,122 @@ static int list_copies(mvm_space *sp, struct job **batch, uint32_t n, struct cop
     return 0;
 }
 
-static void copy_and_land(mvm_space *sp, struct job **batch, uint32_t n, const struct copy *c,
-                          const uint32_t *n_copies, mvm_status st, const char *why);
+/* ---- jobs in flight ------------------------------------------------------------------ */
 
-/* Between two pieces of prefetch j: an on-demand batch queued meanwhile is copied and
- * landed now, behind the pieces on the bus, rather than after the whole prefetch — unless a
- * demand waits on j itself (hurried), which would then wait for the other's copy too. */
-static void overtake(mvm_space *sp, const struct job *j)
+/* The jobs whose copies are queued, in the copy stream's order, each landing once its
+ * fence is done: the worker queues the copies of jobs asked for meanwhile before it lands
+ * the older ones, so the bus does not wait for a landing and a step's late request for the
+ * next one's. Only the worker's thread touches it. */
+#define FLIGHT_CAP (4 * MVM_MAX_BATCH)
+/* How often a spinning worker looks at the oldest job's fence. */
+#define FENCE_POLL_NS 2000
+
+struct flight {
+    struct job *job[FLIGHT_CAP];
+    mvm_event *fence[FLIGHT_CAP]; /* the job's (it keeps it); NULL once its copies are done */
+    mvm_status st[FLIGHT_CAP];    /* how its copies went */
+    uint32_t head, n;
+};
+
+struct worker {
+    mvm_space *sp;
+    struct flight fl;
+};
+
+/* Whether the oldest job in flight has its copies done, waiting for them where `wait`
+ * (without the lock). A failed fence fails the job; its chunks go back to the pool, so no
+ * copy may still be landing: every started copy is waited for. */
+static bool head_copied(struct worker *w, bool wait)
 {
+    mvm_backend *be = w->sp->be;
+    struct flight *f = &w->fl;
+    const uint32_t h = f->head;
+    if (!f->fence[h])
+        return true;
+    mvm_status wst = MVM_OK;
+    if (wait) {
+        wst = be->ops->event_wait(be, f->fence[h]);
+    } else {
+        const int done = be->ops->event_done(be, f->fence[h]);
+        if (done == 0)
+            return false;
+        wst = done < 0 ? MVM_ERR_BACKEND : MVM_OK;
+    }
+    if (wst != MVM_OK) {
+        mvm_job_note_error(f->job[h]);
+        be->ops->copy_wait(be);
+        if (f->st[h] == MVM_OK)
+            f->st[h] = wst;
+    }
+    f->fence[h] = NULL;
+    return true;
+}
+
+/* Lands the oldest job in flight, its copies done (lock held). */
+static void land_head(struct worker *w)
+{
+    struct flight *f = &w->fl;
+    land_job(w->sp, f->job[f->head], f->st[f->head]);
+    f->head = (f->head + 1) % FLIGHT_CAP;
+    f->n--;
+}
+
+/* Lands the jobs in flight whose copies are done, oldest first (lock held). */
+static void land_copied(struct worker *w)
+{
+    while (w->fl.n && head_copied(w, false))
+        land_head(w);
+}
+
+/* Waits for the oldest job in flight's copies, without the lock: asleep in the fence where
+ * the space does not spin; else looking at the fence while watching for new requests, and
+ * returning false (not copied yet) at one, so the worker queues its copies first. */
+static bool await_head(struct worker *w)
+{
+    mvm_space *sp = w->sp;
+    if (!sp->spin_ns)
+        return head_copied(w, true);
+    const unsigned seen = atomic_load_explicit(&sp->work_seq, memory_order_acquire);
+    while (!head_copied(w, false))
+        if (mvm_spin_until(&sp->work_seq, seen, mvm_clock_ns() + FENCE_POLL_NS))
+            return false;
+    return true;
+}
+
+static void issue(struct worker *w, struct job **batch, uint32_t n, const struct copy *c,
+                  const uint32_t *n_copies, mvm_status st, const char *why);
+
+/* Between two pieces of prefetch j: the jobs in flight whose copies are done land, and an
+ * on-demand batch queued meanwhile has its copies queued now, behind the pieces on the
+ * bus, rather than after the whole prefetch — unless a demand waits on j itself (hurried),
+ * which would then wait for the other's copy too. */
+static void overtake(struct worker *w, const struct job *j)
+{
+    mvm_space *sp = w->sp;
     struct job *batch[MVM_MAX_BATCH];
     struct copy *copies = NULL;
     size_t cap = 0;
     uint32_t n_copies[MVM_MAX_BATCH];
     pthread_mutex_lock(&sp->mu);
-    uint32_t n = sp->demand.head && !j->hurried ? take_batch(sp, batch) : 0;
+    land_copied(w);
+    const bool room = w->fl.n + MVM_MAX_BATCH < FLIGHT_CAP; /* j goes in after them */
+    uint32_t n = room && sp->demand.head && !j->hurried ? take_batch(sp, batch, false) : 0;
     int ok = n && list_copies(sp, batch, n, &copies, &cap, n_copies) == 0;
     if (ok)
         sp->stats.overtakes++;
     pthread_mutex_unlock(&sp->mu);
     if (ok)
-        copy_and_land(sp, batch, n, copies, n_copies, MVM_OK, NULL);
+        issue(w, batch, n, copies, n_copies, MVM_OK, NULL);
     free(copies);
 }
 
 /* Prefetch j's copies, a piece (piece_pages) at a time with at most two pieces on the bus,
  * an on-demand batch asked for meanwhile overtaking between two (overtake). Returns with the
  * last piece started, not waited for: the job's fence follows, as for any job. */
-static mvm_status copy_in_pieces(mvm_space *sp, const struct job *j, const struct copy *c,
+static mvm_status copy_in_pieces(struct worker *w, const struct job *j, const struct copy *c,
                                  uint32_t n)
 {
+    mvm_space *sp = w->sp;
     mvm_backend *be = sp->be;
     const size_t piece = (size_t)sp->piece_pages * sp->page_size;
     mvm_event *prev = NULL;
@@ -412,24 +503,27 @@ static mvm_status copy_in_pieces(mvm_space *sp, const struct job *j, const struc
                 be->ops->event_destroy(be, prev);
             prev = ev;
             if (st == MVM_OK)
-                overtake(sp, j);
+                overtake(w, j);
         }
     if (prev)
         be->ops->event_destroy(be, prev);
     return st;
 }
 
-/* Copies the pages each job of the batch still owns (n_copies[k] of them for job k, in
- * order in c), then lands the jobs one by one as their copies complete: job k is remapped
- * while the copies of the jobs after it are still on the bus. A remap is driver work on the
- * CPU (on an H100, 71 us a 2 MiB page against 41 of copy: docs/perf/vmm.md, section 7), so
- * waiting for the whole batch before the first remap added the two. Called without the
- * lock; takes it to land each job. After a failed copy every job not yet copied fails with
- * it, and nothing lands before every copy started has (their chunks go back to the pool).
- * `st` and `why`: the worker's own failure, which fails the whole batch. */
-static void copy_and_land(mvm_space *sp, struct job **batch, uint32_t n, const struct copy *c,
-                          const uint32_t *n_copies, mvm_status st, const char *why)
+/* Queues the copies of the pages each job of the batch still owns (n_copies[k] of them for
+ * job k, in order in c), fences each job's and, where homes are unmapped, maps its slabs
+ * at their addresses meanwhile; then the jobs join the flight, to land one by one as their
+ * copies complete: job k is remapped while the copies of the jobs after it are still on the
+ * bus. A remap is driver work on the CPU (on an H100, 71 us a 2 MiB page against 41 of
+ * copy: docs/perf/vmm.md, section 7), so waiting for the whole batch before the first remap
+ * added the two. Called without the lock (room for the batch in flight). After a failed
+ * copy every job not yet copied fails with it, and nothing lands before every copy started
+ * has (their chunks go back to the pool). `st` and `why`: the worker's own failure, which
+ * fails the whole batch. */
+static void issue(struct worker *w, struct job **batch, uint32_t n, const struct copy *c,
+                  const uint32_t *n_copies, mvm_status st, const char *why)
 {
+    mvm_space *sp = w->sp;
     mvm_backend *be = sp->be;
     mvm_event *fence[MVM_MAX_BATCH] = {0};
     mvm_status job_st[MVM_MAX_BATCH];
@@ -438,7 +532,7 @@ static void copy_and_land(mvm_space *sp, struct job **batch, uint32_t n, const s
         if (st == MVM_OK && n_copies[k]) {
             started = true;
             if (batch[k]->prio == PRIO_PREFETCH)
-                st = copy_in_pieces(sp, batch[k], c, n_copies[k]);
+                st = copy_in_pieces(w, batch[k], c, n_copies[k]);
             else
                 for (uint32_t i = 0; i < n_copies[k] && st == MVM_OK; i++)
                     st = be->ops->copy_start(be, sp->pool, (size_t)c[i].chunk, c[i].src,
@@ -468,19 +562,12 @@ static void copy_and_land(mvm_space *sp, struct job **batch, uint32_t n, const s
         if (wst != MVM_OK)
             mvm_log(MVM_LOG_WARN, "waiting for copies after a failed one: %s", mvm_last_error());
     }
+    struct flight *f = &w->fl;
     for (uint32_t k = 0; k < n; k++) {
-        if (fence[k]) {
-            mvm_status wst = be->ops->event_wait(be, fence[k]);
-            if (wst != MVM_OK) { /* its chunks go back to the pool: no copy may still land */
-                mvm_job_note_error(batch[k]);
-                be->ops->copy_wait(be);
-            }
-            if (job_st[k] == MVM_OK)
-                job_st[k] = wst;
-        }
-        pthread_mutex_lock(&sp->mu);
-        land_job(sp, batch[k], job_st[k]);
-        pthread_mutex_unlock(&sp->mu);
+        const uint32_t at = (f->head + f->n++) % FLIGHT_CAP;
+        f->job[at] = batch[k];
+        f->fence[at] = st == MVM_OK ? fence[k] : NULL; /* after a failure: all waited for */
+        f->st[at] = job_st[k];
     }
 }
 
@@ -514,52 +601,71 @@ static bool spin_idle(mvm_space *sp, uint64_t busy_at)
     return true;
 }
 
+/* Idle (lock held, nothing to copy or land): an eviction's unmap, else a spin or a sleep
+ * until work comes. *unmap_failed: one failed, not tried again until a batch. */
+static void idle(mvm_space *sp, uint64_t busy_at, bool *unmap_failed)
+{
+    if (sp->n_stale && !*unmap_failed) {
+        *unmap_failed = mvm_stale_unmap_one(sp) != MVM_OK;
+        return;
+    }
+    if (spin_idle(sp, busy_at))
+        return;
+    if (!sp->unpins) {
+        pthread_cond_wait(&sp->work, &sp->mu);
+        return;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_nsec += UNPIN_POLL_NS;
+    if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&sp->work, &sp->mu, &ts);
+}
+
+/* The worker: queues the copies of what is asked for as it comes (room in flight), lands
+ * the oldest job in flight once its copies are done, and when it has neither, idles. On
+ * stopping, what is in flight lands first. */
 static void *worker_main(void *arg)
 {
-    mvm_space *sp = arg;
+    struct worker w = {.sp = arg};
+    mvm_space *sp = w.sp;
     char init_why[160] = "";
     mvm_status init_st = worker_init(sp, init_why, sizeof init_why);
     struct copy *copies = NULL;
     size_t cap = 0;
-    bool unmap_failed = false; /* an eviction's unmap failed: not tried again until a batch */
-    uint64_t busy_at = 0;      /* when the last batch landed */
+    bool unmap_failed = false;
+    uint64_t busy_at = 0; /* when the worker last queued or landed */
     pthread_mutex_lock(&sp->mu);
-    while (!sp->stopping) {
+    while (!sp->stopping || w.fl.n) {
         poll_unpins(sp);
         run_deferred(sp);
         struct job *batch[MVM_MAX_BATCH];
-        uint32_t n = take_batch(sp, batch);
-        if (n == 0 && sp->n_stale && !unmap_failed) { /* idle: an eviction's unmap */
-            unmap_failed = mvm_stale_unmap_one(sp) != MVM_OK;
-            continue;
-        }
-        unmap_failed = unmap_failed && n == 0;
-        if (n == 0 && spin_idle(sp, busy_at))
-            continue;
-        if (n == 0) {
-            if (sp->unpins) {
-                struct timespec ts;
-                clock_gettime(CLOCK_MONOTONIC, &ts);
-                ts.tv_nsec += UNPIN_POLL_NS;
-                if (ts.tv_nsec >= 1000000000) {
-                    ts.tv_sec++;
-                    ts.tv_nsec -= 1000000000;
-                }
-                pthread_cond_timedwait(&sp->work, &sp->mu, &ts);
-            } else {
-                pthread_cond_wait(&sp->work, &sp->mu);
+        const bool room = !sp->stopping && w.fl.n + MVM_MAX_BATCH <= FLIGHT_CAP;
+        uint32_t n = room ? take_batch(sp, batch, w.fl.n == 0) : 0, n_copies[MVM_MAX_BATCH];
+        if (n) {
+            unmap_failed = false;
+            if (list_copies(sp, batch, n, &copies, &cap, n_copies) != 0)
+                continue;
+            pthread_mutex_unlock(&sp->mu);
+            if (init_st != MVM_OK) /* a passing driver failure must not fail every later move */
+                init_st = worker_init(sp, init_why, sizeof init_why);
+            issue(&w, batch, n, copies, n_copies, init_st, init_st ? init_why : NULL);
+            pthread_mutex_lock(&sp->mu);
+            busy_at = mvm_clock_ns();
+        } else if (w.fl.n) {
+            pthread_mutex_unlock(&sp->mu);
+            const bool copied = await_head(&w);
+            pthread_mutex_lock(&sp->mu);
+            if (copied) {
+                land_head(&w);
+                busy_at = mvm_clock_ns();
             }
-            continue;
+        } else {
+            idle(sp, busy_at, &unmap_failed);
         }
-        uint32_t n_copies[MVM_MAX_BATCH];
-        if (list_copies(sp, batch, n, &copies, &cap, n_copies) != 0)
-            continue;
-        pthread_mutex_unlock(&sp->mu);
-        if (init_st != MVM_OK) /* a passing driver failure must not fail every later move */
-            init_st = worker_init(sp, init_why, sizeof init_why);
-        copy_and_land(sp, batch, n, copies, n_copies, init_st, init_st ? init_why : NULL);
-        pthread_mutex_lock(&sp->mu);
-        busy_at = mvm_clock_ns();
     }
     pthread_mutex_unlock(&sp->mu);
     free(copies);

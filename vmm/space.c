@@ -347,6 +347,7 @@ mvm_status mvm_space_get_info(const mvm_space *sp, mvm_space_info *info)
     info->reserved_bytes = sp->reserved;
     info->numa_node = sp->be->numa_node >= 0 ? sp->be->numa_node : sp->topo.numa_node;
     info->home_mapped = sp->be->home_mappable;
+    info->move_spin_us = (uint32_t)(sp->spin_ns / 1000);
     info->host_readable = sp->be->host_readable;
     info->clean_evict = sp->be->track_clean;
     return MVM_OK;

@@ -135,6 +135,10 @@ typedef struct mvm_space_info {
     int clean_evict;           /* 1: evictions skip the write-back of unchanged pages
                                   (a write_back space with clean_evict, on a backend that
                                   can digest its pages) */
+    uint32_t move_spin_us;     /* MOEVM_MOVE_SPIN in effect: how long the migration worker
+                                  and the threads waiting for it spin before they sleep
+                                  (0: at once; the worker then waits for a copy's fence
+                                  asleep, else it polls the fence) */
 } mvm_space_info;
 
 mvm_status mvm_space_get_info(const mvm_space *space, mvm_space_info *info);

@@ -134,6 +134,8 @@ struct CUevent_st {
     unsigned flags;
     int recorded;
     double at;                  /* seconds (CLOCK_MONOTONIC) when it completed */
+    double ready;               /* a query sees it done from then on: recorded under an
+                                   event-wait delay, that long after its record */
 };
 
 static double event_now(void)
@@ -189,7 +191,8 @@ static struct {
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 /* The copy delay in effect: FAKECUDA_COPY_DELAY_US, or fakecuda_set_copy_delay_us. */
 static _Atomic unsigned long long g_copy_delay_us;
-/* What each cuEventSynchronize sleeps first (fakecuda_set_event_sync_delay_us). */
+/* What each cuEventSynchronize sleeps first, and how long after its record a query sees an
+ * event done (fakecuda_set_event_sync_delay_us). */
 static _Atomic unsigned long long g_event_delay_us;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cond = PTHREAD_COND_INITIALIZER; /* a held stream was released */
@@ -1229,6 +1232,7 @@ static CUresult event_record(CUevent e, CUstream s)
     e->pending = e->stream != NULL;
     e->recorded = 1;
     e->at = event_now();
+    e->ready = e->at + (double)atomic_load(&g_event_delay_us) * 1e-6;
     return CUDA_SUCCESS;
 }
 
@@ -1270,6 +1274,8 @@ static CUresult event_query(CUevent e, int wait)
     if (rc) return rc;
     if (!e || !event_live(e)) return CUDA_ERROR_INVALID_HANDLE;
     while (wait && event_live(e) && e->pending) pthread_cond_wait(&g_cond, &g_lock);
+    if (!wait && event_live(e) && e->recorded && event_now() < e->ready)
+        return CUDA_ERROR_NOT_READY; /* the delay a waiter would sleep (cuEventSynchronize) */
     return event_live(e) && e->pending ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
 }
 

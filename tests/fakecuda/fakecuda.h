@@ -84,8 +84,10 @@ void fakecuda_set_copy_delay_us(unsigned long long us);
 /* Copies (of any kind) that have begun, counted as they enter that delay: a test waits for
  * this to grow rather than sleeping and hoping a worker got there. */
 unsigned long fakecuda_copies_begun(void);
-/* Every later cuEventSynchronize sleeps `us` microseconds first, without the library's lock:
- * a migration worker then sits between a load's mapping and its landing for that long. */
+/* Every later cuEventSynchronize sleeps `us` microseconds first, without the library's lock,
+ * and an event recorded from now on is not done to cuEventQuery until `us` after its
+ * record: a migration worker, waiting or polling, then sits between a load's mapping and
+ * its landing for that long. */
 void fakecuda_set_event_sync_delay_us(unsigned long long us);
 
 /* A plugin kernel (FAKECUDA_KERNELS): runs the launch of `params` (its one parameter's
