@@ -966,6 +966,35 @@ static void test_unpin_lands_deferred_load(void)
     fake_set_copy_delay_us(0);
 }
 
+/* A load asked for while another's copy is on the bus (its fence not done for 300 ms) has
+ * its copy queued at once, behind it, where the worker polls the fence (MOEVM_MOVE_SPIN);
+ * a worker asleep in the fence's wait takes it once the first has landed, or before, if it
+ * came before the worker went to wait. Both land with their bytes. */
+static void test_copies_queued_in_flight(void)
+{
+    mvm_space_info info;
+    mvm_space *sp = filled_space(1, 2, PAGE, 2, &info);
+    mvm_move *a, *b;
+    fake_set_event_sync_delay_us(300000);
+    unsigned long begun = fake_copies_begun();
+    CHECK_ST(mvm_make_resident_async(sp, 0, 0, MVM_ALL_PAGES, &a), MVM_OK);
+    while (fake_copies_begun() == begun)
+        sched_yield();
+    begun = fake_copies_begun();
+    CHECK_ST(mvm_make_resident_async(sp, 0, 1, MVM_ALL_PAGES, &b), MVM_OK);
+    while (fake_copies_begun() == begun)
+        sched_yield();
+    if (info.move_spin_us) /* b's copy began with a's fence still pending (300 ms) */
+        CHECK_ST(mvm_move_test(a), MVM_ERR_BUSY);
+    fake_set_event_sync_delay_us(0);
+    CHECK_ST(mvm_move_wait(a, -1), MVM_OK);
+    CHECK_ST(mvm_move_wait(b, -1), MVM_OK);
+    CHECK_ST(mvm_move_release(a), MVM_OK);
+    CHECK_ST(mvm_move_release(b), MVM_OK);
+    CHECK(reads_match(sp, 0, 0, PAGE) && reads_match(sp, 0, 1, PAGE));
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+}
+
 static void test_unpin_after_stream(void)
 {
     mvm_space *sp = make_space(1, 2, PAGE, 2);
@@ -1448,6 +1477,7 @@ int main(int argc, char **argv)
         RUN(test_reload_while_mapped_load_cancelled);
         RUN(test_unpin_lands_deferred_load);
         RUN(test_unpin_after_stream);
+        RUN(test_copies_queued_in_flight);
         RUN(test_driver_failures);
         RUN(test_calls_per_move);
         RUN(test_evict_failures);
