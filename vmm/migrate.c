@@ -372,8 +372,8 @@ static int list_copies(mvm_space *sp, struct job **batch, uint32_t n, struct cop
 
 /* The jobs whose copies are queued, in the copy stream's order, each landing once its
  * fence is done: the worker queues the copies of jobs asked for meanwhile before it lands
- * the older ones, so the bus does not wait for a landing and a step's late request for the
- * next one's. Only the worker's thread touches it. */
+ * the older ones, so neither the bus nor a step's later misses wait for the earlier ones
+ * to land. Only the worker's thread touches it. */
 #define FLIGHT_CAP (4 * MVM_MAX_BATCH)
 /* How often a spinning worker looks at the oldest job's fence. */
 #define FENCE_POLL_NS 2000
