@@ -191,6 +191,9 @@ if [ -n "$fake_driver" ]; then
     if [ -n "$fake_kernels" ]; then
         expect 0 'space: cuda backend.*computing on' -- env MOEVM_BACKEND=auto MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "x" -n 2
         expect 0 'space: cuda backend.*computing on' -- env MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "x" -n 2
+        # the spin in effect is said at info (auto: 0 on 2 CPUs, 2000 us from 4 on the cuda backend)
+        expect 0 'backend cuda, moves spin 250 us before sleeping' -- env MOEVM_LOG=info MOEVM_MOVE_SPIN=250 MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 50%
+        expect 1 'MOEVM_MOVE_SPIN=fast: not valid \(expected an integer in 0..100000, or auto\)' -- env MOEVM_MOVE_SPIN=fast "$moevm" run -m "$m" -p "x" -n 2
         env MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 >"$tmp/c" 2>/dev/null
         if cmp -s "$tmp/a" "$tmp/c"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: greedy output differs on the device" >&2; fi
         # decode routed on the device: the log says how many tokens, and where the host's

@@ -293,8 +293,9 @@ mvm_status mvm_space_create(const mvm_space_desc *d, mvm_space **out)
     char budget[32];
     fmt_bytes(budget, sizeof budget, (uint64_t)sp->n_chunks * sp->page_size);
     mvm_log(MVM_LOG_INFO, "space: %u x %u experts of %llu bytes, %u pages each, budget %s "
-            "(%u pages), backend %s", sp->n_layers, sp->n_experts,
-            (unsigned long long)sp->expert_bytes, sp->ppe, budget, sp->n_chunks, be->name);
+            "(%u pages), backend %s, moves spin %llu us before sleeping", sp->n_layers,
+            sp->n_experts, (unsigned long long)sp->expert_bytes, sp->ppe, budget, sp->n_chunks,
+            be->name, (unsigned long long)(sp->spin_ns / 1000));
     *out = sp;
     return MVM_OK;
 }
