@@ -375,8 +375,10 @@ static int list_copies(mvm_space *sp, struct job **batch, uint32_t n, struct cop
  * the older ones, so neither the bus nor a step's later misses wait for the earlier ones
  * to land. Only the worker's thread touches it. */
 #define FLIGHT_CAP (4 * MVM_MAX_BATCH)
-/* How often a spinning worker looks at the oldest job's fence. */
-#define FENCE_POLL_NS 2000
+/* How often a spinning worker asks the driver whether the oldest job's fence is done (a
+ * request it sees at once): a landing is then late by up to this, and the driver's calls
+ * on the other threads (a step's launches) meet fewer of its queries. */
+#define FENCE_POLL_NS 5000
 
 struct flight {
     struct job *job[FLIGHT_CAP];
