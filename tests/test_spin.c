@@ -2,6 +2,7 @@
  * vmm/spin.c: spinning until a count moves on or a deadline passes, then sleeping on a
  * condition variable; and MOEVM_MOVE_SPIN's values, read when a space is made.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,7 +80,7 @@ static void wait_until_bumped(struct shared *s, uint64_t until_ns)
 {
     pthread_mutex_lock(&s->mu);
     while (!s->bumped)
-        mvm_spin_then_wait(&s->mu, &s->cv, &s->seq, until_ns);
+        CHECK(mvm_spin_then_wait(&s->mu, &s->cv, &s->seq, until_ns, NULL) == 0);
     CHECK(pthread_mutex_unlock(&s->mu) == 0); /* it returned holding mu */
 }
 
@@ -104,6 +105,27 @@ static void test_spin_then_wait(void)
         pthread_join(t, NULL);
         shared_destroy(&s);
     }
+
+    /* nothing moves: a deadline ends the sleep, said as ETIMEDOUT (a CLOCK_MONOTONIC cv) */
+    shared_init(&s, 0);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_destroy(&s.cv);
+    pthread_cond_init(&s.cv, &ca);
+    pthread_condattr_destroy(&ca);
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_nsec += 5000000;
+    if (deadline.tv_nsec >= 1000000000)
+        deadline.tv_sec++, deadline.tv_nsec -= 1000000000;
+    pthread_mutex_lock(&s.mu);
+    int rc = 0;
+    while (rc != ETIMEDOUT && !s.bumped)
+        rc = mvm_spin_then_wait(&s.mu, &s.cv, &s.seq, mvm_clock_ns() + 1000000, &deadline);
+    CHECK(rc == ETIMEDOUT && !s.bumped);
+    pthread_mutex_unlock(&s.mu);
+    shared_destroy(&s);
 }
 
 /* A space on the host backend made with MOEVM_MOVE_SPIN=value: its status. */

@@ -125,9 +125,6 @@ static void premap_job(mvm_space *sp, struct job *j)
     }
 }
 
-/* Where every run job j still owns is mapped ahead of its copy, a reader's stream may now
- * be ordered after the job's fence (kept until the job finishes) instead of its host
- * waiting for the landing (mvm_expert_wait_on). */
 /* Whether every run job j still owns is mapped at its address. */
 static bool runs_mapped(mvm_space *sp, struct job *j)
 {
@@ -137,6 +134,9 @@ static bool runs_mapped(mvm_space *sp, struct job *j)
     return true;
 }
 
+/* Where every run job j still owns is mapped ahead of its copy, a reader's stream may now
+ * be ordered after the job's fence (kept until the job finishes) instead of its host
+ * waiting for the landing (mvm_expert_wait_on). */
 static void order_job(mvm_space *sp, struct job *j)
 {
     if (!runs_mapped(sp, j))

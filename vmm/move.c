@@ -101,17 +101,9 @@ mvm_status mvm_move_wait(mvm_move *m, int64_t timeout_ns)
         spin_until = start + (uint64_t)timeout_ns;
     pthread_mutex_lock(&m->mu);
     int rc = 0;
-    while (m->pending > 0 && rc != ETIMEDOUT) {
-        const unsigned seen = atomic_load_explicit(&m->settled, memory_order_acquire);
-        if (mvm_clock_ns() < spin_until) {
-            pthread_mutex_unlock(&m->mu);
-            mvm_spin_until(&m->settled, seen, spin_until);
-            pthread_mutex_lock(&m->mu);
-            continue;
-        }
-        rc = timeout_ns < 0 ? pthread_cond_wait(&m->cv, &m->mu)
-                            : pthread_cond_timedwait(&m->cv, &m->mu, &deadline);
-    }
+    while (m->pending > 0 && rc != ETIMEDOUT)
+        rc = mvm_spin_then_wait(&m->mu, &m->cv, &m->settled, spin_until,
+                                timeout_ns < 0 ? NULL : &deadline);
     mvm_status st = m->pending > 0 ? MVM_ERR_TIMEOUT : m->result;
     pthread_mutex_unlock(&m->mu);
     atomic_fetch_add(&m->shared->wait_ns, mvm_clock_ns() - start);

@@ -214,8 +214,6 @@ static void teardown(mvm_space *sp)
     free(sp);
 }
 
-/* Pages of a prefetch's piece (MOEVM_COPY_PIECE bytes in whole pages); 0, or a piece as
- * large as an expert: the whole expert. */
 /* MOEVM_MOVE_SPIN in nanoseconds for a space on backend be (options.c says why). */
 static mvm_status move_spin_ns(const mvm_backend *be, uint64_t *out)
 {
@@ -232,6 +230,8 @@ static mvm_status move_spin_ns(const mvm_backend *be, uint64_t *out)
     return MVM_OK;
 }
 
+/* Pages of a prefetch's piece (MOEVM_COPY_PIECE bytes in whole pages); 0, or a piece as
+ * large as an expert: the whole expert. */
 static uint32_t piece_pages(const mvm_space *sp, uint64_t bytes)
 {
     uint64_t n = (bytes + sp->page_size - 1) / sp->page_size;
@@ -726,7 +726,7 @@ mvm_status mvm_expert_wait_on(mvm_space *sp, uint32_t l, uint32_t e, void *strea
                       l, e);
     const uint64_t spin_until = mvm_clock_ns() + sp->spin_ns;
     while (st == MVM_OK && (st = loads_ordered(sp, idx, &ordered)) == MVM_OK && !ordered)
-        mvm_spin_then_wait(&sp->mu, &sp->moved, &sp->moved_seq, spin_until);
+        mvm_spin_then_wait(&sp->mu, &sp->moved, &sp->moved_seq, spin_until, NULL);
     const struct job *last = NULL;
     for (uint32_t p = 0; p < sp->ppe && st == MVM_OK; p++) {
         const struct page *pg = page_at(sp, idx, p);

@@ -20,8 +20,8 @@ bool mvm_spin_until(const atomic_uint *seq, unsigned seen, uint64_t until_ns)
     }
 }
 
-void mvm_spin_then_wait(pthread_mutex_t *mu, pthread_cond_t *cv, const atomic_uint *seq,
-                        uint64_t until_ns)
+int mvm_spin_then_wait(pthread_mutex_t *mu, pthread_cond_t *cv, const atomic_uint *seq,
+                       uint64_t until_ns, const struct timespec *deadline)
 {
     const unsigned seen = atomic_load_explicit(seq, memory_order_acquire);
     if (mvm_clock_ns() < until_ns) {
@@ -29,7 +29,7 @@ void mvm_spin_then_wait(pthread_mutex_t *mu, pthread_cond_t *cv, const atomic_ui
         bool changed = mvm_spin_until(seq, seen, until_ns);
         pthread_mutex_lock(mu);
         if (changed || atomic_load_explicit(seq, memory_order_acquire) != seen)
-            return;
+            return 0;
     }
-    pthread_cond_wait(cv, mu);
+    return deadline ? pthread_cond_timedwait(cv, mu, deadline) : pthread_cond_wait(cv, mu);
 }

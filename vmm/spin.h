@@ -2,7 +2,7 @@
  * Waiting by spinning first: for the threads whose wake-up from a sleep costs more than the
  * wait itself (engine/compute/pool.c's workers; vmm's migration worker and the threads that
  * wait on it). A futex wake of a sleeping thread cost 18-30 us on the development VM
- * (bench/cpu/pool_wake.c), where a step's misses are ordered on the device in tens.
+ * (bench/cpu/pool_wake.c); a step's misses are ordered for the device in about as long.
  */
 #ifndef MVM_VMM_SPIN_H
 #define MVM_VMM_SPIN_H
@@ -40,10 +40,12 @@ static inline uint64_t mvm_clock_ns(void)
 bool mvm_spin_until(const atomic_uint *seq, unsigned seen, uint64_t until_ns);
 
 /* Waits on cv for *seq to move on from its value now, mu held on entry and on return:
- * spinning without mu until until_ns first (none when it has passed), then asleep on cv. The
- * writers change *seq under mu before they signal cv. May return early (a spurious wake-up):
- * the caller checks its condition again. */
-void mvm_spin_then_wait(pthread_mutex_t *mu, pthread_cond_t *cv, const atomic_uint *seq,
-                        uint64_t until_ns);
+ * spinning without mu until until_ns first (none when it has passed), then asleep on cv,
+ * until the CLOCK_MONOTONIC time `deadline` where one is given (cv made for that clock).
+ * The writers change *seq under mu before they signal cv. May return early (a spurious
+ * wake-up): the caller checks its condition again. Returns ETIMEDOUT past the deadline,
+ * else 0. */
+int mvm_spin_then_wait(pthread_mutex_t *mu, pthread_cond_t *cv, const atomic_uint *seq,
+                       uint64_t until_ns, const struct timespec *deadline);
 
 #endif
