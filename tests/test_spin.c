@@ -98,8 +98,9 @@ static void test_spin_then_wait(void)
     /* the spin is over (a deadline passed, or none): it sleeps, and the signal wakes it */
     for (int past = 0; past < 2; past++) {
         shared_init(&s, 20000);
-        pthread_create(&t, NULL, bumper, &s);
+        /* t0 before the bumper starts: its sleep may be under way before pthread_create returns */
         uint64_t t0 = mvm_clock_ns();
+        pthread_create(&t, NULL, bumper, &s);
         wait_until_bumped(&s, past ? t0 - 1 : t0 + 1000000);
         CHECK(mvm_clock_ns() - t0 >= 20000000); /* woken by the bump, not before it */
         pthread_join(t, NULL);
