@@ -374,35 +374,33 @@ AVX512_INLINE void rblock_tokens(enum mvm_wtype t, const rblock *R, int tiled, c
 }
 
 /* Super-block k of the 16 rows from r0 (the matrix's last repeated past its edge) on its way
- * into L1, or L2. */
+ * into L1. */
 AVX512_INLINE void prefetch_block(const uint8_t *w, size_t rb, size_t n_rows, size_t r0, size_t k,
-                                  size_t bytes, int to_l2)
+                                  size_t bytes)
 {
     for (int i = 0; i < 16; i++) {
         const size_t r = r0 + (size_t)i < n_rows ? r0 + (size_t)i : n_rows - 1;
         const char *b = (const char *)(w + r * rb + k * bytes);
-        for (size_t o = 0; o < bytes; o += 64) {
-            if (to_l2)
-                _mm_prefetch(b + o, _MM_HINT_T1);
-            else
-                _mm_prefetch(b + o, _MM_HINT_T0);
-        }
+        for (size_t o = 0; o < bytes; o += 64)
+            _mm_prefetch(b + o, _MM_HINT_T0);
     }
 }
 
 /* Sixteen rows read a super-block at a time are more streams than the hardware's
- * prefetchers follow: the super-block after this one (the next rows' first after the last)
- * into L1, and the next rows' same super-block into L2, a row block ahead. Without them the
- * products of 8 tokens streamed from memory ran at 0.65 of their speed from L3; the L2 step
- * alone took 4 tokens from 45 to 55 GMAC/s (bench_cpu_expert_tokens). */
+ * prefetchers follow: the super-block after this one (the next rows' first after the last),
+ * and the next rows' same super-block, a row block ahead. Without them the products of 8
+ * tokens streamed from memory ran at 0.65 of their speed from L3; the second alone took 4
+ * tokens from 45 to 55 GMAC/s (bench_cpu_expert_tokens). It went to L2 (prefetcht1) until
+ * session 77: into L1 it took 4 and 8 tokens on a 2-core AMD EPYC (Zen 5 class) from 87
+ * and 149 GMAC/s to 93 and 156 (docs/perf/cpu.md). */
 AVX512_INLINE void rows_prefetch(const uint8_t *w, size_t rb, size_t n_rows, size_t r0, size_t k,
                                  size_t nb, size_t bytes)
 {
     const size_t next = r0 / 16 * nb + k + 1, pr = next / nb * 16, pk = next % nb;
     if (pr < n_rows)
-        prefetch_block(w, rb, n_rows, pr, pk, bytes, 0);
+        prefetch_block(w, rb, n_rows, pr, pk, bytes);
     if (nb > 1 && r0 + 16 < n_rows)
-        prefetch_block(w, rb, n_rows, r0 + 16, k, bytes, 1);
+        prefetch_block(w, rb, n_rows, r0 + 16, k, bytes);
 }
 
 AVX512_INLINE void gemm_rows(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t n_rows,
@@ -467,10 +465,16 @@ AVX512_INLINE void tile_unpack(enum mvm_wtype t, const uint8_t *tile, rblock *R)
 #define TILE_UNPACK_TOKENS 8
 /* Tokens a tile's sums are kept for at once (the rest in further passes over the rows). */
 #define TILE_TOKENS 32
-/* How many tiles ahead the next is sent to L2: the hardware's prefetchers alone left 4 to 8
- * tokens streamed from memory at about half their speed from L2; one tile ahead into L1
- * was too late; 2 to 8 into L2 about alike, 4 the best (docs/perf/cpu.md). */
-#define TILE_AHEAD 4
+/* How many tiles ahead the next is sent to L1: the hardware's prefetchers alone left 4 to 8
+ * tokens streamed from memory at about half their speed from L2. Until session 77 it was 4
+ * tiles ahead into L2 (one into L1 had been too late on the machine then), but on a 2-core
+ * AMD EPYC (Zen 5 class) that left one token's products at 24 GB/s of weights against a 39
+ * GB/s read and 55 from L2: the copy and the arithmetic in turn, not overlapped. Two tiles
+ * ahead into L1 (4.5-6.6 KiB, the dot products' MVM_K_PREFETCH) took an OLMoE Q4_K_M
+ * expert (bench_cpu_expert_tokens) at 1, 2, 4, 8 tokens from 37, 78, 134-157, 178-182
+ * GMAC/s to 55, 105, 170-173, 219-223, Q6_K's from 29 to 45 at 1 token, and 16 tokens and
+ * more within noise; three or four tiles, or prefetchnta, were no better (docs/perf/cpu.md). */
+#define TILE_AHEAD 2
 
 /* mvm_k_gemm_fn over a tiled matrix: n_rows (a multiple of 16) rows of rb bytes, each 16
  * rows nb = n / 256 tiles in order. Each tile's scales are decoded once and its quants
@@ -495,7 +499,7 @@ AVX512_INLINE void gemm_tiles(enum mvm_wtype t, const uint8_t *w, size_t rb, siz
                 const uint8_t *tile = w + r0 * rb + k * tb;
                 if (tile + (TILE_AHEAD + 1) * tb <= end)
                     for (size_t o = 0; o < tb; o += 64)
-                        _mm_prefetch((const char *)tile + TILE_AHEAD * tb + o, _MM_HINT_T1);
+                        _mm_prefetch((const char *)tile + TILE_AHEAD * tb + o, _MM_HINT_T0);
                 tile_scales(t, tile, &R);
                 if (t != MVM_W_Q4_K && nt > TILE_UNPACK_TOKENS) { /* unpacked once */
                     tile_unpack(t, tile, &R);
