@@ -10,9 +10,14 @@
 #     defaults but for the threads (both take a prompt 512 tokens a pass);
 #   - rounds interleaved (llama.cpp, then moevm, REPS times), each test's best round kept,
 #     since this VM's speed drifts between minutes.
+#   - the memory's read bandwidth on the same threads before every round (bench_cpu_engine's
+#     read, a few seconds), since a VM's can move by half between minutes: each tg128 row
+#     also says what fraction of the decode bound (the best read over the bytes a token
+#     reads) each engine reached, so a ratio near the bound reads as that, not as slow code.
 # Prints a table and, per model and test, one line docs/perf/cpu.md records:
 #   RESULT bench=cpu_vs_llamacpp model=olmoe-3l type=q4_k_m test=pp512 threads=2
-#          moevm_tok_s=.. llamacpp_tok_s=.. ratio=..            (on one line)
+#          moevm_tok_s=.. llamacpp_tok_s=.. ratio=.. read_gbs=MIN-MAX
+#          [moevm_bound=.. llamacpp_bound=.. (tg128: fractions of the bound)]  (on one line)
 # usage: bash bench/cpu/llamacpp.sh [threads (2)] [rounds (3)] [layers (3)] [types ("q8_0 q4_k_m")]
 #                                   [preset (olmoe-1b-7b; any of moevm mkmodel --list's)]
 # (gpt-oss's files, for one: bash bench/cpu/llamacpp.sh 2 2 3 mxfp4_moe gpt-oss-20b)
@@ -29,7 +34,7 @@ bin=.llamacpp/build-cpu/bin
 die() { echo "bench/cpu/llamacpp.sh: $*" >&2; exit 1; }
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build -j"$(nproc)" --target moevm_cli >/dev/null
+cmake --build build -j"$(nproc)" --target moevm_cli bench_cpu_engine >/dev/null
 [ -x "$bin/llama-bench" ] && [ -x "$bin/llama-quantize" ] || bash bench/llamacpp/build.sh cpu
 [ -x "$bin/llama-quantize" ] || die "no $bin/llama-quantize after the llama.cpp build"
 export LD_LIBRARY_PATH=$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -62,6 +67,10 @@ for t in $types; do
     m=$(model "$t")
     for r in $(seq "$rounds"); do
         echo "-- $t round $r/$rounds" >&2
+        # the read bandwidth and the bytes a decode token reads (no tokens evaluated)
+        ./build/bench_cpu_engine "$m" "$threads" 0 0 2>/dev/null |
+            awk '/^read bw/ {bw = $3} /^active\/token/ {print bw, $2}' >>"$tmp/bw-$t.txt" ||
+            die "bench_cpu_engine on $m failed"
         "$bin/llama-bench" -m "$m" -p 64,512 -n 128 -r 1 -t "$threads" -o jsonl 2>/dev/null \
             >>"$tmp/llama-$t.jsonl" || die "llama-bench on $m failed"
         for p in 64 512; do # one -p per run: moevm bench takes one prompt length
@@ -87,11 +96,21 @@ print(f"|---|---|---|---|---|")
 results = []
 for t in types:
     ll, mv = best(f"{tmp}/llama-{t}.jsonl"), best(f"{tmp}/moevm-{t}.jsonl")
+    rounds = [line.split() for line in open(f"{tmp}/bw-{t}.txt") if line.strip()]
+    bw = [float(r[0]) for r in rounds]  # GB/s
+    active_mb = float(rounds[0][1])
+    bound = max(bw) * 1e3 / active_mb  # tok/s at the best read of the run
     for test in ("pp64", "pp512", "tg128"):
         l, m = ll[test], mv[test]
-        print(f"| {t} | {test} | {l:.1f} | {m:.1f} | {m / l:.2f}x |")
-        results.append(f"RESULT bench=cpu_vs_llamacpp model={name} type={t} test={test} "
-                       f"threads={threads} moevm_tok_s={m:.2f} llamacpp_tok_s={l:.2f} "
-                       f"ratio={m / l:.3f}")
+        note = f" ({m / bound:.0%} / {l / bound:.0%} of the bound)" if test == "tg128" else ""
+        print(f"| {t} | {test} | {l:.1f} | {m:.1f} | {m / l:.2f}x{note} |")
+        line = (f"RESULT bench=cpu_vs_llamacpp model={name} type={t} test={test} "
+                f"threads={threads} moevm_tok_s={m:.2f} llamacpp_tok_s={l:.2f} "
+                f"ratio={m / l:.3f} read_gbs={min(bw):.1f}-{max(bw):.1f}")
+        if test == "tg128":
+            line += f" moevm_bound={m / bound:.3f} llamacpp_bound={l / bound:.3f}"
+        results.append(line)
+    print(f"{t}: memory read {min(bw):.1f}-{max(bw):.1f} GB/s over the rounds, "
+          f"{active_mb:.1f} MB a decode token: bound {bound:.1f} tok/s at the best read")
 print("\n".join(results))
 EOF
