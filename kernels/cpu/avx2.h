@@ -25,7 +25,10 @@
  * Every weight stream is prefetched MVM_K_PREFETCH bytes ahead: with a dozen or more
  * instructions per cache line, out-of-order execution alone does not keep enough misses in
  * flight, and single-core bandwidth from DRAM drops by a fifth (measured: Q8_0 matvec
- * 6.9 -> 8.7 GB/s, F16 8.2 -> 9.9 GB/s on a Xeon with a 10.5 GB/s single-core read).
+ * 6.9 -> 8.7 GB/s, F16 8.2 -> 9.9 GB/s on a Xeon with a 10.5 GB/s single-core read). The
+ * kernels that read several rows side by side (gemm_*_avx512vnni) prefetch each row's
+ * next block MVM_K_PREFETCH_ROWS ahead of where they point: so many streams that far ahead
+ * would not stay in L1.
  */
 #ifndef MVM_KERNELS_CPU_AVX2_H
 #define MVM_KERNELS_CPU_AVX2_H
@@ -49,15 +52,34 @@
 #endif
 #define AVX2_INLINE static inline __attribute__((always_inline)) AVX2_TARGET
 
-#define MVM_K_PREFETCH 4096
+/* 4096 until session 77. 8192 took one thread's Q8_0 and Q6_K products from memory from
+ * 36-38 to 39-42 GB/s on a 2-core AMD EPYC (Zen 5 class), and two threads' Q8_0 decode,
+ * where the VM's memory read at 79-83 GB/s, from 171-180 to 195-212 tok/s (six
+ * alternations; docs/perf/cpu.md). Where it read at 45-50 GB/s decode is at the bound
+ * either way. The rows kernels kept 4096: at 8192 a Q8_0 prompt of 64 tokens fell from
+ * about 1000 to 600-950 tok/s. */
+#define MVM_K_PREFETCH 8192
+#define MVM_K_PREFETCH_ROWS 4096
 
-/* Prefetches the cache lines of [p, p + bytes) MVM_K_PREFETCH bytes ahead (prefetches never
- * fault, so running past the end of the weights is harmless). */
-AVX2_INLINE void avx2_prefetch(const uint8_t *p, size_t bytes)
+/* Prefetches the cache lines of [p, p + bytes) `ahead` bytes ahead (prefetches never fault,
+ * so running past the end of the weights is harmless). */
+AVX2_INLINE void avx2_prefetch_at(const uint8_t *p, size_t bytes, size_t ahead)
 {
 #pragma GCC unroll 16
     for (size_t o = 0; o < bytes; o += 64)
-        _mm_prefetch((const char *)p + MVM_K_PREFETCH + o, _MM_HINT_T0);
+        _mm_prefetch((const char *)p + ahead + o, _MM_HINT_T0);
+}
+
+/* A weight stream read by itself: MVM_K_PREFETCH ahead. */
+AVX2_INLINE void avx2_prefetch(const uint8_t *p, size_t bytes)
+{
+    avx2_prefetch_at(p, bytes, MVM_K_PREFETCH);
+}
+
+/* One of several rows read side by side: MVM_K_PREFETCH_ROWS ahead. */
+AVX2_INLINE void avx2_prefetch_rows(const uint8_t *p, size_t bytes)
+{
+    avx2_prefetch_at(p, bytes, MVM_K_PREFETCH_ROWS);
 }
 
 AVX2_INLINE float avx2_hsum(__m256 v)

@@ -361,7 +361,7 @@ AVX512_INLINE void krows_fill(enum mvm_wtype t, int split, int NR, const uint8_t
     for (size_t k = 0; k < kn; k++)
 #pragma GCC unroll 8
         for (int r = 0; r < NR; r++) {
-            avx2_prefetch(rows[r] + (size_t)NR * rb + (k0 + k) * bytes, bytes);
+            avx2_prefetch_rows(rows[r] + (size_t)NR * rb + (k0 + k) * bytes, bytes);
             krow_fill(t, split, rows[r] + (k0 + k) * bytes, &R[k * (size_t)NR + (size_t)r]);
         }
 }

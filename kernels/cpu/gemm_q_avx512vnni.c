@@ -186,7 +186,7 @@ AVX512_INLINE void gemm_q_down(enum mvm_wtype t, const uint8_t *w, size_t rb, si
             for (int r = 0; r < TILE; r++) {
                 set[r] = w + (r0 + (size_t)r * Q_STEP_BLOCKS) * rb;
                 /* the next tile's: the blocks read right after this are already on their way */
-                avx2_prefetch(set[r] + TILE * Q_STEP_BLOCKS * rb, Q_STEP_BLOCKS * rb);
+                avx2_prefetch_rows(set[r] + TILE * Q_STEP_BLOCKS * rb, Q_STEP_BLOCKS * rb);
             }
             qstep_fill(t, set, rb, &S);
             for (size_t i = 0; i < ntb; i++) {
@@ -276,7 +276,7 @@ AVX512_INLINE void qrows_fill(enum mvm_wtype t, int split, const uint8_t *const 
     for (int r = 0; r < 8; r++) {
         const uint8_t *x = rows[r] + j0 * bytes;
         /* the next block of rows' step: a block's time ahead of its use */
-        avx2_prefetch(x + 8 * rb, (size_t)n * bytes);
+        avx2_prefetch_rows(x + 8 * rb, (size_t)n * bytes);
 #pragma GCC unroll 8
         for (int j = 0; j < n && !split; j++)
             _mm256_storeu_si256((__m256i *)R->q[r][j], qblock_u8(t, x + j * bytes));

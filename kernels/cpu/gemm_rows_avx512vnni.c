@@ -470,7 +470,7 @@ AVX512_INLINE void tile_unpack(enum mvm_wtype t, const uint8_t *tile, rblock *R)
  * tiles ahead into L2 (one into L1 had been too late on the machine then), but on a 2-core
  * AMD EPYC (Zen 5 class) that left one token's products at 24 GB/s of weights against a 39
  * GB/s read and 55 from L2: the copy and the arithmetic in turn, not overlapped. Two tiles
- * ahead into L1 (4.5-6.6 KiB, the dot products' MVM_K_PREFETCH) took an OLMoE Q4_K_M
+ * ahead into L1 (4.5-6.6 KiB, about MVM_K_PREFETCH_ROWS) took an OLMoE Q4_K_M
  * expert (bench_cpu_expert_tokens) at 1, 2, 4, 8 tokens from 37, 78, 134-157, 178-182
  * GMAC/s to 55, 105, 170-173, 219-223, Q6_K's from 29 to 45 at 1 token, and 16 tokens and
  * more within noise; three or four tiles, or prefetchnta, were no better (docs/perf/cpu.md). */
