@@ -7,6 +7,8 @@
  * independent reference is tests/ref/check_forward.py.
  */
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,6 +113,58 @@ static void test_pool(void)
         prev_end = e;
     }
     CHECK(covered == 100);
+}
+
+/* The affinity of the thread that calls this. */
+static cpu_set_t my_cpus(void)
+{
+    cpu_set_t s;
+    CPU_ZERO(&s);
+    CHECK(pthread_getaffinity_np(pthread_self(), sizeof s, &s) == 0);
+    return s;
+}
+
+static void *report_cpus(void *out)
+{
+    *(cpu_set_t *)out = my_cpus();
+    return NULL;
+}
+
+static void nothing(void *p, int t, int nth) { (void)p, (void)t, (void)nth; }
+
+/* Made on a thread of its own, as the pinning would outlive it. The pool's maker keeps its
+ * affinity until it runs the pool, and so do the threads it makes meanwhile (the engine's
+ * space, made after its pool, starts the migration worker and the CUDA driver's threads):
+ * they ran on thread 0's one core. The thread that runs the pool is pinned to one core. */
+static void *pool_affinity(void *arg)
+{
+    (void)arg;
+    const cpu_set_t before = my_cpus();
+    mvm_topo topo = {0};
+    topo.cores = before;
+    topo.n_cores = CPU_COUNT(&before);
+    mvm_pool *p;
+    CHECK_ST(mvm_pool_create(2, &topo, &p), MVM_OK);
+    cpu_set_t now = my_cpus(), child;
+    CHECK(CPU_EQUAL(&now, &before));
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, report_cpus, &child) == 0);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK(CPU_EQUAL(&child, &before));
+    mvm_pool_run(p, nothing, NULL);
+    now = my_cpus();
+    CHECK(CPU_COUNT(&now) == 1);
+    CPU_AND(&now, &now, &before);
+    CHECK(CPU_COUNT(&now) == 1); /* one of the topology's cores */
+    mvm_pool_destroy(p);
+    return NULL;
+}
+
+static void test_pool_affinity(void)
+{
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, pool_affinity, NULL) == 0);
+    CHECK(pthread_join(t, NULL) == 0);
 }
 
 /* ---- loading ------------------------------------------------------------------------- */
@@ -1028,6 +1082,7 @@ int main(void)
         make_tiny(arches[i], MVM_W_Q8_0);
     }
     RUN(test_pool);
+    RUN(test_pool_affinity);
     RUN(test_load_presets);
     RUN(test_load_errors);
     RUN(test_ctx_errors);

@@ -65,6 +65,8 @@ struct mvm_pool {
     int sleepers;
     mvm_topo topo;              /* a copy: the workers pin themselves after create returns */
     int pinned;                 /* a topology was given */
+    pthread_t caller;           /* the thread pinned as thread 0, once caller_pinned */
+    int caller_pinned;
     uint64_t spin_ns;           /* backoff's: SPIN_NS where each thread has a core */
 };
 
@@ -115,6 +117,21 @@ static void *worker_main(void *arg)
     }
 }
 
+/* Thread 0 is whichever thread runs the pool, pinned to the first core at its first run,
+ * not when the pool is made: a thread inherits its creator's affinity, and the threads made
+ * after the pool by the thread that made it would share that one core with thread 0. The
+ * engine makes its pool before its space, whose migration worker and the CUDA driver's own
+ * threads then all ran on thread 0's core, and whose spin (MOEVM_MOVE_SPIN=auto) counted one
+ * CPU and never spun (tests/test_engine.c, test_pool_affinity). */
+static void pin_caller(mvm_pool *p)
+{
+    if (!p->pinned || (p->caller_pinned && pthread_equal(p->caller, pthread_self())))
+        return;
+    pin_worker(&p->topo, 0);
+    p->caller = pthread_self();
+    p->caller_pinned = 1;
+}
+
 static void publish(mvm_pool *p)
 {
     /* The increment under the lock pairs with the sleepers' re-check under it, so a worker
@@ -143,7 +160,6 @@ mvm_status mvm_pool_create(int n_threads, const mvm_topo *topo, mvm_pool **out)
     p->spin_ns = topo && topo->n_cores >= n_threads ? SPIN_NS : 0;
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->wake, NULL);
-    pin_worker(topo, 0);
     for (int i = 1; i < n_threads; i++) {
         struct worker *w = &p->workers[i];
         w->pool = p;
@@ -183,6 +199,7 @@ void mvm_pool_run(mvm_pool *p, mvm_pool_fn fn, void *ctx)
         fn(ctx, 0, 1);
         return;
     }
+    pin_caller(p);
     p->fn = fn;
     p->ctx = ctx;
     atomic_store_explicit(&p->pending, p->n - 1, memory_order_relaxed);

@@ -5,7 +5,9 @@
  * atomic generation counter before sleeping (up to 2 ms where each thread has a core of its
  * own: pool.c says why): a wake-up through a condition variable alone costs tens of
  * microseconds. Workers are pinned one per core within the cores the
- * topology module picked (near the GPU, or the caller's node).
+ * topology module picked (near the GPU, or the caller's node), and the thread that runs the
+ * pool to the first of them at its first run (not when the pool is made: threads made
+ * meanwhile, such as the space's migration worker, keep their creator's affinity).
  */
 #ifndef MVM_ENGINE_COMPUTE_POOL_H
 #define MVM_ENGINE_COMPUTE_POOL_H
