@@ -167,6 +167,112 @@ static void test_pool_affinity(void)
     CHECK(pthread_join(t, NULL) == 0);
 }
 
+/* What each thread of a run saw: its id, its affinity, how many runs it took part in. */
+struct pool_seen {
+    pthread_t self[8];
+    cpu_set_t cpus[8];
+    atomic_int calls[8];
+    atomic_int bad;
+};
+
+static void see_run(void *p, int t, int nth)
+{
+    struct pool_seen *s = p;
+    if (t < 0 || t >= nth || nth > 8) {
+        atomic_fetch_add(&s->bad, 1);
+        return;
+    }
+    s->self[t] = pthread_self();
+    s->cpus[t] = my_cpus();
+    atomic_fetch_add(&s->calls[t], 1);
+}
+
+/* Runs p `runs` times: every thread took part in each, once, and the workers sit each on
+ * one core of `cores`. */
+static void check_runs(mvm_pool *p, int runs, const cpu_set_t *cores, struct pool_seen *s)
+{
+    memset(s, 0, sizeof *s);
+    for (int r = 0; r < runs; r++)
+        mvm_pool_run(p, see_run, s);
+    CHECK(atomic_load(&s->bad) == 0);
+    for (int t = 0; t < mvm_pool_size(p) && t < 8; t++) {
+        CHECK(atomic_load(&s->calls[t]) == runs);
+        cpu_set_t in;
+        CPU_AND(&in, &s->cpus[t], cores);
+        CHECK(t == 0 && mvm_pool_size(p) == 1 ? 1 : CPU_COUNT(&s->cpus[t]) == 1 && CPU_COUNT(&in) == 1);
+    }
+}
+
+static atomic_int tripped;
+static void tripwire(void *p, int t, int nth) { (void)p, (void)t, (void)nth, atomic_fetch_add(&tripped, 1); }
+
+/* Moves p to topo after a last run of tripwire: no worker of after the move may run that
+ * again (a worker restarted must wait for the next run, not take the last one). */
+static void move_after_tripwire(mvm_pool *p, const mvm_topo *topo)
+{
+    atomic_store(&tripped, 0);
+    mvm_pool_run(p, tripwire, NULL);
+    const int n = mvm_pool_size(p);
+    CHECK_ST(mvm_pool_move(p, topo), MVM_OK);
+    usleep(20000);
+    CHECK(atomic_load(&tripped) == n);
+}
+
+/* mvm_pool_move: a pool made before the space follows it to the cores near its GPU. */
+static void *pool_move(void *arg)
+{
+    (void)arg;
+    const cpu_set_t all = my_cpus();
+    mvm_topo wide = {0}, one = {0};
+    wide.cores = all;
+    wide.n_cores = CPU_COUNT(&all);
+    for (int c = CPU_SETSIZE - 1; c >= 0; c--) /* the last of the cores */
+        if (CPU_ISSET(c, &all)) {
+            CPU_SET(c, &one.cores);
+            break;
+        }
+    one.n_cores = 1;
+    struct pool_seen s;
+    mvm_pool *p;
+    CHECK_ST(mvm_pool_create(0, &wide, &p), MVM_OK); /* one per core */
+    const int n = wide.n_cores < 8 ? wide.n_cores : 8;
+    CHECK(mvm_pool_size(p) == wide.n_cores);
+    check_runs(p, 50, &all, &s);
+    move_after_tripwire(p, &one);
+    CHECK(mvm_pool_size(p) == 1);
+    check_runs(p, 50, &one.cores, &s);
+    move_after_tripwire(p, &wide);
+    CHECK(mvm_pool_size(p) == wide.n_cores);
+    check_runs(p, 50, &all, &s); /* no worker replays a run of before the move */
+    pthread_t before[8];
+    memcpy(before, s.self, sizeof before);
+    CHECK_ST(mvm_pool_move(p, &wide), MVM_OK); /* the same cores: nothing restarts */
+    check_runs(p, 5, &all, &s);
+    for (int t = 1; t < n; t++)
+        CHECK(pthread_equal(before[t], s.self[t]));
+    mvm_pool_destroy(p);
+
+    CHECK_ST(mvm_pool_create(3, &wide, &p), MVM_OK); /* a count given: it stays */
+    move_after_tripwire(p, &one);
+    CHECK(mvm_pool_size(p) == 3);
+    check_runs(p, 50, &one.cores, &s);
+    mvm_pool_destroy(p);
+
+    CHECK_ST(mvm_pool_create(2, NULL, &p), MVM_OK); /* not pinned: not moved */
+    CHECK_ST(mvm_pool_move(p, &one), MVM_OK);
+    CHECK(mvm_pool_size(p) == 2);
+    mvm_pool_destroy(p);
+    CHECK_ST(mvm_pool_create(0, NULL, &p), MVM_ERR_INVALID);
+    return NULL;
+}
+
+static void test_pool_move(void)
+{
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, pool_move, NULL) == 0);
+    CHECK(pthread_join(t, NULL) == 0);
+}
+
 /* ---- loading ------------------------------------------------------------------------- */
 
 static void test_load_presets(void)
@@ -1083,6 +1189,7 @@ int main(void)
     }
     RUN(test_pool);
     RUN(test_pool_affinity);
+    RUN(test_pool_move);
     RUN(test_load_presets);
     RUN(test_load_errors);
     RUN(test_ctx_errors);

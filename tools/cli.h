@@ -182,8 +182,8 @@ int mvm_cli_capacities(const char *cmd, const char *text, uint32_t n, uint64_t a
 int mvm_cli_space_desc(const char *cmd, const char *flag, const char *budget,
                        mvm_space_desc *desc);
 /* The engine's CPU side for command `cmd`: MOEVM_CPU_SIMD applied, and a pool of `threads`
- * (0: MOEVM_THREADS, else one per core near the GPU or of the caller's node) pinned by the
- * topology. 0, or 1 after a one-line error. */
+ * (0: MOEVM_THREADS, else one per core, near the GPU once a space on one is made) pinned
+ * by the topology. 0, or 1 after a one-line error. */
 int mvm_cli_threads(const char *cmd, uint32_t threads, mvm_pool **out);
 
 /* A progress callback for long work (loading, writing models): ctx is the label. Shows a

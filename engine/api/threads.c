@@ -26,8 +26,8 @@ mvm_status mvm_threads_pool(uint32_t threads, mvm_pool **out)
         return mvm_fail(MVM_ERR_UNSUPPORTED, "MOEVM_CPU_SIMD=%s: this CPU does not support it "
                         "(best: %s)", mvm_k_simd_name(levels[simd.i]),
                         mvm_k_simd_name(mvm_k_simd_detect()));
-    int n = threads ? (int)threads
-            : env_threads.i > 0 ? (int)env_threads.i
-            : topo.n_cores > 0 ? topo.n_cores : 1;
+    /* 0: one per core of the topology's, which follows the GPU's once the space is made
+     * (mvm_model_load_experts) */
+    int n = threads ? (int)threads : env_threads.i > 0 ? (int)env_threads.i : 0;
     return mvm_pool_create(n, &topo, out);
 }

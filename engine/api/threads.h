@@ -1,7 +1,7 @@
 /*
  * The engine's CPU threads as every front end sets them up: MOEVM_CPU_SIMD applied, and a
- * pool of `threads` (0: MOEVM_THREADS, else one per core near the GPU or of the caller's
- * node) pinned by the topology.
+ * pool of `threads` (0: MOEVM_THREADS, else one per core: of every node until a space on a
+ * GPU is made, then near that GPU, mvm_model_load_experts) pinned by the topology.
  */
 #ifndef MVM_ENGINE_API_THREADS_H
 #define MVM_ENGINE_API_THREADS_H

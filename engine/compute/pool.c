@@ -50,6 +50,7 @@ struct worker {
     mvm_pool *pool;
     pthread_t thread;
     int index;
+    unsigned seen;              /* the generation it started after */
 };
 
 struct mvm_pool {
@@ -65,6 +66,7 @@ struct mvm_pool {
     int sleepers;
     mvm_topo topo;              /* a copy: the workers pin themselves after create returns */
     int pinned;                 /* a topology was given */
+    int per_core;               /* made with n_threads 0: one thread per core of topo */
     pthread_t caller;           /* the thread pinned as thread 0, once caller_pinned */
     int caller_pinned;
     uint64_t spin_ns;           /* backoff's: SPIN_NS where each thread has a core */
@@ -94,7 +96,7 @@ static void *worker_main(void *arg)
     struct worker *w = arg;
     mvm_pool *p = w->pool;
     pin_worker(p->pinned ? &p->topo : NULL, w->index);
-    unsigned seen = 0;
+    unsigned seen = w->seen;
     for (;;) {
         unsigned gen;
         int round = 0;
@@ -143,45 +145,87 @@ static void publish(mvm_pool *p)
     pthread_mutex_unlock(&p->lock);
 }
 
-mvm_status mvm_pool_create(int n_threads, const mvm_topo *topo, mvm_pool **out)
+/* Workers 1..n-1, pinned to p->topo's cores (when pinned), each waiting for the next
+ * generation from the one now. On failure the pool keeps the workers that started. */
+static mvm_status start_workers(mvm_pool *p, int n_threads)
 {
-    *out = NULL;
-    if (n_threads < 1 || n_threads > MVM_POOL_MAX_THREADS)
-        return mvm_fail(MVM_ERR_INVALID, "thread count %d is not in 1..%d", n_threads,
-                        MVM_POOL_MAX_THREADS);
-    mvm_pool *p = calloc(1, sizeof *p);
-    if (!p || !(p->workers = calloc((size_t)n_threads, sizeof *p->workers))) {
-        free(p);
-        return mvm_fail(MVM_ERR_NOMEM, "out of memory for a pool of %d threads", n_threads);
-    }
     p->n = n_threads;
-    if ((p->pinned = topo != NULL))
-        p->topo = *topo;
-    p->spin_ns = topo && topo->n_cores >= n_threads ? SPIN_NS : 0;
-    pthread_mutex_init(&p->lock, NULL);
-    pthread_cond_init(&p->wake, NULL);
+    p->spin_ns = p->pinned && p->topo.n_cores >= n_threads ? SPIN_NS : 0;
+    p->caller_pinned = 0; /* pinned again, to the cores now, at the next run */
+    const unsigned gen = atomic_load(&p->generation);
     for (int i = 1; i < n_threads; i++) {
         struct worker *w = &p->workers[i];
         w->pool = p;
         w->index = i;
+        w->seen = gen;
         if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
             p->n = i; /* join only those that started */
-            mvm_pool_destroy(p);
             return mvm_fail(MVM_ERR_NOMEM, "cannot start thread %d of %d", i, n_threads);
         }
     }
+    return MVM_OK;
+}
+
+static void stop_workers(mvm_pool *p)
+{
+    atomic_store(&p->stop, 1);
+    publish(p);
+    for (int i = 1; i < p->n; i++)
+        pthread_join(p->workers[i].thread, NULL);
+    atomic_store(&p->stop, 0);
+}
+
+/* n_threads 0: one per core of topo. */
+static int threads_for(int n_threads, const mvm_topo *topo)
+{
+    return n_threads ? n_threads : topo && topo->n_cores > 0 ? topo->n_cores : 1;
+}
+
+mvm_status mvm_pool_create(int n_threads, const mvm_topo *topo, mvm_pool **out)
+{
+    *out = NULL;
+    if (n_threads < 0 || n_threads > MVM_POOL_MAX_THREADS || (!n_threads && !topo))
+        return mvm_fail(MVM_ERR_INVALID, "thread count %d is not in 1..%d", n_threads,
+                        MVM_POOL_MAX_THREADS);
+    mvm_pool *p = calloc(1, sizeof *p);
+    if (!p || !(p->workers = calloc(MVM_POOL_MAX_THREADS, sizeof *p->workers))) {
+        free(p);
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for a pool of %d threads", n_threads);
+    }
+    if ((p->pinned = topo != NULL))
+        p->topo = *topo;
+    p->per_core = n_threads == 0;
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_cond_init(&p->wake, NULL);
+    mvm_status st = start_workers(p, threads_for(n_threads, topo));
+    if (st != MVM_OK) {
+        mvm_pool_destroy(p);
+        return st;
+    }
     *out = p;
     return MVM_OK;
+}
+
+mvm_status mvm_pool_move(mvm_pool *p, const mvm_topo *topo)
+{
+    if (!p->pinned || !topo || topo->n_cores <= 0)
+        return MVM_OK;
+    const int n = p->per_core ? topo->n_cores : p->n;
+    if (n == p->n && CPU_EQUAL(&topo->cores, &p->topo.cores))
+        return MVM_OK;
+    if (n > MVM_POOL_MAX_THREADS)
+        return mvm_fail(MVM_ERR_INVALID, "%d cores near the GPU: more than the pool's %d "
+                        "threads", n, MVM_POOL_MAX_THREADS);
+    stop_workers(p);
+    p->topo = *topo;
+    return start_workers(p, n);
 }
 
 void mvm_pool_destroy(mvm_pool *p)
 {
     if (!p)
         return;
-    atomic_store(&p->stop, 1);
-    publish(p);
-    for (int i = 1; i < p->n; i++)
-        pthread_join(p->workers[i].thread, NULL);
+    stop_workers(p);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->wake);
     free(p->workers);

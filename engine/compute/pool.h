@@ -4,8 +4,8 @@
  * region is one call. A decode step makes hundreds of these calls, so workers spin on an
  * atomic generation counter before sleeping (up to 2 ms where each thread has a core of its
  * own: pool.c says why): a wake-up through a condition variable alone costs tens of
- * microseconds. Workers are pinned one per core within the cores the
- * topology module picked (near the GPU, or the caller's node), and the thread that runs the
+ * microseconds. Workers are pinned one per core within the cores the topology module
+ * picked (every core, or those near the GPU: mvm_pool_move), and the thread that runs the
  * pool to the first of them at its first run (not when the pool is made: threads made
  * meanwhile, such as the space's migration worker, keep their creator's affinity).
  */
@@ -22,9 +22,14 @@ typedef void (*mvm_pool_fn)(void *ctx, int thread, int n_threads);
  * extra zero) is an error rather than a million threads. */
 #define MVM_POOL_MAX_THREADS 1024
 
-/* n_threads in 1..MVM_POOL_MAX_THREADS (the caller counts as one). topo may be NULL: no
- * pinning; the pool keeps a copy. */
+/* n_threads in 1..MVM_POOL_MAX_THREADS (the caller counts as one), or 0 with a topo: one
+ * per core of it. topo may be NULL: no pinning; the pool keeps a copy. */
 mvm_status mvm_pool_create(int n_threads, const mvm_topo *topo, mvm_pool **out);
+/* Moves a pinned pool to topo's cores (the space's, near its GPU, once the space is known:
+ * the pool is made before it), restarting its workers there; one per core of topo when it
+ * was made with n_threads 0, else as many as before. Nothing when the cores and the count
+ * stay, or for a pool made without a topo. Not during a run. */
+mvm_status mvm_pool_move(mvm_pool *p, const mvm_topo *topo);
 void mvm_pool_destroy(mvm_pool *p);
 int mvm_pool_size(const mvm_pool *p);
 /* Runs fn(ctx, t, n) for t in [0, n) concurrently; not reentrant. */

@@ -10,7 +10,7 @@
 const mvm_option_desc mvm_opt_threads = {
     "MOEVM_THREADS", MVM_OPT_INT, "0", "0.." TEXT(MVM_POOL_MAX_THREADS),
     "CPU threads of the engine (`moevm run -t`); 0 = one per core near "
-    "the GPU, or per core of the caller's NUMA node"};
+    "the GPU (of its NUMA node) on the cuda backend, else one per core"};
 
 const mvm_option_desc mvm_opt_cpu_simd = {
     "MOEVM_CPU_SIMD", MVM_OPT_CHOICE, "auto", "auto|avx512vnni|avx512|avx2|dotprod|neon|scalar",

@@ -265,12 +265,30 @@ static mvm_status choose_tiles(mvm_model *m, mvm_space *space, const uint8_t *he
     return MVM_OK;
 }
 
+/* The pool's threads moved to the cores near the space's GPU, where its homes are: the
+ * front ends make the pool before the space, from a topology without a GPU (every core,
+ * of every node). The CPU's experts (--n-cpu-moe, the assign module's share) read those
+ * homes. */
+static mvm_status pool_near_gpu(mvm_pool *pool, const mvm_space *space)
+{
+    mvm_space_info info;
+    mvm_topo near;
+    mvm_status st = mvm_space_get_info(space, &info);
+    if (st != MVM_OK || !info.pci_bus_id[0])
+        return st;
+    if ((st = mvm_topo_probe(info.pci_bus_id, &near)) != MVM_OK)
+        return mvm_fail_prefix(st, "the cores near GPU %s", info.pci_bus_id);
+    return near.gpu_found ? mvm_pool_move(pool, &near) : MVM_OK;
+}
+
 mvm_status mvm_model_load_experts(mvm_model *m, mvm_space *space, mvm_pool *pool,
                                   const uint8_t *held, mvm_progress_fn progress, void *pctx)
 {
     m->space = space;
     const mvm_hparams *hp = &m->hp;
     mvm_status st = choose_tiles(m, space, held);
+    if (st == MVM_OK)
+        st = pool_near_gpu(pool, space);
     if (st != MVM_OK)
         return st;
     /* every tensor was found and checked by open_model: nothing below fails */

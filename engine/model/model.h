@@ -160,7 +160,8 @@ extern const mvm_option_desc mvm_opt_expert_tiles;
  * expert_bytes are m's) on the pool's threads; only those with held[layer * n_expert + e]
  * set when held is not NULL (the distributed mode's share, dist.h): the others' homes are
  * never written, so they take no memory, and must not be computed. m owns the space from
- * this call on. The file's copy of each layer's experts is released once converted. */
+ * this call on. The file's copy of each layer's experts is released once converted. A
+ * space on a GPU moves the pool to the cores near it first (mvm_pool_move). */
 mvm_status mvm_model_load_experts(mvm_model *m, mvm_space *space, mvm_pool *pool,
                                   const uint8_t *held, mvm_progress_fn progress,
                                   void *progress_ctx);
