@@ -213,7 +213,7 @@ static void move_after_tripwire(mvm_pool *p, const mvm_topo *topo)
     atomic_store(&tripped, 0);
     mvm_pool_run(p, tripwire, NULL);
     const int n = mvm_pool_size(p);
-    CHECK_ST(mvm_pool_move(p, topo), MVM_OK);
+    CHECK_ST(mvm_pool_move(p, topo, 0), MVM_OK);
     usleep(20000);
     CHECK(atomic_load(&tripped) == n);
 }
@@ -246,7 +246,7 @@ static void *pool_move(void *arg)
     check_runs(p, 50, &all, &s); /* no worker replays a run of before the move */
     pthread_t before[8];
     memcpy(before, s.self, sizeof before);
-    CHECK_ST(mvm_pool_move(p, &wide), MVM_OK); /* the same cores: nothing restarts */
+    CHECK_ST(mvm_pool_move(p, &wide, 0), MVM_OK); /* the same cores: nothing restarts */
     check_runs(p, 5, &all, &s);
     for (int t = 1; t < n; t++)
         CHECK(pthread_equal(before[t], s.self[t]));
@@ -258,9 +258,19 @@ static void *pool_move(void *arg)
     check_runs(p, 50, &one.cores, &s);
     mvm_pool_destroy(p);
 
+    if (wide.n_cores >= 2) { /* a core left to the space's worker */
+        CHECK_ST(mvm_pool_create(0, &wide, &p), MVM_OK);
+        CHECK_ST(mvm_pool_move(p, &wide, 1), MVM_OK);
+        CHECK(mvm_pool_size(p) == wide.n_cores - 1);
+        CHECK(CPU_EQUAL(&mvm_pool_topo(p)->cores, &all));
+        check_runs(p, 50, &all, &s);
+        CHECK_ST(mvm_pool_move(p, &one, 1), MVM_OK); /* never fewer than one thread */
+        CHECK(mvm_pool_size(p) == 1);
+        mvm_pool_destroy(p);
+    }
     CHECK_ST(mvm_pool_create(2, NULL, &p), MVM_OK); /* not pinned: not moved */
-    CHECK_ST(mvm_pool_move(p, &one), MVM_OK);
-    CHECK(mvm_pool_size(p) == 2);
+    CHECK_ST(mvm_pool_move(p, &one, 0), MVM_OK);
+    CHECK(mvm_pool_size(p) == 2 && mvm_pool_topo(p) == NULL);
     mvm_pool_destroy(p);
     CHECK_ST(mvm_pool_create(0, NULL, &p), MVM_ERR_INVALID);
     return NULL;

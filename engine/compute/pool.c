@@ -206,11 +206,11 @@ mvm_status mvm_pool_create(int n_threads, const mvm_topo *topo, mvm_pool **out)
     return MVM_OK;
 }
 
-mvm_status mvm_pool_move(mvm_pool *p, const mvm_topo *topo)
+mvm_status mvm_pool_move(mvm_pool *p, const mvm_topo *topo, int spare)
 {
     if (!p->pinned || !topo || topo->n_cores <= 0)
         return MVM_OK;
-    const int n = p->per_core ? topo->n_cores : p->n;
+    const int n = !p->per_core ? p->n : topo->n_cores > spare ? topo->n_cores - spare : 1;
     if (n == p->n && CPU_EQUAL(&topo->cores, &p->topo.cores))
         return MVM_OK;
     if (n > MVM_POOL_MAX_THREADS)
@@ -235,6 +235,11 @@ void mvm_pool_destroy(mvm_pool *p)
 int mvm_pool_size(const mvm_pool *p)
 {
     return p->n;
+}
+
+const mvm_topo *mvm_pool_topo(const mvm_pool *p)
+{
+    return p->pinned ? &p->topo : NULL;
 }
 
 void mvm_pool_run(mvm_pool *p, mvm_pool_fn fn, void *ctx)

@@ -26,12 +26,15 @@ typedef void (*mvm_pool_fn)(void *ctx, int thread, int n_threads);
  * per core of it. topo may be NULL: no pinning; the pool keeps a copy. */
 mvm_status mvm_pool_create(int n_threads, const mvm_topo *topo, mvm_pool **out);
 /* Moves a pinned pool to topo's cores (the space's, near its GPU, once the space is known:
- * the pool is made before it), restarting its workers there; one per core of topo when it
- * was made with n_threads 0, else as many as before. Nothing when the cores and the count
- * stay, or for a pool made without a topo. Not during a run. */
-mvm_status mvm_pool_move(mvm_pool *p, const mvm_topo *topo);
+ * the pool is made before it), restarting its workers there: as many as before when it was
+ * made with a count, else one per core of topo but `spare` of them (at least one thread),
+ * left to threads that spin beside the pool's (the space's migration worker). Nothing when
+ * the cores and the count stay, or for a pool made without a topo. Not during a run. */
+mvm_status mvm_pool_move(mvm_pool *p, const mvm_topo *topo, int spare);
 void mvm_pool_destroy(mvm_pool *p);
 int mvm_pool_size(const mvm_pool *p);
+/* The cores the pool is pinned to; NULL for a pool made without a topo. */
+const mvm_topo *mvm_pool_topo(const mvm_pool *p);
 /* Runs fn(ctx, t, n) for t in [0, n) concurrently; not reentrant. */
 void mvm_pool_run(mvm_pool *p, mvm_pool_fn fn, void *ctx);
 

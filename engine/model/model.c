@@ -268,7 +268,9 @@ static mvm_status choose_tiles(mvm_model *m, mvm_space *space, const uint8_t *he
 /* The pool's threads moved to the cores near the space's GPU, where its homes are: the
  * front ends make the pool before the space, from a topology without a GPU (every core,
  * of every node). The CPU's experts (--n-cpu-moe, the assign module's share) read those
- * homes. */
+ * homes. Where the space's migration worker spins (a budget, MOEVM_MOVE_SPIN), a pool of
+ * one thread per core leaves it a core: a worker that shared one with a computing thread
+ * would hold up the whole parallel region, or be held up itself for a scheduler tick. */
 static mvm_status pool_near_gpu(mvm_pool *pool, const mvm_space *space)
 {
     mvm_space_info info;
@@ -278,7 +280,12 @@ static mvm_status pool_near_gpu(mvm_pool *pool, const mvm_space *space)
         return st;
     if ((st = mvm_topo_probe(info.pci_bus_id, &near)) != MVM_OK)
         return mvm_fail_prefix(st, "the cores near GPU %s", info.pci_bus_id);
-    return near.gpu_found ? mvm_pool_move(pool, &near) : MVM_OK;
+    const mvm_topo *now = mvm_pool_topo(pool);
+    if (!near.gpu_found && !now)
+        return MVM_OK;
+    if (!near.gpu_found) /* the GPU's cores unknown: the pool's stay */
+        near = *now;
+    return mvm_pool_move(pool, &near, info.move_spin_us && info.device_pages ? 1 : 0);
 }
 
 mvm_status mvm_model_load_experts(mvm_model *m, mvm_space *space, mvm_pool *pool,
