@@ -11,7 +11,8 @@
 #   build      build-gpu/: moevm, test_gpu, bench_gpu_experts, bench_gpu_attention, vmm_costs
 #   kernels    test_gpu (the device kernels against the CPU's, every type) and
 #              bench_gpu_experts (GB/s of a decode step's expert kernels)
-#   vmm        vmm_costs sections 5 and 9 (make-resident against the copy; copy lanes)
+#   vmm        vmm_costs sections 4, 5 and 9 (driver calls behind a running kernel: a remap,
+#              pageable uploads; make-resident against the copy; copy lanes)
 #   text       tests/gpu/forward.sh steps 2 and 2b: the same greedy text on the CPU and the
 #              GPU, with decode routed on the device (graph, launches) and by the host, and
 #              with a long prompt's products on real cuBLAS (batched experts) and on the kernels
@@ -101,7 +102,7 @@ lab() {
 vmm() {
     local bin; bin=$(find build-gpu -type f -name vmm_costs -perm -u+x | head -n 1)
     [[ -n $bin ]] || { echo "lease.sh: no vmm_costs under build-gpu/"; return 1; }
-    "$bin" --only 5,9 --reps 20
+    "$bin" --only 4,5,9 --reps 20
 }
 
 forward() {

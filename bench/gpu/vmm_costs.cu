@@ -8,7 +8,9 @@
  *   2. host-to-device copy bandwidth from pinned and from pageable memory;
  *   3. HOST_NUMA VMM support, and a kernel's read bandwidth from a HOST_NUMA mapping
  *      (zero-copy over PCIe: what reading a non-resident expert costs) versus device memory;
- *   4. whether remapping an unrelated page waits for a kernel running on another stream;
+ *   4. whether remapping an unrelated page waits for a kernel running on another stream, and
+ *      whether a small upload from pageable memory waits for the kernel before it on its
+ *      stream (the engine's decode uploads its routing so);
  *   5. end to end: mvm_make_resident of a whole expert versus the bare cuMemcpyHtoDAsync;
  *   6. eviction from a write_back space (the interposer's): a page the device left as it was
  *      loaded skips the copy home (vmm/digest.cu decides), against clean_evict off, and what
@@ -394,8 +396,9 @@ int main(int argc, char **argv)
         section_end();
     }
     if (wanted(only, 4)) {
-        section_begin("4. Remapping a 2 MiB page while a kernel runs on another stream");
+        section_begin("4. Driver calls while a kernel runs: a remap (another stream), uploads");
         bench_remap_while_busy();
+        bench_upload_while_busy();
         section_end();
     }
     if (wanted(only, 5)) {

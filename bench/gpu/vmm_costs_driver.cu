@@ -466,3 +466,67 @@ void bench_remap_while_busy(void)
     CU(cuMemRelease(h[1]));
     vmm_buf_destroy(&busy);
 }
+
+/* Does a small cuMemcpyHtoDAsync from pageable memory wait for the kernel before it on its
+ * stream? The engine uploads each decode step's routing (rows, active lists, the CPU
+ * experts' rows) from pageable buffers onto the stream its kernels run on
+ * (engine/compute/gpu.c, mvm_gpu_upload); the driver's documentation says an async copy from
+ * pageable memory "may" synchronize with the stream when it stages it. If it does, every
+ * such upload behind a kernel or a copy wait costs the host that wait. Pinned memory beside
+ * it for reference. */
+void bench_upload_while_busy(void)
+{
+    const size_t busy_bytes = 64 * MiB;
+    const uint64_t spin_ns = 50ull * 1000 * 1000;
+    static const size_t sizes[] = {256, 8 << 10, 64 << 10, 1 << 20};
+    CUmemAllocationProp prop = device_prop();
+    vmm_buf busy = vmm_buf_create(&prop, busy_bytes);
+    CU(cuMemsetD32(busy.va, 0x5a5a5a5a, busy_bytes / 4));
+    CUdeviceptr dst;
+    CU(cuMemAlloc(&dst, 1 << 20));
+    void *pinned;
+    CU(cuMemHostAlloc(&pinned, 1 << 20, 0));
+    char *pageable = (char *)xmalloc(1 << 20);
+    fill_random(pageable, 1 << 20, 7);
+    volatile unsigned *flag;
+    CUdeviceptr dflag;
+    CU(cuMemHostAlloc((void **)&flag, sizeof *flag, CU_MEMHOSTALLOC_DEVICEMAP));
+    CU(cuMemHostGetDevicePointer(&dflag, (void *)flag, 0));
+    const int reps = 5;
+    for (size_t k = 0; k <= sizeof sizes / sizeof *sizes; k++) {
+        const int is_pinned = k == sizeof sizes / sizeof *sizes; /* last: pinned, 8 KiB */
+        const size_t n = is_pinned ? 8 << 10 : sizes[k];
+        double t[reps];
+        int running = 0;
+        for (int i = 0; i < reps; i++) {
+            *flag = 0;
+            spin_read_kernel<<<(unsigned)g_sms, 1024, 0, g_stream>>>(
+                (const uint4 *)busy.va, busy_bytes / 16, spin_ns, (volatile unsigned *)dflag,
+                g_sink);
+            LAUNCHED("spin_read_kernel");
+            wait_started(flag);
+            double t0 = now_us();
+            CU(cuMemcpyHtoDAsync(dst, is_pinned ? pinned : pageable, n, g_stream));
+            t[i] = now_us() - t0;
+            CUresult q = cuStreamQuery(g_stream);
+            if (q == CUDA_ERROR_NOT_READY)
+                running++;
+            else
+                CU(q);
+            CU(cuStreamSynchronize(g_stream));
+        }
+        char name[64];
+        snprintf(name, sizeof name, "upload_%s_%zuB_busy", is_pinned ? "pinned" : "pageable", n);
+        add_row(name, "us", summarize(t, reps),
+                "cuMemcpyHtoDAsync of %zu B from %s memory behind a 50 ms kernel on its stream "
+                "(the kernel still ran after %d of %d)", n, is_pinned ? "pinned" : "pageable",
+                running, reps);
+    }
+    printf("Verdict: an upload that takes ~50000 us waited for the kernel; one of a few us "
+           "was staged without waiting\n\n");
+    free(pageable);
+    CU(cuMemFreeHost((void *)flag));
+    CU(cuMemFreeHost(pinned));
+    CU(cuMemFree(dst));
+    vmm_buf_destroy(&busy);
+}
