@@ -186,13 +186,21 @@ static mvm_status quantize_input(struct cuda_fwd *f, uint32_t il, uint32_t n)
 
 /* The routed experts, first part: the first round's landed experts on the GPU and the
  * CPU's share on the threads, while the round's other copies land (DALI's CPU/GPU split:
- * neither side waits for the other's work, nor the CPU for the loads). */
-static mvm_status experts_begin(struct cuda_fwd *f, uint32_t il, uint32_t n)
+ * neither side waits for the other's work, nor the CPU for the loads). Where the device
+ * waits for the copies (MOEVM_LOAD_WAIT=device), the rest of the round is queued behind
+ * them first: holding it waits only for their queueing, and the GPU then computes them as
+ * they land while the threads compute theirs, where queued after the CPU's share they
+ * started only once it was done. A host that waits for the copies (or SMoE's pass, which
+ * reads the landed experts' rows before the rest run: `spec`) takes the rest after it
+ * (experts_end). */
+static mvm_status experts_begin(struct cuda_fwd *f, uint32_t il, uint32_t n, int spec)
 {
     f->step_tok = n;
     f->a16x_ready = 0;
     TRY(quantize_input(f, il, n));
     TRY(expert_launch(f, il, 0, f->moe->n_ready));
+    if (!spec && f->moe->n_cpu && mvm_resid_orders_on_device(f->moe->resid))
+        TRY(expert_round_rest(f, il));
     mvm_cuda_fwd_lap(f, MVM_LAP_QUEUE);
     mvm_status st = cpu_experts(f, n);
     mvm_cuda_fwd_lap(f, MVM_LAP_CPU);
@@ -444,7 +452,7 @@ static mvm_status moe(struct cuda_fwd *f, uint32_t il, uint32_t n, const uint32_
     if (e && st == MVM_OK) /* the other ranks' experts run there meanwhile */
         st = e->send(e->self, f->moe, f->host, n);
     if (st == MVM_OK)
-        st = experts_begin(f, il, n);
+        st = experts_begin(f, il, n, spec);
     if (st == MVM_OK && spec) /* its shared expert's output too: added below */
         st = speculate(f, il, n);
     if (st == MVM_OK)
@@ -477,7 +485,7 @@ static mvm_status cuda_expert_rows(mvm_ctx *ctx, const mvm_expert_rows *r, float
     TRY(mvm_gpu_zero(f->g, f->tmp, bytes));
     TRY(upload_rows(f, n));
     TRY(mvm_moe_begin(f->moe));
-    mvm_status st = experts_begin(f, r->layer, n);
+    mvm_status st = experts_begin(f, r->layer, n, 0);
     st = end_step(f, st == MVM_OK ? experts_end(f, r->layer, n, f->tmp) : st, 0);
     return st != MVM_OK ? st : mvm_gpu_download(f->g, out, f->tmp, bytes);
 }

@@ -539,3 +539,8 @@ void mvm_resid_set_reader_stream(mvm_resid *r, void *stream)
                      !info.host_readable && !r->ordered;
     r->reader_stream = able ? stream : NULL;
 }
+
+int mvm_resid_orders_on_device(const mvm_resid *r)
+{
+    return r->reader_stream != NULL;
+}

@@ -189,5 +189,8 @@ void mvm_resid_set_remote(mvm_resid *r, const uint8_t *remote);
  * (mvm_resid_hold_round, mvm_expert_wait_on), where the space can (the cuda backend with its
  * homes unmapped) and copies are not ordered (MOEVM_DETERMINISTIC). */
 void mvm_resid_set_reader_stream(mvm_resid *r, void *stream);
+/* Whether a round's copies are ordered before the reader's stream (the above took), so that
+ * holding a round waits for nothing but the copies' queueing. */
+int mvm_resid_orders_on_device(const mvm_resid *r);
 
 #endif
