@@ -175,10 +175,11 @@ static void stop_workers(mvm_pool *p)
     atomic_store(&p->stop, 0);
 }
 
-/* n_threads 0: one per core of topo. */
+/* n_threads 0: one per core of topo (a cpu_set_t holds no more than the pool's most). */
 static int threads_for(int n_threads, const mvm_topo *topo)
 {
-    return n_threads ? n_threads : topo && topo->n_cores > 0 ? topo->n_cores : 1;
+    int n = n_threads ? n_threads : topo && topo->n_cores > 0 ? topo->n_cores : 1;
+    return n < MVM_POOL_MAX_THREADS ? n : MVM_POOL_MAX_THREADS;
 }
 
 mvm_status mvm_pool_create(int n_threads, const mvm_topo *topo, mvm_pool **out)
@@ -210,12 +211,10 @@ mvm_status mvm_pool_move(mvm_pool *p, const mvm_topo *topo, int spare)
 {
     if (!p->pinned || !topo || topo->n_cores <= 0)
         return MVM_OK;
-    const int n = !p->per_core ? p->n : topo->n_cores > spare ? topo->n_cores - spare : 1;
+    const int n = !p->per_core ? p->n
+                  : threads_for(topo->n_cores > spare ? topo->n_cores - spare : 1, topo);
     if (n == p->n && CPU_EQUAL(&topo->cores, &p->topo.cores))
         return MVM_OK;
-    if (n > MVM_POOL_MAX_THREADS)
-        return mvm_fail(MVM_ERR_INVALID, "%d cores near the GPU: more than the pool's %d "
-                        "threads", n, MVM_POOL_MAX_THREADS);
     stop_workers(p);
     p->topo = *topo;
     return start_workers(p, n);
