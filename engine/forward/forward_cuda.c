@@ -160,6 +160,11 @@ static mvm_status cpu_experts(struct cuda_fwd *f, uint32_t n)
         if (!f->cpu_rows)
             return mvm_fail(MVM_ERR_NOMEM, "out of memory for the CPU experts' rows");
     }
+    const mvm_cost *cost = mvm_resid_cost(s->resid);
+    double plan = 0;
+    for (uint32_t i = 0; i < s->n_cpu; i++)
+        plan += mvm_cost_cpu(cost, s->cnt[s->cpu[i]]);
+    mvm_cuda_fwd_lap_cpu_plan(f, plan);
     mvm_cpu_experts_run(f->cpu, s, f->host, n, s->cpu, s->n_cpu, 1);
     for (uint32_t i = 0; i < s->n_cpu; i++) {
         uint32_t e = (uint32_t)s->cpu[i];

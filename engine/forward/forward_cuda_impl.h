@@ -68,7 +68,9 @@ struct cuda_laps {
     double at;                  /* the last mark */
     double cur[MVM_LAP_N];      /* this token's phases, seconds */
     uint64_t cur_syncs;
+    double cur_cpu_plan;        /* what the cost model gave this token's CPU experts, s */
     double t[MVM_LAP_N];        /* summed over the tokens that ran */
+    double cpu_plan;
     uint64_t syncs, tokens;
     uint64_t space0[3], space[3]; /* the space's evict_ns, remap_ns and bytes_moved at the
                                    token's start; their growth over the tokens */
@@ -248,6 +250,9 @@ mvm_status mvm_cuda_fwd_gemm_attention(struct cuda_fwd *f, const mvm_g_attention
 void mvm_cuda_fwd_laps_begin(struct cuda_fwd *f, const mvm_fwd_batch *b);
 /* The time since the last mark, to `phase`. */
 void mvm_cuda_fwd_lap(struct cuda_fwd *f, enum mvm_lap phase);
+/* The cost model's time for the CPU experts a step gives the threads (seconds), beside the
+ * phase that times them. */
+void mvm_cuda_fwd_lap_cpu_plan(struct cuda_fwd *f, double seconds);
 /* The batch ended (st: how): the time since the last mark is the last step's end (its
  * policies); a failed batch's phases are not counted. */
 void mvm_cuda_fwd_laps_end(struct cuda_fwd *f, mvm_status st);

@@ -45,6 +45,7 @@ void mvm_cuda_fwd_laps_begin(struct cuda_fwd *f, const mvm_fwd_batch *b)
     space_clocks(f, l->space0);
     memset(l->cur, 0, sizeof l->cur);
     l->cur_syncs = 0;
+    l->cur_cpu_plan = 0;
     l->at = mvm_now_s();
 }
 
@@ -59,6 +60,11 @@ void mvm_cuda_fwd_lap(struct cuda_fwd *f, enum mvm_lap phase)
     l->cur_syncs += phase == MVM_LAP_DEVICE;
 }
 
+void mvm_cuda_fwd_lap_cpu_plan(struct cuda_fwd *f, double seconds)
+{
+    f->laps.cur_cpu_plan += f->laps.on ? seconds : 0;
+}
+
 void mvm_cuda_fwd_laps_end(struct cuda_fwd *f, mvm_status st)
 {
     struct cuda_laps *l = &f->laps;
@@ -71,6 +77,7 @@ void mvm_cuda_fwd_laps_end(struct cuda_fwd *f, mvm_status st)
     for (int i = 0; i < MVM_LAP_N; i++)
         l->t[i] += l->cur[i];
     l->syncs += l->cur_syncs;
+    l->cpu_plan += l->cur_cpu_plan;
     uint64_t now[3];
     space_clocks(f, now);
     for (int i = 0; i < 3; i++)
@@ -89,6 +96,10 @@ void mvm_cuda_fwd_laps_report(const struct cuda_fwd *f)
     for (int i = 0; i < MVM_LAP_N; i++)
         at += snprintf(line + at, sizeof line - (size_t)at, "%s%.0f us %s", i ? ", " : "",
                        l->t[i] * us, lap_names[i]);
+    /* beside the CPU's experts' time, what the cost model planned for them: a module that
+     * plans with a preset's costs (or stale ones) shows here */
+    snprintf(line + at, sizeof line - (size_t)at, " (the cost model: %.0f us)",
+             l->cpu_plan * us);
     mvm_log(MVM_LOG_INFO, "decode: %llu tokens routed by the host; host time a token: %s (%.1f "
             "syncs); the space a token: %.0f us evicting on this thread (in the asking and "
             "the policies), %.0f us of the migration worker's mappings, %.1f MiB copied",

@@ -544,3 +544,8 @@ int mvm_resid_orders_on_device(const mvm_resid *r)
 {
     return r->reader_stream != NULL;
 }
+
+const mvm_cost *mvm_resid_cost(const mvm_resid *r)
+{
+    return &r->cost;
+}

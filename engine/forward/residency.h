@@ -192,5 +192,7 @@ void mvm_resid_set_reader_stream(mvm_resid *r, void *stream);
 /* Whether a round's copies are ordered before the reader's stream (the above took), so that
  * holding a round waits for nothing but the copies' queueing. */
 int mvm_resid_orders_on_device(const mvm_resid *r);
+/* The cost model the modules plan with (cost.h). */
+const mvm_cost *mvm_resid_cost(const mvm_resid *r);
 
 #endif
