@@ -1343,6 +1343,92 @@ static void test_gemm(void)
     unsetenv("MOEVM_GEMM_ROWS");
 }
 
+/* A machine of two nodes of one core each, the fake device (0000:fe:00.0) on the second,
+ * for hwloc (HWLOC_XMLFILE): what a server with its GPU on one socket looks like. */
+static const char two_nodes_xml[] =
+    "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+    "<!DOCTYPE topology SYSTEM \"hwloc2.dtd\">\n"
+    "<topology version=\"2.0\">\n"
+    " <object type=\"Machine\" os_index=\"0\" cpuset=\"0x3\" complete_cpuset=\"0x3\" "
+    "allowed_cpuset=\"0x3\" nodeset=\"0x3\" complete_nodeset=\"0x3\" allowed_nodeset=\"0x3\" "
+    "gp_index=\"1\">\n"
+    "  <object type=\"Package\" os_index=\"0\" cpuset=\"0x1\" complete_cpuset=\"0x1\" "
+    "nodeset=\"0x1\" complete_nodeset=\"0x1\" gp_index=\"2\">\n"
+    "   <object type=\"NUMANode\" os_index=\"0\" cpuset=\"0x1\" complete_cpuset=\"0x1\" "
+    "nodeset=\"0x1\" complete_nodeset=\"0x1\" gp_index=\"3\" local_memory=\"1073741824\"/>\n"
+    "   <object type=\"Core\" os_index=\"0\" cpuset=\"0x1\" complete_cpuset=\"0x1\" "
+    "nodeset=\"0x1\" complete_nodeset=\"0x1\" gp_index=\"4\">\n"
+    "    <object type=\"PU\" os_index=\"0\" cpuset=\"0x1\" complete_cpuset=\"0x1\" "
+    "nodeset=\"0x1\" complete_nodeset=\"0x1\" gp_index=\"5\"/>\n"
+    "   </object>\n"
+    "  </object>\n"
+    "  <object type=\"Package\" os_index=\"1\" cpuset=\"0x2\" complete_cpuset=\"0x2\" "
+    "nodeset=\"0x2\" complete_nodeset=\"0x2\" gp_index=\"6\">\n"
+    "   <object type=\"NUMANode\" os_index=\"1\" cpuset=\"0x2\" complete_cpuset=\"0x2\" "
+    "nodeset=\"0x2\" complete_nodeset=\"0x2\" gp_index=\"7\" local_memory=\"1073741824\"/>\n"
+    "   <object type=\"Core\" os_index=\"1\" cpuset=\"0x2\" complete_cpuset=\"0x2\" "
+    "nodeset=\"0x2\" complete_nodeset=\"0x2\" gp_index=\"8\">\n"
+    "    <object type=\"PU\" os_index=\"1\" cpuset=\"0x2\" complete_cpuset=\"0x2\" "
+    "nodeset=\"0x2\" complete_nodeset=\"0x2\" gp_index=\"9\"/>\n"
+    "   </object>\n"
+    "   <object type=\"Bridge\" gp_index=\"10\" bridge_type=\"0-1\" depth=\"0\" "
+    "bridge_pci=\"0000:[fe-fe]\">\n"
+    "    <object type=\"PCIDev\" gp_index=\"11\" pci_busid=\"0000:fe:00.0\" "
+    "pci_type=\"0302 [10de:2330] [10de:16c1] a1\" pci_link_speed=\"0.000000\"/>\n"
+    "   </object>\n"
+    "  </object>\n"
+    " </object>\n"
+    "</topology>\n";
+
+/* The engine's pool, made per core before the space from every core of both nodes, moves
+ * to the one core near the GPU once the model's space on it is made (engine/model/model.c,
+ * pool_near_gpu), and its run still computes the model. A pool given its count keeps it. */
+static void test_pool_near_gpu(void)
+{
+    char xml[96];
+    snprintf(xml, sizeof xml, "%s/two_nodes.xml", dir);
+    FILE *fx = fopen(xml, "w");
+    CHECK(fx && fputs(two_nodes_xml, fx) >= 0);
+    if (fx)
+        fclose(fx);
+    setenv("HWLOC_XMLFILE", xml, 1);
+    setenv("HWLOC_THISSYSTEM", "1", 1);
+    setenv("MOEVM_MOVE_SPIN", "0", 1); /* no core left to the worker: one thread stays */
+    mvm_topo every;
+    CHECK_ST(mvm_topo_probe(NULL, &every), MVM_OK);
+    CHECK(every.n_numa_nodes == 2 && every.n_cores == 2);
+    for (int given = 0; given <= 2; given += 2) {
+        mvm_pool *p = NULL;
+        CHECK_ST(mvm_pool_create(given, &every, &p), MVM_OK);
+        mvm_space_desc d;
+        mvm_space_desc_init(&d);
+        d.backend = MVM_BACKEND_CUDA;
+        d.page_size = 4096;
+        d.device_budget = 0;
+        d.device_budget_frac = 0.5;
+        mvm_model *m = NULL;
+        if (p)
+            CHECK_ST(mvm_model_load(model_path("llama", MVM_W_F32),
+                                    &(mvm_load_args){.desc = &d, .pool = p}, &m),
+                     MVM_OK);
+        if (p && m) {
+            const mvm_topo *t = mvm_pool_topo(p);
+            CHECK(t && t->n_cores == 1 && CPU_ISSET(1, &t->cores) && !CPU_ISSET(0, &t->cores));
+            CHECK(mvm_pool_size(p) == (given ? given : 1));
+            mvm_ctx *c = NULL;
+            CHECK_ST(mvm_ctx_create(m, p, 32, 4, NULL, &c), MVM_OK);
+            if (c)
+                CHECK_ST(mvm_ctx_eval(c, prompt, N_PROMPT, NULL, 0), MVM_OK);
+            mvm_ctx_free(c);
+        }
+        mvm_model_free(m);
+        mvm_pool_destroy(p);
+    }
+    unsetenv("MOEVM_MOVE_SPIN");
+    unsetenv("HWLOC_THISSYSTEM");
+    unsetenv("HWLOC_XMLFILE");
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -1389,6 +1475,7 @@ int main(int argc, char **argv)
     RUN(test_graph_faults);
     RUN(test_device_sequences);
     RUN(test_cpu_moe);
+    RUN(test_pool_near_gpu);
     RUN(test_time_expert);
     RUN(test_expert_rows);
     RUN(test_gemm);
