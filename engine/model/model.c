@@ -270,8 +270,10 @@ static mvm_status choose_tiles(mvm_model *m, mvm_space *space, const uint8_t *he
  * of every node). The CPU's experts (--n-cpu-moe, the assign module's share) read those
  * homes. Where the space's migration worker spins (a budget, MOEVM_MOVE_SPIN), a pool of
  * one thread per core leaves it a core: a worker that shared one with a computing thread
- * would hold up the whole parallel region, or be held up itself for a scheduler tick. */
-static mvm_status pool_near_gpu(mvm_pool *pool, const mvm_space *space)
+ * would hold up the whole parallel region, or be held up itself for a scheduler tick. Not
+ * where the experts stay at their homes (--n-cpu-moe 99: nothing moves, the CPU computes
+ * them all). */
+static mvm_status pool_near_gpu(mvm_pool *pool, const mvm_space *space, int at_home)
 {
     mvm_space_info info;
     mvm_topo near;
@@ -285,7 +287,7 @@ static mvm_status pool_near_gpu(mvm_pool *pool, const mvm_space *space)
         return MVM_OK;
     if (!near.gpu_found) /* the GPU's cores unknown: the pool's stay */
         near = *now;
-    return mvm_pool_move(pool, &near, info.move_spin_us && info.device_pages ? 1 : 0);
+    return mvm_pool_move(pool, &near, info.move_spin_us && !at_home ? 1 : 0);
 }
 
 mvm_status mvm_model_load_experts(mvm_model *m, mvm_space *space, mvm_pool *pool,
@@ -295,7 +297,7 @@ mvm_status mvm_model_load_experts(mvm_model *m, mvm_space *space, mvm_pool *pool
     const mvm_hparams *hp = &m->hp;
     mvm_status st = choose_tiles(m, space, held);
     if (st == MVM_OK)
-        st = pool_near_gpu(pool, space);
+        st = pool_near_gpu(pool, space, m->experts_at_home);
     if (st != MVM_OK)
         return st;
     /* every tensor was found and checked by open_model: nothing below fails */
