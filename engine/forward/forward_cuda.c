@@ -109,7 +109,10 @@ static mvm_g_expert_args expert_args(const struct cuda_fwd *f, uint32_t il)
 }
 
 /* The rows of the round's experts round[from..to) (moe_step.h), each into its own slot of
- * f->out. */
+ * f->out. Their list goes up from pinned memory at the same offsets as on the device, so
+ * that it never waits for the kernels queued before it (an upload from pageable memory may
+ * sync the stream, bench/gpu/vmm_costs section 4): a step's launches take disjoint parts,
+ * and the next step begins after a sync. */
 static mvm_status expert_launch(struct cuda_fwd *f, uint32_t il, uint32_t from, uint32_t to)
 {
     const mvm_moe *s = f->moe;
@@ -120,7 +123,7 @@ static mvm_status expert_launch(struct cuda_fwd *f, uint32_t il, uint32_t from, 
         if (gemm)
             f->gemm_list[n_gemm++] = s->round[i];
         else
-            f->active_host[n++] = s->round[i];
+            f->active_host[from + n++] = s->round[i];
     }
     TRY(mvm_cuda_fwd_gemm_experts(f, il, f->gemm_list, n_gemm));
     if (!n)
@@ -131,7 +134,7 @@ static mvm_status expert_launch(struct cuda_fwd *f, uint32_t il, uint32_t from, 
      * round it ran in (tests/test_forward_gpu.c, test_speculative) */
     a.one_row = f->step_tok == 1;
     a.active = f->active + from * sizeof *s->round;
-    TRY(mvm_gpu_upload(f->g, a.active, f->active_host, n * sizeof *f->active_host));
+    TRY(mvm_gpu_upload(f->g, a.active, f->active_host + from, n * sizeof *f->active_host));
     return mvm_gpu_experts(f->g, &a);
 }
 
@@ -154,12 +157,11 @@ static mvm_status cpu_experts(struct cuda_fwd *f, uint32_t n)
     size_t D = f->m->hp.n_embd;
     if (!s->n_cpu)
         return MVM_OK;
-    if (!f->cpu) {
+    if (!f->cpu)
         TRY(mvm_cpu_experts_create(f->m, f->pool, f->n_batch, &f->cpu));
-        f->cpu_rows = malloc((size_t)f->n_batch * f->m->hp.n_expert_used * D * sizeof(float));
-        if (!f->cpu_rows)
-            return mvm_fail(MVM_ERR_NOMEM, "out of memory for the CPU experts' rows");
-    }
+    if (!f->cpu_rows) /* pinned, each expert's rows at their offset: as expert_launch's list */
+        TRY(mvm_gpu_host_alloc(f->g, (size_t)f->n_batch * f->m->hp.n_expert_used * D *
+                                         sizeof(float), (void **)&f->cpu_rows));
     const mvm_cost *cost = mvm_resid_cost(s->resid);
     double plan = 0;
     for (uint32_t i = 0; i < s->n_cpu; i++)

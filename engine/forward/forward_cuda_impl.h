@@ -167,7 +167,8 @@ struct cuda_fwd {
     uint64_t att_bytes;
     uint64_t *att_ptr_host;     /* [6 n_head] */
     uint64_t *bptr_host;        /* [7 n_expert]: bptr's contents, sent up from here */
-    uint32_t *active_host;      /* [n_expert]: a round's experts that the kernels take */
+    uint32_t *active_host;      /* [n_expert], pinned: a round's experts that the kernels take,
+                                   at the offsets of their device list (expert_launch) */
     /* Steps routed on the device (forward_cuda_route.c): */
     int route_here;             /* this batch's MoE steps route on the device */
     int route_mode;             /* MOEVM_DEVICE_ROUTING (enum below) */
@@ -201,7 +202,8 @@ struct cuda_fwd {
     mvm_pool *pool;
     mvm_cpu_experts *cpu;              /* the experts the assign module runs on the CPU; made at
                                    the first (many runs have none) */
-    float *cpu_rows;            /* [n_batch * K][n_embd]: their rows' outputs, to go up */
+    float *cpu_rows;            /* [n_batch * K][n_embd], pinned: their rows' outputs, to go
+                                   up */
     mvm_dptr *owned;            /* every device allocation, freed at the end */
     size_t n_owned, cap_owned;
     int sizing;                 /* a sizing pass (mvm_cuda_fwd_context_bytes): no device, each

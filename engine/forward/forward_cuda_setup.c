@@ -205,10 +205,11 @@ void mvm_cuda_fwd_destroy(void *state)
         mvm_gpu_host_free(f->g, f->probs_host);
         mvm_gpu_host_free(f->g, f->stage_host);
         mvm_gpu_host_free(f->g, f->given_host);
+        mvm_gpu_host_free(f->g, f->active_host);
+        mvm_gpu_host_free(f->g, f->cpu_rows);
     }
     mvm_gpu_close(f->g);
     mvm_cpu_experts_free(f->cpu);
-    free(f->cpu_rows);
     free(f->owned);
     free(f->layers);
     free(f->dense);
@@ -218,7 +219,6 @@ void mvm_cuda_fwd_destroy(void *state)
     free(f->row_far);
     free(f->far);
     free(f->runs);
-    free(f->active_host);
     free(f->gemm_list);
     free(f->bptr_host);
     free(f->att_ptr_host);
@@ -245,12 +245,11 @@ mvm_status mvm_cuda_fwd_create(mvm_ctx *ctx, void **state)
     f->far = malloc((size_t)f->n_batch * hp->n_embd * sizeof *f->far);
     f->runs = malloc(f->n_batch * sizeof *f->runs);
     const size_t E = hp->n_expert ? hp->n_expert : 1;
-    f->active_host = malloc(E * sizeof *f->active_host);
     f->gemm_list = malloc(E * sizeof *f->gemm_list);
     f->bptr_host = malloc(7 * E * sizeof *f->bptr_host);
     f->att_ptr_host = malloc(6 * (size_t)hp->n_head * sizeof *f->att_ptr_host);
     if (!f->spec_host || !f->spec_rows_host || !f->rows_host || !f->row_far || !f->far ||
-        !f->runs || !f->active_host || !f->gemm_list || !f->bptr_host || !f->att_ptr_host)
+        !f->runs || !f->gemm_list || !f->bptr_host || !f->att_ptr_host)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the device context");
     f->pool = ctx->pool;
     char why[256];
@@ -263,6 +262,7 @@ mvm_status mvm_cuda_fwd_create(mvm_ctx *ctx, void **state)
                            (void **)&f->host));
     TRY(mvm_gpu_host_alloc(f->g, (size_t)f->n_batch * hp->n_expert * sizeof *f->probs_host,
                            (void **)&f->probs_host));
+    TRY(mvm_gpu_host_alloc(f->g, E * sizeof *f->active_host, (void **)&f->active_host));
     st = upload_model(f);
     if (st != MVM_OK) {
         snprintf(why, sizeof why, "%s", mvm_last_error());
