@@ -328,6 +328,14 @@ mvm_status mvm_lock_expert(const mvm_space *csp, uint32_t l, uint32_t e, uint32_
     return MVM_OK;
 }
 
+mvm_status mvm_space_topo(const mvm_space *sp, mvm_topo *out)
+{
+    if (!sp || !out || !mvm_registry_contains(sp))
+        return mvm_fail(MVM_ERR_INVALID, "mvm_space_topo: not a live space, or out NULL");
+    *out = sp->topo;
+    return MVM_OK;
+}
+
 mvm_status mvm_space_get_info(const mvm_space *sp, mvm_space_info *info)
 {
     if (!sp || !info || !mvm_registry_contains(sp))

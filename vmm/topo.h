@@ -57,4 +57,9 @@ uint64_t mvm_topo_memory_available(int swappable);
  * killer (or, pinned, starving the machine) midway through a load. */
 mvm_status mvm_topo_check_memory(const char *what, uint64_t need, int swappable);
 
+/* The topology a space probed when it was made, for its GPU (its homes' node and the cores
+ * near it): what the engine's threads follow (engine/model/model.c), without a second
+ * probe. */
+mvm_status mvm_space_topo(const mvm_space *sp, mvm_topo *out);
+
 #endif

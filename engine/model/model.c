@@ -280,8 +280,8 @@ static mvm_status pool_near_gpu(mvm_pool *pool, const mvm_space *space, int at_h
     mvm_status st = mvm_space_get_info(space, &info);
     if (st != MVM_OK || !info.pci_bus_id[0])
         return st;
-    if ((st = mvm_topo_probe(info.pci_bus_id, &near)) != MVM_OK)
-        return mvm_fail_prefix(st, "the cores near GPU %s", info.pci_bus_id);
+    if ((st = mvm_space_topo(space, &near)) != MVM_OK)
+        return st;
     const mvm_topo *now = mvm_pool_topo(pool);
     if (!near.gpu_found && !now)
         return MVM_OK;
