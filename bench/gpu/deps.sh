@@ -57,8 +57,41 @@ moevm_deps_present() {
 # The GPU scripts' one build folder, build-gpu/ (tests on: their GPU programs are tests), so
 # that scripts run one after another in a lease compile each file once.
 moevm_gpu_build() {
+    moevm_prebuilt_use "$@" && return 0
     cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DMOEVM_WERROR=OFF &&
         cmake --build build-gpu -j"$(nproc)" --target "$@"
+}
+
+# Every target the GPU scripts build: what bench/gpu/prebuilt.sh packs.
+MOEVM_GPU_TARGETS=(moevm_cli test_gpu bench_gpu_experts bench_gpu_attention vmm_costs
+                   moevm_ktrace moevm_preload)
+
+# A hash of every file the build reads, the same here and on a device machine (whose copy of
+# the tree has no .git to ask).
+moevm_src_hash() {
+    find CMakeLists.txt cmake engine vmm kernels include interpose policy tools tests bench \
+        -type f \( -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh' -o -name '*.cmake' \
+        -o -name CMakeLists.txt -o -name '*.in' \) -print0 2>/dev/null |
+        LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16
+}
+
+# The build carried in .gpubin/build-gpu.tar.xz (bench/gpu/prebuilt.sh) in place of building,
+# when it was made from these sources and holds the targets asked for ($@).
+moevm_prebuilt_use() {
+    local pack=.gpubin/build-gpu.tar.xz made want t
+    [[ -f $pack ]] || return 1
+    made=$(tar -xJf "$pack" -O build-gpu/SOURCES 2>/dev/null) || return 1
+    if [[ $made != "$(moevm_src_hash)" ]]; then
+        echo "deps.sh: $pack was made from other sources: building here" >&2
+        return 1
+    fi
+    want=" $(tar -xJf "$pack" -O build-gpu/TARGETS) "
+    for t in "$@"; do
+        [[ $want == *" $t "* ]] || { echo "deps.sh: $pack lacks $t: building here" >&2; return 1; }
+    done
+    [[ -f build-gpu/SOURCES && $(cat build-gpu/SOURCES) == "$made" ]] && return 0
+    rm -rf build-gpu && tar -xJf "$pack" || { echo "deps.sh: cannot unpack $pack" >&2; return 1; }
+    echo "deps.sh: the build made elsewhere from these sources ($pack), not built here" >&2
 }
 
 moevm_deps_use() {

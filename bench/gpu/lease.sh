@@ -9,6 +9,8 @@
 # after it their time and never the whole call's output. A step that is cut says so, and the
 # steps after it still run if time is left. Steps, in this order (LEASE_STEPS picks):
 #   build      build-gpu/: moevm, test_gpu, bench_gpu_experts, bench_gpu_attention, vmm_costs
+#              (~105 s there; nothing when .gpubin is carried, made from these sources by
+#              bench/gpu/prebuilt.sh pack here)
 #   kernels    test_gpu (the device kernels against the CPU's, every type) and
 #              bench_gpu_experts (GB/s of a decode step's expert kernels)
 #   vmm        vmm_costs sections 4, 5 and 9 (driver calls behind a running kernel: a remap,
@@ -129,7 +131,7 @@ export work
         VARIANTS="${FULL_VARIANTS:-default MOEVM_GEMM_ROWS=8 MOEVM_GEMM_BATCH=off}" \
             bash bench/gpu/llamacpp.sh
     step ktrace 90 env ENGINES="${KTRACE_ENGINES:-moevm}" bash bench/gpu/ktrace.sh
-    step offload 240 env MODELS="${OFFLOAD_MODELS:-qwen3-30b-a3b:q8_0:12}" \
+    step offload 300 env MODELS="${OFFLOAD_MODELS:-qwen3-30b-a3b:q8_0:12}" \
         BUDGETS="${OFFLOAD_BUDGETS:-25 100}" ROUTINGS="own replay" REPS=2 \
         VARIANTS="${OFFLOAD_VARIANTS:-default MOEVM_MOVE_SPIN=0 MOEVM_LOAD_WAIT=host \
 MOEVM_ASSIGN=greedy,MOEVM_COST=calibrated}" \

@@ -31,7 +31,8 @@
 # where nvcc is, no GPU needed), else built here from a carried .llamacpp/src (a few minutes
 # on 16 cores). REPS (default 3), PROMPT (512), GEN (128), THREADS (the machine's cores)
 # change the runs; CPU_BASELINE=0 leaves out the CPU-alone runs; WORK (default
-# /tmp/moevm-offload) keeps the models between calls.
+# /tmp/moevm-offload) keeps the models between calls. LLAMACPP=0 runs moevm alone (no
+# llama.cpp carried: a run that reads moevm's own variants, not the ratios).
 # ROUTINGS ("own replay") picks the routings; VARIANTS ("default") runs moevm once per
 # variant, each a comma-separated list of MOEVM_* settings or "default", e.g.
 #   VARIANTS="default MOEVM_HOME_MAP=on MOEVM_ASSIGN=greedy,MOEVM_COST=cost.json"
@@ -74,12 +75,16 @@ result() { echo "RESULT offload model=$1 type=$2 budget=$3 engine=$4 routing=$5 
 {
     moevm_gpu_build moevm_cli vmm_costs >"$work/build.txt" 2>&1 ||
         { tail -n 20 "$work/build.txt"; die "the moevm build failed"; }
-    lb=$(llama_tool llama-bench) ||
-        die "no llama-bench (carry .llamacpp/cuda.tar.xz or .llamacpp/src)"
+    lb=
+    if [[ ${LLAMACPP:-1} != 0 ]]; then
+        lb=$(llama_tool llama-bench) ||
+            die "no llama-bench (carry .llamacpp/cuda.tar.xz or .llamacpp/src, or LLAMACPP=0)"
+    fi
     nvidia-smi -L
     hbm=$(hbm_read_gbs)
     echo "== the GPU reads its memory at ${hbm:-(not measured)} GB/s (vmm_costs section 3)"
-    echo "== llama.cpp $($lb --version 2>&1 | tail -n 1); $threads threads; -p $pp -n $tg -r $reps"
+    echo "== llama.cpp ${lb:+$($lb --version 2>&1 | tail -n 1)}${lb:-left out (LLAMACPP=0)};" \
+         "$threads threads; -p $pp -n $tg -r $reps"
     for spec in $models; do
         IFS=: read -r name type cut <<<"$spec"
         model=$(llama_model "$spec") || die "mkmodel $spec"
@@ -98,11 +103,13 @@ result() { echo "RESULT offload model=$1 type=$2 budget=$3 engine=$4 routing=$5 
             echo "$out"
             result "$name" "$type" cpu moevm-cpu own "$(echo "$out" | sed -n 's/^VRAM_MIB //p')" \
                 "$(echo "$out" | moevm_speeds own)"
-            out=$(with_vram "$lb" -m "$model" -ngl 0 -p "$pp" -n "$tg" -r "$reps" -t "$threads" \
-                  -o md)
-            echo "$out"
-            result "$name" "$type" cpu llama.cpp own "$(echo "$out" | sed -n 's/^VRAM_MIB //p')" \
-                "$(echo "$out" | llama_speeds)"
+            if [[ -n $lb ]]; then
+                out=$(with_vram "$lb" -m "$model" -ngl 0 -p "$pp" -n "$tg" -r "$reps" \
+                      -t "$threads" -o md)
+                echo "$out"
+                result "$name" "$type" cpu llama.cpp own \
+                    "$(echo "$out" | sed -n 's/^VRAM_MIB //p')" "$(echo "$out" | llama_speeds)"
+            fi
         fi
 
         cost=$work/cost-$name.json
@@ -137,6 +144,7 @@ result() { echo "RESULT offload model=$1 type=$2 budget=$3 engine=$4 routing=$5 
                         "budget=$b routing=$routing $laps variant=$variant"
                 done
             done
+            [[ -n $lb ]] || continue
             ncmoe=$(( (layers * (100 - b) + 50) / 100 ))
             out=$(with_vram "$lb" -m "$model" -ngl 99 --n-cpu-moe "$ncmoe" -p "$pp" -n "$tg" \
                   -r "$reps" -t "$threads" -o md)

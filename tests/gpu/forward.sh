@@ -79,6 +79,15 @@ mkdir -p "$work"
             if cmp -s "$work/text.off" "$work/text.$mode"; then echo "same text ($mode)"; else
                 echo "TEXT DIFFERS ($mode)"; diff "$work/text.off" "$work/text.$mode" || true; fi
         done
+        # at a quarter of the experts' bytes, the offloaded decode's paths (misses copied
+        # with the device waiting for them, or the host; DALI's CPU/GPU split): the CPU's text
+        for v in default MOEVM_LOAD_WAIT=host MOEVM_ASSIGN=greedy; do
+            env MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=25% ${v/#default/} \
+                "$moevm" run -m "$work/tiny.gguf" -p "It was the best of times" -n 24 \
+                --temp 0 >"$work/text.b25"
+            if cmp -s "$work/text.host" "$work/text.b25"; then echo "same text (25%, $v)"; else
+                echo "TEXT DIFFERS (25%, $v)"; diff "$work/text.host" "$work/text.b25" || true; fi
+        done
     fi
     if want 2b; then
         # real cuBLAS under the tensor-core path (forward_cuda_gemm.c): a 100-token prompt
