@@ -2,9 +2,12 @@
 # The GPU scripts' build (build-gpu/), made here and carried, so that a device call spends
 # its minutes measuring rather than compiling (the build takes ~105 s of a 15-minute lease):
 #
-#   bash bench/gpu/prebuilt.sh pack     here (nvcc is enough, no GPU needed): build-gpu/ and
-#                                       .gpubin/build-gpu.tar.xz (git-ignored; name .gpubin
-#                                       in the device call's carry)
+#   bash bench/gpu/prebuilt.sh pack [TARGET...]
+#       here (nvcc is enough, no GPU needed): build-gpu/ and .gpubin/build-gpu.tar.xz
+#       (git-ignored; name .gpubin in the device call's carry) with the targets named (default:
+#       every one the GPU scripts build, deps.sh's MOEVM_GPU_TARGETS), stripped: each program
+#       holds its kernels' PTX, ~3 MB a program packed, and a call carries 64 MiB at most with
+#       llama.cpp's 42 MB among them (`pack moevm_cli vmm_costs` for llamacpp.sh alone)
 #
 # On the device, bench/gpu/deps.sh's moevm_gpu_build unpacks it in place of building, but only
 # when it was made from the same sources (a hash of every file the build reads, taken on both
@@ -19,19 +22,30 @@ source bench/gpu/deps.sh
 
 case "${1:-}" in
 pack)
+    shift
+    targets=("$@")
+    ((${#targets[@]})) || targets=("${MOEVM_GPU_TARGETS[@]}")
     cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DMOEVM_WERROR=OFF \
         -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON >/dev/null
-    cmake --build build-gpu -j"$(nproc)" --target "${MOEVM_GPU_TARGETS[@]}"
-    moevm_src_hash >build-gpu/SOURCES
-    echo "${MOEVM_GPU_TARGETS[*]}" >build-gpu/TARGETS
+    cmake --build build-gpu -j"$(nproc)" --target "${targets[@]}"
+    stage=$(mktemp -d)
+    trap 'rm -rf "$stage"' EXIT
+    mkdir -p "$stage/build-gpu"
+    moevm_src_hash >"$stage/build-gpu/SOURCES"
+    echo "${targets[*]}" >"$stage/build-gpu/TARGETS"
+    for t in "${targets[@]}"; do # each target's file: moevm_cli makes build-gpu/moevm
+        name=$t
+        [[ $t == moevm_cli ]] && name=moevm
+        file=$(find build-gpu \( -name "$name" -o -name "lib$name.so" \) -type f \
+               ! -path '*/CMakeFiles/*' | head -n 1)
+        [[ -n $file ]] || { echo "prebuilt.sh: no file of target $t under build-gpu/" >&2; exit 1; }
+        mkdir -p "$stage/$(dirname "$file")"
+        strip --strip-unneeded -o "$stage/$file" "$file"
+    done
     mkdir -p .gpubin
-    # The programs and the libraries they load (and their links), not the objects nor the
-    # fake driver: some MB, not hundreds.
-    find build-gpu \( -type f -o -type l \) \( -perm -u+x -o -name '*.so*' \) \
-        ! -path '*/CMakeFiles/*' ! -path 'build-gpu/fakecuda/*' ! -name '*.sh' -print0 |
-        tar --null -T - -cJf .gpubin/build-gpu.tar.xz build-gpu/SOURCES build-gpu/TARGETS
+    tar -C "$stage" -cJf .gpubin/build-gpu.tar.xz build-gpu
     echo "prebuilt.sh: .gpubin/build-gpu.tar.xz ($(du -h .gpubin/build-gpu.tar.xz | cut -f1))" \
-         "from sources $(cat build-gpu/SOURCES): carry .gpubin"
+         "from sources $(cat "$stage/build-gpu/SOURCES"): carry .gpubin"
     ;;
-*) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+*) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
