@@ -120,9 +120,15 @@ export work
     nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
     echo "moevm $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null ||
         echo ' + changes'), $(nproc) CPUs"
-    step build 240 bash -c 'source bench/gpu/deps.sh && moevm_gpu_build moevm_cli test_gpu \
-        bench_gpu_experts bench_gpu_attention vmm_costs moevm_ktrace >'"$work"'/build.txt 2>&1 ||
-        { tail -n 30 '"$work"'/build.txt; exit 1; }'
+    # the targets of the steps asked for, so that a carried build of fewer still serves
+    targets=moevm_cli
+    [[ $steps == *" kernels "* ]] && targets+=" test_gpu bench_gpu_experts"
+    [[ $steps == *" attention "* ]] && targets+=" bench_gpu_attention"
+    [[ $steps =~ \ (vmm|full|offload|full_q4k)\  ]] && targets+=" vmm_costs"
+    [[ $steps == *" ktrace "* ]] && targets+=" moevm_ktrace"
+    step build 240 bash -c 'source bench/gpu/deps.sh && moevm_gpu_build '"$targets"' \
+        >'"$work"'/build.txt 2>&1 || { tail -n 30 '"$work"'/build.txt; exit 1; }
+        grep "^deps.sh:" '"$work"'/build.txt || true'
     [[ -x build-gpu/moevm ]] || { echo "lease.sh: no build-gpu/moevm, nothing to run"; exit 1; }
     step kernels 90 kernels
     step vmm 45 vmm
