@@ -47,8 +47,8 @@
 /* ---- mixture of experts ---------------------------------------------------------------- */
 
 /* Where the rows of a step of nk (token, expert) rows lie in f->rows, and in f->rows_host
- * at the same offsets: off, cnt, then row_tok, tok_rows and row_w packed for nk. Returns the
- * host side. */
+ * at the same offsets: off, cnt, then row_tok, tok_rows and row_w packed for nk, then the
+ * first round's list (f->list). Returns the host side. */
 static uint32_t *lay_rows(struct cuda_fwd *f, size_t nk)
 {
     const size_t E = f->m->hp.n_expert;
@@ -57,18 +57,41 @@ static uint32_t *lay_rows(struct cuda_fwd *f, size_t nk)
     f->row_tok = f->cnt + E * 4;
     f->tok_rows = f->row_tok + nk * 4;
     f->row_w = f->tok_rows + nk * 4;
+    f->list = f->row_w + nk * 4;
+    f->listed = 0;
     return f->rows_host;
 }
 
-/* The step's grouped rows (moe_step.h) up, in one copy; a token's rows that are not
- * computed here (another rank's experts, or none: a served step's tokens have fewer than K
- * rows here) read out's zero row, so that the sum adds only this device's. */
-static mvm_status upload_rows(struct cuda_fwd *f, uint32_t n)
+/* The first round's experts after the rows in h, where the kernels take all of them (none
+ * goes to the tensor cores: expert_launch's split), so that its launches need no upload of
+ * their own; the number listed. */
+static mvm_status list_round(struct cuda_fwd *f, uint32_t il, uint32_t *h, uint32_t *listed)
+{
+    const mvm_moe *s = f->moe;
+    *listed = 0;
+    for (uint32_t i = 0; i < s->n_round; i++) {
+        int gemm;
+        TRY(mvm_cuda_fwd_gemm_wants_expert(f, il, s->round[i], &gemm));
+        if (gemm)
+            return MVM_OK;
+        h[i] = (uint32_t)s->round[i];
+    }
+    *listed = s->n_round;
+    return MVM_OK;
+}
+
+/* The step's grouped rows (moe_step.h) and its first round's list up, in one copy (each
+ * upload costs some 20 us of the host's time while the stream runs kernels, pinned or not:
+ * bench/gpu/vmm_costs section 4 on an H200; a step made three); a token's rows that are
+ * not computed here (another rank's experts, or none: a served step's tokens have fewer
+ * than K rows here) read out's zero row, so that the sum adds only this device's. After
+ * mvm_moe_begin, which makes the round. */
+static mvm_status upload_rows(struct cuda_fwd *f, uint32_t il, uint32_t n)
 {
     const mvm_moe *s = f->moe;
     const uint32_t K = f->m->hp.n_expert_used, zero = f->n_batch * K;
     size_t E = f->m->hp.n_expert, nk = (size_t)n * K;
-    uint32_t *h = lay_rows(f, nk), *tok_rows = h + 2 * E + nk;
+    uint32_t *h = lay_rows(f, nk), *tok_rows = h + 2 * E + nk, listed;
     memset(f->row_far, 0, nk);
     for (uint32_t i = 0; i < s->n_remote; i++) {
         uint32_t e = (uint32_t)s->active[s->n_active + i];
@@ -82,7 +105,10 @@ static mvm_status upload_rows(struct cuda_fwd *f, uint32_t n)
     memcpy(h + E, s->cnt, E * sizeof *h);
     memcpy(h + 2 * E, s->row_tok, nk * sizeof *h);
     memcpy(h + 2 * E + 2 * nk, s->row_w, nk * sizeof *h); /* floats, as their bits */
-    return mvm_gpu_upload(f->g, f->rows, h, (2 * E + 3 * nk) * sizeof *h);
+    TRY(list_round(f, il, h + 2 * E + 3 * nk, &listed));
+    TRY(mvm_gpu_upload(f->g, f->rows, h, (2 * E + 3 * nk + listed) * sizeof *h));
+    f->listed = listed;
+    return MVM_OK;
 }
 
 /* Whether the experts of layer il read their input quantized (f->act), not as floats. */
@@ -133,8 +159,12 @@ static mvm_status expert_launch(struct cuda_fwd *f, uint32_t il, uint32_t from, 
     /* by the step, not by the launch's experts: a row's floats must not depend on which
      * round it ran in (tests/test_forward_gpu.c, test_speculative) */
     a.one_row = f->step_tok == 1;
-    a.active = f->active + from * sizeof *s->round;
-    TRY(mvm_gpu_upload(f->g, a.active, f->active_host + from, n * sizeof *f->active_host));
+    if (to <= f->listed) /* sent up with the rows (upload_rows) */
+        a.active = f->list + from * sizeof *s->round;
+    else {
+        a.active = f->active + from * sizeof *s->round;
+        TRY(mvm_gpu_upload(f->g, a.active, f->active_host + from, n * sizeof *f->active_host));
+    }
     return mvm_gpu_experts(f->g, &a);
 }
 
@@ -227,6 +257,7 @@ static mvm_status experts_end(struct cuda_fwd *f, uint32_t il, uint32_t n, mvm_d
         TRY(mvm_gpu_sync(f->g));
         mvm_cuda_fwd_lap(f, MVM_LAP_DEVICE);
         TRY(mvm_moe_next_round(f->moe));
+        f->listed = 0; /* the list sent up was the first round's */
         mvm_cuda_fwd_lap(f, MVM_LAP_ASK);
         TRY(expert_launch(f, il, 0, f->moe->n_ready));
         TRY(expert_round_rest(f, il));
@@ -448,13 +479,13 @@ static mvm_status moe(struct cuda_fwd *f, uint32_t il, uint32_t n, const uint32_
     TRY(end_open_step(f, synced, 1)); /* the last layer's kernels are done */
     memcpy(f->moe->probs, f->probs_host, (size_t)n * hp->n_expert * sizeof(float));
     mvm_moe_route(f->moe, il, pos, n, f->host);
-    TRY(upload_rows(f, n));
     mvm_cuda_fwd_lap(f, MVM_LAP_POLICIES);
     TRY(mvm_moe_begin(f->moe));
     mvm_cuda_fwd_lap(f, MVM_LAP_ASK);
     const int spec = mvm_moe_speculates(f->moe);
-    mvm_status st = spec ? mvm_gpu_copy(f->g, f->spec_x, f->x, (size_t)n * D * sizeof(float))
-                         : MVM_OK;
+    mvm_status st = upload_rows(f, il, n);
+    if (st == MVM_OK && spec)
+        st = mvm_gpu_copy(f->g, f->spec_x, f->x, (size_t)n * D * sizeof(float));
     const mvm_elsewhere *e = f->moe->elsewhere;
     if (e && st == MVM_OK) /* the other ranks' experts run there meanwhile */
         st = e->send(e->self, f->moe, f->host, n);
@@ -490,9 +521,9 @@ static mvm_status cuda_expert_rows(mvm_ctx *ctx, const mvm_expert_rows *r, float
     TRY(mvm_gpu_upload(f->g, f->xn, r->hidden, bytes));
     f->xn_act = NULL, f->xn_experts = 0;
     TRY(mvm_gpu_zero(f->g, f->tmp, bytes));
-    TRY(upload_rows(f, n));
     TRY(mvm_moe_begin(f->moe));
-    mvm_status st = experts_begin(f, r->layer, n, 0);
+    mvm_status st = upload_rows(f, r->layer, n);
+    st = st != MVM_OK ? st : experts_begin(f, r->layer, n, 0);
     st = end_step(f, st == MVM_OK ? experts_end(f, r->layer, n, f->tmp) : st, 0);
     return st != MVM_OK ? st : mvm_gpu_download(f->g, out, f->tmp, bytes);
 }

@@ -129,9 +129,12 @@ struct cuda_fwd {
     mvm_dptr active;            /* the round's experts */
     mvm_dptr rows;              /* the step's rows (moe_step.h) in one buffer, so one upload
                                    sends them (forward_cuda.c, lay_rows): off, cnt [n_expert],
-                                   row_tok, tok_rows, row_w [n_batch * K] ... */
-    mvm_dptr off, cnt, row_tok, tok_rows, row_w; /* ... at these places in it */
-    uint32_t *rows_host;        /* [2 n_expert + 3 n_batch K]: the same, on the host */
+                                   row_tok, tok_rows, row_w [n_batch * K], then its first
+                                   round's list of experts [n_expert] ... */
+    mvm_dptr off, cnt, row_tok, tok_rows, row_w, list; /* ... at these places in it */
+    uint32_t listed;            /*   the round's experts in list (0: none, each launch sends
+                                   its own to active) */
+    uint32_t *rows_host;        /* [3 n_expert + 3 n_batch K]: the same, on the host */
     float *host;                /* [n_batch][n_embd], pinned: embeddings up, the router's
                                    input down */
     float *probs_host;          /* [n_batch][n_expert], pinned: the router's logits down */

@@ -131,7 +131,7 @@ static mvm_status alloc_scratch(struct cuda_fwd *f)
     if (!f->sizing) /* out's last row: zeros, what speculate's masked rows add */
         TRY(mvm_gpu_zero(f->g, f->out + BK * D * 4, D * 4));
     TRY(mvm_cuda_fwd_alloc(f, E * 4, &f->active));
-    TRY(mvm_cuda_fwd_alloc(f, (2 * E + 3 * BK) * 4, &f->rows));
+    TRY(mvm_cuda_fwd_alloc(f, (3 * E + 3 * BK) * 4, &f->rows));
     if (F) {
         TRY(mvm_cuda_fwd_alloc(f, B * F * 4, &f->sh1));
         TRY(mvm_cuda_fwd_alloc(f, B * F * 4, &f->sh3));
@@ -240,7 +240,7 @@ mvm_status mvm_cuda_fwd_create(mvm_ctx *ctx, void **state)
     const size_t BK = (size_t)f->n_batch * hp->n_expert_used;
     f->spec_host = malloc((size_t)f->n_batch * hp->n_embd * sizeof *f->spec_host);
     f->spec_rows_host = malloc(BK * sizeof *f->spec_rows_host);
-    f->rows_host = malloc((2 * hp->n_expert + 3 * BK) * sizeof *f->rows_host);
+    f->rows_host = malloc((3 * hp->n_expert + 3 * BK) * sizeof *f->rows_host);
     f->row_far = malloc(BK);
     f->far = malloc((size_t)f->n_batch * hp->n_embd * sizeof *f->far);
     f->runs = malloc(f->n_batch * sizeof *f->runs);
