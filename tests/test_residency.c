@@ -116,6 +116,30 @@ static void test_module_decides(void)
     }
 }
 
+/* A step observed ahead of its end (mvm_resid_observe, as forward_cuda.c does while the
+ * device computes) is counted once: lfu after uses 0 (observed early), 1, 1, 2 evicts the
+ * older of the two used once, (0,0), for (0,3); counted twice, (0,0) would stay and (0,2)
+ * go. */
+static void test_observe_once(void)
+{
+    mvm_space *sp = small_space();
+    mvm_resid *r = resid_for(sp, "lfu", "");
+    const int32_t zero = 0;
+    uint32_t counts[4] = {1, 0, 0, 0};
+    mvm_pstep s = {.layer = 0, .n_tok = 1, .experts = (int32_t *)&zero, .counts = counts};
+    CHECK_ST(mvm_resid_begin(r, 0, &zero, 1, 1), MVM_OK);
+    mvm_resid_observe(r, &s);
+    mvm_resid_observe(r, &s); /* a second call before the end changes nothing */
+    CHECK_ST(mvm_resid_end(r, &s, &zero, 1, 0), MVM_OK);
+    static const int32_t uses[] = {1, 1, 2, 3};
+    for (size_t i = 0; i < sizeof uses / sizeof *uses; i++)
+        CHECK_ST(use1(r, 0, uses[i]), MVM_OK);
+    CHECK(resident_pages(sp, 0, 0) == 0 && resident_pages(sp, 0, 2) == 2);
+    CHECK(resident_pages(sp, 0, 1) == 2 && resident_pages(sp, 0, 3) == 2);
+    mvm_resid_destroy(r);
+    mvm_space_destroy(sp);
+}
+
 /* A step's experts are shielded from eviction while the step loads the others: with
  * (0,0) the least recently used, a step over {3, 0} must evict (0,1), not (0,0). */
 static void test_step_shield(void)
@@ -1244,6 +1268,7 @@ int main(int argc, char **argv)
     unsetenv("MOEVM_PREDICT");
     unsetenv("MOEVM_PREDICT_ARGS");
     RUN(test_module_decides);
+    RUN(test_observe_once);
     RUN(test_step_shield);
     RUN(test_no_room);
     RUN(test_rounds);

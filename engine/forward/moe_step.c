@@ -483,6 +483,12 @@ mvm_status mvm_moe_replay(mvm_moe *s)
     return st != MVM_OK ? st : ended;
 }
 
+void mvm_moe_observe(mvm_moe *s)
+{
+    if (s->begun)
+        mvm_resid_observe(s->resid, &s->step);
+}
+
 mvm_status mvm_moe_end(mvm_moe *s)
 {
     if (!s->begun)

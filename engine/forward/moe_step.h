@@ -147,6 +147,9 @@ mvm_status mvm_moe_hold(mvm_moe *s);
  * round (its ready part, as mvm_moe_begin); n_round 0 when every expert of the step has
  * run. On failure as mvm_moe_begin. */
 mvm_status mvm_moe_next_round(mvm_moe *s);
+/* Between steps 4 and 5, optional: the residency's policies observe the step now, while the
+ * backend's kernels still run (mvm_resid_observe), not at mvm_moe_end. */
+void mvm_moe_observe(mvm_moe *s);
 /* Step 5: the first failure of the step (a failed prefetch included: the pass ends). */
 mvm_status mvm_moe_end(mvm_moe *s);
 

@@ -429,12 +429,21 @@ static void admit(mvm_resid *r, uint32_t layer)
     }
 }
 
-mvm_status mvm_resid_end(mvm_resid *r, const mvm_pstep *step, const int32_t *experts,
-                         uint32_t n, int last_layer)
+void mvm_resid_observe(mvm_resid *r, const mvm_pstep *step)
 {
+    if (r->observed)
+        return;
     r->evict->observe(r->evict_self, view(r), step);
     if (r->config)
         r->config->observe(r->config_self, view(r), step);
+    r->observed = 1;
+}
+
+mvm_status mvm_resid_end(mvm_resid *r, const mvm_pstep *step, const int32_t *experts,
+                         uint32_t n, int last_layer)
+{
+    mvm_resid_observe(r, step);
+    r->observed = 0;
     mvm_resid_release(r, step->layer, experts, n);
     drop_window(r, step);
     split(r, step->layer, experts, n);

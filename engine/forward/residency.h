@@ -164,6 +164,12 @@ mvm_status mvm_resid_begin_home(mvm_resid *r, uint32_t layer, const int32_t *exp
  * MoE layer, after which the module's token clock advances by step->n_tok. */
 mvm_status mvm_resid_end(mvm_resid *r, const mvm_pstep *step, const int32_t *experts,
                          uint32_t n, int last_layer);
+/* The evict and config modules observe the step ahead of mvm_resid_end (which then does not
+ * again), in the same order: a backend whose kernels still read the step's experts calls it
+ * while the device computes, so that the modules' bookkeeping (the adaptive module's five
+ * ghosts: ~17 us a layer step) leaves the host's path between a layer's router and its
+ * experts. */
+void mvm_resid_observe(mvm_resid *r, const mvm_pstep *step);
 /* Loads expert (layer, e) ahead of its use, at prefetch priority, making room as a request
  * does (never from the current step's experts). MVM_OK when queued or already resident,
  * MVM_ERR_NOSPACE when nothing can make room (the prediction is dropped). */

@@ -11,6 +11,7 @@
 
 struct mvm_resid {
     mvm_space *space;
+    int observed;               /* the open step's policies observed it (mvm_resid_observe) */
     uint32_t n_experts, n_total, ppe;
     mvm_pshape shape;
     mvm_cost cost;
