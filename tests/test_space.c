@@ -7,7 +7,9 @@
  * of the wrong length or a stale chunk shows up as a byte mismatch.
  */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +30,8 @@ static void (*fake_set_fail)(const char *);
 static int (*fake_live_handles)(void);
 static void (*fake_stream_hold)(void *, int);
 static void (*fake_set_event_sync_delay_us)(unsigned long long);
+static void (*fake_hold_maps)(int);
+static int (*fake_wait_map_held)(unsigned);
 static void (*fake_set_copy_delay_us)(unsigned long long);
 static unsigned long (*fake_copies_begun)(void);
 static unsigned long (*fake_calls)(const char *);
@@ -1117,6 +1121,59 @@ static bool address_reads(mvm_space *sp, uint32_t l, uint32_t e, uint64_t bytes)
  * the last unpin it lands with no driver call. A copy that fails after the stream was ordered keeps its
  * mapping until then; one that fails before is reported, and its move says why. With homes
  * mapped the address shows the home until the copy lands: the host waits. */
+struct pin_job {
+    mvm_space *sp;
+    mvm_status st;
+    atomic_int done;
+};
+
+static void *pin_and_unpin(void *p)
+{
+    struct pin_job *j = p;
+    j->st = mvm_pin(j->sp, 0, 0);
+    if (j->st == MVM_OK)
+        j->st = mvm_unpin(j->sp, 0, 0);
+    atomic_store(&j->done, 1);
+    return NULL;
+}
+
+/* Where homes are unmapped the worker maps a load's slab at its address while the copy is
+ * on the bus, and the driver's calls (~100 us while kernels run, on an H200) take place
+ * without the space's lock: with the worker held inside that map, another thread pins and
+ * unpins a resident expert (a decode step's pins, requests and unpins went through the lock
+ * the worker held); then the load lands, readable. */
+static void test_map_off_the_lock(void)
+{
+    enum { P = 2 };
+    mvm_space_info info;
+    mvm_space *sp = filled_space(1, 3, P * PAGE, 3 * P, &info);
+    if (info.home_mapped) { /* every move maps at landing, under the lock */
+        CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+        return;
+    }
+    CHECK_ST(mvm_make_resident(sp, 0, 0, MVM_ALL_PAGES), MVM_OK);
+    fake_hold_maps(1);
+    mvm_move *m = NULL;
+    CHECK_ST(mvm_make_resident_async(sp, 0, 1, MVM_ALL_PAGES, &m), MVM_OK);
+    const int held = fake_wait_map_held(10000);
+    CHECK(held);
+    struct pin_job j = {.sp = sp};
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, pin_and_unpin, &j) == 0);
+    for (int i = 0; held && i < 10000 && !atomic_load(&j.done); i++)
+        usleep(1000);
+    CHECK(atomic_load(&j.done)); /* else it waits for the lock the map holds */
+    fake_hold_maps(0);
+    pthread_join(t, NULL);
+    CHECK_ST(j.st, MVM_OK);
+    CHECK_ST(mvm_move_wait(m, -1), MVM_OK);
+    CHECK_ST(mvm_move_release(m), MVM_OK);
+    mvm_residency r;
+    CHECK_ST(mvm_expert_residency(sp, 0, 1, &r), MVM_OK);
+    CHECK(r.resident == P && r.loading == 0 && reads_match(sp, 0, 1, P * PAGE));
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+}
+
 static void test_wait_on_stream(void)
 {
     enum { P = 2 };
@@ -1446,8 +1503,12 @@ int main(int argc, char **argv)
         fake_set_event_sync_delay_us = fake ? (void (*)(unsigned long long))dlsym(
                                                   fake, "fakecuda_set_event_sync_delay_us")
                                             : NULL;
+        fake_hold_maps = fake ? (void (*)(int))dlsym(fake, "fakecuda_hold_maps") : NULL;
+        fake_wait_map_held =
+            fake ? (int (*)(unsigned))dlsym(fake, "fakecuda_wait_map_held") : NULL;
         on_fake = fake_set_fail && fake_live_handles && fake_stream_hold &&
-                  fake_set_copy_delay_us && fake_copies_begun && fake_set_event_sync_delay_us;
+                  fake_set_copy_delay_us && fake_copies_begun && fake_set_event_sync_delay_us &&
+                  fake_hold_maps && fake_wait_map_held;
         if (!on_fake) {
             fprintf(stderr, "test_space cuda: needs tests/fakecuda as MOEVM_CUDA_LIBRARY\n");
             return 2;
@@ -1473,6 +1534,7 @@ int main(int argc, char **argv)
         RUN(test_prefetch_hurried);
         RUN(test_cancel_and_destroy_in_flight);
         RUN(test_wait_on_stream);
+        RUN(test_map_off_the_lock);
         RUN(test_reload_overtakes_cancelled_prefetch);
         RUN(test_reload_while_mapped_load_cancelled);
         RUN(test_unpin_lands_deferred_load);

@@ -114,14 +114,38 @@ static mvm_status map_run(mvm_space *sp, struct job *j, uint32_t r, bool replace
 
 /* Where homes are unmapped nothing may read a page before it is resident, so a run's slab
  * can be mapped at its address while its copy is on the bus: the remap's driver calls then
- * overlap the DMA instead of following it. A map that fails here is tried again at landing. */
+ * overlap the DMA instead of following it. A map that fails here is tried again at landing.
+ * The driver's calls run without the lock: a map and its access grant take ~100 us while
+ * kernels run (vmm_costs section 4 on an H200: 122 against 25 idle), and a decode step's
+ * pins, requests and unpins waited for them. That is safe because only this thread maps at
+ * an expert's address (evictions leave their unmaps to it: slab.c), a started job's slab is
+ * freed only at its landing (this thread again), and a run cancelled meanwhile
+ * (mvm_cancel_page, which found it not mapped yet) is unmapped here, as it would have been
+ * there. Lock held on entry and on return. */
 static void premap_job(mvm_space *sp, struct job *j)
 {
     for (uint32_t r = 0; r < j->n_runs; r++) {
-        if (run_owned(sp, j, r) && !sp->slabs[j->runs[r].slab].mapped &&
-            map_slab(sp, j, r, false) != MVM_OK)
-            mvm_log(MVM_LOG_DEBUG, "mapping %u pages ahead of their copy: %s", j->runs[r].n,
+        const struct job_run *run = &j->runs[r];
+        if (!run_owned(sp, j, r) || sp->slabs[run->slab].mapped)
+            continue;
+        const uint64_t va = run_va(sp, j, r), bytes = (uint64_t)run->n * sp->page_size;
+        mvm_status st = mvm_stale_clear_unlocked(sp, va, bytes);
+        if (st == MVM_OK) {
+            pthread_mutex_unlock(&sp->mu);
+            const uint64_t start = mvm_clock_ns();
+            st = sp->be->ops->map_chunks(sp->be, va, sp->pool, run->slab, run->n, false);
+            const uint64_t took = mvm_clock_ns() - start;
+            pthread_mutex_lock(&sp->mu);
+            sp->stats.remap_ns += took;
+        }
+        if (st != MVM_OK) {
+            mvm_log(MVM_LOG_DEBUG, "mapping %u pages ahead of their copy: %s", run->n,
                     mvm_last_error());
+            continue;
+        }
+        sp->slabs[run->slab].mapped = true;
+        if (!run_owned(sp, j, r)) /* cancelled meanwhile */
+            unmap_ahead(sp, j, r);
     }
 }
 

@@ -269,6 +269,28 @@ mvm_status mvm_stale_unmap_one(mvm_space *sp)
     return st;
 }
 
+mvm_status mvm_stale_clear_unlocked(mvm_space *sp, uint64_t va, uint64_t bytes)
+{
+    for (uint32_t i = sp->n_stale; i-- > 0;) {
+        const struct stale_map m = sp->stale[i];
+        if (!(m.va < va + bytes && va < m.va + m.bytes))
+            continue;
+        sp->stale[i] = sp->stale[--sp->n_stale];
+        pthread_mutex_unlock(&sp->mu); /* safe as in mvm_stale_unmap_one */
+        uint64_t took;
+        mvm_status st = unmap_mapping(sp, &m, &took);
+        pthread_mutex_lock(&sp->mu);
+        sp->stats.remap_ns += took;
+        if (st != MVM_OK) {
+            if (!mvm_stale_keep(sp, m.va, m.bytes, m.slab))
+                mvm_log(MVM_LOG_WARN, "an evicted run's mapping is left: out of memory");
+            return st;
+        }
+        i = sp->n_stale; /* the list may have changed meanwhile: look again */
+    }
+    return MVM_OK;
+}
+
 void mvm_slab_release(mvm_space *sp, uint32_t first)
 {
     sp->n_free += sp->slabs[first].n;

@@ -243,6 +243,9 @@ mvm_status mvm_stale_clear(mvm_space *sp, uint64_t va, uint64_t bytes, uint32_t 
 /* Unmaps one stale mapping, if any: the worker's, in its idle time, the lock held on entry
  * and on return but not during the driver's call. A failed one stays in the list. */
 mvm_status mvm_stale_unmap_one(mvm_space *sp);
+/* mvm_stale_clear's for an address range, by the worker before it maps there: the lock held
+ * on entry and on return but not during the driver's calls. */
+mvm_status mvm_stale_clear_unlocked(mvm_space *sp, uint64_t va, uint64_t bytes);
 
 /* Lands, lock held, the deferred jobs of expert idx (its last pin just went) whose landing
  * calls no driver (mapped ahead of their copies): its next reader finds it resident, and the

@@ -1452,9 +1452,57 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     FK_CALL(cuMemCreate, 1, mem_create(handle, size, prop, flags))
 CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
     FK_CALL(cuMemRelease, 1, mem_release(handle))
+/* fakecuda_hold_maps: a map waits here, without the library's lock, while maps are held. */
+static pthread_mutex_t g_hold_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_hold_cv = PTHREAD_COND_INITIALIZER;
+static int g_hold_maps;
+static unsigned long g_maps_held;
+
+static void map_hold_point(void)
+{
+    pthread_mutex_lock(&g_hold_mu);
+    if (g_hold_maps) {
+        g_maps_held++;
+        pthread_cond_broadcast(&g_hold_cv);
+        while (g_hold_maps)
+            pthread_cond_wait(&g_hold_cv, &g_hold_mu);
+        g_maps_held--;
+    }
+    pthread_mutex_unlock(&g_hold_mu);
+}
+
+void fakecuda_hold_maps(int hold)
+{
+    pthread_mutex_lock(&g_hold_mu);
+    g_hold_maps = hold;
+    pthread_cond_broadcast(&g_hold_cv);
+    pthread_mutex_unlock(&g_hold_mu);
+}
+
+int fakecuda_wait_map_held(unsigned timeout_ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += timeout_ms / 1000;
+    until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L)
+        until.tv_sec++, until.tv_nsec -= 1000000000L;
+    pthread_mutex_lock(&g_hold_mu);
+    int rc = 0;
+    while (!g_maps_held && rc == 0)
+        rc = pthread_cond_timedwait(&g_hold_cv, &g_hold_mu, &until);
+    const int held = g_maps_held > 0;
+    pthread_mutex_unlock(&g_hold_mu);
+    return held;
+}
+
 CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                           CUmemGenericAllocationHandle handle, unsigned long long flags)
-    FK_CALL(cuMemMap, 1, mem_map((uintptr_t)ptr, size, offset, handle, flags))
+{
+    map_hold_point();
+    CUresult rc = fk_enter(FN_cuMemMap, 1);
+    return fk_leave(rc ? rc : mem_map((uintptr_t)ptr, size, offset, handle, flags));
+}
 CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
                                 size_t count)
     FK_CALL(cuMemSetAccess, 1, mem_set_access((uintptr_t)ptr, size, desc, count))

@@ -90,6 +90,13 @@ unsigned long fakecuda_copies_begun(void);
  * its landing for that long. */
 void fakecuda_set_event_sync_delay_us(unsigned long long us);
 
+/* While `hold` is set, every cuMemMap waits at its start (without the library's lock) until
+ * it is cleared: a test can then act while another thread is inside a map, such as a
+ * migration worker mapping a slab ahead of its copy. */
+void fakecuda_hold_maps(int hold);
+/* Waits up to timeout_ms for a map to be held; 1 if one is, else 0. */
+int fakecuda_wait_map_held(unsigned timeout_ms);
+
 /* A plugin kernel (FAKECUDA_KERNELS): runs the launch of `params` (its one parameter's
  * bytes) in the shape given, synchronously. */
 typedef void (*fakecuda_kernel_fn)(const void *params, const unsigned grid[3],
