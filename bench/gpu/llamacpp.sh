@@ -38,6 +38,8 @@
 #   VARIANTS="default MOEVM_HOME_MAP=on MOEVM_ASSIGN=greedy,MOEVM_COST=cost.json"
 #   VARIANTS="default MOEVM_GEMM_ROWS=0" (prefill on the tensor cores, and on the kernels)
 #   VARIANTS="default MOEVM_ASSIGN=greedy,MOEVM_COST=calibrated"
+#   VARIANTS="default BIN=/tmp/moevm-base" (BIN=: another build of moevm, e.g. the commit
+#                                           before a change, side by side in one call)
 # and the RESULT line ends in variant=...; VARIANTS_100 (default: VARIANTS) are those run at
 # budget 100, where settings of the move path or the CPU/GPU split change nothing.
 # MOEVM_COST=calibrated stands for a cost file that
@@ -129,10 +131,14 @@ result() { echo "RESULT offload model=$1 type=$2 budget=$3 engine=$4 routing=$5 
                     env=(MOEVM_BACKEND=cuda MOEVM_LOG=info)
                     [[ $variant != default ]] && env+=(${variant//,/ })
                     env=("${env[@]/#MOEVM_COST=calibrated/MOEVM_COST=$cost}")
-                    echo "-- ${env[*]}"
+                    bin=build-gpu/moevm # BIN=PATH in a variant: another build of moevm
+                    for i in "${!env[@]}"; do
+                        [[ ${env[i]} == BIN=* ]] && bin=${env[i]#BIN=} && unset 'env[i]'
+                    done
+                    echo "-- ${env[*]} $bin"
                     share=(--gpu-budget "$b%") # 0: every expert on the CPU, the rest on the GPU
                     [[ $b == 0 ]] && share=(--n-cpu-moe 99)
-                    out=$(with_vram env "${env[@]}" build-gpu/moevm bench -m "$model" -p "$pp" \
+                    out=$(with_vram env "${env[@]}" "$bin" bench -m "$model" -p "$pp" \
                           -n "$tg" -r "$reps" -t "$threads" "${share[@]}" "${extra[@]}")
                     echo "$out"
                     speeds=$(echo "$out" | moevm_speeds "$routing")
