@@ -79,10 +79,14 @@ model_layers() {
 # The GPU's measured read rate of its own memory, GB/s: vmm_costs section 3, a kernel reading
 # 256 MiB of device memory (the bound of bw_frac). Nothing where it could not be measured.
 hbm_read_gbs() {
-    local bin
+    local bin out gbs
     bin=$(find build-gpu -type f -name vmm_costs -perm -u+x | head -n 1)
-    [[ -n $bin ]] && "$bin" --only 3 --reps 20 2>/dev/null |
-        awk '$1 == "RESULT" && $2 == "kernel_read_device_256MiB" { print $3 }'
+    [[ -n $bin ]] || { echo "llamacpp_lib.sh: no vmm_costs under build-gpu/" >&2; return 0; }
+    out=$("$bin" --only 3 --reps 20 2>&1)
+    gbs=$(awk '$1 == "RESULT" && $2 == "kernel_read_device_256MiB" { print $3 }' <<<"$out")
+    # runs K and L of session 79 measured nothing here, silently: say why next time
+    [[ -n $gbs ]] || { echo "vmm_costs --only 3 gave no read rate:"; tail -n 5 <<<"$out"; } >&2
+    echo "$gbs"
 }
 
 # "bw_frac=F " for a result's speeds ("pp512=.. tg128=.."): the decode's share of the
