@@ -28,14 +28,15 @@
 #              llama.cpp": llama.cpp's too)
 #   offload    llamacpp.sh on Qwen3-30B-A3B's shape in q8_0, cut to its first 12 blocks (the
 #              whole model's mkmodel and loads would take the lease), at budgets 25 and 100,
-#              with the model's own routing and a replayed trace, by default, with the
-#              migration worker and its waiters sleeping at once (MOEVM_MOVE_SPIN=0, the
-#              way before session 76), with the host waiting for each copy
-#              (MOEVM_LOAD_WAIT=host, the way before the device waited) and with DALI's
+#              with the model's own routing and a replayed trace, by default, with a
+#              step's experts queued only once all its copies are queued and mapped
+#              (MOEVM_LOAD_WAIT=device-late: the worker's maps on an idle device; session
+#              79's experiment), with the migration worker and its waiters sleeping at
+#              once (MOEVM_MOVE_SPIN=0: no difference in session 79's J) and with DALI's
 #              CPU/GPU split planned with costs measured here
-#              (MOEVM_ASSIGN=greedy, MOEVM_COST=calibrated: with the h100 preset's it
-#              halved decode), the variants at 25% only, against -ngl
-#              99 --n-cpu-moe N; moevm and llama.cpp on the CPU alone
+#              (MOEVM_ASSIGN=greedy, MOEVM_COST=calibrated: 1.6x slower in J), the
+#              variants at 25% only, against -ngl 99 --n-cpu-moe N; moevm and llama.cpp
+#              on the CPU alone
 #   full_q4k   the full step's runs on OLMoE-1B-7B in Q4_K_M (the K-quant kernels)
 #   profile    bench/gpu/profile.sh at budgets 100 and 25 (where the decode's time goes)
 #   profile_pp the same for one prompt batch of 512 tokens at 100% (prefill's time)
@@ -139,7 +140,7 @@ export work
     step ktrace 90 env ENGINES="${KTRACE_ENGINES:-moevm}" bash bench/gpu/ktrace.sh
     step offload 300 env MODELS="${OFFLOAD_MODELS:-qwen3-30b-a3b:q8_0:12}" \
         BUDGETS="${OFFLOAD_BUDGETS:-25 100}" ROUTINGS="own replay" REPS=2 \
-        VARIANTS="${OFFLOAD_VARIANTS:-default MOEVM_MOVE_SPIN=0 MOEVM_LOAD_WAIT=host \
+        VARIANTS="${OFFLOAD_VARIANTS:-default MOEVM_LOAD_WAIT=device-late MOEVM_MOVE_SPIN=0 \
 MOEVM_ASSIGN=greedy,MOEVM_COST=calibrated}" \
         VARIANTS_100=default \
         CPU_BASELINE="${OFFLOAD_CPU:-1}" bash bench/gpu/llamacpp.sh

@@ -88,12 +88,16 @@ const mvm_option_desc mvm_opt_device_routing = {
     "layer's routing through the host (engine/forward/forward_cuda_route.c)"};
 
 const mvm_option_desc mvm_opt_load_wait = {
-    "MOEVM_LOAD_WAIT", MVM_OPT_CHOICE, "device", "device|host",
+    "MOEVM_LOAD_WAIT", MVM_OPT_CHOICE, "device", "device|host|device-late",
     "engine on a GPU at a budget, homes unmapped (MOEVM_HOME_MAP=off): how a "
     "step's experts wait for their copies; device: the compute stream waits "
     "for each copy once it is queued and mapped, and the host queues on "
-    "(mvm_expert_wait_on); host: the host waits for each copy to land before "
-    "it queues the experts that read it"};
+    "(mvm_expert_wait_on), the experts already there first; host: the host "
+    "waits for each copy to land before it queues the experts that read it; "
+    "device-late: as device, but the step queues nothing until all its "
+    "copies are queued and mapped, then its experts in one launch (the "
+    "worker's maps then meet an idle device; an experiment, "
+    "docs/perf/engine.md)"};
 
 static const mvm_option_desc *const list[] = {
     &mvm_opt_threads, &mvm_opt_cpu_simd, &mvm_opt_kv_type, &mvm_opt_admit,

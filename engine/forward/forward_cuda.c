@@ -234,6 +234,18 @@ static mvm_status experts_begin(struct cuda_fwd *f, uint32_t il, uint32_t n, int
 {
     f->step_tok = n;
     f->a16x_ready = 0;
+    if (f->load_late && !spec && !f->moe->n_cpu && mvm_resid_orders_on_device(f->moe->resid)) {
+        /* MOEVM_LOAD_WAIT=device-late: nothing queued until every copy of the round is
+         * queued and mapped, so that the worker's maps meet an idle device (a map and its
+         * access grant: 25 us idle, ~120 with a kernel running, vmm_costs section 4); then
+         * the whole round in one launch */
+        TRY(mvm_moe_hold(f->moe));
+        mvm_cuda_fwd_lap(f, MVM_LAP_COPIES);
+        TRY(quantize_input(f, il, n));
+        TRY(expert_launch(f, il, 0, f->moe->n_round));
+        mvm_cuda_fwd_lap(f, MVM_LAP_QUEUE);
+        return MVM_OK;
+    }
     TRY(quantize_input(f, il, n));
     TRY(expert_launch(f, il, 0, f->moe->n_ready));
     if (!spec && f->moe->n_cpu && mvm_resid_orders_on_device(f->moe->resid))

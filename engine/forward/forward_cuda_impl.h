@@ -173,6 +173,7 @@ struct cuda_fwd {
     uint32_t *active_host;      /* [n_expert], pinned: a round's experts that the kernels take,
                                    at the offsets of their device list (expert_launch) */
     /* Steps routed on the device (forward_cuda_route.c): */
+    int load_late;              /* MOEVM_LOAD_WAIT=device-late (forward_cuda.c, experts_begin) */
     int route_here;             /* this batch's MoE steps route on the device */
     int route_mode;             /* MOEVM_DEVICE_ROUTING (enum below) */
     int all_pinned;             /* every expert pinned for them, until the context ends */

@@ -273,8 +273,9 @@ mvm_status mvm_cuda_fwd_create(mvm_ctx *ctx, void **state)
     }
     mvm_option_value wait;
     TRY(mvm_option_read(&mvm_opt_load_wait, &wait));
-    if (wait.i == 0 && f->moe) /* device: the steps' copies ordered before the kernels */
+    if (wait.i != 1 && f->moe) /* device: the steps' copies ordered before the kernels */
         mvm_resid_set_reader_stream(f->moe->resid, mvm_gpu_stream(f->g));
+    f->load_late = wait.i == 2;
     mvm_option_value profile; /* from here on: the weights' upload is not the pass's */
     TRY(mvm_option_read(&mvm_opt_gpu_profile, &profile));
     return profile.i == 1 ? mvm_gpu_profile(f->g) : MVM_OK;
