@@ -131,6 +131,10 @@ export work
         >'"$work"'/build.txt 2>&1 || { tail -n 30 '"$work"'/build.txt; exit 1; }
         grep "^deps.sh:" '"$work"'/build.txt || true'
     [[ -x build-gpu/moevm ]] || { echo "lease.sh: no build-gpu/moevm, nothing to run"; exit 1; }
+    if [[ -f .gpubin/moevm-base.xz ]]; then # prebuilt.sh base: for variants BIN=/tmp/moevm-base
+        xz -dc .gpubin/moevm-base.xz >/tmp/moevm-base && chmod +x /tmp/moevm-base &&
+            echo "lease.sh: /tmp/moevm-base unpacked (variants BIN=/tmp/moevm-base)"
+    fi
     step kernels 90 kernels
     step vmm 45 vmm
     step text 70 env FORWARD_STEPS="2 2b" bash tests/gpu/forward.sh

@@ -39,7 +39,8 @@
 #   VARIANTS="default MOEVM_GEMM_ROWS=0" (prefill on the tensor cores, and on the kernels)
 #   VARIANTS="default MOEVM_ASSIGN=greedy,MOEVM_COST=calibrated"
 #   VARIANTS="default BIN=/tmp/moevm-base" (BIN=: another build of moevm, e.g. the commit
-#                                           before a change, side by side in one call)
+#                                           before a change, side by side in one call:
+#                                           bench/gpu/prebuilt.sh base REV makes it)
 # and the RESULT line ends in variant=...; VARIANTS_100 (default: VARIANTS) are those run at
 # budget 100, where settings of the move path or the CPU/GPU split change nothing.
 # MOEVM_COST=calibrated stands for a cost file that

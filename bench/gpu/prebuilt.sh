@@ -8,6 +8,11 @@
 #       every one the GPU scripts build, deps.sh's MOEVM_GPU_TARGETS), stripped: each program
 #       holds its kernels' PTX, ~3 MB a program packed, and a call carries 64 MiB at most with
 #       llama.cpp's 42 MB among them (`pack moevm_cli vmm_costs` for llamacpp.sh alone)
+#   bash bench/gpu/prebuilt.sh base REV
+#       moevm built from commit REV (a worktree in a temporary folder, the same flags),
+#       stripped, as .gpubin/moevm-base.xz: lease.sh unpacks it to /tmp/moevm-base, and a
+#       variant BIN=/tmp/moevm-base of llamacpp.sh runs it beside the tree's own build in the
+#       same call, so that a change's ratio is measured on one machine
 #
 # On the device, bench/gpu/deps.sh's moevm_gpu_build unpacks it in place of building, but only
 # when it was made from the same sources (a hash of every file the build reads, taken on both
@@ -47,5 +52,20 @@ pack)
     echo "prebuilt.sh: .gpubin/build-gpu.tar.xz ($(du -h .gpubin/build-gpu.tar.xz | cut -f1))" \
          "from sources $(cat "$stage/build-gpu/SOURCES"): carry .gpubin"
     ;;
-*) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+base)
+    rev=${2:?"usage: prebuilt.sh base REV"}
+    git rev-parse --verify -q "$rev^{commit}" >/dev/null || { echo "prebuilt.sh: no commit $rev" >&2; exit 2; }
+    tree=$(mktemp -d)
+    trap 'git worktree remove --force "$tree" >/dev/null 2>&1; rm -rf "$tree"' EXIT
+    git worktree add -q --detach "$tree" "$rev"
+    cmake -S "$tree" -B "$tree/build-gpu" -DCMAKE_BUILD_TYPE=Release -DMOEVM_WERROR=OFF \
+        -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON >/dev/null
+    cmake --build "$tree/build-gpu" -j"$(nproc)" --target moevm_cli
+    mkdir -p .gpubin
+    strip --strip-unneeded -o "$tree/moevm" "$tree/build-gpu/moevm"
+    xz -T0 -c "$tree/moevm" >.gpubin/moevm-base.xz
+    echo "prebuilt.sh: .gpubin/moevm-base.xz ($(du -h .gpubin/moevm-base.xz | cut -f1)), moevm" \
+         "at $(git rev-parse --short "$rev"): carry .gpubin, variant BIN=/tmp/moevm-base"
+    ;;
+*) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
