@@ -324,16 +324,25 @@ static void experts_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_ff, uin
         }
     const uint64_t h_stride = mvm_k_act_bytes(f.down, n_ff) + 8;
     const size_t rows = n_tok * K;
+    /* device-view's per-launch addresses (wptr): each active expert read from a copy
+     * elsewhere, the experts' own place poisoned, must give the same rows */
+    std::vector<uint8_t> moved(experts), poisoned(experts.size(), 0x7F);
+    std::vector<uint64_t> wptr(active.size());
+    for (size_t i = 0; i < active.size(); i++)
+        wptr[i] = (uint64_t)(uintptr_t)(moved.data() + active[i] * stride);
     /* a decode step (one token: an expert's one row) also through up1 and down1, as the
      * engine runs it (mvm_gpu_experts), with the same data */
+    for (uint32_t via = 0; via <= 1; via++)
     for (uint32_t one_row = 0; one_row <= (n_tok == 1); one_row++) {
         std::vector<uint8_t> h(rows * h_stride, 0xFF);
         std::vector<float> out(rows * n_embd, POISON);
         std::vector<float> hf(rows * n_ff, POISON);
         std::vector<float> x = x0;
-        mvm_g_expert_args a = {dp(experts.data()), dp(act.data()), dp(active.data()),
-                               dp(off.data()), dp(cnt.data()), dp(row_tok.data()),
-                               dp(row_w.data()), dp(h.data()), dp(out.data()), oai ? dp(down_bias.data()) : 0, dp(hf.data()),
+        mvm_g_expert_args a = {dp(via ? poisoned.data() : experts.data()), dp(act.data()),
+                               dp(active.data()), dp(off.data()), dp(cnt.data()),
+                               dp(row_tok.data()), dp(row_w.data()), dp(h.data()),
+                               dp(out.data()), oai ? dp(down_bias.data()) : 0, dp(hf.data()),
+                               via ? dp(wptr.data()) : 0,
                                stride, act_stride, h_stride, n_embd, G, (uint32_t)active.size(),
                                f.gate_up, f.down, f.glu, one_row, 0};
         if (one_row)
@@ -359,9 +368,10 @@ static void experts_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_ff, uin
             for (uint64_t b = h_stride - 8; b < h_stride; b++)
                 gaps = gaps && h[r * h_stride + b] == 0xFF;
         if (e >= 1e-4)
-            fprintf(stderr, "experts %s/%s%s n_embd %u n_ff %u n_tok %u%s: relative error %g\n",
+            fprintf(stderr, "experts %s/%s%s n_embd %u n_ff %u n_tok %u%s%s: relative error %g\n",
                     mvm_k_wtype_name(f.gate_up), mvm_k_wtype_name(f.down), oai ? " oai" : "",
-                    n_embd, n_ff, n_tok, one_row ? " (up1, down1)" : "", e);
+                    n_embd, n_ff, n_tok, one_row ? " (up1, down1)" : "",
+                    via ? " (wptr)" : "", e);
         CHECK(e < 1e-4);
         CHECK(gaps);
     }

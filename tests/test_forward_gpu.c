@@ -403,20 +403,21 @@ static void test_residency(void)
  * (cuStreamWaitEvent) instead of the host waiting for it to land, host does not, and
  * device-late orders it too but queues each round in one launch once all its copies are
  * queued, so that its launches do not depend on when the copies land (device's do: the
- * landed experts go first), as a last run without the delay shows; all give the unlimited
- * run's logits bit for bit, and leave nothing pinned. With homes mapped none orders a
- * stream: the host waits. */
+ * landed experts go first), as a run without the delay shows, and device-view reads the
+ * copies in flight where they land, before their maps; all give the unlimited run's logits
+ * bit for bit, and leave nothing pinned. With homes mapped none orders a stream: the host
+ * waits. */
 static void test_load_wait(void)
 {
     const char *path = model_path("llama", MVM_W_Q8_0);
     size_t n = N_PROMPT * mvm_preset_find("tiny", "llama")->spec.n_vocab;
     struct run *all = run_prompt(path, MVM_BACKEND_CUDA, 1, 1, 0);
-    const char *modes[] = {"device", "host", "device-late", "device-late"};
-    unsigned long launches[4] = {0};
-    for (int i = 0; i < 4; i++) {
+    const char *modes[] = {"device", "host", "device-late", "device-late", "device-view"};
+    unsigned long launches[5] = {0};
+    for (int i = 0; i < 5; i++) {
         setenv("MOEVM_LOAD_WAIT", modes[i], 1);
         setenv("MOEVM_DEVICE_ROUTING", "off", 1); /* every step through the host */
-        copy_delay(i < 3 ? 1000 : 0);
+        copy_delay(i != 3 ? 1000 : 0);
         const unsigned long waits = calls("cuStreamWaitEvent");
         launches[i] = calls("cuLaunchKernel");
         struct run *half = run_prompt(path, MVM_BACKEND_CUDA, 0.5, 1, 0);
@@ -429,6 +430,9 @@ static void test_load_wait(void)
             CHECK(memcmp(all->logits, half->logits, n * sizeof *all->logits) == 0);
             CHECK(half->space.pages_loaded > 0 && half->space.pinned_experts == 0);
             CHECK(i == 1 || home_mapped ? ordered == 0 : i == 3 || ordered > 0);
+            /* device-view read the copies in flight where they land */
+            CHECK(i == 4 && !home_mapped ? half->resid.view_holds > 0
+                                         : half->resid.view_holds == 0);
         }
         free_run(half);
     }

@@ -1121,59 +1121,6 @@ static bool address_reads(mvm_space *sp, uint32_t l, uint32_t e, uint64_t bytes)
  * the last unpin it lands with no driver call. A copy that fails after the stream was ordered keeps its
  * mapping until then; one that fails before is reported, and its move says why. With homes
  * mapped the address shows the home until the copy lands: the host waits. */
-struct pin_job {
-    mvm_space *sp;
-    mvm_status st;
-    atomic_int done;
-};
-
-static void *pin_and_unpin(void *p)
-{
-    struct pin_job *j = p;
-    j->st = mvm_pin(j->sp, 0, 0);
-    if (j->st == MVM_OK)
-        j->st = mvm_unpin(j->sp, 0, 0);
-    atomic_store(&j->done, 1);
-    return NULL;
-}
-
-/* Where homes are unmapped the worker maps a load's slab at its address while the copy is
- * on the bus, and the driver's calls (~100 us while kernels run, on an H200) take place
- * without the space's lock: with the worker held inside that map, another thread pins and
- * unpins a resident expert (a decode step's pins, requests and unpins went through the lock
- * the worker held); then the load lands, readable. */
-static void test_map_off_the_lock(void)
-{
-    enum { P = 2 };
-    mvm_space_info info;
-    mvm_space *sp = filled_space(1, 3, P * PAGE, 3 * P, &info);
-    if (info.home_mapped) { /* every move maps at landing, under the lock */
-        CHECK_ST(mvm_space_destroy(sp), MVM_OK);
-        return;
-    }
-    CHECK_ST(mvm_make_resident(sp, 0, 0, MVM_ALL_PAGES), MVM_OK);
-    fake_hold_maps(1);
-    mvm_move *m = NULL;
-    CHECK_ST(mvm_make_resident_async(sp, 0, 1, MVM_ALL_PAGES, &m), MVM_OK);
-    const int held = fake_wait_map_held(10000);
-    CHECK(held);
-    struct pin_job j = {.sp = sp};
-    pthread_t t;
-    CHECK(pthread_create(&t, NULL, pin_and_unpin, &j) == 0);
-    for (int i = 0; held && i < 10000 && !atomic_load(&j.done); i++)
-        usleep(1000);
-    CHECK(atomic_load(&j.done)); /* else it waits for the lock the map holds */
-    fake_hold_maps(0);
-    pthread_join(t, NULL);
-    CHECK_ST(j.st, MVM_OK);
-    CHECK_ST(mvm_move_wait(m, -1), MVM_OK);
-    CHECK_ST(mvm_move_release(m), MVM_OK);
-    mvm_residency r;
-    CHECK_ST(mvm_expert_residency(sp, 0, 1, &r), MVM_OK);
-    CHECK(r.resident == P && r.loading == 0 && reads_match(sp, 0, 1, P * PAGE));
-    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
-}
-
 static void test_wait_on_stream(void)
 {
     enum { P = 2 };
@@ -1251,6 +1198,135 @@ static void test_wait_on_stream(void)
     CHECK(stats_of(sp).free_pages == 2 * P && reads_match(sp, 0, 2, P * PAGE));
     CHECK_ST(mvm_space_destroy(sp), MVM_OK);
     CHECK(fake_live_handles() == 0);
+}
+
+struct pin_job {
+    mvm_space *sp;
+    mvm_status st;
+    atomic_int done;
+};
+
+static void *pin_and_unpin(void *p)
+{
+    struct pin_job *j = p;
+    j->st = mvm_pin(j->sp, 0, 0);
+    if (j->st == MVM_OK)
+        j->st = mvm_unpin(j->sp, 0, 0);
+    atomic_store(&j->done, 1);
+    return NULL;
+}
+
+/* Where homes are unmapped the worker maps a load's slab at its address while the copy is
+ * on the bus, and the driver's calls (~100 us while kernels run, on an H200) take place
+ * without the space's lock: with the worker held inside that map, another thread pins and
+ * unpins a resident expert (a decode step's pins, requests and unpins went through the lock
+ * the worker held); then the load lands, readable. */
+static void test_map_off_the_lock(void)
+{
+    enum { P = 2 };
+    mvm_space_info info;
+    mvm_space *sp = filled_space(1, 3, P * PAGE, 3 * P, &info);
+    if (info.home_mapped) { /* every move maps at landing, under the lock */
+        CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+        return;
+    }
+    CHECK_ST(mvm_make_resident(sp, 0, 0, MVM_ALL_PAGES), MVM_OK);
+    fake_hold_maps(1);
+    mvm_move *m = NULL;
+    CHECK_ST(mvm_make_resident_async(sp, 0, 1, MVM_ALL_PAGES, &m), MVM_OK);
+    const int held = fake_wait_map_held(10000);
+    CHECK(held);
+    struct pin_job j = {.sp = sp};
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, pin_and_unpin, &j) == 0);
+    for (int i = 0; held && i < 10000 && !atomic_load(&j.done); i++)
+        usleep(1000);
+    CHECK(atomic_load(&j.done)); /* else it waits for the lock the map holds */
+    fake_hold_maps(0);
+    pthread_join(t, NULL);
+    CHECK_ST(j.st, MVM_OK);
+    CHECK_ST(mvm_move_wait(m, -1), MVM_OK);
+    CHECK_ST(mvm_move_release(m), MVM_OK);
+    mvm_residency r;
+    CHECK_ST(mvm_expert_residency(sp, 0, 1, &r), MVM_OK);
+    CHECK(r.resident == P && r.loading == 0 && reads_match(sp, 0, 1, P * PAGE));
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+}
+
+struct view_job {
+    mvm_space *sp;
+    mvm_status st;
+    uint64_t addr;
+    atomic_int done;
+};
+
+static void *wait_view(void *p)
+{
+    struct view_job *j = p;
+    j->st = mvm_expert_wait_view(j->sp, 0, 0, NULL, &j->addr);
+    atomic_store(&j->done, 1);
+    return NULL;
+}
+
+/* A reader of the pool's view (mvm_expert_wait_view) is ordered after a load's copy once it
+ * is queued, not once the slab is mapped at the expert's address: with the worker held
+ * inside that map, it returns the view's address, where the copied bytes are; the load
+ * lands at the unpin. A resident expert's address is its slab's in the view too. Where
+ * homes are mapped, unsupported (the expert's address serves). */
+static void test_wait_view(void)
+{
+    enum { P = 2 };
+    mvm_space_info info;
+    mvm_space *sp = filled_space(1, 3, P * PAGE, 3 * P, &info);
+    uint64_t addr = 0;
+    CHECK_ST(mvm_pin(sp, 0, 0), MVM_OK);
+    if (info.home_mapped) {
+        CHECK_ST(mvm_expert_wait_view(sp, 0, 0, NULL, &addr), MVM_ERR_UNSUPPORTED);
+        CHECK_ST(mvm_unpin(sp, 0, 0), MVM_OK);
+        CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+        return;
+    }
+    CHECK_ST(mvm_expert_wait_view(sp, 0, 1, NULL, &addr), MVM_ERR_INVALID); /* not pinned */
+    CHECK_ST(mvm_expert_wait_view(sp, 0, 0, NULL, &addr), MVM_ERR_CANCELLED); /* not asked */
+    CHECK_ST(mvm_expert_wait_view(sp, 0, 0, NULL, NULL), MVM_ERR_INVALID);
+    uint8_t *want = malloc(P * PAGE);
+    CHECK(want != NULL);
+    if (!want)
+        return;
+    weights_of(0, 0, want, P * PAGE);
+    fake_hold_maps(1);
+    mvm_move *m = NULL;
+    CHECK_ST(mvm_make_resident_async(sp, 0, 0, MVM_ALL_PAGES, &m), MVM_OK);
+    const int held = fake_wait_map_held(10000); /* its copy is queued, its map under way */
+    CHECK(held);
+    const unsigned long waits = fake_calls("cuStreamWaitEvent");
+    struct view_job v = {.sp = sp};
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, wait_view, &v) == 0);
+    for (int i = 0; held && i < 10000 && !atomic_load(&v.done); i++)
+        usleep(1000);
+    CHECK(atomic_load(&v.done)); /* else it waits for the map */
+    fake_hold_maps(0);
+    pthread_join(t, NULL);
+    CHECK_ST(v.st, MVM_OK);
+    addr = v.addr;
+    CHECK(fake_calls("cuStreamWaitEvent") > waits);
+    CHECK(addr != 0 && addr != (uint64_t)(uintptr_t)mvm_expert_addr(sp, 0, 0));
+    CHECK(addr && memcmp((const void *)(uintptr_t)addr, want, P * PAGE) == 0);
+    CHECK_ST(mvm_unpin(sp, 0, 0), MVM_OK);
+    CHECK_ST(mvm_move_wait(m, -1), MVM_OK);
+    CHECK_ST(mvm_move_release(m), MVM_OK);
+    mvm_residency r;
+    CHECK_ST(mvm_expert_residency(sp, 0, 0, &r), MVM_OK);
+    CHECK(r.resident == P && reads_match(sp, 0, 0, P * PAGE));
+    /* resident: at once, the same slab's address */
+    uint64_t again = 0;
+    CHECK_ST(mvm_pin(sp, 0, 0), MVM_OK);
+    CHECK_ST(mvm_expert_wait_view(sp, 0, 0, NULL, &again), MVM_OK);
+    CHECK(again == addr);
+    CHECK_ST(mvm_unpin(sp, 0, 0), MVM_OK);
+    free(want);
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
 }
 
 /* A failed unmap or home mapping during an eviction leaves the run resident and readable,
@@ -1535,6 +1611,7 @@ int main(int argc, char **argv)
         RUN(test_cancel_and_destroy_in_flight);
         RUN(test_wait_on_stream);
         RUN(test_map_off_the_lock);
+        RUN(test_wait_view);
         RUN(test_reload_overtakes_cancelled_prefetch);
         RUN(test_reload_while_mapped_load_cancelled);
         RUN(test_unpin_lands_deferred_load);

@@ -98,6 +98,9 @@ typedef struct mvm_backend_ops {
      * for the work before the event. */
     mvm_status (*stream_wait)(mvm_backend *b, mvm_event *ev, void *stream);
     void (*event_destroy)(mvm_backend *b, mvm_event *ev);
+    /* Optional (NULL: none): the device address of chunk `chunk` in the pool's own view,
+     * where its copies land, mapped for the slab's life (mvm_expert_wait_view). */
+    uint64_t (*chunk_addr)(mvm_backend *b, mvm_pool *pool, size_t chunk);
 } mvm_backend_ops;
 
 struct mvm_backend {

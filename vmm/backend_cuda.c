@@ -577,6 +577,12 @@ static void cuda_event_destroy(mvm_backend *b, mvm_event *e)
     pthread_mutex_unlock(&c->events_lock);
 }
 
+static uint64_t cuda_chunk_addr(mvm_backend *b, mvm_pool *p, size_t chunk)
+{
+    (void)b;
+    return p->view + chunk * p->page;
+}
+
 static const mvm_backend_ops cuda_ops = {
     .destroy = cuda_destroy,
     .thread_init = cuda_thread_init,
@@ -601,6 +607,7 @@ static const mvm_backend_ops cuda_ops = {
     .event_wait = cuda_event_wait,
     .stream_wait = cuda_stream_wait,
     .event_destroy = cuda_event_destroy,
+    .chunk_addr = cuda_chunk_addr,
 };
 
 mvm_status mvm_cu_load(struct cu_api *cu)

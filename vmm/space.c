@@ -697,56 +697,6 @@ mvm_status mvm_unpin_after(mvm_space *sp, uint32_t l, uint32_t e, void *stream)
     return unpin(sp, l, e, false, stream);
 }
 
-/* Whether every loading page of expert idx has its job ordered (lock held); MVM_ERR_CANCELLED
- * if a page is at home. */
-static mvm_status loads_ordered(mvm_space *sp, uint32_t idx, bool *ordered)
-{
-    *ordered = true;
-    for (uint32_t p = 0; p < sp->ppe; p++) {
-        const struct page *pg = page_at(sp, idx, p);
-        if (pg->state == MVM_PAGE_HOME)
-            return mvm_fail(MVM_ERR_CANCELLED, "expert %u page %u is neither resident nor "
-                            "loading: its load failed or was not asked for", idx, p);
-        if (pg->state != MVM_PAGE_LOADING || pg->job->ordered)
-            continue;
-        if (pg->job->landed) /* copied but not mapped (its map ahead failed): it maps at the
-                                last unpin, which this reader's pin holds off */
-            return mvm_fail(MVM_ERR_UNSUPPORTED, "expert %u page %u landed unmapped: its "
-                            "reader waits on the host", idx, p);
-        *ordered = false;
-    }
-    return MVM_OK;
-}
-
-mvm_status mvm_expert_wait_on(mvm_space *sp, uint32_t l, uint32_t e, void *stream)
-{
-    uint32_t idx;
-    mvm_status st = mvm_lock_expert(sp, l, e, &idx);
-    if (st != MVM_OK)
-        return st;
-    mvm_backend *be = sp->be;
-    bool ordered = false;
-    if (!be->ops->stream_wait || sp->homes_mapped)
-        st = mvm_fail(MVM_ERR_UNSUPPORTED, "the %s backend%s: readers wait for copies on the "
-                      "host", be->name, sp->homes_mapped ? " with homes mapped" : "");
-    else if (!sp->pins[idx])
-        st = mvm_fail(MVM_ERR_INVALID, "mvm_expert_wait_on: expert (%u, %u) is not pinned",
-                      l, e);
-    const uint64_t spin_until = mvm_clock_ns() + sp->spin_ns;
-    while (st == MVM_OK && (st = loads_ordered(sp, idx, &ordered)) == MVM_OK && !ordered)
-        mvm_spin_then_wait(&sp->mu, &sp->moved, &sp->moved_seq, spin_until, NULL);
-    const struct job *last = NULL;
-    for (uint32_t p = 0; p < sp->ppe && st == MVM_OK; p++) {
-        const struct page *pg = page_at(sp, idx, p);
-        if (pg->state != MVM_PAGE_LOADING || pg->job == last)
-            continue;
-        last = pg->job;
-        st = be->ops->stream_wait(be, last->fence, stream); /* NULL fence: landed already */
-    }
-    pthread_mutex_unlock(&sp->mu);
-    return st;
-}
-
 mvm_status mvm_space_get_stats(const mvm_space *csp, mvm_stats *out)
 {
     mvm_space *sp = (mvm_space *)csp;

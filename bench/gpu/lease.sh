@@ -29,10 +29,10 @@
 #   offload    llamacpp.sh on Qwen3-30B-A3B's shape in q8_0, cut to its first 12 blocks (the
 #              whole model's mkmodel and loads would take the lease), at budgets 25 and 100,
 #              with the model's own routing and a replayed trace, by default, with a
-#              step's experts queued only once all its copies are queued and mapped
-#              (MOEVM_LOAD_WAIT=device-late: the worker's maps on an idle device; session
-#              79's experiment), with the migration worker and its waiters sleeping at
-#              once (MOEVM_MOVE_SPIN=0: no difference in session 79's J) and with DALI's
+#              step's misses read where their copies land before their maps
+#              (MOEVM_LOAD_WAIT=device-view: session 79's experiment), with its experts
+#              queued only once all its copies are queued and mapped
+#              (MOEVM_LOAD_WAIT=device-late: the worker's maps on an idle device) and with DALI's
 #              CPU/GPU split planned with costs measured here
 #              (MOEVM_ASSIGN=greedy, MOEVM_COST=calibrated: 1.6x slower in J), the
 #              variants at 25% only, against -ngl 99 --n-cpu-moe N; moevm and llama.cpp
@@ -144,8 +144,8 @@ export work
     step ktrace 90 env ENGINES="${KTRACE_ENGINES:-moevm}" bash bench/gpu/ktrace.sh
     step offload 300 env MODELS="${OFFLOAD_MODELS:-qwen3-30b-a3b:q8_0:12}" \
         BUDGETS="${OFFLOAD_BUDGETS:-25 100}" ROUTINGS="own replay" REPS=2 \
-        VARIANTS="${OFFLOAD_VARIANTS:-default MOEVM_LOAD_WAIT=device-late MOEVM_MOVE_SPIN=0 \
-MOEVM_ASSIGN=greedy,MOEVM_COST=calibrated}" \
+        VARIANTS="${OFFLOAD_VARIANTS:-default MOEVM_LOAD_WAIT=device-view \
+MOEVM_LOAD_WAIT=device-late MOEVM_ASSIGN=greedy,MOEVM_COST=calibrated}" \
         VARIANTS_100=default \
         CPU_BASELINE="${OFFLOAD_CPU:-1}" bash bench/gpu/llamacpp.sh
     step full_q4k 150 env MODELS=olmoe-1b-7b:q4_k_m BUDGETS=100 ROUTINGS=own REPS=2 \

@@ -88,7 +88,7 @@ const mvm_option_desc mvm_opt_device_routing = {
     "layer's routing through the host (engine/forward/forward_cuda_route.c)"};
 
 const mvm_option_desc mvm_opt_load_wait = {
-    "MOEVM_LOAD_WAIT", MVM_OPT_CHOICE, "device", "device|host|device-late",
+    "MOEVM_LOAD_WAIT", MVM_OPT_CHOICE, "device", "device|host|device-late|device-view",
     "engine on a GPU at a budget, homes unmapped (MOEVM_HOME_MAP=off): how a "
     "step's experts wait for their copies; device: the compute stream waits "
     "for each copy once it is queued and mapped, and the host queues on "
@@ -97,7 +97,11 @@ const mvm_option_desc mvm_opt_load_wait = {
     "device-late: as device, but the step queues nothing until all its "
     "copies are queued and mapped, then its experts in one launch (the "
     "worker's maps then meet an idle device; an experiment, "
-    "docs/perf/engine.md)"};
+    "docs/perf/engine.md); device-view: as device, but a step's kernels read "
+    "each miss where its copy lands, the device pool's view of its slab, once "
+    "the copy is queued, not once the slab is mapped at the expert's address "
+    "(mvm_expert_wait_view: the worker's map leaves the step's path; an "
+    "experiment)"};
 
 static const mvm_option_desc *const list[] = {
     &mvm_opt_threads, &mvm_opt_cpu_simd, &mvm_opt_kv_type, &mvm_opt_admit,

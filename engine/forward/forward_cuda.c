@@ -108,6 +108,8 @@ static mvm_status upload_rows(struct cuda_fwd *f, uint32_t il, uint32_t n)
     TRY(list_round(f, il, h + 2 * E + 3 * nk, &listed));
     TRY(mvm_gpu_upload(f->g, f->rows, h, (2 * E + 3 * nk + listed) * sizeof *h));
     f->listed = listed;
+    if (f->read_view) /* the kernels read every expert of such a round (expert_launch) */
+        mvm_resid_set_read_view(s->resid, listed == s->n_round);
     return MVM_OK;
 }
 
@@ -132,6 +134,23 @@ static mvm_g_expert_args expert_args(const struct cuda_fwd *f, uint32_t il)
                                .down_bias = f->layers[il].down_bias,
                                .n_groups = L->expert_groups, .gate_up = L->expert_fmt.gate_up,
                                .down = L->expert_fmt.down, .glu = L->expert_fmt.glu};
+}
+
+/* Where the kernels read round[from..to), all taken by them (device-view): the held
+ * misses at their view addresses (mvm_resid_view_addr), the others at their own (0); into
+ * *wptr, or 0 when every one is at its own. Pinned, at the list's offsets, as the list. */
+static mvm_status view_addresses(struct cuda_fwd *f, uint32_t il, uint32_t from, uint32_t to,
+                                 mvm_dptr *wptr)
+{
+    int any = 0;
+    for (uint32_t i = from; i < to; i++) {
+        f->wptr_host[i] = mvm_resid_view_addr(f->moe->resid, il, (uint32_t)f->moe->round[i]);
+        any |= f->wptr_host[i] != 0;
+    }
+    *wptr = any ? f->wptr + (uint64_t)from * sizeof *f->wptr_host : 0;
+    return any ? mvm_gpu_upload(f->g, *wptr, f->wptr_host + from,
+                                (to - from) * sizeof *f->wptr_host)
+               : MVM_OK;
 }
 
 /* The rows of the round's experts round[from..to) (moe_step.h), each into its own slot of
@@ -165,6 +184,8 @@ static mvm_status expert_launch(struct cuda_fwd *f, uint32_t il, uint32_t from, 
         a.active = f->active + from * sizeof *s->round;
         TRY(mvm_gpu_upload(f->g, a.active, f->active_host + from, n * sizeof *f->active_host));
     }
+    if (f->read_view && to <= f->listed) /* device-view: misses where their copies land */
+        TRY(view_addresses(f, il, from, to, &a.wptr));
     return mvm_gpu_experts(f->g, &a);
 }
 
@@ -270,6 +291,7 @@ static mvm_status experts_end(struct cuda_fwd *f, uint32_t il, uint32_t n, mvm_d
         mvm_cuda_fwd_lap(f, MVM_LAP_DEVICE);
         TRY(mvm_moe_next_round(f->moe));
         f->listed = 0; /* the list sent up was the first round's */
+        mvm_resid_set_read_view(f->moe->resid, 0); /* this round's holds: mapped */
         mvm_cuda_fwd_lap(f, MVM_LAP_ASK);
         TRY(expert_launch(f, il, 0, f->moe->n_ready));
         TRY(expert_round_rest(f, il));

@@ -131,6 +131,7 @@ static mvm_status alloc_scratch(struct cuda_fwd *f)
     if (!f->sizing) /* out's last row: zeros, what speculate's masked rows add */
         TRY(mvm_gpu_zero(f->g, f->out + BK * D * 4, D * 4));
     TRY(mvm_cuda_fwd_alloc(f, E * 4, &f->active));
+    TRY(mvm_cuda_fwd_alloc(f, E * 8, &f->wptr));
     TRY(mvm_cuda_fwd_alloc(f, (3 * E + 3 * BK) * 4, &f->rows));
     if (F) {
         TRY(mvm_cuda_fwd_alloc(f, B * F * 4, &f->sh1));
@@ -206,6 +207,7 @@ void mvm_cuda_fwd_destroy(void *state)
         mvm_gpu_host_free(f->g, f->stage_host);
         mvm_gpu_host_free(f->g, f->given_host);
         mvm_gpu_host_free(f->g, f->active_host);
+        mvm_gpu_host_free(f->g, f->wptr_host);
         mvm_gpu_host_free(f->g, f->cpu_rows);
     }
     mvm_gpu_close(f->g);
@@ -263,6 +265,7 @@ mvm_status mvm_cuda_fwd_create(mvm_ctx *ctx, void **state)
     TRY(mvm_gpu_host_alloc(f->g, (size_t)f->n_batch * hp->n_expert * sizeof *f->probs_host,
                            (void **)&f->probs_host));
     TRY(mvm_gpu_host_alloc(f->g, E * sizeof *f->active_host, (void **)&f->active_host));
+    TRY(mvm_gpu_host_alloc(f->g, E * sizeof *f->wptr_host, (void **)&f->wptr_host));
     st = upload_model(f);
     if (st != MVM_OK) {
         snprintf(why, sizeof why, "%s", mvm_last_error());
@@ -276,6 +279,7 @@ mvm_status mvm_cuda_fwd_create(mvm_ctx *ctx, void **state)
     if (wait.i != 1 && f->moe) /* device: the steps' copies ordered before the kernels */
         mvm_resid_set_reader_stream(f->moe->resid, mvm_gpu_stream(f->g));
     f->load_late = wait.i == 2;
+    f->read_view = wait.i == 3;
     mvm_option_value profile; /* from here on: the weights' upload is not the pass's */
     TRY(mvm_option_read(&mvm_opt_gpu_profile, &profile));
     return profile.i == 1 ? mvm_gpu_profile(f->g) : MVM_OK;

@@ -102,6 +102,7 @@ mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_res
     r->resident = calloc(r->n_total, sizeof *r->resident);
     r->busy = calloc(r->n_total, 1);
     r->pinned = calloc(r->n_total, 1);
+    r->view_addr = calloc(r->n_total, sizeof *r->view_addr);
     r->held = calloc(r->n_total, 1);
     r->plan = calloc(r->n_total, sizeof *r->plan);
     r->by_prefetch = calloc(r->n_total, 1);
@@ -114,9 +115,9 @@ mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_res
     r->moves = calloc(r->n_experts, sizeof *r->moves);
     r->layer_pages = malloc(info.n_layers * sizeof *r->layer_pages);
     r->theta = malloc(info.n_layers * sizeof *r->theta);
-    if (!r->resident || !r->busy || !r->pinned || !r->held || !r->plan || !r->by_prefetch ||
-        !r->spec || !r->spec_keep || !r->home_run || !r->cand || !r->want || !r->landed ||
-        !r->moves || !r->layer_pages || !r->theta) {
+    if (!r->resident || !r->busy || !r->pinned || !r->view_addr || !r->held || !r->plan ||
+        !r->by_prefetch || !r->spec || !r->spec_keep || !r->home_run || !r->cand ||
+        !r->want || !r->landed || !r->moves || !r->layer_pages || !r->theta) {
         mvm_resid_destroy(r);
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the residency table");
     }
@@ -184,6 +185,7 @@ void mvm_resid_destroy(mvm_resid *r)
     free(r->resident);
     free(r->busy);
     free(r->pinned);
+    free(r->view_addr);
     free(r->held);
     free(r->plan);
     free(r->by_prefetch);
@@ -547,6 +549,16 @@ void mvm_resid_set_reader_stream(mvm_resid *r, void *stream)
     const int able = mvm_space_get_info(r->space, &info) == MVM_OK && !info.home_mapped &&
                      !info.host_readable && !r->ordered;
     r->reader_stream = able ? stream : NULL;
+}
+
+void mvm_resid_set_read_view(mvm_resid *r, int on)
+{
+    r->read_view = on && r->reader_stream;
+}
+
+uint64_t mvm_resid_view_addr(const mvm_resid *r, uint32_t layer, uint32_t e)
+{
+    return r->view_addr[layer * r->n_experts + e];
 }
 
 int mvm_resid_orders_on_device(const mvm_resid *r)

@@ -93,6 +93,8 @@ typedef struct mvm_resid_stats {
     uint64_t reconfigs;     /* times the config module changed budgets or splits */
     uint64_t held;          /* experts the config module holds resident (PreScope's hot
                                table; never evicted) */
+    uint64_t view_holds;    /* copies the reader read where they landed, before their map
+                               (mvm_resid_set_read_view) */
     double wait_s;          /* seconds the steps waited for their copies to land */
 } mvm_resid_stats;
 
@@ -195,6 +197,14 @@ void mvm_resid_set_remote(mvm_resid *r, const uint8_t *remote);
  * (mvm_resid_hold_round, mvm_expert_wait_on), where the space can (the cuda backend with its
  * homes unmapped) and copies are not ordered (MOEVM_DETERMINISTIC). */
 void mvm_resid_set_reader_stream(mvm_resid *r, void *stream);
+/* With a reader stream: whether the next holds let that reader read a held copy in the
+ * device pool's view, where it lands, as soon as it is queued (mvm_expert_wait_view), not
+ * once it is mapped at the expert's address (MOEVM_LOAD_WAIT=device-view); the reader must
+ * then read each held expert at mvm_resid_view_addr. */
+void mvm_resid_set_read_view(mvm_resid *r, int on);
+/* Where the reader reads held expert (layer, e) until it is unpinned: the pool's view of its
+ * slab, or 0, its own address (resident when held, or not one run of chunks). */
+uint64_t mvm_resid_view_addr(const mvm_resid *r, uint32_t layer, uint32_t e);
 /* Whether a round's copies are ordered before the reader's stream (the above took), so that
  * holding a round waits for nothing but the copies' queueing. */
 int mvm_resid_orders_on_device(const mvm_resid *r);

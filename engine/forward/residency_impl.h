@@ -43,6 +43,8 @@ struct mvm_resid {
                                decision (ordered_wait) */
     void *reader_stream;    /* the device stream a round's copies are ordered before
                                (mvm_resid_set_reader_stream), or NULL: waited for here */
+    int read_view;          /* the reader reads a held copy where it lands (set_read_view) */
+    uint64_t *view_addr;    /* [n_total]: that address of a held expert, 0: its own */
     uint8_t *home_run;      /* [L*E] run from its home by the current step */
     uint32_t *plan;         /* [L*E] the assign module's prefetches */
     uint64_t *layer_pages;  /* [L] the config module's budgets (UINT64_MAX: none) */

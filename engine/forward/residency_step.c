@@ -16,6 +16,7 @@ static void unpin(mvm_resid *r, uint32_t layer, const int32_t *experts, uint32_t
         if (r->pinned[x])
             mvm_unpin(r->space, layer, (uint32_t)experts[i]);
         r->pinned[x] = 0;
+        r->view_addr[x] = 0;
         r->busy[x] = 0;
     }
 }
@@ -89,7 +90,12 @@ static mvm_status hold_expert_on(mvm_resid *r, uint32_t x, mvm_move *move)
     mvm_status st = pin_one(r, x);
     if (st != MVM_OK || !move)
         return st;
-    if (mvm_expert_wait_on(r->space, l, e, r->reader_stream) == MVM_OK) {
+    uint64_t at = 0; /* device-view: where the copy lands, not waiting for its map */
+    if ((r->read_view &&
+         mvm_expert_wait_view(r->space, l, e, r->reader_stream, &at) == MVM_OK) ||
+        mvm_expert_wait_on(r->space, l, e, r->reader_stream) == MVM_OK) {
+        r->view_addr[x] = at;
+        r->stats.view_holds += at != 0;
         mvm_move_release(move);
         return MVM_OK;
     }

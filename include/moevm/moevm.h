@@ -241,6 +241,17 @@ mvm_status mvm_unpin_after(mvm_space *space, uint32_t layer, uint32_t expert, vo
  * MVM_ERR_UNSUPPORTED where readers must wait on the host: the host backend, or homes
  * mapped at non-resident pages (the address shows the home until the copy lands). */
 mvm_status mvm_expert_wait_on(mvm_space *space, uint32_t layer, uint32_t expert, void *stream);
+/* The same for a reader that can read the expert at any device address (the engine's
+ * kernels, MOEVM_LOAD_WAIT=device-view): returns once each loading page's copy is queued,
+ * not mapped, and gives in *addr where the expert's bytes are, the device pool's own view
+ * of its slab, where the copies land; the migration worker maps the slab at the expert's
+ * address meanwhile, for every other reader, and the expert keeps that address. The map
+ * (~120 us while kernels run on an H200) so leaves the reader's path. MVM_ERR_UNSUPPORTED
+ * also where the expert's pages are not one run of consecutive chunks (a split run or
+ * scattered slabs: mvm_expert_wait_on and the expert's address serve it) or the backend
+ * has no view. */
+mvm_status mvm_expert_wait_view(mvm_space *space, uint32_t layer, uint32_t expert, void *stream,
+                                uint64_t *addr);
 
 typedef struct mvm_stats {
     uint64_t hits;             /* on-demand requests whose pages were all resident */

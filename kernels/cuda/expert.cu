@@ -28,6 +28,16 @@
 
 #define U32(p) ((const uint32_t *)(p))
 
+/* Where active expert blockIdx.y, expert e, is read: the launch's own address for it (wptr,
+ * nonzero: the device pool's view of a slab that is still being mapped at the expert's
+ * address, MOEVM_LOAD_WAIT=device-view), else its fixed address in the expert space. */
+static __device__ __forceinline__ const uint8_t *expert_base(const mvm_g_expert_args &a,
+                                                             uint32_t e)
+{
+    const uint64_t w = a.wptr ? ((const uint64_t *)a.wptr)[blockIdx.y] : 0;
+    return w ? (const uint8_t *)w : (const uint8_t *)a.experts + e * a.expert_stride;
+}
+
 /* The 32 activations of each of the tile's nt rows (hs), channels c0.. of h's rows: one
  * Q8_0 block or 32 floats in down's activation format, or with a K-quant down floats at
  * c0 of hf's rows (n_ff floats each), which mvm_g_expert_quantize makes Q8_K blocks. */
@@ -68,7 +78,7 @@ template <enum mvm_wtype GU> static __device__ void expert_up(const mvm_g_expert
     const uint32_t G = (uint32_t)mvm_k_expert_group_channels(f), g = c0 / G, s0 = c0 % G;
     const uint64_t row = mvm_k_row_bytes(GU, a.n_embd);
     const uint64_t group = mvm_k_expert_group_bytes(f, a.n_embd);
-    const uint8_t *gate = (const uint8_t *)a.experts + e * a.expert_stride + g * group;
+    const uint8_t *gate = expert_base(a, e) + g * group;
     const uint8_t *up = gate + G * row;
     /* MVM_GLU_OAI: the group's gate biases, then its up biases, at the group's end */
     const float *bias = (const float *)(gate + group - 2 * G * sizeof(float));
@@ -126,7 +136,7 @@ template <enum mvm_wtype GU> static __device__ void expert_up1(const mvm_g_exper
     const uint32_t G = (uint32_t)mvm_k_expert_group_channels(f), g = ch / G, s = ch % G;
     const uint64_t row = mvm_k_row_bytes(GU, a.n_embd);
     const uint64_t group = mvm_k_expert_group_bytes(f, a.n_embd);
-    const uint8_t *gate = (const uint8_t *)a.experts + e * a.expert_stride + g * group;
+    const uint8_t *gate = expert_base(a, e) + g * group;
     const uint8_t *act = (const uint8_t *)a.act + U32(a.row_tok)[r] * a.act_stride;
     float acc[2] = {0, 0}; /* the gate row's, the up row's: one loop, G rows apart */
     row_dot_tile<GU, 1, 4, true, 2>(gate + s * row, run_bytes<GU>(), &act, 1, a.n_embd, acc,
@@ -171,8 +181,8 @@ static __device__ __forceinline__ const uint8_t *down_row(const mvm_g_expert_arg
                                                           uint32_t j)
 {
     const uint64_t G = mvm_k_expert_group_channels(f);
-    return (const uint8_t *)a.experts + e * a.expert_stride +
-           2 * G * mvm_k_row_bytes(f.gate_up, a.n_embd) + (uint64_t)j * mvm_k_row_bytes(f.down, G);
+    return expert_base(a, e) + 2 * G * mvm_k_row_bytes(f.gate_up, a.n_embd) +
+           (uint64_t)j * mvm_k_row_bytes(f.down, G);
 }
 
 /* gpt-oss's down bias of output j of expert e (0 without one), which each row adds weighted

@@ -158,6 +158,8 @@ MVM_G_FN mvm_g_shape mvm_g_matvec_shape(const mvm_g_matvec_args *a)
  *   atomics). Grid: (output range, token). */
 typedef struct mvm_g_expert_args {
     mvm_dptr experts, act, active, off, cnt, row_tok, row_w, h, out, down_bias, hf;
+    mvm_dptr wptr; /* 0, or [n_active] addresses: active expert i read there, not at
+                      experts + e * expert_stride, where nonzero (device-view) */
     uint64_t expert_stride, act_stride, h_stride;
     uint32_t n_embd, n_groups, n_active, gate_up, down, glu;
     uint32_t one_row; /* every active expert has one row: up1 (mvm_gpu_experts_up) */
