@@ -1200,20 +1200,43 @@ static void test_wait_on_stream(void)
     CHECK(fake_live_handles() == 0);
 }
 
-struct pin_job {
+/* A call on another thread while the fake driver holds the worker inside a map: what it
+ * did, and whether it returned. */
+struct side_call {
     mvm_space *sp;
+    int view;        /* 1: mvm_expert_wait_view of (0, 0); 0: a pin and unpin of it */
     mvm_status st;
+    uint64_t addr;
     atomic_int done;
 };
 
-static void *pin_and_unpin(void *p)
+static void *side_call_run(void *p)
 {
-    struct pin_job *j = p;
-    j->st = mvm_pin(j->sp, 0, 0);
-    if (j->st == MVM_OK)
-        j->st = mvm_unpin(j->sp, 0, 0);
-    atomic_store(&j->done, 1);
+    struct side_call *c = p;
+    if (c->view) {
+        c->st = mvm_expert_wait_view(c->sp, 0, 0, NULL, &c->addr);
+    } else if ((c->st = mvm_pin(c->sp, 0, 0)) == MVM_OK) {
+        c->st = mvm_unpin(c->sp, 0, 0);
+    }
+    atomic_store(&c->done, 1);
     return NULL;
+}
+
+/* Runs c while a map is held (`held`: one was seen), gives it up to 10 s, then lets the
+ * maps go and joins it: whether it returned while the map was held. */
+static bool returns_while_held(struct side_call *c, int held)
+{
+    pthread_t t;
+    if (pthread_create(&t, NULL, side_call_run, c) != 0) {
+        fake_hold_maps(0);
+        return false;
+    }
+    for (int i = 0; held && i < 10000 && !atomic_load(&c->done); i++)
+        usleep(1000);
+    const bool done = atomic_load(&c->done);
+    fake_hold_maps(0);
+    pthread_join(t, NULL);
+    return done;
 }
 
 /* Where homes are unmapped the worker maps a load's slab at its address while the copy is
@@ -1236,36 +1259,15 @@ static void test_map_off_the_lock(void)
     CHECK_ST(mvm_make_resident_async(sp, 0, 1, MVM_ALL_PAGES, &m), MVM_OK);
     const int held = fake_wait_map_held(10000);
     CHECK(held);
-    struct pin_job j = {.sp = sp};
-    pthread_t t;
-    CHECK(pthread_create(&t, NULL, pin_and_unpin, &j) == 0);
-    for (int i = 0; held && i < 10000 && !atomic_load(&j.done); i++)
-        usleep(1000);
-    CHECK(atomic_load(&j.done)); /* else it waits for the lock the map holds */
-    fake_hold_maps(0);
-    pthread_join(t, NULL);
-    CHECK_ST(j.st, MVM_OK);
+    struct side_call c = {.sp = sp};
+    CHECK(returns_while_held(&c, held)); /* else it waits for the lock the map holds */
+    CHECK_ST(c.st, MVM_OK);
     CHECK_ST(mvm_move_wait(m, -1), MVM_OK);
     CHECK_ST(mvm_move_release(m), MVM_OK);
     mvm_residency r;
     CHECK_ST(mvm_expert_residency(sp, 0, 1, &r), MVM_OK);
     CHECK(r.resident == P && r.loading == 0 && reads_match(sp, 0, 1, P * PAGE));
     CHECK_ST(mvm_space_destroy(sp), MVM_OK);
-}
-
-struct view_job {
-    mvm_space *sp;
-    mvm_status st;
-    uint64_t addr;
-    atomic_int done;
-};
-
-static void *wait_view(void *p)
-{
-    struct view_job *j = p;
-    j->st = mvm_expert_wait_view(j->sp, 0, 0, NULL, &j->addr);
-    atomic_store(&j->done, 1);
-    return NULL;
 }
 
 /* A reader of the pool's view (mvm_expert_wait_view) is ordered after a load's copy once it
@@ -1300,14 +1302,8 @@ static void test_wait_view(void)
     const int held = fake_wait_map_held(10000); /* its copy is queued, its map under way */
     CHECK(held);
     const unsigned long waits = fake_calls("cuStreamWaitEvent");
-    struct view_job v = {.sp = sp};
-    pthread_t t;
-    CHECK(pthread_create(&t, NULL, wait_view, &v) == 0);
-    for (int i = 0; held && i < 10000 && !atomic_load(&v.done); i++)
-        usleep(1000);
-    CHECK(atomic_load(&v.done)); /* else it waits for the map */
-    fake_hold_maps(0);
-    pthread_join(t, NULL);
+    struct side_call v = {.sp = sp, .view = 1};
+    CHECK(returns_while_held(&v, held)); /* else it waits for the map */
     CHECK_ST(v.st, MVM_OK);
     addr = v.addr;
     CHECK(fake_calls("cuStreamWaitEvent") > waits);
