@@ -176,8 +176,12 @@ static void expert_case(mvm_k_expert_fmt f, uint32_t T, uint32_t one_row)
     CHECK_ST(mvm_gpu_alloc(g, T * D * 4, &dout), MVM_OK);
     mvm_dptr dhf = 0; /* up's floats, before down's blocks */
     CHECK_ST(mvm_gpu_alloc(g, T * F * 4, &dhf), MVM_OK);
-    mvm_g_expert_args ea = {de, dact, da, doff, dcnt, drt, drw, dh, dout, 0, dhf, ebytes, as,
-                            hs, D, G, 1, f.gate_up, f.down, f.glu, one_row, 0};
+    mvm_g_expert_args ea = {.experts = de, .act = dact, .active = da, .off = doff,
+                            .cnt = dcnt, .row_tok = drt, .row_w = drw, .h = dh, .out = dout,
+                            .hf = dhf, .expert_stride = ebytes, .act_stride = as,
+                            .h_stride = hs, .n_embd = D, .n_groups = G, .n_active = 1,
+                            .gate_up = f.gate_up, .down = f.down, .glu = f.glu,
+                            .one_row = one_row};
     mvm_g_expert_sum_args sa = {dx, dout, dtr, D, T, 1, 0};
     CHECK_ST(mvm_gpu_experts(g, &ea), MVM_OK);
     CHECK_ST(mvm_gpu_expert_sum(g, 0, &sa), MVM_OK);
