@@ -569,7 +569,7 @@ static void issue(struct worker *w, struct job **batch, uint32_t n, const struct
         if (st == MVM_OK) {
             pthread_mutex_lock(&sp->mu);
             batch[k]->fence = fence[k]; /* the job's from now on (release_fence) */
-            mvm_signal_moved(sp); /* a reader of the pool's view may go on (space.c) */
+            mvm_signal_moved(sp); /* a reader of the pool's view may go on (readers.c) */
             if (!sp->homes_mapped) {
                 premap_job(sp, batch[k]);
                 order_job(sp, batch[k]);

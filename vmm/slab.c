@@ -251,22 +251,25 @@ mvm_status mvm_stale_clear(mvm_space *sp, uint64_t va, uint64_t bytes, uint32_t 
     return st;
 }
 
-mvm_status mvm_stale_unmap_one(mvm_space *sp)
+/* The worker's unmap of m, an entry already taken off the list, without the lock: nothing
+ * else maps at an expert's address but this thread (the worker) and evictions where homes
+ * are mapped (none here); a slab destroyed meanwhile is freed by the driver once this unmap
+ * is done. A failed one goes back on the list, to be tried again later. */
+static mvm_status unmap_taken(mvm_space *sp, const struct stale_map m)
 {
-    if (!sp->n_stale)
-        return MVM_OK;
-    /* Without the lock: nothing else maps at an expert's address but this thread (the
-     * worker) and evictions where homes are mapped (none here); a slab destroyed meanwhile
-     * is freed by the driver once this unmap is done. */
-    const struct stale_map m = sp->stale[--sp->n_stale];
     pthread_mutex_unlock(&sp->mu);
     uint64_t took;
     mvm_status st = unmap_mapping(sp, &m, &took);
     pthread_mutex_lock(&sp->mu);
     sp->stats.remap_ns += took;
-    if (st != MVM_OK && !mvm_stale_keep(sp, m.va, m.bytes, m.slab)) /* tried again later */
+    if (st != MVM_OK && !mvm_stale_keep(sp, m.va, m.bytes, m.slab))
         mvm_log(MVM_LOG_WARN, "an evicted run's mapping is left: out of memory");
     return st;
+}
+
+mvm_status mvm_stale_unmap_one(mvm_space *sp)
+{
+    return sp->n_stale ? unmap_taken(sp, sp->stale[--sp->n_stale]) : MVM_OK;
 }
 
 mvm_status mvm_stale_clear_unlocked(mvm_space *sp, uint64_t va, uint64_t bytes)
@@ -276,16 +279,9 @@ mvm_status mvm_stale_clear_unlocked(mvm_space *sp, uint64_t va, uint64_t bytes)
         if (!(m.va < va + bytes && va < m.va + m.bytes))
             continue;
         sp->stale[i] = sp->stale[--sp->n_stale];
-        pthread_mutex_unlock(&sp->mu); /* safe as in mvm_stale_unmap_one */
-        uint64_t took;
-        mvm_status st = unmap_mapping(sp, &m, &took);
-        pthread_mutex_lock(&sp->mu);
-        sp->stats.remap_ns += took;
-        if (st != MVM_OK) {
-            if (!mvm_stale_keep(sp, m.va, m.bytes, m.slab))
-                mvm_log(MVM_LOG_WARN, "an evicted run's mapping is left: out of memory");
+        mvm_status st = unmap_taken(sp, m);
+        if (st != MVM_OK)
             return st;
-        }
         i = sp->n_stale; /* the list may have changed meanwhile: look again */
     }
     return MVM_OK;

@@ -25,14 +25,21 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 source bench/gpu/deps.sh
 
+# build SRC TARGET...: SRC's build-gpu/ with the flags above, the targets built.
+build() {
+    local src=$1
+    shift
+    cmake -S "$src" -B "$src/build-gpu" -DCMAKE_BUILD_TYPE=Release -DMOEVM_WERROR=OFF \
+        -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON >/dev/null
+    cmake --build "$src/build-gpu" -j"$(nproc)" --target "$@"
+}
+
 case "${1:-}" in
 pack)
     shift
     targets=("$@")
     ((${#targets[@]})) || targets=("${MOEVM_GPU_TARGETS[@]}")
-    cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DMOEVM_WERROR=OFF \
-        -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON >/dev/null
-    cmake --build build-gpu -j"$(nproc)" --target "${targets[@]}"
+    build . "${targets[@]}"
     stage=$(mktemp -d)
     trap 'rm -rf "$stage"' EXIT
     mkdir -p "$stage/build-gpu"
@@ -58,9 +65,7 @@ base)
     tree=$(mktemp -d)
     trap 'git worktree remove --force "$tree" >/dev/null 2>&1; rm -rf "$tree"' EXIT
     git worktree add -q --detach "$tree" "$rev"
-    cmake -S "$tree" -B "$tree/build-gpu" -DCMAKE_BUILD_TYPE=Release -DMOEVM_WERROR=OFF \
-        -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON >/dev/null
-    cmake --build "$tree/build-gpu" -j"$(nproc)" --target moevm_cli
+    build "$tree" moevm_cli
     mkdir -p .gpubin
     strip --strip-unneeded -o "$tree/moevm" "$tree/build-gpu/moevm"
     xz -T0 -c "$tree/moevm" >.gpubin/moevm-base.xz
