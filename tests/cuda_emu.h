@@ -276,6 +276,40 @@ template <typename V> static inline V __shfl_sync(unsigned mask, V v, int src)
     return emu_shuffle(v, (unsigned)src % EMU_WARP);
 }
 
+/* kernels/cuda/mmq.cu's mma_s8, the int8 mma.sync.m16n8k32 (row, col, s32 += s8 s8): each
+ * lane's fragments are where the PTX ISA lays them out (g = lane / 4, t = lane % 4): a[0]
+ * A's row g, k bytes 4t..4t+3; a[1] row g + 8; a[2], a[3] those rows' k bytes 16 + 4t..;
+ * b[0] B's column g, k bytes 4t..; b[1] k bytes 16 + 4t..; c[0], c[1] row g, columns 2t and
+ * 2t + 1; c[2], c[3] row g + 8. Every lane publishes its fragments, and after the warp's
+ * barrier computes its four sums from all of them; a second barrier keeps the slots until
+ * every lane has read them. So a kernel that puts its fragments elsewhere fails here as it
+ * would on a GPU. */
+static int32_t emu_mma_slot[EMU_MAX_THREADS][6];
+
+static inline void mma_s8(int c[4], const int a[4], const int b[2])
+{
+    const unsigned w0 = threadIdx.x / EMU_WARP * EMU_WARP, lane = threadIdx.x % EMU_WARP;
+    int32_t *mine = emu_mma_slot[threadIdx.x];
+    for (int i = 0; i < 4; i++)
+        mine[i] = a[i];
+    mine[4] = b[0], mine[5] = b[1];
+    __syncwarp();
+    /* the byte at k of the register reg of lane l */
+    auto byte = [&](unsigned l, int reg, unsigned k) {
+        return (int)(int8_t)((uint32_t)emu_mma_slot[w0 + l][reg] >> (8 * (k % 4)));
+    };
+    const unsigned g = lane / 4, t = lane % 4;
+    for (int i = 0; i < 4; i++) {
+        const unsigned row = g + 8 * (i / 2), col = 2 * t + i % 2;
+        int sum = 0;
+        for (unsigned k = 0; k < 32; k++)
+            sum += byte(row % 8 * 4 + k % 16 / 4, (row >= 8) + 2 * (k >= 16), k) *
+                   byte(col * 4 + k % 16 / 4, 4 + (k >= 16), k);
+        c[i] += sum;
+    }
+    __syncwarp();
+}
+
 static inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v)
 {
     return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);

@@ -13,6 +13,7 @@
 #include "kernels/cuda/expert.cu"
 #include "kernels/cuda/gemm.cu"
 #include "kernels/cuda/matvec.cu"
+#include "kernels/cuda/mmq.cu"
 #include "kernels/cuda/ops.cu"
 
 extern "C" {
@@ -332,7 +333,10 @@ static void experts_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_ff, uin
         wptr[i] = (uint64_t)(uintptr_t)(moved.data() + active[i] * stride);
     /* a decode step (one token: an expert's one row) also through up1 and down1, as the
      * engine runs it (mvm_gpu_experts), with the same data */
+    /* and, for Q8_0 experts of several rows, through the tensor cores' mmq kernels */
+    const bool mmq_ok = f.gate_up == MVM_W_Q8_0 && f.down == MVM_W_Q8_0 && n_tok > 1;
     for (uint32_t via = 0; via <= 1; via++)
+    for (uint32_t mmq = 0; mmq <= mmq_ok; mmq++)
     for (uint32_t one_row = 0; one_row <= (n_tok == 1); one_row++) {
         std::vector<uint8_t> h(rows * h_stride, 0xFF);
         std::vector<float> out(rows * n_embd, POISON);
@@ -344,17 +348,22 @@ static void experts_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_ff, uin
                                dp(out.data()), oai ? dp(down_bias.data()) : 0, dp(hf.data()),
                                via ? dp(wptr.data()) : 0,
                                stride, act_stride, h_stride, n_embd, G, (uint32_t)active.size(),
-                               f.gate_up, f.down, f.glu, one_row, 0};
-        if (one_row)
-            launch(up1_fn[f.gate_up], a, mvm_g_expert_up1_shape(&a));
-        else
-            launch(up_fn[f.gate_up], a, mvm_g_expert_up_shape(&a));
-        if (mvm_k_is_k(f.down) || (one_row && mvm_k_block_elems(f.down) > 1))
-            launch(mvm_g_expert_quantize, a, mvm_g_expert_quantize_shape(&a));
-        if (one_row)
-            launch(down1_fn[f.down], a, mvm_g_expert_down1_shape(&a));
-        else
-            launch(down_fn[f.down], a, mvm_g_expert_down_shape(&a));
+                               f.gate_up, f.down, f.glu, one_row, mmq};
+        if (mmq) {
+            launch(mvm_g_expert_mmq_up_q8_0, a, mvm_g_expert_mmq_up_shape(&a));
+            launch(mvm_g_expert_mmq_down_q8_0, a, mvm_g_expert_mmq_down_shape(&a));
+        } else {
+            if (one_row)
+                launch(up1_fn[f.gate_up], a, mvm_g_expert_up1_shape(&a));
+            else
+                launch(up_fn[f.gate_up], a, mvm_g_expert_up_shape(&a));
+            if (mvm_k_is_k(f.down) || (one_row && mvm_k_block_elems(f.down) > 1))
+                launch(mvm_g_expert_quantize, a, mvm_g_expert_quantize_shape(&a));
+            if (one_row)
+                launch(down1_fn[f.down], a, mvm_g_expert_down1_shape(&a));
+            else
+                launch(down_fn[f.down], a, mvm_g_expert_down_shape(&a));
+        }
         mvm_g_expert_sum_args s = {dp(x.data()), dp(out.data()), dp(tok_rows.data()), n_embd, n_tok,
                                    K, 0};
         launch(mvm_g_expert_sum, s, mvm_g_expert_sum_shape(&s));
@@ -368,10 +377,10 @@ static void experts_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_ff, uin
             for (uint64_t b = h_stride - 8; b < h_stride; b++)
                 gaps = gaps && h[r * h_stride + b] == 0xFF;
         if (e >= 1e-4)
-            fprintf(stderr, "experts %s/%s%s n_embd %u n_ff %u n_tok %u%s%s: relative error %g\n",
-                    mvm_k_wtype_name(f.gate_up), mvm_k_wtype_name(f.down), oai ? " oai" : "",
-                    n_embd, n_ff, n_tok, one_row ? " (up1, down1)" : "",
-                    via ? " (wptr)" : "", e);
+            fprintf(stderr, "experts %s/%s%s n_embd %u n_ff %u n_tok %u%s%s%s: relative error "
+                    "%g\n", mvm_k_wtype_name(f.gate_up), mvm_k_wtype_name(f.down),
+                    oai ? " oai" : "", n_embd, n_ff, n_tok, one_row ? " (up1, down1)" : "",
+                    via ? " (wptr)" : "", mmq ? " (mmq)" : "", e);
         CHECK(e < 1e-4);
         CHECK(gaps);
     }
@@ -402,6 +411,11 @@ static void test_experts(void)
         experts_case(f, 256, two_groups ? 512 : mvm_k_is_k(f.down) ? 256 : 96,
                      two_groups ? 9 : 3);
     }
+    /* the mmq kernels: an expert of more rows than their tile of 64 (two tiles, the second
+     * partial), K in stages of four blocks and a partial one (n_embd 288: nine), and gpt-oss's
+     * unit and biases on Q8_0 experts */
+    experts_case(mvm_k_expert_uniform(MVM_W_Q8_0), 288, 64, 70);
+    experts_case({MVM_W_Q8_0, MVM_W_Q8_0, MVM_GLU_OAI, 0}, 160, 96, 11);
     /* decode: up1's long rows, its two rows' rounds past the unrolled four (device.cuh,
      * row_dot_tile) */
     experts_case(mvm_k_expert_uniform(MVM_W_Q8_0), 2400, 64, 1);

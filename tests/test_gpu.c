@@ -140,8 +140,10 @@ static void test_quantize_k(void)
 }
 
 /* The largest argument struct: one expert for T tokens (at most 3), up, down and sum,
- * against the CPU; with one_row (T 1), decode's up (up1) and the blocks down reads. */
-static void expert_case(mvm_k_expert_fmt f, uint32_t T, uint32_t one_row)
+ * against the CPU; with one_row (T 1), decode's up (up1) and the blocks down reads; with
+ * mmq, the tensor cores' int8 kernels (kernels/cuda/mmq.cu: on a real GPU, the mma
+ * fragments' layout). */
+static void expert_case(mvm_k_expert_fmt f, uint32_t T, uint32_t one_row, uint32_t mmq)
 {
     /* more units than a warp step of the device kernels takes (row_dot_tile) */
     const uint32_t D = mvm_k_is_k(f.gate_up) ? 768 : 320, F = mvm_k_is_k(f.down) ? 512 : 96;
@@ -181,7 +183,7 @@ static void expert_case(mvm_k_expert_fmt f, uint32_t T, uint32_t one_row)
                             .hf = dhf, .expert_stride = ebytes, .act_stride = as,
                             .h_stride = hs, .n_embd = D, .n_groups = G, .n_active = 1,
                             .gate_up = f.gate_up, .down = f.down, .glu = f.glu,
-                            .one_row = one_row};
+                            .one_row = one_row, .mmq = mmq};
     mvm_g_expert_sum_args sa = {dx, dout, dtr, D, T, 1, 0};
     CHECK_ST(mvm_gpu_experts(g, &ea), MVM_OK);
     CHECK_ST(mvm_gpu_expert_sum(g, 0, &sa), MVM_OK);
@@ -191,7 +193,7 @@ static void expert_case(mvm_k_expert_fmt f, uint32_t T, uint32_t one_row)
     double e = rel_err(got, want, T * D);
     if (e >= 1e-4)
         fprintf(stderr, "experts %s/%s%s: relative error %g\n", mvm_k_wtype_name(f.gate_up),
-                mvm_k_wtype_name(f.down), one_row ? " (up1)" : "", e);
+                mvm_k_wtype_name(f.down), one_row ? " (up1)" : mmq ? " (mmq)" : "", e);
     CHECK(e < 1e-4);
     mvm_dptr all[] = {de, dx, dxa, da, doff, dcnt, drt, drw, dtr, dh, dout, dhf,
                       dact != dxa ? dact : 0};
@@ -202,16 +204,22 @@ static void expert_case(mvm_k_expert_fmt f, uint32_t T, uint32_t one_row)
 }
 
 /* Every weight type, and a K-quant file's mixes (Q4_K_M's Q6_K down, the Q5_0 fallback);
- * three rows, and decode's one. */
+ * three rows, and decode's one; Q8_0 by the mmq kernels where the device has them (compute
+ * capability 8.0; the fake's is 9.0). */
 static void test_experts(void)
 {
     for (uint32_t one_row = 0; one_row < 2; one_row++) {
         const uint32_t T = one_row ? 1 : 3;
         for (int t = 0; t < MVM_W_COUNT; t++)
-            expert_case(mvm_k_expert_uniform((enum mvm_wtype)t), T, one_row);
-        expert_case((mvm_k_expert_fmt){MVM_W_Q4_K, MVM_W_Q6_K}, T, one_row);
-        expert_case((mvm_k_expert_fmt){MVM_W_Q4_K, MVM_W_Q5_0}, T, one_row);
+            expert_case(mvm_k_expert_uniform((enum mvm_wtype)t), T, one_row, 0);
+        expert_case((mvm_k_expert_fmt){MVM_W_Q4_K, MVM_W_Q6_K}, T, one_row, 0);
+        expert_case((mvm_k_expert_fmt){MVM_W_Q4_K, MVM_W_Q5_0}, T, one_row, 0);
     }
+    if (mvm_gpu_has(g, MVM_GK_EXPERT_MMQ_UP) && mvm_gpu_has(g, MVM_GK_EXPERT_MMQ_DOWN))
+        expert_case(mvm_k_expert_uniform(MVM_W_Q8_0), 3, 0, 1);
+    else
+        fprintf(stderr, "the device is older than compute capability 8.0: no mmq kernels to "
+                "test\n");
 }
 
 /* Launches and a device copy run in the order queued: y = rmsnorm(x); y += x; copy. */

@@ -17,12 +17,12 @@
 #              pageable uploads; make-resident against the copy; copy lanes)
 #   text       tests/gpu/forward.sh steps 2 and 2b: the same greedy text on the CPU and the
 #              GPU, with decode routed on the device (graph, launches) and by the host, and
-#              with a long prompt's products on real cuBLAS (batched experts) and on the kernels
+#              with a long prompt's products on real cuBLAS (batched experts), on the kernels
+#              and with its experts on the int8 tensor cores (MOEVM_MMQ=on)
 #   full       bench/gpu/llamacpp.sh at budget 100 (OLMoE-1B-7B q8_0, the model's own
-#              routing): moevm by default, with MOEVM_GEMM_ROWS=8 (more of a prompt's
-#              experts on the tensor cores) and with MOEVM_GEMM_BATCH=off (an expert at a
-#              time, attention by the kernel: the prompt path before session 73), against
-#              llama.cpp -ngl 99
+#              routing): moevm by default, with MOEVM_MMQ=on (a prompt's experts on the int8
+#              tensor cores, kernels/cuda/mmq.cu) and with MOEVM_GEMM_ROWS=8 (more of them
+#              on cuBLAS), against llama.cpp -ngl 99
 #   ktrace     bench/gpu/ktrace.sh: each kernel's device time (CUPTI, graphs included) in
 #              moevm's decode and prompt batch of OLMoE-1B-7B q8_0 (KTRACE_ENGINES="moevm
 #              llama.cpp": llama.cpp's too)
@@ -44,9 +44,10 @@
 #   attention  bench_gpu_attention (split attention up to 131072 positions)
 #   lab        bench/gpu/kernel_lab.cu: decode's Q8_0 kernels against variants of their
 #              row loop (nvcc, about a minute to compile)
-# FULL_VARIANTS, OFFLOAD_MODELS, OFFLOAD_BUDGETS, OFFLOAD_VARIANTS and OFFLOAD_CPU (0: no
-# CPU-alone runs) change those two steps. The whole log goes to $OUT/lease.txt; the scripts
-# run under it write no $OUT files of their own (a device call brings back at most 8).
+# FULL_VARIANTS, OFFLOAD_MODELS, OFFLOAD_BUDGETS, OFFLOAD_VARIANTS, OFFLOAD_VARIANTS_100 (at
+# budget 100) and OFFLOAD_CPU (0: no CPU-alone runs) change those two steps. The whole log
+# goes to $OUT/lease.txt; the scripts run under it write no $OUT files of their own (a device
+# call brings back at most 8).
 # `grep -E '^(RESULT|== |step )'` reads it.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -139,14 +140,14 @@ export work
     step vmm 45 vmm
     step text 70 env FORWARD_STEPS="2 2b" bash tests/gpu/forward.sh
     step full 150 env MODELS=olmoe-1b-7b:q8_0 BUDGETS=100 ROUTINGS=own REPS=2 CPU_BASELINE=0 \
-        VARIANTS="${FULL_VARIANTS:-default MOEVM_GEMM_ROWS=8 MOEVM_GEMM_BATCH=off}" \
+        VARIANTS="${FULL_VARIANTS:-default MOEVM_MMQ=on MOEVM_GEMM_ROWS=8}" \
             bash bench/gpu/llamacpp.sh
     step ktrace 90 env ENGINES="${KTRACE_ENGINES:-moevm}" bash bench/gpu/ktrace.sh
     step offload 300 env MODELS="${OFFLOAD_MODELS:-qwen3-30b-a3b:q8_0:12}" \
         BUDGETS="${OFFLOAD_BUDGETS:-25 100}" ROUTINGS="own replay" REPS=2 \
         VARIANTS="${OFFLOAD_VARIANTS:-default MOEVM_LOAD_WAIT=device-view \
 MOEVM_LOAD_WAIT=device-late MOEVM_ASSIGN=greedy,MOEVM_COST=calibrated}" \
-        VARIANTS_100=default \
+        VARIANTS_100="${OFFLOAD_VARIANTS_100:-default MOEVM_MMQ=on}" \
         CPU_BASELINE="${OFFLOAD_CPU:-1}" bash bench/gpu/llamacpp.sh
     step full_q4k 150 env MODELS=olmoe-1b-7b:q4_k_m BUDGETS=100 ROUTINGS=own REPS=2 \
         CPU_BASELINE=0 VARIANTS=default bash bench/gpu/llamacpp.sh

@@ -4,10 +4,10 @@
  * context is the device's primary context, which the expert space's cuda backend retains
  * too, so expert addresses are valid in this engine's kernels.
  *
- * The kernels come as four PTX modules (matvec, expert, ops, gemm) generated from
+ * The kernels come as five PTX modules (matvec, expert, ops, gemm, mmq) generated from
  * kernels/cuda at build time; every function is looked up at open, so a driver that cannot
  * JIT the PTX, or a module missing a kernel, fails here with the module or kernel named, not
- * mid-run. cuBLAS (blas.h) is loaded only when a product first wants the tensor cores.
+ * mid-run. mmq is loaded only on a device of compute capability 8.0 or later. cuBLAS (blas.h) is loaded only when a product first wants the tensor cores.
  */
 #include "engine/compute/gpu.h"
 
@@ -26,10 +26,13 @@
 #include "mvm_g_expert_ptx.h"
 #include "mvm_g_gemm_ptx.h"
 #include "mvm_g_matvec_ptx.h"
+#include "mvm_g_mmq_ptx.h"
 #include "mvm_g_ops_ptx.h"
 #endif
 
-enum { MOD_MATVEC, MOD_EXPERT, MOD_OPS, MOD_GEMM, MOD_COUNT };
+/* MOD_MMQ's PTX is compute_80 (int8 mma.sync): loaded only where the device is 8.0 or newer,
+ * else its kernels are missing (mvm_gpu_has) and the engine takes the other paths. */
+enum { MOD_MATVEC, MOD_EXPERT, MOD_OPS, MOD_GEMM, MOD_MMQ, MOD_COUNT };
 
 /* Each kernel: its module, base name, and whether it has one function per weight type. */
 static const struct {
@@ -44,6 +47,8 @@ static const struct {
     [MVM_GK_EXPERT_DOWN1] = {MOD_EXPERT, "mvm_g_expert_down1", 1},
     [MVM_GK_EXPERT_DOWN] = {MOD_EXPERT, "mvm_g_expert_down", 1},
     [MVM_GK_EXPERT_QUANTIZE] = {MOD_EXPERT, "mvm_g_expert_quantize", 0},
+    [MVM_GK_EXPERT_MMQ_UP] = {MOD_MMQ, "mvm_g_expert_mmq_up_q8_0", 0},
+    [MVM_GK_EXPERT_MMQ_DOWN] = {MOD_MMQ, "mvm_g_expert_mmq_down_q8_0", 0},
     [MVM_GK_EXPERT_SUM] = {MOD_EXPERT, "mvm_g_expert_sum", 0},
     [MVM_GK_ROUTE] = {MOD_EXPERT, "mvm_g_route", 0},
     [MVM_GK_RMSNORM] = {MOD_OPS, "mvm_g_rmsnorm", 0},
@@ -83,19 +88,39 @@ struct mvm_gpu {
     int recording;
 };
 
+/* Whether the device runs compute_80 PTX (MOD_MMQ's). */
+static mvm_status has_sm80(mvm_gpu *g, int *yes)
+{
+    int major = 0;
+    CU(g, g->cu.DeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, g->dev),
+       "cuDeviceGetAttribute (compute capability)");
+    *yes = major >= 8;
+    return MVM_OK;
+}
+
 static mvm_status load_kernels(mvm_gpu *g)
 {
 #ifdef MVM_ENGINE_PTX
     static const char *const images[MOD_COUNT] = {mvm_g_matvec_ptx, mvm_g_expert_ptx,
-                                                  mvm_g_ops_ptx, mvm_g_gemm_ptx};
-    static const char *const names[MOD_COUNT] = {"matvec", "expert", "ops", "gemm"};
+                                                  mvm_g_ops_ptx, mvm_g_gemm_ptx, mvm_g_mmq_ptx};
+    static const char *const names[MOD_COUNT] = {"matvec", "expert", "ops", "gemm", "mmq"};
     char what[96];
+    int sm80 = 0;
+    mvm_status st = has_sm80(g, &sm80);
+    if (st != MVM_OK)
+        return st;
     for (int m = 0; m < MOD_COUNT; m++) {
+        if (m == MOD_MMQ && !sm80) {
+            mvm_log(MVM_LOG_INFO, "the device is older than compute capability 8.0: a "
+                    "prompt's Q8_0 experts skip the int8 tensor-core kernels (MOEVM_MMQ)");
+            continue;
+        }
         snprintf(what, sizeof what, "cuModuleLoadData (kernels/cuda/%s.cu)", names[m]);
         CU(g, g->cu.ModuleLoadData(&g->modules[m], images[m]), what);
     }
     for (int k = 0; k < MVM_GK_COUNT; k++)
-        for (int t = 0; t < (kernels[k].typed ? MVM_W_COUNT : 1); t++) {
+        for (int t = 0; t < (kernels[k].typed ? MVM_W_COUNT : 1) && g->modules[kernels[k].module];
+             t++) {
             char name[64];
             if (kernels[k].typed)
                 snprintf(name, sizeof name, "%s_%s", kernels[k].name,
@@ -162,6 +187,8 @@ void mvm_gpu_close(mvm_gpu *g)
 }
 
 void *mvm_gpu_stream(const mvm_gpu *g) { return g->stream; }
+
+int mvm_gpu_has(const mvm_gpu *g, enum mvm_gpu_kernel k) { return g->fn[k][0] != NULL; }
 
 mvm_status mvm_gpu_profile(mvm_gpu *g)
 {

@@ -72,6 +72,15 @@ const mvm_option_desc mvm_opt_gemm_batch = {
     "(on); off, an expert at a time, five launches each, and the attention "
     "kernel (the way before, to compare)"};
 
+const mvm_option_desc mvm_opt_mmq = {
+    "MOEVM_MMQ", MVM_OPT_CHOICE, "off", "off|on",
+    "engine on a GPU of compute capability 8.0 or later: on, a step of "
+    "several tokens (a prompt) multiplies its Q8_0 experts on the int8 "
+    "tensor cores, all of them in two launches whatever their token counts "
+    "(kernels/cuda/mmq.cu), in place of MOEVM_GEMM_ROWS's F16 products and "
+    "the integer kernels; off, those (an experiment until a GPU measures it, "
+    "docs/perf/engine.md)"};
+
 const mvm_option_desc mvm_opt_cublas_library = {
     "MOEVM_CUBLAS_LIBRARY", MVM_OPT_STRING, "auto", NULL,
     "engine on a GPU: the cuBLAS library to load for MOEVM_GEMM_ROWS's "
@@ -106,7 +115,8 @@ const mvm_option_desc mvm_opt_load_wait = {
 static const mvm_option_desc *const list[] = {
     &mvm_opt_threads, &mvm_opt_cpu_simd, &mvm_opt_kv_type, &mvm_opt_admit,
     &mvm_opt_deterministic, &mvm_opt_prefetch, &mvm_opt_expert_tiles, &mvm_opt_gpu_profile,
-    &mvm_opt_gemm_rows, &mvm_opt_gemm_scratch, &mvm_opt_gemm_batch, &mvm_opt_cublas_library,
+    &mvm_opt_gemm_rows, &mvm_opt_gemm_scratch, &mvm_opt_gemm_batch, &mvm_opt_mmq,
+    &mvm_opt_cublas_library,
     &mvm_opt_device_routing, &mvm_opt_load_wait,
 };
 

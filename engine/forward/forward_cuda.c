@@ -133,7 +133,8 @@ static mvm_g_expert_args expert_args(const struct cuda_fwd *f, uint32_t il)
                                .h_stride = f->h_stride, .n_embd = hp->n_embd,
                                .down_bias = f->layers[il].down_bias,
                                .n_groups = L->expert_groups, .gate_up = L->expert_fmt.gate_up,
-                               .down = L->expert_fmt.down, .glu = L->expert_fmt.glu};
+                               .down = L->expert_fmt.down, .glu = L->expert_fmt.glu,
+                               .mmq = (uint32_t)mvm_cuda_fwd_mmq(f, il)};
 }
 
 /* Where the kernels read round[from..to), all taken by them (device-view): the held

@@ -108,6 +108,9 @@ mvm_status mvm_cuda_fwd_gemm_alloc(struct cuda_fwd *f)
     TRY(mvm_option_read(&mvm_opt_gemm_rows, &rows));
     TRY(mvm_option_read(&mvm_opt_gemm_scratch, &cap));
     TRY(mvm_option_read(&mvm_opt_gemm_batch, &batch));
+    mvm_option_value mmq;
+    TRY(mvm_option_read(&mvm_opt_mmq, &mmq));
+    f->mmq = mmq.i && mvm_gpu_has(f->g, MVM_GK_EXPERT_MMQ_UP);
     f->gemm_rows = rows.i > 0 && (uint64_t)rows.i <= f->n_batch ? (uint32_t)rows.i : 0;
     if (!f->gemm_rows)
         return MVM_OK; /* no batch reaches it: no scratch */
@@ -412,11 +415,17 @@ mvm_status mvm_cuda_fwd_gemm_experts(struct cuda_fwd *f, uint32_t il, uint32_t *
     return MVM_OK;
 }
 
+int mvm_cuda_fwd_mmq(const struct cuda_fwd *f, uint32_t il)
+{
+    const mvm_k_expert_fmt fmt = f->m->layers[il].expert_fmt;
+    return f->mmq && fmt.gate_up == MVM_W_Q8_0 && fmt.down == MVM_W_Q8_0 && !fmt.tiles;
+}
+
 mvm_status mvm_cuda_fwd_gemm_wants_expert(struct cuda_fwd *f, uint32_t il, uint32_t e, int *use)
 {
     const mvm_k_expert_fmt fmt = f->m->layers[il].expert_fmt;
     *use = 0;
-    if (!f->gemm_ch || !expert_gemm_ok(fmt))
+    if (!f->gemm_ch || !expert_gemm_ok(fmt) || mvm_cuda_fwd_mmq(f, il))
         return MVM_OK;
     return use_gemm(f, f->moe->cnt[e], use);
 }

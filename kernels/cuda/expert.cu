@@ -24,19 +24,7 @@
  * The split into up and down keeps the intermediate activations (n_ff per row) in memory
  * between them instead of a cross-block reduction over groups.
  */
-#include "kernels/cuda/device.cuh"
-
-#define U32(p) ((const uint32_t *)(p))
-
-/* Where active expert blockIdx.y, expert e, is read: the launch's own address for it (wptr,
- * nonzero: the device pool's view of a slab that is still being mapped at the expert's
- * address, MOEVM_LOAD_WAIT=device-view), else its fixed address in the expert space. */
-static __device__ __forceinline__ const uint8_t *expert_base(const mvm_g_expert_args &a,
-                                                             uint32_t e)
-{
-    const uint64_t w = a.wptr ? ((const uint64_t *)a.wptr)[blockIdx.y] : 0;
-    return w ? (const uint8_t *)w : (const uint8_t *)a.experts + e * a.expert_stride;
-}
+#include "kernels/cuda/expert.cuh"
 
 /* The 32 activations of each of the tile's nt rows (hs), channels c0.. of h's rows: one
  * Q8_0 block or 32 floats in down's activation format, or with a K-quant down floats at
@@ -80,8 +68,6 @@ template <enum mvm_wtype GU> static __device__ void expert_up(const mvm_g_expert
     const uint64_t group = mvm_k_expert_group_bytes(f, a.n_embd);
     const uint8_t *gate = expert_base(a, e) + g * group;
     const uint8_t *up = gate + G * row;
-    /* MVM_GLU_OAI: the group's gate biases, then its up biases, at the group's end */
-    const float *bias = (const float *)(gate + group - 2 * G * sizeof(float));
     __shared__ float hs[MVM_G_TILE][MVM_QBLOCK], dots[2][MVM_G_TILE][MVM_QBLOCK];
     for (uint32_t t0 = 0; t0 < nr; t0 += MVM_G_TILE) {
         const uint32_t nt = nr - t0 < MVM_G_TILE ? nr - t0 : MVM_G_TILE;
@@ -106,11 +92,9 @@ template <enum mvm_wtype GU> static __device__ void expert_up(const mvm_g_expert
         }
         __syncthreads();
         for (uint32_t k = threadIdx.x; k < nt * MVM_QBLOCK; k += blockDim.x) {
-            const uint32_t i = k / MVM_QBLOCK, c = k % MVM_QBLOCK, ch = s0 + c;
-            const float gs = dots[0][i][c], us = dots[1][i][c];
-            const float w = ((const float *)a.row_w)[r0 + t0 + i];
-            hs[i][c] = a.glu == MVM_GLU_OAI ? mvm_k_glu_oai(gs + bias[ch], us + bias[G + ch]) * w
-                                            : silu(gs) * us * w;
+            const uint32_t i = k / MVM_QBLOCK, c = k % MVM_QBLOCK;
+            hs[i][c] = expert_unit(a, gate + group, G, s0 + c, dots[0][i][c], dots[1][i][c],
+                                   r0 + t0 + i);
         }
         __syncthreads();
         store_h(a, hs, r0 + t0, nt, c0);
@@ -144,11 +128,7 @@ template <enum mvm_wtype GU> static __device__ void expert_up1(const mvm_g_exper
     const float gs = warp_sum(acc[0]), us = warp_sum(acc[1]);
     if ((threadIdx.x & 31) != 0)
         return;
-    /* MVM_GLU_OAI: the group's gate biases, then its up biases, at the group's end */
-    const float *bias = (const float *)(gate + group - 2 * G * sizeof(float));
-    const float wr = ((const float *)a.row_w)[r];
-    const float v = a.glu == MVM_GLU_OAI ? mvm_k_glu_oai(gs + bias[s], us + bias[G + s]) * wr
-                                         : silu(gs) * us * wr;
+    const float v = expert_unit(a, gate + group, G, s, gs, us, r);
     if (mvm_k_block_elems(f.down) == 1)
         ((float *)((uint8_t *)a.h + (uint64_t)r * a.h_stride))[ch] = v;
     else
@@ -172,25 +152,6 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
     for (uint32_t r = r0 + threadIdx.x; r < r0 + nr; r += blockDim.x)
         mvm_k_q8_0_block((const float *)a.hf + ((uint64_t)r * a.n_groups + g) * MVM_QBLOCK,
                          (mvm_block_q8_0 *)((uint8_t *)a.h + (uint64_t)r * a.h_stride) + g);
-}
-
-/* Output j's row of expert e's down (down and down1): its block of each group's down slot,
- * the blocks a group apart. */
-static __device__ __forceinline__ const uint8_t *down_row(const mvm_g_expert_args &a,
-                                                          mvm_k_expert_fmt f, uint32_t e,
-                                                          uint32_t j)
-{
-    const uint64_t G = mvm_k_expert_group_channels(f);
-    return expert_base(a, e) + 2 * G * mvm_k_row_bytes(f.gate_up, a.n_embd) +
-           (uint64_t)j * mvm_k_row_bytes(f.down, G);
-}
-
-/* gpt-oss's down bias of output j of expert e (0 without one), which each row adds weighted
- * by its routing weight after the groups. */
-static __device__ __forceinline__ float down_bias(const mvm_g_expert_args &a, uint32_t e,
-                                                  uint32_t j)
-{
-    return a.down_bias ? ((const float *)a.down_bias)[(uint64_t)e * a.n_embd + j] : 0;
 }
 
 template <enum mvm_wtype DN> static __device__ void expert_down(const mvm_g_expert_args &a)

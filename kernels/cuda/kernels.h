@@ -153,6 +153,11 @@ MVM_G_FN mvm_g_shape mvm_g_matvec_shape(const mvm_g_matvec_args *a)
  *   Grid: (outputs, a warp each; active expert).
  * mvm_g_expert_down1_<down type>: the same for a step whose active experts have one row
  *   each (one_row), without down's tile of rows. Grid: down's.
+ * mvm_g_expert_mmq_up_q8_0, mvm_g_expert_mmq_down_q8_0 (kernels/cuda/mmq.cu; Q8_0 gate/up and
+ *   down): up's and down's results on the tensor cores, for a step of several rows (mmq set,
+ *   one_row not): h[r] as Q8_0 blocks, out[r] as down's. Grids: (32 channels, active
+ *   expert) and (64 outputs, active expert), MVM_G_THREADS a block. The module needs
+ *   compute capability 8.0 (int8 mma.sync).
  * mvm_g_expert_sum: x[i][j] += sum over k < top_k of out[tok_rows[i * top_k + k]][j]: each
  *   token adds its experts' outputs in its own order, so the sum is deterministic (no
  *   atomics). Grid: (output range, token). */
@@ -163,7 +168,8 @@ typedef struct mvm_g_expert_args {
     uint64_t expert_stride, act_stride, h_stride;
     uint32_t n_embd, n_groups, n_active, gate_up, down, glu;
     uint32_t one_row; /* every active expert has one row: up1 (mvm_gpu_experts_up) */
-    uint32_t pad;
+    uint32_t mmq;     /* up and down by the mmq kernels (mvm_gpu_experts_up): Q8_0 experts of a
+                         step of several rows, where the device has them (MOEVM_MMQ) */
 } mvm_g_expert_args;
 
 MVM_G_FN mvm_g_shape mvm_g_expert_up_shape(const mvm_g_expert_args *a)
@@ -196,6 +202,18 @@ MVM_G_FN mvm_g_shape mvm_g_expert_down_shape(const mvm_g_expert_args *a)
 MVM_G_FN mvm_g_shape mvm_g_expert_down1_shape(const mvm_g_expert_args *a)
 {
     return mvm_g_expert_down_shape(a);
+}
+
+MVM_G_FN mvm_g_shape mvm_g_expert_mmq_up_shape(const mvm_g_expert_args *a)
+{
+    mvm_g_shape s = {a->n_groups, a->n_active, MVM_G_THREADS};
+    return s;
+}
+
+MVM_G_FN mvm_g_shape mvm_g_expert_mmq_down_shape(const mvm_g_expert_args *a)
+{
+    mvm_g_shape s = {mvm_g_div_up(a->n_embd, 64), a->n_active, MVM_G_THREADS};
+    return s;
 }
 
 typedef struct mvm_g_expert_sum_args {

@@ -10,13 +10,18 @@
 #include "kernels/cuda/expert.cu"
 #include "kernels/cuda/gemm.cu"
 #include "kernels/cuda/matvec.cu"
+#include "kernels/cuda/mmq.cu"
 #include "kernels/cuda/ops.cu"
 
 #include "fakecuda.h"
 
+/* Launches of each kernel so far, for fake_engine_launches. */
+template <typename A, void (*K)(A)> static unsigned long launched;
+
 template <typename A, void (*K)(A)>
 static void run(const void *params, const unsigned grid[3], const unsigned block[3])
 {
+    launched<A, K>++;
     A a;
     memcpy(&a, params, sizeof a);
     /* the kernels are one-dimensional in their blocks and two in their grids */
@@ -38,7 +43,34 @@ static void route_run(const void *params, const unsigned grid[3], const unsigned
     }
 }
 
-#define ADD(name, A) add(#name, sizeof(A), run<A, name>)
+/* The kernels registered, and where their launches are counted. */
+static struct {
+    const char *name;
+    unsigned long *n;
+} counted[256]; /* FK_MAX_PLUGIN, the fake's most */
+static size_t n_counted;
+
+/* How many times kernel `name` ran (0 for one not registered): which path a pass took, for
+ * the tests (dlsym it from FAKECUDA_KERNELS's library). */
+extern "C" __attribute__((visibility("default"))) unsigned long
+fake_engine_launches(const char *name)
+{
+    for (size_t i = 0; i < n_counted; i++)
+        if (strcmp(counted[i].name, name) == 0)
+            return *counted[i].n;
+    return 0;
+}
+
+template <typename A, void (*K)(A)>
+static void add_counted(fakecuda_add_kernel_fn add, const char *name)
+{
+    if (n_counted == sizeof counted / sizeof *counted)
+        abort();
+    counted[n_counted++] = {name, &launched<A, K>};
+    add(name, sizeof(A), run<A, K>);
+}
+
+#define ADD(name, A) add_counted<A, name>(add, #name)
 #define ADD_TYPED(name, T)                                                                     \
     ADD(mvm_g_matvec_##name, mvm_g_matvec_args);                                               \
     ADD(mvm_g_expert_up_##name, mvm_g_expert_args);                                            \
@@ -53,6 +85,8 @@ fakecuda_register_kernels(fakecuda_add_kernel_fn add)
     ADD(mvm_g_quantize, mvm_g_quantize_args);
     MVM_G_FOR_TYPES(ADD_TYPED)
     ADD(mvm_g_expert_quantize, mvm_g_expert_args);
+    ADD(mvm_g_expert_mmq_up_q8_0, mvm_g_expert_args);
+    ADD(mvm_g_expert_mmq_down_q8_0, mvm_g_expert_args);
     ADD(mvm_g_expert_sum, mvm_g_expert_sum_args);
     add("mvm_g_route", sizeof(mvm_g_route_args), route_run);
     ADD(mvm_g_rmsnorm, mvm_g_rmsnorm_args);

@@ -6,7 +6,8 @@
 #      against the NumPy reference, as CI checks it over the fake driver;
 #   2. the same greedy text on the CPU and the GPU for a prompt, and on the GPU with decode
 #      routed on the device (a CUDA graph, launch by launch) and by the host; 2b, the same
-#      with a long prompt on the tensor cores (cuBLAS) and on the kernels;
+#      with a long prompt on the tensor cores (cuBLAS), on the kernels, and with the
+#      experts on the int8 tensor cores (MOEVM_MMQ=on, which must give the kernels' text);
 #   3. speed: `moevm run` of a real-shaped model (random weights, made here by mkmodel) on the
 #      CPU, on the GPU with every expert resident (decode routed on the device as a graph,
 #      launch by launch, and by the host), and on the GPU with half the experts'
@@ -103,6 +104,13 @@ mkdir -p "$work"
             tail -n 1 "$work/gemm.$rows.err"
         done
         cmp "$work/gemm.0" "$work/gemm.2" && echo "same text" || echo "texts part there"
+        # the int8 tensor cores' experts (MOEVM_MMQ, kernels/cuda/mmq.cu): each block's
+        # float is the kernels', so the text must be the kernels' own
+        MOEVM_BACKEND=cuda MOEVM_GEMM_ROWS=0 MOEVM_MMQ=on "$moevm" run -m "$work/tiny.gguf" \
+            -p "$long" -n 24 --temp 0 --batch 128 >"$work/gemm.mmq" 2>"$work/gemm.mmq.err"
+        tail -n 1 "$work/gemm.mmq.err"
+        if cmp -s "$work/gemm.0" "$work/gemm.mmq"; then echo "same text (mmq)"; else
+            echo "TEXT DIFFERS (mmq)"; diff "$work/gemm.0" "$work/gemm.mmq" || true; fi
     fi
     if want 3; then
         echo "== 3. speed, $preset q8_0"
