@@ -333,8 +333,17 @@ static void experts_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_ff, uin
         wptr[i] = (uint64_t)(uintptr_t)(moved.data() + active[i] * stride);
     /* a decode step (one token: an expert's one row) also through up1 and down1, as the
      * engine runs it (mvm_gpu_experts), with the same data */
-    /* and, for Q8_0 experts of several rows, through the tensor cores' mmq kernels */
-    const bool mmq_ok = f.gate_up == MVM_W_Q8_0 && f.down == MVM_W_Q8_0 && n_tok > 1;
+    /* and, for Q8_0 and Q4_K_M's experts of several rows, through the tensor cores' mmq
+     * kernels */
+    void (*mmq_up)(mvm_g_expert_args) = f.gate_up == MVM_W_Q8_0   ? mvm_g_expert_mmq_up_q8_0
+                                        : f.gate_up == MVM_W_Q4_K ? mvm_g_expert_mmq_up_q4_K
+                                                                  : NULL;
+    void (*mmq_down)(mvm_g_expert_args) = f.down == MVM_W_Q8_0   ? mvm_g_expert_mmq_down_q8_0
+                                          : f.down == MVM_W_Q4_K ? mvm_g_expert_mmq_down_q4_K
+                                          : f.down == MVM_W_Q6_K ? mvm_g_expert_mmq_down_q6_K
+                                                                 : NULL;
+    const bool mmq_ok = mmq_up && mmq_down &&
+                        (f.gate_up == MVM_W_Q8_0) == (f.down == MVM_W_Q8_0) && n_tok > 1;
     for (uint32_t via = 0; via <= 1; via++)
     for (uint32_t mmq = 0; mmq <= mmq_ok; mmq++)
     for (uint32_t one_row = 0; one_row <= (n_tok == 1); one_row++) {
@@ -350,8 +359,10 @@ static void experts_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_ff, uin
                                stride, act_stride, h_stride, n_embd, G, (uint32_t)active.size(),
                                f.gate_up, f.down, f.glu, one_row, mmq};
         if (mmq) {
-            launch(mvm_g_expert_mmq_up_q8_0, a, mvm_g_expert_mmq_up_shape(&a));
-            launch(mvm_g_expert_mmq_down_q8_0, a, mvm_g_expert_mmq_down_shape(&a));
+            launch(mmq_up, a, mvm_g_expert_mmq_up_shape(&a));
+            if (mvm_k_is_k(f.down))
+                launch(mvm_g_expert_quantize, a, mvm_g_expert_quantize_shape(&a));
+            launch(mmq_down, a, mvm_g_expert_mmq_down_shape(&a));
         } else {
             if (one_row)
                 launch(up1_fn[f.gate_up], a, mvm_g_expert_up1_shape(&a));
@@ -416,6 +427,8 @@ static void test_experts(void)
      * unit and biases on Q8_0 experts */
     experts_case(mvm_k_expert_uniform(MVM_W_Q8_0), 288, 64, 70);
     experts_case({MVM_W_Q8_0, MVM_W_Q8_0, MVM_GLU_OAI, 0}, 160, 96, 11);
+    /* and Q4_K_M's: two super-blocks of K each way, two tiles of rows */
+    experts_case(mixed[0], 512, 512, 70);
     /* decode: up1's long rows, its two rows' rounds past the unrolled four (device.cuh,
      * row_dot_tile) */
     experts_case(mvm_k_expert_uniform(MVM_W_Q8_0), 2400, 64, 1);

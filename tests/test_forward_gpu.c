@@ -192,7 +192,8 @@ static void check_zerocopy_refused(const char *path)
     mvm_model_free(m);
 }
 
-/* How many times the fake ran the engine's kernel `name` (tests/fakecuda/fake_engine_kernels.cc). */
+/* How many times the fake ran the engine's kernel `name`
+ * (tests/fakecuda/fake_engine_kernels.cc). */
 static unsigned long launches_of(const char *name)
 {
     void *h = dlopen(getenv("FAKECUDA_KERNELS"), RTLD_NOW | RTLD_NOLOAD);
@@ -204,36 +205,50 @@ static unsigned long launches_of(const char *name)
     return r;
 }
 
-/* MOEVM_MMQ=on: a prompt's Q8_0 experts on the int8 tensor cores (kernels/cuda/mmq.cu), up
- * and down a launch each a step, the decode's on up1 and down1 as before. Without cuBLAS
- * (MOEVM_GEMM_ROWS=0: every other product on the kernels) the logits are the CPU's to the
- * rounding of the Q8_0 kernels (each block's float is the CPU's, the blocks added in order),
- * by batches of 8 and of 3 (experts of one row in a step of several). With cuBLAS for
- * products of 2 rows or more, the experts still take mmq: fewer batched products (the
- * prompt's attention keeps its own). Models whose experts are not Q8_0 take the other
- * paths. */
+/* The launches of the mmq kernels of `part` ("up" or "down"), every type's. */
+static unsigned long mmq_launches(const char *part)
+{
+    static const char *const types[] = {"q8_0", "q4_K", "q6_K"};
+    unsigned long n = 0;
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "mvm_g_expert_mmq_%s_%s", part, types[i]);
+        n += launches_of(name);
+    }
+    return n;
+}
+
+/* MOEVM_MMQ=on: a prompt's Q8_0 and Q4_K experts (with Q4_K or Q6_K down) on the int8
+ * tensor cores (kernels/cuda/mmq.cu), up and down a launch each a step, the decode's on up1
+ * and down1 as before. Without cuBLAS (MOEVM_GEMM_ROWS=0: every other product on the
+ * kernels) the logits are the CPU's to the rounding of the integer kernels (each block's
+ * float is the CPU's, the blocks added in order), by batches of 8 and of 3 (experts of one
+ * row in a step of several). With cuBLAS for products of 2 rows or more, the experts still
+ * take mmq: fewer batched products (the prompt's attention keeps its own). Models whose
+ * experts are of other types (Q3_K; Qwen2-MoE's Q4_K, whose down falls back to a 32-wide
+ * type) take the other paths. */
 static void test_mmq(void)
 {
     static const struct {
         const char *arch, *preset;
         enum mvm_wtype type;
-    } cases[] = {{"olmoe", "tiny", MVM_W_Q8_0}, {"deepseek2", "tiny-v3", MVM_W_Q8_0},
-                 {"qwen2moe", "tiny", MVM_W_Q4_K}};
+        int mmq; /* whether its experts take the mmq kernels */
+    } cases[] = {{"olmoe", "tiny", MVM_W_Q8_0, 1}, {"deepseek2", "tiny-v3", MVM_W_Q8_0, 1},
+                 {"deepseek2", "tiny-v3", MVM_W_Q4_K, 1}, {"olmoe", "tiny", MVM_W_Q4_K, 1},
+                 {"qwen2moe", "tiny", MVM_W_Q4_K, 0}, {"olmoe", "tiny", MVM_W_Q3_K, 0}};
     static const uint32_t batches[] = {8, 3};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         const char *path = preset_path(cases[i].arch, cases[i].preset, cases[i].type);
         size_t n = N_PROMPT * mvm_preset_find(cases[i].preset, cases[i].arch)->spec.n_vocab;
-        const int q8 = cases[i].type == MVM_W_Q8_0;
         struct run *cpu = run_prompt(path, MVM_BACKEND_HOST, 1, 8, 0);
         setenv("MOEVM_MMQ", "on", 1);
         for (size_t b = 0; b < 2; b++) {
             setenv("MOEVM_GEMM_ROWS", "0", 1);
-            const unsigned long up0 = launches_of("mvm_g_expert_mmq_up_q8_0");
-            const unsigned long down0 = launches_of("mvm_g_expert_mmq_down_q8_0");
+            const unsigned long up0 = mmq_launches("up"), down0 = mmq_launches("down");
             struct run *gpu = run_prompt(path, MVM_BACKEND_CUDA, 1, batches[b], 0);
-            const unsigned long up = launches_of("mvm_g_expert_mmq_up_q8_0") - up0;
-            const unsigned long down = launches_of("mvm_g_expert_mmq_down_q8_0") - down0;
-            CHECK(q8 ? up > 0 && up == down : up == 0 && down == 0);
+            const unsigned long up = mmq_launches("up") - up0;
+            const unsigned long down = mmq_launches("down") - down0;
+            CHECK(cases[i].mmq ? up > 0 && up == down : up == 0 && down == 0);
             CHECK(gpu != NULL);
             if (cpu && gpu) {
                 double e = check_rel_l2(gpu->logits, cpu->logits, n);
@@ -251,7 +266,7 @@ static void test_mmq(void)
             free_run(run_prompt(path, MVM_BACKEND_CUDA, 1, 8, 0));
             batched[on] = calls("cublasGemmBatchedEx");
         }
-        CHECK(q8 ? batched[1] < batched[0] : batched[1] == batched[0]);
+        CHECK(cases[i].mmq ? batched[1] < batched[0] : batched[1] == batched[0]);
         unsetenv("MOEVM_MMQ");
         unsetenv("MOEVM_GEMM_ROWS");
         free_run(cpu);

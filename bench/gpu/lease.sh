@@ -8,11 +8,13 @@
 # 540: a 600 s call with room for the output to come back), so a slow step costs the steps
 # after it their time and never the whole call's output. A step that is cut says so, and the
 # steps after it still run if time is left. Steps, in this order (LEASE_STEPS picks):
-#   build      build-gpu/: moevm, test_gpu, bench_gpu_experts, bench_gpu_attention, vmm_costs
+#   build      build-gpu/: moevm, test_gpu, bench_gpu_experts, bench_gpu_prompt_experts,
+#              bench_gpu_attention, vmm_costs
 #              (~105 s there; nothing when .gpubin is carried, made from these sources by
 #              bench/gpu/prebuilt.sh pack here)
-#   kernels    test_gpu (the device kernels against the CPU's, every type) and
-#              bench_gpu_experts (GB/s of a decode step's expert kernels)
+#   kernels    test_gpu (the device kernels against the CPU's, every type),
+#              bench_gpu_experts (GB/s of a decode step's expert kernels) and
+#              bench_gpu_prompt_experts (a pp512 layer's experts: integer kernels, mmq)
 #   vmm        vmm_costs sections 4, 5 and 9 (driver calls behind a running kernel: a remap,
 #              pageable uploads; make-resident against the copy; copy lanes)
 #   text       tests/gpu/forward.sh steps 2 and 2b: the same greedy text on the CPU and the
@@ -37,7 +39,8 @@
 #              (MOEVM_ASSIGN=greedy, MOEVM_COST=calibrated: 1.6x slower in J), the
 #              variants at 25% only, against -ngl 99 --n-cpu-moe N; moevm and llama.cpp
 #              on the CPU alone
-#   full_q4k   the full step's runs on OLMoE-1B-7B in Q4_K_M (the K-quant kernels)
+#   full_q4k   the full step's runs on OLMoE-1B-7B in Q4_K_M (the K-quant kernels), by
+#              default and with MOEVM_MMQ=on
 #   profile    bench/gpu/profile.sh at budgets 100 and 25 (where the decode's time goes)
 #   profile_pp the same for one prompt batch of 512 tokens at 100% (prefill's time)
 #   forward    tests/ref/check_forward.py on the GPU (every architecture and type)
@@ -94,6 +97,8 @@ kernels() {
     build-gpu/tests/test_gpu "$d" || echo "test_gpu FAILED"
     echo "== bench_gpu_experts $d"
     build-gpu/tests/bench_gpu_experts "$d" 20
+    echo "== bench_gpu_prompt_experts $d"
+    build-gpu/tests/bench_gpu_prompt_experts "$d" 10
 }
 
 attention() { build-gpu/tests/bench_gpu_attention "$(driver)"; }
@@ -124,7 +129,7 @@ export work
         echo ' + changes'), $(nproc) CPUs"
     # the targets of the steps asked for, so that a carried build of fewer still serves
     targets=moevm_cli
-    [[ $steps == *" kernels "* ]] && targets+=" test_gpu bench_gpu_experts"
+    [[ $steps == *" kernels "* ]] && targets+=" test_gpu bench_gpu_experts bench_gpu_prompt_experts"
     [[ $steps == *" attention "* ]] && targets+=" bench_gpu_attention"
     [[ $steps =~ \ (vmm|full|offload|full_q4k)\  ]] && targets+=" vmm_costs"
     [[ $steps == *" ktrace "* ]] && targets+=" moevm_ktrace"
@@ -150,7 +155,7 @@ MOEVM_LOAD_WAIT=device-late MOEVM_ASSIGN=greedy,MOEVM_COST=calibrated}" \
         VARIANTS_100="${OFFLOAD_VARIANTS_100:-default MOEVM_MMQ=on}" \
         CPU_BASELINE="${OFFLOAD_CPU:-1}" bash bench/gpu/llamacpp.sh
     step full_q4k 150 env MODELS=olmoe-1b-7b:q4_k_m BUDGETS=100 ROUTINGS=own REPS=2 \
-        CPU_BASELINE=0 VARIANTS=default bash bench/gpu/llamacpp.sh
+        CPU_BASELINE=0 VARIANTS="default MOEVM_MMQ=on" bash bench/gpu/llamacpp.sh
     step profile 40 env MODELS=olmoe-1b-7b:q8_0 BUDGETS="100 25" bash bench/gpu/profile.sh
     step profile_pp 30 env MODELS=olmoe-1b-7b:q8_0 BUDGETS=100 PROMPT=512 \
         bash bench/gpu/profile.sh

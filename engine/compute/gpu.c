@@ -7,7 +7,8 @@
  * The kernels come as five PTX modules (matvec, expert, ops, gemm, mmq) generated from
  * kernels/cuda at build time; every function is looked up at open, so a driver that cannot
  * JIT the PTX, or a module missing a kernel, fails here with the module or kernel named, not
- * mid-run. mmq is loaded only on a device of compute capability 8.0 or later. cuBLAS (blas.h) is loaded only when a product first wants the tensor cores.
+ * mid-run. mmq is loaded only on a device of compute capability 8.0 or later. cuBLAS
+ * (blas.h) is loaded only when a product first wants the tensor cores.
  */
 #include "engine/compute/gpu.h"
 
@@ -34,11 +35,18 @@
  * else its kernels are missing (mvm_gpu_has) and the engine takes the other paths. */
 enum { MOD_MATVEC, MOD_EXPERT, MOD_OPS, MOD_GEMM, MOD_MMQ, MOD_COUNT };
 
-/* Each kernel: its module, base name, and whether it has one function per weight type. */
+/* The weight types of the mmq kernels (kernels/cuda/mmq.cu): Q8_0, and Q4_K_M's. */
+#define W_BIT(t) (1ull << (t))
+#define MMQ_UP_TYPES (W_BIT(MVM_W_Q8_0) | W_BIT(MVM_W_Q4_K))
+#define MMQ_DOWN_TYPES (W_BIT(MVM_W_Q8_0) | W_BIT(MVM_W_Q4_K) | W_BIT(MVM_W_Q6_K))
+
+/* Each kernel: its module, base name, whether it has one function per weight type, and
+ * which types (a bit each; 0: every one). */
 static const struct {
     int module;
     const char *name;
     int typed;
+    unsigned long long types;
 } kernels[MVM_GK_COUNT] = {
     [MVM_GK_QUANTIZE] = {MOD_MATVEC, "mvm_g_quantize", 0},
     [MVM_GK_MATVEC] = {MOD_MATVEC, "mvm_g_matvec", 1},
@@ -47,8 +55,8 @@ static const struct {
     [MVM_GK_EXPERT_DOWN1] = {MOD_EXPERT, "mvm_g_expert_down1", 1},
     [MVM_GK_EXPERT_DOWN] = {MOD_EXPERT, "mvm_g_expert_down", 1},
     [MVM_GK_EXPERT_QUANTIZE] = {MOD_EXPERT, "mvm_g_expert_quantize", 0},
-    [MVM_GK_EXPERT_MMQ_UP] = {MOD_MMQ, "mvm_g_expert_mmq_up_q8_0", 0},
-    [MVM_GK_EXPERT_MMQ_DOWN] = {MOD_MMQ, "mvm_g_expert_mmq_down_q8_0", 0},
+    [MVM_GK_EXPERT_MMQ_UP] = {MOD_MMQ, "mvm_g_expert_mmq_up", 1, MMQ_UP_TYPES},
+    [MVM_GK_EXPERT_MMQ_DOWN] = {MOD_MMQ, "mvm_g_expert_mmq_down", 1, MMQ_DOWN_TYPES},
     [MVM_GK_EXPERT_SUM] = {MOD_EXPERT, "mvm_g_expert_sum", 0},
     [MVM_GK_ROUTE] = {MOD_EXPERT, "mvm_g_route", 0},
     [MVM_GK_RMSNORM] = {MOD_OPS, "mvm_g_rmsnorm", 0},
@@ -112,7 +120,7 @@ static mvm_status load_kernels(mvm_gpu *g)
     for (int m = 0; m < MOD_COUNT; m++) {
         if (m == MOD_MMQ && !sm80) {
             mvm_log(MVM_LOG_INFO, "the device is older than compute capability 8.0: a "
-                    "prompt's Q8_0 experts skip the int8 tensor-core kernels (MOEVM_MMQ)");
+                    "prompt's experts skip the int8 tensor-core kernels (MOEVM_MMQ)");
             continue;
         }
         snprintf(what, sizeof what, "cuModuleLoadData (kernels/cuda/%s.cu)", names[m]);
@@ -121,6 +129,8 @@ static mvm_status load_kernels(mvm_gpu *g)
     for (int k = 0; k < MVM_GK_COUNT; k++)
         for (int t = 0; t < (kernels[k].typed ? MVM_W_COUNT : 1) && g->modules[kernels[k].module];
              t++) {
+            if (kernels[k].typed && kernels[k].types && !(kernels[k].types & W_BIT(t)))
+                continue;
             char name[64];
             if (kernels[k].typed)
                 snprintf(name, sizeof name, "%s_%s", kernels[k].name,
@@ -188,7 +198,10 @@ void mvm_gpu_close(mvm_gpu *g)
 
 void *mvm_gpu_stream(const mvm_gpu *g) { return g->stream; }
 
-int mvm_gpu_has(const mvm_gpu *g, enum mvm_gpu_kernel k) { return g->fn[k][0] != NULL; }
+int mvm_gpu_has(const mvm_gpu *g, enum mvm_gpu_kernel k, int type)
+{
+    return type >= 0 && type < MVM_W_COUNT && g->fn[k][kernels[k].typed ? type : 0] != NULL;
+}
 
 mvm_status mvm_gpu_profile(mvm_gpu *g)
 {

@@ -31,7 +31,8 @@ enum mvm_gpu_kernel {
     MVM_GK_EXPERT_DOWN1,
     MVM_GK_EXPERT_DOWN,
     MVM_GK_EXPERT_QUANTIZE,
-    MVM_GK_EXPERT_MMQ_UP, /* kernels/cuda/mmq.cu's: only where mvm_gpu_has says so */
+    MVM_GK_EXPERT_MMQ_UP, /* kernels/cuda/mmq.cu's: only where and for the types that
+                             mvm_gpu_has says */
     MVM_GK_EXPERT_MMQ_DOWN,
     MVM_GK_EXPERT_SUM,
     MVM_GK_ROUTE,
@@ -57,9 +58,10 @@ mvm_status mvm_gpu_open(int device, mvm_gpu **out);
 void mvm_gpu_close(mvm_gpu *g);
 /* The compute stream (a CUstream), for mvm_unpin_after. */
 void *mvm_gpu_stream(const mvm_gpu *g);
-/* Whether kernel k was loaded: the mmq ones need compute capability 8.0 (the others are
- * there whenever mvm_gpu_open succeeded). */
-int mvm_gpu_has(const mvm_gpu *g, enum mvm_gpu_kernel k);
+/* Whether kernel k was loaded for weight type `type` (ignored by an untyped kernel): the
+ * mmq ones need compute capability 8.0 and exist for a few types (kernels/cuda/kernels.h);
+ * the others are there whenever mvm_gpu_open succeeded. */
+int mvm_gpu_has(const mvm_gpu *g, enum mvm_gpu_kernel k, int type);
 /* From now on each launch and copy is timed (engine/compute/gpu_profile.h); the report
  * says where the time went. */
 mvm_status mvm_gpu_profile(mvm_gpu *g);
@@ -162,26 +164,26 @@ MVM_GPU_LAUNCHER(mvm_gpu_attn_softmax, MVM_GK_ATTN_SOFTMAX, mvm_g_attn_softmax_a
 #undef MVM_GPU_LAUNCHER
 
 /* Up of the routed experts of a->active (kernels.h), to h in down's activation format:
- * with a->mmq and several rows by the tensor cores' mmq kernel; with one row an expert (a->one_row) by up1,
- * else by up; their floats then made Q8_K blocks (a K-quant down), or Q8_0 blocks (up1 and a
- * Q type's down). */
+ * with a->mmq and several rows by the tensor cores' mmq kernel; with one row an expert
+ * (a->one_row) by up1, else by up; their floats then made Q8_K blocks (a K-quant down), or
+ * Q8_0 blocks (up1 and a Q type's down). */
 static inline mvm_status mvm_gpu_experts_up(mvm_gpu *g, const mvm_g_expert_args *a)
 {
     const enum mvm_wtype down = (enum mvm_wtype)a->down;
-    if (a->mmq && !a->one_row)
-        return mvm_gpu_expert_mmq_up(g, 0, a);
-    mvm_status st = a->one_row ? mvm_gpu_expert_up1(g, (int)a->gate_up, a)
-                               : mvm_gpu_expert_up(g, (int)a->gate_up, a);
+    mvm_status st = a->mmq && !a->one_row ? mvm_gpu_expert_mmq_up(g, (int)a->gate_up, a)
+                    : a->one_row          ? mvm_gpu_expert_up1(g, (int)a->gate_up, a)
+                                          : mvm_gpu_expert_up(g, (int)a->gate_up, a);
     if (st == MVM_OK && (mvm_k_is_k(down) || (a->one_row && mvm_k_block_elems(down) > 1)))
         st = mvm_gpu_expert_quantize(g, 0, a);
     return st;
 }
 
-/* Their down, from h: by mmq's with a->mmq and several rows, by down1 with one row an expert, else by down. */
+/* Their down, from h: by mmq's with a->mmq and several rows, by down1 with one row an
+ * expert, else by down. */
 static inline mvm_status mvm_gpu_experts_down(mvm_gpu *g, const mvm_g_expert_args *a)
 {
     if (a->mmq && !a->one_row)
-        return mvm_gpu_expert_mmq_down(g, 0, a);
+        return mvm_gpu_expert_mmq_down(g, (int)a->down, a);
     return a->one_row ? mvm_gpu_expert_down1(g, (int)a->down, a)
                       : mvm_gpu_expert_down(g, (int)a->down, a);
 }

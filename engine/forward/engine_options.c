@@ -75,11 +75,11 @@ const mvm_option_desc mvm_opt_gemm_batch = {
 const mvm_option_desc mvm_opt_mmq = {
     "MOEVM_MMQ", MVM_OPT_CHOICE, "off", "off|on",
     "engine on a GPU of compute capability 8.0 or later: on, a step of "
-    "several tokens (a prompt) multiplies its Q8_0 experts on the int8 "
-    "tensor cores, all of them in two launches whatever their token counts "
-    "(kernels/cuda/mmq.cu), in place of MOEVM_GEMM_ROWS's F16 products and "
-    "the integer kernels; off, those (an experiment until a GPU measures it, "
-    "docs/perf/engine.md)"};
+    "several tokens (a prompt) multiplies its Q8_0 or Q4_K_M experts (Q4_K "
+    "gate and up, Q4_K or Q6_K down) on the int8 tensor cores, all of them "
+    "in two launches whatever their token counts (kernels/cuda/mmq.cu), in "
+    "place of MOEVM_GEMM_ROWS's F16 products and the integer kernels; off, "
+    "those (an experiment until a GPU measures it, docs/perf/engine.md)"};
 
 const mvm_option_desc mvm_opt_cublas_library = {
     "MOEVM_CUBLAS_LIBRARY", MVM_OPT_STRING, "auto", NULL,

@@ -148,7 +148,7 @@ struct cuda_fwd {
                                    distributed mode), gathered while it serves them */
     uint32_t gemm_rows;         /* forward_cuda_gemm.c: the fewest rows a product takes to
                                    the tensor cores; 0: none does */
-    int mmq;                    /* MOEVM_MMQ on, and the device has the mmq kernels */
+    int mmq;                    /* MOEVM_MMQ on (mvm_cuda_fwd_mmq: for which layers) */
     uint32_t gemm_ch;           /* an expert's channels per chunk there (0: no experts) */
     uint32_t gemm_per;          /* whole experts the scratch holds, batched products for
                                    them (0: an expert goes in chunks of gemm_ch channels) */
@@ -244,7 +244,8 @@ mvm_status mvm_cuda_fwd_gemm_wants(struct cuda_fwd *f, const struct dev_weight *
                                    int *use);
 mvm_status mvm_cuda_fwd_gemm_wants_expert(struct cuda_fwd *f, uint32_t il, uint32_t e, int *use);
 /* Whether a step of several tokens multiplies layer il's experts by the mmq kernels
- * (MOEVM_MMQ: Q8_0 experts, a device that has them); none of them then takes cuBLAS. */
+ * (MOEVM_MMQ: Q8_0 or Q4_K_M experts, a device that has the kernels); none of them then
+ * takes cuBLAS. */
 int mvm_cuda_fwd_mmq(const struct cuda_fwd *f, uint32_t il);
 /* mvm_cuda_fwd_matmul_heads's product (H = 1: mvm_cuda_fwd_matmul's) on the tensor cores. */
 mvm_status mvm_cuda_fwd_gemm_product(struct cuda_fwd *f, const struct dev_weight *w, uint32_t H,

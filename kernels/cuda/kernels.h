@@ -153,11 +153,12 @@ MVM_G_FN mvm_g_shape mvm_g_matvec_shape(const mvm_g_matvec_args *a)
  *   Grid: (outputs, a warp each; active expert).
  * mvm_g_expert_down1_<down type>: the same for a step whose active experts have one row
  *   each (one_row), without down's tile of rows. Grid: down's.
- * mvm_g_expert_mmq_up_q8_0, mvm_g_expert_mmq_down_q8_0 (kernels/cuda/mmq.cu; Q8_0 gate/up and
- *   down): up's and down's results on the tensor cores, for a step of several rows (mmq set,
- *   one_row not): h[r] as Q8_0 blocks, out[r] as down's. Grids: (32 channels, active
- *   expert) and (64 outputs, active expert), MVM_G_THREADS a block. The module needs
- *   compute capability 8.0 (int8 mma.sync).
+ * mvm_g_expert_mmq_up_<gate_up type>, mvm_g_expert_mmq_down_<down type> (kernels/cuda/mmq.cu):
+ *   up's and down's results on the int8 tensor cores, for a step of several rows (mmq set,
+ *   one_row not), for Q8_0 experts and Q4_K_M's (Q4_K gate/up; Q4_K or Q6_K down): h[r] as
+ *   up's (Q8_0 blocks; with a K down, hf's floats for mvm_g_expert_quantize), out[r] as
+ *   down's. Grids: up's, and (64 outputs, active expert); MVM_G_THREADS a block. The
+ *   module needs compute capability 8.0 (int8 mma.sync).
  * mvm_g_expert_sum: x[i][j] += sum over k < top_k of out[tok_rows[i * top_k + k]][j]: each
  *   token adds its experts' outputs in its own order, so the sum is deterministic (no
  *   atomics). Grid: (output range, token). */
@@ -206,7 +207,8 @@ MVM_G_FN mvm_g_shape mvm_g_expert_down1_shape(const mvm_g_expert_args *a)
 
 MVM_G_FN mvm_g_shape mvm_g_expert_mmq_up_shape(const mvm_g_expert_args *a)
 {
-    mvm_g_shape s = {a->n_groups, a->n_active, MVM_G_THREADS};
+    mvm_g_shape s = mvm_g_expert_up_shape(a);
+    s.block = MVM_G_THREADS;
     return s;
 }
 

@@ -86,7 +86,10 @@ fakecuda_register_kernels(fakecuda_add_kernel_fn add)
     MVM_G_FOR_TYPES(ADD_TYPED)
     ADD(mvm_g_expert_quantize, mvm_g_expert_args);
     ADD(mvm_g_expert_mmq_up_q8_0, mvm_g_expert_args);
+    ADD(mvm_g_expert_mmq_up_q4_K, mvm_g_expert_args);
     ADD(mvm_g_expert_mmq_down_q8_0, mvm_g_expert_args);
+    ADD(mvm_g_expert_mmq_down_q4_K, mvm_g_expert_args);
+    ADD(mvm_g_expert_mmq_down_q6_K, mvm_g_expert_args);
     ADD(mvm_g_expert_sum, mvm_g_expert_sum_args);
     add("mvm_g_route", sizeof(mvm_g_route_args), route_run);
     ADD(mvm_g_rmsnorm, mvm_g_rmsnorm_args);
