@@ -47,11 +47,10 @@ static __device__ __forceinline__ float expert_unit(const mvm_g_expert_args &a,
                                                     const uint8_t *group_end, uint32_t G,
                                                     uint32_t s, float gs, float us, uint32_t r)
 {
-    const float w = ((const float *)a.row_w)[r];
-    if (a.glu != MVM_GLU_OAI)
-        return silu(gs) * us * w;
     const float *bias = (const float *)(group_end - 2 * G * sizeof(float));
-    return mvm_k_glu_oai(gs + bias[s], us + bias[G + s]) * w;
+    const float w = ((const float *)a.row_w)[r];
+    return a.glu == MVM_GLU_OAI ? mvm_k_glu_oai(gs + bias[s], us + bias[G + s]) * w
+                                : silu(gs) * us * w;
 }
 
 #endif
