@@ -39,6 +39,7 @@ static fakecuda_set_fail_fn set_fail;
 static fakecuda_calls_fn calls;
 static fakecuda_reset_counters_fn reset_counters;
 static fakecuda_set_copy_delay_us_fn copy_delay;
+static fakecuda_set_cc_major_fn set_cc_major;
 static int home_mapped;                 /* the fake's HOST_NUMA support, as the space saw it */
 static const char *assign, *assign_args; /* run_prompt's assign module (NULL: the default) */
 static const char *predict = "gate";    /* and its predict module */
@@ -226,7 +227,8 @@ static unsigned long mmq_launches(const char *part)
  * row in a step of several). With cuBLAS for products of 2 rows or more, the experts still
  * take mmq: fewer batched products (the prompt's attention keeps its own). Models whose
  * experts are of other types (Q3_K; Qwen2-MoE's Q4_K, whose down falls back to a 32-wide
- * type) take the other paths. */
+ * type) take the other paths, as every model does on a device older than compute
+ * capability 8.0 (the module not loaded). */
 static void test_mmq(void)
 {
     static const struct {
@@ -271,6 +273,21 @@ static void test_mmq(void)
         unsetenv("MOEVM_GEMM_ROWS");
         free_run(cpu);
     }
+    /* a device of compute capability 7.5: no mmq kernels, the integer ones instead */
+    const char *path = preset_path("olmoe", "tiny", MVM_W_Q8_0);
+    size_t n = N_PROMPT * mvm_preset_find("tiny", "olmoe")->spec.n_vocab;
+    struct run *cpu = run_prompt(path, MVM_BACKEND_HOST, 1, 8, 0);
+    setenv("MOEVM_MMQ", "on", 1);
+    setenv("MOEVM_GEMM_ROWS", "0", 1);
+    set_cc_major(7);
+    const unsigned long up0 = mmq_launches("up");
+    struct run *old = run_prompt(path, MVM_BACKEND_CUDA, 1, 8, 0);
+    set_cc_major(9);
+    unsetenv("MOEVM_GEMM_ROWS");
+    unsetenv("MOEVM_MMQ");
+    CHECK(old != NULL && mmq_launches("up") == up0);
+    CHECK(cpu && old && check_rel_l2(old->logits, cpu->logits, n) < 2e-3);
+    free_run(cpu), free_run(old);
 }
 
 /* The device's logits are the CPU's to rounding (the kernels' numerics are the CPU's), for
@@ -1554,10 +1571,12 @@ int main(int argc, char **argv)
     copy_delay = driver ? (fakecuda_set_copy_delay_us_fn)dlsym(driver,
                                                               "fakecuda_set_copy_delay_us")
                         : NULL;
-    CHECK(set_fail && calls && reset_counters && copy_delay);
+    set_cc_major = driver ? (fakecuda_set_cc_major_fn)dlsym(driver, "fakecuda_set_cc_major")
+                          : NULL;
+    CHECK(set_fail && calls && reset_counters && copy_delay && set_cc_major);
     mvm_model *m = NULL;
     CHECK_ST(load(model_path("llama", MVM_W_F32), MVM_BACKEND_CUDA, 1, &m), MVM_OK);
-    if (!m || !set_fail || !calls || !reset_counters || !copy_delay)
+    if (!m || !set_fail || !calls || !reset_counters || !copy_delay || !set_cc_major)
         TEST_END();
     mvm_space_info info;
     mvm_space_get_info(m->space, &info);

@@ -127,10 +127,10 @@ static mvm_status load_kernels(mvm_gpu *g)
         CU(g, g->cu.ModuleLoadData(&g->modules[m], images[m]), what);
     }
     for (int k = 0; k < MVM_GK_COUNT; k++)
-        for (int t = 0; t < (kernels[k].typed ? MVM_W_COUNT : 1) && g->modules[kernels[k].module];
-             t++) {
-            if (kernels[k].typed && kernels[k].types && !(kernels[k].types & W_BIT(t)))
-                continue;
+        for (int t = 0; t < (kernels[k].typed ? MVM_W_COUNT : 1); t++) {
+            if (!g->modules[kernels[k].module] ||
+                (kernels[k].typed && kernels[k].types && !(kernels[k].types & W_BIT(t))))
+                continue; /* a module not loaded here, or a type the kernel has not */
             char name[64];
             if (kernels[k].typed)
                 snprintf(name, sizeof name, "%s_%s", kernels[k].name,

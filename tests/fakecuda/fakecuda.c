@@ -191,6 +191,8 @@ static struct {
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 /* The copy delay in effect: FAKECUDA_COPY_DELAY_US, or fakecuda_set_copy_delay_us. */
 static _Atomic unsigned long long g_copy_delay_us;
+/* The compute capability's major number the devices report (fakecuda_set_cc_major). */
+static _Atomic int g_cc_major = 9;
 /* What each cuEventSynchronize sleeps first, and how long after its record a query sees an
  * event done (fakecuda_set_event_sync_delay_us). */
 static _Atomic unsigned long long g_event_delay_us;
@@ -421,7 +423,7 @@ static CUresult device_attribute(int *pi, CUdevice_attribute attr, CUdevice dev)
     case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: *pi = 0; break;
     case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: *pi = 0xfe; break;
     case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: *pi = dev; break;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *pi = 9; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *pi = atomic_load(&g_cc_major); break;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *pi = 0; break;
     case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: *pi = 1; break;
     case CU_DEVICE_ATTRIBUTE_NUMA_ID: *pi = -1; break; /* device memory is not a NUMA node */
@@ -1677,6 +1679,8 @@ void fakecuda_set_event_sync_delay_us(unsigned long long us)
 {
     atomic_store(&g_event_delay_us, us);
 }
+
+void fakecuda_set_cc_major(int major) { atomic_store(&g_cc_major, major); }
 
 void fakecuda_set_copy_delay_us(unsigned long long us)
 {

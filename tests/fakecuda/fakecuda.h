@@ -81,6 +81,9 @@ size_t fakecuda_getproc_request(size_t i, const char **symbol, int *version,
 /* Every later copy sleeps `us` microseconds first (replaces FAKECUDA_COPY_DELAY_US), so
  * tests can hold moves in flight. */
 void fakecuda_set_copy_delay_us(unsigned long long us);
+/* The compute capability's major number every device reports from now on (9 until set: an
+ * H100's), so tests can stand in for an older device. */
+void fakecuda_set_cc_major(int major);
 /* Copies (of any kind) that have begun, counted as they enter that delay: a test waits for
  * this to grow rather than sleeping and hoping a worker got there. */
 unsigned long fakecuda_copies_begun(void);
@@ -116,6 +119,7 @@ typedef void (*fakecuda_reset_counters_fn)(void);
 typedef int (*fakecuda_set_fail_fn)(const char *spec);
 typedef void (*fakecuda_stream_hold_fn)(struct CUstream_st *stream, int hold);
 typedef void (*fakecuda_set_copy_delay_us_fn)(unsigned long long us);
+typedef void (*fakecuda_set_cc_major_fn)(int major);
 typedef size_t (*fakecuda_getproc_request_fn)(size_t i, const char **symbol, int *version,
                                               unsigned long long *flags, void **fn);
 
