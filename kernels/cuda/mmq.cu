@@ -17,7 +17,8 @@
  * A block computes a 64 x 64 tile: 64 weight rows (up: a 32-channel slice's gate rows then
  * its up rows; down: 64 outputs) against 64 of an expert's rows (tokens), looping over the
  * expert's rows 64 at a time. Four warps, each 16 weight rows x the 64 rows as eight
- * m16n8k32 products per 32 elements of K. The weights and the tile's activations go
+ * m16n8k32 products per 32 elements of K (fewer where the expert has fewer rows left: the
+ * groups of 8 past its last are neither loaded nor multiplied). The weights and the tile's activations go
  * through shared memory four 32-element sub-blocks at a time (four Q8_0 blocks, half a K
  * super-block), unpacked to signed bytes (Q4_K's nibbles, Q6_K's six bits), two 16-bit loads
  * a word where a block's quants are only 2-byte aligned, rows of 36 words so that the 32
@@ -83,17 +84,18 @@ static __device__ __forceinline__ int k_word(const uint8_t *blk, uint32_t c, uin
     return lo | (word_at(x->qh + 32 * h + 4 * w) >> (2 * k) & 0x03030303) << 4;
 }
 
-/* Sub-blocks k0 .. k0 + nkb - 1 of every row into s: weights of type W, activations Q8_0
- * (W Q8_0) or Q8_K. A warp's loads take a row's 4 sub-blocks side by side, a sub-block's 8
- * words in 8 lanes; the indices are shifts of constants, no division. */
+/* Sub-blocks k0 .. k0 + nkb - 1 of the weights' rows and of the tile's first 8 nj
+ * activation rows into s: weights of type W, activations Q8_0 (W Q8_0) or Q8_K. A warp's
+ * loads take a row's 4 sub-blocks side by side, a sub-block's 8 words in 8 lanes; the
+ * indices are shifts of constants, no division. */
 template <enum mvm_wtype W>
-static __device__ void mmq_load(mmq_stage &s, uint32_t k0, uint32_t nkb, uint64_t wstep,
-                                uint64_t xstep)
+static __device__ void mmq_load(mmq_stage &s, uint32_t k0, uint32_t nkb, uint32_t nj,
+                                uint64_t wstep, uint64_t xstep)
 {
     const bool K = W != MVM_W_Q8_0;
     for (uint32_t i = threadIdx.x; i < MMQ_ROWS * MMQ_KB * 8; i += blockDim.x) {
         const uint32_t w = i % 8, kb = i / 8 % MMQ_KB, r = i / (8 * MMQ_KB), k = k0 + kb;
-        if (kb >= nkb)
+        if (kb >= nkb || r >= MMQ_M + 8 * nj)
             continue;
         const bool wt = r < MMQ_M;
         const uint8_t *blk = s.base[r] + (K ? k / 8 : k) * (wt ? wstep : xstep);
@@ -108,7 +110,7 @@ static __device__ void mmq_load(mmq_stage &s, uint32_t k0, uint32_t nkb, uint64_
     }
     for (uint32_t i = threadIdx.x; i < MMQ_ROWS * MMQ_KB; i += blockDim.x) {
         const uint32_t kb = i % MMQ_KB, r = i / MMQ_KB, k = k0 + kb, c = k % 8;
-        if (kb >= nkb)
+        if (kb >= nkb || r >= MMQ_M + 8 * nj)
             continue;
         const bool wt = r < MMQ_M;
         const uint8_t *blk = s.base[r] + (K ? k / 8 : k) * (wt ? wstep : xstep);
@@ -134,12 +136,14 @@ static __device__ void mmq_load(mmq_stage &s, uint32_t k0, uint32_t nkb, uint64_
     }
 }
 
-/* acc[j][i]: this lane's part of the tile, the warp's 16 weight rows against the tile's 64
+/* acc[j][i]: this lane's part of the tile, the warp's 16 weight rows against the tile's
  * rows, over nk sub-blocks of K (the rows' bases set in s): c[i] of the product against the
- * tile's rows 8j.. (mma_s8's layout). Every thread of the block must call it. */
+ * tile's rows 8j.. (mma_s8's layout), for the first nj groups of 8 rows (an expert of 32
+ * rows, a Qwen3-30B-A3B one's at pp512, skips half the tile's loads and products; acc's
+ * other groups stay 0). Every thread of the block must call it. */
 template <enum mvm_wtype W>
-static __device__ void mmq_tile(mmq_stage &s, uint32_t nk, uint64_t wstep, uint64_t xstep,
-                                float acc[8][4])
+static __device__ void mmq_tile(mmq_stage &s, uint32_t nk, uint32_t nj, uint64_t wstep,
+                                uint64_t xstep, float acc[8][4])
 {
     const bool K = W != MVM_W_Q8_0;
     const uint32_t lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -153,7 +157,7 @@ static __device__ void mmq_tile(mmq_stage &s, uint32_t nk, uint64_t wstep, uint6
     for (uint32_t k0 = 0; k0 < nk; k0 += MMQ_KB) {
         const uint32_t nkb = nk - k0 < MMQ_KB ? nk - k0 : MMQ_KB;
         __syncthreads(); /* the stage before is read */
-        mmq_load<W>(s, k0, nkb, wstep, xstep);
+        mmq_load<W>(s, k0, nkb, nj, wstep, xstep);
         __syncthreads();
         for (uint32_t kb = 0; kb < nkb; kb++) {
             const int *qa = s.q[m] + kb * 8, *qb = s.q[m + 8] + kb * 8;
@@ -161,6 +165,8 @@ static __device__ void mmq_tile(mmq_stage &s, uint32_t nk, uint64_t wstep, uint6
             const int *sw0 = s.s[m][kb], *sw1 = s.s[m + 8][kb];
 #pragma unroll
             for (int j = 0; j < 8; j++) {
+                if ((uint32_t)j >= nj) /* the whole warp alike: mma.sync's lanes together */
+                    break;
                 const uint32_t n = MMQ_M + 8 * j, n0 = n + 2 * t, n1 = n0 + 1;
                 const int b[2] = {s.q[n + g][kb * 8 + t], s.q[n + g][kb * 8 + 4 + t]};
                 int c[4] = {0, 0, 0, 0};
@@ -198,7 +204,7 @@ static __device__ void mmq_tile(mmq_stage &s, uint32_t nk, uint64_t wstep, uint6
             const float d0 = s.dk[m][0], d1 = s.dk[m + 8][0];
             const float dm0 = s.dk[m][1], dm1 = s.dk[m + 8][1];
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
+            for (int j = 0; j < 8 && (uint32_t)j < nj; j++) {
                 const uint32_t n0 = MMQ_M + 8 * j + 2 * t;
                 const float da0 = s.d[n0][0], da1 = s.d[n0 + 1][0];
                 acc[j][0] += da0 * (d0 * (float)isum[j][0] - dm0 * (float)msum[j][0]);
@@ -250,7 +256,7 @@ template <enum mvm_wtype GU> static __device__ void mmq_up(const mvm_g_expert_ar
         const uint32_t nt = nr - t0 < MMQ_N ? nr - t0 : MMQ_N;
         mmq_rows(s, a, true, r0, t0, nt);
         float acc[8][4];
-        mmq_tile<GU>(s, a.n_embd / MVM_QBLOCK, wstep, xstep, acc);
+        mmq_tile<GU>(s, a.n_embd / MVM_QBLOCK, (nt + 7) / 8, wstep, xstep, acc);
 #pragma unroll
         for (int j = 0; j < 8; j++)
 #pragma unroll
@@ -295,7 +301,7 @@ template <enum mvm_wtype DN> static __device__ void mmq_down(const mvm_g_expert_
         const uint32_t nt = nr - t0 < MMQ_N ? nr - t0 : MMQ_N;
         mmq_rows(s, a, false, r0, t0, nt);
         float acc[8][4];
-        mmq_tile<DN>(s, a.n_groups * G / MVM_QBLOCK, group, xstep, acc);
+        mmq_tile<DN>(s, a.n_groups * G / MVM_QBLOCK, (nt + 7) / 8, group, xstep, acc);
 #pragma unroll
         for (int j = 0; j < 8; j++)
 #pragma unroll
