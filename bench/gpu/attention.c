@@ -116,10 +116,9 @@ int main(int argc, char **argv)
                 "64..16777216 (131072)] [reps >= 1 (20)]\n");
         return 2;
     }
-    setenv("MOEVM_CUDA_LIBRARY", argv[1], 1);
-    mvm_gpu *g;
-    if (mvm_gpu_open(0, &g) != MVM_OK)
-        return fail("opening the device");
+    mvm_gpu *g = bench_open("bench_gpu_attention", argv[1]);
+    if (!g)
+        return 1;
     int rc = 0;
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes && rc == 0; i++)
         rc = run_shape(g, &shapes[i], (uint32_t)max_pos, (int)reps);

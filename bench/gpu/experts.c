@@ -215,10 +215,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: bench_gpu_experts path/to/libcuda.so.1 [reps 1..100000 (50)]\n");
         return 2;
     }
-    setenv("MOEVM_CUDA_LIBRARY", argv[1], 1);
-    mvm_gpu *g;
-    if (mvm_gpu_open(0, &g) != MVM_OK)
-        return fail("opening the device");
+    mvm_gpu *g = bench_open("bench_gpu_experts", argv[1]);
+    if (!g)
+        return 1;
     printf("| shape | gate-up/down | kernel | us | GB/s |\n|---|---|---|---:|---:|\n");
     int rc = 0;
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes && rc == 0; i++)

@@ -160,10 +160,9 @@ int main(int argc, char **argv)
                         "[reps 1..100000 (10)]\n");
         return 2;
     }
-    setenv("MOEVM_CUDA_LIBRARY", argv[1], 1);
-    mvm_gpu *g;
-    if (mvm_gpu_open(0, &g) != MVM_OK)
-        return fail("opening the device");
+    mvm_gpu *g = bench_open("bench_gpu_prompt_experts", argv[1]);
+    if (!g)
+        return 1;
     printf("| shape | gate-up/down | kernel | us (a layer of pp512) | TOPS |\n"
            "|---|---|---|---:|---:|\n");
     int rc = 0;
