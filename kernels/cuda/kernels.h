@@ -169,8 +169,9 @@ typedef struct mvm_g_expert_args {
     uint64_t expert_stride, act_stride, h_stride;
     uint32_t n_embd, n_groups, n_active, gate_up, down, glu;
     uint32_t one_row; /* every active expert has one row: up1 (mvm_gpu_experts_up) */
-    uint32_t mmq;     /* up and down by the mmq kernels (mvm_gpu_experts_up): Q8_0 experts of a
-                         step of several rows, where the device has them (MOEVM_MMQ) */
+    uint32_t mmq;     /* up and down by the mmq kernels where a step has several rows
+                         (mvm_gpu_experts_up): Q8_0 or Q4_K_M experts, on a device that has
+                         them (MOEVM_MMQ) */
 } mvm_g_expert_args;
 
 MVM_G_FN mvm_g_shape mvm_g_expert_up_shape(const mvm_g_expert_args *a)
