@@ -63,8 +63,8 @@ moevm_gpu_build() {
 }
 
 # Every target the GPU scripts build: what bench/gpu/prebuilt.sh packs.
-MOEVM_GPU_TARGETS=(moevm_cli test_gpu bench_gpu_experts bench_gpu_prompt_experts bench_gpu_attention vmm_costs
-                   moevm_ktrace moevm_preload)
+MOEVM_GPU_TARGETS=(moevm_cli test_gpu bench_gpu_experts bench_gpu_prompt_experts
+                   bench_gpu_attention vmm_costs moevm_ktrace moevm_preload)
 
 # A hash of every file the build reads, the same here and on a device machine (whose copy of
 # the tree has no .git to ask).
