@@ -73,18 +73,27 @@ void mvm_run_abandon(mvm_space *sp, struct job *j, uint32_t r)
     }
 }
 
-/* Maps run r's slab at the run's address: one mapping. */
-static mvm_status map_slab(mvm_space *sp, struct job *j, uint32_t r, bool replace)
+/* Maps run r's slab at the run's address: one mapping. With `unlocked`, the driver's calls
+ * run without the space's lock (premap_job says why that is safe); held on entry and return
+ * either way. */
+static mvm_status map_slab(mvm_space *sp, struct job *j, uint32_t r, bool replace,
+                           bool unlocked)
 {
     struct job_run *run = &j->runs[r];
+    const uint64_t va = run_va(sp, j, r), bytes = (uint64_t)run->n * sp->page_size;
     /* an evicted run's mapping still there goes first (slab.c) */
-    mvm_status st = mvm_stale_clear(sp, run_va(sp, j, r), (uint64_t)run->n * sp->page_size,
-                                    UINT32_MAX);
+    mvm_status st = unlocked ? mvm_stale_clear_unlocked(sp, va, bytes)
+                             : mvm_stale_clear(sp, va, bytes, UINT32_MAX);
+    if (st != MVM_OK)
+        return st;
+    if (unlocked)
+        pthread_mutex_unlock(&sp->mu);
     const uint64_t start = mvm_clock_ns();
-    if (st == MVM_OK)
-        st = sp->be->ops->map_chunks(sp->be, run_va(sp, j, r), sp->pool, run->slab, run->n,
-                                     replace);
-    sp->stats.remap_ns += mvm_clock_ns() - start;
+    st = sp->be->ops->map_chunks(sp->be, va, sp->pool, run->slab, run->n, replace);
+    const uint64_t took = mvm_clock_ns() - start;
+    if (unlocked)
+        pthread_mutex_lock(&sp->mu);
+    sp->stats.remap_ns += took;
     if (st == MVM_OK)
         sp->slabs[run->slab].mapped = true;
     return st;
@@ -99,7 +108,7 @@ static mvm_status map_run(mvm_space *sp, struct job *j, uint32_t r, bool replace
     mvm_backend *be = sp->be;
     struct job_run *run = &j->runs[r];
     uint64_t va = run_va(sp, j, r);
-    mvm_status st = map_slab(sp, j, r, replace);
+    mvm_status st = map_slab(sp, j, r, replace, false);
     if (st == MVM_OK)
         return MVM_OK;
     mvm_job_note_error(j);
@@ -128,22 +137,11 @@ static void premap_job(mvm_space *sp, struct job *j)
         const struct job_run *run = &j->runs[r];
         if (!run_owned(sp, j, r) || sp->slabs[run->slab].mapped)
             continue;
-        const uint64_t va = run_va(sp, j, r), bytes = (uint64_t)run->n * sp->page_size;
-        mvm_status st = mvm_stale_clear_unlocked(sp, va, bytes);
-        if (st == MVM_OK) {
-            pthread_mutex_unlock(&sp->mu);
-            const uint64_t start = mvm_clock_ns();
-            st = sp->be->ops->map_chunks(sp->be, va, sp->pool, run->slab, run->n, false);
-            const uint64_t took = mvm_clock_ns() - start;
-            pthread_mutex_lock(&sp->mu);
-            sp->stats.remap_ns += took;
-        }
-        if (st != MVM_OK) {
+        if (map_slab(sp, j, r, false, true) != MVM_OK) {
             mvm_log(MVM_LOG_DEBUG, "mapping %u pages ahead of their copy: %s", run->n,
                     mvm_last_error());
             continue;
         }
-        sp->slabs[run->slab].mapped = true;
         if (!run_owned(sp, j, r)) /* cancelled meanwhile */
             unmap_ahead(sp, j, r);
     }

@@ -274,12 +274,14 @@ mvm_status mvm_cuda_fwd_create(mvm_ctx *ctx, void **state)
                         "device (a smaller --gpu-budget or context leaves more)", f->n_ctx, why,
                         (double)info.device_pages * (double)info.page_size / 1048576.0);
     }
+    /* MOEVM_LOAD_WAIT's choices, in their order */
+    enum { WAIT_DEVICE, WAIT_HOST, WAIT_DEVICE_LATE, WAIT_DEVICE_VIEW };
     mvm_option_value wait;
     TRY(mvm_option_read(&mvm_opt_load_wait, &wait));
-    if (wait.i != 1 && f->moe) /* device: the steps' copies ordered before the kernels */
+    if (wait.i != WAIT_HOST && f->moe) /* the steps' copies ordered before the kernels */
         mvm_resid_set_reader_stream(f->moe->resid, mvm_gpu_stream(f->g));
-    f->load_late = wait.i == 2;
-    f->read_view = wait.i == 3;
+    f->load_late = wait.i == WAIT_DEVICE_LATE;
+    f->read_view = wait.i == WAIT_DEVICE_VIEW;
     mvm_option_value profile; /* from here on: the weights' upload is not the pass's */
     TRY(mvm_option_read(&mvm_opt_gpu_profile, &profile));
     return profile.i == 1 ? mvm_gpu_profile(f->g) : MVM_OK;
