@@ -71,10 +71,10 @@ mvm_status mvm_assign_zc_create(const mvm_pinit *init, const char *module, void 
         return st;
     if (zc != 0 && zc != 1)
         return mvm_fail(MVM_ERR_INVALID, "%s: zerocopy=%g is not 0 or 1", module, zc);
-    if (zc == 1 && init->homes_unmapped)
+    if (zc == 1 && init->homes_unreadable)
         return mvm_fail(MVM_ERR_INVALID, "%s zerocopy=1 reads experts in place at their host "
-                        "homes, which this space leaves unmapped: set MOEVM_HOME_MAP=on (a "
-                        "device with HOST_NUMA VMM)", module);
+                        "homes, which this device cannot read: the driver gave them no device "
+                        "address (MOEVM_LOG=info says why)", module);
     mvm_assign_zc *g = calloc(1, sizeof *g);
     if (!g)
         return mvm_fail(MVM_ERR_NOMEM, "%s: out of memory", module);

@@ -15,7 +15,7 @@
  *   with greedy's.
  *
  * Parameter: zerocopy=1 reads every expert that is not wholly resident in place over the
- * bus (MVM_RUN_ZEROCOPY: HOST_NUMA homes mapped for the device, nothing moved), the
+ * bus (MVM_RUN_ZEROCOPY: the device reads the host homes in place, nothing moved), the
  * zero-copy baseline ("GPU zero-copy"); est_time is then Σ of the resident experts' compute
  * and the others' zero-copy time. Default 0. The module itself never loads; the engine's and
  * the simulator's admission (policy/admit.h, on by default) may load what it read in place

@@ -30,7 +30,7 @@
  *   miss runs where the cost model says it finishes first: on the CPU, read in place, or
  *   loaded (and never loaded without room).
  *
- * Parameter: zerocopy=0|1 (default 0; the engine's MOEVM_ASSIGN_ARGS on HOST_NUMA devices).
+ * Parameter: zerocopy=0|1 (default 0; the engine's MOEVM_ASSIGN_ARGS).
  */
 #include <math.h>
 

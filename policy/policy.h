@@ -115,9 +115,10 @@ typedef struct mvm_pinit {
     size_t predictor_size;
     const mvm_pfuture *future;      /* NULL but in the simulator (the oracles need it) */
     const mvm_pprofile *profile;    /* an offline routing profile; NULL when none was given */
-    int homes_unmapped;             /* the device cannot read a non-resident expert in place
-                                       (MOEVM_HOME_MAP=off, no HOST_NUMA VMM): the assign
-                                       modules refuse zerocopy=1 */
+    int homes_unreadable;           /* the device cannot read a non-resident expert in place
+                                       (its homes neither mapped nor registered for it:
+                                       mvm_space_info.home_readable): the assign modules
+                                       refuse zerocopy=1 */
 } mvm_pinit;
 
 #define MVM_POLICY_HEADER                                                                   \
@@ -153,7 +154,7 @@ enum mvm_where {
     MVM_RUN_NONE = 0,        /* not active in this step */
     MVM_RUN_GPU,             /* resident (or made resident by a load first) */
     MVM_RUN_GPU_LOAD,        /* on-demand load, then GPU */
-    MVM_RUN_ZEROCOPY,        /* GPU reads the host home over PCIe (HOST_NUMA) */
+    MVM_RUN_ZEROCOPY,        /* GPU reads the host home in place, over PCIe */
     MVM_RUN_CPU,             /* CPU threads, from the host home */
 };
 

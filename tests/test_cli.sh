@@ -249,8 +249,12 @@ if [ -n "$fake_driver" ]; then
         if cmp -s "$tmp/a" "$tmp/p" && grep -Eq '^gpu profile: [0-9.]+ ms from the first operation to the last sync, the device busy [0-9.]+ ms \([0-9]+%\); [1-9][0-9]* syncs' "$tmp/p.err" &&
            grep -Eq '^  mvm_g_expert_up +[1-9][0-9]* +[0-9.]+ +[0-9.]+ +[0-9.]+%$' "$tmp/p.err" && grep -Eq '^  copy device -> host +[1-9][0-9]* ' "$tmp/p.err" &&
            ! grep -q 'gpu profile' "$tmp/g.err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: MOEVM_GPU_PROFILE=on" >&2; cat "$tmp/p.err" >&2; fi
-        # Reading experts in place needs the homes mapped, which is not the default.
-        expect 1 'assign gpu zerocopy=1 reads experts in place at their host homes, which this space leaves unmapped: set MOEVM_HOME_MAP=on' -- env FAKECUDA_GRANULARITY=4096 MOEVM_PAGE_SIZE=4K MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "It was" -n 4 --gpu-budget 30% --assign 'gpu{zerocopy=1}'
+        # Experts read in place: at their homes' device addresses with the homes unmapped
+        # (the default), the same text; refused, saying why, where the driver gives the
+        # pinned homes no device address.
+        env FAKECUDA_GRANULARITY=4096 MOEVM_PAGE_SIZE=4K MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 --gpu-budget 30% --assign 'gpu{zerocopy=1}' >"$tmp/z" 2>"$tmp/z.err"
+        if cmp -s "$tmp/a" "$tmp/z"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: gpu{zerocopy=1} with the homes unmapped" >&2; cat "$tmp/z.err" >&2; fi
+        expect 1 'assign gpu zerocopy=1 reads experts in place at their host homes, which this device cannot read: the driver gave them no device address' -- env FAKECUDA_FAIL=cuMemHostGetDevicePointer:1 FAKECUDA_GRANULARITY=4096 MOEVM_PAGE_SIZE=4K MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "It was" -n 4 --gpu-budget 30% --assign 'gpu{zerocopy=1}'
         expect 0 'prefill' -- env MOEVM_HOME_MAP=on FAKECUDA_GRANULARITY=4096 MOEVM_PAGE_SIZE=4K MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "It was" -n 4 --gpu-budget 30% --assign 'gpu{zerocopy=1}'
         # The cost model steers the assign module: a CPU too slow to matter, then one that
         # beats any copy. calibrate on a device backend measures the copies too.

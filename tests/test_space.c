@@ -70,7 +70,9 @@ static void fill(mvm_space *sp, uint32_t layers, uint32_t experts, uint64_t byte
 
 /* Whether expert (l, e), filled by fill(), holds its weights: each resident page read
  * through the expert's address, each other page in its home and, where homes are mapped,
- * through the address too. The weights are made again, not taken from the home. */
+ * through the address too; where a kernel can read the homes in place, every page through
+ * the home's device address (the fake's device reads host memory). The weights are made
+ * again, not taken from the home. */
 static bool reads_match(mvm_space *sp, uint32_t l, uint32_t e, uint64_t bytes)
 {
     mvm_space_info info;
@@ -91,6 +93,8 @@ static bool reads_match(mvm_space *sp, uint32_t l, uint32_t e, uint64_t bytes)
         else /* at home, or loading (still mapped at home until its copy lands) */
             ok = memcmp(home + off, want + off, len) == 0 &&
                  (!info.home_mapped || memcmp(addr + off, want + off, len) == 0);
+        const uint8_t *in_place = mvm_expert_home_device(sp, l, e);
+        ok = ok && (!info.home_readable || memcmp(in_place + off, want + off, len) == 0);
     }
     free(want);
     return ok;
@@ -178,12 +182,32 @@ static void test_layout(void)
     const char *host_numa = getenv("FAKECUDA_HOST_NUMA"), *home_map = getenv("MOEVM_HOME_MAP");
     bool unmapped = (host_numa && !strcmp(host_numa, "0")) || !home_map || strcmp(home_map, "on");
     CHECK(info.home_mapped == !(backend == MVM_BACKEND_CUDA && unmapped));
+    /* A kernel reads any home in place on cuda (the pinned homes' device pointer, or the
+     * HOST_NUMA home view), mapped or not: one address per expert, a stride apart. */
+    CHECK(info.home_readable == (backend == MVM_BACKEND_CUDA));
+    const uintptr_t dev0 = (uintptr_t)mvm_expert_home_device(sp, 0, 0);
+    CHECK((dev0 != 0) == info.home_readable);
     for (uint32_t l = 0; l < 3; l++)
         for (uint32_t e = 0; e < 5; e++) {
             uint64_t want = info.base + (l * 5 + e) * info.expert_stride;
             CHECK((uint64_t)(uintptr_t)mvm_expert_addr(sp, l, e) == want);
             CHECK((uintptr_t)mvm_expert_home(sp, l, e) % PAGE == 0);
+            CHECK((uintptr_t)mvm_expert_home_device(sp, l, e) ==
+                  (dev0 ? dev0 + (l * 5 + e) * info.expert_stride : 0));
         }
+    CHECK(mvm_expert_home_device(sp, 3, 0) == NULL && mvm_expert_home_device(NULL, 0, 0) == NULL);
+    /* Registered homes the driver gives no device pointer for: the space works, and says
+     * that nothing reads its homes in place. */
+    if (backend == MVM_BACKEND_CUDA && unmapped) {
+        fake_set_fail("cuMemHostGetDevicePointer:1");
+        mvm_space *blind = make_space(1, 2, PAGE, 2);
+        fake_set_fail("");
+        mvm_space_info bi;
+        CHECK_ST(mvm_space_get_info(blind, &bi), MVM_OK);
+        CHECK(!bi.home_readable && mvm_expert_home_device(blind, 0, 0) == NULL);
+        CHECK_ST(mvm_make_resident(blind, 0, 1, MVM_ALL_PAGES), MVM_OK);
+        CHECK_ST(mvm_space_destroy(blind), MVM_OK);
+    }
     /* Page-aligned however the system happens to place the mapping (it promises 4 KiB):
      * eight more spaces alive at once would all be aligned by luck 1 time in 16^8. */
     mvm_space *more[8];

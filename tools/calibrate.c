@@ -226,7 +226,7 @@ mvm_status mvm_calib_cpu_experts(mvm_model *m, mvm_pool *pool, uint32_t max_toke
     const mvm_hparams *hp = &m->hp;
     struct cpu_run c = {.m = m};
     mvm_ctx_policies pol = plain_policies(mvm_machine_preset("h100"));
-    mvm_status st = mvm_moe_create(m, max_tokens, &pol, 0, 1, &c.step);
+    mvm_status st = mvm_moe_create(m, max_tokens, &pol, 0, 1, 0, &c.step);
     if (st == MVM_OK)
         st = mvm_cpu_experts_create(m, pool, max_tokens, &c.x);
     if (st == MVM_OK)

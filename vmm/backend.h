@@ -40,6 +40,10 @@ typedef struct mvm_backend_ops {
                               size_t item_pages, size_t item_used, const mvm_topo *topo,
                               mvm_home **home, void **host);
     void (*home_destroy)(mvm_backend *b, mvm_home *home);
+    /* Optional (NULL: none): the device address of home page 0 (the pages follow it in
+     * order) at which a kernel reads the homes in place, over the bus, whatever is mapped at
+     * the experts' own addresses; 0 where the device cannot. */
+    uint64_t (*home_device_addr)(mvm_backend *b, mvm_home *home);
     /* Backs [va, va + n_pages*page_size) by home pages [first, first + n_pages). Only when
      * b->home_mappable. `replace`: something is mapped there now (the host backend swaps
      * mappings atomically, so readers never see a hole; cuda must unmap first). */

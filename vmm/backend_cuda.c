@@ -10,7 +10,9 @@
  *                home view with CPU and device access; non-resident pages of the space map
  *                these same handles, so kernels can read any expert (over PCIe).
  *                Otherwise: mmap + parallel first touch on the GPU's node + cuMemHostRegister,
- *                and non-resident pages stay unmapped.
+ *                and non-resident pages stay unmapped. Either way a kernel can read a home in
+ *                place (the home view's device access, or the registered memory's device
+ *                pointer): home_device_addr.
  *   map          cuMemUnmap (if replacing) + cuMemMap + cuMemSetAccess; callers guarantee no
  *                kernel reads the page meanwhile (pins, unpin_after events)
  *   copy         cuMemcpyHtoDAsync on a dedicated non-blocking stream, or split across
@@ -48,6 +50,7 @@ struct mvm_home {
     size_t n, page;
     void *host;
     bool registered;
+    CUdeviceptr dev; /* where the device reads home page 0 in place (0: it cannot) */
 };
 
 /* The device pool: a view reserved for every chunk, and the slabs that back runs of it.
@@ -232,6 +235,7 @@ static mvm_status home_create_vmm(cuda_backend *c, mvm_home *h)
      * committed every home page at creation (the interposer's oversubscribed heap as a
      * whole at its first allocation) and, under ThreadSanitizer, its shadow too. */
     h->host = (void *)(uintptr_t)h->hv.view;
+    h->dev = h->hv.view; /* the view grants the device access too */
     return MVM_OK;
 }
 
@@ -246,11 +250,22 @@ static mvm_status home_create_registered(cuda_backend *c, mvm_home *h, const mvm
     /* Placement must precede registration: registered pages can no longer migrate. */
     if (topo)
         mvm_topo_place(topo, h->host, bytes, 0);
-    CUresult r = c->cu.MemHostRegister(h->host, bytes, CU_MEMHOSTREGISTER_PORTABLE);
+    CUresult r = c->cu.MemHostRegister(h->host, bytes,
+                                       CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
     h->registered = r == CUDA_SUCCESS;
     if (!h->registered) {
         mvm_cu_fail(&c->cu, r, "cuMemHostRegister");
         mvm_log(MVM_LOG_WARN, "%s; host homes stay pageable and copies will be slower",
+                mvm_last_error());
+        return MVM_OK;
+    }
+    /* The device's pointer to them (the host's own under unified addressing, where the
+     * device can use it, but the documentation promises only this one). Without it nothing
+     * reads the homes in place; the moves are unaffected. */
+    if ((r = c->cu.MemHostGetDevicePointer(&h->dev, h->host, 0)) != CUDA_SUCCESS) {
+        h->dev = 0;
+        mvm_cu_fail(&c->cu, r, "cuMemHostGetDevicePointer");
+        mvm_log(MVM_LOG_INFO, "%s; experts are not read in place from their homes",
                 mvm_last_error());
     }
     return MVM_OK;
@@ -299,6 +314,12 @@ static void cuda_home_destroy(mvm_backend *b, mvm_home *h)
         munmap(h->host, h->n * h->page);
     }
     free(h);
+}
+
+static uint64_t cuda_home_device_addr(mvm_backend *b, mvm_home *h)
+{
+    (void)b;
+    return h->dev;
 }
 
 static mvm_status cuda_map_home(mvm_backend *b, uint64_t va, mvm_home *h, size_t first,
@@ -590,6 +611,7 @@ static const mvm_backend_ops cuda_ops = {
     .unreserve = cuda_unreserve,
     .home_create = cuda_home_create,
     .home_destroy = cuda_home_destroy,
+    .home_device_addr = cuda_home_device_addr,
     .map_home = cuda_map_home,
     .pool_create = cuda_pool_create,
     .pool_destroy = cuda_pool_destroy,

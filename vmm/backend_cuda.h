@@ -42,6 +42,7 @@
       (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t))                                      \
     X(MemHostRegister, "cuMemHostRegister_v2", (void *, size_t, unsigned))                         \
     X(MemHostUnregister, "cuMemHostUnregister", (void *))                                          \
+    X(MemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2", (CUdeviceptr *, void *, unsigned))  \
     X(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2",                                                     \
       (CUdeviceptr, const void *, size_t, CUstream))                                               \
     X(MemcpyDtoH, "cuMemcpyDtoH_v2", (void *, CUdeviceptr, size_t))                                \

@@ -43,7 +43,7 @@ const mvm_option_desc mvm_opt_home_map = {
     "MOEVM_HOME_MAP", MVM_OPT_CHOICE, "off", "off|on",
     "cuda backend, devices with HOST_NUMA VMM: on maps non-resident "
     "pages to their host homes, so kernels can read any expert in "
-    "place (assign zerocopy=1 needs it), but each page of a move "
+    "place at its own address, but each page of a move "
     "is then its own remap; off (the default) leaves them "
     "unmapped, so a move is one map of a slab: on an H100 moves "
     "2-3x and offloaded decode 2.6-6x faster (docs/perf/vmm.md). The "

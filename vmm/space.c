@@ -285,6 +285,7 @@ mvm_status mvm_space_create(const mvm_space_desc *d, mvm_space **out)
         teardown(sp);
         return st;
     }
+    sp->home_dev = be->ops->home_device_addr ? be->ops->home_device_addr(be, sp->home) : 0;
     if (!mvm_registry_add(sp)) {
         mvm_migrate_stop(sp);
         teardown(sp);
@@ -356,6 +357,7 @@ mvm_status mvm_space_get_info(const mvm_space *sp, mvm_space_info *info)
     info->reserved_bytes = sp->reserved;
     info->numa_node = sp->be->numa_node >= 0 ? sp->be->numa_node : sp->topo.numa_node;
     info->home_mapped = sp->be->home_mappable;
+    info->home_readable = sp->home_dev != 0;
     info->move_spin_us = (uint32_t)(sp->spin_ns / 1000);
     info->host_readable = sp->be->host_readable;
     info->clean_evict = sp->be->track_clean;
@@ -374,6 +376,13 @@ void *mvm_expert_home(const mvm_space *sp, uint32_t l, uint32_t e)
     if (!sp || l >= sp->n_layers || e >= sp->n_experts)
         return NULL;
     return sp->home_host + (uint64_t)(l * sp->n_experts + e) * sp->stride;
+}
+
+void *mvm_expert_home_device(const mvm_space *sp, uint32_t l, uint32_t e)
+{
+    if (!sp || l >= sp->n_layers || e >= sp->n_experts || !sp->home_dev)
+        return NULL;
+    return (void *)(uintptr_t)(sp->home_dev + (uint64_t)(l * sp->n_experts + e) * sp->stride);
 }
 
 mvm_status mvm_expert_residency(const mvm_space *csp, uint32_t l, uint32_t e,

@@ -126,6 +126,7 @@ struct mvm_space {
 
     mvm_home *home;
     uint8_t *home_host;
+    uint64_t home_dev;      /* where the device reads home_host in place (0: it cannot) */
     bool homes_mapped; /* every non-resident page is mapped to its home */
     uint32_t piece_pages; /* a prefetch copies this many pages at a time (MOEVM_COPY_PIECE) */
     bool write_back;   /* eviction copies pages back first (mvm_space_desc.write_back) */

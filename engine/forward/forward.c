@@ -32,9 +32,10 @@ mvm_status mvm_ctx_device_usable(int device, mvm_gpu **opened)
     return st == MVM_OK ? mvm_gpu_open(device, opened) : st;
 }
 
-/* The backend that computes where the space's experts are; *home_mapped: the space's. */
+/* The backend that computes where the space's experts are; *home_mapped, *home_readable:
+ * the space's (mvm_space_info). */
 static mvm_status pick_backend(const mvm_model *m, const struct mvm_fwd_backend **be,
-                               int *home_mapped)
+                               int *home_mapped, int *home_readable)
 {
     mvm_space_info info;
     mvm_status st = mvm_space_get_info(m->space, &info);
@@ -42,6 +43,7 @@ static mvm_status pick_backend(const mvm_model *m, const struct mvm_fwd_backend 
         return st;
     *be = &mvm_fwd_cpu;
     *home_mapped = info.home_mapped;
+    *home_readable = info.home_readable;
     if (strcmp(info.backend, "cuda") != 0)
         return MVM_OK;
 #ifdef MVM_ENGINE_PTX
@@ -104,11 +106,11 @@ mvm_status mvm_ctx_create(mvm_model *m, mvm_pool *pool, uint32_t n_ctx, uint32_t
         return mvm_fail(MVM_ERR_INVALID, "context of %u positions, batch of %u: need n_ctx >= "
                         "1 and 1 <= batch <= 4096", n_ctx, n_batch);
     const struct mvm_fwd_backend *be;
-    int home_mapped;
+    int home_mapped, home_readable;
     enum mvm_wtype kv = MVM_W_F16;
     mvm_status st = kv_type(policies ? policies->kv_type : NULL, &kv);
     if (st == MVM_OK)
-        st = pick_backend(m, &be, &home_mapped);
+        st = pick_backend(m, &be, &home_mapped, &home_readable);
     if (st != MVM_OK)
         return st;
     mvm_ctx *c = calloc(1, sizeof *c);
@@ -128,7 +130,8 @@ mvm_status mvm_ctx_create(mvm_model *m, mvm_pool *pool, uint32_t n_ctx, uint32_t
                           (c->b_in = malloc(n_batch * sizeof *c->b_in))))
         st = mvm_fail(MVM_ERR_NOMEM, "out of memory for %u sequences", n_seq);
     if (st == MVM_OK)
-        st = mvm_moe_create(m, n_batch, policies, be != &mvm_fwd_cpu, home_mapped, &c->moe);
+        st = mvm_moe_create(m, n_batch, policies, be != &mvm_fwd_cpu, home_mapped,
+                            home_readable, &c->moe);
     if (st == MVM_OK)
         st = be->create(c, &c->state);
     if (st != MVM_OK) {

@@ -137,20 +137,20 @@ static mvm_g_expert_args expert_args(const struct cuda_fwd *f, uint32_t il)
                                .mmq = (uint32_t)mvm_cuda_fwd_mmq(f, il)};
 }
 
-/* Where the kernels read round[from..to), all taken by them (device-view): the held
- * misses at their view addresses (mvm_resid_view_addr), the others at their own (0); into
- * *wptr, or 0 when every one is at its own. Pinned, at the list's offsets, as the list. */
-static mvm_status view_addresses(struct cuda_fwd *f, uint32_t il, uint32_t from, uint32_t to,
+/* Where the kernels read the n experts of a launch, active_host[from .. from + n): a held
+ * miss where its copy lands (device-view) or an expert read at its home in place, at the
+ * address mvm_resid_view_addr gives, the others at their own (0); into *wptr, or 0 when
+ * every one is at its own. Pinned, at the list's offsets, as the list. */
+static mvm_status view_addresses(struct cuda_fwd *f, uint32_t il, uint32_t from, uint32_t n,
                                  mvm_dptr *wptr)
 {
     int any = 0;
-    for (uint32_t i = from; i < to; i++) {
-        f->wptr_host[i] = mvm_resid_view_addr(f->moe->resid, il, (uint32_t)f->moe->round[i]);
+    for (uint32_t i = from; i < from + n; i++) {
+        f->wptr_host[i] = mvm_resid_view_addr(f->moe->resid, il, f->active_host[i]);
         any |= f->wptr_host[i] != 0;
     }
     *wptr = any ? f->wptr + (uint64_t)from * sizeof *f->wptr_host : 0;
-    return any ? mvm_gpu_upload(f->g, *wptr, f->wptr_host + from,
-                                (to - from) * sizeof *f->wptr_host)
+    return any ? mvm_gpu_upload(f->g, *wptr, f->wptr_host + from, n * sizeof *f->wptr_host)
                : MVM_OK;
 }
 
@@ -185,8 +185,7 @@ static mvm_status expert_launch(struct cuda_fwd *f, uint32_t il, uint32_t from, 
         a.active = f->active + from * sizeof *s->round;
         TRY(mvm_gpu_upload(f->g, a.active, f->active_host + from, n * sizeof *f->active_host));
     }
-    if (f->read_view && to <= f->listed) /* device-view: misses where their copies land */
-        TRY(view_addresses(f, il, from, to, &a.wptr));
+    TRY(view_addresses(f, il, from, n, &a.wptr));
     return mvm_gpu_experts(f->g, &a);
 }
 

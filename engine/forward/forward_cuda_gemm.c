@@ -430,7 +430,9 @@ mvm_status mvm_cuda_fwd_gemm_wants_expert(struct cuda_fwd *f, uint32_t il, uint3
 {
     const mvm_k_expert_fmt fmt = f->m->layers[il].expert_fmt;
     *use = 0;
-    if (!f->gemm_ch || !expert_gemm_ok(fmt) || mvm_cuda_fwd_mmq(f, il))
+    /* the batches read each expert at its own address, not where mvm_resid_view_addr says */
+    if (!f->gemm_ch || !expert_gemm_ok(fmt) || mvm_cuda_fwd_mmq(f, il) ||
+        mvm_resid_view_addr(f->moe->resid, il, e))
         return MVM_OK;
     return use_gemm(f, f->moe->cnt[e], use);
 }

@@ -85,7 +85,7 @@ static mvm_status create_policies(mvm_moe *s, const mvm_ctx_policies *policies)
 }
 
 mvm_status mvm_moe_create(mvm_model *m, uint32_t n_batch, const mvm_ctx_policies *policies,
-                          int on_device, int home_mapped, mvm_moe **out)
+                          int on_device, int home_mapped, int home_readable, mvm_moe **out)
 {
     *out = NULL;
     mvm_moe *s = calloc(1, sizeof *s);
@@ -95,7 +95,7 @@ mvm_status mvm_moe_create(mvm_model *m, uint32_t n_batch, const mvm_ctx_policies
     s->n_batch = n_batch;
     s->on_device = on_device;
     s->rounds = on_device && !home_mapped;
-    s->zerocopy = on_device && home_mapped;
+    s->zerocopy = on_device && (home_mapped || home_readable);
     size_t B = n_batch, K = m->hp.n_expert_used, E = m->hp.n_expert;
     s->probs = malloc(B * E * sizeof *s->probs);
     s->sel = malloc(B * K * sizeof *s->sel);
@@ -347,21 +347,27 @@ static void start_ahead(mvm_moe *s)
  * the step no longer needs). */
 static mvm_status begin_round(mvm_moe *s)
 {
+    /* the first round begins with the experts read at their homes (place): nothing to load,
+     * they are ready at once */
+    const uint32_t home = s->n_run ? 0 : s->n_home;
     s->round = s->todo + s->n_run;
-    mvm_status st = mvm_resid_begin_round(s->resid, s->step.layer, s->todo + s->n_run,
-                                          s->n_todo - s->n_run, &s->n_round, &s->n_ready);
+    s->round_home = home;
+    mvm_status st = mvm_resid_begin_round(s->resid, s->step.layer, s->todo + s->n_run + home,
+                                          s->n_todo - s->n_run - home, &s->n_round, &s->n_ready);
+    s->n_round += home;
+    s->n_ready += home;
     if (st == MVM_OK && s->n_run + s->n_round == s->n_todo)
         start_ahead(s);
     s->begun = st == MVM_OK;
     return st;
 }
 
-/* Where the step's experts run: todo[0..n_todo) on the GPU (those to load or resident
- * first, those read from their homes after them: `*n_home`), cpu[0..n_cpu) on the CPU. A
+/* Where the step's experts run: todo[0..n_todo) on the GPU (those read from their homes
+ * first, n_home of them, then those to load or resident), cpu[0..n_cpu) on the CPU. A
  * device that cannot read the homes runs on the CPU what the module would read there. */
-static void place(mvm_moe *s, uint32_t *n_home)
+static void place(mvm_moe *s)
 {
-    s->n_todo = s->n_cpu = *n_home = 0;
+    s->n_todo = s->n_cpu = s->n_home = 0;
     s->n_plan = 0;
     if (!s->on_device) {
         memcpy(s->todo, s->active, s->n_active * sizeof *s->todo);
@@ -378,17 +384,19 @@ static void place(mvm_moe *s, uint32_t *n_home)
     s->n_plan = mvm_resid_assign(s->resid, &s->step, ahead, n_ahead, s->where, &s->plan);
     for (uint32_t i = 0; i < s->n_active; i++) {
         int32_t e = s->active[i];
-        int w = s->where[e];
-        if (w == MVM_RUN_ZEROCOPY && !s->zerocopy)
-            w = s->where[e] = MVM_RUN_CPU;
-        if (w == MVM_RUN_CPU)
+        if (s->where[e] == MVM_RUN_ZEROCOPY && !s->zerocopy)
+            s->where[e] = MVM_RUN_CPU;
+        if (s->where[e] == MVM_RUN_ZEROCOPY)
+            s->todo[s->n_home++] = e;
+    }
+    s->n_todo = s->n_home;
+    for (uint32_t i = 0; i < s->n_active; i++) {
+        int32_t e = s->active[i];
+        if (s->where[e] == MVM_RUN_CPU)
             s->cpu[s->n_cpu++] = e;
-        else if (w != MVM_RUN_ZEROCOPY)
+        else if (s->where[e] != MVM_RUN_ZEROCOPY)
             s->todo[s->n_todo++] = e;
     }
-    for (uint32_t i = 0; i < s->n_active; i++)
-        if (s->where[s->active[i]] == MVM_RUN_ZEROCOPY)
-            s->todo[s->n_todo + (*n_home)++] = s->active[i];
 }
 
 /* s->landed: which of the step's experts are resident, whole and landed, before it moves
@@ -411,27 +419,27 @@ mvm_status mvm_moe_begin(mvm_moe *s)
     if (mvm_moe_speculates(s))
         note_landed(s);
     mvm_prefetcher_cut(forecaster(s), &s->step);
-    uint32_t n_home, layer = s->step.layer;
-    place(s, &n_home);
+    uint32_t layer = s->step.layer;
+    place(s);
     mvm_status st = mvm_resid_begin_home(s->resid, layer, s->cpu, s->n_cpu, 0);
     if (st == MVM_OK &&
-        (st = mvm_resid_begin_home(s->resid, layer, s->todo + s->n_todo, n_home, 1)) !=
-        MVM_OK)
+        (st = mvm_resid_begin_home(s->resid, layer, s->todo, s->n_home, 1)) != MVM_OK)
         mvm_resid_release(s->resid, layer, s->cpu, s->n_cpu);
     if (st != MVM_OK)
         return st;
-    if (s->rounds) /* no experts read from their homes there */
+    if (s->rounds)
         st = begin_round(s);
-    else if ((st = mvm_resid_begin(s->resid, layer, s->todo, s->n_todo, s->wait)) == MVM_OK) {
-        s->n_todo += n_home;
+    else if ((st = mvm_resid_begin(s->resid, layer, s->todo + s->n_home, s->n_todo - s->n_home,
+                                   s->wait)) == MVM_OK) {
         s->round = s->todo;
+        s->round_home = s->n_home;
         s->n_round = s->n_ready = s->n_todo;
         start_ahead(s);
     }
     s->begun = st == MVM_OK;
     if (st != MVM_OK) {
         mvm_resid_release(s->resid, layer, s->cpu, s->n_cpu);
-        mvm_resid_release(s->resid, layer, s->todo + s->n_todo, n_home);
+        mvm_resid_release(s->resid, layer, s->todo, s->n_home);
     }
     return st;
 }
@@ -452,8 +460,9 @@ mvm_status mvm_moe_hold(mvm_moe *s)
 {
     if (s->n_ready == s->n_round)
         return MVM_OK;
-    mvm_status st = mvm_resid_hold_round(s->resid, s->step.layer, s->round, s->n_ready,
-                                         s->n_round);
+    mvm_status st = mvm_resid_hold_round(s->resid, s->step.layer, s->round + s->round_home,
+                                         s->n_ready - s->round_home,
+                                         s->n_round - s->round_home);
     s->n_ready = s->n_round;
     return st;
 }

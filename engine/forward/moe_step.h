@@ -40,7 +40,7 @@ typedef struct mvm_moe {
     int on_device;              /* a GPU computes: the assign module places the experts */
     int rounds;                 /* it cannot read the homes: steps run in rounds that fit
                                    the budget (mvm_resid_begin_round) */
-    int zerocopy;               /* it can (HOST_NUMA): an expert may be read in place */
+    int zerocopy;               /* an expert may be read in place, at its home (MVM_RUN_ZEROCOPY) */
     uint32_t n_forecast;        /* layers ahead the assign module is given forecasts of */
     uint32_t n_batch;
     float *probs;               /* [n_batch][n_expert]: the router's logits, then softmax
@@ -69,7 +69,9 @@ typedef struct mvm_moe {
     int32_t *todo;              /* [n_expert] the experts the GPU computes (all of them on
                                    the CPU backend), in the order rounds take them */
     uint32_t n_todo;
+    uint32_t n_home;            /* todo[0..n_home): read at their homes, in the first round */
     const int32_t *round;       /* those of them pinned to be computed now */
+    uint32_t round_home;        /* round[0..round_home): of those read at their homes */
     uint32_t n_round, n_run;    /* their number; the todo experts computed before them */
     uint32_t n_ready;           /* round[0..n_ready) landed and pinned; the rest once
                                    mvm_moe_hold returns */
@@ -88,11 +90,13 @@ typedef struct mvm_moe {
 } mvm_moe;
 
 /* on_device: a GPU computes the experts, placed by the assign module (the rest run on
- * the CPU from their homes). home_mapped (mvm_space_info's): the device reads a
- * non-resident expert's home; without it every step runs in rounds that wait for their
- * copies, whatever the policies say. */
+ * the CPU from their homes). home_mapped (mvm_space_info's): a non-resident expert's own
+ * address shows its home; without it the experts loaded run in rounds that fit the budget
+ * and wait for their copies. home_readable (mvm_space_info's): the device can read a home
+ * in place, at its own address or its home's (what the assign module may choose,
+ * MVM_RUN_ZEROCOPY); without either, what it would read there runs on the CPU. */
 mvm_status mvm_moe_create(mvm_model *m, uint32_t n_batch, const mvm_ctx_policies *policies,
-                          int on_device, int home_mapped, mvm_moe **out);
+                          int on_device, int home_mapped, int home_readable, mvm_moe **out);
 void mvm_moe_free(mvm_moe *s);
 
 /* Step 2, with probs holding the router's logits of n tokens at positions pos[0..n) (what

@@ -54,11 +54,13 @@ static mvm_status find_modules(const mvm_resid_params *p, struct modules *out)
     return st;
 }
 
-/* No layer budgets yet, and the mirror as the space is: a context made after another
- * (bench's repetitions, a server's requests) finds that one's experts still resident, and a
- * mirror that thought the device empty would find no victim for a device that is full. */
+/* No layer budgets or landings yet, and the mirror as the space is: a context made after
+ * another (bench's repetitions, a server's requests) finds that one's experts still
+ * resident, and a mirror that thought the device empty would find no victim for a device
+ * that is full. */
 static void initial_state(mvm_resid *r, uint32_t n_layers)
 {
+    r->landed_layer = UINT32_MAX;
     for (uint32_t l = 0; l < n_layers; l++) {
         r->layer_pages[l] = UINT64_MAX;
         r->theta[l] = 1.0f;
@@ -95,7 +97,7 @@ mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_res
     r->at_home = p->at_home;
     r->admit = admit.i == 1;
     r->ordered = ordered.i == 1;
-    r->landed_layer = UINT32_MAX;
+    r->home_in_place = !info.home_mapped && info.home_readable;
     r->n_experts = info.n_experts;
     r->n_total = info.n_layers * info.n_experts;
     r->ppe = (uint32_t)((info.expert_bytes + info.page_size - 1) / info.page_size);
@@ -140,7 +142,7 @@ mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_res
                                     .resident = r->resident, .busy = r->busy, .held = r->held,
                                     .cand = r->cand};
     in.params.text = mods.assign_args;
-    in.homes_unmapped = !info.home_mapped;
+    in.homes_unreadable = !info.home_mapped && !info.home_readable;
     if (mods.assign && (st = mods.assign->create(&in, &r->assign_self)) != MVM_OK) {
         mvm_resid_destroy(r);
         return st;

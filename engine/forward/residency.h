@@ -77,7 +77,7 @@ typedef struct mvm_resid_stats {
     uint64_t extra_rounds; /* rounds that steps cut to fit the budget took beyond their
                               first (mvm_resid_begin_round) */
     uint64_t cpu_runs;      /* accesses the assign module ran on the CPU, from the home */
-    uint64_t zerocopy_runs; /* accesses it ran on the GPU from the home (HOST_NUMA) */
+    uint64_t zerocopy_runs; /* accesses it ran on the GPU from the home, read in place */
     uint64_t evictions;  /* experts the evict module chose to make room */
     uint64_t prefetches; /* experts loaded ahead of use: the evict module's wishes and the
                             caller's predictions (mvm_resid_prefetch) */
@@ -152,14 +152,17 @@ void mvm_resid_release(mvm_resid *r, uint32_t layer, const int32_t *experts, uin
  * queue once the step is pinned); returns their number. Valid until the next call. */
 uint32_t mvm_resid_assign(mvm_resid *r, const mvm_pstep *step, const float *ahead,
                           uint32_t n_ahead, uint8_t *where, const uint32_t **plan);
-/* The step's experts that run from their homes: on the CPU (pin 0: nothing moves, counted
- * in cpu_runs) or read by the device in place (pin 1, HOST_NUMA: pinned so that no move
- * remaps them under the reader; counted in zerocopy_runs). Their accesses are counted and
+/* The step's experts that run from their homes: on the CPU (in_place 0: nothing moves,
+ * counted in cpu_runs) or read by the device in place (in_place 1, counted in
+ * zerocopy_runs): where the homes are mapped at non-resident pages (HOST_NUMA), at their
+ * own addresses, pinned so that no move remaps them under the reader; where they are not,
+ * at their homes' device addresses (mvm_resid_view_addr), which no move changes. Their
+ * accesses are counted and
  * they are shielded from eviction until the step ends, like begin's. Call it before
  * mvm_resid_begin for the same step, so that its loads cannot evict them. On failure
  * nothing stays pinned. */
 mvm_status mvm_resid_begin_home(mvm_resid *r, uint32_t layer, const int32_t *experts,
-                                uint32_t n, int pin);
+                                uint32_t n, int in_place);
 /* Ends the step begun for step->layer with the same experts: reports it to the evict module
  * (step->counts: tokens per expert of the layer; scores and hidden may be NULL), unpins the
  * experts it still holds and prefetches what the module wants. last_layer: the batch's last
@@ -202,8 +205,10 @@ void mvm_resid_set_reader_stream(mvm_resid *r, void *stream);
  * once it is mapped at the expert's address (MOEVM_LOAD_WAIT=device-view); the reader must
  * then read each held expert at mvm_resid_view_addr. */
 void mvm_resid_set_read_view(mvm_resid *r, int on);
-/* Where the reader reads held expert (layer, e) until it is unpinned: the pool's view of its
- * slab, or 0, its own address (resident when held, or not one run of chunks). */
+/* Where the reader reads held expert (layer, e) until the step releases it: the pool's view
+ * of its slab, its home's device address (read in place with the homes unmapped:
+ * mvm_resid_begin_home), or 0, its own address (resident when held, or not one run of
+ * chunks). */
 uint64_t mvm_resid_view_addr(const mvm_resid *r, uint32_t layer, uint32_t e);
 /* Whether a round's copies are ordered before the reader's stream (the above took), so that
  * holding a round waits for nothing but the copies' queueing. */

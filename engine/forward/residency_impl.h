@@ -44,8 +44,11 @@ struct mvm_resid {
     void *reader_stream;    /* the device stream a round's copies are ordered before
                                (mvm_resid_set_reader_stream), or NULL: waited for here */
     int read_view;          /* the reader reads a held copy where it lands (set_read_view) */
-    uint64_t *view_addr;    /* [n_total]: that address of a held expert, 0: its own */
+    uint64_t *view_addr;    /* [n_total]: where the reader reads a held expert (a copy's
+                               landing, or a home read in place), 0: its own address */
     uint8_t *home_run;      /* [L*E] run from its home by the current step */
+    int home_in_place;      /* the GPU reads those at their homes' device addresses
+                               (view_addr), the homes not mapped at the experts' own */
     uint32_t *plan;         /* [L*E] the assign module's prefetches */
     uint64_t *layer_pages;  /* [L] the config module's budgets (UINT64_MAX: none) */
     float *theta;           /* [L] its splits: the share of a used expert's pages kept */

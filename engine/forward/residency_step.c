@@ -292,7 +292,7 @@ void mvm_resid_release(mvm_resid *r, uint32_t layer, const int32_t *experts, uin
 }
 
 mvm_status mvm_resid_begin_home(mvm_resid *r, uint32_t layer, const int32_t *experts,
-                                uint32_t n, int pin)
+                                uint32_t n, int in_place)
 {
     mvm_status st = enter_step(r, layer, experts, n);
     if (st != MVM_OK)
@@ -303,10 +303,13 @@ mvm_status mvm_resid_begin_home(mvm_resid *r, uint32_t layer, const int32_t *exp
         mvm_residency res = {0};
         mvm_expert_residency(r->space, layer, (uint32_t)experts[done], &res);
         count_access(r, x, &res);
-        r->stats.cpu_runs += !pin;
-        r->stats.zerocopy_runs += pin;
+        r->stats.cpu_runs += !in_place;
+        r->stats.zerocopy_runs += in_place;
         r->home_run[x] = 1;
-        if (pin && (st = pin_one(r, x)) != MVM_OK)
+        if (in_place && r->home_in_place)
+            r->view_addr[x] = (uint64_t)(uintptr_t)mvm_expert_home_device(
+                r->space, layer, (uint32_t)experts[done]);
+        else if (in_place && (st = pin_one(r, x)) != MVM_OK)
             break;
     }
     if (st != MVM_OK)

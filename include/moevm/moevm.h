@@ -139,6 +139,8 @@ typedef struct mvm_space_info {
                                   and the threads waiting for it spin before they sleep
                                   (0: at once; the worker then waits for a copy's fence
                                   asleep, else it polls the fence) */
+    int home_readable;         /* 1: a kernel can read any expert's home in place, over the
+                                  bus (mvm_expert_home_device), mapped or not */
 } mvm_space_info;
 
 mvm_status mvm_space_get_info(const mvm_space *space, mvm_space_info *info);
@@ -150,6 +152,11 @@ void *mvm_expert_addr(const mvm_space *space, uint32_t layer, uint32_t expert);
  * bytes unspecified until written (as a device allocation's are).
  * Write the weights here before the first move of the expert. NULL if out of range. */
 void *mvm_expert_home(const mvm_space *space, uint32_t layer, uint32_t expert);
+/* Where a kernel on the space's device reads that home in place, over the bus (zero-copy),
+ * whatever the expert's residency and whether homes are mapped at non-resident pages:
+ * a device address on cuda (the registered homes' device pointer, or the HOST_NUMA home
+ * view). NULL where the device cannot (the host backend; homes left pageable). */
+void *mvm_expert_home_device(const mvm_space *space, uint32_t layer, uint32_t expert);
 
 typedef enum mvm_page_state {
     MVM_PAGE_HOME = 0,    /* backed by the host home (or unmapped where homes cannot map) */

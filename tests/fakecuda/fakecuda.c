@@ -1073,6 +1073,17 @@ static CUresult host_unregister(void *p)
     return CUDA_SUCCESS;
 }
 
+/* Registered memory is the device's at the same address here (unified addressing). */
+static CUresult host_device_pointer(CUdeviceptr *out, void *p, unsigned flags)
+{
+    CUresult rc = fk_need_ctx();
+    if (rc) return rc;
+    if (!out || flags) return CUDA_ERROR_INVALID_VALUE;
+    if (!range_holding(g_hostregs, (uintptr_t)p)) return CUDA_ERROR_INVALID_VALUE;
+    *out = (CUdeviceptr)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+
 /* Pinned host memory the driver allocates: registered memory that cuMemFreeHost frees. */
 static CUresult host_alloc(void **pp, size_t size, unsigned flags)
 {
@@ -1516,6 +1527,8 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) FK_CALL(cuMemFree, 1, mem_free((
 CUresult CUDAAPI cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
     FK_CALL(cuMemHostRegister, 1, host_register(p, bytesize, Flags))
 CUresult CUDAAPI cuMemHostUnregister(void *p) FK_CALL(cuMemHostUnregister, 1, host_unregister(p))
+CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
+    FK_CALL(cuMemHostGetDevicePointer, 1, host_device_pointer(pdptr, p, Flags))
 CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
     FK_CALL(cuMemHostAlloc, 1, host_alloc(pp, bytesize, Flags))
 CUresult CUDAAPI cuMemFreeHost(void *p) FK_CALL(cuMemFreeHost, 1, host_free(p))

@@ -27,6 +27,7 @@
     X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemCreate) X(cuMemRelease) X(cuMemMap)      \
     X(cuMemSetAccess) X(cuMemUnmap) X(cuMemAlloc) X(cuMemAllocPitch) X(cuMemAllocAsync)        \
     X(cuMemFree) X(cuMemFreeAsync) X(cuMemHostRegister) X(cuMemHostUnregister)                 \
+    X(cuMemHostGetDevicePointer)                                                               \
     X(cuMemHostAlloc) X(cuMemFreeHost)                                                        \
     X(cuIpcGetMemHandle) X(cuPointerGetAttribute) X(cuPointerGetAttributes)                   \
     X(cuMemGetAddressRange) X(cuStreamCreate) X(cuStreamDestroy)                               \
