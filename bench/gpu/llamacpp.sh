@@ -22,7 +22,7 @@
 # (MOEVM_LOG=info's line, forward_cuda_laps.c), in us a token:
 #   RESULT decode_host model=.. budget=25 routing=replay tokens=.. queue_us=.. device_us=..
 #          policies_us=.. ask_us=.. copies_us=.. cpu_us=.. cpu_plan_us=.. syncs=..
-#          evict_us=.. remap_us=.. mib=.. variant=..
+#          evict_us=.. remap_us=.. mib=.. accesses=.. hits=.. in_place=.. variant=..
 # engine: moevm, moevm-cpu (budget "cpu") or llama.cpp; routing: own or replay. At budget
 # 100 the lines carry bw_frac=: tg x the bytes a token reads (bench/gpu/active_bytes.py) /
 # the GPU's read rate of its memory (vmm_costs section 3), the share of the bandwidth bound.

@@ -74,6 +74,8 @@ struct cuda_laps {
     uint64_t syncs, tokens;
     uint64_t space0[3], space[3]; /* the space's evict_ns, remap_ns and bytes_moved at the
                                    token's start; their growth over the tokens */
+    uint64_t resid0[3], resid[3]; /* the same of the residency's accesses, hits and reads in
+                                     place (zerocopy_runs) */
 };
 
 /* MOEVM_DEVICE_ROUTING, as f->route_mode holds it (its choices in reverse). */

@@ -36,6 +36,13 @@ static void space_clocks(const struct cuda_fwd *f, uint64_t out[3])
     out[0] = s.evict_ns, out[1] = s.remap_ns, out[2] = s.bytes_moved;
 }
 
+static void resid_counts(const struct cuda_fwd *f, uint64_t out[3])
+{
+    mvm_resid_stats s = {0};
+    mvm_resid_get_stats(f->moe->resid, &s);
+    out[0] = s.accesses, out[1] = s.hits, out[2] = s.zerocopy_runs;
+}
+
 void mvm_cuda_fwd_laps_begin(struct cuda_fwd *f, const mvm_fwd_batch *b)
 {
     struct cuda_laps *l = &f->laps;
@@ -43,6 +50,7 @@ void mvm_cuda_fwd_laps_begin(struct cuda_fwd *f, const mvm_fwd_batch *b)
     if (!l->on)
         return;
     space_clocks(f, l->space0);
+    resid_counts(f, l->resid0);
     memset(l->cur, 0, sizeof l->cur);
     l->cur_syncs = 0;
     l->cur_cpu_plan = 0;
@@ -78,10 +86,13 @@ void mvm_cuda_fwd_laps_end(struct cuda_fwd *f, mvm_status st)
         l->t[i] += l->cur[i];
     l->syncs += l->cur_syncs;
     l->cpu_plan += l->cur_cpu_plan;
-    uint64_t now[3];
+    uint64_t now[3], counts[3];
     space_clocks(f, now);
-    for (int i = 0; i < 3; i++)
+    resid_counts(f, counts);
+    for (int i = 0; i < 3; i++) {
         l->space[i] += now[i] - l->space0[i];
+        l->resid[i] += counts[i] - l->resid0[i];
+    }
     l->tokens++;
 }
 
@@ -100,11 +111,13 @@ void mvm_cuda_fwd_laps_report(const struct cuda_fwd *f)
      * plans with a preset's costs (or stale ones) shows here */
     snprintf(line + at, sizeof line - (size_t)at, " (the cost model: %.0f us)",
              l->cpu_plan * us);
+    const double n = (double)l->tokens;
     mvm_log(MVM_LOG_INFO, "decode: %llu tokens routed by the host; host time a token: %s (%.1f "
             "syncs); the space a token: %.0f us evicting on this thread (in the asking and "
-            "the policies), %.0f us of the migration worker's mappings, %.1f MiB copied",
-            (unsigned long long)l->tokens, line,
-            (double)l->syncs / (double)l->tokens, (double)l->space[0] / 1e3 / (double)l->tokens,
-            (double)l->space[1] / 1e3 / (double)l->tokens,
-            (double)l->space[2] / (1 << 20) / (double)l->tokens);
+            "the policies), %.0f us of the migration worker's mappings, %.1f MiB copied; "
+            "expert accesses a token: %.1f, %.1f hits, %.1f read in place",
+            (unsigned long long)l->tokens, line, (double)l->syncs / n,
+            (double)l->space[0] / 1e3 / n, (double)l->space[1] / 1e3 / n,
+            (double)l->space[2] / (1 << 20) / n, (double)l->resid[0] / n,
+            (double)l->resid[1] / n, (double)l->resid[2] / n);
 }
