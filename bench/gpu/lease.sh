@@ -36,7 +36,10 @@
 #              queued only once all its copies are queued and mapped
 #              (MOEVM_LOAD_WAIT=device-late: the worker's maps on an idle device) and with
 #              every miss read in place at its home, loaded afterwards by admission
-#              (MOEVM_ASSIGN_ARGS=zerocopy=1: no step waits for a copy), the
+#              (MOEVM_ASSIGN_ARGS=zerocopy=1: no step waits for a copy), and with the
+#              next layer's experts prefetched from DALI's residual forecast, the copies
+#              not started when it routes taken back (MOEVM_PREDICT=residual,
+#              MOEVM_PREFETCH=window: the bus's idle time between layers put to use), the
 #              variants at 25% only, against -ngl 99 --n-cpu-moe N; moevm and llama.cpp
 #              on the CPU alone
 #   full_q4k   the full step's runs on OLMoE-1B-7B in Q4_K_M (the K-quant kernels), by
@@ -151,7 +154,8 @@ export work
     step offload 300 env MODELS="${OFFLOAD_MODELS:-qwen3-30b-a3b:q8_0:12}" \
         BUDGETS="${OFFLOAD_BUDGETS:-25 100}" ROUTINGS="own replay" REPS=2 \
         VARIANTS="${OFFLOAD_VARIANTS:-default MOEVM_LOAD_WAIT=device-view \
-MOEVM_LOAD_WAIT=device-late MOEVM_ASSIGN_ARGS=zerocopy=1}" \
+MOEVM_LOAD_WAIT=device-late MOEVM_ASSIGN_ARGS=zerocopy=1 \
+MOEVM_PREDICT=residual,MOEVM_PREFETCH=window}" \
         VARIANTS_100="${OFFLOAD_VARIANTS_100:-default MOEVM_MMQ=on}" \
         CPU_BASELINE="${OFFLOAD_CPU:-1}" bash bench/gpu/llamacpp.sh
     step full_q4k 150 env MODELS=olmoe-1b-7b:q4_k_m BUDGETS=100 ROUTINGS=own REPS=2 \
