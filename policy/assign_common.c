@@ -117,6 +117,7 @@ uint32_t mvm_assign_scan(mvm_assign_base *b, const mvm_pview *v, const mvm_pstep
 {
     const uint32_t E = b->shape.n_experts, K = b->shape.top_k, ppe = b->shape.pages_per_expert;
     const uint32_t *res = v->resident + (size_t)step->layer * E;
+    const double cpu_scale = v->cpu_scale > 0 ? v->cpu_scale : 1;
     uint32_t n = 0;
 
     for (uint32_t e = 0; e < E; e++)
@@ -134,7 +135,7 @@ uint32_t mvm_assign_scan(mvm_assign_base *b, const mvm_pview *v, const mvm_pstep
         x->score = 0;
         x->t_load = mvm_assign_load_time(b, x->pages);
         x->t_gpu = mvm_cost_gpu(&b->cost, x->n);
-        x->t_cpu = mvm_cost_cpu(&b->cost, x->n);
+        x->t_cpu = cpu_scale * mvm_cost_cpu(&b->cost, x->n);
     }
     /* Importance: the gate weights of the tokens that selected each expert. */
     for (uint32_t t = 0; t < step->n_tok; t++)

@@ -36,6 +36,10 @@ typedef struct mvm_pview {
     uint64_t used_pages;            /* resident + loading */
     uint64_t tokens;                /* decode steps completed so far (the policies' clock) */
     double now;                     /* seconds, the caller's clock (real or modelled) */
+    double cpu_scale;               /* what the CPU's experts take here over what the cost
+                                       model gives them, as the engine measures it
+                                       (mvm_resid_note_cpu): the assign modules scale
+                                       t_cpu by it. 0 (the simulator's) or 1: the model */
 } mvm_pview;
 
 /* One MoE layer for a batch of n_tok tokens. */

@@ -681,6 +681,9 @@ static void test_assign(void)
         CHECK(greedy->resid.cpu_runs > 0 && greedy->resid.cpu_runs < greedy->resid.accesses);
         CHECK(greedy->resid.admitted <= greedy->resid.prefetches);
         CHECK(greedy->space.pinned_experts == 0);
+        /* its CPU experts were timed against the model (mvm_resid_note_cpu): a model
+         * exactly right to the last bit is the one outcome that cannot be */
+        CHECK(greedy->resid.cpu_scale > 0 && greedy->resid.cpu_scale != 1);
     }
     if (all && pre && blind) {
         CHECK(check_rel_l2(pre->logits, all->logits, n) < 1e-5);

@@ -291,6 +291,17 @@ static void test_greedy_hand(void)
     fx_cost(&f, 4, 0.5, 0.125, 1, 0.5, 0);
     fx_step(&f, 0, 12, counts, NULL);
 
+    /* The engine's measured CPU (mvm_pview.cpu_scale, mvm_resid_note_cpu) twice as slow as
+     * the model: t_cpu A 10, B 3, C 8, D 14; |delta| orders D, A, C, B. D: 4 <= 14, GPU
+     * (load); A: 5.5 <= 10, GPU; C: 9.5 > 8, CPU; B: 9.5 <= 11, GPU (load): B leaves the
+     * CPU. */
+    f.v.cpu_scale = 2;
+    fx_run(&f, &mvm_assign_greedy, NULL, NULL);
+    CHECK(f.where[0] == MVM_RUN_GPU && f.where[3] == MVM_RUN_GPU_LOAD);
+    CHECK(f.where[2] == MVM_RUN_CPU && f.where[1] == MVM_RUN_GPU_LOAD);
+    CHECK(f.out.est_time == 9.5);
+    f.v.cpu_scale = 0; /* unset: the model as given */
+
     /* No pages to load into (Eq. 9): D and B would go to the GPU but must take the CPU. */
     f.v.capacity_pages = 1;
     f.v.used_pages = 1;

@@ -116,6 +116,39 @@ static void test_module_decides(void)
     }
 }
 
+/* The measured CPU time corrects the model's (mvm_resid_note_cpu): the reported scale
+ * starts at 1, follows steady ratios (4: within 2% after 40 steps of weight 1/8), counts a
+ * wild step as a ratio of 16 at most, and fades back toward the model, 1/256 of its log a
+ * step, while no step runs experts on the CPU; 0 or negative times change nothing but the
+ * fading. */
+static void test_cpu_scale(void)
+{
+    mvm_space *sp = small_space();
+    mvm_resid *r = resid_for(sp, "lru", "");
+    mvm_resid_stats rs;
+    mvm_resid_get_stats(r, &rs);
+    CHECK(rs.cpu_scale == 1);
+    for (int i = 0; i < 40; i++)
+        mvm_resid_note_cpu(r, 1e-3, 4e-3);
+    mvm_resid_get_stats(r, &rs);
+    CHECK(fabs(rs.cpu_scale - 4) < 0.08);
+    const double before = log(rs.cpu_scale);
+    mvm_resid_note_cpu(r, 1e-6, 10.0); /* a ratio of 1e7, counted as 16 */
+    mvm_resid_get_stats(r, &rs);
+    CHECK(fabs(log(rs.cpu_scale) - (before + (log(16) - before) / 8)) < 1e-12);
+    const double high = log(rs.cpu_scale);
+    mvm_resid_note_cpu(r, 0, 0);
+    mvm_resid_note_cpu(r, 1e-3, 0);
+    mvm_resid_get_stats(r, &rs);
+    CHECK(fabs(log(rs.cpu_scale) - high * (255.0 / 256) * (255.0 / 256)) < 1e-12);
+    for (int i = 0; i < 40; i++)
+        mvm_resid_note_cpu(r, 4e-3, 1e-3); /* a CPU faster than modelled */
+    mvm_resid_get_stats(r, &rs);
+    CHECK(rs.cpu_scale < 0.27 && rs.cpu_scale > 0.23);
+    mvm_resid_destroy(r);
+    mvm_space_destroy(sp);
+}
+
 /* A step observed ahead of its end (mvm_resid_observe, as forward_cuda.c does while the
  * device computes) is counted once: lfu after uses 0 (observed early), 1, 1, 2 evicts the
  * older of the two used once, (0,0), for (0,3); counted twice, (0,0) would stay and (0,2)
@@ -1269,6 +1302,7 @@ int main(int argc, char **argv)
     unsetenv("MOEVM_PREDICT_ARGS");
     RUN(test_module_decides);
     RUN(test_observe_once);
+    RUN(test_cpu_scale);
     RUN(test_step_shield);
     RUN(test_no_room);
     RUN(test_rounds);

@@ -201,13 +201,16 @@ static mvm_status expert_round_rest(struct cuda_fwd *f, uint32_t il)
 /* The rows of the experts the assign module gave the CPU, computed from their homes on
  * the thread pool (the router's input is on the host already) while the GPU runs the
  * first round's landed experts and the others' copies land, then sent up into their slots
- * of f->out. */
+ * of f->out. Their time, against the cost model's, corrects the model's CPU rate
+ * (mvm_resid_note_cpu). */
 static mvm_status cpu_experts(struct cuda_fwd *f, uint32_t n)
 {
     const mvm_moe *s = f->moe;
     size_t D = f->m->hp.n_embd;
-    if (!s->n_cpu)
+    if (!s->n_cpu) {
+        mvm_resid_note_cpu(s->resid, 0, 0);
         return MVM_OK;
+    }
     if (!f->cpu)
         TRY(mvm_cpu_experts_create(f->m, f->pool, f->n_batch, &f->cpu));
     if (!f->cpu_rows) /* pinned, each expert's rows at their offset: as expert_launch's list */
@@ -218,7 +221,9 @@ static mvm_status cpu_experts(struct cuda_fwd *f, uint32_t n)
     for (uint32_t i = 0; i < s->n_cpu; i++)
         plan += mvm_cost_cpu(cost, s->cnt[s->cpu[i]]);
     mvm_cuda_fwd_lap_cpu_plan(f, plan);
+    const double t0 = mvm_now_s();
     mvm_cpu_experts_run(f->cpu, s, f->host, n, s->cpu, s->n_cpu, 1);
+    mvm_resid_note_cpu(s->resid, plan, mvm_now_s() - t0);
     for (uint32_t i = 0; i < s->n_cpu; i++) {
         uint32_t e = (uint32_t)s->cpu[i];
         mvm_cpu_experts_rows(f->cpu, s, e, f->cpu_rows);

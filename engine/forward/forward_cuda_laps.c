@@ -108,9 +108,13 @@ void mvm_cuda_fwd_laps_report(const struct cuda_fwd *f)
         at += snprintf(line + at, sizeof line - (size_t)at, "%s%.0f us %s", i ? ", " : "",
                        l->t[i] * us, lap_names[i]);
     /* beside the CPU's experts' time, what the cost model planned for them: a module that
-     * plans with a preset's costs (or stale ones) shows here */
-    snprintf(line + at, sizeof line - (size_t)at, " (the cost model: %.0f us)",
-             l->cpu_plan * us);
+     * plans with a preset's costs (or stale ones) shows here, and the correction the
+     * measured times have made to its CPU rate since (mvm_resid_note_cpu) */
+    mvm_resid_stats rs;
+    mvm_resid_get_stats(f->moe->resid, &rs);
+    snprintf(line + at, sizeof line - (size_t)at,
+             " (the cost model: %.0f us, its CPU times now scaled by %.2f)", l->cpu_plan * us,
+             rs.cpu_scale);
     const double n = (double)l->tokens;
     mvm_log(MVM_LOG_INFO, "decode: %llu tokens routed by the host; host time a token: %s (%.1f "
             "syncs); the space a token: %.0f us evicting on this thread (in the asking and "

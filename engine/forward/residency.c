@@ -61,6 +61,7 @@ static mvm_status find_modules(const mvm_resid_params *p, struct modules *out)
 static void initial_state(mvm_resid *r, uint32_t n_layers)
 {
     r->landed_layer = UINT32_MAX;
+    r->view.cpu_scale = 1; /* the cost model as given, until the CPU's experts are timed */
     for (uint32_t l = 0; l < n_layers; l++) {
         r->layer_pages[l] = UINT64_MAX;
         r->theta[l] = 1.0f;
@@ -538,6 +539,7 @@ int mvm_resid_cancel_prefetch(mvm_resid *r, uint32_t layer, uint32_t expert)
 void mvm_resid_get_stats(const mvm_resid *r, mvm_resid_stats *out)
 {
     *out = r->stats;
+    out->cpu_scale = exp(r->log_cpu_scale);
 }
 
 void mvm_resid_set_remote(mvm_resid *r, const uint8_t *remote)
@@ -571,4 +573,19 @@ int mvm_resid_orders_on_device(const mvm_resid *r)
 const mvm_cost *mvm_resid_cost(const mvm_resid *r)
 {
     return &r->cost;
+}
+
+#define CPU_SCALE_WEIGHT 0.125      /* a step's weight in the average */
+#define CPU_SCALE_FADE (1.0 / 256)  /* toward the model, each step without CPU experts */
+#define CPU_SCALE_CLAMP 16.0        /* a step's ratio counts at most this far from 1 */
+
+void mvm_resid_note_cpu(mvm_resid *r, double model_s, double took_s)
+{
+    if (model_s > 0 && took_s > 0) {
+        const double lim = log(CPU_SCALE_CLAMP), x = log(took_s / model_s);
+        r->log_cpu_scale += CPU_SCALE_WEIGHT * (fmax(-lim, fmin(lim, x)) - r->log_cpu_scale);
+    } else {
+        r->log_cpu_scale *= 1 - CPU_SCALE_FADE;
+    }
+    r->view.cpu_scale = exp(r->log_cpu_scale);
 }

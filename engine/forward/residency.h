@@ -96,6 +96,8 @@ typedef struct mvm_resid_stats {
     uint64_t view_holds;    /* copies the reader read where they landed, before their map
                                (mvm_resid_set_read_view) */
     double wait_s;          /* seconds the steps waited for their copies to land */
+    double cpu_scale;       /* the CPU's experts' time over the cost model's, as measured
+                               (mvm_resid_note_cpu; 1: as modelled, or never measured) */
 } mvm_resid_stats;
 
 /* MVM_ERR_INVALID (naming the module or the parameter) for an evict or config module that
@@ -215,5 +217,14 @@ uint64_t mvm_resid_view_addr(const mvm_resid *r, uint32_t layer, uint32_t e);
 int mvm_resid_orders_on_device(const mvm_resid *r);
 /* The cost model the modules plan with (cost.h). */
 const mvm_cost *mvm_resid_cost(const mvm_resid *r);
+/* A step's CPU experts took took_s where the cost model gave them model_s (mvm_cost_cpu,
+ * unscaled); 0, 0 for a step that ran none. The view's cpu_scale, which the assign modules
+ * multiply t_cpu by, follows the ratio: an exponential average in the log domain (a step's
+ * weight 1/8, its ratio clamped to [1/16, 16]), which fades toward the model (1/256 a step)
+ * while no step runs experts on the CPU, so a CPU once found slow is tried again. A module
+ * planning with a preset's rates, or a calibration made with idle threads, then plans with
+ * what the CPU does in the steps (offload.md, session 79: 4.2 ms a token where 2.6 were
+ * planned). */
+void mvm_resid_note_cpu(mvm_resid *r, double model_s, double took_s);
 
 #endif

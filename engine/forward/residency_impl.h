@@ -52,6 +52,7 @@ struct mvm_resid {
     uint32_t *plan;         /* [L*E] the assign module's prefetches */
     uint64_t *layer_pages;  /* [L] the config module's budgets (UINT64_MAX: none) */
     float *theta;           /* [L] its splits: the share of a used expert's pages kept */
+    double log_cpu_scale;   /* log of view.cpu_scale (mvm_resid_note_cpu) */
     mvm_resid_stats stats;
 };
 
