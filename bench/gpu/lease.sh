@@ -15,7 +15,8 @@
 #   kernels    test_gpu (the device kernels against the CPU's, every type),
 #              bench_gpu_experts (GB/s of a decode step's expert kernels) and
 #              bench_gpu_prompt_experts (a pp512 layer's experts: integer kernels, mmq)
-#   vmm        vmm_costs sections 4, 5 and 9 (driver calls behind a running kernel: a remap,
+#   vmm        vmm_costs sections 3, 4, 5 and 9 (a kernel reading registered and HOST_NUMA
+#              host memory in place; driver calls behind a running kernel: a remap,
 #              pageable uploads; make-resident against the copy; copy lanes)
 #   text       tests/gpu/forward.sh steps 2 and 2b: the same greedy text on the CPU and the
 #              GPU, with decode routed on the device (graph, launches) and by the host, and
@@ -117,7 +118,7 @@ lab() {
 vmm() {
     local bin; bin=$(find build-gpu -type f -name vmm_costs -perm -u+x | head -n 1)
     [[ -n $bin ]] || { echo "lease.sh: no vmm_costs under build-gpu/"; return 1; }
-    "$bin" --only 4,5,9 --reps 20
+    "$bin" --only 3,4,5,9 --reps 20
 }
 
 forward() {

@@ -6,8 +6,10 @@
  *      versus 16 calls (the pool and remap design of docs/architecture.md, "Choices made
  *      here", depends on these);
  *   2. host-to-device copy bandwidth from pinned and from pageable memory;
- *   3. HOST_NUMA VMM support, and a kernel's read bandwidth from a HOST_NUMA mapping
- *      (zero-copy over PCIe: what reading a non-resident expert costs) versus device memory;
+ *   3. a kernel's read bandwidth from registered host memory (the homes moevm reads in
+ *      place with MOEVM_HOME_MAP=off), HOST_NUMA VMM support and the same from a HOST_NUMA
+ *      mapping (zero-copy over PCIe: what reading a non-resident expert costs) versus
+ *      device memory;
  *   4. whether remapping an unrelated page waits for a kernel running on another stream, and
  *      whether a small upload from pageable memory waits for the kernel before it on its
  *      stream (the engine's decode uploads its routing so);
@@ -391,7 +393,8 @@ int main(int argc, char **argv)
         section_end();
     }
     if (wanted(only, 3)) {
-        section_begin("3. HOST_NUMA VMM: kernel reads from host memory vs device memory");
+        section_begin("3. Kernel reads from host memory in place (registered, HOST_NUMA VMM) vs "
+                      "device memory");
         bench_host_numa_reads();
         section_end();
     }

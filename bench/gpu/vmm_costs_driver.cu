@@ -273,8 +273,31 @@ static stats kernel_read_bandwidth(CUdeviceptr va, size_t bytes, uint64_t expect
     return s;
 }
 
+/* The homes moevm reads in place where they are not HOST_NUMA handles (MOEVM_HOME_MAP=off,
+ * the default, or a device without HOST_NUMA VMM: vmm/backend_cuda.c): page-aligned host
+ * memory registered with DEVICEMAP, read at cuMemHostGetDevicePointer's address. */
+static void registered_reads(void)
+{
+    const size_t bytes = 256 * MiB;
+    void *p = NULL;
+    if (posix_memalign(&p, 2 * MiB, bytes))
+        die("out of host memory for %zu MiB", (size_t)(bytes / MiB));
+    fill_random(p, bytes, 5);
+    const uint64_t expect = cpu_sum32(p, bytes);
+    CU(cuMemHostRegister(p, bytes, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP));
+    CUdeviceptr d = 0;
+    CU(cuMemHostGetDevicePointer(&d, p, 0));
+    stats s = kernel_read_bandwidth(d, bytes, expect, "registered host memory");
+    add_row("kernel_read_registered_256MiB", "GB/s", s,
+            "kernel reads 256 MiB of registered host memory in place (the homes moevm "
+            "reads with MOEVM_HOME_MAP=off)");
+    CU(cuMemHostUnregister(p));
+    free(p);
+}
+
 void bench_host_numa_reads(void)
 {
+    registered_reads();
     int supported = 0, numa_id = -1;
     CU(cuDeviceGetAttribute(&supported,
                             CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED /* 141 */,
