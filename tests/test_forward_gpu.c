@@ -623,7 +623,9 @@ static void test_speculative(void)
 /* MoEpic's prefetch window (MOEVM_PREFETCH=window) on the device pass, where its copies
  * must land before a kernel reads them: the logits are the all-resident run's, bit for bit,
  * copies were made and nothing stays pinned (the window's order and its cut are
- * tests/test_residency.c's to check). */
+ * tests/test_residency.c's to check). The top-k forecast's copies (the default) are taken
+ * back too when their layer routes before they started (which ones, tests/test_sim.c's
+ * test_prefetch_window): with every copy delayed 0.5 ms, the logits stay the same. */
 static void test_window(void)
 {
     const char *path = model_path("llama", MVM_W_Q8_0);
@@ -632,12 +634,21 @@ static void test_window(void)
     setenv("MOEVM_PREFETCH", "window", 1);
     struct run *win = run_prompt(path, MVM_BACKEND_CUDA, 0.5, 4, 1);
     unsetenv("MOEVM_PREFETCH");
+    copy_delay(500);
+    struct run *top = run_prompt(path, MVM_BACKEND_CUDA, 0.5, 1, 1);
+    copy_delay(0);
     if (all && win) {
         CHECK(memcmp(all->logits, win->logits, n * sizeof *all->logits) == 0);
         CHECK(win->resid.prefetches > 0 && win->resid.prefetches_cut <= win->resid.prefetches);
         CHECK(win->space.pinned_experts == 0);
     }
-    free_run(all), free_run(win);
+    CHECK(top != NULL);
+    if (all && top) {
+        CHECK(memcmp(all->logits, top->logits, n * sizeof *all->logits) == 0);
+        CHECK(top->resid.prefetches > 0 && top->resid.prefetches_cut <= top->resid.prefetches);
+        CHECK(top->space.pinned_experts == 0);
+    }
+    free_run(all), free_run(win), free_run(top);
 }
 
 /* The assign module runs experts on the CPU threads from their homes, beside the GPU's
@@ -703,11 +714,12 @@ static void test_assign(void)
 
 /* Experts read at their homes beside resident experts in one step (gpu{zerocopy=1} at a
  * quarter of the experts' bytes, with admission: what a step read in place is loaded in
- * the background afterwards, its copies delayed so that later steps find some landed and
- * some on their way). Where the homes are not mapped the reads go to the homes' device
- * addresses, at the front of the step's first round, the resident experts after them.
- * The same kernels read the same bytes: the logits are the resident run's bit for bit,
- * nothing stays pinned, and steps had both kinds. */
+ * the background afterwards, its copies delayed, so that later steps find some landed,
+ * hits, and some on their way, which the step waits for as a load). Where the homes are
+ * not mapped the reads go to the homes' device addresses, at the front of the step's first
+ * round, the resident experts after them. The same kernels read the same bytes: the
+ * logits are the resident run's bit for bit, nothing stays pinned, and steps had reads in
+ * place and hits. */
 static void test_read_in_place(void)
 {
     const char *path = model_path("llama", MVM_W_F32);
@@ -715,7 +727,7 @@ static void test_read_in_place(void)
     struct run *all = run_prompt(path, MVM_BACKEND_CUDA, 1, 4, 0);
     assign = "gpu";
     assign_args = "zerocopy=1";
-    copy_delay(1000);
+    copy_delay(200);
     struct run *mix = run_prompt(path, MVM_BACKEND_CUDA, 0.25, 4, 0);
     copy_delay(0);
     assign = assign_args = NULL;
@@ -728,7 +740,7 @@ static void test_read_in_place(void)
         CHECK(memcmp(all->logits, mix->logits, n * sizeof *all->logits) == 0);
         CHECK(memcmp(all->sel, mix->sel, sizeof all->sel) == 0);
         CHECK(mix->resid.zerocopy_runs > 0 && mix->resid.hits > 0);
-        CHECK(mix->resid.zerocopy_runs + mix->resid.hits == mix->resid.accesses);
+        CHECK(mix->resid.zerocopy_runs + mix->resid.hits <= mix->resid.accesses);
         CHECK(mix->space.pages_loaded > 0 && mix->space.pinned_experts == 0);
     }
     free_run(all), free_run(mix);

@@ -348,8 +348,8 @@ static int window_case_init(struct window_case *w, uint32_t n_tok)
  * each starts when the copy engine is free, back to back, until layer 1 routes at
  * A + d + g + A (attention A, a load d, expert compute g): ceil((A + g) / d) of them start,
  * the rest are dropped. The routed expert, the most likely, hits. top-k mode prefetches the
- * top_k most likely: the one routed. With the default buffer, top_k experts, the window
- * takes one. */
+ * top_k most likely: the one routed; given a depth of 6, its copies are cut as the
+ * window's. With the default buffer, top_k experts, the window takes one. */
 static void test_prefetch_window(void)
 {
     struct window_case w;
@@ -366,9 +366,17 @@ static void test_prefetch_window(void)
         CHECK_ST(mvm_sim_run(w.t, &w.cost, &w.c, &r), MVM_OK);
         uint64_t want = window ? 4 : 1;
         CHECK(r.prefetches == want && r.bytes_prefetched == want * eb);
+        CHECK(r.prefetches_cut == (window ? 2 : 0));
         CHECK(r.loads == 1 && r.hits == 1 && r.prefetch_used == 1 && r.prefetch_hits == 1);
         check_breakdown(&r);
     }
+    /* top-k with a depth of 6 (six most likely, evicting for them): the same 4 start, and
+     * the 2 not started when layer 1 routes, which it does not use, are dropped rather than
+     * copied after it (cut_prefetches) */
+    w.c.prefetch_window = 0;
+    CHECK_ST(mvm_sim_run(w.t, &w.cost, &w.c, &r), MVM_OK);
+    CHECK(r.prefetches == 4 && r.prefetches_cut == 2 && r.prefetch_used == 1 && r.hits == 1);
+    w.c.prefetch_window = 1;
     /* a window shorter than one load: only the first starts */
     w.cost.m.attn_time = 0.5 * d - g;
     CHECK(w.cost.m.attn_time > 0);

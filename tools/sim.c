@@ -32,6 +32,7 @@ struct module {
 struct pending {
     uint32_t x;
     double issued;
+    int forecast; /* asked by the predict module for the next layer (cut_prefetches) */
 };
 
 struct sim {
@@ -203,13 +204,13 @@ static double load_now(struct sim *s, uint32_t x, double now)
     return ready;
 }
 
-static int queue_prefetch(struct sim *s, uint32_t x, double now)
+static int queue_prefetch(struct sim *s, uint32_t x, double now, int forecast)
 {
     if (s->resident[x] == ppe(s) || s->queued[x])
         return 0;
     if (s->n_queue == s->cap_queue)
         return 0; /* bounded: older predictions are still ahead */
-    s->queue[s->n_queue++] = (struct pending){x, now};
+    s->queue[s->n_queue++] = (struct pending){x, now, forecast};
     s->queued[x] = 1;
     return 1;
 }
@@ -226,7 +227,7 @@ static void admit(struct sim *s, uint32_t l, double now)
         s->view.now = now;
         mvm_evict_collect(&s->victims, 0, s->n_total, x, landed_by_now, s);
         if (mvm_evict_admit(&s->victims, &s->view, x, ppe(s) - s->resident[x]))
-            s->r.admitted += (uint64_t)queue_prefetch(s, x, now);
+            s->r.admitted += (uint64_t)queue_prefetch(s, x, now, 0);
     }
 }
 
@@ -399,7 +400,7 @@ static void end_step(struct sim *s, const mvm_pstep *step, const mvm_assignment 
     int ranked = window && n_ahead && po->rank &&
                  po->rank(s->mod[MVM_ROLE_PREDICT].self, step, l + 1, s->next_scores);
     for (uint32_t i = 0; i < a->n_prefetch; i++)
-        queue_prefetch(s, a->prefetch[i], t_attn_end);
+        queue_prefetch(s, a->prefetch[i], t_attn_end, 0);
     /* the scratch of the assign module's plan, which is empty here */
     uint32_t n = n_ahead && a->n_prefetch == 0
                      ? mvm_predict_order(s->next_scores, s->E, depth,
@@ -411,7 +412,7 @@ static void end_step(struct sim *s, const mvm_pstep *step, const mvm_assignment 
             break; /* the buffer is full */
         if (window)
             buffer -= need;
-        if (queue_prefetch(s, x, t_attn_end))
+        if (queue_prefetch(s, x, t_attn_end, 1))
             s->spec[x] = (uint8_t)window;
     }
 
@@ -442,22 +443,33 @@ static void end_step(struct sim *s, const mvm_pstep *step, const mvm_assignment 
     if (ev->want) {
         uint32_t n = ev->want(s->mod[MVM_ROLE_EVICT].self, &s->view, l, s->prefetch, s->E);
         for (uint32_t i = 0; i < n; i++)
-            queue_prefetch(s, s->prefetch[i], end);
+            queue_prefetch(s, s->prefetch[i], end, 0);
     }
     admit(s, l, end);
     run_prefetches(s, end);
 }
 
-/* MoEpic's window ends when layer l routes at `now` (§3.3, step 2): its prefetches that
- * have started go on (a copy cannot be taken back), the rest are dropped; the experts the
- * router chose then load on demand. */
-static void cut_prefetches(struct sim *s, uint32_t l, double now)
+/* A forecast's prefetches for layer l end when it routes at `now` (MoEpic's window, §3.3
+ * step 2, and the top-k forecast too): those that have started go on (a copy cannot be
+ * taken back), the rest are dropped but, given the step's counts (after it routed), those
+ * of the experts it uses, which stay queued to be taken as its demands. The window's
+ * copies evict nothing, so they are cut (and advanced to `now`) before the step's hits are
+ * judged; the top-k forecast's make room, so they are cut once the step's experts are
+ * shielded, as the engine takes them back (engine/forward/prefetch.c). Left
+ * queued, a forecast's copies went out after the layer they were for, when its own misses
+ * had the bus: on a 6-block OLMoE-1B-7B shape's own routing at 25% (h100 costs) the gate
+ * forecast's prefetches cost 12% (2-6% of them used); dropped, 4%, and an exact forecast
+ * keeps its 17% gain on Qwen3-30B-A3B's 12 blocks (engine.md, session 81). */
+static void cut_prefetches(struct sim *s, uint32_t l, double now, const uint32_t *counts)
 {
     run_prefetches(s, now);
     uint32_t kept = 0;
     for (uint32_t i = 0; i < s->n_queue; i++) {
-        if (s->queue[i].x / s->E == l)
-            s->queued[s->queue[i].x] = s->spec[s->queue[i].x] = 0;
+        const uint32_t x = s->queue[i].x;
+        if (s->queue[i].forecast && x / s->E == l && !(counts && counts[x % s->E])) {
+            s->queued[x] = s->spec[x] = 0;
+            s->r.prefetches_cut++;
+        }
         else
             s->queue[kept++] = s->queue[i];
     }
@@ -480,8 +492,10 @@ static mvm_status sim_layer(struct sim *s, uint32_t tok, uint32_t l, double *clo
                       .hidden = t->hidden ? t->hidden + rec * t->hdr.n_embd : NULL,
                       .counts = s->counts};
     if (s->cfg->prefetch_window)
-        cut_prefetches(s, l, t_attn_end);
+        cut_prefetches(s, l, t_attn_end, NULL);
     route_step(s, &step, t_attn_end);
+    if (!s->cfg->prefetch_window)
+        cut_prefetches(s, l, t_attn_end, s->counts);
     mvm_assignment a;
     uint32_t n_ahead = assign_step(s, &step, &a);
     double end = run_experts(s, l, t_attn_end);

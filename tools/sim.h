@@ -54,6 +54,8 @@ typedef struct mvm_sim_result {
     uint64_t partial_hits;               /* misses that found a page prefix resident (a split) */
     uint64_t cpu_runs, zerocopy_runs, loads, prefetches, prefetch_used, prefetch_hits;
     uint64_t admitted;                   /* of the prefetches: admissions (policy/admit.h) */
+    uint64_t prefetches_cut;             /* a forecast's copies dropped, not started when
+                                            their layer routed (and not used by it) */
     uint64_t bytes_loaded, bytes_prefetched;
     double time;                         /* modelled seconds for all tokens */
     double t_attn, t_gpu, t_stall, t_cpu_wait; /* breakdown of `time` (sums to it) */

@@ -121,7 +121,7 @@ static void score_named(mvm_prefetcher *p, const mvm_pstep *step)
 
 void mvm_prefetcher_cut(mvm_prefetcher *p, const mvm_pstep *step)
 {
-    if (!p || !p->window || step->layer != p->named_layer)
+    if (!p || step->layer != p->named_layer)
         return;
     for (uint32_t i = 0; i < p->n_order; i++)
         if (!step->counts[p->order[i]])

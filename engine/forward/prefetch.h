@@ -3,7 +3,12 @@
  * compute, the predict module (MOEVM_PREDICT: gate, residual, learned; policy/) forecasts
  * which experts the next layer will route to, and the most likely of them, up to top_k, are
  * prefetched through the residency manager, so their copies overlap this layer's compute.
- * Experts no token is predicted to use are never prefetched. After the layer, the module
+ * Experts no token is predicted to use are never prefetched. When the next layer routes
+ * (mvm_prefetcher_cut), the copies that have not started and that it does not use are
+ * taken back: left queued they would go out after the layer they were for, while its own
+ * misses need the bus (in the simulator, on a 6-block OLMoE-1B-7B shape's own routing at
+ * 25%, the gate forecast's prefetches cost 12% left, 4% taken back, and an exact forecast
+ * keeps its gain either way: docs/perf/engine.md, session 81). After the layer, the module
  * observes the real routing (the residual predictor calibrates on it).
  *
  * MOEVM_PREFETCH=window is MoEpic's speculative prefetcher (§3.3, the protocol of its
@@ -56,8 +61,8 @@ mvm_status mvm_prefetcher_ahead(mvm_prefetcher *p, const mvm_pstep *step);
  * probabilities, valid until the next call; returns n (0 and NULL without a module). */
 uint32_t mvm_prefetcher_predict(mvm_prefetcher *p, const mvm_pstep *step, uint32_t max_ahead,
                                 const float **ahead);
-/* Layer step->layer has routed (before its experts are requested): in the window, the
- * forecast's copies for it that have not started and that it does not use are taken back. */
+/* Layer step->layer has routed (before its experts are requested): the forecast's copies
+ * for it that have not started and that it does not use are taken back. */
 void mvm_prefetcher_cut(mvm_prefetcher *p, const mvm_pstep *step);
 /* The layer's real routing, after it ran. */
 void mvm_prefetcher_observe(mvm_prefetcher *p, const mvm_pstep *step);
