@@ -39,8 +39,8 @@
 #              every miss read in place at its home, loaded afterwards by admission
 #              (MOEVM_ASSIGN_ARGS=zerocopy=1: no step waits for a copy), and with the
 #              next layer's experts prefetched from DALI's residual forecast, the copies
-#              not started when it routes taken back (MOEVM_PREDICT=residual,
-#              MOEVM_PREFETCH=window: the bus's idle time between layers put to use), and
+#              not started when it routes taken back (MOEVM_PREDICT=residual: the bus's
+#              idle time between layers put to use), and
 #              DALI's CPU/GPU split planned with costs measured here and corrected by the
 #              CPU's times in the steps (MOEVM_ASSIGN=greedy, MOEVM_COST=calibrated: 1.6x
 #              slower in J, before the correction), the
@@ -159,7 +159,7 @@ export work
         BUDGETS="${OFFLOAD_BUDGETS:-25 100}" ROUTINGS="own replay" REPS=2 \
         VARIANTS="${OFFLOAD_VARIANTS:-default MOEVM_LOAD_WAIT=device-view \
 MOEVM_LOAD_WAIT=device-late MOEVM_ASSIGN_ARGS=zerocopy=1 \
-MOEVM_PREDICT=residual,MOEVM_PREFETCH=window MOEVM_ASSIGN=greedy,MOEVM_COST=calibrated}" \
+MOEVM_PREDICT=residual MOEVM_ASSIGN=greedy,MOEVM_COST=calibrated}" \
         VARIANTS_100="${OFFLOAD_VARIANTS_100:-default MOEVM_MMQ=on}" \
         CPU_BASELINE="${OFFLOAD_CPU:-1}" bash bench/gpu/llamacpp.sh
     step full_q4k 150 env MODELS=olmoe-1b-7b:q4_k_m BUDGETS=100 ROUTINGS=own REPS=2 \
