@@ -154,13 +154,14 @@ static const struct field {
     {"cpu_flops", offsetof(mvm_machine, cpu_flops), GFLOPS, 0},
     {"cpu_setup", offsetof(mvm_machine, cpu_setup), USEC, 0},
     {"attn_time", offsetof(mvm_machine, attn_time), USEC, 0},
+    {"host_step", offsetof(mvm_machine, host_step), USEC, 1},
     {"net_rtt", offsetof(mvm_machine, net_rtt), USEC, 1},
     {"net_bw", offsetof(mvm_machine, net_bw), GBPS, 1},
 };
 #define N_FIELDS (sizeof fields / sizeof *fields)
 #define FIELD_NAMES "name, base, pcie_bw, load_setup, zerocopy_bw, gpu_mem_bw, gpu_flops, " \
-                    "gpu_launch, cpu_mem_bw, cpu_flops, cpu_setup, attn_time, net_rtt, "     \
-                    "net_bw, gpu_memory"
+                    "gpu_launch, cpu_mem_bw, cpu_flops, cpu_setup, attn_time, host_step, "   \
+                    "net_rtt, net_bw, gpu_memory"
 
 static mvm_status syntax_error(const char *text, const char *at, const char *what)
 {
@@ -182,7 +183,7 @@ static mvm_status number(const cJSON *it, const char *what, int zero_ok, double 
     double v = it->valuedouble;
     if (!isfinite(v) || v < 0 || (v == 0 && !zero_ok))
         return mvm_fail(MVM_ERR_INVALID, "%s: field '%s' is %g; it must be finite and %s", what,
-                        it->string, v, zero_ok ? ">= 0 (0 = no network)" : "> 0");
+                        it->string, v, zero_ok ? ">= 0 (0 = none)" : "> 0");
     *out = v;
     return MVM_OK;
 }

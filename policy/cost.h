@@ -38,6 +38,10 @@ typedef struct mvm_machine {
     double cpu_flops;        /* FLOP/s of those threads */
     double cpu_setup;        /* per CPU expert task, s */
     double attn_time;        /* per token per layer: attention and everything not experts, s */
+    double host_step;        /* per MoE layer step the host routes: the router's output down,
+                                routing, the policies, the step's requests and launches, s,
+                                while the device waits and the copy engine may work (0: none,
+                                the presets': the papers model no host) */
     double net_rtt;          /* between servers (distributed), s */
     double net_bw;           /* bytes/s */
     uint64_t gpu_memory;     /* bytes, informational */

@@ -377,6 +377,18 @@ static void test_prefetch_window(void)
     CHECK_ST(mvm_sim_run(w.t, &w.cost, &w.c, &r), MVM_OK);
     CHECK(r.prefetches == 4 && r.prefetches_cut == 2 && r.prefetch_used == 1 && r.hits == 1);
     w.c.prefetch_window = 1;
+    /* the host's share of a step (host_step: routing, policies, launches) follows the
+     * attention and keeps the device waiting, not the copy engine: attention of 1.5 loads
+     * and a host step of 2 start the same 4, and the attention column holds both */
+    const double A = w.cost.m.attn_time;
+    w.cost.m.attn_time = 1.5 * d - g;
+    w.cost.m.host_step = 2 * d;
+    CHECK_ST(mvm_sim_run(w.t, &w.cost, &w.c, &r), MVM_OK);
+    CHECK(r.prefetches == 4 && r.prefetches_cut == 2 && r.hits == 1);
+    CHECK(fabs(r.t_attn - 2 * (w.cost.m.attn_time + w.cost.m.host_step)) < 1e-12);
+    check_breakdown(&r);
+    w.cost.m.attn_time = A;
+    w.cost.m.host_step = 0;
     /* a window shorter than one load: only the first starts */
     w.cost.m.attn_time = 0.5 * d - g;
     CHECK(w.cost.m.attn_time > 0);

@@ -100,7 +100,7 @@ static void usage(FILE *f)
             "               room and no --zerocopy)\n"
             "  ms/token    modelled time per token, the sum of the four columns after it:\n"
             "  attn        attention and the rest of a layer that is not experts (the cost's\n"
-            "               attn_time)\n"
+            "               attn_time), and the host's routing of the step (host_step)\n"
             "  gpu         experts computing on the GPU (zero-copy reads included)\n"
             "  stall       the GPU waiting for copies to land\n"
             "  cpu-w       waiting for the CPU's experts after the GPU's were done\n"

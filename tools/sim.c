@@ -481,9 +481,11 @@ static mvm_status sim_layer(struct sim *s, uint32_t tok, uint32_t l, double *clo
     const mvm_trace *t = s->t;
     size_t rec = (size_t)tok * s->L + l;
     double start = fmax(*clock, s->gpu_free);
-    double t_attn_end = start + s->cost->m.attn_time;
+    /* the host's share of the step (host_step) follows the layer's attention: the device
+     * waits for it, the copy engine does not */
+    double t_attn_end = start + s->cost->m.attn_time + s->cost->m.host_step;
     s->gpu_free = t_attn_end;
-    s->r.t_attn += s->cost->m.attn_time;
+    s->r.t_attn += s->cost->m.attn_time + s->cost->m.host_step;
 
     memcpy(s->experts, t->experts + rec * s->K, s->K * sizeof *s->experts);
     memcpy(s->weights, t->weights + rec * s->K, s->K * sizeof *s->weights);
