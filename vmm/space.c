@@ -664,9 +664,9 @@ void mvm_unpin_locked(mvm_space *sp, uint32_t idx)
     if (--sp->pins[idx] == 0) {
         sp->n_pinned--;
         mvm_land_deferred_locked(sp, idx);
-        /* a deferred landing left needs the worker's remap; else it has nothing new to do
-         * (over the fake driver on the development VM, where the worker sleeps, a decode
-         * step's release of its 8 experts took 17.7 us waking it at each unpin, 14.9 not) */
+        /* a deferred landing left needs the worker's remap; else it has nothing new to do,
+         * and waking a sleeping worker at every unpin slowed a step's release
+         * (docs/perf/engine.md, session 81) */
         if (sp->deferred.head)
             mvm_wake_worker(sp);
     }

@@ -539,7 +539,7 @@ int mvm_resid_cancel_prefetch(mvm_resid *r, uint32_t layer, uint32_t expert)
 void mvm_resid_get_stats(const mvm_resid *r, mvm_resid_stats *out)
 {
     *out = r->stats;
-    out->cpu_scale = exp(r->log_cpu_scale);
+    out->cpu_scale = r->view.cpu_scale;
 }
 
 void mvm_resid_set_remote(mvm_resid *r, const uint8_t *remote)
