@@ -981,15 +981,25 @@ static void test_route(void)
                 cnt(c.E, POISON_U), row_tok(c.K + 1, POISON_U), tok_rows(c.K + 1, POISON_U);
             std::vector<float> row_w(c.K + 1, POISON), w(c.K + 1, POISON);
             std::vector<int32_t> sel(c.K + 1, -7);
+            /* odd variants: each chosen expert's address out of a table (a step at a
+             * budget), 0 for some (their own) */
+            const uint64_t POISON_A = 0xBADC0FFEE0DDF00Dull;
+            std::vector<uint64_t> addr(c.E), wptr(c.K + 1, POISON_A);
+            for (uint32_t e = 0; e < c.E; e++)
+                addr[e] = (uint64_t)(rng() % 3 ? rng() | 1 : 0);
+            const bool table = variant % 2 == 1;
             mvm_g_route_args a = {dp(logits.data()), c.bias ? dp(bias.data()) : 0,
                                   dp(active.data()), dp(off.data()), dp(cnt.data()),
                                   dp(row_tok.data()), dp(tok_rows.data()), dp(row_w.data()),
                                   dp(sel.data()), dp(w.data()),
-                                  given.empty() ? 0 : dp(given.data()), c.scale, c.E, c.K,
-                                  c.n_group,
-                                  c.n_group_used, c.sigmoid, c.norm, 0};
+                                  given.empty() ? 0 : dp(given.data()),
+                                  table ? dp(addr.data()) : 0, dp(wptr.data()), c.scale, c.E,
+                                  c.K, c.n_group, c.n_group_used, c.sigmoid, c.norm, 0};
             launch(mvm_g_route, a, mvm_g_route_shape(&a));
             bool ok = sel[c.K] == -7 && same_float(w[c.K], POISON) && active[c.K] == POISON_U;
+            ok = ok && wptr[c.K] == POISON_A;
+            for (uint32_t r = 0; r < c.K; r++)
+                ok = ok && wptr[r] == (table ? addr[active[r] % c.E] : POISON_A);
             for (uint32_t k = 0; k < c.K; k++) {
                 ok = ok && sel[k] == want_sel[k] && same_float(w[k], want_w[k]);
                 const uint32_t r = tok_rows[k], e = (uint32_t)want_sel[k];

@@ -1171,6 +1171,47 @@ static void test_device_routing(void)
     replayed = 0;
 }
 
+/* Decode at a budget routed on the device (MOEVM_BUDGET_ROUTING=in-place,
+ * forward_cuda_route.c): every token's layers queued at once, each expert read where the
+ * table sent up before the token says, its own address once landed, else its home's device
+ * address (its own is unmapped there where homes are not mapped: a wrong table reads
+ * nothing there, and the fake faults). The logits, choices and router inputs are the
+ * host-routed run's bit for bit; every step is replayed to the policies, some read in
+ * place and some hits, admission loads misses between tokens, nothing stays pinned. */
+static void test_budget_routing(void)
+{
+    const char *path = preset_path("llama", "tiny", MVM_W_Q8_0);
+    const size_t n = N_PROMPT * mvm_preset_find("tiny", "llama")->spec.n_vocab;
+    setenv("MOEVM_DETERMINISTIC", "on", 1); /* admission's copies land in time */
+    struct run *host = run_prompt(path, MVM_BACKEND_CUDA, 0.3, 1, 0);
+    setenv("MOEVM_BUDGET_ROUTING", "in-place", 1);
+    setenv("MOEVM_ADMIT", "steps", 1);
+    const unsigned long routed0 = launches_of("mvm_g_route");
+    struct run *dev = run_prompt(path, MVM_BACKEND_CUDA, 0.3, 1, 0);
+    const unsigned long routed = launches_of("mvm_g_route") - routed0;
+    unsetenv("MOEVM_BUDGET_ROUTING");
+    unsetenv("MOEVM_ADMIT");
+    unsetenv("MOEVM_DETERMINISTIC");
+    CHECK(host && dev);
+    if (host && dev) {
+        fprintf(stderr, "  at 30%%: %llu accesses, %llu hits, %llu read in place, %llu "
+                "admitted; %lu steps routed on the device\n",
+                (unsigned long long)dev->resid.accesses, (unsigned long long)dev->resid.hits,
+                (unsigned long long)dev->resid.zerocopy_runs,
+                (unsigned long long)dev->resid.admitted, routed);
+        CHECK(memcmp(host->logits, dev->logits, n * sizeof *host->logits) == 0);
+        CHECK(memcmp(host->sel, dev->sel, sizeof host->sel) == 0);
+        CHECK(memcmp(host->hidden, dev->hidden, sizeof host->hidden) == 0);
+        CHECK(routed == N_PROMPT * 2); /* the tiny models' two MoE layers, every token */
+        CHECK(dev->resid.accesses == host->resid.accesses);
+        CHECK(dev->resid.zerocopy_runs > 0 && dev->resid.hits > 0);
+        CHECK(dev->resid.hits + dev->resid.zerocopy_runs == dev->resid.accesses);
+        CHECK(dev->resid.admitted > 0 && dev->space.pages_loaded > 0);
+        CHECK(dev->space.pinned_experts == 0);
+    }
+    free_run(host), free_run(dev);
+}
+
 /* A request as the distributed mode's server takes it (dist_serve.c): 5 tokens, the rows of
  * experts 1, 3 and 6 of a layer, grouped by expert in expert order; tokens 0, 2 and 4 have
  * both their top-2 rows here, 1 and 3 one. */
@@ -1649,6 +1690,7 @@ int main(int argc, char **argv)
     RUN(test_round_trips);
     RUN(test_device_round_trips);
     RUN(test_device_routing);
+    RUN(test_budget_routing);
     RUN(test_graph_faults);
     RUN(test_device_sequences);
     RUN(test_cpu_moe);

@@ -23,11 +23,13 @@ const mvm_option_desc mvm_opt_kv_type = {
     "--kv-type`); f16 keeps half the bytes, f32 the exact values"};
 
 const mvm_option_desc mvm_opt_admit = {
-    "MOEVM_ADMIT", MVM_OPT_CHOICE, "on", "off|on",
+    "MOEVM_ADMIT", MVM_OPT_CHOICE, "on", "off|on|steps",
     "engine on a GPU: an expert a step ran from its home (on the CPU, or "
     "read in place) is loaded into the device cache in the background "
-    "afterwards when the evict module would keep it over its victim "
-    "and no other copy is queued (docs/policies.md)"};
+    "afterwards when the evict module would keep it over its victim, "
+    "one a step at most; on: only while no other copy is queued; steps: "
+    "whatever is (for MOEVM_BUDGET_ROUTING=in-place, whose steps no load "
+    "delays; docs/policies.md)"};
 
 const mvm_option_desc mvm_opt_deterministic = {
     "MOEVM_DETERMINISTIC", MVM_OPT_CHOICE, "off", "off|on",
@@ -96,6 +98,19 @@ const mvm_option_desc mvm_opt_device_routing = {
     "to token; launches queues its kernels one by one; off sends every "
     "layer's routing through the host (engine/forward/forward_cuda_route.c)"};
 
+const mvm_option_desc mvm_opt_budget_routing = {
+    "MOEVM_BUDGET_ROUTING", MVM_OPT_CHOICE, "host", "host|in-place",
+    "engine on a GPU at a budget (not every expert resident), decode: "
+    "host routes each layer on the host, which waits for the router's "
+    "logits, then loads the misses or places them by the assign module; "
+    "in-place routes the token on the device as MOEVM_DEVICE_ROUTING does "
+    "at 100%, the kernels reading each expert that is not resident at its "
+    "home in place over the bus, and between tokens the policies see the "
+    "token's steps and admission (MOEVM_ADMIT) and the prefetches load "
+    "experts for the tokens after; needs homes the device can read and "
+    "the assign module gpu, else host (an experiment until a GPU measures "
+    "it: engine/forward/forward_cuda_route.c)"};
+
 const mvm_option_desc mvm_opt_load_wait = {
     "MOEVM_LOAD_WAIT", MVM_OPT_CHOICE, "device", "device|host|device-late|device-view",
     "engine on a GPU at a budget, homes unmapped (MOEVM_HOME_MAP=off): how a "
@@ -117,7 +132,7 @@ static const mvm_option_desc *const list[] = {
     &mvm_opt_deterministic, &mvm_opt_prefetch, &mvm_opt_expert_tiles, &mvm_opt_gpu_profile,
     &mvm_opt_gemm_rows, &mvm_opt_gemm_scratch, &mvm_opt_gemm_batch, &mvm_opt_mmq,
     &mvm_opt_cublas_library,
-    &mvm_opt_device_routing, &mvm_opt_load_wait,
+    &mvm_opt_device_routing, &mvm_opt_budget_routing, &mvm_opt_load_wait,
 };
 
 const mvm_option_table mvm_engine_options = {list, sizeof list / sizeof *list};

@@ -447,8 +447,9 @@ static mvm_status router_logits(struct cuda_fwd *f, const struct dev_block *L, u
     return MVM_OK;
 }
 
-/* A step of one token routed on the device, every expert resident and pinned
- * (forward_cuda_route.c): the router's top-k laid out as the host lays out rows, the
+/* A step of one token routed on the device, every expert resident and pinned, or at a
+ * budget each read where f->addr says (forward_cuda_route.c): the router's top-k laid out
+ * as the host lays out rows, the
  * experts, their sum and the shared expert queued behind it (without a shared expert the
  * sum is left to the next norm of x, in its launch: f->sum_owed); the logits, router
  * input, choice and weights left in the layer's stage for the host's policies. Nothing
@@ -468,6 +469,8 @@ static mvm_status moe_routed_here(struct cuda_fwd *f, uint32_t il)
                           .off = f->off, .cnt = f->cnt, .row_tok = f->row_tok,
                           .tok_rows = f->tok_rows, .row_w = f->row_w, .sel = sel, .w = w,
                           .given = f->route_given ? f->given + (uint64_t)il * 2 * K * 4 : 0,
+                          .addr = f->route_budget ? f->addr + (uint64_t)il * E * 8 : 0,
+                          .wptr = f->wptr,
                           .scale = hp->expert_scale, .n_expert = E, .top_k = K,
                           .n_group = hp->n_group, .n_group_used = hp->n_group_used,
                           .sigmoid = (uint32_t)hp->sigmoid_gate,
@@ -477,6 +480,7 @@ static mvm_status moe_routed_here(struct cuda_fwd *f, uint32_t il)
     mvm_g_expert_args a = expert_args(f, il);
     a.n_active = K;
     a.one_row = 1;
+    a.wptr = f->route_budget ? f->wptr : 0; /* as the route kernel found them in f->addr */
     TRY(mvm_gpu_experts(f->g, &a));
     mvm_g_expert_sum_args s = {.x = f->x, .out = f->out, .tok_rows = f->tok_rows, .n_embd = D,
                                .n_tok = 1, .top_k = K};
@@ -745,7 +749,13 @@ static mvm_status cuda_eval(mvm_ctx *ctx, const mvm_fwd_batch *b, float *logits)
         mvm_cuda_fwd_laps_end(f, st); /* that end: the last step's policies */
         return st;
     }
-    mvm_status st = eval_batch(f, b, logits, &idle);
+    mvm_status st = MVM_OK;
+    if (f->route_budget) { /* the replay, where it must come first */
+        const double t = mvm_now_s();
+        st = mvm_cuda_fwd_route_addresses(f);
+        f->route_time.policies += mvm_now_s() - t;
+    }
+    st = st == MVM_OK ? eval_batch(f, b, logits, &idle) : st;
     const double done = mvm_now_s();
     st = mvm_cuda_fwd_route_done(f, b, st, idle && st == MVM_OK);
     const double end = mvm_now_s();

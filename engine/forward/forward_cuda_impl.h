@@ -185,6 +185,15 @@ struct cuda_fwd {
     int route_mode;             /* MOEVM_DEVICE_ROUTING (enum below) */
     int all_pinned;             /* every expert pinned for them, until the context ends */
     int all_asked;              /* every expert asked resident (once the budget holds all) */
+    int budget_routing;         /* MOEVM_BUDGET_ROUTING=in-place, and the device can read the
+                                   homes: decode routes here at a budget too ... */
+    int route_budget;           /* ... as this batch does: its misses read in place */
+    mvm_dptr addr;              /* [n_layer][n_expert] uint64: where its kernels read each
+                                   expert, 0 at its own address (resident and landed) ... */
+    uint64_t *addr_host;        /* ... sent up from here (pinned) when own changes */
+    uint64_t *home_addr;        /* [n_layer * n_expert] the homes' device addresses */
+    uint8_t *own;               /* [n_layer * n_expert] read at its own address
+                                   (mvm_resid_landed_all), as the batch queued was told */
     mvm_dptr stage;             /* [n_layer][stage_floats]: each routed step's logits,
                                    router input, choice and weights (route_stage) ... */
     float *stage_host;          /* ... down to one half of this pinned copy at the batch's
@@ -196,6 +205,7 @@ struct cuda_fwd {
         int pending;            /*   one waits, its stage in this half: */
         uint32_t half;
         uint32_t pos;           /*   its token's position */
+        int at_budget;          /*   its misses were read in place (own says which) */
         mvm_status failed;      /*   a replay run outside a batch failed: the next says so */
     } replay;
     uint64_t routed_tokens;     /* batches routed on the device, for the log at the end */
@@ -281,9 +291,9 @@ void mvm_cuda_fwd_laps_report(const struct cuda_fwd *f);
 /* The stage of the device-routed steps, and MOEVM_DEVICE_ROUTING. */
 mvm_status mvm_cuda_fwd_route_alloc(struct cuda_fwd *f);
 /* Whether batch b's MoE steps route on the device (f->route_here): one token, every expert
- * resident, and nothing the host decides between the router and the experts. Makes the
- * first of those true by pinning every expert for the rest of the context, and asks every
- * expert resident once the budget holds them all. */
+ * resident (or f->budget_routing: f->route_budget), and nothing the host decides between
+ * the router and the experts. Makes the first of those true by pinning every expert for the
+ * rest of the context, and asks every expert resident once the budget holds them all. */
 mvm_status mvm_cuda_fwd_route_choose(struct cuda_fwd *f, const mvm_fwd_batch *b);
 /* A replayed trace's choice for the token of batch b (f->route_given), sent up: the
  * route kernels then lay it out instead of the router's. */
@@ -307,6 +317,10 @@ mvm_status mvm_cuda_fwd_route_done(struct cuda_fwd *f, const mvm_fwd_batch *b, m
 /* The steps owed (mvm_cuda_fwd_route_done), replayed in layer order, and the failure of a
  * replay run by mvm_ctx_settle since the last batch; MVM_OK with none. */
 mvm_status mvm_cuda_fwd_route_settle(struct cuda_fwd *f);
+/* Before a batch routed on the device at a budget (f->route_budget) is queued, while the
+ * device is idle: the steps owed replayed (their admissions and prefetches asked), then
+ * where each expert is to be read sent up, from what has landed. */
+mvm_status mvm_cuda_fwd_route_addresses(struct cuda_fwd *f);
 /* The pins of mvm_cuda_fwd_route_choose, let go (the context's end). */
 void mvm_cuda_fwd_route_release(struct cuda_fwd *f);
 

@@ -31,10 +31,30 @@
  * layer before it runs and sent up with it; the route kernels lay it out instead of the
  * router's choice.
  *
+ * At a budget (MOEVM_BUDGET_ROUTING=in-place) a decode token routes here too: nothing moves
+ * under it, and its kernels read each expert through a table of addresses sent up before
+ * it (f->addr: 0 for one resident whole and landed, read at its own address; else its
+ * home's device address, mvm_expert_home_device, read in place over the bus), which the
+ * route kernel hands the expert launch (mvm_g_route_args.addr). Between tokens, while the
+ * device is idle, the host replays the token before (each step placed where its kernels
+ * read it: mvm_moe.replay_own), so that admission and the prefetches ask their loads
+ * then, and makes the table again from what has landed (mvm_resid_landed_all). An expert
+ * the table gives its own address to stays there until the token is done, without a pin:
+ * only a step's begin or end moves experts, and none runs until then (a host-routed batch
+ * after it begins once this one is waited for). A load landing meanwhile maps at an
+ * address nothing reads; an eviction's stale mapping is left at one. Why: a host-routed
+ * layer waits for its router's logits, and on an H200 about 2 ms of a 12-layer
+ * Qwen3-30B-A3B token at 25% was such host time with the device idle (docs/perf/engine.md,
+ * session 81); here the device queues the whole token at once and reads the misses at
+ * the bus's rate. Its reads of a miss and admission's copy of it each cross the bus, where
+ * a host-routed step's load crossed it once (read-through admission, a kernel writing
+ * what it reads into a slab set aside, would save that; not built).
+ *
  * Not routed here: a batch of several tokens (prefill, or a server's several sequences),
  * SMoE's speculative pass, the distributed mode, --n-cpu-moe (the experts stay home),
  * routers wider than MVM_G_ROUTE_MAX_E experts or 32 chosen, and MOEVM_DEVICE_ROUTING=off.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/forward/engine_options.h"
@@ -49,6 +69,43 @@ static int routable(const mvm_hparams *hp)
     const uint32_t G = hp->n_group;
     return hp->n_expert && hp->n_expert <= MVM_G_ROUTE_MAX_E && hp->n_expert_used <= 32 &&
            (G <= 1 || (G <= 32 && hp->n_expert % G == 0));
+}
+
+/* MOEVM_BUDGET_ROUTING=in-place where it can run: the table of addresses, every expert
+ * at its home to begin with. */
+static mvm_status budget_alloc(struct cuda_fwd *f)
+{
+    const uint32_t L = f->m->hp.n_layer, E = f->m->hp.n_expert;
+    const uint64_t n = (uint64_t)L * E;
+    mvm_option_value mode;
+    mvm_space_info info;
+    TRY(mvm_option_read(&mvm_opt_budget_routing, &mode));
+    if (mode.i != 1)
+        return MVM_OK;
+    if (f->sizing) /* (whatever the space and the assign module: the pass has neither) */
+        return mvm_cuda_fwd_alloc(f, n * sizeof(uint64_t), &f->addr);
+    TRY(mvm_space_get_info(f->m->space, &info));
+    const char *why = !info.home_readable ? "the device cannot read the homes in place"
+                      : !f->moe ? "no residency"
+                      : strcmp(mvm_resid_assign_name(f->moe->resid), "gpu") != 0
+                          ? "the assign module is not gpu"
+                          : NULL;
+    if (why) {
+        mvm_log(MVM_LOG_INFO, "MOEVM_BUDGET_ROUTING=in-place: decode routed by the host, as %s",
+                why);
+        return MVM_OK;
+    }
+    TRY(mvm_cuda_fwd_alloc(f, n * sizeof(uint64_t), &f->addr));
+    TRY(mvm_gpu_host_alloc(f->g, n * sizeof *f->addr_host, (void **)&f->addr_host));
+    f->home_addr = malloc(n * sizeof *f->home_addr);
+    f->own = calloc(n, 1);
+    if (!f->home_addr || !f->own)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for the experts' address table");
+    for (uint64_t x = 0; x < n; x++)
+        f->addr_host[x] = f->home_addr[x] = (uint64_t)(uintptr_t)mvm_expert_home_device(
+            f->m->space, (uint32_t)(x / E), (uint32_t)(x % E));
+    f->budget_routing = 1;
+    return mvm_gpu_upload(f->g, f->addr, f->addr_host, n * sizeof *f->addr_host);
 }
 
 mvm_status mvm_cuda_fwd_route_alloc(struct cuda_fwd *f)
@@ -67,6 +124,7 @@ mvm_status mvm_cuda_fwd_route_alloc(struct cuda_fwd *f)
                               &f->layers[il].choose_bias));
     const size_t given = (size_t)hp->n_layer * 2 * hp->n_expert_used * sizeof(int32_t);
     TRY(mvm_cuda_fwd_alloc(f, given, &f->given));
+    TRY(budget_alloc(f));
     if (f->sizing)
         return MVM_OK;
     TRY(mvm_gpu_host_alloc(f->g, given, (void **)&f->given_host));
@@ -167,16 +225,31 @@ mvm_status mvm_cuda_fwd_route_choose(struct cuda_fwd *f, const mvm_fwd_batch *b)
         return MVM_OK;
     if (!f->all_pinned)
         TRY(pin_all(f));
-    f->route_here = f->all_pinned;
+    f->route_budget = !f->all_pinned && f->budget_routing;
+    f->route_here = f->all_pinned || f->route_budget;
     return MVM_OK;
 }
 
-/* The steps of a batch of one token at position pos from its stage (down on the host). */
-static mvm_status replay(struct cuda_fwd *f, const float *stage, uint32_t pos)
+mvm_status mvm_cuda_fwd_route_addresses(struct cuda_fwd *f)
+{
+    TRY(mvm_cuda_fwd_route_settle(f));
+    const uint64_t n = (uint64_t)f->m->hp.n_layer * f->m->hp.n_expert;
+    if (!mvm_resid_landed_all(f->moe->resid, f->own))
+        return MVM_OK;
+    for (uint64_t x = 0; x < n; x++)
+        f->addr_host[x] = f->own[x] ? 0 : f->home_addr[x];
+    return mvm_gpu_upload(f->g, f->addr, f->addr_host, n * sizeof *f->addr_host);
+}
+
+/* The steps of a batch of one token at position pos from its stage (down on the host);
+ * at_budget: placed where its kernels read each expert (f->own, as when it was queued). */
+static mvm_status replay(struct cuda_fwd *f, const float *stage, uint32_t pos, int at_budget)
 {
     const mvm_hparams *hp = &f->m->hp;
     const uint32_t E = hp->n_expert, K = hp->n_expert_used;
     mvm_status st = MVM_OK;
+    if (at_budget)
+        (void)mvm_resid_defer_loads(f->moe->resid, 1);
     for (uint32_t il = 0; il < hp->n_layer && st == MVM_OK; il++) {
         const float *s = stage + (size_t)il * f->stage_floats;
         memcpy(f->moe->probs, s + mvm_cuda_fwd_stage_at(f, MVM_STAGE_LOGITS), E * sizeof *s);
@@ -190,7 +263,13 @@ static mvm_status replay(struct cuda_fwd *f, const float *stage, uint32_t pos)
             break;
         mvm_moe_route_as(f->moe, il, &pos, 1, s + mvm_cuda_fwd_stage_at(f, MVM_STAGE_HIDDEN),
                          sel, s + mvm_cuda_fwd_stage_at(f, MVM_STAGE_W));
+        f->moe->replay_own = at_budget ? f->own + (size_t)il * E : NULL;
         st = mvm_moe_replay(f->moe);
+        f->moe->replay_own = NULL;
+    }
+    if (at_budget) { /* once the whole token is counted */
+        const mvm_status loads = mvm_resid_defer_loads(f->moe->resid, 0);
+        st = st != MVM_OK ? st : loads;
     }
     return st;
 }
@@ -202,7 +281,8 @@ mvm_status mvm_cuda_fwd_route_settle(struct cuda_fwd *f)
     if (!f->replay.pending)
         return st;
     f->replay.pending = 0; /* first: an observer that reads the policies settles nothing */
-    const mvm_status got = replay(f, stage_half(f, f->replay.half), f->replay.pos);
+    const mvm_status got =
+        replay(f, stage_half(f, f->replay.half), f->replay.pos, f->replay.at_budget);
     return st != MVM_OK ? st : got;
 }
 
@@ -217,10 +297,11 @@ mvm_status mvm_cuda_fwd_route_done(struct cuda_fwd *f, const mvm_fwd_batch *b, m
         f->replay.pending = 1;
         f->replay.half = f->stage_half;
         f->replay.pos = pos;
+        f->replay.at_budget = f->route_budget;
         return MVM_OK;
     }
     TRY(mvm_gpu_sync(f->g)); /* its stage is down */
-    return replay(f, stage_half(f, f->stage_half), pos);
+    return replay(f, stage_half(f, f->stage_half), pos, f->route_budget);
 }
 
 void mvm_cuda_fwd_route_release(struct cuda_fwd *f)

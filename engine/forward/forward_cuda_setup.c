@@ -208,6 +208,7 @@ void mvm_cuda_fwd_destroy(void *state)
         mvm_gpu_host_free(f->g, f->given_host);
         mvm_gpu_host_free(f->g, f->active_host);
         mvm_gpu_host_free(f->g, f->wptr_host);
+        mvm_gpu_host_free(f->g, f->addr_host);
         mvm_gpu_host_free(f->g, f->cpu_rows);
     }
     mvm_gpu_close(f->g);
@@ -224,6 +225,8 @@ void mvm_cuda_fwd_destroy(void *state)
     free(f->gemm_list);
     free(f->bptr_host);
     free(f->att_ptr_host);
+    free(f->home_addr);
+    free(f->own);
     free(f);
 }
 

@@ -365,6 +365,23 @@ static mvm_status begin_round(mvm_moe *s)
 /* Where the step's experts run: todo[0..n_todo) on the GPU (those read from their homes
  * first, n_home of them, then those to load or resident), cpu[0..n_cpu) on the CPU. A
  * device that cannot read the homes runs on the CPU what the module would read there. */
+/* A step the device routed at a budget (mvm_moe.replay_own): each expert where its kernels
+ * read it. One read resident that something has evicted since (its kernels ran before) is
+ * placed at its home, so that the replay asks for no load (the residency holds the
+ * replay's own loads back until its end: mvm_resid_defer_loads). */
+static void replay_places(mvm_moe *s)
+{
+    const uint32_t layer = s->step.layer;
+    for (uint32_t i = 0; i < s->n_active; i++) {
+        const uint32_t e = (uint32_t)s->active[i];
+        mvm_residency res = {0};
+        int own = s->replay_own[e] &&
+                  mvm_expert_residency(s->m->space, layer, e, &res) == MVM_OK &&
+                  res.resident == res.n_pages && !res.loading;
+        s->where[e] = own ? MVM_RUN_GPU : MVM_RUN_ZEROCOPY;
+    }
+}
+
 static void place(mvm_moe *s)
 {
     s->n_todo = s->n_cpu = s->n_home = 0;
@@ -379,9 +396,14 @@ static void place(mvm_moe *s)
         s->n_cpu = s->n_active;
         return;
     }
-    const float *ahead;
-    uint32_t n_ahead = mvm_prefetcher_predict(forecaster(s), &s->step, s->n_forecast, &ahead);
-    s->n_plan = mvm_resid_assign(s->resid, &s->step, ahead, n_ahead, s->where, &s->plan);
+    if (s->replay_own) /* where the device read them: nothing to plan */
+        replay_places(s);
+    else {
+        const float *ahead;
+        uint32_t n_ahead =
+            mvm_prefetcher_predict(forecaster(s), &s->step, s->n_forecast, &ahead);
+        s->n_plan = mvm_resid_assign(s->resid, &s->step, ahead, n_ahead, s->where, &s->plan);
+    }
     for (uint32_t i = 0; i < s->n_active; i++) {
         int32_t e = s->active[i];
         if (s->where[e] == MVM_RUN_ZEROCOPY && !s->zerocopy)

@@ -66,6 +66,10 @@ typedef struct mvm_moe {
     uint32_t n_remote;
     const struct mvm_elsewhere *elsewhere;
     uint8_t *where;             /* [n_expert] enum mvm_where: the assign module's places */
+    const uint8_t *replay_own;  /* NULL, or for a step the device routed at a budget
+                                   (mvm_moe_replay) [n_expert]: 1 where its kernels read the
+                                   expert resident, 0 at its home in place: its places, in
+                                   the assign module's stead */
     int32_t *todo;              /* [n_expert] the experts the GPU computes (all of them on
                                    the CPU backend), in the order rounds take them */
     uint32_t n_todo;
@@ -119,9 +123,10 @@ int mvm_moe_routes_alone(const mvm_moe *s);
  * in `layer`, asked before its router has run: its K experts and weights into sel and w,
  * and 1; 0 (nothing written) without one. */
 int mvm_moe_override(const mvm_moe *s, uint32_t layer, uint32_t pos, int *sel, float *w);
-/* Steps 3 to 5 for a step whose experts have run already (the device routed it and every
- * one was resident and pinned): begins it, takes its rounds and ends it, so that the
- * policies, the statistics and the observers see it as any other. */
+/* Steps 3 to 5 for a step whose experts have run already (the device routed it: every
+ * one resident and pinned, or at a budget where replay_own says): begins it, takes its
+ * rounds and ends it, so that the policies, the statistics and the observers see it as
+ * any other. */
 mvm_status mvm_moe_replay(mvm_moe *s);
 /* Step 2 for a step another rank routed (the distributed mode's server, dist.h): the rows
  * of experts[0..n_exp) of `layer` for n tokens whose expert input is hidden ([n][n_embd],

@@ -73,6 +73,35 @@ static void initial_state(mvm_resid *r, uint32_t n_layers)
     }
 }
 
+/* The residency's per-expert and per-layer tables; false when memory ran out (what was
+ * made is freed with r). */
+static bool alloc_tables(mvm_resid *r, uint32_t n_layers)
+{
+    r->resident = calloc(r->n_total, sizeof *r->resident);
+    r->busy = calloc(r->n_total, 1);
+    r->pinned = calloc(r->n_total, 1);
+    r->view_addr = calloc(r->n_total, sizeof *r->view_addr);
+    r->held = calloc(r->n_total, 1);
+    r->plan = calloc(r->n_total, sizeof *r->plan);
+    r->by_prefetch = calloc(r->n_total, 1);
+    r->moved = calloc(r->n_total, 1);
+    r->deferred_kind = calloc(r->n_total, 1);
+    r->deferred = calloc(r->n_total, sizeof *r->deferred);
+    r->spec = calloc(r->n_total, 1);
+    r->spec_keep = calloc(r->n_total, sizeof *r->spec_keep);
+    r->home_run = calloc(r->n_total, 1);
+    r->cand = calloc(r->n_total + 1, sizeof *r->cand);
+    r->want = calloc(r->n_total, sizeof *r->want);
+    r->landed = calloc(r->n_total, sizeof *r->landed);
+    r->moves = calloc(r->n_experts, sizeof *r->moves);
+    r->layer_pages = malloc(n_layers * sizeof *r->layer_pages);
+    r->theta = malloc(n_layers * sizeof *r->theta);
+    return r->resident && r->busy && r->pinned && r->view_addr && r->held && r->plan &&
+           r->by_prefetch && r->moved && r->deferred_kind && r->deferred && r->spec &&
+           r->spec_keep && r->home_run && r->cand && r->want && r->landed && r->moves &&
+           r->layer_pages && r->theta;
+}
+
 mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_resid **out)
 {
     *out = NULL;
@@ -96,31 +125,13 @@ mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_res
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the residency table");
     r->space = space;
     r->at_home = p->at_home;
-    r->admit = admit.i == 1;
+    r->admit = admit.i; /* MOEVM_ADMIT's choices in order: off, on, steps */
     r->ordered = ordered.i == 1;
     r->home_in_place = !info.home_mapped && info.home_readable;
     r->n_experts = info.n_experts;
     r->n_total = info.n_layers * info.n_experts;
     r->ppe = (uint32_t)((info.expert_bytes + info.page_size - 1) / info.page_size);
-    r->resident = calloc(r->n_total, sizeof *r->resident);
-    r->busy = calloc(r->n_total, 1);
-    r->pinned = calloc(r->n_total, 1);
-    r->view_addr = calloc(r->n_total, sizeof *r->view_addr);
-    r->held = calloc(r->n_total, 1);
-    r->plan = calloc(r->n_total, sizeof *r->plan);
-    r->by_prefetch = calloc(r->n_total, 1);
-    r->spec = calloc(r->n_total, 1);
-    r->spec_keep = calloc(r->n_total, sizeof *r->spec_keep);
-    r->home_run = calloc(r->n_total, 1);
-    r->cand = calloc(r->n_total + 1, sizeof *r->cand);
-    r->want = calloc(r->n_total, sizeof *r->want);
-    r->landed = calloc(r->n_total, sizeof *r->landed);
-    r->moves = calloc(r->n_experts, sizeof *r->moves);
-    r->layer_pages = malloc(info.n_layers * sizeof *r->layer_pages);
-    r->theta = malloc(info.n_layers * sizeof *r->theta);
-    if (!r->resident || !r->busy || !r->pinned || !r->view_addr || !r->held || !r->plan ||
-        !r->by_prefetch || !r->spec || !r->spec_keep || !r->home_run || !r->cand ||
-        !r->want || !r->landed || !r->moves || !r->layer_pages || !r->theta) {
+    if (!alloc_tables(r, info.n_layers)) {
         mvm_resid_destroy(r);
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the residency table");
     }
@@ -192,6 +203,9 @@ void mvm_resid_destroy(mvm_resid *r)
     free(r->held);
     free(r->plan);
     free(r->by_prefetch);
+    free(r->moved);
+    free(r->deferred_kind);
+    free(r->deferred);
     free(r->spec);
     free(r->spec_keep);
     free(r->home_run);
@@ -249,6 +263,25 @@ const mvm_pview *mvm_resid_landed_view(mvm_resid *r, uint32_t layer)
     r->landed_view = *view(r);
     r->landed_view.resident = r->landed;
     return &r->landed_view;
+}
+
+uint32_t mvm_resid_landed_all(mvm_resid *r, uint8_t *own)
+{
+    uint32_t changed = 0;
+    for (uint32_t x = 0; x < r->n_total; x++) {
+        uint8_t now = 0;
+        if (r->resident[x] == r->ppe && own[x] && !r->moved[x])
+            now = 1; /* landed before, and nothing has moved it since */
+        else if (r->resident[x] == r->ppe) {
+            mvm_residency res = {0};
+            now = mvm_expert_residency(r->space, x / r->n_experts, x % r->n_experts, &res) ==
+                      MVM_OK && res.resident == res.n_pages && !res.loading;
+            r->moved[x] = !now;
+        }
+        changed += now != own[x];
+        own[x] = now;
+    }
+    return changed;
 }
 
 /* Evicts the module's choice among the experts it may take, for room `layer` needs:
@@ -366,8 +399,10 @@ mvm_status mvm_resid_request(mvm_resid *r, uint32_t x, int demand, int may_evict
             break;
         }
     }
-    if (st == MVM_OK)
+    if (st == MVM_OK) {
+        r->moved[x] |= r->resident[x] < r->ppe;
         r->resident[x] = r->ppe;
+    }
     if (own)
         st = st == MVM_OK ? ordered_wait(r, l, e, own) : (mvm_move_release(own), st);
     return st;
@@ -414,24 +449,50 @@ static mvm_status prefetch(mvm_resid *r, uint32_t layer, uint32_t expert, int pl
 
 /* Admission (policy/admit.h): an expert the step ran from its home is offered to the cache,
  * one a step at most, and only while the space has no other copy queued or in flight
- * (predictions and the module's wishes go first), as the simulator does. */
+ * (predictions and the module's wishes go first), as the simulator does; with
+ * MOEVM_ADMIT=steps whatever is in flight (no step waits for a load to land behind it:
+ * decode routed on the device at a budget, whose steps are all replayed at once). */
 static void admit(mvm_resid *r, uint32_t layer)
 {
     uint32_t E = r->n_experts;
+    int one = 0;
     for (uint32_t e = 0; e < E; e++) {
         uint32_t x = layer * E + e;
         if (!r->home_run[x])
             continue;
         r->home_run[x] = 0;
         mvm_stats s;
-        if (!r->admit || r->at_home || r->resident[x] == r->ppe || (r->remote && r->remote[x]) ||
-            mvm_space_get_stats(r->space, &s) != MVM_OK || s.moves_queued || s.moves_in_flight)
+        if (one || !r->admit || r->at_home || r->resident[x] == r->ppe || (r->remote && r->remote[x]) ||
+            mvm_space_get_stats(r->space, &s) != MVM_OK ||
+            (r->admit == 1 && (s.moves_queued || s.moves_in_flight)))
             continue;
         mvm_evict_collect(&r->victims, 0, r->n_total, x, NULL, NULL);
         if (mvm_evict_admit(&r->victims, view(r), x, r->ppe - r->resident[x]) &&
-            prefetch(r, layer, e, 0, 0) == MVM_OK)
+            prefetch(r, layer, e, 0, 0) == MVM_OK) {
             r->stats.admitted++;
+            one = 1;
+        }
     }
+}
+
+mvm_status mvm_resid_defer_loads(mvm_resid *r, int defer)
+{
+    r->defer = defer;
+    mvm_status st = MVM_OK;
+    for (uint32_t i = 0; !defer && i < r->n_deferred; i++) {
+        const uint32_t x = r->deferred[i], planned = r->deferred_kind[x] == 2;
+        r->deferred_kind[x] = 0;
+        mvm_status got = st == MVM_OK ? prefetch(r, x / r->n_experts, x % r->n_experts,
+                                                 (int)planned, 0)
+                                      : MVM_OK;
+        if (got != MVM_ERR_NOSPACE) /* no room drops the prediction, as asked at once */
+            st = got;
+    }
+    if (!defer)
+        r->n_deferred = 0;
+    for (uint32_t l = 0; !defer && l < r->shape.n_layers; l++)
+        admit(r, l);
+    return st;
 }
 
 void mvm_resid_observe(mvm_resid *r, const mvm_pstep *step)
@@ -465,7 +526,8 @@ mvm_status mvm_resid_end(mvm_resid *r, const mvm_pstep *step, const int32_t *exp
             if (st == MVM_ERR_NOSPACE) /* no room is not an error: the wish waits */
                 st = MVM_OK;
         }
-    admit(r, step->layer);
+    if (!r->defer)
+        admit(r, step->layer);
     if (last_layer) {
         r->view.tokens += step->n_tok;
         if (r->config && r->config->configure(r->config_self, view(r), r->layer_pages,
@@ -488,6 +550,13 @@ static mvm_status prefetch(mvm_resid *r, uint32_t layer, uint32_t expert, int pl
     uint32_t x = layer * r->n_experts + expert, before = r->resident[x];
     if (r->at_home || r->resident[x] == r->ppe || (r->remote && r->remote[x]))
         return MVM_OK;
+    if (r->defer && !window) { /* asked at mvm_resid_defer_loads(r, 0), in this order */
+        if (!r->deferred_kind[x])
+            r->deferred[r->n_deferred++] = x;
+        if (planned || !r->deferred_kind[x])
+            r->deferred_kind[x] = planned ? 2 : 1;
+        return MVM_OK;
+    }
     /* A window copy goes to its buffer, the free pages: it evicts nothing, and it is not
      * in its layer's budget. */
     mvm_status st = window ? MVM_OK : fit_layer(r, layer, r->ppe - r->resident[x]);

@@ -118,6 +118,13 @@ void mvm_resid_pinit(const mvm_resid *r, mvm_pinit *out);
  * substitute: policy/route_importance.c, reading 9) and every other row is empty. Valid
  * until the next call. */
 const mvm_pview *mvm_resid_landed_view(mvm_resid *r, uint32_t layer);
+/* Which experts are resident whole and landed, for a reader that decides by itself where
+ * to read each one (a decode token routed on the device at a budget, forward_cuda_route.c):
+ * own[L*E] updated from its previous contents, which must be this function's last result
+ * (or zeros): an expert landed then is taken to be still there unless the residency has
+ * evicted, cut or asked to load it since, so only those are looked up in the space.
+ * Returns how many flags changed. Valid while nothing is requested or evicted. */
+uint32_t mvm_resid_landed_all(mvm_resid *r, uint8_t *own);
 /* Requests experts[0..n) of `layer` resident and pins them (repeats not allowed); at_home,
  * mvm_resid_begin_home(..., pin 0) instead. wait = 1:
  * returns once their copies have landed; 0: returns at once, copies proceed behind the
@@ -177,6 +184,13 @@ mvm_status mvm_resid_end(mvm_resid *r, const mvm_pstep *step, const int32_t *exp
  * ghosts: ~17 us a layer step) leaves the host's path between a layer's router and its
  * experts. */
 void mvm_resid_observe(mvm_resid *r, const mvm_pstep *step);
+/* defer 1: from now on the prefetches (but a window's) are noted, not asked, and the
+ * steps' admissions (MOEVM_ADMIT) left; defer 0 asks the prefetches noted, in their order,
+ * then admits, layer after layer. A token's steps replayed after its kernels ran at a budget
+ * (forward_cuda_route.c) so load once all of them are counted as they ran: a load, or its
+ * victim, may be an expert a later layer of the token read where it was. Returns the first
+ * failure of a prefetch (no room drops it, as when asked at once). */
+mvm_status mvm_resid_defer_loads(mvm_resid *r, int defer);
 /* Loads expert (layer, e) ahead of its use, at prefetch priority, making room as a request
  * does (never from the current step's experts). MVM_OK when queued or already resident,
  * MVM_ERR_NOSPACE when nothing can make room (the prediction is dropped). */

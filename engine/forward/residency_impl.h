@@ -26,6 +26,8 @@ struct mvm_resid {
     const uint8_t *remote;  /* [L*E] held by another rank (mvm_resid_set_remote) or NULL */
     uint8_t *by_prefetch;   /* [L*E] loaded ahead of its layer's next step, which has not
                                ended yet */
+    uint8_t *moved;         /* [L*E] asked to load since mvm_resid_landed_all saw it landed
+                               (evicted and asked again in between included) */
     uint8_t *spec;          /* [L*E] a copy of MoEpic's window, in its buffer (free pages) */
     uint32_t *spec_keep;    /* [L*E] its pages before: what stays if its layer does not use it */
     uint32_t *cand, *want;  /* [L*E + 1] eviction candidates, [L*E] the module's wishes */
@@ -38,7 +40,12 @@ struct mvm_resid {
     const mvm_assign_ops *assign; /* NULL: not on a device, every expert where it is read */
     void *assign_self;
     int at_home;            /* nothing moves: every expert is read at its home */
-    int admit;              /* MOEVM_ADMIT: home runs are offered to the cache afterwards */
+    int defer;              /* prefetches and admissions wait for mvm_resid_defer_loads */
+    uint32_t *deferred;     /* [L*E] those prefetches, in the order asked ... */
+    uint32_t n_deferred;
+    uint8_t *deferred_kind; /* [L*E] ... 1 for each (2: the assign module's plan) */
+    int admit;              /* MOEVM_ADMIT: home runs are offered to the cache afterwards
+                               (1: while no copy is in flight, 2: whatever is) */
     int ordered;            /* MOEVM_DETERMINISTIC: each copy lands before the next
                                decision (ordered_wait) */
     void *reader_stream;    /* the device stream a round's copies are ordered before

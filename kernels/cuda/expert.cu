@@ -370,6 +370,8 @@ extern "C" __global__ void __launch_bounds__(32) mvm_g_route(mvm_g_route_args a)
     ((uint32_t *)a.tok_rows)[lane] = r;
     ((int32_t *)a.sel)[lane] = (int32_t)mine;
     ((float *)a.w)[lane] = w;
+    if (a.addr)
+        ((uint64_t *)a.wptr)[r] = ((const uint64_t *)a.addr)[mine];
 }
 
 #define EXPERT(name, T)                                                                    \

@@ -13,7 +13,8 @@
 
 /* Where active expert blockIdx.y, expert e, is read: the launch's own address for it (wptr,
  * nonzero: the device pool's view of a slab that is still being mapped at the expert's
- * address, MOEVM_LOAD_WAIT=device-view), else its fixed address in the expert space. */
+ * address, MOEVM_LOAD_WAIT=device-view, or its home's device address, read in place), else
+ * its fixed address in the expert space. */
 static __device__ __forceinline__ const uint8_t *expert_base(const mvm_g_expert_args &a,
                                                              uint32_t e)
 {

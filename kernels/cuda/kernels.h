@@ -165,7 +165,8 @@ MVM_G_FN mvm_g_shape mvm_g_matvec_shape(const mvm_g_matvec_args *a)
 typedef struct mvm_g_expert_args {
     mvm_dptr experts, act, active, off, cnt, row_tok, row_w, h, out, down_bias, hf;
     mvm_dptr wptr; /* 0, or [n_active] addresses: active expert i read there, not at
-                      experts + e * expert_stride, where nonzero (device-view) */
+                      experts + e * expert_stride, where nonzero (device-view, or its
+                      home read in place) */
     uint64_t expert_stride, act_stride, h_stride;
     uint32_t n_embd, n_groups, n_active, gate_up, down, glu;
     uint32_t one_row; /* every active expert has one row: up1 (mvm_gpu_experts_up) */
@@ -242,11 +243,15 @@ MVM_G_FN mvm_g_shape mvm_g_expert_sum_shape(const mvm_g_expert_sum_args *a)
  * there with cnt[e] = 1, row_tok[r] = 0, row_w[r] its weight, tok_rows[k] the k-th choice's
  * row; and sel[k] (int32) and w[k], the choice best first, for the host's policies. With
  * `given` (top_k int32 experts, then their top_k float weights: a benchmark's replayed
- * routing, mvm_ctx_policies.route_override) the choice is that one instead. One warp;
+ * routing, mvm_ctx_policies.route_override) the choice is that one instead. With `addr`
+ * (E uint64: where each expert is read, 0 its own address; a decode step at a budget,
+ * engine/forward/forward_cuda_route.c) wptr[r] = addr[active[r]], the expert launch's
+ * per-expert addresses (mvm_g_expert_args.wptr). One warp;
  * n_expert <= MVM_G_ROUTE_MAX_E, top_k <= 32, n_group <= 32. */
 #define MVM_G_ROUTE_MAX_E 1024
 typedef struct mvm_g_route_args {
     mvm_dptr logits, choose_bias, active, off, cnt, row_tok, tok_rows, row_w, sel, w, given;
+    mvm_dptr addr, wptr;
     float scale;
     uint32_t n_expert, top_k, n_group, n_group_used, sigmoid, norm_topk, pad;
 } mvm_g_route_args;

@@ -91,7 +91,8 @@ fakecuda_register_kernels(fakecuda_add_kernel_fn add)
     ADD(mvm_g_expert_mmq_down_q4_K, mvm_g_expert_args);
     ADD(mvm_g_expert_mmq_down_q6_K, mvm_g_expert_args);
     ADD(mvm_g_expert_sum, mvm_g_expert_sum_args);
-    add("mvm_g_route", sizeof(mvm_g_route_args), route_run);
+    add("mvm_g_route", sizeof(mvm_g_route_args), route_run); /* counted by run<> */
+    counted[n_counted++] = {"mvm_g_route", &launched<mvm_g_route_args, mvm_g_route>};
     ADD(mvm_g_rmsnorm, mvm_g_rmsnorm_args);
     ADD(mvm_g_rope, mvm_g_rope_args);
     ADD(mvm_g_qk_rope, mvm_g_qk_rope_args);
