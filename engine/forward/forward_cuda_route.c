@@ -315,12 +315,22 @@ void mvm_cuda_fwd_route_release(struct cuda_fwd *f)
         const double us = 1e6 / (double)f->routed_tokens;
         mvm_log(MVM_LOG_INFO, "decode: %llu tokens routed on the device; CUDA graphs: %llu "
                 "built, %llu kernel nodes updated; host time a token: %.0f us queueing, %.0f "
-                "us replaying the policies (the token before, while the device computes), "
+                "us replaying the policies (the token before: while the device computes, or at a "
+                "budget before this one is queued), "
                 "%.0f us waiting for the logits, %.0f us between tokens",
                 (unsigned long long)f->routed_tokens, (unsigned long long)built,
                 (unsigned long long)updated, f->route_time.queue * us,
                 f->route_time.policies * us, f->route_time.wait * us,
                 f->route_time.between * us);
+        mvm_resid_stats rs;
+        if (f->budget_routing && f->moe) { /* since the context began: the prompt's too */
+            mvm_resid_get_stats(f->moe->resid, &rs);
+            mvm_log(MVM_LOG_INFO, "decode at a budget routed on the device: %llu expert "
+                    "accesses, %llu hits, %llu read in place, %llu admitted, %llu prefetched",
+                    (unsigned long long)rs.accesses, (unsigned long long)rs.hits,
+                    (unsigned long long)rs.zerocopy_runs, (unsigned long long)rs.admitted,
+                    (unsigned long long)rs.prefetches);
+        }
     }
     if (f->all_pinned)
         unpin_first(f, (uint64_t)f->m->hp.n_layer * f->m->hp.n_expert);
