@@ -518,6 +518,38 @@ static void wait_idle(mvm_space *sp)
     }
 }
 
+/* The loads of a token's replayed steps held back (mvm_resid_defer_loads): a prefetch and
+ * a home run's admission are noted, not asked, so nothing moves; undeferred, the prefetch
+ * is asked first (the planned one counted as such) and then the admission, one a layer;
+ * a prefetch asked twice is asked once. */
+static void test_defer_loads(void)
+{
+    setenv("MOEVM_ADMIT", "steps", 1);
+    mvm_space *sp = small_space();
+    mvm_resid *r = resid_for(sp, "lru", NULL);
+    CHECK_ST(mvm_resid_defer_loads(r, 1), MVM_OK);
+    CHECK_ST(mvm_resid_prefetch(r, 1, 2), MVM_OK);
+    CHECK_ST(mvm_resid_prefetch_planned(r, 1, 2), MVM_OK);
+    CHECK_ST(home_step(r, 0, 3), MVM_OK);
+    mvm_stats ss;
+    mvm_resid_stats rs;
+    mvm_space_get_stats(sp, &ss);
+    mvm_resid_get_stats(r, &rs);
+    CHECK(ss.moves_queued + ss.moves_in_flight == 0 && ss.pages_loaded == 0);
+    CHECK(rs.prefetches == 0 && rs.admitted == 0 && rs.cpu_runs == 1);
+    CHECK_ST(mvm_resid_defer_loads(r, 0), MVM_OK);
+    wait_idle(sp);
+    mvm_resid_get_stats(r, &rs);
+    CHECK(rs.prefetches == 2 && rs.planned == 1 && rs.admitted == 1);
+    CHECK(resident_pages(sp, 1, 2) == 2 && resident_pages(sp, 0, 3) == 2);
+    CHECK_ST(mvm_resid_defer_loads(r, 0), MVM_OK); /* nothing noted: nothing asked */
+    mvm_resid_get_stats(r, &rs);
+    CHECK(rs.prefetches == 2);
+    mvm_resid_destroy(r);
+    mvm_space_destroy(sp);
+    unsetenv("MOEVM_ADMIT");
+}
+
 /* PreScope's table from an offline profile (config hot): with a buffer of one expert, the
  * budget of three holds the profile's top two, (0,0) and (1,3), loaded at create. A stream
  * over every other expert of both layers then evicts only in the buffer: the two stay, and
@@ -1286,11 +1318,58 @@ static void test_round_lands_behind(void)
     dlclose(lib);
 }
 
+/* Which experts a reader may read at their own addresses (mvm_resid_landed_all): those
+ * resident whole and landed, a loading one not until it lands; one evicted and asked again
+ * while the flags said it was there is looked up again (loading: not there), not taken
+ * from the last answer. A budget of two experts of four. */
+static void test_landed_all(void)
+{
+    void *lib;
+    copy_delay_fn delay = copy_delay(&lib);
+    mvm_space *sp = NULL;
+    if (delay) {
+        mvm_space_desc d;
+        CHECK_ST(mvm_space_desc_init(&d), MVM_OK);
+        d.backend = MVM_BACKEND_CUDA;
+        d.n_layers = 1, d.n_experts = 4, d.expert_bytes = d.page_size = 65536;
+        d.device_budget = 2 * 65536;
+        CHECK_ST(mvm_space_create(&d, &sp), MVM_OK);
+    }
+    if (!sp)
+        return;
+    mvm_resid *r = resid_for(sp, "lru", "");
+    uint8_t own[4] = {0};
+    CHECK(mvm_resid_landed_all(r, own) == 0);
+    CHECK_ST(mvm_resid_prefetch(r, 0, 0), MVM_OK);
+    wait_idle(sp);
+    CHECK(mvm_resid_landed_all(r, own) == 1 && own[0] == 1);
+    delay(200000);
+    CHECK_ST(mvm_resid_prefetch(r, 0, 1), MVM_OK);
+    CHECK(mvm_resid_landed_all(r, own) == 0 && own[0] == 1 && own[1] == 0);
+    wait_idle(sp);
+    CHECK(mvm_resid_landed_all(r, own) == 1 && own[0] == 1 && own[1] == 1);
+    /* 2 evicts 0 (the least recent), then 0 evicts 1: 2 and 0 load */
+    CHECK_ST(mvm_resid_prefetch(r, 0, 2), MVM_OK);
+    CHECK_ST(mvm_resid_prefetch(r, 0, 0), MVM_OK);
+    mvm_residency res = {0};
+    mvm_expert_residency(sp, 0, 0, &res);
+    CHECK(res.loading == 1);
+    CHECK(mvm_resid_landed_all(r, own) == 2);
+    CHECK(own[0] == 0 && own[1] == 0 && own[2] == 0 && own[3] == 0);
+    wait_idle(sp);
+    delay(0);
+    CHECK(mvm_resid_landed_all(r, own) == 2 && own[0] == 1 && own[2] == 1);
+    mvm_resid_destroy(r);
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+    dlclose(lib);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "cuda") == 0) {
         RUN(test_step_asks_all_first);
         RUN(test_round_lands_behind);
+        RUN(test_landed_all);
         TEST_END();
     }
     snprintf(dir, sizeof dir, "/tmp/moevm-test-residency-XXXXXX");
@@ -1312,6 +1391,7 @@ int main(int argc, char **argv)
     RUN(test_wanted_prefetched);
     RUN(test_window_copies);
     RUN(test_admission);
+    RUN(test_defer_loads);
     RUN(test_at_home_moves_nothing);
     RUN(test_choice_and_errors);
     RUN(test_engine_matches_sim);
