@@ -163,6 +163,42 @@ static void test_admission(void)
     mvm_trace_free(t);
 }
 
+/* Decode routed on the device at a budget (device_routed, the engine's
+ * MOEVM_BUDGET_ROUTING=in-place): no host_step in the attention column; each access either
+ * a hit, read where its token's table found it landed, or read in place, none loaded on
+ * demand (the first token finds nothing resident: all in place); admission fills the cache
+ * between, so later tokens hit, and the budget holds. The same trace routed by the host
+ * loads every miss on demand and pays host_step a layer. */
+static void test_device_routed(void)
+{
+    const uint64_t eb = 9u << 20;
+    const uint32_t n_tok = 100, L = 4;
+    mvm_trace *t = make_trace(n_tok, L, 16, 2, eb);
+    if (!t)
+        return;
+    mvm_cost cost;
+    mvm_cost_init(&cost, mvm_machine_preset("h100"), eb, 2048, 768);
+    cost.m.host_step = 100e-6;
+    mvm_sim_config c;
+    mvm_sim_config_init(&c);
+    c.budget_pages = L * 16 * 5 / 2;
+    mvm_sim_result host, dev, first;
+    CHECK_ST(mvm_sim_run(t, &cost, &c, &host), MVM_OK);
+    c.device_routed = 1;
+    CHECK_ST(mvm_sim_run(t, &cost, &c, &dev), MVM_OK);
+    CHECK(host.zerocopy_runs == 0 && host.loads > 0);
+    CHECK(fabs(host.t_attn - n_tok * L * (cost.m.attn_time + cost.m.host_step)) < 1e-9);
+    CHECK(fabs(dev.t_attn - n_tok * L * cost.m.attn_time) < 1e-9);
+    CHECK(dev.loads == 0 && dev.hits + dev.zerocopy_runs == dev.accesses);
+    CHECK(dev.admitted > 0 && dev.hits > dev.accesses / 4);
+    CHECK(dev.peak_pages <= c.budget_pages);
+    check_breakdown(&dev);
+    t->n_tokens = 1; /* its first token alone: nothing resident yet */
+    CHECK_ST(mvm_sim_run(t, &cost, &c, &first), MVM_OK);
+    CHECK(first.hits == 0 && first.zerocopy_runs == first.accesses);
+    mvm_trace_free(t);
+}
+
 static void test_policies_run(void)
 {
     mvm_trace *t = make_trace(40, 3, 32, 4, 3u << 20);
@@ -490,6 +526,7 @@ int main(void)
     RUN(test_policies_run);
     RUN(test_split_overlap);
     RUN(test_admission);
+    RUN(test_device_routed);
     RUN(test_oracles);
     TEST_END();
 }

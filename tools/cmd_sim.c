@@ -42,7 +42,7 @@ struct policy_set {
 struct sim_args {
     const char *trace, *cost, *budget, *compare, *sweep, *out, *page;
     const char *model, *predictor, *shape, *hot_profile;
-    int zerocopy, no_admit, prefetch_window;
+    int zerocopy, no_admit, prefetch_window, admit_steps, device_routed;
     uint32_t steps, alpha_degree;
     int steps_given;
     float alpha_for;                    /* ms per token; 0 = not asked */
@@ -57,7 +57,7 @@ static void usage(FILE *f)
             "usage: moevm sim --trace T.jsonl [--budget SIZE|PCT] [--cost PRESET|FILE.json]\n"
             "                 [--route P] [--evict P] [--assign P] [--predict P] [--config P]\n"
             "                 [--page-size SIZE] [--zerocopy] [--no-admit] [--prefetch top-k|window]\n"
-            "                 [--compare SETS]\n"
+            "                 [--admit on|off|steps] [--budget-routing host|in-place] [--compare SETS]\n"
             "                 [--sweep budget=A%%..B%%] [--steps N] [--out PREFIX]\n"
             "                 [--model M.gguf] [--predictor P.bin] [--hot-profile T.jsonl]\n"
             "       moevm sim --model-shape NAME|L,E,K ...   (a synthetic trace, trace gen's defaults)\n"
@@ -67,7 +67,14 @@ static void usage(FILE *f)
             "  --cost       %s, or a JSON cost file (docs/cost-format.md, `moevm calibrate`);\n"
             "               default MOEVM_COST (h100)\n"
             "  --no-admit   experts run from their homes (CPU, zero-copy) are not loaded into\n"
-            "               the cache in the background afterwards (docs/policies.md)\n"
+            "               the cache in the background afterwards (docs/policies.md); --admit\n"
+            "               off the same, on (default) one a step while the copy engine is idle,\n"
+            "               steps one a step whatever it carries (MOEVM_ADMIT)\n"
+            "  --budget-routing  in-place: decode routed on the device at a budget, as the\n"
+            "               engine's MOEVM_BUDGET_ROUTING=in-place: no host time between a\n"
+            "               layer's attention and its experts (host_step), the experts landed at\n"
+            "               the token's start read there, every other one read in place\n"
+            "               (zero-copy); host (default): routed by the host\n"
             "  --prefetch   what a prediction prefetches: top-k (default), the next layer's top_k\n"
             "               most likely experts; window, MoEpic's (§3.3): every expert it ranks,\n"
             "               most likely first, each its pages not resident, until that layer\n"
@@ -179,7 +186,7 @@ static int add_bound(struct sim_args *a)
 enum {
     O_ROLE = 1, O_ZEROCOPY, O_NO_ADMIT, O_TRACE, O_MODEL, O_PREDICTOR, O_SHAPE, O_COST,
     O_BUDGET, O_COMPARE, O_SWEEP, O_OUT, O_PAGE, O_STEPS, O_ALPHA_FOR, O_ALPHA_DEGREE,
-    O_PREFETCH,
+    O_PREFETCH, O_ADMIT, O_BUDGET_ROUTING,
     O_HOT_PROFILE
 };
 
@@ -193,7 +200,8 @@ const mvm_cli_opt mvm_sim_opts[] = {
     {"sweep", 0, 1, O_SWEEP},      {"out", 0, 1, O_OUT},             {"page-size", 0, 1, O_PAGE},
     {"steps", 0, 1, O_STEPS},      {"alpha-for", 0, 1, O_ALPHA_FOR},
     {"alpha-degree", 0, 1, O_ALPHA_DEGREE}, {"prefetch", 0, 1, O_PREFETCH},
-    {"hot-profile", 0, 1, O_HOT_PROFILE}, {0}};
+    {"hot-profile", 0, 1, O_HOT_PROFILE}, {"admit", 0, 1, O_ADMIT},
+    {"budget-routing", 0, 1, O_BUDGET_ROUTING}, {0}};
 
 /* --route, --evict, ...: the base set's module of that role, copied into its buffer. */
 static int parse_role(struct sim_args *a, char **bp, const char *f, const char *v)
@@ -219,6 +227,21 @@ static int parse_option(struct sim_args *a, char **bp, int id, const char *f, co
     case O_ROLE: return parse_role(a, bp, f, v);
     case O_ZEROCOPY: a->zerocopy = 1; return 0;
     case O_NO_ADMIT: a->no_admit = 1; return 0;
+    case O_ADMIT:
+        if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0 && strcmp(v, "steps") != 0) {
+            fprintf(stderr, "moevm sim: --admit %s: expected on, off or steps\n", v);
+            return 2;
+        }
+        a->no_admit = strcmp(v, "off") == 0;
+        a->admit_steps = strcmp(v, "steps") == 0;
+        return 0;
+    case O_BUDGET_ROUTING:
+        if (strcmp(v, "host") != 0 && strcmp(v, "in-place") != 0) {
+            fprintf(stderr, "moevm sim: --budget-routing %s: expected host or in-place\n", v);
+            return 2;
+        }
+        a->device_routed = strcmp(v, "in-place") == 0;
+        return 0;
     case O_PREFETCH:
         if (strcmp(v, "top-k") != 0 && strcmp(v, "window") != 0) {
             fprintf(stderr, "moevm sim: --prefetch %s: expected top-k or window\n", v);
@@ -509,7 +532,8 @@ int mvm_cmd_sim(int argc, char **argv)
     cfg.predictor = in.predictor;
     cfg.predictor_size = in.predictor_size;
     cfg.zerocopy = a.zerocopy;
-    cfg.admit = !a.no_admit;
+    cfg.admit = a.no_admit ? 0 : a.admit_steps ? 2 : 1;
+    cfg.device_routed = a.device_routed;
     cfg.prefetch_window = a.prefetch_window;
     uint64_t page = 0;
     mvm_cost cost;

@@ -64,6 +64,7 @@ struct sim {
     float *weights, *next_scores;
     uint32_t *counts;        /* [E] */
     uint8_t *where;          /* [E] */
+    uint8_t *own;            /* [L*E] device_routed: read resident by the current token */
     double *load_ready;      /* [E] when an expert's on-demand load ends */
     double *top_share;       /* [E] the share of its pages resident before that load */
     uint32_t *prefetch;      /* [E] */
@@ -216,18 +217,23 @@ static int queue_prefetch(struct sim *s, uint32_t x, double now, int forecast)
 }
 
 /* Admission (policy/admit.h): an expert layer l ran from its home is offered to the cache,
- * one a step at most, and only while the copy engine is idle at `now` with nothing queued. */
+ * one a step at most, and (admit 1) only while the copy engine is idle at `now` with
+ * nothing queued. */
 static void admit(struct sim *s, uint32_t l, double now)
 {
     for (uint32_t e = 0; s->cfg->admit && e < s->E; e++) {
         uint32_t x = l * s->E + e;
         if (!s->counts[e] || (s->where[e] != MVM_RUN_CPU && s->where[e] != MVM_RUN_ZEROCOPY) ||
-            s->n_queue || s->copy_free > now || s->resident[x] == ppe(s))
+            (s->cfg->admit == 1 && (s->n_queue || s->copy_free > now)) ||
+            s->resident[x] == ppe(s) || s->queued[x])
             continue;
         s->view.now = now;
         mvm_evict_collect(&s->victims, 0, s->n_total, x, landed_by_now, s);
-        if (mvm_evict_admit(&s->victims, &s->view, x, ppe(s) - s->resident[x]))
-            s->r.admitted += (uint64_t)queue_prefetch(s, x, now, 0);
+        if (mvm_evict_admit(&s->victims, &s->view, x, ppe(s) - s->resident[x]) &&
+            queue_prefetch(s, x, now, 0)) {
+            s->r.admitted++;
+            return; /* one a step */
+        }
     }
 }
 
@@ -281,10 +287,13 @@ static void route_step(struct sim *s, mvm_pstep *step, double t_attn_end)
             continue;
         uint32_t x = l * s->E + e;
         s->r.accesses++;
-        int hit = s->resident[x] == ppe(s) && s->ready[x] <= t_attn_end;
+        /* (routed on the device: where its token's table said, read resident or in place) */
+        int hit = s->cfg->device_routed ? s->own[x]
+                                        : s->resident[x] == ppe(s) && s->ready[x] <= t_attn_end;
         s->r.hits += hit;
         s->r.misses += !hit;
-        s->r.partial_hits += !hit && s->resident[x] > 0 && s->ready[x] <= t_attn_end;
+        s->r.partial_hits += !hit && !s->cfg->device_routed && s->resident[x] > 0 &&
+                             s->ready[x] <= t_attn_end;
         if (s->by_prefetch[x]) {
             s->r.prefetch_used++;
             s->r.prefetch_hits += hit;
@@ -476,16 +485,40 @@ static void cut_prefetches(struct sim *s, uint32_t l, double now, const uint32_t
     s->n_queue = kept;
 }
 
+/* device_routed, at a token's start: the experts its kernels read resident, those
+ * resident and landed by `now` (the table sent up before it), shielded until their layer
+ * has run, as nothing moves under a queued token in the engine. */
+static void token_table(struct sim *s, double now)
+{
+    run_prefetches(s, now);
+    for (uint32_t x = 0; x < s->n_total; x++) {
+        s->own[x] = s->resident[x] == ppe(s) && s->ready[x] <= now && !s->queued[x];
+        s->busy[x] |= s->own[x];
+    }
+}
+
+/* device_routed: each of the step's experts where the token's table says. */
+static void table_places(struct sim *s, uint32_t l, mvm_assignment *a)
+{
+    for (uint32_t e = 0; e < s->E; e++)
+        if (s->counts[e])
+            s->where[e] = s->own[l * s->E + e] ? MVM_RUN_GPU : MVM_RUN_ZEROCOPY;
+    a->n_prefetch = 0; /* (a plan made for host-routed steps) */
+}
+
 static mvm_status sim_layer(struct sim *s, uint32_t tok, uint32_t l, double *clock)
 {
     const mvm_trace *t = s->t;
     size_t rec = (size_t)tok * s->L + l;
     double start = fmax(*clock, s->gpu_free);
     /* the host's share of the step (host_step) follows the layer's attention: the device
-     * waits for it, the copy engine does not */
-    double t_attn_end = start + s->cost->m.attn_time + s->cost->m.host_step;
+     * waits for it, the copy engine does not; routed on the device, no host in between */
+    const double host = s->cfg->device_routed ? 0 : s->cost->m.host_step;
+    double t_attn_end = start + s->cost->m.attn_time + host;
     s->gpu_free = t_attn_end;
-    s->r.t_attn += s->cost->m.attn_time + s->cost->m.host_step;
+    s->r.t_attn += s->cost->m.attn_time + host;
+    if (s->cfg->device_routed && l == 0)
+        token_table(s, start);
 
     memcpy(s->experts, t->experts + rec * s->K, s->K * sizeof *s->experts);
     memcpy(s->weights, t->weights + rec * s->K, s->K * sizeof *s->weights);
@@ -500,6 +533,8 @@ static mvm_status sim_layer(struct sim *s, uint32_t tok, uint32_t l, double *clo
         cut_prefetches(s, l, t_attn_end, s->counts);
     mvm_assignment a;
     uint32_t n_ahead = assign_step(s, &step, &a);
+    if (s->cfg->device_routed)
+        table_places(s, l, &a);
     double end = run_experts(s, l, t_attn_end);
     end_step(s, &step, &a, n_ahead, t_attn_end, end);
     *clock = end;
@@ -547,7 +582,7 @@ static void free_sim(struct sim *s)
     void *p[] = {s->resident, s->busy, s->held, s->ready, s->landed, s->by_prefetch, s->spec,
                  s->spec_keep, s->cand, s->queue,
                  s->queued, s->experts, s->weights, s->next_scores, s->counts, s->where,
-                 s->load_ready, s->top_share, s->prefetch, s->layer_pages, s->theta};
+                 s->load_ready, s->top_share, s->prefetch, s->layer_pages, s->theta, s->own};
     for (size_t i = 0; i < sizeof p / sizeof *p; i++)
         free(p[i]);
 }
@@ -585,12 +620,13 @@ mvm_status mvm_sim_run(const mvm_trace *t, const mvm_cost *cost, const mvm_sim_c
     s.next_scores = calloc((size_t)MVM_ASSIGN_AHEAD * s.E, sizeof *s.next_scores);
     s.counts = calloc(s.E, sizeof *s.counts);
     s.where = calloc(s.E, 1);
+    s.own = calloc(s.n_total, 1);
     s.load_ready = calloc(s.E, sizeof *s.load_ready);
     s.top_share = calloc(s.E, sizeof *s.top_share);
     s.prefetch = calloc(MVM_ASSIGN_AHEAD * (size_t)s.E, sizeof *s.prefetch);
     s.layer_pages = malloc(s.L * sizeof *s.layer_pages);
     s.theta = malloc(s.L * sizeof *s.theta);
-    if (!s.resident || !s.busy || !s.held || !s.ready || !s.landed || !s.by_prefetch || !s.spec ||
+    if (!s.resident || !s.busy || !s.held || !s.ready || !s.landed || !s.by_prefetch || !s.spec || !s.own ||
         !s.spec_keep || !s.cand ||
         !s.queue || !s.queued || !s.experts || !s.weights || !s.next_scores || !s.counts ||
         !s.where || !s.load_ready || !s.top_share || !s.prefetch || !s.layer_pages || !s.theta) {

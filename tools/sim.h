@@ -40,7 +40,18 @@ typedef struct mvm_sim_config {
                                             dropped */
     int zerocopy;                        /* 1: the device reads host homes (HOST_NUMA) */
     int admit;                           /* 1 (default): experts run from their homes are
-                                            admitted in the background (policy/admit.h) */
+                                            admitted in the background (policy/admit.h),
+                                            one a step while the copy engine is idle; 2:
+                                            one a step whatever it carries (the engine's
+                                            MOEVM_ADMIT=steps) */
+    int device_routed;                   /* 1: decode at a budget routed on the device (the
+                                            engine's MOEVM_BUDGET_ROUTING=in-place): no
+                                            host_step between a layer's attention and its
+                                            experts; an expert resident and landed at the
+                                            token's start is read there (shielded from
+                                            eviction until its layer has run), every other
+                                            one read in place (zero-copy), whatever the
+                                            assign module says; loads as the steps end */
     /* For predictors (policy.h, mvm_pinit): the model's routers and a `moevm
      * train-predictor` file's bytes; NULL when not given. */
     const mvm_router *router;
