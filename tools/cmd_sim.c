@@ -221,34 +221,47 @@ static int parse_role(struct sim_args *a, char **bp, const char *f, const char *
     return 0;
 }
 
+/* v's index among names (NULL-terminated), a flag f's choices; -1 after saying which
+ * were expected. */
+static int choice_of(const char *f, const char *v, const char *const *names)
+{
+    char expected[96] = "";
+    for (int i = 0; names[i]; i++) {
+        if (strcmp(v, names[i]) == 0)
+            return i;
+        size_t at = strlen(expected);
+        snprintf(expected + at, sizeof expected - at, "%s%s", i ? (names[i + 1] ? ", " : " or ")
+                                                               : "", names[i]);
+    }
+    fprintf(stderr, "moevm sim: %s %s: expected %s\n", f, v, expected);
+    return -1;
+}
+
 static int parse_option(struct sim_args *a, char **bp, int id, const char *f, const char *v)
 {
     switch (id) {
     case O_ROLE: return parse_role(a, bp, f, v);
     case O_ZEROCOPY: a->zerocopy = 1; return 0;
     case O_NO_ADMIT: a->no_admit = 1; return 0;
-    case O_ADMIT:
-        if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0 && strcmp(v, "steps") != 0) {
-            fprintf(stderr, "moevm sim: --admit %s: expected on, off or steps\n", v);
-            return 2;
-        }
-        a->no_admit = strcmp(v, "off") == 0;
-        a->admit_steps = strcmp(v, "steps") == 0;
-        return 0;
-    case O_BUDGET_ROUTING:
-        if (strcmp(v, "host") != 0 && strcmp(v, "in-place") != 0) {
-            fprintf(stderr, "moevm sim: --budget-routing %s: expected host or in-place\n", v);
-            return 2;
-        }
-        a->device_routed = strcmp(v, "in-place") == 0;
-        return 0;
-    case O_PREFETCH:
-        if (strcmp(v, "top-k") != 0 && strcmp(v, "window") != 0) {
-            fprintf(stderr, "moevm sim: --prefetch %s: expected top-k or window\n", v);
-            return 2;
-        }
-        a->prefetch_window = strcmp(v, "window") == 0;
-        return 0;
+    case O_ADMIT: {
+        static const char *const modes[] = {"on", "off", "steps", NULL};
+        int i = choice_of(f, v, modes);
+        a->no_admit = i == 1;
+        a->admit_steps = i == 2;
+        return i < 0 ? 2 : 0;
+    }
+    case O_BUDGET_ROUTING: {
+        static const char *const modes[] = {"host", "in-place", NULL};
+        int i = choice_of(f, v, modes);
+        a->device_routed = i == 1;
+        return i < 0 ? 2 : 0;
+    }
+    case O_PREFETCH: {
+        static const char *const modes[] = {"top-k", "window", NULL};
+        int i = choice_of(f, v, modes);
+        a->prefetch_window = i == 1;
+        return i < 0 ? 2 : 0;
+    }
     case O_TRACE: a->trace = v; return 0;
     case O_MODEL: a->model = v; return 0;
     case O_PREDICTOR: a->predictor = v; return 0;

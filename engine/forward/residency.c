@@ -77,29 +77,35 @@ static void initial_state(mvm_resid *r, uint32_t n_layers)
  * made is freed with r). */
 static bool alloc_tables(mvm_resid *r, uint32_t n_layers)
 {
-    r->resident = calloc(r->n_total, sizeof *r->resident);
-    r->busy = calloc(r->n_total, 1);
-    r->pinned = calloc(r->n_total, 1);
-    r->view_addr = calloc(r->n_total, sizeof *r->view_addr);
-    r->held = calloc(r->n_total, 1);
-    r->plan = calloc(r->n_total, sizeof *r->plan);
-    r->by_prefetch = calloc(r->n_total, 1);
-    r->moved = calloc(r->n_total, 1);
-    r->deferred_kind = calloc(r->n_total, 1);
-    r->deferred = calloc(r->n_total, sizeof *r->deferred);
-    r->spec = calloc(r->n_total, 1);
-    r->spec_keep = calloc(r->n_total, sizeof *r->spec_keep);
-    r->home_run = calloc(r->n_total, 1);
-    r->cand = calloc(r->n_total + 1, sizeof *r->cand);
-    r->want = calloc(r->n_total, sizeof *r->want);
-    r->landed = calloc(r->n_total, sizeof *r->landed);
-    r->moves = calloc(r->n_experts, sizeof *r->moves);
-    r->layer_pages = malloc(n_layers * sizeof *r->layer_pages);
-    r->theta = malloc(n_layers * sizeof *r->theta);
-    return r->resident && r->busy && r->pinned && r->view_addr && r->held && r->plan &&
-           r->by_prefetch && r->moved && r->deferred_kind && r->deferred && r->spec &&
-           r->spec_keep && r->home_run && r->cand && r->want && r->landed && r->moves &&
-           r->layer_pages && r->theta;
+    const size_t n = r->n_total;
+    const struct {
+        void **p;
+        size_t bytes;
+    } t[] = {
+        {(void **)&r->resident, n * sizeof *r->resident},
+        {(void **)&r->busy, n},
+        {(void **)&r->pinned, n},
+        {(void **)&r->view_addr, n * sizeof *r->view_addr},
+        {(void **)&r->held, n},
+        {(void **)&r->plan, n * sizeof *r->plan},
+        {(void **)&r->by_prefetch, n},
+        {(void **)&r->moved, n},
+        {(void **)&r->deferred_kind, n},
+        {(void **)&r->deferred, n * sizeof *r->deferred},
+        {(void **)&r->spec, n},
+        {(void **)&r->spec_keep, n * sizeof *r->spec_keep},
+        {(void **)&r->home_run, n},
+        {(void **)&r->cand, (n + 1) * sizeof *r->cand},
+        {(void **)&r->want, n * sizeof *r->want},
+        {(void **)&r->landed, n * sizeof *r->landed},
+        {(void **)&r->moves, r->n_experts * sizeof *r->moves},
+        {(void **)&r->layer_pages, n_layers * sizeof *r->layer_pages},
+        {(void **)&r->theta, n_layers * sizeof *r->theta},
+    };
+    bool ok = true;
+    for (size_t i = 0; i < sizeof t / sizeof *t; i++)
+        ok &= (*t[i].p = calloc(1, t[i].bytes ? t[i].bytes : 1)) != NULL;
+    return ok;
 }
 
 mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_resid **out)
