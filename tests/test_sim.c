@@ -193,6 +193,12 @@ static void test_device_routed(void)
     CHECK(dev.admitted > 0 && dev.hits > dev.accesses / 4);
     CHECK(dev.peak_pages <= c.budget_pages);
     check_breakdown(&dev);
+    /* a layer's reads in place run beside its resident experts, in the same launch: the
+     * experts' time is below the two's sum, and at least the longer of them */
+    const double g1 = mvm_cost_gpu(&cost, 1), z1 = mvm_cost_zerocopy(&cost, 1);
+    const double resident = (double)dev.hits * g1, in_place = (double)dev.zerocopy_runs * z1;
+    CHECK(dev.t_gpu < resident + in_place - 1e-9);
+    CHECK(dev.t_gpu >= fmax(resident, in_place) - 1e-9);
     t->n_tokens = 1; /* its first token alone: nothing resident yet */
     CHECK_ST(mvm_sim_run(t, &cost, &c, &first), MVM_OK);
     CHECK(first.hits == 0 && first.zerocopy_runs == first.accesses);

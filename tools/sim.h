@@ -7,7 +7,8 @@
  *
  *   attention (GPU) → route → assign → experts: resident ones on the GPU, loads on the copy
  *   engine then the GPU (a resident page prefix computing while the rest loads, as
- *   MoEpic's split does), zero-copy on the GPU, CPU ones on the pool, concurrently → the
+ *   MoEpic's split does), zero-copy reads over the bus beside the GPU's compute (the same
+ *   launches; the bus, not the SMs, bounds them), CPU ones on the pool, concurrently → the
  *   layer ends when GPU and CPU are both done → predictions for the next layer queue
  *   prefetches → observations to evict/config.
  *
