@@ -191,6 +191,7 @@ if [ -n "$fake_driver" ]; then
     if [ -n "$fake_kernels" ]; then
         expect 0 'space: cuda backend.*computing on' -- env MOEVM_BACKEND=auto MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "x" -n 2
         expect 0 'space: cuda backend.*computing on' -- env MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "x" -n 2
+        gpu_env="MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY=$fake_driver FAKECUDA_KERNELS=$fake_kernels"
         # the spin in effect is said at info (auto: 0 on 2 CPUs, 2000 us from 4 on the cuda backend)
         expect 0 'backend cuda, moves spin 250 us before sleeping' -- env MOEVM_LOG=info MOEVM_MOVE_SPIN=250 MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 50%
         expect 1 'MOEVM_MOVE_SPIN=fast: not valid \(expected an integer in 0..100000, or auto\)' -- env MOEVM_MOVE_SPIN=fast "$moevm" run -m "$m" -p "x" -n 2
@@ -204,6 +205,13 @@ if [ -n "$fake_driver" ]; then
         # at a budget the host routes each step: where a token's host time goes, a sync a
         # layer and one for the logits (2 layers), and the space's share
         expect 0 'decode: 1[012] tokens routed by the host; host time a token: [0-9]+ us queueing kernels and copies, [0-9]+ us waiting for the device, [0-9]+ us routing and the policies, [0-9]+ us asking for residency, [0-9]+ us waiting for copies, [0-9]+ us the CPU.s experts [(]the cost model: 0 us, its CPU times now scaled by 1.00[)] [(]3.0 syncs[)]; the space a token: [0-9]+ us evicting on this thread [(]in the asking and the policies[)], [0-9]+ us of the migration worker.s mappings, [0-9.]+ MiB copied; expert accesses a token: [0-9.]+, [0-9.]+ hits, 0.0 read in place' -- env MOEVM_LOG=info MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 --gpu-budget 50%
+        # at a budget routed on the device (MOEVM_BUDGET_ROUTING=in-place): the same text, and
+        # its accesses' split said at info; with an assign module that may put experts on the
+        # CPU, host routing, saying why
+        env MOEVM_LOG=info MOEVM_BUDGET_ROUTING=in-place MOEVM_DETERMINISTIC=on $gpu_env "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 --gpu-budget 50% >"$tmp/br" 2>"$tmp/br.err"
+        if cmp -s "$tmp/a" "$tmp/br" && grep -Eq 'decode: 1[012] tokens routed on the device' "$tmp/br.err" &&
+           grep -Eq 'decode at a budget routed on the device: [0-9]+ expert accesses, [1-9][0-9]* hits, [1-9][0-9]* read in place, [0-9]+ admitted' "$tmp/br.err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: MOEVM_BUDGET_ROUTING=in-place" >&2; cat "$tmp/br.err" >&2; fi
+        expect 0 'MOEVM_BUDGET_ROUTING=in-place: decode routed by the host, as the assign module is not gpu' -- env MOEVM_LOG=info MOEVM_BUDGET_ROUTING=in-place MOEVM_ASSIGN=greedy $gpu_env "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 50%
         # --n-cpu-moe on a GPU: 1 of the 2 layers, half the experts' pages on the device, to
         # the same text; 99, none there: the CPU computes every expert at its home, the GPU
         # the rest (llama.cpp's -ngl 99 --cpu-moe), to the same text, nothing moved
