@@ -149,6 +149,9 @@ result() { echo "RESULT offload model=$1 type=$2 budget=$3 engine=$4 routing=$5 
                     laps=$(decode_laps "$work/run.err")
                     [[ -n $laps ]] && echo "RESULT decode_host model=$name type=$type" \
                         "budget=$b routing=$routing $laps variant=$variant"
+                    laps=$(decode_routed "$work/run.err")
+                    [[ -n $laps ]] && echo "RESULT decode_device model=$name type=$type" \
+                        "budget=$b routing=$routing $laps variant=$variant"
                 done
             done
             [[ -n $lb ]] || continue

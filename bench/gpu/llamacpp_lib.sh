@@ -53,6 +53,24 @@ decode_laps() {
                         $16 }'
 }
 
+# The same for the last decode routed on the device (engine/forward/forward_cuda_route.c),
+# as "tokens=.. queue_us=.. policies_us=.. wait_us=.. between_us=..", and at a budget
+# (MOEVM_BUDGET_ROUTING=in-place) the context's "accesses=.. hits=.. in_place=..
+# admitted=.. prefetched=..", for a RESULT decode_device line.
+decode_routed() {
+    local host split
+    host=$(grep -o 'decode: [0-9]* tokens routed on the device.*' "$1" | tail -n 1 |
+        sed 's/CUDA graphs: [0-9]* built, [0-9]* kernel nodes updated; //' |
+        grep -o '[0-9][0-9.]*' | paste -sd' ' |
+        awk 'NF == 5 { printf "tokens=%s queue_us=%s policies_us=%s wait_us=%s between_us=%s",
+                       $1, $2, $3, $4, $5 }')
+    split=$(grep -o 'decode at a budget routed on the device: .*' "$1" | tail -n 1 |
+        grep -o '[0-9][0-9.]*' | paste -sd' ' |
+        awk 'NF == 5 { printf " accesses=%s hits=%s in_place=%s admitted=%s prefetched=%s",
+                       $1, $2, $3, $4, $5 }')
+    if [[ -n $host ]]; then echo "$host$split"; fi
+}
+
 # llama-bench's markdown rows -> "pp512=.. tg128=..".
 llama_speeds() {
     awk -F'|' 'NF > 3 && $(NF-2) ~ /(pp|tg)[0-9]+/ { t = $(NF-2); gsub(/ /, "", t); split($(NF-1), v, " ");
