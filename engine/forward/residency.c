@@ -468,8 +468,8 @@ static void admit(mvm_resid *r, uint32_t layer)
             continue;
         r->home_run[x] = 0;
         mvm_stats s;
-        if (one || !r->admit || r->at_home || r->resident[x] == r->ppe || (r->remote && r->remote[x]) ||
-            mvm_space_get_stats(r->space, &s) != MVM_OK ||
+        if (one || !r->admit || r->at_home || r->resident[x] == r->ppe ||
+            (r->remote && r->remote[x]) || mvm_space_get_stats(r->space, &s) != MVM_OK ||
             (r->admit == 1 && (s.moves_queued || s.moves_in_flight)))
             continue;
         mvm_evict_collect(&r->victims, 0, r->n_total, x, NULL, NULL);
