@@ -223,20 +223,23 @@ static int parse_role(struct sim_args *a, char **bp, const char *f, const char *
     return 0;
 }
 
-/* v's index among names (NULL-terminated), a flag f's choices; -1 after saying which
- * were expected. */
-static int choice_of(const char *f, const char *v, const char *const *names)
+/* --admit, --budget-routing, --prefetch: their values' indices into the fields they set. */
+static int parse_choice(struct sim_args *a, int id, const char *f, const char *v)
 {
-    char expected[96] = "";
-    for (int i = 0; names[i]; i++) {
-        if (strcmp(v, names[i]) == 0)
-            return i;
-        size_t at = strlen(expected);
-        snprintf(expected + at, sizeof expected - at, "%s%s", i ? (names[i + 1] ? ", " : " or ")
-                                                               : "", names[i]);
-    }
-    fprintf(stderr, "moevm sim: %s %s: expected %s\n", f, v, expected);
-    return -1;
+    static const char *const admit[] = {"on", "off", "steps", NULL};
+    static const char *const routing[] = {"host", "in-place", NULL};
+    static const char *const prefetch[] = {"top-k", "window", NULL};
+    int i = 0;
+    if (mvm_cli_choice("sim", f, v,
+                       id == O_ADMIT ? admit : id == O_BUDGET_ROUTING ? routing : prefetch, &i))
+        return 2;
+    if (id == O_ADMIT)
+        a->no_admit = i == 1, a->admit_steps = i == 2;
+    else if (id == O_BUDGET_ROUTING)
+        a->device_routed = i == 1;
+    else
+        a->prefetch_window = i == 1;
+    return 0;
 }
 
 static int parse_option(struct sim_args *a, char **bp, int id, const char *f, const char *v)
@@ -245,25 +248,9 @@ static int parse_option(struct sim_args *a, char **bp, int id, const char *f, co
     case O_ROLE: return parse_role(a, bp, f, v);
     case O_ZEROCOPY: a->zerocopy = 1; return 0;
     case O_NO_ADMIT: a->no_admit = 1; return 0;
-    case O_ADMIT: {
-        static const char *const modes[] = {"on", "off", "steps", NULL};
-        int i = choice_of(f, v, modes);
-        a->no_admit = i == 1;
-        a->admit_steps = i == 2;
-        return i < 0 ? 2 : 0;
-    }
-    case O_BUDGET_ROUTING: {
-        static const char *const modes[] = {"host", "in-place", NULL};
-        int i = choice_of(f, v, modes);
-        a->device_routed = i == 1;
-        return i < 0 ? 2 : 0;
-    }
-    case O_PREFETCH: {
-        static const char *const modes[] = {"top-k", "window", NULL};
-        int i = choice_of(f, v, modes);
-        a->prefetch_window = i == 1;
-        return i < 0 ? 2 : 0;
-    }
+    case O_ADMIT:
+    case O_BUDGET_ROUTING:
+    case O_PREFETCH: return parse_choice(a, id, f, v);
     case O_TRACE: a->trace = v; return 0;
     case O_MODEL: a->model = v; return 0;
     case O_PREDICTOR: a->predictor = v; return 0;

@@ -371,14 +371,11 @@ static mvm_status begin_round(mvm_moe *s)
  * replay's own loads back until its end: mvm_resid_defer_loads). */
 static void replay_places(mvm_moe *s)
 {
-    const uint32_t layer = s->step.layer;
     for (uint32_t i = 0; i < s->n_active; i++) {
         const uint32_t e = (uint32_t)s->active[i];
-        mvm_residency res = {0};
-        int own = s->replay_own[e] &&
-                  mvm_expert_residency(s->m->space, layer, e, &res) == MVM_OK &&
-                  res.resident == res.n_pages && !res.loading;
-        s->where[e] = own ? MVM_RUN_GPU : MVM_RUN_ZEROCOPY;
+        s->where[e] = s->replay_own[e] && mvm_resid_landed(s->resid, s->step.layer, e)
+                          ? MVM_RUN_GPU
+                          : MVM_RUN_ZEROCOPY;
     }
 }
 

@@ -254,18 +254,22 @@ static const mvm_pview *view(mvm_resid *r)
     return &r->view;
 }
 
+int mvm_resid_landed(const mvm_resid *r, uint32_t layer, uint32_t e)
+{
+    mvm_residency res = {0};
+    return mvm_expert_residency(r->space, layer, e, &res) == MVM_OK &&
+           res.resident == res.n_pages && !res.loading;
+}
+
 const mvm_pview *mvm_resid_landed_view(mvm_resid *r, uint32_t layer)
 {
     uint32_t E = r->n_experts;
     if (r->landed_layer < r->shape.n_layers)
         memset(r->landed + (size_t)r->landed_layer * E, 0, E * sizeof *r->landed);
     r->landed_layer = layer < r->shape.n_layers ? layer : UINT32_MAX;
-    for (uint32_t e = 0; e < E && layer < r->shape.n_layers; e++) {
-        mvm_residency res = {0};
-        if (r->resident[layer * E + e] && mvm_expert_residency(r->space, layer, e, &res) ==
-            MVM_OK && res.resident == res.n_pages && !res.loading)
+    for (uint32_t e = 0; e < E && layer < r->shape.n_layers; e++)
+        if (r->resident[layer * E + e] && mvm_resid_landed(r, layer, e))
             r->landed[layer * E + e] = r->ppe;
-    }
     r->landed_view = *view(r);
     r->landed_view.resident = r->landed;
     return &r->landed_view;
@@ -279,9 +283,7 @@ uint32_t mvm_resid_landed_all(mvm_resid *r, uint8_t *own)
         if (r->resident[x] == r->ppe && own[x] && !r->moved[x])
             now = 1; /* landed before, and nothing has moved it since */
         else if (r->resident[x] == r->ppe) {
-            mvm_residency res = {0};
-            now = mvm_expert_residency(r->space, x / r->n_experts, x % r->n_experts, &res) ==
-                      MVM_OK && res.resident == res.n_pages && !res.loading;
+            now = (uint8_t)mvm_resid_landed(r, x / r->n_experts, x % r->n_experts);
             r->moved[x] = !now;
         }
         changed += now != own[x];

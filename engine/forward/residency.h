@@ -118,6 +118,9 @@ void mvm_resid_pinit(const mvm_resid *r, mvm_pinit *out);
  * substitute: policy/route_importance.c, reading 9) and every other row is empty. Valid
  * until the next call. */
 const mvm_pview *mvm_resid_landed_view(mvm_resid *r, uint32_t layer);
+/* Whether expert (layer, e) is resident whole in the space, its copy landed (none
+ * loading). */
+int mvm_resid_landed(const mvm_resid *r, uint32_t layer, uint32_t e);
 /* Which experts are resident whole and landed, for a reader that decides by itself where
  * to read each one (a decode token routed on the device at a budget, forward_cuda_route.c):
  * own[L*E] updated from its previous contents, which must be this function's last result
