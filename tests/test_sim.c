@@ -205,6 +205,54 @@ static void test_device_routed(void)
     mvm_trace_free(t);
 }
 
+/* Read-through (device_routed 2, MOEVM_BUDGET_ROUTING=read-through): routed on the device,
+ * each miss read in place and stored into a free slab of a pool the evict module's victims
+ * refill between tokens, as many as the last token missed (top_k for the first, a quarter of
+ * the budget at most). No load, no admission; the budget holds with the pool counted. */
+static void test_read_through(void)
+{
+    const uint64_t eb = 9u << 20;
+    const uint32_t n_tok = 100, L = 4, E = 16, K = 2;
+    mvm_trace *t = make_trace(n_tok, L, E, K, eb);
+    if (!t)
+        return;
+    mvm_cost cost;
+    mvm_cost_init(&cost, mvm_machine_preset("h100"), eb, 2048, 768);
+    mvm_sim_config c;
+    mvm_sim_config_init(&c);
+    c.budget_pages = L * E * 5 / 2; /* a quarter of the experts, 5 pages each */
+    mvm_sim_result dev, thr, r;
+    c.device_routed = 1;
+    CHECK_ST(mvm_sim_run(t, &cost, &c, &dev), MVM_OK);
+    c.device_routed = 2;
+    CHECK_ST(mvm_sim_run(t, &cost, &c, &thr), MVM_OK);
+    CHECK(thr.loads == 0 && thr.admitted == 0 && thr.prefetches == 0);
+    CHECK(thr.hits + thr.zerocopy_runs == thr.accesses && thr.hits > thr.accesses / 4);
+    CHECK(thr.read_through > 0 && thr.read_through <= thr.misses);
+    CHECK(thr.peak_pages <= c.budget_pages && thr.peak_pages > c.budget_pages - 5);
+    CHECK(fabs(thr.t_attn - dev.t_attn) < 1e-9);
+    check_breakdown(&thr);
+    /* a budget of three experts has no quarter to give the pool: nothing ever enters */
+    c.budget_pages = 3 * 5;
+    CHECK_ST(mvm_sim_run(t, &cost, &c, &r), MVM_OK);
+    CHECK(r.read_through == 0 && r.hits == 0);
+    /* The same 8 experts every token, 16 fit: the first token's pool is top_k (2 of its 8
+     * misses enter), the second's the 8 it missed, cut to a quarter of the 16 (4 of 6), the
+     * third's 4 (the last 2); then every access hits, nothing evicted: 16 misses. */
+    for (uint32_t i = 1; i < n_tok; i++)
+        for (uint32_t l = 0; l < L; l++) {
+            memcpy(mvm_trace_experts(t, i, l), mvm_trace_experts(t, 0, l), K * sizeof(int32_t));
+            memcpy(mvm_trace_scores(t, i, l), mvm_trace_scores(t, 0, l), E * sizeof(float));
+        }
+    c.budget_pages = 16 * 5;
+    CHECK_ST(mvm_sim_run(t, &cost, &c, &r), MVM_OK);
+    CHECK(r.accesses == n_tok * L * K && r.misses == 16 && r.read_through == 8);
+    t->n_tokens = 1;
+    CHECK_ST(mvm_sim_run(t, &cost, &c, &r), MVM_OK);
+    CHECK(r.hits == 0 && r.read_through == K);
+    mvm_trace_free(t);
+}
+
 static void test_policies_run(void)
 {
     mvm_trace *t = make_trace(40, 3, 32, 4, 3u << 20);
@@ -533,6 +581,7 @@ int main(void)
     RUN(test_split_overlap);
     RUN(test_admission);
     RUN(test_device_routed);
+    RUN(test_read_through);
     RUN(test_oracles);
     TEST_END();
 }

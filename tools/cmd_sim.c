@@ -57,8 +57,8 @@ static void usage(FILE *f)
             "usage: moevm sim --trace T.jsonl [--budget SIZE|PCT] [--cost PRESET|FILE.json]\n"
             "                 [--route P] [--evict P] [--assign P] [--predict P] [--config P]\n"
             "                 [--page-size SIZE] [--zerocopy] [--no-admit] [--prefetch top-k|window]\n"
-            "                 [--admit on|off|steps] [--budget-routing host|in-place]\n"
-            "                 [--compare SETS]\n"
+            "                 [--admit on|off|steps]\n"
+            "                 [--budget-routing host|in-place|read-through] [--compare SETS]\n"
             "                 [--sweep budget=A%%..B%%] [--steps N] [--out PREFIX]\n"
             "                 [--model M.gguf] [--predictor P.bin] [--hot-profile T.jsonl]\n"
             "       moevm sim --model-shape NAME|L,E,K ...   (a synthetic trace, trace gen's defaults)\n"
@@ -75,7 +75,9 @@ static void usage(FILE *f)
             "               engine's MOEVM_BUDGET_ROUTING=in-place: no host time between a\n"
             "               layer's attention and its experts (host_step), the experts landed at\n"
             "               the token's start read there, every other one read in place\n"
-            "               (zero-copy); host (default): routed by the host\n"
+            "               (zero-copy); read-through: the same, each miss stored as it is read\n"
+            "               into a free slab, resident from the next token (no admission);\n"
+            "               host (default): routed by the host\n"
             "  --prefetch   what a prediction prefetches: top-k (default), the next layer's top_k\n"
             "               most likely experts; window, MoEpic's (§3.3): every expert it ranks,\n"
             "               most likely first, each its pages not resident, until that layer\n"
@@ -227,7 +229,7 @@ static int parse_role(struct sim_args *a, char **bp, const char *f, const char *
 static int parse_choice(struct sim_args *a, int id, const char *f, const char *v)
 {
     static const char *const admit[] = {"on", "off", "steps", NULL};
-    static const char *const routing[] = {"host", "in-place", NULL};
+    static const char *const routing[] = {"host", "in-place", "read-through", NULL};
     static const char *const prefetch[] = {"top-k", "window", NULL};
     int i = 0;
     if (mvm_cli_choice("sim", f, v,
@@ -236,7 +238,7 @@ static int parse_choice(struct sim_args *a, int id, const char *f, const char *v
     if (id == O_ADMIT)
         a->no_admit = i == 1, a->admit_steps = i == 2;
     else if (id == O_BUDGET_ROUTING)
-        a->device_routed = i == 1;
+        a->device_routed = i; /* 0 host, 1 in-place, 2 read-through */
     else
         a->prefetch_window = i == 1;
     return 0;

@@ -65,6 +65,9 @@ struct sim {
     uint32_t *counts;        /* [E] */
     uint8_t *where;          /* [E] */
     uint8_t *own;            /* [L*E] device_routed: read resident by the current token */
+    uint32_t pool;           /* read-through: free slabs reserved (their pages are in
+                                used_pages) for the token's misses */
+    uint32_t tok_misses;     /* read-through: misses of the token so far */
     double *load_ready;      /* [E] when an expert's on-demand load ends */
     double *top_share;       /* [E] the share of its pages resident before that load */
     uint32_t *prefetch;      /* [E] */
@@ -221,6 +224,8 @@ static int queue_prefetch(struct sim *s, uint32_t x, double now, int forecast)
  * nothing queued. */
 static void admit(struct sim *s, uint32_t l, double now)
 {
+    if (s->cfg->device_routed == 2)
+        return; /* read-through: the misses admitted themselves */
     for (uint32_t e = 0; s->cfg->admit && e < s->E; e++) {
         uint32_t x = l * s->E + e;
         if (!s->counts[e] || (s->where[e] != MVM_RUN_CPU && s->where[e] != MVM_RUN_ZEROCOPY) ||
@@ -292,6 +297,7 @@ static void route_step(struct sim *s, mvm_pstep *step, double t_attn_end)
                                         : s->resident[x] == ppe(s) && s->ready[x] <= t_attn_end;
         s->r.hits += hit;
         s->r.misses += !hit;
+        s->tok_misses += !hit;
         s->r.partial_hits += !hit && !s->cfg->device_routed && s->resident[x] > 0 &&
                              s->ready[x] <= t_attn_end;
         if (s->by_prefetch[x]) {
@@ -321,6 +327,19 @@ static uint32_t assign_step(struct sim *s, const mvm_pstep *step, mvm_assignment
     ao->assign(s->mod[MVM_ROLE_ASSIGN].self, &s->view, step, n_ahead ? s->next_scores : NULL,
                n_ahead, a);
     return n_ahead;
+}
+
+/* Read-through (device_routed 2): a miss read in place with nothing of it resident takes a
+ * free slab of the token's pool, its kernels storing what they read; resident (shielded
+ * while its layer runs) once its read ends at `end`, read there from the next token. */
+static void read_through(struct sim *s, uint32_t x, double end)
+{
+    if (s->cfg->device_routed != 2 || !s->pool || s->resident[x] || s->queued[x])
+        return;
+    s->pool--; /* its pages were counted when the pool was reserved */
+    s->resident[x] = ppe(s);
+    s->ready[x] = end;
+    s->r.read_through++;
 }
 
 /* Layer l's experts from t_attn_end, where the assign module put them; the time the layer
@@ -355,6 +374,7 @@ static double run_experts(struct sim *s, uint32_t l, double t_attn_end)
                 } else if (s->where[e] == MVM_RUN_ZEROCOPY) {
                     zc += mvm_cost_zerocopy(s->cost, n);
                     s->r.zerocopy_runs++;
+                    read_through(s, x, zc);
                 } else if (s->where[e] == MVM_RUN_GPU) { /* resident, maybe still arriving */
                     double ready = fmax(gpu, s->ready[x]);
                     stall += ready - gpu;
@@ -491,12 +511,35 @@ static void cut_prefetches(struct sim *s, uint32_t l, double now, const uint32_t
     s->n_queue = kept;
 }
 
+/* Read-through, before a token's table: the pool's slabs the last token left free are
+ * given back, and as many as the last token missed (one layer's top_k at least, a quarter
+ * of the budget at most) are reserved again, the evict module picking their victims among
+ * everything resident (nothing is in use between tokens). Where fewer can be freed, fewer. */
+static void refill_pool(struct sim *s, double now)
+{
+    s->view.used_pages -= (uint64_t)s->pool * ppe(s);
+    s->pool = 0;
+    uint64_t want = s->tok_misses > s->K ? s->tok_misses : s->K;
+    const uint64_t cap = s->view.capacity_pages / ppe(s) / 4;
+    if (want > cap)
+        want = cap;
+    while (want && make_room(s, 0, (uint32_t)(want * ppe(s)), now, 0) != 0)
+        want--;
+    s->view.used_pages += want * ppe(s);
+    s->pool = (uint32_t)want;
+    s->tok_misses = 0;
+    if (s->view.used_pages > s->r.peak_pages)
+        s->r.peak_pages = s->view.used_pages;
+}
+
 /* device_routed, at a token's start: the experts its kernels read resident, those
  * resident and landed by `now` (the table sent up before it), shielded until their layer
  * has run, as nothing moves under a queued token in the engine. */
 static void token_table(struct sim *s, double now)
 {
     run_prefetches(s, now);
+    if (s->cfg->device_routed == 2)
+        refill_pool(s, now);
     for (uint32_t x = 0; x < s->n_total; x++) {
         s->own[x] = s->resident[x] == ppe(s) && s->ready[x] <= now && !s->queued[x];
         s->busy[x] |= s->own[x];

@@ -52,7 +52,12 @@ typedef struct mvm_sim_config {
                                             token's start is read there (shielded from
                                             eviction until its layer has run), every other
                                             one read in place (zero-copy), whatever the
-                                            assign module says; loads as the steps end */
+                                            assign module says; loads as the steps end.
+                                            2: read-through, the same but each miss read in
+                                            place is stored as it is read into a free slab
+                                            of a pool refilled between tokens (the evict
+                                            module's victims), resident from the next token;
+                                            no admission then */
     /* For predictors (policy.h, mvm_pinit): the model's routers and a `moevm
      * train-predictor` file's bytes; NULL when not given. */
     const mvm_router *router;
@@ -66,6 +71,8 @@ typedef struct mvm_sim_result {
     uint64_t partial_hits;               /* misses that found a page prefix resident (a split) */
     uint64_t cpu_runs, zerocopy_runs, loads, prefetches, prefetch_used, prefetch_hits;
     uint64_t admitted;                   /* of the prefetches: admissions (policy/admit.h) */
+    uint64_t read_through;               /* misses stored into a pool slab as they were read
+                                            in place (device_routed 2) */
     uint64_t prefetches_cut;             /* a forecast's copies dropped, not started when
                                             their layer routed (and not used by it) */
     uint64_t bytes_loaded, bytes_prefetched;
