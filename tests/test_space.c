@@ -1349,6 +1349,89 @@ static void test_wait_view(void)
     CHECK_ST(mvm_space_destroy(sp), MVM_OK);
 }
 
+/* Loads by the reader (mvm_fill_*): a slab set aside counts against the budget and is
+ * written at its view address; landed, the expert reads its bytes at its own address with
+ * nothing copied; an expert not at home, an address not set aside, a full budget are
+ * refused, changing nothing; landing a pinned expert waits for its unpin; a failed map
+ * leaves the expert at home and readable and its slab free. The host backend has no view
+ * a reader writes: unsupported. */
+static void test_fill(void)
+{
+    enum { P = 2 };
+    mvm_space_info info;
+    mvm_space *sp = filled_space(1, 3, P * PAGE, 2 * P, &info);
+    uint64_t a = 0, b = 0;
+    if (backend == MVM_BACKEND_HOST) {
+        CHECK_ST(mvm_fill_reserve(sp, &a), MVM_ERR_UNSUPPORTED);
+        CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+        return;
+    }
+    uint8_t *w = malloc(P * PAGE);
+    CHECK(w != NULL);
+    if (!w)
+        return;
+    CHECK_ST(mvm_fill_reserve(sp, NULL), MVM_ERR_INVALID);
+    CHECK_ST(mvm_fill_reserve(sp, &a), MVM_OK);
+    CHECK(stats_of(sp).free_pages == P && stats_of(sp).reserved_pages == P);
+    weights_of(0, 1, w, P * PAGE);
+    memcpy((void *)(uintptr_t)a, w, P * PAGE); /* the reader's stores (the fake's memory) */
+    CHECK_ST(mvm_fill_land(sp, 0, 1, a + 1, NULL), MVM_ERR_INVALID);
+    mvm_move *m = NULL;
+    const struct calls before = calls_now();
+    CHECK_ST(mvm_fill_land(sp, 0, 1, a, &m), MVM_OK);
+    CHECK_ST(mvm_move_wait(m, -1), MVM_OK);
+    CHECK_ST(mvm_move_release(m), MVM_OK);
+    const struct calls after = calls_now();
+    CHECK(after.copy == before.copy && after.map == before.map + 1 &&
+          after.create == before.create); /* one mapping, no copy, the slab it was given */
+    mvm_residency r;
+    CHECK_ST(mvm_expert_residency(sp, 0, 1, &r), MVM_OK);
+    CHECK(r.resident == P && r.loading == 0 && reads_match(sp, 0, 1, P * PAGE));
+    mvm_stats st = stats_of(sp);
+    CHECK(st.pages_filled == P && st.pages_loaded == P && st.bytes_moved == 0);
+    CHECK(st.reserved_pages == 0 && st.free_pages == P && st.resident_pages == P);
+    CHECK_ST(mvm_fill_land(sp, 0, 1, a, NULL), MVM_ERR_INVALID); /* landed: not set aside */
+    /* refused, nothing changed: an expert not at home; then given back, once */
+    CHECK_ST(mvm_fill_reserve(sp, &b), MVM_OK);
+    CHECK_ST(mvm_fill_reserve(sp, &a), MVM_ERR_NOSPACE); /* the budget is spoken for */
+    CHECK_ST(mvm_fill_land(sp, 0, 1, b, NULL), MVM_ERR_BUSY);
+    CHECK(reads_match(sp, 0, 1, P * PAGE) && stats_of(sp).reserved_pages == P);
+    CHECK_ST(mvm_fill_return(sp, b), MVM_OK);
+    CHECK_ST(mvm_fill_return(sp, b), MVM_ERR_INVALID);
+    CHECK(stats_of(sp).free_pages == P && stats_of(sp).reserved_pages == 0);
+    /* pinned: it lands at the unpin */
+    CHECK_ST(mvm_pin(sp, 0, 2), MVM_OK);
+    CHECK_ST(mvm_fill_reserve(sp, &b), MVM_OK);
+    weights_of(0, 2, w, P * PAGE);
+    memcpy((void *)(uintptr_t)b, w, P * PAGE);
+    CHECK_ST(mvm_fill_land(sp, 0, 2, b, &m), MVM_OK);
+    usleep(20000);
+    CHECK_ST(mvm_move_test(m), MVM_ERR_BUSY);
+    CHECK_ST(mvm_unpin(sp, 0, 2), MVM_OK);
+    CHECK_ST(mvm_move_wait(m, -1), MVM_OK);
+    CHECK_ST(mvm_move_release(m), MVM_OK);
+    CHECK(reads_match(sp, 0, 2, P * PAGE) && stats_of(sp).resident_pages == 2 * P);
+    /* a failed map: at home, readable, the slab free; evicted, a filled expert goes home */
+    CHECK_ST(mvm_evict(sp, 0, 2, 0), MVM_OK);
+    CHECK_ST(mvm_fill_reserve(sp, &b), MVM_OK);
+    memcpy((void *)(uintptr_t)b, w, P * PAGE);
+    fake_set_fail(info.home_mapped ? "cuMemMap:1" : "cuMemMap:1,cuMemMap:2");
+    CHECK_ST(mvm_fill_land(sp, 0, 2, b, &m), MVM_OK);
+    CHECK_ST(mvm_move_wait(m, -1), MVM_ERR_BACKEND);
+    CHECK(strstr(mvm_last_error(), "cuMemMap") != NULL);
+    fake_set_fail("");
+    CHECK_ST(mvm_move_release(m), MVM_OK);
+    CHECK_ST(mvm_expert_residency(sp, 0, 2, &r), MVM_OK);
+    CHECK(r.resident == 0 && r.loading == 0 && reads_match(sp, 0, 2, P * PAGE));
+    CHECK(stats_of(sp).free_pages == P && stats_of(sp).reserved_pages == 0);
+    CHECK_ST(mvm_evict(sp, 0, 1, 0), MVM_OK);
+    CHECK(reads_match(sp, 0, 1, P * PAGE) && stats_of(sp).free_pages == 2 * P);
+    CHECK_ST(mvm_fill_reserve(sp, &a), MVM_OK); /* left set aside: destroy frees it */
+    free(w);
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+    CHECK(fake_live_handles() == 0);
+}
+
 /* A failed unmap or home mapping during an eviction leaves the run resident and readable,
  * with an error naming the call; the eviction succeeds once the driver does. Where homes
  * are unmapped the eviction does not unmap (the worker does, later: vmm/slab.c), and a
@@ -1621,6 +1704,8 @@ int main(int argc, char **argv)
     RUN(test_moves_and_stats);
     RUN(test_homes_beyond_memory);
     if (backend == MVM_BACKEND_HOST)
+        RUN(test_fill);
+    if (backend == MVM_BACKEND_HOST)
         RUN(test_home_tails_take_no_memory);
     if (on_fake) {
         RUN(test_auto_budget_reserve);
@@ -1632,6 +1717,7 @@ int main(int argc, char **argv)
         RUN(test_wait_on_stream);
         RUN(test_map_off_the_lock);
         RUN(test_wait_view);
+        RUN(test_fill);
         RUN(test_reload_overtakes_cancelled_prefetch);
         RUN(test_reload_while_mapped_load_cancelled);
         RUN(test_unpin_lands_deferred_load);

@@ -195,8 +195,11 @@ static mvm_status remap_job(mvm_space *sp, struct job *j)
             pg->state = MVM_PAGE_RESIDENT;
             pg->chunk = (int32_t)(run->slab + i);
             pg->job = NULL;
-            sp->stats.bytes_moved += page_bytes(sp, p);
+            if (!j->filled)
+                sp->stats.bytes_moved += page_bytes(sp, p);
         }
+        if (j->filled)
+            sp->stats.pages_filled += run->n;
         sp->n_loading -= run->n;
         sp->n_resident += run->n;
         sp->stats.pages_loaded += run->n;
@@ -377,7 +380,7 @@ static int list_copies(mvm_space *sp, struct job **batch, uint32_t n, struct cop
         struct job *j = batch[k];
         n_copies[k] = 0;
         for (uint32_t r = 0; r < j->n_runs; r++) {
-            if (!run_owned(sp, j, r))
+            if (!run_owned(sp, j, r) || j->filled) /* a reader wrote it: no copy */
                 continue;
             uint32_t first = j->pages[j->runs[r].at], last = first + j->runs[r].n - 1;
             (*copies)[nc++] = (struct copy){

@@ -162,6 +162,22 @@ void mvm_job_list_remove(struct job_list *l, struct job *j)
     l->n--;
 }
 
+struct job *mvm_job_new(uint32_t expert, uint32_t n, int prio)
+{
+    struct job *j = calloc(1, sizeof *j);
+    if (!j)
+        return NULL;
+    j->pages = malloc(n * sizeof *j->pages);
+    j->runs = malloc(n * sizeof *j->runs);
+    if (!j->pages || !j->runs) {
+        mvm_job_free(j);
+        return NULL;
+    }
+    j->expert = expert;
+    j->prio = prio;
+    return j;
+}
+
 void mvm_job_free(struct job *j)
 {
     free(j->pages);

@@ -12,22 +12,6 @@
 #include "vmm/error.h"
 #include "vmm/space_impl.h"
 
-static struct job *job_new(uint32_t expert, uint32_t n, int prio)
-{
-    struct job *j = calloc(1, sizeof *j);
-    if (!j)
-        return NULL;
-    j->pages = malloc(n * sizeof *j->pages);
-    j->runs = malloc(n * sizeof *j->runs);
-    if (!j->pages || !j->runs) {
-        mvm_job_free(j);
-        return NULL;
-    }
-    j->expert = expert;
-    j->prio = prio;
-    return j;
-}
-
 /* What a request finds in the prefix it asks for. */
 struct survey {
     uint32_t home, loading, resident;
@@ -101,7 +85,7 @@ static mvm_status claim_pages(mvm_space *sp, struct job *j, uint32_t p, uint32_t
 static mvm_status queue_job(mvm_space *sp, uint32_t idx, uint32_t lo, uint32_t n,
                             uint32_t count, int prio, mvm_move *m)
 {
-    struct job *j = job_new(idx, count, prio);
+    struct job *j = mvm_job_new(idx, count, prio);
     if (!j || (m && !mvm_job_add_waiter(j, m))) {
         if (j)
             mvm_job_free(j);

@@ -723,6 +723,7 @@ mvm_status mvm_space_get_stats(const mvm_space *csp, mvm_stats *out)
     out->resident_pages = sp->n_resident;
     out->loading_pages = sp->n_loading;
     out->free_pages = sp->n_free;
+    out->reserved_pages = sp->n_reserved;
     out->pinned_experts = sp->n_pinned;
     pthread_mutex_unlock(&sp->mu);
     return MVM_OK;

@@ -60,6 +60,7 @@ struct job {
                                 landed), and every run it owns is mapped at its address */
     mvm_event *fence;
     bool landed;             /* its copies are done (it waits on the deferred list) */
+    bool filled;             /* no copies: a reader wrote its slab (vmm/fill.c) */
     mvm_status copy_st;      /* how they went */
     char why[160];           /* its failure's message, for the moves waiting on it */
     mvm_move **waiters;
@@ -74,6 +75,7 @@ struct slab {
     uint32_t next_free; /* the next free slab of this length */
     bool mapped;        /* mapped at the run's address (a load maps it before its copy
                            lands where homes are unmapped: nothing reads there yet) */
+    bool reserved;      /* set aside for a reader to fill (vmm/fill.c): claimed, no run */
 };
 
 /* A slab still mapped at the address of a run evicted from it (vmm/slab.c, "stale"). */
@@ -132,6 +134,7 @@ struct mvm_space {
     bool write_back;   /* eviction copies pages back first (mvm_space_desc.write_back) */
     mvm_pool *pool;
     uint32_t n_chunks, n_free;   /* n_free: chunks no run owns */
+    uint32_t n_reserved;         /* chunks of slabs set aside for readers (vmm/fill.c) */
     struct slab *slabs;          /* [n_chunks], by first chunk */
     uint32_t *chunk_slab;        /* [n_chunks] the first chunk of its slab, or UINT32_MAX */
     uint32_t *free_slabs;        /* [ppe + 1] free slabs by length, linked by next_free */
@@ -213,7 +216,8 @@ void mvm_run_abandon(mvm_space *sp, struct job *j, uint32_t r);
  * MVM_ERR_CANCELLED). Called by destroy without the lock held. */
 void mvm_migrate_stop(mvm_space *sp);
 
-/* move.c: handles and jobs. A new handle holds one reference (its caller's) and one on the
+/* move.c: handles and jobs. job_new: a job for n pages of an expert, no run yet (NULL when
+ * out of memory). A new handle holds one reference (its caller's) and one on the
  * space's shared state; unref_locked drops one with m->mu held, and releases the lock (or
  * frees the handle). add_waiter makes job j settle m too. finish settles the job's handles
  * with st (and the job's reason) and frees it, off every list; note_error keeps the
@@ -224,6 +228,7 @@ void mvm_move_unref_locked(mvm_move *m);
 bool mvm_job_add_waiter(struct job *j, mvm_move *m);
 void mvm_job_list_push(struct job_list *l, struct job *j);
 void mvm_job_list_remove(struct job_list *l, struct job *j);
+struct job *mvm_job_new(uint32_t expert, uint32_t n, int prio);
 void mvm_job_free(struct job *j);
 void mvm_job_finish(struct job *j, mvm_status st);
 void mvm_job_note_error(struct job *j);

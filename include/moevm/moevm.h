@@ -260,6 +260,26 @@ mvm_status mvm_expert_wait_on(mvm_space *space, uint32_t layer, uint32_t expert,
 mvm_status mvm_expert_wait_view(mvm_space *space, uint32_t layer, uint32_t expert, void *stream,
                                 uint64_t *addr);
 
+/* Loads by the reader. A kernel reading a non-resident expert in place (its home's device
+ * address) can store what it reads into a slab set aside for it; the expert then lands with
+ * no copy, its bytes having crossed the bus once. Only on cuda, in spaces without write_back
+ * (else MVM_ERR_UNSUPPORTED).
+ * reserve: sets aside a slab of a whole expert's pages from the free ones (they count
+ *   against the budget from now on) and gives in *addr the device address where a kernel
+ *   writes the expert's bytes, laid out as at its own address. MVM_ERR_NOSPACE when fewer
+ *   than a whole expert's pages are free, or not in a row.
+ * land: expert (layer, expert), all its pages at home, takes the slab at addr, which holds
+ *   its bytes (the work writing them finished, or ordered before every later reader): its
+ *   pages are LOADING until the migration worker has mapped the slab at the expert's
+ *   address (deferred while it is pinned), then RESIDENT; *move (may be NULL) completes
+ *   then. Meanwhile the expert is read at addr. MVM_ERR_BUSY, nothing changed, if a page is
+ *   not at home; MVM_ERR_INVALID if addr is not a slab set aside.
+ * return: gives back a slab set aside that was not filled. */
+mvm_status mvm_fill_reserve(mvm_space *space, uint64_t *addr);
+mvm_status mvm_fill_land(mvm_space *space, uint32_t layer, uint32_t expert, uint64_t addr,
+                         mvm_move **move);
+mvm_status mvm_fill_return(mvm_space *space, uint64_t addr);
+
 typedef struct mvm_stats {
     uint64_t hits;             /* on-demand requests whose pages were all resident */
     uint64_t misses;           /* on-demand requests that needed at least one page moved */
@@ -271,6 +291,8 @@ typedef struct mvm_stats {
     uint64_t bytes_written_back; /* device-to-host bytes copied by write_back evictions */
     uint64_t pages_clean;      /* write_back evictions that copied nothing: the page was
                                   as loaded (mvm_space_desc.clean_evict) */
+    uint64_t pages_filled;     /* of pages_loaded, those a reader wrote (mvm_fill_land): no
+                                  copy, not in bytes_moved */
     uint64_t prefetch_pages;   /* pages loaded at prefetch priority */
     uint64_t prefetch_used;    /* of those, pages later asked for on demand before eviction */
     uint64_t overtakes;        /* on-demand batches copied between two pieces of a prefetch
@@ -288,6 +310,7 @@ typedef struct mvm_stats {
     uint32_t resident_pages;
     uint32_t loading_pages;
     uint32_t free_pages;       /* unclaimed device chunks */
+    uint32_t reserved_pages;   /* chunks set aside for readers to fill (mvm_fill_reserve) */
     uint32_t pinned_experts;
 } mvm_stats;
 
