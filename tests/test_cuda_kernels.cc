@@ -344,9 +344,16 @@ static void experts_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_ff, uin
                                                                  : NULL;
     const bool mmq_ok = mmq_up && mmq_down &&
                         (f.gate_up == MVM_W_Q8_0) == (f.down == MVM_W_Q8_0) && n_tok > 1;
-    for (uint32_t via = 0; via <= 1; via++)
-    for (uint32_t mmq = 0; mmq <= mmq_ok; mmq++)
-    for (uint32_t one_row = 0; one_row <= (n_tok == 1); one_row++) {
+    /* via 2, a decode step read-through (up1 and down1 with wstore): each active expert but
+     * the first read in place (wptr) and stored as read into a slab of its own, poisoned
+     * before, which must then hold the whole expert; the first's stays as it was */
+    std::vector<uint8_t> slabs(active.size() * stride, 0x5A);
+    std::vector<uint64_t> wstore(active.size());
+    for (size_t i = 1; i < active.size(); i++)
+        wstore[i] = (uint64_t)(uintptr_t)(slabs.data() + i * stride);
+    for (uint32_t via = 0; via <= 1 + (n_tok == 1); via++)
+    for (uint32_t mmq = 0; mmq <= (mmq_ok && via < 2); mmq++)
+    for (uint32_t one_row = via == 2; one_row <= (n_tok == 1); one_row++) {
         std::vector<uint8_t> h(rows * h_stride, 0xFF);
         std::vector<float> out(rows * n_embd, POISON);
         std::vector<float> hf(rows * n_ff, POISON);
@@ -355,7 +362,7 @@ static void experts_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_ff, uin
                                dp(active.data()), dp(off.data()), dp(cnt.data()),
                                dp(row_tok.data()), dp(row_w.data()), dp(h.data()),
                                dp(out.data()), oai ? dp(down_bias.data()) : 0, dp(hf.data()),
-                               via ? dp(wptr.data()) : 0,
+                               via ? dp(wptr.data()) : 0, via == 2 ? dp(wstore.data()) : 0,
                                stride, act_stride, h_stride, n_embd, G, (uint32_t)active.size(),
                                f.gate_up, f.down, f.glu, one_row, mmq};
         if (mmq) {
@@ -391,9 +398,22 @@ static void experts_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_ff, uin
             fprintf(stderr, "experts %s/%s%s n_embd %u n_ff %u n_tok %u%s%s%s: relative error "
                     "%g\n", mvm_k_wtype_name(f.gate_up), mvm_k_wtype_name(f.down),
                     oai ? " oai" : "", n_embd, n_ff, n_tok, one_row ? " (up1, down1)" : "",
-                    via ? " (wptr)" : "", mmq ? " (mmq)" : "", e);
+                    via == 2 ? " (read-through)" : via ? " (wptr)" : "", mmq ? " (mmq)" : "",
+                    e);
         CHECK(e < 1e-4);
         CHECK(gaps);
+        bool kept = true;
+        for (size_t i = 0; via == 2 && i < active.size(); i++)
+            kept = kept && (i ? memcmp(slabs.data() + i * stride,
+                                       experts.data() + active[i] * stride, expert_bytes) == 0
+                              : slabs[0] == 0x5A && slabs[stride - 1] == 0x5A);
+        for (size_t i = 1; via == 2 && i < active.size(); i++) /* nothing past the expert */
+            kept = kept && slabs[i * stride + expert_bytes] == 0x5A;
+        if (!kept)
+            fprintf(stderr, "experts %s/%s%s n_embd %u n_ff %u: read-through's slabs differ\n",
+                    mvm_k_wtype_name(f.gate_up), mvm_k_wtype_name(f.down), oai ? " oai" : "",
+                    n_embd, n_ff);
+        CHECK(kept);
     }
 }
 
@@ -948,7 +968,7 @@ static void test_route(void)
     };
     const uint32_t POISON_U = 0xDEADBEEF;
     for (const route_case &c : cases)
-        for (int variant = 0; variant < 5; variant++) {
+        for (int variant = 0; variant < 6; variant++) {
             std::vector<float> logits = randoms(c.E, 4.0f), bias = randoms(c.E, 0.5f);
             if (variant >= 1) /* ties: every value repeated elsewhere, -inf among them */
                 for (uint32_t e = c.E / 2; e < c.E; e++)
@@ -981,25 +1001,54 @@ static void test_route(void)
                 cnt(c.E, POISON_U), row_tok(c.K + 1, POISON_U), tok_rows(c.K + 1, POISON_U);
             std::vector<float> row_w(c.K + 1, POISON), w(c.K + 1, POISON);
             std::vector<int32_t> sel(c.K + 1, -7);
-            /* odd variants: each chosen expert's address out of a table (a step at a
-             * budget), 0 for some (their own) */
+            /* odd variants and 5: each chosen expert's address out of a table (a step at a
+             * budget), 0 for some (their own); 5 is read-through: a third of them homes
+             * that may be kept (MVM_G_ADDR_FILL), which take the pool's slabs left after
+             * the layers before (claims[0] = 1 already) in choice order while any is left */
             const uint64_t POISON_A = 0xBADC0FFEE0DDF00Dull;
-            std::vector<uint64_t> addr(c.E), wptr(c.K + 1, POISON_A);
-            for (uint32_t e = 0; e < c.E; e++)
-                addr[e] = (uint64_t)(rng() % 3 ? rng() | 1 : 0);
-            const bool table = variant % 2 == 1;
+            const bool table = variant % 2 == 1 || variant == 5, through = variant == 5;
+            std::vector<uint64_t> addr(c.E), wptr(c.K + 1, POISON_A), wstore(c.K + 1, POISON_A);
+            for (uint32_t e = 0; e < c.E; e++) {
+                const uint32_t kind = (uint32_t)(rng() % 3); /* own, elsewhere, a home */
+                addr[e] = kind ? (rng() & ~0xFull) | 0x10 : 0;
+                addr[e] |= through && kind == 2 ? MVM_G_ADDR_FILL : 0;
+            }
+            uint32_t fills = 0;
+            for (uint32_t k = 0; k < c.K; k++)
+                fills += (addr[want_sel[k]] & MVM_G_ADDR_FILL) != 0;
+            const uint32_t layer = 3, taken = 1, n_pool = taken + (fills ? fills - 1 : 1);
+            std::vector<uint64_t> pool(n_pool);
+            for (uint64_t &p : pool)
+                p = (rng() & ~0xFull) | 0x20;
+            std::vector<uint32_t> claims(1 + n_pool + 1, POISON_U);
+            claims[0] = taken;
             mvm_g_route_args a = {dp(logits.data()), c.bias ? dp(bias.data()) : 0,
                                   dp(active.data()), dp(off.data()), dp(cnt.data()),
                                   dp(row_tok.data()), dp(tok_rows.data()), dp(row_w.data()),
                                   dp(sel.data()), dp(w.data()),
                                   given.empty() ? 0 : dp(given.data()),
-                                  table ? dp(addr.data()) : 0, dp(wptr.data()), c.scale, c.E,
-                                  c.K, c.n_group, c.n_group_used, c.sigmoid, c.norm, 0};
+                                  table ? dp(addr.data()) : 0, dp(wptr.data()),
+                                  through ? dp(pool.data()) : 0,
+                                  through ? dp(claims.data()) : 0,
+                                  through ? dp(wstore.data()) : 0, c.scale, c.E,
+                                  c.K, c.n_group, c.n_group_used, c.sigmoid, c.norm, n_pool,
+                                  layer, 0};
             launch(mvm_g_route, a, mvm_g_route_shape(&a));
             bool ok = sel[c.K] == -7 && same_float(w[c.K], POISON) && active[c.K] == POISON_U;
-            ok = ok && wptr[c.K] == POISON_A;
+            ok = ok && wptr[c.K] == POISON_A && wstore[c.K] == POISON_A;
             for (uint32_t r = 0; r < c.K; r++)
-                ok = ok && wptr[r] == (table ? addr[active[r] % c.E] : POISON_A);
+                ok = ok && wptr[r] == (table ? addr[active[r] % c.E] & ~MVM_G_ADDR_FILL
+                                             : POISON_A);
+            for (uint32_t k = 0, i = taken; k < c.K && through; k++) {
+                const uint32_t e = (uint32_t)want_sel[k], r = tok_rows[k] % c.K;
+                const bool kept = (addr[e] & MVM_G_ADDR_FILL) && i < n_pool;
+                ok = ok && wstore[r] == (kept ? pool[i] : 0);
+                ok = ok && (!kept || claims[1 + i] == layer * c.E + e);
+                i += (addr[e] & MVM_G_ADDR_FILL) != 0;
+            }
+            ok = ok && (!through || (claims[0] == std::min(taken + fills, n_pool) &&
+                                     claims[1] == POISON_U && claims[1 + n_pool] == POISON_U));
+            ok = ok && (through || wstore[0] == POISON_A);
             for (uint32_t k = 0; k < c.K; k++) {
                 ok = ok && sel[k] == want_sel[k] && same_float(w[k], want_w[k]);
                 const uint32_t r = tok_rows[k], e = (uint32_t)want_sel[k];

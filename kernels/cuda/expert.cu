@@ -121,6 +121,18 @@ template <enum mvm_wtype GU> static __device__ void expert_up1(const mvm_g_exper
     const uint64_t row = mvm_k_row_bytes(GU, a.n_embd);
     const uint64_t group = mvm_k_expert_group_bytes(f, a.n_embd);
     const uint8_t *gate = expert_base(a, e) + g * group;
+    uint8_t *keep = store_of(a, e, gate);
+    if (keep) { /* read-through: its two rows (and gpt-oss's two biases) kept, read there */
+        warp_copy(keep + s * row, gate + s * row, row);
+        warp_copy(keep + (G + s) * row, gate + (G + s) * row, row);
+        const uint64_t bias = group - 2 * G * sizeof(float); /* at the group's end */
+        if (a.glu == MVM_GLU_OAI && (threadIdx.x & 31) < 2) {
+            const uint64_t at = bias + ((threadIdx.x & 31) * G + s) * sizeof(float);
+            *(float *)(keep + at) = *(const float *)(gate + at);
+        }
+        __syncwarp();
+        gate = keep;
+    }
     const uint8_t *act = (const uint8_t *)a.act + U32(a.row_tok)[r] * a.act_stride;
     float acc[2] = {0, 0}; /* the gate row's, the up row's: one loop, G rows apart */
     row_dot_tile<GU, 1, 4, true, 2>(gate + s * row, run_bytes<GU>(), &act, 1, a.n_embd, acc,
@@ -197,10 +209,19 @@ template <enum mvm_wtype DN> static __device__ void expert_down1(const mvm_g_exp
     if (j >= a.n_embd)
         return;
     const uint32_t G = (uint32_t)mvm_k_expert_group_channels(f);
+    const uint64_t group = mvm_k_expert_group_bytes(f, a.n_embd);
     const uint8_t *h = (const uint8_t *)a.h + (uint64_t)r * a.h_stride;
+    const uint8_t *down = down_row(a, f, e, j);
+    uint8_t *keep = store_of(a, e, down);
+    if (keep) { /* read-through: its row's block of each group kept, read there */
+        const uint64_t part = mvm_k_row_bytes(f.down, G);
+        for (uint32_t g = 0; g < a.n_groups; g++)
+            warp_copy(keep + g * group, down + g * group, part);
+        __syncwarp();
+        down = keep;
+    }
     float s = 0;
-    row_dot<DN>(down_row(a, f, e, j), mvm_k_expert_group_bytes(f, a.n_embd), &h, 1,
-                a.n_groups * G, &s);
+    row_dot<DN>(down, group, &h, 1, a.n_groups * G, &s);
     s = warp_sum(s);
     if ((threadIdx.x & 31) != 0)
         return;
@@ -352,9 +373,29 @@ extern "C" __global__ void __launch_bounds__(32) mvm_g_route(mvm_g_route_args a)
     float w = lane < K ? (given ? ((const float *)a.given)[K + lane] : p[mine]) : 0.0f;
     float sum = 0;
     uint32_t r = 0; /* its place among the choice in expert order */
+    /* read-through: the choices read at their homes that may be kept, and this one's
+     * place among them in choice order */
+    const uint64_t at = a.addr && lane < K ? ((const uint64_t *)a.addr)[mine] : 0;
+    const uint32_t fill = a.wstore && (at & MVM_G_ADDR_FILL) ? 1 : 0;
+    uint32_t before = 0, fills = 0;
     for (uint32_t j = 0; j < K; j++) {
         sum += __shfl_sync(FULL_MASK, w, (int)j);
         r += __shfl_sync(FULL_MASK, mine, (int)j) < mine;
+        const uint32_t f = __shfl_sync(FULL_MASK, fill, (int)j);
+        before += j < lane ? f : 0;
+        fills += f;
+    }
+    uint64_t store = 0;
+    if (fills) { /* every lane has read claims[0] before the first lane moves it on */
+        uint32_t *claims = (uint32_t *)a.claims;
+        const uint32_t taken = claims[0], i = taken + before;
+        if (fill && i < a.n_pool) {
+            store = ((const uint64_t *)a.pool)[i];
+            claims[1 + i] = a.layer * a.n_expert + mine;
+        }
+        __syncwarp();
+        if (lane == 0)
+            claims[0] = taken + fills < a.n_pool ? taken + fills : a.n_pool;
     }
     if (lane >= K)
         return;
@@ -371,7 +412,9 @@ extern "C" __global__ void __launch_bounds__(32) mvm_g_route(mvm_g_route_args a)
     ((int32_t *)a.sel)[lane] = (int32_t)mine;
     ((float *)a.w)[lane] = w;
     if (a.addr)
-        ((uint64_t *)a.wptr)[r] = ((const uint64_t *)a.addr)[mine];
+        ((uint64_t *)a.wptr)[r] = at & ~MVM_G_ADDR_FILL;
+    if (a.wstore)
+        ((uint64_t *)a.wstore)[r] = store;
 }
 
 #define EXPERT(name, T)                                                                    \

@@ -22,6 +22,47 @@ static __device__ __forceinline__ const uint8_t *expert_base(const mvm_g_expert_
     return w ? (const uint8_t *)w : (const uint8_t *)a.experts + e * a.expert_stride;
 }
 
+/* Read-through (wstore): where the bytes at src, inside active expert blockIdx.y (expert e)
+ * as it is read, are stored as read; NULL where the launch stores none of its. */
+static __device__ __forceinline__ uint8_t *store_of(const mvm_g_expert_args &a, uint32_t e,
+                                                    const uint8_t *src)
+{
+    const uint64_t s = a.wstore ? ((const uint64_t *)a.wstore)[blockIdx.y] : 0;
+    return s ? (uint8_t *)s + (src - expert_base(a, e)) : NULL;
+}
+
+/* The warp copies n bytes from src to dst, which lie alike against 16 bytes (an expert's
+ * bytes read in place and their slab: both page-aligned): 16-byte loads, all of a lane's
+ * in flight at once where the row is short (a decode row: 2 KiB, four a lane), the
+ * unaligned ends byte by byte. Read-through's stores: the warp copies the rows it is about
+ * to read from their home into the slab, over the bus once, then reads them there, so that
+ * every type's product reads as it does from any other address. The caller orders the
+ * copy before its reads (__syncwarp). */
+static __device__ __forceinline__ void warp_copy(uint8_t *dst, const uint8_t *src, uint64_t n)
+{
+    const uint32_t lane = threadIdx.x & 31;
+    uint64_t head = (16 - ((uintptr_t)src & 15)) & 15;
+    head = head < n ? head : n;
+    if (lane < head)
+        dst[lane] = src[lane];
+    const uint64_t n16 = (n - head) / 16;
+    const uint4 *s16 = (const uint4 *)(src + head);
+    uint4 *d16 = (uint4 *)(dst + head);
+    for (uint64_t k0 = lane; k0 < n16; k0 += 4 * 32) {
+        uint4 v[4];
+#pragma unroll
+        for (uint32_t u = 0; u < 4; u++)
+            if (k0 + 32 * u < n16)
+                v[u] = s16[k0 + 32 * u];
+#pragma unroll
+        for (uint32_t u = 0; u < 4; u++)
+            if (k0 + 32 * u < n16)
+                d16[k0 + 32 * u] = v[u];
+    }
+    for (uint64_t k = head + n16 * 16 + lane; k < n; k += 32)
+        dst[k] = src[k];
+}
+
 /* Output j's row of expert e's down: its block of each group's down slot, the blocks a
  * group apart. */
 static __device__ __forceinline__ const uint8_t *down_row(const mvm_g_expert_args &a,

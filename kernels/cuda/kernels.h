@@ -167,6 +167,9 @@ typedef struct mvm_g_expert_args {
     mvm_dptr wptr; /* 0, or [n_active] addresses: active expert i read there, not at
                       experts + e * expert_stride, where nonzero (device-view, or its
                       home read in place) */
+    mvm_dptr wstore; /* 0, or [n_active] addresses (up1 and down1 only): where nonzero,
+                        active expert i's bytes are stored there as they are read, laid out
+                        as where they are read (read-through: vmm/fill.c) */
     uint64_t expert_stride, act_stride, h_stride;
     uint32_t n_embd, n_groups, n_active, gate_up, down, glu;
     uint32_t one_row; /* every active expert has one row: up1 (mvm_gpu_experts_up) */
@@ -246,14 +249,22 @@ MVM_G_FN mvm_g_shape mvm_g_expert_sum_shape(const mvm_g_expert_sum_args *a)
  * routing, mvm_ctx_policies.route_override) the choice is that one instead. With `addr`
  * (E uint64: where each expert is read, 0 its own address; a decode step at a budget,
  * engine/forward/forward_cuda_route.c) wptr[r] = addr[active[r]], the expert launch's
- * per-expert addresses (mvm_g_expert_args.wptr). One warp;
+ * per-expert addresses (mvm_g_expert_args.wptr), MVM_G_ADDR_FILL cleared. Read-through
+ * (with wstore): the choices whose addr has MVM_G_ADDR_FILL set (a home read in place), in
+ * choice order, take the next slabs of pool[0..n_pool) (uint64 device addresses) while any
+ * is left: wstore[r] = that slab (mvm_g_expert_args.wstore; 0 for the others), and
+ * claims[1 + i] = layer * n_expert + expert for pool slab i, claims[0] the slabs taken so
+ * far (uint32s; the host zeroes claims[0] before a token's first layer). One warp;
  * n_expert <= MVM_G_ROUTE_MAX_E, top_k <= 32, n_group <= 32. */
 #define MVM_G_ROUTE_MAX_E 1024
+#define MVM_G_ADDR_FILL 1ull /* an addr entry's low bit (addresses are page-aligned) */
 typedef struct mvm_g_route_args {
     mvm_dptr logits, choose_bias, active, off, cnt, row_tok, tok_rows, row_w, sel, w, given;
     mvm_dptr addr, wptr;
+    mvm_dptr pool, claims, wstore;
     float scale;
-    uint32_t n_expert, top_k, n_group, n_group_used, sigmoid, norm_topk, pad;
+    uint32_t n_expert, top_k, n_group, n_group_used, sigmoid, norm_topk, n_pool, layer;
+    uint32_t pad;
 } mvm_g_route_args;
 
 MVM_G_FN mvm_g_shape mvm_g_route_shape(const mvm_g_route_args *a)
