@@ -41,6 +41,9 @@ static fakecuda_reset_counters_fn reset_counters;
 static fakecuda_set_copy_delay_us_fn copy_delay;
 static fakecuda_set_cc_major_fn set_cc_major;
 static int home_mapped;                 /* the fake's HOST_NUMA support, as the space saw it */
+static void (*hold_maps)(int);          /* fakecuda_hold_maps */
+static int hold_from = -1, hold_to = -1; /* record holds the fake's maps from the replay of
+                                            one position to that of another */
 static const char *assign, *assign_args; /* run_prompt's assign module (NULL: the default) */
 static const char *predict = "gate";    /* and its predict module */
 static uint32_t cpu_moe;                  /* load's --n-cpu-moe (0: a budget instead) */
@@ -97,6 +100,7 @@ struct run {
     int sel[N_PROMPT][2][2]; /* the router's top-2, by position and layer */
     double hidden[N_PROMPT][2]; /* and a sum of the router input the observer saw */
     mvm_stats space;
+    uint32_t reserved_left; /* the space's pages set aside once the context is gone */
     mvm_resid_stats resid;
     uint32_t experts;       /* the model's routed experts, every MoE layer's */
 };
@@ -104,6 +108,10 @@ struct run {
 static void record(void *ctx, const mvm_route_record *r)
 {
     struct run *run = ctx;
+    if (r->layer == 0 && (int)r->pos == hold_from)
+        hold_maps(1);
+    if (r->layer == 0 && (int)r->pos == hold_to)
+        hold_maps(0);
     if (r->pos < N_PROMPT && r->layer < 2 && r->k == 2) {
         memcpy(run->sel[r->pos][r->layer], r->selected, sizeof run->sel[0][0]);
         double h = 0;
@@ -167,6 +175,9 @@ static struct run *run_prompt(const char *path, mvm_backend_kind backend, double
     mvm_resid_get_stats(mvm_ctx_residency(c), &run->resid);
     run->experts = m->hp.n_layer * m->hp.n_expert;
     mvm_ctx_free(c);
+    mvm_stats end;
+    mvm_space_get_stats(m->space, &end);
+    run->reserved_left = end.reserved_pages;
     mvm_model_free(m);
     return run;
 }
@@ -1171,45 +1182,77 @@ static void test_device_routing(void)
     replayed = 0;
 }
 
-/* Decode at a budget routed on the device (MOEVM_BUDGET_ROUTING=in-place,
- * forward_cuda_route.c): every token's layers queued at once, each expert read where the
- * table sent up before the token says, its own address once landed, else its home's device
- * address (its own is unmapped there where homes are not mapped: a wrong table reads
- * nothing there, and the fake faults). The logits, choices and router inputs are the
- * host-routed run's bit for bit; every step is replayed to the policies, some read in
- * place and some hits, admission loads misses between tokens, nothing stays pinned. */
+/* Decode at a budget routed on the device (MOEVM_BUDGET_ROUTING=in-place and
+ * read-through, forward_cuda_route.c): every token's layers queued at once, each expert
+ * read where the table sent up before the token says, its own address once landed, else
+ * its home's device address (its own is unmapped there where homes are not mapped: a wrong
+ * table reads nothing there, and the fake faults), or read-through's slab while its map is
+ * under way. The logits, choices and router inputs are the host-routed run's bit for bit;
+ * every step is replayed to the policies, some read in place and some hits, nothing stays
+ * pinned. In place, admission loads misses between tokens; read-through, the kernels keep
+ * misses as they read them (a slab a token here: the budget holds four experts) and nothing
+ * is admitted, and the pool is given back with the context. Read-through once more with
+ * the worker's maps held from the third token's replay to the tenth's (homes unmapped,
+ * where the host maps nothing itself; no MOEVM_DETERMINISTIC, which would wait for them):
+ * what was kept meanwhile is read at its slab, as the table says while its map waits. */
 static void test_budget_routing(void)
 {
     const char *path = preset_path("llama", "tiny", MVM_W_Q8_0);
     const size_t n = N_PROMPT * mvm_preset_find("tiny", "llama")->spec.n_vocab;
     setenv("MOEVM_DETERMINISTIC", "on", 1); /* admission's copies land in time */
     struct run *host = run_prompt(path, MVM_BACKEND_CUDA, 0.3, 1, 0);
-    setenv("MOEVM_BUDGET_ROUTING", "in-place", 1);
-    setenv("MOEVM_ADMIT", "steps", 1);
-    const unsigned long routed0 = launches_of("mvm_g_route");
-    struct run *dev = run_prompt(path, MVM_BACKEND_CUDA, 0.3, 1, 0);
-    const unsigned long routed = launches_of("mvm_g_route") - routed0;
-    unsetenv("MOEVM_BUDGET_ROUTING");
-    unsetenv("MOEVM_ADMIT");
-    unsetenv("MOEVM_DETERMINISTIC");
-    CHECK(host && dev);
-    if (host && dev) {
-        fprintf(stderr, "  at 30%%: %llu accesses, %llu hits, %llu read in place, %llu "
-                "admitted; %lu steps routed on the device\n",
-                (unsigned long long)dev->resid.accesses, (unsigned long long)dev->resid.hits,
-                (unsigned long long)dev->resid.zerocopy_runs,
-                (unsigned long long)dev->resid.admitted, routed);
-        CHECK(memcmp(host->logits, dev->logits, n * sizeof *host->logits) == 0);
-        CHECK(memcmp(host->sel, dev->sel, sizeof host->sel) == 0);
-        CHECK(memcmp(host->hidden, dev->hidden, sizeof host->hidden) == 0);
-        CHECK(routed == N_PROMPT * 2); /* the tiny models' two MoE layers, every token */
-        CHECK(dev->resid.accesses == host->resid.accesses);
-        CHECK(dev->resid.zerocopy_runs > 0 && dev->resid.hits > 0);
-        CHECK(dev->resid.hits + dev->resid.zerocopy_runs == dev->resid.accesses);
-        CHECK(dev->resid.admitted > 0 && dev->space.pages_loaded > 0);
-        CHECK(dev->space.pinned_experts == 0);
+    for (int mode = 0; mode < 3 - home_mapped; mode++) {
+        const int through = mode > 0;
+        if (mode == 2) { /* and no forecast, whose copies would wait for the maps too */
+            unsetenv("MOEVM_DETERMINISTIC");
+            hold_from = 2, hold_to = 9;
+            predict = "none";
+        }
+        setenv("MOEVM_BUDGET_ROUTING", through ? "read-through" : "in-place", 1);
+        setenv("MOEVM_ADMIT", "steps", 1);
+        const unsigned long routed0 = launches_of("mvm_g_route");
+        struct run *dev = run_prompt(path, MVM_BACKEND_CUDA, 0.3, 1, 0);
+        const unsigned long routed = launches_of("mvm_g_route") - routed0;
+        unsetenv("MOEVM_BUDGET_ROUTING");
+        unsetenv("MOEVM_ADMIT");
+        hold_maps(0);
+        hold_from = hold_to = -1;
+        predict = "gate";
+        CHECK(host && dev);
+        if (host && dev) {
+            fprintf(stderr, "  %s at 30%%: %llu accesses, %llu hits, %llu read in place, %llu "
+                    "admitted, %llu kept as read, %llu read at their slabs; %lu steps routed "
+                    "on the device\n",
+                    mode == 2 ? "read-through, maps held" : through ? "read-through" : "in-place",
+                    (unsigned long long)dev->resid.accesses,
+                    (unsigned long long)dev->resid.hits,
+                    (unsigned long long)dev->resid.zerocopy_runs,
+                    (unsigned long long)dev->resid.admitted,
+                    (unsigned long long)dev->resid.filled,
+                    (unsigned long long)dev->resid.slab_reads, routed);
+            CHECK(memcmp(host->logits, dev->logits, n * sizeof *host->logits) == 0);
+            CHECK(memcmp(host->sel, dev->sel, sizeof host->sel) == 0);
+            CHECK(memcmp(host->hidden, dev->hidden, sizeof host->hidden) == 0);
+            CHECK(routed == N_PROMPT * 2); /* the tiny models' two MoE layers, every token */
+            CHECK(dev->resid.accesses == host->resid.accesses);
+            CHECK(dev->resid.zerocopy_runs > 0 && (mode == 2 || dev->resid.hits > 0));
+            CHECK(dev->resid.hits + dev->resid.zerocopy_runs == dev->resid.accesses);
+            CHECK(dev->space.pinned_experts == 0 && dev->reserved_left == 0);
+            if (mode == 2) {
+                CHECK(dev->resid.filled > 0 && dev->resid.slab_reads > 0);
+            } else if (through) {
+                CHECK(dev->resid.filled > 0 && dev->resid.admitted == 0);
+                CHECK(dev->space.pages_filled > 0 && dev->space.reserved_pages > 0);
+                CHECK(dev->resid.slab_reads == 0); /* each landed before the next token */
+            } else {
+                CHECK(dev->resid.admitted > 0 && dev->space.pages_loaded > 0);
+                CHECK(dev->resid.filled == 0 && dev->space.pages_filled == 0);
+            }
+        }
+        free_run(dev);
     }
-    free_run(host), free_run(dev);
+    unsetenv("MOEVM_DETERMINISTIC");
+    free_run(host);
 }
 
 /* A request as the distributed mode's server takes it (dist_serve.c): 5 tokens, the rows of
@@ -1666,10 +1709,12 @@ int main(int argc, char **argv)
                         : NULL;
     set_cc_major = driver ? (fakecuda_set_cc_major_fn)dlsym(driver, "fakecuda_set_cc_major")
                           : NULL;
-    CHECK(set_fail && calls && reset_counters && copy_delay && set_cc_major);
+    hold_maps = driver ? (void (*)(int))dlsym(driver, "fakecuda_hold_maps") : NULL;
+    CHECK(set_fail && calls && reset_counters && copy_delay && set_cc_major && hold_maps);
     mvm_model *m = NULL;
     CHECK_ST(load(model_path("llama", MVM_W_F32), MVM_BACKEND_CUDA, 1, &m), MVM_OK);
-    if (!m || !set_fail || !calls || !reset_counters || !copy_delay || !set_cc_major)
+    if (!m || !set_fail || !calls || !reset_counters || !copy_delay || !set_cc_major ||
+        !hold_maps)
         TEST_END();
     mvm_space_info info;
     mvm_space_get_info(m->space, &info);

@@ -450,7 +450,7 @@ static void test_window_copies(void)
  * places a miss there. */
 static mvm_status home_step(mvm_resid *r, uint32_t l, int32_t e)
 {
-    mvm_status st = mvm_resid_begin_home(r, l, &e, 1, 0);
+    mvm_status st = mvm_resid_begin_home(r, l, &e, 1, 0, 0);
     if (st != MVM_OK)
         return st;
     uint32_t counts[4] = {0};

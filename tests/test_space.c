@@ -1376,6 +1376,9 @@ static void test_fill(void)
     weights_of(0, 1, w, P * PAGE);
     memcpy((void *)(uintptr_t)a, w, P * PAGE); /* the reader's stores (the fake's memory) */
     CHECK_ST(mvm_fill_land(sp, 0, 1, a + 1, NULL), MVM_ERR_INVALID);
+    uint64_t at = 1;
+    CHECK_ST(mvm_fill_pending(sp, 0, 1, &at), MVM_OK);
+    CHECK(at == 0); /* at home */
     mvm_move *m = NULL;
     const struct calls before = calls_now();
     CHECK_ST(mvm_fill_land(sp, 0, 1, a, &m), MVM_OK);
@@ -1407,10 +1410,14 @@ static void test_fill(void)
     CHECK_ST(mvm_fill_land(sp, 0, 2, b, &m), MVM_OK);
     usleep(20000);
     CHECK_ST(mvm_move_test(m), MVM_ERR_BUSY);
+    CHECK_ST(mvm_fill_pending(sp, 0, 2, &at), MVM_OK);
+    CHECK(at == b && memcmp((const void *)(uintptr_t)at, w, P * PAGE) == 0);
     CHECK_ST(mvm_unpin(sp, 0, 2), MVM_OK);
     CHECK_ST(mvm_move_wait(m, -1), MVM_OK);
     CHECK_ST(mvm_move_release(m), MVM_OK);
     CHECK(reads_match(sp, 0, 2, P * PAGE) && stats_of(sp).resident_pages == 2 * P);
+    CHECK_ST(mvm_fill_pending(sp, 0, 2, &at), MVM_OK);
+    CHECK(at == 0); /* resident: its own address */
     /* a failed map: at home, readable, the slab free; evicted, a filled expert goes home */
     CHECK_ST(mvm_evict(sp, 0, 2, 0), MVM_OK);
     CHECK_ST(mvm_fill_reserve(sp, &b), MVM_OK);

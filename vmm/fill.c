@@ -117,6 +117,23 @@ static mvm_status queue_filled(mvm_space *sp, uint32_t idx, uint32_t first, mvm_
     return MVM_OK;
 }
 
+mvm_status mvm_fill_pending(const mvm_space *csp, uint32_t l, uint32_t e, uint64_t *addr)
+{
+    mvm_space *sp = (mvm_space *)csp;
+    if (!addr)
+        return mvm_fail(MVM_ERR_INVALID, "mvm_fill_pending: addr is NULL");
+    *addr = 0;
+    mvm_status st = check_space(sp, "mvm_fill_pending");
+    uint32_t idx;
+    if (st != MVM_OK || (st = mvm_lock_expert(sp, l, e, &idx)) != MVM_OK)
+        return st;
+    const struct page *pg = page_at(sp, idx, 0);
+    if (pg->state == MVM_PAGE_LOADING && pg->job->filled)
+        *addr = sp->be->ops->chunk_addr(sp->be, sp->pool, pg->job->runs[0].slab);
+    pthread_mutex_unlock(&sp->mu);
+    return MVM_OK;
+}
+
 mvm_status mvm_fill_land(mvm_space *sp, uint32_t l, uint32_t e, uint64_t addr,
                          mvm_move **move)
 {

@@ -55,8 +55,10 @@ decode_laps() {
 
 # The same for the last decode routed on the device (engine/forward/forward_cuda_route.c),
 # as "tokens=.. queue_us=.. policies_us=.. wait_us=.. between_us=..", and at a budget
-# (MOEVM_BUDGET_ROUTING=in-place) the context's "accesses=.. hits=.. in_place=..
-# admitted=.. prefetched=..", for a RESULT decode_device line.
+# (MOEVM_BUDGET_ROUTING=in-place or read-through) the context's "accesses=.. hits=..
+# in_place=.. admitted=.. prefetched=.. kept=.. slab_reads=..", for a RESULT decode_device
+# line (kept: misses read-through kept as read; slab_reads: hits read at those slabs
+# before their map).
 decode_routed() {
     local host split
     host=$(grep -o 'decode: [0-9]* tokens routed on the device.*' "$1" | tail -n 1 |
@@ -66,8 +68,8 @@ decode_routed() {
                        $1, $2, $3, $4, $5 }')
     split=$(grep -o 'decode at a budget routed on the device: .*' "$1" | tail -n 1 |
         grep -o '[0-9][0-9.]*' | paste -sd' ' |
-        awk 'NF == 5 { printf " accesses=%s hits=%s in_place=%s admitted=%s prefetched=%s",
-                       $1, $2, $3, $4, $5 }')
+        awk 'NF == 7 { printf " accesses=%s hits=%s in_place=%s admitted=%s prefetched=%s" \
+                              " kept=%s slab_reads=%s", $1, $2, $3, $4, $5, $6, $7 }')
     if [[ -n $host ]]; then echo "$host$split"; fi
 }
 

@@ -99,7 +99,7 @@ const mvm_option_desc mvm_opt_device_routing = {
     "layer's routing through the host (engine/forward/forward_cuda_route.c)"};
 
 const mvm_option_desc mvm_opt_budget_routing = {
-    "MOEVM_BUDGET_ROUTING", MVM_OPT_CHOICE, "host", "host|in-place",
+    "MOEVM_BUDGET_ROUTING", MVM_OPT_CHOICE, "host", "host|in-place|read-through",
     "engine on a GPU at a budget (not every expert resident), decode: "
     "host routes each layer on the host, which waits for the router's "
     "logits, then loads the misses or places them by the assign module; "
@@ -107,9 +107,13 @@ const mvm_option_desc mvm_opt_budget_routing = {
     "at 100%, the kernels reading each expert that is not resident at its "
     "home in place over the bus, and between tokens the policies see the "
     "token's steps and admission (MOEVM_ADMIT) and the prefetches load "
-    "experts for the tokens after; needs homes the device can read and "
-    "the assign module gpu, else host (an experiment until a GPU measures "
-    "it: engine/forward/forward_cuda_route.c)"};
+    "experts for the tokens after; read-through as in-place, but the "
+    "kernels store each miss as they read it into a slab set aside, and "
+    "it lands after the token with no copy (admission off: every miss "
+    "enters while the pool has slabs); both need homes the device can "
+    "read and the assign module gpu, else host (experiments until a GPU "
+    "measures them: engine/forward/forward_cuda_route.c, "
+    "forward_cuda_fill.c)"};
 
 const mvm_option_desc mvm_opt_load_wait = {
     "MOEVM_LOAD_WAIT", MVM_OPT_CHOICE, "device", "device|host|device-late|device-view",

@@ -463,6 +463,7 @@ static mvm_status moe_routed_here(struct cuda_fwd *f, uint32_t il)
     const mvm_dptr logits = mvm_cuda_fwd_route_stage(f, il, MVM_STAGE_LOGITS),
                    sel = mvm_cuda_fwd_route_stage(f, il, MVM_STAGE_SEL),
                    w = mvm_cuda_fwd_route_stage(f, il, MVM_STAGE_W);
+    const int through = f->route_budget && f->fill.on; /* read-through: kept as read */
     TRY(router_logits(f, L, 1, logits));
     lay_rows(f, K);
     mvm_g_route_args r = {.logits = logits, .choose_bias = L->choose_bias, .active = f->active,
@@ -471,16 +472,21 @@ static mvm_status moe_routed_here(struct cuda_fwd *f, uint32_t il)
                           .given = f->route_given ? f->given + (uint64_t)il * 2 * K * 4 : 0,
                           .addr = f->route_budget ? f->addr + (uint64_t)il * E * 8 : 0,
                           .wptr = f->wptr,
+                          .pool = through ? f->fill.pool : 0,
+                          .claims = through ? f->fill.claims : 0,
+                          .wstore = through ? f->fill.wstore : 0,
                           .scale = hp->expert_scale, .n_expert = E, .top_k = K,
                           .n_group = hp->n_group, .n_group_used = hp->n_group_used,
                           .sigmoid = (uint32_t)hp->sigmoid_gate,
-                          .norm_topk = (uint32_t)hp->norm_topk};
+                          .norm_topk = (uint32_t)hp->norm_topk,
+                          .n_pool = f->fill.cap, .layer = il};
     TRY(mvm_gpu_route(f->g, 0, &r));
     TRY(quantize_input(f, il, 1));
     mvm_g_expert_args a = expert_args(f, il);
     a.n_active = K;
     a.one_row = 1;
     a.wptr = f->route_budget ? f->wptr : 0; /* as the route kernel found them in f->addr */
+    a.wstore = through ? f->fill.wstore : 0;
     TRY(mvm_gpu_experts(f->g, &a));
     mvm_g_expert_sum_args s = {.x = f->x, .out = f->out, .tok_rows = f->tok_rows, .n_embd = D,
                                .n_tok = 1, .top_k = K};
@@ -712,6 +718,9 @@ static mvm_status eval_batch(struct cuda_fwd *f, const mvm_fwd_batch *b, float *
     if (f->route_here) /* the steps' stage, for the policies (forward_cuda_route.c) */
         TRY(mvm_gpu_download_async(f->g, mvm_cuda_fwd_stage_take(f), f->stage,
                                    (size_t)hp->n_layer * f->stage_floats * sizeof(float)));
+    if (f->route_budget && f->fill.on) /* and read-through's claims (forward_cuda_fill.c) */
+        TRY(mvm_gpu_download_async(f->g, f->fill.claims_host, f->fill.claims,
+                                   (1 + (size_t)f->fill.cap) * sizeof(uint32_t)));
     const double t1 = mvm_now_s();
     /* the token before's steps shown to the policies while the device computes this one;
      * its logits are waited for whatever that gives */
@@ -742,6 +751,8 @@ static mvm_status cuda_eval(mvm_ctx *ctx, const mvm_fwd_batch *b, float *logits)
     TRY(mvm_cuda_fwd_route_choose(f, b));
     if (!f->route_here) { /* its policies come after the tokens' before */
         TRY(mvm_cuda_fwd_route_settle(f));
+        if (f->fill.n) /* its steps load on demand: the pool's room is theirs */
+            TRY(mvm_cuda_fwd_fill_give_back(f));
         f->route_time.last_end = 0;
         mvm_cuda_fwd_laps_begin(f, b);
         mvm_status st = eval_batch(f, b, logits, &idle);

@@ -194,6 +194,25 @@ struct cuda_fwd {
     uint64_t *home_addr;        /* [n_layer * n_expert] the homes' device addresses */
     uint8_t *own;               /* [n_layer * n_expert] read at its own address
                                    (mvm_resid_landed_all), as the batch queued was told */
+    struct {                    /* read-through (forward_cuda_fill.c) */
+        int on;                 /*   MOEVM_BUDGET_ROUTING=read-through, where it runs */
+        uint32_t cap;           /*   the pool's most slabs: a quarter of the budget's */
+        uint32_t n;             /*   slabs set aside, at pool_host[0..n); the rest 0 */
+        uint64_t *pool_host;    /*   [cap], pinned, sent up before each token to ... */
+        mvm_dptr pool;          /*   ... [cap] uint64 */
+        mvm_dptr claims;        /*   [1 + cap] uint32: the route kernels' (kernels.h) ... */
+        uint32_t *claims_host;  /*   ... down here (pinned) with the token's stage */
+        mvm_dptr wstore;        /*   [top_k] uint64: where the expert launch stores */
+        int owed;               /*   the last token's claims are not landed yet */
+        uint32_t misses;        /*   its choices read at their homes */
+        uint32_t *fresh;        /*   [n_layer * n_expert]: experts landed by a fill whose
+                                     map may not be done (read at their slabs) ... */
+        uint32_t n_fresh;
+        uint8_t *is_fresh;      /*   ... and the same as flags */
+        uint8_t *read_dev;      /*   [n_layer * n_expert]: read on the device by the batch
+                                     queued (own, or at its slab): what its replay places
+                                     there (f->own's role without read-through) */
+    } fill;
     mvm_dptr stage;             /* [n_layer][stage_floats]: each routed step's logits,
                                    router input, choice and weights (route_stage) ... */
     float *stage_host;          /* ... down to one half of this pinned copy at the batch's
@@ -323,6 +342,25 @@ mvm_status mvm_cuda_fwd_route_settle(struct cuda_fwd *f);
 mvm_status mvm_cuda_fwd_route_addresses(struct cuda_fwd *f);
 /* The pins of mvm_cuda_fwd_route_choose, let go (the context's end). */
 void mvm_cuda_fwd_route_release(struct cuda_fwd *f);
+
+/* ---- forward_cuda_fill.c: read-through ------------------------------------------------- */
+
+/* The pool and claims for MOEVM_BUDGET_ROUTING=read-through, with budget routing set up
+ * (f->fill.on; none where the budget holds under four experts). */
+mvm_status mvm_cuda_fwd_fill_alloc(struct cuda_fwd *f, const mvm_space_info *info);
+void mvm_cuda_fwd_fill_free(struct cuda_fwd *f);
+/* The last token's slabs taken landed as their experts (before its steps are replayed);
+ * those not taken stay in the pool. */
+mvm_status mvm_cuda_fwd_fill_land(struct cuda_fwd *f);
+/* Before a token: the pool refilled to as many slabs as the last token missed (top_k at
+ * least, cap at most), then sent up with claims[0] zeroed. */
+mvm_status mvm_cuda_fwd_fill_pool(struct cuda_fwd *f);
+/* Every slab set aside given back (before a host-routed batch, at the context's end). */
+mvm_status mvm_cuda_fwd_fill_give_back(struct cuda_fwd *f);
+/* The table's entries (f->addr_host) of the experts landed by a fill, after f->own is
+ * updated: their slab's address while its map is under way, then as any other's. Returns
+ * how many changed. */
+uint32_t mvm_cuda_fwd_fill_table(struct cuda_fwd *f);
 
 /* ---- forward_cuda_ops.c ---------------------------------------------------------------- */
 

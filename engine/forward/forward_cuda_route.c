@@ -47,8 +47,8 @@
  * Qwen3-30B-A3B token at 25% was such host time with the device idle (docs/perf/engine.md,
  * session 81); here the device queues the whole token at once and reads the misses at
  * the bus's rate. Its reads of a miss and admission's copy of it each cross the bus, where
- * a host-routed step's load crossed it once (read-through admission, a kernel writing
- * what it reads into a slab set aside, would save that; not built).
+ * a host-routed step's load crossed it once; MOEVM_BUDGET_ROUTING=read-through has the
+ * kernels keep what they read instead (forward_cuda_fill.c).
  *
  * Not routed here: a batch of several tokens (prefill, or a server's several sequences),
  * SMoE's speculative pass, the distributed mode, --n-cpu-moe (the experts stay home),
@@ -71,8 +71,8 @@ static int routable(const mvm_hparams *hp)
            (G <= 1 || (G <= 32 && hp->n_expert % G == 0));
 }
 
-/* MOEVM_BUDGET_ROUTING=in-place where it can run: the table of addresses, every expert
- * at its home to begin with. */
+/* MOEVM_BUDGET_ROUTING=in-place or read-through where it can run: the table of addresses,
+ * every expert at its home to begin with; read-through's pool (forward_cuda_fill.c). */
 static mvm_status budget_alloc(struct cuda_fwd *f)
 {
     const uint32_t L = f->m->hp.n_layer, E = f->m->hp.n_expert;
@@ -80,7 +80,7 @@ static mvm_status budget_alloc(struct cuda_fwd *f)
     mvm_option_value mode;
     mvm_space_info info;
     TRY(mvm_option_read(&mvm_opt_budget_routing, &mode));
-    if (mode.i != 1)
+    if (mode.i == 0)
         return MVM_OK;
     if (f->sizing) /* (whatever the space and the assign module: the pass has neither) */
         return mvm_cuda_fwd_alloc(f, n * sizeof(uint64_t), &f->addr);
@@ -91,8 +91,8 @@ static mvm_status budget_alloc(struct cuda_fwd *f)
                           ? "the assign module is not gpu"
                           : NULL;
     if (why) {
-        mvm_log(MVM_LOG_INFO, "MOEVM_BUDGET_ROUTING=in-place: decode routed by the host, as %s",
-                why);
+        mvm_log(MVM_LOG_INFO, "MOEVM_BUDGET_ROUTING=%s: decode routed by the host, as %s",
+                mode.i == 1 ? "in-place" : "read-through", why);
         return MVM_OK;
     }
     TRY(mvm_cuda_fwd_alloc(f, n * sizeof(uint64_t), &f->addr));
@@ -105,6 +105,8 @@ static mvm_status budget_alloc(struct cuda_fwd *f)
         f->addr_host[x] = f->home_addr[x] = (uint64_t)(uintptr_t)mvm_expert_home_device(
             f->m->space, (uint32_t)(x / E), (uint32_t)(x % E));
     f->budget_routing = 1;
+    if (mode.i == 2)
+        TRY(mvm_cuda_fwd_fill_alloc(f, &info));
     return mvm_gpu_upload(f->g, f->addr, f->addr_host, n * sizeof *f->addr_host);
 }
 
@@ -233,11 +235,15 @@ mvm_status mvm_cuda_fwd_route_choose(struct cuda_fwd *f, const mvm_fwd_batch *b)
 mvm_status mvm_cuda_fwd_route_addresses(struct cuda_fwd *f)
 {
     TRY(mvm_cuda_fwd_route_settle(f));
+    if (f->fill.on) /* its victims are evicted before the table is made */
+        TRY(mvm_cuda_fwd_fill_pool(f));
     const uint64_t n = (uint64_t)f->m->hp.n_layer * f->m->hp.n_expert;
-    if (!mvm_resid_landed_all(f->moe->resid, f->own))
-        return MVM_OK;
-    for (uint64_t x = 0; x < n; x++)
+    uint32_t changed = mvm_resid_landed_all(f->moe->resid, f->own);
+    for (uint64_t x = 0; changed && x < n; x++)
         f->addr_host[x] = f->own[x] ? 0 : f->home_addr[x];
+    changed += f->fill.on ? mvm_cuda_fwd_fill_table(f) : 0;
+    if (!changed)
+        return MVM_OK;
     return mvm_gpu_upload(f->g, f->addr, f->addr_host, n * sizeof *f->addr_host);
 }
 
@@ -263,13 +269,21 @@ static mvm_status replay(struct cuda_fwd *f, const float *stage, uint32_t pos, i
             break;
         mvm_moe_route_as(f->moe, il, &pos, 1, s + mvm_cuda_fwd_stage_at(f, MVM_STAGE_HIDDEN),
                          sel, s + mvm_cuda_fwd_stage_at(f, MVM_STAGE_W));
-        f->moe->replay_own = at_budget ? f->own + (size_t)il * E : NULL;
+        f->moe->replay_own =
+            at_budget ? (f->fill.on ? f->fill.read_dev : f->own) + (size_t)il * E : NULL;
         st = mvm_moe_replay(f->moe);
         f->moe->replay_own = NULL;
+        for (uint32_t k = 0; st == MVM_OK && at_budget && f->fill.on && k < K; k++) {
+            const size_t x = (size_t)il * E + (uint32_t)sel[k]; /* read at a kept slab */
+            mvm_resid_note_slab_reads(f->moe->resid, f->fill.read_dev[x] && !f->own[x] &&
+                                                         f->moe->where[sel[k]] == MVM_RUN_ZEROCOPY);
+        }
     }
-    if (at_budget) { /* once the whole token is counted */
+    if (at_budget) { /* once the whole token is counted (as it ran: what read-through
+                        kept lands now, and the loads asked next find it there) */
+        const mvm_status landed = f->fill.on ? mvm_cuda_fwd_fill_land(f) : MVM_OK;
         const mvm_status loads = mvm_resid_defer_loads(f->moe->resid, 0);
-        st = st != MVM_OK ? st : loads;
+        st = st != MVM_OK ? st : landed != MVM_OK ? landed : loads;
     }
     return st;
 }
@@ -293,6 +307,7 @@ mvm_status mvm_cuda_fwd_route_done(struct cuda_fwd *f, const mvm_fwd_batch *b, m
     if (st != MVM_OK)
         return st; /* its steps are not shown: they may not have run */
     f->routed_tokens++;
+    f->fill.owed = f->fill.on && f->route_budget; /* its claims came down with its stage */
     if (idle) { /* the stage is down: the next batch replays it */
         f->replay.pending = 1;
         f->replay.half = f->stage_half;
@@ -326,13 +341,17 @@ void mvm_cuda_fwd_route_release(struct cuda_fwd *f)
         if (f->budget_routing && f->moe) { /* since the context began: the prompt's too */
             mvm_resid_get_stats(f->moe->resid, &rs);
             mvm_log(MVM_LOG_INFO, "decode at a budget routed on the device: %llu expert "
-                    "accesses, %llu hits, %llu read in place, %llu admitted, %llu prefetched",
+                    "accesses, %llu hits, %llu read in place, %llu admitted, %llu prefetched, "
+                    "%llu kept as read (read-through), %llu read at their slabs before their map",
                     (unsigned long long)rs.accesses, (unsigned long long)rs.hits,
                     (unsigned long long)rs.zerocopy_runs, (unsigned long long)rs.admitted,
-                    (unsigned long long)rs.prefetches);
+                    (unsigned long long)rs.prefetches, (unsigned long long)rs.filled,
+                    (unsigned long long)rs.slab_reads);
         }
     }
     if (f->all_pinned)
         unpin_first(f, (uint64_t)f->m->hp.n_layer * f->m->hp.n_expert);
     f->all_pinned = 0;
+    if (f->fill.on && mvm_cuda_fwd_fill_give_back(f) != MVM_OK)
+        mvm_log(MVM_LOG_WARN, "giving back the read-through pool: %s", mvm_last_error());
 }

@@ -211,6 +211,7 @@ void mvm_cuda_fwd_destroy(void *state)
         mvm_gpu_host_free(f->g, f->addr_host);
         mvm_gpu_host_free(f->g, f->cpu_rows);
     }
+    mvm_cuda_fwd_fill_free(f);
     mvm_gpu_close(f->g);
     mvm_cpu_experts_free(f->cpu);
     free(f->owned);

@@ -440,9 +440,10 @@ mvm_status mvm_moe_begin(mvm_moe *s)
     mvm_prefetcher_cut(forecaster(s), &s->step);
     uint32_t layer = s->step.layer;
     place(s);
-    mvm_status st = mvm_resid_begin_home(s->resid, layer, s->cpu, s->n_cpu, 0);
+    const int missed = s->replay_own != NULL; /* read at home when it ran */
+    mvm_status st = mvm_resid_begin_home(s->resid, layer, s->cpu, s->n_cpu, 0, missed);
     if (st == MVM_OK &&
-        (st = mvm_resid_begin_home(s->resid, layer, s->todo, s->n_home, 1)) != MVM_OK)
+        (st = mvm_resid_begin_home(s->resid, layer, s->todo, s->n_home, 1, missed)) != MVM_OK)
         mvm_resid_release(s->resid, layer, s->cpu, s->n_cpu);
     if (st != MVM_OK)
         return st;

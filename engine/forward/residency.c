@@ -249,7 +249,7 @@ static const mvm_pview *view(mvm_resid *r)
 {
     mvm_stats s;
     mvm_space_get_stats(r->space, &s);
-    r->view.used_pages = s.resident_pages + s.loading_pages;
+    r->view.used_pages = s.resident_pages + s.loading_pages + s.reserved_pages;
     r->view.now = mvm_now_s();
     return &r->view;
 }
@@ -470,7 +470,7 @@ static void admit(mvm_resid *r, uint32_t layer)
             continue;
         r->home_run[x] = 0;
         mvm_stats s;
-        if (one || !r->admit || r->at_home || r->resident[x] == r->ppe ||
+        if (one || !r->admit || r->read_through || r->at_home || r->resident[x] == r->ppe ||
             (r->remote && r->remote[x]) || mvm_space_get_stats(r->space, &s) != MVM_OK ||
             (r->admit == 1 && (s.moves_queued || s.moves_in_flight)))
             continue;
@@ -611,6 +611,47 @@ int mvm_resid_cancel_prefetch(mvm_resid *r, uint32_t layer, uint32_t expert)
     r->spec[x] = 0;
     r->stats.prefetches_cut++;
     return 1;
+}
+
+mvm_status mvm_resid_fill_reserve(mvm_resid *r, uint64_t *addr)
+{
+    mvm_status st;
+    while ((st = mvm_fill_reserve(r->space, addr)) == MVM_ERR_NOSPACE) {
+        const mvm_status ev = evict_one(r, 0, 0);
+        if (ev != MVM_OK)
+            return ev;
+    }
+    return st;
+}
+
+mvm_status mvm_resid_fill_land(mvm_resid *r, uint32_t layer, uint32_t e, uint64_t addr)
+{
+    const uint32_t x = layer * r->n_experts + e;
+    mvm_move *move = NULL;
+    mvm_status st = mvm_fill_land(r->space, layer, e, addr, r->ordered ? &move : NULL);
+    if (st != MVM_OK)
+        return st;
+    r->resident[x] = r->ppe;
+    r->moved[x] = 1; /* mvm_resid_landed_all looks it up until its map is done */
+    r->stats.filled++;
+    return move ? ordered_wait(r, layer, e, move) : MVM_OK;
+}
+
+mvm_status mvm_resid_fill_give_back(mvm_resid *r, uint64_t addr)
+{
+    return mvm_fill_return(r->space, addr);
+}
+
+void mvm_resid_set_read_through(mvm_resid *r, int on)
+{
+    r->read_through = on;
+}
+
+void mvm_resid_note_slab_reads(mvm_resid *r, uint32_t n)
+{
+    r->stats.slab_reads += n;
+    r->stats.hits += n;
+    r->stats.zerocopy_runs -= n;
 }
 
 void mvm_resid_get_stats(const mvm_resid *r, mvm_resid_stats *out)

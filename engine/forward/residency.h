@@ -84,6 +84,8 @@ typedef struct mvm_resid_stats {
     uint64_t planned;       /* of them, the assign module's plan (mvm_resid_assign) */
     uint64_t admitted;      /* of them, experts a step ran from their homes, admitted
                                afterwards (MOEVM_ADMIT, policy/admit.h) */
+    uint64_t filled;        /* experts a decode token's kernels stored as they read them
+                               in place, landed with no copy (read-through) */
     uint64_t prefetch_used; /* of them, requested by their layer's next step (a forecast
                                that came true; a later use is not counted) */
     uint64_t prefetch_hits; /* of those, found resident (their copy had landed) */
@@ -93,6 +95,9 @@ typedef struct mvm_resid_stats {
     uint64_t reconfigs;     /* times the config module changed budgets or splits */
     uint64_t held;          /* experts the config module holds resident (PreScope's hot
                                table; never evicted) */
+    uint64_t slab_reads;    /* of the hits, experts read-through kept that a later token
+                               read at their slabs, before their map
+                               (mvm_resid_note_slab_reads) */
     uint64_t view_holds;    /* copies the reader read where they landed, before their map
                                (mvm_resid_set_read_view) */
     double wait_s;          /* seconds the steps waited for their copies to land */
@@ -172,9 +177,11 @@ uint32_t mvm_resid_assign(mvm_resid *r, const mvm_pstep *step, const float *ahea
  * accesses are counted and
  * they are shielded from eviction until the step ends, like begin's. Call it before
  * mvm_resid_begin for the same step, so that its loads cannot evict them. On failure
- * nothing stays pinned. */
+ * nothing stays pinned. missed: the step ran before and read them at their homes (the
+ * replay of a decode token routed on the device at a budget), so each counts as a miss
+ * whatever has landed since; else a hit where the space has it resident. */
 mvm_status mvm_resid_begin_home(mvm_resid *r, uint32_t layer, const int32_t *experts,
-                                uint32_t n, int in_place);
+                                uint32_t n, int in_place, int missed);
 /* Ends the step begun for step->layer with the same experts: reports it to the evict module
  * (step->counts: tokens per expert of the layer; scores and hidden may be NULL), unpins the
  * experts it still holds and prefetches what the module wants. last_layer: the batch's last
@@ -194,6 +201,23 @@ void mvm_resid_observe(mvm_resid *r, const mvm_pstep *step);
  * victim, may be an expert a later layer of the token read where it was. Returns the first
  * failure of a prefetch (no room drops it, as when asked at once). */
 mvm_status mvm_resid_defer_loads(mvm_resid *r, int defer);
+/* Read-through (MOEVM_BUDGET_ROUTING=read-through, forward_cuda_route.c; vmm/fill.c): a
+ * decode token's kernels store the misses they read in place into slabs set aside, and the
+ * experts then land with no copy. reserve sets one aside, a whole expert's pages, making
+ * room as a request does (the module's victims among what no step uses and nothing loads)
+ * for layer 0, where the next token starts; *addr is where a kernel writes it.
+ * MVM_ERR_NOSPACE when nothing can go. land: expert (layer, e), at home, takes the slab
+ * filled at addr: resident from now on (counted in `filled`), its bytes read at addr until
+ * mvm_fill_pending says 0; MVM_ERR_BUSY (nothing changed) when it is not at home any more
+ * (a prefetch or a step asked for it since). give_back: a slab not filled. Admission
+ * (MOEVM_ADMIT) is off while read_through is set: the misses admit themselves. */
+mvm_status mvm_resid_fill_reserve(mvm_resid *r, uint64_t *addr);
+mvm_status mvm_resid_fill_land(mvm_resid *r, uint32_t layer, uint32_t e, uint64_t addr);
+mvm_status mvm_resid_fill_give_back(mvm_resid *r, uint64_t addr);
+void mvm_resid_set_read_through(mvm_resid *r, int on);
+/* n accesses of a step replayed as read in place (zerocopy_runs) were read at such a slab,
+ * on the device: hits, counted in slab_reads too. */
+void mvm_resid_note_slab_reads(mvm_resid *r, uint32_t n);
 /* Loads expert (layer, e) ahead of its use, at prefetch priority, making room as a request
  * does (never from the current step's experts). MVM_OK when queued or already resident,
  * MVM_ERR_NOSPACE when nothing can make room (the prediction is dropped). */

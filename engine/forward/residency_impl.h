@@ -46,6 +46,8 @@ struct mvm_resid {
     uint8_t *deferred_kind; /* [L*E] ... 1 for each (2: the assign module's plan) */
     int admit;              /* MOEVM_ADMIT: home runs are offered to the cache afterwards
                                (1: while no copy is in flight, 2: whatever is) */
+    int read_through;       /* ... but not while the misses admit themselves
+                               (mvm_resid_set_read_through) */
     int ordered;            /* MOEVM_DETERMINISTIC: each copy lands before the next
                                decision (ordered_wait) */
     void *reader_stream;    /* the device stream a round's copies are ordered before

@@ -151,7 +151,7 @@ mvm_status mvm_resid_begin(mvm_resid *r, uint32_t layer, const int32_t *experts,
                            int wait)
 {
     if (r->at_home)
-        return mvm_resid_begin_home(r, layer, experts, n, 0);
+        return mvm_resid_begin_home(r, layer, experts, n, 0, 0);
     mvm_status st = enter_step(r, layer, experts, n);
     if (st != MVM_OK)
         return st;
@@ -292,7 +292,7 @@ void mvm_resid_release(mvm_resid *r, uint32_t layer, const int32_t *experts, uin
 }
 
 mvm_status mvm_resid_begin_home(mvm_resid *r, uint32_t layer, const int32_t *experts,
-                                uint32_t n, int in_place)
+                                uint32_t n, int in_place, int missed)
 {
     mvm_status st = enter_step(r, layer, experts, n);
     if (st != MVM_OK)
@@ -300,8 +300,9 @@ mvm_status mvm_resid_begin_home(mvm_resid *r, uint32_t layer, const int32_t *exp
     uint32_t done = 0;
     for (; done < n && st == MVM_OK; done++) {
         uint32_t x = layer * r->n_experts + (uint32_t)experts[done];
-        mvm_residency res = {0};
-        mvm_expert_residency(r->space, layer, (uint32_t)experts[done], &res);
+        mvm_residency res = {.n_pages = r->ppe}; /* missed: none resident */
+        if (!missed)
+            mvm_expert_residency(r->space, layer, (uint32_t)experts[done], &res);
         count_access(r, x, &res);
         r->stats.cpu_runs += !in_place;
         r->stats.zerocopy_runs += in_place;

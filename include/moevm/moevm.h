@@ -274,8 +274,13 @@ mvm_status mvm_expert_wait_view(mvm_space *space, uint32_t layer, uint32_t exper
  *   address (deferred while it is pinned), then RESIDENT; *move (may be NULL) completes
  *   then. Meanwhile the expert is read at addr. MVM_ERR_BUSY, nothing changed, if a page is
  *   not at home; MVM_ERR_INVALID if addr is not a slab set aside.
- * return: gives back a slab set aside that was not filled. */
+ * return: gives back a slab set aside that was not filled.
+ * pending: *addr = where a landed expert's bytes are read until its move completes (the
+ *   slab's address given to land), or 0 when it is not landing from a fill (resident: read
+ *   it at its own address; at home, loading by a copy, or its fill's map failed). */
 mvm_status mvm_fill_reserve(mvm_space *space, uint64_t *addr);
+mvm_status mvm_fill_pending(const mvm_space *space, uint32_t layer, uint32_t expert,
+                            uint64_t *addr);
 mvm_status mvm_fill_land(mvm_space *space, uint32_t layer, uint32_t expert, uint64_t addr,
                          mvm_move **move);
 mvm_status mvm_fill_return(mvm_space *space, uint64_t addr);

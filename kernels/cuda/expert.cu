@@ -395,7 +395,7 @@ extern "C" __global__ void __launch_bounds__(32) mvm_g_route(mvm_g_route_args a)
         }
         __syncwarp();
         if (lane == 0)
-            claims[0] = taken + fills < a.n_pool ? taken + fills : a.n_pool;
+            claims[0] = taken + fills; /* slabs taken: min(claims[0], n_pool) */
     }
     if (lane >= K)
         return;

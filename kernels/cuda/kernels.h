@@ -253,8 +253,10 @@ MVM_G_FN mvm_g_shape mvm_g_expert_sum_shape(const mvm_g_expert_sum_args *a)
  * (with wstore): the choices whose addr has MVM_G_ADDR_FILL set (a home read in place), in
  * choice order, take the next slabs of pool[0..n_pool) (uint64 device addresses) while any
  * is left: wstore[r] = that slab (mvm_g_expert_args.wstore; 0 for the others), and
- * claims[1 + i] = layer * n_expert + expert for pool slab i, claims[0] the slabs taken so
- * far (uint32s; the host zeroes claims[0] before a token's first layer). One warp;
+ * claims[1 + i] = layer * n_expert + expert for pool slab i (uint32s), claims[0] the
+ * choices so far that were to be kept, slab or not (the slabs taken: the first
+ * min(claims[0], n_pool); the host zeroes claims[0] before a token's first layer). A slab
+ * of 0 keeps nothing (wstore 0). One warp;
  * n_expert <= MVM_G_ROUTE_MAX_E, top_k <= 32, n_group <= 32. */
 #define MVM_G_ROUTE_MAX_E 1024
 #define MVM_G_ADDR_FILL 1ull /* an addr entry's low bit (addresses are page-aligned) */
