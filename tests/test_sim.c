@@ -57,6 +57,18 @@ static mvm_trace *make_trace(uint32_t n_tok, uint32_t L, uint32_t E, uint32_t K,
     return t;
 }
 
+/* A trace of make_trace's routing with experts of 9 MiB (5 pages), the h100 preset's costs
+ * for them and the default configuration: the decode-routing tests' case. NULL when out of
+ * memory. */
+static mvm_trace *h100_case(uint32_t n_tok, uint32_t L, uint32_t E, uint32_t K, mvm_cost *cost,
+                            mvm_sim_config *c)
+{
+    const uint64_t eb = 9u << 20;
+    mvm_cost_init(cost, mvm_machine_preset("h100"), eb, 2048, 768);
+    mvm_sim_config_init(c);
+    return make_trace(n_tok, L, E, K, eb);
+}
+
 static uint64_t distinct_used(const mvm_trace *t)
 {
     uint32_t n = t->hdr.n_layers * t->hdr.n_experts;
@@ -140,14 +152,11 @@ static void test_closed_forms(void)
  * (admissions use the copy engine only while it idles, off the steps' critical path). */
 static void test_admission(void)
 {
-    const uint64_t eb = 9u << 20;
-    mvm_trace *t = make_trace(200, 4, 16, 2, eb);
+    mvm_cost cost;
+    mvm_sim_config c;
+    mvm_trace *t = h100_case(200, 4, 16, 2, &cost, &c);
     if (!t)
         return;
-    mvm_cost cost;
-    mvm_cost_init(&cost, mvm_machine_preset("h100"), eb, 2048, 768);
-    mvm_sim_config c;
-    mvm_sim_config_init(&c);
     CHECK(c.admit == 1); /* the default, as MOEVM_ADMIT's */
     c.policy[MVM_ROLE_ASSIGN] = "greedy";
     c.budget_pages = 4 * 16 * 5 / 2;
@@ -171,16 +180,13 @@ static void test_admission(void)
  * loads every miss on demand and pays host_step a layer. */
 static void test_device_routed(void)
 {
-    const uint64_t eb = 9u << 20;
     const uint32_t n_tok = 100, L = 4;
-    mvm_trace *t = make_trace(n_tok, L, 16, 2, eb);
+    mvm_cost cost;
+    mvm_sim_config c;
+    mvm_trace *t = h100_case(n_tok, L, 16, 2, &cost, &c);
     if (!t)
         return;
-    mvm_cost cost;
-    mvm_cost_init(&cost, mvm_machine_preset("h100"), eb, 2048, 768);
     cost.m.host_step = 100e-6;
-    mvm_sim_config c;
-    mvm_sim_config_init(&c);
     c.budget_pages = L * 16 * 5 / 2;
     mvm_sim_result host, dev, first;
     CHECK_ST(mvm_sim_run(t, &cost, &c, &host), MVM_OK);
@@ -211,15 +217,12 @@ static void test_device_routed(void)
  * the budget at most). No load, no admission; the budget holds with the pool counted. */
 static void test_read_through(void)
 {
-    const uint64_t eb = 9u << 20;
     const uint32_t n_tok = 100, L = 4, E = 16, K = 2;
-    mvm_trace *t = make_trace(n_tok, L, E, K, eb);
+    mvm_cost cost;
+    mvm_sim_config c;
+    mvm_trace *t = h100_case(n_tok, L, E, K, &cost, &c);
     if (!t)
         return;
-    mvm_cost cost;
-    mvm_cost_init(&cost, mvm_machine_preset("h100"), eb, 2048, 768);
-    mvm_sim_config c;
-    mvm_sim_config_init(&c);
     c.budget_pages = L * E * 5 / 2; /* a quarter of the experts, 5 pages each */
     mvm_sim_result dev, thr, r;
     c.device_routed = 1;
