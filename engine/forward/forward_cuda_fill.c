@@ -38,10 +38,12 @@ mvm_status mvm_cuda_fwd_fill_alloc(struct cuda_fwd *f, const mvm_space_info *inf
 {
     const uint64_t n = (uint64_t)f->m->hp.n_layer * f->m->hp.n_expert;
     const uint32_t cap = info->device_pages / (info->pages_per_expert * 4);
-    if (!cap) {
-        mvm_log(MVM_LOG_INFO, "MOEVM_BUDGET_ROUTING=read-through: a budget of %u pages holds "
-                "under four experts, none to set aside: misses read in place only",
-                info->device_pages);
+    const char *why = n * info->pages_per_expert <= info->device_pages
+                          ? "holds every expert: they are all loaded, then pinned"
+                      : !cap ? "holds under four experts, none to set aside" : NULL;
+    if (why) { /* (a pool would keep the first from ever being true) */
+        mvm_log(MVM_LOG_INFO, "MOEVM_BUDGET_ROUTING=read-through: the budget (%u pages) %s: "
+                "misses read in place only", info->device_pages, why);
         return MVM_OK;
     }
     f->fill.cap = cap;
