@@ -42,6 +42,10 @@ typedef struct mvm_machine {
                                 routing, the policies, the step's requests and launches, s,
                                 while the device waits and the copy engine may work (0: none,
                                 the presets': the papers model no host) */
+    double host_token;       /* per decode token routed on the device at a budget: between
+                                tokens, the host's replay of the token before, its loads and
+                                (read-through) landings and pool, s, while the device waits
+                                (0: none, the presets') */
     double net_rtt;          /* between servers (distributed), s */
     double net_bw;           /* bytes/s */
     uint64_t gpu_memory;     /* bytes, informational */

@@ -107,10 +107,10 @@ static int same_machine(const mvm_machine *a, const mvm_machine *b)
 {
     const double x[] = {a->pcie_bw, a->load_setup, a->zerocopy_bw, a->gpu_mem_bw, a->gpu_flops,
                         a->gpu_launch, a->cpu_mem_bw, a->cpu_flops, a->cpu_setup, a->attn_time,
-                        a->host_step, a->net_rtt, a->net_bw};
+                        a->host_step, a->host_token, a->net_rtt, a->net_bw};
     const double y[] = {b->pcie_bw, b->load_setup, b->zerocopy_bw, b->gpu_mem_bw, b->gpu_flops,
                         b->gpu_launch, b->cpu_mem_bw, b->cpu_flops, b->cpu_setup, b->attn_time,
-                        b->host_step, b->net_rtt, b->net_bw};
+                        b->host_step, b->host_token, b->net_rtt, b->net_bw};
     for (size_t i = 0; i < sizeof x / sizeof *x; i++)
         if (!(x[i] == y[i] || near(x[i], y[i], 1e-12)))
             return 0;
@@ -151,6 +151,9 @@ static void test_parse_ok(void)
     /* host_step may be 0 (none, the presets'); the others of that kind are the network's */
     CHECK_ST(mvm_machine_parse_json("{\"host_step\": 0}", "h.json", &m), MVM_OK);
     CHECK(m.host_step == 0 && mvm_machine_preset("h100")->host_step == 0);
+    CHECK_ST(mvm_machine_parse_json("{\"host_token\": 161}", "t.json", &m), MVM_OK);
+    CHECK(near(m.host_token, 161e-6, 1e-15) && mvm_machine_preset("h100")->host_token == 0);
+    CHECK_ST(mvm_machine_parse_json("{\"host_token\": 0}", "t.json", &m), MVM_OK);
 }
 
 /* Each malformed file fails with MVM_ERR_INVALID, a message naming the file and `needle`,
@@ -191,6 +194,7 @@ static void test_format_round_trip(void)
     m.cpu_setup = 1.234567e-7;
     m.cpu_flops = 98765.4321e9;
     m.host_step = 123.456e-6;
+    m.host_token = 98.765e-6;
     m.gpu_memory = 123456789;
     int n = mvm_machine_format_json(&m, NULL, buf, sizeof buf);
     CHECK_ST(mvm_machine_parse_json(buf, "odd", &back), MVM_OK);
@@ -225,6 +229,7 @@ static void test_parse_errors(void)
     expect_bad("{\"attn_time\": 1e999}", "field 'attn_time' is inf");
     expect_bad("{\"net_bw\": -0.5}", "field 'net_bw' is -0.5; it must be finite and >= 0");
     expect_bad("{\"host_step\": -3}", "field 'host_step' is -3; it must be finite and >= 0");
+    expect_bad("{\"host_token\": -1}", "field 'host_token' is -1; it must be finite and >= 0");
     expect_bad("{\"gpu_memory\": 0}", "field 'gpu_memory' is 0");
     expect_bad("{\"gpu_memory\": 1e12}", "'gpu_memory' is 1e+12 GiB: too large");
     expect_bad("{\"name\": 7}", "field 'name' must be a string");

@@ -235,6 +235,12 @@ static void test_read_through(void)
     CHECK(thr.peak_pages <= c.budget_pages && thr.peak_pages > c.budget_pages - 5);
     CHECK(fabs(thr.t_attn - dev.t_attn) < 1e-9);
     check_breakdown(&thr);
+    /* the host's time between tokens (host_token), once a token before its first layer */
+    mvm_cost between = cost;
+    between.m.host_token = 150e-6;
+    CHECK_ST(mvm_sim_run(t, &between, &c, &r), MVM_OK);
+    CHECK(fabs(r.t_attn - thr.t_attn - n_tok * 150e-6) < 1e-9 && r.time > thr.time);
+    check_breakdown(&r);
     /* a budget of three experts has no quarter to give the pool: nothing ever enters */
     c.budget_pages = 3 * 5;
     CHECK_ST(mvm_sim_run(t, &cost, &c, &r), MVM_OK);

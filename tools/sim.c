@@ -561,13 +561,17 @@ static mvm_status sim_layer(struct sim *s, uint32_t tok, uint32_t l, double *clo
     size_t rec = (size_t)tok * s->L + l;
     double start = fmax(*clock, s->gpu_free);
     /* the host's share of the step (host_step) follows the layer's attention: the device
-     * waits for it, the copy engine does not; routed on the device, no host in between */
-    const double host = s->cfg->device_routed ? 0 : s->cost->m.host_step;
+     * waits for it, the copy engine does not; routed on the device, no host in between,
+     * but the token's own before its first layer (host_token: the replay of the token
+     * before, its loads, read-through's landings and pool), after which its table is sent */
+    const double host = !s->cfg->device_routed ? s->cost->m.host_step
+                        : l == 0               ? s->cost->m.host_token
+                                               : 0;
     double t_attn_end = start + s->cost->m.attn_time + host;
     s->gpu_free = t_attn_end;
     s->r.t_attn += s->cost->m.attn_time + host;
     if (s->cfg->device_routed && l == 0)
-        token_table(s, start);
+        token_table(s, start + host);
 
     memcpy(s->experts, t->experts + rec * s->K, s->K * sizeof *s->experts);
     memcpy(s->weights, t->weights + rec * s->K, s->K * sizeof *s->weights);
