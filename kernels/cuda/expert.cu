@@ -214,9 +214,7 @@ template <enum mvm_wtype DN> static __device__ void expert_down1(const mvm_g_exp
     const uint8_t *down = down_row(a, f, e, j);
     uint8_t *keep = store_of(a, e, down);
     if (keep) { /* read-through: its row's block of each group kept, read there */
-        const uint64_t part = mvm_k_row_bytes(f.down, G);
-        for (uint32_t g = 0; g < a.n_groups; g++)
-            warp_copy(keep + g * group, down + g * group, part);
+        warp_copy_runs(keep, down, group, (uint32_t)mvm_k_row_bytes(f.down, G), a.n_groups);
         __syncwarp();
         down = keep;
     }
