@@ -250,6 +250,13 @@ static void (*const down_fn[MVM_W_COUNT])(mvm_g_expert_args) = {MVM_G_FOR_TYPES(
 #define KERNEL_FN(name, T) mvm_g_expert_down1_##name,
 static void (*const down1_fn[MVM_W_COUNT])(mvm_g_expert_args) = {MVM_G_FOR_TYPES(KERNEL_FN)};
 #undef KERNEL_FN
+#define KERNEL_FN(name, T) mvm_g_expert_up1_keep_##name,
+static void (*const up1_keep_fn[MVM_W_COUNT])(mvm_g_expert_args) = {MVM_G_FOR_TYPES(KERNEL_FN)};
+#undef KERNEL_FN
+#define KERNEL_FN(name, T) mvm_g_expert_down1_keep_##name,
+static void (*const down1_keep_fn[MVM_W_COUNT])(mvm_g_expert_args) = {
+    MVM_G_FOR_TYPES(KERNEL_FN)};
+#undef KERNEL_FN
 
 /* One MoE layer's routed experts: the three kernels against mvm_k_expert_ffn per (token,
  * expert). Expert 0 serves every token (more rows than a tile), expert E-1 none. With
@@ -374,14 +381,16 @@ static void experts_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_ff, uin
                 launch(mvm_g_expert_quantize, a, mvm_g_expert_quantize_shape(&a));
             launch(mmq_down, a, mvm_g_expert_mmq_down_shape(&a));
         } else {
-            if (one_row)
-                launch(up1_fn[f.gate_up], a, mvm_g_expert_up1_shape(&a));
+            if (one_row) /* read-through (via 2) by the _keep twins, as the engine does */
+                launch((via == 2 ? up1_keep_fn : up1_fn)[f.gate_up], a,
+                       mvm_g_expert_up1_shape(&a));
             else
                 launch(up_fn[f.gate_up], a, mvm_g_expert_up_shape(&a));
             if (mvm_k_is_k(f.down) || (one_row && mvm_k_block_elems(f.down) > 1))
                 launch(mvm_g_expert_quantize, a, mvm_g_expert_quantize_shape(&a));
             if (one_row)
-                launch(down1_fn[f.down], a, mvm_g_expert_down1_shape(&a));
+                launch((via == 2 ? down1_keep_fn : down1_fn)[f.down], a,
+                       mvm_g_expert_down1_shape(&a));
             else
                 launch(down_fn[f.down], a, mvm_g_expert_down_shape(&a));
         }

@@ -53,6 +53,8 @@ static const struct {
     [MVM_GK_EXPERT_UP] = {MOD_EXPERT, "mvm_g_expert_up", 1},
     [MVM_GK_EXPERT_UP1] = {MOD_EXPERT, "mvm_g_expert_up1", 1},
     [MVM_GK_EXPERT_DOWN1] = {MOD_EXPERT, "mvm_g_expert_down1", 1},
+    [MVM_GK_EXPERT_UP1_KEEP] = {MOD_EXPERT, "mvm_g_expert_up1_keep", 1},
+    [MVM_GK_EXPERT_DOWN1_KEEP] = {MOD_EXPERT, "mvm_g_expert_down1_keep", 1},
     [MVM_GK_EXPERT_DOWN] = {MOD_EXPERT, "mvm_g_expert_down", 1},
     [MVM_GK_EXPERT_QUANTIZE] = {MOD_EXPERT, "mvm_g_expert_quantize", 0},
     [MVM_GK_EXPERT_MMQ_UP] = {MOD_MMQ, "mvm_g_expert_mmq_up", 1, MMQ_UP_TYPES},

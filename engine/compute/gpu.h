@@ -29,6 +29,8 @@ enum mvm_gpu_kernel {
     MVM_GK_EXPERT_UP,
     MVM_GK_EXPERT_UP1,
     MVM_GK_EXPERT_DOWN1,
+    MVM_GK_EXPERT_UP1_KEEP,
+    MVM_GK_EXPERT_DOWN1_KEEP,
     MVM_GK_EXPERT_DOWN,
     MVM_GK_EXPERT_QUANTIZE,
     MVM_GK_EXPERT_MMQ_UP, /* kernels/cuda/mmq.cu's: only where and for the types that
@@ -139,6 +141,10 @@ MVM_GPU_LAUNCHER(mvm_gpu_expert_down, MVM_GK_EXPERT_DOWN, mvm_g_expert_args,
                  mvm_g_expert_down_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_expert_down1, MVM_GK_EXPERT_DOWN1, mvm_g_expert_args,
                  mvm_g_expert_down1_shape)
+MVM_GPU_LAUNCHER(mvm_gpu_expert_up1_keep, MVM_GK_EXPERT_UP1_KEEP, mvm_g_expert_args,
+                 mvm_g_expert_up1_shape)
+MVM_GPU_LAUNCHER(mvm_gpu_expert_down1_keep, MVM_GK_EXPERT_DOWN1_KEEP, mvm_g_expert_args,
+                 mvm_g_expert_down1_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_expert_quantize, MVM_GK_EXPERT_QUANTIZE, mvm_g_expert_args,
                  mvm_g_expert_quantize_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_expert_mmq_up, MVM_GK_EXPERT_MMQ_UP, mvm_g_expert_args,
@@ -165,25 +171,29 @@ MVM_GPU_LAUNCHER(mvm_gpu_attn_softmax, MVM_GK_ATTN_SOFTMAX, mvm_g_attn_softmax_a
 
 /* Up of the routed experts of a->active (kernels.h), to h in down's activation format:
  * with a->mmq and several rows by the tensor cores' mmq kernel; with one row an expert
- * (a->one_row) by up1, else by up; their floats then made Q8_K blocks (a K-quant down), or
- * Q8_0 blocks (up1 and a Q type's down). */
+ * (a->one_row) by up1 (its _keep twin with a->wstore: read-through), else by up; their
+ * floats then made Q8_K blocks (a K-quant down), or Q8_0 blocks (up1 and a Q type's down). */
 static inline mvm_status mvm_gpu_experts_up(mvm_gpu *g, const mvm_g_expert_args *a)
 {
     const enum mvm_wtype down = (enum mvm_wtype)a->down;
-    mvm_status st = a->mmq && !a->one_row ? mvm_gpu_expert_mmq_up(g, (int)a->gate_up, a)
-                    : a->one_row          ? mvm_gpu_expert_up1(g, (int)a->gate_up, a)
-                                          : mvm_gpu_expert_up(g, (int)a->gate_up, a);
+    const int gu = (int)a->gate_up;
+    mvm_status st = a->mmq && !a->one_row ? mvm_gpu_expert_mmq_up(g, gu, a)
+                    : a->one_row          ? (a->wstore ? mvm_gpu_expert_up1_keep(g, gu, a)
+                                                       : mvm_gpu_expert_up1(g, gu, a))
+                                          : mvm_gpu_expert_up(g, gu, a);
     if (st == MVM_OK && (mvm_k_is_k(down) || (a->one_row && mvm_k_block_elems(down) > 1)))
         st = mvm_gpu_expert_quantize(g, 0, a);
     return st;
 }
 
-/* Their down, from h: by mmq's with a->mmq and several rows, by down1 with one row an
- * expert, else by down. */
+/* Their down, from h: by mmq's with a->mmq and several rows, by down1 (or its _keep twin)
+ * with one row an expert, else by down. */
 static inline mvm_status mvm_gpu_experts_down(mvm_gpu *g, const mvm_g_expert_args *a)
 {
     if (a->mmq && !a->one_row)
         return mvm_gpu_expert_mmq_down(g, (int)a->down, a);
+    if (a->one_row && a->wstore)
+        return mvm_gpu_expert_down1_keep(g, (int)a->down, a);
     return a->one_row ? mvm_gpu_expert_down1(g, (int)a->down, a)
                       : mvm_gpu_expert_down(g, (int)a->down, a);
 }

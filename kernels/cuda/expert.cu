@@ -7,7 +7,9 @@
  *
  * up1, down1: a decode step's (one row an expert), a warp per channel or output and
  *       active expert, reading its rows in place (expert_up1, expert_down1); between them
- *       mvm_g_expert_quantize where down reads blocks.
+ *       mvm_g_expert_quantize where down reads blocks. Their _keep twins also store what
+ *       they read where wstore says (read-through); apart, so that the copy's registers
+ *       (ptxas, sm_90: down1 q8_0 32 without it, 72 with) leave the others' occupancy.
  * up:   a block per (32 channels, active expert); its 16 warps take the 64 weight rows
  *       (32 gate, 32 up) four each and compute their dot products for a tile of the
  *       expert's rows, then the block their unit (SwiGLU, or gpt-oss's with the group's
@@ -112,7 +114,8 @@ template <enum mvm_wtype GU> static __device__ void expert_up(const mvm_g_expert
  * is a float: where down reads Q8_0 or Q8_K blocks, mvm_g_expert_quantize makes them from
  * hf once every channel is done. (897f782 read the two rows one after the other: 21.0 µs
  * in the engine, bench/gpu/ktrace.sh; this loop is not measured on a GPU yet.) */
-template <enum mvm_wtype GU> static __device__ void expert_up1(const mvm_g_expert_args &a)
+template <enum mvm_wtype GU, bool KEEP>
+static __device__ void expert_up1(const mvm_g_expert_args &a)
 {
     const mvm_k_expert_fmt f = {GU, (enum mvm_wtype)a.down, (enum mvm_k_glu)a.glu, 0};
     const uint32_t e = U32(a.active)[blockIdx.y], r = U32(a.off)[e];
@@ -121,7 +124,7 @@ template <enum mvm_wtype GU> static __device__ void expert_up1(const mvm_g_exper
     const uint64_t row = mvm_k_row_bytes(GU, a.n_embd);
     const uint64_t group = mvm_k_expert_group_bytes(f, a.n_embd);
     const uint8_t *gate = expert_base(a, e) + g * group;
-    uint8_t *keep = store_of(a, e, gate);
+    uint8_t *keep = KEEP ? store_of(a, e, gate) : NULL;
     if (keep) { /* read-through: its two rows (and gpt-oss's two biases) kept, read there */
         warp_copy(keep + s * row, gate + s * row, row);
         warp_copy(keep + (G + s) * row, gate + (G + s) * row, row);
@@ -201,7 +204,8 @@ template <enum mvm_wtype DN> static __device__ void expert_down(const mvm_g_expe
 /* Decode's down: expert_down for one row an expert, without the tile's loop and its
  * pointers (15.6 µs against 17.8 for OLMoE's on an H200, bench/gpu/kernel_lab.cu,
  * 2026-11-26). A block per output whose warps split its row took 29.9. */
-template <enum mvm_wtype DN> static __device__ void expert_down1(const mvm_g_expert_args &a)
+template <enum mvm_wtype DN, bool KEEP>
+static __device__ void expert_down1(const mvm_g_expert_args &a)
 {
     const mvm_k_expert_fmt f = {(enum mvm_wtype)a.gate_up, DN, (enum mvm_k_glu)a.glu, 0};
     const uint32_t e = U32(a.active)[blockIdx.y], r = U32(a.off)[e];
@@ -212,7 +216,7 @@ template <enum mvm_wtype DN> static __device__ void expert_down1(const mvm_g_exp
     const uint64_t group = mvm_k_expert_group_bytes(f, a.n_embd);
     const uint8_t *h = (const uint8_t *)a.h + (uint64_t)r * a.h_stride;
     const uint8_t *down = down_row(a, f, e, j);
-    uint8_t *keep = store_of(a, e, down);
+    uint8_t *keep = KEEP ? store_of(a, e, down) : NULL;
     if (keep) { /* read-through: its row's block of each group kept, read there */
         warp_copy_runs(keep, down, group, (uint32_t)mvm_k_row_bytes(f.down, G), a.n_groups);
         __syncwarp();
@@ -424,7 +428,12 @@ extern "C" __global__ void __launch_bounds__(32) mvm_g_route(mvm_g_route_args a)
     extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)                            \
         mvm_g_expert_up1_##name(mvm_g_expert_args a)                                       \
     {                                                                                      \
-        expert_up1<T>(a);                                                                  \
+        expert_up1<T, false>(a);                                                           \
+    }                                                                                      \
+    extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)                            \
+        mvm_g_expert_up1_keep_##name(mvm_g_expert_args a)                                  \
+    {                                                                                      \
+        expert_up1<T, true>(a);                                                            \
     }                                                                                      \
     extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)                            \
         mvm_g_expert_down_##name(mvm_g_expert_args a)                                      \
@@ -434,7 +443,12 @@ extern "C" __global__ void __launch_bounds__(32) mvm_g_route(mvm_g_route_args a)
     extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)                            \
         mvm_g_expert_down1_##name(mvm_g_expert_args a)                                     \
     {                                                                                      \
-        expert_down1<T>(a);                                                                \
+        expert_down1<T, false>(a);                                                         \
+    }                                                                                      \
+    extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)                            \
+        mvm_g_expert_down1_keep_##name(mvm_g_expert_args a)                                \
+    {                                                                                      \
+        expert_down1<T, true>(a);                                                          \
     }
 MVM_G_FOR_TYPES(EXPERT)
 #undef EXPERT

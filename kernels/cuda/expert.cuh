@@ -78,21 +78,22 @@ static __device__ __forceinline__ void warp_copy_runs(uint8_t *dst, const uint8_
     const uint32_t unit = half ? 2 : 1, per = part / unit, total = per * count;
     for (uint32_t i0 = 0; i0 < total; i0 += 16 * 32) {
         uint16_t v[16];
+        uint32_t at[16]; /* offsets from src: an expert's, under 4 GiB */
 #pragma unroll
         for (uint32_t u = 0; u < 16; u++) {
             const uint32_t i = i0 + u * 32 + lane;
-            const uint64_t at = (uint64_t)(i / per) * stride + (uint64_t)(i % per) * unit;
+            at[u] = i / per * (uint32_t)stride + i % per * unit;
             if (i < total)
-                v[u] = half ? *(const uint16_t *)(src + at) : src[at];
+                v[u] = half ? *(const uint16_t *)(src + at[u]) : src[at[u]];
         }
 #pragma unroll
         for (uint32_t u = 0; u < 16; u++) {
-            const uint32_t i = i0 + u * 32 + lane;
-            const uint64_t at = (uint64_t)(i / per) * stride + (uint64_t)(i % per) * unit;
-            if (i < total && half)
-                *(uint16_t *)(dst + at) = v[u];
-            else if (i < total)
-                dst[at] = (uint8_t)v[u];
+            if (i0 + u * 32 + lane >= total)
+                break;
+            if (half)
+                *(uint16_t *)(dst + at[u]) = v[u];
+            else
+                dst[at[u]] = (uint8_t)v[u];
         }
     }
 }

@@ -143,7 +143,8 @@ MVM_G_FN mvm_g_shape mvm_g_matvec_shape(const mvm_g_matvec_args *a)
  * mvm_g_expert_up1_<gate_up type>: the same for a step whose active experts have one row
  *   each (a decode token's; one_row set), a warp per (channel, active expert): h[r] as
  *   floats for a float down, else hf[r] (n_ff floats) for mvm_g_expert_quantize. Grid:
- *   (channels, a warp each; active expert).
+ *   (channels, a warp each; active expert). mvm_g_expert_up1_keep_<type>, and down1's
+ *   twin: the same, storing what they read where wstore says (wstore set).
  * mvm_g_expert_quantize (after up with a K-quant down, after up1 with a Q or K one):
  *   h[r] = hf[r]'s n_ff floats in down's activation format (Q8_K blocks, or Q8_0 blocks).
  *   Grid: (group, active expert).

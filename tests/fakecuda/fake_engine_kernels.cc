@@ -77,6 +77,8 @@ static void add_counted(fakecuda_add_kernel_fn add, const char *name)
     ADD(mvm_g_expert_up1_##name, mvm_g_expert_args);                                           \
     ADD(mvm_g_expert_down_##name, mvm_g_expert_args);                                          \
     ADD(mvm_g_expert_down1_##name, mvm_g_expert_args);                                         \
+    ADD(mvm_g_expert_up1_keep_##name, mvm_g_expert_args);                                      \
+    ADD(mvm_g_expert_down1_keep_##name, mvm_g_expert_args);                                    \
     ADD(mvm_g_dequant_##name, mvm_g_dequant_args);
 
 extern "C" __attribute__((visibility("default"))) void
