@@ -32,7 +32,7 @@
 #include "vmm/error.h"
 
 #ifdef MVM_DIGEST_PTX
-#include "mvm_digest_ptx.h" /* generated: static const char mvm_digest_ptx[] */
+#include "mvm_digest_ptx.h" /* generated: const char mvm_digest_ptx[] (embed_incbin.cmake) */
 #endif
 
 /* Words of device memory per chunk: its digest, in each area an id and the kernel's
