@@ -111,16 +111,22 @@ mvm_status mvm_cuda_fwd_fill_land(struct cuda_fwd *f)
     return st;
 }
 
-mvm_status mvm_cuda_fwd_fill_give_back(struct cuda_fwd *f)
+/* The pool's slabs past the first `keep` given back, the last first; the first failure. */
+static mvm_status trim_pool(struct cuda_fwd *f, uint32_t keep)
 {
     mvm_status st = MVM_OK;
-    for (uint32_t i = 0; i < f->fill.n; i++) {
-        const mvm_status got = mvm_resid_fill_give_back(f->moe->resid, f->fill.pool_host[i]);
+    while (f->fill.n > keep) {
+        const uint64_t at = f->fill.pool_host[--f->fill.n];
+        f->fill.pool_host[f->fill.n] = 0;
+        const mvm_status got = mvm_resid_fill_give_back(f->moe->resid, at);
         st = st != MVM_OK ? st : got;
-        f->fill.pool_host[i] = 0;
     }
-    f->fill.n = 0;
     return st;
+}
+
+mvm_status mvm_cuda_fwd_fill_give_back(struct cuda_fwd *f)
+{
+    return trim_pool(f, 0);
 }
 
 mvm_status mvm_cuda_fwd_fill_pool(struct cuda_fwd *f)
@@ -128,11 +134,7 @@ mvm_status mvm_cuda_fwd_fill_pool(struct cuda_fwd *f)
     const uint32_t K = f->m->hp.n_expert_used;
     uint32_t want = f->fill.misses > K ? f->fill.misses : K;
     want = want < f->fill.cap ? want : f->fill.cap;
-    while (f->fill.n > want) {
-        const uint64_t at = f->fill.pool_host[--f->fill.n];
-        f->fill.pool_host[f->fill.n] = 0;
-        TRY(mvm_resid_fill_give_back(f->moe->resid, at));
-    }
+    TRY(trim_pool(f, want));
     while (f->fill.n < want) {
         uint64_t at = 0;
         const mvm_status st = mvm_resid_fill_reserve(f->moe->resid, &at);
