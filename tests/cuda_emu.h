@@ -49,9 +49,13 @@ struct dim3 {
 static dim3 threadIdx, blockIdx; /* the running fiber's, set before it runs */
 static dim3 gridDim, blockDim;
 
-/* CUDA's 16-byte vectors, for the kernels' wide loads and stores. */
+/* CUDA's 16- and 8-byte vectors, for the kernels' wide loads and stores. */
 struct alignas(16) uint4 {
     unsigned x, y, z, w;
+};
+
+struct alignas(8) uint2 {
+    unsigned x, y;
 };
 
 static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w)

@@ -390,7 +390,8 @@ static void experts_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_ff, uin
                 launch(mvm_g_expert_quantize, a, mvm_g_expert_quantize_shape(&a));
             if (one_row)
                 launch((via == 2 ? down1_keep_fn : down1_fn)[f.down], a,
-                       mvm_g_expert_down1_shape(&a));
+                       via == 2 ? mvm_g_expert_down1_keep_shape(&a)
+                                : mvm_g_expert_down1_shape(&a));
             else
                 launch(down_fn[f.down], a, mvm_g_expert_down_shape(&a));
         }
@@ -465,6 +466,8 @@ static void test_experts(void)
      * row_dot_tile) */
     experts_case(mvm_k_expert_uniform(MVM_W_Q8_0), 2400, 64, 1);
     experts_case(mixed[0], 4352, 512, 1); /* Q4_K, a Q6_K down */
+    /* read-through's down1_keep: a last block of fewer outputs than its 16 warps */
+    experts_case(mvm_k_expert_uniform(MVM_W_F32), 40, 64, 1);
     /* gpt-oss's unit and biases: its MXFP4 experts, floats, and 256-channel groups */
     static const mvm_k_expert_fmt oai[] = {{MVM_W_MXFP4, MVM_W_MXFP4, MVM_GLU_OAI, 0},
                                            {MVM_W_F32, MVM_W_F32, MVM_GLU_OAI, 0},

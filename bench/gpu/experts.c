@@ -17,6 +17,14 @@
  * shorter than a launch shows the launch rate). The weights' values do not matter: bytes of
  * 0x11 (finite scales of every type). Prints a table and one line a script reads per row:
  *   RESULT gpu_kernel shape=olmoe-1b-7b types=q8_0/q8_0 kernel=experts us=31.2 gbps=1712.4
+ * Then the same token with every active expert away from the device, in pinned host memory,
+ * as read-through's misses are (engine.md, "Read-through"): up_host and down_host read it in
+ * place over the bus (wptr at the host buffer: a registered buffer's device address is its
+ * own where CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM is 1, as on every x86-64 Linux H100 and
+ * H200), up_keep and down_keep are read-through's kernels that also store what they read
+ * into a device slab, and copy is the copy engine's upload of the same experts, the rate a
+ * miss's load would reach; their GB/s count the host bytes. vmm_costs section 3 says what a
+ * kernel streaming host memory reaches (51 GB/s from HOST_NUMA on an H200).
  * Over tests/fakecuda (FAKECUDA_KERNELS set) the same launches run emulated: only the times
  * on a GPU mean anything.
  */
@@ -66,7 +74,8 @@ static mvm_status filled(mvm_gpu *g, size_t bytes, int ids, mvm_dptr *out)
 }
 
 /* The launches of repetition i: what `which` names, over copy i of the weights. */
-enum which { UP, UP_TILED, DOWN, DOWN_TILED, EXPERTS, MATVEC };
+enum which { UP, UP_TILED, DOWN, DOWN_TILED, EXPERTS, MATVEC, UP_HOST, DOWN_HOST, UP_KEEP,
+             DOWN_KEEP, COPY };
 
 struct rig {
     mvm_gpu *g;
@@ -74,6 +83,10 @@ struct rig {
     mvm_dptr ids;          /* 0 .. SETS x top_k - 1: set i's experts are its i-th top_k */
     mvm_g_matvec_args m;
     uint64_t matrix_bytes;
+    uint8_t *host;   /* SETS x top_k experts in pinned host memory, set i's in turn */
+    mvm_dptr hptr;   /* [SETS][top_k] their addresses: set i's the wptr of launch i */
+    mvm_dptr slabs;  /* top_k device slabs: read-through's stores, and copy's target */
+    mvm_dptr wstore; /* [top_k] the slabs' addresses */
 };
 
 static mvm_status launch(struct rig *r, enum which w, int i)
@@ -82,6 +95,11 @@ static mvm_status launch(struct rig *r, enum which w, int i)
     e.active = r->ids + (uint64_t)(i % SETS) * e.n_active * 4;
     mvm_g_matvec_args m = r->m;
     m.w += (uint64_t)(i % MATRICES) * r->matrix_bytes;
+    const uint64_t set_bytes = e.expert_stride * e.n_active;
+    if (w >= UP_HOST && w <= DOWN_KEEP) {
+        e.wptr = r->hptr + (uint64_t)(i % SETS) * e.n_active * 8;
+        e.wstore = w >= UP_KEEP ? r->wstore : 0;
+    }
     switch (w) {
     case UP: return mvm_gpu_experts_up(r->g, &e);
     case UP_TILED: /* the kernel of a step with several rows an expert, on the same one */
@@ -93,6 +111,11 @@ static mvm_status launch(struct rig *r, enum which w, int i)
         return mvm_gpu_experts_down(r->g, &e);
     case EXPERTS: return mvm_gpu_experts(r->g, &e);
     case MATVEC: return mvm_gpu_matvec(r->g, (int)e.gate_up, &m);
+    case UP_HOST:
+    case UP_KEEP: return mvm_gpu_experts_up(r->g, &e);
+    case DOWN_HOST:
+    case DOWN_KEEP: return mvm_gpu_experts_down(r->g, &e);
+    case COPY: return mvm_gpu_upload(r->g, r->slabs, r->host + (i % SETS) * set_bytes, set_bytes);
     }
     return MVM_ERR_INVALID;
 }
@@ -122,6 +145,32 @@ static void report(const struct shape *s, const enum mvm_wtype *t, const char *k
            bytes / secs / 1e9);
     fprintf(stderr, "RESULT gpu_kernel shape=%s types=%s kernel=%s us=%.2f gbps=%.1f\n",
             s->name, types_name, kernel, secs * 1e6, bytes / secs / 1e9);
+}
+
+/* The host experts, their address tables and the device slabs, into r (r->e set). */
+static mvm_status rig_host(struct rig *r)
+{
+    const uint32_t k = r->e.n_active;
+    const size_t set_bytes = r->e.expert_stride * k;
+    mvm_status st = mvm_gpu_host_alloc(r->g, set_bytes * SETS, (void **)&r->host);
+    if (st != MVM_OK)
+        return st;
+    fill_11(r->host, set_bytes * SETS);
+    uint64_t addr[SETS * 8 + 8]; /* top_k is at most 8 here */
+    if (k > 8)
+        return mvm_fail(MVM_ERR_INVALID, "a shape's top_k above 8");
+    if ((st = mvm_gpu_alloc(r->g, set_bytes, &r->slabs)) != MVM_OK)
+        return st;
+    for (uint32_t i = 0; i < SETS * k; i++)
+        addr[i] = (uint64_t)(uintptr_t)(r->host + (uint64_t)i * r->e.expert_stride);
+    for (uint32_t i = 0; i < k; i++)
+        addr[SETS * k + i] = r->slabs + (uint64_t)i * r->e.expert_stride;
+    if ((st = mvm_gpu_alloc(r->g, (SETS + 1) * k * 8, &r->hptr)) != MVM_OK)
+        return st;
+    r->wstore = r->hptr + (uint64_t)SETS * k * 8;
+    if ((st = mvm_gpu_upload(r->g, r->hptr, addr, (SETS + 1) * k * 8)) != MVM_OK)
+        return st;
+    return mvm_gpu_sync(r->g); /* addr is on the stack */
 }
 
 /* The device buffers of one shape and type pair, into r; their sizes into the rest. */
@@ -176,16 +225,17 @@ static mvm_status rig_up(struct rig *r, const struct shape *s, const enum mvm_wt
     if (st == MVM_OK)
         st = mvm_gpu_alloc(r->g, (size_t)s->n_embd * 4, &r->m.y);
     r->m.act = r->e.act;
-    return st;
+    return st == MVM_OK ? rig_host(r) : st;
 }
 
 static void rig_down(struct rig *r)
 {
     mvm_dptr bufs[] = {r->e.off, r->ids, r->e.experts, r->e.act, r->e.row_w, r->e.h,
-                       r->e.hf, r->e.out, r->m.w, r->m.y};
+                       r->e.hf, r->e.out, r->m.w, r->m.y, r->slabs, r->hptr};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i])
             mvm_gpu_free(r->g, bufs[i]);
+    mvm_gpu_host_free(r->g, r->host);
 }
 
 static int run(mvm_gpu *g, const struct shape *s, const enum mvm_wtype *t, int reps)
@@ -193,8 +243,8 @@ static int run(mvm_gpu *g, const struct shape *s, const enum mvm_wtype *t, int r
     struct rig r = {.g = g};
     uint64_t up, down;
     mvm_status st = rig_up(&r, s, t, &up, &down);
-    double secs[MATVEC + 1] = {0};
-    for (int w = UP; w <= MATVEC && st == MVM_OK; w++)
+    double secs[COPY + 1] = {0};
+    for (int w = UP; w <= COPY && st == MVM_OK; w++)
         secs[w] = time_launches(&r, (enum which)w, reps, &st);
     rig_down(&r);
     if (st != MVM_OK)
@@ -205,6 +255,11 @@ static int run(mvm_gpu *g, const struct shape *s, const enum mvm_wtype *t, int r
     report(s, t, "down_tiled", secs[DOWN_TILED], (double)down);
     report(s, t, "experts", secs[EXPERTS], (double)(up + down));
     report(s, t, "matvec", secs[MATVEC], (double)r.matrix_bytes);
+    report(s, t, "up_host", secs[UP_HOST], (double)up);
+    report(s, t, "down_host", secs[DOWN_HOST], (double)down);
+    report(s, t, "up_keep", secs[UP_KEEP], (double)up);
+    report(s, t, "down_keep", secs[DOWN_KEEP], (double)down);
+    report(s, t, "copy", secs[COPY], (double)(r.e.expert_stride * r.e.n_active));
     return 0;
 }
 

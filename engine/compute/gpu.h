@@ -144,7 +144,7 @@ MVM_GPU_LAUNCHER(mvm_gpu_expert_down1, MVM_GK_EXPERT_DOWN1, mvm_g_expert_args,
 MVM_GPU_LAUNCHER(mvm_gpu_expert_up1_keep, MVM_GK_EXPERT_UP1_KEEP, mvm_g_expert_args,
                  mvm_g_expert_up1_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_expert_down1_keep, MVM_GK_EXPERT_DOWN1_KEEP, mvm_g_expert_args,
-                 mvm_g_expert_down1_shape)
+                 mvm_g_expert_down1_keep_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_expert_quantize, MVM_GK_EXPERT_QUANTIZE, mvm_g_expert_args,
                  mvm_g_expert_quantize_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_expert_mmq_up, MVM_GK_EXPERT_MMQ_UP, mvm_g_expert_args,

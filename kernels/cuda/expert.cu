@@ -125,15 +125,17 @@ static __device__ void expert_up1(const mvm_g_expert_args &a)
     const uint64_t group = mvm_k_expert_group_bytes(f, a.n_embd);
     const uint8_t *gate = expert_base(a, e) + g * group;
     uint8_t *keep = KEEP ? store_of(a, e, gate) : NULL;
-    if (keep) { /* read-through: its two rows (and gpt-oss's two biases) kept, read there */
-        warp_copy(keep + s * row, gate + s * row, row);
-        warp_copy(keep + (G + s) * row, gate + (G + s) * row, row);
+    if (keep) { /* read-through: the block's gate rows and up rows (and gpt-oss's biases)
+                   kept, read there; the block's warps are channels s0.. of one group */
+        const uint32_t s0 = s - (threadIdx.x >> 5);
+        block_copy_runs(keep + s0 * row, gate + s0 * row, G * row,
+                        (uint32_t)(MVM_G_WARPS * row), 2);
         const uint64_t bias = group - 2 * G * sizeof(float); /* at the group's end */
         if (a.glu == MVM_GLU_OAI && (threadIdx.x & 31) < 2) {
             const uint64_t at = bias + ((threadIdx.x & 31) * G + s) * sizeof(float);
             *(float *)(keep + at) = *(const float *)(gate + at);
         }
-        __syncwarp();
+        __syncthreads();
         gate = keep;
     }
     const uint8_t *act = (const uint8_t *)a.act + U32(a.row_tok)[r] * a.act_stride;
@@ -209,19 +211,23 @@ static __device__ void expert_down1(const mvm_g_expert_args &a)
 {
     const mvm_k_expert_fmt f = {(enum mvm_wtype)a.gate_up, DN, (enum mvm_k_glu)a.glu, 0};
     const uint32_t e = U32(a.active)[blockIdx.y], r = U32(a.off)[e];
-    const uint32_t j = blockIdx.x * MVM_G_WARPS + (threadIdx.x >> 5);
-    if (j >= a.n_embd)
-        return;
+    const uint32_t W = KEEP ? MVM_G_KEEP_THREADS / 32 : MVM_G_WARPS; /* outputs a block */
+    const uint32_t j0 = blockIdx.x * W, j = j0 + (threadIdx.x >> 5);
     const uint32_t G = (uint32_t)mvm_k_expert_group_channels(f);
     const uint64_t group = mvm_k_expert_group_bytes(f, a.n_embd);
-    const uint8_t *h = (const uint8_t *)a.h + (uint64_t)r * a.h_stride;
     const uint8_t *down = down_row(a, f, e, j);
-    uint8_t *keep = KEEP ? store_of(a, e, down) : NULL;
-    if (keep) { /* read-through: its row's block of each group kept, read there */
-        warp_copy_runs(keep, down, group, (uint32_t)mvm_k_row_bytes(f.down, G), a.n_groups);
-        __syncwarp();
-        down = keep;
+    if (KEEP && store_of(a, e, down)) { /* read-through: the block's outputs' blocks of each
+                                           group kept (a run a group), read there */
+        const uint32_t rows = a.n_embd - j0 < W ? a.n_embd - j0 : W;
+        const uint8_t *first = down_row(a, f, e, j0);
+        block_copy_runs(store_of(a, e, first), first, group,
+                        (uint32_t)(rows * mvm_k_row_bytes(f.down, G)), a.n_groups);
+        __syncthreads();
+        down = store_of(a, e, down);
     }
+    if (j >= a.n_embd) /* the whole warp, after the block's copy and barrier */
+        return;
+    const uint8_t *h = (const uint8_t *)a.h + (uint64_t)r * a.h_stride;
     float s = 0;
     row_dot<DN>(down, group, &h, 1, a.n_groups * G, &s);
     s = warp_sum(s);
@@ -445,7 +451,7 @@ extern "C" __global__ void __launch_bounds__(32) mvm_g_route(mvm_g_route_args a)
     {                                                                                      \
         expert_down1<T, false>(a);                                                         \
     }                                                                                      \
-    extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)                            \
+    extern "C" __global__ void __launch_bounds__(MVM_G_KEEP_THREADS)                       \
         mvm_g_expert_down1_keep_##name(mvm_g_expert_args a)                                \
     {                                                                                      \
         expert_down1<T, true>(a);                                                          \

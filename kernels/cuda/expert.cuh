@@ -31,71 +31,57 @@ static __device__ __forceinline__ uint8_t *store_of(const mvm_g_expert_args &a, 
     return s ? (uint8_t *)s + (src - expert_base(a, e)) : NULL;
 }
 
-/* The warp copies n bytes from src to dst, which lie alike against 16 bytes (an expert's
- * bytes read in place and their slab: both page-aligned): 16-byte loads, all of a lane's
- * in flight at once where the row is short (a decode row: 2 KiB, four a lane), the
- * unaligned ends byte by byte. Read-through's stores: the warp copies the rows it is about
- * to read from their home into the slab, over the bus once, then reads them there, so that
- * every type's product reads as it does from any other address. The caller orders the
- * copy before its reads (__syncwarp). */
-static __device__ __forceinline__ void warp_copy(uint8_t *dst, const uint8_t *src, uint64_t n)
+/* The block copies `count` runs of `part` bytes, `stride` apart, from src to dst (laid out
+ * alike), in units of U: each thread's loads (eight at a time) issued before its stores. */
+template <typename U>
+static __device__ __forceinline__ void block_copy_runs_as(uint8_t *dst, const uint8_t *src,
+                                                          uint64_t stride, uint32_t part,
+                                                          uint32_t count)
 {
-    const uint32_t lane = threadIdx.x & 31;
-    uint64_t head = (16 - ((uintptr_t)src & 15)) & 15;
-    head = head < n ? head : n;
-    if (lane < head)
-        dst[lane] = src[lane];
-    const uint64_t n16 = (n - head) / 16;
-    const uint4 *s16 = (const uint4 *)(src + head);
-    uint4 *d16 = (uint4 *)(dst + head);
-    for (uint64_t k0 = lane; k0 < n16; k0 += 4 * 32) {
-        uint4 v[4];
+    const uint32_t per = part / sizeof(U), total = per * count;
+    for (uint32_t i0 = threadIdx.x; i0 < total; i0 += 8 * blockDim.x) {
+        U v[8];
+        uint32_t at[8]; /* offsets from src: an expert's, under 4 GiB */
 #pragma unroll
-        for (uint32_t u = 0; u < 4; u++)
-            if (k0 + 32 * u < n16)
-                v[u] = s16[k0 + 32 * u];
+        for (uint32_t u = 0; u < 8; u++) {
+            const uint32_t i = i0 + u * blockDim.x;
+            at[u] = i / per * (uint32_t)stride + i % per * (uint32_t)sizeof(U);
+            if (i < total)
+                v[u] = *(const U *)(src + at[u]);
+        }
 #pragma unroll
-        for (uint32_t u = 0; u < 4; u++)
-            if (k0 + 32 * u < n16)
-                d16[k0 + 32 * u] = v[u];
+        for (uint32_t u = 0; u < 8; u++)
+            if (i0 + u * blockDim.x < total)
+                *(U *)(dst + at[u]) = v[u];
     }
-    for (uint64_t k = head + n16 * 16 + lane; k < n; k += 32)
-        dst[k] = src[k];
 }
 
-/* The warp copies `count` runs of `part` bytes, `stride` apart, from src to dst (laid out
- * alike): an expert's down row, its block of each group. Every lane's loads of all the runs
- * are issued before any store, 16 a lane at a time, in halfwords where the runs allow
- * (MXFP4's 17-byte blocks do not): the runs then cost about one round trip over the bus
- * together, where a warp_copy per run waited for one each (24 for a Qwen3-30B-A3B Q8_0
- * down row). Not measured on a GPU yet. */
-static __device__ __forceinline__ void warp_copy_runs(uint8_t *dst, const uint8_t *src,
-                                                      uint64_t stride, uint32_t part,
-                                                      uint32_t count)
+/* Read-through's stores: the block copies the rows its warps are about to read from their
+ * home into the slab, over the bus once, and they read them there (after a __syncthreads),
+ * so that every type's product reads as it does from any other address. The block's rows
+ * lie together (up1's channels' gate rows, their up rows; down1's outputs' blocks of each
+ * group), so it copies them as `count` runs of `part` bytes `stride` apart, in the widest
+ * unit their alignment allows (16 bytes for Q8_0's rows and for 16 of its 34-byte blocks;
+ * bytes for MXFP4's 17): long runs of wide loads, in whole 32-byte sectors, are what a read
+ * over the bus wants: on an H200 a Qwen3-30B-A3B Q8_0 miss took the engine 140 us where
+ * each warp copied its own down row's 34-byte blocks, 120 us with a block's runs of four
+ * (136 bytes: down read its home at 36 GB/s, up's rows at 50, a kernel streaming
+ * HOST_NUMA memory at 51; docs/perf/offload.md, 2026-11-27); hence down1_keep's 16. */
+static __device__ __forceinline__ void block_copy_runs(uint8_t *dst, const uint8_t *src,
+                                                       uint64_t stride, uint32_t part,
+                                                       uint32_t count)
 {
-    const uint32_t lane = threadIdx.x & 31;
-    const bool half = part % 2 == 0 && stride % 2 == 0 && (uintptr_t)src % 2 == 0;
-    const uint32_t unit = half ? 2 : 1, per = part / unit, total = per * count;
-    for (uint32_t i0 = 0; i0 < total; i0 += 16 * 32) {
-        uint16_t v[16];
-        uint32_t at[16]; /* offsets from src: an expert's, under 4 GiB */
-#pragma unroll
-        for (uint32_t u = 0; u < 16; u++) {
-            const uint32_t i = i0 + u * 32 + lane;
-            at[u] = i / per * (uint32_t)stride + i % per * unit;
-            if (i < total)
-                v[u] = half ? *(const uint16_t *)(src + at[u]) : src[at[u]];
-        }
-#pragma unroll
-        for (uint32_t u = 0; u < 16; u++) {
-            if (i0 + u * 32 + lane >= total)
-                break;
-            if (half)
-                *(uint16_t *)(dst + at[u]) = v[u];
-            else
-                dst[at[u]] = (uint8_t)v[u];
-        }
-    }
+    const uint64_t align = (uintptr_t)dst | (uintptr_t)src | (count > 1 ? stride : 0) | part;
+    if (align % 16 == 0)
+        block_copy_runs_as<uint4>(dst, src, stride, part, count);
+    else if (align % 8 == 0)
+        block_copy_runs_as<uint2>(dst, src, stride, part, count);
+    else if (align % 4 == 0)
+        block_copy_runs_as<uint32_t>(dst, src, stride, part, count);
+    else if (align % 2 == 0)
+        block_copy_runs_as<uint16_t>(dst, src, stride, part, count);
+    else
+        block_copy_runs_as<uint8_t>(dst, src, stride, part, count);
 }
 
 /* Output j's row of expert e's down: its block of each group's down slot, the blocks a

@@ -59,6 +59,11 @@ typedef uint64_t mvm_dptr;
 #define MVM_G_WARPS (MVM_G_THREADS / 32)
 #define MVM_G_TILE 8         /* tokens (or expert rows) each weight read serves */
 #define MVM_G_UP_THREADS 512 /* mvm_g_expert_up's: a warp per 4 of its block's 64 rows */
+/* mvm_g_expert_down1_keep's: 16 outputs a block, whose blocks of a group lie together and
+ * are copied as one run: 16 Q8_0 blocks are 544 bytes, whole 32-byte sectors of the bus's
+ * reads, where 4 (136 bytes) shared their end sectors with the next block's run and read
+ * them twice (36 GB/s against 50 for up's rows, bench_gpu_experts on an H200). */
+#define MVM_G_KEEP_THREADS 512
 
 typedef struct mvm_g_shape {
     uint32_t gx, gy, block;
@@ -153,7 +158,8 @@ MVM_G_FN mvm_g_shape mvm_g_matvec_shape(const mvm_g_matvec_args *a)
  *   down_bias + e * n_embd; 0: none), j < n_embd, out[r] at out + r * n_embd floats.
  *   Grid: (outputs, a warp each; active expert).
  * mvm_g_expert_down1_<down type>: the same for a step whose active experts have one row
- *   each (one_row), without down's tile of rows. Grid: down's.
+ *   each (one_row), without down's tile of rows. Grid: down's; its _keep twin's
+ *   (MVM_G_KEEP_THREADS a block, a warp an output).
  * mvm_g_expert_mmq_up_<gate_up type>, mvm_g_expert_mmq_down_<down type> (kernels/cuda/mmq.cu):
  *   up's and down's results on the int8 tensor cores, for a step of several rows (mmq set,
  *   one_row not), for Q8_0 experts and Q4_K_M's (Q4_K gate/up; Q4_K or Q6_K down): h[r] as
@@ -209,6 +215,13 @@ MVM_G_FN mvm_g_shape mvm_g_expert_down_shape(const mvm_g_expert_args *a)
 MVM_G_FN mvm_g_shape mvm_g_expert_down1_shape(const mvm_g_expert_args *a)
 {
     return mvm_g_expert_down_shape(a);
+}
+
+MVM_G_FN mvm_g_shape mvm_g_expert_down1_keep_shape(const mvm_g_expert_args *a)
+{
+    mvm_g_shape s = {mvm_g_div_up(a->n_embd, MVM_G_KEEP_THREADS / 32), a->n_active,
+                     MVM_G_KEEP_THREADS};
+    return s;
 }
 
 MVM_G_FN mvm_g_shape mvm_g_expert_mmq_up_shape(const mvm_g_expert_args *a)
