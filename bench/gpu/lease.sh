@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # A short GPU lease's measurements in one device call, most needed first, from the
-# repository root of a GPU machine (carry .gpudeps and .llamacpp/cuda.tar.xz):
+# repository root of a GPU machine (carry .gpudeps, .gpubin and .llamacpp/cuda.tar.xz:
+# 64 MiB at most with the tree, so pack only what the steps run, e.g. `prebuilt.sh pack
+# moevm_cli vmm_costs` for text, full and offload; the whole pack passed it):
 #
 #   bash bench/gpu/lease.sh                    LEASE_S=540 LEASE_STEPS="build kernels ..."
 #
@@ -10,8 +12,9 @@
 # steps after it still run if time is left. Steps, in this order (LEASE_STEPS picks):
 #   build      build-gpu/: moevm, test_gpu, bench_gpu_experts, bench_gpu_prompt_experts,
 #              bench_gpu_attention, vmm_costs
-#              (~105 s there; nothing when .gpubin is carried, made from these sources by
-#              bench/gpu/prebuilt.sh pack here)
+#              (~105 s there; a few seconds when .gpubin is carried, made from these sources
+#              by bench/gpu/prebuilt.sh pack here, which this step unpacks: keep it in
+#              LEASE_STEPS)
 #   kernels    test_gpu (the device kernels against the CPU's, every type),
 #              bench_gpu_experts (GB/s of a decode step's expert kernels) and
 #              bench_gpu_prompt_experts (a pp512 layer's experts: integer kernels, mmq)
