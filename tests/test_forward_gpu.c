@@ -242,7 +242,7 @@ static unsigned long mmq_launches(const char *part)
  * take mmq: fewer batched products (the prompt's attention keeps its own). Models whose
  * experts are of other types (Q3_K; Qwen2-MoE's Q4_K, whose down falls back to a 32-wide
  * type) take the other paths, as every model does on a device older than compute
- * capability 8.0 (the module not loaded). */
+ * capability 8.0 (the module not loaded). By default (auto) only Q8_0 experts take mmq. */
 static void test_mmq(void)
 {
     static const struct {
@@ -283,7 +283,11 @@ static void test_mmq(void)
             batched[on] = calls("cublasGemmBatchedEx");
         }
         CHECK(cases[i].mmq ? batched[1] < batched[0] : batched[1] == batched[0]);
-        unsetenv("MOEVM_MMQ");
+        unsetenv("MOEVM_MMQ"); /* auto: Q8_0's experts on mmq, Q4_K_M's not (yet) */
+        setenv("MOEVM_GEMM_ROWS", "0", 1);
+        const unsigned long up0 = mmq_launches("up");
+        free_run(run_prompt(path, MVM_BACKEND_CUDA, 1, 8, 0));
+        CHECK((mmq_launches("up") > up0) == (cases[i].mmq && cases[i].type == MVM_W_Q8_0));
         unsetenv("MOEVM_GEMM_ROWS");
         free_run(cpu);
     }
@@ -1476,6 +1480,7 @@ static void test_gemm(void)
                  {"qwen2moe", "tiny", MVM_W_Q4_K},   {"gpt-oss", "tiny", MVM_W_MXFP4},
                  {"llama", "tiny", MVM_W_Q4_0}};
     setenv("MOEVM_GEMM_ROWS", "2", 1);
+    setenv("MOEVM_MMQ", "off", 1); /* Q8_0's experts too on cuBLAS (test_mmq has mmq's) */
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         const char *path = preset_path(cases[i].arch, cases[i].preset, cases[i].type);
         size_t n = N_PROMPT * mvm_preset_find(cases[i].preset, cases[i].arch)->spec.n_vocab;
@@ -1591,6 +1596,7 @@ static void test_gemm(void)
     mvm_ctx_free(c);
     mvm_model_free(m);
     unsetenv("MOEVM_GEMM_ROWS");
+    unsetenv("MOEVM_MMQ");
 }
 
 /* A machine of two nodes of one core each, the fake device (0000:fe:00.0) on the second,

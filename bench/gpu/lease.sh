@@ -26,9 +26,10 @@
 #              with a long prompt's products on real cuBLAS (batched experts), on the kernels
 #              and with its experts on the int8 tensor cores (MOEVM_MMQ=on)
 #   full       bench/gpu/llamacpp.sh at budget 100 (OLMoE-1B-7B q8_0, the model's own
-#              routing): moevm by default, with MOEVM_MMQ=on (a prompt's experts on the int8
-#              tensor cores, kernels/cuda/mmq.cu) and with MOEVM_GEMM_ROWS=8 (more of them
-#              on cuBLAS), against llama.cpp -ngl 99
+#              routing): moevm by default (a prompt's Q8_0 experts on the int8 tensor
+#              cores, kernels/cuda/mmq.cu), with MOEVM_MMQ=off (on cuBLAS and the kernels)
+#              and with MOEVM_MMQ=off,MOEVM_GEMM_ROWS=8 (more of them on cuBLAS), against
+#              llama.cpp -ngl 99
 #   ktrace     bench/gpu/ktrace.sh: each kernel's device time (CUPTI, graphs included) in
 #              moevm's decode and prompt batch of OLMoE-1B-7B q8_0 (KTRACE_ENGINES="moevm
 #              llama.cpp": llama.cpp's too)
@@ -50,7 +51,8 @@
 #              variants at 25% only, against -ngl 99 --n-cpu-moe N; moevm and llama.cpp
 #              on the CPU alone
 #   full_q4k   the full step's runs on OLMoE-1B-7B in Q4_K_M (the K-quant kernels), by
-#              default and with MOEVM_MMQ=on
+#              default and with MOEVM_MMQ=on (not the default for Q4_K_M until this
+#              measures it)
 #   profile    bench/gpu/profile.sh at budgets 100 and 25 (where the decode's time goes)
 #   profile_pp the same for one prompt batch of 512 tokens at 100% (prefill's time)
 #   forward    tests/ref/check_forward.py on the GPU (every architecture and type)
@@ -155,7 +157,7 @@ export work
     step vmm 45 vmm
     step text 70 env FORWARD_STEPS="2 2b" bash tests/gpu/forward.sh
     step full 150 env MODELS=olmoe-1b-7b:q8_0 BUDGETS=100 ROUTINGS=own REPS=2 CPU_BASELINE=0 \
-        VARIANTS="${FULL_VARIANTS:-default MOEVM_MMQ=on MOEVM_GEMM_ROWS=8}" \
+        VARIANTS="${FULL_VARIANTS:-default MOEVM_MMQ=off MOEVM_MMQ=off,MOEVM_GEMM_ROWS=8}" \
             bash bench/gpu/llamacpp.sh
     step ktrace 90 env ENGINES="${KTRACE_ENGINES:-moevm}" bash bench/gpu/ktrace.sh
     step offload 300 env MODELS="${OFFLOAD_MODELS:-qwen3-30b-a3b:q8_0:12}" \
@@ -165,7 +167,7 @@ MOEVM_BUDGET_ROUTING=in-place MOEVM_BUDGET_ROUTING=in-place,MOEVM_ADMIT=steps \
 MOEVM_LOAD_WAIT=device-view \
 MOEVM_ASSIGN_ARGS=zerocopy=1 MOEVM_PREDICT=residual \
 MOEVM_ASSIGN=greedy,MOEVM_COST=calibrated MOEVM_LOAD_WAIT=device-late}" \
-        VARIANTS_100="${OFFLOAD_VARIANTS_100:-default MOEVM_MMQ=on}" \
+        VARIANTS_100="${OFFLOAD_VARIANTS_100:-default MOEVM_MMQ=off}" \
         CPU_BASELINE="${OFFLOAD_CPU:-1}" bash bench/gpu/llamacpp.sh
     step full_q4k 150 env MODELS=olmoe-1b-7b:q4_k_m BUDGETS=100 ROUTINGS=own REPS=2 \
         CPU_BASELINE=0 VARIANTS="default MOEVM_MMQ=on" bash bench/gpu/llamacpp.sh

@@ -75,14 +75,15 @@ const mvm_option_desc mvm_opt_gemm_batch = {
     "kernel (the way before, to compare)"};
 
 const mvm_option_desc mvm_opt_mmq = {
-    "MOEVM_MMQ", MVM_OPT_CHOICE, "off", "off|on",
+    "MOEVM_MMQ", MVM_OPT_CHOICE, "auto", "auto|off|on",
     "engine on a GPU of compute capability 8.0 or later: on, a step of "
     "several tokens (a prompt) multiplies its Q8_0 or Q4_K_M experts (Q4_K "
     "gate and up, Q4_K or Q6_K down) on the int8 tensor cores, all of them "
     "in two launches whatever their token counts (kernels/cuda/mmq.cu), in "
     "place of MOEVM_GEMM_ROWS's F16 products and the integer kernels; off, "
-    "those (on an H200, Qwen3-30B-A3B's shape in Q8_0: pp512 2.7x off's; "
-    "Q4_K_M not measured yet, docs/perf/offload.md)"};
+    "those; auto, on for Q8_0 experts (on an H200, Qwen3-30B-A3B's shape: "
+    "pp512 2.7x off's, docs/perf/offload.md), off for Q4_K_M's until a GPU "
+    "measures them"};
 
 const mvm_option_desc mvm_opt_cublas_library = {
     "MOEVM_CUBLAS_LIBRARY", MVM_OPT_STRING, "auto", NULL,

@@ -81,6 +81,9 @@ struct cuda_laps {
 /* MOEVM_DEVICE_ROUTING, as f->route_mode holds it (its choices in reverse). */
 enum { MVM_ROUTE_OFF, MVM_ROUTE_LAUNCHES, MVM_ROUTE_GRAPH };
 
+/* MOEVM_MMQ's choices, in the option's order (engine_options.c) */
+enum mvm_cuda_mmq { MVM_CUDA_MMQ_AUTO, MVM_CUDA_MMQ_OFF, MVM_CUDA_MMQ_ON };
+
 struct cuda_fwd {
     mvm_gpu *g;
     mvm_model *m;
@@ -150,7 +153,7 @@ struct cuda_fwd {
                                    distributed mode), gathered while it serves them */
     uint32_t gemm_rows;         /* forward_cuda_gemm.c: the fewest rows a product takes to
                                    the tensor cores; 0: none does */
-    int mmq;                    /* MOEVM_MMQ on (mvm_cuda_fwd_mmq: for which layers) */
+    enum mvm_cuda_mmq mmq;      /* MOEVM_MMQ (mvm_cuda_fwd_mmq: for which layers) */
     uint32_t gemm_ch;           /* an expert's channels per chunk there (0: no experts) */
     uint32_t gemm_per;          /* whole experts the scratch holds, batched products for
                                    them (0: an expert goes in chunks of gemm_ch channels) */
@@ -275,8 +278,8 @@ mvm_status mvm_cuda_fwd_gemm_wants(struct cuda_fwd *f, const struct dev_weight *
                                    int *use);
 mvm_status mvm_cuda_fwd_gemm_wants_expert(struct cuda_fwd *f, uint32_t il, uint32_t e, int *use);
 /* Whether a step of several tokens multiplies layer il's experts by the mmq kernels
- * (MOEVM_MMQ: Q8_0 or Q4_K_M experts, a device that has the kernels); none of them then
- * takes cuBLAS. */
+ * (MOEVM_MMQ: Q8_0 experts by default, Q4_K_M's too with on; a device that has the
+ * kernels); none of them then takes cuBLAS. */
 int mvm_cuda_fwd_mmq(const struct cuda_fwd *f, uint32_t il);
 /* mvm_cuda_fwd_matmul_heads's product (H = 1: mvm_cuda_fwd_matmul's) on the tensor cores. */
 mvm_status mvm_cuda_fwd_gemm_product(struct cuda_fwd *f, const struct dev_weight *w, uint32_t H,

@@ -94,15 +94,17 @@ mkdir -p "$work"
     fi
     if want 2b; then
         # real cuBLAS under the tensor-core path (forward_cuda_gemm.c): a 100-token prompt
-        # in one batch, with every product of 2+ rows on it and with none; F16 rounding
+        # in one batch, with every product of 2+ rows on it and with none (MOEVM_MMQ=off:
+        # its Q8_0 experts would take the int8 tensor cores by default); F16 rounding
         # may move a near tie, so it says where the greedy texts part, if they do
         echo "== 2b. tensor-core prefill (MOEVM_GEMM_ROWS), greedy text against the kernels'"
         [[ -f "$work/tiny.gguf" ]] ||
             "$moevm" mkmodel --preset tiny --arch qwen2moe --type q8_0 -o "$work/tiny.gguf"
         long=$(printf 'It was the best of times, it was the worst of times, %.0s' {1..9})
         for rows in 0 2; do
-            MOEVM_BACKEND=cuda MOEVM_GEMM_ROWS=$rows "$moevm" run -m "$work/tiny.gguf" \
-                -p "$long" -n 24 --temp 0 --batch 128 >"$work/gemm.$rows" 2>"$work/gemm.$rows.err"
+            MOEVM_BACKEND=cuda MOEVM_GEMM_ROWS=$rows MOEVM_MMQ=off "$moevm" run \
+                -m "$work/tiny.gguf" -p "$long" -n 24 --temp 0 --batch 128 \
+                >"$work/gemm.$rows" 2>"$work/gemm.$rows.err"
             tail -n 1 "$work/gemm.$rows.err"
         done
         cmp "$work/gemm.0" "$work/gemm.2" && echo "same text" || echo "texts part there"
