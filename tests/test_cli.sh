@@ -584,10 +584,12 @@ expect 0 'predict=residual +[0-9.]+' -- "$moevm" sim --trace "$tmp/h.jsonl" --mo
 expect 1 "router weights" -- "$moevm" sim --trace "$tmp/h.jsonl" --predict gate
 expect 0 'predict=gate +[0-9.]+' -- "$moevm" sim --trace "$tmp/h.jsonl" --model "$m" --budget 40% --prefetch window --compare 'predict=gate'
 expect 2 '^moevm sim: --prefetch all: expected top-k or window$' -- "$moevm" sim --trace "$tmp/h.jsonl" --prefetch all
-expect 2 '^moevm sim: --budget-routing device: expected host, in-place or read-through$' -- "$moevm" sim --trace "$tmp/h.jsonl" --budget-routing device
+expect 2 '^moevm sim: --budget-routing device: expected host, in-place, read-through or read-ahead$' -- "$moevm" sim --trace "$tmp/h.jsonl" --budget-routing device
+expect 2 '^moevm sim: --device-cpu goes with a --budget-routing on the device' -- "$moevm" sim --trace "$tmp/h.jsonl" --device-cpu
 expect 2 '^moevm sim: --admit all: expected on, off or steps$' -- "$moevm" sim --trace "$tmp/h.jsonl" --admit all
 expect 0 'evict=lru +[0-9.]+' -- "$moevm" sim --trace "$tmp/h.jsonl" --budget 40% --budget-routing in-place --admit steps --compare 'evict=lru'
 expect 0 'evict=lru +[0-9.]+' -- "$moevm" sim --trace "$tmp/h.jsonl" --budget 40% --budget-routing read-through --compare 'evict=lru'
+expect 0 'predict=oracle +[0-9.]+' -- "$moevm" sim --trace "$tmp/h.jsonl" --budget 40% --budget-routing read-ahead --device-cpu --compare 'predict=oracle'
 expect 1 "predict speculative: it forecasts from a pass through the next layer's attention, which a trace cannot replay" -- "$moevm" sim --trace "$tmp/h.jsonl" --model "$m" --predict speculative
 # DeepSeek-V3's kind: sigmoid scores, and MoE layer 0 is the file's blk.1 (after a dense one).
 expect 0 '"scores":"sigmoid"' -- sh -c "\"$moevm\" run -m \"$tmp/ds3.gguf\" -p 'a b c' -n 12 --trace-out \"$tmp/h3.jsonl\" --trace-hidden >/dev/null 2>&1 && head -n 1 \"$tmp/h3.jsonl\""

@@ -262,6 +262,75 @@ static void test_read_through(void)
     mvm_trace_free(t);
 }
 
+/* Read-ahead (device_routed 3, a design modelled before the engine has it): without a
+ * predict module it is read-through; with the oracle the next layer's experts are copied
+ * into pool slabs from each layer's attention end, so more accesses hit, nothing is
+ * loaded, the budget holds; where a layer's attention is long enough to hide the copies,
+ * a token takes less time than read-through's, whose misses are read while their layer
+ * waits. */
+static void test_read_ahead(void)
+{
+    const uint32_t n_tok = 100, L = 4, E = 16, K = 2;
+    mvm_cost cost;
+    mvm_sim_config c;
+    mvm_trace *t = h100_case(n_tok, L, E, K, &cost, &c);
+    if (!t)
+        return;
+    c.budget_pages = L * E * 5 / 2;
+    mvm_sim_result thr, r;
+    c.device_routed = 2;
+    CHECK_ST(mvm_sim_run(t, &cost, &c, &thr), MVM_OK);
+    c.device_routed = 3;
+    CHECK_ST(mvm_sim_run(t, &cost, &c, &r), MVM_OK);
+    CHECK(r.hits == thr.hits && r.time == thr.time && r.prefetches == 0);
+    c.policy[MVM_ROLE_PREDICT] = "oracle";
+    CHECK_ST(mvm_sim_run(t, &cost, &c, &r), MVM_OK);
+    CHECK(r.prefetches > 0 && r.prefetch_hits > 0 && r.hits > thr.hits && r.loads == 0);
+    CHECK(r.peak_pages <= c.budget_pages);
+    check_breakdown(&r);
+    mvm_cost slow = cost; /* 2 ms of attention a layer: a copy (270 us) hides under it */
+    slow.m.attn_time = 2e-3;
+    CHECK_ST(mvm_sim_run(t, &slow, &c, &r), MVM_OK);
+    c.device_routed = 2;
+    c.policy[MVM_ROLE_PREDICT] = NULL;
+    CHECK_ST(mvm_sim_run(t, &slow, &c, &thr), MVM_OK);
+    CHECK(r.time < thr.time);
+    check_breakdown(&r);
+    mvm_trace_free(t);
+}
+
+/* --device-cpu (a design modelled before the engine has it): with a routing on the device a
+ * miss runs on the CPU where the CPU ends it before its read in place would. A CPU slower
+ * than the bus takes none: the run is read-through's; one faster takes some, in less time;
+ * what it runs is not read through, so fewer misses enter. */
+static void test_device_cpu(void)
+{
+    const uint32_t n_tok = 100, L = 4, E = 16, K = 2;
+    mvm_cost cost;
+    mvm_sim_config c;
+    mvm_trace *t = h100_case(n_tok, L, E, K, &cost, &c);
+    if (!t)
+        return;
+    c.budget_pages = L * E * 5 / 2;
+    c.device_routed = 2;
+    mvm_sim_result thr, r;
+    CHECK_ST(mvm_sim_run(t, &cost, &c, &thr), MVM_OK);
+    c.device_cpu = 1;
+    mvm_machine m = cost.m;
+    mvm_cost other;
+    m.cpu_mem_bw = cost.m.zerocopy_bw / 4;
+    mvm_cost_init(&other, &m, cost.expert_bytes, 2048, 768);
+    CHECK_ST(mvm_sim_run(t, &other, &c, &r), MVM_OK);
+    CHECK(r.cpu_runs == 0 && r.hits == thr.hits && r.time == thr.time);
+    m.cpu_mem_bw = cost.m.zerocopy_bw * 4;
+    mvm_cost_init(&other, &m, cost.expert_bytes, 2048, 768);
+    CHECK_ST(mvm_sim_run(t, &other, &c, &r), MVM_OK);
+    CHECK(r.cpu_runs > 0 && r.time < thr.time && r.read_through < thr.read_through);
+    CHECK(r.hits + r.zerocopy_runs + r.cpu_runs == r.accesses);
+    check_breakdown(&r);
+    mvm_trace_free(t);
+}
+
 static void test_policies_run(void)
 {
     mvm_trace *t = make_trace(40, 3, 32, 4, 3u << 20);
@@ -591,6 +660,8 @@ int main(void)
     RUN(test_admission);
     RUN(test_device_routed);
     RUN(test_read_through);
+    RUN(test_read_ahead);
+    RUN(test_device_cpu);
     RUN(test_oracles);
     TEST_END();
 }

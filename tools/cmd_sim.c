@@ -4,6 +4,7 @@
  *   moevm sim --trace T.jsonl [--budget SIZE|PCT] [--cost PRESET|FILE.json]
  *             [--route NAME] [--evict NAME] [--assign NAME] [--predict NAME] [--config NAME]
  *             [--page-size SIZE] [--zerocopy] [--no-admit] [--prefetch top-k|window]
+ *             [--budget-routing host|in-place|read-through|read-ahead] [--device-cpu]
  *             [--compare SETS] [--sweep budget=A..B]
  *             [--steps N] [--out PREFIX] [--alpha-for MS [--alpha-degree D]]
  *
@@ -42,7 +43,7 @@ struct policy_set {
 struct sim_args {
     const char *trace, *cost, *budget, *compare, *sweep, *out, *page;
     const char *model, *predictor, *shape, *hot_profile;
-    int zerocopy, no_admit, prefetch_window, admit_steps, device_routed;
+    int zerocopy, no_admit, prefetch_window, admit_steps, device_routed, device_cpu;
     uint32_t steps, alpha_degree;
     int steps_given;
     float alpha_for;                    /* ms per token; 0 = not asked */
@@ -58,7 +59,8 @@ static void usage(FILE *f)
             "                 [--route P] [--evict P] [--assign P] [--predict P] [--config P]\n"
             "                 [--page-size SIZE] [--zerocopy] [--no-admit] [--prefetch top-k|window]\n"
             "                 [--admit on|off|steps]\n"
-            "                 [--budget-routing host|in-place|read-through] [--compare SETS]\n"
+            "                 [--budget-routing host|in-place|read-through|read-ahead]\n"
+            "                 [--device-cpu] [--compare SETS]\n"
             "                 [--sweep budget=A%%..B%%] [--steps N] [--out PREFIX]\n"
             "                 [--model M.gguf] [--predictor P.bin] [--hot-profile T.jsonl]\n"
             "       moevm sim --model-shape NAME|L,E,K ...   (a synthetic trace, trace gen's defaults)\n"
@@ -78,7 +80,16 @@ static void usage(FILE *f)
             "               the token's start read there, every other one read in place\n"
             "               (zero-copy); read-through: the same, each miss stored as it is read\n"
             "               into a free slab, resident from the next token (no admission);\n"
+            "               read-ahead (a design the engine does not have yet): read-through,\n"
+            "               and the predict module's top experts of the next layer copied\n"
+            "               by the device into free slabs from each layer's attention end,\n"
+            "               over the link after that layer's reads in place (with --predict);\n"
             "               host (default): routed by the host\n"
+            "  --device-cpu with a --budget-routing on the device (a design the engine does not\n"
+            "               have yet): a miss runs on the CPU threads from its home where that\n"
+            "               ends before its read over the bus would (the CPU told the\n"
+            "               routing through mapped memory at the layer's attention end, its\n"
+            "               result summed on the device; cpu_setup a handshake)\n"
             "  --prefetch   what a prediction prefetches: top-k (default), the next layer's top_k\n"
             "               most likely experts; window, MoEpic's (§3.3): every expert it ranks,\n"
             "               most likely first, each its pages not resident, until that layer\n"
@@ -191,7 +202,7 @@ static int add_bound(struct sim_args *a)
 enum {
     O_ROLE = 1, O_ZEROCOPY, O_NO_ADMIT, O_TRACE, O_MODEL, O_PREDICTOR, O_SHAPE, O_COST,
     O_BUDGET, O_COMPARE, O_SWEEP, O_OUT, O_PAGE, O_STEPS, O_ALPHA_FOR, O_ALPHA_DEGREE,
-    O_PREFETCH, O_ADMIT, O_BUDGET_ROUTING,
+    O_PREFETCH, O_ADMIT, O_BUDGET_ROUTING, O_DEVICE_CPU,
     O_HOT_PROFILE
 };
 
@@ -206,7 +217,7 @@ const mvm_cli_opt mvm_sim_opts[] = {
     {"steps", 0, 1, O_STEPS},      {"alpha-for", 0, 1, O_ALPHA_FOR},
     {"alpha-degree", 0, 1, O_ALPHA_DEGREE}, {"prefetch", 0, 1, O_PREFETCH},
     {"hot-profile", 0, 1, O_HOT_PROFILE}, {"admit", 0, 1, O_ADMIT},
-    {"budget-routing", 0, 1, O_BUDGET_ROUTING}, {0}};
+    {"budget-routing", 0, 1, O_BUDGET_ROUTING}, {"device-cpu", 0, 0, O_DEVICE_CPU}, {0}};
 
 /* --route, --evict, ...: the base set's module of that role, copied into its buffer. */
 static int parse_role(struct sim_args *a, char **bp, const char *f, const char *v)
@@ -230,7 +241,8 @@ static int parse_role(struct sim_args *a, char **bp, const char *f, const char *
 static int parse_choice(struct sim_args *a, int id, const char *f, const char *v)
 {
     static const char *const admit[] = {"on", "off", "steps", NULL};
-    static const char *const routing[] = {"host", "in-place", "read-through", NULL};
+    static const char *const routing[] = {"host", "in-place", "read-through", "read-ahead",
+                                          NULL};
     static const char *const prefetch[] = {"top-k", "window", NULL};
     int i = 0;
     if (mvm_cli_choice("sim", f, v,
@@ -239,7 +251,7 @@ static int parse_choice(struct sim_args *a, int id, const char *f, const char *v
     if (id == O_ADMIT)
         a->no_admit = i == 1, a->admit_steps = i == 2;
     else if (id == O_BUDGET_ROUTING)
-        a->device_routed = i; /* 0 host, 1 in-place, 2 read-through */
+        a->device_routed = i; /* 0 host, 1 in-place, 2 read-through, 3 read-ahead */
     else
         a->prefetch_window = i == 1;
     return 0;
@@ -250,6 +262,7 @@ static int parse_option(struct sim_args *a, char **bp, int id, const char *f, co
     switch (id) {
     case O_ROLE: return parse_role(a, bp, f, v);
     case O_ZEROCOPY: a->zerocopy = 1; return 0;
+    case O_DEVICE_CPU: a->device_cpu = 1; return 0;
     case O_NO_ADMIT: a->no_admit = 1; return 0;
     case O_ADMIT:
     case O_BUDGET_ROUTING:
@@ -308,6 +321,11 @@ static int parse_args(int argc, char **argv, struct sim_args *a)
     }
     if (!a->alpha_for && a->alpha_degree != 2) {
         fprintf(stderr, "moevm sim: --alpha-degree goes with --alpha-for\n");
+        return 2;
+    }
+    if (a->device_cpu && !a->device_routed) {
+        fprintf(stderr, "moevm sim: --device-cpu goes with a --budget-routing on the device "
+                "(in-place, read-through or read-ahead)\n");
         return 2;
     }
     if (!a->steps_given)
@@ -539,6 +557,7 @@ int mvm_cmd_sim(int argc, char **argv)
     cfg.zerocopy = a.zerocopy;
     cfg.admit = a.no_admit ? 0 : a.admit_steps ? 2 : 1;
     cfg.device_routed = a.device_routed;
+    cfg.device_cpu = a.device_cpu;
     cfg.prefetch_window = a.prefetch_window;
     uint64_t page = 0;
     mvm_cost cost;

@@ -58,6 +58,7 @@ struct sim {
     uint32_t n_queue, cap_queue;
     uint8_t *queued;         /* [L*E] in queue */
     double copy_free, gpu_free, cpu_free;
+    double link_free;        /* read-ahead: when the device's reads over the bus end */
     struct module mod[MVM_ROLE_COUNT];
     /* per-step scratch */
     int32_t *experts;        /* [K] */
@@ -224,7 +225,7 @@ static int queue_prefetch(struct sim *s, uint32_t x, double now, int forecast)
  * nothing queued. */
 static void admit(struct sim *s, uint32_t l, double now)
 {
-    if (s->cfg->device_routed == 2)
+    if (s->cfg->device_routed >= 2)
         return; /* read-through: the misses admitted themselves */
     for (uint32_t e = 0; s->cfg->admit && e < s->E; e++) {
         uint32_t x = l * s->E + e;
@@ -334,12 +335,32 @@ static uint32_t assign_step(struct sim *s, const mvm_pstep *step, mvm_assignment
  * while its layer runs) once its read ends at `end`, read there from the next token. */
 static void read_through(struct sim *s, uint32_t x, double end)
 {
-    if (s->cfg->device_routed != 2 || !s->pool || s->resident[x] || s->queued[x])
+    if (s->cfg->device_routed < 2 || !s->pool || s->resident[x] || s->queued[x])
         return;
     s->pool--; /* its pages were counted when the pool was reserved */
     s->resident[x] = ppe(s);
     s->ready[x] = end;
     s->r.read_through++;
+}
+
+/* Read-ahead (device_routed 3): x, a prediction for the next layer made at `issue` (this
+ * layer's attention end), copied by the device into a free slab of the token's pool over
+ * the link, after the reads already on it; read there by its layer (own), which waits for
+ * the copy. Whether one was started. */
+static int read_ahead(struct sim *s, uint32_t x, double issue)
+{
+    if (s->cfg->device_routed != 3 || !s->pool || s->resident[x] || s->queued[x])
+        return 0;
+    s->pool--; /* its pages were counted when the pool was reserved */
+    const uint64_t bytes = (uint64_t)ppe(s) * s->cfg->page_bytes;
+    const double start = fmax(s->link_free, issue);
+    s->link_free = start + (double)bytes / s->cost->m.zerocopy_bw;
+    s->resident[x] = ppe(s);
+    s->ready[x] = s->link_free;
+    s->own[x] = s->busy[x] = s->by_prefetch[x] = 1;
+    s->r.prefetches++;
+    s->r.bytes_prefetched += bytes;
+    return 1;
 }
 
 /* Layer l's experts from t_attn_end, where the assign module put them; the time the layer
@@ -356,7 +377,7 @@ static double run_experts(struct sim *s, uint32_t l, double t_attn_end)
     /* Reads in place run beside the resident experts' compute, in the same launches: a
      * kernel reading over the bus waits on the link, not on the SMs or HBM that the others
      * use (the link's share with the copy engine is not modelled). */
-    double zc = t_attn_end;
+    double zc = s->cfg->device_routed == 3 ? fmax(t_attn_end, s->link_free) : t_attn_end;
     for (int pass = 0; pass < 3; pass++)
         for (uint32_t e = 0; e < s->E; e++) {
             uint32_t x = l * s->E + e, n = s->counts[e];
@@ -372,6 +393,14 @@ static double run_experts(struct sim *s, uint32_t l, double t_attn_end)
                     cpu += mvm_cost_cpu(s->cost, n);
                     s->r.cpu_runs++;
                 } else if (s->where[e] == MVM_RUN_ZEROCOPY) {
+                    const double on_cpu = cpu + mvm_cost_cpu(s->cost, n);
+                    if (s->cfg->device_cpu && s->cfg->device_routed &&
+                        on_cpu < zc + mvm_cost_zerocopy(s->cost, n)) {
+                        cpu = on_cpu; /* the CPU's threads end it first */
+                        s->r.cpu_runs++;
+                        s->where[e] = MVM_RUN_CPU;
+                        continue;
+                    }
                     zc += mvm_cost_zerocopy(s->cost, n);
                     s->r.zerocopy_runs++;
                     read_through(s, x, zc);
@@ -405,6 +434,8 @@ static double run_experts(struct sim *s, uint32_t l, double t_attn_end)
                 gpu += (1 - s->top_share[e]) * mvm_cost_gpu(s->cost, n);
             }
         }
+    if (s->cfg->device_routed == 3) /* read-ahead's copies go after these reads */
+        s->link_free = fmax(s->link_free, zc);
     if (zc > gpu) /* the reads in place outlast the rest: its stalls are hidden */
         stall = 0, gpu = zc;
     double end = fmax(gpu, cpu);
@@ -443,6 +474,10 @@ static void end_step(struct sim *s, const mvm_pstep *step, const mvm_assignment 
                      : 0;
     for (uint32_t i = 0; i < n; i++) {
         uint32_t x = (l + 1) * s->E + s->prefetch[i], need = ppe(s) - s->resident[x];
+        if (s->cfg->device_routed == 3) {
+            read_ahead(s, x, t_attn_end);
+            continue;
+        }
         if (window && need > buffer)
             break; /* the buffer is full */
         if (window)
@@ -538,7 +573,7 @@ static void refill_pool(struct sim *s, double now)
 static void token_table(struct sim *s, double now)
 {
     run_prefetches(s, now);
-    if (s->cfg->device_routed == 2)
+    if (s->cfg->device_routed >= 2)
         refill_pool(s, now);
     for (uint32_t x = 0; x < s->n_total; x++) {
         s->own[x] = s->resident[x] == ppe(s) && s->ready[x] <= now && !s->queued[x];

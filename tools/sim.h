@@ -45,6 +45,9 @@ typedef struct mvm_sim_config {
                                             one a step while the copy engine is idle; 2:
                                             one a step whatever it carries (the engine's
                                             MOEVM_ADMIT=steps) */
+    int device_cpu;                      /* device_routed: a miss runs on the CPU from its
+                                            home where that ends before its read in place
+                                            (a design the engine does not have yet) */
     int device_routed;                   /* 1: decode at a budget routed on the device (the
                                             engine's MOEVM_BUDGET_ROUTING=in-place): no
                                             host_step between a layer's attention and its
@@ -57,7 +60,15 @@ typedef struct mvm_sim_config {
                                             place is stored as it is read into a free slab
                                             of a pool refilled between tokens (the evict
                                             module's victims), resident from the next token;
-                                            no admission then */
+                                            no admission then.
+                                            3: read-ahead, a design the engine does not
+                                            have yet: read-through, and at each layer's
+                                            attention end the predict module's top
+                                            experts of the next layer that are not
+                                            resident are copied by the device into pool
+                                            slabs (at zerocopy_bw, over the link that the
+                                            reads in place use, after this layer's), read
+                                            there by that layer, which waits for them */
     /* For predictors (policy.h, mvm_pinit): the model's routers and a `moevm
      * train-predictor` file's bytes; NULL when not given. */
     const mvm_router *router;
