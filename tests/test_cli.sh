@@ -214,6 +214,9 @@ if [ -n "$fake_driver" ]; then
         # read-through: the same text, the misses kept as read (none admitted)
         env MOEVM_LOG=info MOEVM_BUDGET_ROUTING=read-through MOEVM_DETERMINISTIC=on $gpu_env "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 --gpu-budget 50% >"$tmp/br" 2>"$tmp/br.err"
         if cmp -s "$tmp/a" "$tmp/br" && grep -Eq 'decode at a budget routed on the device: [0-9]+ expert accesses, [1-9][0-9]* hits, [1-9][0-9]* read in place, 0 admitted, [0-9]+ prefetched, [1-9][0-9]* kept as read [(]read-through[)]' "$tmp/br.err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: MOEVM_BUDGET_ROUTING=read-through" >&2; cat "$tmp/br.err" >&2; fi
+        # and the RESULT decode_device fields the GPU scripts read from it
+        routed=$(source "$(dirname "$0")/../bench/gpu/llamacpp_lib.sh" && decode_routed "$tmp/br.err")
+        if [[ $routed =~ ^tokens=[0-9]+\ queue_us=.*\ kept=[1-9][0-9]*\ slab_reads=[0-9]+\ replay_us=[0-9]+\ pool_us=[0-9]+$ ]]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: decode_routed: $routed" >&2; fi
         expect 0 'MOEVM_BUDGET_ROUTING=read-through: the budget [(]16 pages[)] holds every expert: they are all loaded, then pinned: misses read in place only' -- env MOEVM_LOG=info MOEVM_BUDGET_ROUTING=read-through $gpu_env "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 100%
         expect 0 'MOEVM_BUDGET_ROUTING=in-place: decode routed by the host, as the assign module is not gpu' -- env MOEVM_LOG=info MOEVM_BUDGET_ROUTING=in-place MOEVM_ASSIGN=greedy $gpu_env "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 50%
         # --n-cpu-moe on a GPU: 1 of the 2 layers, half the experts' pages on the device, to

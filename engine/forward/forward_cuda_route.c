@@ -57,6 +57,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/compute/clock.h"
 #include "engine/forward/engine_options.h"
 #include "engine/forward/forward_cuda_impl.h"
 #include "engine/forward/moe_step.h"
@@ -234,9 +235,12 @@ mvm_status mvm_cuda_fwd_route_choose(struct cuda_fwd *f, const mvm_fwd_batch *b)
 
 mvm_status mvm_cuda_fwd_route_addresses(struct cuda_fwd *f)
 {
+    const double t0 = mvm_now_s();
     TRY(mvm_cuda_fwd_route_settle(f));
+    const double t1 = mvm_now_s();
     if (f->fill.on) /* its victims are evicted before the table is made */
         TRY(mvm_cuda_fwd_fill_pool(f));
+    f->route_time.replay += t1 - t0, f->route_time.pool += mvm_now_s() - t1;
     const uint64_t n = (uint64_t)f->m->hp.n_layer * f->m->hp.n_expert;
     uint32_t changed = mvm_resid_landed_all(f->moe->resid, f->own);
     for (uint64_t x = 0; changed && x < n; x++)
@@ -342,11 +346,14 @@ void mvm_cuda_fwd_route_release(struct cuda_fwd *f)
             mvm_resid_get_stats(f->moe->resid, &rs);
             mvm_log(MVM_LOG_INFO, "decode at a budget routed on the device: %llu expert "
                     "accesses, %llu hits, %llu read in place, %llu admitted, %llu prefetched, "
-                    "%llu kept as read (read-through), %llu read at their slabs before their map",
+                    "%llu kept as read (read-through), %llu read at their slabs before their "
+                    "map; of the policies' time a token, %.0f us replaying the token before, "
+                    "%.0f us refilling the pool (read-through), the rest the table",
                     (unsigned long long)rs.accesses, (unsigned long long)rs.hits,
                     (unsigned long long)rs.zerocopy_runs, (unsigned long long)rs.admitted,
                     (unsigned long long)rs.prefetches, (unsigned long long)rs.filled,
-                    (unsigned long long)rs.slab_reads);
+                    (unsigned long long)rs.slab_reads, f->route_time.replay * us,
+                    f->route_time.pool * us);
         }
     }
     if (f->all_pinned)
