@@ -214,6 +214,9 @@ if [ -n "$fake_driver" ]; then
         # read-through: the same text, the misses kept as read (none admitted)
         env MOEVM_LOG=info MOEVM_BUDGET_ROUTING=read-through MOEVM_DETERMINISTIC=on $gpu_env "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 --gpu-budget 50% >"$tmp/br" 2>"$tmp/br.err"
         if cmp -s "$tmp/a" "$tmp/br" && grep -Eq 'decode at a budget routed on the device: [0-9]+ expert accesses, [1-9][0-9]* hits, [1-9][0-9]* read in place, 0 admitted, [0-9]+ prefetched, [1-9][0-9]* kept as read [(]read-through[)]' "$tmp/br.err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: MOEVM_BUDGET_ROUTING=read-through" >&2; cat "$tmp/br.err" >&2; fi
+        # its replays run while the next token computes, unless a module evicts as it observes
+        if grep -q "read-through: a pool of [0-9]* slabs at most; a token's replay runs while the next one computes" "$tmp/br.err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: read-through's late replay" >&2; fi
+        expect 0 "read-through: a pool of [0-9]+ slabs at most; a token's replay runs before the next one is queued [(]a config module" -- env MOEVM_LOG=info MOEVM_BUDGET_ROUTING=read-through MOEVM_CONFIG=fixedpoint $gpu_env "$moevm" run -m "$m" -p "x" -n 3 --gpu-budget 50%
         # and the RESULT decode_device fields the GPU scripts read from it
         routed=$(source "$(dirname "$0")/../bench/gpu/llamacpp_lib.sh" && decode_routed "$tmp/br.err")
         if [[ $routed =~ ^tokens=[0-9]+\ queue_us=.*\ kept=[1-9][0-9]*\ slab_reads=[0-9]+\ replay_us=[0-9]+\ pool_us=[0-9]+$ ]]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: decode_routed: $routed" >&2; fi

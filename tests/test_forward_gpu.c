@@ -1198,19 +1198,28 @@ static void test_device_routing(void)
  * is admitted, and the pool is given back with the context. Read-through once more with
  * the worker's maps held from the third token's replay to the tenth's (homes unmapped,
  * where the host maps nothing itself; no MOEVM_DETERMINISTIC, which would wait for them):
- * what was kept meanwhile is read at its slab, as the table says while its map waits. */
+ * what was kept meanwhile is read at its slab, as the table says while its map waits.
+ * Read-through replays a token while the next one computes (forward_cuda_route.c,
+ * land_early), but before it where a config module (fixedpoint here) evicts as it
+ * observes: the same logits either way. */
 static void test_budget_routing(void)
 {
     const char *path = preset_path("llama", "tiny", MVM_W_Q8_0);
     const size_t n = N_PROMPT * mvm_preset_find("tiny", "llama")->spec.n_vocab;
     setenv("MOEVM_DETERMINISTIC", "on", 1); /* admission's copies land in time */
     struct run *host = run_prompt(path, MVM_BACKEND_CUDA, 0.3, 1, 0);
-    for (int mode = 0; mode < 3 - home_mapped; mode++) {
+    for (int mode = 0; mode < 4; mode++) {
         const int through = mode > 0;
+        if (mode == 2 && home_mapped)
+            continue;
         if (mode == 2) { /* and no forecast, whose copies would wait for the maps too */
             unsetenv("MOEVM_DETERMINISTIC");
             hold_from = 2, hold_to = 9;
             predict = "none";
+        }
+        if (mode == 3) { /* a config module evicts as it observes: replays before a token */
+            setenv("MOEVM_DETERMINISTIC", "on", 1);
+            setenv("MOEVM_CONFIG", "fixedpoint", 1);
         }
         setenv("MOEVM_BUDGET_ROUTING", through ? "read-through" : "in-place", 1);
         setenv("MOEVM_ADMIT", "steps", 1);
@@ -1219,6 +1228,7 @@ static void test_budget_routing(void)
         const unsigned long routed = launches_of("mvm_g_route") - routed0;
         unsetenv("MOEVM_BUDGET_ROUTING");
         unsetenv("MOEVM_ADMIT");
+        unsetenv("MOEVM_CONFIG");
         hold_maps(0);
         hold_from = hold_to = -1;
         predict = "gate";
@@ -1227,7 +1237,10 @@ static void test_budget_routing(void)
             fprintf(stderr, "  %s at 30%%: %llu accesses, %llu hits, %llu read in place, %llu "
                     "admitted, %llu kept as read, %llu read at their slabs; %lu steps routed "
                     "on the device\n",
-                    mode == 2 ? "read-through, maps held" : through ? "read-through" : "in-place",
+                    mode == 3   ? "read-through, replays before each token"
+                    : mode == 2 ? "read-through, maps held"
+                    : through   ? "read-through, replays behind"
+                                : "in-place",
                     (unsigned long long)dev->resid.accesses,
                     (unsigned long long)dev->resid.hits,
                     (unsigned long long)dev->resid.zerocopy_runs,

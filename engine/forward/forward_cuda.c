@@ -751,6 +751,7 @@ static mvm_status cuda_eval(mvm_ctx *ctx, const mvm_fwd_batch *b, float *logits)
     TRY(mvm_cuda_fwd_route_choose(f, b));
     if (!f->route_here) { /* its policies come after the tokens' before */
         TRY(mvm_cuda_fwd_route_settle(f));
+        TRY(mvm_cuda_fwd_route_loads(f));
         if (f->fill.n) /* its steps load on demand: the pool's room is theirs */
             TRY(mvm_cuda_fwd_fill_give_back(f));
         f->route_time.last_end = 0;
@@ -782,7 +783,9 @@ static mvm_status cuda_eval(mvm_ctx *ctx, const mvm_fwd_batch *b, float *logits)
 static mvm_status cuda_settle(const mvm_ctx *ctx)
 {
     struct cuda_fwd *f = ctx->state;
-    return f->replay.failed = mvm_cuda_fwd_route_settle(f);
+    mvm_status st = mvm_cuda_fwd_route_settle(f);
+    st = st != MVM_OK ? st : mvm_cuda_fwd_route_loads(f); /* nothing is queued now */
+    return f->replay.failed = st;
 }
 
 const struct mvm_fwd_backend mvm_fwd_cuda = {"cuda", mvm_cuda_fwd_create, mvm_cuda_fwd_destroy,

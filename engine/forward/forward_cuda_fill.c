@@ -13,8 +13,16 @@
  * Between tokens, the device idle:
  * - the last token's claims come down with its stage (claims[0]: its choices read at their
  *   homes; claims[1 + i]: the expert that took pool slab i), and each slab taken lands its
- *   expert (mvm_resid_fill_land), before the token's steps are replayed, so the policies see
- *   them resident; a slab whose expert is no longer at home stays in the pool;
+ *   expert (mvm_resid_fill_land); a slab whose expert is no longer at home stays in the
+ *   pool. Where no module evicts as it observes a step (no config module, no MoEpic
+ *   window: fill.late), that is all of the token's host work before the next one is
+ *   queued: its replay to the policies runs while the next computes (forward_cuda_route.c,
+ *   land_early), from a copy of the table it ran with, with what the queued token reads
+ *   kept from any victim and the loads it asks left for the next token's start; the pool's
+ *   refill below keeps its experts from the victims, as the evict module has not seen them
+ *   used yet. H200, session 84: the replay, pool and table were 688-741 us a token between
+ *   tokens, the device idle (docs/perf/offload.md). Else the replay comes here, first.
+ *   Then, either way:
  * - the pool is refilled to as many slabs as the last token missed (top_k at least, a
  *   quarter of the budget's experts at most: the simulator's rule, tools/sim.c), the evict
  *   module choosing the victims (mvm_resid_fill_reserve); a surplus is given back;
@@ -31,6 +39,7 @@
 
 #include "engine/forward/forward_cuda_impl.h"
 #include "engine/forward/moe_step.h"
+#include "engine/forward/prefetch.h"
 #include "engine/forward/residency.h"
 #include "vmm/error.h"
 
@@ -57,8 +66,19 @@ mvm_status mvm_cuda_fwd_fill_alloc(struct cuda_fwd *f, const mvm_space_info *inf
     f->fill.fresh = malloc(n * sizeof *f->fill.fresh);
     f->fill.is_fresh = calloc(n, 1);
     f->fill.read_dev = calloc(n, 1);
-    if (!f->fill.fresh || !f->fill.is_fresh || !f->fill.read_dev)
+    f->fill.ran_own = malloc(n);
+    f->fill.ran_read_dev = malloc(n);
+    f->fill.shield = malloc(n);
+    if (!f->fill.fresh || !f->fill.is_fresh || !f->fill.read_dev || !f->fill.ran_own ||
+        !f->fill.ran_read_dev || !f->fill.shield)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the read-through pool");
+    f->fill.late = !mvm_resid_steps_evict(f->moe->resid) &&
+                   !mvm_prefetcher_window(f->moe->prefetch);
+    mvm_log(MVM_LOG_INFO, "MOEVM_BUDGET_ROUTING=read-through: a pool of %u slabs at most; "
+            "a token's replay runs %s", cap,
+            f->fill.late ? "while the next one computes"
+                         : "before the next one is queued (a config module or MoEpic's "
+                           "window evicts as it observes)");
     for (uint64_t x = 0; x < n; x++) /* every expert at home: the table, as sent up first */
         f->addr_host[x] = f->home_addr[x] |= MVM_G_ADDR_FILL;
     mvm_resid_set_read_through(f->moe->resid, 1);
@@ -75,6 +95,9 @@ void mvm_cuda_fwd_fill_free(struct cuda_fwd *f)
     free(f->fill.fresh);
     free(f->fill.is_fresh);
     free(f->fill.read_dev);
+    free(f->fill.ran_own);
+    free(f->fill.ran_read_dev);
+    free(f->fill.shield);
 }
 
 mvm_status mvm_cuda_fwd_fill_land(struct cuda_fwd *f)

@@ -215,6 +215,16 @@ struct cuda_fwd {
         uint8_t *read_dev;      /*   [n_layer * n_expert]: read on the device by the batch
                                      queued (own, or at its slab): what its replay places
                                      there (f->own's role without read-through) */
+        int late;               /*   the token before's replay runs once this one is queued,
+                                     while the device computes (no module evicts as it
+                                     observes: mvm_resid_steps_evict, no MoEpic window) */
+        int landed;             /*   the pending replay's claims landed before the token
+                                     after it was queued: it replays from ran_* */
+        int deferred;           /*   a late replay's loads wait for the next token's start */
+        uint8_t *ran_own;       /*   [n_layer * n_expert] own and read_dev as the pending */
+        uint8_t *ran_read_dev;  /*   replay's token ran with */
+        uint8_t *shield;        /*   [n_layer * n_expert] no victim while set: its experts
+                                     (the pool's refill), the queued token's (the replay) */
     } fill;
     mvm_dptr stage;             /* [n_layer][stage_floats]: each routed step's logits,
                                    router input, choice and weights (route_stage) ... */
@@ -344,8 +354,12 @@ mvm_status mvm_cuda_fwd_route_done(struct cuda_fwd *f, const mvm_fwd_batch *b, m
 mvm_status mvm_cuda_fwd_route_settle(struct cuda_fwd *f);
 /* Before a batch routed on the device at a budget (f->route_budget) is queued, while the
  * device is idle: the steps owed replayed (their admissions and prefetches asked), then
- * where each expert is to be read sent up, from what has landed. */
+ * where each expert is to be read sent up, from what has landed. Read-through whose
+ * replays run late (f->fill.late): only the token before's claims landed here, its replay
+ * left for mvm_cuda_fwd_route_settle once this batch is queued. */
 mvm_status mvm_cuda_fwd_route_addresses(struct cuda_fwd *f);
+/* The loads a late replay asked (left until no token is queued): asked now. */
+mvm_status mvm_cuda_fwd_route_loads(struct cuda_fwd *f);
 /* The pins of mvm_cuda_fwd_route_choose, let go (the context's end). */
 void mvm_cuda_fwd_route_release(struct cuda_fwd *f);
 

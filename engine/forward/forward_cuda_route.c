@@ -233,13 +233,51 @@ mvm_status mvm_cuda_fwd_route_choose(struct cuda_fwd *f, const mvm_fwd_batch *b)
     return MVM_OK;
 }
 
+/* Read-through whose replays run late (f->fill.late): before the next token is queued, the
+ * token before's table is saved for its replay (ran_*), its claims land, and its experts,
+ * which the evict module has not seen it use yet, are kept from the pool's victims. */
+static mvm_status land_early(struct cuda_fwd *f)
+{
+    const uint32_t L = f->m->hp.n_layer, E = f->m->hp.n_expert, K = f->m->hp.n_expert_used;
+    memcpy(f->fill.ran_own, f->own, (size_t)L * E);
+    memcpy(f->fill.ran_read_dev, f->fill.read_dev, (size_t)L * E);
+    memset(f->fill.shield, 0, (size_t)L * E);
+    const float *stage = stage_half(f, f->replay.half);
+    for (uint32_t il = 0; il < L; il++) {
+        int32_t sel[32]; /* the int32s as the device wrote them; the replay checks them */
+        memcpy(sel, stage + (size_t)il * f->stage_floats +
+                        mvm_cuda_fwd_stage_at(f, MVM_STAGE_SEL), K * sizeof *sel);
+        for (uint32_t k = 0; k < K; k++)
+            if (sel[k] >= 0 && (uint32_t)sel[k] < E)
+                f->fill.shield[(size_t)il * E + (uint32_t)sel[k]] = 1;
+    }
+    f->fill.landed = 1;
+    return mvm_cuda_fwd_fill_land(f);
+}
+
+/* The loads a late replay asked, now that no token is queued. */
+mvm_status mvm_cuda_fwd_route_loads(struct cuda_fwd *f)
+{
+    if (!f->fill.deferred)
+        return MVM_OK;
+    f->fill.deferred = 0;
+    return mvm_resid_defer_loads(f->moe->resid, 0);
+}
+
 mvm_status mvm_cuda_fwd_route_addresses(struct cuda_fwd *f)
 {
     const double t0 = mvm_now_s();
-    TRY(mvm_cuda_fwd_route_settle(f));
+    const int late = f->fill.on && f->fill.late && f->replay.pending && f->replay.at_budget;
+    TRY(late ? land_early(f) : mvm_cuda_fwd_route_settle(f));
     const double t1 = mvm_now_s();
-    if (f->fill.on) /* its victims are evicted before the table is made */
-        TRY(mvm_cuda_fwd_fill_pool(f));
+    mvm_status st = MVM_OK;
+    if (f->fill.on) { /* its victims are evicted before the table is made */
+        mvm_resid_set_shield(f->moe->resid, late ? f->fill.shield : NULL);
+        st = mvm_cuda_fwd_route_loads(f);
+        st = st == MVM_OK ? mvm_cuda_fwd_fill_pool(f) : st;
+        mvm_resid_set_shield(f->moe->resid, NULL);
+    }
+    TRY(st);
     f->route_time.replay += t1 - t0, f->route_time.pool += mvm_now_s() - t1;
     const uint64_t n = (uint64_t)f->m->hp.n_layer * f->m->hp.n_expert;
     uint32_t changed = mvm_resid_landed_all(f->moe->resid, f->own);
@@ -252,14 +290,22 @@ mvm_status mvm_cuda_fwd_route_addresses(struct cuda_fwd *f)
 }
 
 /* The steps of a batch of one token at position pos from its stage (down on the host);
- * at_budget: placed where its kernels read each expert (f->own, as when it was queued). */
+ * at_budget: placed where its kernels read each expert (f->own, as when it was queued).
+ * Read-through's late replay (land_early ran: the token after it may be computing) reads
+ * that table from ran_*, keeps what the token queued reads from the victims, and leaves
+ * the loads it asks for the next token's start (mvm_cuda_fwd_route_loads). */
 static mvm_status replay(struct cuda_fwd *f, const float *stage, uint32_t pos, int at_budget)
 {
     const mvm_hparams *hp = &f->m->hp;
     const uint32_t E = hp->n_expert, K = hp->n_expert_used;
+    const int late = at_budget && f->fill.on && f->fill.landed;
+    const uint8_t *own = late ? f->fill.ran_own : f->own;
+    const uint8_t *read_dev = late ? f->fill.ran_read_dev : f->fill.read_dev;
     mvm_status st = MVM_OK;
     if (at_budget)
         (void)mvm_resid_defer_loads(f->moe->resid, 1);
+    if (late)
+        mvm_resid_set_shield(f->moe->resid, f->fill.read_dev);
     for (uint32_t il = 0; il < hp->n_layer && st == MVM_OK; il++) {
         const float *s = stage + (size_t)il * f->stage_floats;
         memcpy(f->moe->probs, s + mvm_cuda_fwd_stage_at(f, MVM_STAGE_LOGITS), E * sizeof *s);
@@ -273,20 +319,25 @@ static mvm_status replay(struct cuda_fwd *f, const float *stage, uint32_t pos, i
             break;
         mvm_moe_route_as(f->moe, il, &pos, 1, s + mvm_cuda_fwd_stage_at(f, MVM_STAGE_HIDDEN),
                          sel, s + mvm_cuda_fwd_stage_at(f, MVM_STAGE_W));
-        f->moe->replay_own =
-            at_budget ? (f->fill.on ? f->fill.read_dev : f->own) + (size_t)il * E : NULL;
+        f->moe->replay_own = at_budget ? (f->fill.on ? read_dev : own) + (size_t)il * E : NULL;
         st = mvm_moe_replay(f->moe);
         f->moe->replay_own = NULL;
         for (uint32_t k = 0; st == MVM_OK && at_budget && f->fill.on && k < K; k++) {
             const size_t x = (size_t)il * E + (uint32_t)sel[k]; /* read at a kept slab */
-            mvm_resid_note_slab_reads(f->moe->resid, f->fill.read_dev[x] && !f->own[x] &&
+            mvm_resid_note_slab_reads(f->moe->resid, read_dev[x] && !own[x] &&
                                                          f->moe->where[sel[k]] == MVM_RUN_ZEROCOPY);
         }
     }
-    if (at_budget) { /* once the whole token is counted (as it ran: what read-through
-                        kept lands now, and the loads asked next find it there) */
+    if (late) {
+        mvm_resid_set_shield(f->moe->resid, NULL);
+        f->fill.landed = 0;
+        f->fill.deferred = 1;
+    } else if (at_budget) { /* once the whole token is counted (as it ran: what
+                               read-through kept lands now, and the loads asked next find
+                               it there) */
         const mvm_status landed = f->fill.on ? mvm_cuda_fwd_fill_land(f) : MVM_OK;
         const mvm_status loads = mvm_resid_defer_loads(f->moe->resid, 0);
+        f->fill.deferred = 0;
         st = st != MVM_OK ? st : landed != MVM_OK ? landed : loads;
     }
     return st;

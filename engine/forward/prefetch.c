@@ -187,6 +187,11 @@ int mvm_prefetcher_speculative(const mvm_prefetcher *p)
     return p && p->ops->speculative;
 }
 
+int mvm_prefetcher_window(const mvm_prefetcher *p)
+{
+    return p && p->window;
+}
+
 void mvm_prefetcher_get_stats(const mvm_prefetcher *p, mvm_prefetch_stats *out)
 {
     *out = p ? p->stats : (mvm_prefetch_stats){0};

@@ -69,6 +69,9 @@ void mvm_prefetcher_observe(mvm_prefetcher *p, const mvm_pstep *step);
 /* Whether the module predicts from step->next_hidden (policy.h: SMoE's speculative pass,
  * which the backend runs before asking mvm_prefetcher_ahead); 0 without a module. */
 int mvm_prefetcher_speculative(const mvm_prefetcher *p);
+/* Whether it prefetches MoEpic's window (MOEVM_PREFETCH=window), whose copies a step that
+ * does not use them evicts; 0 without a module. */
+int mvm_prefetcher_window(const mvm_prefetcher *p);
 
 /* How good the forecasts were, whatever the residency: of the experts named (the most
  * likely, up to top_k per forecast, in the window too), how many the next layer's routing

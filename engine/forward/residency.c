@@ -298,11 +298,13 @@ uint32_t mvm_resid_landed_all(mvm_resid *r, uint8_t *own)
  * reader; only `layer`'s own experts when `within` (room in its config budget).
  * Candidates are offered in expert order, as the simulator offers them. MVM_ERR_NOSPACE
  * if there is none. */
+static bool unshielded(void *ctx, uint32_t x) { return !((const mvm_resid *)ctx)->shield[x]; }
+
 static mvm_status evict_one(mvm_resid *r, uint32_t layer, int within)
 {
     uint32_t x0 = within ? layer * r->n_experts : 0;
     mvm_evict_collect(&r->victims, x0, within ? x0 + r->n_experts : r->n_total, UINT32_MAX,
-                      NULL, NULL);
+                      r->shield ? unshielded : NULL, r);
     uint32_t x;
     while (mvm_evict_pick(&r->victims, view(r), layer, &x)) {
         uint32_t l = x / r->n_experts, e = x % r->n_experts;
@@ -645,6 +647,16 @@ mvm_status mvm_resid_fill_give_back(mvm_resid *r, uint64_t addr)
 void mvm_resid_set_read_through(mvm_resid *r, int on)
 {
     r->read_through = on;
+}
+
+void mvm_resid_set_shield(mvm_resid *r, const uint8_t *shield)
+{
+    r->shield = shield;
+}
+
+int mvm_resid_steps_evict(const mvm_resid *r)
+{
+    return r->config != NULL;
 }
 
 void mvm_resid_note_slab_reads(mvm_resid *r, uint32_t n)

@@ -215,6 +215,13 @@ mvm_status mvm_resid_fill_reserve(mvm_resid *r, uint64_t *addr);
 mvm_status mvm_resid_fill_land(mvm_resid *r, uint32_t layer, uint32_t e, uint64_t addr);
 mvm_status mvm_resid_fill_give_back(mvm_resid *r, uint64_t addr);
 void mvm_resid_set_read_through(mvm_resid *r, int on);
+/* While shield is set (not NULL), no expert x with shield[x] is chosen as a victim: read-
+ * through's replay of a token after the next one is queued keeps what that one reads, and
+ * its pool's refill before that replay keeps what the token before used. */
+void mvm_resid_set_shield(mvm_resid *r, const uint8_t *shield);
+/* Whether observing a step may evict by itself: a config module (per-layer budgets,
+ * MoEpic's split, a held table). */
+int mvm_resid_steps_evict(const mvm_resid *r);
 /* n accesses of a step replayed as read in place (zerocopy_runs) were read at such a slab,
  * on the device: hits, counted in slab_reads too. */
 void mvm_resid_note_slab_reads(mvm_resid *r, uint32_t n);

@@ -48,6 +48,8 @@ struct mvm_resid {
                                (1: while no copy is in flight, 2: whatever is) */
     int read_through;       /* ... but not while the misses admit themselves
                                (mvm_resid_set_read_through) */
+    const uint8_t *shield;  /* [L*E] never a victim while set (mvm_resid_set_shield), or
+                               NULL */
     int ordered;            /* MOEVM_DETERMINISTIC: each copy lands before the next
                                decision (ordered_wait) */
     void *reader_stream;    /* the device stream a round's copies are ordered before
