@@ -219,7 +219,7 @@ if [ -n "$fake_driver" ]; then
         expect 0 "read-through: a pool of [0-9]+ slabs at most; a token's replay runs before the next one is queued [(]a config module" -- env MOEVM_LOG=info MOEVM_BUDGET_ROUTING=read-through MOEVM_CONFIG=fixedpoint $gpu_env "$moevm" run -m "$m" -p "x" -n 3 --gpu-budget 50%
         # and the RESULT decode_device fields the GPU scripts read from it
         routed=$(source "$(dirname "$0")/../bench/gpu/llamacpp_lib.sh" && decode_routed "$tmp/br.err")
-        if [[ $routed =~ ^tokens=[0-9]+\ queue_us=.*\ kept=[1-9][0-9]*\ slab_reads=[0-9]+\ replay_us=[0-9]+\ pool_us=[0-9]+$ ]]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: decode_routed: $routed" >&2; fi
+        if [[ $routed =~ ^tokens=[0-9]+\ queue_us=.*\ kept=[1-9][0-9]*\ slab_reads=[0-9]+\ before_us=[0-9]+\ replay_us=[0-9]+\ pool_us=[0-9]+$ ]]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: decode_routed: $routed" >&2; fi
         expect 0 'MOEVM_BUDGET_ROUTING=read-through: the budget [(]16 pages[)] holds every expert: they are all loaded, then pinned: misses read in place only' -- env MOEVM_LOG=info MOEVM_BUDGET_ROUTING=read-through $gpu_env "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 100%
         expect 0 'MOEVM_BUDGET_ROUTING=in-place: decode routed by the host, as the assign module is not gpu' -- env MOEVM_LOG=info MOEVM_BUDGET_ROUTING=in-place MOEVM_ASSIGN=greedy $gpu_env "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 50%
         # --n-cpu-moe on a GPU: 1 of the 2 layers, half the experts' pages on the device, to

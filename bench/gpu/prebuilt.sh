@@ -53,6 +53,13 @@ pack)
         [[ -n $file ]] || { echo "prebuilt.sh: no file of target $t under build-gpu/" >&2; exit 1; }
         mkdir -p "$stage/$(dirname "$file")"
         strip --strip-unneeded -o "$stage/$file" "$file"
+        # and the build's shared libraries it loads (vmm_costs: libmoevm.so.0), by the name
+        # the loader asks for ($ORIGIN-relative, so the same place under build-gpu/)
+        ldd "$file" | awk -v d="$PWD/build-gpu/" 'index($3, d) == 1 { print $3 }' |
+            while read -r lib; do
+                rel=build-gpu/${lib#"$PWD"/build-gpu/}
+                [[ -f $stage/$rel ]] || strip --strip-unneeded -o "$stage/$rel" "$(readlink -f "$lib")"
+            done
     done
     mkdir -p .gpubin
     tar -C "$stage" -cJf .gpubin/build-gpu.tar.xz build-gpu

@@ -245,9 +245,9 @@ struct cuda_fwd {
         double queue, wait;     /*   the layers (graph or launches), waiting for the logits, */
         double policies, between; /* the policies' replay, and from one such token's end to
                                    the next one's start (the caller: sampling, output) */
-        double replay, pool;    /*   at a budget, of policies before a token is queued: the
-                                   token before's replay, read-through's pool (the rest: the
-                                   table) */
+        double before;          /*   at a budget, of policies: before a token is queued ... */
+        double replay, pool;    /*   ... the token before's replay (or read-through's early
+                                   landing), read-through's pool (the rest: the table) */
         double last_end;        /*   when the last one ended; 0: the batch before was not */
     } route_time;
     mvm_dptr given;             /* [n_layer][2 K]: a replayed trace's choice for the token,

@@ -398,13 +398,14 @@ void mvm_cuda_fwd_route_release(struct cuda_fwd *f)
             mvm_log(MVM_LOG_INFO, "decode at a budget routed on the device: %llu expert "
                     "accesses, %llu hits, %llu read in place, %llu admitted, %llu prefetched, "
                     "%llu kept as read (read-through), %llu read at their slabs before their "
-                    "map; of the policies' time a token, %.0f us replaying the token before, "
-                    "%.0f us refilling the pool (read-through), the rest the table",
+                    "map; of the policies' time a token, %.0f us before the token is queued "
+                    "(%.0f us replaying or landing the token before, %.0f us refilling the "
+                    "pool, the rest the table), the rest while the device computes",
                     (unsigned long long)rs.accesses, (unsigned long long)rs.hits,
                     (unsigned long long)rs.zerocopy_runs, (unsigned long long)rs.admitted,
                     (unsigned long long)rs.prefetches, (unsigned long long)rs.filled,
-                    (unsigned long long)rs.slab_reads, f->route_time.replay * us,
-                    f->route_time.pool * us);
+                    (unsigned long long)rs.slab_reads, f->route_time.before * us,
+                    f->route_time.replay * us, f->route_time.pool * us);
         }
     }
     if (f->all_pinned)
