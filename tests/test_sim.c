@@ -69,6 +69,15 @@ static mvm_trace *h100_case(uint32_t n_tok, uint32_t L, uint32_t E, uint32_t K, 
     return make_trace(n_tok, L, E, K, eb);
 }
 
+/* h100_case's 100 tokens of 4 layers x 16 experts (top 2), 5 pages each, in a budget of
+ * half of them: the device-routed modes' case. */
+static mvm_trace *half_case(mvm_cost *cost, mvm_sim_config *c)
+{
+    mvm_trace *t = h100_case(100, 4, 16, 2, cost, c);
+    c->budget_pages = 4 * 16 * 5 / 2;
+    return t;
+}
+
 static uint64_t distinct_used(const mvm_trace *t)
 {
     uint32_t n = t->hdr.n_layers * t->hdr.n_experts;
@@ -217,13 +226,12 @@ static void test_device_routed(void)
  * the budget at most). No load, no admission; the budget holds with the pool counted. */
 static void test_read_through(void)
 {
-    const uint32_t n_tok = 100, L = 4, E = 16, K = 2;
+    const uint32_t n_tok = 100, L = 4, E = 16, K = 2; /* half_case's */
     mvm_cost cost;
     mvm_sim_config c;
-    mvm_trace *t = h100_case(n_tok, L, E, K, &cost, &c);
+    mvm_trace *t = half_case(&cost, &c);
     if (!t)
         return;
-    c.budget_pages = L * E * 5 / 2; /* a quarter of the experts, 5 pages each */
     mvm_sim_result dev, thr, r;
     c.device_routed = 1;
     CHECK_ST(mvm_sim_run(t, &cost, &c, &dev), MVM_OK);
@@ -270,13 +278,11 @@ static void test_read_through(void)
  * waits. */
 static void test_read_ahead(void)
 {
-    const uint32_t n_tok = 100, L = 4, E = 16, K = 2;
     mvm_cost cost;
     mvm_sim_config c;
-    mvm_trace *t = h100_case(n_tok, L, E, K, &cost, &c);
+    mvm_trace *t = half_case(&cost, &c);
     if (!t)
         return;
-    c.budget_pages = L * E * 5 / 2;
     mvm_sim_result thr, r;
     c.device_routed = 2;
     CHECK_ST(mvm_sim_run(t, &cost, &c, &thr), MVM_OK);
@@ -305,13 +311,11 @@ static void test_read_ahead(void)
  * what it runs is not read through, so fewer misses enter. */
 static void test_device_cpu(void)
 {
-    const uint32_t n_tok = 100, L = 4, E = 16, K = 2;
     mvm_cost cost;
     mvm_sim_config c;
-    mvm_trace *t = h100_case(n_tok, L, E, K, &cost, &c);
+    mvm_trace *t = half_case(&cost, &c);
     if (!t)
         return;
-    c.budget_pages = L * E * 5 / 2;
     c.device_routed = 2;
     mvm_sim_result thr, r;
     CHECK_ST(mvm_sim_run(t, &cost, &c, &thr), MVM_OK);
