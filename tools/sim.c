@@ -346,11 +346,11 @@ static void read_through(struct sim *s, uint32_t x, double end)
 /* Read-ahead (device_routed 3): x, a prediction for the next layer made at `issue` (this
  * layer's attention end), copied by the device into a free slab of the token's pool over
  * the link, after the reads already on it; read there by its layer (own), which waits for
- * the copy. Whether one was started. */
-static int read_ahead(struct sim *s, uint32_t x, double issue)
+ * the copy. Nothing where the pool is empty or x is there or on its way. */
+static void read_ahead(struct sim *s, uint32_t x, double issue)
 {
-    if (s->cfg->device_routed != 3 || !s->pool || s->resident[x] || s->queued[x])
-        return 0;
+    if (!s->pool || s->resident[x] || s->queued[x])
+        return;
     s->pool--; /* its pages were counted when the pool was reserved */
     const uint64_t bytes = (uint64_t)ppe(s) * s->cfg->page_bytes;
     const double start = fmax(s->link_free, issue);
@@ -360,7 +360,6 @@ static int read_ahead(struct sim *s, uint32_t x, double issue)
     s->own[x] = s->busy[x] = s->by_prefetch[x] = 1;
     s->r.prefetches++;
     s->r.bytes_prefetched += bytes;
-    return 1;
 }
 
 /* Layer l's experts from t_attn_end, where the assign module put them; the time the layer
@@ -393,9 +392,10 @@ static double run_experts(struct sim *s, uint32_t l, double t_attn_end)
                     cpu += mvm_cost_cpu(s->cost, n);
                     s->r.cpu_runs++;
                 } else if (s->where[e] == MVM_RUN_ZEROCOPY) {
-                    const double on_cpu = cpu + mvm_cost_cpu(s->cost, n);
-                    if (s->cfg->device_cpu && s->cfg->device_routed &&
-                        on_cpu < zc + mvm_cost_zerocopy(s->cost, n)) {
+                    const double on_cpu = s->cfg->device_cpu && s->cfg->device_routed
+                                              ? cpu + mvm_cost_cpu(s->cost, n)
+                                              : INFINITY;
+                    if (on_cpu < zc + mvm_cost_zerocopy(s->cost, n)) {
                         cpu = on_cpu; /* the CPU's threads end it first */
                         s->r.cpu_runs++;
                         s->where[e] = MVM_RUN_CPU;

@@ -765,7 +765,8 @@ static mvm_status cuda_eval(mvm_ctx *ctx, const mvm_fwd_batch *b, float *logits)
     if (f->route_budget) { /* the replay, where it must come first */
         const double t = mvm_now_s();
         st = mvm_cuda_fwd_route_addresses(f);
-        f->route_time.policies += mvm_now_s() - t, f->route_time.before += mvm_now_s() - t;
+        const double took = mvm_now_s() - t;
+        f->route_time.policies += took, f->route_time.before += took;
     }
     st = st == MVM_OK ? eval_batch(f, b, logits, &idle) : st;
     const double done = mvm_now_s();

@@ -292,14 +292,14 @@ uint32_t mvm_resid_landed_all(mvm_resid *r, uint8_t *own)
     return changed;
 }
 
-/* Evicts the module's choice among the experts it may take, for room `layer` needs:
- * resident, not used by the current step, not still loading (cancelling a load frees its
- * chunk only when the copy lands, so it would make no room now) and not pinned by another
- * reader; only `layer`'s own experts when `within` (room in its config budget).
- * Candidates are offered in expert order, as the simulator offers them. MVM_ERR_NOSPACE
- * if there is none. */
 static bool unshielded(void *ctx, uint32_t x) { return !((const mvm_resid *)ctx)->shield[x]; }
 
+/* Evicts the module's choice among the experts it may take, for room `layer` needs:
+ * resident, not used by the current step, not still loading (cancelling a load frees its
+ * chunk only when the copy lands, so it would make no room now), not pinned by another
+ * reader and not shielded (mvm_resid_set_shield); only `layer`'s own experts when `within`
+ * (room in its config budget). Candidates are offered in expert order, as the simulator
+ * offers them. MVM_ERR_NOSPACE if there is none. */
 static mvm_status evict_one(mvm_resid *r, uint32_t layer, int within)
 {
     uint32_t x0 = within ? layer * r->n_experts : 0;

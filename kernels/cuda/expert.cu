@@ -215,15 +215,15 @@ static __device__ void expert_down1(const mvm_g_expert_args &a)
     const uint32_t j0 = blockIdx.x * W, j = j0 + (threadIdx.x >> 5);
     const uint32_t G = (uint32_t)mvm_k_expert_group_channels(f);
     const uint64_t group = mvm_k_expert_group_bytes(f, a.n_embd);
-    const uint8_t *down = down_row(a, f, e, j);
-    if (KEEP && store_of(a, e, down)) { /* read-through: the block's outputs' blocks of each
-                                           group kept (a run a group), read there */
+    const uint8_t *down = down_row(a, f, e, j), *first = down_row(a, f, e, j0);
+    uint8_t *keep = KEEP ? store_of(a, e, first) : NULL;
+    if (keep) { /* read-through: the block's outputs' blocks of each group kept (a run a
+                   group), read there */
         const uint32_t rows = a.n_embd - j0 < W ? a.n_embd - j0 : W;
-        const uint8_t *first = down_row(a, f, e, j0);
-        block_copy_runs(store_of(a, e, first), first, group,
-                        (uint32_t)(rows * mvm_k_row_bytes(f.down, G)), a.n_groups);
+        block_copy_runs(keep, first, group, (uint32_t)(rows * mvm_k_row_bytes(f.down, G)),
+                        a.n_groups);
         __syncthreads();
-        down = store_of(a, e, down);
+        down = keep + (down - first);
     }
     if (j >= a.n_embd) /* the whole warp, after the block's copy and barrier */
         return;
