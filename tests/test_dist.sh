@@ -91,10 +91,28 @@ chmod +x "$tmp/uneven.sh"
 expect 0 'home 2 of 3 \| remote [1-9].* [1-9][0-9]* migrations' \
     -- "${mpi[@]}" 4 --output-filename "$tmp/uneven" "$tmp/uneven.sh" --homes 3 --period 2
 for r in 0 1 2; do
-    env -u OMPI_COMM_WORLD_RANK R=$r "$tmp/uneven.sh" >"$tmp/alone.txt" 2>/dev/null
-    if cmp -s "$tmp/alone.txt" "$tmp/uneven/1/rank.$r/stdout"; then pass=$((pass + 1)); else
+    env -u OMPI_COMM_WORLD_RANK R=$r "$tmp/uneven.sh" >"$tmp/alone.$r.txt" 2>/dev/null
+    if cmp -s "$tmp/alone.$r.txt" "$tmp/uneven/1/rank.$r/stdout"; then pass=$((pass + 1)); else
         fail=$((fail + 1)); echo "FAIL: home $r of 3 wrote another text than alone" >&2; fi
 done
+# The server (rank 3) takes the leader's messages late (tests/mpi_late_leader.c), so a home
+# that has applied a placement asks it before the leader's OP_MIGRATE has come: it applies
+# that first, and every text is still the one the home writes alone.
+if [ -n "${LATE_LEADER:-}" ]; then
+    cat >"$tmp/late.sh" <<EOF
+#!/bin/sh
+[ "\$OMPI_COMM_WORLD_RANK" = 3 ] && export LD_PRELOAD="$LATE_LEADER"
+exec "$tmp/uneven.sh" "\$@"
+EOF
+    chmod +x "$tmp/late.sh"
+    expect 0 'rank 3: a request of rank [12] under placement epoch [1-9][0-9]* came before' \
+        -- env MOEVM_LOG=info "${mpi[@]}" 4 --output-filename "$tmp/late" "$tmp/late.sh" \
+        --homes 3 --period 2
+    for r in 0 1 2; do
+        cmp -s "$tmp/alone.$r.txt" "$tmp/late/1/rank.$r/stdout" && pass=$((pass + 1)) ||
+            { fail=$((fail + 1)); echo "FAIL: home $r of 3, its server late: another text" >&2; }
+    done
+fi
 # mpirun's MPMD form gives each home its own prompt (and batch: servers answer the largest).
 other=("$moevm" run -m "$model" -p "The expert address space" -n 12 --temp 0 -t 1)
 "${other[@]}" >"$tmp/other.txt" 2>/dev/null

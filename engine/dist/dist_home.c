@@ -53,16 +53,16 @@ static mvm_status pack(mvm_dist *d, const mvm_moe *s, uint32_t p, const float *x
                 q->toks[q->n_tok++] = s->row_tok[r];
             }
     }
-    size_t len = 16 + 8 * (size_t)q->n_exp + 8 * (size_t)q->rows + 4 * (size_t)q->n_tok * d->D;
+    size_t len = 20 + 8 * (size_t)q->n_exp + 8 * (size_t)q->rows + 4 * (size_t)q->n_tok * d->D;
     size_t back = 8 + 4 * (size_t)q->n_tok * d->D;
     if (!mvm_dist_fits_int(len) || !mvm_dist_grow(&q->req, &q->req_cap, len) ||
         !mvm_dist_grow(&q->rep, &q->rep_cap, back)) {
         q->rows = 0; /* nothing posted */
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for a request to rank %u", p);
     }
-    uint32_t hdr[4] = {OP_EXPERTS, s->step.layer, q->n_tok, q->n_exp};
+    uint32_t hdr[5] = {OP_EXPERTS, s->step.layer, q->n_tok, q->n_exp, d->epoch};
     memcpy(q->req, hdr, sizeof hdr);
-    uint8_t *w = q->req + 16, *rw = w + 8 * (size_t)q->n_exp;
+    uint8_t *w = q->req + 20, *rw = w + 8 * (size_t)q->n_exp;
     for (uint32_t i = 0; i < s->n_remote; i++) {
         uint32_t e = (uint32_t)far[i];
         if (d->choice[e] != p)

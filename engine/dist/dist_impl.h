@@ -6,9 +6,9 @@
  * Every message is bytes on MPI_COMM_WORLD:
  *
  *   home -> holder, TAG_OP:  u32 {op, a, b, c} and the op's body
- *     OP_EXPERTS  a = layer, b = n_tok, c = n_exp; {u32 expert, u32 rows} x n_exp;
- *                 {u32 token, f32 weight} x rows, grouped by expert in that order;
- *                 f32 hidden[n_tok][n_embd]
+ *     OP_EXPERTS  a = layer, b = n_tok, c = n_exp; u32 epoch (the home's placement);
+ *                 {u32 expert, u32 rows} x n_exp; {u32 token, f32 weight} x rows, grouped
+ *                 by expert in that order; f32 hidden[n_tok][n_embd]
  *   home -> leader, TAG_OP:
  *     OP_COUNTS   a = L*E; f64 the home's step counts since it last sent them [L*E]: it has
  *                 reached the end of a period and waits for the round's OP_MIGRATE
@@ -24,8 +24,11 @@
  *
  * Placement rounds keep migrations simple: the leader decides a round only once every home
  * still running has finished a step and reported, so no request is in flight while weights
- * move, and MPI's order between a pair of ranks does the rest. Only the main thread calls
- * MPI (MPI_THREAD_FUNNELED).
+ * move. A placement that changes something is a new epoch. MPI orders messages only between
+ * one pair of ranks, so a home that has applied the leader's OP_MIGRATE can ask a holder that
+ * has not received its own yet: the request carries the home's epoch, and a holder behind it
+ * applies the leader's OP_MIGRATE first (dist_serve.c). Only the main thread calls MPI
+ * (MPI_THREAD_FUNNELED).
  */
 #ifndef MVM_ENGINE_DIST_DIST_IMPL_H
 #define MVM_ENGINE_DIST_DIST_IMPL_H
@@ -62,7 +65,8 @@ struct server {
     float *out;
     uint8_t *reply;
     uint8_t *msg;               /* the message being handled */
-    size_t msg_cap;
+    uint8_t *held;              /* a request set aside while its epoch's OP_MIGRATE comes */
+    size_t msg_cap, held_cap;
     uint32_t n_batch, K;
 };
 
@@ -84,6 +88,7 @@ struct mvm_dist {
     void *self;
     mvm_cost cost;
     uint32_t period, since;
+    uint32_t epoch;             /* placements applied that changed something */
     double last_place;          /* mvm_now_s() of the module's last call */
     struct peer *peer;          /* [S] */
     uint32_t *load;             /* [S] rows of the step so far */

@@ -351,7 +351,9 @@ mvm_status mvm_dist_migrate(mvm_dist *d, const mvm_model *m, const uint32_t *mov
     MPI_Waitall(n_req, r, MPI_STATUSES_IGNORE);
     free(r);
     const uint8_t *mine = next + (size_t)d->rank * d->LE;
-    d->stats.migrations += memcmp(next, d->placement, (size_t)d->size * d->LE) != 0;
+    const int changed = memcmp(next, d->placement, (size_t)d->size * d->LE) != 0;
+    d->stats.migrations += changed;
+    d->epoch += changed;
     for (uint32_t x = 0; x < d->LE; x++)
         if (d->placement[(size_t)d->rank * d->LE + x] && !mine[x])
             release_home(m, x);

@@ -36,9 +36,9 @@ static mvm_status compute(mvm_dist *d, const uint8_t *msg, size_t len, uint32_t 
     if (layer >= d->L || n == 0 || n > v->n_batch || n_exp == 0 || n_exp > d->E)
         return mvm_fail(MVM_ERR_INVALID, "a request for %u experts of layer %u, %u tokens",
                         n_exp, layer, n);
-    if (len < 16 + 8 * (size_t)n_exp)
+    if (len < 20 + 8 * (size_t)n_exp)
         return mvm_fail(MVM_ERR_INVALID, "a request of %zu bytes for %u experts", len, n_exp);
-    const uint8_t *p = msg + 16, *rows = p + 8 * (size_t)n_exp;
+    const uint8_t *p = msg + 20, *rows = p + 8 * (size_t)n_exp;
     uint32_t total = 0;
     memset(v->s.cnt, 0, d->E * sizeof *v->s.cnt);
     for (uint32_t i = 0; i < n_exp; i++) {
@@ -53,7 +53,7 @@ static mvm_status compute(mvm_dist *d, const uint8_t *msg, size_t len, uint32_t 
         v->s.cnt[pair[0]] = pair[1];
         total += pair[1];
     }
-    if (len != 16 + 8 * (size_t)n_exp + 8 * (size_t)total + 4 * (size_t)n * d->D)
+    if (len != 20 + 8 * (size_t)n_exp + 8 * (size_t)total + 4 * (size_t)n * d->D)
         return mvm_fail(MVM_ERR_INVALID, "a request of %zu bytes does not match its header",
                         len);
     for (uint32_t r = 0; r < n * v->K; r++) {
@@ -87,7 +87,7 @@ static void server_free(struct server *v)
         return;
     mvm_cpu_experts_free(v->xcpu);
     void *a[] = {v->s.cnt, v->s.off, v->s.row_tok, v->s.row_w, v->experts, v->reply, v->msg,
-                 v};
+                 v->held, v};
     for (size_t i = 0; i < sizeof a / sizeof *a; i++)
         free(a[i]);
 }
@@ -147,6 +147,89 @@ static mvm_status take_counts(mvm_dist *d, int src, uint32_t op, const uint8_t *
     return MVM_OK;
 }
 
+/* Receives into v->msg the TAG_OP message that the probe found. */
+static mvm_status receive(mvm_dist *d, const MPI_Status *ms, int *len)
+{
+    struct server *v = d->srv;
+    MPI_Get_count(ms, MPI_BYTE, len);
+    if (*len < 16 || !mvm_dist_grow(&v->msg, &v->msg_cap, (size_t)*len))
+        return mvm_fail(MVM_ERR_NOMEM, "a message of %d bytes from rank %d", *len,
+                        ms->MPI_SOURCE);
+    MPI_Recv(v->msg, *len, MPI_BYTE, ms->MPI_SOURCE, TAG_OP, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    return MVM_OK;
+}
+
+/* Whether the message in v->msg is the leader's well-formed OP_MIGRATE. */
+static int is_migrate(const mvm_dist *d, int src, const uint32_t *hdr, int len)
+{
+    return hdr[0] == OP_MIGRATE && src == 0 &&
+           (size_t)len == 16 + (size_t)hdr[1] * 12 + (size_t)d->size * d->LE;
+}
+
+/* Carries out the leader's OP_MIGRATE in v->msg. */
+static mvm_status migrate(mvm_dist *d, const uint32_t *hdr)
+{
+    struct server *v = d->srv;
+    d->released = 1;
+    d->stats.placements += d->rank != 0 && (uint32_t)d->rank < d->homes;
+    return mvm_dist_migrate(d, v->m, (const uint32_t *)(v->msg + 16), hdr[1],
+                            v->msg + 16 + (size_t)hdr[1] * 12);
+}
+
+/* A request from src made under placement epoch, which this rank has not applied yet: the
+ * home applied the leader's OP_MIGRATE before this rank received its own. Those OP_MIGRATEs
+ * are the leader's next messages to this rank (it sends nothing else before them), so they
+ * are received and applied first, the request kept aside meanwhile. */
+static mvm_status catch_up(mvm_dist *d, int src, uint32_t epoch)
+{
+    struct server *v = d->srv;
+    if (d->rank == 0) /* the leader makes the epochs: no request can be ahead of it */
+        return mvm_fail(MVM_ERR_INVALID, "a request of rank %d under placement epoch %u, "
+                        "ahead of the leader's %u", src, epoch, d->epoch);
+    mvm_log(MVM_LOG_INFO, "distributed: rank %d: a request of rank %d under placement epoch "
+            "%u came before the leader's move to it; applying that first", d->rank, src, epoch);
+    uint8_t *req = v->msg;
+    size_t req_cap = v->msg_cap;
+    v->msg = v->held, v->msg_cap = v->held_cap;
+    mvm_status st = MVM_OK;
+    while (st == MVM_OK && d->epoch < epoch) {
+        MPI_Status ms;
+        int len;
+        uint32_t hdr[4];
+        MPI_Probe(0, TAG_OP, MPI_COMM_WORLD, &ms);
+        if ((st = receive(d, &ms, &len)) != MVM_OK)
+            break;
+        memcpy(hdr, v->msg, 16);
+        st = is_migrate(d, 0, hdr, len) ? migrate(d, hdr) : mvm_fail(MVM_ERR_INVALID, "a request of rank %d under placement epoch %u, "
+                          "and the leader's next message is op %u, not the move to it", src,
+                          epoch, hdr[0]);
+    }
+    v->held = v->msg, v->held_cap = v->msg_cap;
+    v->msg = req, v->msg_cap = req_cap;
+    return st;
+}
+
+/* Answers the OP_EXPERTS request in v->msg: the rows' sums, or the status it failed with. */
+static void answer(mvm_dist *d, int src, int len)
+{
+    struct server *v = d->srv;
+    uint32_t n_tok = 0, epoch;
+    memcpy(&epoch, v->msg + 16, 4);
+    mvm_status st = len < 20 ? mvm_fail(MVM_ERR_INVALID, "a request of %d bytes", len)
+        : epoch > d->epoch ? catch_up(d, src, epoch)
+        : epoch < d->epoch ? mvm_fail(MVM_ERR_INVALID, "a request of rank %d under placement "
+                                      "epoch %u, behind this rank's %u", src, epoch, d->epoch)
+        : MVM_OK;
+    if (st == MVM_OK)
+        st = compute(d, v->msg, (size_t)len, &n_tok);
+    if (st != MVM_OK)
+        fprintf(stderr, "moevm (rank %d): %s\n", d->rank, mvm_last_error());
+    uint32_t rep[2] = {(uint32_t)st, n_tok};
+    memcpy(v->reply, rep, 8);
+    MPI_Send(v->reply, (int)(8 + (size_t)n_tok * d->D * 4), MPI_BYTE, src, TAG_REPLY,
+             MPI_COMM_WORLD);
+}
+
 mvm_status mvm_dist_take(mvm_dist *d, int block, uint32_t *op)
 {
     struct server *v = d->srv;
@@ -160,32 +243,20 @@ mvm_status mvm_dist_take(mvm_dist *d, int block, uint32_t *op)
     if (!flag)
         return MVM_OK;
     const int src = ms.MPI_SOURCE;
-    MPI_Get_count(&ms, MPI_BYTE, &len);
-    if (len < 16 || !mvm_dist_grow(&v->msg, &v->msg_cap, (size_t)len))
-        return mvm_fail(MVM_ERR_NOMEM, "a message of %d bytes from rank %d", len, src);
-    MPI_Recv(v->msg, len, MPI_BYTE, src, TAG_OP, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    mvm_status st = receive(d, &ms, &len);
+    if (st != MVM_OK)
+        return st;
     uint32_t hdr[4];
     memcpy(hdr, v->msg, 16);
     *op = hdr[0];
     switch (hdr[0]) {
-    case OP_EXPERTS: {
-        uint32_t n_tok;
-        uint32_t rep[2] = {(uint32_t)compute(d, v->msg, (size_t)len, &n_tok), 0};
-        if (rep[0] != MVM_OK)
-            fprintf(stderr, "moevm (rank %d): %s\n", d->rank, mvm_last_error());
-        rep[1] = n_tok;
-        memcpy(v->reply, rep, 8);
-        MPI_Send(v->reply, (int)(8 + (size_t)n_tok * d->D * 4), MPI_BYTE, src, TAG_REPLY,
-                 MPI_COMM_WORLD);
+    case OP_EXPERTS:
+        answer(d, src, len);
         return MVM_OK;
-    }
     case OP_MIGRATE:
-        if (src != 0 || (size_t)len != 16 + (size_t)hdr[1] * 12 + (size_t)d->size * d->LE)
+        if (!is_migrate(d, src, hdr, len))
             break;
-        d->released = 1;
-        d->stats.placements += d->rank != 0 && (uint32_t)d->rank < d->homes;
-        return mvm_dist_migrate(d, v->m, (const uint32_t *)(v->msg + 16), hdr[1],
-                                v->msg + 16 + (size_t)hdr[1] * 12);
+        return migrate(d, hdr);
     case OP_STOP:
         if (src != 0)
             break;
