@@ -19,6 +19,7 @@
 #ifndef MVM_TESTS_CUDA_EMU_H
 #define MVM_TESTS_CUDA_EMU_H
 
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -309,6 +310,44 @@ static inline void mma_s8(int c[4], const int a[4], const int b[2])
         for (unsigned k = 0; k < 32; k++)
             sum += byte(row % 8 * 4 + k % 16 / 4, (row >= 8) + 2 * (k >= 16), k) *
                    byte(col * 4 + k % 16 / 4, 4 + (k >= 16), k);
+        c[i] += sum;
+    }
+    __syncwarp();
+}
+
+/* The IEEE half h as a float (its products and sums below are exact in float). */
+static inline float emu_h2f(uint32_t h)
+{
+    const uint32_t e = h >> 10 & 31, m = h & 1023;
+    const float v = e == 0    ? ldexpf((float)m, -24)
+                    : e == 31 ? (m ? NAN : INFINITY)
+                              : ldexpf((float)(m | 1024), (int)e - 25);
+    return h & 0x8000 ? -v : v;
+}
+
+/* kernels/cuda/attention_mma.cu's mma_f16, mma.sync.m16n8k16 (row, col, f32 += f16 f16):
+ * a[0] A's row g, k 2t (low half) and 2t + 1; a[1] row g + 8; a[2], a[3] those rows' k
+ * 2t + 8, 2t + 9; b[0] B's column g, k 2t, 2t + 1; b[1] k 2t + 8, 2t + 9; c as mma_s8's.
+ * Published and read as mma_s8's fragments are. */
+static inline void mma_f16(float c[4], const uint32_t a[4], const uint32_t b[2])
+{
+    const unsigned w0 = threadIdx.x / EMU_WARP * EMU_WARP, lane = threadIdx.x % EMU_WARP;
+    int32_t *mine = emu_mma_slot[threadIdx.x];
+    for (int i = 0; i < 4; i++)
+        mine[i] = (int32_t)a[i];
+    mine[4] = (int32_t)b[0], mine[5] = (int32_t)b[1];
+    __syncwarp();
+    /* the half at k of the register reg of lane l */
+    auto half = [&](unsigned l, int reg, unsigned k) {
+        return emu_h2f((uint32_t)emu_mma_slot[w0 + l][reg] >> (16 * (k % 2)) & 0xFFFF);
+    };
+    const unsigned g = lane / 4, t = lane % 4;
+    for (int i = 0; i < 4; i++) {
+        const unsigned row = g + 8 * (i / 2), col = 2 * t + i % 2;
+        float sum = 0;
+        for (unsigned k = 0; k < 16; k++)
+            sum += half(row % 8 * 4 + k % 8 / 2, (row >= 8) + 2 * (k >= 8), k) *
+                   half(col * 4 + k % 8 / 2, 4 + (k >= 8), k);
         c[i] += sum;
     }
     __syncwarp();

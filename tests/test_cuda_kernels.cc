@@ -10,6 +10,7 @@
  */
 #include "tests/cuda_emu.h"
 
+#include "kernels/cuda/attention_mma.cu"
 #include "kernels/cuda/expert.cu"
 #include "kernels/cuda/gemm.cu"
 #include "kernels/cuda/matvec.cu"
@@ -737,17 +738,19 @@ struct attn_heads {
  * in order, so that later positions overwrite earlier ones) the kernel reads that instead.
  * The cache's elements are F32 or F16. The split parts are poisoned and sized by
  * mvm_g_attention_part_bytes for this batch; the combine runs where there are several
- * splits, as mvm_gpu_attention does. Returns the launch's split count. */
+ * splits, as mvm_gpu_attention does. With mma, the key rows are the values too (latent rows)
+ * and mvm_g_attention_mma computes the splits. Returns the launch's split count. */
 static uint32_t attention_case(uint32_t n_tok, uint32_t pos0, uint32_t n_ctx, uint32_t window = 0,
                                bool with_sinks = false, bool ring = false,
-                               enum mvm_wtype kv = MVM_W_F32, attn_heads H = {4, 2, 16})
+                               enum mvm_wtype kv = MVM_W_F32, attn_heads H = {4, 2, 16},
+                               bool mma = false)
 {
     const uint32_t nh = H.nh, nkv = H.nkv, hd = H.hd, q_dim = nh * hd, kv_dim = nkv * hd;
     const uint32_t R = ring ? window + n_tok : 0, es = kv == MVM_W_F16 ? 2 : 4;
     const float scale = 1.0f / sqrtf((float)hd);
     std::vector<float> q = randoms(n_tok * q_dim, 2.0f), sinks = randoms(nh, 3.0f);
     std::vector<uint8_t> kc = cache_of(randoms(n_ctx * kv_dim, 2.0f), kv),
-                         vc = cache_of(randoms(n_ctx * kv_dim), kv);
+                         vc = mma ? kc : cache_of(randoms(n_ctx * kv_dim), kv);
     std::vector<float> out(n_tok * q_dim, POISON), want(n_tok * q_dim), scratch(n_ctx);
     std::vector<uint8_t> part(mvm_g_attention_part_bytes(n_tok, nh, nkv, hd), 0xFF);
     for (uint32_t i = 0; i < n_tok; i++)
@@ -768,12 +771,19 @@ static uint32_t attention_case(uint32_t n_tok, uint32_t pos0, uint32_t n_ctx, ui
             std::copy_n(&vc[p * row], row, &rv[r * row]);
         }
     mvm_g_attention_args a = {dp(q.data()), dp(ring ? rk.data() : kc.data()),
-                              dp(ring ? rv.data() : vc.data()), dp(out.data()),
+                              dp(ring ? rv.data() : mma ? kc.data() : vc.data()), dp(out.data()),
                               dp(part.data()), with_sinks ? dp(sinks.data()) : 0, n_tok,
                               pos0, nh, nkv, hd, n_ctx, window, R, kv == MVM_W_F16, scale, 0,
                               0, 0, 0, 0};
     const uint32_t splits = mvm_g_attention_splits(&a);
-    launch(mvm_g_attention, a, mvm_g_attention_shape(&a));
+    CHECK(!mma || mvm_g_attention_mma_takes(&a));
+    auto run = [&](const mvm_g_attention_args &x) {
+        if (mma)
+            launch(mvm_g_attention_mma, x, mvm_g_attention_mma_shape(&a));
+        else
+            launch(mvm_g_attention, x, mvm_g_attention_shape(&a));
+    };
+    run(a);
     if (splits > 1)
         launch(mvm_g_attention_combine, a, mvm_g_attention_combine_shape(&a));
     /* the position read from the device, as mvm_gpu_attention launches it: pos0 0 in the
@@ -782,7 +792,7 @@ static uint32_t attention_case(uint32_t n_tok, uint32_t pos0, uint32_t n_ctx, ui
     std::fill(part.begin(), part.end(), 0xFF);
     mvm_g_attention_args d = a;
     d.out = dp(out_d.data()), d.pos0 = 0, d.pos = dp(&pos0);
-    launch(mvm_g_attention, d, mvm_g_attention_shape(&a));
+    run(d);
     if (splits > 1)
         launch(mvm_g_attention_combine, d, mvm_g_attention_combine_shape(&a));
     CHECK(memcmp(out_d.data(), out.data(), out.size() * sizeof(float)) == 0);
@@ -794,16 +804,16 @@ static uint32_t attention_case(uint32_t n_tok, uint32_t pos0, uint32_t n_ctx, ui
             mvm_k_prepare_act(MVM_W_Q4_0, &out[i * q_dim], &want_act[i * as], q_dim);
         std::fill(part.begin(), part.end(), 0xFF);
         d.act = dp(act.data()), d.act_stride = as, d.act_type = MVM_W_Q4_0;
-        launch(mvm_g_attention, d, mvm_g_attention_shape(&a));
+        run(d);
         if (splits > 1)
             launch(mvm_g_attention_combine, d, mvm_g_attention_combine_shape(&a));
         CHECK(act == want_act);
     }
     double e = rel_err(out.data(), want.data(), out.size());
     if (e >= 1e-5)
-        fprintf(stderr, "attention n_tok %u pos0 %u window %u sinks %d ring %u %s heads %u/%u x "
-                "%u, %u splits: relative error %g\n", n_tok, pos0, window, with_sinks, R,
-                mvm_k_wtype_name(kv), nh, nkv, hd, splits, e);
+        fprintf(stderr, "attention%s n_tok %u pos0 %u window %u sinks %d ring %u %s heads %u/%u "
+                "x %u, %u splits: relative error %g\n", mma ? " (mma)" : "", n_tok, pos0,
+                window, with_sinks, R, mvm_k_wtype_name(kv), nh, nkv, hd, splits, e);
     CHECK(e < 1e-5);
     return splits;
 }
@@ -850,6 +860,44 @@ static void test_attention(void)
     /* OLMoE's heads, decode in one split and over splits: the output quantized too */
     attention_case(1, 100, 128, 0, false, false, MVM_W_F16, {16, 16, 128});
     CHECK(attention_case(1, 1499, 1500, 0, false, false, MVM_W_F16, {16, 16, 128}) > 1);
+}
+
+/* Latent attention on the tensor cores (mvm_g_attention_mma, the F16 products emulated as the
+ * PTX ISA lays out their fragments) against the CPU at the CUDA cores' bound: one split and
+ * a partial tile, many splits (one short, others empty for the batch's early queries), two
+ * kv heads of 16-head groups with rows narrower than the kernel's widest, and deepseek2's
+ * latent rows under 128 heads; and the cases it must leave to ops.cu's kernel. */
+static void test_attention_mma(void)
+{
+    const enum mvm_wtype f16 = MVM_W_F16;
+    CHECK(attention_case(1, 100, 101, 0, false, false, f16, {16, 1, 576}, true) == 1);
+    CHECK(attention_case(1, 1499, 1500, 0, false, false, f16, {16, 1, 576}, true) > 8);
+    CHECK(attention_case(3, 300, 303, 0, false, false, f16, {32, 2, 64}, true) > 1);
+    attention_case(2, 45, 47, 0, false, false, f16, {32, 2, 64}, true);
+    attention_case(1, 70, 71, 0, false, false, f16, {128, 1, 576}, true);
+    mvm_g_attention_args a = {};
+    a.kc = a.vc = 256, a.n_tok = 1, a.pos0 = 9, a.n_head = 32, a.n_head_kv = 2;
+    a.head_dim = 64, a.n_ctx = 16, a.kv_f16 = 1;
+    CHECK(mvm_g_attention_mma_takes(&a));
+    mvm_g_attention_args b = a;
+    b.vc = 512; /* values of their own */
+    CHECK(!mvm_g_attention_mma_takes(&b));
+    b = a, b.kv_f16 = 0;
+    CHECK(!mvm_g_attention_mma_takes(&b));
+    b = a, b.n_head_kv = 4; /* groups of 8 heads */
+    CHECK(!mvm_g_attention_mma_takes(&b));
+    b = a, b.head_dim = 600;
+    CHECK(!mvm_g_attention_mma_takes(&b));
+    b = a, b.head_dim = 72;
+    CHECK(!mvm_g_attention_mma_takes(&b));
+    b = a, b.kc = b.vc = 264; /* rows not 16-byte aligned */
+    CHECK(!mvm_g_attention_mma_takes(&b));
+    b = a, b.window = 4;
+    CHECK(!mvm_g_attention_mma_takes(&b));
+    b = a, b.ring = 20;
+    CHECK(!mvm_g_attention_mma_takes(&b));
+    b = a, b.sinks = 1024;
+    CHECK(!mvm_g_attention_mma_takes(&b));
 }
 
 /* The bound of the parts' bytes holds for every batch up to n_batch, whatever the context,
@@ -1428,6 +1476,7 @@ int main(void)
     RUN(test_rope);
     RUN(test_qk_rope);
     RUN(test_attention);
+    RUN(test_attention_mma);
     RUN(test_attention_part_bytes);
     RUN(test_store_rows);
     RUN(test_add_swiglu);

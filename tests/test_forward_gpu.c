@@ -207,19 +207,6 @@ static void check_zerocopy_refused(const char *path)
     mvm_model_free(m);
 }
 
-/* How many times the fake ran the engine's kernel `name`
- * (tests/fakecuda/fake_engine_kernels.cc). */
-static unsigned long launches_of(const char *name)
-{
-    void *h = dlopen(getenv("FAKECUDA_KERNELS"), RTLD_NOW | RTLD_NOLOAD);
-    unsigned long (*n)(const char *) =
-        h ? (unsigned long (*)(const char *))dlsym(h, "fake_engine_launches") : NULL;
-    unsigned long r = n ? n(name) : 0;
-    if (h)
-        dlclose(h);
-    return r;
-}
-
 /* The launches of the mmq kernels of `part` ("up" or "down"), every type's. */
 static unsigned long mmq_launches(const char *part)
 {
@@ -228,7 +215,7 @@ static unsigned long mmq_launches(const char *part)
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
         char name[64];
         snprintf(name, sizeof name, "mvm_g_expert_mmq_%s_%s", part, types[i]);
-        n += launches_of(name);
+        n += fakecuda_engine_launches(name);
     }
     return n;
 }
@@ -1223,9 +1210,9 @@ static void test_budget_routing(void)
         }
         setenv("MOEVM_BUDGET_ROUTING", through ? "read-through" : "in-place", 1);
         setenv("MOEVM_ADMIT", "steps", 1);
-        const unsigned long routed0 = launches_of("mvm_g_route");
+        const unsigned long routed0 = fakecuda_engine_launches("mvm_g_route");
         struct run *dev = run_prompt(path, MVM_BACKEND_CUDA, 0.3, 1, 0);
-        const unsigned long routed = launches_of("mvm_g_route") - routed0;
+        const unsigned long routed = fakecuda_engine_launches("mvm_g_route") - routed0;
         unsetenv("MOEVM_BUDGET_ROUTING");
         unsetenv("MOEVM_ADMIT");
         unsetenv("MOEVM_CONFIG");

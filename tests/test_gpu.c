@@ -317,21 +317,23 @@ static void test_profile(void)
 }
 
 /* Attention through mvm_gpu_attention (the splits, then their combination) against the CPU's
- * mvm_k_attn_heads: Qwen3-30B-A3B's heads (32 over 4 kv heads of 128) at 1024 positions of
- * an F16 cache, one query and two, each launch in several splits (test_cuda_kernels checks
- * the kernels' other cases). */
-static void test_attention(void)
+ * mvm_k_attn_heads at 1024 positions of an F16 cache, one query and two, each launch in
+ * several splits: Qwen3-30B-A3B's heads (32 over 4 kv heads of 128) on ops.cu's kernel, and
+ * DeepSeek-V2-Lite's latent rows (16 heads over one 576-wide row that is its own value) on
+ * the tensor cores' (the fake is compute capability 9: attention_mma.cu's module is
+ * loaded). test_cuda_kernels checks the kernels' other cases. */
+static void attention_case(uint32_t nh, uint32_t nkv, uint32_t hd, int latent)
 {
-    const uint32_t nh = 32, nkv = 4, hd = 128, n_ctx = 1024, q_dim = nh * hd, kv_dim = nkv * hd;
+    const uint32_t n_ctx = 1024, q_dim = nh * hd, kv_dim = nkv * hd;
     const float scale = 1.0f / sqrtf((float)hd);
     float *q = randoms(2 * q_dim), *k = randoms((size_t)n_ctx * kv_dim);
     float *v = randoms((size_t)n_ctx * kv_dim), *scratch = malloc(n_ctx * sizeof *scratch);
     float *want = malloc(2 * q_dim * sizeof *want), *got = malloc(2 * q_dim * sizeof *got);
     uint16_t *kc = malloc((size_t)n_ctx * kv_dim * 2), *vc = malloc((size_t)n_ctx * kv_dim * 2);
     mvm_k_quantize(MVM_W_F16, k, kc, (size_t)n_ctx * kv_dim);
-    mvm_k_quantize(MVM_W_F16, v, vc, (size_t)n_ctx * kv_dim);
+    mvm_k_quantize(MVM_W_F16, latent ? k : v, vc, (size_t)n_ctx * kv_dim);
     mvm_dptr dq = up(q, 2 * q_dim * 4), dk = up(kc, (size_t)n_ctx * kv_dim * 2);
-    mvm_dptr dv = up(vc, (size_t)n_ctx * kv_dim * 2), dout = 0, dpart = 0;
+    mvm_dptr dv = latent ? dk : up(vc, (size_t)n_ctx * kv_dim * 2), dout = 0, dpart = 0;
     CHECK_ST(mvm_gpu_alloc(g, 2 * q_dim * 4, &dout), MVM_OK);
     CHECK_ST(mvm_gpu_alloc(g, mvm_g_attention_part_bytes(2, nh, nkv, hd), &dpart), MVM_OK);
     for (uint32_t n_tok = 1; n_tok <= 2; n_tok++) {
@@ -347,16 +349,26 @@ static void test_attention(void)
                                   .n_tok = n_tok, .pos0 = pos0, .n_head = nh, .n_head_kv = nkv,
                                   .head_dim = hd, .n_ctx = n_ctx, .kv_f16 = 1, .scale = scale};
         CHECK(mvm_g_attention_splits(&a) > 1);
+        const unsigned long mma0 = fakecuda_engine_launches("mvm_g_attention_mma");
         CHECK_ST(mvm_gpu_attention(g, 0, &a), MVM_OK);
+        CHECK(fakecuda_engine_launches("mvm_g_attention_mma") - mma0 == (unsigned long)latent);
         CHECK_ST(mvm_gpu_download(g, got, dout, n_tok * q_dim * 4), MVM_OK);
         const double e = rel_err(got, want, n_tok * q_dim);
         if (e >= 1e-5)
-            fprintf(stderr, "attention, %u queries: relative error %g\n", n_tok, e);
+            fprintf(stderr, "attention %u/%u x %u, %u queries: relative error %g\n", nh, nkv,
+                    hd, n_tok, e);
         CHECK(e < 1e-5);
     }
-    mvm_gpu_free(g, dq), mvm_gpu_free(g, dk), mvm_gpu_free(g, dv), mvm_gpu_free(g, dout);
-    mvm_gpu_free(g, dpart);
+    mvm_gpu_free(g, dq), mvm_gpu_free(g, dk), mvm_gpu_free(g, dout), mvm_gpu_free(g, dpart);
+    if (!latent)
+        mvm_gpu_free(g, dv);
     free(q), free(k), free(v), free(scratch), free(want), free(got), free(kc), free(vc);
+}
+
+static void test_attention(void)
+{
+    attention_case(32, 4, 128, 0);
+    attention_case(16, 1, 576, 1);
 }
 
 /* A failing driver call is named, with the module or kernel it was for. */

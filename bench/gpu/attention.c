@@ -1,7 +1,8 @@
 /*
  * bench_gpu_attention: the device attention (kernels/cuda/ops.cu, launched as the engine
  * launches it: mvm_gpu_attention, the splits then their combination) on real model shapes
- * and long contexts. A decoded token reads every key and value row of the context once per
+ * and long contexts; latent rows (MLA) both on the tensor cores (kernels/cuda/attention_mma.cu,
+ * the engine's choice where the device has them: "mma") and on ops.cu's kernel ("cores"). A decoded token reads every key and value row of the context once per
  * group of heads, so the figure of merit is those bytes over the time, against the GPU's
  * memory bandwidth; a 32-token batch (prefill's) is timed too, its bytes counted per query.
  *
@@ -51,13 +52,14 @@ static mvm_status filled(mvm_gpu *g, size_t bytes, int f16, mvm_dptr *out)
     return bench_filled(g, bytes, f16 ? fill_f16 : fill_f32, out);
 }
 
-/* Seconds per call of mvm_gpu_attention(a), the best of reps after one warm-up. */
-static double time_attention(mvm_gpu *g, const mvm_g_attention_args *a, int reps, mvm_status *st)
+/* Seconds per call of mvm_gpu_attention_on(a, mma), the best of reps after one warm-up. */
+static double time_attention(mvm_gpu *g, const mvm_g_attention_args *a, int mma, int reps,
+                             mvm_status *st)
 {
     double best = 1e30;
     for (int r = -1; r < reps && *st == MVM_OK; r++) {
         const double t0 = mvm_now_s();
-        *st = mvm_gpu_attention(g, 0, a);
+        *st = mvm_gpu_attention_on(g, 0, a, mma);
         if (*st == MVM_OK)
             *st = mvm_gpu_sync(g);
         if (r >= 0 && mvm_now_s() - t0 < best)
@@ -79,8 +81,8 @@ static int run_shape(mvm_gpu *g, const struct shape *s, uint32_t max_pos, int re
         mvm_gpu_alloc(g, mvm_g_attention_part_bytes(batch, s->n_head, s->n_head_kv,
                                                     s->head_dim), &part) != MVM_OK)
         return fail(s->name);
-    printf("\n%s, F16 cache\n\n| positions | queries | splits | us | KV GB/s |\n"
-           "|---:|---:|---:|---:|---:|\n", s->name);
+    printf("\n%s, F16 cache\n\n| positions | queries | kernel | splits | us | KV GB/s |\n"
+           "|---:|---:|---|---:|---:|---:|\n", s->name);
     static const uint32_t positions[] = {4096, 32768, 131072};
     mvm_status st = MVM_OK;
     for (size_t p = 0; p < sizeof positions / sizeof *positions && st == MVM_OK; p++) {
@@ -91,13 +93,18 @@ static int run_shape(mvm_gpu *g, const struct shape *s, uint32_t max_pos, int re
                                       .n_head_kv = s->n_head_kv, .head_dim = s->head_dim,
                                       .n_ctx = max_pos, .kv_f16 = 1,
                                       .scale = 0.0884f}; /* the values do not matter */
-            const double t = time_attention(g, &a, reps, &st);
             /* each query's rows, read once per unit of heads: keys and values (MLA: the same
              * rows); a batch's queries read them again, mostly from L2 */
             const double bytes = (double)n_tok * n * kv_dim * 2 * (s->mla ? 1 : 2);
-            if (st == MVM_OK)
-                printf("| %u | %u | %u | %.1f | %.1f |\n", n, n_tok, mvm_g_attention_splits(&a),
-                       t * 1e6, bytes / t / 1e9);
+            const int mma = mvm_g_attention_mma_takes(&a) &&
+                            mvm_gpu_has(g, MVM_GK_ATTENTION_MMA, 0);
+            for (int on = mma; on >= 0 && st == MVM_OK; on--) {
+                const double t = time_attention(g, &a, on, reps, &st);
+                if (st == MVM_OK)
+                    printf("| %u | %u | %s | %u | %.1f | %.1f |\n", n, n_tok,
+                           on ? "mma" : "cores", mvm_g_attention_splits(&a), t * 1e6,
+                           bytes / t / 1e9);
+            }
         }
         if (n == max_pos)
             break;

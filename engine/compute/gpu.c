@@ -4,10 +4,11 @@
  * context is the device's primary context, which the expert space's cuda backend retains
  * too, so expert addresses are valid in this engine's kernels.
  *
- * The kernels come as five PTX modules (matvec, expert, ops, gemm, mmq) generated from
- * kernels/cuda at build time; every function is looked up at open, so a driver that cannot
- * JIT the PTX, or a module missing a kernel, fails here with the module or kernel named, not
- * mid-run. mmq is loaded only on a device of compute capability 8.0 or later. cuBLAS
+ * The kernels come as six PTX modules (matvec, expert, ops, gemm, mmq, attention_mma)
+ * generated from kernels/cuda at build time; every function is looked up at open, so a
+ * driver that cannot JIT the PTX, or a module missing a kernel, fails here with the module or
+ * kernel named, not mid-run. mmq and attention_mma are loaded only on a device of compute
+ * capability 8.0 or later. cuBLAS
  * (blas.h) is loaded only when a product first wants the tensor cores.
  */
 #include "engine/compute/gpu.h"
@@ -24,6 +25,7 @@
 #include "vmm/error.h"
 
 #ifdef MVM_ENGINE_PTX
+#include "mvm_g_attention_mma_ptx.h"
 #include "mvm_g_expert_ptx.h"
 #include "mvm_g_gemm_ptx.h"
 #include "mvm_g_matvec_ptx.h"
@@ -31,9 +33,10 @@
 #include "mvm_g_ops_ptx.h"
 #endif
 
-/* MOD_MMQ's PTX is compute_80 (int8 mma.sync): loaded only where the device is 8.0 or newer,
- * else its kernels are missing (mvm_gpu_has) and the engine takes the other paths. */
-enum { MOD_MATVEC, MOD_EXPERT, MOD_OPS, MOD_GEMM, MOD_MMQ, MOD_COUNT };
+/* MOD_MMQ's and MOD_ATTN_MMA's PTX is compute_80 (mma.sync): loaded only where the device is
+ * 8.0 or newer, else their kernels are missing (mvm_gpu_has) and the engine takes the other
+ * paths. */
+enum { MOD_MATVEC, MOD_EXPERT, MOD_OPS, MOD_GEMM, MOD_MMQ, MOD_ATTN_MMA, MOD_COUNT };
 
 /* The weight types of the mmq kernels (kernels/cuda/mmq.cu): Q8_0, and Q4_K_M's. */
 #define W_BIT(t) (1ull << (t))
@@ -66,6 +69,7 @@ static const struct {
     [MVM_GK_QK_ROPE] = {MOD_OPS, "mvm_g_qk_rope", 0},
     [MVM_GK_ATTENTION] = {MOD_OPS, "mvm_g_attention", 0},
     [MVM_GK_ATTENTION_COMBINE] = {MOD_OPS, "mvm_g_attention_combine", 0},
+    [MVM_GK_ATTENTION_MMA] = {MOD_ATTN_MMA, "mvm_g_attention_mma", 0},
     [MVM_GK_STORE_ROWS] = {MOD_OPS, "mvm_g_store_rows", 0},
     [MVM_GK_ADD] = {MOD_OPS, "mvm_g_add", 0},
     [MVM_GK_SWIGLU] = {MOD_OPS, "mvm_g_swiglu", 0},
@@ -112,17 +116,21 @@ static mvm_status load_kernels(mvm_gpu *g)
 {
 #ifdef MVM_ENGINE_PTX
     static const char *const images[MOD_COUNT] = {mvm_g_matvec_ptx, mvm_g_expert_ptx,
-                                                  mvm_g_ops_ptx, mvm_g_gemm_ptx, mvm_g_mmq_ptx};
-    static const char *const names[MOD_COUNT] = {"matvec", "expert", "ops", "gemm", "mmq"};
+                                                  mvm_g_ops_ptx,    mvm_g_gemm_ptx,
+                                                  mvm_g_mmq_ptx,    mvm_g_attention_mma_ptx};
+    static const char *const names[MOD_COUNT] = {"matvec", "expert", "ops",
+                                                 "gemm",   "mmq",    "attention_mma"};
     char what[96];
     int sm80 = 0;
     mvm_status st = has_sm80(g, &sm80);
     if (st != MVM_OK)
         return st;
     for (int m = 0; m < MOD_COUNT; m++) {
-        if (m == MOD_MMQ && !sm80) {
-            mvm_log(MVM_LOG_INFO, "the device is older than compute capability 8.0: a "
-                    "prompt's experts skip the int8 tensor-core kernels (MOEVM_MMQ)");
+        if ((m == MOD_MMQ || m == MOD_ATTN_MMA) && !sm80) {
+            if (m == MOD_MMQ)
+                mvm_log(MVM_LOG_INFO, "the device is older than compute capability 8.0: a "
+                        "prompt's experts skip the int8 tensor-core kernels (MOEVM_MMQ), "
+                        "latent attention the F16 ones");
             continue;
         }
         snprintf(what, sizeof what, "cuModuleLoadData (kernels/cuda/%s.cu)", names[m]);

@@ -43,6 +43,7 @@ enum mvm_gpu_kernel {
     MVM_GK_QK_ROPE,
     MVM_GK_ATTENTION,
     MVM_GK_ATTENTION_COMBINE,
+    MVM_GK_ATTENTION_MMA, /* kernels/cuda/attention_mma.cu's: only where mvm_gpu_has it */
     MVM_GK_STORE_ROWS,
     MVM_GK_ADD,
     MVM_GK_SWIGLU,
@@ -205,19 +206,30 @@ static inline mvm_status mvm_gpu_experts(mvm_gpu *g, const mvm_g_expert_args *a)
     return st == MVM_OK ? mvm_gpu_experts_down(g, a) : st;
 }
 
-/* Attention: the splits, then their combination where there are several (kernels.h). With
- * a->pos, in the shape of a->pos0 (which *pos holds when it runs), its arguments without it:
- * the same from token to token. */
-static inline mvm_status mvm_gpu_attention(mvm_gpu *g, int type, const mvm_g_attention_args *a)
+/* Attention: the splits, on the tensor cores with mma (mvm_g_attention_mma; the caller
+ * checks that it takes a and that the device has it), then their combination where there
+ * are several (kernels.h). With a->pos, in the shape of a->pos0 (which *pos holds when it
+ * runs), its arguments without it: the same from token to token. */
+static inline mvm_status mvm_gpu_attention_on(mvm_gpu *g, int type, const mvm_g_attention_args *a,
+                                              int mma)
 {
     mvm_g_attention_args b = *a;
     b.pos0 = a->pos ? 0 : a->pos0;
-    mvm_status st = mvm_gpu_launch(g, MVM_GK_ATTENTION, type, &b, sizeof b,
-                                   mvm_g_attention_shape(a));
+    mvm_status st = mma ? mvm_gpu_launch(g, MVM_GK_ATTENTION_MMA, type, &b, sizeof b,
+                                         mvm_g_attention_mma_shape(a))
+                        : mvm_gpu_launch(g, MVM_GK_ATTENTION, type, &b, sizeof b,
+                                         mvm_g_attention_shape(a));
     if (st == MVM_OK && mvm_g_attention_splits(a) > 1)
         st = mvm_gpu_launch(g, MVM_GK_ATTENTION_COMBINE, type, &b, sizeof b,
                             mvm_g_attention_combine_shape(a));
     return st;
+}
+
+/* The same, on the tensor cores wherever they take a (latent rows). */
+static inline mvm_status mvm_gpu_attention(mvm_gpu *g, int type, const mvm_g_attention_args *a)
+{
+    return mvm_gpu_attention_on(
+        g, type, a, mvm_g_attention_mma_takes(a) && mvm_gpu_has(g, MVM_GK_ATTENTION_MMA, 0));
 }
 
 #endif

@@ -488,6 +488,38 @@ MVM_G_FN mvm_g_shape mvm_g_attention_combine_shape(const mvm_g_attention_args *a
     return s;
 }
 
+/* mvm_g_attention_mma (kernels/cuda/attention_mma.cu, compute capability 8.0 and later): the
+ * same attention on the tensor cores, for a kv head whose rows are its values too (MLA's
+ * latent rows, deepseek2) and query heads in whole groups of MVM_G_AMMA_HEADS: a block takes
+ * 16 heads, one query and one of the n_split ranges above (the same splits, parts and
+ * combine), its warps' m16n8k16 products in F16 with F32 sums, each F32 operand as two
+ * halves (hi, and lo = what hi misses), so that the result keeps the CUDA cores' precision.
+ * Why: one 576-wide latent row is read for 128 query heads; on the CUDA cores, a thread a
+ * position and 8 heads a block, DeepSeek-V3's decode attention read its cache at under 1%
+ * of an H100's bandwidth (docs/perf/engine.md). */
+#define MVM_G_AMMA_HEADS 16 /* query heads a block takes: an m16 tile's rows */
+#define MVM_G_AMMA_TILE 32  /* positions a block stages at once */
+#define MVM_G_AMMA_DIM 576  /* the widest row: deepseek2's latent, 512 + 64 */
+
+/* Whether mvm_g_attention_mma computes a: an F16 cache whose key rows are the value rows,
+ * 16-byte aligned, whole groups of 16 query heads a kv head, head_dim a multiple of 16 up to
+ * MVM_G_AMMA_DIM, and no window, ring or sinks. */
+MVM_G_FN int mvm_g_attention_mma_takes(const mvm_g_attention_args *a)
+{
+    const uint32_t group = a->n_head_kv ? a->n_head / a->n_head_kv : 0;
+    return a->kv_f16 && a->kc == a->vc && a->kc % 16 == 0 && group &&
+           a->n_head % a->n_head_kv == 0 && group % MVM_G_AMMA_HEADS == 0 &&
+           a->head_dim % 16 == 0 && a->head_dim <= MVM_G_AMMA_DIM && !a->window && !a->ring &&
+           !a->sinks;
+}
+
+MVM_G_FN mvm_g_shape mvm_g_attention_mma_shape(const mvm_g_attention_args *a)
+{
+    mvm_g_shape s = {a->n_head / MVM_G_AMMA_HEADS * mvm_g_attention_splits(a), a->n_tok,
+                     MVM_G_THREADS};
+    return s;
+}
+
 /* mvm_g_store_rows: n_rows rows of n floats, row i at src + i * src_stride floats, into the
  * KV cache's rows at dst + i * dst_stride elements, as F16 (rounded to nearest even) with
  * f16, else as F32; and in the same launch as many from src2 to dst2 (0: none), with the

@@ -9,6 +9,7 @@
  * positions as flash-decoding does (kernels.h), the stores into that cache, and the
  * element-wise adds (residual, bias, gated shared expert) and SwiGLU.
  */
+#include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/device.cuh"
 
 #define RMS_ROUND 8u /* elements a thread loads at once in mvm_g_rmsnorm */
@@ -160,32 +161,6 @@ static __device__ __forceinline__ float kv_elem(mvm_dptr p, uint64_t i, uint32_t
     return f16 ? mvm_k_h2f(((const uint16_t *)p)[i]) : ((const float *)p)[i];
 }
 
-/* Where a launch's parts lie in a.part (kernels.h): the sums, maxima and outputs of row
- * r = query * n_split + split, head h. */
-struct attn_parts {
-    double *sum;
-    float *max, *out;
-};
-
-static __device__ __forceinline__ attn_parts attn_parts_of(const mvm_g_attention_args &a)
-{
-    const uint64_t n = (uint64_t)a.n_tok * mvm_g_attention_splits(&a) * a.n_head;
-    attn_parts p;
-    p.sum = (double *)a.part;
-    p.max = (float *)(p.sum + n);
-    p.out = p.max + n;
-    return p;
-}
-
-/* The positions query i sees: n of them (the return) from *first. */
-static __device__ __forceinline__ uint32_t attn_positions(const mvm_g_attention_args &a,
-                                                          uint32_t i, uint32_t *first)
-{
-    const uint32_t n_pos = a.pos0 + i + 1;
-    *first = a.window && n_pos > a.window ? n_pos - a.window : 0;
-    return n_pos - *first;
-}
-
 /* The scores of a tile of nt positions from kv row offset k0: a thread per position, its
  * row read once for all the unit's nh heads (the queries' floats are the same for every
  * thread: shared memory broadcasts them). */
@@ -285,21 +260,6 @@ static __device__ __forceinline__ void attn_tile_values(const mvm_g_attention_ar
             if (h < nh)
                 os[h * hd + d] = o[h];
     }
-}
-
-/* Query i's output of n floats from head h0 on (out, written by this block), quantized for
- * the output product where a.act asks (kernels.h). Every thread of the block calls it. */
-static __device__ __forceinline__ void attn_quantize(const mvm_g_attention_args &a, uint32_t i,
-                                                     uint32_t h0, const float *out, uint32_t n)
-{
-    if (!a.act)
-        return;
-    const enum mvm_wtype t = (enum mvm_wtype)a.act_type;
-    __syncthreads(); /* the block's floats, written to memory, read back by it */
-    block_quantize_row(out,
-                       (uint8_t *)a.act + (uint64_t)i * a.act_stride +
-                           mvm_k_act_bytes(t, (uint64_t)h0 * a.head_dim),
-                       t, n);
 }
 
 extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)

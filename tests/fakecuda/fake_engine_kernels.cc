@@ -7,6 +7,7 @@
  */
 #include "tests/cuda_emu.h"
 
+#include "kernels/cuda/attention_mma.cu"
 #include "kernels/cuda/expert.cu"
 #include "kernels/cuda/gemm.cu"
 #include "kernels/cuda/matvec.cu"
@@ -100,6 +101,7 @@ fakecuda_register_kernels(fakecuda_add_kernel_fn add)
     ADD(mvm_g_qk_rope, mvm_g_qk_rope_args);
     ADD(mvm_g_attention, mvm_g_attention_args);
     ADD(mvm_g_attention_combine, mvm_g_attention_args);
+    ADD(mvm_g_attention_mma, mvm_g_attention_args);
     ADD(mvm_g_store_rows, mvm_g_store_rows_args);
     ADD(mvm_g_add, mvm_g_add_args);
     ADD(mvm_g_swiglu, mvm_g_add_args);

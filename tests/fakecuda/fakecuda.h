@@ -29,7 +29,9 @@
 #ifndef FAKECUDA_H
 #define FAKECUDA_H
 
+#include <dlfcn.h>
 #include <stddef.h>
+#include <stdlib.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -122,6 +124,20 @@ typedef void (*fakecuda_set_copy_delay_us_fn)(unsigned long long us);
 typedef void (*fakecuda_set_cc_major_fn)(int major);
 typedef size_t (*fakecuda_getproc_request_fn)(size_t i, const char **symbol, int *version,
                                               unsigned long long *flags, void **fn);
+
+/* How many times the fake ran the engine's kernel `name` (FAKECUDA_KERNELS's plugin,
+ * tests/fakecuda/fake_engine_kernels.cc, already loaded by the fake); 0 without it. */
+static inline unsigned long fakecuda_engine_launches(const char *name)
+{
+    const char *path = getenv("FAKECUDA_KERNELS");
+    void *h = path ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : NULL;
+    unsigned long (*n)(const char *) =
+        h ? (unsigned long (*)(const char *))dlsym(h, "fake_engine_launches") : NULL;
+    unsigned long r = n ? n(name) : 0;
+    if (h)
+        dlclose(h);
+    return r;
+}
 
 #ifdef __cplusplus
 }
