@@ -738,19 +738,20 @@ struct attn_heads {
  * in order, so that later positions overwrite earlier ones) the kernel reads that instead.
  * The cache's elements are F32 or F16. The split parts are poisoned and sized by
  * mvm_g_attention_part_bytes for this batch; the combine runs where there are several
- * splits, as mvm_gpu_attention does. With mma, the key rows are the values too (latent rows)
- * and mvm_g_attention_mma computes the splits. Returns the launch's split count. */
+ * splits, as mvm_gpu_attention does. With latent, the key rows are the values too; with
+ * latent or mma, mvm_g_attention_mma computes the splits. Returns the launch's split count. */
 static uint32_t attention_case(uint32_t n_tok, uint32_t pos0, uint32_t n_ctx, uint32_t window = 0,
                                bool with_sinks = false, bool ring = false,
                                enum mvm_wtype kv = MVM_W_F32, attn_heads H = {4, 2, 16},
-                               bool mma = false)
+                               bool latent = false, bool mma = false)
 {
+    mma |= latent;
     const uint32_t nh = H.nh, nkv = H.nkv, hd = H.hd, q_dim = nh * hd, kv_dim = nkv * hd;
     const uint32_t R = ring ? window + n_tok : 0, es = kv == MVM_W_F16 ? 2 : 4;
     const float scale = 1.0f / sqrtf((float)hd);
     std::vector<float> q = randoms(n_tok * q_dim, 2.0f), sinks = randoms(nh, 3.0f);
     std::vector<uint8_t> kc = cache_of(randoms(n_ctx * kv_dim, 2.0f), kv),
-                         vc = mma ? kc : cache_of(randoms(n_ctx * kv_dim), kv);
+                         vc = latent ? kc : cache_of(randoms(n_ctx * kv_dim), kv);
     std::vector<float> out(n_tok * q_dim, POISON), want(n_tok * q_dim), scratch(n_ctx);
     std::vector<uint8_t> part(mvm_g_attention_part_bytes(n_tok, nh, nkv, hd), 0xFF);
     for (uint32_t i = 0; i < n_tok; i++)
@@ -771,7 +772,8 @@ static uint32_t attention_case(uint32_t n_tok, uint32_t pos0, uint32_t n_ctx, ui
             std::copy_n(&vc[p * row], row, &rv[r * row]);
         }
     mvm_g_attention_args a = {dp(q.data()), dp(ring ? rk.data() : kc.data()),
-                              dp(ring ? rv.data() : mma ? kc.data() : vc.data()), dp(out.data()),
+                              dp(ring ? rv.data() : latent ? kc.data() : vc.data()),
+                              dp(out.data()),
                               dp(part.data()), with_sinks ? dp(sinks.data()) : 0, n_tok,
                               pos0, nh, nkv, hd, n_ctx, window, R, kv == MVM_W_F16, scale, 0,
                               0, 0, 0, 0};
@@ -862,11 +864,14 @@ static void test_attention(void)
     CHECK(attention_case(1, 1499, 1500, 0, false, false, MVM_W_F16, {16, 16, 128}) > 1);
 }
 
-/* Latent attention on the tensor cores (mvm_g_attention_mma, the F16 products emulated as the
- * PTX ISA lays out their fragments) against the CPU at the CUDA cores' bound: one split and
- * a partial tile, many splits (one short, others empty for the batch's early queries), two
- * kv heads of 16-head groups with rows narrower than the kernel's widest, and deepseek2's
- * latent rows under 128 heads; and the cases it must leave to ops.cu's kernel. */
+/* Attention on the tensor cores (mvm_g_attention_mma, the F16 products emulated as the PTX
+ * ISA lays out their fragments) against the CPU at the CUDA cores' bound. Latent rows (keys
+ * that are the values): one split and a partial tile, many splits, two kv heads of 16-head
+ * groups with rows narrower than the widest, deepseek2's 128 heads. Grouped queries (their
+ * own value rows): groups of 8, 4, 2 and 1 heads, so 2 to 16 queries of a batch a block,
+ * the last block part empty, causal within the batch (an early query masks the positions
+ * of the later ones and leaves the last splits empty), in one split and in several, with
+ * the output quantized; and the cases it must leave to ops.cu's kernel. */
 static void test_attention_mma(void)
 {
     const enum mvm_wtype f16 = MVM_W_F16;
@@ -875,16 +880,25 @@ static void test_attention_mma(void)
     CHECK(attention_case(3, 300, 303, 0, false, false, f16, {32, 2, 64}, true) > 1);
     attention_case(2, 45, 47, 0, false, false, f16, {32, 2, 64}, true);
     attention_case(1, 70, 71, 0, false, false, f16, {128, 1, 576}, true);
+    CHECK(attention_case(1, 40, 41, 0, false, false, f16, {32, 4, 128}, false, true) == 1);
+    CHECK(attention_case(3, 5, 12, 0, false, false, f16, {8, 2, 32}, false, true) == 1);
+    CHECK(attention_case(5, 150, 160, 0, false, false, f16, {16, 8, 64}, false, true) > 1);
+    CHECK(attention_case(40, 100, 300, 0, false, false, f16, {4, 4, 16}, false, true) > 1);
+    attention_case(7, 20, 32, 0, false, false, f16, {32, 4, 256}, false, true);
     mvm_g_attention_args a = {};
     a.kc = a.vc = 256, a.n_tok = 1, a.pos0 = 9, a.n_head = 32, a.n_head_kv = 2;
     a.head_dim = 64, a.n_ctx = 16, a.kv_f16 = 1;
     CHECK(mvm_g_attention_mma_takes(&a));
     mvm_g_attention_args b = a;
-    b.vc = 512; /* values of their own */
+    b.vc = 512, b.head_dim = 272; /* values of their own, of the widest that both stage */
+    CHECK(mvm_g_attention_mma_takes(&b));
+    b.head_dim = 288;
     CHECK(!mvm_g_attention_mma_takes(&b));
     b = a, b.kv_f16 = 0;
     CHECK(!mvm_g_attention_mma_takes(&b));
-    b = a, b.n_head_kv = 4; /* groups of 8 heads */
+    b = a, b.n_head_kv = 32 / 3 + 1, b.n_head = 3 * b.n_head_kv; /* groups of 3 heads */
+    CHECK(!mvm_g_attention_mma_takes(&b));
+    b = a, b.n_head = 48, b.n_head_kv = 2; /* groups of 24 */
     CHECK(!mvm_g_attention_mma_takes(&b));
     b = a, b.head_dim = 600;
     CHECK(!mvm_g_attention_mma_takes(&b));

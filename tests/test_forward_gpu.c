@@ -299,7 +299,8 @@ static void test_mmq(void)
  * each architecture; prefill in batches and token by token give the same. With an F32 KV
  * cache; then the F32 models again with the default F16 one, where a key or value that the
  * two compute a last bit apart may round to F16 values an F16 ulp apart (check_forward
- * compares both against the reference). deepseek2: MLA
+ * compares both against the reference); there the attention runs on the tensor cores
+ * wherever they take it (MOEVM_ATTN_MMA=on; not gpt-oss's windows and sinks). deepseek2: MLA
  * with one q matrix, and with V3's q bottleneck from the older attn_kv_b; glm4moe: GLM-4.5's
  * kind (QK norm) and Air's (none); both with a dense block first and shared experts;
  * minimax-m2: QK norm over the whole q and k, partial RoPE, sigmoid routing with a bias;
@@ -325,13 +326,18 @@ static void test_matches_cpu(void)
         if (f16 && cases[i].type != MVM_W_F32)
             continue;
         kv_type = f16 ? "f16" : "f32";
+        if (f16)
+            setenv("MOEVM_ATTN_MMA", "on", 1);
         const char *path = preset_path(cases[i].arch, cases[i].preset, cases[i].type);
         size_t n = N_PROMPT * mvm_preset_find(cases[i].preset, cases[i].arch)->spec.n_vocab;
         struct run *cpu = run_prompt(path, MVM_BACKEND_HOST, 1, 4, 0);
+        const unsigned long mma0 = fakecuda_engine_launches("mvm_g_attention_mma");
         struct run *gpu = run_prompt(path, MVM_BACKEND_CUDA, 1, 4, 0);
+        const unsigned long mma = fakecuda_engine_launches("mvm_g_attention_mma") - mma0;
+        int oss = strcmp(cases[i].arch, "gpt-oss") == 0;
+        CHECK(f16 && !oss ? mma > 0 : strcmp(cases[i].arch, "deepseek2") == 0 || mma == 0);
         /* token by token, gpt-oss's windowed blocks keep a ring of 5 + 1 rows (twice), which
          * the prompt's 14 positions go round more than twice (batches of 4: 9 rows) */
-        int oss = strcmp(cases[i].arch, "gpt-oss") == 0;
         struct run *serial = i == 0 || oss ? run_prompt(path, MVM_BACKEND_CUDA, 1, 1, 0) : NULL;
         if (cpu && gpu) {
             double e = check_rel_l2(gpu->logits, cpu->logits, n);
@@ -354,6 +360,7 @@ static void test_matches_cpu(void)
         free_run(cpu), free_run(gpu), free_run(serial);
     }
     kv_type = NULL;
+    unsetenv("MOEVM_ATTN_MMA");
 }
 
 /* The logits batch_sequences wants, from three sequences' tokens evaluated with

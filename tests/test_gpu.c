@@ -316,12 +316,12 @@ static void test_profile(void)
     free(x);
 }
 
-/* Attention through mvm_gpu_attention (the splits, then their combination) against the CPU's
- * mvm_k_attn_heads at 1024 positions of an F16 cache, one query and two, each launch in
- * several splits: Qwen3-30B-A3B's heads (32 over 4 kv heads of 128) on ops.cu's kernel, and
- * DeepSeek-V2-Lite's latent rows (16 heads over one 576-wide row that is its own value) on
- * the tensor cores' (the fake is compute capability 9: attention_mma.cu's module is
- * loaded). test_cuda_kernels checks the kernels' other cases. */
+/* Attention through mvm_gpu_attention_on (the splits, then their combination) against the
+ * CPU's mvm_k_attn_heads at 1024 positions of an F16 cache, one query and two, each launch in
+ * several splits, on ops.cu's kernel and on the tensor cores' (the fake is compute capability
+ * 9: attention_mma.cu's module is loaded; mvm_gpu_attention takes it): Qwen3-30B-A3B's heads
+ * (32 over 4 kv heads of 128) and DeepSeek-V2-Lite's latent rows (16 heads over one 576-wide
+ * row that is its own value). test_cuda_kernels checks the kernels' other cases. */
 static void attention_case(uint32_t nh, uint32_t nkv, uint32_t hd, int latent)
 {
     const uint32_t n_ctx = 1024, q_dim = nh * hd, kv_dim = nkv * hd;
@@ -349,15 +349,19 @@ static void attention_case(uint32_t nh, uint32_t nkv, uint32_t hd, int latent)
                                   .n_tok = n_tok, .pos0 = pos0, .n_head = nh, .n_head_kv = nkv,
                                   .head_dim = hd, .n_ctx = n_ctx, .kv_f16 = 1, .scale = scale};
         CHECK(mvm_g_attention_splits(&a) > 1);
-        const unsigned long mma0 = fakecuda_engine_launches("mvm_g_attention_mma");
-        CHECK_ST(mvm_gpu_attention(g, 0, &a), MVM_OK);
-        CHECK(fakecuda_engine_launches("mvm_g_attention_mma") - mma0 == (unsigned long)latent);
-        CHECK_ST(mvm_gpu_download(g, got, dout, n_tok * q_dim * 4), MVM_OK);
-        const double e = rel_err(got, want, n_tok * q_dim);
-        if (e >= 1e-5)
-            fprintf(stderr, "attention %u/%u x %u, %u queries: relative error %g\n", nh, nkv,
-                    hd, n_tok, e);
-        CHECK(e < 1e-5);
+        CHECK(mvm_g_attention_mma_takes(&a));
+        for (int mma = 0; mma < 3; mma++) { /* off, on, mvm_gpu_attention's choice */
+            const unsigned long mma0 = fakecuda_engine_launches("mvm_g_attention_mma");
+            CHECK_ST(mma < 2 ? mvm_gpu_attention_on(g, 0, &a, mma) : mvm_gpu_attention(g, 0, &a),
+                     MVM_OK);
+            CHECK(fakecuda_engine_launches("mvm_g_attention_mma") - mma0 == (mma > 0));
+            CHECK_ST(mvm_gpu_download(g, got, dout, n_tok * q_dim * 4), MVM_OK);
+            const double e = rel_err(got, want, n_tok * q_dim);
+            if (e >= 1e-5)
+                fprintf(stderr, "attention %u/%u x %u, %u queries, mma %d: relative error %g\n",
+                        nh, nkv, hd, n_tok, mma, e);
+            CHECK(e < 1e-5);
+        }
     }
     mvm_gpu_free(g, dq), mvm_gpu_free(g, dk), mvm_gpu_free(g, dout), mvm_gpu_free(g, dpart);
     if (!latent)

@@ -1,8 +1,9 @@
 /*
  * bench_gpu_attention: the device attention (kernels/cuda/ops.cu, launched as the engine
  * launches it: mvm_gpu_attention, the splits then their combination) on real model shapes
- * and long contexts; latent rows (MLA) both on the tensor cores (kernels/cuda/attention_mma.cu,
- * the engine's choice where the device has them: "mma") and on ops.cu's kernel ("cores"). A decoded token reads every key and value row of the context once per
+ * and long contexts; where the tensor cores' kernel (kernels/cuda/attention_mma.cu) takes the
+ * shape and the device has it, both that ("mma") and ops.cu's kernel ("cores"), so that one
+ * run says which MOEVM_ATTN_MMA should choose. A decoded token reads every key and value row of the context once per
  * group of heads, so the figure of merit is those bytes over the time, against the GPU's
  * memory bandwidth; a 32-token batch (prefill's) is timed too, its bytes counted per query.
  *

@@ -85,6 +85,16 @@ const mvm_option_desc mvm_opt_mmq = {
     "pp512 2.7x off's, docs/perf/offload.md), off for Q4_K_M's until a GPU "
     "measures them"};
 
+const mvm_option_desc mvm_opt_attn_mma = {
+    "MOEVM_ATTN_MMA", MVM_OPT_CHOICE, "auto", "auto|off|on",
+    "engine on a GPU of compute capability 8.0 or later: on, attention over "
+    "an F16 cache runs on the F16 tensor cores (kernels/cuda/attention_mma.cu: "
+    "each kv head's rows read once for 16 (query, head) pairs, the CUDA cores' "
+    "precision kept) wherever it takes the shape (no window or sinks); off, "
+    "on the CUDA cores (kernels/cuda/ops.cu); auto, on for latent rows (MLA: "
+    "deepseek2, its cache read 16 times at under 1% of the bandwidth before), "
+    "off for grouped-query attention until a GPU measures it"};
+
 const mvm_option_desc mvm_opt_cublas_library = {
     "MOEVM_CUBLAS_LIBRARY", MVM_OPT_STRING, "auto", NULL,
     "engine on a GPU: the cuBLAS library to load for MOEVM_GEMM_ROWS's "
@@ -136,7 +146,7 @@ static const mvm_option_desc *const list[] = {
     &mvm_opt_threads, &mvm_opt_cpu_simd, &mvm_opt_kv_type, &mvm_opt_admit,
     &mvm_opt_deterministic, &mvm_opt_prefetch, &mvm_opt_expert_tiles, &mvm_opt_gpu_profile,
     &mvm_opt_gemm_rows, &mvm_opt_gemm_scratch, &mvm_opt_gemm_batch, &mvm_opt_mmq,
-    &mvm_opt_cublas_library,
+    &mvm_opt_attn_mma, &mvm_opt_cublas_library,
     &mvm_opt_device_routing, &mvm_opt_budget_routing, &mvm_opt_load_wait,
 };
 

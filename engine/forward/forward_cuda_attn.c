@@ -10,6 +10,7 @@
  * The per-head products (wk_b, wv_b) are one launch each (mvm_cuda_fwd_matmul_heads), and the
  * rotary part of the queries goes into the absorbed ones as one strided copy.
  */
+#include "engine/forward/engine_options.h"
 #include "engine/forward/forward_cuda_impl.h"
 #include "vmm/error.h"
 
@@ -61,6 +62,9 @@ mvm_status mvm_cuda_fwd_alloc_attention(struct cuda_fwd *f)
                         "takes at most %u", hd, MVM_G_ATTN_QFLOATS);
     TRY(mvm_cuda_fwd_alloc(f, mvm_g_attention_part_bytes(f->n_batch, hp->n_head, hkv, hd),
                            &f->part));
+    mvm_option_value mma;
+    TRY(mvm_option_read(&mvm_opt_attn_mma, &mma));
+    f->attn_mma = (enum mvm_cuda_choice)mma.i;
     /* the batch's new rows in F32 where they cannot be written straight into the cache */
     int staged = f->kv->type != MVM_W_F32 || f->kv->n_seq > 1;
     for (uint32_t b = 0; b < hp->n_dense + hp->n_layer; b++)
@@ -125,14 +129,20 @@ static mvm_status store(struct cuda_fwd *f, uint32_t blk, const struct cuda_run 
 }
 
 /* a's attention: by products on the tensor cores where they take it (a prompt's batch),
- * else by the kernel; *by_kernel (NULL: not asked) says which. */
+ * else by the kernels, on the tensor cores where MOEVM_ATTN_MMA asks and they take it;
+ * *by_kernel (NULL: not asked) says whether the kernels did. */
 static mvm_status attend(struct cuda_fwd *f, const mvm_g_attention_args *a, int *by_kernel)
 {
     int done;
     TRY(mvm_cuda_fwd_gemm_attention(f, a, &done));
     if (by_kernel)
         *by_kernel = !done;
-    return done ? MVM_OK : mvm_gpu_attention(f->g, 0, a);
+    if (done)
+        return MVM_OK;
+    const int mma = f->attn_mma != MVM_CUDA_OFF && mvm_g_attention_mma_takes(a) &&
+                    mvm_gpu_has(f->g, MVM_GK_ATTENTION_MMA, 0) &&
+                    (f->attn_mma == MVM_CUDA_ON || a->kc == a->vc);
+    return mvm_gpu_attention_on(f->g, 0, a, mma);
 }
 
 /* Whether the attention's kernels should leave their output quantized in f->act for L's

@@ -110,7 +110,7 @@ mvm_status mvm_cuda_fwd_gemm_alloc(struct cuda_fwd *f)
     TRY(mvm_option_read(&mvm_opt_gemm_batch, &batch));
     mvm_option_value mmq;
     TRY(mvm_option_read(&mvm_opt_mmq, &mmq));
-    f->mmq = (enum mvm_cuda_mmq)mmq.i;
+    f->mmq = (enum mvm_cuda_choice)mmq.i;
     f->gemm_rows = rows.i > 0 && (uint64_t)rows.i <= f->n_batch ? (uint32_t)rows.i : 0;
     if (!f->gemm_rows)
         return MVM_OK; /* no batch reaches it: no scratch */
@@ -422,7 +422,7 @@ int mvm_cuda_fwd_mmq(const struct cuda_fwd *f, uint32_t il)
      * default (auto) only Q8_0's, the pair a GPU has measured */
     const int q8 = fmt.gate_up == MVM_W_Q8_0 && fmt.down == MVM_W_Q8_0;
     const int q4km = fmt.gate_up == MVM_W_Q4_K && mvm_k_is_k(fmt.down);
-    const int pair = f->mmq == MVM_CUDA_MMQ_ON ? q8 || q4km : f->mmq == MVM_CUDA_MMQ_AUTO && q8;
+    const int pair = f->mmq == MVM_CUDA_ON ? q8 || q4km : f->mmq == MVM_CUDA_AUTO && q8;
     return pair && !fmt.tiles &&
            mvm_gpu_has(f->g, MVM_GK_EXPERT_MMQ_UP, fmt.gate_up) &&
            mvm_gpu_has(f->g, MVM_GK_EXPERT_MMQ_DOWN, fmt.down);

@@ -81,8 +81,8 @@ struct cuda_laps {
 /* MOEVM_DEVICE_ROUTING, as f->route_mode holds it (its choices in reverse). */
 enum { MVM_ROUTE_OFF, MVM_ROUTE_LAUNCHES, MVM_ROUTE_GRAPH };
 
-/* MOEVM_MMQ's choices, in the option's order (engine_options.c) */
-enum mvm_cuda_mmq { MVM_CUDA_MMQ_AUTO, MVM_CUDA_MMQ_OFF, MVM_CUDA_MMQ_ON };
+/* MOEVM_MMQ's and MOEVM_ATTN_MMA's choices, in the options' order (engine_options.c) */
+enum mvm_cuda_choice { MVM_CUDA_AUTO, MVM_CUDA_OFF, MVM_CUDA_ON };
 
 struct cuda_fwd {
     mvm_gpu *g;
@@ -153,7 +153,8 @@ struct cuda_fwd {
                                    distributed mode), gathered while it serves them */
     uint32_t gemm_rows;         /* forward_cuda_gemm.c: the fewest rows a product takes to
                                    the tensor cores; 0: none does */
-    enum mvm_cuda_mmq mmq;      /* MOEVM_MMQ (mvm_cuda_fwd_mmq: for which layers) */
+    enum mvm_cuda_choice mmq;   /* MOEVM_MMQ (mvm_cuda_fwd_mmq: for which layers) */
+    enum mvm_cuda_choice attn_mma; /* MOEVM_ATTN_MMA (forward_cuda_attn.c's attend) */
     uint32_t gemm_ch;           /* an expert's channels per chunk there (0: no experts) */
     uint32_t gemm_per;          /* whole experts the scratch holds, batched products for
                                    them (0: an expert goes in chunks of gemm_ch channels) */

@@ -489,34 +489,42 @@ MVM_G_FN mvm_g_shape mvm_g_attention_combine_shape(const mvm_g_attention_args *a
 }
 
 /* mvm_g_attention_mma (kernels/cuda/attention_mma.cu, compute capability 8.0 and later): the
- * same attention on the tensor cores, for a kv head whose rows are its values too (MLA's
- * latent rows, deepseek2) and query heads in whole groups of MVM_G_AMMA_HEADS: a block takes
- * 16 heads, one query and one of the n_split ranges above (the same splits, parts and
- * combine), its warps' m16n8k16 products in F16 with F32 sums, each F32 operand as two
- * halves (hi, and lo = what hi misses), so that the result keeps the CUDA cores' precision.
- * Why: one 576-wide latent row is read for 128 query heads; on the CUDA cores, a thread a
- * position and 8 heads a block, DeepSeek-V3's decode attention read its cache at under 1%
- * of an H100's bandwidth (docs/perf/engine.md). */
-#define MVM_G_AMMA_HEADS 16 /* query heads a block takes: an m16 tile's rows */
-#define MVM_G_AMMA_TILE 32  /* positions a block stages at once */
-#define MVM_G_AMMA_DIM 576  /* the widest row: deepseek2's latent, 512 + 64 */
+ * same attention on the tensor cores, in the same splits, parts and combine. A block's 16
+ * rows are (query, head) pairs sharing a kv head: 16 heads of one query where the group is
+ * 16 or more (MLA's latent rows: 128 heads over one row, deepseek2), else the group's heads
+ * for 16 / group consecutive queries. Its warps' m16n8k16 products are F16 with F32 sums,
+ * each F32 operand as two halves (hi, and lo = what hi misses), so that the result keeps the
+ * CUDA cores' precision. Why: a kv head's rows are read once for the whole tile, by 16-byte
+ * loads; on the CUDA cores DeepSeek-V3's decode attention read its cache at under 1% of an
+ * H100's bandwidth, grouped-query attention at 9-15% (docs/perf/engine.md). */
+#define MVM_G_AMMA_TILE 32 /* positions a block stages at once */
+#define MVM_G_AMMA_DIM 576 /* the widest row: deepseek2's latent, 512 + 64 */
 
-/* Whether mvm_g_attention_mma computes a: an F16 cache whose key rows are the value rows,
- * 16-byte aligned, whole groups of 16 query heads a kv head, head_dim a multiple of 16 up to
- * MVM_G_AMMA_DIM, and no window, ring or sinks. */
+/* Whether mvm_g_attention_mma computes a: an F16 cache, 16-byte aligned, groups that are a
+ * multiple or a divisor of 16 heads, head_dim a multiple of 16 up to MVM_G_AMMA_DIM (half
+ * that, 272, where the value rows are not the key rows: both are staged), and no window,
+ * ring or sinks. */
 MVM_G_FN int mvm_g_attention_mma_takes(const mvm_g_attention_args *a)
 {
     const uint32_t group = a->n_head_kv ? a->n_head / a->n_head_kv : 0;
-    return a->kv_f16 && a->kc == a->vc && a->kc % 16 == 0 && group &&
-           a->n_head % a->n_head_kv == 0 && group % MVM_G_AMMA_HEADS == 0 &&
-           a->head_dim % 16 == 0 && a->head_dim <= MVM_G_AMMA_DIM && !a->window && !a->ring &&
-           !a->sinks;
+    return a->kv_f16 && a->kc % 16 == 0 && a->vc % 16 == 0 && group &&
+           a->n_head % a->n_head_kv == 0 && (group % 16 == 0 || 16 % group == 0) &&
+           a->head_dim % 16 == 0 && a->head_dim <= (a->kc == a->vc ? MVM_G_AMMA_DIM : 272) &&
+           !a->window && !a->ring && !a->sinks;
+}
+
+/* The heads of a block's row group: the group's, at most 16. */
+MVM_G_FN uint32_t mvm_g_attention_mma_heads(const mvm_g_attention_args *a)
+{
+    const uint32_t group = a->n_head / a->n_head_kv;
+    return group < 16 ? group : 16;
 }
 
 MVM_G_FN mvm_g_shape mvm_g_attention_mma_shape(const mvm_g_attention_args *a)
 {
-    mvm_g_shape s = {a->n_head / MVM_G_AMMA_HEADS * mvm_g_attention_splits(a), a->n_tok,
-                     MVM_G_THREADS};
+    const uint32_t hb = mvm_g_attention_mma_heads(a);
+    mvm_g_shape s = {a->n_head / hb * mvm_g_attention_splits(a),
+                     mvm_g_div_up(a->n_tok, 16 / hb), MVM_G_THREADS};
     return s;
 }
 
