@@ -281,38 +281,48 @@ template <typename V> static inline V __shfl_sync(unsigned mask, V v, int src)
     return emu_shuffle(v, (unsigned)src % EMU_WARP);
 }
 
-/* kernels/cuda/mmq.cu's mma_s8, the int8 mma.sync.m16n8k32 (row, col, s32 += s8 s8): each
- * lane's fragments are where the PTX ISA lays them out (g = lane / 4, t = lane % 4): a[0]
- * A's row g, k bytes 4t..4t+3; a[1] row g + 8; a[2], a[3] those rows' k bytes 16 + 4t..;
- * b[0] B's column g, k bytes 4t..; b[1] k bytes 16 + 4t..; c[0], c[1] row g, columns 2t and
- * 2t + 1; c[2], c[3] row g + 8. Every lane publishes its fragments, and after the warp's
- * barrier computes its four sums from all of them; a second barrier keeps the slots until
- * every lane has read them. So a kernel that puts its fragments elsewhere fails here as it
- * would on a GPU. */
 static int32_t emu_mma_slot[EMU_MAX_THREADS][6];
 
-static inline void mma_s8(int c[4], const int a[4], const int b[2])
+/* The warp's mma.sync of a 16 x K A (row-major) by a K x 8 B (column-major) into c, each
+ * lane's fragments where the PTX ISA lays them out (g = lane / 4, t = lane % 4; a register
+ * holds `per` elements, the lower k in the lower bits, elem(word, j) the j-th): a[0] A's row
+ * g, the register's k of the first half of K for lane t; a[1] row g + 8; a[2], a[3] those
+ * rows' second half; b[0] B's column g, the first half; b[1] the second; c[0], c[1] row g,
+ * columns 2t and 2t + 1; c[2], c[3] row g + 8. Every lane publishes its fragments, and
+ * after the warp's barrier computes its four sums from all of them; a second barrier keeps
+ * the slots until every lane has read them. So a kernel that puts its fragments elsewhere
+ * fails here as it would on a GPU. */
+template <typename T, typename Elem>
+static inline void emu_mma(T c[4], const uint32_t a[4], const uint32_t b[2], unsigned K,
+                           unsigned per, Elem elem)
 {
     const unsigned w0 = threadIdx.x / EMU_WARP * EMU_WARP, lane = threadIdx.x % EMU_WARP;
     int32_t *mine = emu_mma_slot[threadIdx.x];
     for (int i = 0; i < 4; i++)
-        mine[i] = a[i];
-    mine[4] = b[0], mine[5] = b[1];
+        mine[i] = (int32_t)a[i];
+    mine[4] = (int32_t)b[0], mine[5] = (int32_t)b[1];
     __syncwarp();
-    /* the byte at k of the register reg of lane l */
-    auto byte = [&](unsigned l, int reg, unsigned k) {
-        return (int)(int8_t)((uint32_t)emu_mma_slot[w0 + l][reg] >> (8 * (k % 4)));
+    /* the element at k of the register reg of lane l */
+    auto at = [&](unsigned l, int reg, unsigned k) {
+        return elem((uint32_t)emu_mma_slot[w0 + l][reg], k % per);
     };
-    const unsigned g = lane / 4, t = lane % 4;
+    const unsigned g = lane / 4, t = lane % 4, half = K / 2;
     for (int i = 0; i < 4; i++) {
         const unsigned row = g + 8 * (i / 2), col = 2 * t + i % 2;
-        int sum = 0;
-        for (unsigned k = 0; k < 32; k++)
-            sum += byte(row % 8 * 4 + k % 16 / 4, (row >= 8) + 2 * (k >= 16), k) *
-                   byte(col * 4 + k % 16 / 4, 4 + (k >= 16), k);
+        T sum = 0;
+        for (unsigned k = 0; k < K; k++)
+            sum += at(row % 8 * 4 + k % half / per, (row >= 8) + 2 * (k >= half), k) *
+                   at(col * 4 + k % half / per, 4 + (k >= half), k);
         c[i] += sum;
     }
     __syncwarp();
+}
+
+/* kernels/cuda/mmq.cu's mma_s8: m16n8k32, s32 += s8 s8 (four bytes a register). */
+static inline void mma_s8(int c[4], const int a[4], const int b[2])
+{
+    emu_mma(c, (const uint32_t *)a, (const uint32_t *)b, 32, 4,
+            [](uint32_t w, unsigned j) { return (int)(int8_t)(w >> 8 * j); });
 }
 
 /* The IEEE half h as a float (its products and sums below are exact in float). */
@@ -325,32 +335,11 @@ static inline float emu_h2f(uint32_t h)
     return h & 0x8000 ? -v : v;
 }
 
-/* kernels/cuda/attention_mma.cu's mma_f16, mma.sync.m16n8k16 (row, col, f32 += f16 f16):
- * a[0] A's row g, k 2t (low half) and 2t + 1; a[1] row g + 8; a[2], a[3] those rows' k
- * 2t + 8, 2t + 9; b[0] B's column g, k 2t, 2t + 1; b[1] k 2t + 8, 2t + 9; c as mma_s8's.
- * Published and read as mma_s8's fragments are. */
+/* kernels/cuda/attention_mma.cu's mma_f16: m16n8k16, f32 += f16 f16 (two halves a
+ * register). */
 static inline void mma_f16(float c[4], const uint32_t a[4], const uint32_t b[2])
 {
-    const unsigned w0 = threadIdx.x / EMU_WARP * EMU_WARP, lane = threadIdx.x % EMU_WARP;
-    int32_t *mine = emu_mma_slot[threadIdx.x];
-    for (int i = 0; i < 4; i++)
-        mine[i] = (int32_t)a[i];
-    mine[4] = (int32_t)b[0], mine[5] = (int32_t)b[1];
-    __syncwarp();
-    /* the half at k of the register reg of lane l */
-    auto half = [&](unsigned l, int reg, unsigned k) {
-        return emu_h2f((uint32_t)emu_mma_slot[w0 + l][reg] >> (16 * (k % 2)) & 0xFFFF);
-    };
-    const unsigned g = lane / 4, t = lane % 4;
-    for (int i = 0; i < 4; i++) {
-        const unsigned row = g + 8 * (i / 2), col = 2 * t + i % 2;
-        float sum = 0;
-        for (unsigned k = 0; k < 16; k++)
-            sum += half(row % 8 * 4 + k % 8 / 2, (row >= 8) + 2 * (k >= 8), k) *
-                   half(col * 4 + k % 8 / 2, 4 + (k >= 8), k);
-        c[i] += sum;
-    }
-    __syncwarp();
+    emu_mma(c, a, b, 16, 2, [](uint32_t w, unsigned j) { return emu_h2f(w >> 16 * j & 0xFFFF); });
 }
 
 static inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v)
