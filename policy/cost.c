@@ -155,6 +155,7 @@ static const struct field {
     {"cpu_setup", offsetof(mvm_machine, cpu_setup), USEC, 0},
     {"attn_time", offsetof(mvm_machine, attn_time), USEC, 0},
     {"host_step", offsetof(mvm_machine, host_step), USEC, 1},
+    {"host_queue", offsetof(mvm_machine, host_queue), USEC, 1},
     {"host_token", offsetof(mvm_machine, host_token), USEC, 1},
     {"net_rtt", offsetof(mvm_machine, net_rtt), USEC, 1},
     {"net_bw", offsetof(mvm_machine, net_bw), GBPS, 1},
@@ -162,7 +163,7 @@ static const struct field {
 #define N_FIELDS (sizeof fields / sizeof *fields)
 #define FIELD_NAMES "name, base, pcie_bw, load_setup, zerocopy_bw, gpu_mem_bw, gpu_flops, " \
                     "gpu_launch, cpu_mem_bw, cpu_flops, cpu_setup, attn_time, host_step, "   \
-                    "host_token, net_rtt, net_bw, gpu_memory"
+                    "host_queue, host_token, net_rtt, net_bw, gpu_memory"
 
 static mvm_status syntax_error(const char *text, const char *at, const char *what)
 {

@@ -42,6 +42,9 @@ typedef struct mvm_machine {
                                 routing, the policies, the step's requests and launches, s,
                                 while the device waits and the copy engine may work (0: none,
                                 the presets': the papers model no host) */
+    double host_queue;       /* of host_step, its last part: the step's launches, queued after
+                                its loads were asked, s; the copy engine and the device begin
+                                on them meanwhile (0: none, the presets') */
     double host_token;       /* per decode token routed on the device at a budget: between
                                 tokens, the host's replay of the token before, its loads and
                                 (read-through) landings and pool, s, while the device waits

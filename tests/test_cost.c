@@ -107,10 +107,10 @@ static int same_machine(const mvm_machine *a, const mvm_machine *b)
 {
     const double x[] = {a->pcie_bw, a->load_setup, a->zerocopy_bw, a->gpu_mem_bw, a->gpu_flops,
                         a->gpu_launch, a->cpu_mem_bw, a->cpu_flops, a->cpu_setup, a->attn_time,
-                        a->host_step, a->host_token, a->net_rtt, a->net_bw};
+                        a->host_step, a->host_queue, a->host_token, a->net_rtt, a->net_bw};
     const double y[] = {b->pcie_bw, b->load_setup, b->zerocopy_bw, b->gpu_mem_bw, b->gpu_flops,
                         b->gpu_launch, b->cpu_mem_bw, b->cpu_flops, b->cpu_setup, b->attn_time,
-                        b->host_step, b->host_token, b->net_rtt, b->net_bw};
+                        b->host_step, b->host_queue, b->host_token, b->net_rtt, b->net_bw};
     for (size_t i = 0; i < sizeof x / sizeof *x; i++)
         if (!(x[i] == y[i] || near(x[i], y[i], 1e-12)))
             return 0;
@@ -195,6 +195,7 @@ static void test_format_round_trip(void)
     m.cpu_flops = 98765.4321e9;
     m.host_step = 123.456e-6;
     m.host_token = 98.765e-6;
+    m.host_queue = 45.678e-6;
     m.gpu_memory = 123456789;
     int n = mvm_machine_format_json(&m, NULL, buf, sizeof buf);
     CHECK_ST(mvm_machine_parse_json(buf, "odd", &back), MVM_OK);

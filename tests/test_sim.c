@@ -220,6 +220,42 @@ static void test_device_routed(void)
     mvm_trace_free(t);
 }
 
+/* A host-routed step's launches (host_queue, the last part of host_step) are queued after
+ * its loads were asked: the copies and the device begin meanwhile, so every step whose
+ * experts take longer than the queueing ends that much earlier; with the whole host step
+ * queueing, no step is shorter than its attention and host step. Routed on the device,
+ * host_queue means nothing. */
+static void test_host_queue(void)
+{
+    const uint32_t n_tok = 50, L = 4;
+    mvm_cost cost;
+    mvm_sim_config c;
+    mvm_trace *t = h100_case(n_tok, L, 16, 2, &cost, &c);
+    if (!t)
+        return;
+    cost.m.host_step = 100e-6;
+    c.budget_pages = L * 16 * 5 / 2;
+    mvm_sim_result base, some, all;
+    CHECK_ST(mvm_sim_run(t, &cost, &c, &base), MVM_OK);
+    cost.m.host_queue = 1e-6; /* under every step's experts */
+    CHECK(cost.m.host_queue < mvm_cost_gpu(&cost, 1));
+    CHECK_ST(mvm_sim_run(t, &cost, &c, &some), MVM_OK);
+    CHECK(fabs(base.time - some.time - n_tok * L * cost.m.host_queue) < 1e-9 * base.time);
+    CHECK(some.hits == base.hits && some.loads == base.loads);
+    check_breakdown(&some);
+    cost.m.host_queue = cost.m.host_step;
+    CHECK_ST(mvm_sim_run(t, &cost, &c, &all), MVM_OK);
+    CHECK(all.time < some.time);
+    CHECK(all.time >= n_tok * L * (cost.m.attn_time + cost.m.host_step) - 1e-9);
+    check_breakdown(&all);
+    c.device_routed = 1;
+    CHECK_ST(mvm_sim_run(t, &cost, &c, &all), MVM_OK);
+    cost.m.host_queue = 0;
+    CHECK_ST(mvm_sim_run(t, &cost, &c, &some), MVM_OK);
+    CHECK(all.time == some.time);
+    mvm_trace_free(t);
+}
+
 /* Read-through (device_routed 2, MOEVM_BUDGET_ROUTING=read-through): routed on the device,
  * each miss read in place and stored into a free slab of a pool the evict module's victims
  * refill between tokens, as many as the last token missed (top_k for the first, a quarter of
@@ -663,6 +699,7 @@ int main(void)
     RUN(test_split_overlap);
     RUN(test_admission);
     RUN(test_device_routed);
+    RUN(test_host_queue);
     RUN(test_read_through);
     RUN(test_read_ahead);
     RUN(test_device_cpu);

@@ -602,9 +602,13 @@ static mvm_status sim_layer(struct sim *s, uint32_t tok, uint32_t l, double *clo
     const double host = !s->cfg->device_routed ? s->cost->m.host_step
                         : l == 0               ? s->cost->m.host_token
                                                : 0;
-    double t_attn_end = start + s->cost->m.attn_time + host;
-    s->gpu_free = t_attn_end;
-    s->r.t_attn += s->cost->m.attn_time + host;
+    /* of a host-routed step, the last host_queue are its launches, queued after its loads
+     * were asked: the step goes (t_go) when they are asked, the copy engine and the device
+     * working while the host queues the rest, and ends no sooner than its last launch */
+    const double queue = s->cfg->device_routed ? 0 : fmin(s->cost->m.host_queue, host);
+    const double t_queued = start + s->cost->m.attn_time + host, t_go = t_queued - queue;
+    s->gpu_free = t_go;
+    s->r.t_attn += s->cost->m.attn_time + host - queue;
     if (s->cfg->device_routed && l == 0)
         token_table(s, start + host);
 
@@ -615,16 +619,20 @@ static mvm_status sim_layer(struct sim *s, uint32_t tok, uint32_t l, double *clo
                       .hidden = t->hidden ? t->hidden + rec * t->hdr.n_embd : NULL,
                       .counts = s->counts};
     if (s->cfg->prefetch_window)
-        cut_prefetches(s, l, t_attn_end, NULL);
-    route_step(s, &step, t_attn_end);
+        cut_prefetches(s, l, t_go, NULL);
+    route_step(s, &step, t_go);
     if (!s->cfg->prefetch_window)
-        cut_prefetches(s, l, t_attn_end, s->counts);
+        cut_prefetches(s, l, t_go, s->counts);
     mvm_assignment a;
     uint32_t n_ahead = assign_step(s, &step, &a);
     if (s->cfg->device_routed)
         table_places(s, l, &a);
-    double end = run_experts(s, l, t_attn_end);
-    end_step(s, &step, &a, n_ahead, t_attn_end, end);
+    double end = run_experts(s, l, t_go);
+    if (end < t_queued) { /* the experts done before their last launch was queued */
+        s->r.t_attn += t_queued - end;
+        end = s->gpu_free = t_queued;
+    }
+    end_step(s, &step, &a, n_ahead, t_go, end);
     *clock = end;
     return MVM_OK;
 }
