@@ -871,7 +871,7 @@ static void test_attention(void)
  * own value rows): groups of 8, 4, 2 and 1 heads, so 2 to 16 queries of a batch a block,
  * the last block part empty, causal within the batch (an early query masks the positions
  * of the later ones and leaves the last splits empty), in one split and in several, with
- * the output quantized; and the cases it must leave to ops.cu's kernel. */
+ * the output quantized; gpt-oss's sinks; and the cases it must leave to ops.cu's kernel. */
 static void test_attention_mma(void)
 {
     const enum mvm_wtype f16 = MVM_W_F16;
@@ -885,6 +885,9 @@ static void test_attention_mma(void)
     CHECK(attention_case(5, 150, 160, 0, false, false, f16, {16, 8, 64}, false, true) > 1);
     CHECK(attention_case(40, 100, 300, 0, false, false, f16, {4, 4, 16}, false, true) > 1);
     attention_case(7, 20, 32, 0, false, false, f16, {32, 4, 256}, false, true);
+    /* gpt-oss's blocks without a window: sinks, in one split and in several */
+    attention_case(4, 7, 16, 0, true, false, f16, {16, 2, 64}, false, true);
+    CHECK(attention_case(1, 1499, 1500, 0, true, false, f16, {64, 8, 64}, false, true) > 1);
     mvm_g_attention_args a = {};
     a.kc = a.vc = 256, a.n_tok = 1, a.pos0 = 9, a.n_head = 32, a.n_head_kv = 2;
     a.head_dim = 64, a.n_ctx = 16, a.kv_f16 = 1;
@@ -909,8 +912,6 @@ static void test_attention_mma(void)
     b = a, b.window = 4;
     CHECK(!mvm_g_attention_mma_takes(&b));
     b = a, b.ring = 20;
-    CHECK(!mvm_g_attention_mma_takes(&b));
-    b = a, b.sinks = 1024;
     CHECK(!mvm_g_attention_mma_takes(&b));
 }
 

@@ -265,13 +265,21 @@ static __device__ __forceinline__ void amma_write(const mvm_g_attention_args &a,
             continue;
         float *to = at.n_split > 1 ? p.out + AMMA_PART(row) * at.hd
                                    : (float *)a.out + amma_at_row(a, at, row);
-        const float f = at.n_split > 1 ? 1.0f : (float)(1.0 / sh.run_sum[row]);
+        /* one split: normalised, the sink (one more logit, no value) in the max and the
+         * sum, as ops.cu's kernel does */
+        float w = 1.0f, f = 1.0f;
+        if (at.n_split == 1) {
+            const float sink = a.sinks ? ((const float *)a.sinks)[at.h0 + row % at.hb] : -INFINITY;
+            const float mx = fmaxf(sh.run_max[row], sink);
+            w = expf(sh.run_max[row] - mx);
+            f = (float)(1.0 / (sh.run_sum[row] * w + (double)expf(sink - mx)));
+        }
 #pragma unroll
         for (uint32_t c = 0; c < AMMA_GROUPS_WARP; c++) {
             const uint32_t col0 = (at.warp + c * MVM_G_WARPS) * 8;
             if (col0 >= at.hd)
                 break;
-            to[col0 + 2 * at.t + (e & 1)] = o[c][e] * f;
+            to[col0 + 2 * at.t + (e & 1)] = o[c][e] * w * f;
         }
     }
 #undef AMMA_PART

@@ -502,15 +502,15 @@ MVM_G_FN mvm_g_shape mvm_g_attention_combine_shape(const mvm_g_attention_args *a
 
 /* Whether mvm_g_attention_mma computes a: an F16 cache, 16-byte aligned, groups that are a
  * multiple or a divisor of 16 heads, head_dim a multiple of 16 up to MVM_G_AMMA_DIM (half
- * that, 272, where the value rows are not the key rows: both are staged), and no window,
- * ring or sinks. */
+ * that, 272, where the value rows are not the key rows: both are staged), and no window or
+ * ring (gpt-oss's windowed blocks; its others, with sinks, it takes). */
 MVM_G_FN int mvm_g_attention_mma_takes(const mvm_g_attention_args *a)
 {
     const uint32_t group = a->n_head_kv ? a->n_head / a->n_head_kv : 0;
     return a->kv_f16 && a->kc % 16 == 0 && a->vc % 16 == 0 && group &&
            a->n_head % a->n_head_kv == 0 && (group % 16 == 0 || 16 % group == 0) &&
            a->head_dim % 16 == 0 && a->head_dim <= (a->kc == a->vc ? MVM_G_AMMA_DIM : 272) &&
-           !a->window && !a->ring && !a->sinks;
+           !a->window && !a->ring;
 }
 
 /* The heads of a block's row group: the group's, at most 16. */
