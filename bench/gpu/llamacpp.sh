@@ -20,8 +20,8 @@
 #          vram_mib=9120 pp512=812.4 tg128=95.1              (printed on one line)
 # and, for moevm at a budget, where a host-routed decode token's host time went
 # (MOEVM_LOG=info's line, forward_cuda_laps.c), in us a token:
-#   RESULT decode_host model=.. budget=25 routing=replay tokens=.. queue_us=.. device_us=..
-#          policies_us=.. ask_us=.. copies_us=.. cpu_us=.. cpu_plan_us=.. cpu_scale=.. syncs=..
+#   RESULT decode_host model=.. budget=25 routing=replay tokens=.. queue_us=.. observe_us=..
+#          device_us=.. policies_us=.. ask_us=.. copies_us=.. cpu_us=.. cpu_plan_us=.. cpu_scale=.. syncs=..
 #          evict_us=.. remap_us=.. mib=.. accesses=.. hits=.. in_place=.. variant=..
 # engine: moevm, moevm-cpu (budget "cpu") or llama.cpp; routing: own or replay. At budget
 # 100 the lines carry bw_frac=: tg x the bytes a token reads (bench/gpu/active_bytes.py) /

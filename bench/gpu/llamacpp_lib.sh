@@ -36,9 +36,11 @@ with_vram() {
 
 # moevm's MOEVM_LOG=info lines on where decode's host time went (with_vram keeps stderr in
 # $work/run.err): printed, and the last host-routed one (engine/forward/forward_cuda_laps.c)
-# as "tokens=.. queue_us=.. device_us=.. policies_us=.. ask_us=.. copies_us=.. cpu_us=..
-# cpu_plan_us=.. cpu_scale=.. syncs=.. evict_us=.. remap_us=.. mib=.. accesses=.. hits=..
-# in_place=..", for a RESULT decode_host line (cpu_plan_us: what the cost model planned
+# as "tokens=.. queue_us=.. observe_us=.. device_us=.. policies_us=.. ask_us=.. copies_us=..
+# cpu_us=.. cpu_plan_us=.. cpu_scale=.. syncs=.. evict_us=.. remap_us=.. mib=.. accesses=..
+# hits=.. in_place=..", for a RESULT decode_host line (observe_us: the step before shown to
+# the policies while the device computes; policies_us: the rest of the policies and the
+# routing, the device idle; cpu_plan_us: what the cost model planned
 # for the CPU's experts, cpu_us what they took, cpu_scale the correction the engine has
 # made to the model's CPU times from such measurements; the last three: a token's expert
 # accesses, its hits and its reads in place at the homes).
@@ -46,11 +48,12 @@ decode_laps() {
     grep -h 'decode: [0-9]* tokens routed' "$1" >&2
     grep -o 'decode: [0-9]* tokens routed by the host.*' "$1" | tail -n 1 |
         grep -o '[0-9][0-9.]*' | paste -sd' ' |
-        awk 'NF == 16 { printf "tokens=%s queue_us=%s device_us=%s policies_us=%s ask_us=%s " \
-                        "copies_us=%s cpu_us=%s cpu_plan_us=%s cpu_scale=%s syncs=%s " \
-                        "evict_us=%s remap_us=%s mib=%s accesses=%s hits=%s in_place=%s",
+        awk 'NF == 17 { printf "tokens=%s queue_us=%s observe_us=%s device_us=%s " \
+                        "policies_us=%s ask_us=%s copies_us=%s cpu_us=%s cpu_plan_us=%s " \
+                        "cpu_scale=%s syncs=%s evict_us=%s remap_us=%s mib=%s accesses=%s " \
+                        "hits=%s in_place=%s",
                         $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,
-                        $16 }'
+                        $16, $17 }'
 }
 
 # The same for the last decode routed on the device (engine/forward/forward_cuda_route.c),

@@ -525,7 +525,7 @@ static mvm_status moe(struct cuda_fwd *f, uint32_t il, uint32_t n, const uint32_
     mvm_cuda_fwd_lap(f, MVM_LAP_QUEUE);
     if (f->step_open) /* the last layer's step, observed while the device computes */
         mvm_moe_observe(f->moe);
-    mvm_cuda_fwd_lap(f, MVM_LAP_POLICIES);
+    mvm_cuda_fwd_lap(f, MVM_LAP_OBSERVE);
     const mvm_status synced = mvm_gpu_sync(f->g);
     mvm_cuda_fwd_lap(f, MVM_LAP_DEVICE);
     TRY(end_open_step(f, synced, 1)); /* the last layer's kernels are done */

@@ -54,9 +54,10 @@ struct cuda_run {
 /* The phases of a host-routed decode token's host time (forward_cuda_laps.c). */
 enum mvm_lap {
     MVM_LAP_QUEUE,    /* queueing kernels and copies */
+    MVM_LAP_OBSERVE,  /* the step before shown to the policies, the device computing */
     MVM_LAP_DEVICE,   /* waiting for the device: a layer's router logits, the logits */
     MVM_LAP_POLICIES, /* the step before ended (the evict module, prefetches, admission),
-                         this one routed, its rows up */
+                         this one routed, its rows up: the device idle */
     MVM_LAP_ASK,      /* the assign module and the requests (evictions for room) */
     MVM_LAP_COPIES,   /* waiting for the copies a round needs */
     MVM_LAP_CPU,      /* the assign module's experts on the CPU */

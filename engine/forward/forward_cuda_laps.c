@@ -22,6 +22,7 @@
 
 static const char *const lap_names[MVM_LAP_N] = {
     [MVM_LAP_QUEUE] = "queueing kernels and copies",
+    [MVM_LAP_OBSERVE] = "observing the step before",
     [MVM_LAP_DEVICE] = "waiting for the device",
     [MVM_LAP_POLICIES] = "routing and the policies",
     [MVM_LAP_ASK] = "asking for residency",
