@@ -12,7 +12,13 @@
 # -p 0 -n GEN and -p PROMPT -n 0, one repetition each, and the tracer's table (share of
 # kernel time, total, calls, average µs, name; the first line says how busy the device was
 # from its first kernel to its last). GEN (64), PROMPT (512), KTRACE_ROWS (20), ENGINES
-# ("moevm llama.cpp"), WORK (/tmp/moevm-offload, shared with llamacpp.sh).
+# ("moevm llama.cpp"), WORK (/tmp/moevm-offload, shared with llamacpp.sh). BUDGET (100):
+# moevm's --gpu-budget in percent (below 100 moevm alone: llama.cpp's offload is
+# llamacpp.sh's), and KTRACE_ENV, VAR=value words for moevm's environment, e.g. where a
+# token routed on the device at a budget spends its device time:
+#
+#   MODELS=qwen3-30b-a3b:q8_0:12 BUDGET=25 KTRACE_ENV=MOEVM_BUDGET_ROUTING=read-through \
+#       bash bench/gpu/ktrace.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source bench/gpu/deps.sh || exit 1
@@ -20,7 +26,12 @@ work=${WORK:-/tmp/moevm-offload}
 mkdir -p "$work"
 source bench/gpu/llamacpp_lib.sh
 models=${MODELS:-olmoe-1b-7b:q8_0}
-gen=${GEN:-64} prompt=${PROMPT:-512} engines=${ENGINES:-moevm llama.cpp}
+gen=${GEN:-64} prompt=${PROMPT:-512} engines=${ENGINES:-moevm llama.cpp} budget=${BUDGET:-100}
+read -ra moevm_env <<<"${KTRACE_ENV:-}"
+if [[ $budget != 100 && $engines == *llama.cpp* ]]; then
+    echo "ktrace.sh: at a budget of $budget% moevm alone (llama.cpp's offload: llamacpp.sh)"
+    engines=moevm
+fi
 export KTRACE_ROWS=${KTRACE_ROWS:-20}
 
 die() { echo "ktrace.sh: $*" >&2; exit 1; }
@@ -40,10 +51,10 @@ for spec in $models; do
         set -- $run
         test=$1; shift
         for engine in $engines; do
-            echo "== $spec $test, $engine: $* -r 1, every expert resident"
+            echo "== $spec $test, $engine: $* -r 1, budget $budget% ${moevm_env[*]}"
             if [[ $engine == moevm ]]; then
-                cmd=(env MOEVM_BACKEND=cuda build-gpu/moevm bench -m "$model" "$@" -r 1
-                     -t "$(nproc)" --gpu-budget 100%)
+                cmd=(env MOEVM_BACKEND=cuda "${moevm_env[@]}" build-gpu/moevm bench -m "$model"
+                     "$@" -r 1 -t "$(nproc)" --gpu-budget "$budget%")
             else
                 cmd=("$lb" -m "$model" "$@" -r 1 -ngl 99 -t "$(nproc)")
             fi

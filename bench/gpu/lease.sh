@@ -32,7 +32,8 @@
 #              llama.cpp -ngl 99
 #   ktrace     bench/gpu/ktrace.sh: each kernel's device time (CUPTI, graphs included) in
 #              moevm's decode and prompt batch of OLMoE-1B-7B q8_0 (KTRACE_ENGINES="moevm
-#              llama.cpp": llama.cpp's too)
+#              llama.cpp": llama.cpp's too; MODELS, BUDGET and KTRACE_ENV as ktrace.sh takes
+#              them, e.g. a token read through at 25%)
 #   offload    llamacpp.sh on Qwen3-30B-A3B's shape in q8_0, cut to its first 12 blocks (the
 #              whole model's mkmodel and loads would take the lease), at budgets 25 and 100,
 #              with the model's own routing and a replayed trace, by default, with a
