@@ -27,6 +27,7 @@ static const struct shape shapes[] = {
     {"Qwen3-30B-A3B (32/4 x 128)", 32, 4, 128, 0},
     {"gpt-oss-120b (64/8 x 64)", 64, 8, 64, 0},
     {"DeepSeek-V3 MLA (128/1 x 576)", 128, 1, 576, 1},
+    {"DeepSeek-V2-Lite MLA (16/1 x 576)", 16, 1, 576, 1},
 };
 
 static int fail(const char *what)
@@ -84,7 +85,8 @@ static int run_shape(mvm_gpu *g, const struct shape *s, uint32_t max_pos, int re
         return fail(s->name);
     printf("\n%s, F16 cache\n\n| positions | queries | kernel | splits | us | KV GB/s |\n"
            "|---:|---:|---|---:|---:|---:|\n", s->name);
-    static const uint32_t positions[] = {4096, 32768, 131072};
+    /* 512: a short chat's decode, where a split is few tiles and the launch few blocks */
+    static const uint32_t positions[] = {512, 4096, 32768, 131072};
     mvm_status st = MVM_OK;
     for (size_t p = 0; p < sizeof positions / sizeof *positions && st == MVM_OK; p++) {
         const uint32_t n = positions[p] < max_pos ? positions[p] : max_pos;
