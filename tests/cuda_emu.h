@@ -342,6 +342,18 @@ static inline void mma_f16(float c[4], const uint32_t a[4], const uint32_t b[2])
     emu_mma(c, a, b, 16, 2, [](uint32_t w, unsigned j) { return emu_h2f(w >> 16 * j & 0xFFFF); });
 }
 
+/* kernels/cuda/attention_mma.cu's cp.async: the 16 bytes (or zeros) at once, so the wait has
+ * nothing to wait for. */
+static inline void cp_async16(void *dst, const void *src, bool zero)
+{
+    if (zero)
+        memset(dst, 0, 16);
+    else
+        memcpy(dst, src, 16);
+}
+
+static inline void cp_async_wait_all(void) {}
+
 static inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v)
 {
     return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);

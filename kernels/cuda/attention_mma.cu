@@ -60,6 +60,27 @@ static __device__ __forceinline__ void mma_f16(float c[4], const uint32_t a[4],
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 #endif
 }
+
+/* 16 bytes from global src into shared dst by cp.async (compute capability 8.0): no register
+ * holds them on the way, so a thread has every load of its tile in flight at once; with
+ * zero, dst is zeroed and src not read. cp_async_wait_all waits for the thread's copies.
+ * tests/cuda_emu.h copies at once. */
+static __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool zero)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const uint32_t s = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(src),
+                 "r"(zero ? 0 : 16)
+                 : "memory");
+#endif
+}
+
+static __device__ __forceinline__ void cp_async_wait_all(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
 #endif
 
 /* x as hi + lo halves (above). */
@@ -80,8 +101,8 @@ static __device__ __forceinline__ void pair_halves(float x0, float x1, uint32_t 
     *lo = l0 | (uint32_t)l1 << 16;
 }
 
-/* A block's shared memory. */
-struct amma_shared {
+/* A block's shared memory (16-byte aligned: cp.async's rows). */
+struct alignas(16) amma_shared {
     /* the tile's key rows, then its value rows where they are others (kernels.h: rows of at
      * most MVM_G_AMMA_DIM / 2 then), as words of two halves, the lower element in the low
      * 16 bits */
@@ -135,7 +156,9 @@ static __device__ __forceinline__ void amma_queries(const mvm_g_attention_args &
 }
 
 /* 1. the nt key rows from position t0, and value rows after them where they are others,
- * into shared memory, 16 bytes a load; the rest zeroed. */
+ * into shared memory, 16 bytes a copy, all of a thread's in flight at once; the rest zeroed.
+ * Why cp.async: a load through registers followed by its store keeps one load a thread in
+ * flight, 2 KiB a block, a few GB/s an SM at the memory's latency. */
 static __device__ __forceinline__ void amma_stage(const mvm_g_attention_args &a,
                                                   const amma_at &at, amma_shared &sh,
                                                   uint32_t t0, uint32_t nt)
@@ -146,12 +169,11 @@ static __device__ __forceinline__ void amma_stage(const mvm_g_attention_args &a,
         const uint32_t v_half = u >= MVM_G_AMMA_TILE * chunks;
         const uint32_t w = u - v_half * MVM_G_AMMA_TILE * chunks, r = w / chunks, c = w % chunks;
         const uint4 *src = (const uint4 *)(v_half ? a.vc : a.kc);
-        uint4 v = {0, 0, 0, 0};
-        if (r < nt)
-            v = src[((uint64_t)(t0 + r) * kv_dim + (uint64_t)at.kv_head * at.hd) / 8 + c];
-        uint32_t *to = &sh.rows[v_half * at.vrows + r * at.stride + c * 4];
-        to[0] = v.x, to[1] = v.y, to[2] = v.z, to[3] = v.w;
+        const uint64_t at_row = r < nt ? (uint64_t)(t0 + r) * kv_dim : 0;
+        cp_async16(&sh.rows[v_half * at.vrows + r * at.stride + c * 4],
+                   src + (at_row + (uint64_t)at.kv_head * at.hd) / 8 + c, r >= nt);
     }
+    cp_async_wait_all();
 }
 
 /* 2. the warp's partial scores of the 16 rows at the tile's 32 positions, into sh.sums. */
