@@ -777,6 +777,7 @@ static uint32_t attention_case(uint32_t n_tok, uint32_t pos0, uint32_t n_ctx, ui
                               dp(part.data()), with_sinks ? dp(sinks.data()) : 0, n_tok,
                               pos0, nh, nkv, hd, n_ctx, window, R, kv == MVM_W_F16, scale, 0,
                               0, 0, 0, 0};
+    a.mma = mma; /* its own splits */
     const uint32_t splits = mvm_g_attention_splits(&a);
     CHECK(!mma || mvm_g_attention_mma_takes(&a));
     auto run = [&](const mvm_g_attention_args &x) {
@@ -875,12 +876,14 @@ static void test_attention(void)
 static void test_attention_mma(void)
 {
     const enum mvm_wtype f16 = MVM_W_F16;
-    CHECK(attention_case(1, 100, 101, 0, false, false, f16, {16, 1, 576}, true) == 1);
+    CHECK(attention_case(1, 20, 21, 0, false, false, f16, {16, 1, 576}, true) == 1);
+    CHECK(attention_case(1, 100, 101, 0, false, false, f16, {16, 1, 576}, true) == 4);
     CHECK(attention_case(1, 599, 600, 0, false, false, f16, {16, 1, 576}, true) > 4);
     CHECK(attention_case(3, 300, 303, 0, false, false, f16, {32, 2, 64}, true) > 1);
     attention_case(2, 45, 47, 0, false, false, f16, {32, 2, 64}, true);
     attention_case(1, 70, 71, 0, false, false, f16, {128, 1, 576}, true);
-    CHECK(attention_case(1, 40, 41, 0, false, false, f16, {32, 4, 128}, false, true) == 1);
+    CHECK(attention_case(1, 25, 26, 0, false, false, f16, {32, 4, 128}, false, true) == 1);
+    CHECK(attention_case(1, 40, 41, 0, false, false, f16, {32, 4, 128}, false, true) == 2);
     CHECK(attention_case(3, 5, 12, 0, false, false, f16, {8, 2, 32}, false, true) == 1);
     CHECK(attention_case(5, 150, 160, 0, false, false, f16, {16, 8, 64}, false, true) > 1);
     CHECK(attention_case(40, 100, 300, 0, false, false, f16, {4, 4, 16}, false, true) > 1);
@@ -916,28 +919,42 @@ static void test_attention_mma(void)
 }
 
 /* The bound of the parts' bytes holds for every batch up to n_batch, whatever the context,
- * and the splits fit the combine's shared weights. */
+ * in either kernel's splits (the tensor cores' where they take the heads), and the splits
+ * fit the combine's shared weights. */
 static void test_attention_part_bytes(void)
 {
-    static const attn_heads shapes[] = {{32, 4, 128}, {128, 1, 576}, {64, 8, 64}, {3, 1, 1600}};
+    static const attn_heads shapes[] = {{32, 4, 128}, {128, 1, 576}, {64, 8, 64}, {3, 1, 1600},
+                                        {16, 1, 576}, {16, 16, 128}};
     int bad = 0;
     for (const attn_heads &H : shapes)
-        for (uint32_t n_batch : {1u, 32u, 512u})
-            for (uint32_t n_tok = 1; n_tok <= n_batch; n_tok++)
-                for (uint32_t pos0 : {0u, 100u, 5000u, 131000u}) {
-                    mvm_g_attention_args a = {};
-                    a.n_tok = n_tok, a.pos0 = pos0, a.n_head = H.nh, a.n_head_kv = H.nkv;
-                    a.head_dim = H.hd;
-                    const uint32_t splits = mvm_g_attention_splits(&a);
-                    const uint64_t rows = (uint64_t)n_tok * splits;
-                    bad += rows * H.nh * (8 + 4 * (1 + (uint64_t)H.hd)) >
-                           mvm_g_attention_part_bytes(n_batch, H.nh, H.nkv, H.hd);
-                    bad += splits > MVM_G_ATTN_BLOCKS; /* the combine's weights */
-                }
+        for (uint32_t mma = 0; mma < 2; mma++) {
+            const uint32_t group = H.nh / H.nkv;
+            if (mma && group % 16 != 0 && 16 % group != 0)
+                continue; /* not the tensor cores' */
+            for (uint32_t n_batch : {1u, 32u, 512u})
+                for (uint32_t n_tok = 1; n_tok <= n_batch; n_tok++)
+                    for (uint32_t pos0 : {0u, 100u, 5000u, 131000u}) {
+                        mvm_g_attention_args a = {};
+                        a.n_tok = n_tok, a.pos0 = pos0, a.n_head = H.nh, a.n_head_kv = H.nkv;
+                        a.head_dim = H.hd, a.mma = mma;
+                        const uint32_t splits = mvm_g_attention_splits(&a);
+                        const uint64_t rows = (uint64_t)n_tok * splits;
+                        bad += rows * H.nh * (8 + 4 * (1 + (uint64_t)H.hd)) >
+                               mvm_g_attention_part_bytes(n_batch, H.nh, H.nkv, H.hd);
+                        bad += splits > MVM_G_ATTN_BLOCKS; /* the combine's weights */
+                    }
+        }
     CHECK(bad == 0);
     /* deepseek2 at 32 tokens a batch: MBs, not the n_ctx-wide scores' GBs */
-    CHECK(mvm_g_attention_part_bytes(32, 128, 1, 576) < (16u << 20));
+    CHECK(mvm_g_attention_part_bytes(32, 128, 1, 576) < (20u << 20));
     CHECK(mvm_g_attention_unit_heads(1, 1, MVM_G_ATTN_QFLOATS + 1) == 0);
+    /* the tensor cores' own splits fill the device where ops.cu's leave it idle:
+     * DeepSeek-V2-Lite's one latent unit of 16 heads at 4,096 positions */
+    mvm_g_attention_args a = {};
+    a.n_tok = 1, a.pos0 = 4095, a.n_head = 16, a.n_head_kv = 1, a.head_dim = 576;
+    const uint32_t cores = mvm_g_attention_shape(&a).gx;
+    a.mma = 1;
+    CHECK(cores == 64 && mvm_g_attention_mma_shape(&a).gx == 128);
 }
 
 /* Rows of floats into the cache's rows, strided both sides: F16 rounded as the CPU rounds

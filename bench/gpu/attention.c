@@ -103,6 +103,7 @@ static int run_shape(mvm_gpu *g, const struct shape *s, uint32_t max_pos, int re
                             mvm_gpu_has(g, MVM_GK_ATTENTION_MMA, 0);
             for (int on = mma; on >= 0 && st == MVM_OK; on--) {
                 const double t = time_attention(g, &a, on, reps, &st);
+                a.mma = (uint32_t)on; /* the splits it ran in */
                 if (st == MVM_OK)
                     printf("| %u | %u | %s | %u | %.1f | %.1f |\n", n, n_tok,
                            on ? "mma" : "cores", mvm_g_attention_splits(&a), t * 1e6,

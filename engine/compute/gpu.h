@@ -213,15 +213,17 @@ static inline mvm_status mvm_gpu_experts(mvm_gpu *g, const mvm_g_expert_args *a)
 static inline mvm_status mvm_gpu_attention_on(mvm_gpu *g, int type, const mvm_g_attention_args *a,
                                               int mma)
 {
-    mvm_g_attention_args b = *a;
+    mvm_g_attention_args s = *a, b; /* s: the real pos0, for the shapes; b: launched */
+    s.mma = (uint32_t)mma;
+    b = s;
     b.pos0 = a->pos ? 0 : a->pos0;
     mvm_status st = mma ? mvm_gpu_launch(g, MVM_GK_ATTENTION_MMA, type, &b, sizeof b,
-                                         mvm_g_attention_mma_shape(a))
+                                         mvm_g_attention_mma_shape(&s))
                         : mvm_gpu_launch(g, MVM_GK_ATTENTION, type, &b, sizeof b,
-                                         mvm_g_attention_shape(a));
-    if (st == MVM_OK && mvm_g_attention_splits(a) > 1)
+                                         mvm_g_attention_shape(&s));
+    if (st == MVM_OK && mvm_g_attention_splits(&s) > 1)
         st = mvm_gpu_launch(g, MVM_GK_ATTENTION_COMBINE, type, &b, sizeof b,
-                            mvm_g_attention_combine_shape(a));
+                            mvm_g_attention_combine_shape(&s));
     return st;
 }
 

@@ -403,7 +403,9 @@ typedef struct mvm_g_attention_args {
                      pos0 (mvm_gpu_attention), which the kernel's read matches */
     mvm_dptr act;
     uint64_t act_stride;
-    uint32_t act_type, pad;
+    uint32_t act_type;
+    uint32_t mma; /* 1: the splits are mvm_g_attention_mma's (its heads a block, its tiles),
+                     for it and the combine after it; 0: ops.cu's kernel's */
 } mvm_g_attention_args;
 
 #define MVM_G_ATTN_HEADS 8      /* heads a block computes at most */
@@ -426,66 +428,6 @@ MVM_G_FN uint32_t mvm_g_attention_units(uint32_t n_head, uint32_t n_head_kv, uin
 {
     return n_head_kv * mvm_g_div_up(n_head / n_head_kv,
                                     mvm_g_attention_unit_heads(n_head, n_head_kv, head_dim));
-}
-
-/* The most positions a query of the launch sees. */
-MVM_G_FN uint32_t mvm_g_attention_max_pos(const mvm_g_attention_args *a)
-{
-    const uint32_t n = a->pos0 + a->n_tok;
-    return a->window && n > a->window ? a->window : n;
-}
-
-/* Tiles per split: the fewest that leave about MVM_G_ATTN_BLOCKS blocks. */
-MVM_G_FN uint32_t mvm_g_attention_split_tiles(const mvm_g_attention_args *a)
-{
-    const uint32_t units = mvm_g_attention_units(a->n_head, a->n_head_kv, a->head_dim);
-    const uint32_t want = mvm_g_div_up(MVM_G_ATTN_BLOCKS, units * a->n_tok);
-    const uint32_t tiles = mvm_g_div_up(mvm_g_attention_max_pos(a), MVM_G_ATTN_TILE);
-    return mvm_g_div_up(tiles, want < tiles ? want : tiles);
-}
-
-MVM_G_FN uint32_t mvm_g_attention_splits(const mvm_g_attention_args *a)
-{
-    return mvm_g_div_up(mvm_g_div_up(mvm_g_attention_max_pos(a), MVM_G_ATTN_TILE),
-                        mvm_g_attention_split_tiles(a));
-}
-
-/* Positions [*j0, *j1) of split c of a query that sees n, counted from its first: whole
- * tiles (the last split's may be short or, for an early query of a batch, empty). */
-MVM_G_FN void mvm_g_attention_range(const mvm_g_attention_args *a, uint32_t n, uint32_t c,
-                                    uint32_t *j0, uint32_t *j1)
-{
-    const uint64_t per = (uint64_t)mvm_g_attention_split_tiles(a) * MVM_G_ATTN_TILE;
-    const uint64_t b = c * per, e = b + per;
-    *j0 = (uint32_t)(b < n ? b : n);
-    *j1 = (uint32_t)(e < n ? e : n);
-}
-
-/* Bytes of `part` that any launch of up to n_batch queries needs: per (query, split, head) a
- * double sum, a float max and head_dim floats of output. n_tok * n_split is at most n_batch +
- * MVM_G_ATTN_BLOCKS / units (mvm_g_attention_splits), whatever the context. */
-MVM_G_FN uint64_t mvm_g_attention_part_bytes(uint32_t n_batch, uint32_t n_head,
-                                              uint32_t n_head_kv, uint32_t head_dim)
-{
-    const uint32_t units = mvm_g_attention_units(n_head, n_head_kv, head_dim);
-    const uint64_t rows = (uint64_t)n_batch + mvm_g_div_up(MVM_G_ATTN_BLOCKS, units);
-    return rows * n_head * (sizeof(double) + sizeof(float) * (1 + (uint64_t)head_dim));
-}
-
-MVM_G_FN mvm_g_shape mvm_g_attention_shape(const mvm_g_attention_args *a)
-{
-    mvm_g_shape s = {mvm_g_attention_units(a->n_head, a->n_head_kv, a->head_dim) *
-                         mvm_g_attention_splits(a),
-                     a->n_tok, MVM_G_THREADS};
-    return s;
-}
-
-/* mvm_g_attention_combine: the output from the splits' parts (launched only with n_split > 1);
- * one block per (head, query). */
-MVM_G_FN mvm_g_shape mvm_g_attention_combine_shape(const mvm_g_attention_args *a)
-{
-    mvm_g_shape s = {a->n_head, a->n_tok, MVM_G_THREADS};
-    return s;
 }
 
 /* mvm_g_attention_mma (kernels/cuda/attention_mma.cu, compute capability 8.0 and later): the
@@ -520,6 +462,80 @@ MVM_G_FN uint32_t mvm_g_attention_mma_heads(const mvm_g_attention_args *a)
     return group < 16 ? group : 16;
 }
 
+/* The most positions a query of the launch sees. */
+MVM_G_FN uint32_t mvm_g_attention_max_pos(const mvm_g_attention_args *a)
+{
+    const uint32_t n = a->pos0 + a->n_tok;
+    return a->window && n > a->window ? a->window : n;
+}
+
+/* What a's splits are counted in (a->mma: mvm_g_attention_mma's, else ops.cu's kernel's): a
+ * block's unit of heads, and the positions of a tile. The tensor cores' kernel takes twice
+ * the heads of a latent group and tiles of 32, so its own count keeps the device as full
+ * (DeepSeek-V2-Lite's 16 heads at 4,096 positions: 64 blocks of 8 heads in ops.cu's splits;
+ * in those, 32 of 16; in its own, 128). */
+MVM_G_FN uint32_t mvm_g_attention_split_units(const mvm_g_attention_args *a)
+{
+    return a->mma ? a->n_head / mvm_g_attention_mma_heads(a)
+                  : mvm_g_attention_units(a->n_head, a->n_head_kv, a->head_dim);
+}
+
+MVM_G_FN uint32_t mvm_g_attention_tile(const mvm_g_attention_args *a)
+{
+    return a->mma ? MVM_G_AMMA_TILE : MVM_G_ATTN_TILE;
+}
+
+/* Tiles per split: the fewest that leave about MVM_G_ATTN_BLOCKS blocks, a block per unit
+ * and query. */
+MVM_G_FN uint32_t mvm_g_attention_split_tiles(const mvm_g_attention_args *a)
+{
+    const uint32_t units = mvm_g_attention_split_units(a);
+    const uint32_t want = mvm_g_div_up(MVM_G_ATTN_BLOCKS, units * a->n_tok);
+    const uint32_t tiles = mvm_g_div_up(mvm_g_attention_max_pos(a), mvm_g_attention_tile(a));
+    return mvm_g_div_up(tiles, want < tiles ? want : tiles);
+}
+
+MVM_G_FN uint32_t mvm_g_attention_splits(const mvm_g_attention_args *a)
+{
+    return mvm_g_div_up(mvm_g_div_up(mvm_g_attention_max_pos(a), mvm_g_attention_tile(a)),
+                        mvm_g_attention_split_tiles(a));
+}
+
+/* Positions [*j0, *j1) of split c of a query that sees n, counted from its first: whole
+ * tiles (the last split's may be short or, for an early query of a batch, empty). */
+MVM_G_FN void mvm_g_attention_range(const mvm_g_attention_args *a, uint32_t n, uint32_t c,
+                                    uint32_t *j0, uint32_t *j1)
+{
+    const uint64_t per = (uint64_t)mvm_g_attention_split_tiles(a) * mvm_g_attention_tile(a);
+    const uint64_t b = c * per, e = b + per;
+    *j0 = (uint32_t)(b < n ? b : n);
+    *j1 = (uint32_t)(e < n ? e : n);
+}
+
+/* Bytes of `part` that any launch of up to n_batch queries needs, by either kernel: per
+ * (query, split, head) a double sum, a float max and head_dim floats of output. n_tok *
+ * n_split is at most n_batch + MVM_G_ATTN_BLOCKS / units (mvm_g_attention_splits), whatever
+ * the context, units the fewer of the two kernels' (mvm_g_attention_split_units). */
+MVM_G_FN uint64_t mvm_g_attention_part_bytes(uint32_t n_batch, uint32_t n_head,
+                                              uint32_t n_head_kv, uint32_t head_dim)
+{
+    const uint32_t group = n_head / n_head_kv, hb = group < 16 ? group : 16;
+    uint32_t units = mvm_g_attention_units(n_head, n_head_kv, head_dim);
+    if ((group % 16 == 0 || 16 % group == 0) && n_head / hb < units)
+        units = n_head / hb;
+    const uint64_t rows = (uint64_t)n_batch + mvm_g_div_up(MVM_G_ATTN_BLOCKS, units);
+    return rows * n_head * (sizeof(double) + sizeof(float) * (1 + (uint64_t)head_dim));
+}
+
+MVM_G_FN mvm_g_shape mvm_g_attention_shape(const mvm_g_attention_args *a)
+{
+    mvm_g_shape s = {mvm_g_attention_units(a->n_head, a->n_head_kv, a->head_dim) *
+                         mvm_g_attention_splits(a),
+                     a->n_tok, MVM_G_THREADS};
+    return s;
+}
+
+/* a->mma set: its splits. */
 MVM_G_FN mvm_g_shape mvm_g_attention_mma_shape(const mvm_g_attention_args *a)
 {
     const uint32_t hb = mvm_g_attention_mma_heads(a);
@@ -527,6 +543,15 @@ MVM_G_FN mvm_g_shape mvm_g_attention_mma_shape(const mvm_g_attention_args *a)
                      mvm_g_div_up(a->n_tok, 16 / hb), MVM_G_THREADS};
     return s;
 }
+
+/* mvm_g_attention_combine: the output from the splits' parts (launched only with n_split > 1);
+ * one block per (head, query). */
+MVM_G_FN mvm_g_shape mvm_g_attention_combine_shape(const mvm_g_attention_args *a)
+{
+    mvm_g_shape s = {a->n_head, a->n_tok, MVM_G_THREADS};
+    return s;
+}
+
 
 /* mvm_g_store_rows: n_rows rows of n floats, row i at src + i * src_stride floats, into the
  * KV cache's rows at dst + i * dst_stride elements, as F16 (rounded to nearest even) with
