@@ -86,15 +86,16 @@ const mvm_option_desc mvm_opt_mmq = {
     "measures them"};
 
 const mvm_option_desc mvm_opt_attn_mma = {
-    "MOEVM_ATTN_MMA", MVM_OPT_CHOICE, "auto", "auto|off|on",
+    "MOEVM_ATTN_MMA", MVM_OPT_CHOICE, "off", "auto|off|on",
     "engine on a GPU of compute capability 8.0 or later: on, attention over "
     "an F16 cache runs on the F16 tensor cores (kernels/cuda/attention_mma.cu: "
     "each kv head's rows read once for 16 (query, head) pairs, the CUDA cores' "
     "precision kept) wherever it takes the shape (no window: gpt-oss's "
-    "windowed blocks stay); off, "
-    "on the CUDA cores (kernels/cuda/ops.cu); auto, on for latent rows (MLA: "
-    "deepseek2, its cache read 16 times at under 1% of the bandwidth before), "
-    "off for grouped-query attention until a GPU measures it"};
+    "windowed blocks stay); off, on the CUDA cores (kernels/cuda/ops.cu); "
+    "auto, on for latent rows (MLA: deepseek2, whose cache ops.cu's kernel "
+    "reads 16 times, at under 1% of the bandwidth), off for grouped-query "
+    "attention. The default is off until a GPU has run the kernel (checked "
+    "so far over the emulator only), then auto"};
 
 const mvm_option_desc mvm_opt_cublas_library = {
     "MOEVM_CUBLAS_LIBRARY", MVM_OPT_STRING, "auto", NULL,

@@ -129,7 +129,8 @@ static mvm_status store(struct cuda_fwd *f, uint32_t blk, const struct cuda_run 
 }
 
 /* a's attention: by products on the tensor cores where they take it (a prompt's batch),
- * else by the kernels, on the tensor cores where MOEVM_ATTN_MMA asks and they take it;
+ * else by the kernels, on the tensor cores where MOEVM_ATTN_MMA asks and they take it (on:
+ * every shape; auto: latent rows);
  * *by_kernel (NULL: not asked) says whether the kernels did. */
 static mvm_status attend(struct cuda_fwd *f, const mvm_g_attention_args *a, int *by_kernel)
 {
