@@ -21,7 +21,7 @@
 #   vmm        vmm_costs sections 3, 4, 5 and 9 (a kernel reading registered and HOST_NUMA
 #              host memory in place; driver calls behind a running kernel: a remap,
 #              pageable uploads; make-resident against the copy; copy lanes)
-#   text       tests/gpu/forward.sh steps 2 and 2b: the same greedy text on the CPU and the
+#   text       tests/gpu/forward.sh steps 2, 2b and 2c: the same greedy text on the CPU and the
 #              GPU, with decode routed on the device (graph, launches) and by the host, and
 #              with a long prompt's products on real cuBLAS (batched experts), on the kernels
 #              and with its experts on the int8 tensor cores (MOEVM_MMQ=on)
@@ -156,7 +156,7 @@ export work
     fi
     step kernels 90 kernels
     step vmm 45 vmm
-    step text 70 env FORWARD_STEPS="2 2b" bash tests/gpu/forward.sh
+    step text 80 env FORWARD_STEPS="2 2b 2c" bash tests/gpu/forward.sh
     step full 150 env MODELS=olmoe-1b-7b:q8_0 BUDGETS=100 ROUTINGS=own REPS=2 CPU_BASELINE=0 \
         VARIANTS="${FULL_VARIANTS:-default MOEVM_MMQ=off MOEVM_MMQ=off,MOEVM_GEMM_ROWS=8}" \
             bash bench/gpu/llamacpp.sh

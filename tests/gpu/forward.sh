@@ -8,6 +8,9 @@
 #      routed on the device (a CUDA graph, launch by launch) and by the host; 2b, the same
 #      with a long prompt on the tensor cores (cuBLAS), on the kernels, and with the
 #      experts on the int8 tensor cores (MOEVM_MMQ=on, which must give the kernels' text);
+#      2c, attention on the F16 tensor cores (MOEVM_ATTN_MMA=on, kernels/cuda/attention_mma.cu)
+#      against the CUDA cores' kernel: grouped queries and DeepSeek-V2-Lite's latent rows
+#      (its shape cut to 2 blocks), a long prompt (several splits) and its decode;
 #   3. speed: `moevm run` of a real-shaped model (random weights, made here by mkmodel) on the
 #      CPU, on the GPU with every expert resident (decode routed on the device as a graph,
 #      launch by launch, and by the host), and on the GPU with half the experts'
@@ -23,7 +26,7 @@
 #      for 6 GiB: the GPU must be chosen, and the context must fit beside the budget;
 #   4. `moevm calibrate` of that model on the GPU, and greedy at half the budget again with
 #      the measured costs (--cost) instead of the h100 preset's.
-# FORWARD_STEPS picks steps (default "1 2 2b 3 3b 3c 3d 4"). All of them took more than the
+# FORWARD_STEPS picks steps (default "1 2 2b 2c 3 3b 3c 3d 4"). All of them took more than the
 # 10 minutes of one device call on an H100 (2026-11-23: the big models' mkmodel), so run
 # them in two calls there, "1 2 3 3b" then "3c 3d 4" (a warm machine keeps the build and
 # the models in between). With $OUT set, the output is also written to
@@ -33,7 +36,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 preset=${1:-olmoe-1b-7b}
-steps=" ${FORWARD_STEPS:-1 2 2b 3 3b 3c 3d 4} "
+steps=" ${FORWARD_STEPS:-1 2 2b 2c 3 3b 3c 3d 4} "
 want() { [[ $steps == *" $1 "* ]]; }
 source bench/gpu/deps.sh || exit 1
 log=$(moevm_out_log gpu_forward.txt)
@@ -115,6 +118,24 @@ mkdir -p "$work"
         tail -n 1 "$work/gemm.mmq.err"
         if cmp -s "$work/gemm.0" "$work/gemm.mmq"; then echo "same text (mmq)"; else
             echo "TEXT DIFFERS (mmq)"; diff "$work/gemm.0" "$work/gemm.mmq" || true; fi
+    fi
+    if want 2c; then
+        # the tensor cores' attention keeps the CUDA cores' precision (hi and lo halves), so
+        # its greedy text must be theirs; a long prompt has several splits a query
+        echo "== 2c. attention on the tensor cores (MOEVM_ATTN_MMA=on), text against off"
+        [[ -f "$work/tiny.gguf" ]] ||
+            "$moevm" mkmodel --preset tiny --arch qwen2moe --type q8_0 -o "$work/tiny.gguf"
+        "$moevm" mkmodel --preset deepseek-v2-lite --layers 2 --experts 8 --top-k 2 \
+            --embd 256 --expert-ff 64 --vocab 600 --type f16 -o "$work/v2l.gguf" >/dev/null
+        long=$(printf 'It was the best of times, it was the worst of times, %.0s' {1..30})
+        for m in tiny v2l; do
+            for mma in off on; do
+                MOEVM_BACKEND=cuda MOEVM_ATTN_MMA=$mma "$moevm" run -m "$work/$m.gguf" \
+                    -p "$long" -n 48 --temp 0 --batch 32 >"$work/attn.$m.$mma"
+            done
+            if cmp -s "$work/attn.$m.off" "$work/attn.$m.on"; then echo "same text ($m)"; else
+                echo "TEXT DIFFERS ($m)"; diff "$work/attn.$m.off" "$work/attn.$m.on" || true; fi
+        done
     fi
     if want 3; then
         echo "== 3. speed, $preset q8_0"
