@@ -96,8 +96,11 @@ for r in 0 1 2; do
         fail=$((fail + 1)); echo "FAIL: home $r of 3 wrote another text than alone" >&2; fi
 done
 # The server (rank 3) takes the leader's messages late (tests/mpi_late_leader.c), so a home
-# that has applied a placement asks it before the leader's OP_MIGRATE has come: it applies
-# that first, and every text is still the one the home writes alone.
+# that has applied a placement may ask it before the leader's OP_MIGRATE has come: it applies
+# that first, and every text is still the one the home writes alone. Whether a home asks
+# rank 3 right after a placement depends on the routing and the timing (8 runs of 8 in the
+# plain build, fewer under ThreadSanitizer's load): up to three runs, until one meets it;
+# each run's texts must be the homes' own.
 if [ -n "${LATE_LEADER:-}" ]; then
     cat >"$tmp/late.sh" <<EOF
 #!/bin/sh
@@ -105,13 +108,23 @@ if [ -n "${LATE_LEADER:-}" ]; then
 exec "$tmp/uneven.sh" "\$@"
 EOF
     chmod +x "$tmp/late.sh"
-    expect 0 'rank 3: a request of rank [12] under placement epoch [1-9][0-9]* came before' \
-        -- env MOEVM_LOG=info "${mpi[@]}" 4 --output-filename "$tmp/late" "$tmp/late.sh" \
-        --homes 3 --period 2
-    for r in 0 1 2; do
-        cmp -s "$tmp/alone.$r.txt" "$tmp/late/1/rank.$r/stdout" && pass=$((pass + 1)) ||
-            { fail=$((fail + 1)); echo "FAIL: home $r of 3, its server late: another text" >&2; }
+    met=0
+    for try in 1 2 3; do
+        rm -rf "$tmp/late"
+        env MOEVM_LOG=info "${mpi[@]}" 4 --output-filename "$tmp/late" "$tmp/late.sh" \
+            --homes 3 --period 2 >"$tmp/out" 2>&1
+        rc=$?
+        for r in 0 1 2; do
+            [ $rc -eq 0 ] && cmp -s "$tmp/alone.$r.txt" "$tmp/late/1/rank.$r/stdout" &&
+                pass=$((pass + 1)) || { fail=$((fail + 1))
+                echo "FAIL: home $r of 3, its server late (run $try, exit $rc): another text" >&2
+                sed 's/^/    /' "$tmp/out" >&2; }
+        done
+        if grep -Eq 'rank 3: a request of rank [12] under placement epoch [1-9][0-9]* came before' \
+            "$tmp/out"; then met=1; break; fi
     done
+    [ $met = 1 ] && pass=$((pass + 1)) ||
+        { fail=$((fail + 1)); echo "FAIL: in three runs no request came before its placement" >&2; }
 fi
 # mpirun's MPMD form gives each home its own prompt (and batch: servers answer the largest).
 other=("$moevm" run -m "$model" -p "The expert address space" -n 12 --temp 0 -t 1)

@@ -78,6 +78,14 @@ static mvm_trace *half_case(mvm_cost *cost, mvm_sim_config *c)
     return t;
 }
 
+/* half_case routed by a host that takes 100 us a step (host_step). */
+static mvm_trace *host_case(mvm_cost *cost, mvm_sim_config *c)
+{
+    mvm_trace *t = half_case(cost, c);
+    cost->m.host_step = 100e-6;
+    return t;
+}
+
 static uint64_t distinct_used(const mvm_trace *t)
 {
     uint32_t n = t->hdr.n_layers * t->hdr.n_experts;
@@ -189,14 +197,12 @@ static void test_admission(void)
  * loads every miss on demand and pays host_step a layer. */
 static void test_device_routed(void)
 {
-    const uint32_t n_tok = 100, L = 4;
+    const uint32_t n_tok = 100, L = 4; /* half_case's */
     mvm_cost cost;
     mvm_sim_config c;
-    mvm_trace *t = h100_case(n_tok, L, 16, 2, &cost, &c);
+    mvm_trace *t = host_case(&cost, &c);
     if (!t)
         return;
-    cost.m.host_step = 100e-6;
-    c.budget_pages = L * 16 * 5 / 2;
     mvm_sim_result host, dev, first;
     CHECK_ST(mvm_sim_run(t, &cost, &c, &host), MVM_OK);
     c.device_routed = 1;
@@ -227,14 +233,12 @@ static void test_device_routed(void)
  * host_queue means nothing. */
 static void test_host_queue(void)
 {
-    const uint32_t n_tok = 50, L = 4;
+    const uint32_t n_tok = 100, L = 4; /* half_case's */
     mvm_cost cost;
     mvm_sim_config c;
-    mvm_trace *t = h100_case(n_tok, L, 16, 2, &cost, &c);
+    mvm_trace *t = host_case(&cost, &c);
     if (!t)
         return;
-    cost.m.host_step = 100e-6;
-    c.budget_pages = L * 16 * 5 / 2;
     mvm_sim_result base, some, all;
     CHECK_ST(mvm_sim_run(t, &cost, &c, &base), MVM_OK);
     cost.m.host_queue = 1e-6; /* under every step's experts */
