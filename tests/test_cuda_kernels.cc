@@ -928,8 +928,7 @@ static void test_attention_part_bytes(void)
     int bad = 0;
     for (const attn_heads &H : shapes)
         for (uint32_t mma = 0; mma < 2; mma++) {
-            const uint32_t group = H.nh / H.nkv;
-            if (mma && group % 16 != 0 && 16 % group != 0)
+            if (mma && !mvm_g_attention_mma_group_heads(H.nh, H.nkv))
                 continue; /* not the tensor cores' */
             for (uint32_t n_batch : {1u, 32u, 512u})
                 for (uint32_t n_tok = 1; n_tok <= n_batch; n_tok++)

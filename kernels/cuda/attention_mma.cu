@@ -265,6 +265,14 @@ static __device__ __forceinline__ void amma_weigh(const amma_at &at, const amma_
     }
 }
 
+/* Row r's part (ops.cu's layout): its query's split's row, its head. */
+static __device__ __forceinline__ uint64_t amma_part(const mvm_g_attention_args &a,
+                                                     const amma_at &at, uint32_t r)
+{
+    return ((uint64_t)(at.i0 + r / at.hb) * at.n_split + at.split) * a.n_head + at.h0 +
+           r % at.hb;
+}
+
 /* The block's rows: their parts as ops.cu's kernel leaves them (several splits), or their
  * outputs, normalised and quantized where a.act asks. */
 static __device__ __forceinline__ void amma_write(const mvm_g_attention_args &a,
@@ -272,20 +280,16 @@ static __device__ __forceinline__ void amma_write(const mvm_g_attention_args &a,
                                                   const float o[AMMA_GROUPS_WARP][4])
 {
     const attn_parts p = attn_parts_of(a);
-    /* row r's part: its query's split's, its head's (ops.cu's layout) */
-#define AMMA_PART(r)                                                                    \
-    ((((uint64_t)(at.i0 + (r) / at.hb) * at.n_split + at.split) * a.n_head + at.h0 +   \
-      (r) % at.hb))
     if (at.n_split > 1 && threadIdx.x < 16 && amma_row(at, threadIdx.x)) {
-        p.sum[AMMA_PART(threadIdx.x)] = sh.run_sum[threadIdx.x];
-        p.max[AMMA_PART(threadIdx.x)] = sh.run_max[threadIdx.x];
+        p.sum[amma_part(a, at, threadIdx.x)] = sh.run_sum[threadIdx.x];
+        p.max[amma_part(a, at, threadIdx.x)] = sh.run_max[threadIdx.x];
     }
 #pragma unroll
     for (uint32_t e = 0; e < 4; e++) {
         const uint32_t row = at.g + 8 * (e >> 1);
         if (!amma_row(at, row))
             continue;
-        float *to = at.n_split > 1 ? p.out + AMMA_PART(row) * at.hd
+        float *to = at.n_split > 1 ? p.out + amma_part(a, at, row) * at.hd
                                    : (float *)a.out + amma_at_row(a, at, row);
         /* one split: normalised, the sink (one more logit, no value) in the max and the
          * sum, as ops.cu's kernel does */
@@ -304,10 +308,8 @@ static __device__ __forceinline__ void amma_write(const mvm_g_attention_args &a,
             to[col0 + 2 * at.t + (e & 1)] = o[c][e] * w * f;
         }
     }
-#undef AMMA_PART
-    for (uint32_t qq = 0; at.n_split == 1 && qq < at.nq; qq++)
-        attn_quantize(a, at.i0 + qq, at.h0,
-                      (float *)a.out + ((uint64_t)(at.i0 + qq) * a.n_head + at.h0) * at.hd,
+    for (uint32_t qq = 0; at.n_split == 1 && qq < at.nq; qq++) /* each query's hb heads */
+        attn_quantize(a, at.i0 + qq, at.h0, (float *)a.out + amma_at_row(a, at, qq * at.hb),
                       at.hb * at.hd);
 }
 

@@ -446,20 +446,24 @@ MVM_G_FN uint32_t mvm_g_attention_units(uint32_t n_head, uint32_t n_head_kv, uin
  * multiple or a divisor of 16 heads, head_dim a multiple of 16 up to MVM_G_AMMA_DIM (half
  * that, 272, where the value rows are not the key rows: both are staged), and no window or
  * ring (gpt-oss's windowed blocks; its others, with sinks, it takes). */
-MVM_G_FN int mvm_g_attention_mma_takes(const mvm_g_attention_args *a)
+/* The heads of a block's row group for n_head query heads over n_head_kv: the group's, at
+ * most 16; 0 where the group is neither a multiple nor a divisor of 16 (the kernel's rows). */
+MVM_G_FN uint32_t mvm_g_attention_mma_group_heads(uint32_t n_head, uint32_t n_head_kv)
 {
-    const uint32_t group = a->n_head_kv ? a->n_head / a->n_head_kv : 0;
-    return a->kv_f16 && a->kc % 16 == 0 && a->vc % 16 == 0 && group &&
-           a->n_head % a->n_head_kv == 0 && (group % 16 == 0 || 16 % group == 0) &&
-           a->head_dim % 16 == 0 && a->head_dim <= (a->kc == a->vc ? MVM_G_AMMA_DIM : 272) &&
-           !a->window && !a->ring;
+    const uint32_t group = n_head_kv && n_head % n_head_kv == 0 ? n_head / n_head_kv : 0;
+    return !group ? 0 : group % 16 == 0 ? 16 : 16 % group == 0 ? group : 0;
 }
 
-/* The heads of a block's row group: the group's, at most 16. */
+MVM_G_FN int mvm_g_attention_mma_takes(const mvm_g_attention_args *a)
+{
+    return a->kv_f16 && a->kc % 16 == 0 && a->vc % 16 == 0 &&
+           mvm_g_attention_mma_group_heads(a->n_head, a->n_head_kv) && a->head_dim % 16 == 0 &&
+           a->head_dim <= (a->kc == a->vc ? MVM_G_AMMA_DIM : 272) && !a->window && !a->ring;
+}
+
 MVM_G_FN uint32_t mvm_g_attention_mma_heads(const mvm_g_attention_args *a)
 {
-    const uint32_t group = a->n_head / a->n_head_kv;
-    return group < 16 ? group : 16;
+    return mvm_g_attention_mma_group_heads(a->n_head, a->n_head_kv);
 }
 
 /* The most positions a query of the launch sees. */
@@ -519,9 +523,9 @@ MVM_G_FN void mvm_g_attention_range(const mvm_g_attention_args *a, uint32_t n, u
 MVM_G_FN uint64_t mvm_g_attention_part_bytes(uint32_t n_batch, uint32_t n_head,
                                               uint32_t n_head_kv, uint32_t head_dim)
 {
-    const uint32_t group = n_head / n_head_kv, hb = group < 16 ? group : 16;
+    const uint32_t hb = mvm_g_attention_mma_group_heads(n_head, n_head_kv);
     uint32_t units = mvm_g_attention_units(n_head, n_head_kv, head_dim);
-    if ((group % 16 == 0 || 16 % group == 0) && n_head / hb < units)
+    if (hb && n_head / hb < units)
         units = n_head / hb;
     const uint64_t rows = (uint64_t)n_batch + mvm_g_div_up(MVM_G_ATTN_BLOCKS, units);
     return rows * n_head * (sizeof(double) + sizeof(float) * (1 + (uint64_t)head_dim));
