@@ -22,6 +22,7 @@
 #include "check.h"
 #include "engine/forward/forward.h"
 #include "engine/forward/residency.h"
+#include "engine/forward/residency_impl.h"
 #include "engine/model/model.h"
 #include "engine/plan/plan.h"
 #include "engine/synth/mkmodel.h"
@@ -380,7 +381,7 @@ static void test_second_table_sees_resident(void)
 /* A round finds the whole budget held by another reader: by copies in flight, it waits for
  * one to land and proceeds (how many land before each round is timing: every round takes
  * at least one expert, resident and pinned, until the step has run); by pinned experts, it
- * fails with one line, pinning nothing. */
+ * fails with one line that names them, pinning nothing. */
 static void test_round_without_room(void)
 {
     mvm_space *sp = small_space();
@@ -418,9 +419,63 @@ static void test_round_without_room(void)
     int32_t one[] = {0};
     CHECK_ST(whole_round(r, 1, one, 1, &k), MVM_ERR_NOSPACE);
     CHECK(k == 0 && strstr(mvm_last_error(), "no room on the device for one expert") != NULL);
+    CHECK(strstr(mvm_last_error(), "3 experts pinned (6 pages)") != NULL);
     CHECK(pins_of(sp, 1, 0) == 0 && pins_of(sp, 0, 0) == 1);
     for (uint32_t e = 0; e < 3; e++)
         CHECK_ST(mvm_unpin(sp, 0, e), MVM_OK);
+    mvm_resid_destroy(r);
+    mvm_space_destroy(sp);
+}
+
+/* The evict module of test_round_after_landing: offers the expert in flight, (0, 0), first
+ * (the eviction passes it by, loading), and lets its copy land before it offers the next. */
+static mvm_space *landing_space;
+static uint32_t landing_calls;
+
+static uint32_t victim_then_land(void *self, const mvm_pview *v, uint32_t for_layer,
+                                 const uint32_t *cand, uint32_t n)
+{
+    (void)self, (void)v, (void)for_layer;
+    if (landing_calls++ == 1) {
+        CHECK_ST(mvm_unpin(landing_space, 0, 0), MVM_OK); /* the copy lands as the pin goes */
+        CHECK_ST(mvm_make_resident(landing_space, 0, 0, MVM_ALL_PAGES), MVM_OK);
+    }
+    for (uint32_t i = 0; i < n; i++)
+        if (cand[i] == 0)
+            return i;
+    return 0;
+}
+
+/* A round's first expert finds the budget held by a copy in flight (0, 0) and an expert
+ * another reader pins (0, 1). The eviction passes the copy by as loading; it lands before
+ * the round looks for a copy to wait for, so there is none; the round must then ask once
+ * more, and evict what has landed, rather than say that nothing can go (a rare failure of
+ * test_cli's rounds in the ASan build, where the worker is slow). */
+static void test_round_after_landing(void)
+{
+    mvm_space_desc d = host_desc(0);
+    d.n_layers = 2;
+    d.n_experts = 4;
+    d.expert_bytes = 2 * PAGE;
+    d.device_budget = 2 * 2 * PAGE;
+    mvm_space *sp = NULL;
+    CHECK_ST(mvm_space_create(&d, &sp), MVM_OK);
+    mvm_resid *r = resid_for(sp, "lru", "");
+    CHECK_ST(use1(r, 0, 1), MVM_OK);
+    CHECK_ST(mvm_pin(sp, 0, 1), MVM_OK);
+    CHECK_ST(mvm_pin(sp, 0, 0), MVM_OK); /* its copy lands once this pin goes */
+    CHECK_ST(mvm_resid_prefetch(r, 0, 0), MVM_OK);
+    mvm_evict_ops ops = *r->victims.ops;
+    ops.victim = victim_then_land;
+    r->victims.ops = &ops;
+    landing_space = sp, landing_calls = 0;
+    int32_t one[] = {2};
+    uint32_t k = 0;
+    CHECK_ST(whole_round(r, 1, one, 1, &k), MVM_OK);
+    CHECK(k == 1 && landing_calls >= 3 && resident_pages(sp, 1, 2) == 2);
+    CHECK(resident_pages(sp, 0, 0) == 0 && resident_pages(sp, 0, 1) == 2);
+    mvm_resid_release(r, 1, one, k);
+    CHECK_ST(mvm_unpin(sp, 0, 1), MVM_OK);
     mvm_resid_destroy(r);
     mvm_space_destroy(sp);
 }
@@ -1417,6 +1472,7 @@ int main(int argc, char **argv)
     RUN(test_rounds);
     RUN(test_second_table_sees_resident);
     RUN(test_round_without_room);
+    RUN(test_round_after_landing);
     RUN(test_landed_view);
     RUN(test_wanted_prefetched);
     RUN(test_window_copies);

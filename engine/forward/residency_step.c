@@ -185,7 +185,9 @@ void mvm_resid_drop_moves(mvm_resid *r)
 }
 
 /* Room held by copies still in flight (prefetches the step does not use) is free once they
- * land: waits for the first of them. MVM_ERR_NOSPACE when none is in flight. */
+ * land: waits for the first of them. MVM_ERR_NOSPACE when none is in flight, which is no
+ * proof that nothing can go: a copy the eviction passed by as loading may have landed since
+ * (begin_round asks once more). */
 static mvm_status wait_for_landing(mvm_resid *r)
 {
     for (uint32_t x = 0; x < r->n_total; x++) {
@@ -241,6 +243,31 @@ static uint32_t landed_first(mvm_resid *r, int32_t *experts, uint32_t k)
     return front;
 }
 
+/* The failure of a round that found no room for one expert: what holds the budget. */
+static mvm_status no_room(mvm_resid *r, uint32_t layer)
+{
+    uint32_t pinned = 0, pinned_pages = 0, loading = 0, shielded = 0, shielded_pages = 0;
+    for (uint32_t x = 0; x < r->n_total; x++) {
+        mvm_residency res = {0};
+        if (mvm_expert_residency(r->space, x / r->n_experts, x % r->n_experts, &res) !=
+                MVM_OK || res.resident + res.loading == 0)
+            continue;
+        loading += res.loading;
+        if (res.pins)
+            pinned++, pinned_pages += res.resident + res.loading;
+        else if (r->shield && r->shield[x])
+            shielded++, shielded_pages += res.resident + res.loading;
+    }
+    mvm_stats s;
+    mvm_space_get_stats(r->space, &s);
+    return mvm_fail(MVM_ERR_NOSPACE, "no room on the device for one expert of layer %u (%u "
+                    "pages): the budget holds %u pages and none can be freed: %u experts "
+                    "pinned (%u pages), %u shielded (%u pages), %u pages "
+                    "loading, %u reserved for readers to fill (raise MOEVM_GPU_BUDGET)",
+                    layer, r->ppe, (unsigned)r->view.capacity_pages, pinned, pinned_pages,
+                    shielded, shielded_pages, loading, s.reserved_pages);
+}
+
 mvm_status mvm_resid_begin_round(mvm_resid *r, uint32_t layer, int32_t *experts, uint32_t n,
                                  uint32_t *n_round, uint32_t *n_ready)
 {
@@ -251,11 +278,16 @@ mvm_status mvm_resid_begin_round(mvm_resid *r, uint32_t layer, int32_t *experts,
         return st;
     resident_first(r, layer, experts, n);
     uint32_t k = 0;
+    int asked_after_landing = 0;
     while (k < n) {
         st = ask_expert(r, layer * r->n_experts + (uint32_t)experts[k], &r->moves[k]);
         if (st == MVM_OK)
             k++;
-        else if (st != MVM_ERR_NOSPACE || k > 0 || (st = wait_for_landing(r)) != MVM_OK)
+        else if (st != MVM_ERR_NOSPACE || k > 0)
+            break;
+        else if ((st = wait_for_landing(r)) == MVM_ERR_NOSPACE && !asked_after_landing++)
+            st = MVM_OK; /* nothing in flight now: ask once more, over what has landed */
+        if (st != MVM_OK)
             break;
     }
     if (st == MVM_ERR_NOSPACE && k > 0)
@@ -265,12 +297,7 @@ mvm_status mvm_resid_begin_round(mvm_resid *r, uint32_t layer, int32_t *experts,
     if (st != MVM_OK) {
         mvm_resid_drop_moves(r);
         abandon(r, layer, experts, n, k);
-        if (st == MVM_ERR_NOSPACE)
-            return mvm_fail(st, "no room on the device for one expert of layer %u (%u pages): "
-                            "the budget holds %u pages and none can be freed (raise "
-                            "MOEVM_GPU_BUDGET)", layer, r->ppe,
-                            (unsigned)r->view.capacity_pages);
-        return st;
+        return st == MVM_ERR_NOSPACE ? no_room(r, layer) : st;
     }
     *n_round = k;
     *n_ready = ready;
