@@ -136,7 +136,7 @@ static void (*const matvec_fn[MVM_W_COUNT])(mvm_g_matvec_args) = {MVM_G_FOR_TYPE
  * outputs interleaved by token ([token][head][...], gaps between heads' outputs). Each head
  * against mvm_k_matmul on its own rows. */
 static void matvec_case(enum mvm_wtype t, uint32_t n_in, uint32_t n_out, uint32_t n_tok,
-                        uint32_t n_head = 1, bool accumulate = false)
+                        uint32_t n_head = 1, bool accumulate = false, uint32_t split = 1)
 {
     const uint64_t row_bytes = mvm_k_row_bytes(t, n_in) + 8;
     const uint64_t act_row = mvm_k_act_bytes(t, n_in) + 4, y_head = n_out + 3;
@@ -159,7 +159,8 @@ static void matvec_case(enum mvm_wtype t, uint32_t n_in, uint32_t n_out, uint32_
                            .row_bytes = row_bytes, .act_stride = act_stride,
                            .y_stride = y_stride, .w_head = w_head, .act_head = act_row,
                            .y_head = y_head, .n_in = n_in, .n_out = n_out, .n_tok = n_tok,
-                           .n_head = n_head, .accumulate = accumulate, .pad = 0, .w2 = 0, .y2 = 0,
+                           .n_head = n_head, .accumulate = accumulate, .split = split, .w2 = 0,
+                           .y2 = 0,
                            .w3 = 0, .y3 = 0, .y_stride2 = 0, .y_stride3 = 0, .n_out2 = 0,
                            .n_out3 = 0};
     launch(matvec_fn[t], a, mvm_g_matvec_shape(&a));
@@ -168,8 +169,9 @@ static void matvec_case(enum mvm_wtype t, uint32_t n_in, uint32_t n_out, uint32_
         double e = rel_err(&y[i * y_head], &want[i * y_head], n_out);
         ok = ok && e < 1e-5 && poisoned(&y[i * y_head + n_out], y_head - n_out);
         if (e >= 1e-5)
-            fprintf(stderr, "matvec_%s n_in %u n_out %u n_tok %u n_head %u: row %u relative "
-                    "error %g\n", mvm_k_wtype_name(t), n_in, n_out, n_tok, n_head, i, e);
+            fprintf(stderr, "matvec_%s n_in %u n_out %u n_tok %u n_head %u split %u: row %u "
+                    "relative error %g\n", mvm_k_wtype_name(t), n_in, n_out, n_tok, n_head, split,
+                    i, e);
     }
     CHECK(ok);
 }
@@ -177,7 +179,8 @@ static void matvec_case(enum mvm_wtype t, uint32_t n_in, uint32_t n_out, uint32_
 /* One launch of three matrices of the same type and width over the same activations (a
  * layer's q, k and v: 13, 5 and 7 rows), each into its own outputs with its own stride,
  * against mvm_k_matmul on each; the rows past each part's keep their poison. */
-static void matvec_parts_case(enum mvm_wtype t, uint32_t n_in, uint32_t n_tok)
+static void matvec_parts_case(enum mvm_wtype t, uint32_t n_in, uint32_t n_tok,
+                              uint32_t split = 1)
 {
     const uint32_t rows[3] = {13, 5, 7};
     const uint64_t row_bytes = mvm_k_row_bytes(t, n_in) + 8, act_row = mvm_k_act_bytes(t, n_in);
@@ -198,7 +201,7 @@ static void matvec_parts_case(enum mvm_wtype t, uint32_t n_in, uint32_t n_tok)
                            .row_bytes = row_bytes, .act_stride = act_row, .y_stride = stride[0],
                            .w_head = 0, .act_head = 0, .y_head = 0, .n_in = n_in,
                            .n_out = rows[0], .n_tok = n_tok, .n_head = 1, .accumulate = 0,
-                           .pad = 0, .w2 = dp(w[1].data()), .y2 = dp(y[1].data()),
+                           .split = split, .w2 = dp(w[1].data()), .y2 = dp(y[1].data()),
                            .w3 = dp(w[2].data()),
                            .y3 = dp(y[2].data()), .y_stride2 = stride[1],
                            .y_stride3 = stride[2], .n_out2 = rows[1], .n_out3 = rows[2]};
@@ -226,6 +229,15 @@ static void test_matvec(void)
         /* a long decode row: many rounds of the unrolled four, and a partial last one
          * (device.cuh, row_dot_tile: 8 Q8_0 blocks a round, one Q4_K super-block) */
         matvec_case(t, mvm_k_is_k(t) ? 256 * 37 : 32 * 150, 13, 1);
+        /* a block a row (mvm_g_matvec_split, as decode's products of few rows run): rows of
+         * fewer units than warps (short_in), uneven parts (37 super-blocks, 150 blocks or
+         * 4800 floats over four warps), a float row's tail past its last 32 (100, 1100),
+         * a tile of tokens and a partial one, a residual added, three matrices */
+        const uint32_t W = MVM_G_WARPS;
+        matvec_case(t, short_in, 13, 1, 1, false, W);
+        matvec_case(t, mvm_k_is_k(t) ? 256 * 37 : 32 * 150, 13, 1, 1, false, W);
+        matvec_case(t, long_in, 13, 11, 1, false, W);
+        matvec_case(t, long_in, 13, 1, 1, true, W);
         matvec_case(t, long_in, 13, 11);
         matvec_case(t, short_in, 5, 8);
         matvec_case(t, short_in, 6, 11, 3);
@@ -235,6 +247,7 @@ static void test_matvec(void)
             t == MVM_W_MXFP4) { /* which part a row is of does not depend on the type */
             matvec_parts_case(t, short_in, 1);
             matvec_parts_case(t, long_in, 11);
+            matvec_parts_case(t, long_in, 1, W);
         }
     }
 }

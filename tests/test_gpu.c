@@ -84,7 +84,8 @@ static mvm_dptr device_act(enum mvm_wtype t, mvm_dptr dx, const float *x, uint32
     return dq;
 }
 
-/* A matrix product of 2 tokens in every weight type, against the CPU. */
+/* A matrix product of 2 tokens in every weight type, against the CPU: a warp a row, and a
+ * block a row (mvm_g_matvec_split). */
 static void test_matvec(void)
 {
     const uint32_t n_out = 7, n_tok = 2;
@@ -104,15 +105,20 @@ static void test_matvec(void)
         mvm_dptr dw = up(w, n_out * rb), dx = up(x, n_tok * n_in * 4), dy = 0;
         mvm_dptr da = device_act(t, dx, x, n_in, n_tok, &as);
         CHECK_ST(mvm_gpu_alloc(g, sizeof got, &dy), MVM_OK);
-        mvm_g_matvec_args ma = {.w = dw, .act = da, .y = dy, .row_bytes = rb, .act_stride = as,
-                                .y_stride = n_out, .n_in = n_in, .n_out = n_out,
-                                .n_tok = n_tok};
-        CHECK_ST(mvm_gpu_matvec(g, t, &ma), MVM_OK);
-        CHECK_ST(mvm_gpu_download(g, got, dy, sizeof got), MVM_OK);
-        double e = rel_err(got, want, n_tok * n_out);
-        if (e >= 1e-5)
-            fprintf(stderr, "matvec_%s: relative error %g\n", mvm_k_wtype_name(t), e);
-        CHECK(e < 1e-5);
+        for (uint32_t split = 1; split <= MVM_G_WARPS; split += MVM_G_WARPS - 1) {
+            mvm_g_matvec_args ma = {.w = dw, .act = da, .y = dy, .row_bytes = rb,
+                                    .act_stride = as, .y_stride = n_out, .n_in = n_in,
+                                    .n_out = n_out, .n_tok = n_tok, .split = split};
+            memset(got, 0xff, sizeof got);
+            CHECK_ST(mvm_gpu_upload(g, dy, got, sizeof got), MVM_OK);
+            CHECK_ST(mvm_gpu_matvec(g, t, &ma), MVM_OK);
+            CHECK_ST(mvm_gpu_download(g, got, dy, sizeof got), MVM_OK);
+            double e = rel_err(got, want, n_tok * n_out);
+            if (e >= 1e-5)
+                fprintf(stderr, "matvec_%s (split %u): relative error %g\n",
+                        mvm_k_wtype_name(t), split, e);
+            CHECK(e < 1e-5);
+        }
         if (da != dx)
             mvm_gpu_free(g, da);
         mvm_gpu_free(g, dw), mvm_gpu_free(g, dx), mvm_gpu_free(g, dy);

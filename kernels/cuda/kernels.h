@@ -99,24 +99,40 @@ MVM_G_FN mvm_g_shape mvm_g_quantize_shape(const mvm_g_quantize_args *a)
 /* ---- mvm_g_matvec_<type>: y[i][r] = row r of w . act[i] for r < n_out, i < n_tok.
  * w: n_out rows of n_in elements, row_bytes apart (ggml layout). act[i] at act + i *
  * act_stride bytes in the weights' activation format (mvm_k_act_bytes).
- * y[i][r] at y + (i * y_stride + r) floats. One warp per row, its lanes taking the row's
- * floats, or its Q blocks and 32-element chunks of K super-blocks, in turn; a block's rows
- * are read once for a tile of MVM_G_TILE tokens (gy tiles).
+ * y[i][r] at y + (i * y_stride + r) floats. One warp per row (or part of a row: split),
+ * its lanes taking the row's floats, or its Q blocks and 32-element chunks of K
+ * super-blocks, in turn; a block's rows are read once for a tile of MVM_G_TILE tokens (gy
+ * tiles).
  * With n_head > 1, n_head such products in one launch (MLA's per-head matrices): head g's
  * w, act and y are the above plus g * w_head bytes, g * act_head bytes and g * y_head
  * floats (gy: n_head x the tiles). 0 or 1: one. With accumulate, y[i][r] += the product
  * (a residual added in the product's own pass). With n_out2 (n_out3) rows more, one head,
  * the same launch multiplies the same activations by a second (third) matrix of the same
  * type and width at w2 (w3), into y2 (y3) with rows y_stride2 (y_stride3) floats apart: a
- * layer's q, k and v, or an FFN's gate and up, in one launch. */
+ * layer's q, k and v, or an FFN's gate and up, in one launch. With split = MVM_G_WARPS
+ * (mvm_g_matvec_split), a block's warps share each row instead, each taking a part of
+ * its blocks, and their sums are added in warp order (0 or 1: a warp a row). */
 typedef struct mvm_g_matvec_args {
     mvm_dptr w, act, y;
     uint64_t row_bytes, act_stride, y_stride, w_head, act_head, y_head;
-    uint32_t n_in, n_out, n_tok, n_head, accumulate, pad;
+    uint32_t n_in, n_out, n_tok, n_head, accumulate, split;
     mvm_dptr w2, y2, w3, y3;
     uint64_t y_stride2, y_stride3;
     uint32_t n_out2, n_out3;
 } mvm_g_matvec_args;
+
+#define MVM_G_MATVEC_SPLIT_ROWS 2048u /* rows of a decode product that a block a row takes */
+
+/* The warps of a row for a product of `rows` rows over n_tok tokens and n_head heads: a
+ * block's (MVM_G_WARPS) for a decode product of few rows, else one. A warp a row gave an
+ * attention output of 2048 rows 16 warps an SM of an H200's 132, too few to keep its
+ * loads in flight: 6.1-6.8 µs a q8_0 2048 x 2048 product, against 4.9-5.1 with a block
+ * of 128 threads a row; at 6144 rows the two are even (bench/gpu/kernel_lab.cu,
+ * docs/perf/engine.md, session 72, run H). */
+MVM_G_FN uint32_t mvm_g_matvec_split(uint64_t rows, uint32_t n_tok, uint32_t n_head)
+{
+    return n_tok == 1 && n_head <= 1 && rows <= MVM_G_MATVEC_SPLIT_ROWS ? MVM_G_WARPS : 1;
+}
 
 MVM_G_FN uint32_t mvm_g_matvec_tiles(const mvm_g_matvec_args *a)
 {
@@ -125,7 +141,8 @@ MVM_G_FN uint32_t mvm_g_matvec_tiles(const mvm_g_matvec_args *a)
 
 MVM_G_FN mvm_g_shape mvm_g_matvec_shape(const mvm_g_matvec_args *a)
 {
-    mvm_g_shape s = {mvm_g_div_up((uint64_t)a->n_out + a->n_out2 + a->n_out3, MVM_G_WARPS),
+    const uint64_t rows = (uint64_t)a->n_out + a->n_out2 + a->n_out3;
+    mvm_g_shape s = {(uint32_t)(a->split > 1 ? rows : mvm_g_div_up(rows, MVM_G_WARPS)),
                      mvm_g_matvec_tiles(a) * (a->n_head > 1 ? a->n_head : 1), MVM_G_THREADS};
     return s;
 }
