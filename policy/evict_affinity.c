@@ -32,6 +32,7 @@
 #include <stdlib.h>
 
 #include "policy/modules.h"
+#include "policy/rank.h"
 #include "vmm/error.h"
 
 #define UNSEEN_LOOK -9.21f /* ln(1e-4): what an unselected expert shows without scores */
@@ -117,11 +118,7 @@ static uint32_t affinity_victim(void *self, const mvm_pview *v, uint32_t for_lay
     const affinity *s = self;
     (void)v;
     (void)for_layer;
-    uint32_t best = 0;
-    for (uint32_t i = 1; i < n; i++)
-        if (s->key[cand[i]] < s->key[cand[best]])
-            best = i;
-    return best;
+    return mvm_argmin_f32(s->key, cand, n);
 }
 
 const mvm_evict_ops mvm_evict_affinity = {

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 
 #include "policy/modules.h"
+#include "policy/rank.h"
 #include "vmm/error.h"
 
 typedef struct lfu {
@@ -83,11 +84,7 @@ static uint32_t lfu_victim(void *self, const mvm_pview *v, uint32_t for_layer,
     const lfu *s = self;
     (void)v;
     (void)for_layer;
-    uint32_t best = 0;
-    for (uint32_t i = 1; i < n; i++)
-        if (s->count[cand[i]] < s->count[cand[best]])
-            best = i;
-    return best;
+    return mvm_argmin_u64(s->count, cand, n);
 }
 
 const mvm_evict_ops mvm_evict_lfu = {

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "policy/modules.h"
+#include "policy/rank.h"
 #include "vmm/error.h"
 
 typedef struct lru {
@@ -58,11 +59,7 @@ static uint32_t lru_victim(void *self, const mvm_pview *v, uint32_t for_layer,
     const lru *s = self;
     (void)v;
     (void)for_layer;
-    uint32_t best = 0;
-    for (uint32_t i = 1; i < n; i++)
-        if (s->last[cand[i]] < s->last[cand[best]])
-            best = i;
-    return best;
+    return mvm_argmin_u64(s->last, cand, n);
 }
 
 const mvm_evict_ops mvm_evict_lru = {

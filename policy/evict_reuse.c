@@ -101,13 +101,15 @@ static uint32_t reuse_victim(void *self, const mvm_pview *v, uint32_t for_layer,
     (void)for_layer;
     uint32_t best = 0;
     double best_wait = wait_of(s, cand[0]);
+    uint64_t best_last = s->last[cand[0]]; /* kept, not looked up again (policy/rank.h) */
     for (uint32_t i = 1; i < n; i++) {
         double w = wait_of(s, cand[i]);
-        bool better = best_wait < 0 ? w < 0 && s->last[cand[i]] > s->last[cand[best]]
-                                    : w < 0 || w > best_wait;
+        const uint64_t last = s->last[cand[i]];
+        bool better = best_wait < 0 ? w < 0 && last > best_last : w < 0 || w > best_wait;
         if (better) {
             best = i;
             best_wait = w;
+            best_last = last;
         }
     }
     return best;
