@@ -401,6 +401,18 @@ static void matvec_lab(const char *name, uint32_t n_out, uint32_t n_in)
                mvm_g_matvec_q8_0<<<dim3(s.gx, s.gy), s.block>>>(at(i));
            }), (double)bytes, 0);
     CK(cudaMemcpy(ref, (float *)a.y, n_out * 4, cudaMemcpyDeviceToDevice));
+    { /* the kernel with a block of warps a row, as the engine runs products of few rows */
+        CK(cudaMemset((void *)a.y, 0xff, n_out * 4));
+        mvm_g_matvec_args sa = a;
+        sa.split = MVM_G_WARPS;
+        const mvm_g_shape ss = mvm_g_matvec_shape(&sa);
+        const double us = time_us([&](int i) {
+            mvm_g_matvec_args b = at(i);
+            b.split = MVM_G_WARPS;
+            mvm_g_matvec_q8_0<<<dim3(ss.gx, ss.gy), ss.block>>>(b);
+        });
+        report(name, "matvec_split", us, (double)bytes, rel_diff((float *)a.y, ref, n_out));
+    }
 #define MV(P, LPB, EX, U, T)                                                               \
     CK(cudaMemset((void *)a.y, 0xff, n_out * 4));                                          \
     {                                                                                      \

@@ -84,9 +84,10 @@ mkdir -p "$work"
                 echo "TEXT DIFFERS ($mode)"; diff "$work/text.off" "$work/text.$mode" || true; fi
         done
         # at a quarter of the experts' bytes, the offloaded decode's paths (misses copied
-        # with the device waiting for them, or the host; DALI's CPU/GPU split; routed on the
-        # device, misses read in place, and kept as read): the CPU's text
-        for v in default MOEVM_LOAD_WAIT=host MOEVM_ASSIGN=greedy \
+        # with the device waiting for them, or the host, or read where their copies land
+        # before their maps; DALI's CPU/GPU split; routed on the device, misses read in
+        # place, and kept as read): the CPU's text
+        for v in default MOEVM_LOAD_WAIT=host MOEVM_LOAD_WAIT=device-view MOEVM_ASSIGN=greedy \
             MOEVM_BUDGET_ROUTING=in-place MOEVM_BUDGET_ROUTING=read-through; do
             env MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=25% ${v/#default/} \
                 "$moevm" run -m "$work/tiny.gguf" -p "It was the best of times" -n 24 \
