@@ -48,17 +48,23 @@ static mvm_space_desc host_desc(double frac)
     return d;
 }
 
-/* 2 layers x 4 experts of two pages, a budget of three experts. */
-static mvm_space *small_space(void)
+/* 2 layers x 4 experts of two pages, a budget of `experts` of them. */
+static mvm_space *space_of(uint32_t experts)
 {
     mvm_space_desc d = host_desc(0);
     d.n_layers = 2;
     d.n_experts = 4;
     d.expert_bytes = 2 * PAGE;
-    d.device_budget = 3 * 2 * PAGE;
+    d.device_budget = experts * 2 * PAGE;
     mvm_space *sp = NULL;
     CHECK_ST(mvm_space_create(&d, &sp), MVM_OK);
     return sp;
+}
+
+/* A budget of three experts. */
+static mvm_space *small_space(void)
+{
+    return space_of(3);
 }
 
 static mvm_resid *resid_for(mvm_space *sp, const char *evict, const char *args)
@@ -453,13 +459,7 @@ static uint32_t victim_then_land(void *self, const mvm_pview *v, uint32_t for_la
  * test_cli's rounds in the ASan build, where the worker is slow). */
 static void test_round_after_landing(void)
 {
-    mvm_space_desc d = host_desc(0);
-    d.n_layers = 2;
-    d.n_experts = 4;
-    d.expert_bytes = 2 * PAGE;
-    d.device_budget = 2 * 2 * PAGE;
-    mvm_space *sp = NULL;
-    CHECK_ST(mvm_space_create(&d, &sp), MVM_OK);
+    mvm_space *sp = space_of(2);
     mvm_resid *r = resid_for(sp, "lru", "");
     CHECK_ST(use1(r, 0, 1), MVM_OK);
     CHECK_ST(mvm_pin(sp, 0, 1), MVM_OK);
