@@ -229,15 +229,6 @@ static void test_matvec(void)
         /* a long decode row: many rounds of the unrolled four, and a partial last one
          * (device.cuh, row_dot_tile: 8 Q8_0 blocks a round, one Q4_K super-block) */
         matvec_case(t, mvm_k_is_k(t) ? 256 * 37 : 32 * 150, 13, 1);
-        /* a block a row (mvm_g_matvec_split, as decode's products of few rows run): rows of
-         * fewer units than warps (short_in), uneven parts (37 super-blocks, 150 blocks or
-         * 4800 floats over four warps), a float row's tail past its last 32 (100, 1100),
-         * a tile of tokens and a partial one, a residual added, three matrices */
-        const uint32_t W = MVM_G_WARPS;
-        matvec_case(t, short_in, 13, 1, 1, false, W);
-        matvec_case(t, mvm_k_is_k(t) ? 256 * 37 : 32 * 150, 13, 1, 1, false, W);
-        matvec_case(t, long_in, 13, 11, 1, false, W);
-        matvec_case(t, long_in, 13, 1, 1, true, W);
         matvec_case(t, long_in, 13, 11);
         matvec_case(t, short_in, 5, 8);
         matvec_case(t, short_in, 6, 11, 3);
@@ -247,8 +238,25 @@ static void test_matvec(void)
             t == MVM_W_MXFP4) { /* which part a row is of does not depend on the type */
             matvec_parts_case(t, short_in, 1);
             matvec_parts_case(t, long_in, 11);
-            matvec_parts_case(t, long_in, 1, W);
         }
+    }
+    /* A block a row (mvm_g_matvec_split, as decode's products of few rows run), a type of
+     * each way a row splits into runs (floats by 32, F16's too; Q blocks, a table type's;
+     * K super-blocks; MXFP4's): rows of fewer runs than warps (short_in), uneven parts (37
+     * super-blocks, 150 blocks or 4800 floats over four warps), a float row's tail past its
+     * last 32 (100, 1100), a tile of tokens and a partial one, a residual added, three
+     * matrices. */
+    const enum mvm_wtype split_types[] = {MVM_W_F32,  MVM_W_F16,  MVM_W_Q8_0, MVM_W_IQ4_NL,
+                                          MVM_W_Q4_K, MVM_W_Q6_K, MVM_W_MXFP4};
+    for (const enum mvm_wtype t : split_types) {
+        const uint32_t W = MVM_G_WARPS;
+        const uint32_t short_in = mvm_k_is_k(t) ? 256 : mvm_k_is_q(t) ? 96 : 100;
+        const uint32_t long_in = mvm_k_is_k(t) ? 1280 : mvm_k_is_q(t) ? 1088 : 1100;
+        matvec_case(t, short_in, 13, 1, 1, false, W);
+        matvec_case(t, mvm_k_is_k(t) ? 256 * 37 : 32 * 150, 13, 1, 1, false, W);
+        matvec_case(t, long_in, 13, 11, 1, false, W);
+        matvec_case(t, long_in, 13, 1, 1, true, W);
+        matvec_parts_case(t, long_in, 1, W);
     }
 }
 
