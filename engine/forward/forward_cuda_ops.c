@@ -52,7 +52,7 @@ static mvm_status product(struct cuda_fwd *f, const struct dev_weight *w, uint32
     if (more && more->n > 1)
         a.w3 = more->w[1]->p, a.y3 = more->y[1], a.y_stride3 = more->y_stride[1],
         a.n_out3 = more->w[1]->rows;
-    a.split = mvm_g_matvec_split((uint64_t)a.n_out + a.n_out2 + a.n_out3, n, H);
+    a.split = mvm_g_matvec_split((uint64_t)a.n_out + a.n_out2 + a.n_out3, a.n_in, n, H);
     if (mvm_k_block_elems(t) > 1) {
         if (!ready && qbuf == f->act) /* what act held of xn is gone */
             f->xn_act = NULL, f->xn_experts = 0;

@@ -122,16 +122,23 @@ typedef struct mvm_g_matvec_args {
 } mvm_g_matvec_args;
 
 #define MVM_G_MATVEC_SPLIT_ROWS 2048u /* rows of a decode product that a block a row takes */
+#define MVM_G_MATVEC_SPLIT_COLS 1024u /* if its rows are at least this long */
 
-/* The warps of a row for a product of `rows` rows over n_tok tokens and n_head heads: a
- * block's (MVM_G_WARPS) for a decode product of few rows, else one. A warp a row gave an
- * attention output of 2048 rows 16 warps an SM of an H200's 132, too few to keep its
- * loads in flight: 6.1-6.8 µs a q8_0 2048 x 2048 product, against 4.9-5.1 with a block
- * of 128 threads a row; at 6144 rows the two are even (bench/gpu/kernel_lab.cu,
- * docs/perf/engine.md, session 72, run H). */
-MVM_G_FN uint32_t mvm_g_matvec_split(uint64_t rows, uint32_t n_tok, uint32_t n_head)
+/* The warps of a row for a product of `rows` rows of n_in elements over n_tok tokens and
+ * n_head heads: a block's (MVM_G_WARPS) for a decode product of few long rows, else one.
+ * A warp a row gave an attention output of 2048 rows 16 warps an SM of an H200's 132, too
+ * few to keep its loads in flight: 6.1-6.8 µs a q8_0 2048 x 2048 product, against 4.9-5.1
+ * with a block of 128 threads a row; at 6144 rows the two are even (bench/gpu/kernel_lab.cu,
+ * docs/perf/engine.md, session 72, run H). A short row is a few blocks a warp already: split
+ * four ways, its warps would add up more than they read (and the emulator's tiny models,
+ * whose rows are all short, would run their every product in four times the blocks). */
+MVM_G_FN uint32_t mvm_g_matvec_split(uint64_t rows, uint32_t n_in, uint32_t n_tok,
+                                     uint32_t n_head)
 {
-    return n_tok == 1 && n_head <= 1 && rows <= MVM_G_MATVEC_SPLIT_ROWS ? MVM_G_WARPS : 1;
+    return n_tok == 1 && n_head <= 1 && rows <= MVM_G_MATVEC_SPLIT_ROWS &&
+                   n_in >= MVM_G_MATVEC_SPLIT_COLS
+               ? MVM_G_WARPS
+               : 1;
 }
 
 MVM_G_FN uint32_t mvm_g_matvec_tiles(const mvm_g_matvec_args *a)
