@@ -105,7 +105,9 @@ static void test_matvec(void)
         mvm_dptr dw = up(w, n_out * rb), dx = up(x, n_tok * n_in * 4), dy = 0;
         mvm_dptr da = device_act(t, dx, x, n_in, n_tok, &as);
         CHECK_ST(mvm_gpu_alloc(g, sizeof got, &dy), MVM_OK);
-        for (uint32_t split = 1; split <= MVM_G_WARPS; split += MVM_G_WARPS - 1) {
+        const uint32_t splits[] = {1, MVM_G_WARPS};
+        for (size_t s = 0; s < sizeof splits / sizeof *splits; s++) {
+            const uint32_t split = splits[s];
             mvm_g_matvec_args ma = {.w = dw, .act = da, .y = dy, .row_bytes = rb,
                                     .act_stride = as, .y_stride = n_out, .n_in = n_in,
                                     .n_out = n_out, .n_tok = n_tok, .split = split};

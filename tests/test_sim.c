@@ -197,19 +197,19 @@ static void test_admission(void)
  * loads every miss on demand and pays host_step a layer. */
 static void test_device_routed(void)
 {
-    const uint32_t n_tok = 100, L = 4; /* half_case's */
     mvm_cost cost;
     mvm_sim_config c;
     mvm_trace *t = host_case(&cost, &c);
     if (!t)
         return;
+    const double steps = (double)t->n_tokens * t->hdr.n_layers;
     mvm_sim_result host, dev, first;
     CHECK_ST(mvm_sim_run(t, &cost, &c, &host), MVM_OK);
     c.device_routed = 1;
     CHECK_ST(mvm_sim_run(t, &cost, &c, &dev), MVM_OK);
     CHECK(host.zerocopy_runs == 0 && host.loads > 0);
-    CHECK(fabs(host.t_attn - n_tok * L * (cost.m.attn_time + cost.m.host_step)) < 1e-9);
-    CHECK(fabs(dev.t_attn - n_tok * L * cost.m.attn_time) < 1e-9);
+    CHECK(fabs(host.t_attn - steps * (cost.m.attn_time + cost.m.host_step)) < 1e-9);
+    CHECK(fabs(dev.t_attn - steps * cost.m.attn_time) < 1e-9);
     CHECK(dev.loads == 0 && dev.hits + dev.zerocopy_runs == dev.accesses);
     CHECK(dev.admitted > 0 && dev.hits > dev.accesses / 4);
     CHECK(dev.peak_pages <= c.budget_pages);
@@ -233,24 +233,24 @@ static void test_device_routed(void)
  * host_queue means nothing. */
 static void test_host_queue(void)
 {
-    const uint32_t n_tok = 100, L = 4; /* half_case's */
     mvm_cost cost;
     mvm_sim_config c;
     mvm_trace *t = host_case(&cost, &c);
     if (!t)
         return;
+    const double steps = (double)t->n_tokens * t->hdr.n_layers;
     mvm_sim_result base, some, all;
     CHECK_ST(mvm_sim_run(t, &cost, &c, &base), MVM_OK);
     cost.m.host_queue = 1e-6; /* under every step's experts */
     CHECK(cost.m.host_queue < mvm_cost_gpu(&cost, 1));
     CHECK_ST(mvm_sim_run(t, &cost, &c, &some), MVM_OK);
-    CHECK(fabs(base.time - some.time - n_tok * L * cost.m.host_queue) < 1e-9 * base.time);
+    CHECK(fabs(base.time - some.time - steps * cost.m.host_queue) < 1e-9 * base.time);
     CHECK(some.hits == base.hits && some.loads == base.loads);
     check_breakdown(&some);
     cost.m.host_queue = cost.m.host_step;
     CHECK_ST(mvm_sim_run(t, &cost, &c, &all), MVM_OK);
     CHECK(all.time < some.time);
-    CHECK(all.time >= n_tok * L * (cost.m.attn_time + cost.m.host_step) - 1e-9);
+    CHECK(all.time >= steps * (cost.m.attn_time + cost.m.host_step) - 1e-9);
     check_breakdown(&all);
     c.device_routed = 1;
     CHECK_ST(mvm_sim_run(t, &cost, &c, &all), MVM_OK);

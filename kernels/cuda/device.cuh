@@ -167,11 +167,16 @@ static __device__ __forceinline__ void kpart(const uint8_t *blk, const uint8_t *
     }
 }
 
-/* The bytes of one block (Q, K) or of 32 elements (float types) of type T: row_dot_tile's
- * stride in a row-major row. */
+/* The elements of a run of type T: a block (Q, K) or 32 (float types). */
+template <enum mvm_wtype T> static __device__ __forceinline__ uint32_t run_elems()
+{
+    return mvm_k_block_elems(T) > 1 ? (uint32_t)mvm_k_block_elems(T) : MVM_QBLOCK;
+}
+
+/* The bytes of a run: row_dot_tile's stride in a row-major row. */
 template <enum mvm_wtype T> static __device__ __forceinline__ uint64_t run_bytes()
 {
-    return mvm_k_row_bytes(T, mvm_k_block_elems(T) > 1 ? mvm_k_block_elems(T) : MVM_QBLOCK);
+    return mvm_k_row_bytes(T, run_elems<T>());
 }
 
 /* This lane's part of the dot products of WR weight rows (n elements of type T, wstep

@@ -28,12 +28,6 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_quantize(mvm_g
         group8_q8_0_block(x, (mvm_block_q8_0 *)q, b < nb);
 }
 
-/* The elements of a row that run_bytes<T> covers: a block (Q, K) or 32 (float types). */
-template <enum mvm_wtype T> static __device__ __forceinline__ uint32_t run_elems()
-{
-    return mvm_k_block_elems(T) > 1 ? (uint32_t)mvm_k_block_elems(T) : MVM_QBLOCK;
-}
-
 /* The part of a row of n elements that warp `warp` of `warps` takes (a block a row:
  * mvm_g_matvec_split): whole runs, the last warp's to the row's end; *e0 its first
  * element, returns its length. */
