@@ -231,6 +231,7 @@ static inline void __syncwarp(unsigned mask = 0xffffffffu)
 }
 
 static inline void __threadfence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+static inline void __threadfence_system(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 
 /* The four signed bytes of a times those of b, plus c. */
 static inline int __dp4a(int a, int b, int c)

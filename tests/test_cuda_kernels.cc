@@ -24,7 +24,9 @@ extern "C" {
 #include <math.h>
 
 #include <algorithm>
+#include <chrono>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "tests/check.h"
@@ -1145,9 +1147,9 @@ static void test_route(void)
                                   table ? dp(addr.data()) : 0, dp(wptr.data()),
                                   through ? dp(pool.data()) : 0,
                                   through ? dp(claims.data()) : 0,
-                                  through ? dp(wstore.data()) : 0, c.scale, c.E,
-                                  c.K, c.n_group, c.n_group_used, c.sigmoid, c.norm, n_pool,
-                                  layer, 0};
+                                  through ? dp(wstore.data()) : 0, 0, 0, 0, 0, c.scale,
+                                  c.E, c.K, c.n_group, c.n_group_used, c.sigmoid, c.norm,
+                                  n_pool, layer, 0, 0, 0};
             launch(mvm_g_route, a, mvm_g_route_shape(&a));
             bool ok = sel[c.K] == -7 && same_float(w[c.K], POISON) && active[c.K] == POISON_U;
             ok = ok && wptr[c.K] == POISON_A && wstore[c.K] == POISON_A;
@@ -1179,6 +1181,140 @@ static void test_route(void)
                         c.E, c.K, c.n_group, c.n_group_used, c.sigmoid, variant);
             CHECK(ok);
         }
+}
+
+/* The CPU's share of a routed step (kernels.h): which misses mvm_g_route gives the CPU,
+ * against the rule written here (in choice order, each miss to the CPU while the CPU's
+ * running time with it ends before the link's), on random miss patterns and times, with
+ * and without read-through's slabs; the rows, addresses and the share as the kernel leaves
+ * them. */
+static void test_route_cpu(void)
+{
+    const uint32_t E = 40, K = 8, D = 72, BK = 16, POISON_U = 0xDEADBEEF;
+    const uint64_t POISON_A = 0xBADC0FFEE0DDF00Dull;
+    for (int trial = 0; trial < 60; trial++) {
+        const bool through = trial % 3 == 2;
+        std::vector<int32_t> given(2 * K);
+        std::vector<int> pick(E);
+        for (uint32_t e = 0; e < E; e++)
+            pick[e] = (int)e;
+        std::shuffle(pick.begin(), pick.end(), rng);
+        std::vector<float> gw = randoms(K, 1.0f);
+        for (uint32_t k = 0; k < K; k++) {
+            given[k] = pick[k];
+            memcpy(&given[K + k], &gw[k], sizeof(float));
+        }
+        std::vector<uint64_t> addr(E);
+        for (uint32_t e = 0; e < E; e++) /* own (0), or a home (through: marked FILL) */
+            addr[e] = rng() % 2 ? ((rng() & ~0xFull) | 0x40) | (through ? MVM_G_ADDR_FILL : 0)
+                                : 0;
+        mvm_g_cpu_token tok = {77u + (uint32_t)trial, 0.0f, 0.0f, 0};
+        tok.cpu_us = trial % 10 == 0 ? 0.0f : 0.1f + (float)(rng() % 100) * 0.05f;
+        tok.link_us = 0.1f + (float)(rng() % 100) * 0.05f;
+        /* the rule, written here */
+        std::vector<int> want_cpu(K, 0);
+        float tc = 0, tl = 0;
+        for (uint32_t k = 0; k < K; k++) {
+            const uint64_t at = addr[(uint32_t)given[k]];
+            const bool miss = through ? (at & MVM_G_ADDR_FILL) != 0 : at != 0;
+            if (!miss)
+                continue;
+            if (tok.cpu_us > 0 && tc + tok.cpu_us < tl + tok.link_us)
+                want_cpu[k] = 1, tc += tok.cpu_us;
+            else
+                tl += tok.link_us;
+        }
+        std::vector<uint32_t> active(E, POISON_U), off(E, POISON_U), cnt(E, POISON_U),
+            row_tok(K, POISON_U), tok_rows(K, POISON_U), claims(1 + K + 1, POISON_U);
+        std::vector<float> row_w(K, POISON), w(K, POISON), hidden = randoms(D),
+                           logits = randoms(E);
+        std::vector<int32_t> sel(K, -7), on_cpu(K + 1, -7);
+        std::vector<uint64_t> wptr(K, POISON_A), wstore(K, POISON_A), pool(K);
+        for (uint64_t &p : pool)
+            p = (rng() & ~0xFull) | 0x20;
+        claims[0] = 0;
+        std::vector<uint64_t> share_mem(mvm_g_cpu_share_bytes(D) / 8, 0x5A5A5A5A5A5A5A5Aull);
+        mvm_g_cpu_share *share = (mvm_g_cpu_share *)share_mem.data();
+        float *share_hidden = (float *)((uint8_t *)share + MVM_G_CPU_SHARE_HEAD);
+        const float hidden_poison = share_hidden[0];
+        mvm_g_route_args a = {};
+        a.logits = dp(logits.data()), a.active = dp(active.data()), a.off = dp(off.data());
+        a.cnt = dp(cnt.data()), a.row_tok = dp(row_tok.data()), a.tok_rows = dp(tok_rows.data());
+        a.row_w = dp(row_w.data()), a.sel = dp(sel.data()), a.w = dp(w.data());
+        a.given = dp(given.data()), a.addr = dp(addr.data()), a.wptr = dp(wptr.data());
+        a.pool = through ? dp(pool.data()) : 0, a.claims = through ? dp(claims.data()) : 0;
+        a.wstore = through ? dp(wstore.data()) : 0;
+        a.share = dp(share), a.token = dp(&tok), a.hidden = dp(hidden.data());
+        a.on_cpu = dp(on_cpu.data());
+        a.scale = 1.0f, a.n_expert = E, a.top_k = K, a.n_pool = K, a.layer = 2;
+        a.n_embd = D, a.cpu_row = BK + 1, a.zero_row = BK;
+        launch(mvm_g_route, a, mvm_g_route_shape(&a));
+        bool ok = share->token == tok.tok && on_cpu[K] == -7;
+        uint32_t n = 0, fills = 0;
+        for (uint32_t k = 0; k < K; k++) {
+            const uint32_t e = (uint32_t)given[k], r = off[e];
+            ok = ok && on_cpu[k] == want_cpu[k] && r < K && active[r] == e;
+            if (want_cpu[k]) {
+                ok = ok && tok_rows[k] == (n ? BK : BK + 1) && wptr[r] == MVM_G_ADDR_CPU;
+                ok = ok && share->expert[n] == (int32_t)e && same_float(share->w[n], gw[k]);
+                ok = ok && (!through || wstore[r] == 0);
+                n++;
+            } else {
+                ok = ok && tok_rows[k] == r && wptr[r] == (addr[e] & ~MVM_G_ADDR_FILL);
+                if (through && (addr[e] & MVM_G_ADDR_FILL)) /* a slab, in choice order */
+                    ok = ok && wstore[r] == pool[fills] && claims[1 + fills] == 2 * E + e,
+                    fills++;
+            }
+        }
+        ok = ok && share->n == n && (!through || claims[0] == fills);
+        for (uint32_t i = 0; i < D; i++) /* the router input, where the CPU has work */
+            ok = ok && same_float(share_hidden[i], n ? hidden[i] : hidden_poison);
+        if (!ok)
+            fprintf(stderr, "route_cpu trial %d (through %d, cpu %.2f link %.2f): differs\n",
+                    trial, through, tok.cpu_us, tok.link_us);
+        CHECK(ok);
+    }
+}
+
+/* mvm_g_cpu_wait: nothing on the CPU waits for nothing and copies nothing; a share the
+ * host completes later is waited for and copied; one never completed gives up after the
+ * limit, marks the share and the token, and the token's next layer then waits no more. */
+static void test_cpu_wait(void)
+{
+    const uint32_t D = 100, K = 4;
+    std::vector<uint64_t> mem(2 * mvm_g_cpu_share_bytes(D) / 8, 0);
+    mvm_g_cpu_share *s0 = (mvm_g_cpu_share *)mem.data();
+    mvm_g_cpu_share *s1 = (mvm_g_cpu_share *)((uint8_t *)mem.data() + mvm_g_cpu_share_bytes(D));
+    float *out0 = (float *)((uint8_t *)s0 + mvm_g_cpu_share_out(D));
+    const std::vector<float> sum = randoms(D);
+    std::vector<float> row(D, POISON);
+    std::vector<int32_t> on_cpu(K, 0);
+    mvm_g_cpu_token tok = {9, 1.0f, 2.0f, 0};
+    mvm_g_cpu_wait_args a = {dp(s0), dp(&tok), dp(on_cpu.data()), dp(row.data()),
+                             60000000000ull, D, K};
+    launch(mvm_g_cpu_wait, a, mvm_g_cpu_wait_shape(&a));
+    bool ok = true;
+    for (uint32_t i = 0; i < D; i++)
+        ok = ok && std::isnan(row[i]);
+    CHECK(ok && s0->late == 0);
+    /* the host's thread writes the sum and stores done a little later */
+    on_cpu[2] = 1;
+    std::thread host([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(30));
+        memcpy(out0, sum.data(), D * sizeof(float));
+        __atomic_store_n(&s0->done, tok.tok, __ATOMIC_RELEASE);
+    });
+    launch(mvm_g_cpu_wait, a, mvm_g_cpu_wait_shape(&a));
+    host.join();
+    CHECK(row == sum && s0->late == 0 && tok.gave_up == 0);
+    /* the next token: nobody answers; a limit of 20 ms */
+    tok.tok = 10;
+    a.timeout_ns = 20000000;
+    launch(mvm_g_cpu_wait, a, mvm_g_cpu_wait_shape(&a));
+    CHECK(s0->late == 10 && tok.gave_up == 10);
+    a.share = dp(s1), a.timeout_ns = 60000000000ull; /* its next layer: no wait at all */
+    launch(mvm_g_cpu_wait, a, mvm_g_cpu_wait_shape(&a));
+    CHECK(s1->late == 0);
 }
 
 static void test_add_swiglu(void)
@@ -1522,6 +1658,8 @@ int main(void)
     RUN(test_matvec);
     RUN(test_experts);
     RUN(test_route);
+    RUN(test_route_cpu);
+    RUN(test_cpu_wait);
     RUN(test_rmsnorm);
     RUN(test_rmsnorm_quantize);
     RUN(test_rmsnorm_sum);

@@ -64,6 +64,7 @@ static const struct {
     [MVM_GK_EXPERT_MMQ_DOWN] = {MOD_MMQ, "mvm_g_expert_mmq_down", 1, MMQ_DOWN_TYPES},
     [MVM_GK_EXPERT_SUM] = {MOD_EXPERT, "mvm_g_expert_sum", 0},
     [MVM_GK_ROUTE] = {MOD_EXPERT, "mvm_g_route", 0},
+    [MVM_GK_CPU_WAIT] = {MOD_EXPERT, "mvm_g_cpu_wait", 0},
     [MVM_GK_RMSNORM] = {MOD_OPS, "mvm_g_rmsnorm", 0},
     [MVM_GK_ROPE] = {MOD_OPS, "mvm_g_rope", 0},
     [MVM_GK_QK_ROPE] = {MOD_OPS, "mvm_g_qk_rope", 0},
@@ -286,7 +287,8 @@ mvm_status mvm_gpu_download(mvm_gpu *g, void *dst, mvm_dptr src, size_t bytes)
     return st == MVM_OK ? mvm_gpu_sync(g) : st;
 }
 
-mvm_status mvm_gpu_host_alloc(mvm_gpu *g, size_t bytes, void **out)
+/* Page-aligned host memory registered with `flags`, and its device address where dev. */
+static mvm_status host_pin(mvm_gpu *g, size_t bytes, unsigned flags, void **out, mvm_dptr *dev)
 {
     *out = NULL;
     const size_t page = 4096, len = bytes ? (bytes + page - 1) / page * page : page;
@@ -294,13 +296,30 @@ mvm_status mvm_gpu_host_alloc(mvm_gpu *g, size_t bytes, void **out)
     if (posix_memalign(&p, page, len) != 0)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for %zu bytes of pinned host memory",
                         bytes);
-    CUresult r = g->cu.MemHostRegister(p, len, 0);
+    CUresult r = g->cu.MemHostRegister(p, len, flags);
     if (r != CUDA_SUCCESS) {
         free(p);
         return mvm_cu_fail(&g->cu, r, "cuMemHostRegister (the engine's staging memory)");
     }
+    CUdeviceptr d = 0;
+    if (dev && (r = g->cu.MemHostGetDevicePointer(&d, p, 0)) != CUDA_SUCCESS) {
+        mvm_gpu_host_free(g, p);
+        return mvm_cu_fail(&g->cu, r, "cuMemHostGetDevicePointer (the engine's mapped memory)");
+    }
+    if (dev)
+        *dev = (mvm_dptr)d;
     *out = p;
     return MVM_OK;
+}
+
+mvm_status mvm_gpu_host_alloc(mvm_gpu *g, size_t bytes, void **out)
+{
+    return host_pin(g, bytes, 0, out, NULL);
+}
+
+mvm_status mvm_gpu_host_map(mvm_gpu *g, size_t bytes, void **out, mvm_dptr *dev)
+{
+    return host_pin(g, bytes, CU_MEMHOSTREGISTER_DEVICEMAP, out, dev);
 }
 
 void mvm_gpu_host_free(mvm_gpu *g, void *p)

@@ -38,6 +38,7 @@ enum mvm_gpu_kernel {
     MVM_GK_EXPERT_MMQ_DOWN,
     MVM_GK_EXPERT_SUM,
     MVM_GK_ROUTE,
+    MVM_GK_CPU_WAIT,
     MVM_GK_RMSNORM,
     MVM_GK_ROPE,
     MVM_GK_QK_ROPE,
@@ -85,6 +86,9 @@ mvm_status mvm_gpu_download_async(mvm_gpu *g, void *dst, mvm_dptr src, size_t by
  * (NULL is ignored). */
 mvm_status mvm_gpu_host_alloc(mvm_gpu *g, size_t bytes, void **out);
 void mvm_gpu_host_free(mvm_gpu *g, void *p);
+/* The same, also mapped for the device: *dev is where its kernels read and write it (words
+ * that the host and the device hand each other while both run). */
+mvm_status mvm_gpu_host_map(mvm_gpu *g, size_t bytes, void **out, mvm_dptr *dev);
 mvm_status mvm_gpu_copy(mvm_gpu *g, mvm_dptr dst, mvm_dptr src, size_t bytes);
 /* bytes of zeros at dst, in stream order (no host buffer to make or keep). */
 mvm_status mvm_gpu_zero(mvm_gpu *g, mvm_dptr dst, size_t bytes);
@@ -155,6 +159,7 @@ MVM_GPU_LAUNCHER(mvm_gpu_expert_mmq_down, MVM_GK_EXPERT_MMQ_DOWN, mvm_g_expert_a
 MVM_GPU_LAUNCHER(mvm_gpu_expert_sum, MVM_GK_EXPERT_SUM, mvm_g_expert_sum_args,
                  mvm_g_expert_sum_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_route, MVM_GK_ROUTE, mvm_g_route_args, mvm_g_route_shape)
+MVM_GPU_LAUNCHER(mvm_gpu_cpu_wait, MVM_GK_CPU_WAIT, mvm_g_cpu_wait_args, mvm_g_cpu_wait_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_rmsnorm, MVM_GK_RMSNORM, mvm_g_rmsnorm_args, mvm_g_rmsnorm_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_rope, MVM_GK_ROPE, mvm_g_rope_args, mvm_g_rope_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_qk_rope, MVM_GK_QK_ROPE, mvm_g_qk_rope_args, mvm_g_qk_rope_shape)

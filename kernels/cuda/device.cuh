@@ -11,6 +11,9 @@
 #include <assert.h>
 #include <math.h>
 #include <stdint.h>
+#ifndef __CUDA_ARCH__
+#include <time.h>
+#endif
 
 #include "kernels/cuda/kernels.h"
 
@@ -328,6 +331,44 @@ template <typename V> static __device__ __forceinline__ V warp_sum(V v)
     for (int o = 16; o > 0; o >>= 1)
         v += __shfl_xor_sync(FULL_MASK, v, o);
     return v;
+}
+
+/* Words in host memory mapped for the device that a host thread writes or waits for (the
+ * CPU's share of a decode step, kernels.h: mvm_g_cpu_share): loads that acquire and stores
+ * that release at the system's scope, so that what the other side wrote before its word is
+ * seen after it. The emulated build's threads are the host's, with the same orders. */
+static __device__ __forceinline__ uint32_t load_acquire_sys(const uint32_t *p)
+{
+#ifdef __CUDA_ARCH__
+    uint32_t v;
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+#else
+    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+#endif
+}
+
+static __device__ __forceinline__ void store_release_sys(uint32_t *p, uint32_t v)
+{
+#ifdef __CUDA_ARCH__
+    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+#else
+    __atomic_store_n(p, v, __ATOMIC_RELEASE);
+#endif
+}
+
+/* Nanoseconds of a clock that all of the device's SMs share (a wait's time limit). */
+static __device__ __forceinline__ uint64_t now_ns()
+{
+#ifdef __CUDA_ARCH__
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+#else
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+#endif
 }
 
 static __device__ __forceinline__ float warp_max(float v)

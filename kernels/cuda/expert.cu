@@ -117,6 +117,8 @@ template <enum mvm_wtype GU> static __device__ void expert_up(const mvm_g_expert
 template <enum mvm_wtype GU, bool KEEP>
 static __device__ void expert_up1(const mvm_g_expert_args &a)
 {
+    if (expert_on_cpu(a))
+        return;
     const mvm_k_expert_fmt f = {GU, (enum mvm_wtype)a.down, (enum mvm_k_glu)a.glu, 0};
     const uint32_t e = U32(a.active)[blockIdx.y], r = U32(a.off)[e];
     const uint32_t ch = blockIdx.x * MVM_G_WARPS + (threadIdx.x >> 5);
@@ -158,6 +160,8 @@ static __device__ void expert_up1(const mvm_g_expert_args &a)
 extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
     mvm_g_expert_quantize(mvm_g_expert_args a)
 {
+    if (expert_on_cpu(a))
+        return;
     const uint32_t e = U32(a.active)[blockIdx.y], g = blockIdx.x;
     const uint32_t r0 = U32(a.off)[e], nr = U32(a.cnt)[e];
     if (mvm_k_is_k((enum mvm_wtype)a.down)) {
@@ -209,6 +213,8 @@ template <enum mvm_wtype DN> static __device__ void expert_down(const mvm_g_expe
 template <enum mvm_wtype DN, bool KEEP>
 static __device__ void expert_down1(const mvm_g_expert_args &a)
 {
+    if (expert_on_cpu(a))
+        return;
     const mvm_k_expert_fmt f = {(enum mvm_wtype)a.gate_up, DN, (enum mvm_k_glu)a.glu, 0};
     const uint32_t e = U32(a.active)[blockIdx.y], r = U32(a.off)[e];
     const uint32_t W = KEEP ? MVM_G_KEEP_THREADS / 32 : MVM_G_WARPS; /* outputs a block */
@@ -362,6 +368,56 @@ static __device__ void route_topk(const mvm_g_route_args &a, const float *key, u
     }
 }
 
+/* Whether this lane's choice (read at `at`) goes to the CPU (kernels.h, the CPU's share):
+ * the misses in choice order, each to the CPU while its threads' running time with it ends
+ * before the link's with it. Every lane walks the same choices, so all agree. */
+static __device__ uint32_t route_cpu(const mvm_g_route_args &a, uint64_t at)
+{
+    const mvm_g_cpu_token *t = (const mvm_g_cpu_token *)a.token;
+    if (!a.share || !(t->cpu_us > 0))
+        return 0;
+    const uint32_t lane = threadIdx.x;
+    const uint32_t miss = lane < a.top_k && (a.wstore ? (at & MVM_G_ADDR_FILL) != 0 : at != 0);
+    uint32_t mine = 0;
+    float cpu = 0, link = 0;
+    for (uint32_t j = 0; j < a.top_k; j++) {
+        if (!__shfl_sync(FULL_MASK, miss, (int)j))
+            continue;
+        if (cpu + t->cpu_us < link + t->link_us) {
+            cpu += t->cpu_us;
+            mine = j == lane ? 1 : mine;
+        } else {
+            link += t->link_us;
+        }
+    }
+    return mine;
+}
+
+/* The layer's share written for the host's threads (kernels.h): this lane's choice (cpu:
+ * it is the CPU's, the cpu_before-th of them) and, from every lane, the router input; then
+ * after a system fence the token's number, which they wait for. */
+static __device__ void route_share(const mvm_g_route_args &a, uint32_t cpu, uint32_t cpu_before,
+                                   uint32_t cpus, uint32_t mine, float w)
+{
+    mvm_g_cpu_share *s = (mvm_g_cpu_share *)a.share;
+    const uint32_t lane = threadIdx.x;
+    if (lane < a.top_k)
+        ((int32_t *)a.on_cpu)[lane] = (int32_t)cpu;
+    if (cpu) {
+        s->expert[cpu_before] = (int32_t)mine;
+        s->w[cpu_before] = w;
+    }
+    float *hidden = (float *)((uint8_t *)a.share + MVM_G_CPU_SHARE_HEAD);
+    for (uint32_t i = lane; cpus && i < a.n_embd; i += 32)
+        hidden[i] = ((const float *)a.hidden)[i];
+    if (lane == 0)
+        s->n = cpus;
+    __threadfence_system();
+    __syncwarp();
+    if (lane == 0)
+        store_release_sys(&s->token, ((const mvm_g_cpu_token *)a.token)->tok);
+}
+
 extern "C" __global__ void __launch_bounds__(32) mvm_g_route(mvm_g_route_args a)
 {
     __shared__ float p[MVM_G_ROUTE_MAX_E], key[MVM_G_ROUTE_MAX_E];
@@ -384,14 +440,18 @@ extern "C" __global__ void __launch_bounds__(32) mvm_g_route(mvm_g_route_args a)
     /* read-through: the choices read at their homes that may be kept, and this one's
      * place among them in choice order */
     const uint64_t at = a.addr && lane < K ? ((const uint64_t *)a.addr)[mine] : 0;
-    const uint32_t fill = a.wstore && (at & MVM_G_ADDR_FILL) ? 1 : 0;
-    uint32_t before = 0, fills = 0;
+    const uint32_t cpu = route_cpu(a, at);
+    const uint32_t fill = a.wstore && (at & MVM_G_ADDR_FILL) && !cpu ? 1 : 0;
+    uint32_t before = 0, fills = 0, cpu_before = 0, cpus = 0;
     for (uint32_t j = 0; j < K; j++) {
         sum += __shfl_sync(FULL_MASK, w, (int)j);
         r += __shfl_sync(FULL_MASK, mine, (int)j) < mine;
         const uint32_t f = __shfl_sync(FULL_MASK, fill, (int)j);
         before += j < lane ? f : 0;
         fills += f;
+        const uint32_t c = __shfl_sync(FULL_MASK, cpu, (int)j);
+        cpu_before += j < lane ? c : 0;
+        cpus += c;
     }
     uint64_t store = 0;
     if (fills) { /* every lane has read claims[0] before the first lane moves it on */
@@ -405,24 +465,52 @@ extern "C" __global__ void __launch_bounds__(32) mvm_g_route(mvm_g_route_args a)
         if (lane == 0)
             claims[0] = taken + fills; /* slabs taken: min(claims[0], n_pool) */
     }
-    if (lane >= K)
-        return;
-    if (!given) { /* a given choice comes with its weights */
-        w = a.norm_topk ? w / sum : w;
-        w = a.scale != 1.0f ? w * a.scale : w;
+    if (lane < K) {
+        if (!given) { /* a given choice comes with its weights */
+            w = a.norm_topk ? w / sum : w;
+            w = a.scale != 1.0f ? w * a.scale : w;
+        }
+        ((uint32_t *)a.active)[r] = mine;
+        ((uint32_t *)a.off)[mine] = r;
+        ((uint32_t *)a.cnt)[mine] = 1;
+        ((uint32_t *)a.row_tok)[r] = 0;
+        ((float *)a.row_w)[r] = w;
+        ((uint32_t *)a.tok_rows)[lane] = !cpu ? r : cpu_before ? a.zero_row : a.cpu_row;
+        ((int32_t *)a.sel)[lane] = (int32_t)mine;
+        ((float *)a.w)[lane] = w;
+        if (a.addr)
+            ((uint64_t *)a.wptr)[r] = cpu ? MVM_G_ADDR_CPU : at & ~MVM_G_ADDR_FILL;
+        if (a.wstore)
+            ((uint64_t *)a.wstore)[r] = store;
     }
-    ((uint32_t *)a.active)[r] = mine;
-    ((uint32_t *)a.off)[mine] = r;
-    ((uint32_t *)a.cnt)[mine] = 1;
-    ((uint32_t *)a.row_tok)[r] = 0;
-    ((float *)a.row_w)[r] = w;
-    ((uint32_t *)a.tok_rows)[lane] = r;
-    ((int32_t *)a.sel)[lane] = (int32_t)mine;
-    ((float *)a.w)[lane] = w;
-    if (a.addr)
-        ((uint64_t *)a.wptr)[r] = at & ~MVM_G_ADDR_FILL;
-    if (a.wstore)
-        ((uint64_t *)a.wstore)[r] = store;
+    if (a.share)
+        route_share(a, lane < K ? cpu : 0, cpu_before, cpus, mine, w);
+}
+
+/* The CPU's rows of a decode step waited for and taken into out (kernels.h). A wait that
+ * gives up marks the layer's share late and the token's words, so that the token's later
+ * layers wait no more: the host fails the token. */
+extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_cpu_wait(mvm_g_cpu_wait_args a)
+{
+    __shared__ uint32_t any;
+    mvm_g_cpu_share *s = (mvm_g_cpu_share *)a.share;
+    mvm_g_cpu_token *t = (mvm_g_cpu_token *)a.token;
+    if (threadIdx.x == 0) {
+        uint32_t n = 0;
+        for (uint32_t k = 0; k < a.top_k; k++)
+            n += ((const int32_t *)a.on_cpu)[k] != 0;
+        const uint64_t t0 = n ? now_ns() : 0;
+        while (n && t->gave_up != t->tok && load_acquire_sys(&s->done) != t->tok)
+            if (now_ns() - t0 > a.timeout_ns) {
+                t->gave_up = t->tok;
+                store_release_sys(&s->late, t->tok);
+            }
+        any = n;
+    }
+    __syncthreads();
+    const float *out = (const float *)((const uint8_t *)a.share + mvm_g_cpu_share_out(a.n_embd));
+    for (uint32_t i = threadIdx.x; any && i < a.n_embd; i += blockDim.x)
+        ((float *)a.row)[i] = out[i];
 }
 
 #define EXPERT(name, T)                                                                    \

@@ -22,6 +22,14 @@ static __device__ __forceinline__ const uint8_t *expert_base(const mvm_g_expert_
     return w ? (const uint8_t *)w : (const uint8_t *)a.experts + e * a.expert_stride;
 }
 
+/* Whether active expert blockIdx.y is the CPU's (its wptr entry MVM_G_ADDR_CPU, set by the
+ * route kernel: kernels.h, the CPU's share): its blocks do nothing, and its rows are not
+ * read. */
+static __device__ __forceinline__ bool expert_on_cpu(const mvm_g_expert_args &a)
+{
+    return a.wptr && ((const uint64_t *)a.wptr)[blockIdx.y] == MVM_G_ADDR_CPU;
+}
+
 /* Read-through (wstore): where the bytes at src, inside active expert blockIdx.y (expert e)
  * as it is read, are stored as read; NULL where the launch stores none of its. */
 static __device__ __forceinline__ uint8_t *store_of(const mvm_g_expert_args &a, uint32_t e,

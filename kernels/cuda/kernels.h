@@ -298,19 +298,80 @@ MVM_G_FN mvm_g_shape mvm_g_expert_sum_shape(const mvm_g_expert_sum_args *a)
  * n_expert <= MVM_G_ROUTE_MAX_E, top_k <= 32, n_group <= 32. */
 #define MVM_G_ROUTE_MAX_E 1024
 #define MVM_G_ADDR_FILL 1ull /* an addr entry's low bit (addresses are page-aligned) */
+#define MVM_G_ADDR_CPU 2ull  /* a wptr entry: the CPU computes this expert (the kernels skip
+                                its block) */
 typedef struct mvm_g_route_args {
     mvm_dptr logits, choose_bias, active, off, cnt, row_tok, tok_rows, row_w, sel, w, given;
     mvm_dptr addr, wptr;
     mvm_dptr pool, claims, wstore;
+    mvm_dptr share, token, hidden, on_cpu; /* the CPU's share (below; share 0: none) */
     float scale;
     uint32_t n_expert, top_k, n_group, n_group_used, sigmoid, norm_topk, n_pool, layer;
-    uint32_t pad;
+    uint32_t n_embd, cpu_row, zero_row;
 } mvm_g_route_args;
 
 MVM_G_FN mvm_g_shape mvm_g_route_shape(const mvm_g_route_args *a)
 {
     (void)a;
     mvm_g_shape s = {1, 1, 32};
+    return s;
+}
+
+/* ---- the CPU's share of a decode step routed on the device at a budget ------------------
+ * (engine/forward/forward_cuda_cpu.c, MOEVM_DEVICE_CPU.) With route's `share` set, its misses
+ * (an addr entry with MVM_G_ADDR_FILL where wstore is set, else any nonzero one: a home read
+ * in place) go, in choice order, to the CPU's threads while their running sum of per-miss
+ * times ends before the link's: cpu_us and link_us, per miss, of the token's words at
+ * `token` (mvm_g_cpu_token, after the token's position: the host sends them with its row
+ * each token, so the graph's arguments stay the same). Those choices take no slab, their
+ * wptr entry is MVM_G_ADDR_CPU (the expert kernels skip them), on_cpu[k] (int32, the stage)
+ * is 1 for them and 0 for the others, and their tok_rows entry is out's row cpu_row for the
+ * first and zero_row (zeros) for the rest, so that the sum adds the CPU's row once. The
+ * kernel writes the layer's share, host memory mapped for the device: their experts and
+ * weights in choice order, n, the router input `hidden` (n_embd floats), then, after a
+ * system fence, the token's number in `token`, which the host's threads wait for. They
+ * compute the rows, write their sum to `out` and store `done` = the token's number, always
+ * (a failure too: they never leave the device waiting).
+ * mvm_g_cpu_wait: where any on_cpu[k] is set, waits for the share's `done` to be the
+ * token's number (at most timeout_ns: then `late` = the token's number, for the host, and
+ * the token's gave_up too, so that its later layers do not wait), then copies the share's
+ * out to `row` (n_embd floats: out's row cpu_row). One block. */
+typedef struct mvm_g_cpu_token {
+    uint32_t tok;         /* the token's number (nonzero) */
+    float cpu_us, link_us; /* a miss's time on the CPU (0: it takes none), read in place */
+    uint32_t gave_up;     /* the device's: tok once a wait of the token gave up (0 sent) */
+} mvm_g_cpu_token;
+
+#define MVM_G_CPU_SHARE_HEAD 512u /* the header's bytes; then hidden, then out */
+typedef struct mvm_g_cpu_share {
+    uint32_t token, n;  /* written by the device, token last */
+    int32_t expert[32];
+    float w[32];
+    uint32_t pad0[14];
+    uint32_t done;      /* 320: written by the host, on a line of its own */
+    uint32_t pad1[15];
+    uint32_t late;      /* 384: the device's, where its wait gave up */
+    uint32_t pad2[31];
+} mvm_g_cpu_share;
+
+/* Where a layer's share's out starts (hidden at the header's end), and its bytes: the
+ * parts rounded to 64 bytes. */
+MVM_G_FN uint64_t mvm_g_cpu_share_out(uint32_t n_embd)
+{
+    return MVM_G_CPU_SHARE_HEAD + (((uint64_t)n_embd * 4 + 63) & ~(uint64_t)63);
+}
+#define mvm_g_cpu_share_bytes(n_embd) (2 * mvm_g_cpu_share_out(n_embd) - MVM_G_CPU_SHARE_HEAD)
+
+typedef struct mvm_g_cpu_wait_args {
+    mvm_dptr share, token, on_cpu, row;
+    uint64_t timeout_ns;
+    uint32_t n_embd, top_k;
+} mvm_g_cpu_wait_args;
+
+MVM_G_FN mvm_g_shape mvm_g_cpu_wait_shape(const mvm_g_cpu_wait_args *a)
+{
+    (void)a;
+    mvm_g_shape s = {1, 1, MVM_G_THREADS};
     return s;
 }
 

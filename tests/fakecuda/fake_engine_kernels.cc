@@ -32,23 +32,39 @@ static void run(const void *params, const unsigned grid[3], const unsigned block
 }
 
 /* The routing kernel, and with FAKECUDA_ROUTE_BAD=1 a device that answers wrongly: its first
- * choice one past the last expert (the host must say so, not index by it). */
+ * choice one past the last expert (the host must say so, not index by it); with
+ * FAKECUDA_ROUTE_BAD=2 the CPU's share's first expert instead, where it gives the CPU one
+ * (the kernel writes a copy of the share, handed over as the kernel would: token last). */
 static void route_run(const void *params, const unsigned grid[3], const unsigned block[3])
 {
-    run<mvm_g_route_args, mvm_g_route>(params, grid, block);
     const char *bad = getenv("FAKECUDA_ROUTE_BAD");
-    if (bad && strcmp(bad, "1") == 0) {
-        mvm_g_route_args a;
-        memcpy(&a, params, sizeof a);
-        ((int32_t *)a.sel)[0] = (int32_t)a.n_expert;
+    mvm_g_route_args a;
+    memcpy(&a, params, sizeof a);
+    if (bad && strcmp(bad, "2") == 0 && a.share) {
+        const uint64_t bytes = mvm_g_cpu_share_bytes(a.n_embd);
+        mvm_g_cpu_share *real = (mvm_g_cpu_share *)a.share;
+        std::vector<uint64_t> copy(bytes / 8);
+        memcpy(copy.data(), real, bytes);
+        a.share = (mvm_dptr)(uintptr_t)copy.data();
+        run<mvm_g_route_args, mvm_g_route>(&a, grid, block);
+        mvm_g_cpu_share *made = (mvm_g_cpu_share *)copy.data();
+        made->expert[0] = made->n ? (int32_t)a.n_expert : made->expert[0];
+        const uint32_t token = made->token;
+        made->token = real->token;
+        memcpy(real, made, bytes);
+        __atomic_store_n(&real->token, token, __ATOMIC_RELEASE);
+        return;
     }
+    run<mvm_g_route_args, mvm_g_route>(params, grid, block);
+    if (bad && strcmp(bad, "1") == 0)
+        ((int32_t *)a.sel)[0] = (int32_t)a.n_expert;
 }
 
 /* The kernels registered, and where their launches are counted. */
 static struct {
     const char *name;
     unsigned long *n;
-} counted[256]; /* FK_MAX_PLUGIN, the fake's most */
+} counted[320]; /* FK_MAX_PLUGIN, the fake's most */
 static size_t n_counted;
 
 /* How many times kernel `name` ran (0 for one not registered): which path a pass took, for
@@ -94,6 +110,7 @@ fakecuda_register_kernels(fakecuda_add_kernel_fn add)
     ADD(mvm_g_expert_mmq_down_q4_K, mvm_g_expert_args);
     ADD(mvm_g_expert_mmq_down_q6_K, mvm_g_expert_args);
     ADD(mvm_g_expert_sum, mvm_g_expert_sum_args);
+    ADD(mvm_g_cpu_wait, mvm_g_cpu_wait_args);
     add("mvm_g_route", sizeof(mvm_g_route_args), route_run); /* counted by run<> */
     counted[n_counted++] = {"mvm_g_route", &launched<mvm_g_route_args, mvm_g_route>};
     ADD(mvm_g_rmsnorm, mvm_g_rmsnorm_args);

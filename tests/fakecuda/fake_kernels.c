@@ -265,7 +265,7 @@ static const struct fk_kernel fk_kernels[] = {
 
 /* ---- plugin kernels: FAKECUDA_KERNELS names a shared object whose
  * fakecuda_register_kernels(add) adds kernels by name, loaded at the first module load ---- */
-#define FK_MAX_PLUGIN 256 /* the engine registers 8 typed kernels a weight type, and more */
+#define FK_MAX_PLUGIN 320 /* the engine registers 8 typed kernels a weight type, and more */
 #define FK_MAX_KERNELS (FK_NKERNELS + FK_MAX_PLUGIN)
 static struct fk_kernel g_plugin[FK_MAX_PLUGIN];
 static unsigned g_n_plugin;

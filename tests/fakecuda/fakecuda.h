@@ -23,7 +23,8 @@
  *                          kernels through tests/cuda_emu.h). A plugin that does not load
  *                          fails every module load with CUDA_ERROR_INVALID_IMAGE.
  *   FAKECUDA_ROUTE_BAD     1: the engine's plugin (fake_engine_kernels.cc) makes the
- *                          routing kernel's first choice one past the last expert
+ *                          routing kernel's first choice one past the last expert; 2: the
+ *                          first expert of its CPU's share (MOEVM_DEVICE_CPU), where any
  * A malformed variable is reported on stderr and makes cuInit fail (CUDA_ERROR_INVALID_VALUE).
  */
 #ifndef FAKECUDA_H

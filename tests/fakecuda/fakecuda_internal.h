@@ -99,7 +99,7 @@ void fk_kernels_drop_ctx(CUcontext ctx);
 
 /* Kernels' parameters, packed in their layout (at most FK_MAX_PARAMS of them). */
 #define FK_MAX_PARAMS 5
-#define FK_PARAM_BYTES 192
+#define FK_PARAM_BYTES 248 /* the engine's largest argument struct (kernels.h), with room */
 /* Checks a launch of f in the current context as cuLaunchKernel does (handle, shape,
  * parameters) and packs its parameters into raw. */
 CUresult fk_kernel_check(CUfunction f, const unsigned grid[3], const unsigned block[3],
