@@ -1267,6 +1267,138 @@ static void test_budget_routing(void)
     free_run(host);
 }
 
+/* A cost file in the test's folder (docs/cost-format.md); its path. */
+static const char *cost_file(const char *name, const char *json)
+{
+    static char path[2][128];
+    char *p = path[strcmp(name, "cpu") == 0];
+    snprintf(p, sizeof path[0], "%s/cost-%s.json", dir, name);
+    FILE *f = fopen(p, "w");
+    CHECK(f != NULL);
+    if (f) {
+        fputs(json, f);
+        fclose(f);
+    }
+    return p;
+}
+
+/* The CPU's share of a token routed on the device (MOEVM_DEVICE_CPU=on,
+ * forward_cuda_cpu.c), in place and read-through. With a cost model whose CPU finishes a
+ * miss long before the link would, the route kernel gives the CPU's thread every miss: the
+ * replay counts them as CPU runs, nothing is read in place or kept by a slab (admission
+ * loads some between tokens, read-through too: the cache still fills), and the logits are the
+ * host-routed run's up to the order of the sums (the CPU's summed apart); the choices and
+ * router inputs are its bit for bit, and each layer's wait ran. With one whose link wins,
+ * the CPU takes none, and the logits are bit for bit. A share naming an expert the model
+ * has not (a device gone wrong) fails the token, saying so. A kernel launch failing in the
+ * middle of a token fails that token and hangs nothing: the CPU's thread stops waiting for
+ * layers that never come, and the next tokens run. */
+static void test_device_cpu(void)
+{
+    const char *path = preset_path("llama", "tiny", MVM_W_Q8_0);
+    const size_t n = N_PROMPT * mvm_preset_find("tiny", "llama")->spec.n_vocab;
+    const char *cpu_wins = cost_file("cpu", "{\"cpu_mem_bw\": 1000, \"cpu_flops\": 100000, "
+                                            "\"cpu_setup\": 1, \"zerocopy_bw\": 0.01}");
+    const char *link_wins = cost_file("link", "{\"cpu_mem_bw\": 0.001, \"cpu_flops\": 0.01, "
+                                              "\"zerocopy_bw\": 1000}");
+    setenv("MOEVM_DETERMINISTIC", "on", 1);
+    struct run *host = run_prompt(path, MVM_BACKEND_CUDA, 0.3, 1, 0);
+    setenv("MOEVM_DEVICE_CPU", "on", 1);
+    for (int mode = 0; mode < 3; mode++) {
+        const int through = mode != 1, cpu = mode < 2;
+        setenv("MOEVM_BUDGET_ROUTING", through ? "read-through" : "in-place", 1);
+        setenv("MOEVM_COST", cpu ? cpu_wins : link_wins, 1);
+        const unsigned long waits0 = fakecuda_engine_launches("mvm_g_cpu_wait");
+        struct run *dev = run_prompt(path, MVM_BACKEND_CUDA, 0.3, 1, 0);
+        const unsigned long waits = fakecuda_engine_launches("mvm_g_cpu_wait") - waits0;
+        CHECK(host && dev);
+        if (host && dev) {
+            fprintf(stderr, "  %s, the %s's cost model: %llu accesses, %llu on the CPU, %llu "
+                    "read in place, %llu hits\n", through ? "read-through" : "in-place",
+                    cpu ? "CPU" : "link", (unsigned long long)dev->resid.accesses,
+                    (unsigned long long)dev->resid.cpu_runs,
+                    (unsigned long long)dev->resid.zerocopy_runs,
+                    (unsigned long long)dev->resid.hits);
+            CHECK(waits == N_PROMPT * 2); /* the tiny models' two MoE layers, every token */
+            CHECK(memcmp(host->sel, dev->sel, sizeof host->sel) == 0);
+            CHECK(dev->resid.accesses == host->resid.accesses);
+            CHECK(dev->resid.hits + dev->resid.zerocopy_runs + dev->resid.cpu_runs ==
+                  dev->resid.accesses);
+            CHECK(dev->space.pinned_experts == 0 && dev->reserved_left == 0);
+            if (cpu) {
+                CHECK(dev->resid.cpu_runs > 0 && dev->resid.zerocopy_runs == 0);
+                CHECK(dev->resid.filled == 0 && dev->resid.admitted > 0); /* nor starved */
+                CHECK(check_rel_l2(dev->logits, host->logits, n) < 1e-5);
+                for (size_t i = 0; i < N_PROMPT; i++) /* the router inputs after the first */
+                    for (int l = 0; l < 2; l++)
+                        CHECK(fabs(dev->hidden[i][l] - host->hidden[i][l]) <=
+                              1e-4 * (1 + fabs(host->hidden[i][l])));
+            } else {
+                CHECK(dev->resid.cpu_runs == 0 && dev->resid.zerocopy_runs > 0);
+                CHECK(memcmp(host->logits, dev->logits, n * sizeof *host->logits) == 0);
+                CHECK(memcmp(host->hidden, dev->hidden, sizeof host->hidden) == 0);
+            }
+        }
+        free_run(dev);
+    }
+    /* a device whose share names an expert the model has not: the token fails, saying so */
+    setenv("FAKECUDA_ROUTE_BAD", "2", 1);
+    setenv("MOEVM_COST", cpu_wins, 1);
+    mvm_model *bm = NULL;
+    mvm_ctx *bc = NULL;
+    CHECK_ST(load(path, MVM_BACKEND_CUDA, 0.3, &bm), MVM_OK);
+    mvm_ctx_policies bpol = {.residency = {.evict = "lru"}};
+    if (bm)
+        CHECK_ST(mvm_ctx_create(bm, pool, 32, 1, &bpol, &bc), MVM_OK);
+    if (bc) {
+        mvm_status got = MVM_OK;
+        for (uint32_t i = 0; i < 4 && got == MVM_OK; i++)
+            got = mvm_ctx_eval(bc, prompt + i, 1, NULL, 0);
+        CHECK(got == MVM_ERR_BACKEND &&
+              strstr(mvm_last_error(), "the device gave the CPU") != NULL);
+    }
+    mvm_ctx_free(bc);
+    mvm_model_free(bm);
+    unsetenv("FAKECUDA_ROUTE_BAD");
+    /* a launch failing mid-token, its kernels queued one by one */
+    setenv("MOEVM_DEVICE_ROUTING", "launches", 1);
+    mvm_model *m = NULL;
+    mvm_ctx *c = NULL;
+    CHECK_ST(load(path, MVM_BACKEND_CUDA, 0.3, &m), MVM_OK);
+    mvm_ctx_policies pol = {.residency = {.evict = "lru"}};
+    if (m)
+        CHECK_ST(mvm_ctx_create(m, pool, 32, 1, &pol, &c), MVM_OK);
+    if (c) {
+        CHECK_ST(mvm_ctx_eval(c, prompt, 1, NULL, 0), MVM_OK);
+        reset_counters();
+        const unsigned long one = fakecuda_engine_launches("mvm_g_route");
+        CHECK_ST(mvm_ctx_eval(c, prompt + 1, 1, NULL, 0), MVM_OK);
+        const unsigned long launches = calls("cuLaunchKernel");
+        CHECK(fakecuda_engine_launches("mvm_g_route") == one + 2 && launches > 8);
+        char fail[64]; /* a launch after the first layer's route kernel */
+        snprintf(fail, sizeof fail, "cuLaunchKernel:%lu", launches / 2 + 2);
+        CHECK(set_fail(fail) == 0);
+        CHECK(mvm_ctx_eval(c, prompt + 2, 1, NULL, 0) != MVM_OK);
+        set_fail(NULL);
+        CHECK(strstr(mvm_last_error(), "cuLaunchKernel") != NULL);
+        for (uint32_t i = 3; i < 6; i++)
+            CHECK_ST(mvm_ctx_eval(c, prompt + i, 1, NULL, 0), MVM_OK);
+    }
+    mvm_ctx_free(c);
+    if (m) {
+        mvm_stats st;
+        mvm_space_get_stats(m->space, &st);
+        CHECK(st.pinned_experts == 0);
+    }
+    mvm_model_free(m);
+    unsetenv("MOEVM_DEVICE_ROUTING");
+    unsetenv("MOEVM_DEVICE_CPU");
+    unsetenv("MOEVM_BUDGET_ROUTING");
+    unsetenv("MOEVM_COST");
+    unsetenv("MOEVM_DETERMINISTIC");
+    free_run(host);
+}
+
 /* A request as the distributed mode's server takes it (dist_serve.c): 5 tokens, the rows of
  * experts 1, 3 and 6 of a layer, grouped by expert in expert order; tokens 0, 2 and 4 have
  * both their top-2 rows here, 1 and 3 one. */
@@ -1750,6 +1882,7 @@ int main(int argc, char **argv)
     RUN(test_device_round_trips);
     RUN(test_device_routing);
     RUN(test_budget_routing);
+    RUN(test_device_cpu);
     RUN(test_graph_faults);
     RUN(test_device_sequences);
     RUN(test_cpu_moe);

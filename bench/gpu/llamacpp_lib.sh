@@ -59,8 +59,9 @@ decode_laps() {
 # The same for the last decode routed on the device (engine/forward/forward_cuda_route.c),
 # as "tokens=.. queue_us=.. policies_us=.. wait_us=.. between_us=..", and at a budget
 # (MOEVM_BUDGET_ROUTING=in-place or read-through) the context's "accesses=.. hits=..
-# in_place=.. admitted=.. prefetched=.. kept=.. slab_reads=.. before_us=.. replay_us=..
-# pool_us=..", for a RESULT decode_device line (kept: misses read-through kept as read;
+# in_place=.. cpu=.. admitted=.. prefetched=.. kept=.. slab_reads=.. before_us=.. replay_us=..
+# pool_us=..", for a RESULT decode_device line (cpu: misses MOEVM_DEVICE_CPU gave the CPU;
+# kept: misses read-through kept as read;
 # slab_reads: hits read at those slabs before their map; before_us: of policies_us, what
 # comes before a token is queued, the rest while the device computes; of it, replay_us the
 # token before's replay or read-through's early landing, pool_us read-through's pool, the
@@ -74,9 +75,9 @@ decode_routed() {
                        $1, $2, $3, $4, $5 }')
     split=$(grep -o 'decode at a budget routed on the device: .*' "$1" | tail -n 1 |
         grep -o '[0-9][0-9.]*' | paste -sd' ' |
-        awk 'NF == 10 { printf " accesses=%s hits=%s in_place=%s admitted=%s prefetched=%s" \
-                               " kept=%s slab_reads=%s before_us=%s replay_us=%s pool_us=%s",
-                               $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 }')
+        awk 'NF == 11 { printf " accesses=%s hits=%s in_place=%s cpu=%s admitted=%s" \
+                               " prefetched=%s kept=%s slab_reads=%s before_us=%s replay_us=%s" \
+                               " pool_us=%s", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 }')
     if [[ -n $host ]]; then echo "$host$split"; fi
 }
 

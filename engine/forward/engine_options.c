@@ -144,12 +144,22 @@ const mvm_option_desc mvm_opt_load_wait = {
     "(mvm_expert_wait_view: the worker's map leaves the step's path; an "
     "experiment)"};
 
+const mvm_option_desc mvm_opt_device_cpu = {
+    "MOEVM_DEVICE_CPU", MVM_OPT_CHOICE, "off", "off|on",
+    "engine on a GPU, decode routed on the device at a budget "
+    "(MOEVM_BUDGET_ROUTING in-place or read-through): on gives the CPU's "
+    "threads the misses they finish before the link would (the cost "
+    "model's per-miss times, the CPU's as measured), computed from their "
+    "homes while the GPU computes the rest, and the token's kernels wait "
+    "for their rows (engine/forward/forward_cuda_cpu.c); off until a GPU "
+    "run has measured it"};
+
 static const mvm_option_desc *const list[] = {
     &mvm_opt_threads, &mvm_opt_cpu_simd, &mvm_opt_kv_type, &mvm_opt_admit,
     &mvm_opt_deterministic, &mvm_opt_prefetch, &mvm_opt_expert_tiles, &mvm_opt_gpu_profile,
     &mvm_opt_gemm_rows, &mvm_opt_gemm_scratch, &mvm_opt_gemm_batch, &mvm_opt_mmq,
     &mvm_opt_attn_mma, &mvm_opt_cublas_library,
-    &mvm_opt_device_routing, &mvm_opt_budget_routing, &mvm_opt_load_wait,
+    &mvm_opt_device_routing, &mvm_opt_budget_routing, &mvm_opt_load_wait, &mvm_opt_device_cpu,
 };
 
 const mvm_option_table mvm_engine_options = {list, sizeof list / sizeof *list};

@@ -17,5 +17,6 @@ extern const mvm_option_desc mvm_opt_threads, mvm_opt_cpu_simd, mvm_opt_kv_type,
     mvm_opt_gemm_scratch, mvm_opt_gemm_batch, mvm_opt_mmq, mvm_opt_attn_mma,
     mvm_opt_cublas_library,
     mvm_opt_device_routing, mvm_opt_budget_routing, mvm_opt_load_wait;
+extern const mvm_option_desc mvm_opt_device_cpu;
 
 #endif

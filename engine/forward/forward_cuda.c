@@ -480,6 +480,7 @@ static mvm_status moe_routed_here(struct cuda_fwd *f, uint32_t il)
                           .sigmoid = (uint32_t)hp->sigmoid_gate,
                           .norm_topk = (uint32_t)hp->norm_topk,
                           .n_pool = f->fill.cap, .layer = il};
+    mvm_cuda_fwd_cpu_route(f, il, &r); /* the CPU's share of the misses, if it takes one */
     TRY(mvm_gpu_route(f->g, 0, &r));
     TRY(quantize_input(f, il, 1));
     mvm_g_expert_args a = expert_args(f, il);
@@ -488,6 +489,7 @@ static mvm_status moe_routed_here(struct cuda_fwd *f, uint32_t il)
     a.wptr = f->route_budget ? f->wptr : 0; /* as the route kernel found them in f->addr */
     a.wstore = through ? f->fill.wstore : 0;
     TRY(mvm_gpu_experts(f->g, &a));
+    TRY(mvm_cuda_fwd_cpu_wait(f, il)); /* and its row, where the sum reads it */
     mvm_g_expert_sum_args s = {.x = f->x, .out = f->out, .tok_rows = f->tok_rows, .n_embd = D,
                                .n_tok = 1, .top_k = K};
     if (!hp->n_ff_shexp) { /* added by the next norm of x, in the same launch */
@@ -704,10 +706,12 @@ static mvm_status eval_batch(struct cuda_fwd *f, const mvm_fwd_batch *b, float *
      * download writes it, and the host writes it again only after that layer's sync */
     mvm_embed_tokens(m, b->tokens, n, f->host);
     size_t up = (size_t)n * D * sizeof(float);
-    if (f->route_here) { /* and its position after its row (mvm_cuda_fwd_pos) */
+    if (f->route_here) { /* and its position after its row (mvm_cuda_fwd_pos) ... */
         memcpy(f->host + D, &f->runs[0].pos0, sizeof f->runs[0].pos0);
         up += sizeof f->runs[0].pos0;
     }
+    if (f->cpu_split) /* ... and the CPU's words after that, its thread set to serve them */
+        TRY(mvm_cuda_fwd_cpu_begin(f, (char *)f->host + up, &up));
     TRY(mvm_gpu_upload(f->g, f->x, f->host, up));
     /* the rows from the first wanted one on (most often the last, or all), then those wanted */
     const uint32_t first = b->n_out ? b->out[0] : n, nl = n - first;
@@ -769,6 +773,7 @@ static mvm_status cuda_eval(mvm_ctx *ctx, const mvm_fwd_batch *b, float *logits)
         f->route_time.policies += took, f->route_time.before += took;
     }
     st = st == MVM_OK ? eval_batch(f, b, logits, &idle) : st;
+    st = mvm_cuda_fwd_cpu_end(f, st); /* (whatever failed: its thread stops waiting) */
     const double done = mvm_now_s();
     st = mvm_cuda_fwd_route_done(f, b, st, idle && st == MVM_OK);
     const double end = mvm_now_s();

@@ -127,8 +127,10 @@ struct cuda_fwd {
     uint64_t act_stride;
     mvm_dptr hact;              /* MLA: [n_batch][n_head][hact_stride], per-head inputs */
     uint64_t hact_stride;
-    mvm_dptr h, out;            /* [n_batch * K][h_stride bytes], [n_batch * K + 1][n_embd]:
-                                   the last row of out stays zero (speculate's masked rows) */
+    mvm_dptr h, out;            /* [n_batch * K][h_stride bytes], [n_batch * K + 2][n_embd]:
+                                   out's row n_batch * K stays zero (speculate's masked rows,
+                                   the CPU's other choices), the next is the CPU's share's
+                                   sum (forward_cuda_cpu.c) */
     uint64_t h_stride;
     mvm_dptr hf;                /* with experts: [n_batch * K][n_ff_exp] floats, up's output
                                    before mvm_g_expert_quantize (a K-quant down, or up1) */
@@ -240,6 +242,7 @@ struct cuda_fwd {
         uint32_t half;
         uint32_t pos;           /*   its token's position */
         int at_budget;          /*   its misses were read in place (own says which) */
+        int split;              /*   the CPU took its share (the stage's MVM_STAGE_CPU) */
         mvm_status failed;      /*   a replay run outside a batch failed: the next says so */
     } replay;
     uint64_t routed_tokens;     /* batches routed on the device, for the log at the end */
@@ -256,6 +259,8 @@ struct cuda_fwd {
                                    K experts then K weights (mvm_moe_override) ... */
     int32_t *given_host;        /* ... sent up from here, pinned */
     int route_given;            /* this batch's choice is given (the trace's) */
+    struct cuda_cpu_share *cpu_share; /* MOEVM_DEVICE_CPU (forward_cuda_cpu.c); NULL: off */
+    int cpu_split;              /* this batch gives the CPU its share (route_choose) */
     struct cuda_laps laps;      /* a host-routed decode token's host time */
     mvm_pool *pool;
     mvm_cpu_experts *cpu;              /* the experts the assign module runs on the CPU; made at
@@ -336,9 +341,10 @@ mvm_status mvm_cuda_fwd_route_choose(struct cuda_fwd *f, const mvm_fwd_batch *b)
  * route kernels then lay it out instead of the router's. */
 mvm_status mvm_cuda_fwd_route_given(struct cuda_fwd *f, const mvm_fwd_batch *b);
 /* A routed step's stage holds, one after the other, its logits (E floats), router input
- * (n_embd floats), choice (K int32) and weights (K floats): where `part` starts, in floats
- * from the stage of its layer; and that place on the device for layer il. */
-enum { MVM_STAGE_LOGITS, MVM_STAGE_HIDDEN, MVM_STAGE_SEL, MVM_STAGE_W };
+ * (n_embd floats), choice (K int32), weights (K floats) and which of them the CPU computed
+ * (K int32, forward_cuda_cpu.c; written only where it takes a share): where `part` starts,
+ * in floats from the stage of its layer; and that place on the device for layer il. */
+enum { MVM_STAGE_LOGITS, MVM_STAGE_HIDDEN, MVM_STAGE_SEL, MVM_STAGE_W, MVM_STAGE_CPU };
 uint64_t mvm_cuda_fwd_stage_at(const struct cuda_fwd *f, int part);
 mvm_dptr mvm_cuda_fwd_route_stage(const struct cuda_fwd *f, uint32_t il, int part);
 /* The half of f->stage_host that the batch's stage comes down to (the batch queues it):
@@ -383,6 +389,31 @@ mvm_status mvm_cuda_fwd_fill_give_back(struct cuda_fwd *f);
  * updated: their slab's address while its map is under way, then as any other's. Returns
  * how many changed. */
 uint32_t mvm_cuda_fwd_fill_table(struct cuda_fwd *f);
+
+/* ---- forward_cuda_cpu.c: the CPU's share of a routed token ---------------------------- */
+
+/* MOEVM_DEVICE_CPU=on with budget routing set up: the layers' shares in mapped host memory
+ * (f->cpu_share; the thread and its pool at the first token). */
+mvm_status mvm_cuda_fwd_cpu_alloc(struct cuda_fwd *f);
+void mvm_cuda_fwd_cpu_free(struct cuda_fwd *f);
+/* Before a token that gives the CPU its share (f->cpu_split: routed here at a budget, set
+ * by mvm_cuda_fwd_route_choose) is queued: its words (its number, the two per-miss times:
+ * kernels.h, mvm_g_cpu_token) written at `words` for its upload, *up grown by their bytes,
+ * and the CPU's thread set to serve its layers (started at the first). */
+mvm_status mvm_cuda_fwd_cpu_begin(struct cuda_fwd *f, void *words, size_t *up);
+/* Layer il's route arguments for the share; nothing without f->cpu_split. */
+void mvm_cuda_fwd_cpu_route(const struct cuda_fwd *f, uint32_t il, mvm_g_route_args *r);
+/* Layer il's wait for the CPU's rows, queued after its experts; nothing without it. */
+mvm_status mvm_cuda_fwd_cpu_wait(struct cuda_fwd *f, uint32_t il);
+/* A replayed step's places (mvm_moe.replay_own) with 2 for its choices sel[0..K) that the
+ * CPU ran (on_cpu: the stage's MVM_STAGE_CPU part, K int32 as the device wrote them); own:
+ * its other places. Returns scratch of the share's, valid until the next call. */
+const uint8_t *mvm_cuda_fwd_cpu_places(struct cuda_fwd *f, const uint8_t *own,
+                                       const int32_t *sel, const float *on_cpu);
+/* Once the token's logits are down (st: how the batch went): the thread done with it (told
+ * to stop waiting where st failed), the CPU's measured rate noted; a layer whose wait gave
+ * up fails the token. Returns st, or else that failure. */
+mvm_status mvm_cuda_fwd_cpu_end(struct cuda_fwd *f, mvm_status st);
 
 /* ---- forward_cuda_ops.c ---------------------------------------------------------------- */
 

@@ -50,6 +50,9 @@
  * a host-routed step's load crossed it once; MOEVM_BUDGET_ROUTING=read-through has the
  * kernels keep what they read instead (forward_cuda_fill.c).
  *
+ * With MOEVM_DEVICE_CPU=on the route kernel also gives the CPU's threads the misses they
+ * finish first (forward_cuda_cpu.c); the replay shows those as CPU runs.
+ *
  * Not routed here: a batch of several tokens (prefill, or a server's several sequences),
  * SMoE's speculative pass, the distributed mode, --n-cpu-moe (the experts stay home),
  * routers wider than MVM_G_ROUTE_MAX_E experts or 32 chosen, and MOEVM_DEVICE_ROUTING=off.
@@ -108,6 +111,7 @@ static mvm_status budget_alloc(struct cuda_fwd *f)
     f->budget_routing = 1;
     if (mode.i == 2)
         TRY(mvm_cuda_fwd_fill_alloc(f, &info));
+    TRY(mvm_cuda_fwd_cpu_alloc(f));
     return mvm_gpu_upload(f->g, f->addr, f->addr_host, n * sizeof *f->addr_host);
 }
 
@@ -119,7 +123,7 @@ mvm_status mvm_cuda_fwd_route_alloc(struct cuda_fwd *f)
     f->route_mode = routable(hp) ? MVM_ROUTE_GRAPH - mode.i : MVM_ROUTE_OFF;
     if (f->route_mode == MVM_ROUTE_OFF)
         return MVM_OK;
-    f->stage_floats = hp->n_expert + hp->n_embd + 2 * hp->n_expert_used;
+    f->stage_floats = hp->n_expert + hp->n_embd + 3 * hp->n_expert_used;
     const size_t bytes = (size_t)hp->n_layer * f->stage_floats * sizeof(float);
     TRY(mvm_cuda_fwd_alloc(f, bytes, &f->stage));
     for (uint32_t il = 0; il < hp->n_layer; il++)
@@ -167,7 +171,8 @@ uint64_t mvm_cuda_fwd_stage_at(const struct cuda_fwd *f, int part)
 {
     const mvm_hparams *hp = &f->m->hp;
     const uint64_t at[] = {0, hp->n_expert, hp->n_expert + hp->n_embd,
-                           hp->n_expert + hp->n_embd + hp->n_expert_used};
+                           hp->n_expert + hp->n_embd + hp->n_expert_used,
+                           hp->n_expert + hp->n_embd + 2 * hp->n_expert_used};
     return at[part];
 }
 
@@ -221,7 +226,7 @@ static mvm_status pin_all(struct cuda_fwd *f)
 
 mvm_status mvm_cuda_fwd_route_choose(struct cuda_fwd *f, const mvm_fwd_batch *b)
 {
-    f->route_here = 0;
+    f->route_here = f->cpu_split = 0;
     if (f->route_mode == MVM_ROUTE_OFF || b->n != 1 || f->m->experts_at_home ||
         !mvm_moe_routes_alone(f->moe) ||
         f->gemm_rows == 1) /* (a one-row product on the tensor cores is not the kernels') */
@@ -230,6 +235,7 @@ mvm_status mvm_cuda_fwd_route_choose(struct cuda_fwd *f, const mvm_fwd_batch *b)
         TRY(pin_all(f));
     f->route_budget = !f->all_pinned && f->budget_routing;
     f->route_here = f->all_pinned || f->route_budget;
+    f->cpu_split = f->cpu_share && f->route_budget; /* MOEVM_DEVICE_CPU's share */
     return MVM_OK;
 }
 
@@ -294,7 +300,8 @@ mvm_status mvm_cuda_fwd_route_addresses(struct cuda_fwd *f)
  * Read-through's late replay (land_early ran: the token after it may be computing) reads
  * that table from ran_*, keeps what the token queued reads from the victims, and leaves
  * the loads it asks for the next token's start (mvm_cuda_fwd_route_loads). */
-static mvm_status replay(struct cuda_fwd *f, const float *stage, uint32_t pos, int at_budget)
+static mvm_status replay(struct cuda_fwd *f, const float *stage, uint32_t pos, int at_budget,
+                         int split)
 {
     const mvm_hparams *hp = &f->m->hp;
     const uint32_t E = hp->n_expert, K = hp->n_expert_used;
@@ -320,6 +327,9 @@ static mvm_status replay(struct cuda_fwd *f, const float *stage, uint32_t pos, i
         mvm_moe_route_as(f->moe, il, &pos, 1, s + mvm_cuda_fwd_stage_at(f, MVM_STAGE_HIDDEN),
                          sel, s + mvm_cuda_fwd_stage_at(f, MVM_STAGE_W));
         f->moe->replay_own = at_budget ? (f->fill.on ? read_dev : own) + (size_t)il * E : NULL;
+        if (split) /* and those the CPU ran */
+            f->moe->replay_own = mvm_cuda_fwd_cpu_places(
+                f, f->moe->replay_own, sel, s + mvm_cuda_fwd_stage_at(f, MVM_STAGE_CPU));
         st = mvm_moe_replay(f->moe);
         f->moe->replay_own = NULL;
         for (uint32_t k = 0; st == MVM_OK && at_budget && f->fill.on && k < K; k++) {
@@ -350,8 +360,8 @@ mvm_status mvm_cuda_fwd_route_settle(struct cuda_fwd *f)
     if (!f->replay.pending)
         return st;
     f->replay.pending = 0; /* first: an observer that reads the policies settles nothing */
-    const mvm_status got =
-        replay(f, stage_half(f, f->replay.half), f->replay.pos, f->replay.at_budget);
+    const mvm_status got = replay(f, stage_half(f, f->replay.half), f->replay.pos,
+                                  f->replay.at_budget, f->replay.split);
     return st != MVM_OK ? st : got;
 }
 
@@ -368,10 +378,11 @@ mvm_status mvm_cuda_fwd_route_done(struct cuda_fwd *f, const mvm_fwd_batch *b, m
         f->replay.half = f->stage_half;
         f->replay.pos = pos;
         f->replay.at_budget = f->route_budget;
+        f->replay.split = f->cpu_split;
         return MVM_OK;
     }
     TRY(mvm_gpu_sync(f->g)); /* its stage is down */
-    return replay(f, stage_half(f, f->stage_half), pos, f->route_budget);
+    return replay(f, stage_half(f, f->stage_half), pos, f->route_budget, f->cpu_split);
 }
 
 void mvm_cuda_fwd_route_release(struct cuda_fwd *f)
@@ -396,14 +407,15 @@ void mvm_cuda_fwd_route_release(struct cuda_fwd *f)
         if (f->budget_routing && f->moe) { /* since the context began: the prompt's too */
             mvm_resid_get_stats(f->moe->resid, &rs);
             mvm_log(MVM_LOG_INFO, "decode at a budget routed on the device: %llu expert "
-                    "accesses, %llu hits, %llu read in place, %llu admitted, %llu prefetched, "
-                    "%llu kept as read (read-through), %llu read at their slabs before their "
-                    "map; of the policies' time a token, %.0f us before the token is queued "
-                    "(%.0f us replaying or landing the token before, %.0f us refilling the "
-                    "pool, the rest the table), the rest while the device computes",
+                    "accesses, %llu hits, %llu read in place, %llu on the CPU, %llu admitted, "
+                    "%llu prefetched, %llu kept as read (read-through), %llu read at their "
+                    "slabs before their map; of the policies' time a token, %.0f us before the "
+                    "token is queued (%.0f us replaying or landing the token before, %.0f us "
+                    "refilling the pool, the rest the table), the rest while the device computes",
                     (unsigned long long)rs.accesses, (unsigned long long)rs.hits,
-                    (unsigned long long)rs.zerocopy_runs, (unsigned long long)rs.admitted,
-                    (unsigned long long)rs.prefetches, (unsigned long long)rs.filled,
+                    (unsigned long long)rs.zerocopy_runs, (unsigned long long)rs.cpu_runs,
+                    (unsigned long long)rs.admitted, (unsigned long long)rs.prefetches,
+                    (unsigned long long)rs.filled,
                     (unsigned long long)rs.slab_reads, f->route_time.before * us,
                     f->route_time.replay * us, f->route_time.pool * us);
         }

@@ -115,15 +115,17 @@ static mvm_status alloc_scratch(struct cuda_fwd *f)
     f->h_stride = (f->h_stride + 15) & ~(uint64_t)15;
     TRY(mvm_cuda_fwd_alloc_attention(f));
     mvm_dptr *rows[] = {&f->x, &f->xn, &f->tmp};
-    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) /* x: a position after a row */
-        TRY(mvm_cuda_fwd_alloc(f, B * D * 4 + (i ? 0 : 4), rows[i]));
+    const size_t words = 4 + sizeof(mvm_g_cpu_token); /* x: a position and the CPU's words
+                                                          after a row (mvm_cuda_fwd_pos) */
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
+        TRY(mvm_cuda_fwd_alloc(f, B * D * 4 + (i ? 0 : words), rows[i]));
     TRY(mvm_cuda_fwd_alloc(f, B * E * 4, &f->probs));
     TRY(mvm_cuda_fwd_alloc(f, B * hp->n_vocab * 4, &f->logits));
     TRY(mvm_cuda_fwd_alloc(f, B * f->act_stride, &f->act));
     TRY(mvm_cuda_fwd_alloc(f, BK * f->h_stride, &f->h));
     if (hp->n_expert) /* up's floats, for a K-quant down and for decode's up (up1) */
         TRY(mvm_cuda_fwd_alloc(f, BK * hp->n_ff_exp * 4, &f->hf));
-    TRY(mvm_cuda_fwd_alloc(f, (BK + 1) * D * 4, &f->out));
+    TRY(mvm_cuda_fwd_alloc(f, (BK + 2) * D * 4, &f->out)); /* + zeros, the CPU's share's */
     TRY(mvm_cuda_fwd_alloc(f, B * D * 4, &f->spec_x));
     TRY(mvm_cuda_fwd_alloc(f, B * D * 4, &f->spec_xn));
     TRY(mvm_cuda_fwd_alloc(f, B * D * 4, &f->spec_tmp));
@@ -212,6 +214,7 @@ void mvm_cuda_fwd_destroy(void *state)
         mvm_gpu_host_free(f->g, f->cpu_rows);
     }
     mvm_cuda_fwd_fill_free(f);
+    mvm_cuda_fwd_cpu_free(f);
     mvm_gpu_close(f->g);
     mvm_cpu_experts_free(f->cpu);
     free(f->owned);
@@ -264,8 +267,8 @@ mvm_status mvm_cuda_fwd_create(mvm_ctx *ctx, void **state)
         snprintf(why, sizeof why, "%s", mvm_last_error());
         return mvm_fail(st, "CUDA device %d for the forward pass: %s", f->m->device, why);
     }
-    TRY(mvm_gpu_host_alloc(f->g, ((size_t)f->n_batch * hp->n_embd + 1) * sizeof *f->host,
-                           (void **)&f->host));
+    TRY(mvm_gpu_host_alloc(f->g, (size_t)f->n_batch * hp->n_embd * sizeof *f->host + 4 +
+                                     sizeof(mvm_g_cpu_token), (void **)&f->host));
     TRY(mvm_gpu_host_alloc(f->g, (size_t)f->n_batch * hp->n_expert * sizeof *f->probs_host,
                            (void **)&f->probs_host));
     TRY(mvm_gpu_host_alloc(f->g, E * sizeof *f->active_host, (void **)&f->active_host));

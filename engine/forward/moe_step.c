@@ -365,15 +365,16 @@ static mvm_status begin_round(mvm_moe *s)
 /* Where the step's experts run: todo[0..n_todo) on the GPU (those read from their homes
  * first, n_home of them, then those to load or resident), cpu[0..n_cpu) on the CPU. A
  * device that cannot read the homes runs on the CPU what the module would read there. */
-/* A step the device routed at a budget (mvm_moe.replay_own): each expert where its kernels
- * read it. One read resident that something has evicted since (its kernels ran before) is
- * placed at its home, so that the replay asks for no load (the residency holds the
- * replay's own loads back until its end: mvm_resid_defer_loads). */
+/* A step the device routed at a budget (mvm_moe.replay_own): each expert where it ran, by
+ * the device's kernels or the CPU's threads. One read resident that something has evicted
+ * since (its kernels ran before) is placed at its home, so that the replay asks for no load
+ * (the residency holds the replay's own loads back until its end: mvm_resid_defer_loads). */
 static void replay_places(mvm_moe *s)
 {
     for (uint32_t i = 0; i < s->n_active; i++) {
         const uint32_t e = (uint32_t)s->active[i];
-        s->where[e] = s->replay_own[e] && mvm_resid_landed(s->resid, s->step.layer, e)
+        s->where[e] = s->replay_own[e] == 2 ? MVM_RUN_CPU
+                      : s->replay_own[e] && mvm_resid_landed(s->resid, s->step.layer, e)
                           ? MVM_RUN_GPU
                           : MVM_RUN_ZEROCOPY;
     }

@@ -68,7 +68,8 @@ typedef struct mvm_moe {
     uint8_t *where;             /* [n_expert] enum mvm_where: the assign module's places */
     const uint8_t *replay_own;  /* NULL, or for a step the device routed at a budget
                                    (mvm_moe_replay) [n_expert]: 1 where its kernels read the
-                                   expert resident, 0 at its home in place: its places, in
+                                   expert resident, 0 at its home in place, 2 where the
+                                   CPU's threads ran it (MOEVM_DEVICE_CPU): its places, in
                                    the assign module's stead */
     int32_t *todo;              /* [n_expert] the experts the GPU computes (all of them on
                                    the CPU backend), in the order rounds take them */

@@ -461,18 +461,22 @@ static mvm_status prefetch(mvm_resid *r, uint32_t layer, uint32_t expert, int pl
  * one a step at most, and only while the space has no other copy queued or in flight
  * (predictions and the module's wishes go first), as the simulator does; with
  * MOEVM_ADMIT=steps whatever is in flight (no step waits for a load to land behind it:
- * decode routed on the device at a budget, whose steps are all replayed at once). */
+ * decode routed on the device at a budget, whose steps are all replayed at once).
+ * Read-through keeps what its kernels read in place itself: only what the CPU ran is
+ * offered then (MOEVM_DEVICE_CPU's share, which no slab keeps). */
 static void admit(mvm_resid *r, uint32_t layer)
 {
     uint32_t E = r->n_experts;
     int one = 0;
     for (uint32_t e = 0; e < E; e++) {
         uint32_t x = layer * E + e;
-        if (!r->home_run[x])
+        const int ran = r->home_run[x]; /* 1 read in place, 2 on the CPU */
+        if (!ran)
             continue;
         r->home_run[x] = 0;
         mvm_stats s;
-        if (one || !r->admit || r->read_through || r->at_home || r->resident[x] == r->ppe ||
+        if (one || !r->admit || (r->read_through && ran == 1) || r->at_home ||
+            r->resident[x] == r->ppe ||
             (r->remote && r->remote[x]) || mvm_space_get_stats(r->space, &s) != MVM_OK ||
             (r->admit == 1 && (s.moves_queued || s.moves_in_flight)))
             continue;

@@ -57,7 +57,8 @@ struct mvm_resid {
     int read_view;          /* the reader reads a held copy where it lands (set_read_view) */
     uint64_t *view_addr;    /* [n_total]: where the reader reads a held expert (a copy's
                                landing, or a home read in place), 0: its own address */
-    uint8_t *home_run;      /* [L*E] run from its home by the current step */
+    uint8_t *home_run;      /* [L*E] run from its home by the current step: 1 read in
+                               place, 2 on the CPU */
     int home_in_place;      /* the GPU reads those at their homes' device addresses
                                (view_addr), the homes not mapped at the experts' own */
     uint32_t *plan;         /* [L*E] the assign module's prefetches */

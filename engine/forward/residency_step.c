@@ -333,7 +333,7 @@ mvm_status mvm_resid_begin_home(mvm_resid *r, uint32_t layer, const int32_t *exp
         count_access(r, x, &res);
         r->stats.cpu_runs += !in_place;
         r->stats.zerocopy_runs += in_place;
-        r->home_run[x] = 1;
+        r->home_run[x] = in_place ? 1 : 2;
         if (in_place && r->home_in_place)
             r->view_addr[x] = (uint64_t)(uintptr_t)mvm_expert_home_device(
                 r->space, layer, (uint32_t)experts[done]);
