@@ -345,10 +345,11 @@ static void test_read_ahead(void)
     mvm_trace_free(t);
 }
 
-/* --device-cpu (a design modelled before the engine has it): with a routing on the device a
- * miss runs on the CPU where the CPU ends it before its read in place would. A CPU slower
- * than the bus takes none: the run is read-through's; one faster takes some, in less time;
- * what it runs is not read through, so fewer misses enter. */
+/* --device-cpu (the engine's MOEVM_DEVICE_CPU): with a routing on the device a miss runs on
+ * the CPU where the CPU ends it before its read in place would. A CPU slower than the bus
+ * takes none: the run is read-through's, nothing admitted; one faster takes some, in less
+ * time; what it runs is not read through, so fewer misses enter that way, and admission
+ * offers it to the cache instead. */
 static void test_device_cpu(void)
 {
     mvm_cost cost;
@@ -365,11 +366,12 @@ static void test_device_cpu(void)
     m.cpu_mem_bw = cost.m.zerocopy_bw / 4;
     mvm_cost_init(&other, &m, cost.expert_bytes, 2048, 768);
     CHECK_ST(mvm_sim_run(t, &other, &c, &r), MVM_OK);
-    CHECK(r.cpu_runs == 0 && r.hits == thr.hits && r.time == thr.time);
+    CHECK(r.cpu_runs == 0 && r.hits == thr.hits && r.time == thr.time && r.admitted == 0);
     m.cpu_mem_bw = cost.m.zerocopy_bw * 4;
     mvm_cost_init(&other, &m, cost.expert_bytes, 2048, 768);
     CHECK_ST(mvm_sim_run(t, &other, &c, &r), MVM_OK);
     CHECK(r.cpu_runs > 0 && r.time < thr.time && r.read_through < thr.read_through);
+    CHECK(r.admitted > 0 && thr.admitted == 0);
     CHECK(r.hits + r.zerocopy_runs + r.cpu_runs == r.accesses);
     check_breakdown(&r);
     mvm_trace_free(t);

@@ -222,14 +222,15 @@ static int queue_prefetch(struct sim *s, uint32_t x, double now, int forecast)
 
 /* Admission (policy/admit.h): an expert layer l ran from its home is offered to the cache,
  * one a step at most, and (admit 1) only while the copy engine is idle at `now` with
- * nothing queued. */
+ * nothing queued. Read-through's reads in place admitted themselves: only what the CPU ran
+ * is offered then (--device-cpu; the engine's residency.c, admit). */
 static void admit(struct sim *s, uint32_t l, double now)
 {
-    if (s->cfg->device_routed >= 2)
-        return; /* read-through: the misses admitted themselves */
+    const int through = s->cfg->device_routed >= 2;
     for (uint32_t e = 0; s->cfg->admit && e < s->E; e++) {
         uint32_t x = l * s->E + e;
-        if (!s->counts[e] || (s->where[e] != MVM_RUN_CPU && s->where[e] != MVM_RUN_ZEROCOPY) ||
+        if (!s->counts[e] ||
+            (s->where[e] != MVM_RUN_CPU && (through || s->where[e] != MVM_RUN_ZEROCOPY)) ||
             (s->cfg->admit == 1 && (s->n_queue || s->copy_free > now)) ||
             s->resident[x] == ppe(s) || s->queued[x])
             continue;

@@ -47,7 +47,7 @@ typedef struct mvm_sim_config {
                                             MOEVM_ADMIT=steps) */
     int device_cpu;                      /* device_routed: a miss runs on the CPU from its
                                             home where that ends before its read in place
-                                            (a design the engine does not have yet) */
+                                            (the engine's MOEVM_DEVICE_CPU) */
     int device_routed;                   /* 1: decode at a budget routed on the device (the
                                             engine's MOEVM_BUDGET_ROUTING=in-place): no
                                             host_step between a layer's attention and its
