@@ -1279,9 +1279,9 @@ static void test_route_cpu(void)
 /* mvm_g_cpu_wait: nothing on the CPU waits for nothing and copies nothing; a share the
  * host completes later is waited for and copied; one never completed gives up after the
  * limit, marks the share and the token, and the token's next layer then waits no more. */
-static void test_cpu_wait(void)
+static void cpu_wait_case(uint32_t D)
 {
-    const uint32_t D = 100, K = 4;
+    const uint32_t K = 4;
     std::vector<uint64_t> mem(2 * mvm_g_cpu_share_bytes(D) / 8, 0);
     mvm_g_cpu_share *s0 = (mvm_g_cpu_share *)mem.data();
     mvm_g_cpu_share *s1 = (mvm_g_cpu_share *)((uint8_t *)mem.data() + mvm_g_cpu_share_bytes(D));
@@ -1315,6 +1315,12 @@ static void test_cpu_wait(void)
     a.share = dp(s1), a.timeout_ns = 60000000000ull; /* its next layer: no wait at all */
     launch(mvm_g_cpu_wait, a, mvm_g_cpu_wait_shape(&a));
     CHECK(s1->late == 0);
+}
+
+static void test_cpu_wait(void)
+{
+    for (uint32_t D : {128u, 101u}) /* (an odd row: the copy by words) */
+        cpu_wait_case(D);
 }
 
 static void test_add_swiglu(void)

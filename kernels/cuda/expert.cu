@@ -508,9 +508,14 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_cpu_wait(mvm_g
         any = n;
     }
     __syncthreads();
-    const float *out = (const float *)((const uint8_t *)a.share + mvm_g_cpu_share_out(a.n_embd));
-    for (uint32_t i = threadIdx.x; any && i < a.n_embd; i += blockDim.x)
-        ((float *)a.row)[i] = out[i];
+    if (!any)
+        return;
+    /* over the bus: every thread's loads in flight at once, not one round trip each */
+    const uint8_t *out = (const uint8_t *)a.share + mvm_g_cpu_share_out(a.n_embd);
+    if (a.n_embd % 4 == 0 && a.row % 16 == 0)
+        block_copy_runs_as<uint4>((uint8_t *)a.row, out, 0, a.n_embd * 4, 1);
+    else
+        block_copy_runs_as<uint32_t>((uint8_t *)a.row, out, 0, a.n_embd * 4, 1);
 }
 
 #define EXPERT(name, T)                                                                    \
