@@ -167,7 +167,8 @@ export work
 MOEVM_BUDGET_ROUTING=in-place MOEVM_BUDGET_ROUTING=in-place,MOEVM_ADMIT=steps \
 MOEVM_LOAD_WAIT=device-view \
 MOEVM_ASSIGN_ARGS=zerocopy=1 MOEVM_PREDICT=residual \
-MOEVM_ASSIGN=greedy,MOEVM_COST=calibrated MOEVM_LOAD_WAIT=device-late}" \
+MOEVM_ASSIGN=greedy,MOEVM_COST=calibrated MOEVM_LOAD_WAIT=device-late \
+MOEVM_BUDGET_ROUTING=read-through,MOEVM_DEVICE_CPU=on,MOEVM_COST=calibrated}" \
         VARIANTS_100="${OFFLOAD_VARIANTS_100:-default MOEVM_MMQ=off}" \
         CPU_BASELINE="${OFFLOAD_CPU:-1}" bash bench/gpu/llamacpp.sh
     step full_q4k 150 env MODELS=olmoe-1b-7b:q4_k_m BUDGETS=100 ROUTINGS=own REPS=2 \
