@@ -222,6 +222,14 @@ if [ -n "$fake_driver" ]; then
         if [[ $routed =~ ^tokens=[0-9]+\ queue_us=.*\ kept=[1-9][0-9]*\ slab_reads=[0-9]+\ before_us=[0-9]+\ replay_us=[0-9]+\ pool_us=[0-9]+$ ]]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: decode_routed: $routed" >&2; fi
         expect 0 'MOEVM_BUDGET_ROUTING=read-through: the budget [(]16 pages[)] holds every expert: they are all loaded, then pinned: misses read in place only' -- env MOEVM_LOG=info MOEVM_BUDGET_ROUTING=read-through $gpu_env "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 100%
         expect 0 'MOEVM_BUDGET_ROUTING=in-place: decode routed by the host, as the assign module is not gpu' -- env MOEVM_LOG=info MOEVM_BUDGET_ROUTING=in-place MOEVM_ASSIGN=greedy $gpu_env "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 50%
+        # the CPU's share beside a token routed on the device (MOEVM_DEVICE_CPU), with a cost
+        # model whose CPU wins: the same text, misses on the CPU; without budget routing, a
+        # warning that it takes none
+        echo '{"cpu_mem_bw": 1000, "cpu_flops": 100000, "cpu_setup": 1, "zerocopy_bw": 0.01}' >"$tmp/cpu-wins.json"
+        env MOEVM_LOG=info MOEVM_BUDGET_ROUTING=read-through MOEVM_DEVICE_CPU=on MOEVM_COST="$tmp/cpu-wins.json" MOEVM_DETERMINISTIC=on $gpu_env "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 --gpu-budget 50% >"$tmp/dc" 2>"$tmp/dc.err"
+        if cmp -s "$tmp/a" "$tmp/dc" && grep -Eq 'decode at a budget routed on the device: [0-9]+ expert accesses, [0-9]+ hits, 0 read in place, [1-9][0-9]* on the CPU' "$tmp/dc.err" &&
+           grep -Eq 'MOEVM_DEVICE_CPU: [0-9]+ tokens, [1-9][0-9]* experts on the CPU' "$tmp/dc.err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: MOEVM_DEVICE_CPU=on" >&2; cat "$tmp/dc.err" >&2; fi
+        expect 0 'MOEVM_DEVICE_CPU=on: no decode is routed on the device at a budget' -- env MOEVM_DEVICE_CPU=on $gpu_env "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 50%
         # --n-cpu-moe on a GPU: 1 of the 2 layers, half the experts' pages on the device, to
         # the same text; 99, none there: the CPU computes every expert at its home, the GPU
         # the rest (llama.cpp's -ngl 99 --cpu-moe), to the same text, nothing moved
@@ -283,8 +291,9 @@ if [ -n "$fake_driver" ]; then
         $dev "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 --gpu-budget 30% --predict 'speculative{alpha=0.1}' >"$tmp/ds" 2>"$tmp/ds.err"
         if cmp -s "$tmp/a" "$tmp/ds" && grep -Eq 'predict speculative: [0-9]+ prefetched, [0-9]+ used, [0-9]+ in time(, [0-9]+ cut at the router)?, [0-9]+% of [1-9][0-9]* named used' "$tmp/ds.err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: --predict speculative on the device" >&2; cat "$tmp/ds.err" >&2; fi
         expect 0 'assign greedy: 0 on CPU' -- $dev "$moevm" run -m "$m" -p "It was" -n 8 --gpu-budget 30% --assign greedy --cost "$tmp/slow.json"
-        # A device whose routing answers an expert that does not exist: a clear error.
-        expect 1 "decode: layer 0: the device's routing chose expert ([0-9]+) of \\1$" -- $dev FAKECUDA_ROUTE_BAD=1 "$moevm" run -m "$m" -p "It was" -n 6 --gpu-budget 100%
+        # A device whose routing answers an expert that does not exist: a clear error (copies in
+        # order, so that every expert is resident, and routed there, within the 6 tokens).
+        expect 1 "decode: layer 0: the device's routing chose expert ([0-9]+) of \\1$" -- $dev MOEVM_DETERMINISTIC=on FAKECUDA_ROUTE_BAD=1 "$moevm" run -m "$m" -p "It was" -n 6 --gpu-budget 100%
         # A cost file is this machine's: no note that a preset plans (the next run has one).
         if grep -q '^note: assign' "$tmp/out"; then fail=$((fail + 1)); echo "FAIL: a preset's note with --cost FILE" >&2; else pass=$((pass + 1)); fi
         expect 0 "^note: assign greedy plans with the h100 preset's costs, not this machine's \(\`moevm calibrate" -- $dev "$moevm" run -m "$m" -p "It was" -n 2 --gpu-budget 30% --assign greedy --cost h100

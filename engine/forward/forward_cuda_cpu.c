@@ -215,8 +215,9 @@ mvm_status mvm_cuda_fwd_cpu_alloc(struct cuda_fwd *f)
     if (!on.i || f->sizing)
         return MVM_OK;
     if (!f->budget_routing) {
-        mvm_log(MVM_LOG_INFO, "MOEVM_DEVICE_CPU=on: no decode is routed on the device at a "
-                "budget (MOEVM_BUDGET_ROUTING), so the CPU takes no share");
+        mvm_log(MVM_LOG_WARN, "MOEVM_DEVICE_CPU=on: no decode is routed on the device at a "
+                "budget (MOEVM_BUDGET_ROUTING=in-place or read-through, homes the device can "
+                "read, the assign module gpu), so the CPU takes no share");
         return MVM_OK;
     }
     const mvm_hparams *hp = &f->m->hp;

@@ -393,7 +393,7 @@ uint32_t mvm_cuda_fwd_fill_table(struct cuda_fwd *f);
 /* ---- forward_cuda_cpu.c: the CPU's share of a routed token ---------------------------- */
 
 /* MOEVM_DEVICE_CPU=on with budget routing set up: the layers' shares in mapped host memory
- * (f->cpu_share; the thread and its pool at the first token). */
+ * (f->cpu_share; the thread and its pool at the first token); on without it, a warning. */
 mvm_status mvm_cuda_fwd_cpu_alloc(struct cuda_fwd *f);
 void mvm_cuda_fwd_cpu_free(struct cuda_fwd *f);
 /* Before a token that gives the CPU its share (f->cpu_split: routed here at a budget, set

@@ -111,7 +111,6 @@ static mvm_status budget_alloc(struct cuda_fwd *f)
     f->budget_routing = 1;
     if (mode.i == 2)
         TRY(mvm_cuda_fwd_fill_alloc(f, &info));
-    TRY(mvm_cuda_fwd_cpu_alloc(f));
     return mvm_gpu_upload(f->g, f->addr, f->addr_host, n * sizeof *f->addr_host);
 }
 
@@ -122,7 +121,7 @@ mvm_status mvm_cuda_fwd_route_alloc(struct cuda_fwd *f)
     TRY(mvm_option_read(&mvm_opt_device_routing, &mode));
     f->route_mode = routable(hp) ? MVM_ROUTE_GRAPH - mode.i : MVM_ROUTE_OFF;
     if (f->route_mode == MVM_ROUTE_OFF)
-        return MVM_OK;
+        return mvm_cuda_fwd_cpu_alloc(f); /* (which says why it takes no share, if asked) */
     f->stage_floats = hp->n_expert + hp->n_embd + 3 * hp->n_expert_used;
     const size_t bytes = (size_t)hp->n_layer * f->stage_floats * sizeof(float);
     TRY(mvm_cuda_fwd_alloc(f, bytes, &f->stage));
@@ -135,7 +134,8 @@ mvm_status mvm_cuda_fwd_route_alloc(struct cuda_fwd *f)
     if (f->sizing)
         return MVM_OK;
     TRY(mvm_gpu_host_alloc(f->g, given, (void **)&f->given_host));
-    return mvm_gpu_host_alloc(f->g, 2 * bytes, (void **)&f->stage_host);
+    TRY(mvm_gpu_host_alloc(f->g, 2 * bytes, (void **)&f->stage_host));
+    return mvm_cuda_fwd_cpu_alloc(f);
 }
 
 static float *stage_half(const struct cuda_fwd *f, uint32_t half)
