@@ -882,7 +882,9 @@ static void test_quantize_once(void)
  * computes every expert from its home, the GPU the rest, to the logits of the run with every
  * expert on the GPU (to float rounding, as the assign module's CPU rows); nothing loads into
  * the space, which holds one expert's pages; a module that would move or place experts is
- * refused by name. */
+ * refused by name. With MOEVM_DEVICE_CPU=on, decode routes on the device, every choice the
+ * CPU's share (forward_cuda_cpu.c): the same, each token's layers routed and waited for
+ * there. */
 static void test_cpu_moe(void)
 {
     const char *path = model_path("qwen2moe", MVM_W_Q8_0); /* a shared expert on the GPU */
@@ -892,13 +894,27 @@ static void test_cpu_moe(void)
     struct run *all = run_prompt(path, MVM_BACKEND_CUDA, 1, 4, 0);
     cpu_moe = 99;
     struct run *cpu = run_prompt(path, MVM_BACKEND_CUDA, 1, 4, 0);
+    /* and decode routed on the device, the CPU's share every choice (MOEVM_DEVICE_CPU) */
+    setenv("MOEVM_DEVICE_CPU", "on", 1);
+    const unsigned long routed0 = fakecuda_engine_launches("mvm_g_route"),
+                        waits0 = fakecuda_engine_launches("mvm_g_cpu_wait");
+    struct run *share = run_prompt(path, MVM_BACKEND_CUDA, 1, 1, 0);
+    const unsigned long routed = fakecuda_engine_launches("mvm_g_route") - routed0,
+                        waits = fakecuda_engine_launches("mvm_g_cpu_wait") - waits0;
+    unsetenv("MOEVM_DEVICE_CPU");
     predict = keep;
-    if (all && cpu) {
-        CHECK(check_rel_l2(cpu->logits, all->logits, n) < 1e-5);
-        CHECK(memcmp(all->sel, cpu->sel, sizeof all->sel) == 0);
-        CHECK(cpu->resid.accesses > 0 && cpu->resid.cpu_runs == cpu->resid.accesses);
-        CHECK(cpu->space.pages_loaded == 0 && cpu->space.pinned_experts == 0);
+    struct run *runs[] = {cpu, share};
+    for (int i = 0; i < 2 && all; i++) {
+        CHECK(runs[i] != NULL);
+        if (!runs[i])
+            continue;
+        CHECK(check_rel_l2(runs[i]->logits, all->logits, n) < 1e-5);
+        CHECK(memcmp(all->sel, runs[i]->sel, sizeof all->sel) == 0);
+        CHECK(runs[i]->resid.accesses > 0 &&
+              runs[i]->resid.cpu_runs == runs[i]->resid.accesses);
+        CHECK(runs[i]->space.pages_loaded == 0 && runs[i]->space.pinned_experts == 0);
     }
+    CHECK(routed == N_PROMPT * 2 && waits == routed); /* every token, both MoE layers */
     mvm_model *m = NULL;
     CHECK_ST(load(path, MVM_BACKEND_CUDA, 1, &m), MVM_OK);
     mvm_space_info info;
@@ -915,7 +931,7 @@ static void test_cpu_moe(void)
     mvm_ctx_free(c);
     mvm_model_free(m);
     cpu_moe = 0;
-    free_run(all), free_run(cpu);
+    free_run(all), free_run(cpu), free_run(share);
 }
 
 /* The host's round trips of a decode step, with every expert resident: a layer waits for

@@ -151,8 +151,9 @@ const mvm_option_desc mvm_opt_device_cpu = {
     "threads the misses they finish before the link would (the cost "
     "model's per-miss times, the CPU's as measured), computed from their "
     "homes while the GPU computes the rest, and the token's kernels wait "
-    "for their rows (engine/forward/forward_cuda_cpu.c); off until a GPU "
-    "run has measured it"};
+    "for their rows (engine/forward/forward_cuda_cpu.c); with --n-cpu-moe "
+    "99 every choice, decode then routed on the device as one graph, not "
+    "layer by layer through the host; off until a GPU run has measured it"};
 
 static const mvm_option_desc *const list[] = {
     &mvm_opt_threads, &mvm_opt_cpu_simd, &mvm_opt_kv_type, &mvm_opt_admit,

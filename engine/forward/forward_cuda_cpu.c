@@ -33,11 +33,16 @@
  * of kernel nodes only is updated in place from token to token (engine/compute/gpu_graph.c)
  * and runs as is over the fake driver's emulator; the wait takes one block of one SM.
  *
+ * With every expert at home (--n-cpu-moe 99, llama.cpp's -ngl 99 --cpu-moe) the share is
+ * every choice: the token still routes on the device and queues all its layers as one
+ * graph, where the host-routed pass waits for each layer's logits and queues the next.
+ *
  * Readings this file picks: a layer's CPU experts are summed on the CPU (in choice order,
  * mvm_cpu_experts_add) and that sum added at the place of its first CPU choice, so the
  * float order differs from an all-GPU step's; the replay shows them to the policies as
  * CPU runs (mvm_moe.replay_own's 2), which claim no read-through slab.
  */
+#include <math.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -217,7 +222,7 @@ mvm_status mvm_cuda_fwd_cpu_alloc(struct cuda_fwd *f)
     if (!f->budget_routing) {
         mvm_log(MVM_LOG_WARN, "MOEVM_DEVICE_CPU=on: no decode is routed on the device at a "
                 "budget (MOEVM_BUDGET_ROUTING=in-place or read-through, homes the device can "
-                "read, the assign module gpu), so the CPU takes no share");
+                "read, the assign module gpu; or --n-cpu-moe 99), so the CPU takes no share");
         return MVM_OK;
     }
     const mvm_hparams *hp = &f->m->hp;
@@ -241,7 +246,8 @@ mvm_status mvm_cuda_fwd_cpu_alloc(struct cuda_fwd *f)
     TRY(mvm_gpu_host_map(f->g, hp->n_layer * c->stride, (void **)&c->host, &c->dev));
     memset(c->host, 0, hp->n_layer * c->stride);
     mvm_log(MVM_LOG_INFO, "MOEVM_DEVICE_CPU=on: a decode token routed on the device gives "
-            "the CPU the misses it finishes first");
+            "the CPU %s", f->m->experts_at_home ? "every expert (--n-cpu-moe: they stay home)"
+                                                : "the misses it finishes first");
     return MVM_OK;
 }
 
@@ -285,8 +291,11 @@ mvm_status mvm_cuda_fwd_cpu_begin(struct cuda_fwd *f, void *words, size_t *up)
     if (++c->tok == 0) /* 0 is no token's */
         c->tok = 1;
     c->one_s = mvm_cost_cpu(cost, 1);
-    const mvm_g_cpu_token w = {c->tok, (float)(c->one_s * rs.cpu_scale * 1e6),
-                               (float)(mvm_cost_zerocopy(cost, 1) * 1e6), 0};
+    /* every expert at home: every miss the CPU's, whatever the model says */
+    const int home = f->m->experts_at_home;
+    const float cpu_us = (float)(c->one_s * rs.cpu_scale * 1e6);
+    const mvm_g_cpu_token w = {c->tok, home ? fmaxf(cpu_us, 1e-3f) : cpu_us,
+                               home ? INFINITY : (float)(mvm_cost_zerocopy(cost, 1) * 1e6), 0};
     memcpy(words, &w, sizeof w);
     *up += sizeof w;
     c->plan_s = c->took_s = 0;

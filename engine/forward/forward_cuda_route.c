@@ -54,7 +54,8 @@
  * finish first (forward_cuda_cpu.c); the replay shows those as CPU runs.
  *
  * Not routed here: a batch of several tokens (prefill, or a server's several sequences),
- * SMoE's speculative pass, the distributed mode, --n-cpu-moe (the experts stay home),
+ * SMoE's speculative pass, the distributed mode, --n-cpu-moe 99 (the experts stay home)
+ * unless MOEVM_DEVICE_CPU=on gives the CPU every choice,
  * routers wider than MVM_G_ROUTE_MAX_E experts or 32 chosen, and MOEVM_DEVICE_ROUTING=off.
  */
 #include <stdlib.h>
@@ -76,21 +77,27 @@ static int routable(const mvm_hparams *hp)
 }
 
 /* MOEVM_BUDGET_ROUTING=in-place or read-through where it can run: the table of addresses,
- * every expert at its home to begin with; read-through's pool (forward_cuda_fill.c). */
+ * every expert at its home to begin with; read-through's pool (forward_cuda_fill.c). With
+ * every expert the CPU's (--n-cpu-moe 99, m->experts_at_home) and MOEVM_DEVICE_CPU=on, the
+ * same table whatever MOEVM_BUDGET_ROUTING says: every choice is a miss that the CPU's
+ * share takes (forward_cuda_cpu.c), its entry the home's host address, never read here. */
 static mvm_status budget_alloc(struct cuda_fwd *f)
 {
     const uint32_t L = f->m->hp.n_layer, E = f->m->hp.n_expert;
     const uint64_t n = (uint64_t)L * E;
-    mvm_option_value mode;
+    mvm_option_value mode, cpu;
     mvm_space_info info;
     TRY(mvm_option_read(&mvm_opt_budget_routing, &mode));
-    if (mode.i == 0)
+    TRY(mvm_option_read(&mvm_opt_device_cpu, &cpu));
+    const int at_home = f->m->experts_at_home && cpu.i;
+    if (mode.i == 0 && !at_home)
         return MVM_OK;
     if (f->sizing) /* (whatever the space and the assign module: the pass has neither) */
         return mvm_cuda_fwd_alloc(f, n * sizeof(uint64_t), &f->addr);
     TRY(mvm_space_get_info(f->m->space, &info));
-    const char *why = !info.home_readable ? "the device cannot read the homes in place"
-                      : !f->moe ? "no residency"
+    const char *why = !f->moe ? "no residency"
+                      : at_home ? NULL
+                      : !info.home_readable ? "the device cannot read the homes in place"
                       : strcmp(mvm_resid_assign_name(f->moe->resid), "gpu") != 0
                           ? "the assign module is not gpu"
                           : NULL;
@@ -105,11 +112,14 @@ static mvm_status budget_alloc(struct cuda_fwd *f)
     f->own = calloc(n, 1);
     if (!f->home_addr || !f->own)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the experts' address table");
-    for (uint64_t x = 0; x < n; x++)
-        f->addr_host[x] = f->home_addr[x] = (uint64_t)(uintptr_t)mvm_expert_home_device(
-            f->m->space, (uint32_t)(x / E), (uint32_t)(x % E));
+    for (uint64_t x = 0; x < n; x++) {
+        const uint32_t l = (uint32_t)(x / E), e = (uint32_t)(x % E);
+        f->addr_host[x] = f->home_addr[x] =
+            at_home ? (uint64_t)(uintptr_t)mvm_expert_home(f->m->space, l, e)
+                    : (uint64_t)(uintptr_t)mvm_expert_home_device(f->m->space, l, e);
+    }
     f->budget_routing = 1;
-    if (mode.i == 2)
+    if (mode.i == 2 && !at_home)
         TRY(mvm_cuda_fwd_fill_alloc(f, &info));
     return mvm_gpu_upload(f->g, f->addr, f->addr_host, n * sizeof *f->addr_host);
 }
@@ -227,11 +237,12 @@ static mvm_status pin_all(struct cuda_fwd *f)
 mvm_status mvm_cuda_fwd_route_choose(struct cuda_fwd *f, const mvm_fwd_batch *b)
 {
     f->route_here = f->cpu_split = 0;
-    if (f->route_mode == MVM_ROUTE_OFF || b->n != 1 || f->m->experts_at_home ||
+    if (f->route_mode == MVM_ROUTE_OFF || b->n != 1 ||
+        (f->m->experts_at_home && !f->budget_routing) || /* (the CPU's every expert: below) */
         !mvm_moe_routes_alone(f->moe) ||
         f->gemm_rows == 1) /* (a one-row product on the tensor cores is not the kernels') */
         return MVM_OK;
-    if (!f->all_pinned)
+    if (!f->all_pinned && !f->m->experts_at_home)
         TRY(pin_all(f));
     f->route_budget = !f->all_pinned && f->budget_routing;
     f->route_here = f->all_pinned || f->route_budget;
