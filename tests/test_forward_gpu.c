@@ -1298,6 +1298,18 @@ static const char *cost_file(const char *name, const char *json)
     return p;
 }
 
+/* A model at `budget` of its experts and a context of one-token batches for it, evict lru
+ * (NULL where either failed; *m then as load left it). */
+static mvm_ctx *one_token_ctx(const char *path, double budget, mvm_model **m)
+{
+    mvm_ctx *c = NULL;
+    mvm_ctx_policies pol = {.residency = {.evict = "lru"}};
+    CHECK_ST(load(path, MVM_BACKEND_CUDA, budget, m), MVM_OK);
+    if (*m)
+        CHECK_ST(mvm_ctx_create(*m, pool, 32, 1, &pol, &c), MVM_OK);
+    return c;
+}
+
 /* The CPU's share of a token routed on the device (MOEVM_DEVICE_CPU=on,
  * forward_cuda_cpu.c), in place and read-through. With a cost model whose CPU finishes a
  * miss long before the link would, the route kernel gives the CPU's thread every miss: the
@@ -1361,11 +1373,7 @@ static void test_device_cpu(void)
     setenv("FAKECUDA_ROUTE_BAD", "2", 1);
     setenv("MOEVM_COST", cpu_wins, 1);
     mvm_model *bm = NULL;
-    mvm_ctx *bc = NULL;
-    CHECK_ST(load(path, MVM_BACKEND_CUDA, 0.3, &bm), MVM_OK);
-    mvm_ctx_policies bpol = {.residency = {.evict = "lru"}};
-    if (bm)
-        CHECK_ST(mvm_ctx_create(bm, pool, 32, 1, &bpol, &bc), MVM_OK);
+    mvm_ctx *bc = one_token_ctx(path, 0.3, &bm);
     if (bc) {
         mvm_status got = MVM_OK;
         for (uint32_t i = 0; i < 4 && got == MVM_OK; i++)
@@ -1379,11 +1387,7 @@ static void test_device_cpu(void)
     /* a launch failing mid-token, its kernels queued one by one */
     setenv("MOEVM_DEVICE_ROUTING", "launches", 1);
     mvm_model *m = NULL;
-    mvm_ctx *c = NULL;
-    CHECK_ST(load(path, MVM_BACKEND_CUDA, 0.3, &m), MVM_OK);
-    mvm_ctx_policies pol = {.residency = {.evict = "lru"}};
-    if (m)
-        CHECK_ST(mvm_ctx_create(m, pool, 32, 1, &pol, &c), MVM_OK);
+    mvm_ctx *c = one_token_ctx(path, 0.3, &m);
     if (c) {
         CHECK_ST(mvm_ctx_eval(c, prompt, 1, NULL, 0), MVM_OK);
         reset_counters();
