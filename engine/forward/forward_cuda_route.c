@@ -102,8 +102,11 @@ static mvm_status budget_alloc(struct cuda_fwd *f)
                           ? "the assign module is not gpu"
                           : NULL;
     if (why) {
-        mvm_log(MVM_LOG_INFO, "MOEVM_BUDGET_ROUTING=%s: decode routed by the host, as %s",
-                mode.i == 1 ? "in-place" : "read-through", why);
+        mvm_log(MVM_LOG_INFO, "%s: decode routed by the host, as %s",
+                mode.i == 0   ? "MOEVM_DEVICE_CPU=on"
+                : mode.i == 1 ? "MOEVM_BUDGET_ROUTING=in-place"
+                              : "MOEVM_BUDGET_ROUTING=read-through",
+                why);
         return MVM_OK;
     }
     TRY(mvm_cuda_fwd_alloc(f, n * sizeof(uint64_t), &f->addr));
