@@ -1283,19 +1283,16 @@ static void test_budget_routing(void)
     free_run(host);
 }
 
-/* A cost file in the test's folder (docs/cost-format.md); its path. */
-static const char *cost_file(const char *name, const char *json)
+/* A cost file `name` in the test's folder (docs/cost-format.md), its path into path. */
+static void cost_file(char *path, size_t cap, const char *name, const char *json)
 {
-    static char path[2][128];
-    char *p = path[strcmp(name, "cpu") == 0];
-    snprintf(p, sizeof path[0], "%s/cost-%s.json", dir, name);
-    FILE *f = fopen(p, "w");
+    snprintf(path, cap, "%s/cost-%s.json", dir, name);
+    FILE *f = fopen(path, "w");
     CHECK(f != NULL);
     if (f) {
         fputs(json, f);
         fclose(f);
     }
-    return p;
 }
 
 /* A model at `budget` of its experts and a context of one-token batches for it, evict lru
@@ -1325,10 +1322,11 @@ static void test_device_cpu(void)
 {
     const char *path = preset_path("llama", "tiny", MVM_W_Q8_0);
     const size_t n = N_PROMPT * mvm_preset_find("tiny", "llama")->spec.n_vocab;
-    const char *cpu_wins = cost_file("cpu", "{\"cpu_mem_bw\": 1000, \"cpu_flops\": 100000, "
-                                            "\"cpu_setup\": 1, \"zerocopy_bw\": 0.01}");
-    const char *link_wins = cost_file("link", "{\"cpu_mem_bw\": 0.001, \"cpu_flops\": 0.01, "
-                                              "\"zerocopy_bw\": 1000}");
+    char cpu_wins[128], link_wins[128];
+    cost_file(cpu_wins, sizeof cpu_wins, "cpu", "{\"cpu_mem_bw\": 1000, \"cpu_flops\": "
+              "100000, \"cpu_setup\": 1, \"zerocopy_bw\": 0.01}");
+    cost_file(link_wins, sizeof link_wins, "link", "{\"cpu_mem_bw\": 0.001, \"cpu_flops\": "
+              "0.01, \"zerocopy_bw\": 1000}");
     setenv("MOEVM_DETERMINISTIC", "on", 1);
     struct run *host = run_prompt(path, MVM_BACKEND_CUDA, 0.3, 1, 0);
     setenv("MOEVM_DEVICE_CPU", "on", 1);

@@ -133,11 +133,11 @@ static void run_layer(struct cuda_cpu_share *c, uint32_t il, mvm_g_cpu_share *s)
     if (!n)
         return;
     memset(out, 0, (size_t)D * sizeof *out);
-    for (uint32_t i = 0; i < n && !c->bad; i++)
-        if (n > hp->n_expert_used || s->expert[i] < 0 || (uint32_t)s->expert[i] >= hp->n_expert)
+    for (uint32_t i = 0; i < (n <= hp->n_expert_used ? n : 1); i++)
+        if (n > hp->n_expert_used || s->expert[i] < 0 || (uint32_t)s->expert[i] >= hp->n_expert) {
             c->bad = 1, c->bad_layer = il, c->bad_expert = s->expert[i], c->bad_n = n;
-    if (c->bad)
-        return;
+            return;
+        }
     c->rows.step.layer = il;
     for (uint32_t i = 0; i < n; i++) { /* one row each, in choice order */
         const uint32_t e = (uint32_t)s->expert[i];
@@ -308,18 +308,29 @@ mvm_status mvm_cuda_fwd_cpu_begin(struct cuda_fwd *f, void *words, size_t *up)
     return MVM_OK;
 }
 
+/* out's zero row; the CPU's sum is the next, out's last (forward_cuda_setup.c). */
+static uint32_t zero_row(const struct cuda_fwd *f)
+{
+    return f->n_batch * f->m->hp.n_expert_used;
+}
+
+/* The token's words on the device (mvm_g_cpu_token), after its position. */
+static mvm_dptr token_words(const struct cuda_fwd *f)
+{
+    return mvm_cuda_fwd_pos(f) + sizeof(uint32_t);
+}
+
 void mvm_cuda_fwd_cpu_route(const struct cuda_fwd *f, uint32_t il, mvm_g_route_args *r)
 {
     const struct cuda_cpu_share *c = f->cpu_share;
     if (!f->cpu_split)
         return;
-    const uint32_t BK = f->n_batch * f->m->hp.n_expert_used;
     r->share = c->dev + il * c->stride;
-    r->token = mvm_cuda_fwd_pos(f) + sizeof(uint32_t);
+    r->token = token_words(f);
     r->hidden = mvm_cuda_fwd_route_stage(f, il, MVM_STAGE_HIDDEN);
     r->on_cpu = mvm_cuda_fwd_route_stage(f, il, MVM_STAGE_CPU);
     r->n_embd = f->m->hp.n_embd;
-    r->zero_row = BK, r->cpu_row = BK + 1; /* out's last two rows (forward_cuda_setup.c) */
+    r->zero_row = zero_row(f), r->cpu_row = zero_row(f) + 1;
 }
 
 mvm_status mvm_cuda_fwd_cpu_wait(struct cuda_fwd *f, uint32_t il)
@@ -327,11 +338,10 @@ mvm_status mvm_cuda_fwd_cpu_wait(struct cuda_fwd *f, uint32_t il)
     const struct cuda_cpu_share *c = f->cpu_share;
     if (!f->cpu_split)
         return MVM_OK;
-    const uint64_t D = f->m->hp.n_embd, BK = (uint64_t)f->n_batch * f->m->hp.n_expert_used;
-    mvm_g_cpu_wait_args a = {.share = c->dev + il * c->stride,
-                             .token = mvm_cuda_fwd_pos(f) + sizeof(uint32_t),
+    const uint64_t D = f->m->hp.n_embd;
+    mvm_g_cpu_wait_args a = {.share = c->dev + il * c->stride, .token = token_words(f),
                              .on_cpu = mvm_cuda_fwd_route_stage(f, il, MVM_STAGE_CPU),
-                             .row = f->out + (BK + 1) * D * sizeof(float),
+                             .row = f->out + (zero_row(f) + 1ull) * D * sizeof(float),
                              .timeout_ns = WAIT_LIMIT_NS, .n_embd = (uint32_t)D,
                              .top_k = f->m->hp.n_expert_used};
     return mvm_gpu_cpu_wait(f->g, 0, &a);
