@@ -43,16 +43,18 @@ static void route_run(const void *params, const unsigned grid[3], const unsigned
     if (bad && strcmp(bad, "2") == 0 && a.share) {
         const uint64_t bytes = mvm_g_cpu_share_bytes(a.n_embd);
         mvm_g_cpu_share *real = (mvm_g_cpu_share *)a.share;
-        std::vector<uint64_t> copy(bytes / 8);
-        memcpy(copy.data(), real, bytes);
+        std::vector<uint64_t> copy(bytes / 8); /* the kernel only writes the share */
         a.share = (mvm_dptr)(uintptr_t)copy.data();
         run<mvm_g_route_args, mvm_g_route>(&a, grid, block);
         mvm_g_cpu_share *made = (mvm_g_cpu_share *)copy.data();
         made->expert[0] = made->n ? (int32_t)a.n_expert : made->expert[0];
-        const uint32_t token = made->token;
-        made->token = real->token;
-        memcpy(real, made, bytes);
-        __atomic_store_n(&real->token, token, __ATOMIC_RELEASE);
+        /* back only what the kernel writes (n, the choices, their weights, the router's
+         * input): the host's thread may be storing `done` of the share meanwhile */
+        const size_t from = offsetof(mvm_g_cpu_share, n);
+        memcpy((char *)real + from, (char *)made + from, offsetof(mvm_g_cpu_share, pad0) - from);
+        memcpy((char *)real + MVM_G_CPU_SHARE_HEAD, (char *)made + MVM_G_CPU_SHARE_HEAD,
+               (size_t)a.n_embd * sizeof(float));
+        __atomic_store_n(&real->token, made->token, __ATOMIC_RELEASE);
         return;
     }
     run<mvm_g_route_args, mvm_g_route>(params, grid, block);
