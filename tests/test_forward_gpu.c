@@ -423,6 +423,58 @@ static void test_batch_sequences(void)
     }
 }
 
+/* The logits of a prompt of 150 tokens evaluated as one batch on `backend`, the rows
+ * want[0..n_want) wanted (n_want 0: every row), into out; 0 on failure. */
+static int run_logit_rows(const char *path, mvm_backend_kind backend, const uint32_t *want,
+                          uint32_t n_want, float *out)
+{
+    enum { N = 150 };
+    mvm_model *m = NULL;
+    mvm_ctx *c = NULL;
+    CHECK_ST(load(path, backend, 1, &m), MVM_OK);
+    mvm_ctx_policies pol = {.kv_type = "f32"};
+    if (m)
+        CHECK_ST(mvm_ctx_create(m, pool, 160, 160, &pol, &c), MVM_OK);
+    mvm_engine_token t[N];
+    for (uint32_t i = 0; i < N; i++)
+        t[i] = (mvm_engine_token){(int32_t)((i * 37 + 11) % m->hp.n_vocab), 0, !n_want};
+    for (uint32_t i = 0; i < n_want; i++)
+        t[want[i]].logits = 1;
+    const int ok = c && mvm_ctx_eval_batch(c, t, N, out) == MVM_OK;
+    CHECK(ok);
+    mvm_ctx_free(c);
+    mvm_model_free(m);
+    return ok;
+}
+
+/* A batch's logits come down a chunk of MVM_CUDA_LOGIT_ROWS rows at a time: every row of
+ * 150 (three chunks, the last partial), and rows scattered over them (a chunk's first and
+ * last, one alone, the last of all), the CPU pass's each time. */
+static void test_logit_chunks(void)
+{
+    static const uint32_t scattered[] = {3, 63, 64, 65, 127, 128, 149};
+    const uint32_t n_sc = sizeof scattered / sizeof *scattered;
+    const char *path = model_path("llama", MVM_W_F32);
+    const size_t nv = mvm_preset_find("tiny", "llama")->spec.n_vocab;
+    float *cpu = malloc(150 * nv * sizeof *cpu), *gpu = malloc(150 * nv * sizeof *gpu);
+    for (int all = 1; cpu && gpu && all >= 0; all--) {
+        const uint32_t rows = all ? 150 : n_sc;
+        for (size_t i = 0; i < rows * nv; i++)
+            gpu[i] = NAN; /* poisoned: every wanted row must be written */
+        if (run_logit_rows(path, MVM_BACKEND_HOST, scattered, all ? 0 : n_sc, cpu) &&
+            run_logit_rows(path, MVM_BACKEND_CUDA, scattered, all ? 0 : n_sc, gpu)) {
+            const double e = check_rel_l2(gpu, cpu, rows * nv);
+            CHECK(e < 1e-5);
+            if (!(e < 1e-5))
+                fprintf(stderr, "  %s rows: relative error %.3g\n", all ? "all" : "scattered",
+                        e);
+            /* and each row its own, not a neighbour's of the same chunk */
+            CHECK(check_rel_l2(gpu + (rows - 1) * nv, cpu + (rows - 1) * nv, nv) < 1e-5);
+        }
+    }
+    free(cpu), free(gpu);
+}
+
 /* mvm_ctx_device_bytes, which an automatic budget leaves room for, is what a context then
  * takes of the device (the fake's cuMemGetInfo, before and after): at least that, and no more
  * than 256-byte rounding of each allocation above it; for grouped-query attention, MLA and
@@ -1888,6 +1940,7 @@ int main(int argc, char **argv)
     RUN(test_matches_cpu);
     RUN(test_batch_sequences);
     RUN(test_context_bytes);
+    RUN(test_logit_chunks);
     RUN(test_residency);
     RUN(test_load_wait);
     RUN(test_speculative);

@@ -85,6 +85,13 @@ enum { MVM_ROUTE_OFF, MVM_ROUTE_LAUNCHES, MVM_ROUTE_GRAPH };
 /* MOEVM_MMQ's and MOEVM_ATTN_MMA's choices, in the options' order (engine_options.c) */
 enum mvm_cuda_choice { MVM_CUDA_AUTO, MVM_CUDA_OFF, MVM_CUDA_ON };
 
+/* The output product's rows a pass computes at once: a batch whose every row is wanted
+ * (--logits-out, a perplexity) takes its logits this many rows at a time, where a buffer
+ * of the whole batch's would take the experts' room: 512 x 151,936 floats, 311 MB, for
+ * Qwen3's vocabulary at llama-bench's batch. A chunk more costs a read of the output
+ * matrix, a small part of a prompt batch's weights. */
+#define MVM_CUDA_LOGIT_ROWS 64u
+
 struct cuda_fwd {
     mvm_gpu *g;
     mvm_model *m;
@@ -115,7 +122,10 @@ struct cuda_fwd {
                                    (one sequence's F32 cache without rings); MLA: k only */
     struct cuda_run *runs;      /* [n_batch]: the batch's (cuda_eval) */
     uint32_t n_runs;
-    mvm_dptr x, xn, q, att, tmp, probs, logits, sh1, sh3, shg; /* [n_batch][...] */
+    mvm_dptr x, xn, q, att, tmp, probs, sh1, sh3, shg; /* [n_batch][...] */
+    mvm_dptr logits;            /* [logit_rows][n_vocab]: the output product's rows, a
+                                   chunk at a time (forward_cuda.c, head) */
+    uint32_t logit_rows;
     mvm_dptr part; /* attention's split parts (mvm_g_attention_part_bytes) */
     mvm_dptr qa, qlat, olat;    /* MLA: q_a; [n_head][lat] absorbed queries, their outputs */
     mvm_dptr act;               /* [n_batch][act_stride]: a Q or K type's input as Q8_0 or

@@ -4,7 +4,8 @@
  * needs, and the sizing pass that counts them all without a device
  * (mvm_cuda_fwd_context_bytes).
  *
- * Scratch: the KV cache takes 2 x blocks x n_ctx x kv_dim elements of device memory (MLA:
+ * Scratch: the logits of MVM_CUDA_LOGIT_ROWS rows at most (forward_cuda_impl.h); the KV
+ * cache takes 2 x blocks x n_ctx x kv_dim elements of device memory (MLA:
  * 1 x blocks x n_ctx x (kv_lora + rope); F16 by default, kv_cache.h); attention's split
  * parts (n_batch + 256 / units) x n_head x (head_dim + 3) floats, whatever the context
  * (kernels/cuda/kernels.h); MLA's absorbed queries and their outputs 2 x n_batch x n_head x
@@ -120,7 +121,8 @@ static mvm_status alloc_scratch(struct cuda_fwd *f)
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
         TRY(mvm_cuda_fwd_alloc(f, B * D * 4 + (i ? 0 : words), rows[i]));
     TRY(mvm_cuda_fwd_alloc(f, B * E * 4, &f->probs));
-    TRY(mvm_cuda_fwd_alloc(f, B * hp->n_vocab * 4, &f->logits));
+    f->logit_rows = B < MVM_CUDA_LOGIT_ROWS ? (uint32_t)B : MVM_CUDA_LOGIT_ROWS;
+    TRY(mvm_cuda_fwd_alloc(f, (size_t)f->logit_rows * hp->n_vocab * 4, &f->logits));
     TRY(mvm_cuda_fwd_alloc(f, B * f->act_stride, &f->act));
     TRY(mvm_cuda_fwd_alloc(f, BK * f->h_stride, &f->h));
     if (hp->n_expert) /* up's floats, for a K-quant down and for decode's up (up1) */
