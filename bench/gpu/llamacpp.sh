@@ -43,6 +43,12 @@
 #                                           bench/gpu/prebuilt.sh base REV makes it)
 # and the RESULT line ends in variant=...; VARIANTS_100 (default: VARIANTS) are those run at
 # budget 100, where settings of the move path or the CPU/GPU split change nothing.
+# MATCH_VRAM=1: at each budget strictly between 0 and 100, moevm once more (default variant,
+# each routing) with its experts' budget cut by the GPU memory it took beyond llama.cpp's at
+# that budget (its context and scratch are larger), so that both hold the same GPU memory:
+# the line's variant=vram_matched, its vram_mib near llama.cpp's. The budgets' share of the
+# experts is the same for both; the memory is not, and "at the same GPU memory" is what a
+# user with a given card compares.
 # MOEVM_COST=calibrated stands for a cost file that
 # `moevm calibrate` measures on this machine with the model, once a model (the greedy CPU/GPU
 # split plans with the cost model: the h100 preset's CPU side is a 2-socket host's, and on a
@@ -63,6 +69,21 @@ work=${WORK:-/tmp/moevm-offload}
 mkdir -p "$work"
 
 die() { echo "llamacpp.sh: $*" >&2; exit 1; }
+
+# moevm bench's experts budget of its first table row, in MiB (its "budget GiB" column).
+moevm_budget_mib() {
+    awk -F'|' '$7 ~ /^ *[0-9.]+ *$/ { printf "%d\n", $7 * 1024 + 0.5; exit }'
+}
+
+# The experts' budget (MiB) that gives moevm llama.cpp's GPU memory: its budget less what
+# it took beyond llama.cpp's; fails when either figure is missing or nothing is left.
+matched_budget_mib() {
+    local budget=$1 mine=$2 theirs=$3
+    [[ $budget =~ ^[0-9]+$ && $mine =~ ^[0-9]+$ && $theirs =~ ^[0-9]+$ ]] || return 1
+    local m=$((budget - (mine - theirs)))
+    ((m > 0)) || return 1
+    echo "$m"
+}
 
 # moevm bench's table rows -> "pp512=.. tg128=.." for the routing asked, then each test's
 # share of time waiting for copies ("pp512_wait=0.123 tg128_wait=..").
@@ -124,6 +145,7 @@ result() { echo "RESULT offload model=$1 type=$2 budget=$3 engine=$4 routing=$5 
         fi
 
         for b in $budgets; do
+            own_vram='' own_budget='' # moevm's default run, for MATCH_VRAM
             for routing in $routings; do
                 extra=()
                 [[ $routing == replay ]] && extra=(--routing "$trace")
@@ -144,8 +166,11 @@ result() { echo "RESULT offload model=$1 type=$2 budget=$3 engine=$4 routing=$5 
                     echo "$out"
                     speeds=$(echo "$out" | moevm_speeds "$routing")
                     [[ $b == 100 ]] && speeds+=$(bw_frac "$speeds" "$active" "$hbm")
-                    result "$name" "$type" "$b" moevm "$routing" \
-                        "$(echo "$out" | sed -n 's/^VRAM_MIB //p')" "${speeds}variant=$variant"
+                    vram=$(echo "$out" | sed -n 's/^VRAM_MIB //p')
+                    result "$name" "$type" "$b" moevm "$routing" "$vram" "${speeds}variant=$variant"
+                    if [[ $variant == default && -z $own_vram ]]; then
+                        own_vram=$vram own_budget=$(echo "$out" | moevm_budget_mib)
+                    fi
                     laps=$(decode_laps "$work/run.err")
                     [[ -n $laps ]] && echo "RESULT decode_host model=$name type=$type" \
                         "budget=$b routing=$routing $laps variant=$variant"
@@ -161,8 +186,25 @@ result() { echo "RESULT offload model=$1 type=$2 budget=$3 engine=$4 routing=$5 
             echo "$out"
             speeds=$(echo "$out" | llama_speeds)
             [[ $b == 100 ]] && speeds+=$(bw_frac "$speeds" "$active" "$hbm")
-            result "$name" "$type" "$b" llama.cpp own "$(echo "$out" | sed -n 's/^VRAM_MIB //p')" \
-                "${speeds}n_cpu_moe=$ncmoe"
+            llama_vram=$(echo "$out" | sed -n 's/^VRAM_MIB //p')
+            result "$name" "$type" "$b" llama.cpp own "$llama_vram" "${speeds}n_cpu_moe=$ncmoe"
+            [[ ${MATCH_VRAM:-0} == 1 && $b -gt 0 && $b -lt 100 ]] || continue
+            matched=$(matched_budget_mib "$own_budget" "$own_vram" "$llama_vram") ||
+                { echo "-- MATCH_VRAM: no budget left at $b% (moevm ${own_vram:-?} MiB with" \
+                       "${own_budget:-?} MiB of experts, llama.cpp ${llama_vram:-?} MiB)"; continue; }
+            echo "-- MATCH_VRAM: ${matched} MiB of experts (${own_budget} less" \
+                 "$((own_vram - llama_vram)) MiB that moevm took beyond llama.cpp's)"
+            for routing in $routings; do
+                extra=()
+                [[ $routing == replay ]] && extra=(--routing "$trace")
+                out=$(with_vram env MOEVM_BACKEND=cuda MOEVM_LOG=info build-gpu/moevm bench \
+                      -m "$model" -p "$pp" -n "$tg" -r "$reps" -t "$threads" \
+                      --gpu-budget "${matched}M" "${extra[@]}")
+                echo "$out"
+                result "$name" "$type" "$b" moevm "$routing" \
+                    "$(echo "$out" | sed -n 's/^VRAM_MIB //p')" \
+                    "$(echo "$out" | moevm_speeds "$routing")variant=vram_matched"
+            done
         done
     done
 } 2>&1 | tee -a "$log"
