@@ -60,8 +60,9 @@
 #   attention  bench_gpu_attention (split attention up to 131072 positions)
 #   lab        bench/gpu/kernel_lab.cu: decode's Q8_0 kernels against variants of their
 #              row loop (nvcc, about a minute to compile)
-# FULL_VARIANTS, OFFLOAD_MODELS, OFFLOAD_BUDGETS, OFFLOAD_VARIANTS, OFFLOAD_VARIANTS_100 (at
-# budget 100) and OFFLOAD_CPU (0: no CPU-alone runs) change those two steps. The whole log
+# FULL_VARIANTS, OFFLOAD_MODELS, OFFLOAD_BUDGETS, OFFLOAD_ROUTINGS (default "own replay"),
+# OFFLOAD_VARIANTS, OFFLOAD_VARIANTS_100 (at budget 100) and OFFLOAD_CPU (0: no CPU-alone
+# runs) change those two steps; LLAMACPP=0 and MATCH_VRAM=1 pass to llamacpp.sh. The whole log
 # goes to $OUT/lease.txt; the scripts run under it write no $OUT files of their own (a device
 # call brings back at most 8).
 # `grep -E '^(RESULT|== |step )'` reads it.
@@ -162,7 +163,7 @@ export work
             bash bench/gpu/llamacpp.sh
     step ktrace 90 env ENGINES="${KTRACE_ENGINES:-moevm}" bash bench/gpu/ktrace.sh
     step offload 300 env MODELS="${OFFLOAD_MODELS:-qwen3-30b-a3b:q8_0:12}" \
-        BUDGETS="${OFFLOAD_BUDGETS:-25 100}" ROUTINGS="own replay" REPS=2 \
+        BUDGETS="${OFFLOAD_BUDGETS:-25 100}" ROUTINGS="${OFFLOAD_ROUTINGS:-own replay}" REPS=2 \
         VARIANTS="${OFFLOAD_VARIANTS:-default MOEVM_BUDGET_ROUTING=read-through \
 MOEVM_BUDGET_ROUTING=in-place MOEVM_BUDGET_ROUTING=in-place,MOEVM_ADMIT=steps \
 MOEVM_LOAD_WAIT=device-view \

@@ -189,9 +189,11 @@ result() { echo "RESULT offload model=$1 type=$2 budget=$3 engine=$4 routing=$5 
             llama_vram=$(echo "$out" | sed -n 's/^VRAM_MIB //p')
             result "$name" "$type" "$b" llama.cpp own "$llama_vram" "${speeds}n_cpu_moe=$ncmoe"
             [[ ${MATCH_VRAM:-0} == 1 && $b -gt 0 && $b -lt 100 ]] || continue
-            matched=$(matched_budget_mib "$own_budget" "$own_vram" "$llama_vram") ||
-                { echo "-- MATCH_VRAM: no budget left at $b% (moevm ${own_vram:-?} MiB with" \
-                       "${own_budget:-?} MiB of experts, llama.cpp ${llama_vram:-?} MiB)"; continue; }
+            if ! matched=$(matched_budget_mib "$own_budget" "$own_vram" "$llama_vram"); then
+                echo "-- MATCH_VRAM: no budget left at $b% (moevm ${own_vram:-?} MiB with" \
+                     "${own_budget:-?} MiB of experts, llama.cpp ${llama_vram:-?} MiB)"
+                continue
+            fi
             echo "-- MATCH_VRAM: ${matched} MiB of experts (${own_budget} less" \
                  "$((own_vram - llama_vram)) MiB that moevm took beyond llama.cpp's)"
             for routing in $routings; do
