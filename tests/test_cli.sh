@@ -346,6 +346,20 @@ else
     echo "FAIL: moevm bench's table (8 rows of 1-2 threads x 50%-100% x pp8/tg4):" >&2
     sed 's/^/    /' "$tmp/bench" "$tmp/bench.err" >&2
 fi
+# the GPU scripts' reading of it (bench/gpu/llamacpp_lib.sh): the first row's budget in MiB
+# (this table's, and a GPU's of 2.5 GiB after the header), and MATCH_VRAM's budget at
+# llama.cpp's memory (none when moevm's extra is all of it, or a figure is missing)
+matched=$(source "$(dirname "$0")/../bench/gpu/llamacpp_lib.sh" &&
+          b=$(moevm_budget_mib <"$tmp/bench") && [ "$b" -ge 1 ] &&
+          printf '| arch | experts | experts GiB | backend | threads | budget GiB |\n|---|\n| qwen3moe | q8_0 | 8.01 | cuda | 16 | 2.50 | own | tg128 |\n' | moevm_budget_mib &&
+          matched_budget_mib 100 300 250 && ! matched_budget_mib 100 300 200 &&
+          ! matched_budget_mib "" 300 250)
+if [ "$(echo "$matched" | tr '\n' ' ')" = "2560 50 " ]; then
+    pass=$((pass + 1))
+else
+    fail=$((fail + 1))
+    echo "FAIL: moevm_budget_mib / matched_budget_mib: $matched" >&2
+fi
 expect 0 '\| tg4 \| ' -- "$moevm" bench -m "$m" -p 0 -n 4 -r 1
 expect 0 '\| host \| 2 \| home \| own \| tg4 \| [0-9.]+ \+- [0-9.]+ \| - \| 0\.00 \| - \|$' -- "$moevm" bench -m "$m" -p 0 -n 4 -r 1 -t 2
 # llama-bench's spellings; --n-cpu-moe 1 of 2 layers is the 50% budget, 0.02 GiB

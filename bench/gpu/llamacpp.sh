@@ -70,21 +70,6 @@ mkdir -p "$work"
 
 die() { echo "llamacpp.sh: $*" >&2; exit 1; }
 
-# moevm bench's experts budget of its first table row, in MiB (its "budget GiB" column).
-moevm_budget_mib() {
-    awk -F'|' '$7 ~ /^ *[0-9.]+ *$/ { printf "%d\n", $7 * 1024 + 0.5; exit }'
-}
-
-# The experts' budget (MiB) that gives moevm llama.cpp's GPU memory: its budget less what
-# it took beyond llama.cpp's; fails when either figure is missing or nothing is left.
-matched_budget_mib() {
-    local budget=$1 mine=$2 theirs=$3
-    [[ $budget =~ ^[0-9]+$ && $mine =~ ^[0-9]+$ && $theirs =~ ^[0-9]+$ ]] || return 1
-    local m=$((budget - (mine - theirs)))
-    ((m > 0)) || return 1
-    echo "$m"
-}
-
 # moevm bench's table rows -> "pp512=.. tg128=.." for the routing asked, then each test's
 # share of time waiting for copies ("pp512_wait=0.123 tg128_wait=..").
 moevm_speeds() {

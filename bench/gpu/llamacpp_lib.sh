@@ -129,3 +129,18 @@ bw_frac() {
     sed -n 's/.*tg[0-9]*=\([0-9.]*\).*/\1/p' <<<"$1" |
         awk -v a="$2" -v h="$3" '$1 > 0 { printf "bw_frac=%.3f ", $1 * a / (h * 1e9) }'
 }
+
+# moevm bench's experts budget of its first table row, in MiB (its "budget GiB" column).
+moevm_budget_mib() {
+    awk -F'|' '$7 ~ /^ *[0-9.]+ *$/ { printf "%d\n", $7 * 1024 + 0.5; exit }'
+}
+
+# The experts' budget (MiB) that gives moevm llama.cpp's GPU memory: its budget less what
+# it took beyond llama.cpp's; fails when either figure is missing or nothing is left.
+matched_budget_mib() {
+    local budget=$1 mine=$2 theirs=$3
+    [[ $budget =~ ^[0-9]+$ && $mine =~ ^[0-9]+$ && $theirs =~ ^[0-9]+$ ]] || return 1
+    local m=$((budget - (mine - theirs)))
+    ((m > 0)) || return 1
+    echo "$m"
+}
