@@ -656,19 +656,8 @@ static void split_runs(struct cuda_fwd *f, const mvm_fwd_batch *b)
     }
 }
 
-/* The output product of the normalised rows from .. from + logit_rows - 1 (those of nl)
- * into f->logits (MVM_CUDA_LOGIT_ROWS). */
-static mvm_status head(struct cuda_fwd *f, uint32_t from, uint32_t nl)
-{
-    const mvm_hparams *hp = &f->m->hp;
-    const uint32_t rows = nl - from < f->logit_rows ? nl - from : f->logit_rows;
-    return mvm_cuda_fwd_matmul(f, &f->output, NULL,
-                               f->xn + (uint64_t)from * hp->n_embd * sizeof(float), hp->n_embd,
-                               rows, f->logits, hp->n_vocab);
-}
-
 /* The batch's blocks, then the final norm of its rows first .. first + nl - 1 and the
- * output products of the first chunk of them (the others: download_logits). */
+ * output products of the first chunk of them (the others: mvm_cuda_fwd_logits_down). */
 static mvm_status blocks(struct cuda_fwd *f, const mvm_fwd_batch *b, uint32_t first,
                          uint32_t nl)
 {
@@ -687,36 +676,7 @@ static mvm_status blocks(struct cuda_fwd *f, const mvm_fwd_batch *b, uint32_t fi
         return mvm_cuda_fwd_settle_sum(f);
     TRY(mvm_cuda_fwd_rmsnorm(f, f->x + (uint64_t)first * D * sizeof(float), f->xn, D,
                              f->output_norm, D, nl));
-    return head(f, 0, nl);
-}
-
-/* The wanted rows' logits down, rows first .. first + nl - 1 normalised and the first
- * chunk of their products computed (blocks): each further chunk's products computed when a
- * wanted row is in it. */
-static mvm_status download_logits(struct cuda_fwd *f, const mvm_fwd_batch *b, uint32_t first,
-                                  uint32_t nl, float *logits)
-{
-    const size_t row = (size_t)f->m->hp.n_vocab * sizeof(float);
-    const uint32_t C = f->logit_rows;
-    if (b->n_out == nl) { /* every row from first on, chunk after chunk */
-        for (uint32_t from = 0; from < nl; from += C) {
-            if (from)
-                TRY(head(f, from, nl));
-            const uint32_t rows = nl - from < C ? nl - from : C;
-            TRY(mvm_gpu_download(f->g, (char *)logits + from * row, f->logits, rows * row));
-        }
-        return MVM_OK;
-    }
-    uint32_t at = 0; /* the chunk f->logits holds */
-    for (uint32_t o = 0; o < b->n_out; o++) {
-        const uint32_t r = b->out[o] - first, chunk = r / C * C;
-        if (chunk != at)
-            TRY(head(f, chunk, nl));
-        at = chunk;
-        TRY(mvm_gpu_download(f->g, (char *)logits + o * row, f->logits + (r - chunk) * row,
-                             row));
-    }
-    return MVM_OK;
+    return mvm_cuda_fwd_head(f, 0, nl);
 }
 
 /* blocks(), as one CUDA graph where the batch routes on the device and nothing in it waits
@@ -772,7 +732,7 @@ static mvm_status eval_batch(struct cuda_fwd *f, const mvm_fwd_batch *b, float *
     mvm_status st = f->route_here ? mvm_cuda_fwd_route_settle(f) : MVM_OK;
     const double t2 = mvm_now_s();
     mvm_cuda_fwd_lap(f, MVM_LAP_QUEUE);
-    const mvm_status got = b->n_out ? download_logits(f, b, first, nl, logits) : MVM_OK;
+    const mvm_status got = b->n_out ? mvm_cuda_fwd_logits_down(f, b, first, nl, logits) : MVM_OK;
     *idle = b->n_out && got == MVM_OK; /* after the logits' download */
     mvm_cuda_fwd_lap(f, MVM_LAP_DEVICE);
     if (f->route_here) {

@@ -474,6 +474,12 @@ mvm_status mvm_cuda_fwd_rmsnorm(struct cuda_fwd *f, mvm_dptr x, mvm_dptr out, ui
                                 mvm_dptr w, uint32_t len, uint32_t rows);
 /* The owed expert sum (f->sum_owed), launched; MVM_OK where none is owed. */
 mvm_status mvm_cuda_fwd_settle_sum(struct cuda_fwd *f);
+/* The output product of xn's rows from .. from + logit_rows - 1 (of nl) into f->logits. */
+mvm_status mvm_cuda_fwd_head(struct cuda_fwd *f, uint32_t from, uint32_t nl);
+/* b's wanted logits down into `logits`, xn holding rows first .. first + nl - 1 normalised
+ * and f->logits their first chunk's products: each further chunk computed as needed. */
+mvm_status mvm_cuda_fwd_logits_down(struct cuda_fwd *f, const mvm_fwd_batch *b, uint32_t first,
+                                    uint32_t nl, float *logits);
 /* x[i] += g(i) * y[i] over rows of len floats (y_stride 0: one row y for all, a bias). */
 mvm_status mvm_cuda_fwd_add(struct cuda_fwd *f, mvm_dptr x, mvm_dptr y, uint64_t y_stride,
                             mvm_dptr gate, uint32_t len, uint32_t rows);

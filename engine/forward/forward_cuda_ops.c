@@ -3,7 +3,8 @@
  * a batch on the integer kernels (its input quantized once for the products that share it,
  * several matrices of one input in one launch, a residual added in the product's own pass)
  * or on the tensor cores (forward_cuda_gemm.c), the norms (the next product's input
- * quantized in their pass), the element-wise adds and the rotary embedding.
+ * quantized in their pass), the element-wise adds and the rotary embedding; the output
+ * product, a chunk of rows at a time, and the logits down.
  */
 #include <stdint.h>
 
@@ -218,5 +219,45 @@ mvm_status mvm_cuda_fwd_norm_for(struct cuda_fwd *f, mvm_dptr norm, const struct
     const int q = !gemm && mvm_k_block_elems((enum mvm_wtype)w->type) > 1;
     TRY(mvm_cuda_fwd_norm_input(f, norm, q ? w->type : -1, n, 0));
     f->xn_act = q ? w : NULL;
+    return MVM_OK;
+}
+
+/* ---- the output product ------------------------------------------------------------------ */
+
+/* (forward_cuda_impl.h; MVM_CUDA_LOGIT_ROWS rows at most) */
+mvm_status mvm_cuda_fwd_head(struct cuda_fwd *f, uint32_t from, uint32_t nl)
+{
+    const mvm_hparams *hp = &f->m->hp;
+    const uint32_t rows = nl - from < f->logit_rows ? nl - from : f->logit_rows;
+    return mvm_cuda_fwd_matmul(f, &f->output, NULL,
+                               f->xn + (uint64_t)from * hp->n_embd * sizeof(float), hp->n_embd,
+                               rows, f->logits, hp->n_vocab);
+}
+
+/* (forward_cuda_impl.h) Every row from first on: chunk after chunk; else each wanted
+ * row's chunk computed when f->logits holds another. */
+mvm_status mvm_cuda_fwd_logits_down(struct cuda_fwd *f, const mvm_fwd_batch *b, uint32_t first,
+                                    uint32_t nl, float *logits)
+{
+    const size_t row = (size_t)f->m->hp.n_vocab * sizeof(float);
+    const uint32_t C = f->logit_rows;
+    if (b->n_out == nl) { /* every row from first on, chunk after chunk */
+        for (uint32_t from = 0; from < nl; from += C) {
+            if (from)
+                TRY(mvm_cuda_fwd_head(f, from, nl));
+            const uint32_t rows = nl - from < C ? nl - from : C;
+            TRY(mvm_gpu_download(f->g, (char *)logits + from * row, f->logits, rows * row));
+        }
+        return MVM_OK;
+    }
+    uint32_t at = 0; /* the chunk f->logits holds */
+    for (uint32_t o = 0; o < b->n_out; o++) {
+        const uint32_t r = b->out[o] - first, chunk = r / C * C;
+        if (chunk != at)
+            TRY(mvm_cuda_fwd_head(f, chunk, nl));
+        at = chunk;
+        TRY(mvm_gpu_download(f->g, (char *)logits + o * row, f->logits + (r - chunk) * row,
+                             row));
+    }
     return MVM_OK;
 }
