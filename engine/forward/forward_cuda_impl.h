@@ -124,7 +124,7 @@ struct cuda_fwd {
     uint32_t n_runs;
     mvm_dptr x, xn, q, att, tmp, probs, sh1, sh3, shg; /* [n_batch][...] */
     mvm_dptr logits;            /* [logit_rows][n_vocab]: the output product's rows, a
-                                   chunk at a time (forward_cuda.c, head) */
+                                   chunk at a time (forward_cuda_ops.c) */
     uint32_t logit_rows;
     mvm_dptr part; /* attention's split parts (mvm_g_attention_part_bytes) */
     mvm_dptr qa, qlat, olat;    /* MLA: q_a; [n_head][lat] absorbed queries, their outputs */
