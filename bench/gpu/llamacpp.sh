@@ -81,6 +81,17 @@ moevm_speeds() {
 
 result() { echo "RESULT offload model=$1 type=$2 budget=$3 engine=$4 routing=$5 vram_mib=$6 $7"; }
 
+# moevm bench of the model under way ($model, its $trace) with the settings in env, by BIN,
+# with ROUTING's routing and the budget's arguments; its output, then "VRAM_MIB n".
+moevm_bench() {
+    local bin=$1 routing=$2
+    shift 2
+    local extra=()
+    [[ $routing == replay ]] && extra=(--routing "$trace")
+    with_vram env "${env[@]}" "$bin" bench -m "$model" -p "$pp" -n "$tg" -r "$reps" \
+        -t "$threads" "$@" "${extra[@]}"
+}
+
 {
     moevm_gpu_build moevm_cli vmm_costs >"$work/build.txt" 2>&1 ||
         { tail -n 20 "$work/build.txt"; die "the moevm build failed"; }
@@ -132,8 +143,6 @@ result() { echo "RESULT offload model=$1 type=$2 budget=$3 engine=$4 routing=$5 
         for b in $budgets; do
             own_vram='' own_budget='' # moevm's default run, for MATCH_VRAM
             for routing in $routings; do
-                extra=()
-                [[ $routing == replay ]] && extra=(--routing "$trace")
                 for variant in $([[ $b == 100 ]] && echo "$variants_100" || echo "$variants"); do
                     # info: decode's host time a token, where it routes on the device
                     env=(MOEVM_BACKEND=cuda MOEVM_LOG=info)
@@ -146,8 +155,7 @@ result() { echo "RESULT offload model=$1 type=$2 budget=$3 engine=$4 routing=$5 
                     echo "-- ${env[*]} $bin"
                     share=(--gpu-budget "$b%") # 0: every expert on the CPU, the rest on the GPU
                     [[ $b == 0 ]] && share=(--n-cpu-moe 99)
-                    out=$(with_vram env "${env[@]}" "$bin" bench -m "$model" -p "$pp" \
-                          -n "$tg" -r "$reps" -t "$threads" "${share[@]}" "${extra[@]}")
+                    out=$(moevm_bench "$bin" "$routing" "${share[@]}")
                     echo "$out"
                     speeds=$(echo "$out" | moevm_speeds "$routing")
                     [[ $b == 100 ]] && speeds+=$(bw_frac "$speeds" "$active" "$hbm")
@@ -181,12 +189,9 @@ result() { echo "RESULT offload model=$1 type=$2 budget=$3 engine=$4 routing=$5 
             fi
             echo "-- MATCH_VRAM: ${matched} MiB of experts (${own_budget} less" \
                  "$((own_vram - llama_vram)) MiB that moevm took beyond llama.cpp's)"
+            env=(MOEVM_BACKEND=cuda MOEVM_LOG=info)
             for routing in $routings; do
-                extra=()
-                [[ $routing == replay ]] && extra=(--routing "$trace")
-                out=$(with_vram env MOEVM_BACKEND=cuda MOEVM_LOG=info build-gpu/moevm bench \
-                      -m "$model" -p "$pp" -n "$tg" -r "$reps" -t "$threads" \
-                      --gpu-budget "${matched}M" "${extra[@]}")
+                out=$(moevm_bench build-gpu/moevm "$routing" --gpu-budget "${matched}M")
                 echo "$out"
                 result "$name" "$type" "$b" moevm "$routing" \
                     "$(echo "$out" | sed -n 's/^VRAM_MIB //p')" \

@@ -89,7 +89,7 @@ enum mvm_cuda_choice { MVM_CUDA_AUTO, MVM_CUDA_OFF, MVM_CUDA_ON };
  * (--logits-out, a perplexity) takes its logits this many rows at a time, where a buffer
  * of the whole batch's would take the experts' room: 512 x 151,936 floats, 311 MB, for
  * Qwen3's vocabulary at llama-bench's batch. A chunk more costs a read of the output
- * matrix, a small part of a prompt batch's weights. */
+ * matrix (not measured on a GPU; only batches wanting more than 64 rows pay it). */
 #define MVM_CUDA_LOGIT_ROWS 64u
 
 struct cuda_fwd {
