@@ -478,51 +478,81 @@ static void test_logit_chunks(void)
 
 /* mvm_ctx_device_bytes, which an automatic budget leaves room for, is what a context then
  * takes of the device (the fake's cuMemGetInfo, before and after): at least that, and no more
- * than 256-byte rounding of each allocation above it; for grouped-query attention, MLA and
- * gpt-oss's rings, F16 and F32 caches, several lengths. A model without its space sizes the
- * same (the load sizes it before making the space). */
-static void test_context_bytes(void)
+ * than 256-byte rounding of each allocation above it (32 KiB: 4 KiB seen); for grouped-query attention, MLA and
+ * gpt-oss's rings, F16 and F32 caches, several lengths, on a device of compute capability
+ * 9.0 and 7.5 (whose experts take cuBLAS, not the mmq kernels: the sizing pass asks the
+ * driver). A model without its space sizes the same (the load sizes it before making the
+ * space). Returns what the context took. */
+static uint64_t context_bytes_case(const char *arch, const char *preset, const char *kv,
+                                   uint32_t n_ctx, uint32_t batch, int cc)
 {
     /* cuMemGetInfo_v2 (0: CUDA_SUCCESS; this test does not include cuda.h) */
     int (*get_info)(size_t *, size_t *) =
         (int (*)(size_t *, size_t *))dlsym(driver_lib, "cuMemGetInfo_v2");
     CHECK(get_info != NULL);
-    static const struct { const char *arch, *preset, *kv; uint32_t n_ctx, batch; } cases[] = {
-        {"llama", "tiny", "f32", 32, 4}, {"qwen3moe", "tiny", "f16", 300, 32},
-        {"deepseek2", "tiny-v3", "f16", 64, 8}, {"gpt-oss", "tiny", "f32", 100, 1},
-        {"glm4moe", "tiny", "f16", 17, 17}};
-    for (size_t i = 0; get_info && i < sizeof cases / sizeof *cases; i++) {
-        const char *path = preset_path(cases[i].arch, cases[i].preset, MVM_W_Q8_0);
-        mvm_model *m = NULL, *probe = NULL;
-        mvm_ctx *c = NULL;
-        CHECK_ST(load(path, MVM_BACKEND_CUDA, 1, &m), MVM_OK);
-        CHECK_ST(mvm_model_probe(path, &probe), MVM_OK);
-        if (!m || !probe) {
-            mvm_model_free(m), mvm_model_free(probe);
-            continue;
-        }
+    const char *path = preset_path(arch, preset, MVM_W_Q8_0);
+    mvm_model *m = NULL, *probe = NULL;
+    mvm_ctx *c = NULL;
+    uint64_t used = 0;
+    set_cc_major(cc);
+    CHECK_ST(load(path, MVM_BACKEND_CUDA, 1, &m), MVM_OK);
+    CHECK_ST(mvm_model_probe(path, &probe), MVM_OK);
+    if (get_info && m && probe) {
         uint64_t w = 0, rest = 0, w_probe = 0, rest_probe = 0;
-        CHECK_ST(mvm_ctx_device_bytes(m, cases[i].n_ctx, cases[i].batch, cases[i].kv, &w,
-                                      &rest), MVM_OK);
-        CHECK_ST(mvm_ctx_device_bytes(probe, cases[i].n_ctx, cases[i].batch, cases[i].kv,
-                                      &w_probe, &rest_probe), MVM_OK);
+        CHECK_ST(mvm_ctx_device_bytes(m, n_ctx, batch, kv, &w, &rest), MVM_OK);
+        CHECK_ST(mvm_ctx_device_bytes(probe, n_ctx, batch, kv, &w_probe, &rest_probe), MVM_OK);
         const uint64_t est = w + rest;
         /* the probe of an older deepseek2 file lacks wk_b and wv_b (split from attn_kv_b at
          * load): its KV cache and scratch are the same */
         CHECK(rest == rest_probe && w > 0 && rest > 0 && w_probe <= w);
         size_t free0 = 0, free1 = 0, total = 0;
-        mvm_ctx_policies pol = {.kv_type = cases[i].kv};
-        CHECK_ST(mvm_ctx_create(m, pool, cases[i].n_ctx, cases[i].batch, &pol, &c), MVM_OK);
+        mvm_ctx_policies pol = {.kv_type = kv};
+        CHECK_ST(mvm_ctx_create(m, pool, n_ctx, batch, &pol, &c), MVM_OK);
         CHECK(get_info(&free1, &total) == 0);
         mvm_ctx_free(c);
         CHECK(get_info(&free0, &total) == 0);
-        uint64_t used = free0 - free1;
-        CHECK(used > 0 && est >= used && est - used < (256u << 10));
-        if (!(est >= used && est - used < (256u << 10)))
-            fprintf(stderr, "  %s: sized %llu bytes, the context took %llu\n", cases[i].arch,
-                    (unsigned long long)est, (unsigned long long)used);
-        mvm_model_free(m), mvm_model_free(probe);
+        used = free0 - free1;
+        CHECK(used > 0 && est >= used && est - used < (32u << 10));
+        if (!(est >= used && est - used < (32u << 10)))
+            fprintf(stderr, "  %s, compute capability %d: sized %llu bytes, the context took "
+                    "%llu\n", arch, cc, (unsigned long long)est, (unsigned long long)used);
     }
+    set_cc_major(9);
+    mvm_model_free(m), mvm_model_free(probe);
+    return used;
+}
+
+/* The contexts of context_bytes_case; where the mmq kernels take every layer's experts (Q8_0
+ * on compute capability 8.0 or later), no scratch for their batches on cuBLAS: the context
+ * takes at least their bytes less than where they take cuBLAS (7.5). */
+static void test_context_bytes(void)
+{
+    static const struct { const char *arch, *preset, *kv; uint32_t n_ctx, batch; } cases[] = {
+        {"llama", "tiny", "f32", 32, 4}, {"qwen3moe", "tiny", "f16", 300, 32},
+        {"deepseek2", "tiny-v3", "f16", 64, 8}, {"gpt-oss", "tiny", "f32", 100, 1},
+        {"glm4moe", "tiny", "f16", 17, 17}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        uint64_t used[2];
+        for (int k = 0; k < 2; k++)
+            used[k] = context_bytes_case(cases[i].arch, cases[i].preset, cases[i].kv,
+                                         cases[i].n_ctx, cases[i].batch, k ? 7 : 9);
+        if (cases[i].batch < 32) /* no batch reaches MOEVM_GEMM_ROWS: no scratch either way */
+            CHECK(used[0] == used[1]);
+    }
+    /* qwen3moe's shape: the expert batches' inputs, gate/up floats and unit */
+    const mvm_preset *p = mvm_preset_find("tiny", "qwen3moe");
+    CHECK(p != NULL);
+    if (!p)
+        return;
+    const uint64_t B = 32, BK = B * p->spec.n_expert_used, D = p->spec.n_embd;
+    const uint64_t F = mvm_spec_expert_ff(&p->spec);
+    const uint64_t batches = (BK + B) * D * 2 + BK * (2 * F > D ? 2 * F : D) * 4 + BK * F * 2;
+    const uint64_t sm90 = context_bytes_case("qwen3moe", "tiny", "f16", 300, 32, 9);
+    const uint64_t sm75 = context_bytes_case("qwen3moe", "tiny", "f16", 300, 32, 7);
+    CHECK(sm90 + batches <= sm75);
+    if (!(sm90 + batches <= sm75))
+        fprintf(stderr, "  mmq: the context took %llu bytes, %llu on a 7.5 device\n",
+                (unsigned long long)sm90, (unsigned long long)sm75);
     uint64_t none = 1, none2 = 1;
     mvm_model *m = NULL;
     CHECK_ST(mvm_model_probe(model_path("llama", MVM_W_F32), &m), MVM_OK);

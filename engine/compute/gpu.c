@@ -214,6 +214,32 @@ int mvm_gpu_has(const mvm_gpu *g, enum mvm_gpu_kernel k, int type)
     return type >= 0 && type < MVM_W_COUNT && g->fn[k][kernels[k].typed ? type : 0] != NULL;
 }
 
+int mvm_gpu_would_have(int sm80, enum mvm_gpu_kernel k, int type)
+{
+    const int module = kernels[k].module;
+    if (type < 0 || type >= MVM_W_COUNT || ((module == MOD_MMQ || module == MOD_ATTN_MMA) && !sm80))
+        return 0;
+    return !kernels[k].typed || !kernels[k].types || (kernels[k].types & W_BIT(type));
+}
+
+mvm_status mvm_gpu_device_sm80(int device, int *yes)
+{
+    *yes = 0;
+    struct cu_api cu;
+    CUdevice dev;
+    mvm_status st = mvm_cu_load(&cu);
+    if (st == MVM_OK)
+        st = mvm_cu_device(&cu, device, &dev);
+    if (st != MVM_OK)
+        return st;
+    int major = 0;
+    CUresult r = cu.DeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+    if (r != CUDA_SUCCESS)
+        return mvm_cu_fail(&cu, r, "cuDeviceGetAttribute (compute capability)");
+    *yes = major >= 8;
+    return MVM_OK;
+}
+
 mvm_status mvm_gpu_profile(mvm_gpu *g)
 {
     for (int k = 0; k < MVM_GK_COUNT; k++)

@@ -66,6 +66,12 @@ void *mvm_gpu_stream(const mvm_gpu *g);
  * mmq ones need compute capability 8.0 and exist for a few types (kernels/cuda/kernels.h);
  * the others are there whenever mvm_gpu_open succeeded. */
 int mvm_gpu_has(const mvm_gpu *g, enum mvm_gpu_kernel k, int type);
+/* What mvm_gpu_has would say on a device of compute capability 8.0 or later (sm80) or
+ * earlier, without one open: a sizing pass's answer (engine/forward/forward_cuda_setup.c). */
+int mvm_gpu_would_have(int sm80, enum mvm_gpu_kernel k, int type);
+/* Whether CUDA device `device` has compute capability 8.0 or later, asked of the driver
+ * without a context; MVM_ERR_UNSUPPORTED without a driver or device. */
+mvm_status mvm_gpu_device_sm80(int device, int *yes);
 /* From now on each launch and copy is timed (engine/compute/gpu_profile.h); the report
  * says where the time went. */
 mvm_status mvm_gpu_profile(mvm_gpu *g);

@@ -64,8 +64,8 @@ const mvm_option_desc mvm_opt_gemm_scratch = {
     "engine on a GPU: device memory for the F16 weights of MOEVM_GEMM_ROWS's "
     "products; a MoE step's experts go in batches of as many as it holds, a "
     "larger matrix or expert in chunks of rows or channel groups (at least "
-    "one row or group, whatever this says); as much again at most for a "
-    "prompt's attention scores"};
+    "one row or group, whatever this says); a prompt's attention scores "
+    "share it (up to as much)"};
 
 const mvm_option_desc mvm_opt_gemm_batch = {
     "MOEVM_GEMM_BATCH", MVM_OPT_CHOICE, "on", "off|on",

@@ -72,12 +72,12 @@ static uint32_t expert_chunk(const struct cuda_fwd *f, uint32_t G, uint64_t cap)
     return (uint32_t)(ch < hp->n_ff_exp ? ch : (hp->n_ff_exp + G - 1) / G * G);
 }
 
-/* A prompt's attention by products (mvm_cuda_fwd_gemm_attention): where the cache is F16
- * and some block's has no ring, its queries in F16 and scratch for its scores and weights,
- * six bytes a (head, query, position) of n_batch queries over n_ctx positions, up to `cap`
- * but for two queries at least (a batch's queries then go in chunks). Rows of 16 bytes for
- * cuBLAS. */
-static mvm_status attention_alloc(struct cuda_fwd *f, uint64_t cap)
+/* The scratch of a prompt's attention by products (mvm_cuda_fwd_gemm_attention), 0 where it
+ * does not run: where the cache is F16 and some block's has no ring, six bytes a (head,
+ * query, position) for its scores and weights, of n_batch queries over n_ctx positions, up
+ * to `cap` but for two queries at least (a batch's queries then go in chunks). Rows of 16
+ * bytes for cuBLAS. */
+static uint64_t attention_bytes(const struct cuda_fwd *f, uint64_t cap)
 {
     const mvm_hparams *hp = &f->m->hp;
     const uint64_t d = hp->kv_lora ? f->lat : hp->head_dim, H = hp->n_head;
@@ -85,13 +85,10 @@ static mvm_status attention_alloc(struct cuda_fwd *f, uint64_t cap)
     for (uint32_t b = 0; b < hp->n_dense + hp->n_layer; b++)
         plain |= !f->kv->blocks[b].ring;
     if (f->kv->type != MVM_W_F16 || !plain || d % 8 || f->kv_dim % 8)
-        return MVM_OK;
+        return 0;
     const uint64_t per_q = H * ((f->n_ctx + 7) / 8 * 8) * 6, all = per_q * f->n_batch;
-    f->att_bytes = all < cap ? all : cap;
-    f->att_bytes = f->att_bytes > 2 * per_q ? f->att_bytes : 2 * per_q;
-    TRY(mvm_cuda_fwd_alloc(f, (uint64_t)f->n_batch * H * d * sizeof(uint16_t), &f->att_q16));
-    TRY(mvm_cuda_fwd_alloc(f, f->att_bytes, &f->att_s));
-    return mvm_cuda_fwd_alloc(f, 6 * H * sizeof(uint64_t), &f->att_ptr);
+    const uint64_t bytes = all < cap ? all : cap;
+    return bytes > 2 * per_q ? bytes : 2 * per_q;
 }
 
 /* Whether experts of this format can take the tensor cores: F32 ones keep their precision
@@ -99,6 +96,13 @@ static mvm_status attention_alloc(struct cuda_fwd *f, uint64_t cap)
 static int expert_gemm_ok(mvm_k_expert_fmt fmt)
 {
     return !fmt.tiles && fmt.gate_up != MVM_W_F32 && fmt.down != MVM_W_F32;
+}
+
+/* Whether layer il's experts can take cuBLAS: those the mmq kernels take never do. */
+static int experts_on_blas(const struct cuda_fwd *f, uint32_t il)
+{
+    return f->m->hp.n_expert && expert_gemm_ok(f->m->layers[il].expert_fmt) &&
+           !mvm_cuda_fwd_mmq(f, il);
 }
 
 mvm_status mvm_cuda_fwd_gemm_alloc(struct cuda_fwd *f)
@@ -115,13 +119,15 @@ mvm_status mvm_cuda_fwd_gemm_alloc(struct cuda_fwd *f)
     if (!f->gemm_rows)
         return MVM_OK; /* no batch reaches it: no scratch */
     uint32_t G = MVM_QBLOCK;
-    int batches = 0; /* some layer's experts take the tensor cores, in batches */
-    for (uint32_t il = 0; il < hp->n_layer && hp->n_expert; il++) {
+    int experts = 0; /* some layer's experts take cuBLAS */
+    for (uint32_t il = 0; il < hp->n_layer; il++) {
+        if (!experts_on_blas(f, il))
+            continue;
+        experts = 1;
         if (mvm_k_is_k(f->m->layers[il].expert_fmt.down))
             G = MVM_QK_K;
-        batches |= expert_gemm_ok(f->m->layers[il].expert_fmt) && batch.i;
     }
-    f->gemm_ch = hp->n_expert ? expert_chunk(f, G, (uint64_t)cap.i) : 0;
+    f->gemm_ch = experts ? expert_chunk(f, G, (uint64_t)cap.i) : 0;
     /* as much as the largest matrix or expert chunk needs, up to MOEVM_GEMM_SCRATCH, but
      * always one expert chunk and one row of the widest matrix */
     const uint64_t chunk = 3ull * f->gemm_ch * hp->n_embd * sizeof(uint16_t);
@@ -132,14 +138,16 @@ mvm_status mvm_cuda_fwd_gemm_alloc(struct cuda_fwd *f)
     const uint64_t B = f->n_batch, BK = B * hp->n_expert_used, D = hp->n_embd;
     const uint64_t F = hp->n_ff_exp, expert_f16 = 3 * F * D * sizeof(uint16_t);
     /* whole experts: batches of as many as the scratch holds, up to a layer's */
-    if (f->gemm_ch >= F && batches) {
+    if (f->gemm_ch >= F && batch.i) {
         const uint64_t all = expert_f16 * hp->n_expert;
         const uint64_t want = all < (uint64_t)cap.i ? all : (uint64_t)cap.i;
         w16 = w16 > want ? w16 : want;
         f->gemm_per = (uint32_t)(w16 / expert_f16);
     }
     f->gemm_w16_bytes = w16 > row ? w16 : row;
-    TRY(mvm_cuda_fwd_alloc(f, f->gemm_w16_bytes, &f->w16));
+    f->att_bytes = batch.i ? attention_bytes(f, (uint64_t)cap.i) : 0;
+    TRY(mvm_cuda_fwd_alloc(f, f->gemm_w16_bytes > f->att_bytes ? f->gemm_w16_bytes
+                                                                : f->att_bytes, &f->w16));
     TRY(mvm_cuda_fwd_alloc(f, B * f->max_cols * sizeof(uint16_t), &f->a16));
     if (f->gemm_per) {
         /* a batch's products read each expert's inputs for as many rows as its largest
@@ -153,8 +161,12 @@ mvm_status mvm_cuda_fwd_gemm_alloc(struct cuda_fwd *f)
         TRY(mvm_cuda_fwd_alloc(f, B * 2 * f->gemm_ch * sizeof(float), &f->gu));
         TRY(mvm_cuda_fwd_alloc(f, B * f->gemm_ch * sizeof(uint16_t), &f->h16));
     }
-    if (batch.i)
-        TRY(attention_alloc(f, (uint64_t)cap.i));
+    if (f->att_bytes) {
+        const uint64_t H = hp->n_head, d = hp->kv_lora ? f->lat : hp->head_dim;
+        f->att_s = f->w16;
+        TRY(mvm_cuda_fwd_alloc(f, B * H * d * sizeof(uint16_t), &f->att_q16));
+        TRY(mvm_cuda_fwd_alloc(f, 6 * H * sizeof(uint64_t), &f->att_ptr));
+    }
     /* cuBLAS's workspace: as large as the F16 weights, up to what NVIDIA advises; a small
      * model's products are small, and a small device keeps room for its experts */
     f->gemm_ws_bytes = f->gemm_w16_bytes < MVM_GEMM_WORKSPACE ? f->gemm_w16_bytes
@@ -423,18 +435,20 @@ int mvm_cuda_fwd_mmq(const struct cuda_fwd *f, uint32_t il)
     const int q8 = fmt.gate_up == MVM_W_Q8_0 && fmt.down == MVM_W_Q8_0;
     const int q4km = fmt.gate_up == MVM_W_Q4_K && mvm_k_is_k(fmt.down);
     const int pair = f->mmq == MVM_CUDA_ON ? q8 || q4km : f->mmq == MVM_CUDA_AUTO && q8;
-    return pair && !fmt.tiles &&
-           mvm_gpu_has(f->g, MVM_GK_EXPERT_MMQ_UP, fmt.gate_up) &&
+    if (!pair || fmt.tiles)
+        return 0;
+    if (f->sizing) /* no device yet: what its kernels will be */
+        return mvm_gpu_would_have(f->sizing_sm80, MVM_GK_EXPERT_MMQ_UP, fmt.gate_up) &&
+               mvm_gpu_would_have(f->sizing_sm80, MVM_GK_EXPERT_MMQ_DOWN, fmt.down);
+    return mvm_gpu_has(f->g, MVM_GK_EXPERT_MMQ_UP, fmt.gate_up) &&
            mvm_gpu_has(f->g, MVM_GK_EXPERT_MMQ_DOWN, fmt.down);
 }
 
 mvm_status mvm_cuda_fwd_gemm_wants_expert(struct cuda_fwd *f, uint32_t il, uint32_t e, int *use)
 {
-    const mvm_k_expert_fmt fmt = f->m->layers[il].expert_fmt;
     *use = 0;
     /* the batches read each expert at its own address, not where mvm_resid_view_addr says */
-    if (!f->gemm_ch || !expert_gemm_ok(fmt) || mvm_cuda_fwd_mmq(f, il) ||
-        mvm_resid_view_addr(f->moe->resid, il, e))
+    if (!f->gemm_ch || !experts_on_blas(f, il) || mvm_resid_view_addr(f->moe->resid, il, e))
         return MVM_OK;
     return use_gemm(f, f->moe->cnt[e], use);
 }
@@ -486,7 +500,7 @@ mvm_status mvm_cuda_fwd_gemm_attention(struct cuda_fwd *f, const mvm_g_attention
     if (!f->att_s || !a->kv_f16 || a->ring)
         return MVM_OK;
     /* as many queries a chunk as the scratch holds over all the positions any sees (two at
-     * least: attention_alloc), and as a grid has rows for the softmax */
+     * least: attention_bytes), and as a grid has rows for the softmax */
     const uint64_t ld = ((uint64_t)a->pos0 + a->n_tok + 7) / 8 * 8;
     uint64_t nq = f->att_bytes / ((uint64_t)a->n_head * ld * 6);
     nq = nq < 65535 / a->n_head ? nq : 65535 / a->n_head;

@@ -172,7 +172,7 @@ struct cuda_fwd {
     uint32_t gemm_per;          /* whole experts the scratch holds, batched products for
                                    them (0: an expert goes in chunks of gemm_ch channels) */
     uint32_t max_cols;          /* the widest matrix's row, in elements */
-    uint64_t max_f16_bytes;     /* the largest matrix's bytes as F16 */
+    uint64_t max_f16_bytes;     /* the largest matrix's bytes as F16, the output's aside */
     uint64_t gemm_w16_bytes, gemm_ws_bytes; /* w16's, gemm_ws's */
     mvm_dptr a16x;              /* [n_batch * K][n_embd] F16: a MoE step's rows' inputs for
                                    the tensor cores (forward_cuda_gemm.c), made once a step */
@@ -185,8 +185,10 @@ struct cuda_fwd {
                                    [n_batch * K][n_ff_exp], its pointer arrays and ids */
     uint32_t *gemm_list;        /* [n_expert]: a round's experts for the tensor cores */
     mvm_dptr att_q16, att_s, att_ptr; /* a prompt's attention by products: its queries in
-                                   F16, its scores and weights (att_bytes), [6][n_head]
-                                   pointers; 0: the attention kernel takes every batch */
+                                   F16, its scores and weights (att_bytes, in w16's memory:
+                                   a layer's attention and its products take turns in the
+                                   one stream), [6][n_head] pointers; 0: the attention
+                                   kernel takes every batch */
     uint64_t att_bytes;
     uint64_t *att_ptr_host;     /* [6 n_head] */
     uint64_t *bptr_host;        /* [7 n_expert]: bptr's contents, sent up from here */
@@ -281,7 +283,10 @@ struct cuda_fwd {
     size_t n_owned, cap_owned;
     int sizing;                 /* a sizing pass (mvm_cuda_fwd_context_bytes): no device, each
                                    allocation only added to `need` (copies of weights also
-                                   to `need_weights`), nothing uploaded */
+                                   to `need_weights`), nothing uploaded; ... */
+    int sizing_sm80;            /* ... for a device of compute capability 8.0 or later (the
+                                   driver's answer; 0 where it has none): which kernels the
+                                   real pass will have (mvm_gpu_would_have) */
     uint64_t need, need_weights;
 };
 

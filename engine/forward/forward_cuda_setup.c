@@ -10,8 +10,10 @@
  * parts (n_batch + 256 / units) x n_head x (head_dim + 3) floats, whatever the context
  * (kernels/cuda/kernels.h); MLA's absorbed queries and their outputs 2 x n_batch x n_head x
  * (kv_lora + rope) floats; where a batch can reach MOEVM_GEMM_ROWS, the tensor-core path's
- * F16 weights (up to MOEVM_GEMM_SCRATCH), inputs and expert batches, and cuBLAS's workspace
- * (as large as the F16 weights' up to 32 MiB; forward_cuda_gemm.c).
+ * F16 weights (the largest matrix but the output, or the expert batches where cuBLAS takes
+ * some layer's experts, up to MOEVM_GEMM_SCRATCH; a prompt's attention scores share that
+ * memory), inputs and expert batches, and cuBLAS's workspace (as large as the F16 weights'
+ * up to 32 MiB; forward_cuda_gemm.c).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -160,7 +162,12 @@ static mvm_status upload_model(struct cuda_fwd *f)
         if (!f->sizing)
             f->layers[il].experts = (mvm_dptr)(uintptr_t)mvm_expert_addr(m->space, il, 0);
     }
+    /* the output's products take MVM_CUDA_LOGIT_ROWS rows at most, the tensor cores' in
+     * chunks of the scratch (mvm_cuda_fwd_gemm_product): it does not size it, else a large
+     * vocabulary would hold MOEVM_GEMM_SCRATCH for what a prompt (one row) never uses */
+    const uint64_t f16 = f->max_f16_bytes;
     TRY(mvm_cuda_fwd_weight(f, &m->output, &f->output));
+    f->max_f16_bytes = f16;
     TRY(mvm_cuda_fwd_copy(f, m->output_norm, m->hp.n_embd * sizeof(float), &f->output_norm));
     TRY(alloc_scratch(f));
     /* the uploads done: a failed one is reported here */
@@ -188,6 +195,10 @@ mvm_status mvm_cuda_fwd_context_bytes(mvm_model *m, uint32_t n_ctx, uint32_t n_b
 {
     struct cuda_fwd f = {.sizing = 1};
     set_shape(&f, m, n_ctx, n_batch, kv);
+    /* which kernels the context will have; without a driver to ask (the context could not
+     * be made either) those of an older device, whose scratch is the larger */
+    if (mvm_gpu_device_sm80(m->device, &f.sizing_sm80) != MVM_OK)
+        f.sizing_sm80 = 0;
     mvm_status st = upload_model(&f);
     free(f.layers);
     free(f.dense);

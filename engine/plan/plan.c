@@ -59,11 +59,11 @@ static mvm_status make_space(mvm_model *m, const mvm_ctx_shape *ctx, mvm_space_d
                         "moevm was built without nvcc, so it has no device kernels to compute "
                         "the experts (rebuild with nvcc on PATH, or use MOEVM_BACKEND=host)",
                         m->path);
+    m->device = desc->device; /* size_reserve asks it which kernels it has */
     mvm_status st;
     if (desc->backend == MVM_BACKEND_CUDA && desc->device_budget == MVM_BUDGET_AUTO &&
         (st = size_reserve(m, ctx, desc)) != MVM_OK)
         return st;
-    m->device = desc->device;
     if ((st = mvm_space_create(desc, out)) != MVM_OK) {
         char why[256];
         snprintf(why, sizeof why, "%s", mvm_last_error());
