@@ -34,10 +34,18 @@ run: deps-run
 	@test -f $(DEFAULT_MODEL) || ./build/moevm mkmodel --preset tiny --arch qwen3moe -o $(DEFAULT_MODEL)
 	./build/moevm run -m $(DEFAULT_MODEL) -p "Once upon a time" -n 48 --seed 1
 
-# One build directory per sanitizer set; each runs the whole suite (scripts/make_test.sh:
-# each sanitizer build compiles while the tests before it run).
+# One build directory per sanitizer set; each runs the whole suite. The sanitizer builds take
+# the plain build's PTX from build/ptx-cache (it does not depend on sanitizers).
 test: deps
-	@JOBS=$(JOBS) CMAKE_FLAGS="$(CMAKE_FLAGS)" bash scripts/make_test.sh
+	@set -e; for cfg in "build:" "build-asan:address,undefined" "build-tsan:thread"; do \
+	  dir=$${cfg%%:*}; san=$${cfg#*:}; \
+	  echo "== $$dir $${san:+(sanitizers: $$san)}"; \
+	  cmake -S . -B $$dir -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMOEVM_SANITIZE=$$san \
+	    -DMOEVM_PTX_CACHE=$(CURDIR)/build/ptx-cache $(CMAKE_FLAGS) >/dev/null; \
+	  cmake --build $$dir -j$(JOBS); \
+	  ctest --test-dir $$dir --output-on-failure -j$(JOBS); \
+	  scripts/skip_summary.sh $$dir/Testing/Temporary/LastTest.log; \
+	done
 
 # The CLI, libmoevm (both APIs), its headers and pkg-config file, under PREFIX (DESTDIR for a
 # staged install): `pkg-config --cflags --libs moevm` then builds an application on it.
