@@ -307,67 +307,14 @@ static mvm_status experts_end(struct cuda_fwd *f, uint32_t il, uint32_t n, mvm_d
     return mvm_gpu_expert_sum(f->g, 0, &s);
 }
 
-/* sh1 = silu(w1 . h) * (w3 . h), h = xn, and shg = gate . h when gated: the unit of a
- * shared expert (gated in qwen2moe, not in deepseek2 and glm4moe: gate NULL or none) or of a
- * dense block's FFN. */
-static mvm_status ffn_unit(struct cuda_fwd *f, const struct dev_weight *w1,
-                           const struct dev_weight *w3, const struct dev_weight *gate, uint32_t n)
-{
-    uint32_t D = f->m->hp.n_embd, F = w1->rows;
-    if (gate && gate->p)
-        TRY(mvm_cuda_fwd_matmul(f, gate, NULL, f->xn, D, n, f->shg, 1));
-    const struct dev_weight *const ws[] = {w1, w3};
-    const mvm_dptr ys[] = {f->sh1, f->sh3};
-    const uint64_t strides[] = {F, F};
-    TRY(mvm_cuda_fwd_matmul_many(f, ws, 2, f->xn_act == w1 ? w1 : NULL, f->xn, D, n, ys,
-                                 strides));
-    mvm_g_add_args sw = {.x = f->sh1, .y = f->sh3, .y_stride = F, .n = F, .n_tok = n};
-    return mvm_gpu_swiglu(f->g, 0, &sw);
-}
-
-/* tmp = w2 . ffn_unit: the FFN's output before it is added (add_ffn). */
-static mvm_status ffn_out(struct cuda_fwd *f, const struct dev_weight *w1,
-                          const struct dev_weight *w3, const struct dev_weight *w2,
-                          const struct dev_weight *gate, uint32_t n)
-{
-    TRY(ffn_unit(f, w1, w3, gate, n));
-    return mvm_cuda_fwd_matmul(f, w2, NULL, f->sh1, w1->rows, n, f->tmp, f->m->hp.n_embd);
-}
-
-/* x += [sigmoid(shg) *] tmp: ffn_out's result added. */
-static mvm_status add_ffn(struct cuda_fwd *f, const struct dev_weight *gate, uint32_t n)
-{
-    uint32_t D = f->m->hp.n_embd;
-    return mvm_cuda_fwd_add(f, f->x, f->tmp, D, gate && gate->p ? f->shg : 0, D, n);
-}
-
-/* x += the FFN's output; without a gate, added by its down product itself. */
-static mvm_status ffn(struct cuda_fwd *f, const struct dev_weight *w1, const struct dev_weight *w3,
-                      const struct dev_weight *w2, const struct dev_weight *gate, uint32_t n)
-{
-    if (gate && gate->p) {
-        TRY(ffn_out(f, w1, w3, w2, gate, n));
-        return add_ffn(f, gate, n);
-    }
-    TRY(ffn_unit(f, w1, w3, NULL, n));
-    return mvm_cuda_fwd_matmul_add(f, w2, f->sh1, w1->rows, n, f->x, 0);
-}
-
-/* A dense block's FFN (deepseek2's and glm4moe's leading blocks). */
-static mvm_status dense_ffn(struct cuda_fwd *f, const struct dev_block *L, uint32_t n)
-{
-    TRY(mvm_cuda_fwd_norm_for(f, L->ffn_norm, &L->ffn_w1, n));
-    return ffn(f, &L->ffn_w1, &L->ffn_w3, &L->ffn_w2, NULL, n);
-}
-
 /* SMoE's speculative pass (§IV-C; policy/predict_speculative.c), as the CPU's (forward_cpu.c,
  * speculate) computes it, once experts_begin has run: x before the step's experts (spec_x,
  * copied then) plus the rows of the experts that were resident when it began (moe->landed,
  * all of them among the first round's landed ones or the CPU's: computed; the others'
- * rows read out's zero row) and the shared expert's output (ffn_out's, left in tmp and shg
- * for the step to add after its routed experts, as the models do), through layer il+1's
- * attention and FFN norm, down to the host for the forecast, whose copies then queue while
- * the step's other experts are still landing, as the paper's timeline has it. The
+ * rows read out's zero row) and the shared expert's output (mvm_cuda_fwd_ffn_out's, left in
+ * tmp and shg for the step to add after its routed experts, as the models do), through layer
+ * il+1's attention and FFN norm, down to the host for the forecast, whose copies then queue
+ * while the step's other experts are still landing, as the paper's timeline has it. The
  * attention writes layer il+1's KV rows of these positions, which its real pass writes
  * again before any query reads them, and works on spec_x, spec_xn and spec_tmp so that x,
  * xn and tmp stay as they are; its products and the shared expert's quantize into act,
@@ -389,7 +336,8 @@ static mvm_status speculate(struct cuda_fwd *f, uint32_t il, uint32_t n)
                                .n_embd = D, .n_tok = n, .top_k = K};
     TRY(mvm_gpu_expert_sum(f->g, 0, &a));
     if (hp->n_ff_shexp) {
-        TRY(ffn_out(f, &L->shexp_w1, &L->shexp_w3, &L->shexp_w2, &L->shexp_gate, n));
+        TRY(mvm_cuda_fwd_ffn_out(f, &L->shexp_w1, &L->shexp_w3, &L->shexp_w2, &L->shexp_gate,
+                                 n));
         TRY(mvm_cuda_fwd_add(f, f->spec_x, f->tmp, D, L->shexp_gate.p ? f->shg : 0, D, n));
     }
     mvm_dptr x = f->x, xn = f->xn, tmp = f->tmp;
@@ -499,7 +447,7 @@ static mvm_status moe_routed_here(struct cuda_fwd *f, uint32_t il)
     }
     TRY(mvm_gpu_expert_sum(f->g, 0, &s));
     /* the shared expert added after the routed experts, as the models do */
-    return ffn(f, &L->shexp_w1, &L->shexp_w3, &L->shexp_w2, &L->shexp_gate, 1);
+    return mvm_cuda_fwd_ffn(f, &L->shexp_w1, &L->shexp_w3, &L->shexp_w2, &L->shexp_gate, 1);
 }
 
 static mvm_status moe(struct cuda_fwd *f, uint32_t il, uint32_t n, const uint32_t *pos)
@@ -550,8 +498,9 @@ static mvm_status moe(struct cuda_fwd *f, uint32_t il, uint32_t n, const uint32_
     if (st == MVM_OK)
         st = experts_end(f, il, n, f->x);
     if (st == MVM_OK && hp->n_ff_shexp) /* added after the routed experts, as the models do */
-        st = spec ? add_ffn(f, &L->shexp_gate, n)
-                  : ffn(f, &L->shexp_w1, &L->shexp_w3, &L->shexp_w2, &L->shexp_gate, n);
+        st = spec ? mvm_cuda_fwd_add_ffn(f, &L->shexp_gate, n)
+                  : mvm_cuda_fwd_ffn(f, &L->shexp_w1, &L->shexp_w3, &L->shexp_w2,
+                                     &L->shexp_gate, n);
     if (st != MVM_OK || e) { /* ended before serving others' rows (see the top) */
         st = end_step(f, st, 0);
         if (e) /* requests sent are waited for whatever failed here */
@@ -666,7 +615,7 @@ static mvm_status blocks(struct cuda_fwd *f, const mvm_fwd_batch *b, uint32_t fi
     f->sum_owed = 0; /* (a batch that failed may have left one) */
     for (uint32_t blk = 0; blk < hp->n_dense; blk++) {
         TRY(mvm_cuda_fwd_attention(f, &f->dense[blk], blk, n));
-        TRY(dense_ffn(f, &f->dense[blk], n));
+        TRY(mvm_cuda_fwd_dense_ffn(f, &f->dense[blk], n));
     }
     for (uint32_t il = 0; il < hp->n_layer; il++) {
         TRY(mvm_cuda_fwd_attention(f, &f->layers[il], hp->n_dense + il, n));

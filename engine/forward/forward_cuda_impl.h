@@ -1,6 +1,6 @@
 /*
- * The device forward pass's state and the helpers its files share: forward_cuda.c (the FFNs
- * and the MoE step, the whole pass), forward_cuda_ops.c (the products and small ops),
+ * The device forward pass's state and the helpers its files share: forward_cuda.c (the MoE
+ * step, the whole pass), forward_cuda_ops.c (the products and small ops, the FFNs),
  * forward_cuda_attn.c (attention: grouped-query, and deepseek2's latent attention),
  * forward_cuda_setup.c (the weights' upload, the context's memory), forward_cuda_gemm.c
  * (large batches on the tensor cores) and forward_cuda_route.c (decode routed on the
@@ -507,6 +507,20 @@ static inline mvm_dptr mvm_cuda_fwd_pos(const struct cuda_fwd *f)
 mvm_status mvm_cuda_fwd_rope(struct cuda_fwd *f, const struct cuda_heads *a,
                              const struct cuda_heads *b, uint32_t n, uint32_t pos0);
 
+/* tmp = w2 . (silu(w1 . xn) * (w3 . xn)), and shg = gate . xn when gated: an FFN's output
+ * before it is added (mvm_cuda_fwd_add_ffn); the unit of a shared expert (gated in
+ * qwen2moe, not in deepseek2 and glm4moe: gate NULL or none) or of a dense block's FFN. */
+mvm_status mvm_cuda_fwd_ffn_out(struct cuda_fwd *f, const struct dev_weight *w1,
+                                const struct dev_weight *w3, const struct dev_weight *w2,
+                                const struct dev_weight *gate, uint32_t n);
+/* x += [sigmoid(shg) *] tmp: mvm_cuda_fwd_ffn_out's result added. */
+mvm_status mvm_cuda_fwd_add_ffn(struct cuda_fwd *f, const struct dev_weight *gate, uint32_t n);
+/* x += the FFN's output; without a gate, added by its down product itself. */
+mvm_status mvm_cuda_fwd_ffn(struct cuda_fwd *f, const struct dev_weight *w1,
+                            const struct dev_weight *w3, const struct dev_weight *w2,
+                            const struct dev_weight *gate, uint32_t n);
+/* A dense block's FFN (deepseek2's and glm4moe's leading blocks), its norm first. */
+mvm_status mvm_cuda_fwd_dense_ffn(struct cuda_fwd *f, const struct dev_block *L, uint32_t n);
 /* ---- forward_cuda_attn.c --------------------------------------------------------------- */
 
 /* Block L's attention weights (GQA or MLA) to the device. */

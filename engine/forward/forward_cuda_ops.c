@@ -3,8 +3,9 @@
  * a batch on the integer kernels (its input quantized once for the products that share it,
  * several matrices of one input in one launch, a residual added in the product's own pass)
  * or on the tensor cores (forward_cuda_gemm.c), the norms (the next product's input
- * quantized in their pass), the element-wise adds and the rotary embedding; the output
- * product, a chunk of rows at a time, and the logits down.
+ * quantized in their pass), the element-wise adds and the rotary embedding; the FFN of a
+ * dense block or a shared expert; the output product, a chunk of rows at a time, and the
+ * logits down.
  */
 #include <stdint.h>
 
@@ -260,4 +261,56 @@ mvm_status mvm_cuda_fwd_logits_down(struct cuda_fwd *f, const mvm_fwd_batch *b, 
                              row));
     }
     return MVM_OK;
+}
+
+/* ---- the FFN of a dense block or a shared expert ---------------------------------------- */
+
+/* sh1 = silu(w1 . h) * (w3 . h), h = xn, and shg = gate . h when gated: the unit of a
+ * shared expert (gated in qwen2moe, not in deepseek2 and glm4moe: gate NULL or none) or of a
+ * dense block's FFN. */
+static mvm_status ffn_unit(struct cuda_fwd *f, const struct dev_weight *w1,
+                           const struct dev_weight *w3, const struct dev_weight *gate, uint32_t n)
+{
+    uint32_t D = f->m->hp.n_embd, F = w1->rows;
+    if (gate && gate->p)
+        TRY(mvm_cuda_fwd_matmul(f, gate, NULL, f->xn, D, n, f->shg, 1));
+    const struct dev_weight *const ws[] = {w1, w3};
+    const mvm_dptr ys[] = {f->sh1, f->sh3};
+    const uint64_t strides[] = {F, F};
+    TRY(mvm_cuda_fwd_matmul_many(f, ws, 2, f->xn_act == w1 ? w1 : NULL, f->xn, D, n, ys,
+                                 strides));
+    mvm_g_add_args sw = {.x = f->sh1, .y = f->sh3, .y_stride = F, .n = F, .n_tok = n};
+    return mvm_gpu_swiglu(f->g, 0, &sw);
+}
+
+mvm_status mvm_cuda_fwd_ffn_out(struct cuda_fwd *f, const struct dev_weight *w1,
+                                const struct dev_weight *w3, const struct dev_weight *w2,
+                                const struct dev_weight *gate, uint32_t n)
+{
+    TRY(ffn_unit(f, w1, w3, gate, n));
+    return mvm_cuda_fwd_matmul(f, w2, NULL, f->sh1, w1->rows, n, f->tmp, f->m->hp.n_embd);
+}
+
+mvm_status mvm_cuda_fwd_add_ffn(struct cuda_fwd *f, const struct dev_weight *gate, uint32_t n)
+{
+    uint32_t D = f->m->hp.n_embd;
+    return mvm_cuda_fwd_add(f, f->x, f->tmp, D, gate && gate->p ? f->shg : 0, D, n);
+}
+
+mvm_status mvm_cuda_fwd_ffn(struct cuda_fwd *f, const struct dev_weight *w1,
+                            const struct dev_weight *w3, const struct dev_weight *w2,
+                            const struct dev_weight *gate, uint32_t n)
+{
+    if (gate && gate->p) {
+        TRY(mvm_cuda_fwd_ffn_out(f, w1, w3, w2, gate, n));
+        return mvm_cuda_fwd_add_ffn(f, gate, n);
+    }
+    TRY(ffn_unit(f, w1, w3, NULL, n));
+    return mvm_cuda_fwd_matmul_add(f, w2, f->sh1, w1->rows, n, f->x, 0);
+}
+
+mvm_status mvm_cuda_fwd_dense_ffn(struct cuda_fwd *f, const struct dev_block *L, uint32_t n)
+{
+    TRY(mvm_cuda_fwd_norm_for(f, L->ffn_norm, &L->ffn_w1, n));
+    return mvm_cuda_fwd_ffn(f, &L->ffn_w1, &L->ffn_w3, &L->ffn_w2, NULL, n);
 }
