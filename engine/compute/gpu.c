@@ -103,12 +103,13 @@ struct mvm_gpu {
     int recording;
 };
 
-/* Whether the device runs compute_80 PTX (MOD_MMQ's). */
-static mvm_status has_sm80(mvm_gpu *g, int *yes)
+/* Whether device dev runs compute_80 PTX (MOD_MMQ's, MOD_ATTN_MMA's). */
+static mvm_status has_sm80(const struct cu_api *cu, CUdevice dev, int *yes)
 {
     int major = 0;
-    CU(g, g->cu.DeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, g->dev),
-       "cuDeviceGetAttribute (compute capability)");
+    CUresult r = cu->DeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+    if (r != CUDA_SUCCESS)
+        return mvm_cu_fail(cu, r, "cuDeviceGetAttribute (compute capability)");
     *yes = major >= 8;
     return MVM_OK;
 }
@@ -123,7 +124,7 @@ static mvm_status load_kernels(mvm_gpu *g)
                                                  "gemm",   "mmq",    "attention_mma"};
     char what[96];
     int sm80 = 0;
-    mvm_status st = has_sm80(g, &sm80);
+    mvm_status st = has_sm80(&g->cu, g->dev, &sm80);
     if (st != MVM_OK)
         return st;
     for (int m = 0; m < MOD_COUNT; m++) {
@@ -139,8 +140,7 @@ static mvm_status load_kernels(mvm_gpu *g)
     }
     for (int k = 0; k < MVM_GK_COUNT; k++)
         for (int t = 0; t < (kernels[k].typed ? MVM_W_COUNT : 1); t++) {
-            if (!g->modules[kernels[k].module] ||
-                (kernels[k].typed && kernels[k].types && !(kernels[k].types & W_BIT(t))))
+            if (!mvm_gpu_would_have(sm80, (enum mvm_gpu_kernel)k, t))
                 continue; /* a module not loaded here, or a type the kernel has not */
             char name[64];
             if (kernels[k].typed)
@@ -230,14 +230,7 @@ mvm_status mvm_gpu_device_sm80(int device, int *yes)
     mvm_status st = mvm_cu_load(&cu);
     if (st == MVM_OK)
         st = mvm_cu_device(&cu, device, &dev);
-    if (st != MVM_OK)
-        return st;
-    int major = 0;
-    CUresult r = cu.DeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
-    if (r != CUDA_SUCCESS)
-        return mvm_cu_fail(&cu, r, "cuDeviceGetAttribute (compute capability)");
-    *yes = major >= 8;
-    return MVM_OK;
+    return st == MVM_OK ? has_sm80(&cu, dev, yes) : st;
 }
 
 mvm_status mvm_gpu_profile(mvm_gpu *g)
