@@ -121,14 +121,14 @@ moevm_bench() {
             out=$(MOEVM_BACKEND=host with_vram build-gpu/moevm bench -m "$model" -p "$pp" \
                   -n "$tg" -r "$reps" -t "$threads")
             echo "$out"
-            result "$name" "$type" cpu moevm-cpu own "$(echo "$out" | sed -n 's/^VRAM_MIB //p')" \
+            result "$name" "$type" cpu moevm-cpu own "$(echo "$out" | vram_of)" \
                 "$(echo "$out" | moevm_speeds own)"
             if [[ -n $lb ]]; then
                 out=$(with_vram "$lb" -m "$model" -ngl 0 -p "$pp" -n "$tg" -r "$reps" \
                       -t "$threads" -o md)
                 echo "$out"
                 result "$name" "$type" cpu llama.cpp own \
-                    "$(echo "$out" | sed -n 's/^VRAM_MIB //p')" "$(echo "$out" | llama_speeds)"
+                    "$(echo "$out" | vram_of)" "$(echo "$out" | llama_speeds)"
             fi
         fi
 
@@ -159,7 +159,7 @@ moevm_bench() {
                     echo "$out"
                     speeds=$(echo "$out" | moevm_speeds "$routing")
                     [[ $b == 100 ]] && speeds+=$(bw_frac "$speeds" "$active" "$hbm")
-                    vram=$(echo "$out" | sed -n 's/^VRAM_MIB //p')
+                    vram=$(echo "$out" | vram_of)
                     result "$name" "$type" "$b" moevm "$routing" "$vram" "${speeds}variant=$variant"
                     if [[ $variant == default && -z $own_vram ]]; then
                         own_vram=$vram own_budget=$(echo "$out" | moevm_budget_mib)
@@ -179,7 +179,7 @@ moevm_bench() {
             echo "$out"
             speeds=$(echo "$out" | llama_speeds)
             [[ $b == 100 ]] && speeds+=$(bw_frac "$speeds" "$active" "$hbm")
-            llama_vram=$(echo "$out" | sed -n 's/^VRAM_MIB //p')
+            llama_vram=$(echo "$out" | vram_of)
             result "$name" "$type" "$b" llama.cpp own "$llama_vram" "${speeds}n_cpu_moe=$ncmoe"
             [[ ${MATCH_VRAM:-0} == 1 && $b -gt 0 && $b -lt 100 ]] || continue
             if ! matched=$(matched_budget_mib "$own_budget" "$own_vram" "$llama_vram"); then
@@ -194,7 +194,7 @@ moevm_bench() {
                 out=$(moevm_bench build-gpu/moevm "$routing" --gpu-budget "${matched}M")
                 echo "$out"
                 result "$name" "$type" "$b" moevm "$routing" \
-                    "$(echo "$out" | sed -n 's/^VRAM_MIB //p')" \
+                    "$(echo "$out" | vram_of)" \
                     "$(echo "$out" | moevm_speeds "$routing")variant=vram_matched"
             done
         done

@@ -34,6 +34,9 @@ with_vram() {
     echo "VRAM_MIB $peak"
 }
 
+# The GPU memory of a with_vram run, from its output on stdin.
+vram_of() { sed -n 's/^VRAM_MIB //p'; }
+
 # moevm's MOEVM_LOG=info lines on where decode's host time went (with_vram keeps stderr in
 # $work/run.err): printed, and the last host-routed one (engine/forward/forward_cuda_laps.c)
 # as "tokens=.. queue_us=.. observe_us=.. device_us=.. policies_us=.. ask_us=.. copies_us=..

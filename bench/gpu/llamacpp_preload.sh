@@ -92,14 +92,14 @@ PYEOF
                       -t "$threads" -o md)
                 echo "$res"
                 echo "RESULT preload model=$name type=$type budget=$b engine=moevm-preload" \
-                     "graphs=$graphs vram_mib=$(sed -n 's/^VRAM_MIB //p' <<<"$res")" \
+                     "graphs=$graphs vram_mib=$(vram_of <<<"$res")" \
                      "$(llama_speeds <<<"$res")same_tokens=$same $(digest "$report.bench")"
             done
             ncmoe=$(( (layers * (100 - b) + 50) / 100 ))
             res=$(with_vram "$lb" -m "$model" -ngl 99 --n-cpu-moe "$ncmoe" -p 0 -n 128 \
                   -r "$reps" -t "$threads" -o md)
             echo "$res"
-            vram=$(sed -n 's/^VRAM_MIB //p' <<<"$res")
+            vram=$(vram_of <<<"$res")
             echo "RESULT preload model=$name type=$type budget=$b engine=llama.cpp" \
                  "vram_mib=$vram $(llama_speeds <<<"$res")n_cpu_moe=$ncmoe"
         done
