@@ -463,7 +463,7 @@ char *mvm_cli_valid_utf8(const char *text, size_t n)
     char *out = malloc(3 * n + 1), *o = out;
     const unsigned char *s = (const unsigned char *)(text ? text : "");
     for (size_t i = 0; out && i < n;) {
-        size_t k = mvm_cli_utf8_char(s + i, n - i);
+        size_t k = s[i] ? mvm_cli_utf8_char(s + i, n - i) : 0;
         if (k) {
             memcpy(o, s + i, k), o += k, i += k;
         } else {

@@ -196,7 +196,8 @@ void mvm_cli_progress(void *label, uint64_t done, uint64_t total);
 size_t mvm_cli_utf8_char(const unsigned char *s, size_t n);
 /* text[0..n) as valid UTF-8, NUL-terminated (malloc'd; NULL when out of memory): a model
  * may emit bytes that are not (byte tokens of a character it never finished), and JSON
- * must be; each bad byte becomes U+FFFD, as Python's errors="replace" does. */
+ * must be; each bad byte becomes U+FFFD, as Python's errors="replace" does, and so does a
+ * NUL (a byte token <0x00>), which would otherwise end the string there and cut the rest. */
 char *mvm_cli_valid_utf8(const char *text, size_t n);
 
 #endif
