@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with ASan and UBSan — fuzz_gguf (the GGUF reader, and the
-# interposer's scan of the same bytes against it) and
+# interposer's scan of the same bytes against it),
 # fuzz_inputs (cost files, routing traces, predictor files, module parameters, option
-# values, pre-tokenizer texts, chat templates) — writes their seed corpora, and fuzzes each for half of <seconds>. Exit 0 and
+# values, pre-tokenizer texts, chat templates) and fuzz_serve (`moevm serve`'s request
+# bodies and its answers) — writes their seed corpora, and fuzzes each for a third of
+# <seconds>. Exit 0 and
 # "1 passed, 0 failed" when nothing crashed; exit 1 and "0 passed, 1 failed" on a crash,
 # leak, sanitizer report or build failure (the input that crashed is kept under
 # <outdir>/<target>/artifacts/); exit 77 (CTest's skip code) when clang or libFuzzer is
@@ -50,7 +52,7 @@ EOF
 flags=(-std=c11 -g -O1 -Wall -Wextra -Werror -D_GNU_SOURCE= -I"$root/include" -I"$root"
        -fno-sanitize-recover=all)
 reader=("$root/engine/gguf/gguf.c" "$root/engine/gguf/gguf_get.c" "$root/engine/gguf/gguf_split.c" "$root/engine/gguf/ggml_types.c" "$root/vmm/error.c" "$root/vmm/options.c" "$root/vmm/file_replace.c")
-mkdir -p "$out/gguf/seeds" "$out/inputs/seeds"
+mkdir -p "$out/gguf/seeds" "$out/inputs/seeds" "$out/serve/seeds"
 "$cc" "${flags[@]}" -fsanitize=fuzzer,address,undefined "$root/tests/fuzz/fuzz_gguf.c" \
     "$root/interpose/gguf_scan.c" "${reader[@]}" -lm -lpthread -o "$out/fuzz_gguf" ||
     fail "building fuzz_gguf failed"
@@ -67,8 +69,16 @@ cjson=$(pkg-config --cflags --libs libcjson 2>/dev/null || echo -lcjson)
     "$root/engine/tokenizer/tok_unicode.c" "$root"/engine/chat/jinja*.c $cjson -lm -lpthread \
     -o "$out/fuzz_inputs" ||
     fail "building fuzz_inputs failed"
-# Seeds: the first byte picks the parser (fuzz_inputs.c).
+# shellcheck disable=SC2086
+"$cc" "${flags[@]}" -fsanitize=fuzzer,address,undefined "$root/tests/fuzz/fuzz_serve.c" \
+    "$root/tools/serve_api.c" "$root/tools/serve_req.c" "$root/tools/cli_utf8.c" \
+    "$root/vmm/error.c" "$root/vmm/options.c" "$root/vmm/file_replace.c" $cjson -lm -lpthread \
+    -o "$out/fuzz_serve" ||
+    fail "building fuzz_serve failed"
+# Seeds: the first byte picks the parser (fuzz_inputs.c); for fuzz_serve, the route (bit 0,
+# 1: chat) and how many of the last bytes are the reply's text (bits 1-7).
 seed() { printf "\\$(printf %o "$1")" >"$out/inputs/seeds/$2"; cat >>"$out/inputs/seeds/$2"; }
+serve_seed() { printf "\\$(printf %o "$1")" >"$out/serve/seeds/$2"; cat >>"$out/serve/seeds/$2"; }
 for f in "$root"/bench/costs/*.json; do seed 0 "cost-$(basename "$f")" <"$f"; done
 seed 1 trace.jsonl <<'TRACE'
 {"format":"moevm-trace","version":1,"model":"m","arch":"a","n_layers":2,"n_experts":4,"top_k":2,"expert_bytes":4194304,"n_embd":64,"n_ff_exp":64,"scores":"softmax","weights_renormalised":true}
@@ -99,11 +109,20 @@ printf '%s' "{% macro m(a, b=1) %}{{ a ~ b }}{% endmacro %}{% for x in messages|
 printf '%s' "{{ raise_exception('') }}" | seed 6 chat-raise-empty # once crashed the target
 printf '%s' "{{ [1]|select|list }}" | seed 6 chat-select-bare # once NULL + 0 (clang's UBSan)
 
-half=$(( (secs + 1) / 2 ))
-for target in gguf inputs; do
+# Requests as clients send them: every sampling field, stops, a stream; text parts, a null
+# content, template arguments; a reply with a character cut short.
+printf '%s' '{"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0.5, "top_p": 0.9, "top_k": 20, "min_p": 0.05, "seed": 3, "stop": ["\n", "."], "stream": true, "repeat_penalty": 1.1, "ignore_eos": false}' |
+    serve_seed 0 completions
+printf '%s' '{"prompt": ["a"], "n": 1, "max_completion_tokens": 3}hello' | serve_seed 10 completions-reply
+printf '%s' '{"model": "m", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Hi \u00e9"}, {"type": "text", "text": "!"}]}], "max_tokens": 4, "stop": "x", "chat_template_kwargs": {"enable_thinking": false}}' |
+    serve_seed 1 chat
+printf '{"messages": [{"role": "user", "content": null}], "stream": false}a\xc3' | serve_seed 7 chat-reply
+
+third=$(( (secs + 2) / 3 ))
+for target in gguf inputs serve; do
     mkdir -p "$out/$target/corpus" "$out/$target/artifacts"
     # New inputs go to the first directory (corpus); the seeds are read only.
-    "$out/fuzz_$target" -max_total_time="$half" -timeout=10 -print_final_stats=1 \
+    "$out/fuzz_$target" -max_total_time="$third" -timeout=10 -print_final_stats=1 \
         -artifact_prefix="$out/$target/artifacts/" "$out/$target/corpus" "$out/$target/seeds" \
         2>&1 | tee "$out/$target.log"
     rc=${PIPESTATUS[0]}

@@ -1,0 +1,211 @@
+/*
+ * libFuzzer target for `moevm serve`'s requests (tools/serve_api.c): the body of a POST to
+ * /v1/completions or /v1/chat/completions, which comes from the network, read as the
+ * server reads it, then answered as the server answers it. The first byte: bit 0 picks the
+ * route (1: chat), bits 1-7 how many of the last bytes are the reply's text instead (a
+ * model's bytes, which need not be UTF-8); the rest is the body. Promises (a broken one
+ * traps, so libFuzzer reports it like a crash):
+ *   - a request is read, or refused with status 400 and an error object that parses as
+ *     JSON; never both, never neither;
+ *   - a request read keeps its fields in their ranges (sampling, max_tokens, stops);
+ *   - the whole response and every stream chunk of the reply parse as JSON, their text is
+ *     the reply's bytes made valid UTF-8 (tools/cli_utf8.c), and nothing is cut.
+ * The engine is a double here (mvm_engine_tokenize: a token a byte; mvm_engine_chat_format:
+ * "role: content" lines, refusing what a template could not render): the tokenizers and
+ * the chat templates have their own targets (fuzz_inputs.c), this one is the JSON around
+ * them. Built and run by tests/fuzz/run_fuzz.sh.
+ */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tools/cli.h"
+#include "tools/serve_api.h"
+#include "vmm/error.h"
+
+static void require(int cond)
+{
+    if (!cond)
+        __builtin_trap();
+}
+
+/* ---- the engine's double ------------------------------------------------------------- */
+
+struct mvm_engine {
+    int unused;
+};
+
+mvm_status mvm_engine_tokenize(const mvm_engine *e, const char *text, size_t len,
+                               int add_special, int parse_special, int32_t *out, size_t cap,
+                               size_t *n)
+{
+    (void)e, (void)parse_special;
+    *n = 0;
+    for (size_t i = 0; i < len;) { /* what a real vocabulary refuses: text that is not UTF-8 */
+        size_t k = mvm_cli_utf8_char((const unsigned char *)text + i, len - i);
+        if (!k)
+            return mvm_fail(MVM_ERR_INVALID, "byte %zu is not UTF-8", i);
+        i += k;
+    }
+    if (add_special && *n < cap)
+        out[(*n)++] = 1; /* BOS */
+    for (size_t i = 0; i < len; i++) {
+        if (*n == cap)
+            return mvm_fail(MVM_ERR_RANGE, "more than %zu tokens", cap);
+        out[(*n)++] = 2 + (unsigned char)text[i];
+    }
+    return MVM_OK;
+}
+
+/* The messages JSON that the server made must parse; a message that is not an object with
+ * a string role and a string or null content is what a template refuses. */
+mvm_status mvm_engine_chat_format(const mvm_engine *e, const char *messages_json,
+                                  const char *extra_json, int add_generation_prompt,
+                                  char **out)
+{
+    (void)e, (void)add_generation_prompt;
+    *out = NULL;
+    cJSON *msgs = cJSON_Parse(messages_json);
+    require(cJSON_IsArray(msgs));
+    if (extra_json) {
+        cJSON *extra = cJSON_Parse(extra_json);
+        require(cJSON_IsObject(extra));
+        cJSON_Delete(extra);
+    }
+    size_t len = 1;
+    for (const cJSON *m = msgs->child; m; m = m->next) {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+        if (!cJSON_IsString(role) || !(cJSON_IsString(content) || cJSON_IsNull(content))) {
+            cJSON_Delete(msgs);
+            return mvm_fail(MVM_ERR_INVALID, "chat template: a message without role or content");
+        }
+        len += strlen(role->valuestring) + 3 +
+               (cJSON_IsString(content) ? strlen(content->valuestring) : 0);
+    }
+    char *text = malloc(len), *o = text;
+    require(text != NULL);
+    for (const cJSON *m = msgs->child; m; m = m->next) {
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+        o += sprintf(o, "%s: %s\n", cJSON_GetObjectItemCaseSensitive(m, "role")->valuestring,
+                     cJSON_IsString(content) ? content->valuestring : "");
+    }
+    cJSON_Delete(msgs);
+    *out = text;
+    return MVM_OK;
+}
+
+/* ---- the promises ---------------------------------------------------------------------- */
+
+/* JSON text that parses, as an object; returned for the caller to read and delete. */
+static cJSON *parsed(const char *json)
+{
+    require(json != NULL);
+    cJSON *o = cJSON_Parse(json);
+    require(cJSON_IsObject(o));
+    return o;
+}
+
+/* The choice's text in an answer (its message's or delta's content, or its text) equals
+ * want; a delta without content stands for empty text. */
+static void check_text(const cJSON *o, int chat, const char *want)
+{
+    const cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "choices"), 0);
+    require(cJSON_IsObject(c));
+    const cJSON *t;
+    if (chat) {
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(c, "message");
+        m = m ? m : cJSON_GetObjectItemCaseSensitive(c, "delta");
+        t = cJSON_GetObjectItemCaseSensitive(m, "content");
+        if (!t && !want[0])
+            return;
+    } else {
+        t = cJSON_GetObjectItemCaseSensitive(c, "text");
+    }
+    require(cJSON_IsString(t) && strcmp(t->valuestring, want) == 0);
+}
+
+static void check_request(const serve_api *a, const serve_req *r, int chat)
+{
+    require(r->chat == chat && r->n_prompt >= 1 && r->n_prompt < a->n_ctx);
+    require(r->sp.temperature >= 0 && r->sp.temperature <= 100);
+    require(r->sp.top_p > 0 && r->sp.top_p <= 1 && r->sp.top_k >= 0);
+    require(r->sp.min_p >= 0 && r->sp.min_p <= 1 && r->sp.repeat_penalty > 0);
+    require(r->max_tokens >= -1);
+    require(r->n_stop <= SERVE_MAX_STOP);
+    for (uint32_t i = 0; i < r->n_stop; i++)
+        require(r->stop[i] && r->stop[i][0] && strlen(r->stop[i]) <= 256);
+}
+
+/* The reply text[0..n) answered whole and in two chunks (cut at `cut`, maybe inside a
+ * character, as the engine thread never does: each chunk is still valid JSON). */
+static void check_answers(const serve_api *a, serve_req *r, const char *text, size_t n)
+{
+    require(serve_req_append(r, text, n) == 0);
+    r->n_gen = (uint32_t)n;
+    r->finish = "stop";
+    char *want = mvm_cli_valid_utf8(text, n);
+    require(want != NULL && strlen(want) >= n); /* every byte kept, or replaced */
+    char *json = serve_api_response(a, r);
+    cJSON *o = parsed(json);
+    check_text(o, r->chat, want);
+    cJSON_Delete(o);
+    free(json);
+    free(want);
+    const size_t cut = n / 2;
+    const struct { const char *s; size_t n; int first; const char *finish; } parts[] = {
+        {text, cut, 1, NULL}, {text + cut, n - cut, 0, NULL}, {"", 0, 0, "length"}};
+    for (size_t i = 0; i < sizeof parts / sizeof *parts; i++) {
+        char *ev = serve_api_chunk(a, r, parts[i].s, parts[i].n, parts[i].first,
+                                   parts[i].finish);
+        require(ev && strncmp(ev, "data: ", 6) == 0);
+        const size_t len = strlen(ev);
+        require(len >= 8 && strcmp(ev + len - 2, "\n\n") == 0);
+        ev[len - 2] = '\0';
+        char *piece = mvm_cli_valid_utf8(parts[i].s, parts[i].n);
+        require(piece != NULL && strlen(piece) >= parts[i].n);
+        o = parsed(ev + 6);
+        check_text(o, r->chat, piece);
+        cJSON_Delete(o);
+        free(piece);
+        free(ev);
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size == 0)
+        return 0;
+    const int chat = data[0] & 1;
+    size_t n_text = data[0] >> 1;
+    n_text = n_text < size - 1 ? n_text : size - 1;
+    const char *body = (const char *)data + 1, *text = body + (size - 1 - n_text);
+    const size_t len = size - 1 - n_text;
+    static mvm_engine engine;
+    const serve_api a = {.e = &engine, .model_id = "fuzz",
+                         .defaults = {.temperature = 0.8f, .top_p = 0.95f, .top_k = 40,
+                                      .min_p = 0.05f, .repeat_penalty = 1.0f, .seed = 7},
+                         .default_max_tokens = -1, .n_ctx = 512};
+    int status = 0;
+    char *error = NULL;
+    serve_req *r = serve_api_request(&a, chat, body, len, &status, &error);
+    require((r == NULL) != (error == NULL));
+    if (!r) {
+        require(status == 400 || status == 500);
+        cJSON *o = parsed(error);
+        const cJSON *err = cJSON_GetObjectItemCaseSensitive(o, "error");
+        const cJSON *msg = cJSON_GetObjectItemCaseSensitive(err, "message");
+        require(cJSON_IsString(msg) && msg->valuestring[0] && !strchr(msg->valuestring, '\n'));
+        cJSON_Delete(o);
+        free(error);
+        return 0;
+    }
+    check_request(&a, r, chat);
+    check_answers(&a, r, text, n_text);
+    serve_req_release(r);
+    return 0;
+}
