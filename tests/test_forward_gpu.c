@@ -481,10 +481,11 @@ static void test_logit_chunks(void)
  * than 256-byte rounding of each allocation above it (32 KiB: 4 KiB seen); for grouped-query attention, MLA and
  * gpt-oss's rings, F16 and F32 caches, several lengths, on a device of compute capability
  * 9.0 and 7.5 (whose experts take cuBLAS, not the mmq kernels: the sizing pass asks the
- * driver). A model without its space sizes the same (the load sizes it before making the
- * space). Returns what the context took. */
+ * driver), with the predict module `predict` (NULL: none; SMoE's speculative one has
+ * scratch of its own). A model without its space sizes the same (the load sizes it before
+ * making the space). Returns what the context took. */
 static uint64_t context_bytes_case(const char *arch, const char *preset, const char *kv,
-                                   uint32_t n_ctx, uint32_t batch, int cc)
+                                   uint32_t n_ctx, uint32_t batch, int cc, const char *predict)
 {
     /* cuMemGetInfo_v2 (0: CUDA_SUCCESS; this test does not include cuda.h) */
     int (*get_info)(size_t *, size_t *) =
@@ -499,14 +500,15 @@ static uint64_t context_bytes_case(const char *arch, const char *preset, const c
     CHECK_ST(mvm_model_probe(path, &probe), MVM_OK);
     if (get_info && m && probe) {
         uint64_t w = 0, rest = 0, w_probe = 0, rest_probe = 0;
-        CHECK_ST(mvm_ctx_device_bytes(m, n_ctx, batch, kv, &w, &rest), MVM_OK);
-        CHECK_ST(mvm_ctx_device_bytes(probe, n_ctx, batch, kv, &w_probe, &rest_probe), MVM_OK);
+        CHECK_ST(mvm_ctx_device_bytes(m, n_ctx, batch, kv, predict, &w, &rest), MVM_OK);
+        CHECK_ST(mvm_ctx_device_bytes(probe, n_ctx, batch, kv, predict, &w_probe, &rest_probe),
+                 MVM_OK);
         const uint64_t est = w + rest;
         /* the probe of an older deepseek2 file lacks wk_b and wv_b (split from attn_kv_b at
          * load): its KV cache and scratch are the same */
         CHECK(rest == rest_probe && w > 0 && rest > 0 && w_probe <= w);
         size_t free0 = 0, free1 = 0, total = 0;
-        mvm_ctx_policies pol = {.kv_type = kv};
+        mvm_ctx_policies pol = {.kv_type = kv, .prefetch = {.predict = predict ? predict : "none"}};
         CHECK_ST(mvm_ctx_create(m, pool, n_ctx, batch, &pol, &c), MVM_OK);
         CHECK(get_info(&free1, &total) == 0);
         mvm_ctx_free(c);
@@ -535,7 +537,7 @@ static void test_context_bytes(void)
         uint64_t used[2];
         for (int k = 0; k < 2; k++)
             used[k] = context_bytes_case(cases[i].arch, cases[i].preset, cases[i].kv,
-                                         cases[i].n_ctx, cases[i].batch, k ? 7 : 9);
+                                         cases[i].n_ctx, cases[i].batch, k ? 7 : 9, NULL);
         if (cases[i].batch < 32) /* no batch reaches MOEVM_GEMM_ROWS: no scratch either way */
             CHECK(used[0] == used[1]);
     }
@@ -547,18 +549,32 @@ static void test_context_bytes(void)
     const uint64_t B = 32, BK = B * p->spec.n_expert_used, D = p->spec.n_embd;
     const uint64_t F = mvm_spec_expert_ff(&p->spec);
     const uint64_t batches = (BK + B) * D * 2 + BK * (2 * F > D ? 2 * F : D) * 4 + BK * F * 2;
-    const uint64_t sm90 = context_bytes_case("qwen3moe", "tiny", "f16", 300, 32, 9);
-    const uint64_t sm75 = context_bytes_case("qwen3moe", "tiny", "f16", 300, 32, 7);
+    const uint64_t sm90 = context_bytes_case("qwen3moe", "tiny", "f16", 300, 32, 9, NULL);
+    const uint64_t sm75 = context_bytes_case("qwen3moe", "tiny", "f16", 300, 32, 7, NULL);
     CHECK(sm90 + batches <= sm75);
     if (!(sm90 + batches <= sm75))
         fprintf(stderr, "  mmq: the context took %llu bytes, %llu on a 7.5 device\n",
                 (unsigned long long)sm90, (unsigned long long)sm75);
+    /* SMoE's speculative pass: its three rows of activations and its rows' list, only in a
+     * context that speculates, and sized so */
+    const uint64_t spec = context_bytes_case("qwen3moe", "tiny", "f16", 300, 32, 9,
+                                             "speculative");
+    CHECK(spec >= sm90 + 3 * B * D * 4 + BK * 4);
+    if (!(spec >= sm90 + 3 * B * D * 4 + BK * 4))
+        fprintf(stderr, "  speculative: the context took %llu bytes, %llu without\n",
+                (unsigned long long)spec, (unsigned long long)sm90);
     uint64_t none = 1, none2 = 1;
     mvm_model *m = NULL;
     CHECK_ST(mvm_model_probe(model_path("llama", MVM_W_F32), &m), MVM_OK);
-    CHECK_ST(m ? mvm_ctx_device_bytes(m, 8, 1, "f8", &none, &none2) : MVM_ERR_INVALID,
+    CHECK_ST(m ? mvm_ctx_device_bytes(m, 8, 1, "f8", NULL, &none, &none2) : MVM_ERR_INVALID,
              MVM_ERR_INVALID);
     CHECK(none == 0 && none2 == 0);
+    CHECK_ST(m ? mvm_ctx_device_bytes(m, 8, 1, NULL, "oracle{", &none, &none2)
+               : MVM_ERR_INVALID, MVM_ERR_INVALID);
+    CHECK(strstr(mvm_last_error(), "predict module 'oracle{'") != NULL);
+    CHECK_ST(m ? mvm_ctx_device_bytes(m, 8, 1, NULL, "psychic", &none, &none2)
+               : MVM_ERR_INVALID, MVM_ERR_INVALID);
+    CHECK(strstr(mvm_last_error(), "psychic") != NULL);
     mvm_model_free(m);
 }
 

@@ -541,7 +541,7 @@ static int load(struct session *s)
     char label[600];
     snprintf(label, sizeof label, "loading %s", a->model);
     /* on a GPU with an automatic budget, room for this run's context beside the experts */
-    const mvm_ctx_shape ctx = {ctx_bound(a), a->batch, a->kv_type};
+    const mvm_ctx_shape ctx = {ctx_bound(a), a->batch, a->kv_type, a->predict};
     mvm_space *space;
     st = mvm_plan_space(s->model, &ctx, &desc, &space);
     if (st == MVM_OK)

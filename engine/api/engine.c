@@ -133,7 +133,7 @@ static mvm_status open_model(mvm_engine *e, const mvm_engine_params *p, mvm_spac
      * rows: a little more than they take) */
     uint64_t rows = (uint64_t)e->n_ctx * n_seq;
     const mvm_ctx_shape shape = {rows < UINT32_MAX ? (uint32_t)rows : UINT32_MAX, e->n_batch,
-                                 p->kv_type};
+                                 p->kv_type, p->predict};
     mvm_space *space;
     st = mvm_plan_space(e->model, &shape, desc, &space);
     if (st == MVM_OK)

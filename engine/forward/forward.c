@@ -10,6 +10,7 @@
 #include "engine/compute/gpu.h"
 #include "engine/forward/engine_options.h"
 #include "kernels/cpu/kernels.h"
+#include "policy/choose.h"
 #include "vmm/error.h"
 #include "vmm/options.h"
 
@@ -76,23 +77,46 @@ static mvm_status kv_type(const char *name, enum mvm_wtype *out)
     return MVM_OK;
 }
 
+/* Whether the predict module `predict` (as mvm_ctx_device_bytes takes it) is SMoE's
+ * speculative one, whose pass a context makes room for. */
+static mvm_status predict_speculates(const char *predict, int *yes)
+{
+    *yes = 0;
+    char *buf = predict ? strdup(predict) : NULL;
+    const char *name = NULL, *params = NULL, *args;
+    const void *ops = NULL;
+    if (predict && !buf)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory");
+    mvm_status st = buf && mvm_policy_split(buf, &name, &params)
+                        ? mvm_fail(MVM_ERR_INVALID, "predict module '%s': expected NAME or "
+                                   "NAME{k=v,...}", predict)
+                        : mvm_engine_choose(MVM_ROLE_PREDICT, name, params, &ops, &args);
+    *yes = st == MVM_OK && ops && ((const mvm_predict_ops *)ops)->speculative;
+    free(buf);
+    return st;
+}
+
 mvm_status mvm_ctx_device_bytes(mvm_model *m, uint32_t n_ctx, uint32_t n_batch,
-                                const char *kv_name, uint64_t *weights, uint64_t *rest)
+                                const char *kv_name, const char *predict, uint64_t *weights,
+                                uint64_t *rest)
 {
     *weights = *rest = 0;
 #ifdef MVM_ENGINE_PTX
     enum mvm_wtype kv = MVM_W_F16;
     mvm_kv_layout layout;
+    int speculates = 0;
     mvm_status st = kv_type(kv_name, &kv);
+    if (st == MVM_OK)
+        st = predict_speculates(predict, &speculates);
     if (st == MVM_OK)
         st = mvm_kv_layout_make(m, n_ctx, n_batch, kv, &layout);
     if (st != MVM_OK)
         return st;
-    st = mvm_cuda_fwd_context_bytes(m, n_ctx, n_batch, &layout, weights, rest);
+    st = mvm_cuda_fwd_context_bytes(m, n_ctx, n_batch, &layout, speculates, weights, rest);
     mvm_kv_layout_free(&layout);
     return st;
 #else
-    (void)m, (void)n_ctx, (void)n_batch, (void)kv_name;
+    (void)m, (void)n_ctx, (void)n_batch, (void)kv_name, (void)predict;
     return mvm_fail(MVM_ERR_UNSUPPORTED, "this moevm was built without nvcc: it has no device "
                     "forward pass to size");
 #endif

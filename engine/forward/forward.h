@@ -79,14 +79,16 @@ int mvm_ctx_device_available(void);
 struct mvm_gpu;
 mvm_status mvm_ctx_device_usable(int device, struct mvm_gpu **opened);
 /* The device memory a context of m (n_ctx positions, batches of n_batch, a KV cache of
- * kv_type: "f16", "f32" or NULL for MOEVM_KV_TYPE) takes on a GPU beside the experts' budget,
- * as mvm_ctx_create would allocate it: *weights, the weights besides the experts; *rest, the
- * KV cache and scratch. m's space is not needed (plan.h's mvm_plan_space sizes the
+ * kv_type: "f16", "f32" or NULL for MOEVM_KV_TYPE; the predict module `predict`, "name" or
+ * "name{k=v,...}" or NULL for MOEVM_PREDICT's, whose SMoE speculative pass takes scratch of
+ * its own) takes on a GPU beside the experts' budget, as mvm_ctx_create would allocate it:
+ * *weights, the weights besides the experts; *rest, the KV cache and scratch. m's space is not needed (plan.h's mvm_plan_space sizes the
  * automatic budget with it before making the space; a probed model, mvm_model_probe, sizes
  * *rest the same but may lack weights that opening derives). MVM_ERR_UNSUPPORTED without the
  * device kernels. */
 mvm_status mvm_ctx_device_bytes(mvm_model *m, uint32_t n_ctx, uint32_t n_batch,
-                                const char *kv_type, uint64_t *weights, uint64_t *rest);
+                                const char *kv_type, const char *predict, uint64_t *weights,
+                                uint64_t *rest);
 
 /* n_ctx: positions the KV cache holds (<= the model's context_length is not enforced:
  * RoPE extrapolates, as llama.cpp lets it); n_batch: tokens per forward call; policies:

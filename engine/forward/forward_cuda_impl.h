@@ -156,11 +156,12 @@ struct cuda_fwd {
     float *host;                /* [n_batch][n_embd], pinned: embeddings up, the router's
                                    input down */
     float *probs_host;          /* [n_batch][n_expert], pinned: the router's logits down */
-    mvm_dptr spec_x, spec_xn, spec_tmp, spec_rows; /* SMoE's speculative pass
-                                   (forward_cuda.c, speculate): [n_batch][n_embd] x3,
-                                   [n_batch * K] rows */
-    uint32_t *spec_rows_host;   /* [n_batch * K] */
-    float *spec_host;           /* [n_batch][n_embd]: its forecast's input, down */
+    int speculates;             /* the predict module is SMoE's speculative one: ... */
+    mvm_dptr spec_x, spec_xn, spec_tmp, spec_rows; /* ... its pass (forward_cuda.c,
+                                   speculate): [n_batch][n_embd] x3, [n_batch * K] rows;
+                                   0 in a context that never speculates */
+    uint32_t *spec_rows_host;   /* [n_batch * K] (NULL the same) */
+    float *spec_host;           /* [n_batch][n_embd]: its forecast's input, down (the same) */
     uint8_t *row_far;           /* [n_batch * K] scratch: 1 for a row computed elsewhere */
     float *far;                 /* [n_batch][n_embd]: the other ranks' sums (the
                                    distributed mode), gathered while it serves them */

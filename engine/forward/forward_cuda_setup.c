@@ -130,11 +130,15 @@ static mvm_status alloc_scratch(struct cuda_fwd *f)
     if (hp->n_expert) /* up's floats, for a K-quant down and for decode's up (up1) */
         TRY(mvm_cuda_fwd_alloc(f, BK * hp->n_ff_exp * 4, &f->hf));
     TRY(mvm_cuda_fwd_alloc(f, (BK + 2) * D * 4, &f->out)); /* + zeros, the CPU's share's */
-    TRY(mvm_cuda_fwd_alloc(f, B * D * 4, &f->spec_x));
-    TRY(mvm_cuda_fwd_alloc(f, B * D * 4, &f->spec_xn));
-    TRY(mvm_cuda_fwd_alloc(f, B * D * 4, &f->spec_tmp));
-    TRY(mvm_cuda_fwd_alloc(f, BK * 4, &f->spec_rows));
-    if (!f->sizing) /* out's last row: zeros, what speculate's masked rows add */
+    if (f->speculates) { /* 3 x 4 MiB at Qwen3-30B-A3B's width and a batch of 512, 15 at
+                            DeepSeek-V3's: the experts' where nothing speculates */
+        TRY(mvm_cuda_fwd_alloc(f, B * D * 4, &f->spec_x));
+        TRY(mvm_cuda_fwd_alloc(f, B * D * 4, &f->spec_xn));
+        TRY(mvm_cuda_fwd_alloc(f, B * D * 4, &f->spec_tmp));
+        TRY(mvm_cuda_fwd_alloc(f, BK * 4, &f->spec_rows));
+    }
+    if (!f->sizing) /* out's last row: zeros, what speculate's masked rows and the CPU's
+                       share's later rows add */
         TRY(mvm_gpu_zero(f->g, f->out + BK * D * 4, D * 4));
     TRY(mvm_cuda_fwd_alloc(f, E * 4, &f->active));
     TRY(mvm_cuda_fwd_alloc(f, E * 8, &f->wptr));
@@ -191,9 +195,10 @@ static void set_shape(struct cuda_fwd *f, mvm_model *m, uint32_t n_ctx, uint32_t
 }
 
 mvm_status mvm_cuda_fwd_context_bytes(mvm_model *m, uint32_t n_ctx, uint32_t n_batch,
-                                      const mvm_kv_layout *kv, uint64_t *weights, uint64_t *rest)
+                                      const mvm_kv_layout *kv, int speculates,
+                                      uint64_t *weights, uint64_t *rest)
 {
-    struct cuda_fwd f = {.sizing = 1};
+    struct cuda_fwd f = {.sizing = 1, .speculates = speculates};
     set_shape(&f, m, n_ctx, n_batch, kv);
     /* which kernels the context will have; without a driver to ask (the context could not
      * be made either) those of an older device, whose scratch is the larger */
@@ -256,12 +261,15 @@ mvm_status mvm_cuda_fwd_create(mvm_ctx *ctx, void **state)
     *state = f;
     set_shape(f, ctx->m, ctx->n_ctx, ctx->n_batch, &ctx->kv);
     f->moe = ctx->moe;
+    f->speculates = ctx->moe && mvm_prefetcher_speculative(ctx->moe->prefetch);
     mvm_space_info info;
     TRY(mvm_space_get_info(f->m->space, &info));
     f->expert_stride = info.expert_stride;
     const size_t BK = (size_t)f->n_batch * hp->n_expert_used;
-    f->spec_host = malloc((size_t)f->n_batch * hp->n_embd * sizeof *f->spec_host);
-    f->spec_rows_host = malloc(BK * sizeof *f->spec_rows_host);
+    if (f->speculates) {
+        f->spec_host = malloc((size_t)f->n_batch * hp->n_embd * sizeof *f->spec_host);
+        f->spec_rows_host = malloc(BK * sizeof *f->spec_rows_host);
+    }
     f->rows_host = malloc((3 * hp->n_expert + 3 * BK) * sizeof *f->rows_host);
     f->row_far = malloc(BK);
     f->far = malloc((size_t)f->n_batch * hp->n_embd * sizeof *f->far);
@@ -270,7 +278,8 @@ mvm_status mvm_cuda_fwd_create(mvm_ctx *ctx, void **state)
     f->gemm_list = malloc(E * sizeof *f->gemm_list);
     f->bptr_host = malloc(7 * E * sizeof *f->bptr_host);
     f->att_ptr_host = malloc(6 * (size_t)hp->n_head * sizeof *f->att_ptr_host);
-    if (!f->spec_host || !f->spec_rows_host || !f->rows_host || !f->row_far || !f->far ||
+    if ((f->speculates && (!f->spec_host || !f->spec_rows_host)) || !f->rows_host ||
+        !f->row_far || !f->far ||
         !f->runs || !f->gemm_list || !f->bptr_host || !f->att_ptr_host)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the device context");
     f->pool = ctx->pool;

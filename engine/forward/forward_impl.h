@@ -74,10 +74,11 @@ extern const struct mvm_fwd_backend mvm_fwd_cpu;
 /* Only in builds with the device kernels (MVM_ENGINE_PTX): see mvm_ctx_device_available. */
 extern const struct mvm_fwd_backend mvm_fwd_cuda;
 /* The same: the device bytes a context of m with n_ctx positions in batches of n_batch and
- * this KV layout allocates, counted by the code that allocates them (forward_cuda.c),
- * without a device or m's space: *weights for the weights besides the experts, *rest for
- * the KV cache and scratch. */
+ * this KV layout allocates (with SMoE's speculative pass where `speculates`), counted by the
+ * code that allocates them (forward_cuda.c), without a device or m's space: *weights for the
+ * weights besides the experts, *rest for the KV cache and scratch. */
 mvm_status mvm_cuda_fwd_context_bytes(mvm_model *m, uint32_t n_ctx, uint32_t n_batch,
-                                      const mvm_kv_layout *kv, uint64_t *weights, uint64_t *rest);
+                                      const mvm_kv_layout *kv, int speculates,
+                                      uint64_t *weights, uint64_t *rest);
 
 #endif

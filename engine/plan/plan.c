@@ -31,7 +31,8 @@ static mvm_status size_reserve(mvm_model *m, const mvm_ctx_shape *ctx, mvm_space
 {
     const mvm_ctx_shape s = mvm_plan_ctx(m, ctx, 1);
     uint64_t weights, rest;
-    mvm_status st = mvm_ctx_device_bytes(m, s.n_ctx, s.n_batch, s.kv_type, &weights, &rest);
+    mvm_status st = mvm_ctx_device_bytes(m, s.n_ctx, s.n_batch, s.kv_type, s.predict, &weights,
+                                         &rest);
     if (st != MVM_OK) {
         char why[256];
         snprintf(why, sizeof why, "%s", mvm_last_error());

@@ -19,10 +19,12 @@
 
 /* The context the caller will make of the model (forward.h's mvm_ctx_create): what an
  * automatic GPU budget leaves room for. n_ctx 0: the model's training context, at most 4096
- * positions; n_batch 0: MVM_DEFAULT_BATCH; kv_type NULL: MOEVM_KV_TYPE. */
+ * positions; n_batch 0: MVM_DEFAULT_BATCH; kv_type NULL: MOEVM_KV_TYPE; predict NULL:
+ * MOEVM_PREDICT's module (SMoE's speculative one has scratch of its own). */
 typedef struct mvm_ctx_shape {
     uint32_t n_ctx, n_batch;
     const char *kv_type;
+    const char *predict; /* "name" or "name{k=v,...}" */
 } mvm_ctx_shape;
 
 /* ctx (NULL: every field 0) with its zeros resolved for model m, as above, and the batch
