@@ -82,10 +82,11 @@ mvm_status mvm_ctx_device_usable(int device, struct mvm_gpu **opened);
  * kv_type: "f16", "f32" or NULL for MOEVM_KV_TYPE; the predict module `predict`, "name" or
  * "name{k=v,...}" or NULL for MOEVM_PREDICT's, whose SMoE speculative pass takes scratch of
  * its own) takes on a GPU beside the experts' budget, as mvm_ctx_create would allocate it:
- * *weights, the weights besides the experts; *rest, the KV cache and scratch. m's space is not needed (plan.h's mvm_plan_space sizes the
- * automatic budget with it before making the space; a probed model, mvm_model_probe, sizes
- * *rest the same but may lack weights that opening derives). MVM_ERR_UNSUPPORTED without the
- * device kernels. */
+ * *weights, the weights besides the experts; *rest, the KV cache and scratch. m's space is
+ * not needed (plan.h's mvm_plan_space sizes the automatic budget with it before making the
+ * space; a probed model, mvm_model_probe, sizes *rest the same but may lack weights that
+ * opening derives). MVM_ERR_UNSUPPORTED without the device kernels; an error naming a
+ * predict module that is not one. */
 mvm_status mvm_ctx_device_bytes(mvm_model *m, uint32_t n_ctx, uint32_t n_batch,
                                 const char *kv_type, const char *predict, uint64_t *weights,
                                 uint64_t *rest);

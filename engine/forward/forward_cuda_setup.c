@@ -130,8 +130,8 @@ static mvm_status alloc_scratch(struct cuda_fwd *f)
     if (hp->n_expert) /* up's floats, for a K-quant down and for decode's up (up1) */
         TRY(mvm_cuda_fwd_alloc(f, BK * hp->n_ff_exp * 4, &f->hf));
     TRY(mvm_cuda_fwd_alloc(f, (BK + 2) * D * 4, &f->out)); /* + zeros, the CPU's share's */
-    if (f->speculates) { /* 3 x 4 MiB at Qwen3-30B-A3B's width and a batch of 512, 15 at
-                            DeepSeek-V3's: the experts' where nothing speculates */
+    if (f->speculates) { /* 3 x 4 MiB at Qwen3-30B-A3B's width and a batch of 512, 3 x 14
+                            at DeepSeek-V3's: the experts' where nothing speculates */
         TRY(mvm_cuda_fwd_alloc(f, B * D * 4, &f->spec_x));
         TRY(mvm_cuda_fwd_alloc(f, B * D * 4, &f->spec_xn));
         TRY(mvm_cuda_fwd_alloc(f, B * D * 4, &f->spec_tmp));
@@ -279,8 +279,8 @@ mvm_status mvm_cuda_fwd_create(mvm_ctx *ctx, void **state)
     f->bptr_host = malloc(7 * E * sizeof *f->bptr_host);
     f->att_ptr_host = malloc(6 * (size_t)hp->n_head * sizeof *f->att_ptr_host);
     if ((f->speculates && (!f->spec_host || !f->spec_rows_host)) || !f->rows_host ||
-        !f->row_far || !f->far ||
-        !f->runs || !f->gemm_list || !f->bptr_host || !f->att_ptr_host)
+        !f->row_far || !f->far || !f->runs || !f->gemm_list || !f->bptr_host ||
+        !f->att_ptr_host)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the device context");
     f->pool = ctx->pool;
     char why[256];
