@@ -103,6 +103,7 @@ struct run {
     uint32_t reserved_left; /* the space's pages set aside once the context is gone */
     mvm_resid_stats resid;
     uint32_t experts;       /* the model's routed experts, every MoE layer's */
+    int packed;             /* the space was packed (mvm_space_info.packed) */
 };
 
 static void record(void *ctx, const mvm_route_record *r)
@@ -172,6 +173,8 @@ static struct run *run_prompt(const char *path, mvm_backend_kind backend, double
     run->logits = malloc(N_PROMPT * nv * sizeof *run->logits);
     CHECK_ST(eval_prompt(c, nv, batch, run->logits), MVM_OK);
     mvm_space_get_stats(m->space, &run->space);
+    mvm_space_info info;
+    run->packed = mvm_space_get_info(m->space, &info) == MVM_OK && info.packed;
     mvm_resid_get_stats(mvm_ctx_residency(c), &run->resid);
     run->experts = m->hp.n_layer * m->hp.n_expert;
     mvm_ctx_free(c);
@@ -306,9 +309,12 @@ static void test_mmq(void)
  * kind (QK norm) and Air's (none); both with a dense block first and shared experts;
  * minimax-m2: QK norm over the whole q and k, partial RoPE, sigmoid routing with a bias;
  * gpt-oss: sinks, windows of 5 positions (the prompt is 14) on two of its three blocks,
- * biases on the attention, router and experts, its clamped unit, and its MXFP4 experts. */
+ * biases on the attention, router and experts, its clamped unit, and its MXFP4 experts.
+ * The device's experts are packed (MOEVM_PACK: the budget holds them all), most of them
+ * not a whole number of pages: every expert read at its packed address. */
 static void test_matches_cpu(void)
 {
+    setenv("MOEVM_PACK", "on", 1);
     static const struct {
         const char *arch, *preset;
         enum mvm_wtype type;
@@ -351,6 +357,7 @@ static void test_matches_cpu(void)
                         cases[i].arch, cases[i].preset, (int)cases[i].type, kv_type, e);
             CHECK(memcmp(gpu->sel, cpu->sel, sizeof gpu->sel) == 0);
             CHECK(gpu->resid.accesses == cpu->resid.accesses && gpu->resid.accesses > 0);
+            CHECK(gpu->packed && !cpu->packed);
         }
         const double serial_tol = f16 ? 1e-3 : 1e-5;
         if (serial && gpu && !(check_rel_l2(serial->logits, gpu->logits, n) < serial_tol)) {
@@ -362,6 +369,7 @@ static void test_matches_cpu(void)
     }
     kv_type = NULL;
     unsetenv("MOEVM_ATTN_MMA");
+    setenv("MOEVM_PACK", "off", 1);
 }
 
 /* The logits batch_sequences wants, from three sequences' tokens evaluated with
@@ -1959,6 +1967,8 @@ int main(int argc, char **argv)
     }
     setenv("MOEVM_CUDA_LIBRARY", argv[1], 1);
     setenv("MOEVM_CUBLAS_LIBRARY", argv[1], 1); /* its cuBLAS calls too (fake_cublas.c) */
+    /* the tests of moves at a budget of every expert: pages (test_matches_cpu packs) */
+    setenv("MOEVM_PACK", "off", 1);
     snprintf(dir, sizeof dir, "/tmp/moevm-fwdgpu-XXXXXX");
     if (!mkdtemp(dir) || mvm_pool_create(2, NULL, &pool) != MVM_OK)
         return 1;

@@ -1668,6 +1668,89 @@ static void test_cuda_probe(void)
     free(lib);
 }
 
+/* A packed space (mvm_space_desc.pack) of experts of 2 pages and 3000 bytes: where its
+ * budget holds them back to back (21 pages for the 30 they take in pages), on a device;
+ * the host backend, whose CPU reads the experts' addresses, keeps pages. The experts lie
+ * their bytes (rounded to MVM_PACK_ALIGN) apart; the first request copies every expert up
+ * (over the fake, one that fails first: every page back home, the driver's call named,
+ * and the next request copies them), after which each reads its weights at its address
+ * and every page is resident; evictions and loads by the reader are refused, naming why. A
+ * fraction under 1 of the budget, pack 0, or a write-back space keep pages. */
+static void test_packed(void)
+{
+    const uint32_t L = 2, E = 5, ppe = 3;
+    const uint64_t bytes = 2 * PAGE + 3000;
+    const uint64_t stride = (bytes + MVM_PACK_ALIGN - 1) / MVM_PACK_ALIGN * MVM_PACK_ALIGN;
+    const uint32_t packed_pages = (uint32_t)((L * E * stride + PAGE - 1) / PAGE);
+    mvm_space_desc d;
+    CHECK_ST(mvm_space_desc_init(&d), MVM_OK);
+    d.n_layers = L, d.n_experts = E, d.expert_bytes = bytes, d.page_size = PAGE;
+    d.backend = backend, d.pack = 1;
+    d.device_budget = (uint64_t)packed_pages * PAGE; /* under the 30 pages in pages */
+    mvm_space *sp = NULL;
+    mvm_space_info info;
+    CHECK_ST(mvm_space_create(&d, &sp), MVM_OK);
+    CHECK_ST(sp ? mvm_space_get_info(sp, &info) : MVM_ERR_INVALID, MVM_OK);
+    if (!sp || backend == MVM_BACKEND_HOST) {
+        CHECK(!sp || (!info.packed && info.device_pages == packed_pages));
+        mvm_space_destroy(sp);
+        return;
+    }
+    CHECK(info.packed && info.expert_stride == stride && info.pages_per_expert == ppe);
+    CHECK(info.device_pages == L * E * ppe && info.device_bytes == (uint64_t)packed_pages * PAGE);
+    CHECK((uint8_t *)mvm_expert_addr(sp, 1, 0) - (uint8_t *)mvm_expert_addr(sp, 0, 0) ==
+          (ptrdiff_t)(E * stride));
+    fill(sp, L, E, bytes);
+    mvm_residency r;
+    if (on_fake) { /* a copy fails: nothing resident, the call named; then the next */
+        fake_set_fail("cuMemcpyHtoDAsync:1");
+        CHECK_ST(mvm_make_resident(sp, 0, 2, MVM_ALL_PAGES), MVM_ERR_BACKEND);
+        CHECK(strstr(mvm_last_error(), "cuMemcpyHtoDAsync") != NULL);
+        fake_set_fail("");
+        CHECK_ST(mvm_expert_residency(sp, 1, 4, &r), MVM_OK);
+        CHECK(r.resident == 0 && r.loading == 0 && stats_of(sp).resident_pages == 0);
+    }
+    mvm_move *m = NULL;
+    CHECK_ST(mvm_prefetch(sp, 1, 3, MVM_ALL_PAGES, &m), MVM_OK);
+    CHECK_ST(mvm_make_resident(sp, 0, 1, 1), MVM_OK); /* joins the one upload */
+    CHECK_ST(m ? mvm_move_wait(m, -1) : MVM_ERR_INVALID, MVM_OK);
+    mvm_move_release(m);
+    for (uint32_t l = 0; l < L; l++)
+        for (uint32_t e = 0; e < E; e++) {
+            CHECK_ST(mvm_expert_residency(sp, l, e, &r), MVM_OK);
+            CHECK(r.resident == ppe && reads_match(sp, l, e, bytes));
+        }
+    const mvm_stats s = stats_of(sp);
+    CHECK(s.resident_pages == L * E * ppe && s.loading_pages == 0);
+    CHECK_ST(mvm_make_resident(sp, 1, 1, MVM_ALL_PAGES), MVM_OK);
+    CHECK(stats_of(sp).hits == s.hits + 1);
+    CHECK_ST(mvm_evict(sp, 0, 1, 0), MVM_ERR_INVALID);
+    CHECK(strstr(mvm_last_error(), "packed") && strstr(mvm_last_error(), "MOEVM_PACK=off"));
+    const uint32_t few[] = {2};
+    CHECK_ST(mvm_evict_many(sp, 1, few, 1), MVM_ERR_INVALID);
+    CHECK_ST(mvm_evict(sp, 0, 1, MVM_ALL_PAGES), MVM_OK); /* keeps every page: nothing */
+    uint64_t addr = 0;
+    CHECK_ST(mvm_fill_reserve(sp, &addr), MVM_ERR_UNSUPPORTED);
+    CHECK_ST(mvm_expert_residency(sp, 0, 1, &r), MVM_OK);
+    CHECK(r.resident == ppe && reads_match(sp, 0, 1, bytes));
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+
+    /* pages: a share of the experts under all of them (it asks for a cache of that share),
+     * pack 0, write-back */
+    for (int k = 0; k < 3; k++) {
+        mvm_space_desc e = d;
+        e.device_budget = k == 0 ? 0 : e.device_budget;
+        e.device_budget_frac = 0.9; /* 27 pages: the packed 21 would fit */
+        e.pack = k != 1;
+        e.write_back = k == 2;
+        sp = NULL;
+        CHECK_ST(mvm_space_create(&e, &sp), MVM_OK);
+        CHECK(sp && mvm_space_get_info(sp, &info) == MVM_OK && !info.packed &&
+              info.expert_stride == ppe * PAGE);
+        mvm_space_destroy(sp);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2 || (strcmp(argv[1], "host") && strcmp(argv[1], "cuda"))) {
@@ -1710,6 +1793,7 @@ int main(int argc, char **argv)
     RUN(test_pins);
     RUN(test_moves_and_stats);
     RUN(test_homes_beyond_memory);
+    RUN(test_packed);
     if (backend == MVM_BACKEND_HOST)
         RUN(test_fill);
     if (backend == MVM_BACKEND_HOST)

@@ -405,7 +405,7 @@ static int bench_config(const struct bench_args *a, const mvm_machine *machine, 
                        r.model->hp.n_expert / 1073741824.0,
         .backend = info.backend, .threads = mvm_pool_size(pool),
         .budget_gib = r.model->experts_at_home
-            ? -1 : (double)info.device_pages * (double)info.page_size / 1073741824.0,
+            ? -1 : (double)info.device_bytes / 1073741824.0,
         .routing = replay ? "replay" : "own"};
     if (a->n_prompt)
         rc = bench_test(&r, 0, row);

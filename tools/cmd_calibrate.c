@@ -200,8 +200,9 @@ int mvm_cmd_calibrate(int argc, char **argv)
     mvm_model *model = NULL;
     if ((rc = mvm_cli_threads("calibrate", a.threads, &pool)) != 0)
         return rc;
-    const mvm_load_args load = {.desc = &desc, .pool = pool, .progress = mvm_cli_progress,
-                                .progress_ctx = "loading"};
+    /* its moves are what it measures: the experts in pages, never packed */
+    const mvm_load_args load = {.desc = &desc, .ctx = {.keep_pages = 1}, .pool = pool,
+                                .progress = mvm_cli_progress, .progress_ctx = "loading"};
     if (mvm_model_load(a.model, &load, &model) != MVM_OK)
         rc = mvm_cli_error("calibrate", "loading the model");
     m = base;

@@ -467,6 +467,10 @@ static void print_model(const struct session *s, const mvm_space_desc *desc, dou
                  mvm_pool_size(s->pool));
     else if (s->model->experts_at_home)
         snprintf(budget, sizeof budget, "experts read at their homes (no budget)");
+    else if (info.packed) /* every expert back to back, each its own bytes */
+        snprintf(budget, sizeof budget, "every expert resident, packed in %.1f MiB (%.1f in "
+                 "pages)", (double)info.device_bytes / 1048576.0,
+                 (double)info.device_pages * (double)info.page_size / 1048576.0);
     else
         snprintf(budget, sizeof budget, "budget %u pages of %llu KiB", info.device_pages,
                  (unsigned long long)(info.page_size >> 10));
@@ -541,7 +545,8 @@ static int load(struct session *s)
     char label[600];
     snprintf(label, sizeof label, "loading %s", a->model);
     /* on a GPU with an automatic budget, room for this run's context beside the experts */
-    const mvm_ctx_shape ctx = {ctx_bound(a), a->batch, a->kv_type, a->predict};
+    const mvm_ctx_shape ctx = {ctx_bound(a), a->batch, a->kv_type, a->predict,
+                               .keep_pages = s->dist != NULL};
     mvm_space *space;
     st = mvm_plan_space(s->model, &ctx, &desc, &space);
     if (st == MVM_OK)

@@ -161,7 +161,7 @@ static void add_memory(cJSON *o, const mvm_run_report *r)
     cJSON_AddStringToObject(j, "backend", m.info.backend);
     cJSON_AddBoolToObject(j, "experts_at_home", r->model->experts_at_home);
     cJSON_AddNumberToObject(j, "budget_bytes", r->model->experts_at_home ? 0.0
-                            : (double)m.info.device_pages * (double)m.info.page_size);
+                            : (double)m.info.device_bytes);
     cJSON_AddNumberToObject(j, "page_size", (double)m.info.page_size);
     const struct { const char *key; uint64_t v; } counts[] = {
         {"accesses", rs->accesses}, {"hits", rs->hits}, {"misses", rs->accesses - rs->hits},

@@ -25,9 +25,12 @@ static mvm_status check_space(const mvm_space *sp, const char *who)
 {
     if (!sp || !mvm_registry_contains(sp))
         return mvm_fail(MVM_ERR_INVALID, "%s: %p is not a live space", who, (void *)sp);
-    if (!sp->be->ops->chunk_addr || sp->write_back)
+    if (!sp->be->ops->chunk_addr || sp->write_back || sp->packed)
         return mvm_fail(MVM_ERR_UNSUPPORTED, "%s: the %s backend%s cannot load by the reader",
-                        who, sp->be->name, sp->write_back ? " in a write-back space" : "");
+                        who, sp->be->name,
+                        sp->write_back ? " in a write-back space"
+                        : sp->packed   ? " in a packed space (every expert stays resident)"
+                                       : "");
     return MVM_OK;
 }
 

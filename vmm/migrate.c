@@ -385,7 +385,8 @@ static int list_copies(mvm_space *sp, struct job **batch, uint32_t n, struct cop
             uint32_t first = j->pages[j->runs[r].at], last = first + j->runs[r].n - 1;
             (*copies)[nc++] = (struct copy){
                 .chunk = j->runs[r].slab,
-                .src = sp->home_host + j->expert * sp->stride + (uint64_t)first * sp->page_size,
+                .src = sp->home_host + j->expert * sp->home_stride +
+                       (uint64_t)first * sp->page_size,
                 .len = (size_t)(last - first) * sp->page_size + page_bytes(sp, last)};
             n_copies[k]++;
         }
@@ -670,6 +671,13 @@ static void *worker_main(void *arg)
     while (!sp->stopping || w.fl.n) {
         poll_unpins(sp);
         run_deferred(sp);
+        if (sp->upload && !sp->upload->started && !sp->stopping) { /* a packed space's */
+            if (init_st != MVM_OK)
+                init_st = worker_init(sp, init_why, sizeof init_why);
+            mvm_upload_run(sp, init_st, init_why);
+            busy_at = mvm_clock_ns();
+            continue;
+        }
         struct job *batch[MVM_MAX_BATCH];
         const bool room = !sp->stopping && w.fl.n + MVM_MAX_BATCH <= FLIGHT_CAP;
         uint32_t n = room ? take_batch(sp, batch, w.fl.n == 0) : 0, n_copies[MVM_MAX_BATCH];
@@ -736,6 +744,7 @@ void mvm_migrate_stop(mvm_space *sp)
     cancel_list(sp, &sp->demand, false);
     cancel_list(sp, &sp->prefetch, false);
     cancel_list(sp, &sp->deferred, true);
+    mvm_upload_cancel_locked(sp);
     mvm_signal_moved(sp);
     pthread_mutex_unlock(&sp->mu);
 }

@@ -3,8 +3,9 @@
  * Moves (make-resident, prefetch) and the migration worker are in migrate.c.
  *
  * Layout: expert (l, e) lives at base + (l*E + e) * stride, stride = expert_bytes rounded
- * up to the page size. Its host home sits at the same offset in the home allocation, so
- * page p of any expert is home page (expert * ppe + p).
+ * up to the page size (in a packed space, to MVM_PACK_ALIGN: upload.c). Its host home sits
+ * at (l*E + e) * home_stride in the home allocation, home_stride the page-rounded stride
+ * either way, so page p of any expert is home page (expert * ppe + p).
  */
 #include <sched.h>
 #include <stdlib.h>
@@ -86,7 +87,7 @@ static mvm_status plan_layout(mvm_space *sp, const mvm_space_desc *d)
                         "page size %llu is not a multiple of the %s backend's granularity (%zu)",
                         (unsigned long long)page, be->name, be->granularity);
     sp->page_size = page;
-    sp->stride = (d->expert_bytes + page - 1) / page * page;
+    sp->stride = sp->home_stride = (d->expert_bytes + page - 1) / page * page;
     sp->ppe = (uint32_t)(sp->stride / page);
     sp->n_total = d->n_layers * d->n_experts;
     /* the experts would fit in the space, but not in pages this large */
@@ -138,6 +139,19 @@ static mvm_status plan_layout(mvm_space *sp, const mvm_space_desc *d)
     }
     uint64_t pages = budget / page;
     sp->n_chunks = (uint32_t)(pages < total_pages ? pages : total_pages);
+    /* packed where the budget holds every expert back to back (space_impl.h): bytes (or
+     * the automatic budget) that hold them so, or a share of the experts that is all of
+     * them (a smaller share asks for a cache of that share, whatever would fit) */
+    const uint64_t packed = (d->expert_bytes + MVM_PACK_ALIGN - 1) / MVM_PACK_ALIGN *
+                            MVM_PACK_ALIGN;
+    const uint64_t packed_pages = (sp->n_total * packed + page - 1) / page;
+    const bool holds = d->device_budget ? packed_pages <= pages : pages >= total_pages;
+    if (d->pack && !d->write_back && !be->host_readable && holds) {
+        sp->packed = true;
+        sp->stride = packed;
+        sp->reserved = packed_pages * page;
+        sp->n_chunks = (uint32_t)packed_pages;
+    }
     return MVM_OK;
 }
 
@@ -191,6 +205,8 @@ static void teardown(mvm_space *sp)
     if (be) {
         if (sp->base && sp->pages)
             unmap_all(sp);
+        if (sp->packed)
+            mvm_upload_teardown(sp);
         mvm_slabs_destroy(sp);
         if (sp->pool)
             be->ops->pool_destroy(be, sp->pool);
@@ -275,11 +291,11 @@ mvm_status mvm_space_create(const mvm_space_desc *d, mvm_space **out)
                                    sp->expert_bytes, &sp->topo, &sp->home,
                                    (void **)&sp->home_host)) ||
         (st = be->ops->pool_create(be, sp->n_chunks, sp->page_size, &sp->pool)) ||
-        (st = mvm_slabs_init(sp)) ||
-        (be->home_mappable &&
+        (st = sp->packed ? mvm_upload_init(sp) : mvm_slabs_init(sp)) ||
+        (be->home_mappable && !sp->packed &&
          (st = be->ops->map_home(be, sp->base, sp->home, 0, (size_t)sp->n_total * sp->ppe,
                                  false))) ||
-        ((sp->homes_mapped = be->home_mappable),
+        ((sp->homes_mapped = be->home_mappable && !sp->packed),
          (sp->piece_pages = piece_pages(sp, (uint64_t)piece.i)),
          (st = mvm_migrate_start(sp)))) {
         teardown(sp);
@@ -293,10 +309,11 @@ mvm_status mvm_space_create(const mvm_space_desc *d, mvm_space **out)
     }
     char budget[32];
     fmt_bytes(budget, sizeof budget, (uint64_t)sp->n_chunks * sp->page_size);
-    mvm_log(MVM_LOG_INFO, "space: %u x %u experts of %llu bytes, %u pages each, budget %s "
+    mvm_log(MVM_LOG_INFO, "space: %u x %u experts of %llu bytes, %s, budget %s "
             "(%u pages), backend %s, moves spin %llu us before sleeping", sp->n_layers,
-            sp->n_experts, (unsigned long long)sp->expert_bytes, sp->ppe, budget, sp->n_chunks,
-            be->name, (unsigned long long)(sp->spin_ns / 1000));
+            sp->n_experts, (unsigned long long)sp->expert_bytes,
+            sp->packed ? "packed" : "whole pages each", budget, sp->n_chunks, be->name,
+            (unsigned long long)(sp->spin_ns / 1000));
     *out = sp;
     return MVM_OK;
 }
@@ -351,16 +368,18 @@ mvm_status mvm_space_get_info(const mvm_space *sp, mvm_space_info *info)
     info->page_size = sp->page_size;
     info->expert_stride = sp->stride;
     info->pages_per_expert = sp->ppe;
-    info->device_pages = sp->n_chunks;
+    info->device_pages = sp->packed ? sp->n_total * sp->ppe : sp->n_chunks;
+    info->device_bytes = (uint64_t)sp->n_chunks * sp->page_size;
     info->device_free = sp->be->device_free;
     info->base = sp->base;
     info->reserved_bytes = sp->reserved;
     info->numa_node = sp->be->numa_node >= 0 ? sp->be->numa_node : sp->topo.numa_node;
-    info->home_mapped = sp->be->home_mappable;
+    info->home_mapped = sp->homes_mapped; /* not in a packed space, whatever the device can */
     info->home_readable = sp->home_dev != 0;
     info->move_spin_us = (uint32_t)(sp->spin_ns / 1000);
     info->host_readable = sp->be->host_readable;
     info->clean_evict = sp->be->track_clean;
+    info->packed = sp->packed;
     return MVM_OK;
 }
 
@@ -375,14 +394,15 @@ void *mvm_expert_home(const mvm_space *sp, uint32_t l, uint32_t e)
 {
     if (!sp || l >= sp->n_layers || e >= sp->n_experts)
         return NULL;
-    return sp->home_host + (uint64_t)(l * sp->n_experts + e) * sp->stride;
+    return sp->home_host + (uint64_t)(l * sp->n_experts + e) * sp->home_stride;
 }
 
 void *mvm_expert_home_device(const mvm_space *sp, uint32_t l, uint32_t e)
 {
     if (!sp || l >= sp->n_layers || e >= sp->n_experts || !sp->home_dev)
         return NULL;
-    return (void *)(uintptr_t)(sp->home_dev + (uint64_t)(l * sp->n_experts + e) * sp->stride);
+    return (void *)(uintptr_t)(sp->home_dev +
+                               (uint64_t)(l * sp->n_experts + e) * sp->home_stride);
 }
 
 mvm_status mvm_expert_residency(const mvm_space *csp, uint32_t l, uint32_t e,
@@ -588,6 +608,14 @@ static mvm_status evict_locked(mvm_space *sp, const uint32_t *idx, uint32_t n,
     return first;
 }
 
+/* An eviction from a packed space: its experts stay (space_impl.h). */
+static mvm_status packed_refuses(uint32_t l, uint32_t e)
+{
+    return mvm_fail(MVM_ERR_INVALID, "expert (%u, %u): the space is packed (its budget holds "
+                    "every expert, back to back), so its experts stay resident; MOEVM_PACK=off "
+                    "keeps them in pages that can move", l, e);
+}
+
 static mvm_status evict_pages(mvm_space *sp, uint32_t l, uint32_t e, uint32_t keep_pages,
                               bool keep)
 {
@@ -598,6 +626,8 @@ static mvm_status evict_pages(mvm_space *sp, uint32_t l, uint32_t e, uint32_t ke
     if (keep_pages != MVM_ALL_PAGES && keep_pages > sp->ppe)
         st = mvm_fail(MVM_ERR_RANGE, "keep_pages %u out of range: experts have %u pages",
                       keep_pages, sp->ppe);
+    else if (sp->packed && keep_pages < sp->ppe)
+        st = packed_refuses(l, e);
     mvm_move *reload = NULL;
     if (st == MVM_OK)
         st = evict_locked(sp, &idx, 1, keep_pages, keep, &reload);
@@ -631,7 +661,8 @@ mvm_status mvm_prefetch_cancel(mvm_space *sp, uint32_t l, uint32_t e, uint32_t *
         return st;
     for (uint32_t p = 0; p < sp->ppe; p++) {
         struct page *pg = page_at(sp, idx, p);
-        if (pg->state == MVM_PAGE_LOADING && !pg->job->started && pg->job->prio == PRIO_PREFETCH) {
+        if (pg->state == MVM_PAGE_LOADING && !pg->job->started && pg->job->prio == PRIO_PREFETCH &&
+            !sp->packed) {
             uint32_t loading = 0;
             for (uint32_t q = p; q < sp->ppe; q++)
                 loading += page_at(sp, idx, q)->state == MVM_PAGE_LOADING;
@@ -748,7 +779,8 @@ mvm_status mvm_evict_many(mvm_space *sp, uint32_t l, const uint32_t *experts, ui
     for (uint32_t i = 0; i < n; i++)
         idx[i] = l * sp->n_experts + experts[i];
     pthread_mutex_lock(&sp->mu);
-    mvm_status st = evict_locked(sp, idx, n, 0, true, NULL);
+    mvm_status st = sp->packed && n ? packed_refuses(l, experts[0])
+                                    : evict_locked(sp, idx, n, 0, true, NULL);
     pthread_mutex_unlock(&sp->mu);
     free(idx);
     return st;

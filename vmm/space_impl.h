@@ -123,6 +123,14 @@ struct mvm_space {
 
     uint32_t n_layers, n_experts, n_total; /* n_total = n_layers * n_experts */
     uint64_t expert_bytes, page_size, stride;
+    uint64_t home_stride; /* ppe pages: the homes' (stride is the same, unless packed) */
+    /* Packed (mvm_space_desc.pack, the budget holding every expert): the experts `stride`
+     * (their bytes, rounded to MVM_PACK_ALIGN) apart in one slab of every chunk mapped at
+     * base once; an expert's pages are its bytes page by page from its address. The first
+     * request makes `upload`, a job of every page that the worker copies up (upload.c);
+     * once it lands every page stays resident. */
+    bool packed;
+    struct job *upload;
     uint32_t ppe; /* pages per expert */
     uint64_t base, reserved;
 
@@ -262,6 +270,18 @@ void mvm_land_deferred_locked(mvm_space *sp, uint32_t idx);
  * on-demand priority, with the lock held; *out is a move to wait for and release. */
 mvm_status mvm_reload_locked(mvm_space *sp, uint32_t idx, uint32_t lo, uint32_t hi,
                              mvm_move **out);
+
+/* upload.c, a packed space's (the `packed` fields above). init makes its memory, one slab
+ * of every chunk mapped at base; teardown unmaps and frees it. ask_locked makes the upload
+ * job, every page LOADING under it, unless it is under way or done (lock held). run is the
+ * worker's (lock held on entry and on return, not during the copies): the homes copied up
+ * through a staging buffer, then every page RESIDENT, or back HOME with the job failed
+ * (init_st/init_why: the worker's own failure). cancel_locked fails a job not yet run. */
+mvm_status mvm_upload_init(mvm_space *sp);
+void mvm_upload_teardown(mvm_space *sp);
+mvm_status mvm_upload_ask_locked(mvm_space *sp);
+void mvm_upload_run(mvm_space *sp, mvm_status init_st, const char *init_why);
+void mvm_upload_cancel_locked(mvm_space *sp);
 
 /* space.c: validates a handle and an expert (flat index in *idx); on success the space's
  * lock is held. */

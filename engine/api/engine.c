@@ -280,7 +280,7 @@ void mvm_engine_get_info(const mvm_engine *e, mvm_engine_info *out)
         .n_seq = mvm_ctx_n_seq(e->ctx), .n_batch = e->n_batch, .n_layer = hp->n_layer,
         .n_expert = hp->n_expert, .n_expert_used = hp->n_expert_used,
         .expert_bytes = e->model->expert_bytes,
-        .budget_bytes = e->model->experts_at_home ? 0 : (uint64_t)si.device_pages * si.page_size,
+        .budget_bytes = e->model->experts_at_home ? 0 : si.device_bytes,
         .chat_template = e->tmpl && !mvm_chat_template_builtin(e->tmpl)};
 }
 
@@ -391,6 +391,6 @@ void mvm_engine_get_stats(const mvm_engine *e, mvm_engine_stats *out)
         .accesses = rs.accesses, .hits = rs.hits, .evictions = rs.evictions,
         .prefetches = rs.prefetches, .prefetch_used = rs.prefetch_used,
         .bytes_moved = vs.bytes_moved,
-        .budget_bytes = e->model->experts_at_home ? 0 : (uint64_t)si.device_pages * si.page_size,
+        .budget_bytes = e->model->experts_at_home ? 0 : si.device_bytes,
         .resident_bytes = (uint64_t)vs.resident_pages * si.page_size, .tokens = e->tokens};
 }

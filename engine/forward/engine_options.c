@@ -155,12 +155,20 @@ const mvm_option_desc mvm_opt_device_cpu = {
     "99 every choice, decode then routed on the device as one graph, not "
     "layer by layer through the host; off until a GPU run has measured it"};
 
+const mvm_option_desc mvm_opt_pack = {
+    "MOEVM_PACK", MVM_OPT_CHOICE, "on", "off|on",
+    "engine on a GPU whose budget holds every expert (100%, or an automatic "
+    "budget the model fits): on lays them back to back, each its own bytes, "
+    "where in pages each takes whole 2 MiB pages (Qwen3-30B-A3B's 4.8 MiB "
+    "Q8_0 expert took 6); nothing moves then, so pages buy nothing"};
+
 static const mvm_option_desc *const list[] = {
     &mvm_opt_threads, &mvm_opt_cpu_simd, &mvm_opt_kv_type, &mvm_opt_admit,
     &mvm_opt_deterministic, &mvm_opt_prefetch, &mvm_opt_expert_tiles, &mvm_opt_gpu_profile,
     &mvm_opt_gemm_rows, &mvm_opt_gemm_scratch, &mvm_opt_gemm_batch, &mvm_opt_mmq,
     &mvm_opt_attn_mma, &mvm_opt_cublas_library,
     &mvm_opt_device_routing, &mvm_opt_budget_routing, &mvm_opt_load_wait, &mvm_opt_device_cpu,
+    &mvm_opt_pack,
 };
 
 const mvm_option_table mvm_engine_options = {list, sizeof list / sizeof *list};

@@ -301,7 +301,7 @@ mvm_status mvm_cuda_fwd_create(mvm_ctx *ctx, void **state)
         return mvm_fail(st, "device context of %u positions (the weights besides the experts, "
                         "the KV cache, scratch): %s; the experts' budget holds %.0f MiB of the "
                         "device (a smaller --gpu-budget or context leaves more)", f->n_ctx, why,
-                        (double)info.device_pages * (double)info.page_size / 1048576.0);
+                        (double)info.device_bytes / 1048576.0);
     }
     /* MOEVM_LOAD_WAIT's choices, in their order */
     enum { WAIT_DEVICE, WAIT_HOST, WAIT_DEVICE_LATE, WAIT_DEVICE_VIEW };

@@ -25,6 +25,9 @@ typedef struct mvm_ctx_shape {
     uint32_t n_ctx, n_batch;
     const char *kv_type;
     const char *predict; /* "name" or "name{k=v,...}" */
+    int keep_pages;      /* 1: experts in pages even where the budget holds them all (never
+                            packed, MOEVM_PACK): the caller moves them itself (`moevm
+                            calibrate`), or holds only some (a distributed run's ranks) */
 } mvm_ctx_shape;
 
 /* ctx (NULL: every field 0) with its zeros resolved for model m, as above, and the batch

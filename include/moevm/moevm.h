@@ -99,7 +99,20 @@ typedef struct mvm_space_desc {
                                     but no kernel can read a non-resident expert in place.
                                     Backends whose addresses the CPU reads (host) keep their
                                     homes mapped. MOEVM_HOME_MAP=off, default 0 */
+    int pack;                    /* 1: where the budget holds every expert (its bytes, or
+                                    a fraction of 1), lay them back to back (expert i at base + i x its bytes rounded up to
+                                    MVM_PACK_ALIGN) in memory mapped once, not in whole
+                                    pages each: nothing moves then, so pages buy nothing,
+                                    and the experts take their bytes (a 4.8 MiB expert took
+                                    6 MiB of 2 MiB pages). The first request copies every
+                                    expert up; evictions are refused. Not with write_back,
+                                    nor where the CPU reads the experts' addresses (the host
+                                    backend). 0 by default; the engine sets MOEVM_PACK's */
 } mvm_space_desc;
+
+/* Where a packed space's experts start: a multiple of this many bytes (every load of a
+ * kernel, 16 bytes at most, stays aligned). */
+#define MVM_PACK_ALIGN 256u
 
 /* Fills *d with the defaults of the MOEVM_* options table, reading the environment
  * (MOEVM_GPU_BUDGET, MOEVM_BACKEND, MOEVM_DEVICE, MOEVM_PAGE_SIZE, MOEVM_CLEAN_EVICT,
@@ -124,7 +137,10 @@ typedef struct mvm_space_info {
     uint64_t page_size;
     uint64_t expert_stride;    /* distance between consecutive experts' addresses */
     uint32_t pages_per_expert;
-    uint32_t device_pages;     /* capacity: the device budget in pages */
+    uint32_t device_pages;     /* capacity: the device budget in pages of experts (a packed
+                                  space's: every expert's pages, all resident) */
+    uint64_t device_bytes;     /* the device memory the experts take: device_pages pages, or
+                                  a packed space's fewer */
     uint64_t device_free;      /* device memory free when the space was created (0 on host) */
     uint64_t base;             /* start of the reserved range */
     uint64_t reserved_bytes;
@@ -141,6 +157,8 @@ typedef struct mvm_space_info {
                                   asleep, else it polls the fence) */
     int home_readable;         /* 1: a kernel can read any expert's home in place, over the
                                   bus (mvm_expert_home_device), mapped or not */
+    int packed;                /* 1: the experts lie back to back (mvm_space_desc.pack),
+                                  expert_stride apart, and stay resident */
 } mvm_space_info;
 
 mvm_status mvm_space_get_info(const mvm_space *space, mvm_space_info *info);
@@ -214,7 +232,8 @@ mvm_status mvm_move_release(mvm_move *move);
  * rest of the move's run). Where keep_pages cuts a resident run (pages moved together share
  * one device mapping), the kept pages are loaded again before this returns; the cut is
  * remembered for the layer, so later moves split there. Fails with MVM_ERR_PINNED, changing
- * nothing, if the expert is pinned. */
+ * nothing, if the expert is pinned, and with MVM_ERR_INVALID in a packed space
+ * (mvm_space_desc.pack), whose experts stay. */
 mvm_status mvm_evict(mvm_space *space, uint32_t layer, uint32_t expert, uint32_t keep_pages);
 /* mvm_evict(space, layer, e, 0) for each e of experts[0..n) (repeats allowed), with the
  * write_back checks of all their pages made at once: one wait for the device, not one per

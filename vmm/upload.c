@@ -1,0 +1,158 @@
+/*
+ * A packed space (mvm_space_desc.pack; space_impl.h): where the budget holds every expert,
+ * they lie back to back, each `stride` (its bytes rounded to MVM_PACK_ALIGN) after the one
+ * before, in one slab of every chunk mapped at the space's base for its life. Nothing moves
+ * in such a space, so it needs no slabs of its own per run, no pool view of its own and
+ * no remaps: the homes are copied up once, at the first request, and every page then stays
+ * resident (evictions are refused, space.c).
+ *
+ * Why: a page holds one expert's bytes, so each expert took whole pages (Qwen3-30B-A3B's
+ * 4.8 MiB Q8_0 expert three of 2 MiB, a fifth of them empty), and at a budget of every
+ * expert that is memory llama.cpp's -ngl 99 does not take (docs/perf/offload.md, "The
+ * pages an expert wastes at a budget").
+ *
+ * The copy: the homes hold each expert page by page (home page idx * ppe + p), the device
+ * wants them back to back, and a copy lands at a chunk's start (backend.h, copy_start). So
+ * the worker assembles STAGE_CHUNKS chunks at a time in host memory, from the homes of
+ * the experts that overlap them, and copies each such window up whole, waiting for it
+ * before it reuses the buffer. The bytes between experts are zeros.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vmm/error.h"
+#include "vmm/space_impl.h"
+
+/* Chunks a staging copy carries: 32 MiB of 2 MiB pages, few enough waits for the bus. */
+#define STAGE_CHUNKS 16u
+
+mvm_status mvm_upload_init(mvm_space *sp)
+{
+    mvm_backend *be = sp->be;
+    mvm_status st = be->ops->slab_create(be, sp->pool, 0, sp->n_chunks);
+    if (st != MVM_OK)
+        return st;
+    st = be->ops->map_chunks(be, sp->base, sp->pool, 0, sp->n_chunks, false);
+    if (st != MVM_OK) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", mvm_last_error());
+        (void)be->ops->slab_destroy(be, sp->pool, 0, sp->n_chunks);
+        return mvm_fail(st, "%s", why);
+    }
+    return MVM_OK;
+}
+
+void mvm_upload_teardown(mvm_space *sp)
+{
+    mvm_backend *be = sp->be;
+    if (!sp->pool)
+        return;
+    const uint64_t bytes = (uint64_t)sp->n_chunks * sp->page_size;
+    if (be->ops->unmap(be, sp->base, bytes, bytes) != MVM_OK ||
+        be->ops->slab_destroy(be, sp->pool, 0, sp->n_chunks) != MVM_OK)
+        mvm_log(MVM_LOG_WARN, "teardown of a packed space: %s", mvm_last_error());
+}
+
+mvm_status mvm_upload_ask_locked(mvm_space *sp)
+{
+    const size_t n = (size_t)sp->n_total * sp->ppe;
+    if (sp->upload || sp->pages[0].state == MVM_PAGE_RESIDENT)
+        return MVM_OK; /* under way, or done: every page went at once */
+    struct job *j = mvm_job_new(0, 1, PRIO_DEMAND);
+    if (!j)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for a packed space's upload");
+    for (size_t i = 0; i < n; i++)
+        sp->pages[i] = (struct page){.chunk = -1, .state = MVM_PAGE_LOADING, .job = j};
+    sp->n_loading += (uint32_t)n;
+    sp->upload = j;
+    mvm_wake_worker(sp);
+    return MVM_OK;
+}
+
+/* Bytes [at, at + len) of the packed layout into dst, from the homes: each expert's part
+ * that overlaps them, page by page; zeros between experts. */
+static void assemble(const mvm_space *sp, uint64_t at, uint64_t len, uint8_t *dst)
+{
+    memset(dst, 0, len);
+    for (uint64_t idx = at / sp->stride; idx < sp->n_total && idx * sp->stride < at + len;
+         idx++) {
+        const uint64_t start = idx * sp->stride; /* the expert's bytes, in the layout */
+        const uint64_t lo = start > at ? start : at;
+        const uint64_t end = start + sp->expert_bytes;
+        const uint64_t hi = end < at + len ? end : at + len;
+        for (uint64_t b = lo; b < hi;) { /* b: a byte of the layout, in expert idx */
+            const uint64_t off = b - start, p = off / sp->page_size, in = off % sp->page_size;
+            uint64_t n = sp->page_size - in;
+            n = n < hi - b ? n : hi - b;
+            memcpy(dst + (b - at),
+                   sp->home_host + (idx * sp->ppe + p) * sp->page_size + in, n);
+            b += n;
+        }
+    }
+}
+
+/* Every chunk's bytes up, a window at a time; the first failure. */
+static mvm_status copy_all(mvm_space *sp)
+{
+    mvm_backend *be = sp->be;
+    uint8_t *stage = malloc((size_t)STAGE_CHUNKS * sp->page_size);
+    if (!stage)
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for a packed space's staging buffer");
+    mvm_status st = MVM_OK;
+    for (uint32_t c = 0; c < sp->n_chunks && st == MVM_OK; c += STAGE_CHUNKS) {
+        const uint32_t n = sp->n_chunks - c < STAGE_CHUNKS ? sp->n_chunks - c : STAGE_CHUNKS;
+        const uint64_t len = (uint64_t)n * sp->page_size;
+        assemble(sp, (uint64_t)c * sp->page_size, len, stage);
+        st = be->ops->copy_start(be, sp->pool, c, stage, len);
+        if (st == MVM_OK)
+            st = be->ops->copy_wait(be);
+    }
+    free(stage);
+    return st;
+}
+
+/* The upload done (lock held): every page RESIDENT (st MVM_OK) or back HOME, the job's
+ * moves settled. */
+static void land(mvm_space *sp, struct job *j, mvm_status st)
+{
+    const size_t n = (size_t)sp->n_total * sp->ppe;
+    for (size_t i = 0; i < n; i++) {
+        const uint64_t at = (i / sp->ppe) * sp->stride + (i % sp->ppe) * sp->page_size;
+        sp->pages[i] = (struct page){.chunk = st == MVM_OK ? (int32_t)(at / sp->page_size) : -1,
+                                     .state = st == MVM_OK ? MVM_PAGE_RESIDENT
+                                                           : MVM_PAGE_HOME};
+    }
+    sp->n_loading -= (uint32_t)n;
+    if (st == MVM_OK) {
+        sp->n_resident += (uint32_t)n;
+        sp->stats.pages_loaded += n;
+        sp->stats.bytes_moved += (uint64_t)sp->n_total * sp->expert_bytes;
+    }
+    sp->upload = NULL;
+    j->landed = true;
+    j->copy_st = st;
+    if (st != MVM_OK) {
+        mvm_job_note_error(j);
+        mvm_log(MVM_LOG_WARN, "packed space: copying the experts up: %s", j->why);
+    }
+    mvm_job_finish(j, st);
+    mvm_signal_moved(sp);
+}
+
+void mvm_upload_run(mvm_space *sp, mvm_status init_st, const char *init_why)
+{
+    struct job *j = sp->upload;
+    j->started = true;
+    pthread_mutex_unlock(&sp->mu);
+    mvm_status st = init_st != MVM_OK ? mvm_fail(init_st, "%s", init_why) : copy_all(sp);
+    pthread_mutex_lock(&sp->mu);
+    land(sp, j, st);
+}
+
+void mvm_upload_cancel_locked(mvm_space *sp)
+{
+    if (sp->upload)
+        land(sp, sp->upload, mvm_fail(MVM_ERR_CANCELLED, "the space was destroyed before its "
+                                      "experts were copied up"));
+}
