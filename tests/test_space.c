@@ -1675,7 +1675,9 @@ static void test_cuda_probe(void)
  * (over the fake, one that fails first: every page back home, the driver's call named,
  * and the next request copies them), after which each reads its weights at its address
  * and every page is resident; evictions and loads by the reader are refused, naming why. A
- * fraction under 1 of the budget, pack 0, or a write-back space keep pages. */
+ * fraction under 1 of the budget, pack 0, or a write-back space keep pages. Over the fake,
+ * a creation whose slab's map into the pool view or at the space's base fails says so and
+ * leaves no handle behind. */
 static void test_packed(void)
 {
     const uint32_t L = 2, E = 5, ppe = 3;
@@ -1689,6 +1691,7 @@ static void test_packed(void)
     d.device_budget = (uint64_t)packed_pages * PAGE; /* under the 30 pages in pages */
     mvm_space *sp = NULL;
     mvm_space_info info;
+    const int live0 = on_fake ? fake_live_handles() : 0;
     CHECK_ST(mvm_space_create(&d, &sp), MVM_OK);
     CHECK_ST(sp ? mvm_space_get_info(sp, &info) : MVM_ERR_INVALID, MVM_OK);
     if (!sp || backend == MVM_BACKEND_HOST) {
@@ -1734,6 +1737,17 @@ static void test_packed(void)
     CHECK_ST(mvm_expert_residency(sp, 0, 1, &r), MVM_OK);
     CHECK(r.resident == ppe && reads_match(sp, 0, 1, bytes));
     CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+    CHECK(!on_fake || fake_live_handles() == live0); /* its slab unmapped and released */
+
+    for (int k = 1; on_fake && k <= 2; k++) { /* the pool view's map, then the base's */
+        const int live = fake_live_handles();
+        fake_set_fail(k == 1 ? "cuMemMap:1" : "cuMemMap:2");
+        sp = NULL;
+        CHECK_ST(mvm_space_create(&d, &sp), MVM_ERR_BACKEND);
+        CHECK(!sp && strstr(mvm_last_error(), "cuMemMap") != NULL);
+        fake_set_fail("");
+        CHECK(fake_live_handles() == live);
+    }
 
     /* pages: a share of the experts under all of them (it asks for a cache of that share),
      * pack 0, write-back */

@@ -130,6 +130,7 @@ struct mvm_space {
      * request makes `upload`, a job of every page that the worker copies up (upload.c);
      * once it lands every page stays resident. */
     bool packed;
+    bool packed_mapped; /* its slab made and mapped (teardown undoes what init did) */
     struct job *upload;
     uint32_t ppe; /* pages per expert */
     uint64_t base, reserved;

@@ -40,14 +40,16 @@ mvm_status mvm_upload_init(mvm_space *sp)
         (void)be->ops->slab_destroy(be, sp->pool, 0, sp->n_chunks);
         return mvm_fail(st, "%s", why);
     }
+    sp->packed_mapped = true;
     return MVM_OK;
 }
 
 void mvm_upload_teardown(mvm_space *sp)
 {
     mvm_backend *be = sp->be;
-    if (!sp->pool)
+    if (!sp->packed_mapped) /* a create that failed before or in init */
         return;
+    sp->packed_mapped = false;
     const uint64_t bytes = (uint64_t)sp->n_chunks * sp->page_size;
     if (be->ops->unmap(be, sp->base, bytes, bytes) != MVM_OK ||
         be->ops->slab_destroy(be, sp->pool, 0, sp->n_chunks) != MVM_OK)
