@@ -100,9 +100,10 @@ typedef struct mvm_space_desc {
                                     Backends whose addresses the CPU reads (host) keep their
                                     homes mapped. MOEVM_HOME_MAP=off, default 0 */
     int pack;                    /* 1: where the budget holds every expert (its bytes, or
-                                    a fraction of 1), lay them back to back (expert i at base + i x its bytes rounded up to
-                                    MVM_PACK_ALIGN) in memory mapped once, not in whole
-                                    pages each: nothing moves then, so pages buy nothing,
+                                    a fraction of 1), lay them back to back (expert i at
+                                    base + i x its bytes rounded up to MVM_PACK_ALIGN) in
+                                    memory mapped once, not in whole pages each: nothing
+                                    moves then, so pages buy nothing,
                                     and the experts take their bytes (a 4.8 MiB expert took
                                     6 MiB of 2 MiB pages). The first request copies every
                                     expert up; evictions are refused. Not with write_back,
@@ -139,8 +140,6 @@ typedef struct mvm_space_info {
     uint32_t pages_per_expert;
     uint32_t device_pages;     /* capacity: the device budget in pages of experts (a packed
                                   space's: every expert's pages, all resident) */
-    uint64_t device_bytes;     /* the device memory the experts take: device_pages pages, or
-                                  a packed space's fewer */
     uint64_t device_free;      /* device memory free when the space was created (0 on host) */
     uint64_t base;             /* start of the reserved range */
     uint64_t reserved_bytes;
@@ -159,6 +158,8 @@ typedef struct mvm_space_info {
                                   bus (mvm_expert_home_device), mapped or not */
     int packed;                /* 1: the experts lie back to back (mvm_space_desc.pack),
                                   expert_stride apart, and stay resident */
+    uint64_t device_bytes;     /* the device memory the experts take: device_pages pages, or
+                                  a packed space's fewer */
 } mvm_space_info;
 
 mvm_status mvm_space_get_info(const mvm_space *space, mvm_space_info *info);
