@@ -661,8 +661,7 @@ mvm_status mvm_prefetch_cancel(mvm_space *sp, uint32_t l, uint32_t e, uint32_t *
         return st;
     for (uint32_t p = 0; p < sp->ppe; p++) {
         struct page *pg = page_at(sp, idx, p);
-        if (pg->state == MVM_PAGE_LOADING && !pg->job->started && pg->job->prio == PRIO_PREFETCH &&
-            !sp->packed) {
+        if (pg->state == MVM_PAGE_LOADING && !pg->job->started && pg->job->prio == PRIO_PREFETCH) {
             uint32_t loading = 0;
             for (uint32_t q = p; q < sp->ppe; q++)
                 loading += page_at(sp, idx, q)->state == MVM_PAGE_LOADING;

@@ -11,11 +11,11 @@
  * expert that is memory llama.cpp's -ngl 99 does not take (docs/perf/offload.md, "The
  * pages an expert wastes at a budget").
  *
- * The copy: the homes hold each expert page by page (home page idx * ppe + p), the device
- * wants them back to back, and a copy lands at a chunk's start (backend.h, copy_start). So
- * the worker assembles STAGE_CHUNKS chunks at a time in host memory, from the homes of
- * the experts that overlap them, and copies each such window up whole, waiting for it
- * before it reuses the buffer. The bytes between experts are zeros.
+ * The copy: the homes hold each expert in whole pages (home_stride apart), the device wants
+ * them back to back, and a copy lands at a chunk's start (backend.h, copy_start). So the
+ * worker assembles STAGE_CHUNKS chunks at a time in host memory, from the homes of the
+ * experts that overlap them, and copies each such window up whole, waiting for it before
+ * it reuses the buffer. The bytes between experts are zeros.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,7 +61,7 @@ mvm_status mvm_upload_ask_locked(mvm_space *sp)
     const size_t n = (size_t)sp->n_total * sp->ppe;
     if (sp->upload || sp->pages[0].state == MVM_PAGE_RESIDENT)
         return MVM_OK; /* under way, or done: every page went at once */
-    struct job *j = mvm_job_new(0, 1, PRIO_DEMAND);
+    struct job *j = mvm_job_new(0, 1, PRIO_DEMAND); /* no prefetch cancel takes it */
     if (!j)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for a packed space's upload");
     for (size_t i = 0; i < n; i++)
@@ -72,8 +72,8 @@ mvm_status mvm_upload_ask_locked(mvm_space *sp)
     return MVM_OK;
 }
 
-/* Bytes [at, at + len) of the packed layout into dst, from the homes: each expert's part
- * that overlaps them, page by page; zeros between experts. */
+/* Bytes [at, at + len) of the packed layout into dst, from the homes: the part of each
+ * expert that overlaps them; zeros between experts. */
 static void assemble(const mvm_space *sp, uint64_t at, uint64_t len, uint8_t *dst)
 {
     memset(dst, 0, len);
@@ -83,14 +83,9 @@ static void assemble(const mvm_space *sp, uint64_t at, uint64_t len, uint8_t *ds
         const uint64_t lo = start > at ? start : at;
         const uint64_t end = start + sp->expert_bytes;
         const uint64_t hi = end < at + len ? end : at + len;
-        for (uint64_t b = lo; b < hi;) { /* b: a byte of the layout, in expert idx */
-            const uint64_t off = b - start, p = off / sp->page_size, in = off % sp->page_size;
-            uint64_t n = sp->page_size - in;
-            n = n < hi - b ? n : hi - b;
-            memcpy(dst + (b - at),
-                   sp->home_host + (idx * sp->ppe + p) * sp->page_size + in, n);
-            b += n;
-        }
+        if (lo < hi)
+            memcpy(dst + (lo - at), sp->home_host + idx * sp->home_stride + (lo - start),
+                   hi - lo);
     }
 }
 
@@ -119,12 +114,9 @@ static mvm_status copy_all(mvm_space *sp)
 static void land(mvm_space *sp, struct job *j, mvm_status st)
 {
     const size_t n = (size_t)sp->n_total * sp->ppe;
-    for (size_t i = 0; i < n; i++) {
-        const uint64_t at = (i / sp->ppe) * sp->stride + (i % sp->ppe) * sp->page_size;
-        sp->pages[i] = (struct page){.chunk = st == MVM_OK ? (int32_t)(at / sp->page_size) : -1,
-                                     .state = st == MVM_OK ? MVM_PAGE_RESIDENT
-                                                           : MVM_PAGE_HOME};
-    }
+    for (size_t i = 0; i < n; i++) /* no chunk of their own: the one slab backs them all */
+        sp->pages[i] = (struct page){.chunk = -1, .state = st == MVM_OK ? MVM_PAGE_RESIDENT
+                                                                        : MVM_PAGE_HOME};
     sp->n_loading -= (uint32_t)n;
     if (st == MVM_OK) {
         sp->n_resident += (uint32_t)n;
