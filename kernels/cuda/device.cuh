@@ -44,20 +44,25 @@ static __device__ __forceinline__ int fifth_bits(uint32_t b)
  * words; else (a tile's rows, or a gather of units a group apart: an expert's down row)
  * eight lanes of one word. The 4- and 5-bit types' 16 bytes of nibbles a word a lane (its
  * 8 quants); Q4_K's, Q5_K's and Q6_K's chunks 8 quants a lane, so that the 32 lanes take
- * one super-block. A warp's load then reads 4 to 8 neighbouring units in one contiguous
- * run; a lane per unit read 32 units 34 bytes apart, a run over 9 cache lines per load, for
- * each of a Q8_0 block's 16 loads. On an H200 (bench/gpu/kernel_lab.cu, 2026-11-26) four
- * lanes a Q8_0 block read OLMoE's decode rows 1.5x as fast as eight (up 16.9 against 24.7
- * µs), and eight its down rows 1.2x as fast as four (15.6 against 18.5). The table types
- * (IQ4_NL, MXFP4: a lookup per nibble) and the other K types keep a lane per unit and the
- * shared code. */
+ * one super-block, except in a decode row, where a lane takes a whole chunk and a warp four
+ * super-blocks a round: there the 32 lanes of one super-block summed their integers over
+ * five rounds of shuffles for every 144 bytes (Q4_K), each of its four lanes a chunk
+ * unpacking the chunk's scale again, and an H200 read Qwen3-30B-A3B's Q4_K decode rows at
+ * 549 GB/s where its Q8_0 rows came at 1,368 (bench_gpu_experts, 2026-11-28). A warp's load
+ * then reads 4 to 8 neighbouring units in one contiguous run; a lane per unit read 32 units
+ * 34 bytes apart, a run over 9 cache lines per load, for each of a Q8_0 block's 16 loads. On
+ * an H200 (bench/gpu/kernel_lab.cu, 2026-11-26) four lanes a Q8_0 block read OLMoE's decode
+ * rows 1.5x as fast as eight (up 16.9 against 24.7 µs), and eight its down rows 1.2x as
+ * fast as four (15.6 against 18.5). The table types (IQ4_NL, MXFP4: a lookup per nibble) and
+ * the other K types keep a lane per unit and the shared code. */
 template <enum mvm_wtype T, bool ROW = false>
 static __device__ __forceinline__ uint32_t unit_lanes()
 {
     if (T == MVM_W_Q8_0)
         return ROW ? 4 : 8;
-    if ((mvm_k_is_q(T) && !mvm_k_is_table(T)) || T == MVM_W_Q4_K || T == MVM_W_Q5_K ||
-        T == MVM_W_Q6_K)
+    if (T == MVM_W_Q4_K || T == MVM_W_Q5_K || T == MVM_W_Q6_K)
+        return ROW ? 1 : 4;
+    if (mvm_k_is_q(T) && !mvm_k_is_table(T))
         return 4;
     return 1;
 }
@@ -134,12 +139,29 @@ static __device__ __forceinline__ void kpart(const uint8_t *blk, const uint8_t *
         const uint8_t *qs = (T == MVM_W_Q5_K ? x5->qs : x4->qs) + 32 * (c / 2);
         const int shift = 4 * (c % 2);
         int s = 0;
+        if (nl == 32 && (uintptr_t)qs % 16 == 0 && (uintptr_t)aq % 4 == 0) {
+            /* a whole chunk (a decode row's lane): its 32 bytes of nibbles in two 16-byte
+             * loads and the activations a word a load, where the 2-byte loads of word_at
+             * took four times the instructions (the super-blocks are 144 and 176 bytes,
+             * so a row at a 16-byte boundary keeps every one there) */
+            const uint4 q0 = ((const uint4 *)qs)[0], q1 = ((const uint4 *)qs)[1];
+            const int q[8] = {(int)q0.x, (int)q0.y, (int)q0.z, (int)q0.w,
+                              (int)q1.x, (int)q1.y, (int)q1.z, (int)q1.w};
 #pragma unroll
-        for (int l = l0; l < l0 + nl; l += 4) {
-            int v = word_at(qs + l) >> shift & 0x0F0F0F0F;
-            if (T == MVM_W_Q5_K)
-                v |= (word_at(x5->qh + l) >> c & 0x01010101) << 4;
-            s = __dp4a(v, word_at(aq + l), s);
+            for (int l = 0; l < 32; l += 4) {
+                int v = q[l / 4] >> shift & 0x0F0F0F0F;
+                if (T == MVM_W_Q5_K)
+                    v |= (word_at(x5->qh + l) >> c & 0x01010101) << 4;
+                s = __dp4a(v, *(const int *)(aq + l), s);
+            }
+        } else {
+#pragma unroll
+            for (int l = l0; l < l0 + nl; l += 4) {
+                int v = word_at(qs + l) >> shift & 0x0F0F0F0F;
+                if (T == MVM_W_Q5_K)
+                    v |= (word_at(x5->qh + l) >> c & 0x01010101) << 4;
+                s = __dp4a(v, word_at(aq + l), s);
+            }
         }
         uint8_t sc, m;
         mvm_k_scale_min(x4->scales, c, &sc, &m); /* at the same offset in both */
