@@ -71,3 +71,15 @@ int mvm_policy_split(char *p, const char **name, const char **params)
     *params = brace + 1;
     return 0;
 }
+
+mvm_status mvm_engine_choose_spec(enum mvm_role role, char *spec, const char **name,
+                                  const char **params, const void **ops)
+{
+    *name = *params = NULL;
+    *ops = NULL;
+    if (spec && mvm_policy_split(spec, name, params))
+        return mvm_fail(MVM_ERR_INVALID, "%s module '%s': expected NAME or NAME{k=v,...}",
+                        mvm_role_name(role), spec);
+    const char *args;
+    return mvm_engine_choose(role, *name, *params, ops, &args);
+}

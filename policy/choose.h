@@ -32,4 +32,11 @@ mvm_status mvm_engine_choose(enum mvm_role role, const char *name, const char *a
  * end, else 0. */
 int mvm_policy_split(char *p, const char **name, const char **params);
 
+/* The module a spec names for an engine role: spec ("name" or "name{k=v,...}", the engine
+ * API's fields) split in place as mvm_policy_split splits it, and chosen as
+ * mvm_engine_choose chooses (spec NULL: the role's options; *name and *params NULL then).
+ * MVM_ERR_INVALID naming the role and the spec where a brace is not closed at its end. */
+mvm_status mvm_engine_choose_spec(enum mvm_role role, char *spec, const char **name,
+                                  const char **params, const void **ops);
+
 #endif

@@ -47,12 +47,8 @@ struct mvm_engine {
     uint64_t tokens;
 };
 
-static const struct {
-    enum mvm_role role;
-    const char *field;
-} roles[] = {{MVM_ROLE_EVICT, "evict"}, {MVM_ROLE_PREDICT, "predict"},
-             {MVM_ROLE_ROUTE, "route"}, {MVM_ROLE_CONFIG, "config"},
-             {MVM_ROLE_ASSIGN, "assign"}};
+static const enum mvm_role roles[] = {MVM_ROLE_EVICT, MVM_ROLE_PREDICT, MVM_ROLE_ROUTE,
+                                      MVM_ROLE_CONFIG, MVM_ROLE_ASSIGN};
 #define N_ROLES (sizeof roles / sizeof *roles)
 
 static const char *role_value(const mvm_engine_params *p, enum mvm_role r)
@@ -75,18 +71,14 @@ static mvm_status check_context(mvm_engine *e, const mvm_engine_params *p)
                         p->n_batch);
     mvm_status st;
     for (size_t i = 0; i < N_ROLES; i++) {
-        struct module *m = &e->mod[roles[i].role];
-        const char *v = role_value(p, roles[i].role);
+        struct module *m = &e->mod[roles[i]];
+        const char *v = role_value(p, roles[i]);
         if (!v)
             continue;
         if (!(m->buf = strdup(v)))
             return mvm_fail(MVM_ERR_NOMEM, "out of memory");
-        if (mvm_policy_split(m->buf, &m->name, &m->args))
-            return mvm_fail(MVM_ERR_INVALID, "%s module '%s': expected NAME or NAME{k=v,...}",
-                            roles[i].field, v);
         const void *ops;
-        const char *args;
-        if ((st = mvm_engine_choose(roles[i].role, m->name, m->args, &ops, &args)) != MVM_OK)
+        if ((st = mvm_engine_choose_spec(roles[i], m->buf, &m->name, &m->args, &ops)))
             return st;
     }
     return mvm_machine_load(p->cost, "cost", &e->machine);

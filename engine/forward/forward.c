@@ -83,14 +83,11 @@ static mvm_status predict_speculates(const char *predict, int *yes)
 {
     *yes = 0;
     char *buf = predict ? strdup(predict) : NULL;
-    const char *name = NULL, *params = NULL, *args;
-    const void *ops = NULL;
+    const char *name, *params;
+    const void *ops;
     if (predict && !buf)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory");
-    mvm_status st = buf && mvm_policy_split(buf, &name, &params)
-                        ? mvm_fail(MVM_ERR_INVALID, "predict module '%s': expected NAME or "
-                                   "NAME{k=v,...}", predict)
-                        : mvm_engine_choose(MVM_ROLE_PREDICT, name, params, &ops, &args);
+    mvm_status st = mvm_engine_choose_spec(MVM_ROLE_PREDICT, buf, &name, &params, &ops);
     *yes = st == MVM_OK && ops && ((const mvm_predict_ops *)ops)->speculative;
     free(buf);
     return st;
