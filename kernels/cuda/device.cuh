@@ -43,25 +43,27 @@ static __device__ __forceinline__ int fifth_bits(uint32_t b)
  * decode row read in place, row-major (its units one run): Q8_0's block four lanes of two
  * words; else (a tile's rows, or a gather of units a group apart: an expert's down row)
  * eight lanes of one word. The 4- and 5-bit types' 16 bytes of nibbles a word a lane (its
- * 8 quants); Q4_K's, Q5_K's and Q6_K's chunks 8 quants a lane, so that the 32 lanes take
- * one super-block, except in a decode row, where a lane takes a whole chunk and a warp four
- * super-blocks a round: there the 32 lanes of one super-block summed their integers over
- * five rounds of shuffles for every 144 bytes (Q4_K), each of its four lanes a chunk
- * unpacking the chunk's scale again, and an H200 read Qwen3-30B-A3B's Q4_K decode rows at
- * 549 GB/s where its Q8_0 rows came at 1,368 (bench_gpu_experts, 2026-11-28). A warp's load
- * then reads 4 to 8 neighbouring units in one contiguous run; a lane per unit read 32 units
- * 34 bytes apart, a run over 9 cache lines per load, for each of a Q8_0 block's 16 loads. On
- * an H200 (bench/gpu/kernel_lab.cu, 2026-11-26) four lanes a Q8_0 block read OLMoE's decode
- * rows 1.5x as fast as eight (up 16.9 against 24.7 µs), and eight its down rows 1.2x as
- * fast as four (15.6 against 18.5). The table types (IQ4_NL, MXFP4: a lookup per nibble) and
- * the other K types keep a lane per unit and the shared code. */
-template <enum mvm_wtype T, bool ROW = false>
+ * 8 quants). A warp's load then reads 4 to 8 neighbouring units in one contiguous run; a
+ * lane per unit read 32 units 34 bytes apart, a run over 9 cache lines per load, for each
+ * of a Q8_0 block's 16 loads. On an H200 (bench/gpu/kernel_lab.cu, 2026-11-26) four lanes a
+ * Q8_0 block read OLMoE's decode rows 1.5x as fast as eight (up 16.9 against 24.7 µs), and
+ * eight its down rows 1.2x as fast as four (15.6 against 18.5).
+ * Q4_K's, Q5_K's and Q6_K's chunks: 8 quants a lane in a tile (NT > 1), so that the 32
+ * lanes take one super-block; a whole chunk a lane in a decode product (NT 1, a row or a
+ * gather), a warp four super-blocks a round. Until 2026-11-28 decode took 8 a lane too: the
+ * 32 lanes of one super-block summed their integers over five rounds of shuffles for every
+ * 144 bytes (Q4_K), each of a chunk's four lanes unpacked its scale again, and an H200 read
+ * Qwen3-30B-A3B's Q4_K decode rows at 549 GB/s, its down rows (three super-blocks, three
+ * rounds) at 501, where its Q8_0 rows came at 1,368 (bench_gpu_experts).
+ * The table types (IQ4_NL, MXFP4: a lookup per nibble) and the other K types keep a lane
+ * per unit and the shared code. */
+template <enum mvm_wtype T, bool ROW = false, int NT = 1>
 static __device__ __forceinline__ uint32_t unit_lanes()
 {
     if (T == MVM_W_Q8_0)
         return ROW ? 4 : 8;
     if (T == MVM_W_Q4_K || T == MVM_W_Q5_K || T == MVM_W_Q6_K)
-        return ROW ? 1 : 4;
+        return NT == 1 ? 1 : 4;
     if (mvm_k_is_q(T) && !mvm_k_is_table(T))
         return 4;
     return 1;
@@ -140,7 +142,7 @@ static __device__ __forceinline__ void kpart(const uint8_t *blk, const uint8_t *
         const int shift = 4 * (c % 2);
         int s = 0;
         if (nl == 32 && (uintptr_t)qs % 16 == 0 && (uintptr_t)aq % 4 == 0) {
-            /* a whole chunk (a decode row's lane): its 32 bytes of nibbles in two 16-byte
+            /* a whole chunk (a decode product's lane): its 32 bytes of nibbles in two 16-byte
              * loads and the activations a word a load, where the 2-byte loads of word_at
              * took four times the instructions (the super-blocks are 144 and 176 bytes,
              * so a row at a 16-byte boundary keeps every one there) */
@@ -256,7 +258,7 @@ static __device__ __forceinline__ void row_dot_tile(const uint8_t *w, uint64_t s
      * in the last bits, and the next layer's activations, quantized, can then round a value
      * the other way (test_forward_gpu saw 1e-2 in a tiny model's logits). Every lane runs
      * every round, for the shuffles. */
-    const uint32_t per = unit_lanes<T, ROW>(), k = lane % per;
+    const uint32_t per = unit_lanes<T, ROW, NT>(), k = lane % per;
     const uint32_t bl = mvm_k_is_q(T) ? per : 8 * per; /* lanes per block */
     const uint32_t nb = n / (uint32_t)mvm_k_block_elems(T);
 #pragma unroll(U)
