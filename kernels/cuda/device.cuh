@@ -48,22 +48,25 @@ static __device__ __forceinline__ int fifth_bits(uint32_t b)
  * of a Q8_0 block's 16 loads. On an H200 (bench/gpu/kernel_lab.cu, 2026-11-26) four lanes a
  * Q8_0 block read OLMoE's decode rows 1.5x as fast as eight (up 16.9 against 24.7 µs), and
  * eight its down rows 1.2x as fast as four (15.6 against 18.5).
- * Q4_K's, Q5_K's and Q6_K's chunks: 8 quants a lane in a tile (NT > 1), so that the 32
- * lanes take one super-block; a whole chunk a lane in a decode product (NT 1, a row or a
- * gather), a warp four super-blocks a round. Until 2026-11-28 decode took 8 a lane too: the
+ * Q4_K's, Q5_K's and Q6_K's chunks: 8 quants a lane in a tile kernel, so that the 32 lanes
+ * take one super-block; with CHUNK (a decode kernel's product: one activation, a row or a
+ * gather) a whole chunk a lane, a warp four super-blocks a round. The tile kernels keep 8 a
+ * lane for their one-row tiles too: their instances of the chunk layout took 128 registers
+ * or spilled (ptxas, sm_90), where the decode kernels' took fewer than before. Until
+ * 2026-11-28 decode took 8 a lane too: the
  * 32 lanes of one super-block summed their integers over five rounds of shuffles for every
  * 144 bytes (Q4_K), each of a chunk's four lanes unpacked its scale again, and an H200 read
  * Qwen3-30B-A3B's Q4_K decode rows at 549 GB/s, its down rows (three super-blocks, three
  * rounds) at 501, where its Q8_0 rows came at 1,368 (bench_gpu_experts).
  * The table types (IQ4_NL, MXFP4: a lookup per nibble) and the other K types keep a lane
  * per unit and the shared code. */
-template <enum mvm_wtype T, bool ROW = false, int NT = 1>
+template <enum mvm_wtype T, bool ROW = false, bool CHUNK = false>
 static __device__ __forceinline__ uint32_t unit_lanes()
 {
     if (T == MVM_W_Q8_0)
         return ROW ? 4 : 8;
     if (T == MVM_W_Q4_K || T == MVM_W_Q5_K || T == MVM_W_Q6_K)
-        return NT == 1 ? 1 : 4;
+        return CHUNK ? 1 : 4;
     if (mvm_k_is_q(T) && !mvm_k_is_table(T))
         return 4;
     return 1;
@@ -220,7 +223,7 @@ template <enum mvm_wtype T> static __device__ __forceinline__ uint64_t run_bytes
  * a warp split the row, 32-element units (unit_lanes lanes each) or elements (float types)
  * in turn, so the warp reads it in contiguous runs; each weight read serves every
  * activation of the tile. */
-template <enum mvm_wtype T, int NT, int U = 1, bool ROW = false, int WR = 1>
+template <enum mvm_wtype T, int NT, int U = 1, bool ROW = false, int WR = 1, bool CHUNK = false>
 static __device__ __forceinline__ void row_dot_tile(const uint8_t *w, uint64_t stride,
                                                     const uint8_t *const *act, uint32_t nt,
                                                     uint32_t n, float *acc, uint64_t wstep = 0)
@@ -258,7 +261,7 @@ static __device__ __forceinline__ void row_dot_tile(const uint8_t *w, uint64_t s
      * in the last bits, and the next layer's activations, quantized, can then round a value
      * the other way (test_forward_gpu saw 1e-2 in a tiny model's logits). Every lane runs
      * every round, for the shuffles. */
-    const uint32_t per = unit_lanes<T, ROW, NT>(), k = lane % per;
+    const uint32_t per = unit_lanes<T, ROW, CHUNK>(), k = lane % per;
     const uint32_t bl = mvm_k_is_q(T) ? per : 8 * per; /* lanes per block */
     const uint32_t nb = n / (uint32_t)mvm_k_block_elems(T);
 #pragma unroll(U)
@@ -328,7 +331,7 @@ static __device__ __forceinline__ void row_dot_f32x4(const uint8_t *w, const flo
  * memory until 2026-11-26: all of it in flight at once, but the copy in and out took
  * longer than the loads it saved (bench/gpu/kernel_lab.cu: a q8_0 6144 x 2048 matvec 19.5
  * µs staged, 8.9 read in place four lanes a block). */
-template <enum mvm_wtype T>
+template <enum mvm_wtype T, bool CHUNK = true>
 static __device__ __forceinline__ void row_dot(const uint8_t *w, uint64_t stride,
                                                const uint8_t *const *act, uint32_t nt,
                                                uint32_t n, float *acc)
@@ -336,12 +339,12 @@ static __device__ __forceinline__ void row_dot(const uint8_t *w, uint64_t stride
     if (nt != 1)
         row_dot_tile<T, MVM_G_TILE>(w, stride, act, nt, n, acc);
     else if (stride != run_bytes<T>())
-        row_dot_tile<T, 1, 4>(w, stride, act, 1, n, acc);
+        row_dot_tile<T, 1, 4, false, 1, CHUNK>(w, stride, act, 1, n, acc);
     else if (T == MVM_W_F32 && n % 4 == 0 && (uintptr_t)w % 16 == 0 &&
              (uintptr_t)act[0] % 16 == 0)
         row_dot_f32x4(w, (const float *)act[0], n, acc);
     else
-        row_dot_tile<T, 1, 4, true>(w, stride, act, 1, n, acc);
+        row_dot_tile<T, 1, 4, true, 1, CHUNK>(w, stride, act, 1, n, acc);
 }
 
 /* A kernel's first position: pos0, or the uint32 at pos where it is set (kernels.h). */

@@ -82,7 +82,7 @@ template <enum mvm_wtype GU> static __device__ void expert_up(const mvm_g_expert
         for (uint32_t j = threadIdx.x >> 5; j < 2 * MVM_QBLOCK; j += blockDim.x >> 5) {
             const uint32_t c = j % MVM_QBLOCK, part = j / MVM_QBLOCK;
             float acc[MVM_G_TILE] = {0};
-            row_dot<GU>((part ? up : gate) + (s0 + c) * row, run_bytes<GU>(), act, nt,
+            row_dot<GU, false>((part ? up : gate) + (s0 + c) * row, run_bytes<GU>(), act, nt,
                         a.n_embd, acc);
 #pragma unroll
             for (int i = 0; i < MVM_G_TILE; i++)
@@ -142,8 +142,8 @@ static __device__ void expert_up1(const mvm_g_expert_args &a)
     }
     const uint8_t *act = (const uint8_t *)a.act + U32(a.row_tok)[r] * a.act_stride;
     float acc[2] = {0, 0}; /* the gate row's, the up row's: one loop, G rows apart */
-    row_dot_tile<GU, 1, 4, true, 2>(gate + s * row, run_bytes<GU>(), &act, 1, a.n_embd, acc,
-                                    G * row);
+    row_dot_tile<GU, 1, 4, true, 2, true>(gate + s * row, run_bytes<GU>(), &act, 1, a.n_embd,
+                                          acc, G * row);
     const float gs = warp_sum(acc[0]), us = warp_sum(acc[1]);
     if ((threadIdx.x & 31) != 0)
         return;
@@ -195,7 +195,7 @@ template <enum mvm_wtype DN> static __device__ void expert_down(const mvm_g_expe
             h[i] = (const uint8_t *)a.h + (uint64_t)(r0 + t0 + ((uint32_t)i < nt ? i : 0)) *
                                               a.h_stride;
         float acc[MVM_G_TILE] = {0};
-        row_dot<DN>(down, group, h, nt, a.n_groups * G, acc); /* a gather */
+        row_dot<DN, false>(down, group, h, nt, a.n_groups * G, acc); /* a gather */
 #pragma unroll
         for (int i = 0; i < MVM_G_TILE; i++)
             if ((uint32_t)i < nt) {
