@@ -327,10 +327,12 @@ static __device__ __forceinline__ void row_dot_f32x4(const uint8_t *w, const flo
 
 /* row_dot_tile for nt <= MVM_G_TILE activations; one (decode) with four rounds unrolled,
  * a row-major row (its units one run: stride run_bytes) with unit_lanes' ROW lanes, and an
- * aligned F32 one by row_dot_f32x4. A decode row went through a warp's stage in shared
- * memory until 2026-11-26: all of it in flight at once, but the copy in and out took
- * longer than the loads it saved (bench/gpu/kernel_lab.cu: a q8_0 6144 x 2048 matvec 19.5
- * µs staged, 8.9 read in place four lanes a block). */
+ * aligned F32 one by row_dot_f32x4; with CHUNK (the decode kernels') a K-quant's one-row
+ * products take a chunk a lane (unit_lanes), and the tile kernels pass false. A decode row
+ * went through a warp's stage in shared memory until 2026-11-26: all of it in flight at
+ * once, but the copy in and out took longer than the loads it saved
+ * (bench/gpu/kernel_lab.cu: a q8_0 6144 x 2048 matvec 19.5 µs staged, 8.9 read in place
+ * four lanes a block). */
 template <enum mvm_wtype T, bool CHUNK = true>
 static __device__ __forceinline__ void row_dot(const uint8_t *w, uint64_t stride,
                                                const uint8_t *const *act, uint32_t nt,
