@@ -37,13 +37,33 @@
  * Probe
  */
 
-static mvm_status load_topology(hwloc_topology_t *topo)
+/* hwloc loads its plugins (and with them libxml2, ICU, X11, OpenCL) when the first live
+ * topology is initialised and unloads them when the last is destroyed: about 5 ms each
+ * time on the CI VM, and a process probes two or three times (the engine's threads, the
+ * space). One topology initialised and never loaded nor destroyed keeps them loaded; each
+ * probe still loads a topology of its own, so it sees what the environment says then
+ * (HWLOC_XMLFILE, the cpuset). */
+static pthread_once_t plugins_once = PTHREAD_ONCE_INIT;
+
+static void keep_plugins_loaded(void)
 {
+    static hwloc_topology_t anchor;
+    (void)hwloc_topology_init(&anchor);
+}
+
+/* with_io: discover PCI devices, for a GPU's bus id to be looked up. */
+static mvm_status load_topology(hwloc_topology_t *topo, int with_io)
+{
+    pthread_once(&plugins_once, keep_plugins_loaded);
     if (hwloc_topology_init(topo) < 0)
         return mvm_fail(MVM_ERR_BACKEND, "hwloc_topology_init failed: %s", strerror(errno));
     /* Only the PCI devices that matter (GPUs, NICs and the bridges above them): full IO
-     * discovery costs far more and tells us nothing we use. */
-    if (hwloc_topology_set_io_types_filter(*topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT) < 0) {
+     * discovery costs far more and tells us nothing we use. Without a device to look up,
+     * none: reading every device's config space was most of a CPU run's start on a VM,
+     * where each read traps (pci_user_read_config_dword, perf record of `moevm run`). */
+    enum hwloc_type_filter_e io = with_io ? HWLOC_TYPE_FILTER_KEEP_IMPORTANT
+                                          : HWLOC_TYPE_FILTER_KEEP_NONE;
+    if (hwloc_topology_set_io_types_filter(*topo, io) < 0) {
         int err = errno;
         hwloc_topology_destroy(*topo);
         return mvm_fail(MVM_ERR_BACKEND, "hwloc_topology_set_io_types_filter failed: %s",
@@ -173,7 +193,7 @@ mvm_status mvm_topo_probe(const char *pci_bus_id, mvm_topo *out)
                         busid, sizeof out->gpu_bus_id - 1);
 
     hwloc_topology_t topo;
-    mvm_status s = load_topology(&topo);
+    mvm_status s = load_topology(&topo, n > 0);
     if (s != MVM_OK)
         return s;
     memset(out, 0, sizeof *out);
