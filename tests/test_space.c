@@ -1672,8 +1672,9 @@ static void test_cuda_probe(void)
  * budget holds them back to back (21 pages for the 30 they take in pages), on a device;
  * the host backend, whose CPU reads the experts' addresses, keeps pages. The experts lie
  * their bytes (rounded to MVM_PACK_ALIGN) apart; the first request copies every expert up
- * (over the fake, one that fails first: every page back home, the driver's call named,
- * and the next request copies them), after which each reads its weights at its address
+ * straight from its home, zeros after it (over the fake, one whose first or seventh copy
+ * fails: every page back home, the driver's call named, and the next request copies
+ * them), after which each reads its weights at its address
  * and every page is resident; evictions and loads by the reader are refused, naming why. A
  * fraction under 1 of the budget, pack 0, or a write-back space keep pages. Over the fake,
  * a creation whose slab's map into the pool view or at the space's base fails says so and
@@ -1705,14 +1706,16 @@ static void test_packed(void)
           (ptrdiff_t)(E * stride));
     fill(sp, L, E, bytes);
     mvm_residency r;
-    if (on_fake) { /* a copy fails: nothing resident, the call named; then the next */
-        fake_set_fail("cuMemcpyHtoDAsync:1");
+    for (int k = 1; on_fake && k <= 2; k++) { /* the first copy fails, then a later one:
+                                                  nothing resident, the call named */
+        fake_set_fail(k == 1 ? "cuMemcpyHtoDAsync:1" : "cuMemcpyHtoDAsync:7");
         CHECK_ST(mvm_make_resident(sp, 0, 2, MVM_ALL_PAGES), MVM_ERR_BACKEND);
         CHECK(strstr(mvm_last_error(), "cuMemcpyHtoDAsync") != NULL);
         fake_set_fail("");
         CHECK_ST(mvm_expert_residency(sp, 1, 4, &r), MVM_OK);
         CHECK(r.resident == 0 && r.loading == 0 && stats_of(sp).resident_pages == 0);
     }
+    const unsigned long copies0 = fake_calls ? fake_calls("cuMemcpyHtoDAsync") : 0;
     mvm_move *m = NULL;
     CHECK_ST(mvm_prefetch(sp, 1, 3, MVM_ALL_PAGES, &m), MVM_OK);
     CHECK_ST(mvm_make_resident(sp, 0, 1, 1), MVM_OK); /* joins the one upload */
@@ -1722,6 +1725,19 @@ static void test_packed(void)
         for (uint32_t e = 0; e < E; e++) {
             CHECK_ST(mvm_expert_residency(sp, l, e, &r), MVM_OK);
             CHECK(r.resident == ppe && reads_match(sp, l, e, bytes));
+        }
+    /* each expert straight from its home (one copy where one lane carries it), and zeros
+     * in the gap after it (the fake's new memory is 0xff) */
+    const char *lanes = getenv("MOEVM_COPY_STREAMS");
+    CHECK(!fake_calls || (lanes && strcmp(lanes, "1")) ||
+          fake_calls("cuMemcpyHtoDAsync") - copies0 == 2 * L * E);
+    for (uint32_t l = 0; l < L; l++)
+        for (uint32_t e = 0; e < E; e++) {
+            const uint8_t *gap = (const uint8_t *)mvm_expert_addr(sp, l, e) + bytes;
+            uint8_t any = 0;
+            for (uint64_t i = 0; i < stride - bytes; i++)
+                any |= gap[i];
+            CHECK(stride > bytes && any == 0);
         }
     const mvm_stats s = stats_of(sp);
     CHECK(s.resident_pages == L * E * ppe && s.loading_pages == 0);

@@ -76,6 +76,12 @@ typedef struct mvm_backend_ops {
      * on (consecutive chunks of one slab: contiguous in the pool view). */
     mvm_status (*copy_start)(mvm_backend *b, mvm_pool *pool, size_t chunk, const void *src,
                              size_t len);
+    /* Optional (NULL: none; a packed space needs it, upload.c): starts copying len bytes
+     * from src (host memory the device reads: a home) to byte `offset` of the pool view,
+     * where the chunks are one slab. Not for pools that track clean states (their marks are
+     * a chunk's, of a copy that starts there). */
+    mvm_status (*copy_to)(mvm_backend *b, mvm_pool *pool, uint64_t offset, const void *src,
+                          size_t len);
     /* Waits until every copy started so far has landed. */
     mvm_status (*copy_wait)(mvm_backend *b);
     /* An event done once every copy started so far has landed (in pools that track clean

@@ -473,6 +473,16 @@ static mvm_status cuda_copy_start(mvm_backend *b, mvm_pool *p, size_t chunk, con
     return mvm_cuda_lanes_copy(c, p->view + chunk * p->page, src, len, p->page);
 }
 
+static mvm_status cuda_copy_to(mvm_backend *b, mvm_pool *p, uint64_t offset, const void *src,
+                               size_t len)
+{
+    cuda_backend *c = cb(b);
+    if (p->digest)
+        return mvm_fail(MVM_ERR_INVALID, "a copy into a pool that tracks clean chunks must "
+                        "start at a chunk (copy_start)");
+    return mvm_cuda_lanes_copy(c, p->view + offset, src, len, p->page);
+}
+
 /* After a failed join the lanes are waited for one by one, so that nothing is still landing
  * when the caller gives the chunks back. */
 static mvm_status cuda_copy_wait(mvm_backend *b)
@@ -620,6 +630,7 @@ static const mvm_backend_ops cuda_ops = {
     .map_chunks = cuda_map_chunks,
     .unmap = cuda_unmap,
     .copy_start = cuda_copy_start,
+    .copy_to = cuda_copy_to,
     .copy_wait = cuda_copy_wait,
     .copy_fence = cuda_copy_fence,
     .copy_back = cuda_copy_back,

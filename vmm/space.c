@@ -146,7 +146,7 @@ static mvm_status plan_layout(mvm_space *sp, const mvm_space_desc *d)
                             MVM_PACK_ALIGN;
     const uint64_t packed_pages = (sp->n_total * packed + page - 1) / page;
     const bool holds = d->device_budget ? packed_pages <= pages : pages >= total_pages;
-    if (d->pack && !d->write_back && !be->host_readable && holds) {
+    if (d->pack && !d->write_back && !be->host_readable && be->ops->copy_to && holds) {
         sp->packed = true;
         sp->stride = packed;
         sp->reserved = packed_pages * page;
