@@ -23,6 +23,9 @@
 #   RESULT decode_host model=.. budget=25 routing=replay tokens=.. queue_us=.. observe_us=..
 #          device_us=.. policies_us=.. ask_us=.. copies_us=.. cpu_us=.. cpu_plan_us=.. cpu_scale=.. syncs=..
 #          evict_us=.. remap_us=.. mib=.. accesses=.. hits=.. in_place=.. variant=..
+# and, where the experts were packed (100%), the first request's upload of them all
+# (vmm/upload.c's MOEVM_LOG=info line):
+#   RESULT upload model=.. budget=100 routing=own experts=.. mib=.. ms=.. gbps=.. variant=..
 # engine: moevm, moevm-cpu (budget "cpu") or llama.cpp; routing: own or replay. At budget
 # 100 the lines carry bw_frac=: tg x the bytes a token reads (bench/gpu/active_bytes.py) /
 # the GPU's read rate of its memory (vmm_costs section 3), the share of the bandwidth bound.
@@ -169,6 +172,9 @@ moevm_bench() {
                         "budget=$b routing=$routing $laps variant=$variant"
                     laps=$(decode_routed "$work/run.err")
                     [[ -n $laps ]] && echo "RESULT decode_device model=$name type=$type" \
+                        "budget=$b routing=$routing $laps variant=$variant"
+                    laps=$(packed_upload "$work/run.err")
+                    [[ -n $laps ]] && echo "RESULT upload model=$name type=$type" \
                         "budget=$b routing=$routing $laps variant=$variant"
                 done
             done

@@ -59,6 +59,14 @@ decode_laps() {
                         $16, $17 }'
 }
 
+# A packed space's upload (vmm/upload.c's MOEVM_LOG=info line) in the last run's stderr, as
+# "experts=.. mib=.. ms=.. gbps=..": the first request's wait for every expert.
+packed_upload() {
+    grep -o 'packed space: [0-9]* experts ([0-9.]* MiB) copied up in [0-9.]* ms ([0-9.]* GB/s)' \
+        "$1" | tail -n 1 | grep -o '[0-9][0-9.]*' | paste -sd' ' |
+        awk 'NF == 4 { printf "experts=%s mib=%s ms=%s gbps=%s", $1, $2, $3, $4 }'
+}
+
 # The same for the last decode routed on the device (engine/forward/forward_cuda_route.c),
 # as "tokens=.. queue_us=.. policies_us=.. wait_us=.. between_us=..", and at a budget
 # (MOEVM_BUDGET_ROUTING=in-place or read-through) the context's "accesses=.. hits=..
