@@ -1672,9 +1672,9 @@ static void test_cuda_probe(void)
  * budget holds them back to back (21 pages for the 30 they take in pages), on a device;
  * the host backend, whose CPU reads the experts' addresses, keeps pages. The experts lie
  * their bytes (rounded to MVM_PACK_ALIGN) apart; the first request copies every expert up
- * straight from its home, zeros after it (over the fake, one whose first or seventh copy
- * fails: every page back home, the driver's call named, and the next request copies
- * them), after which each reads its weights at its address
+ * straight from its home, zeros after it (over the fake, one whose first copy, a gap's,
+ * or thirteenth, an expert's, fails: every page back home, the driver's call named, and
+ * the next request copies them), after which each reads its weights at its address
  * and every page is resident; evictions and loads by the reader are refused, naming why. A
  * fraction under 1 of the budget, pack 0, or a write-back space keep pages. Over the fake,
  * a creation whose slab's map into the pool view or at the space's base fails says so and
@@ -1706,9 +1706,10 @@ static void test_packed(void)
           (ptrdiff_t)(E * stride));
     fill(sp, L, E, bytes);
     mvm_residency r;
-    for (int k = 1; on_fake && k <= 2; k++) { /* the first copy fails, then a later one:
-                                                  nothing resident, the call named */
-        fake_set_fail(k == 1 ? "cuMemcpyHtoDAsync:1" : "cuMemcpyHtoDAsync:7");
+    for (int k = 1; on_fake && k <= 2; k++) { /* the first copy fails (a gap's zeros), then
+                                                  an expert's: nothing resident, the call
+                                                  named */
+        fake_set_fail(k == 1 ? "cuMemcpyHtoDAsync:1" : "cuMemcpyHtoDAsync:13");
         CHECK_ST(mvm_make_resident(sp, 0, 2, MVM_ALL_PAGES), MVM_ERR_BACKEND);
         CHECK(strstr(mvm_last_error(), "cuMemcpyHtoDAsync") != NULL);
         fake_set_fail("");

@@ -71,19 +71,20 @@ mvm_status mvm_upload_ask_locked(mvm_space *sp)
 /* The gap after an expert, up to the next one's start: under MVM_PACK_ALIGN bytes. */
 static const uint8_t zeros[MVM_PACK_ALIGN];
 
-/* Every expert's bytes up, and zeros between them; the first failure. */
+/* Zeros between the experts, then every expert's bytes up; the first failure. The zeros
+ * go first: a copy from pageable memory (these zeros) waits for the copies queued before
+ * it, which are then only the small ones before it, not the experts'. */
 static mvm_status copy_all(mvm_space *sp)
 {
     mvm_backend *be = sp->be;
     const uint64_t gap = sp->stride - sp->expert_bytes;
     mvm_status st = MVM_OK;
-    for (uint32_t idx = 0; idx < sp->n_total && st == MVM_OK; idx++) {
-        const uint64_t at = (uint64_t)idx * sp->stride;
-        st = be->ops->copy_to(be, sp->pool, at, sp->home_host + idx * sp->home_stride,
-                              sp->expert_bytes);
-        if (st == MVM_OK && gap)
-            st = be->ops->copy_to(be, sp->pool, at + sp->expert_bytes, zeros, gap);
-    }
+    for (uint32_t idx = 0; gap && idx < sp->n_total && st == MVM_OK; idx++)
+        st = be->ops->copy_to(be, sp->pool, (uint64_t)idx * sp->stride + sp->expert_bytes,
+                              zeros, gap);
+    for (uint32_t idx = 0; idx < sp->n_total && st == MVM_OK; idx++)
+        st = be->ops->copy_to(be, sp->pool, (uint64_t)idx * sp->stride,
+                              sp->home_host + idx * sp->home_stride, sp->expert_bytes);
     if (st == MVM_OK)
         return be->ops->copy_wait(be);
     /* after a failure too, so that nothing is still landing; the error is the copy's */
