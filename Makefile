@@ -6,7 +6,7 @@
 JOBS ?= $(shell nproc)
 # Tests two to a core: a test spends part of its time waiting (process starts, MPI's
 # start-up, threads handing work over), which another fills. On the 2-core CI VM the three
-# builds' tests took 484 s at -j4 against 620-670 at -j2, all passing (docs/perf/tests.md).
+# builds' tests took 485-523 s at -j4 against 600-650 at -j2 (docs/perf/tests.md).
 TEST_JOBS ?= $(shell echo $$(( 2 * $(JOBS) )))
 CMAKE_FLAGS ?=
 
