@@ -10,7 +10,6 @@ pass=0 fail=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# expect <exit code> <regex the output must match> -- command...
 # judge CODE PATTERN RC CMD...: whether a command that exited RC with $tmp/out as its output
 # did what was wanted.
 judge() {
@@ -25,6 +24,7 @@ judge() {
     fi
 }
 
+# expect <exit code> <regex the output must match> -- command...
 expect() {
     local code=$1 pattern=$2
     shift 3
