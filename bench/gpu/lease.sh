@@ -15,6 +15,10 @@
 #              (~105 s there; a few seconds when .gpubin is carried, made from these sources
 #              by bench/gpu/prebuilt.sh pack here, which this step unpacks: keep it in
 #              LEASE_STEPS)
+#   jit        the device kernels' first load (the driver compiling their PTX, ~21 MB) and a
+#              second one from the driver's JIT cache, emptied first: a tiny model's run,
+#              MOEVM_LOG=info's load time; `RESULT jit cold_s=.. warm_s=..`. It decides
+#              whether the build should ship SASS for the common GPUs (docs/engine.md)
 #   kernels    test_gpu (the device kernels against the CPU's, every type),
 #              bench_gpu_experts (GB/s of a decode step's expert kernels) and
 #              bench_gpu_prompt_experts (a pp512 layer's experts: integer kernels, mmq)
@@ -70,7 +74,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 
 lease=${LEASE_S:-540}
-all="build kernels vmm text full ktrace offload full_q4k profile profile_pp forward attention lab"
+all="build jit kernels vmm text full ktrace offload full_q4k profile profile_pp forward attention lab"
 steps=" ${LEASE_STEPS:-$all} "
 start=$SECONDS
 log=/dev/null
@@ -117,6 +121,21 @@ kernels() {
 
 attention() { build-gpu/tests/bench_gpu_attention "$(driver)"; }
 
+# The kernels' load time with the driver's JIT cache empty, then full (the steps after
+# this one start from the full cache, as a user's second run).
+jit() {
+    local m=$work/jit-tiny.gguf cold warm
+    build-gpu/moevm mkmodel --preset tiny --arch qwen3moe -o "$m" >/dev/null || return 1
+    rm -rf "${CUDA_CACHE_PATH:-$HOME/.nv/ComputeCache}"
+    load_s() {
+        MOEVM_LOG=info MOEVM_BACKEND=cuda build-gpu/moevm run -m "$m" -p x -n 1 2>&1 >/dev/null |
+            sed -n 's/.*device kernels loaded in \([0-9.]*\) s.*/\1/p; s/.*the driver took \([0-9.]*\) s to compile.*/\1/p' |
+            head -n 1
+    }
+    cold=$(load_s) && warm=$(load_s)
+    echo "RESULT jit cold_s=${cold:-?} warm_s=${warm:-?}"
+}
+
 lab() {
     local nvcc; nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
     "$nvcc" -O3 -arch=sm_90 -I. bench/gpu/kernel_lab.cu -o "$work/kernel_lab" && "$work/kernel_lab"
@@ -133,7 +152,7 @@ forward() {
         --workdir "$work/ref"
 }
 
-export -f driver kernels attention vmm forward lab
+export -f driver jit kernels attention vmm forward lab
 export work
 
 {
@@ -155,6 +174,7 @@ export work
         xz -dc .gpubin/moevm-base.xz >/tmp/moevm-base && chmod +x /tmp/moevm-base &&
             echo "lease.sh: /tmp/moevm-base unpacked (variants BIN=/tmp/moevm-base)"
     fi
+    step jit 90 jit
     step kernels 90 kernels
     step vmm 45 vmm
     step text 80 env FORWARD_STEPS="2 2b 2c" bash tests/gpu/forward.sh

@@ -114,6 +114,27 @@ static mvm_status has_sm80(const struct cu_api *cu, CUdevice dev, int *yes)
     return MVM_OK;
 }
 
+/* The modules are PTX (about 21 MB, most of it the expert kernels' instances), which the
+ * driver compiles for the device at the first load: ptxas takes about 34 s for them on the
+ * development VM (the ptxas_sm90 test). It keeps the result in its JIT cache
+ * (~/.nv/ComputeCache, CUDA_CACHE_PATH, CUDA_CACHE_MAXSIZE), so only a first run, or one
+ * whose cache is off or too small, waits that long: say so when it happens, since nothing
+ * else is printed meanwhile. */
+#ifdef MVM_ENGINE_PTX
+#define SLOW_LOAD_S 5.0
+
+static void log_load_time(double s)
+{
+    if (s >= SLOW_LOAD_S)
+        mvm_log(MVM_LOG_WARN, "the driver took %.1f s to compile the device kernels for this "
+                "GPU (their PTX); it caches the result (~/.nv/ComputeCache, CUDA_CACHE_PATH), "
+                "so later runs start without it unless CUDA_CACHE_DISABLE is set or "
+                "CUDA_CACHE_MAXSIZE is too small", s);
+    else
+        mvm_log(MVM_LOG_INFO, "device kernels loaded in %.2f s", s);
+}
+#endif
+
 static mvm_status load_kernels(mvm_gpu *g)
 {
 #ifdef MVM_ENGINE_PTX
@@ -127,6 +148,7 @@ static mvm_status load_kernels(mvm_gpu *g)
     mvm_status st = has_sm80(&g->cu, g->dev, &sm80);
     if (st != MVM_OK)
         return st;
+    const double t0 = mvm_now_s();
     for (int m = 0; m < MOD_COUNT; m++) {
         if ((m == MOD_MMQ || m == MOD_ATTN_MMA) && !sm80) {
             if (m == MOD_MMQ)
@@ -138,6 +160,7 @@ static mvm_status load_kernels(mvm_gpu *g)
         snprintf(what, sizeof what, "cuModuleLoadData (kernels/cuda/%s.cu)", names[m]);
         CU(g, g->cu.ModuleLoadData(&g->modules[m], images[m]), what);
     }
+    log_load_time(mvm_now_s() - t0);
     for (int k = 0; k < MVM_GK_COUNT; k++)
         for (int t = 0; t < (kernels[k].typed ? MVM_W_COUNT : 1); t++) {
             if (!mvm_gpu_would_have(sm80, (enum mvm_gpu_kernel)k, t))

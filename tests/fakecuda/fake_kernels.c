@@ -399,6 +399,7 @@ static CUresult module_load(CUmodule *pm, const void *image, int library)
     if (rc) return rc;
     if (!pm || !image) return CUDA_ERROR_INVALID_VALUE;
     if (load_plugin() < 0) return CUDA_ERROR_INVALID_IMAGE;
+    fk_module_delay();
     struct CUmod_st *m = calloc(1, sizeof *m);
     if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
     m->ctx = fk_current_ctx();

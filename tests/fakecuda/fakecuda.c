@@ -184,7 +184,7 @@ struct fk_rule {
 };
 
 static struct {
-    unsigned long long devices, mem, gran, host_numa, no_device, copy_delay_us;
+    unsigned long long devices, mem, gran, host_numa, no_device, copy_delay_us, module_delay_ms;
     int bad; /* a malformed variable: cuInit fails */
 } cfg;
 
@@ -288,6 +288,7 @@ static void load_config(void)
     env_num("FAKECUDA_NO_DEVICE", &cfg.no_device, 1);
     env_num("FAKECUDA_COPY_DELAY_US", &cfg.copy_delay_us, 60000000);
     atomic_store(&g_copy_delay_us, cfg.copy_delay_us);
+    env_num("FAKECUDA_MODULE_DELAY_MS", &cfg.module_delay_ms, 600000);
     unsigned long long page = (unsigned long long)sysconf(_SC_PAGESIZE);
     if (cfg.gran < page || (cfg.gran & (cfg.gran - 1))) {
         fprintf(stderr, "fakecuda: FAKECUDA_GRANULARITY=%llu: not a power of two >= %llu\n",
@@ -1339,6 +1340,14 @@ void fk_copy_delay(void)
     unsigned long long delay = atomic_load(&g_copy_delay_us);
     struct timespec ts = {(time_t)(delay / 1000000), (long)(delay % 1000000) * 1000};
     while (delay && nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+}
+
+void fk_module_delay(void)
+{
+    pthread_once(&g_once, load_config);
+    const unsigned long long ms = cfg.module_delay_ms;
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000};
+    while (ms && nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
 
 /* ---- small queries ---- */

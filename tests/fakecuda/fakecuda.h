@@ -14,6 +14,8 @@
  *                          (default); 0: attribute 141 reads 0, HOST_NUMA creation fails
  *   FAKECUDA_NO_DEVICE     1: cuInit returns CUDA_ERROR_NO_DEVICE
  *   FAKECUDA_COPY_DELAY_US every cuMemcpy* with a non-zero size sleeps this long first
+ *   FAKECUDA_MODULE_DELAY_MS every module load (cuModuleLoadData, cuLibraryLoadData) sleeps
+ *                          this long first, as a driver compiling PTX
  *   FAKECUDA_FAIL          "name:N[:ERROR],...": the Nth call of cu<name> fails
  *   FAKECUDA_FAIL_FROM     same syntax: the Nth call and every later one fail
  *   FAKECUDA_KERNELS       a shared object of kernels to add to every module's five (read at

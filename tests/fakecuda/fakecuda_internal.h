@@ -91,6 +91,9 @@ int fk_device_range(uintptr_t va, size_t n, unsigned need, size_t *host_numa_byt
 int fk_unified_is_device(uintptr_t va);
 /* Sleeps for the configured copy delay (FAKECUDA_COPY_DELAY_US); called without the lock. */
 void fk_copy_delay(void);
+/* Sleeps for the configured module load delay (FAKECUDA_MODULE_DELAY_MS): a driver
+ * compiling a module's PTX. Under the lock, as a load holds it. */
+void fk_module_delay(void);
 
 /* fake_kernels.c, under the lock: zero the kernel byte counters (fakecuda_reset_counters),
  * and unload the modules of a primary context that is being destroyed. */
