@@ -118,8 +118,8 @@ static mvm_status has_sm80(const struct cu_api *cu, CUdevice dev, int *yes)
  * driver compiles for the device at the first load: ptxas takes about 34 s for them on the
  * development VM (the ptxas_sm90 test). It keeps the result in its JIT cache
  * (~/.nv/ComputeCache, CUDA_CACHE_PATH, CUDA_CACHE_MAXSIZE), so only a first run, or one
- * whose cache is off or too small, waits that long: say so when it happens, since nothing
- * else is printed meanwhile. */
+ * whose cache is off or too small, waits that long. Nothing is printed during the wait, so
+ * a slow load is said once it is over, with what spares later runs. */
 #ifdef MVM_ENGINE_PTX
 #define SLOW_LOAD_S 5.0
 

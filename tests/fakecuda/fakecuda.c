@@ -1333,21 +1333,24 @@ int fk_unified_is_device(uintptr_t va)
 /* Copies that have begun (entered their delay), for tests that wait for one. */
 static _Atomic unsigned long g_copies_begun;
 
+/* The configured delays: us microseconds, through signals. */
+static void sleep_us(unsigned long long us)
+{
+    struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
+    while (us && nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+}
+
 void fk_copy_delay(void)
 {
     pthread_once(&g_once, load_config);
     atomic_fetch_add(&g_copies_begun, 1);
-    unsigned long long delay = atomic_load(&g_copy_delay_us);
-    struct timespec ts = {(time_t)(delay / 1000000), (long)(delay % 1000000) * 1000};
-    while (delay && nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+    sleep_us(atomic_load(&g_copy_delay_us));
 }
 
 void fk_module_delay(void)
 {
     pthread_once(&g_once, load_config);
-    const unsigned long long ms = cfg.module_delay_ms;
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000};
-    while (ms && nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+    sleep_us(cfg.module_delay_ms * 1000);
 }
 
 /* ---- small queries ---- */
@@ -1559,9 +1562,7 @@ CUresult CUDAAPI cuEventQuery(CUevent hEvent) FK_CALL(cuEventQuery, 1, event_que
 CUresult CUDAAPI cuEventSynchronize(CUevent hEvent)
 {
     pthread_once(&g_once, load_config);
-    unsigned long long delay = atomic_load(&g_event_delay_us);
-    struct timespec ts = {(time_t)(delay / 1000000), (long)(delay % 1000000) * 1000};
-    while (delay && nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+    sleep_us(atomic_load(&g_event_delay_us));
     FK_CALL(cuEventSynchronize, 1, event_query(hEvent, 1))
 }
 CUresult CUDAAPI cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
