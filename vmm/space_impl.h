@@ -1,5 +1,5 @@
 /*
- * The space's internal state, shared by space.c (layout, queries, evict, pin) and
+ * The space's internal state, shared by space.c (layout, queries, pins), evict.c and
  * migrate.c (moves, queues, the migration worker). One mutex guards everything below it;
  * copies run outside it, on chunks owned by exactly one job.
  *

@@ -4,7 +4,7 @@
  * before, in one slab of every chunk mapped at the space's base for its life. Nothing moves
  * in such a space, so it needs no slabs of its own per run, no pool view of its own and
  * no remaps: the homes are copied up once, at the first request, and every page then stays
- * resident (evictions are refused, space.c).
+ * resident (evictions are refused, evict.c).
  *
  * Why: a page holds one expert's bytes, so each expert took whole pages (Qwen3-30B-A3B's
  * 4.8 MiB Q8_0 expert three of 2 MiB, a fifth of them empty), and at a budget of every
