@@ -1782,6 +1782,144 @@ static void test_packed(void)
     }
 }
 
+/* Whether the slot address `at` holds expert (l, e)'s weights (filled by fill()). */
+static bool slot_reads(uint64_t at, uint32_t l, uint32_t e, uint64_t bytes)
+{
+    uint8_t *want = malloc(bytes);
+    bool ok = want && at && (weights_of(l, e, want, bytes),
+                             memcmp((const void *)(uintptr_t)at, want, bytes) == 0);
+    free(want);
+    return ok;
+}
+
+/* A slot space (mvm_space_desc.slots): the budget in whole experts; a move is its copy, with
+ * no map, access grant or unmap, and the expert is read where it landed (mvm_expert_slot,
+ * the pool's view), never at its own address; an eviction calls no driver and its slab takes
+ * the next expert; parts of experts, readers of the own address, write-back and the host
+ * backend are refused, naming why; a failed copy leaves the expert at home and its slab
+ * free; loads by the reader land with no map. Any other space's mvm_expert_slot is the
+ * expert's own address once resident. */
+static void test_slots(void)
+{
+    const uint32_t L = 2, E = 3, ppe = 3;
+    const uint64_t bytes = 2 * PAGE + 3000;
+    mvm_space_desc d;
+    CHECK_ST(mvm_space_desc_init(&d), MVM_OK);
+    d.n_layers = L, d.n_experts = E, d.expert_bytes = bytes, d.page_size = PAGE;
+    d.backend = backend, d.slots = 1;
+    d.device_budget = 7 * PAGE; /* two experts and a page that holds none */
+    mvm_space *sp = NULL;
+    if (backend == MVM_BACKEND_HOST) {
+        CHECK_ST(mvm_space_create(&d, &sp), MVM_ERR_UNSUPPORTED);
+        CHECK(!sp && strstr(mvm_last_error(), "pool view"));
+        return;
+    }
+    mvm_space_desc w = d;
+    w.write_back = 1;
+    CHECK_ST(mvm_space_create(&w, &sp), MVM_ERR_INVALID);
+    CHECK(!sp && strstr(mvm_last_error(), "write_back"));
+    w = d;
+    w.device_budget = 2 * PAGE;
+    CHECK_ST(mvm_space_create(&w, &sp), MVM_ERR_INVALID);
+    CHECK(!sp && strstr(mvm_last_error(), "no whole expert"));
+
+    const int live0 = fake_live_handles();
+    CHECK_ST(mvm_space_create(&d, &sp), MVM_OK);
+    if (!sp)
+        return;
+    mvm_space_info info;
+    CHECK_ST(mvm_space_get_info(sp, &info), MVM_OK);
+    CHECK(info.slots && !info.home_mapped && info.pages_per_expert == ppe);
+    CHECK(info.device_pages == 2 * ppe && stats_of(sp).free_pages == 2 * ppe);
+    fill(sp, L, E, bytes);
+    uint64_t at[3] = {0};
+    CHECK_ST(mvm_expert_slot(sp, 0, 0, &at[0]), MVM_OK);
+    CHECK(at[0] == 0); /* at home */
+    CHECK_ST(mvm_expert_slot(sp, 0, 0, NULL), MVM_ERR_INVALID);
+    CHECK_ST(mvm_expert_slot(sp, 0, E, &at[0]), MVM_ERR_RANGE);
+
+    struct calls c = calls_now();
+    CHECK_ST(mvm_make_resident(sp, 0, 0, MVM_ALL_PAGES), MVM_OK);
+    CHECK_ST(mvm_make_resident(sp, 0, 1, MVM_ALL_PAGES), MVM_OK);
+    c = calls_since(c);
+    CHECK(c.map == 0 && c.access == 0 && c.unmap == 0 && c.create == 0 && c.copy >= 2);
+    CHECK_ST(mvm_expert_slot(sp, 0, 0, &at[0]), MVM_OK);
+    CHECK_ST(mvm_expert_slot(sp, 0, 1, &at[1]), MVM_OK);
+    CHECK(at[0] && at[1] && at[0] != at[1] &&
+          at[0] != (uint64_t)(uintptr_t)mvm_expert_addr(sp, 0, 0));
+    CHECK(slot_reads(at[0], 0, 0, bytes) && slot_reads(at[1], 0, 1, bytes));
+    CHECK_ST(mvm_make_resident(sp, 0, 2, MVM_ALL_PAGES), MVM_ERR_NOSPACE);
+
+    /* whole experts only, said; nothing changes */
+    CHECK_ST(mvm_make_resident(sp, 1, 0, 1), MVM_ERR_UNSUPPORTED);
+    CHECK(strstr(mvm_last_error(), "slot space") && strstr(mvm_last_error(), "MOEVM_SLOTS"));
+    CHECK_ST(mvm_prefetch(sp, 1, 0, 2, NULL), MVM_ERR_UNSUPPORTED);
+    CHECK_ST(mvm_evict(sp, 0, 0, 1), MVM_ERR_UNSUPPORTED);
+    CHECK(stats_of(sp).resident_pages == 2 * ppe && stats_of(sp).loading_pages == 0);
+    CHECK_ST(mvm_pin(sp, 0, 0), MVM_OK);
+    CHECK_ST(mvm_expert_wait_on(sp, 0, 0, NULL), MVM_ERR_UNSUPPORTED);
+    CHECK(strstr(mvm_last_error(), "mvm_expert_wait_view"));
+    uint64_t view = 0;
+    CHECK_ST(mvm_expert_wait_view(sp, 0, 0, NULL, &view), MVM_OK);
+    CHECK(view == at[0]);
+    CHECK_ST(mvm_unpin(sp, 0, 0), MVM_OK);
+
+    /* an eviction calls no driver; its slab takes the next expert, read there */
+    c = calls_now();
+    CHECK_ST(mvm_evict(sp, 0, 1, 0), MVM_OK);
+    CHECK_ST(mvm_make_resident(sp, 0, 2, MVM_ALL_PAGES), MVM_OK);
+    c = calls_since(c);
+    CHECK(c.map == 0 && c.access == 0 && c.unmap == 0 && c.create == 0);
+    CHECK_ST(mvm_expert_slot(sp, 0, 1, &at[2]), MVM_OK);
+    CHECK(at[2] == 0);
+    CHECK_ST(mvm_expert_slot(sp, 0, 2, &at[2]), MVM_OK);
+    CHECK(at[2] == at[1] && slot_reads(at[2], 0, 2, bytes));
+    CHECK(slot_reads(at[0], 0, 0, bytes)); /* the other slot untouched */
+
+    /* a failed copy: at home, its slab free, the call named */
+    const uint32_t one[] = {2};
+    CHECK_ST(mvm_evict_many(sp, 0, one, 1), MVM_OK);
+    fake_set_fail("cuMemcpyHtoDAsync:1");
+    CHECK_ST(mvm_make_resident(sp, 1, 1, MVM_ALL_PAGES), MVM_ERR_BACKEND);
+    CHECK(strstr(mvm_last_error(), "cuMemcpyHtoDAsync") != NULL);
+    fake_set_fail("");
+    mvm_residency r;
+    CHECK_ST(mvm_expert_residency(sp, 1, 1, &r), MVM_OK);
+    CHECK(r.resident == 0 && r.loading == 0 && stats_of(sp).free_pages == ppe);
+    CHECK_ST(mvm_make_resident(sp, 1, 1, MVM_ALL_PAGES), MVM_OK);
+    CHECK_ST(mvm_expert_slot(sp, 1, 1, &at[2]), MVM_OK);
+    CHECK(slot_reads(at[2], 1, 1, bytes));
+
+    /* a load by the reader: written at its slab, landed with no map, read there */
+    CHECK_ST(mvm_evict(sp, 1, 1, 0), MVM_OK);
+    uint64_t slab = 0;
+    CHECK_ST(mvm_fill_reserve(sp, &slab), MVM_OK);
+    if (slab)
+        weights_of(1, 2, (uint8_t *)(uintptr_t)slab, bytes);
+    c = calls_now();
+    mvm_move *m = NULL;
+    CHECK_ST(mvm_fill_land(sp, 1, 2, slab, &m), MVM_OK);
+    CHECK_ST(m ? mvm_move_wait(m, -1) : MVM_ERR_INVALID, MVM_OK);
+    mvm_move_release(m);
+    c = calls_since(c);
+    CHECK(c.map == 0 && c.access == 0 && c.copy == 0);
+    CHECK_ST(mvm_expert_slot(sp, 1, 2, &at[2]), MVM_OK);
+    CHECK(at[2] == slab && slot_reads(at[2], 1, 2, bytes));
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+    CHECK(fake_live_handles() == live0);
+
+    /* any other space: the expert's own address, once resident */
+    d.slots = 0, d.device_budget = 6 * PAGE;
+    CHECK_ST(mvm_space_create(&d, &sp), MVM_OK);
+    if (!sp)
+        return;
+    fill(sp, L, E, bytes);
+    CHECK_ST(mvm_make_resident(sp, 1, 2, MVM_ALL_PAGES), MVM_OK);
+    CHECK_ST(mvm_expert_slot(sp, 1, 2, &at[0]), MVM_OK);
+    CHECK(at[0] == (uint64_t)(uintptr_t)mvm_expert_addr(sp, 1, 2) && slot_reads(at[0], 1, 2, bytes));
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2 || (strcmp(argv[1], "host") && strcmp(argv[1], "cuda"))) {
@@ -1825,6 +1963,7 @@ int main(int argc, char **argv)
     RUN(test_moves_and_stats);
     RUN(test_homes_beyond_memory);
     RUN(test_packed);
+    RUN(test_slots);
     if (backend == MVM_BACKEND_HOST)
         RUN(test_fill);
     if (backend == MVM_BACKEND_HOST)

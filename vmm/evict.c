@@ -40,12 +40,14 @@ static mvm_status put_run_home(mvm_space *sp, uint32_t first, bool keep, const b
     }
     /* Where the backend swaps mappings in one step (host), readers never see a hole; where
      * homes are unmapped nobody reads here now, and the worker unmaps it later (slab.c),
-     * unless the caller loads kept pages here again at once (a cut). */
+     * unless the caller loads kept pages here again at once (a cut). A slot space never
+     * mapped it there. */
     bool swap = sp->homes_mapped && be->atomic_remap;
-    bool later = !sp->homes_mapped && from <= a && mvm_stale_keep(sp, va, bytes, first);
+    bool later = !sp->homes_mapped && !sp->slots && from <= a &&
+                 mvm_stale_keep(sp, va, bytes, first);
     if (later)
         mvm_wake_worker(sp); /* the worker unmaps it when it has nothing to copy */
-    if (!swap && !later && (st = be->ops->unmap(be, va, bytes, bytes)) != MVM_OK)
+    if (!swap && !later && !sp->slots && (st = be->ops->unmap(be, va, bytes, bytes)) != MVM_OK)
         return st;
     if (sp->homes_mapped && (st = be->ops->map_home(be, va, sp->home, home, n, swap))) {
         char why[200];
@@ -174,6 +176,14 @@ static mvm_status evict_locked(mvm_space *sp, const uint32_t *idx, uint32_t n,
     return first;
 }
 
+mvm_status mvm_slots_refuse_part(const mvm_space *sp, uint32_t l, uint32_t e, uint32_t n)
+{
+    return mvm_fail(MVM_ERR_UNSUPPORTED, "expert (%u, %u): a part of it (%u of its %u pages) "
+                    "asked to move, but a slot space moves whole experts (each is read where it "
+                    "lands, in one slab); MOEVM_SLOTS=off keeps them in pages that move apart",
+                    l, e, n, sp->ppe);
+}
+
 /* An eviction from a packed space: its experts stay (space_impl.h). */
 static mvm_status packed_refuses(uint32_t l, uint32_t e)
 {
@@ -194,6 +204,8 @@ static mvm_status evict_pages(mvm_space *sp, uint32_t l, uint32_t e, uint32_t ke
                       keep_pages, sp->ppe);
     else if (sp->packed && keep_pages < sp->ppe)
         st = packed_refuses(l, e);
+    else if (sp->slots && keep_pages > 0 && keep_pages < sp->ppe)
+        st = mvm_slots_refuse_part(sp, l, e, keep_pages);
     mvm_move *reload = NULL;
     if (st == MVM_OK)
         st = evict_locked(sp, &idx, 1, keep_pages, keep, &reload);

@@ -41,7 +41,7 @@ static void unmap_ahead(mvm_space *sp, struct job *j, uint32_t r)
 {
     struct slab *s = &sp->slabs[j->runs[r].slab];
     uint64_t bytes = (uint64_t)j->runs[r].n * sp->page_size;
-    if (!s->mapped)
+    if (!s->mapped || sp->slots) /* a slot space's never was */
         return;
     if (sp->be->ops->unmap(sp->be, run_va(sp, j, r), bytes, bytes) != MVM_OK)
         mvm_log(MVM_LOG_WARN, "unmapping a cancelled load: %s", mvm_last_error());

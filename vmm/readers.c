@@ -2,8 +2,8 @@
  * A pinned reader's wait for an expert's copies on its own device stream rather than on
  * the host (mvm_expert_wait_on), and the same for a reader that reads the expert where its
  * copies land, the device pool's view of its slab, before the slab is mapped at the
- * expert's address (mvm_expert_wait_view). docs/architecture.md, "Readers may wait on the
- * device".
+ * expert's address (mvm_expert_wait_view); where a resident expert is read
+ * (mvm_expert_slot). docs/architecture.md, "Readers may wait on the device" and "Slots".
  */
 #include "vmm/error.h"
 #include "vmm/space_impl.h"
@@ -46,6 +46,10 @@ static mvm_status wait_loads(mvm_space *sp, uint32_t idx, uint32_t l, uint32_t e
                              enum wait_for w, const char *who)
 {
     const mvm_backend *be = sp->be;
+    if (sp->slots && w == WAIT_MAPPED)
+        return mvm_fail(MVM_ERR_UNSUPPORTED, "%s: a slot space's experts are never mapped at "
+                        "their addresses; read them where they land (mvm_expert_wait_view)",
+                        who);
     if (!be->ops->stream_wait || sp->homes_mapped || (w == WAIT_QUEUED && !be->ops->chunk_addr))
         return mvm_fail(MVM_ERR_UNSUPPORTED, "the %s backend%s: %s", be->name,
                         sp->homes_mapped ? " with homes mapped" : "",
@@ -128,4 +132,25 @@ mvm_status mvm_expert_wait_view(mvm_space *sp, uint32_t l, uint32_t e, void *str
         *addr = sp->be->ops->chunk_addr(sp->be, sp->pool, (size_t)c0);
     pthread_mutex_unlock(&sp->mu);
     return st;
+}
+
+mvm_status mvm_expert_slot(const mvm_space *csp, uint32_t l, uint32_t e, uint64_t *addr)
+{
+    if (!addr)
+        return mvm_fail(MVM_ERR_INVALID, "mvm_expert_slot: addr is NULL");
+    *addr = 0;
+    uint32_t idx;
+    mvm_status st = mvm_lock_expert(csp, l, e, &idx);
+    if (st != MVM_OK)
+        return st;
+    mvm_space *sp = (mvm_space *)csp;
+    bool resident = true;
+    for (uint32_t p = 0; p < sp->ppe && resident; p++)
+        resident = page_at(sp, idx, p)->state == MVM_PAGE_RESIDENT;
+    if (resident) /* a slot space's run is one slab: its first chunk's view has it all */
+        *addr = sp->slots ? sp->be->ops->chunk_addr(sp->be, sp->pool,
+                                                    (size_t)page_at(sp, idx, 0)->chunk)
+                          : page_va(sp, idx, 0);
+    pthread_mutex_unlock(&sp->mu);
+    return MVM_OK;
 }

@@ -136,6 +136,10 @@ static mvm_status request(mvm_space *sp, uint32_t l, uint32_t e, uint32_t n_page
         return mvm_fail(MVM_ERR_RANGE, "%u pages asked for: experts have %u", n_pages, sp->ppe);
     }
     uint32_t n = n_pages == MVM_ALL_PAGES ? sp->ppe : n_pages;
+    if (sp->slots && n < sp->ppe) {
+        pthread_mutex_unlock(&sp->mu);
+        return mvm_slots_refuse_part(sp, l, e, n);
+    }
     if (sp->packed && (st = mvm_upload_ask_locked(sp)) != MVM_OK) {
         pthread_mutex_unlock(&sp->mu);
         return st;

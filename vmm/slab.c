@@ -185,6 +185,7 @@ mvm_status mvm_slab_claim(mvm_space *sp, uint32_t want, uint32_t *first, uint32_
     }
     free_remove(sp, k);
     sp->slabs[k].expert = 0; /* owned; the caller names the run */
+    sp->slabs[k].mapped = sp->slots; /* read in the view: nothing to map (space_impl.h) */
     sp->slabs[k].next_free = 0;
     sp->n_free -= sp->slabs[k].n;
     *first = k;

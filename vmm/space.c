@@ -68,9 +68,33 @@ static mvm_status check_desc(const mvm_space_desc *d)
         return mvm_fail(MVM_ERR_INVALID,
                         "device budget is 0 bytes and the fraction %g is not in (0, 1]",
                         d->device_budget_frac);
+    if (d->slots && d->write_back)
+        return mvm_fail(MVM_ERR_INVALID, "a slot space's experts are read where they land, "
+                        "and nothing writes them back: slots with write_back");
     if (d->backend != MVM_BACKEND_AUTO && d->backend != MVM_BACKEND_HOST &&
         d->backend != MVM_BACKEND_CUDA)
         return mvm_fail(MVM_ERR_INVALID, "unknown backend %d", (int)d->backend);
+    return MVM_OK;
+}
+
+/* A slot space's budget in whole experts (space_impl.h): a remainder of pages could never
+ * hold one, and left among the free chunks it would split a run over two slabs. */
+static mvm_status plan_slots(mvm_space *sp)
+{
+    mvm_backend *be = sp->be;
+    if (be->host_readable || !be->ops->chunk_addr)
+        return mvm_fail(MVM_ERR_UNSUPPORTED, "the %s backend has no pool view for the device "
+                        "to read experts in: no slot space (mvm_space_desc.slots)", be->name);
+    if (sp->n_chunks < sp->ppe) {
+        char b[32], x[32];
+        fmt_bytes(b, sizeof b, (uint64_t)sp->n_chunks * sp->page_size);
+        fmt_bytes(x, sizeof x, sp->stride);
+        return mvm_fail(MVM_ERR_INVALID, "device budget %s holds no whole expert (%s of pages) "
+                        "in a slot space", b, x);
+    }
+    sp->slots = true;
+    sp->n_chunks -= sp->n_chunks % sp->ppe;
+    be->home_mappable = false; /* nothing reads the experts' own addresses */
     return MVM_OK;
 }
 
@@ -149,7 +173,7 @@ static mvm_status plan_layout(mvm_space *sp, const mvm_space_desc *d)
         sp->reserved = packed_pages * page;
         sp->n_chunks = (uint32_t)packed_pages;
     }
-    return MVM_OK;
+    return d->slots && !sp->packed ? plan_slots(sp) : MVM_OK;
 }
 
 static mvm_status alloc_tables(mvm_space *sp)
@@ -175,7 +199,7 @@ static void unmap_all(mvm_space *sp)
     mvm_backend *be = sp->be;
     for (uint32_t k = 0; sp->slabs && k < sp->n_chunks; k++) {
         struct slab *s = &sp->slabs[k];
-        if (!s->n || s->expert < 0 || !s->mapped)
+        if (!s->n || s->expert < 0 || !s->mapped || sp->slots)
             continue;
         uint64_t bytes = (uint64_t)s->n * sp->page_size;
         if (be->ops->unmap(be, page_va(sp, (uint32_t)s->expert, s->page), bytes, bytes))
@@ -309,7 +333,8 @@ mvm_status mvm_space_create(const mvm_space_desc *d, mvm_space **out)
     mvm_log(MVM_LOG_INFO, "space: %u x %u experts of %llu bytes, %s, budget %s "
             "(%u pages), backend %s, moves spin %llu us before sleeping", sp->n_layers,
             sp->n_experts, (unsigned long long)sp->expert_bytes,
-            sp->packed ? "packed" : "whole pages each", budget, sp->n_chunks, be->name,
+            sp->packed ? "packed" : sp->slots ? "whole pages each, read in slots"
+                                              : "whole pages each", budget, sp->n_chunks, be->name,
             (unsigned long long)(sp->spin_ns / 1000));
     *out = sp;
     return MVM_OK;
@@ -377,6 +402,7 @@ mvm_status mvm_space_get_info(const mvm_space *sp, mvm_space_info *info)
     info->host_readable = sp->be->host_readable;
     info->clean_evict = sp->be->track_clean;
     info->packed = sp->packed;
+    info->slots = sp->slots;
     return MVM_OK;
 }
 

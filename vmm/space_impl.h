@@ -74,7 +74,9 @@ struct slab {
     uint32_t page;      /* the run's first page */
     uint32_t next_free; /* the next free slab of this length */
     bool mapped;        /* mapped at the run's address (a load maps it before its copy
-                           lands where homes are unmapped: nothing reads there yet) */
+                           lands where homes are unmapped: nothing reads there yet); in a
+                           slot space set at its claim, with no driver call: its run is
+                           read in the pool's view, where the slab is mapped for life */
     bool reserved;      /* set aside for a reader to fill (vmm/fill.c): claimed, no run */
 };
 
@@ -131,6 +133,11 @@ struct mvm_space {
      * once it lands every page stays resident. */
     bool packed;
     bool packed_mapped; /* its slab made and mapped (teardown undoes what init did) */
+    /* A slot space (mvm_space_desc.slots): runs are whole experts read in the pool's view
+     * (mvm_expert_slot), never mapped at the experts' addresses, so no move or eviction calls
+     * the driver's map, access or unmap; the budget is whole experts (n_chunks a multiple of
+     * ppe, every slab one expert's) and homes are never mapped at the experts' addresses. */
+    bool slots;
     struct job *upload;
     uint32_t ppe; /* pages per expert */
     uint64_t base, reserved;
@@ -287,6 +294,10 @@ void mvm_upload_cancel_locked(mvm_space *sp);
 /* space.c: validates a handle and an expert (flat index in *idx); on success the space's
  * lock is held. */
 mvm_status mvm_lock_expert(const mvm_space *sp, uint32_t layer, uint32_t expert, uint32_t *idx);
+
+/* evict.c: the error for a request or eviction of part of an expert (n of its pages) in a
+ * slot space, which moves whole experts only. */
+mvm_status mvm_slots_refuse_part(const mvm_space *sp, uint32_t l, uint32_t e, uint32_t n);
 
 /* space.c, with the lock held */
 void mvm_unpin_locked(mvm_space *sp, uint32_t expert);

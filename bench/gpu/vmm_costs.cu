@@ -407,8 +407,9 @@ int main(int argc, char **argv)
     if (wanted(only, 5)) {
         section_begin("5. mvm_make_resident of a whole expert vs the bare copy");
         static const uint64_t sizes[] = {2 * MiB, 8 * MiB, 32 * MiB, 128 * MiB};
-        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
-            bench_make_resident(sizes[i]);
+        for (int slots = 0; slots <= 1; slots++) /* pages mapped at the address, then slots */
+            for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+                bench_make_resident(sizes[i], slots);
         section_end();
     }
 

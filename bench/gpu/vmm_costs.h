@@ -87,7 +87,7 @@ void bench_h2d(void);                        /* 2 */
 void bench_host_numa_reads(void);            /* 3 */
 void bench_remap_while_busy(void);           /* 4 */
 void bench_upload_while_busy(void);          /* 4 */
-void bench_make_resident(uint64_t expert_bytes); /* 5 */
+void bench_make_resident(uint64_t expert_bytes, int slots); /* 5 */
 void bench_clean_evict(uint64_t expert_bytes);   /* 6 */
 void bench_make_resident_steps(void);        /* 7 */
 void bench_overtake(uint64_t expert_bytes);  /* 8 */

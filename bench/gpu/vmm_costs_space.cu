@@ -30,10 +30,15 @@ static void check_residency(mvm_space *space, uint32_t e, int want_resident)
  * allocations belong to the primary context, so take it back before using them. */
 static void own_context(void) { CU(cuCtxSetCurrent(g_ctx)); }
 
-/* The device bytes at the expert's address must equal its home. */
+/* The device bytes where the expert is read (its address, or a slot space's slot) must
+ * equal its home. */
 static void verify_expert(mvm_space *space, uint32_t e, size_t bytes, void *scratch)
 {
-    CUdeviceptr addr = (CUdeviceptr)(uintptr_t)mvm_expert_addr(space, 0, e);
+    uint64_t at = 0;
+    MVM(mvm_expert_slot(space, 0, e, &at));
+    if (!at)
+        die("expert %u is not resident where it should be", e);
+    CUdeviceptr addr = (CUdeviceptr)at;
     own_context();
     CU(cuMemcpyDtoH(scratch, addr, bytes));
     if (memcmp(scratch, mvm_expert_home(space, 0, e), bytes) != 0)
@@ -54,10 +59,12 @@ static mvm_space_desc one_layer(uint32_t experts, uint64_t expert_bytes)
     return d;
 }
 
-/* A one-layer space of `experts` experts of random bytes, all of which fit the budget. */
-static mvm_space *filled_space(uint32_t experts, uint64_t expert_bytes)
+/* A one-layer space of `experts` experts of random bytes, all of which fit the budget; a
+ * slot space (mvm_space_desc.slots) with `slots`. */
+static mvm_space *filled_space(uint32_t experts, uint64_t expert_bytes, int slots)
 {
     mvm_space_desc d = one_layer(experts, expert_bytes);
+    d.slots = slots;
     mvm_space *space;
     MVM(mvm_space_create(&d, &space));
     for (uint32_t e = 0; e < experts; e++) {
@@ -161,16 +168,17 @@ static void time_bare_copies(uint64_t expert_bytes, int lanes, double **bare)
     CU(cuMemFree(dst));
 }
 
-void bench_make_resident(uint64_t expert_bytes)
+void bench_make_resident(uint64_t expert_bytes, int slots)
 {
     unsigned mib = (unsigned)(expert_bytes / MiB);
-    mvm_space *space = filled_space(BATCH, expert_bytes);
+    mvm_space *space = filled_space(BATCH, expert_bytes, slots);
     mvm_space_info info;
     MVM(mvm_space_get_info(space, &info));
     if (mib == 2)
-        printf("space: backend %s, device %s, page %llu KiB, home_mapped %d, numa node %d\n\n",
-               info.backend, info.device, (unsigned long long)(info.page_size / 1024),
-               info.home_mapped, info.numa_node);
+        printf("space: backend %s, device %s, page %llu KiB, home_mapped %d, slots %d, numa "
+               "node %d\n\n", info.backend, info.device,
+               (unsigned long long)(info.page_size / 1024), info.home_mapped, info.slots,
+               info.numa_node);
     double *mr = (double *)xmalloc(sizeof(double) * (size_t)g_reps);
     double *hit = (double *)xmalloc(sizeof(double) * (size_t)g_reps);
     double *all = (double *)xmalloc(sizeof(double) * (size_t)g_reps);
@@ -179,19 +187,24 @@ void bench_make_resident(uint64_t expert_bytes)
     MVM(mvm_space_destroy(space));
     time_bare_copies(expert_bytes, 1, bare); /* the floor any make-resident is measured against */
 
+    /* a slot space's rows are named apart (slots_make_resident_..., "... (slot space)") */
+    char name[64], what[128];
+#define ROW(base) (snprintf(name, sizeof name, "%s%s", slots ? "slots_" : "", base), name)
+#define WHAT(text) (snprintf(what, sizeof what, "%s%s", text, slots ? " (slot space)" : ""), what)
     stats smr = summarize(mr, g_reps), sbare = summarize(bare[1], g_reps);
-    add_sized_row("make_resident", mib, "us", smr, "mvm_make_resident of an expert");
-    add_sized_row("bare_copy", mib, "us", sbare, "cuMemcpyHtoDAsync + sync");
-    add_sized_row("make_resident_hit", mib, "us", summarize(hit, g_reps),
-                  "mvm_make_resident when resident");
-    add_sized_row("make_resident_over_copy", mib, "x", single(smr.med / sbare.med),
-                  "make_resident / bare copy (target <= 1.1 from 8 MiB)");
+    add_sized_row(ROW("make_resident"), mib, "us", smr, WHAT("mvm_make_resident of an expert"));
+    add_sized_row(ROW("bare_copy"), mib, "us", sbare, "cuMemcpyHtoDAsync + sync");
+    add_sized_row(ROW("make_resident_hit"), mib, "us", summarize(hit, g_reps),
+                  WHAT("mvm_make_resident when resident"));
+    add_sized_row(ROW("make_resident_over_copy"), mib, "x", single(smr.med / sbare.med),
+                  WHAT("make_resident / bare copy (target <= 1.1 from 8 MiB)"));
     stats sall = summarize(all, g_reps);
-    add_sized_row("make_resident_8_at_once", mib, "us", sall,
-                  "8 experts asked for at once (async), all waited for");
-    add_sized_row("make_resident_8_at_once_over_copies", mib, "x",
-                  single(sall.med / (BATCH * sbare.med)),
-                  "8 at once / 8 bare copies");
+    add_sized_row(ROW("make_resident_8_at_once"), mib, "us", sall,
+                  WHAT("8 experts asked for at once (async), all waited for"));
+    add_sized_row(ROW("make_resident_8_at_once_over_copies"), mib, "x",
+                  single(sall.med / (BATCH * sbare.med)), WHAT("8 at once / 8 bare copies"));
+#undef WHAT
+#undef ROW
     free(all);
     free(mr);
     free(hit);
@@ -215,7 +228,7 @@ void bench_copy_lanes(uint64_t expert_bytes)
         snprintf(lanes, sizeof lanes, "%d", L);
         if (setenv("MOEVM_COPY_STREAMS", lanes, 1) != 0)
             die("setenv MOEVM_COPY_STREAMS failed");
-        mvm_space *space = filled_space(BATCH, expert_bytes);
+        mvm_space *space = filled_space(BATCH, expert_bytes, 0);
         time_moves(space, expert_bytes, one, hit, all);
         MVM(mvm_space_destroy(space));
         stats sb = summarize(bare[L], g_reps), so = summarize(one, g_reps);

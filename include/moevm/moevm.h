@@ -109,6 +109,18 @@ typedef struct mvm_space_desc {
                                     expert up; evictions are refused. Not with write_back,
                                     nor where the CPU reads the experts' addresses (the host
                                     backend). 0 by default; the engine sets MOEVM_PACK's */
+    int slots;                   /* 1: a resident expert is read where it lands, its slab in
+                                    the device pool's view (mvm_expert_slot), and is never
+                                    mapped at its own address: a move is its copy, with no
+                                    cuMemMap, cuMemSetAccess or cuMemUnmap (each 25-120 us
+                                    on an H200 while kernels run). Whole experts only (a
+                                    request or eviction of part of one is refused), the
+                                    budget in whole experts, homes never mapped at the
+                                    experts' addresses, which show nothing. Not with
+                                    write_back, nor on a backend without a pool view the
+                                    device reads (the host backend). A packed space (pack)
+                                    moves nothing and ignores it. 0 by default; the engine
+                                    sets MOEVM_SLOTS's */
 } mvm_space_desc;
 
 /* Where a packed space's experts start: a multiple of this many bytes (every load of a
@@ -160,6 +172,8 @@ typedef struct mvm_space_info {
                                   expert_stride apart, and stay resident */
     uint64_t device_bytes;     /* the device memory the experts take: device_pages pages, or
                                   a packed space's fewer */
+    int slots;                 /* 1: resident experts are read in the pool's view, never at
+                                  their own addresses (mvm_space_desc.slots, mvm_expert_slot) */
 } mvm_space_info;
 
 mvm_status mvm_space_get_info(const mvm_space *space, mvm_space_info *info);
@@ -279,6 +293,14 @@ mvm_status mvm_expert_wait_on(mvm_space *space, uint32_t layer, uint32_t expert,
  * has no view. */
 mvm_status mvm_expert_wait_view(mvm_space *space, uint32_t layer, uint32_t expert, void *stream,
                                 uint64_t *addr);
+/* Where the device reads expert (layer, expert) now, in *addr: a slot space's
+ * (mvm_space_desc.slots) resident expert in its slab in the device pool's view, any other
+ * space's at its own address (mvm_expert_addr); 0 while any page of it is not resident
+ * (home, or loading: mvm_expert_wait_view gives where a load lands). The address holds as
+ * long as the expert stays resident: the caller pins it, or otherwise keeps evictions
+ * away, for as long as its kernels read there. */
+mvm_status mvm_expert_slot(const mvm_space *space, uint32_t layer, uint32_t expert,
+                           uint64_t *addr);
 
 /* Loads by the reader. A kernel reading a non-resident expert in place (its home's device
  * address) can store what it reads into a slab set aside for it; the expert then lands with
