@@ -104,6 +104,7 @@ struct run {
     mvm_resid_stats resid;
     uint32_t experts;       /* the model's routed experts, every MoE layer's */
     int packed;             /* the space was packed (mvm_space_info.packed) */
+    int slots;              /* a slot space (mvm_space_info.slots) */
 };
 
 static void record(void *ctx, const mvm_route_record *r)
@@ -175,6 +176,7 @@ static struct run *run_prompt(const char *path, mvm_backend_kind backend, double
     mvm_space_get_stats(m->space, &run->space);
     mvm_space_info info;
     run->packed = mvm_space_get_info(m->space, &info) == MVM_OK && info.packed;
+    run->slots = info.slots;
     mvm_resid_get_stats(mvm_ctx_residency(c), &run->resid);
     run->experts = m->hp.n_layer * m->hp.n_expert;
     mvm_ctx_free(c);
@@ -1390,6 +1392,64 @@ static void test_budget_routing(void)
     free_run(host);
 }
 
+/* A slot space (MOEVM_SLOTS=on, mvm_space_desc.slots): experts read where their copies
+ * landed and never mapped at their own addresses (where a kernel that read one would fault
+ * in the fake: nothing is mapped there), so no move maps anything (remap_ns 0); the logits
+ * of every way a token is decoded at a budget are the run's with every expert resident, to
+ * the bit: steps routed by the host (a prompt in batches of 4, its experts on the kernels,
+ * then a token a call with each copy still on the bus, read where it lands) and decode
+ * routed on the device (in place, read-through), its table sending the kernels to each
+ * owned expert's slot. */
+static void test_slots(void)
+{
+    const char *path = preset_path("llama", "tiny", MVM_W_Q8_0);
+    const size_t n = N_PROMPT * mvm_preset_find("tiny", "llama")->spec.n_vocab;
+    struct run *all = run_prompt(path, MVM_BACKEND_CUDA, 1, 1, 0);
+    CHECK(all && !all->slots);
+    setenv("MOEVM_SLOTS", "on", 1);
+    static const char *const modes[] = {"host, 4 a batch", "host, copies on the bus",
+                                        "in-place", "read-through"};
+    for (int mode = 0; mode < 4; mode++) {
+        if (mode < 2)
+            setenv("MOEVM_DEVICE_ROUTING", "off", 1);
+        else {
+            setenv("MOEVM_DETERMINISTIC", "on", 1); /* admission's copies land in time */
+            setenv("MOEVM_BUDGET_ROUTING", mode == 2 ? "in-place" : "read-through", 1);
+            setenv("MOEVM_ADMIT", "steps", 1);
+        }
+        copy_delay(mode == 1 ? 1000 : 0);
+        struct run *dev = run_prompt(path, MVM_BACKEND_CUDA, 0.3, mode == 0 ? 4 : 1, 0);
+        copy_delay(0);
+        unsetenv("MOEVM_DEVICE_ROUTING");
+        unsetenv("MOEVM_DETERMINISTIC");
+        unsetenv("MOEVM_BUDGET_ROUTING");
+        unsetenv("MOEVM_ADMIT");
+        CHECK(all && dev);
+        if (!all || !dev) {
+            free_run(dev);
+            continue;
+        }
+        fprintf(stderr, "  slots, %s: %llu accesses, %llu hits, %llu pages loaded, %llu "
+                "filled, %llu evicted, %llu read where they landed\n", modes[mode],
+                (unsigned long long)dev->resid.accesses, (unsigned long long)dev->resid.hits,
+                (unsigned long long)dev->space.pages_loaded,
+                (unsigned long long)dev->space.pages_filled,
+                (unsigned long long)dev->space.pages_evicted,
+                (unsigned long long)dev->resid.view_holds);
+        CHECK(dev->slots);
+        CHECK(memcmp(all->logits, dev->logits, n * sizeof *all->logits) == 0);
+        CHECK(dev->space.pages_loaded > 0 && dev->space.pages_evicted > 0);
+        CHECK(dev->space.remap_ns == 0);
+        CHECK(dev->resid.hits > 0 && dev->resid.hits < dev->resid.accesses);
+        CHECK(dev->space.pinned_experts == 0 && dev->reserved_left == 0);
+        CHECK(mode != 1 || dev->resid.view_holds > 0);
+        CHECK(mode != 3 || dev->space.pages_filled > 0);
+        free_run(dev);
+    }
+    unsetenv("MOEVM_SLOTS");
+    free_run(all);
+}
+
 /* A cost file `name` in the test's folder (docs/cost-format.md), its path into path. */
 static void cost_file(char *path, size_t cap, const char *name, const char *json)
 {
@@ -2010,6 +2070,7 @@ int main(int argc, char **argv)
     RUN(test_device_round_trips);
     RUN(test_device_routing);
     RUN(test_budget_routing);
+    RUN(test_slots);
     RUN(test_device_cpu);
     RUN(test_graph_faults);
     RUN(test_device_sequences);

@@ -1405,8 +1405,10 @@ static void test_round_lands_behind(void)
 /* Which experts a reader may read at their own addresses (mvm_resid_landed_all): those
  * resident whole and landed, a loading one not until it lands; one evicted and asked again
  * while the flags said it was there is looked up again (loading: not there), not taken
- * from the last answer. A budget of two experts of four. */
-static void test_landed_all(void)
+ * from the last answer. A budget of two experts of four. In a slot space (`slots`) each
+ * owned expert's slot comes with it, 0 for the others, and one reloaded into the other
+ * slot reads there. */
+static void test_landed_all(int slots)
 {
     void *lib;
     copy_delay_fn delay = copy_delay(&lib);
@@ -1417,43 +1419,57 @@ static void test_landed_all(void)
         d.backend = MVM_BACKEND_CUDA;
         d.n_layers = 1, d.n_experts = 4, d.expert_bytes = d.page_size = 65536;
         d.device_budget = 2 * 65536;
+        d.slots = slots;
         CHECK_ST(mvm_space_create(&d, &sp), MVM_OK);
     }
     if (!sp)
         return;
     mvm_resid *r = resid_for(sp, "lru", "");
     uint8_t own[4] = {0};
-    CHECK(mvm_resid_landed_all(r, own) == 0);
+    uint64_t slot[4] = {0}, *sl = slots ? slot : NULL, first = 0, at = 0;
+    CHECK(mvm_resid_landed_all(r, own, sl) == 0);
     CHECK_ST(mvm_resid_prefetch(r, 0, 0), MVM_OK);
     wait_idle(sp);
-    CHECK(mvm_resid_landed_all(r, own) == 1 && own[0] == 1);
+    CHECK(mvm_resid_landed_all(r, own, sl) == (slots ? 2u : 1u) && own[0] == 1);
+    first = slot[0];
+    CHECK(!slots || (first && mvm_expert_slot(sp, 0, 0, &at) == MVM_OK && at == first &&
+                     first != (uint64_t)(uintptr_t)mvm_expert_addr(sp, 0, 0)));
     delay(200000);
     CHECK_ST(mvm_resid_prefetch(r, 0, 1), MVM_OK);
-    CHECK(mvm_resid_landed_all(r, own) == 0 && own[0] == 1 && own[1] == 0);
+    CHECK(mvm_resid_landed_all(r, own, sl) == 0 && own[0] == 1 && own[1] == 0 && slot[1] == 0);
     wait_idle(sp);
-    CHECK(mvm_resid_landed_all(r, own) == 1 && own[0] == 1 && own[1] == 1);
+    CHECK(mvm_resid_landed_all(r, own, sl) >= 1 && own[0] == 1 && own[1] == 1);
+    CHECK(!slots || (slot[1] && slot[1] != first));
+    const uint64_t second = slot[1];
     /* 2 evicts 0 (the least recent), then 0 evicts 1: 2 and 0 load */
     CHECK_ST(mvm_resid_prefetch(r, 0, 2), MVM_OK);
     CHECK_ST(mvm_resid_prefetch(r, 0, 0), MVM_OK);
     mvm_residency res = {0};
     mvm_expert_residency(sp, 0, 0, &res);
     CHECK(res.loading == 1);
-    CHECK(mvm_resid_landed_all(r, own) == 2);
+    CHECK(mvm_resid_landed_all(r, own, sl) == 2);
     CHECK(own[0] == 0 && own[1] == 0 && own[2] == 0 && own[3] == 0);
+    CHECK(slot[0] == 0 && slot[1] == 0 && slot[2] == 0);
     wait_idle(sp);
     delay(0);
-    CHECK(mvm_resid_landed_all(r, own) == 2 && own[0] == 1 && own[2] == 1);
+    CHECK(mvm_resid_landed_all(r, own, sl) >= 2 && own[0] == 1 && own[2] == 1);
+    /* 2 took 0's slot, 0 took 1's */
+    CHECK(!slots || (slot[2] == first && slot[0] == second && slot[1] == 0));
     mvm_resid_destroy(r);
     CHECK_ST(mvm_space_destroy(sp), MVM_OK);
     dlclose(lib);
 }
+
+static void test_landed_all_pages(void) { test_landed_all(0); }
+static void test_landed_all_slots(void) { test_landed_all(1); }
 
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "cuda") == 0) {
         RUN(test_step_asks_all_first);
         RUN(test_round_lands_behind);
-        RUN(test_landed_all);
+        RUN(test_landed_all_pages);
+        RUN(test_landed_all_slots);
         TEST_END();
     }
     snprintf(dir, sizeof dir, "/tmp/moevm-test-residency-XXXXXX");

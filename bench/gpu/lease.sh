@@ -184,7 +184,8 @@ export work
     step ktrace 90 env ENGINES="${KTRACE_ENGINES:-moevm}" bash bench/gpu/ktrace.sh
     step offload 300 env MODELS="${OFFLOAD_MODELS:-qwen3-30b-a3b:q8_0:12}" \
         BUDGETS="${OFFLOAD_BUDGETS:-25 100}" ROUTINGS="${OFFLOAD_ROUTINGS:-own replay}" REPS=2 \
-        VARIANTS="${OFFLOAD_VARIANTS:-default MOEVM_BUDGET_ROUTING=read-through \
+        VARIANTS="${OFFLOAD_VARIANTS:-default MOEVM_SLOTS=on \
+MOEVM_SLOTS=on,MOEVM_BUDGET_ROUTING=read-through MOEVM_BUDGET_ROUTING=read-through \
 MOEVM_BUDGET_ROUTING=in-place MOEVM_BUDGET_ROUTING=in-place,MOEVM_ADMIT=steps \
 MOEVM_LOAD_WAIT=device-view \
 MOEVM_ASSIGN_ARGS=zerocopy=1 MOEVM_PREDICT=residual \

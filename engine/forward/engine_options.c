@@ -162,13 +162,24 @@ const mvm_option_desc mvm_opt_pack = {
     "where in pages each takes whole 2 MiB pages (Qwen3-30B-A3B's 4.8 MiB "
     "Q8_0 expert took 6); nothing moves then, so pages buy nothing"};
 
+const mvm_option_desc mvm_opt_slots = {
+    "MOEVM_SLOTS", MVM_OPT_CHOICE, "off", "off|on",
+    "engine on a GPU at a budget (the experts not packed: MOEVM_PACK): on "
+    "reads each resident expert where its copy landed, its slab in the "
+    "device pool, and never maps it at its own address, so that a move is "
+    "its copy alone, without cuMemMap, cuMemSetAccess and cuMemUnmap (each "
+    "25-120 us on an H200 while kernels run); whole experts only (a config "
+    "module's splits are not made), a prompt's experts on the kernels, not "
+    "cuBLAS, and a token never routed on the device with every expert pinned "
+    "(docs/architecture.md, \"Slots\"); off until a GPU run has measured it"};
+
 static const mvm_option_desc *const list[] = {
     &mvm_opt_threads, &mvm_opt_cpu_simd, &mvm_opt_kv_type, &mvm_opt_admit,
     &mvm_opt_deterministic, &mvm_opt_prefetch, &mvm_opt_expert_tiles, &mvm_opt_gpu_profile,
     &mvm_opt_gemm_rows, &mvm_opt_gemm_scratch, &mvm_opt_gemm_batch, &mvm_opt_mmq,
     &mvm_opt_attn_mma, &mvm_opt_cublas_library,
     &mvm_opt_device_routing, &mvm_opt_budget_routing, &mvm_opt_load_wait, &mvm_opt_device_cpu,
-    &mvm_opt_pack,
+    &mvm_opt_pack, &mvm_opt_slots,
 };
 
 const mvm_option_table mvm_engine_options = {list, sizeof list / sizeof *list};

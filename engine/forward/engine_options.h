@@ -19,5 +19,6 @@ extern const mvm_option_desc mvm_opt_threads, mvm_opt_cpu_simd, mvm_opt_kv_type,
     mvm_opt_device_routing, mvm_opt_budget_routing, mvm_opt_load_wait;
 extern const mvm_option_desc mvm_opt_device_cpu;
 extern const mvm_option_desc mvm_opt_pack;
+extern const mvm_option_desc mvm_opt_slots;
 
 #endif

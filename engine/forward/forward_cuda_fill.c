@@ -187,7 +187,7 @@ uint32_t mvm_cuda_fwd_fill_table(struct cuda_fwd *f)
             f->fill.read_dev[x] = 1;
         } else {
             f->fill.is_fresh[x] = 0;
-            at = f->own[x] ? 0 : f->home_addr[x];
+            at = f->own[x] ? mvm_cuda_fwd_own_addr(f, x) : f->home_addr[x];
         }
         changed += f->addr_host[x] != at;
         f->addr_host[x] = at;

@@ -214,6 +214,8 @@ struct cuda_fwd {
     uint64_t *home_addr;        /* [n_layer * n_expert] the homes' device addresses */
     uint8_t *own;               /* [n_layer * n_expert] read at its own address
                                    (mvm_resid_landed_all), as the batch queued was told */
+    uint64_t *slot;             /* [n_layer * n_expert] in a slot space, where an owned
+                                   expert is read instead (its slot; NULL elsewhere) */
     struct {                    /* read-through (forward_cuda_fill.c) */
         int on;                 /*   MOEVM_BUDGET_ROUTING=read-through, where it runs */
         uint32_t cap;           /*   the pool's most slabs: a quarter of the budget's */
@@ -401,6 +403,13 @@ mvm_status mvm_cuda_fwd_fill_land(struct cuda_fwd *f);
 mvm_status mvm_cuda_fwd_fill_pool(struct cuda_fwd *f);
 /* Every slab set aside given back (before a host-routed batch, at the context's end). */
 mvm_status mvm_cuda_fwd_fill_give_back(struct cuda_fwd *f);
+/* Where the table sends the kernels for expert x (flat) that the batch owns (f->own): 0,
+ * its own address, or in a slot space its slot. */
+static inline uint64_t mvm_cuda_fwd_own_addr(const struct cuda_fwd *f, uint64_t x)
+{
+    return f->slot ? f->slot[x] : 0;
+}
+
 /* The table's entries (f->addr_host) of the experts landed by a fill, after f->own is
  * updated: their slab's address while its map is under way, then as any other's. Returns
  * how many changed. */

@@ -113,7 +113,8 @@ static mvm_status budget_alloc(struct cuda_fwd *f)
     TRY(mvm_gpu_host_alloc(f->g, n * sizeof *f->addr_host, (void **)&f->addr_host));
     f->home_addr = malloc(n * sizeof *f->home_addr);
     f->own = calloc(n, 1);
-    if (!f->home_addr || !f->own)
+    f->slot = info.slots ? calloc(n, sizeof *f->slot) : NULL;
+    if (!f->home_addr || !f->own || (info.slots && !f->slot))
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the experts' address table");
     for (uint64_t x = 0; x < n; x++) {
         const uint32_t l = (uint32_t)(x / E), e = (uint32_t)(x % E);
@@ -203,7 +204,9 @@ static void unpin_first(struct cuda_fwd *f, uint64_t n)
 }
 
 /* Every expert pinned if all are resident (f->all_pinned); else, once, every expert asked
- * resident when the budget holds them all. */
+ * resident when the budget holds them all. Not in a slot space: the kernels of a token
+ * routed here with every expert pinned read each at its own address, where a slot space
+ * maps none (its decode routes by the host, or with MOEVM_BUDGET_ROUTING by the table). */
 static mvm_status pin_all(struct cuda_fwd *f)
 {
     mvm_space *sp = f->m->space;
@@ -211,6 +214,8 @@ static mvm_status pin_all(struct cuda_fwd *f)
     mvm_space_info info;
     mvm_stats now;
     TRY(mvm_space_get_info(sp, &info));
+    if (info.slots)
+        return MVM_OK;
     TRY(mvm_space_get_stats(sp, &now));
     const uint64_t all = (uint64_t)L * E, pages = all * info.pages_per_expert;
     if (now.resident_pages < pages) {
@@ -300,9 +305,9 @@ mvm_status mvm_cuda_fwd_route_addresses(struct cuda_fwd *f)
     TRY(st);
     f->route_time.replay += t1 - t0, f->route_time.pool += mvm_now_s() - t1;
     const uint64_t n = (uint64_t)f->m->hp.n_layer * f->m->hp.n_expert;
-    uint32_t changed = mvm_resid_landed_all(f->moe->resid, f->own);
+    uint32_t changed = mvm_resid_landed_all(f->moe->resid, f->own, f->slot);
     for (uint64_t x = 0; changed && x < n; x++)
-        f->addr_host[x] = f->own[x] ? 0 : f->home_addr[x];
+        f->addr_host[x] = f->own[x] ? mvm_cuda_fwd_own_addr(f, x) : f->home_addr[x];
     changed += f->fill.on ? mvm_cuda_fwd_fill_table(f) : 0;
     if (!changed)
         return MVM_OK;

@@ -249,6 +249,7 @@ void mvm_cuda_fwd_destroy(void *state)
     free(f->att_ptr_host);
     free(f->home_addr);
     free(f->own);
+    free(f->slot);
     free(f);
 }
 
@@ -310,7 +311,9 @@ mvm_status mvm_cuda_fwd_create(mvm_ctx *ctx, void **state)
     if (wait.i != WAIT_HOST && f->moe) /* the steps' copies ordered before the kernels */
         mvm_resid_set_reader_stream(f->moe->resid, mvm_gpu_stream(f->g));
     f->load_late = wait.i == WAIT_DEVICE_LATE;
-    f->read_view = wait.i == WAIT_DEVICE_VIEW;
+    /* a slot space maps nothing at the experts' addresses to wait for: device reads where
+     * the copies land, as device-view does */
+    f->read_view = wait.i == WAIT_DEVICE_VIEW || (wait.i == WAIT_DEVICE && info.slots);
     mvm_option_value profile; /* from here on: the weights' upload is not the pass's */
     TRY(mvm_option_read(&mvm_opt_gpu_profile, &profile));
     return profile.i == 1 ? mvm_gpu_profile(f->g) : MVM_OK;

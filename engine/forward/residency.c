@@ -134,6 +134,7 @@ mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_res
     r->admit = admit.i; /* MOEVM_ADMIT's choices in order: off, on, steps */
     r->ordered = ordered.i == 1;
     r->home_in_place = !info.home_mapped && info.home_readable;
+    r->slots = info.slots;
     r->n_experts = info.n_experts;
     r->n_total = info.n_layers * info.n_experts;
     r->ppe = (uint32_t)((info.expert_bytes + info.page_size - 1) / info.page_size);
@@ -275,7 +276,7 @@ const mvm_pview *mvm_resid_landed_view(mvm_resid *r, uint32_t layer)
     return &r->landed_view;
 }
 
-uint32_t mvm_resid_landed_all(mvm_resid *r, uint8_t *own)
+uint32_t mvm_resid_landed_all(mvm_resid *r, uint8_t *own, uint64_t *slot)
 {
     uint32_t changed = 0;
     for (uint32_t x = 0; x < r->n_total; x++) {
@@ -285,9 +286,17 @@ uint32_t mvm_resid_landed_all(mvm_resid *r, uint8_t *own)
         else if (r->resident[x] == r->ppe) {
             now = (uint8_t)mvm_resid_landed(r, x / r->n_experts, x % r->n_experts);
             r->moved[x] = !now;
+            if (now && slot) { /* moved since: maybe to another slot */
+                uint64_t at = 0;
+                (void)mvm_expert_slot(r->space, x / r->n_experts, x % r->n_experts, &at);
+                changed += at != slot[x];
+                slot[x] = at;
+            }
         }
         changed += now != own[x];
         own[x] = now;
+        if (slot && !now)
+            slot[x] = 0;
     }
     return changed;
 }
@@ -364,6 +373,14 @@ static void split(mvm_resid *r, uint32_t l, const int32_t *experts, uint32_t n)
 {
     if (!(r->theta[l] < 1.0f))
         return;
+    if (r->slots) { /* whole experts only (mvm_space_desc.slots) */
+        if (!r->split_said)
+            mvm_log(MVM_LOG_WARN, "config %s splits layer %u's experts (theta %.2f), but "
+                    "MOEVM_SLOTS=on moves whole experts: they stay whole", r->config->name, l,
+                    (double)r->theta[l]);
+        r->split_said = 1;
+        return;
+    }
     uint32_t keep = (uint32_t)ceilf(r->theta[l] * (float)r->ppe);
     for (uint32_t i = 0; i < n; i++) {
         uint32_t x = l * r->n_experts + (uint32_t)experts[i];
@@ -696,7 +713,10 @@ void mvm_resid_set_read_view(mvm_resid *r, int on)
 
 uint64_t mvm_resid_view_addr(const mvm_resid *r, uint32_t layer, uint32_t e)
 {
-    return r->view_addr[layer * r->n_experts + e];
+    uint64_t at = r->view_addr[layer * r->n_experts + e];
+    if (!at && r->slots) /* held, so resident: its slot holds while the step pins it */
+        (void)mvm_expert_slot(r->space, layer, e, &at);
+    return at;
 }
 
 int mvm_resid_orders_on_device(const mvm_resid *r)

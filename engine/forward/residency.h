@@ -131,8 +131,11 @@ int mvm_resid_landed(const mvm_resid *r, uint32_t layer, uint32_t e);
  * own[L*E] updated from its previous contents, which must be this function's last result
  * (or zeros): an expert landed then is taken to be still there unless the residency has
  * evicted, cut or asked to load it since, so only those are looked up in the space.
- * Returns how many flags changed. Valid while nothing is requested or evicted. */
-uint32_t mvm_resid_landed_all(mvm_resid *r, uint8_t *own);
+ * Returns how many flags changed. Valid while nothing is requested or evicted. In a slot
+ * space (mvm_space_desc.slots) the reader reads an expert it owns in its slot: slot[L*E]
+ * (kept alongside own, zeros to begin with; NULL elsewhere) holds each owned expert's
+ * (mvm_expert_slot), 0 for the others, and a changed slot counts as a change. */
+uint32_t mvm_resid_landed_all(mvm_resid *r, uint8_t *own, uint64_t *slot);
 /* Requests experts[0..n) of `layer` resident and pins them (repeats not allowed); at_home,
  * mvm_resid_begin_home(..., pin 0) instead. wait = 1:
  * returns once their copies have landed; 0: returns at once, copies proceed behind the
@@ -258,7 +261,7 @@ void mvm_resid_set_read_view(mvm_resid *r, int on);
 /* Where the reader reads held expert (layer, e) until the step releases it: the pool's view
  * of its slab, its home's device address (read in place with the homes unmapped:
  * mvm_resid_begin_home), or 0, its own address (resident when held, or not one run of
- * chunks). */
+ * chunks); in a slot space never 0 for a held expert: its slot (mvm_expert_slot). */
 uint64_t mvm_resid_view_addr(const mvm_resid *r, uint32_t layer, uint32_t e);
 /* Whether a round's copies are ordered before the reader's stream (the above took), so that
  * holding a round waits for nothing but the copies' queueing. */

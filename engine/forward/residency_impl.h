@@ -59,6 +59,10 @@ struct mvm_resid {
                                landing, or a home read in place), 0: its own address */
     uint8_t *home_run;      /* [L*E] run from its home by the current step: 1 read in
                                place, 2 on the CPU */
+    int slots;              /* a slot space (mvm_space_info.slots): a held expert is read
+                               in its slot (mvm_expert_slot), never at its own address; no
+                               split (whole experts only) */
+    int split_said;         /* the config module's splits, not made there, said once */
     int home_in_place;      /* the GPU reads those at their homes' device addresses
                                (view_addr), the homes not mapped at the experts' own */
     uint32_t *plan;         /* [L*E] the assign module's prefetches */

@@ -62,11 +62,16 @@ static mvm_status make_space(mvm_model *m, const mvm_ctx_shape *ctx, mvm_space_d
                         "the experts (rebuild with nvcc on PATH, or use MOEVM_BACKEND=host)",
                         m->path);
     m->device = desc->device; /* size_reserve asks it which kernels it has */
-    mvm_option_value pack; /* the experts back to back where the budget holds them all */
+    mvm_option_value pack, slots; /* the experts back to back where the budget holds them
+                                     all; else read in their slots */
     mvm_status st = mvm_option_read(&mvm_opt_pack, &pack);
+    if (st == MVM_OK)
+        st = mvm_option_read(&mvm_opt_slots, &slots);
     if (st != MVM_OK)
         return st;
     desc->pack = pack.i == 1 && !(ctx && ctx->keep_pages); /* "off|on" */
+    /* (a distributed rank's or calibrate's experts are read at their own addresses) */
+    desc->slots = slots.i == 1 && desc->backend == MVM_BACKEND_CUDA && !(ctx && ctx->keep_pages);
     if (desc->backend == MVM_BACKEND_CUDA && desc->device_budget == MVM_BUDGET_AUTO &&
         (st = size_reserve(m, ctx, desc)) != MVM_OK)
         return st;

@@ -87,13 +87,15 @@ mkdir -p "$work"
         # with the device waiting for them, or the host, or read where their copies land
         # before their maps; DALI's CPU/GPU split; routed on the device, misses read in
         # place, and kept as read; and with the CPU's share of them, by a cost model whose
-        # CPU wins, forward_cuda_cpu.c): the CPU's text
+        # CPU wins, forward_cuda_cpu.c; every expert read in its slot, host-routed and
+        # routed on the device: MOEVM_SLOTS): the CPU's text
         cost=$work/cpu-wins.json
         echo '{"cpu_mem_bw": 1000, "cpu_flops": 100000, "cpu_setup": 1, "zerocopy_bw": 0.01}' \
             >"$cost"
         cpu_wins=MOEVM_BUDGET_ROUTING=read-through,MOEVM_DEVICE_CPU=on,MOEVM_COST=$cost
         for v in default MOEVM_LOAD_WAIT=host MOEVM_LOAD_WAIT=device-view MOEVM_ASSIGN=greedy \
-            MOEVM_BUDGET_ROUTING=in-place MOEVM_BUDGET_ROUTING=read-through "$cpu_wins"; do
+            MOEVM_BUDGET_ROUTING=in-place MOEVM_BUDGET_ROUTING=read-through "$cpu_wins" \
+            MOEVM_SLOTS=on MOEVM_SLOTS=on,MOEVM_BUDGET_ROUTING=read-through; do
             vars=${v/#default/}
             env MOEVM_BACKEND=cuda MOEVM_GPU_BUDGET=25% ${vars//,/ } \
                 "$moevm" run -m "$work/tiny.gguf" -p "It was the best of times" -n 24 \
