@@ -105,6 +105,7 @@ struct run {
     uint32_t experts;       /* the model's routed experts, every MoE layer's */
     int packed;             /* the space was packed (mvm_space_info.packed) */
     int slots;              /* a slot space (mvm_space_info.slots) */
+    uint32_t ppe;           /* its pages an expert */
 };
 
 static void record(void *ctx, const mvm_route_record *r)
@@ -177,6 +178,7 @@ static struct run *run_prompt(const char *path, mvm_backend_kind backend, double
     mvm_space_info info;
     run->packed = mvm_space_get_info(m->space, &info) == MVM_OK && info.packed;
     run->slots = info.slots;
+    run->ppe = info.pages_per_expert;
     mvm_resid_get_stats(mvm_ctx_residency(c), &run->resid);
     run->experts = m->hp.n_layer * m->hp.n_expert;
     mvm_ctx_free(c);
@@ -1399,7 +1401,8 @@ static void test_budget_routing(void)
  * the bit: steps routed by the host (a prompt in batches of 4, its experts on the kernels,
  * then a token a call with each copy still on the bus, read where it lands) and decode
  * routed on the device (in place, read-through), its table sending the kernels to each
- * owned expert's slot. */
+ * owned expert's slot. The experts take several pages each (load's 4 KiB), one slab;
+ * pages under the device's granularity are tests/test_space.c's (test_slot_pages). */
 static void test_slots(void)
 {
     const char *path = preset_path("llama", "tiny", MVM_W_Q8_0);
@@ -1429,14 +1432,15 @@ static void test_slots(void)
             free_run(dev);
             continue;
         }
-        fprintf(stderr, "  slots, %s: %llu accesses, %llu hits, %llu pages loaded, %llu "
-                "filled, %llu evicted, %llu read where they landed\n", modes[mode],
+        fprintf(stderr, "  slots, %s, %u pages an expert: %llu accesses, %llu hits, %llu pages "
+                "loaded, %llu filled, %llu evicted, %llu read where they landed\n", modes[mode],
+                dev->ppe,
                 (unsigned long long)dev->resid.accesses, (unsigned long long)dev->resid.hits,
                 (unsigned long long)dev->space.pages_loaded,
                 (unsigned long long)dev->space.pages_filled,
                 (unsigned long long)dev->space.pages_evicted,
                 (unsigned long long)dev->resid.view_holds);
-        CHECK(dev->slots);
+        CHECK(dev->slots && dev->ppe > 1);
         CHECK(memcmp(all->logits, dev->logits, n * sizeof *all->logits) == 0);
         CHECK(dev->space.pages_loaded > 0 && dev->space.pages_evicted > 0);
         CHECK(dev->space.remap_ns == 0);

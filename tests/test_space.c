@@ -1920,6 +1920,69 @@ static void test_slots(void)
     CHECK_ST(mvm_space_destroy(sp), MVM_OK);
 }
 
+/* A slot space's pages under the device's granularity (the fake's is 64 KiB here, a
+ * slot space's page 16 KiB): the pool is one allocation of whole granules within the budget,
+ * shared out as whole experts of their own pages (an expert of 40,000 bytes takes 48 KiB,
+ * not a granule); every expert that fits is resident at once, each at its own slot, none
+ * overlapping; the default page is 64 KiB, doubled while an expert takes more than 64; a
+ * page that neither divides the granularity nor is a multiple of it is refused. */
+static void test_slot_pages(void)
+{
+    enum { SUB = 16u << 10 };
+    const uint32_t L = 2, E = 8;
+    const uint64_t bytes = 40000;
+    mvm_space_desc d;
+    CHECK_ST(mvm_space_desc_init(&d), MVM_OK);
+    d.n_layers = L, d.n_experts = E, d.expert_bytes = bytes, d.page_size = SUB;
+    d.backend = backend, d.slots = 1;
+    d.device_budget = 300000; /* four granules: 16 pages, five experts */
+    mvm_space *sp = NULL;
+    mvm_space_desc w = d;
+    w.page_size = 12u << 10;
+    CHECK_ST(mvm_space_create(&w, &sp), MVM_ERR_INVALID);
+    CHECK(!sp && strstr(mvm_last_error(), "granularity"));
+    const int live0 = fake_live_handles();
+    const unsigned long creates = fake_calls("cuMemCreate");
+    CHECK_ST(mvm_space_create(&d, &sp), MVM_OK);
+    CHECK(fake_calls("cuMemCreate") - creates == 1); /* the pool, whole */
+    if (!sp)
+        return;
+    mvm_space_info info;
+    CHECK_ST(mvm_space_get_info(sp, &info), MVM_OK);
+    CHECK(info.slots && info.page_size == SUB && info.pages_per_expert == 3);
+    CHECK(info.device_pages == 15 && info.device_bytes == 15 * SUB);
+    fill(sp, L, E, bytes);
+    uint64_t at[5] = {0};
+    struct calls c = calls_now();
+    for (uint32_t i = 0; i < 5; i++) {
+        CHECK_ST(mvm_make_resident(sp, i / E, i % E, MVM_ALL_PAGES), MVM_OK);
+        CHECK_ST(mvm_expert_slot(sp, i / E, i % E, &at[i]), MVM_OK);
+    }
+    c = calls_since(c);
+    CHECK(c.map == 0 && c.access == 0 && c.create == 0 && c.unmap == 0);
+    for (uint32_t i = 0; i < 5; i++) { /* all read back once all are in: none overlaps */
+        CHECK(slot_reads(at[i], i / E, i % E, bytes));
+        for (uint32_t k = 0; k < i; k++)
+            CHECK(at[i] != at[k] && (at[i] > at[k] ? at[i] - at[k] : at[k] - at[i]) >= 3 * SUB);
+    }
+    CHECK_ST(mvm_make_resident(sp, 0, 5, MVM_ALL_PAGES), MVM_ERR_NOSPACE);
+    CHECK_ST(mvm_evict(sp, 0, 2, 0), MVM_OK);
+    uint64_t again = 0;
+    CHECK_ST(mvm_make_resident(sp, 1, 7, MVM_ALL_PAGES), MVM_OK);
+    CHECK_ST(mvm_expert_slot(sp, 1, 7, &again), MVM_OK);
+    CHECK(again == at[2] && slot_reads(again, 1, 7, bytes));
+    CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+    CHECK(fake_live_handles() == live0);
+
+    /* the default: 64 KiB pages, doubled while an expert takes more than 64 (Qwen3-30B-A3B's
+     * Q8_0 expert: 39 of 128 KiB, 95 KiB of them empty, where 2 MiB pages left 1.2 MiB) */
+    d.page_size = 0, d.expert_bytes = 5013504, d.device_budget = 0, d.device_budget_frac = 0.25;
+    CHECK_ST(mvm_space_create(&d, &sp), MVM_OK);
+    CHECK(sp && mvm_space_get_info(sp, &info) == MVM_OK && info.page_size == (128u << 10) &&
+          info.pages_per_expert == 39 && info.device_pages % 39 == 0);
+    mvm_space_destroy(sp);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2 || (strcmp(argv[1], "host") && strcmp(argv[1], "cuda"))) {
@@ -1964,6 +2027,8 @@ int main(int argc, char **argv)
     RUN(test_homes_beyond_memory);
     RUN(test_packed);
     RUN(test_slots);
+    if (on_fake)
+        RUN(test_slot_pages);
     if (backend == MVM_BACKEND_HOST)
         RUN(test_fill);
     if (backend == MVM_BACKEND_HOST)

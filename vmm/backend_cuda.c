@@ -58,6 +58,8 @@ struct mvm_home {
 struct mvm_pool {
     CUdeviceptr view;
     size_t n, page;
+    size_t gran; /* the device's granularity: a slab's memory and the view are whole
+                    granules, whatever the chunks (a slot space's may be smaller) */
     CUmemGenericAllocationHandle *slab;
     cuda_digest *digest; /* clean states of the chunks (track_clean), or NULL */
 };
@@ -335,6 +337,13 @@ static mvm_status cuda_map_home(mvm_backend *b, uint64_t va, mvm_home *h, size_t
     return map_handles(c, va, h->page, h->hv.h + first, n_pages, &access, 1);
 }
 
+/* Bytes of n chunks rounded up to whole granules: what a slab allocates and maps (chunks of
+ * a granule or more are whole granules already). */
+static size_t granules(const mvm_pool *p, size_t n)
+{
+    return (n * p->page + p->gran - 1) / p->gran * p->gran;
+}
+
 static mvm_status cuda_pool_create(mvm_backend *b, size_t n_chunks, size_t page_size,
                                    mvm_pool **out)
 {
@@ -355,7 +364,9 @@ static mvm_status cuda_pool_create(mvm_backend *b, size_t n_chunks, size_t page_
     }
     p->n = n_chunks;
     p->page = page_size;
-    CUresult r = c->cu.MemAddressReserve(&p->view, n_chunks * page_size, page_size, 0, 0);
+    p->gran = b->granularity;
+    CUresult r = c->cu.MemAddressReserve(&p->view, granules(p, n_chunks),
+                                         page_size > p->gran ? page_size : p->gran, 0, 0);
     if (r != CUDA_SUCCESS) {
         free(p->slab);
         free(p);
@@ -373,7 +384,7 @@ static mvm_status cuda_pool_create(mvm_backend *b, size_t n_chunks, size_t page_
 static mvm_status cuda_slab_destroy(mvm_backend *b, mvm_pool *p, size_t first, size_t n)
 {
     cuda_backend *c = cb(b);
-    CU(c, c->cu.MemUnmap(p->view + first * p->page, n * p->page), "cuMemUnmap (slab)");
+    CU(c, c->cu.MemUnmap(p->view + first * p->page, granules(p, n)), "cuMemUnmap (slab)");
     CUresult r = c->cu.MemRelease(p->slab[first]);
     if (r != CUDA_SUCCESS)
         mvm_log(MVM_LOG_WARN, "releasing a slab of %zu chunks: %s", n,
@@ -393,7 +404,7 @@ static void cuda_pool_destroy(mvm_backend *b, mvm_pool *p)
     for (size_t k = 0; k < p->n; k++) /* the space destroys its slabs; this is a backstop */
         if (p->slab[k])
             mvm_log(MVM_LOG_WARN, "pool destroyed with a slab at chunk %zu", k);
-    c->cu.MemAddressFree(p->view, p->n * p->page);
+    c->cu.MemAddressFree(p->view, granules(p, p->n));
     free(p->slab);
     free(p);
 }
@@ -408,10 +419,10 @@ static mvm_status cuda_slab_create(mvm_backend *b, mvm_pool *p, size_t first, si
     CUmemAllocationProp prop = device_prop(c);
     CUmemAccessDesc access = device_rw(c);
     CUmemGenericAllocationHandle h;
-    CUresult r = c->cu.MemCreate(&h, n * p->page, &prop, 0);
+    CUresult r = c->cu.MemCreate(&h, granules(p, n), &prop, 0);
     if (r != CUDA_SUCCESS)
         return mvm_cu_fail(&c->cu, r, "cuMemCreate (device slab)");
-    if ((st = map_handles(c, p->view + first * p->page, n * p->page, &h, 1, &access, 1)) !=
+    if ((st = map_handles(c, p->view + first * p->page, granules(p, n), &h, 1, &access, 1)) !=
         MVM_OK) {
         c->cu.MemRelease(h);
         return st;

@@ -47,10 +47,11 @@ static void free_remove(mvm_space *sp, uint32_t first)
         }
 }
 
-/* Memory for chunks [first, first + n) as one allocation; the slab starts free. */
+/* Memory for chunks [first, first + n) as one allocation (a slot space's slabs: a share of
+ * the pool's one allocation, made with it); the slab starts free. */
 static mvm_status slab_make(mvm_space *sp, uint32_t first, uint32_t n)
 {
-    mvm_status st = sp->be->ops->slab_create(sp->be, sp->pool, first, n);
+    mvm_status st = sp->slots ? MVM_OK : sp->be->ops->slab_create(sp->be, sp->pool, first, n);
     if (st != MVM_OK)
         return st;
     sp->slabs[first] = (struct slab){.n = n, .expert = -1};
@@ -67,7 +68,7 @@ static mvm_status slab_unmake(mvm_space *sp, uint32_t first)
 {
     uint32_t n = sp->slabs[first].n;
     mvm_status st = mvm_stale_clear(sp, 0, 0, first);
-    if (st == MVM_OK)
+    if (st == MVM_OK && !sp->slots)
         st = sp->be->ops->slab_destroy(sp->be, sp->pool, first, n);
     if (st != MVM_OK)
         return st;
@@ -90,11 +91,17 @@ mvm_status mvm_slabs_init(mvm_space *sp)
         sp->chunk_slab[k] = NO_SLAB;
     for (uint32_t n = 0; n <= sp->ppe; n++)
         sp->free_slabs[n] = NO_SLAB;
+    /* A slot space's pool is one allocation (its chunks may be under the device's
+     * granularity, which an allocation is made of), shared out as slabs of whole experts */
+    mvm_status st;
+    if (sp->slots && (st = sp->be->ops->slab_create(sp->be, sp->pool, 0, sp->n_chunks)))
+        return st;
+    sp->pool_backed = sp->slots;
     /* Whole experts, then the remainder: the device memory of the whole budget is taken
      * now, so a budget the device cannot hold fails here, not in the middle of a run. */
     for (uint32_t first = 0; first < sp->n_chunks; first += sp->ppe) {
         uint32_t n = sp->n_chunks - first < sp->ppe ? sp->n_chunks - first : sp->ppe;
-        mvm_status st = slab_make(sp, first, n);
+        st = slab_make(sp, first, n);
         if (st != MVM_OK)
             return st;
     }
@@ -117,6 +124,9 @@ void mvm_slabs_destroy(mvm_space *sp)
                 mvm_log(MVM_LOG_WARN, "a slab of %u chunks is left mapped: %s", sp->slabs[k].n,
                         mvm_last_error());
         }
+    if (sp->pool_backed && sp->be->ops->slab_destroy(sp->be, sp->pool, 0, sp->n_chunks))
+        mvm_log(MVM_LOG_WARN, "the slot space's pool is left mapped: %s", mvm_last_error());
+    sp->pool_backed = false;
 }
 
 /* The longest run of chunks without memory: its start in *at. */

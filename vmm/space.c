@@ -77,36 +77,10 @@ static mvm_status check_desc(const mvm_space_desc *d)
     return MVM_OK;
 }
 
-/* A slot space's budget in whole experts (space_impl.h): a remainder of pages could never
- * hold one, and left among the free chunks it would split a run over two slabs. */
-static mvm_status plan_slots(mvm_space *sp)
+/* The page size and what follows from it: stride, pages per expert, and that the experts
+ * fit in the space in pages this large. */
+static mvm_status set_page(mvm_space *sp, const mvm_space_desc *d, uint64_t page)
 {
-    mvm_backend *be = sp->be;
-    if (be->host_readable || !be->ops->chunk_addr)
-        return mvm_fail(MVM_ERR_UNSUPPORTED, "the %s backend has no pool view for the device "
-                        "to read experts in: no slot space (mvm_space_desc.slots)", be->name);
-    if (sp->n_chunks < sp->ppe) {
-        char b[32], x[32];
-        fmt_bytes(b, sizeof b, (uint64_t)sp->n_chunks * sp->page_size);
-        fmt_bytes(x, sizeof x, sp->stride);
-        return mvm_fail(MVM_ERR_INVALID, "device budget %s holds no whole expert (%s of pages) "
-                        "in a slot space", b, x);
-    }
-    sp->slots = true;
-    sp->n_chunks -= sp->n_chunks % sp->ppe;
-    be->home_mappable = false; /* nothing reads the experts' own addresses */
-    return MVM_OK;
-}
-
-/* Page size, stride and the page budget, checked against the backend's limits. */
-static mvm_status plan_layout(mvm_space *sp, const mvm_space_desc *d)
-{
-    mvm_backend *be = sp->be;
-    uint64_t page = d->page_size ? d->page_size : be->default_page_size;
-    if (page % be->granularity != 0)
-        return mvm_fail(MVM_ERR_INVALID,
-                        "page size %llu is not a multiple of the %s backend's granularity (%zu)",
-                        (unsigned long long)page, be->name, be->granularity);
     sp->page_size = page;
     sp->stride = sp->home_stride = (d->expert_bytes + page - 1) / page * page;
     sp->ppe = (uint32_t)(sp->stride / page);
@@ -131,12 +105,17 @@ static mvm_status plan_layout(mvm_space *sp, const mvm_space_desc *d)
                         "space can address", d->n_layers, d->n_experts,
                         (unsigned long long)d->expert_bytes, b);
     }
-    sp->n_layers = d->n_layers;
-    sp->n_experts = d->n_experts;
-    sp->expert_bytes = d->expert_bytes;
     sp->reserved = sp->stride * sp->n_total;
+    return MVM_OK;
+}
 
-    uint64_t total_pages = (uint64_t)sp->n_total * sp->ppe;
+/* The device budget in bytes (automatic, a share of the experts' pages, or as given), at
+ * least a page (a slot space's pages come later, and may be smaller: `slots`). */
+static mvm_status budget_bytes(const mvm_space *sp, const mvm_space_desc *d, bool slots,
+                               uint64_t *out)
+{
+    const mvm_backend *be = sp->be;
+    const uint64_t page = sp->page_size, total_pages = (uint64_t)sp->n_total * sp->ppe;
     uint64_t budget = d->device_budget;
     if (budget == MVM_BUDGET_AUTO && be->device_free && d->device_reserve >= be->device_free) {
         char f[32], r[32];
@@ -152,12 +131,91 @@ static mvm_status plan_layout(mvm_space *sp, const mvm_space_desc *d)
     else if (budget == 0) /* of the experts' pages, so that 1 holds every expert: each
                            * takes whole pages, and an expert of 3.4 MiB two of 2 MiB */
         budget = (uint64_t)(d->device_budget_frac * (double)(total_pages * page));
-    if (budget < page) {
+    if (budget < page && !slots) {
         char b[32], p[32];
         fmt_bytes(b, sizeof b, budget);
         fmt_bytes(p, sizeof p, page);
         return mvm_fail(MVM_ERR_INVALID, "device budget %s is smaller than one page (%s)", b, p);
     }
+    *out = budget;
+    return MVM_OK;
+}
+
+/* A slot space's pages (space_impl.h): nothing maps a page at an address, so they need not
+ * be the device's granules (2 MiB, of which an expert wasted up to a page: a 4.8 MiB one
+ * took 6); by default 64 KiB, doubled until an expert takes at most 64 of them (its waste
+ * under a 64th; a power of two, so a divisor or a multiple of the granularity). One given
+ * (MOEVM_PAGE_SIZE) is a divisor of the granularity, a multiple of 4 KiB, or a multiple of
+ * the granularity. */
+static uint64_t slot_page(const mvm_space_desc *d)
+{
+    if (d->page_size)
+        return d->page_size;
+    uint64_t page = 64u << 10;
+    while ((d->expert_bytes + page - 1) / page > 64)
+        page *= 2;
+    return page;
+}
+
+/* A slot space: its pages, and its budget in whole experts (a remainder of pages could never
+ * hold one, and left among the free chunks it would split a run over two slabs), in memory
+ * of whole granules no larger than the budget (the pool is one allocation of them: slab.c). */
+static mvm_status plan_slots(mvm_space *sp, const mvm_space_desc *d)
+{
+    mvm_backend *be = sp->be;
+    const size_t gran = be->granularity;
+    if (be->host_readable || !be->ops->chunk_addr)
+        return mvm_fail(MVM_ERR_UNSUPPORTED, "the %s backend has no pool view for the device "
+                        "to read experts in: no slot space (mvm_space_desc.slots)", be->name);
+    const uint64_t page = slot_page(d);
+    if (page % 4096 || (page < gran ? gran % page : page % gran))
+        return mvm_fail(MVM_ERR_INVALID, "page size %llu: a slot space's pages divide the %s "
+                        "backend's granularity (%zu) in multiples of 4 KiB, or are multiples of "
+                        "it", (unsigned long long)page, be->name, gran);
+    mvm_status st = set_page(sp, d, page);
+    uint64_t budget = 0;
+    if (st == MVM_OK)
+        st = budget_bytes(sp, d, false, &budget);
+    if (st != MVM_OK)
+        return st;
+    const uint64_t total_pages = (uint64_t)sp->n_total * sp->ppe;
+    const uint64_t pages = budget / gran * gran / page;
+    sp->n_chunks = (uint32_t)(pages < total_pages ? pages : total_pages);
+    sp->n_chunks -= sp->n_chunks % sp->ppe;
+    if (sp->n_chunks == 0) {
+        char b[32], x[32];
+        fmt_bytes(b, sizeof b, budget);
+        fmt_bytes(x, sizeof x, sp->stride);
+        return mvm_fail(MVM_ERR_INVALID, "device budget %s holds no whole expert (%s) in "
+                        "whole %zu KiB granules in a slot space", b, x, gran >> 10);
+    }
+    sp->reserved = (sp->reserved + gran - 1) / gran * gran;
+    sp->slots = true;
+    be->home_mappable = false; /* nothing reads the experts' own addresses */
+    return MVM_OK;
+}
+
+/* Page size, stride and the page budget, checked against the backend's limits. */
+static mvm_status plan_layout(mvm_space *sp, const mvm_space_desc *d)
+{
+    mvm_backend *be = sp->be;
+    /* (a slot space's own page size, which need not be granules, comes after packing) */
+    uint64_t page = d->page_size && !(d->slots && d->page_size % be->granularity)
+                        ? d->page_size
+                        : be->default_page_size;
+    if (page % be->granularity != 0)
+        return mvm_fail(MVM_ERR_INVALID,
+                        "page size %llu is not a multiple of the %s backend's granularity (%zu)",
+                        (unsigned long long)page, be->name, be->granularity);
+    mvm_status st = set_page(sp, d, page);
+    if (st != MVM_OK)
+        return st;
+    sp->n_layers = d->n_layers;
+    sp->n_experts = d->n_experts;
+    sp->expert_bytes = d->expert_bytes;
+    uint64_t total_pages = (uint64_t)sp->n_total * sp->ppe, budget;
+    if ((st = budget_bytes(sp, d, d->slots, &budget)) != MVM_OK)
+        return st;
     uint64_t pages = budget / page;
     sp->n_chunks = (uint32_t)(pages < total_pages ? pages : total_pages);
     /* packed where the budget holds every expert back to back (space_impl.h): bytes (or
@@ -173,7 +231,7 @@ static mvm_status plan_layout(mvm_space *sp, const mvm_space_desc *d)
         sp->reserved = packed_pages * page;
         sp->n_chunks = (uint32_t)packed_pages;
     }
-    return d->slots && !sp->packed ? plan_slots(sp) : MVM_OK;
+    return d->slots && !sp->packed ? plan_slots(sp, d) : MVM_OK;
 }
 
 static mvm_status alloc_tables(mvm_space *sp)
@@ -307,7 +365,10 @@ mvm_status mvm_space_create(const mvm_space_desc *d, mvm_space **out)
     }
     if ((st = plan_layout(sp, d)) || (st = alloc_tables(sp)) ||
         (st = mvm_topo_probe(be->pci_bus_id, &sp->topo)) ||
-        (st = be->ops->reserve(be, sp->reserved, sp->page_size, &sp->base)) ||
+        (st = be->ops->reserve(be, sp->reserved,
+                               sp->page_size > be->granularity ? sp->page_size
+                                                               : be->granularity,
+                               &sp->base)) ||
         (st = be->ops->home_create(be, (size_t)sp->n_total * sp->ppe, sp->page_size, sp->ppe,
                                    sp->expert_bytes, &sp->topo, &sp->home,
                                    (void **)&sp->home_host)) ||

@@ -138,6 +138,7 @@ struct mvm_space {
      * the driver's map, access or unmap; the budget is whole experts (n_chunks a multiple of
      * ppe, every slab one expert's) and homes are never mapped at the experts' addresses. */
     bool slots;
+    bool pool_backed; /* a slot space's pool: one allocation of every chunk (slab.c) */
     struct job *upload;
     uint32_t ppe; /* pages per expert */
     uint64_t base, reserved;

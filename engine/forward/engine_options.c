@@ -168,7 +168,8 @@ const mvm_option_desc mvm_opt_slots = {
     "reads each resident expert where its copy landed, its slab in the "
     "device pool, and never maps it at its own address, so that a move is "
     "its copy alone, without cuMemMap, cuMemSetAccess and cuMemUnmap (each "
-    "25-120 us on an H200 while kernels run); whole experts only (a config "
+    "25-120 us on an H200 while kernels run), in pages of 64 KiB or more, "
+    "not 2 MiB (an expert takes about its bytes); whole experts only (a config "
     "module's splits are not made), a prompt's experts on the kernels, not "
     "cuBLAS, and a token never routed on the device with every expert pinned "
     "(docs/architecture.md, \"Slots\"); off until a GPU run has measured it"};

@@ -70,8 +70,11 @@ static mvm_status make_space(mvm_model *m, const mvm_ctx_shape *ctx, mvm_space_d
     if (st != MVM_OK)
         return st;
     desc->pack = pack.i == 1 && !(ctx && ctx->keep_pages); /* "off|on" */
-    /* (a distributed rank's or calibrate's experts are read at their own addresses) */
-    desc->slots = slots.i == 1 && desc->backend == MVM_BACKEND_CUDA && !(ctx && ctx->keep_pages);
+    /* (a distributed rank's or calibrate's experts are read at their own addresses; with
+     * every expert the CPU's nothing loads, and the one expert's budget may be under a
+     * granule) */
+    desc->slots = slots.i == 1 && desc->backend == MVM_BACKEND_CUDA && !m->cpu_moe &&
+                  !(ctx && ctx->keep_pages);
     if (desc->backend == MVM_BACKEND_CUDA && desc->device_budget == MVM_BUDGET_AUTO &&
         (st = size_reserve(m, ctx, desc)) != MVM_OK)
         return st;

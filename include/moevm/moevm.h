@@ -83,8 +83,10 @@ typedef struct mvm_space_desc {
                                     90% of the free memory less this. 0 by default */
     mvm_backend_kind backend;
     int device;                  /* CUDA device ordinal (cuda backend) */
-    uint64_t page_size;          /* 0 = the backend's default (2 MiB); else a multiple of
-                                    the backend's granularity */
+    uint64_t page_size;          /* 0 = the backend's default (2 MiB; a slot space's: 64 KiB
+                                    or more, an expert at most 64 pages); else a multiple of
+                                    the backend's granularity (a slot space's may also
+                                    divide it, in multiples of 4 KiB) */
     int write_back;              /* 0: expert weights, read-only through their device
                                     address; eviction just remaps to the home. 1: the device
                                     may write pages (general data, the interposer): eviction
@@ -113,9 +115,13 @@ typedef struct mvm_space_desc {
                                     the device pool's view (mvm_expert_slot), and is never
                                     mapped at its own address: a move is its copy, with no
                                     cuMemMap, cuMemSetAccess or cuMemUnmap (each 25-120 us
-                                    on an H200 while kernels run). Whole experts only (a
+                                    on an H200 while kernels run), and its pages need not be
+                                    the device's 2 MiB granules (page_size), so an expert
+                                    takes about its bytes, not whole granules (a 4.8 MiB one
+                                    took 6). Whole experts only (a
                                     request or eviction of part of one is refused), the
-                                    budget in whole experts, homes never mapped at the
+                                    budget in whole experts (in whole granules, all one
+                                    allocation), homes never mapped at the
                                     experts' addresses, which show nothing. Not with
                                     write_back, nor on a backend without a pool view the
                                     device reads (the host backend). A packed space (pack)
