@@ -1548,7 +1548,7 @@ static void test_dequant_experts_list(void)
     }
     const std::vector<uint32_t> ids = {2, 0}, off(3, 0), cnt(3, 1);
     const mvm_g_experts_list list = {dp(ids.data()), dp(off.data()), dp(cnt.data()), stride, 2,
-                                     0};
+                                     0, 0};
     for (int down = 0; down < 2; down++) {
         const uint32_t n_in = down ? G : D, rows = down ? D * (F / G) : 2 * F;
         const uint64_t dst_stride = down ? F + 8 : D + 8, per_slot = (down ? D : 2 * F) *
@@ -1568,6 +1568,21 @@ static void test_dequant_experts_list(void)
         a.dst_expert = per_slot, a.list = list;
         launch(dequant_fn[t], a, mvm_g_dequant_shape(&a));
         CHECK(mvm_g_dequant_shape(&a).gy == 2);
+        CHECK(got == want);
+        /* each slot's expert where `at` says (a slot space's slots, elsewhere, in another
+         * order), whatever the ids and the stride say (expert 1, which neither is) */
+        std::vector<uint8_t> slots(3 * stride + 256, 0x5A);
+        const uint64_t pos[2] = {2 * stride + 256, 0};
+        for (size_t s = 0; s < ids.size(); s++)
+            memcpy(slots.data() + pos[s], experts.data() + ids[s] * stride, stride);
+        const std::vector<uint32_t> wrong = {1, 1};
+        std::vector<uint64_t> at(2);
+        for (size_t s = 0; s < 2; s++)
+            at[s] = (uint64_t)(uintptr_t)(slots.data() + pos[s]) -
+                    (uint64_t)(uintptr_t)experts.data();
+        std::fill(got.begin(), got.end(), POISON_H);
+        a.list.experts = dp(wrong.data()), a.list.at = dp(at.data());
+        launch(dequant_fn[t], a, mvm_g_dequant_shape(&a));
         CHECK(got == want);
     }
 }
@@ -1589,7 +1604,7 @@ static void test_experts_list_unit_rows(void)
     }
     const std::vector<uint32_t> ids = {3, 1}, off = {0, 5, 0, 1}, cnt = {0, 4, 0, 3};
     const mvm_g_experts_list list = {dp(ids.data()), dp(off.data()), dp(cnt.data()), stride, 2,
-                                     0};
+                                     0, 0};
     std::vector<float> gu = randoms(2 * n_rows * 2 * F, 9.0f), w = randoms(step_rows);
     std::vector<uint16_t> h(2 * n_rows * F, POISON_H), want(2 * n_rows * F, POISON_H);
     for (uint32_t s = 0; s < 2; s++)
@@ -1602,6 +1617,18 @@ static void test_experts_list_unit_rows(void)
             }
     mvm_g_glu_half_args u = {dp(gu.data()), dp(h.data()), dp(w.data()), dp(experts.data()),
                              2 * F, F, gb, F, n_rows, 0, G, MVM_GLU_OAI, 0, list};
+    launch(mvm_g_glu_half, u, mvm_g_glu_half_shape(&u));
+    CHECK(h == want);
+    /* the biases of each slot's expert where `at` says: a copy elsewhere, the others
+     * zeroed where the stride would find them */
+    std::vector<uint8_t> moved(experts);
+    std::vector<uint64_t> at(2);
+    for (uint32_t s = 0; s < 2; s++)
+        at[s] = (uint64_t)(uintptr_t)(moved.data() + ids[s] * stride) -
+                (uint64_t)(uintptr_t)experts.data();
+    std::fill(experts.begin(), experts.end(), 0);
+    std::fill(h.begin(), h.end(), POISON_H);
+    u.list.at = dp(at.data());
     launch(mvm_g_glu_half, u, mvm_g_glu_half_shape(&u));
     CHECK(h == want);
     /* the rows back, biased, into the step's rows; the others keep their poison */

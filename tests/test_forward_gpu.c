@@ -1402,7 +1402,9 @@ static void test_budget_routing(void)
  * then a token a call with each copy still on the bus, read where it lands) and decode
  * routed on the device (in place, read-through), its table sending the kernels to each
  * owned expert's slot. The experts take several pages each (load's 4 KiB), one slab;
- * pages under the device's granularity are tests/test_space.c's (test_slot_pages). */
+ * pages under the device's granularity are tests/test_space.c's (test_slot_pages). And a
+ * prompt's experts on cuBLAS, dequantized at their slots: the logits within F16's rounding
+ * of the kernels'. */
 static void test_slots(void)
 {
     const char *path = preset_path("llama", "tiny", MVM_W_Q8_0);
@@ -1450,6 +1452,21 @@ static void test_slots(void)
         CHECK(mode != 3 || dev->space.pages_filled > 0);
         free_run(dev);
     }
+    /* the tensor cores' batches (test_gemm's settings), four tokens a batch */
+    setenv("MOEVM_GEMM_ROWS", "2", 1);
+    setenv("MOEVM_MMQ", "off", 1);
+    setenv("MOEVM_DEVICE_ROUTING", "off", 1);
+    reset_counters();
+    struct run *gemm = run_prompt(path, MVM_BACKEND_CUDA, 0.3, 4, 0);
+    CHECK(calls("cublasGemmBatchedEx") > 0);
+    CHECK(gemm && gemm->slots && gemm->space.remap_ns == 0 && gemm->space.pages_evicted > 0);
+    const double e = all && gemm ? check_rel_l2(gemm->logits, all->logits, n) : 1;
+    fprintf(stderr, "  slots, a prompt on cuBLAS: relative error %.3g\n", e);
+    CHECK(e < 6e-2);
+    unsetenv("MOEVM_GEMM_ROWS");
+    unsetenv("MOEVM_MMQ");
+    unsetenv("MOEVM_DEVICE_ROUTING");
+    free_run(gemm);
     unsetenv("MOEVM_SLOTS");
     free_run(all);
 }

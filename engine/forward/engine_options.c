@@ -170,9 +170,9 @@ const mvm_option_desc mvm_opt_slots = {
     "its copy alone, without cuMemMap, cuMemSetAccess and cuMemUnmap (each "
     "25-120 us on an H200 while kernels run), in pages of 64 KiB or more, "
     "not 2 MiB (an expert takes about its bytes); whole experts only (a config "
-    "module's splits are not made), a prompt's experts on the kernels, not "
-    "cuBLAS, and a token never routed on the device with every expert pinned "
-    "(docs/architecture.md, \"Slots\"); off until a GPU run has measured it"};
+    "module's splits are not made), and a token never routed on the device with "
+    "every expert pinned (docs/architecture.md, \"Slots\"); off until a GPU run "
+    "has measured it"};
 
 static const mvm_option_desc *const list[] = {
     &mvm_opt_threads, &mvm_opt_cpu_simd, &mvm_opt_kv_type, &mvm_opt_admit,

@@ -155,7 +155,7 @@ mvm_status mvm_cuda_fwd_gemm_alloc(struct cuda_fwd *f)
         TRY(mvm_cuda_fwd_alloc(f, (BK + B) * D * sizeof(uint16_t), &f->a16x));
         TRY(mvm_cuda_fwd_alloc(f, BK * (2 * F > D ? 2 * F : D) * sizeof(float), &f->bgo));
         TRY(mvm_cuda_fwd_alloc(f, BK * F * sizeof(uint16_t), &f->bgh));
-        TRY(mvm_cuda_fwd_alloc(f, 7 * hp->n_expert * sizeof(uint64_t), &f->bptr));
+        TRY(mvm_cuda_fwd_alloc(f, 8 * hp->n_expert * sizeof(uint64_t), &f->bptr));
     } else if (f->gemm_ch) {
         TRY(mvm_cuda_fwd_alloc(f, BK * D * sizeof(uint16_t), &f->a16x));
         TRY(mvm_cuda_fwd_alloc(f, B * 2 * f->gemm_ch * sizeof(float), &f->gu));
@@ -279,13 +279,21 @@ static mvm_status step_inputs(struct cuda_fwd *f)
                    f->step_tok * hp->n_expert_used, f->a16x);
 }
 
+/* Where expert e of layer il is read, as an offset from the layer's experts (its own
+ * address: e strides on; in a slot space its slot, as the kernels read it). */
+static uint64_t expert_offset(const struct cuda_fwd *f, uint32_t il, uint32_t e)
+{
+    const uint64_t at = mvm_resid_view_addr(f->moe->resid, il, e);
+    return at ? at - f->layers[il].experts : (uint64_t)e * f->expert_stride;
+}
+
 /* Expert e's rows, an expert larger than the scratch: in chunks of channels. */
 static mvm_status expert_in_chunks(struct cuda_fwd *f, uint32_t il, uint32_t e)
 {
     const mvm_hparams *hp = &f->m->hp;
     const mvm_moe *s = f->moe;
     const uint32_t r0 = s->off[e], nr = s->cnt[e], D = hp->n_embd;
-    const mvm_dptr expert = f->layers[il].experts + (uint64_t)e * f->expert_stride;
+    const mvm_dptr expert = f->layers[il].experts + expert_offset(f, il, e);
     for (uint32_t c0 = 0; c0 < hp->n_ff_exp; c0 += f->gemm_ch) {
         const uint32_t nc = hp->n_ff_exp - c0 < f->gemm_ch ? hp->n_ff_exp - c0 : f->gemm_ch;
         TRY(expert_chunk_rows(f, il, expert, r0, nr, c0, nc));
@@ -313,17 +321,18 @@ static uint32_t batch_size(const struct cuda_fwd *f, const uint32_t *es, uint32_
     return k;
 }
 
-/* 64-bit words of a batch of k experts' pointer arrays and ids (batch_pointers). */
+/* 64-bit words of a batch of k experts' pointer arrays, ids and offsets (batch_pointers). */
 static uint64_t batch_words(uint32_t k)
 {
-    return 6ull * k + (k + 1) / 2;
+    return 7ull * k + (k + 1) / 2;
 }
 
-/* A batch of k whole experts es[0 .. k), each given n rows in the batch's buffers (its own
- * first cnt of them): its pointer arrays, as its products read them ([6][k]: gate/up's
- * weights, inputs, outputs, then down's), then its k ids, into p (batch_words). */
-static void batch_pointers(const struct cuda_fwd *f, const uint32_t *es, uint32_t k,
-                           uint32_t n, uint64_t *p)
+/* A batch of k whole experts es[0 .. k) of layer il, each given n rows in the batch's
+ * buffers (its own first cnt of them): its pointer arrays, as its products read them
+ * ([6][k]: gate/up's weights, inputs, outputs, then down's), then its k ids, then where
+ * each is read (mvm_g_experts_list.at), into p (batch_words). */
+static void batch_pointers(const struct cuda_fwd *f, uint32_t il, const uint32_t *es,
+                           uint32_t k, uint32_t n, uint64_t *p)
 {
     const uint64_t D = f->m->hp.n_embd, F = f->m->hp.n_ff_exp;
     const uint64_t h = sizeof(uint16_t), fl = sizeof(float);
@@ -337,6 +346,7 @@ static void batch_pointers(const struct cuda_fwd *f, const uint32_t *es, uint32_
         p[4 * k + i] = f->bgh + i * n * F * h;
         p[5 * k + i] = f->bgo + i * n * D * fl;
         ((uint32_t *)(p + 6 * k))[i] = es[i];
+        p[6 * k + (k + 1) / 2 + i] = expert_offset(f, il, es[i]);
     }
 }
 
@@ -354,7 +364,8 @@ static mvm_status expert_batch(struct cuda_fwd *f, uint32_t il, mvm_dptr ptr, ui
     const uint64_t rb = mvm_k_row_bytes(fmt.gate_up, (uint32_t)D);
     const mvm_dptr base = f->layers[il].experts;
     const mvm_g_experts_list list = {.experts = ptr + 6 * k * P, .off = f->off, .cnt = f->cnt,
-                                     .w_stride = f->expert_stride, .n_exp = k};
+                                     .w_stride = f->expert_stride, .n_exp = k,
+                                     .at = ptr + (6 * k + (k + 1) / 2) * P};
     mvm_g_dequant_args d = {.w = base, .dst = f->w16, .row_bytes = rb, .group_bytes = gb,
                             .dst_stride = D, .n_in = (uint32_t)D, .n_rows = (uint32_t)(2 * F),
                             .per = 2 * G, .dst_rows = 2 * G, .dst_expert = 2 * F * D,
@@ -416,7 +427,7 @@ mvm_status mvm_cuda_fwd_gemm_experts(struct cuda_fwd *f, uint32_t il, uint32_t *
     uint64_t at = 0;
     for (uint32_t i = 0, k; i < n; i += k, at += batch_words(k)) {
         k = batch_size(f, es + i, n - i);
-        batch_pointers(f, es + i, k, f->moe->cnt[es[i]], f->bptr_host + at);
+        batch_pointers(f, il, es + i, k, f->moe->cnt[es[i]], f->bptr_host + at);
     }
     TRY(mvm_gpu_upload(f->g, f->bptr, f->bptr_host, at * sizeof(uint64_t)));
     at = 0;
@@ -447,8 +458,14 @@ int mvm_cuda_fwd_mmq(const struct cuda_fwd *f, uint32_t il)
 mvm_status mvm_cuda_fwd_gemm_wants_expert(struct cuda_fwd *f, uint32_t il, uint32_t e, int *use)
 {
     *use = 0;
-    /* the batches read each expert at its own address, not where mvm_resid_view_addr says */
-    if (!f->gemm_ch || !experts_on_blas(f, il) || mvm_resid_view_addr(f->moe->resid, il, e))
+    /* the batches read an expert at its own address, or at its slot in a slot space; not
+     * a copy still on the bus, nor a home read in place (both where mvm_resid_view_addr
+     * says, the kernels'), which nothing here waits for or would read at the link's rate */
+    const uint64_t at = mvm_resid_view_addr(f->moe->resid, il, e);
+    uint64_t slot = 0;
+    if (!f->gemm_ch || !experts_on_blas(f, il) ||
+        (at && !(f->slots && mvm_expert_slot(f->m->space, il, e, &slot) == MVM_OK &&
+                 slot == at)))
         return MVM_OK;
     return use_gemm(f, f->moe->cnt[e], use);
 }

@@ -192,11 +192,13 @@ struct cuda_fwd {
                                    kernel takes every batch */
     uint64_t att_bytes;
     uint64_t *att_ptr_host;     /* [6 n_head] */
-    uint64_t *bptr_host;        /* [7 n_expert]: bptr's contents, sent up from here */
+    uint64_t *bptr_host;        /* [8 n_expert]: bptr's contents, sent up from here */
     mvm_dptr wptr;              /* [n_expert] uint64: where each expert of a launch is read
                                    (device-view, expert_launch), at its list's offsets */
     uint64_t *wptr_host;        /* the same, pinned */
-    int read_view;              /* MOEVM_LOAD_WAIT=device-view */
+    int read_view;              /* MOEVM_LOAD_WAIT=device-view (or device in a slot space) */
+    int slots;                  /* a slot space: experts read at their slots (docs/
+                                   architecture.md, "Slots"), the tensor cores' batches too */
     uint32_t *active_host;      /* [n_expert], pinned: a round's experts that the kernels take,
                                    at the offsets of their device list (expert_launch) */
     /* Steps routed on the device (forward_cuda_route.c): */

@@ -277,7 +277,7 @@ mvm_status mvm_cuda_fwd_create(mvm_ctx *ctx, void **state)
     f->runs = malloc(f->n_batch * sizeof *f->runs);
     const size_t E = hp->n_expert ? hp->n_expert : 1;
     f->gemm_list = malloc(E * sizeof *f->gemm_list);
-    f->bptr_host = malloc(7 * E * sizeof *f->bptr_host);
+    f->bptr_host = malloc(8 * E * sizeof *f->bptr_host);
     f->att_ptr_host = malloc(6 * (size_t)hp->n_head * sizeof *f->att_ptr_host);
     if ((f->speculates && (!f->spec_host || !f->spec_rows_host)) || !f->rows_host ||
         !f->row_far || !f->far || !f->runs || !f->gemm_list || !f->bptr_host ||
@@ -314,6 +314,7 @@ mvm_status mvm_cuda_fwd_create(mvm_ctx *ctx, void **state)
     /* a slot space maps nothing at the experts' addresses to wait for: device reads where
      * the copies land, as device-view does */
     f->read_view = wait.i == WAIT_DEVICE_VIEW || (wait.i == WAIT_DEVICE && info.slots);
+    f->slots = info.slots;
     mvm_option_value profile; /* from here on: the weights' upload is not the pass's */
     TRY(mvm_option_read(&mvm_opt_gpu_profile, &profile));
     return profile.i == 1 ? mvm_gpu_profile(f->g) : MVM_OK;

@@ -26,6 +26,12 @@ static __device__ list_slot slot_of(const mvm_g_experts_list &l, uint32_t n_rows
     return {e, ((const uint32_t *)l.off)[e], ((const uint32_t *)l.cnt)[e]};
 }
 
+/* Where slot sl (blockIdx.y's) reads its expert, from the list's base (kernels.h). */
+static __device__ uint64_t slot_bytes(const mvm_g_experts_list &l, const list_slot &sl)
+{
+    return l.at ? ((const uint64_t *)l.at)[blockIdx.y] : sl.e * l.w_stride;
+}
+
 /* The thread's element (row r, column c) of its slot, the slot's rows of `cols` elements
  * numbered along x: false past the slot's own rows. */
 static __device__ bool slot_cell(const mvm_g_experts_list &l, uint32_t n_rows, uint32_t cols,
@@ -46,7 +52,7 @@ template <enum mvm_wtype T> static __device__ void dequant(const mvm_g_dequant_a
     const uint32_t r = (uint32_t)(t / chunks), c = (uint32_t)(t % chunks);
     const uint32_t grp = r / a.per, in = r % a.per;
     const list_slot sl = slot_of(a.list, 0);
-    const uint8_t *w = (const uint8_t *)a.w + sl.e * a.list.w_stride;
+    const uint8_t *w = (const uint8_t *)a.w + slot_bytes(a.list, sl);
     float x[MVM_QBLOCK];
     mvm_k_chunk_values(T, w + grp * a.group_bytes + in * a.row_bytes, c, x);
     uint16_t *d = (uint16_t *)a.dst + blockIdx.y * a.dst_expert +
@@ -99,7 +105,7 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_glu_half(mvm_g
     float g = gu[c % a.G], u = gu[a.G + c % a.G], h;
     if (a.glu == MVM_GLU_OAI) {
         const uint32_t ch = a.c0 + c; /* the biases: the group's last 2 G floats */
-        const uint8_t *expert = (const uint8_t *)a.expert + sl.e * a.list.w_stride;
+        const uint8_t *expert = (const uint8_t *)a.expert + slot_bytes(a.list, sl);
         const float *bias =
             (const float *)(expert + (uint64_t)(ch / a.G + 1) * a.group_bytes) - 2 * a.G;
         h = mvm_k_glu_oai(g + bias[ch % a.G], u + bias[a.G + ch % a.G]);

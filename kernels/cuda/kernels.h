@@ -678,26 +678,26 @@ MVM_G_FN mvm_g_shape mvm_g_add_shape(const mvm_g_add_args *a)
 
 /* ---- the tensor-core path (kernels/cuda/gemm.cu): a batch's products as F16 matrices that
  * cuBLAS multiplies (engine/forward/forward_cuda_gemm.c says when) --------------------------
- * mvm_g_dequant_<type>: weight rows to F16 (kernels/dequant.h). Source row
- *   r < n_rows, n_in elements, at w + (r / per) * group_bytes + (r % per) * row_bytes; its
- *   elements go to row (r / per) * dst_rows + r % per of dst (dst_stride halves apart), from
- *   column (r / per) * dst_cols. A matrix: per = n_rows. A channel-major expert's gate and
- *   up rows: per = 2 G (a group's gate rows, then its up rows), group_bytes the group's,
- *   dst_rows = 2 G. Its down slots (n_embd rows of
- *   G per group): per = n_embd, n_in = G, dst_rows = 0, dst_cols = G, so that each group's
- *   slots are the next G columns of one [n_embd][channels] matrix. dst, dst_stride and
- *   dst_cols make every chunk start 16-byte aligned (multiples of 8 halves). A thread per 32
- *   elements, the rows' chunks numbered in one run along x: a down's slots are rows of one
- *   chunk, and more of them than a grid's 65535 rows (OLMoE: 2048 x 32 = 65536), so a
- *   block of such rows would also leave 127 of its 128 threads idle.
+ * mvm_g_dequant_<type>: weight rows to F16 (kernels/dequant.h). Source row r < n_rows, n_in
+ *   elements, at w + (r / per) * group_bytes + (r % per) * row_bytes; its elements go to
+ *   row (r / per) * dst_rows + r % per of dst (dst_stride halves apart), from column
+ *   (r / per) * dst_cols. A matrix: per = n_rows. A channel-major expert's gate and up rows: per = 2 G (a
+ *   group's gate rows, then its up rows), group_bytes the group's, dst_rows = 2 G. Its down
+ *   slots (n_embd rows of G per group): per = n_embd, n_in = G, dst_rows = 0, dst_cols = G, so
+ *   that each group's slots are the next G columns of one [n_embd][channels] matrix. dst,
+ *   dst_stride and dst_cols make every chunk start 16-byte aligned (multiples of 8 halves). A
+ *   thread per 32 elements, the rows' chunks numbered in one run along x: a down's slots are
+ *   rows of one chunk, and more of them than a grid's 65535 rows (OLMoE: 2048 x 32 = 65536), so
+ *   a block of such rows would also leave 127 of its 128 threads idle.
  *   Several experts at once (mvm_g_experts_list): slot s (< n_exp, along y) reads from w +
- *   experts[s] * w_stride bytes and writes from dst + s * dst_expert halves. */
+ *   at[s] (or experts[s] * w_stride) bytes and writes from dst + s * dst_expert halves. */
 typedef struct mvm_g_experts_list {
     mvm_dptr experts;      /* uint32 expert ids, one a slot; 0: one expert (slot 0, no list) */
     mvm_dptr off, cnt;     /* with a list: the step's rows of each expert (by expert id) */
     uint64_t w_stride;     /*   bytes between experts' weights */
     uint32_t n_exp;        /*   slots (0 counts as 1) */
     uint32_t pad;
+    mvm_dptr at;           /*   0, or [n_exp] uint64 wrapping offsets of each slot's expert */
 } mvm_g_experts_list;
 
 typedef struct mvm_g_dequant_args {
@@ -742,8 +742,8 @@ MVM_G_FN mvm_g_shape mvm_g_to_half_shape(const mvm_g_to_half_args *a)
  *   channels, group_bytes, the biases at its end) of the expert at `expert`.
  *   Several experts at once (list): slot s's rows are n_rows apart in gu and h (row s *
  *   n_rows + r), its first cnt[e] of them computed, e = experts[s], with the routing
- *   weights w[off[e] + r] and the biases of the expert at expert + e * list.w_stride. A
- *   thread per (row, channel), numbered along x, a slot per y. */
+ *   weights w[off[e] + r] and the biases of the expert list puts at `expert` (as dequant's
+ *   w). A thread per (row, channel), numbered along x, a slot per y. */
 typedef struct mvm_g_glu_half_args {
     mvm_dptr gu, h, w, expert;
     uint64_t gu_stride, h_stride, group_bytes;
