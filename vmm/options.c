@@ -31,7 +31,9 @@ const mvm_option_desc mvm_opt_device = {
 const mvm_option_desc mvm_opt_page_size = {
     "MOEVM_PAGE_SIZE", MVM_OPT_SIZE, "0", NULL,
     "page size of the expert space; 0 = the backend's default "
-    "(2 MiB); else a multiple of the backend's granularity"};
+    "(2 MiB; a slot space's, MOEVM_SLOTS: 64 KiB or more, at most 64 an "
+    "expert); else a multiple of the backend's granularity (a slot space's "
+    "may also divide it, in multiples of 4 KiB)"};
 
 const mvm_option_desc mvm_opt_clean_evict = {
     "MOEVM_CLEAN_EVICT", MVM_OPT_CHOICE, "on", "off|on",
