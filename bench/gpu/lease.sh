@@ -24,7 +24,8 @@
 #              bench_gpu_prompt_experts (a pp512 layer's experts: integer kernels, mmq)
 #   vmm        vmm_costs sections 3, 4, 5 and 9 (a kernel reading registered and HOST_NUMA
 #              host memory in place; driver calls behind a running kernel: a remap,
-#              pageable uploads; make-resident against the copy; copy lanes)
+#              pageable uploads; make-resident against the copy, in pages and in a slot
+#              space; copy lanes)
 #   text       tests/gpu/forward.sh steps 2, 2b and 2c: the same greedy text on the CPU and the
 #              GPU, with decode routed on the device (graph, launches) and by the host, and
 #              with a long prompt's products on real cuBLAS (batched experts), on the kernels
@@ -176,7 +177,7 @@ export work
     fi
     step jit 90 jit
     step kernels 90 kernels
-    step vmm 45 vmm
+    step vmm 60 vmm
     step text 80 env FORWARD_STEPS="2 2b 2c" bash tests/gpu/forward.sh
     step full 150 env MODELS=olmoe-1b-7b:q8_0 BUDGETS=100 ROUTINGS=own REPS=2 CPU_BASELINE=0 \
         VARIANTS="${FULL_VARIANTS:-default MOEVM_MMQ=off MOEVM_MMQ=off,MOEVM_GEMM_ROWS=8}" \
