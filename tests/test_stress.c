@@ -8,7 +8,9 @@
  *   - resident + loading pages never exceed the device budget; free pages never either;
  *   - a pinned expert is never evicted (its resident pages stay resident while pinned);
  *   - every move ends OK, CANCELLED (evicted meanwhile) or fails with NOSPACE/PINNED at once.
- * `test_stress host|cuda [seconds]`; cuda runs over tests/fakecuda.
+ * `test_stress host|cuda|cuda-slots [seconds]`; cuda runs over tests/fakecuda, cuda-slots
+ * too in a slot space (mvm_space_desc.slots: whole experts moved, each read at its slot,
+ * mvm_expert_slot, or where its copy lands, mvm_expert_wait_view).
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -29,6 +31,7 @@
 
 static mvm_space *sp;
 static mvm_space_info info;
+static bool slots; /* a slot space: whole experts, read at their slots */
 /* The experts' weights as the test made them: what every read is compared with, never the
  * space's own home. */
 static uint8_t weights[LAYERS][EXPERTS][BYTES];
@@ -56,10 +59,19 @@ __attribute__((no_sanitize("thread"))) static bool same_bytes(const volatile uin
     return true;
 }
 
-/* Reads the expert's readable pages and compares them with its weights. */
+/* Reads the expert's readable pages and compares them with its weights (a slot space's: the
+ * whole expert at its slot, once resident and pinned). */
 static void verify(uint32_t l, uint32_t e, bool pinned)
 {
     const uint8_t *addr = mvm_expert_addr(sp, l, e), *want = weights[l][e];
+    uint64_t slot = 0;
+    if (slots) {
+        if (pinned && mvm_expert_slot(sp, l, e, &slot) == MVM_OK && slot &&
+            memcmp((const void *)(uintptr_t)slot, want, BYTES) != 0)
+            fail("bytes read at the expert's slot differ from its weights", l, e);
+        atomic_fetch_add(&reads_checked, 1);
+        return;
+    }
     for (uint32_t p = 0; p < info.pages_per_expert; p++) {
         mvm_page_state s;
         mvm_page_get_state(sp, l, e, p, &s);
@@ -109,9 +121,11 @@ static void ordered_read(uint32_t l, uint32_t e)
     mvm_move *m = NULL;
     mvm_status st = mvm_make_resident_async(sp, l, e, MVM_ALL_PAGES, &m);
     if (st == MVM_OK) {
-        st = mvm_expert_wait_on(sp, l, e, NULL);
+        uint64_t view = (uint64_t)(uintptr_t)mvm_expert_addr(sp, l, e);
+        st = slots ? mvm_expert_wait_view(sp, l, e, NULL, &view)
+                   : mvm_expert_wait_on(sp, l, e, NULL);
         atomic_fetch_add(&ordered_reads, st == MVM_OK);
-        if (st == MVM_OK && memcmp(mvm_expert_addr(sp, l, e), weights[l][e], BYTES) != 0)
+        if (st == MVM_OK && memcmp((const void *)(uintptr_t)view, weights[l][e], BYTES) != 0)
             fail("an expert read after its ordered copy differs from its weights", l, e);
         if (st != MVM_OK && st != MVM_ERR_UNSUPPORTED && st != MVM_ERR_CANCELLED)
             fail("mvm_expert_wait_on failed", l, e);
@@ -130,6 +144,8 @@ static void *worker(void *arg)
     while (!atomic_load(&stop)) {
         uint32_t l = check_rng_next(&rng) % LAYERS, e = check_rng_next(&rng) % EXPERTS;
         uint32_t pages = 1 + check_rng_next(&rng) % info.pages_per_expert;
+        const uint32_t keep = slots || check_rng_next(&rng) % 2 ? 0 : 1;
+        pages = slots ? MVM_ALL_PAGES : pages; /* (a slot space moves whole experts) */
         mvm_move *m = NULL;
         mvm_status st = MVM_OK;
         switch (check_rng_next(&rng) % 7) {
@@ -142,7 +158,7 @@ static void *worker(void *arg)
             if ((st = mvm_prefetch(sp, l, e, MVM_ALL_PAGES, &m)) == MVM_OK)
                 check_move(m, l, e);
             break;
-        case 3: st = mvm_evict(sp, l, e, (uint32_t)(check_rng_next(&rng) % 2 ? 0 : 1)); break;
+        case 3: st = mvm_evict(sp, l, e, keep); break;
         case 4: ordered_read(l, e); break;
         default: pinned_read(l, e); break;
         }
@@ -183,20 +199,23 @@ static void *monitor(void *arg)
 
 int main(int argc, char **argv)
 {
-    if (argc < 2 || (strcmp(argv[1], "host") && strcmp(argv[1], "cuda"))) {
-        fprintf(stderr, "usage: test_stress host|cuda [seconds]\n");
+    if (argc < 2 ||
+        (strcmp(argv[1], "host") && strcmp(argv[1], "cuda") && strcmp(argv[1], "cuda-slots"))) {
+        fprintf(stderr, "usage: test_stress host|cuda|cuda-slots [seconds]\n");
         return 2;
     }
     double seconds = argc > 2 ? atof(argv[2]) : 3.0;
     mvm_space_desc d;
     CHECK_ST(mvm_space_desc_init(&d), MVM_OK);
     d.backend = strcmp(argv[1], "host") == 0 ? MVM_BACKEND_HOST : MVM_BACKEND_CUDA;
+    d.slots = slots = strcmp(argv[1], "cuda-slots") == 0;
     d.n_layers = LAYERS, d.n_experts = EXPERTS, d.expert_bytes = BYTES;
     d.page_size = PAGE, d.device_budget = BUDGET_PAGES * PAGE;
     CHECK_ST(mvm_space_create(&d, &sp), MVM_OK);
     if (!sp)
         TEST_END();
     mvm_space_get_info(sp, &info);
+    CHECK(info.slots == slots);
     uint64_t seed = 42;
     for (uint32_t l = 0; l < LAYERS; l++)
         for (uint32_t e = 0; e < EXPERTS; e++) {
