@@ -458,14 +458,11 @@ int mvm_cuda_fwd_mmq(const struct cuda_fwd *f, uint32_t il)
 mvm_status mvm_cuda_fwd_gemm_wants_expert(struct cuda_fwd *f, uint32_t il, uint32_t e, int *use)
 {
     *use = 0;
-    /* the batches read an expert at its own address, or at its slot in a slot space; not
-     * a copy still on the bus, nor a home read in place (both where mvm_resid_view_addr
-     * says, the kernels'), which nothing here waits for or would read at the link's rate */
-    const uint64_t at = mvm_resid_view_addr(f->moe->resid, il, e);
-    uint64_t slot = 0;
+    /* the batches read an expert where it is resident (its own address, or its slot in a
+     * slot space); not a copy still on the bus, nor a home read in place (the kernels'),
+     * which nothing here waits for or would read at the link's rate */
     if (!f->gemm_ch || !experts_on_blas(f, il) ||
-        (at && !(f->slots && mvm_expert_slot(f->m->space, il, e, &slot) == MVM_OK &&
-                 slot == at)))
+        !mvm_resid_reads_resident(f->moe->resid, il, e))
         return MVM_OK;
     return use_gemm(f, f->moe->cnt[e], use);
 }

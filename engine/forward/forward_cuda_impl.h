@@ -197,8 +197,6 @@ struct cuda_fwd {
                                    (device-view, expert_launch), at its list's offsets */
     uint64_t *wptr_host;        /* the same, pinned */
     int read_view;              /* MOEVM_LOAD_WAIT=device-view (or device in a slot space) */
-    int slots;                  /* a slot space: experts read at their slots (docs/
-                                   architecture.md, "Slots"), the tensor cores' batches too */
     uint32_t *active_host;      /* [n_expert], pinned: a round's experts that the kernels take,
                                    at the offsets of their device list (expert_launch) */
     /* Steps routed on the device (forward_cuda_route.c): */

@@ -314,7 +314,6 @@ mvm_status mvm_cuda_fwd_create(mvm_ctx *ctx, void **state)
     /* a slot space maps nothing at the experts' addresses to wait for: device reads where
      * the copies land, as device-view does */
     f->read_view = wait.i == WAIT_DEVICE_VIEW || (wait.i == WAIT_DEVICE && info.slots);
-    f->slots = info.slots;
     mvm_option_value profile; /* from here on: the weights' upload is not the pass's */
     TRY(mvm_option_read(&mvm_opt_gpu_profile, &profile));
     return profile.i == 1 ? mvm_gpu_profile(f->g) : MVM_OK;

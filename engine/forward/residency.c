@@ -711,6 +711,11 @@ void mvm_resid_set_read_view(mvm_resid *r, int on)
     r->read_view = on && r->reader_stream;
 }
 
+int mvm_resid_reads_resident(const mvm_resid *r, uint32_t layer, uint32_t e)
+{
+    return r->view_addr[layer * r->n_experts + e] == 0;
+}
+
 uint64_t mvm_resid_view_addr(const mvm_resid *r, uint32_t layer, uint32_t e)
 {
     uint64_t at = r->view_addr[layer * r->n_experts + e];

@@ -263,6 +263,9 @@ void mvm_resid_set_read_view(mvm_resid *r, int on);
  * mvm_resid_begin_home), or 0, its own address (resident when held, or not one run of
  * chunks); in a slot space never 0 for a held expert: its slot (mvm_expert_slot). */
 uint64_t mvm_resid_view_addr(const mvm_resid *r, uint32_t layer, uint32_t e);
+/* Whether the reader reads held expert (layer, e) where the space keeps it resident (its own
+ * address, or a slot space's slot), not a copy still on the bus nor a home read in place. */
+int mvm_resid_reads_resident(const mvm_resid *r, uint32_t layer, uint32_t e);
 /* Whether a round's copies are ordered before the reader's stream (the above took), so that
  * holding a round waits for nothing but the copies' queueing. */
 int mvm_resid_orders_on_device(const mvm_resid *r);
