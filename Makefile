@@ -45,14 +45,16 @@ run: deps-run
 	./build/moevm run -m $(DEFAULT_MODEL) -p "Once upon a time" -n 48 --seed 1
 
 # One build directory per sanitizer set; each runs the whole suite. The sanitizer builds take
-# the plain build's PTX from build/ptx-cache (it does not depend on sanitizers).
+# the plain build's PTX from build/ptx-cache and its fake driver's kernel plugin (neither
+# depends on sanitizers).
 test: deps
 	@set -e; for cfg in "build:" "build-asan:address,undefined" "build-tsan:thread"; do \
 	  dir=$${cfg%%:*}; san=$${cfg#*:}; \
 	  echo "== $$dir $${san:+(sanitizers: $$san)}"; \
 	  cmake -S . -B $$dir $(call generator,$$dir) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	    -DMOEVM_SANITIZE=$$san \
-	    -DMOEVM_PTX_CACHE=$(CURDIR)/build/ptx-cache $(CMAKE_FLAGS) >/dev/null; \
+	    -DMOEVM_PTX_CACHE=$(CURDIR)/build/ptx-cache -DMOEVM_PLAIN_BUILD=$(CURDIR)/build \
+	    $(CMAKE_FLAGS) >/dev/null; \
 	  cmake --build $$dir -j$(JOBS); \
 	  ctest --test-dir $$dir --output-on-failure -j$(TEST_JOBS); \
 	  scripts/skip_summary.sh $$dir/Testing/Temporary/LastTest.log; \

@@ -50,7 +50,7 @@
 #ifndef MVM_K_AVX512
 #define MVM_K_AVX512 0
 #endif
-#define AVX2_INLINE static inline __attribute__((always_inline)) AVX2_TARGET
+#define AVX2_INLINE MVM_K_INLINE AVX2_TARGET
 
 /* 4096 until session 77. 8192 took one thread's Q8_0 and Q6_K products from memory from
  * 36-38 to 39-42 GB/s on a 2-core AMD EPYC (Zen 5 class), and two threads' Q8_0 decode,

@@ -34,7 +34,7 @@
 #define MVM_K_AVX512 1
 #include "kernels/cpu/avx2.h"
 
-#define AVX512_INLINE static inline __attribute__((always_inline)) AVX512_TARGET
+#define AVX512_INLINE MVM_K_INLINE AVX512_TARGET
 
 /* The elements of float type t at p selected by m, as F32; the others are 0 and not read
  * (a masked load does not fault past the end of a row). */

@@ -10,7 +10,7 @@
 /* Forced: each generic kernel must be inlined into every per-type entry point of the table,
  * where the type is a constant and its branches fold away (gcc would otherwise call one
  * shared copy, with the type a variable: 4x slower for Q4_0). */
-#define SCALAR_INLINE static inline __attribute__((always_inline))
+#define SCALAR_INLINE MVM_K_INLINE
 
 SCALAR_INLINE float dot_float(enum mvm_wtype t, const uint8_t *w, const float *a, size_t n)
 {

@@ -35,7 +35,7 @@
 #ifndef MVM_K_DOTPROD
 #define MVM_K_DOTPROD 0
 #endif
-#define NEON_INLINE static inline __attribute__((always_inline))
+#define NEON_INLINE MVM_K_INLINE
 
 /* Token i's activations, as `type`, of n_tok at base, stride bytes apart. */
 #define NEON_TOK(type, base, stride, i) ((const type *)((const uint8_t *)(base) + (i) * (stride)))
