@@ -410,6 +410,9 @@ AVX512_INLINE void gemm_rows(enum mvm_wtype t, const uint8_t *w, size_t rb, size
     const size_t nb = n / MVM_QK_K, bytes = mvm_k_block_bytes(t);
     float s[MVM_K_ROWS_TOKENS][16];
     rblock R;
+    /* Q6_K's blocks leave dmin unset and never read it; said for GCC, which cannot see that
+     * where the type is not a constant (dispatch.h's MVM_K_INLINE_FREE) */
+    R.dmin = _mm512_setzero_ps();
     for (size_t r0 = 0; r0 < n_rows; r0 += 16) {
         const int nr = n_rows - r0 < 16 ? (int)(n_rows - r0) : 16;
         const __mmask16 keep = (__mmask16)((1u << nr) - 1);
