@@ -18,6 +18,7 @@
 #include <stdio.h>
 
 #include "engine/compute/blas.h"
+#include "kernels/cuda/gemm.h"
 #include "kernels/cuda/kernels.h"
 #include "moevm/moevm.h"
 

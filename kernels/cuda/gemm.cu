@@ -10,6 +10,7 @@
  * per element.
  */
 #include "kernels/cuda/device.cuh"
+#include "kernels/cuda/gemm.h"
 #include "kernels/dequant.h"
 
 /* Slot blockIdx.y of a list of experts (kernels.h): its expert, where its rows begin among
