@@ -453,6 +453,9 @@ mvm_status mvm_space_get_info(const mvm_space *sp, mvm_space_info *info)
     info->pages_per_expert = sp->ppe;
     info->device_pages = sp->packed ? sp->n_total * sp->ppe : sp->n_chunks;
     info->device_bytes = (uint64_t)sp->n_chunks * sp->page_size;
+    if (sp->pool_backed) /* one allocation of whole granules (mvm_slabs_init) */
+        info->device_bytes = (info->device_bytes + sp->be->granularity - 1) /
+                             sp->be->granularity * sp->be->granularity;
     info->device_free = sp->be->device_free;
     info->base = sp->base;
     info->reserved_bytes = sp->reserved;

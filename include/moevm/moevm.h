@@ -176,8 +176,9 @@ typedef struct mvm_space_info {
                                   bus (mvm_expert_home_device), mapped or not */
     int packed;                /* 1: the experts lie back to back (mvm_space_desc.pack),
                                   expert_stride apart, and stay resident */
-    uint64_t device_bytes;     /* the device memory the experts take: device_pages pages, or
-                                  a packed space's fewer */
+    uint64_t device_bytes;     /* the device memory the experts take: device_pages pages, a
+                                  packed space's fewer, a slot space's pool in whole
+                                  granules */
     int slots;                 /* 1: resident experts are read in the pool's view, never at
                                   their own addresses (mvm_space_desc.slots, mvm_expert_slot) */
 } mvm_space_info;
