@@ -41,21 +41,15 @@
 #              them, e.g. a token read through at 25%)
 #   offload    llamacpp.sh on Qwen3-30B-A3B's shape in q8_0, cut to its first 12 blocks (the
 #              whole model's mkmodel and loads would take the lease), at budgets 25 and 100,
-#              with the model's own routing and a replayed trace, by default, with a
-#              step's misses read where their copies land before their maps
-#              (MOEVM_LOAD_WAIT=device-view: session 79's experiment), with its experts
-#              queued only once all its copies are queued and mapped
-#              (MOEVM_LOAD_WAIT=device-late: the worker's maps on an idle device) and with
-#              every miss read in place at its home, loaded afterwards by admission
-#              (MOEVM_ASSIGN_ARGS=zerocopy=1: no step waits for a copy), and with the
-#              next layer's experts prefetched from DALI's residual forecast, the copies
-#              not started when it routes taken back (MOEVM_PREDICT=residual: the bus's
-#              idle time between layers put to use), and
-#              DALI's CPU/GPU split planned with costs measured here and corrected by the
-#              CPU's times in the steps (MOEVM_ASSIGN=greedy, MOEVM_COST=calibrated: 1.6x
-#              slower in J, before the correction), the
-#              variants at 25% only, against -ngl 99 --n-cpu-moe N; moevm and llama.cpp
-#              on the CPU alone
+#              with the model's own routing and a replayed trace: by default, and at 25% in
+#              a slot space (MOEVM_SLOTS=on: a move is its copy, no remap), alone and with
+#              decode read through (MOEVM_BUDGET_ROUTING=read-through), against -ngl 99
+#              --n-cpu-moe N; moevm and llama.cpp on the CPU alone (OFFLOAD_CPU=0: not).
+#              Three variants and the CPU runs fill its 300 s; the others measured before
+#              (docs/perf/offload.md: MOEVM_LOAD_WAIT=device-view and device-late,
+#              MOEVM_ASSIGN_ARGS=zerocopy=1, MOEVM_PREDICT=residual, MOEVM_ASSIGN=greedy with
+#              MOEVM_COST=calibrated, read-through with MOEVM_DEVICE_CPU=on) go in
+#              OFFLOAD_VARIANTS
 #   full_q4k   the full step's runs on OLMoE-1B-7B in Q4_K_M (the K-quant kernels), by
 #              default and with MOEVM_MMQ=on (not the default for Q4_K_M until this
 #              measures it)
@@ -67,8 +61,8 @@
 #              row loop (nvcc, about a minute to compile)
 # FULL_VARIANTS, OFFLOAD_MODELS, OFFLOAD_BUDGETS, OFFLOAD_ROUTINGS (default "own replay"),
 # OFFLOAD_VARIANTS, OFFLOAD_VARIANTS_100 (at budget 100) and OFFLOAD_CPU (0: no CPU-alone
-# runs) change those two steps; LLAMACPP=0 and MATCH_VRAM=1 pass to llamacpp.sh. The whole log
-# goes to $OUT/lease.txt; the scripts run under it write no $OUT files of their own (a device
+# runs) change those two steps; LLAMACPP=0, MATCH_VRAM=1 and MATCH_VARIANTS pass to
+# llamacpp.sh. The whole log goes to $OUT/lease.txt; the scripts run under it write no $OUT files of their own (a device
 # call brings back at most 8).
 # `grep -E '^(RESULT|== |step )'` reads it.
 set -uo pipefail
@@ -186,13 +180,8 @@ export work
     step offload 300 env MODELS="${OFFLOAD_MODELS:-qwen3-30b-a3b:q8_0:12}" \
         BUDGETS="${OFFLOAD_BUDGETS:-25 100}" ROUTINGS="${OFFLOAD_ROUTINGS:-own replay}" REPS=2 \
         VARIANTS="${OFFLOAD_VARIANTS:-default MOEVM_SLOTS=on \
-MOEVM_SLOTS=on,MOEVM_BUDGET_ROUTING=read-through MOEVM_BUDGET_ROUTING=read-through \
-MOEVM_BUDGET_ROUTING=in-place MOEVM_BUDGET_ROUTING=in-place,MOEVM_ADMIT=steps \
-MOEVM_LOAD_WAIT=device-view \
-MOEVM_ASSIGN_ARGS=zerocopy=1 MOEVM_PREDICT=residual \
-MOEVM_ASSIGN=greedy,MOEVM_COST=calibrated MOEVM_LOAD_WAIT=device-late \
-MOEVM_BUDGET_ROUTING=read-through,MOEVM_DEVICE_CPU=on,MOEVM_COST=calibrated}" \
-        VARIANTS_100="${OFFLOAD_VARIANTS_100:-default MOEVM_MMQ=off}" \
+MOEVM_SLOTS=on,MOEVM_BUDGET_ROUTING=read-through}" \
+        VARIANTS_100="${OFFLOAD_VARIANTS_100:-default}" \
         CPU_BASELINE="${OFFLOAD_CPU:-1}" bash bench/gpu/llamacpp.sh
     step full_q4k 150 env MODELS=olmoe-1b-7b:q4_k_m BUDGETS=100 ROUTINGS=own REPS=2 \
         CPU_BASELINE=0 VARIANTS="default MOEVM_MMQ=on" bash bench/gpu/llamacpp.sh

@@ -46,10 +46,11 @@
 #                                           bench/gpu/prebuilt.sh base REV makes it)
 # and the RESULT line ends in variant=...; VARIANTS_100 (default: VARIANTS) are those run at
 # budget 100, where settings of the move path or the CPU/GPU split change nothing.
-# MATCH_VRAM=1: at each budget strictly between 0 and 100, moevm once more (default variant,
+# MATCH_VRAM=1: at each budget strictly between 0 and 100, moevm once more (MATCH_VARIANTS,
 # each routing) with its experts' budget cut by the GPU memory it took beyond llama.cpp's at
 # that budget (its context and scratch are larger), so that both hold the same GPU memory:
-# the line's variant=vram_matched, its vram_mib near llama.cpp's. The budgets' share of the
+# the line's variant=vram_matched, its vram_mib near llama.cpp's. MATCH_VARIANTS ("default")
+# are the variants run so, each line's variant=vram_matched,<variant> but the default's. The budgets' share of the
 # experts is the same for both; the memory is not, and "at the same GPU memory" is what a
 # user with a given card compares.
 # MOEVM_COST=calibrated stands for a cost file that
@@ -66,6 +67,7 @@ budgets=${BUDGETS:-10 25 50 100}
 routings=${ROUTINGS:-own replay}
 variants=${VARIANTS:-default}
 variants_100=${VARIANTS_100:-$variants} # at budget 100, where what a budget changes is moot
+match_variants=${MATCH_VARIANTS:-default}
 cpu_baseline=${CPU_BASELINE:-1}
 reps=${REPS:-3} pp=${PROMPT:-512} tg=${GEN:-128} threads=${THREADS:-$(nproc)}
 work=${WORK:-/tmp/moevm-offload}
@@ -195,13 +197,17 @@ moevm_bench() {
             fi
             echo "-- MATCH_VRAM: ${matched} MiB of experts (${own_budget} less" \
                  "$((own_vram - llama_vram)) MiB that moevm took beyond llama.cpp's)"
-            env=(MOEVM_BACKEND=cuda MOEVM_LOG=info)
-            for routing in $routings; do
-                out=$(moevm_bench build-gpu/moevm "$routing" --gpu-budget "${matched}M")
-                echo "$out"
-                result "$name" "$type" "$b" moevm "$routing" \
-                    "$(echo "$out" | vram_of)" \
-                    "$(echo "$out" | moevm_speeds "$routing")variant=vram_matched"
+            for variant in $match_variants; do
+                env=(MOEVM_BACKEND=cuda MOEVM_LOG=info)
+                label=vram_matched
+                [[ $variant != default ]] && env+=(${variant//,/ }) && label+=",$variant"
+                for routing in $routings; do
+                    out=$(moevm_bench build-gpu/moevm "$routing" --gpu-budget "${matched}M")
+                    echo "$out"
+                    result "$name" "$type" "$b" moevm "$routing" \
+                        "$(echo "$out" | vram_of)" \
+                        "$(echo "$out" | moevm_speeds "$routing")variant=$label"
+                done
             done
         done
     done
