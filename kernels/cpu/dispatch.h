@@ -14,7 +14,7 @@
 #include "kernels/cpu/kernels.h"
 
 /* The levels' kernels are written as templates over the weight type: each helper is forced
- * inline (MVM_K_INLINE) into every type's instance, where the type is a constant. The
+ * inline (MVM_K_INLINE) into every type's instance, where the type is a constant. GCC's
  * sanitizer builds define MVM_K_INLINE_FREE (CMakeLists.txt) and leave inlining to the
  * compiler: the same code, each large helper one function taking the type at run time, so
  * their checks see the same accesses and operations. GCC then compiles the SIMD files in 19
