@@ -1983,6 +1983,40 @@ static void test_slot_pages(void)
     mvm_space_destroy(sp);
 }
 
+/* Pages of several granules that are no power of two (MOEVM_PAGE_SIZE=6M on a GPU: three
+ * of 2 MiB): the driver reserves address ranges at power-of-two alignments only, so the
+ * space, its views and a slot space's pool are aligned to the largest one dividing the page.
+ * Experts move and read back in such pages, in a slot space too. */
+static void test_page_of_granules(void)
+{
+    const uint64_t page = 3 * PAGE, bytes = 5 * PAGE; /* two pages an expert, the last part */
+    const uint32_t L = 2, E = 3;
+    for (int slots = 0; slots <= (backend == MVM_BACKEND_CUDA); slots++) {
+        mvm_space_desc d;
+        CHECK_ST(mvm_space_desc_init(&d), MVM_OK);
+        d.n_layers = L, d.n_experts = E, d.expert_bytes = bytes, d.page_size = page;
+        d.device_budget = 4 * page, d.backend = backend, d.slots = slots;
+        mvm_space *sp = NULL;
+        CHECK_ST(mvm_space_create(&d, &sp), MVM_OK);
+        if (!sp)
+            return;
+        mvm_space_info info;
+        CHECK_ST(mvm_space_get_info(sp, &info), MVM_OK);
+        CHECK(info.page_size == page && info.pages_per_expert == 2 && info.slots == slots);
+        fill(sp, L, E, bytes);
+        for (uint32_t i = 0; i < L * E; i++) { /* two resident at a time, the budget's */
+            const uint32_t l = i / E, e = i % E;
+            CHECK_ST(mvm_make_resident(sp, l, e, MVM_ALL_PAGES), MVM_OK);
+            uint64_t at = 0;
+            CHECK_ST(mvm_expert_slot(sp, l, e, &at), MVM_OK);
+            CHECK(at && (slots ? slot_reads(at, l, e, bytes) : reads_match(sp, l, e, bytes)));
+            if (i > 0)
+                CHECK_ST(mvm_evict(sp, (i - 1) / E, (i - 1) % E, 0), MVM_OK);
+        }
+        CHECK_ST(mvm_space_destroy(sp), MVM_OK);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2 || (strcmp(argv[1], "host") && strcmp(argv[1], "cuda"))) {
@@ -2029,6 +2063,8 @@ int main(int argc, char **argv)
     RUN(test_slots);
     if (on_fake)
         RUN(test_slot_pages);
+    if (on_fake || backend == MVM_BACKEND_HOST)
+        RUN(test_page_of_granules);
     if (backend == MVM_BACKEND_HOST)
         RUN(test_fill);
     if (backend == MVM_BACKEND_HOST)

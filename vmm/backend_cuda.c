@@ -136,11 +136,16 @@ static void cuda_destroy(mvm_backend *b)
 
 static mvm_status cuda_thread_init(mvm_backend *b) { return use_ctx(cb(b)); }
 
+/* A reservation's alignment for pages of `page` bytes: the largest power of two that divides
+ * it, since the driver takes powers of two only (CUDA_ERROR_INVALID_VALUE otherwise) and a
+ * page may be several granules (MOEVM_PAGE_SIZE=6M: three of 2 MiB, aligned to 2 MiB). */
+static size_t va_align(size_t page) { return page & (~page + 1); }
+
 static mvm_status cuda_reserve(mvm_backend *b, size_t bytes, size_t align, uint64_t *va)
 {
     cuda_backend *c = cb(b);
     CUdeviceptr p;
-    CU(c, c->cu.MemAddressReserve(&p, bytes, align, 0, 0), "cuMemAddressReserve");
+    CU(c, c->cu.MemAddressReserve(&p, bytes, va_align(align), 0, 0), "cuMemAddressReserve");
     *va = p;
     return MVM_OK;
 }
@@ -202,7 +207,8 @@ static mvm_status handle_view_create(cuda_backend *c, const CUmemAllocationProp 
         st = mvm_cu_fail(&c->cu, r, prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE
                                ? "cuMemCreate (device chunk)"
                                : "cuMemCreate (HOST_NUMA home page)");
-    else if ((r = c->cu.MemAddressReserve(&hv->view, n * page, page, 0, 0)) != CUDA_SUCCESS)
+    else if ((r = c->cu.MemAddressReserve(&hv->view, n * page, va_align(page), 0, 0)) !=
+             CUDA_SUCCESS)
         st = mvm_cu_fail(&c->cu, r, "cuMemAddressReserve (view)");
     else if ((st = map_handles(c, hv->view, page, hv->h, n, access, n_access)) != MVM_OK)
         c->cu.MemAddressFree(hv->view, n * page);
@@ -366,7 +372,8 @@ static mvm_status cuda_pool_create(mvm_backend *b, size_t n_chunks, size_t page_
     p->page = page_size;
     p->gran = b->granularity;
     CUresult r = c->cu.MemAddressReserve(&p->view, granules(p, n_chunks),
-                                         page_size > p->gran ? page_size : p->gran, 0, 0);
+                                         va_align(page_size > p->gran ? page_size : p->gran),
+                                         0, 0);
     if (r != CUDA_SUCCESS) {
         free(p->slab);
         free(p);
