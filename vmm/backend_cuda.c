@@ -136,9 +136,8 @@ static void cuda_destroy(mvm_backend *b)
 
 static mvm_status cuda_thread_init(mvm_backend *b) { return use_ctx(cb(b)); }
 
-/* A reservation's alignment for pages of `page` bytes: the largest power of two that divides
- * it, since the driver takes powers of two only (CUDA_ERROR_INVALID_VALUE otherwise) and a
- * page may be several granules (MOEVM_PAGE_SIZE=6M: three of 2 MiB, aligned to 2 MiB). */
+/* The driver reserves at power-of-two alignments only: pages of several granules
+ * (MOEVM_PAGE_SIZE=6M) are aligned to the largest power of two that divides them. */
 static size_t va_align(size_t page) { return page & (~page + 1); }
 
 static mvm_status cuda_reserve(mvm_backend *b, size_t bytes, size_t align, uint64_t *va)
@@ -371,9 +370,8 @@ static mvm_status cuda_pool_create(mvm_backend *b, size_t n_chunks, size_t page_
     p->n = n_chunks;
     p->page = page_size;
     p->gran = b->granularity;
-    CUresult r = c->cu.MemAddressReserve(&p->view, granules(p, n_chunks),
-                                         va_align(page_size > p->gran ? page_size : p->gran),
-                                         0, 0);
+    const size_t align = va_align(page_size > p->gran ? page_size : p->gran);
+    CUresult r = c->cu.MemAddressReserve(&p->view, granules(p, n_chunks), align, 0, 0);
     if (r != CUDA_SUCCESS) {
         free(p->slab);
         free(p);
