@@ -17,6 +17,7 @@
  */
 #include <dlfcn.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -194,6 +195,59 @@ static void free_run(struct run *r)
     if (r)
         free(r->logits);
     free(r);
+}
+
+/* An engine used from threads other than the one that opened it (moevm serve's engine
+ * thread, an embedding program's workers): each entry into the device forward pass makes the
+ * device's context the calling thread's (mvm_gpu_use), so a prompt evaluated on a new thread,
+ * its experts moving (budget 0.5), gives the main thread's logits to the bit, and the
+ * context is freed on a third. Without it every driver call there failed with
+ * CUDA_ERROR_INVALID_CONTEXT, and `moevm serve` on a GPU answered every request with it. */
+struct elsewhere {
+    mvm_ctx *c;
+    size_t n_vocab;
+    float *logits;
+    mvm_status st;
+};
+
+static void *eval_elsewhere(void *arg)
+{
+    struct elsewhere *o = arg;
+    o->st = eval_prompt(o->c, o->n_vocab, 4, o->logits);
+    return NULL;
+}
+
+static void *free_elsewhere(void *c)
+{
+    mvm_ctx_free(c);
+    return NULL;
+}
+
+static void test_other_threads(void)
+{
+    const char *path = model_path("olmoe", MVM_W_Q8_0);
+    struct run *here = run_prompt(path, MVM_BACKEND_CUDA, 0.5, 4, 0);
+    mvm_model *m = NULL;
+    mvm_ctx *c = NULL;
+    CHECK_ST(load(path, MVM_BACKEND_CUDA, 0.5, &m), MVM_OK);
+    mvm_ctx_policies pol = {.residency = {.evict = "lru"}};
+    if (m)
+        CHECK_ST(mvm_ctx_create(m, pool, 32, 4, &pol, &c), MVM_OK);
+    if (c && here) {
+        const size_t nv = m->hp.n_vocab;
+        struct elsewhere o = {c, nv, malloc(N_PROMPT * nv * sizeof(float)), MVM_ERR_INVALID};
+        pthread_t t;
+        CHECK(o.logits && pthread_create(&t, NULL, eval_elsewhere, &o) == 0 &&
+              pthread_join(t, NULL) == 0);
+        CHECK_ST(o.st, MVM_OK);
+        CHECK(o.st == MVM_OK && memcmp(o.logits, here->logits, N_PROMPT * nv * sizeof(float)) == 0);
+        CHECK(pthread_create(&t, NULL, free_elsewhere, c) == 0 && pthread_join(t, NULL) == 0);
+        c = NULL;
+        free(o.logits);
+    }
+    mvm_ctx_free(c);
+    mvm_model_free(m);
+    free_run(here);
 }
 
 /* Reading in place where the device cannot read the homes (unmapped, and the driver gave
@@ -2092,6 +2146,7 @@ int main(int argc, char **argv)
     RUN(test_device_routing);
     RUN(test_budget_routing);
     RUN(test_slots);
+    RUN(test_other_threads);
     RUN(test_device_cpu);
     RUN(test_graph_faults);
     RUN(test_device_sequences);

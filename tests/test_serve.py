@@ -38,9 +38,9 @@ def check(cond, what):
 
 
 class Server:
-    def __init__(self, moevm, model, *args):
+    def __init__(self, moevm, model, *args, env=None):
         self.p = subprocess.Popen([moevm, "serve", "-m", model, "--port", "0", *args],
-                                  stderr=subprocess.PIPE, text=True)
+                                  stderr=subprocess.PIPE, text=True, env=env)
         self.log = []
         self.port = None
         deadline = time.time() + 120
@@ -364,6 +364,28 @@ def cpu_moe(moevm, model, arch):
           "experts read at their homes" in log["99"], f"{arch}: --n-cpu-moe 99: {log['99']}")
 
 
+def device(moevm, model, arch):
+    """On the device (the cuda backend over tests/fakecuda, its kernels emulated: CTest's
+    SERVE_CUDA_DRIVER and SERVE_CUDA_KERNELS), half the experts' pages resident. The engine
+    runs on the server's own thread, not the one that opened the device, and must make the
+    device's context that thread's: every request failed with CUDA_ERROR_INVALID_CONTEXT
+    before (engine/compute/gpu.h, mvm_gpu_use)."""
+    driver, kernels = os.environ.get("SERVE_CUDA_DRIVER"), os.environ.get("SERVE_CUDA_KERNELS")
+    if not driver or not kernels:
+        return
+    env = dict(os.environ, MOEVM_BACKEND="cuda", MOEVM_CUDA_LIBRARY=driver,
+               FAKECUDA_KERNELS=kernels)
+    s = Server(moevm, model, "--gpu-budget", "50%", "-t", "2", env=env)
+    try:
+        status, body = s.post("/v1/completions", dict(GREEDY, prompt="Once upon a time"))
+    finally:
+        rc, log = s.stop()
+    text = body["choices"][0]["text"] if status == 200 else None
+    check(text and body["usage"]["completion_tokens"] > 0, f"{arch}: on the device: {body}")
+    check(rc == 0 and "computing on the GPU" in log and "1 completed" in log,
+          f"{arch}: on the device: rc {rc}, log {log[-600:]!r}")
+
+
 def template_file(moevm, model, arch, work):
     """--chat-template-file: the server renders chat messages with that template (one that
     raises on a given message shows it is the one in use); a missing file is one line and
@@ -419,6 +441,7 @@ def main():
                                                                  f"log {log[-300:]!r}")
         if arch == arches[0]:
             cpu_moe(moevm, model, arch)
+            device(moevm, model, arch)
             template_file(moevm, model, arch, work)
     print(f"{passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)

@@ -146,7 +146,8 @@ int mvm_cli_engine_load(const char *cmd, mvm_cli_engine *e, mvm_engine **out)
         snprintf(seqs, sizeof seqs, " in each of %u sequences", in.n_seq);
     fprintf(stderr, "model: %s (%s), %u layers, %u experts top-%u, vocab %u; computing on "
             "the %s, %s; %u positions%s\n", in.name, in.arch, in.n_layer, in.n_expert,
-            in.n_expert_used, in.n_vocab, in.backend, budget, in.n_ctx, seqs);
+            in.n_expert_used, in.n_vocab, strcmp(in.backend, "cuda") ? "CPU" : "GPU", budget,
+            in.n_ctx, seqs);
     return 0;
 }
 

@@ -211,6 +211,12 @@ mvm_status mvm_gpu_open(int device, mvm_gpu **out)
     return MVM_OK;
 }
 
+mvm_status mvm_gpu_use(mvm_gpu *g)
+{
+    CU(g, g->cu.CtxSetCurrent(g->ctx), "cuCtxSetCurrent");
+    return MVM_OK;
+}
+
 void mvm_gpu_close(mvm_gpu *g)
 {
     if (!g)

@@ -61,6 +61,11 @@ enum mvm_gpu_kernel {
  * driver or device is missing; MVM_ERR_BACKEND when a module or kernel does not load. */
 mvm_status mvm_gpu_open(int device, mvm_gpu **out);
 void mvm_gpu_close(mvm_gpu *g);
+/* Makes the device's context the calling thread's: every entry into the device forward
+ * pass calls it first, since an engine is free to run on a thread other than the one that
+ * opened it (moevm serve's, an embedding program's), where the driver would refuse every
+ * call with CUDA_ERROR_INVALID_CONTEXT. */
+mvm_status mvm_gpu_use(mvm_gpu *g);
 /* The compute stream (a CUstream), for mvm_unpin_after. */
 void *mvm_gpu_stream(const mvm_gpu *g);
 /* Whether kernel k was loaded for weight type `type` (ignored by an untyped kernel): the

@@ -516,6 +516,7 @@ static mvm_status moe(struct cuda_fwd *f, uint32_t il, uint32_t n, const uint32_
 static mvm_status cuda_expert_rows(mvm_ctx *ctx, const mvm_expert_rows *r, float *out)
 {
     struct cuda_fwd *f = ctx->state;
+    TRY(mvm_gpu_use(f->g));
     const uint32_t n = r->n_tok, D = f->m->hp.n_embd;
     const size_t bytes = (size_t)n * D * sizeof(float);
     TRY(mvm_moe_take_rows(f->moe, r->layer, n, r->hidden, r->experts, r->n_exp, r->cnt,
@@ -565,6 +566,7 @@ static mvm_status cuda_time_expert(mvm_ctx *ctx, uint32_t il, int32_t e, const f
                                    uint32_t n, double *seconds)
 {
     struct cuda_fwd *f = ctx->state;
+    TRY(mvm_gpu_use(f->g));
     mvm_space *sp = f->m->space;
     mvm_residency before;
     TRY(mvm_expert_residency(sp, il, (uint32_t)e, &before));
@@ -694,6 +696,7 @@ static mvm_status eval_batch(struct cuda_fwd *f, const mvm_fwd_batch *b, float *
 static mvm_status cuda_eval(mvm_ctx *ctx, const mvm_fwd_batch *b, float *logits)
 {
     struct cuda_fwd *f = ctx->state;
+    TRY(mvm_gpu_use(f->g));
     int idle = 0;
     const double start = mvm_now_s();
     TRY(mvm_cuda_fwd_route_choose(f, b));
@@ -733,6 +736,7 @@ static mvm_status cuda_eval(mvm_ctx *ctx, const mvm_fwd_batch *b, float *logits)
 static mvm_status cuda_settle(const mvm_ctx *ctx)
 {
     struct cuda_fwd *f = ctx->state;
+    TRY(mvm_gpu_use(f->g));
     mvm_status st = mvm_cuda_fwd_route_settle(f);
     st = st != MVM_OK ? st : mvm_cuda_fwd_route_loads(f); /* nothing is queued now */
     return f->replay.failed = st;

@@ -215,8 +215,10 @@ mvm_status mvm_cuda_fwd_context_bytes(mvm_model *m, uint32_t n_ctx, uint32_t n_b
 void mvm_cuda_fwd_destroy(void *state)
 {
     struct cuda_fwd *f = state;
-    if (f->g)
+    if (f->g) {
+        (void)mvm_gpu_use(f->g); /* the frees below need it, whichever thread ends the run */
         mvm_gpu_profile_report(f->g, stderr); /* MOEVM_GPU_PROFILE's, when on */
+    }
     mvm_cuda_fwd_route_release(f);
     mvm_cuda_fwd_laps_report(f);
     for (size_t i = 0; i < f->n_owned; i++)
