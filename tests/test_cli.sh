@@ -172,6 +172,19 @@ expect 0 '^moevm run: --n-cpu-moe 2: the experts of all 2 MoE layers stay on the
 expect 0 'space: host backend, experts read at their homes \(no budget\)' -- env MOEVM_PAGE_SIZE=64K "$moevm" run -m "$m" -p x -n 1 -ncmoe 99
 expect 1 'expert space: page size 8.0 TiB: each expert takes whole pages, and [0-9]+ x 8.0 TiB exceed the 64.0 TiB a space can address' -- env MOEVM_PAGE_SIZE=8T "$moevm" run -m "$m" -p x -n 1 --gpu-budget 50%
 same_text '--n-cpu-moe 99' "$tmp/a" "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 --n-cpu-moe 99 -ngl 99
+# llama.cpp's other flags (tools/cli.c's llama_flags): --cpu-moe and -cmoe are --n-cpu-moe
+# for every layer; -fa, --no-mmap and --mlock are accepted with a note (-fa's value
+# checked); -ot, -ctk, -ctv, -ts, -sm and -mg are refused, each with the moevm way to say it.
+# Before, getopt read "-fa on" as -f a and "-ot x" as -o t.
+same_text '--cpu-moe' "$tmp/a" "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 --cpu-moe -fa on --no-mmap --mlock
+expect 0 '^moevm run: --cpu-moe: the experts of all 2 MoE layers stay on the CPU' -- "$moevm" run -m "$m" -p x -n 1 -cmoe
+expect 0 '^moevm run: -fa: llama.cpp.s, accepted and ignored: moevm picks its attention' -- "$moevm" run -m "$m" -p x -n 1 -fa auto
+expect 2 '^moevm run: -fa yes: expected on, off or auto' -- "$moevm" run -m "$m" -p x -n 1 -fa yes
+expect 2 '^moevm run: -ot: llama.cpp.s, not taken: moevm places the weights itself.*--cpu-moe' -- "$moevm" run -m "$m" -p x -ot 'ffn_.*_exps=CPU'
+expect 2 '^moevm run: --cache-type-k: llama.cpp.s, not taken: the KV cache.s type is --kv-type' -- "$moevm" run -m "$m" -p x --cache-type-k q8_0
+expect 2 '^moevm chat: -mg: llama.cpp.s, not taken: the GPU is chosen with MOEVM_DEVICE' -- "$moevm" chat -m "$m" -mg 1
+expect 2 '^moevm bench: -ts: llama.cpp.s, not taken: moevm computes on one GPU a process' -- "$moevm" bench -m "$m" -ts 1,1
+expect 0 '\| host \| 1 \| home \| own \| tg2 \| ' -- "$moevm" bench -m "$m" --n-prompt 0 --n-gen 2 --repetitions 1 --threads 1 --cpu-moe
 expect 2 'run: give -p or -f, not both' -- "$moevm" run -m "$m" -p x -f "$tmp/prompt.txt"
 expect 1 '^moevm run: .*nope.txt: cannot open it' -- "$moevm" run -m "$m" -f "$tmp/nope.txt"
 # A K-quant mix (llama.cpp's Q4_K_M: Q6_K down in some layers) runs, on the host and below

@@ -131,6 +131,57 @@ static int cli_end(mvm_cli_iter *it)
     return MVM_CLI_BAD;
 }
 
+/* MVM_CLI_LLAMA_OPTS (cli.h): each flag's spellings, and refuse: 0, accepted (its value, if
+ * any, read) with the note said once a process; 1, refused with it. */
+static const struct {
+    const char *names[2];
+    int refuse;
+    const char *say;
+} llama_flags[] = {
+    {{"-fa", "flash-attn"}, 0, "moevm picks its attention kernels itself (MOEVM_ATTN_MMA)"},
+    {{"no-mmap", NULL}, 0, "moevm copies the weights out of the file; nothing stays mapped"},
+    {{"mlock", NULL}, 0, "the experts' homes are pinned (locked) host memory already"},
+    {{"-ot", "override-tensor"}, 1, "moevm places the weights itself: attention and the dense "
+     "weights on the GPU, the experts by a byte budget (--cpu-moe: every expert on the CPU; "
+     "--n-cpu-moe N; --gpu-budget)"},
+    {{"-ctk", "cache-type-k"}, 1, "the KV cache's type is --kv-type f16 or f32, keys and "
+     "values alike"},
+    {{"-ctv", "cache-type-v"}, 1, "the KV cache's type is --kv-type f16 or f32, keys and "
+     "values alike"},
+    {{"-ts", "tensor-split"}, 1, "moevm computes on one GPU a process (MOEVM_DEVICE); mpirun "
+     "spreads the experts over several (docs/distributed.md)"},
+    {{"-sm", "split-mode"}, 1, "moevm computes on one GPU a process (MOEVM_DEVICE); mpirun "
+     "spreads the experts over several (docs/distributed.md)"},
+    {{"-mg", "main-gpu"}, 1, "the GPU is chosen with MOEVM_DEVICE=N"},
+};
+
+/* The llama.cpp flag it->flag: MVM_CLI_OPTION to go on, after its note; MVM_CLI_BAD. */
+static int llama_flag(const mvm_cli_iter *it)
+{
+    static unsigned said;
+    const char *typed = it->flag + (it->flag[1] == '-' ? 2 : 0);
+    for (unsigned i = 0; i < sizeof llama_flags / sizeof *llama_flags; i++) {
+        const char *const *n = llama_flags[i].names;
+        if (strcmp(typed, n[0]) && (!n[1] || strcmp(typed, n[1])))
+            continue;
+        if (llama_flags[i].refuse) {
+            fprintf(stderr, "moevm %s: %s: llama.cpp's, not taken: %s\n", it->cmd, it->flag,
+                    llama_flags[i].say);
+            return MVM_CLI_BAD;
+        }
+        static const char *const fa[] = {"on", "off", "auto", NULL};
+        int choice;
+        if (i == 0 && mvm_cli_choice(it->cmd, it->flag, it->value, fa, &choice))
+            return MVM_CLI_BAD;
+        if (!(said & 1u << i))
+            fprintf(stderr, "moevm %s: %s: llama.cpp's, accepted and ignored: %s\n", it->cmd,
+                    it->flag, llama_flags[i].say);
+        said |= 1u << i;
+        return MVM_CLI_OPTION;
+    }
+    return cli_fail(it, "unknown option ", "");
+}
+
 int mvm_cli_next(mvm_cli_iter *it)
 {
     if (!it->started) {
@@ -178,6 +229,8 @@ int mvm_cli_next(mvm_cli_iter *it)
         if (it->opts[i].letter == val)
             row = i;
     it->id = it->opts[row].id;
+    if (it->id == MVM_CLI_LLAMA)
+        return llama_flag(it) == MVM_CLI_OPTION ? mvm_cli_next(it) : MVM_CLI_BAD;
     return MVM_CLI_OPTION;
 }
 
@@ -251,6 +304,10 @@ void mvm_cli_gpu_layers(const char *cmd, const char *flag)
 
 int mvm_cli_n_cpu_moe(const char *cmd, const char *flag, const char *value, uint32_t *n)
 {
+    if (!value) { /* --cpu-moe */
+        *n = 1u << 16;
+        return 0;
+    }
     return mvm_cli_u32(cmd, flag, value, 0, 1u << 16, n);
 }
 
@@ -275,10 +332,13 @@ int mvm_cli_cpu_moe(const char *cmd, uint32_t n_cpu_moe, mvm_model *m, mvm_space
 
 void mvm_cli_cpu_moe_note(const char *cmd, uint32_t n_cpu_moe, uint32_t n_layer)
 {
+    char flag[32] = "--cpu-moe"; /* (its N, 1 << 16, is no one's typing) */
+    if (n_cpu_moe != 1u << 16)
+        snprintf(flag, sizeof flag, "--n-cpu-moe %u", n_cpu_moe);
     if (n_cpu_moe >= n_layer)
-        fprintf(stderr, "moevm %s: --n-cpu-moe %u: the experts of all %u MoE layers stay on the "
-                "CPU, so no expert budget: the CPU computes every expert, reading it in host "
-                "memory, and a GPU (where one computes) the rest\n", cmd, n_cpu_moe, n_layer);
+        fprintf(stderr, "moevm %s: %s: the experts of all %u MoE layers stay on the CPU, so no "
+                "expert budget: the CPU computes every expert, reading it in host memory, and a "
+                "GPU (where one computes) the rest\n", cmd, flag, n_layer);
 }
 
 volatile sig_atomic_t mvm_cli_interrupted;

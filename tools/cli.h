@@ -123,13 +123,29 @@ int mvm_cli_float_to_double(const char *cmd, const char *flag, const char *value
  * -ncmoe N (mvm_cli_cpu_moe); ngl and cpu_moe are the command's ids for them. */
 #define MVM_CLI_GPU_OPTS(ngl, cpu_moe)                                                        \
     {"-ngl", 0, 1, ngl}, {"gpu-layers", 0, 1, ngl}, {"n-gpu-layers", 0, 1, ngl},             \
-    {"n-cpu-moe", 0, 1, cpu_moe}, {"-ncmoe", 0, 1, cpu_moe}
+    {"n-cpu-moe", 0, 1, cpu_moe}, {"-ncmoe", 0, 1, cpu_moe}, {"cpu-moe", 0, 0, cpu_moe},      \
+    {"-cmoe", 0, 0, cpu_moe}, MVM_CLI_LLAMA_OPTS
+/* llama.cpp's other flags that its users bring along, spelled alike in every command that
+ * loads a model (cli.c's llama_flags says what each becomes): the ones moevm has no use for
+ * accepted with a note, the ones it cannot honour refused with the moevm way to say it.
+ * Without rows of their own, getopt would read "-fa on" as -f a and "-ot x=CPU" as -o t. */
+#define MVM_CLI_LLAMA (1 << 20) /* their id, which mvm_cli_next handles itself */
+#define MVM_CLI_LLAMA_OPTS                                                                    \
+    {"-fa", 0, 1, MVM_CLI_LLAMA}, {"flash-attn", 0, 1, MVM_CLI_LLAMA},                        \
+    {"no-mmap", 0, 0, MVM_CLI_LLAMA}, {"mlock", 0, 0, MVM_CLI_LLAMA},                         \
+    {"-ot", 0, 1, MVM_CLI_LLAMA}, {"override-tensor", 0, 1, MVM_CLI_LLAMA},                   \
+    {"-ctk", 0, 1, MVM_CLI_LLAMA}, {"cache-type-k", 0, 1, MVM_CLI_LLAMA},                     \
+    {"-ctv", 0, 1, MVM_CLI_LLAMA}, {"cache-type-v", 0, 1, MVM_CLI_LLAMA},                     \
+    {"-ts", 0, 1, MVM_CLI_LLAMA}, {"tensor-split", 0, 1, MVM_CLI_LLAMA},                      \
+    {"-sm", 0, 1, MVM_CLI_LLAMA}, {"split-mode", 0, 1, MVM_CLI_LLAMA},                        \
+    {"-mg", 0, 1, MVM_CLI_LLAMA}, {"main-gpu", 0, 1, MVM_CLI_LLAMA}
 /* -ngl / --n-gpu-layers N of llama.cpp, accepted with any value: moevm places experts by a
  * byte budget, and attention and dense weights always go to the GPU when there is one. The
  * first call says so on stderr, once per process. */
 void mvm_cli_gpu_layers(const char *cmd, const char *flag);
 /* --n-cpu-moe's value N, 0..65536 (llama.cpp users type 99 for "every layer"): into *n, 0;
- * else 2 after "moevm <cmd>: <flag> <value>: ...". */
+ * else 2 after "moevm <cmd>: <flag> <value>: ...". No value (llama.cpp's --cpu-moe, -cmoe:
+ * every MoE layer's experts on the CPU): 65536. */
 int mvm_cli_n_cpu_moe(const char *cmd, const char *flag, const char *value, uint32_t *n);
 /* 0 unless both --gpu-budget and --n-cpu-moe were given: then 2 after one line saying so. */
 int mvm_cli_budget_or_cpu_moe(const char *cmd, int budget_given, int cpu_moe_given);

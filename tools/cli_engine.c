@@ -98,6 +98,8 @@ void mvm_cli_engine_usage(FILE *f)
             "  -ngl, --n-gpu-layers N  llama.cpp's, accepted with any value and ignored:\n"
             "                  attention and the dense weights always go to the GPU when\n"
             "                  there is one\n"
+            "  --cpu-moe, -cmoe  llama.cpp's: --n-cpu-moe of every layer (README.md lists\n"
+            "                  llama.cpp's other flags, taken and ignored or refused)\n"
             "  --kv-type       f16 or f32 (default MOEVM_KV_TYPE, f16)\n"
             "  --evict, --predict, --route, --config, --assign  NAME[{k=v,...}]: the policy\n"
             "                  modules (docs/policies.md; default their MOEVM_* options)\n"

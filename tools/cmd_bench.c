@@ -72,6 +72,8 @@ static void usage(FILE *f)
           "                the CPU, the rest on a GPU where there is one (budget 'home')\n"
           "  -ngl, --n-gpu-layers  llama-bench's, accepted with any value and ignored:\n"
           "                attention and dense weights always go to the GPU when there is one\n"
+          "  --cpu-moe, -cmoe  llama.cpp's: --n-cpu-moe of every layer (README.md lists\n"
+          "                llama.cpp's other flags, taken and ignored or refused)\n"
           "  --evict       the evict policy module (default MOEVM_EVICT; docs/policies.md)\n"
           "  -b, --batch, --batch-size  prompt tokens per forward pass (default 512)\n"
           "  --kv-type     the KV cache's elements (default MOEVM_KV_TYPE, f16)\n"
@@ -146,7 +148,8 @@ static int parse_option(struct bench_args *a, int id, const char *f, char *v)
     case O_REPS: return mvm_cli_u32("bench", f, v, 1, BENCH_MAX_REPS, &a->reps);
     case O_THREADS: return parse_u32_list(f, v, 1, 1024, a->threads, &a->n_threads);
     case O_BUDGET: return split_list(f, v, a->budgets, &a->n_budgets);
-    case O_CPU_MOE: return parse_u32_list(f, v, 0, 1u << 16, a->cpu_moe, &a->n_cpu_moe);
+    case O_CPU_MOE: /* no value: --cpu-moe, every layer */
+        return parse_u32_list(f, v ? v : "65536", 0, 1u << 16, a->cpu_moe, &a->n_cpu_moe);
     case O_EVICT: return mvm_cli_policy("bench", f, v, &a->evict, &a->evict_args);
     case O_BATCH: return mvm_cli_u32("bench", f, v, 1, 4096, &a->batch);
     case O_KV_TYPE: return mvm_cli_kv_type("bench", v, &a->kv_type);
