@@ -131,28 +131,27 @@ static int cli_end(mvm_cli_iter *it)
     return MVM_CLI_BAD;
 }
 
-/* MVM_CLI_LLAMA_OPTS (cli.h): each flag's spellings, and refuse: 0, accepted (its value, if
- * any, read) with the note said once a process; 1, refused with it. */
+/* MVM_CLI_LLAMA_OPTS (cli.h): the spellings of each flag, the values it takes (NULL: any, or
+ * none), and refuse: 0, accepted with the note said once a process; 1, refused with it. */
+static const char *const on_off_auto[] = {"on", "off", "auto", NULL};
 static const struct {
-    const char *names[2];
+    const char *names[4];
+    const char *const *values;
     int refuse;
     const char *say;
 } llama_flags[] = {
-    {{"-fa", "flash-attn"}, 0, "moevm picks its attention kernels itself (MOEVM_ATTN_MMA)"},
-    {{"no-mmap", NULL}, 0, "moevm copies the weights out of the file; nothing stays mapped"},
-    {{"mlock", NULL}, 0, "the experts' homes are pinned (locked) host memory already"},
-    {{"-ot", "override-tensor"}, 1, "moevm places the weights itself: attention and the dense "
-     "weights on the GPU, the experts by a byte budget (--cpu-moe: every expert on the CPU; "
-     "--n-cpu-moe N; --gpu-budget)"},
-    {{"-ctk", "cache-type-k"}, 1, "the KV cache's type is --kv-type f16 or f32, keys and "
-     "values alike"},
-    {{"-ctv", "cache-type-v"}, 1, "the KV cache's type is --kv-type f16 or f32, keys and "
-     "values alike"},
-    {{"-ts", "tensor-split"}, 1, "moevm computes on one GPU a process (MOEVM_DEVICE); mpirun "
-     "spreads the experts over several (docs/distributed.md)"},
-    {{"-sm", "split-mode"}, 1, "moevm computes on one GPU a process (MOEVM_DEVICE); mpirun "
-     "spreads the experts over several (docs/distributed.md)"},
-    {{"-mg", "main-gpu"}, 1, "the GPU is chosen with MOEVM_DEVICE=N"},
+    {{"-fa", "flash-attn"}, on_off_auto, 0,
+     "moevm picks its attention kernels itself (MOEVM_ATTN_MMA)"},
+    {{"no-mmap"}, NULL, 0, "moevm copies the weights out of the file; nothing stays mapped"},
+    {{"mlock"}, NULL, 0, "the experts' homes are pinned (locked) host memory already"},
+    {{"-ot", "override-tensor"}, NULL, 1, "moevm places the weights itself: attention and the "
+     "dense weights on the GPU, the experts by a byte budget (--cpu-moe: every expert on the "
+     "CPU; --n-cpu-moe N; --gpu-budget)"},
+    {{"-ctk", "cache-type-k", "-ctv", "cache-type-v"}, NULL, 1,
+     "the KV cache's type is --kv-type f16 or f32, keys and values alike"},
+    {{"-ts", "tensor-split", "-sm", "split-mode"}, NULL, 1, "moevm computes on one GPU a "
+     "process (MOEVM_DEVICE); mpirun spreads the experts over several (docs/distributed.md)"},
+    {{"-mg", "main-gpu"}, NULL, 1, "the GPU is chosen with MOEVM_DEVICE=N"},
 };
 
 /* The llama.cpp flag it->flag: MVM_CLI_OPTION to go on, after its note; MVM_CLI_BAD. */
@@ -160,25 +159,25 @@ static int llama_flag(const mvm_cli_iter *it)
 {
     static unsigned said;
     const char *typed = it->flag + (it->flag[1] == '-' ? 2 : 0);
-    for (unsigned i = 0; i < sizeof llama_flags / sizeof *llama_flags; i++) {
-        const char *const *n = llama_flags[i].names;
-        if (strcmp(typed, n[0]) && (!n[1] || strcmp(typed, n[1])))
-            continue;
-        if (llama_flags[i].refuse) {
-            fprintf(stderr, "moevm %s: %s: llama.cpp's, not taken: %s\n", it->cmd, it->flag,
-                    llama_flags[i].say);
-            return MVM_CLI_BAD;
+    for (unsigned i = 0; i < sizeof llama_flags / sizeof *llama_flags; i++)
+        for (int n = 0; n < 4 && llama_flags[i].names[n]; n++) {
+            if (strcmp(typed, llama_flags[i].names[n]))
+                continue;
+            int choice;
+            if (llama_flags[i].refuse) {
+                fprintf(stderr, "moevm %s: %s: llama.cpp's, not taken: %s\n", it->cmd,
+                        it->flag, llama_flags[i].say);
+                return MVM_CLI_BAD;
+            }
+            if (llama_flags[i].values &&
+                mvm_cli_choice(it->cmd, it->flag, it->value, llama_flags[i].values, &choice))
+                return MVM_CLI_BAD;
+            if (!(said & 1u << i))
+                fprintf(stderr, "moevm %s: %s: llama.cpp's, accepted and ignored: %s\n",
+                        it->cmd, it->flag, llama_flags[i].say);
+            said |= 1u << i;
+            return MVM_CLI_OPTION;
         }
-        static const char *const fa[] = {"on", "off", "auto", NULL};
-        int choice;
-        if (i == 0 && mvm_cli_choice(it->cmd, it->flag, it->value, fa, &choice))
-            return MVM_CLI_BAD;
-        if (!(said & 1u << i))
-            fprintf(stderr, "moevm %s: %s: llama.cpp's, accepted and ignored: %s\n", it->cmd,
-                    it->flag, llama_flags[i].say);
-        said |= 1u << i;
-        return MVM_CLI_OPTION;
-    }
     return cli_fail(it, "unknown option ", "");
 }
 
