@@ -2,13 +2,14 @@
 # before (the sanitizer builds of `make test` reuse the plain build's: PTX does not depend
 # on sanitizers; the three builds took 227 s instead of 270 on two cores, docs/perf/tests.md):
 #   cmake -DNVCC=nvcc -DSRC=k.cu -DDEPS="a.h|b.h" -DINC=dir -DOUT=k.ptx [-DARCH=compute_NN]
-#         [-DCACHE=dir] -P ptx.cmake
+#         [-DDEFS="-DA|-DB=1"] [-DCACHE=dir] -P ptx.cmake
 # The cache key is the SHA-256 of the source, its headers, nvcc's version and the flags, so
 # an entry never stands for other inputs.
 if(NOT ARCH)
   set(ARCH compute_75)
 endif()
-set(flags -ptx -arch=${ARCH} -I${INC})
+string(REPLACE "|" ";" defs "${DEFS}")
+set(flags -ptx -arch=${ARCH} -I${INC} ${defs})
 execute_process(COMMAND ${NVCC} --version OUTPUT_VARIABLE version RESULT_VARIABLE rc)
 if(rc)
   message(FATAL_ERROR "ptx.cmake: ${NVCC} --version failed")

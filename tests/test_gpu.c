@@ -26,6 +26,7 @@
 static uint64_t rng = 0x243F6A8885A308D3ull;
 static mvm_gpu *g;                   /* the device the tests share */
 static fakecuda_set_fail_fn set_fail; /* the fake's fault injection */
+static fakecuda_calls_fn calls;       /* and its count of each driver function's calls */
 static int on_fake;                  /* the kernels are the fake's plugin, on the CPU */
 
 static float rnd(void)
@@ -87,45 +88,52 @@ static mvm_dptr device_act(enum mvm_wtype t, mvm_dptr dx, const float *x, uint32
 
 /* A matrix product of 2 tokens in every weight type, against the CPU: a warp a row, and a
  * block a row (mvm_g_matvec_split). */
-static void test_matvec(void)
+/* One product of type t (split warps a row), its relative error against the CPU's in *err;
+ * the launch's status. */
+static mvm_status matvec_once(enum mvm_wtype t, uint32_t split, double *err)
 {
     const uint32_t n_out = 7, n_tok = 2;
+    const uint32_t n_in = mvm_k_is_k(t) ? 768 : 320; /* several warp steps */
+    const size_t rb = mvm_k_row_bytes(t, n_in);
+    const size_t ab = mvm_k_act_bytes(t, n_in);
+    float *wf = randoms((size_t)n_out * n_in), *x = randoms((size_t)n_tok * n_in);
+    uint8_t *w = malloc(n_out * rb), *act = malloc(n_tok * ab);
+    float want[2 * 7], got[2 * 7];
+    mvm_k_quantize(t, wf, w, (size_t)n_out * n_in);
+    for (uint32_t k = 0; k < n_tok; k++)
+        mvm_k_prepare_act(t, x + k * n_in, act + k * ab, n_in);
+    mvm_k_matmul(t, w, rb, n_in, act, ab, n_tok, want, n_out, 0, n_out);
+    size_t as = 0;
+    mvm_dptr dw = up(w, n_out * rb), dx = up(x, n_tok * n_in * 4), dy = 0;
+    mvm_dptr da = device_act(t, dx, x, n_in, n_tok, &as);
+    CHECK_ST(mvm_gpu_alloc(g, sizeof got, &dy), MVM_OK);
+    mvm_g_matvec_args ma = {.w = dw, .act = da, .y = dy, .row_bytes = rb, .act_stride = as,
+                            .y_stride = n_out, .n_in = n_in, .n_out = n_out, .n_tok = n_tok,
+                            .split = split};
+    memset(got, 0xff, sizeof got);
+    CHECK_ST(mvm_gpu_upload(g, dy, got, sizeof got), MVM_OK);
+    mvm_status st = mvm_gpu_matvec(g, t, &ma);
+    CHECK_ST(mvm_gpu_download(g, got, dy, sizeof got), MVM_OK);
+    *err = rel_err(got, want, n_tok * n_out);
+    if (da != dx)
+        mvm_gpu_free(g, da);
+    mvm_gpu_free(g, dw), mvm_gpu_free(g, dx), mvm_gpu_free(g, dy);
+    free(wf), free(x), free(w), free(act);
+    return st;
+}
+
+static void test_matvec(void)
+{
     for (int i = 0; i < MVM_W_COUNT; i++) {
-        const enum mvm_wtype t = (enum mvm_wtype)i;
-        const uint32_t n_in = mvm_k_is_k(t) ? 768 : 320; /* several warp steps */
-        const size_t rb = mvm_k_row_bytes(t, n_in);
-        const size_t ab = mvm_k_act_bytes(t, n_in);
-        float *wf = randoms((size_t)n_out * n_in), *x = randoms((size_t)n_tok * n_in);
-        uint8_t *w = malloc(n_out * rb), *act = malloc(n_tok * ab);
-        float want[2 * 7], got[2 * 7];
-        mvm_k_quantize(t, wf, w, (size_t)n_out * n_in);
-        for (uint32_t k = 0; k < n_tok; k++)
-            mvm_k_prepare_act(t, x + k * n_in, act + k * ab, n_in);
-        mvm_k_matmul(t, w, rb, n_in, act, ab, n_tok, want, n_out, 0, n_out);
-        size_t as = 0;
-        mvm_dptr dw = up(w, n_out * rb), dx = up(x, n_tok * n_in * 4), dy = 0;
-        mvm_dptr da = device_act(t, dx, x, n_in, n_tok, &as);
-        CHECK_ST(mvm_gpu_alloc(g, sizeof got, &dy), MVM_OK);
         const uint32_t splits[] = {1, MVM_G_WARPS};
         for (size_t s = 0; s < sizeof splits / sizeof *splits; s++) {
-            const uint32_t split = splits[s];
-            mvm_g_matvec_args ma = {.w = dw, .act = da, .y = dy, .row_bytes = rb,
-                                    .act_stride = as, .y_stride = n_out, .n_in = n_in,
-                                    .n_out = n_out, .n_tok = n_tok, .split = split};
-            memset(got, 0xff, sizeof got);
-            CHECK_ST(mvm_gpu_upload(g, dy, got, sizeof got), MVM_OK);
-            CHECK_ST(mvm_gpu_matvec(g, t, &ma), MVM_OK);
-            CHECK_ST(mvm_gpu_download(g, got, dy, sizeof got), MVM_OK);
-            double e = rel_err(got, want, n_tok * n_out);
+            double e = 1;
+            CHECK_ST(matvec_once((enum mvm_wtype)i, splits[s], &e), MVM_OK);
             if (e >= 1e-5)
                 fprintf(stderr, "matvec_%s (split %u): relative error %g\n",
-                        mvm_k_wtype_name(t), split, e);
+                        mvm_k_wtype_name((enum mvm_wtype)i), splits[s], e);
             CHECK(e < 1e-5);
         }
-        if (da != dx)
-            mvm_gpu_free(g, da);
-        mvm_gpu_free(g, dw), mvm_gpu_free(g, dx), mvm_gpu_free(g, dy);
-        free(wf), free(x), free(w), free(act);
     }
 }
 
@@ -396,9 +404,9 @@ static void test_failures(void)
     CHECK(set_fail("cuModuleLoadData:2") == 0);
     CHECK_ST(mvm_gpu_open(0, &g), MVM_ERR_BACKEND);
     CHECK(strstr(mvm_last_error(), "cuModuleLoadData (kernels/cuda/expert.cu) failed") != NULL);
-    CHECK(set_fail("cuModuleGetFunction:4:CUDA_ERROR_NOT_FOUND") == 0);
+    CHECK(set_fail("cuModuleGetFunction:2:CUDA_ERROR_NOT_FOUND") == 0);
     CHECK_ST(mvm_gpu_open(0, &g), MVM_ERR_BACKEND);
-    CHECK(strstr(mvm_last_error(), "cuModuleGetFunction (mvm_g_matvec_bf16) failed: "
+    CHECK(strstr(mvm_last_error(), "cuModuleGetFunction (mvm_g_expert_quantize) failed: "
                                    "CUDA_ERROR_NOT_FOUND") != NULL);
     CHECK(set_fail("cuLaunchKernel:1") == 0);
     CHECK_ST(mvm_gpu_open(0, &g), MVM_OK);
@@ -416,6 +424,44 @@ static void test_failures(void)
     mvm_gpu_close(g);
     g = NULL;
     set_fail(NULL);
+}
+
+/* Each weight type's kernels are a module of their own (kernels/cuda/typed.cu), loaded at
+ * the first launch of one of them: once, whatever launches follow; a load or lookup that
+ * fails is named, leaves nothing behind, and the next launch loads it again. */
+static void test_typed_modules(void)
+{
+    mvm_gpu_close(g);
+    const unsigned long before = calls("cuModuleLoadData");
+    CHECK_ST(mvm_gpu_open(0, &g), MVM_OK);
+    if (!g)
+        return;
+    const unsigned long at_open = calls("cuModuleLoadData");
+    CHECK(at_open == before + 6); /* the kernels of no type, mmq and attention_mma too */
+    CHECK(mvm_gpu_has(g, MVM_GK_MATVEC, MVM_W_Q8_0)); /* there to load */
+    double e = 1;
+    CHECK_ST(matvec_once(MVM_W_Q8_0, 1, &e), MVM_OK);
+    CHECK(e < 1e-5);
+    CHECK(calls("cuModuleLoadData") == at_open + 1);
+    CHECK_ST(matvec_once(MVM_W_Q8_0, MVM_G_WARPS, &e), MVM_OK);
+    CHECK(calls("cuModuleLoadData") == at_open + 1);
+    CHECK_ST(matvec_once(MVM_W_Q4_K, 1, &e), MVM_OK);
+    CHECK(calls("cuModuleLoadData") == at_open + 2);
+
+    CHECK(set_fail("cuModuleLoadData:1") == 0);
+    CHECK_ST(matvec_once(MVM_W_Q6_K, 1, &e), MVM_ERR_BACKEND);
+    CHECK(strstr(mvm_last_error(), "cuModuleLoadData (kernels/cuda/typed.cu, q6_K) failed"));
+    const unsigned long unloads = calls("cuModuleUnload");
+    CHECK(set_fail("cuModuleGetFunction:3:CUDA_ERROR_NOT_FOUND") == 0);
+    CHECK_ST(matvec_once(MVM_W_Q6_K, 1, &e), MVM_ERR_BACKEND);
+    CHECK(strstr(mvm_last_error(), "cuModuleGetFunction (mvm_g_expert_up1_q6_K) failed: "
+                                   "CUDA_ERROR_NOT_FOUND"));
+    CHECK(calls("cuModuleUnload") == unloads + 1); /* the half-looked-up module */
+    set_fail(NULL);
+    e = 1;
+    CHECK_ST(matvec_once(MVM_W_Q6_K, 1, &e), MVM_OK);
+    CHECK(e < 1e-5);
+    CHECK(calls("cuModuleLoadData") == at_open + 5);
 }
 
 int main(int argc, char **argv)
@@ -441,6 +487,9 @@ int main(int argc, char **argv)
     void *driver = dlopen(argv[1], RTLD_NOW | RTLD_NOLOAD);
     set_fail = driver ? (fakecuda_set_fail_fn)dlsym(driver, "fakecuda_set_fail") : NULL;
     CHECK(!on_fake || set_fail != NULL);
+    calls = driver ? (fakecuda_calls_fn)dlsym(driver, "fakecuda_calls") : NULL;
+    if (set_fail && calls)
+        RUN(test_typed_modules);
     if (set_fail)
         RUN(test_failures);
     mvm_gpu_close(g);

@@ -15,10 +15,10 @@
 #              (~105 s there; a few seconds when .gpubin is carried, made from these sources
 #              by bench/gpu/prebuilt.sh pack here, which this step unpacks: keep it in
 #              LEASE_STEPS)
-#   jit        the device kernels' first load (the driver compiling their PTX, ~21 MB) and a
-#              second one from the driver's JIT cache, emptied first: a tiny model's run,
-#              MOEVM_LOG=info's load time; `RESULT jit cold_s=.. warm_s=..`. It decides
-#              whether the build should ship SASS for the common GPUs (docs/engine.md)
+#   jit        the device kernels' first load (the driver compiling their PTX: the modules
+#              of no weight type and Q8_0's, ~2.5 MB) and a second one from the driver's JIT
+#              cache, emptied first: a tiny Q8_0 model's run, MOEVM_LOG=info's load times;
+#              `RESULT jit cold_s=.. warm_s=..` (docs/perf/engine.md, session 96)
 #   kernels    test_gpu (the device kernels against the CPU's, every type),
 #              bench_gpu_experts (GB/s of a decode step's expert kernels) and
 #              bench_gpu_prompt_experts (a pp512 layer's experts: integer kernels, mmq)
@@ -117,15 +117,18 @@ kernels() {
 attention() { build-gpu/tests/bench_gpu_attention "$(driver)"; }
 
 # The kernels' load time with the driver's JIT cache empty, then full (the steps after
-# this one start from the full cache, as a user's second run).
+# this one start from the full cache, as a user's second run): the modules of no weight
+# type at open and Q8_0's at its first launch (engine/compute/gpu.c), summed over the run.
 jit() {
     local m=$work/jit-tiny.gguf cold warm
-    build-gpu/moevm mkmodel --preset tiny --arch qwen3moe -o "$m" >/dev/null || return 1
+    build-gpu/moevm mkmodel --preset tiny --arch qwen3moe --type q8_0 -o "$m" >/dev/null ||
+        return 1
     rm -rf "${CUDA_CACHE_PATH:-$HOME/.nv/ComputeCache}"
     load_s() {
         MOEVM_LOG=info MOEVM_BACKEND=cuda build-gpu/moevm run -m "$m" -p x -n 1 2>&1 >/dev/null |
-            sed -n 's/.*device kernels loaded in \([0-9.]*\) s.*/\1/p; s/.*the driver took \([0-9.]*\) s to compile.*/\1/p' |
-            head -n 1
+            sed -n 's/.*device kernels .* loaded in \([0-9.]*\) s.*/\1/p
+                    s/.*the driver took \([0-9.]*\) s to compile.*/\1/p' |
+            awk '{ s += $1 } END { if (NR) printf "%.2f\n", s }'
     }
     cold=$(load_s) && warm=$(load_s)
     echo "RESULT jit cold_s=${cold:-?} warm_s=${warm:-?}"

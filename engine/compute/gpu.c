@@ -4,11 +4,13 @@
  * context is the device's primary context, which the expert space's cuda backend retains
  * too, so expert addresses are valid in this engine's kernels.
  *
- * The kernels come as six PTX modules (matvec, expert, ops, gemm, mmq, attention_mma)
- * generated from kernels/cuda at build time; every function is looked up at open, so a
- * driver that cannot JIT the PTX, or a module missing a kernel, fails here with the module or
- * kernel named, not mid-run. mmq and attention_mma are loaded only on a device of compute
- * capability 8.0 or later. cuBLAS
+ * The kernels come as PTX modules generated from kernels/cuda at build time: six of the
+ * kernels of no weight type (matvec, expert, ops, gemm, mmq, attention_mma), loaded and
+ * looked up at open, so that a driver that cannot JIT the PTX, or a module missing a kernel,
+ * fails there with the module or kernel named; and one a weight type (kernels/cuda/typed.cu:
+ * its products, experts and dequantization), loaded when a kernel of that type is first
+ * launched, so that the driver compiles only the two or three types a model has. mmq and
+ * attention_mma are loaded only on a device of compute capability 8.0 or later. cuBLAS
  * (blas.h) is loaded only when a product first wants the tensor cores.
  */
 #include "engine/compute/gpu.h"
@@ -31,12 +33,16 @@
 #include "mvm_g_matvec_ptx.h"
 #include "mvm_g_mmq_ptx.h"
 #include "mvm_g_ops_ptx.h"
+#include "mvm_g_typed_ptx.h"
 #endif
 
 /* MOD_MMQ's and MOD_ATTN_MMA's PTX is compute_80 (mma.sync): loaded only where the device is
  * 8.0 or newer, else their kernels are missing (mvm_gpu_has) and the engine takes the other
  * paths. */
 enum { MOD_MATVEC, MOD_EXPERT, MOD_OPS, MOD_GEMM, MOD_MMQ, MOD_ATTN_MMA, MOD_COUNT };
+/* A kernel of the weight type's own module (kernels/cuda/typed.cu), loaded at its first
+ * launch. */
+#define MOD_TYPED MOD_COUNT
 
 /* The weight types of the mmq kernels (kernels/cuda/mmq.cu): Q8_0, and Q4_K_M's. */
 #define W_BIT(t) (1ull << (t))
@@ -52,13 +58,13 @@ static const struct {
     unsigned long long types;
 } kernels[MVM_GK_COUNT] = {
     [MVM_GK_QUANTIZE] = {MOD_MATVEC, "mvm_g_quantize", 0},
-    [MVM_GK_MATVEC] = {MOD_MATVEC, "mvm_g_matvec", 1},
-    [MVM_GK_EXPERT_UP] = {MOD_EXPERT, "mvm_g_expert_up", 1},
-    [MVM_GK_EXPERT_UP1] = {MOD_EXPERT, "mvm_g_expert_up1", 1},
-    [MVM_GK_EXPERT_DOWN1] = {MOD_EXPERT, "mvm_g_expert_down1", 1},
-    [MVM_GK_EXPERT_UP1_KEEP] = {MOD_EXPERT, "mvm_g_expert_up1_keep", 1},
-    [MVM_GK_EXPERT_DOWN1_KEEP] = {MOD_EXPERT, "mvm_g_expert_down1_keep", 1},
-    [MVM_GK_EXPERT_DOWN] = {MOD_EXPERT, "mvm_g_expert_down", 1},
+    [MVM_GK_MATVEC] = {MOD_TYPED, "mvm_g_matvec", 1},
+    [MVM_GK_EXPERT_UP] = {MOD_TYPED, "mvm_g_expert_up", 1},
+    [MVM_GK_EXPERT_UP1] = {MOD_TYPED, "mvm_g_expert_up1", 1},
+    [MVM_GK_EXPERT_DOWN1] = {MOD_TYPED, "mvm_g_expert_down1", 1},
+    [MVM_GK_EXPERT_UP1_KEEP] = {MOD_TYPED, "mvm_g_expert_up1_keep", 1},
+    [MVM_GK_EXPERT_DOWN1_KEEP] = {MOD_TYPED, "mvm_g_expert_down1_keep", 1},
+    [MVM_GK_EXPERT_DOWN] = {MOD_TYPED, "mvm_g_expert_down", 1},
     [MVM_GK_EXPERT_QUANTIZE] = {MOD_EXPERT, "mvm_g_expert_quantize", 0},
     [MVM_GK_EXPERT_MMQ_UP] = {MOD_MMQ, "mvm_g_expert_mmq_up", 1, MMQ_UP_TYPES},
     [MVM_GK_EXPERT_MMQ_DOWN] = {MOD_MMQ, "mvm_g_expert_mmq_down", 1, MMQ_DOWN_TYPES},
@@ -74,7 +80,7 @@ static const struct {
     [MVM_GK_STORE_ROWS] = {MOD_OPS, "mvm_g_store_rows", 0},
     [MVM_GK_ADD] = {MOD_OPS, "mvm_g_add", 0},
     [MVM_GK_SWIGLU] = {MOD_OPS, "mvm_g_swiglu", 0},
-    [MVM_GK_DEQUANT] = {MOD_GEMM, "mvm_g_dequant", 1},
+    [MVM_GK_DEQUANT] = {MOD_TYPED, "mvm_g_dequant", 1},
     [MVM_GK_TO_HALF] = {MOD_GEMM, "mvm_g_to_half", 0},
     [MVM_GK_GLU_HALF] = {MOD_GEMM, "mvm_g_glu_half", 0},
     [MVM_GK_ROWS_OUT] = {MOD_GEMM, "mvm_g_rows_out", 0},
@@ -93,6 +99,7 @@ struct mvm_gpu {
     CUcontext ctx;
     CUstream stream;
     CUmodule modules[MOD_COUNT];
+    CUmodule typed[MVM_W_COUNT]; /* each weight type's, once a kernel of it was launched */
     CUfunction fn[MVM_GK_COUNT][MVM_W_COUNT]; /* untyped kernels: [k][0] */
     mvm_blas *blas;      /* mvm_gpu_gemm_open's, or NULL */
     mvm_status blas_st;  /* and its answer, once asked (blas_asked) */
@@ -114,26 +121,79 @@ static mvm_status has_sm80(const struct cu_api *cu, CUdevice dev, int *yes)
     return MVM_OK;
 }
 
-/* The modules are PTX (about 21 MB, most of it the expert kernels' instances), which the
- * driver compiles for the device at the first load: ptxas takes about 34 s for them on the
- * development VM (the ptxas_sm90 test). It keeps the result in its JIT cache
- * (~/.nv/ComputeCache, CUDA_CACHE_PATH, CUDA_CACHE_MAXSIZE), so only a first run, or one
- * whose cache is off or too small, waits that long. Nothing is printed during the wait, so
- * a slow load is said once it is over, with what spares later runs. */
+/* The modules are PTX, which the driver compiles for the device at their first load:
+ * ptxas takes a second or two for a weight type's module and 3 s for the others on the
+ * development VM (all of them, 50 s: docs/perf/engine.md, session 96). The driver keeps the
+ * result in its JIT cache (~/.nv/ComputeCache, CUDA_CACHE_PATH, CUDA_CACHE_MAXSIZE), so
+ * only a first run, or one whose cache is off or too small, waits for it. Nothing is printed
+ * during the wait, so a slow load is said once it is over, with what spares later runs. */
 #ifdef MVM_ENGINE_PTX
 #define SLOW_LOAD_S 5.0
 
-static void log_load_time(double s)
+static void log_load_time(const char *what, double s)
 {
     if (s >= SLOW_LOAD_S)
-        mvm_log(MVM_LOG_WARN, "the driver took %.1f s to compile the device kernels for this "
-                "GPU (their PTX); it caches the result (~/.nv/ComputeCache, CUDA_CACHE_PATH), "
-                "so later runs start without it unless CUDA_CACHE_DISABLE is set or "
-                "CUDA_CACHE_MAXSIZE is too small", s);
+        mvm_log(MVM_LOG_WARN, "the driver took %.1f s to compile the device kernels %s for "
+                "this GPU (their PTX); it caches the result (~/.nv/ComputeCache, "
+                "CUDA_CACHE_PATH), so later runs start without it unless CUDA_CACHE_DISABLE "
+                "is set or CUDA_CACHE_MAXSIZE is too small", s, what);
     else
-        mvm_log(MVM_LOG_INFO, "device kernels loaded in %.2f s", s);
+        mvm_log(MVM_LOG_INFO, "device kernels %s loaded in %.2f s", what, s);
+}
+
+/* Kernel k's function of type t (its name suffixed with the type's where it is typed) from
+ * module m into g->fn. */
+static mvm_status get_function(mvm_gpu *g, int k, int t, CUmodule m)
+{
+    char name[64], what[96];
+    if (kernels[k].typed)
+        snprintf(name, sizeof name, "%s_%s", kernels[k].name,
+                 mvm_k_wtype_name((enum mvm_wtype)t));
+    else
+        snprintf(name, sizeof name, "%s", kernels[k].name);
+    snprintf(what, sizeof what, "cuModuleGetFunction (%s)", name);
+    CU(g, g->cu.ModuleGetFunction(&g->fn[k][t], m, name), what);
+    return MVM_OK;
 }
 #endif
+
+static const char *const typed_ptx[MVM_W_COUNT]
+#ifdef MVM_ENGINE_PTX
+    = MVM_G_TYPED_PTX
+#endif
+    ;
+
+/* Weight type t's module and its kernels (MOD_TYPED), at the first launch of one of them. */
+static mvm_status load_type(mvm_gpu *g, int t)
+{
+#ifdef MVM_ENGINE_PTX
+    char what[96];
+    const char *type = mvm_k_wtype_name((enum mvm_wtype)t);
+    if (!typed_ptx[t])
+        return mvm_fail(MVM_ERR_UNSUPPORTED, "this moevm has no device kernels for weight type "
+                        "%s (kernels/cuda/kernels.h, MVM_G_FOR_TYPES)", type);
+    const double t0 = mvm_now_s();
+    snprintf(what, sizeof what, "cuModuleLoadData (kernels/cuda/typed.cu, %s)", type);
+    CU(g, g->cu.ModuleLoadData(&g->typed[t], typed_ptx[t]), what);
+    snprintf(what, sizeof what, "of weight type %s", type);
+    log_load_time(what, mvm_now_s() - t0);
+    mvm_status st = MVM_OK;
+    for (int k = 0; k < MVM_GK_COUNT && st == MVM_OK; k++)
+        if (kernels[k].module == MOD_TYPED)
+            st = get_function(g, k, t, g->typed[t]);
+    if (st != MVM_OK) { /* none of its kernels, and the next launch tries again */
+        for (int k = 0; k < MVM_GK_COUNT; k++)
+            if (kernels[k].module == MOD_TYPED)
+                g->fn[k][t] = NULL;
+        g->cu.ModuleUnload(g->typed[t]);
+        g->typed[t] = NULL;
+    }
+    return st;
+#else
+    (void)g, (void)t;
+    return mvm_fail(MVM_ERR_UNSUPPORTED, "this moevm was built without nvcc");
+#endif
+}
 
 static mvm_status load_kernels(mvm_gpu *g)
 {
@@ -160,22 +220,14 @@ static mvm_status load_kernels(mvm_gpu *g)
         snprintf(what, sizeof what, "cuModuleLoadData (kernels/cuda/%s.cu)", names[m]);
         CU(g, g->cu.ModuleLoadData(&g->modules[m], images[m]), what);
     }
-    log_load_time(mvm_now_s() - t0);
-    for (int k = 0; k < MVM_GK_COUNT; k++)
-        for (int t = 0; t < (kernels[k].typed ? MVM_W_COUNT : 1); t++) {
-            if (!mvm_gpu_would_have(sm80, (enum mvm_gpu_kernel)k, t))
-                continue; /* a module not loaded here, or a type the kernel has not */
-            char name[64];
-            if (kernels[k].typed)
-                snprintf(name, sizeof name, "%s_%s", kernels[k].name,
-                         mvm_k_wtype_name((enum mvm_wtype)t));
-            else
-                snprintf(name, sizeof name, "%s", kernels[k].name);
-            snprintf(what, sizeof what, "cuModuleGetFunction (%s)", name);
-            CU(g, g->cu.ModuleGetFunction(&g->fn[k][t], g->modules[kernels[k].module], name),
-               what);
-        }
-    return MVM_OK;
+    log_load_time("of no weight type", mvm_now_s() - t0);
+    for (int k = 0; k < MVM_GK_COUNT && st == MVM_OK; k++)
+        for (int t = 0; t < (kernels[k].typed ? MVM_W_COUNT : 1) && st == MVM_OK; t++)
+            /* not: a module not loaded here, a type the kernel has not, a type's own module */
+            if (kernels[k].module != MOD_TYPED &&
+                mvm_gpu_would_have(sm80, (enum mvm_gpu_kernel)k, t))
+                st = get_function(g, k, t, g->modules[kernels[k].module]);
+    return st;
 #else
     (void)g;
     return mvm_fail(MVM_ERR_UNSUPPORTED, "this moevm was built without nvcc: it has no device "
@@ -229,6 +281,9 @@ void mvm_gpu_close(mvm_gpu *g)
         for (int m = 0; m < MOD_COUNT; m++)
             if (g->modules[m])
                 g->cu.ModuleUnload(g->modules[m]);
+        for (int t = 0; t < MVM_W_COUNT; t++)
+            if (g->typed[t])
+                g->cu.ModuleUnload(g->typed[t]);
         if (g->stream)
             g->cu.StreamDestroy(g->stream);
         g->cu.PrimaryCtxRelease(g->dev);
@@ -240,7 +295,11 @@ void *mvm_gpu_stream(const mvm_gpu *g) { return g->stream; }
 
 int mvm_gpu_has(const mvm_gpu *g, enum mvm_gpu_kernel k, int type)
 {
-    return type >= 0 && type < MVM_W_COUNT && g->fn[k][kernels[k].typed ? type : 0] != NULL;
+    if (type < 0 || type >= MVM_W_COUNT)
+        return 0;
+    if (kernels[k].module == MOD_TYPED) /* loaded at its first launch */
+        return typed_ptx[type] != NULL;
+    return g->fn[k][kernels[k].typed ? type : 0] != NULL;
 }
 
 int mvm_gpu_would_have(int sm80, enum mvm_gpu_kernel k, int type)
@@ -456,25 +515,30 @@ mvm_status mvm_gpu_launch(mvm_gpu *g, enum mvm_gpu_kernel k, int type, const voi
 {
     if (kernels[k].typed && (type < 0 || type >= MVM_W_COUNT))
         return mvm_fail(MVM_ERR_INVALID, "%s: weight type %d", kernels[k].name, type);
-    CUfunction f = g->fn[k][kernels[k].typed ? type : 0];
-    void *params[] = {(void *)args}; /* the one parameter: the struct (the driver knows its
-                                        size from the kernel) */
     if (!shape.gx || !shape.gy) /* nothing to do: an empty grid is invalid for the driver */
         return MVM_OK;
+    mvm_status st = MVM_OK;
+    if (kernels[k].module == MOD_TYPED && !g->typed[type] && (st = load_type(g, type)) != MVM_OK)
+        return st;
+    char what[96];
+    snprintf(what, sizeof what, "%s%s%s", kernels[k].name, kernels[k].typed ? "_" : "",
+             kernels[k].typed ? mvm_k_wtype_name((enum mvm_wtype)type) : "");
+    CUfunction f = g->fn[k][kernels[k].typed ? type : 0];
+    if (!f) /* mvm_gpu_has says where it may be missing */
+        return mvm_fail(MVM_ERR_UNSUPPORTED, "%s: no such kernel on this device", what);
+    void *params[] = {(void *)args}; /* the one parameter: the struct (the driver knows its
+                                        size from the kernel) */
     if (g->recording)
         return mvm_gpu_graph_kernel(g->graph, f, args, args_bytes, shape, kernels[k].name);
-    char what[96];
-    mvm_status st = prof_begin(g, k);
-    if (st != MVM_OK)
+    if ((st = prof_begin(g, k)) != MVM_OK)
         return st;
     CUresult r = g->cu.LaunchKernel(f, shape.gx, shape.gy, 1, shape.block, 1, 1, 0, g->stream,
                                     params, NULL);
     if (r == CUDA_SUCCESS)
         return prof_end(g, MVM_OK);
-    const char *sfx = kernels[k].typed ? mvm_k_wtype_name((enum mvm_wtype)type) : "";
-    snprintf(what, sizeof what, "cuLaunchKernel (%s%s%s)", kernels[k].name,
-             kernels[k].typed ? "_" : "", sfx);
-    return mvm_cu_fail(&g->cu, r, what);
+    char call[128];
+    snprintf(call, sizeof call, "cuLaunchKernel (%s)", what);
+    return mvm_cu_fail(&g->cu, r, call);
 }
 
 int mvm_gpu_graphs(mvm_gpu *g)

@@ -68,9 +68,11 @@ void mvm_gpu_close(mvm_gpu *g);
 mvm_status mvm_gpu_use(mvm_gpu *g);
 /* The compute stream (a CUstream), for mvm_unpin_after. */
 void *mvm_gpu_stream(const mvm_gpu *g);
-/* Whether kernel k was loaded for weight type `type` (ignored by an untyped kernel): the
+/* Whether kernel k is there for weight type `type` (ignored by an untyped kernel): the
  * mmq ones need compute capability 8.0 and exist for a few types (kernels/cuda/kernels.h);
- * the others are there whenever mvm_gpu_open succeeded. */
+ * the others are there whenever mvm_gpu_open succeeded, a type's own (its products,
+ * experts and dequantization) loaded at the first launch of one of them, whose failure
+ * that launch returns. */
 int mvm_gpu_has(const mvm_gpu *g, enum mvm_gpu_kernel k, int type);
 /* What mvm_gpu_has would say on a device of compute capability 8.0 or later (sm80) or
  * earlier, without one open: a sizing pass's answer (engine/forward/forward_cuda_setup.c). */

@@ -30,8 +30,9 @@
 
 /* The 32 activations of each of the tile's nt rows (hs), channels c0.. of h's rows: one
  * Q8_0 block or 32 floats in down's activation format, or with a K-quant down floats at
- * c0 of hf's rows (n_ff floats each), which mvm_g_expert_quantize makes Q8_K blocks. */
-static __device__ void store_h(const mvm_g_expert_args &a, float (*hs)[MVM_QBLOCK],
+ * c0 of hf's rows (n_ff floats each), which mvm_g_expert_quantize makes Q8_K blocks.
+ * (Unused in the module of the kernels of no type: kernels.h, MVM_G_UNTYPED.) */
+[[maybe_unused]] static __device__ void store_h(const mvm_g_expert_args &a, float (*hs)[MVM_QBLOCK],
                                uint32_t r, uint32_t nt, uint32_t c0)
 {
     const enum mvm_wtype down = (enum mvm_wtype)a.down;
@@ -154,6 +155,7 @@ static __device__ void expert_up1(const mvm_g_expert_args &a)
         ((float *)a.hf)[(uint64_t)r * a.n_groups * G + ch] = v;
 }
 
+#if MVM_G_UNTYPED_KERNELS
 /* Each row's group g of hf (up's floats) in down's activation format in h: a K-quant
  * down's 256 channels as a Q8_K block, a warp per row; a Q type's 32 as a Q8_0 block, a
  * thread per row. A block per (group, active expert). */
@@ -174,6 +176,7 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
         mvm_k_q8_0_block((const float *)a.hf + ((uint64_t)r * a.n_groups + g) * MVM_QBLOCK,
                          (mvm_block_q8_0 *)((uint8_t *)a.h + (uint64_t)r * a.h_stride) + g);
 }
+#endif
 
 template <enum mvm_wtype DN> static __device__ void expert_down(const mvm_g_expert_args &a)
 {
@@ -244,6 +247,7 @@ static __device__ void expert_down1(const mvm_g_expert_args &a)
     ((float *)a.out)[(uint64_t)r * a.n_embd + j] = s;
 }
 
+#if MVM_G_UNTYPED_KERNELS
 extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
     mvm_g_expert_sum(mvm_g_expert_sum_args a)
 {
@@ -517,6 +521,7 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_cpu_wait(mvm_g
     else
         block_copy_runs_as<uint32_t>((uint8_t *)a.row, out, 0, a.n_embd * 4, 1);
 }
+#endif
 
 #define EXPERT(name, T)                                                                    \
     extern "C" __global__ void __launch_bounds__(MVM_G_UP_THREADS)                         \
@@ -549,5 +554,5 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_cpu_wait(mvm_g
     {                                                                                      \
         expert_down1<T, true>(a);                                                          \
     }
-MVM_G_FOR_TYPES(EXPERT)
+MVM_G_TYPED_KERNELS(EXPERT)
 #undef EXPERT

@@ -80,9 +80,10 @@ template <enum mvm_wtype T> static __device__ void dequant(const mvm_g_dequant_a
     {                                                                                      \
         dequant<T>(a);                                                                     \
     }
-MVM_G_FOR_TYPES(DEQUANT)
+MVM_G_TYPED_KERNELS(DEQUANT)
 #undef DEQUANT
 
+#if MVM_G_UNTYPED_KERNELS
 extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_to_half(mvm_g_to_half_args a)
 {
     const uint32_t j = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y;
@@ -155,3 +156,4 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)
     for (uint32_t j = threadIdx.x; j < a.n_k; j += blockDim.x)
         p[j] = j >= j0 && j < j1 ? mvm_k_f2h(expf(s[j] * a.scale - mx) * inv) : 0;
 }
+#endif

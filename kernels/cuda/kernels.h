@@ -57,6 +57,23 @@ typedef uint64_t mvm_dptr;
     X(iq2_xxs, MVM_W_IQ2_XXS) X(iq2_xs, MVM_W_IQ2_XS) X(iq2_s, MVM_W_IQ2_S)                    \
     X(iq3_xxs, MVM_W_IQ3_XXS) X(iq3_s, MVM_W_IQ3_S) X(iq1_s, MVM_W_IQ1_S) X(iq1_m, MVM_W_IQ1_M)
 
+/* Which kernels a translation unit makes. The device's PTX comes as one module per weight
+ * type (kernels/cuda/typed.cu, compiled with -DMVM_G_TYPE=q8_0 -DMVM_G_WTYPE=MVM_W_Q8_0 and
+ * so on: only that type's instances) beside modules of the kernels of no type
+ * (-DMVM_G_UNTYPED), so that the driver compiles for the GPU only the types a model has
+ * (engine/compute/gpu.c). Without either (the CPU's emulation, tests/cuda_emu.h): all. */
+#define MVM_G_APPLY(X, name, type) X(name, type)
+#if defined(MVM_G_TYPE)
+#define MVM_G_TYPED_KERNELS(X) MVM_G_APPLY(X, MVM_G_TYPE, MVM_G_WTYPE)
+#define MVM_G_UNTYPED_KERNELS 0
+#elif defined(MVM_G_UNTYPED)
+#define MVM_G_TYPED_KERNELS(X)
+#define MVM_G_UNTYPED_KERNELS 1
+#else
+#define MVM_G_TYPED_KERNELS(X) MVM_G_FOR_TYPES(X)
+#define MVM_G_UNTYPED_KERNELS 1
+#endif
+
 #define MVM_G_THREADS 128    /* threads per block, every kernel */
 #define MVM_G_WARPS (MVM_G_THREADS / 32)
 #define MVM_G_TILE 8         /* tokens (or expert rows) each weight read serves */

@@ -11,6 +11,7 @@
  */
 #include "kernels/cuda/device.cuh"
 
+#if MVM_G_UNTYPED_KERNELS
 extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_quantize(mvm_g_quantize_args a)
 {
     const enum mvm_wtype t = (enum mvm_wtype)a.type;
@@ -27,6 +28,7 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_quantize(mvm_g
     else
         group8_q8_0_block(x, (mvm_block_q8_0 *)q, b < nb);
 }
+#endif
 
 /* The part of a row of n elements that warp `warp` of `warps` takes (a block a row:
  * mvm_g_matvec_split): whole runs, the last warp's to the row's end; *e0 its first
@@ -97,5 +99,5 @@ template <enum mvm_wtype T> static __device__ void matvec(const mvm_g_matvec_arg
     {                                                                                      \
         matvec<T>(a);                                                                      \
     }
-MVM_G_FOR_TYPES(MATVEC)
+MVM_G_TYPED_KERNELS(MATVEC)
 #undef MATVEC

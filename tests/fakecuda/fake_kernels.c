@@ -341,6 +341,7 @@ struct CUmod_st {
     struct CUmod_st *next;
     CUcontext ctx;
     int library;
+    char *entries; /* a PTX image's kernels, ";name;name;", or NULL: any image has them all */
     size_t n; /* kernels */
     struct CUfunc_st funcs[FK_MAX_KERNELS];
     struct CUfunc_st kerns[FK_MAX_KERNELS];
@@ -393,6 +394,35 @@ static struct CUfunc_st *launchable(CUfunction f)
     return kern_find((CUkernel)f);
 }
 
+/* The kernels a PTX image defines (its `.entry` names) as ";a;b;", or NULL for another
+ * kind of image (a test's stand-in), which has every kernel: so that, as on a GPU, a kernel
+ * is found only in the module whose PTX has it. *bad: out of memory. */
+static char *ptx_entries(const char *image, int *bad)
+{
+    *bad = 0;
+    if (strncmp(image, "//", 2) != 0 || !strstr(image, ".version"))
+        return NULL;
+    size_t cap = 64, len = 1;
+    char *out = malloc(cap);
+    if (!out) return *bad = 1, NULL;
+    strcpy(out, ";");
+    for (const char *p = strstr(image, ".entry "); p; p = strstr(p, ".entry ")) {
+        p += strlen(".entry ");
+        size_t n = strcspn(p, "( \t\n");
+        if (len + n + 2 > cap) {
+            while (len + n + 2 > cap) cap *= 2;
+            char *grown = realloc(out, cap);
+            if (!grown) return free(out), *bad = 1, NULL;
+            out = grown;
+        }
+        memcpy(out + len, p, n);
+        len += n;
+        out[len++] = ';';
+        out[len] = 0;
+    }
+    return out;
+}
+
 static CUresult module_load(CUmodule *pm, const void *image, int library)
 {
     CUresult rc = fk_need_ctx();
@@ -401,7 +431,9 @@ static CUresult module_load(CUmodule *pm, const void *image, int library)
     if (load_plugin() < 0) return CUDA_ERROR_INVALID_IMAGE;
     fk_module_delay();
     struct CUmod_st *m = calloc(1, sizeof *m);
-    if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
+    int bad = 0;
+    if (m) m->entries = ptx_entries(image, &bad);
+    if (!m || bad) return free(m), CUDA_ERROR_OUT_OF_MEMORY;
     m->ctx = fk_current_ctx();
     m->library = library;
     m->n = FK_NKERNELS + g_n_plugin;
@@ -420,6 +452,7 @@ static void module_unlink(struct CUmod_st *m)
     struct CUmod_st **pm = &g_modules;
     while (*pm != m) pm = &(*pm)->next;
     *pm = m->next;
+    free(m->entries);
     free(m);
 }
 
@@ -439,6 +472,12 @@ static CUresult module_get(void **out, CUmodule m, const char *name, int library
     if (rc) return rc;
     if (!out || !name) return CUDA_ERROR_INVALID_VALUE;
     if (!m || !module_find(m) || m->library != library) return CUDA_ERROR_INVALID_HANDLE;
+    if (m->entries) {
+        char key[256];
+        int n = snprintf(key, sizeof key, ";%s;", name);
+        if (n < 0 || (size_t)n >= sizeof key || !strstr(m->entries, key))
+            return CUDA_ERROR_NOT_FOUND;
+    }
     for (size_t i = 0; i < m->n; i++)
         if (strcmp(kernel_at(i)->name, name) == 0)
             return *out = library ? &m->kerns[i] : &m->funcs[i], CUDA_SUCCESS;
