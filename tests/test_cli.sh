@@ -229,11 +229,11 @@ if [ -n "$fake_driver" ]; then
         # the spin in effect is said at info (auto: 0 on 2 CPUs, 2000 us from 4 on the cuda backend)
         expect 0 'backend cuda, moves spin 250 us before sleeping' -- env MOEVM_LOG=info MOEVM_MOVE_SPIN=250 MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "x" -n 2 --gpu-budget 50%
         # the kernels' load times at info, those of no weight type at open and each type's
-        # at its first launch; a slow one (the driver compiling their PTX at a first run:
+        # at its first launch (f32's module is q8_0's too); a slow one (the driver compiling their PTX at a first run:
         # six modules of 0.9 s here) is said by default, with the cache that spares later
         # runs
         expect 0 'device kernels of no weight type loaded in [0-9.]+ s' -- env MOEVM_LOG=info $gpu_env "$moevm" run -m "$m" -p "x" -n 1
-        expect 0 'device kernels of weight type f32 loaded in [0-9.]+ s' -- env MOEVM_LOG=info $gpu_env "$moevm" run -m "$m" -p "x" -n 1
+        expect 0 'device kernels of weight type f32 and q8_0 loaded in [0-9.]+ s' -- env MOEVM_LOG=info $gpu_env "$moevm" run -m "$m" -p "x" -n 1
         expect 0 'the driver took [5-9]\.[0-9] s to compile the device kernels of no weight type for this GPU .*CUDA_CACHE_PATH' -- env FAKECUDA_MODULE_DELAY_MS=900 $gpu_env "$moevm" run -m "$m" -p "x" -n 1
         expect 1 'MOEVM_MOVE_SPIN=fast: not valid \(expected an integer in 0..100000, or auto\)' -- env MOEVM_MOVE_SPIN=fast "$moevm" run -m "$m" -p "x" -n 2
         env MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 >"$tmp/c" 2>/dev/null

@@ -444,6 +444,8 @@ static void test_typed_modules(void)
     CHECK(e < 1e-5);
     CHECK(calls("cuModuleLoadData") == at_open + 1);
     CHECK_ST(matvec_once(MVM_W_Q8_0, MVM_G_WARPS, &e), MVM_OK);
+    CHECK_ST(matvec_once(MVM_W_F32, 1, &e), MVM_OK); /* f32's kernels are in q8_0's module */
+    CHECK(e < 1e-5);
     CHECK(calls("cuModuleLoadData") == at_open + 1);
     CHECK_ST(matvec_once(MVM_W_Q4_K, 1, &e), MVM_OK);
     CHECK(calls("cuModuleLoadData") == at_open + 2);

@@ -16,8 +16,8 @@
 #              by bench/gpu/prebuilt.sh pack here, which this step unpacks: keep it in
 #              LEASE_STEPS)
 #   jit        the device kernels' first load (the driver compiling their PTX: the modules
-#              of no weight type and Q8_0's, ~2.5 MB) and a second one from the driver's JIT
-#              cache, emptied first: a tiny Q8_0 model's run, MOEVM_LOG=info's load times;
+#              of no weight type and Q8_0's with f32's, ~2.3 MB) and a second one from the
+#              driver's JIT cache, emptied first: a tiny Q8_0 model's run, its load times;
 #              `RESULT jit cold_s=.. warm_s=..` (docs/perf/engine.md, session 96)
 #   kernels    test_gpu (the device kernels against the CPU's, every type),
 #              bench_gpu_experts (GB/s of a decode step's expert kernels) and

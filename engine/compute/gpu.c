@@ -34,6 +34,8 @@
 #include "mvm_g_mmq_ptx.h"
 #include "mvm_g_ops_ptx.h"
 #include "mvm_g_typed_ptx.h"
+#else
+#define MVM_G_TYPED_PTX {0} /* no kernels: load_kernels says why */
 #endif
 
 /* MOD_MMQ's and MOD_ATTN_MMA's PTX is compute_80 (mma.sync): loaded only where the device is
@@ -123,11 +125,10 @@ static mvm_status has_sm80(const struct cu_api *cu, CUdevice dev, int *yes)
 
 /* The modules are PTX, which the driver compiles for the device at their first load:
  * ptxas takes a second or two for a weight type's module and 3 s for the others on the
- * development VM (all of them, 50 s: docs/perf/engine.md, session 96). The driver keeps the
+ * development VM (all of them, 40 s: docs/perf/engine.md, session 96). The driver keeps the
  * result in its JIT cache (~/.nv/ComputeCache, CUDA_CACHE_PATH, CUDA_CACHE_MAXSIZE), so
  * only a first run, or one whose cache is off or too small, waits for it. Nothing is printed
  * during the wait, so a slow load is said once it is over, with what spares later runs. */
-#ifdef MVM_ENGINE_PTX
 #define SLOW_LOAD_S 5.0
 
 static void log_load_time(const char *what, double s)
@@ -155,44 +156,56 @@ static mvm_status get_function(mvm_gpu *g, int k, int t, CUmodule m)
     CU(g, g->cu.ModuleGetFunction(&g->fn[k][t], m, name), what);
     return MVM_OK;
 }
-#endif
 
-static const char *const typed_ptx[MVM_W_COUNT]
-#ifdef MVM_ENGINE_PTX
-    = MVM_G_TYPED_PTX
-#endif
-    ;
+/* Each type's module's PTX: types that share a module share its image. */
+static const char *const typed_ptx[MVM_W_COUNT] = MVM_G_TYPED_PTX;
 
-/* Weight type t's module and its kernels (MOD_TYPED), at the first launch of one of them. */
-static mvm_status load_type(mvm_gpu *g, int t)
+/* Sets the kernels (MOD_TYPED) of every type in t's module (f32's are in q8_0's:
+ * CMakeLists.txt says why) to m's, or clears them where m is NULL; into names, the types. */
+static mvm_status set_type_module(mvm_gpu *g, int t, CUmodule m, char *names, size_t size)
 {
-#ifdef MVM_ENGINE_PTX
-    char what[96];
-    const char *type = mvm_k_wtype_name((enum mvm_wtype)t);
-    if (!typed_ptx[t])
-        return mvm_fail(MVM_ERR_UNSUPPORTED, "this moevm has no device kernels for weight type "
-                        "%s (kernels/cuda/kernels.h, MVM_G_FOR_TYPES)", type);
-    const double t0 = mvm_now_s();
-    snprintf(what, sizeof what, "cuModuleLoadData (kernels/cuda/typed.cu, %s)", type);
-    CU(g, g->cu.ModuleLoadData(&g->typed[t], typed_ptx[t]), what);
-    snprintf(what, sizeof what, "of weight type %s", type);
-    log_load_time(what, mvm_now_s() - t0);
     mvm_status st = MVM_OK;
-    for (int k = 0; k < MVM_GK_COUNT && st == MVM_OK; k++)
-        if (kernels[k].module == MOD_TYPED)
-            st = get_function(g, k, t, g->typed[t]);
-    if (st != MVM_OK) { /* none of its kernels, and the next launch tries again */
+    size_t at = 0;
+    for (int u = 0; u < MVM_W_COUNT; u++) {
+        if (typed_ptx[u] != typed_ptx[t])
+            continue;
+        g->typed[u] = m;
         for (int k = 0; k < MVM_GK_COUNT; k++)
-            if (kernels[k].module == MOD_TYPED)
-                g->fn[k][t] = NULL;
-        g->cu.ModuleUnload(g->typed[t]);
-        g->typed[t] = NULL;
+            if (kernels[k].module == MOD_TYPED) {
+                g->fn[k][u] = NULL;
+                if (m && st == MVM_OK)
+                    st = get_function(g, k, u, m);
+            }
+        if (names && at < size)
+            at += (size_t)snprintf(names + at, size - at, "%s%s", at ? " and " : "",
+                                   mvm_k_wtype_name((enum mvm_wtype)u));
     }
     return st;
-#else
-    (void)g, (void)t;
-    return mvm_fail(MVM_ERR_UNSUPPORTED, "this moevm was built without nvcc");
-#endif
+}
+
+/* Weight type t's module and its kernels, at the first launch of one of them. */
+static mvm_status load_type(mvm_gpu *g, int t)
+{
+    char what[128], types[64];
+    if (!typed_ptx[t])
+        return mvm_fail(MVM_ERR_UNSUPPORTED, "this moevm has no device kernels for weight type "
+                        "%s (kernels/cuda/kernels.h, MVM_G_FOR_TYPES)",
+                        mvm_k_wtype_name((enum mvm_wtype)t));
+    const double t0 = mvm_now_s();
+    snprintf(what, sizeof what, "cuModuleLoadData (kernels/cuda/typed.cu, %s)",
+             mvm_k_wtype_name((enum mvm_wtype)t));
+    CUmodule m = NULL;
+    CU(g, g->cu.ModuleLoadData(&m, typed_ptx[t]), what);
+    const double took = mvm_now_s() - t0;
+    mvm_status st = set_type_module(g, t, m, types, sizeof types);
+    if (st != MVM_OK) { /* none of its kernels, and the next launch tries again */
+        set_type_module(g, t, NULL, NULL, 0);
+        g->cu.ModuleUnload(m);
+        return st;
+    }
+    snprintf(what, sizeof what, "of weight type %s", types);
+    log_load_time(what, took);
+    return MVM_OK;
 }
 
 static mvm_status load_kernels(mvm_gpu *g)
@@ -281,9 +294,14 @@ void mvm_gpu_close(mvm_gpu *g)
         for (int m = 0; m < MOD_COUNT; m++)
             if (g->modules[m])
                 g->cu.ModuleUnload(g->modules[m]);
-        for (int t = 0; t < MVM_W_COUNT; t++)
-            if (g->typed[t])
-                g->cu.ModuleUnload(g->typed[t]);
+        for (int t = 0; t < MVM_W_COUNT; t++) /* once each: types may share one */
+            if (g->typed[t]) {
+                const CUmodule m = g->typed[t];
+                g->cu.ModuleUnload(m);
+                for (int u = t; u < MVM_W_COUNT; u++)
+                    if (g->typed[u] == m)
+                        g->typed[u] = NULL;
+            }
         if (g->stream)
             g->cu.StreamDestroy(g->stream);
         g->cu.PrimaryCtxRelease(g->dev);

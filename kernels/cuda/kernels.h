@@ -58,12 +58,17 @@ typedef uint64_t mvm_dptr;
     X(iq3_xxs, MVM_W_IQ3_XXS) X(iq3_s, MVM_W_IQ3_S) X(iq1_s, MVM_W_IQ1_S) X(iq1_m, MVM_W_IQ1_M)
 
 /* Which kernels a translation unit makes. The device's PTX comes as one module per weight
- * type (kernels/cuda/typed.cu, compiled with -DMVM_G_TYPE=q8_0 -DMVM_G_WTYPE=MVM_W_Q8_0 and
- * so on: only that type's instances) beside modules of the kernels of no type
+ * type (kernels/cuda/typed.cu, compiled with -DMVM_G_TYPE=q4_K -DMVM_G_WTYPE=MVM_W_Q4_K and
+ * so on: only that type's instances; a second type with MVM_G_TYPE2, MVM_G_WTYPE2, as f32's
+ * beside q8_0's: CMakeLists.txt says why) beside modules of the kernels of no type
  * (-DMVM_G_UNTYPED), so that the driver compiles for the GPU only the types a model has
  * (engine/compute/gpu.c). Without either (the CPU's emulation, tests/cuda_emu.h): all. */
 #define MVM_G_APPLY(X, name, type) X(name, type)
-#if defined(MVM_G_TYPE)
+#if defined(MVM_G_TYPE2)
+#define MVM_G_TYPED_KERNELS(X)                                                                 \
+    MVM_G_APPLY(X, MVM_G_TYPE, MVM_G_WTYPE) MVM_G_APPLY(X, MVM_G_TYPE2, MVM_G_WTYPE2)
+#define MVM_G_UNTYPED_KERNELS 0
+#elif defined(MVM_G_TYPE)
 #define MVM_G_TYPED_KERNELS(X) MVM_G_APPLY(X, MVM_G_TYPE, MVM_G_WTYPE)
 #define MVM_G_UNTYPED_KERNELS 0
 #elif defined(MVM_G_UNTYPED)
