@@ -86,10 +86,8 @@ static mvm_dptr device_act(enum mvm_wtype t, mvm_dptr dx, const float *x, uint32
     return dq;
 }
 
-/* A matrix product of 2 tokens in every weight type, against the CPU: a warp a row, and a
- * block a row (mvm_g_matvec_split). */
-/* One product of type t (split warps a row), its relative error against the CPU's in *err;
- * the launch's status. */
+/* One product of 2 tokens in weight type t (split warps a row), its relative error against
+ * the CPU's in *err; the launch's status. */
 static mvm_status matvec_once(enum mvm_wtype t, uint32_t split, double *err)
 {
     const uint32_t n_out = 7, n_tok = 2;
@@ -122,6 +120,8 @@ static mvm_status matvec_once(enum mvm_wtype t, uint32_t split, double *err)
     return st;
 }
 
+/* A matrix product in every weight type, against the CPU: a warp a row, and a block a row
+ * (mvm_g_matvec_split). */
 static void test_matvec(void)
 {
     for (int i = 0; i < MVM_W_COUNT; i++) {

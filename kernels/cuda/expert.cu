@@ -32,8 +32,9 @@
  * Q8_0 block or 32 floats in down's activation format, or with a K-quant down floats at
  * c0 of hf's rows (n_ff floats each), which mvm_g_expert_quantize makes Q8_K blocks.
  * (Unused in the module of the kernels of no type: kernels.h, MVM_G_UNTYPED.) */
-[[maybe_unused]] static __device__ void store_h(const mvm_g_expert_args &a, float (*hs)[MVM_QBLOCK],
-                               uint32_t r, uint32_t nt, uint32_t c0)
+[[maybe_unused]] static __device__ void store_h(const mvm_g_expert_args &a,
+                                                float (*hs)[MVM_QBLOCK], uint32_t r,
+                                                uint32_t nt, uint32_t c0)
 {
     const enum mvm_wtype down = (enum mvm_wtype)a.down;
     if (mvm_k_is_k(down)) {
