@@ -538,12 +538,11 @@ mvm_status mvm_gpu_launch(mvm_gpu *g, enum mvm_gpu_kernel k, int type, const voi
     mvm_status st = MVM_OK;
     if (kernels[k].module == MOD_TYPED && !g->typed[type] && (st = load_type(g, type)) != MVM_OK)
         return st;
-    char what[96];
-    snprintf(what, sizeof what, "%s%s%s", kernels[k].name, kernels[k].typed ? "_" : "",
-             kernels[k].typed ? mvm_k_wtype_name((enum mvm_wtype)type) : "");
+    const char *sfx = kernels[k].typed ? mvm_k_wtype_name((enum mvm_wtype)type) : "";
     CUfunction f = g->fn[k][kernels[k].typed ? type : 0];
     if (!f) /* mvm_gpu_has says where it may be missing */
-        return mvm_fail(MVM_ERR_UNSUPPORTED, "%s: no such kernel on this device", what);
+        return mvm_fail(MVM_ERR_UNSUPPORTED, "%s%s%s: no such kernel on this device",
+                        kernels[k].name, *sfx ? "_" : "", sfx);
     void *params[] = {(void *)args}; /* the one parameter: the struct (the driver knows its
                                         size from the kernel) */
     if (g->recording)
@@ -554,9 +553,10 @@ mvm_status mvm_gpu_launch(mvm_gpu *g, enum mvm_gpu_kernel k, int type, const voi
                                     params, NULL);
     if (r == CUDA_SUCCESS)
         return prof_end(g, MVM_OK);
-    char call[128];
-    snprintf(call, sizeof call, "cuLaunchKernel (%s)", what);
-    return mvm_cu_fail(&g->cu, r, call);
+    char what[96];
+    snprintf(what, sizeof what, "cuLaunchKernel (%s%s%s)", kernels[k].name, *sfx ? "_" : "",
+             sfx);
+    return mvm_cu_fail(&g->cu, r, what);
 }
 
 int mvm_gpu_graphs(mvm_gpu *g)
