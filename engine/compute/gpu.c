@@ -142,17 +142,23 @@ static void log_load_time(const char *what, double s)
         mvm_log(MVM_LOG_INFO, "device kernels %s loaded in %.2f s", what, s);
 }
 
-/* Kernel k's function of type t (its name suffixed with the type's where it is typed) from
- * module m into g->fn. */
+/* Kernel k's function name for type t: its name, suffixed with the type's where it is
+ * typed. */
+static const char *function_name(int k, int t, char *name, size_t size)
+{
+    if (kernels[k].typed)
+        snprintf(name, size, "%s_%s", kernels[k].name, mvm_k_wtype_name((enum mvm_wtype)t));
+    else
+        snprintf(name, size, "%s", kernels[k].name);
+    return name;
+}
+
+/* Kernel k's function of type t from module m into g->fn. */
 static mvm_status get_function(mvm_gpu *g, int k, int t, CUmodule m)
 {
     char name[64], what[96];
-    if (kernels[k].typed)
-        snprintf(name, sizeof name, "%s_%s", kernels[k].name,
-                 mvm_k_wtype_name((enum mvm_wtype)t));
-    else
-        snprintf(name, sizeof name, "%s", kernels[k].name);
-    snprintf(what, sizeof what, "cuModuleGetFunction (%s)", name);
+    snprintf(what, sizeof what, "cuModuleGetFunction (%s)",
+             function_name(k, t, name, sizeof name));
     CU(g, g->cu.ModuleGetFunction(&g->fn[k][t], m, name), what);
     return MVM_OK;
 }
@@ -538,11 +544,11 @@ mvm_status mvm_gpu_launch(mvm_gpu *g, enum mvm_gpu_kernel k, int type, const voi
     mvm_status st = MVM_OK;
     if (kernels[k].module == MOD_TYPED && !g->typed[type] && (st = load_type(g, type)) != MVM_OK)
         return st;
-    const char *sfx = kernels[k].typed ? mvm_k_wtype_name((enum mvm_wtype)type) : "";
     CUfunction f = g->fn[k][kernels[k].typed ? type : 0];
+    char name[64], what[96]; /* for the messages only */
     if (!f) /* mvm_gpu_has says where it may be missing */
-        return mvm_fail(MVM_ERR_UNSUPPORTED, "%s%s%s: no such kernel on this device",
-                        kernels[k].name, *sfx ? "_" : "", sfx);
+        return mvm_fail(MVM_ERR_UNSUPPORTED, "%s: no such kernel on this device",
+                        function_name(k, type, name, sizeof name));
     void *params[] = {(void *)args}; /* the one parameter: the struct (the driver knows its
                                         size from the kernel) */
     if (g->recording)
@@ -553,9 +559,7 @@ mvm_status mvm_gpu_launch(mvm_gpu *g, enum mvm_gpu_kernel k, int type, const voi
                                     params, NULL);
     if (r == CUDA_SUCCESS)
         return prof_end(g, MVM_OK);
-    char what[96];
-    snprintf(what, sizeof what, "cuLaunchKernel (%s%s%s)", kernels[k].name, *sfx ? "_" : "",
-             sfx);
+    snprintf(what, sizeof what, "cuLaunchKernel (%s)", function_name(k, type, name, sizeof name));
     return mvm_cu_fail(&g->cu, r, what);
 }
 
