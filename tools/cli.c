@@ -304,10 +304,10 @@ void mvm_cli_gpu_layers(const char *cmd, const char *flag)
 int mvm_cli_n_cpu_moe(const char *cmd, const char *flag, const char *value, uint32_t *n)
 {
     if (!value) { /* --cpu-moe */
-        *n = 1u << 16;
+        *n = MVM_CLI_CPU_MOE_ALL;
         return 0;
     }
-    return mvm_cli_u32(cmd, flag, value, 0, 1u << 16, n);
+    return mvm_cli_u32(cmd, flag, value, 0, MVM_CLI_CPU_MOE_ALL, n);
 }
 
 int mvm_cli_budget_or_cpu_moe(const char *cmd, int budget_given, int cpu_moe_given)
@@ -331,8 +331,8 @@ int mvm_cli_cpu_moe(const char *cmd, uint32_t n_cpu_moe, mvm_model *m, mvm_space
 
 void mvm_cli_cpu_moe_note(const char *cmd, uint32_t n_cpu_moe, uint32_t n_layer)
 {
-    char flag[32] = "--cpu-moe"; /* (its N, 1 << 16, is no one's typing) */
-    if (n_cpu_moe != 1u << 16)
+    char flag[32] = "--cpu-moe";
+    if (n_cpu_moe != MVM_CLI_CPU_MOE_ALL)
         snprintf(flag, sizeof flag, "--n-cpu-moe %u", n_cpu_moe);
     if (n_cpu_moe >= n_layer)
         fprintf(stderr, "moevm %s: %s: the experts of all %u MoE layers stay on the CPU, so no "

@@ -143,9 +143,12 @@ int mvm_cli_float_to_double(const char *cmd, const char *flag, const char *value
  * byte budget, and attention and dense weights always go to the GPU when there is one. The
  * first call says so on stderr, once per process. */
 void mvm_cli_gpu_layers(const char *cmd, const char *flag);
-/* --n-cpu-moe's value N, 0..65536 (llama.cpp users type 99 for "every layer"): into *n, 0;
- * else 2 after "moevm <cmd>: <flag> <value>: ...". No value (llama.cpp's --cpu-moe, -cmoe:
- * every MoE layer's experts on the CPU): 65536. */
+/* --n-cpu-moe's largest N, which llama.cpp's --cpu-moe (-cmoe, every MoE layer's experts on
+ * the CPU) stands for: no one's typing. */
+#define MVM_CLI_CPU_MOE_ALL (1u << 16)
+/* --n-cpu-moe's value N, 0..MVM_CLI_CPU_MOE_ALL (llama.cpp users type 99 for "every
+ * layer"): into *n, 0; else 2 after "moevm <cmd>: <flag> <value>: ...". No value (--cpu-moe):
+ * MVM_CLI_CPU_MOE_ALL. */
 int mvm_cli_n_cpu_moe(const char *cmd, const char *flag, const char *value, uint32_t *n);
 /* 0 unless both --gpu-budget and --n-cpu-moe were given: then 2 after one line saying so. */
 int mvm_cli_budget_or_cpu_moe(const char *cmd, int budget_given, int cpu_moe_given);

@@ -148,8 +148,10 @@ static int parse_option(struct bench_args *a, int id, const char *f, char *v)
     case O_REPS: return mvm_cli_u32("bench", f, v, 1, BENCH_MAX_REPS, &a->reps);
     case O_THREADS: return parse_u32_list(f, v, 1, 1024, a->threads, &a->n_threads);
     case O_BUDGET: return split_list(f, v, a->budgets, &a->n_budgets);
-    case O_CPU_MOE: /* no value: --cpu-moe, every layer */
-        return parse_u32_list(f, v ? v : "65536", 0, 1u << 16, a->cpu_moe, &a->n_cpu_moe);
+    case O_CPU_MOE:
+        if (!v) /* --cpu-moe, every layer */
+            return a->n_cpu_moe = 1, mvm_cli_n_cpu_moe("bench", f, NULL, a->cpu_moe);
+        return parse_u32_list(f, v, 0, MVM_CLI_CPU_MOE_ALL, a->cpu_moe, &a->n_cpu_moe);
     case O_EVICT: return mvm_cli_policy("bench", f, v, &a->evict, &a->evict_args);
     case O_BATCH: return mvm_cli_u32("bench", f, v, 1, 4096, &a->batch);
     case O_KV_TYPE: return mvm_cli_kv_type("bench", v, &a->kv_type);
