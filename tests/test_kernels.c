@@ -1353,13 +1353,14 @@ static void check_expert_batch(size_t fi, const expert *e, size_t n_embd, size_t
 
 /* 1..MVM_K_NT tokens (each count of the multi-token kernels), 11 (two full steps of them
  * and a remainder of 3; with the rows in the lanes, 8 + 2 + 1), 37 (expert.c's 32 tokens
- * at once, then 5: a tile cut short) and 70 (the untiled K types' 64, then 6), at both of
+ * at once, then 5: a tile cut short), 70 (the untiled K types' one pass, of up to 128) and
+ * 150 (their two passes made even: 80 and 70, mvm_k_even_pass), at both of
  * expert_embd's sizes (the K types' gate and up rows of one super-block and of three, the
  * two kernels for few tokens). Where the level tiles the format, the tiled expert too, group
  * by group (each count of the tile kernel's token steps: 8, 4, 2, 1). */
 static void test_expert_batch(void)
 {
-    static const size_t counts[] = {1, 2, 3, 4, 11, 37, 70};
+    static const size_t counts[] = {1, 2, 3, 4, 11, 37, 70, 150};
     const size_t groups = 2;
     for (size_t fi = 0; fi < sizeof expert_fmts / sizeof *expert_fmts; fi++)
         for (int s = 0; s < 2; s++) {

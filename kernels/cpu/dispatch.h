@@ -329,6 +329,17 @@ extern const struct mvm_k_level mvm_k_level_dotprod; /* dot_dotprod.c */
 /* The table of the level in use (simd.c); set before any thread runs a kernel. */
 extern const struct mvm_k_level *mvm_k_kernels;
 
+/* The tokens of each pass when n_tok tokens are taken at most `most` a pass, the passes
+ * made even in whole units of `unit` tokens (the multi-row kernels' lane groups): 70 at
+ * most 64 a pass were 64 and 6, two unpackings of every row, the second for six tokens;
+ * at most 128 they are one pass. */
+static inline size_t mvm_k_even_pass(size_t n_tok, size_t most, size_t unit)
+{
+    const size_t passes = (n_tok + most - 1) / most, units = (n_tok + unit - 1) / unit;
+    const size_t per = (units + passes - 1) / passes * unit;
+    return per < most ? per : most;
+}
+
 /* The level's multi-row kernel for type t when a product of n_tok tokens should take it, or
  * NULL: fewer than MVM_K_NT tokens are the dotn kernels' (a row's blocks unpacked once for
  * up to MVM_K_NT tokens), as fast there as the multi-row kernels' mostly empty lanes. The

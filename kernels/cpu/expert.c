@@ -36,12 +36,14 @@ static const void *down_acts(enum mvm_wtype t, const float h[][MVM_QK_K], size_t
  * them as two groups of 16 lanes, each row unpacked once for both. 32 against 16: +12%
  * Q4_K_M prefill on a 2-core EPYC (3 alternating runs of each; 64 no better, measured with
  * the earlier tiles), for 73 KiB of stack (the intermediate activations). The untiled
- * super-block types take twice that (WIDE_TOKENS, their intermediate activations on the
- * heap): the multi-row kernel then unpacks each row once for 64 tokens (gemm_k_wide in
- * gemm_avx512vnni.c), which the lattice-grid types, whose rows cost the most to unpack,
- * need most. */
+ * super-block types take up to WIDE_TOKENS (their intermediate activations on the heap),
+ * in even passes: the multi-row kernel then unpacks each row once for all of them
+ * (gemm_k_wide in gemm_k_avx512vnni.h), which the lattice-grid types, whose rows cost the
+ * most to unpack, need most. An expert of a 512-token prompt of OLMoE's shape gets ~64 of
+ * them; at 64 a pass, the half above 64 unpacked every row again for a few tokens
+ * (docs/perf/cpu.md, session 97). */
 #define GROUP_TOKENS 32
-#define WIDE_TOKENS 64
+#define WIDE_TOKENS 128
 
 /* A batch's intermediate activations: gate's (then the unit's) and up's outputs, and the
  * former quantized for down, for up to n tokens. */
@@ -77,14 +79,17 @@ static void ffn_groups(mvm_k_expert_fmt f, const uint8_t *expert, size_t n_embd,
     const size_t G = mvm_k_expert_group_channels(f);
     const size_t row = mvm_k_row_bytes(f.gate_up, n_embd), slot = mvm_k_row_bytes(f.down, G);
     const size_t group = mvm_k_expert_group_bytes(f, n_embd);
+    /* wide passes made even (a few tokens left over would unpack every row again); the
+     * narrow ones keep whole passes, whose rest takes the paired lanes of 8 tokens */
+    const size_t pass = tok > GROUP_TOKENS ? mvm_k_even_pass(n_tok, tok, 16) : tok;
     for (size_t g = g0; g < g1; g++) {
         const uint8_t *gate = expert + g * group;
         const uint8_t *up = gate + G * row, *dn = up + G * row;
         float bias[2 * MVM_QK_K]; /* MVM_GLU_OAI: gate's, then up's (unaligned in the group) */
         if (f.glu == MVM_GLU_OAI)
             memcpy(bias, dn + n_embd * slot, 2 * G * sizeof *bias);
-        for (size_t t0 = 0; t0 < n_tok; t0 += tok) {
-            const size_t nt = n_tok - t0 < tok ? n_tok - t0 : tok;
+        for (size_t t0 = 0; t0 < n_tok; t0 += pass) {
+            const size_t nt = n_tok - t0 < pass ? n_tok - t0 : pass;
             const uint8_t *a = act + t0 * act_stride;
             float(*h)[MVM_QK_K] = b.h, (*u)[MVM_QK_K] = b.u;
             gate_up_rows(f, gate, row, n_embd, a, act_stride, nt, h[0]);

@@ -482,8 +482,8 @@ AVX512_INLINE void ytile_move(float *y, size_t ys, float *tile, int nr, int nt, 
 #define KWIDE_TOKENS 128
 
 /* More than 32 tokens: each block of 4 rows is unpacked once (krows_fill) for up to 128
- * of them, then taken against 32 tokens at a time, as llama.cpp's tiled path unpacks a
- * tile once for all its tokens. With the rows unpacked once per 32 tokens, as gemm_k takes
+ * of them (the passes made even: mvm_k_even_pass), then taken against 32 tokens at a
+ * time, as llama.cpp's tiled path unpacks a tile once for all its tokens. With the rows unpacked once per 32 tokens, as gemm_k takes
  * them, the lattice-grid types (grid entries by scalar loads) spent about half as long
  * unpacking as multiplying. One thread, 1024 rows x 2048, 112 tokens (a prompt's
  * projection), GMAC/s: IQ3_XXS 221 -> 264, IQ2_XXS 238 -> 282, Q5_K 267 -> 349, Q6_K 255
@@ -497,8 +497,9 @@ AVX512_INLINE int gemm_k_wide(enum mvm_wtype t, const uint8_t *w, size_t rb, siz
     float *tile = aligned_alloc(64, KWIDE_TOKENS * YTILE_STRIDE * sizeof *tile);
     krow *R = aligned_alloc(64, 4 * KPIECE_SB * sizeof *R);
     const int ok = A && tile && R;
-    for (size_t c0 = 0; ok && c0 < n_tok; c0 += KWIDE_TOKENS) {
-        const int nc = n_tok - c0 < KWIDE_TOKENS ? (int)(n_tok - c0) : KWIDE_TOKENS;
+    const size_t per = mvm_k_even_pass(n_tok, KWIDE_TOKENS, 16);
+    for (size_t c0 = 0; ok && c0 < n_tok; c0 += per) {
+        const int nc = n_tok - c0 < per ? (int)(n_tok - c0) : (int)per;
         const int ng = (nc + 15) / 16;
         const uint8_t *a = act + c0 * as;
         for (size_t k0 = 0; k0 < nb; k0 += KPIECE_SB) {
