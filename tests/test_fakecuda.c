@@ -73,11 +73,13 @@ static void check_rc(CUresult got, CUresult want, const char *what, int line)
     X(cuMemsetD2D32_v2) X(cuMemsetD2D8Async) X(cuMemsetD2D16Async) X(cuMemsetD2D32Async)     \
     X(cuLaunchCooperativeKernel) X(cuGraphAddMemcpyNode) X(cuGraphAddMemsetNode)               \
     X(cuGraphMemcpyNodeGetParams) X(cuGraphMemsetNodeGetParams) X(cuGraphExecNodeSetParams)    \
-    X(cuGraphExecMemcpyNodeSetParams) X(cuGraphExecMemsetNodeSetParams) X(cuStreamWaitEvent)
+    X(cuGraphExecMemcpyNodeSetParams) X(cuGraphExecMemsetNodeSetParams) X(cuStreamWaitEvent)  \
+    X(cuGraphAddDependencies_v2)
 #define FK_FUNCS(X)                                                                            \
     X(fakecuda_calls) X(fakecuda_live_handles) X(fakecuda_mapped_bytes)                        \
     X(fakecuda_live_reservations) X(fakecuda_reset_counters) X(fakecuda_set_fail)              \
-    X(fakecuda_stream_hold) X(fakecuda_kernel_bytes) X(fakecuda_getproc_request)
+    X(fakecuda_stream_hold) X(fakecuda_kernel_bytes) X(fakecuda_getproc_request)               \
+    X(fakecuda_set_cc_major)
 /* Exports that cuda.h does not declare under these names (the per-thread variants exist only
  * in CUDA_API_PER_THREAD_DEFAULT_STREAM builds; cuGetProcAddress means _v2), with the type
  * of their twin. */
@@ -1197,6 +1199,77 @@ static void t_modules(void)
     OK(p_cuFuncGetParamInfo(k_copy, 2, &off, &size)); /* the first module is unaffected */
 }
 
+/* PTX that the driver's compiler would refuse (griddepcontrol below sm_90, a target newer
+ * than the device), and programmatic edges: between kernels only, from their programmatic
+ * or launch-order port, and (stricter than the driver: a race) only into a kernel whose PTX
+ * waits for its predecessor. */
+static void t_graph_edges(void)
+{
+#define KERNELS(wait)                                                                        \
+    ".entry fk_copy(\n)\n{\n\t.reg .b32 %r<2>;\n" wait "\tret;\n}\n"                            \
+    ".entry fk_fill_u32(\n)\n{\n" wait "\tret;\n}\n"
+#define WAIT "\tgriddepcontrol.launch_dependents;\n\tgriddepcontrol.wait;\n"
+    static const char plain[] = "//\n.version 9.0\n.target sm_75\n" KERNELS("");
+    static const char waits[] = "//\n.version 9.0\n.target sm_90\n" KERNELS(WAIT);
+    static const char low[] = "//\n.version 9.0\n.target sm_75\n" KERNELS(WAIT);
+#undef KERNELS
+#undef WAIT
+    CUmodule mp, mw, m;
+    CUfunction cp, fp, cw, fw;
+    RC(p_cuModuleLoadData(&m, low), CUDA_ERROR_INVALID_PTX);
+    p_fakecuda_set_cc_major(8);
+    RC(p_cuModuleLoadData(&m, waits), CUDA_ERROR_NO_BINARY_FOR_GPU);
+    p_fakecuda_set_cc_major(9);
+    OK(p_cuModuleLoadData(&mp, plain));
+    OK(p_cuModuleLoadData(&mw, waits));
+    OK(p_cuModuleGetFunction(&cp, mp, "fk_copy"));
+    OK(p_cuModuleGetFunction(&fp, mp, "fk_fill_u32"));
+    OK(p_cuModuleGetFunction(&cw, mw, "fk_copy"));
+    OK(p_cuModuleGetFunction(&fw, mw, "fk_fill_u32"));
+
+    CUgraph g, other;
+    CUgraphNode n[5], stray;
+    OK(p_cuGraphCreate(&g, 0));
+    OK(p_cuGraphCreate(&other, 0));
+    const CUfunction fn[4] = {cp, fp, cw, fw};
+    uint64_t zero = 0; /* the nodes are never launched */
+    void *args[] = {&zero, &zero, &zero};
+    for (int i = 0; i < 4; i++) {
+        CUDA_KERNEL_NODE_PARAMS kp = {.func = fn[i], .gridDimX = 1, .gridDimY = 1,
+                                      .gridDimZ = 1, .blockDimX = 1, .blockDimY = 1,
+                                      .blockDimZ = 1, .kernelParams = args};
+        OK(p_cuGraphAddKernelNode_v2(&n[i], g, NULL, 0, &kp));
+        if (i == 0)
+            OK(p_cuGraphAddKernelNode_v2(&stray, other, NULL, 0, &kp));
+    }
+    const CUgraphEdgeData pdl = {.from_port = CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC,
+                                 .type = CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC};
+    const CUgraphEdgeData order = {.from_port = CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER,
+                                   .type = CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC};
+    const CUgraphEdgeData full_port = {.from_port = CU_GRAPH_KERNEL_NODE_PORT_DEFAULT,
+                                       .type = CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC};
+    const CUgraphEdgeData to_port = {.to_port = 1};
+    const CUgraphEdgeData port_only = {.from_port = CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC};
+    /* into a kernel that waits: taken, from either port; default edges anywhere */
+    OK(p_cuGraphAddDependencies_v2(g, &n[2], &n[3], &pdl, 1));
+    OK(p_cuGraphAddDependencies_v2(g, &n[0], &n[2], &order, 1));
+    OK(p_cuGraphAddDependencies_v2(g, &n[0], &n[1], NULL, 1));
+    OK(p_cuGraphAddDependencies_v2(g, (CUgraphNode[]){n[1], n[2]}, (CUgraphNode[]){n[2], n[3]},
+                                   (CUgraphEdgeData[]){{0}, pdl}, 2));
+    /* into a kernel that does not, or malformed */
+    RC(p_cuGraphAddDependencies_v2(g, &n[2], &n[1], &pdl, 1), CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuGraphAddDependencies_v2(g, &n[2], &n[3], &full_port, 1), CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuGraphAddDependencies_v2(g, &n[2], &n[3], &to_port, 1), CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuGraphAddDependencies_v2(g, &n[2], &n[3], &port_only, 1), CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuGraphAddDependencies_v2(g, &stray, &n[3], &pdl, 1), CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuGraphAddDependencies_v2(g, &n[3], &n[3], NULL, 1), CUDA_ERROR_INVALID_VALUE);
+    RC(p_cuGraphAddDependencies_v2(g, NULL, NULL, NULL, 1), CUDA_ERROR_INVALID_VALUE);
+    OK(p_cuGraphDestroy(other));
+    OK(p_cuGraphDestroy(g));
+    OK(p_cuModuleUnload(mp));
+    OK(p_cuModuleUnload(mw));
+}
+
 /* Libraries: their CUkernels launch like functions; only cuKernelGetParamInfo describes
  * them, and module and library handles do not mix. */
 static void t_libraries(void)
@@ -2059,6 +2132,7 @@ int main(int argc, char **argv)
     t_libraries();
     t_graphs();
     t_graph_copies();
+    t_graph_edges();
     t_proc_address();
     t_errors();
     t_threads_and_release();

@@ -27,6 +27,7 @@ static uint64_t rng = 0x243F6A8885A308D3ull;
 static mvm_gpu *g;                   /* the device the tests share */
 static fakecuda_set_fail_fn set_fail; /* the fake's fault injection */
 static fakecuda_calls_fn calls;       /* and its count of each driver function's calls */
+static fakecuda_set_cc_major_fn set_cc_major; /* and the compute capability it reports */
 static int on_fake;                  /* the kernels are the fake's plugin, on the CPU */
 
 static float rnd(void)
@@ -298,7 +299,7 @@ static long prof_calls(const char *report, const char *name)
 static void test_profile(void)
 {
     mvm_gpu *p = NULL;
-    CHECK_ST(mvm_gpu_open(0, &p), MVM_OK);
+    CHECK_ST(mvm_gpu_open(0, 0, &p), MVM_OK);
     if (!p)
         return;
     CHECK_ST(mvm_gpu_profile(p), MVM_OK);
@@ -399,17 +400,17 @@ static void test_failures(void)
 {
     mvm_gpu_close(g);
     g = NULL;
-    CHECK_ST(mvm_gpu_open(3, &g), MVM_ERR_RANGE);
+    CHECK_ST(mvm_gpu_open(3, 0, &g), MVM_ERR_RANGE);
     CHECK(g == NULL);
     CHECK(set_fail("cuModuleLoadData:2") == 0);
-    CHECK_ST(mvm_gpu_open(0, &g), MVM_ERR_BACKEND);
+    CHECK_ST(mvm_gpu_open(0, 0, &g), MVM_ERR_BACKEND);
     CHECK(strstr(mvm_last_error(), "cuModuleLoadData (kernels/cuda/expert.cu) failed") != NULL);
     CHECK(set_fail("cuModuleGetFunction:2:CUDA_ERROR_NOT_FOUND") == 0);
-    CHECK_ST(mvm_gpu_open(0, &g), MVM_ERR_BACKEND);
+    CHECK_ST(mvm_gpu_open(0, 0, &g), MVM_ERR_BACKEND);
     CHECK(strstr(mvm_last_error(), "cuModuleGetFunction (mvm_g_expert_quantize) failed: "
                                    "CUDA_ERROR_NOT_FOUND") != NULL);
     CHECK(set_fail("cuLaunchKernel:1") == 0);
-    CHECK_ST(mvm_gpu_open(0, &g), MVM_OK);
+    CHECK_ST(mvm_gpu_open(0, 0, &g), MVM_OK);
     float x[32] = {0};
     mvm_dptr dx = g ? up(x, sizeof x) : 0;
     mvm_g_rmsnorm_args ra = {.x = dx, .out = dx, .x_stride = 32, .out_stride = 32, .n = 32,
@@ -433,7 +434,7 @@ static void test_typed_modules(void)
 {
     mvm_gpu_close(g);
     const unsigned long before = calls("cuModuleLoadData");
-    CHECK_ST(mvm_gpu_open(0, &g), MVM_OK);
+    CHECK_ST(mvm_gpu_open(0, 0, &g), MVM_OK);
     if (!g)
         return;
     const unsigned long at_open = calls("cuModuleLoadData");
@@ -466,6 +467,87 @@ static void test_typed_modules(void)
     CHECK(calls("cuModuleLoadData") == at_open + 5);
 }
 
+/* The chain x += y, y += x, ... (n_kernels launches, each reading the one before's output) as
+ * one graph, twice from x = y = 1: Fibonacci's numbers, exact in floats, wherever a kernel
+ * read its input before the one before had written it they are not. *pdl_edges: the
+ * graph's programmatic edges. */
+static void fibonacci_graph(uint32_t n_kernels, uint64_t *pdl_edges)
+{
+    enum { N = 4096 }; /* 32 blocks a launch */
+    float *ones = malloc(N * sizeof *ones), *got = malloc(N * sizeof *got);
+    for (uint32_t j = 0; j < N; j++)
+        ones[j] = 1.0f;
+    mvm_dptr x = up(ones, N * sizeof *ones), y = up(ones, N * sizeof *ones);
+    CHECK(mvm_gpu_graphs(g));
+    for (int round = 0; round < 2; round++) {
+        CHECK_ST(mvm_gpu_upload(g, x, ones, N * sizeof *ones), MVM_OK);
+        CHECK_ST(mvm_gpu_upload(g, y, ones, N * sizeof *ones), MVM_OK);
+        mvm_gpu_record(g);
+        for (uint32_t k = 0; k < n_kernels; k++) {
+            mvm_g_add_args a = {.x = k % 2 ? y : x, .y = k % 2 ? x : y, .n = N, .n_tok = 1};
+            CHECK_ST(mvm_gpu_add(g, 0, &a), MVM_OK);
+        }
+        CHECK_ST(mvm_gpu_replay(g), MVM_OK);
+        CHECK_ST(mvm_gpu_sync(g), MVM_OK);
+        double fib[2] = {1, 1}; /* x, y */
+        for (uint32_t k = 0; k < n_kernels; k++)
+            fib[k % 2] += fib[1 - k % 2];
+        for (int v = 0; v < 2; v++) {
+            CHECK_ST(mvm_gpu_download(g, got, v ? y : x, N * sizeof *got), MVM_OK);
+            int bad = 0;
+            for (uint32_t j = 0; j < N; j++)
+                bad += got[j] != (float)fib[v];
+            CHECK(bad == 0);
+        }
+    }
+    uint64_t built, updated;
+    mvm_gpu_graph_stats(g, &built, &updated, pdl_edges);
+    CHECK(built == 1 && updated == 0); /* the second round replayed the first's graph */
+    mvm_gpu_free(g, x), mvm_gpu_free(g, y);
+    free(ones), free(got);
+}
+
+/* Programmatic dependent launch (MVM_GPU_PDL: engine/compute/ptx_pdl.c, gpu_graph.c): on a
+ * compute capability 9.0 device a graph's kernels follow each other by programmatic edges
+ * (over the fake, which refuses one into a kernel whose PTX does not wait, and on a GPU,
+ * where such a kernel could read its input early: tests/gpu/kernels.sh), and the chain's
+ * results are exact; on an older device, or where the driver refuses the edges, the
+ * kernels wait for each other in full, with the same results. */
+static void test_pdl(void)
+{
+    const uint32_t n_kernels = 24;
+    uint64_t edges = 0;
+    mvm_gpu_close(g);
+    CHECK_ST(mvm_gpu_open(0, MVM_GPU_PDL, &g), MVM_OK);
+    if (!g)
+        return;
+    int cc9 = 0;
+    CHECK_ST(mvm_gpu_device_cc(0, 9, &cc9), MVM_OK);
+    fibonacci_graph(n_kernels, &edges);
+    CHECK(edges == (cc9 ? n_kernels - 1 : 0));
+    mvm_gpu_close(g);
+    if (set_fail) { /* the driver refuses the edges: a graph without */
+        CHECK_ST(mvm_gpu_open(0, MVM_GPU_PDL, &g), MVM_OK);
+        CHECK(set_fail("cuGraphAddDependencies:1") == 0);
+        if (g)
+            fibonacci_graph(n_kernels, &edges);
+        CHECK(edges == 0);
+        set_fail(NULL);
+        mvm_gpu_close(g);
+    }
+    if (set_cc_major) { /* a device older than 9.0 */
+        set_cc_major(8);
+        CHECK_ST(mvm_gpu_open(0, MVM_GPU_PDL, &g), MVM_OK);
+        if (g)
+            fibonacci_graph(n_kernels, &edges);
+        CHECK(edges == 0);
+        set_cc_major(9);
+        mvm_gpu_close(g);
+    }
+    g = NULL;
+    CHECK_ST(mvm_gpu_open(0, 0, &g), MVM_OK);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -476,7 +558,7 @@ int main(int argc, char **argv)
      * they are the PTX's, on the GPU, and the fault injection is skipped. */
     on_fake = getenv("FAKECUDA_KERNELS") != NULL;
     setenv("MOEVM_CUDA_LIBRARY", argv[1], 1);
-    CHECK_ST(mvm_gpu_open(0, &g), MVM_OK);
+    CHECK_ST(mvm_gpu_open(0, 0, &g), MVM_OK);
     if (!g)
         TEST_END();
     RUN(test_matvec);
@@ -490,6 +572,9 @@ int main(int argc, char **argv)
     set_fail = driver ? (fakecuda_set_fail_fn)dlsym(driver, "fakecuda_set_fail") : NULL;
     CHECK(!on_fake || set_fail != NULL);
     calls = driver ? (fakecuda_calls_fn)dlsym(driver, "fakecuda_calls") : NULL;
+    set_cc_major =
+        driver ? (fakecuda_set_cc_major_fn)dlsym(driver, "fakecuda_set_cc_major") : NULL;
+    RUN(test_pdl);
     if (set_fail && calls)
         RUN(test_typed_modules);
     if (set_fail)

@@ -19,7 +19,7 @@ static inline mvm_gpu *bench_open(const char *prog, const char *driver)
 {
     setenv("MOEVM_CUDA_LIBRARY", driver, 1);
     mvm_gpu *g;
-    if (mvm_gpu_open(0, &g) == MVM_OK)
+    if (mvm_gpu_open(0, 0, &g) == MVM_OK)
         return g;
     fprintf(stderr, "%s: opening the device: %s\n", prog, mvm_last_error());
     return NULL;

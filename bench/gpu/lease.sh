@@ -27,7 +27,8 @@
 #              pageable uploads; make-resident against the copy, in pages and in a slot
 #              space; copy lanes)
 #   text       tests/gpu/forward.sh steps 2, 2b and 2c: the same greedy text on the CPU and the
-#              GPU, with decode routed on the device (graph, launches) and by the host, and
+#              GPU, with decode routed on the device (graph, launches, the graph with
+#              MOEVM_PDL=on) and by the host, and
 #              with a long prompt's products on real cuBLAS (batched experts), on the kernels
 #              and with its experts on the int8 tensor cores (MOEVM_MMQ=on)
 #   full       bench/gpu/llamacpp.sh at budget 100 (OLMoE-1B-7B q8_0, the model's own
@@ -43,7 +44,8 @@
 #              whole model's mkmodel and loads would take the lease), at budgets 25 and 100,
 #              with the model's own routing and a replayed trace: by default, and at 25% in
 #              a slot space (MOEVM_SLOTS=on: a move is its copy, no remap), alone and with
-#              decode read through (MOEVM_BUDGET_ROUTING=read-through), against -ngl 99
+#              decode read through (MOEVM_BUDGET_ROUTING=read-through), and at 100% with a
+#              decode graph's kernels by programmatic edges (MOEVM_PDL=on), against -ngl 99
 #              --n-cpu-moe N; moevm and llama.cpp on the CPU alone (OFFLOAD_CPU=0: not).
 #              Three variants and the CPU runs fill its 300 s; the others measured before
 #              (docs/perf/offload.md: MOEVM_LOAD_WAIT=device-view and device-late,
@@ -184,7 +186,7 @@ export work
         BUDGETS="${OFFLOAD_BUDGETS:-25 100}" ROUTINGS="${OFFLOAD_ROUTINGS:-own replay}" REPS=2 \
         VARIANTS="${OFFLOAD_VARIANTS:-default MOEVM_SLOTS=on \
 MOEVM_SLOTS=on,MOEVM_BUDGET_ROUTING=read-through}" \
-        VARIANTS_100="${OFFLOAD_VARIANTS_100:-default}" \
+        VARIANTS_100="${OFFLOAD_VARIANTS_100:-default MOEVM_PDL=on}" \
         CPU_BASELINE="${OFFLOAD_CPU:-1}" bash bench/gpu/llamacpp.sh
     step full_q4k 150 env MODELS=olmoe-1b-7b:q4_k_m BUDGETS=100 ROUTINGS=own REPS=2 \
         CPU_BASELINE=0 VARIANTS="default MOEVM_MMQ=on" bash bench/gpu/llamacpp.sh

@@ -80,7 +80,7 @@ packed_upload() {
 decode_routed() {
     local host split
     host=$(grep -o 'decode: [0-9]* tokens routed on the device.*' "$1" | tail -n 1 |
-        sed 's/CUDA graphs: [0-9]* built, [0-9]* kernel nodes updated; //' |
+        sed 's/CUDA graphs: [0-9]* built ([0-9]* programmatic edges), [0-9]* kernel nodes updated; //' |
         grep -o '[0-9][0-9.]*' | paste -sd' ' |
         awk 'NF == 5 { printf "tokens=%s queue_us=%s policies_us=%s wait_us=%s between_us=%s",
                        $1, $2, $3, $4, $5 }')

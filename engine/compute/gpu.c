@@ -22,6 +22,7 @@
 #include "engine/compute/clock.h"
 #include "engine/compute/gpu_graph.h"
 #include "engine/compute/gpu_profile.h"
+#include "engine/compute/ptx_pdl.h"
 #include "kernels/cpu/kernels.h"
 #include "vmm/backend_cuda.h"
 #include "vmm/error.h"
@@ -110,16 +111,45 @@ struct mvm_gpu {
     mvm_gpu_graph *graph; /* mvm_gpu_record's, opened at the first */
     int graphs_off;       /* the driver has none, or refused one */
     int recording;
+    int pdl; /* MVM_GPU_PDL on a device that has it: every module's PTX waits at each
+                kernel's start (ptx_pdl.c), and the graphs' kernels follow by programmatic
+                edges */
 };
+
+/* Whether device dev's compute capability is major.0 or later. */
+static mvm_status has_cc(const struct cu_api *cu, CUdevice dev, int major, int *yes)
+{
+    int have = 0;
+    CUresult r = cu->DeviceGetAttribute(&have, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+    if (r != CUDA_SUCCESS)
+        return mvm_cu_fail(cu, r, "cuDeviceGetAttribute (compute capability)");
+    *yes = have >= major;
+    return MVM_OK;
+}
 
 /* Whether device dev runs compute_80 PTX (MOD_MMQ's, MOD_ATTN_MMA's). */
 static mvm_status has_sm80(const struct cu_api *cu, CUdevice dev, int *yes)
 {
-    int major = 0;
-    CUresult r = cu->DeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
-    if (r != CUDA_SUCCESS)
-        return mvm_cu_fail(cu, r, "cuDeviceGetAttribute (compute capability)");
-    *yes = major >= 8;
+    return has_cc(cu, dev, 8, yes);
+}
+
+/* A module from its PTX, as it is or, with g->pdl, for programmatic dependent launch; what:
+ * the load, for its message. */
+static mvm_status load_module(mvm_gpu *g, CUmodule *m, const char *ptx, const char *what)
+{
+    char *pdl = NULL;
+    size_t entries;
+    if (g->pdl) {
+        mvm_status st = mvm_ptx_pdl(ptx, &pdl, &entries);
+        if (st != MVM_OK)
+            return mvm_fail(st, "%s: %s", what, mvm_last_error());
+    }
+    CUresult r = g->cu.ModuleLoadData(m, pdl ? pdl : ptx);
+    free(pdl); /* the driver has compiled it */
+    if (r != CUDA_SUCCESS) {
+        *m = NULL;
+        return mvm_cu_fail(&g->cu, r, what);
+    }
     return MVM_OK;
 }
 
@@ -201,9 +231,11 @@ static mvm_status load_type(mvm_gpu *g, int t)
     snprintf(what, sizeof what, "cuModuleLoadData (kernels/cuda/typed.cu, %s)",
              mvm_k_wtype_name((enum mvm_wtype)t));
     CUmodule m = NULL;
-    CU(g, g->cu.ModuleLoadData(&m, typed_ptx[t]), what);
+    mvm_status st = load_module(g, &m, typed_ptx[t], what);
+    if (st != MVM_OK)
+        return st;
     const double took = mvm_now_s() - t0;
-    mvm_status st = set_type_module(g, t, m, types, sizeof types);
+    st = set_type_module(g, t, m, types, sizeof types);
     if (st != MVM_OK) { /* none of its kernels, and the next launch tries again */
         set_type_module(g, t, NULL, NULL, 0);
         g->cu.ModuleUnload(m);
@@ -237,7 +269,8 @@ static mvm_status load_kernels(mvm_gpu *g)
             continue;
         }
         snprintf(what, sizeof what, "cuModuleLoadData (kernels/cuda/%s.cu)", names[m]);
-        CU(g, g->cu.ModuleLoadData(&g->modules[m], images[m]), what);
+        if ((st = load_module(g, &g->modules[m], images[m], what)) != MVM_OK)
+            return st;
     }
     log_load_time("of no weight type", mvm_now_s() - t0);
     for (int k = 0; k < MVM_GK_COUNT && st == MVM_OK; k++)
@@ -254,7 +287,7 @@ static mvm_status load_kernels(mvm_gpu *g)
 #endif
 }
 
-static mvm_status open_device(mvm_gpu *g, int device)
+static mvm_status open_device(mvm_gpu *g, int device, unsigned flags)
 {
     mvm_status st = mvm_cu_device(&g->cu, device, &g->dev);
     if (st != MVM_OK)
@@ -262,10 +295,17 @@ static mvm_status open_device(mvm_gpu *g, int device)
     CU(g, g->cu.PrimaryCtxRetain(&g->ctx, g->dev), "cuDevicePrimaryCtxRetain");
     CU(g, g->cu.CtxSetCurrent(g->ctx), "cuCtxSetCurrent");
     CU(g, g->cu.StreamCreate(&g->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    if (flags & MVM_GPU_PDL) {
+        if ((st = has_cc(&g->cu, g->dev, 9, &g->pdl)) != MVM_OK)
+            return st;
+        if (!g->pdl)
+            mvm_log(MVM_LOG_INFO, "MOEVM_PDL: the device is older than compute capability "
+                    "9.0, which programmatic dependent launch needs: not used");
+    }
     return load_kernels(g);
 }
 
-mvm_status mvm_gpu_open(int device, mvm_gpu **out)
+mvm_status mvm_gpu_open(int device, unsigned flags, mvm_gpu **out)
 {
     *out = NULL;
     mvm_gpu *g = calloc(1, sizeof *g);
@@ -273,7 +313,7 @@ mvm_status mvm_gpu_open(int device, mvm_gpu **out)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory opening the GPU");
     mvm_status st = mvm_cu_load(&g->cu);
     if (st == MVM_OK)
-        st = open_device(g, device);
+        st = open_device(g, device, flags);
     if (st != MVM_OK) {
         mvm_gpu_close(g);
         return st;
@@ -334,7 +374,7 @@ int mvm_gpu_would_have(int sm80, enum mvm_gpu_kernel k, int type)
     return !kernels[k].typed || !kernels[k].types || (kernels[k].types & W_BIT(type));
 }
 
-mvm_status mvm_gpu_device_sm80(int device, int *yes)
+mvm_status mvm_gpu_device_cc(int device, int major, int *yes)
 {
     *yes = 0;
     struct cu_api cu;
@@ -342,7 +382,7 @@ mvm_status mvm_gpu_device_sm80(int device, int *yes)
     mvm_status st = mvm_cu_load(&cu);
     if (st == MVM_OK)
         st = mvm_cu_device(&cu, device, &dev);
-    return st == MVM_OK ? has_sm80(&cu, dev, yes) : st;
+    return st == MVM_OK ? has_cc(&cu, dev, major, yes) : st;
 }
 
 mvm_status mvm_gpu_profile(mvm_gpu *g)
@@ -567,7 +607,8 @@ int mvm_gpu_graphs(mvm_gpu *g)
 {
     if (g->graphs_off || g->prof) /* the profile times each kernel on its own */
         return 0;
-    if (!g->graph && mvm_gpu_graph_open(&g->cu, g->ctx, g->stream, &g->graph) != MVM_OK) {
+    if (!g->graph &&
+        mvm_gpu_graph_open(&g->cu, g->ctx, g->stream, g->pdl, &g->graph) != MVM_OK) {
         mvm_log(MVM_LOG_INFO, "%s: decode launches its kernels one by one", mvm_last_error());
         g->graphs_off = 1;
     }
@@ -588,7 +629,8 @@ mvm_status mvm_gpu_replay(mvm_gpu *g)
     return mvm_gpu_graph_launch(g->graph, &g->graphs_off);
 }
 
-void mvm_gpu_graph_stats(const mvm_gpu *g, uint64_t *built, uint64_t *updated)
+void mvm_gpu_graph_stats(const mvm_gpu *g, uint64_t *built, uint64_t *updated,
+                         uint64_t *pdl_edges)
 {
-    mvm_gpu_graph_counts(g->graph, built, updated);
+    mvm_gpu_graph_counts(g->graph, built, updated, pdl_edges);
 }

@@ -57,9 +57,14 @@ enum mvm_gpu_kernel {
     MVM_GK_COUNT
 };
 
+/* What mvm_gpu_open's flags ask. PDL: programmatic dependent launch between a decode graph's
+ * kernels (MOEVM_PDL: engine/compute/ptx_pdl.c), on a device of compute capability 9.0 or
+ * later (elsewhere said at MVM_LOG_INFO and not done). */
+enum { MVM_GPU_PDL = 1 };
+
 /* MVM_ERR_UNSUPPORTED when the build has no kernels (no nvcc) or no CUDA toolkit, or the
  * driver or device is missing; MVM_ERR_BACKEND when a module or kernel does not load. */
-mvm_status mvm_gpu_open(int device, mvm_gpu **out);
+mvm_status mvm_gpu_open(int device, unsigned flags, mvm_gpu **out);
 void mvm_gpu_close(mvm_gpu *g);
 /* Makes the device's context the calling thread's: every entry into the device forward
  * pass calls it first, since an engine is free to run on a thread other than the one that
@@ -77,9 +82,9 @@ int mvm_gpu_has(const mvm_gpu *g, enum mvm_gpu_kernel k, int type);
 /* What mvm_gpu_has would say on a device of compute capability 8.0 or later (sm80) or
  * earlier, without one open: a sizing pass's answer (engine/forward/forward_cuda_setup.c). */
 int mvm_gpu_would_have(int sm80, enum mvm_gpu_kernel k, int type);
-/* Whether CUDA device `device` has compute capability 8.0 or later, asked of the driver
+/* Whether CUDA device `device` has compute capability major.0 or later, asked of the driver
  * without a context; MVM_ERR_UNSUPPORTED without a driver or device. */
-mvm_status mvm_gpu_device_sm80(int device, int *yes);
+mvm_status mvm_gpu_device_cc(int device, int major, int *yes);
 /* From now on each launch and copy is timed (engine/compute/gpu_profile.h); the report
  * says where the time went. */
 mvm_status mvm_gpu_profile(mvm_gpu *g);
@@ -142,8 +147,10 @@ void mvm_gpu_record(mvm_gpu *g);
 mvm_status mvm_gpu_replay(mvm_gpu *g);
 /* A recording given up: nothing of it is queued. */
 void mvm_gpu_record_drop(mvm_gpu *g);
-/* The graphs built and the kernel nodes updated in them so far. */
-void mvm_gpu_graph_stats(const mvm_gpu *g, uint64_t *built, uint64_t *updated);
+/* The graphs built, the kernel nodes updated in them and their programmatic edges (MVM_GPU_PDL)
+ * so far. */
+void mvm_gpu_graph_stats(const mvm_gpu *g, uint64_t *built, uint64_t *updated,
+                         uint64_t *pdl_edges);
 
 /* The launches, each in the shape kernels/cuda/kernels.h computes from its arguments. */
 #define MVM_GPU_LAUNCHER(fn, kernel, A, shape)                                                 \

@@ -12,7 +12,9 @@
  * executable graph (cuGraphExecKernelNodeSetParams), the rest is left as it was. A
  * recording that differs in its sequence (another kernel, a copy, one more or fewer:
  * attention growing a split, another model of batch) builds a new graph. Nodes are chained
- * in recording order, the order the stream would have run them in.
+ * in recording order, the order the stream would have run them in; with programmatic
+ * dependent launch (MOEVM_PDL, ptx_pdl.c says how the kernels take it), a kernel that
+ * follows a kernel by a programmatic edge, so that it may start while that one finishes.
  */
 #include "engine/compute/gpu_graph.h"
 
@@ -48,12 +50,18 @@ struct op {
     CUDA_MEMCPY2D copy;         /* a copy */
 };
 
+/* Programmatic edges (CUDA 12.3's drivers on): the kernels' PTX must wait for them (gpu.c). */
+typedef CUresult (*add_edges_fn)(CUgraph, const CUgraphNode *, const CUgraphNode *,
+                                 const CUgraphEdgeData *, size_t);
+
 struct mvm_gpu_graph {
     struct {
 #define FIELD(field, sym, params) CUresult(*field) params;
         GRAPH_API(FIELD)
 #undef FIELD
     } api;
+    add_edges_fn add_edges; /* cuGraphAddDependencies_v2 where the graph's edges are
+                               programmatic between kernels (pdl), else NULL */
     const struct cu_api *cu;
     CUcontext ctx;
     CUstream stream;
@@ -62,11 +70,11 @@ struct mvm_gpu_graph {
     CUgraphNode *nodes;         /* [n_built] */
     CUgraph graph;
     CUgraphExec exec;
-    uint64_t builds, updates;
+    uint64_t builds, updates, pdl_edges;
 };
 
 mvm_status mvm_gpu_graph_open(const struct cu_api *cu, CUcontext ctx, CUstream stream,
-                              mvm_gpu_graph **out)
+                              int pdl, mvm_gpu_graph **out)
 {
     *out = NULL;
     mvm_option_value lib;
@@ -84,6 +92,9 @@ mvm_status mvm_gpu_graph_open(const struct cu_api *cu, CUcontext ctx, CUstream s
     }
     GRAPH_API(LOAD)
 #undef LOAD
+    if (pdl && !(gr->add_edges = (add_edges_fn)dlsym(h, "cuGraphAddDependencies_v2")))
+        mvm_log(MVM_LOG_INFO, "MOEVM_PDL: %s lacks cuGraphAddDependencies_v2 (a driver older "
+                "than CUDA 12.3): a token's kernels wait for each other in full", lib.s);
     gr->cu = cu, gr->ctx = ctx, gr->stream = stream;
     *out = gr;
     return MVM_OK;
@@ -208,6 +219,29 @@ static mvm_status update(mvm_gpu_graph *gr)
     return MVM_OK;
 }
 
+/* The chain's edges, node i - 1 to node i, in one call: programmatic from a kernel to a
+ * kernel (it may start once every block of the one before has begun, and waits for it to
+ * finish at its start: ptx_pdl.c), full otherwise. */
+static CUresult add_chain(mvm_gpu_graph *gr, uint64_t *programmatic)
+{
+    *programmatic = 0;
+    if (gr->n_ops < 2)
+        return CUDA_SUCCESS;
+    const uint32_t n = gr->n_ops - 1;
+    CUgraphEdgeData *edges = calloc(n, sizeof *edges);
+    if (!edges)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    for (uint32_t i = 0; i < n; i++)
+        if (gr->ops[i].is_kernel && gr->ops[i + 1].is_kernel) {
+            edges[i].from_port = CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC;
+            edges[i].type = CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC;
+            (*programmatic)++;
+        }
+    const CUresult r = gr->add_edges(gr->graph, gr->nodes, gr->nodes + 1, edges, n);
+    free(edges);
+    return r;
+}
+
 static mvm_status build(mvm_gpu_graph *gr)
 {
     drop_graph(gr);
@@ -216,18 +250,29 @@ static mvm_status build(mvm_gpu_graph *gr)
         return mvm_cu_fail(gr->cu, r, "cuGraphCreate");
     for (uint32_t i = 0; i < gr->n_ops; i++) {
         struct op *o = &gr->ops[i];
-        const CUgraphNode *dep = i ? &gr->nodes[i - 1] : NULL;
+        /* chained here, or all at once after (add_chain) */
+        const size_t n_dep = i && !gr->add_edges ? 1 : 0;
+        const CUgraphNode *dep = n_dep ? &gr->nodes[i - 1] : NULL;
         if (o->is_kernel) {
             void *params[1];
             CUDA_KERNEL_NODE_PARAMS p = kernel_params(o, params);
-            r = gr->api.AddKernelNode(&gr->nodes[i], gr->graph, dep, i ? 1 : 0, &p);
+            r = gr->api.AddKernelNode(&gr->nodes[i], gr->graph, dep, n_dep, &p);
         } else {
             CUDA_MEMCPY3D p = copy_params(&o->copy);
-            r = gr->api.AddMemcpyNode(&gr->nodes[i], gr->graph, dep, i ? 1 : 0, &p, gr->ctx);
+            r = gr->api.AddMemcpyNode(&gr->nodes[i], gr->graph, dep, n_dep, &p, gr->ctx);
         }
         if (r != CUDA_SUCCESS)
             return mvm_cu_fail(gr->cu, r, o->is_kernel ? "cuGraphAddKernelNode" :
                                                          "cuGraphAddMemcpyNode");
+    }
+    uint64_t programmatic = 0;
+    if (gr->add_edges && (r = add_chain(gr, &programmatic)) != CUDA_SUCCESS) {
+        /* the kernels wait at their start either way: the graph without (once) */
+        mvm_cu_fail(gr->cu, r, "cuGraphAddDependencies (programmatic edges)");
+        mvm_log(MVM_LOG_WARN, "MOEVM_PDL: %s; a token's kernels wait for each other in full",
+                mvm_last_error());
+        gr->add_edges = NULL;
+        return build(gr);
     }
     if ((r = gr->api.Instantiate(&gr->exec, gr->graph, 0)) != CUDA_SUCCESS) {
         gr->exec = NULL;
@@ -236,6 +281,7 @@ static mvm_status build(mvm_gpu_graph *gr)
     memcpy(gr->built, gr->ops, gr->n_ops * sizeof *gr->ops);
     gr->n_built = gr->n_ops;
     gr->builds++;
+    gr->pdl_edges += programmatic;
     return MVM_OK;
 }
 
@@ -273,8 +319,10 @@ mvm_status mvm_gpu_graph_launch(mvm_gpu_graph *gr, int *broken)
     return launch_each(gr);
 }
 
-void mvm_gpu_graph_counts(const mvm_gpu_graph *gr, uint64_t *built, uint64_t *updated)
+void mvm_gpu_graph_counts(const mvm_gpu_graph *gr, uint64_t *built, uint64_t *updated,
+                          uint64_t *pdl_edges)
 {
     *built = gr ? gr->builds : 0;
     *updated = gr ? gr->updates : 0;
+    *pdl_edges = gr ? gr->pdl_edges : 0;
 }

@@ -15,8 +15,10 @@
 typedef struct mvm_gpu_graph mvm_gpu_graph;
 
 /* The graph calls of the driver cu was loaded from, for ctx and stream; MVM_ERR_UNSUPPORTED
- * when it lacks them. */
-mvm_status mvm_gpu_graph_open(const struct cu_api *cu, CUcontext ctx, CUstream stream,
+ * when it lacks them. pdl: a kernel after a kernel follows it by a programmatic edge
+ * (every kernel's PTX waits for the one before at its start: ptx_pdl.h), where the driver
+ * takes them. */
+mvm_status mvm_gpu_graph_open(const struct cu_api *cu, CUcontext ctx, CUstream stream, int pdl,
                               mvm_gpu_graph **out);
 void mvm_gpu_graph_close(mvm_gpu_graph *gr);
 
@@ -33,7 +35,8 @@ mvm_status mvm_gpu_graph_copy(mvm_gpu_graph *gr, const CUDA_MEMCPY2D *p);
  * a new one. If the driver refuses a graph, the recording is queued launch by launch, the
  * message logged once, and *broken set: graphs are of no use on this driver. */
 mvm_status mvm_gpu_graph_launch(mvm_gpu_graph *gr, int *broken);
-/* Graphs built, and nodes updated in them, since open. */
-void mvm_gpu_graph_counts(const mvm_gpu_graph *gr, uint64_t *built, uint64_t *updated);
+/* Graphs built, nodes updated in them, and programmatic edges built, since open. */
+void mvm_gpu_graph_counts(const mvm_gpu_graph *gr, uint64_t *built, uint64_t *updated,
+                          uint64_t *pdl_edges);
 
 #endif

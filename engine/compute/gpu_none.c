@@ -6,8 +6,9 @@
 #include "engine/compute/gpu.h"
 #include "vmm/error.h"
 
-mvm_status mvm_gpu_open(int device, mvm_gpu **out)
+mvm_status mvm_gpu_open(int device, unsigned flags, mvm_gpu **out)
 {
+    (void)flags;
     *out = NULL;
     return mvm_fail(MVM_ERR_UNSUPPORTED, "device %d: this moevm was built without the CUDA "
                     "toolkit", device);

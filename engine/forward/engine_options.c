@@ -174,13 +174,22 @@ const mvm_option_desc mvm_opt_slots = {
     "every expert pinned (docs/architecture.md, \"Slots\"); off until a GPU run "
     "has measured it"};
 
+const mvm_option_desc mvm_opt_pdl = {
+    "MOEVM_PDL", MVM_OPT_CHOICE, "off", "off|on",
+    "engine on a GPU of compute capability 9.0 or later: on lets each kernel of a decode "
+    "token's CUDA graph start while the one before it finishes (programmatic dependent "
+    "launch: its blocks placed and waiting, where the device would otherwise start it only "
+    "after, a few microseconds a kernel); every kernel still waits for the one before at its "
+    "start (engine/compute/ptx_pdl.c). Older devices ignore it; off until a GPU run has "
+    "measured it"};
+
 static const mvm_option_desc *const list[] = {
     &mvm_opt_threads, &mvm_opt_cpu_simd, &mvm_opt_kv_type, &mvm_opt_admit,
     &mvm_opt_deterministic, &mvm_opt_prefetch, &mvm_opt_expert_tiles, &mvm_opt_gpu_profile,
     &mvm_opt_gemm_rows, &mvm_opt_gemm_scratch, &mvm_opt_gemm_batch, &mvm_opt_mmq,
     &mvm_opt_attn_mma, &mvm_opt_cublas_library,
     &mvm_opt_device_routing, &mvm_opt_budget_routing, &mvm_opt_load_wait, &mvm_opt_device_cpu,
-    &mvm_opt_pack, &mvm_opt_slots,
+    &mvm_opt_pack, &mvm_opt_slots, &mvm_opt_pdl,
 };
 
 const mvm_option_table mvm_engine_options = {list, sizeof list / sizeof *list};

@@ -20,5 +20,6 @@ extern const mvm_option_desc mvm_opt_threads, mvm_opt_cpu_simd, mvm_opt_kv_type,
 extern const mvm_option_desc mvm_opt_device_cpu;
 extern const mvm_option_desc mvm_opt_pack;
 extern const mvm_option_desc mvm_opt_slots;
+extern const mvm_option_desc mvm_opt_pdl;
 
 #endif

@@ -406,20 +406,22 @@ mvm_status mvm_cuda_fwd_route_done(struct cuda_fwd *f, const mvm_fwd_batch *b, m
 
 void mvm_cuda_fwd_route_release(struct cuda_fwd *f)
 {
-    uint64_t built, updated;
+    uint64_t built, updated, pdl_edges;
     if (f->g && f->routed_tokens) {
-        mvm_gpu_graph_stats(f->g, &built, &updated);
+        mvm_gpu_graph_stats(f->g, &built, &updated, &pdl_edges);
         /* what the device waits for between tokens: queueing and the time between tokens
          * are host time in which it has nothing queued (bench/gpu: ktrace's busy time
          * against the tokens'); the replay runs while it computes */
         const double us = 1e6 / (double)f->routed_tokens;
         mvm_log(MVM_LOG_INFO, "decode: %llu tokens routed on the device; CUDA graphs: %llu "
-                "built, %llu kernel nodes updated; host time a token: %.0f us queueing, %.0f "
+                "built (%llu programmatic edges), %llu kernel nodes updated; host time a "
+                "token: %.0f us queueing, %.0f "
                 "us replaying the policies (the token before: while the device computes, or at a "
                 "budget before this one is queued), "
                 "%.0f us waiting for the logits, %.0f us between tokens",
                 (unsigned long long)f->routed_tokens, (unsigned long long)built,
-                (unsigned long long)updated, f->route_time.queue * us,
+                (unsigned long long)pdl_edges, (unsigned long long)updated,
+                f->route_time.queue * us,
                 f->route_time.policies * us, f->route_time.wait * us,
                 f->route_time.between * us);
         mvm_resid_stats rs;

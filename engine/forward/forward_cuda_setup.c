@@ -202,7 +202,7 @@ mvm_status mvm_cuda_fwd_context_bytes(mvm_model *m, uint32_t n_ctx, uint32_t n_b
     set_shape(&f, m, n_ctx, n_batch, kv);
     /* which kernels the context will have; without a driver to ask (the context could not
      * be made either) those of an older device, whose scratch is the larger */
-    if (mvm_gpu_device_sm80(m->device, &f.sizing_sm80) != MVM_OK)
+    if (mvm_gpu_device_cc(m->device, 8, &f.sizing_sm80) != MVM_OK)
         f.sizing_sm80 = 0;
     mvm_status st = upload_model(&f);
     free(f.layers);
@@ -287,7 +287,9 @@ mvm_status mvm_cuda_fwd_create(mvm_ctx *ctx, void **state)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the device context");
     f->pool = ctx->pool;
     char why[256];
-    mvm_status st = mvm_gpu_open(f->m->device, &f->g);
+    mvm_option_value pdl;
+    TRY(mvm_option_read(&mvm_opt_pdl, &pdl));
+    mvm_status st = mvm_gpu_open(f->m->device, pdl.i == 1 ? MVM_GPU_PDL : 0, &f->g);
     if (st != MVM_OK) {
         snprintf(why, sizeof why, "%s", mvm_last_error());
         return mvm_fail(st, "CUDA device %d for the forward pass: %s", f->m->device, why);

@@ -20,7 +20,12 @@
  *     nodes (types, and kernels' functions) in the same order.
  * Edges are ignored: nodes run in insertion order, which respects any dependency a capture
  * produces. Only kernel launches are captured: a copy or memset queued on a capturing stream
- * runs at once.
+ * runs at once. cuGraphAddDependencies_v2 checks its edges as the driver does (both nodes in
+ * the graph; a programmatic edge from a kernel's programmatic or launch-order port to a
+ * kernel), and more strictly: a programmatic edge into a kernel whose PTX does not execute
+ * griddepcontrol.wait is refused (CUDA_ERROR_INVALID_VALUE). The driver takes one, and the
+ * kernel may then read its predecessor's output before it is written: a race a test should
+ * see.
  */
 #include <cuda.h>
 
@@ -231,6 +236,33 @@ static struct CUgraphNode_st *node_find(CUgraphNode node)
     for (struct CUgraph_st *g = g_graphs; g && node; g = g->next)
         if (node_in(g, node)) return node;
     return NULL;
+}
+
+/* cuGraphAddDependencies_v2: n edges from[i] -> to[i] of g, each with edges[i]'s ports and
+ * type (all default without edges). */
+static CUresult add_edges(CUgraph hg, const CUgraphNode *from, const CUgraphNode *to,
+                          const CUgraphEdgeData *edges, size_t n)
+{
+    struct CUgraph_st *g = graph_find(hg);
+    if (!g) return CUDA_ERROR_INVALID_VALUE;
+    if (n && (!from || !to)) return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < n; i++) {
+        if (!node_in(g, from[i]) || !node_in(g, to[i]) || from[i] == to[i])
+            return CUDA_ERROR_INVALID_VALUE;
+        const CUgraphEdgeData e = edges ? edges[i] : (CUgraphEdgeData){0};
+        if (e.to_port) return CUDA_ERROR_INVALID_VALUE;
+        if (e.type == CU_GRAPH_DEPENDENCY_TYPE_DEFAULT) {
+            if (e.from_port) return CUDA_ERROR_INVALID_VALUE;
+            continue;
+        }
+        if (e.type != CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC ||
+            (e.from_port != CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC &&
+             e.from_port != CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER) ||
+            from[i]->type != CU_GRAPH_NODE_TYPE_KERNEL || to[i]->type != CU_GRAPH_NODE_TYPE_KERNEL ||
+            !fk_kernel_waits(to[i]->f))
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
 }
 
 /* A child graph's copy, anywhere below `in`. */
@@ -680,3 +712,7 @@ CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec)
     FK_CALL(cuGraphExecDestroy, 1, exec_destroy(hGraphExec))
 CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph) FK_CALL(cuGraphDestroy, 1, graph_destroy(hGraph))
+CUresult CUDAAPI cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode *from,
+                                           const CUgraphNode *to, const CUgraphEdgeData *edgeData,
+                                           size_t numDependencies)
+    FK_CALL(cuGraphAddDependencies, 1, add_edges(hGraph, from, to, edgeData, numDependencies))

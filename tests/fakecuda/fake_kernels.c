@@ -342,6 +342,7 @@ struct CUmod_st {
     CUcontext ctx;
     int library;
     char *entries; /* a PTX image's kernels, ";name;name;", or NULL: any image has them all */
+    int waits;     /* PTX whose every kernel has griddepcontrol.wait (fk_kernel_waits) */
     size_t n; /* kernels */
     struct CUfunc_st funcs[FK_MAX_KERNELS];
     struct CUfunc_st kerns[FK_MAX_KERNELS];
@@ -423,6 +424,25 @@ static char *ptx_entries(const char *image, int *bad)
     return out;
 }
 
+static size_t count_of(const char *text, const char *what)
+{
+    size_t n = 0;
+    for (const char *p = strstr(text, what); p; p = strstr(p + 1, what)) n++;
+    return n;
+}
+
+/* What the driver's compiler says of a PTX image (0: it compiles): griddepcontrol (programmatic
+ * dependent launch) needs a `.target` of sm_90 or later, and the target may not be newer than
+ * the device. */
+static CUresult ptx_check(const char *image)
+{
+    const char *t = strstr(image, ".target sm_");
+    const int sm = t ? atoi(t + strlen(".target sm_")) : 0;
+    if (strstr(image, "griddepcontrol") && sm < 90) return CUDA_ERROR_INVALID_PTX;
+    if (sm > 10 * fk_cc_major() + 9) return CUDA_ERROR_NO_BINARY_FOR_GPU;
+    return CUDA_SUCCESS;
+}
+
 static CUresult module_load(CUmodule *pm, const void *image, int library)
 {
     CUresult rc = fk_need_ctx();
@@ -434,6 +454,9 @@ static CUresult module_load(CUmodule *pm, const void *image, int library)
     int bad = 0;
     if (m) m->entries = ptx_entries(image, &bad);
     if (!m || bad) return free(m), CUDA_ERROR_OUT_OF_MEMORY;
+    if (m->entries && (rc = ptx_check(image)) != CUDA_SUCCESS)
+        return free(m->entries), free(m), rc;
+    m->waits = m->entries && count_of(image, "griddepcontrol.wait") >= count_of(image, ".entry ");
     m->ctx = fk_current_ctx();
     m->library = library;
     m->n = FK_NKERNELS + g_n_plugin;
@@ -482,6 +505,12 @@ static CUresult module_get(void **out, CUmodule m, const char *name, int library
         if (strcmp(kernel_at(i)->name, name) == 0)
             return *out = library ? &m->kerns[i] : &m->funcs[i], CUDA_SUCCESS;
     return CUDA_ERROR_NOT_FOUND;
+}
+
+int fk_kernel_waits(CUfunction f)
+{
+    struct CUfunc_st *fn = any_find(f);
+    return fn && fn->mod->waits;
 }
 
 /* cuFuncGetParamInfo (fn from func_find) and cuKernelGetParamInfo (from kern_find). */

@@ -519,6 +519,7 @@ static const struct fk_since {
     {"cuGraphExecKernelNodeSetParams_v2", 12000}, {"cuLibraryLoadData", 12000},
     {"cuLibraryGetKernel", 12000}, {"cuKernelGetParamInfo", 12040},
     {"cuGraphExecNodeSetParams", 12020}, {"cuMemcpyBatchAsync_v2", 13000},
+    {"cuGraphAddDependencies_v2", 12030},
 };
 
 /* The CUDA version that introduced an export (0: older than any caller), per-thread variants
@@ -1704,6 +1705,7 @@ void fakecuda_set_event_sync_delay_us(unsigned long long us)
 }
 
 void fakecuda_set_cc_major(int major) { atomic_store(&g_cc_major, major); }
+int fk_cc_major(void) { return atomic_load(&g_cc_major); }
 
 void fakecuda_set_copy_delay_us(unsigned long long us)
 {

@@ -48,6 +48,7 @@
     X(cuGraphExecKernelNodeSetParams) X(cuGraphAddMemcpyNode) X(cuGraphAddMemsetNode)          \
     X(cuGraphMemcpyNodeGetParams) X(cuGraphMemsetNodeGetParams) X(cuGraphExecNodeSetParams)    \
     X(cuGraphExecMemcpyNodeSetParams) X(cuGraphExecMemsetNodeSetParams) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy) \
+    X(cuGraphAddDependencies)                                                                  \
     X(cuLibraryLoadData) X(cuLibraryUnload) X(cuLibraryGetKernel) X(cuKernelGetParamInfo)     \
     X(cuFuncSetBlockShape) X(cuParamSetSize) X(cuParamSetv) X(cuLaunchGridAsync)               \
     X(cuLaunchCooperativeKernelMultiDevice)                                                    \
@@ -110,6 +111,11 @@ CUresult fk_kernel_check(CUfunction f, const unsigned grid[3], const unsigned bl
                          unsigned char raw[FK_PARAM_BYTES]);
 /* f's parameter count and offsets (0 for an unknown function). */
 unsigned fk_kernel_layout(CUfunction f, size_t off[FK_MAX_PARAMS]);
+/* Whether f's module is PTX whose every kernel executes griddepcontrol.wait (what a kernel
+ * needs after a programmatic edge: fake_graphs.c). */
+int fk_kernel_waits(CUfunction f);
+/* The compute capability's major number the devices report (fakecuda_set_cc_major). */
+int fk_cc_major(void);
 /* Runs f on packed parameters in the launch's shape, checking the memory it touches. */
 CUresult fk_kernel_run(CUfunction f, const unsigned grid[3], const unsigned block[3],
                        const unsigned char *raw);

@@ -79,7 +79,12 @@ mkdir -p "$work"
             MOEVM_BACKEND=cuda MOEVM_DEVICE_ROUTING=$mode "$moevm" run -m "$work/tiny.gguf" \
                 -p "It was the best of times" -n 24 --temp 0 >"$work/text.$mode"
         done
-        for mode in graph launches; do
+        # and the graph's kernels by programmatic edges (MOEVM_PDL=on: ptx_pdl.c), whose
+        # every kernel must still wait for the one before: a missed wait shows as other text
+        MOEVM_BACKEND=cuda MOEVM_PDL=on MOEVM_LOG=info "$moevm" run -m "$work/tiny.gguf" \
+            -p "It was the best of times" -n 24 --temp 0 >"$work/text.pdl" 2>"$work/pdl.err"
+        grep -o 'CUDA graphs: [0-9]* built ([0-9]* programmatic edges)' "$work/pdl.err" || true
+        for mode in graph launches pdl; do
             if cmp -s "$work/text.off" "$work/text.$mode"; then echo "same text ($mode)"; else
                 echo "TEXT DIFFERS ($mode)"; diff "$work/text.off" "$work/text.$mode" || true; fi
         done
