@@ -201,9 +201,10 @@ static int write_patched(const char *in, const char *out)
         return 1;
     }
     FILE *f = fopen(out, "wb");
-    const int ok = f && fputs(patched, f) >= 0;
-    if (f && fclose(f) != 0)
-        return 1;
+    int ok = f && fputs(patched, f) >= 0;
+    ok = f && fclose(f) == 0 && ok;
+    if (!ok)
+        fprintf(stderr, "test_ptx_pdl: cannot write %s\n", out);
     free(ptx), free(patched);
     return ok ? 0 : 1;
 }

@@ -54,7 +54,7 @@ static int is_function(const char *p, int *kernel)
 {
     p = skip_blanks(p);
     if (starts(p, ".visible") || starts(p, ".weak") || starts(p, ".extern"))
-        p = skip_blanks(strpbrk(p, " \t") ? strpbrk(p, " \t") : p + strlen(p));
+        p = skip_blanks(p + strcspn(p, " \t\n"));
     *kernel = starts(p, ".entry") && (p[6] == ' ' || p[6] == '\t');
     return *kernel || (starts(p, ".func") && (p[5] == ' ' || p[5] == '\t'));
 }
