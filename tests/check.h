@@ -88,6 +88,26 @@ static inline int check_unpicked(void)
         return check_failed ? 1 : 0;                                                            \
     } while (0)
 
+/* The whole text file at path, NUL-terminated (free it), or NULL where it cannot be read. */
+static inline char *check_read_text(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    const long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
+        free(s);
+        s = NULL;
+    }
+    if (s)
+        s[n] = 0;
+    fclose(f);
+    return s;
+}
+
 /* splitmix64: the tests' random weights and choices, reproducible from the seed *s. */
 static inline uint64_t check_rng_next(uint64_t *s)
 {

@@ -479,25 +479,6 @@ static void test_api(void)
     mvm_jinja_free(t);
 }
 
-static char *read_file(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-        free(s);
-        s = NULL;
-    }
-    if (s)
-        s[n] = 0;
-    fclose(f);
-    return s;
-}
-
 /* Each chat template over one conversation: the turns each family's format must show. */
 static void test_chat_templates(void)
 {
@@ -522,7 +503,7 @@ static void test_chat_templates(void)
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char path[512];
         snprintf(path, sizeof path, "%s/%s.jinja", chat_dir, cases[i].file);
-        char *src = read_file(path);
+        char *src = check_read_text(path);
         CHECK(src != NULL);
         if (!src)
             continue;
@@ -559,7 +540,7 @@ static void test_chat_thinking(void)
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char path[512];
         snprintf(path, sizeof path, "%s/%s.jinja", chat_dir, cases[i].file);
-        char *src = read_file(path);
+        char *src = check_read_text(path);
         CHECK(src != NULL);
         if (src)
             CHECK(renders(src, conv, cases[i].want, __LINE__));

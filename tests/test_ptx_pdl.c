@@ -146,25 +146,6 @@ static void test_refused(void)
     }
 }
 
-static char *read_all(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    const long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-        free(s);
-        s = NULL;
-    }
-    if (s)
-        s[n] = 0;
-    fclose(f);
-    return s;
-}
-
 /* Every module the build made. */
 static void test_build_modules(const char *dir)
 {
@@ -179,7 +160,7 @@ static void test_build_modules(const char *dir)
             continue;
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        char *ptx = read_all(path);
+        char *ptx = check_read_text(path);
         CHECK(ptx != NULL);
         if (ptx)
             check_module(e->d_name, ptx);
@@ -193,7 +174,7 @@ static void test_build_modules(const char *dir)
 
 static int write_patched(const char *in, const char *out)
 {
-    char *ptx = read_all(in), *patched = NULL;
+    char *ptx = check_read_text(in), *patched = NULL;
     size_t entries;
     if (!ptx || mvm_ptx_pdl(ptx, &patched, &entries) != MVM_OK) {
         fprintf(stderr, "test_ptx_pdl: %s: %s\n", in, ptx ? mvm_last_error() : "unreadable");
