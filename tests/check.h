@@ -97,7 +97,7 @@ static inline char *check_read_text(const char *path)
     fseek(f, 0, SEEK_END);
     const long n = ftell(f);
     fseek(f, 0, SEEK_SET);
-    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    char *s = n >= 0 ? (char *)malloc((size_t)n + 1) : NULL; /* (C++ includes it too) */
     if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
         free(s);
         s = NULL;
