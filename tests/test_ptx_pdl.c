@@ -143,7 +143,12 @@ static void test_refused(void)
         mvm_status st = mvm_ptx_pdl(bad[i], &out, &entries);
         CHECK(st == MVM_ERR_INVALID && out == NULL && entries == 0);
         CHECK(strstr(mvm_last_error(), "MOEVM_PDL") != NULL);
+        CHECK(strchr(mvm_last_error(), '\n') == NULL); /* one line */
     }
+    char *out;
+    size_t entries;
+    CHECK(mvm_ptx_pdl(bad[4], &out, &entries) == MVM_ERR_INVALID);
+    CHECK(strstr(mvm_last_error(), "a kernel without a body (.entry k)") != NULL);
 }
 
 /* Every module the build made. */

@@ -121,10 +121,9 @@ mvm_status mvm_ptx_pdl(const char *ptx, char **out, size_t *entries)
     if (!o)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for a PTX module's copy (MOEVM_PDL)");
     /* the text up to the target's number, sm_90 where it was lower, then kernel by kernel */
-    size_t at = 0;
+    size_t at = (size_t)(arch - ptx);
     const char *from = arch;
-    memcpy(o, ptx, (size_t)(arch - ptx));
-    at = (size_t)(arch - ptx);
+    memcpy(o, ptx, at);
     if (sm < PDL_SM) {
         at += (size_t)snprintf(o + at, size - at, "%d", PDL_SM);
         from = arch_end;
@@ -135,8 +134,9 @@ mvm_status mvm_ptx_pdl(const char *ptx, char **out, size_t *entries)
         const char *ins = first_instruction(p);
         if (!ins) {
             free(o);
+            const char *name = skip_blanks(p);
             return mvm_fail(MVM_ERR_INVALID, "PTX for MOEVM_PDL: a kernel without a body "
-                            "(%.40s)", skip_blanks(p));
+                            "(%.*s)", (int)strcspn(name, "(\n"), name);
         }
         memcpy(o + at, from, (size_t)(ins - from));
         at += (size_t)(ins - from);

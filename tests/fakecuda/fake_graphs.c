@@ -258,8 +258,8 @@ static CUresult add_edges(CUgraph hg, const CUgraphNode *from, const CUgraphNode
         if (e.type != CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC ||
             (e.from_port != CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC &&
              e.from_port != CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER) ||
-            from[i]->type != CU_GRAPH_NODE_TYPE_KERNEL || to[i]->type != CU_GRAPH_NODE_TYPE_KERNEL ||
-            !fk_kernel_waits(to[i]->f))
+            from[i]->type != CU_GRAPH_NODE_TYPE_KERNEL ||
+            to[i]->type != CU_GRAPH_NODE_TYPE_KERNEL || !fk_kernel_waits(to[i]->f))
             return CUDA_ERROR_INVALID_VALUE;
     }
     return CUDA_SUCCESS;
