@@ -99,8 +99,9 @@ done
 # that has applied a placement may ask it before the leader's OP_MIGRATE has come: it applies
 # that first, and every text is still the one the home writes alone. Whether a home asks
 # rank 3 right after a placement depends on the routing and the timing (8 runs of 8 in the
-# plain build, fewer under ThreadSanitizer's load): up to three runs, until one meets it;
-# each run's texts must be the homes' own.
+# plain build, fewer under the sanitizers' load: a clean clone's ASan run missed it in three
+# runs, session 97): up to six runs, until one meets it; each run's texts must be the
+# homes' own.
 if [ -n "${LATE_LEADER:-}" ]; then
     cat >"$tmp/late.sh" <<EOF
 #!/bin/sh
@@ -109,7 +110,7 @@ exec "$tmp/uneven.sh" "\$@"
 EOF
     chmod +x "$tmp/late.sh"
     met=0
-    for try in 1 2 3; do
+    for try in 1 2 3 4 5 6; do
         rm -rf "$tmp/late"
         env MOEVM_LOG=info "${mpi[@]}" 4 --output-filename "$tmp/late" "$tmp/late.sh" \
             --homes 3 --period 2 >"$tmp/out" 2>&1
@@ -124,7 +125,7 @@ EOF
             "$tmp/out"; then met=1; break; fi
     done
     [ $met = 1 ] && pass=$((pass + 1)) ||
-        { fail=$((fail + 1)); echo "FAIL: in three runs no request came before its placement" >&2; }
+        { fail=$((fail + 1)); echo "FAIL: in six runs no request came before its placement" >&2; }
 fi
 # mpirun's MPMD form gives each home its own prompt (and batch: servers answer the largest).
 other=("$moevm" run -m "$model" -p "The expert address space" -n 12 --temp 0 -t 1)
