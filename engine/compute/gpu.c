@@ -127,12 +127,6 @@ static mvm_status has_cc(const struct cu_api *cu, CUdevice dev, int major, int *
     return MVM_OK;
 }
 
-/* Whether device dev runs compute_80 PTX (MOD_MMQ's, MOD_ATTN_MMA's). */
-static mvm_status has_sm80(const struct cu_api *cu, CUdevice dev, int *yes)
-{
-    return has_cc(cu, dev, 8, yes);
-}
-
 /* A module from its PTX, as it is or, with g->pdl, for programmatic dependent launch; what:
  * the load, for its message. */
 static mvm_status load_module(mvm_gpu *g, CUmodule *m, const char *ptx, const char *what)
@@ -256,7 +250,7 @@ static mvm_status load_kernels(mvm_gpu *g)
                                                  "gemm",   "mmq",    "attention_mma"};
     char what[96];
     int sm80 = 0;
-    mvm_status st = has_sm80(&g->cu, g->dev, &sm80);
+    mvm_status st = has_cc(&g->cu, g->dev, 8, &sm80); /* runs MOD_MMQ's, MOD_ATTN_MMA's */
     if (st != MVM_OK)
         return st;
     const double t0 = mvm_now_s();

@@ -30,13 +30,17 @@ mvm_status mvm_ctx_device_usable(int device, mvm_gpu **opened)
         return mvm_fail(MVM_ERR_UNSUPPORTED, "this moevm was built without nvcc: it has no "
                         "device kernels");
     mvm_status st = mvm_cuda_probe(device);
-    return st == MVM_OK ? mvm_gpu_open(device, mvm_ctx_gpu_flags(), opened) : st;
+    unsigned flags;
+    mvm_ctx_gpu_flags(&flags); /* a bad value: the forward pass's error, flags 0 here */
+    return st == MVM_OK ? mvm_gpu_open(device, flags, opened) : st;
 }
 
-unsigned mvm_ctx_gpu_flags(void)
+mvm_status mvm_ctx_gpu_flags(unsigned *flags)
 {
     mvm_option_value pdl;
-    return mvm_option_read(&mvm_opt_pdl, &pdl) == MVM_OK && pdl.i == 1 ? MVM_GPU_PDL : 0;
+    mvm_status st = mvm_option_read(&mvm_opt_pdl, &pdl);
+    *flags = st == MVM_OK && pdl.i == 1 ? MVM_GPU_PDL : 0;
+    return st;
 }
 
 /* The backend that computes where the space's experts are; *home_mapped, *home_readable:

@@ -78,9 +78,9 @@ int mvm_ctx_device_available(void);
  * out (close it with mvm_gpu_close), or NULL. */
 struct mvm_gpu;
 mvm_status mvm_ctx_device_usable(int device, struct mvm_gpu **opened);
-/* The flags the engine opens its GPU with (mvm_gpu_open's: MOEVM_PDL's); 0 where the option
- * does not read (its error is left for the forward pass to report). */
-unsigned mvm_ctx_gpu_flags(void);
+/* The flags the engine opens its GPU with (mvm_gpu_open's: MOEVM_PDL's); an option that does
+ * not read is an error, and *flags 0. */
+mvm_status mvm_ctx_gpu_flags(unsigned *flags);
 /* The device memory a context of m (n_ctx positions, batches of n_batch, a KV cache of
  * kv_type: "f16", "f32" or NULL for MOEVM_KV_TYPE; the predict module `predict`, "name" or
  * "name{k=v,...}" or NULL for MOEVM_PREDICT's, whose SMoE speculative pass takes scratch of

@@ -287,9 +287,9 @@ mvm_status mvm_cuda_fwd_create(mvm_ctx *ctx, void **state)
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the device context");
     f->pool = ctx->pool;
     char why[256];
-    mvm_option_value pdl;
-    TRY(mvm_option_read(&mvm_opt_pdl, &pdl));
-    mvm_status st = mvm_gpu_open(f->m->device, pdl.i == 1 ? MVM_GPU_PDL : 0, &f->g);
+    unsigned flags;
+    TRY(mvm_ctx_gpu_flags(&flags));
+    mvm_status st = mvm_gpu_open(f->m->device, flags, &f->g);
     if (st != MVM_OK) {
         snprintf(why, sizeof why, "%s", mvm_last_error());
         return mvm_fail(st, "CUDA device %d for the forward pass: %s", f->m->device, why);
