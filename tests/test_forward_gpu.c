@@ -41,6 +41,7 @@ static fakecuda_calls_fn calls;
 static fakecuda_reset_counters_fn reset_counters;
 static fakecuda_set_copy_delay_us_fn copy_delay;
 static fakecuda_set_cc_major_fn set_cc_major;
+static fakecuda_set_copy_delay_us_fn event_delay; /* fakecuda_set_event_sync_delay_us */
 static int home_mapped;                 /* the fake's HOST_NUMA support, as the space saw it */
 static void (*hold_maps)(int);          /* fakecuda_hold_maps */
 static int hold_from = -1, hold_to = -1; /* record holds the fake's maps from the replay of
@@ -693,13 +694,18 @@ static void test_load_wait(void)
     for (int i = 0; i < 5; i++) {
         setenv("MOEVM_LOAD_WAIT", modes[i], 1);
         setenv("MOEVM_DEVICE_ROUTING", "off", 1); /* every step through the host */
+        /* each copy's fence done 5 ms after its record: a job lands no sooner, so an expert
+         * pinned while its copy is in flight is ordered after it on any machine (a fence
+         * done at its record let a fast one land most copies before their pins: 0 orders) */
         copy_delay(i != 3 ? 1000 : 0);
+        event_delay(i != 3 ? 5000 : 0);
         const unsigned long waits = calls("cuStreamWaitEvent");
         launches[i] = calls("cuLaunchKernel");
         struct run *half = run_prompt(path, MVM_BACKEND_CUDA, 0.5, 1, 0);
         const unsigned long ordered = calls("cuStreamWaitEvent") - waits;
         launches[i] = calls("cuLaunchKernel") - launches[i];
         copy_delay(0);
+        event_delay(0);
         unsetenv("MOEVM_DEVICE_ROUTING");
         unsetenv("MOEVM_LOAD_WAIT");
         if (all && half) {
@@ -2117,12 +2123,16 @@ int main(int argc, char **argv)
                         : NULL;
     set_cc_major = driver ? (fakecuda_set_cc_major_fn)dlsym(driver, "fakecuda_set_cc_major")
                           : NULL;
+    event_delay = driver ? (fakecuda_set_copy_delay_us_fn)dlsym(
+                               driver, "fakecuda_set_event_sync_delay_us")
+                         : NULL;
     hold_maps = driver ? (void (*)(int))dlsym(driver, "fakecuda_hold_maps") : NULL;
-    CHECK(set_fail && calls && reset_counters && copy_delay && set_cc_major && hold_maps);
+    CHECK(set_fail && calls && reset_counters && copy_delay && set_cc_major && event_delay &&
+          hold_maps);
     mvm_model *m = NULL;
     CHECK_ST(load(model_path("llama", MVM_W_F32), MVM_BACKEND_CUDA, 1, &m), MVM_OK);
     if (!m || !set_fail || !calls || !reset_counters || !copy_delay || !set_cc_major ||
-        !hold_maps)
+        !event_delay || !hold_maps)
         TEST_END();
     mvm_space_info info;
     mvm_space_get_info(m->space, &info);
