@@ -194,8 +194,12 @@ static void test_measure(void)
         return;
     }
     mvm_calib_experts cpu;
-    memset(&cpu, 0xff, sizeof cpu);
-    CHECK_ST(mvm_calib_cpu_experts(m, pool, 12, 0.01, &cpu), MVM_OK);
+    mvm_status st = MVM_ERR_INVALID;
+    for (int tries = 0; tries < 3 && st == MVM_ERR_INVALID; tries++) { /* too busy to measure */
+        memset(&cpu, 0xff, sizeof cpu);
+        st = mvm_calib_cpu_experts(m, pool, 12, 0.01, &cpu);
+    }
+    CHECK_ST(st, MVM_OK);
     /* 1, 2, 4, 8, then the maximum. */
     CHECK(cpu.n_points == 5 && cpu.tokens[3] == 8 && cpu.tokens[4] == 12);
     for (uint32_t i = 0; i < cpu.n_points && i < MVM_CALIB_MAX_POINTS; i++)

@@ -895,12 +895,13 @@ static void test_assign(void)
 
 /* Experts read at their homes beside resident experts in one step (gpu{zerocopy=1} at a
  * quarter of the experts' bytes, with admission: what a step read in place is loaded in
- * the background afterwards, its copies delayed, so that later steps find some landed,
- * hits, and some on their way, which the step waits for as a load). Where the homes are
- * not mapped the reads go to the homes' device addresses, at the front of the step's first
- * round, the resident experts after them. The same kernels read the same bytes: the
- * logits are the resident run's bit for bit, nothing stays pinned, and steps had reads in
- * place and hits. */
+ * the background afterwards, its copies delayed, so that later steps find some landed and
+ * some on their way, which the step waits for as a load). Where the homes are not mapped
+ * the reads go to the homes' device addresses, at the front of the step's first round, the
+ * resident experts after them. The same kernels read the same bytes: the logits are the
+ * resident run's bit for bit, nothing stays pinned, and steps read in place. How many of
+ * the admitted copies land before their next use is the machine's timing; with each copy
+ * landing before the next decision (MOEVM_DETERMINISTIC), the same run also has hits. */
 static void test_read_in_place(void)
 {
     const char *path = model_path("llama", MVM_W_F32);
@@ -908,23 +909,31 @@ static void test_read_in_place(void)
     struct run *all = run_prompt(path, MVM_BACKEND_CUDA, 1, 4, 0);
     assign = "gpu";
     assign_args = "zerocopy=1";
-    copy_delay(200);
-    struct run *mix = run_prompt(path, MVM_BACKEND_CUDA, 0.25, 4, 0);
-    copy_delay(0);
-    assign = assign_args = NULL;
-    CHECK(mix != NULL);
-    if (all && mix) {
-        fprintf(stderr, "  read in place %llu, hits %llu, of %llu accesses; %llu pages "
-                "loaded\n", (unsigned long long)mix->resid.zerocopy_runs,
-                (unsigned long long)mix->resid.hits, (unsigned long long)mix->resid.accesses,
-                (unsigned long long)mix->space.pages_loaded);
-        CHECK(memcmp(all->logits, mix->logits, n * sizeof *all->logits) == 0);
-        CHECK(memcmp(all->sel, mix->sel, sizeof all->sel) == 0);
-        CHECK(mix->resid.zerocopy_runs > 0 && mix->resid.hits > 0);
-        CHECK(mix->resid.zerocopy_runs + mix->resid.hits <= mix->resid.accesses);
-        CHECK(mix->space.pages_loaded > 0 && mix->space.pinned_experts == 0);
+    for (int ordered = 0; ordered < 2; ordered++) {
+        if (ordered)
+            setenv("MOEVM_DETERMINISTIC", "on", 1);
+        copy_delay(ordered ? 0 : 200);
+        struct run *mix = run_prompt(path, MVM_BACKEND_CUDA, 0.25, 4, 0);
+        copy_delay(0);
+        unsetenv("MOEVM_DETERMINISTIC");
+        CHECK(mix != NULL);
+        if (all && mix) {
+            fprintf(stderr, "  %s: read in place %llu, hits %llu, of %llu accesses; %llu "
+                    "pages loaded\n", ordered ? "deterministic" : "copies delayed",
+                    (unsigned long long)mix->resid.zerocopy_runs,
+                    (unsigned long long)mix->resid.hits,
+                    (unsigned long long)mix->resid.accesses,
+                    (unsigned long long)mix->space.pages_loaded);
+            CHECK(memcmp(all->logits, mix->logits, n * sizeof *all->logits) == 0);
+            CHECK(memcmp(all->sel, mix->sel, sizeof all->sel) == 0);
+            CHECK(mix->resid.zerocopy_runs > 0 && (!ordered || mix->resid.hits > 0));
+            CHECK(mix->resid.zerocopy_runs + mix->resid.hits <= mix->resid.accesses);
+            CHECK(mix->space.pages_loaded > 0 && mix->space.pinned_experts == 0);
+        }
+        free_run(mix);
     }
-    free_run(all), free_run(mix);
+    assign = assign_args = NULL;
+    free_run(all);
 }
 
 /* Driver failures: named, and a failed step unpins its experts. */
@@ -1483,8 +1492,10 @@ static void test_slots(void)
             setenv("MOEVM_ADMIT", "steps", 1);
         }
         copy_delay(mode == 1 ? 1000 : 0);
+        event_delay(mode == 1 ? 5000 : 0); /* no copy lands before its round asks (load_wait) */
         struct run *dev = run_prompt(path, MVM_BACKEND_CUDA, 0.3, mode == 0 ? 4 : 1, 0);
         copy_delay(0);
+        event_delay(0);
         unsetenv("MOEVM_DEVICE_ROUTING");
         unsetenv("MOEVM_DETERMINISTIC");
         unsetenv("MOEVM_BUDGET_ROUTING");
@@ -2060,6 +2071,8 @@ static void test_pool_near_gpu(void)
     unsetenv("HWLOC_COMPONENTS");
     setenv("HWLOC_XMLFILE", xml, 1);
     setenv("HWLOC_THISSYSTEM", "1", 1);
+    const char *spin = getenv("MOEVM_MOVE_SPIN"); /* the test's setting, put back after */
+    char *keep_spin = spin ? strdup(spin) : NULL;
     setenv("MOEVM_MOVE_SPIN", "0", 1); /* no core left to the worker: one thread stays */
     mvm_topo every;
     CHECK_ST(mvm_topo_probe(NULL, &every), MVM_OK);
@@ -2091,7 +2104,11 @@ static void test_pool_near_gpu(void)
         mvm_model_free(m);
         mvm_pool_destroy(p);
     }
-    unsetenv("MOEVM_MOVE_SPIN");
+    if (keep_spin)
+        setenv("MOEVM_MOVE_SPIN", keep_spin, 1);
+    else
+        unsetenv("MOEVM_MOVE_SPIN");
+    free(keep_spin);
     unsetenv("HWLOC_THISSYSTEM");
     unsetenv("HWLOC_XMLFILE");
     if (keep)

@@ -862,7 +862,10 @@ static void run_engine(const char *model, mvm_pool *pool, mvm_ctx_policies *p, d
     mvm_ctx *c;
     mvm_trace_out *t = NULL;
     p->wait_loads = 1;
+    /* and the config module's prefetches of its held experts too, as the simulator has them */
+    setenv("MOEVM_DETERMINISTIC", "on", 1);
     open_ctx(model, pool, frac, p, &m, &c);
+    unsetenv("MOEVM_DETERMINISTIC");
     if (!c) {
         mvm_model_free(m);
         return;
