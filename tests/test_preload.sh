@@ -65,8 +65,11 @@ for how in ${PRELOAD_WAYS:-link dlsym getproc}; do
     run "routed.$how" 0 "${routed_budget[@]}" -- "routed.$how"
 done
 
-# The driver failing mid-run (each call in turn): one way of reaching it is enough.
-run "faults.link" 0 "${managed[@]}" -- faults.link
+# The driver failing mid-run (each call in turn): one way of reaching it is enough. Its calls
+# include a page-in fence's cuEventSynchronize, the wait of a worker that sleeps at once
+# (one that spins polls cuEventQuery: MOEVM_MOVE_SPIN's auto from 4 CPUs up).
+sleeps=MOEVM_MOVE_SPIN=0
+run "faults.link" 0 "${managed[@]}" "$sleeps" -- faults.link
 
 if [ -n "$cudart" ]; then
     run "runtime.getproc" 0 "${managed[@]}" CUDART_LIBRARY="$cudart" -- runtime.getproc &&
@@ -303,7 +306,7 @@ EOF
 fi
 # The other scenarios with prefetch on: loops, graphs, fused experts, the driver failing.
 for sc in loop graph experts faults; do
-    run "$sc.link prefetch" 0 "${managed[@]}" MOEVM_PRELOAD_PREFETCH=on -- "$sc.link"
+    run "$sc.link prefetch" 0 "${managed[@]}" "$sleeps" MOEVM_PRELOAD_PREFETCH=on -- "$sc.link"
 done
 
 # A buffer larger than the budget: misses that could move nothing are counted apart.
