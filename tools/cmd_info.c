@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "engine/api/threads.h"
 #include "kernels/cpu/kernels.h"
 #include "moevm/moevm.h"
 #include "tools/cli.h"
@@ -45,8 +46,15 @@ int mvm_cmd_info(int argc, char **argv)
     if (mvm_topo_probe(info.pci_bus_id, &topo) != MVM_OK)
         return mvm_cli_error("info", "probing the topology");
     printf("topology:   %s\n", topo.summary);
-    printf("cpu:        %s kernels, the best this CPU has (MOEVM_CPU_SIMD picks a lower one)\n",
-           mvm_k_simd_name(mvm_k_simd_detect()));
+    enum mvm_simd simd, best = mvm_k_simd_detect();
+    if (mvm_threads_simd(&simd) != MVM_OK)
+        printf("cpu:        %s (a run would stop there)\n", mvm_last_error());
+    else if (simd == best)
+        printf("cpu:        %s kernels, the best this CPU has (MOEVM_CPU_SIMD picks a lower "
+               "one)\n", mvm_k_simd_name(simd));
+    else
+        printf("cpu:        %s kernels, as MOEVM_CPU_SIMD asks (the best this CPU has: %s)\n",
+               mvm_k_simd_name(simd), mvm_k_simd_name(best));
     printf("backend:    %s\n", info.backend);
     printf("device:     %s\n", info.device);
     printf("page size:  %llu KiB\n", (unsigned long long)(info.page_size >> 10));
