@@ -32,6 +32,8 @@ static void (*fake_stream_hold)(void *, int);
 static void (*fake_set_event_sync_delay_us)(unsigned long long);
 static void (*fake_hold_maps)(int);
 static int (*fake_wait_map_held)(unsigned);
+static void (*fake_hold_copies)(int);
+static int (*fake_wait_copy_held)(unsigned);
 static void (*fake_set_copy_delay_us)(unsigned long long);
 static unsigned long (*fake_copies_begun)(void);
 static unsigned long (*fake_calls)(const char *);
@@ -835,26 +837,28 @@ static void test_cancel_and_destroy_in_flight(void)
 
 /* A prefetch evicted while its pieces are on the bus, and its pages asked for again on
  * demand: the new load overtakes the cancelled one between two of its pieces (a page a
- * piece, 50 ms each) and lands first; the old pieces land after it and change nothing (the
- * pages stay resident and readable, on the new load's chunks), and every chunk of the old
- * load goes back to the pool. Twice, so the second round starts from a pool the first one
- * handed back. (vmm/migrate.c's mvm_cancel_page and overtake. The cancelled prefetch was
- * never mapped here, its mapping comes after its last piece: the race of a mapping left at
- * the address is the next test's.) */
+ * piece; the first held in the fake until the new load is queued) and lands first; the old
+ * pieces land after it and change nothing (the pages stay resident and readable, on the
+ * new load's chunks), and every chunk of the old load goes back to the pool. Twice, so the
+ * second round starts from a pool the first one handed back. (vmm/migrate.c's
+ * mvm_cancel_page and overtake. The cancelled prefetch was never mapped here, its mapping
+ * comes after its last piece: the race of a mapping left at the address is the next
+ * test's.) */
 static void test_reload_overtakes_cancelled_prefetch(void)
 {
-    fake_set_copy_delay_us(50000);
     setenv("MOEVM_COPY_PIECE", "1", 1); /* 1 byte: a page a piece */
     mvm_space *sp = make_space(1, 2, 2 * PAGE, 4);
     fill(sp, 1, 2, 2 * PAGE);
     for (int round = 0; round < 2; round++) {
-        unsigned long begun = fake_copies_begun();
-        mvm_move *old;
+        mvm_move *old, *now = NULL;
+        fake_hold_copies(1);
         CHECK_ST(mvm_prefetch(sp, 0, 0, MVM_ALL_PAGES, &old), MVM_OK);
-        while (fake_copies_begun() == begun)
-            usleep(1000); /* its copy is on the bus */
+        CHECK(fake_wait_copy_held(10000)); /* its first piece is on the bus */
         CHECK_ST(mvm_evict(sp, 0, 0, 0), MVM_OK);
-        CHECK_ST(mvm_make_resident(sp, 0, 0, MVM_ALL_PAGES), MVM_OK);
+        CHECK_ST(mvm_make_resident_async(sp, 0, 0, MVM_ALL_PAGES, &now), MVM_OK);
+        fake_hold_copies(0); /* the new load queued before that piece ends */
+        CHECK_ST(now ? mvm_move_wait(now, -1) : MVM_ERR_INVALID, MVM_OK);
+        mvm_move_release(now);
         CHECK(reads_match(sp, 0, 0, 2 * PAGE));
         CHECK_ST(mvm_move_wait(old, -1), MVM_ERR_CANCELLED);
         CHECK_ST(mvm_move_release(old), MVM_OK);
@@ -871,7 +875,6 @@ static void test_reload_overtakes_cancelled_prefetch(void)
     CHECK_ST(mvm_space_destroy(sp), MVM_OK);
     CHECK(fake_live_handles() == 0);
     unsetenv("MOEVM_COPY_PIECE");
-    fake_set_copy_delay_us(0);
 }
 
 /* make_space with every expert's weights at home, and its info. */
@@ -2043,9 +2046,13 @@ int main(int argc, char **argv)
         fake_hold_maps = fake ? (void (*)(int))dlsym(fake, "fakecuda_hold_maps") : NULL;
         fake_wait_map_held =
             fake ? (int (*)(unsigned))dlsym(fake, "fakecuda_wait_map_held") : NULL;
+        fake_hold_copies = fake ? (void (*)(int))dlsym(fake, "fakecuda_hold_copies") : NULL;
+        fake_wait_copy_held =
+            fake ? (int (*)(unsigned))dlsym(fake, "fakecuda_wait_copy_held") : NULL;
         on_fake = fake_set_fail && fake_live_handles && fake_stream_hold &&
                   fake_set_copy_delay_us && fake_copies_begun && fake_set_event_sync_delay_us &&
-                  fake_hold_maps && fake_wait_map_held;
+                  fake_hold_maps && fake_wait_map_held && fake_hold_copies &&
+                  fake_wait_copy_held;
         if (!on_fake) {
             fprintf(stderr, "test_space cuda: needs tests/fakecuda as MOEVM_CUDA_LIBRARY\n");
             return 2;

@@ -1333,6 +1333,9 @@ int fk_unified_is_device(uintptr_t va)
 
 /* Copies that have begun (entered their delay), for tests that wait for one. */
 static _Atomic unsigned long g_copies_begun;
+/* What a test may hold at its start: maps (fakecuda_hold_maps), copies (fakecuda_hold_copies). */
+enum fk_hold { FK_HOLD_MAPS, FK_HOLD_COPIES, FK_HOLD_KINDS };
+static void hold_point(enum fk_hold kind);
 
 /* The configured delays: us microseconds, through signals. */
 static void sleep_us(unsigned long long us)
@@ -1344,6 +1347,7 @@ static void sleep_us(unsigned long long us)
 void fk_copy_delay(void)
 {
     pthread_once(&g_once, load_config);
+    hold_point(FK_HOLD_COPIES);
     atomic_fetch_add(&g_copies_begun, 1);
     sleep_us(atomic_load(&g_copy_delay_us));
 }
@@ -1478,34 +1482,36 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     FK_CALL(cuMemCreate, 1, mem_create(handle, size, prop, flags))
 CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
     FK_CALL(cuMemRelease, 1, mem_release(handle))
-/* fakecuda_hold_maps: a map waits here, without the library's lock, while maps are held. */
+/* fakecuda_hold_maps, fakecuda_hold_copies: a map or a copy waits at its hold point, without
+ * the library's lock, while its kind is held. */
 static pthread_mutex_t g_hold_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_hold_cv = PTHREAD_COND_INITIALIZER;
-static int g_hold_maps;
-static unsigned long g_maps_held;
+static int g_hold[FK_HOLD_KINDS];
+static unsigned long g_held[FK_HOLD_KINDS];
 
-static void map_hold_point(void)
+static void hold_point(enum fk_hold kind)
 {
     pthread_mutex_lock(&g_hold_mu);
-    if (g_hold_maps) {
-        g_maps_held++;
+    if (g_hold[kind]) {
+        g_held[kind]++;
         pthread_cond_broadcast(&g_hold_cv);
-        while (g_hold_maps)
+        while (g_hold[kind])
             pthread_cond_wait(&g_hold_cv, &g_hold_mu);
-        g_maps_held--;
+        g_held[kind]--;
     }
     pthread_mutex_unlock(&g_hold_mu);
 }
 
-void fakecuda_hold_maps(int hold)
+static void set_hold(enum fk_hold kind, int hold)
 {
     pthread_mutex_lock(&g_hold_mu);
-    g_hold_maps = hold;
+    g_hold[kind] = hold;
     pthread_cond_broadcast(&g_hold_cv);
     pthread_mutex_unlock(&g_hold_mu);
 }
 
-int fakecuda_wait_map_held(unsigned timeout_ms)
+/* Up to timeout_ms for a call of the kind to be held: 1 if one is, else 0. */
+static int wait_held(enum fk_hold kind, unsigned timeout_ms)
 {
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
@@ -1515,17 +1521,22 @@ int fakecuda_wait_map_held(unsigned timeout_ms)
         until.tv_sec++, until.tv_nsec -= 1000000000L;
     pthread_mutex_lock(&g_hold_mu);
     int rc = 0;
-    while (!g_maps_held && rc == 0)
+    while (!g_held[kind] && rc == 0)
         rc = pthread_cond_timedwait(&g_hold_cv, &g_hold_mu, &until);
-    const int held = g_maps_held > 0;
+    const int held = g_held[kind] > 0;
     pthread_mutex_unlock(&g_hold_mu);
     return held;
 }
 
+void fakecuda_hold_maps(int hold) { set_hold(FK_HOLD_MAPS, hold); }
+int fakecuda_wait_map_held(unsigned timeout_ms) { return wait_held(FK_HOLD_MAPS, timeout_ms); }
+void fakecuda_hold_copies(int hold) { set_hold(FK_HOLD_COPIES, hold); }
+int fakecuda_wait_copy_held(unsigned timeout_ms) { return wait_held(FK_HOLD_COPIES, timeout_ms); }
+
 CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                           CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
-    map_hold_point();
+    hold_point(FK_HOLD_MAPS);
     CUresult rc = fk_enter(FN_cuMemMap, 1);
     return fk_leave(rc ? rc : mem_map((uintptr_t)ptr, size, offset, handle, flags));
 }

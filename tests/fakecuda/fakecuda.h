@@ -104,6 +104,11 @@ void fakecuda_set_event_sync_delay_us(unsigned long long us);
 void fakecuda_hold_maps(int hold);
 /* Waits up to timeout_ms for a map to be held; 1 if one is, else 0. */
 int fakecuda_wait_map_held(unsigned timeout_ms);
+/* The same for copies: while `hold` is set, every copy of bytes (any cuMemcpy*) waits at its
+ * start, before its delay, until it is cleared, so that a test can act while a migration
+ * worker is inside a copy (between two of a load's pieces, say). */
+void fakecuda_hold_copies(int hold);
+int fakecuda_wait_copy_held(unsigned timeout_ms);
 
 /* A plugin kernel (FAKECUDA_KERNELS): runs the launch of `params` (its one parameter's
  * bytes) in the shape given, synchronously. */

@@ -90,7 +90,8 @@ int fk_device_range(uintptr_t va, size_t n, unsigned need, size_t *host_numa_byt
 /* Whether a unified address is device memory (a cuMemAlloc range or a reservation). Under
  * the lock. */
 int fk_unified_is_device(uintptr_t va);
-/* Sleeps for the configured copy delay (FAKECUDA_COPY_DELAY_US); called without the lock. */
+/* Waits while copies are held (fakecuda_hold_copies), then sleeps for the configured copy
+ * delay (FAKECUDA_COPY_DELAY_US); called without the lock. */
 void fk_copy_delay(void);
 /* Sleeps for the configured module load delay (FAKECUDA_MODULE_DELAY_MS): a driver
  * compiling a module's PTX. Under the lock, as a load holds it. */
