@@ -10,8 +10,9 @@
 #include "kernels/cpu/kernels.h"
 
 /* The CPU kernels' SIMD level MOEVM_CPU_SIMD asks for (auto: the one in use, by default the
- * best this CPU has), in *level; MVM_ERR_UNSUPPORTED when it names one this CPU lacks (the message says the best
- * it has), MVM_ERR_OPTION for a malformed option. Selects nothing (mvm_threads_pool does). */
+ * best this CPU has), in *level; MVM_ERR_UNSUPPORTED when it names one this CPU lacks (the
+ * message says the best it has), MVM_ERR_OPTION for a malformed option. Selects nothing:
+ * mvm_threads_pool does, and `moevm info` reports it. */
 mvm_status mvm_threads_simd(enum mvm_simd *level);
 
 /* MVM_ERR_UNSUPPORTED when MOEVM_CPU_SIMD names a level this CPU lacks (the message says
