@@ -118,6 +118,29 @@ static void test_apply_gpu(void)
     CHECK(memcmp(&m, &before, sizeof m) == 0);
 }
 
+/* A decode token's time, less what the cost model's experts take of it (every MoE layer's
+ * top-k at one token each), is the attention's a layer; the simulator's layer steps then
+ * give the token back. A token no longer than its experts leaves the machine as it was. */
+static void test_apply_token(void)
+{
+    const mvm_hparams hp = {.n_layer = 12, .n_expert = 128, .n_expert_used = 8,
+                            .n_embd = 2048, .n_ff_exp = 768};
+    const uint64_t bytes = 5013504;
+    mvm_machine m = *mvm_machine_preset("h100");
+    mvm_cost cost;
+    mvm_cost_init(&cost, &m, bytes, hp.n_embd, hp.n_ff_exp);
+    const double experts = 12 * 8 * mvm_cost_gpu(&cost, 1);
+    CHECK(experts > 1e-3 && experts < 2e-3); /* the preset's 15 us a lone expert's launch */
+    CHECK(mvm_calib_apply_token(&m, 3e-3, &hp, bytes) == 0);
+    CHECK(near(m.attn_time, (3e-3 - experts) / 12, 1e-12));
+    CHECK(near(12 * (m.attn_time + 8 * mvm_cost_gpu(&cost, 1)), 3e-3, 1e-12));
+    mvm_machine before = m;
+    CHECK(mvm_calib_apply_token(&m, experts, &hp, bytes) == -1);
+    CHECK(mvm_calib_apply_token(&m, 1e-3, &hp, bytes) == -1);
+    CHECK(mvm_calib_apply_token(&m, NAN, &hp, bytes) == -1);
+    CHECK(memcmp(&m, &before, sizeof m) == 0);
+}
+
 static void test_apply_copy(void)
 {
     /* 2 MiB in 50 us, 24 MiB in 490 us: 20 us setup, 23068672 B / 440 us. */
@@ -322,7 +345,7 @@ static void test_implausible(void)
     CHECK(strstr(out, "cpu_flops is 2000 GFLOP/s, outside the plausible 0.05 to 1000 GFLOP/s "
                       "for 1 thread:") != NULL);
     /* the table holds every rate calibrate writes, each range the right way round */
-    CHECK(mvm_calib_n_figures == 8);
+    CHECK(mvm_calib_n_figures == 9);
     for (size_t i = 0; i < mvm_calib_n_figures; i++)
         CHECK(mvm_calib_figures[i].lo > 0 && mvm_calib_figures[i].lo < mvm_calib_figures[i].hi);
 }
@@ -337,6 +360,7 @@ int main(void)
     RUN(test_apply_gpu);
     RUN(test_apply_cpu);
     RUN(test_apply_copy);
+    RUN(test_apply_token);
     RUN(test_measure);
     RUN(test_cost_load);
     RUN(test_implausible);

@@ -363,6 +363,12 @@ if [ -n "$fake_driver" ]; then
         # Up to 8 tokens: the CPU time clearly grows (to 4 it is mostly the weights' reads, a line
         # that noise on a busy machine once tilted flat).
         expect_measured 0 'gpu_flops .* GFLOP/s +measured' -- $dev "$moevm" calibrate -m "$tmp/wide.gguf" -t 1 --time 0.05 --tokens 8
+        # a decode token timed with every expert resident (the attention's time a layer is
+        # what the cost model's experts leave of it: on the fake's emulated kernels, whose
+        # experts are slow, maybe nothing; test_calibrate checks the arithmetic); a budget
+        # that cannot hold them all leaves it the base's, and says why
+        expect_measured 0 '^(token: [0-9.]+ us, every expert resident; attention and the rest [0-9.]+ us a layer|attention: not measured: a decode token \([0-9.]+ us\) took no longer)' -- $dev "$moevm" calibrate -m "$tmp/wide.gguf" -t 1 --time 0.01 --tokens 4
+        expect_measured 0 'attention: not measured \(the device budget holds [0-9]+ of the [0-9]+ pages the experts take' -- $dev "$moevm" calibrate -m "$tmp/wide.gguf" -t 1 --time 0.01 --tokens 4 --gpu-budget 50%
         expect 1 '^moevm run: the inference context: CUDA device 0 for the forward pass: cuModuleGetFunction \(mvm_g_' -- env MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" "$moevm" run -m "$m" -p "x" -n 2
     fi
 fi

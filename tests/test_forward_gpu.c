@@ -1818,8 +1818,9 @@ static void test_expert_rows(void)
     mvm_model_free(host);
 }
 
-/* mvm_ctx_time_expert: a positive time, the expert evicted after unless it was resident,
- * the context still computing the same logits; refused on the CPU and out of range. */
+/* mvm_ctx_time_experts: a positive time for one expert or a step's worth in one launch,
+ * each expert evicted after unless it was resident, the context still computing the same
+ * logits; refused on the CPU, out of range and for an expert named twice. */
 static void test_time_expert(void)
 {
     const char *path = model_path("qwen2moe", MVM_W_Q4_K);
@@ -1841,18 +1842,31 @@ static void test_time_expert(void)
     mvm_ctx_reset(c);
     double t = -1;
     mvm_residency r;
+    const uint32_t K = m->hp.n_expert_used;
+    CHECK(K >= 2);
     CHECK_ST(mvm_evict(m->space, 1, 5, 0), MVM_OK);
-    CHECK_ST(mvm_ctx_time_expert(c, 1, 5, x, 4, &t), MVM_OK);
+    CHECK_ST(mvm_ctx_time_experts(c, 1, (const int32_t[]){5}, 1, x, 4, &t), MVM_OK);
     CHECK(t > 0 && t < 10);
     CHECK_ST(mvm_expert_residency(m->space, 1, 5, &r), MVM_OK);
     CHECK(r.resident == 0 && r.pins == 0);
+    /* a step's two experts in one launch: the one resident before stays, the other goes */
     CHECK_ST(mvm_make_resident(m->space, 0, 2, MVM_ALL_PAGES), MVM_OK);
-    CHECK_ST(mvm_ctx_time_expert(c, 0, 2, x, 1, &t), MVM_OK);
+    CHECK_ST(mvm_evict(m->space, 0, 3, 0), MVM_OK);
+    t = -1;
+    CHECK_ST(mvm_ctx_time_experts(c, 0, (const int32_t[]){3, 2}, 2, x, 1, &t), MVM_OK);
+    CHECK(t > 0 && t < 10);
     CHECK_ST(mvm_expert_residency(m->space, 0, 2, &r), MVM_OK);
     CHECK(r.resident == r.n_pages && r.pins == 0);
-    CHECK_ST(mvm_ctx_time_expert(c, 0, 2, x, 5, &t), MVM_ERR_INVALID);
-    CHECK_ST(mvm_ctx_time_expert(c, 2, 0, x, 1, &t), MVM_ERR_INVALID);
-    CHECK_ST(mvm_ctx_time_expert(c, 0, (int32_t)m->hp.n_expert, x, 1, &t), MVM_ERR_INVALID);
+    CHECK_ST(mvm_expert_residency(m->space, 0, 3, &r), MVM_OK);
+    CHECK(r.resident == 0 && r.pins == 0);
+    const int32_t two[] = {2, 3}, twice[] = {2, 2}, beyond[] = {(int32_t)m->hp.n_expert};
+    CHECK_ST(mvm_ctx_time_experts(c, 0, two, 1, x, 5, &t), MVM_ERR_INVALID);
+    CHECK_ST(mvm_ctx_time_experts(c, 2, two, 1, x, 1, &t), MVM_ERR_INVALID);
+    CHECK_ST(mvm_ctx_time_experts(c, 0, beyond, 1, x, 1, &t), MVM_ERR_INVALID);
+    CHECK_ST(mvm_ctx_time_experts(c, 0, two, 0, x, 1, &t), MVM_ERR_INVALID);
+    CHECK_ST(mvm_ctx_time_experts(c, 0, two, K + 1, x, 1, &t), MVM_ERR_INVALID);
+    CHECK_ST(mvm_ctx_time_experts(c, 0, twice, 2, x, 1, &t), MVM_ERR_INVALID);
+    CHECK(strstr(mvm_last_error(), "expert 2 is named twice") != NULL);
     CHECK(mvm_ctx_n_past(c) == 0);
     CHECK_ST(mvm_ctx_eval(c, prompt, 3, got, 0), MVM_OK);
     CHECK(memcmp(want, got, nv * sizeof *got) == 0);
@@ -1864,7 +1878,8 @@ static void test_time_expert(void)
 
     CHECK_ST(load(path, MVM_BACKEND_HOST, 1, &m), MVM_OK);
     if (m && mvm_ctx_create(m, pool, 32, 4, NULL, &c) == MVM_OK) {
-        CHECK_ST(mvm_ctx_time_expert(c, 0, 0, (const float[1]){0.5f}, 1, &t),
+        CHECK_ST(mvm_ctx_time_experts(c, 0, (const int32_t[]){0}, 1, (const float[1]){0.5f},
+                                      1, &t),
                  MVM_ERR_UNSUPPORTED);
         CHECK(strstr(mvm_last_error(), "computes on the cpu") != NULL);
         mvm_ctx_free(c);

@@ -246,17 +246,31 @@ mvm_status mvm_calib_cpu_experts(mvm_model *m, mvm_pool *pool, uint32_t max_toke
 struct gpu_run {
     mvm_ctx *ctx;
     float *x; /* [max_tokens][n_embd] random inputs */
-    uint32_t n_layer, n_expert;
+    uint32_t n_layer, n_expert, k;
     uint32_t n, next; /* tokens of this point; the next (layer, expert) in rotation */
 };
 
+/* What one more expert adds to a step's launch at n tokens: k experts in one launch less
+ * the first alone, over k - 1 (k 1: the lone expert's time). Each repetition another
+ * layer's experts, consecutive from the rotation's. */
 static mvm_status time_gpu_expert(void *ctx, uint32_t rep, double *seconds)
 {
     (void)rep;
     struct gpu_run *g = ctx;
-    uint32_t layer = g->next / g->n_expert, e = g->next % g->n_expert;
-    g->next = (g->next + 1) % (g->n_layer * g->n_expert);
-    return mvm_ctx_time_expert(g->ctx, layer, (int32_t)e, g->x, g->n, seconds);
+    uint32_t layer = g->next / g->n_expert;
+    int32_t e[MVM_CALIB_GPU_GROUP];
+    for (uint32_t j = 0; j < g->k; j++)
+        e[j] = (int32_t)((g->next + j) % g->n_expert);
+    g->next = (g->next + g->k) % (g->n_layer * g->n_expert);
+    double one, all;
+    mvm_status st = mvm_ctx_time_experts(g->ctx, layer, e, 1, g->x, g->n, &one);
+    if (st != MVM_OK || g->k == 1) {
+        *seconds = one;
+        return st;
+    }
+    st = mvm_ctx_time_experts(g->ctx, layer, e, g->k, g->x, g->n, &all);
+    *seconds = (all - one) / (g->k - 1);
+    return st;
 }
 
 mvm_status mvm_calib_gpu_experts(mvm_model *m, mvm_pool *pool, uint32_t max_tokens,
@@ -264,10 +278,11 @@ mvm_status mvm_calib_gpu_experts(mvm_model *m, mvm_pool *pool, uint32_t max_toke
                                  mvm_calib_experts *out)
 {
     memset(out, 0, sizeof *out);
-    out->floor_s = launch;
     if (max_tokens < 2)
         return too_few(max_tokens);
     struct gpu_run g = {.n_layer = m->hp.n_layer, .n_expert = m->hp.n_expert};
+    g.k = m->hp.n_expert_used < MVM_CALIB_GPU_GROUP ? m->hp.n_expert_used : MVM_CALIB_GPU_GROUP;
+    out->floor_s = g.k == 1 ? launch : 0;
     mvm_ctx_policies pol = plain_policies(mvm_machine_preset("h100"));
     pol.wait_loads = 1;
     mvm_status st = mvm_ctx_create(m, pool, 1, max_tokens, &pol, &g.ctx);
@@ -278,6 +293,97 @@ mvm_status mvm_calib_gpu_experts(mvm_model *m, mvm_pool *pool, uint32_t max_toke
     free(g.x);
     mvm_ctx_free(g.ctx);
     return st;
+}
+
+/* ---- a decode token on the device --------------------------------------------------------- */
+
+#define TOKEN_AT 32 /* the position a timed token is evaluated at: after a prompt of this many */
+
+struct token_run {
+    mvm_ctx *ctx;
+    float *logits; /* [n_vocab] */
+    int32_t tok;
+};
+
+/* One decode token at position TOKEN_AT, its logits read back, then the context cut back
+ * to the prompt: every repetition attends to the same positions. */
+static mvm_status time_token(void *ctx, uint32_t rep, double *seconds)
+{
+    (void)rep;
+    struct token_run *t = ctx;
+    double t0 = mvm_now_s();
+    mvm_status st = mvm_ctx_eval(t->ctx, &t->tok, 1, t->logits, 0);
+    *seconds = mvm_now_s() - t0;
+    mvm_ctx_truncate(t->ctx, TOKEN_AT);
+    return st;
+}
+
+/* Every expert made resident, or MVM_ERR_NOSPACE when the budget cannot hold them all. */
+static mvm_status all_resident(mvm_space *space)
+{
+    mvm_space_info info;
+    mvm_status st = mvm_space_get_info(space, &info);
+    if (st != MVM_OK)
+        return st;
+    const uint64_t ppe = (info.expert_bytes + info.page_size - 1) / info.page_size;
+    const uint64_t need = ppe * info.n_layers * info.n_experts;
+    if (info.device_pages < need)
+        return mvm_fail(MVM_ERR_NOSPACE, "the device budget holds %u of the %llu pages the "
+                        "experts take; a token is timed with every expert resident "
+                        "(--gpu-budget 100%%)", info.device_pages, (unsigned long long)need);
+    for (uint32_t x = 0; x < info.n_layers * info.n_experts && st == MVM_OK; x++)
+        st = mvm_make_resident(space, x / info.n_experts, x % info.n_experts, MVM_ALL_PAGES);
+    return st;
+}
+
+mvm_status mvm_calib_gpu_token(mvm_model *m, mvm_pool *pool, double seconds_per_point,
+                               double *seconds)
+{
+    *seconds = 0;
+    struct token_run t = {.tok = (int32_t)(TOKEN_AT % m->hp.n_vocab)};
+    int32_t prompt[TOKEN_AT];
+    for (uint32_t i = 0; i < TOKEN_AT; i++)
+        prompt[i] = (int32_t)((i * 7919u + 1) % m->hp.n_vocab);
+    mvm_ctx_policies pol = plain_policies(mvm_machine_preset("h100"));
+    pol.wait_loads = 1;
+    mvm_stats before, after;
+    mvm_status st = all_resident(m->space);
+    /* (batches of 8: the prompt's speed is not what is timed) */
+    if (st == MVM_OK)
+        st = mvm_ctx_create(m, pool, TOKEN_AT + 1, 8, &pol, &t.ctx);
+    if (st == MVM_OK && !(t.logits = malloc((size_t)m->hp.n_vocab * sizeof *t.logits)))
+        st = mvm_fail(MVM_ERR_NOMEM, "out of memory for the calibration's logits");
+    if (st == MVM_OK)
+        st = mvm_ctx_eval(t.ctx, prompt, TOKEN_AT, NULL, 0);
+    double warm;
+    if (st == MVM_OK)
+        st = time_token(&t, 0, &warm); /* the first token's graph built, its kernels loaded */
+    if (st == MVM_OK)
+        st = mvm_space_get_stats(m->space, &before);
+    if (st == MVM_OK)
+        st = repeat(time_token, &t, seconds_per_point, seconds, &(uint32_t){0});
+    if (st == MVM_OK)
+        st = mvm_space_get_stats(m->space, &after);
+    if (st == MVM_OK && after.pages_loaded != before.pages_loaded)
+        st = mvm_fail(MVM_ERR_NOSPACE, "experts moved while tokens were timed (%llu pages): "
+                      "the token's time is not the resident one",
+                      (unsigned long long)(after.pages_loaded - before.pages_loaded));
+    free(t.logits);
+    mvm_ctx_free(t.ctx);
+    return st;
+}
+
+int mvm_calib_apply_token(mvm_machine *m, double t_token, const mvm_hparams *hp,
+                          uint64_t expert_bytes)
+{
+    mvm_cost cost;
+    mvm_cost_init(&cost, m, expert_bytes, hp->n_embd, hp->n_ff_exp);
+    const double experts = (double)hp->n_layer * hp->n_expert_used * mvm_cost_gpu(&cost, 1);
+    const double rest = (t_token - experts) / hp->n_layer;
+    if (!(rest > 0) || !isfinite(rest))
+        return -1;
+    m->attn_time = rest;
+    return 0;
 }
 
 /* A side's rates from its fit a + b·n: *setup = `setup` if positive and under half of a
@@ -408,6 +514,7 @@ const mvm_calib_figure mvm_calib_figures[] = {
     {"cpu_mem_bw", "GB/s", offsetof(mvm_machine, cpu_mem_bw), 1e-9, 0.1, 2000, 0},
     {"cpu_flops", "GFLOP/s", offsetof(mvm_machine, cpu_flops), 1e-9, 0.05, 1000, 1},
     {"cpu_setup", "us", offsetof(mvm_machine, cpu_setup), 1e6, 0.01, 1e4, 0},
+    {"attn_time", "us", offsetof(mvm_machine, attn_time), 1e6, 0.1, 1e5, 0},
 };
 const size_t mvm_calib_n_figures = sizeof mvm_calib_figures / sizeof *mvm_calib_figures;
 

@@ -15,15 +15,26 @@
  *  - Copies (a device backend): the time to make a one-page prefix and a whole expert
  *    resident from nothing, through the space (claim, copy, map), medians over experts.
  *    The two points give load_setup + bytes / pcie_bw.
- *  - GPU experts (a context computing on the device): one resident expert of `tokens` rows
- *    through the engine's own kernels (mvm_ctx_time_expert: the input's quantization, the
- *    gate/up and down kernels, launched and finished), for 1, 2, 4, ... tokens, each
- *    repetition another (layer, expert); t_gpu(n) = g0 + g1·n by least squares.
- *    gpu_flops = flops_per_token / g1; gpu_launch = the base's, at most g0/2 (launch and
- *    reading the expert are not told apart by one line); gpu_mem_bw = expert_bytes /
- *    (g0 − gpu_launch).
- *  - Not measured (they keep the base preset's values): zero-copy reads, attention time
- *    and the network.
+ *  - GPU experts (a context computing on the device): what one more resident expert of
+ *    `tokens` rows adds to a step's launch through the engine's own kernels
+ *    (mvm_ctx_time_experts: the input's quantization, the gate/up and down kernels,
+ *    launched and finished), for 1, 2, 4, ... tokens: k experts (the model's top-k, at
+ *    most MVM_CALIB_GPU_GROUP) in one launch less the first alone, over k − 1, each
+ *    repetition another layer's; t_gpu(n) = g0 + g1·n by least squares. The engine
+ *    launches a step's experts together (in decode, inside one graph), so a lone expert's
+ *    time, its launches and sync included, would charge each expert what the step pays
+ *    once: on an H200, more than a whole decode token's time for a token's 96 experts. The
+ *    step's own launch is left to attn_time. gpu_flops = flops_per_token / g1; gpu_launch
+ *    = the base's, at most g0/2 (launch and reading the expert are not told apart by one
+ *    line); gpu_mem_bw = expert_bytes / (g0 − gpu_launch).
+ *  - A decode token (a context computing on the device, the budget holding every expert):
+ *    one token at a fixed position after a prompt, every expert resident, its logits read
+ *    back. attn_time = what the cost model's experts leave of it (n_layer · top-k ·
+ *    t_gpu(1), with the rates above), a MoE layer's share: attention and everything else
+ *    that is not the experts (the step's launch, the dense blocks, the output), as the
+ *    simulator charges it per layer. A budget below every expert leaves it unmeasured.
+ *  - Not measured (they keep the base preset's values): zero-copy reads, the host's time
+ *    (host_step, host_queue, host_token) and the network.
  */
 #ifndef MVM_TOOLS_CALIBRATE_H
 #define MVM_TOOLS_CALIBRATE_H
@@ -46,6 +57,8 @@ int mvm_fit_line(const double *x, const double *y, size_t n, mvm_line *out);
 double mvm_median(double *v, size_t n);
 
 #define MVM_CALIB_MAX_POINTS 12
+/* The most experts a GPU point launches together (the model's top-k if fewer). */
+#define MVM_CALIB_GPU_GROUP 8
 
 /* One expert's time against its tokens, on the CPU or the GPU. */
 typedef struct mvm_calib_experts {
@@ -71,14 +84,27 @@ int mvm_calib_fit(mvm_calib_experts *c);
 mvm_status mvm_calib_cpu_experts(mvm_model *m, mvm_pool *pool, uint32_t max_tokens,
                                  double seconds_per_point, mvm_calib_experts *out);
 
-/* The same on the device, through a context of at most max_tokens per batch on m (whose
- * space must be a cuda one; each expert is made resident, timed and evicted, so the space
- * should be empty, as mvm_calib_copies leaves it). launch: the least an expert costs there
- * (the fit's floor_s: the base's gpu_launch). MVM_ERR_UNSUPPORTED in a build without the
- * device kernels; MVM_ERR_INVALID when the fit fails. */
+/* The same on the device (the time one more expert adds to a step's launch, the header
+ * says how), through a context of at most max_tokens per batch on m (whose space must be a
+ * cuda one; the experts are made resident, timed and evicted, so the space should be
+ * empty, as mvm_calib_copies leaves it). launch: the least a lone expert costs there (the
+ * base's gpu_launch), the fit's floor_s where the model routes a token to one expert; one
+ * more expert of a step's launch has no floor but 1 ns. MVM_ERR_UNSUPPORTED in a build
+ * without the device kernels; MVM_ERR_INVALID when the fit fails. */
 mvm_status mvm_calib_gpu_experts(mvm_model *m, mvm_pool *pool, uint32_t max_tokens,
                                  double seconds_per_point, double launch,
                                  mvm_calib_experts *out);
+
+/* The median time of one decode token on the device (a context on m, whose space must be a
+ * cuda one), every expert made resident first: at position 32, after a prompt, its logits
+ * read back. MVM_ERR_NOSPACE when the budget cannot hold every expert or experts moved
+ * while it was timed; MVM_ERR_UNSUPPORTED in a build without the device kernels. */
+mvm_status mvm_calib_gpu_token(mvm_model *m, mvm_pool *pool, double seconds_per_point,
+                               double *seconds);
+/* m's attn_time from a decode token's time (the header says how); -1 (m untouched) when
+ * the cost model's experts take the whole token or more. */
+int mvm_calib_apply_token(mvm_machine *m, double t_token, const mvm_hparams *hp,
+                          uint64_t expert_bytes);
 
 typedef struct mvm_calib_copy {
     uint32_t pages_small, pages_full;  /* 1 page; the whole expert (may equal) */

@@ -95,7 +95,7 @@ static void print_table(const mvm_machine *m, const mvm_machine *base, const cha
         fprintf(stderr, "  %-11s %12.4g %-8s %s\n", f->key, v * f->scale, f->unit,
                 v == b ? "(base)" : "measured");
     }
-    fprintf(stderr, "  the zero-copy, attention and network rates: %s's\n", base_name);
+    fprintf(stderr, "  the zero-copy, host-time and network rates: %s's\n", base_name);
 }
 
 static int write_file(const struct cal_args *a, const mvm_machine *m, const char *base)
@@ -124,10 +124,10 @@ static int write_file(const struct cal_args *a, const mvm_machine *m, const char
 }
 
 /* The points and the fit of one side ("cpu", "gpu"), the fit's line left open. */
-static void print_points(const char *side, const mvm_calib_experts *c)
+static void print_points(const char *side, const char *what, const mvm_calib_experts *c)
 {
     for (uint32_t i = 0; i < c->n_points; i++)
-        fprintf(stderr, "%s: one expert, %3.0f tokens: %10.1f us (median of %u)\n", side,
+        fprintf(stderr, "%s: %s, %3.0f tokens: %10.1f us (median of %u)\n", side, what,
                 c->tokens[i], c->seconds[i] * 1e6, c->reps[i]);
     fprintf(stderr, "%s: t(n) = %.1f us + %.2f us x n (within %.0f%%)", side, c->fit.a * 1e6,
             c->fit.b * 1e6, c->fit.max_rel * 100);
@@ -150,7 +150,7 @@ static int measure(const struct cal_args *a, mvm_model *model, mvm_pool *pool, m
     mvm_calib_experts cpu;
     if (mvm_calib_cpu_experts(model, pool, a->tokens, a->time, &cpu) != MVM_OK)
         return mvm_cli_error("calibrate", NULL);
-    print_points("cpu", &cpu);
+    print_points("cpu", "one expert", &cpu);
     fprintf(stderr, "; fork/join %.1f us\n", cpu.floor_s * 1e6);
     mvm_calib_apply_cpu(m, &cpu, model->expert_bytes, hp->n_embd, hp->n_ff_exp);
     if (strcmp(info.backend, "host") == 0) {
@@ -175,9 +175,23 @@ static int measure(const struct cal_args *a, mvm_model *model, mvm_pool *pool, m
     mvm_calib_experts gpu;
     if (mvm_calib_gpu_experts(model, pool, a->tokens, a->time, m->gpu_launch, &gpu) != MVM_OK)
         return mvm_cli_error("calibrate", NULL);
-    print_points("gpu", &gpu);
+    print_points("gpu", "one more expert in a step's launch", &gpu);
     fputc('\n', stderr);
     mvm_calib_apply_gpu(m, &gpu, model->expert_bytes, hp->n_embd, hp->n_ff_exp);
+    double t_token;
+    mvm_status st = mvm_calib_gpu_token(model, pool, a->time, &t_token);
+    if (st == MVM_ERR_NOSPACE) {
+        fprintf(stderr, "attention: not measured (%s)\n", mvm_last_error());
+        return 0;
+    }
+    if (st != MVM_OK)
+        return mvm_cli_error("calibrate", NULL);
+    if (mvm_calib_apply_token(m, t_token, hp, model->expert_bytes))
+        fprintf(stderr, "attention: not measured: a decode token (%.1f us) took no longer "
+                "than the cost model's experts in it\n", t_token * 1e6);
+    else
+        fprintf(stderr, "token: %.1f us, every expert resident; attention and the rest %.1f us "
+                "a layer\n", t_token * 1e6, m->attn_time * 1e6);
     return 0;
 }
 

@@ -208,20 +208,27 @@ const char *mvm_ctx_backend(const mvm_ctx *c) { return c->be->name; }
 uint64_t mvm_ctx_kv_bytes(const mvm_ctx *c) { return c->kv.bytes; }
 const char *mvm_ctx_kv_type(const mvm_ctx *c) { return mvm_k_wtype_name(c->kv.type); }
 
-mvm_status mvm_ctx_time_expert(mvm_ctx *c, uint32_t layer, int32_t expert, const float *x,
-                               uint32_t n, double *seconds)
+mvm_status mvm_ctx_time_experts(mvm_ctx *c, uint32_t layer, const int32_t *experts,
+                                uint32_t k, const float *x, uint32_t n, double *seconds)
 {
     const mvm_hparams *hp = &c->m->hp;
-    if (!c->be->time_expert)
+    if (!c->be->time_experts)
         return mvm_fail(MVM_ERR_UNSUPPORTED, "timing experts on the device: this context "
                         "computes on the %s", c->be->name);
-    if (n == 0 || n > c->n_batch || layer >= hp->n_layer || expert < 0 ||
-        (uint32_t)expert >= hp->n_expert)
-        return mvm_fail(MVM_ERR_INVALID, "timing expert %d of layer %u for %u tokens: out of "
-                        "range (%u layers, %u experts, batches of up to %u)", expert, layer, n,
-                        hp->n_layer, hp->n_expert, c->n_batch);
+    if (n == 0 || n > c->n_batch || layer >= hp->n_layer || k == 0 || k > hp->n_expert_used)
+        return mvm_fail(MVM_ERR_INVALID, "timing %u experts of layer %u for %u tokens: out of "
+                        "range (%u layers, up to %u experts, batches of up to %u)", k, layer, n,
+                        hp->n_layer, hp->n_expert_used, c->n_batch);
+    for (uint32_t j = 0; j < k; j++) {
+        int twice = 0;
+        for (uint32_t i = 0; i < j; i++)
+            twice |= experts[i] == experts[j];
+        if (experts[j] < 0 || (uint32_t)experts[j] >= hp->n_expert || twice)
+            return mvm_fail(MVM_ERR_INVALID, "timing experts of layer %u: expert %d is %s",
+                            layer, experts[j], twice ? "named twice" : "out of range");
+    }
     mvm_status st = settle(c);
-    return st != MVM_OK ? st : c->be->time_expert(c, layer, expert, x, n, seconds);
+    return st != MVM_OK ? st : c->be->time_experts(c, layer, experts, k, x, n, seconds);
 }
 
 mvm_status mvm_ctx_set_elsewhere(mvm_ctx *c, const mvm_elsewhere *e)

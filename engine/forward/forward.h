@@ -137,14 +137,16 @@ mvm_status mvm_ctx_eval(mvm_ctx *c, const int32_t *tokens, uint32_t n, float *lo
  * sequence's consecutive tokens by itself (its kernels take one sequence a batch): the same
  * results, without the sharing. */
 mvm_status mvm_ctx_eval_batch(mvm_ctx *c, const mvm_engine_token *t, uint32_t n, float *logits);
-/* The time of expert (layer, expert) on the device for n <= n_batch tokens, x their
- * inputs (n rows of n_embd floats): from the quantization of the input to the end of the
- * down kernel, launched and finished (what `moevm calibrate` fits t_gpu(n) to). The expert
- * is made resident and pinned before, not timed, and evicted after unless it was resident;
- * the KV cache and n_past are not touched. MVM_ERR_UNSUPPORTED on a context computing on
- * the CPU; MVM_ERR_INVALID for n or an expert out of range. */
-mvm_status mvm_ctx_time_expert(mvm_ctx *c, uint32_t layer, int32_t expert, const float *x,
-                               uint32_t n, double *seconds);
+/* The time of experts[0..k) of `layer` (distinct, k <= top-k) on the device in one launch,
+ * as a step launches its experts, each taking the same n <= n_batch tokens, x their inputs
+ * (n rows of n_embd floats): from the quantization of the input to the end of the down
+ * kernel, launched and finished (`moevm calibrate` fits t_gpu(n) to the time one more
+ * expert adds). The experts are made resident and pinned before, not timed, and evicted
+ * after unless they were resident; the KV cache and n_past are not touched.
+ * MVM_ERR_UNSUPPORTED on a context computing on the CPU; MVM_ERR_INVALID for n, k or an
+ * expert out of range, or an expert named twice. */
+mvm_status mvm_ctx_time_experts(mvm_ctx *c, uint32_t layer, const int32_t *experts,
+                                uint32_t k, const float *x, uint32_t n, double *seconds);
 /* Experts computed elsewhere: the distributed mode's leader (dist.h) computes the experts
  * that other ranks hold there. The CPU pass sends a layer's rows of those experts before it
  * computes its own and gathers their results after; the context calls `tokens` after each

@@ -532,51 +532,78 @@ static mvm_status cuda_expert_rows(mvm_ctx *ctx, const mvm_expert_rows *r, float
     return st != MVM_OK ? st : mvm_gpu_download(f->g, out, f->tmp, bytes);
 }
 
-/* ---- timing one expert (mvm_ctx_time_expert) ------------------------------------------- */
+/* ---- timing experts (mvm_ctx_time_experts) -------------------------------------------- */
 
-/* The inputs x and the rows of one expert taking all n tokens, to the device. */
-static mvm_status one_expert_rows(struct cuda_fwd *f, int32_t e, const float *x, uint32_t n)
+/* The inputs x and the rows of experts e[0..k), each taking all n tokens, to the device. */
+static mvm_status experts_rows(struct cuda_fwd *f, const int32_t *e, uint32_t k,
+                               const float *x, uint32_t n)
 {
-    size_t D = f->m->hp.n_embd, E = f->m->hp.n_expert;
-    uint32_t *offcnt = calloc(2 * E + n, sizeof *offcnt);
-    float *row_w = malloc(n * sizeof *row_w);
+    const size_t D = f->m->hp.n_embd, E = f->m->hp.n_expert, nk = (size_t)k * n;
+    uint32_t *offcnt = calloc(2 * E + nk, sizeof *offcnt);
+    float *row_w = malloc(nk * sizeof *row_w);
     if (!offcnt || !row_w) {
         free(offcnt);
         free(row_w);
-        return mvm_fail(MVM_ERR_NOMEM, "out of memory for timing an expert");
+        return mvm_fail(MVM_ERR_NOMEM, "out of memory for timing experts");
     }
     uint32_t *off = offcnt, *cnt = offcnt + E, *row_tok = offcnt + 2 * E;
-    cnt[e] = n;
-    for (uint32_t i = 0; i < n; i++)
-        row_tok[i] = i, row_w[i] = 1.0f;
-    lay_rows(f, n);
+    for (uint32_t j = 0; j < k; j++) {
+        off[e[j]] = j * n;
+        cnt[e[j]] = n;
+        for (uint32_t i = 0; i < n; i++)
+            row_tok[j * n + i] = i, row_w[j * n + i] = 1.0f;
+    }
+    lay_rows(f, nk);
     mvm_status st = mvm_gpu_upload(f->g, f->xn, x, n * D * sizeof(float));
     f->xn_act = NULL, f->xn_experts = 0;
     st = st ? st : mvm_gpu_upload(f->g, f->off, off, E * sizeof *off);
     st = st ? st : mvm_gpu_upload(f->g, f->cnt, cnt, E * sizeof *cnt);
-    st = st ? st : mvm_gpu_upload(f->g, f->row_tok, row_tok, n * sizeof *row_tok);
-    st = st ? st : mvm_gpu_upload(f->g, f->row_w, row_w, n * sizeof *row_w);
-    st = st ? st : mvm_gpu_upload(f->g, f->active, &e, sizeof e);
+    st = st ? st : mvm_gpu_upload(f->g, f->row_tok, row_tok, nk * sizeof *row_tok);
+    st = st ? st : mvm_gpu_upload(f->g, f->row_w, row_w, nk * sizeof *row_w);
+    st = st ? st : mvm_gpu_upload(f->g, f->active, e, k * sizeof *e);
     free(offcnt);
     free(row_w);
     return st;
 }
 
-static mvm_status cuda_time_expert(mvm_ctx *ctx, uint32_t il, int32_t e, const float *x,
-                                   uint32_t n, double *seconds)
+/* Experts e[0..pinned) unpinned, and evicted where they were not resident before (the
+ * budget left as found). */
+static mvm_status release_timed(struct cuda_fwd *f, uint32_t il, const int32_t *e,
+                                const uint8_t *was, uint32_t pinned, mvm_status st)
+{
+    mvm_space *sp = f->m->space;
+    for (uint32_t j = 0; j < pinned; j++) {
+        mvm_status un = mvm_unpin(sp, il, (uint32_t)e[j]);
+        st = st ? st : un;
+        if (st == MVM_OK && !was[j])
+            st = mvm_evict(sp, il, (uint32_t)e[j], 0);
+    }
+    return st;
+}
+
+static mvm_status cuda_time_experts(mvm_ctx *ctx, uint32_t il, const int32_t *e, uint32_t k,
+                                    const float *x, uint32_t n, double *seconds)
 {
     struct cuda_fwd *f = ctx->state;
     TRY(mvm_gpu_use(f->g));
     mvm_space *sp = f->m->space;
-    mvm_residency before;
-    TRY(mvm_expert_residency(sp, il, (uint32_t)e, &before));
-    TRY(one_expert_rows(f, e, x, n));
-    TRY(mvm_make_resident(sp, il, (uint32_t)e, MVM_ALL_PAGES));
-    TRY(mvm_pin(sp, il, (uint32_t)e));
+    uint8_t *was = calloc(k, 1); /* resident before */
+    mvm_status st = was ? experts_rows(f, e, k, x, n)
+                        : mvm_fail(MVM_ERR_NOMEM, "out of memory for timing experts");
+    uint32_t pinned = 0;
+    for (; st == MVM_OK && pinned < k; pinned++) {
+        mvm_residency before;
+        st = mvm_expert_residency(sp, il, (uint32_t)e[pinned], &before);
+        was[pinned] = st == MVM_OK && before.resident;
+        st = st ? st : mvm_make_resident(sp, il, (uint32_t)e[pinned], MVM_ALL_PAGES);
+        st = st ? st : mvm_pin(sp, il, (uint32_t)e[pinned]);
+        if (st != MVM_OK)
+            break;
+    }
     mvm_g_expert_args a = expert_args(f, il);
-    a.n_active = 1;
+    a.n_active = k;
     a.one_row = n == 1;
-    mvm_status st = mvm_gpu_sync(f->g);
+    st = st ? st : mvm_gpu_sync(f->g);
     double t0 = mvm_now_s();
     if (st == MVM_OK && experts_quantized(f, il))
         st = mvm_cuda_fwd_quantize(f, f->m->layers[il].expert_fmt.gate_up, f->xn,
@@ -585,11 +612,8 @@ static mvm_status cuda_time_expert(mvm_ctx *ctx, uint32_t il, int32_t e, const f
     mvm_status synced = mvm_gpu_sync(f->g); /* whatever failed: nothing still reads it */
     *seconds = mvm_now_s() - t0;
     st = st ? st : synced;
-    mvm_status unpinned = mvm_unpin(sp, il, (uint32_t)e);
-    st = st ? st : unpinned;
-    /* leave the budget as it was found: evict it unless it was resident before */
-    if (st == MVM_OK && !before.resident)
-        st = mvm_evict(sp, il, (uint32_t)e, 0);
+    st = release_timed(f, il, e, was, pinned, st);
+    free(was);
     return st;
 }
 
@@ -744,4 +768,4 @@ static mvm_status cuda_settle(const mvm_ctx *ctx)
 
 const struct mvm_fwd_backend mvm_fwd_cuda = {"cuda", mvm_cuda_fwd_create, mvm_cuda_fwd_destroy,
                                              cuda_eval, cuda_settle,
-                                             cuda_time_expert, cuda_expert_rows};
+                                             cuda_time_experts, cuda_expert_rows};

@@ -48,9 +48,9 @@ struct mvm_fwd_backend {
     /* mvm_ctx_settle: the policies' work that eval left for later, done; NULL where it
      * leaves none */
     mvm_status (*settle)(const mvm_ctx *c);
-    /* mvm_ctx_time_expert, checked; NULL where the backend has no device to time */
-    mvm_status (*time_expert)(mvm_ctx *c, uint32_t layer, int32_t expert, const float *x,
-                              uint32_t n, double *seconds);
+    /* mvm_ctx_time_experts, checked; NULL where the backend has no device to time */
+    mvm_status (*time_experts)(mvm_ctx *c, uint32_t layer, const int32_t *experts, uint32_t k,
+                               const float *x, uint32_t n, double *seconds);
     /* mvm_ctx_expert_rows, its batch checked; NULL on the CPU */
     mvm_status (*expert_rows)(mvm_ctx *c, const mvm_expert_rows *r, float *out);
 };
