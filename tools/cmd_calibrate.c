@@ -173,13 +173,19 @@ static int measure(const struct cal_args *a, mvm_model *model, mvm_pool *pool, m
         return 0;
     }
     mvm_calib_experts gpu;
-    if (mvm_calib_gpu_experts(model, pool, a->tokens, a->time, m->gpu_launch, &gpu) != MVM_OK)
+    mvm_status st = mvm_calib_gpu_experts(model, pool, a->tokens, a->time, m->gpu_launch, &gpu);
+    if (st == MVM_ERR_INVALID) { /* a line that did not rise: what else was measured stands */
+        fprintf(stderr, "gpu: not measured (%s): the base's GPU rates are kept\n",
+                mvm_last_error());
+    } else if (st != MVM_OK) {
         return mvm_cli_error("calibrate", NULL);
-    print_points("gpu", "one more expert in a step's launch", &gpu);
-    fputc('\n', stderr);
-    mvm_calib_apply_gpu(m, &gpu, model->expert_bytes, hp->n_embd, hp->n_ff_exp);
+    } else {
+        print_points("gpu", "one more expert in a step's launch", &gpu);
+        fputc('\n', stderr);
+        mvm_calib_apply_gpu(m, &gpu, model->expert_bytes, hp->n_embd, hp->n_ff_exp);
+    }
     double t_token;
-    mvm_status st = mvm_calib_gpu_token(model, pool, a->time, &t_token);
+    st = mvm_calib_gpu_token(model, pool, a->time, &t_token);
     if (st == MVM_ERR_NOSPACE) {
         fprintf(stderr, "attention: not measured (%s)\n", mvm_last_error());
         return 0;
