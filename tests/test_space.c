@@ -34,6 +34,7 @@ static void (*fake_hold_maps)(int);
 static int (*fake_wait_map_held)(unsigned);
 static void (*fake_hold_copies)(int);
 static int (*fake_wait_copy_held)(unsigned);
+static void (*fake_pass_copies)(unsigned);
 static void (*fake_set_copy_delay_us)(unsigned long long);
 static unsigned long (*fake_copies_begun)(void);
 static unsigned long (*fake_calls)(const char *);
@@ -676,22 +677,29 @@ static void test_moves_and_stats(void)
 
 /* ---- tests that need slow copies or held streams: cuda backend over fakecuda ---------- */
 
+/* Six prefetches queued, the first one's copy held on the bus; then a load on demand and
+ * the last prefetch promoted to one. Three copies let through, the held one and the two
+ * demands': the on-demand jobs went next, ahead of the queued prefetches (a worker that
+ * took a prefetch first would leave a demand held: its wait times out), which are still
+ * queued when the demands have landed; the promoted prefetch was the same job. */
 static void test_priority_and_promotion(void)
 {
-    fake_set_copy_delay_us(20000); /* 20 ms per page */
     mvm_space *sp = make_space(1, 8, PAGE, 8);
     fill(sp, 1, 8, PAGE);
     mvm_move *pf[6], *demand, *promoted;
+    fake_hold_copies(1);
     for (uint32_t e = 0; e < 6; e++)
         CHECK_ST(mvm_prefetch(sp, 0, e, MVM_ALL_PAGES, &pf[e]), MVM_OK);
+    CHECK(fake_wait_copy_held(10000));
     CHECK_ST(mvm_make_resident_async(sp, 0, 7, MVM_ALL_PAGES, &demand), MVM_OK);
     CHECK_ST(mvm_make_resident_async(sp, 0, 5, MVM_ALL_PAGES, &promoted), MVM_OK);
-    CHECK_ST(mvm_move_wait(demand, -1), MVM_OK);
-    CHECK_ST(mvm_move_wait(promoted, -1), MVM_OK);
-    /* At most the first prefetch (and one more taken meanwhile) ran before the on-demand
-     * jobs; the later prefetches are still queued. */
+    fake_pass_copies(3);
+    const int64_t ten_s = 10000000000LL;
+    CHECK_ST(mvm_move_wait(demand, ten_s), MVM_OK);
+    CHECK_ST(mvm_move_wait(promoted, ten_s), MVM_OK);
     CHECK_ST(mvm_move_test(pf[4]), MVM_ERR_BUSY);
     CHECK_ST(mvm_move_test(pf[5]), MVM_OK); /* promoted: it was the same job */
+    fake_hold_copies(0);
     for (uint32_t e = 0; e < 6; e++) {
         CHECK_ST(mvm_move_wait(pf[e], -1), MVM_OK);
         mvm_move_release(pf[e]);
@@ -701,7 +709,6 @@ static void test_priority_and_promotion(void)
     for (uint32_t e = 0; e < 8; e++)
         CHECK(reads_match(sp, 0, e, PAGE));
     CHECK_ST(mvm_space_destroy(sp), MVM_OK);
-    fake_set_copy_delay_us(0);
 }
 
 /* An on-demand load overtakes a prefetch on the bus (MOEVM_COPY_PIECE): with pieces of a
@@ -773,12 +780,13 @@ static void test_prefetch_hurried(void)
  * batch, 20 ms a page: the sixth has not started when it is cancelled. */
 static void test_prefetch_cancel(void)
 {
-    fake_set_copy_delay_us(20000);
     mvm_space *sp = make_space(1, 8, 2 * PAGE, 16);
     fill(sp, 1, 8, 2 * PAGE);
     mvm_move *m[6], *demand;
+    fake_hold_copies(1);
     for (uint32_t e = 0; e < 6; e++)
         CHECK_ST(mvm_prefetch(sp, 0, e, MVM_ALL_PAGES, &m[e]), MVM_OK);
+    CHECK(fake_wait_copy_held(10000)); /* the first prefetch's copy on the bus, held there */
     CHECK_ST(mvm_make_resident_async(sp, 0, 4, MVM_ALL_PAGES, &demand), MVM_OK);
     uint32_t n = 99;
     CHECK_ST(mvm_prefetch_cancel(sp, 0, 5, &n), MVM_OK);
@@ -789,6 +797,7 @@ static void test_prefetch_cancel(void)
     CHECK(r.resident == 0 && r.loading == 0);
     CHECK_ST(mvm_prefetch_cancel(sp, 0, 4, &n), MVM_OK); /* promoted: on demand now */
     CHECK(n == 0);
+    fake_hold_copies(0);
     CHECK_ST(mvm_move_wait(m[0], -1), MVM_OK);
     CHECK_ST(mvm_prefetch_cancel(sp, 0, 0, &n), MVM_OK); /* landed */
     CHECK(n == 0);
@@ -804,7 +813,6 @@ static void test_prefetch_cancel(void)
         CHECK(reads_match(sp, 0, e, 2 * PAGE));
     CHECK(stats_of(sp).free_pages == 16 - 5 * 2);
     CHECK_ST(mvm_space_destroy(sp), MVM_OK);
-    fake_set_copy_delay_us(0);
 }
 
 static void test_cancel_and_destroy_in_flight(void)
@@ -2049,10 +2057,12 @@ int main(int argc, char **argv)
         fake_hold_copies = fake ? (void (*)(int))dlsym(fake, "fakecuda_hold_copies") : NULL;
         fake_wait_copy_held =
             fake ? (int (*)(unsigned))dlsym(fake, "fakecuda_wait_copy_held") : NULL;
+        fake_pass_copies =
+            fake ? (void (*)(unsigned))dlsym(fake, "fakecuda_pass_copies") : NULL;
         on_fake = fake_set_fail && fake_live_handles && fake_stream_hold &&
                   fake_set_copy_delay_us && fake_copies_begun && fake_set_event_sync_delay_us &&
                   fake_hold_maps && fake_wait_map_held && fake_hold_copies &&
-                  fake_wait_copy_held;
+                  fake_wait_copy_held && fake_pass_copies;
         if (!on_fake) {
             fprintf(stderr, "test_space cuda: needs tests/fakecuda as MOEVM_CUDA_LIBRARY\n");
             return 2;

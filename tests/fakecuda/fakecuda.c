@@ -1488,17 +1488,20 @@ static pthread_mutex_t g_hold_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_hold_cv = PTHREAD_COND_INITIALIZER;
 static int g_hold[FK_HOLD_KINDS];
 static unsigned long g_held[FK_HOLD_KINDS];
+static unsigned long g_pass[FK_HOLD_KINDS]; /* calls let through the hold still to come */
 
 static void hold_point(enum fk_hold kind)
 {
     pthread_mutex_lock(&g_hold_mu);
-    if (g_hold[kind]) {
+    if (g_hold[kind] && !g_pass[kind]) {
         g_held[kind]++;
         pthread_cond_broadcast(&g_hold_cv);
-        while (g_hold[kind])
+        while (g_hold[kind] && !g_pass[kind])
             pthread_cond_wait(&g_hold_cv, &g_hold_mu);
         g_held[kind]--;
     }
+    if (g_hold[kind] && g_pass[kind])
+        g_pass[kind]--;
     pthread_mutex_unlock(&g_hold_mu);
 }
 
@@ -1506,6 +1509,7 @@ static void set_hold(enum fk_hold kind, int hold)
 {
     pthread_mutex_lock(&g_hold_mu);
     g_hold[kind] = hold;
+    g_pass[kind] = 0;
     pthread_cond_broadcast(&g_hold_cv);
     pthread_mutex_unlock(&g_hold_mu);
 }
@@ -1531,6 +1535,14 @@ static int wait_held(enum fk_hold kind, unsigned timeout_ms)
 void fakecuda_hold_maps(int hold) { set_hold(FK_HOLD_MAPS, hold); }
 int fakecuda_wait_map_held(unsigned timeout_ms) { return wait_held(FK_HOLD_MAPS, timeout_ms); }
 void fakecuda_hold_copies(int hold) { set_hold(FK_HOLD_COPIES, hold); }
+
+void fakecuda_pass_copies(unsigned n)
+{
+    pthread_mutex_lock(&g_hold_mu);
+    g_pass[FK_HOLD_COPIES] += n;
+    pthread_cond_broadcast(&g_hold_cv);
+    pthread_mutex_unlock(&g_hold_mu);
+}
 int fakecuda_wait_copy_held(unsigned timeout_ms) { return wait_held(FK_HOLD_COPIES, timeout_ms); }
 
 CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,

@@ -109,6 +109,9 @@ int fakecuda_wait_map_held(unsigned timeout_ms);
  * worker is inside a copy (between two of a load's pieces, say). */
 void fakecuda_hold_copies(int hold);
 int fakecuda_wait_copy_held(unsigned timeout_ms);
+/* While copies are held, lets the next n through (the held first), then holds again: a
+ * test can let a worker run exactly so far. */
+void fakecuda_pass_copies(unsigned n);
 
 /* A plugin kernel (FAKECUDA_KERNELS): runs the launch of `params` (its one parameter's
  * bytes) in the shape given, synchronously. */
