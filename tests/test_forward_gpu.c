@@ -41,7 +41,7 @@ static fakecuda_calls_fn calls;
 static fakecuda_reset_counters_fn reset_counters;
 static fakecuda_set_copy_delay_us_fn copy_delay;
 static fakecuda_set_cc_major_fn set_cc_major;
-static fakecuda_set_copy_delay_us_fn event_delay; /* fakecuda_set_event_sync_delay_us */
+static fakecuda_set_event_sync_delay_us_fn event_delay;
 static int home_mapped;                 /* the fake's HOST_NUMA support, as the space saw it */
 static void (*hold_maps)(int);          /* fakecuda_hold_maps */
 static int hold_from = -1, hold_to = -1; /* record holds the fake's maps from the replay of
@@ -2155,7 +2155,7 @@ int main(int argc, char **argv)
                         : NULL;
     set_cc_major = driver ? (fakecuda_set_cc_major_fn)dlsym(driver, "fakecuda_set_cc_major")
                           : NULL;
-    event_delay = driver ? (fakecuda_set_copy_delay_us_fn)dlsym(
+    event_delay = driver ? (fakecuda_set_event_sync_delay_us_fn)dlsym(
                                driver, "fakecuda_set_event_sync_delay_us")
                          : NULL;
     hold_maps = driver ? (void (*)(int))dlsym(driver, "fakecuda_hold_maps") : NULL;

@@ -132,6 +132,7 @@ typedef void (*fakecuda_reset_counters_fn)(void);
 typedef int (*fakecuda_set_fail_fn)(const char *spec);
 typedef void (*fakecuda_stream_hold_fn)(struct CUstream_st *stream, int hold);
 typedef void (*fakecuda_set_copy_delay_us_fn)(unsigned long long us);
+typedef void (*fakecuda_set_event_sync_delay_us_fn)(unsigned long long us);
 typedef void (*fakecuda_set_cc_major_fn)(int major);
 typedef size_t (*fakecuda_getproc_request_fn)(size_t i, const char **symbol, int *version,
                                               unsigned long long *flags, void **fn);
