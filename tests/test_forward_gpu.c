@@ -1819,8 +1819,9 @@ static void test_expert_rows(void)
 }
 
 /* mvm_ctx_time_experts: a positive time for one expert or a step's worth in one launch,
- * each expert evicted after unless it was resident, the context still computing the same
- * logits; refused on the CPU, out of range and for an expert named twice. */
+ * each expert evicted after unless it was resident (also when a later one's load fails), the
+ * context still computing the same logits; refused on the CPU, out of range and for an
+ * expert named twice. */
 static void test_time_expert(void)
 {
     const char *path = model_path("qwen2moe", MVM_W_Q4_K);
@@ -1867,6 +1868,32 @@ static void test_time_expert(void)
     CHECK_ST(mvm_ctx_time_experts(c, 0, two, K + 1, x, 1, &t), MVM_ERR_INVALID);
     CHECK_ST(mvm_ctx_time_experts(c, 0, twice, 2, x, 1, &t), MVM_ERR_INVALID);
     CHECK(strstr(mvm_last_error(), "expert 2 is named twice") != NULL);
+    /* the second expert's load fails: the first, loaded and pinned, goes home again too.
+     * Its copy is found by counting: a load's copies, and a timing's (the inputs' first,
+     * then both loads') */
+    const char *up = "cuMemcpyHtoDAsync";
+    CHECK_ST(mvm_evict(m->space, 0, 2, 0), MVM_OK);
+    unsigned long n0 = calls(up);
+    CHECK_ST(mvm_make_resident(m->space, 0, 3, MVM_ALL_PAGES), MVM_OK);
+    const unsigned long per_load = calls(up) - n0;
+    CHECK_ST(mvm_evict(m->space, 0, 3, 0), MVM_OK);
+    n0 = calls(up);
+    CHECK_ST(mvm_ctx_time_experts(c, 0, two, 2, x, 1, &t), MVM_OK);
+    const unsigned long timing = calls(up) - n0;
+    CHECK(per_load >= 1 && timing >= 2 * per_load);
+    mvm_stats before, after;
+    CHECK_ST(mvm_space_get_stats(m->space, &before), MVM_OK);
+    char fail[64];
+    snprintf(fail, sizeof fail, "%s:%lu", up, timing - per_load + 1);
+    CHECK(set_fail(fail) == 0);
+    CHECK(mvm_ctx_time_experts(c, 0, two, 2, x, 1, &t) != MVM_OK);
+    set_fail(NULL);
+    for (uint32_t j = 0; j < 2; j++) {
+        CHECK_ST(mvm_expert_residency(m->space, 0, (uint32_t)two[j], &r), MVM_OK);
+        CHECK(r.resident == 0 && r.loading == 0 && r.pins == 0);
+    }
+    CHECK_ST(mvm_space_get_stats(m->space, &after), MVM_OK);
+    CHECK(after.free_pages == before.free_pages);
     CHECK(mvm_ctx_n_past(c) == 0);
     CHECK_ST(mvm_ctx_eval(c, prompt, 3, got, 0), MVM_OK);
     CHECK(memcmp(want, got, nv * sizeof *got) == 0);

@@ -566,17 +566,21 @@ static mvm_status experts_rows(struct cuda_fwd *f, const int32_t *e, uint32_t k,
     return st;
 }
 
-/* Experts e[0..pinned) unpinned, and evicted where they were not resident before (the
- * budget left as found). */
+/* Experts e[0..made) (asked to be resident; the first `pinned` of them pinned) unpinned, and
+ * evicted where they were not resident before, whatever failed on the way: the budget is
+ * left as found. The first failure is returned. */
 static mvm_status release_timed(struct cuda_fwd *f, uint32_t il, const int32_t *e,
-                                const uint8_t *was, uint32_t pinned, mvm_status st)
+                                const uint8_t *was, uint32_t made, uint32_t pinned,
+                                mvm_status st)
 {
     mvm_space *sp = f->m->space;
-    for (uint32_t j = 0; j < pinned; j++) {
-        mvm_status un = mvm_unpin(sp, il, (uint32_t)e[j]);
+    for (uint32_t j = 0; j < made; j++) {
+        mvm_status un = j < pinned ? mvm_unpin(sp, il, (uint32_t)e[j]) : MVM_OK;
         st = st ? st : un;
-        if (st == MVM_OK && !was[j])
-            st = mvm_evict(sp, il, (uint32_t)e[j], 0);
+        if (un == MVM_OK && !was[j]) {
+            mvm_status ev = mvm_evict(sp, il, (uint32_t)e[j], 0);
+            st = st ? st : ev;
+        }
     }
     return st;
 }
@@ -590,15 +594,17 @@ static mvm_status cuda_time_experts(mvm_ctx *ctx, uint32_t il, const int32_t *e,
     uint8_t *was = calloc(k, 1); /* resident before */
     mvm_status st = was ? experts_rows(f, e, k, x, n)
                         : mvm_fail(MVM_ERR_NOMEM, "out of memory for timing experts");
-    uint32_t pinned = 0;
-    for (; st == MVM_OK && pinned < k; pinned++) {
+    uint32_t made = 0, pinned = 0; /* made: asked to be resident (a failed one may be half) */
+    while (st == MVM_OK && pinned < k) {
+        const uint32_t ex = (uint32_t)e[pinned];
         mvm_residency before;
-        st = mvm_expert_residency(sp, il, (uint32_t)e[pinned], &before);
-        was[pinned] = st == MVM_OK && before.resident;
-        st = st ? st : mvm_make_resident(sp, il, (uint32_t)e[pinned], MVM_ALL_PAGES);
-        st = st ? st : mvm_pin(sp, il, (uint32_t)e[pinned]);
+        st = mvm_expert_residency(sp, il, ex, &before);
         if (st != MVM_OK)
             break;
+        was[made++] = before.resident != 0;
+        st = mvm_make_resident(sp, il, ex, MVM_ALL_PAGES);
+        st = st ? st : mvm_pin(sp, il, ex);
+        pinned += st == MVM_OK;
     }
     mvm_g_expert_args a = expert_args(f, il);
     a.n_active = k;
@@ -612,7 +618,7 @@ static mvm_status cuda_time_experts(mvm_ctx *ctx, uint32_t il, const int32_t *e,
     mvm_status synced = mvm_gpu_sync(f->g); /* whatever failed: nothing still reads it */
     *seconds = mvm_now_s() - t0;
     st = st ? st : synced;
-    st = release_timed(f, il, e, was, pinned, st);
+    st = release_timed(f, il, e, was, made, pinned, st);
     free(was);
     return st;
 }
