@@ -478,6 +478,14 @@ AVX512_INLINE void tile_unpack(enum mvm_wtype t, const uint8_t *tile, rblock *R)
  * GMAC/s to 55, 105, 170-173, 219-223, Q6_K's from 29 to 45 at 1 token, and 16 tokens and
  * more within noise; three or four tiles, or prefetchnta, were no better (docs/perf/cpu.md). */
 #define TILE_AHEAD 2
+/* And one tile further into L2 first (prefetcht1, which Zen 4 keeps out of L1): on a 2-core
+ * AMD EPYC (Zen 4, family 25) whose memory read at 25 GB/s, the L1 prefetch alone left 8
+ * tokens streamed at half their speed from L2 (60 against 120 GMAC/s); a second L1 prefetch
+ * a tile further, or one alone 3 or 4 tiles ahead, did no better, an L2 prefetch 3 to 6 tiles
+ * ahead took them to 93-100 (bench_cpu_expert_tokens, alternating builds: Q4_K_M's 1, 4, 8,
+ * 16 tokens 26, 57, 60, 83 -> 30, 75, 100, 115 GMAC/s; Q6_K's 18, 44, 40, 63 -> 22, 61, 83,
+ * 103; docs/perf/cpu.md). */
+#define TILE_AHEAD_L2 (TILE_AHEAD + 1)
 
 /* mvm_k_gemm_fn over a tiled matrix: n_rows (a multiple of 16) rows of rb bytes, each 16
  * rows nb = n / 256 tiles in order. Each tile's scales are decoded once and its quants
@@ -503,6 +511,9 @@ AVX512_INLINE void gemm_tiles(enum mvm_wtype t, const uint8_t *w, size_t rb, siz
                 if (tile + (TILE_AHEAD + 1) * tb <= end)
                     for (size_t o = 0; o < tb; o += 64)
                         _mm_prefetch((const char *)tile + TILE_AHEAD * tb + o, _MM_HINT_T0);
+                if (tile + (TILE_AHEAD_L2 + 1) * tb <= end)
+                    for (size_t o = 0; o < tb; o += 64)
+                        _mm_prefetch((const char *)tile + TILE_AHEAD_L2 * tb + o, _MM_HINT_T1);
                 tile_scales(t, tile, &R);
                 if (t != MVM_W_Q4_K && nt > TILE_UNPACK_TOKENS) { /* unpacked once */
                     tile_unpack(t, tile, &R);
