@@ -22,11 +22,15 @@
  * through it. An OLMoE Q4_K_M expert streamed from memory, GMAC/s against the untiled
  * kernels (bench_cpu_expert_tokens, 2026-11-25): 1 token 40-42 -> 37-40, 2 51 -> 81-85, 4
  * 90 -> 166, 8 156 -> 196, 16 217 -> 227, 32 253 -> 232, 64 264 -> 245; Q5_K_M's 2 49 -> 85,
- * 8 130 -> 179, 64 258 -> 223 (docs/perf/cpu.md).
+ * 8 130 -> 179, 64 258 -> 223 (docs/perf/cpu.md). IQ4_XS tiles too (a super-block of 256
+ * like the K-quants', its nibbles through IQ4_NL's table + 128 and the 128 taken off with
+ * the bsums, as Q6_K's 32): on a Zen 4, 1, 4, 8, 64 tokens 21, 43, 83, 130 -> 33, 94, 120,
+ * 135 GMAC/s against its untiled kernel (gemm_k_avx512vnni.h's).
  *
  * The results are bitwise dotn's (dispatch.h's contract; test_kernels checks every count):
  * the integer sums are exact in any order, and each lane's float work per super-block is
- * avx2.h's in the same order (avx2_k45_finish for Q4_K and Q5_K; ad·(d·sum) for Q6_K),
+ * avx2.h's in the same order (avx2_k45_finish for Q4_K and Q5_K; ad·(d·sum) for Q6_K and
+ * IQ4_XS),
  * added into its sum in super-block order. A block cut short by the matrix's edge repeats its
  * last row (computed, never stored).
  */
@@ -180,10 +184,10 @@ AVX512_INLINE void rblock_q6(const uint8_t *const p[16], const uint8_t *base, __
 
 /* A token's super-block against 16 rows, its scaled sub-block sums in tot's lanes: s (the
  * rows' sums) += each pair's float, avx2.h's per super-block (avx2_k45_finish for Q4_K and
- * Q5_K, the mins' term from the token's bsums; ad·(d·sum) for Q6_K, its -32 offset from
- * them). */
-AVX512_INLINE void rfinish(int q6, const rblock *R, __m512i tot, const mvm_block_q8_K *a,
-                           float s[16])
+ * Q5_K, the mins' term from the token's bsums; ad·(d·sum) for Q6_K and IQ4_XS, their -32
+ * and -128 offsets from them). */
+AVX512_INLINE void rfinish(enum mvm_wtype t, const rblock *R, __m512i tot,
+                           const mvm_block_q8_K *a, float s[16])
 {
     __m512i ms = _mm512_setzero_si512();
 #pragma GCC unroll 8
@@ -194,8 +198,8 @@ AVX512_INLINE void rfinish(int q6, const rblock *R, __m512i tot, const mvm_block
     }
     const __m512 ad = _mm512_set1_ps(a->d);
     __m512 f;
-    if (q6) { /* the offset: -32 · Σ scale · bsum */
-        const __m512i sum = _mm512_sub_epi32(tot, _mm512_slli_epi32(ms, 5));
+    if (t == MVM_W_Q6_K || t == MVM_W_IQ4_XS) { /* the offset: -32 or -128 · Σ scale · bsum */
+        const __m512i sum = _mm512_sub_epi32(tot, _mm512_slli_epi32(ms, t == MVM_W_Q6_K ? 5 : 7));
         f = _mm512_mul_ps(ad, _mm512_mul_ps(R->d, _mm512_cvtepi32_ps(sum)));
     } else {
         const __m512 m = _mm512_mul_ps(R->dmin, _mm512_cvtepi32_ps(ms));
@@ -208,10 +212,10 @@ AVX512_INLINE void rfinish(int q6, const rblock *R, __m512i tot, const mvm_block
  * token i, 16 floats) += each pair's float. A sub-block's products gather in an int32 lane
  * per row (vpdpbusd, 4 quants a step; below 8 tokens in two chains, to hide its latency),
  * then take the sub-block's scale, an exact product. */
-AVX512_INLINE void rtokens(int q6, int NT, const rblock *R, const mvm_block_q8_K *const a[],
-                           float (*s)[16])
+AVX512_INLINE void rtokens(enum mvm_wtype t, int NT, const rblock *R,
+                           const mvm_block_q8_K *const a[], float (*s)[16])
 {
-    const int sub = q6 ? 4 : 8, n_sub = MVM_QK_K / 4 / sub, C = NT >= 8 ? 1 : 2;
+    const int sub = t == MVM_W_Q6_K ? 4 : 8, n_sub = MVM_QK_K / 4 / sub, C = NT >= 8 ? 1 : 2;
     __m512i tot[8];
 #pragma GCC unroll 8
     for (int i = 0; i < NT; i++)
@@ -239,7 +243,7 @@ AVX512_INLINE void rtokens(int q6, int NT, const rblock *R, const mvm_block_q8_K
     }
 #pragma GCC unroll 8
     for (int i = 0; i < NT; i++)
-        rfinish(q6, R, tot[i], a[i], s[i]);
+        rfinish(t, R, tot[i], a[i], s[i]);
 }
 
 /* ---- tiles: 16 rows' super-blocks stored transposed (kernels.h, "Expert tiles") ---------- */
@@ -249,11 +253,26 @@ AVX512_INLINE void rtokens(int q6, int NT, const rblock *R, const mvm_block_q8_K
  * qs words 8P + st) and 2P + 1 (their high nibbles), the fifth bits from qh word st; Q6_K
  * pair P = (h, mq), sub-blocks 8h + mq and 8h + 4 + mq from ql word 16h + 4mq + st, low and
  * high nibbles, their top bits from qh word 8h + (4mq + st) % 8 (rblock_q45's and
- * rblock_q6's unpacking, one word at a time). */
+ * rblock_q6's unpacking, one word at a time); IQ4_XS "pair" P = sub-block P alone, its
+ * elements st·4.. (low nibbles of qs word 4P + st, after the two words of scales) and 16 +
+ * st·4.. (their high nibbles), each through IQ4_NL's table + 128 (vpdpbusd's unsigned side;
+ * rfinish takes the 128 off). */
 AVX512_INLINE void tile_quants(enum mvm_wtype t, const uint8_t *tile, int P, int st, __m512i *lo,
                                __m512i *hi, int *glo, int *ghi)
 {
     const __m512i nib = _mm512_set1_epi8(0x0F);
+    if (t == MVM_W_IQ4_XS) {
+        const __m512i table = _mm512_xor_si512(
+            _mm512_broadcast_i32x4(
+                _mm_set_epi64x((long long)MVM_K_IQ4NL_HI, (long long)MVM_K_IQ4NL_LO)),
+            _mm512_set1_epi8((char)0x80));
+        const __m512i T = _mm512_loadu_si512(tile + 64 * (2 + 4 * P + st));
+        *lo = _mm512_shuffle_epi8(table, _mm512_and_si512(T, nib));
+        *hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(T, 4), nib));
+        *glo = 8 * P + st;
+        *ghi = *glo + 4;
+        return;
+    }
     if (t == MVM_W_Q6_K) {
         const int h = P / 4, m = 4 * (P % 4) + st, sh = 2 * (m / 8);
         const __m512i three = _mm512_set1_epi8(3);
@@ -284,9 +303,32 @@ AVX512_INLINE void tile_quants(enum mvm_wtype t, const uint8_t *tile, int P, int
     *ghi = *glo + 8;
 }
 
-/* A tile's scales: Q4_K, Q5_K from words 0-3, Q6_K from words 48-51 and d after word 52. */
+/* IQ4_XS's 8 scales of each row, less 32, from its first two words (w0: d, then scales_h;
+ * w1: scales_l): scale j's low 4 bits are nibble j of w1, its top 2 bits 2j, 2j + 1 of
+ * scales_h (kernels/blocks.h); mp[p] scale p twice, for the two bsums of its sub-block. */
+AVX512_INLINE void rblock_iq4xs_scales(__m512i w0, __m512i w1, rblock *R)
+{
+    const __m512i nib = _mm512_set1_epi32(0x0F), three = _mm512_set1_epi32(3);
+    const __m512i low16 = _mm512_set1_epi32(0xFFFF), bias = _mm512_set1_epi32(32);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {
+        const __m512i lo4 = _mm512_and_si512(_mm512_srli_epi32(w1, 4 * j), nib);
+        const __m512i hi2 = _mm512_and_si512(_mm512_srli_epi32(w0, 16 + 2 * j), three);
+        R->sc[j] = _mm512_sub_epi32(_mm512_or_si512(lo4, _mm512_slli_epi32(hi2, 4)), bias);
+        R->mp[j] = _mm512_or_si512(_mm512_and_si512(R->sc[j], low16),
+                                   _mm512_slli_epi32(R->sc[j], 16));
+    }
+    R->d = half_lo(w0);
+}
+
+/* A tile's scales: Q4_K, Q5_K from words 0-3, Q6_K from words 48-51 and d after word 52,
+ * IQ4_XS from words 0-1. */
 AVX512_INLINE void tile_scales(enum mvm_wtype t, const uint8_t *tile, rblock *R)
 {
+    if (t == MVM_W_IQ4_XS) {
+        rblock_iq4xs_scales(_mm512_loadu_si512(tile), _mm512_loadu_si512(tile + 64), R);
+        return;
+    }
     if (t == MVM_W_Q6_K) {
         __m512i S[4];
 #pragma GCC unroll 4
@@ -301,11 +343,13 @@ AVX512_INLINE void tile_scales(enum mvm_wtype t, const uint8_t *tile, rblock *R)
 }
 
 /* rtokens over a tile: the quants unpacked as they are used, a word at a time, into the
- * two sub-blocks it holds, each with its own sums (below 4 tokens two chains each). */
+ * two sub-blocks it holds (IQ4_XS: two halves of one), each with its own sums (below 4
+ * tokens two chains each). */
 AVX512_INLINE void ttokens(enum mvm_wtype t, int NT, const rblock *R, const uint8_t *tile,
                            const mvm_block_q8_K *const a[], float (*s)[16])
 {
-    const int q6 = t == MVM_W_Q6_K, pairs = q6 ? 8 : 4, steps = q6 ? 4 : 8, C = NT >= 4 ? 1 : 2;
+    const int q6 = t == MVM_W_Q6_K, iq = t == MVM_W_IQ4_XS, C = NT >= 4 ? 1 : 2;
+    const int pairs = q6 || iq ? 8 : 4, steps = q6 || iq ? 4 : 8;
     __m512i tot[8];
 #pragma GCC unroll 8
     for (int i = 0; i < NT; i++)
@@ -329,17 +373,21 @@ AVX512_INLINE void ttokens(enum mvm_wtype t, int NT, const rblock *R, const uint
                 ah[st % C][i] = _mm512_dpbusd_epi32(ah[st % C][i], hi, _mm512_set1_epi32(y));
             }
         }
-        const int jlo = q6 ? 8 * (P / 4) + P % 4 : 2 * P, jhi = q6 ? jlo + 4 : jlo + 1;
+        const int jlo = q6 ? 8 * (P / 4) + P % 4 : iq ? P : 2 * P;
+        const int jhi = q6 ? jlo + 4 : iq ? P : jlo + 1;
 #pragma GCC unroll 8
         for (int i = 0; i < NT; i++) {
-            const __m512i l = _mm512_mullo_epi32(_mm512_add_epi32(al[0][i], al[1][i]), R->sc[jlo]);
-            const __m512i h = _mm512_mullo_epi32(_mm512_add_epi32(ah[0][i], ah[1][i]), R->sc[jhi]);
-            tot[i] = _mm512_add_epi32(tot[i], _mm512_add_epi32(l, h));
+            const __m512i l = _mm512_add_epi32(al[0][i], al[1][i]);
+            const __m512i h = _mm512_add_epi32(ah[0][i], ah[1][i]);
+            tot[i] = _mm512_add_epi32(
+                tot[i], iq ? _mm512_mullo_epi32(_mm512_add_epi32(l, h), R->sc[jlo])
+                           : _mm512_add_epi32(_mm512_mullo_epi32(l, R->sc[jlo]),
+                                              _mm512_mullo_epi32(h, R->sc[jhi])));
         }
     }
 #pragma GCC unroll 8
     for (int i = 0; i < NT; i++)
-        rfinish(q6, R, tot[i], a[i], s[i]);
+        rfinish(t, R, tot[i], a[i], s[i]);
 }
 
 /* All n_tok tokens against the 16 rows' super-block k, 8, 4, 2 and 1 at a time: R's stored
@@ -348,7 +396,6 @@ AVX512_INLINE void rblock_tokens(enum mvm_wtype t, const rblock *R, int tiled, c
                                  const uint8_t *act, size_t as, size_t k, size_t n_tok,
                                  float (*s)[16])
 {
-    const int q6 = t == MVM_W_Q6_K;
     for (size_t i0 = 0; i0 < n_tok;) {
         const size_t left = n_tok - i0;
         const int NT = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
@@ -359,7 +406,7 @@ AVX512_INLINE void rblock_tokens(enum mvm_wtype t, const rblock *R, int tiled, c
     if (tiled)                                                                                     \
         ttokens(t, n, R, tile, a, s + i0);                                                         \
     else                                                                                           \
-        rtokens(q6, n, R, a, s + i0)
+        rtokens(t, n, R, a, s + i0)
         if (NT == 8)
             RBLOCK_NT(8);
         else if (NT == 4)
@@ -442,7 +489,8 @@ AVX512_INLINE void gemm_rows(enum mvm_wtype t, const uint8_t *w, size_t rb, size
 /* A tile's quants unpacked into R->q (rblock's layout), as ttokens unpacks them step by step. */
 AVX512_INLINE void tile_unpack(enum mvm_wtype t, const uint8_t *tile, rblock *R)
 {
-    const int q6 = t == MVM_W_Q6_K, pairs = q6 ? 8 : 4, steps = q6 ? 4 : 8;
+    const int eight = t == MVM_W_Q6_K || t == MVM_W_IQ4_XS, pairs = eight ? 8 : 4;
+    const int steps = eight ? 4 : 8;
 #pragma GCC unroll 8
     for (int P = 0; P < pairs; P++)
 #pragma GCC unroll 8
@@ -464,7 +512,8 @@ AVX512_INLINE void tile_unpack(enum mvm_wtype t, const uint8_t *tile, rblock *R)
  * 187-189, 64 186-193 -> 207-212; Q4_K_M's (Q4_K gate and up on the fly, Q6_K down
  * unpacked) 12 174-186 -> 226-232, 64 221-233 -> 233-239. Q4_K's own nibbles are cheaper
  * to split again than to read back (its gate and up at 64 tokens: 261 on the fly, 239
- * unpacked). */
+ * unpacked), and so are IQ4_XS's through their table (a Zen 4, whole experts streamed: 16
+ * tokens 112-114 unpacked, 125-126 on the fly; 64 126-128, 134-136). */
 #define TILE_UNPACK_TOKENS 8
 /* Tokens a tile's sums are kept for at once (the rest in further passes over the rows). */
 #define TILE_TOKENS 32
@@ -515,7 +564,7 @@ AVX512_INLINE void gemm_tiles(enum mvm_wtype t, const uint8_t *w, size_t rb, siz
                     for (size_t o = 0; o < tb; o += 64)
                         _mm_prefetch((const char *)tile + TILE_AHEAD_L2 * tb + o, _MM_HINT_T1);
                 tile_scales(t, tile, &R);
-                if (t != MVM_W_Q4_K && nt > TILE_UNPACK_TOKENS) { /* unpacked once */
+                if (t != MVM_W_Q4_K && t != MVM_W_IQ4_XS && nt > TILE_UNPACK_TOKENS) { /* unpacked once */
                     tile_unpack(t, tile, &R);
                     rblock_tokens(t, &R, 0, NULL, at, as, k, nt, s);
                 } else
@@ -537,9 +586,11 @@ AVX512_INLINE void gemm_tiles(enum mvm_wtype t, const uint8_t *w, size_t rb, siz
 GEMM_TILES(q4_K, MVM_W_Q4_K)
 GEMM_TILES(q5_K, MVM_W_Q5_K)
 GEMM_TILES(q6_K, MVM_W_Q6_K)
+GEMM_TILES(iq4_xs, MVM_W_IQ4_XS)
 
 const mvm_k_gemm_fn mvm_k_tiles_avx512vnni[MVM_W_COUNT] = {
-    [MVM_W_Q4_K] = tiles_q4_K, [MVM_W_Q5_K] = tiles_q5_K, [MVM_W_Q6_K] = tiles_q6_K};
+    [MVM_W_Q4_K] = tiles_q4_K, [MVM_W_Q5_K] = tiles_q5_K, [MVM_W_Q6_K] = tiles_q6_K,
+    [MVM_W_IQ4_XS] = tiles_iq4_xs};
 
 #define GEMM_ROWS(sfx, type)                                                                       \
     AVX512_TARGET static void gemm_rows_##sfx(const uint8_t *w, size_t rb, size_t n_rows,          \
