@@ -30,9 +30,8 @@
  * The results are bitwise dotn's (dispatch.h's contract; test_kernels checks every count):
  * the integer sums are exact in any order, and each lane's float work per super-block is
  * avx2.h's in the same order (avx2_k45_finish for Q4_K and Q5_K; ad·(d·sum) for Q6_K and
- * IQ4_XS),
- * added into its sum in super-block order. A block cut short by the matrix's edge repeats its
- * last row (computed, never stored).
+ * IQ4_XS), added into its sum in super-block order. A block cut short by the matrix's edge
+ * repeats its last row (computed, never stored).
  */
 #include <assert.h>
 #include <stddef.h>
