@@ -239,8 +239,8 @@ static void pack_experts(void *ctx, int t, int nth)
 
 const mvm_option_desc mvm_opt_expert_tiles = {
     "MOEVM_EXPERT_TILES", MVM_OPT_CHOICE, "auto", "auto|off",
-    "engine: auto stores the K-quant and IQ4_XS experts (Q4_K_M, Q5_K_M, IQ4_XS files) in the "
-    "CPU's tiles of 16 rows where only the CPU computes them (a host space, "
+    "engine: auto stores the K-quant and IQ4_XS experts (Q2_K .. Q6_K, IQ4_XS files) in "
+    "the CPU's tiles of 16 rows where only the CPU computes them (a host space, "
     "an AVX-512 VNNI CPU); off keeps the layout the GPU kernels read"};
 
 /* Each layer's experts tiled where mvm_opt_expert_tiles allows, the space is the host's (a

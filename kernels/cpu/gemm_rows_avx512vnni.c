@@ -1,7 +1,8 @@
 /*
- * The AVX-512 VNNI level's K-quant products (Q4_K, Q5_K, Q6_K) for a few tokens: what an
- * expert receives in prefill (a prompt of P tokens routed top-k among E experts gives each
- * about P·k/E: OLMoE at pp64, 8). gemm_avx512vnni.c hands here the products of fewer than
+ * The AVX-512 VNNI level's K-quant products (Q4_K, Q5_K, Q6_K; tiled, Q2_K to Q6_K and
+ * IQ4_XS) for a few tokens: what an expert receives in prefill (a prompt of P tokens routed
+ * top-k among E experts gives each about P·k/E: OLMoE at pp64, 8). gemm_avx512vnni.c hands
+ * here the products of fewer than
  * MVM_K_ROWS_TOKENS tokens over rows of several super-blocks (gate and up, the attention's
  * projections); one super-block a row (the channel-major expert's down slots) stays with the
  * tokens in the lanes, whose rows stream in order: rows in the lanes there, each block of
@@ -25,7 +26,9 @@
  * 8 130 -> 179, 64 258 -> 223 (docs/perf/cpu.md). IQ4_XS tiles too (a super-block of 256
  * like the K-quants', its nibbles through IQ4_NL's table + 128 and the 128 taken off with
  * the bsums, as Q6_K's 32): on a Zen 4, 1, 4, 8, 64 tokens 21, 43, 83, 130 -> 33, 94, 120,
- * 135 GMAC/s against its untiled kernel (gemm_k_avx512vnni.h's).
+ * 135 GMAC/s against its untiled kernel (gemm_k_avx512vnni.h's); Q3_K (2 bits + a high
+ * bit, offset 4) 23, 39, 75, 120 -> 32, 83, 94, 124; Q2_K (2 bits, mins per 16) 29, 43,
+ * 83, 122 -> 48, 100, 112, 126.
  *
  * The results are bitwise dotn's (dispatch.h's contract; test_kernels checks every count):
  * the integer sums are exact in any order, and each lane's float work per super-block is
@@ -183,8 +186,9 @@ AVX512_INLINE void rblock_q6(const uint8_t *const p[16], const uint8_t *base, __
 
 /* A token's super-block against 16 rows, its scaled sub-block sums in tot's lanes: s (the
  * rows' sums) += each pair's float, avx2.h's per super-block (avx2_k45_finish for Q4_K and
- * Q5_K, the mins' term from the token's bsums; ad·(d·sum) for Q6_K and IQ4_XS, their -32
- * and -128 offsets from them). */
+ * Q5_K, the mins' term from the token's bsums; Q2_K's the same, each product rounded;
+ * ad·(d·sum) for the offset types, Q3_K's -4, Q6_K's -32 and IQ4_XS's -128 taken off with
+ * them). */
 AVX512_INLINE void rfinish(enum mvm_wtype t, const rblock *R, __m512i tot,
                            const mvm_block_q8_K *a, float s[16])
 {
@@ -197,8 +201,12 @@ AVX512_INLINE void rfinish(enum mvm_wtype t, const rblock *R, __m512i tot,
     }
     const __m512 ad = _mm512_set1_ps(a->d);
     __m512 f;
-    if (t == MVM_W_Q6_K || t == MVM_W_IQ4_XS) { /* the offset: -32 or -128 · Σ scale · bsum */
-        const __m512i sum = _mm512_sub_epi32(tot, _mm512_slli_epi32(ms, t == MVM_W_Q6_K ? 5 : 7));
+    if (t == MVM_W_Q2_K) { /* avx2_kblock_q23's: each product rounded */
+        const __m512 m = _mm512_mul_ps(R->dmin, _mm512_cvtepi32_ps(ms));
+        f = _mm512_mul_ps(ad, _mm512_sub_ps(_mm512_mul_ps(R->d, _mm512_cvtepi32_ps(tot)), m));
+    } else if (t != MVM_W_Q4_K && t != MVM_W_Q5_K) { /* the offset · Σ scale · bsum */
+        const unsigned o = t == MVM_W_Q3_K ? 2 : t == MVM_W_Q6_K ? 5 : 7;
+        const __m512i sum = _mm512_sub_epi32(tot, _mm512_slli_epi32(ms, o));
         f = _mm512_mul_ps(ad, _mm512_mul_ps(R->d, _mm512_cvtepi32_ps(sum)));
     } else {
         const __m512 m = _mm512_mul_ps(R->dmin, _mm512_cvtepi32_ps(ms));
@@ -214,7 +222,9 @@ AVX512_INLINE void rfinish(enum mvm_wtype t, const rblock *R, __m512i tot,
 AVX512_INLINE void rtokens(enum mvm_wtype t, int NT, const rblock *R,
                            const mvm_block_q8_K *const a[], float (*s)[16])
 {
-    const int sub = t == MVM_W_Q6_K ? 4 : 8, n_sub = MVM_QK_K / 4 / sub, C = NT >= 8 ? 1 : 2;
+    const int sub = t == MVM_W_Q6_K || t == MVM_W_Q3_K || t == MVM_W_Q2_K ? 4 : 8;
+    const int n_sub = MVM_QK_K / 4 / sub;
+    const int C = NT >= 8 ? 1 : 2;
     __m512i tot[8];
 #pragma GCC unroll 8
     for (int i = 0; i < NT; i++)
@@ -255,7 +265,11 @@ AVX512_INLINE void rtokens(enum mvm_wtype t, int NT, const rblock *R,
  * rblock_q6's unpacking, one word at a time); IQ4_XS "pair" P = sub-block P alone, its
  * elements st·4.. (low nibbles of qs word 4P + st, after the two words of scales) and 16 +
  * st·4.. (their high nibbles), each through IQ4_NL's table + 128 (vpdpbusd's unsigned side;
- * rfinish takes the 128 off). */
+ * rfinish takes the 128 off); Q3_K pair P = (n, jp, half) = (P / 4, P / 2 % 2, P % 2), the
+ * elements 128n + 32j + 16·half + 4st.. of shifts j = 2jp (sub-block 8n + 2j + half) and
+ * 2jp + 1 (two sub-blocks on) of qs word 8 + 8n + 4·half + st, each with its high bit, bit
+ * 4n + j of hmask word 4·half + st, as value + 4 (rfinish takes the 4 off); Q2_K's the same
+ * without the high bits, its qs words from word 4. */
 AVX512_INLINE void tile_quants(enum mvm_wtype t, const uint8_t *tile, int P, int st, __m512i *lo,
                                __m512i *hi, int *glo, int *ghi)
 {
@@ -270,6 +284,25 @@ AVX512_INLINE void tile_quants(enum mvm_wtype t, const uint8_t *tile, int P, int
         *hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(T, 4), nib));
         *glo = 8 * P + st;
         *ghi = *glo + 4;
+        return;
+    }
+    if (t == MVM_W_Q3_K || t == MVM_W_Q2_K) {
+        const int n = P / 4, j = 2 * (P / 2 % 2), half = P % 2, w = 4 * half + st;
+        const int q3 = t == MVM_W_Q3_K;
+        const __m512i three = _mm512_set1_epi8(3), one = _mm512_set1_epi8(1);
+        const __m512i Q = _mm512_loadu_si512(tile + 64 * ((q3 ? 8 : 4) + 8 * n + w));
+        *lo = _mm512_and_si512(_mm512_srli_epi16(Q, 2 * j), three);
+        *hi = _mm512_and_si512(_mm512_srli_epi16(Q, 2 * j + 2), three);
+        if (q3) {
+            const __m512i H = _mm512_loadu_si512(tile + 64 * w);
+            *lo = _mm512_or_si512(
+                *lo, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(H, 4 * n + j), one), 2));
+            *hi = _mm512_or_si512(
+                *hi,
+                _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(H, 4 * n + j + 1), one), 2));
+        }
+        *glo = 32 * n + 8 * j + 4 * half + st;
+        *ghi = *glo + 8;
         return;
     }
     if (t == MVM_W_Q6_K) {
@@ -320,10 +353,58 @@ AVX512_INLINE void rblock_iq4xs_scales(__m512i w0, __m512i w1, rblock *R)
     R->d = half_lo(w0);
 }
 
+/* Q3_K's 16 six-bit scales of each row, less 32, from its 12 bytes of them (words a[0..2]):
+ * ggml's unpacking (kmask1, kmask2), 16 rows at a time, as Q6_K's int8 scales. */
+AVX512_INLINE void rblock_q3_scales(const __m512i a[3], rblock *R)
+{
+    const __m512i low4 = _mm512_set1_epi8(0x0F), low2 = _mm512_set1_epi8(0x03);
+    __m512i S[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) { /* scales 4i..4i + 3: a[i % 2]'s nibbles, a[2]'s pairs */
+        const __m512i lo = _mm512_and_si512(_mm512_srli_epi16(a[i % 2], 4 * (i / 2)), low4);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(a[2], 2 * i), low2);
+        S[i] = _mm512_sub_epi8(_mm512_or_si512(lo, _mm512_slli_epi16(hi, 4)),
+                               _mm512_set1_epi8(32));
+    }
+    rblock_q6_scales(S, R);
+}
+
+/* Q2_K's 16 scales (low nibbles) and mins (high) of each row from its first 4 words; mp[p]
+ * the mins 2p, 2p + 1, for the bsums of those sub-blocks; d and dmin from word 20. */
+AVX512_INLINE void rblock_q2_scales(const uint8_t *tile, rblock *R)
+{
+    const __m512i nib = _mm512_set1_epi32(0x0F);
+#pragma GCC unroll 8
+    for (int p = 0; p < 8; p++) {
+        const __m512i S = _mm512_loadu_si512(tile + 64 * (p / 2));
+        const int b = 16 * (p % 2); /* scale 2p's byte in the word, then 2p + 1's */
+        R->sc[2 * p] = _mm512_and_si512(_mm512_srli_epi32(S, b), nib);
+        R->sc[2 * p + 1] = _mm512_and_si512(_mm512_srli_epi32(S, b + 8), nib);
+        R->mp[p] = _mm512_or_si512(
+            _mm512_and_si512(_mm512_srli_epi32(S, b + 4), nib),
+            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(S, b + 12), nib), 16));
+    }
+    const __m512i dd = _mm512_loadu_si512(tile + 64 * 20);
+    R->d = half_lo(dd);
+    R->dmin = half_lo(_mm512_srli_epi32(dd, 16));
+}
+
 /* A tile's scales: Q4_K, Q5_K from words 0-3, Q6_K from words 48-51 and d after word 52,
- * IQ4_XS from words 0-1. */
+ * IQ4_XS from words 0-1, Q3_K from words 24-26 and d after word 27, Q2_K from words 0-3 and
+ * 20. */
 AVX512_INLINE void tile_scales(enum mvm_wtype t, const uint8_t *tile, rblock *R)
 {
+    if (t == MVM_W_Q2_K) {
+        rblock_q2_scales(tile, R);
+        return;
+    }
+    if (t == MVM_W_Q3_K) {
+        const __m512i a[3] = {_mm512_loadu_si512(tile + 64 * 24), _mm512_loadu_si512(tile + 64 * 25),
+                              _mm512_loadu_si512(tile + 64 * 26)};
+        rblock_q3_scales(a, R);
+        R->d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(tile + 64 * 27)));
+        return;
+    }
     if (t == MVM_W_IQ4_XS) {
         rblock_iq4xs_scales(_mm512_loadu_si512(tile), _mm512_loadu_si512(tile + 64), R);
         return;
@@ -347,8 +428,9 @@ AVX512_INLINE void tile_scales(enum mvm_wtype t, const uint8_t *tile, rblock *R)
 AVX512_INLINE void ttokens(enum mvm_wtype t, int NT, const rblock *R, const uint8_t *tile,
                            const mvm_block_q8_K *const a[], float (*s)[16])
 {
-    const int q6 = t == MVM_W_Q6_K, iq = t == MVM_W_IQ4_XS, C = NT >= 4 ? 1 : 2;
-    const int pairs = q6 || iq ? 8 : 4, steps = q6 || iq ? 4 : 8;
+    const int q6 = t == MVM_W_Q6_K, iq = t == MVM_W_IQ4_XS;
+    const int q3 = t == MVM_W_Q3_K || t == MVM_W_Q2_K; /* the same order */
+    const int C = NT >= 4 ? 1 : 2, pairs = q6 || iq || q3 ? 8 : 4, steps = q6 || iq || q3 ? 4 : 8;
     __m512i tot[8];
 #pragma GCC unroll 8
     for (int i = 0; i < NT; i++)
@@ -372,8 +454,11 @@ AVX512_INLINE void ttokens(enum mvm_wtype t, int NT, const rblock *R, const uint
                 ah[st % C][i] = _mm512_dpbusd_epi32(ah[st % C][i], hi, _mm512_set1_epi32(y));
             }
         }
-        const int jlo = q6 ? 8 * (P / 4) + P % 4 : iq ? P : 2 * P;
-        const int jhi = q6 ? jlo + 4 : iq ? P : jlo + 1;
+        const int jlo = q6   ? 8 * (P / 4) + P % 4
+                        : q3 ? 8 * (P / 4) + 4 * (P / 2 % 2) + P % 2
+                        : iq ? P
+                             : 2 * P;
+        const int jhi = q6 ? jlo + 4 : q3 ? jlo + 2 : iq ? P : jlo + 1;
 #pragma GCC unroll 8
         for (int i = 0; i < NT; i++) {
             const __m512i l = _mm512_add_epi32(al[0][i], al[1][i]);
@@ -488,7 +573,8 @@ AVX512_INLINE void gemm_rows(enum mvm_wtype t, const uint8_t *w, size_t rb, size
 /* A tile's quants unpacked into R->q (rblock's layout), as ttokens unpacks them step by step. */
 AVX512_INLINE void tile_unpack(enum mvm_wtype t, const uint8_t *tile, rblock *R)
 {
-    const int eight = t == MVM_W_Q6_K || t == MVM_W_IQ4_XS, pairs = eight ? 8 : 4;
+    const int eight = t == MVM_W_Q6_K || t == MVM_W_IQ4_XS || t == MVM_W_Q3_K || t == MVM_W_Q2_K;
+    const int pairs = eight ? 8 : 4;
     const int steps = eight ? 4 : 8;
 #pragma GCC unroll 8
     for (int P = 0; P < pairs; P++)
@@ -586,10 +672,12 @@ GEMM_TILES(q4_K, MVM_W_Q4_K)
 GEMM_TILES(q5_K, MVM_W_Q5_K)
 GEMM_TILES(q6_K, MVM_W_Q6_K)
 GEMM_TILES(iq4_xs, MVM_W_IQ4_XS)
+GEMM_TILES(q3_K, MVM_W_Q3_K)
+GEMM_TILES(q2_K, MVM_W_Q2_K)
 
 const mvm_k_gemm_fn mvm_k_tiles_avx512vnni[MVM_W_COUNT] = {
-    [MVM_W_Q4_K] = tiles_q4_K, [MVM_W_Q5_K] = tiles_q5_K, [MVM_W_Q6_K] = tiles_q6_K,
-    [MVM_W_IQ4_XS] = tiles_iq4_xs};
+    [MVM_W_Q2_K] = tiles_q2_K, [MVM_W_Q3_K] = tiles_q3_K,     [MVM_W_Q4_K] = tiles_q4_K,
+    [MVM_W_Q5_K] = tiles_q5_K, [MVM_W_Q6_K] = tiles_q6_K, [MVM_W_IQ4_XS] = tiles_iq4_xs};
 
 #define GEMM_ROWS(sfx, type)                                                                       \
     AVX512_TARGET static void gemm_rows_##sfx(const uint8_t *w, size_t rb, size_t n_rows,          \
