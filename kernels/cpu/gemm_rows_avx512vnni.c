@@ -399,7 +399,8 @@ AVX512_INLINE void tile_scales(enum mvm_wtype t, const uint8_t *tile, rblock *R)
         return;
     }
     if (t == MVM_W_Q3_K) {
-        const __m512i a[3] = {_mm512_loadu_si512(tile + 64 * 24), _mm512_loadu_si512(tile + 64 * 25),
+        const __m512i a[3] = {_mm512_loadu_si512(tile + 64 * 24),
+                              _mm512_loadu_si512(tile + 64 * 25),
                               _mm512_loadu_si512(tile + 64 * 26)};
         rblock_q3_scales(a, R);
         R->d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(tile + 64 * 27)));
@@ -429,8 +430,8 @@ AVX512_INLINE void ttokens(enum mvm_wtype t, int NT, const rblock *R, const uint
                            const mvm_block_q8_K *const a[], float (*s)[16])
 {
     const int q6 = t == MVM_W_Q6_K, iq = t == MVM_W_IQ4_XS;
-    const int q3 = t == MVM_W_Q3_K || t == MVM_W_Q2_K; /* the same order */
-    const int C = NT >= 4 ? 1 : 2, pairs = q6 || iq || q3 ? 8 : 4, steps = q6 || iq || q3 ? 4 : 8;
+    const int q23 = t == MVM_W_Q3_K || t == MVM_W_Q2_K; /* the same order */
+    const int C = NT >= 4 ? 1 : 2, pairs = q6 || iq || q23 ? 8 : 4, steps = pairs == 8 ? 4 : 8;
     __m512i tot[8];
 #pragma GCC unroll 8
     for (int i = 0; i < NT; i++)
@@ -454,11 +455,11 @@ AVX512_INLINE void ttokens(enum mvm_wtype t, int NT, const rblock *R, const uint
                 ah[st % C][i] = _mm512_dpbusd_epi32(ah[st % C][i], hi, _mm512_set1_epi32(y));
             }
         }
-        const int jlo = q6   ? 8 * (P / 4) + P % 4
-                        : q3 ? 8 * (P / 4) + 4 * (P / 2 % 2) + P % 2
-                        : iq ? P
-                             : 2 * P;
-        const int jhi = q6 ? jlo + 4 : q3 ? jlo + 2 : iq ? P : jlo + 1;
+        const int jlo = q6    ? 8 * (P / 4) + P % 4
+                        : q23 ? 8 * (P / 4) + 4 * (P / 2 % 2) + P % 2
+                        : iq  ? P
+                              : 2 * P;
+        const int jhi = q6 ? jlo + 4 : q23 ? jlo + 2 : iq ? P : jlo + 1;
 #pragma GCC unroll 8
         for (int i = 0; i < NT; i++) {
             const __m512i l = _mm512_add_epi32(al[0][i], al[1][i]);
@@ -589,9 +590,11 @@ AVX512_INLINE void tile_unpack(enum mvm_wtype t, const uint8_t *tile, rblock *R)
 
 /* ---- the tiled product -------------------------------------------------------------- */
 
-/* Above this many tokens a Q5_K or Q6_K tile's quants are unpacked once for all of them
- * (tile_unpack) and read back, rather than unpacked step by step for every 8 tokens: their
- * fifth and sixth bits come from a second word, so unpacking is dearer than reading back.
+/* Above this many tokens a Q2_K, Q3_K, Q5_K or Q6_K tile's quants are unpacked once for all
+ * of them (tile_unpack) and read back, rather than unpacked step by step for every 8 tokens:
+ * their top bits come from a second word (Q2_K's several shifts of one), so unpacking is
+ * dearer than reading back (Q2_K's and Q3_K's, docs/perf/cpu.md: 16 and 64 tokens 6-20%
+ * faster unpacked once).
  * One thread, experts streamed (bench_cpu_expert_tokens, GMAC/s, two alternating runs):
  * Q5_K_M's 12 tokens 161-164 -> 202-211, 64 204-209 -> 224-235; Q6_K's 12 136-147 ->
  * 187-189, 64 186-193 -> 207-212; Q4_K_M's (Q4_K gate and up on the fly, Q6_K down
@@ -649,7 +652,8 @@ AVX512_INLINE void gemm_tiles(enum mvm_wtype t, const uint8_t *w, size_t rb, siz
                     for (size_t o = 0; o < tb; o += 64)
                         _mm_prefetch((const char *)tile + TILE_AHEAD_L2 * tb + o, _MM_HINT_T1);
                 tile_scales(t, tile, &R);
-                if (t != MVM_W_Q4_K && t != MVM_W_IQ4_XS && nt > TILE_UNPACK_TOKENS) { /* unpacked once */
+                /* unpacked once (Q4_K's and IQ4_XS's split again as used: cheaper) */
+                if (t != MVM_W_Q4_K && t != MVM_W_IQ4_XS && nt > TILE_UNPACK_TOKENS) {
                     tile_unpack(t, tile, &R);
                     rblock_tokens(t, &R, 0, NULL, at, as, k, nt, s);
                 } else
