@@ -251,8 +251,8 @@ struct gpu_run {
 };
 
 /* What one more expert adds to a step's launch at n tokens: k experts in one launch less
- * the first alone, over k - 1 (k 1: the lone expert's time). Each repetition another
- * layer's experts, consecutive from the rotation's. */
+ * the first alone, over k - 1 (k 1: the lone expert's time). Each repetition takes the next
+ * k experts of the rotation, which walks every layer's experts in turn. */
 static mvm_status time_gpu_expert(void *ctx, uint32_t rep, double *seconds)
 {
     (void)rep;

@@ -20,11 +20,11 @@
  *    (mvm_ctx_time_experts: the input's quantization, the gate/up and down kernels,
  *    launched and finished), for 1, 2, 4, ... tokens: k experts (the model's top-k, at
  *    most MVM_CALIB_GPU_GROUP) in one launch less the first alone, over k − 1, each
- *    repetition another layer's; t_gpu(n) = g0 + g1·n by least squares. The engine
- *    launches a step's experts together (in decode, inside one graph), so a lone expert's
- *    time, its launches and sync included, would charge each expert what the step pays
- *    once (an estimate, not measured: at ~16 µs or more a lone expert, a Qwen3 token's 96
- *    experts would take more than the H200's whole 1.49 ms token). The
+ *    repetition the next k of every layer's experts in turn; t_gpu(n) = g0 + g1·n by least
+ *    squares. The engine launches a step's experts together (in decode, inside one graph),
+ *    so a lone expert's time, its launches and sync included, would charge each expert
+ *    what the step pays once (an estimate, not measured: at ~16 µs or more a lone expert, a
+ *    Qwen3 token's 96 experts would take more than the H200's whole 1.49 ms token). The
  *    step's own launch is left to attn_time. gpu_flops = flops_per_token / g1; gpu_launch
  *    = the base's, at most g0/2 (launch and reading the expert are not told apart by one
  *    line); gpu_mem_bw = expert_bytes / (g0 − gpu_launch).
