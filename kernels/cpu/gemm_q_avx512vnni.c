@@ -23,8 +23,11 @@
  * of up to 8 tokens (a short prompt's experts) gives each token two lanes, the blocks of a
  * pair, the lanes of each parity summed as avx2_hsum's two halves and then added: pp64 +10%.
  *
- * The down loop keeps tiles of 4 x 8 outputs by one token: its rows are single blocks, and
- * moving y through the lanes' transposes cost more than their arithmetic.
+ * The down loop puts 16 outputs in the lanes instead (its rows are single blocks): unpacked
+ * and transposed once for all the tokens, each token then costs only its products, and y
+ * takes the 16 outputs as they are. Against tiles of 4 x 8 outputs by one token, whose sums
+ * were reduced across the lanes, an OLMoE Q8_0 expert of 64 tokens streamed 94 -> 109
+ * GMAC/s (bench_cpu_expert_tokens), Q8_0 pp512 +11% (docs/perf/cpu.md).
  */
 #include <assert.h>
 #include <stdlib.h>
@@ -67,138 +70,111 @@ AVX512_INLINE __m256 qscales8(enum mvm_wtype t, const uint8_t *x, size_t bytes, 
                                avx2_e8m0_half8(_mm256_and_si256(d32, _mm256_set1_epi32(0xFF))));
 }
 
-/* ---- the down loop: tiles of 4 x 8 outputs by one token, as avx2_downn_q takes them ---- */
+/* ---- the down loop: a vector's 16 lanes are 16 outputs ------------------------------- */
 
-/* Weight sets a tile holds. */
-#define TILE 4
-
-/* A step of a tile's 4 weight sets: one block of each of 8 outputs (qblock_u8; the 128·Σa
- * its + 128 adds is taken off each block's sum: qtok.corr2), and their scales (mins: Q4_1,
- * Q5_1) paired as the results are: sets 0 and 1 in ws2[0], 2 and 3 in ws2[1]. */
+/* 16 outputs' slots (one block each, rb bytes apart): q[g] lane k = output k's quants 4g ..
+ * 4g + 3 (qblock_u8, unsigned), d and m their scales and mins (MXFP4: its powers of two).
+ * Rows k and k + 8 share a vector, then one 8 x 8 transpose of dwords in each 256-bit half
+ * puts every output in its lane. */
 typedef struct {
-    __m512i w[TILE][4]; /* set r: blocks 2k, 2k + 1 in vector k */
-    __m512 ws2[2], wm2[2];
-} qstep;
+    __m512i q[8];
+    __m512 d, m;
+} qslots;
 
-/* A token's side of a step: its block's quants 8 times, 128·Σa and the scale, each in every
- * lane (for a pair of sets), and for the types with a min Σa·d, avx2_downn_q's min_scale. */
-typedef struct {
-    __m512i a[4], corr2;
-    __m512 da2, ms2;
-} qtok;
-
-#define Q_STEP_BLOCKS 8
-
-AVX512_INLINE void qstep_fill(enum mvm_wtype t, const uint8_t *const set[TILE], size_t stride,
-                              qstep *S)
+AVX512_INLINE void qslots_fill(enum mvm_wtype t, const uint8_t *w, size_t rb, qslots *W)
 {
     const mvm_k_qlayout L = mvm_k_qlay(t);
-    __m256 ws[TILE], wm[TILE];
-#pragma GCC unroll 4
-    for (int r = 0; r < TILE; r++) {
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; k++)
-            S->w[r][k] = _mm512_inserti64x4(
-                _mm512_castsi256_si512(qblock_u8(t, set[r] + 2 * k * stride)),
-                qblock_u8(t, set[r] + (2 * k + 1) * stride), 1);
-        ws[r] = avx2_wscales8(t, set[r], stride);
-        wm[r] = L.m ? avx2_scales8(set[r] + L.m, stride) : ws[r];
-    }
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; h++) {
-        S->ws2[h] = _mm512_insertf32x8(_mm512_castps256_ps512(ws[2 * h]), ws[2 * h + 1], 1);
-        S->wm2[h] = _mm512_insertf32x8(_mm512_castps256_ps512(wm[2 * h]), wm[2 * h + 1], 1);
-    }
-}
-
-/* A token's step: its block a for all 8 outputs. */
-AVX512_INLINE void qtok_fill(const mvm_block_q8_0 *a, qtok *T)
-{
-    const __m256i c80 = _mm256_set1_epi8((char)0x80), zero = _mm256_setzero_si256();
-    __m256i c[Q_STEP_BLOCKS];
+    __m512i in[8], a[8], u[8];
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++)
+        in[k] = _mm512_inserti64x4(_mm512_castsi256_si512(qblock_u8(t, w + k * rb)),
+                                   qblock_u8(t, w + (k + 8) * rb), 1);
 #pragma GCC unroll 4
     for (int k = 0; k < 4; k++) {
-        const __m256i q0 = _mm256_loadu_si256((const __m256i *)a->qs), q1 = q0;
-        T->a[k] = _mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1);
-        c[2 * k] = _mm256_dpbusd_epi32(zero, c80, q0);
-        c[2 * k + 1] = _mm256_dpbusd_epi32(zero, c80, q1);
+        a[2 * k] = _mm512_unpacklo_epi32(in[2 * k], in[2 * k + 1]);
+        a[2 * k + 1] = _mm512_unpackhi_epi32(in[2 * k], in[2 * k + 1]);
     }
-    /* block j's 128·Σa in lane j: a transposing sum of the 8 vectors of lane sums */
-    const __m256i h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(c[0], c[1]), _mm256_hadd_epi32(c[2], c[3]));
-    const __m256i h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(c[4], c[5]), _mm256_hadd_epi32(c[6], c[7]));
-    const __m256i corr = _mm256_add_epi32(_mm256_permute2x128_si256(h0, h1, 0x20),
-                                          _mm256_permute2x128_si256(h0, h1, 0x31));
-    T->corr2 = _mm512_inserti64x4(_mm512_castsi256_si512(corr), corr, 1);
-    const __m256 da = _mm256_set1_ps(_cvtsh_ss(a->d));
-    T->da2 = _mm512_insertf32x8(_mm512_castps256_ps512(da), da, 1);
-    /* Σa exactly (128·Σa shifted back) times d, the one rounding avx2_downn_q's has */
-    T->ms2 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srai_epi32(T->corr2, 7)), T->da2);
-}
-
-/* The step's exact block sums for one token against the 4 sets, as floats: v[0] has set 0's
- * 8 blocks in lanes 0-7 and set 1's in 8-15, v[1] sets 2 and 3. Each set's 4 vectors of
- * lane sums are folded in pairs (32-bit, then 64-bit interleaves), two sets' results then
- * added across 128-bit lanes, the blocks put in order by one permute and the +128's
- * products taken off. */
-AVX512_INLINE void qstep_sums(const qstep *S, const qtok *T, __m512 v[2])
-{
-    __m512i u[TILE];
-#pragma GCC unroll 4
-    for (int r = 0; r < TILE; r++) {
-        __m512i z[4];
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; k++)
-            z[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), S->w[r][k], T->a[k]);
-        const __m512i s01 = _mm512_add_epi32(_mm512_unpacklo_epi32(z[0], z[1]),
-                                             _mm512_unpackhi_epi32(z[0], z[1]));
-        const __m512i s23 = _mm512_add_epi32(_mm512_unpacklo_epi32(z[2], z[3]),
-                                             _mm512_unpackhi_epi32(z[2], z[3]));
-        /* 128-bit lanes 0, 1: halves of blocks 0, 2, 4, 6; lanes 2, 3: of 1, 3, 5, 7 */
-        u[r] = _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
-    }
-    const __m512i order = _mm512_set_epi32(15, 11, 14, 10, 13, 9, 12, 8, 7, 3, 6, 2, 5, 1, 4, 0);
+    /* u[4h + c]: rows 4h .. 4h + 3 (and + 8) of dwords c (128-bit lanes 0, 2) and c + 4 */
 #pragma GCC unroll 2
     for (int h = 0; h < 2; h++) {
-        const __m512i x = _mm512_add_epi32(_mm512_shuffle_i32x4(u[2 * h], u[2 * h + 1], 0x88),
-                                           _mm512_shuffle_i32x4(u[2 * h], u[2 * h + 1], 0xDD));
-        v[h] = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_permutexvar_epi32(order, x), T->corr2));
+        u[4 * h] = _mm512_unpacklo_epi64(a[4 * h], a[4 * h + 2]);
+        u[4 * h + 1] = _mm512_unpackhi_epi64(a[4 * h], a[4 * h + 2]);
+        u[4 * h + 2] = _mm512_unpacklo_epi64(a[4 * h + 1], a[4 * h + 3]);
+        u[4 * h + 3] = _mm512_unpackhi_epi64(a[4 * h + 1], a[4 * h + 3]);
     }
+    const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+    const __m512i hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+        W->q[c] = _mm512_permutex2var_epi64(u[c], lo, u[4 + c]);
+        W->q[c + 4] = _mm512_permutex2var_epi64(u[c], hi, u[4 + c]);
+    }
+    W->d = _mm512_insertf32x8(_mm512_castps256_ps512(qscales8(t, w, rb, 0, 8)),
+                              qscales8(t, w + 8 * rb, rb, 0, 8), 1);
+    W->m = L.m ? _mm512_insertf32x8(_mm512_castps256_ps512(qscales8(t, w, rb, L.m, 8)),
+                                    qscales8(t, w + 8 * rb, rb, L.m, 8), 1)
+               : W->d;
 }
 
-/* Tokens whose steps are prepared once for all the output tiles (6 KiB of stack). */
-#define Q_TOKENS 16
+/* Tokens whose sums are prepared once for all the outputs. */
+#define Q_TOKENS 32
 
 /* The down loop: n_rows outputs (n_rows % 32 == 0, as the down kernels' contract has it) of
  * one block each against tokens' single blocks, avx2_downn_q's floats: out += the block sum
- * times ws·da (then + wm times Σa·d), 8 outputs a set, 32 a tile. */
+ * times ws·da (then + wm times Σa·da). 16 outputs are unpacked into the lanes once for all
+ * the tokens (qslots), and a token's block then costs its 8 vpdpbusd, its 4 quants broadcast
+ * from memory, the sum starting from its −128·Σa, and the scaling straight into its 16
+ * outputs in y. Before, tiles of 4 x 8 outputs by one token (rows in blocks, each reduced
+ * across lanes) spent two instructions on shuffles for every product. */
 AVX512_INLINE void gemm_q_down(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t n_rows,
                                const uint8_t *act, size_t as, size_t n_tok, float *y, size_t ys)
 {
     const int min = mvm_k_qlay(t).m != 0;
-    qstep S;
-    qtok T[Q_TOKENS];
+    int32_t corr[Q_TOKENS]; /* −128·Σa */
+    float da[Q_TOKENS], ms[Q_TOKENS];
     for (size_t tb = 0; tb < n_tok; tb += Q_TOKENS) {
         const size_t ntb = n_tok - tb < Q_TOKENS ? n_tok - tb : Q_TOKENS;
-        for (size_t i = 0; i < ntb; i++)
-            qtok_fill(AVX2_TOK(mvm_block_q8_0, act, as, tb + i), &T[i]);
-        for (size_t r0 = 0; r0 < n_rows; r0 += TILE * Q_STEP_BLOCKS) {
-            const uint8_t *set[TILE];
-            for (int r = 0; r < TILE; r++) {
-                set[r] = w + (r0 + (size_t)r * Q_STEP_BLOCKS) * rb;
-                /* the next tile's: the blocks read right after this are already on their way */
-                avx2_prefetch_rows(set[r] + TILE * Q_STEP_BLOCKS * rb, Q_STEP_BLOCKS * rb);
-            }
-            qstep_fill(t, set, rb, &S);
+        const uint8_t *at = act + tb * as;
+        for (size_t i = 0; i < ntb; i++) {
+            const mvm_block_q8_0 *a = AVX2_TOK(mvm_block_q8_0, at, as, i);
+            int32_t sum = 0;
+            for (int j = 0; j < MVM_QBLOCK; j++)
+                sum += a->qs[j];
+            corr[i] = -128 * sum;
+            da[i] = _cvtsh_ss(a->d);
+            ms[i] = (float)sum * da[i]; /* the one rounding avx2_downn_q's has */
+        }
+        for (size_t r0 = 0; r0 < n_rows; r0 += 32) {
+            const uint8_t *w32 = w + r0 * rb;
+            /* the next 32 slots: their time ahead of their use */
+            avx2_prefetch_rows(w32 + 32 * rb, 32 * rb);
+            qslots W[2];
+            qslots_fill(t, w32, rb, &W[0]);
+            qslots_fill(t, w32 + 16 * rb, rb, &W[1]);
             for (size_t i = 0; i < ntb; i++) {
-                __m512 v[2];
-                qstep_sums(&S, &T[i], v);
+                const int8_t *q = AVX2_TOK(mvm_block_q8_0, at, as, i)->qs;
+                /* each half's sum in two chains, of the even and the odd 4-quant groups */
+                __m512i s[2][2];
+                s[0][0] = s[1][0] = _mm512_set1_epi32(corr[i]);
+                s[0][1] = s[1][1] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+                for (int g = 0; g < 8; g++) {
+                    int32_t q4;
+                    memcpy(&q4, q + 4 * g, 4);
+                    const __m512i b4 = _mm512_set1_epi32(q4);
+#pragma GCC unroll 2
+                    for (int h = 0; h < 2; h++)
+                        s[h][g & 1] = _mm512_dpbusd_epi32(s[h][g & 1], W[h].q[g], b4);
+                }
+                const __m512 d = _mm512_set1_ps(da[i]);
                 float *o = y + (tb + i) * ys + r0;
 #pragma GCC unroll 2
                 for (int h = 0; h < 2; h++) {
-                    __m512 r = _mm512_fmadd_ps(v[h], _mm512_mul_ps(S.ws2[h], T[i].da2),
+                    const __m512i sum = _mm512_add_epi32(s[h][0], s[h][1]);
+                    __m512 r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(W[h].d, d),
                                                _mm512_loadu_ps(o + 16 * h));
                     if (min)
-                        r = _mm512_fmadd_ps(S.wm2[h], T[i].ms2, r);
+                        r = _mm512_fmadd_ps(W[h].m, _mm512_set1_ps(ms[i]), r);
                     _mm512_storeu_ps(o + 16 * h, r);
                 }
             }
