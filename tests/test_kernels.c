@@ -1376,6 +1376,66 @@ static void test_expert_batch(void)
         }
 }
 
+/* The tile kernels on an expert's group, bitwise the untiled kernels': its gate rows (y =
+ * rows · tokens) against matvec token by token, its down slots (out += ...) against the
+ * level's downn, at counts of tokens the tile kernels take in different ways (a pass of
+ * tokens, whole and cut short; Q8_0's 9-block rows, a whole step of 8 and a block in lanes
+ * of its 4-quant groups). test_expert_batch sees gate and up only through down's quantized
+ * input, where an ulp rarely shows. */
+static void test_expert_tiles(void)
+{
+    static const size_t counts[] = {1, 2, 3, 5, 8, 16, 17, 33};
+    for (size_t fi = 0; fi < sizeof expert_fmts / sizeof *expert_fmts; fi++)
+        for (int s = 0; s < 2; s++) {
+            const mvm_k_expert_fmt f = expert_fmts[fi];
+            const size_t n_embd = expert_embd(f, s), G = mvm_k_expert_group_channels(f);
+            expert e = make_expert(f, n_embd, G);
+            if (!e.tiled) {
+                free_expert(&e);
+                continue;
+            }
+            const size_t rb = mvm_k_row_bytes(f.gate_up, n_embd), slot = mvm_k_row_bytes(f.down, G);
+            const size_t as = mvm_k_act_bytes(e.t, n_embd) + 4, ds = sizeof(mvm_block_q8_K);
+            const size_t dn = mvm_k_is_k(f.down) ? MVM_QK_K : MVM_QBLOCK; /* G, quantized */
+            for (size_t c = 0; c < sizeof counts / sizeof *counts; c++) {
+                const size_t nt = counts[c];
+                uint8_t *acts = malloc(nt * as), *dacts = malloc(nt * ds);
+                float *x = malloc(n_embd * sizeof *x), *y = malloc(nt * G * sizeof *y);
+                float *yv = malloc(G * sizeof *yv), *out = malloc(2 * nt * n_embd * sizeof *out);
+                for (size_t i = 0; i < nt; i++) {
+                    fill(x, n_embd, 1.0f);
+                    mvm_k_prepare_act(e.t, x, acts + i * as, n_embd);
+                    fill(x, dn, 0.5f);
+                    mvm_k_prepare_act(f.down, x, dacts + i * ds, dn);
+                }
+                for (size_t i = 0; i < nt * G; i++)
+                    y[i] = NAN;
+                mvm_k_kernels->tiles[f.gate_up](e.tiled, rb, G, acts, as, nt, n_embd, y, G, 0);
+                int bad = 0;
+                for (size_t i = 0; i < nt; i++) {
+                    mvm_k_matvec(f.gate_up, e.packed, rb, n_embd, acts + i * as, yv, 0, G);
+                    bad += memcmp(y + i * G, yv, G * sizeof *yv) != 0;
+                }
+                fill(out, nt * n_embd, 1.0f);
+                memcpy(out + nt * n_embd, out, nt * n_embd * sizeof *out);
+                mvm_k_kernels->tiles[f.down](e.tiled + 2 * G * rb, slot, n_embd, dacts, ds, nt, G,
+                                             out, n_embd, 1);
+                for (size_t i = 0; i < nt; i += MVM_K_NT)
+                    mvm_k_kernels->downn[f.down](e.packed + 2 * G * rb, dacts + i * ds, ds,
+                                                 nt - i < MVM_K_NT ? nt - i : MVM_K_NT,
+                                                 out + (nt + i) * n_embd, n_embd, n_embd);
+                const int down_same = memcmp(out, out + nt * n_embd, nt * n_embd * sizeof *out) == 0;
+                CHECK(bad == 0 && down_same);
+                if (bad || !down_same)
+                    fprintf(stderr, "  expert tiles: %s/%s, n_embd %zu, %zu tokens: %d gate rows"
+                            " differ, down %s\n", tname(f.gate_up), tname(f.down), n_embd, nt,
+                            bad, down_same ? "same" : "differs");
+                free(acts), free(dacts), free(x), free(y), free(yv), free(out);
+            }
+            free_expert(&e);
+        }
+}
+
 /* ---- small ops -------------------------------------------------------------------------- */
 
 static void test_rmsnorm(void)
@@ -1842,6 +1902,7 @@ int main(void)
         RUN(test_matmul);
         RUN(test_expert);
         RUN(test_expert_batch);
+        RUN(test_expert_tiles);
         RUN(test_attn_heads);
         RUN(test_attn_block);
         RUN(test_attn_softmax);

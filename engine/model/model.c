@@ -239,7 +239,7 @@ static void pack_experts(void *ctx, int t, int nth)
 
 const mvm_option_desc mvm_opt_expert_tiles = {
     "MOEVM_EXPERT_TILES", MVM_OPT_CHOICE, "auto", "auto|off",
-    "engine: auto stores the K-quant and IQ4_XS experts (Q2_K .. Q6_K, IQ4_XS files) in "
+    "engine: auto stores the K-quant, IQ4_XS and Q8_0 experts (Q2_K .. Q6_K, IQ4_XS, Q8_0 files) in "
     "the CPU's tiles of 16 rows where only the CPU computes them (a host space, "
     "an AVX-512 VNNI CPU); off keeps the layout the GPU kernels read"};
 

@@ -145,13 +145,21 @@ void mvm_k_expert_ffn(mvm_k_expert_fmt f, const void *expert, size_t n_embd, con
     mvm_k_expert_ffn_batch(f, expert, n_embd, act, 0, &weight, 1, out, 0, g0, g1);
 }
 
-/* 16 rows of nb blocks of type t (row i at src + i * stride) as nb tiles at dst. */
+/* 16 rows of nb blocks of type t (row i at src + i * stride) as nb tiles at dst. Q8_0's
+ * tile puts the 16 scales first (its block's f16 leads) and its quants + 128, the unsigned
+ * side of the kernels' vpdpbusd (gemm_q_avx512vnni.c, Q8T_BYTES). */
 static void tile16(enum mvm_wtype t, const uint8_t *src, size_t stride, size_t nb, uint8_t *dst)
 {
     const size_t bytes = mvm_k_block_bytes(t), nw = bytes / 4, tail = bytes % 4;
     for (size_t k = 0; k < nb; k++, dst += 16 * bytes)
         for (size_t i = 0; i < 16; i++) {
             const uint8_t *b = src + i * stride + k * bytes;
+            if (t == MVM_W_Q8_0) {
+                memcpy(dst + 2 * i, b, 2);
+                for (size_t j = 0; j < MVM_QBLOCK; j++)
+                    dst[32 + 64 * (j / 4) + 4 * i + j % 4] = b[2 + j] ^ 0x80;
+                continue;
+            }
             for (size_t w = 0; w < nw; w++)
                 memcpy(dst + 64 * w + 4 * i, b + 4 * w, 4);
             memcpy(dst + 64 * nw + tail * i, b + 4 * nw, tail);
@@ -163,7 +171,7 @@ static void tile_rows(enum mvm_wtype t, const uint8_t *m, size_t rb, size_t G, s
                       size_t n, uint8_t *d)
 {
     for (size_t c = 0; c < G; c += 16)
-        tile16(t, m + (g * G + c) * rb, rb, n / MVM_QK_K, d + c * rb);
+        tile16(t, m + (g * G + c) * rb, rb, n / mvm_k_block_elems(t), d + c * rb);
 }
 
 /* Gate and up rows c..c+G-1 are already contiguous in the row-major slices; down's G-element

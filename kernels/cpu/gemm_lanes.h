@@ -132,4 +132,8 @@ void mvm_k_gemm_q_vnni(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t n_r
                        const uint8_t *act, size_t as, size_t n_tok, size_t n, float *y, size_t ys,
                        int add);
 
+/* A tiled Q8_0 expert's products (gemm_q_avx512vnni.c), the tiles table's entry. */
+void mvm_k_tiles_q8_0_vnni(const void *w, size_t rb, size_t n_rows, const void *act, size_t as,
+                           size_t n_tok, size_t n, float *y, size_t ys, int add);
+
 #endif

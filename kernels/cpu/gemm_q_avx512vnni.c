@@ -30,6 +30,7 @@
  * GMAC/s (bench_cpu_expert_tokens), Q8_0 pp512 +11% (docs/perf/cpu.md).
  */
 #include <assert.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -116,6 +117,20 @@ AVX512_INLINE void qslots_fill(enum mvm_wtype t, const uint8_t *w, size_t rb, qs
                : W->d;
 }
 
+/* A Q8_0 tile (kernels.h, "Expert tiles"): 16 rows' block, their scales (f16, row i's at
+ * 2i) and then their quants + 128, word g of row i at 32 + 64g + 4i: the lanes qslots_fill
+ * makes, as stored. */
+#define Q8T_BYTES (16 * sizeof(mvm_block_q8_0))
+
+AVX512_INLINE void q8t_load(const uint8_t *tile, qslots *W)
+{
+    W->d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)tile));
+    W->m = W->d;
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; g++)
+        W->q[g] = _mm512_loadu_si512(tile + 32 + 64 * g);
+}
+
 /* Tokens whose sums are prepared once for all the outputs. */
 #define Q_TOKENS 32
 
@@ -126,8 +141,9 @@ AVX512_INLINE void qslots_fill(enum mvm_wtype t, const uint8_t *w, size_t rb, qs
  * from memory, the sum starting from its −128·Σa, and the scaling straight into its 16
  * outputs in y. Before, tiles of 4 x 8 outputs by one token (rows in blocks, each reduced
  * across lanes) spent two instructions on shuffles for every product. */
-AVX512_INLINE void gemm_q_down(enum mvm_wtype t, const uint8_t *w, size_t rb, size_t n_rows,
-                               const uint8_t *act, size_t as, size_t n_tok, float *y, size_t ys)
+AVX512_INLINE void gemm_q_down(enum mvm_wtype t, int tiled, const uint8_t *w, size_t rb,
+                               size_t n_rows, const uint8_t *act, size_t as, size_t n_tok,
+                               float *y, size_t ys)
 {
     const int min = mvm_k_qlay(t).m != 0;
     int32_t corr[Q_TOKENS]; /* −128·Σa */
@@ -149,8 +165,12 @@ AVX512_INLINE void gemm_q_down(enum mvm_wtype t, const uint8_t *w, size_t rb, si
             /* the next 32 slots: their time ahead of their use */
             avx2_prefetch_rows(w32 + 32 * rb, 32 * rb);
             qslots W[2];
-            qslots_fill(t, w32, rb, &W[0]);
-            qslots_fill(t, w32 + 16 * rb, rb, &W[1]);
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++)
+                if (tiled) /* Q8_0's tiles: the lanes as stored */
+                    q8t_load(w32 + 16 * rb * (size_t)h, &W[h]);
+                else
+                    qslots_fill(t, w32 + 16 * rb * (size_t)h, rb, &W[h]);
             for (size_t i = 0; i < ntb; i++) {
                 const int8_t *q = AVX2_TOK(mvm_block_q8_0, at, as, i)->qs;
                 /* each half's sum in two chains, of the even and the odd 4-quant groups */
@@ -427,11 +447,152 @@ AVX512_INLINE void gemm_q_rows(enum mvm_wtype t, const uint8_t *w, size_t rb, si
     }
 }
 
+/* ---- Q8_0's tiled gate and up rows: a vector's lanes are 16 rows ----------------------- */
+
+/* Tokens a pass, and blocks whose sums and scales a pass prepares at once (a row of 4096). */
+#define Q8T_TOKENS 16
+#define Q8T_PART 128
+
+/* Tiles ahead of their use that are prefetched into L1, and into L2 before that, as
+ * gemm_rows_avx512vnni.c's TILE_AHEAD and TILE_AHEAD_L2; a Q8_0 tile is an eighth of a
+ * K-quant tile's products, so further ahead. An OLMoE expert streamed on a Zen 4, 8 and 16
+ * tokens, GMAC/s (bench_cpu_expert_tokens q8_0+tiles): 2 and 3 tiles ahead 65, 102; 4 and
+ * 8, 77, 116; 8 and 16, 84, 112; 16 and 32, 60-72, 84-104. */
+#define Q8T_AHEAD 8
+#define Q8T_AHEAD_L2 16
+
+/* Blocks b0 .. b0 + nb - 1 of nt tokens: −128·Σa (what the tile's + 128 adds to a block's
+ * sum) and the scale, 8 blocks at a time (avx2_hsum8_i32), then one by one. */
+AVX512_INLINE void q8t_acts(const uint8_t *act, size_t as, size_t nt, size_t b0, size_t nb,
+                            int32_t corr[][Q8T_PART], float da[][Q8T_PART])
+{
+    const __m256i c80 = _mm256_set1_epi8((char)0x80), zero = _mm256_setzero_si256();
+    for (size_t i = 0; i < nt; i++) {
+        const mvm_block_q8_0 *a = AVX2_TOK(mvm_block_q8_0, act, as, i) + b0;
+        size_t k = 0;
+        for (; k + 8 <= nb; k += 8) {
+            __m256i v[8];
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++)
+                v[j] = _mm256_dpbusd_epi32(zero, c80,
+                                           _mm256_loadu_si256((const __m256i *)a[k + j].qs));
+            _mm256_storeu_si256((__m256i *)&corr[i][k], _mm256_sub_epi32(zero, avx2_hsum8_i32(v)));
+            _mm256_storeu_ps(&da[i][k], avx2_scales8((const uint8_t *)(a + k), sizeof *a));
+        }
+        for (; k < nb; k++) {
+            int32_t sum = 0;
+            for (int j = 0; j < MVM_QBLOCK; j++)
+                sum += a[k].qs[j];
+            corr[i][k] = -128 * sum;
+            da[i][k] = _cvtsh_ss(a[k].d);
+        }
+    }
+}
+
+/* F[i] += one tile against token i's block q (for i < nt), avx2_dotn_q's floats: the block's
+ * exact sum (two chains, of the even and the odd 4-quant groups), times ws·da, into lane
+ * `lane` of the token's 8 (a block of a whole step of 8: its place in the step). A block of a
+ * last partial step instead puts each 4-quant group g in lane g, as avx2_qblock does. */
+AVX512_INLINE void q8t_block(const qslots *W, const uint8_t *act, size_t as, size_t k,
+                             size_t nt, const int32_t corr[][Q8T_PART],
+                             const float da[][Q8T_PART], size_t kp, int lane,
+                             __m512 F[][8])
+{
+    for (size_t i = 0; i < nt; i++) {
+        const int8_t *q = (AVX2_TOK(mvm_block_q8_0, act, as, i) + k)->qs;
+        const __m512 scale = _mm512_mul_ps(W->d, _mm512_set1_ps(da[i][kp]));
+        if (lane >= 0) {
+            __m512i s[2] = {_mm512_set1_epi32(corr[i][kp]), _mm512_setzero_si512()};
+#pragma GCC unroll 8
+            for (int g = 0; g < 8; g++) {
+                int32_t q4;
+                memcpy(&q4, q + 4 * g, 4);
+                s[g & 1] = _mm512_dpbusd_epi32(s[g & 1], W->q[g], _mm512_set1_epi32(q4));
+            }
+            F[i][lane] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s[0], s[1])), scale,
+                                         F[i][lane]);
+            continue;
+        }
+        for (int g = 0; g < 8; g++) {
+            int32_t q4;
+            memcpy(&q4, q + 4 * g, 4);
+            const int32_t c = -128 * (q[4 * g] + q[4 * g + 1] + q[4 * g + 2] + q[4 * g + 3]);
+            const __m512i sg = _mm512_dpbusd_epi32(_mm512_set1_epi32(c), W->q[g],
+                                                   _mm512_set1_epi32(q4));
+            F[i][g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sg), scale, F[i][g]);
+        }
+    }
+}
+
+/* Gate or up rows of Q8_0 tiles (n_rows % 16 == 0, each of n elements) against n_tok
+ * tokens: y[i·ys + r] = row r · token i, bitwise avx2_dotn_q's. The 16 rows of a tile are
+ * in the lanes as loaded, a token's 4 quants broadcast from its block: a block costs a token
+ * 8 vpdpbusd and its scaling, with no transpose, no unpacking and no lane idle at any count
+ * of tokens. Each token keeps avx2_dotn_q's 8 lanes of blocks (F, on the stack), added as
+ * avx2_hsum adds them. */
+AVX512_INLINE void q8t_rows(const uint8_t *w, size_t rb, size_t n_rows, const uint8_t *act,
+                            size_t as, size_t n_tok, size_t n, float *y, size_t ys)
+{
+    const size_t nb = n / MVM_QBLOCK, whole = nb / 8 * 8;
+    const uint8_t *end = w + n_rows * rb;
+    int32_t corr[Q8T_TOKENS][Q8T_PART];
+    float da[Q8T_TOKENS][Q8T_PART];
+    __m512 F[Q8T_TOKENS][8];
+    for (size_t t0 = 0; t0 < n_tok; t0 += Q8T_TOKENS) {
+        const size_t nt = n_tok - t0 < Q8T_TOKENS ? n_tok - t0 : Q8T_TOKENS;
+        const uint8_t *at = act + t0 * as;
+        size_t held = SIZE_MAX; /* the part whose sums corr and da hold */
+        for (size_t r0 = 0; r0 < n_rows; r0 += 16) {
+            for (size_t i = 0; i < nt; i++)
+                for (int j = 0; j < 8; j++)
+                    F[i][j] = _mm512_setzero_ps();
+            for (size_t b0 = 0; b0 < nb; b0 += Q8T_PART) {
+                const size_t np = nb - b0 < Q8T_PART ? nb - b0 : Q8T_PART;
+                if (held != b0)
+                    q8t_acts(at, as, nt, b0, np, corr, da), held = b0;
+                for (size_t k = b0; k < b0 + np; k++) {
+                    const uint8_t *tile = w + r0 * rb + k * Q8T_BYTES;
+                    if (tile + (Q8T_AHEAD_L2 + 1) * Q8T_BYTES <= end)
+                        for (size_t o = 0; o < Q8T_BYTES; o += 64) {
+                            _mm_prefetch((const char *)tile + Q8T_AHEAD * Q8T_BYTES + o, _MM_HINT_T0);
+                            _mm_prefetch((const char *)tile + Q8T_AHEAD_L2 * Q8T_BYTES + o,
+                                         _MM_HINT_T1);
+                        }
+                    qslots W;
+                    q8t_load(tile, &W);
+                    q8t_block(&W, at, as, k, nt, corr, da, k - b0, k < whole ? (int)(k % 8) : -1,
+                              F);
+                }
+            }
+            for (size_t i = 0; i < nt; i++) {
+                const __m512 h = _mm512_add_ps(_mm512_add_ps(F[i][0], F[i][4]),
+                                               _mm512_add_ps(F[i][2], F[i][6]));
+                const __m512 l = _mm512_add_ps(_mm512_add_ps(F[i][1], F[i][5]),
+                                               _mm512_add_ps(F[i][3], F[i][7]));
+                _mm512_storeu_ps(y + (t0 + i) * ys + r0, _mm512_add_ps(h, l));
+            }
+        }
+    }
+}
+
+/* The tiles table's Q8_0 entry (gemm_rows_avx512vnni.c): gate and up rows, or down's slots
+ * (add), of a tiled expert. */
+AVX512_TARGET void mvm_k_tiles_q8_0_vnni(const void *w, size_t rb, size_t n_rows,
+                                         const void *act, size_t as, size_t n_tok, size_t n,
+                                         float *y, size_t ys, int add)
+{
+    assert(n_rows % 16 == 0);
+    if (add)
+        gemm_q_down(MVM_W_Q8_0, 1, w, rb, n_rows, act, as, n_tok, y, ys);
+    else
+        q8t_rows(w, rb, n_rows, act, as, n_tok, n, y, ys);
+}
+
 /* One instance per type, so that the decoders' branches fold away. */
 #define GEMM_Q_CASE(type)                                                                          \
     case type:                                                                                     \
         if (add)                                                                                   \
-            gemm_q_down(type, w, rb, n_rows, act, as, n_tok, y, ys);                               \
+            gemm_q_down(type, 0, w, rb, n_rows, act, as, n_tok, y, ys);                            \
         else                                                                                       \
             gemm_q_rows(type, w, rb, n_rows, act, as, n_tok, n, y, ys);                            \
         return;

@@ -681,7 +681,8 @@ GEMM_TILES(q2_K, MVM_W_Q2_K)
 
 const mvm_k_gemm_fn mvm_k_tiles_avx512vnni[MVM_W_COUNT] = {
     [MVM_W_Q2_K] = tiles_q2_K, [MVM_W_Q3_K] = tiles_q3_K,     [MVM_W_Q4_K] = tiles_q4_K,
-    [MVM_W_Q5_K] = tiles_q5_K, [MVM_W_Q6_K] = tiles_q6_K, [MVM_W_IQ4_XS] = tiles_iq4_xs};
+    [MVM_W_Q5_K] = tiles_q5_K, [MVM_W_Q6_K] = tiles_q6_K, [MVM_W_IQ4_XS] = tiles_iq4_xs,
+    [MVM_W_Q8_0] = mvm_k_tiles_q8_0_vnni};
 
 #define GEMM_ROWS(sfx, type)                                                                       \
     AVX512_TARGET static void gemm_rows_##sfx(const uint8_t *w, size_t rb, size_t n_rows,          \
