@@ -28,6 +28,13 @@
  * takes the 16 outputs as they are. Against tiles of 4 x 8 outputs by one token, whose sums
  * were reduced across the lanes, an OLMoE Q8_0 expert of 64 tokens streamed 94 -> 109
  * GMAC/s (bench_cpu_expert_tokens), Q8_0 pp512 +11% (docs/perf/cpu.md).
+ *
+ * A Q8_0 expert stored in tiles (kernels.h, "Expert tiles"; the tiles table's Q8_0 entry,
+ * mvm_k_tiles_q8_0_vnni) needs no unpacking at all: its gate and up rows are 16 to a vector
+ * as loaded (q8t_rows: rows in the lanes, a token's quants broadcast, each token's 8 lanes of
+ * blocks on the stack), its down slots are what the down loop unpacks them into. Against the
+ * untiled kernels, 8, 16 and 64 tokens streamed 68, 88, 95 -> 87, 112, 132 GMAC/s; Q8_0
+ * pp64 +16% and pp512 +18% over the down loop alone (docs/perf/cpu.md).
  */
 #include <assert.h>
 #include <stdint.h>
@@ -122,6 +129,19 @@ AVX512_INLINE void qslots_fill(enum mvm_wtype t, const uint8_t *w, size_t rb, qs
  * makes, as stored. */
 #define Q8T_BYTES (16 * sizeof(mvm_block_q8_0))
 
+/* Tiles ahead of their use that are prefetched into L1, and into L2 before that, as
+ * gemm_rows_avx512vnni.c's TILE_AHEAD and TILE_AHEAD_L2; a Q8_0 tile is an eighth of a
+ * K-quant tile's products, so further ahead. An OLMoE expert streamed on a Zen 4, 8 and 16
+ * tokens, GMAC/s (bench_cpu_expert_tokens q8_0+tiles): 2 and 3 tiles ahead 65, 102; 4 and
+ * 8, 77, 116; 8 and 16, 84, 112; 16 and 32, 60-72, 84-104. */
+#define Q8T_AHEAD 8
+#define Q8T_AHEAD_L2 16
+/* Tokens from which a pass prefetches: fewer leave the memory to the hardware's prefetcher,
+ * which streams tiles faster by itself than beside the instructions. One token (decode),
+ * GMAC/s streamed: 16.5-17.6 with them, 19.2-21.0 without (the untiled kernels 19.1-20.5);
+ * 3 tokens the same; 4, 45-46 without, 49-50 with; 8, 48-56 without, 79-86 with. */
+#define Q8T_PREFETCH_TOKENS 4
+
 AVX512_INLINE void q8t_load(const uint8_t *tile, qslots *W)
 {
     W->d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)tile));
@@ -163,7 +183,8 @@ AVX512_INLINE void gemm_q_down(enum mvm_wtype t, int tiled, const uint8_t *w, si
         for (size_t r0 = 0; r0 < n_rows; r0 += 32) {
             const uint8_t *w32 = w + r0 * rb;
             /* the next 32 slots: their time ahead of their use */
-            avx2_prefetch_rows(w32 + 32 * rb, 32 * rb);
+            if (!tiled || ntb >= Q8T_PREFETCH_TOKENS)
+                avx2_prefetch_rows(w32 + 32 * rb, 32 * rb);
             qslots W[2];
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++)
@@ -453,13 +474,6 @@ AVX512_INLINE void gemm_q_rows(enum mvm_wtype t, const uint8_t *w, size_t rb, si
 #define Q8T_TOKENS 16
 #define Q8T_PART 128
 
-/* Tiles ahead of their use that are prefetched into L1, and into L2 before that, as
- * gemm_rows_avx512vnni.c's TILE_AHEAD and TILE_AHEAD_L2; a Q8_0 tile is an eighth of a
- * K-quant tile's products, so further ahead. An OLMoE expert streamed on a Zen 4, 8 and 16
- * tokens, GMAC/s (bench_cpu_expert_tokens q8_0+tiles): 2 and 3 tiles ahead 65, 102; 4 and
- * 8, 77, 116; 8 and 16, 84, 112; 16 and 32, 60-72, 84-104. */
-#define Q8T_AHEAD 8
-#define Q8T_AHEAD_L2 16
 
 /* Blocks b0 .. b0 + nb - 1 of nt tokens: −128·Σa (what the tile's + 128 adds to a block's
  * sum) and the scale, 8 blocks at a time (avx2_hsum8_i32), then one by one. */
@@ -552,7 +566,7 @@ AVX512_INLINE void q8t_rows(const uint8_t *w, size_t rb, size_t n_rows, const ui
                     q8t_acts(at, as, nt, b0, np, corr, da), held = b0;
                 for (size_t k = b0; k < b0 + np; k++) {
                     const uint8_t *tile = w + r0 * rb + k * Q8T_BYTES;
-                    if (tile + (Q8T_AHEAD_L2 + 1) * Q8T_BYTES <= end)
+                    if (nt >= Q8T_PREFETCH_TOKENS && tile + (Q8T_AHEAD_L2 + 1) * Q8T_BYTES <= end)
                         for (size_t o = 0; o < Q8T_BYTES; o += 64) {
                             _mm_prefetch((const char *)tile + Q8T_AHEAD * Q8T_BYTES + o, _MM_HINT_T0);
                             _mm_prefetch((const char *)tile + Q8T_AHEAD_L2 * Q8T_BYTES + o,
