@@ -33,8 +33,8 @@
  * mvm_k_tiles_q8_0_vnni) needs no unpacking at all: its gate and up rows are 16 to a vector
  * as loaded (q8t_rows: rows in the lanes, a token's quants broadcast, each token's 8 lanes of
  * blocks on the stack), its down slots are what the down loop unpacks them into. Against the
- * untiled kernels, 8, 16 and 64 tokens streamed 68, 88, 95 -> 87, 112, 132 GMAC/s; Q8_0
- * pp64 +16% and pp512 +18% over the down loop alone (docs/perf/cpu.md).
+ * untiled kernels (with the down loop above), 8, 16 and 64 tokens streamed 70, 93, 106 ->
+ * 80-83, 113-118, 121-132 GMAC/s; Q8_0 pp64 +16% and pp512 +18% (docs/perf/cpu.md).
  */
 #include <assert.h>
 #include <stdint.h>
@@ -473,7 +473,6 @@ AVX512_INLINE void gemm_q_rows(enum mvm_wtype t, const uint8_t *w, size_t rb, si
 /* Tokens a pass, and blocks whose sums and scales a pass prepares at once (a row of 4096). */
 #define Q8T_TOKENS 16
 #define Q8T_PART 128
-
 
 /* Blocks b0 .. b0 + nb - 1 of nt tokens: −128·Σa (what the tile's + 128 adds to a block's
  * sum) and the scale, 8 blocks at a time (avx2_hsum8_i32), then one by one. */
