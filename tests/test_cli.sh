@@ -203,13 +203,18 @@ if "$moevm" info 2>&1 | grep -q '^cpu: *avx512vnni kernels'; then tiled=', tiled
 expect 0 "$tiled" -- "$moevm" run -m "$tmp/k.gguf" -p "It was the best" -n 6 --temp 0 \
     --logits-out "$tmp/k_on.logits"
 same_text 'tiled and portable experts: the same logits' "$tmp/k_off.logits" cat "$tmp/k_on.logits"
-expect 1 'MOEVM_EXPERT_TILES=yes: not valid \(expected one of auto\|off\)' -- env MOEVM_EXPERT_TILES=yes "$moevm" run -m "$tmp/k.gguf" -p x -n 1
+expect 1 'MOEVM_EXPERT_TILES=yes: not valid \(expected one of auto\|off\|all\)' -- env MOEVM_EXPERT_TILES=yes "$moevm" run -m "$tmp/k.gguf" -p x -n 1
 # Expert channels that are not whole super-blocks (Qwen2-MoE's 1408): the down experts fall
 # back to q5_0, and to q8_0 where the mix asks for q6_K, as llama-quantize writes them.
 "$moevm" mkmodel --arch qwen2moe --type q4_K_M --embd 256 --expert-ff 96 -o "$tmp/kq.gguf" >/dev/null
-# (the q8_0 layer's experts tiled where the CPU has the kernels, the q5_0 one's not)
+expect 0 '\(q4_K, down q8_0/q5_0\)' -- "$moevm" run -m "$tmp/kq.gguf" -p "It was" -n 4 \
+    --logits-out "$tmp/kq_off.logits"
+# MOEVM_EXPERT_TILES=all tiles Q8_0 too: the q8_0 layer's experts where the CPU has the
+# kernels (the q5_0 one's never), the same logits
 if [ "$tiled" = 'q6_K\)' ]; then tiled_kq='q5_0\)'; else tiled_kq='q5_0, tiled in 1 of 2 layers\)'; fi
-expect 0 "\\(q4_K, down q8_0/$tiled_kq" -- "$moevm" run -m "$tmp/kq.gguf" -p "It was" -n 4
+expect 0 "\\(q4_K, down q8_0/$tiled_kq" -- env MOEVM_EXPERT_TILES=all "$moevm" run \
+    -m "$tmp/kq.gguf" -p "It was" -n 4 --logits-out "$tmp/kq_all.logits"
+same_text 'q8_0 tiles and portable experts: the same logits' "$tmp/kq_off.logits" cat "$tmp/kq_all.logits"
 # IQ4_XS falls back to IQ4_NL there, as llama-quantize's does.
 "$moevm" mkmodel --arch qwen2moe --type iq4_xs --embd 256 --expert-ff 96 -o "$tmp/xq.gguf" >/dev/null
 expect 0 '\(iq4_xs, down iq4_nl\)' -- "$moevm" run -m "$tmp/xq.gguf" -p "It was" -n 4

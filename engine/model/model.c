@@ -238,10 +238,11 @@ static void pack_experts(void *ctx, int t, int nth)
 }
 
 const mvm_option_desc mvm_opt_expert_tiles = {
-    "MOEVM_EXPERT_TILES", MVM_OPT_CHOICE, "auto", "auto|off",
-    "engine: auto stores the K-quant, IQ4_XS and Q8_0 experts (Q2_K .. Q6_K, IQ4_XS, Q8_0 files) in "
+    "MOEVM_EXPERT_TILES", MVM_OPT_CHOICE, "auto", "auto|off|all",
+    "engine: auto stores the K-quant and IQ4_XS experts (Q2_K .. Q6_K, IQ4_XS files) in "
     "the CPU's tiles of 16 rows where only the CPU computes them (a host space, "
-    "an AVX-512 VNNI CPU); off keeps the layout the GPU kernels read"};
+    "an AVX-512 VNNI CPU); all the Q8_0 experts too (prefill +20-30%, decode 4-12% "
+    "slower on a Zen 4, docs/perf/cpu.md); off keeps the layout the GPU kernels read"};
 
 /* Each layer's experts tiled where mvm_opt_expert_tiles allows, the space is the host's (a
  * cuda space's homes are copied to the device, whose kernels read the portable layout),
@@ -257,10 +258,12 @@ static mvm_status choose_tiles(mvm_model *m, mvm_space *space, const uint8_t *he
         st = mvm_option_read(&mvm_opt_expert_tiles, &v);
     if (st != MVM_OK)
         return st;
-    const int want = v.i == 0 && !held && strcmp(info.backend, "host") == 0;
+    const int want = v.i != 1 && !held && strcmp(info.backend, "host") == 0;
     for (uint32_t il = 0; il < m->hp.n_layer; il++) {
         mvm_k_expert_fmt *f = &m->layers[il].expert_fmt;
-        f->tiles = want && mvm_k_expert_tiles_ok(*f);
+        /* Q8_0's only where asked (all): they decode slower than its untiled kernels */
+        const int q8 = f->gate_up == MVM_W_Q8_0 || f->down == MVM_W_Q8_0;
+        f->tiles = want && (v.i == 2 || !q8) && mvm_k_expert_tiles_ok(*f);
     }
     return MVM_OK;
 }
