@@ -241,7 +241,7 @@ const mvm_option_desc mvm_opt_expert_tiles = {
     "MOEVM_EXPERT_TILES", MVM_OPT_CHOICE, "auto", "auto|off|all",
     "engine: auto stores the K-quant and IQ4_XS experts (Q2_K .. Q6_K, IQ4_XS files) in "
     "the CPU's tiles of 16 rows where only the CPU computes them (a host space, "
-    "an AVX-512 VNNI CPU); all the Q8_0 experts too (prefill +20-30%, decode 4-12% "
+    "an AVX-512 VNNI CPU); all the Q8_0 experts too (prefill 16-18% faster, decode 4-12% "
     "slower on a Zen 4, docs/perf/cpu.md); off keeps the layout the GPU kernels read"};
 
 /* Each layer's experts tiled where mvm_opt_expert_tiles allows, the space is the host's (a
@@ -258,7 +258,7 @@ static mvm_status choose_tiles(mvm_model *m, mvm_space *space, const uint8_t *he
         st = mvm_option_read(&mvm_opt_expert_tiles, &v);
     if (st != MVM_OK)
         return st;
-    const int want = v.i != 1 && !held && strcmp(info.backend, "host") == 0;
+    const int want = v.i != 1 /* "auto|off|all" */ && !held && strcmp(info.backend, "host") == 0;
     for (uint32_t il = 0; il < m->hp.n_layer; il++) {
         mvm_k_expert_fmt *f = &m->layers[il].expert_fmt;
         /* Q8_0's only where asked (all): they decode slower than its untiled kernels */

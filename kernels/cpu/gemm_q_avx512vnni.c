@@ -34,7 +34,8 @@
  * as loaded (q8t_rows: rows in the lanes, a token's quants broadcast, each token's 8 lanes of
  * blocks on the stack), its down slots are what the down loop unpacks them into. Against the
  * untiled kernels (with the down loop above), 8, 16 and 64 tokens streamed 70, 93, 106 ->
- * 80-83, 113-118, 121-132 GMAC/s; Q8_0 pp64 +16% and pp512 +18% (docs/perf/cpu.md).
+ * 80-83, 113-118, 121-132 GMAC/s; Q8_0 pp64 +16% and pp512 +18%, but the engine's decode
+ * 4-12% slower, so only where MOEVM_EXPERT_TILES=all asks (docs/perf/cpu.md).
  */
 #include <assert.h>
 #include <stdint.h>
@@ -151,6 +152,16 @@ AVX512_INLINE void q8t_load(const uint8_t *tile, qslots *W)
         W->q[g] = _mm512_loadu_si512(tile + 32 + 64 * g);
 }
 
+/* Σ of an activation block's 32 quants (its −128·Σa takes off what the weights' + 128 add,
+ * its Σa·d is a min type's term). */
+AVX512_INLINE int32_t qblock_sum(const mvm_block_q8_0 *a)
+{
+    int32_t sum = 0;
+    for (int j = 0; j < MVM_QBLOCK; j++)
+        sum += a->qs[j];
+    return sum;
+}
+
 /* Tokens whose sums are prepared once for all the outputs. */
 #define Q_TOKENS 32
 
@@ -173,9 +184,7 @@ AVX512_INLINE void gemm_q_down(enum mvm_wtype t, int tiled, const uint8_t *w, si
         const uint8_t *at = act + tb * as;
         for (size_t i = 0; i < ntb; i++) {
             const mvm_block_q8_0 *a = AVX2_TOK(mvm_block_q8_0, at, as, i);
-            int32_t sum = 0;
-            for (int j = 0; j < MVM_QBLOCK; j++)
-                sum += a->qs[j];
+            const int32_t sum = qblock_sum(a);
             corr[i] = -128 * sum;
             da[i] = _cvtsh_ss(a->d);
             ms[i] = (float)sum * da[i]; /* the one rounding avx2_downn_q's has */
@@ -493,10 +502,7 @@ AVX512_INLINE void q8t_acts(const uint8_t *act, size_t as, size_t nt, size_t b0,
             _mm256_storeu_ps(&da[i][k], avx2_scales8((const uint8_t *)(a + k), sizeof *a));
         }
         for (; k < nb; k++) {
-            int32_t sum = 0;
-            for (int j = 0; j < MVM_QBLOCK; j++)
-                sum += a[k].qs[j];
-            corr[i][k] = -128 * sum;
+            corr[i][k] = -128 * qblock_sum(&a[k]);
             da[i][k] = _cvtsh_ss(a[k].d);
         }
     }
