@@ -1366,7 +1366,8 @@ static void test_expert_batch(void)
 {
     static const size_t counts[] = {1, 2, 3, 4, 11, 37, 70, 150};
     const size_t groups = 2;
-    const int few = mvm_k_simd_current() == MVM_SIMD_SCALAR && mvm_k_simd_detect() != MVM_SIMD_SCALAR;
+    const int few =
+        mvm_k_simd_current() == MVM_SIMD_SCALAR && mvm_k_simd_detect() != MVM_SIMD_SCALAR;
     for (size_t fi = 0; fi < sizeof expert_fmts / sizeof *expert_fmts; fi++)
         for (int s = 0; s < 2; s++) {
             const mvm_k_expert_fmt f = expert_fmts[fi];
@@ -1805,7 +1806,9 @@ static void test_levels_agree(void)
             const enum mvm_wtype t = (enum mvm_wtype)ti;
             if (!is_q(t) && !is_k(t) && !pairs[pi].floats)
                 continue;
-            const size_t g = is_k(t) ? 256 : 32, n = is_k(t) ? 768 : 288;
+            /* K rows of ten super-blocks: a whole step of the AVX-512 IQ2_XXS and IQ3_XXS
+             * rows' 8 (avx512_iqxxs.h) and a part */
+            const size_t g = is_k(t) ? 256 : 32, n = is_k(t) ? 2560 : 288;
             const size_t rb = mvm_k_row_bytes(t, n);
             const size_t ab = mvm_k_act_bytes(t, n), gb = mvm_k_act_bytes(t, g);
             uint8_t *w = malloc(rb), *down = malloc(n_embd * mvm_k_row_bytes(t, g));

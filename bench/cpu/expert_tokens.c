@@ -6,8 +6,8 @@
  *   bench_cpu_expert_tokens [reps [format [counts [MiB]]]]
  *       reps    best of reps (default 3)
  *       format  q4_K (gate/up Q4_K, down Q6_K: llama.cpp's Q4_K_M), q4_K/q4_K, q5_K (down
- *               Q6_K: Q5_K_M), q6_K, q8_0, q3_K, q2_K, iq4_xs, iq3_xxs, iq2_xxs (default
- *               q4_K); a K format +
+ *               Q6_K: Q5_K_M), q6_K, q8_0, q3_K, q2_K, iq4_xs, iq3_xxs, iq2_xxs, iq2_xs,
+ *               iq2_s, iq3_s (default q4_K); a K format +
  *               "+tiles" (q4_K+tiles)
  *               in the tiled layout a CPU-only run gets (kernels/cpu/kernels.h)
  *       counts  comma list of tokens per expert (default 1,2,4,6,8,12,16,24,32,64)
@@ -55,7 +55,10 @@ static int parse_format(const char *s, mvm_k_expert_fmt *f)
                  {"q2_K", MVM_W_Q2_K, MVM_W_Q2_K},
                  {"iq4_xs", MVM_W_IQ4_XS, MVM_W_IQ4_XS},
                  {"iq3_xxs", MVM_W_IQ3_XXS, MVM_W_IQ3_XXS},
-                 {"iq2_xxs", MVM_W_IQ2_XXS, MVM_W_IQ2_XXS}};
+                 {"iq2_xxs", MVM_W_IQ2_XXS, MVM_W_IQ2_XXS},
+                 {"iq2_xs", MVM_W_IQ2_XS, MVM_W_IQ2_XS},
+                 {"iq2_s", MVM_W_IQ2_S, MVM_W_IQ2_S},
+                 {"iq3_s", MVM_W_IQ3_S, MVM_W_IQ3_S}};
     for (size_t i = 0; i < sizeof known / sizeof *known; i++)
         if (strcmp(name, known[i].name) == 0) {
             *f = (mvm_k_expert_fmt){known[i].gate_up, known[i].down, MVM_GLU_SILU, tiles};
@@ -72,7 +75,8 @@ int main(int argc, char **argv)
     mvm_k_expert_fmt f;
     if (reps < 1 || !parse_format(argc > 2 ? argv[2] : "q4_K", &f)) {
         fprintf(stderr, "usage: bench_cpu_expert_tokens [reps >= 1 "
-                        "[q4_K|q4_K/q4_K|q5_K|q6_K|q8_0|q3_K|q2_K|iq4_xs|iq3_xxs|iq2_xxs"
+                        "[q4_K|q4_K/q4_K|q5_K|q6_K|q8_0|q3_K|q2_K|iq4_xs|"
+                        "iq3_xxs|iq2_xxs|iq2_xs|iq2_s|iq3_s"
                         "[+tiles] "
                         "[counts, e.g. 1,8,32]]]\n");
         return 1;

@@ -601,6 +601,10 @@ AVX2_INLINE void avx2_kblock_iqgrid(enum mvm_wtype t, const uint8_t *blk,
         r[i] = mvm_k_kscale(t, blk, a[i], avx2_hsum_i32(acc[i]), 0);
 }
 
+#if MVM_K_AVX512
+#include "kernels/cpu/avx512_iqgrid.h"
+#endif
+
 AVX2_INLINE void avx2_kblock(enum mvm_wtype t, const uint8_t *blk, const mvm_block_q8_K *const a[],
                              const int nt, float r[])
 {
@@ -654,6 +658,12 @@ AVX2_INLINE void avx2_kblock(enum mvm_wtype t, const uint8_t *blk, const mvm_blo
 AVX2_INLINE void avx2_dotn_k(enum mvm_wtype t, const uint8_t *w, const uint8_t *act, size_t as,
                              const int nt, size_t n, float *y, size_t ys)
 {
+#if MVM_K_AVX512
+    if (avx512_iq_ok(t)) {
+        avx512_dotn_iq(t, w, act, as, nt, n, y, ys);
+        return;
+    }
+#endif
     const size_t bytes = mvm_k_block_bytes(t);
     float s[MVM_K_NT], r[MVM_K_NT];
     const mvm_block_q8_K *a[MVM_K_NT];
@@ -674,6 +684,12 @@ AVX2_INLINE void avx2_dotn_k(enum mvm_wtype t, const uint8_t *w, const uint8_t *
 AVX2_INLINE void avx2_downn_k(enum mvm_wtype t, const uint8_t *w, const uint8_t *act, size_t as,
                               const int nt, float *out, size_t os, size_t n)
 {
+#if MVM_K_AVX512
+    if (avx512_iq_ok(t)) {
+        avx512_downn_iq(t, w, act, as, nt, out, os, n);
+        return;
+    }
+#endif
     const size_t bytes = mvm_k_block_bytes(t);
     const mvm_block_q8_K *a[MVM_K_NT];
     float r[MVM_K_NT];

@@ -1,0 +1,305 @@
+/*
+ * The lattice-grid super-blocks with signs (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S;
+ * kernels/iqgrid.h) in 512-bit vectors, for the AVX-512 levels' products of few tokens
+ * (decode's dot products and down rows), as avx512_kblock_q23 is Q2_K's. Part of
+ * avx2_kquant.h, which includes it where MVM_K_AVX512 is set. (IQ1_S and IQ1_M, whose grid
+ * has deltas instead of signs, keep the AVX2 block.)
+ *
+ * Their decode is bound by the arithmetic, not the memory: the AVX2 block spent about 30
+ * instructions on each chunk of 32 quants, half of them scalar work (four grid entries
+ * loaded and inserted, the sign bits spread for a byte shuffle and a compare). Here a
+ * super-block is decoded a pair of chunks (64 quants) a vector: the sign bits of all its
+ * groups at once, the seven-bit ones spread into bytes and completed with each byte's parity
+ * in vector shifts, then each pair's 64 bits are a mask that negates the token's quants (a
+ * masked subtract), where the types that store all 8 bits give the mask as stored; the
+ * scales of all its sub-blocks in one vector, spread over the pairs' int32 lanes by a
+ * permute. vpdpbusd multiplies the grid entries, unsigned, with the signed quants. The
+ * sums of a step of 8 blocks are then reduced together and scaled 8 lanes at once, where
+ * each block's sum, conversion and scaling was one chain of dependent instructions too long
+ * for the core to overlap the next block's decoding with (perf put 40% of the samples on
+ * it). Every sum is the AVX2 block's integer and the float work is mvm_k_kscale's, lane by
+ * lane, so the results are bit for bit the other levels' (test_kernels, test_levels_agree).
+ * Two threads' decode of OLMoE's shape (3 layers), alternating rounds on a Zen 4, tok/s:
+ * IQ2_XXS 60-74 -> 77-82, IQ2_XS 39-45 -> 69-77, IQ2_S 46-51 -> 57-71, IQ3_XXS 43-54 ->
+ * 50-59, IQ3_S 29-34 -> 32-34 (docs/perf/cpu.md).
+ */
+#ifndef MVM_KERNELS_CPU_AVX2_KQUANT_H
+#error "kernels/cpu/avx512_iqgrid.h is part of avx2_kquant.h: include kernels/cpu/avx2.h"
+#endif
+
+/* A super-block decoded: pair z's grid entries (mag: quants 64z .. 64z + 63, unsigned), the
+ * mask of its negative quants and each int32 lane's scale (a lane is 4 quants). */
+typedef struct {
+    __m512i mag[4], scale[4];
+    __mmask64 neg[4];
+} iq_pairs;
+
+/* Lane c (64 bits) of the result: chunk c's 32 sign bits, element 8l + j's at bit 8l + j,
+ * from the word sw whose bits 7l .. 7l + 6 are group l's first seven (the eighth makes the
+ * group's count of minus signs even, as mvm_k_ksign4's). */
+AVX2_INLINE __m512i avx512_xxs_signs(__m512i sw)
+{
+    const __m512i lo7 = _mm512_set1_epi64(0x7F);
+    /* A | (B & C): group l's seven bits into byte l */
+    __m512i y = _mm512_and_si512(sw, lo7);
+    y = _mm512_ternarylogic_epi64(y, _mm512_slli_epi64(sw, 1), _mm512_slli_epi64(lo7, 8), 0xF8);
+    y = _mm512_ternarylogic_epi64(y, _mm512_slli_epi64(sw, 2), _mm512_slli_epi64(lo7, 16), 0xF8);
+    y = _mm512_ternarylogic_epi64(y, _mm512_slli_epi64(sw, 3), _mm512_slli_epi64(lo7, 24), 0xF8);
+    /* each byte's parity in its bit 0: the bits the shifts bring in from the next byte never
+     * reach it */
+    __m512i p = _mm512_xor_si512(y, _mm512_srli_epi64(y, 4));
+    p = _mm512_xor_si512(p, _mm512_srli_epi64(p, 2));
+    p = _mm512_xor_si512(p, _mm512_srli_epi64(p, 1));
+    return _mm512_ternarylogic_epi64(y, _mm512_slli_epi64(p, 7),
+                                     _mm512_set1_epi64((long long)0x80808080ull), 0xF8);
+}
+
+/* The scales of the pairs' lanes, from sc (int32 lane s: sub-block s's scale, of 32 quants,
+ * or of 16 where per16) and the 4 × 64 sign bits at bits. */
+AVX2_INLINE void iq_lanes(__m512i sc, int per16, const uint64_t bits[4], iq_pairs *P)
+{
+    const __m512i i = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i sub = per16 ? _mm512_srli_epi32(i, 2) : _mm512_srli_epi32(i, 3);
+#pragma GCC unroll 4
+    for (int z = 0; z < 4; z++) {
+        P->scale[z] = _mm512_permutexvar_epi32(
+            _mm512_add_epi32(sub, _mm512_set1_epi32(per16 ? 4 * z : 2 * z)), sc);
+        P->neg[z] = _cvtu64_mask64(bits[z]);
+    }
+}
+
+/* 2·v + 1 for the 16 nibbles of 8 bytes, in order (low, then high), as int32 lanes. */
+AVX2_INLINE __m512i iq_nibble_scales(const uint8_t *b)
+{
+    const __m128i v = _mm_loadl_epi64((const __m128i *)b), m = _mm_set1_epi8(15);
+    const __m128i n =
+        _mm_unpacklo_epi8(_mm_and_si128(v, m), _mm_and_si128(_mm_srli_epi16(v, 4), m));
+    const __m512i s = _mm512_cvtepu8_epi32(n);
+    return _mm512_add_epi32(_mm512_add_epi32(s, s), _mm512_set1_epi32(1));
+}
+
+/* IQ2_XXS and IQ3_XXS: each chunk's word of signs (7 bits a group) and scale. */
+AVX2_INLINE void iq_decode_xxs(enum mvm_wtype t, const uint8_t *blk, iq_pairs *P)
+{
+    const int iq3 = t == MVM_W_IQ3_XXS;
+    const uint8_t *qs = blk + 2; /* after d */
+    /* lane c: chunk c's word (IQ2_XXS: the second half of its 8 bytes; IQ3_XXS: after the
+     * 64 bytes of grid indices) */
+    const __m512i sw = iq3 ? _mm512_cvtepu32_epi64(_mm256_loadu_si256((const __m256i *)(qs + 64)))
+                           : _mm512_srli_epi64(_mm512_loadu_si512(qs), 32);
+    uint64_t bits[4]; /* pair z's 64 sign bits: chunk 2z's, then 2z + 1's */
+    _mm256_storeu_si256((__m256i *)bits, _mm512_cvtepi64_epi32(avx512_xxs_signs(sw)));
+    /* 2·s + 1 from each word's top four bits */
+    const __m512i s4 = _mm512_castsi256_si512(_mm512_cvtepi64_epi32(_mm512_srli_epi64(sw, 28)));
+    iq_lanes(_mm512_add_epi32(_mm512_add_epi32(s4, s4), _mm512_set1_epi32(1)), 0, bits, P);
+#pragma GCC unroll 4
+    for (int z = 0; z < 4; z++) {
+        /* the grid entries by loads and inserts: this CPU's gathers were slower (AMD EPYC,
+         * Zen 4: one token 8.0-10.4 GMAC/s against 9.7-13.0 before) */
+        const uint8_t *ix = qs + 16 * z;
+        if (iq3) { /* 16 entries of 4 values: elements 4k .. 4k + 3 of the pair */
+            const uint32_t *g = mvm_k_iq3xxs_grid;
+            P->mag[z] = _mm512_setr_epi32(
+                (int)g[ix[0]], (int)g[ix[1]], (int)g[ix[2]], (int)g[ix[3]], (int)g[ix[4]],
+                (int)g[ix[5]], (int)g[ix[6]], (int)g[ix[7]], (int)g[ix[8]], (int)g[ix[9]],
+                (int)g[ix[10]], (int)g[ix[11]], (int)g[ix[12]], (int)g[ix[13]], (int)g[ix[14]],
+                (int)g[ix[15]]);
+        } else { /* 8 entries of 8 values, each chunk's 4 before its word */
+            const uint64_t *g = mvm_k_iq2xxs_grid;
+            P->mag[z] = _mm512_setr_epi64((long long)g[ix[0]], (long long)g[ix[1]],
+                                          (long long)g[ix[2]], (long long)g[ix[3]],
+                                          (long long)g[ix[8]], (long long)g[ix[9]],
+                                          (long long)g[ix[10]], (long long)g[ix[11]]);
+        }
+    }
+}
+
+/* IQ2_XS: a 16-bit word a group, a 9-bit grid index under its 7 sign bits; scales of 16. */
+AVX2_INLINE void iq_decode_iq2xs(const mvm_block_iq2_xs *x, iq_pairs *P)
+{
+    /* each word's 7 bits with their parity as bit 7, as avx512_xxs_signs does a byte's */
+    const __m512i y = _mm512_srli_epi16(_mm512_loadu_si512(x->qs), 9);
+    __m512i p = _mm512_xor_si512(y, _mm512_srli_epi16(y, 4));
+    p = _mm512_xor_si512(p, _mm512_srli_epi16(p, 2));
+    p = _mm512_xor_si512(p, _mm512_srli_epi16(p, 1));
+    uint64_t bits[4];
+    _mm256_storeu_si256((__m256i *)bits,
+                        _mm512_cvtepi16_epi8(_mm512_ternarylogic_epi64(
+                            y, _mm512_slli_epi16(p, 7), _mm512_set1_epi16(0x80), 0xF8)));
+    iq_lanes(iq_nibble_scales(x->scales), 1, bits, P);
+    const uint64_t *g = mvm_k_iq2xs_grid;
+#pragma GCC unroll 4
+    for (int z = 0; z < 4; z++) {
+        const uint16_t *q = x->qs + 8 * z;
+        P->mag[z] = _mm512_setr_epi64(
+            (long long)g[q[0] & 511], (long long)g[q[1] & 511], (long long)g[q[2] & 511],
+            (long long)g[q[3] & 511], (long long)g[q[4] & 511], (long long)g[q[5] & 511],
+            (long long)g[q[6] & 511], (long long)g[q[7] & 511]);
+    }
+}
+
+/* IQ2_S and IQ3_S: all 8 sign bits stored, a byte a group (the masks as stored); grid
+ * indices of 8 bits with 2 (IQ2_S) or 1 (IQ3_S) more in qh; scales of 16 (IQ2_S) or 32. */
+AVX2_INLINE void iq_decode_s(enum mvm_wtype t, const uint8_t *blk, iq_pairs *P)
+{
+    uint64_t bits[4];
+    if (t == MVM_W_IQ2_S) {
+        const mvm_block_iq2_s *x = (const mvm_block_iq2_s *)blk;
+        memcpy(bits, x->qs + 32, sizeof bits);
+        iq_lanes(iq_nibble_scales(x->scales), 1, bits, P);
+        const uint64_t *g = mvm_k_iq2s_grid;
+#pragma GCC unroll 4
+        for (int z = 0; z < 4; z++) {
+            const uint8_t *q = x->qs + 8 * z;
+            const unsigned h0 = x->qh[2 * z], h1 = x->qh[2 * z + 1];
+            P->mag[z] = _mm512_setr_epi64(
+                (long long)g[q[0] | (h0 << 8 & 0x300)], (long long)g[q[1] | (h0 << 6 & 0x300)],
+                (long long)g[q[2] | (h0 << 4 & 0x300)], (long long)g[q[3] | (h0 << 2 & 0x300)],
+                (long long)g[q[4] | (h1 << 8 & 0x300)], (long long)g[q[5] | (h1 << 6 & 0x300)],
+                (long long)g[q[6] | (h1 << 4 & 0x300)], (long long)g[q[7] | (h1 << 2 & 0x300)]);
+        }
+        return;
+    }
+    const mvm_block_iq3_s *x = (const mvm_block_iq3_s *)blk;
+    memcpy(bits, x->signs, sizeof bits);
+    uint8_t sc8[8]; /* a chunk's scale in each nibble of its pair's byte */
+    memcpy(sc8, x->scales, 4);
+    memset(sc8 + 4, 0, 4);
+    iq_lanes(iq_nibble_scales(sc8), 0, bits, P);
+    const uint32_t *g = mvm_k_iq3s_grid;
+#pragma GCC unroll 4
+    for (int z = 0; z < 4; z++) {
+        const uint8_t *q = x->qs + 16 * z;
+        const unsigned h0 = x->qh[2 * z], h1 = x->qh[2 * z + 1];
+        P->mag[z] = _mm512_setr_epi32(
+            (int)g[q[0] | (h0 << 8 & 256)], (int)g[q[1] | (h0 << 7 & 256)],
+            (int)g[q[2] | (h0 << 6 & 256)], (int)g[q[3] | (h0 << 5 & 256)],
+            (int)g[q[4] | (h0 << 4 & 256)], (int)g[q[5] | (h0 << 3 & 256)],
+            (int)g[q[6] | (h0 << 2 & 256)], (int)g[q[7] | (h0 << 1 & 256)],
+            (int)g[q[8] | (h1 << 8 & 256)], (int)g[q[9] | (h1 << 7 & 256)],
+            (int)g[q[10] | (h1 << 6 & 256)], (int)g[q[11] | (h1 << 5 & 256)],
+            (int)g[q[12] | (h1 << 4 & 256)], (int)g[q[13] | (h1 << 3 & 256)],
+            (int)g[q[14] | (h1 << 2 & 256)], (int)g[q[15] | (h1 << 1 & 256)]);
+    }
+}
+
+/* The types taken here. */
+AVX2_INLINE int avx512_iq_ok(enum mvm_wtype t)
+{
+    return t == MVM_W_IQ2_XXS || t == MVM_W_IQ3_XXS || t == MVM_W_IQ2_XS || t == MVM_W_IQ2_S ||
+           t == MVM_W_IQ3_S;
+}
+
+/* Token i's integer sum over super-block blk (kernels/iqgrid.h's: each sub-block's scale
+ * times its products) as the 16 lanes of acc[i · stride] (their sum), for i < nt. */
+AVX2_INLINE void avx512_iq_sums(enum mvm_wtype t, const uint8_t *blk,
+                                const mvm_block_q8_K *const a[], const int nt, __m512i *acc,
+                                size_t stride)
+{
+    iq_pairs P;
+    if (t == MVM_W_IQ2_XS)
+        iq_decode_iq2xs((const mvm_block_iq2_xs *)blk, &P);
+    else if (t == MVM_W_IQ2_S || t == MVM_W_IQ3_S)
+        iq_decode_s(t, blk, &P);
+    else
+        iq_decode_xxs(t, blk, &P);
+    for (int i = 0; i < nt; i++) {
+        __m512i sum = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int z = 0; z < 4; z++) {
+            const __m512i aq = _mm512_loadu_si512(a[i]->qs + 64 * z);
+            const __m512i as = _mm512_mask_sub_epi8(aq, P.neg[z], _mm512_setzero_si512(), aq);
+            sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(
+                                            avx512_dpbusd(_mm512_setzero_si512(), P.mag[z], as),
+                                            P.scale[z]));
+        }
+        acc[i * stride] = sum;
+    }
+}
+
+/* Super-blocks a step takes before their floats: each block's sum, then its conversion and
+ * scaling, was one chain of dependent instructions too long for the core to overlap the next
+ * block's decoding with (perf put 40% of the samples on it); a step's 8 sums are reduced
+ * together, across the lanes of its 8 vectors at once. */
+#define IQ_STEP 8
+
+/* r[i · rs + k] = mvm_k_kscale's float of the sum of acc[i][k]'s lanes (k < m), 8 blocks at
+ * once: lane by lane the same operations. */
+AVX2_INLINE void avx512_iq_floats(enum mvm_wtype t, __m512i acc[][IQ_STEP],
+                                  const float ad[][IQ_STEP], const float *wd, int nt, size_t m,
+                                  float *r, size_t rs)
+{
+    const __mmask8 k = (__mmask8)((1u << m) - 1);
+    const __m256 f = _mm256_set1_ps(mvm_k_iq_factor(t)), d = _mm256_maskz_loadu_ps(k, wd);
+    for (int i = 0; i < nt; i++) {
+        __m256i h[IQ_STEP];
+#pragma GCC unroll 8
+        for (size_t j = 0; j < IQ_STEP; j++)
+            h[j] = j < m ? _mm256_add_epi32(_mm512_castsi512_si256(acc[i][j]),
+                                            _mm512_extracti64x4_epi64(acc[i][j], 1))
+                         : _mm256_setzero_si256();
+        const __m256 s = _mm256_cvtepi32_ps(avx2_hsum8_i32(h));
+        const __m256 v = _mm256_mul_ps(_mm256_mul_ps(_mm256_maskz_loadu_ps(k, ad[i]),
+                                                     _mm256_mul_ps(d, s)), f);
+        _mm256_mask_storeu_ps(r + i * rs, k, v);
+    }
+}
+
+/* avx2_dotn_k for the types avx512_iq_ok takes: y[i · ys] = row w · token i. */
+AVX2_INLINE void avx512_dotn_iq(enum mvm_wtype t, const uint8_t *w, const uint8_t *act, size_t as,
+                                const int nt, size_t n, float *y, size_t ys)
+{
+    const size_t bytes = mvm_k_block_bytes(t), nb = n / MVM_QK_K;
+    float s[MVM_K_NT], r[MVM_K_NT][IQ_STEP], ad[MVM_K_NT][IQ_STEP], wd[IQ_STEP];
+    __m512i acc[MVM_K_NT][IQ_STEP];
+    const mvm_block_q8_K *a[MVM_K_NT];
+    for (int i = 0; i < nt; i++)
+        s[i] = 0;
+    for (size_t b0 = 0; b0 < nb; b0 += IQ_STEP) {
+        const size_t m = nb - b0 < IQ_STEP ? nb - b0 : IQ_STEP;
+        for (size_t k = 0; k < m; k++) {
+            const uint8_t *blk = w + (b0 + k) * bytes;
+            avx2_prefetch(blk, bytes);
+            for (int i = 0; i < nt; i++) {
+                a[i] = AVX2_TOK(mvm_block_q8_K, act, as, i) + b0 + k;
+                ad[i][k] = a[i]->d;
+            }
+            wd[k] = _cvtsh_ss(mvm_k_block_d(blk));
+            avx512_iq_sums(t, blk, a, nt, &acc[0][k], IQ_STEP);
+        }
+        avx512_iq_floats(t, acc, (const float(*)[IQ_STEP])ad, wd, nt, m, r[0], IQ_STEP);
+        for (int i = 0; i < nt; i++) /* in order, as avx2_dotn_k adds them */
+            for (size_t k = 0; k < m; k++)
+                s[i] += r[i][k];
+    }
+    for (int i = 0; i < nt; i++)
+        y[i * ys] = s[i];
+}
+
+/* avx2_downn_k for the types avx512_iq_ok takes: out[i · os + j] += row j · token i, j < n. */
+AVX2_INLINE void avx512_downn_iq(enum mvm_wtype t, const uint8_t *w, const uint8_t *act,
+                                 size_t as, const int nt, float *out, size_t os, size_t n)
+{
+    const size_t bytes = mvm_k_block_bytes(t);
+    float ad[MVM_K_NT][IQ_STEP], wd[IQ_STEP], r[MVM_K_NT][IQ_STEP];
+    __m512i acc[MVM_K_NT][IQ_STEP];
+    const mvm_block_q8_K *a[MVM_K_NT];
+    for (int i = 0; i < nt; i++) {
+        a[i] = AVX2_TOK(mvm_block_q8_K, act, as, i);
+        for (int k = 0; k < IQ_STEP; k++)
+            ad[i][k] = a[i]->d;
+    }
+    for (size_t j0 = 0; j0 < n; j0 += IQ_STEP) {
+        const size_t m = n - j0 < IQ_STEP ? n - j0 : IQ_STEP;
+        for (size_t k = 0; k < m; k++) {
+            const uint8_t *blk = w + (j0 + k) * bytes;
+            avx2_prefetch(blk, bytes);
+            wd[k] = _cvtsh_ss(mvm_k_block_d(blk));
+            avx512_iq_sums(t, blk, a, nt, &acc[0][k], IQ_STEP);
+        }
+        avx512_iq_floats(t, acc, (const float(*)[IQ_STEP])ad, wd, nt, m, r[0], IQ_STEP);
+        for (int i = 0; i < nt; i++)
+            for (size_t k = 0; k < m; k++)
+                out[i * os + j0 + k] += r[i][k];
+    }
+}
