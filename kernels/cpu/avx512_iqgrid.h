@@ -68,10 +68,10 @@ AVX2_INLINE void iq_lanes(__m512i sc, int per16, const uint64_t bits[4], iq_pair
     }
 }
 
-/* 2·v + 1 for the 16 nibbles of 8 bytes, in order (low, then high), as int32 lanes. */
-AVX2_INLINE __m512i iq_nibble_scales(const uint8_t *b)
+/* 2·v + 1 for the 16 nibbles of v's low 8 bytes, in order (low, then high), as int32 lanes. */
+AVX2_INLINE __m512i iq_nibble_scales(__m128i v)
 {
-    const __m128i v = _mm_loadl_epi64((const __m128i *)b), m = _mm_set1_epi8(15);
+    const __m128i m = _mm_set1_epi8(15);
     const __m128i n =
         _mm_unpacklo_epi8(_mm_and_si128(v, m), _mm_and_si128(_mm_srli_epi16(v, 4), m));
     const __m512i s = _mm512_cvtepu8_epi32(n);
@@ -126,7 +126,7 @@ AVX2_INLINE void iq_decode_iq2xs(const mvm_block_iq2_xs *x, iq_pairs *P)
     _mm256_storeu_si256((__m256i *)bits,
                         _mm512_cvtepi16_epi8(_mm512_ternarylogic_epi64(
                             y, _mm512_slli_epi16(p, 7), _mm512_set1_epi16(0x80), 0xF8)));
-    iq_lanes(iq_nibble_scales(x->scales), 1, bits, P);
+    iq_lanes(iq_nibble_scales(_mm_loadl_epi64((const __m128i *)x->scales)), 1, bits, P);
     const uint64_t *g = mvm_k_iq2xs_grid;
 #pragma GCC unroll 4
     for (int z = 0; z < 4; z++) {
@@ -146,7 +146,7 @@ AVX2_INLINE void iq_decode_s(enum mvm_wtype t, const uint8_t *blk, iq_pairs *P)
     if (t == MVM_W_IQ2_S) {
         const mvm_block_iq2_s *x = (const mvm_block_iq2_s *)blk;
         memcpy(bits, x->qs + 32, sizeof bits);
-        iq_lanes(iq_nibble_scales(x->scales), 1, bits, P);
+        iq_lanes(iq_nibble_scales(_mm_loadl_epi64((const __m128i *)x->scales)), 1, bits, P);
         const uint64_t *g = mvm_k_iq2s_grid;
 #pragma GCC unroll 4
         for (int z = 0; z < 4; z++) {
@@ -162,10 +162,9 @@ AVX2_INLINE void iq_decode_s(enum mvm_wtype t, const uint8_t *blk, iq_pairs *P)
     }
     const mvm_block_iq3_s *x = (const mvm_block_iq3_s *)blk;
     memcpy(bits, x->signs, sizeof bits);
-    uint8_t sc8[8]; /* a chunk's scale in each nibble of its pair's byte */
-    memcpy(sc8, x->scales, 4);
-    memset(sc8 + 4, 0, 4);
-    iq_lanes(iq_nibble_scales(sc8), 0, bits, P);
+    uint32_t sc4; /* a chunk's scale in each nibble of its pair's byte */
+    memcpy(&sc4, x->scales, sizeof sc4);
+    iq_lanes(iq_nibble_scales(_mm_cvtsi32_si128((int)sc4)), 0, bits, P);
     const uint32_t *g = mvm_k_iq3s_grid;
 #pragma GCC unroll 4
     for (int z = 0; z < 4; z++) {
