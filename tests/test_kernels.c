@@ -1806,8 +1806,8 @@ static void test_levels_agree(void)
             const enum mvm_wtype t = (enum mvm_wtype)ti;
             if (!is_q(t) && !is_k(t) && !pairs[pi].floats)
                 continue;
-            /* K rows of ten super-blocks: a whole step of the AVX-512 IQ2_XXS and IQ3_XXS
-             * rows' 8 (avx512_iqxxs.h) and a part */
+            /* K rows of ten super-blocks: a whole step of the AVX-512 lattice-grid rows'
+             * 8 blocks (avx512_iqgrid.h) and a part */
             const size_t g = is_k(t) ? 256 : 32, n = is_k(t) ? 2560 : 288;
             const size_t rb = mvm_k_row_bytes(t, n);
             const size_t ab = mvm_k_act_bytes(t, n), gb = mvm_k_act_bytes(t, g);

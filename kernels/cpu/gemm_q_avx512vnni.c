@@ -35,7 +35,8 @@
  * blocks on the stack), its down slots are what the down loop unpacks them into. Against the
  * untiled kernels (with the down loop above), 8, 16 and 64 tokens streamed 70, 93, 106 ->
  * 80-83, 113-118, 121-132 GMAC/s; Q8_0 pp64 +16% and pp512 +18%, but the engine's decode
- * 4-12% slower, so only where MOEVM_EXPERT_TILES=all asks (docs/perf/cpu.md).
+ * 0-12% slower (it comes and goes with the hour), so only where MOEVM_EXPERT_TILES=all
+ * asks (docs/perf/cpu.md).
  */
 #include <assert.h>
 #include <stdint.h>

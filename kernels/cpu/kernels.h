@@ -126,15 +126,16 @@ void mvm_k_matmul(enum mvm_wtype t, const void *w, size_t row_bytes, size_t n_in
 /* ---- Expert tiles ------------------------------------------------------------------------
  * Where the CPU computes the experts (a host space) and its level has the kernels (AVX-512
  * VNNI; Q2_K to Q6_K, IQ4_XS and Q8_0, so Q2_K, Q3_K_M, Q4_K_M, Q5_K_M and IQ4_XS files, and
- * Q8_0's where MOEVM_EXPERT_TILES=all asks: they decode slower), each group's gate rows, up rows and down slots are stored in tiles of 16 rows
- * rather than row after row: the 16 rows' blocks of one super-block interleaved by 4-byte
- * word (word w of row i at 64w + 4i, and a block's last bytes % 4 bytes, Q3_K's and Q6_K's
- * d, after its words, row by row; Q8_0's block: the 16 scales first, then its quants + 128 by
- * word), the tiles of a 16-row chunk in block order. One load then gives a word of 16 rows,
- * which is what the kernels that keep 16 rows in a vector's lanes multiply, without the
- * transposes each product would otherwise repeat (kernels/cpu/gemm_rows_avx512vnni.c,
- * gemm_q_avx512vnni.c). Each group, and so each prefix of groups, keeps its bytes and its
- * place; only the order within it changes. */
+ * Q8_0's where MOEVM_EXPERT_TILES=all asks: they decode up to 12% slower), each group's gate
+ * rows, up rows and down slots are stored in tiles of 16 rows rather than row after row: the
+ * 16 rows' blocks of one super-block interleaved by 4-byte word (word w of row i at 64w +
+ * 4i, and a block's last bytes % 4 bytes, Q3_K's and Q6_K's d, after its words, row by row;
+ * Q8_0's block: the 16 scales first, then its quants + 128 by word), the tiles of a 16-row
+ * chunk in block order. One load then gives a word of 16 rows, which is what the kernels
+ * that keep 16 rows in a vector's lanes multiply, without the transposes each product would
+ * otherwise repeat (kernels/cpu/gemm_rows_avx512vnni.c, gemm_q_avx512vnni.c). Each group,
+ * and so each prefix of groups, keeps its bytes and its place; only the order within it
+ * changes. */
 /* Whether the level in use has the tile kernels for f's types. Every shape of those types
  * tiles: a group is 32 or 256 channels, and rows (n_embd) of whole blocks, both multiples of
  * 16 rows. */
