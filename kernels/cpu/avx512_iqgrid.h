@@ -21,7 +21,8 @@
  * lane, so the results are bit for bit the other levels' (test_kernels, test_levels_agree).
  * Two threads' decode of OLMoE's shape (3 layers), alternating rounds on a Zen 4, tok/s:
  * IQ2_XXS 60-74 -> 77-82, IQ2_XS 39-45 -> 69-77, IQ2_S 46-51 -> 57-71, IQ3_XXS 43-54 ->
- * 50-59, IQ3_S 29-34 -> 32-34 (docs/perf/cpu.md).
+ * 50-59, IQ3_S 29-34 -> 32-34, then 41-45 -> 49-50 with its entries gathered
+ * (docs/perf/cpu.md).
  */
 #ifndef MVM_KERNELS_CPU_AVX2_KQUANT_H
 #error "kernels/cpu/avx512_iqgrid.h is part of avx2_kquant.h: include kernels/cpu/avx2.h"
@@ -165,20 +166,21 @@ AVX2_INLINE void iq_decode_s(enum mvm_wtype t, const uint8_t *blk, iq_pairs *P)
     uint32_t sc4; /* a chunk's scale in each nibble of its pair's byte */
     memcpy(&sc4, x->scales, sizeof sc4);
     iq_lanes(iq_nibble_scales(_mm_cvtsi32_si128((int)sc4)), 0, bits, P);
-    const uint32_t *g = mvm_k_iq3s_grid;
+    /* the 9-bit grid indices in vectors (element e's ninth bit is bit e of qh), the entries by
+     * a gather: unlike the XXS types' indices, read as bytes where they are stored, these
+     * cost scalar work each (a shift and a mask of qh) and left the compiler short of
+     * registers, and the gather beat them (one token 7.7-8.2 -> 8.7-8.9 GMAC/s, two 13.2-14.0
+     * -> 14.5-14.9; decode +12-20%; docs/perf/cpu.md). IQ2_S's 8-lane 64-bit gather lost
+     * (14.5 -> 12.2), so it keeps the loads. */
+    uint64_t h;
+    memcpy(&h, x->qh, sizeof h);
+    const __m512i nine = _mm512_set1_epi32(256);
+    const int *g = (const int *)mvm_k_iq3s_grid;
 #pragma GCC unroll 4
     for (int z = 0; z < 4; z++) {
-        const uint8_t *q = x->qs + 16 * z;
-        const unsigned h0 = x->qh[2 * z], h1 = x->qh[2 * z + 1];
-        P->mag[z] = _mm512_setr_epi32(
-            (int)g[q[0] | (h0 << 8 & 256)], (int)g[q[1] | (h0 << 7 & 256)],
-            (int)g[q[2] | (h0 << 6 & 256)], (int)g[q[3] | (h0 << 5 & 256)],
-            (int)g[q[4] | (h0 << 4 & 256)], (int)g[q[5] | (h0 << 3 & 256)],
-            (int)g[q[6] | (h0 << 2 & 256)], (int)g[q[7] | (h0 << 1 & 256)],
-            (int)g[q[8] | (h1 << 8 & 256)], (int)g[q[9] | (h1 << 7 & 256)],
-            (int)g[q[10] | (h1 << 6 & 256)], (int)g[q[11] | (h1 << 5 & 256)],
-            (int)g[q[12] | (h1 << 4 & 256)], (int)g[q[13] | (h1 << 3 & 256)],
-            (int)g[q[14] | (h1 << 2 & 256)], (int)g[q[15] | (h1 << 1 & 256)]);
+        __m512i ix = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(x->qs + 16 * z)));
+        ix = _mm512_mask_add_epi32(ix, (__mmask16)(h >> 16 * z), ix, nine);
+        P->mag[z] = _mm512_i32gather_epi32(ix, g, 4);
     }
 }
 
