@@ -7,7 +7,7 @@
  *       reps    best of reps (default 3)
  *       format  q4_K (gate/up Q4_K, down Q6_K: llama.cpp's Q4_K_M), q4_K/q4_K, q5_K (down
  *               Q6_K: Q5_K_M), q6_K, q8_0, q3_K, q2_K, iq4_xs, iq3_xxs, iq2_xxs, iq2_xs,
- *               iq2_s, iq3_s (default q4_K); a K format +
+ *               iq2_s, iq3_s, iq1_s, iq1_m (default q4_K); a K format +
  *               "+tiles" (q4_K+tiles)
  *               in the tiled layout a CPU-only run gets (kernels/cpu/kernels.h)
  *       counts  comma list of tokens per expert (default 1,2,4,6,8,12,16,24,32,64)
@@ -58,7 +58,9 @@ static int parse_format(const char *s, mvm_k_expert_fmt *f)
                  {"iq2_xxs", MVM_W_IQ2_XXS, MVM_W_IQ2_XXS},
                  {"iq2_xs", MVM_W_IQ2_XS, MVM_W_IQ2_XS},
                  {"iq2_s", MVM_W_IQ2_S, MVM_W_IQ2_S},
-                 {"iq3_s", MVM_W_IQ3_S, MVM_W_IQ3_S}};
+                 {"iq3_s", MVM_W_IQ3_S, MVM_W_IQ3_S},
+                 {"iq1_s", MVM_W_IQ1_S, MVM_W_IQ1_S},
+                 {"iq1_m", MVM_W_IQ1_M, MVM_W_IQ1_M}};
     for (size_t i = 0; i < sizeof known / sizeof *known; i++)
         if (strcmp(name, known[i].name) == 0) {
             *f = (mvm_k_expert_fmt){known[i].gate_up, known[i].down, MVM_GLU_SILU, tiles};
@@ -76,7 +78,7 @@ int main(int argc, char **argv)
     if (reps < 1 || !parse_format(argc > 2 ? argv[2] : "q4_K", &f)) {
         fprintf(stderr, "usage: bench_cpu_expert_tokens [reps >= 1 "
                         "[q4_K|q4_K/q4_K|q5_K|q6_K|q8_0|q3_K|q2_K|iq4_xs|"
-                        "iq3_xxs|iq2_xxs|iq2_xs|iq2_s|iq3_s"
+                        "iq3_xxs|iq2_xxs|iq2_xs|iq2_s|iq3_s|iq1_s|iq1_m"
                         "[+tiles] "
                         "[counts, e.g. 1,8,32]]]\n");
         return 1;

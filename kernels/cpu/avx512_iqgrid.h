@@ -1,9 +1,10 @@
 /*
- * The lattice-grid super-blocks with signs (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S;
+ * The lattice-grid super-blocks (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M;
  * kernels/iqgrid.h) in 512-bit vectors, for the AVX-512 levels' products of few tokens
- * (decode's dot products and down rows), as avx512_kblock_q23 is Q2_K's. Part of
- * avx2_kquant.h, which includes it where MVM_K_AVX512 is set. (IQ1_S and IQ1_M, whose grid
- * has deltas instead of signs, keep the AVX2 block.)
+ * (decode's dot products and down rows, up to MVM_K_NT tokens: kernels/cpu/dispatch.h's
+ * mvm_k_gemm), as avx512_kblock_q23 is Q2_K's, and for the rows the multi-row kernels
+ * unpack (gemm_k_avx512vnni.h). Part of avx2_kquant.h, which includes it where
+ * MVM_K_AVX512 is set.
  *
  * Their decode is bound by the arithmetic, not the memory: the AVX2 block spent about 30
  * instructions on each chunk of 32 quants, half of them scalar work (four grid entries
@@ -21,17 +22,19 @@
  * lane, so the results are bit for bit the other levels' (test_kernels, test_levels_agree).
  * Two threads' decode of OLMoE's shape (3 layers), alternating rounds on a Zen 4, tok/s:
  * IQ2_XXS 60-74 -> 77-82, IQ2_XS 39-45 -> 69-77, IQ2_S 46-51 -> 57-71, IQ3_XXS 43-54 ->
- * 50-59, IQ3_S 29-34 -> 32-34, then 41-45 -> 49-50 with its entries gathered
- * (docs/perf/cpu.md).
+ * 50-59, IQ3_S 29-34 -> 32-34, then 41-45 -> 49-50 with its entries gathered; IQ1_S
+ * 45-56 -> 53-66 and IQ1_M 30-41 -> 48-61, which had kept the AVX2 block (docs/perf/cpu.md).
  */
 #ifndef MVM_KERNELS_CPU_AVX2_KQUANT_H
 #error "kernels/cpu/avx512_iqgrid.h is part of avx2_kquant.h: include kernels/cpu/avx2.h"
 #endif
 
 /* A super-block decoded: pair z's grid entries (mag: quants 64z .. 64z + 63, unsigned), the
- * mask of its negative quants and each int32 lane's scale (a lane is 4 quants). */
+ * mask of its negative quants and each int32 lane's scale (a lane is 4 quants); sub, the
+ * sub-blocks' scales (int32 lane s: sub-block s's, of 32 quants or of 16 where the type has
+ * 16; the lanes past the sub-blocks undefined), which the multi-row kernels take. */
 typedef struct {
-    __m512i mag[4], scale[4];
+    __m512i mag[4], scale[4], sub;
     __mmask64 neg[4];
 } iq_pairs;
 
@@ -56,17 +59,24 @@ AVX2_INLINE __m512i avx512_xxs_signs(__m512i sw)
 }
 
 /* The scales of the pairs' lanes, from sc (int32 lane s: sub-block s's scale, of 32 quants,
- * or of 16 where per16) and the 4 × 64 sign bits at bits. */
-AVX2_INLINE void iq_lanes(__m512i sc, int per16, const uint64_t bits[4], iq_pairs *P)
+ * or of 16 where per16). */
+AVX2_INLINE void iq_lanes(__m512i sc, int per16, iq_pairs *P)
 {
     const __m512i i = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512i sub = per16 ? _mm512_srli_epi32(i, 2) : _mm512_srli_epi32(i, 3);
+    P->sub = sc;
 #pragma GCC unroll 4
-    for (int z = 0; z < 4; z++) {
+    for (int z = 0; z < 4; z++)
         P->scale[z] = _mm512_permutexvar_epi32(
             _mm512_add_epi32(sub, _mm512_set1_epi32(per16 ? 4 * z : 2 * z)), sc);
+}
+
+/* The pairs' masks of negative quants, from their 4 × 64 sign bits. */
+AVX2_INLINE void iq_signs(const uint64_t bits[4], iq_pairs *P)
+{
+#pragma GCC unroll 4
+    for (int z = 0; z < 4; z++)
         P->neg[z] = _cvtu64_mask64(bits[z]);
-    }
 }
 
 /* 2·v + 1 for the 16 nibbles of v's low 8 bytes, in order (low, then high), as int32 lanes. */
@@ -92,7 +102,8 @@ AVX2_INLINE void iq_decode_xxs(enum mvm_wtype t, const uint8_t *blk, iq_pairs *P
     _mm256_storeu_si256((__m256i *)bits, _mm512_cvtepi64_epi32(avx512_xxs_signs(sw)));
     /* 2·s + 1 from each word's top four bits */
     const __m512i s4 = _mm512_castsi256_si512(_mm512_cvtepi64_epi32(_mm512_srli_epi64(sw, 28)));
-    iq_lanes(_mm512_add_epi32(_mm512_add_epi32(s4, s4), _mm512_set1_epi32(1)), 0, bits, P);
+    iq_lanes(_mm512_add_epi32(_mm512_add_epi32(s4, s4), _mm512_set1_epi32(1)), 0, P);
+    iq_signs(bits, P);
 #pragma GCC unroll 4
     for (int z = 0; z < 4; z++) {
         /* the grid entries by loads and inserts: this CPU's gathers were slower (AMD EPYC,
@@ -127,7 +138,8 @@ AVX2_INLINE void iq_decode_iq2xs(const mvm_block_iq2_xs *x, iq_pairs *P)
     _mm256_storeu_si256((__m256i *)bits,
                         _mm512_cvtepi16_epi8(_mm512_ternarylogic_epi64(
                             y, _mm512_slli_epi16(p, 7), _mm512_set1_epi16(0x80), 0xF8)));
-    iq_lanes(iq_nibble_scales(_mm_loadl_epi64((const __m128i *)x->scales)), 1, bits, P);
+    iq_lanes(iq_nibble_scales(_mm_loadl_epi64((const __m128i *)x->scales)), 1, P);
+    iq_signs(bits, P);
     const uint64_t *g = mvm_k_iq2xs_grid;
 #pragma GCC unroll 4
     for (int z = 0; z < 4; z++) {
@@ -147,7 +159,8 @@ AVX2_INLINE void iq_decode_s(enum mvm_wtype t, const uint8_t *blk, iq_pairs *P)
     if (t == MVM_W_IQ2_S) {
         const mvm_block_iq2_s *x = (const mvm_block_iq2_s *)blk;
         memcpy(bits, x->qs + 32, sizeof bits);
-        iq_lanes(iq_nibble_scales(_mm_loadl_epi64((const __m128i *)x->scales)), 1, bits, P);
+        iq_lanes(iq_nibble_scales(_mm_loadl_epi64((const __m128i *)x->scales)), 1, P);
+        iq_signs(bits, P);
         const uint64_t *g = mvm_k_iq2s_grid;
 #pragma GCC unroll 4
         for (int z = 0; z < 4; z++) {
@@ -165,7 +178,8 @@ AVX2_INLINE void iq_decode_s(enum mvm_wtype t, const uint8_t *blk, iq_pairs *P)
     memcpy(bits, x->signs, sizeof bits);
     uint32_t sc4; /* a chunk's scale in each nibble of its pair's byte */
     memcpy(&sc4, x->scales, sizeof sc4);
-    iq_lanes(iq_nibble_scales(_mm_cvtsi32_si128((int)sc4)), 0, bits, P);
+    iq_lanes(iq_nibble_scales(_mm_cvtsi32_si128((int)sc4)), 0, P);
+    iq_signs(bits, P);
     /* the 9-bit grid indices in vectors (element e's ninth bit is bit e of qh), the entries by
      * a gather: unlike the XXS types' indices, read as bytes where they are stored, these
      * cost scalar work each (a shift and a mask of qh) and left the compiler short of
@@ -184,11 +198,94 @@ AVX2_INLINE void iq_decode_s(enum mvm_wtype t, const uint8_t *blk, iq_pairs *P)
     }
 }
 
+/* IQ1_S and IQ1_M: q = 8·g ± 1 (kernels/iqgrid.h), made from pair z's 8 grid entries g (-1,
+ * 0 or 1 a byte) and the 8 groups' delta signs dneg (bit l: group l's delta is -1) by byte
+ * adds, then given as |q| and the mask of its negative bytes. */
+AVX2_INLINE void iq1_pair(__m512i g, unsigned dneg, iq_pairs *P, int z)
+{
+    const __m512i g2 = _mm512_add_epi8(g, g), g4 = _mm512_add_epi8(g2, g2);
+    const __m512i delta =
+        _mm512_mask_blend_epi64((__mmask8)dneg, _mm512_set1_epi8(1), _mm512_set1_epi8(-1));
+    const __m512i q = _mm512_add_epi8(_mm512_add_epi8(g4, g4), delta);
+    P->mag[z] = _mm512_abs_epi8(q);
+    P->neg[z] = _mm512_movepi8_mask(q);
+}
+
+/* IQ1_S: a chunk's u16 qh holds its 4 groups' top index bits, its scale and its delta sign;
+ * IQ1_M: a group's nibble of qh holds its top index bits and delta sign, and its 16 scales
+ * of 3 bits are packed 4 a word. The entries by loads: their indices cost scalar work, as
+ * IQ3_S's, but a pair takes 8 of them, not 16, and IQ2_S's same loads beat a gather. */
+AVX2_INLINE void iq_decode_iq1(enum mvm_wtype t, const uint8_t *blk, iq_pairs *P)
+{
+    const uint64_t *g = mvm_k_iq1s_grid;
+    const __m512i i = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    if (t == MVM_W_IQ1_S) {
+        const mvm_block_iq1_s *x = (const mvm_block_iq1_s *)blk;
+        const __m128i qh = _mm_loadu_si128((const __m128i *)x->qh);
+        /* chunk c's scale in lane c */
+        const __m512i ls = _mm512_castsi256_si512(_mm256_and_si256(
+            _mm256_srli_epi32(_mm256_cvtepu16_epi32(qh), 12), _mm256_set1_epi32(7)));
+        const unsigned dc = _mm_movepi16_mask(qh); /* bit c: chunk c's delta sign */
+        iq_lanes(_mm512_add_epi32(_mm512_add_epi32(ls, ls), _mm512_set1_epi32(1)), 0, P);
+#pragma GCC unroll 4
+        for (int z = 0; z < 4; z++) {
+            const uint8_t *q = x->qs + 8 * z;
+            const unsigned h0 = x->qh[2 * z], h1 = x->qh[2 * z + 1];
+            const __m512i e = _mm512_setr_epi64(
+                (long long)g[q[0] | (h0 << 8 & 0x700)], (long long)g[q[1] | (h0 << 5 & 0x700)],
+                (long long)g[q[2] | (h0 << 2 & 0x700)], (long long)g[q[3] | (h0 >> 1 & 0x700)],
+                (long long)g[q[4] | (h1 << 8 & 0x700)], (long long)g[q[5] | (h1 << 5 & 0x700)],
+                (long long)g[q[6] | (h1 << 2 & 0x700)], (long long)g[q[7] | (h1 >> 1 & 0x700)]);
+            iq1_pair(e, (dc >> 2 * z & 1) * 0x0Fu | (dc >> (2 * z + 1) & 1) * 0xF0u, P, z);
+        }
+        return;
+    }
+    const mvm_block_iq1_m *x = (const mvm_block_iq1_m *)blk;
+    /* sub-block s's scale: bits 3 (s % 4) .. of word s / 4 */
+    const __m512i w = _mm512_permutexvar_epi32(
+        _mm512_srli_epi32(i, 2),
+        _mm512_castsi128_si512(_mm_cvtepu16_epi32(_mm_loadl_epi64((const __m128i *)x->scales))));
+    const __m512i ls = _mm512_and_si512(
+        _mm512_srlv_epi32(w, _mm512_mullo_epi32(_mm512_and_si512(i, _mm512_set1_epi32(3)),
+                                                _mm512_set1_epi32(3))),
+        _mm512_set1_epi32(7));
+    iq_lanes(_mm512_add_epi32(_mm512_add_epi32(ls, ls), _mm512_set1_epi32(1)), 1, P);
+#pragma GCC unroll 4
+    for (int z = 0; z < 4; z++) {
+        const uint8_t *q = x->qs + 8 * z;
+        uint32_t h; /* group l's nibble: bits 4l .. 4l + 3 */
+        memcpy(&h, x->qh + 4 * z, sizeof h);
+        const __m512i e = _mm512_setr_epi64(
+            (long long)g[q[0] | (h << 8 & 0x700)], (long long)g[q[1] | (h << 4 & 0x700)],
+            (long long)g[q[2] | (h & 0x700)], (long long)g[q[3] | (h >> 4 & 0x700)],
+            (long long)g[q[4] | (h >> 8 & 0x700)], (long long)g[q[5] | (h >> 12 & 0x700)],
+            (long long)g[q[6] | (h >> 16 & 0x700)], (long long)g[q[7] | (h >> 20 & 0x700)]);
+        /* each nibble's bit 3 gathered: bit 4l + 3 to bit l */
+        uint32_t d = h >> 3 & 0x11111111u;
+        d = (d | d >> 3) & 0x03030303u;
+        d = (d | d >> 6) & 0x000F000Fu;
+        iq1_pair(e, (d | d >> 12) & 0xFF, P, z);
+    }
+}
+
 /* The types taken here. */
 AVX2_INLINE int avx512_iq_ok(enum mvm_wtype t)
 {
     return t == MVM_W_IQ2_XXS || t == MVM_W_IQ3_XXS || t == MVM_W_IQ2_XS || t == MVM_W_IQ2_S ||
-           t == MVM_W_IQ3_S;
+           t == MVM_W_IQ3_S || mvm_k_is_iq1(t);
+}
+
+/* Super-block blk of a type avx512_iq_ok takes, decoded. */
+AVX2_INLINE void avx512_iq_decode(enum mvm_wtype t, const uint8_t *blk, iq_pairs *P)
+{
+    if (t == MVM_W_IQ2_XS)
+        iq_decode_iq2xs((const mvm_block_iq2_xs *)blk, P);
+    else if (t == MVM_W_IQ2_S || t == MVM_W_IQ3_S)
+        iq_decode_s(t, blk, P);
+    else if (mvm_k_is_iq1(t))
+        iq_decode_iq1(t, blk, P);
+    else
+        iq_decode_xxs(t, blk, P);
 }
 
 /* Token i's integer sum over super-block blk (kernels/iqgrid.h's: each sub-block's scale
@@ -198,12 +295,7 @@ AVX2_INLINE void avx512_iq_sums(enum mvm_wtype t, const uint8_t *blk,
                                 size_t stride)
 {
     iq_pairs P;
-    if (t == MVM_W_IQ2_XS)
-        iq_decode_iq2xs((const mvm_block_iq2_xs *)blk, &P);
-    else if (t == MVM_W_IQ2_S || t == MVM_W_IQ3_S)
-        iq_decode_s(t, blk, &P);
-    else
-        iq_decode_xxs(t, blk, &P);
+    avx512_iq_decode(t, blk, &P);
     for (int i = 0; i < nt; i++) {
         __m512i sum = _mm512_setzero_si512();
 #pragma GCC unroll 4
@@ -265,7 +357,7 @@ AVX2_INLINE void avx512_dotn_iq(enum mvm_wtype t, const uint8_t *w, const uint8_
                 a[i] = AVX2_TOK(mvm_block_q8_K, act, as, i) + b0 + k;
                 ad[i][k] = a[i]->d;
             }
-            wd[k] = _cvtsh_ss(mvm_k_block_d(blk));
+            wd[k] = _cvtsh_ss(mvm_k_iq_d(t, blk));
             avx512_iq_sums(t, blk, a, nt, &acc[0][k], IQ_STEP);
         }
         avx512_iq_floats(t, acc, (const float(*)[IQ_STEP])ad, wd, nt, m, r[0], IQ_STEP);
@@ -295,7 +387,7 @@ AVX2_INLINE void avx512_downn_iq(enum mvm_wtype t, const uint8_t *w, const uint8
         for (size_t k = 0; k < m; k++) {
             const uint8_t *blk = w + (j0 + k) * bytes;
             avx2_prefetch(blk, bytes);
-            wd[k] = _cvtsh_ss(mvm_k_block_d(blk));
+            wd[k] = _cvtsh_ss(mvm_k_iq_d(t, blk));
             avx512_iq_sums(t, blk, a, nt, &acc[0][k], IQ_STEP);
         }
         avx512_iq_floats(t, acc, (const float(*)[IQ_STEP])ad, wd, nt, m, r[0], IQ_STEP);

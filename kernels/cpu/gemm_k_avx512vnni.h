@@ -112,23 +112,6 @@ AVX512_INLINE void kacts_fill(enum mvm_wtype t, int split, const uint8_t *act, s
     }
 }
 
-/* Chunks 2c and 2c + 1 of a lattice-grid super-block (kernels/iqgrid.h), quants 64c .. 64c
- * + 63 in order, each + 64 (the offset term takes the 64 off; |q| is at most 62), as
- * avx2_iq_chunk expands them for the dot product; their four sub-blocks' scales in s[4c ..]. */
-AVX512_INLINE __m512i grid_chunk(enum mvm_wtype t, const uint8_t *blk, int c, int8_t s[16])
-{
-    __m256i q[2];
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; h++) {
-        __m256i scale, mag;
-        const __m256i sgn = avx2_iq_chunk(t, blk, 2 * c + h, &scale, &mag);
-        q[h] = _mm256_add_epi8(_mm256_sign_epi8(mag, sgn), _mm256_set1_epi8(64));
-        s[4 * c + 2 * h] = (int8_t)_mm256_extract_epi16(scale, 0);
-        s[4 * c + 2 * h + 1] = (int8_t)_mm256_extract_epi16(scale, 8);
-    }
-    return _mm512_inserti64x4(_mm512_castsi256_si512(q[0]), q[1], 1);
-}
-
 /* A row's super-block unpacked: its 256 quants, unsigned (vpdpbusd's unsigned side), in
  * order (broadcast 4 at a time) or, split, as 32 pairs of 4 from the two halves (broadcast
  * 8 at a time: quants 4g.. and 128 + 4g..); the sub-blocks' scales and the pairs the mins'
@@ -181,14 +164,18 @@ AVX512_INLINE void krow_fill(enum mvm_wtype t, int split, const uint8_t *b, krow
         R->d = _cvtsh_ss(x->d);
         R->dmin = _cvtsh_ss(x->dmin);
     } else if (mvm_k_is_iqgrid(t)) {
-        int8_t s8[16];
+        /* decoded as the dot products' (avx512_iqgrid.h), each quant q stored as q + 64 (the
+         * offset term takes the 64 off; |q| is at most 62) */
+        iq_pairs P;
+        avx512_iq_decode(t, b, &P);
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++)
-            c[i] = grid_chunk(t, b, i, s8);
-        __m128i sv = _mm_loadu_si128((const __m128i *)s8);
-        if (!k_sub16(t)) /* a scale a chunk of 32, given twice: once, the upper lanes 0 */
-            sv = _mm_shuffle_epi8(sv, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1,
-                                                    -1, -1, -1, -1));
+            c[i] = _mm512_add_epi8(
+                _mm512_mask_sub_epi8(P.mag[i], P.neg[i], _mm512_setzero_si512(), P.mag[i]),
+                _mm512_set1_epi8(64));
+        /* a scale a chunk of 32: 8, the upper lanes 0 */
+        const __m128i sv =
+            _mm512_cvtepi32_epi8(k_sub16(t) ? P.sub : _mm512_maskz_mov_epi32(0xFF, P.sub));
         sc = _mm512_cvtepi8_epi32(sv);
         pair = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(sv)); /* int16 pairs */
         half_sc = k_sub16(t) ? 8 : 4, half_pair = k_sub16(t) ? 4 : 2;
