@@ -452,6 +452,16 @@ expect 1 'bench: --routing: .*nope.jsonl' -- "$moevm" bench -m "$m" -n 2 -r 1 --
 expect 2 '-r 0: expected an integer in 1\.\.1000' -- "$moevm" bench -m "$m" -r 0
 expect 2 '-t 0: expected an integer' -- "$moevm" bench -m "$m" -t 1,0
 expect 2 '-p 0 and -n 0 leave nothing to measure' -- "$moevm" bench -m "$m" -p 0 -n 0
+expect 2 '-p 0 and -n 0 leave nothing to measure' -- "$moevm" bench -m "$m" -p 0,0 -n 0
+expect 2 '^moevm bench: -p x: expected an integer in 0\.\.65536' -- "$moevm" bench -m "$m" -p 4,x
+# -p and -n lists, as llama-bench's: a test for each nonzero value, the prompts first, in order
+"$moevm" bench -m "$m" -p 8,0,4 -n 2,3 -r 1 -t 1 -o csv >"$tmp/bench.pn" 2>"$tmp/bench.pn.err"
+if [ "$(grep -Eo '"(pp|tg)[0-9]+"' "$tmp/bench.pn" | tr '\n' ' ')" = '"pp8" "pp4" "tg2" "tg3" ' ]; then
+    pass=$((pass + 1))
+else
+    fail=$((fail + 1)); echo "FAIL: bench -p 8,0,4 -n 2,3: wanted pp8, pp4, tg2, tg3" >&2
+    sed 's/^/    /' "$tmp/bench.pn" "$tmp/bench.pn.err" >&2
+fi
 expect 2 '^moevm bench: --gpu-budget 12Q: expected a size' -- "$moevm" bench -m "$m" --gpu-budget 50%,12Q -r 1
 expect 2 '^moevm bench: -t 1,,2: an empty item in the list' -- "$moevm" bench -m "$m" -t 1,,2
 expect 2 '^moevm bench: --gpu-budget 50%,: an empty item in the list' -- "$moevm" bench -m "$m" --gpu-budget 50%,

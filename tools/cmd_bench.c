@@ -41,7 +41,9 @@
 
 struct bench_args {
     const char *model, *evict, *evict_args, *kv_type, *routing;
-    uint32_t n_prompt, n_gen, reps, batch;
+    /* -p's and -n's lists: a ppN test for each nonzero N, then a tgN test for each */
+    uint32_t n_prompt[BENCH_MAX_AXIS], n_prompts, n_gen[BENCH_MAX_AXIS], n_gens;
+    uint32_t reps, batch;
     uint32_t threads[BENCH_MAX_AXIS], n_threads;
     char *budgets[BENCH_MAX_AXIS]; /* NULL: MOEVM_GPU_BUDGET */
     uint32_t n_budgets;
@@ -52,14 +54,16 @@ struct bench_args {
 
 static void usage(FILE *f)
 {
-    fputs("usage: moevm bench -m MODEL.gguf [-p N] [-n N] [-r REPS] [-t THREADS[,...]]\n"
+    fputs("usage: moevm bench -m MODEL.gguf [-p N[,...]] [-n N[,...]] [-r REPS]\n"
+          "                   [-t THREADS[,...]]\n"
           "                   [--gpu-budget SIZE|PCT[,...] | --n-cpu-moe N[,...]]\n"
           "                   [--evict NAME[{k=v,...}]] [-b N] [--kv-type f16|f32]\n"
           "                   [--routing TRACE.jsonl] [-o text|csv|json|jsonl]\n"
           "  -m, --model   the GGUF model\n"
-          "  -p, --n-prompt  prompt tokens evaluated at once: the ppN test (default 512; 0:\n"
-          "                none)\n"
-          "  -n, --n-gen   tokens generated one at a time: the tgN test (default 128; 0: none)\n"
+          "  -p, --n-prompt  prompt tokens evaluated at once: the ppN test, one for each N of\n"
+          "                the list (default 512; 0: none)\n"
+          "  -n, --n-gen   tokens generated one at a time: the tgN test, one for each N of the\n"
+          "                list (default 128; 0: none)\n"
           "  -r, --repetitions  timed repetitions of each test, after one warm-up (default 5)\n"
           "  -t, --threads thread counts to try (default: the cores near the GPU, or all)\n"
           "  --gpu-budget  device budgets to try, each a size, a percentage of the experts\n"
@@ -110,7 +114,7 @@ static int split_list(const char *flag, char *v, char **out, uint32_t *n)
     return 0;
 }
 
-/* -t's or --n-cpu-moe's list of integers in [lo, hi] into out[], *n of them. */
+/* -p's, -n's, -t's or --n-cpu-moe's list of integers in [lo, hi] into out[], *n of them. */
 static int parse_u32_list(const char *flag, char *v, uint32_t lo, uint32_t hi, uint32_t *out,
                           uint32_t *n)
 {
@@ -143,8 +147,8 @@ static int parse_option(struct bench_args *a, int id, const char *f, char *v)
     case O_MODEL: a->model = v; return 0;
     case O_ROUTING: a->routing = v; return 0;
     case O_NGL: mvm_cli_gpu_layers("bench", f); return 0;
-    case O_PROMPT: return mvm_cli_u32("bench", f, v, 0, 1u << 16, &a->n_prompt);
-    case O_GEN: return mvm_cli_u32("bench", f, v, 0, 1u << 16, &a->n_gen);
+    case O_PROMPT: return parse_u32_list(f, v, 0, 1u << 16, a->n_prompt, &a->n_prompts);
+    case O_GEN: return parse_u32_list(f, v, 0, 1u << 16, a->n_gen, &a->n_gens);
     case O_REPS: return mvm_cli_u32("bench", f, v, 1, BENCH_MAX_REPS, &a->reps);
     case O_THREADS: return parse_u32_list(f, v, 1, 1024, a->threads, &a->n_threads);
     case O_BUDGET: return split_list(f, v, a->budgets, &a->n_budgets);
@@ -160,10 +164,20 @@ static int parse_option(struct bench_args *a, int id, const char *f, char *v)
     return 0;
 }
 
+/* The largest of v[0 .. n). */
+static uint32_t most(const uint32_t *v, uint32_t n)
+{
+    uint32_t m = 0;
+    for (uint32_t i = 0; i < n; i++)
+        m = v[i] > m ? v[i] : m;
+    return m;
+}
+
 static int parse_args(int argc, char **argv, struct bench_args *a)
 {
-    *a = (struct bench_args){.n_prompt = 512, .n_gen = 128, .reps = 5,
-                             .batch = MVM_DEFAULT_BATCH, .n_threads = 1, .n_budgets = 1};
+    *a = (struct bench_args){.n_prompt = {512}, .n_prompts = 1, .n_gen = {128}, .n_gens = 1,
+                             .reps = 5, .batch = MVM_DEFAULT_BATCH, .n_threads = 1,
+                             .n_budgets = 1};
     mvm_cli_iter it = {.cmd = "bench", .usage = usage, .opts = bench_opts, .argc = argc,
                        .argv = argv};
     int next, budget_given = 0;
@@ -176,7 +190,7 @@ static int parse_args(int argc, char **argv, struct bench_args *a)
         return next;
     if (mvm_cli_need_model("bench", a->model))
         return 2;
-    if (a->n_prompt == 0 && a->n_gen == 0) {
+    if (most(a->n_prompt, a->n_prompts) == 0 && most(a->n_gen, a->n_gens) == 0) {
         fprintf(stderr, "moevm bench: -p 0 and -n 0 leave nothing to measure\n");
         return 2;
     }
@@ -235,7 +249,7 @@ struct bench_run {
     mvm_pool *pool;
     const mvm_machine *machine;
     uint64_t rng;
-    int32_t *tokens; /* max(n_prompt, 1) ids */
+    int32_t *tokens; /* ids for the longest prompt (at least 1) */
     float *logits;   /* n_vocab: each evaluation's last token's, as llama-bench computes them */
     int progress;    /* stderr is a terminal */
     mvm_bench_out *out;
@@ -249,16 +263,16 @@ static int32_t random_token(struct bench_run *r)
 
 /* What one repetition of a test measured. */
 struct rep_result {
-    double seconds;      /* n_prompt tokens at once, or n_gen one at a time */
+    double seconds;      /* the test's tokens, at once or one at a time */
     uint64_t accesses, hits, moved; /* the experts', and the bytes moved */
     double waited;       /* seconds the steps waited for their copies */
 };
 
-/* One repetition of a test on ctx: n_prompt tokens at once (gen 0) or n_gen one at a time
- * (gen 1), from an empty KV cache. */
-static mvm_status run_test(struct bench_run *r, mvm_ctx *ctx, int gen, struct rep_result *out)
+/* One repetition of a test on ctx: n tokens at once (gen 0) or one at a time (gen 1), from
+ * an empty KV cache. */
+static mvm_status run_test(struct bench_run *r, mvm_ctx *ctx, int gen, uint32_t n,
+                           struct rep_result *out)
 {
-    uint32_t n = gen ? r->a->n_gen : r->a->n_prompt;
     mvm_ctx_reset(ctx);
     for (uint32_t i = 0; i < (gen ? 1 : n); i++)
         r->tokens[i] = random_token(r);
@@ -291,10 +305,9 @@ static mvm_status run_test(struct bench_run *r, mvm_ctx *ctx, int gen, struct re
  * buffers are touched by the warm-up, not by a timed run (a fresh context's first prompt of
  * 512 spent about a quarter of its time in page faults: docs/perf/cpu.md), and its
  * residency policy goes on learning from one repetition to the next, as a server's would. */
-static int bench_test(struct bench_run *r, int gen, mvm_bench_row row)
+static int bench_test(struct bench_run *r, int gen, uint32_t n, mvm_bench_row row)
 {
     const struct bench_args *a = r->a;
-    uint32_t n = gen ? a->n_gen : a->n_prompt;
     double sum = 0, sum2 = 0, samples[BENCH_MAX_REPS], seconds = 0, waited = 0;
     uint64_t accesses = 0, hits = 0, moved = 0;
     mvm_ctx_policies pol = {.residency = {.evict = a->evict, .evict_args = a->evict_args,
@@ -309,7 +322,7 @@ static int bench_test(struct bench_run *r, int gen, mvm_bench_row row)
         return mvm_cli_error("bench", "creating the context");
     for (uint32_t rep = 0; rep <= a->reps; rep++) {
         struct rep_result res;
-        if (run_test(r, ctx, gen, &res) != MVM_OK) {
+        if (run_test(r, ctx, gen, n, &res) != MVM_OK) {
             mvm_ctx_free(ctx);
             return mvm_cli_error("bench", gen ? "generation" : "prompt");
         }
@@ -364,9 +377,9 @@ static int bench_load(const struct bench_args *a, mvm_pool *pool, uint32_t b, mv
     }
     char label[600];
     snprintf(label, sizeof label, "loading %s", a->model);
-    /* a test's context: n_prompt or n_gen positions */
-    const mvm_ctx_shape ctx = {a->n_prompt > a->n_gen ? a->n_prompt : a->n_gen, a->batch,
-                               a->kv_type};
+    /* the longest test's positions */
+    const uint32_t pp = most(a->n_prompt, a->n_prompts), tg = most(a->n_gen, a->n_gens);
+    const mvm_ctx_shape ctx = {pp > tg ? pp : tg, a->batch, a->kv_type};
     mvm_space *space;
     mvm_status st = mvm_plan_space(m, &ctx, &desc, &space);
     if (st == MVM_OK)
@@ -393,7 +406,8 @@ static int bench_config(const struct bench_args *a, const mvm_machine *machine, 
         mvm_model_free(r.model);
         return rc;
     }
-    r.tokens = malloc((a->n_prompt ? a->n_prompt : 1) * sizeof *r.tokens);
+    const uint32_t pp = most(a->n_prompt, a->n_prompts);
+    r.tokens = malloc((pp ? pp : 1) * sizeof *r.tokens);
     r.logits = malloc(r.model->hp.n_vocab * sizeof *r.logits);
     if (!r.tokens || !r.logits) {
         free(r.tokens), free(r.logits);
@@ -412,10 +426,12 @@ static int bench_config(const struct bench_args *a, const mvm_machine *machine, 
         .budget_gib = r.model->experts_at_home
             ? -1 : (double)info.device_bytes / 1073741824.0,
         .routing = replay ? "replay" : "own"};
-    if (a->n_prompt)
-        rc = bench_test(&r, 0, row);
-    if (!rc && a->n_gen)
-        rc = bench_test(&r, 1, row);
+    for (uint32_t i = 0; !rc && i < a->n_prompts; i++)
+        if (a->n_prompt[i])
+            rc = bench_test(&r, 0, a->n_prompt[i], row);
+    for (uint32_t i = 0; !rc && i < a->n_gens; i++)
+        if (a->n_gen[i])
+            rc = bench_test(&r, 1, a->n_gen[i], row);
     free(r.tokens), free(r.logits);
     mvm_model_free(r.model);
     return rc;
