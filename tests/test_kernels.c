@@ -1046,6 +1046,14 @@ static void test_matvec(void)
     }
 }
 
+/* The scalar level under test on a CPU with a SIMD level: its kernels take the tokens one by
+ * one, so its large counts check only the code above the kernels, which the SIMD levels
+ * check as well (docs/perf/tests.md: its share of test_kernels under ASan). */
+static int scalar_beside_simd(void)
+{
+    return mvm_k_simd_current() == MVM_SIMD_SCALAR && mvm_k_simd_detect() != MVM_SIMD_SCALAR;
+}
+
 /* matmul equals matvec token by token, bitwise, and leaves the stride gaps alone, for every
  * count of tokens the multi-token kernels take (1..MVM_K_NT) and the remainders after them
  * (the multi-row kernels' blocks of 8 rows by 16 tokens, the K-quants' 4 by 32, and
@@ -1061,8 +1069,7 @@ static void test_matmul(void)
     static const size_t counts[] = {1, 2, 3, 4, 5, 7, 9, 16, 17, 33, 50, 70, 130};
     /* the scalar level has no multi-row kernel: past 9 its counts check only matmul.c's
      * tiling of the tokens, which the SIMD levels check too (as test_expert_batch's few) */
-    const int few =
-        mvm_k_simd_current() == MVM_SIMD_SCALAR && mvm_k_simd_detect() != MVM_SIMD_SCALAR;
+    const int few = scalar_beside_simd();
     for (int tl = 0; tl < 3 * MVM_W_COUNT; tl++) {
         /* the Q types twice: 9 blocks (a step and a tail), and 16 (whole steps: the Q8_0
          * kernel's split groups of up to 8 tokens) */
@@ -1372,8 +1379,7 @@ static void test_expert_batch(void)
 {
     static const size_t counts[] = {1, 2, 3, 4, 11, 37, 70, 150};
     const size_t groups = 2;
-    const int few =
-        mvm_k_simd_current() == MVM_SIMD_SCALAR && mvm_k_simd_detect() != MVM_SIMD_SCALAR;
+    const int few = scalar_beside_simd();
     for (size_t fi = 0; fi < sizeof expert_fmts / sizeof *expert_fmts; fi++)
         for (int s = 0; s < 2; s++) {
             const mvm_k_expert_fmt f = expert_fmts[fi];

@@ -219,7 +219,6 @@ AVX2_INLINE void iq1_pair(__m512i g, unsigned dneg, iq_pairs *P, int z)
 AVX2_INLINE void iq_decode_iq1(enum mvm_wtype t, const uint8_t *blk, iq_pairs *P)
 {
     const uint64_t *g = mvm_k_iq1s_grid;
-    const __m512i i = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     if (t == MVM_W_IQ1_S) {
         const mvm_block_iq1_s *x = (const mvm_block_iq1_s *)blk;
         const __m128i qh = _mm_loadu_si128((const __m128i *)x->qh);
@@ -242,6 +241,7 @@ AVX2_INLINE void iq_decode_iq1(enum mvm_wtype t, const uint8_t *blk, iq_pairs *P
         return;
     }
     const mvm_block_iq1_m *x = (const mvm_block_iq1_m *)blk;
+    const __m512i i = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     /* sub-block s's scale: bits 3 (s % 4) .. of word s / 4 */
     const __m512i w = _mm512_permutexvar_epi32(
         _mm512_srli_epi32(i, 2),
