@@ -69,12 +69,19 @@ struct alignas(16) float4 {
     float x, y, z, w;
 };
 
-enum { EMU_MAX_THREADS = 1024, EMU_WARP = 32, EMU_STACK = 64 << 10 };
+/* A fiber's stack: EMU_STACK for the kernel, below a top that the fiber's number staggers
+ * by 7 cache lines within EMU_STAGGER. Stacks a whole number of pages apart put every
+ * fiber's live top in the same set of the L1 and L2 caches, so each switch missed them
+ * both (the load of the registers it restores was two thirds of the switch's time). */
+enum { EMU_MAX_THREADS = 1024, EMU_WARP = 32, EMU_STACK = 64 << 10, EMU_STAGGER = 16 << 10 };
 
 /* Fiber contexts. emu_ctx_make prepares one that starts fn (which must never return) on a
  * stack; emu_ctx_switch saves the running context in `from` and resumes `to`. On x86-64 a
- * switch is a dozen instructions: the callee-saved registers, MXCSR and the x87 control
- * word pushed on the old stack, the stack pointers exchanged. Elsewhere ucontext, whose
+ * switch is a dozen instructions: the callee-saved registers pushed on the old stack, the
+ * stack pointers exchanged. Not MXCSR nor the x87 control word, which the ABI has a
+ * function preserve too: every fiber runs on the launching thread and no kernel changes
+ * them, so they are that thread's throughout; saving and loading them stalled each switch
+ * (three quarters of its time, a quarter of test_forward_gpu's). Elsewhere ucontext, whose
  * every switch also sets the signal mask by a system call (on x86-64 that took 40% of the
  * emulator's time, in the kernel); EMU_UCONTEXT selects it on x86-64 too, for its test. */
 #if !defined(EMU_UCONTEXT)
@@ -88,9 +95,7 @@ asm(".text\n"
     ".type emu_ctx_switch_x86_64, @function\n"
     "emu_ctx_switch_x86_64:\n"
     "    pushq %rbp\n    pushq %rbx\n    pushq %r12\n    pushq %r13\n    pushq %r14\n"
-    "    pushq %r15\n    subq $8, %rsp\n    stmxcsr (%rsp)\n    fnstcw 4(%rsp)\n"
-    "    movq %rsp, (%rdi)\n    movq %rsi, %rsp\n"
-    "    ldmxcsr (%rsp)\n    fldcw 4(%rsp)\n    addq $8, %rsp\n"
+    "    pushq %r15\n    movq %rsp, (%rdi)\n    movq %rsi, %rsp\n"
     "    popq %r15\n    popq %r14\n    popq %r13\n    popq %r12\n    popq %rbx\n"
     "    popq %rbp\n    ret\n"
     ".size emu_ctx_switch_x86_64, .-emu_ctx_switch_x86_64\n");
@@ -102,15 +107,13 @@ static void emu_ctx_switch(emu_ctx *from, emu_ctx *to)
 
 static void emu_ctx_make(emu_ctx *c, char *stack, size_t size, void (*fn)(void))
 {
-    /* What a switch pops: the control words (the caller's), six registers, then fn as the
-     * return address, entered with the stack as a call leaves it (16-byte aligned + 8). */
+    /* What a switch pops: six registers, then fn as the return address, entered with the
+     * stack as a call leaves it (16-byte aligned + 8). */
     void **sp = (void **)(((uintptr_t)stack + size) & ~(uintptr_t)15);
     *--sp = NULL; /* fn's own return address: it never returns */
     *--sp = (void *)fn;
     for (int i = 0; i < 6; i++)
         *--sp = NULL;
-    --sp;
-    asm volatile("stmxcsr (%0)\n\tfnstcw 4(%0)" : : "r"(sp) : "memory");
     c->sp = sp;
 }
 #else
@@ -175,8 +178,8 @@ static void emu_yield(bool dying)
 {
     emu_fiber *self = &emu_fibers[threadIdx.x];
     emu_fiber *next = NULL;
-    for (unsigned i = 1; i <= blockDim.x && !next; i++) {
-        unsigned t = (threadIdx.x + i) % blockDim.x;
+    for (unsigned i = 1, t = threadIdx.x; i <= blockDim.x && !next; i++) {
+        t = t + 1 == blockDim.x ? 0 : t + 1; /* no division: it was a tenth of the switch */
         if (!emu_fibers[t].done) {
             next = &emu_fibers[t];
             threadIdx = dim3{t, 0, 0};
@@ -189,7 +192,7 @@ static void emu_yield(bool dying)
 #ifdef EMU_ASAN
     void *fake = NULL;
     __sanitizer_start_switch_fiber(dying ? NULL : &fake, next ? next->stack : emu_main_stack,
-                                   next ? (size_t)EMU_STACK : emu_main_stack_size);
+                                   next ? (size_t)EMU_STACK + EMU_STAGGER : emu_main_stack_size);
     emu_ctx_switch(&self->ctx, to);
     emu_entered(fake);
 #else
@@ -400,11 +403,11 @@ static void emu_launch(dim3 grid, unsigned threads, std::vector<unsigned> order,
         emu_warp_barrier[w] = emu_barrier{0, 0};
     for (unsigned t = 0; t < threads; t++) {
         emu_fiber *f = &emu_fibers[t];
-        if (!f->stack && !(f->stack = (char *)malloc(EMU_STACK)))
+        if (!f->stack && !(f->stack = (char *)malloc(EMU_STACK + EMU_STAGGER)))
             abort();
         f->done = false;
         f->block = dim3{0, 0, 0};
-        emu_ctx_make(&f->ctx, f->stack, EMU_STACK, emu_fiber_main);
+        emu_ctx_make(&f->ctx, f->stack, EMU_STACK + t * 7 * 64 % EMU_STAGGER, emu_fiber_main);
     }
     /* Fiber 0 first; each then runs to its next barrier (or its end) and hands over to the
      * next (emu_yield), and the last to finish comes back here. */
@@ -413,7 +416,7 @@ static void emu_launch(dim3 grid, unsigned threads, std::vector<unsigned> order,
 #ifdef EMU_ASAN
     void *fake = NULL;
     emu_from_main = true;
-    __sanitizer_start_switch_fiber(&fake, emu_fibers[0].stack, EMU_STACK);
+    __sanitizer_start_switch_fiber(&fake, emu_fibers[0].stack, EMU_STACK + EMU_STAGGER);
     emu_ctx_switch(&emu_main, &emu_fibers[0].ctx);
     __sanitizer_finish_switch_fiber(fake, NULL, NULL);
 #else
