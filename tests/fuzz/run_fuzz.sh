@@ -49,7 +49,13 @@ EOF
 "$cc" -fsanitize=fuzzer,address,undefined "$out/probe.c" -o "$out/probe" 2>"$out/probe.log" ||
     skip "$cc cannot link -fsanitize=fuzzer,address,undefined (see $out/probe.log)"
 
-flags=(-std=c11 -g -O1 -Wall -Wextra -Werror -D_GNU_SOURCE= -I"$root/include" -I"$root"
+# -O1 runs the targets some 2.4 times as fast as -O0, but takes three times as long to
+# compile (fuzz_inputs: 21 CPU-seconds against 6): a smoke run of a few seconds a target
+# (the suite's) reaches the same coverage at -O0 (2,780 edges in 5 s against 2,721) and
+# spends its time fuzzing rather than compiling; a real run takes -O1.
+opt=-O1
+[ "$secs" -ge 60 ] 2>/dev/null || opt=-O0
+flags=(-std=c11 -g "$opt" -Wall -Wextra -Werror -D_GNU_SOURCE= -I"$root/include" -I"$root"
        -fno-sanitize-recover=all)
 reader=("$root/engine/gguf/gguf.c" "$root/engine/gguf/gguf_get.c" "$root/engine/gguf/gguf_split.c" "$root/engine/gguf/ggml_types.c" "$root/vmm/error.c" "$root/vmm/options.c" "$root/vmm/file_replace.c")
 mkdir -p "$out/gguf/seeds" "$out/inputs/seeds" "$out/serve/seeds"
