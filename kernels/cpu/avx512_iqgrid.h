@@ -215,7 +215,9 @@ AVX2_INLINE void iq1_pair(__m512i g, unsigned dneg, iq_pairs *P, int z)
  * IQ1_M: a group's nibble of qh holds its top index bits and delta sign, and its 16 scales
  * of 3 bits are packed 4 a word. The entries by loads: their indices cost scalar work, as
  * IQ3_S's, but a pair takes 8 of them, not 16, and a gather of the 8 (indices made in
- * vectors) lost, as IQ2_S's did (one token 9.4 against 11.7 GMAC/s). */
+ * vectors) lost, as IQ2_S's did (one token 9.4 against 11.7 GMAC/s); so did the 32 indices
+ * made in one vector and extracted for the loads (the same at one token, two 16-17 against
+ * 16-20 GMAC/s): the loads and their inserts, not the indices, bound it. */
 AVX2_INLINE void iq_decode_iq1(enum mvm_wtype t, const uint8_t *blk, iq_pairs *P)
 {
     const uint64_t *g = mvm_k_iq1s_grid;
