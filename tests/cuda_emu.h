@@ -69,11 +69,7 @@ struct alignas(16) float4 {
     float x, y, z, w;
 };
 
-/* A fiber's stack: EMU_STACK for the kernel, below a top that the fiber's number staggers
- * by 7 cache lines within EMU_STAGGER. Stacks a whole number of pages apart put every
- * fiber's live top in the same set of the L1 and L2 caches, so each switch missed them
- * both (the load of the registers it restores was two thirds of the switch's time). */
-enum { EMU_MAX_THREADS = 1024, EMU_WARP = 32, EMU_STACK = 64 << 10, EMU_STAGGER = 16 << 10 };
+enum { EMU_MAX_THREADS = 1024, EMU_WARP = 32, EMU_STACK = 64 << 10 };
 
 /* Fiber contexts. emu_ctx_make prepares one that starts fn (which must never return) on a
  * stack; emu_ctx_switch saves the running context in `from` and resumes `to`. On x86-64 a
@@ -81,9 +77,10 @@ enum { EMU_MAX_THREADS = 1024, EMU_WARP = 32, EMU_STACK = 64 << 10, EMU_STAGGER 
  * stack pointers exchanged. Not MXCSR nor the x87 control word, which the ABI has a
  * function preserve too: every fiber runs on the launching thread and no kernel changes
  * them, so they are that thread's throughout; saving and loading them stalled each switch
- * (three quarters of its time, a quarter of test_forward_gpu's). Elsewhere ucontext, whose
- * every switch also sets the signal mask by a system call (on x86-64 that took 40% of the
- * emulator's time, in the kernel); EMU_UCONTEXT selects it on x86-64 too, for its test. */
+ * (perf put three quarters of its samples there; test_forward_gpu 5-15% faster without).
+ * Elsewhere ucontext, whose every switch also sets the signal mask by a system call (on
+ * x86-64 that took 40% of the emulator's time, in the kernel); EMU_UCONTEXT selects it on
+ * x86-64 too, for its test. */
 #if !defined(EMU_UCONTEXT)
 struct emu_ctx {
     void *sp;
@@ -179,7 +176,7 @@ static void emu_yield(bool dying)
     emu_fiber *self = &emu_fibers[threadIdx.x];
     emu_fiber *next = NULL;
     for (unsigned i = 1, t = threadIdx.x; i <= blockDim.x && !next; i++) {
-        t = t + 1 == blockDim.x ? 0 : t + 1; /* no division: it was a tenth of the switch */
+        t = t + 1 == blockDim.x ? 0 : t + 1; /* (a modulo's division cost more) */
         if (!emu_fibers[t].done) {
             next = &emu_fibers[t];
             threadIdx = dim3{t, 0, 0};
@@ -192,7 +189,7 @@ static void emu_yield(bool dying)
 #ifdef EMU_ASAN
     void *fake = NULL;
     __sanitizer_start_switch_fiber(dying ? NULL : &fake, next ? next->stack : emu_main_stack,
-                                   next ? (size_t)EMU_STACK + EMU_STAGGER : emu_main_stack_size);
+                                   next ? (size_t)EMU_STACK : emu_main_stack_size);
     emu_ctx_switch(&self->ctx, to);
     emu_entered(fake);
 #else
@@ -403,11 +400,11 @@ static void emu_launch(dim3 grid, unsigned threads, std::vector<unsigned> order,
         emu_warp_barrier[w] = emu_barrier{0, 0};
     for (unsigned t = 0; t < threads; t++) {
         emu_fiber *f = &emu_fibers[t];
-        if (!f->stack && !(f->stack = (char *)malloc(EMU_STACK + EMU_STAGGER)))
+        if (!f->stack && !(f->stack = (char *)malloc(EMU_STACK)))
             abort();
         f->done = false;
         f->block = dim3{0, 0, 0};
-        emu_ctx_make(&f->ctx, f->stack, EMU_STACK + t * 7 * 64 % EMU_STAGGER, emu_fiber_main);
+        emu_ctx_make(&f->ctx, f->stack, EMU_STACK, emu_fiber_main);
     }
     /* Fiber 0 first; each then runs to its next barrier (or its end) and hands over to the
      * next (emu_yield), and the last to finish comes back here. */
@@ -416,7 +413,7 @@ static void emu_launch(dim3 grid, unsigned threads, std::vector<unsigned> order,
 #ifdef EMU_ASAN
     void *fake = NULL;
     emu_from_main = true;
-    __sanitizer_start_switch_fiber(&fake, emu_fibers[0].stack, EMU_STACK + EMU_STAGGER);
+    __sanitizer_start_switch_fiber(&fake, emu_fibers[0].stack, EMU_STACK);
     emu_ctx_switch(&emu_main, &emu_fibers[0].ctx);
     __sanitizer_finish_switch_fiber(fake, NULL, NULL);
 #else
