@@ -23,7 +23,8 @@
  * Two threads' decode of OLMoE's shape (3 layers), alternating rounds on a Zen 4, tok/s:
  * IQ2_XXS 60-74 -> 77-82, IQ2_XS 39-45 -> 69-77, IQ2_S 46-51 -> 57-71, IQ3_XXS 43-54 ->
  * 50-59, IQ3_S 29-34 -> 32-34, then 41-45 -> 49-50 with its entries gathered; IQ1_S
- * 45-56 -> 53-66 and IQ1_M 30-41 -> 48-61, which had kept the AVX2 block (docs/perf/cpu.md).
+ * 45-56 -> 53-66 and IQ1_M 30-41 -> 48-61, which had kept the AVX2 block, then IQ1_S 42-49
+ * -> 57-62 by avx512_iq1s_sums (docs/perf/cpu.md).
  */
 #ifndef MVM_KERNELS_CPU_AVX2_KQUANT_H
 #error "kernels/cpu/avx512_iqgrid.h is part of avx2_kquant.h: include kernels/cpu/avx2.h"
@@ -211,13 +212,32 @@ AVX2_INLINE void iq1_pair(__m512i g, unsigned dneg, iq_pairs *P, int z)
     P->neg[z] = _mm512_movepi8_mask(q);
 }
 
+/* IQ1_S's pair z: the 8 grid entries of its chunks 2z and 2z + 1, a chunk's u16 qh holding
+ * its 4 groups' top index bits. */
+AVX2_INLINE __m512i iq1s_entries(const mvm_block_iq1_s *x, int z)
+{
+    const uint64_t *g = mvm_k_iq1s_grid;
+    const uint8_t *q = x->qs + 8 * z;
+    const unsigned h0 = x->qh[2 * z], h1 = x->qh[2 * z + 1];
+    return _mm512_setr_epi64(
+        (long long)g[q[0] | (h0 << 8 & 0x700)], (long long)g[q[1] | (h0 << 5 & 0x700)],
+        (long long)g[q[2] | (h0 << 2 & 0x700)], (long long)g[q[3] | (h0 >> 1 & 0x700)],
+        (long long)g[q[4] | (h1 << 8 & 0x700)], (long long)g[q[5] | (h1 << 5 & 0x700)],
+        (long long)g[q[6] | (h1 << 2 & 0x700)], (long long)g[q[7] | (h1 >> 1 & 0x700)]);
+}
+
 /* IQ1_S: a chunk's u16 qh holds its 4 groups' top index bits, its scale and its delta sign;
  * IQ1_M: a group's nibble of qh holds its top index bits and delta sign, and its 16 scales
  * of 3 bits are packed 4 a word. The entries by loads: their indices cost scalar work, as
  * IQ3_S's, but a pair takes 8 of them, not 16, and a gather of the 8 (indices made in
  * vectors) lost, as IQ2_S's did (one token 9.4 against 11.7 GMAC/s); so did the 32 indices
  * made in one vector and extracted for the loads (the same at one token, two 16-17 against
- * 16-20 GMAC/s): the loads and their inserts, not the indices, bound it. */
+ * 16-20 GMAC/s), and so did the 32 stored and read back one by one, and masked broadcasts
+ * from memory in place of the inserts (one token 9-11 and 11.3-11.4 against 11.2-12.0).
+ * Timing-only variants on a Zen 4 (wrong sums) placed it: one entry a pair instead of 8
+ * doubled the one-token rate, the grid kept in L1 (indices cut to 6 bits) gained 8%, so the
+ * entries bound it as a whole, and what can move is the vector work around them: IQ1_S's
+ * dot products skip this decode (avx512_iq1s_sums). */
 AVX2_INLINE void iq_decode_iq1(enum mvm_wtype t, const uint8_t *blk, iq_pairs *P)
 {
     const uint64_t *g = mvm_k_iq1s_grid;
@@ -231,14 +251,7 @@ AVX2_INLINE void iq_decode_iq1(enum mvm_wtype t, const uint8_t *blk, iq_pairs *P
         iq_lanes(_mm512_add_epi32(_mm512_add_epi32(ls, ls), _mm512_set1_epi32(1)), 0, P);
 #pragma GCC unroll 4
         for (int z = 0; z < 4; z++) {
-            const uint8_t *q = x->qs + 8 * z;
-            const unsigned h0 = x->qh[2 * z], h1 = x->qh[2 * z + 1];
-            const __m512i e = _mm512_setr_epi64(
-                (long long)g[q[0] | (h0 << 8 & 0x700)], (long long)g[q[1] | (h0 << 5 & 0x700)],
-                (long long)g[q[2] | (h0 << 2 & 0x700)], (long long)g[q[3] | (h0 >> 1 & 0x700)],
-                (long long)g[q[4] | (h1 << 8 & 0x700)], (long long)g[q[5] | (h1 << 5 & 0x700)],
-                (long long)g[q[6] | (h1 << 2 & 0x700)], (long long)g[q[7] | (h1 >> 1 & 0x700)]);
-            iq1_pair(e, (dc >> 2 * z & 1) * 0x0Fu | (dc >> (2 * z + 1) & 1) * 0xF0u, P, z);
+            iq1_pair(iq1s_entries(x, z), (dc >> 2 * z & 1) * 0x0Fu | (dc >> (2 * z + 1) & 1) * 0xF0u, P, z);
         }
         return;
     }
@@ -291,12 +304,68 @@ AVX2_INLINE void avx512_iq_decode(enum mvm_wtype t, const uint8_t *blk, iq_pairs
         iq_decode_xxs(t, blk, P);
 }
 
+/* avx512_iq_sums for IQ1_S in fewer vector operations. A chunk's sum of q·a, q = 8·g + δ,
+ * is 8·Σ g·a plus δ·Σ a, and δ (the chunk's delta sign) holds over the whole chunk: its
+ * share is δ·scale times the token's two sums of 16 quants (bsums), one vpmaddwd a token for
+ * the 8 chunks. The grid's share takes 8·scale as the unsigned byte where g is not 0 (at
+ * most 120: within int16 for the maddubs pairs of the levels without VNNI) and g's sign as
+ * the mask that negates the token's quants, so a pair costs no byte arithmetic and a token
+ * no multiply by the scales (iq_decode_iq1's pairs cost seven operations, their tokens a
+ * vpmulld each). The same integers as the general path's, so the same floats
+ * (test_levels_agree). One thread, OLMoE's expert shape in L2 (bench_cpu_expert_tokens, 1
+ * MiB), GMAC/s: one token 11.4-12.0 -> 10.8-14.8, two 17.3-18.8 -> 20.3-27.4, four 26.4-29.7
+ * -> 33.8-36.0. IQ1_M's delta signs are a group's of 8, finer than bsums; its bytes with
+ * the scale in them (|q|·scale, up to 135) gained 0-10% and overflow maddubs' int16 pairs
+ * without VNNI, so it keeps the general path. */
+AVX2_INLINE void avx512_iq1s_sums(const mvm_block_iq1_s *x, const mvm_block_q8_K *const a[],
+                                  const int nt, __m512i *acc, size_t stride)
+{
+    const __m128i qh = _mm_loadu_si128((const __m128i *)x->qh);
+    /* chunk c's scale 2·ls + 1 in int16 lane c */
+    const __m128i sc = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(qh, 12),
+                                                                 _mm_set1_epi16(7)), 1),
+                                    _mm_set1_epi16(1));
+    /* byte c of each 128-bit lane: 8 times chunk c's scale */
+    const __m512i s8 = _mm512_broadcast_i32x4(_mm_packus_epi16(_mm_slli_epi16(sc, 3), sc));
+    /* int16 lanes 2c and 2c + 1: chunk c's scale with its delta's sign */
+    const __m256i d = _mm256_cvtepu16_epi32(
+        _mm_mask_sub_epi16(sc, _mm_movepi16_mask(qh), _mm_setzero_si128(), sc));
+    const __m256i coef = _mm256_or_si256(d, _mm256_slli_epi32(d, 16));
+    __m512i mag[4];
+    __mmask64 neg[4];
+#pragma GCC unroll 4
+    for (int z = 0; z < 4; z++) {
+        const __m512i e = iq1s_entries(x, z);
+        /* bytes 0-31: chunk 2z's, 32-63: chunk 2z + 1's */
+        const __m512i pick = _mm512_inserti64x4(_mm512_set1_epi8((char)(2 * z)),
+                                                _mm256_set1_epi8((char)(2 * z + 1)), 1);
+        mag[z] = _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(e, e),
+                                       _mm512_shuffle_epi8(s8, pick));
+        neg[z] = _mm512_movepi8_mask(e);
+    }
+    for (int i = 0; i < nt; i++) {
+        __m512i sum = _mm512_zextsi256_si512(
+            _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a[i]->bsums), coef));
+#pragma GCC unroll 4
+        for (int z = 0; z < 4; z++) {
+            const __m512i aq = _mm512_loadu_si512(a[i]->qs + 64 * z);
+            sum = avx512_dpbusd(sum, mag[z],
+                                _mm512_mask_sub_epi8(aq, neg[z], _mm512_setzero_si512(), aq));
+        }
+        acc[i * stride] = sum;
+    }
+}
+
 /* Token i's integer sum over super-block blk (kernels/iqgrid.h's: each sub-block's scale
  * times its products) as the 16 lanes of acc[i · stride] (their sum), for i < nt. */
 AVX2_INLINE void avx512_iq_sums(enum mvm_wtype t, const uint8_t *blk,
                                 const mvm_block_q8_K *const a[], const int nt, __m512i *acc,
                                 size_t stride)
 {
+    if (t == MVM_W_IQ1_S) {
+        avx512_iq1s_sums((const mvm_block_iq1_s *)blk, a, nt, acc, stride);
+        return;
+    }
     iq_pairs P;
     avx512_iq_decode(t, blk, &P);
     for (int i = 0; i < nt; i++) {
