@@ -362,19 +362,19 @@ if [ -n "$fake_driver" ]; then
         expect 0 "^note: assign greedy plans with the h100 preset's costs, not this machine's \(\`moevm calibrate" -- $dev "$moevm" run -m "$m" -p "It was" -n 2 --gpu-budget 30% --assign greedy --cost h100
         expect 0 'assign greedy: [1-9][0-9]* on CPU' -- $dev MOEVM_COST="$tmp/fast.json" "$moevm" run -m "$m" -p "It was" -n 8 --gpu-budget 30% --assign greedy
         # Experts of 1.5 MiB (384 pages of 4 KiB): a whole expert's copy must clearly outlast one
-        # page's, which a move of the tiny model's 12 pages (one copy, one mapping) need not do
-        # on a busy machine. Their products, emulated, take 10 ms a token: two points at most
-        # (9 s of the test's CPU time at the default 32).
+        # page's, which a move of the tiny model's 12 pages (one copy, one mapping) does not do
+        # even on an idle machine (a third of its calibrations said the machine was too busy).
+        # Their products, emulated, take 10 ms a token, so two token counts: the device's
+        # line rises 2.4x from one to two. One calibration is judged for the copies, the
+        # device's experts and the decode token timed with every expert resident (the
+        # attention's time a layer is what the cost model's experts leave of it: on the fake's
+        # emulated kernels, whose experts are slow, maybe nothing; test_calibrate checks the
+        # arithmetic); a budget that cannot hold them all leaves it the base's, and says why.
         "$moevm" mkmodel --preset tiny --arch qwen3moe --expert-ff 2048 -o "$tmp/wide.gguf" >/dev/null
         expect_measured 0 'pcie_bw .* measured' -- $dev "$moevm" calibrate -m "$tmp/wide.gguf" -t 1 --time 0.01 --tokens 2 -o "$tmp/dev.json"
-        # The device's experts up to 8 tokens, the tiny model's (the emulated time grows fivefold
-        # from 1 to 8), and a decode token timed with every expert resident (the attention's
-        # time a layer is what the cost model's experts leave of it: on the fake's emulated
-        # kernels, whose experts are slow, maybe nothing; test_calibrate checks the
-        # arithmetic); a budget that cannot hold them all leaves it the base's, and says why
-        expect_measured 0 'gpu_flops .* GFLOP/s +measured' -- $dev "$moevm" calibrate -m "$m" -t 1 --time 0.05 --tokens 8
+        judge 0 'gpu_flops .* GFLOP/s +measured' 0 "the same calibration's device experts"
         judge 0 '^(token: [0-9.]+ us, every expert resident; attention and the rest [0-9.]+ us a layer|attention: not measured: a decode token \([0-9.]+ us\) took no longer)' 0 "the same calibration's decode token"
-        expect_measured 0 'attention: not measured \(the device budget holds [0-9]+ of the [0-9]+ pages the experts take' -- $dev "$moevm" calibrate -m "$m" -t 1 --time 0.01 --tokens 4 --gpu-budget 50%
+        expect_measured 0 'attention: not measured \(the device budget holds [0-9]+ of the [0-9]+ pages the experts take' -- $dev "$moevm" calibrate -m "$tmp/wide.gguf" -t 1 --time 0.01 --tokens 2 --gpu-budget 50%
         expect 1 '^moevm run: the inference context: CUDA device 0 for the forward pass: cuModuleGetFunction \(mvm_g_' -- env MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" "$moevm" run -m "$m" -p "x" -n 2
     fi
 fi
