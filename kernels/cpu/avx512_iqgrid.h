@@ -240,7 +240,6 @@ AVX2_INLINE __m512i iq1s_entries(const mvm_block_iq1_s *x, int z)
  * dot products skip this decode (avx512_iq1s_sums). */
 AVX2_INLINE void iq_decode_iq1(enum mvm_wtype t, const uint8_t *blk, iq_pairs *P)
 {
-    const uint64_t *g = mvm_k_iq1s_grid;
     if (t == MVM_W_IQ1_S) {
         const mvm_block_iq1_s *x = (const mvm_block_iq1_s *)blk;
         const __m128i qh = _mm_loadu_si128((const __m128i *)x->qh);
@@ -250,11 +249,12 @@ AVX2_INLINE void iq_decode_iq1(enum mvm_wtype t, const uint8_t *blk, iq_pairs *P
         const unsigned dc = _mm_movepi16_mask(qh); /* bit c: chunk c's delta sign */
         iq_lanes(_mm512_add_epi32(_mm512_add_epi32(ls, ls), _mm512_set1_epi32(1)), 0, P);
 #pragma GCC unroll 4
-        for (int z = 0; z < 4; z++) {
-            iq1_pair(iq1s_entries(x, z), (dc >> 2 * z & 1) * 0x0Fu | (dc >> (2 * z + 1) & 1) * 0xF0u, P, z);
-        }
+        for (int z = 0; z < 4; z++)
+            iq1_pair(iq1s_entries(x, z),
+                     (dc >> 2 * z & 1) * 0x0Fu | (dc >> (2 * z + 1) & 1) * 0xF0u, P, z);
         return;
     }
+    const uint64_t *g = mvm_k_iq1s_grid;
     const mvm_block_iq1_m *x = (const mvm_block_iq1_m *)blk;
     const __m512i i = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     /* sub-block s's scale: bits 3 (s % 4) .. of word s / 4 */
