@@ -24,7 +24,8 @@
  * IQ2_XXS 60-74 -> 77-82, IQ2_XS 39-45 -> 69-77, IQ2_S 46-51 -> 57-71, IQ3_XXS 43-54 ->
  * 50-59, IQ3_S 29-34 -> 32-34, then 41-45 -> 49-50 with its entries gathered; IQ1_S
  * 45-56 -> 53-66 and IQ1_M 30-41 -> 48-61, which had kept the AVX2 block, then IQ1_S 42-49
- * -> 57-62 by avx512_iq1s_sums (docs/perf/cpu.md).
+ * -> 57-62 by avx512_iq1s_sums and IQ1_M 62-65 -> 65-73 by avx512_iq1m_sums
+ * (docs/perf/cpu.md).
  */
 #ifndef MVM_KERNELS_CPU_AVX2_KQUANT_H
 #error "kernels/cpu/avx512_iqgrid.h is part of avx2_kquant.h: include kernels/cpu/avx2.h"
@@ -226,6 +227,36 @@ AVX2_INLINE __m512i iq1s_entries(const mvm_block_iq1_s *x, int z)
         (long long)g[q[6] | (h1 << 2 & 0x700)], (long long)g[q[7] | (h1 >> 1 & 0x700)]);
 }
 
+/* IQ1_M's pair z: the 8 grid entries of its chunks 2z and 2z + 1, group l's top index bits
+ * in the low 3 bits of nibble l of qh's 4 bytes. */
+AVX2_INLINE __m512i iq1m_entries(const mvm_block_iq1_m *x, int z)
+{
+    const uint64_t *g = mvm_k_iq1s_grid;
+    const uint8_t *q = x->qs + 8 * z;
+    uint32_t h;
+    memcpy(&h, x->qh + 4 * z, sizeof h);
+    return _mm512_setr_epi64(
+        (long long)g[q[0] | (h << 8 & 0x700)], (long long)g[q[1] | (h << 4 & 0x700)],
+        (long long)g[q[2] | (h & 0x700)], (long long)g[q[3] | (h >> 4 & 0x700)],
+        (long long)g[q[4] | (h >> 8 & 0x700)], (long long)g[q[5] | (h >> 12 & 0x700)],
+        (long long)g[q[6] | (h >> 16 & 0x700)], (long long)g[q[7] | (h >> 20 & 0x700)]);
+}
+
+/* IQ1_M's 16 scales 2·ls + 1 as int16 lanes: sub-block s's ls is bits 3 (s % 4) .. of word
+ * s / 4. */
+AVX2_INLINE __m256i iq1m_scales(const mvm_block_iq1_m *x)
+{
+    const __m256i i = _mm256_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m256i w = _mm256_permutexvar_epi16(
+        _mm256_srli_epi16(i, 2),
+        _mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)x->scales)));
+    const __m256i ls = _mm256_and_si256(
+        _mm256_srlv_epi16(w, _mm256_mullo_epi16(_mm256_and_si256(i, _mm256_set1_epi16(3)),
+                                                _mm256_set1_epi16(3))),
+        _mm256_set1_epi16(7));
+    return _mm256_add_epi16(_mm256_add_epi16(ls, ls), _mm256_set1_epi16(1));
+}
+
 /* IQ1_S: a chunk's u16 qh holds its 4 groups' top index bits, its scale and its delta sign;
  * IQ1_M: a group's nibble of qh holds its top index bits and delta sign, and its 16 scales
  * of 3 bits are packed 4 a word. The entries by loads: their indices cost scalar work, as
@@ -254,33 +285,17 @@ AVX2_INLINE void iq_decode_iq1(enum mvm_wtype t, const uint8_t *blk, iq_pairs *P
                      (dc >> 2 * z & 1) * 0x0Fu | (dc >> (2 * z + 1) & 1) * 0xF0u, P, z);
         return;
     }
-    const uint64_t *g = mvm_k_iq1s_grid;
     const mvm_block_iq1_m *x = (const mvm_block_iq1_m *)blk;
-    const __m512i i = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    /* sub-block s's scale: bits 3 (s % 4) .. of word s / 4 */
-    const __m512i w = _mm512_permutexvar_epi32(
-        _mm512_srli_epi32(i, 2),
-        _mm512_castsi128_si512(_mm_cvtepu16_epi32(_mm_loadl_epi64((const __m128i *)x->scales))));
-    const __m512i ls = _mm512_and_si512(
-        _mm512_srlv_epi32(w, _mm512_mullo_epi32(_mm512_and_si512(i, _mm512_set1_epi32(3)),
-                                                _mm512_set1_epi32(3))),
-        _mm512_set1_epi32(7));
-    iq_lanes(_mm512_add_epi32(_mm512_add_epi32(ls, ls), _mm512_set1_epi32(1)), 1, P);
+    iq_lanes(_mm512_cvtepu16_epi32(iq1m_scales(x)), 1, P);
 #pragma GCC unroll 4
     for (int z = 0; z < 4; z++) {
-        const uint8_t *q = x->qs + 8 * z;
         uint32_t h; /* group l's nibble: bits 4l .. 4l + 3 */
         memcpy(&h, x->qh + 4 * z, sizeof h);
-        const __m512i e = _mm512_setr_epi64(
-            (long long)g[q[0] | (h << 8 & 0x700)], (long long)g[q[1] | (h << 4 & 0x700)],
-            (long long)g[q[2] | (h & 0x700)], (long long)g[q[3] | (h >> 4 & 0x700)],
-            (long long)g[q[4] | (h >> 8 & 0x700)], (long long)g[q[5] | (h >> 12 & 0x700)],
-            (long long)g[q[6] | (h >> 16 & 0x700)], (long long)g[q[7] | (h >> 20 & 0x700)]);
         /* each nibble's bit 3 gathered: bit 4l + 3 to bit l */
         uint32_t d = h >> 3 & 0x11111111u;
         d = (d | d >> 3) & 0x03030303u;
         d = (d | d >> 6) & 0x000F000Fu;
-        iq1_pair(e, (d | d >> 12) & 0xFF, P, z);
+        iq1_pair(iq1m_entries(x, z), (d | d >> 12) & 0xFF, P, z);
     }
 }
 
@@ -314,9 +329,7 @@ AVX2_INLINE void avx512_iq_decode(enum mvm_wtype t, const uint8_t *blk, iq_pairs
  * vpmulld each). The same integers as the general path's, so the same floats
  * (test_levels_agree). One thread, OLMoE's expert shape in L2 (bench_cpu_expert_tokens, 1
  * MiB), GMAC/s: one token 11.4-12.0 -> 10.8-14.8, two 17.3-18.8 -> 20.3-27.4, four 26.4-29.7
- * -> 33.8-36.0. IQ1_M's delta signs are a group's of 8, finer than bsums; its bytes with
- * the scale in them (|q|·scale, up to 135) gained 0-10% and overflow maddubs' int16 pairs
- * without VNNI, so it keeps the general path. */
+ * -> 33.8-36.0. IQ1_M's delta signs are a group's of 8, finer than bsums: avx512_iq1m_sums. */
 AVX2_INLINE void avx512_iq1s_sums(const mvm_block_iq1_s *x, const mvm_block_q8_K *const a[],
                                   const int nt, __m512i *acc, size_t stride)
 {
@@ -356,6 +369,58 @@ AVX2_INLINE void avx512_iq1s_sums(const mvm_block_iq1_s *x, const mvm_block_q8_K
     }
 }
 
+/* avx512_iq_sums for IQ1_M, as avx512_iq1s_sums: q = 8·g + δ with δ a group's of 8 quants,
+ * finer than bsums, so δ's share is a second product a pair, the scale as the unsigned byte
+ * and the token's quants negated where δ is -1 (at most 15: within maddubs' pairs too). A
+ * 128-bit lane of pair z is sub-block 4z + L (16 quants, one scale) and its delta signs are
+ * bits 3 and 7 of byte 4z + L of qh, so one shuffle index places both. Against
+ * iq_decode_iq1's pairs (seven operations each) and a vpmulld a token and pair, this takes
+ * four shuffles and tests a pair and a second vpdpbusd a token and pair; the same integers,
+ * so the same floats (test_levels_agree). Its bytes with the scale in them (|q|·scale, up
+ * to 135) had gained 0-10% and overflowed maddubs' int16 pairs without VNNI. One thread,
+ * OLMoE's expert shape in L2 (bench_cpu_expert_tokens, 1 MiB), before and after in turns,
+ * GMAC/s: one token 10.7-11.5 -> 13.3-13.7, two 19.7-20.0 -> 21.5-21.9, four 27.8-30.1 ->
+ * 29.9-31.1. */
+AVX2_INLINE void avx512_iq1m_sums(const mvm_block_iq1_m *x, const mvm_block_q8_K *const a[],
+                                  const int nt, __m512i *acc, size_t stride)
+{
+    const __m128i sc = _mm256_cvtepi16_epi8(iq1m_scales(x)); /* byte s: sub-block s's */
+    const __m512i s1 = _mm512_broadcast_i32x4(sc);
+    const __m512i s8 = _mm512_broadcast_i32x4(_mm_slli_epi16(sc, 3)); /* at most 120 */
+    const __m512i qh = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)x->qh));
+    /* a 128-bit lane's bytes 0-7: its first group, delta sign in bit 3; 8-15: bit 7 */
+    const __m512i dbit = _mm512_broadcast_i32x4(_mm_set_epi64x((long long)0x8080808080808080ull,
+                                                               0x0808080808080808ll));
+    /* byte k: k / 16, the 128-bit lane's index */
+    const __m512i lane = _mm512_set_epi32(0x03030303, 0x03030303, 0x03030303, 0x03030303,
+                                          0x02020202, 0x02020202, 0x02020202, 0x02020202,
+                                          0x01010101, 0x01010101, 0x01010101, 0x01010101, 0, 0, 0,
+                                          0);
+    __m512i gmag[4], dmag[4];
+    __mmask64 gneg[4], dneg[4];
+#pragma GCC unroll 4
+    for (int z = 0; z < 4; z++) {
+        const __m512i e = iq1m_entries(x, z);
+        const __m512i p = _mm512_add_epi8(_mm512_set1_epi8((char)(4 * z)), lane);
+        gmag[z] = _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(e, e), _mm512_shuffle_epi8(s8, p));
+        gneg[z] = _mm512_movepi8_mask(e);
+        dmag[z] = _mm512_shuffle_epi8(s1, p);
+        dneg[z] = _mm512_test_epi8_mask(_mm512_shuffle_epi8(qh, p), dbit);
+    }
+    for (int i = 0; i < nt; i++) {
+        __m512i sg = _mm512_setzero_si512(), sd = sg;
+#pragma GCC unroll 4
+        for (int z = 0; z < 4; z++) {
+            const __m512i aq = _mm512_loadu_si512(a[i]->qs + 64 * z);
+            sg = avx512_dpbusd(sg, gmag[z],
+                               _mm512_mask_sub_epi8(aq, gneg[z], _mm512_setzero_si512(), aq));
+            sd = avx512_dpbusd(sd, dmag[z],
+                               _mm512_mask_sub_epi8(aq, dneg[z], _mm512_setzero_si512(), aq));
+        }
+        acc[i * stride] = _mm512_add_epi32(sg, sd);
+    }
+}
+
 /* Token i's integer sum over super-block blk (kernels/iqgrid.h's: each sub-block's scale
  * times its products) as the 16 lanes of acc[i · stride] (their sum), for i < nt. */
 AVX2_INLINE void avx512_iq_sums(enum mvm_wtype t, const uint8_t *blk,
@@ -364,6 +429,10 @@ AVX2_INLINE void avx512_iq_sums(enum mvm_wtype t, const uint8_t *blk,
 {
     if (t == MVM_W_IQ1_S) {
         avx512_iq1s_sums((const mvm_block_iq1_s *)blk, a, nt, acc, stride);
+        return;
+    }
+    if (t == MVM_W_IQ1_M) {
+        avx512_iq1m_sums((const mvm_block_iq1_m *)blk, a, nt, acc, stride);
         return;
     }
     iq_pairs P;
