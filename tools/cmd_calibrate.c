@@ -163,9 +163,14 @@ static int measure(const struct cal_args *a, mvm_model *model, mvm_pool *pool, m
     fprintf(stderr, "copies: %u page(s) %.1f us, %u pages %.1f us\n", cp.pages_small,
             cp.t_small * 1e6, cp.pages_full, cp.t_full * 1e6);
     if (mvm_calib_apply_copy(m, &cp)) {
-        fprintf(stderr, "moevm calibrate: the copies did not take longer for more bytes (%.1f "
-                "us, %.1f us): the machine was too busy to measure; try a longer --time\n",
-                cp.t_small * 1e6, cp.t_full * 1e6);
+        /* a small expert's copy is mostly its fixed cost: an idle machine can time it no
+         * longer than one page's (tests/test_cli.sh: 12 pages of 4 KiB, a third of the
+         * time), so the message names both causes */
+        fprintf(stderr, "moevm calibrate: a whole expert's copy (%u pages, %.0f KiB) took no "
+                "longer than one page's (%.1f us against %.1f us): too few bytes to time apart "
+                "from a copy's fixed cost, or a machine too busy to measure; calibrate with "
+                "the model you run, or try a longer --time\n", cp.pages_full,
+                (double)cp.bytes_full / 1024.0, cp.t_full * 1e6, cp.t_small * 1e6);
         return 1;
     }
     if (!mvm_ctx_device_available()) {
