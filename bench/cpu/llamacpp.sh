@@ -2,10 +2,12 @@
 # moevm's CPU engine against llama.cpp's CPU build, side by side on the same files and
 # threads, in one call (issue "Kernels at the hardware's limits", its CPU part):
 #   - OLMoE-1B-7B's shape cut to a few layers, at Q8_0 (moevm mkmodel) and at Q4_K_M, or any
-#     other type llama-quantize makes (q5_k_m, q6_k, iq4_xs, q4_0, mxfp4_moe, ...), made by
-#     llama.cpp's own llama-quantize from an F16 file (the files most people download); the
-#     lattice-grid types (iq1_s .. iq3_s), which it makes only with an importance matrix,
-#     by moevm mkmodel;
+#     other type llama-quantize makes (q5_k_m, q6_k, iq4_xs, q4_0, mxfp4_moe, iq1_s .. iq3_s,
+#     ...), made by llama.cpp's own llama-quantize from an F16 file (the files most people
+#     download, with its mix of types: an IQ1_M file keeps attn_v in Q4_K and the output in
+#     Q5_K); the lattice-grid types (iq1_s .. iq3_s) with an importance matrix, which it
+#     requires for some of them, made once by llama-imatrix from the F16 file over this
+#     repository's documentation (8 chunks of 256 tokens);
 #   - prompt processing of 64 and 512 tokens and generation of 128, each engine at its
 #     defaults but for the threads (both take a prompt 512 tokens a pass);
 #   - rounds interleaved (llama.cpp, then moevm, REPS times), each test's best round kept,
@@ -17,6 +19,7 @@
 # Prints a table and, per model and test, one line docs/perf/cpu.md records:
 #   RESULT bench=cpu_vs_llamacpp model=olmoe-3l type=q4_k_m test=pp512 threads=2
 #          moevm_tok_s=.. llamacpp_tok_s=.. ratio=.. read_gbs=MIN-MAX
+#          file=llama-quantize (or mkmodel, llama-quantize+imatrix: who made the file)
 #          [moevm_bound=.. llamacpp_bound=.. (tg128: fractions of the bound)]  (on one line)
 # usage: bash bench/cpu/llamacpp.sh [threads (2)] [rounds (3)] [layers (3)] [types ("q8_0 q4_k_m")]
 #                                   [preset (olmoe-1b-7b; any of moevm mkmodel --list's)]
@@ -35,34 +38,50 @@ die() { echo "bench/cpu/llamacpp.sh: $*" >&2; exit 1; }
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j"$(nproc)" --target moevm_cli bench_cpu_engine >/dev/null
-[ -x "$bin/llama-bench" ] && [ -x "$bin/llama-quantize" ] || bash bench/llamacpp/build.sh cpu
-[ -x "$bin/llama-quantize" ] || die "no $bin/llama-quantize after the llama.cpp build"
+[ -x "$bin/llama-bench" ] && [ -x "$bin/llama-quantize" ] && [ -x "$bin/llama-imatrix" ] ||
+    bash bench/llamacpp/build.sh cpu
+[ -x "$bin/llama-imatrix" ] || die "no $bin/llama-imatrix after the llama.cpp build"
 export LD_LIBRARY_PATH=$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
 mkdir -p build/bench-models
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp" build/bench-models/$name-f16.tmp.gguf' EXIT
+f16=build/bench-models/$name-f16.tmp.gguf
+f16() { # the F16 file llama-quantize starts from, made once a run
+    [ -f "$f16" ] || ./build/moevm mkmodel --preset "$preset" --type f16 --layers "$layers" \
+        -o "$f16" >&2
+}
 model() { # type -> path, made once
-    local f=build/bench-models/$name-$1.gguf
-    if [ ! -f "$f" ]; then
-        case $1 in
-        q8_0 | iq1_* | iq2_xxs | iq2_xs | iq2_s | iq3_xxs | iq3_s)
-            # the lattice-grid types llama-quantize makes only with an importance matrix:
-            # moevm's plain quantizer writes valid files llama.cpp reads (kernels/cpu/iquant.c)
-            ./build/moevm mkmodel --preset "$preset" --type "$1" --layers "$layers" -o "$f" >&2 ;;
-        *) # what users download: llama-quantize's output from an F16 file
-            local f16=build/bench-models/$name-f16.tmp.gguf q=${1^^}
-            [ -f "$f16" ] || ./build/moevm mkmodel --preset "$preset" --type f16 \
-                --layers "$layers" -o "$f16" >&2
-            "$bin/llama-quantize" "$f16" "$f" "$q" "$threads" >/dev/null 2>&1 ||
-                die "llama-quantize $f16 -> $q failed (a type llama-quantize --help lists?)" ;;
-        esac
+    local f=build/bench-models/$name-$1.gguf q=${1^^} imat=()
+    case $1 in
+    iq1_* | iq2_* | iq3_*) # named apart from the plain files moevm mkmodel made before
+        f=build/bench-models/$name-$1-imatrix.gguf
+        imat=(--imatrix "build/bench-models/$name-imatrix.gguf") ;;
+    esac
+    local by=llama-quantize
+    [ ${#imat[@]} -eq 0 ] || by+=+imatrix
+    [ "$1" != q8_0 ] || by=mkmodel
+    echo "$by" >"$tmp/file-$1.txt"
+    if [ ! -f "$f" ] && [ "$1" = q8_0 ]; then
+        ./build/moevm mkmodel --preset "$preset" --type q8_0 --layers "$layers" -o "$f" >&2
+    elif [ ! -f "$f" ]; then # what users download: llama-quantize's output from an F16 file
+        f16
+        if [ ${#imat[@]} -gt 0 ] && [ ! -f "${imat[1]}" ]; then
+            echo "-- llama-imatrix on $f16 (once)" >&2
+            cat README.md docs/*.md >"$tmp/text.txt"
+            "$bin/llama-imatrix" -m "$f16" -f "$tmp/text.txt" -o "${imat[1]}" -c 256 \
+                --chunks 8 -t "$threads" >"$tmp/imatrix.log" 2>&1 ||
+                { tail -5 "$tmp/imatrix.log" >&2; die "llama-imatrix on $f16 failed"; }
+        fi
+        echo "-- llama-quantize $q (once)" >&2
+        "$bin/llama-quantize" "${imat[@]}" "$f16" "$f" "$q" "$threads" >/dev/null 2>&1 ||
+            die "llama-quantize $f16 -> $q failed (a type llama-quantize --help lists?)"
     fi
     echo "$f"
 }
 
 echo "== $(date -u +%Y-%m-%d) $(uname -m), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 echo "== $threads threads, $rounds rounds, $preset's shape with $layers layers"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp" build/bench-models/$name-f16.tmp.gguf' EXIT
 for t in $types; do
     m=$(model "$t")
     for r in $(seq "$rounds"); do
@@ -106,7 +125,8 @@ for t in types:
         print(f"| {t} | {test} | {l:.1f} | {m:.1f} | {m / l:.2f}x{note} |")
         line = (f"RESULT bench=cpu_vs_llamacpp model={name} type={t} test={test} "
                 f"threads={threads} moevm_tok_s={m:.2f} llamacpp_tok_s={l:.2f} "
-                f"ratio={m / l:.3f} read_gbs={min(bw):.1f}-{max(bw):.1f}")
+                f"ratio={m / l:.3f} read_gbs={min(bw):.1f}-{max(bw):.1f} "
+                f"file={open(f'{tmp}/file-{t}.txt').read().strip()}")
         if test == "tg128":
             line += f" moevm_bound={m / bound:.3f} llamacpp_bound={l / bound:.3f}"
         results.append(line)

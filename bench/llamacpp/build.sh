@@ -54,9 +54,12 @@ configure_build() {
     # llama-bench, llama-batched-bench (several sequences decoding together: what a server's
     # continuous batching is measured against), llama-quantize (the Q4_K_M files users
     # download are its output: bench/cpu/llamacpp.sh makes them), llama-completion (greedy
-    # text, which bench/gpu/llamacpp_preload.sh compares with and without the interposer) and
-    # every backend module the loader may pick.
-    local targets
+    # text, which bench/gpu/llamacpp_preload.sh compares with and without the interposer),
+    # for the CPU llama-imatrix (llama-quantize makes the IQ1/IQ2 types only with an
+    # importance matrix: bench/cpu/llamacpp.sh makes one) and every backend module the loader
+    # may pick.
+    local tools="llama-bench llama-batched-bench llama-quantize llama-completion" targets
+    [ "$kind" = cpu ] && tools+=" llama-imatrix"
     targets=$(cmake --build "$b" --target help | sed -n 's/^\.\.\. \(ggml-[a-z0-9_-]*\).*/\1/p' |
         grep -E '^ggml-(cpu|cuda)' | grep -v -- '-feats$' | tr '\n' ' ')
     if [ -n "${LLAMACPP_CPU_LEVELS:-}" ]; then
@@ -67,11 +70,8 @@ configure_build() {
         done
         targets=$keep
     fi
-    echo "building llama-bench llama-batched-bench llama-quantize llama-completion $targets($kind," \
-         "$jobs jobs; log $b.build.log)"
-    cmake --build "$b" -j "$jobs" --target llama-bench llama-batched-bench llama-quantize \
-        llama-completion $targets \
-        >"$b.build.log" 2>&1 ||
+    echo "building $tools $targets($kind, $jobs jobs; log $b.build.log)"
+    cmake --build "$b" -j "$jobs" --target $tools $targets >"$b.build.log" 2>&1 ||
         { tail -30 "$b.build.log" >&2; die "build ($kind) failed: $b.build.log"; }
     [ -x "$b/bin/llama-bench" ] || die "no $b/bin/llama-bench after the build"
     echo "built $b/bin/llama-bench"
