@@ -62,9 +62,11 @@ model() { # type -> path, made once
     [ ${#imat[@]} -eq 0 ] || by+=+imatrix
     [ "$1" != q8_0 ] || by=mkmodel
     echo "$by" >"$tmp/file-$1.txt"
-    if [ ! -f "$f" ] && [ "$1" = q8_0 ]; then
+    if [ -f "$f" ]; then
+        :
+    elif [ "$1" = q8_0 ]; then
         ./build/moevm mkmodel --preset "$preset" --type q8_0 --layers "$layers" -o "$f" >&2
-    elif [ ! -f "$f" ]; then # what users download: llama-quantize's output from an F16 file
+    else # what users download: llama-quantize's output from an F16 file
         f16
         if [ ${#imat[@]} -gt 0 ] && [ ! -f "${imat[1]}" ]; then
             echo "-- llama-imatrix on $f16 (once)" >&2

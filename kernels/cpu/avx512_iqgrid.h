@@ -246,13 +246,11 @@ AVX2_INLINE __m512i iq1m_entries(const mvm_block_iq1_m *x, int z)
  * s / 4. */
 AVX2_INLINE __m256i iq1m_scales(const mvm_block_iq1_m *x)
 {
-    const __m256i i = _mm256_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m256i w = _mm256_permutexvar_epi16(
-        _mm256_srli_epi16(i, 2),
+        _mm256_setr_epi16(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
         _mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)x->scales)));
     const __m256i ls = _mm256_and_si256(
-        _mm256_srlv_epi16(w, _mm256_mullo_epi16(_mm256_and_si256(i, _mm256_set1_epi16(3)),
-                                                _mm256_set1_epi16(3))),
+        _mm256_srlv_epi16(w, _mm256_setr_epi16(0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9)),
         _mm256_set1_epi16(7));
     return _mm256_add_epi16(_mm256_add_epi16(ls, ls), _mm256_set1_epi16(1));
 }
