@@ -5,6 +5,10 @@
 #
 #   bash bench/gpu/deps.sh fetch   here, where apt works: the .debs into .gpudeps/ (git-ignored;
 #                                  name .gpudeps in the device call's carry)
+#   bash bench/gpu/deps.sh fetch runtime
+#                                  only the shared libraries the programs load (4 MB of 8): for a
+#                                  call that runs a carried build (.gpubin) and builds nothing
+#                                  there, so that test_gpu fits beside llama.cpp in 64 MiB
 #   source bench/gpu/deps.sh       there (bench/gpu/*.sh do it): nothing when the machine has
 #                                  them all; else the .debs are unpacked under $MOEVM_DEPS_DIR
 #                                  (/tmp/moevm-deps) and pkg-config, CMake and the dynamic
@@ -25,9 +29,11 @@ MOEVM_DEPS_PKGS=(libhwloc-dev libhwloc15 libnuma-dev libnuma1 libunwind-dev libu
                  libtasn1-6 libunistring2 libffi8)
 
 moevm_deps_fetch() {
-    local dir=.gpudeps
+    local dir=.gpudeps pkgs=("${MOEVM_DEPS_PKGS[@]}")
+    [[ ${1:-} == runtime ]] && mapfile -t pkgs < <(printf '%s\n' "${pkgs[@]}" |
+        grep -v -E -- '-dev$|pkgconf')
     rm -rf "$dir" && mkdir -p "$dir"
-    (cd "$dir" && apt-get download -q "${MOEVM_DEPS_PKGS[@]}") || {
+    (cd "$dir" && apt-get download -q "${pkgs[@]}") || {
         echo "deps.sh: apt-get download failed (run apt-get update first?)" >&2
         return 1
     }
@@ -112,9 +118,11 @@ moevm_deps_use() {
     for deb in "${debs[@]}"; do
         dpkg-deb -x "$deb" "$root" || { echo "deps.sh: cannot unpack $deb" >&2; return 1; }
     done
-    # Debian's .pc files name /usr (as prefix=, or libdir=/includedir= outright).
-    sed -i "s|=/usr|=$root/usr|" "$lib"/pkgconfig/*.pc
-    ln -sf "$root/usr/bin/pkgconf" "$root/bin/pkg-config"
+    # Debian's .pc files name /usr (as prefix=, or libdir=/includedir= outright). None when
+    # only the runtime libraries were carried (the -dev .debs left out to fit a call).
+    local pcs=("$lib"/pkgconfig/*.pc)
+    [[ -f ${pcs[0]} ]] && sed -i "s|=/usr|=$root/usr|" "${pcs[@]}"
+    [[ -x $root/usr/bin/pkgconf ]] && ln -sf "$root/usr/bin/pkgconf" "$root/bin/pkg-config"
     # The shared libraries the machine lacks, by soname, for the loader. (The cache is read
     # once: `ldconfig -p | grep -q` would fail under pipefail when grep stops reading early.)
     local so name known
@@ -131,10 +139,14 @@ moevm_deps_use() {
     # Debian's multiarch headers (hwloc's autogen/config.h) sit where gcc looks only under /.
     export CPATH=$root/usr/include/x86_64-linux-gnu:$root/usr/include${CPATH:+:$CPATH}
     export LIBRARY_PATH=$lib${LIBRARY_PATH:+:$LIBRARY_PATH}
-    moevm_deps_present || {
-        echo "deps.sh: unpacked $root, but the build's libraries are still not found" >&2
-        return 1
-    }
+    if ! moevm_deps_present; then
+        if [[ ! -f .gpubin/build-gpu.tar.xz ]]; then
+            echo "deps.sh: unpacked $root, but the build's libraries are still not found" >&2
+            return 1
+        fi
+        echo "deps.sh: unpacked $root, without what a build needs: only the carried build" \
+             "(.gpubin) can run" >&2
+    fi
     echo "deps.sh: using the carried libraries under $root ($(ls "$root/rt" | wc -l)" \
          "shared libraries the machine lacks on LD_LIBRARY_PATH)" >&2
 }
@@ -143,8 +155,8 @@ if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
     set -euo pipefail
     cd "$(dirname "$0")/../.."
     case "${1:-}" in
-        fetch) moevm_deps_fetch ;;
-        *) echo "usage: bash bench/gpu/deps.sh fetch  (or source it to use .gpudeps/)" >&2
+        fetch) moevm_deps_fetch "${2:-}" ;;
+        *) echo "usage: bash bench/gpu/deps.sh fetch [runtime]  (or source it to use .gpudeps/)" >&2
            exit 2 ;;
     esac
 else
