@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <sys/mman.h>
 
 #include "vmm_costs.h"
 
@@ -150,35 +149,6 @@ static double time_split_h2d_us(CUdeviceptr dst, const char *src, size_t bytes,
     return now_us() - t0;
 }
 
-/* The bare copy of `bytes` from host memory as the cuda backend's homes are made where
- * they are not HOST_NUMA handles (vmm/backend_cuda.c home_create_registered): anonymous
- * mmap, touched, cuMemHostRegister'ed; in 4 KiB pages (MADV_NOHUGEPAGE) or transparent
- * huge pages (MADV_HUGEPAGE, 2 MiB aligned), g_reps times into out. Set against a
- * cuMemHostAlloc source, it says whether the homes' pages cost the copy engine. */
-static void time_registered_copies(uint64_t bytes, int huge, double *out)
-{
-    own_context();
-    const size_t align = 2 * MiB;
-    char *raw = (char *)mmap(NULL, bytes + align, PROT_READ | PROT_WRITE,
-                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (raw == MAP_FAILED)
-        die("mmap of %llu bytes failed", (unsigned long long)bytes);
-    char *src = (char *)(((uintptr_t)raw + align - 1) / align * align);
-    madvise(src, bytes, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
-    fill_random(src, bytes, 11);
-    CU(cuMemHostRegister(src, bytes, CU_MEMHOSTREGISTER_PORTABLE));
-    CUdeviceptr dst;
-    CU(cuMemAlloc(&dst, bytes));
-    for (int i = -WARMUP; i < g_reps; i++) {
-        double us = time_h2d_us(dst, src, bytes);
-        if (i >= 0)
-            out[i] = us;
-    }
-    CU(cuMemFree(dst));
-    CU(cuMemHostUnregister(src));
-    munmap(raw, bytes + align);
-}
-
 /* The bare copy of expert_bytes split over 1..lanes streams: g_reps times each, into bare[L]
  * (bare[L][i], L = 1..lanes). */
 static void time_bare_copies(uint64_t expert_bytes, int lanes, double **bare)
@@ -221,14 +191,10 @@ void bench_make_resident(uint64_t expert_bytes, int slots)
     double *hit = (double *)xmalloc(sizeof(double) * (size_t)g_reps);
     double *all = (double *)xmalloc(sizeof(double) * (size_t)g_reps);
     double *home = (double *)xmalloc(sizeof(double) * (size_t)g_reps);
-    double *reg4k = (double *)xmalloc(sizeof(double) * (size_t)g_reps);
-    double *reg2m = (double *)xmalloc(sizeof(double) * (size_t)g_reps);
     double *bare[2] = {NULL, (double *)xmalloc(sizeof(double) * (size_t)g_reps)};
     time_moves(space, expert_bytes, mr, hit, home, all);
     MVM(mvm_space_destroy(space));
     time_bare_copies(expert_bytes, 1, bare); /* the floor any make-resident is measured against */
-    time_registered_copies(expert_bytes, 0, reg4k);
-    time_registered_copies(expert_bytes, 1, reg2m);
 
     /* a slot space's rows are named apart (slots_make_resident_..., "... (slot space)") */
     char name[64], what[128];
@@ -244,10 +210,7 @@ void bench_make_resident(uint64_t expert_bytes, int slots)
                   WHAT("cuMemcpyHtoDAsync + sync of its home to where it is resident"));
     add_sized_row(ROW("make_resident_over_copy_from_home"), mib, "x",
                   single(smr.med / shome.med), WHAT("make_resident / that copy (moevm's path)"));
-    add_sized_row(ROW("copy_registered_4k"), mib, "us", summarize(reg4k, g_reps),
-                  "cuMemcpyHtoDAsync + sync from registered mmap memory in 4 KiB pages");
-    add_sized_row(ROW("copy_registered_thp"), mib, "us", summarize(reg2m, g_reps),
-                  "the same in transparent huge pages (MADV_HUGEPAGE)");
+
     add_sized_row(ROW("make_resident_over_copy"), mib, "x", single(smr.med / sbare.med),
                   WHAT("make_resident / bare copy (target <= 1.1 from 8 MiB)"));
     stats sall = summarize(all, g_reps);
@@ -261,8 +224,6 @@ void bench_make_resident(uint64_t expert_bytes, int slots)
     free(mr);
     free(hit);
     free(home);
-    free(reg4k);
-    free(reg2m);
     free(bare[1]);
 }
 
