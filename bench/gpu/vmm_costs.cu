@@ -158,7 +158,7 @@ typedef struct row {
     const char *unit;
 } row;
 
-static row g_rows[96]; /* section 5: two spaces, four sizes, eight rows each */
+static row g_rows[96]; /* section 5: two spaces, four sizes, ten rows each */
 static int g_nrows;
 
 void add_row(const char *name, const char *unit, stats s, const char *what_fmt, ...)

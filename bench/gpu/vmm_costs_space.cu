@@ -78,15 +78,38 @@ static mvm_space *filled_space(uint32_t experts, uint64_t expert_bytes, int slot
 
 enum { BATCH = 8 }; /* experts asked for at once, as an engine step's misses */
 
+/* The same bytes as a move's copy by cuMemcpyHtoDAsync alone, g_reps each: its home into
+ * where it is resident (what the move's copy costs without moevm's path), and the two halves
+ * of that against the bare copy: a cuMemHostAlloc buffer into where it is resident (the
+ * destination's share) and its home into a cuMemAlloc buffer (the source's). On the H200 the
+ * first ran 21-36 us above the bare copy at every size (docs/perf/vmm.md, session 106). */
+typedef struct plain_copies {
+    double *home_to_resident, *pinned_to_resident, *home_to_alloc;
+    void *pinned;
+    CUdeviceptr alloc;
+} plain_copies;
+
+static void time_plain_copies(mvm_space *space, uint32_t e, size_t bytes, plain_copies *pc,
+                              int i)
+{
+    uint64_t at = 0;
+    MVM(mvm_expert_slot(space, 0, e, &at));
+    const void *home = mvm_expert_home(space, 0, e);
+    own_context();
+    pc->home_to_resident[i] = time_h2d_us((CUdeviceptr)at, home, bytes);
+    pc->pinned_to_resident[i] = time_h2d_us((CUdeviceptr)at, pc->pinned, bytes);
+    pc->home_to_alloc[i] = time_h2d_us(pc->alloc, home, bytes);
+    CU(cuMemcpyHtoD((CUdeviceptr)at, home, bytes)); /* the expert's own bytes back */
+}
+
 /* Times g_reps moves in `space` (BATCH experts, none resident): one[i] a make-resident of
- * one expert, hit[i] the same call once it is resident, from_home[i] (where not NULL) the
- * bare copy of its home into where it is now resident, the same bytes by cuMemcpyHtoDAsync
- * alone (what the move's copy costs without moevm's path), all[i] BATCH experts asked for at
- * once (async) and all waited for, as an engine step or a launch's misses do: the migration
- * worker takes them as one batch and remaps each as its copies land. Every move is checked
- * for residency, and the experts' bytes are read back from the device. */
+ * one expert, hit[i] the same call once it is resident, pc's copies (where pc is not NULL),
+ * all[i] BATCH experts asked for at once (async) and all waited for, as an engine step or a
+ * launch's misses do: the migration worker takes them as one batch and remaps each as its
+ * copies land. Every move is checked for residency, and the experts' bytes are read back
+ * from the device. */
 static void time_moves(mvm_space *space, uint64_t expert_bytes, double *one, double *hit,
-                       double *from_home, double *all)
+                       plain_copies *pc, double *all)
 {
     void *scratch = xmalloc(expert_bytes);
     for (int i = -WARMUP; i < g_reps; i++) {
@@ -99,12 +122,8 @@ static void time_moves(mvm_space *space, uint64_t expert_bytes, double *one, dou
         double t2 = now_us();
         check_residency(space, e, 1);
         verify_expert(space, e, expert_bytes, scratch);
-        if (from_home && i >= 0) {
-            uint64_t at = 0;
-            MVM(mvm_expert_slot(space, 0, e, &at));
-            from_home[i] = time_h2d_us((CUdeviceptr)at, mvm_expert_home(space, 0, e),
-                                       expert_bytes);
-        }
+        if (pc && i >= 0)
+            time_plain_copies(space, e, expert_bytes, pc, i);
         MVM(mvm_evict(space, 0, e, 0));
         if (i >= 0) {
             one[i] = t1 - t0;
@@ -190,10 +209,19 @@ void bench_make_resident(uint64_t expert_bytes, int slots)
     double *mr = (double *)xmalloc(sizeof(double) * (size_t)g_reps);
     double *hit = (double *)xmalloc(sizeof(double) * (size_t)g_reps);
     double *all = (double *)xmalloc(sizeof(double) * (size_t)g_reps);
-    double *home = (double *)xmalloc(sizeof(double) * (size_t)g_reps);
+    plain_copies pc = {(double *)xmalloc(sizeof(double) * (size_t)g_reps),
+                       (double *)xmalloc(sizeof(double) * (size_t)g_reps),
+                       (double *)xmalloc(sizeof(double) * (size_t)g_reps), NULL, 0};
+    own_context();
+    CU(cuMemHostAlloc(&pc.pinned, expert_bytes, 0));
+    CU(cuMemAlloc(&pc.alloc, expert_bytes));
+    fill_random(pc.pinned, expert_bytes, 9);
     double *bare[2] = {NULL, (double *)xmalloc(sizeof(double) * (size_t)g_reps)};
-    time_moves(space, expert_bytes, mr, hit, home, all);
+    time_moves(space, expert_bytes, mr, hit, &pc, all);
     MVM(mvm_space_destroy(space));
+    own_context();
+    CU(cuMemFreeHost(pc.pinned));
+    CU(cuMemFree(pc.alloc));
     time_bare_copies(expert_bytes, 1, bare); /* the floor any make-resident is measured against */
 
     /* a slot space's rows are named apart (slots_make_resident_..., "... (slot space)") */
@@ -205,11 +233,16 @@ void bench_make_resident(uint64_t expert_bytes, int slots)
     add_sized_row(ROW("bare_copy"), mib, "us", sbare, "cuMemcpyHtoDAsync + sync");
     add_sized_row(ROW("make_resident_hit"), mib, "us", summarize(hit, g_reps),
                   WHAT("mvm_make_resident when resident"));
-    stats shome = summarize(home, g_reps);
+    stats shome = summarize(pc.home_to_resident, g_reps);
     add_sized_row(ROW("copy_from_home"), mib, "us", shome,
                   WHAT("cuMemcpyHtoDAsync + sync of its home to where it is resident"));
     add_sized_row(ROW("make_resident_over_copy_from_home"), mib, "x",
                   single(smr.med / shome.med), WHAT("make_resident / that copy (moevm's path)"));
+    add_sized_row(ROW("copy_pinned_to_resident"), mib, "us",
+                  summarize(pc.pinned_to_resident, g_reps),
+                  WHAT("the same from cuMemHostAlloc memory (the destination's share)"));
+    add_sized_row(ROW("copy_home_to_alloc"), mib, "us", summarize(pc.home_to_alloc, g_reps),
+                  WHAT("its home into cuMemAlloc memory (the source's share)"));
 
     add_sized_row(ROW("make_resident_over_copy"), mib, "x", single(smr.med / sbare.med),
                   WHAT("make_resident / bare copy (target <= 1.1 from 8 MiB)"));
@@ -223,7 +256,9 @@ void bench_make_resident(uint64_t expert_bytes, int slots)
     free(all);
     free(mr);
     free(hit);
-    free(home);
+    free(pc.home_to_resident);
+    free(pc.pinned_to_resident);
+    free(pc.home_to_alloc);
     free(bare[1]);
 }
 
