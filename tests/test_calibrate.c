@@ -112,10 +112,37 @@ static void test_apply_gpu(void)
         CHECK(m.cpu_flops == mvm_machine_preset("h100")->cpu_flops);
     }
     mvm_machine m = *mvm_machine_preset("h100"), before = m;
-    mvm_calib_experts flat = {.fit = {.a = 1e-5, .b = 0}}, inf = {.fit = {.a = INFINITY, .b = 1}};
-    CHECK(mvm_calib_apply_gpu(&m, &flat, bytes, embd, ff) == -1);
+    mvm_calib_experts inf = {.fit = {.a = INFINITY, .b = 1}}, falls = {.fit = {.a = 1e-5, .b = -1e-7}};
     CHECK(mvm_calib_apply_gpu(&m, &inf, bytes, embd, ff) == -1);
+    CHECK(mvm_calib_apply_gpu(&m, &falls, bytes, embd, ff) == -1);
     CHECK(memcmp(&m, &before, sizeof m) == 0);
+    /* A flat fit (bound by the bytes): the launch and bandwidth give g0 back, the base's
+     * flops the work per token. */
+    mvm_calib_experts flat = {.fit = {.a = 2e-6, .b = 0}};
+    CHECK(mvm_calib_apply_gpu(&m, &flat, bytes, embd, ff) == 0);
+    CHECK(m.gpu_flops == before.gpu_flops && m.gpu_launch == 1e-6);
+    mvm_cost cost;
+    mvm_cost_init(&cost, &m, bytes, embd, ff);
+    const double per_token = 6.0 * embd * ff / before.gpu_flops;
+    CHECK(near(mvm_cost_gpu(&cost, 1), 2e-6 + per_token, 1e-12));
+    CHECK(near(mvm_cost_gpu(&cost, 32), 2e-6 + 32 * per_token, 1e-12));
+}
+
+/* The flat fit: the points' median, held at the floor (and 1 ns), slope 0; the CPU's
+ * refuses a flat line (test_apply_cpu). */
+static void test_fit_flat(void)
+{
+    /* the H200's Qwen3 expert (calibrate, session 106): 2.48 µs at 1 token, 1.54 at 32 */
+    mvm_calib_experts c = {.n_points = 6, .tokens = {1, 2, 4, 8, 16, 32},
+                           .seconds = {2.48e-6, 1.9e-6, 1.7e-6, 2.1e-6, 1.6e-6, 1.54e-6}};
+    CHECK(mvm_calib_fit(&c) == -1);
+    CHECK(mvm_calib_fit_flat(&c) == 0 && near(c.fit.a, 1.8e-6, 1e-12) && c.fit.b == 0);
+    CHECK(near(c.fit.max_rel, (2.48e-6 - 1.8e-6) / 2.48e-6, 1e-9));
+    CHECK(c.seconds[0] == 2.48e-6 && c.seconds[5] == 1.54e-6); /* the points as they were */
+    c.floor_s = 5e-6;
+    CHECK(mvm_calib_fit_flat(&c) == 0 && c.fit.a == 5e-6);
+    c.n_points = 0;
+    CHECK(mvm_calib_fit_flat(&c) == -1);
 }
 
 /* A decode token's time, less what the cost model's experts take of it (every MoE layer's
@@ -357,6 +384,7 @@ int main(void)
         return 1;
     RUN(test_fit_and_median);
     RUN(test_fit);
+    RUN(test_fit_flat);
     RUN(test_apply_gpu);
     RUN(test_apply_cpu);
     RUN(test_apply_copy);

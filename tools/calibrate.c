@@ -156,6 +156,19 @@ int mvm_calib_fit(mvm_calib_experts *c)
     return c->fit.b > 0 ? 0 : -1;
 }
 
+int mvm_calib_fit_flat(mvm_calib_experts *c)
+{
+    if (!c->n_points)
+        return -1;
+    double v[MVM_CALIB_MAX_POINTS];
+    memcpy(v, c->seconds, c->n_points * sizeof *v);
+    double a = mvm_median(v, c->n_points), least = c->floor_s > 1e-9 ? c->floor_s : 1e-9;
+    c->fit.a = a > least ? a : least;
+    c->fit.b = 0;
+    c->fit.max_rel = max_rel(c->tokens, c->seconds, c->n_points, c->fit.a, 0);
+    return 0;
+}
+
 /* The points of *out at 1, 2, 4, ... tokens up to max_tokens (>= 2), fn timing one expert
  * of *n tokens. */
 static mvm_status sweep_once(timed_fn fn, void *ctx, uint32_t *n, uint32_t max_tokens,
@@ -177,10 +190,12 @@ static mvm_status sweep_once(timed_fn fn, void *ctx, uint32_t *n, uint32_t max_t
 }
 
 /* sweep_once, then the fit; a line that does not rise (a burst of other work during the
- * first points) is measured once more before it is refused. `where` names the side in the
- * error of a failed fit. */
+ * first points) is measured once more before it is refused, or, where `flat_ok` (a side
+ * bound by the experts' bytes), taken as flat. `where` names the side in the error of a
+ * failed fit. */
 static mvm_status sweep(timed_fn fn, void *ctx, uint32_t *n, uint32_t max_tokens,
-                        double seconds_per_point, const char *where, mvm_calib_experts *out)
+                        double seconds_per_point, const char *where, bool flat_ok,
+                        mvm_calib_experts *out)
 {
     mvm_status st = MVM_OK;
     for (int attempt = 0; attempt < 2 && st == MVM_OK; attempt++) {
@@ -188,6 +203,8 @@ static mvm_status sweep(timed_fn fn, void *ctx, uint32_t *n, uint32_t max_tokens
         if (st == MVM_OK && !mvm_calib_fit(out))
             return MVM_OK;
     }
+    if (st == MVM_OK && flat_ok && !mvm_calib_fit_flat(out))
+        return MVM_OK;
     if (st == MVM_OK)
         return mvm_fail(MVM_ERR_INVALID, "calibration: the %s experts' times did not grow "
                         "with their tokens (%.3g s at 1, %.3g s at %u): the machine was too "
@@ -234,7 +251,7 @@ mvm_status mvm_calib_cpu_experts(mvm_model *m, mvm_pool *pool, uint32_t max_toke
     if (st == MVM_OK)
         st = repeat(time_pool, pool, seconds_per_point / 4, &out->floor_s, &(uint32_t){0});
     if (st == MVM_OK)
-        st = sweep(time_expert, &c, &c.n, max_tokens, seconds_per_point, "CPU", out);
+        st = sweep(time_expert, &c, &c.n, max_tokens, seconds_per_point, "CPU", false, out);
     free(c.xn);
     mvm_cpu_experts_free(c.x);
     mvm_moe_free(c.step);
@@ -289,7 +306,8 @@ mvm_status mvm_calib_gpu_experts(mvm_model *m, mvm_pool *pool, uint32_t max_toke
     if (st == MVM_OK)
         st = random_inputs((size_t)max_tokens * m->hp.n_embd, &g.x);
     if (st == MVM_OK)
-        st = sweep(time_gpu_expert, &g, &g.n, max_tokens, seconds_per_point, "GPU", out);
+        st = sweep(time_gpu_expert, &g, &g.n, max_tokens, seconds_per_point, "GPU", true,
+                   out);
     free(g.x);
     mvm_ctx_free(g.ctx);
     return st;
@@ -391,15 +409,16 @@ int mvm_calib_apply_token(mvm_machine *m, double t_token, const mvm_hparams *hp,
  * (a − *setup); *flops = cost.h's flops_per_token / b. -1 (nothing written) unless a and b
  * are positive and finite. */
 static int rates(const mvm_calib_experts *c, double setup, uint64_t expert_bytes,
-                 uint32_t n_embd, uint32_t n_ff, double *setup_out, double *mem_bw,
-                 double *flops)
+                 uint32_t n_embd, uint32_t n_ff, bool flat_ok, double *setup_out,
+                 double *mem_bw, double *flops)
 {
     double a = c->fit.a, b = c->fit.b;
-    if (!(a > 0) || !(b > 0) || !isfinite(a) || !isfinite(b))
+    if (!(a > 0) || !isfinite(a) || !isfinite(b) || b < 0 || (b == 0 && !flat_ok))
         return -1;
     *setup_out = setup > 0 && setup < a / 2 ? setup : a / 2;
     *mem_bw = (double)expert_bytes / (a - *setup_out);
-    *flops = 2.0 * 3.0 * n_embd * n_ff / b;
+    if (b > 0) /* flat: the work per token is below what the points resolve; *flops kept */
+        *flops = 2.0 * 3.0 * n_embd * n_ff / b;
     return 0;
 }
 
@@ -408,14 +427,14 @@ int mvm_calib_apply_cpu(mvm_machine *m, const mvm_calib_experts *c, uint64_t exp
 {
     /* the setup is the pool's fork/join; one too slow (a noisy measurement) is held to
      * half of c0 */
-    return rates(c, c->floor_s, expert_bytes, n_embd, n_ff, &m->cpu_setup, &m->cpu_mem_bw,
-                 &m->cpu_flops);
+    return rates(c, c->floor_s, expert_bytes, n_embd, n_ff, false, &m->cpu_setup,
+                 &m->cpu_mem_bw, &m->cpu_flops);
 }
 
 int mvm_calib_apply_gpu(mvm_machine *m, const mvm_calib_experts *c, uint64_t expert_bytes,
                         uint32_t n_embd, uint32_t n_ff)
 {
-    return rates(c, m->gpu_launch, expert_bytes, n_embd, n_ff, &m->gpu_launch,
+    return rates(c, m->gpu_launch, expert_bytes, n_embd, n_ff, true, &m->gpu_launch,
                  &m->gpu_mem_bw, &m->gpu_flops);
 }
 

@@ -21,13 +21,17 @@
  *    launched and finished), for 1, 2, 4, ... tokens: k experts (the model's top-k, at
  *    most MVM_CALIB_GPU_GROUP) in one launch less the first alone, over k − 1, each
  *    repetition the next k of every layer's experts in turn; t_gpu(n) = g0 + g1·n by least
- *    squares. The engine launches a step's experts together (in decode, inside one graph),
+ *    squares, or, where the times do not rise (on an H200 one more Qwen3-30B-A3B expert
+ *    took 2.5 µs at 1 token and 1.5 at 32: the expert's bytes bound the kernels at these
+ *    token counts, and the work per token is below what the points resolve), the flat line
+ *    g0 = their median, g1 = 0 (mvm_calib_fit_flat). The engine launches a step's experts together (in decode, inside one graph),
  *    so a lone expert's time, its launches and sync included, would charge each expert
  *    what the step pays once (an estimate, not measured: at ~16 µs or more a lone expert, a
  *    Qwen3 token's 96 experts would take more than the H200's whole 1.49 ms token). The
  *    step's own launch is left to attn_time. gpu_flops = flops_per_token / g1; gpu_launch
  *    = the base's, at most g0/2 (launch and reading the expert are not told apart by one
- *    line); gpu_mem_bw = expert_bytes / (g0 − gpu_launch).
+ *    line); gpu_mem_bw = expert_bytes / (g0 − gpu_launch); a flat line keeps the base's
+ *    gpu_flops.
  *  - A decode token (a context computing on the device, the budget holding every expert):
  *    one token at a fixed position after a prompt, every expert resident, its logits read
  *    back. attn_time = what the cost model's experts leave of it (n_layer · top-k ·
@@ -40,6 +44,7 @@
 #ifndef MVM_TOOLS_CALIBRATE_H
 #define MVM_TOOLS_CALIBRATE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -77,6 +82,10 @@ typedef struct mvm_calib_experts {
  * is not positive (the times did not grow with the tokens) or the points are fewer than
  * two. */
 int mvm_calib_fit(mvm_calib_experts *c);
+/* c->fit as the flat line through c's points: a their median (at least floor_s, and 1 ns),
+ * b 0, for a side whose experts are bound by their bytes at every point measured (the
+ * GPU's). -1 for no points. */
+int mvm_calib_fit_flat(mvm_calib_experts *c);
 
 /* Times the model's experts on the CPU threads at 1, 2, 4, ... up to max_tokens (a power
  * of two or not: the last point is max_tokens), repeating each point for at least
@@ -90,8 +99,9 @@ mvm_status mvm_calib_cpu_experts(mvm_model *m, mvm_pool *pool, uint32_t max_toke
  * cuda one; the experts are made resident, timed and evicted, so the space should be
  * empty, as mvm_calib_copies leaves it). launch: the least a lone expert costs there (the
  * base's gpu_launch), the fit's floor_s where the model routes a token to one expert; one
- * more expert of a step's launch has no floor but 1 ns. MVM_ERR_UNSUPPORTED in a build
- * without the device kernels; MVM_ERR_INVALID when the fit fails. */
+ * more expert of a step's launch has no floor but 1 ns. Times that do not rise with the
+ * tokens, measured twice, give the flat line (mvm_calib_fit_flat). MVM_ERR_UNSUPPORTED in
+ * a build without the device kernels. */
 mvm_status mvm_calib_gpu_experts(mvm_model *m, mvm_pool *pool, uint32_t max_tokens,
                                  double seconds_per_point, double launch,
                                  mvm_calib_experts *out);
@@ -124,8 +134,8 @@ mvm_status mvm_calib_copies(mvm_space *space, double seconds_per_point, mvm_cali
 int mvm_calib_apply_cpu(mvm_machine *m, const mvm_calib_experts *c, uint64_t expert_bytes,
                         uint32_t n_embd, uint32_t n_ff);
 /* m's gpu_launch, gpu_mem_bw and gpu_flops from a GPU measurement (the header says how):
- * mvm_cost_init then gives the fit's g0 and g1. -1 (m untouched) when g0 <= 0 or
- * g1 <= 0. */
+ * mvm_cost_init then gives the fit's g0 and g1; a flat fit (g1 0) keeps gpu_flops, and
+ * g0 plus the base's work per token comes back. -1 (m untouched) when g0 <= 0 or g1 < 0. */
 int mvm_calib_apply_gpu(mvm_machine *m, const mvm_calib_experts *c, uint64_t expert_bytes,
                         uint32_t n_embd, uint32_t n_ff);
 /* m's load_setup and pcie_bw from a copy measurement: mvm_cost_load_bytes then gives both

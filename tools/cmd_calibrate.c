@@ -186,6 +186,9 @@ static int measure(const struct cal_args *a, mvm_model *model, mvm_pool *pool, m
         return mvm_cli_error("calibrate", NULL);
     } else {
         print_points("gpu", "one more expert in a step's launch", &gpu);
+        if (gpu.fit.b == 0)
+            fprintf(stderr, "; flat: the times did not rise from 1 to %u tokens (the "
+                    "expert's bytes bound it), gpu_flops is the base's", a->tokens);
         fputc('\n', stderr);
         mvm_calib_apply_gpu(m, &gpu, model->expert_bytes, hp->n_embd, hp->n_ff_exp);
     }
