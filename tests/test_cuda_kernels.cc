@@ -711,9 +711,10 @@ static void qk_rope_case(uint32_t norm, uint32_t nh, uint32_t nkv, uint32_t neox
                                 dp(v.data()), kv_dim, kv_dim, kv_dim, n_tok, t == MVM_W_F16, 0,
                                 pos};
     launch(mvm_g_store_rows, sa, mvm_g_store_rows_shape(&sa));
-    /* in one launch */
-    std::vector<float> q2 = q, k2 = k;
-    mvm_g_qk_rope_args a = {.q = dp(q2.data()), .k = dp(k2.data()), .v = dp(v.data()),
+    /* in one launch, the queries from a copy of their own (q_in), into a poisoned q */
+    std::vector<float> qin = q, k2 = k, q2(q.size(), NAN);
+    mvm_g_qk_rope_args a = {.q_in = dp(qin.data()), .q = dp(q2.data()), .k = dp(k2.data()),
+                            .v = dp(v.data()),
                             .q_norm = norm ? dp(qn.data()) : 0,
                             .k_norm = norm ? dp(kn.data()) : 0, .kc = dp(kc2.data() + first),
                             .vc = dp(vc2.data() + first), .pos = pos, .q_stride = q_dim,
@@ -722,7 +723,7 @@ static void qk_rope_case(uint32_t norm, uint32_t nh, uint32_t nkv, uint32_t neox
                             .kv_f16 = t == MVM_W_F16, .pos0 = on_dev ? 12345 : pos0,
                             .eps = eps, .rope = r};
     launch(mvm_g_qk_rope, a, mvm_g_qk_rope_shape(&a));
-    CHECK(q2 == q1 && kc2 == kc1 && vc2 == vc1);
+    CHECK(q2 == q1 && kc2 == kc1 && vc2 == vc1 && qin == q && k2 == k);
     /* the CPU's */
     std::vector<float> want = q;
     for (uint32_t i = 0; i < n_tok; i++) {

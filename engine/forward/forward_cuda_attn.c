@@ -163,17 +163,17 @@ static mvm_status wants_att_act(struct cuda_fwd *f, const struct dev_block *L, u
 
 /* q, and k and v into k, v (the cache's rows, or staging), with the architecture's bias and,
  * with `norm`, its QK norm; not rotated. */
-static mvm_status qkv(struct cuda_fwd *f, const struct dev_block *L, mvm_dptr k, mvm_dptr v,
-                      uint32_t n, int norm)
+static mvm_status qkv(struct cuda_fwd *f, const struct dev_block *L, mvm_dptr q, mvm_dptr k,
+                      mvm_dptr v, uint32_t n, int norm)
 {
     const mvm_hparams *hp = &f->m->hp;
     uint32_t D = hp->n_embd, hd = hp->head_dim;
     const struct dev_weight *const ws[] = {&L->wq, &L->wk, &L->wv};
-    const mvm_dptr ys[] = {f->q, k, v};
+    const mvm_dptr ys[] = {q, k, v};
     const uint64_t strides[] = {f->q_dim, f->kv_dim, f->kv_dim};
     TRY(mvm_cuda_fwd_matmul_many(f, ws, 3, f->xn_act, f->xn, D, n, ys, strides));
     if (f->m->arch->qkv_bias) {
-        TRY(mvm_cuda_fwd_add(f, f->q, L->bq, 0, 0, f->q_dim, n));
+        TRY(mvm_cuda_fwd_add(f, q, L->bq, 0, 0, f->q_dim, n));
         TRY(mvm_cuda_fwd_add(f, k, L->bk, 0, 0, f->kv_dim, n));
         TRY(mvm_cuda_fwd_add(f, v, L->bv, 0, 0, f->kv_dim, n));
     }
@@ -184,13 +184,13 @@ static mvm_status qkv(struct cuda_fwd *f, const struct dev_block *L, mvm_dptr k,
         return MVM_OK;
     if (L->q_norm && (head || f->q_dim == f->kv_dim)) {
         const uint32_t w = head ? hd : f->q_dim;
-        mvm_g_rmsnorm_args a = {.x = f->q, .out = f->q, .w = L->q_norm, .x2 = k,
+        mvm_g_rmsnorm_args a = {.x = q, .out = q, .w = L->q_norm, .x2 = k,
                                 .w2 = L->k_norm, .x_stride = w, .out_stride = w, .n = w,
                                 .n_rows = n * (head ? hp->n_head : 1),
                                 .n_rows2 = n * (head ? hp->n_head_kv : 1), .eps = hp->rms_eps};
         TRY(mvm_gpu_rmsnorm(f->g, 0, &a));
     } else if (L->q_norm) {
-        TRY(mvm_cuda_fwd_rmsnorm(f, f->q, f->q, f->q_dim, L->q_norm, f->q_dim, n));
+        TRY(mvm_cuda_fwd_rmsnorm(f, q, q, f->q_dim, L->q_norm, f->q_dim, n));
         TRY(mvm_cuda_fwd_rmsnorm(f, k, k, f->kv_dim, L->k_norm, f->kv_dim, n));
     }
     return MVM_OK;
@@ -208,23 +208,22 @@ static mvm_status rope_run(struct cuda_fwd *f, mvm_dptr k, const struct cuda_run
 
 /* The QK norm mvm_g_qk_rope takes for L's staged rows (MVM_G_QK_NORM_*), or -1 where the
  * batch goes another way: straight into an F32 cache (direct), the runs of several
- * sequences, a block with a ring (its rows may wrap; gpt-oss's windowed layers), rows too
- * wide for one block, each through the kernels one after the other. */
+ * sequences, a block with a ring (its rows may wrap; gpt-oss's windowed layers), heads too
+ * wide for one block's copy, each through the kernels one after the other. */
 static int qk_rope_norm(const struct cuda_fwd *f, const struct dev_block *L, uint32_t blk)
 {
-    if (direct(f, blk) || f->n_runs != 1 || !f->v || run_block(f, f->runs, blk)->ring)
+    if (direct(f, blk) || f->n_runs != 1 || !f->v || run_block(f, f->runs, blk)->ring ||
+        f->m->hp.head_dim > MVM_G_QK_HEAD_MAX)
         return -1;
     if (!L->q_norm)
         return MVM_G_QK_NORM_NONE;
-    if (f->m->arch->qk_norm == MVM_QK_NORM_HEAD)
-        return MVM_G_QK_NORM_HEAD;
-    return f->q_dim <= MVM_G_QK_ROW_MAX && f->kv_dim <= MVM_G_QK_ROW_MAX ? MVM_G_QK_NORM_ROWS
-                                                                          : -1;
+    return f->m->arch->qk_norm == MVM_QK_NORM_HEAD ? MVM_G_QK_NORM_HEAD : MVM_G_QK_NORM_ROWS;
 }
 
-/* The one run's staged rows (qkv's, without the norm) normed, rotated and stored in one
- * launch, as rope_run and store would after qkv's norm (a decode token's: 3 launches a
- * layer, or 2, where this is one). */
+/* The one run's staged rows (qkv's, without the norm, its queries in f->att, which the
+ * attention writes only later) normed, rotated and stored in one launch, the queries into
+ * f->q, as rope_run and store would after qkv's norm (a decode token's: 3 launches a layer,
+ * or 2, where this is one). */
 static mvm_status qk_rope(struct cuda_fwd *f, const struct dev_block *L, uint32_t blk, int norm)
 {
     const mvm_hparams *hp = &f->m->hp;
@@ -232,7 +231,8 @@ static mvm_status qk_rope(struct cuda_fwd *f, const struct dev_block *L, uint32_
     const mvm_kv_block *b = run_block(f, r, blk);
     const mvm_dptr pos = mvm_cuda_fwd_pos(f); /* a decode graph's, on the device */
     const uint64_t at = (pos ? b->row0 : mvm_kv_row(b, r->pos0)) * f->kv_dim * f->kv->elt;
-    mvm_g_qk_rope_args a = {.q = f->q, .k = f->k, .v = f->v, .q_norm = L->q_norm,
+    mvm_g_qk_rope_args a = {.q_in = f->att, .q = f->q, .k = f->k, .v = f->v,
+                            .q_norm = L->q_norm,
                             .k_norm = L->k_norm, .kc = f->kc + at, .vc = f->vc + at,
                             .pos = pos, .q_stride = f->q_dim, .kv_stride = f->kv_dim,
                             .cache_stride = f->kv_dim, .n_tok = r->n, .n_head = hp->n_head,
@@ -249,13 +249,13 @@ static mvm_status gqa(struct cuda_fwd *f, const struct dev_block *L, uint32_t bl
     const int fused = qk_rope_norm(f, L, blk);
     if (direct(f, blk)) {
         const uint64_t at = mvm_kv_row(run_block(f, f->runs, blk), f->runs->pos0) * row;
-        TRY(qkv(f, L, f->kc + at, f->vc + at, n, 1));
+        TRY(qkv(f, L, f->q, f->kc + at, f->vc + at, n, 1));
         TRY(rope_run(f, f->kc + at, f->runs));
     } else if (fused >= 0) {
-        TRY(qkv(f, L, f->k, f->v, n, 0));
+        TRY(qkv(f, L, f->att, f->k, f->v, n, 0));
         TRY(qk_rope(f, L, blk, fused));
     } else {
-        TRY(qkv(f, L, f->k, f->v, n, 1));
+        TRY(qkv(f, L, f->q, f->k, f->v, n, 1));
         for (const struct cuda_run *r = f->runs; r < f->runs + f->n_runs; r++) {
             TRY(rope_run(f, f->k + r->i0 * src, r));
             TRY(store(f, blk, r));

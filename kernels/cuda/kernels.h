@@ -454,18 +454,22 @@ MVM_G_FN mvm_g_shape mvm_g_rope_shape(const mvm_g_rope_args *a)
 
 /* mvm_g_qk_rope: a layer's new rows made ready for attention in one launch, what mvm_g_rmsnorm
  * (the QK norm), mvm_g_rope and mvm_g_store_rows do one after the other, the same floats:
- * for n_tok tokens (token i at position pos0 + i: mvm_g_pos0) with queries at q + i *
+ * for n_tok tokens (token i at position pos0 + i: mvm_g_pos0) with queries at q_in + i *
  * q_stride floats (n_head heads of head_dim) and keys and values at k, v + i * kv_stride
  * (n_head_kv heads): the queries and keys normed (norm: MVM_G_QK_NORM_NONE; _HEAD, each
- * head by the head_dim weights q_norm or k_norm; _ROWS, each row by its row's weights, at
- * most MVM_G_QK_ROW_MAX floats), then rotated; the queries written back in place, the keys
- * and values into the cache, row i at kc, vc + (i + *pos, or i without pos) * cache_stride
- * elements, as F16 with kv_f16 else F32. A block per query row or head, key row or head,
- * and one for the values, per token. */
+ * head by the head_dim weights q_norm or k_norm; _ROWS, each row by its row's weights),
+ * then rotated; the queries written at q (as q_in, and never q_in itself: a head's block
+ * reads its whole row while another may have written its own head), the keys and values into the cache, row
+ * i at kc, vc + (i + *pos, or i without pos) * cache_stride elements, as F16 with kv_f16
+ * else F32. A block per query head, key head and value head, per token (heads of at most
+ * MVM_G_QK_HEAD_MAX floats): with _ROWS each head's block sums its whole row's squares, in
+ * the one order, so every head of a row gets the factor one block of the row would. One
+ * block a row had left a decode token's queries to one block of the card (OLMoE-1B-7B:
+ * 14 µs a layer on an H200, docs/perf/engine.md, session 106). */
 enum { MVM_G_QK_NORM_NONE, MVM_G_QK_NORM_HEAD, MVM_G_QK_NORM_ROWS };
-#define MVM_G_QK_ROW_MAX 8192
+#define MVM_G_QK_HEAD_MAX 1024
 typedef struct mvm_g_qk_rope_args {
-    mvm_dptr q, k, v, q_norm, k_norm, kc, vc, pos;
+    mvm_dptr q_in, q, k, v, q_norm, k_norm, kc, vc, pos;
     uint64_t q_stride, kv_stride, cache_stride;
     uint32_t n_tok, n_head, n_head_kv, head_dim, norm, kv_f16, pos0;
     float eps;
@@ -474,8 +478,7 @@ typedef struct mvm_g_qk_rope_args {
 
 MVM_G_FN mvm_g_shape mvm_g_qk_rope_shape(const mvm_g_qk_rope_args *a)
 {
-    const uint32_t rows = a->norm == MVM_G_QK_NORM_ROWS ? 2 : a->n_head + a->n_head_kv;
-    mvm_g_shape s = {rows + 1, a->n_tok, MVM_G_THREADS};
+    mvm_g_shape s = {a->n_head + 2 * a->n_head_kv, a->n_tok, MVM_G_THREADS};
     return s;
 }
 

@@ -136,37 +136,44 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_rope(mvm_g_rop
 
 extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_qk_rope(mvm_g_qk_rope_args a)
 {
-    __shared__ float row[MVM_G_QK_ROW_MAX];
+    __shared__ float head[MVM_G_QK_HEAD_MAX];
     __shared__ double tmp[MVM_G_WARPS];
     const uint32_t hd = a.head_dim, tok = blockIdx.y, b = blockIdx.x;
-    const uint32_t whole = a.norm == MVM_G_QK_NORM_ROWS, kv_dim = a.n_head_kv * hd;
-    const uint32_t nq = whole ? 1 : a.n_head, nk = whole ? 1 : a.n_head_kv;
     const uint64_t at = ((uint64_t)mvm_g_pos0(a.pos, 0) + tok) * a.cache_stride;
-    if (b == nq + nk) { /* the values, as they are */
-        for (uint32_t j = threadIdx.x; j < kv_dim; j += blockDim.x)
-            kv_put(a.vc, at + j, ((const float *)a.v)[tok * a.kv_stride + j], a.kv_f16);
+    if (b >= a.n_head + a.n_head_kv) { /* a head of the values, as they are */
+        const uint32_t off = (b - a.n_head - a.n_head_kv) * hd;
+        for (uint32_t j = threadIdx.x; j < hd; j += blockDim.x)
+            kv_put(a.vc, at + off + j, ((const float *)a.v)[tok * a.kv_stride + off + j],
+                   a.kv_f16);
         return;
     }
-    const uint32_t key = b >= nq, unit = key ? b - nq : b;
-    const uint32_t heads = whole ? (key ? a.n_head_kv : a.n_head) : 1, n = heads * hd;
-    float *x = (float *)(key ? a.k : a.q) + tok * (key ? a.kv_stride : a.q_stride) +
-               (uint64_t)unit * hd;
+    const uint32_t key = b >= a.n_head, unit = key ? b - a.n_head : b;
+    const float *row = (const float *)(key ? a.k : a.q_in) +
+                       tok * (key ? a.kv_stride : a.q_stride);
+    const float *x = row + (uint64_t)unit * hd;
     const float *w = (const float *)(key ? a.k_norm : a.q_norm);
-    /* normed as mvm_g_rmsnorm norms a row (every head's weights the same with a norm a
-     * head), into the block's copy */
-    const float scale = a.norm ? rms_scale(x, n, a.eps, tmp) : 1.0f;
-    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x)
-        row[i] = a.norm ? x[i] * scale * w[i] : x[i];
+    /* normed as mvm_g_rmsnorm norms a row (_ROWS: the whole row's squares, this head's
+     * weights of the row's; _HEAD: the head's, every head's weights the same), into the
+     * block's copy of its head */
+    float scale = 1.0f;
+    if (a.norm == MVM_G_QK_NORM_ROWS) {
+        scale = rms_scale(row, (key ? a.n_head_kv : a.n_head) * hd, a.eps, tmp);
+        w += (uint64_t)unit * hd;
+    } else if (a.norm == MVM_G_QK_NORM_HEAD) {
+        scale = rms_scale(x, hd, a.eps, tmp);
+    }
+    for (uint32_t i = threadIdx.x; i < hd; i += blockDim.x)
+        head[i] = a.norm ? x[i] * scale * w[i] : x[i];
     __syncthreads();
     const uint32_t half = a.rope.n_rot / 2, pos = mvm_g_pos0(a.pos, a.pos0) + tok;
-    for (uint32_t u = threadIdx.x; u < heads * half; u += blockDim.x)
-        rope_pair(a.rope, pos, u % half, row + (uint64_t)(u / half) * hd);
+    for (uint32_t u = threadIdx.x; u < half; u += blockDim.x)
+        rope_pair(a.rope, pos, u, head);
     __syncthreads();
-    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x)
+    for (uint32_t i = threadIdx.x; i < hd; i += blockDim.x)
         if (key)
-            kv_put(a.kc, at + (uint64_t)unit * hd + i, row[i], a.kv_f16);
+            kv_put(a.kc, at + (uint64_t)unit * hd + i, head[i], a.kv_f16);
         else
-            x[i] = row[i];
+            ((float *)a.q)[tok * a.q_stride + (uint64_t)unit * hd + i] = head[i];
 }
 
 /* Element i of the KV cache's rows at p: F16 or F32. */
