@@ -562,11 +562,12 @@ static void test_rmsnorm(void)
  * than a block's threads or warps take in one round. */
 /* The norm taking the routed experts' rows first (sum_out): x after it is what
  * mvm_g_expert_sum leaves, and its output what the norm makes of that, to the bit; and the
- * CPU's norm of the CPU's sum, near. 3 tokens of top-4 rows among 10, a row of more floats
- * than the block has threads. */
-static void test_rmsnorm_sum(void)
+ * CPU's norm of the CPU's sum, near. 3 tokens of top-K rows among 12: top-4 in rows of
+ * 300 floats (more than the block has threads, fewer than a round of its columns), top-10
+ * (two rounds of experts) in rows of 1100 (three rounds of columns, the last partial). */
+static void rmsnorm_sum_case(uint32_t K, uint32_t n)
 {
-    const uint32_t n = 300, n_tok = 3, K = 4, n_rows = 10;
+    const uint32_t n_tok = 3, n_rows = 12;
     const std::vector<float> x = randoms(n_tok * n, 2.0f), rows = randoms(n_rows * n, 2.0f);
     const std::vector<float> w = randoms(n);
     std::vector<uint32_t> tok_rows(n_tok * K);
@@ -598,6 +599,12 @@ static void test_rmsnorm_sum(void)
     }
     CHECK(rel_err(x2.data(), want.data(), want.size()) < 1e-6);
     CHECK(rel_err(out2.data(), normed.data(), normed.size()) < 1e-6);
+}
+
+static void test_rmsnorm_sum(void)
+{
+    rmsnorm_sum_case(4, 300);
+    rmsnorm_sum_case(10, 1100);
 }
 
 static void test_rmsnorm_quantize(void)
