@@ -15,6 +15,8 @@
 #define RMS_ROUND 8u /* elements a thread loads at once in mvm_g_rmsnorm */
 #define SUM_ROUND 8u /* experts' rows mvm_g_rmsnorm's expert sum loads at once */
 #define SUM_COLS 4u  /* ... for this many of a thread's columns */
+#define ATTN_KROUND 4u /* 16-byte loads of a key row mvm_g_attention issues at once */
+#define ATTN_VROUND 8u /* positions' values it loads at once */
 
 /* The factor that normalises row x of n floats: 1 / sqrt(mean(x^2) + eps), the squares
  * summed in double. A thread's elements in rounds of RMS_ROUND, each round's loads issued
@@ -198,6 +200,21 @@ static __device__ __forceinline__ float kv_elem(mvm_dptr p, uint64_t i, uint32_t
     return f16 ? mvm_k_h2f(((const uint16_t *)p)[i]) : ((const float *)p)[i];
 }
 
+/* acc[h] += the 8 halves of v times head h's query floats from d on, in order. */
+static __device__ __forceinline__ void attn_dot8(uint4 v, const float *qs, uint32_t hd,
+                                                 uint32_t d, uint32_t nh, float *acc)
+{
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (uint32_t j = 0; j < 8; j++) {
+        const float kd = mvm_k_h2f((uint16_t)(w[j / 2] >> (16 * (j % 2))));
+#pragma unroll
+        for (uint32_t h = 0; h < MVM_G_ATTN_HEADS; h++)
+            if (h < nh)
+                acc[h] += kd * qs[h * hd + d + j];
+    }
+}
+
 /* The scores of a tile of nt positions from kv row offset k0: a thread per position, its
  * row read once for all the unit's nh heads (the queries' floats are the same for every
  * thread: shared memory broadcasts them). */
@@ -215,19 +232,20 @@ static __device__ __forceinline__ void attn_tile_scores(const mvm_g_attention_ar
     const uint4 *kr = (const uint4 *)((const uint16_t *)a.kc + k);
     if (a.kv_f16 && (uintptr_t)kr % 16 == 0) {
         /* 8 halves a 16-byte load, in the same order: a thread's row of 128 was 128 loads
-         * of 2 bytes, each a round trip to the cache */
-        for (; d + 8 <= hd; d += 8) {
-            const uint4 v = kr[d / 8];
-            const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+         * of 2 bytes, each a round trip to the cache; and ATTN_KROUND of those loads
+         * issued before any is used, as the heads' branches between them kept the
+         * compiler from moving a load ahead (one round trip each, 16 a row of 128) */
+        for (; d + 8 * ATTN_KROUND <= hd; d += 8 * ATTN_KROUND) {
+            uint4 v[ATTN_KROUND];
 #pragma unroll
-            for (uint32_t j = 0; j < 8; j++) {
-                const float kd = mvm_k_h2f((uint16_t)(w[j / 2] >> (16 * (j % 2))));
+            for (uint32_t r = 0; r < ATTN_KROUND; r++)
+                v[r] = kr[d / 8 + r];
 #pragma unroll
-                for (uint32_t h = 0; h < MVM_G_ATTN_HEADS; h++)
-                    if (h < nh)
-                        acc[h] += kd * qs[h * hd + d + j];
-            }
+            for (uint32_t r = 0; r < ATTN_KROUND; r++)
+                attn_dot8(v[r], qs, hd, d + 8 * r, nh, acc);
         }
+        for (; d + 8 <= hd; d += 8)
+            attn_dot8(kr[d / 8], qs, hd, d, nh, acc);
     }
     for (; d < hd; d++) {
         const float kd = kv_elem(a.kc, k + d, a.kv_f16);
@@ -285,12 +303,20 @@ static __device__ __forceinline__ void attn_tile_values(const mvm_g_attention_ar
 #pragma unroll
         for (uint32_t h = 0; h < MVM_G_ATTN_HEADS; h++)
             o[h] = h < nh ? os[h * hd + d] * rescale[h] : 0;
-        for (uint32_t t = 0; t < nt; t++) {
-            const float v = kv_elem(a.vc, k0 + (uint64_t)t * kv_dim + d, a.kv_f16);
+        /* ATTN_VROUND positions' values loaded before any is used: one at a time, each
+         * load behind the heads' branches, a tile of 128 positions was 128 round trips */
+        for (uint32_t t0 = 0; t0 < nt; t0 += ATTN_VROUND) {
+            float v[ATTN_VROUND];
 #pragma unroll
-            for (uint32_t h = 0; h < MVM_G_ATTN_HEADS; h++)
-                if (h < nh)
-                    o[h] += sc[h][t] * v;
+            for (uint32_t u = 0; u < ATTN_VROUND; u++)
+                v[u] = t0 + u < nt ? kv_elem(a.vc, k0 + (uint64_t)(t0 + u) * kv_dim + d, a.kv_f16)
+                                   : 0.0f;
+#pragma unroll
+            for (uint32_t u = 0; u < ATTN_VROUND; u++)
+#pragma unroll
+                for (uint32_t h = 0; h < MVM_G_ATTN_HEADS; h++)
+                    if (h < nh && t0 + u < nt)
+                        o[h] += sc[h][t0 + u] * v[u];
         }
 #pragma unroll
         for (uint32_t h = 0; h < MVM_G_ATTN_HEADS; h++)
