@@ -53,8 +53,8 @@
 #              MOEVM_COST=calibrated, read-through with MOEVM_DEVICE_CPU=on) go in
 #              OFFLOAD_VARIANTS
 #   full_q4k   the full step's runs on OLMoE-1B-7B in Q4_K_M (the K-quant kernels), by
-#              default and with MOEVM_MMQ=on (not the default for Q4_K_M until this
-#              measures it)
+#              default (a prompt's experts on the int8 tensor cores since session 106
+#              measured them) and with MOEVM_MMQ=off
 #   profile    bench/gpu/profile.sh at budgets 100 and 25 (where the decode's time goes)
 #   profile_pp the same for one prompt batch of 512 tokens at 100% (prefill's time)
 #   forward    tests/ref/check_forward.py on the GPU (every architecture and type)
@@ -189,7 +189,7 @@ MOEVM_SLOTS=on,MOEVM_BUDGET_ROUTING=read-through}" \
         VARIANTS_100="${OFFLOAD_VARIANTS_100:-default MOEVM_PDL=on}" \
         CPU_BASELINE="${OFFLOAD_CPU:-1}" bash bench/gpu/llamacpp.sh
     step full_q4k 150 env MODELS=olmoe-1b-7b:q4_k_m BUDGETS=100 ROUTINGS=own REPS=2 \
-        CPU_BASELINE=0 VARIANTS="default MOEVM_MMQ=on" bash bench/gpu/llamacpp.sh
+        CPU_BASELINE=0 VARIANTS="default MOEVM_MMQ=off" bash bench/gpu/llamacpp.sh
     step profile 40 env MODELS=olmoe-1b-7b:q8_0 BUDGETS="100 25" bash bench/gpu/profile.sh
     step profile_pp 30 env MODELS=olmoe-1b-7b:q8_0 BUDGETS=100 PROMPT=512 \
         bash bench/gpu/profile.sh

@@ -81,9 +81,9 @@ const mvm_option_desc mvm_opt_mmq = {
     "gate and up, Q4_K or Q6_K down) on the int8 tensor cores, all of them "
     "in two launches whatever their token counts (kernels/cuda/mmq.cu), in "
     "place of MOEVM_GEMM_ROWS's F16 products and the integer kernels; off, "
-    "those; auto, on for Q8_0 experts (on an H200, Qwen3-30B-A3B's shape: "
-    "pp512 2.7x off's, docs/perf/offload.md), off for Q4_K_M's until a GPU "
-    "measures them"};
+    "those; auto, on for both (on an H200, pp512 2.7x off's for "
+    "Qwen3-30B-A3B's shape in Q8_0, 1.46x for OLMoE-1B-7B in Q4_K_M, "
+    "docs/perf/offload.md)"};
 
 const mvm_option_desc mvm_opt_attn_mma = {
     "MOEVM_ATTN_MMA", MVM_OPT_CHOICE, "off", "auto|off|on",
