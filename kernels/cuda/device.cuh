@@ -443,11 +443,18 @@ static __device__ __forceinline__ float block_max(float v, float *tmp)
 static __device__ __forceinline__ void warp_q8_K_block(const float *x, mvm_block_q8_K *y)
 {
     const uint32_t lane = threadIdx.x & 31, j0 = 8 * lane;
+    /* the lane's floats held: read again for the quants, each load waited behind the last
+     * quant's store (y might have been x, for all the compiler knew) */
+    float v[8];
+#pragma unroll
+    for (uint32_t j = 0; j < 8; j++)
+        v[j] = x[j0 + j];
     float amax = 0, max = 0;
     uint32_t at = MVM_QK_K; /* where this lane's max is (none) */
-    for (uint32_t j = j0; j < j0 + 8; j++)
-        if (fabsf(x[j]) > amax)
-            amax = fabsf(x[j]), max = x[j], at = j;
+#pragma unroll
+    for (uint32_t j = 0; j < 8; j++)
+        if (fabsf(v[j]) > amax)
+            amax = fabsf(v[j]), max = v[j], at = j0 + j;
     for (int o = 16; o > 0; o >>= 1) {
         const float a2 = __shfl_xor_sync(FULL_MASK, amax, o);
         const float m2 = __shfl_xor_sync(FULL_MASK, max, o);
@@ -457,10 +464,11 @@ static __device__ __forceinline__ void warp_q8_K_block(const float *x, mvm_block
     }
     const float iscale = max != 0 ? -127.f / max : 0;
     int sum = 0;
-    for (uint32_t j = j0; j < j0 + 8; j++) {
-        const int v = max != 0 ? (int)lrintf(iscale * x[j]) : 0;
-        const int8_t q = (int8_t)(v < 127 ? v : 127);
-        y->qs[j] = q;
+#pragma unroll
+    for (uint32_t j = 0; j < 8; j++) {
+        const int r = max != 0 ? (int)lrintf(iscale * v[j]) : 0;
+        const int8_t q = (int8_t)(r < 127 ? r : 127);
+        y->qs[j0 + j] = q;
         sum += q;
     }
     sum += __shfl_xor_sync(FULL_MASK, sum, 1);

@@ -12,7 +12,7 @@
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/device.cuh"
 
-#define RMS_ROUND 8u /* elements a thread loads at once in mvm_g_rmsnorm */
+#define RMS_ROUND 16u /* elements a thread loads at once in mvm_g_rmsnorm: a decode row of 2048 in one round */
 #define SUM_ROUND 8u /* experts' rows mvm_g_rmsnorm's expert sum loads at once */
 #define SUM_COLS 4u  /* ... for this many of a thread's columns */
 #define ATTN_KROUND 4u /* 16-byte loads of a key row mvm_g_attention issues at once */
@@ -63,7 +63,12 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_rmsnorm(mvm_g_
          * 128 threads was 32 waits on the memory, and the norm with its sum took ~12.5 µs
          * against ~7 without (bench/gpu/ktrace.sh on an H200, 2026-11-30). */
         for (uint32_t j0 = threadIdx.x; j0 < a.n; j0 += SUM_COLS * step) {
-            float s[SUM_COLS] = {0};
+            /* x's columns too before any store: each store to x could be the next load's
+             * address for all the compiler knows, and kept them one behind the other */
+            float s[SUM_COLS] = {0}, xv[SUM_COLS];
+#pragma unroll
+            for (uint32_t c = 0; c < SUM_COLS; c++)
+                xv[c] = j0 + c * step < a.n ? xs[j0 + c * step] : 0.0f;
             for (uint32_t k0 = 0; k0 < a.sum_k; k0 += SUM_ROUND) {
                 uint64_t at[SUM_ROUND];
 #pragma unroll
@@ -87,7 +92,7 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_rmsnorm(mvm_g_
 #pragma unroll
             for (uint32_t c = 0; c < SUM_COLS; c++)
                 if (j0 + c * step < a.n)
-                    xs[j0 + c * step] += s[c];
+                    xs[j0 + c * step] = xv[c] + s[c];
         }
         __syncthreads();
     }
