@@ -112,7 +112,8 @@ static void test_apply_gpu(void)
         CHECK(m.cpu_flops == mvm_machine_preset("h100")->cpu_flops);
     }
     mvm_machine m = *mvm_machine_preset("h100"), before = m;
-    mvm_calib_experts inf = {.fit = {.a = INFINITY, .b = 1}}, falls = {.fit = {.a = 1e-5, .b = -1e-7}};
+    mvm_calib_experts inf = {.fit = {.a = INFINITY, .b = 1}};
+    mvm_calib_experts falls = {.fit = {.a = 1e-5, .b = -1e-7}};
     CHECK(mvm_calib_apply_gpu(&m, &inf, bytes, embd, ff) == -1);
     CHECK(mvm_calib_apply_gpu(&m, &falls, bytes, embd, ff) == -1);
     CHECK(memcmp(&m, &before, sizeof m) == 0);

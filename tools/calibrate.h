@@ -24,10 +24,11 @@
  *    squares, or, where the times do not rise (on an H200 one more Qwen3-30B-A3B expert
  *    took 2.5 µs at 1 token and 1.5 at 32: the expert's bytes bound the kernels at these
  *    token counts, and the work per token is below what the points resolve), the flat line
- *    g0 = their median, g1 = 0 (mvm_calib_fit_flat). The engine launches a step's experts together (in decode, inside one graph),
- *    so a lone expert's time, its launches and sync included, would charge each expert
- *    what the step pays once (an estimate, not measured: at ~16 µs or more a lone expert, a
- *    Qwen3 token's 96 experts would take more than the H200's whole 1.49 ms token). The
+ *    g0 = their median, g1 = 0 (mvm_calib_fit_flat). The engine launches a step's experts
+ *    together (in decode, inside one graph), so a lone expert's time, its launches and
+ *    sync included, would charge each expert what the step pays once (an estimate, not
+ *    measured: at ~16 µs or more a lone expert, a Qwen3 token's 96 experts would take
+ *    more than the H200's whole 1.49 ms token). The
  *    step's own launch is left to attn_time. gpu_flops = flops_per_token / g1; gpu_launch
  *    = the base's, at most g0/2 (launch and reading the expert are not told apart by one
  *    line); gpu_mem_bw = expert_bytes / (g0 − gpu_launch); a flat line keeps the base's

@@ -459,13 +459,13 @@ MVM_G_FN mvm_g_shape mvm_g_rope_shape(const mvm_g_rope_args *a)
  * (n_head_kv heads): the queries and keys normed (norm: MVM_G_QK_NORM_NONE; _HEAD, each
  * head by the head_dim weights q_norm or k_norm; _ROWS, each row by its row's weights),
  * then rotated; the queries written at q (as q_in, and never q_in itself: a head's block
- * reads its whole row while another may have written its own head), the keys and values into the cache, row
- * i at kc, vc + (i + *pos, or i without pos) * cache_stride elements, as F16 with kv_f16
- * else F32. A block per query head, key head and value head, per token (heads of at most
- * MVM_G_QK_HEAD_MAX floats): with _ROWS each head's block sums its whole row's squares, in
- * the one order, so every head of a row gets the factor one block of the row would. One
- * block a row had left a decode token's queries to one block of the card (OLMoE-1B-7B:
- * 14 µs a layer on an H200, docs/perf/engine.md, session 106). */
+ * reads its whole row while another may have written its own head), the keys and values
+ * into the cache, row i at kc, vc + (i + *pos, or i without pos) * cache_stride elements,
+ * as F16 with kv_f16 else F32. A block per query head, key head and value head, per token
+ * (heads of at most MVM_G_QK_HEAD_MAX floats): with _ROWS each head's block sums its whole
+ * row's squares, in the one order, so every head of a row gets the factor one block of the
+ * row would. One block a row had left a decode token's queries to one block of the card
+ * (OLMoE-1B-7B: 14 µs a layer on an H200, docs/perf/engine.md, session 106). */
 enum { MVM_G_QK_NORM_NONE, MVM_G_QK_NORM_HEAD, MVM_G_QK_NORM_ROWS };
 #define MVM_G_QK_HEAD_MAX 1024
 typedef struct mvm_g_qk_rope_args {

@@ -12,7 +12,7 @@
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/device.cuh"
 
-#define RMS_ROUND 16u /* elements a thread loads at once in mvm_g_rmsnorm: a decode row of 2048 in one round */
+#define RMS_ROUND 16u /* elements a thread loads at once in mvm_g_rmsnorm (a row of 2048) */
 #define SUM_ROUND 8u /* experts' rows mvm_g_rmsnorm's expert sum loads at once */
 #define SUM_COLS 4u  /* ... for this many of a thread's columns */
 #define ATTN_KROUND 4u /* 16-byte loads of a key row mvm_g_attention issues at once */
