@@ -171,8 +171,10 @@ const mvm_option_desc mvm_opt_slots = {
     "25-120 us on an H200 while kernels run), in pages of 64 KiB or more, "
     "not 2 MiB (an expert takes about its bytes); whole experts only (a config "
     "module's splits are not made), and a token never routed on the device with "
-    "every expert pinned (docs/architecture.md, \"Slots\"); off until a GPU run "
-    "has measured it"};
+    "every expert pinned (docs/architecture.md, \"Slots\"). On an H200 at 25% "
+    "(Qwen3-30B-A3B's shape, one run) as fast as pages at the same budget with "
+    "432 MiB less device memory, 1.14-1.16x their decode at the same memory; off "
+    "until a second model and budget are measured"};
 
 const mvm_option_desc mvm_opt_pdl = {
     "MOEVM_PDL", MVM_OPT_CHOICE, "off", "off|on",
@@ -180,8 +182,8 @@ const mvm_option_desc mvm_opt_pdl = {
     "token's CUDA graph start while the one before it finishes (programmatic dependent "
     "launch: its blocks placed and waiting, where the device would otherwise start it only "
     "after, a few microseconds a kernel); every kernel still waits for the one before at its "
-    "start (engine/compute/ptx_pdl.c). Older devices ignore it; off until a GPU run has "
-    "measured it"};
+    "start (engine/compute/ptx_pdl.c). Older devices ignore it. Off: on an H200 it "
+    "decoded no faster (Qwen3-30B-A3B's shape at 100%: 642 against 647 tok/s)"};
 
 static const mvm_option_desc *const list[] = {
     &mvm_opt_threads, &mvm_opt_cpu_simd, &mvm_opt_kv_type, &mvm_opt_admit,
