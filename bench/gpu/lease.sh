@@ -25,7 +25,8 @@
 #   vmm        vmm_costs sections 3, 4, 5 and 9 (a kernel reading registered and HOST_NUMA
 #              host memory in place; driver calls behind a running kernel: a remap,
 #              pageable uploads; make-resident against the copy, in pages and in a slot
-#              space; copy lanes)
+#              space; copy lanes), then section 5 again under each of VMM_VARIANTS
+#              (VAR=value[,VAR=value] words, e.g. MOEVM_MOVE_SPIN=0)
 #   text       tests/gpu/forward.sh steps 2, 2b and 2c: the same greedy text on the CPU and the
 #              GPU, with decode routed on the device (graph, launches, the graph with
 #              MOEVM_PDL=on) and by the host, and
@@ -142,9 +143,13 @@ lab() {
 }
 
 vmm() {
-    local bin; bin=$(find build-gpu -type f -name vmm_costs -perm -u+x | head -n 1)
+    local bin v; bin=$(find build-gpu -type f -name vmm_costs -perm -u+x | head -n 1)
     [[ -n $bin ]] || { echo "lease.sh: no vmm_costs under build-gpu/"; return 1; }
     "$bin" --only 3,4,5,9 --reps 20
+    for v in ${VMM_VARIANTS:-}; do # section 5 again under each, e.g. MOEVM_MOVE_SPIN=0
+        echo "== vmm_costs section 5 with ${v//,/ }"
+        env ${v//,/ } "$bin" --only 5 --reps 20
+    done
 }
 
 forward() {
