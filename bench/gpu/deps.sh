@@ -8,7 +8,7 @@
 #   bash bench/gpu/deps.sh fetch runtime
 #                                  only the shared libraries the programs load (4 MB of 8): for a
 #                                  call that runs a carried build (.gpubin) and builds nothing
-#                                  there, so that test_gpu fits beside llama.cpp in 64 MiB
+#                                  there, and carries 4 MB less
 #   source bench/gpu/deps.sh       there (bench/gpu/*.sh do it): nothing when the machine has
 #                                  them all; else the .debs are unpacked under $MOEVM_DEPS_DIR
 #                                  (/tmp/moevm-deps) and pkg-config, CMake and the dynamic

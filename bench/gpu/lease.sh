@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # A short GPU lease's measurements in one device call, most needed first, from the
 # repository root of a GPU machine (carry .gpudeps, .gpubin and .llamacpp/cuda.tar.xz:
-# 64 MiB at most with the tree, so pack only what the steps run, e.g. `prebuilt.sh pack
-# moevm_cli vmm_costs` for text, full and offload; the whole pack passed it):
+# 64 MiB at most with the tree; `prebuilt.sh pack`, every target, is 3.4 MB):
 #
 #   bash bench/gpu/lease.sh                    LEASE_S=540 LEASE_STEPS="build kernels ..."
 #

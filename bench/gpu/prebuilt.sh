@@ -6,8 +6,9 @@
 #       here (nvcc is enough, no GPU needed): build-gpu/ and .gpubin/build-gpu.tar.xz
 #       (git-ignored; name .gpubin in the device call's carry) with the targets named (default:
 #       every one the GPU scripts build, deps.sh's MOEVM_GPU_TARGETS), stripped: each program
-#       holds its kernels' PTX, ~3 MB a program packed, and a call carries 64 MiB at most with
-#       llama.cpp's 42 MB among them (`pack moevm_cli vmm_costs` for llamacpp.sh alone)
+#       holds its kernels' PTX, ~3 MB of xz's default each, but the same PTX in all of them,
+#       which xz -9e's 64 MiB window packs once: every target in 3.4 MB (8.7 for three at
+#       the default), so the whole pack fits beside llama.cpp's 42 MB in a call's 64 MiB
 #   bash bench/gpu/prebuilt.sh base REV
 #       moevm built from commit REV (a worktree in a temporary folder, the same flags),
 #       stripped, as .gpubin/moevm-base.xz: lease.sh unpacks it to /tmp/moevm-base, and a
@@ -62,7 +63,8 @@ pack)
             done
     done
     mkdir -p .gpubin
-    tar -C "$stage" -cJf .gpubin/build-gpu.tar.xz build-gpu
+    # xz's strongest: the three programs' PTX is most of the bytes, and a call carries 64 MiB
+    XZ_OPT=-9e tar -C "$stage" -cJf .gpubin/build-gpu.tar.xz build-gpu
     echo "prebuilt.sh: .gpubin/build-gpu.tar.xz ($(du -h .gpubin/build-gpu.tar.xz | cut -f1))" \
          "from sources $(cat "$stage/build-gpu/SOURCES"): carry .gpubin"
     ;;
@@ -75,7 +77,7 @@ base)
     build "$tree" moevm_cli
     mkdir -p .gpubin
     strip --strip-unneeded -o "$tree/moevm" "$tree/build-gpu/moevm"
-    xz -T0 -c "$tree/moevm" >.gpubin/moevm-base.xz
+    xz -9e -T0 -c "$tree/moevm" >.gpubin/moevm-base.xz
     echo "prebuilt.sh: .gpubin/moevm-base.xz ($(du -h .gpubin/moevm-base.xz | cut -f1)), moevm" \
          "at $(git rev-parse --short "$rev"): carry .gpubin, variant BIN=/tmp/moevm-base"
     ;;
