@@ -161,8 +161,9 @@ static mvm_status wants_att_act(struct cuda_fwd *f, const struct dev_block *L, u
 
 /* ---- grouped-query attention ----------------------------------------------------------- */
 
-/* q, and k and v into k, v (the cache's rows, or staging), with the architecture's bias and,
- * with `norm`, its QK norm; not rotated. */
+/* The queries into q (f->q, or qk_rope's staging), the keys and values into k, v (the
+ * cache's rows, or staging), with the architecture's bias and, with `norm`, its QK norm;
+ * not rotated. */
 static mvm_status qkv(struct cuda_fwd *f, const struct dev_block *L, mvm_dptr q, mvm_dptr k,
                       mvm_dptr v, uint32_t n, int norm)
 {
