@@ -15,9 +15,9 @@ cd "$(dirname "$0")/../.."
 src=${1:?"usage: bash bench/gpu/sass.sh FILE.cu [FUNCTION...]"}
 shift
 tools=.sasstools
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 if [[ ! -x $tools/cuobjdump || ! -x $tools/nvdisasm ]]; then
-    tmp=$(mktemp -d)
-    trap 'rm -rf "$tmp"' EXIT
     echo "sass.sh: fetching cuobjdump from Triton's wheel (once)" >&2
     python3 -m pip download -q --no-deps --only-binary=:all: triton -d "$tmp" >&2
     mkdir -p "$tools"
@@ -25,8 +25,6 @@ if [[ ! -x $tools/cuobjdump || ! -x $tools/nvdisasm ]]; then
         'triton/backends/nvidia/bin/nvdisasm' -d "$tools"
 fi
 nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-out=$(mktemp -d)
-"$nvcc" -O3 -arch=sm_90 -I. -cubin "$src" -o "$out/k.cubin"
-NVDISASM_PATH=$tools/nvdisasm "$tools/cuobjdump" -sass "$out/k.cubin" >"$out/k.sass"
-if [[ -n ${SASS_FULL:-} ]]; then cat "$out/k.sass"; else python3 bench/gpu/sass.py "$out/k.sass" "$@"; fi
-rm -rf "$out"
+"$nvcc" -O3 -arch=sm_90 -I. -cubin "$src" -o "$tmp/k.cubin"
+NVDISASM_PATH=$tools/nvdisasm "$tools/cuobjdump" -sass "$tmp/k.cubin" >"$tmp/k.sass"
+if [[ -n ${SASS_FULL:-} ]]; then cat "$tmp/k.sass"; else python3 bench/gpu/sass.py "$tmp/k.sass" "$@"; fi

@@ -60,8 +60,9 @@ extern "C" __global__ void __launch_bounds__(MVM_G_THREADS) mvm_g_rmsnorm(mvm_g_
         /* A round's experts (their indices loaded once) for SUM_COLS of a thread's columns,
          * every value loaded before any is added: column by column, each load behind its
          * row's index (which the store to x could have changed), a decode row of 2048 on
-         * 128 threads was 32 waits on the memory, and the norm with its sum took ~12.5 µs
-         * against ~7 without (bench/gpu/ktrace.sh on an H200, 2026-11-30). */
+         * 128 threads was 32 waits on the memory. On an H200 the norm took 9.7 µs a call
+         * averaged over a decode token's 33, half of them with the sum (bench/gpu/ktrace.sh,
+         * 2026-11-30), 7.1 without one (profile.sh, 2026-11-28): ~12.5 µs with it. */
         for (uint32_t j0 = threadIdx.x; j0 < a.n; j0 += SUM_COLS * step) {
             /* x's columns too before any store: each store to x could be the next load's
              * address for all the compiler knows, and kept them one behind the other */
