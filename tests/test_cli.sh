@@ -264,6 +264,10 @@ if [ -n "$fake_driver" ]; then
         # at a budget the host routes each step: where a token's host time goes, a sync a
         # layer and one for the logits (2 layers), and the space's share
         expect 0 'decode: 1[012] tokens routed by the host; host time a token: [0-9]+ us queueing kernels and copies, [0-9]+ us observing the step before, [0-9]+ us waiting for the device, [0-9]+ us routing and the policies, [0-9]+ us asking for residency, [0-9]+ us waiting for copies, [0-9]+ us the CPU.s experts [(]the cost model: 0 us, its CPU times now scaled by 1.00[)] [(]3.0 syncs[)]; the space a token: [0-9]+ us evicting on this thread [(]in the asking and the policies[)], [0-9]+ us of the migration worker.s mappings, [0-9.]+ MiB copied; expert accesses a token: [0-9.]+, [0-9.]+ hits, 0.0 read in place' -- env MOEVM_LOG=info MOEVM_BACKEND=cuda MOEVM_CUDA_LIBRARY="$fake_driver" FAKECUDA_KERNELS="$fake_kernels" "$moevm" run -m "$m" -p "It was the best" -n 12 --temp 0 --gpu-budget 50%
+        # the same run's prompt, one batch of its tokens, split apart (and the fields the
+        # GPU scripts read from it)
+        if grep -Eq 'prompt: 1 batches of [0-9]+\.0 tokens routed by the host; host time a batch: [0-9]+ us queueing kernels and copies, .* [(]3\.0 syncs[)]; the space a batch: .*; expert accesses a batch: [1-9]' "$tmp/out" &&
+           [[ $(source "$(dirname "$0")/../bench/gpu/llamacpp_lib.sh" && prefill_laps "$tmp/out") =~ ^batches=1\ tokens=[0-9]+\.0\ queue_us=[0-9]+\ .*\ syncs=3\.0\ .*\ in_place=0\.0$ ]]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: the prompt's laps" >&2; grep prompt: "$tmp/out" >&2; fi
         # at a budget routed on the device (MOEVM_BUDGET_ROUTING=in-place): the same text, and
         # its accesses' split said at info; with an assign module that may put experts on the
         # CPU, host routing, saying why

@@ -23,6 +23,9 @@
 #   RESULT decode_host model=.. budget=25 routing=replay tokens=.. queue_us=.. observe_us=..
 #          device_us=.. policies_us=.. ask_us=.. copies_us=.. cpu_us=.. cpu_plan_us=.. cpu_scale=.. syncs=..
 #          evict_us=.. remap_us=.. mib=.. accesses=.. hits=.. in_place=.. variant=..
+# and the same of its prompt batches, in us a batch (every prompt batch is host-routed: what
+# of pp512 the device waits for the host):
+#   RESULT prefill_host model=.. budget=100 routing=own batches=.. tokens=.. queue_us=.. ...
 # and, where the experts were packed (100%), the first request's upload of them all
 # (vmm/upload.c's MOEVM_LOG=info line):
 #   RESULT upload model=.. budget=100 routing=own experts=.. mib=.. ms=.. gbps=.. variant=..
@@ -172,6 +175,9 @@ moevm_bench() {
                     fi
                     laps=$(decode_laps "$work/run.err")
                     [[ -n $laps ]] && echo "RESULT decode_host model=$name type=$type" \
+                        "budget=$b routing=$routing $laps variant=$variant"
+                    laps=$(prefill_laps "$work/run.err")
+                    [[ -n $laps ]] && echo "RESULT prefill_host model=$name type=$type" \
                         "budget=$b routing=$routing $laps variant=$variant"
                     laps=$(decode_routed "$work/run.err")
                     [[ -n $laps ]] && echo "RESULT decode_device model=$name type=$type" \

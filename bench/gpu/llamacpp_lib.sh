@@ -59,6 +59,20 @@ decode_laps() {
                         $16, $17 }'
 }
 
+# The same for the prompt batches (pp512 at any budget, routed by the host a layer at a
+# time), "batches=.. tokens=.." (the tokens a batch) then decode_laps' fields a batch, for a
+# RESULT prefill_host line: what of a batch the device waits for the host.
+prefill_laps() {
+    grep -o 'prompt: [0-9]* batches of [0-9.]* tokens routed by the host.*' "$1" | tail -n 1 |
+        grep -o '[0-9][0-9.]*' | paste -sd' ' |
+        awk 'NF == 18 { printf "batches=%s tokens=%s queue_us=%s observe_us=%s device_us=%s " \
+                        "policies_us=%s ask_us=%s copies_us=%s cpu_us=%s cpu_plan_us=%s " \
+                        "cpu_scale=%s syncs=%s evict_us=%s remap_us=%s mib=%s accesses=%s " \
+                        "hits=%s in_place=%s",
+                        $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,
+                        $16, $17, $18 }'
+}
+
 # A packed space's upload (vmm/upload.c's MOEVM_LOG=info line) in the last run's stderr, as
 # "experts=.. mib=.. ms=.. gbps=..": the first request's wait for every expert.
 packed_upload() {

@@ -51,7 +51,7 @@ struct cuda_run {
     uint32_t i0, n, pos0, seq;
 };
 
-/* The phases of a host-routed decode token's host time (forward_cuda_laps.c). */
+/* The phases of a host-routed batch's host time (forward_cuda_laps.c). */
 enum mvm_lap {
     MVM_LAP_QUEUE,    /* queueing kernels and copies */
     MVM_LAP_OBSERVE,  /* the step before shown to the policies, the device computing */
@@ -64,19 +64,25 @@ enum mvm_lap {
     MVM_LAP_N
 };
 
-struct cuda_laps {
-    int on;                     /* this batch is a host-routed decode token */
-    double at;                  /* the last mark */
-    double cur[MVM_LAP_N];      /* this token's phases, seconds */
-    uint64_t cur_syncs;
-    double cur_cpu_plan;        /* what the cost model gave this token's CPU experts, s */
-    double t[MVM_LAP_N];        /* summed over the tokens that ran */
+/* What the laps add up, for decode tokens and for prompt batches apart. */
+struct lap_sums {
+    double t[MVM_LAP_N];        /* summed over the batches that ran */
     double cpu_plan;
-    uint64_t syncs, tokens;
-    uint64_t space0[3], space[3]; /* the space's evict_ns, remap_ns and bytes_moved at the
-                                   token's start; their growth over the tokens */
-    uint64_t resid0[3], resid[3]; /* the same of the residency's accesses, hits and reads in
-                                     place (zerocopy_runs) */
+    uint64_t syncs, batches, rows;
+    uint64_t space[3];          /* the growth of the space's evict_ns, remap_ns, bytes_moved */
+    uint64_t resid[3];          /* and of the residency's accesses, hits, zerocopy_runs */
+};
+
+struct cuda_laps {
+    int on;                     /* this batch is host-routed and timed */
+    int prefill;                /* ... and of more than one row (sums[1]) */
+    double at;                  /* the last mark */
+    double cur[MVM_LAP_N];      /* this batch's phases, seconds */
+    uint64_t cur_syncs;
+    double cur_cpu_plan;        /* what the cost model gave this batch's CPU experts, s */
+    uint32_t cur_rows;
+    uint64_t space0[3], resid0[3]; /* the space's and the residency's counters at its start */
+    struct lap_sums sums[2];    /* decode tokens, prompt batches */
 };
 
 /* MOEVM_DEVICE_ROUTING, as f->route_mode holds it (its choices in reverse). */
@@ -276,7 +282,7 @@ struct cuda_fwd {
     int route_given;            /* this batch's choice is given (the trace's) */
     struct cuda_cpu_share *cpu_share; /* MOEVM_DEVICE_CPU (forward_cuda_cpu.c); NULL: off */
     int cpu_split;              /* this batch gives the CPU its share (route_choose) */
-    struct cuda_laps laps;      /* a host-routed decode token's host time */
+    struct cuda_laps laps;      /* a host-routed batch's host time */
     mvm_pool *pool;
     mvm_cpu_experts *cpu;              /* the experts the assign module runs on the CPU; made at
                                    the first (many runs have none) */
@@ -333,7 +339,8 @@ mvm_status mvm_cuda_fwd_gemm_attention(struct cuda_fwd *f, const mvm_g_attention
 
 /* ---- forward_cuda_laps.c --------------------------------------------------------------- */
 
-/* A batch begins: its laps are timed if it is a host-routed decode token. */
+/* A batch begins: its laps are timed if the host routes it (a decode token at a budget, or
+ * any prompt batch). */
 void mvm_cuda_fwd_laps_begin(struct cuda_fwd *f, const mvm_fwd_batch *b);
 /* The time since the last mark, to `phase`. */
 void mvm_cuda_fwd_lap(struct cuda_fwd *f, enum mvm_lap phase);
@@ -343,7 +350,7 @@ void mvm_cuda_fwd_lap_cpu_plan(struct cuda_fwd *f, double seconds);
 /* The batch ended (st: how): the time since the last mark is the last step's end (its
  * policies); a failed batch's phases are not counted. */
 void mvm_cuda_fwd_laps_end(struct cuda_fwd *f, mvm_status st);
-/* The split, at MOEVM_LOG=info (the context's end). */
+/* The splits, decode's and the prompts', at MOEVM_LOG=info (the context's end). */
 void mvm_cuda_fwd_laps_report(const struct cuda_fwd *f);
 
 /* ---- forward_cuda_route.c -------------------------------------------------------------- */
