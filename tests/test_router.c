@@ -3,7 +3,7 @@
  * by their best two under sigmoid and by their best under softmax, ties, NaN), the same as
  * a ranking of all experts, its top-k from logits; and on every kind of router the engine
  * computes, the gate predictor applied to a layer's own router input chooses exactly the
- * experts the engine chose; a prompt batch routed on several threads as on one.
+ * experts the engine chose.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +11,6 @@
 
 #include "check.h"
 #include "engine/forward/forward.h"
-#include "engine/forward/moe_step.h"
 #include "engine/model/model.h"
 #include "engine/plan/plan.h"
 #include "engine/synth/mkmodel.h"
@@ -242,70 +241,6 @@ static void test_engine_agrees(void)
     mvm_pool_destroy(pool);
 }
 
-/* A prompt batch's tokens route on the pool's threads (engine/forward/moe_step.c): the
- * same experts, weights and rows as on one thread, bit for bit, for 200 tokens of random
- * logits (some of them NaN) on a plain and a keyed router, the outputs poisoned before
- * each run. */
-static void check_threads(mvm_pool *pool, const char *preset, const char *arch)
-{
-    char path[128];
-    snprintf(path, sizeof path, "%s/threads-%s-%s.gguf", dir, preset, arch);
-    mvm_model_spec s = mvm_preset_find(preset, arch)->spec;
-    s.type = MVM_W_F32;
-    s.seed = 5;
-    CHECK_ST(mvm_mkmodel_write(&s, path, pool, NULL, NULL), MVM_OK);
-    mvm_space_desc d;
-    mvm_space_desc_init(&d);
-    d.backend = MVM_BACKEND_HOST;
-    mvm_model *m = NULL;
-    mvm_moe *one = NULL, *many = NULL;
-    CHECK_ST(mvm_model_load(path, &(mvm_load_args){.desc = &d, .pool = pool}, &m), MVM_OK);
-    enum { N = 200 };
-    if (m) {
-        CHECK_ST(mvm_moe_create(m, N, NULL, 0, 1, 0, &one), MVM_OK);
-        CHECK_ST(mvm_moe_create(m, N, NULL, 0, 1, 0, &many), MVM_OK);
-    }
-    if (one && many) {
-        CHECK_ST(mvm_moe_set_pool(many, pool), MVM_OK);
-        const uint32_t E = m->hp.n_expert, K = m->hp.n_expert_used;
-        const uint32_t layer = m->hp.n_layer - 1; /* keyed routers key every MoE layer */
-        srand(11);
-        for (uint32_t i = 0; i < N * E; i++)
-            one->probs[i] = rand() % 97 == 0 ? NAN : (float)rand() / RAND_MAX * 8.0f - 4.0f;
-        memcpy(many->probs, one->probs, (size_t)N * E * sizeof *one->probs);
-        mvm_moe *both[2] = {one, many};
-        for (int i = 0; i < 2; i++) {
-            memset(both[i]->sel, 0xFF, (size_t)N * K * sizeof *both[i]->sel);
-            for (uint32_t r = 0; r < N * K; r++)
-                both[i]->selw[r] = both[i]->row_w[r] = NAN;
-            mvm_moe_route(both[i], layer, NULL, N, NULL);
-        }
-        CHECK(memcmp(one->probs, many->probs, (size_t)N * E * sizeof *one->probs) == 0);
-        CHECK(memcmp(one->sel, many->sel, (size_t)N * K * sizeof *one->sel) == 0);
-        CHECK(memcmp(one->selw, many->selw, (size_t)N * K * sizeof *one->selw) == 0);
-        CHECK(memcmp(one->row_tok, many->row_tok, (size_t)N * K * sizeof *one->row_tok) == 0);
-        CHECK(memcmp(one->row_w, many->row_w, (size_t)N * K * sizeof *one->row_w) == 0);
-        CHECK(memcmp(one->off, many->off, E * sizeof *one->off) == 0);
-        uint32_t ok = 0;
-        for (uint32_t r = 0; r < N * K; r++)
-            ok += one->sel[r] >= 0 && one->sel[r] < (int)E; /* (a NaN logit: NaN weights) */
-        CHECK(ok == N * K);
-    }
-    mvm_moe_free(one);
-    mvm_moe_free(many);
-    mvm_model_free(m);
-    unlink(path);
-}
-
-static void test_threads(void)
-{
-    mvm_pool *pool = NULL;
-    CHECK_ST(mvm_pool_create(3, NULL, &pool), MVM_OK);
-    check_threads(pool, "tiny", "qwen3moe");      /* softmax */
-    check_threads(pool, "tiny-v3", "deepseek2");  /* sigmoid + bias in groups: the scratch */
-    mvm_pool_destroy(pool);
-}
-
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/moevm-router-XXXXXX");
@@ -317,7 +252,6 @@ int main(void)
     RUN(test_key_rules);
     RUN(test_pick);
     RUN(test_engine_agrees);
-    RUN(test_threads);
     rmdir(dir);
     TEST_END();
 }

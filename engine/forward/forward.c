@@ -164,8 +164,6 @@ mvm_status mvm_ctx_create(mvm_model *m, mvm_pool *pool, uint32_t n_ctx, uint32_t
         st = mvm_moe_create(m, n_batch, policies, be != &mvm_fwd_cpu, home_mapped,
                             home_readable, &c->moe);
     if (st == MVM_OK)
-        st = mvm_moe_set_pool(c->moe, pool);
-    if (st == MVM_OK)
         st = be->create(c, &c->state);
     if (st != MVM_OK) {
         mvm_ctx_free(c);

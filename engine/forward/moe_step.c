@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/compute/pool.h"
 #include "policy/choose.h"
 #include "policy/router.h"
 #include "vmm/error.h"
@@ -114,7 +113,6 @@ mvm_status mvm_moe_create(mvm_model *m, uint32_t n_batch, const mvm_ctx_policies
     s->tok_rows = malloc(B * K * sizeof *s->tok_rows);
     s->row_w = malloc(B * K * sizeof *s->row_w);
     s->choose = malloc(2 * E * sizeof *s->choose);
-    s->choose_threads = 1;
     mvm_status st = MVM_OK;
     if (!s->probs || !s->sel || !s->selw || !s->sel0 || !s->selw0 || !s->cnt || !s->off ||
         !s->active || !s->todo || !s->cpu || !s->where || !s->landed || !s->row_tok ||
@@ -128,18 +126,6 @@ mvm_status mvm_moe_create(mvm_model *m, uint32_t n_batch, const mvm_ctx_policies
         return st;
     }
     *out = s;
-    return MVM_OK;
-}
-
-mvm_status mvm_moe_set_pool(mvm_moe *s, mvm_pool *pool)
-{
-    const size_t E = s->m->hp.n_expert, nth = pool ? (size_t)mvm_pool_size(pool) : 1;
-    float *choose = realloc(s->choose, nth * 2 * E * sizeof *choose);
-    if (!choose)
-        return mvm_fail(MVM_ERR_NOMEM, "out of memory for routing on %zu threads", nth);
-    s->choose = choose;
-    s->pool = pool;
-    s->choose_threads = (int)nth;
     return MVM_OK;
 }
 
@@ -159,9 +145,8 @@ void mvm_moe_free(mvm_moe *s)
     free(s);
 }
 
-/* One token's router logits p -> probabilities (in place), its experts and their weights;
- * choose: [2][n_expert] scratch of the calling thread's. */
-static void route_token(const mvm_moe *s, float *p, int *sel, float *w, float *choose)
+/* One token's router logits p -> probabilities (in place), its experts and their weights. */
+static void route_token(mvm_moe *s, float *p, int *sel, float *w)
 {
     const mvm_hparams *hp = &s->m->hp;
     const uint32_t E = hp->n_expert, K = hp->n_expert_used;
@@ -171,8 +156,8 @@ static void route_token(const mvm_moe *s, float *p, int *sel, float *w, float *c
         mvm_k_softmax(p, E); /* the forward pass's softmax: the weights' numbers */
     const float *key = p;
     if (mvm_router_keyed(&s->router.r, s->step.layer)) { /* the weights stay the probabilities */
-        mvm_router_key(&s->router.r, s->step.layer, p, E, choose, choose + E);
-        key = choose;
+        mvm_router_key(&s->router.r, s->step.layer, p, E, s->choose, s->choose + E);
+        key = s->choose;
     }
     mvm_k_topk(key, E, K, sel);
     float sum = 0;
@@ -185,35 +170,15 @@ static void route_token(const mvm_moe *s, float *p, int *sel, float *w, float *c
         w[k] *= hp->expert_scale;
 }
 
-/* A prompt batch's tokens route on the pool's threads: the device waits while the host
- * routes a batch (forward_cuda.c, moe), and a 512-token batch of OLMoE-1B-7B's shape took
- * ~590 us a layer on one thread of the development VM (forward_cuda_laps.c's split). A
- * token's choice is its own, so it does not depend on the threads. Fewer tokens: the
- * caller's thread alone, which a pool's hand-over would cost more than it saves. */
-#define ROUTE_THREADS_MIN_TOKENS 32
-
-static void route_tokens(void *p, int t, int nth)
-{
-    const mvm_moe *s = p;
-    const size_t E = s->m->hp.n_expert, K = s->m->hp.n_expert_used;
-    size_t b, e;
-    mvm_pool_split(s->step.n_tok, t, nth, &b, &e);
-    for (size_t i = b; i < e; i++)
-        route_token(s, s->probs + i * E, s->sel + i * K, s->selw + i * K,
-                    s->choose + (size_t)t * 2 * E);
-}
-
 /* Every token's top-k (given: the device's, [n][K] with their weights; else the host's),
  * then what the route module makes of them, shown to the observer. */
 static void route(mvm_moe *s, const uint32_t *pos, const int32_t *given, const float *given_w)
 {
     const mvm_hparams *hp = &s->m->hp;
     uint32_t E = hp->n_expert, K = hp->n_expert_used, n = s->step.n_tok;
-    if (s->pool && n >= ROUTE_THREADS_MIN_TOKENS && mvm_pool_size(s->pool) <= s->choose_threads)
-        mvm_pool_run(s->pool, route_tokens, s);
-    else
-        route_tokens(s, 0, 1);
-    for (uint32_t i = 0; i < n && (given || s->route_override); i++) {
+    for (uint32_t i = 0; i < n; i++) {
+        route_token(s, s->probs + (size_t)i * E, s->sel + (size_t)i * K,
+                    s->selw + (size_t)i * K);
         if (given) { /* the probabilities stay the host's: the observer's */
             memcpy(s->sel + (size_t)i * K, given + (size_t)i * K, K * sizeof *s->sel);
             memcpy(s->selw + (size_t)i * K, given_w + (size_t)i * K, K * sizeof *s->selw);

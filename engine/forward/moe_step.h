@@ -45,10 +45,8 @@ typedef struct mvm_moe {
     uint32_t n_batch;
     float *probs;               /* [n_batch][n_expert]: the router's logits, then softmax
                                    (or sigmoid: mvm_hparams.sigmoid_gate) */
-    float *choose;              /* [threads][2][n_expert]: each routing thread's scores of a
-                                   token as routing chooses by them, then its expert groups' */
-    mvm_pool *pool;             /* the threads a prompt batch's tokens route on (NULL: one) */
-    int choose_threads;         /* the threads choose has room for */
+    float *choose;              /* [2][n_expert]: a token's scores as routing chooses by them,
+                                   then its expert groups' */
     int *sel;                   /* [n_batch][K] the experts that run, best first */
     float *selw;                /* [n_batch][K] their weights */
     int *sel0;                  /* [n_batch][K] the router's own choice and weights, kept */
@@ -105,9 +103,6 @@ typedef struct mvm_moe {
 mvm_status mvm_moe_create(mvm_model *m, uint32_t n_batch, const mvm_ctx_policies *policies,
                           int on_device, int home_mapped, int home_readable, mvm_moe **out);
 void mvm_moe_free(mvm_moe *s);
-/* The threads that route a prompt batch's tokens (the context's pool; without one they
- * route on the caller's thread). */
-mvm_status mvm_moe_set_pool(mvm_moe *s, mvm_pool *pool);
 
 /* Step 2, with probs holding the router's logits of n tokens at positions pos[0..n) (what
  * observers see; NULL: 0 .. n - 1); hidden: their router input ([n][n_embd] floats on the
