@@ -46,7 +46,10 @@
  * id order: the flags of every expert were scanned before, 1,536 for Qwen3-30B-A3B's 12
  * blocks, where a quarter are members) and ask its module for each victim, as the real
  * eviction does: about five times one module's work. On that shape's trace at 25% the
- * list cut the module's instructions a layer step by a fifth (callgrind, session 84).
+ * list cut the module's instructions a layer step by a fifth (callgrind, session 84). The
+ * three affinity candidates read one step's looks, taken once here (mvm_pstep.looks): a
+ * prompt batch is a logarithm per token and expert, and observing a 512-token batch of
+ * OLMoE-1B-7B's shape took ~600 us a layer on the development VM before, ~220 after.
  */
 #include "policy/evict_adaptive.h"
 
@@ -79,7 +82,8 @@ typedef struct ghost {
 } ghost;
 
 typedef struct adaptive {
-    uint32_t n_experts, n_total, leader;
+    uint32_t n_experts, top_k, n_total, leader;
+    float *looks;   /* [E] a step's looks, for its three affinity candidates at once */
     double decay;   /* per layer step */
     uint32_t *cand; /* [L*E] a ghost's eviction candidates */
     ghost g[N_GHOSTS];
@@ -97,13 +101,15 @@ static void adaptive_destroy(void *self)
         free(a->g[i].member);
     }
     free(a->cand);
+    free(a->looks);
     free(a);
 }
 
 static mvm_status create_ghosts(adaptive *a, const mvm_pinit *init)
 {
     size_t n = a->n_total ? a->n_total : 1;
-    if (!(a->cand = malloc(n * sizeof *a->cand)))
+    if (!(a->cand = malloc(n * sizeof *a->cand)) ||
+        !(a->looks = malloc((a->n_experts ? a->n_experts : 1) * sizeof *a->looks)))
         return mvm_fail(MVM_ERR_NOMEM, "evict adaptive: out of memory");
     for (uint32_t i = 0; i < N_GHOSTS; i++) {
         mvm_pinit sub = *init;
@@ -134,6 +140,7 @@ static mvm_status adaptive_create(const mvm_pinit *init, void **self)
     if (!a)
         return mvm_fail(MVM_ERR_NOMEM, "evict adaptive: out of memory");
     a->n_experts = sh->n_experts;
+    a->top_k = sh->top_k;
     a->n_total = sh->n_layers * sh->n_experts;
     a->decay = exp(-1 / (window * (sh->n_layers ? sh->n_layers : 1)));
     st = create_ghosts(a, init);
@@ -240,9 +247,14 @@ static void adaptive_observe(void *self, const mvm_pview *v, const mvm_pstep *st
     adaptive *a = self;
     const uint32_t ppe = v->shape->pages_per_expert ? v->shape->pages_per_expert : 1;
     const uint64_t cap = v->capacity_pages / ppe;
+    mvm_pstep seen = *step; /* the affinity candidates' looks, taken once */
+    if (!seen.looks && seen.n_tok) {
+        mvm_affinity_looks(step, a->n_experts, a->top_k, a->looks);
+        seen.looks = a->looks;
+    }
     for (uint32_t i = 0; i < N_GHOSTS; i++) {
         a->g[i].hits = a->g[i].hits * a->decay + ghost_step(a, i, v, step, cap);
-        candidates[i].ops->observe(a->g[i].self, v, step);
+        candidates[i].ops->observe(a->g[i].self, v, &seen);
     }
     for (uint32_t i = 0; i < N_GHOSTS; i++)
         if (a->g[i].hits > a->g[a->leader].hits)

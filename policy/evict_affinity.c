@@ -41,13 +41,14 @@ typedef struct affinity {
     uint32_t n_experts, top_k;
     float alpha;
     float *key;     /* [L*E] smoothed log-score; -INFINITY: never observed */
+    float *look;    /* [E] a step's looks */
 } affinity;
 
 static void affinity_destroy(void *self)
 {
     affinity *s = self;
     if (s)
-        free(s->key);
+        free(s->key), free(s->look);
     free(s);
 }
 
@@ -65,7 +66,8 @@ static mvm_status affinity_create(const mvm_pinit *init, void **self)
     const mvm_pshape *sh = init->shape;
     size_t n = (size_t)sh->n_layers * sh->n_experts;
     affinity *s = calloc(1, sizeof *s);
-    if (!s || !(s->key = malloc((n ? n : 1) * sizeof *s->key))) {
+    if (!s || !(s->key = malloc((n ? n : 1) * sizeof *s->key)) ||
+        !(s->look = malloc((sh->n_experts ? sh->n_experts : 1) * sizeof *s->look))) {
         affinity_destroy(s);
         return mvm_fail(MVM_ERR_NOMEM, "evict affinity: out of memory");
     }
@@ -78,25 +80,30 @@ static mvm_status affinity_create(const mvm_pinit *init, void **self)
     return MVM_OK;
 }
 
-/* Expert e's look at this step: the mean over the step's tokens of the log of its score. */
-static float look(const affinity *s, const mvm_pstep *step, uint32_t e)
+/* Every expert's look at this step: the mean over its tokens of the log of its score
+ * (exported for evict_adaptive.c, whose three affinity candidates share one step's looks:
+ * a 512-token prompt batch of OLMoE's shape is 32,768 logarithms each). Each expert's sum
+ * runs over the tokens in order, as it always has. */
+void mvm_affinity_looks(const mvm_pstep *step, uint32_t E, uint32_t K, float *out)
 {
-    const uint32_t E = s->n_experts, K = s->top_k;
-    float sum = 0;
-    for (uint32_t t = 0; t < step->n_tok; t++) {
-        float p = 0;
-        if (step->scores) {
-            p = step->scores[(size_t)t * E + e];
-        } else {
-            for (uint32_t k = 0; k < K; k++)
-                if (step->experts[(size_t)t * K + k] == (int32_t)e)
-                    p = step->weights ? step->weights[(size_t)t * K + k] : 1.0f / (float)K;
-            if (!(p > 0))
-                p = expf(UNSEEN_LOOK);
+    for (uint32_t e = 0; e < E; e++)
+        out[e] = 0;
+    for (uint32_t t = 0; t < step->n_tok; t++)
+        for (uint32_t e = 0; e < E; e++) {
+            float p = 0;
+            if (step->scores) {
+                p = step->scores[(size_t)t * E + e];
+            } else {
+                for (uint32_t k = 0; k < K; k++)
+                    if (step->experts[(size_t)t * K + k] == (int32_t)e)
+                        p = step->weights ? step->weights[(size_t)t * K + k] : 1.0f / (float)K;
+                if (!(p > 0))
+                    p = expf(UNSEEN_LOOK);
+            }
+            out[e] += logf(fmaxf(p, 1e-30f));
         }
-        sum += logf(fmaxf(p, 1e-30f));
-    }
-    return sum / (float)step->n_tok;
+    for (uint32_t e = 0; e < E; e++)
+        out[e] /= (float)step->n_tok;
 }
 
 static void affinity_observe(void *self, const mvm_pview *v, const mvm_pstep *step)
@@ -105,11 +112,14 @@ static void affinity_observe(void *self, const mvm_pview *v, const mvm_pstep *st
     (void)v;
     if (!step->n_tok)
         return;
-    float *key = s->key + (size_t)step->layer * s->n_experts;
-    for (uint32_t e = 0; e < s->n_experts; e++) {
-        float x = look(s, step, e);
-        key[e] = isinf(key[e]) ? x : (1 - s->alpha) * key[e] + s->alpha * x;
+    const float *look = step->looks;
+    if (!look) {
+        mvm_affinity_looks(step, s->n_experts, s->top_k, s->look);
+        look = s->look;
     }
+    float *key = s->key + (size_t)step->layer * s->n_experts;
+    for (uint32_t e = 0; e < s->n_experts; e++)
+        key[e] = isinf(key[e]) ? look[e] : (1 - s->alpha) * key[e] + s->alpha * look[e];
 }
 
 static uint32_t affinity_victim(void *self, const mvm_pview *v, uint32_t for_layer,

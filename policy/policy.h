@@ -55,6 +55,9 @@ typedef struct mvm_pstep {
     const float *next_hidden;       /* [n_tok][n_embd] the next layer's MoE input as the
                                        engine's speculative pass estimates it (SMoE §IV-C),
                                        for a predict module that is `speculative`; else NULL */
+    const float *looks;             /* [E] each expert's look at this step as evict_affinity.c
+                                       takes it (mvm_affinity_looks), computed once where
+                                       several modules read it (evict_adaptive.c); else NULL */
 } mvm_pstep;
 
 /* A model's routers and how they choose, for the modules that recompute a routing (the gate

@@ -553,6 +553,36 @@ static void test_affinity(void)
         mvm_evict_affinity.observe(self, &v, fill(&b, &sh4, 0, 1, NULL, &e));
     CHECK(mvm_evict_affinity.victim(self, &v, 0, cand3, 3) == 1);
     mvm_evict_affinity.destroy(self);
+
+    /* A step's looks (mvm_affinity_looks, which evict_adaptive.c computes once for its
+     * three affinity candidates): a two-token step with scores, the mean of the logs (0.9
+     * and 0.01: -2.355; 0.2 twice: -1.609), one without (expert 0 selected at weight 0.5
+     * by the first token only: (ln 0.5 + ln 1e-4) / 2 = -4.952; expert 3 never: -9.21).
+     * A module given looks in the step takes them instead of its own: looks that rank
+     * expert 1 lowest make it the victim. */
+    float look[4], poison[4] = {NAN, NAN, NAN, NAN};
+    const float sc2[2][2] = {{0.9f, 0.2f}, {0.01f, 0.2f}};
+    const int32_t top2[2] = {0, 1};
+    memcpy(look, poison, sizeof look);
+    mvm_affinity_looks(fill(&b, &sh, 0, 2, &sc2[0][0], top2), 2, 1, look);
+    CHECK(fabsf(look[0] - (logf(0.9f) + logf(0.01f)) / 2) < 1e-6f);
+    CHECK(fabsf(look[1] - logf(0.2f)) < 1e-6f);
+    const int32_t sel2[2] = {0, 2};
+    const mvm_pstep *st = fill(&b, &sh4, 0, 2, NULL, sel2);
+    b.weights[0] = 0.5f;
+    memcpy(look, poison, sizeof look);
+    mvm_affinity_looks(st, 4, 1, look);
+    CHECK(fabsf(look[0] - (logf(0.5f) + -9.21f) / 2) < 1e-5f);
+    CHECK(fabsf(look[3] - -9.21f) < 1e-5f);
+    if (!(self = make(&mvm_evict_affinity, &sh, "")))
+        return;
+    v.shape = &sh;
+    mvm_pstep given = *fill(&b, &sh, 0, 2, &sc2[0][0], top2);
+    const float inverted[2] = {0.0f, -5.0f};
+    given.looks = inverted;
+    mvm_evict_affinity.observe(self, &v, &given);
+    CHECK(mvm_evict_affinity.victim(self, &v, 0, cand, 2) == 1);
+    mvm_evict_affinity.destroy(self);
 }
 
 static void test_params(void)
