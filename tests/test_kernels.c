@@ -1592,8 +1592,8 @@ static void test_topk(void)
     CHECK(idx[0] == 1);
     /* random with many ties, against a sort by (value desc, index asc) */
     float r[128];
-    int got[16], want[128];
-    for (int round = 0; round < 50; round++) {
+    int got[40], want[128];
+    for (int round = 0; round < 80; round++) {
         for (int i = 0; i < 128; i++)
             r[i] = (float)(rand32() % 20), want[i] = i;
         for (int i = 1; i < 128; i++) /* insertion sort with the ranking */
@@ -1601,9 +1601,24 @@ static void test_topk(void)
                 const int tmp = want[j];
                 want[j] = want[j - 1], want[j - 1] = tmp;
             }
-        const size_t k = 1 + rand32() % 16;
+        /* k up to 16: a router's sizes (rounds of maxima); past it, the one pass */
+        const size_t k = round < 60 ? 1 + rand32() % 16 : 17 + rand32() % 24;
+        memset(got, 0xFF, sizeof got);
         mvm_k_topk(r, 128, k, got);
         CHECK(memcmp(got, want, k * sizeof *got) == 0);
+    }
+    /* +0 and -0 tie as floats do (the lower index first), NaN ranks as -inf, and k past the
+     * finite keys still takes the rest in index order: on both ways, the second in 1,100
+     * keys (more than the rounds take), the rest -inf */
+    static float z[1100];
+    const float head[6] = {-0.0f, 0.0f, NAN, -INFINITY, 0.0f, -0.0f};
+    const int order[6] = {0, 1, 4, 5, 2, 3};
+    for (size_t n = 6; n <= 1100; n += 1094) {
+        for (size_t i = 0; i < n; i++)
+            z[i] = i < 6 ? head[i] : -INFINITY;
+        memset(got, 0xFF, sizeof got);
+        mvm_k_topk(z, n, 6, got);
+        CHECK(memcmp(got, order, sizeof order) == 0);
     }
 }
 
