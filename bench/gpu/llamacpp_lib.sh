@@ -49,28 +49,30 @@ vram_of() { sed -n 's/^VRAM_MIB //p'; }
 # accesses, its hits and its reads in place at the homes).
 decode_laps() {
     grep -h 'decode: [0-9]* tokens routed' "$1" >&2
-    grep -o 'decode: [0-9]* tokens routed by the host.*' "$1" | tail -n 1 |
-        grep -o '[0-9][0-9.]*' | paste -sd' ' |
-        awk 'NF == 17 { printf "tokens=%s queue_us=%s observe_us=%s device_us=%s " \
-                        "policies_us=%s ask_us=%s copies_us=%s cpu_us=%s cpu_plan_us=%s " \
-                        "cpu_scale=%s syncs=%s evict_us=%s remap_us=%s mib=%s accesses=%s " \
-                        "hits=%s in_place=%s",
-                        $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,
-                        $16, $17 }'
+    laps_fields "$1" 'decode: [0-9]* tokens routed by the host' tokens $LAP_FIELDS
 }
 
 # The same for the prompt batches (pp512 at any budget, routed by the host a layer at a
 # time), "batches=.. tokens=.." (the tokens a batch) then decode_laps' fields a batch, for a
 # RESULT prefill_host line: what of a batch the device waits for the host.
 prefill_laps() {
-    grep -o 'prompt: [0-9]* batches of [0-9.]* tokens routed by the host.*' "$1" | tail -n 1 |
-        grep -o '[0-9][0-9.]*' | paste -sd' ' |
-        awk 'NF == 18 { printf "batches=%s tokens=%s queue_us=%s observe_us=%s device_us=%s " \
-                        "policies_us=%s ask_us=%s copies_us=%s cpu_us=%s cpu_plan_us=%s " \
-                        "cpu_scale=%s syncs=%s evict_us=%s remap_us=%s mib=%s accesses=%s " \
-                        "hits=%s in_place=%s",
-                        $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,
-                        $16, $17, $18 }'
+    laps_fields "$1" 'prompt: [0-9]* batches of [0-9.]* tokens routed by the host' \
+        batches tokens $LAP_FIELDS
+}
+
+# The host-time split's fields after its count (forward_cuda_laps.c's line, in its order).
+LAP_FIELDS="queue_us observe_us device_us policies_us ask_us copies_us cpu_us cpu_plan_us
+            cpu_scale syncs evict_us remap_us mib accesses hits in_place"
+
+# laps_fields FILE LINE NAME...: the numbers of FILE's last line that begins as LINE (a grep
+# pattern), as "NAME=number" pairs in their order; nothing unless there is one a name.
+laps_fields() {
+    local file=$1 line=$2
+    shift 2
+    grep -o "$line.*" "$file" | tail -n 1 | grep -o '[0-9][0-9.]*' | paste -sd' ' |
+        awk -v names="$*" 'BEGIN { n = split(names, name, " ") }
+                           NF == n { for (i = 1; i <= n; i++)
+                                         printf "%s%s=%s", (i > 1 ? " " : ""), name[i], $i }'
 }
 
 # A packed space's upload (vmm/upload.c's MOEVM_LOG=info line) in the last run's stderr, as

@@ -123,7 +123,7 @@ static void report(const struct cuda_fwd *f, const struct lap_sums *l, int prefi
              " (the cost model: %.0f us, its CPU times now scaled by %.2f)", l->cpu_plan * us,
              rs.cpu_scale);
     const double n = (double)l->batches;
-    char what[96];
+    char what[128];
     if (prefill)
         snprintf(what, sizeof what, "prompt: %llu batches of %.1f tokens routed by the host; "
                  "host time a batch", (unsigned long long)l->batches, (double)l->rows / n);
