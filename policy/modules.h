@@ -15,9 +15,6 @@ extern const mvm_route_ops mvm_route_none;
 /* evict */
 extern const mvm_evict_ops mvm_evict_adaptive;
 extern const mvm_evict_ops mvm_evict_affinity;
-/* evict affinity's look at a step for each of its E experts (top-k K), into out[E]: where
- * several modules read it, computed once and passed as mvm_pstep.looks. */
-void mvm_affinity_looks(const mvm_pstep *step, uint32_t E, uint32_t K, float *out);
 extern const mvm_evict_ops mvm_evict_belady;
 extern const mvm_evict_ops mvm_evict_lcp;
 extern const mvm_evict_ops mvm_evict_lfu;
@@ -25,6 +22,9 @@ extern const mvm_evict_ops mvm_evict_lru;
 extern const mvm_evict_ops mvm_evict_reuse;
 extern const mvm_evict_ops mvm_evict_score;
 extern const mvm_evict_ops mvm_evict_workload;
+/* evict affinity's look at a step for each of its E experts (top-k K), into out[E]: where
+ * several modules read it, computed once and passed as mvm_pstep.looks. */
+void mvm_affinity_looks(const mvm_pstep *step, uint32_t E, uint32_t K, float *out);
 
 /* assign */
 extern const mvm_assign_ops mvm_assign_gpu;

@@ -27,4 +27,8 @@ fi
 nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 "$nvcc" -O3 -arch=sm_90 -I. -cubin "$src" -o "$tmp/k.cubin"
 NVDISASM_PATH=$tools/nvdisasm "$tools/cuobjdump" -sass "$tmp/k.cubin" >"$tmp/k.sass"
-if [[ -n ${SASS_FULL:-} ]]; then cat "$tmp/k.sass"; else python3 bench/gpu/sass.py "$tmp/k.sass" "$@"; fi
+if [[ -n ${SASS_FULL:-} ]]; then
+    cat "$tmp/k.sass"
+else
+    python3 bench/gpu/sass.py "$tmp/k.sass" "$@"
+fi

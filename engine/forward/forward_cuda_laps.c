@@ -6,7 +6,7 @@
  * H200 a decode token of Qwen3-30B-A3B's shape (12 blocks, 25%) took 6.1 ms, 1.1 of it
  * waiting for copies (docs/perf/offload.md, run I), and the rest could not be told apart;
  * OLMoE-1B-7B's pp512 batch took 81 ms of which its kernels kept the device busy ~32
- * (docs/perf/engine.md, session 106). This splits each kind, batch by batch, into the
+ * (docs/perf/engine.md, sessions 106 and 107). This splits each kind, batch by batch, into the
  * phases below, and adds the space's own clocks over the same batches (the evictions'
  * unmaps paid on this thread, the mappings the migration worker makes). MOEVM_LOG=info
  * prints the splits at the context's end; bench/gpu/llamacpp.sh runs moevm at info.

@@ -97,9 +97,10 @@ static float key(const float *x, size_t i)
 
 /* For a router's sizes (n and k at most these), k rounds of a maximum over every candidate's
  * ranked key: no branch that depends on the data, where the one pass below mispredicts
- * most of its insertions. A prompt batch routes on the host while the device waits, and a
- * 512-token batch of OLMoE's shape (top-8 of 64) took 390 us a layer here that way, 210
- * this way. */
+ * most of its insertions. A prompt batch routes on the host while the device waits: a
+ * 512-token batch of a 16-layer OLMoE-shaped model routed in 9.7-10.1 ms that way, 6.7-7.1
+ * this way (MOEVM_LOG=info's prompt split over the fake driver, docs/perf/engine.md,
+ * session 107). */
 #define TOPK_ROUNDS_N 1024
 #define TOPK_ROUNDS_K 16
 
