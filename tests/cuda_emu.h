@@ -282,6 +282,66 @@ template <typename V> static inline V __shfl_sync(unsigned mask, V v, int src)
     return emu_shuffle(v, (unsigned)src % EMU_WARP);
 }
 
+/* kernels/cuda/device.cuh's xor_sums in one exchange. The rounds there, `v += shfl_xor(v,
+ * o)` for each offset o of the list, leave in lane l after round r its value after round
+ * r - 1 plus that of lane l ^ o_r. So the lanes publish their values once, and the first
+ * lane to go on makes the rounds for the whole warp, every lane's additions as its
+ * shuffles would make them, in its slot: one barrier instead of one a round (each a fiber
+ * switch per lane). The rounds' barriers were most of the emulated kernels' time
+ * (test_forward_gpu: 63,000 switches a q8_0 matvec, 18 ns each). Every lane of the warp
+ * must call it, as the shuffles' full mask says; b may be NULL. The slots are emu_shuffle's
+ * double buffers: the next exchange writes the other, and the one after comes past a
+ * barrier that every lane reaches only after reading its sums. */
+#define CUDA_EMU_XOR_SUMS 1
+
+static uint64_t emu_warp_slot_b[2][EMU_MAX_THREADS];
+/* the warp barrier's generation whose exchange has been summed (0: none since the launch) */
+static unsigned emu_xor_summed[EMU_MAX_THREADS / EMU_WARP];
+
+template <typename V> static inline void emu_xor_rounds(uint64_t *slot, const unsigned *o, int k)
+{
+    V v[EMU_WARP], w[EMU_WARP];
+    for (unsigned l = 0; l < EMU_WARP; l++)
+        memcpy(&v[l], &slot[l], sizeof(V));
+    for (int r = 0; r < k; r++) {
+        for (unsigned l = 0; l < EMU_WARP; l++)
+            w[l] = v[l] + v[l ^ o[r]];
+        memcpy(v, w, sizeof v);
+    }
+    for (unsigned l = 0; l < EMU_WARP; l++)
+        memcpy(&slot[l], &v[l], sizeof(V));
+}
+
+/* The offsets: 1, 2, ... below `lanes` where nearest_first, else lanes / 2 down to 1. */
+template <typename V>
+static inline void emu_xor_sums(V *a, V *b, unsigned lanes, bool nearest_first)
+{
+    static_assert(sizeof(V) <= sizeof(uint64_t), "a shuffle moves at most 8 bytes");
+    unsigned o[5];
+    int k = 0;
+    for (unsigned x = 1; x < lanes; x <<= 1)
+        o[k++] = nearest_first ? x : lanes / 2 / x;
+    if (!k) /* no rounds, no shuffles: no barrier either */
+        return;
+    const unsigned warp = threadIdx.x / EMU_WARP, lane = threadIdx.x % EMU_WARP;
+    emu_barrier *bar = &emu_warp_barrier[warp];
+    uint64_t *sa = emu_warp_slot[bar->generation & 1] + warp * EMU_WARP;
+    uint64_t *sb = emu_warp_slot_b[bar->generation & 1] + warp * EMU_WARP;
+    memcpy(&sa[lane], a, sizeof *a);
+    if (b)
+        memcpy(&sb[lane], b, sizeof *b);
+    emu_barrier_wait(bar, EMU_WARP);
+    if (emu_xor_summed[warp] != bar->generation) {
+        emu_xor_summed[warp] = bar->generation;
+        emu_xor_rounds<V>(sa, o, k);
+        if (b)
+            emu_xor_rounds<V>(sb, o, k);
+    }
+    memcpy(a, &sa[lane], sizeof *a);
+    if (b)
+        memcpy(b, &sb[lane], sizeof *b);
+}
+
 static int32_t emu_mma_slot[EMU_MAX_THREADS][6];
 
 /* The warp's mma.sync of a 16 x K A (row-major) by a K x 8 B (column-major) into c, each
@@ -397,7 +457,7 @@ static void emu_launch(dim3 grid, unsigned threads, std::vector<unsigned> order,
     emu_order = &order;
     emu_block_barrier = emu_barrier{0, 0};
     for (unsigned w = 0; w < threads / EMU_WARP; w++)
-        emu_warp_barrier[w] = emu_barrier{0, 0};
+        emu_warp_barrier[w] = emu_barrier{0, 0}, emu_xor_summed[w] = 0;
     for (unsigned t = 0; t < threads; t++) {
         emu_fiber *f = &emu_fibers[t];
         if (!f->stack && !(f->stack = (char *)malloc(EMU_STACK)))

@@ -100,6 +100,52 @@ static std::vector<uint8_t> activations(int t, size_t n_tok, size_t n, size_t ac
     return act;
 }
 
+/* The emulator's one-exchange sums (tests/cuda_emu.h: emu_xor_sums, which device.cuh's
+ * xor_sums takes here) against the shuffle rounds they stand for, emulated lane by lane:
+ * floats of magnitudes 2^-20 to 2^20, whose sums round differently in any other order of
+ * additions (checked: the other direction's differs), and int32s, in every group size both
+ * ways, two warps of a block, a pair and one value. */
+template <typename V> static V rounds_of(V v, uint32_t lanes, bool nearest_first)
+{
+    for (uint32_t i = 1; i < lanes; i <<= 1)
+        v += __shfl_xor_sync(FULL_MASK, v, (int)(nearest_first ? i : lanes / 2 / i));
+    return v;
+}
+
+static void test_xor_sums(void)
+{
+    std::vector<float> f(64);
+    std::vector<int32_t> n(64);
+    std::uniform_int_distribution<int> e(-20, 20);
+    std::uniform_int_distribution<int32_t> big(-(1 << 25), 1 << 25); /* 32 add up */
+    for (int i = 0; i < 64; i++)
+        f[i] = ldexpf(randoms(1)[0], e(rng)), n[i] = big(rng);
+    int order_seen = 0;
+    for (uint32_t lanes = 1; lanes <= 32; lanes *= 2)
+        for (int near = 0; near < 2; near++) {
+            std::vector<float> fa(64), fb(64), fw(64), fother(64);
+            std::vector<int32_t> na(64), nw(64);
+            emu_launch(dim3{1, 1, 1}, 64, {}, [&] {
+                const unsigned t = threadIdx.x;
+                float a = f[t], b = f[63 - t];
+                int32_t c = n[t];
+                xor_sums(&a, &b, lanes, near);
+                xor_sums<int32_t>(&c, NULL, lanes, near);
+                fa[t] = a, fb[t] = b, na[t] = c;
+                fw[t] = rounds_of(f[t], lanes, near);
+                fother[t] = rounds_of(f[t], lanes, !near);
+                nw[t] = rounds_of(n[t], lanes, near);
+            });
+            for (int t = 0; t < 64; t++) {
+                CHECK(memcmp(&fa[t], &fw[t], sizeof(float)) == 0);
+                CHECK(memcmp(&fb[t], &fw[63 - t], sizeof(float)) == 0);
+                CHECK(na[t] == nw[t]);
+                order_seen += fw[t] != fother[t];
+            }
+        }
+    CHECK(order_seen > 0);
+}
+
 /* Rows of floats to Q8_0 (the Q types' activations) and Q8_K (the K-quants'): bit for bit
  * the CPU's rounding, the gaps between rows untouched. 150 Q8_0 blocks and 140 Q8_K blocks
  * a row: two blocks of threads, the second partial. The first row's blocks 1 and 2 hold a
@@ -1698,6 +1744,7 @@ static void test_attn_softmax(void)
 
 int main(void)
 {
+    RUN(test_xor_sums);
     RUN(test_quantize);
     RUN(test_matvec);
     RUN(test_experts);

@@ -19,6 +19,26 @@
 
 #define FULL_MASK 0xffffffffu
 
+/* *a, and *b unless NULL, summed over each aligned group of `lanes` lanes (a power of two,
+ * at most 32) by rounds of xor shuffles, the nearest lanes first or the farthest; every
+ * lane of a group gets the group's sums. A pair's two shuffles of a round are issued
+ * together. After tests/cuda_emu.h, which emulates the shuffles with fiber switches, its
+ * emu_xor_sums gives the same sums from one exchange. Every lane of the warp must call it. */
+template <typename V>
+static __device__ __forceinline__ void xor_sums(V *a, V *b, uint32_t lanes, bool nearest_first)
+{
+#ifdef CUDA_EMU_XOR_SUMS
+    emu_xor_sums(a, b, lanes, nearest_first);
+#else
+    for (uint32_t i = 1; i < lanes; i <<= 1) {
+        const int o = (int)(nearest_first ? i : lanes / 2 / i);
+        *a += __shfl_xor_sync(FULL_MASK, *a, o);
+        if (b)
+            *b += __shfl_xor_sync(FULL_MASK, *b, o);
+    }
+#endif
+}
+
 /* Four bytes at 2-byte aligned p as one word. The 32-element Q blocks are 18 to 34 bytes,
  * so their quants are only 2-byte aligned, and a misaligned 32-bit load faults on a GPU:
  * two 16-bit loads instead (the emulated build checks the alignment the GPU needs). */
@@ -282,11 +302,8 @@ static __device__ __forceinline__ void row_dot_tile(const uint8_t *w, uint64_t s
                         kpart<T>(blk, s16, (const mvm_block_q8_K *)act[i] + b,
                                  (int)(lane % bl / per), (int)(k * 32 / per), (int)(32 / per),
                                  &sum, &asum);
-                    for (uint32_t o = 1; o < bl; o <<= 1) {
-                        sum += __shfl_xor_sync(FULL_MASK, sum, (int)o);
-                        if (T != MVM_W_Q8_0 && T != MVM_W_Q6_K) /* the types that have none */
-                            asum += __shfl_xor_sync(FULL_MASK, asum, (int)o);
-                    }
+                    /* Q8_0 and Q6_K have no asum */
+                    xor_sums(&sum, T != MVM_W_Q8_0 && T != MVM_W_Q6_K ? &asum : NULL, bl, true);
                     if (b0 + lane / bl < nb && lane % bl == 0)
                         acc[r * NT + i] +=
                             mvm_k_is_q(T)
@@ -355,10 +372,10 @@ static __device__ __forceinline__ uint32_t mvm_g_pos0(mvm_dptr pos, uint32_t pos
     return pos ? *(const uint32_t *)pos : pos0;
 }
 
+/* the warp's sum, the farthest lanes first (offsets 16, 8, ..., 1) */
 template <typename V> static __device__ __forceinline__ V warp_sum(V v)
 {
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(FULL_MASK, v, o);
+    xor_sums<V>(&v, NULL, 32, false);
     return v;
 }
 
