@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <hwloc.h>
+#include <hwloc/glibc-sched.h>
 #include <numa.h>
 #include <numaif.h>
 #include <pthread.h>
@@ -144,7 +145,9 @@ static void test_probe_two_nodes(void)
 }
 
 /* Some PCI device hwloc keeps (a bridge, a NIC, a GPU) stands in for a GPU: probing its bus
- * id must find it. */
+ * id must find it, near the cores and node where hwloc's PCI discovery puts it (the probe
+ * reads them from sysfs without that discovery: vmm/topo.c, device_parent), under either
+ * form of the id; with anything after the id, it is not found. */
 static void test_probe_found(void)
 {
     hwloc_topology_t topo;
@@ -157,9 +160,16 @@ static void test_probe_found(void)
         hwloc_topology_destroy(topo);
         return;
     }
-    char busid[32];
+    char busid[32], shortid[32], longer[40];
     snprintf(busid, sizeof busid, "%04x:%02x:%02x.%01x", dev->attr->pcidev.domain,
              dev->attr->pcidev.bus, dev->attr->pcidev.dev, dev->attr->pcidev.func);
+    snprintf(shortid, sizeof shortid, "%02x:%02x.%01x", dev->attr->pcidev.bus,
+             dev->attr->pcidev.dev, dev->attr->pcidev.func);
+    snprintf(longer, sizeof longer, "%s:1", busid);
+    hwloc_obj_t near = hwloc_get_non_io_ancestor_obj(topo, dev);
+    cpu_set_t want;
+    hwloc_cpuset_to_glibc_sched_affinity(topo, near->cpuset, &want, sizeof want);
+    const int want_node = hwloc_bitmap_first(near->nodeset);
     hwloc_topology_destroy(topo);
 
     mvm_topo t;
@@ -169,7 +179,17 @@ static void test_probe_found(void)
           t.n_cores, t.n_cores_total);
     CHECK(strstr(t.summary, busid) && strstr(t.summary, " on "), "probe %s: summary \"%s\"",
           busid, t.summary);
+    CHECK(CPU_EQUAL(&t.cores, &want), "probe %s: not the cores hwloc puts the device near",
+          busid);
+    CHECK(numa_available() < 0 || t.numa_node == want_node, "probe %s: node %d, hwloc's %d",
+          busid, t.numa_node, want_node);
     printf("probe %s: %s\n", busid, t.summary);
+    mvm_topo s;
+    if (busid[0] == '0' && strncmp(busid, "0000:", 5) == 0) /* the short form is domain 0's */
+        CHECK(mvm_topo_probe(shortid, &s) == MVM_OK && s.gpu_found == 1 &&
+                  CPU_EQUAL(&s.cores, &t.cores) && s.numa_node == t.numa_node,
+              "probe %s", shortid);
+    CHECK(mvm_topo_probe(longer, &s) == MVM_OK && s.gpu_found == 0, "probe %s", longer);
 }
 
 /* ------------------------------------------------------------------------------------- */

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <hwloc.h>
 #include <hwloc/glibc-sched.h>
+#include <hwloc/linux.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <numa.h>
@@ -51,16 +52,18 @@ static void keep_plugins_loaded(void)
     (void)hwloc_topology_init(&anchor);
 }
 
-/* with_io: discover PCI devices, for a GPU's bus id to be looked up. */
+/* with_io: discover PCI devices, for a GPU's bus id to be looked up in a topology that is
+ * not this kernel's (an XML file's); the kernel's devices are looked up in sysfs
+ * (device_parent). */
 static mvm_status load_topology(hwloc_topology_t *topo, int with_io)
 {
     pthread_once(&plugins_once, keep_plugins_loaded);
     if (hwloc_topology_init(topo) < 0)
         return mvm_fail(MVM_ERR_BACKEND, "hwloc_topology_init failed: %s", strerror(errno));
     /* Only the PCI devices that matter (GPUs, NICs and the bridges above them): full IO
-     * discovery costs far more and tells us nothing we use. Without a device to look up,
-     * none: reading every device's config space was most of a CPU run's start on a VM,
-     * where each read traps (pci_user_read_config_dword, perf record of `moevm run`). */
+     * discovery costs far more and tells us nothing we use. Even those read every device's
+     * config space, where each read traps on a VM (pci_user_read_config_dword, perf record
+     * of `moevm run`): 9.4 ms a probe on the CI VM against 1.2 without. */
     enum hwloc_type_filter_e io = with_io ? HWLOC_TYPE_FILTER_KEEP_IMPORTANT
                                           : HWLOC_TYPE_FILTER_KEEP_NONE;
     if (hwloc_topology_set_io_types_filter(*topo, io) < 0) {
@@ -84,13 +87,49 @@ static mvm_status load_topology(hwloc_topology_t *topo, int with_io)
     return MVM_OK;
 }
 
-/* A PCI device hangs off a non-IO object (package, group, NUMA node's parent): its cpuset
- * is the cores nearest the device and its nodeset the memory nearest it. */
-static int near_device(hwloc_topology_t topo, hwloc_obj_t pcidev, hwloc_const_cpuset_t *cores)
+/* Whether hwloc takes the topology from this kernel, rather than from what the environment
+ * names in its place (an XML file, a synthetic description, another file system's root:
+ * hwloc's HWLOC_XMLFILE, HWLOC_SYNTHETIC, HWLOC_FSROOT, or HWLOC_COMPONENTS naming those
+ * components). HWLOC_THISSYSTEM can call such a topology this system's, so
+ * hwloc_topology_is_thissystem cannot tell. */
+static int topology_from_kernel(void)
 {
-    hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj(topo, pcidev);
-    *cores = anc->cpuset;
-    return hwloc_bitmap_first(anc->nodeset);
+    const char *c = getenv("HWLOC_COMPONENTS");
+    return !getenv("HWLOC_XMLFILE") && !getenv("HWLOC_SYNTHETIC") && !getenv("HWLOC_FSROOT") &&
+           !(c && (strstr(c, "xml") || strstr(c, "synthetic")));
+}
+
+/* The non-IO object (package, group, NUMA node's parent) that PCI device `busid` hangs
+ * off, whose cpuset is the cores nearest the device and nodeset the memory nearest it; NULL
+ * where there is no such device. From this kernel's topology (from_kernel), the smallest
+ * object that holds the cores the kernel names for the device (sysfs's local_cpus, which
+ * hwloc's PCI discovery reads to place it too; a set of no object's cores gets the object
+ * above, where hwloc would make a group of them), with no PCI discovery; from another
+ * one, which holds its devices, the device's own parent. The bus id as hwloc parses it:
+ * "dddd:bb:dd.f" or "bb:dd.f". */
+static hwloc_obj_t device_parent(hwloc_topology_t topo, const char *busid, int from_kernel)
+{
+    if (!from_kernel) {
+        hwloc_obj_t dev = hwloc_get_pcidev_by_busidstring(topo, busid);
+        return dev ? hwloc_get_non_io_ancestor_obj(topo, dev) : NULL;
+    }
+    unsigned dom = 0, bus, dev, fn;
+    char extra;
+    if (sscanf(busid, "%x:%x:%x.%x%c", &dom, &bus, &dev, &fn, &extra) != 4 &&
+        (dom = 0, sscanf(busid, "%x:%x.%x%c", &bus, &dev, &fn, &extra) != 3))
+        return NULL;
+    char path[80];
+    snprintf(path, sizeof path, "/sys/bus/pci/devices/%04x:%02x:%02x.%01x/local_cpus", dom,
+             bus, dev, fn);
+    hwloc_bitmap_t near = hwloc_bitmap_alloc();
+    if (!near || hwloc_linux_read_path_as_cpumask(path, near) < 0) {
+        hwloc_bitmap_free(near);
+        return NULL;
+    }
+    hwloc_bitmap_and(near, near, hwloc_topology_get_topology_cpuset(topo));
+    hwloc_obj_t obj = hwloc_bitmap_iszero(near) ? NULL : hwloc_get_obj_covering_cpuset(topo, near);
+    hwloc_bitmap_free(near);
+    return obj ? obj : hwloc_get_root_obj(topo);
 }
 
 /* The node of the CPU the calling thread runs on now, and that node's cores. */
@@ -147,16 +186,16 @@ static void describe(hwloc_const_cpuset_t cores, int numa_ok, mvm_topo *t)
              t->n_cores_total == 1 ? "" : "s", nodes, gpu, where);
 }
 
-static void fill(hwloc_topology_t topo, mvm_topo *t)
+static void fill(hwloc_topology_t topo, int from_kernel, mvm_topo *t)
 {
     hwloc_const_cpuset_t all = hwloc_topology_get_topology_cpuset(topo);
     int hw_nodes = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE);
-    hwloc_obj_t pcidev =
-        t->gpu_bus_id[0] ? hwloc_get_pcidev_by_busidstring(topo, t->gpu_bus_id) : NULL;
+    hwloc_obj_t near_gpu =
+        t->gpu_bus_id[0] ? device_parent(topo, t->gpu_bus_id, from_kernel) : NULL;
     int numa_ok = numa_available() >= 0;
     hwloc_const_cpuset_t cores = all;
 
-    t->gpu_found = pcidev != NULL;
+    t->gpu_found = near_gpu != NULL;
     t->n_cores_total = hwloc_bitmap_weight(all);
     if (!numa_ok) {
         /* No NUMA policy calls here (kernel without NUMA, or a seccomp filter): nothing can
@@ -165,9 +204,10 @@ static void fill(hwloc_topology_t topo, mvm_topo *t)
         t->numa_node = hw_nodes == 1 ? 0 : -1;
     } else {
         t->n_numa_nodes = hw_nodes;
-        if (pcidev)
-            t->numa_node = near_device(topo, pcidev, &cores);
-        else if (!t->gpu_bus_id[0] && hw_nodes > 1)
+        if (near_gpu) {
+            cores = near_gpu->cpuset;
+            t->numa_node = hwloc_bitmap_first(near_gpu->nodeset);
+        } else if (!t->gpu_bus_id[0] && hw_nodes > 1)
             t->numa_node = -1; /* no GPU to be near: the CPU computes, on every core, from
                                   every memory controller (homes interleaved) */
         else
@@ -193,12 +233,13 @@ mvm_status mvm_topo_probe(const char *pci_bus_id, mvm_topo *out)
                         busid, sizeof out->gpu_bus_id - 1);
 
     hwloc_topology_t topo;
-    mvm_status s = load_topology(&topo, n > 0);
+    const int from_kernel = topology_from_kernel();
+    mvm_status s = load_topology(&topo, n > 0 && !from_kernel);
     if (s != MVM_OK)
         return s;
     memset(out, 0, sizeof *out);
     memcpy(out->gpu_bus_id, busid, n + 1);
-    fill(topo, out);
+    fill(topo, from_kernel, out);
     hwloc_topology_destroy(topo);
     return MVM_OK;
 }
