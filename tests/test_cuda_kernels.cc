@@ -146,6 +146,18 @@ static void test_xor_sums(void)
     CHECK(order_seen > 0);
 }
 
+/* The emulator's half to float (its tensor cores' inputs) against the CPU kernels' own
+ * converter, every half: the same float, or NaN for NaN. */
+static void test_emu_h2f(void)
+{
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        const float a = emu_h2f(h), b = mvm_k_h2f((uint16_t)h);
+        bad += std::isnan(b) ? !std::isnan(a) : memcmp(&a, &b, sizeof a) != 0;
+    }
+    CHECK(bad == 0);
+}
+
 /* Rows of floats to Q8_0 (the Q types' activations) and Q8_K (the K-quants'): bit for bit
  * the CPU's rounding, the gaps between rows untouched. 150 Q8_0 blocks and 140 Q8_K blocks
  * a row: two blocks of threads, the second partial. The first row's blocks 1 and 2 hold a
@@ -1745,6 +1757,7 @@ static void test_attn_softmax(void)
 int main(void)
 {
     RUN(test_xor_sums);
+    RUN(test_emu_h2f);
     RUN(test_quantize);
     RUN(test_matvec);
     RUN(test_experts);
