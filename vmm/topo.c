@@ -113,11 +113,13 @@ static hwloc_obj_t device_parent(hwloc_topology_t topo, const char *busid, int f
         hwloc_obj_t dev = hwloc_get_pcidev_by_busidstring(topo, busid);
         return dev ? hwloc_get_non_io_ancestor_obj(topo, dev) : NULL;
     }
-    unsigned dom = 0, bus, dev, fn;
+    unsigned dom, bus, dev, fn;
     char extra;
-    if (sscanf(busid, "%x:%x:%x.%x%c", &dom, &bus, &dev, &fn, &extra) != 4 &&
-        (dom = 0, sscanf(busid, "%x:%x.%x%c", &bus, &dev, &fn, &extra) != 3))
-        return NULL;
+    if (sscanf(busid, "%x:%x:%x.%x%c", &dom, &bus, &dev, &fn, &extra) != 4) {
+        dom = 0; /* the short form's, and not what a failed first parse left there */
+        if (sscanf(busid, "%x:%x.%x%c", &bus, &dev, &fn, &extra) != 3)
+            return NULL;
+    }
     char path[80];
     snprintf(path, sizeof path, "/sys/bus/pci/devices/%04x:%02x:%02x.%01x/local_cpus", dom,
              bus, dev, fn);

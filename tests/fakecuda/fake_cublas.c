@@ -119,6 +119,7 @@ struct gemm_scratch {
     float *a, *b;
 };
 
+/* (one float more than the operands hold: an empty product's malloc(0) may be NULL) */
 static cublasStatus_t scratch_alloc(int m, int n, int k, struct gemm_scratch *s)
 {
     s->a = malloc(((size_t)m * k + 1) * sizeof *s->a);
