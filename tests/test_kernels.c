@@ -1590,22 +1590,31 @@ static void test_topk(void)
     CHECK(idx[0] == 1 && idx[1] == 2 && idx[2] == 4 && idx[3] == 3 && idx[4] == 0 && idx[5] == 5);
     mvm_k_topk(x, 6, 1, idx);
     CHECK(idx[0] == 1);
-    /* random with many ties, against a sort by (value desc, index asc) */
-    float r[128];
-    int got[40], want[128];
-    for (int round = 0; round < 80; round++) {
-        for (int i = 0; i < 128; i++)
-            r[i] = (float)(rand32() % 20), want[i] = i;
-        for (int i = 1; i < 128; i++) /* insertion sort with the ranking */
-            for (int j = i; j > 0 && cmp_rank(&want[j - 1], &want[j], r) > 0; j--) {
-                const int tmp = want[j];
-                want[j] = want[j - 1], want[j - 1] = tmp;
-            }
-        /* k up to 16: a router's sizes (rounds of maxima); past it, the one pass */
-        const size_t k = round < 60 ? 1 + rand32() % 16 : 17 + rand32() % 24;
-        memset(got, 0xFF, sizeof got);
-        mvm_k_topk(r, 128, k, got);
-        CHECK(memcmp(got, want, k * sizeof *got) == 0);
+    /* random with many ties, against a sort by (value desc, index asc): sizes on both
+     * sides of the rounds' group sizes (whole groups, a last group short by one or all but
+     * one, a single group) and of the rounds' limit */
+    static float r[1100];
+    static int want[1100];
+    int got[41];
+    const size_t sizes[] = {1, 2, 5, 16, 17, 63, 64, 65, 128, 129, 256, 384, 1000, 1024, 1100};
+    for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+        const size_t n = sizes[si];
+        for (int round = 0; round < 12; round++) {
+            for (size_t i = 0; i < n; i++)
+                r[i] = (float)(rand32() % 20), want[i] = (int)i;
+            for (size_t i = 1; i < n; i++) /* insertion sort with the ranking */
+                for (size_t j = i; j > 0 && cmp_rank(&want[j - 1], &want[j], r) > 0; j--) {
+                    const int tmp = want[j];
+                    want[j] = want[j - 1], want[j - 1] = tmp;
+                }
+            /* k up to 16: a router's sizes (rounds of maxima); past it, the one pass */
+            size_t k = round < 9 ? 1 + rand32() % 16 : 17 + rand32() % 24;
+            k = k < n ? k : n;
+            memset(got, 0xFF, sizeof got);
+            mvm_k_topk(r, n, k, got);
+            CHECK(memcmp(got, want, k * sizeof *got) == 0);
+            CHECK(got[k] == -1); /* nothing written past k */
+        }
     }
     /* +0 and -0 tie as floats do (the lower index first), NaN ranks as -inf, and k past the
      * finite keys still takes the rest in index order: on both ways, the second in 1,100
