@@ -46,7 +46,13 @@
  * id order: the flags of every expert were scanned before, 1,536 for Qwen3-30B-A3B's 12
  * blocks, where a quarter are members) and ask its module for each victim, as the real
  * eviction does: about five times one module's work. On that shape's trace at 25% the
- * list cut the module's instructions a layer step by a fifth (callgrind, session 84). The
+ * list cut the module's instructions a layer step by a fifth (callgrind, session 84).
+ * The ghosts of modules whose ranking is a key that only their layer's steps change (LRU
+ * and affinity: mvm_evict_ops.key) scan no list: each layer's least member is kept between
+ * steps, so a victim reads the layers' least and the step's own layer, the same victim as
+ * the module's victim() over the candidates. On the whole Qwen3-30B-A3B (48 layers) at
+ * 25% that cut observing from 24-25 us a layer step to 15-17 (bench_resid_step, session
+ * 109); `reuse`, whose ranking moves with the clock, still scans. The
  * three affinity candidates read one step's looks, taken once here (mvm_pstep.looks): a
  * prompt batch is a logarithm per token and expert, and observing a 512-token batch of
  * OLMoE-1B-7B's shape took ~600 us a layer on the development VM before, ~220 after.
@@ -79,10 +85,15 @@ typedef struct ghost {
                          every expert (a quarter of 1,536 for Qwen3-30B-A3B at 25%) */
     uint32_t size;    /* experts in it */
     double hits;      /* decayed */
+    /* With a keyed module (mvm_evict_ops.key): each layer's member of least key, the first
+     * of equals (UINT32_MAX: none), made again where stale (its layer observed, or a member
+     * taken out, since) */
+    uint32_t *least; /* [L] */
+    uint8_t *stale;  /* [L] */
 } ghost;
 
 typedef struct adaptive {
-    uint32_t n_experts, top_k, n_total, leader;
+    uint32_t n_layers, n_experts, top_k, n_total, leader;
     float *looks;   /* [E] a step's looks, for its three affinity candidates at once */
     double decay;   /* per layer step */
     uint32_t *cand; /* [L*E] a ghost's eviction candidates */
@@ -99,6 +110,8 @@ static void adaptive_destroy(void *self)
             candidates[i].ops->destroy(a->g[i].self);
         free(a->g[i].in);
         free(a->g[i].member);
+        free(a->g[i].least);
+        free(a->g[i].stale);
     }
     free(a->cand);
     free(a->looks);
@@ -119,6 +132,12 @@ static mvm_status create_ghosts(adaptive *a, const mvm_pinit *init)
             return st;
         if (!(a->g[i].in = calloc(n, 1)) || !(a->g[i].member = malloc(n * sizeof(uint32_t))))
             return mvm_fail(MVM_ERR_NOMEM, "evict adaptive: out of memory");
+        if (!candidates[i].ops->key)
+            continue;
+        const size_t L = a->n_layers ? a->n_layers : 1;
+        if (!(a->g[i].least = malloc(L * sizeof(uint32_t))) || !(a->g[i].stale = malloc(L)))
+            return mvm_fail(MVM_ERR_NOMEM, "evict adaptive: out of memory");
+        memset(a->g[i].stale, 1, L);
     }
     return MVM_OK;
 }
@@ -139,6 +158,7 @@ static mvm_status adaptive_create(const mvm_pinit *init, void **self)
     adaptive *a = calloc(1, sizeof *a);
     if (!a)
         return mvm_fail(MVM_ERR_NOMEM, "evict adaptive: out of memory");
+    a->n_layers = sh->n_layers;
     a->n_experts = sh->n_experts;
     a->top_k = sh->top_k;
     a->n_total = sh->n_layers * sh->n_experts;
@@ -166,6 +186,8 @@ static uint32_t member_at(const ghost *g, uint32_t x)
     return lo;
 }
 
+/* (Into the step's own layer only, whose least is found afresh until the step is observed,
+ * and then made again: keyed_victim.) */
 static void ghost_insert(ghost *g, uint32_t x)
 {
     const uint32_t at = member_at(g, x);
@@ -175,12 +197,62 @@ static void ghost_insert(ghost *g, uint32_t x)
     g->size++;
 }
 
-static void ghost_remove(ghost *g, uint32_t x)
+static void ghost_remove(const adaptive *a, ghost *g, uint32_t x)
 {
     const uint32_t at = member_at(g, x);
     memmove(g->member + at, g->member + at + 1, (size_t)(g->size - at - 1) * sizeof *g->member);
     g->in[x] = 0;
     g->size--;
+    if (g->stale)
+        g->stale[x / a->n_experts] = 1;
+}
+
+/* Ghost i's member of layer l of least key, the first of equals, leaving out the experts
+ * that `step` uses if it is a step of l; UINT32_MAX for none. A layer's members are one run
+ * of the id-ordered list. */
+static uint32_t layer_least(const adaptive *a, uint32_t i, uint32_t l, const mvm_pstep *step)
+{
+    const ghost *g = &a->g[i];
+    const mvm_evict_ops *ops = candidates[i].ops;
+    const uint32_t lo = l * a->n_experts;
+    const uint32_t *used = step && step->layer == l ? step->counts : NULL;
+    uint32_t best = UINT32_MAX;
+    double least = 0;
+    for (uint32_t j = member_at(g, lo); j < g->size && g->member[j] - lo < a->n_experts; j++) {
+        const uint32_t x = g->member[j];
+        if (used && used[x - lo])
+            continue;
+        const double k = ops->key(g->self, x);
+        if (best == UINT32_MAX || k < least)
+            best = x, least = k;
+    }
+    return best;
+}
+
+/* Keyed ghost i's victim for `step`, the one its module's victim() would pick among the
+ * ghost's candidates (ghost_candidates), the first of equals in id order: the least of the
+ * layers' least, each kept between steps but for the step's own layer, whose candidates
+ * leave out what it uses. About L + 2 E / 4 keys read a victim at a quarter's budget, where
+ * the scan of the candidates read a quarter of L * E (Qwen3-30B-A3B: ~110 against 1,536).
+ * UINT32_MAX for none. */
+static uint32_t keyed_victim(adaptive *a, uint32_t i, const mvm_pstep *step)
+{
+    ghost *g = &a->g[i];
+    uint32_t best = UINT32_MAX;
+    double least = 0;
+    for (uint32_t l = 0; l < a->n_layers; l++) {
+        if (l != step->layer && g->stale[l]) {
+            g->least[l] = layer_least(a, i, l, NULL);
+            g->stale[l] = 0;
+        }
+        const uint32_t x = l == step->layer ? layer_least(a, i, l, step) : g->least[l];
+        if (x == UINT32_MAX)
+            continue;
+        const double k = candidates[i].ops->key(g->self, x);
+        if (best == UINT32_MAX || k < least)
+            best = x, least = k;
+    }
+    return best;
 }
 
 /* Ghost i's candidates for this step into a->cand: its experts that the step does not use
@@ -207,13 +279,20 @@ static void ghost_fit(adaptive *a, uint32_t i, const mvm_pview *v, const mvm_pst
 {
     ghost *g = &a->g[i];
     while (g->size + room > cap) {
+        if (g->least) {
+            const uint32_t x = keyed_victim(a, i, step);
+            if (x == UINT32_MAX)
+                return;
+            ghost_remove(a, g, x);
+            continue;
+        }
         if (*n == UINT32_MAX)
             *n = ghost_candidates(a, i, step);
         if (*n == 0)
             return;
         uint32_t k = candidates[i].ops->victim(g->self, v, step->layer, a->cand, *n);
         k = k < *n ? k : 0;
-        ghost_remove(g, a->cand[k]);
+        ghost_remove(a, g, a->cand[k]);
         memmove(a->cand + k, a->cand + k + 1, (size_t)(*n - k - 1) * sizeof *a->cand);
         (*n)--;
     }
@@ -255,6 +334,8 @@ static void adaptive_observe(void *self, const mvm_pview *v, const mvm_pstep *st
     for (uint32_t i = 0; i < N_GHOSTS; i++) {
         a->g[i].hits = a->g[i].hits * a->decay + ghost_step(a, i, v, step, cap);
         candidates[i].ops->observe(a->g[i].self, v, &seen);
+        if (a->g[i].stale) /* the layer's keys have changed */
+            a->g[i].stale[step->layer] = 1;
     }
     for (uint32_t i = 0; i < N_GHOSTS; i++)
         if (a->g[i].hits > a->g[a->leader].hits)

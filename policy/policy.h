@@ -154,6 +154,11 @@ typedef struct mvm_evict_ops {
     /* Optional (NULL): experts the policy wants resident now although nothing asked for
      * them (DALI's windowed swaps); writes up to cap ids, returns the count. */
     uint32_t (*want)(void *self, const mvm_pview *v, uint32_t layer, uint32_t *out, uint32_t cap);
+    /* Optional (NULL): where victim() is the candidate of least key (the first of equals),
+     * the key of expert x (never NaN), which changes only when observe() sees a step of
+     * x's layer. A caller may then keep each layer's least key between steps instead of
+     * scanning every candidate (evict_adaptive.c's ghosts). */
+    double (*key)(const void *self, uint32_t x);
 } mvm_evict_ops;
 
 /* ---- assign: where does each active expert of a layer run? ------------------------------ */

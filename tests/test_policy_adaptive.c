@@ -7,9 +7,11 @@
  * larger than the cache, where only `reuse` hits. The module must hit about as often as
  * the right module in each, lead with it, and pick its victims. Then long random
  * multi-layer sequences under a budget that shrinks and grows: every ghost stays within the
- * budget, the LRU ghost holds exactly what an LRU cache of that size would, the leader has
- * the most decayed hits, the real victims are the leader's module's, and two instances
- * agree on everything. Last, the parameters.
+ * budget, the LRU ghost holds exactly what an LRU cache of that size would, each ghost what
+ * a ghost run on its module alone holds (its victims by the module's victim(), not by the
+ * keyed modules' least key a layer), the leader has the most decayed hits, the real
+ * victims are the leader's module's, and two instances agree on everything. Last, the
+ * parameters.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -264,8 +266,64 @@ static void ref_step(ref_lru *r, uint32_t l, const uint32_t *counts, uint64_t ca
     r->hits = r->hits * exp(-1.0 / (WINDOW * SL)) + hits;
 }
 
-/* Ghost bookkeeping after a step at `cap` experts, against the reference LRU. */
-static void check_ghosts(const void *self, const ref_lru *r, uint64_t cap)
+/* The candidate modules run alone, fed the same steps: the leader's must pick the same. */
+typedef struct alone {
+    const mvm_evict_ops *ops[8];
+    void *self[8];
+    uint32_t n;
+} alone;
+
+/* Each ghost as the module's header says it runs, on its candidate module run alone (so
+ * without the module's own shortcuts, such as the keyed modules' least key a layer): the
+ * step's missing experts go in, the victim that the module's victim() picks among the
+ * ghost's experts the step does not use, in id order, leaving first. */
+typedef struct ref_ghost {
+    uint8_t in[SL * SE];
+    uint32_t size;
+    double hits;
+} ref_ghost;
+
+static int ref_ghost_evict(ref_ghost *r, const alone *al, uint32_t i, const mvm_pview *v,
+                           uint32_t l, const uint32_t *counts)
+{
+    uint32_t cand[SL * SE], n = 0;
+    for (uint32_t x = 0; x < SL * SE; x++)
+        if (r->in[x] && !(x / SE == l && counts[x % SE]))
+            cand[n++] = x;
+    if (n == 0)
+        return 0;
+    const uint32_t k = al->ops[i]->victim(al->self[i], v, l, cand, n);
+    r->in[cand[k < n ? k : 0]] = 0;
+    r->size--;
+    return 1;
+}
+
+/* Ghost i's step, before its module observes it. */
+static void ref_ghost_step(ref_ghost *r, const alone *al, uint32_t i, const mvm_pview *v,
+                           uint32_t l, const uint32_t *counts, uint64_t cap)
+{
+    uint32_t hits = 0;
+    while (r->size > cap && ref_ghost_evict(r, al, i, v, l, counts))
+        ;
+    for (uint32_t e = 0; e < SE; e++) {
+        const uint32_t x = l * SE + e;
+        if (!counts[e])
+            continue;
+        if (r->in[x]) {
+            hits++;
+            continue;
+        }
+        while (r->size + 1 > cap && ref_ghost_evict(r, al, i, v, l, counts))
+            ;
+        if (r->size < cap)
+            r->in[x] = 1, r->size++;
+    }
+    r->hits = r->hits * exp(-1.0 / (WINDOW * SL)) + hits;
+}
+
+/* Ghost bookkeeping after a step at `cap` experts, against the reference LRU and each
+ * ghost's reference. */
+static void check_ghosts(const void *self, const ref_lru *r, const ref_ghost *ref, uint64_t cap)
 {
     mvm_adaptive_ghost g[8];
     uint32_t n = mvm_evict_adaptive_ghosts(self, NULL), lead = mvm_evict_adaptive_leader(self);
@@ -283,15 +341,10 @@ static void check_ghosts(const void *self, const ref_lru *r, uint64_t cap)
             CHECK(memcmp(g[i].in, r->in, sizeof r->in) == 0);
             CHECK(fabs(g[i].hits - r->hits) <= 1e-9 * (1 + r->hits));
         }
+        CHECK(memcmp(g[i].in, ref[i].in, sizeof ref[i].in) == 0 && g[i].size == ref[i].size);
+        CHECK(fabs(g[i].hits - ref[i].hits) <= 1e-9 * (1 + ref[i].hits));
     }
 }
-
-/* The candidate modules run alone, fed the same steps: the leader's must pick the same. */
-typedef struct alone {
-    const mvm_evict_ops *ops[8];
-    void *self[8];
-    uint32_t n;
-} alone;
 
 static void alone_make(alone *a, const void *adaptive, const mvm_pshape *sh)
 {
@@ -320,7 +373,9 @@ static void test_ghost_bookkeeping(void)
     alone al;
     alone_make(&al, twin[0], &sh);
     static ref_lru r;
+    static ref_ghost ref[8];
     memset(&r, 0, sizeof r);
+    memset(ref, 0, sizeof ref);
     uint64_t rng = 7;
     uint32_t leaders = 0, prev = mvm_evict_adaptive_leader(twin[0]);
     for (uint64_t tok = 0; tok < TOKENS; tok++) {
@@ -338,10 +393,12 @@ static void test_ghost_bookkeeping(void)
                             .counts = counts};
             for (int k = 0; k < 2; k++)
                 mvm_evict_adaptive.observe(twin[k], &v, &st);
-            for (uint32_t i = 0; i < al.n; i++)
+            for (uint32_t i = 0; i < al.n; i++) {
+                ref_ghost_step(&ref[i], &al, i, &v, l, counts, budget_experts(tok));
                 al.ops[i]->observe(al.self[i], &v, &st);
+            }
             ref_step(&r, l, counts, budget_experts(tok));
-            check_ghosts(twin[0], &r, budget_experts(tok));
+            check_ghosts(twin[0], &r, ref, budget_experts(tok));
 
             /* a random candidate set: the leader's module's victim, the twin's too */
             uint32_t cand[SL * SE], nc = 0, lead = mvm_evict_adaptive_leader(twin[0]);
