@@ -42,17 +42,15 @@
  * change of regime (a task shift, a new request) shows within it, and long enough that one
  * token's draws do not decide. Measured over gap.sh's 72 cells, 128 does as well (-0.3 to
  * +0.7 points), 8 worse on Mixtral (down to -0.8); none falls below LRU.
- * Cost: a ghost's misses of a step scan the ghost's members once for candidates (a list in
- * id order: the flags of every expert were scanned before, 1,536 for Qwen3-30B-A3B's 12
- * blocks, where a quarter are members) and ask its module for each victim, as the real
- * eviction does: about five times one module's work. On that shape's trace at 25% the
- * list cut the module's instructions a layer step by a fifth (callgrind, session 84).
- * The ghosts of modules whose ranking is a key that only their layer's steps change (LRU
- * and affinity: mvm_evict_ops.key) scan no list: each layer's least member is kept between
- * steps, so a victim reads the layers' least and the step's own layer, the same victim as
- * the module's victim() over the candidates. On the whole Qwen3-30B-A3B (48 layers) at
- * 25% that cut observing from 24-25 us a layer step to 15-17 (bench_resid_step, session
- * 109); `reuse`, whose ranking moves with the clock, still scans. The
+ * Cost: a ghost asks its module for each victim, as the real eviction does, but not among
+ * all its experts: each candidate module says for how long its choice among a layer's
+ * experts stands (mvm_evict_ops.steady), so each layer's victim is kept until then (for
+ * lru and affinity, until the layer is observed again), and a victim is the module's
+ * choice among the layers' victims and the step's own layer's, the same expert as its
+ * victim() over every candidate. Each layer's members are kept apart, in id order. On
+ * the whole Qwen3-30B-A3B (48 layers, 6,144 experts) at 25%, observing a layer step took
+ * 24-25 us when every ghost scanned its ~1,500 experts for candidates and each victim,
+ * 10.5-12.5 us this way (bench_resid_step, session 109). The
  * three affinity candidates read one step's looks, taken once here (mvm_pstep.looks): a
  * prompt batch is a logarithm per token and expert, and observing a 512-token batch of
  * OLMoE-1B-7B's shape took ~600 us a layer on the development VM before, ~220 after.
@@ -78,25 +76,30 @@ static const struct {
 };
 #define N_GHOSTS (sizeof candidates / sizeof *candidates)
 
+/* A ghost cache, and each layer's victim in it kept for as long as its module says the
+ * choice stands (mvm_evict_ops.steady, which every candidate has). */
 typedef struct ghost {
     void *self;       /* the candidate module: its ghost's victims, the real ones when leading */
     uint8_t *in;      /* [L*E] 1: in the ghost cache */
-    uint32_t *member; /* [size] its experts in id order: the candidates without a scan of
-                         every expert (a quarter of 1,536 for Qwen3-30B-A3B at 25%) */
+    uint32_t *member; /* [L*E] layer l's experts at [l*E, l*E + count[l]), in id order */
+    uint32_t *count;  /* [L] */
     uint32_t size;    /* experts in it */
     double hits;      /* decayed */
-    /* With a keyed module (mvm_evict_ops.key): each layer's member of least key, the first
-     * of equals (UINT32_MAX: none), made again where stale (its layer observed, or a member
-     * taken out, since) */
-    uint32_t *least; /* [L] */
-    uint8_t *stale;  /* [L] */
+    uint32_t *least;  /* [L] layer l's victim (UINT32_MAX: none), chosen when the module had
+                         observed since[l] steps, standing steady[l] more unless stale[l]
+                         (the layer observed, or a member taken out, since) */
+    uint64_t *since;  /* [L] */
+    uint64_t *steady; /* [L] */
+    uint8_t *stale;   /* [L] */
 } ghost;
 
 typedef struct adaptive {
     uint32_t n_layers, n_experts, top_k, n_total, leader;
     float *looks;   /* [E] a step's looks, for its three affinity candidates at once */
     double decay;   /* per layer step */
-    uint32_t *cand; /* [L*E] a ghost's eviction candidates */
+    uint64_t steps; /* layer steps observed */
+    uint32_t *cand; /* [E] the step's layer's candidates in a ghost */
+    uint32_t *layer_victims; /* [L] a ghost's victims of each layer */
     ghost g[N_GHOSTS];
 } adaptive;
 
@@ -110,19 +113,25 @@ static void adaptive_destroy(void *self)
             candidates[i].ops->destroy(a->g[i].self);
         free(a->g[i].in);
         free(a->g[i].member);
+        free(a->g[i].count);
         free(a->g[i].least);
+        free(a->g[i].since);
+        free(a->g[i].steady);
         free(a->g[i].stale);
     }
     free(a->cand);
+    free(a->layer_victims);
     free(a->looks);
     free(a);
 }
 
 static mvm_status create_ghosts(adaptive *a, const mvm_pinit *init)
 {
-    size_t n = a->n_total ? a->n_total : 1;
-    if (!(a->cand = malloc(n * sizeof *a->cand)) ||
-        !(a->looks = malloc((a->n_experts ? a->n_experts : 1) * sizeof *a->looks)))
+    const size_t n = a->n_total ? a->n_total : 1, L = a->n_layers ? a->n_layers : 1,
+                 E = a->n_experts ? a->n_experts : 1;
+    if (!(a->cand = malloc(E * sizeof *a->cand)) ||
+        !(a->layer_victims = malloc(L * sizeof *a->layer_victims)) ||
+        !(a->looks = malloc(E * sizeof *a->looks)))
         return mvm_fail(MVM_ERR_NOMEM, "evict adaptive: out of memory");
     for (uint32_t i = 0; i < N_GHOSTS; i++) {
         mvm_pinit sub = *init;
@@ -130,14 +139,14 @@ static mvm_status create_ghosts(adaptive *a, const mvm_pinit *init)
         mvm_status st = candidates[i].ops->create(&sub, &a->g[i].self);
         if (st != MVM_OK)
             return st;
-        if (!(a->g[i].in = calloc(n, 1)) || !(a->g[i].member = malloc(n * sizeof(uint32_t))))
+        ghost *g = &a->g[i];
+        if (!(g->in = calloc(n, 1)) || !(g->member = malloc(n * sizeof *g->member)) ||
+            !(g->count = calloc(L, sizeof *g->count)) ||
+            !(g->least = malloc(L * sizeof *g->least)) ||
+            !(g->since = malloc(L * sizeof *g->since)) ||
+            !(g->steady = malloc(L * sizeof *g->steady)) || !(g->stale = malloc(L)))
             return mvm_fail(MVM_ERR_NOMEM, "evict adaptive: out of memory");
-        if (!candidates[i].ops->key)
-            continue;
-        const size_t L = a->n_layers ? a->n_layers : 1;
-        if (!(a->g[i].least = malloc(L * sizeof(uint32_t))) || !(a->g[i].stale = malloc(L)))
-            return mvm_fail(MVM_ERR_NOMEM, "evict adaptive: out of memory");
-        memset(a->g[i].stale, 1, L);
+        memset(g->stale, 1, L);
     }
     return MVM_OK;
 }
@@ -172,129 +181,107 @@ static mvm_status adaptive_create(const mvm_pinit *init, void **self)
     return MVM_OK;
 }
 
-/* Where x is, or goes, in g's members (the first member not below it). */
-static uint32_t member_at(const ghost *g, uint32_t x)
+/* Where x is, or goes, among its layer's members (the first not below it). */
+static uint32_t *member_at(const adaptive *a, const ghost *g, uint32_t x)
 {
-    uint32_t lo = 0, hi = g->size;
-    while (lo < hi) {
-        const uint32_t mid = lo + (hi - lo) / 2;
-        if (g->member[mid] < x)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
+    const uint32_t l = x / a->n_experts;
+    uint32_t *run = g->member + (size_t)l * a->n_experts, at = 0;
+    while (at < g->count[l] && run[at] < x)
+        at++;
+    return run + at;
 }
 
-/* (Into the step's own layer only, whose least is found afresh until the step is observed,
- * and then made again: keyed_victim.) */
-static void ghost_insert(ghost *g, uint32_t x)
+/* (Into the step's own layer only, whose victim is chosen afresh until the step is
+ * observed, and then made again: ghost_victim.) */
+static void ghost_insert(const adaptive *a, ghost *g, uint32_t x)
 {
-    const uint32_t at = member_at(g, x);
-    memmove(g->member + at + 1, g->member + at, (size_t)(g->size - at) * sizeof *g->member);
-    g->member[at] = x;
+    const uint32_t l = x / a->n_experts;
+    uint32_t *at = member_at(a, g, x), *end = g->member + (size_t)l * a->n_experts + g->count[l];
+    memmove(at + 1, at, (size_t)(end - at) * sizeof *at);
+    *at = x;
+    g->count[l]++;
     g->in[x] = 1;
     g->size++;
 }
 
 static void ghost_remove(const adaptive *a, ghost *g, uint32_t x)
 {
-    const uint32_t at = member_at(g, x);
-    memmove(g->member + at, g->member + at + 1, (size_t)(g->size - at - 1) * sizeof *g->member);
+    const uint32_t l = x / a->n_experts;
+    uint32_t *at = member_at(a, g, x), *end = g->member + (size_t)l * a->n_experts + g->count[l];
+    memmove(at, at + 1, (size_t)(end - at - 1) * sizeof *at);
+    g->count[l]--;
     g->in[x] = 0;
     g->size--;
-    if (g->stale)
-        g->stale[x / a->n_experts] = 1;
+    g->stale[l] = 1;
 }
 
-/* Ghost i's member of layer l of least key, the first of equals, leaving out the experts
- * that `step` uses if it is a step of l; UINT32_MAX for none. A layer's members are one run
- * of the id-ordered list. */
-static uint32_t layer_least(const adaptive *a, uint32_t i, uint32_t l, const mvm_pstep *step)
+/* Ghost i's victim of layer l, other than the step's: kept while it stands. */
+static uint32_t kept_victim(adaptive *a, uint32_t i, const mvm_pview *v, uint32_t l)
+{
+    ghost *g = &a->g[i];
+    const mvm_evict_ops *ops = candidates[i].ops;
+    if (g->stale[l] || a->steps - g->since[l] >= g->steady[l]) {
+        const uint32_t *run = g->member + (size_t)l * a->n_experts, n = g->count[l];
+        g->least[l] = UINT32_MAX;
+        g->steady[l] = UINT64_MAX; /* empty until a step of l puts one in */
+        if (n) {
+            const uint32_t k = ops->victim(g->self, v, l, run, n);
+            g->least[l] = run[k < n ? k : 0];
+            g->steady[l] = ops->steady(g->self, run, n);
+        }
+        g->since[l] = a->steps;
+        g->stale[l] = 0;
+    }
+    return g->least[l];
+}
+
+/* Ghost i's victim for `step`, among its experts that the step does not use (its shield, as
+ * in the real cache), as its module's victim() would pick it among all of them in id order
+ * (the real candidates' order): the module's choice among the layers' victims, the step's
+ * own layer's chosen afresh. The same, as the module's order does not depend on what else
+ * is offered; and at a quarter's budget about L + 2 E / 4 experts looked at, where all the
+ * candidates were a quarter of L * E (Qwen3-30B-A3B: ~110 against 1,536). UINT32_MAX for
+ * none. */
+static uint32_t ghost_victim(adaptive *a, uint32_t i, const mvm_pview *v, const mvm_pstep *step)
 {
     const ghost *g = &a->g[i];
     const mvm_evict_ops *ops = candidates[i].ops;
-    const uint32_t lo = l * a->n_experts;
-    const uint32_t *used = step && step->layer == l ? step->counts : NULL;
-    uint32_t best = UINT32_MAX;
-    double least = 0;
-    for (uint32_t j = member_at(g, lo); j < g->size && g->member[j] - lo < a->n_experts; j++) {
-        const uint32_t x = g->member[j];
-        if (used && used[x - lo])
-            continue;
-        const double k = ops->key(g->self, x);
-        if (best == UINT32_MAX || k < least)
-            best = x, least = k;
-    }
-    return best;
-}
-
-/* Keyed ghost i's victim for `step`, the one its module's victim() would pick among the
- * ghost's candidates (ghost_candidates), the first of equals in id order: the least of the
- * layers' least, each kept between steps but for the step's own layer, whose candidates
- * leave out what it uses. About L + 2 E / 4 keys read a victim at a quarter's budget, where
- * the scan of the candidates read a quarter of L * E (Qwen3-30B-A3B: ~110 against 1,536).
- * UINT32_MAX for none. */
-static uint32_t keyed_victim(adaptive *a, uint32_t i, const mvm_pstep *step)
-{
-    ghost *g = &a->g[i];
-    uint32_t best = UINT32_MAX;
-    double least = 0;
-    for (uint32_t l = 0; l < a->n_layers; l++) {
-        if (l != step->layer && g->stale[l]) {
-            g->least[l] = layer_least(a, i, l, NULL);
-            g->stale[l] = 0;
-        }
-        const uint32_t x = l == step->layer ? layer_least(a, i, l, step) : g->least[l];
-        if (x == UINT32_MAX)
-            continue;
-        const double k = candidates[i].ops->key(g->self, x);
-        if (best == UINT32_MAX || k < least)
-            best = x, least = k;
-    }
-    return best;
-}
-
-/* Ghost i's candidates for this step into a->cand: its experts that the step does not use
- * (its shield, as in the real cache), in id order as the real candidates come. Their
- * number. */
-static uint32_t ghost_candidates(adaptive *a, uint32_t i, const mvm_pstep *step)
-{
-    const ghost *g = &a->g[i];
-    const uint32_t lo = step->layer * a->n_experts;
     uint32_t n = 0;
-    for (uint32_t j = 0; j < g->size; j++) {
-        const uint32_t x = g->member[j];
-        if (!(x - lo < a->n_experts && step->counts[x - lo]))
-            a->cand[n++] = x;
+    for (uint32_t l = 0; l < a->n_layers; l++) {
+        uint32_t x = UINT32_MAX;
+        if (l != step->layer) {
+            x = kept_victim(a, i, v, l);
+        } else {
+            const uint32_t *run = g->member + (size_t)l * a->n_experts;
+            uint32_t nc = 0;
+            for (uint32_t j = 0; j < g->count[l]; j++)
+                if (!step->counts[run[j] - l * a->n_experts])
+                    a->cand[nc++] = run[j];
+            if (nc) {
+                const uint32_t k = ops->victim(g->self, v, l, a->cand, nc);
+                x = a->cand[k < nc ? k : 0];
+            }
+        }
+        if (x != UINT32_MAX)
+            a->layer_victims[n++] = x;
     }
-    return n;
+    if (!n)
+        return UINT32_MAX;
+    const uint32_t k = ops->victim(g->self, v, step->layer, a->layer_victims, n);
+    return a->layer_victims[k < n ? k : 0];
 }
 
 /* Candidate i's victims out of ghost i until `room` more experts fit in `cap`, or no
- * candidate is left. *n: the candidates left in a->cand, collected at the first need
- * (UINT32_MAX: not yet), so a step with several misses scans the ghost once. */
+ * candidate is left. */
 static void ghost_fit(adaptive *a, uint32_t i, const mvm_pview *v, const mvm_pstep *step,
-                      uint64_t cap, uint32_t room, uint32_t *n)
+                      uint64_t cap, uint32_t room)
 {
     ghost *g = &a->g[i];
     while (g->size + room > cap) {
-        if (g->least) {
-            const uint32_t x = keyed_victim(a, i, step);
-            if (x == UINT32_MAX)
-                return;
-            ghost_remove(a, g, x);
-            continue;
-        }
-        if (*n == UINT32_MAX)
-            *n = ghost_candidates(a, i, step);
-        if (*n == 0)
+        const uint32_t x = ghost_victim(a, i, v, step);
+        if (x == UINT32_MAX)
             return;
-        uint32_t k = candidates[i].ops->victim(g->self, v, step->layer, a->cand, *n);
-        k = k < *n ? k : 0;
-        ghost_remove(a, g, a->cand[k]);
-        memmove(a->cand + k, a->cand + k + 1, (size_t)(*n - k - 1) * sizeof *a->cand);
-        (*n)--;
+        ghost_remove(a, g, x);
     }
 }
 
@@ -305,8 +292,8 @@ static uint32_t ghost_step(adaptive *a, uint32_t i, const mvm_pview *v, const mv
 {
     ghost *g = &a->g[i];
     const uint32_t base = step->layer * a->n_experts;
-    uint32_t hits = 0, n = UINT32_MAX;
-    ghost_fit(a, i, v, step, cap, 0, &n);
+    uint32_t hits = 0;
+    ghost_fit(a, i, v, step, cap, 0);
     for (uint32_t e = 0; e < a->n_experts; e++) {
         if (!step->counts[e])
             continue;
@@ -314,9 +301,9 @@ static uint32_t ghost_step(adaptive *a, uint32_t i, const mvm_pview *v, const mv
             hits++;
             continue;
         }
-        ghost_fit(a, i, v, step, cap, 1, &n);
+        ghost_fit(a, i, v, step, cap, 1);
         if (g->size < cap)
-            ghost_insert(g, base + e);
+            ghost_insert(a, g, base + e);
     }
     return hits;
 }
@@ -334,9 +321,9 @@ static void adaptive_observe(void *self, const mvm_pview *v, const mvm_pstep *st
     for (uint32_t i = 0; i < N_GHOSTS; i++) {
         a->g[i].hits = a->g[i].hits * a->decay + ghost_step(a, i, v, step, cap);
         candidates[i].ops->observe(a->g[i].self, v, &seen);
-        if (a->g[i].stale) /* the layer's keys have changed */
-            a->g[i].stale[step->layer] = 1;
+        a->g[i].stale[step->layer] = 1; /* what the layer's victim stood on has changed */
     }
+    a->steps++;
     for (uint32_t i = 0; i < N_GHOSTS; i++)
         if (a->g[i].hits > a->g[a->leader].hits)
             a->leader = i;

@@ -131,13 +131,6 @@ static uint32_t affinity_victim(void *self, const mvm_pview *v, uint32_t for_lay
     return mvm_argmin_f32(s->key, cand, n);
 }
 
-/* (Never NaN: a look is the log of at least 1e-30, fmaxf dropping a NaN score, and an
- * infinite key is replaced by the next look.) */
-static double affinity_key(const void *self, uint32_t x)
-{
-    return ((const affinity *)self)->key[x];
-}
-
 const mvm_evict_ops mvm_evict_affinity = {
     .name = "affinity",
     .about = "lowest router affinity: the log of each expert's gate score, smoothed over "
@@ -147,5 +140,5 @@ const mvm_evict_ops mvm_evict_affinity = {
     .observe = affinity_observe,
     .victim = affinity_victim,
     .want = NULL,
-    .key = affinity_key,
+    .steady = mvm_steady_until_observed,
 };

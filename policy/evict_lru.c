@@ -62,11 +62,6 @@ static uint32_t lru_victim(void *self, const mvm_pview *v, uint32_t for_layer,
     return mvm_argmin_u64(s->last, cand, n);
 }
 
-static double lru_key(const void *self, uint32_t x)
-{
-    return (double)((const lru *)self)->last[x]; /* exact: a clock of layer steps < 2^53 */
-}
-
 const mvm_evict_ops mvm_evict_lru = {
     .name = "lru",
     .about = "least recently used (baseline of Mixtral-offloading, AdapMoE)",
@@ -75,5 +70,5 @@ const mvm_evict_ops mvm_evict_lru = {
     .observe = lru_observe,
     .victim = lru_victim,
     .want = NULL,
-    .key = lru_key,
+    .steady = mvm_steady_until_observed,
 };

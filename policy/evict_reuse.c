@@ -24,6 +24,7 @@
  * start resident for the second. Ties go to the first candidate. The clock is advanced once
  * per observed layer step, as LRU's. No parameters.
  */
+#include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 
@@ -115,6 +116,41 @@ static uint32_t reuse_victim(void *self, const mvm_pview *v, uint32_t for_layer,
     return best;
 }
 
+/* The victim among one layer's candidates stays until one of these, whichever is first:
+ *  - none, while a candidate has never been reused (the victim is one of those, by its last
+ *    use, which only its layer's steps change);
+ *  - a due candidate turns overdue, at clock last + ceil(interval): its wait jumps from
+ *    below 1 to its interval;
+ *  - while the victim is due, the best overdue wait, one more a step, reaches the victim's,
+ *    one less a step (at equal waits the first in the list goes, so it must stay below).
+ * Otherwise the order stands: due waits all fall by one a step, overdue ones all rise by
+ * one, and both are exact (interval - age of a double interval and an integer age below it
+ * is a multiple of interval's last bit, smaller than interval: it needs no rounding). */
+static uint64_t reuse_steady(const void *self, const uint32_t *cand, uint32_t n)
+{
+    const reuse *s = self;
+    uint64_t steps = UINT64_MAX;
+    double due = -1, overdue = -1; /* the best wait of each */
+    for (uint32_t i = 0; i < n; i++) {
+        const uint32_t x = cand[i];
+        const double w = wait_of(s, x);
+        if (w < 0)
+            return UINT64_MAX;
+        if ((double)(s->clock - s->last[x]) < s->interval[x]) {
+            const uint64_t turn = s->last[x] + (uint64_t)ceil(s->interval[x]) - s->clock;
+            steps = turn < steps ? turn : steps;
+            due = w > due ? w : due;
+        } else {
+            overdue = w > overdue ? w : overdue;
+        }
+    }
+    if (overdue >= 0 && due >= overdue) {
+        const uint64_t meet = (uint64_t)ceil((due - overdue) / 2);
+        steps = meet < steps ? meet : steps;
+    }
+    return steps;
+}
+
 const mvm_evict_ops mvm_evict_reuse = {
     .name = "reuse",
     .about = "furthest predicted next use, from each expert's mean reuse interval "
@@ -124,4 +160,5 @@ const mvm_evict_ops mvm_evict_reuse = {
     .observe = reuse_observe,
     .victim = reuse_victim,
     .want = NULL,
+    .steady = reuse_steady,
 };

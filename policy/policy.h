@@ -154,11 +154,14 @@ typedef struct mvm_evict_ops {
     /* Optional (NULL): experts the policy wants resident now although nothing asked for
      * them (DALI's windowed swaps); writes up to cap ids, returns the count. */
     uint32_t (*want)(void *self, const mvm_pview *v, uint32_t layer, uint32_t *out, uint32_t cap);
-    /* Optional (NULL): where victim() is the candidate of least key (the first of equals),
-     * the key of expert x (never NaN), which changes only when observe() sees a step of
-     * x's layer. A caller may then keep each layer's least key between steps instead of
-     * scanning every candidate (evict_adaptive.c's ghosts). */
-    double (*key)(const void *self, uint32_t x);
+    /* Optional (NULL), for a module whose victim() is the first of the candidates under an
+     * order that does not depend on which others are offered (the first of equals in the
+     * list's order): how many more steps it may observe, none of them a step of these
+     * candidates' layer, before its victim among cand[0..n) (n >= 1, all of one layer)
+     * could change; UINT64_MAX where only a step of their layer changes it. A caller can
+     * then keep each layer's victim between steps and choose among the layers' victims,
+     * rather than scan every candidate (evict_adaptive.c's ghosts). */
+    uint64_t (*steady)(const void *self, const uint32_t *cand, uint32_t n);
 } mvm_evict_ops;
 
 /* ---- assign: where does each active expert of a layer run? ------------------------------ */

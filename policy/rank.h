@@ -73,4 +73,16 @@ MVM_ARGMIN_FN(mvm_argmin_f32, float)
 MVM_ARGMIN_FN(mvm_argmin_u64, uint64_t)
 #undef MVM_ARGMIN_FN
 
+/* mvm_evict_ops.steady of a module whose keys change only when their layer is observed
+ * (lru's last use, affinity's smoothed scores): its victim among one layer's candidates
+ * stays until a step of that layer. */
+static inline uint64_t mvm_steady_until_observed(const void *self, const uint32_t *cand,
+                                                 uint32_t n)
+{
+    (void)self;
+    (void)cand;
+    (void)n;
+    return UINT64_MAX;
+}
+
 #endif

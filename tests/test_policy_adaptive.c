@@ -8,10 +8,10 @@
  * the right module in each, lead with it, and pick its victims. Then long random
  * multi-layer sequences under a budget that shrinks and grows: every ghost stays within the
  * budget, the LRU ghost holds exactly what an LRU cache of that size would, each ghost what
- * a ghost run on its module alone holds (its victims by the module's victim(), not by the
- * keyed modules' least key a layer), the leader has the most decayed hits, the real
- * victims are the leader's module's, and two instances agree on everything. Last, the
- * parameters.
+ * a ghost run on its module alone holds (its victims by the module's victim() over all its
+ * candidates, not by the layers' victims kept between steps), the leader has the most
+ * decayed hits, the real victims are the leader's module's, and two instances agree on
+ * everything. Last, the parameters.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -274,7 +274,7 @@ typedef struct alone {
 } alone;
 
 /* Each ghost as the module's header says it runs, on its candidate module run alone (so
- * without the module's own shortcuts, such as the keyed modules' least key a layer): the
+ * without the module's own shortcuts, such as each layer's victim kept between steps): the
  * step's missing experts go in, the victim that the module's victim() picks among the
  * ghost's experts the step does not use, in id order, leaving first. */
 typedef struct ref_ghost {

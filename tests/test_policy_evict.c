@@ -922,6 +922,80 @@ static void test_driver(void)
     CHECK(asked_n[0] == 8 && asked_n[1] == 8);
 }
 
+/* mvm_evict_ops.steady: for each module that has it (evict adaptive's candidates), a
+ * layer's victim stands as long as it says. Two layers of 12 experts, top-3: a random history (each step of either layer,
+ * picks skewed towards a few experts, so that reuse intervals, due and overdue experts
+ * all occur), then a random set of layer 0's experts; steps of layer 1 follow, and for as
+ * many as `steady` said, the victim among that set must not change. Mixed in: how often
+ * the bound was met exactly (the victim changed at the step it named), so that a bound too
+ * loose by one fails too. */
+static void test_steady(void)
+{
+    enum { L = 2, E = 12, K = 3 };
+    static const mvm_pshape sh = {.n_layers = L, .n_experts = E, .top_k = K,
+                                  .pages_per_expert = 1};
+    static const uint32_t resident[L * E];
+    static const uint8_t busy[L * E];
+    const mvm_pview v = {.shape = &sh, .resident = resident, .busy = busy};
+    static const mvm_evict_ops *const ops[] = {&mvm_evict_lru, &mvm_evict_affinity,
+                                               &mvm_evict_reuse};
+    const uint32_t n_ops = sizeof ops / sizeof *ops;
+    uint32_t met = 0;
+    for (uint32_t m = 0; m < n_ops; m++)
+        CHECK(ops[m]->steady != NULL);
+    uint64_t rng = 11;
+    step_buf b;
+    for (uint32_t m = 0; m < n_ops; m++)
+        for (uint32_t trial = 0; trial < 300; trial++) {
+            void *self = make(ops[m], &sh, "");
+            if (!self)
+                return;
+            float sc[E];
+            int32_t ex[K];
+            const uint32_t history = 1 + (uint32_t)(check_rng_next(&rng) % 60);
+            for (uint32_t t = 0; t < history; t++) {
+                const uint32_t l = (uint32_t)(check_rng_next(&rng) % L);
+                for (uint32_t e = 0; e < E; e++)
+                    sc[e] = (float)(check_rng_next(&rng) % 1000) / 1000.0f / (float)(1 + e);
+                for (uint32_t k = 0; k < K; k++) /* distinct, skewed to the low ids */
+                    for (;;) {
+                        const uint64_t r = check_rng_next(&rng);
+                        ex[k] = (int32_t)((r % E) * ((r >> 20) % E) / E);
+                        uint32_t dup = 0;
+                        for (uint32_t j = 0; j < k; j++)
+                            dup |= ex[j] == ex[k];
+                        if (!dup)
+                            break;
+                    }
+                ops[m]->observe(self, &v, fill(&b, &sh, l, 1, sc, ex));
+            }
+            uint32_t cand[E], n = 0;
+            for (uint32_t e = 0; e < E; e++)
+                if (check_rng_next(&rng) % 3)
+                    cand[n++] = e;
+            if (!n)
+                cand[n++] = (uint32_t)(check_rng_next(&rng) % E);
+            const uint32_t first = cand[ops[m]->victim(self, &v, 0, cand, n)];
+            const uint64_t steady = ops[m]->steady(self, cand, n);
+            for (uint64_t t = 0; t < 80; t++) { /* steps of layer 1 */
+                const uint32_t now = cand[ops[m]->victim(self, &v, 0, cand, n)];
+                if (t < steady)
+                    CHECK(now == first);
+                else
+                    met += t == steady && now != first;
+                if (t >= steady)
+                    break;
+                for (uint32_t e = 0; e < E; e++)
+                    sc[e] = (float)(check_rng_next(&rng) % 1000) / 1000.0f;
+                for (uint32_t k = 0; k < K; k++)
+                    ex[k] = (int32_t)k;
+                ops[m]->observe(self, &v, fill(&b, &sh, 1, 1, sc, ex));
+            }
+            ops[m]->destroy(self);
+        }
+    CHECK(met > 0); /* some bound was tight */
+}
+
 int main(void)
 {
     RUN(test_four_victims);
@@ -938,5 +1012,6 @@ int main(void)
     RUN(test_random_sequences);
     RUN(test_ids_only);
     RUN(test_driver);
+    RUN(test_steady);
     TEST_END();
 }
