@@ -185,10 +185,15 @@ static mvm_status adaptive_create(const mvm_pinit *init, void **self)
 static uint32_t *member_at(const adaptive *a, const ghost *g, uint32_t x)
 {
     const uint32_t l = x / a->n_experts;
-    uint32_t *run = g->member + (size_t)l * a->n_experts, at = 0;
-    while (at < g->count[l] && run[at] < x)
-        at++;
-    return run + at;
+    uint32_t *run = g->member + (size_t)l * a->n_experts, lo = 0, hi = g->count[l];
+    while (lo < hi) { /* (one layer of the interposer's pages may hold thousands) */
+        const uint32_t mid = lo + (hi - lo) / 2;
+        if (run[mid] < x)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return run + lo;
 }
 
 /* (Into the step's own layer only, whose victim is chosen afresh until the step is
