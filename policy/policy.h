@@ -155,8 +155,8 @@ typedef struct mvm_evict_ops {
      * them (DALI's windowed swaps); writes up to cap ids, returns the count. */
     uint32_t (*want)(void *self, const mvm_pview *v, uint32_t layer, uint32_t *out, uint32_t cap);
     /* Optional (NULL), for a module whose victim() is the first of the candidates under an
-     * order that does not depend on which others are offered (the first of equals in the
-     * list's order): how many more steps it may observe, none of them a step of these
+     * order that depends neither on which others are offered nor on the layer asking (the
+     * first of equals in the list's order): how many more steps it may observe, none of them a step of these
      * candidates' layer, before its victim among cand[0..n) (n >= 1, all of one layer)
      * could change; UINT64_MAX where only a step of their layer changes it. A caller can
      * then keep each layer's victim between steps and choose among the layers' victims,
