@@ -220,19 +220,26 @@ static void ghost_remove(const adaptive *a, ghost *g, uint32_t x)
     g->stale[l] = 1;
 }
 
+/* Candidate i's victim among cand[0..n) (n >= 1), as an expert; a module's out-of-range
+ * answer is the first, as mvm_evict_pick takes it. */
+static uint32_t victim_of(const adaptive *a, uint32_t i, const mvm_pview *v, uint32_t layer,
+                          const uint32_t *cand, uint32_t n)
+{
+    const uint32_t k = candidates[i].ops->victim(a->g[i].self, v, layer, cand, n);
+    return cand[k < n ? k : 0];
+}
+
 /* Ghost i's victim of layer l, other than the step's: kept while it stands. */
 static uint32_t kept_victim(adaptive *a, uint32_t i, const mvm_pview *v, uint32_t l)
 {
     ghost *g = &a->g[i];
-    const mvm_evict_ops *ops = candidates[i].ops;
     if (g->stale[l] || a->steps - g->since[l] >= g->steady[l]) {
         const uint32_t *run = g->member + (size_t)l * a->n_experts, n = g->count[l];
         g->least[l] = UINT32_MAX;
         g->steady[l] = UINT64_MAX; /* empty until a step of l puts one in */
         if (n) {
-            const uint32_t k = ops->victim(g->self, v, l, run, n);
-            g->least[l] = run[k < n ? k : 0];
-            g->steady[l] = ops->steady(g->self, run, n);
+            g->least[l] = victim_of(a, i, v, l, run, n);
+            g->steady[l] = candidates[i].ops->steady(g->self, run, n);
         }
         g->since[l] = a->steps;
         g->stale[l] = 0;
@@ -250,7 +257,6 @@ static uint32_t kept_victim(adaptive *a, uint32_t i, const mvm_pview *v, uint32_
 static uint32_t ghost_victim(adaptive *a, uint32_t i, const mvm_pview *v, const mvm_pstep *step)
 {
     const ghost *g = &a->g[i];
-    const mvm_evict_ops *ops = candidates[i].ops;
     uint32_t n = 0;
     for (uint32_t l = 0; l < a->n_layers; l++) {
         uint32_t x = UINT32_MAX;
@@ -262,18 +268,13 @@ static uint32_t ghost_victim(adaptive *a, uint32_t i, const mvm_pview *v, const 
             for (uint32_t j = 0; j < g->count[l]; j++)
                 if (!step->counts[run[j] - l * a->n_experts])
                     a->cand[nc++] = run[j];
-            if (nc) {
-                const uint32_t k = ops->victim(g->self, v, l, a->cand, nc);
-                x = a->cand[k < nc ? k : 0];
-            }
+            if (nc)
+                x = victim_of(a, i, v, l, a->cand, nc);
         }
         if (x != UINT32_MAX)
             a->layer_victims[n++] = x;
     }
-    if (!n)
-        return UINT32_MAX;
-    const uint32_t k = ops->victim(g->self, v, step->layer, a->layer_victims, n);
-    return a->layer_victims[k < n ? k : 0];
+    return n ? victim_of(a, i, v, step->layer, a->layer_victims, n) : UINT32_MAX;
 }
 
 /* Candidate i's victims out of ghost i until `room` more experts fit in `cap`, or no

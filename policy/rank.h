@@ -3,7 +3,8 @@
  * first, ties by smaller id. The order is total, so the result is the same on every libc
  * and every run; and it allocates nothing (libc's qsort may call malloc), as policy code
  * must not after create. Modules that want "smallest first" sort by the negated key.
- * And the evict modules' victim scan: the candidate of least key.
+ * And the evict modules' victim scan: the candidate of least key; and the `steady` of
+ * those whose keys only their layer's steps change.
  */
 #ifndef MVM_POLICY_RANK_H
 #define MVM_POLICY_RANK_H

@@ -137,6 +137,13 @@ static uint64_t max_ranked(const uint64_t *r, size_t n)
     return a > b ? a : b;
 }
 
+/* The largest of r[0..n)'s group q of 2^s keys (the last may be short). */
+static uint64_t group_max(const uint64_t *r, size_t n, size_t q, unsigned s)
+{
+    const size_t g = (size_t)1 << s, from = q * g;
+    return max_ranked(r + from, n - from < g ? n - from : g);
+}
+
 void mvm_k_topk(const float *x, size_t n, size_t k, int *idx)
 {
     if (n <= TOPK_ROUNDS_N && k <= TOPK_ROUNDS_K) {
@@ -144,17 +151,16 @@ void mvm_k_topk(const float *x, size_t n, size_t k, int *idx)
         unsigned s = 0;
         while ((size_t)1 << 2 * s < n)
             s++;
-        const size_t g = (size_t)1 << s, groups = (n + g - 1) >> s;
+        const size_t groups = (n + ((size_t)1 << s) - 1) >> s;
         for (size_t i = 0; i < n; i++)
             r[i] = ranked(x, i);
         for (size_t q = 0; q < groups; q++)
-            top[q] = max_ranked(r + q * g, n - q * g < g ? n - q * g : g);
+            top[q] = group_max(r, n, q, s);
         for (size_t j = 0; j < k && j < n; j++) {
             const uint32_t at = ~(uint32_t)max_ranked(top, groups);
-            const size_t q = at >> s;
             idx[j] = (int)at;
             r[at] = 0;
-            top[q] = max_ranked(r + q * g, n - q * g < g ? n - q * g : g);
+            top[at >> s] = group_max(r, n, at >> s, s);
         }
         return;
     }
