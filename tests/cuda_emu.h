@@ -282,6 +282,25 @@ template <typename V> static inline V __shfl_sync(unsigned mask, V v, int src)
     return emu_shuffle(v, (unsigned)src % EMU_WARP);
 }
 
+/* The lanes of the warp whose v is this lane's, as a mask: every lane of the warp must call
+ * it, as the full mask says. One barrier over emu_shuffle's double-buffered slots. */
+static inline unsigned __match_any_sync(unsigned mask, unsigned v)
+{
+    (void)mask;
+    unsigned warp = threadIdx.x / EMU_WARP;
+    emu_barrier *b = &emu_warp_barrier[warp];
+    uint64_t *slot = emu_warp_slot[b->generation & 1];
+    slot[threadIdx.x] = v;
+    emu_barrier_wait(b, EMU_WARP);
+    unsigned m = 0;
+    for (unsigned l = 0; l < EMU_WARP; l++)
+        m |= (unsigned)(slot[warp * EMU_WARP + l] == v) << l;
+    return m;
+}
+
+static inline int __popc(unsigned v) { return __builtin_popcount(v); }
+static inline int __ffs(int v) { return __builtin_ffs(v); }
+
 /* kernels/cuda/device.cuh's xor_sums in one exchange. The rounds there, `v += shfl_xor(v,
  * o)` for each offset o of the list, leave in lane l after round r its value after round
  * r - 1 plus that of lane l ^ o_r. So the lanes publish their values once, and the first

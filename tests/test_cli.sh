@@ -271,6 +271,13 @@ if [ -n "$fake_driver" ]; then
         # GPU scripts read from it)
         if grep -Eq 'prompt: 1 batches of [0-9]+\.0 tokens routed by the host; host time a batch: [0-9]+ us queueing kernels and copies, .* [(]3\.0 syncs[)]; the space a batch: .*; expert accesses a batch: [1-9]' "$tmp/out" &&
            [[ $(source "$(dirname "$0")/../bench/gpu/llamacpp_lib.sh" && prefill_laps "$tmp/out") =~ ^batches=1\ tokens=[0-9]+\.0\ queue_us=[0-9]+\ .*\ syncs=3\.0\ .*\ in_place=0\.0$ ]]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: the prompt's laps" >&2; grep prompt: "$tmp/out" >&2; fi
+        # a prompt in batches of 4 at 100%: the first asks every expert resident, the others
+        # route on the device (forward_cuda_prompt.c); the same text as routed by the host,
+        # their host time said at info (and the fields the GPU scripts read from it)
+        env MOEVM_LOG=info MOEVM_DETERMINISTIC=on $gpu_env "$moevm" run -m "$m" -p "It was the best of times, it was the worst of times" -n 4 --temp 0 --batch 4 >"$tmp/pd" 2>"$tmp/pd.err"
+        env MOEVM_PROMPT_ROUTING=host MOEVM_DETERMINISTIC=on $gpu_env "$moevm" run -m "$m" -p "It was the best of times, it was the worst of times" -n 4 --temp 0 --batch 4 >"$tmp/ph" 2>/dev/null
+        if [[ -s $tmp/pd ]] && cmp -s "$tmp/pd" "$tmp/ph" &&
+           [[ $(source "$(dirname "$0")/../bench/gpu/llamacpp_lib.sh" && prefill_routed "$tmp/pd.err") =~ ^batches=[1-9][0-9]*\ tokens=4\.0\ queue_us=[0-9]+\ replay_us=[0-9]+\ wait_us=[0-9]+$ ]]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: a prompt routed on the device" >&2; grep prompt: "$tmp/pd.err" >&2; fi
         # at a budget routed on the device (MOEVM_BUDGET_ROUTING=in-place): the same text, and
         # its accesses' split said at info; with an assign module that may put experts on the
         # CPU, host routing, saying why

@@ -1218,7 +1218,7 @@ static void test_route(void)
                                   through ? dp(claims.data()) : 0,
                                   through ? dp(wstore.data()) : 0, 0, 0, 0, 0, c.scale,
                                   c.E, c.K, c.n_group, c.n_group_used, c.sigmoid, c.norm,
-                                  n_pool, layer, 0, 0, 0};
+                                  n_pool, layer, 0, 0, 0, 0, 0};
             launch(mvm_g_route, a, mvm_g_route_shape(&a));
             bool ok = sel[c.K] == -7 && same_float(w[c.K], POISON) && active[c.K] == POISON_U;
             ok = ok && wptr[c.K] == POISON_A && wstore[c.K] == POISON_A;
@@ -1248,6 +1248,93 @@ static void test_route(void)
             if (!ok)
                 fprintf(stderr, "route E %u K %u groups %u/%u sigmoid %u variant %d: differs\n",
                         c.E, c.K, c.n_group, c.n_group_used, c.sigmoid, variant);
+            CHECK(ok);
+        }
+}
+
+/* A prompt batch's routing (kernels.h): mvm_g_route_rows against route_ref token by token,
+ * ties, -inf and NaN among the logits; then mvm_g_route_group against the host's grouping
+ * written here (engine/forward/moe_step.c's group: counts, offsets, each expert's rows in
+ * choice order), with some experts chosen by no token, and more rows than a warp takes in a
+ * pass; a choice out of range takes no row, its tok_rows entry the zero row, and nothing is
+ * written past the batch's rows. */
+static void test_route_rows(void)
+{
+    static const route_case cases[] = {
+        {8, 2, 1, 0, 0, 0, 0, 1.0f},    {64, 8, 1, 0, 0, 1, 0, 1.0f},
+        {256, 8, 8, 4, 1, 1, 1, 2.5f},  {160, 32, 1, 0, 0, 1, 0, 1.0f},
+        {1024, 8, 32, 4, 1, 1, 1, 1.0f}, {128, 8, 1, 0, 0, 1, 0, 1.0f},
+    };
+    const uint32_t POISON_U = 0xDEADBEEF, ZERO = 999999;
+    for (const route_case &c : cases)
+        for (uint32_t n : {1u, 5u, 37u}) {
+            std::vector<float> logits = randoms((size_t)n * c.E, 4.0f), bias = randoms(c.E, 0.5f);
+            for (uint32_t t = 1; t < n; t += 2) /* ties, -inf and NaN in some tokens */
+                for (uint32_t e = c.E / 2; e < c.E; e++)
+                    logits[(size_t)t * c.E + e] = logits[(size_t)t * c.E + e - c.E / 2];
+            if (n > 2)
+                logits[(size_t)2 * c.E + c.E / 3] = -INFINITY, logits[2 * c.E + 1] = NAN;
+            const size_t nk = (size_t)n * c.K;
+            std::vector<int> want_sel;
+            std::vector<float> want_w;
+            for (uint32_t t = 0; t < n; t++) {
+                std::vector<float> one(logits.begin() + (size_t)t * c.E,
+                                       logits.begin() + (size_t)(t + 1) * c.E);
+                std::vector<int> s1;
+                std::vector<float> w1;
+                route_ref(c, one, bias, s1, w1);
+                want_sel.insert(want_sel.end(), s1.begin(), s1.end());
+                want_w.insert(want_w.end(), w1.begin(), w1.end());
+            }
+            std::vector<int32_t> sel(nk + 1, -7);
+            std::vector<float> w(nk + 1, POISON);
+            mvm_g_route_args a = {};
+            a.logits = dp(logits.data()), a.choose_bias = c.bias ? dp(bias.data()) : 0;
+            a.sel = dp(sel.data()), a.w = dp(w.data()), a.scale = c.scale, a.n_expert = c.E;
+            a.top_k = c.K, a.n_group = c.n_group, a.n_group_used = c.n_group_used;
+            a.sigmoid = c.sigmoid, a.norm_topk = c.norm, a.n_tok = n;
+            launch(mvm_g_route_rows, a, mvm_g_route_rows_shape(&a));
+            bool ok = sel[nk] == -7 && same_float(w[nk], POISON);
+            for (size_t r = 0; r < nk; r++)
+                ok = ok && sel[r] == want_sel[r] && same_float(w[r], want_w[r]);
+            if (n > 2) /* a device that answers wrongly: no row for this choice */
+                sel[c.K + 1] = (int32_t)c.E;
+            /* the host's grouping */
+            std::vector<uint32_t> cnt(c.E, 0), off(c.E), at(c.E), want_tok(nk), want_rows(nk);
+            std::vector<float> want_rw(nk);
+            for (size_t r = 0; r < nk; r++)
+                cnt[(uint32_t)sel[r]] += (uint32_t)sel[r] < c.E;
+            for (uint32_t e = 0, o = 0; e < c.E; e++)
+                off[e] = at[e] = o, o += cnt[e];
+            for (size_t r = 0; r < nk; r++) {
+                const uint32_t e = (uint32_t)sel[r];
+                if (e >= c.E) {
+                    want_rows[r] = ZERO;
+                    continue;
+                }
+                want_tok[at[e]] = (uint32_t)(r / c.K), want_rw[at[e]] = w[r];
+                want_rows[r] = at[e]++;
+            }
+            std::vector<uint32_t> active(c.E + 1, POISON_U), goff(c.E + 1, POISON_U),
+                gcnt(c.E + 1, POISON_U), row_tok(nk + 1, POISON_U), tok_rows(nk + 1, POISON_U);
+            std::vector<float> row_w(nk + 1, POISON);
+            mvm_g_route_group_args g = {dp(sel.data()), dp(w.data()), dp(active.data()),
+                                        dp(goff.data()), dp(gcnt.data()), dp(row_tok.data()),
+                                        dp(tok_rows.data()), dp(row_w.data()), c.E, c.K, n,
+                                        ZERO};
+            launch(mvm_g_route_group, g, mvm_g_route_group_shape(&g));
+            const size_t placed = nk - (n > 2);
+            for (uint32_t e = 0; e < c.E; e++)
+                ok = ok && active[e] == e && goff[e] == off[e] && gcnt[e] == cnt[e];
+            ok = ok && active[c.E] == POISON_U && goff[c.E] == POISON_U;
+            for (size_t r = 0; r < nk; r++)
+                ok = ok && tok_rows[r] == want_rows[r];
+            for (size_t r = 0; r < placed; r++)
+                ok = ok && row_tok[r] == want_tok[r] && same_float(row_w[r], want_rw[r]);
+            ok = ok && row_tok[placed] == POISON_U && tok_rows[nk] == POISON_U;
+            if (!ok)
+                fprintf(stderr, "route rows E %u K %u groups %u/%u, %u tokens: differs\n", c.E,
+                        c.K, c.n_group, c.n_group_used, n);
             CHECK(ok);
         }
 }
@@ -1762,6 +1849,7 @@ int main(void)
     RUN(test_matvec);
     RUN(test_experts);
     RUN(test_route);
+    RUN(test_route_rows);
     RUN(test_route_cpu);
     RUN(test_cpu_wait);
     RUN(test_rmsnorm);

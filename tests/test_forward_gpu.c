@@ -59,13 +59,16 @@ static const int32_t prompt[] = {5, 77, 300, 12, 9, 410, 3, 128, 64, 200, 17, 42
  * Q4_K is llama.cpp's Q4_K_M mix (Q6_K down experts in some layers); qwen2moe's experts
  * then have 96 channels, so that their down matrices fall back to Q5_0/Q8_0 as in
  * llama.cpp's Qwen2-MoE files. */
+static uint32_t preset_layers; /* preset_path's blocks (0: the preset's) */
+
 static const char *preset_path(const char *arch, const char *preset, enum mvm_wtype t)
 {
     static char p[128];
-    snprintf(p, sizeof p, "%s/%s-%s-%d.gguf", dir, arch, preset, (int)t);
+    snprintf(p, sizeof p, "%s/%s-%s-%d-L%u.gguf", dir, arch, preset, (int)t, preset_layers);
     if (access(p, R_OK) != 0) {
         mvm_model_spec s = mvm_preset_find(preset, arch)->spec;
         s.type = t;
+        s.n_layer = preset_layers ? preset_layers : s.n_layer;
         s.seed = 11;
         if (mvm_k_is_k(t)) {
             s.n_embd = s.n_ff = 256;
@@ -949,7 +952,9 @@ static void test_failures(void)
     CHECK(strstr(mvm_last_error(), "device context of 32 positions") != NULL);
     CHECK(strstr(mvm_last_error(), "CUDA_ERROR_OUT_OF_MEMORY") != NULL);
     set_fail(NULL);
+    setenv("MOEVM_PROMPT_ROUTING", "host", 1); /* the steps' failures are the host's */
     CHECK_ST(mvm_ctx_create(m, pool, 32, 4, NULL, &c), MVM_OK);
+    unsetenv("MOEVM_PROMPT_ROUTING");
     if (c) {
         /* The first expert kernel of the first step: after 7 launches, the attention's
          * (q, k and v in one, the rotation and the keys and values stored into the F16
@@ -1375,6 +1380,84 @@ static void test_device_routing(void)
             free_run(host), free_run(dev);
         }
     replayed = 0;
+}
+
+/* Prompt batches routed on the device (engine/forward/forward_cuda_prompt.c) against the
+ * host's routing (MOEVM_PROMPT_ROUTING=host), in batches of 4 (the last of 2), every expert
+ * resident (the first batch asks them all; routed on the device from the first batch that
+ * finds them so): the same logits to the bit, the same choices and router inputs seen by the
+ * route observer, the same accesses and hits counted. Softmax and sigmoid routers, a
+ * choosing bias, expert groups, gpt-oss's biased router and down biases, shared experts,
+ * K-quant experts on the mmq kernels, the other products and the attention on cuBLAS
+ * beside mmq's experts; and six blocks, so that the stage's ring of four
+ * layers comes round (each layer replayed before its slot is taken again). A device whose
+ * routing answers an expert out of range fails the batch, named; so does a failed wait for
+ * a layer's stage, and the next batch runs. */
+static void test_prompt_routing(void)
+{
+    static const struct {
+        const char *arch, *preset;
+        enum mvm_wtype type;
+        uint32_t layers;
+        int gemm; /* the other products and the prompt's attention on cuBLAS */
+    } cases[] = {{"llama", "tiny", MVM_W_Q8_0, 6, 0},     {"qwen2moe", "tiny", MVM_W_Q4_K, 0, 0},
+                 {"olmoe", "tiny", MVM_W_Q4_K, 0, 0},     {"deepseek2", "tiny", MVM_W_Q8_0, 0, 0},
+                 {"deepseek2", "tiny-v3", MVM_W_Q8_0, 0, 0}, {"gpt-oss", "tiny", MVM_W_MXFP4, 0, 0},
+                 {"olmoe", "tiny", MVM_W_Q8_0, 0, 1}};
+    setenv("MOEVM_DETERMINISTIC", "on", 1);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        if (cases[i].gemm) /* (the experts on mmq's kernels, as MOEVM_MMQ's auto has them) */
+            setenv("MOEVM_GEMM_ROWS", "2", 1);
+        preset_layers = cases[i].layers;
+        const char *path = preset_path(cases[i].arch, cases[i].preset, cases[i].type);
+        preset_layers = 0;
+        const size_t n = N_PROMPT * mvm_preset_find(cases[i].preset, cases[i].arch)->spec.n_vocab;
+        setenv("MOEVM_PROMPT_ROUTING", "host", 1);
+        const unsigned long r0 = fakecuda_engine_launches("mvm_g_route_rows");
+        struct run *host = run_prompt(path, MVM_BACKEND_CUDA, 1, 4, 0);
+        const unsigned long r1 = fakecuda_engine_launches("mvm_g_route_rows");
+        unsetenv("MOEVM_PROMPT_ROUTING");
+        reset_counters();
+        struct run *dev = run_prompt(path, MVM_BACKEND_CUDA, 1, 4, 0);
+        const unsigned long routed = fakecuda_engine_launches("mvm_g_route_rows") - r1;
+        CHECK(r1 == r0 && routed > 0);
+        CHECK((calls("cublasGemmEx") > 0) == cases[i].gemm);
+        if (host && dev) {
+            const int same = memcmp(host->logits, dev->logits, n * sizeof *host->logits) == 0;
+            CHECK(same && memcmp(host->sel, dev->sel, sizeof host->sel) == 0);
+            CHECK(memcmp(host->hidden, dev->hidden, sizeof host->hidden) == 0);
+            CHECK(dev->resid.accesses == host->resid.accesses);
+            fprintf(stderr, "  %s %s: logits %s, %llu/%llu accesses, %llu/%llu hits, %lu "
+                    "layers routed\n", cases[i].arch, cases[i].preset, same ? "same" : "differ",
+                    (unsigned long long)dev->resid.accesses,
+                    (unsigned long long)host->resid.accesses,
+                    (unsigned long long)dev->resid.hits, (unsigned long long)host->resid.hits,
+                    routed);
+        }
+        free_run(host), free_run(dev);
+        unsetenv("MOEVM_GEMM_ROWS");
+    }
+    /* a wrong answer from the device, and a failed wait: named, the batch failed */
+    mvm_model *m = NULL;
+    mvm_ctx *c = NULL;
+    CHECK_ST(load(model_path("llama", MVM_W_Q8_0), MVM_BACKEND_CUDA, 1, &m), MVM_OK);
+    if (m)
+        CHECK_ST(mvm_ctx_create(m, pool, 32, 4, NULL, &c), MVM_OK);
+    if (c) {
+        CHECK_ST(mvm_ctx_eval(c, prompt, 4, NULL, 0), MVM_OK); /* every expert asked */
+        setenv("FAKECUDA_ROUTE_BAD", "1", 1);
+        CHECK(mvm_ctx_eval(c, prompt + 4, 4, NULL, 0) == MVM_ERR_BACKEND);
+        CHECK(strstr(mvm_last_error(), "the device's routing chose expert") != NULL);
+        unsetenv("FAKECUDA_ROUTE_BAD");
+        CHECK(set_fail("cuEventSynchronize:1") == 0);
+        CHECK(mvm_ctx_eval(c, prompt + 4, 4, NULL, 0) != MVM_OK);
+        CHECK(strstr(mvm_last_error(), "cuEventSynchronize (mark)") != NULL);
+        set_fail(NULL);
+        CHECK_ST(mvm_ctx_eval(c, prompt + 4, 4, NULL, 0), MVM_OK);
+    }
+    mvm_ctx_free(c);
+    mvm_model_free(m);
+    unsetenv("MOEVM_DETERMINISTIC");
 }
 
 /* Decode at a budget routed on the device (MOEVM_BUDGET_ROUTING=in-place and
@@ -2213,6 +2296,7 @@ int main(int argc, char **argv)
     RUN(test_round_trips);
     RUN(test_device_round_trips);
     RUN(test_device_routing);
+    RUN(test_prompt_routing);
     RUN(test_budget_routing);
     RUN(test_slots);
     RUN(test_other_threads);

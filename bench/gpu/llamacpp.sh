@@ -23,9 +23,12 @@
 #   RESULT decode_host model=.. budget=25 routing=replay tokens=.. queue_us=.. observe_us=..
 #          device_us=.. policies_us=.. ask_us=.. copies_us=.. cpu_us=.. cpu_plan_us=.. cpu_scale=.. syncs=..
 #          evict_us=.. remap_us=.. mib=.. accesses=.. hits=.. in_place=.. variant=..
-# and the same of its prompt batches, in us a batch (every prompt batch is host-routed: what
-# of pp512 the device waits for the host):
+# and the same of its prompt batches routed by the host, in us a batch (what of pp512 the
+# device waits for the host; at 100% only the first, the others routed on the device):
 #   RESULT prefill_host model=.. budget=100 routing=own batches=.. tokens=.. queue_us=.. ...
+# and of those routed on the device (engine/forward/forward_cuda_prompt.c), in us a batch:
+#   RESULT prefill_device model=.. budget=100 routing=own batches=.. tokens=.. queue_us=..
+#          replay_us=.. wait_us=.. variant=..
 # and, where the experts were packed (100%), the first request's upload of them all
 # (vmm/upload.c's MOEVM_LOG=info line):
 #   RESULT upload model=.. budget=100 routing=own experts=.. mib=.. ms=.. gbps=.. variant=..
@@ -178,6 +181,9 @@ moevm_bench() {
                         "budget=$b routing=$routing $laps variant=$variant"
                     laps=$(prefill_laps "$work/run.err")
                     [[ -n $laps ]] && echo "RESULT prefill_host model=$name type=$type" \
+                        "budget=$b routing=$routing $laps variant=$variant"
+                    laps=$(prefill_routed "$work/run.err")
+                    [[ -n $laps ]] && echo "RESULT prefill_device model=$name type=$type" \
                         "budget=$b routing=$routing $laps variant=$variant"
                     laps=$(decode_routed "$work/run.err")
                     [[ -n $laps ]] && echo "RESULT decode_device model=$name type=$type" \

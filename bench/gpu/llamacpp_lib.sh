@@ -60,6 +60,15 @@ prefill_laps() {
         batches tokens $LAP_FIELDS
 }
 
+# The prompt batches routed on the device (every expert resident: engine/forward/
+# forward_cuda_prompt.c) as "batches=.. tokens=.. queue_us=.. replay_us=.. wait_us=..", for a
+# RESULT prefill_device line, in us a batch: queueing its MoE layers' routing and stage,
+# replaying them to the policies while the device computes, and waiting for a layer's stage.
+prefill_routed() {
+    laps_fields "$1" 'prompt: [0-9]* batches of [0-9.]* tokens routed on the device' \
+        batches tokens queue_us replay_us wait_us
+}
+
 # The host-time split's fields after its count (forward_cuda_laps.c's line, in its order).
 LAP_FIELDS="queue_us observe_us device_us policies_us ask_us copies_us cpu_us cpu_plan_us
             cpu_scale syncs evict_us remap_us mib accesses hits in_place"

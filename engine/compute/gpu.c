@@ -73,6 +73,8 @@ static const struct {
     [MVM_GK_EXPERT_MMQ_DOWN] = {MOD_MMQ, "mvm_g_expert_mmq_down", 1, MMQ_DOWN_TYPES},
     [MVM_GK_EXPERT_SUM] = {MOD_EXPERT, "mvm_g_expert_sum", 0},
     [MVM_GK_ROUTE] = {MOD_EXPERT, "mvm_g_route", 0},
+    [MVM_GK_ROUTE_ROWS] = {MOD_EXPERT, "mvm_g_route_rows", 0},
+    [MVM_GK_ROUTE_GROUP] = {MOD_EXPERT, "mvm_g_route_group", 0},
     [MVM_GK_CPU_WAIT] = {MOD_EXPERT, "mvm_g_cpu_wait", 0},
     [MVM_GK_RMSNORM] = {MOD_OPS, "mvm_g_rmsnorm", 0},
     [MVM_GK_ROPE] = {MOD_OPS, "mvm_g_rope", 0},
@@ -111,6 +113,7 @@ struct mvm_gpu {
     mvm_gpu_graph *graph; /* mvm_gpu_record's, opened at the first */
     int graphs_off;       /* the driver has none, or refused one */
     int recording;
+    CUevent marks[MVM_GPU_MARKS]; /* mvm_gpu_mark's, each made at its first record */
     int pdl; /* MVM_GPU_PDL on a device that has it: every module's PTX waits at each
                 kernel's start (ptx_pdl.c), and the graphs' kernels follow by programmatic
                 edges */
@@ -331,6 +334,9 @@ void mvm_gpu_close(mvm_gpu *g)
         g->cu.CtxSetCurrent(g->ctx);
         mvm_gpu_graph_close(g->graph);
         mvm_blas_close(g->blas);
+        for (int i = 0; i < MVM_GPU_MARKS; i++)
+            if (g->marks[i])
+                g->cu.EventDestroy(g->marks[i]);
         for (int m = 0; m < MOD_COUNT; m++)
             if (g->modules[m])
                 g->cu.ModuleUnload(g->modules[m]);
@@ -534,6 +540,26 @@ mvm_status mvm_gpu_sync(mvm_gpu *g)
         return mvm_fail(MVM_ERR_INVALID, "a synchronisation while a CUDA graph is recorded");
     double t = g->prof ? mvm_now_s() : 0;
     CU(g, g->cu.StreamSynchronize(g->stream), "cuStreamSynchronize");
+    return g->prof ? mvm_gpu_prof_synced(g->prof, mvm_now_s() - t) : MVM_OK;
+}
+
+mvm_status mvm_gpu_mark(mvm_gpu *g, unsigned i)
+{
+    if (g->recording || i >= MVM_GPU_MARKS)
+        return mvm_fail(MVM_ERR_INVALID, "stream mark %u %s", i,
+                        g->recording ? "while a CUDA graph is recorded" : "out of range");
+    if (!g->marks[i])
+        CU(g, g->cu.EventCreate(&g->marks[i], CU_EVENT_DISABLE_TIMING), "cuEventCreate (mark)");
+    CU(g, g->cu.EventRecord(g->marks[i], g->stream), "cuEventRecord (mark)");
+    return MVM_OK;
+}
+
+mvm_status mvm_gpu_wait_mark(mvm_gpu *g, unsigned i)
+{
+    if (i >= MVM_GPU_MARKS || !g->marks[i])
+        return mvm_fail(MVM_ERR_INVALID, "stream mark %u was never recorded", i);
+    double t = g->prof ? mvm_now_s() : 0;
+    CU(g, g->cu.EventSynchronize(g->marks[i]), "cuEventSynchronize (mark)");
     return g->prof ? mvm_gpu_prof_synced(g->prof, mvm_now_s() - t) : MVM_OK;
 }
 

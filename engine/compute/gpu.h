@@ -39,6 +39,8 @@ enum mvm_gpu_kernel {
     MVM_GK_EXPERT_MMQ_DOWN,
     MVM_GK_EXPERT_SUM,
     MVM_GK_ROUTE,
+    MVM_GK_ROUTE_ROWS,
+    MVM_GK_ROUTE_GROUP,
     MVM_GK_CPU_WAIT,
     MVM_GK_RMSNORM,
     MVM_GK_ROPE,
@@ -116,6 +118,13 @@ mvm_status mvm_gpu_zero(mvm_gpu *g, mvm_dptr dst, size_t bytes);
 mvm_status mvm_gpu_copy_rows(mvm_gpu *g, mvm_dptr dst, size_t dst_pitch, mvm_dptr src,
                              size_t src_pitch, size_t width, size_t rows);
 mvm_status mvm_gpu_sync(mvm_gpu *g);
+/* Marks in the stream, MVM_GPU_MARKS of them: mvm_gpu_mark(i) records mark i behind
+ * everything queued so far (again: moved there), and mvm_gpu_wait_mark(i) returns once the
+ * stream has passed it, so that the host may read what the copies queued before it brought
+ * down while the stream goes on. Not while a graph is recorded. */
+#define MVM_GPU_MARKS 8
+mvm_status mvm_gpu_mark(mvm_gpu *g, unsigned i);
+mvm_status mvm_gpu_wait_mark(mvm_gpu *g, unsigned i);
 
 /* The tensor-core products (engine/compute/blas.h), on the compute stream: the first call
  * loads cuBLAS from `lib` (mvm_blas_open) and makes its handle, with `workspace` (ws_bytes of
@@ -180,6 +189,10 @@ MVM_GPU_LAUNCHER(mvm_gpu_expert_mmq_down, MVM_GK_EXPERT_MMQ_DOWN, mvm_g_expert_a
 MVM_GPU_LAUNCHER(mvm_gpu_expert_sum, MVM_GK_EXPERT_SUM, mvm_g_expert_sum_args,
                  mvm_g_expert_sum_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_route, MVM_GK_ROUTE, mvm_g_route_args, mvm_g_route_shape)
+MVM_GPU_LAUNCHER(mvm_gpu_route_rows, MVM_GK_ROUTE_ROWS, mvm_g_route_args,
+                 mvm_g_route_rows_shape)
+MVM_GPU_LAUNCHER(mvm_gpu_route_group, MVM_GK_ROUTE_GROUP, mvm_g_route_group_args,
+                 mvm_g_route_group_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_cpu_wait, MVM_GK_CPU_WAIT, mvm_g_cpu_wait_args, mvm_g_cpu_wait_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_rmsnorm, MVM_GK_RMSNORM, mvm_g_rmsnorm_args, mvm_g_rmsnorm_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_rope, MVM_GK_ROPE, mvm_g_rope_args, mvm_g_rope_shape)

@@ -112,6 +112,18 @@ const mvm_option_desc mvm_opt_device_routing = {
     "to token; launches queues its kernels one by one; off sends every "
     "layer's routing through the host (engine/forward/forward_cuda_route.c)"};
 
+const mvm_option_desc mvm_opt_prompt_routing = {
+    "MOEVM_PROMPT_ROUTING", MVM_OPT_CHOICE, "device", "device|host",
+    "engine on a GPU, a prompt batch (several tokens) once every expert is "
+    "resident and pinned (as MOEVM_DEVICE_ROUTING's decode): device routes "
+    "and groups its rows on the device, so that no layer waits for the "
+    "host, and the policies see each layer's step while the next ones "
+    "compute; host routes each layer on the host, which waits for the "
+    "router's logits; device needs MOEVM_DEVICE_ROUTING on, experts the "
+    "kernels take (not cuBLAS's: MOEVM_MMQ on their types, or "
+    "MOEVM_GEMM_ROWS=0) and no replayed routing trace, else host "
+    "(engine/forward/forward_cuda_prompt.c)"};
+
 const mvm_option_desc mvm_opt_budget_routing = {
     "MOEVM_BUDGET_ROUTING", MVM_OPT_CHOICE, "host", "host|in-place|read-through",
     "engine on a GPU at a budget (not every expert resident), decode: "
@@ -190,7 +202,7 @@ static const mvm_option_desc *const list[] = {
     &mvm_opt_deterministic, &mvm_opt_prefetch, &mvm_opt_expert_tiles, &mvm_opt_gpu_profile,
     &mvm_opt_gemm_rows, &mvm_opt_gemm_scratch, &mvm_opt_gemm_batch, &mvm_opt_mmq,
     &mvm_opt_attn_mma, &mvm_opt_cublas_library,
-    &mvm_opt_device_routing, &mvm_opt_budget_routing, &mvm_opt_load_wait, &mvm_opt_device_cpu,
+    &mvm_opt_device_routing, &mvm_opt_prompt_routing, &mvm_opt_budget_routing, &mvm_opt_load_wait, &mvm_opt_device_cpu,
     &mvm_opt_pack, &mvm_opt_slots, &mvm_opt_pdl,
 };
 

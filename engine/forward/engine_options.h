@@ -16,7 +16,7 @@ extern const mvm_option_desc mvm_opt_threads, mvm_opt_cpu_simd, mvm_opt_kv_type,
     mvm_opt_deterministic, mvm_opt_prefetch, mvm_opt_gpu_profile, mvm_opt_gemm_rows,
     mvm_opt_gemm_scratch, mvm_opt_gemm_batch, mvm_opt_mmq, mvm_opt_attn_mma,
     mvm_opt_cublas_library,
-    mvm_opt_device_routing, mvm_opt_budget_routing, mvm_opt_load_wait;
+    mvm_opt_device_routing, mvm_opt_prompt_routing, mvm_opt_budget_routing, mvm_opt_load_wait;
 extern const mvm_option_desc mvm_opt_device_cpu;
 extern const mvm_option_desc mvm_opt_pack;
 extern const mvm_option_desc mvm_opt_slots;

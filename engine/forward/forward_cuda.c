@@ -13,7 +13,10 @@
  * assign module gives the CPU are computed there from their homes (experts_cpu.h) while the
  * GPU runs its own, and their rows go up before the per-token sum. The arithmetic is the
  * CPU kernels' (the kernels' header says how), so both backends agree to rounding, routing
- * included unless a token's top-k is a near tie.
+ * included unless a token's top-k is a near tie. With every expert resident and pinned there
+ * is nothing for the host to decide, and a decode token (forward_cuda_route.c) or a prompt
+ * batch (forward_cuda_prompt.c) routes on the device instead (moe_routed_here), its steps
+ * replayed to the policies after.
  *
  * A step's experts are pinned until its kernels are done, so mvm_moe_end comes after a
  * sync: the next MoE layer's, which waits for its router's logits anyway (and so for every
@@ -395,25 +398,22 @@ static mvm_status router_logits(struct cuda_fwd *f, const struct dev_block *L, u
     return MVM_OK;
 }
 
-/* A step of one token routed on the device, every expert resident and pinned, or at a
- * budget each read where f->addr says (forward_cuda_route.c): the router's top-k laid out
- * as the host lays out rows, the
- * experts, their sum and the shared expert queued behind it (without a shared expert the
- * sum is left to the next norm of x, in its launch: f->sum_owed); the logits, router
- * input, choice and weights left in the layer's stage for the host's policies. Nothing
- * waits. */
-static mvm_status moe_routed_here(struct cuda_fwd *f, uint32_t il)
+/* Layer il's router for one token routed on the device, every expert resident and pinned,
+ * or at a budget each read where f->addr says (forward_cuda_route.c): the router's top-k
+ * laid out as the host lays out rows (after lay_rows), the expert launch's arguments a set
+ * for it; the logits,
+ * router input, choice and weights left in the layer's stage for the host's policies. */
+static mvm_status route_token_here(struct cuda_fwd *f, uint32_t il, mvm_g_expert_args *a)
 {
     const mvm_hparams *hp = &f->m->hp;
     const struct dev_block *L = &f->layers[il];
-    const uint32_t E = hp->n_expert, D = hp->n_embd, K = hp->n_expert_used;
+    const uint32_t E = hp->n_expert, K = hp->n_expert_used;
     /* the stage (its router input kept there by the norm: moe) */
     const mvm_dptr logits = mvm_cuda_fwd_route_stage(f, il, MVM_STAGE_LOGITS),
                    sel = mvm_cuda_fwd_route_stage(f, il, MVM_STAGE_SEL),
                    w = mvm_cuda_fwd_route_stage(f, il, MVM_STAGE_W);
     const int through = f->route_budget && f->fill.on; /* read-through: kept as read */
     TRY(router_logits(f, L, 1, logits));
-    lay_rows(f, K);
     mvm_g_route_args r = {.logits = logits, .choose_bias = L->choose_bias, .active = f->active,
                           .off = f->off, .cnt = f->cnt, .row_tok = f->row_tok,
                           .tok_rows = f->tok_rows, .row_w = f->row_w, .sel = sel, .w = w,
@@ -430,16 +430,36 @@ static mvm_status moe_routed_here(struct cuda_fwd *f, uint32_t il)
                           .n_pool = f->fill.cap, .layer = il};
     mvm_cuda_fwd_cpu_route(f, il, &r); /* the CPU's share of the misses, if it takes one */
     TRY(mvm_gpu_route(f->g, 0, &r));
-    TRY(quantize_input(f, il, 1));
+    a->n_active = K;
+    a->one_row = 1;
+    a->wptr = f->route_budget ? f->wptr : 0; /* as the route kernel found them in f->addr */
+    a->wstore = through ? f->fill.wstore : 0;
+    return MVM_OK;
+}
+
+/* A step routed on the device: one decode token's (route_token_here), or a prompt batch's
+ * with every expert pinned (forward_cuda_prompt.c); the experts, their sum and the shared
+ * expert queued behind it (without a shared expert the sum is left to the next norm of x,
+ * in its launch: f->sum_owed). Nothing waits. */
+static mvm_status moe_routed_here(struct cuda_fwd *f, uint32_t il, uint32_t n)
+{
+    const mvm_hparams *hp = &f->m->hp;
+    const struct dev_block *L = &f->layers[il];
+    lay_rows(f, (size_t)n * hp->n_expert_used);
     mvm_g_expert_args a = expert_args(f, il);
-    a.n_active = K;
-    a.one_row = 1;
-    a.wptr = f->route_budget ? f->wptr : 0; /* as the route kernel found them in f->addr */
-    a.wstore = through ? f->fill.wstore : 0;
+    if (n == 1) {
+        TRY(route_token_here(f, il, &a));
+    } else {
+        TRY(router_logits(f, L, n, f->probs));
+        TRY(mvm_cuda_fwd_prompt_route(f, il, n));
+        a.n_active = hp->n_expert; /* every expert: mvm_g_route_group lists them all */
+    }
+    TRY(quantize_input(f, il, n));
     TRY(mvm_gpu_experts(f->g, &a));
-    TRY(mvm_cuda_fwd_cpu_wait(f, il)); /* and its row, where the sum reads it */
-    mvm_g_expert_sum_args s = {.x = f->x, .out = f->out, .tok_rows = f->tok_rows, .n_embd = D,
-                               .n_tok = 1, .top_k = K};
+    if (n == 1)
+        TRY(mvm_cuda_fwd_cpu_wait(f, il)); /* and its row, where the sum reads it */
+    mvm_g_expert_sum_args s = {.x = f->x, .out = f->out, .tok_rows = f->tok_rows,
+                               .n_embd = hp->n_embd, .n_tok = n, .top_k = hp->n_expert_used};
     if (!hp->n_ff_shexp) { /* added by the next norm of x, in the same launch */
         f->owed = s;
         f->sum_owed = 1;
@@ -447,7 +467,7 @@ static mvm_status moe_routed_here(struct cuda_fwd *f, uint32_t il)
     }
     TRY(mvm_gpu_expert_sum(f->g, 0, &s));
     /* the shared expert added after the routed experts, as the models do */
-    return mvm_cuda_fwd_ffn(f, &L->shexp_w1, &L->shexp_w3, &L->shexp_w2, &L->shexp_gate, 1);
+    return mvm_cuda_fwd_ffn(f, &L->shexp_w1, &L->shexp_w3, &L->shexp_w2, &L->shexp_gate, n);
 }
 
 static mvm_status moe(struct cuda_fwd *f, uint32_t il, uint32_t n, const uint32_t *pos)
@@ -465,8 +485,8 @@ static mvm_status moe(struct cuda_fwd *f, uint32_t il, uint32_t n, const uint32_
         f->route_here ? mvm_cuda_fwd_route_stage(f, il, MVM_STAGE_HIDDEN) : 0;
     TRY(mvm_cuda_fwd_norm_input(f, L->ffn_norm, t, n, kept));
     f->xn_experts = qx;
-    if (f->route_here)
-        return moe_routed_here(f, il);
+    if (f->route_here || f->prompt.on)
+        return moe_routed_here(f, il, n);
     TRY(router_logits(f, L, n, f->probs));
     /* both into pinned memory, waited for together: one round trip a layer */
     TRY(mvm_gpu_download_async(f->g, f->host, f->xn, (size_t)n * D * sizeof(float)));
@@ -711,6 +731,7 @@ static mvm_status eval_batch(struct cuda_fwd *f, const mvm_fwd_batch *b, float *
     /* the token before's steps shown to the policies while the device computes this one;
      * its logits are waited for whatever that gives */
     mvm_status st = f->route_here ? mvm_cuda_fwd_route_settle(f) : MVM_OK;
+    st = mvm_cuda_fwd_prompt_settle(f, st); /* a prompt's layers, as their stage comes down */
     const double t2 = mvm_now_s();
     mvm_cuda_fwd_lap(f, MVM_LAP_QUEUE);
     const mvm_status got = b->n_out ? mvm_cuda_fwd_logits_down(f, b, first, nl, logits) : MVM_OK;

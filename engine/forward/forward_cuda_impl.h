@@ -3,8 +3,9 @@
  * step, the whole pass), forward_cuda_ops.c (the products and small ops, the FFNs),
  * forward_cuda_attn.c (attention: grouped-query, and deepseek2's latent attention),
  * forward_cuda_setup.c (the weights' upload, the context's memory), forward_cuda_gemm.c
- * (large batches on the tensor cores) and forward_cuda_route.c (decode routed on the
- * device). Nothing here is part of forward.h's API.
+ * (large batches on the tensor cores), forward_cuda_route.c (decode routed on the device)
+ * and forward_cuda_prompt.c (prompt batches routed on the device). Nothing here is part of
+ * forward.h's API.
  */
 #ifndef MVM_ENGINE_FORWARD_FORWARD_CUDA_IMPL_H
 #define MVM_ENGINE_FORWARD_FORWARD_CUDA_IMPL_H
@@ -87,6 +88,25 @@ struct cuda_laps {
 
 /* MOEVM_DEVICE_ROUTING, as f->route_mode holds it (its choices in reverse). */
 enum { MVM_ROUTE_OFF, MVM_ROUTE_LAUNCHES, MVM_ROUTE_GRAPH };
+
+/* Layers of a prompt batch routed on the device whose stage is down at once
+ * (forward_cuda_prompt.c): the host replays one while the device computes the next ones. */
+#define MVM_PROMPT_RING 4u
+
+/* A prompt batch routed on the device (forward_cuda_prompt.c). */
+struct cuda_prompt {
+    mvm_dptr choice;            /* [2][n_batch][K]: the route kernel's, K int32 a token for
+                                   n tokens, then their K weights (0: never routed here) */
+    float *ring;                /* [MVM_PROMPT_RING][n_batch][E + D + 2K], pinned (made at the
+                                   first such batch): a layer's logits, router input, choice
+                                   and weights, n tokens of each, down here for its replay */
+    int on;                     /* this batch's MoE steps route on the device */
+    const uint32_t *pos;        /* its positions (NULL: 0 ..) */
+    uint32_t n, queued, replayed; /* its tokens, its layers queued and replayed */
+    uint64_t batches, tokens;   /* for the log at the end, and the host's time in them, s: */
+    double queue, replay, wait; /*   queueing, replaying the policies, waiting for the device
+                                     (a layer's stage, or the logits) */
+};
 
 /* MOEVM_MMQ's and MOEVM_ATTN_MMA's choices, in the options' order (engine_options.c) */
 enum mvm_cuda_choice { MVM_CUDA_AUTO, MVM_CUDA_OFF, MVM_CUDA_ON };
@@ -283,6 +303,7 @@ struct cuda_fwd {
     struct cuda_cpu_share *cpu_share; /* MOEVM_DEVICE_CPU (forward_cuda_cpu.c); NULL: off */
     int cpu_split;              /* this batch gives the CPU its share (route_choose) */
     struct cuda_laps laps;      /* a host-routed batch's host time */
+    struct cuda_prompt prompt;      /* a prompt batch routed on the device */
     mvm_pool *pool;
     mvm_cpu_experts *cpu;              /* the experts the assign module runs on the CPU; made at
                                    the first (many runs have none) */
@@ -395,6 +416,28 @@ mvm_status mvm_cuda_fwd_route_addresses(struct cuda_fwd *f);
 mvm_status mvm_cuda_fwd_route_loads(struct cuda_fwd *f);
 /* The pins of mvm_cuda_fwd_route_choose, let go (the context's end). */
 void mvm_cuda_fwd_route_release(struct cuda_fwd *f);
+
+/* ---- forward_cuda_prompt.c: a prompt batch routed on the device --------------------------- */
+
+/* MOEVM_PROMPT_ROUTING=device's buffer on the device, where it can run. */
+mvm_status mvm_cuda_fwd_prompt_alloc(struct cuda_fwd *f);
+/* Whether a batch of several tokens may route on the device once every expert is pinned:
+ * MOEVM_PROMPT_ROUTING=device, MOEVM_DEVICE_ROUTING not off, the experts on the kernels (no
+ * layer's on cuBLAS, which takes each expert's row count from the host), nothing the host
+ * decides between the router and the experts, and no replayed routing trace. */
+int mvm_cuda_fwd_prompt_can(const struct cuda_fwd *f);
+/* Batch b (n tokens) begins routed on the device (f->prompt.on). */
+void mvm_cuda_fwd_prompt_begin(struct cuda_fwd *f, const mvm_fwd_batch *b);
+/* Layer il's step, its router logits queued into f->probs from f->xn: its stage down to the
+ * ring (replaying first the layer whose slot it takes), its tokens routed and their rows
+ * grouped into the layout lay_rows made for n tokens (f->off ..), every expert listed in
+ * f->active. The experts' launches follow, n_expert of them a slice. */
+mvm_status mvm_cuda_fwd_prompt_route(struct cuda_fwd *f, uint32_t il, uint32_t n);
+/* The batch's layers not replayed yet, replayed in order as their stage comes down (once
+ * the batch is queued); st: the batch's status so far, which wins. */
+mvm_status mvm_cuda_fwd_prompt_settle(struct cuda_fwd *f, mvm_status st);
+/* The log line and the ring (the context's end). */
+void mvm_cuda_fwd_prompt_release(struct cuda_fwd *f);
 
 /* ---- forward_cuda_fill.c: read-through ------------------------------------------------- */
 

@@ -49,7 +49,7 @@ static void resid_counts(const struct cuda_fwd *f, uint64_t out[3])
 void mvm_cuda_fwd_laps_begin(struct cuda_fwd *f, const mvm_fwd_batch *b)
 {
     struct cuda_laps *l = &f->laps;
-    l->on = !f->route_here && f->m->space && !f->m->experts_at_home;
+    l->on = !f->route_here && !f->prompt.on && f->m->space && !f->m->experts_at_home;
     if (!l->on)
         return;
     l->prefill = b->n > 1;

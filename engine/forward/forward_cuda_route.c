@@ -53,7 +53,8 @@
  * With MOEVM_DEVICE_CPU=on the route kernel also gives the CPU's threads the misses they
  * finish first (forward_cuda_cpu.c); the replay shows those as CPU runs.
  *
- * Not routed here: a batch of several tokens (prefill, or a server's several sequences),
+ * Not routed here: a batch of several tokens (prefill, or a server's several sequences; with
+ * every expert pinned those route on the device too, forward_cuda_prompt.c),
  * SMoE's speculative pass, the distributed mode, --n-cpu-moe 99 (the experts stay home)
  * unless MOEVM_DEVICE_CPU=on gives the CPU every choice,
  * routers wider than MVM_G_ROUTE_MAX_E experts or 32 chosen, and MOEVM_DEVICE_ROUTING=off.
@@ -244,7 +245,14 @@ static mvm_status pin_all(struct cuda_fwd *f)
 
 mvm_status mvm_cuda_fwd_route_choose(struct cuda_fwd *f, const mvm_fwd_batch *b)
 {
-    f->route_here = f->cpu_split = 0;
+    f->route_here = f->cpu_split = f->prompt.on = 0;
+    if (b->n > 1 && mvm_cuda_fwd_prompt_can(f)) { /* a prompt batch (forward_cuda_prompt.c) */
+        if (!f->all_pinned)
+            TRY(pin_all(f));
+        if (f->all_pinned)
+            mvm_cuda_fwd_prompt_begin(f, b);
+        return MVM_OK;
+    }
     if (f->route_mode == MVM_ROUTE_OFF || b->n != 1 ||
         (f->m->experts_at_home && !f->budget_routing) || /* (the CPU's every expert: below) */
         !mvm_moe_routes_alone(f->moe) ||

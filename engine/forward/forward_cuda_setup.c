@@ -149,7 +149,8 @@ static mvm_status alloc_scratch(struct cuda_fwd *f)
         TRY(mvm_cuda_fwd_alloc(f, B * 4, &f->shg));
     }
     TRY(mvm_cuda_fwd_gemm_alloc(f));
-    return mvm_cuda_fwd_route_alloc(f);
+    TRY(mvm_cuda_fwd_route_alloc(f));
+    return mvm_cuda_fwd_prompt_alloc(f);
 }
 
 static mvm_status upload_model(struct cuda_fwd *f)
@@ -220,6 +221,7 @@ void mvm_cuda_fwd_destroy(void *state)
         mvm_gpu_profile_report(f->g, stderr); /* MOEVM_GPU_PROFILE's, when on */
     }
     mvm_cuda_fwd_route_release(f);
+    mvm_cuda_fwd_prompt_release(f);
     mvm_cuda_fwd_laps_report(f);
     for (size_t i = 0; i < f->n_owned; i++)
         mvm_gpu_free(f->g, f->owned[i]);

@@ -274,6 +274,8 @@ int mvm_moe_override(const mvm_moe *s, uint32_t layer, uint32_t pos, int *sel, f
     return 1;
 }
 
+int mvm_moe_overridden(const mvm_moe *s) { return s->route_override != NULL; }
+
 mvm_status mvm_moe_take_rows(mvm_moe *s, uint32_t layer, uint32_t n, const float *hidden,
                              const int32_t *experts, uint32_t n_exp, const uint32_t *cnt,
                              const uint32_t *off, const uint32_t *row_tok, const float *row_w)

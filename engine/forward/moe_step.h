@@ -124,6 +124,8 @@ int mvm_moe_routes_alone(const mvm_moe *s);
  * in `layer`, asked before its router has run: its K experts and weights into sel and w,
  * and 1; 0 (nothing written) without one. */
 int mvm_moe_override(const mvm_moe *s, uint32_t layer, uint32_t pos, int *sel, float *w);
+/* Whether a benchmark's replayed routing takes the router's place. */
+int mvm_moe_overridden(const mvm_moe *s);
 /* Steps 3 to 5 for a step whose experts have run already (the device routed it: every
  * one resident and pinned, or at a budget where replay_own says): begins it, takes its
  * rounds and ends it, so that the policies, the statistics and the observers see it as

@@ -423,6 +423,17 @@ static __device__ void route_share(const mvm_g_route_args &a, uint32_t cpu, uint
         store_release_sys(&s->token, ((const mvm_g_cpu_token *)a.token)->tok);
 }
 
+/* Lane k < K's weight of its choice, from w, its probability: over the choice's sum (in
+ * choice order, as the host adds them) with norm_topk, times scale. Every lane calls it. */
+static __device__ float route_weight(const mvm_g_route_args &a, float w)
+{
+    float sum = 0;
+    for (uint32_t j = 0; j < a.top_k; j++)
+        sum += __shfl_sync(FULL_MASK, w, (int)j);
+    w = a.norm_topk ? w / sum : w;
+    return a.scale != 1.0f ? w * a.scale : w;
+}
+
 extern "C" __global__ void __launch_bounds__(32) mvm_g_route(mvm_g_route_args a)
 {
     __shared__ float p[MVM_G_ROUTE_MAX_E], key[MVM_G_ROUTE_MAX_E];
@@ -440,7 +451,8 @@ extern "C" __global__ void __launch_bounds__(32) mvm_g_route(mvm_g_route_args a)
      * host adds them, by every lane */
     const uint32_t mine = lane < K ? (given ? (uint32_t)given[lane] : sel[lane]) : 0;
     float w = lane < K ? (given ? ((const float *)a.given)[K + lane] : p[mine]) : 0.0f;
-    float sum = 0;
+    if (!given) /* a given choice comes with its weights */
+        w = route_weight(a, w);
     uint32_t r = 0; /* its place among the choice in expert order */
     /* read-through: the choices read at their homes that may be kept, and this one's
      * place among them in choice order */
@@ -449,7 +461,6 @@ extern "C" __global__ void __launch_bounds__(32) mvm_g_route(mvm_g_route_args a)
     const uint32_t fill = a.wstore && (at & MVM_G_ADDR_FILL) && !cpu ? 1 : 0;
     uint32_t before = 0, fills = 0, cpu_before = 0, cpus = 0;
     for (uint32_t j = 0; j < K; j++) {
-        sum += __shfl_sync(FULL_MASK, w, (int)j);
         r += __shfl_sync(FULL_MASK, mine, (int)j) < mine;
         const uint32_t f = __shfl_sync(FULL_MASK, fill, (int)j);
         before += j < lane ? f : 0;
@@ -471,10 +482,6 @@ extern "C" __global__ void __launch_bounds__(32) mvm_g_route(mvm_g_route_args a)
             claims[0] = taken + fills; /* slabs taken: min(claims[0], n_pool) */
     }
     if (lane < K) {
-        if (!given) { /* a given choice comes with its weights */
-            w = a.norm_topk ? w / sum : w;
-            w = a.scale != 1.0f ? w * a.scale : w;
-        }
         ((uint32_t *)a.active)[r] = mine;
         ((uint32_t *)a.off)[mine] = r;
         ((uint32_t *)a.cnt)[mine] = 1;
@@ -490,6 +497,73 @@ extern "C" __global__ void __launch_bounds__(32) mvm_g_route(mvm_g_route_args a)
     }
     if (a.share)
         route_share(a, lane < K ? cpu : 0, cpu_before, cpus, mine, w);
+}
+
+/* Token blockIdx.x's choice of a prompt batch (kernels.h): mvm_g_route's, without the step's
+ * layout, which mvm_g_route_group makes for the whole batch. */
+extern "C" __global__ void __launch_bounds__(32) mvm_g_route_rows(mvm_g_route_args a)
+{
+    __shared__ float p[MVM_G_ROUTE_MAX_E], key[MVM_G_ROUTE_MAX_E];
+    __shared__ uint8_t taken[MVM_G_ROUTE_MAX_E];
+    const uint32_t K = a.top_k, lane = threadIdx.x, t = blockIdx.x;
+    uint32_t sel[32];
+    route_probs(a, (const float *)a.logits + (uint64_t)t * a.n_expert, p);
+    __syncthreads();
+    route_key(a, p, key);
+    route_topk(a, key, taken, sel);
+    const uint32_t mine = lane < K ? sel[lane] : 0;
+    const float w = route_weight(a, lane < K ? p[mine] : 0.0f);
+    if (lane < K) {
+        ((int32_t *)a.sel)[(uint64_t)t * K + lane] = (int32_t)mine;
+        ((float *)a.w)[(uint64_t)t * K + lane] = w;
+    }
+}
+
+/* A prompt batch's rows grouped by expert (kernels.h), in two passes over its choices, 32 at
+ * a time: the counts, then each row placed after those of the same expert before it. The
+ * lanes holding one expert find each other (__match_any_sync); the lowest of them moves
+ * that expert's count on. Linear in the rows: a pass per expert, each over every row, took
+ * E times as many reads. */
+extern "C" __global__ void __launch_bounds__(32) mvm_g_route_group(mvm_g_route_group_args a)
+{
+    __shared__ uint32_t next[MVM_G_ROUTE_MAX_E]; /* a count, then the next free row */
+    const uint32_t lane = threadIdx.x, E = a.n_expert, nk = a.n_tok * a.top_k;
+    const int32_t *sel = (const int32_t *)a.sel;
+    for (uint32_t e = lane; e < E; e += 32)
+        next[e] = 0;
+    __syncwarp();
+    for (int place = 0; place < 2; place++) {
+        for (uint32_t r0 = 0; r0 < nk; r0 += 32) {
+            const uint32_t r = r0 + lane;
+            const uint32_t e = r < nk ? (uint32_t)sel[r] : UINT32_MAX;
+            const bool ok = e < E; /* (a device that answers wrongly: no row) */
+            const uint32_t peers = __match_any_sync(FULL_MASK, e);
+            const uint32_t first = (uint32_t)__ffs((int)peers) - 1;
+            if (place && ok) {
+                const uint32_t row = next[e] + __popc(peers & ((1u << lane) - 1));
+                ((uint32_t *)a.row_tok)[row] = r / a.top_k;
+                ((float *)a.row_w)[row] = ((const float *)a.w)[r];
+                ((uint32_t *)a.tok_rows)[r] = row;
+            } else if (place && r < nk) {
+                ((uint32_t *)a.tok_rows)[r] = a.zero_row;
+            }
+            __syncwarp();
+            if (ok && lane == first)
+                next[e] += __popc(peers);
+            __syncwarp();
+        }
+        if (place)
+            break;
+        if (lane == 0) /* the offsets; every expert listed, those with no rows too */
+            for (uint32_t e = 0, o = 0; e < E; e++) {
+                ((uint32_t *)a.off)[e] = o;
+                ((uint32_t *)a.cnt)[e] = next[e];
+                ((uint32_t *)a.active)[e] = e;
+                o += next[e];
+                next[e] = o - next[e];
+            }
+        __syncwarp();
+    }
 }
 
 /* The CPU's rows of a decode step waited for and taken into out (kernels.h). A wait that

@@ -62,6 +62,18 @@ static void route_run(const void *params, const unsigned grid[3], const unsigned
         ((int32_t *)a.sel)[0] = (int32_t)a.n_expert;
 }
 
+/* A prompt batch's routing, and with FAKECUDA_ROUTE_BAD=1 its first token's first choice
+ * one past the last expert, as route_run's. */
+static void route_rows_run(const void *params, const unsigned grid[3], const unsigned block[3])
+{
+    const char *bad = getenv("FAKECUDA_ROUTE_BAD");
+    run<mvm_g_route_args, mvm_g_route_rows>(params, grid, block);
+    mvm_g_route_args a;
+    memcpy(&a, params, sizeof a);
+    if (bad && strcmp(bad, "1") == 0)
+        ((int32_t *)a.sel)[0] = (int32_t)a.n_expert;
+}
+
 /* The kernels registered, and where their launches are counted. */
 static struct {
     const char *name;
@@ -115,6 +127,10 @@ fakecuda_register_kernels(fakecuda_add_kernel_fn add)
     ADD(mvm_g_cpu_wait, mvm_g_cpu_wait_args);
     add("mvm_g_route", sizeof(mvm_g_route_args), route_run); /* counted by run<> */
     counted[n_counted++] = {"mvm_g_route", &launched<mvm_g_route_args, mvm_g_route>};
+    add("mvm_g_route_rows", sizeof(mvm_g_route_args), route_rows_run);
+    counted[n_counted++] = {"mvm_g_route_rows",
+                            &launched<mvm_g_route_args, mvm_g_route_rows>};
+    ADD(mvm_g_route_group, mvm_g_route_group_args);
     ADD(mvm_g_rmsnorm, mvm_g_rmsnorm_args);
     ADD(mvm_g_rope, mvm_g_rope_args);
     ADD(mvm_g_qk_rope, mvm_g_qk_rope_args);

@@ -1,0 +1,160 @@
+/*
+ * A prompt batch routed on the device (forward_cuda_impl.h; MOEVM_PROMPT_ROUTING). A host-routed
+ * batch waits for the host once a MoE layer: the router's logits and input come down, the host
+ * routes every token, groups the rows by expert, decides residency and sends the rows up,
+ * the device idle from the sync to the first expert launch. On an H200, OLMoE-1B-7B's pp512
+ * batch took 81 ms of which its kernels kept the device busy about 32 (docs/perf/engine.md,
+ * sessions 106 and 107). With every expert resident and pinned (forward_cuda_route.c: what
+ * lets decode route on the device) there is nothing to decide, so such a batch routes here:
+ * mvm_g_route_rows chooses each token's experts by the host's rule (to the bit where logits
+ * do not tie), mvm_g_route_group lays the rows out as the host's group() would, and the
+ * expert launches take every expert (n_expert blocks a slice; one with no rows does
+ * nothing), so the whole batch is queued without a wait.
+ *
+ * The policies still see every step, in layer order, as the host-routed pass would have
+ * shown them: each layer's logits, router input, choice and weights come down into a ring
+ * of MVM_PROMPT_RING slots behind a stream mark, and the host replays a layer
+ * (mvm_moe_route_as, mvm_moe_replay) when it needs the slot again, then the rest once the
+ * batch is queued, so the replays run while the device computes the layers after. (A host
+ * replay of a 512-token layer is well under a layer's time on the device: the host-routed
+ * pass's routing and policies took ~0.4 ms a layer on the development VM, session 109.)
+ *
+ * Not routed here: decode (forward_cuda_route.c), a budget under 100%, experts on cuBLAS
+ * (its batched products take each expert's row count from the host: forward_cuda_gemm.c;
+ * Q8_0 and Q4_K_M experts take the mmq kernels on a device that has them, which read the
+ * counts on the device), SMoE's speculative pass, the distributed mode, a replayed routing
+ * trace, MOEVM_DEVICE_ROUTING=off and MOEVM_PROMPT_ROUTING=host.
+ */
+#include <string.h>
+
+#include "engine/compute/clock.h"
+#include "engine/forward/engine_options.h"
+#include "engine/forward/forward_cuda_impl.h"
+#include "engine/forward/moe_step.h"
+#include "vmm/error.h"
+
+mvm_status mvm_cuda_fwd_prompt_alloc(struct cuda_fwd *f)
+{
+    const mvm_hparams *hp = &f->m->hp;
+    mvm_option_value mode;
+    TRY(mvm_option_read(&mvm_opt_prompt_routing, &mode));
+    if (mode.i != 0 || f->route_mode == MVM_ROUTE_OFF || f->n_batch < 2)
+        return MVM_OK;
+    return mvm_cuda_fwd_alloc(f, (size_t)2 * f->n_batch * hp->n_expert_used * sizeof(int32_t),
+                              &f->prompt.choice);
+}
+
+int mvm_cuda_fwd_prompt_can(const struct cuda_fwd *f)
+{
+    return f->prompt.choice && f->moe && !f->m->experts_at_home && !f->gemm_ch &&
+           mvm_moe_routes_alone(f->moe) && !mvm_moe_overridden(f->moe);
+}
+
+void mvm_cuda_fwd_prompt_begin(struct cuda_fwd *f, const mvm_fwd_batch *b)
+{
+    struct cuda_prompt *p = &f->prompt;
+    p->on = 1;
+    p->pos = b->pos;
+    p->n = b->n;
+    p->queued = p->replayed = 0;
+}
+
+/* The floats of a ring slot, and where layer il's stage lies. */
+static size_t slot_floats(const struct cuda_fwd *f)
+{
+    const mvm_hparams *hp = &f->m->hp;
+    return (size_t)f->n_batch * (hp->n_expert + hp->n_embd + 2 * hp->n_expert_used);
+}
+
+static float *slot(const struct cuda_fwd *f, uint32_t il)
+{
+    return f->prompt.ring + (size_t)(il % MVM_PROMPT_RING) * slot_floats(f);
+}
+
+/* The next layer not replayed, once its stage is down: its logits, router input, choice
+ * and weights, [n][E], [n][D], [n][K] int32 and [n][K], shown to the policies. */
+static mvm_status replay_next(struct cuda_fwd *f)
+{
+    const mvm_hparams *hp = &f->m->hp;
+    struct cuda_prompt *p = &f->prompt;
+    const uint32_t il = p->replayed, E = hp->n_expert, K = hp->n_expert_used, n = p->n;
+    const double t0 = mvm_now_s();
+    TRY(mvm_gpu_wait_mark(f->g, il % MVM_PROMPT_RING));
+    const double t1 = mvm_now_s();
+    const float *s = slot(f, il), *hidden = s + (size_t)n * E;
+    const int32_t *sel = (const int32_t *)(hidden + (size_t)n * hp->n_embd);
+    for (size_t i = 0; i < (size_t)n * K; i++) /* the policies index by them */
+        if (sel[i] < 0 || (uint32_t)sel[i] >= E)
+            return mvm_fail(MVM_ERR_BACKEND, "layer %u: the device's routing chose expert %d "
+                            "of %u for the prompt's token %zu", il, sel[i], E, i / K);
+    memcpy(f->moe->probs, s, (size_t)n * E * sizeof *s);
+    mvm_moe_route_as(f->moe, il, p->pos, n, hidden, sel, (const float *)(sel + (size_t)n * K));
+    p->replayed++;
+    mvm_status st = mvm_moe_replay(f->moe);
+    p->wait += t1 - t0, p->replay += mvm_now_s() - t1;
+    return st;
+}
+
+mvm_status mvm_cuda_fwd_prompt_route(struct cuda_fwd *f, uint32_t il, uint32_t n)
+{
+    const mvm_hparams *hp = &f->m->hp;
+    struct cuda_prompt *p = &f->prompt;
+    const uint32_t E = hp->n_expert, D = hp->n_embd, K = hp->n_expert_used;
+    if (!p->ring)
+        TRY(mvm_gpu_host_alloc(f->g, MVM_PROMPT_RING * slot_floats(f) * sizeof(float),
+                               (void **)&p->ring));
+    while (p->replayed + MVM_PROMPT_RING <= il) /* the slot il takes */
+        TRY(replay_next(f));
+    const double t0 = mvm_now_s();
+    float *s = slot(f, il);
+    const mvm_dptr w = p->choice + (uint64_t)n * K * sizeof(int32_t);
+    TRY(mvm_gpu_download_async(f->g, s, f->probs, (size_t)n * E * sizeof(float)));
+    TRY(mvm_gpu_download_async(f->g, s + (size_t)n * E, f->xn, (size_t)n * D * sizeof(float)));
+    mvm_g_route_args a = {.logits = f->probs, .choose_bias = f->layers[il].choose_bias,
+                          .sel = p->choice, .w = w, .scale = hp->expert_scale, .n_expert = E,
+                          .top_k = K, .n_group = hp->n_group, .n_group_used = hp->n_group_used,
+                          .sigmoid = (uint32_t)hp->sigmoid_gate,
+                          .norm_topk = (uint32_t)hp->norm_topk, .layer = il, .n_tok = n};
+    TRY(mvm_gpu_route_rows(f->g, 0, &a));
+    mvm_g_route_group_args g = {.sel = p->choice, .w = w, .active = f->active, .off = f->off,
+                                .cnt = f->cnt, .row_tok = f->row_tok, .tok_rows = f->tok_rows,
+                                .row_w = f->row_w, .n_expert = E, .top_k = K, .n_tok = n,
+                                .zero_row = f->n_batch * K};
+    TRY(mvm_gpu_route_group(f->g, 0, &g));
+    TRY(mvm_gpu_download_async(f->g, s + (size_t)n * (E + D), p->choice,
+                               (size_t)2 * n * K * sizeof(float)));
+    TRY(mvm_gpu_mark(f->g, il % MVM_PROMPT_RING));
+    p->queued = il + 1;
+    p->queue += mvm_now_s() - t0;
+    return MVM_OK;
+}
+
+mvm_status mvm_cuda_fwd_prompt_settle(struct cuda_fwd *f, mvm_status st)
+{
+    struct cuda_prompt *p = &f->prompt;
+    if (!p->on)
+        return st;
+    p->on = 0;
+    while (st == MVM_OK && p->replayed < p->queued)
+        st = replay_next(f);
+    if (st == MVM_OK && p->queued == f->m->hp.n_layer)
+        p->batches++, p->tokens += p->n;
+    return st;
+}
+
+void mvm_cuda_fwd_prompt_release(struct cuda_fwd *f)
+{
+    struct cuda_prompt *p = &f->prompt;
+    if (p->batches) {
+        const double us = 1e6 / (double)p->batches;
+        mvm_log(MVM_LOG_INFO, "prompt: %llu batches of %.1f tokens routed on the device; host "
+                "time a batch in its MoE layers: %.0f us queueing the routing and the stage, "
+                "%.0f us replaying the policies (the device computing), %.0f us waiting for a "
+                "layer's stage", (unsigned long long)p->batches,
+                (double)p->tokens / (double)p->batches, p->queue * us, p->replay * us,
+                p->wait * us);
+    }
+    if (p->ring)
+        mvm_gpu_host_free(f->g, p->ring);
+    p->ring = NULL;
+}
