@@ -104,6 +104,8 @@ struct run {
     float *logits;          /* [N_PROMPT][n_vocab] */
     int sel[N_PROMPT][2][2]; /* the router's top-2, by position and layer */
     double hidden[N_PROMPT][2]; /* and a sum of the router input the observer saw */
+    uint64_t seen;          /* every step the observer saw, in order: its position, layer,
+                               choice, weights, probabilities and router input, hashed */
     mvm_stats space;
     uint32_t reserved_left; /* the space's pages set aside once the context is gone */
     mvm_resid_stats resid;
@@ -113,9 +115,23 @@ struct run {
     uint32_t ppe;           /* its pages an expert */
 };
 
+/* FNV-1a of n bytes into h. */
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ ((const uint8_t *)p)[i]) * 0x100000001b3ull;
+    return h;
+}
+
 static void record(void *ctx, const mvm_route_record *r)
 {
     struct run *run = ctx;
+    uint64_t h = fnv(run->seen ? run->seen : 0xcbf29ce484222325ull, &r->pos, sizeof r->pos);
+    h = fnv(h, &r->layer, sizeof r->layer);
+    h = fnv(h, r->selected, r->k * sizeof *r->selected);
+    h = fnv(h, r->weights, r->k * sizeof *r->weights);
+    h = fnv(h, r->probs, r->n_expert * sizeof *r->probs);
+    run->seen = fnv(h, r->hidden, r->n_embd * sizeof *r->hidden);
     if (r->layer == 0 && (int)r->pos == hold_from)
         hold_maps(1);
     if (r->layer == 0 && (int)r->pos == hold_to)
@@ -1426,7 +1442,7 @@ static void test_prompt_routing(void)
             const int same = memcmp(host->logits, dev->logits, n * sizeof *host->logits) == 0;
             CHECK(same && memcmp(host->sel, dev->sel, sizeof host->sel) == 0);
             CHECK(memcmp(host->hidden, dev->hidden, sizeof host->hidden) == 0);
-            CHECK(dev->resid.accesses == host->resid.accesses);
+            CHECK(dev->resid.accesses == host->resid.accesses && dev->seen == host->seen);
             fprintf(stderr, "  %s %s: logits %s, %llu/%llu accesses, %llu/%llu hits, %lu "
                     "layers routed\n", cases[i].arch, cases[i].preset, same ? "same" : "differ",
                     (unsigned long long)dev->resid.accesses,

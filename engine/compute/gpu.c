@@ -113,6 +113,8 @@ struct mvm_gpu {
     mvm_gpu_graph *graph; /* mvm_gpu_record's, opened at the first */
     int graphs_off;       /* the driver has none, or refused one */
     int recording;
+    CUstream aside;               /* mvm_gpu_download_aside's, made at its first */
+    CUevent queued;               /* ... recorded on the compute stream, waited for there */
     CUevent marks[MVM_GPU_MARKS]; /* mvm_gpu_mark's, each made at its first record */
     int pdl; /* MVM_GPU_PDL on a device that has it: every module's PTX waits at each
                 kernel's start (ptx_pdl.c), and the graphs' kernels follow by programmatic
@@ -337,6 +339,10 @@ void mvm_gpu_close(mvm_gpu *g)
         for (int i = 0; i < MVM_GPU_MARKS; i++)
             if (g->marks[i])
                 g->cu.EventDestroy(g->marks[i]);
+        if (g->queued)
+            g->cu.EventDestroy(g->queued);
+        if (g->aside)
+            g->cu.StreamDestroy(g->aside);
         for (int m = 0; m < MOD_COUNT; m++)
             if (g->modules[m])
                 g->cu.ModuleUnload(g->modules[m]);
@@ -543,14 +549,28 @@ mvm_status mvm_gpu_sync(mvm_gpu *g)
     return g->prof ? mvm_gpu_prof_synced(g->prof, mvm_now_s() - t) : MVM_OK;
 }
 
+mvm_status mvm_gpu_download_aside(mvm_gpu *g, void *dst, mvm_dptr src, size_t bytes)
+{
+    if (g->recording)
+        return mvm_fail(MVM_ERR_INVALID, "a copy aside while a CUDA graph is recorded");
+    if (!g->aside)
+        CU(g, g->cu.StreamCreate(&g->aside, CU_STREAM_NON_BLOCKING), "cuStreamCreate (aside)");
+    if (!g->queued)
+        CU(g, g->cu.EventCreate(&g->queued, CU_EVENT_DISABLE_TIMING), "cuEventCreate (aside)");
+    CU(g, g->cu.EventRecord(g->queued, g->stream), "cuEventRecord (aside)");
+    CU(g, g->cu.StreamWaitEvent(g->aside, g->queued, 0), "cuStreamWaitEvent (aside)");
+    CU(g, g->cu.MemcpyDtoHAsync(dst, src, bytes, g->aside), "cuMemcpyDtoHAsync (aside)");
+    return MVM_OK;
+}
+
 mvm_status mvm_gpu_mark(mvm_gpu *g, unsigned i)
 {
-    if (g->recording || i >= MVM_GPU_MARKS)
+    if (!g->aside || i >= MVM_GPU_MARKS)
         return mvm_fail(MVM_ERR_INVALID, "stream mark %u %s", i,
-                        g->recording ? "while a CUDA graph is recorded" : "out of range");
+                        g->aside ? "out of range" : "before any copy aside");
     if (!g->marks[i])
         CU(g, g->cu.EventCreate(&g->marks[i], CU_EVENT_DISABLE_TIMING), "cuEventCreate (mark)");
-    CU(g, g->cu.EventRecord(g->marks[i], g->stream), "cuEventRecord (mark)");
+    CU(g, g->cu.EventRecord(g->marks[i], g->aside), "cuEventRecord (mark)");
     return MVM_OK;
 }
 

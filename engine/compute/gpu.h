@@ -118,10 +118,15 @@ mvm_status mvm_gpu_zero(mvm_gpu *g, mvm_dptr dst, size_t bytes);
 mvm_status mvm_gpu_copy_rows(mvm_gpu *g, mvm_dptr dst, size_t dst_pitch, mvm_dptr src,
                              size_t src_pitch, size_t width, size_t rows);
 mvm_status mvm_gpu_sync(mvm_gpu *g);
-/* Marks in the stream, MVM_GPU_MARKS of them: mvm_gpu_mark(i) records mark i behind
- * everything queued so far (again: moved there), and mvm_gpu_wait_mark(i) returns once the
- * stream has passed it, so that the host may read what the copies queued before it brought
- * down while the stream goes on. Not while a graph is recorded. */
+/* Device -> host on a second stream (made at the first call), behind everything queued on
+ * the compute stream so far, which goes on meanwhile: the copy overlaps its kernels. src
+ * must not be written by what is queued after until the copy is done (mvm_gpu_wait_mark of
+ * a mark recorded after it). Not while a graph is recorded. */
+mvm_status mvm_gpu_download_aside(mvm_gpu *g, void *dst, mvm_dptr src, size_t bytes);
+/* Marks, MVM_GPU_MARKS of them: mvm_gpu_mark(i) records mark i behind everything queued so
+ * far on the second stream (mvm_gpu_download_aside's; again: moved there), and
+ * mvm_gpu_wait_mark(i) returns once that stream has passed it, so that the host may read
+ * what the copies queued before it brought down while the compute stream goes on. */
 #define MVM_GPU_MARKS 8
 mvm_status mvm_gpu_mark(mvm_gpu *g, unsigned i);
 mvm_status mvm_gpu_wait_mark(mvm_gpu *g, unsigned i);

@@ -450,7 +450,7 @@ static mvm_status moe_routed_here(struct cuda_fwd *f, uint32_t il, uint32_t n)
     if (n == 1) {
         TRY(route_token_here(f, il, &a));
     } else {
-        TRY(router_logits(f, L, n, f->probs));
+        TRY(router_logits(f, L, n, mvm_cuda_fwd_prompt_stage(f, il, MVM_STAGE_LOGITS)));
         TRY(mvm_cuda_fwd_prompt_route(f, il, n));
         a.n_active = hp->n_expert; /* every expert: mvm_g_route_group lists them all */
     }
@@ -481,8 +481,11 @@ static mvm_status moe(struct cuda_fwd *f, uint32_t il, uint32_t n, const uint32_
                    mvm_k_block_elems((enum mvm_wtype)L->router.type) == 1;
     const int t = qx ? (int)f->m->layers[il].expert_fmt.gate_up : -1;
     /* a step routed on the device keeps its router input in the stage, for the host */
-    const mvm_dptr kept =
-        f->route_here ? mvm_cuda_fwd_route_stage(f, il, MVM_STAGE_HIDDEN) : 0;
+    mvm_dptr kept = f->route_here ? mvm_cuda_fwd_route_stage(f, il, MVM_STAGE_HIDDEN) : 0;
+    if (f->prompt.on) {
+        TRY(mvm_cuda_fwd_prompt_layer(f, il));
+        kept = mvm_cuda_fwd_prompt_stage(f, il, MVM_STAGE_HIDDEN);
+    }
     TRY(mvm_cuda_fwd_norm_input(f, L->ffn_norm, t, n, kept));
     f->xn_experts = qx;
     if (f->route_here || f->prompt.on)

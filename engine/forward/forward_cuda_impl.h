@@ -95,17 +95,18 @@ enum { MVM_ROUTE_OFF, MVM_ROUTE_LAUNCHES, MVM_ROUTE_GRAPH };
 
 /* A prompt batch routed on the device (forward_cuda_prompt.c). */
 struct cuda_prompt {
-    mvm_dptr choice;            /* [2][n_batch][K]: the route kernel's, K int32 a token for
-                                   n tokens, then their K weights (0: never routed here) */
-    float *ring;                /* [MVM_PROMPT_RING][n_batch][E + D + 2K], pinned (made at the
-                                   first such batch): a layer's logits, router input, choice
-                                   and weights, n tokens of each, down here for its replay */
+    mvm_dptr stage;             /* [MVM_PROMPT_RING] slots of [n_batch][E + D + 2K] floats
+                                   (0: never routed here): a layer's logits, router input,
+                                   choice (int32) and weights, n tokens of each, as they are
+                                   made, then down to ... */
+    float *ring;                /* ... the same here, pinned (made at the first such batch),
+                                   for the layer's replay */
     int on;                     /* this batch's MoE steps route on the device */
     const uint32_t *pos;        /* its positions (NULL: 0 ..) */
     uint32_t n, queued, replayed; /* its tokens, its layers queued and replayed */
     uint64_t batches, tokens;   /* for the log at the end, and the host's time in them, s: */
     double queue, replay, wait; /*   queueing, replaying the policies, waiting for the device
-                                     (a layer's stage, or the logits) */
+                                     (a layer's stage) */
 };
 
 /* MOEVM_MMQ's and MOEVM_ATTN_MMA's choices, in the options' order (engine_options.c) */
@@ -428,10 +429,16 @@ mvm_status mvm_cuda_fwd_prompt_alloc(struct cuda_fwd *f);
 int mvm_cuda_fwd_prompt_can(const struct cuda_fwd *f);
 /* Batch b (n tokens) begins routed on the device (f->prompt.on). */
 void mvm_cuda_fwd_prompt_begin(struct cuda_fwd *f, const mvm_fwd_batch *b);
-/* Layer il's step, its router logits queued into f->probs from f->xn: its stage down to the
- * ring (replaying first the layer whose slot it takes), its tokens routed and their rows
- * grouped into the layout lay_rows made for n tokens (f->off ..), every expert listed in
- * f->active. The experts' launches follow, n_expert of them a slice. */
+/* Before layer il's MoE step writes its slot of the stage (its FFN norm's copy of the router
+ * input is the first): the layer that held it replayed. */
+mvm_status mvm_cuda_fwd_prompt_layer(struct cuda_fwd *f, uint32_t il);
+/* Where a part of layer il's stage lies on the device (MVM_STAGE_LOGITS, _HIDDEN, _SEL,
+ * _W), for the batch's tokens. */
+mvm_dptr mvm_cuda_fwd_prompt_stage(const struct cuda_fwd *f, uint32_t il, int part);
+/* Layer il's step once its router logits are queued into its stage: its tokens routed and
+ * their rows grouped into the layout lay_rows made for n tokens (f->off ..), every expert
+ * listed in f->active, and the stage sent down beside the experts' kernels. The experts'
+ * launches follow, n_expert blocks of them a slice. */
 mvm_status mvm_cuda_fwd_prompt_route(struct cuda_fwd *f, uint32_t il, uint32_t n);
 /* The batch's layers not replayed yet, replayed in order as their stage comes down (once
  * the batch is queued); st: the batch's status so far, which wins. */

@@ -33,20 +33,26 @@
 #include "engine/forward/moe_step.h"
 #include "vmm/error.h"
 
-mvm_status mvm_cuda_fwd_prompt_alloc(struct cuda_fwd *f)
+/* The floats of a slot of the ring, for a batch of n_batch tokens. */
+static size_t slot_floats(const struct cuda_fwd *f)
 {
     const mvm_hparams *hp = &f->m->hp;
+    return (size_t)f->n_batch * (hp->n_expert + hp->n_embd + 2 * hp->n_expert_used);
+}
+
+mvm_status mvm_cuda_fwd_prompt_alloc(struct cuda_fwd *f)
+{
     mvm_option_value mode;
     TRY(mvm_option_read(&mvm_opt_prompt_routing, &mode));
     if (mode.i != 0 || f->route_mode == MVM_ROUTE_OFF || f->n_batch < 2)
         return MVM_OK;
-    return mvm_cuda_fwd_alloc(f, (size_t)2 * f->n_batch * hp->n_expert_used * sizeof(int32_t),
-                              &f->prompt.choice);
+    return mvm_cuda_fwd_alloc(f, MVM_PROMPT_RING * slot_floats(f) * sizeof(float),
+                              &f->prompt.stage);
 }
 
 int mvm_cuda_fwd_prompt_can(const struct cuda_fwd *f)
 {
-    return f->prompt.choice && f->moe && !f->m->experts_at_home && !f->gemm_ch &&
+    return f->prompt.stage && f->moe && !f->m->experts_at_home && !f->gemm_ch &&
            mvm_moe_routes_alone(f->moe) && !mvm_moe_overridden(f->moe);
 }
 
@@ -59,20 +65,27 @@ void mvm_cuda_fwd_prompt_begin(struct cuda_fwd *f, const mvm_fwd_batch *b)
     p->queued = p->replayed = 0;
 }
 
-/* The floats of a ring slot, and where layer il's stage lies. */
-static size_t slot_floats(const struct cuda_fwd *f)
+/* Where a part of a layer's stage (MVM_STAGE_LOGITS, _HIDDEN, _SEL or _W) begins in its
+ * slot, in floats, for the batch's n tokens: [n][E], [n][D], [n][K] int32, [n][K]. */
+static size_t part_at(const struct cuda_fwd *f, uint32_t il, int part)
 {
     const mvm_hparams *hp = &f->m->hp;
-    return (size_t)f->n_batch * (hp->n_expert + hp->n_embd + 2 * hp->n_expert_used);
+    const size_t n = f->prompt.n, E = hp->n_expert, D = hp->n_embd, K = hp->n_expert_used;
+    const size_t at[] = {0, n * E, n * (E + D), n * (E + D + K)};
+    return (size_t)(il % MVM_PROMPT_RING) * slot_floats(f) + at[part];
 }
 
-static float *slot(const struct cuda_fwd *f, uint32_t il)
+static float *host_part(const struct cuda_fwd *f, uint32_t il, int part)
 {
-    return f->prompt.ring + (size_t)(il % MVM_PROMPT_RING) * slot_floats(f);
+    return f->prompt.ring + part_at(f, il, part);
 }
 
-/* The next layer not replayed, once its stage is down: its logits, router input, choice
- * and weights, [n][E], [n][D], [n][K] int32 and [n][K], shown to the policies. */
+mvm_dptr mvm_cuda_fwd_prompt_stage(const struct cuda_fwd *f, uint32_t il, int part)
+{
+    return f->prompt.stage + part_at(f, il, part) * sizeof(float);
+}
+
+/* The next layer not replayed, once its stage is down, shown to the policies. */
 static mvm_status replay_next(struct cuda_fwd *f)
 {
     const mvm_hparams *hp = &f->m->hp;
@@ -81,18 +94,29 @@ static mvm_status replay_next(struct cuda_fwd *f)
     const double t0 = mvm_now_s();
     TRY(mvm_gpu_wait_mark(f->g, il % MVM_PROMPT_RING));
     const double t1 = mvm_now_s();
-    const float *s = slot(f, il), *hidden = s + (size_t)n * E;
-    const int32_t *sel = (const int32_t *)(hidden + (size_t)n * hp->n_embd);
+    const int32_t *sel = (const int32_t *)host_part(f, il, MVM_STAGE_SEL);
     for (size_t i = 0; i < (size_t)n * K; i++) /* the policies index by them */
         if (sel[i] < 0 || (uint32_t)sel[i] >= E)
             return mvm_fail(MVM_ERR_BACKEND, "layer %u: the device's routing chose expert %d "
                             "of %u for the prompt's token %zu", il, sel[i], E, i / K);
-    memcpy(f->moe->probs, s, (size_t)n * E * sizeof *s);
-    mvm_moe_route_as(f->moe, il, p->pos, n, hidden, sel, (const float *)(sel + (size_t)n * K));
+    memcpy(f->moe->probs, host_part(f, il, MVM_STAGE_LOGITS), (size_t)n * E * sizeof(float));
+    mvm_moe_route_as(f->moe, il, p->pos, n, host_part(f, il, MVM_STAGE_HIDDEN), sel,
+                     host_part(f, il, MVM_STAGE_W));
     p->replayed++;
     mvm_status st = mvm_moe_replay(f->moe);
     p->wait += t1 - t0, p->replay += mvm_now_s() - t1;
     return st;
+}
+
+mvm_status mvm_cuda_fwd_prompt_layer(struct cuda_fwd *f, uint32_t il)
+{
+    struct cuda_prompt *p = &f->prompt;
+    if (!p->ring)
+        TRY(mvm_gpu_host_alloc(f->g, MVM_PROMPT_RING * slot_floats(f) * sizeof(float),
+                               (void **)&p->ring));
+    while (p->replayed + MVM_PROMPT_RING <= il) /* the layer whose slot il takes */
+        TRY(replay_next(f));
+    return MVM_OK;
 }
 
 mvm_status mvm_cuda_fwd_prompt_route(struct cuda_fwd *f, uint32_t il, uint32_t n)
@@ -100,29 +124,28 @@ mvm_status mvm_cuda_fwd_prompt_route(struct cuda_fwd *f, uint32_t il, uint32_t n
     const mvm_hparams *hp = &f->m->hp;
     struct cuda_prompt *p = &f->prompt;
     const uint32_t E = hp->n_expert, D = hp->n_embd, K = hp->n_expert_used;
-    if (!p->ring)
-        TRY(mvm_gpu_host_alloc(f->g, MVM_PROMPT_RING * slot_floats(f) * sizeof(float),
-                               (void **)&p->ring));
-    while (p->replayed + MVM_PROMPT_RING <= il) /* the slot il takes */
-        TRY(replay_next(f));
     const double t0 = mvm_now_s();
-    float *s = slot(f, il);
-    const mvm_dptr w = p->choice + (uint64_t)n * K * sizeof(int32_t);
-    TRY(mvm_gpu_download_async(f->g, s, f->probs, (size_t)n * E * sizeof(float)));
-    TRY(mvm_gpu_download_async(f->g, s + (size_t)n * E, f->xn, (size_t)n * D * sizeof(float)));
-    mvm_g_route_args a = {.logits = f->probs, .choose_bias = f->layers[il].choose_bias,
-                          .sel = p->choice, .w = w, .scale = hp->expert_scale, .n_expert = E,
-                          .top_k = K, .n_group = hp->n_group, .n_group_used = hp->n_group_used,
+    const mvm_dptr sel = mvm_cuda_fwd_prompt_stage(f, il, MVM_STAGE_SEL),
+                   w = mvm_cuda_fwd_prompt_stage(f, il, MVM_STAGE_W);
+    mvm_g_route_args a = {.logits = mvm_cuda_fwd_prompt_stage(f, il, MVM_STAGE_LOGITS),
+                          .choose_bias = f->layers[il].choose_bias, .sel = sel, .w = w,
+                          .scale = hp->expert_scale, .n_expert = E, .top_k = K,
+                          .n_group = hp->n_group, .n_group_used = hp->n_group_used,
                           .sigmoid = (uint32_t)hp->sigmoid_gate,
                           .norm_topk = (uint32_t)hp->norm_topk, .layer = il, .n_tok = n};
     TRY(mvm_gpu_route_rows(f->g, 0, &a));
-    mvm_g_route_group_args g = {.sel = p->choice, .w = w, .active = f->active, .off = f->off,
+    mvm_g_route_group_args g = {.sel = sel, .w = w, .active = f->active, .off = f->off,
                                 .cnt = f->cnt, .row_tok = f->row_tok, .tok_rows = f->tok_rows,
                                 .row_w = f->row_w, .n_expert = E, .top_k = K, .n_tok = n,
                                 .zero_row = f->n_batch * K};
     TRY(mvm_gpu_route_group(f->g, 0, &g));
-    TRY(mvm_gpu_download_async(f->g, s + (size_t)n * (E + D), p->choice,
-                               (size_t)2 * n * K * sizeof(float)));
+    /* the slot down on the second stream while the experts run (its 4 MiB of router input
+     * a 512-token layer of a 2,048-wide model would hold the compute stream ~80 us on a
+     * PCIe 5 link); nothing writes it again before this layer is replayed
+     * (mvm_cuda_fwd_prompt_layer) */
+    TRY(mvm_gpu_download_aside(f->g, host_part(f, il, MVM_STAGE_LOGITS),
+                               mvm_cuda_fwd_prompt_stage(f, il, MVM_STAGE_LOGITS),
+                               (size_t)n * (E + D + 2 * K) * sizeof(float)));
     TRY(mvm_gpu_mark(f->g, il % MVM_PROMPT_RING));
     p->queued = il + 1;
     p->queue += mvm_now_s() - t0;
