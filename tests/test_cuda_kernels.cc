@@ -1255,9 +1255,9 @@ static void test_route(void)
 /* A prompt batch's routing (kernels.h): mvm_g_route_rows against route_ref token by token,
  * ties, -inf and NaN among the logits; then mvm_g_route_group against the host's grouping
  * written here (engine/forward/moe_step.c's group: counts, offsets, each expert's rows in
- * choice order), with some experts chosen by no token, and more rows than a warp takes in a
- * pass; a choice out of range takes no row, its tok_rows entry the zero row, and nothing is
- * written past the batch's rows. */
+ * choice order), with some experts chosen by no token, fewer rows than the kernel's warps
+ * and many rounds of each; a choice out of range takes no row, its tok_rows entry the zero
+ * row, and nothing is written past the batch's rows. */
 static void test_route_rows(void)
 {
     static const route_case cases[] = {
@@ -1267,7 +1267,7 @@ static void test_route_rows(void)
     };
     const uint32_t POISON_U = 0xDEADBEEF, ZERO = 999999;
     for (const route_case &c : cases)
-        for (uint32_t n : {1u, 5u, 37u}) {
+        for (uint32_t n : {1u, 5u, 37u, 300u}) {
             std::vector<float> logits = randoms((size_t)n * c.E, 4.0f), bias = randoms(c.E, 0.5f);
             for (uint32_t t = 1; t < n; t += 2) /* ties, -inf and NaN in some tokens */
                 for (uint32_t e = c.E / 2; e < c.E; e++)

@@ -519,50 +519,76 @@ extern "C" __global__ void __launch_bounds__(32) mvm_g_route_rows(mvm_g_route_ar
     }
 }
 
-/* A prompt batch's rows grouped by expert (kernels.h), in two passes over its choices, 32 at
- * a time: the counts, then each row placed after those of the same expert before it. The
- * lanes holding one expert find each other (__match_any_sync); the lowest of them moves
- * that expert's count on. Linear in the rows: a pass per expert, each over every row, took
- * E times as many reads. */
-extern "C" __global__ void __launch_bounds__(32) mvm_g_route_group(mvm_g_route_group_args a)
+/* A prompt batch's rows grouped by expert (kernels.h). Each warp takes a run of the choices
+ * (whole rounds of 32, in order) and counts its experts' rows in it, 32 choices a round: the
+ * lanes holding one expert find each other (__match_any_sync), and the lowest of them adds
+ * their number. The offsets are then scanned over the experts (warp 0), each warp's count
+ * turned into where its rows of that expert begin, and the warps place their rows as they
+ * counted them, so that an expert's rows come in choice order. Linear in the rows: a pass
+ * per expert over every row took E times as many reads, and one warp alone
+ * MVM_G_GROUP_WARPS times as many rounds. */
+extern "C" __global__ void __launch_bounds__(MVM_G_GROUP_WARPS * 32)
+    mvm_g_route_group(mvm_g_route_group_args a)
 {
-    __shared__ uint32_t next[MVM_G_ROUTE_MAX_E]; /* a count, then the next free row */
-    const uint32_t lane = threadIdx.x, E = a.n_expert, nk = a.n_tok * a.top_k;
+    __shared__ uint32_t next[MVM_G_GROUP_WARPS][MVM_G_ROUTE_MAX_E]; /* a count, then a row */
+    const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5, E = a.n_expert;
+    const uint32_t nk = a.n_tok * a.top_k;
+    const uint32_t run = (nk + 32 * MVM_G_GROUP_WARPS - 1) / (32 * MVM_G_GROUP_WARPS) * 32;
+    const uint32_t r_lo = warp * run, r_hi = r_lo + run < nk ? r_lo + run : nk;
     const int32_t *sel = (const int32_t *)a.sel;
     for (uint32_t e = lane; e < E; e += 32)
-        next[e] = 0;
-    __syncwarp();
+        next[warp][e] = 0;
+    __syncthreads();
     for (int place = 0; place < 2; place++) {
-        for (uint32_t r0 = 0; r0 < nk; r0 += 32) {
+        for (uint32_t r0 = r_lo; r0 < r_hi; r0 += 32) {
             const uint32_t r = r0 + lane;
-            const uint32_t e = r < nk ? (uint32_t)sel[r] : UINT32_MAX;
+            const uint32_t e = r < r_hi ? (uint32_t)sel[r] : UINT32_MAX;
             const bool ok = e < E; /* (a device that answers wrongly: no row) */
             const uint32_t peers = __match_any_sync(FULL_MASK, e);
             const uint32_t first = (uint32_t)__ffs((int)peers) - 1;
             if (place && ok) {
-                const uint32_t row = next[e] + __popc(peers & ((1u << lane) - 1));
+                const uint32_t row = next[warp][e] + __popc(peers & ((1u << lane) - 1));
                 ((uint32_t *)a.row_tok)[row] = r / a.top_k;
                 ((float *)a.row_w)[row] = ((const float *)a.w)[r];
                 ((uint32_t *)a.tok_rows)[r] = row;
-            } else if (place && r < nk) {
+            } else if (place && r < r_hi) {
                 ((uint32_t *)a.tok_rows)[r] = a.zero_row;
             }
             __syncwarp();
             if (ok && lane == first)
-                next[e] += __popc(peers);
+                next[warp][e] += __popc(peers);
             __syncwarp();
         }
         if (place)
             break;
-        if (lane == 0) /* the offsets; every expert listed, those with no rows too */
-            for (uint32_t e = 0, o = 0; e < E; e++) {
-                ((uint32_t *)a.off)[e] = o;
-                ((uint32_t *)a.cnt)[e] = next[e];
-                ((uint32_t *)a.active)[e] = e;
-                o += next[e];
-                next[e] = o - next[e];
+        __syncthreads();
+        if (warp == 0) { /* the experts' offsets, 32 experts a round; every expert listed */
+            uint32_t carry = 0;
+            for (uint32_t e0 = 0; e0 < E; e0 += 32) {
+                const uint32_t e = e0 + lane;
+                uint32_t total = 0;
+                for (uint32_t w = 0; e < E && w < MVM_G_GROUP_WARPS; w++)
+                    total += next[w][e];
+                uint32_t sum = total; /* inclusive, over the round's lanes */
+                for (uint32_t d = 1; d < 32; d <<= 1) {
+                    const uint32_t got = __shfl_sync(FULL_MASK, sum, (int)(lane >= d ? lane - d : lane));
+                    sum += lane >= d ? got : 0;
+                }
+                if (e < E) {
+                    uint32_t at = carry + sum - total;
+                    ((uint32_t *)a.off)[e] = at;
+                    ((uint32_t *)a.cnt)[e] = total;
+                    ((uint32_t *)a.active)[e] = e;
+                    for (uint32_t w = 0; w < MVM_G_GROUP_WARPS; w++) { /* where each begins */
+                        const uint32_t c = next[w][e];
+                        next[w][e] = at;
+                        at += c;
+                    }
+                }
+                carry += __shfl_sync(FULL_MASK, sum, 31);
             }
-        __syncwarp();
+        }
+        __syncthreads();
     }
 }
 

@@ -346,13 +346,14 @@ MVM_G_FN mvm_g_shape mvm_g_route_shape(const mvm_g_route_args *a)
  * mvm_g_route_rows: mvm_g_route's choice for each of n_tok tokens, a block (one warp) each,
  * from logits [n_tok][n_expert]: sel[t][k] (int32) and w[t][k], best first, as the host's
  * route_token makes them; no `given`, `addr` or CPU share, and no layout. mvm_g_route_group
- * (one warp): those rows grouped by expert as the host's group() lays a step out
+ * (one block): those rows grouped by expert as the host's group() lays a step out
  * (engine/forward/moe_step.c): off[e] and cnt[e] for every expert, each expert's rows in the
  * order of the choices (token by token), row_tok[r] their token, row_w[r] their weight,
  * tok_rows[t][k] the row of token t's k-th choice, and active[e] = e for every expert, so
  * that the expert launches take n_expert blocks a slice (those of an expert with no rows do
  * nothing). A choice outside 0 .. n_expert - 1 (a device that answers wrongly) takes no
  * row: its tok_rows entry is zero_row, whose out row reads zeros. */
+#define MVM_G_GROUP_WARPS 8 /* mvm_g_route_group's: each takes a run of the choices */
 typedef struct mvm_g_route_group_args {
     mvm_dptr sel, w, active, off, cnt, row_tok, tok_rows, row_w;
     uint32_t n_expert, top_k, n_tok, zero_row;
@@ -367,7 +368,7 @@ MVM_G_FN mvm_g_shape mvm_g_route_rows_shape(const mvm_g_route_args *a)
 MVM_G_FN mvm_g_shape mvm_g_route_group_shape(const mvm_g_route_group_args *a)
 {
     (void)a;
-    mvm_g_shape s = {1, 1, 32};
+    mvm_g_shape s = {1, 1, MVM_G_GROUP_WARPS * 32};
     return s;
 }
 
