@@ -369,8 +369,10 @@ if [ -n "$fake_driver" ]; then
         if cmp -s "$tmp/a" "$tmp/ds" && grep -Eq 'predict speculative: [0-9]+ prefetched, [0-9]+ used, [0-9]+ in time(, [0-9]+ cut at the router)?, [0-9]+% of [1-9][0-9]* named used' "$tmp/ds.err"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: --predict speculative on the device" >&2; cat "$tmp/ds.err" >&2; fi
         expect 0 'assign greedy: 0 on CPU' -- $dev "$moevm" run -m "$m" -p "It was" -n 8 --gpu-budget 30% --assign greedy --cost "$tmp/slow.json"
         # A device whose routing answers an expert that does not exist: a clear error (copies in
-        # order, so that every expert is resident, and routed there, within the 6 tokens).
+        # order, so that every expert is resident, and routed there, within the 6 tokens), in
+        # decode, and in a prompt's second batch of 2 (the first asks every expert resident)
         expect 1 "decode: layer 0: the device's routing chose expert ([0-9]+) of \\1$" -- $dev MOEVM_DETERMINISTIC=on FAKECUDA_ROUTE_BAD=1 "$moevm" run -m "$m" -p "It was" -n 6 --gpu-budget 100%
+        expect 1 "prefill: layer 0: the device's routing chose expert ([0-9]+) of \\1 for the prompt's token 0$" -- $dev MOEVM_DETERMINISTIC=on FAKECUDA_ROUTE_BAD=1 "$moevm" run -m "$m" -p "It was the best of times" -n 6 --batch 2 --gpu-budget 100%
         # A cost file is this machine's: no note that a preset plans (the next run has one).
         if grep -q '^note: assign' "$tmp/out"; then fail=$((fail + 1)); echo "FAIL: a preset's note with --cost FILE" >&2; else pass=$((pass + 1)); fi
         expect 0 "^note: assign greedy plans with the h100 preset's costs, not this machine's \(\`moevm calibrate" -- $dev "$moevm" run -m "$m" -p "It was" -n 2 --gpu-budget 30% --assign greedy --cost h100
