@@ -398,62 +398,19 @@ static mvm_status router_logits(struct cuda_fwd *f, const struct dev_block *L, u
     return MVM_OK;
 }
 
-/* Layer il's router for one token routed on the device, every expert resident and pinned,
- * or at a budget each read where f->addr says (forward_cuda_route.c): the router's top-k
- * laid out as the host lays out rows (after lay_rows), the expert launch's arguments a set
- * for it; the logits,
- * router input, choice and weights left in the layer's stage for the host's policies. */
-static mvm_status route_token_here(struct cuda_fwd *f, uint32_t il, mvm_g_expert_args *a)
-{
-    const mvm_hparams *hp = &f->m->hp;
-    const struct dev_block *L = &f->layers[il];
-    const uint32_t E = hp->n_expert, K = hp->n_expert_used;
-    /* the stage (its router input kept there by the norm: moe) */
-    const mvm_dptr logits = mvm_cuda_fwd_route_stage(f, il, MVM_STAGE_LOGITS),
-                   sel = mvm_cuda_fwd_route_stage(f, il, MVM_STAGE_SEL),
-                   w = mvm_cuda_fwd_route_stage(f, il, MVM_STAGE_W);
-    const int through = f->route_budget && f->fill.on; /* read-through: kept as read */
-    TRY(router_logits(f, L, 1, logits));
-    mvm_g_route_args r = {.logits = logits, .choose_bias = L->choose_bias, .active = f->active,
-                          .off = f->off, .cnt = f->cnt, .row_tok = f->row_tok,
-                          .tok_rows = f->tok_rows, .row_w = f->row_w, .sel = sel, .w = w,
-                          .given = f->route_given ? f->given + (uint64_t)il * 2 * K * 4 : 0,
-                          .addr = f->route_budget ? f->addr + (uint64_t)il * E * 8 : 0,
-                          .wptr = f->wptr,
-                          .pool = through ? f->fill.pool : 0,
-                          .claims = through ? f->fill.claims : 0,
-                          .wstore = through ? f->fill.wstore : 0,
-                          .scale = hp->expert_scale, .n_expert = E, .top_k = K,
-                          .n_group = hp->n_group, .n_group_used = hp->n_group_used,
-                          .sigmoid = (uint32_t)hp->sigmoid_gate,
-                          .norm_topk = (uint32_t)hp->norm_topk,
-                          .n_pool = f->fill.cap, .layer = il};
-    mvm_cuda_fwd_cpu_route(f, il, &r); /* the CPU's share of the misses, if it takes one */
-    TRY(mvm_gpu_route(f->g, 0, &r));
-    a->n_active = K;
-    a->one_row = 1;
-    a->wptr = f->route_budget ? f->wptr : 0; /* as the route kernel found them in f->addr */
-    a->wstore = through ? f->fill.wstore : 0;
-    return MVM_OK;
-}
-
-/* A step routed on the device: one decode token's (route_token_here), or a prompt batch's
- * with every expert pinned (forward_cuda_prompt.c); the experts, their sum and the shared
- * expert queued behind it (without a shared expert the sum is left to the next norm of x,
- * in its launch: f->sum_owed). Nothing waits. */
+/* A step routed on the device: one decode token's (forward_cuda_route.c), or a prompt
+ * batch's with every expert pinned (forward_cuda_prompt.c), its router's logits into the
+ * stage; the experts, their sum and the shared expert queued behind it (without a shared
+ * expert the sum is left to the next norm of x, in its launch: f->sum_owed). Nothing waits. */
 static mvm_status moe_routed_here(struct cuda_fwd *f, uint32_t il, uint32_t n)
 {
     const mvm_hparams *hp = &f->m->hp;
     const struct dev_block *L = &f->layers[il];
     lay_rows(f, (size_t)n * hp->n_expert_used);
     mvm_g_expert_args a = expert_args(f, il);
-    if (n == 1) {
-        TRY(route_token_here(f, il, &a));
-    } else {
-        TRY(router_logits(f, L, n, mvm_cuda_fwd_prompt_stage(f, il, MVM_STAGE_LOGITS)));
-        TRY(mvm_cuda_fwd_prompt_route(f, il, n));
-        a.n_active = hp->n_expert; /* every expert: mvm_g_route_group lists them all */
-    }
+    TRY(router_logits(f, L, n, n == 1 ? mvm_cuda_fwd_route_stage(f, il, MVM_STAGE_LOGITS)
+                                      : mvm_cuda_fwd_prompt_stage(f, il, MVM_STAGE_LOGITS)));
+    TRY(n == 1 ? mvm_cuda_fwd_route_token(f, il, &a) : mvm_cuda_fwd_prompt_route(f, il, n, &a));
     TRY(quantize_input(f, il, n));
     TRY(mvm_gpu_experts(f->g, &a));
     if (n == 1)

@@ -384,6 +384,12 @@ mvm_status mvm_cuda_fwd_route_alloc(struct cuda_fwd *f);
  * the router and the experts. Makes the first of those true by pinning every expert for the
  * rest of the context, and asks every expert resident once the budget holds them all. */
 mvm_status mvm_cuda_fwd_route_choose(struct cuda_fwd *f, const mvm_fwd_batch *b);
+/* Layer il's router for one token routed on the device, its logits queued into the stage:
+ * every expert resident and pinned, or at a budget each read where f->addr says. The
+ * router's top-k laid out as the host lays out rows (after lay_rows), and the expert
+ * launch's arguments a set for it; the logits, router input, choice and weights left in
+ * the layer's stage for the host's policies. */
+mvm_status mvm_cuda_fwd_route_token(struct cuda_fwd *f, uint32_t il, mvm_g_expert_args *a);
 /* A replayed trace's choice for the token of batch b (f->route_given), sent up: the
  * route kernels then lay it out instead of the router's. */
 mvm_status mvm_cuda_fwd_route_given(struct cuda_fwd *f, const mvm_fwd_batch *b);
@@ -437,9 +443,10 @@ mvm_status mvm_cuda_fwd_prompt_layer(struct cuda_fwd *f, uint32_t il);
 mvm_dptr mvm_cuda_fwd_prompt_stage(const struct cuda_fwd *f, uint32_t il, int part);
 /* Layer il's step once its router logits are queued into its stage: its tokens routed and
  * their rows grouped into the layout lay_rows made for n tokens (f->off ..), every expert
- * listed in f->active, and the stage sent down beside the experts' kernels. The experts'
- * launches follow, n_expert blocks of them a slice. */
-mvm_status mvm_cuda_fwd_prompt_route(struct cuda_fwd *f, uint32_t il, uint32_t n);
+ * listed in f->active, and the stage sent down beside the experts' kernels. The expert
+ * launch's arguments a then take every expert, n_expert blocks a slice. */
+mvm_status mvm_cuda_fwd_prompt_route(struct cuda_fwd *f, uint32_t il, uint32_t n,
+                                     mvm_g_expert_args *a);
 /* The batch's layers not replayed yet, replayed in order as their stage comes down (once
  * the batch is queued); st: the batch's status so far, which wins. */
 mvm_status mvm_cuda_fwd_prompt_settle(struct cuda_fwd *f, mvm_status st);

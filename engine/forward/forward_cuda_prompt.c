@@ -119,7 +119,8 @@ mvm_status mvm_cuda_fwd_prompt_layer(struct cuda_fwd *f, uint32_t il)
     return MVM_OK;
 }
 
-mvm_status mvm_cuda_fwd_prompt_route(struct cuda_fwd *f, uint32_t il, uint32_t n)
+mvm_status mvm_cuda_fwd_prompt_route(struct cuda_fwd *f, uint32_t il, uint32_t n,
+                                     mvm_g_expert_args *ea)
 {
     const mvm_hparams *hp = &f->m->hp;
     struct cuda_prompt *p = &f->prompt;
@@ -147,6 +148,7 @@ mvm_status mvm_cuda_fwd_prompt_route(struct cuda_fwd *f, uint32_t il, uint32_t n
                                mvm_cuda_fwd_prompt_stage(f, il, MVM_STAGE_LOGITS),
                                (size_t)n * (E + D + 2 * K) * sizeof(float)));
     TRY(mvm_gpu_mark(f->g, il % MVM_PROMPT_RING));
+    ea->n_active = E; /* every expert: mvm_g_route_group lists them all */
     p->queued = il + 1;
     p->queue += mvm_now_s() - t0;
     return MVM_OK;

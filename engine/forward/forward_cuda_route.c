@@ -266,6 +266,39 @@ mvm_status mvm_cuda_fwd_route_choose(struct cuda_fwd *f, const mvm_fwd_batch *b)
     return MVM_OK;
 }
 
+mvm_status mvm_cuda_fwd_route_token(struct cuda_fwd *f, uint32_t il, mvm_g_expert_args *a)
+{
+    const mvm_hparams *hp = &f->m->hp;
+    const struct dev_block *L = &f->layers[il];
+    const uint32_t E = hp->n_expert, K = hp->n_expert_used;
+    /* the stage (its router input kept there by the norm, its logits by the router) */
+    const mvm_dptr logits = mvm_cuda_fwd_route_stage(f, il, MVM_STAGE_LOGITS),
+                   sel = mvm_cuda_fwd_route_stage(f, il, MVM_STAGE_SEL),
+                   w = mvm_cuda_fwd_route_stage(f, il, MVM_STAGE_W);
+    const int through = f->route_budget && f->fill.on; /* read-through: kept as read */
+    mvm_g_route_args r = {.logits = logits, .choose_bias = L->choose_bias, .active = f->active,
+                          .off = f->off, .cnt = f->cnt, .row_tok = f->row_tok,
+                          .tok_rows = f->tok_rows, .row_w = f->row_w, .sel = sel, .w = w,
+                          .given = f->route_given ? f->given + (uint64_t)il * 2 * K * 4 : 0,
+                          .addr = f->route_budget ? f->addr + (uint64_t)il * E * 8 : 0,
+                          .wptr = f->wptr,
+                          .pool = through ? f->fill.pool : 0,
+                          .claims = through ? f->fill.claims : 0,
+                          .wstore = through ? f->fill.wstore : 0,
+                          .scale = hp->expert_scale, .n_expert = E, .top_k = K,
+                          .n_group = hp->n_group, .n_group_used = hp->n_group_used,
+                          .sigmoid = (uint32_t)hp->sigmoid_gate,
+                          .norm_topk = (uint32_t)hp->norm_topk,
+                          .n_pool = f->fill.cap, .layer = il};
+    mvm_cuda_fwd_cpu_route(f, il, &r); /* the CPU's share of the misses, if it takes one */
+    TRY(mvm_gpu_route(f->g, 0, &r));
+    a->n_active = K;
+    a->one_row = 1;
+    a->wptr = f->route_budget ? f->wptr : 0; /* as the route kernel found them in f->addr */
+    a->wstore = through ? f->fill.wstore : 0;
+    return MVM_OK;
+}
+
 /* Read-through whose replays run late (f->fill.late): before the next token is queued, the
  * token before's table is saved for its replay (ran_*), its claims land, and its experts,
  * which the evict module has not seen it use yet, are kept from the pool's victims. */

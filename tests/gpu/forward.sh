@@ -7,7 +7,8 @@
 #   2. the same greedy text on the CPU and the GPU for a prompt, and on the GPU with decode
 #      routed on the device (a CUDA graph, launch by launch) and by the host; 2b, the same
 #      with a long prompt on the tensor cores (cuBLAS), on the kernels, and with the
-#      experts on the int8 tensor cores (MOEVM_MMQ=on, which must give the kernels' text);
+#      experts on the int8 tensor cores (MOEVM_MMQ=on, which must give the kernels' text),
+#      and its batches routed on the device (MOEVM_PROMPT_ROUTING, the host's text);
 #      2c, attention on the F16 tensor cores (MOEVM_ATTN_MMA=on, kernels/cuda/attention_mma.cu)
 #      against the CUDA cores' kernel: grouped queries and DeepSeek-V2-Lite's latent rows
 #      (its shape cut to 2 blocks), a long prompt (several splits) and its decode;
@@ -140,6 +141,19 @@ mkdir -p "$work"
         tail -n 1 "$work/gemm.mmq.err"
         if cmp -s "$work/gemm.0" "$work/gemm.mmq"; then echo "same text (mmq)"; else
             echo "TEXT DIFFERS (mmq)"; diff "$work/gemm.0" "$work/gemm.mmq" || true; fi
+        # the prompt's batches of 32 routed on the device (engine/forward/forward_cuda_prompt.c:
+        # the first asks every expert resident, the others route there), by default, against
+        # the host's routing: the same choices, so the same text
+        for r in host device; do
+            MOEVM_BACKEND=cuda MOEVM_PROMPT_ROUTING=$r MOEVM_LOG=info "$moevm" run \
+                -m "$work/tiny.gguf" -p "$long" -n 24 --temp 0 --batch 32 \
+                >"$work/prompt.$r" 2>"$work/prompt.$r.err"
+        done
+        grep -h 'prompt: .* routed on the device' "$work/prompt.device.err" || true
+        if cmp -s "$work/prompt.host" "$work/prompt.device"; then
+            echo "same text (prompt routed on the device)"; else
+            echo "TEXT DIFFERS (prompt routed on the device)"
+            diff "$work/prompt.host" "$work/prompt.device" || true; fi
     fi
     if want 2c; then
         # the tensor cores' attention keeps the CUDA cores' precision (hi and lo halves), so
