@@ -1303,7 +1303,8 @@ static void test_route_rows(void)
             std::vector<uint32_t> cnt(c.E, 0), off(c.E), at(c.E), want_tok(nk), want_rows(nk);
             std::vector<float> want_rw(nk);
             for (size_t r = 0; r < nk; r++)
-                cnt[(uint32_t)sel[r]] += (uint32_t)sel[r] < c.E;
+                if ((uint32_t)sel[r] < c.E)
+                    cnt[(uint32_t)sel[r]]++;
             for (uint32_t e = 0, o = 0; e < c.E; e++)
                 off[e] = at[e] = o, o += cnt[e];
             for (size_t r = 0; r < nk; r++) {
