@@ -145,15 +145,22 @@ void mvm_moe_free(mvm_moe *s)
     free(s);
 }
 
+/* One token's router logits p -> probabilities, in place. */
+static void token_probs(mvm_moe *s, float *p)
+{
+    const mvm_hparams *hp = &s->m->hp;
+    if (hp->sigmoid_gate)
+        mvm_router_probs(&s->router.r, p, hp->n_expert);
+    else
+        mvm_k_softmax(p, hp->n_expert); /* the forward pass's softmax: the weights' numbers */
+}
+
 /* One token's router logits p -> probabilities (in place), its experts and their weights. */
 static void route_token(mvm_moe *s, float *p, int *sel, float *w)
 {
     const mvm_hparams *hp = &s->m->hp;
     const uint32_t E = hp->n_expert, K = hp->n_expert_used;
-    if (hp->sigmoid_gate)
-        mvm_router_probs(&s->router.r, p, E);
-    else
-        mvm_k_softmax(p, E); /* the forward pass's softmax: the weights' numbers */
+    token_probs(s, p);
     const float *key = p;
     if (mvm_router_keyed(&s->router.r, s->step.layer)) { /* the weights stay the probabilities */
         mvm_router_key(&s->router.r, s->step.layer, p, E, s->choose, s->choose + E);
@@ -177,11 +184,13 @@ static void route(mvm_moe *s, const uint32_t *pos, const int32_t *given, const f
     const mvm_hparams *hp = &s->m->hp;
     uint32_t E = hp->n_expert, K = hp->n_expert_used, n = s->step.n_tok;
     for (uint32_t i = 0; i < n; i++) {
-        route_token(s, s->probs + (size_t)i * E, s->sel + (size_t)i * K,
-                    s->selw + (size_t)i * K);
-        if (given) { /* the probabilities stay the host's: the observer's */
+        if (given) { /* the probabilities are the host's (the observer's); no top-k to take */
+            token_probs(s, s->probs + (size_t)i * E);
             memcpy(s->sel + (size_t)i * K, given + (size_t)i * K, K * sizeof *s->sel);
             memcpy(s->selw + (size_t)i * K, given_w + (size_t)i * K, K * sizeof *s->selw);
+        } else {
+            route_token(s, s->probs + (size_t)i * E, s->sel + (size_t)i * K,
+                        s->selw + (size_t)i * K);
         }
         if (s->route_override)
             s->route_override(s->route_override_ctx, s->step.layer, pos ? pos[i] : i,
