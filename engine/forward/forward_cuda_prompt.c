@@ -12,12 +12,13 @@
  * nothing), so the whole batch is queued without a wait.
  *
  * The policies still see every step, in layer order, as the host-routed pass would have
- * shown them: each layer's logits, router input, choice and weights come down into a ring
- * of MVM_PROMPT_RING slots behind a stream mark, and the host replays a layer
- * (mvm_moe_route_as, mvm_moe_replay) when it needs the slot again, then the rest once the
- * batch is queued, so the replays run while the device computes the layers after. (A host
- * replay of a 512-token layer is well under a layer's time on the device: the host-routed
- * pass's routing and policies took ~0.4 ms a layer on the development VM, session 109.)
+ * shown them: each layer's logits, router input, choice and weights are made in a slot of a
+ * device ring of MVM_PROMPT_RING and come down on a second stream, beside the experts'
+ * kernels, into the same slot of a pinned ring behind a mark; the host replays a layer
+ * (mvm_moe_route_as, mvm_moe_replay) before its slot is written again, and the rest once
+ * the batch is queued, so the replays run while the device computes the layers after. (A
+ * replay of a 512-token layer took ~0.4 ms on the development VM, docs/perf/engine.md
+ * session 110, where such a layer computes in ~2 ms on an H200.)
  *
  * Not routed here: decode (forward_cuda_route.c), a budget under 100%, experts on cuBLAS
  * (its batched products take each expert's row count from the host: forward_cuda_gemm.c;
