@@ -1253,7 +1253,7 @@ static void test_route(void)
 }
 
 /* A prompt batch's routing (kernels.h): mvm_g_route_rows against route_ref token by token,
- * ties, -inf and NaN among the logits; then mvm_g_route_group against the host's grouping
+ * ties, -inf and NaN among the logits, and a given choice laid out as given; then mvm_g_route_group against the host's grouping
  * written here (engine/forward/moe_step.c's group: counts, offsets, each expert's rows in
  * choice order), with some experts chosen by no token, fewer rows than the kernel's warps
  * and many rounds of each; a choice out of range takes no row, its tok_rows entry the zero
@@ -1297,6 +1297,25 @@ static void test_route_rows(void)
             bool ok = sel[nk] == -7 && same_float(w[nk], POISON);
             for (size_t r = 0; r < nk; r++)
                 ok = ok && sel[r] == want_sel[r] && same_float(w[r], want_w[r]);
+            /* a given choice ([n][2K]: experts, then weights) instead of the router's */
+            std::vector<int32_t> given(2 * nk), gsel(nk + 1, -7);
+            std::vector<float> gw(nk + 1, POISON);
+            for (uint32_t t = 0; t < n; t++)
+                for (uint32_t k = 0; k < c.K; k++) {
+                    const float v = (float)(rng() % 1000) / 999.0f;
+                    given[(size_t)t * 2 * c.K + k] = (int32_t)(rng() % c.E);
+                    memcpy(&given[(size_t)t * 2 * c.K + c.K + k], &v, sizeof v);
+                }
+            mvm_g_route_args ga = a;
+            ga.given = dp(given.data()), ga.sel = dp(gsel.data()), ga.w = dp(gw.data());
+            launch(mvm_g_route_rows, ga, mvm_g_route_rows_shape(&ga));
+            for (size_t r = 0; r < nk; r++) {
+                const size_t t = r / c.K, k = r % c.K;
+                float v;
+                memcpy(&v, &given[t * 2 * c.K + c.K + k], sizeof v);
+                ok = ok && gsel[r] == given[t * 2 * c.K + k] && same_float(gw[r], v);
+            }
+            ok = ok && gsel[nk] == -7 && same_float(gw[nk], POISON);
             if (n > 2) /* a device that answers wrongly: no row for this choice */
                 sel[c.K + 1] = (int32_t)c.E;
             /* the host's grouping */

@@ -1405,7 +1405,8 @@ static void test_device_routing(void)
  * route observer, the same accesses and hits counted. Softmax and sigmoid routers, a
  * choosing bias, expert groups, gpt-oss's biased router and down biases, shared experts,
  * K-quant experts on the mmq kernels, the other products and the attention on cuBLAS
- * beside mmq's experts; and six blocks, so that the stage's ring of four
+ * beside mmq's experts, a benchmark's replayed routing; and six blocks, so that the stage's
+ * ring of four
  * layers comes round (each layer replayed before its slot is taken again). A device whose
  * routing answers an expert out of range fails the batch, named; so does a failed wait for
  * a layer's stage, and the next batch runs. */
@@ -1416,12 +1417,15 @@ static void test_prompt_routing(void)
         enum mvm_wtype type;
         uint32_t layers;
         int gemm; /* the other products and the prompt's attention on cuBLAS */
-    } cases[] = {{"llama", "tiny", MVM_W_Q8_0, 6, 0},     {"qwen2moe", "tiny", MVM_W_Q4_K, 0, 0},
-                 {"olmoe", "tiny", MVM_W_Q4_K, 0, 0},     {"deepseek2", "tiny", MVM_W_Q8_0, 0, 0},
-                 {"deepseek2", "tiny-v3", MVM_W_Q8_0, 0, 0}, {"gpt-oss", "tiny", MVM_W_MXFP4, 0, 0},
-                 {"olmoe", "tiny", MVM_W_Q8_0, 0, 1}};
+        int replay; /* a benchmark's replayed routing (replay) */
+    } cases[] = {{"llama", "tiny", MVM_W_Q8_0, 6, 0, 0},    {"qwen2moe", "tiny", MVM_W_Q4_K, 0, 0, 0},
+                 {"olmoe", "tiny", MVM_W_Q4_K, 0, 0, 0},    {"deepseek2", "tiny", MVM_W_Q8_0, 0, 0, 0},
+                 {"deepseek2", "tiny-v3", MVM_W_Q8_0, 0, 0, 0},
+                 {"gpt-oss", "tiny", MVM_W_MXFP4, 0, 0, 0}, {"olmoe", "tiny", MVM_W_Q8_0, 0, 1, 0},
+                 {"llama", "tiny", MVM_W_Q8_0, 0, 0, 1}};
     setenv("MOEVM_DETERMINISTIC", "on", 1);
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        replayed = cases[i].replay;
         if (cases[i].gemm) /* (the experts on mmq's kernels, as MOEVM_MMQ's auto has them) */
             setenv("MOEVM_GEMM_ROWS", "2", 1);
         preset_layers = cases[i].layers;
@@ -1449,10 +1453,17 @@ static void test_prompt_routing(void)
                     (unsigned long long)host->resid.accesses,
                     (unsigned long long)dev->resid.hits, (unsigned long long)host->resid.hits,
                     routed);
+            for (uint32_t p = 0; replayed && p < N_PROMPT; p++) { /* the trace's choice ran */
+                int sel[2];
+                float w[2];
+                replay(NULL, 1, p, sel, w);
+                CHECK(dev->sel[p][1][0] == sel[0] && dev->sel[p][1][1] == sel[1]);
+            }
         }
         free_run(host), free_run(dev);
         unsetenv("MOEVM_GEMM_ROWS");
     }
+    replayed = 0;
     /* a wrong answer from the device, and a failed wait: named, the batch failed */
     mvm_model *m = NULL;
     mvm_ctx *c = NULL;

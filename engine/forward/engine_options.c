@@ -121,8 +121,7 @@ const mvm_option_desc mvm_opt_prompt_routing = {
     "compute; host routes each layer on the host, which waits for the "
     "router's logits; device needs MOEVM_DEVICE_ROUTING on, experts the "
     "kernels take (not cuBLAS's: MOEVM_MMQ on their types, or "
-    "MOEVM_GEMM_ROWS=0) and no replayed routing trace, else host "
-    "(engine/forward/forward_cuda_prompt.c)"};
+    "MOEVM_GEMM_ROWS=0), else host (engine/forward/forward_cuda_prompt.c)"};
 
 const mvm_option_desc mvm_opt_budget_routing = {
     "MOEVM_BUDGET_ROUTING", MVM_OPT_CHOICE, "host", "host|in-place|read-through",

@@ -678,7 +678,7 @@ static mvm_status eval_batch(struct cuda_fwd *f, const mvm_fwd_batch *b, float *
     /* the rows from the first wanted one on (most often the last, or all), then those wanted */
     const uint32_t first = b->n_out ? b->out[0] : n, nl = n - first;
     if (f->route_here) /* a replayed trace's choice, known before the routers run */
-        TRY(mvm_cuda_fwd_route_given(f, b));
+        TRY(mvm_cuda_fwd_given(f, b, f->given_host, f->given, &f->route_given));
     const double t0 = mvm_now_s();
     TRY(queue_blocks(f, b, first, nl));
     if (f->route_here) /* the steps' stage, for the policies (forward_cuda_route.c) */

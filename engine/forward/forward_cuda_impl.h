@@ -107,6 +107,10 @@ struct cuda_prompt {
     uint64_t batches, tokens;   /* for the log at the end, and the host's time in them, s: */
     double queue, replay, wait; /*   queueing, replaying the policies, waiting for the device
                                      (a layer's stage) */
+    mvm_dptr given;             /* [n_layer][n_batch][2 K]: a replayed trace's choice for the
+                                   batch (mvm_cuda_fwd_given) ... */
+    int32_t *given_host;        /* ... sent up from here, pinned (made with the ring) */
+    int given_on;               /* this batch's choice is given */
 };
 
 /* MOEVM_MMQ's and MOEVM_ATTN_MMA's choices, in the options' order (engine_options.c) */
@@ -390,9 +394,11 @@ mvm_status mvm_cuda_fwd_route_choose(struct cuda_fwd *f, const mvm_fwd_batch *b)
  * launch's arguments a set for it; the logits, router input, choice and weights left in
  * the layer's stage for the host's policies. */
 mvm_status mvm_cuda_fwd_route_token(struct cuda_fwd *f, uint32_t il, mvm_g_expert_args *a);
-/* A replayed trace's choice for the token of batch b (f->route_given), sent up: the
- * route kernels then lay it out instead of the router's. */
-mvm_status mvm_cuda_fwd_route_given(struct cuda_fwd *f, const mvm_fwd_batch *b);
+/* A replayed trace's choice for batch b's n tokens in every layer, where there is one
+ * (*on): [n_layer][n][2 K] int32s at host (pinned), K experts then their K weights (floats)
+ * a token, sent up to dev; the route kernels then lay it out instead of the router's. */
+mvm_status mvm_cuda_fwd_given(struct cuda_fwd *f, const mvm_fwd_batch *b, int32_t *host,
+                              mvm_dptr dev, int *on);
 /* A routed step's stage holds, one after the other, its logits (E floats), router input
  * (n_embd floats), choice (K int32), weights (K floats) and which of them the CPU computed
  * (K int32, forward_cuda_cpu.c; written only where it takes a share): where `part` starts,
@@ -430,11 +436,12 @@ void mvm_cuda_fwd_route_release(struct cuda_fwd *f);
 mvm_status mvm_cuda_fwd_prompt_alloc(struct cuda_fwd *f);
 /* Whether a batch of several tokens may route on the device once every expert is pinned:
  * MOEVM_PROMPT_ROUTING=device, MOEVM_DEVICE_ROUTING not off, the experts on the kernels (no
- * layer's on cuBLAS, which takes each expert's row count from the host), nothing the host
- * decides between the router and the experts, and no replayed routing trace. */
+ * layer's on cuBLAS, which takes each expert's row count from the host), and nothing the
+ * host decides between the router and the experts. */
 int mvm_cuda_fwd_prompt_can(const struct cuda_fwd *f);
-/* Batch b (n tokens) begins routed on the device (f->prompt.on). */
-void mvm_cuda_fwd_prompt_begin(struct cuda_fwd *f, const mvm_fwd_batch *b);
+/* Batch b (n tokens) begins routed on the device (f->prompt.on); a replayed trace's choice
+ * for it sent up. */
+mvm_status mvm_cuda_fwd_prompt_begin(struct cuda_fwd *f, const mvm_fwd_batch *b);
 /* Before layer il's MoE step writes its slot of the stage (its FFN norm's copy of the router
  * input is the first): the layer that held it replayed. */
 mvm_status mvm_cuda_fwd_prompt_layer(struct cuda_fwd *f, uint32_t il);

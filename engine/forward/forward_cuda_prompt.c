@@ -23,8 +23,10 @@
  * Not routed here: decode (forward_cuda_route.c), a budget under 100%, experts on cuBLAS
  * (its batched products take each expert's row count from the host: forward_cuda_gemm.c;
  * Q8_0 and Q4_K_M experts take the mmq kernels on a device that has them, which read the
- * counts on the device), SMoE's speculative pass, the distributed mode, a replayed routing
- * trace, MOEVM_DEVICE_ROUTING=off and MOEVM_PROMPT_ROUTING=host.
+ * counts on the device), SMoE's speculative pass, the distributed mode,
+ * MOEVM_DEVICE_ROUTING=off and MOEVM_PROMPT_ROUTING=host. A benchmark's replayed routing
+ * trace (mvm_moe_override) is asked for the batch's every token and layer before it runs and
+ * sent up with it; the route kernel lays it out instead of the router's choice.
  */
 #include <string.h>
 
@@ -41,29 +43,44 @@ static size_t slot_floats(const struct cuda_fwd *f)
     return (size_t)f->n_batch * (hp->n_expert + hp->n_embd + 2 * hp->n_expert_used);
 }
 
+/* The bytes of a batch's replayed choice, [n_layer][n_batch][2 K] int32s. */
+static size_t given_bytes(const struct cuda_fwd *f)
+{
+    const mvm_hparams *hp = &f->m->hp;
+    return (size_t)hp->n_layer * f->n_batch * 2 * hp->n_expert_used * sizeof(int32_t);
+}
+
 mvm_status mvm_cuda_fwd_prompt_alloc(struct cuda_fwd *f)
 {
     mvm_option_value mode;
     TRY(mvm_option_read(&mvm_opt_prompt_routing, &mode));
     if (mode.i != 0 || f->route_mode == MVM_ROUTE_OFF || f->n_batch < 2)
         return MVM_OK;
-    return mvm_cuda_fwd_alloc(f, MVM_PROMPT_RING * slot_floats(f) * sizeof(float),
-                              &f->prompt.stage);
+    TRY(mvm_cuda_fwd_alloc(f, MVM_PROMPT_RING * slot_floats(f) * sizeof(float),
+                           &f->prompt.stage));
+    return mvm_cuda_fwd_alloc(f, given_bytes(f), &f->prompt.given);
 }
 
 int mvm_cuda_fwd_prompt_can(const struct cuda_fwd *f)
 {
     return f->prompt.stage && f->moe && !f->m->experts_at_home && !f->gemm_ch &&
-           mvm_moe_routes_alone(f->moe) && !mvm_moe_overridden(f->moe);
+           mvm_moe_routes_alone(f->moe);
 }
 
-void mvm_cuda_fwd_prompt_begin(struct cuda_fwd *f, const mvm_fwd_batch *b)
+mvm_status mvm_cuda_fwd_prompt_begin(struct cuda_fwd *f, const mvm_fwd_batch *b)
 {
     struct cuda_prompt *p = &f->prompt;
+    if (!p->ring) {
+        TRY(mvm_gpu_host_alloc(f->g, MVM_PROMPT_RING * slot_floats(f) * sizeof(float),
+                               (void **)&p->ring));
+        TRY(mvm_gpu_host_alloc(f->g, given_bytes(f), (void **)&p->given_host));
+    }
+    TRY(mvm_cuda_fwd_given(f, b, p->given_host, p->given, &p->given_on));
     p->on = 1;
     p->pos = b->pos;
     p->n = b->n;
     p->queued = p->replayed = 0;
+    return MVM_OK;
 }
 
 /* Where a part of a layer's stage (MVM_STAGE_LOGITS, _HIDDEN, _SEL or _W) begins in its
@@ -112,9 +129,6 @@ static mvm_status replay_next(struct cuda_fwd *f)
 mvm_status mvm_cuda_fwd_prompt_layer(struct cuda_fwd *f, uint32_t il)
 {
     struct cuda_prompt *p = &f->prompt;
-    if (!p->ring)
-        TRY(mvm_gpu_host_alloc(f->g, MVM_PROMPT_RING * slot_floats(f) * sizeof(float),
-                               (void **)&p->ring));
     while (p->replayed + MVM_PROMPT_RING <= il) /* the layer whose slot il takes */
         TRY(replay_next(f));
     return MVM_OK;
@@ -129,8 +143,10 @@ mvm_status mvm_cuda_fwd_prompt_route(struct cuda_fwd *f, uint32_t il, uint32_t n
     const double t0 = mvm_now_s();
     const mvm_dptr sel = mvm_cuda_fwd_prompt_stage(f, il, MVM_STAGE_SEL),
                    w = mvm_cuda_fwd_prompt_stage(f, il, MVM_STAGE_W);
+    const uint64_t given = p->given_on ? (uint64_t)il * n * 2 * K * sizeof(int32_t) : 0;
     mvm_g_route_args a = {.logits = mvm_cuda_fwd_prompt_stage(f, il, MVM_STAGE_LOGITS),
                           .choose_bias = f->layers[il].choose_bias, .sel = sel, .w = w,
+                          .given = p->given_on ? p->given + given : 0,
                           .scale = hp->expert_scale, .n_expert = E, .top_k = K,
                           .n_group = hp->n_group, .n_group_used = hp->n_group_used,
                           .sigmoid = (uint32_t)hp->sigmoid_gate,
@@ -180,7 +196,9 @@ void mvm_cuda_fwd_prompt_release(struct cuda_fwd *f)
                 (double)p->tokens / (double)p->batches, p->queue * us, p->replay * us,
                 p->wait * us);
     }
-    if (p->ring)
+    if (p->ring) {
         mvm_gpu_host_free(f->g, p->ring);
-    p->ring = NULL;
+        mvm_gpu_host_free(f->g, p->given_host);
+    }
+    p->ring = NULL, p->given_host = NULL;
 }

@@ -164,22 +164,25 @@ float *mvm_cuda_fwd_stage_take(struct cuda_fwd *f)
     return stage_half(f, f->stage_half);
 }
 
-mvm_status mvm_cuda_fwd_route_given(struct cuda_fwd *f, const mvm_fwd_batch *b)
+mvm_status mvm_cuda_fwd_given(struct cuda_fwd *f, const mvm_fwd_batch *b, int32_t *host,
+                              mvm_dptr dev, int *on)
 {
-    const uint32_t L = f->m->hp.n_layer, K = f->m->hp.n_expert_used;
+    const uint32_t L = f->m->hp.n_layer, K = f->m->hp.n_expert_used, n = b->n;
     int sel[32];
     float w[32];
-    f->route_given = 0;
-    for (uint32_t il = 0; il < L; il++) {
-        if (!mvm_moe_override(f->moe, il, b->pos ? b->pos[0] : 0, sel, w))
-            return MVM_OK;
-        int32_t *g = f->given_host + (size_t)il * 2 * K;
-        for (uint32_t k = 0; k < K; k++)
-            g[k] = sel[k];
-        memcpy(g + K, w, K * sizeof *w);
-    }
-    f->route_given = 1;
-    return mvm_gpu_upload(f->g, f->given, f->given_host, (size_t)L * 2 * K * sizeof(int32_t));
+    *on = 0;
+    if (!mvm_moe_overridden(f->moe))
+        return MVM_OK;
+    for (uint32_t il = 0; il < L; il++)
+        for (uint32_t t = 0; t < n; t++) {
+            (void)mvm_moe_override(f->moe, il, b->pos ? b->pos[t] : t, sel, w);
+            int32_t *g = host + ((size_t)il * n + t) * 2 * K;
+            for (uint32_t k = 0; k < K; k++)
+                g[k] = sel[k];
+            memcpy(g + K, w, K * sizeof *w);
+        }
+    *on = 1;
+    return mvm_gpu_upload(f->g, dev, host, (size_t)L * n * 2 * K * sizeof(int32_t));
 }
 
 uint64_t mvm_cuda_fwd_stage_at(const struct cuda_fwd *f, int part)
@@ -249,9 +252,7 @@ mvm_status mvm_cuda_fwd_route_choose(struct cuda_fwd *f, const mvm_fwd_batch *b)
     if (b->n > 1 && mvm_cuda_fwd_prompt_can(f)) { /* a prompt batch (forward_cuda_prompt.c) */
         if (!f->all_pinned)
             TRY(pin_all(f));
-        if (f->all_pinned)
-            mvm_cuda_fwd_prompt_begin(f, b);
-        return MVM_OK;
+        return f->all_pinned ? mvm_cuda_fwd_prompt_begin(f, b) : MVM_OK;
     }
     if (f->route_mode == MVM_ROUTE_OFF || b->n != 1 ||
         (f->m->experts_at_home && !f->budget_routing) || /* (the CPU's every expert: below) */

@@ -499,20 +499,25 @@ extern "C" __global__ void __launch_bounds__(32) mvm_g_route(mvm_g_route_args a)
         route_share(a, lane < K ? cpu : 0, cpu_before, cpus, mine, w);
 }
 
-/* Token blockIdx.x's choice of a prompt batch (kernels.h): mvm_g_route's, without the step's
- * layout, which mvm_g_route_group makes for the whole batch. */
+/* Token blockIdx.x's choice of a prompt batch (kernels.h): mvm_g_route's, or the given one,
+ * without the step's layout, which mvm_g_route_group makes for the whole batch. */
 extern "C" __global__ void __launch_bounds__(32) mvm_g_route_rows(mvm_g_route_args a)
 {
     __shared__ float p[MVM_G_ROUTE_MAX_E], key[MVM_G_ROUTE_MAX_E];
     __shared__ uint8_t taken[MVM_G_ROUTE_MAX_E];
     const uint32_t K = a.top_k, lane = threadIdx.x, t = blockIdx.x;
+    const int32_t *given = a.given ? (const int32_t *)a.given + (uint64_t)t * 2 * K : NULL;
     uint32_t sel[32];
-    route_probs(a, (const float *)a.logits + (uint64_t)t * a.n_expert, p);
-    __syncthreads();
-    route_key(a, p, key);
-    route_topk(a, key, taken, sel);
-    const uint32_t mine = lane < K ? sel[lane] : 0;
-    const float w = route_weight(a, lane < K ? p[mine] : 0.0f);
+    if (!given) {
+        route_probs(a, (const float *)a.logits + (uint64_t)t * a.n_expert, p);
+        __syncthreads();
+        route_key(a, p, key);
+        route_topk(a, key, taken, sel);
+    }
+    const uint32_t mine = lane < K ? (given ? (uint32_t)given[lane] : sel[lane]) : 0;
+    float w = lane < K ? (given ? ((const float *)given)[K + lane] : p[mine]) : 0.0f;
+    if (!given) /* a given choice comes with its weights */
+        w = route_weight(a, w);
     if (lane < K) {
         ((int32_t *)a.sel)[(uint64_t)t * K + lane] = (int32_t)mine;
         ((float *)a.w)[(uint64_t)t * K + lane] = w;

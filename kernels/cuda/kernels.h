@@ -345,7 +345,8 @@ MVM_G_FN mvm_g_shape mvm_g_route_shape(const mvm_g_route_args *a)
 /* ---- a prompt batch routed on the device (engine/forward/forward_cuda_prompt.c) -----------
  * mvm_g_route_rows: mvm_g_route's choice for each of n_tok tokens, a block (one warp) each,
  * from logits [n_tok][n_expert]: sel[t][k] (int32) and w[t][k], best first, as the host's
- * route_token makes them; no `given`, `addr` or CPU share, and no layout. mvm_g_route_group
+ * route_token makes them, or with `given` ([n_tok][2 top_k]: a token's experts, then their
+ * weights) that choice; no `addr` or CPU share, and no layout. mvm_g_route_group
  * (one block): those rows grouped by expert as the host's group() lays a step out
  * (engine/forward/moe_step.c): off[e] and cnt[e] for every expert, each expert's rows in the
  * order of the choices (token by token), row_tok[r] their token, row_w[r] their weight,
