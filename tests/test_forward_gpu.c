@@ -1409,7 +1409,8 @@ static void test_device_routing(void)
  * ring of four
  * layers comes round (each layer replayed before its slot is taken again). A device whose
  * routing answers an expert out of range fails the batch, named; so does a failed wait for
- * a layer's stage, and the next batch runs. */
+ * a layer's stage, and the next batch runs; pinned rings the driver refuses leave the
+ * batches to the host's routing, with the same logits. */
 static void test_prompt_routing(void)
 {
     static const struct {
@@ -1483,6 +1484,27 @@ static void test_prompt_routing(void)
         CHECK_ST(mvm_ctx_eval(c, prompt + 4, 4, NULL, 0), MVM_OK);
     }
     mvm_ctx_free(c);
+    /* the pinned rings refused: the host routes, the same logits */
+    float *want = NULL, *got = NULL;
+    const size_t nv = mvm_preset_find("tiny", "llama")->spec.n_vocab;
+    for (int refuse = 0; refuse <= 1 && m; refuse++) {
+        c = NULL;
+        CHECK_ST(mvm_ctx_create(m, pool, 32, 4, NULL, &c), MVM_OK);
+        float *l = malloc(4 * nv * sizeof *l);
+        if (refuse)
+            got = l;
+        else
+            want = l;
+        const unsigned long r0 = fakecuda_engine_launches("mvm_g_route_rows");
+        CHECK(!refuse || set_fail("cuMemHostRegister:1") == 0); /* the rings', once pinned */
+        CHECK_ST(mvm_ctx_eval(c, prompt, 4, NULL, 0), MVM_OK); /* (all resident already) */
+        set_fail(NULL);
+        CHECK_ST(mvm_ctx_eval(c, prompt + 4, 4, l, 1), MVM_OK);
+        CHECK((fakecuda_engine_launches("mvm_g_route_rows") > r0) == !refuse);
+        mvm_ctx_free(c);
+    }
+    CHECK(want && got && memcmp(want, got, 4 * nv * sizeof *want) == 0);
+    free(want), free(got);
     mvm_model_free(m);
     unsetenv("MOEVM_DETERMINISTIC");
 }

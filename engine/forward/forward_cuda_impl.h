@@ -440,7 +440,8 @@ mvm_status mvm_cuda_fwd_prompt_alloc(struct cuda_fwd *f);
  * host decides between the router and the experts. */
 int mvm_cuda_fwd_prompt_can(const struct cuda_fwd *f);
 /* Batch b (n tokens) begins routed on the device (f->prompt.on); a replayed trace's choice
- * for it sent up. */
+ * for it sent up. Where the driver refuses the pinned rings the first time, the batch (and
+ * every one after) is routed by the host, said once. */
 mvm_status mvm_cuda_fwd_prompt_begin(struct cuda_fwd *f, const mvm_fwd_batch *b);
 /* Before layer il's MoE step writes its slot of the stage (its FFN norm's copy of the router
  * input is the first): the layer that held it replayed. */

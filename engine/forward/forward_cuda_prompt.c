@@ -67,14 +67,29 @@ int mvm_cuda_fwd_prompt_can(const struct cuda_fwd *f)
            mvm_moe_routes_alone(f->moe);
 }
 
+/* The pinned rings, made at the first batch routed here; where the driver refuses them, the
+ * host routes every batch from then on (the same results), as the log says once. */
+static mvm_status make_rings(struct cuda_fwd *f)
+{
+    struct cuda_prompt *p = &f->prompt;
+    mvm_status st = mvm_gpu_host_alloc(f->g, MVM_PROMPT_RING * slot_floats(f) * sizeof(float),
+                                       (void **)&p->ring);
+    if (st == MVM_OK)
+        st = mvm_gpu_host_alloc(f->g, given_bytes(f), (void **)&p->given_host);
+    if (st == MVM_OK)
+        return MVM_OK;
+    mvm_log(MVM_LOG_WARN, "%s: prompt batches are routed by the host", mvm_last_error());
+    mvm_gpu_host_free(f->g, p->ring);
+    p->ring = NULL;
+    p->stage = 0; /* (mvm_cuda_fwd_prompt_can: never again) */
+    return MVM_ERR_NOMEM;
+}
+
 mvm_status mvm_cuda_fwd_prompt_begin(struct cuda_fwd *f, const mvm_fwd_batch *b)
 {
     struct cuda_prompt *p = &f->prompt;
-    if (!p->ring) {
-        TRY(mvm_gpu_host_alloc(f->g, MVM_PROMPT_RING * slot_floats(f) * sizeof(float),
-                               (void **)&p->ring));
-        TRY(mvm_gpu_host_alloc(f->g, given_bytes(f), (void **)&p->given_host));
-    }
+    if (!p->ring && make_rings(f) != MVM_OK)
+        return MVM_OK;
     TRY(mvm_cuda_fwd_given(f, b, p->given_host, p->given, &p->given_on));
     p->on = 1;
     p->pos = b->pos;
