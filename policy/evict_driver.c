@@ -5,14 +5,36 @@
 
 #include "policy/admit.h"
 
+/* Whether resident item x is a candidate. */
+static inline bool candidate(const mvm_evict_driver *d, uint32_t x, uint32_t except,
+                             bool (*usable)(void *ctx, uint32_t x), void *ctx)
+{
+    return !d->busy[x] && !(d->held && d->held[x]) && x != except && (!usable || usable(ctx, x));
+}
+
 uint32_t mvm_evict_collect(mvm_evict_driver *d, uint32_t lo, uint32_t hi, uint32_t except,
                            bool (*usable)(void *ctx, uint32_t x), void *ctx)
 {
     uint32_t n = 0;
-    for (uint32_t x = lo; x < hi; x++)
-        if (d->resident[x] && !d->busy[x] && !(d->held && d->held[x]) && x != except &&
-            (!usable || usable(ctx, x)))
-            d->cand[n++] = x;
+    if (!d->resident_bits) {
+        for (uint32_t x = lo; x < hi; x++)
+            if (d->resident[x] && candidate(d, x, except, usable, ctx))
+                d->cand[n++] = x;
+        return d->n_cand = n;
+    }
+    /* a quarter's budget leaves three items of four out: visit the set bits only */
+    for (uint32_t w = lo / 64; lo < hi && w <= (hi - 1) / 64; w++) {
+        uint64_t bits = d->resident_bits[w];
+        if (w == lo / 64)
+            bits &= ~0ull << (lo % 64);
+        if (w == (hi - 1) / 64 && hi % 64)
+            bits &= ~(~0ull << (hi % 64));
+        for (; bits; bits &= bits - 1) {
+            const uint32_t x = w * 64 + (uint32_t)__builtin_ctzll(bits);
+            if (candidate(d, x, except, usable, ctx))
+                d->cand[n++] = x;
+        }
+    }
     return d->n_cand = n;
 }
 

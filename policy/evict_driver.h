@@ -18,6 +18,9 @@ typedef struct mvm_evict_driver {
     const mvm_evict_ops *ops;
     void *self;
     const uint32_t *resident; /* [items] pages resident (the module's view's array) */
+    const uint64_t *resident_bits; /* [(items + 63) / 64] bit x set where resident[x] is not 0,
+                                      kept by the front end, so that a collection visits the
+                                      resident items only; NULL: every item's count is read */
     const uint8_t *busy;      /* [items] used by the current step: never a candidate */
     const uint8_t *held;      /* [items] held by the config module: never a candidate; NULL:
                                  none */

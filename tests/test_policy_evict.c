@@ -922,6 +922,56 @@ static void test_driver(void)
     CHECK(asked_n[0] == 8 && asked_n[1] == 8);
 }
 
+static bool not_div3(void *ctx, uint32_t x)
+{
+    (void)ctx;
+    return x % 3 != 0;
+}
+
+/* The driver's collection over the front end's bits of resident items (resident_bits) is
+ * the one over every item's count: random residents, busy and held items, ranges that begin
+ * and end inside a word, on a word's edge or hold none, an excluded item and a filter. */
+static void test_driver_bits(void)
+{
+    enum { N = 300 };
+    uint32_t resident[N], cand_a[N + 1], cand_b[N + 1];
+    uint8_t busy[N], held[N];
+    uint64_t bits[(N + 63) / 64];
+    uint64_t seed = 7;
+    int same = 1;
+    for (int trial = 0; trial < 200; trial++) {
+        memset(bits, 0, sizeof bits);
+        for (uint32_t x = 0; x < N; x++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            resident[x] = (seed >> 33) % 4 == 0 ? 0 : (uint32_t)(seed >> 40) % 3 + 1;
+            busy[x] = (seed >> 50) % 7 == 0;
+            held[x] = (seed >> 55) % 11 == 0;
+            bits[x / 64] |= (uint64_t)(resident[x] != 0) << (x % 64);
+        }
+        const uint32_t lo = (uint32_t)(seed >> 20) % (N + 1), span = (uint32_t)(seed >> 30) % 200;
+        const uint32_t hi = trial % 5 == 0 ? lo : lo + span < N ? lo + span : N;
+        const uint32_t except = trial % 2 ? lo + (hi - lo) / 2 : UINT32_MAX;
+        mvm_evict_driver a = {.resident = resident, .busy = busy, .held = trial % 3 ? held : NULL,
+                              .cand = cand_a};
+        mvm_evict_driver b = a;
+        b.resident_bits = bits, b.cand = cand_b;
+        bool (*usable)(void *, uint32_t) = trial % 4 == 1 ? not_div3 : NULL;
+        const uint32_t na = mvm_evict_collect(&a, lo, hi, except, usable, NULL);
+        const uint32_t nb = mvm_evict_collect(&b, lo, hi, except, usable, NULL);
+        same &= na == nb && memcmp(cand_a, cand_b, na * sizeof *cand_a) == 0;
+    }
+    for (uint32_t lo = 0; lo <= 128; lo += 64) /* whole words */
+        for (uint32_t hi = lo; hi <= 192; hi += 64) {
+            mvm_evict_driver a = {.resident = resident, .busy = busy, .cand = cand_a};
+            mvm_evict_driver b = a;
+            b.resident_bits = bits, b.cand = cand_b;
+            const uint32_t na = mvm_evict_collect(&a, lo, hi, UINT32_MAX, NULL, NULL);
+            same &= na == mvm_evict_collect(&b, lo, hi, UINT32_MAX, NULL, NULL) &&
+                    memcmp(cand_a, cand_b, na * sizeof *cand_a) == 0;
+        }
+    CHECK(same);
+}
+
 /* mvm_evict_ops.steady: for each module that has it (evict adaptive's candidates), a
  * layer's victim stands as long as it says. Two layers of 12 experts, top-3: a random history (each step of either layer,
  * picks skewed towards a few experts, so that reuse intervals, due and overdue experts
@@ -1012,6 +1062,7 @@ int main(void)
     RUN(test_random_sequences);
     RUN(test_ids_only);
     RUN(test_driver);
+    RUN(test_driver_bits);
     RUN(test_steady);
     TEST_END();
 }

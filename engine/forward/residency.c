@@ -54,6 +54,15 @@ static mvm_status find_modules(const mvm_resid_params *p, struct modules *out)
     return st;
 }
 
+/* Expert x's pages as the view has them, and its bit of resident_bits. */
+static void set_resident(mvm_resid *r, uint32_t x, uint32_t pages)
+{
+    r->resident[x] = pages;
+    const uint64_t bit = 1ull << (x % 64);
+    r->resident_bits[x / 64] = pages ? r->resident_bits[x / 64] | bit
+                                     : r->resident_bits[x / 64] & ~bit;
+}
+
 /* No layer budgets or landings yet, and the mirror as the space is: a context made after
  * another (bench's repetitions, a server's requests) finds that one's experts still
  * resident, and a mirror that thought the device empty would find no victim for a device
@@ -69,7 +78,7 @@ static void initial_state(mvm_resid *r, uint32_t n_layers)
     for (uint32_t x = 0; x < r->n_total; x++) {
         mvm_residency res = {0};
         if (mvm_expert_residency(r->space, x / r->n_experts, x % r->n_experts, &res) == MVM_OK)
-            r->resident[x] = res.resident + res.loading;
+            set_resident(r, x, res.resident + res.loading);
     }
 }
 
@@ -83,6 +92,7 @@ static bool alloc_tables(mvm_resid *r, uint32_t n_layers)
         size_t bytes;
     } t[] = {
         {(void **)&r->resident, n * sizeof *r->resident},
+        {(void **)&r->resident_bits, (n + 63) / 64 * sizeof *r->resident_bits},
         {(void **)&r->busy, n},
         {(void **)&r->pinned, n},
         {(void **)&r->view_addr, n * sizeof *r->view_addr},
@@ -158,7 +168,9 @@ mvm_status mvm_resid_create(mvm_space *space, const mvm_resid_params *p, mvm_res
     }
     r->evict = mods.evict;
     r->victims = (mvm_evict_driver){.ops = r->evict, .self = r->evict_self,
-                                    .resident = r->resident, .busy = r->busy, .held = r->held,
+                                    .resident = r->resident,
+                                    .resident_bits = r->resident_bits, .busy = r->busy,
+                                    .held = r->held,
                                     .cand = r->cand};
     in.params.text = mods.assign_args;
     in.homes_unreadable = !info.home_mapped && !info.home_readable;
@@ -204,6 +216,7 @@ void mvm_resid_destroy(mvm_resid *r)
     if (r->assign)
         r->assign->destroy(r->assign_self);
     free(r->resident);
+    free(r->resident_bits);
     free(r->busy);
     free(r->pinned);
     free(r->view_addr);
@@ -324,7 +337,7 @@ static mvm_status evict_one(mvm_resid *r, uint32_t layer, int within)
         if (st == MVM_ERR_PINNED)
             continue; /* not to be taken now: the module chooses among the rest */
         if (st == MVM_OK) {
-            r->resident[x] = 0;
+            set_resident(r, x, 0);
             r->by_prefetch[x] = 0;
             r->stats.evictions++;
         }
@@ -364,7 +377,7 @@ static void drop_window(mvm_resid *r, const mvm_pstep *step)
         r->spec[x] = 0;
         if (!step->counts[e] && r->resident[x] > r->spec_keep[x] &&
             mvm_evict(r->space, step->layer, e, r->spec_keep[x]) == MVM_OK)
-            r->resident[x] = r->spec_keep[x];
+            set_resident(r, x, r->spec_keep[x]);
     }
 }
 
@@ -386,7 +399,7 @@ static void split(mvm_resid *r, uint32_t l, const int32_t *experts, uint32_t n)
         uint32_t x = l * r->n_experts + (uint32_t)experts[i];
         if (r->resident[x] > keep && mvm_evict(r->space, l, (uint32_t)experts[i], keep) ==
             MVM_OK) {
-            r->resident[x] = keep;
+            set_resident(r, x, keep);
             r->stats.splits++;
         }
     }
@@ -428,7 +441,7 @@ mvm_status mvm_resid_request(mvm_resid *r, uint32_t x, int demand, int may_evict
     }
     if (st == MVM_OK) {
         r->moved[x] |= r->resident[x] < r->ppe;
-        r->resident[x] = r->ppe;
+        set_resident(r, x, r->ppe);
     }
     if (own)
         st = st == MVM_OK ? ordered_wait(r, l, e, own) : (mvm_move_release(own), st);
@@ -629,7 +642,8 @@ int mvm_resid_cancel_prefetch(mvm_resid *r, uint32_t layer, uint32_t expert)
     if (layer >= r->shape.n_layers || expert >= r->n_experts || !r->by_prefetch[x] ||
         mvm_prefetch_cancel(r->space, layer, expert, &n) != MVM_OK || n == 0)
         return 0; /* not a prefetch, or its copy had started: it lands */
-    r->resident[x] -= n; /* what stays is what was there before: a split's top */
+    set_resident(r, x, r->resident[x] - n); /* what stays is what was there before: a
+                                               split's top */
     r->by_prefetch[x] = 0;
     r->spec[x] = 0;
     r->stats.prefetches_cut++;
@@ -654,7 +668,7 @@ mvm_status mvm_resid_fill_land(mvm_resid *r, uint32_t layer, uint32_t e, uint64_
     mvm_status st = mvm_fill_land(r->space, layer, e, addr, r->ordered ? &move : NULL);
     if (st != MVM_OK)
         return st;
-    r->resident[x] = r->ppe;
+    set_resident(r, x, r->ppe);
     r->moved[x] = 1; /* mvm_resid_landed_all looks it up until its map is done */
     r->stats.filled++;
     return move ? ordered_wait(r, layer, e, move) : MVM_OK;

@@ -16,7 +16,10 @@ struct mvm_resid {
     mvm_pshape shape;
     mvm_cost cost;
     mvm_pview view, landed_view;
-    uint32_t *resident;     /* [L*E] the view's: ppe once requested, 0 once evicted */
+    uint32_t *resident;     /* [L*E] the view's: ppe once requested, 0 once evicted; set
+                               through set_resident, which keeps ... */
+    uint64_t *resident_bits; /* ... [(L*E + 63) / 64] a bit each where resident is not 0
+                               (the evict driver's, mvm_evict_collect) */
     uint32_t *landed;       /* [L*E] landed_view's: ppe where the copy has landed (the
                                layer asked for last; other rows stay 0) */
     uint32_t landed_layer;  /* that layer, UINT32_MAX before the first */
