@@ -11,6 +11,7 @@
 #define MVM_POLICY_EVICT_DRIVER_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "policy/policy.h"
 
@@ -28,6 +29,13 @@ typedef struct mvm_evict_driver {
                                  admission appends the newcomer) */
     uint32_t n_cand;
 } mvm_evict_driver;
+
+/* A front end's resident_bits, item x's bit: set where it has pages. */
+static inline void mvm_evict_mark(uint64_t *bits, uint32_t x, uint32_t pages)
+{
+    const uint64_t bit = 1ull << (x % 64);
+    bits[x / 64] = pages ? bits[x / 64] | bit : bits[x / 64] & ~bit;
+}
 
 /* The candidates: the items of [lo, hi) that are resident, not busy and not held, but `except`
  * (UINT32_MAX: none), and for which usable(ctx, x) holds (usable NULL: all). Their number. */

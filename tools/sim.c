@@ -42,7 +42,10 @@ struct sim {
     mvm_pshape shape;
     mvm_pview view;
     uint32_t L, E, K, n_total;
-    uint32_t *resident;      /* [L*E] pages resident (or reserved by a load in flight) */
+    uint32_t *resident;      /* [L*E] pages resident (or reserved by a load in flight); set
+                                through set_resident, which keeps ... */
+    uint64_t *resident_bits; /* ... [(L*E + 63) / 64] a bit each where it is not 0 (the evict
+                                driver's) */
     uint8_t *busy;           /* [L*E] used by the current layer, or loading */
     uint8_t *held;           /* [L*E] held by the config module (its table): never evicted */
     double *ready;           /* [L*E] when the pages in `resident` are all there */
@@ -89,12 +92,18 @@ static uint64_t layer_used(const struct sim *s, uint32_t l)
     return n;
 }
 
+static void set_resident(struct sim *s, uint32_t x, uint32_t pages)
+{
+    s->resident[x] = pages;
+    mvm_evict_mark(s->resident_bits, x, pages);
+}
+
 static void drop(struct sim *s, uint32_t x, uint32_t keep)
 {
     if (s->resident[x] <= keep)
         return;
     s->view.used_pages -= s->resident[x] - keep;
-    s->resident[x] = keep;
+    set_resident(s, x, keep);
     if (keep == 0)
         s->by_prefetch[x] = 0;
 }
@@ -140,7 +149,7 @@ static double copy_in(struct sim *s, uint32_t x, double start, int demand)
     uint64_t bytes = (uint64_t)need * s->cfg->page_bytes;
     double d = mvm_cost_load_bytes(s->cost, bytes);
     s->view.used_pages += need;
-    s->resident[x] = ppe(s);
+    set_resident(s, x, ppe(s));
     s->ready[x] = start + d;
     s->copy_free = start + d;
     s->r.copy_busy += d;
@@ -261,7 +270,7 @@ static void hold_table(struct sim *s, double now, int at_init)
             copy_in(s, x, fmax(s->copy_free, now), 0);
         } else { /* there before the clock starts */
             s->view.used_pages += need;
-            s->resident[x] = ppe(s);
+            set_resident(s, x, ppe(s));
             s->ready[x] = 0;
         }
     }
@@ -339,7 +348,7 @@ static void read_through(struct sim *s, uint32_t x, double end)
     if (s->cfg->device_routed < 2 || !s->pool || s->resident[x] || s->queued[x])
         return;
     s->pool--; /* its pages were counted when the pool was reserved */
-    s->resident[x] = ppe(s);
+    set_resident(s, x, ppe(s));
     s->ready[x] = end;
     s->r.read_through++;
 }
@@ -356,7 +365,7 @@ static void read_ahead(struct sim *s, uint32_t x, double issue)
     const uint64_t bytes = (uint64_t)ppe(s) * s->cfg->page_bytes;
     const double start = fmax(s->link_free, issue);
     s->link_free = start + (double)bytes / s->cost->m.zerocopy_bw;
-    s->resident[x] = ppe(s);
+    set_resident(s, x, ppe(s));
     s->ready[x] = s->link_free;
     s->own[x] = s->busy[x] = s->by_prefetch[x] = 1;
     s->r.prefetches++;
@@ -676,7 +685,7 @@ static void free_sim(struct sim *s)
     for (int r = 0; r < MVM_ROLE_COUNT; r++)
         if (s->mod[r].ops)
             ((const mvm_evict_ops *)s->mod[r].ops)->destroy(s->mod[r].self);
-    void *p[] = {s->resident, s->busy, s->held, s->ready, s->landed, s->by_prefetch, s->spec,
+    void *p[] = {s->resident, s->resident_bits, s->busy, s->held, s->ready, s->landed, s->by_prefetch, s->spec,
                  s->spec_keep, s->cand, s->queue,
                  s->queued, s->experts, s->weights, s->next_scores, s->counts, s->where,
                  s->load_ready, s->top_share, s->prefetch, s->layer_pages, s->theta, s->own};
@@ -702,6 +711,7 @@ mvm_status mvm_sim_run(const mvm_trace *t, const mvm_cost *cost, const mvm_sim_c
                                                           c->page_bytes)};
     s.cap_queue = 4 * s.E;
     s.resident = calloc(s.n_total, sizeof *s.resident);
+    s.resident_bits = calloc((s.n_total + 63) / 64, sizeof *s.resident_bits);
     s.busy = calloc(s.n_total, 1);
     s.held = calloc(s.n_total, 1);
     s.ready = calloc(s.n_total, sizeof *s.ready);
@@ -723,7 +733,7 @@ mvm_status mvm_sim_run(const mvm_trace *t, const mvm_cost *cost, const mvm_sim_c
     s.prefetch = calloc(MVM_ASSIGN_AHEAD * (size_t)s.E, sizeof *s.prefetch);
     s.layer_pages = malloc(s.L * sizeof *s.layer_pages);
     s.theta = malloc(s.L * sizeof *s.theta);
-    if (!s.resident || !s.busy || !s.held || !s.ready || !s.landed || !s.by_prefetch || !s.spec || !s.own ||
+    if (!s.resident || !s.resident_bits || !s.busy || !s.held || !s.ready || !s.landed || !s.by_prefetch || !s.spec || !s.own ||
         !s.spec_keep || !s.cand ||
         !s.queue || !s.queued || !s.experts || !s.weights || !s.next_scores || !s.counts ||
         !s.where || !s.load_ready || !s.top_share || !s.prefetch || !s.layer_pages || !s.theta) {
@@ -743,7 +753,8 @@ mvm_status mvm_sim_run(const mvm_trace *t, const mvm_cost *cost, const mvm_sim_c
     mvm_status st = make_modules(&s, &init);
     s.victims = (mvm_evict_driver){.ops = s.mod[MVM_ROLE_EVICT].ops,
                                    .self = s.mod[MVM_ROLE_EVICT].self, .resident = s.resident,
-                                   .busy = s.busy, .held = s.held, .cand = s.cand};
+                                   .resident_bits = s.resident_bits, .busy = s.busy,
+                                   .held = s.held, .cand = s.cand};
     const mvm_config_ops *co = s.mod[MVM_ROLE_CONFIG].ops;
     double clock = 0;
     /* A module that holds experts is configured before the first token: a table from an

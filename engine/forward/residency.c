@@ -58,9 +58,7 @@ static mvm_status find_modules(const mvm_resid_params *p, struct modules *out)
 static void set_resident(mvm_resid *r, uint32_t x, uint32_t pages)
 {
     r->resident[x] = pages;
-    const uint64_t bit = 1ull << (x % 64);
-    r->resident_bits[x / 64] = pages ? r->resident_bits[x / 64] | bit
-                                     : r->resident_bits[x / 64] & ~bit;
+    mvm_evict_mark(r->resident_bits, x, pages);
 }
 
 /* No layer budgets or landings yet, and the mirror as the space is: a context made after
