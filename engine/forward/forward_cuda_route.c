@@ -24,8 +24,9 @@
  * the rest of the context: nothing may move one under a queued kernel, and with all of
  * them on the device there is nothing to load, so the pins take nothing away. Until then,
  * when the budget holds every expert (a budget of 100%, llama.cpp's -ngl 99), all of them
- * are asked resident once at prefetch priority, as loading a model onto a GPU would; the
- * host-routed pass runs while they land.
+ * are asked resident once at prefetch priority (by the first decode token or prompt batch
+ * that could route on the device), as loading a model onto a GPU would; the host-routed
+ * pass runs while they land.
  *
  * A benchmark's replayed routing trace (mvm_moe_override) is asked for the token's every
  * layer before it runs and sent up with it; the route kernels lay it out instead of the
