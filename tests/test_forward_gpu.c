@@ -1408,9 +1408,9 @@ static void test_device_routing(void)
  * beside mmq's experts, a benchmark's replayed routing; and six blocks, so that the stage's
  * ring of four
  * layers comes round (each layer replayed before its slot is taken again). A device whose
- * routing answers an expert out of range fails the batch, named; so does a failed wait for
- * a layer's stage, and the next batch runs; pinned rings the driver refuses leave the
- * batches to the host's routing, with the same logits. */
+ * routing answers an expert out of range fails the batch, named; so do a failed wait for
+ * a layer's stage and a second stream the driver refuses, and the next batch runs; pinned
+ * rings the driver refuses leave the batches to the host's routing, with the same logits. */
 static void test_prompt_routing(void)
 {
     static const struct {
@@ -1482,6 +1482,19 @@ static void test_prompt_routing(void)
         CHECK(strstr(mvm_last_error(), "cuEventSynchronize (mark)") != NULL);
         set_fail(NULL);
         CHECK_ST(mvm_ctx_eval(c, prompt + 4, 4, NULL, 0), MVM_OK);
+    }
+    mvm_ctx_free(c);
+    /* the second stream refused (made at a context's first batch routed here, every expert
+     * resident already): named, and the next batch makes it */
+    c = NULL;
+    if (m)
+        CHECK_ST(mvm_ctx_create(m, pool, 32, 4, NULL, &c), MVM_OK);
+    if (c) {
+        CHECK(set_fail("cuStreamCreate:1") == 0);
+        CHECK(mvm_ctx_eval(c, prompt, 4, NULL, 0) != MVM_OK);
+        CHECK(strstr(mvm_last_error(), "cuStreamCreate (aside)") != NULL);
+        set_fail(NULL);
+        CHECK_ST(mvm_ctx_eval(c, prompt, 4, NULL, 0), MVM_OK);
     }
     mvm_ctx_free(c);
     /* the pinned rings refused: the host routes, the same logits */
