@@ -271,9 +271,10 @@ if [ -n "$fake_driver" ]; then
         # GPU scripts read from it)
         if grep -Eq 'prompt: 1 batches of [0-9]+\.0 tokens routed by the host; host time a batch: [0-9]+ us queueing kernels and copies, .* [(]3\.0 syncs[)]; the space a batch: .*; expert accesses a batch: [1-9]' "$tmp/out" &&
            [[ $(source "$(dirname "$0")/../bench/gpu/llamacpp_lib.sh" && prefill_laps "$tmp/out") =~ ^batches=1\ tokens=[0-9]+\.0\ queue_us=[0-9]+\ .*\ syncs=3\.0\ .*\ in_place=0\.0$ ]]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: the prompt's laps" >&2; grep prompt: "$tmp/out" >&2; fi
-        # a prompt in batches of 4 at 100%: the first asks every expert resident, the others
-        # route on the device (forward_cuda_prompt.c); the same text as routed by the host,
-        # their host time said at info (and the fields the GPU scripts read from it)
+        # a prompt in batches of 4 at 100%: the first waits for the packed space's upload of
+        # every expert, and all route on the device (forward_cuda_prompt.c); the same text as
+        # routed by the host, their host time said at info (and the fields the GPU scripts
+        # read from it)
         env MOEVM_LOG=info MOEVM_DETERMINISTIC=on $gpu_env "$moevm" run -m "$m" -p "It was the best of times, it was the worst of times" -n 4 --temp 0 --batch 4 >"$tmp/pd" 2>"$tmp/pd.err"
         env MOEVM_PROMPT_ROUTING=host MOEVM_DETERMINISTIC=on $gpu_env "$moevm" run -m "$m" -p "It was the best of times, it was the worst of times" -n 4 --temp 0 --batch 4 >"$tmp/ph" 2>/dev/null
         if [[ -s $tmp/pd ]] && cmp -s "$tmp/pd" "$tmp/ph" &&
@@ -370,9 +371,10 @@ if [ -n "$fake_driver" ]; then
         expect 0 'assign greedy: 0 on CPU' -- $dev "$moevm" run -m "$m" -p "It was" -n 8 --gpu-budget 30% --assign greedy --cost "$tmp/slow.json"
         # A device whose routing answers an expert that does not exist: a clear error (copies in
         # order, so that every expert is resident, and routed there, within the 6 tokens), in
-        # decode, and in a prompt's second batch of 2 (the first asks every expert resident)
-        expect 1 "decode: layer 0: the device's routing chose expert ([0-9]+) of \\1$" -- $dev MOEVM_DETERMINISTIC=on FAKECUDA_ROUTE_BAD=1 "$moevm" run -m "$m" -p "It was" -n 6 --gpu-budget 100%
-        expect 1 "prefill: layer 0: the device's routing chose expert ([0-9]+) of \\1 for the prompt's token 0$" -- $dev MOEVM_DETERMINISTIC=on FAKECUDA_ROUTE_BAD=1 "$moevm" run -m "$m" -p "It was the best of times" -n 6 --batch 2 --gpu-budget 100%
+        # decode (the prompt routed by the host), and in the prompt (its batch waits for the
+        # packed space's upload of every expert, then routes on the device)
+        expect 1 "decode: layer 0: the device's routing chose expert ([0-9]+) of \\1$" -- $dev MOEVM_DETERMINISTIC=on MOEVM_PROMPT_ROUTING=host FAKECUDA_ROUTE_BAD=1 "$moevm" run -m "$m" -p "It was" -n 6 --gpu-budget 100%
+        expect 1 "prefill: layer 0: the device's routing chose expert ([0-9]+) of \\1 for the prompt's token 0$" -- $dev FAKECUDA_ROUTE_BAD=1 "$moevm" run -m "$m" -p "It was the best of times" -n 6 --gpu-budget 100%
         # A cost file is this machine's: no note that a preset plans (the next run has one).
         if grep -q '^note: assign' "$tmp/out"; then fail=$((fail + 1)); echo "FAIL: a preset's note with --cost FILE" >&2; else pass=$((pass + 1)); fi
         expect 0 "^note: assign greedy plans with the h100 preset's costs, not this machine's \(\`moevm calibrate" -- $dev "$moevm" run -m "$m" -p "It was" -n 2 --gpu-budget 30% --assign greedy --cost h100

@@ -968,9 +968,9 @@ static void test_failures(void)
     CHECK(strstr(mvm_last_error(), "device context of 32 positions") != NULL);
     CHECK(strstr(mvm_last_error(), "CUDA_ERROR_OUT_OF_MEMORY") != NULL);
     set_fail(NULL);
-    setenv("MOEVM_PROMPT_ROUTING", "host", 1); /* the steps' failures are the host's */
+    setenv("MOEVM_DEVICE_ROUTING", "off", 1); /* the steps' failures are the host's */
     CHECK_ST(mvm_ctx_create(m, pool, 32, 4, NULL, &c), MVM_OK);
-    unsetenv("MOEVM_PROMPT_ROUTING");
+    unsetenv("MOEVM_DEVICE_ROUTING");
     if (c) {
         /* The first expert kernel of the first step: after 7 launches, the attention's
          * (q, k and v in one, the rotation and the keys and values stored into the F16

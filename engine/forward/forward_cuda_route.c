@@ -26,7 +26,9 @@
  * when the budget holds every expert (a budget of 100%, llama.cpp's -ngl 99), all of them
  * are asked resident once at prefetch priority (by the first decode token or prompt batch
  * that could route on the device), as loading a model onto a GPU would; the host-routed
- * pass runs while they land.
+ * pass runs while they land. A packed space (where every expert fits, the default) copies
+ * them all up in one job, which that batch would wait for at its first layer anyway: it is
+ * waited for at once, and the batch routes here.
  *
  * A benchmark's replayed routing trace (mvm_moe_override) is asked for the token's every
  * layer before it runs and sent up with it; the route kernels lay it out instead of the
@@ -208,8 +210,21 @@ static void unpin_first(struct cuda_fwd *f, uint64_t n)
         (void)mvm_unpin(f->m->space, (uint32_t)(x / E), (uint32_t)(x % E));
 }
 
+/* A packed space's upload of every expert (one job: vmm/upload.c), waited for. The batch
+ * that asked for it would wait for all of it at its first layer anyway, its first request
+ * joining the same job; waiting here lets that batch route on the device. */
+static mvm_status wait_upload(mvm_space *sp)
+{
+    mvm_move *mv = NULL;
+    TRY(mvm_prefetch(sp, 0, 0, MVM_ALL_PAGES, &mv));
+    const mvm_status st = mv ? mvm_move_wait(mv, -1) : MVM_OK;
+    if (mv)
+        (void)mvm_move_release(mv);
+    return st;
+}
+
 /* Every expert pinned if all are resident (f->all_pinned); else, once, every expert asked
- * resident when the budget holds them all. Not in a slot space: the kernels of a token
+ * resident when the budget holds them all (in a packed space, waited for). Not in a slot space: the kernels of a token
  * routed here with every expert pinned read each at its own address, where a slot space
  * maps none (its decode routes by the host, or with MOEVM_BUDGET_ROUTING by the table). */
 static mvm_status pin_all(struct cuda_fwd *f)
@@ -234,7 +249,12 @@ static mvm_status pin_all(struct cuda_fwd *f)
                 return MVM_OK;
             TRY(st);
         }
-        return MVM_OK;
+        if (!info.packed) /* (whether the copies have landed is the worker's timing) */
+            return MVM_OK;
+        TRY(wait_upload(sp));
+        TRY(mvm_space_get_stats(sp, &now));
+        if (now.resident_pages < pages)
+            return MVM_OK;
     }
     for (uint64_t x = 0; x < all; x++) {
         mvm_status st = mvm_pin(sp, (uint32_t)(x / E), (uint32_t)(x % E));
