@@ -24,7 +24,8 @@
 #          device_us=.. policies_us=.. ask_us=.. copies_us=.. cpu_us=.. cpu_plan_us=.. cpu_scale=.. syncs=..
 #          evict_us=.. remap_us=.. mib=.. accesses=.. hits=.. in_place=.. variant=..
 # and the same of its prompt batches routed by the host, in us a batch (what of pp512 the
-# device waits for the host; at 100% only the first, the others routed on the device):
+# device waits for the host; at 100% none in a packed space, where they route on the
+# device):
 #   RESULT prefill_host model=.. budget=100 routing=own batches=.. tokens=.. queue_us=.. ...
 # and of those routed on the device (engine/forward/forward_cuda_prompt.c), in us a batch:
 #   RESULT prefill_device model=.. budget=100 routing=own batches=.. tokens=.. queue_us=..
