@@ -17,7 +17,7 @@
  * kernels, into the same slot of a pinned ring behind a mark; the host replays a layer
  * (mvm_moe_route_as, mvm_moe_replay) before its slot is written again, and the rest once
  * the batch is queued, so the replays run while the device computes the layers after. (A
- * replay of a 512-token layer took ~0.4 ms on the development VM, docs/perf/engine.md
+ * replay of a 512-token layer took ~0.27 ms on the development VM, docs/perf/engine.md
  * session 110, where such a layer computes in ~2 ms on an H200.)
  *
  * Not routed here: decode (forward_cuda_route.c), a budget under 100%, experts on cuBLAS
@@ -158,10 +158,9 @@ mvm_status mvm_cuda_fwd_prompt_route(struct cuda_fwd *f, uint32_t il, uint32_t n
     const double t0 = mvm_now_s();
     const mvm_dptr sel = mvm_cuda_fwd_prompt_stage(f, il, MVM_STAGE_SEL),
                    w = mvm_cuda_fwd_prompt_stage(f, il, MVM_STAGE_W);
-    const uint64_t given = p->given_on ? (uint64_t)il * n * 2 * K * sizeof(int32_t) : 0;
     mvm_g_route_args a = {.logits = mvm_cuda_fwd_prompt_stage(f, il, MVM_STAGE_LOGITS),
                           .choose_bias = f->layers[il].choose_bias, .sel = sel, .w = w,
-                          .given = p->given_on ? p->given + given : 0,
+                          .given = p->given_on ? p->given + (uint64_t)il * n * 2 * K * 4 : 0,
                           .scale = hp->expert_scale, .n_expert = E, .top_k = K,
                           .n_group = hp->n_group, .n_group_used = hp->n_group_used,
                           .sigmoid = (uint32_t)hp->sigmoid_gate,
@@ -172,10 +171,10 @@ mvm_status mvm_cuda_fwd_prompt_route(struct cuda_fwd *f, uint32_t il, uint32_t n
                                 .row_w = f->row_w, .n_expert = E, .top_k = K, .n_tok = n,
                                 .zero_row = f->n_batch * K};
     TRY(mvm_gpu_route_group(f->g, 0, &g));
-    /* the slot down on the second stream while the experts run (its 4 MiB of router input
-     * a 512-token layer of a 2,048-wide model would hold the compute stream ~80 us on a
-     * PCIe 5 link); nothing writes it again before this layer is replayed
-     * (mvm_cuda_fwd_prompt_layer) */
+    /* the slot down on the second stream while the experts run: a 512-token layer of a
+     * 2,048-wide model's 4 MiB of router input would hold the compute stream ~80 us at the
+     * 55 GB/s of a pinned copy (an estimate from docs/perf/vmm.md's copy rate, not timed);
+     * nothing writes it again before this layer is replayed (mvm_cuda_fwd_prompt_layer) */
     TRY(mvm_gpu_download_aside(f->g, host_part(f, il, MVM_STAGE_LOGITS),
                                mvm_cuda_fwd_prompt_stage(f, il, MVM_STAGE_LOGITS),
                                (size_t)n * (E + D + 2 * K) * sizeof(float)));

@@ -224,9 +224,10 @@ static mvm_status wait_upload(mvm_space *sp)
 }
 
 /* Every expert pinned if all are resident (f->all_pinned); else, once, every expert asked
- * resident when the budget holds them all (in a packed space, waited for). Not in a slot space: the kernels of a token
- * routed here with every expert pinned read each at its own address, where a slot space
- * maps none (its decode routes by the host, or with MOEVM_BUDGET_ROUTING by the table). */
+ * resident when the budget holds them all (in a packed space, waited for). Not in a slot
+ * space: the kernels of a token routed here with every expert pinned read each at its own
+ * address, where a slot space maps none (its decode routes by the host, or with
+ * MOEVM_BUDGET_ROUTING by the table). */
 static mvm_status pin_all(struct cuda_fwd *f)
 {
     mvm_space *sp = f->m->space;

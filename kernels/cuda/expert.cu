@@ -341,20 +341,21 @@ static __device__ __forceinline__ void lane_best(const mvm_g_route_args &a, cons
             *bv = rank_key(key[e]), *bi = e;
 }
 
-/* sel[0..K): the K best by key, NaN lowest, ties to the lower index (mvm_k_topk's order):
- * the best not yet taken, K times. Each lane keeps its own best; a round is the warp's
+/* For lane k < K the k-th of the K best by key, 0 for the other lanes; NaN lowest, ties to
+ * the lower index (mvm_k_topk's order): the best not yet taken, K times, lane k keeping round
+ * k's. Each lane keeps its own best; a round is the warp's
  * argmax of those, and only the lane that held the winner looks for its next one (a scan
  * of every lane's experts a round, each round a block barrier, took most of 8.7 µs of
  * OLMoE's decode step on an H200: bench/gpu/ktrace.sh, 2026-11-26). */
-static __device__ void route_topk(const mvm_g_route_args &a, const float *key, uint8_t *taken,
-                                  uint32_t *sel)
+static __device__ uint32_t route_topk(const mvm_g_route_args &a, const float *key,
+                                      uint8_t *taken)
 {
     const uint32_t lane = threadIdx.x;
     for (uint32_t e = lane; e < a.n_expert; e += 32)
         taken[e] = 0;
     __syncwarp();
     float mv;
-    uint32_t mi;
+    uint32_t mi, mine = 0;
     lane_best(a, key, taken, &mv, &mi);
     for (uint32_t k = 0; k < a.top_k; k++) {
         float bv = mv;
@@ -365,12 +366,13 @@ static __device__ void route_topk(const mvm_g_route_args &a, const float *key, u
             if (ranks_ahead(ov, oi, bv, bi))
                 bv = ov, bi = oi;
         }
-        sel[k] = bi; /* every lane: its own copy */
+        mine = k == lane ? bi : mine;
         if (bi != UINT32_MAX && bi == mi) { /* the winner was this lane's: its next best */
             taken[bi] = 1;
             lane_best(a, key, taken, &mv, &mi);
         }
     }
+    return mine;
 }
 
 /* Whether this lane's choice (read at `at`) goes to the CPU (kernels.h, the CPU's share):
@@ -434,25 +436,33 @@ static __device__ float route_weight(const mvm_g_route_args &a, float w)
     return a.scale != 1.0f ? w * a.scale : w;
 }
 
-extern "C" __global__ void __launch_bounds__(32) mvm_g_route(mvm_g_route_args a)
+/* Lane k < K's choice, the k-th best, and in *w its weight: the given one (given: K experts,
+ * then their K weights as floats), or the router's from logits[E] by the host's rule. Every
+ * lane calls it. */
+static __device__ uint32_t route_choice(const mvm_g_route_args &a, const float *logits,
+                                        const int32_t *given, float *w)
 {
     __shared__ float p[MVM_G_ROUTE_MAX_E], key[MVM_G_ROUTE_MAX_E];
     __shared__ uint8_t taken[MVM_G_ROUTE_MAX_E];
     const uint32_t K = a.top_k, lane = threadIdx.x;
-    const int32_t *given = (const int32_t *)a.given;
-    uint32_t sel[32];
-    if (!given) {
-        route_probs(a, (const float *)a.logits, p);
-        __syncthreads();
-        route_key(a, p, key);
-        route_topk(a, key, taken, sel);
+    if (given) { /* a given choice comes with its weights */
+        *w = lane < K ? ((const float *)given)[K + lane] : 0.0f;
+        return lane < K ? (uint32_t)given[lane] : 0;
     }
-    /* lane k < K writes the k-th choice; the sum of the weights in choice order, as the
-     * host adds them, by every lane */
-    const uint32_t mine = lane < K ? (given ? (uint32_t)given[lane] : sel[lane]) : 0;
-    float w = lane < K ? (given ? ((const float *)a.given)[K + lane] : p[mine]) : 0.0f;
-    if (!given) /* a given choice comes with its weights */
-        w = route_weight(a, w);
+    route_probs(a, logits, p);
+    __syncthreads();
+    route_key(a, p, key);
+    const uint32_t mine = route_topk(a, key, taken);
+    *w = route_weight(a, lane < K ? p[mine] : 0.0f);
+    return mine;
+}
+
+extern "C" __global__ void __launch_bounds__(32) mvm_g_route(mvm_g_route_args a)
+{
+    const uint32_t K = a.top_k, lane = threadIdx.x;
+    /* lane k < K writes the k-th choice */
+    float w;
+    const uint32_t mine = route_choice(a, (const float *)a.logits, (const int32_t *)a.given, &w);
     uint32_t r = 0; /* its place among the choice in expert order */
     /* read-through: the choices read at their homes that may be kept, and this one's
      * place among them in choice order */
@@ -503,21 +513,11 @@ extern "C" __global__ void __launch_bounds__(32) mvm_g_route(mvm_g_route_args a)
  * without the step's layout, which mvm_g_route_group makes for the whole batch. */
 extern "C" __global__ void __launch_bounds__(32) mvm_g_route_rows(mvm_g_route_args a)
 {
-    __shared__ float p[MVM_G_ROUTE_MAX_E], key[MVM_G_ROUTE_MAX_E];
-    __shared__ uint8_t taken[MVM_G_ROUTE_MAX_E];
     const uint32_t K = a.top_k, lane = threadIdx.x, t = blockIdx.x;
     const int32_t *given = a.given ? (const int32_t *)a.given + (uint64_t)t * 2 * K : NULL;
-    uint32_t sel[32];
-    if (!given) {
-        route_probs(a, (const float *)a.logits + (uint64_t)t * a.n_expert, p);
-        __syncthreads();
-        route_key(a, p, key);
-        route_topk(a, key, taken, sel);
-    }
-    const uint32_t mine = lane < K ? (given ? (uint32_t)given[lane] : sel[lane]) : 0;
-    float w = lane < K ? (given ? ((const float *)given)[K + lane] : p[mine]) : 0.0f;
-    if (!given) /* a given choice comes with its weights */
-        w = route_weight(a, w);
+    float w;
+    const uint32_t mine =
+        route_choice(a, (const float *)a.logits + (uint64_t)t * a.n_expert, given, &w);
     if (lane < K) {
         ((int32_t *)a.sel)[(uint64_t)t * K + lane] = (int32_t)mine;
         ((float *)a.w)[(uint64_t)t * K + lane] = w;
