@@ -64,6 +64,12 @@ static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w)
     return uint4{x, y, z, w};
 }
 
+/* __ldg: a load through the read-only cache, a plain load here */
+template <typename T> static inline T __ldg(const T *p)
+{
+    return *p;
+}
+
 /* and its float one, for the wide loads */
 struct alignas(16) float4 {
     float x, y, z, w;

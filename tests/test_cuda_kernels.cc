@@ -414,12 +414,6 @@ static void experts_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_ff, uin
         }
     const uint64_t h_stride = mvm_k_act_bytes(f.down, n_ff) + 8;
     const size_t rows = n_tok * K;
-    /* device-view's per-launch addresses (wptr): each active expert read from a copy
-     * elsewhere, the experts' own place poisoned, must give the same rows */
-    std::vector<uint8_t> moved(experts), poisoned(experts.size(), 0x7F);
-    std::vector<uint64_t> wptr(active.size());
-    for (size_t i = 0; i < active.size(); i++)
-        wptr[i] = (uint64_t)(uintptr_t)(moved.data() + active[i] * stride);
     /* a decode step (one token: an expert's one row) also through up1 and down1, as the
      * engine runs it (mvm_gpu_experts), with the same data */
     /* and, for Q8_0 and Q4_K_M's experts of several rows, through the tensor cores' mmq
@@ -433,6 +427,16 @@ static void experts_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_ff, uin
                                                                  : NULL;
     const bool mmq_ok = mmq_up && mmq_down &&
                         (f.gate_up == MVM_W_Q8_0) == (f.down == MVM_W_Q8_0) && n_tok > 1;
+    /* device-view's per-launch addresses (wptr): each active expert read from a copy
+     * elsewhere, the experts' own place poisoned, must give the same rows; for mmq's types
+     * the copies only 2-byte aligned (as their blocks are), so that mmq's word loads of
+     * weights that the 16-byte ones cannot take are checked too */
+    const size_t shift = mmq_ok ? 2 : 0;
+    std::vector<uint8_t> moved(experts.size() + shift), poisoned(experts.size(), 0x7F);
+    std::copy(experts.begin(), experts.end(), moved.begin() + shift);
+    std::vector<uint64_t> wptr(active.size());
+    for (size_t i = 0; i < active.size(); i++)
+        wptr[i] = (uint64_t)(uintptr_t)(moved.data() + shift + active[i] * stride);
     /* via 2, a decode step read-through (up1 and down1 with wstore): each active expert but
      * the first read in place (wptr) and stored as read into a slab of its own, poisoned
      * before, which must then hold the whole expert; the first's stays as it was */

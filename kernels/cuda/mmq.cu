@@ -21,8 +21,12 @@
  * groups of 8 past its last are neither loaded nor multiplied). The weights and the tile's activations go
  * through shared memory four 32-element sub-blocks at a time (four Q8_0 blocks, half a K
  * super-block), unpacked to signed bytes (Q4_K's nibbles, Q6_K's six bits), two 16-bit loads
- * a word where a block's quants are only 2-byte aligned, rows of 36 words so that the 32
- * lanes' fragment loads hit 32 banks. The integers stay integers to a block's end: a Q8_0
+ * a word where a block's quants are only 2-byte aligned, 16 bytes a load for Q4_K weights
+ * that are 16-byte aligned, rows of 36 words so that the 32 lanes' fragment loads hit 32
+ * banks. Each thread issues all of a stage's loads before its stores to shared memory
+ * (mmq_load_words: until 2026-11-30 each load waited for the store before it, a round trip
+ * to memory per word, 16 to 32 of them a thread a stage, and each word's place in its row
+ * was worked out again, ~50 instructions a word; now ~10, bench/gpu/sass.sh). The integers stay integers to a block's end: a Q8_0
  * block's sum is scaled at once; a K super-block's sums, its sub-blocks' weighted by their
  * scales (Q4_K's mins by the activations' sums: Q8_K's bsums), are scaled after its eighth,
  * as the CPU's. Q6_K's scales are per 16: each 32 takes two products, the other half of A
@@ -60,9 +64,9 @@ static __device__ __forceinline__ void mma_s8(int c[4], const int a[4], const in
 /* The staged sub-blocks: rows 0..63 the weights', 64..127 the tile's activations'; their
  * quants as words, and per row and sub-block: d (a Q8_0 block's scale; a Q8_K block's d
  * for each of its sub-blocks), s (Q4_K: its scale and min; Q6_K: its two scales; Q8_K:
- * its two bsums), and a K weight super-block's d and dmin (dk). base[i]: row i's first
+ * its two bsums, or with Q4_K weights their sum and the second), and a K weight super-block's d and dmin (dk). base[i]: row i's first
  * block; a row's blocks are wstep (weights) or xstep (activations) bytes apart. */
-struct mmq_stage {
+struct alignas(16) mmq_stage { /* 16-byte aligned rows (MMQ_S words) for 16-byte stores */
     int q[MMQ_ROWS][MMQ_S];
     float d[MMQ_ROWS][MMQ_KB];
     int s[MMQ_ROWS][MMQ_KB][2];
@@ -70,80 +74,181 @@ struct mmq_stage {
     const uint8_t *base[MMQ_ROWS];
 };
 
+/* The stage's loads go through the read-only cache (__ldg): the weights, and activations
+ * that an earlier launch wrote, are not written while a kernel runs. Being global loads,
+ * not generic ones through s.base's pointers, they cannot alias the stage's stores, so a
+ * thread's loads all go out before it stores any (each waited for the store before it). */
+static __device__ __forceinline__ int mmq_word(const uint8_t *p) /* word_at's, 2-byte aligned */
+{
+    const uint16_t *h = (const uint16_t *)p;
+    return (int)((uint32_t)__ldg(h) | (uint32_t)__ldg(h + 1) << 16);
+}
+
 /* Word w (quants 4w..4w+3) of sub-block c (< 8) of K super-block blk, unpacked to bytes:
  * Q4_K's nibbles, Q6_K's six bits (0..63); kernels/blocks.h's layouts. */
 template <enum mvm_wtype W>
 static __device__ __forceinline__ int k_word(const uint8_t *blk, uint32_t c, uint32_t w)
 {
     if (W == MVM_W_Q4_K)
-        return word_at(((const mvm_block_q4_K *)blk)->qs + 32 * (c / 2) + 4 * w) >>
+        return mmq_word(((const mvm_block_q4_K *)blk)->qs + 32 * (c / 2) + 4 * w) >>
                    (4 * (c % 2)) & 0x0F0F0F0F;
     const mvm_block_q6_K *x = (const mvm_block_q6_K *)blk;
     const uint32_t h = c / 4, k = c % 4;
-    const int lo = word_at(x->ql + 64 * h + 32 * (k & 1) + 4 * w) >> (4 * (k >> 1)) & 0x0F0F0F0F;
-    return lo | (word_at(x->qh + 32 * h + 4 * w) >> (2 * k) & 0x03030303) << 4;
+    const int lo = mmq_word(x->ql + 64 * h + 32 * (k & 1) + 4 * w) >> (4 * (k >> 1)) & 0x0F0F0F0F;
+    return lo | (mmq_word(x->qh + 32 * h + 4 * w) >> (2 * k) & 0x03030303) << 4;
 }
 
-/* Sub-blocks k0 .. k0 + nkb - 1 of the weights' rows and of the tile's first 8 nj
- * activation rows into s: weights of type W, activations Q8_0 (W Q8_0) or Q8_K. A warp's
- * loads take a row's 4 sub-blocks side by side, a sub-block's 8 words in 8 lanes; the
- * indices are shifts of constants, no division. */
-template <enum mvm_wtype W>
-static __device__ void mmq_load(mmq_stage &s, uint32_t k0, uint32_t nkb, uint32_t nj,
-                                uint64_t wstep, uint64_t xstep)
+/* The stage's four sub-blocks of Q4_K weight rows (k0 a multiple of MMQ_KB: sub-blocks 0..3
+ * or 4..7 of super-block k0 / 8), 16-byte loads: 16 bytes of nibbles hold four words of an
+ * even sub-block (the low nibbles) and the same four of the odd one after it (the high), as
+ * k_word unpacks them. 2 loads a thread a stage where the word loads took 32 of 16 bits;
+ * the block's threads (MVM_G_THREADS) take the 64 rows' 4 loads each. */
+static __device__ __forceinline__ void mmq_load_q4_K_rows(mmq_stage &s, uint32_t k0,
+                                                          uint64_t wstep)
+{
+    const uint32_t M = 0x0F0F0F0F, half = k0 / MMQ_KB % 2, n = MMQ_M * 4 / MVM_G_THREADS;
+    uint4 v[n];
+#pragma unroll
+    for (uint32_t i = 0; i < n; i++) {
+        const uint32_t r = (threadIdx.x + i * MVM_G_THREADS) / 4, j = threadIdx.x % 4;
+        const mvm_block_q4_K *b = (const mvm_block_q4_K *)(s.base[r] + k0 / 8 * wstep);
+        v[i] = __ldg((const uint4 *)(b->qs + 64 * half + 16 * j));
+    }
+#pragma unroll
+    for (uint32_t i = 0; i < n; i++) {
+        const uint32_t r = (threadIdx.x + i * MVM_G_THREADS) / 4, j = threadIdx.x % 4;
+        const uint32_t kb = j / 2 * 2, w = j % 2 * 4;
+        *(uint4 *)&s.q[r][kb * 8 + w] =
+            make_uint4(v[i].x & M, v[i].y & M, v[i].z & M, v[i].w & M);
+        *(uint4 *)&s.q[r][(kb + 1) * 8 + w] =
+            make_uint4(v[i].x >> 4 & M, v[i].y >> 4 & M, v[i].z >> 4 & M, v[i].w >> 4 & M);
+    }
+}
+
+/* Rows first .. first + n - 1 of the stage (WT: weights' rows, of type W, below MMQ_M; else
+ * the tile's activations', Q8_0 blocks with W Q8_0, else Q8_K), sub-blocks k0 .. k0 + nkb
+ * - 1 of K, step bytes a row's block to the next: their quants as words, n <= MMQ_M. A
+ * thread takes one word of one sub-block in every fourth row (the block's MVM_G_THREADS), so
+ * that the word's place in a row is worked out once a stage, and a warp's loads read a
+ * row's 4 sub-blocks side by side, a sub-block's 8 words in 8 lanes. A Q8_0 block's quants are 2-byte aligned, two 16-bit
+ * loads a word; a Q8_K block's, 4-byte aligned as its float d, a word a load. */
+template <enum mvm_wtype W, bool WT>
+static __device__ __forceinline__ void mmq_load_words(mmq_stage &s, uint32_t first, uint32_t n,
+                                                      uint32_t k0, uint32_t nkb, uint64_t step)
 {
     const bool K = W != MVM_W_Q8_0;
-    for (uint32_t i = threadIdx.x; i < MMQ_ROWS * MMQ_KB * 8; i += blockDim.x) {
-        const uint32_t w = i % 8, kb = i / 8 % MMQ_KB, r = i / (8 * MMQ_KB), k = k0 + kb;
-        if (kb >= nkb || r >= MMQ_M + 8 * nj)
-            continue;
-        const bool wt = r < MMQ_M;
-        const uint8_t *blk = s.base[r] + (K ? k / 8 : k) * (wt ? wstep : xstep);
-        int v;
+    const uint32_t pass = MVM_G_THREADS / (8 * MMQ_KB); /* rows a pass of the block: 4 */
+    const uint32_t w = threadIdx.x % 8, kb = threadIdx.x / 8 % MMQ_KB, k = k0 + kb;
+    const uint32_t r0 = first + threadIdx.x / (8 * MMQ_KB);
+    if (kb >= nkb)
+        return;
+    const uint64_t off = (K ? k / 8 : k) * step; /* the word's block from a row's first */
+    int v[MMQ_M / pass];
+#pragma unroll
+    for (uint32_t i = 0; i < MMQ_M / pass; i++) {
+        const uint32_t r = r0 + pass * i;
+        if (r >= first + n)
+            break;
+        const uint8_t *blk = s.base[r] + off;
         if (!K)
-            v = word_at(blk + 2 + 4 * w);
-        else if (!wt)
-            v = word_at((const uint8_t *)((const mvm_block_q8_K *)blk)->qs + 32 * (k % 8) + 4 * w);
+            v[i] = mmq_word(blk + 2 + 4 * w);
+        else if (!WT)
+            v[i] = __ldg((const int *)(((const mvm_block_q8_K *)blk)->qs + 32 * (k % 8) + 4 * w));
         else
-            v = k_word<W>(blk, k % 8, w);
-        s.q[r][kb * 8 + w] = v;
+            v[i] = k_word<W>(blk, k % 8, w);
     }
-    for (uint32_t i = threadIdx.x; i < MMQ_ROWS * MMQ_KB; i += blockDim.x) {
-        const uint32_t kb = i % MMQ_KB, r = i / MMQ_KB, k = k0 + kb, c = k % 8;
-        if (kb >= nkb || r >= MMQ_M + 8 * nj)
-            continue;
-        const bool wt = r < MMQ_M;
-        const uint8_t *blk = s.base[r] + (K ? k / 8 : k) * (wt ? wstep : xstep);
+#pragma unroll
+    for (uint32_t i = 0; i < MMQ_M / pass; i++) {
+        const uint32_t r = r0 + pass * i;
+        if (r >= first + n)
+            break;
+        s.q[r][kb * 8 + w] = v[i];
+    }
+}
+
+/* The same rows' scales of the stage's sub-blocks (mmq_stage's d, s, dk): a thread takes
+ * one sub-block in every 32nd row, its loads, as mmq_load_words's, before its stores. */
+template <enum mvm_wtype W, bool WT>
+static __device__ __forceinline__ void mmq_load_scales(mmq_stage &s, uint32_t first, uint32_t n,
+                                                       uint32_t k0, uint32_t nkb, uint64_t step)
+{
+    const bool K = W != MVM_W_Q8_0;
+    const uint32_t pass = MVM_G_THREADS / MMQ_KB; /* rows a pass of the block: 32 */
+    const uint32_t kb = threadIdx.x % MMQ_KB, k = k0 + kb, c = k % 8;
+    const uint32_t r0 = first + threadIdx.x / MMQ_KB;
+    if (kb >= nkb)
+        return;
+    const uint64_t off = (K ? k / 8 : k) * step;
+    float d[MMQ_M / pass], dm[MMQ_M / pass];
+    int s0[MMQ_M / pass], s1[MMQ_M / pass];
+#pragma unroll
+    for (uint32_t i = 0; i < MMQ_M / pass; i++) {
+        const uint32_t r = r0 + pass * i;
+        if (r >= first + n)
+            break;
+        const uint8_t *blk = s.base[r] + off;
         if (!K) {
-            s.d[r][kb] = mvm_k_h2f(*(const uint16_t *)blk);
-        } else if (!wt) {
+            d[i] = mvm_k_h2f(__ldg((const uint16_t *)blk));
+        } else if (!WT) {
             const mvm_block_q8_K *a = (const mvm_block_q8_K *)blk;
-            s.d[r][kb] = a->d;
-            s.s[r][kb][0] = a->bsums[2 * c], s.s[r][kb][1] = a->bsums[2 * c + 1];
+            d[i] = __ldg(&a->d);
+            s0[i] = __ldg(&a->bsums[2 * c]), s1[i] = __ldg(&a->bsums[2 * c + 1]);
+            if (W == MVM_W_Q4_K) /* Q4_K's mins take the sub-block's whole sum */
+                s0[i] += s1[i];
         } else if (W == MVM_W_Q4_K) {
-            uint8_t sc, m;
-            mvm_k_scale_min(((const mvm_block_q4_K *)blk)->scales, (int)c, &sc, &m);
-            s.s[r][kb][0] = sc, s.s[r][kb][1] = m;
-            if (kb == 0)
-                s.dk[r][0] = mvm_k_h2f(*(const uint16_t *)blk),
-                s.dk[r][1] = mvm_k_h2f(*(const uint16_t *)(blk + 2));
+            const mvm_block_q4_K *x = (const mvm_block_q4_K *)blk;
+            /* mvm_k_scale_min's bytes: c, c + 4 (c < 4); c - 4, c, c + 4 */
+            const uint8_t *q = x->scales;
+            const uint32_t a = __ldg(q + c + 4), b = __ldg(q + (c < 4 ? c : c - 4));
+            const uint32_t cc = c < 4 ? 0 : __ldg(q + c);
+            s0[i] = c < 4 ? b & 63 : (a & 0xF) | (b >> 6) << 4;
+            s1[i] = c < 4 ? a & 63 : a >> 4 | (cc >> 6) << 4;
+            d[i] = kb == 0 ? mvm_k_h2f(__ldg(&x->d)) : 0.0f;
+            dm[i] = kb == 0 ? mvm_k_h2f(__ldg(&x->dmin)) : 0.0f;
         } else {
             const mvm_block_q6_K *x = (const mvm_block_q6_K *)blk;
-            s.s[r][kb][0] = x->scales[2 * c], s.s[r][kb][1] = x->scales[2 * c + 1];
-            if (kb == 0)
-                s.dk[r][0] = mvm_k_h2f(x->d), s.dk[r][1] = 0;
+            s0[i] = __ldg(&x->scales[2 * c]), s1[i] = __ldg(&x->scales[2 * c + 1]);
+            d[i] = kb == 0 ? mvm_k_h2f(__ldg(&x->d)) : 0.0f, dm[i] = 0;
         }
     }
+#pragma unroll
+    for (uint32_t i = 0; i < MMQ_M / pass; i++) {
+        const uint32_t r = r0 + pass * i;
+        if (r >= first + n)
+            break;
+        if (!K || !WT)
+            s.d[r][kb] = d[i];
+        if (K)
+            s.s[r][kb][0] = s0[i], s.s[r][kb][1] = s1[i];
+        if (K && WT && kb == 0)
+            s.dk[r][0] = d[i], s.dk[r][1] = dm[i];
+    }
+}
+
+/* Sub-blocks k0 .. k0 + nkb - 1 of the weights' rows (wstep bytes a block to the next) and
+ * of the tile's first 8 nj activation rows (xstep) into s. aligned16 (Q4_K weights whose
+ * super-blocks are 16-byte aligned): the weights' quants by mmq_load_q4_K_rows. */
+template <enum mvm_wtype W>
+static __device__ void mmq_load(mmq_stage &s, uint32_t k0, uint32_t nkb, uint32_t nj,
+                                uint64_t wstep, uint64_t xstep, bool aligned16)
+{
+    if (W == MVM_W_Q4_K && aligned16 && nkb == MMQ_KB)
+        mmq_load_q4_K_rows(s, k0, wstep);
+    else
+        mmq_load_words<W, true>(s, 0, MMQ_M, k0, nkb, wstep);
+    mmq_load_words<W, false>(s, MMQ_M, 8 * nj, k0, nkb, xstep);
+    mmq_load_scales<W, true>(s, 0, MMQ_M, k0, nkb, wstep);
+    mmq_load_scales<W, false>(s, MMQ_M, 8 * nj, k0, nkb, xstep);
 }
 
 /* acc[j][i]: this lane's part of the tile, the warp's 16 weight rows against the tile's
- * rows, over nk sub-blocks of K (the rows' bases set in s): c[i] of the product against the
+ * rows, over nk sub-blocks of K (the rows' bases set in s; aligned16: mmq_load's): c[i] of the product against the
  * tile's rows 8j.. (mma_s8's layout), for the first nj groups of 8 rows (an expert of 32
  * rows, a Qwen3-30B-A3B one's at pp512, skips half the tile's loads and products; acc's
  * other groups stay 0). Every thread of the block must call it. */
 template <enum mvm_wtype W>
 static __device__ void mmq_tile(mmq_stage &s, uint32_t nk, uint32_t nj, uint64_t wstep,
-                                uint64_t xstep, float acc[8][4])
+                                uint64_t xstep, bool aligned16, float acc[8][4])
 {
     const bool K = W != MVM_W_Q8_0;
     const uint32_t lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -157,7 +262,7 @@ static __device__ void mmq_tile(mmq_stage &s, uint32_t nk, uint32_t nj, uint64_t
     for (uint32_t k0 = 0; k0 < nk; k0 += MMQ_KB) {
         const uint32_t nkb = nk - k0 < MMQ_KB ? nk - k0 : MMQ_KB;
         __syncthreads(); /* the stage before is read */
-        mmq_load<W>(s, k0, nkb, nj, wstep, xstep);
+        mmq_load<W>(s, k0, nkb, nj, wstep, xstep, aligned16);
         __syncthreads();
         for (uint32_t kb = 0; kb < nkb; kb++) {
             const int *qa = s.q[m] + kb * 8, *qb = s.q[m + 8] + kb * 8;
@@ -181,8 +286,7 @@ static __device__ void mmq_tile(mmq_stage &s, uint32_t nk, uint32_t nj, uint64_t
                     acc[j][3] += (float)c[3] * (dw1 * dx1);
                 } else if (W == MVM_W_Q4_K) {
                     mma_s8(c, a, b);
-                    const int bs0 = s.s[n0][kb][0] + s.s[n0][kb][1];
-                    const int bs1 = s.s[n1][kb][0] + s.s[n1][kb][1];
+                    const int bs0 = s.s[n0][kb][0], bs1 = s.s[n1][kb][0];
                     isum[j][0] += sw0[0] * c[0], msum[j][0] += sw0[1] * bs0;
                     isum[j][1] += sw0[0] * c[1], msum[j][1] += sw0[1] * bs1;
                     isum[j][2] += sw1[0] * c[2], msum[j][2] += sw1[1] * bs0;
@@ -246,6 +350,8 @@ template <enum mvm_wtype GU> static __device__ void mmq_up(const mvm_g_expert_ar
     const uint64_t xstep = GU == MVM_W_Q8_0 ? sizeof(mvm_block_q8_0) : sizeof(mvm_block_q8_K);
     const uint8_t *gate = expert_base(a, e) + c0 / G * group;
     const bool k_down = mvm_k_is_k(f.down);
+    /* the rows are gate + a multiple of row, their super-blocks wstep (144 bytes) apart */
+    const bool aligned16 = ((uintptr_t)gate | row) % 16 == 0;
     __shared__ mmq_stage s;
     __shared__ float dots[2][MMQ_N][MVM_QBLOCK + 1]; /* gate's and up's sums; then the unit */
     for (uint32_t i = threadIdx.x; i < MMQ_M; i += blockDim.x)
@@ -256,7 +362,7 @@ template <enum mvm_wtype GU> static __device__ void mmq_up(const mvm_g_expert_ar
         const uint32_t nt = nr - t0 < MMQ_N ? nr - t0 : MMQ_N;
         mmq_rows(s, a, true, r0, t0, nt);
         float acc[8][4];
-        mmq_tile<GU>(s, a.n_embd / MVM_QBLOCK, (nt + 7) / 8, wstep, xstep, acc);
+        mmq_tile<GU>(s, a.n_embd / MVM_QBLOCK, (nt + 7) / 8, wstep, xstep, aligned16, acc);
 #pragma unroll
         for (int j = 0; j < 8; j++)
 #pragma unroll
@@ -291,17 +397,20 @@ template <enum mvm_wtype DN> static __device__ void mmq_down(const mvm_g_expert_
     const uint32_t r0 = U32(a.off)[e], nr = U32(a.cnt)[e];
     const uint32_t G = (uint32_t)mvm_k_expert_group_channels(f);
     const uint64_t xstep = DN == MVM_W_Q8_0 ? sizeof(mvm_block_q8_0) : sizeof(mvm_block_q8_K);
+    const uint64_t group = mvm_k_expert_group_bytes(f, a.n_embd);
+    /* the rows are down_row's, a row's bytes apart, their super-blocks a group apart */
+    const bool aligned16 =
+        ((uintptr_t)down_row(a, f, e, 0) | mvm_k_row_bytes(DN, G) | group) % 16 == 0;
     __shared__ mmq_stage s;
     for (uint32_t i = threadIdx.x; i < MMQ_M; i += blockDim.x)
         s.base[i] = down_row(a, f, e, j0 + i < a.n_embd ? j0 + i : a.n_embd - 1);
     const uint32_t lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const uint32_t m = (threadIdx.x >> 5) * 16 + g;
-    const uint64_t group = mvm_k_expert_group_bytes(f, a.n_embd);
     for (uint32_t t0 = 0; t0 < nr; t0 += MMQ_N) {
         const uint32_t nt = nr - t0 < MMQ_N ? nr - t0 : MMQ_N;
         mmq_rows(s, a, false, r0, t0, nt);
         float acc[8][4];
-        mmq_tile<DN>(s, a.n_groups * G / MVM_QBLOCK, (nt + 7) / 8, group, xstep, acc);
+        mmq_tile<DN>(s, a.n_groups * G / MVM_QBLOCK, (nt + 7) / 8, group, xstep, aligned16, acc);
 #pragma unroll
         for (int j = 0; j < 8; j++)
 #pragma unroll
