@@ -196,10 +196,12 @@ static void (*const matvec_fn[MVM_W_COUNT])(mvm_g_matvec_args) = {MVM_G_FOR_TYPE
  * outputs interleaved by token ([token][head][...], gaps between heads' outputs). Each head
  * against mvm_k_matmul on its own rows. */
 static void matvec_case(enum mvm_wtype t, uint32_t n_in, uint32_t n_out, uint32_t n_tok,
-                        uint32_t n_head = 1, bool accumulate = false, uint32_t split = 1)
+                        uint32_t n_head = 1, bool accumulate = false, uint32_t split = 1,
+                        bool aligned = false)
 {
-    const uint64_t row_bytes = mvm_k_row_bytes(t, n_in) + 8;
-    const uint64_t act_row = mvm_k_act_bytes(t, n_in) + 4, y_head = n_out + 3;
+    /* rows and activations 16-byte aligned (aligned), or only 4-byte */
+    const uint64_t row_bytes = mvm_k_row_bytes(t, n_in) + (aligned ? 16 : 8);
+    const uint64_t act_row = mvm_k_act_bytes(t, n_in) + (aligned ? 16 : 4), y_head = n_out + 3;
     const uint64_t w_head = (n_out + 1) * row_bytes; /* a row of gap */
     const uint64_t act_stride = n_head * act_row, y_stride = n_head * y_head;
     std::vector<uint8_t> w = weights(t, n_head * (n_out + 1), n_in, row_bytes);
@@ -223,8 +225,24 @@ static void matvec_case(enum mvm_wtype t, uint32_t n_in, uint32_t n_out, uint32_
                            .y2 = 0,
                            .w3 = 0, .y3 = 0, .y_stride2 = 0, .y_stride3 = 0, .n_out2 = 0,
                            .n_out3 = 0};
+    const std::vector<float> y0 = y;
     launch(matvec_fn[t], a, mvm_g_matvec_shape(&a));
     bool ok = true;
+    if (t == MVM_W_F32 && aligned) {
+        /* F32 rows over a tile (matvec_f32_tile): the bits of a warp's own loads, which an
+         * activation copy only 4-byte aligned takes */
+        std::vector<uint8_t> act4(act.size() + 4);
+        std::copy(act.begin(), act.end(), act4.begin() + 4);
+        std::vector<float> y4 = y0;
+        mvm_g_matvec_args b = a;
+        b.act = dp(act4.data() + 4), b.y = dp(y4.data());
+        launch(matvec_fn[t], b, mvm_g_matvec_shape(&b));
+        const bool same = memcmp(y4.data(), y.data(), y.size() * sizeof(float)) == 0;
+        if (!same)
+            fprintf(stderr, "matvec_f32 n_in %u n_tok %u n_head %u: not the warps' own bits\n",
+                    n_in, n_tok, n_head);
+        ok = ok && same;
+    }
     for (uint32_t i = 0; i < n_tok * n_head; i++) {
         double e = rel_err(&y[i * y_head], &want[i * y_head], n_out);
         ok = ok && e < 1e-5 && poisoned(&y[i * y_head + n_out], y_head - n_out);
@@ -240,10 +258,11 @@ static void matvec_case(enum mvm_wtype t, uint32_t n_in, uint32_t n_out, uint32_
  * layer's q, k and v: 13, 5 and 7 rows), each into its own outputs with its own stride,
  * against mvm_k_matmul on each; the rows past each part's keep their poison. */
 static void matvec_parts_case(enum mvm_wtype t, uint32_t n_in, uint32_t n_tok,
-                              uint32_t split = 1)
+                              uint32_t split = 1, bool aligned = false)
 {
     const uint32_t rows[3] = {13, 5, 7};
-    const uint64_t row_bytes = mvm_k_row_bytes(t, n_in) + 8, act_row = mvm_k_act_bytes(t, n_in);
+    const uint64_t row_bytes = mvm_k_row_bytes(t, n_in) + (aligned ? 16 : 8);
+    const uint64_t act_row = mvm_k_act_bytes(t, n_in);
     std::vector<float> x;
     std::vector<uint8_t> act = activations(t, n_tok, n_in, act_row, x);
     std::vector<uint8_t> w[3];
@@ -318,6 +337,15 @@ static void test_matvec(void)
         matvec_case(t, long_in, 13, 1, 1, true, W);
         matvec_parts_case(t, long_in, 1, W);
     }
+    /* F32 rows over several tokens, 16-byte aligned (a prompt's router: matvec_f32_tile):
+     * a chunk of the tile's activations and a partial one (1100 floats), four chunks (2048),
+     * a block's rows partly idle (13), a tile and a partial one (11), heads, a residual, and
+     * three matrices */
+    matvec_case(MVM_W_F32, 1100, 13, 11, 1, false, 1, true);
+    matvec_case(MVM_W_F32, 2048, 64, 19, 1, false, 1, true);
+    matvec_case(MVM_W_F32, 1100, 6, 11, 3, false, 1, true);
+    matvec_case(MVM_W_F32, 1100, 13, 3, 1, true, 1, true);
+    matvec_parts_case(MVM_W_F32, 1100, 11, 1, true);
 }
 
 #define KERNEL_FN(name, T) mvm_g_expert_up_##name,
@@ -429,9 +457,9 @@ static void experts_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_ff, uin
                         (f.gate_up == MVM_W_Q8_0) == (f.down == MVM_W_Q8_0) && n_tok > 1;
     /* device-view's per-launch addresses (wptr): each active expert read from a copy
      * elsewhere, the experts' own place poisoned, must give the same rows; for mmq's types
-     * the copies only 2-byte aligned (as their blocks are), so that mmq's word loads of
-     * weights that the 16-byte ones cannot take are checked too */
-    const size_t shift = mmq_ok ? 2 : 0;
+     * the copies 4-byte aligned, not 16 (gpt-oss's float biases need 4), so that mmq's word
+     * loads of weights that its 16-byte loads cannot take are checked too */
+    const size_t shift = mmq_ok ? 4 : 0;
     std::vector<uint8_t> moved(experts.size() + shift), poisoned(experts.size(), 0x7F);
     std::copy(experts.begin(), experts.end(), moved.begin() + shift);
     std::vector<uint64_t> wptr(active.size());
