@@ -448,9 +448,12 @@ static void experts_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_ff, uin
      * kernels */
     void (*mmq_up)(mvm_g_expert_args) = f.gate_up == MVM_W_Q8_0   ? mvm_g_expert_mmq_up_q8_0
                                         : f.gate_up == MVM_W_Q4_K ? mvm_g_expert_mmq_up_q4_K
+                                        : f.gate_up == MVM_W_Q5_K ? mvm_g_expert_mmq_up_q5_K
+                                        : f.gate_up == MVM_W_Q6_K ? mvm_g_expert_mmq_up_q6_K
                                                                   : NULL;
     void (*mmq_down)(mvm_g_expert_args) = f.down == MVM_W_Q8_0   ? mvm_g_expert_mmq_down_q8_0
                                           : f.down == MVM_W_Q4_K ? mvm_g_expert_mmq_down_q4_K
+                                          : f.down == MVM_W_Q5_K ? mvm_g_expert_mmq_down_q5_K
                                           : f.down == MVM_W_Q6_K ? mvm_g_expert_mmq_down_q6_K
                                                                  : NULL;
     const bool mmq_ok = mmq_up && mmq_down &&
@@ -577,8 +580,12 @@ static void test_experts(void)
      * unit and biases on Q8_0 experts */
     experts_case(mvm_k_expert_uniform(MVM_W_Q8_0), 288, 64, 70);
     experts_case({MVM_W_Q8_0, MVM_W_Q8_0, MVM_GLU_OAI, 0}, 160, 96, 11);
-    /* and Q4_K_M's: two super-blocks of K each way, two tiles of rows */
+    /* and Q4_K_M's: two super-blocks of K each way, two tiles of rows; Q5_K_M's (Q5_K
+     * gate/up, Q6_K down), Q5_K's and Q6_K's through all three K types of gate/up and down */
     experts_case(mixed[0], 512, 512, 70);
+    experts_case({MVM_W_Q5_K, MVM_W_Q6_K, MVM_GLU_SILU, 0}, 512, 512, 70);
+    experts_case({MVM_W_Q6_K, MVM_W_Q5_K, MVM_GLU_SILU, 0}, 256, 512, 11);
+    experts_case(mvm_k_expert_uniform(MVM_W_Q5_K), 512, 256, 11);
     /* decode: up1's long rows, its two rows' rounds past the unrolled four (device.cuh,
      * row_dot_tile) */
     experts_case(mvm_k_expert_uniform(MVM_W_Q8_0), 2400, 64, 1);

@@ -291,7 +291,7 @@ static void check_zerocopy_refused(const char *path)
 /* The launches of the mmq kernels of `part` ("up" or "down"), every type's. */
 static unsigned long mmq_launches(const char *part)
 {
-    static const char *const types[] = {"q8_0", "q4_K", "q6_K"};
+    static const char *const types[] = {"q8_0", "q4_K", "q5_K", "q6_K"};
     unsigned long n = 0;
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
         char name[64];
@@ -301,12 +301,14 @@ static unsigned long mmq_launches(const char *part)
     return n;
 }
 
-/* MOEVM_MMQ=on: a prompt's Q8_0 and Q4_K experts (with Q4_K or Q6_K down) on the int8
- * tensor cores (kernels/cuda/mmq.cu), up and down a launch each a step, the decode's on up1
+/* MOEVM_MMQ=on: a prompt's Q8_0 and K-quant experts (Q4_K_M's mix, Q5_K's, Q6_K's) on the
+ * int8 tensor cores (kernels/cuda/mmq.cu), up and down a launch each a step, the decode's on up1
  * and down1 as before. Without cuBLAS (MOEVM_GEMM_ROWS=0: every other product on the
  * kernels) the logits are the CPU's to the rounding of the integer kernels (each block's
  * float is the CPU's, the blocks added in order), by batches of 8 and of 3 (experts of one
- * row in a step of several). With cuBLAS for products of 2 rows or more, the experts still
+ * row in a step of several); the Q6_K model, whose device run parts from the CPU's at one
+ * position with or without mmq (a near tie the device's sums round the other way), is
+ * compared with the device's run without mmq. With cuBLAS for products of 2 rows or more, the experts still
  * take mmq: fewer batched products (the prompt's attention keeps its own). Models whose
  * experts are of other types (Q3_K; Qwen2-MoE's Q4_K, whose down falls back to a 32-wide
  * type) take the other paths, as every model does on a device older than compute
@@ -316,15 +318,22 @@ static void test_mmq(void)
     static const struct {
         const char *arch, *preset;
         enum mvm_wtype type;
-        int mmq; /* whether its experts take the mmq kernels */
-    } cases[] = {{"olmoe", "tiny", MVM_W_Q8_0, 1}, {"deepseek2", "tiny-v3", MVM_W_Q8_0, 1},
-                 {"deepseek2", "tiny-v3", MVM_W_Q4_K, 1}, {"olmoe", "tiny", MVM_W_Q4_K, 1},
-                 {"qwen2moe", "tiny", MVM_W_Q4_K, 0}, {"olmoe", "tiny", MVM_W_Q3_K, 0}};
+        int mmq;   /* whether its experts take the mmq kernels */
+        int flips; /* the device's rounding flips a choice against the CPU's, mmq or not
+                      (the Q6_K model's, at its position 11): compared with the device's
+                      logits without mmq instead */
+    } cases[] = {{"olmoe", "tiny", MVM_W_Q8_0, 1, 0}, {"deepseek2", "tiny-v3", MVM_W_Q8_0, 1, 0},
+                 {"deepseek2", "tiny-v3", MVM_W_Q4_K, 1, 0}, {"olmoe", "tiny", MVM_W_Q4_K, 1, 0},
+                 {"olmoe", "tiny", MVM_W_Q5_K, 1, 0}, {"olmoe", "tiny", MVM_W_Q6_K, 1, 1},
+                 {"qwen2moe", "tiny", MVM_W_Q4_K, 0, 0}, {"olmoe", "tiny", MVM_W_Q3_K, 0, 0}};
     static const uint32_t batches[] = {8, 3};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         const char *path = preset_path(cases[i].arch, cases[i].preset, cases[i].type);
         size_t n = N_PROMPT * mvm_preset_find(cases[i].preset, cases[i].arch)->spec.n_vocab;
-        struct run *cpu = run_prompt(path, MVM_BACKEND_HOST, 1, 8, 0);
+        setenv("MOEVM_MMQ", "off", 1);
+        setenv("MOEVM_GEMM_ROWS", "0", 1);
+        struct run *ref = run_prompt(path, cases[i].flips ? MVM_BACKEND_CUDA : MVM_BACKEND_HOST,
+                                     1, 8, 0);
         setenv("MOEVM_MMQ", "on", 1);
         for (size_t b = 0; b < 2; b++) {
             setenv("MOEVM_GEMM_ROWS", "0", 1);
@@ -334,8 +343,8 @@ static void test_mmq(void)
             const unsigned long down = mmq_launches("down") - down0;
             CHECK(cases[i].mmq ? up > 0 && up == down : up == 0 && down == 0);
             CHECK(gpu != NULL);
-            if (cpu && gpu) {
-                double e = check_rel_l2(gpu->logits, cpu->logits, n);
+            if (ref && gpu) {
+                double e = check_rel_l2(gpu->logits, ref->logits, n);
                 fprintf(stderr, "  %s %s type %d, batches of %u, mmq: relative error %.3g\n",
                         cases[i].arch, cases[i].preset, (int)cases[i].type, batches[b], e);
                 CHECK(e < 2e-3);
@@ -351,13 +360,13 @@ static void test_mmq(void)
             batched[on] = calls("cublasGemmBatchedEx");
         }
         CHECK(cases[i].mmq ? batched[1] < batched[0] : batched[1] == batched[0]);
-        unsetenv("MOEVM_MMQ"); /* auto: as on (Q8_0's and Q4_K_M's experts) */
+        unsetenv("MOEVM_MMQ"); /* auto: as on (Q8_0's and the K-quants' experts) */
         setenv("MOEVM_GEMM_ROWS", "0", 1);
         const unsigned long up0 = mmq_launches("up");
         free_run(run_prompt(path, MVM_BACKEND_CUDA, 1, 8, 0));
         CHECK((mmq_launches("up") > up0) == (cases[i].mmq == 1));
         unsetenv("MOEVM_GEMM_ROWS");
-        free_run(cpu);
+        free_run(ref);
     }
     /* a device of compute capability 7.5: no mmq kernels, the integer ones instead */
     const char *path = preset_path("olmoe", "tiny", MVM_W_Q8_0);

@@ -47,10 +47,10 @@ enum { MOD_MATVEC, MOD_EXPERT, MOD_OPS, MOD_GEMM, MOD_MMQ, MOD_ATTN_MMA, MOD_COU
  * launch. */
 #define MOD_TYPED MOD_COUNT
 
-/* The weight types of the mmq kernels (kernels/cuda/mmq.cu): Q8_0, and Q4_K_M's. */
+/* The weight types of the mmq kernels (kernels/cuda/mmq.cu): Q8_0, and the K-quants of
+ * Q4_K_M, Q5_K_M and Q6_K files. */
 #define W_BIT(t) (1ull << (t))
-#define MMQ_UP_TYPES (W_BIT(MVM_W_Q8_0) | W_BIT(MVM_W_Q4_K))
-#define MMQ_DOWN_TYPES (W_BIT(MVM_W_Q8_0) | W_BIT(MVM_W_Q4_K) | W_BIT(MVM_W_Q6_K))
+#define MMQ_TYPES (W_BIT(MVM_W_Q8_0) | W_BIT(MVM_W_Q4_K) | W_BIT(MVM_W_Q5_K) | W_BIT(MVM_W_Q6_K))
 
 /* Each kernel: its module, base name, whether it has one function per weight type, and
  * which types (a bit each; 0: every one). */
@@ -69,8 +69,8 @@ static const struct {
     [MVM_GK_EXPERT_DOWN1_KEEP] = {MOD_TYPED, "mvm_g_expert_down1_keep", 1},
     [MVM_GK_EXPERT_DOWN] = {MOD_TYPED, "mvm_g_expert_down", 1},
     [MVM_GK_EXPERT_QUANTIZE] = {MOD_EXPERT, "mvm_g_expert_quantize", 0},
-    [MVM_GK_EXPERT_MMQ_UP] = {MOD_MMQ, "mvm_g_expert_mmq_up", 1, MMQ_UP_TYPES},
-    [MVM_GK_EXPERT_MMQ_DOWN] = {MOD_MMQ, "mvm_g_expert_mmq_down", 1, MMQ_DOWN_TYPES},
+    [MVM_GK_EXPERT_MMQ_UP] = {MOD_MMQ, "mvm_g_expert_mmq_up", 1, MMQ_TYPES},
+    [MVM_GK_EXPERT_MMQ_DOWN] = {MOD_MMQ, "mvm_g_expert_mmq_down", 1, MMQ_TYPES},
     [MVM_GK_EXPERT_SUM] = {MOD_EXPERT, "mvm_g_expert_sum", 0},
     [MVM_GK_ROUTE] = {MOD_EXPERT, "mvm_g_route", 0},
     [MVM_GK_ROUTE_ROWS] = {MOD_EXPERT, "mvm_g_route_rows", 0},

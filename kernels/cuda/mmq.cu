@@ -2,7 +2,8 @@
  * A prompt's routed experts on the tensor cores, in integers (kernels/cuda/kernels.h,
  * mvm_g_expert_mmq_*): the int8 mma.sync of Ampere and later (m16n8k32, s8 in, s32 out) on
  * the weights as they lie in the expert space, Q8_0 against the Q8_0 activation blocks, and
- * Q4_K_M's Q4_K and Q6_K against Q8_K blocks, each block's integers scaled as the CPU scales
+ * the K-quants of Q4_K_M's, Q5_K_M's and Q6_K's experts (Q4_K, Q5_K, Q6_K) against Q8_K
+ * blocks, each block's integers scaled as the CPU scales
  * them (kernels/blocks.h: mvm_k_qfloat for a Q8_0 block, mvm_k_kscale for a K super-block
  * from its integer sums), the blocks added in order. This is llama.cpp's mul_mat_q for MoE
  * (mul_mat_id with its ids): no F16 copy of the weights, and all of a step's experts in two
@@ -20,15 +21,16 @@
  * m16n8k32 products per 32 elements of K (fewer where the expert has fewer rows left: the
  * groups of 8 past its last are neither loaded nor multiplied). The weights and the tile's activations go
  * through shared memory four 32-element sub-blocks at a time (four Q8_0 blocks, half a K
- * super-block), unpacked to signed bytes (Q4_K's nibbles, Q6_K's six bits), two 16-bit loads
+ * super-block), unpacked to bytes (Q4_K's nibbles, Q5_K's five bits, Q6_K's six), two 16-bit loads
  * a word where a block's quants are only 2-byte aligned, 16 bytes a load for Q4_K weights
  * that are 16-byte aligned, rows of 36 words so that the 32 lanes' fragment loads hit 32
  * banks. Each thread issues all of a stage's loads before its stores to shared memory
  * (mmq_load_words: until 2026-11-30 each load waited for the store before it, a round trip
  * to memory per word, 16 to 32 of them a thread a stage, and each word's place in its row
- * was worked out again, ~50 instructions a word; now ~10, bench/gpu/sass.sh). The integers stay integers to a block's end: a Q8_0
- * block's sum is scaled at once; a K super-block's sums, its sub-blocks' weighted by their
- * scales (Q4_K's mins by the activations' sums: Q8_K's bsums), are scaled after its eighth,
+ * was worked out again, ~50 instructions a word; now ~10, bench/gpu/sass.sh). The integers
+ * stay integers to a block's end: a Q8_0 block's sum is scaled at once; a K super-block's
+ * sums, its sub-blocks' weighted by their scales (Q4_K's and Q5_K's mins by the
+ * activations' sums: Q8_K's bsums), are scaled after its eighth,
  * as the CPU's. Q6_K's scales are per 16: each 32 takes two products, the other half of A
  * zero, and its quants stay unsigned with the activations' sums taking off their 32.
  * Up ends in the unit (SwiGLU, or gpt-oss's) and writes h as expert.cu's up does (Q8_0
@@ -63,9 +65,10 @@ static __device__ __forceinline__ void mma_s8(int c[4], const int a[4], const in
 
 /* The staged sub-blocks: rows 0..63 the weights', 64..127 the tile's activations'; their
  * quants as words, and per row and sub-block: d (a Q8_0 block's scale; a Q8_K block's d
- * for each of its sub-blocks), s (Q4_K: its scale and min; Q6_K: its two scales; Q8_K:
- * its two bsums, or with Q4_K weights their sum and the second), and a K weight super-block's d and dmin (dk). base[i]: row i's first
- * block; a row's blocks are wstep (weights) or xstep (activations) bytes apart. */
+ * for each of its sub-blocks), s (Q4_K, Q5_K: its scale and min; Q6_K: its two scales;
+ * Q8_K: its two bsums, or with Q4_K or Q5_K weights their sum and the second), and a K
+ * weight super-block's d and dmin (dk). base[i]: row i's first block; a row's blocks are
+ * wstep (weights) or xstep (activations) bytes apart. */
 struct alignas(16) mmq_stage { /* 16-byte aligned rows (MMQ_S words) for 16-byte stores */
     int q[MMQ_ROWS][MMQ_S];
     float d[MMQ_ROWS][MMQ_KB];
@@ -85,13 +88,18 @@ static __device__ __forceinline__ int mmq_word(const uint8_t *p) /* word_at's, 2
 }
 
 /* Word w (quants 4w..4w+3) of sub-block c (< 8) of K super-block blk, unpacked to bytes:
- * Q4_K's nibbles, Q6_K's six bits (0..63); kernels/blocks.h's layouts. */
+ * Q4_K's nibbles, Q5_K's five bits, Q6_K's six bits (0..63); kernels/blocks.h's layouts. */
 template <enum mvm_wtype W>
 static __device__ __forceinline__ int k_word(const uint8_t *blk, uint32_t c, uint32_t w)
 {
     if (W == MVM_W_Q4_K)
         return mmq_word(((const mvm_block_q4_K *)blk)->qs + 32 * (c / 2) + 4 * w) >>
                    (4 * (c % 2)) & 0x0F0F0F0F;
+    if (W == MVM_W_Q5_K) { /* Q4_K's nibbles, and bit c of qh as the fifth bit */
+        const mvm_block_q5_K *x = (const mvm_block_q5_K *)blk;
+        return (mmq_word(x->qs + 32 * (c / 2) + 4 * w) >> (4 * (c % 2)) & 0x0F0F0F0F) |
+               (mmq_word(x->qh + 4 * w) >> c & 0x01010101) << 4;
+    }
     const mvm_block_q6_K *x = (const mvm_block_q6_K *)blk;
     const uint32_t h = c / 4, k = c % 4;
     const int lo = mmq_word(x->ql + 64 * h + 32 * (k & 1) + 4 * w) >> (4 * (k >> 1)) & 0x0F0F0F0F;
@@ -193,9 +201,9 @@ static __device__ __forceinline__ void mmq_load_scales(mmq_stage &s, uint32_t fi
             const mvm_block_q8_K *a = (const mvm_block_q8_K *)blk;
             d[i] = __ldg(&a->d);
             s0[i] = __ldg(&a->bsums[2 * c]), s1[i] = __ldg(&a->bsums[2 * c + 1]);
-            if (W == MVM_W_Q4_K) /* Q4_K's mins take the sub-block's whole sum */
+            if (W == MVM_W_Q4_K || W == MVM_W_Q5_K) /* their mins take the whole sum */
                 s0[i] += s1[i];
-        } else if (W == MVM_W_Q4_K) {
+        } else if (W == MVM_W_Q4_K || W == MVM_W_Q5_K) { /* Q5_K's d, dmin, scales: Q4_K's */
             const mvm_block_q4_K *x = (const mvm_block_q4_K *)blk;
             /* mvm_k_scale_min's bytes: c, c + 4 (c < 4); c - 4, c, c + 4 */
             const uint8_t *q = x->scales;
@@ -284,7 +292,7 @@ static __device__ void mmq_tile(mmq_stage &s, uint32_t nk, uint32_t nj, uint64_t
                     acc[j][1] += (float)c[1] * (dw0 * dx1);
                     acc[j][2] += (float)c[2] * (dw1 * dx0);
                     acc[j][3] += (float)c[3] * (dw1 * dx1);
-                } else if (W == MVM_W_Q4_K) {
+                } else if (W == MVM_W_Q4_K || W == MVM_W_Q5_K) {
                     mma_s8(c, a, b);
                     const int bs0 = s.s[n0][kb][0], bs1 = s.s[n1][kb][0];
                     isum[j][0] += sw0[0] * c[0], msum[j][0] += sw0[1] * bs0;
@@ -440,8 +448,11 @@ template <enum mvm_wtype DN> static __device__ void mmq_down(const mvm_g_expert_
     }
 MMQ_UP(q8_0, MVM_W_Q8_0)
 MMQ_UP(q4_K, MVM_W_Q4_K)
+MMQ_UP(q5_K, MVM_W_Q5_K)
+MMQ_UP(q6_K, MVM_W_Q6_K)
 MMQ_DOWN(q8_0, MVM_W_Q8_0)
 MMQ_DOWN(q4_K, MVM_W_Q4_K)
+MMQ_DOWN(q5_K, MVM_W_Q5_K)
 MMQ_DOWN(q6_K, MVM_W_Q6_K)
 #undef MMQ_UP
 #undef MMQ_DOWN

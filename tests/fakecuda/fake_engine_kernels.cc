@@ -120,8 +120,11 @@ fakecuda_register_kernels(fakecuda_add_kernel_fn add)
     ADD(mvm_g_expert_quantize, mvm_g_expert_args);
     ADD(mvm_g_expert_mmq_up_q8_0, mvm_g_expert_args);
     ADD(mvm_g_expert_mmq_up_q4_K, mvm_g_expert_args);
+    ADD(mvm_g_expert_mmq_up_q5_K, mvm_g_expert_args);
+    ADD(mvm_g_expert_mmq_up_q6_K, mvm_g_expert_args);
     ADD(mvm_g_expert_mmq_down_q8_0, mvm_g_expert_args);
     ADD(mvm_g_expert_mmq_down_q4_K, mvm_g_expert_args);
+    ADD(mvm_g_expert_mmq_down_q5_K, mvm_g_expert_args);
     ADD(mvm_g_expert_mmq_down_q6_K, mvm_g_expert_args);
     ADD(mvm_g_expert_sum, mvm_g_expert_sum_args);
     ADD(mvm_g_cpu_wait, mvm_g_cpu_wait_args);
