@@ -52,9 +52,9 @@ static __device__ __forceinline__ uint32_t row_part(uint32_t n, uint32_t warp, u
 template <enum mvm_wtype T> /* F32; a template, so that modules of other types leave it out */
 static __device__ __forceinline__ bool f32_tile_fits(const mvm_g_matvec_args &a)
 {
-    return a.n_tok > 1 && a.split <= 1 && a.n_in % 4 == 0 &&
-           (a.w | a.w2 | a.w3 | a.row_bytes | a.w_head | a.act | a.act_stride | a.act_head) % 16 ==
-               0;
+    const uint64_t at = a.w | a.w2 | a.w3 | a.row_bytes | a.w_head | a.act | a.act_stride |
+                        a.act_head;
+    return a.n_tok > 1 && a.split <= 1 && a.n_in % 4 == 0 && at % 16 == 0;
 }
 
 /* matvec's F32 rows (routers) over a tile of tokens: the block's four warps share the
@@ -88,16 +88,17 @@ static __device__ void matvec_f32_tile(const mvm_g_matvec_args &a)
     float acc[MVM_G_TILE] = {0};
     for (uint32_t c0 = 0; c0 < a.n_in; c0 += C) {
         const uint32_t cn = a.n_in - c0 < C ? a.n_in - c0 : C; /* a multiple of 4 */
-        float4 v[MVM_G_TILE * C / 4 / MVM_G_THREADS];
+        const uint32_t per = MVM_G_TILE * C / 4 / MVM_G_THREADS; /* a thread's loads */
+        float4 v[per];
         __syncthreads(); /* the chunk before is read */
 #pragma unroll
-        for (uint32_t i = 0; i < MVM_G_TILE * C / 4 / MVM_G_THREADS; i++) {
+        for (uint32_t i = 0; i < per; i++) {
             const uint32_t k = threadIdx.x + i * MVM_G_THREADS, t = k / (C / 4), j = k % (C / 4);
             if (t < nt && 4 * j < cn)
                 v[i] = __ldg((const float4 *)(x0 + (uint64_t)t * a.act_stride + 4 * c0) + j);
         }
 #pragma unroll
-        for (uint32_t i = 0; i < MVM_G_TILE * C / 4 / MVM_G_THREADS; i++) {
+        for (uint32_t i = 0; i < per; i++) {
             const uint32_t k = threadIdx.x + i * MVM_G_THREADS, t = k / (C / 4), j = k % (C / 4);
             if (t < nt && 4 * j < cn)
                 xs4[t][j] = v[i];

@@ -21,13 +21,14 @@
  * m16n8k32 products per 32 elements of K (fewer where the expert has fewer rows left: the
  * groups of 8 past its last are neither loaded nor multiplied). The weights and the tile's activations go
  * through shared memory four 32-element sub-blocks at a time (four Q8_0 blocks, half a K
- * super-block), unpacked to bytes (Q4_K's nibbles, Q5_K's five bits, Q6_K's six), two 16-bit loads
- * a word where a block's quants are only 2-byte aligned, 16 bytes a load for Q4_K weights
- * that are 16-byte aligned, rows of 36 words so that the 32 lanes' fragment loads hit 32
- * banks. Each thread issues all of a stage's loads before its stores to shared memory
- * (mmq_load_words: until 2026-11-30 each load waited for the store before it, a round trip
- * to memory per word, 16 to 32 of them a thread a stage, and each word's place in its row
- * was worked out again, ~50 instructions a word; now ~10, bench/gpu/sass.sh). The integers
+ * super-block), unpacked to bytes (Q4_K's nibbles, Q5_K's five bits, Q6_K's six), two
+ * 16-bit loads a word where a block's quants are only 2-byte aligned, 16 bytes a load for
+ * Q4_K and Q5_K weights that are 16-byte aligned, rows of 36 words so that the 32 lanes'
+ * fragment loads hit 32 banks. Each thread issues all of a stage's loads before its stores
+ * to shared memory (mmq_load_words: until 2026-11-30 each load waited for the store before
+ * it, a round trip to memory per word, 16 to 32 of them a thread a stage, and each word's
+ * place in its row was worked out again, ~50 instructions a word; now ~10,
+ * bench/gpu/sass.sh). The integers
  * stay integers to a block's end: a Q8_0 block's sum is scaled at once; a K super-block's
  * sums, its sub-blocks' weighted by their scales (Q4_K's and Q5_K's mins by the
  * activations' sums: Q8_K's bsums), are scaled after its eighth,
@@ -106,30 +107,45 @@ static __device__ __forceinline__ int k_word(const uint8_t *blk, uint32_t c, uin
     return lo | (mmq_word(x->qh + 32 * h + 4 * w) >> (2 * k) & 0x03030303) << 4;
 }
 
-/* The stage's four sub-blocks of Q4_K weight rows (k0 a multiple of MMQ_KB: sub-blocks 0..3
- * or 4..7 of super-block k0 / 8), 16-byte loads: 16 bytes of nibbles hold four words of an
- * even sub-block (the low nibbles) and the same four of the odd one after it (the high), as
- * k_word unpacks them. 2 loads a thread a stage where the word loads took 32 of 16 bits;
- * the block's threads (MVM_G_THREADS) take the 64 rows' 4 loads each. */
-static __device__ __forceinline__ void mmq_load_q4_K_rows(mmq_stage &s, uint32_t k0,
-                                                          uint64_t wstep)
+/* The stage's four sub-blocks of Q4_K or Q5_K weight rows (k0 a multiple of MMQ_KB:
+ * sub-blocks 0..3 or 4..7 of super-block k0 / 8), 16-byte loads: 16 bytes of nibbles hold
+ * four words of an even sub-block (the low nibbles) and the same four of the odd one after
+ * it (the high), as k_word unpacks them; for Q5_K the 16 bytes of qh at the same quants
+ * hold their fifth bits. 2 loads a thread a stage (Q5_K: 4) where the word loads took 32
+ * of 16 bits (Q5_K: 64); the block's threads (MVM_G_THREADS) take the 64 rows' 4 chunks. */
+template <enum mvm_wtype W>
+static __device__ __forceinline__ void mmq_load_k4_rows(mmq_stage &s, uint32_t k0,
+                                                        uint64_t wstep)
 {
     const uint32_t M = 0x0F0F0F0F, half = k0 / MMQ_KB % 2, n = MMQ_M * 4 / MVM_G_THREADS;
-    uint4 v[n];
+    const bool q5 = W == MVM_W_Q5_K;
+    uint4 v[n], h[n];
 #pragma unroll
     for (uint32_t i = 0; i < n; i++) {
         const uint32_t r = (threadIdx.x + i * MVM_G_THREADS) / 4, j = threadIdx.x % 4;
-        const mvm_block_q4_K *b = (const mvm_block_q4_K *)(s.base[r] + k0 / 8 * wstep);
-        v[i] = __ldg((const uint4 *)(b->qs + 64 * half + 16 * j));
+        const uint8_t *b = s.base[r] + k0 / 8 * wstep;
+        const uint8_t *qs =
+            q5 ? ((const mvm_block_q5_K *)b)->qs : ((const mvm_block_q4_K *)b)->qs;
+        v[i] = __ldg((const uint4 *)(qs + 64 * half + 16 * j));
+        if (q5)
+            h[i] = __ldg((const uint4 *)(((const mvm_block_q5_K *)b)->qh + 16 * (j % 2)));
     }
 #pragma unroll
     for (uint32_t i = 0; i < n; i++) {
         const uint32_t r = (threadIdx.x + i * MVM_G_THREADS) / 4, j = threadIdx.x % 4;
-        const uint32_t kb = j / 2 * 2, w = j % 2 * 4;
-        *(uint4 *)&s.q[r][kb * 8 + w] =
-            make_uint4(v[i].x & M, v[i].y & M, v[i].z & M, v[i].w & M);
-        *(uint4 *)&s.q[r][(kb + 1) * 8 + w] =
-            make_uint4(v[i].x >> 4 & M, v[i].y >> 4 & M, v[i].z >> 4 & M, v[i].w >> 4 & M);
+        const uint32_t kb = j / 2 * 2, w = j % 2 * 4, c = 4 * half + kb; /* c: the even one */
+        uint4 lo = make_uint4(v[i].x & M, v[i].y & M, v[i].z & M, v[i].w & M);
+        uint4 hi = make_uint4(v[i].x >> 4 & M, v[i].y >> 4 & M, v[i].z >> 4 & M,
+                              v[i].w >> 4 & M);
+        if (q5) {
+            const uint32_t B = 0x01010101;
+            lo.x |= (h[i].x >> c & B) << 4, lo.y |= (h[i].y >> c & B) << 4;
+            lo.z |= (h[i].z >> c & B) << 4, lo.w |= (h[i].w >> c & B) << 4;
+            hi.x |= (h[i].x >> (c + 1) & B) << 4, hi.y |= (h[i].y >> (c + 1) & B) << 4;
+            hi.z |= (h[i].z >> (c + 1) & B) << 4, hi.w |= (h[i].w >> (c + 1) & B) << 4;
+        }
+        *(uint4 *)&s.q[r][kb * 8 + w] = lo;
+        *(uint4 *)&s.q[r][(kb + 1) * 8 + w] = hi;
     }
 }
 
@@ -138,8 +154,9 @@ static __device__ __forceinline__ void mmq_load_q4_K_rows(mmq_stage &s, uint32_t
  * - 1 of K, step bytes a row's block to the next: their quants as words, n <= MMQ_M. A
  * thread takes one word of one sub-block in every fourth row (the block's MVM_G_THREADS), so
  * that the word's place in a row is worked out once a stage, and a warp's loads read a
- * row's 4 sub-blocks side by side, a sub-block's 8 words in 8 lanes. A Q8_0 block's quants are 2-byte aligned, two 16-bit
- * loads a word; a Q8_K block's, 4-byte aligned as its float d, a word a load. */
+ * row's 4 sub-blocks side by side, a sub-block's 8 words in 8 lanes. A Q8_0 block's quants
+ * are 2-byte aligned, two 16-bit loads a word; a Q8_K block's, 4-byte aligned as its float
+ * d, a word a load. */
 template <enum mvm_wtype W, bool WT>
 static __device__ __forceinline__ void mmq_load_words(mmq_stage &s, uint32_t first, uint32_t n,
                                                       uint32_t k0, uint32_t nkb, uint64_t step)
@@ -161,7 +178,8 @@ static __device__ __forceinline__ void mmq_load_words(mmq_stage &s, uint32_t fir
         if (!K)
             v[i] = mmq_word(blk + 2 + 4 * w);
         else if (!WT)
-            v[i] = __ldg((const int *)(((const mvm_block_q8_K *)blk)->qs + 32 * (k % 8) + 4 * w));
+            v[i] = __ldg(
+                (const int *)(((const mvm_block_q8_K *)blk)->qs + 32 * (k % 8) + 4 * w));
         else
             v[i] = k_word<W>(blk, k % 8, w);
     }
@@ -234,14 +252,14 @@ static __device__ __forceinline__ void mmq_load_scales(mmq_stage &s, uint32_t fi
 }
 
 /* Sub-blocks k0 .. k0 + nkb - 1 of the weights' rows (wstep bytes a block to the next) and
- * of the tile's first 8 nj activation rows (xstep) into s. aligned16 (Q4_K weights whose
- * super-blocks are 16-byte aligned): the weights' quants by mmq_load_q4_K_rows. */
+ * of the tile's first 8 nj activation rows (xstep) into s. aligned16 (Q4_K or Q5_K weights
+ * whose super-blocks are 16-byte aligned): the weights' quants by mmq_load_k4_rows. */
 template <enum mvm_wtype W>
 static __device__ void mmq_load(mmq_stage &s, uint32_t k0, uint32_t nkb, uint32_t nj,
                                 uint64_t wstep, uint64_t xstep, bool aligned16)
 {
-    if (W == MVM_W_Q4_K && aligned16 && nkb == MMQ_KB)
-        mmq_load_q4_K_rows(s, k0, wstep);
+    if ((W == MVM_W_Q4_K || W == MVM_W_Q5_K) && aligned16 && nkb == MMQ_KB)
+        mmq_load_k4_rows<W>(s, k0, wstep);
     else
         mmq_load_words<W, true>(s, 0, MMQ_M, k0, nkb, wstep);
     mmq_load_words<W, false>(s, MMQ_M, 8 * nj, k0, nkb, xstep);
@@ -250,10 +268,10 @@ static __device__ void mmq_load(mmq_stage &s, uint32_t k0, uint32_t nkb, uint32_
 }
 
 /* acc[j][i]: this lane's part of the tile, the warp's 16 weight rows against the tile's
- * rows, over nk sub-blocks of K (the rows' bases set in s; aligned16: mmq_load's): c[i] of the product against the
- * tile's rows 8j.. (mma_s8's layout), for the first nj groups of 8 rows (an expert of 32
- * rows, a Qwen3-30B-A3B one's at pp512, skips half the tile's loads and products; acc's
- * other groups stay 0). Every thread of the block must call it. */
+ * rows, over nk sub-blocks of K (the rows' bases set in s; aligned16: mmq_load's): c[i] of
+ * the product against the tile's rows 8j.. (mma_s8's layout), for the first nj groups of 8
+ * rows (an expert of 32 rows, a Qwen3-30B-A3B one's at pp512, skips half the tile's loads
+ * and products; acc's other groups stay 0). Every thread of the block must call it. */
 template <enum mvm_wtype W>
 static __device__ void mmq_tile(mmq_stage &s, uint32_t nk, uint32_t nj, uint64_t wstep,
                                 uint64_t xstep, bool aligned16, float acc[8][4])
@@ -418,7 +436,8 @@ template <enum mvm_wtype DN> static __device__ void mmq_down(const mvm_g_expert_
         const uint32_t nt = nr - t0 < MMQ_N ? nr - t0 : MMQ_N;
         mmq_rows(s, a, false, r0, t0, nt);
         float acc[8][4];
-        mmq_tile<DN>(s, a.n_groups * G / MVM_QBLOCK, (nt + 7) / 8, group, xstep, aligned16, acc);
+        mmq_tile<DN>(s, a.n_groups * G / MVM_QBLOCK, (nt + 7) / 8, group, xstep, aligned16,
+                     acc);
 #pragma unroll
         for (int j = 0; j < 8; j++)
 #pragma unroll
