@@ -64,6 +64,17 @@ static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w)
     return uint4{x, y, z, w};
 }
 
+/* __byte_perm: byte i of the result is byte s_i of the eight bytes x, y (x's low first),
+ * s_i the low 3 bits of nibble i of s (libdevice's __nv_byte_perm) */
+static inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s)
+{
+    const unsigned long long v = (unsigned long long)y << 32 | x;
+    unsigned r = 0;
+    for (int i = 0; i < 4; i++)
+        r |= (unsigned)(v >> (8 * (s >> (4 * i) & 7)) & 0xFF) << (8 * i);
+    return r;
+}
+
 /* __ldg: a load through the read-only cache, a plain load here */
 template <typename T> static inline T __ldg(const T *p)
 {

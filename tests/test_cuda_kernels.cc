@@ -447,17 +447,21 @@ static void experts_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_ff, uin
     /* and, for Q8_0 and Q4_K_M's experts of several rows, through the tensor cores' mmq
      * kernels */
     void (*mmq_up)(mvm_g_expert_args) = f.gate_up == MVM_W_Q8_0   ? mvm_g_expert_mmq_up_q8_0
+                                        : f.gate_up == MVM_W_IQ4_NL ? mvm_g_expert_mmq_up_iq4_nl
+                                        : f.gate_up == MVM_W_MXFP4 ? mvm_g_expert_mmq_up_mxfp4
                                         : f.gate_up == MVM_W_Q4_K ? mvm_g_expert_mmq_up_q4_K
                                         : f.gate_up == MVM_W_Q5_K ? mvm_g_expert_mmq_up_q5_K
                                         : f.gate_up == MVM_W_Q6_K ? mvm_g_expert_mmq_up_q6_K
                                                                   : NULL;
     void (*mmq_down)(mvm_g_expert_args) = f.down == MVM_W_Q8_0   ? mvm_g_expert_mmq_down_q8_0
+                                          : f.down == MVM_W_IQ4_NL ? mvm_g_expert_mmq_down_iq4_nl
+                                          : f.down == MVM_W_MXFP4 ? mvm_g_expert_mmq_down_mxfp4
                                           : f.down == MVM_W_Q4_K ? mvm_g_expert_mmq_down_q4_K
                                           : f.down == MVM_W_Q5_K ? mvm_g_expert_mmq_down_q5_K
                                           : f.down == MVM_W_Q6_K ? mvm_g_expert_mmq_down_q6_K
                                                                  : NULL;
     const bool mmq_ok = mmq_up && mmq_down &&
-                        (f.gate_up == MVM_W_Q8_0) == (f.down == MVM_W_Q8_0) && n_tok > 1;
+                        mvm_k_is_k(f.gate_up) == mvm_k_is_k(f.down) && n_tok > 1;
     /* device-view's per-launch addresses (wptr): each active expert read from a copy
      * elsewhere, the experts' own place poisoned, must give the same rows; for mmq's types
      * the copies 4-byte aligned, not 16 (gpt-oss's float biases need 4), so that mmq's word
@@ -586,6 +590,11 @@ static void test_experts(void)
     experts_case({MVM_W_Q5_K, MVM_W_Q6_K, MVM_GLU_SILU, 0}, 512, 512, 70);
     experts_case({MVM_W_Q6_K, MVM_W_Q5_K, MVM_GLU_SILU, 0}, 256, 512, 11);
     experts_case(mvm_k_expert_uniform(MVM_W_Q5_K), 512, 256, 11);
+    /* the table types (IQ4_NL, MXFP4: gpt-oss's experts, whose 17-byte blocks leave their
+     * nibbles byte-aligned), a partial stage of K (nine blocks) and two tiles of rows */
+    experts_case(mvm_k_expert_uniform(MVM_W_MXFP4), 288, 64, 70);
+    experts_case(mvm_k_expert_uniform(MVM_W_IQ4_NL), 288, 96, 70);
+    experts_case({MVM_W_MXFP4, MVM_W_Q8_0, MVM_GLU_SILU, 0}, 160, 64, 11);
     /* decode: up1's long rows, its two rows' rounds past the unrolled four (device.cuh,
      * row_dot_tile) */
     experts_case(mvm_k_expert_uniform(MVM_W_Q8_0), 2400, 64, 1);

@@ -291,7 +291,7 @@ static void check_zerocopy_refused(const char *path)
 /* The launches of the mmq kernels of `part` ("up" or "down"), every type's. */
 static unsigned long mmq_launches(const char *part)
 {
-    static const char *const types[] = {"q8_0", "q4_K", "q5_K", "q6_K"};
+    static const char *const types[] = {"q8_0", "q4_K", "q5_K", "q6_K", "iq4_nl", "mxfp4"};
     unsigned long n = 0;
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
         char name[64];
@@ -306,9 +306,10 @@ static unsigned long mmq_launches(const char *part)
  * and down1 as before. Without cuBLAS (MOEVM_GEMM_ROWS=0: every other product on the
  * kernels) the logits are the CPU's to the rounding of the integer kernels (each block's
  * float is the CPU's, the blocks added in order), by batches of 8 and of 3 (experts of one
- * row in a step of several); the Q6_K model, whose device run parts from the CPU's at one
- * position with or without mmq (a near tie the device's sums round the other way), is
- * compared with the device's run without mmq. With cuBLAS for products of 2 rows or more, the experts still
+ * row in a step of several); the Q6_K and IQ4_NL models, whose device runs part from the
+ * CPU's with or without mmq (a near tie the device's sums round the other way), are
+ * compared with the device's run without mmq. gpt-oss's MXFP4 experts with its unit and
+ * biases. With cuBLAS for products of 2 rows or more, the experts still
  * take mmq: fewer batched products (the prompt's attention keeps its own). Models whose
  * experts are of other types (Q3_K; Qwen2-MoE's Q4_K, whose down falls back to a 32-wide
  * type) take the other paths, as every model does on a device older than compute
@@ -320,11 +321,12 @@ static void test_mmq(void)
         enum mvm_wtype type;
         int mmq;   /* whether its experts take the mmq kernels */
         int flips; /* the device's rounding flips a choice against the CPU's, mmq or not
-                      (the Q6_K model's, at its position 11): compared with the device's
-                      logits without mmq instead */
+                      (the Q6_K model's at its position 11: 6.9e-3 in all; IQ4_NL's, 2.0e-3):
+                      compared with the device's logits without mmq instead */
     } cases[] = {{"olmoe", "tiny", MVM_W_Q8_0, 1, 0}, {"deepseek2", "tiny-v3", MVM_W_Q8_0, 1, 0},
                  {"deepseek2", "tiny-v3", MVM_W_Q4_K, 1, 0}, {"olmoe", "tiny", MVM_W_Q4_K, 1, 0},
                  {"olmoe", "tiny", MVM_W_Q5_K, 1, 0}, {"olmoe", "tiny", MVM_W_Q6_K, 1, 1},
+                 {"gpt-oss", "tiny", MVM_W_MXFP4, 1, 0}, {"olmoe", "tiny", MVM_W_IQ4_NL, 1, 1},
                  {"qwen2moe", "tiny", MVM_W_Q4_K, 0, 0}, {"olmoe", "tiny", MVM_W_Q3_K, 0, 0}};
     static const uint32_t batches[] = {8, 3};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {

@@ -222,9 +222,9 @@ static void expert_case(mvm_k_expert_fmt f, uint32_t T, uint32_t one_row, uint32
 }
 
 /* Every weight type, and a K-quant file's mixes (Q4_K_M's Q6_K down, the Q5_0 fallback);
- * three rows, and decode's one; Q8_0 and the K-quant files' types (Q4_K_M's, Q5_K_M's,
- * Q5_K, Q6_K) by the mmq kernels where the device has them (compute capability 8.0; the
- * fake's is 9.0). */
+ * three rows, and decode's one; Q8_0, the K-quant files' types (Q4_K_M's, Q5_K_M's, Q5_K,
+ * Q6_K) and the table types (MXFP4, IQ4_NL) by the mmq kernels where the device has them
+ * (compute capability 8.0; the fake's is 9.0). */
 static void test_experts(void)
 {
     for (uint32_t one_row = 0; one_row < 2; one_row++) {
@@ -241,6 +241,8 @@ static void test_experts(void)
         expert_case((mvm_k_expert_fmt){MVM_W_Q5_K, MVM_W_Q6_K}, 3, 0, 1);
         expert_case(mvm_k_expert_uniform(MVM_W_Q5_K), 3, 0, 1);
         expert_case(mvm_k_expert_uniform(MVM_W_Q6_K), 3, 0, 1);
+        expert_case(mvm_k_expert_uniform(MVM_W_MXFP4), 3, 0, 1);
+        expert_case(mvm_k_expert_uniform(MVM_W_IQ4_NL), 3, 0, 1);
     } else
         fprintf(stderr, "the device is older than compute capability 8.0: no mmq kernels to "
                 "test\n");

@@ -9,8 +9,8 @@
  *
  * The shapes' experts all active, the 512 tokens' top-k rows spread evenly over them (what
  * random routing gives on average: 64 rows an OLMoE-1B-7B expert, 32 a Qwen3-30B-A3B one);
- * Q8_0 weights, Q4_K_M's (Q4_K gate/up, Q6_K down) and Q5_K_M's (Q5_K gate/up, Q6_K
- * down), of bytes 0x11 (their values do not matter). With a K down, up's timing includes the quantization of its floats to Q8_K. A prompt computes every expert's
+ * Q8_0 weights, Q4_K_M's (Q4_K gate/up, Q6_K down), Q5_K_M's (Q5_K gate/up, Q6_K down)
+ * and MXFP4 (gpt-oss's experts), of bytes 0x11 (their values do not matter). With a K down, up's timing includes the quantization of its floats to Q8_K. A prompt computes every expert's
  * rows once per layer, so a figure here times a layer's experts of pp512: llama.cpp's whole
  * pp512 batch of OLMoE-1B-7B takes ~14 ms of kernels on an H200 (docs/perf/engine.md), 16
  * such layers and its attention. Prints a table and one line a script reads per row:
@@ -39,7 +39,8 @@ static const struct shape shapes[] = {
 
 /* gate/up and down */
 static const enum mvm_wtype types[][2] = {
-    {MVM_W_Q8_0, MVM_W_Q8_0}, {MVM_W_Q4_K, MVM_W_Q6_K}, {MVM_W_Q5_K, MVM_W_Q6_K}};
+    {MVM_W_Q8_0, MVM_W_Q8_0}, {MVM_W_Q4_K, MVM_W_Q6_K}, {MVM_W_Q5_K, MVM_W_Q6_K},
+    {MVM_W_MXFP4, MVM_W_MXFP4}};
 
 static int fail(const char *what)
 {

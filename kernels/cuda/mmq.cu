@@ -1,7 +1,9 @@
 /*
  * A prompt's routed experts on the tensor cores, in integers (kernels/cuda/kernels.h,
  * mvm_g_expert_mmq_*): the int8 mma.sync of Ampere and later (m16n8k32, s8 in, s32 out) on
- * the weights as they lie in the expert space, Q8_0 against the Q8_0 activation blocks, and
+ * the weights as they lie in the expert space, Q8_0 and the table types (IQ4_NL, and MXFP4:
+ * gpt-oss's experts, their nibbles looked up as int8 values) against the Q8_0 activation
+ * blocks, and
  * the K-quants of Q4_K_M's, Q5_K_M's and Q6_K's experts (Q4_K, Q5_K, Q6_K) against Q8_K
  * blocks, each block's integers scaled as the CPU scales
  * them (kernels/blocks.h: mvm_k_qfloat for a Q8_0 block, mvm_k_kscale for a K super-block
@@ -47,6 +49,9 @@
 #define MMQ_ROWS (MMQ_M + MMQ_N)
 #define MMQ_KB 4               /* 32-element sub-blocks of K staged at a time */
 #define MMQ_S (MMQ_KB * 8 + 4) /* words a staged row: the quants, and 4 words of padding */
+/* W is a K-quant (super-blocks of 256 against Q8_K), not a 32-element Q type (Q8_0, IQ4_NL,
+ * MXFP4: against Q8_0 blocks, one scale a block, no min) */
+#define MMQ_K(W) ((W) == MVM_W_Q4_K || (W) == MVM_W_Q5_K || (W) == MVM_W_Q6_K)
 
 #ifdef __CUDACC__
 /* c += a b on the warp's fragments (the PTX ISA's layout for m16n8k32 with .s8, g = lane /
@@ -107,6 +112,25 @@ static __device__ __forceinline__ int k_word(const uint8_t *blk, uint32_t c, uin
     return lo | (mmq_word(x->qh + 32 * h + 4 * w) >> (2 * k) & 0x03030303) << 4;
 }
 
+/* Word w (quants 4w..4w+3) of a table type's block (IQ4_NL, MXFP4: 16 bytes of nibbles at
+ * qs, quant j < 16 the low nibble of qs[j], quant 16 + j its high one, each an index into
+ * the type's 16 int8 values, kernels/blocks.h): the four indices' values, looked up with
+ * byte permutes as llama.cpp's get_int_from_table_16 does. The table's halves (values 0-7,
+ * 8-15) are each two words; a permute picks bytes by the index's low 3 bits from either,
+ * a third by its bit 3 between the two picks. q: the 4 bytes of nibbles (qs + 4 (w % 4)). */
+template <enum mvm_wtype W>
+static __device__ __forceinline__ int table_word(uint32_t q, uint32_t w)
+{
+    const uint64_t lo = W == MVM_W_MXFP4 ? MVM_K_MXFP4_LO : MVM_K_IQ4NL_LO;
+    const uint64_t hi = W == MVM_W_MXFP4 ? MVM_K_MXFP4_HI : MVM_K_IQ4NL_HI;
+    const uint32_t x = w < 4 ? q & 0x0F0F0F0F : q >> 4 & 0x0F0F0F0F;
+    /* the four indices as a permute's selector nibbles */
+    const uint32_t s4 = (x & 0xF) | (x >> 4 & 0xF0) | (x >> 8 & 0xF00) | (x >> 12 & 0xF000);
+    const uint32_t a = __byte_perm((uint32_t)lo, (uint32_t)(lo >> 32), s4 & 0x7777);
+    const uint32_t b = __byte_perm((uint32_t)hi, (uint32_t)(hi >> 32), s4 & 0x7777);
+    return (int)__byte_perm(a, b, 0x3210 | (s4 & 0x8888) >> 1);
+}
+
 /* The stage's four sub-blocks of Q4_K or Q5_K weight rows (k0 a multiple of MMQ_KB:
  * sub-blocks 0..3 or 4..7 of super-block k0 / 8), 16-byte loads: 16 bytes of nibbles hold
  * four words of an even sub-block (the low nibbles) and the same four of the odd one after
@@ -150,7 +174,7 @@ static __device__ __forceinline__ void mmq_load_k4_rows(mmq_stage &s, uint32_t k
 }
 
 /* Rows first .. first + n - 1 of the stage (WT: weights' rows, of type W, below MMQ_M; else
- * the tile's activations', Q8_0 blocks with W Q8_0, else Q8_K), sub-blocks k0 .. k0 + nkb
+ * the tile's activations', Q8_0 blocks with a 32-element W, else Q8_K), sub-blocks k0 .. k0 + nkb
  * - 1 of K, step bytes a row's block to the next: their quants as words, n <= MMQ_M. A
  * thread takes one word of one sub-block in every fourth row (the block's MVM_G_THREADS), so
  * that the word's place in a row is worked out once a stage, and a warp's loads read a
@@ -161,7 +185,7 @@ template <enum mvm_wtype W, bool WT>
 static __device__ __forceinline__ void mmq_load_words(mmq_stage &s, uint32_t first, uint32_t n,
                                                       uint32_t k0, uint32_t nkb, uint64_t step)
 {
-    const bool K = W != MVM_W_Q8_0;
+    const bool K = MMQ_K(W);
     const uint32_t pass = MVM_G_THREADS / (8 * MMQ_KB); /* rows a pass of the block: 4 */
     const uint32_t w = threadIdx.x % 8, kb = threadIdx.x / 8 % MMQ_KB, k = k0 + kb;
     const uint32_t r0 = first + threadIdx.x / (8 * MMQ_KB);
@@ -175,7 +199,14 @@ static __device__ __forceinline__ void mmq_load_words(mmq_stage &s, uint32_t fir
         if (r >= first + n)
             break;
         const uint8_t *blk = s.base[r] + off;
-        if (!K)
+        if (W == MVM_W_MXFP4 && WT) { /* 17-byte blocks: the nibbles only byte-aligned */
+            const uint8_t *q = blk + 1 + 4 * (w % 4);
+            v[i] = table_word<W>((uint32_t)__ldg(q) | (uint32_t)__ldg(q + 1) << 8 |
+                                     (uint32_t)__ldg(q + 2) << 16 | (uint32_t)__ldg(q + 3) << 24,
+                                 w);
+        } else if (W == MVM_W_IQ4_NL && WT)
+            v[i] = table_word<W>((uint32_t)mmq_word(blk + 2 + 4 * (w % 4)), w);
+        else if (!K)
             v[i] = mmq_word(blk + 2 + 4 * w);
         else if (!WT)
             v[i] = __ldg(
@@ -198,7 +229,7 @@ template <enum mvm_wtype W, bool WT>
 static __device__ __forceinline__ void mmq_load_scales(mmq_stage &s, uint32_t first, uint32_t n,
                                                        uint32_t k0, uint32_t nkb, uint64_t step)
 {
-    const bool K = W != MVM_W_Q8_0;
+    const bool K = MMQ_K(W);
     const uint32_t pass = MVM_G_THREADS / MMQ_KB; /* rows a pass of the block: 32 */
     const uint32_t kb = threadIdx.x % MMQ_KB, k = k0 + kb, c = k % 8;
     const uint32_t r0 = first + threadIdx.x / MMQ_KB;
@@ -213,7 +244,9 @@ static __device__ __forceinline__ void mmq_load_scales(mmq_stage &s, uint32_t fi
         if (r >= first + n)
             break;
         const uint8_t *blk = s.base[r] + off;
-        if (!K) {
+        if (W == MVM_W_MXFP4 && WT) { /* its power of two, halved (kernels/blocks.h) */
+            d[i] = mvm_k_e8m0_half(__ldg(blk));
+        } else if (!K) {
             d[i] = mvm_k_h2f(__ldg((const uint16_t *)blk));
         } else if (!WT) {
             const mvm_block_q8_K *a = (const mvm_block_q8_K *)blk;
@@ -276,7 +309,7 @@ template <enum mvm_wtype W>
 static __device__ void mmq_tile(mmq_stage &s, uint32_t nk, uint32_t nj, uint64_t wstep,
                                 uint64_t xstep, bool aligned16, float acc[8][4])
 {
-    const bool K = W != MVM_W_Q8_0;
+    const bool K = MMQ_K(W);
     const uint32_t lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const uint32_t m = (threadIdx.x >> 5) * 16 + g;
     int isum[8][4], msum[8][4]; /* a K super-block's integer sums so far */
@@ -301,7 +334,7 @@ static __device__ void mmq_tile(mmq_stage &s, uint32_t nk, uint32_t nj, uint64_t
                 const uint32_t n = MMQ_M + 8 * j, n0 = n + 2 * t, n1 = n0 + 1;
                 const int b[2] = {s.q[n + g][kb * 8 + t], s.q[n + g][kb * 8 + 4 + t]};
                 int c[4] = {0, 0, 0, 0};
-                if (W == MVM_W_Q8_0) {
+                if (!K) {
                     mma_s8(c, a, b);
                     const float dw0 = s.d[m][kb], dw1 = s.d[m + 8][kb];
                     const float dx0 = s.d[n0][kb], dx1 = s.d[n1][kb];
@@ -373,7 +406,7 @@ template <enum mvm_wtype GU> static __device__ void mmq_up(const mvm_g_expert_ar
     const uint64_t row = mvm_k_row_bytes(GU, a.n_embd);
     const uint64_t group = mvm_k_expert_group_bytes(f, a.n_embd);
     const uint64_t wstep = mvm_k_row_bytes(GU, (uint32_t)mvm_k_block_elems(GU));
-    const uint64_t xstep = GU == MVM_W_Q8_0 ? sizeof(mvm_block_q8_0) : sizeof(mvm_block_q8_K);
+    const uint64_t xstep = MMQ_K(GU) ? sizeof(mvm_block_q8_K) : sizeof(mvm_block_q8_0);
     const uint8_t *gate = expert_base(a, e) + c0 / G * group;
     const bool k_down = mvm_k_is_k(f.down);
     /* the rows are gate + a multiple of row, their super-blocks wstep (144 bytes) apart */
@@ -422,7 +455,7 @@ template <enum mvm_wtype DN> static __device__ void mmq_down(const mvm_g_expert_
     const uint32_t e = U32(a.active)[blockIdx.y], j0 = blockIdx.x * MMQ_M;
     const uint32_t r0 = U32(a.off)[e], nr = U32(a.cnt)[e];
     const uint32_t G = (uint32_t)mvm_k_expert_group_channels(f);
-    const uint64_t xstep = DN == MVM_W_Q8_0 ? sizeof(mvm_block_q8_0) : sizeof(mvm_block_q8_K);
+    const uint64_t xstep = MMQ_K(DN) ? sizeof(mvm_block_q8_K) : sizeof(mvm_block_q8_0);
     const uint64_t group = mvm_k_expert_group_bytes(f, a.n_embd);
     /* the rows are down_row's, a row's bytes apart, their super-blocks a group apart */
     const bool aligned16 =
@@ -466,10 +499,14 @@ template <enum mvm_wtype DN> static __device__ void mmq_down(const mvm_g_expert_
         mmq_down<T>(a);                                                                        \
     }
 MMQ_UP(q8_0, MVM_W_Q8_0)
+MMQ_UP(iq4_nl, MVM_W_IQ4_NL)
+MMQ_UP(mxfp4, MVM_W_MXFP4)
 MMQ_UP(q4_K, MVM_W_Q4_K)
 MMQ_UP(q5_K, MVM_W_Q5_K)
 MMQ_UP(q6_K, MVM_W_Q6_K)
 MMQ_DOWN(q8_0, MVM_W_Q8_0)
+MMQ_DOWN(iq4_nl, MVM_W_IQ4_NL)
+MMQ_DOWN(mxfp4, MVM_W_MXFP4)
 MMQ_DOWN(q4_K, MVM_W_Q4_K)
 MMQ_DOWN(q5_K, MVM_W_Q5_K)
 MMQ_DOWN(q6_K, MVM_W_Q6_K)
