@@ -449,6 +449,7 @@ static void experts_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_ff, uin
     void (*mmq_up)(mvm_g_expert_args) = f.gate_up == MVM_W_Q8_0   ? mvm_g_expert_mmq_up_q8_0
                                         : f.gate_up == MVM_W_IQ4_NL ? mvm_g_expert_mmq_up_iq4_nl
                                         : f.gate_up == MVM_W_MXFP4 ? mvm_g_expert_mmq_up_mxfp4
+                                        : f.gate_up == MVM_W_Q3_K ? mvm_g_expert_mmq_up_q3_K
                                         : f.gate_up == MVM_W_Q4_K ? mvm_g_expert_mmq_up_q4_K
                                         : f.gate_up == MVM_W_Q5_K ? mvm_g_expert_mmq_up_q5_K
                                         : f.gate_up == MVM_W_Q6_K ? mvm_g_expert_mmq_up_q6_K
@@ -456,6 +457,7 @@ static void experts_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_ff, uin
     void (*mmq_down)(mvm_g_expert_args) = f.down == MVM_W_Q8_0   ? mvm_g_expert_mmq_down_q8_0
                                           : f.down == MVM_W_IQ4_NL ? mvm_g_expert_mmq_down_iq4_nl
                                           : f.down == MVM_W_MXFP4 ? mvm_g_expert_mmq_down_mxfp4
+                                          : f.down == MVM_W_Q3_K ? mvm_g_expert_mmq_down_q3_K
                                           : f.down == MVM_W_Q4_K ? mvm_g_expert_mmq_down_q4_K
                                           : f.down == MVM_W_Q5_K ? mvm_g_expert_mmq_down_q5_K
                                           : f.down == MVM_W_Q6_K ? mvm_g_expert_mmq_down_q6_K
@@ -590,6 +592,10 @@ static void test_experts(void)
     experts_case({MVM_W_Q5_K, MVM_W_Q6_K, MVM_GLU_SILU, 0}, 512, 512, 70);
     experts_case({MVM_W_Q6_K, MVM_W_Q5_K, MVM_GLU_SILU, 0}, 256, 512, 11);
     experts_case(mvm_k_expert_uniform(MVM_W_Q5_K), 512, 256, 11);
+    /* Q3_K_M's (Q3_K gate/up over a Q4_K or Q5_K down), and Q3_K's down */
+    experts_case({MVM_W_Q3_K, MVM_W_Q4_K, MVM_GLU_SILU, 0}, 512, 512, 70);
+    experts_case({MVM_W_Q3_K, MVM_W_Q5_K, MVM_GLU_SILU, 0}, 256, 256, 11);
+    experts_case(mvm_k_expert_uniform(MVM_W_Q3_K), 256, 512, 11);
     /* the table types (IQ4_NL, MXFP4: gpt-oss's experts, whose 17-byte blocks leave their
      * nibbles byte-aligned), a partial stage of K (nine blocks) and two tiles of rows */
     experts_case(mvm_k_expert_uniform(MVM_W_MXFP4), 288, 64, 70);

@@ -1,13 +1,12 @@
 /*
  * A prompt's routed experts on the tensor cores, in integers (kernels/cuda/kernels.h,
  * mvm_g_expert_mmq_*): the int8 mma.sync of Ampere and later (m16n8k32, s8 in, s32 out) on
- * the weights as they lie in the expert space, Q8_0 and the table types (IQ4_NL, and MXFP4:
- * gpt-oss's experts, their nibbles looked up as int8 values) against the Q8_0 activation
- * blocks, and
- * the K-quants of Q4_K_M's, Q5_K_M's and Q6_K's experts (Q4_K, Q5_K, Q6_K) against Q8_K
- * blocks, each block's integers scaled as the CPU scales
- * them (kernels/blocks.h: mvm_k_qfloat for a Q8_0 block, mvm_k_kscale for a K super-block
- * from its integer sums), the blocks added in order. This is llama.cpp's mul_mat_q for MoE
+ * the weights as they lie in the expert space: Q8_0 and the table types (IQ4_NL, and
+ * MXFP4: gpt-oss's experts, their nibbles looked up as int8 values) against the Q8_0
+ * activation blocks, and the K-quants of Q3_K_M, Q4_K_M, Q5_K_M and Q6_K files (Q3_K, Q4_K,
+ * Q5_K, Q6_K) against Q8_K blocks, each block's integers scaled as the CPU scales them
+ * (kernels/blocks.h: mvm_k_qfloat for a Q8_0 block, mvm_k_kscale for a K super-block from
+ * its integer sums), the blocks added in order. This is llama.cpp's mul_mat_q for MoE
  * (mul_mat_id with its ids): no F16 copy of the weights, and all of a step's experts in two
  * launches whatever their row counts.
  *
@@ -23,8 +22,8 @@
  * m16n8k32 products per 32 elements of K (fewer where the expert has fewer rows left: the
  * groups of 8 past its last are neither loaded nor multiplied). The weights and the tile's activations go
  * through shared memory four 32-element sub-blocks at a time (four Q8_0 blocks, half a K
- * super-block), unpacked to bytes (Q4_K's nibbles, Q5_K's five bits, Q6_K's six), two
- * 16-bit loads a word where a block's quants are only 2-byte aligned, 16 bytes a load for
+ * super-block), unpacked to bytes (Q3_K's three bits, Q4_K's nibbles, Q5_K's five, Q6_K's
+ * six), two 16-bit loads a word where a block's quants are only 2-byte aligned, 16 bytes a load for
  * Q4_K and Q5_K weights that are 16-byte aligned, rows of 36 words so that the 32 lanes'
  * fragment loads hit 32 banks. Each thread issues all of a stage's loads before its stores
  * to shared memory (mmq_load_words: until 2026-11-30 each load waited for the store before
@@ -34,8 +33,9 @@
  * stay integers to a block's end: a Q8_0 block's sum is scaled at once; a K super-block's
  * sums, its sub-blocks' weighted by their scales (Q4_K's and Q5_K's mins by the
  * activations' sums: Q8_K's bsums), are scaled after its eighth,
- * as the CPU's. Q6_K's scales are per 16: each 32 takes two products, the other half of A
- * zero, and its quants stay unsigned with the activations' sums taking off their 32.
+ * as the CPU's. Q6_K's and Q3_K's scales are per 16: each 32 takes two products, the
+ * other half of A zero, and their quants stay unsigned with the activations' sums taking
+ * off their offset (32, 4).
  * Up ends in the unit (SwiGLU, or gpt-oss's) and writes h as expert.cu's up does (Q8_0
  * blocks; with a K down, floats into hf for mvm_g_expert_quantize); down writes out.
  *
@@ -51,7 +51,8 @@
 #define MMQ_S (MMQ_KB * 8 + 4) /* words a staged row: the quants, and 4 words of padding */
 /* W is a K-quant (super-blocks of 256 against Q8_K), not a 32-element Q type (Q8_0, IQ4_NL,
  * MXFP4: against Q8_0 blocks, one scale a block, no min) */
-#define MMQ_K(W) ((W) == MVM_W_Q4_K || (W) == MVM_W_Q5_K || (W) == MVM_W_Q6_K)
+#define MMQ_K(W)                                                                           \
+    ((W) == MVM_W_Q3_K || (W) == MVM_W_Q4_K || (W) == MVM_W_Q5_K || (W) == MVM_W_Q6_K)
 
 #ifdef __CUDACC__
 /* c += a b on the warp's fragments (the PTX ISA's layout for m16n8k32 with .s8, g = lane /
@@ -94,13 +95,20 @@ static __device__ __forceinline__ int mmq_word(const uint8_t *p) /* word_at's, 2
 }
 
 /* Word w (quants 4w..4w+3) of sub-block c (< 8) of K super-block blk, unpacked to bytes:
- * Q4_K's nibbles, Q5_K's five bits, Q6_K's six bits (0..63); kernels/blocks.h's layouts. */
+ * Q3_K's three bits (0..7), Q4_K's nibbles, Q5_K's five bits, Q6_K's six bits (0..63);
+ * kernels/blocks.h's layouts. */
 template <enum mvm_wtype W>
 static __device__ __forceinline__ int k_word(const uint8_t *blk, uint32_t c, uint32_t w)
 {
     if (W == MVM_W_Q4_K)
         return mmq_word(((const mvm_block_q4_K *)blk)->qs + 32 * (c / 2) + 4 * w) >>
                    (4 * (c % 2)) & 0x0F0F0F0F;
+    if (W == MVM_W_Q3_K) { /* two bits of qs and hmask's third (kernels/blocks.h) */
+        const mvm_block_q3_K *x = (const mvm_block_q3_K *)blk;
+        const uint32_t h = c / 4, j = c % 4;
+        return (mmq_word(x->qs + 32 * h + 4 * w) >> (2 * j) & 0x03030303) |
+               (mmq_word(x->hmask + 4 * w) >> (4 * h + j) & 0x01010101) << 2;
+    }
     if (W == MVM_W_Q5_K) { /* Q4_K's nibbles, and bit c of qh as the fifth bit */
         const mvm_block_q5_K *x = (const mvm_block_q5_K *)blk;
         return (mmq_word(x->qs + 32 * (c / 2) + 4 * w) >> (4 * (c % 2)) & 0x0F0F0F0F) |
@@ -264,6 +272,16 @@ static __device__ __forceinline__ void mmq_load_scales(mmq_stage &s, uint32_t fi
             s1[i] = c < 4 ? a & 63 : a >> 4 | (cc >> 6) << 4;
             d[i] = kb == 0 ? mvm_k_h2f(__ldg(&x->d)) : 0.0f;
             dm[i] = kb == 0 ? mvm_k_h2f(__ldg(&x->dmin)) : 0.0f;
+        } else if (W == MVM_W_Q3_K) { /* scales 2c, 2c + 1 (mvm_k_q3_scales), less 32 */
+            const mvm_block_q3_K *x = (const mvm_block_q3_K *)blk;
+            const uint32_t lo = __ldg(&x->scales[2 * c % 8]);
+            const uint32_t lo1 = __ldg(&x->scales[(2 * c + 1) % 8]);
+            const uint32_t top = __ldg(&x->scales[8 + 2 * c % 4]);
+            const uint32_t top1 = __ldg(&x->scales[8 + (2 * c + 1) % 4]);
+            const uint32_t n = 2 * c < 8 ? 0 : 4; /* the low nibbles for scales 0-7 */
+            s0[i] = (int)((lo >> n & 0xF) | (top >> (2 * (2 * c / 4)) & 3) << 4) - 32;
+            s1[i] = (int)((lo1 >> n & 0xF) | (top1 >> (2 * ((2 * c + 1) / 4)) & 3) << 4) - 32;
+            d[i] = kb == 0 ? mvm_k_h2f(__ldg(&x->d)) : 0.0f, dm[i] = 0;
         } else {
             const mvm_block_q6_K *x = (const mvm_block_q6_K *)blk;
             s0[i] = __ldg(&x->scales[2 * c]), s1[i] = __ldg(&x->scales[2 * c + 1]);
@@ -350,16 +368,18 @@ static __device__ void mmq_tile(mmq_stage &s, uint32_t nk, uint32_t nj, uint64_t
                     isum[j][1] += sw0[0] * c[1], msum[j][1] += sw0[1] * bs1;
                     isum[j][2] += sw1[0] * c[2], msum[j][2] += sw1[1] * bs0;
                     isum[j][3] += sw1[0] * c[3], msum[j][3] += sw1[1] * bs1;
-                } else { /* Q6_K: a product per 16 quants, each less 32 x its sums */
+                } else { /* Q6_K, Q3_K: a product per 16 quants, each less its offset (32,
+                            4) x its sums */
+                    const int O = W == MVM_W_Q3_K ? 4 : 32;
                     const int lo[4] = {a[0], a[1], 0, 0}, hi[4] = {0, 0, a[2], a[3]};
                     int ch[4] = {0, 0, 0, 0};
                     mma_s8(c, lo, b);
                     mma_s8(ch, hi, b);
                     const int *x0 = s.s[n0][kb], *x1 = s.s[n1][kb];
-                    isum[j][0] += sw0[0] * (c[0] - 32 * x0[0]) + sw0[1] * (ch[0] - 32 * x0[1]);
-                    isum[j][1] += sw0[0] * (c[1] - 32 * x1[0]) + sw0[1] * (ch[1] - 32 * x1[1]);
-                    isum[j][2] += sw1[0] * (c[2] - 32 * x0[0]) + sw1[1] * (ch[2] - 32 * x0[1]);
-                    isum[j][3] += sw1[0] * (c[3] - 32 * x1[0]) + sw1[1] * (ch[3] - 32 * x1[1]);
+                    isum[j][0] += sw0[0] * (c[0] - O * x0[0]) + sw0[1] * (ch[0] - O * x0[1]);
+                    isum[j][1] += sw0[0] * (c[1] - O * x1[0]) + sw0[1] * (ch[1] - O * x1[1]);
+                    isum[j][2] += sw1[0] * (c[2] - O * x0[0]) + sw1[1] * (ch[2] - O * x0[1]);
+                    isum[j][3] += sw1[0] * (c[3] - O * x1[0]) + sw1[1] * (ch[3] - O * x1[1]);
                 }
             }
         }
@@ -501,12 +521,14 @@ template <enum mvm_wtype DN> static __device__ void mmq_down(const mvm_g_expert_
 MMQ_UP(q8_0, MVM_W_Q8_0)
 MMQ_UP(iq4_nl, MVM_W_IQ4_NL)
 MMQ_UP(mxfp4, MVM_W_MXFP4)
+MMQ_UP(q3_K, MVM_W_Q3_K)
 MMQ_UP(q4_K, MVM_W_Q4_K)
 MMQ_UP(q5_K, MVM_W_Q5_K)
 MMQ_UP(q6_K, MVM_W_Q6_K)
 MMQ_DOWN(q8_0, MVM_W_Q8_0)
 MMQ_DOWN(iq4_nl, MVM_W_IQ4_NL)
 MMQ_DOWN(mxfp4, MVM_W_MXFP4)
+MMQ_DOWN(q3_K, MVM_W_Q3_K)
 MMQ_DOWN(q4_K, MVM_W_Q4_K)
 MMQ_DOWN(q5_K, MVM_W_Q5_K)
 MMQ_DOWN(q6_K, MVM_W_Q6_K)
