@@ -450,6 +450,7 @@ static void experts_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_ff, uin
                                         : f.gate_up == MVM_W_IQ4_NL ? mvm_g_expert_mmq_up_iq4_nl
                                         : f.gate_up == MVM_W_MXFP4 ? mvm_g_expert_mmq_up_mxfp4
                                         : f.gate_up == MVM_W_Q3_K ? mvm_g_expert_mmq_up_q3_K
+                                        : f.gate_up == MVM_W_IQ4_XS ? mvm_g_expert_mmq_up_iq4_xs
                                         : f.gate_up == MVM_W_Q4_K ? mvm_g_expert_mmq_up_q4_K
                                         : f.gate_up == MVM_W_Q5_K ? mvm_g_expert_mmq_up_q5_K
                                         : f.gate_up == MVM_W_Q6_K ? mvm_g_expert_mmq_up_q6_K
@@ -458,6 +459,7 @@ static void experts_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_ff, uin
                                           : f.down == MVM_W_IQ4_NL ? mvm_g_expert_mmq_down_iq4_nl
                                           : f.down == MVM_W_MXFP4 ? mvm_g_expert_mmq_down_mxfp4
                                           : f.down == MVM_W_Q3_K ? mvm_g_expert_mmq_down_q3_K
+                                          : f.down == MVM_W_IQ4_XS ? mvm_g_expert_mmq_down_iq4_xs
                                           : f.down == MVM_W_Q4_K ? mvm_g_expert_mmq_down_q4_K
                                           : f.down == MVM_W_Q5_K ? mvm_g_expert_mmq_down_q5_K
                                           : f.down == MVM_W_Q6_K ? mvm_g_expert_mmq_down_q6_K
@@ -596,6 +598,9 @@ static void test_experts(void)
     experts_case({MVM_W_Q3_K, MVM_W_Q4_K, MVM_GLU_SILU, 0}, 512, 512, 70);
     experts_case({MVM_W_Q3_K, MVM_W_Q5_K, MVM_GLU_SILU, 0}, 256, 256, 11);
     experts_case(mvm_k_expert_uniform(MVM_W_Q3_K), 256, 512, 11);
+    /* IQ4_XS's (its files' experts; a Q6_K down beside) */
+    experts_case(mvm_k_expert_uniform(MVM_W_IQ4_XS), 512, 512, 70);
+    experts_case({MVM_W_IQ4_XS, MVM_W_Q6_K, MVM_GLU_SILU, 0}, 256, 256, 11);
     /* the table types (IQ4_NL, MXFP4: gpt-oss's experts, whose 17-byte blocks leave their
      * nibbles byte-aligned), a partial stage of K (nine blocks) and two tiles of rows */
     experts_case(mvm_k_expert_uniform(MVM_W_MXFP4), 288, 64, 70);

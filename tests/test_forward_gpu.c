@@ -291,8 +291,8 @@ static void check_zerocopy_refused(const char *path)
 /* The launches of the mmq kernels of `part` ("up" or "down"), every type's. */
 static unsigned long mmq_launches(const char *part)
 {
-    static const char *const types[] = {"q8_0",   "q3_K",  "q4_K", "q5_K",
-                                        "q6_K",   "iq4_nl", "mxfp4"};
+    static const char *const types[] = {"q8_0", "q3_K",   "q4_K",   "q5_K",
+                                        "q6_K", "iq4_xs", "iq4_nl", "mxfp4"};
     unsigned long n = 0;
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
         char name[64];
@@ -328,7 +328,8 @@ static void test_mmq(void)
                  {"deepseek2", "tiny-v3", MVM_W_Q4_K, 1, 0}, {"olmoe", "tiny", MVM_W_Q4_K, 1, 0},
                  {"olmoe", "tiny", MVM_W_Q5_K, 1, 0}, {"olmoe", "tiny", MVM_W_Q6_K, 1, 1},
                  {"gpt-oss", "tiny", MVM_W_MXFP4, 1, 0}, {"olmoe", "tiny", MVM_W_IQ4_NL, 1, 1},
-                 {"olmoe", "tiny", MVM_W_Q3_K, 1, 0}, {"qwen2moe", "tiny", MVM_W_Q4_K, 0, 0},
+                 {"olmoe", "tiny", MVM_W_Q3_K, 1, 0}, {"olmoe", "tiny", MVM_W_IQ4_XS, 1, 0},
+                 {"qwen2moe", "tiny", MVM_W_Q4_K, 0, 0},
                  {"olmoe", "tiny", MVM_W_Q2_K, 0, 0}};
     static const uint32_t batches[] = {8, 3};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {

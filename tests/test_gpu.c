@@ -243,6 +243,7 @@ static void test_experts(void)
         expert_case(mvm_k_expert_uniform(MVM_W_Q6_K), 3, 0, 1);
         expert_case((mvm_k_expert_fmt){MVM_W_Q3_K, MVM_W_Q4_K}, 3, 0, 1);
         expert_case(mvm_k_expert_uniform(MVM_W_Q3_K), 3, 0, 1);
+        expert_case(mvm_k_expert_uniform(MVM_W_IQ4_XS), 3, 0, 1);
         expert_case(mvm_k_expert_uniform(MVM_W_MXFP4), 3, 0, 1);
         expert_case(mvm_k_expert_uniform(MVM_W_IQ4_NL), 3, 0, 1);
     } else

@@ -78,9 +78,9 @@ const mvm_option_desc mvm_opt_mmq = {
     "MOEVM_MMQ", MVM_OPT_CHOICE, "auto", "auto|off|on",
     "engine on a GPU of compute capability 8.0 or later: on, a step of "
     "several tokens (a prompt) multiplies its Q8_0, MXFP4 (gpt-oss) or "
-    "IQ4_NL experts, or the K-quant experts of Q3_K_M, Q4_K_M, Q5_K_M and "
-    "Q6_K files (Q3_K to Q6_K gate, up and down), on the int8 tensor "
-    "cores, all of them in two launches whatever their token counts "
+    "IQ4_NL experts, or the K-quant experts of Q3_K_M, Q4_K_M, Q5_K_M, Q6_K "
+    "and IQ4_XS files (Q3_K to Q6_K and IQ4_XS gate, up and down), on the "
+    "int8 tensor cores, all of them in two launches whatever their token counts "
     "(kernels/cuda/mmq.cu), in place of MOEVM_GEMM_ROWS's F16 products and "
     "the integer kernels; off, those; auto, on for all of them (on an "
     "H200, pp512 2.7x off's for Qwen3-30B-A3B's shape in Q8_0, 1.46x for "

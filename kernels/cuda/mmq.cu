@@ -4,9 +4,10 @@
  * the weights as they lie in the expert space: Q8_0 and the table types (IQ4_NL, and
  * MXFP4: gpt-oss's experts, their nibbles looked up as int8 values) against the Q8_0
  * activation blocks, and the K-quants of Q3_K_M, Q4_K_M, Q5_K_M and Q6_K files (Q3_K, Q4_K,
- * Q5_K, Q6_K) against Q8_K blocks, each block's integers scaled as the CPU scales them
- * (kernels/blocks.h: mvm_k_qfloat for a Q8_0 block, mvm_k_kscale for a K super-block from
- * its integer sums), the blocks added in order. This is llama.cpp's mul_mat_q for MoE
+ * Q5_K, Q6_K) and IQ4_XS (IQ4_NL's table in super-blocks) against Q8_K blocks, each
+ * block's integers scaled as the CPU scales them (kernels/blocks.h: mvm_k_qfloat for a
+ * Q8_0 block, mvm_k_kscale for a K super-block from its integer sums), the blocks added in
+ * order. This is llama.cpp's mul_mat_q for MoE
  * (mul_mat_id with its ids): no F16 copy of the weights, and all of a step's experts in two
  * launches whatever their row counts.
  *
@@ -23,8 +24,9 @@
  * groups of 8 past its last are neither loaded nor multiplied). The weights and the tile's activations go
  * through shared memory four 32-element sub-blocks at a time (four Q8_0 blocks, half a K
  * super-block), unpacked to bytes (Q3_K's three bits, Q4_K's nibbles, Q5_K's five, Q6_K's
- * six), two 16-bit loads a word where a block's quants are only 2-byte aligned, 16 bytes a load for
- * Q4_K and Q5_K weights that are 16-byte aligned, rows of 36 words so that the 32 lanes'
+ * six; IQ4_XS's and the table types' looked up), two 16-bit loads a word where a block's
+ * quants are only 2-byte aligned (MXFP4's a byte a load), 16 bytes a load for Q4_K and Q5_K
+ * weights that are 16-byte aligned, rows of 36 words so that the 32 lanes'
  * fragment loads hit 32 banks. Each thread issues all of a stage's loads before its stores
  * to shared memory (mmq_load_words: until 2026-11-30 each load waited for the store before
  * it, a round trip to memory per word, 16 to 32 of them a thread a stage, and each word's
@@ -52,7 +54,8 @@
 /* W is a K-quant (super-blocks of 256 against Q8_K), not a 32-element Q type (Q8_0, IQ4_NL,
  * MXFP4: against Q8_0 blocks, one scale a block, no min) */
 #define MMQ_K(W)                                                                           \
-    ((W) == MVM_W_Q3_K || (W) == MVM_W_Q4_K || (W) == MVM_W_Q5_K || (W) == MVM_W_Q6_K)
+    ((W) == MVM_W_Q3_K || (W) == MVM_W_Q4_K || (W) == MVM_W_Q5_K || (W) == MVM_W_Q6_K ||      \
+     (W) == MVM_W_IQ4_XS)
 
 #ifdef __CUDACC__
 /* c += a b on the warp's fragments (the PTX ISA's layout for m16n8k32 with .s8, g = lane /
@@ -94,6 +97,26 @@ static __device__ __forceinline__ int mmq_word(const uint8_t *p) /* word_at's, 2
     return (int)((uint32_t)__ldg(h) | (uint32_t)__ldg(h + 1) << 16);
 }
 
+/* Word w (quants 4w..4w+3) of a table type's block (IQ4_NL, MXFP4; an IQ4_XS sub-block:
+ * 16 bytes of nibbles at qs, quant j < 16 the low nibble of qs[j], quant 16 + j its high
+ * one, each an index into the type's 16 int8 values, IQ4_XS's IQ4_NL's; kernels/blocks.h):
+ * the four indices' values, looked up with
+ * byte permutes as llama.cpp's get_int_from_table_16 does. The table's halves (values 0-7,
+ * 8-15) are each two words; a permute picks bytes by the index's low 3 bits from either,
+ * a third by its bit 3 between the two picks. q: the 4 bytes of nibbles (qs + 4 (w % 4)). */
+template <enum mvm_wtype W>
+static __device__ __forceinline__ int table_word(uint32_t q, uint32_t w)
+{
+    const uint64_t lo = W == MVM_W_MXFP4 ? MVM_K_MXFP4_LO : MVM_K_IQ4NL_LO;
+    const uint64_t hi = W == MVM_W_MXFP4 ? MVM_K_MXFP4_HI : MVM_K_IQ4NL_HI;
+    const uint32_t x = w < 4 ? q & 0x0F0F0F0F : q >> 4 & 0x0F0F0F0F;
+    /* the four indices as a permute's selector nibbles */
+    const uint32_t s4 = (x & 0xF) | (x >> 4 & 0xF0) | (x >> 8 & 0xF00) | (x >> 12 & 0xF000);
+    const uint32_t a = __byte_perm((uint32_t)lo, (uint32_t)(lo >> 32), s4 & 0x7777);
+    const uint32_t b = __byte_perm((uint32_t)hi, (uint32_t)(hi >> 32), s4 & 0x7777);
+    return (int)__byte_perm(a, b, 0x3210 | (s4 & 0x8888) >> 1);
+}
+
 /* Word w (quants 4w..4w+3) of sub-block c (< 8) of K super-block blk, unpacked to bytes:
  * Q3_K's three bits (0..7), Q4_K's nibbles, Q5_K's five bits, Q6_K's six bits (0..63);
  * kernels/blocks.h's layouts. */
@@ -103,6 +126,10 @@ static __device__ __forceinline__ int k_word(const uint8_t *blk, uint32_t c, uin
     if (W == MVM_W_Q4_K)
         return mmq_word(((const mvm_block_q4_K *)blk)->qs + 32 * (c / 2) + 4 * w) >>
                    (4 * (c % 2)) & 0x0F0F0F0F;
+    if (W == MVM_W_IQ4_XS) /* IQ4_NL's lookup, a sub-block's 16 bytes of nibbles */
+        return table_word<W>((uint32_t)mmq_word(((const mvm_block_iq4_xs *)blk)->qs + 16 * c +
+                                                4 * (w % 4)),
+                             w);
     if (W == MVM_W_Q3_K) { /* two bits of qs and hmask's third (kernels/blocks.h) */
         const mvm_block_q3_K *x = (const mvm_block_q3_K *)blk;
         const uint32_t h = c / 4, j = c % 4;
@@ -118,25 +145,6 @@ static __device__ __forceinline__ int k_word(const uint8_t *blk, uint32_t c, uin
     const uint32_t h = c / 4, k = c % 4;
     const int lo = mmq_word(x->ql + 64 * h + 32 * (k & 1) + 4 * w) >> (4 * (k >> 1)) & 0x0F0F0F0F;
     return lo | (mmq_word(x->qh + 32 * h + 4 * w) >> (2 * k) & 0x03030303) << 4;
-}
-
-/* Word w (quants 4w..4w+3) of a table type's block (IQ4_NL, MXFP4: 16 bytes of nibbles at
- * qs, quant j < 16 the low nibble of qs[j], quant 16 + j its high one, each an index into
- * the type's 16 int8 values, kernels/blocks.h): the four indices' values, looked up with
- * byte permutes as llama.cpp's get_int_from_table_16 does. The table's halves (values 0-7,
- * 8-15) are each two words; a permute picks bytes by the index's low 3 bits from either,
- * a third by its bit 3 between the two picks. q: the 4 bytes of nibbles (qs + 4 (w % 4)). */
-template <enum mvm_wtype W>
-static __device__ __forceinline__ int table_word(uint32_t q, uint32_t w)
-{
-    const uint64_t lo = W == MVM_W_MXFP4 ? MVM_K_MXFP4_LO : MVM_K_IQ4NL_LO;
-    const uint64_t hi = W == MVM_W_MXFP4 ? MVM_K_MXFP4_HI : MVM_K_IQ4NL_HI;
-    const uint32_t x = w < 4 ? q & 0x0F0F0F0F : q >> 4 & 0x0F0F0F0F;
-    /* the four indices as a permute's selector nibbles */
-    const uint32_t s4 = (x & 0xF) | (x >> 4 & 0xF0) | (x >> 8 & 0xF00) | (x >> 12 & 0xF000);
-    const uint32_t a = __byte_perm((uint32_t)lo, (uint32_t)(lo >> 32), s4 & 0x7777);
-    const uint32_t b = __byte_perm((uint32_t)hi, (uint32_t)(hi >> 32), s4 & 0x7777);
-    return (int)__byte_perm(a, b, 0x3210 | (s4 & 0x8888) >> 1);
 }
 
 /* The stage's four sub-blocks of Q4_K or Q5_K weight rows (k0 a multiple of MMQ_KB:
@@ -272,6 +280,13 @@ static __device__ __forceinline__ void mmq_load_scales(mmq_stage &s, uint32_t fi
             s1[i] = c < 4 ? a & 63 : a >> 4 | (cc >> 6) << 4;
             d[i] = kb == 0 ? mvm_k_h2f(__ldg(&x->d)) : 0.0f;
             dm[i] = kb == 0 ? mvm_k_h2f(__ldg(&x->dmin)) : 0.0f;
+        } else if (W == MVM_W_IQ4_XS) { /* scale c (kernels/blocks.h), less 32; no min */
+            const mvm_block_iq4_xs *x = (const mvm_block_iq4_xs *)blk;
+            s0[i] = (int)((__ldg(&x->scales_l[c / 2]) >> (4 * (c % 2)) & 0xF) |
+                          (__ldg(&x->scales_h) >> (2 * c) & 3) << 4) -
+                    32;
+            s1[i] = 0;
+            d[i] = kb == 0 ? mvm_k_h2f(__ldg(&x->d)) : 0.0f, dm[i] = 0;
         } else if (W == MVM_W_Q3_K) { /* scales 2c, 2c + 1 (mvm_k_q3_scales), less 32 */
             const mvm_block_q3_K *x = (const mvm_block_q3_K *)blk;
             const uint32_t lo = __ldg(&x->scales[2 * c % 8]);
@@ -361,8 +376,8 @@ static __device__ void mmq_tile(mmq_stage &s, uint32_t nk, uint32_t nj, uint64_t
                     acc[j][1] += (float)c[1] * (dw0 * dx1);
                     acc[j][2] += (float)c[2] * (dw1 * dx0);
                     acc[j][3] += (float)c[3] * (dw1 * dx1);
-                } else if (W == MVM_W_Q4_K || W == MVM_W_Q5_K) {
-                    mma_s8(c, a, b);
+                } else if (W == MVM_W_Q4_K || W == MVM_W_Q5_K || W == MVM_W_IQ4_XS) {
+                    mma_s8(c, a, b); /* IQ4_XS: a scale a sub-block, no min (s1 0) */
                     const int bs0 = s.s[n0][kb][0], bs1 = s.s[n1][kb][0];
                     isum[j][0] += sw0[0] * c[0], msum[j][0] += sw0[1] * bs0;
                     isum[j][1] += sw0[0] * c[1], msum[j][1] += sw0[1] * bs1;
@@ -525,6 +540,7 @@ MMQ_UP(q3_K, MVM_W_Q3_K)
 MMQ_UP(q4_K, MVM_W_Q4_K)
 MMQ_UP(q5_K, MVM_W_Q5_K)
 MMQ_UP(q6_K, MVM_W_Q6_K)
+MMQ_UP(iq4_xs, MVM_W_IQ4_XS)
 MMQ_DOWN(q8_0, MVM_W_Q8_0)
 MMQ_DOWN(iq4_nl, MVM_W_IQ4_NL)
 MMQ_DOWN(mxfp4, MVM_W_MXFP4)
@@ -532,5 +548,6 @@ MMQ_DOWN(q3_K, MVM_W_Q3_K)
 MMQ_DOWN(q4_K, MVM_W_Q4_K)
 MMQ_DOWN(q5_K, MVM_W_Q5_K)
 MMQ_DOWN(q6_K, MVM_W_Q6_K)
+MMQ_DOWN(iq4_xs, MVM_W_IQ4_XS)
 #undef MMQ_UP
 #undef MMQ_DOWN

@@ -123,6 +123,7 @@ fakecuda_register_kernels(fakecuda_add_kernel_fn add)
     ADD(mvm_g_expert_mmq_up_mxfp4, mvm_g_expert_args);
     ADD(mvm_g_expert_mmq_up_q3_K, mvm_g_expert_args);
     ADD(mvm_g_expert_mmq_up_q4_K, mvm_g_expert_args);
+    ADD(mvm_g_expert_mmq_up_iq4_xs, mvm_g_expert_args);
     ADD(mvm_g_expert_mmq_up_q5_K, mvm_g_expert_args);
     ADD(mvm_g_expert_mmq_up_q6_K, mvm_g_expert_args);
     ADD(mvm_g_expert_mmq_down_q8_0, mvm_g_expert_args);
@@ -130,6 +131,7 @@ fakecuda_register_kernels(fakecuda_add_kernel_fn add)
     ADD(mvm_g_expert_mmq_down_mxfp4, mvm_g_expert_args);
     ADD(mvm_g_expert_mmq_down_q3_K, mvm_g_expert_args);
     ADD(mvm_g_expert_mmq_down_q4_K, mvm_g_expert_args);
+    ADD(mvm_g_expert_mmq_down_iq4_xs, mvm_g_expert_args);
     ADD(mvm_g_expert_mmq_down_q5_K, mvm_g_expert_args);
     ADD(mvm_g_expert_mmq_down_q6_K, mvm_g_expert_args);
     ADD(mvm_g_expert_sum, mvm_g_expert_sum_args);
