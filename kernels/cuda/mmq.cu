@@ -100,10 +100,10 @@ static __device__ __forceinline__ int mmq_word(const uint8_t *p) /* word_at's, 2
 /* Word w (quants 4w..4w+3) of a table type's block (IQ4_NL, MXFP4; an IQ4_XS sub-block:
  * 16 bytes of nibbles at qs, quant j < 16 the low nibble of qs[j], quant 16 + j its high
  * one, each an index into the type's 16 int8 values, IQ4_XS's IQ4_NL's; kernels/blocks.h):
- * the four indices' values, looked up with
- * byte permutes as llama.cpp's get_int_from_table_16 does. The table's halves (values 0-7,
- * 8-15) are each two words; a permute picks bytes by the index's low 3 bits from either,
- * a third by its bit 3 between the two picks. q: the 4 bytes of nibbles (qs + 4 (w % 4)). */
+ * the four indices' values, looked up with byte permutes as llama.cpp's
+ * get_int_from_table_16 does. The table's halves (values 0-7, 8-15) are each two words; a
+ * permute picks bytes by the index's low 3 bits from either, a third by its bit 3 between
+ * the two picks. q: the 4 bytes of nibbles (qs + 4 (w % 4)). */
 template <enum mvm_wtype W>
 static __device__ __forceinline__ int table_word(uint32_t q, uint32_t w)
 {
