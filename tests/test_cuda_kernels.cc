@@ -444,8 +444,8 @@ static void experts_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_ff, uin
     const size_t rows = n_tok * K;
     /* a decode step (one token: an expert's one row) also through up1 and down1, as the
      * engine runs it (mvm_gpu_experts), with the same data */
-    /* and, for Q8_0 and Q4_K_M's experts of several rows, through the tensor cores' mmq
-     * kernels */
+    /* and, for mmq's types (Q8_0, IQ4_NL, MXFP4; Q3_K to Q6_K, IQ4_XS) of several rows,
+     * through the tensor cores' mmq kernels */
     void (*mmq_up)(mvm_g_expert_args) = f.gate_up == MVM_W_Q8_0   ? mvm_g_expert_mmq_up_q8_0
                                         : f.gate_up == MVM_W_IQ4_NL ? mvm_g_expert_mmq_up_iq4_nl
                                         : f.gate_up == MVM_W_MXFP4 ? mvm_g_expert_mmq_up_mxfp4

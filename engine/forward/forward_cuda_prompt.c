@@ -22,8 +22,8 @@
  *
  * Not routed here: decode (forward_cuda_route.c), a budget under 100%, experts on cuBLAS
  * (its batched products take each expert's row count from the host: forward_cuda_gemm.c;
- * Q8_0 and Q4_K_M experts take the mmq kernels on a device that has them, which read the
- * counts on the device), SMoE's speculative pass, the distributed mode,
+ * the types mvm_cuda_fwd_mmq names take the mmq kernels on a device that has them, which
+ * read the counts on the device), SMoE's speculative pass, the distributed mode,
  * MOEVM_DEVICE_ROUTING=off and MOEVM_PROMPT_ROUTING=host. A benchmark's replayed routing
  * trace (mvm_moe_override) is asked for the batch's every token and layer before it runs and
  * sent up with it; the route kernel lays it out instead of the router's choice.

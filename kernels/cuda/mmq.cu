@@ -377,12 +377,14 @@ static __device__ void mmq_tile(mmq_stage &s, uint32_t nk, uint32_t nj, uint64_t
                     acc[j][2] += (float)c[2] * (dw1 * dx0);
                     acc[j][3] += (float)c[3] * (dw1 * dx1);
                 } else if (W == MVM_W_Q4_K || W == MVM_W_Q5_K || W == MVM_W_IQ4_XS) {
-                    mma_s8(c, a, b); /* IQ4_XS: a scale a sub-block, no min (s1 0) */
-                    const int bs0 = s.s[n0][kb][0], bs1 = s.s[n1][kb][0];
-                    isum[j][0] += sw0[0] * c[0], msum[j][0] += sw0[1] * bs0;
-                    isum[j][1] += sw0[0] * c[1], msum[j][1] += sw0[1] * bs1;
-                    isum[j][2] += sw1[0] * c[2], msum[j][2] += sw1[1] * bs0;
-                    isum[j][3] += sw1[0] * c[3], msum[j][3] += sw1[1] * bs1;
+                    mma_s8(c, a, b);
+                    isum[j][0] += sw0[0] * c[0], isum[j][1] += sw0[0] * c[1];
+                    isum[j][2] += sw1[0] * c[2], isum[j][3] += sw1[0] * c[3];
+                    if (W != MVM_W_IQ4_XS) { /* IQ4_XS: a scale a sub-block, no min */
+                        const int bs0 = s.s[n0][kb][0], bs1 = s.s[n1][kb][0];
+                        msum[j][0] += sw0[1] * bs0, msum[j][1] += sw0[1] * bs1;
+                        msum[j][2] += sw1[1] * bs0, msum[j][3] += sw1[1] * bs1;
+                    }
                 } else { /* Q6_K, Q3_K: a product per 16 quants, each less its offset (32,
                             4) x its sums */
                     const int O = W == MVM_W_Q3_K ? 4 : 32;
