@@ -191,13 +191,38 @@ static void test_quantize(void)
 static void (*const matvec_fn[MVM_W_COUNT])(mvm_g_matvec_args) = {MVM_G_FOR_TYPES(KERNEL_FN)};
 #undef KERNEL_FN
 
+/* mmq's product of type t (kernels/cuda/mmq.cu), NULL where it has none */
+static void (*mmq_matmul_fn(enum mvm_wtype t))(mvm_g_matvec_args)
+{
+    switch (t) {
+    case MVM_W_Q8_0: return mvm_g_mmq_matmul_q8_0;
+    case MVM_W_IQ4_NL: return mvm_g_mmq_matmul_iq4_nl;
+    case MVM_W_MXFP4: return mvm_g_mmq_matmul_mxfp4;
+    case MVM_W_Q3_K: return mvm_g_mmq_matmul_q3_K;
+    case MVM_W_Q4_K: return mvm_g_mmq_matmul_q4_K;
+    case MVM_W_Q5_K: return mvm_g_mmq_matmul_q5_K;
+    case MVM_W_Q6_K: return mvm_g_mmq_matmul_q6_K;
+    case MVM_W_IQ4_XS: return mvm_g_mmq_matmul_iq4_xs;
+    default: return NULL;
+    }
+}
+
+/* Launches matvec's product of type t, or with mmq mmq's (the same arguments and results). */
+static void launch_product(enum mvm_wtype t, const mvm_g_matvec_args &a, bool mmq)
+{
+    if (mmq)
+        launch(mmq_matmul_fn(t), a, mvm_g_mmq_matmul_shape(&a));
+    else
+        launch(matvec_fn[t], a, mvm_g_matvec_shape(&a));
+}
+
 /* n_tok tokens through n_head matrices of n_out rows (1: one matrix), laid out as MLA's
  * per-head products are: head g's rows after head g-1's (with a gap), its activations and
  * outputs interleaved by token ([token][head][...], gaps between heads' outputs). Each head
- * against mvm_k_matmul on its own rows. */
+ * against mvm_k_matmul on its own rows. With mmq, by mmq's kernel. */
 static void matvec_case(enum mvm_wtype t, uint32_t n_in, uint32_t n_out, uint32_t n_tok,
                         uint32_t n_head = 1, bool accumulate = false, uint32_t split = 1,
-                        bool aligned = false)
+                        bool aligned = false, bool mmq = false)
 {
     /* rows and activations 16-byte aligned (aligned), or only 4-byte */
     const uint64_t row_bytes = mvm_k_row_bytes(t, n_in) + (aligned ? 16 : 8);
@@ -226,7 +251,7 @@ static void matvec_case(enum mvm_wtype t, uint32_t n_in, uint32_t n_out, uint32_
                            .w3 = 0, .y3 = 0, .y_stride2 = 0, .y_stride3 = 0, .n_out2 = 0,
                            .n_out3 = 0};
     const std::vector<float> y0 = y;
-    launch(matvec_fn[t], a, mvm_g_matvec_shape(&a));
+    launch_product(t, a, mmq);
     bool ok = true;
     if (t == MVM_W_F32 && aligned) {
         /* F32 rows over a tile (matvec_f32_tile): the bits of a warp's own loads, which an
@@ -247,9 +272,9 @@ static void matvec_case(enum mvm_wtype t, uint32_t n_in, uint32_t n_out, uint32_
         double e = rel_err(&y[i * y_head], &want[i * y_head], n_out);
         ok = ok && e < 1e-5 && poisoned(&y[i * y_head + n_out], y_head - n_out);
         if (e >= 1e-5)
-            fprintf(stderr, "matvec_%s n_in %u n_out %u n_tok %u n_head %u split %u: row %u "
-                    "relative error %g\n", mvm_k_wtype_name(t), n_in, n_out, n_tok, n_head, split,
-                    i, e);
+            fprintf(stderr, "%s_%s n_in %u n_out %u n_tok %u n_head %u split %u: row %u "
+                    "relative error %g\n", mmq ? "mmq_matmul" : "matvec", mvm_k_wtype_name(t),
+                    n_in, n_out, n_tok, n_head, split, i, e);
     }
     CHECK(ok);
 }
@@ -258,7 +283,7 @@ static void matvec_case(enum mvm_wtype t, uint32_t n_in, uint32_t n_out, uint32_
  * layer's q, k and v: 13, 5 and 7 rows), each into its own outputs with its own stride,
  * against mvm_k_matmul on each; the rows past each part's keep their poison. */
 static void matvec_parts_case(enum mvm_wtype t, uint32_t n_in, uint32_t n_tok,
-                              uint32_t split = 1, bool aligned = false)
+                              uint32_t split = 1, bool aligned = false, bool mmq = false)
 {
     const uint32_t rows[3] = {13, 5, 7};
     const uint64_t row_bytes = mvm_k_row_bytes(t, n_in) + (aligned ? 16 : 8);
@@ -284,14 +309,14 @@ static void matvec_parts_case(enum mvm_wtype t, uint32_t n_in, uint32_t n_tok,
                            .w3 = dp(w[2].data()),
                            .y3 = dp(y[2].data()), .y_stride2 = stride[1],
                            .y_stride3 = stride[2], .n_out2 = rows[1], .n_out3 = rows[2]};
-    launch(matvec_fn[t], a, mvm_g_matvec_shape(&a));
+    launch_product(t, a, mmq);
     for (int p = 0; p < 3; p++)
         for (uint32_t i = 0; i < n_tok; i++) {
             const double e = rel_err(&y[p][i * stride[p]], &want[p][i * stride[p]], rows[p]);
             CHECK(e < 1e-5 && poisoned(&y[p][i * stride[p] + rows[p]], stride[p] - rows[p]));
             if (e >= 1e-5)
-                fprintf(stderr, "matvec_%s, part %d of 3: relative error %g\n",
-                        mvm_k_wtype_name(t), p, e);
+                fprintf(stderr, "%s_%s, part %d of 3: relative error %g\n",
+                        mmq ? "mmq_matmul" : "matvec", mvm_k_wtype_name(t), p, e);
         }
 }
 
@@ -346,6 +371,30 @@ static void test_matvec(void)
     matvec_case(MVM_W_F32, 1100, 6, 11, 3, false, 1, true);
     matvec_case(MVM_W_F32, 1100, 13, 3, 1, true, 1, true);
     matvec_parts_case(MVM_W_F32, 1100, 11, 1, true);
+}
+
+/* mmq's product (a prompt batch's dense matrices on the int8 tensor cores) in each of its
+ * types, against mvm_k_matmul as matvec's: a matrix of fewer rows than its tile of 64 and
+ * one of two tiles, the second partial (70); tokens in one partial tile, and in three, the
+ * last of 2 (130: its other 62 rows computed and never written); heads; a residual; the
+ * 16-byte loads of aligned Q4_K and Q5_K rows; three matrices in one launch, each's last
+ * tile partial. */
+static void test_mmq_matmul(void)
+{
+    for (int i = 0; i < MVM_W_COUNT; i++) {
+        const enum mvm_wtype t = (enum mvm_wtype)i;
+        if (!mmq_matmul_fn(t))
+            continue;
+        const uint32_t short_in = mvm_k_is_k(t) ? 256 : 96;
+        const uint32_t long_in = mvm_k_is_k(t) ? 1280 : 1088;
+        matvec_case(t, long_in, 13, 11, 1, false, 1, false, true);
+        matvec_case(t, short_in, 70, 130, 1, false, 1, false, true);
+        matvec_case(t, short_in, 6, 11, 3, false, 1, false, true);
+        matvec_case(t, long_in, 13, 9, 1, true, 1, false, true);
+        matvec_case(t, long_in, 70, 67, 1, false, 1, true, true);
+        matvec_parts_case(t, long_in, 11, 1, false, true);
+        matvec_parts_case(t, short_in, 70, 1, true, true);
+    }
 }
 
 #define KERNEL_FN(name, T) mvm_g_expert_up_##name,
@@ -1926,6 +1975,7 @@ int main(void)
     RUN(test_emu_h2f);
     RUN(test_quantize);
     RUN(test_matvec);
+    RUN(test_mmq_matmul);
     RUN(test_experts);
     RUN(test_route);
     RUN(test_route_rows);

@@ -302,12 +302,28 @@ static unsigned long mmq_launches(const char *part)
     return n;
 }
 
+/* The dense products of mmq's types in a batch (mvm_g_mmq_matmul_<type>) */
+static unsigned long mmq_dense_launches(void)
+{
+    static const char *const types[] = {"q8_0", "q3_K",   "q4_K",   "q5_K",
+                                        "q6_K", "iq4_xs", "iq4_nl", "mxfp4"};
+    unsigned long n = 0;
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "mvm_g_mmq_matmul_%s", types[i]);
+        n += fakecuda_engine_launches(name);
+    }
+    return n;
+}
+
 /* MOEVM_MMQ=on: a prompt's Q8_0 and K-quant experts (Q4_K_M's mix, Q5_K's, Q6_K's) on the
  * int8 tensor cores (kernels/cuda/mmq.cu), up and down a launch each a step, the decode's on up1
- * and down1 as before. Without cuBLAS (MOEVM_GEMM_ROWS=0: every other product on the
+ * and down1 as before; and in a batch of 9 tokens or more (MVM_CUDA_MMQ_ROWS) its dense
+ * matrices of those types too (mvm_g_mmq_matmul), in fewer the integer kernels. Without
+ * cuBLAS (MOEVM_GEMM_ROWS=0: every other product on the
  * kernels) the logits are the CPU's to the rounding of the integer kernels (each block's
- * float is the CPU's, the blocks added in order), by batches of 8 and of 3 (experts of one
- * row in a step of several); the Q6_K and IQ4_NL models, whose device runs part from the
+ * float is the CPU's, the blocks added in order), by batches of 12 (then 2), 8 and 3
+ * (experts of one row in a step of several); the Q6_K and IQ4_NL models, whose device runs part from the
  * CPU's with or without mmq (a near tie the device's sums round the other way), are
  * compared with the device's run without mmq. gpt-oss's MXFP4 experts with its unit and
  * biases. With cuBLAS for products of 2 rows or more, the experts still
@@ -324,14 +340,20 @@ static void test_mmq(void)
         int flips; /* the device's rounding flips a choice against the CPU's, mmq or not
                       (the Q6_K model's at its position 11: 6.9e-3 in all; IQ4_NL's, 2.0e-3):
                       compared with the device's logits without mmq instead */
-    } cases[] = {{"olmoe", "tiny", MVM_W_Q8_0, 1, 0}, {"deepseek2", "tiny-v3", MVM_W_Q8_0, 1, 0},
-                 {"deepseek2", "tiny-v3", MVM_W_Q4_K, 1, 0}, {"olmoe", "tiny", MVM_W_Q4_K, 1, 0},
-                 {"olmoe", "tiny", MVM_W_Q5_K, 1, 0}, {"olmoe", "tiny", MVM_W_Q6_K, 1, 1},
-                 {"gpt-oss", "tiny", MVM_W_MXFP4, 1, 0}, {"olmoe", "tiny", MVM_W_IQ4_NL, 1, 1},
-                 {"olmoe", "tiny", MVM_W_Q3_K, 1, 0}, {"olmoe", "tiny", MVM_W_IQ4_XS, 1, 0},
-                 {"qwen2moe", "tiny", MVM_W_Q4_K, 0, 0},
-                 {"olmoe", "tiny", MVM_W_Q2_K, 0, 0}};
-    static const uint32_t batches[] = {8, 3};
+        int dense; /* whether some dense matrix is of mmq's types */
+    } cases[] = {{"olmoe", "tiny", MVM_W_Q8_0, 1, 0, 1},
+                 {"deepseek2", "tiny-v3", MVM_W_Q8_0, 1, 0, 1},
+                 {"deepseek2", "tiny-v3", MVM_W_Q4_K, 1, 0, 1},
+                 {"olmoe", "tiny", MVM_W_Q4_K, 1, 0, 1},
+                 {"olmoe", "tiny", MVM_W_Q5_K, 1, 0, 1},
+                 {"olmoe", "tiny", MVM_W_Q6_K, 1, 1, 1},
+                 {"gpt-oss", "tiny", MVM_W_MXFP4, 1, 0, 1},
+                 {"olmoe", "tiny", MVM_W_IQ4_NL, 1, 1, 1},
+                 {"olmoe", "tiny", MVM_W_Q3_K, 1, 0, 1},
+                 {"olmoe", "tiny", MVM_W_IQ4_XS, 1, 0, 1},
+                 {"qwen2moe", "tiny", MVM_W_Q4_K, 0, 0, 1},
+                 {"olmoe", "tiny", MVM_W_Q2_K, 0, 0, 1}};
+    static const uint32_t batches[] = {12, 8, 3};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         const char *path = preset_path(cases[i].arch, cases[i].preset, cases[i].type);
         size_t n = N_PROMPT * mvm_preset_find(cases[i].preset, cases[i].arch)->spec.n_vocab;
@@ -340,13 +362,17 @@ static void test_mmq(void)
         struct run *ref = run_prompt(path, cases[i].flips ? MVM_BACKEND_CUDA : MVM_BACKEND_HOST,
                                      1, 8, 0);
         setenv("MOEVM_MMQ", "on", 1);
-        for (size_t b = 0; b < 2; b++) {
+        for (size_t b = 0; b < sizeof batches / sizeof *batches; b++) {
             setenv("MOEVM_GEMM_ROWS", "0", 1);
             const unsigned long up0 = mmq_launches("up"), down0 = mmq_launches("down");
+            const unsigned long dense0 = mmq_dense_launches();
             struct run *gpu = run_prompt(path, MVM_BACKEND_CUDA, 1, batches[b], 0);
             const unsigned long up = mmq_launches("up") - up0;
             const unsigned long down = mmq_launches("down") - down0;
+            const unsigned long dense = mmq_dense_launches() - dense0;
             CHECK(cases[i].mmq ? up > 0 && up == down : up == 0 && down == 0);
+            /* (9: MVM_CUDA_MMQ_ROWS, engine/forward/forward_cuda_impl.h) */
+            CHECK((dense > 0) == (cases[i].dense && batches[b] >= 9));
             CHECK(gpu != NULL);
             if (ref && gpu) {
                 double e = check_rel_l2(gpu->logits, ref->logits, n);
@@ -1418,8 +1444,8 @@ static void test_device_routing(void)
  * finds them so): the same logits to the bit, the same choices and router inputs seen by the
  * route observer, the same accesses and hits counted. Softmax and sigmoid routers, a
  * choosing bias, expert groups, gpt-oss's biased router and down biases, shared experts,
- * K-quant experts on the mmq kernels, the other products and the attention on cuBLAS
- * beside mmq's experts, a benchmark's replayed routing; and six blocks, so that the stage's
+ * K-quant experts on the mmq kernels, the attention on cuBLAS beside mmq's experts, a
+ * benchmark's replayed routing; and six blocks, so that the stage's
  * ring of four
  * layers comes round (each layer replayed before its slot is taken again). A device whose
  * routing answers an expert out of range fails the batch, named; so do a failed wait for
@@ -1431,7 +1457,8 @@ static void test_prompt_routing(void)
         const char *arch, *preset;
         enum mvm_wtype type;
         uint32_t layers;
-        int gemm; /* the other products and the prompt's attention on cuBLAS */
+        int gemm; /* the prompt's attention on cuBLAS (its products of Q8_0 weights: mmq's,
+                     in 4 rows the integer kernels) */
         int replay; /* a benchmark's replayed routing (replay) */
     } cases[] = {{"llama", "tiny", MVM_W_Q8_0, 6, 0, 0},    {"qwen2moe", "tiny", MVM_W_Q4_K, 0, 0, 0},
                  {"olmoe", "tiny", MVM_W_Q4_K, 0, 0, 0},    {"deepseek2", "tiny", MVM_W_Q8_0, 0, 0, 0},
@@ -1456,7 +1483,7 @@ static void test_prompt_routing(void)
         struct run *dev = run_prompt(path, MVM_BACKEND_CUDA, 1, 4, 0);
         const unsigned long routed = fakecuda_engine_launches("mvm_g_route_rows") - r1;
         CHECK(r1 == r0 && routed > 0);
-        CHECK((calls("cublasGemmEx") > 0) == cases[i].gemm);
+        CHECK((calls("cublasGemmBatchedEx") > 0) == cases[i].gemm);
         if (host && dev) {
             const int same = memcmp(host->logits, dev->logits, n * sizeof *host->logits) == 0;
             CHECK(same && memcmp(host->sel, dev->sel, sizeof host->sel) == 0);

@@ -87,17 +87,18 @@ static mvm_dptr device_act(enum mvm_wtype t, mvm_dptr dx, const float *x, uint32
     return dq;
 }
 
-/* One product of 2 tokens in weight type t (split warps a row), its relative error against
- * the CPU's in *err; the launch's status. */
-static mvm_status matvec_once(enum mvm_wtype t, uint32_t split, double *err)
+/* One product of n_tok tokens by n_out rows in weight type t (split warps a row; mmq: by
+ * mmq's kernel instead), its relative error against the CPU's in *err; the launch's
+ * status. */
+static mvm_status product_once(enum mvm_wtype t, uint32_t n_out, uint32_t n_tok, uint32_t split,
+                               int mmq, double *err)
 {
-    const uint32_t n_out = 7, n_tok = 2;
     const uint32_t n_in = mvm_k_is_k(t) ? 768 : 320; /* several warp steps */
     const size_t rb = mvm_k_row_bytes(t, n_in);
-    const size_t ab = mvm_k_act_bytes(t, n_in);
+    const size_t ab = mvm_k_act_bytes(t, n_in), ny = (size_t)n_tok * n_out;
     float *wf = randoms((size_t)n_out * n_in), *x = randoms((size_t)n_tok * n_in);
     uint8_t *w = malloc(n_out * rb), *act = malloc(n_tok * ab);
-    float want[2 * 7], got[2 * 7];
+    float *want = malloc(ny * sizeof *want), *got = malloc(ny * sizeof *got);
     mvm_k_quantize(t, wf, w, (size_t)n_out * n_in);
     for (uint32_t k = 0; k < n_tok; k++)
         mvm_k_prepare_act(t, x + k * n_in, act + k * ab, n_in);
@@ -105,36 +106,51 @@ static mvm_status matvec_once(enum mvm_wtype t, uint32_t split, double *err)
     size_t as = 0;
     mvm_dptr dw = up(w, n_out * rb), dx = up(x, n_tok * n_in * 4), dy = 0;
     mvm_dptr da = device_act(t, dx, x, n_in, n_tok, &as);
-    CHECK_ST(mvm_gpu_alloc(g, sizeof got, &dy), MVM_OK);
+    CHECK_ST(mvm_gpu_alloc(g, ny * sizeof *got, &dy), MVM_OK);
     mvm_g_matvec_args ma = {.w = dw, .act = da, .y = dy, .row_bytes = rb, .act_stride = as,
                             .y_stride = n_out, .n_in = n_in, .n_out = n_out, .n_tok = n_tok,
                             .split = split};
-    memset(got, 0xff, sizeof got);
-    CHECK_ST(mvm_gpu_upload(g, dy, got, sizeof got), MVM_OK);
-    mvm_status st = mvm_gpu_matvec(g, t, &ma);
-    CHECK_ST(mvm_gpu_download(g, got, dy, sizeof got), MVM_OK);
-    *err = rel_err(got, want, n_tok * n_out);
+    memset(got, 0xff, ny * sizeof *got);
+    CHECK_ST(mvm_gpu_upload(g, dy, got, ny * sizeof *got), MVM_OK);
+    mvm_status st = mmq ? mvm_gpu_mmq_matmul(g, t, &ma) : mvm_gpu_matvec(g, t, &ma);
+    CHECK_ST(mvm_gpu_download(g, got, dy, ny * sizeof *got), MVM_OK);
+    *err = rel_err(got, want, ny);
     if (da != dx)
         mvm_gpu_free(g, da);
     mvm_gpu_free(g, dw), mvm_gpu_free(g, dx), mvm_gpu_free(g, dy);
-    free(wf), free(x), free(w), free(act);
+    free(wf), free(x), free(w), free(act), free(want), free(got);
     return st;
 }
 
+/* One product of 2 tokens by 7 rows on the integer kernels (product_once). */
+static mvm_status matvec_once(enum mvm_wtype t, uint32_t split, double *err)
+{
+    return product_once(t, 7, 2, split, 0, err);
+}
+
 /* A matrix product in every weight type, against the CPU: a warp a row, and a block a row
- * (mvm_g_matvec_split). */
+ * (mvm_g_matvec_split); and a batch's by mmq's kernel in its types, where the device has
+ * it: two tiles of rows and of tokens, each second partial (70 rows, 67 tokens). */
 static void test_matvec(void)
 {
     for (int i = 0; i < MVM_W_COUNT; i++) {
+        const enum mvm_wtype t = (enum mvm_wtype)i;
         const uint32_t splits[] = {1, MVM_G_WARPS};
         for (size_t s = 0; s < sizeof splits / sizeof *splits; s++) {
             double e = 1;
-            CHECK_ST(matvec_once((enum mvm_wtype)i, splits[s], &e), MVM_OK);
+            CHECK_ST(matvec_once(t, splits[s], &e), MVM_OK);
             if (e >= 1e-5)
                 fprintf(stderr, "matvec_%s (split %u): relative error %g\n",
-                        mvm_k_wtype_name((enum mvm_wtype)i), splits[s], e);
+                        mvm_k_wtype_name(t), splits[s], e);
             CHECK(e < 1e-5);
         }
+        if (!mvm_gpu_has(g, MVM_GK_MMQ_MATMUL, t))
+            continue;
+        double e = 1;
+        CHECK_ST(product_once(t, 70, 67, 1, 1, &e), MVM_OK);
+        if (e >= 1e-5)
+            fprintf(stderr, "mmq_matmul_%s: relative error %g\n", mvm_k_wtype_name(t), e);
+        CHECK(e < 1e-5);
     }
 }
 

@@ -73,6 +73,7 @@ static const struct {
     [MVM_GK_EXPERT_QUANTIZE] = {MOD_EXPERT, "mvm_g_expert_quantize", 0},
     [MVM_GK_EXPERT_MMQ_UP] = {MOD_MMQ, "mvm_g_expert_mmq_up", 1, MMQ_TYPES},
     [MVM_GK_EXPERT_MMQ_DOWN] = {MOD_MMQ, "mvm_g_expert_mmq_down", 1, MMQ_TYPES},
+    [MVM_GK_MMQ_MATMUL] = {MOD_MMQ, "mvm_g_mmq_matmul", 1, MMQ_TYPES},
     [MVM_GK_EXPERT_SUM] = {MOD_EXPERT, "mvm_g_expert_sum", 0},
     [MVM_GK_ROUTE] = {MOD_EXPERT, "mvm_g_route", 0},
     [MVM_GK_ROUTE_ROWS] = {MOD_EXPERT, "mvm_g_route_rows", 0},

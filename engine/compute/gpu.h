@@ -37,6 +37,7 @@ enum mvm_gpu_kernel {
     MVM_GK_EXPERT_MMQ_UP, /* kernels/cuda/mmq.cu's: only where and for the types that
                              mvm_gpu_has says */
     MVM_GK_EXPERT_MMQ_DOWN,
+    MVM_GK_MMQ_MATMUL, /* a batch's dense products (kernels/cuda/mmq.cu): as the two above */
     MVM_GK_EXPERT_SUM,
     MVM_GK_ROUTE,
     MVM_GK_ROUTE_ROWS,
@@ -191,6 +192,8 @@ MVM_GPU_LAUNCHER(mvm_gpu_expert_mmq_up, MVM_GK_EXPERT_MMQ_UP, mvm_g_expert_args,
                  mvm_g_expert_mmq_up_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_expert_mmq_down, MVM_GK_EXPERT_MMQ_DOWN, mvm_g_expert_args,
                  mvm_g_expert_mmq_down_shape)
+MVM_GPU_LAUNCHER(mvm_gpu_mmq_matmul, MVM_GK_MMQ_MATMUL, mvm_g_matvec_args,
+                 mvm_g_mmq_matmul_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_expert_sum, MVM_GK_EXPERT_SUM, mvm_g_expert_sum_args,
                  mvm_g_expert_sum_shape)
 MVM_GPU_LAUNCHER(mvm_gpu_route, MVM_GK_ROUTE, mvm_g_route_args, mvm_g_route_shape)

@@ -55,9 +55,9 @@ const mvm_option_desc mvm_opt_gemm_rows = {
     "MOEVM_GEMM_ROWS", MVM_OPT_INT, "32", "0..1048576",
     "engine on a GPU: a product of at least this many rows (a batch's "
     "tokens, or one expert's tokens in a MoE step) dequantizes its weights "
-    "to F16 and multiplies them on the tensor cores with cuBLAS; smaller "
-    "ones, and all of them with 0 or without cuBLAS, use the integer "
-    "kernels (decode)"};
+    "to F16 and multiplies them on the tensor cores with cuBLAS, where "
+    "MOEVM_MMQ does not take them; smaller ones, and all of them with 0 or "
+    "without cuBLAS, use the integer kernels (decode)"};
 
 const mvm_option_desc mvm_opt_gemm_scratch = {
     "MOEVM_GEMM_SCRATCH", MVM_OPT_SIZE, "128M", NULL,
@@ -81,11 +81,13 @@ const mvm_option_desc mvm_opt_mmq = {
     "IQ4_NL experts, or the K-quant experts of Q3_K_M, Q4_K_M, Q5_K_M, Q6_K "
     "and IQ4_XS files (Q3_K to Q6_K and IQ4_XS gate, up and down), on the "
     "int8 tensor cores, all of them in two launches whatever their token counts "
-    "(kernels/cuda/mmq.cu), in place of MOEVM_GEMM_ROWS's F16 products and "
-    "the integer kernels; off, those; auto, on for all of them (on an "
+    "(kernels/cuda/mmq.cu), and a batch of 9 tokens or more its dense matrices "
+    "of those types (attention, shared experts, dense FFNs, the output), in "
+    "place of MOEVM_GEMM_ROWS's F16 products and the integer kernels, as "
+    "llama.cpp's mul_mat_q does; off, those; auto, on for all of them (on an "
     "H200, pp512 2.7x off's for Qwen3-30B-A3B's shape in Q8_0, 1.46x for "
-    "OLMoE-1B-7B in Q4_K_M, docs/perf/offload.md; the other types not yet "
-    "measured)"};
+    "OLMoE-1B-7B in Q4_K_M with the experts' alone, docs/perf/offload.md; "
+    "the other types and the dense matrices not yet measured)"};
 
 const mvm_option_desc mvm_opt_attn_mma = {
     "MOEVM_ATTN_MMA", MVM_OPT_CHOICE, "off", "auto|off|on",

@@ -5,7 +5,11 @@
  * with F32 accumulation (engine/compute/blas.h); decode's single rows keep the integer
  * kernels, which read each weight byte once and so are bound by memory, not arithmetic.
  *
- * F32 weights (routers, gates, F32 files) stay on the kernels, which multiply them exactly.
+ * F32 weights (routers, gates, F32 files) stay on the kernels, which multiply them exactly,
+ * and so do matrices of the types the mmq kernels take (mvm_cuda_fwd_mmq_takes): a batch of
+ * MVM_CUDA_MMQ_ROWS tokens or more multiplies them on the int8 tensor cores as they lie
+ * (forward_cuda_ops.c's product, kernels/cuda/mmq.cu), as llama.cpp does, where this path
+ * would dequantize each into the scratch first.
  *
  * This is how llama.cpp multiplies a large batch by quantized weights with cuBLAS (dequantize
  * to F16, GEMM): a weight is read and widened once per batch, then every token reuses it from
@@ -112,9 +116,6 @@ mvm_status mvm_cuda_fwd_gemm_alloc(struct cuda_fwd *f)
     TRY(mvm_option_read(&mvm_opt_gemm_rows, &rows));
     TRY(mvm_option_read(&mvm_opt_gemm_scratch, &cap));
     TRY(mvm_option_read(&mvm_opt_gemm_batch, &batch));
-    mvm_option_value mmq;
-    TRY(mvm_option_read(&mvm_opt_mmq, &mmq));
-    f->mmq = (enum mvm_cuda_choice)mmq.i;
     f->gemm_rows = rows.i > 0 && (uint64_t)rows.i <= f->n_batch ? (uint32_t)rows.i : 0;
     if (!f->gemm_rows)
         return MVM_OK; /* no batch reaches it: no scratch */
@@ -199,8 +200,11 @@ mvm_status mvm_cuda_fwd_gemm_wants(struct cuda_fwd *f, const struct dev_weight *
 {
     *use = 0;
     /* F32 weights (routers, gates) keep their precision on the kernels; a thread of the
-     * dequantization takes 32 elements of a row */
-    return w->type == MVM_W_F32 || w->cols % MVM_QBLOCK ? MVM_OK : use_gemm(f, n, use);
+     * dequantization takes 32 elements of a row; mmq's types take its kernel (or, in few
+     * rows, the integer kernels: mvm_cuda_fwd_mmq_takes) */
+    if (w->type == MVM_W_F32 || w->cols % MVM_QBLOCK || mvm_cuda_fwd_mmq_takes(f, w->type))
+        return MVM_OK;
+    return use_gemm(f, n, use);
 }
 
 static mvm_status to_half(struct cuda_fwd *f, mvm_dptr x, mvm_dptr idx, uint64_t x_stride,
@@ -450,6 +454,25 @@ static int mmq_q_type(enum mvm_wtype t)
     return t == MVM_W_Q8_0 || t == MVM_W_IQ4_NL || t == MVM_W_MXFP4;
 }
 
+/* Whether this device has mmq's kernel for type t, and MOEVM_MMQ lets it (or, sizing,
+ * would have) */
+static int mmq_has(const struct cuda_fwd *f, enum mvm_gpu_kernel k, enum mvm_wtype t)
+{
+    if (f->mmq == MVM_CUDA_OFF)
+        return 0;
+    return f->sizing ? mvm_gpu_would_have(f->sizing_sm80, k, t) : mvm_gpu_has(f->g, k, t);
+}
+
+int mvm_cuda_fwd_mmq_takes(const struct cuda_fwd *f, int type)
+{
+    /* auto as on, as for the experts: llama.cpp multiplies every quantized matrix of a
+     * batch of more than 8 tokens by its mul_mat_q on a device with int8 tensor cores
+     * (bench/gpu/ktrace.sh's pp512 on an H200: its every product, no cuBLAS), and ours
+     * are the same kernels as the experts' measured ones; not timed on a GPU yet */
+    const enum mvm_wtype t = (enum mvm_wtype)type;
+    return (mmq_k_type(t) || mmq_q_type(t)) && mmq_has(f, MVM_GK_MMQ_MATMUL, t);
+}
+
 int mvm_cuda_fwd_mmq(const struct cuda_fwd *f, uint32_t il)
 {
     const mvm_k_expert_fmt fmt = f->m->layers[il].expert_fmt;
@@ -464,14 +487,10 @@ int mvm_cuda_fwd_mmq(const struct cuda_fwd *f, uint32_t il)
      * more */
     const int q = mmq_q_type(fmt.gate_up) && mmq_q_type(fmt.down);
     const int km = mmq_k_type(fmt.gate_up) && mmq_k_type(fmt.down);
-    const int pair = f->mmq != MVM_CUDA_OFF && (q || km);
-    if (!pair || fmt.tiles)
+    if (!(q || km) || fmt.tiles)
         return 0;
-    if (f->sizing) /* no device yet: what its kernels will be */
-        return mvm_gpu_would_have(f->sizing_sm80, MVM_GK_EXPERT_MMQ_UP, fmt.gate_up) &&
-               mvm_gpu_would_have(f->sizing_sm80, MVM_GK_EXPERT_MMQ_DOWN, fmt.down);
-    return mvm_gpu_has(f->g, MVM_GK_EXPERT_MMQ_UP, fmt.gate_up) &&
-           mvm_gpu_has(f->g, MVM_GK_EXPERT_MMQ_DOWN, fmt.down);
+    return mmq_has(f, MVM_GK_EXPERT_MMQ_UP, fmt.gate_up) &&
+           mmq_has(f, MVM_GK_EXPERT_MMQ_DOWN, fmt.down);
 }
 
 mvm_status mvm_cuda_fwd_gemm_wants_expert(struct cuda_fwd *f, uint32_t il, uint32_t e, int *use)

@@ -116,6 +116,11 @@ struct cuda_prompt {
 /* MOEVM_MMQ's and MOEVM_ATTN_MMA's choices, in the options' order (engine_options.c) */
 enum mvm_cuda_choice { MVM_CUDA_AUTO, MVM_CUDA_OFF, MVM_CUDA_ON };
 
+/* A dense product of at least this many tokens takes mmq's kernel where its type has one
+ * (mvm_cuda_fwd_mmq_takes), fewer the integer kernels, as llama.cpp's mul_mat_vec_q takes
+ * up to 8 (MMVQ_MAX_BATCH_SIZE) and its mul_mat_q more. */
+#define MVM_CUDA_MMQ_ROWS 9u
+
 /* The output product's rows a pass computes at once: a batch whose every row is wanted
  * (--logits-out, a perplexity) takes its logits this many rows at a time, where a buffer
  * of the whole batch's would take the experts' room: 512 x 151,936 floats, 311 MB, for
@@ -351,6 +356,10 @@ mvm_status mvm_cuda_fwd_gemm_wants_expert(struct cuda_fwd *f, uint32_t il, uint3
  * (MOEVM_MMQ: Q8_0, MXFP4 and IQ4_NL experts and the K-quant files' (Q3_K_M to Q6_K,
  * IQ4_XS) by default; a device that has the kernels); none of them then takes cuBLAS. */
 int mvm_cuda_fwd_mmq(const struct cuda_fwd *f, uint32_t il);
+/* Whether a matrix of weight type `type` takes mmq's product (mvm_g_mmq_matmul) in a batch
+ * of MVM_CUDA_MMQ_ROWS tokens or more (fewer: the integer kernels), never cuBLAS's: for
+ * mmq's types, on a device that has it, unless MOEVM_MMQ is off. */
+int mvm_cuda_fwd_mmq_takes(const struct cuda_fwd *f, int type);
 /* mvm_cuda_fwd_matmul_heads's product (H = 1: mvm_cuda_fwd_matmul's) on the tensor cores. */
 mvm_status mvm_cuda_fwd_gemm_product(struct cuda_fwd *f, const struct dev_weight *w, uint32_t H,
                                      mvm_dptr in, uint64_t in_pitch, uint32_t n, mvm_dptr y,

@@ -1,8 +1,9 @@
 /*
  * The device pass's products and small ops (forward_cuda_impl.h): a matrix times each row of
  * a batch on the integer kernels (its input quantized once for the products that share it,
- * several matrices of one input in one launch, a residual added in the product's own pass)
- * or on the tensor cores (forward_cuda_gemm.c), the norms (the next product's input
+ * several matrices of one input in one launch, a residual added in the product's own pass;
+ * in a batch of MVM_CUDA_MMQ_ROWS tokens or more, mmq's types by its kernel on the int8
+ * tensor cores, with the same arguments) or on the tensor cores (forward_cuda_gemm.c), the norms (the next product's input
  * quantized in their pass), the element-wise adds and the rotary embedding; the FFN of a
  * dense block or a shared expert; the output product, a chunk of rows at a time, and the
  * logits down.
@@ -64,6 +65,8 @@ static mvm_status product(struct cuda_fwd *f, const struct dev_weight *w, uint32
         a.act_stride = H * q_pitch;
         a.act_head = q_pitch;
     }
+    if (n >= MVM_CUDA_MMQ_ROWS && mvm_cuda_fwd_mmq_takes(f, w->type))
+        return mvm_gpu_mmq_matmul(f->g, w->type, &a);
     return mvm_gpu_matvec(f->g, w->type, &a);
 }
 

@@ -60,10 +60,11 @@ mvm_status mvm_cuda_fwd_copy(struct cuda_fwd *f, const void *src, size_t bytes, 
 mvm_status mvm_cuda_fwd_weight(struct cuda_fwd *f, const mvm_weight *w, struct dev_weight *out)
 {
     *out = (struct dev_weight){0, (int)w->type, w->rows, w->cols, w->row_bytes};
-    if (w->data) { /* the tensor-core path's scratch is sized by the largest */
+    if (w->data) { /* the tensor-core path's scratch is sized by the largest it takes */
         const uint64_t f16 = (uint64_t)w->rows * w->cols * sizeof(uint16_t);
         f->max_cols = w->cols > f->max_cols ? w->cols : f->max_cols;
-        f->max_f16_bytes = f16 > f->max_f16_bytes ? f16 : f->max_f16_bytes;
+        if (!mvm_cuda_fwd_mmq_takes(f, (int)w->type)) /* mmq's never reach cuBLAS */
+            f->max_f16_bytes = f16 > f->max_f16_bytes ? f16 : f->max_f16_bytes;
     }
     return mvm_cuda_fwd_copy(f, w->data, (size_t)w->rows * w->row_bytes, &out->p);
 }
@@ -156,6 +157,9 @@ static mvm_status alloc_scratch(struct cuda_fwd *f)
 static mvm_status upload_model(struct cuda_fwd *f)
 {
     const mvm_model *m = f->m;
+    mvm_option_value mmq; /* which products take mmq: the scratch is sized by the others */
+    TRY(mvm_option_read(&mvm_opt_mmq, &mmq));
+    f->mmq = (enum mvm_cuda_choice)mmq.i;
     f->layers = calloc(m->hp.n_layer, sizeof *f->layers);
     f->dense = calloc(m->hp.n_dense ? m->hp.n_dense : 1, sizeof *f->dense);
     if (!f->layers || !f->dense)

@@ -178,6 +178,25 @@ MVM_G_FN mvm_g_shape mvm_g_matvec_shape(const mvm_g_matvec_args *a)
     return s;
 }
 
+/* ---- mvm_g_mmq_matmul_<type> (kernels/cuda/mmq.cu): matvec's product, its arguments and
+ * results, on the int8 tensor cores for a batch of tokens: a block takes MVM_G_MMQ_TILE rows
+ * of one matrix (of up to three, as matvec's parts) against MVM_G_MMQ_TILE tokens of one
+ * head; split is not read. For mmq's types (Q8_0, IQ4_NL, MXFP4, Q3_K to Q6_K, IQ4_XS) on a
+ * device of compute capability 8.0; the weights 2-byte aligned (MXFP4's: any), the
+ * activations as mvm_g_quantize writes them, 4-byte aligned. Grid: (the matrices' row
+ * tiles, the token tiles x n_head), MVM_G_THREADS a block. */
+#define MVM_G_MMQ_TILE 64u
+
+MVM_G_FN mvm_g_shape mvm_g_mmq_matmul_shape(const mvm_g_matvec_args *a)
+{
+    const uint32_t T = MVM_G_MMQ_TILE;
+    mvm_g_shape s = {mvm_g_div_up(a->n_out, T) + mvm_g_div_up(a->n_out2, T) +
+                         mvm_g_div_up(a->n_out3, T),
+                     mvm_g_div_up(a->n_tok, T) * (a->n_head > 1 ? a->n_head : 1),
+                     MVM_G_THREADS};
+    return s;
+}
+
 /* ---- the routed experts of one MoE layer, in three kernels -------------------------------
  * Rows are (token, expert) pairs grouped by expert: expert active[a] (a < n_active) has rows
  * off[e] .. off[e] + cnt[e] - 1 (uint32 arrays indexed by expert id), row r computes token
@@ -282,7 +301,7 @@ MVM_G_FN mvm_g_shape mvm_g_expert_mmq_up_shape(const mvm_g_expert_args *a)
 
 MVM_G_FN mvm_g_shape mvm_g_expert_mmq_down_shape(const mvm_g_expert_args *a)
 {
-    mvm_g_shape s = {mvm_g_div_up(a->n_embd, 64), a->n_active, MVM_G_THREADS};
+    mvm_g_shape s = {mvm_g_div_up(a->n_embd, MVM_G_MMQ_TILE), a->n_active, MVM_G_THREADS};
     return s;
 }
 

@@ -9,7 +9,9 @@
  * Q8_0 block, mvm_k_kscale for a K super-block from its integer sums), the blocks added in
  * order. This is llama.cpp's mul_mat_q for MoE
  * (mul_mat_id with its ids): no F16 copy of the weights, and all of a step's experts in two
- * launches whatever their row counts.
+ * launches whatever their row counts. The same tiles make a prompt batch's dense products
+ * (mvm_g_mmq_matmul: matvec's arguments, a block 64 rows by 64 tokens), as llama.cpp's
+ * mul_mat_q makes every quantized product of a batch.
  *
  * Why: a prompt's experts on the CUDA cores (expert.cu's tiled up and down, 8 rows a weight
  * read) took 793 µs a launch for OLMoE-1B-7B's pp512 on an H200, and the F16 path that
@@ -46,8 +48,8 @@
  */
 #include "kernels/cuda/expert.cuh"
 
-#define MMQ_M 64               /* weight rows a block */
-#define MMQ_N 64               /* an expert's rows a tile */
+#define MMQ_M MVM_G_MMQ_TILE   /* weight rows a block (kernels.h) */
+#define MMQ_N MVM_G_MMQ_TILE   /* an expert's rows (a batch's tokens) a tile */
 #define MMQ_ROWS (MMQ_M + MMQ_N)
 #define MMQ_KB 4               /* 32-element sub-blocks of K staged at a time */
 #define MMQ_S (MMQ_KB * 8 + 4) /* words a staged row: the quants, and 4 words of padding */
@@ -522,6 +524,71 @@ template <enum mvm_wtype DN> static __device__ void mmq_down(const mvm_g_expert_
             }
     }
 }
+
+/* A block per (64 rows of one of up to three matrices; 64 tokens of one head): matvec's
+ * product (kernels.h, mvm_g_mmq_matmul) of a prompt batch's dense weights (attention,
+ * shared experts, dense FFNs, the output), each block's weight rows re-read from L2 for
+ * each of the batch's tiles of tokens as llama.cpp's mul_mat_q does for these matrices,
+ * where the F16 path dequantized every matrix into a scratch copy first (24 µs a 2048 x
+ * 2048 Q4_K matrix on an H200, docs/perf/engine.md, session 106) and converted the inputs
+ * to F16 before cuBLAS. The sums are the CPU's blocks in order, as the experts'. */
+template <enum mvm_wtype W> static __device__ void mmq_matmul(const mvm_g_matvec_args &a)
+{
+    const uint32_t b0 = mvm_g_div_up(a.n_out, MMQ_M), b1 = mvm_g_div_up(a.n_out2, MMQ_M);
+    uint32_t bx = blockIdx.x, rows = a.n_out;
+    mvm_dptr w = a.w, y = a.y;
+    uint64_t y_stride = a.y_stride;
+    if (bx >= b0 + b1) /* the third matrix's rows */
+        bx -= b0 + b1, rows = a.n_out3, w = a.w3, y = a.y3, y_stride = a.y_stride3;
+    else if (bx >= b0)
+        bx -= b0, rows = a.n_out2, w = a.w2, y = a.y2, y_stride = a.y_stride2;
+    const uint32_t tiles = mvm_g_div_up(a.n_tok, MMQ_N), head = blockIdx.y / tiles;
+    const uint32_t j0 = bx * MMQ_M, t0 = blockIdx.y % tiles * MMQ_N;
+    const uint32_t nt = a.n_tok - t0 < MMQ_N ? a.n_tok - t0 : MMQ_N;
+    const uint8_t *wh = (const uint8_t *)w + head * a.w_head;
+    const uint8_t *act = (const uint8_t *)a.act + head * a.act_head;
+    float *yh = (float *)y + head * a.y_head;
+    const uint64_t wstep = mvm_k_row_bytes(W, (uint32_t)mvm_k_block_elems(W));
+    const uint64_t xstep = MMQ_K(W) ? sizeof(mvm_block_q8_K) : sizeof(mvm_block_q8_0);
+    const bool aligned16 = ((uintptr_t)wh | a.row_bytes) % 16 == 0;
+    __shared__ mmq_stage s;
+    /* rows past the matrix's repeat its last, tokens past the batch's its tile's first:
+     * computed, never written */
+    for (uint32_t i = threadIdx.x; i < MMQ_M; i += blockDim.x)
+        s.base[i] = wh + (uint64_t)(j0 + i < rows ? j0 + i : rows - 1) * a.row_bytes;
+    for (uint32_t n = threadIdx.x; n < MMQ_N; n += blockDim.x)
+        s.base[MMQ_M + n] = act + (uint64_t)(t0 + (n < nt ? n : 0)) * a.act_stride;
+    float acc[8][4];
+    mmq_tile<W>(s, a.n_in / MVM_QBLOCK, (nt + 7) / 8, wstep, xstep, aligned16, acc);
+    const uint32_t lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const uint32_t m = (threadIdx.x >> 5) * 16 + g;
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t n = 8 * j + 2 * t + (i & 1), jo = j0 + m + 8 * (i >> 1);
+            if (n >= nt || jo >= rows)
+                continue;
+            float *out = yh + (uint64_t)(t0 + n) * y_stride + jo;
+            *out = a.accumulate ? *out + acc[j][i] : acc[j][i];
+        }
+}
+
+#define MMQ_MATMUL(name, T)                                                                    \
+    extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)                                \
+        mvm_g_mmq_matmul_##name(mvm_g_matvec_args a)                                           \
+    {                                                                                          \
+        mmq_matmul<T>(a);                                                                      \
+    }
+MMQ_MATMUL(q8_0, MVM_W_Q8_0)
+MMQ_MATMUL(iq4_nl, MVM_W_IQ4_NL)
+MMQ_MATMUL(mxfp4, MVM_W_MXFP4)
+MMQ_MATMUL(q3_K, MVM_W_Q3_K)
+MMQ_MATMUL(q4_K, MVM_W_Q4_K)
+MMQ_MATMUL(q5_K, MVM_W_Q5_K)
+MMQ_MATMUL(q6_K, MVM_W_Q6_K)
+MMQ_MATMUL(iq4_xs, MVM_W_IQ4_XS)
+#undef MMQ_MATMUL
 
 #define MMQ_UP(name, T)                                                                        \
     extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)                                \

@@ -134,6 +134,14 @@ fakecuda_register_kernels(fakecuda_add_kernel_fn add)
     ADD(mvm_g_expert_mmq_down_iq4_xs, mvm_g_expert_args);
     ADD(mvm_g_expert_mmq_down_q5_K, mvm_g_expert_args);
     ADD(mvm_g_expert_mmq_down_q6_K, mvm_g_expert_args);
+    ADD(mvm_g_mmq_matmul_q8_0, mvm_g_matvec_args);
+    ADD(mvm_g_mmq_matmul_iq4_nl, mvm_g_matvec_args);
+    ADD(mvm_g_mmq_matmul_mxfp4, mvm_g_matvec_args);
+    ADD(mvm_g_mmq_matmul_q3_K, mvm_g_matvec_args);
+    ADD(mvm_g_mmq_matmul_q4_K, mvm_g_matvec_args);
+    ADD(mvm_g_mmq_matmul_iq4_xs, mvm_g_matvec_args);
+    ADD(mvm_g_mmq_matmul_q5_K, mvm_g_matvec_args);
+    ADD(mvm_g_mmq_matmul_q6_K, mvm_g_matvec_args);
     ADD(mvm_g_expert_sum, mvm_g_expert_sum_args);
     ADD(mvm_g_cpu_wait, mvm_g_cpu_wait_args);
     add("mvm_g_route", sizeof(mvm_g_route_args), route_run); /* counted by run<> */
