@@ -198,6 +198,7 @@ static void (*mmq_matmul_fn(enum mvm_wtype t))(mvm_g_matvec_args)
     case MVM_W_Q8_0: return mvm_g_mmq_matmul_q8_0;
     case MVM_W_IQ4_NL: return mvm_g_mmq_matmul_iq4_nl;
     case MVM_W_MXFP4: return mvm_g_mmq_matmul_mxfp4;
+    case MVM_W_Q2_K: return mvm_g_mmq_matmul_q2_K;
     case MVM_W_Q3_K: return mvm_g_mmq_matmul_q3_K;
     case MVM_W_Q4_K: return mvm_g_mmq_matmul_q4_K;
     case MVM_W_Q5_K: return mvm_g_mmq_matmul_q5_K;
@@ -493,11 +494,12 @@ static void experts_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_ff, uin
     const size_t rows = n_tok * K;
     /* a decode step (one token: an expert's one row) also through up1 and down1, as the
      * engine runs it (mvm_gpu_experts), with the same data */
-    /* and, for mmq's types (Q8_0, IQ4_NL, MXFP4; Q3_K to Q6_K, IQ4_XS) of several rows,
+    /* and, for mmq's types (Q8_0, IQ4_NL, MXFP4; Q2_K to Q6_K, IQ4_XS) of several rows,
      * through the tensor cores' mmq kernels */
     void (*mmq_up)(mvm_g_expert_args) = f.gate_up == MVM_W_Q8_0   ? mvm_g_expert_mmq_up_q8_0
                                         : f.gate_up == MVM_W_IQ4_NL ? mvm_g_expert_mmq_up_iq4_nl
                                         : f.gate_up == MVM_W_MXFP4 ? mvm_g_expert_mmq_up_mxfp4
+                                        : f.gate_up == MVM_W_Q2_K ? mvm_g_expert_mmq_up_q2_K
                                         : f.gate_up == MVM_W_Q3_K ? mvm_g_expert_mmq_up_q3_K
                                         : f.gate_up == MVM_W_IQ4_XS ? mvm_g_expert_mmq_up_iq4_xs
                                         : f.gate_up == MVM_W_Q4_K ? mvm_g_expert_mmq_up_q4_K
@@ -507,6 +509,7 @@ static void experts_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_ff, uin
     void (*mmq_down)(mvm_g_expert_args) = f.down == MVM_W_Q8_0   ? mvm_g_expert_mmq_down_q8_0
                                           : f.down == MVM_W_IQ4_NL ? mvm_g_expert_mmq_down_iq4_nl
                                           : f.down == MVM_W_MXFP4 ? mvm_g_expert_mmq_down_mxfp4
+                                          : f.down == MVM_W_Q2_K ? mvm_g_expert_mmq_down_q2_K
                                           : f.down == MVM_W_Q3_K ? mvm_g_expert_mmq_down_q3_K
                                           : f.down == MVM_W_IQ4_XS ? mvm_g_expert_mmq_down_iq4_xs
                                           : f.down == MVM_W_Q4_K ? mvm_g_expert_mmq_down_q4_K
@@ -647,6 +650,10 @@ static void test_experts(void)
     experts_case({MVM_W_Q3_K, MVM_W_Q4_K, MVM_GLU_SILU, 0}, 512, 512, 70);
     experts_case({MVM_W_Q3_K, MVM_W_Q5_K, MVM_GLU_SILU, 0}, 256, 256, 11);
     experts_case(mvm_k_expert_uniform(MVM_W_Q3_K), 256, 512, 11);
+    /* Q2_K's (Q2_K gate/up over a Q3_K down, as llama-quantize's Q2_K mix has them), and
+     * Q2_K's down: a scale and a min per 16 */
+    experts_case({MVM_W_Q2_K, MVM_W_Q3_K, MVM_GLU_SILU, 0}, 512, 512, 70);
+    experts_case(mvm_k_expert_uniform(MVM_W_Q2_K), 256, 512, 11);
     /* IQ4_XS's (its files' experts; a Q6_K down beside) */
     experts_case(mvm_k_expert_uniform(MVM_W_IQ4_XS), 512, 512, 70);
     experts_case({MVM_W_IQ4_XS, MVM_W_Q6_K, MVM_GLU_SILU, 0}, 256, 256, 11);

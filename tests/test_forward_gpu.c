@@ -288,15 +288,17 @@ static void check_zerocopy_refused(const char *path)
     mvm_model_free(m);
 }
 
+/* The types of the mmq kernels (kernels/cuda/mmq.cu), by their kernels' names */
+static const char *const mmq_types[] = {"q8_0", "q2_K",   "q3_K",   "q4_K",  "q5_K",
+                                        "q6_K", "iq4_xs", "iq4_nl", "mxfp4"};
+
 /* The launches of the mmq kernels of `part` ("up" or "down"), every type's. */
 static unsigned long mmq_launches(const char *part)
 {
-    static const char *const types[] = {"q8_0", "q3_K",   "q4_K",   "q5_K",
-                                        "q6_K", "iq4_xs", "iq4_nl", "mxfp4"};
     unsigned long n = 0;
-    for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+    for (size_t i = 0; i < sizeof mmq_types / sizeof *mmq_types; i++) {
         char name[64];
-        snprintf(name, sizeof name, "mvm_g_expert_mmq_%s_%s", part, types[i]);
+        snprintf(name, sizeof name, "mvm_g_expert_mmq_%s_%s", part, mmq_types[i]);
         n += fakecuda_engine_launches(name);
     }
     return n;
@@ -305,18 +307,16 @@ static unsigned long mmq_launches(const char *part)
 /* The dense products of mmq's types in a batch (mvm_g_mmq_matmul_<type>) */
 static unsigned long mmq_dense_launches(void)
 {
-    static const char *const types[] = {"q8_0", "q3_K",   "q4_K",   "q5_K",
-                                        "q6_K", "iq4_xs", "iq4_nl", "mxfp4"};
     unsigned long n = 0;
-    for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+    for (size_t i = 0; i < sizeof mmq_types / sizeof *mmq_types; i++) {
         char name[64];
-        snprintf(name, sizeof name, "mvm_g_mmq_matmul_%s", types[i]);
+        snprintf(name, sizeof name, "mvm_g_mmq_matmul_%s", mmq_types[i]);
         n += fakecuda_engine_launches(name);
     }
     return n;
 }
 
-/* MOEVM_MMQ=on: a prompt's Q8_0 and K-quant experts (Q4_K_M's mix, Q5_K's, Q6_K's) on the
+/* MOEVM_MMQ=on: a prompt's Q8_0 and K-quant experts (Q4_K_M's mix, Q2_K's to Q6_K's) on the
  * int8 tensor cores (kernels/cuda/mmq.cu), up and down a launch each a step, the decode's on up1
  * and down1 as before; and in a batch of 9 tokens or more (MVM_CUDA_MMQ_ROWS) its dense
  * matrices of those types too (mvm_g_mmq_matmul), in fewer the integer kernels. Without
@@ -328,8 +328,8 @@ static unsigned long mmq_dense_launches(void)
  * compared with the device's run without mmq. gpt-oss's MXFP4 experts with its unit and
  * biases. With cuBLAS for products of 2 rows or more, the experts still
  * take mmq: fewer batched products (the prompt's attention keeps its own). Models whose
- * experts are of other types (Q3_K; Qwen2-MoE's Q4_K, whose down falls back to a 32-wide
- * type) take the other paths, as every model does on a device older than compute
+ * experts mix the two kinds (Qwen2-MoE's Q4_K, whose down falls back to a 32-wide type)
+ * take the other paths, as every model does on a device older than compute
  * capability 8.0 (the module not loaded). By default (auto) as on. */
 static void test_mmq(void)
 {
@@ -352,7 +352,7 @@ static void test_mmq(void)
                  {"olmoe", "tiny", MVM_W_Q3_K, 1, 0, 1},
                  {"olmoe", "tiny", MVM_W_IQ4_XS, 1, 0, 1},
                  {"qwen2moe", "tiny", MVM_W_Q4_K, 0, 0, 1},
-                 {"olmoe", "tiny", MVM_W_Q2_K, 0, 0, 1}};
+                 {"olmoe", "tiny", MVM_W_Q2_K, 1, 0, 1}};
     static const uint32_t batches[] = {12, 8, 3};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         const char *path = preset_path(cases[i].arch, cases[i].preset, cases[i].type);

@@ -238,8 +238,9 @@ static void expert_case(mvm_k_expert_fmt f, uint32_t T, uint32_t one_row, uint32
 }
 
 /* Every weight type, and a K-quant file's mixes (Q4_K_M's Q6_K down, the Q5_0 fallback);
- * three rows, and decode's one; Q8_0, the K-quant files' types (Q3_K_M's, Q4_K_M's,
- * Q5_K_M's, Q3_K, Q5_K, Q6_K) and the table types (MXFP4, IQ4_NL) by the mmq kernels where the device has them
+ * three rows, and decode's one; Q8_0, the K-quant files' types (Q2_K's, Q3_K_M's, Q4_K_M's,
+ * Q5_K_M's, Q2_K, Q3_K, Q5_K, Q6_K) and the table types (MXFP4, IQ4_NL) by the mmq kernels
+ * where the device has them
  * (compute capability 8.0; the fake's is 9.0). */
 static void test_experts(void)
 {
@@ -259,6 +260,8 @@ static void test_experts(void)
         expert_case(mvm_k_expert_uniform(MVM_W_Q6_K), 3, 0, 1);
         expert_case((mvm_k_expert_fmt){MVM_W_Q3_K, MVM_W_Q4_K}, 3, 0, 1);
         expert_case(mvm_k_expert_uniform(MVM_W_Q3_K), 3, 0, 1);
+        expert_case((mvm_k_expert_fmt){MVM_W_Q2_K, MVM_W_Q3_K}, 3, 0, 1);
+        expert_case(mvm_k_expert_uniform(MVM_W_Q2_K), 3, 0, 1);
         expert_case(mvm_k_expert_uniform(MVM_W_IQ4_XS), 3, 0, 1);
         expert_case(mvm_k_expert_uniform(MVM_W_MXFP4), 3, 0, 1);
         expert_case(mvm_k_expert_uniform(MVM_W_IQ4_NL), 3, 0, 1);

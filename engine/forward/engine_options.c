@@ -78,8 +78,8 @@ const mvm_option_desc mvm_opt_mmq = {
     "MOEVM_MMQ", MVM_OPT_CHOICE, "auto", "auto|off|on",
     "engine on a GPU of compute capability 8.0 or later: on, a step of "
     "several tokens (a prompt) multiplies its Q8_0, MXFP4 (gpt-oss) or "
-    "IQ4_NL experts, or the K-quant experts of Q3_K_M, Q4_K_M, Q5_K_M, Q6_K "
-    "and IQ4_XS files (Q3_K to Q6_K and IQ4_XS gate, up and down), on the "
+    "IQ4_NL experts, or the K-quant experts of Q2_K, Q3_K_M, Q4_K_M, Q5_K_M, "
+    "Q6_K and IQ4_XS files (Q2_K to Q6_K and IQ4_XS gate, up and down), on the "
     "int8 tensor cores, all of them in two launches whatever their token counts "
     "(kernels/cuda/mmq.cu), and a batch of 9 tokens or more its dense matrices "
     "of those types (attention, shared experts, dense FFNs, the output), in "

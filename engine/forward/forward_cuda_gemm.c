@@ -445,8 +445,8 @@ mvm_status mvm_cuda_fwd_gemm_experts(struct cuda_fwd *f, uint32_t il, uint32_t *
 /* The K-quants and the 32-element types the mmq kernels take (kernels/cuda/mmq.cu) */
 static int mmq_k_type(enum mvm_wtype t)
 {
-    return t == MVM_W_Q3_K || t == MVM_W_Q4_K || t == MVM_W_Q5_K || t == MVM_W_Q6_K ||
-           t == MVM_W_IQ4_XS;
+    return t == MVM_W_Q2_K || t == MVM_W_Q3_K || t == MVM_W_Q4_K || t == MVM_W_Q5_K ||
+           t == MVM_W_Q6_K || t == MVM_W_IQ4_XS;
 }
 
 static int mmq_q_type(enum mvm_wtype t)
@@ -476,15 +476,16 @@ int mvm_cuda_fwd_mmq_takes(const struct cuda_fwd *f, int type)
 int mvm_cuda_fwd_mmq(const struct cuda_fwd *f, uint32_t il)
 {
     const mvm_k_expert_fmt fmt = f->m->layers[il].expert_fmt;
-    /* Q8_0, IQ4_NL and MXFP4 experts, and Q3_K_M's, Q4_K_M's, Q5_K_M's, Q6_K's and IQ4_XS's
-     * (Q3_K to Q6_K and IQ4_XS gate/up and down, with 256-channel groups), on or auto: on
+    /* Q8_0, IQ4_NL and MXFP4 experts, and Q2_K's, Q3_K_M's, Q4_K_M's, Q5_K_M's, Q6_K's and
+     * IQ4_XS's (Q2_K to Q6_K and IQ4_XS gate/up and down, with 256-channel groups), on or
+     * auto: on
      * an H200 OLMoE-1B-7B's Q4_K_M prompt ran 1.46x the F16 products' (pp512 6,948 against
      * 4,749 tok/s) with 188 MiB less device memory, its decode the same
      * (docs/perf/offload.md, session 106), and Qwen3-30B-A3B's Q8_0 one 2.7x (session 84).
      * Q3_K, Q5_K, Q6_K and IQ4_XS, and the table types (IQ4_NL, gpt-oss's MXFP4) beside
      * Q8_0, were added after (session 111) and take auto by Q4_K's and Q8_0's measure: the
      * same kernels, a third or fifth bit, a second product a sub-block or a table lookup
-     * more */
+     * more; Q2_K (session 112), Q3_K's two products a sub-block with mins */
     const int q = mmq_q_type(fmt.gate_up) && mmq_q_type(fmt.down);
     const int km = mmq_k_type(fmt.gate_up) && mmq_k_type(fmt.down);
     if (!(q || km) || fmt.tiles)

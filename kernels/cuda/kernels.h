@@ -181,7 +181,7 @@ MVM_G_FN mvm_g_shape mvm_g_matvec_shape(const mvm_g_matvec_args *a)
 /* ---- mvm_g_mmq_matmul_<type> (kernels/cuda/mmq.cu): matvec's product, its arguments and
  * results, on the int8 tensor cores for a batch of tokens: a block takes MVM_G_MMQ_TILE rows
  * of one matrix (of up to three, as matvec's parts) against MVM_G_MMQ_TILE tokens of one
- * head; split is not read. For mmq's types (Q8_0, IQ4_NL, MXFP4, Q3_K to Q6_K, IQ4_XS) on a
+ * head; split is not read. For mmq's types (Q8_0, IQ4_NL, MXFP4, Q2_K to Q6_K, IQ4_XS) on a
  * device of compute capability 8.0; the weights 2-byte aligned (MXFP4's: any), the
  * activations as mvm_g_quantize writes them, 4-byte aligned. Grid: (the matrices' row
  * tiles, the token tiles x n_head), MVM_G_THREADS a block. */
@@ -229,8 +229,8 @@ MVM_G_FN mvm_g_shape mvm_g_mmq_matmul_shape(const mvm_g_matvec_args *a)
  *   (MVM_G_KEEP_THREADS a block, a warp an output).
  * mvm_g_expert_mmq_up_<gate_up type>, mvm_g_expert_mmq_down_<down type> (kernels/cuda/mmq.cu):
  *   up's and down's results on the int8 tensor cores, for a step of several rows (mmq set,
- *   one_row not), for Q8_0, IQ4_NL and MXFP4 experts and K-quant ones (Q3_K to Q6_K,
- *   IQ4_XS gate/up and down: Q3_K_M's to Q6_K's, IQ4_XS's): h[r] as
+ *   one_row not), for Q8_0, IQ4_NL and MXFP4 experts and K-quant ones (Q2_K to Q6_K,
+ *   IQ4_XS gate/up and down: Q2_K's to Q6_K's, IQ4_XS's): h[r] as
  *   up's (Q8_0 blocks; with a K down, hf's floats for mvm_g_expert_quantize), out[r] as
  *   down's. Grids: up's, and (64 outputs, active expert); MVM_G_THREADS a block. The
  *   module needs compute capability 8.0 (int8 mma.sync).
@@ -249,7 +249,7 @@ typedef struct mvm_g_expert_args {
     uint32_t n_embd, n_groups, n_active, gate_up, down, glu;
     uint32_t one_row; /* every active expert has one row: up1 (mvm_gpu_experts_up) */
     uint32_t mmq;     /* up and down by the mmq kernels where a step has several rows
-                         (mvm_gpu_experts_up): Q8_0, IQ4_NL, MXFP4, Q3_K to Q6_K or
+                         (mvm_gpu_experts_up): Q8_0, IQ4_NL, MXFP4, Q2_K to Q6_K or
                          IQ4_XS experts, on a device that has them (MOEVM_MMQ) */
 } mvm_g_expert_args;
 

@@ -3,8 +3,8 @@
  * mvm_g_expert_mmq_*): the int8 mma.sync of Ampere and later (m16n8k32, s8 in, s32 out) on
  * the weights as they lie in the expert space: Q8_0 and the table types (IQ4_NL, and
  * MXFP4: gpt-oss's experts, their nibbles looked up as int8 values) against the Q8_0
- * activation blocks, and the K-quants of Q3_K_M, Q4_K_M, Q5_K_M and Q6_K files (Q3_K, Q4_K,
- * Q5_K, Q6_K) and IQ4_XS (IQ4_NL's table in super-blocks) against Q8_K blocks, each
+ * activation blocks, and the K-quants of Q2_K, Q3_K_M, Q4_K_M, Q5_K_M and Q6_K files (Q2_K,
+ * Q3_K, Q4_K, Q5_K, Q6_K) and IQ4_XS (IQ4_NL's table in super-blocks) against Q8_K blocks, each
  * block's integers scaled as the CPU scales them (kernels/blocks.h: mvm_k_qfloat for a
  * Q8_0 block, mvm_k_kscale for a K super-block from its integer sums), the blocks added in
  * order. This is llama.cpp's mul_mat_q for MoE
@@ -25,7 +25,7 @@
  * m16n8k32 products per 32 elements of K (fewer where the expert has fewer rows left: the
  * groups of 8 past its last are neither loaded nor multiplied). The weights and the tile's activations go
  * through shared memory four 32-element sub-blocks at a time (four Q8_0 blocks, half a K
- * super-block), unpacked to bytes (Q3_K's three bits, Q4_K's nibbles, Q5_K's five, Q6_K's
+ * super-block), unpacked to bytes (Q2_K's two bits, Q3_K's three, Q4_K's nibbles, Q5_K's five, Q6_K's
  * six; IQ4_XS's and the table types' looked up), two 16-bit loads a word where a block's
  * quants are only 2-byte aligned (MXFP4's a byte a load), 16 bytes a load for Q4_K and Q5_K
  * weights that are 16-byte aligned, rows of 36 words so that the 32 lanes'
@@ -37,9 +37,9 @@
  * stay integers to a block's end: a Q8_0 block's sum is scaled at once; a K super-block's
  * sums, its sub-blocks' weighted by their scales (Q4_K's and Q5_K's mins by the
  * activations' sums: Q8_K's bsums), are scaled after its eighth,
- * as the CPU's. Q6_K's and Q3_K's scales are per 16: each 32 takes two products, the
+ * as the CPU's. Q6_K's, Q3_K's and Q2_K's scales are per 16: each 32 takes two products, the
  * other half of A zero, and their quants stay unsigned with the activations' sums taking
- * off their offset (32, 4).
+ * off their offset (32, 4), or Q2_K's mins (per 16 too).
  * Up ends in the unit (SwiGLU, or gpt-oss's) and writes h as expert.cu's up does (Q8_0
  * blocks; with a K down, floats into hf for mvm_g_expert_quantize); down writes out.
  *
@@ -56,8 +56,8 @@
 /* W is a K-quant (super-blocks of 256 against Q8_K), not a 32-element Q type (Q8_0, IQ4_NL,
  * MXFP4: against Q8_0 blocks, one scale a block, no min) */
 #define MMQ_K(W)                                                                           \
-    ((W) == MVM_W_Q3_K || (W) == MVM_W_Q4_K || (W) == MVM_W_Q5_K || (W) == MVM_W_Q6_K ||      \
-     (W) == MVM_W_IQ4_XS)
+    ((W) == MVM_W_Q2_K || (W) == MVM_W_Q3_K || (W) == MVM_W_Q4_K || (W) == MVM_W_Q5_K ||      \
+     (W) == MVM_W_Q6_K || (W) == MVM_W_IQ4_XS)
 
 #ifdef __CUDACC__
 /* c += a b on the warp's fragments (the PTX ISA's layout for m16n8k32 with .s8, g = lane /
@@ -120,8 +120,8 @@ static __device__ __forceinline__ int table_word(uint32_t q, uint32_t w)
 }
 
 /* Word w (quants 4w..4w+3) of sub-block c (< 8) of K super-block blk, unpacked to bytes:
- * Q3_K's three bits (0..7), Q4_K's nibbles, Q5_K's five bits, Q6_K's six bits (0..63);
- * kernels/blocks.h's layouts. */
+ * Q2_K's two bits (0..3), Q3_K's three (0..7), Q4_K's nibbles, Q5_K's five bits, Q6_K's six
+ * bits (0..63); kernels/blocks.h's layouts. */
 template <enum mvm_wtype W>
 static __device__ __forceinline__ int k_word(const uint8_t *blk, uint32_t c, uint32_t w)
 {
@@ -132,6 +132,9 @@ static __device__ __forceinline__ int k_word(const uint8_t *blk, uint32_t c, uin
         return table_word<W>((uint32_t)mmq_word(((const mvm_block_iq4_xs *)blk)->qs + 16 * c +
                                                 4 * (w % 4)),
                              w);
+    if (W == MVM_W_Q2_K) /* two bits of qs (kernels/blocks.h) */
+        return mmq_word(((const mvm_block_q2_K *)blk)->qs + 32 * (c / 4) + 4 * w) >>
+                   (2 * (c % 4)) & 0x03030303;
     if (W == MVM_W_Q3_K) { /* two bits of qs and hmask's third (kernels/blocks.h) */
         const mvm_block_q3_K *x = (const mvm_block_q3_K *)blk;
         const uint32_t h = c / 4, j = c % 4;
@@ -289,6 +292,14 @@ static __device__ __forceinline__ void mmq_load_scales(mmq_stage &s, uint32_t fi
                     32;
             s1[i] = 0;
             d[i] = kb == 0 ? mvm_k_h2f(__ldg(&x->d)) : 0.0f, dm[i] = 0;
+        } else if (W == MVM_W_Q2_K) { /* scales 2c, 2c + 1: a scale and a min nibble each,
+                                         the two halves' packed in 16 bits */
+            const mvm_block_q2_K *x = (const mvm_block_q2_K *)blk;
+            const uint32_t lo = __ldg(&x->scales[2 * c]), hi = __ldg(&x->scales[2 * c + 1]);
+            s0[i] = (int)((lo & 0xF) | (hi & 0xF) << 16);
+            s1[i] = (int)(lo >> 4 | (hi >> 4) << 16);
+            d[i] = kb == 0 ? mvm_k_h2f(__ldg(&x->d)) : 0.0f;
+            dm[i] = kb == 0 ? mvm_k_h2f(__ldg(&x->dmin)) : 0.0f;
         } else if (W == MVM_W_Q3_K) { /* scales 2c, 2c + 1 (mvm_k_q3_scales), less 32 */
             const mvm_block_q3_K *x = (const mvm_block_q3_K *)blk;
             const uint32_t lo = __ldg(&x->scales[2 * c % 8]);
@@ -387,6 +398,23 @@ static __device__ void mmq_tile(mmq_stage &s, uint32_t nk, uint32_t nj, uint64_t
                         msum[j][0] += sw0[1] * bs0, msum[j][1] += sw0[1] * bs1;
                         msum[j][2] += sw1[1] * bs0, msum[j][3] += sw1[1] * bs1;
                     }
+                } else if (W == MVM_W_Q2_K) { /* a product per 16 quants, its scale, and
+                                                 its min x its sums */
+                    const int lo[4] = {a[0], a[1], 0, 0}, hi[4] = {0, 0, a[2], a[3]};
+                    int ch[4] = {0, 0, 0, 0};
+                    mma_s8(c, lo, b);
+                    mma_s8(ch, hi, b);
+                    const int *x0 = s.s[n0][kb], *x1 = s.s[n1][kb];
+                    const int a0 = sw0[0] & 0xFFFF, a1 = sw0[0] >> 16;
+                    const int b0 = sw1[0] & 0xFFFF, b1 = sw1[0] >> 16;
+                    const int ma0 = sw0[1] & 0xFFFF, ma1 = sw0[1] >> 16;
+                    const int mb0 = sw1[1] & 0xFFFF, mb1 = sw1[1] >> 16;
+                    isum[j][0] += a0 * c[0] + a1 * ch[0], isum[j][1] += a0 * c[1] + a1 * ch[1];
+                    isum[j][2] += b0 * c[2] + b1 * ch[2], isum[j][3] += b0 * c[3] + b1 * ch[3];
+                    msum[j][0] += ma0 * x0[0] + ma1 * x0[1];
+                    msum[j][1] += ma0 * x1[0] + ma1 * x1[1];
+                    msum[j][2] += mb0 * x0[0] + mb1 * x0[1];
+                    msum[j][3] += mb0 * x1[0] + mb1 * x1[1];
                 } else { /* Q6_K, Q3_K: a product per 16 quants, each less its offset (32,
                             4) x its sums */
                     const int O = W == MVM_W_Q3_K ? 4 : 32;
@@ -583,6 +611,7 @@ template <enum mvm_wtype W> static __device__ void mmq_matmul(const mvm_g_matvec
 MMQ_MATMUL(q8_0, MVM_W_Q8_0)
 MMQ_MATMUL(iq4_nl, MVM_W_IQ4_NL)
 MMQ_MATMUL(mxfp4, MVM_W_MXFP4)
+MMQ_MATMUL(q2_K, MVM_W_Q2_K)
 MMQ_MATMUL(q3_K, MVM_W_Q3_K)
 MMQ_MATMUL(q4_K, MVM_W_Q4_K)
 MMQ_MATMUL(q5_K, MVM_W_Q5_K)
@@ -605,6 +634,7 @@ MMQ_MATMUL(iq4_xs, MVM_W_IQ4_XS)
 MMQ_UP(q8_0, MVM_W_Q8_0)
 MMQ_UP(iq4_nl, MVM_W_IQ4_NL)
 MMQ_UP(mxfp4, MVM_W_MXFP4)
+MMQ_UP(q2_K, MVM_W_Q2_K)
 MMQ_UP(q3_K, MVM_W_Q3_K)
 MMQ_UP(q4_K, MVM_W_Q4_K)
 MMQ_UP(q5_K, MVM_W_Q5_K)
@@ -613,6 +643,7 @@ MMQ_UP(iq4_xs, MVM_W_IQ4_XS)
 MMQ_DOWN(q8_0, MVM_W_Q8_0)
 MMQ_DOWN(iq4_nl, MVM_W_IQ4_NL)
 MMQ_DOWN(mxfp4, MVM_W_MXFP4)
+MMQ_DOWN(q2_K, MVM_W_Q2_K)
 MMQ_DOWN(q3_K, MVM_W_Q3_K)
 MMQ_DOWN(q4_K, MVM_W_Q4_K)
 MMQ_DOWN(q5_K, MVM_W_Q5_K)

@@ -121,6 +121,7 @@ fakecuda_register_kernels(fakecuda_add_kernel_fn add)
     ADD(mvm_g_expert_mmq_up_q8_0, mvm_g_expert_args);
     ADD(mvm_g_expert_mmq_up_iq4_nl, mvm_g_expert_args);
     ADD(mvm_g_expert_mmq_up_mxfp4, mvm_g_expert_args);
+    ADD(mvm_g_expert_mmq_up_q2_K, mvm_g_expert_args);
     ADD(mvm_g_expert_mmq_up_q3_K, mvm_g_expert_args);
     ADD(mvm_g_expert_mmq_up_q4_K, mvm_g_expert_args);
     ADD(mvm_g_expert_mmq_up_iq4_xs, mvm_g_expert_args);
@@ -129,6 +130,7 @@ fakecuda_register_kernels(fakecuda_add_kernel_fn add)
     ADD(mvm_g_expert_mmq_down_q8_0, mvm_g_expert_args);
     ADD(mvm_g_expert_mmq_down_iq4_nl, mvm_g_expert_args);
     ADD(mvm_g_expert_mmq_down_mxfp4, mvm_g_expert_args);
+    ADD(mvm_g_expert_mmq_down_q2_K, mvm_g_expert_args);
     ADD(mvm_g_expert_mmq_down_q3_K, mvm_g_expert_args);
     ADD(mvm_g_expert_mmq_down_q4_K, mvm_g_expert_args);
     ADD(mvm_g_expert_mmq_down_iq4_xs, mvm_g_expert_args);
@@ -137,6 +139,7 @@ fakecuda_register_kernels(fakecuda_add_kernel_fn add)
     ADD(mvm_g_mmq_matmul_q8_0, mvm_g_matvec_args);
     ADD(mvm_g_mmq_matmul_iq4_nl, mvm_g_matvec_args);
     ADD(mvm_g_mmq_matmul_mxfp4, mvm_g_matvec_args);
+    ADD(mvm_g_mmq_matmul_q2_K, mvm_g_matvec_args);
     ADD(mvm_g_mmq_matmul_q3_K, mvm_g_matvec_args);
     ADD(mvm_g_mmq_matmul_q4_K, mvm_g_matvec_args);
     ADD(mvm_g_mmq_matmul_iq4_xs, mvm_g_matvec_args);
