@@ -20,7 +20,8 @@
 #              `RESULT jit cold_s=.. warm_s=..` (docs/perf/engine.md, session 96)
 #   kernels    test_gpu (the device kernels against the CPU's, every type),
 #              bench_gpu_experts (GB/s of a decode step's expert kernels) and
-#              bench_gpu_prompt_experts (a pp512 layer's experts: integer kernels, mmq)
+#              bench_gpu_prompt_experts (a pp512 layer's experts: integer kernels, mmq;
+#              its dense products: integer kernels, mmq, cuBLAS)
 #   vmm        vmm_costs sections 3, 4, 5 and 9 (a kernel reading registered and HOST_NUMA
 #              host memory in place; driver calls behind a running kernel: a remap,
 #              pageable uploads; make-resident against the copy, in pages and in a slot

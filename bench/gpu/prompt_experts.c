@@ -3,7 +3,11 @@
  * on the device, by the integer kernels a step of several rows takes without the tensor
  * cores (kernels/cuda/expert.cu's up and down, 8 rows a weight read) and by the int8 tensor
  * cores' mmq kernels (kernels/cuda/mmq.cu, MOEVM_MMQ), launched as the engine launches them,
- * each timed against its arithmetic.
+ * each timed against its arithmetic; then the batch's dense products (a layer's q, o, k and
+ * v shapes) by the three ways the engine has: the integer kernels (matvec.cu's tiles), mmq's
+ * (mvm_g_mmq_matmul, what MOEVM_MMQ's auto takes) and the F16 copy multiplied by cuBLAS
+ * (the weights dequantized and the inputs converted, as forward_cuda_gemm.c does for the
+ * types mmq does not take), the last where cuBLAS loads (MOEVM_CUBLAS_LIBRARY).
  *
  *   bench_gpu_prompt_experts path/to/libcuda.so.1 [reps (10)]
  *
@@ -13,8 +17,9 @@
  * and MXFP4 (gpt-oss's experts), of bytes 0x11 (their values do not matter). With a K down, up's timing includes the quantization of its floats to Q8_K. A prompt computes every expert's
  * rows once per layer, so a figure here times a layer's experts of pp512: llama.cpp's whole
  * pp512 batch of OLMoE-1B-7B takes ~14 ms of kernels on an H200 (docs/perf/engine.md), 16
- * such layers and its attention. Prints a table and one line a script reads per row:
+ * such layers and its attention. Prints tables and one line a script reads per row:
  *   RESULT gpu_prompt_kernel shape=olmoe-1b-7b types=q8_0/q8_0 kernel=up_mmq us=120.5 tops=71.3
+ *   RESULT gpu_prompt_dense rows=2048 cols=2048 type=q4_K kernel=mmq us=20.1 tops=213.7
  * Over tests/fakecuda (FAKECUDA_KERNELS set) the same launches run emulated: only the times
  * on a GPU mean anything.
  */
@@ -154,6 +159,135 @@ static int run(mvm_gpu *g, const struct shape *s, const enum mvm_wtype *t, int r
     return 0;
 }
 
+/* ---- a batch's dense products --------------------------------------------------------- */
+
+/* A layer's q and o of Qwen3-30B-A3B (4096 x 2048, 2048 x 4096; OLMoE-1B-7B's are 2048 x
+ * 2048), and its k and v (512 x 2048), in the types of Q8_0 and Q4_K_M files. */
+static const uint32_t dense_shapes[][2] = {{2048, 2048}, {4096, 2048}, {2048, 4096}, {512, 2048}};
+static const enum mvm_wtype dense_types[] = {MVM_W_Q8_0, MVM_W_Q4_K, MVM_W_Q6_K};
+
+enum dense_way { DENSE_TILED, DENSE_MMQ, DENSE_CUBLAS, DENSE_WAYS };
+static const char *const dense_names[DENSE_WAYS] = {"tiled", "mmq", "cublas"};
+
+/* One dense product's buffers: matvec's arguments (the weights, the inputs in their
+ * activation format, the outputs), the inputs as floats and cuBLAS's F16 copies. */
+struct dense {
+    mvm_g_matvec_args a;
+    mvm_dptr x, w16, x16;
+    enum mvm_wtype t;
+};
+
+static mvm_status dense_launch(mvm_gpu *g, const struct dense *d, enum dense_way w)
+{
+    const mvm_g_matvec_args *a = &d->a;
+    if (w == DENSE_TILED)
+        return mvm_gpu_matvec(g, d->t, a);
+    if (w == DENSE_MMQ)
+        return mvm_gpu_mmq_matmul(g, d->t, a);
+    mvm_g_to_half_args h = {.x = d->x, .dst = d->x16, .x_stride = a->n_in,
+                            .dst_stride = a->n_in, .n = a->n_in, .n_rows = a->n_tok};
+    mvm_g_dequant_args q = {.w = a->w, .dst = d->w16, .row_bytes = a->row_bytes,
+                            .dst_stride = a->n_in, .n_in = a->n_in, .n_rows = a->n_out,
+                            .per = a->n_out};
+    mvm_status st = mvm_gpu_to_half(g, 0, &h);
+    if (st == MVM_OK)
+        st = mvm_gpu_dequant(g, d->t, &q);
+    return st == MVM_OK ? mvm_gpu_gemm(g, a->n_out, a->n_tok, a->n_in, d->w16, a->n_in, d->x16,
+                                       a->n_in, a->y, a->n_out, 0.0f)
+                        : st;
+}
+
+/* Seconds a product the way w: as time_launches. */
+static double dense_time(mvm_gpu *g, const struct dense *d, enum dense_way w, int reps,
+                         mvm_status *st)
+{
+    *st = dense_launch(g, d, w);
+    if (*st == MVM_OK)
+        *st = mvm_gpu_sync(g);
+    const double t0 = mvm_now_s();
+    for (int i = 0; i < reps && *st == MVM_OK; i++)
+        *st = dense_launch(g, d, w);
+    if (*st == MVM_OK)
+        *st = mvm_gpu_sync(g);
+    return (mvm_now_s() - t0) / reps;
+}
+
+/* The inputs: small floats, finite in cuBLAS's F16 copy */
+static void fill_small(void *h, size_t bytes)
+{
+    float *f = h;
+    for (size_t i = 0; i < bytes / sizeof *f; i++)
+        f[i] = (float)(i % 7) * 0.125f;
+}
+
+static int run_dense(mvm_gpu *g, const uint32_t *shape, enum mvm_wtype t, int cublas, int reps)
+{
+    const uint32_t rows = shape[0], cols = shape[1];
+    struct dense d = {.t = t};
+    mvm_g_matvec_args *a = &d.a;
+    *a = (mvm_g_matvec_args){.row_bytes = mvm_k_row_bytes(t, cols),
+                             .act_stride = mvm_k_act_bytes(t, cols), .y_stride = rows,
+                             .n_in = cols, .n_out = rows, .n_tok = TOKENS, .n_head = 1,
+                             .split = 1};
+    mvm_status st = bench_filled(g, (size_t)rows * a->row_bytes, fill_11, &a->w);
+    if (st == MVM_OK)
+        st = bench_filled(g, (size_t)TOKENS * cols * 4, fill_small, &d.x);
+    if (st == MVM_OK)
+        st = mvm_gpu_alloc(g, (size_t)TOKENS * a->act_stride, &a->act);
+    if (st == MVM_OK) {
+        mvm_g_quantize_args q = {.x = d.x, .q = a->act, .x_stride = cols,
+                                 .q_stride = a->act_stride, .n = cols, .n_rows = TOKENS,
+                                 .type = t};
+        st = mvm_gpu_quantize(g, 0, &q);
+    }
+    if (st == MVM_OK)
+        st = mvm_gpu_alloc(g, (size_t)TOKENS * rows * 4, &a->y);
+    if (st == MVM_OK && cublas)
+        st = mvm_gpu_alloc(g, (size_t)rows * cols * 2, &d.w16);
+    if (st == MVM_OK && cublas)
+        st = mvm_gpu_alloc(g, (size_t)TOKENS * cols * 2, &d.x16);
+    const int ran[DENSE_WAYS] = {1, mvm_gpu_has(g, MVM_GK_MMQ_MATMUL, t), cublas};
+    double secs[DENSE_WAYS] = {0};
+    for (int w = 0; w < DENSE_WAYS && st == MVM_OK; w++)
+        if (ran[w])
+            secs[w] = dense_time(g, &d, (enum dense_way)w, reps, &st);
+    mvm_dptr bufs[] = {a->w, d.x, a->act, a->y, d.w16, d.x16};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        if (bufs[i])
+            mvm_gpu_free(g, bufs[i]);
+    if (st != MVM_OK)
+        return fail("a dense product");
+    const double ops = 2.0 * TOKENS * rows * cols;
+    for (int w = 0; w < DENSE_WAYS; w++) {
+        if (!ran[w]) {
+            printf("| %u x %u | %s | %s | (%s) | |\n", rows, cols, mvm_k_wtype_name(t),
+                   dense_names[w], w == DENSE_MMQ ? "no mmq kernel here" : "no cuBLAS");
+            continue;
+        }
+        printf("| %u x %u | %s | %s | %.1f | %.1f |\n", rows, cols, mvm_k_wtype_name(t),
+               dense_names[w], secs[w] * 1e6, ops / secs[w] / 1e12);
+        fprintf(stderr, "RESULT gpu_prompt_dense rows=%u cols=%u type=%s kernel=%s us=%.2f "
+                "tops=%.2f\n", rows, cols, mvm_k_wtype_name(t), dense_names[w], secs[w] * 1e6,
+                ops / secs[w] / 1e12);
+    }
+    return 0;
+}
+
+/* cuBLAS as the engine loads it (MOEVM_CUBLAS_LIBRARY, else the default names), with a
+ * workspace of 32 MiB: 0 where it will not load (said on stderr). */
+static int open_cublas(mvm_gpu *g, mvm_dptr *ws)
+{
+    const size_t bytes = 32u << 20;
+    const char *lib = getenv("MOEVM_CUBLAS_LIBRARY");
+    if (mvm_gpu_alloc(g, bytes, ws) != MVM_OK ||
+        mvm_gpu_gemm_open(g, lib ? lib : "auto", *ws, bytes) != MVM_OK) {
+        fprintf(stderr, "bench_gpu_prompt_experts: no cuBLAS (%s): its rows left out\n",
+                mvm_last_error());
+        return 0;
+    }
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
     const long reps = argc > 2 ? atol(argv[2]) : 10;
@@ -171,6 +305,15 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes && rc == 0; i++)
         for (size_t j = 0; j < sizeof types / sizeof *types && rc == 0; j++)
             rc = run(g, &shapes[i], types[j], (int)reps);
+    mvm_dptr ws = 0;
+    const int cublas = rc == 0 && open_cublas(g, &ws);
+    printf("\n| rows x cols (%d tokens) | type | way | us | TOPS |\n|---|---|---|---:|---:|\n",
+           TOKENS);
+    for (size_t i = 0; i < sizeof dense_shapes / sizeof *dense_shapes && rc == 0; i++)
+        for (size_t j = 0; j < sizeof dense_types / sizeof *dense_types && rc == 0; j++)
+            rc = run_dense(g, dense_shapes[i], dense_types[j], cublas, (int)reps);
+    if (ws)
+        mvm_gpu_free(g, ws);
     mvm_gpu_close(g);
     return rc;
 }
