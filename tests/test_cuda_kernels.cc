@@ -191,22 +191,26 @@ static void test_quantize(void)
 static void (*const matvec_fn[MVM_W_COUNT])(mvm_g_matvec_args) = {MVM_G_FOR_TYPES(KERNEL_FN)};
 #undef KERNEL_FN
 
-/* mmq's product of type t (kernels/cuda/mmq.cu), NULL where it has none */
-static void (*mmq_matmul_fn(enum mvm_wtype t))(mvm_g_matvec_args)
-{
-    switch (t) {
-    case MVM_W_Q8_0: return mvm_g_mmq_matmul_q8_0;
-    case MVM_W_IQ4_NL: return mvm_g_mmq_matmul_iq4_nl;
-    case MVM_W_MXFP4: return mvm_g_mmq_matmul_mxfp4;
-    case MVM_W_Q2_K: return mvm_g_mmq_matmul_q2_K;
-    case MVM_W_Q3_K: return mvm_g_mmq_matmul_q3_K;
-    case MVM_W_Q4_K: return mvm_g_mmq_matmul_q4_K;
-    case MVM_W_Q5_K: return mvm_g_mmq_matmul_q5_K;
-    case MVM_W_Q6_K: return mvm_g_mmq_matmul_q6_K;
-    case MVM_W_IQ4_XS: return mvm_g_mmq_matmul_iq4_xs;
-    default: return NULL;
+/* mmq's kernels of type t (kernels/cuda/mmq.cu): the experts' up and down, the dense
+ * product; NULL where it has none */
+#define MMQ_FN(part, A)                                                                        \
+    static void (*mmq_##part##_fn(enum mvm_wtype t))(A)                                        \
+    {                                                                                          \
+        switch (t) {                                                                           \
+            MVM_G_MMQ_TYPES(MMQ_CASE_##part)                                                   \
+        default: return NULL;                                                                  \
+        }                                                                                      \
     }
-}
+#define MMQ_CASE_up(name, T)                                                                   \
+    case T: return mvm_g_expert_mmq_up_##name;
+#define MMQ_CASE_down(name, T)                                                                 \
+    case T: return mvm_g_expert_mmq_down_##name;
+#define MMQ_CASE_matmul(name, T)                                                               \
+    case T: return mvm_g_mmq_matmul_##name;
+MMQ_FN(up, mvm_g_expert_args)
+MMQ_FN(down, mvm_g_expert_args)
+MMQ_FN(matmul, mvm_g_matvec_args)
+#undef MMQ_FN
 
 /* Launches matvec's product of type t, or with mmq mmq's (the same arguments and results). */
 static void launch_product(enum mvm_wtype t, const mvm_g_matvec_args &a, bool mmq)
@@ -496,26 +500,8 @@ static void experts_case(mvm_k_expert_fmt f, uint32_t n_embd, uint32_t n_ff, uin
      * engine runs it (mvm_gpu_experts), with the same data */
     /* and, for mmq's types (Q8_0, IQ4_NL, MXFP4; Q2_K to Q6_K, IQ4_XS) of several rows,
      * through the tensor cores' mmq kernels */
-    void (*mmq_up)(mvm_g_expert_args) = f.gate_up == MVM_W_Q8_0   ? mvm_g_expert_mmq_up_q8_0
-                                        : f.gate_up == MVM_W_IQ4_NL ? mvm_g_expert_mmq_up_iq4_nl
-                                        : f.gate_up == MVM_W_MXFP4 ? mvm_g_expert_mmq_up_mxfp4
-                                        : f.gate_up == MVM_W_Q2_K ? mvm_g_expert_mmq_up_q2_K
-                                        : f.gate_up == MVM_W_Q3_K ? mvm_g_expert_mmq_up_q3_K
-                                        : f.gate_up == MVM_W_IQ4_XS ? mvm_g_expert_mmq_up_iq4_xs
-                                        : f.gate_up == MVM_W_Q4_K ? mvm_g_expert_mmq_up_q4_K
-                                        : f.gate_up == MVM_W_Q5_K ? mvm_g_expert_mmq_up_q5_K
-                                        : f.gate_up == MVM_W_Q6_K ? mvm_g_expert_mmq_up_q6_K
-                                                                  : NULL;
-    void (*mmq_down)(mvm_g_expert_args) = f.down == MVM_W_Q8_0   ? mvm_g_expert_mmq_down_q8_0
-                                          : f.down == MVM_W_IQ4_NL ? mvm_g_expert_mmq_down_iq4_nl
-                                          : f.down == MVM_W_MXFP4 ? mvm_g_expert_mmq_down_mxfp4
-                                          : f.down == MVM_W_Q2_K ? mvm_g_expert_mmq_down_q2_K
-                                          : f.down == MVM_W_Q3_K ? mvm_g_expert_mmq_down_q3_K
-                                          : f.down == MVM_W_IQ4_XS ? mvm_g_expert_mmq_down_iq4_xs
-                                          : f.down == MVM_W_Q4_K ? mvm_g_expert_mmq_down_q4_K
-                                          : f.down == MVM_W_Q5_K ? mvm_g_expert_mmq_down_q5_K
-                                          : f.down == MVM_W_Q6_K ? mvm_g_expert_mmq_down_q6_K
-                                                                 : NULL;
+    void (*mmq_up)(mvm_g_expert_args) = mmq_up_fn(f.gate_up);
+    void (*mmq_down)(mvm_g_expert_args) = mmq_down_fn(f.down);
     const bool mmq_ok = mmq_up && mmq_down &&
                         mvm_k_is_k(f.gate_up) == mvm_k_is_k(f.down) && n_tok > 1;
     /* device-view's per-launch addresses (wptr): each active expert read from a copy

@@ -30,6 +30,7 @@
 #include "engine/plan/plan.h"
 #include "engine/synth/mkmodel.h"
 #include "fakecuda.h"
+#include "kernels/cuda/kernels.h"
 #include "tests/check.h"
 #include "vmm/error.h"
 
@@ -289,8 +290,9 @@ static void check_zerocopy_refused(const char *path)
 }
 
 /* The types of the mmq kernels (kernels/cuda/mmq.cu), by their kernels' names */
-static const char *const mmq_types[] = {"q8_0", "q2_K",   "q3_K",   "q4_K",  "q5_K",
-                                        "q6_K", "iq4_xs", "iq4_nl", "mxfp4"};
+#define MMQ_NAME(name, T) #name,
+static const char *const mmq_types[] = {MVM_G_MMQ_TYPES(MMQ_NAME)};
+#undef MMQ_NAME
 
 /* The launches of the mmq kernels of `part` ("up" or "down"), every type's. */
 static unsigned long mmq_launches(const char *part)

@@ -47,14 +47,10 @@ enum { MOD_MATVEC, MOD_EXPERT, MOD_OPS, MOD_GEMM, MOD_MMQ, MOD_ATTN_MMA, MOD_COU
  * launch. */
 #define MOD_TYPED MOD_COUNT
 
-/* The weight types of the mmq kernels (kernels/cuda/mmq.cu): Q8_0, the K-quants of Q2_K,
- * Q3_K_M, Q4_K_M, Q5_K_M and Q6_K files, and the table types (IQ4_XS, IQ4_NL; MXFP4,
- * gpt-oss's). */
+/* The weight types of the mmq kernels (kernels/cuda/kernels.h, MVM_G_MMQ_TYPES) as bits. */
 #define W_BIT(t) (1ull << (t))
-#define MMQ_TYPES                                                                             \
-    (W_BIT(MVM_W_Q8_0) | W_BIT(MVM_W_Q2_K) | W_BIT(MVM_W_Q3_K) | W_BIT(MVM_W_Q4_K) |          \
-     W_BIT(MVM_W_Q5_K) | W_BIT(MVM_W_Q6_K) | W_BIT(MVM_W_IQ4_XS) | W_BIT(MVM_W_IQ4_NL) |      \
-     W_BIT(MVM_W_MXFP4))
+#define MMQ_BIT(name, t) | W_BIT(t)
+#define MMQ_TYPES (0 MVM_G_MMQ_TYPES(MMQ_BIT))
 
 /* Each kernel: its module, base name, whether it has one function per weight type, and
  * which types (a bit each; 0: every one). */

@@ -442,20 +442,8 @@ mvm_status mvm_cuda_fwd_gemm_experts(struct cuda_fwd *f, uint32_t il, uint32_t *
     return MVM_OK;
 }
 
-/* The K-quants and the 32-element types the mmq kernels take (kernels/cuda/mmq.cu) */
-static int mmq_k_type(enum mvm_wtype t)
-{
-    return t == MVM_W_Q2_K || t == MVM_W_Q3_K || t == MVM_W_Q4_K || t == MVM_W_Q5_K ||
-           t == MVM_W_Q6_K || t == MVM_W_IQ4_XS;
-}
-
-static int mmq_q_type(enum mvm_wtype t)
-{
-    return t == MVM_W_Q8_0 || t == MVM_W_IQ4_NL || t == MVM_W_MXFP4;
-}
-
-/* Whether this device has mmq's kernel for type t, and MOEVM_MMQ lets it (or, sizing,
- * would have) */
+/* Whether this device has mmq's kernel k for type t (of kernels.h's MVM_G_MMQ_TYPES), and
+ * MOEVM_MMQ lets it (or, sizing, would have) */
 static int mmq_has(const struct cuda_fwd *f, enum mvm_gpu_kernel k, enum mvm_wtype t)
 {
     if (f->mmq == MVM_CUDA_OFF)
@@ -469,8 +457,7 @@ int mvm_cuda_fwd_mmq_takes(const struct cuda_fwd *f, int type)
      * batch of more than 8 tokens by its mul_mat_q on a device with int8 tensor cores
      * (bench/gpu/ktrace.sh's pp512 on an H200: its every product, no cuBLAS), and ours
      * are the same kernels as the experts' measured ones; not timed on a GPU yet */
-    const enum mvm_wtype t = (enum mvm_wtype)type;
-    return (mmq_k_type(t) || mmq_q_type(t)) && mmq_has(f, MVM_GK_MMQ_MATMUL, t);
+    return mmq_has(f, MVM_GK_MMQ_MATMUL, (enum mvm_wtype)type);
 }
 
 int mvm_cuda_fwd_mmq(const struct cuda_fwd *f, uint32_t il)
@@ -486,9 +473,9 @@ int mvm_cuda_fwd_mmq(const struct cuda_fwd *f, uint32_t il)
      * Q8_0, were added after (session 111) and take auto by Q4_K's and Q8_0's measure: the
      * same kernels, a third or fifth bit, a second product a sub-block or a table lookup
      * more; Q2_K (session 112), Q3_K's two products a sub-block with mins */
-    const int q = mmq_q_type(fmt.gate_up) && mmq_q_type(fmt.down);
-    const int km = mmq_k_type(fmt.gate_up) && mmq_k_type(fmt.down);
-    if (!(q || km) || fmt.tiles)
+    /* gate/up and down of one kind: both against Q8_0 blocks, or both against Q8_K's (a
+     * K-quant down's 256-channel groups) */
+    if (fmt.tiles || mvm_k_is_k(fmt.gate_up) != mvm_k_is_k(fmt.down))
         return 0;
     return mmq_has(f, MVM_GK_EXPERT_MMQ_UP, fmt.gate_up) &&
            mmq_has(f, MVM_GK_EXPERT_MMQ_DOWN, fmt.down);

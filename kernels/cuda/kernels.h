@@ -57,6 +57,16 @@ typedef uint64_t mvm_dptr;
     X(iq2_xxs, MVM_W_IQ2_XXS) X(iq2_xs, MVM_W_IQ2_XS) X(iq2_s, MVM_W_IQ2_S)                    \
     X(iq3_xxs, MVM_W_IQ3_XXS) X(iq3_s, MVM_W_IQ3_S) X(iq1_s, MVM_W_IQ1_S) X(iq1_m, MVM_W_IQ1_M)
 
+/* X(name, type) for the weight types of the mmq kernels (kernels/cuda/mmq.cu; their
+ * experts' up and down and dense products): Q8_0 and the table types against Q8_0
+ * activation blocks, the K-quants and IQ4_XS against Q8_K's. The one list of them: the
+ * kernels' instances, the engine's choice (engine/compute/gpu.c, forward_cuda_gemm.c) and
+ * the tests'. */
+#define MVM_G_MMQ_TYPES(X)                                                                     \
+    X(q8_0, MVM_W_Q8_0) X(iq4_nl, MVM_W_IQ4_NL) X(mxfp4, MVM_W_MXFP4) X(q2_K, MVM_W_Q2_K)      \
+    X(q3_K, MVM_W_Q3_K) X(q4_K, MVM_W_Q4_K) X(q5_K, MVM_W_Q5_K) X(q6_K, MVM_W_Q6_K)            \
+    X(iq4_xs, MVM_W_IQ4_XS)
+
 /* Which kernels a translation unit makes. The device's PTX comes as one module per weight
  * type (kernels/cuda/typed.cu, compiled with -DMVM_G_TYPE=q4_K -DMVM_G_WTYPE=MVM_W_Q4_K and
  * so on: only that type's instances; a second type with MVM_G_TYPE2, MVM_G_WTYPE2, as f32's

@@ -602,52 +602,22 @@ template <enum mvm_wtype W> static __device__ void mmq_matmul(const mvm_g_matvec
         }
 }
 
-#define MMQ_MATMUL(name, T)                                                                    \
+/* Each mmq type's kernels (kernels.h, MVM_G_MMQ_TYPES) */
+#define MMQ_KERNELS(name, T)                                                                   \
+    extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)                                \
+        mvm_g_expert_mmq_up_##name(mvm_g_expert_args a)                                        \
+    {                                                                                          \
+        mmq_up<T>(a);                                                                          \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)                                \
+        mvm_g_expert_mmq_down_##name(mvm_g_expert_args a)                                      \
+    {                                                                                          \
+        mmq_down<T>(a);                                                                        \
+    }                                                                                          \
     extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)                                \
         mvm_g_mmq_matmul_##name(mvm_g_matvec_args a)                                           \
     {                                                                                          \
         mmq_matmul<T>(a);                                                                      \
     }
-MMQ_MATMUL(q8_0, MVM_W_Q8_0)
-MMQ_MATMUL(iq4_nl, MVM_W_IQ4_NL)
-MMQ_MATMUL(mxfp4, MVM_W_MXFP4)
-MMQ_MATMUL(q2_K, MVM_W_Q2_K)
-MMQ_MATMUL(q3_K, MVM_W_Q3_K)
-MMQ_MATMUL(q4_K, MVM_W_Q4_K)
-MMQ_MATMUL(q5_K, MVM_W_Q5_K)
-MMQ_MATMUL(q6_K, MVM_W_Q6_K)
-MMQ_MATMUL(iq4_xs, MVM_W_IQ4_XS)
-#undef MMQ_MATMUL
-
-#define MMQ_UP(name, T)                                                                        \
-    extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)                                \
-        mvm_g_expert_mmq_up_##name(mvm_g_expert_args a)                                        \
-    {                                                                                          \
-        mmq_up<T>(a);                                                                          \
-    }
-#define MMQ_DOWN(name, T)                                                                      \
-    extern "C" __global__ void __launch_bounds__(MVM_G_THREADS)                                \
-        mvm_g_expert_mmq_down_##name(mvm_g_expert_args a)                                      \
-    {                                                                                          \
-        mmq_down<T>(a);                                                                        \
-    }
-MMQ_UP(q8_0, MVM_W_Q8_0)
-MMQ_UP(iq4_nl, MVM_W_IQ4_NL)
-MMQ_UP(mxfp4, MVM_W_MXFP4)
-MMQ_UP(q2_K, MVM_W_Q2_K)
-MMQ_UP(q3_K, MVM_W_Q3_K)
-MMQ_UP(q4_K, MVM_W_Q4_K)
-MMQ_UP(q5_K, MVM_W_Q5_K)
-MMQ_UP(q6_K, MVM_W_Q6_K)
-MMQ_UP(iq4_xs, MVM_W_IQ4_XS)
-MMQ_DOWN(q8_0, MVM_W_Q8_0)
-MMQ_DOWN(iq4_nl, MVM_W_IQ4_NL)
-MMQ_DOWN(mxfp4, MVM_W_MXFP4)
-MMQ_DOWN(q2_K, MVM_W_Q2_K)
-MMQ_DOWN(q3_K, MVM_W_Q3_K)
-MMQ_DOWN(q4_K, MVM_W_Q4_K)
-MMQ_DOWN(q5_K, MVM_W_Q5_K)
-MMQ_DOWN(q6_K, MVM_W_Q6_K)
-MMQ_DOWN(iq4_xs, MVM_W_IQ4_XS)
-#undef MMQ_UP
-#undef MMQ_DOWN
+MVM_G_MMQ_TYPES(MMQ_KERNELS)
+#undef MMQ_KERNELS

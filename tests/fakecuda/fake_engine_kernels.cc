@@ -111,6 +111,10 @@ static void add_counted(fakecuda_add_kernel_fn add, const char *name)
     ADD(mvm_g_expert_up1_keep_##name, mvm_g_expert_args);                                      \
     ADD(mvm_g_expert_down1_keep_##name, mvm_g_expert_args);                                    \
     ADD(mvm_g_dequant_##name, mvm_g_dequant_args);
+#define ADD_MMQ(name, T)                                                                       \
+    ADD(mvm_g_expert_mmq_up_##name, mvm_g_expert_args);                                        \
+    ADD(mvm_g_expert_mmq_down_##name, mvm_g_expert_args);                                      \
+    ADD(mvm_g_mmq_matmul_##name, mvm_g_matvec_args);
 
 extern "C" __attribute__((visibility("default"))) void
 fakecuda_register_kernels(fakecuda_add_kernel_fn add)
@@ -118,33 +122,7 @@ fakecuda_register_kernels(fakecuda_add_kernel_fn add)
     ADD(mvm_g_quantize, mvm_g_quantize_args);
     MVM_G_FOR_TYPES(ADD_TYPED)
     ADD(mvm_g_expert_quantize, mvm_g_expert_args);
-    ADD(mvm_g_expert_mmq_up_q8_0, mvm_g_expert_args);
-    ADD(mvm_g_expert_mmq_up_iq4_nl, mvm_g_expert_args);
-    ADD(mvm_g_expert_mmq_up_mxfp4, mvm_g_expert_args);
-    ADD(mvm_g_expert_mmq_up_q2_K, mvm_g_expert_args);
-    ADD(mvm_g_expert_mmq_up_q3_K, mvm_g_expert_args);
-    ADD(mvm_g_expert_mmq_up_q4_K, mvm_g_expert_args);
-    ADD(mvm_g_expert_mmq_up_iq4_xs, mvm_g_expert_args);
-    ADD(mvm_g_expert_mmq_up_q5_K, mvm_g_expert_args);
-    ADD(mvm_g_expert_mmq_up_q6_K, mvm_g_expert_args);
-    ADD(mvm_g_expert_mmq_down_q8_0, mvm_g_expert_args);
-    ADD(mvm_g_expert_mmq_down_iq4_nl, mvm_g_expert_args);
-    ADD(mvm_g_expert_mmq_down_mxfp4, mvm_g_expert_args);
-    ADD(mvm_g_expert_mmq_down_q2_K, mvm_g_expert_args);
-    ADD(mvm_g_expert_mmq_down_q3_K, mvm_g_expert_args);
-    ADD(mvm_g_expert_mmq_down_q4_K, mvm_g_expert_args);
-    ADD(mvm_g_expert_mmq_down_iq4_xs, mvm_g_expert_args);
-    ADD(mvm_g_expert_mmq_down_q5_K, mvm_g_expert_args);
-    ADD(mvm_g_expert_mmq_down_q6_K, mvm_g_expert_args);
-    ADD(mvm_g_mmq_matmul_q8_0, mvm_g_matvec_args);
-    ADD(mvm_g_mmq_matmul_iq4_nl, mvm_g_matvec_args);
-    ADD(mvm_g_mmq_matmul_mxfp4, mvm_g_matvec_args);
-    ADD(mvm_g_mmq_matmul_q2_K, mvm_g_matvec_args);
-    ADD(mvm_g_mmq_matmul_q3_K, mvm_g_matvec_args);
-    ADD(mvm_g_mmq_matmul_q4_K, mvm_g_matvec_args);
-    ADD(mvm_g_mmq_matmul_iq4_xs, mvm_g_matvec_args);
-    ADD(mvm_g_mmq_matmul_q5_K, mvm_g_matvec_args);
-    ADD(mvm_g_mmq_matmul_q6_K, mvm_g_matvec_args);
+    MVM_G_MMQ_TYPES(ADD_MMQ)
     ADD(mvm_g_expert_sum, mvm_g_expert_sum_args);
     ADD(mvm_g_cpu_wait, mvm_g_cpu_wait_args);
     add("mvm_g_route", sizeof(mvm_g_route_args), route_run); /* counted by run<> */
