@@ -59,23 +59,26 @@ static void fill_11(void *h, size_t bytes) { memset(h, 0x11, bytes); }
 enum which { UP_TILED, DOWN_TILED, UP_MMQ, DOWN_MMQ, WHICH };
 static const char *const names[WHICH] = {"up_tiled", "down_tiled", "up_mmq", "down_mmq"};
 
-static mvm_status launch(mvm_gpu *g, const mvm_g_expert_args *a, enum which w)
+/* The launches of way w of what `args` describes (mvm_g_expert_args, struct dense). */
+typedef mvm_status (*launch_fn)(mvm_gpu *g, const void *args, int w);
+
+static mvm_status expert_launch(mvm_gpu *g, const void *args, int w)
 {
-    mvm_g_expert_args e = *a;
+    mvm_g_expert_args e = *(const mvm_g_expert_args *)args;
     e.mmq = w >= UP_MMQ;
     return w == UP_TILED || w == UP_MMQ ? mvm_gpu_experts_up(g, &e) : mvm_gpu_experts_down(g, &e);
 }
 
-/* Seconds a launch of `w`: reps queued back to back after a warm-up, waited for once. */
-static double time_launches(mvm_gpu *g, const mvm_g_expert_args *a, enum which w, int reps,
+/* Seconds a launch: reps queued back to back after a warm-up, waited for once. */
+static double time_launches(mvm_gpu *g, launch_fn launch, const void *args, int w, int reps,
                             mvm_status *st)
 {
-    *st = launch(g, a, w);
+    *st = launch(g, args, w);
     if (*st == MVM_OK)
         *st = mvm_gpu_sync(g);
     const double t0 = mvm_now_s();
     for (int i = 0; i < reps && *st == MVM_OK; i++)
-        *st = launch(g, a, w);
+        *st = launch(g, args, w);
     if (*st == MVM_OK)
         *st = mvm_gpu_sync(g);
     return (mvm_now_s() - t0) / reps;
@@ -133,7 +136,7 @@ static int run(mvm_gpu *g, const struct shape *s, const enum mvm_wtype *t, int r
     double secs[WHICH] = {0};
     for (int w = 0; w < WHICH && st == MVM_OK; w++)
         if (w < UP_MMQ || mmq)
-            secs[w] = time_launches(g, &a, (enum which)w, reps, &st);
+            secs[w] = time_launches(g, expert_launch, &a, w, reps, &st);
     mvm_dptr bufs[] = {tables, a.experts, a.act, a.row_w, a.h, a.hf, a.out};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i])
@@ -177,8 +180,9 @@ struct dense {
     enum mvm_wtype t;
 };
 
-static mvm_status dense_launch(mvm_gpu *g, const struct dense *d, enum dense_way w)
+static mvm_status dense_launch(mvm_gpu *g, const void *args, int w)
 {
+    const struct dense *d = args;
     const mvm_g_matvec_args *a = &d->a;
     if (w == DENSE_TILED)
         return mvm_gpu_matvec(g, d->t, a);
@@ -195,21 +199,6 @@ static mvm_status dense_launch(mvm_gpu *g, const struct dense *d, enum dense_way
     return st == MVM_OK ? mvm_gpu_gemm(g, a->n_out, a->n_tok, a->n_in, d->w16, a->n_in, d->x16,
                                        a->n_in, a->y, a->n_out, 0.0f)
                         : st;
-}
-
-/* Seconds a product the way w: as time_launches. */
-static double dense_time(mvm_gpu *g, const struct dense *d, enum dense_way w, int reps,
-                         mvm_status *st)
-{
-    *st = dense_launch(g, d, w);
-    if (*st == MVM_OK)
-        *st = mvm_gpu_sync(g);
-    const double t0 = mvm_now_s();
-    for (int i = 0; i < reps && *st == MVM_OK; i++)
-        *st = dense_launch(g, d, w);
-    if (*st == MVM_OK)
-        *st = mvm_gpu_sync(g);
-    return (mvm_now_s() - t0) / reps;
 }
 
 /* The inputs: small floats, finite in cuBLAS's F16 copy */
@@ -250,7 +239,7 @@ static int run_dense(mvm_gpu *g, const uint32_t *shape, enum mvm_wtype t, int cu
     double secs[DENSE_WAYS] = {0};
     for (int w = 0; w < DENSE_WAYS && st == MVM_OK; w++)
         if (ran[w])
-            secs[w] = dense_time(g, &d, (enum dense_way)w, reps, &st);
+            secs[w] = time_launches(g, dense_launch, &d, w, reps, &st);
     mvm_dptr bufs[] = {a->w, d.x, a->act, a->y, d.w16, d.x16};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i])
