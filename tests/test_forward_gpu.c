@@ -325,7 +325,8 @@ static unsigned long mmq_dense_launches(void)
  * cuBLAS (MOEVM_GEMM_ROWS=0: every other product on the
  * kernels) the logits are the CPU's to the rounding of the integer kernels (each block's
  * float is the CPU's, the blocks added in order), by batches of 12 (then 2), 8 and 3
- * (experts of one row in a step of several); the Q6_K and IQ4_NL models, whose device runs part from the
+ * (experts of one row in a step of several), and of 12 with MOEVM_MMQ=experts (no dense
+ * product on mmq); the Q6_K and IQ4_NL models, whose device runs part from the
  * CPU's with or without mmq (a near tie the device's sums round the other way), are
  * compared with the device's run without mmq. gpt-oss's MXFP4 experts with its unit and
  * biases. With cuBLAS for products of 2 rows or more, the experts still
@@ -355,7 +356,7 @@ static void test_mmq(void)
                  {"olmoe", "tiny", MVM_W_IQ4_XS, 1, 0, 1},
                  {"qwen2moe", "tiny", MVM_W_Q4_K, 0, 0, 1},
                  {"olmoe", "tiny", MVM_W_Q2_K, 1, 0, 1}};
-    static const uint32_t batches[] = {12, 8, 3};
+    static const uint32_t batches[] = {12, 8, 3, 12}; /* the last with MOEVM_MMQ=experts */
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         const char *path = preset_path(cases[i].arch, cases[i].preset, cases[i].type);
         size_t n = N_PROMPT * mvm_preset_find(cases[i].preset, cases[i].arch)->spec.n_vocab;
@@ -365,6 +366,9 @@ static void test_mmq(void)
                                      1, 8, 0);
         setenv("MOEVM_MMQ", "on", 1);
         for (size_t b = 0; b < sizeof batches / sizeof *batches; b++) {
+            const int experts = b == 3; /* the experts alone on mmq */
+            if (experts)
+                setenv("MOEVM_MMQ", "experts", 1);
             setenv("MOEVM_GEMM_ROWS", "0", 1);
             const unsigned long up0 = mmq_launches("up"), down0 = mmq_launches("down");
             const unsigned long dense0 = mmq_dense_launches();
@@ -374,12 +378,13 @@ static void test_mmq(void)
             const unsigned long dense = mmq_dense_launches() - dense0;
             CHECK(cases[i].mmq ? up > 0 && up == down : up == 0 && down == 0);
             /* (9: MVM_CUDA_MMQ_ROWS, engine/forward/forward_cuda_impl.h) */
-            CHECK((dense > 0) == (cases[i].dense && batches[b] >= 9));
+            CHECK((dense > 0) == (cases[i].dense && batches[b] >= 9 && !experts));
             CHECK(gpu != NULL);
             if (ref && gpu) {
                 double e = check_rel_l2(gpu->logits, ref->logits, n);
-                fprintf(stderr, "  %s %s type %d, batches of %u, mmq: relative error %.3g\n",
-                        cases[i].arch, cases[i].preset, (int)cases[i].type, batches[b], e);
+                fprintf(stderr, "  %s %s type %d, batches of %u, mmq%s: relative error %.3g\n",
+                        cases[i].arch, cases[i].preset, (int)cases[i].type, batches[b],
+                        experts ? " (experts)" : "", e);
                 CHECK(e < 2e-3);
             }
             free_run(gpu);

@@ -75,7 +75,7 @@ const mvm_option_desc mvm_opt_gemm_batch = {
     "kernel (the way before, to compare)"};
 
 const mvm_option_desc mvm_opt_mmq = {
-    "MOEVM_MMQ", MVM_OPT_CHOICE, "auto", "auto|off|on",
+    "MOEVM_MMQ", MVM_OPT_CHOICE, "auto", "auto|off|on|experts",
     "engine on a GPU of compute capability 8.0 or later: on, a step of "
     "several tokens (a prompt) multiplies its Q8_0, MXFP4 (gpt-oss) or "
     "IQ4_NL experts, or the K-quant experts of Q2_K, Q3_K_M, Q4_K_M, Q5_K_M, "
@@ -84,7 +84,9 @@ const mvm_option_desc mvm_opt_mmq = {
     "(kernels/cuda/mmq.cu), and a batch of 9 tokens or more its dense matrices "
     "of those types (attention, shared experts, dense FFNs, the output), in "
     "place of MOEVM_GEMM_ROWS's F16 products and the integer kernels, as "
-    "llama.cpp's mul_mat_q does; off, those; auto, on for all of them (on an "
+    "llama.cpp's mul_mat_q does; off, those; experts, the experts alone on "
+    "mmq's kernels (the dense matrices as off has them); auto, on for all of "
+    "them (on an "
     "H200, pp512 2.7x off's for Qwen3-30B-A3B's shape in Q8_0, 1.46x for "
     "OLMoE-1B-7B in Q4_K_M with the experts' alone, docs/perf/offload.md; "
     "the other types and the dense matrices not yet measured)"};

@@ -204,6 +204,7 @@ struct cuda_fwd {
     uint32_t gemm_rows;         /* forward_cuda_gemm.c: the fewest rows a product takes to
                                    the tensor cores; 0: none does */
     enum mvm_cuda_choice mmq;   /* MOEVM_MMQ (mvm_cuda_fwd_mmq: for which layers) */
+    int mmq_dense;              /* and its dense matrices too (not MOEVM_MMQ=experts) */
     enum mvm_cuda_choice attn_mma; /* MOEVM_ATTN_MMA (forward_cuda_attn.c's attend) */
     uint32_t gemm_ch;           /* an expert's channels per chunk there (0: no experts) */
     uint32_t gemm_per;          /* whole experts the scratch holds, batched products for
