@@ -86,8 +86,7 @@ const mvm_option_desc mvm_opt_mmq = {
     "place of MOEVM_GEMM_ROWS's F16 products and the integer kernels, as "
     "llama.cpp's mul_mat_q does; off, those; experts, the experts alone on "
     "mmq's kernels (the dense matrices as off has them); auto, on for all of "
-    "them (on an "
-    "H200, pp512 2.7x off's for Qwen3-30B-A3B's shape in Q8_0, 1.46x for "
+    "them (on an H200, pp512 2.7x off's for Qwen3-30B-A3B's shape in Q8_0, 1.46x for "
     "OLMoE-1B-7B in Q4_K_M with the experts' alone, docs/perf/offload.md; "
     "the other types and the dense matrices not yet measured)"};
 

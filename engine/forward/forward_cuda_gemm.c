@@ -464,10 +464,9 @@ int mvm_cuda_fwd_mmq(const struct cuda_fwd *f, uint32_t il)
 {
     const mvm_k_expert_fmt fmt = f->m->layers[il].expert_fmt;
     /* Q8_0, IQ4_NL and MXFP4 experts, and Q2_K's, Q3_K_M's, Q4_K_M's, Q5_K_M's, Q6_K's and
-     * IQ4_XS's (Q2_K to Q6_K and IQ4_XS gate/up and down, with 256-channel groups), on or
-     * auto: on
-     * an H200 OLMoE-1B-7B's Q4_K_M prompt ran 1.46x the F16 products' (pp512 6,948 against
-     * 4,749 tok/s) with 188 MiB less device memory, its decode the same
+     * IQ4_XS's (Q2_K to Q6_K and IQ4_XS gate/up and down, with 256-channel groups), on,
+     * experts or auto: on an H200 OLMoE-1B-7B's Q4_K_M prompt ran 1.46x the F16 products'
+     * (pp512 6,948 against 4,749 tok/s) with 188 MiB less device memory, its decode the same
      * (docs/perf/offload.md, session 106), and Qwen3-30B-A3B's Q8_0 one 2.7x (session 84).
      * Q3_K, Q5_K, Q6_K and IQ4_XS, and the table types (IQ4_NL, gpt-oss's MXFP4) beside
      * Q8_0, were added after (session 111) and take auto by Q4_K's and Q8_0's measure: the

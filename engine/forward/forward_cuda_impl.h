@@ -354,12 +354,12 @@ mvm_status mvm_cuda_fwd_gemm_wants(struct cuda_fwd *f, const struct dev_weight *
                                    int *use);
 mvm_status mvm_cuda_fwd_gemm_wants_expert(struct cuda_fwd *f, uint32_t il, uint32_t e, int *use);
 /* Whether a step of several tokens multiplies layer il's experts by the mmq kernels
- * (MOEVM_MMQ: Q8_0, MXFP4 and IQ4_NL experts and the K-quant files' (Q3_K_M to Q6_K,
+ * (MOEVM_MMQ: Q8_0, MXFP4 and IQ4_NL experts and the K-quant files' (Q2_K, Q3_K_M to Q6_K,
  * IQ4_XS) by default; a device that has the kernels); none of them then takes cuBLAS. */
 int mvm_cuda_fwd_mmq(const struct cuda_fwd *f, uint32_t il);
 /* Whether a matrix of weight type `type` takes mmq's product (mvm_g_mmq_matmul) in a batch
  * of MVM_CUDA_MMQ_ROWS tokens or more (fewer: the integer kernels), never cuBLAS's: for
- * mmq's types, on a device that has it, unless MOEVM_MMQ is off. */
+ * mmq's types, on a device that has it, unless MOEVM_MMQ is off or experts. */
 int mvm_cuda_fwd_mmq_takes(const struct cuda_fwd *f, int type);
 /* mvm_cuda_fwd_matmul_heads's product (H = 1: mvm_cuda_fwd_matmul's) on the tensor cores. */
 mvm_status mvm_cuda_fwd_gemm_product(struct cuda_fwd *f, const struct dev_weight *w, uint32_t H,

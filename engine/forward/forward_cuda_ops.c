@@ -3,10 +3,10 @@
  * a batch on the integer kernels (its input quantized once for the products that share it,
  * several matrices of one input in one launch, a residual added in the product's own pass;
  * in a batch of MVM_CUDA_MMQ_ROWS tokens or more, mmq's types by its kernel on the int8
- * tensor cores, with the same arguments) or on the tensor cores (forward_cuda_gemm.c), the norms (the next product's input
- * quantized in their pass), the element-wise adds and the rotary embedding; the FFN of a
- * dense block or a shared expert; the output product, a chunk of rows at a time, and the
- * logits down.
+ * tensor cores, with the same arguments) or on the tensor cores (forward_cuda_gemm.c), the
+ * norms (the next product's input quantized in their pass), the element-wise adds and the
+ * rotary embedding; the FFN of a dense block or a shared expert; the output product, a
+ * chunk of rows at a time, and the logits down.
  */
 #include <stdint.h>
 

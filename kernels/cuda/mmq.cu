@@ -25,8 +25,8 @@
  * m16n8k32 products per 32 elements of K (fewer where the expert has fewer rows left: the
  * groups of 8 past its last are neither loaded nor multiplied). The weights and the tile's activations go
  * through shared memory four 32-element sub-blocks at a time (four Q8_0 blocks, half a K
- * super-block), unpacked to bytes (Q2_K's two bits, Q3_K's three, Q4_K's nibbles, Q5_K's five, Q6_K's
- * six; IQ4_XS's and the table types' looked up), two 16-bit loads a word where a block's
+ * super-block), unpacked to bytes (Q2_K's two bits, Q3_K's three, Q4_K's nibbles, Q5_K's
+ * five, Q6_K's six; IQ4_XS's and the table types' looked up), two 16-bit loads a word where a block's
  * quants are only 2-byte aligned (MXFP4's a byte a load), 16 bytes a load for Q4_K and Q5_K
  * weights that are 16-byte aligned, rows of 36 words so that the 32 lanes'
  * fragment loads hit 32 banks. Each thread issues all of a stage's loads before its stores
