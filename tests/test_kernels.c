@@ -1856,6 +1856,21 @@ static void test_levels_agree(void)
             mvm_k_quantize(t, x, down, n_embd * g);
             if (t == MVM_W_Q8_0) /* a file may hold -128, the one quant whose |q| needs 8 bits */
                 w[2 + 5] = down[2 + 7] = 0x80;
+            /* every IQ3_XXS and IQ3_S grid entry, which the AVX-512 levels look up by
+             * codes (kernels/iqgrid.h): the row's 640 indices run through them in turn
+             * (IQ3_S's ninth bit in qh) */
+            for (size_t b = 0; t == MVM_W_IQ3_XXS && b < n / 256; b++)
+                for (size_t i = 0; i < 64; i++)
+                    w[b * sizeof(mvm_block_iq3_xxs) + 2 + i] = (uint8_t)(64 * b + i);
+            for (size_t b = 0; t == MVM_W_IQ3_S && b < n / 256; b++) {
+                mvm_block_iq3_s *x = (mvm_block_iq3_s *)(w + b * sizeof *x);
+                for (size_t i = 0; i < 64; i++) {
+                    const size_t e = (64 * b + i) % 512;
+                    x->qs[i] = (uint8_t)e;
+                    x->qh[i / 8] = (uint8_t)((x->qh[i / 8] & ~(1u << i % 8)) |
+                                             (unsigned)(e >> 8) << i % 8);
+                }
+            }
             for (int k = 0; k < MVM_K_NT; k++) {
                 fill(x, n, 2.0f);
                 mvm_k_prepare_act(t, x, act + k * ab, n);
@@ -1882,6 +1897,24 @@ static void test_levels_agree(void)
         }
     }
     mvm_k_simd_use(before);
+}
+
+/* IQ3_XXS's and IQ3_S's codes (kernels/iqgrid.h) give their grids' every entry, value by
+ * value. */
+static void test_iq3_codes(void)
+{
+    int wrong = 0;
+    for (unsigned i = 0; i < 256; i++)
+        for (unsigned j = 0; j < 4; j++)
+            wrong += mvm_k_iq3xxs_levels[mvm_k_iq3xxs_codes[i] >> 3 * j & 7] !=
+                         (uint8_t)(mvm_k_grid(MVM_W_IQ3_XXS, i) >> 8 * j) ||
+                     mvm_k_iq3xxs_codes[i] >> 12;
+    for (unsigned i = 0; i < 512; i++)
+        for (unsigned j = 0; j < 4; j++)
+            wrong += mvm_k_iq3s_levels[mvm_k_iq3s_codes[i] >> 3 * j & 7] !=
+                         (uint8_t)(mvm_k_grid(MVM_W_IQ3_S, i) >> 8 * j) ||
+                     mvm_k_iq3s_codes[i] >> 12;
+    CHECK(wrong == 0);
 }
 
 static void test_simd_select(void)
@@ -1937,6 +1970,7 @@ int main(void)
     RUN(test_softmax);
     RUN(test_topk);
     RUN(test_swiglu);
+    RUN(test_iq3_codes);
     RUN(test_levels_agree);
     for (int lv = 0; lv < MVM_SIMD_COUNT; lv++) {
         if (mvm_k_simd_use((enum mvm_simd)lv) != 0)

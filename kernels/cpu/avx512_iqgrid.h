@@ -91,6 +91,56 @@ AVX2_INLINE __m512i iq_nibble_scales(__m128i v)
     return _mm512_add_epi32(_mm512_add_epi32(s, s), _mm512_set1_epi32(1));
 }
 
+/* The 12-bit codes (kernels/iqgrid.h: mvm_k_iq3xxs_codes, _iq3s_codes) of 32 grid indices
+ * (iw: words below 64·pairs) in a table of `pairs` pairs of vectors: a word permute over
+ * each pair's 64 codes by the index's low six bits, then its bits 6, 7 (and 8) pick among
+ * them. */
+AVX2_INLINE __m512i iq_codes(__m512i iw, const uint16_t *codes, int pairs)
+{
+    const __m512i *T = (const __m512i *)codes;
+    __m512i r[8];
+#pragma GCC unroll 8
+    for (int k = 0; k < pairs; k++)
+        r[k] = _mm512_permutex2var_epi16(_mm512_load_si512(T + 2 * k), iw,
+                                         _mm512_load_si512(T + 2 * k + 1));
+    for (int bit = 6, n = pairs; n > 1; bit++, n /= 2) {
+        const __mmask32 m = _mm512_test_epi16_mask(iw, _mm512_set1_epi16((short)(1 << bit)));
+#pragma GCC unroll 4
+        for (int k = 0; k < n / 2; k++)
+            r[k] = _mm512_mask_blend_epi16(m, r[2 * k], r[2 * k + 1]);
+    }
+    return r[0];
+}
+
+/* 16 codes (words) as their entries' 64 bytes: each code's four 3-bit fields into the
+ * bytes of its int32 lane, then each field's level (levels: the grid's eight) by a byte
+ * shuffle. */
+AVX2_INLINE __m512i iq_code_entries(__m256i codes, const uint8_t *levels)
+{
+    const __m512i c = _mm512_cvtepu16_epi32(codes);
+    const __m512i lv = _mm512_broadcast_i32x4(_mm_loadl_epi64((const __m128i *)levels));
+    __m512i x = _mm512_and_si512(c, _mm512_set1_epi32(7));
+    x = _mm512_ternarylogic_epi32(x, _mm512_slli_epi32(c, 5), _mm512_set1_epi32(0x700), 0xF8);
+    x = _mm512_ternarylogic_epi32(x, _mm512_slli_epi32(c, 10), _mm512_set1_epi32(0x70000), 0xF8);
+    x = _mm512_ternarylogic_epi32(x, _mm512_slli_epi32(c, 15), _mm512_set1_epi32(0x7000000),
+                                  0xF8);
+    return _mm512_shuffle_epi8(lv, x);
+}
+
+/* The four pairs' entries of IQ3_XXS or IQ3_S (t) from their 64 indices, lo (pairs 0 and
+ * 1) and hi (2 and 3), as words. */
+AVX2_INLINE void iq3_mags(enum mvm_wtype t, __m512i lo, __m512i hi, iq_pairs *P)
+{
+    const int s = t == MVM_W_IQ3_S;
+    const uint16_t *codes = s ? mvm_k_iq3s_codes : mvm_k_iq3xxs_codes;
+    const uint8_t *levels = s ? mvm_k_iq3s_levels : mvm_k_iq3xxs_levels;
+    const __m512i c01 = iq_codes(lo, codes, s ? 8 : 4), c23 = iq_codes(hi, codes, s ? 8 : 4);
+    P->mag[0] = iq_code_entries(_mm512_castsi512_si256(c01), levels);
+    P->mag[1] = iq_code_entries(_mm512_extracti64x4_epi64(c01, 1), levels);
+    P->mag[2] = iq_code_entries(_mm512_castsi512_si256(c23), levels);
+    P->mag[3] = iq_code_entries(_mm512_extracti64x4_epi64(c23, 1), levels);
+}
+
 /* IQ2_XXS and IQ3_XXS: each chunk's word of signs (7 bits a group) and scale. */
 AVX2_INLINE void iq_decode_xxs(enum mvm_wtype t, const uint8_t *blk, iq_pairs *P)
 {
@@ -106,25 +156,23 @@ AVX2_INLINE void iq_decode_xxs(enum mvm_wtype t, const uint8_t *blk, iq_pairs *P
     const __m512i s4 = _mm512_castsi256_si512(_mm512_cvtepi64_epi32(_mm512_srli_epi64(sw, 28)));
     iq_lanes(_mm512_add_epi32(_mm512_add_epi32(s4, s4), _mm512_set1_epi32(1)), 0, P);
     iq_signs(bits, P);
+    if (iq3) { /* 16 entries of 4 values a pair, elements 4k .. 4k + 3 of it */
+        const __m512i ix = _mm512_loadu_si512(qs);
+        iq3_mags(t, _mm512_cvtepu8_epi16(_mm512_castsi512_si256(ix)),
+                 _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(ix, 1)), P);
+        return;
+    }
+    /* IQ2_XXS: 8 entries of 8 values a pair, each chunk's 4 indices before its word; the
+     * entries by loads and inserts: this CPU's gathers were slower (AMD EPYC, Zen 4: one
+     * token 8.0-10.4 GMAC/s against 9.7-13.0) */
+    const uint64_t *g = mvm_k_iq2xxs_grid;
 #pragma GCC unroll 4
     for (int z = 0; z < 4; z++) {
-        /* the grid entries by loads and inserts: this CPU's gathers were slower (AMD EPYC,
-         * Zen 4: one token 8.0-10.4 GMAC/s against 9.7-13.0 before) */
         const uint8_t *ix = qs + 16 * z;
-        if (iq3) { /* 16 entries of 4 values: elements 4k .. 4k + 3 of the pair */
-            const uint32_t *g = mvm_k_iq3xxs_grid;
-            P->mag[z] = _mm512_setr_epi32(
-                (int)g[ix[0]], (int)g[ix[1]], (int)g[ix[2]], (int)g[ix[3]], (int)g[ix[4]],
-                (int)g[ix[5]], (int)g[ix[6]], (int)g[ix[7]], (int)g[ix[8]], (int)g[ix[9]],
-                (int)g[ix[10]], (int)g[ix[11]], (int)g[ix[12]], (int)g[ix[13]], (int)g[ix[14]],
-                (int)g[ix[15]]);
-        } else { /* 8 entries of 8 values, each chunk's 4 before its word */
-            const uint64_t *g = mvm_k_iq2xxs_grid;
-            P->mag[z] = _mm512_setr_epi64((long long)g[ix[0]], (long long)g[ix[1]],
-                                          (long long)g[ix[2]], (long long)g[ix[3]],
-                                          (long long)g[ix[8]], (long long)g[ix[9]],
-                                          (long long)g[ix[10]], (long long)g[ix[11]]);
-        }
+        P->mag[z] = _mm512_setr_epi64((long long)g[ix[0]], (long long)g[ix[1]],
+                                      (long long)g[ix[2]], (long long)g[ix[3]],
+                                      (long long)g[ix[8]], (long long)g[ix[9]],
+                                      (long long)g[ix[10]], (long long)g[ix[11]]);
     }
 }
 
@@ -182,22 +230,17 @@ AVX2_INLINE void iq_decode_s(enum mvm_wtype t, const uint8_t *blk, iq_pairs *P)
     memcpy(&sc4, x->scales, sizeof sc4);
     iq_lanes(iq_nibble_scales(_mm_cvtsi32_si128((int)sc4)), 0, P);
     iq_signs(bits, P);
-    /* the 9-bit grid indices in vectors (element e's ninth bit is bit e of qh), the entries by
-     * a gather: unlike the XXS types' indices, read as bytes where they are stored, these
-     * cost scalar work each (a shift and a mask of qh) and left the compiler short of
-     * registers, and the gather beat them (one token 7.7-8.2 -> 8.7-8.9 GMAC/s, two 13.2-14.0
-     * -> 14.5-14.9; decode +12-20%; docs/perf/cpu.md). IQ2_S's 8-lane 64-bit gather lost
-     * (14.5 -> 12.2), so it keeps the loads. */
+    /* the 9-bit grid indices as words (element e's ninth bit is bit e of qh), the entries by
+     * their codes as IQ3_XXS's (until session 112 by a gather, which had beaten the scalar
+     * loads: one token 7.7-8.2 -> 8.7-8.9 GMAC/s; docs/perf/cpu.md). IQ2_S's 8-lane 64-bit
+     * gather lost (14.5 -> 12.2), so it keeps the loads. */
     uint64_t h;
     memcpy(&h, x->qh, sizeof h);
-    const __m512i nine = _mm512_set1_epi32(256);
-    const int *g = (const int *)mvm_k_iq3s_grid;
-#pragma GCC unroll 4
-    for (int z = 0; z < 4; z++) {
-        __m512i ix = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(x->qs + 16 * z)));
-        ix = _mm512_mask_add_epi32(ix, (__mmask16)(h >> 16 * z), ix, nine);
-        P->mag[z] = _mm512_i32gather_epi32(ix, g, 4);
-    }
+    const __m512i ix = _mm512_loadu_si512(x->qs), nine = _mm512_set1_epi16(256);
+    const __m512i lo = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(ix));
+    const __m512i hi = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(ix, 1));
+    iq3_mags(t, _mm512_mask_add_epi16(lo, (__mmask32)h, lo, nine),
+             _mm512_mask_add_epi16(hi, (__mmask32)(h >> 32), hi, nine), P);
 }
 
 /* IQ1_S and IQ1_M: q = 8·g ± 1 (kernels/iqgrid.h), made from pair z's 8 grid entries g (-1,
