@@ -24,8 +24,9 @@
  * IQ2_XXS 60-74 -> 77-82, IQ2_XS 39-45 -> 69-77, IQ2_S 46-51 -> 57-71, IQ3_XXS 43-54 ->
  * 50-59, IQ3_S 29-34 -> 32-34, then 41-45 -> 49-50 with its entries gathered; IQ1_S
  * 45-56 -> 53-66 and IQ1_M 30-41 -> 48-61, which had kept the AVX2 block, then IQ1_S 42-49
- * -> 57-62 by avx512_iq1s_sums and IQ1_M 62-65 -> 65-73 by avx512_iq1m_sums
- * (docs/perf/cpu.md).
+ * -> 57-62 by avx512_iq1s_sums and IQ1_M 62-65 -> 65-73 by avx512_iq1m_sums; on a Zen 5,
+ * IQ3_XXS 113-115 -> 140-142 and IQ3_S 86-94 -> 130-149 with their entries by codes
+ * (iq3_mags) (docs/perf/cpu.md).
  */
 #ifndef MVM_KERNELS_CPU_AVX2_KQUANT_H
 #error "kernels/cpu/avx512_iqgrid.h is part of avx2_kquant.h: include kernels/cpu/avx2.h"
