@@ -1451,8 +1451,8 @@ static void test_device_routing(void)
  * finds them so): the same logits to the bit, the same choices and router inputs seen by the
  * route observer, the same accesses and hits counted. Softmax and sigmoid routers, a
  * choosing bias, expert groups, gpt-oss's biased router and down biases, shared experts,
- * K-quant experts on the mmq kernels, the attention on cuBLAS beside mmq's experts, a
- * benchmark's replayed routing; and six blocks, so that the stage's
+ * K-quant experts on the mmq kernels, the other products and the attention on cuBLAS
+ * beside mmq's experts (MOEVM_MMQ=experts), a benchmark's replayed routing; and six blocks, so that the stage's
  * ring of four
  * layers comes round (each layer replayed before its slot is taken again). A device whose
  * routing answers an expert out of range fails the batch, named; so do a failed wait for
@@ -1464,8 +1464,8 @@ static void test_prompt_routing(void)
         const char *arch, *preset;
         enum mvm_wtype type;
         uint32_t layers;
-        int gemm; /* the prompt's attention on cuBLAS (its products of Q8_0 weights: mmq's,
-                     in 4 rows the integer kernels) */
+        int gemm; /* the other products and the prompt's attention on cuBLAS, the experts
+                     on mmq's kernels (MOEVM_MMQ=experts) */
         int replay; /* a benchmark's replayed routing (replay) */
     } cases[] = {{"llama", "tiny", MVM_W_Q8_0, 6, 0, 0},    {"qwen2moe", "tiny", MVM_W_Q4_K, 0, 0, 0},
                  {"olmoe", "tiny", MVM_W_Q4_K, 0, 0, 0},    {"deepseek2", "tiny", MVM_W_Q8_0, 0, 0, 0},
@@ -1475,8 +1475,10 @@ static void test_prompt_routing(void)
     setenv("MOEVM_DETERMINISTIC", "on", 1);
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         replayed = cases[i].replay;
-        if (cases[i].gemm) /* (the experts on mmq's kernels, as MOEVM_MMQ's auto has them) */
+        if (cases[i].gemm) {
             setenv("MOEVM_GEMM_ROWS", "2", 1);
+            setenv("MOEVM_MMQ", "experts", 1);
+        }
         preset_layers = cases[i].layers;
         const char *path = preset_path(cases[i].arch, cases[i].preset, cases[i].type);
         preset_layers = 0;
@@ -1490,7 +1492,8 @@ static void test_prompt_routing(void)
         struct run *dev = run_prompt(path, MVM_BACKEND_CUDA, 1, 4, 0);
         const unsigned long routed = fakecuda_engine_launches("mvm_g_route_rows") - r1;
         CHECK(r1 == r0 && routed > 0);
-        CHECK((calls("cublasGemmBatchedEx") > 0) == cases[i].gemm);
+        CHECK((calls("cublasGemmEx") > 0 && calls("cublasGemmBatchedEx") > 0) ==
+              cases[i].gemm);
         if (host && dev) {
             const int same = memcmp(host->logits, dev->logits, n * sizeof *host->logits) == 0;
             CHECK(same && memcmp(host->sel, dev->sel, sizeof host->sel) == 0);
@@ -1511,6 +1514,7 @@ static void test_prompt_routing(void)
         }
         free_run(host), free_run(dev);
         unsetenv("MOEVM_GEMM_ROWS");
+        unsetenv("MOEVM_MMQ");
     }
     replayed = 0;
     /* a wrong answer from the device, and a failed wait: named, the batch failed */
