@@ -457,7 +457,7 @@ int mvm_cuda_fwd_mmq_takes(const struct cuda_fwd *f, int type)
      * batch of more than 8 tokens by its mul_mat_q on a device with int8 tensor cores
      * (bench/gpu/ktrace.sh's pp512 on an H200: its every product, no cuBLAS), and ours
      * are the same kernels as the experts' measured ones; not timed on a GPU yet */
-    return f->mmq_dense && mmq_has(f, MVM_GK_MMQ_MATMUL, (enum mvm_wtype)type);
+    return f->mmq != MVM_CUDA_EXPERTS && mmq_has(f, MVM_GK_MMQ_MATMUL, (enum mvm_wtype)type);
 }
 
 int mvm_cuda_fwd_mmq(const struct cuda_fwd *f, uint32_t il)

@@ -113,8 +113,9 @@ struct cuda_prompt {
     int given_on;               /* this batch's choice is given */
 };
 
-/* MOEVM_MMQ's and MOEVM_ATTN_MMA's choices, in the options' order (engine_options.c) */
-enum mvm_cuda_choice { MVM_CUDA_AUTO, MVM_CUDA_OFF, MVM_CUDA_ON };
+/* MOEVM_MMQ's and MOEVM_ATTN_MMA's choices, in the options' order (engine_options.c);
+ * experts: MOEVM_MMQ's alone (as on, for the experts only) */
+enum mvm_cuda_choice { MVM_CUDA_AUTO, MVM_CUDA_OFF, MVM_CUDA_ON, MVM_CUDA_EXPERTS };
 
 /* A dense product of at least this many tokens takes mmq's kernel where its type has one
  * (mvm_cuda_fwd_mmq_takes), fewer the integer kernels, as llama.cpp's mul_mat_vec_q takes
@@ -204,7 +205,6 @@ struct cuda_fwd {
     uint32_t gemm_rows;         /* forward_cuda_gemm.c: the fewest rows a product takes to
                                    the tensor cores; 0: none does */
     enum mvm_cuda_choice mmq;   /* MOEVM_MMQ (mvm_cuda_fwd_mmq: for which layers) */
-    int mmq_dense;              /* and its dense matrices too (not MOEVM_MMQ=experts) */
     enum mvm_cuda_choice attn_mma; /* MOEVM_ATTN_MMA (forward_cuda_attn.c's attend) */
     uint32_t gemm_ch;           /* an expert's channels per chunk there (0: no experts) */
     uint32_t gemm_per;          /* whole experts the scratch holds, batched products for

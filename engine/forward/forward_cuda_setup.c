@@ -159,9 +159,7 @@ static mvm_status upload_model(struct cuda_fwd *f)
     const mvm_model *m = f->m;
     mvm_option_value mmq; /* which products take mmq: the scratch is sized by the others */
     TRY(mvm_option_read(&mvm_opt_mmq, &mmq));
-    enum { MMQ_EXPERTS = 3 }; /* MOEVM_MMQ's fourth choice: as on, for the experts alone */
-    f->mmq = mmq.i == MMQ_EXPERTS ? MVM_CUDA_ON : (enum mvm_cuda_choice)mmq.i;
-    f->mmq_dense = mmq.i != MMQ_EXPERTS;
+    f->mmq = (enum mvm_cuda_choice)mmq.i;
     f->layers = calloc(m->hp.n_layer, sizeof *f->layers);
     f->dense = calloc(m->hp.n_dense ? m->hp.n_dense : 1, sizeof *f->dense);
     if (!f->layers || !f->dense)

@@ -559,4 +559,29 @@ static __device__ __forceinline__ void block_quantize_row(const float *x, uint8_
 
 static __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 
+/* One of a product's up to three matrices (kernels.h, mvm_g_matvec_args): its weights, its
+ * outputs and their stride, its rows. */
+struct matvec_part {
+    mvm_dptr w, y;
+    uint64_t y_stride;
+    uint32_t rows;
+};
+
+/* The matrix that unit u of a launch falls in, the units `per` rows each (a row, a tile of
+ * rows) counted over w's rows, then w2's, then w3's; u made the unit's place in it. */
+static __device__ __forceinline__ matvec_part matvec_part_of(const mvm_g_matvec_args &a,
+                                                             uint32_t per, uint32_t &u)
+{
+    const uint32_t n0 = mvm_g_div_up(a.n_out, per), n1 = mvm_g_div_up(a.n_out2, per);
+    if (u >= n0 + n1) {
+        u -= n0 + n1;
+        return {a.w3, a.y3, a.y_stride3, a.n_out3};
+    }
+    if (u >= n0) {
+        u -= n0;
+        return {a.w2, a.y2, a.y_stride2, a.n_out2};
+    }
+    return {a.w, a.y, a.y_stride, a.n_out};
+}
+
 #endif

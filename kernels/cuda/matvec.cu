@@ -76,14 +76,9 @@ static __device__ void matvec_f32_tile(const mvm_g_matvec_args &a)
     const uint32_t t0 = blockIdx.y % tiles * MVM_G_TILE;
     const uint32_t nt = a.n_tok - t0 < MVM_G_TILE ? a.n_tok - t0 : MVM_G_TILE;
     const bool row = r < a.n_out + a.n_out2 + a.n_out3; /* else its warp only stages */
-    mvm_dptr w = a.w, yp = a.y;
-    uint64_t y_stride = a.y_stride;
-    if (r >= a.n_out + a.n_out2)
-        r -= a.n_out + a.n_out2, w = a.w3, yp = a.y3, y_stride = a.y_stride3;
-    else if (r >= a.n_out)
-        r -= a.n_out, w = a.w2, yp = a.y2, y_stride = a.y_stride2;
+    const matvec_part p = matvec_part_of(a, 1, r);
     const float *wr =
-        (const float *)((const uint8_t *)w + g * a.w_head + (uint64_t)r * a.row_bytes);
+        (const float *)((const uint8_t *)p.w + g * a.w_head + (uint64_t)r * a.row_bytes);
     const uint8_t *x0 = (const uint8_t *)a.act + g * a.act_head + (uint64_t)t0 * a.act_stride;
     float acc[MVM_G_TILE] = {0};
     for (uint32_t c0 = 0; c0 < a.n_in; c0 += C) {
@@ -122,12 +117,12 @@ static __device__ void matvec_f32_tile(const mvm_g_matvec_args &a)
     }
     if (!row)
         return;
-    float *y = (float *)yp + g * a.y_head;
+    float *y = (float *)p.y + g * a.y_head;
 #pragma unroll
     for (uint32_t t = 0; t < MVM_G_TILE; t++)
         if (t < nt) {
             const float s = warp_sum(acc[t]);
-            float *out = &y[(t0 + t) * y_stride + r];
+            float *out = &y[(t0 + t) * p.y_stride + r];
             if (lane == 0)
                 *out = a.accumulate ? *out + s : s;
         }
@@ -146,12 +141,7 @@ template <enum mvm_wtype T> static __device__ void matvec(const mvm_g_matvec_arg
     const uint32_t t0 = blockIdx.y % tiles * MVM_G_TILE;
     if (r >= a.n_out + a.n_out2 + a.n_out3) /* the whole warp (block, split): no barrier */
         return;
-    mvm_dptr w = a.w, yp = a.y; /* the matrix the row is of: w's rows, then w2's, then w3's */
-    uint64_t y_stride = a.y_stride;
-    if (r >= a.n_out + a.n_out2)
-        r -= a.n_out + a.n_out2, w = a.w3, yp = a.y3, y_stride = a.y_stride3;
-    else if (r >= a.n_out)
-        r -= a.n_out, w = a.w2, yp = a.y2, y_stride = a.y_stride2;
+    const matvec_part p = matvec_part_of(a, 1, r); /* the matrix the row is of */
     uint32_t e0 = 0;
     const uint32_t n = warps > 1 ? row_part<T>(a.n_in, warp, warps, &e0) : a.n_in;
     const uint32_t nt = a.n_tok - t0 < MVM_G_TILE ? a.n_tok - t0 : MVM_G_TILE;
@@ -162,15 +152,15 @@ template <enum mvm_wtype T> static __device__ void matvec(const mvm_g_matvec_arg
                  (uint64_t)(t0 + ((uint32_t)i < nt ? i : 0)) * a.act_stride +
                  mvm_k_act_bytes(T, e0);
     float acc[MVM_G_TILE] = {0};
-    row_dot<T>((const uint8_t *)w + g * a.w_head + (uint64_t)r * a.row_bytes +
+    row_dot<T>((const uint8_t *)p.w + g * a.w_head + (uint64_t)r * a.row_bytes +
                    e0 / run_elems<T>() * run_bytes<T>(),
                run_bytes<T>(), act, nt, n, acc);
-    float *y = (float *)yp + g * a.y_head;
+    float *y = (float *)p.y + g * a.y_head;
 #pragma unroll
     for (int i = 0; i < MVM_G_TILE; i++)
         if ((uint32_t)i < nt) {
             const float s = warp_sum(acc[i]);
-            float *out = &y[(t0 + i) * y_stride + r];
+            float *out = &y[(t0 + i) * p.y_stride + r];
             if ((threadIdx.x & 31) == 0 && warps == 1)
                 *out = a.accumulate ? *out + s : s;
             else if ((threadIdx.x & 31) == 0)
@@ -183,7 +173,7 @@ template <enum mvm_wtype T> static __device__ void matvec(const mvm_g_matvec_arg
         float s = part[0][threadIdx.x];
         for (uint32_t k = 1; k < warps; k++)
             s += part[k][threadIdx.x];
-        float *out = &y[(t0 + threadIdx.x) * y_stride + r];
+        float *out = &y[(t0 + threadIdx.x) * p.y_stride + r];
         *out = a.accumulate ? *out + s : s;
     }
 }

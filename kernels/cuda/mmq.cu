@@ -562,20 +562,15 @@ template <enum mvm_wtype DN> static __device__ void mmq_down(const mvm_g_expert_
  * to F16 before cuBLAS. The sums are the CPU's blocks in order, as the experts'. */
 template <enum mvm_wtype W> static __device__ void mmq_matmul(const mvm_g_matvec_args &a)
 {
-    const uint32_t b0 = mvm_g_div_up(a.n_out, MMQ_M), b1 = mvm_g_div_up(a.n_out2, MMQ_M);
-    uint32_t bx = blockIdx.x, rows = a.n_out;
-    mvm_dptr w = a.w, y = a.y;
-    uint64_t y_stride = a.y_stride;
-    if (bx >= b0 + b1) /* the third matrix's rows */
-        bx -= b0 + b1, rows = a.n_out3, w = a.w3, y = a.y3, y_stride = a.y_stride3;
-    else if (bx >= b0)
-        bx -= b0, rows = a.n_out2, w = a.w2, y = a.y2, y_stride = a.y_stride2;
+    uint32_t bx = blockIdx.x;
+    const matvec_part p = matvec_part_of(a, MMQ_M, bx); /* the matrix of the block's rows */
+    const uint32_t rows = p.rows;
     const uint32_t tiles = mvm_g_div_up(a.n_tok, MMQ_N), head = blockIdx.y / tiles;
     const uint32_t j0 = bx * MMQ_M, t0 = blockIdx.y % tiles * MMQ_N;
     const uint32_t nt = a.n_tok - t0 < MMQ_N ? a.n_tok - t0 : MMQ_N;
-    const uint8_t *wh = (const uint8_t *)w + head * a.w_head;
+    const uint8_t *wh = (const uint8_t *)p.w + head * a.w_head;
     const uint8_t *act = (const uint8_t *)a.act + head * a.act_head;
-    float *yh = (float *)y + head * a.y_head;
+    float *yh = (float *)p.y + head * a.y_head;
     const uint64_t wstep = mvm_k_row_bytes(W, (uint32_t)mvm_k_block_elems(W));
     const uint64_t xstep = MMQ_K(W) ? sizeof(mvm_block_q8_K) : sizeof(mvm_block_q8_0);
     const bool aligned16 = ((uintptr_t)wh | a.row_bytes) % 16 == 0;
@@ -597,7 +592,7 @@ template <enum mvm_wtype W> static __device__ void mmq_matmul(const mvm_g_matvec
             const uint32_t n = 8 * j + 2 * t + (i & 1), jo = j0 + m + 8 * (i >> 1);
             if (n >= nt || jo >= rows)
                 continue;
-            float *out = yh + (uint64_t)(t0 + n) * y_stride + jo;
+            float *out = yh + (uint64_t)(t0 + n) * p.y_stride + jo;
             *out = a.accumulate ? *out + acc[j][i] : acc[j][i];
         }
 }
