@@ -328,14 +328,41 @@ AVX2_INLINE __m256 avx2_qsum(__m256i a)
     return _mm256_cvtepi32_ps(avx2_qsum_i32(a));
 }
 
-/* The f16s at p, p + bytes, ..., p + 7·bytes as floats: 8 Q blocks' scales (p at the first
- * block), or their mins (p at the first block's min). */
-AVX2_INLINE __m256 avx2_scales8(const uint8_t *p, size_t bytes)
+/* The f16s at byte `off` of 8 Q blocks at p, `bytes` apart, as floats: their scales (off 0)
+ * or their mins (off L.m). */
+AVX2_INLINE __m256 avx2_scales8(const uint8_t *p, size_t bytes, size_t off)
 {
+#if MVM_K_AVX512
+    /* With AVX-512 each half's four lie in a 128-byte window, picked by one two-source word
+     * permute: the first window at p, the second at the fifth block or, for blocks under
+     * 32 bytes, ending with the eighth, so neither reads past the 8 blocks. The word
+     * indices are at most 63 for blocks of 16 to 40 bytes (all the Q types but MXFP4, and
+     * the Q8_0 activations). Gathering the halves through the stack, as below, put 16
+     * stores and a load that waits for them on every 8 blocks: a Q8_0 row's dot product in
+     * L2 went from 48 to 55-57 GB/s on a Zen 5 with this, an expert's from 48 to 55. */
+    if (bytes >= 16 && bytes <= 40 && bytes % 2 == 0 && off % 2 == 0 && off + 2 <= bytes) {
+        const size_t hi = 4 * bytes < 8 * bytes - 128 ? 4 * bytes : 8 * bytes - 128;
+        short lo_at[4], hi_at[4];
+        for (int k = 0; k < 4; k++) {
+            lo_at[k] = (short)((off + k * bytes) / 2);
+            hi_at[k] = (short)((off + (k + 4) * bytes - hi) / 2);
+        }
+        const __m512i lo = _mm512_permutex2var_epi16(
+            _mm512_loadu_si512(p),
+            _mm512_zextsi128_si512(_mm_setr_epi16(lo_at[0], lo_at[1], lo_at[2], lo_at[3], 0, 0, 0, 0)),
+            _mm512_loadu_si512(p + 64));
+        const __m512i up = _mm512_permutex2var_epi16(
+            _mm512_loadu_si512(p + hi),
+            _mm512_zextsi128_si512(_mm_setr_epi16(hi_at[0], hi_at[1], hi_at[2], hi_at[3], 0, 0, 0, 0)),
+            _mm512_loadu_si512(p + hi + 64));
+        return _mm256_cvtph_ps(
+            _mm_unpacklo_epi64(_mm512_castsi512_si128(lo), _mm512_castsi512_si128(up)));
+    }
+#endif
     uint16_t d[8];
 #pragma GCC unroll 8
     for (int k = 0; k < 8; k++)
-        d[k] = mvm_k_block_d(p + k * bytes);
+        d[k] = mvm_k_block_d(p + off + k * bytes);
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d));
 }
 
@@ -354,7 +381,7 @@ AVX2_INLINE __m256 avx2_e8m0_half8(__m256i v)
 AVX2_INLINE __m256 avx2_wscales8(enum mvm_wtype t, const uint8_t *p, size_t bytes)
 {
     if (t != MVM_W_MXFP4)
-        return avx2_scales8(p, bytes);
+        return avx2_scales8(p, bytes, 0);
     uint8_t e[8];
 #pragma GCC unroll 8
     for (int k = 0; k < 8; k++)
@@ -387,7 +414,7 @@ AVX2_INLINE void avx2_qload8(enum mvm_wtype t, const uint8_t *p, size_t bytes, _
     for (int j = 0; j < 8; j++)
         wq[j] = avx2_qload(t, p + j * bytes);
     *ws = avx2_wscales8(t, p, bytes);
-    *wm = L.m ? avx2_scales8(p + L.m, bytes) : *ws;
+    *wm = L.m ? avx2_scales8(p, bytes, L.m) : *ws;
 }
 
 AVX2_INLINE void avx2_dotn_q(enum mvm_wtype t, const uint8_t *w, const uint8_t *act, size_t as,
@@ -413,7 +440,7 @@ AVX2_INLINE void avx2_dotn_q(enum mvm_wtype t, const uint8_t *w, const uint8_t *
                 qa[j] = _mm256_loadu_si256((const __m256i *)a[j].qs);
                 v[j] = avx2_qdot_i32(t, wq[j], qa[j]);
             }
-            const __m256 da = avx2_scales8((const uint8_t *)a, sizeof *a);
+            const __m256 da = avx2_scales8((const uint8_t *)a, sizeof *a, 0);
             acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(avx2_hsum8_i32(v)), _mm256_mul_ps(ws, da),
                                      acc[k]);
             if (L.m) {

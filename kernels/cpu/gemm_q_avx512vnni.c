@@ -500,7 +500,7 @@ AVX512_INLINE void q8t_acts(const uint8_t *act, size_t as, size_t nt, size_t b0,
                 v[j] = _mm256_dpbusd_epi32(zero, c80,
                                            _mm256_loadu_si256((const __m256i *)a[k + j].qs));
             _mm256_storeu_si256((__m256i *)&corr[i][k], _mm256_sub_epi32(zero, avx2_hsum8_i32(v)));
-            _mm256_storeu_ps(&da[i][k], avx2_scales8((const uint8_t *)(a + k), sizeof *a));
+            _mm256_storeu_ps(&da[i][k], avx2_scales8((const uint8_t *)(a + k), sizeof *a, 0));
         }
         for (; k < nb; k++) {
             corr[i][k] = -128 * qblock_sum(&a[k]);
