@@ -115,6 +115,59 @@ static void test_pool(void)
     CHECK(covered == 100);
 }
 
+/* A shared run: every item counted once; thread `slow` sleeps before each chunk of its
+ * own, so the others take the back of its slice. */
+struct share_probe {
+    mvm_pool *pool;
+    size_t chunk;
+    int slow;
+    atomic_int seen[1000];
+    atomic_int by[4];           /* items each thread took */
+    atomic_int bad;             /* a range empty, reversed or past the items */
+    size_t n;
+};
+
+static void share_run(void *p, int t, int nth)
+{
+    struct share_probe *sp = p;
+    (void)nth;
+    size_t b, e;
+    while (mvm_pool_take(sp->pool, t, sp->chunk, &b, &e)) {
+        if (b >= e || e > sp->n || e - b > sp->chunk)
+            atomic_fetch_add(&sp->bad, 1);
+        if (t == sp->slow)
+            usleep(5000);
+        for (size_t i = b; i < e && i < sp->n; i++)
+            atomic_fetch_add(&sp->seen[i], 1);
+        atomic_fetch_add(&sp->by[t], (int)(e - b));
+    }
+}
+
+static void test_pool_share(void)
+{
+    for (int n = 1; n <= 4; n++) {
+        mvm_pool *p;
+        CHECK_ST(mvm_pool_create(n, NULL, &p), MVM_OK);
+        for (int slow = -1; slow < (n > 1 ? n : 0); slow++) {
+            const size_t starts[4] = {0, 10, 10, 700}; /* thread 1's empty with 3 or more */
+            struct share_probe sp = {.pool = p, .chunk = (size_t)(slow + 2) * 3, .slow = slow,
+                                     .n = slow == 0 ? 1000 : 997};
+            mvm_pool_share(p, sp.n, n >= 3 && slow == 1 ? starts : NULL);
+            mvm_pool_run(p, share_run, &sp);
+            int once = 1;
+            for (size_t i = 0; i < sp.n; i++)
+                once &= atomic_load(&sp.seen[i]) == 1;
+            CHECK(once);
+            CHECK(atomic_load(&sp.bad) == 0);
+            /* a thread that sleeps 5 ms a chunk of 3..15 items is left with few of its own
+             * quarter or more: the others, not sleeping, take the rest of it */
+            if (slow >= 0)
+                CHECK(atomic_load(&sp.by[slow]) < (int)(sp.n / (size_t)n) / 2);
+        }
+        mvm_pool_destroy(p);
+    }
+}
+
 /* The affinity of the thread that calls this; none when it cannot be read (no CHECK here:
  * pool workers call it at once, and check.h's counts are not atomic). */
 static cpu_set_t my_cpus(void)
@@ -1199,6 +1252,7 @@ int main(void)
         make_tiny(arches[i], MVM_W_Q8_0);
     }
     RUN(test_pool);
+    RUN(test_pool_share);
     RUN(test_pool_affinity);
     RUN(test_pool_move);
     RUN(test_load_presets);

@@ -53,9 +53,17 @@ struct worker {
     unsigned seen;              /* the generation it started after */
 };
 
+/* A thread's slice of a shared run (mvm_pool_share): the next item its owner takes in the
+ * low 32 bits, the end (where others take from) in the high; a line each, as owners take
+ * from theirs all along. */
+struct slice {
+    _Alignas(64) _Atomic uint64_t range;
+};
+
 struct mvm_pool {
     int n;
     struct worker *workers;     /* n - 1 of them: the caller is thread 0 */
+    struct slice *slices;       /* [MVM_POOL_MAX_THREADS] of a shared run */
     mvm_pool_fn fn;
     void *ctx;
     atomic_uint generation;     /* bumped by each run (and by destroy) */
@@ -189,7 +197,10 @@ mvm_status mvm_pool_create(int n_threads, const mvm_topo *topo, mvm_pool **out)
         return mvm_fail(MVM_ERR_INVALID, "thread count %d is not in 1..%d", n_threads,
                         MVM_POOL_MAX_THREADS);
     mvm_pool *p = calloc(1, sizeof *p);
-    if (!p || !(p->workers = calloc(MVM_POOL_MAX_THREADS, sizeof *p->workers))) {
+    if (!p || !(p->workers = calloc(MVM_POOL_MAX_THREADS, sizeof *p->workers)) ||
+        !(p->slices = aligned_alloc(64, MVM_POOL_MAX_THREADS * sizeof *p->slices))) {
+        if (p)
+            free(p->workers);
         free(p);
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for a pool of %d threads", n_threads);
     }
@@ -228,6 +239,7 @@ void mvm_pool_destroy(mvm_pool *p)
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->wake);
     free(p->workers);
+    free(p->slices);
     free(p);
 }
 
@@ -258,6 +270,65 @@ void mvm_pool_run(mvm_pool *p, mvm_pool_fn fn, void *ctx)
     while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0)
         if (!backoff(p->spin_ns, &round, &since))
             sched_yield();
+}
+
+static uint64_t pack(size_t next, size_t end)
+{
+    return (uint64_t)next | (uint64_t)end << 32;
+}
+
+void mvm_pool_share(mvm_pool *p, size_t n, const size_t *starts)
+{
+    for (int t = 0; t < p->n; t++) {
+        size_t b, e;
+        if (starts) {
+            b = starts[t];
+            e = t + 1 < p->n ? starts[t + 1] : n;
+        } else {
+            mvm_pool_split(n, t, p->n, &b, &e);
+        }
+        atomic_store_explicit(&p->slices[t].range, pack(b, e), memory_order_relaxed);
+    }
+}
+
+int mvm_pool_take(mvm_pool *p, int t, size_t chunk, size_t *begin, size_t *end)
+{
+    /* Its own slice from the front: the items it reads follow one another, so its weight
+     * stream (and the prefetches ahead of it) runs on from chunk to chunk. */
+    _Atomic uint64_t *own = &p->slices[t].range;
+    uint64_t v = atomic_load_explicit(own, memory_order_relaxed);
+    for (;;) {
+        const size_t next = (uint32_t)v, last = (size_t)(v >> 32);
+        if (next >= last)
+            break;
+        const size_t to = last - next > chunk ? next + chunk : last;
+        if (atomic_compare_exchange_weak_explicit(own, &v, pack(to, last), memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+            *begin = next;
+            *end = to;
+            return 1;
+        }
+    }
+    /* Then the others' from their backs, the next thread's first: a chunk at a time, so
+     * that an owner still at work keeps most of its own. */
+    for (int k = 1; k < p->n; k++) {
+        _Atomic uint64_t *r = &p->slices[(t + k) % p->n].range;
+        v = atomic_load_explicit(r, memory_order_relaxed);
+        for (;;) {
+            const size_t next = (uint32_t)v, last = (size_t)(v >> 32);
+            if (next >= last)
+                break;
+            const size_t from = last - next > chunk ? last - chunk : next;
+            if (atomic_compare_exchange_weak_explicit(r, &v, pack(next, from),
+                                                      memory_order_relaxed,
+                                                      memory_order_relaxed)) {
+                *begin = from;
+                *end = last;
+                return 1;
+            }
+        }
+    }
+    return 0;
 }
 
 void mvm_pool_split(size_t n, int t, int nth, size_t *begin, size_t *end)

@@ -41,4 +41,13 @@ void mvm_pool_run(mvm_pool *p, mvm_pool_fn fn, void *ctx);
 /* [*begin, *end) of n items for thread t of nth, in contiguous balanced slices. */
 void mvm_pool_split(size_t n, int t, int nth, size_t *begin, size_t *end);
 
+/* Items shared out with stealing, for work whose threads may not finish together (a core
+ * slower, or busy elsewhere for a while): before mvm_pool_run, mvm_pool_share(p, n, starts)
+ * (n below 2^32) gives thread t the slice [starts[t], starts[t + 1]) of the items (the last
+ * to n; starts NULL: mvm_pool_split's slices); in the run, each thread calls mvm_pool_take
+ * until it returns 0, getting up to `chunk` items at a time, first from the front of its
+ * own slice, then from the backs of the others'. Every item is taken once. */
+void mvm_pool_share(mvm_pool *p, size_t n, const size_t *starts);
+int mvm_pool_take(mvm_pool *p, int t, size_t chunk, size_t *begin, size_t *end);
+
 #endif

@@ -148,6 +148,7 @@ static void prepare(struct cpu_fwd *c, enum mvm_wtype t, const float *src, uint3
 }
 
 struct mm_job {
+    mvm_pool *pool;
     const mvm_weight *w;
     const void *act;
     size_t act_stride;
@@ -156,25 +157,38 @@ struct mm_job {
     size_t y_stride;
 };
 
+/* A token's product takes its rows MATVEC_CHUNK bytes of weights at a time, shared with
+ * stealing (mvm_pool_take): its threads stream the weights from memory side by side, and
+ * with fixed halves one often finished ahead of the other (10-11% of the decode's product
+ * time on a 2-core VM, OLMoE-1B-7B Q8_0: docs/perf/cpu.md). A chunk's worth is read in
+ * about a microsecond and a half at a core's memory rate; a stolen chunk starts a new
+ * stream, so smaller ones would pay that start more often. */
+#define MATVEC_CHUNK (64u << 10)
+
 static void mm_run(void *p, int t, int nth)
 {
     const struct mm_job *j = p;
+    const mvm_weight *w = j->w;
     size_t r0, r1;
-    mvm_pool_split(j->w->rows, t, nth, &r0, &r1);
-    if (r0 == r1)
+    if (j->n_tok == 1) {
+        const size_t chunk = w->row_bytes < MATVEC_CHUNK ? MATVEC_CHUNK / w->row_bytes : 1;
+        while (mvm_pool_take(j->pool, t, chunk, &r0, &r1))
+            mvm_k_matvec(w->type, w->data, w->row_bytes, w->cols, j->act, j->y, r0, r1);
         return;
-    if (j->n_tok == 1)
-        mvm_k_matvec(j->w->type, j->w->data, j->w->row_bytes, j->w->cols, j->act, j->y, r0, r1);
-    else
-        mvm_k_matmul(j->w->type, j->w->data, j->w->row_bytes, j->w->cols, j->act, j->act_stride,
-                     j->n_tok, j->y, j->y_stride, r0, r1);
+    }
+    mvm_pool_split(w->rows, t, nth, &r0, &r1);
+    if (r0 < r1)
+        mvm_k_matmul(w->type, w->data, w->row_bytes, w->cols, j->act, j->act_stride, j->n_tok,
+                     j->y, j->y_stride, r0, r1);
 }
 
 /* y[i] = w · src[i] for n rows of w->cols floats; y rows are w->rows floats apart. */
 static void matmul(struct cpu_fwd *c, const mvm_weight *w, const float *src, uint32_t n, float *y)
 {
     prepare(c, w->type, src, n, w->cols);
-    struct mm_job j = {w, c->act, c->act_stride, n, y, w->rows};
+    struct mm_job j = {c->pool, w, c->act, c->act_stride, n, y, w->rows};
+    if (n == 1)
+        mvm_pool_share(c->pool, w->rows, NULL);
     mvm_pool_run(c->pool, mm_run, &j);
 }
 
