@@ -1,14 +1,19 @@
 /* The routed experts of an MoE step on the CPU threads (experts_cpu.h).
  *
- * The partial outputs: a thread that runs some of an expert's channel groups writes its
- * share of the expert's rows into a block of its own (a slot: the expert's rows, n_embd
- * floats each), zeroed when it takes its first unit of the expert; the rows' outputs are
- * then the sum over the threads that have a slot for the expert, in thread order. Slots are
- * handed out per step for the (expert, thread) pairs that occur, from one buffer of
- * SLOT_COPIES x n_batch x top-k rows, and an expert is cut into at most as many units as
- * the buffer has copies for the step's rows: per-thread copies of every row (threads x
- * n_batch x top-k x n_embd floats: 268 MiB for OLMoE's shape on 16 threads at a batch of
- * 256, 940 for DeepSeek-V3's) would grow with the threads for nothing. */
+ * The work: each expert's channel groups cut into units (ranges of groups), the units by
+ * cost cut into one slice a thread of about equal cost, and shared with stealing
+ * (mvm_pool_take, share_units): a thread that is done takes units from the back of
+ * another's slice. With a fixed unit for each thread, one waited for the other for 8% of a
+ * decode step's expert time on a 2-core VM (OLMoE-1B-7B Q8_0; docs/perf/cpu.md).
+ *
+ * The partial outputs: unit k of an expert writes its groups' share of the expert's rows
+ * into copy k of the step's rows (a slot: n_embd floats a row), zeroed first; a row's output
+ * is then the sum of its expert's copies in unit order. So the sums do not depend on which
+ * thread ran which unit, and a run stays bitwise reproducible. The copies come from one
+ * buffer of SLOT_COPIES x n_batch x top-k rows, and an expert is cut into at most as many
+ * units as the buffer has copies of the step's rows: per-thread copies of every row
+ * (threads x n_batch x top-k x n_embd floats: 268 MiB for OLMoE's shape on 16 threads at a
+ * batch of 256, 940 for DeepSeek-V3's) would grow with the threads for nothing. */
 #include "engine/forward/experts_cpu.h"
 
 #include <stdlib.h>
@@ -37,12 +42,13 @@ struct mvm_cpu_experts {
     size_t act_stride;
     /* the experts split in work units: each expert's channel groups in ranges */
     uint32_t units_per_expert, groups_per_unit;
-    struct unit_cost *by_cost;  /* [E * max groups] scratch: units by decreasing cost */
-    int *unit_thread;           /* [E * max groups] the thread that runs each unit */
-    uint64_t *thread_load;      /* [nth] scratch: the cost given to each thread so far */
-    float *slots;               /* [slot_rows][n_embd] the threads' partial outputs */
+    struct unit_cost *by_cost;  /* [E * max groups] the units by decreasing cost: the order
+                                   they are shared out in */
+    size_t *starts;             /* [nth] scratch: the first of each thread's slice */
+    float *slots;               /* [slot_rows][n_embd] the units' partial outputs */
     size_t slot_rows;           /* copies x n_batch x K */
-    int32_t *slot_of;           /* [E][nth] the first slot row of (expert, thread), or -1 */
+    size_t copy_rows;           /* the step's rows, n x K: a copy's */
+    uint32_t *copies_of;        /* [E] the copies of an expert's rows in this run; 0: not run */
     /* the run under way */
     const mvm_moe *s;
     const int32_t *experts;
@@ -76,22 +82,19 @@ mvm_status mvm_cpu_experts_create(const mvm_model *m, mvm_pool *pool, uint32_t n
     x->gact = mvm_buf64(rows * x->act_stride, &ok);
     x->slot_rows = (size_t)(x->nth < SLOT_COPIES ? x->nth : SLOT_COPIES) * rows;
     x->slots = mvm_buf64(x->slot_rows * hp->n_embd * sizeof(float), &ok);
-    x->slot_of = malloc((size_t)hp->n_expert * x->nth * sizeof *x->slot_of);
+    x->copies_of = calloc(hp->n_expert, sizeof *x->copies_of);
     x->row_take = malloc(rows);
+    x->starts = malloc((size_t)x->nth * sizeof *x->starts);
     uint32_t groups = 1;
     for (uint32_t il = 0; il < hp->n_layer; il++)
         groups = m->layers[il].expert_groups > groups ? m->layers[il].expert_groups : groups;
     x->by_cost = malloc((size_t)hp->n_expert * groups * sizeof *x->by_cost);
-    x->unit_thread = malloc((size_t)hp->n_expert * groups * sizeof *x->unit_thread);
-    x->thread_load = malloc((size_t)x->nth * sizeof *x->thread_load);
-    if (!ok || !x->slot_of || !x->row_take || !x->by_cost || !x->unit_thread ||
-        !x->thread_load) {
+    if (!ok || !x->copies_of || !x->row_take || !x->starts || !x->by_cost) {
         const double mib = (double)x->slot_rows * hp->n_embd * 4 / 1048576.0;
         mvm_cpu_experts_free(x);
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the CPU experts' scratch (%.1f MiB)",
                         mib);
     }
-    memset(x->slot_of, 0xFF, (size_t)hp->n_expert * x->nth * sizeof *x->slot_of);
     *out = x;
     return MVM_OK;
 }
@@ -103,12 +106,18 @@ void mvm_cpu_experts_free(mvm_cpu_experts *x)
     free(x->act);
     free(x->gact);
     free(x->slots);
-    free(x->slot_of);
+    free(x->copies_of);
     free(x->row_take);
+    free(x->starts);
     free(x->by_cost);
-    free(x->unit_thread);
-    free(x->thread_load);
     free(x);
+}
+
+/* The channel groups [*g0, *g1) of unit u; its expert is x->experts[u / units_per_expert]. */
+static void unit_groups(const mvm_cpu_experts *x, uint32_t u, uint32_t *g0, uint32_t *g1)
+{
+    *g0 = (u % x->units_per_expert) * x->groups_per_unit;
+    *g1 = *g0 + x->groups_per_unit < x->n_groups ? *g0 + x->groups_per_unit : x->n_groups;
 }
 
 /* Units in decreasing cost, ties by index. */
@@ -120,35 +129,38 @@ static int costlier(const void *a, const void *b)
     return u->unit < v->unit ? -1 : 1;
 }
 
-/* Each unit to a thread: the costliest first, each onto the thread with the least so far
- * (ties: the lower thread). In a prefill batch the experts' token counts differ several
- * times over, and handing units out round-robin left threads waiting for the one with the
- * popular experts. A unit costs its groups times (its tokens + 2): a group's bytes are read
- * and unpacked even for one token. The assignment follows from the routing and the thread
- * count alone, so a run stays bitwise reproducible. */
-static void assign_units(mvm_cpu_experts *x, uint32_t n_units)
+/* The units by decreasing cost, cut into the pool's slices: thread t's starts at the first
+ * unit before which t / nth of the cost lies; the others take from the back of a slice,
+ * its cheapest units, once they are done. A unit costs its groups times (its tokens + 2): a
+ * group's bytes are read and unpacked even for one token, and in a prefill batch the
+ * experts' token counts differ several times over. A decode step's units cost the same, so
+ * they stay in order, and a thread's consecutive units of an expert are adjacent groups,
+ * weights that follow one another in memory. */
+static void share_units(mvm_cpu_experts *x, uint32_t n_units)
 {
+    uint64_t total = 0, before = 0;
     for (uint32_t u = 0; u < n_units; u++) {
-        const uint32_t e = (uint32_t)x->experts[u / x->units_per_expert];
-        const uint32_t g0 = (u % x->units_per_expert) * x->groups_per_unit;
-        const uint32_t g1 = g0 + x->groups_per_unit < x->n_groups ? g0 + x->groups_per_unit
-                                                                : x->n_groups;
-        x->by_cost[u] = (struct unit_cost){(uint64_t)(g1 - g0) * (x->s->cnt[e] + 2), u};
+        uint32_t g0, g1;
+        unit_groups(x, u, &g0, &g1);
+        x->by_cost[u] = (struct unit_cost){
+            (uint64_t)(g1 - g0) * (x->s->cnt[x->experts[u / x->units_per_expert]] + 2), u};
+        total += x->by_cost[u].cost;
     }
     qsort(x->by_cost, n_units, sizeof *x->by_cost, costlier);
-    memset(x->thread_load, 0, (size_t)x->nth * sizeof *x->thread_load);
+    int t = 1;
+    x->starts[0] = 0;
     for (uint32_t i = 0; i < n_units; i++) {
-        int best = 0;
-        for (int t = 1; t < x->nth; t++)
-            best = x->thread_load[t] < x->thread_load[best] ? t : best;
-        x->unit_thread[x->by_cost[i].unit] = best;
-        x->thread_load[best] += x->by_cost[i].cost;
+        while (t < x->nth && before * (uint64_t)x->nth >= total * (uint64_t)t)
+            x->starts[t++] = i;
+        before += x->by_cost[i].cost;
     }
+    while (t < x->nth)
+        x->starts[t++] = n_units;
+    mvm_pool_share(x->pool, n_units, x->starts);
 }
 
 /* The rows' inputs in the experts' format, and the work units: each expert's groups in
- * equal ranges, about 8 units per thread in all, balanced over the threads
- * (assign_units). */
+ * equal ranges, about 8 units per thread in all (share_units). */
 static void dispatch(mvm_cpu_experts *x, const float *xn, uint32_t n)
 {
     const mvm_moe *s = x->s;
@@ -162,27 +174,17 @@ static void dispatch(mvm_cpu_experts *x, const float *xn, uint32_t n)
         for (uint32_t r = s->off[e]; r < s->off[e] + s->cnt[e]; r++)
             memcpy(x->gact + r * x->act_stride, x->act + s->row_tok[r] * x->act_stride, ab);
     }
-    /* an expert's units, each on one thread, take at most that many copies of its rows */
-    size_t step_rows = 0;
-    for (uint32_t i = 0; i < x->n_experts; i++)
-        step_rows += s->cnt[x->experts[i]];
-    const size_t copies = step_rows ? x->slot_rows / step_rows : 1;
+    /* an expert's units take a copy of its rows each */
+    x->copy_rows = (size_t)n * hp->n_expert_used;
+    const size_t copies = x->slot_rows / x->copy_rows;
     uint32_t want = (uint32_t)x->nth * 8 / x->n_experts + 1;
     want = want < copies ? want : (uint32_t)(copies ? copies : 1);
     x->units_per_expert = want < x->n_groups ? want : x->n_groups;
     x->groups_per_unit = (x->n_groups + x->units_per_expert - 1) / x->units_per_expert;
     x->units_per_expert = (x->n_groups + x->groups_per_unit - 1) / x->groups_per_unit;
-    const uint32_t n_units = x->n_experts * x->units_per_expert;
-    assign_units(x, n_units);
-    size_t next = 0; /* the slots, in unit order: (expert, thread) pairs as they occur */
-    for (uint32_t u = 0; u < n_units; u++) {
-        const uint32_t e = (uint32_t)x->experts[u / x->units_per_expert];
-        int32_t *slot = &x->slot_of[(size_t)e * x->nth + x->unit_thread[u]];
-        if (*slot < 0) {
-            *slot = (int32_t)next;
-            next += s->cnt[e];
-        }
-    }
+    for (uint32_t i = 0; i < x->n_experts; i++)
+        x->copies_of[x->experts[i]] = x->units_per_expert;
+    share_units(x, x->n_experts * x->units_per_expert);
 }
 
 static void experts_run(void *p, int t, int nth)
@@ -190,26 +192,19 @@ static void experts_run(void *p, int t, int nth)
     mvm_cpu_experts *x = p;
     const mvm_hparams *hp = &x->m->hp;
     const mvm_moe *s = x->s;
-    uint32_t n_units = x->n_experts * x->units_per_expert;
-    int32_t zeroed = -1; /* a thread's units of an expert are consecutive in unit order */
-    (void)nth; /* assign_units gave each unit one of the pool's x->nth threads */
-    for (uint32_t u = 0; u < n_units; u++) {
-        if (x->unit_thread[u] != t)
-            continue;
+    (void)nth;
+    size_t i, i1;
+    while (mvm_pool_take(x->pool, t, 1, &i, &i1)) {
+        const uint32_t u = x->by_cost[i].unit;
         uint32_t e = (uint32_t)x->experts[u / x->units_per_expert];
         if (x->take && (x->take[e] != 0) != x->part)
-            continue; /* the other part's: the units keep their threads either way */
-        uint32_t g0 = (u % x->units_per_expert) * x->groups_per_unit;
-        uint32_t g1 = g0 + x->groups_per_unit < x->n_groups ? g0 + x->groups_per_unit
-                                                            : x->n_groups;
+            continue; /* the other part's */
+        uint32_t g0, g1;
+        unit_groups(x, u, &g0, &g1);
         uint32_t r0 = s->off[e], nr = s->cnt[e];
-        /* the slot holds the expert's rows from r0: tout is where row 0 would be */
-        float *tout = x->slots + ((size_t)x->slot_of[(size_t)e * x->nth + t] - (size_t)r0) *
-                                     hp->n_embd;
-        if (zeroed != (int32_t)e) {
-            zeroed = (int32_t)e;
-            memset(tout + (size_t)r0 * hp->n_embd, 0, (size_t)nr * hp->n_embd * sizeof(float));
-        }
+        /* the unit's copy of the step's rows */
+        float *tout = x->slots + (size_t)(u % x->units_per_expert) * x->copy_rows * hp->n_embd;
+        memset(tout + (size_t)r0 * hp->n_embd, 0, (size_t)nr * hp->n_embd * sizeof(float));
         const void *w = x->from_home ? mvm_expert_home(x->m->space, x->layer, e)
                                      : mvm_expert_addr(x->m->space, x->layer, e);
         if (nr == 1)
@@ -240,7 +235,7 @@ void mvm_cpu_experts_run_first(mvm_cpu_experts *x, const mvm_moe *s, const float
     x->from_home = from_home;
     x->take = take;
     x->part = 1;
-    memset(x->slot_of, 0xFF, (size_t)x->m->hp.n_expert * x->nth * sizeof *x->slot_of);
+    memset(x->copies_of, 0, (size_t)x->m->hp.n_expert * sizeof *x->copies_of);
     if (!n_experts)
         return;
     dispatch(x, xn, n);
@@ -256,22 +251,21 @@ void mvm_cpu_experts_run(mvm_cpu_experts *x, const mvm_moe *s, const float *xn, 
 void mvm_cpu_experts_run_rest(mvm_cpu_experts *x)
 {
     x->part = 0;
-    if (x->n_experts)
+    if (x->n_experts) {
+        share_units(x, x->n_experts * x->units_per_expert);
         mvm_pool_run(x->pool, experts_run, x);
+    }
     x->take = NULL;
 }
 
 /* The partials of row r of expert e, added into out[0..n_embd) over columns [d0, d1), in
- * thread order. */
+ * unit order. */
 static void add_row(const mvm_cpu_experts *x, uint32_t e, uint32_t r, float *out, size_t d0,
                     size_t d1)
 {
     const size_t D = x->m->hp.n_embd;
-    const int32_t *slot = x->slot_of + (size_t)e * x->nth;
-    for (int t = 0; t < x->nth; t++) {
-        if (slot[t] < 0)
-            continue;
-        const float *o = x->slots + ((size_t)slot[t] + r - x->s->off[e]) * D;
+    for (uint32_t k = 0; k < x->copies_of[e]; k++) {
+        const float *o = x->slots + (k * x->copy_rows + r) * D;
         for (size_t d = d0; d < d1; d++)
             out[d] += o[d];
     }
