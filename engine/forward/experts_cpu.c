@@ -1,10 +1,10 @@
 /* The routed experts of an MoE step on the CPU threads (experts_cpu.h).
  *
- * The work: each expert's channel groups cut into units (ranges of groups), the units by
- * cost cut into one slice a thread of about equal cost, and shared with stealing
- * (mvm_pool_take, share_units): a thread that is done takes units from the back of
- * another's slice. With a fixed unit for each thread, one waited for the other for 8% of a
- * decode step's expert time on a 2-core VM (OLMoE-1B-7B Q8_0; docs/perf/cpu.md).
+ * The work: each expert's channel groups cut into units (ranges of groups), given to the
+ * threads by cost and shared with stealing (mvm_pool_take, share_units): a thread that is
+ * done takes units from the back of another's slice. With each unit fixed to its thread,
+ * one waited for the other for 8% of a decode step's expert time on a 2-core VM
+ * (OLMoE-1B-7B Q8_0; docs/perf/cpu.md).
  *
  * The partial outputs: unit k of an expert writes its groups' share of the expert's rows
  * into copy k of the step's rows (a slot: n_embd floats a row), zeroed first; a row's output
@@ -42,9 +42,11 @@ struct mvm_cpu_experts {
     size_t act_stride;
     /* the experts split in work units: each expert's channel groups in ranges */
     uint32_t units_per_expert, groups_per_unit;
-    struct unit_cost *by_cost;  /* [E * max groups] the units by decreasing cost: the order
-                                   they are shared out in */
-    size_t *starts;             /* [nth] scratch: the first of each thread's slice */
+    struct unit_cost *by_cost;  /* [E * max groups] scratch: units by decreasing cost */
+    int *owner;                 /* [E * max groups] scratch: the thread of by_cost[i] */
+    uint32_t *order;            /* [E * max groups] the units as shared out: thread 0's, ... */
+    uint64_t *thread_load;      /* [nth] scratch: the cost given to each thread so far */
+    size_t *starts, *fill;      /* [nth] the first of each thread's slice; scratch */
     float *slots;               /* [slot_rows][n_embd] the units' partial outputs */
     size_t slot_rows;           /* copies x n_batch x K */
     size_t copy_rows;           /* the step's rows, n x K: a copy's */
@@ -85,11 +87,17 @@ mvm_status mvm_cpu_experts_create(const mvm_model *m, mvm_pool *pool, uint32_t n
     x->copies_of = calloc(hp->n_expert, sizeof *x->copies_of);
     x->row_take = malloc(rows);
     x->starts = malloc((size_t)x->nth * sizeof *x->starts);
+    x->fill = malloc((size_t)x->nth * sizeof *x->fill);
+    x->thread_load = malloc((size_t)x->nth * sizeof *x->thread_load);
     uint32_t groups = 1;
     for (uint32_t il = 0; il < hp->n_layer; il++)
         groups = m->layers[il].expert_groups > groups ? m->layers[il].expert_groups : groups;
-    x->by_cost = malloc((size_t)hp->n_expert * groups * sizeof *x->by_cost);
-    if (!ok || !x->copies_of || !x->row_take || !x->starts || !x->by_cost) {
+    const size_t units = (size_t)hp->n_expert * groups;
+    x->by_cost = malloc(units * sizeof *x->by_cost);
+    x->owner = malloc(units * sizeof *x->owner);
+    x->order = malloc(units * sizeof *x->order);
+    if (!ok || !x->copies_of || !x->row_take || !x->starts || !x->fill || !x->thread_load ||
+        !x->by_cost || !x->owner || !x->order) {
         const double mib = (double)x->slot_rows * hp->n_embd * 4 / 1048576.0;
         mvm_cpu_experts_free(x);
         return mvm_fail(MVM_ERR_NOMEM, "out of memory for the CPU experts' scratch (%.1f MiB)",
@@ -109,7 +117,11 @@ void mvm_cpu_experts_free(mvm_cpu_experts *x)
     free(x->copies_of);
     free(x->row_take);
     free(x->starts);
+    free(x->fill);
+    free(x->thread_load);
     free(x->by_cost);
+    free(x->owner);
+    free(x->order);
     free(x);
 }
 
@@ -129,33 +141,39 @@ static int costlier(const void *a, const void *b)
     return u->unit < v->unit ? -1 : 1;
 }
 
-/* The units by decreasing cost, cut into the pool's slices: thread t's starts at the first
- * unit before which t / nth of the cost lies; the others take from the back of a slice,
- * its cheapest units, once they are done. A unit costs its groups times (its tokens + 2): a
- * group's bytes are read and unpacked even for one token, and in a prefill batch the
- * experts' token counts differ several times over. A decode step's units cost the same, so
- * they stay in order, and a thread's consecutive units of an expert are adjacent groups,
- * weights that follow one another in memory. */
+/* Each unit to a thread: the costliest first, each onto the thread with the least so far
+ * (ties: the lower thread); in a prefill batch the experts' token counts differ several
+ * times over, and handing units out round-robin left threads waiting for the one with the
+ * popular experts. A unit costs its groups times (its tokens + 2): a group's bytes are read
+ * and unpacked even for one token. Each thread's units, costliest first, are its slice of
+ * the shared run, so a thread that is done takes the cheapest left of another's. */
 static void share_units(mvm_cpu_experts *x, uint32_t n_units)
 {
-    uint64_t total = 0, before = 0;
     for (uint32_t u = 0; u < n_units; u++) {
         uint32_t g0, g1;
         unit_groups(x, u, &g0, &g1);
         x->by_cost[u] = (struct unit_cost){
             (uint64_t)(g1 - g0) * (x->s->cnt[x->experts[u / x->units_per_expert]] + 2), u};
-        total += x->by_cost[u].cost;
     }
     qsort(x->by_cost, n_units, sizeof *x->by_cost, costlier);
-    int t = 1;
-    x->starts[0] = 0;
+    memset(x->thread_load, 0, (size_t)x->nth * sizeof *x->thread_load);
+    memset(x->fill, 0, (size_t)x->nth * sizeof *x->fill);
     for (uint32_t i = 0; i < n_units; i++) {
-        while (t < x->nth && before * (uint64_t)x->nth >= total * (uint64_t)t)
-            x->starts[t++] = i;
-        before += x->by_cost[i].cost;
+        int best = 0;
+        for (int t = 1; t < x->nth; t++)
+            best = x->thread_load[t] < x->thread_load[best] ? t : best;
+        x->owner[i] = best;
+        x->thread_load[best] += x->by_cost[i].cost;
+        x->fill[best]++;
     }
-    while (t < x->nth)
-        x->starts[t++] = n_units;
+    size_t at = 0;
+    for (int t = 0; t < x->nth; t++) { /* fill: each thread's count, then where its next goes */
+        x->starts[t] = at;
+        at += x->fill[t];
+        x->fill[t] = x->starts[t];
+    }
+    for (uint32_t i = 0; i < n_units; i++)
+        x->order[x->fill[x->owner[i]]++] = x->by_cost[i].unit;
     mvm_pool_share(x->pool, n_units, x->starts);
 }
 
@@ -195,7 +213,7 @@ static void experts_run(void *p, int t, int nth)
     (void)nth;
     size_t i, i1;
     while (mvm_pool_take(x->pool, t, 1, &i, &i1)) {
-        const uint32_t u = x->by_cost[i].unit;
+        const uint32_t u = x->order[i];
         uint32_t e = (uint32_t)x->experts[u / x->units_per_expert];
         if (x->take && (x->take[e] != 0) != x->part)
             continue; /* the other part's */
