@@ -3,8 +3,8 @@
  * The work: each expert's channel groups cut into units (ranges of groups), given to the
  * threads by cost and shared with stealing (mvm_pool_take, share_units): a thread that is
  * done takes units from the back of another's slice. With each unit fixed to its thread,
- * one waited for the other for 8% of a decode step's expert time on a 2-core VM
- * (OLMoE-1B-7B Q8_0; docs/perf/cpu.md).
+ * one thread finished 8-20% of the experts' time before the other in decode steps on a
+ * 2-core VM (OLMoE-1B-7B Q8_0), 5% after (docs/perf/cpu.md).
  *
  * The partial outputs: unit k of an expert writes its groups' share of the expert's rows
  * into copy k of the step's rows (a slot: n_embd floats a row), zeroed first; a row's output

@@ -159,7 +159,7 @@ struct mm_job {
 
 /* A token's product takes its rows MATVEC_CHUNK bytes of weights at a time, shared with
  * stealing (mvm_pool_take): its threads stream the weights from memory side by side, and
- * with fixed halves one often finished ahead of the other (10-11% of the decode's product
+ * with fixed halves one often finished ahead of the other (2-11% of the decode's product
  * time on a 2-core VM, OLMoE-1B-7B Q8_0: docs/perf/cpu.md). A chunk's worth is read in
  * about a microsecond and a half at a core's memory rate; a stolen chunk starts a new
  * stream, so smaller ones would pay that start more often. */
